@@ -1,0 +1,91 @@
+//! The `rein` binary, run as a real process.
+#![allow(clippy::expect_used)]
+
+use std::process::Command;
+
+fn rein(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_rein"))
+        .args(args)
+        .output()
+        .expect("the rein binary runs")
+}
+
+#[test]
+fn version_prints_the_crate_version() {
+    let out = rein(&["--version"]);
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("rein {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn help_lists_the_commands() {
+    let out = rein(&["--help"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Usage: rein"), "{text}");
+    assert!(text.contains("key"), "{text}");
+}
+
+/// The key printed by the CLI is the pinned layout-v1 key (see
+/// `rein_core::idempotency`), whatever the argument order and whitespace.
+#[test]
+fn key_prints_the_pinned_v1_key() {
+    let out = rein(&[
+        "key",
+        "--tenant",
+        "acme",
+        "--intent",
+        "intent-7",
+        "--tool",
+        "refund_order",
+        r#"{ "trace_id": "t-2", "order_id": " A-1001 ", "amount": 25 }"#,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "484238a6a5d40e2fda10429b85386f675e039b947dec6dee56d80f5104bf4e86"
+    );
+}
+
+#[test]
+fn key_with_bad_json_fails_with_a_clear_message() {
+    let out = rein(&[
+        "key",
+        "--tenant",
+        "t",
+        "--intent",
+        "i",
+        "--tool",
+        "x",
+        "{not json",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ARGS must be a JSON value"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn key_for_an_irreversible_tool_explains_why_there_is_none() {
+    let out = rein(&[
+        "key",
+        "--tenant",
+        "t",
+        "--intent",
+        "i",
+        "--tool",
+        "send_email",
+        "--class",
+        "irreversible",
+        "{}",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("never retried"));
+}

@@ -1,0 +1,40 @@
+//! rein-core: the pure reliability policies of rein.
+//!
+//! Every mechanism that decides whether, when, how often and under which key
+//! an agent's action runs lives here as a deterministic state machine over an
+//! injected [`Clock`] and an injected random source. Nothing in
+//! this crate does I/O, spawns tasks or reads the clock: the engine reads
+//! the clock once per decision, calls a policy, and applies the decision.
+//! That makes every rule testable without sleeps or a network.
+//!
+//! | module | concept |
+//! | --- | --- |
+//! | [`clock`] | time as an input: `Clock`, `Instant`, `ManualClock` |
+//! | [`config`] | validated settings: `ConfigError`, `Ratio`, `Weight` |
+//! | [`ids`] | `TenantId`, `RunId`, `IntentId`, `AttemptId` |
+//! | [`tool`] | `ToolClass`, `LatencyProfile` |
+//! | [`deadline`] | one deadline and one triple budget per run, inherited by children |
+//! | [`failure`] | the error contract: `Failure`, `Category`, `Effect`, classification |
+//! | [`retry`] | the retry decision, full jitter, the retry budget |
+//! | [`idempotency`] | keys bound to intent over normalized arguments |
+//! | [`breaker`] | multi-arm circuit breakers with hysteresis |
+//! | [`loop_guard`] | repeated action, no progress, repeat failure, self-heal allowance |
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod breaker;
+pub mod clock;
+pub mod config;
+pub mod deadline;
+pub mod failure;
+pub mod idempotency;
+pub mod ids;
+pub mod loop_guard;
+pub mod retry;
+pub mod tool;
+
+pub use clock::{Clock, Instant, ManualClock};
+pub use config::{ConfigError, Ratio, Weight};
+pub use failure::{Category, Effect, Failure};
+pub use ids::{AttemptId, IntentId, RunId, TenantId};
+pub use tool::{LatencyProfile, ToolClass};
