@@ -5,7 +5,11 @@
 //! errors to exit codes in one place.
 #![forbid(unsafe_code)]
 
+mod check;
+mod demo;
 mod key;
+mod run;
+mod timeline;
 
 use std::process::ExitCode;
 
@@ -32,15 +36,36 @@ enum Command {
     /// identical in every process and release. Use it to find a call in a
     /// tool's deduplication store, or to check another implementation.
     Key(key::KeyArgs),
+    /// Check a config (a file or a directory of *.toml files) and list every
+    /// problem, each naming its file and field.
+    ///
+    /// Exits 0 when the config loads, 1 when it has problems.
+    Check(check::CheckArgs),
+    /// Run the order-desk scenario end to end, with no setup.
+    ///
+    /// Starts a loopback order desk whose first delivery update applies but
+    /// loses its response and whose email service answers 429 with a long
+    /// Retry-After, runs the order-desk agent with a recorded model, and
+    /// prints the timeline, the report and the desk's own side-effect log:
+    /// exactly one update, no email, an honest partial success.
+    Demo(demo::DemoArgs),
+    /// Run an agent from a config: the live timeline, then the report.
+    ///
+    /// Exits 0 when the run succeeded, 1 when it ended otherwise (the report
+    /// says how and what to do), 2 when it could not run.
+    Run(run::RunArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Key(args) => key::run(args),
+        Command::Key(args) => key::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Check(args) => return check::run(args),
+        Command::Demo(args) => demo::run(args),
+        Command::Run(args) => run::run(args),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err:#}");
             ExitCode::from(2)

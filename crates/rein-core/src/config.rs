@@ -136,7 +136,7 @@ impl Ratio {
     /// `self × value`, rounded down; never more than `value`.
     pub fn of_u64(self, value: u64) -> u64 {
         // f64 loses precision above 2^53; the min keeps the result a share.
-        ((value as f64) * self.0).floor().min(value as f64) as u64
+        (((value as f64) * self.0).floor() as u64).min(value)
     }
 
     /// `self × value`, rounded down to the nanosecond; never more than `value`.
@@ -238,6 +238,8 @@ mod tests {
         );
         let half = Ratio::new("r", 0.5).unwrap();
         assert_eq!(half.of_u64(7), 3);
+        // f64 rounds 2^60 - 1 up to 2^60; the share must still not exceed it.
+        assert_eq!(Ratio::ONE.of_u64((1 << 60) - 1), (1 << 60) - 1);
         assert_eq!(
             half.of_duration(Duration::from_millis(3)),
             Duration::from_micros(1500)

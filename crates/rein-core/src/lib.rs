@@ -19,6 +19,10 @@
 //! | [`idempotency`] | keys bound to intent over normalized arguments |
 //! | [`breaker`] | multi-arm circuit breakers with hysteresis |
 //! | [`loop_guard`] | repeated action, no progress, repeat failure, self-heal allowance |
+//! | [`event`] | the event stream: every decision with its rationale |
+//! | [`ledger`] | the side-effect ledger's record and state machine |
+//! | [`outcome`] | honest outcomes and the run report |
+//! | [`registry`] | tools, agents, providers and resource groups: the integrity check and model-facing tool definitions |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -26,15 +30,22 @@ pub mod breaker;
 pub mod clock;
 pub mod config;
 pub mod deadline;
+pub mod event;
 pub mod failure;
 pub mod idempotency;
 pub mod ids;
+pub mod ledger;
 pub mod loop_guard;
+pub mod outcome;
+pub mod registry;
 pub mod retry;
 pub mod tool;
 
 pub use clock::{Clock, Instant, ManualClock};
 pub use config::{ConfigError, Ratio, Weight};
+pub use event::{Event, EventKind};
 pub use failure::{Category, Effect, Failure};
 pub use ids::{AttemptId, IntentId, RunId, TenantId};
+pub use ledger::{LedgerRecord, LedgerStatus};
+pub use outcome::{Outcome, RunReport};
 pub use tool::{LatencyProfile, ToolClass};

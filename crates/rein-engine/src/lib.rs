@@ -7,6 +7,11 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bind;
 mod clock;
+pub mod config;
+pub mod provider;
+pub mod run;
+pub mod tool_http;
 
 pub use clock::SystemClock;

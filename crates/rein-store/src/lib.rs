@@ -1,7 +1,77 @@
-//! rein-store: the Store trait and its backends (SQLite embedded default, PostgreSQL).
+//! rein-store: rein's durable state behind the [`Store`] trait, with the
+//! embedded SQLite backend [`SqliteStore`].
 //!
-//! This crate is laid out by the foundation issue so that the workspace has
-//! its final shape; a later issue fills it. See `DESIGN.md` for its job and
-//! the direction of its dependencies.
+//! # Why a separate crate
+//!
+//! The engine decides; the store remembers. Keeping the storage behind a
+//! trait (as restate separates its `storage-api` from the partition store)
+//! lets the engine run on an embedded SQLite file on one node and on
+//! PostgreSQL across several, and lets every backend be held to one
+//! conformance suite (`conformance`, behind the feature of that name).
+//!
+//! | module | concept |
+//! | --- | --- |
+//! | [`Store`] | the trait: runs, events, intents, ledger, checkpoints |
+//! | [`StepCommit`] | one atomic write per step (group-committed) |
+//! | [`RunStatus`], [`NewRun`], [`RunRecord`] | runs and their final outcome |
+//! | [`PlannedIntent`] | intent ids persisted at plan time |
+//! | [`LedgerMark`] | a change to a declared side effect |
+//! | [`Checkpoint`] | the state a resume continues from |
+//! | [`StoreError`] | refusals and failures, classified by `is_transient` |
+//! | [`SqliteStore`], [`SqliteOptions`] | the SQLite backend |
+//!
+//! # Example
+//!
+//! ```
+//! use rein_core::{RunId, TenantId};
+//! use rein_store::{NewRun, RunStatus, SqliteStore, Store};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = std::env::temp_dir().join(format!("rein-store-doc-{}", std::process::id()));
+//! let store = SqliteStore::open(dir.join("rein.db"))?;
+//! # let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+//! # runtime.block_on(async {
+//! let run = store
+//!     .create_run(NewRun {
+//!         run_id: RunId::new("run-1")?,
+//!         tenant: TenantId::new("acme")?,
+//!         agent: "order-desk".to_owned(),
+//!         input: "move order 42 to Friday".to_owned(),
+//!         parent_run_id: None,
+//!         budget: serde_json::json!({ "max_steps": 10 }),
+//!         created_at_ms: 1_700_000_000_000,
+//!     })
+//!     .await?;
+//! assert_eq!(run.status, RunStatus::Queued);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # })?;
+//! # std::fs::remove_dir_all(&dir)?;
+//! # Ok(())
+//! # }
+//! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+
+mod checkpoint;
+mod commit;
+mod error;
+mod intent;
+mod ledger;
+mod run;
+mod sqlite;
+mod store;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+pub use checkpoint::Checkpoint;
+pub use commit::{Committed, StepCommit};
+pub use error::StoreError;
+pub use intent::PlannedIntent;
+pub use ledger::LedgerMark;
+pub use run::{NewRun, RunRecord, RunStatus, StatusChange};
+pub use sqlite::{
+    DEFAULT_BUSY_TIMEOUT, DEFAULT_SYNCHRONOUS_FULL, MAX_BUSY_TIMEOUT, SCHEMA_VERSION,
+    SqliteOptions, SqliteStore,
+};
+pub use store::Store;

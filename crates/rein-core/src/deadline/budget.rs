@@ -529,12 +529,21 @@ impl Budget {
     }
 
     /// Reserves the child's share and returns its budget.
-    fn grant(&mut self, deadline: Deadline, share: Usage, now: Instant) -> (Budget, Grant) {
+    ///
+    /// A dimension the parent does not limit is limited in the child only by
+    /// its cap, if one is given.
+    fn grant(
+        &mut self,
+        deadline: Deadline,
+        share: Usage,
+        caps: ChildCaps,
+        now: Instant,
+    ) -> (Budget, Grant) {
         let limits = BudgetLimits {
             wall_clock: deadline.remaining(now),
-            steps: self.limits.steps.map(|_| share.steps),
-            tokens: self.limits.tokens.map(|_| share.tokens),
-            cost: self.limits.cost.map(|_| share.cost),
+            steps: self.limits.steps.map(|_| share.steps).or(caps.steps),
+            tokens: self.limits.tokens.map(|_| share.tokens).or(caps.tokens),
+            cost: self.limits.cost.map(|_| share.cost).or(caps.cost),
         };
         self.reserved = self.reserved.saturating_add(share);
         let child = Budget {
@@ -557,7 +566,7 @@ impl Budget {
             tokens: left.tokens.unwrap_or(0),
             cost: left.cost.unwrap_or(Cost::ZERO),
         };
-        self.grant(self.deadline.serial(), share, now)
+        self.grant(self.deadline.serial(), share, ChildCaps::default(), now)
     }
 
     /// The budgets of parallel branches: every dimension's remainder divided
@@ -591,7 +600,7 @@ impl Budget {
                     tokens: tokens[i],
                     cost: Cost::from_micros(cost[i]),
                 };
-                self.grant(deadline, share, now)
+                self.grant(deadline, share, caps, now)
             })
             .collect()
     }
@@ -617,7 +626,7 @@ impl Budget {
             )),
         };
         let deadline = self.deadline.nested(now, ratio, caps.wall_clock);
-        self.grant(deadline, share, now)
+        self.grant(deadline, share, caps, now)
     }
 
     /// Writes a child's consumption back: releases its reservation and
@@ -650,15 +659,17 @@ impl Budget {
             }),
             _ => Ok(()),
         };
+        // Shares held by live children count: own work may not spend them.
+        let taken = self.used.saturating_add(self.reserved);
         over(
             Dimension::Steps,
-            u64::from(self.used.steps),
+            u64::from(taken.steps),
             self.limits.steps.map(u64::from),
         )?;
-        over(Dimension::Tokens, self.used.tokens, self.limits.tokens)?;
+        over(Dimension::Tokens, taken.tokens, self.limits.tokens)?;
         over(
             Dimension::Cost,
-            self.used.cost.micros(),
+            taken.cost.micros(),
             self.limits.cost.map(Cost::micros),
         )
     }
@@ -939,6 +950,43 @@ mod tests {
         .unwrap();
         assert_eq!(b.used().tokens, 120);
         assert_eq!(b.reserved(), Usage::default());
+    }
+
+    #[test]
+    fn child_caps_apply_when_the_parent_is_unlimited() {
+        let mut b = Budget::start(BudgetLimits::new(ms(1000)).unwrap(), t(0));
+        let caps = ChildCaps {
+            tokens: Some(100),
+            steps: Some(3),
+            ..ChildCaps::default()
+        };
+        let (child, grant) = b.nested(t(0), Ratio::ONE, caps);
+        assert_eq!(child.remaining(t(0)).tokens, Some(100));
+        assert_eq!(child.remaining(t(0)).steps, Some(3));
+        assert_eq!(
+            grant.reserved(),
+            Usage::default(),
+            "nothing to reserve in an unlimited parent"
+        );
+        let kids = b.parallel(t(0), &[Weight::default(), Weight::default()], caps);
+        assert_eq!(kids[1].0.remaining(t(0)).tokens, Some(100));
+    }
+
+    #[test]
+    fn own_work_cannot_spend_a_childs_reservation() {
+        let mut b = Budget::start(limits(), t(0));
+        let (_child, grant) = b.nested(t(0), Ratio::new("r", 0.5).unwrap(), ChildCaps::default());
+        assert_eq!(grant.reserved().tokens, 500);
+        let e = b
+            .charge(
+                Usage {
+                    tokens: 900,
+                    ..Usage::default()
+                },
+                t(1),
+            )
+            .unwrap_err();
+        assert_eq!(e.dimension, Dimension::Tokens);
     }
 
     #[test]

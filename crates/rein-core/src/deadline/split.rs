@@ -9,11 +9,21 @@ use crate::config::Weight;
 /// is taken back from the largest shares afterwards: the sum invariant holds
 /// exactly, not approximately.
 pub(crate) fn split(total: u64, weights: &[Weight], cap: Option<u64>) -> Vec<u64> {
-    let sum: f64 = weights.iter().map(|w| w.get()).sum();
+    // Scale by the largest weight first: two weights of 1e308 would sum to
+    // infinity and give every branch nothing.
+    let largest = weights.iter().map(|w| w.get()).fold(0.0_f64, f64::max);
+    let scaled = |w: &Weight| {
+        if largest > 0.0 {
+            w.get() / largest
+        } else {
+            0.0
+        }
+    };
+    let sum: f64 = weights.iter().map(scaled).sum();
     let mut shares: Vec<u64> = weights
         .iter()
         .map(|w| {
-            let exact = (total as f64) * (w.get() / sum);
+            let exact = (total as f64) * (scaled(w) / sum);
             let share = if exact.is_finite() {
                 exact.floor()
             } else {
@@ -63,6 +73,11 @@ mod tests {
         let shares = split(u64::MAX, &w(&[1.0, 1e-300, 1.0]), None);
         let total: u128 = shares.iter().map(|&s| u128::from(s)).sum();
         assert!(total <= u128::from(u64::MAX));
+    }
+
+    #[test]
+    fn split_with_huge_weights_still_divides() {
+        assert_eq!(split(100, &w(&[1e308, 1e308]), None), vec![50, 50]);
     }
 
     #[test]

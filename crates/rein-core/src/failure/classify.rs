@@ -74,7 +74,8 @@ impl Failure {
     /// | 404, 410 | not_found | no | not_applied |
     /// | 409 | conflict | no | not_applied |
     /// | 413 | context_overflow | no | not_applied |
-    /// | other 4xx, 3xx | unknown | no | not_applied |
+    /// | other 4xx | invalid_arguments | no | not_applied |
+    /// | 3xx and others | unknown | no | not_applied |
     /// | other 5xx | unknown | no | maybe_applied |
     ///
     /// 500, 502 and 504 are `maybe_applied` because the server or an
@@ -102,6 +103,7 @@ impl Failure {
             409 => (Category::Conflict, Effect::NotApplied),
             413 => (Category::ContextOverflow, Effect::NotApplied),
             500..=599 => (Category::Unknown, Effect::MaybeApplied),
+            400..=499 => (Category::InvalidArguments, Effect::NotApplied),
             _ => (Category::Unknown, Effect::NotApplied),
         };
         let mut failure = Failure::new(target, category).with_effect(effect);
@@ -201,6 +203,15 @@ mod tests {
                 "a 4xx never carries a wait: {status}"
             );
             assert_eq!(f.effect(), Effect::NotApplied);
+        }
+    }
+
+    #[test]
+    fn other_caller_side_4xx_never_count_for_a_breaker() {
+        for status in [405, 411, 415, 416, 451] {
+            let f = Failure::from_http_status("t", status, None, now()).unwrap();
+            assert!(!f.category().counts_for_breaker(), "{status}");
+            assert!(!f.retryable(), "{status}");
         }
     }
 

@@ -40,7 +40,12 @@ use crate::ids::AttemptId;
 ///
 /// Fields are read through accessors so that `model_message` can only be the
 /// rendering of the structured fields, never raw error text (invariant 10).
+///
+/// Deserialization rebuilds the failure from its structured fields through
+/// the same constructors, so a failure read from storage or another process
+/// cannot carry a forged `model_message` or a retryable rein refusal.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "FailureWire")]
 pub struct Failure {
     category: Category,
     retryable: bool,
@@ -51,6 +56,38 @@ pub struct Failure {
     model_message: String,
     human_message: String,
     attempt_id: Option<AttemptId>,
+}
+
+/// The serialized form of a [`Failure`]; `model_message` is ignored on the
+/// way in and rendered again.
+#[derive(Deserialize)]
+struct FailureWire {
+    category: Category,
+    retryable: bool,
+    #[serde(with = "humantime_serde", default)]
+    retry_after: Option<Duration>,
+    effect: Effect,
+    target: String,
+    #[serde(default)]
+    human_message: String,
+    #[serde(default)]
+    attempt_id: Option<AttemptId>,
+}
+
+impl From<FailureWire> for Failure {
+    fn from(w: FailureWire) -> Self {
+        let mut f = Failure::new(&w.target, w.category)
+            .with_effect(w.effect)
+            .with_retryable(w.retryable)
+            .with_human_message(w.human_message);
+        if let Some(wait) = w.retry_after {
+            f = f.with_retry_after(wait);
+        }
+        if let Some(attempt) = w.attempt_id {
+            f = f.with_attempt(attempt);
+        }
+        f
+    }
 }
 
 impl Failure {

@@ -33,7 +33,8 @@ impl RetryBudget {
     pub fn new(policy: &RetryPolicy) -> Self {
         RetryBudget {
             balance: u64::from(policy.budget_initial) * UNIT,
-            deposit: (policy.budget_ratio.get() * UNIT as f64).round() as u64,
+            // Rounded down, so retries never exceed the configured share.
+            deposit: (policy.budget_ratio.get() * UNIT as f64).floor() as u64,
             max: u64::from(policy.budget_max) * UNIT,
         }
     }

@@ -121,14 +121,17 @@ impl RetryPolicy {
             return give_up(GiveUpReason::Irreversible);
         }
         let remaining = input.deadline.remaining(input.now);
+        let needed = input.latency.p50();
         if input.class == ToolClass::IdempotentWrite
             && matches!(failure.effect(), Effect::MaybeApplied | Effect::Applied)
+            && failure.category().may_be_retried()
         {
-            if remaining.is_zero() {
-                return give_up(GiveUpReason::DeadlineTooClose {
-                    remaining,
-                    needed: input.latency.p50(),
-                });
+            // A lookup is a read that settles the uncertainty, so it is not
+            // an attempt and spends no retry budget; re-executing after a
+            // lookup that found nothing is decided again with
+            // `Effect::NotApplied`, where the ceiling and the budget apply.
+            if remaining < needed {
+                return give_up(GiveUpReason::DeadlineTooClose { remaining, needed });
             }
             return RetryDecision::LookupByKey;
         }
@@ -143,7 +146,6 @@ impl RetryPolicy {
                 max_attempts: self.max_attempts.get(),
             });
         }
-        let needed = input.latency.p50();
         if remaining < needed {
             return give_up(GiveUpReason::DeadlineTooClose { remaining, needed });
         }
@@ -272,6 +274,20 @@ mod tests {
             decide(ToolClass::IdempotentWrite, &f, 1, ms(60_000)),
             RetryDecision::LookupByKey
         );
+        // Too close to the deadline for even a lookup: give up, leave the
+        // record pending for reconciliation.
+        assert!(matches!(
+            decide(ToolClass::IdempotentWrite, &f, 1, ms(50)),
+            RetryDecision::GiveUp {
+                reason: GiveUpReason::DeadlineTooClose { .. }
+            }
+        ));
+        // A cancelled call is never looked up or retried.
+        let cancelled = Failure::new("t", Category::Cancelled).with_effect(Effect::MaybeApplied);
+        assert!(matches!(
+            decide(ToolClass::IdempotentWrite, &cancelled, 1, ms(60_000)),
+            RetryDecision::GiveUp { .. }
+        ));
         // A read with an unknown effect is simply retried.
         assert!(matches!(
             decide(ToolClass::Read, &f, 1, ms(60_000)),

@@ -1,0 +1,177 @@
+//! `rein check`, run as a real process against real files.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn rein_check(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rein"));
+    cmd.arg("check").args(args);
+    for name in ["ORDER_DESK_URL", "MOCK_MODEL_URL", "DESK"] {
+        cmd.env_remove(name);
+    }
+    cmd.envs(env.iter().copied());
+    cmd.output().expect("the rein binary runs")
+}
+
+fn example() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/order-desk/rein.toml")
+}
+
+/// A config directory with problems in two files: a tool file and an agent
+/// file.
+fn bad_config() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("tools.toml"),
+        r#"
+[resource_groups.api]
+
+[tools.send_email]
+description = "Email a customer."
+class = "irreversible"
+resource_group = "mail"
+side_effect_tier = "high"
+owner = "comms"
+latency = { mode = "observe", fallback_p99 = "2s" }
+adapter = { kind = "http", url = "${DESK}/send_email" }
+schema = { type = "object", properties = { to = { type = "string" } } }
+[tools.send_email.compensation]
+tool = "unsend_email"
+grade = "strong"
+"#,
+    )
+    .unwrap();
+    fs::write(
+        dir.path().join("agents.toml"),
+        r#"
+[agents.support]
+provider = "openai"
+model = "gpt-4o-mini"
+tools = ["send_email", "lookup_order"]
+[agents.support.budget]
+max_steps = 0
+"#,
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn check_lists_every_problem_across_files_with_file_and_field() {
+    let dir = bad_config();
+    let out = rein_check(
+        &[dir.path().to_str().unwrap()],
+        &[("DESK", "http://127.0.0.1:1")],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let tools = dir.path().join("tools.toml").display().to_string();
+    let agents = dir.path().join("agents.toml").display().to_string();
+    let expected = [
+        format!("{agents}: agents.support.provider: names `openai`, which is not a provider"),
+        format!("{agents}: agents.support.tools: names `lookup_order`, which is not a tool"),
+        format!("{agents}: agents.support.budget.max_steps: must be greater than zero"),
+        format!("{tools}: tools.send_email.schema.properties.to.description: is required"),
+        format!("{tools}: tools.send_email.resource_group: names `mail`"),
+        format!(
+            "{tools}: tools.send_email.compensation.tool: names `unsend_email`, which is not a tool"
+        ),
+    ];
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), expected.len() + 1, "{stderr}");
+    for (line, want) in lines.iter().zip(&expected) {
+        assert!(
+            line.starts_with(want.as_str()),
+            "{line}\n  does not start with\n{want}"
+        );
+    }
+    assert_eq!(
+        lines[expected.len()],
+        format!("error: 6 problems in {}", dir.path().display())
+    );
+}
+
+#[test]
+fn check_json_reports_every_problem_as_data() {
+    let dir = bad_config();
+    // DESK unset: the interpolation problem joins the list.
+    let out = rein_check(&[dir.path().to_str().unwrap(), "--json"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["ok"], false);
+    let problems = doc["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 7, "{doc:#}");
+    let fields: Vec<&str> = problems
+        .iter()
+        .map(|p| p["field"].as_str().unwrap())
+        .collect();
+    assert!(
+        fields.contains(&"tools.send_email.adapter.url"),
+        "{fields:?}"
+    );
+    for p in problems {
+        assert!(p["file"].as_str().unwrap().ends_with(".toml"));
+        assert!(!p["message"].as_str().unwrap().is_empty());
+    }
+}
+
+#[test]
+fn check_json_reports_syntax_errors_with_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rein.toml");
+    fs::write(&file, "[tools.x]\nclass = = \"read\"\n").unwrap();
+    let out = rein_check(&[file.to_str().unwrap(), "--json"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = &doc["problems"][0];
+    assert_eq!(p["line"], 2);
+    assert_eq!(p["field"], "");
+}
+
+#[test]
+fn check_passes_the_example_config() {
+    let out = rein_check(
+        &[example().to_str().unwrap()],
+        &[
+            ("ORDER_DESK_URL", "http://127.0.0.1:7001"),
+            ("MOCK_MODEL_URL", "http://127.0.0.1:7002"),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "ok: 4 tools, 1 agent, 2 providers, 1 resource group"
+    );
+    let out = rein_check(
+        &[example().to_str().unwrap(), "--json"],
+        &[
+            ("ORDER_DESK_URL", "http://127.0.0.1:7001"),
+            ("MOCK_MODEL_URL", "http://127.0.0.1:7002"),
+        ],
+    );
+    assert!(out.status.success());
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc, serde_json::json!({"ok": true, "problems": []}));
+}
+
+#[test]
+fn check_example_without_env_names_the_missing_variables() {
+    let out = rein_check(&[example().to_str().unwrap()], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("providers.mock.base_url: uses ${MOCK_MODEL_URL}, but the environment variable MOCK_MODEL_URL is not set"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("tools.get_order.adapter.url: uses ${ORDER_DESK_URL}"),
+        "{stderr}"
+    );
+}

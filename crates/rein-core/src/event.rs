@@ -1,0 +1,124 @@
+//! The event stream: every decision rein makes, with its rationale.
+//!
+//! # Why
+//!
+//! A mechanism that fires invisibly cannot be told apart from one that never
+//! fired (seed 000, "Distinguish a mechanism that failed from a mechanism
+//! that never fired"). So every decision — a retry scheduled, a breaker
+//! opened, a budget exhausted — is an [`Event`] that carries the five
+//! correlation fields (run, intent, step, attempt, idempotency key), a
+//! timestamp, and the rationale: the counts, remaining budget, jitter or
+//! server hint that led to it. The stream is the primary material for
+//! post-mortems and the input of the chaos suite's invariant checker.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::idempotency::IdempotencyKey;
+use crate::ids::{AttemptId, IntentId, RunId};
+
+/// What an event records. Names are stable: they appear in storage, APIs,
+/// metrics and the chaos suite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum EventKind {
+    /// A run began, with its budget.
+    RunStarted,
+    /// The model planned a turn: its proposed calls, each with an intent id.
+    PlanCreated,
+    /// A share of the budget was given to a call or child.
+    BudgetAllocated,
+    /// A model call began.
+    ModelCallStarted,
+    /// A model call ended, with usage or a failure.
+    ModelCallFinished,
+    /// A proposed call was refused before reaching the tool (unknown tool,
+    /// invalid arguments, disabled tool); the model got a clarification.
+    CallRejected,
+    /// An attempt of a tool call began.
+    ToolCallStarted,
+    /// An attempt of a tool call ended.
+    ToolCallFinished,
+    /// A failed attempt will be retried after a delay.
+    RetryScheduled,
+    /// A retry was not made, and why.
+    RetryAbandoned,
+    /// A maybe-applied write was looked up by its idempotency key.
+    IdempotencyLookup,
+    /// A side effect was declared or its record changed status.
+    LedgerRecorded,
+    /// A breaker arm changed state.
+    BreakerStateChanged,
+    /// A budget ceiling was reached.
+    BudgetExhausted,
+    /// The loop guard stopped the run.
+    LoopDetected,
+    /// A tool used up its self-heal allowance and is unavailable.
+    ToolDisabled,
+    /// A checkpoint was written.
+    CheckpointWritten,
+    /// The run ended in partial success; its report says what did not complete.
+    PartialSuccessReturned,
+    /// The run ended.
+    RunFinished,
+}
+
+impl EventKind {
+    /// The kind's name as stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::RunStarted => "run_started",
+            EventKind::PlanCreated => "plan_created",
+            EventKind::BudgetAllocated => "budget_allocated",
+            EventKind::ModelCallStarted => "model_call_started",
+            EventKind::ModelCallFinished => "model_call_finished",
+            EventKind::CallRejected => "call_rejected",
+            EventKind::ToolCallStarted => "tool_call_started",
+            EventKind::ToolCallFinished => "tool_call_finished",
+            EventKind::RetryScheduled => "retry_scheduled",
+            EventKind::RetryAbandoned => "retry_abandoned",
+            EventKind::IdempotencyLookup => "idempotency_lookup",
+            EventKind::LedgerRecorded => "ledger_recorded",
+            EventKind::BreakerStateChanged => "breaker_state_changed",
+            EventKind::BudgetExhausted => "budget_exhausted",
+            EventKind::LoopDetected => "loop_detected",
+            EventKind::ToolDisabled => "tool_disabled",
+            EventKind::CheckpointWritten => "checkpoint_written",
+            EventKind::PartialSuccessReturned => "partial_success_returned",
+            EventKind::RunFinished => "run_finished",
+        }
+    }
+}
+
+impl fmt::Display for EventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One decision or fact of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// The run.
+    pub run_id: RunId,
+    /// Position in the run's stream, from 1, gap-free; assigned by the store.
+    pub seq: u64,
+    /// The step (model turn) the event belongs to; 0 before the first.
+    pub step: u32,
+    /// The planned action, when the event concerns one.
+    pub intent_id: Option<IntentId>,
+    /// The attempt, when the event concerns one.
+    pub attempt_id: Option<AttemptId>,
+    /// The idempotency key of the action, when it has one.
+    pub idempotency_key: Option<IdempotencyKey>,
+    /// Wall-clock time, milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// What happened.
+    pub kind: EventKind,
+    /// The rationale: counts, remaining budget, delays, reasons. Its shape
+    /// depends on `kind`.
+    pub data: Value,
+}

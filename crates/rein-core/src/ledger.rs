@@ -1,0 +1,188 @@
+//! The side-effect ledger's record and its state machine.
+//!
+//! # Why
+//!
+//! Compensation written only in application code dies with the process. A
+//! write-ahead ledger declares every non-read call `pending` durably *before*
+//! it runs, then marks the result: after a crash the next process knows
+//! exactly which effects happened, which might have, and which did not
+//! (seed 000, "The Ledger Must Be Written Before Execution").
+//!
+//! ```text
+//!               ┌──────────► succeeded ──┬──► compensated
+//!   pending ────┤                        ├──► uncompensatable
+//!               │                        └──► manual
+//!               ├──────────► failed
+//!               └──────────► manual   (cannot be decided; a human decides)
+//! ```
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::failure::Failure;
+use crate::idempotency::IdempotencyKey;
+use crate::ids::{IntentId, RunId};
+use crate::tool::ToolClass;
+
+/// Where a side effect stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LedgerStatus {
+    /// Declared; the call may be in flight, or may have happened before a
+    /// crash.
+    Pending,
+    /// The effect happened.
+    Succeeded,
+    /// The effect certainly did not happen.
+    Failed,
+    /// The effect was undone by its compensation.
+    Compensated,
+    /// The effect happened and cannot be undone.
+    Uncompensatable,
+    /// A human must decide.
+    Manual,
+}
+
+/// A status change the state machine does not allow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("ledger record cannot move from {from} to {to}")]
+pub struct LedgerTransitionError {
+    /// The current status.
+    pub from: LedgerStatus,
+    /// The refused status.
+    pub to: LedgerStatus,
+}
+
+impl LedgerStatus {
+    /// The status's name as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LedgerStatus::Pending => "pending",
+            LedgerStatus::Succeeded => "succeeded",
+            LedgerStatus::Failed => "failed",
+            LedgerStatus::Compensated => "compensated",
+            LedgerStatus::Uncompensatable => "uncompensatable",
+            LedgerStatus::Manual => "manual",
+        }
+    }
+
+    /// Reads a stored name.
+    pub fn parse(text: &str) -> Option<LedgerStatus> {
+        Some(match text {
+            "pending" => LedgerStatus::Pending,
+            "succeeded" => LedgerStatus::Succeeded,
+            "failed" => LedgerStatus::Failed,
+            "compensated" => LedgerStatus::Compensated,
+            "uncompensatable" => LedgerStatus::Uncompensatable,
+            "manual" => LedgerStatus::Manual,
+            _ => return None,
+        })
+    }
+
+    /// Checks a status change against the state machine.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerTransitionError`] for a change the diagram does not show.
+    /// Setting the same status again is allowed (idempotent marks).
+    pub fn transition(self, to: LedgerStatus) -> Result<LedgerStatus, LedgerTransitionError> {
+        use LedgerStatus::*;
+        let allowed = self == to
+            || matches!(
+                (self, to),
+                (Pending, Succeeded | Failed | Manual)
+                    | (Succeeded, Compensated | Uncompensatable | Manual)
+            );
+        if allowed {
+            Ok(to)
+        } else {
+            Err(LedgerTransitionError { from: self, to })
+        }
+    }
+
+    /// Whether the record needs no further action.
+    pub fn is_settled(self) -> bool {
+        !matches!(self, LedgerStatus::Pending | LedgerStatus::Succeeded)
+    }
+}
+
+impl fmt::Display for LedgerStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One declared side effect.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LedgerRecord {
+    /// The run.
+    pub run_id: RunId,
+    /// The planned action; one record per intent.
+    pub intent_id: IntentId,
+    /// Execution order within the run, from 1; compensation runs in reverse.
+    pub seq: u64,
+    /// The step that planned it.
+    pub step: u32,
+    /// The tool.
+    pub tool: String,
+    /// The tool's class at the time of the call.
+    pub class: ToolClass,
+    /// The key the call carried, if its class has one.
+    pub idempotency_key: Option<IdempotencyKey>,
+    /// The arguments as sent.
+    pub args: Value,
+    /// Where the effect stands.
+    pub status: LedgerStatus,
+    /// The tool's result, once succeeded.
+    pub result: Option<Value>,
+    /// The last failure, if any.
+    pub failure: Option<Failure>,
+    /// Attempts made.
+    pub attempts: u32,
+    /// When declared, ms since the Unix epoch.
+    pub created_at_ms: u64,
+    /// When last changed, ms since the Unix epoch.
+    pub updated_at_ms: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LedgerStatus::*;
+    use super::*;
+
+    #[test]
+    fn pending_moves_to_a_result_and_succeeded_to_a_settlement() {
+        assert_eq!(Pending.transition(Succeeded), Ok(Succeeded));
+        assert_eq!(Pending.transition(Failed), Ok(Failed));
+        assert_eq!(Succeeded.transition(Compensated), Ok(Compensated));
+        assert_eq!(Succeeded.transition(Manual), Ok(Manual));
+    }
+
+    #[test]
+    fn settled_records_never_move_back() {
+        for from in [Failed, Compensated, Uncompensatable, Manual] {
+            for to in [Pending, Succeeded] {
+                assert!(from.transition(to).is_err(), "{from} -> {to}");
+            }
+        }
+        assert!(Pending.transition(Compensated).is_err());
+        assert_eq!(Failed.transition(Failed), Ok(Failed));
+    }
+
+    #[test]
+    fn status_names_round_trip() {
+        for s in [
+            Pending,
+            Succeeded,
+            Failed,
+            Compensated,
+            Uncompensatable,
+            Manual,
+        ] {
+            assert_eq!(LedgerStatus::parse(s.as_str()), Some(s));
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! Honest outcomes: how a run ended, and the machine-readable report of
+//! everything that did and did not complete.
+//!
+//! # Why
+//!
+//! "Most of the operation completed" inside a `success` status lets the
+//! caller advance its workflow and defers the inconsistency somewhere worse
+//! (seed 000, "Report partial success honestly"). A run's [`Outcome`] is
+//! `succeeded` only when every planned action completed; anything else comes
+//! with a [`RunReport`] that lists completed and incomplete actions, says
+//! whether a retry can run without repeating side effects, and recommends
+//! what to do.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::deadline::Usage;
+use crate::failure::Category;
+use crate::ids::IntentId;
+use crate::ledger::LedgerStatus;
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Every planned action completed and the model gave its answer.
+    Succeeded,
+    /// Some actions completed and some did not; the report says which.
+    PartialSuccess,
+    /// Nothing useful completed, or a failure made the result unusable.
+    Failed,
+    /// A ceiling (steps, tokens, cost, wall clock) was reached first.
+    BudgetExhausted,
+    /// The run was cancelled.
+    Cancelled,
+    /// Automation stopped and a human has the handoff package.
+    HandedOff,
+}
+
+impl Outcome {
+    /// The outcome's name as stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::PartialSuccess => "partial_success",
+            Outcome::Failed => "failed",
+            Outcome::BudgetExhausted => "budget_exhausted",
+            Outcome::Cancelled => "cancelled",
+            Outcome::HandedOff => "handed_off",
+        }
+    }
+
+    /// Reads a stored name.
+    pub fn parse(text: &str) -> Option<Outcome> {
+        Some(match text {
+            "succeeded" => Outcome::Succeeded,
+            "partial_success" => Outcome::PartialSuccess,
+            "failed" => Outcome::Failed,
+            "budget_exhausted" => Outcome::BudgetExhausted,
+            "cancelled" => Outcome::Cancelled,
+            "handed_off" => Outcome::HandedOff,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An action that completed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompletedAction {
+    /// The planned action.
+    pub intent_id: IntentId,
+    /// The tool.
+    pub tool: String,
+    /// The key fields of the result.
+    pub result: Value,
+    /// Its ledger status (`None` for reads, which have no record).
+    pub ledger: Option<LedgerStatus>,
+}
+
+/// An action that did not complete.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IncompleteAction {
+    /// The planned action.
+    pub intent_id: IntentId,
+    /// The tool.
+    pub tool: String,
+    /// Why, as a category.
+    pub category: Category,
+    /// Why, for a human.
+    pub reason: String,
+    /// Its ledger status, if the call was declared.
+    pub ledger: Option<LedgerStatus>,
+    /// Whether it may have taken effect anyway.
+    pub maybe_applied: bool,
+}
+
+/// The fixed, machine-readable report of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    /// How the run ended.
+    pub outcome: Outcome,
+    /// Actions that completed, with their key results.
+    pub completed: Vec<CompletedAction>,
+    /// Actions that did not complete, with category and reason.
+    pub incomplete: Vec<IncompleteAction>,
+    /// Whether a retry of the run can proceed without repeating side effects
+    /// (completed writes are keyed and no effect is in doubt).
+    pub recoverable: bool,
+    /// What to do next.
+    pub recommendation: String,
+    /// One paragraph for a human.
+    pub summary: String,
+    /// The model's final answer, if it gave one.
+    pub answer: Option<String>,
+    /// What the run consumed.
+    pub consumed: Usage,
+    /// Wall-clock time the run took, in milliseconds.
+    pub elapsed_ms: u64,
+    /// Model turns taken.
+    pub steps: u32,
+}

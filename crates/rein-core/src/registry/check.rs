@@ -1,0 +1,1293 @@
+//! The integrity check: parsed config files in, a [`Registry`] or every
+//! problem out.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::compensation::{ArgSource, CompensationGrade, CompensationSpec};
+use super::config::{
+    AdapterConfig, AdapterKind, AgentConfig, CompensationConfig, ConfigSource, IdempotencyConfig,
+    LatencyConfig, LatencyMode, ProviderConfig, ProviderKindName, ResourceGroupConfig, ToolConfig,
+};
+use super::constants::{
+    DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_MAX_RESULT_BYTES, DEFAULT_OBSERVE_MIN_SAMPLES,
+    DEFAULT_PROVIDER_TIMEOUT, RESERVED_HEADERS,
+};
+use super::problem::{ConfigProblem, SchemaIssue};
+use super::spec::{
+    AdapterSpec, AgentSpec, IdempotencySpec, LatencySpec, Price, ProviderKind, ProviderSpec,
+    RateLimit, Registry, ResourceGroupSpec, ToolSpec,
+};
+use crate::breaker::{Breakers, BreakersConfig};
+use crate::config::ConfigError;
+use crate::deadline::{BudgetLimits, Cost};
+use crate::idempotency::NormalizerConfig;
+use crate::loop_guard::LoopGuard;
+use crate::retry::RetryPolicy;
+use crate::tool::{LatencyProfile, ToolClass};
+
+/// A JSON Schema compiler the check hands each tool's schema to, once the
+/// schema has passed the check's own structural rules.
+///
+/// rein-core stays free of a schema library; the engine passes one that
+/// compiles the schema and reports what its compiler refuses. Pass
+/// `&|_| Vec::new()` to skip that step.
+pub type SchemaCheck<'a> = dyn Fn(&Value) -> Vec<SchemaIssue> + 'a;
+
+/// Checks the parsed files `sources` for consistency and builds the
+/// [`Registry`] they describe.
+///
+/// Files are merged in the order given; a name defined twice is reported at
+/// its later definition. Every rule in the [module table](super) is
+/// checked, and every violation is collected.
+///
+/// # Errors
+///
+/// Every [`ConfigProblem`] found, grouped by file in the order of
+/// `sources`, each naming its file and dotted field.
+pub fn check(
+    sources: &[ConfigSource],
+    schema_check: &SchemaCheck<'_>,
+) -> Result<Registry, Vec<ConfigProblem>> {
+    let mut checker = Checker::new(sources, schema_check);
+    let registry = checker.run();
+    let mut problems = checker.problems;
+    if problems.is_empty() {
+        return Ok(registry);
+    }
+    let order: BTreeMap<&Path, usize> = sources
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, s)| (s.path.as_path(), i))
+        .collect();
+    problems.sort_by_key(|p| order.get(p.file.as_path()).copied().unwrap_or(usize::MAX));
+    Err(problems)
+}
+
+/// One named entry of a section, with the file it came from.
+struct Entry<'a, T> {
+    file: &'a Path,
+    config: &'a T,
+}
+
+/// All files' sections merged by name, first definition wins.
+struct Merged<'a> {
+    providers: BTreeMap<&'a str, Entry<'a, ProviderConfig>>,
+    resource_groups: BTreeMap<&'a str, Entry<'a, ResourceGroupConfig>>,
+    tools: BTreeMap<&'a str, Entry<'a, ToolConfig>>,
+    agents: BTreeMap<&'a str, Entry<'a, AgentConfig>>,
+    breakers: Option<Entry<'a, BreakersConfig>>,
+    /// `section.name` of entries that failed to parse (already reported).
+    broken: BTreeSet<&'a str>,
+}
+
+struct Checker<'a> {
+    sources: &'a [ConfigSource],
+    schema_check: &'a SchemaCheck<'a>,
+    problems: Vec<ConfigProblem>,
+}
+
+impl<'a> Checker<'a> {
+    fn new(sources: &'a [ConfigSource], schema_check: &'a SchemaCheck<'a>) -> Self {
+        Checker {
+            sources,
+            schema_check,
+            problems: Vec::new(),
+        }
+    }
+
+    fn report(&mut self, file: &Path, field: impl Into<String>, message: impl Into<String>) {
+        self.problems
+            .push(ConfigProblem::new(file, field.into(), message.into()));
+    }
+
+    /// Reports a rein-core [`ConfigError`] under `prefix` (the table path):
+    /// `budget.max_steps` of agent `a` becomes `agents.a.budget.max_steps`.
+    fn config_error(&mut self, file: &Path, prefix: &str, err: &ConfigError) {
+        let own = err.field();
+        let field = if let Some(rest) = own.strip_prefix("breaker.") {
+            // NOTE: breaker errors say `breaker.<kind>`; the table is `[breakers]`.
+            format!("breakers.{rest}")
+        } else if prefix.is_empty() {
+            own.to_owned()
+        } else {
+            format!("{prefix}.{own}")
+        };
+        let text = err.to_string();
+        // The error's text starts with its own field name, which the problem
+        // already shows; keep the text whole when what follows is not a
+        // sentence on its own ("X or Y must be set").
+        let message = match text.strip_prefix(own).map(str::trim_start) {
+            Some(rest) if !rest.is_empty() && !rest.starts_with("or ") => rest.to_owned(),
+            _ => text,
+        };
+        self.report(file, field, message);
+    }
+
+    fn run(&mut self) -> Registry {
+        let merged = self.merge();
+        let providers = self.providers(&merged);
+        let resource_groups = self.resource_groups(&merged);
+        let tools = self.tools(&merged);
+        let agents = self.agents(&merged);
+        let breakers = match &merged.breakers {
+            Some(entry) => {
+                if let Err(err) = Breakers::new(entry.config.clone()) {
+                    self.config_error(entry.file, "", &err);
+                }
+                entry.config.clone()
+            }
+            None => BreakersConfig::default(),
+        };
+        Registry {
+            providers,
+            resource_groups,
+            tools,
+            agents,
+            breakers,
+        }
+    }
+
+    /// Merges the files, reporting names defined in more than one.
+    fn merge(&mut self) -> Merged<'a> {
+        let mut merged = Merged {
+            providers: BTreeMap::new(),
+            resource_groups: BTreeMap::new(),
+            tools: BTreeMap::new(),
+            agents: BTreeMap::new(),
+            breakers: None,
+            broken: BTreeSet::new(),
+        };
+        let mut first: BTreeMap<String, &'a Path> = BTreeMap::new();
+        let sources = self.sources;
+        for source in sources {
+            let file = source.path.as_path();
+            let c = &source.config;
+            let mut defined: Vec<String> = Vec::new();
+            defined.extend(c.providers.keys().map(|n| format!("providers.{n}")));
+            defined.extend(
+                c.resource_groups
+                    .keys()
+                    .map(|n| format!("resource_groups.{n}")),
+            );
+            defined.extend(c.tools.keys().map(|n| format!("tools.{n}")));
+            defined.extend(c.agents.keys().map(|n| format!("agents.{n}")));
+            if c.breakers.is_some() {
+                defined.push("breakers".to_owned());
+            }
+            defined.extend(source.broken.iter().cloned());
+            let mut fresh: BTreeSet<String> = BTreeSet::new();
+            for entry in defined {
+                if let Some(earlier) = first.get(&entry) {
+                    self.report(
+                        file,
+                        entry.clone(),
+                        format!(
+                            "is also defined in {}; each name may be defined once across all files",
+                            earlier.display()
+                        ),
+                    );
+                } else {
+                    first.insert(entry.clone(), file);
+                    fresh.insert(entry);
+                }
+            }
+            let is_fresh = |section: &str, name: &str| fresh.contains(&format!("{section}.{name}"));
+            for (name, config) in &c.providers {
+                if is_fresh("providers", name) {
+                    merged.providers.insert(name, Entry { file, config });
+                }
+            }
+            for (name, config) in &c.resource_groups {
+                if is_fresh("resource_groups", name) {
+                    merged.resource_groups.insert(name, Entry { file, config });
+                }
+            }
+            for (name, config) in &c.tools {
+                if is_fresh("tools", name) {
+                    merged.tools.insert(name, Entry { file, config });
+                }
+            }
+            for (name, config) in &c.agents {
+                if is_fresh("agents", name) {
+                    merged.agents.insert(name, Entry { file, config });
+                }
+            }
+            if let (Some(config), true) = (&c.breakers, fresh.contains("breakers")) {
+                merged.breakers = Some(Entry { file, config });
+            }
+            merged
+                .broken
+                .extend(source.broken.iter().map(String::as_str));
+        }
+        merged
+    }
+
+    // ----- providers -----------------------------------------------------
+
+    fn providers(&mut self, merged: &Merged<'a>) -> BTreeMap<String, ProviderSpec> {
+        let mut out = BTreeMap::new();
+        for (name, entry) in &merged.providers {
+            if let Some(spec) = self.provider(entry.file, name, entry.config) {
+                out.insert((*name).to_owned(), spec);
+            }
+        }
+        out
+    }
+
+    fn provider(&mut self, file: &Path, name: &str, c: &ProviderConfig) -> Option<ProviderSpec> {
+        let p = format!("providers.{name}");
+        self.name(file, &p, name);
+        let only =
+            |kind: &str, field: &str| format!("is only for {kind} providers; remove {field}");
+        let kind = match c.kind {
+            None => {
+                self.report(file, format!("{p}.kind"), "is required: openai or scripted");
+                None
+            }
+            Some(ProviderKindName::Openai) => {
+                if c.script.is_some() {
+                    self.report(file, format!("{p}.script"), only("scripted", "script"));
+                }
+                let base_url = match &c.base_url {
+                    None => {
+                        self.report(
+                            file,
+                            format!("{p}.base_url"),
+                            "is required for an openai provider, e.g. \"https://api.openai.com/v1\"",
+                        );
+                        None
+                    }
+                    Some(url) => self.url(file, &format!("{p}.base_url"), url),
+                };
+                if let Some(var) = c.api_key_env.as_deref().filter(|v| !is_env_name(v)) {
+                    self.report(
+                        file,
+                        format!("{p}.api_key_env"),
+                        format!(
+                            "must be the name of an environment variable (letters, digits, _), but it is `{var}`"
+                        ),
+                    );
+                }
+                let timeout = c.timeout.unwrap_or(DEFAULT_PROVIDER_TIMEOUT);
+                if timeout.is_zero() {
+                    self.report(file, format!("{p}.timeout"), "must be greater than zero");
+                }
+                base_url.map(|base_url| ProviderKind::OpenAi {
+                    base_url,
+                    api_key_env: c.api_key_env.clone(),
+                    timeout,
+                })
+            }
+            Some(ProviderKindName::Scripted) => {
+                for (present, field) in [
+                    (c.base_url.is_some(), "base_url"),
+                    (c.api_key_env.is_some(), "api_key_env"),
+                    (c.timeout.is_some(), "timeout"),
+                ] {
+                    if present {
+                        self.report(file, format!("{p}.{field}"), only("openai", field));
+                    }
+                }
+                match &c.script {
+                    Some(script) if !script.as_os_str().is_empty() => {
+                        Some(ProviderKind::Scripted {
+                            script: resolve_relative(file, script),
+                        })
+                    }
+                    _ => {
+                        self.report(
+                            file,
+                            format!("{p}.script"),
+                            "is required for a scripted provider: a path relative to this file",
+                        );
+                        None
+                    }
+                }
+            }
+        };
+        let mut prices = BTreeMap::new();
+        for (model, price) in &c.prices {
+            let prefix = format!("{p}.prices.{model}");
+            let input = Cost::from_usd("input_per_mtok_usd", price.input_per_mtok_usd);
+            let output = Cost::from_usd("output_per_mtok_usd", price.output_per_mtok_usd);
+            match (input, output) {
+                (Ok(input_per_mtok), Ok(output_per_mtok)) => {
+                    prices.insert(
+                        model.clone(),
+                        Price {
+                            input_per_mtok,
+                            output_per_mtok,
+                        },
+                    );
+                }
+                (input, output) => {
+                    for err in [input.err(), output.err()].into_iter().flatten() {
+                        self.config_error(file, &prefix, &err);
+                    }
+                }
+            }
+        }
+        Some(ProviderSpec {
+            name: name.to_owned(),
+            kind: kind?,
+            prices,
+            source: file.to_path_buf(),
+        })
+    }
+
+    // ----- resource groups -------------------------------------------------
+
+    fn resource_groups(&mut self, merged: &Merged<'a>) -> BTreeMap<String, ResourceGroupSpec> {
+        let mut out = BTreeMap::new();
+        for (name, entry) in &merged.resource_groups {
+            if let Some(spec) = self.resource_group(entry.file, name, entry.config) {
+                out.insert((*name).to_owned(), spec);
+            }
+        }
+        out
+    }
+
+    fn resource_group(
+        &mut self,
+        file: &Path,
+        name: &str,
+        c: &ResourceGroupConfig,
+    ) -> Option<ResourceGroupSpec> {
+        let p = format!("resource_groups.{name}");
+        self.name(file, &p, name);
+        let mut ok = true;
+        let rate = match c.rate_per_sec {
+            None => {
+                if c.burst.is_some() {
+                    self.report(
+                        file,
+                        format!("{p}.burst"),
+                        "needs rate_per_sec: a bucket that never refills limits nothing useful",
+                    );
+                    ok = false;
+                }
+                None
+            }
+            Some(per_sec) if !(per_sec.is_finite() && per_sec > 0.0) => {
+                self.report(
+                    file,
+                    format!("{p}.rate_per_sec"),
+                    format!("must be a finite number greater than zero, but it is {per_sec}"),
+                );
+                ok = false;
+                None
+            }
+            Some(per_sec) => {
+                // The default bucket holds one second's worth of calls.
+                let default_burst = per_sec.ceil().clamp(1.0, f64::from(u32::MAX)) as u32;
+                match c.burst {
+                    Some(0) => {
+                        self.report(file, format!("{p}.burst"), "must be greater than zero");
+                        ok = false;
+                        None
+                    }
+                    burst => Some(RateLimit {
+                        per_sec,
+                        burst: burst.unwrap_or(default_burst),
+                    }),
+                }
+            }
+        };
+        let max_concurrency = match c.max_concurrency {
+            None => None,
+            Some(n) => {
+                let limit = NonZeroU32::new(n);
+                if limit.is_none() {
+                    self.report(
+                        file,
+                        format!("{p}.max_concurrency"),
+                        "must be greater than zero; leave it out for no limit",
+                    );
+                    ok = false;
+                }
+                limit
+            }
+        };
+        ok.then(|| ResourceGroupSpec {
+            name: name.to_owned(),
+            rate,
+            max_concurrency,
+            source: file.to_path_buf(),
+        })
+    }
+
+    // ----- tools -----------------------------------------------------------
+
+    fn tools(&mut self, merged: &Merged<'a>) -> BTreeMap<String, ToolSpec> {
+        let mut out = BTreeMap::new();
+        for (name, entry) in &merged.tools {
+            if let Some(spec) = self.tool(merged, entry.file, name, entry.config) {
+                out.insert((*name).to_owned(), spec);
+            }
+        }
+        out
+    }
+
+    fn tool(
+        &mut self,
+        merged: &Merged<'a>,
+        file: &Path,
+        name: &str,
+        c: &ToolConfig,
+    ) -> Option<ToolSpec> {
+        let p = format!("tools.{name}");
+        if !is_tool_name(name) {
+            self.report(
+                file,
+                p.clone(),
+                "tool names must be 1 to 64 ASCII letters, digits, `_` or `-`, as model APIs require",
+            );
+        }
+        let description = self.required_text(file, &p, "description", c.description.as_deref());
+        let class = c.class;
+        if class.is_none() {
+            self.report(
+                file,
+                format!("{p}.class"),
+                "is required: read, idempotent_write or irreversible",
+            );
+        }
+        let schema = match &c.schema {
+            None => {
+                self.report(
+                    file,
+                    format!("{p}.schema"),
+                    "is required: a JSON Schema of type object describing every argument",
+                );
+                None
+            }
+            Some(schema) => self.schema(file, &p, schema).then(|| schema.clone()),
+        };
+        let resource_group = match c.resource_group.as_deref() {
+            None => {
+                self.report(
+                    file,
+                    format!("{p}.resource_group"),
+                    "is required: the resource group whose limits the tool shares",
+                );
+                None
+            }
+            Some(group) if !merged.has("resource_groups", group) => {
+                self.report(
+                    file,
+                    format!("{p}.resource_group"),
+                    format!("names `{group}`, which is not a resource group; define [resource_groups.{group}]"),
+                );
+                None
+            }
+            Some(group) => Some(group.to_owned()),
+        };
+        let side_effect_tier = c.side_effect_tier;
+        if side_effect_tier.is_none() {
+            self.report(
+                file,
+                format!("{p}.side_effect_tier"),
+                "is required: none, low, medium or high",
+            );
+        }
+        let owner = self.required_text(file, &p, "owner", c.owner.as_deref());
+        let latency = match &c.latency {
+            None => {
+                self.report(
+                    file,
+                    format!("{p}.latency"),
+                    "is required: p50/p95/p99, or { mode = \"observe\", fallback_p99 = \"…\" }",
+                );
+                None
+            }
+            Some(latency) => self.latency(file, &p, latency),
+        };
+        let idempotency = self.idempotency(file, &p, &c.idempotency);
+        let adapter = match &c.adapter {
+            None => {
+                self.report(
+                    file,
+                    format!("{p}.adapter"),
+                    "is required: { kind = \"http\", url = \"…\" }",
+                );
+                None
+            }
+            Some(adapter) => self.adapter(file, &p, class, idempotency.as_ref(), adapter),
+        };
+        let compensation = self.compensation(merged, file, name, c);
+        Some(ToolSpec {
+            name: name.to_owned(),
+            description: description?,
+            schema: schema?,
+            class: class?,
+            idempotency: idempotency?,
+            compensation: compensation?,
+            latency: latency?,
+            resource_group: resource_group?,
+            side_effect_tier: side_effect_tier?,
+            owner: owner?,
+            avoid_at_plan_time: c.avoid_at_plan_time,
+            self_heal_allowance: c.self_heal_allowance,
+            adapter: adapter?,
+            source: file.to_path_buf(),
+        })
+    }
+
+    /// Structural rules for a tool schema, then the injected compiler.
+    /// Returns whether the schema is acceptable.
+    fn schema(&mut self, file: &Path, p: &str, schema: &Value) -> bool {
+        let f = format!("{p}.schema");
+        let Value::Object(map) = schema else {
+            self.report(file, f, "must be a JSON Schema table");
+            return false;
+        };
+        let before = self.problems.len();
+        match map.get("type") {
+            Some(Value::String(t)) if t == "object" => {}
+            Some(other) => self.report(
+                file,
+                format!("{f}.type"),
+                format!(
+                    "must be \"object\": model APIs pass arguments as one object, but it is {other}"
+                ),
+            ),
+            None => self.report(
+                file,
+                format!("{f}.type"),
+                "is required and must be \"object\"",
+            ),
+        }
+        let empty = Map::new();
+        let properties = match map.get("properties") {
+            None => &empty,
+            Some(Value::Object(props)) => props,
+            Some(_) => {
+                self.report(
+                    file,
+                    format!("{f}.properties"),
+                    "must be a table of argument schemas",
+                );
+                &empty
+            }
+        };
+        for (arg, arg_schema) in properties {
+            let described = arg_schema
+                .get("description")
+                .and_then(Value::as_str)
+                .is_some_and(|d| !d.trim().is_empty());
+            if !described {
+                self.report(
+                    file,
+                    format!("{f}.properties.{arg}.description"),
+                    "is required: the model fills each argument from its description",
+                );
+            }
+        }
+        match map.get("required") {
+            None => {}
+            Some(Value::Array(items)) => {
+                for item in items {
+                    match item.as_str() {
+                        Some(req) if properties.contains_key(req) => {}
+                        Some(req) => self.report(
+                            file,
+                            format!("{f}.required"),
+                            format!("names `{req}`, which is not in properties"),
+                        ),
+                        None => self.report(
+                            file,
+                            format!("{f}.required"),
+                            format!("must list property names, but holds {item}"),
+                        ),
+                    }
+                }
+            }
+            Some(_) => self.report(
+                file,
+                format!("{f}.required"),
+                "must be a list of property names",
+            ),
+        }
+        if self.problems.len() > before {
+            return false;
+        }
+        let issues = (self.schema_check)(schema);
+        let ok = issues.is_empty();
+        for issue in issues {
+            let field = if issue.path.is_empty() {
+                f.clone()
+            } else {
+                format!("{f}.{}", issue.path)
+            };
+            self.report(file, field, issue.message);
+        }
+        ok
+    }
+
+    fn latency(&mut self, file: &Path, p: &str, c: &LatencyConfig) -> Option<LatencySpec> {
+        let f = format!("{p}.latency");
+        match c.mode {
+            LatencyMode::Declared => {
+                for (present, field) in [
+                    (c.fallback_p99.is_some(), "fallback_p99"),
+                    (c.min_samples.is_some(), "min_samples"),
+                ] {
+                    if present {
+                        self.report(
+                            file,
+                            format!("{f}.{field}"),
+                            "is only for mode = \"observe\"",
+                        );
+                    }
+                }
+                let mut quantile = |q: Option<Duration>, field: &str| {
+                    if q.is_none() {
+                        self.report(
+                            file,
+                            format!("{f}.{field}"),
+                            "is required for a declared profile (or set mode = \"observe\")",
+                        );
+                    }
+                    q
+                };
+                let (p50, p95, p99) = (
+                    quantile(c.p50, "p50"),
+                    quantile(c.p95, "p95"),
+                    quantile(c.p99, "p99"),
+                );
+                match LatencyProfile::new(p50?, p95?, p99?, c.samples.unwrap_or(0)) {
+                    Ok(profile) => Some(LatencySpec::Declared(profile)),
+                    Err(err) => {
+                        self.config_error(file, p, &err);
+                        None
+                    }
+                }
+            }
+            LatencyMode::Observe => {
+                for (present, field) in [
+                    (c.p50.is_some(), "p50"),
+                    (c.p95.is_some(), "p95"),
+                    (c.p99.is_some(), "p99"),
+                    (c.samples.is_some(), "samples"),
+                ] {
+                    if present {
+                        self.report(
+                            file,
+                            format!("{f}.{field}"),
+                            "is only for a declared profile; observe mode measures it",
+                        );
+                    }
+                }
+                let min_samples = c.min_samples.unwrap_or(DEFAULT_OBSERVE_MIN_SAMPLES);
+                if min_samples == 0 {
+                    self.report(
+                        file,
+                        format!("{f}.min_samples"),
+                        "must be greater than zero",
+                    );
+                }
+                let Some(fallback) = c.fallback_p99 else {
+                    self.report(
+                        file,
+                        format!("{f}.fallback_p99"),
+                        "is required in observe mode: the p99 assumed until enough samples exist",
+                    );
+                    return None;
+                };
+                // Every quantile is the fallback p99: until measured, plan for
+                // the slow case.
+                match LatencyProfile::new(fallback, fallback, fallback, 0) {
+                    Ok(fallback) if min_samples > 0 => Some(LatencySpec::Observe {
+                        fallback,
+                        min_samples,
+                    }),
+                    Ok(_) => None,
+                    Err(_) => {
+                        self.report(
+                            file,
+                            format!("{f}.fallback_p99"),
+                            "must be greater than zero",
+                        );
+                        None
+                    }
+                }
+            }
+        }
+    }
+
+    fn idempotency(
+        &mut self,
+        file: &Path,
+        p: &str,
+        c: &IdempotencyConfig,
+    ) -> Option<IdempotencySpec> {
+        let header = c
+            .header
+            .clone()
+            .unwrap_or_else(|| DEFAULT_IDEMPOTENCY_HEADER.to_owned());
+        let field = format!("{p}.idempotency.header");
+        if !is_header_name(&header) {
+            self.report(
+                file,
+                field,
+                format!("must be a valid HTTP header name, but it is `{header}`"),
+            );
+            return None;
+        }
+        if is_reserved_header(&header) {
+            self.report(
+                file,
+                field,
+                format!("`{header}` is set by rein itself; choose another header"),
+            );
+            return None;
+        }
+        let mut normalizer = NormalizerConfig::default();
+        if let Some(volatile) = &c.volatile_fields {
+            normalizer.volatile_fields = volatile.clone();
+        }
+        if let Some(folded) = &c.case_insensitive_fields {
+            normalizer.case_insensitive_fields = folded.clone();
+        }
+        Some(IdempotencySpec { normalizer, header })
+    }
+
+    fn adapter(
+        &mut self,
+        file: &Path,
+        p: &str,
+        class: Option<ToolClass>,
+        idempotency: Option<&IdempotencySpec>,
+        c: &AdapterConfig,
+    ) -> Option<AdapterSpec> {
+        let f = format!("{p}.adapter");
+        let mut ok = true;
+        match c.kind {
+            Some(AdapterKind::Http) => {}
+            None => {
+                self.report(file, format!("{f}.kind"), "is required: http");
+                ok = false;
+            }
+        }
+        let url = match &c.url {
+            None => {
+                self.report(file, format!("{f}.url"), "is required");
+                None
+            }
+            Some(url) => self.url(file, &format!("{f}.url"), url),
+        };
+        for (name, value) in &c.headers {
+            let field = format!("{f}.headers.{name}");
+            if !is_header_name(name) {
+                self.report(file, field, "is not a valid HTTP header name");
+                ok = false;
+            } else if is_reserved_header(name)
+                || idempotency.is_some_and(|i| i.header.eq_ignore_ascii_case(name))
+            {
+                self.report(
+                    file,
+                    field,
+                    "is set by rein on every call and cannot be overridden",
+                );
+                ok = false;
+            } else if value.contains(['\r', '\n']) {
+                self.report(file, field, "must not contain line breaks");
+                ok = false;
+            }
+        }
+        let status_url = match &c.status_url {
+            None => None,
+            Some(_) if class == Some(ToolClass::Irreversible) => {
+                self.report(
+                    file,
+                    format!("{f}.status_url"),
+                    "is not allowed on an irreversible tool: it has no idempotency key to look a call up by",
+                );
+                ok = false;
+                None
+            }
+            Some(url) => {
+                let checked = self.url(file, &format!("{f}.status_url"), url);
+                ok &= checked.is_some();
+                checked
+            }
+        };
+        let max_result_bytes = match c.max_result_bytes {
+            None => DEFAULT_MAX_RESULT_BYTES,
+            Some(0) => {
+                self.report(
+                    file,
+                    format!("{f}.max_result_bytes"),
+                    "must be greater than zero",
+                );
+                ok = false;
+                0
+            }
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        };
+        let url = url?;
+        ok.then(|| AdapterSpec::Http {
+            url,
+            method: c.method.unwrap_or_default(),
+            headers: c.headers.clone(),
+            status_url,
+            max_result_bytes,
+        })
+    }
+
+    /// The compensation rules; `Some(None)` is "no compensation, and that is
+    /// fine", `None` a reported problem.
+    fn compensation(
+        &mut self,
+        merged: &Merged<'a>,
+        file: &Path,
+        name: &str,
+        c: &ToolConfig,
+    ) -> Option<Option<CompensationSpec>> {
+        let p = format!("tools.{name}");
+        let f = format!("{p}.compensation");
+        let irreversible_unguarded =
+            c.class == Some(ToolClass::Irreversible) && !c.avoid_at_plan_time;
+        let needs_comp = "is required for an irreversible tool unless avoid_at_plan_time = true: \
+                          name a compensation, or declare grade = \"none\" and set avoid_at_plan_time";
+        let Some(comp) = &c.compensation else {
+            if irreversible_unguarded {
+                self.report(file, f, needs_comp);
+                return None;
+            }
+            return Some(None);
+        };
+        if c.class == Some(ToolClass::Read) {
+            self.report(
+                file,
+                f,
+                "is not allowed on a read tool: a read has no effect to undo",
+            );
+            return None;
+        }
+        let Some(grade) = comp.grade else {
+            self.report(
+                file,
+                format!("{f}.grade"),
+                "is required: strong, weak or none",
+            );
+            return None;
+        };
+        if grade == CompensationGrade::None {
+            return self.no_compensation(file, &f, comp, irreversible_unguarded);
+        }
+        let mut ok = true;
+        let target = match comp.tool.as_deref() {
+            None => {
+                self.report(
+                    file,
+                    format!("{f}.tool"),
+                    format!("is required when grade is {grade}"),
+                );
+                return None;
+            }
+            Some(target) if target == name => {
+                self.report(
+                    file,
+                    format!("{f}.tool"),
+                    "must name another tool: a tool cannot undo itself",
+                );
+                return None;
+            }
+            Some(target) => target,
+        };
+        let target_config = merged.tools.get(target).map(|e| e.config);
+        if target_config.is_none() && !merged.has("tools", target) {
+            self.report(
+                file,
+                format!("{f}.tool"),
+                format!("names `{target}`, which is not a tool; define [tools.{target}]"),
+            );
+            ok = false;
+        }
+        match (target_config.and_then(|t| t.class), grade) {
+            (Some(ToolClass::Read), _) => {
+                self.report(
+                    file,
+                    format!("{f}.tool"),
+                    format!("names `{target}`, a read tool: a read changes nothing, so it cannot compensate"),
+                );
+                ok = false;
+            }
+            (Some(ToolClass::Irreversible), CompensationGrade::Strong) => {
+                self.report(
+                    file,
+                    format!("{f}.tool"),
+                    format!(
+                        "names `{target}`, an irreversible tool, but a strong compensation must be \
+                         safe to repeat (idempotent_write); use grade = \"weak\" or an idempotent tool"
+                    ),
+                );
+                ok = false;
+            }
+            _ => {}
+        }
+        if comp.window.is_some_and(|w| w.is_zero()) {
+            self.report(file, format!("{f}.window"), "must be greater than zero");
+            ok = false;
+        }
+        let forward_props = c.schema.as_ref().and_then(properties);
+        let target_schema = target_config.and_then(|t| t.schema.as_ref());
+        let target_props = target_schema.and_then(properties);
+        let mut args = BTreeMap::new();
+        for (arg, text) in &comp.args {
+            let field = format!("{f}.args.{arg}");
+            let source = match text.parse::<ArgSource>() {
+                Ok(source) => source,
+                Err(err) => {
+                    self.report(file, field, err.to_string());
+                    ok = false;
+                    continue;
+                }
+            };
+            let missing_arg = match (&source, forward_props) {
+                (ArgSource::Args(path), Some(props)) => path
+                    .first()
+                    .filter(|first| !props.contains_key(first.as_str())),
+                _ => None,
+            };
+            if let Some(first) = missing_arg {
+                self.report(
+                    file,
+                    field.clone(),
+                    format!(
+                        "reads `{source}`, but the schema of `{name}` has no argument `{first}`"
+                    ),
+                );
+                ok = false;
+            }
+            if target_props.is_some_and(|props| !props.contains_key(arg)) {
+                self.report(file, field, format!("is not an argument of `{target}`"));
+                ok = false;
+            }
+            args.insert(arg.clone(), source);
+        }
+        for req in target_schema.map(required).unwrap_or_default() {
+            if !comp.args.contains_key(req) {
+                self.report(
+                    file,
+                    format!("{f}.args"),
+                    format!("does not fill `{req}`, which `{target}` requires"),
+                );
+                ok = false;
+            }
+        }
+        ok.then(|| {
+            Some(CompensationSpec {
+                tool: target.to_owned(),
+                grade,
+                window: comp.window,
+                args,
+            })
+        })
+    }
+
+    /// `grade = "none"`: nothing else may be set, and an irreversible tool
+    /// must then be avoided at plan time.
+    fn no_compensation(
+        &mut self,
+        file: &Path,
+        f: &str,
+        comp: &CompensationConfig,
+        irreversible_unguarded: bool,
+    ) -> Option<Option<CompensationSpec>> {
+        let mut ok = true;
+        for (present, field) in [
+            (comp.tool.is_some(), "tool"),
+            (comp.window.is_some(), "window"),
+            (!comp.args.is_empty(), "args"),
+        ] {
+            if present {
+                self.report(
+                    file,
+                    format!("{f}.{field}"),
+                    "must not be set when grade is none",
+                );
+                ok = false;
+            }
+        }
+        if irreversible_unguarded {
+            self.report(
+                file,
+                format!("{f}.grade"),
+                "is none on an irreversible tool, which then needs avoid_at_plan_time = true",
+            );
+            ok = false;
+        }
+        ok.then_some(None)
+    }
+
+    // ----- agents ----------------------------------------------------------
+
+    fn agents(&mut self, merged: &Merged<'a>) -> BTreeMap<String, AgentSpec> {
+        let mut out = BTreeMap::new();
+        for (name, entry) in &merged.agents {
+            if let Some(spec) = self.agent(merged, entry.file, name, entry.config) {
+                out.insert((*name).to_owned(), spec);
+            }
+        }
+        out
+    }
+
+    fn agent(
+        &mut self,
+        merged: &Merged<'a>,
+        file: &Path,
+        name: &str,
+        c: &AgentConfig,
+    ) -> Option<AgentSpec> {
+        let p = format!("agents.{name}");
+        self.name(file, &p, name);
+        let mut ok = true;
+        let provider = match c.provider.as_deref() {
+            None => {
+                self.report(file, format!("{p}.provider"), "is required");
+                None
+            }
+            Some(provider) if !merged.has("providers", provider) => {
+                self.report(
+                    file,
+                    format!("{p}.provider"),
+                    format!(
+                        "names `{provider}`, which is not a provider; define [providers.{provider}]"
+                    ),
+                );
+                None
+            }
+            Some(provider) => Some(provider.to_owned()),
+        };
+        let model = self.required_text(file, &p, "model", c.model.as_deref());
+        let mut seen = BTreeSet::new();
+        for tool in &c.tools {
+            if !seen.insert(tool.as_str()) {
+                self.report(file, format!("{p}.tools"), format!("lists `{tool}` twice"));
+                ok = false;
+            } else if !merged.has("tools", tool) {
+                self.report(
+                    file,
+                    format!("{p}.tools"),
+                    format!("names `{tool}`, which is not a tool; define [tools.{tool}]"),
+                );
+                ok = false;
+            }
+        }
+        let budget = match BudgetLimits::try_from(c.budget.clone()) {
+            Ok(budget) => Some(budget),
+            Err(err) => {
+                self.config_error(file, &p, &err);
+                None
+            }
+        };
+        let unpriced = match (
+            provider.as_deref().and_then(|n| merged.providers.get(n)),
+            model.as_deref(),
+            c.budget.max_cost_usd,
+        ) {
+            (Some(entry), Some(model), Some(_)) if !entry.config.prices.contains_key(model) => {
+                Some(model)
+            }
+            _ => None,
+        };
+        if let Some(model) = unpriced {
+            self.report(
+                file,
+                format!("{p}.budget.max_cost_usd"),
+                format!(
+                    "needs a price for model `{model}` in [providers.{}.prices]: without one no cost is counted",
+                    c.provider.as_deref().unwrap_or_default()
+                ),
+            );
+            ok = false;
+        }
+        let retry = match RetryPolicy::try_from(c.retry.clone()) {
+            Ok(retry) => Some(retry),
+            Err(err) => {
+                self.config_error(file, &p, &err);
+                None
+            }
+        };
+        let mut loop_guard = c.loop_guard.clone();
+        for tool in c.loop_guard.self_heal_overrides.keys() {
+            if !seen.contains(tool.as_str()) {
+                self.report(
+                    file,
+                    format!("{p}.loop_guard.self_heal_overrides.{tool}"),
+                    format!("names `{tool}`, which is not one of the agent's tools"),
+                );
+                ok = false;
+            }
+        }
+        // A tool's own allowance is the default for that tool; the agent's
+        // explicit override, being more specific, wins.
+        for tool in &c.tools {
+            if let Some(allowance) = merged
+                .tools
+                .get(tool.as_str())
+                .and_then(|t| t.config.self_heal_allowance)
+            {
+                loop_guard
+                    .self_heal_overrides
+                    .entry(tool.clone())
+                    .or_insert(allowance);
+            }
+        }
+        let loop_guard = match LoopGuard::new(loop_guard.clone()) {
+            Ok(_) => Some(loop_guard),
+            Err(err) => {
+                self.config_error(file, &p, &err);
+                None
+            }
+        };
+        if !ok {
+            return None;
+        }
+        Some(AgentSpec {
+            name: name.to_owned(),
+            provider: provider?,
+            model: model?,
+            system_prompt: c.system_prompt.clone().unwrap_or_default(),
+            tools: c.tools.clone(),
+            budget: budget?,
+            retry: retry?,
+            loop_guard: loop_guard?,
+            source: file.to_path_buf(),
+        })
+    }
+
+    // ----- shared rules ----------------------------------------------------
+
+    /// Names are table keys, so any string is syntactically possible; an
+    /// empty or blank one is always a mistake.
+    fn name(&mut self, file: &Path, p: &str, name: &str) {
+        if name.trim().is_empty() {
+            self.report(file, p, "names must not be empty");
+        }
+    }
+
+    fn required_text(
+        &mut self,
+        file: &Path,
+        p: &str,
+        field: &str,
+        value: Option<&str>,
+    ) -> Option<String> {
+        match value {
+            Some(text) if !text.trim().is_empty() => Some(text.to_owned()),
+            Some(_) => {
+                self.report(file, format!("{p}.{field}"), "must not be empty");
+                None
+            }
+            None => {
+                self.report(file, format!("{p}.{field}"), "is required");
+                None
+            }
+        }
+    }
+
+    /// An absolute `http`/`https` URL with a host.
+    fn url(&mut self, file: &Path, field: &str, url: &str) -> Option<String> {
+        let host = url
+            .strip_prefix("http://")
+            .or_else(|| url.strip_prefix("https://"));
+        match host {
+            Some(rest)
+                if !rest.is_empty()
+                    && !rest.starts_with('/')
+                    && !url.contains(char::is_whitespace) =>
+            {
+                Some(url.to_owned())
+            }
+            _ => {
+                self.report(
+                    file,
+                    field,
+                    format!("must be an absolute http or https URL, but it is `{url}`"),
+                );
+                None
+            }
+        }
+    }
+}
+
+impl Merged<'_> {
+    /// Whether `section.name` is defined, counting entries that failed to
+    /// parse (already reported), so one typo does not cascade.
+    fn has(&self, section: &str, name: &str) -> bool {
+        let parsed = match section {
+            "providers" => self.providers.contains_key(name),
+            "resource_groups" => self.resource_groups.contains_key(name),
+            "tools" => self.tools.contains_key(name),
+            "agents" => self.agents.contains_key(name),
+            _ => false,
+        };
+        parsed || self.broken.contains(format!("{section}.{name}").as_str())
+    }
+}
+
+/// The `properties` table of a schema, if it has one.
+fn properties(schema: &Value) -> Option<&Map<String, Value>> {
+    schema.get("properties").and_then(Value::as_object)
+}
+
+/// The names in a schema's `required` list.
+fn required(schema: &Value) -> Vec<&str> {
+    schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|items| items.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// `path` as written in `file`: absolute paths stay, relative ones resolve
+/// against the file's directory.
+fn resolve_relative(file: &Path, path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        return path.to_path_buf();
+    }
+    match file.parent() {
+        Some(dir) => dir.join(path),
+        None => path.to_path_buf(),
+    }
+}
+
+/// What OpenAI and Anthropic accept as a function name.
+fn is_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// A portable environment variable name.
+fn is_env_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// An RFC 9110 token.
+fn is_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+fn is_reserved_header(name: &str) -> bool {
+    RESERVED_HEADERS
+        .iter()
+        .any(|reserved| reserved.eq_ignore_ascii_case(name))
+}

@@ -1,0 +1,304 @@
+//! The registry as an operator writes it: one [`ConfigFile`] per file.
+//!
+//! Every table refuses unknown fields, so a misspelt setting is an error
+//! rather than a default silently left in place. Fields the integrity check
+//! requires are `Option` here, so that a missing one is reported by
+//! [`check`](super::check) together with every other problem instead of
+//! stopping deserialization at the first.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::compensation::CompensationGrade;
+use super::spec::{HttpMethod, SideEffectTier};
+use crate::breaker::BreakersConfig;
+use crate::deadline::BudgetConfig;
+use crate::loop_guard::LoopGuardConfig;
+use crate::retry::RetryConfig;
+use crate::tool::ToolClass;
+
+/// One config file: any subset of the registry's sections. A directory of
+/// files is merged by [`check`](super::check), which refuses a name defined
+/// twice.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ConfigFile {
+    /// Model providers by name.
+    pub providers: BTreeMap<String, ProviderConfig>,
+    /// Resource groups (tools sharing a backend and its limits) by name.
+    pub resource_groups: BTreeMap<String, ResourceGroupConfig>,
+    /// Tools by name: the name the model calls them by.
+    pub tools: BTreeMap<String, ToolConfig>,
+    /// Agents by name.
+    pub agents: BTreeMap<String, AgentConfig>,
+    /// Circuit breaker settings; at most one file may hold them.
+    pub breakers: Option<BreakersConfig>,
+}
+
+/// A parsed file and where it came from.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ConfigSource {
+    /// The file, as problems should name it; relative paths in the file
+    /// (a scripted provider's `script`) resolve against its directory.
+    pub path: PathBuf,
+    /// Its content.
+    pub config: ConfigFile,
+    /// Entries (`tools.NAME`, …) present in the file that failed to
+    /// deserialize and were already reported. They count as defined, so one
+    /// typo in a tool does not also make every reference to it "unknown".
+    pub broken: BTreeSet<String>,
+}
+
+impl ConfigSource {
+    /// `config`, read from `path`.
+    pub fn new(path: impl Into<PathBuf>, config: ConfigFile) -> ConfigSource {
+        ConfigSource {
+            path: path.into(),
+            config,
+            broken: BTreeSet::new(),
+        }
+    }
+
+    /// Marks `entry` (`section.name`) as present but already reported.
+    pub fn with_broken(mut self, entry: impl Into<String>) -> ConfigSource {
+        self.broken.insert(entry.into());
+        self
+    }
+}
+
+/// Which kind of provider a `[providers.NAME]` table configures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ProviderKindName {
+    /// An OpenAI-compatible Chat Completions endpoint.
+    Openai,
+    /// A file of recorded model turns, replayed in order.
+    Scripted,
+}
+
+/// A model provider as written in config (`[providers.NAME]`).
+///
+/// `base_url`, `api_key_env` and `timeout` belong to `openai`; `script` to
+/// `scripted`; `prices` to both.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ProviderConfig {
+    /// `openai` or `scripted`; required.
+    pub kind: Option<ProviderKindName>,
+    /// Base URL of the API, up to and including `/v1`; `${ENV}` is
+    /// interpolated by the loader.
+    pub base_url: Option<String>,
+    /// The environment variable holding the API key; no auth header when
+    /// absent.
+    pub api_key_env: Option<String>,
+    /// Per-request timeout.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Option<Duration>,
+    /// The script file, relative to the config file that names it.
+    pub script: Option<PathBuf>,
+    /// Prices by model name.
+    pub prices: BTreeMap<String, PriceConfig>,
+}
+
+/// A model's price, in dollars per million tokens.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct PriceConfig {
+    /// Dollars per million input (prompt) tokens.
+    pub input_per_mtok_usd: f64,
+    /// Dollars per million output (completion) tokens.
+    pub output_per_mtok_usd: f64,
+}
+
+/// A resource group as written in config (`[resource_groups.NAME]`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ResourceGroupConfig {
+    /// Sustained calls per second (token bucket refill); unlimited if unset.
+    pub rate_per_sec: Option<f64>,
+    /// Bucket size; defaults to `rate_per_sec` rounded up.
+    pub burst: Option<u32>,
+    /// Calls in flight at once; unlimited if unset.
+    pub max_concurrency: Option<u32>,
+}
+
+/// A tool as written in config (`[tools.NAME]`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ToolConfig {
+    /// What the tool does, for the model; required.
+    pub description: Option<String>,
+    /// `read`, `idempotent_write` or `irreversible`; required.
+    pub class: Option<ToolClass>,
+    /// JSON Schema of the arguments; required.
+    pub schema: Option<Value>,
+    /// The resource group it draws on; required.
+    pub resource_group: Option<String>,
+    /// How visible its effect is outside; required.
+    pub side_effect_tier: Option<SideEffectTier>,
+    /// Who to call when it breaks; required.
+    pub owner: Option<String>,
+    /// Tell the model to avoid the tool unless necessary; required `true`
+    /// for an irreversible tool without compensation.
+    pub avoid_at_plan_time: bool,
+    /// Failures the model may try to fix itself before rein disables the
+    /// tool for the run; overrides the agent loop guard's allowance.
+    pub self_heal_allowance: Option<u32>,
+    /// The idempotency key recipe.
+    pub idempotency: IdempotencyConfig,
+    /// How to undo the tool's effect.
+    pub compensation: Option<CompensationConfig>,
+    /// Its latency profile; required.
+    pub latency: Option<LatencyConfig>,
+    /// How to call it; required.
+    pub adapter: Option<AdapterConfig>,
+}
+
+/// The idempotency key recipe as written in config. Unset fields take
+/// [`NormalizerConfig`](crate::idempotency::NormalizerConfig)'s defaults and
+/// [`DEFAULT_IDEMPOTENCY_HEADER`](super::DEFAULT_IDEMPOTENCY_HEADER).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct IdempotencyConfig {
+    /// Argument fields dropped before the key is derived.
+    pub volatile_fields: Option<Vec<String>>,
+    /// Argument fields compared without case.
+    pub case_insensitive_fields: Option<Vec<String>>,
+    /// The HTTP header the key travels in.
+    pub header: Option<String>,
+}
+
+/// A compensation as written in config.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct CompensationConfig {
+    /// The tool that undoes this one; required unless the grade is `none`.
+    pub tool: Option<String>,
+    /// `strong`, `weak` or `none`; required.
+    pub grade: Option<CompensationGrade>,
+    /// How long after the forward call the compensation still works.
+    #[serde(with = "humantime_serde")]
+    pub window: Option<Duration>,
+    /// Compensation argument → `args.<path>` or `result.<path>` of the
+    /// forward call.
+    pub args: BTreeMap<String, String>,
+}
+
+/// How a tool's latency profile is known.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum LatencyMode {
+    /// Quantiles written in config (`p50`, `p95`, `p99`, `samples`).
+    #[default]
+    Declared,
+    /// Measured at run time; `fallback_p99` until `min_samples` exist.
+    Observe,
+}
+
+/// A latency profile as written in config.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct LatencyConfig {
+    /// `declared` (the default) or `observe`.
+    pub mode: LatencyMode,
+    /// Declared median.
+    #[serde(with = "humantime_serde")]
+    pub p50: Option<Duration>,
+    /// Declared 95th percentile.
+    #[serde(with = "humantime_serde")]
+    pub p95: Option<Duration>,
+    /// Declared 99th percentile.
+    #[serde(with = "humantime_serde")]
+    pub p99: Option<Duration>,
+    /// How many observations the declared quantiles rest on.
+    pub samples: Option<u64>,
+    /// Observe mode: the p99 assumed until enough samples exist.
+    #[serde(with = "humantime_serde")]
+    pub fallback_p99: Option<Duration>,
+    /// Observe mode: the samples needed before measurements are trusted.
+    pub min_samples: Option<u64>,
+}
+
+/// Which adapter calls a tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AdapterKind {
+    /// JSON over HTTP.
+    Http,
+}
+
+/// An adapter as written in config.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct AdapterConfig {
+    /// `http`; required.
+    pub kind: Option<AdapterKind>,
+    /// Where calls go; `${ENV}` is interpolated by the loader.
+    pub url: Option<String>,
+    /// The HTTP method; `POST` by default.
+    pub method: Option<HttpMethod>,
+    /// Extra headers; values are `${ENV}`-interpolated.
+    pub headers: BTreeMap<String, String>,
+    /// `GET status_url?key=K` looks a call up by its idempotency key.
+    pub status_url: Option<String>,
+    /// Result bytes kept before truncation.
+    pub max_result_bytes: Option<u64>,
+}
+
+/// An agent as written in config (`[agents.NAME]`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct AgentConfig {
+    /// The provider's name; required.
+    pub provider: Option<String>,
+    /// The model, as the provider names it; required.
+    pub model: Option<String>,
+    /// The system prompt.
+    pub system_prompt: Option<String>,
+    /// The tools the model is offered, by name.
+    pub tools: Vec<String>,
+    /// The run's budget.
+    pub budget: BudgetConfig,
+    /// Retry settings.
+    pub retry: RetryConfig,
+    /// Loop guard settings.
+    pub loop_guard: LoopGuardConfig,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_config_refuses_unknown_fields() {
+        let err = toml::from_str::<ToolConfig>("clas = \"read\"").unwrap_err();
+        assert!(err.message().contains("unknown field `clas`"), "{err}");
+    }
+
+    #[test]
+    fn latency_config_reads_humantime_and_mode() {
+        let c: LatencyConfig =
+            toml::from_str("mode = \"observe\"\nfallback_p99 = \"5s\"\nmin_samples = 9").unwrap();
+        assert_eq!(c.mode, LatencyMode::Observe);
+        assert_eq!(c.fallback_p99, Some(Duration::from_secs(5)));
+        assert_eq!(c.min_samples, Some(9));
+    }
+}

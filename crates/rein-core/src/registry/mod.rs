@@ -1,0 +1,105 @@
+//! The registry: one entry per tool, agent, model provider and resource
+//! group, checked for consistency before anything runs.
+//!
+//! # Why
+//!
+//! Retries, idempotency keys, compensation, budgets and rate limits all read
+//! the same few facts about a tool — its class, key recipe, compensation,
+//! latency profile, resource group. Scattered over code, config and prompt
+//! text, a missing or contradicting fact silently disables the mechanism that
+//! needs it (seed 000, "The Tool Registry"). So every fact lives here once,
+//! the model-facing tool definitions are generated from it (never written by
+//! hand), and an integrity check refuses an inconsistent registry at load,
+//! naming the file and the field to fix.
+//!
+//! # Two layers
+//!
+//! As every policy in rein-core (STYLE.md), the registry has a plain serde
+//! layer an operator writes — [`ConfigFile`] and its `*Config` entries — and
+//! a validated layer built from it: [`Registry`] with [`ToolSpec`],
+//! [`AgentSpec`], [`ProviderSpec`] and [`ResourceGroupSpec`]. [`check`] turns
+//! the first into the second and returns **every** problem it finds, each a
+//! [`ConfigProblem`] (`FILE: FIELD: MESSAGE`), not just the first.
+//!
+//! This module is pure: reading files, interpolating `${ENV}` values and
+//! compiling JSON Schemas are the engine's job (`rein_engine::config`), which
+//! hands [`check`] parsed files and a schema compiler as a [`SchemaCheck`].
+//!
+//! # What the check refuses
+//!
+//! | rule | field |
+//! | --- | --- |
+//! | a required field is missing or empty | the field |
+//! | a name is defined in two files | `tools.NAME` (in the later file) |
+//! | an agent names an unknown tool or provider; a tool an unknown resource group | the reference |
+//! | an irreversible tool has no compensation and is not `avoid_at_plan_time` | `tools.NAME.compensation` |
+//! | a compensation on a read tool; grade `none` with a tool, `strong`/`weak` without | `tools.NAME.compensation.*` |
+//! | a compensation tool that is unknown, `read`, irreversible under grade `strong`, or the tool itself | `tools.NAME.compensation.tool` |
+//! | an argument mapping that is not `args.<path>`/`result.<path>`, names an argument the forward schema lacks, or does not fill the compensation's required arguments | `tools.NAME.compensation.args.*` |
+//! | a schema whose top-level type is not `object`, a property without a description, or one the schema compiler refuses | `tools.NAME.schema.*` |
+//! | any value refused by rein-core's own config types (budget, retry, loop guard, breakers, latency) | their field, under the table path |
+//!
+//! # Defaults
+//!
+//! | setting | default |
+//! | --- | --- |
+//! | `tools.*.idempotency.header` | [`DEFAULT_IDEMPOTENCY_HEADER`] (`Idempotency-Key`) |
+//! | `tools.*.idempotency.volatile_fields` | `["trace_id", "request_id"]` |
+//! | `tools.*.adapter.method` | `POST` |
+//! | `tools.*.adapter.max_result_bytes` | [`DEFAULT_MAX_RESULT_BYTES`] (16 KiB) |
+//! | `tools.*.latency.min_samples` (observe mode) | [`DEFAULT_OBSERVE_MIN_SAMPLES`] (50) |
+//! | `providers.*.timeout` (openai) | [`DEFAULT_PROVIDER_TIMEOUT`] (60 s) |
+//! | `resource_groups.*.burst` | `rate_per_sec` rounded up |
+//! | `agents.*.budget`, `.retry`, `.loop_guard`, `breakers` | their types' defaults |
+//!
+//! ```
+//! # use rein_core::registry::{self, ConfigFile, ConfigSource};
+//! let text = r#"
+//! [resource_groups.orders]
+//! [tools.get_order]
+//! description = "Look up one order by its id."
+//! class = "read"
+//! resource_group = "orders"
+//! side_effect_tier = "none"
+//! owner = "orders-team"
+//! latency = { mode = "observe", fallback_p99 = "2s" }
+//! adapter = { kind = "http", url = "http://127.0.0.1:8080/tools/get_order" }
+//! schema = { type = "object", properties = { order_id = { type = "string", description = "Order id, e.g. A-1001" } }, required = ["order_id"] }
+//! "#;
+//! # let file: ConfigFile = toml::from_str(text)?;
+//! let registry = registry::check(&[ConfigSource::new("rein.toml", file)], &|_| Vec::new())
+//!     .map_err(|problems| problems[0].to_string())?;
+//! let tool = &registry.tools()["get_order"];
+//! assert_eq!(tool.model_description(), "[read-only] Look up one order by its id.");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod check;
+mod compensation;
+mod config;
+mod constants;
+mod model_tools;
+mod problem;
+mod spec;
+
+pub use check::{SchemaCheck, check};
+pub use compensation::{
+    ArgSource, ArgSourceError, CompensationGrade, CompensationSpec, UnresolvedArg,
+};
+pub use config::{
+    AdapterConfig, AdapterKind, AgentConfig, CompensationConfig, ConfigFile, ConfigSource,
+    IdempotencyConfig, LatencyConfig, LatencyMode, PriceConfig, ProviderConfig, ProviderKindName,
+    ResourceGroupConfig, ToolConfig,
+};
+pub use constants::{
+    DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_MAX_RESULT_BYTES, DEFAULT_OBSERVE_MIN_SAMPLES,
+    DEFAULT_PROVIDER_TIMEOUT, RESERVED_HEADERS,
+};
+pub use problem::{ConfigProblem, Position, SchemaIssue};
+pub use spec::{
+    AdapterSpec, AgentSpec, HttpMethod, IdempotencySpec, LatencySpec, Price, ProviderKind,
+    ProviderSpec, RateLimit, Registry, ResourceGroupSpec, SideEffectTier, ToolSpec,
+};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,474 @@
+//! The validated registry: [`Registry`] and its entries.
+//!
+//! Entries are `#[non_exhaustive]` with public fields: code outside
+//! rein-core can read every fact but can only obtain an entry from
+//! [`check`](super::check), so every entry it sees passed the integrity check.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::compensation::{CompensationGrade, CompensationSpec};
+use crate::breaker::BreakersConfig;
+use crate::deadline::{BudgetLimits, Cost};
+use crate::idempotency::NormalizerConfig;
+use crate::loop_guard::LoopGuardConfig;
+use crate::retry::RetryPolicy;
+use crate::tool::{LatencyProfile, ToolClass};
+
+/// How visible a tool's effect is outside the system (seed 000): decides
+/// whether extra gates are needed, and how loudly a failure is reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SideEffectTier {
+    /// Nothing outside changes.
+    None,
+    /// Internal state changes; nobody outside notices.
+    Low,
+    /// Visible to a customer or partner, correctable.
+    Medium,
+    /// Visible and hard to take back: money, messages, legal records.
+    High,
+}
+
+impl SideEffectTier {
+    /// The tier's name as it appears in config and events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SideEffectTier::None => "none",
+            SideEffectTier::Low => "low",
+            SideEffectTier::Medium => "medium",
+            SideEffectTier::High => "high",
+        }
+    }
+}
+
+impl fmt::Display for SideEffectTier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An HTTP method an adapter may use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum HttpMethod {
+    /// `GET`.
+    Get,
+    /// `POST`, the default: the arguments travel as a JSON body.
+    #[default]
+    Post,
+    /// `PUT`.
+    Put,
+    /// `PATCH`.
+    Patch,
+    /// `DELETE`.
+    Delete,
+}
+
+impl HttpMethod {
+    /// The method as sent on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HttpMethod::Get => "GET",
+            HttpMethod::Post => "POST",
+            HttpMethod::Put => "PUT",
+            HttpMethod::Patch => "PATCH",
+            HttpMethod::Delete => "DELETE",
+        }
+    }
+}
+
+impl fmt::Display for HttpMethod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a tool is called.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AdapterSpec {
+    /// JSON arguments over HTTP.
+    #[non_exhaustive]
+    Http {
+        /// Where calls go (interpolated, absolute `http`/`https`).
+        url: String,
+        /// The method.
+        method: HttpMethod,
+        /// Extra headers (interpolated); never one of
+        /// [`RESERVED_HEADERS`](super::RESERVED_HEADERS).
+        headers: BTreeMap<String, String>,
+        /// `GET status_url?key=K` looks a call up by its idempotency key;
+        /// never set for irreversible tools, which have no key.
+        status_url: Option<String>,
+        /// Result bytes kept before truncation.
+        max_result_bytes: usize,
+    },
+}
+
+/// A tool's idempotency key recipe: how arguments are normalized before
+/// they are digested, and the header the key travels in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IdempotencySpec {
+    /// Fields dropped and fields case-folded before digesting; also what the
+    /// loop guard should fingerprint with, so both agree on "the same call".
+    pub normalizer: NormalizerConfig,
+    /// The HTTP header carrying the key. Irreversible tools get no key.
+    pub header: String,
+}
+
+/// A tool's latency profile: declared, or observed with a conservative
+/// fallback until enough samples exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LatencySpec {
+    /// Quantiles written in config.
+    Declared(LatencyProfile),
+    /// Measured at run time.
+    Observe {
+        /// Used until `min_samples` observations exist: every quantile is
+        /// the configured `fallback_p99`, so allowances err on the long side.
+        fallback: LatencyProfile,
+        /// Observations needed before the measured profile is trusted.
+        min_samples: u64,
+    },
+}
+
+impl LatencySpec {
+    /// The profile to plan with now, given what has been `observed` so far
+    /// (if anything): the declared profile, the observation once it rests
+    /// on enough samples, or the fallback.
+    pub fn profile(&self, observed: Option<&LatencyProfile>) -> LatencyProfile {
+        match self {
+            LatencySpec::Declared(profile) => *profile,
+            LatencySpec::Observe {
+                fallback,
+                min_samples,
+            } => match observed {
+                Some(seen) if seen.samples() >= *min_samples => *seen,
+                _ => *fallback,
+            },
+        }
+    }
+}
+
+/// One tool: everything rein needs to guard a call to it, and everything
+/// the model is told about it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ToolSpec {
+    /// The name the model calls it by.
+    pub name: String,
+    /// What it does, as written in config (without the side-effect prefix;
+    /// see [`ToolSpec::model_description`]).
+    pub description: String,
+    /// JSON Schema of the arguments: an object whose every property has a
+    /// description.
+    pub schema: Value,
+    /// Its retryability.
+    pub class: ToolClass,
+    /// The idempotency key recipe.
+    pub idempotency: IdempotencySpec,
+    /// How to undo its effect; `None` when there is no way (`grade =
+    /// "none"`) or nothing to undo (a read).
+    pub compensation: Option<CompensationSpec>,
+    /// Its latency profile.
+    pub latency: LatencySpec,
+    /// The resource group it draws on.
+    pub resource_group: String,
+    /// How visible its effect is.
+    pub side_effect_tier: SideEffectTier,
+    /// Who to call when it breaks.
+    pub owner: String,
+    /// The model is told to avoid it unless necessary.
+    pub avoid_at_plan_time: bool,
+    /// Overrides the agent loop guard's self-heal allowance for this tool.
+    pub self_heal_allowance: Option<u32>,
+    /// How it is called.
+    pub adapter: AdapterSpec,
+    /// The config file it was defined in.
+    pub source: PathBuf,
+}
+
+impl ToolSpec {
+    /// The compensation's grade: `none` when the tool has no compensation.
+    pub fn compensation_grade(&self) -> CompensationGrade {
+        self.compensation
+            .as_ref()
+            .map_or(CompensationGrade::None, |c| c.grade)
+    }
+
+    /// The description the model sees: the side effects stated plainly
+    /// first, then the configured description.
+    ///
+    /// # Why a prefix
+    ///
+    /// Models pattern-match on the start of a description and often read
+    /// no further (seed 002, "Tool Call Schema Design"); "never retried"
+    /// and "cannot be undone" are what should change a plan, so they come
+    /// first and are generated from the registry, never hand-written, so
+    /// they cannot drift from what rein actually does.
+    pub fn model_description(&self) -> String {
+        let mut label = String::from(match self.class {
+            ToolClass::Read => "read-only",
+            ToolClass::IdempotentWrite => "idempotent write: safe to retry, deduplicated by key",
+            ToolClass::Irreversible => "irreversible: runs at most once and is never retried",
+        });
+        if self.class == ToolClass::Irreversible {
+            label.push_str(match self.compensation_grade() {
+                CompensationGrade::None => "; cannot be undone",
+                CompensationGrade::Weak => "; can only be partly undone",
+                CompensationGrade::Strong => "; undone automatically if the run fails",
+            });
+        }
+        if self.avoid_at_plan_time {
+            label.push_str("; avoid unless necessary");
+        }
+        format!("[{label}] {}", self.description)
+    }
+}
+
+/// A model's price per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Price {
+    /// Per million input tokens.
+    pub input_per_mtok: Cost,
+    /// Per million output tokens.
+    pub output_per_mtok: Cost,
+}
+
+impl Price {
+    /// A price of `input_per_mtok` and `output_per_mtok` per million tokens.
+    pub const fn new(input_per_mtok: Cost, output_per_mtok: Cost) -> Price {
+        Price {
+            input_per_mtok,
+            output_per_mtok,
+        }
+    }
+
+    /// What a response that read `input_tokens` and wrote `output_tokens`
+    /// cost, rounded up to the micro-dollar so that a cost ceiling is never
+    /// undercounted.
+    pub fn cost(&self, input_tokens: u64, output_tokens: u64) -> Cost {
+        let part = |tokens: u64, per_mtok: Cost| -> u64 {
+            let micros = u128::from(tokens) * u128::from(per_mtok.micros());
+            u64::try_from(micros.div_ceil(1_000_000)).unwrap_or(u64::MAX)
+        };
+        Cost::from_micros(
+            part(input_tokens, self.input_per_mtok)
+                .saturating_add(part(output_tokens, self.output_per_mtok)),
+        )
+    }
+}
+
+/// What kind of provider, with its kind's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProviderKind {
+    /// An OpenAI-compatible Chat Completions endpoint.
+    OpenAi {
+        /// Base URL up to and including `/v1` (interpolated).
+        base_url: String,
+        /// The environment variable holding the API key; no auth header
+        /// when `None`.
+        api_key_env: Option<String>,
+        /// Per-request timeout (the run's deadline applies on top).
+        timeout: Duration,
+    },
+    /// Recorded model turns replayed in order.
+    Scripted {
+        /// The script file: absolute, or relative to the directory of the
+        /// config file that names it — not to the working directory, so a
+        /// config means the same wherever `rein` is started.
+        script: PathBuf,
+    },
+}
+
+/// A model provider.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ProviderSpec {
+    /// Its name.
+    pub name: String,
+    /// Its kind and settings.
+    pub kind: ProviderKind,
+    /// Prices by model.
+    pub prices: BTreeMap<String, Price>,
+    /// The config file it was defined in.
+    pub source: PathBuf,
+}
+
+impl ProviderSpec {
+    /// The price of `model`, if the table has one.
+    pub fn price(&self, model: &str) -> Option<&Price> {
+        self.prices.get(model)
+    }
+}
+
+/// A token bucket: `per_sec` sustained, `burst` at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct RateLimit {
+    /// Refill rate, calls per second; finite and positive.
+    pub per_sec: f64,
+    /// Bucket size; at least 1.
+    pub burst: u32,
+}
+
+/// A resource group: tools sharing a backend and therefore its limits,
+/// breaker arm and monitoring.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ResourceGroupSpec {
+    /// Its name.
+    pub name: String,
+    /// The token bucket, if rate-limited.
+    pub rate: Option<RateLimit>,
+    /// Calls in flight at once, if limited.
+    pub max_concurrency: Option<NonZeroU32>,
+    /// The config file it was defined in.
+    pub source: PathBuf,
+}
+
+/// An agent: a model binding, a system prompt, the tools it is offered and
+/// the limits of its runs.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct AgentSpec {
+    /// Its name.
+    pub name: String,
+    /// The provider's name (present in the registry).
+    pub provider: String,
+    /// The model, as the provider names it.
+    pub model: String,
+    /// The system prompt.
+    pub system_prompt: String,
+    /// The tools offered to the model, in config order (all in the
+    /// registry).
+    pub tools: Vec<String>,
+    /// The budget of each run.
+    pub budget: BudgetLimits,
+    /// The retry policy.
+    pub retry: RetryPolicy,
+    /// Loop guard settings (validated); tools' `self_heal_allowance` are
+    /// merged into `self_heal_overrides` unless the agent names the tool
+    /// there itself.
+    pub loop_guard: LoopGuardConfig,
+    /// The config file it was defined in.
+    pub source: PathBuf,
+}
+
+/// The validated registry: providers, resource groups, tools, agents and
+/// breaker settings, all mutually consistent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Registry {
+    pub(super) providers: BTreeMap<String, ProviderSpec>,
+    pub(super) resource_groups: BTreeMap<String, ResourceGroupSpec>,
+    pub(super) tools: BTreeMap<String, ToolSpec>,
+    pub(super) agents: BTreeMap<String, AgentSpec>,
+    pub(super) breakers: BreakersConfig,
+}
+
+impl Registry {
+    /// Providers by name.
+    pub fn providers(&self) -> &BTreeMap<String, ProviderSpec> {
+        &self.providers
+    }
+
+    /// Resource groups by name.
+    pub fn resource_groups(&self) -> &BTreeMap<String, ResourceGroupSpec> {
+        &self.resource_groups
+    }
+
+    /// Tools by name.
+    pub fn tools(&self) -> &BTreeMap<String, ToolSpec> {
+        &self.tools
+    }
+
+    /// Agents by name.
+    pub fn agents(&self) -> &BTreeMap<String, AgentSpec> {
+        &self.agents
+    }
+
+    /// Breaker settings (defaults when no file sets them).
+    pub fn breakers(&self) -> &BreakersConfig {
+        &self.breakers
+    }
+
+    /// The tool called `name`.
+    pub fn tool(&self, name: &str) -> Option<&ToolSpec> {
+        self.tools.get(name)
+    }
+
+    /// The agent called `name`.
+    pub fn agent(&self, name: &str) -> Option<&AgentSpec> {
+        self.agents.get(name)
+    }
+
+    /// The provider called `name`.
+    pub fn provider(&self, name: &str) -> Option<&ProviderSpec> {
+        self.providers.get(name)
+    }
+
+    /// The resource group called `name`.
+    pub fn resource_group(&self, name: &str) -> Option<&ResourceGroupSpec> {
+        self.resource_groups.get(name)
+    }
+
+    /// The tools `agent` offers its model, in its config order. Names not in
+    /// this registry (an agent from another registry) are skipped.
+    pub fn agent_tools<'a>(&'a self, agent: &'a AgentSpec) -> impl Iterator<Item = &'a ToolSpec> {
+        agent.tools.iter().filter_map(|name| self.tools.get(name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile(ms: u64, samples: u64) -> LatencyProfile {
+        let d = Duration::from_millis(ms);
+        LatencyProfile::new(d, d, d, samples).unwrap()
+    }
+
+    #[test]
+    fn observe_profile_uses_fallback_until_enough_samples() {
+        let spec = LatencySpec::Observe {
+            fallback: profile(5000, 0),
+            min_samples: 50,
+        };
+        assert_eq!(spec.profile(None), profile(5000, 0));
+        assert_eq!(spec.profile(Some(&profile(80, 49))), profile(5000, 0));
+        assert_eq!(spec.profile(Some(&profile(80, 50))), profile(80, 50));
+    }
+
+    #[test]
+    fn declared_profile_ignores_observations() {
+        let spec = LatencySpec::Declared(profile(100, 0));
+        assert_eq!(spec.profile(Some(&profile(80, 1000))), profile(100, 0));
+    }
+
+    #[test]
+    fn price_cost_rounds_up_to_the_micro_dollar() {
+        let price = Price {
+            input_per_mtok: Cost::from_micros(150_000),
+            output_per_mtok: Cost::from_micros(600_000),
+        };
+        assert_eq!(price.cost(1_000_000, 0), Cost::from_micros(150_000));
+        assert_eq!(price.cost(1, 1), Cost::from_micros(2));
+        assert_eq!(price.cost(0, 0), Cost::ZERO);
+        let dear = Price {
+            input_per_mtok: Cost::from_micros(2_000_000),
+            output_per_mtok: Cost::from_micros(2_000_000),
+        };
+        assert_eq!(dear.cost(u64::MAX, u64::MAX).micros(), u64::MAX);
+    }
+}

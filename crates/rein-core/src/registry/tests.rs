@@ -1,0 +1,791 @@
+//! The integrity check, end to end over TOML text, and the generated tool
+//! definitions.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::*;
+use crate::deadline::Cost;
+use crate::tool::ToolClass;
+
+const BASE: &str = r#"
+[providers.replay]
+kind = "scripted"
+script = "demo.script.json"
+
+[providers.mock]
+kind = "openai"
+base_url = "http://127.0.0.1:9/v1"
+api_key_env = "OPENAI_API_KEY"
+[providers.mock.prices."gpt-4o-mini"]
+input_per_mtok_usd = 0.15
+output_per_mtok_usd = 0.60
+
+[resource_groups.order_api]
+rate_per_sec = 20.5
+max_concurrency = 8
+
+[tools.get_order]
+description = "Look up one order."
+class = "read"
+resource_group = "order_api"
+side_effect_tier = "none"
+owner = "orders-team"
+latency = { p50 = "20ms", p95 = "50ms", p99 = "90ms", samples = 500 }
+adapter = { kind = "http", url = "http://desk/tools/get_order" }
+schema = { type = "object", properties = { order_id = { type = "string", description = "Order id, e.g. A-1001" } }, required = ["order_id"], additionalProperties = false }
+
+[tools.update_delivery_time]
+description = "Change the promised delivery time of one order."
+class = "idempotent_write"
+resource_group = "order_api"
+side_effect_tier = "medium"
+owner = "orders-team"
+self_heal_allowance = 1
+schema = { type = "object", properties = { order_id = { type = "string", description = "Order id" }, delivery_date = { type = "string", description = "RFC 3339 date-time" } }, required = ["order_id", "delivery_date"] }
+[tools.update_delivery_time.idempotency]
+volatile_fields = ["trace_id"]
+header = "X-Idem"
+[tools.update_delivery_time.compensation]
+tool = "restore_delivery_time"
+grade = "strong"
+window = "24h"
+args = { order_id = "args.order_id", delivery_date = "result.previous_delivery_date" }
+[tools.update_delivery_time.latency]
+mode = "observe"
+fallback_p99 = "5s"
+[tools.update_delivery_time.adapter]
+kind = "http"
+url = "https://desk/tools/update_delivery_time"
+headers = { "X-Team" = "orders" }
+status_url = "https://desk/tools/update_delivery_time/status"
+
+[tools.restore_delivery_time]
+description = "Put an order's delivery time back."
+class = "idempotent_write"
+resource_group = "order_api"
+side_effect_tier = "medium"
+owner = "orders-team"
+latency = { mode = "observe", fallback_p99 = "5s", min_samples = 10 }
+adapter = { kind = "http", url = "http://desk/tools/restore_delivery_time", method = "PUT", max_result_bytes = 1024 }
+schema = { type = "object", properties = { order_id = { type = "string", description = "Order id" }, delivery_date = { type = "string", description = "RFC 3339 date-time" } }, required = ["order_id", "delivery_date"] }
+
+[tools.send_email]
+description = "Email the buyer of an order."
+class = "irreversible"
+resource_group = "order_api"
+side_effect_tier = "high"
+owner = "comms-team"
+avoid_at_plan_time = true
+compensation = { grade = "none" }
+latency = { p50 = "100ms", p95 = "300ms", p99 = "1s" }
+adapter = { kind = "http", url = "http://desk/tools/send_email" }
+schema = { type = "object", properties = { order_id = { type = "string", description = "Order id" }, body = { type = "string", description = "Plain text" } }, required = ["order_id", "body"] }
+
+[agents.order_desk]
+provider = "replay"
+model = "gpt-4o-mini"
+system_prompt = "You adjust orders."
+tools = ["get_order", "update_delivery_time", "send_email"]
+[agents.order_desk.budget]
+wall_clock = "30s"
+max_steps = 10
+[agents.order_desk.loop_guard]
+self_heal_overrides = { send_email = 0 }
+"#;
+
+fn source(path: &str, text: &str) -> ConfigSource {
+    let config: ConfigFile = toml::from_str(text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    ConfigSource::new(path, config)
+}
+
+fn build(files: &[(&str, &str)]) -> Result<Registry, Vec<ConfigProblem>> {
+    let sources: Vec<_> = files.iter().map(|(p, t)| source(p, t)).collect();
+    check(&sources, &|_| Vec::new())
+}
+
+/// `(file, field)` of every problem, in order.
+fn problems(files: &[(&str, &str)]) -> Vec<(String, String)> {
+    match build(files) {
+        Ok(_) => panic!("expected problems"),
+        Err(problems) => problems
+            .iter()
+            .map(|p| (p.file.display().to_string(), p.field.clone()))
+            .collect(),
+    }
+}
+
+fn fields(text: &str) -> Vec<String> {
+    problems(&[("rein.toml", text)])
+        .into_iter()
+        .map(|(_, field)| field)
+        .collect()
+}
+
+fn message_of(text: &str, field: &str) -> String {
+    let problems = build(&[("rein.toml", text)]).unwrap_err();
+    problems
+        .iter()
+        .find(|p| p.field == field)
+        .unwrap_or_else(|| panic!("no problem at {field}: {problems:?}"))
+        .message
+        .clone()
+}
+
+/// BASE with `extra` tables appended.
+fn with_extra(extra: &str) -> String {
+    format!("{BASE}\n{extra}")
+}
+
+#[test]
+fn base_config_builds_a_registry_with_defaults_applied() {
+    let reg = build(&[("conf/rein.toml", BASE)]).unwrap();
+    assert_eq!(reg.tools().len(), 4);
+    let update = &reg.tools()["update_delivery_time"];
+    assert_eq!(update.class, ToolClass::IdempotentWrite);
+    assert_eq!(update.idempotency.header, "X-Idem");
+    assert_eq!(
+        update.idempotency.normalizer.volatile_fields,
+        vec!["trace_id"]
+    );
+    assert_eq!(update.source, PathBuf::from("conf/rein.toml"));
+    let comp = update.compensation.as_ref().unwrap();
+    assert_eq!(comp.tool, "restore_delivery_time");
+    assert_eq!(comp.grade, CompensationGrade::Strong);
+    assert_eq!(comp.window, Some(Duration::from_secs(24 * 3600)));
+    assert_eq!(
+        comp.arguments(
+            &json!({"order_id": "A-1", "delivery_date": "new"}),
+            &json!({"previous_delivery_date": "old"})
+        )
+        .unwrap(),
+        json!({"order_id": "A-1", "delivery_date": "old"})
+    );
+    match update.latency {
+        LatencySpec::Observe {
+            fallback,
+            min_samples,
+        } => {
+            assert_eq!(fallback.p99(), Duration::from_secs(5));
+            assert_eq!(fallback.p50(), Duration::from_secs(5));
+            assert_eq!(min_samples, DEFAULT_OBSERVE_MIN_SAMPLES);
+        }
+        other => panic!("{other:?}"),
+    }
+    match &update.adapter {
+        AdapterSpec::Http {
+            method,
+            headers,
+            status_url,
+            max_result_bytes,
+            ..
+        } => {
+            assert_eq!(*method, HttpMethod::Post);
+            assert_eq!(headers["X-Team"], "orders");
+            assert!(status_url.is_some());
+            assert_eq!(*max_result_bytes, DEFAULT_MAX_RESULT_BYTES);
+        }
+    }
+    let get = &reg.tools()["get_order"];
+    assert_eq!(get.idempotency.header, DEFAULT_IDEMPOTENCY_HEADER);
+    assert_eq!(
+        get.idempotency.normalizer,
+        crate::idempotency::NormalizerConfig::default()
+    );
+    assert_eq!(reg.tools()["send_email"].compensation, None);
+    assert_eq!(
+        reg.tools()["send_email"].compensation_grade(),
+        CompensationGrade::None
+    );
+
+    // Script paths resolve against the config file's directory.
+    assert_eq!(
+        reg.provider("replay").unwrap().kind,
+        ProviderKind::Scripted {
+            script: Path::new("conf").join("demo.script.json")
+        }
+    );
+    let mock = reg.provider("mock").unwrap();
+    assert_eq!(
+        mock.kind,
+        ProviderKind::OpenAi {
+            base_url: "http://127.0.0.1:9/v1".into(),
+            api_key_env: Some("OPENAI_API_KEY".into()),
+            timeout: DEFAULT_PROVIDER_TIMEOUT,
+        }
+    );
+    assert_eq!(
+        mock.price("gpt-4o-mini").unwrap().input_per_mtok,
+        Cost::from_micros(150_000)
+    );
+
+    let group = reg.resource_group("order_api").unwrap();
+    assert_eq!(group.rate.unwrap().burst, 21);
+    assert_eq!(group.max_concurrency.map(|n| n.get()), Some(8));
+
+    let agent = reg.agent("order_desk").unwrap();
+    assert_eq!(agent.budget.steps(), Some(10));
+    assert_eq!(agent.budget.wall_clock(), Duration::from_secs(30));
+    // The tool's own allowance fills in; the agent's explicit one is kept.
+    assert_eq!(
+        agent
+            .loop_guard
+            .self_heal_overrides
+            .get("update_delivery_time"),
+        Some(&1)
+    );
+    assert_eq!(
+        agent.loop_guard.self_heal_overrides.get("send_email"),
+        Some(&0)
+    );
+    assert_eq!(*reg.breakers(), crate::breaker::BreakersConfig::default());
+}
+
+#[test]
+fn every_problem_is_reported_not_just_the_first() {
+    let text = r#"
+[tools.a]
+class = "read"
+schema = { type = "object" }
+[agents.x]
+tools = ["nope", "a", "a"]
+[agents.x.budget]
+max_steps = 0
+"#;
+    assert_eq!(
+        fields(text),
+        vec![
+            "tools.a.description",
+            "tools.a.resource_group",
+            "tools.a.side_effect_tier",
+            "tools.a.owner",
+            "tools.a.latency",
+            "tools.a.adapter",
+            "agents.x.provider",
+            "agents.x.model",
+            "agents.x.tools",
+            "agents.x.tools",
+            "agents.x.budget.max_steps",
+        ]
+    );
+}
+
+#[test]
+fn duplicate_names_across_files_are_reported_at_the_later_file() {
+    let other = r#"
+[resource_groups.order_api]
+[tools.get_order]
+description = "Again."
+[breakers]
+"#;
+    let found = problems(&[("a/base.toml", BASE), ("a/more.toml", other)]);
+    assert!(found.contains(&("a/more.toml".into(), "resource_groups.order_api".into())));
+    assert!(found.contains(&("a/more.toml".into(), "tools.get_order".into())));
+    assert_eq!(found.len(), 2, "{found:?}");
+    let problems = build(&[("a/base.toml", BASE), ("a/more.toml", other)]).unwrap_err();
+    assert_eq!(
+        problems[0].message,
+        "is also defined in a/base.toml; each name may be defined once across all files"
+    );
+    // Two [breakers] tables are one too many as well.
+    let found = problems_of_two("[breakers]\n", "[breakers]\n");
+    assert_eq!(found, vec![("b.toml".into(), "breakers".into())]);
+}
+
+fn problems_of_two(a: &str, b: &str) -> Vec<(String, String)> {
+    problems(&[("a.toml", a), ("b.toml", b)])
+}
+
+#[test]
+fn problems_are_grouped_by_file_in_source_order() {
+    let first = "[agents.x]\nprovider = \"nope\"\nmodel = \"m\"\n";
+    let second = "[agents.y]\nprovider = \"nope\"\nmodel = \"m\"\n";
+    let found = problems(&[("z.toml", first), ("a.toml", second)]);
+    assert_eq!(
+        found,
+        vec![
+            ("z.toml".into(), "agents.x.provider".into()),
+            ("a.toml".into(), "agents.y.provider".into())
+        ]
+    );
+}
+
+#[test]
+fn unknown_references_are_refused_naming_the_reference() {
+    let text = BASE
+        .replace("provider = \"replay\"", "provider = \"nowhere\"")
+        .replace(
+            "tools = [\"get_order\", \"update_delivery_time\", \"send_email\"]",
+            "tools = [\"get_order\", \"update_delivery_time\", \"send_email\", \"refund\"]",
+        )
+        .replacen(
+            "resource_group = \"order_api\"",
+            "resource_group = \"billing\"",
+            1,
+        );
+    assert_eq!(
+        fields(&text),
+        vec![
+            "tools.get_order.resource_group",
+            "agents.order_desk.provider",
+            "agents.order_desk.tools",
+        ]
+    );
+    assert_eq!(
+        message_of(&text, "agents.order_desk.tools"),
+        "names `refund`, which is not a tool; define [tools.refund]"
+    );
+}
+
+#[test]
+fn irreversible_tool_without_compensation_needs_avoid_at_plan_time() {
+    let unguarded = BASE.replace("avoid_at_plan_time = true\n", "");
+    assert_eq!(
+        fields(&unguarded),
+        vec!["tools.send_email.compensation.grade"]
+    );
+    let absent = unguarded.replace("compensation = { grade = \"none\" }\n", "");
+    assert_eq!(fields(&absent), vec!["tools.send_email.compensation"]);
+    // Explicitly avoided and without any compensation table: accepted.
+    let avoided = BASE.replace("compensation = { grade = \"none\" }\n", "");
+    assert!(build(&[("rein.toml", &avoided)]).is_ok());
+}
+
+#[test]
+fn compensation_class_rules_are_enforced() {
+    let comp = |tool: &str, grade: &str| {
+        BASE.replace(
+            "tool = \"restore_delivery_time\"\ngrade = \"strong\"",
+            &format!("tool = \"{tool}\"\ngrade = \"{grade}\""),
+        )
+    };
+    // A read tool never compensates.
+    assert_eq!(
+        fields(&comp("get_order", "strong")),
+        vec![
+            "tools.update_delivery_time.compensation.tool",
+            // get_order's schema has no delivery_date
+            "tools.update_delivery_time.compensation.args.delivery_date",
+        ]
+    );
+    assert!(
+        message_of(
+            &comp("get_order", "weak"),
+            "tools.update_delivery_time.compensation.tool"
+        )
+        .contains("a read tool")
+    );
+    // An irreversible compensation only with grade weak.
+    let irreversible = comp("send_email", "strong");
+    assert!(
+        message_of(
+            &irreversible,
+            "tools.update_delivery_time.compensation.tool"
+        )
+        .contains("must be safe to repeat (idempotent_write)")
+    );
+    let weak_irreversible = comp("send_email", "weak").replace(
+        "args = { order_id = \"args.order_id\", delivery_date = \"result.previous_delivery_date\" }",
+        "args = { order_id = \"args.order_id\", body = \"result.previous_delivery_date\" }",
+    );
+    assert!(build(&[("rein.toml", &weak_irreversible)]).is_ok());
+    // Unknown and self.
+    assert_eq!(
+        message_of(
+            &comp("restore_everything", "strong"),
+            "tools.update_delivery_time.compensation.tool"
+        ),
+        "names `restore_everything`, which is not a tool; define [tools.restore_everything]"
+    );
+    assert!(
+        message_of(
+            &comp("update_delivery_time", "strong"),
+            "tools.update_delivery_time.compensation.tool"
+        )
+        .contains("cannot undo itself")
+    );
+}
+
+#[test]
+fn compensation_grade_and_tool_must_agree() {
+    let none_with_tool = BASE.replace("grade = \"strong\"", "grade = \"none\"");
+    assert_eq!(
+        fields(&none_with_tool),
+        vec![
+            "tools.update_delivery_time.compensation.tool",
+            "tools.update_delivery_time.compensation.window",
+            "tools.update_delivery_time.compensation.args",
+        ]
+    );
+    let strong_without_tool = BASE.replace("tool = \"restore_delivery_time\"\n", "");
+    assert_eq!(
+        message_of(
+            &strong_without_tool,
+            "tools.update_delivery_time.compensation.tool"
+        ),
+        "is required when grade is strong"
+    );
+    let on_read = with_extra("[tools.get_order.compensation]\ngrade = \"none\"\n");
+    assert_eq!(
+        message_of(&on_read, "tools.get_order.compensation"),
+        "is not allowed on a read tool: a read has no effect to undo"
+    );
+    let no_grade = BASE.replace("grade = \"strong\"\n", "");
+    assert_eq!(
+        fields(&no_grade),
+        vec!["tools.update_delivery_time.compensation.grade"]
+    );
+}
+
+#[test]
+fn argument_mapping_must_read_known_arguments_and_fill_required_ones() {
+    let text = BASE.replace(
+        "args = { order_id = \"args.order_id\", delivery_date = \"result.previous_delivery_date\" }",
+        "args = { order_id = \"args.order\", note = \"input.x\", delivery_date = \"result.a\" }",
+    );
+    assert_eq!(
+        fields(&text),
+        vec![
+            "tools.update_delivery_time.compensation.args.note",
+            "tools.update_delivery_time.compensation.args.order_id",
+        ]
+    );
+    assert_eq!(
+        message_of(
+            &text,
+            "tools.update_delivery_time.compensation.args.order_id"
+        ),
+        "reads `args.order`, but the schema of `update_delivery_time` has no argument `order`"
+    );
+    let missing = BASE.replace(
+        "args = { order_id = \"args.order_id\", delivery_date = \"result.previous_delivery_date\" }",
+        "args = { order_id = \"args.order_id\", extra = \"args.order_id\" }",
+    );
+    assert_eq!(
+        fields(&missing),
+        vec![
+            "tools.update_delivery_time.compensation.args.extra",
+            "tools.update_delivery_time.compensation.args",
+        ]
+    );
+    assert_eq!(
+        message_of(&missing, "tools.update_delivery_time.compensation.args"),
+        "does not fill `delivery_date`, which `restore_delivery_time` requires"
+    );
+}
+
+#[test]
+fn schema_structure_rules_are_enforced() {
+    let text = BASE.replace(
+        "schema = { type = \"object\", properties = { order_id = { type = \"string\", description = \"Order id, e.g. A-1001\" } }, required = [\"order_id\"], additionalProperties = false }",
+        "schema = { type = \"array\", properties = { order_id = { type = \"string\" } }, required = [\"order\"] }",
+    );
+    assert_eq!(
+        fields(&text),
+        vec![
+            "tools.get_order.schema.type",
+            "tools.get_order.schema.properties.order_id.description",
+            "tools.get_order.schema.required",
+        ]
+    );
+}
+
+#[test]
+fn schema_compiler_issues_are_reported_under_the_schema_field() {
+    let sources = [source("rein.toml", BASE)];
+    let problems = check(&sources, &|schema| {
+        if schema["properties"].get("body").is_some() {
+            vec![SchemaIssue::new("properties.body.type", "is not a type")]
+        } else {
+            Vec::new()
+        }
+    })
+    .unwrap_err();
+    assert_eq!(problems.len(), 1);
+    assert_eq!(
+        problems[0].to_string(),
+        "rein.toml: tools.send_email.schema.properties.body.type: is not a type"
+    );
+}
+
+#[test]
+fn core_config_errors_are_prefixed_with_their_table_path() {
+    let text = BASE
+        .replace("max_steps = 10", "max_steps = 0")
+        .replace(
+            "self_heal_overrides = { send_email = 0 }",
+            "self_heal_overrides = { send_email = 0 }\nmax_repeats = 0",
+        )
+        .replace("p95 = \"300ms\"", "p95 = \"50ms\"")
+        + "[agents.order_desk.retry]\nmax_attempts = 0\n[breakers.provider]\nbreak_duration = \"0s\"\n";
+    assert_eq!(
+        fields(&text),
+        vec![
+            "tools.send_email.latency.p95",
+            "agents.order_desk.budget.max_steps",
+            "agents.order_desk.retry.max_attempts",
+            "agents.order_desk.loop_guard.max_repeats",
+            "breakers.provider.break_duration",
+        ]
+    );
+    assert_eq!(
+        message_of(&text, "agents.order_desk.budget.max_steps"),
+        "must be greater than zero"
+    );
+    assert!(
+        message_of(&text, "tools.send_email.latency.p95")
+            .starts_with("must not be less than latency.p50"),
+    );
+}
+
+#[test]
+fn latency_modes_refuse_the_other_modes_fields() {
+    let text = BASE.replace(
+        "latency = { p50 = \"100ms\", p95 = \"300ms\", p99 = \"1s\" }",
+        "latency = { p50 = \"100ms\", p99 = \"1s\", min_samples = 3 }",
+    );
+    assert_eq!(
+        fields(&text),
+        vec![
+            "tools.send_email.latency.min_samples",
+            "tools.send_email.latency.p95",
+        ]
+    );
+    let observe = BASE.replace(
+        "latency = { mode = \"observe\", fallback_p99 = \"5s\", min_samples = 10 }",
+        "latency = { mode = \"observe\", p99 = \"1s\", min_samples = 0 }",
+    );
+    assert_eq!(
+        fields(&observe),
+        vec![
+            "tools.restore_delivery_time.latency.p99",
+            "tools.restore_delivery_time.latency.min_samples",
+            "tools.restore_delivery_time.latency.fallback_p99",
+        ]
+    );
+}
+
+#[test]
+fn adapter_rules_refuse_bad_urls_reserved_headers_and_status_url_without_key() {
+    let text = BASE
+        .replace(
+            "url = \"http://desk/tools/send_email\" }",
+            "url = \"http://desk/tools/send_email\", status_url = \"http://desk/s\" }",
+        )
+        .replace("url = \"http://desk/tools/get_order\"", "url = \"desk/tools\"")
+        .replace(
+            "headers = { \"X-Team\" = \"orders\" }",
+            "headers = { \"Rein-Run-Id\" = \"forged\", \"x-idem\" = \"k\", \"Bad Header\" = \"v\" }",
+        );
+    assert_eq!(
+        fields(&text),
+        vec![
+            "tools.get_order.adapter.url",
+            "tools.send_email.adapter.status_url",
+            "tools.update_delivery_time.adapter.headers.Bad Header",
+            "tools.update_delivery_time.adapter.headers.Rein-Run-Id",
+            "tools.update_delivery_time.adapter.headers.x-idem",
+        ]
+    );
+    let reserved_key_header = BASE.replace("header = \"X-Idem\"", "header = \"rein-attempt\"");
+    assert_eq!(
+        fields(&reserved_key_header),
+        vec!["tools.update_delivery_time.idempotency.header"]
+    );
+}
+
+#[test]
+fn provider_fields_must_match_their_kind() {
+    let text = r#"
+[providers.a]
+kind = "scripted"
+base_url = "http://x/v1"
+timeout = "5s"
+[providers.b]
+kind = "openai"
+script = "s.json"
+api_key_env = "1BAD"
+[providers.c]
+script = "s.json"
+[providers.d]
+kind = "openai"
+base_url = "http://x/v1"
+[providers.d.prices.m]
+input_per_mtok_usd = -1.0
+output_per_mtok_usd = 1.0
+"#;
+    assert_eq!(
+        fields(text),
+        vec![
+            "providers.a.base_url",
+            "providers.a.timeout",
+            "providers.a.script",
+            "providers.b.script",
+            "providers.b.base_url",
+            "providers.b.api_key_env",
+            "providers.c.kind",
+            "providers.d.prices.m.input_per_mtok_usd",
+        ]
+    );
+}
+
+#[test]
+fn cost_budget_needs_a_price_for_the_agents_model() {
+    let text = BASE.replace("max_steps = 10", "max_steps = 10\nmax_cost_usd = 1.0");
+    assert_eq!(fields(&text), vec!["agents.order_desk.budget.max_cost_usd"]);
+    let priced = text.replace("provider = \"replay\"", "provider = \"mock\"");
+    assert!(build(&[("rein.toml", &priced)]).is_ok());
+}
+
+#[test]
+fn resource_group_limits_are_validated() {
+    let text = r#"
+[resource_groups.a]
+rate_per_sec = 0.0
+[resource_groups.b]
+burst = 3
+[resource_groups.c]
+rate_per_sec = 2.0
+burst = 0
+max_concurrency = 0
+"#;
+    assert_eq!(
+        fields(text),
+        vec![
+            "resource_groups.a.rate_per_sec",
+            "resource_groups.b.burst",
+            "resource_groups.c.burst",
+            "resource_groups.c.max_concurrency",
+        ]
+    );
+}
+
+#[test]
+fn broken_entries_count_as_defined_so_errors_do_not_cascade() {
+    let without = BASE.replace("[tools.send_email]", "[unused.send_email]");
+    let (head, _) = without.split_once("[unused.send_email]").unwrap();
+    let (_, tail) = without.split_once("[agents.order_desk]").unwrap();
+    let text = format!("{head}[agents.order_desk]{tail}");
+    // Without the broken marker, the agent's reference is unknown.
+    assert_eq!(fields(&text), vec!["agents.order_desk.tools"]);
+    let sources = [source("rein.toml", &text).with_broken("tools.send_email")];
+    assert!(check(&sources, &|_| Vec::new()).is_ok());
+}
+
+#[test]
+fn tool_names_must_suit_model_apis() {
+    let text = BASE
+        .replace("[tools.get_order]", "[tools.\"get order\"]")
+        .replace("tools = [\"get_order\",", "tools = [\"get order\",");
+    assert_eq!(fields(&text), vec!["tools.get order"]);
+}
+
+#[test]
+fn model_descriptions_state_side_effects_first() {
+    let reg = build(&[("rein.toml", BASE)]).unwrap();
+    let d = |name: &str| reg.tools()[name].model_description();
+    assert_eq!(d("get_order"), "[read-only] Look up one order.");
+    assert_eq!(
+        d("update_delivery_time"),
+        "[idempotent write: safe to retry, deduplicated by key] Change the promised delivery time of one order."
+    );
+    assert_eq!(
+        d("send_email"),
+        "[irreversible: runs at most once and is never retried; cannot be undone; avoid unless necessary] Email the buyer of an order."
+    );
+}
+
+#[test]
+fn openai_tools_snapshot() {
+    let reg = build(&[("rein.toml", BASE)]).unwrap();
+    let agent = reg.agent("order_desk").unwrap();
+    let tools = reg.openai_tools(agent);
+    assert_eq!(
+        serde_json::Value::Array(tools),
+        json!([
+            {
+                "type": "function",
+                "function": {
+                    "name": "get_order",
+                    "description": "[read-only] Look up one order.",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"order_id": {"type": "string", "description": "Order id, e.g. A-1001"}},
+                        "required": ["order_id"],
+                        "additionalProperties": false
+                    }
+                }
+            },
+            {
+                "type": "function",
+                "function": {
+                    "name": "update_delivery_time",
+                    "description": "[idempotent write: safe to retry, deduplicated by key] Change the promised delivery time of one order.",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {
+                            "order_id": {"type": "string", "description": "Order id"},
+                            "delivery_date": {"type": "string", "description": "RFC 3339 date-time"}
+                        },
+                        "required": ["order_id", "delivery_date"]
+                    }
+                }
+            },
+            {
+                "type": "function",
+                "function": {
+                    "name": "send_email",
+                    "description": "[irreversible: runs at most once and is never retried; cannot be undone; avoid unless necessary] Email the buyer of an order.",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {
+                            "order_id": {"type": "string", "description": "Order id"},
+                            "body": {"type": "string", "description": "Plain text"}
+                        },
+                        "required": ["order_id", "body"]
+                    }
+                }
+            }
+        ])
+    );
+}
+
+#[test]
+fn anthropic_tools_snapshot() {
+    let reg = build(&[("rein.toml", BASE)]).unwrap();
+    let agent = reg.agent("order_desk").unwrap();
+    let tools = reg.anthropic_tools(agent);
+    assert_eq!(tools.len(), 3);
+    assert_eq!(
+        tools[0],
+        json!({
+            "name": "get_order",
+            "description": "[read-only] Look up one order.",
+            "input_schema": {
+                "type": "object",
+                "properties": {"order_id": {"type": "string", "description": "Order id, e.g. A-1001"}},
+                "required": ["order_id"],
+                "additionalProperties": false
+            }
+        })
+    );
+    assert_eq!(
+        tools[2],
+        json!({
+            "name": "send_email",
+            "description": "[irreversible: runs at most once and is never retried; cannot be undone; avoid unless necessary] Email the buyer of an order.",
+            "input_schema": {
+                "type": "object",
+                "properties": {
+                    "order_id": {"type": "string", "description": "Order id"},
+                    "body": {"type": "string", "description": "Plain text"}
+                },
+                "required": ["order_id", "body"]
+            }
+        })
+    );
+    // The restore tool is a compensation only: the model is not offered it.
+    assert!(tools.iter().all(|t| t["name"] != "restore_delivery_time"));
+}

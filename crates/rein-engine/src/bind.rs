@@ -1,0 +1,195 @@
+//! Resolving the registry into what a run needs: an agent's tools, its
+//! provider, its model's price, and the model-facing tool definitions.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rein_core::LatencyProfile;
+use rein_core::idempotency::Normalizer;
+use rein_core::registry::{AdapterSpec, AgentSpec, HttpMethod, ProviderKind, Registry};
+use serde_json::Value;
+
+use crate::config::CompiledSchemas;
+use crate::provider::{ModelProvider, OpenAiProvider, ScriptError, ScriptedProvider};
+use crate::run::{AgentBinding, ArgValidator, ToolBinding};
+use crate::tool_http::HttpTarget;
+
+/// The latency profile assumed for a model call: the basis of the "is there
+/// time for one more model turn" check and of model-call retries.
+pub const DEFAULT_MODEL_LATENCY_P50: Duration = Duration::from_millis(500);
+
+/// An agent that could not be bound.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BindError {
+    /// No such agent in the registry.
+    #[error("unknown agent `{name}`; agents in the config: {known}")]
+    UnknownAgent {
+        /// The requested name.
+        name: String,
+        /// The agents that exist, comma-separated.
+        known: String,
+    },
+    /// The agent's provider is missing (the integrity check prevents this).
+    #[error("agent `{agent}` names provider `{provider}`, which is not in the config")]
+    UnknownProvider {
+        /// The agent.
+        agent: String,
+        /// The provider.
+        provider: String,
+    },
+    /// The scripted provider's script could not be read.
+    #[error(transparent)]
+    Script(#[from] ScriptError),
+    /// A kind of adapter or provider this engine does not implement yet.
+    #[error("{what} is not supported by this version of rein")]
+    Unsupported {
+        /// What, e.g. "the adapter of tool `x`".
+        what: String,
+    },
+}
+
+/// Binds `agent` from the registry. A new provider is built per call, so a
+/// scripted provider starts at the first turn of its script.
+///
+/// # Errors
+///
+/// [`BindError`] when the agent or its provider cannot be resolved.
+pub fn bind_agent(
+    registry: &Registry,
+    name: &str,
+    client: &reqwest::Client,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<AgentBinding, BindError> {
+    let Some(agent) = registry.agent(name) else {
+        let known: Vec<&str> = registry.agents().keys().map(String::as_str).collect();
+        return Err(BindError::UnknownAgent {
+            name: name.to_owned(),
+            known: known.join(", "),
+        });
+    };
+    let provider = provider(registry, agent, client, env)?;
+    let price = registry
+        .provider(&agent.provider)
+        .and_then(|p| p.price(&agent.model))
+        .copied();
+    let mut tools = BTreeMap::new();
+    for spec in registry.agent_tools(agent) {
+        let (url, method, headers, status_url, max_result_bytes) = match &spec.adapter {
+            AdapterSpec::Http {
+                url,
+                method,
+                headers,
+                status_url,
+                max_result_bytes,
+                ..
+            } => (url, method, headers, status_url, max_result_bytes),
+            _ => {
+                return Err(BindError::Unsupported {
+                    what: format!("the adapter of tool `{}`", spec.name),
+                });
+            }
+        };
+        let binding = ToolBinding {
+            name: spec.name.clone(),
+            class: spec.class,
+            latency: spec.latency.profile(None),
+            normalizer: Normalizer::new(spec.idempotency.normalizer.clone()),
+            target: HttpTarget {
+                name: spec.name.clone(),
+                url: url.clone(),
+                method: http_method(*method),
+                headers: headers.clone(),
+                idempotency_header: spec.idempotency.header.clone(),
+                status_url: status_url.clone(),
+                max_result_bytes: *max_result_bytes,
+            },
+            resource_group: Some(spec.resource_group.clone()),
+            self_heal_allowance: spec.self_heal_allowance,
+        };
+        tools.insert(spec.name.clone(), binding);
+    }
+    let model_latency = LatencyProfile::new(
+        DEFAULT_MODEL_LATENCY_P50,
+        DEFAULT_MODEL_LATENCY_P50 * 4,
+        DEFAULT_MODEL_LATENCY_P50 * 10,
+        0,
+    )
+    .unwrap_or_else(|_| unreachable!("the default model latency profile is ordered"));
+    Ok(AgentBinding {
+        name: agent.name.clone(),
+        model: agent.model.clone(),
+        system_prompt: agent.system_prompt.clone(),
+        provider,
+        price,
+        tool_definitions: registry.openai_tools(agent),
+        tools,
+        budget: agent.budget,
+        retry: agent.retry,
+        loop_guard: agent.loop_guard.clone(),
+        model_latency,
+    })
+}
+
+fn provider(
+    registry: &Registry,
+    agent: &AgentSpec,
+    client: &reqwest::Client,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Arc<dyn ModelProvider>, BindError> {
+    let Some(spec) = registry.provider(&agent.provider) else {
+        return Err(BindError::UnknownProvider {
+            agent: agent.name.clone(),
+            provider: agent.provider.clone(),
+        });
+    };
+    Ok(match &spec.kind {
+        ProviderKind::Scripted { script } => {
+            Arc::new(ScriptedProvider::from_file(&spec.name, script)?)
+        }
+        ProviderKind::OpenAi {
+            base_url,
+            api_key_env,
+            timeout,
+        } => {
+            // An unset key variable means no Authorization header: local
+            // OpenAI-compatible servers often need none, and a server that
+            // does answers 401, which is classified and never retried.
+            let api_key = api_key_env.as_deref().and_then(env);
+            Arc::new(OpenAiProvider::new(
+                &spec.name,
+                base_url,
+                api_key,
+                *timeout,
+                client.clone(),
+            ))
+        }
+        _ => {
+            return Err(BindError::Unsupported {
+                what: format!("the kind of provider `{}`", spec.name),
+            });
+        }
+    })
+}
+
+fn http_method(method: HttpMethod) -> reqwest::Method {
+    reqwest::Method::from_bytes(method.as_str().as_bytes()).unwrap_or(reqwest::Method::POST)
+}
+
+impl ArgValidator for CompiledSchemas {
+    fn validate(&self, tool: &str, args: &Value) -> Result<(), Vec<String>> {
+        self.validate_args(tool, args).map_err(|problems| {
+            problems
+                .into_iter()
+                .map(|p| {
+                    if p.path.is_empty() {
+                        p.message
+                    } else {
+                        format!("{}: {}", p.path, p.message)
+                    }
+                })
+                .collect()
+        })
+    }
+}

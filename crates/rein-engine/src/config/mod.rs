@@ -1,0 +1,161 @@
+//! Loading the registry from TOML: one file, or a directory of `*.toml`
+//! files that together form one config.
+//!
+//! # Why here and not in rein-core
+//!
+//! [`rein_core::registry`] holds the types and the integrity check, pure.
+//! This module is the I/O around it: reading files, reporting TOML errors
+//! with their line and column, interpolating `${ENV}` in the values that
+//! differ per deployment (rules below), and compiling each tool's JSON
+//! Schema — then it hands everything to [`rein_core::registry::check`] and
+//! returns its [`Registry`] or **every** problem found as [`ConfigErrors`].
+//!
+//! # Pipeline
+//!
+//! ```text
+//!  path ─► files (*.toml, name order) ─► TOML ─► entries, one by one ─► ${ENV}
+//!        ─► rein_core::registry::check (+ JSON Schema compile) ─► Registry
+//! ```
+//!
+//! A file that is not valid TOML stops the pipeline before the integrity
+//! check: with part of the config unknown, cross-file checks would report
+//! only noise. A single bad entry does not: it is reported with its field
+//! path, and the rest is still checked.
+//!
+//! # `${ENV}` interpolation
+//!
+//! Only in `providers.*.base_url`, `tools.*.adapter.url`,
+//! `tools.*.adapter.status_url` and `tools.*.adapter.headers.*`. An unset
+//! variable is a problem naming the file and field, never an empty string;
+//! `$${` writes a literal `${`.
+//!
+//! ```
+//! # use std::collections::HashMap;
+//! # use rein_engine::config::{CompiledSchemas, Loader};
+//! # let dir = tempfile::tempdir()?;
+//! # let path = dir.path().join("rein.toml");
+//! # std::fs::write(&path, r#"
+//! # [resource_groups.orders]
+//! # [tools.get_order]
+//! # description = "Look up one order by its id."
+//! # class = "read"
+//! # resource_group = "orders"
+//! # side_effect_tier = "none"
+//! # owner = "orders-team"
+//! # latency = { mode = "observe", fallback_p99 = "2s" }
+//! # adapter = { kind = "http", url = "${DESK}/tools/get_order" }
+//! # schema = { type = "object", properties = { order_id = { type = "string", description = "e.g. A-1001" } }, required = ["order_id"] }
+//! # "#)?;
+//! let env = HashMap::from([("DESK", "http://127.0.0.1:8080")]);
+//! let registry = Loader::with_env(|name| env.get(name).map(|v| v.to_string())).load(&path)?;
+//! let schemas = CompiledSchemas::compile(&registry)?;
+//! assert!(schemas.validate_args("get_order", &serde_json::json!({})).is_err());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod env;
+mod error;
+mod parse;
+mod schema;
+
+use std::path::Path;
+
+use rein_core::registry;
+
+pub use env::EnvLookup;
+pub use error::ConfigErrors;
+pub use rein_core::registry::{ConfigProblem, Position, Registry};
+pub use schema::{ArgProblem, CompiledSchemas, MAX_ARG_PROBLEMS};
+
+/// Loads the config at `path` (a file or a directory of `*.toml` files),
+/// interpolating `${ENV}` from the process environment.
+///
+/// # Errors
+///
+/// [`ConfigErrors`] with every problem found, each naming its file and
+/// field.
+pub fn load(path: &Path) -> Result<Registry, ConfigErrors> {
+    Loader::new().load(path)
+}
+
+/// Loads configs, with an environment lookup of the caller's choice.
+///
+/// [`Loader::new`] reads the process environment; [`Loader::with_env`]
+/// takes any lookup, so tests inject variables without mutating the
+/// process environment (which other tests in the same process share).
+pub struct Loader<'e> {
+    env: Box<EnvLookup<'e>>,
+}
+
+impl std::fmt::Debug for Loader<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loader").finish_non_exhaustive()
+    }
+}
+
+impl Default for Loader<'_> {
+    fn default() -> Self {
+        Loader::new()
+    }
+}
+
+impl<'e> Loader<'e> {
+    /// A loader reading the process environment.
+    pub fn new() -> Loader<'e> {
+        Loader {
+            env: Box::new(env::process_env),
+        }
+    }
+
+    /// A loader looking variables up with `env`.
+    pub fn with_env(env: impl Fn(&str) -> Option<String> + 'e) -> Loader<'e> {
+        Loader { env: Box::new(env) }
+    }
+
+    /// Loads the config at `path`; see [`load`].
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigErrors`] with every problem found.
+    pub fn load(&self, path: &Path) -> Result<Registry, ConfigErrors> {
+        let mut parsed = parse::read(path);
+        if parsed.incomplete {
+            return Err(ConfigErrors::new(parsed.problems));
+        }
+        let mut env_problems = Vec::new();
+        for source in &mut parsed.sources {
+            env::interpolate_source(source, &*self.env, &mut env_problems);
+        }
+        let checked = registry::check(&parsed.sources, &schema::schema_issues);
+        let mut problems = parsed.problems;
+        let check_problems = checked.as_ref().err().cloned().unwrap_or_default();
+        // A value that could not be interpolated is reported once, as such,
+        // not again as (say) an invalid URL.
+        problems.extend(check_problems.into_iter().filter(|p| {
+            !env_problems
+                .iter()
+                .any(|e| env::same_place(e, &p.file, &p.field))
+        }));
+        problems.extend(env_problems);
+        match checked {
+            Ok(registry) if problems.is_empty() => Ok(registry),
+            _ => Err(ConfigErrors::new(group_by_file(&parsed.sources, problems))),
+        }
+    }
+}
+
+/// `problems` grouped by file in the order files were read, keeping each
+/// file's problems in the order they were found.
+fn group_by_file(
+    sources: &[registry::ConfigSource],
+    mut problems: Vec<ConfigProblem>,
+) -> Vec<ConfigProblem> {
+    let rank = |p: &ConfigProblem| {
+        sources
+            .iter()
+            .position(|s| s.path == p.file)
+            .unwrap_or(usize::MAX)
+    };
+    problems.sort_by_key(rank);
+    problems
+}

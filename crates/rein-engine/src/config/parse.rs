@@ -1,0 +1,318 @@
+//! Reading config files: one file, or every `*.toml` in a directory, parsed
+//! into [`ConfigSource`]s.
+//!
+//! Each entry (`[tools.NAME]`, …) is deserialized on its own, so one bad
+//! entry is reported with its dotted field path and line while the other
+//! entries are still checked; the bad entry is marked broken so references
+//! to it do not cascade into "unknown tool" problems.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use rein_core::registry::{ConfigFile, ConfigProblem, ConfigSource, Position};
+use serde::de::DeserializeOwned;
+use toml::Spanned;
+
+/// The sections a config file may hold.
+const SECTIONS: [&str; 5] = [
+    "providers",
+    "resource_groups",
+    "tools",
+    "agents",
+    "breakers",
+];
+
+/// What reading a config path produced.
+#[derive(Debug, Default)]
+pub(super) struct Parsed {
+    /// Every file that parsed as TOML, in name order.
+    pub(super) sources: Vec<ConfigSource>,
+    /// Problems found while reading and deserializing.
+    pub(super) problems: Vec<ConfigProblem>,
+    /// Some file could not be read or is not valid TOML: its content is
+    /// unknown, so cross-file checks would only report noise.
+    pub(super) incomplete: bool,
+}
+
+/// Reads `path`: a file, or a directory whose `*.toml` files (not
+/// recursively, in name order) together form one config.
+pub(super) fn read(path: &Path) -> Parsed {
+    let mut parsed = Parsed::default();
+    let files = match files(path) {
+        Ok(files) => files,
+        Err(problem) => {
+            parsed.problems.push(problem);
+            parsed.incomplete = true;
+            return parsed;
+        }
+    };
+    for file in files {
+        match fs::read_to_string(&file) {
+            Ok(text) => parse_file(&file, &text, &mut parsed),
+            Err(err) => {
+                parsed.problems.push(ConfigProblem::new(
+                    &file,
+                    "",
+                    format!("cannot be read: {err}"),
+                ));
+                parsed.incomplete = true;
+            }
+        }
+    }
+    parsed
+}
+
+/// The files `path` stands for.
+fn files(path: &Path) -> Result<Vec<PathBuf>, ConfigProblem> {
+    let meta = fs::metadata(path)
+        .map_err(|err| ConfigProblem::new(path, "", format!("cannot be read: {err}")))?;
+    if !meta.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let entries = fs::read_dir(path)
+        .map_err(|err| ConfigProblem::new(path, "", format!("cannot be listed: {err}")))?;
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry
+            .map_err(|err| ConfigProblem::new(path, "", format!("cannot be listed: {err}")))?;
+        let file = entry.path();
+        if file.extension().is_some_and(|ext| ext == "toml") && file.is_file() {
+            files.push(file);
+        }
+    }
+    if files.is_empty() {
+        return Err(ConfigProblem::new(
+            path,
+            "",
+            "holds no *.toml files; a config directory needs at least one",
+        ));
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Parses one file's `text` into `parsed`.
+pub(super) fn parse_file(file: &Path, text: &str, parsed: &mut Parsed) {
+    let top: toml::Table = match toml::from_str(text) {
+        Ok(top) => top,
+        Err(err) => {
+            let mut problem = ConfigProblem::new(file, "", err.message().to_owned());
+            if let Some(span) = err.span() {
+                problem = problem.at(position(text, span.start));
+            }
+            parsed.problems.push(problem);
+            parsed.incomplete = true;
+            return;
+        }
+    };
+    let mut shaped = true;
+    for (key, value) in &top {
+        if !SECTIONS.contains(&key.as_str()) {
+            parsed.problems.push(ConfigProblem::new(
+                file,
+                key.clone(),
+                "is not a section; expected providers, resource_groups, tools, agents or breakers",
+            ));
+            // The entry reading below needs every top-level value a table.
+            shaped &= value.is_table();
+        } else if !value.is_table() {
+            parsed
+                .problems
+                .push(ConfigProblem::new(file, key.clone(), "must be a table"));
+            shaped = false;
+        }
+    }
+    if !shaped {
+        parsed.incomplete = true;
+        return;
+    }
+    // Every top-level value is a table now, so the same text reads as
+    // section → name → spanned entry.
+    let sections: BTreeMap<String, BTreeMap<String, Spanned<toml::Value>>> =
+        match toml::from_str(text) {
+            Ok(sections) => sections,
+            Err(err) => {
+                parsed
+                    .problems
+                    .push(ConfigProblem::new(file, "", err.message().to_owned()));
+                parsed.incomplete = true;
+                return;
+            }
+        };
+    let mut config = ConfigFile::default();
+    let mut source_broken = Vec::new();
+    let mut reader = EntryReader {
+        file,
+        text,
+        problems: &mut parsed.problems,
+        broken: &mut source_broken,
+    };
+    for (section, entries) in sections {
+        match section.as_str() {
+            "providers" => reader.section(&section, entries, &mut config.providers),
+            "resource_groups" => reader.section(&section, entries, &mut config.resource_groups),
+            "tools" => reader.section(&section, entries, &mut config.tools),
+            "agents" => reader.section(&section, entries, &mut config.agents),
+            "breakers" => {
+                // Spans of the entries below `[breakers]` all lie inside it;
+                // the first one locates the section well enough.
+                let start = entries.values().map(|v| v.span().start).min().unwrap_or(0);
+                if let Some(value) = top.get("breakers") {
+                    config.breakers = reader.entry("breakers", start, value.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut source = ConfigSource::new(file, config);
+    for entry in source_broken {
+        source = source.with_broken(entry);
+    }
+    parsed.sources.push(source);
+}
+
+/// Deserializes entries one by one, reporting each failure.
+struct EntryReader<'a> {
+    file: &'a Path,
+    text: &'a str,
+    problems: &'a mut Vec<ConfigProblem>,
+    broken: &'a mut Vec<String>,
+}
+
+impl EntryReader<'_> {
+    fn section<T: DeserializeOwned>(
+        &mut self,
+        section: &str,
+        entries: BTreeMap<String, Spanned<toml::Value>>,
+        into: &mut BTreeMap<String, T>,
+    ) {
+        for (name, value) in entries {
+            let start = value.span().start;
+            let entry = format!("{section}.{name}");
+            if let Some(config) = self.entry(&entry, start, value.into_inner()) {
+                into.insert(name, config);
+            }
+        }
+    }
+
+    /// Deserializes `value`, the entry `entry` starting at byte `start`.
+    fn entry<T: DeserializeOwned>(
+        &mut self,
+        entry: &str,
+        start: usize,
+        value: toml::Value,
+    ) -> Option<T> {
+        match serde_path_to_error::deserialize::<_, T>(value) {
+            Ok(config) => Some(config),
+            Err(err) => {
+                let path = err.path().to_string();
+                let field = if path == "." || path.is_empty() {
+                    entry.to_owned()
+                } else {
+                    format!("{entry}.{path}")
+                };
+                self.problems.push(
+                    ConfigProblem::new(self.file, field, err.inner().message().to_owned())
+                        .at(position(self.text, start)),
+                );
+                self.broken.push(entry.to_owned());
+                None
+            }
+        }
+    }
+}
+
+/// The line and column (from 1, column in characters) of byte `offset`.
+fn position(text: &str, offset: usize) -> Position {
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before[line_start..].chars().count() + 1;
+    Position {
+        line: u32::try_from(line).unwrap_or(u32::MAX),
+        column: u32::try_from(column).unwrap_or(u32::MAX),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Parsed {
+        let mut parsed = Parsed::default();
+        parse_file(Path::new("rein.toml"), text, &mut parsed);
+        parsed
+    }
+
+    #[test]
+    fn position_counts_lines_and_characters_from_one() {
+        let text = "a\nbé = 1\n";
+        assert_eq!(position(text, 0), Position { line: 1, column: 1 });
+        assert_eq!(position(text, 2), Position { line: 2, column: 1 });
+        assert_eq!(position(text, 5), Position { line: 2, column: 3 });
+    }
+
+    #[test]
+    fn syntax_error_reports_line_and_column() {
+        let parsed = parse("[tools.a]\nclass = \"read\"\nschema = {\n");
+        assert!(parsed.incomplete);
+        assert_eq!(parsed.problems.len(), 1);
+        let p = &parsed.problems[0];
+        assert_eq!(p.field, "");
+        assert_eq!(p.position.map(|p| p.line), Some(3));
+        assert!(p.to_string().starts_with("rein.toml:3:"), "{p}");
+    }
+
+    #[test]
+    fn each_bad_entry_is_reported_with_its_field_path_and_marked_broken() {
+        let text = "\
+[tools.a]
+clas = \"read\"
+
+[tools.b]
+class = \"read\"
+[tools.b.compensation]
+grade = \"total\"
+
+[tools.c]
+class = \"read\"
+";
+        let parsed = parse(text);
+        assert!(!parsed.incomplete);
+        let fields: Vec<_> = parsed.problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(fields, vec!["tools.a.clas", "tools.b.compensation.grade"]);
+        assert!(
+            parsed.problems[0]
+                .message
+                .starts_with("unknown field `clas`"),
+            "{}",
+            parsed.problems[0].message
+        );
+        assert_eq!(parsed.problems[0].position.map(|p| p.line), Some(1));
+        assert_eq!(parsed.problems[1].position.map(|p| p.line), Some(4));
+        let source = &parsed.sources[0];
+        assert_eq!(source.config.tools.keys().collect::<Vec<_>>(), vec!["c"]);
+        assert!(source.broken.contains("tools.a"));
+        assert!(source.broken.contains("tools.b"));
+    }
+
+    #[test]
+    fn unknown_sections_and_non_table_sections_are_refused() {
+        let parsed = parse("tool = 1\n[toolz.a]\n");
+        let fields: Vec<_> = parsed.problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(fields, vec!["tool", "toolz"]);
+        let parsed = parse("tools = 1\n");
+        assert!(parsed.incomplete);
+        assert_eq!(parsed.problems[0].message, "must be a table");
+    }
+
+    #[test]
+    fn breakers_section_is_read_and_checked() {
+        let parsed = parse("[breakers.tool]\nbreak_duration = \"1m\"\n");
+        assert!(parsed.problems.is_empty(), "{:?}", parsed.problems);
+        assert!(parsed.sources[0].config.breakers.is_some());
+        let parsed = parse("[breakers.tool]\nbreak_durations = \"1m\"\n");
+        assert_eq!(parsed.problems[0].field, "breakers.tool.break_durations");
+    }
+}

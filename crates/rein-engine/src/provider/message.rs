@@ -1,0 +1,107 @@
+//! The provider-neutral conversation: what the run loop sends and receives.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One message of the transcript.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Message {
+    /// Instructions.
+    System {
+        /// The text.
+        content: String,
+    },
+    /// The task.
+    User {
+        /// The text.
+        content: String,
+    },
+    /// A model turn.
+    Assistant {
+        /// Text, if any.
+        content: Option<String>,
+        /// Proposed tool calls, if any.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+    },
+    /// What rein tells the model about one tool call: a fact on success, a
+    /// structured placeholder on failure — never raw error text.
+    Tool {
+        /// The model's id of the call this answers.
+        call_id: String,
+        /// The content.
+        content: String,
+    },
+}
+
+/// A tool call as the model proposed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The model's id for the call.
+    pub id: String,
+    /// The tool's name as the model wrote it (may not exist).
+    pub name: String,
+    /// The arguments as the model wrote them: JSON text, possibly malformed
+    /// or truncated.
+    pub arguments: String,
+}
+
+/// Why the model stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// A natural end.
+    Stop,
+    /// It proposed tool calls.
+    ToolCalls,
+    /// It hit the output-token limit: the output may be truncated.
+    Length,
+    /// A content filter stopped it.
+    ContentFilter,
+    /// Anything else.
+    Other,
+}
+
+/// Tokens a call consumed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenUsage {
+    /// Prompt tokens.
+    pub input: u64,
+    /// Completion tokens.
+    pub output: u64,
+}
+
+impl TokenUsage {
+    /// Input plus output.
+    pub fn total(&self) -> u64 {
+        self.input.saturating_add(self.output)
+    }
+}
+
+/// A request for the next turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelRequest {
+    /// The model to ask.
+    pub model: String,
+    /// The transcript so far.
+    pub messages: Vec<Message>,
+    /// Tool definitions in OpenAI `tools` format (the registry generates
+    /// them; providers with another format convert).
+    pub tools: Vec<Value>,
+    /// An output-token ceiling, if the budget imposes one.
+    pub max_tokens: Option<u64>,
+}
+
+/// The next turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelResponse {
+    /// Text, if any.
+    pub text: Option<String>,
+    /// Proposed tool calls.
+    pub tool_calls: Vec<ToolCall>,
+    /// Why it stopped.
+    pub finish: FinishReason,
+    /// What it consumed.
+    pub usage: TokenUsage,
+}

@@ -1,0 +1,89 @@
+//! Building events with their correlation fields, handing them to a live
+//! observer at once and to the store in batches.
+
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rein_core::idempotency::IdempotencyKey;
+use rein_core::{AttemptId, Clock, Event, EventKind, IntentId, RunId};
+use serde_json::Value;
+
+/// Receives every event as it happens (e.g. the CLI's live timeline).
+pub type Observer = Arc<dyn Fn(&Event) + Send + Sync>;
+
+/// The correlation fields of an event beyond the run.
+#[derive(Debug, Clone, Default)]
+pub struct Correlation {
+    /// The step.
+    pub step: u32,
+    /// The planned action.
+    pub intent_id: Option<IntentId>,
+    /// The attempt.
+    pub attempt_id: Option<AttemptId>,
+    /// The idempotency key.
+    pub idempotency_key: Option<IdempotencyKey>,
+}
+
+/// Collects a run's events until the next store commit.
+///
+/// Events are durable in batches — with the ledger write before a call, with
+/// the checkpoint after a step, and with the final status — so one fsync
+/// covers many events (group commit) while the observer sees each at once.
+pub struct Emitter {
+    run_id: RunId,
+    clock: Arc<dyn Clock>,
+    observer: Option<Observer>,
+    buffer: Mutex<Vec<Event>>,
+}
+
+impl Emitter {
+    /// An emitter for `run_id`.
+    pub fn new(run_id: RunId, clock: Arc<dyn Clock>, observer: Option<Observer>) -> Self {
+        Emitter {
+            run_id,
+            clock,
+            observer,
+            buffer: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Records an event; `data` is its rationale.
+    pub fn emit(&self, kind: EventKind, c: &Correlation, data: Value) {
+        let at_ms = self
+            .clock
+            .system_now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        let event = Event {
+            run_id: self.run_id.clone(),
+            seq: 0,
+            step: c.step,
+            intent_id: c.intent_id.clone(),
+            attempt_id: c.attempt_id.clone(),
+            idempotency_key: c.idempotency_key.clone(),
+            at_ms,
+            kind,
+            data,
+        };
+        if let Some(observer) = &self.observer {
+            observer(&event);
+        }
+        self.buffer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(event);
+    }
+
+    /// Takes the events recorded since the last drain.
+    pub fn drain(&self) -> Vec<Event> {
+        std::mem::take(&mut *self.buffer.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// Milliseconds since the Unix epoch for `time`.
+pub fn unix_ms(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}

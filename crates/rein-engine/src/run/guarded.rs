@@ -1,0 +1,442 @@
+//! The guarded call: budget, breakers, key, ledger, attempts with classified
+//! retries, record — in the order of DESIGN.md.
+
+use std::time::Duration;
+
+use rein_core::breaker::{Admit, ArmKind, Permit};
+use rein_core::deadline::{Budget, Need};
+use rein_core::idempotency::IdempotencyKey;
+use rein_core::retry::{RetryDecision, RetryInput};
+use rein_core::{
+    AttemptId, Category, Clock, Effect, EventKind, Failure, IntentId, LedgerRecord, LedgerStatus,
+    ToolClass,
+};
+use rein_store::{LedgerMark, StepCommit};
+use serde_json::{Value, json};
+
+use super::binding::ToolBinding;
+use super::emitter::{Correlation, unix_ms};
+use super::{Engine, RunCtx, new_id};
+use crate::tool_http::Attempt;
+
+/// A call the model planned and rein validated.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    /// Its intent id, persisted before anything runs.
+    pub intent_id: IntentId,
+    /// The model's id for the call.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// The validated arguments.
+    pub args: Value,
+    /// The step that planned it.
+    pub step: u32,
+}
+
+/// What became of one guarded call.
+#[derive(Debug, Clone)]
+pub struct CallResult {
+    /// The call.
+    pub planned: Planned,
+    /// The tool's class.
+    pub class: ToolClass,
+    /// Its result, or the failure rein gave up with.
+    pub outcome: Result<Value, Failure>,
+    /// Its ledger status, for calls with side effects.
+    pub ledger: Option<LedgerStatus>,
+    /// Attempts made.
+    pub attempts: u32,
+}
+
+impl CallResult {
+    /// A call refused before any attempt.
+    pub fn refused(planned: Planned, class: ToolClass, failure: Failure) -> Self {
+        CallResult {
+            planned,
+            class,
+            outcome: Err(failure),
+            ledger: None,
+            attempts: 0,
+        }
+    }
+}
+
+impl Engine {
+    /// Runs one planned call through the guard. Never returns an error:
+    /// every failure is a structured [`Failure`] in the result.
+    pub(super) async fn guarded_call(
+        &self,
+        ctx: &RunCtx<'_>,
+        planned: Planned,
+        tool: &ToolBinding,
+        budget: &Budget,
+    ) -> CallResult {
+        let mut c = Correlation {
+            step: planned.step,
+            intent_id: Some(planned.intent_id.clone()),
+            ..Correlation::default()
+        };
+        let now = self.clock.now();
+
+        // 2. Budget: refuse before sending what cannot finish.
+        if let Err(exhausted) = budget.check(&Need::time(tool.latency.p50()), now) {
+            ctx.emitter.emit(
+                EventKind::BudgetExhausted,
+                &c,
+                json!({"scope": "tool_call", "tool": tool.name, "exhausted": exhausted}),
+            );
+            let failure = Failure::new(&tool.name, Category::BudgetExhausted)
+                .with_human_message(format!("{} not started: {exhausted}", tool.name));
+            return CallResult::refused(planned, tool.class, failure);
+        }
+
+        // 3. Breakers: the tool's arm, then its resource group's.
+        let tool_permit = match self.admit(ctx, &c, ArmKind::Tool, &tool.name) {
+            Ok(p) => p,
+            Err(f) => return CallResult::refused(planned, tool.class, f),
+        };
+        let group_permit = match &tool.resource_group {
+            Some(group) => match self.admit(ctx, &c, ArmKind::ResourceGroup, group) {
+                Ok(p) => Some((group.clone(), p)),
+                Err(f) => {
+                    self.release(ArmKind::Tool, &tool.name, tool_permit);
+                    return CallResult::refused(planned, tool.class, f);
+                }
+            },
+            None => None,
+        };
+
+        // 5. Key: bound to the intent; none for irreversible tools.
+        let key = IdempotencyKey::derive(
+            tool.class,
+            &ctx.tenant,
+            &planned.intent_id,
+            &tool.name,
+            &planned.args,
+            &tool.normalizer,
+        );
+        c.idempotency_key = key.clone();
+
+        // 6. Ledger: declared before the call, durably.
+        let mut ledger = None;
+        if tool.class.has_side_effect() {
+            let at_ms = unix_ms(self.clock.system_now());
+            let record = LedgerRecord {
+                run_id: ctx.run_id.clone(),
+                intent_id: planned.intent_id.clone(),
+                seq: 0,
+                step: planned.step,
+                tool: tool.name.clone(),
+                class: tool.class,
+                idempotency_key: key.clone(),
+                args: planned.args.clone(),
+                status: LedgerStatus::Pending,
+                result: None,
+                failure: None,
+                attempts: 0,
+                created_at_ms: at_ms,
+                updated_at_ms: at_ms,
+            };
+            ctx.emitter.emit(
+                EventKind::LedgerRecorded,
+                &c,
+                json!({"tool": tool.name, "status": "pending", "class": tool.class}),
+            );
+            let commit = StepCommit {
+                declares: vec![record],
+                events: ctx.emitter.drain(),
+                ..StepCommit::default()
+            };
+            if let Err(e) = ctx.store.commit_step(&ctx.run_id, commit).await {
+                // Write-ahead: no durable declaration, no call.
+                self.release(ArmKind::Tool, &tool.name, tool_permit);
+                if let Some((group, p)) = group_permit {
+                    self.release(ArmKind::ResourceGroup, &group, p);
+                }
+                let failure = Failure::new(&tool.name, Category::Unknown)
+                    .with_human_message(format!("ledger unavailable, call not made: {e}"));
+                return CallResult::refused(planned, tool.class, failure);
+            }
+            ledger = Some(LedgerStatus::Pending);
+        }
+
+        // 7–8. Attempts, classified and decided.
+        self.deposit_request(&tool.name);
+        let (outcome, attempts) = self
+            .attempts(ctx, &mut c, &planned, tool, budget, key.as_ref())
+            .await;
+
+        // 9. Record.
+        let verdict = || outcome.as_ref().map(|_| ());
+        self.report_outcome(ctx, &c, ArmKind::Tool, &tool.name, tool_permit, verdict());
+        if let Some((group, p)) = group_permit {
+            self.report_outcome(ctx, &c, ArmKind::ResourceGroup, &group, p, verdict());
+        }
+        if ledger.is_some() {
+            let status = match &outcome {
+                Ok(_) => LedgerStatus::Succeeded,
+                Err(f) => match f.effect() {
+                    Effect::NotApplied => LedgerStatus::Failed,
+                    Effect::Applied => LedgerStatus::Succeeded,
+                    // In doubt: left pending for reconciliation.
+                    Effect::MaybeApplied => LedgerStatus::Pending,
+                },
+            };
+            let mark = LedgerMark {
+                status,
+                result: outcome.as_ref().ok().cloned(),
+                failure: outcome.as_ref().err().cloned(),
+                attempts,
+                at_ms: unix_ms(self.clock.system_now()),
+            };
+            ctx.emitter.emit(
+                EventKind::LedgerRecorded,
+                &c,
+                json!({"tool": tool.name, "status": status, "attempts": attempts}),
+            );
+            let commit = StepCommit {
+                marks: vec![(planned.intent_id.clone(), mark)],
+                events: ctx.emitter.drain(),
+                ..StepCommit::default()
+            };
+            match ctx.store.commit_step(&ctx.run_id, commit).await {
+                Ok(_) => ledger = Some(status),
+                Err(e) => {
+                    tracing::error!(run = %ctx.run_id, intent = %planned.intent_id, "ledger mark failed: {e}")
+                }
+            }
+        }
+        CallResult {
+            planned,
+            class: tool.class,
+            outcome,
+            ledger,
+            attempts,
+        }
+    }
+
+    /// The attempt loop: invoke, classify, decide (retry, look up by key, or
+    /// give up), always under the same deadline and the same key.
+    async fn attempts(
+        &self,
+        ctx: &RunCtx<'_>,
+        c: &mut Correlation,
+        planned: &Planned,
+        tool: &ToolBinding,
+        budget: &Budget,
+        key: Option<&IdempotencyKey>,
+    ) -> (Result<Value, Failure>, u32) {
+        let deadline = budget.deadline();
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let attempt_id = new_id::<AttemptId>();
+            c.attempt_id = Some(attempt_id.clone());
+            let now = self.clock.now();
+            let remaining = deadline.remaining(now);
+            let allowance = tool.allowance(remaining);
+            ctx.emitter.emit(
+                EventKind::ToolCallStarted,
+                c,
+                json!({
+                    "tool": tool.name, "attempt": attempt, "class": tool.class,
+                    "allowance_ms": millis(allowance), "remaining_ms": millis(remaining),
+                }),
+            );
+            let request = Attempt {
+                run_id: &ctx.run_id,
+                intent_id: &planned.intent_id,
+                attempt_id: &attempt_id,
+                number: attempt,
+                key,
+                remaining,
+                allowance,
+            };
+            let started = self.clock.now();
+            let result = self
+                .http
+                .invoke(&tool.target, &planned.args, &request)
+                .await;
+            let now = self.clock.now();
+            let elapsed = now.saturating_duration_since(started);
+            let failure = match result {
+                Ok(output) => {
+                    ctx.emitter.emit(
+                        EventKind::ToolCallFinished,
+                        c,
+                        json!({
+                            "tool": tool.name, "attempt": attempt, "ok": true,
+                            "replayed": output.replayed, "truncated": output.truncated,
+                            "elapsed_ms": millis(elapsed),
+                        }),
+                    );
+                    return (Ok(output.result), attempt);
+                }
+                Err(f) => f,
+            };
+            ctx.emitter.emit(
+                EventKind::ToolCallFinished,
+                c,
+                json!({
+                    "tool": tool.name, "attempt": attempt, "ok": false,
+                    "category": failure.category(), "effect": failure.effect(),
+                    "retryable": failure.retryable(), "elapsed_ms": millis(elapsed),
+                    "reason": failure.human_message(),
+                }),
+            );
+            // Decide; a lookup that settles the effect decides again.
+            let mut deciding = failure.clone();
+            let decision = loop {
+                let now = self.clock.now();
+                let input = RetryInput {
+                    class: tool.class,
+                    failure: &deciding,
+                    attempt,
+                    deadline,
+                    latency: tool.latency,
+                    now,
+                };
+                let decision = self.decide(&tool.name, &ctx.agent.retry, &input);
+                if decision != RetryDecision::LookupByKey {
+                    break decision;
+                }
+                let Some(key) = key else {
+                    deciding = deciding.with_effect(Effect::NotApplied);
+                    continue;
+                };
+                let allowance = tool.allowance(deadline.remaining(now));
+                match self.http.lookup(&tool.target, key, allowance).await {
+                    Ok(Some(result)) => {
+                        ctx.emitter.emit(
+                            EventKind::IdempotencyLookup,
+                            c,
+                            json!({"tool": tool.name, "found": true, "collapsed": true,
+                                   "reason": "the lost attempt had applied; its result is used instead of re-executing"}),
+                        );
+                        return (Ok(result), attempt);
+                    }
+                    Ok(None) => {
+                        ctx.emitter.emit(
+                            EventKind::IdempotencyLookup,
+                            c,
+                            json!({"tool": tool.name, "found": false,
+                                   "reason": "the lost attempt had not applied; re-execution is decided as a retry"}),
+                        );
+                    }
+                    Err(lookup_failure) => {
+                        ctx.emitter.emit(
+                            EventKind::IdempotencyLookup,
+                            c,
+                            json!({"tool": tool.name, "found": null,
+                                   "lookup_failure": lookup_failure.category(),
+                                   "reason": "lookup unavailable; a retry with the same key is deduplicated by the tool"}),
+                        );
+                    }
+                }
+                // Either it did not apply, or the same key makes a repeat
+                // harmless: decide as for a failure that did not apply.
+                deciding = deciding.with_effect(Effect::NotApplied);
+            };
+            match decision {
+                RetryDecision::Retry {
+                    delay,
+                    next_attempt,
+                    reason,
+                    from_server,
+                    backoff_ceiling,
+                    clamped,
+                } => {
+                    ctx.emitter.emit(
+                        EventKind::RetryScheduled,
+                        c,
+                        json!({
+                            "tool": tool.name, "next_attempt": next_attempt, "reason": reason,
+                            "delay_ms": millis(delay), "from_server": from_server,
+                            "backoff_ceiling_ms": millis(backoff_ceiling), "clamped": clamped,
+                            "remaining_ms": millis(deadline.remaining(self.clock.now())),
+                            "same_key": key.is_some(),
+                        }),
+                    );
+                    tokio::time::sleep(delay).await;
+                }
+                RetryDecision::GiveUp { reason } => {
+                    ctx.emitter.emit(
+                        EventKind::RetryAbandoned,
+                        c,
+                        json!({"tool": tool.name, "attempts": attempt, "reason": reason,
+                               "category": failure.category()}),
+                    );
+                    return (Err(failure), attempt);
+                }
+                RetryDecision::LookupByKey => return (Err(failure), attempt),
+            }
+        }
+    }
+
+    /// Admits a call through one breaker arm, recording any transition; an
+    /// open arm gives the model a `circuit_open` failure and no call is made.
+    pub(super) fn admit(
+        &self,
+        ctx: &RunCtx<'_>,
+        c: &Correlation,
+        kind: ArmKind,
+        name: &str,
+    ) -> Result<Permit, Failure> {
+        let now = self.clock.now();
+        let admission = self.shared.breakers().admit(kind, name, now);
+        if admission.transition.is_change() {
+            ctx.emitter.emit(
+                EventKind::BreakerStateChanged,
+                c,
+                json!({"arm": kind, "name": name, "transition": admission.transition}),
+            );
+        }
+        match admission.admit {
+            Admit::Accepted(permit) => Ok(permit),
+            Admit::Rejected { retry_after } => {
+                ctx.emitter.emit(
+                    EventKind::CallRejected,
+                    c,
+                    json!({"arm": kind, "name": name, "reason": "circuit_open",
+                           "retry_after_ms": millis(retry_after)}),
+                );
+                Err(Failure::circuit_open(name, retry_after))
+            }
+        }
+    }
+
+    /// Returns a permit unused (the call was not made).
+    pub(super) fn release(&self, kind: ArmKind, name: &str, permit: Permit) {
+        self.shared.breakers().on_ignored(kind, name, permit);
+    }
+
+    /// Reports a call's final outcome to one breaker arm.
+    pub(super) fn report_outcome(
+        &self,
+        ctx: &RunCtx<'_>,
+        c: &Correlation,
+        kind: ArmKind,
+        name: &str,
+        permit: Permit,
+        outcome: Result<(), &Failure>,
+    ) {
+        let now = self.clock.now();
+        let transition = self
+            .shared
+            .breakers()
+            .on_outcome(kind, name, permit, outcome, now);
+        if transition.is_change() {
+            ctx.emitter.emit(
+                EventKind::BreakerStateChanged,
+                c,
+                json!({"arm": kind, "name": name, "transition": transition}),
+            );
+        }
+    }
+}
+
+/// Whole milliseconds of `d`.
+pub(super) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

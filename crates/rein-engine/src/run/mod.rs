@@ -1,0 +1,889 @@
+//! The run loop: model turn → validate → plan (intent ids persisted) →
+//! guarded calls → facts or placeholders back to the model → loop guard →
+//! checkpoint → … until the model answers or a guard ends the run.
+//!
+//! # Why this shape
+//!
+//! The model writes the control flow at run time, so every guarantee has
+//! to be enforced here, per step, in code: one deadline and one triple
+//! budget checked before each step, validation before any tool sees a call,
+//! the ledger written before any side effect, classified retries inside a
+//! breaker, and an explicit outcome when anything stops the loop. The loop
+//! never returns an unstructured error for something that happened during
+//! the run: it ends with a [`RunReport`].
+
+mod args;
+mod binding;
+mod emitter;
+mod guarded;
+mod report;
+
+pub use args::{ParsedArgs, parse_args};
+pub use binding::{AcceptAll, AgentBinding, ArgValidator, DEFAULT_ALLOWANCE_FACTOR, ToolBinding};
+pub use emitter::{Correlation, Observer};
+pub use guarded::{CallResult, Planned};
+pub use report::End;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rein_core::breaker::{ArmKind, Breakers, BreakersConfig};
+use rein_core::deadline::{Budget, ChildCaps, Dimension, Exhausted, Need, Usage};
+use rein_core::ids::IdError;
+use rein_core::loop_guard::{Action, FailureVerdict, LoopGuard, StateDigest, Verdict};
+use rein_core::retry::{GiveUpReason, RetryBudget, RetryDecision, RetryInput, RetryPolicy};
+use rein_core::{
+    Category, Clock, ConfigError, EventKind, Failure, IntentId, Outcome, RunId, RunReport,
+    TenantId, ToolClass, Weight,
+};
+use rein_store::{
+    Checkpoint, NewRun, PlannedIntent, RunStatus, StatusChange, StepCommit, Store, StoreError,
+};
+use serde_json::{Value, json};
+
+use crate::SystemClock;
+use crate::provider::{FinishReason, Message, ModelRequest, ModelResponse};
+use crate::tool_http::HttpToolAdapter;
+use emitter::{Emitter, unix_ms};
+use guarded::millis;
+
+/// A run that could not start (a run that started always ends in a report).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The store refused to record the run.
+    #[error("cannot record the run: {0}")]
+    Store(#[from] StoreError),
+    /// A setting was invalid.
+    #[error("invalid setting: {0}")]
+    Config(#[from] ConfigError),
+    /// The HTTP client could not be built.
+    #[error("cannot build the HTTP client: {0}")]
+    Http(String),
+}
+
+/// What a run needs besides its agent.
+#[derive(Clone, Default)]
+pub struct RunRequest {
+    /// The run id; a new one when `None`.
+    pub run_id: Option<RunId>,
+    /// The tenant; `default` when `None`.
+    pub tenant: Option<TenantId>,
+    /// The task.
+    pub input: String,
+    /// Receives each event as it happens.
+    pub observer: Option<Observer>,
+}
+
+/// The end of a run.
+#[derive(Debug, Clone)]
+pub struct RunOutput {
+    /// The run.
+    pub run_id: RunId,
+    /// Its report.
+    pub report: RunReport,
+}
+
+/// State shared by all runs of an engine: breaker arms (health memory
+/// across runs), retry budgets per target, and the jitter source.
+struct Shared {
+    breakers: Mutex<Breakers>,
+    retry_budgets: Mutex<HashMap<String, RetryBudget>>,
+    rng: Mutex<StdRng>,
+}
+
+impl Shared {
+    fn breakers(&self) -> MutexGuard<'_, Breakers> {
+        self.breakers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Builds an [`Engine`].
+pub struct EngineBuilder {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    client: Option<reqwest::Client>,
+    breakers: BreakersConfig,
+    rng_seed: Option<u64>,
+}
+
+impl EngineBuilder {
+    /// Uses `clock` instead of the system clock.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Uses `client` for tool calls (one pool per process).
+    pub fn http_client(mut self, client: reqwest::Client) -> Self {
+        self.client = Some(client);
+        self
+    }
+
+    /// Uses these breaker settings.
+    pub fn breakers(mut self, config: BreakersConfig) -> Self {
+        self.breakers = config;
+        self
+    }
+
+    /// Seeds the jitter source, for reproducible runs.
+    pub fn rng_seed(mut self, seed: u64) -> Self {
+        self.rng_seed = Some(seed);
+        self
+    }
+
+    /// Builds the engine.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::Config`] for invalid breaker settings,
+    /// [`EngineError::Http`] when the HTTP client cannot be built.
+    pub fn build(self) -> Result<Engine, EngineError> {
+        let client = match self.client {
+            Some(c) => c,
+            None => http_client().map_err(|e| EngineError::Http(e.to_string()))?,
+        };
+        let rng = match self.rng_seed {
+            Some(seed) => StdRng::seed_from_u64(seed),
+            None => StdRng::from_os_rng(),
+        };
+        Ok(Engine {
+            store: self.store,
+            clock: self.clock,
+            http: HttpToolAdapter::new(client),
+            shared: Shared {
+                breakers: Mutex::new(Breakers::new(self.breakers)?),
+                retry_budgets: Mutex::new(HashMap::new()),
+                rng: Mutex::new(rng),
+            },
+        })
+    }
+}
+
+/// The process-wide HTTP client settings: `TCP_NODELAY`, pooled.
+///
+/// # Errors
+///
+/// When the TLS backend cannot initialize.
+pub fn http_client() -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .pool_idle_timeout(std::time::Duration::from_secs(30))
+        .build()
+}
+
+/// Runs agents: the imperative shell around rein-core's policies.
+pub struct Engine {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    http: HttpToolAdapter,
+    shared: Shared,
+}
+
+/// One run's context, shared by its concurrent calls.
+pub(crate) struct RunCtx<'a> {
+    run_id: RunId,
+    tenant: TenantId,
+    agent: &'a AgentBinding,
+    store: &'a Arc<dyn Store>,
+    emitter: Emitter,
+}
+
+/// A fresh, time-ordered id.
+pub(crate) fn new_id<T: TryFrom<String, Error = IdError>>() -> T {
+    match T::try_from(uuid::Uuid::now_v7().to_string()) {
+        Ok(id) => id,
+        Err(_) => unreachable!("a UUID is a valid identifier"),
+    }
+}
+
+impl Engine {
+    /// An engine over `store`, with the system clock and default breakers.
+    pub fn builder(store: Arc<dyn Store>) -> EngineBuilder {
+        EngineBuilder {
+            store,
+            clock: Arc::new(SystemClock::new()),
+            client: None,
+            breakers: BreakersConfig::default(),
+            rng_seed: None,
+        }
+    }
+
+    /// The store runs are recorded in.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Runs `agent` on a task to its end.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError`] only when the run cannot start (the store refuses to
+    /// record it, or the agent's settings are invalid). Everything that
+    /// happens once it started ends in the returned report.
+    pub async fn run(
+        &self,
+        agent: &AgentBinding,
+        validator: &dyn ArgValidator,
+        request: RunRequest,
+    ) -> Result<RunOutput, EngineError> {
+        let run_id = request.run_id.unwrap_or_else(new_id::<RunId>);
+        let tenant = match request.tenant {
+            Some(t) => t,
+            None => TenantId::new("default").map_err(|e| EngineError::Http(e.to_string()))?,
+        };
+        let mut guard = LoopGuard::new(agent.loop_guard.clone())?;
+        let started = self.clock.now();
+        let mut budget = Budget::start(agent.budget, started);
+        let at_ms = unix_ms(self.clock.system_now());
+        self.store
+            .create_run(NewRun {
+                run_id: run_id.clone(),
+                tenant: tenant.clone(),
+                agent: agent.name.clone(),
+                input: request.input.clone(),
+                parent_run_id: None,
+                budget: json!(agent.budget),
+                created_at_ms: at_ms,
+            })
+            .await?;
+        let ctx = RunCtx {
+            run_id: run_id.clone(),
+            tenant,
+            agent,
+            store: &self.store,
+            emitter: Emitter::new(run_id.clone(), self.clock.clone(), request.observer),
+        };
+        ctx.emitter.emit(
+            EventKind::RunStarted,
+            &Correlation::default(),
+            json!({
+                "agent": agent.name, "model": agent.model, "provider": agent.provider.name(),
+                "budget": agent.budget, "tools": agent.tools.keys().collect::<Vec<_>>(),
+                "input": request.input,
+            }),
+        );
+        let status = StepCommit {
+            status: Some(StatusChange {
+                status: RunStatus::Running,
+                report: None,
+                at_ms,
+            }),
+            events: ctx.emitter.drain(),
+            ..StepCommit::default()
+        };
+        self.store.commit_step(&run_id, status).await?;
+
+        let mut messages = vec![
+            Message::System {
+                content: agent.system_prompt.clone(),
+            },
+            Message::User {
+                content: request.input,
+            },
+        ];
+        let mut calls: Vec<CallResult> = Vec::new();
+        let mut facts: BTreeSet<String> = BTreeSet::new();
+        let mut tools_tried: BTreeSet<String> = BTreeSet::new();
+        let mut step = 0u32;
+
+        let end = loop {
+            let now = self.clock.now();
+            if let Verdict::Trip(trip) = guard.check_budget(&budget, now) {
+                let exhausted = match trip {
+                    rein_core::loop_guard::Trip::Budget(e) => e,
+                    _ => wall_clock_exhausted(),
+                };
+                ctx.emitter.emit(
+                    EventKind::BudgetExhausted,
+                    &Correlation {
+                        step,
+                        ..Correlation::default()
+                    },
+                    json!({"scope": "run", "exhausted": exhausted, "used": budget.used()}),
+                );
+                break End::Budget(exhausted);
+            }
+            step += 1;
+            let _ = budget.charge(Usage::ONE_STEP, now);
+            let c = Correlation {
+                step,
+                ..Correlation::default()
+            };
+
+            let response = match self.model_turn(&ctx, &messages, &budget, step).await {
+                Ok(r) => r,
+                Err(end) => break end,
+            };
+            let cost = agent
+                .price
+                .map(|p| p.cost(response.usage.input, response.usage.output))
+                .unwrap_or_default();
+            let usage = Usage {
+                steps: 0,
+                tokens: response.usage.total(),
+                cost,
+            };
+            let charged = budget.charge(usage, self.clock.now());
+            messages.push(Message::Assistant {
+                content: response.text.clone(),
+                tool_calls: response.tool_calls.clone(),
+            });
+            if let Err(exhausted) = charged {
+                ctx.emitter.emit(
+                    EventKind::BudgetExhausted,
+                    &c,
+                    json!({"scope": "model_turn", "exhausted": exhausted, "used": budget.used(),
+                           "proposed_calls_not_run": response.tool_calls.len()}),
+                );
+                break End::Budget(exhausted);
+            }
+            if response.tool_calls.is_empty() {
+                if response.finish == FinishReason::Length {
+                    break End::ModelFailed(
+                        "the final answer was cut off at the output-token limit".into(),
+                    );
+                }
+                break End::Answer(response.text);
+            }
+
+            // Validate and plan: intent ids are assigned and persisted
+            // before anything runs.
+            let mut planned = Vec::new();
+            let mut replies: HashMap<String, String> = HashMap::new();
+            let mut observed: Vec<(String, Value)> = Vec::new();
+            let mut rejected_failures: Vec<(String, String)> = Vec::new();
+            for call in &response.tool_calls {
+                match self.validate_call(&ctx, &guard, validator, call, step) {
+                    Ok(p) => {
+                        observed.push((p.tool.clone(), p.args.clone()));
+                        planned.push(p);
+                    }
+                    Err((clarification, args, reason)) => {
+                        observed.push((call.name.clone(), args));
+                        rejected_failures.push((call.name.clone(), reason));
+                        replies.insert(call.id.clone(), clarification);
+                    }
+                }
+            }
+            if !planned.is_empty() {
+                let intents: Vec<(u32, PlannedIntent)> = planned
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| {
+                        (
+                            step,
+                            PlannedIntent {
+                                intent_id: p.intent_id.clone(),
+                                ordinal: u32::try_from(i).unwrap_or(u32::MAX),
+                                call_id: p.call_id.clone(),
+                                tool: p.tool.clone(),
+                                args: p.args.clone(),
+                            },
+                        )
+                    })
+                    .collect();
+                ctx.emitter.emit(
+                    EventKind::PlanCreated,
+                    &c,
+                    json!({"intents": planned.iter().map(|p| json!({
+                        "intent_id": p.intent_id, "tool": p.tool, "call_id": p.call_id,
+                        "class": agent.tools.get(&p.tool).map(|t| t.class),
+                    })).collect::<Vec<_>>(),
+                    "rejected": rejected_failures.len()}),
+                );
+                let commit = StepCommit {
+                    intents,
+                    events: ctx.emitter.drain(),
+                    ..StepCommit::default()
+                };
+                if let Err(e) = self.store.commit_step(&run_id, commit).await {
+                    break End::StoreFailed(format!("cannot persist the plan: {e}"));
+                }
+            }
+
+            // Execute: independent calls concurrently on a divided budget;
+            // irreversible calls after the others succeeded.
+            let results = self.execute(&ctx, &mut budget, planned, step).await;
+            for result in &results {
+                let content = match &result.outcome {
+                    Ok(value) => json!({"tool": result.planned.tool, "ok": true, "result": value})
+                        .to_string(),
+                    Err(failure) => failure.model_message().to_owned(),
+                };
+                replies.insert(result.planned.call_id.clone(), content);
+            }
+            for call in &response.tool_calls {
+                let content = replies.remove(&call.id).unwrap_or_else(|| {
+                    Failure::new(&call.name, Category::Unknown)
+                        .model_message()
+                        .to_owned()
+                });
+                messages.push(Message::Tool {
+                    call_id: call.id.clone(),
+                    content,
+                });
+            }
+
+            // Observe: failures for repeat detection and self-heal, every
+            // proposal for repetition and progress.
+            let mut trip = None;
+            for (tool, reason) in &rejected_failures {
+                if let FailureVerdict::Trip(t) = guard.on_failure(tool, reason) {
+                    trip.get_or_insert(t);
+                }
+            }
+            for result in &results {
+                tools_tried.insert(result.planned.tool.clone());
+                match &result.outcome {
+                    Ok(value) => {
+                        facts.insert(format!(
+                            "{}|{}|{}",
+                            result.planned.tool, result.planned.args, value
+                        ));
+                    }
+                    Err(failure) => {
+                        match guard.on_failure(&result.planned.tool, failure.human_message()) {
+                            FailureVerdict::Trip(t) => {
+                                trip.get_or_insert(t);
+                            }
+                            FailureVerdict::ToolDisabled {
+                                tool,
+                                failures,
+                                allowance,
+                            } => {
+                                ctx.emitter.emit(
+                                EventKind::ToolDisabled,
+                                &c,
+                                json!({"tool": tool, "failures": failures, "allowance": allowance}),
+                            );
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            calls.extend(results);
+            // The state digest: facts obtained and the tools attempted (by
+            // name: rephrasing a query of the same tool is not progress).
+            let state = StateDigest::of(
+                facts.iter().map(String::as_str),
+                std::iter::empty::<&str>(),
+                tools_tried.iter().map(|t| Action::new(t, &Value::Null)),
+            );
+            for (tool, args) in &observed {
+                if let Verdict::Trip(t) = guard.observe(Action::new(tool, args), state) {
+                    trip.get_or_insert(t);
+                }
+            }
+            let checkpoint = self.checkpoint(&ctx, &budget, &messages, &calls, step);
+            if let Some(trip) = &trip {
+                ctx.emitter.emit(
+                    EventKind::LoopDetected,
+                    &c,
+                    json!({"trip": trip, "message": trip.to_string()}),
+                );
+            }
+            let commit = StepCommit {
+                checkpoint: Some(checkpoint),
+                events: ctx.emitter.drain(),
+                ..StepCommit::default()
+            };
+            if let Err(e) = self.store.commit_step(&run_id, commit).await {
+                break End::StoreFailed(format!("cannot write the checkpoint: {e}"));
+            }
+            if let Some(trip) = trip {
+                break End::Loop(trip);
+            }
+        };
+
+        let now = self.clock.now();
+        let elapsed_ms = millis(now.saturating_duration_since(started));
+        let report = report::build(&end, &calls, budget.used(), elapsed_ms, step);
+        let c = Correlation {
+            step,
+            ..Correlation::default()
+        };
+        if report.outcome == Outcome::PartialSuccess {
+            ctx.emitter.emit(
+                EventKind::PartialSuccessReturned,
+                &c,
+                json!({"completed": report.completed.len(), "incomplete": report.incomplete.len(),
+                       "recoverable": report.recoverable}),
+            );
+        }
+        ctx.emitter.emit(
+            EventKind::RunFinished,
+            &c,
+            json!({"outcome": report.outcome, "steps": step, "consumed": report.consumed,
+                   "elapsed_ms": elapsed_ms, "recoverable": report.recoverable}),
+        );
+        let commit = StepCommit {
+            status: Some(StatusChange {
+                status: RunStatus::Finished(report.outcome),
+                report: Some(report.clone()),
+                at_ms: unix_ms(self.clock.system_now()),
+            }),
+            events: ctx.emitter.drain(),
+            ..StepCommit::default()
+        };
+        if let Err(e) = self.store.commit_step(&run_id, commit).await {
+            tracing::error!(run = %run_id, "cannot record the run's end: {e}");
+        }
+        Ok(RunOutput { run_id, report })
+    }
+
+    /// Validates one proposed call. A refusal is a clarification for the
+    /// model; the tool never sees the call.
+    fn validate_call(
+        &self,
+        ctx: &RunCtx<'_>,
+        guard: &LoopGuard,
+        validator: &dyn ArgValidator,
+        call: &crate::provider::ToolCall,
+        step: u32,
+    ) -> Result<Planned, (String, Value, String)> {
+        let c = Correlation {
+            step,
+            ..Correlation::default()
+        };
+        let refuse = |category: Category, reason: String, args: Value| {
+            ctx.emitter.emit(
+                EventKind::CallRejected,
+                &c,
+                json!({"tool": call.name, "call_id": call.id, "category": category, "reason": reason}),
+            );
+            let failure = Failure::new(&call.name, category).with_human_message(reason.clone());
+            let mut text = failure.model_message().to_owned();
+            if category == Category::InvalidArguments {
+                // The problems are rein's own short descriptions (schema
+                // paths), not raw tool output: they tell the model what to fix.
+                text.push_str(" problems: ");
+                text.push_str(&reason);
+            }
+            Err((text, args, reason))
+        };
+        let Some(tool) = ctx.agent.tools.get(&call.name) else {
+            let known: Vec<&str> = ctx.agent.tools.keys().map(String::as_str).collect();
+            return refuse(
+                Category::InvalidArguments,
+                format!("unknown tool; available tools: {}", known.join(", ")),
+                Value::Null,
+            );
+        };
+        if !guard.is_available(&tool.name) {
+            return refuse(
+                Category::CircuitOpen,
+                "tool disabled for the rest of this run after repeated failures".into(),
+                Value::Null,
+            );
+        }
+        let args = match parse_args(&call.arguments) {
+            ParsedArgs::Complete(v) => v,
+            ParsedArgs::Salvaged {
+                value,
+                dropped_bytes,
+            } => {
+                ctx.emitter.emit(
+                    EventKind::CallRejected,
+                    &c,
+                    json!({"tool": call.name, "salvaged": true, "dropped_bytes": dropped_bytes,
+                           "note": "arguments were truncated; complete fields kept and validated"}),
+                );
+                value
+            }
+            ParsedArgs::Invalid { reason } => {
+                return refuse(Category::InvalidArguments, reason, Value::Null);
+            }
+        };
+        if let Err(problems) = validator.validate(&tool.name, &args) {
+            return refuse(Category::InvalidArguments, problems.join("; "), args);
+        }
+        Ok(Planned {
+            intent_id: new_id::<IntentId>(),
+            call_id: call.id.clone(),
+            tool: tool.name.clone(),
+            args,
+            step,
+        })
+    }
+
+    /// Runs a turn's planned calls.
+    async fn execute(
+        &self,
+        ctx: &RunCtx<'_>,
+        budget: &mut Budget,
+        planned: Vec<Planned>,
+        step: u32,
+    ) -> Vec<CallResult> {
+        let agent = ctx.agent;
+        let (irreversible, others): (Vec<Planned>, Vec<Planned>) =
+            planned.into_iter().partition(|p| {
+                agent
+                    .tools
+                    .get(&p.tool)
+                    .is_some_and(|t| t.class == ToolClass::Irreversible)
+            });
+        let mut results = Vec::new();
+        if !others.is_empty() {
+            let now = self.clock.now();
+            let weights = vec![Weight::default(); others.len()];
+            let shares = budget.parallel(now, &weights, ChildCaps::default());
+            if others.len() > 1 {
+                ctx.emitter.emit(
+                    EventKind::BudgetAllocated,
+                    &Correlation {
+                        step,
+                        ..Correlation::default()
+                    },
+                    json!({"shape": "parallel", "branches": others.len(),
+                           "each_ms": shares.first().map(|(b, _)| millis(b.remaining(now).time)),
+                           "remaining_ms": millis(budget.remaining(now).time)}),
+                );
+            }
+            let futures = others
+                .into_iter()
+                .zip(shares.iter())
+                .filter_map(|(p, (child, _))| {
+                    let tool = agent.tools.get(&p.tool)?;
+                    Some(self.guarded_call(ctx, p, tool, child))
+                });
+            results.extend(futures_util::future::join_all(futures).await);
+            let now = self.clock.now();
+            for (_, grant) in shares {
+                let _ = budget.settle(grant, Usage::default(), now);
+            }
+        }
+        let earlier_failed = results.iter().any(|r| r.outcome.is_err());
+        for p in irreversible {
+            let Some(tool) = agent.tools.get(&p.tool) else {
+                continue;
+            };
+            if earlier_failed {
+                let failure = Failure::new(&tool.name, Category::Cancelled).with_human_message(
+                    "not run: an irreversible call runs only after the other calls of its turn succeed",
+                );
+                ctx.emitter.emit(
+                    EventKind::CallRejected,
+                    &Correlation {
+                        step,
+                        intent_id: Some(p.intent_id.clone()),
+                        ..Correlation::default()
+                    },
+                    json!({"tool": tool.name, "reason": failure.human_message()}),
+                );
+                results.push(CallResult::refused(p, tool.class, failure));
+                continue;
+            }
+            let now = self.clock.now();
+            let (child, grant) = budget.serial(now);
+            let result = self.guarded_call(ctx, p, tool, &child).await;
+            let _ = budget.settle(grant, Usage::default(), self.clock.now());
+            results.push(result);
+        }
+        results
+    }
+
+    /// One model turn, with classified retries under the provider's breaker
+    /// arm and the run's deadline.
+    async fn model_turn(
+        &self,
+        ctx: &RunCtx<'_>,
+        messages: &[Message],
+        budget: &Budget,
+        step: u32,
+    ) -> Result<ModelResponse, End> {
+        let agent = ctx.agent;
+        let provider = agent.provider.name().to_owned();
+        let deadline = budget.deadline();
+        let c = Correlation {
+            step,
+            ..Correlation::default()
+        };
+        let request = ModelRequest {
+            model: agent.model.clone(),
+            messages: messages.to_vec(),
+            tools: agent.tool_definitions.clone(),
+            max_tokens: budget.remaining(self.clock.now()).tokens,
+        };
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let now = self.clock.now();
+            if let Err(exhausted) = budget.check(&Need::time(agent.model_latency.p50()), now) {
+                ctx.emitter.emit(
+                    EventKind::BudgetExhausted,
+                    &c,
+                    json!({"scope": "model_call", "exhausted": exhausted}),
+                );
+                return Err(End::Budget(exhausted));
+            }
+            let permit = match self.admit(ctx, &c, ArmKind::Provider, &provider) {
+                Ok(p) => p,
+                Err(f) => return Err(End::ModelFailed(f.human_message().to_owned())),
+            };
+            let allowance = deadline.remaining(now);
+            ctx.emitter.emit(
+                EventKind::ModelCallStarted,
+                &c,
+                json!({"provider": provider, "model": agent.model, "attempt": attempt,
+                       "allowance_ms": millis(allowance), "messages": request.messages.len()}),
+            );
+            let result =
+                match tokio::time::timeout(allowance, agent.provider.complete(&request, allowance))
+                    .await
+                {
+                    Ok(r) => r,
+                    Err(_) => Err(
+                        Failure::new(&provider, Category::Timeout).with_human_message(format!(
+                            "{provider} did not answer within {allowance:?}"
+                        )),
+                    ),
+                };
+            let now = self.clock.now();
+            let failure = match result {
+                Ok(response) => {
+                    self.report_outcome(ctx, &c, ArmKind::Provider, &provider, permit, Ok(()));
+                    ctx.emitter.emit(
+                        EventKind::ModelCallFinished,
+                        &c,
+                        json!({"provider": provider, "attempt": attempt, "ok": true,
+                               "usage": response.usage, "finish": response.finish,
+                               "tool_calls": response.tool_calls.iter().map(|t| &t.name).collect::<Vec<_>>()}),
+                    );
+                    return Ok(response);
+                }
+                Err(f) => f,
+            };
+            self.report_outcome(ctx, &c, ArmKind::Provider, &provider, permit, Err(&failure));
+            ctx.emitter.emit(
+                EventKind::ModelCallFinished,
+                &c,
+                json!({"provider": provider, "attempt": attempt, "ok": false,
+                       "category": failure.category(), "reason": failure.human_message()}),
+            );
+            if attempt == 1 {
+                self.deposit_request(&provider);
+            }
+            let input = RetryInput {
+                class: ToolClass::Read,
+                failure: &failure,
+                attempt,
+                deadline,
+                latency: agent.model_latency,
+                now,
+            };
+            match self.decide(&provider, &agent.retry, &input) {
+                RetryDecision::Retry {
+                    delay,
+                    next_attempt,
+                    reason,
+                    from_server,
+                    backoff_ceiling,
+                    clamped,
+                } => {
+                    ctx.emitter.emit(
+                        EventKind::RetryScheduled,
+                        &c,
+                        json!({"provider": provider, "next_attempt": next_attempt, "reason": reason,
+                               "delay_ms": millis(delay), "from_server": from_server,
+                               "backoff_ceiling_ms": millis(backoff_ceiling), "clamped": clamped,
+                               "remaining_ms": millis(deadline.remaining(now))}),
+                    );
+                    tokio::time::sleep(delay).await;
+                }
+                RetryDecision::GiveUp { reason } => {
+                    ctx.emitter.emit(
+                        EventKind::RetryAbandoned,
+                        &c,
+                        json!({"provider": provider, "attempts": attempt, "reason": reason,
+                               "category": failure.category()}),
+                    );
+                    return Err(match reason {
+                        GiveUpReason::DeadlineTooClose { remaining, needed } => {
+                            End::Budget(Exhausted {
+                                dimension: Dimension::WallClock,
+                                needed: millis(needed),
+                                remaining: millis(remaining),
+                            })
+                        }
+                        GiveUpReason::ServerWaitBeyondDeadline {
+                            retry_after,
+                            remaining,
+                        } => End::Budget(Exhausted {
+                            dimension: Dimension::WallClock,
+                            needed: millis(retry_after),
+                            remaining: millis(remaining),
+                        }),
+                        _ => End::ModelFailed(failure.human_message().to_owned()),
+                    });
+                }
+                RetryDecision::LookupByKey => {
+                    return Err(End::ModelFailed(failure.human_message().to_owned()));
+                }
+            }
+        }
+    }
+
+    /// Decides about a failed attempt with the target's retry budget and the
+    /// shared jitter source.
+    fn decide(&self, target: &str, policy: &RetryPolicy, input: &RetryInput<'_>) -> RetryDecision {
+        let mut budgets = self
+            .shared
+            .retry_budgets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let budget = budgets
+            .entry(target.to_owned())
+            .or_insert_with(|| RetryBudget::new(policy));
+        let mut rng = self.shared.rng.lock().unwrap_or_else(|p| p.into_inner());
+        policy.decide(input, budget, &mut *rng)
+    }
+
+    /// Credits one original request to the target's retry budget.
+    fn deposit_request(&self, target: &str) {
+        let mut budgets = self
+            .shared
+            .retry_budgets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(budget) = budgets.get_mut(target) {
+            budget.deposit();
+        }
+    }
+
+    fn checkpoint(
+        &self,
+        ctx: &RunCtx<'_>,
+        budget: &Budget,
+        messages: &[Message],
+        calls: &[CallResult],
+        step: u32,
+    ) -> Checkpoint {
+        let now = self.clock.now();
+        Checkpoint {
+            run_id: ctx.run_id.clone(),
+            step,
+            messages: json!(messages),
+            completed_intents: calls
+                .iter()
+                .filter(|c| c.outcome.is_ok())
+                .map(|c| c.planned.intent_id.clone())
+                .collect(),
+            consumed: budget.used(),
+            elapsed_ms: millis(budget.elapsed(now)),
+            state: json!({"remaining": budget.remaining(now)}),
+            at_ms: unix_ms(self.clock.system_now()),
+        }
+    }
+}
+
+fn wall_clock_exhausted() -> Exhausted {
+    Exhausted {
+        dimension: Dimension::WallClock,
+        needed: 0,
+        remaining: 0,
+    }
+}

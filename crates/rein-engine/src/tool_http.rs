@@ -1,0 +1,392 @@
+//! The HTTP tool adapter: one attempt of a tool call over HTTP, classified
+//! into the error contract.
+//!
+//! # Why the adapter classifies
+//!
+//! Only the adapter knows how far a call got: refused before sending
+//! (`not_applied`), or sent and then the answer was lost (`maybe_applied`).
+//! That distinction decides between a retry, a lookup by key and
+//! compensation, and no outer layer can reconstruct it (seed 000, "Express
+//! Failure as a Contract"). A tool's own structured error body wins over
+//! inference from the status code, because the tool knows whether it acted.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant as StdInstant, SystemTime};
+
+use rein_core::deadline::DEADLINE_HEADER;
+use rein_core::failure::{TransportError, TransportPhase};
+use rein_core::idempotency::IdempotencyKey;
+use rein_core::{AttemptId, Category, Effect, Failure, IntentId, RunId};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+/// The header carrying the run id.
+pub const RUN_ID_HEADER: &str = "Rein-Run-Id";
+/// The header carrying the intent id.
+pub const INTENT_ID_HEADER: &str = "Rein-Intent-Id";
+/// The header carrying the attempt number (1 for the first try).
+pub const ATTEMPT_HEADER: &str = "Rein-Attempt";
+/// The header carrying the attempt id.
+pub const ATTEMPT_ID_HEADER: &str = "Rein-Attempt-Id";
+/// The default idempotency header.
+pub const DEFAULT_IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
+/// The default result size limit.
+pub const DEFAULT_MAX_RESULT_BYTES: usize = 16 * 1024;
+
+/// Where and how to call one tool over HTTP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpTarget {
+    /// The tool's name: the target of its failures.
+    pub name: String,
+    /// The URL arguments are sent to.
+    pub url: String,
+    /// The HTTP method (POST unless configured).
+    pub method: reqwest::Method,
+    /// Extra headers.
+    pub headers: BTreeMap<String, String>,
+    /// The header the idempotency key travels in.
+    pub idempotency_header: String,
+    /// `GET {status_url}?key=K` looks a call up by its key.
+    pub status_url: Option<String>,
+    /// Results above this size are truncated.
+    pub max_result_bytes: usize,
+}
+
+/// One attempt's identity and limits.
+#[derive(Debug, Clone)]
+pub struct Attempt<'a> {
+    /// The run.
+    pub run_id: &'a RunId,
+    /// The planned action.
+    pub intent_id: &'a IntentId,
+    /// This attempt.
+    pub attempt_id: &'a AttemptId,
+    /// The attempt number, from 1.
+    pub number: u32,
+    /// The key, for classes that have one.
+    pub key: Option<&'a IdempotencyKey>,
+    /// The run's remaining time, sent as `Rein-Deadline-Ms`.
+    pub remaining: Duration,
+    /// How long this attempt may take in all (p99 × factor, capped by the
+    /// remainder).
+    pub allowance: Duration,
+}
+
+/// A successful tool answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    /// The result, possibly truncated (then it has a `_truncated` note).
+    pub result: Value,
+    /// Whether the result was truncated to the size limit.
+    pub truncated: bool,
+    /// Whether the tool said it replayed a stored result for the key.
+    pub replayed: bool,
+}
+
+/// The structured error body a tool may send.
+#[derive(Debug, Deserialize)]
+struct ErrorBody {
+    error: ToolError,
+}
+
+#[derive(Debug, Deserialize)]
+struct ToolError {
+    category: Category,
+    #[serde(default)]
+    retryable: Option<bool>,
+    #[serde(default)]
+    retry_after_ms: Option<u64>,
+    #[serde(default)]
+    effect: Option<Effect>,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+/// Calls tools over HTTP with one shared client.
+#[derive(Debug, Clone)]
+pub struct HttpToolAdapter {
+    client: reqwest::Client,
+}
+
+impl HttpToolAdapter {
+    /// An adapter over `client` (one pool per process).
+    pub fn new(client: reqwest::Client) -> Self {
+        HttpToolAdapter { client }
+    }
+
+    /// Makes one attempt.
+    ///
+    /// # Errors
+    ///
+    /// A classified [`Failure`] carrying the attempt id.
+    pub async fn invoke(
+        &self,
+        target: &HttpTarget,
+        args: &Value,
+        attempt: &Attempt<'_>,
+    ) -> Result<ToolOutput, Failure> {
+        let mut request = self
+            .client
+            .request(target.method.clone(), &target.url)
+            .header(DEADLINE_HEADER, attempt.remaining.as_millis().to_string())
+            .header(RUN_ID_HEADER, attempt.run_id.as_str())
+            .header(INTENT_ID_HEADER, attempt.intent_id.as_str())
+            .header(ATTEMPT_HEADER, attempt.number.to_string())
+            .header(ATTEMPT_ID_HEADER, attempt.attempt_id.as_str())
+            .json(args)
+            .timeout(attempt.allowance);
+        for (name, value) in &target.headers {
+            request = request.header(name, value);
+        }
+        if let Some(key) = attempt.key {
+            request = request.header(&target.idempotency_header, key.as_str());
+        }
+        let result = self.exchange(target, request, attempt.allowance).await;
+        result.map_err(|f| f.with_attempt(attempt.attempt_id.clone()))
+    }
+
+    /// Looks a call up by its idempotency key: `Some(result)` when the tool
+    /// applied it, `None` when it did not.
+    ///
+    /// # Errors
+    ///
+    /// A [`Failure`] when the lookup itself fails or the tool has no status
+    /// endpoint (category `unknown`, not retryable).
+    pub async fn lookup(
+        &self,
+        target: &HttpTarget,
+        key: &IdempotencyKey,
+        allowance: Duration,
+    ) -> Result<Option<Value>, Failure> {
+        let Some(status_url) = &target.status_url else {
+            return Err(Failure::new(&target.name, Category::Unknown)
+                .with_human_message(format!("{} has no status_url to look up keys", target.name)));
+        };
+        let request = self
+            .client
+            .get(status_url)
+            .query(&[("key", key.as_str())])
+            .header(DEADLINE_HEADER, allowance.as_millis().to_string())
+            .timeout(allowance);
+        match self.exchange(target, request, allowance).await {
+            Ok(output) => Ok(Some(output.result)),
+            Err(f) if f.category() == Category::NotFound => Ok(None),
+            Err(f) => Err(f),
+        }
+    }
+
+    async fn exchange(
+        &self,
+        target: &HttpTarget,
+        request: reqwest::RequestBuilder,
+        allowance: Duration,
+    ) -> Result<ToolOutput, Failure> {
+        let started = StdInstant::now();
+        let response = request.send().await.map_err(|e| {
+            transport_failure(&target.name, &e, started.elapsed(), allowance, false)
+        })?;
+        let status = response.status().as_u16();
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let retry_after = header(reqwest::header::RETRY_AFTER.as_str());
+        let replayed = header("Idempotent-Replayed")
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+            || header("Idempotency-Replayed").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| transport_failure(&target.name, &e, started.elapsed(), allowance, true))?;
+        if !(200..300).contains(&status) {
+            return Err(error_failure(
+                &target.name,
+                status,
+                retry_after.as_deref(),
+                &bytes,
+            ));
+        }
+        let (result, truncated) = shape_result(&bytes, target.max_result_bytes);
+        Ok(ToolOutput {
+            result,
+            truncated,
+            replayed,
+        })
+    }
+}
+
+/// A transport error: before the request went out nothing happened; after,
+/// the effect is unknown.
+fn transport_failure(
+    name: &str,
+    e: &reqwest::Error,
+    elapsed: Duration,
+    allowance: Duration,
+    headers_received: bool,
+) -> Failure {
+    let (kind, phase) = if e.is_connect() && !headers_received {
+        (TransportError::Refused, TransportPhase::BeforeSend)
+    } else if e.is_timeout() || elapsed >= allowance {
+        (TransportError::Timeout, TransportPhase::AfterSend)
+    } else {
+        (TransportError::Reset, TransportPhase::AfterSend)
+    };
+    let what = if headers_received {
+        "the response was lost after its headers"
+    } else {
+        "no response"
+    };
+    Failure::from_transport(name, kind, phase).with_human_message(format!("{name}: {what}: {e}"))
+}
+
+/// An error answer: the tool's structured body if it sent one, else the
+/// status code's classification.
+fn error_failure(name: &str, status: u16, retry_after: Option<&str>, body: &[u8]) -> Failure {
+    if let Ok(ErrorBody { error }) = serde_json::from_slice::<ErrorBody>(body) {
+        let mut f = Failure::new(name, error.category);
+        if let Some(retryable) = error.retryable {
+            f = f.with_retryable(retryable);
+        }
+        if let Some(effect) = error.effect {
+            f = f.with_effect(effect);
+        }
+        if let Some(ms) = error.retry_after_ms {
+            f = f.with_retry_after(Duration::from_millis(ms));
+        } else if let Some(from_header) = retry_after
+            .and_then(|v| rein_core::failure::parse_retry_after(v, SystemTime::now()).ok())
+            && f.retryable()
+        {
+            f = f.with_retry_after(from_header);
+        }
+        let message = error.message.unwrap_or_default();
+        return f.with_human_message(format!("{name} answered HTTP {status}: {message}"));
+    }
+    Failure::from_http_status(name, status, retry_after, SystemTime::now()).unwrap_or_else(|| {
+        Failure::new(name, Category::Unknown)
+            .with_human_message(format!("{name} answered HTTP {status}"))
+    })
+}
+
+/// The longest string kept per field when a result is truncated.
+const TRUNCATED_STRING_CHARS: usize = 200;
+
+/// Parses a result and enforces the size limit, keeping what matters.
+///
+/// A result over the limit keeps its top-level scalar fields (ids, status,
+/// amounts — the structured key fields a model needs), shortens long
+/// strings, drops nested values, and says so in `_truncated`. A non-JSON
+/// body becomes `{"text": ...}`.
+fn shape_result(bytes: &[u8], max: usize) -> (Value, bool) {
+    let value = match serde_json::from_slice::<Value>(bytes) {
+        Ok(v) => v,
+        Err(_) if bytes.is_empty() => Value::Null,
+        Err(_) => json!({"text": String::from_utf8_lossy(bytes)}),
+    };
+    if bytes.len() <= max {
+        return (value, false);
+    }
+    let mut kept = Map::new();
+    let mut dropped = Vec::new();
+    if let Value::Object(map) = &value {
+        let mut used = 0usize;
+        for (k, v) in map {
+            let candidate = match v {
+                Value::String(s) if s.chars().count() > TRUNCATED_STRING_CHARS => {
+                    Value::String(s.chars().take(TRUNCATED_STRING_CHARS).collect::<String>() + "…")
+                }
+                Value::Array(_) | Value::Object(_) => {
+                    dropped.push(k.clone());
+                    continue;
+                }
+                other => other.clone(),
+            };
+            let size = k.len() + candidate.to_string().len() + 4;
+            if used + size > max / 2 {
+                dropped.push(k.clone());
+                continue;
+            }
+            used += size;
+            kept.insert(k.clone(), candidate);
+        }
+    } else if let Value::String(s) = &value {
+        kept.insert(
+            "text".into(),
+            Value::String(s.chars().take(max / 2).collect::<String>() + "…"),
+        );
+    }
+    kept.insert(
+        "_truncated".into(),
+        json!({
+            "original_bytes": bytes.len(),
+            "limit_bytes": max,
+            "dropped_fields": dropped,
+            "note": "result truncated to the size limit; nested fields were dropped",
+        }),
+    );
+    (Value::Object(kept), true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn structured_error_body_wins_over_the_status() {
+        let body = br#"{"error":{"category":"conflict","retryable":false,"effect":"applied","message":"already shipped"}}"#;
+        let f = error_failure("t", 500, None, body);
+        assert_eq!(f.category(), Category::Conflict);
+        assert_eq!(f.effect(), Effect::Applied);
+        assert!(!f.retryable());
+        assert!(f.human_message().contains("already shipped"));
+        assert!(!f.model_message().contains("already shipped"));
+    }
+
+    #[test]
+    fn structured_rate_limit_carries_its_wait() {
+        let body =
+            br#"{"error":{"category":"rate_limited","retryable":true,"retry_after_ms":1500}}"#;
+        let f = error_failure("t", 429, Some("99"), body);
+        assert_eq!(f.retry_after(), Some(Duration::from_millis(1500)));
+    }
+
+    #[test]
+    fn unstructured_error_falls_back_to_the_status() {
+        let f = error_failure("t", 503, Some("2"), b"<html>busy</html>");
+        assert_eq!(f.category(), Category::Transient);
+        assert_eq!(f.retry_after(), Some(Duration::from_secs(2)));
+        let f = error_failure("t", 400, None, br#"{"error":"bad"}"#);
+        assert_eq!(f.category(), Category::InvalidArguments);
+    }
+
+    #[test]
+    fn oversized_results_keep_scalar_key_fields_and_say_so() {
+        let big = json!({
+            "order_id": "A-1001",
+            "status": "shipped",
+            "notes": "x".repeat(5000),
+            "items": (0..500).map(|i| json!({"sku": i})).collect::<Vec<_>>(),
+        });
+        let bytes = serde_json::to_vec(&big).unwrap();
+        let (v, truncated) = shape_result(&bytes, 1024);
+        assert!(truncated);
+        assert_eq!(v["order_id"], "A-1001");
+        assert_eq!(v["status"], "shipped");
+        assert!(v["notes"].as_str().unwrap().chars().count() <= TRUNCATED_STRING_CHARS + 1);
+        assert!(v.get("items").is_none());
+        assert_eq!(v["_truncated"]["dropped_fields"][0], "items");
+        assert!(serde_json::to_vec(&v).unwrap().len() <= 1024);
+    }
+
+    #[test]
+    fn small_and_non_json_results_pass_through() {
+        assert_eq!(shape_result(br#"{"a":1}"#, 100), (json!({"a": 1}), false));
+        assert_eq!(
+            shape_result(b"plain", 100),
+            (json!({"text": "plain"}), false)
+        );
+        assert_eq!(shape_result(b"", 100), (Value::Null, false));
+    }
+}

@@ -1,0 +1,683 @@
+//! The run loop against real parts on loopback: the testkit's order-desk
+//! tool service, the mock OpenAI-compatible model server, and a real SQLite
+//! file. Nothing of rein's own is mocked.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rein_core::deadline::{BudgetLimits, Cost};
+use rein_core::idempotency::Normalizer;
+use rein_core::loop_guard::LoopGuardConfig;
+use rein_core::registry::Price;
+use rein_core::retry::RetryPolicy;
+use rein_core::{Category, EventKind, LatencyProfile, LedgerStatus, Outcome, ToolClass};
+use rein_engine::provider::{ModelProvider, OpenAiProvider, ScriptedProvider};
+use rein_engine::run::{
+    AcceptAll, AgentBinding, ArgValidator, Engine, RunOutput, RunRequest, ToolBinding,
+};
+use rein_engine::tool_http::{DEFAULT_IDEMPOTENCY_HEADER, HttpTarget};
+use rein_store::{SqliteStore, Store};
+use rein_testkit::RetryAfter;
+use rein_testkit::mock_model::{MockModel, Reply};
+use rein_testkit::order_desk::{
+    Fault, Faults, GET_ORDER, OrderDesk, OrderDeskConfig, SEND_EMAIL, UPDATE_DELIVERY_TIME,
+};
+use serde_json::{Value, json};
+
+struct Harness {
+    desk: OrderDesk,
+    store: Arc<dyn Store>,
+    engine: Engine,
+    _dir: tempfile::TempDir,
+}
+
+async fn harness(faults: Faults) -> Harness {
+    let desk = OrderDesk::start_with(OrderDeskConfig::default().with_faults(faults))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("rein.db")).unwrap());
+    let engine = Engine::builder(store.clone()).rng_seed(7).build().unwrap();
+    Harness {
+        desk,
+        store,
+        engine,
+        _dir: dir,
+    }
+}
+
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+fn tool(desk: &OrderDesk, name: &str, class: ToolClass, status_url: bool) -> ToolBinding {
+    ToolBinding {
+        name: name.to_owned(),
+        class,
+        latency: LatencyProfile::new(ms(10), ms(100), ms(250), 100).unwrap(),
+        normalizer: Normalizer::default(),
+        target: HttpTarget {
+            name: name.to_owned(),
+            url: desk.tool_url(name),
+            method: reqwest::Method::POST,
+            headers: BTreeMap::new(),
+            idempotency_header: DEFAULT_IDEMPOTENCY_HEADER.to_owned(),
+            status_url: status_url.then(|| format!("{}/tools/{name}/status", desk.base_url())),
+            max_result_bytes: 16 * 1024,
+        },
+        resource_group: Some("order_api".to_owned()),
+        self_heal_allowance: None,
+    }
+}
+
+fn agent(desk: &OrderDesk, provider: Arc<dyn ModelProvider>, status_url: bool) -> AgentBinding {
+    let tools: BTreeMap<String, ToolBinding> = [
+        tool(desk, GET_ORDER, ToolClass::Read, false),
+        tool(
+            desk,
+            UPDATE_DELIVERY_TIME,
+            ToolClass::IdempotentWrite,
+            status_url,
+        ),
+        tool(desk, SEND_EMAIL, ToolClass::Irreversible, false),
+    ]
+    .into_iter()
+    .map(|t| (t.name.clone(), t))
+    .collect();
+    AgentBinding {
+        name: "order_desk".into(),
+        model: "mock-model".into(),
+        system_prompt: "You adjust orders.".into(),
+        provider,
+        price: None,
+        tool_definitions: vec![],
+        tools,
+        budget: BudgetLimits::new(Duration::from_secs(20))
+            .unwrap()
+            .with_steps(10)
+            .unwrap(),
+        retry: RetryPolicy::default(),
+        loop_guard: LoopGuardConfig::default(),
+        model_latency: LatencyProfile::new(ms(5), ms(50), ms(100), 0).unwrap(),
+    }
+}
+
+fn script(turns: Value) -> Arc<dyn ModelProvider> {
+    Arc::new(ScriptedProvider::from_json("replay", &json!({ "turns": turns }).to_string()).unwrap())
+}
+
+fn call(name: &str, args: Value) -> Value {
+    json!({"tool_calls": [{"name": name, "arguments": args}]})
+}
+
+fn answer(text: &str) -> Value {
+    json!({"text": text})
+}
+
+async fn run_with(h: &Harness, agent: &AgentBinding, validator: &dyn ArgValidator) -> RunOutput {
+    h.engine
+        .run(
+            agent,
+            validator,
+            RunRequest {
+                input: "Move order A-1001 to 2026-12-24 and tell the buyer.".into(),
+                ..RunRequest::default()
+            },
+        )
+        .await
+        .unwrap()
+}
+
+async fn run(h: &Harness, agent: &AgentBinding) -> RunOutput {
+    run_with(h, agent, &AcceptAll).await
+}
+
+async fn kinds(h: &Harness, out: &RunOutput) -> Vec<(EventKind, Value)> {
+    h.store
+        .events(&out.run_id, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.kind, e.data))
+        .collect()
+}
+
+fn update_args() -> Value {
+    json!({"order_id": "A-1001", "delivery_date": "2026-12-24"})
+}
+
+/// A validator requiring the order desk's fields, standing in for the
+/// registry's compiled schemas.
+struct Required;
+
+impl ArgValidator for Required {
+    fn validate(&self, tool: &str, args: &Value) -> Result<(), Vec<String>> {
+        let required: &[&str] = match tool {
+            UPDATE_DELIVERY_TIME => &["order_id", "delivery_date"],
+            GET_ORDER => &["order_id"],
+            _ => &[],
+        };
+        let missing: Vec<String> = required
+            .iter()
+            .filter(|f| args.get(**f).and_then(Value::as_str).is_none())
+            .map(|f| format!("/{f}: required string is missing"))
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(missing)
+        }
+    }
+}
+
+#[tokio::test]
+async fn lost_response_on_idempotent_write_applies_once_via_lookup_by_key() {
+    let h = harness(Faults::none().then(UPDATE_DELIVERY_TIME, Fault::LoseResponse)).await;
+    let a = agent(
+        &h.desk,
+        script(json!([
+            call(UPDATE_DELIVERY_TIME, update_args()),
+            answer("done")
+        ])),
+        true,
+    );
+    let out = run(&h, &a).await;
+
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+    assert_eq!(h.desk.applied_count(UPDATE_DELIVERY_TIME), 1);
+    assert_eq!(
+        h.desk.request_count(UPDATE_DELIVERY_TIME),
+        1,
+        "no re-execution after the lookup"
+    );
+    let events = kinds(&h, &out).await;
+    assert!(
+        events
+            .iter()
+            .any(|(k, d)| *k == EventKind::IdempotencyLookup && d["found"] == true)
+    );
+    let ledger = h.store.ledger(&out.run_id).await.unwrap();
+    assert_eq!(ledger.len(), 1);
+    assert_eq!(ledger[0].status, LedgerStatus::Succeeded);
+    assert!(ledger[0].idempotency_key.is_some());
+}
+
+#[tokio::test]
+async fn lost_response_without_a_status_endpoint_retries_with_the_same_key() {
+    let h = harness(Faults::none().then(UPDATE_DELIVERY_TIME, Fault::LoseResponse)).await;
+    let a = agent(
+        &h.desk,
+        script(json!([
+            call(UPDATE_DELIVERY_TIME, update_args()),
+            answer("done")
+        ])),
+        false,
+    );
+    let out = run(&h, &a).await;
+
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+    assert_eq!(
+        h.desk.applied_count(UPDATE_DELIVERY_TIME),
+        1,
+        "exactly one applied effect"
+    );
+    assert_eq!(
+        h.desk.replayed_count(UPDATE_DELIVERY_TIME),
+        1,
+        "the duplicate was collapsed"
+    );
+    let keys: Vec<_> = h
+        .desk
+        .requests()
+        .into_iter()
+        .filter(|r| r.tool == UPDATE_DELIVERY_TIME)
+        .map(|r| {
+            (
+                r.headers.idempotency_key.clone().unwrap(),
+                r.headers.intent_id.clone().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(keys.len(), 2);
+    assert_eq!(keys[0], keys[1], "same key and intent on the retry");
+    let attempts: Vec<_> = h
+        .desk
+        .requests()
+        .into_iter()
+        .map(|r| r.headers.attempt)
+        .collect();
+    assert_eq!(attempts, vec![Some("1".into()), Some("2".into())]);
+}
+
+#[tokio::test]
+async fn irreversible_tool_is_never_retried() {
+    let h = harness(Faults::none().always(SEND_EMAIL, Fault::status(503))).await;
+    let email = json!({"to": "buyer@example.com", "subject": "s", "body": "b"});
+    let a = agent(
+        &h.desk,
+        script(json!([call(SEND_EMAIL, email), answer("could not notify")])),
+        true,
+    );
+    let out = run(&h, &a).await;
+
+    assert_eq!(h.desk.request_count(SEND_EMAIL), 1);
+    assert_eq!(h.desk.applied_count(SEND_EMAIL), 0);
+    assert_eq!(out.report.outcome, Outcome::Failed);
+    let events = kinds(&h, &out).await;
+    assert!(
+        events
+            .iter()
+            .any(|(k, d)| *k == EventKind::RetryAbandoned && d["reason"]["kind"] == "irreversible")
+    );
+    assert!(!events.iter().any(|(k, _)| *k == EventKind::RetryScheduled));
+    // The request carried no idempotency key: irreversible tools have none.
+    assert!(h.desk.requests()[0].headers.idempotency_key.is_none());
+}
+
+#[tokio::test]
+async fn bad_request_is_never_retried() {
+    let h = harness(Faults::none()).await;
+    // The desk refuses a missing field with 400; no validator stops it here.
+    let a = agent(
+        &h.desk,
+        script(json!([
+            call(UPDATE_DELIVERY_TIME, json!({"order_id": "A-1001"})),
+            answer("gave up")
+        ])),
+        true,
+    );
+    let out = run(&h, &a).await;
+    assert_eq!(h.desk.request_count(UPDATE_DELIVERY_TIME), 1);
+    assert_eq!(
+        out.report.incomplete[0].category,
+        Category::InvalidArguments
+    );
+    assert_eq!(out.report.outcome, Outcome::Failed);
+}
+
+#[tokio::test]
+async fn retry_after_from_the_server_is_honoured() {
+    let h =
+        harness(Faults::none().then(GET_ORDER, Fault::rate_limited(RetryAfter::Seconds(1)))).await;
+    let a = agent(
+        &h.desk,
+        script(json!([
+            call(GET_ORDER, json!({"order_id": "A-1001"})),
+            answer("ok")
+        ])),
+        true,
+    );
+    let started = std::time::Instant::now();
+    let out = run(&h, &a).await;
+
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+    assert_eq!(h.desk.request_count(GET_ORDER), 2);
+    let events = kinds(&h, &out).await;
+    let retry = events
+        .iter()
+        .find(|(k, _)| *k == EventKind::RetryScheduled)
+        .unwrap();
+    assert_eq!(retry.1["from_server"], true);
+    assert_eq!(retry.1["delay_ms"], 1000);
+    assert!(started.elapsed() >= Duration::from_secs(1));
+}
+
+#[tokio::test]
+async fn retry_that_cannot_fit_the_deadline_is_not_started() {
+    let h = harness(Faults::none().then(GET_ORDER, Fault::rate_limited(RetryAfter::Seconds(3600))))
+        .await;
+    let a = agent(
+        &h.desk,
+        script(json!([
+            call(GET_ORDER, json!({"order_id": "A-1001"})),
+            answer("later")
+        ])),
+        true,
+    );
+    let out = run(&h, &a).await;
+
+    assert_eq!(h.desk.request_count(GET_ORDER), 1);
+    let events = kinds(&h, &out).await;
+    assert!(events.iter().any(|(k, d)| *k == EventKind::RetryAbandoned
+        && d["reason"]["kind"] == "server_wait_beyond_deadline"));
+    assert_eq!(out.report.incomplete[0].category, Category::RateLimited);
+}
+
+#[tokio::test]
+async fn step_ceiling_ends_the_run_budget_exhausted_with_its_report() {
+    let h = harness(Faults::none()).await;
+    let mut a = agent(
+        &h.desk,
+        script(json!([
+            call(GET_ORDER, json!({"order_id": "A-1001"})),
+            call(GET_ORDER, json!({"order_id": "A-1002"})),
+            call(GET_ORDER, json!({"order_id": "A-1003"})),
+            answer("never reached"),
+        ])),
+        true,
+    );
+    a.budget = BudgetLimits::new(Duration::from_secs(20))
+        .unwrap()
+        .with_steps(2)
+        .unwrap();
+    let out = run(&h, &a).await;
+
+    assert_eq!(out.report.outcome, Outcome::BudgetExhausted);
+    assert_eq!(out.report.steps, 2);
+    assert_eq!(
+        out.report.completed.len(),
+        2,
+        "the work done is reported, not dropped"
+    );
+    assert!(
+        out.report.recommendation.contains("steps"),
+        "{}",
+        out.report.recommendation
+    );
+    assert_eq!(h.desk.request_count(GET_ORDER), 2);
+    let run = h.store.get_run(&out.run_id).await.unwrap().unwrap();
+    assert_eq!(run.report.unwrap().outcome, Outcome::BudgetExhausted);
+}
+
+#[tokio::test]
+async fn token_ceiling_ends_the_run_before_its_proposed_calls_run() {
+    let h = harness(Faults::none()).await;
+    let mut turn = call(GET_ORDER, json!({"order_id": "A-1001"}));
+    turn["usage"] = json!({"input": 900, "output": 200});
+    let mut a = agent(&h.desk, script(json!([turn, answer("x")])), true);
+    a.budget = BudgetLimits::new(Duration::from_secs(20))
+        .unwrap()
+        .with_tokens(1000)
+        .unwrap();
+    let out = run(&h, &a).await;
+
+    assert_eq!(out.report.outcome, Outcome::BudgetExhausted);
+    assert_eq!(out.report.consumed.tokens, 1100);
+    assert_eq!(h.desk.request_count(GET_ORDER), 0);
+}
+
+#[tokio::test]
+async fn cost_ceiling_ends_the_run_budget_exhausted() {
+    let h = harness(Faults::none()).await;
+    let mut first = call(GET_ORDER, json!({"order_id": "A-1001"}));
+    first["usage"] = json!({"input": 1000, "output": 0});
+    let mut second = call(GET_ORDER, json!({"order_id": "A-1002"}));
+    second["usage"] = json!({"input": 1000, "output": 0});
+    let mut a = agent(&h.desk, script(json!([first, second, answer("x")])), true);
+    // $1 per million input tokens: 1000 tokens cost $0.001 per turn.
+    a.price = Some(Price::new(Cost::from_micros(1_000_000), Cost::ZERO));
+    a.budget = BudgetLimits::new(Duration::from_secs(20))
+        .unwrap()
+        .with_cost(Cost::from_micros(1_500))
+        .unwrap();
+    let out = run(&h, &a).await;
+
+    assert_eq!(out.report.outcome, Outcome::BudgetExhausted);
+    assert_eq!(out.report.consumed.cost, Cost::from_micros(2_000));
+    assert_eq!(
+        h.desk.request_count(GET_ORDER),
+        1,
+        "the second turn's call never ran"
+    );
+}
+
+#[tokio::test]
+async fn wall_clock_ceiling_ends_the_run_budget_exhausted() {
+    let h = harness(Faults::none().always(GET_ORDER, Fault::Delay(Duration::from_secs(5)))).await;
+    let mut a = agent(
+        &h.desk,
+        script(json!([
+            call(GET_ORDER, json!({"order_id": "A-1001"})),
+            answer("x")
+        ])),
+        true,
+    );
+    a.budget = BudgetLimits::new(ms(400)).unwrap();
+    let started = std::time::Instant::now();
+    let out = run(&h, &a).await;
+
+    assert_eq!(
+        out.report.outcome,
+        Outcome::BudgetExhausted,
+        "{:#?}",
+        out.report
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the slow tool did not hold the run"
+    );
+    assert_eq!(out.report.incomplete[0].category, Category::Timeout);
+}
+
+#[tokio::test]
+async fn repeated_identical_failure_stops_at_its_threshold() {
+    let h = harness(Faults::none()).await;
+    let lookups: Vec<Value> = (0..6)
+        .map(|_| call(GET_ORDER, json!({"order_id": "A-9999"})))
+        .collect();
+    let a = agent(&h.desk, script(Value::Array(lookups)), true);
+    let out = run(&h, &a).await;
+
+    // Default threshold 2: the third identical failure trips.
+    assert_eq!(h.desk.request_count(GET_ORDER), 3);
+    let events = kinds(&h, &out).await;
+    let trip = events
+        .iter()
+        .find(|(k, _)| *k == EventKind::LoopDetected)
+        .unwrap();
+    assert_eq!(trip.1["trip"]["reason"], "repeat_failure");
+    assert_eq!(out.report.outcome, Outcome::Failed);
+}
+
+#[tokio::test]
+async fn no_progress_loop_stops_at_its_window() {
+    let h = harness(Faults::none()).await;
+    let lookups: Vec<Value> = (0..8)
+        .map(|i| call(GET_ORDER, json!({"order_id": format!("Z-{i}")})))
+        .collect();
+    let mut a = agent(&h.desk, script(Value::Array(lookups)), true);
+    a.loop_guard = LoopGuardConfig::default()
+        .with_no_progress_window(3)
+        .with_repeat_failure_threshold(50)
+        .with_self_heal_allowance(50);
+    let out = run(&h, &a).await;
+
+    assert_eq!(h.desk.request_count(GET_ORDER), 3);
+    let events = kinds(&h, &out).await;
+    let trip = events
+        .iter()
+        .find(|(k, _)| *k == EventKind::LoopDetected)
+        .unwrap();
+    assert_eq!(trip.1["trip"]["reason"], "no_progress");
+}
+
+#[tokio::test]
+async fn unknown_tools_and_invalid_arguments_never_reach_the_tool_service() {
+    let h = harness(Faults::none()).await;
+    let a = agent(
+        &h.desk,
+        script(json!([
+            call("delete_everything", json!({})),
+            call(UPDATE_DELIVERY_TIME, json!({"order_id": 42})),
+            {"tool_calls": [{"name": UPDATE_DELIVERY_TIME, "arguments": "{\"order_id\": \"A-1001\", \"delivery_da"}]},
+            {"tool_calls": [{"name": GET_ORDER, "arguments": "{not json"}]},
+            answer("I could not do it"),
+        ])),
+        true,
+    );
+    let out = run_with(&h, &a, &Required).await;
+
+    assert!(h.desk.requests().is_empty(), "{:?}", h.desk.requests());
+    let events = kinds(&h, &out).await;
+    let rejected = events
+        .iter()
+        .filter(|(k, d)| *k == EventKind::CallRejected && d.get("category").is_some())
+        .count();
+    assert_eq!(rejected, 4);
+    assert!(
+        events
+            .iter()
+            .any(|(k, d)| *k == EventKind::CallRejected && d["salvaged"] == true)
+    );
+    assert!(h.store.ledger(&out.run_id).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn openai_compatible_model_only_ever_sees_structured_placeholders() {
+    let h = harness(Faults::none().then(UPDATE_DELIVERY_TIME, Fault::status(409))).await;
+    let model = MockModel::start([
+        Reply::tool_call(GET_ORDER, &json!({"order_id": "A-9999"})),
+        Reply::tool_call(UPDATE_DELIVERY_TIME, &update_args()),
+        Reply::text("I could not finish."),
+    ])
+    .await
+    .unwrap();
+    let provider = Arc::new(OpenAiProvider::new(
+        "mock",
+        &model.openai_base_url(),
+        None,
+        Duration::from_secs(5),
+        rein_engine::run::http_client().unwrap(),
+    ));
+    let a = agent(&h.desk, provider, true);
+    let out = run(&h, &a).await;
+
+    assert_eq!(model.request_count(), 3);
+    let desk_messages: Vec<String> = h
+        .desk
+        .requests()
+        .iter()
+        .filter_map(|r| r.status)
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(desk_messages, vec!["404", "409"]);
+    for request in model.requests() {
+        for message in request.body["messages"].as_array().unwrap() {
+            if message["role"] == "tool" {
+                let content = message["content"].as_str().unwrap();
+                assert!(content.starts_with("tool_error target="), "{content}");
+                assert!(content.contains("instruction:"), "{content}");
+                assert!(
+                    !content.contains("A-9999"),
+                    "raw error text leaked: {content}"
+                );
+                assert!(
+                    !content.to_lowercase().contains("order a-"),
+                    "raw error text leaked: {content}"
+                );
+            }
+        }
+    }
+    assert_eq!(out.report.answer.as_deref(), Some("I could not finish."));
+    assert_eq!(out.report.outcome, Outcome::Failed);
+    assert_eq!(
+        out.report.consumed.tokens,
+        3 * 120,
+        "usage from the responses"
+    );
+}
+
+#[tokio::test]
+async fn model_rate_limit_is_retried_and_a_fatal_model_error_is_not() {
+    let h = harness(Faults::none()).await;
+    let model = MockModel::start([
+        Reply::rate_limited(Some(RetryAfter::Seconds(0))),
+        Reply::text("fine"),
+    ])
+    .await
+    .unwrap();
+    let provider = Arc::new(OpenAiProvider::new(
+        "mock",
+        &model.openai_base_url(),
+        None,
+        Duration::from_secs(5),
+        rein_engine::run::http_client().unwrap(),
+    ));
+    let a = agent(&h.desk, provider, true);
+    let out = run(&h, &a).await;
+    assert_eq!(out.report.outcome, Outcome::Succeeded);
+    assert_eq!(model.request_count(), 2);
+
+    let model = MockModel::start([Reply::unauthorized(), Reply::text("never")])
+        .await
+        .unwrap();
+    let provider = Arc::new(OpenAiProvider::new(
+        "mock2",
+        &model.openai_base_url(),
+        None,
+        Duration::from_secs(5),
+        rein_engine::run::http_client().unwrap(),
+    ));
+    let a = agent(&h.desk, provider, true);
+    let out = run(&h, &a).await;
+    assert_eq!(out.report.outcome, Outcome::Failed);
+    assert_eq!(model.request_count(), 1, "401 is not retried");
+}
+
+#[tokio::test]
+async fn demo_scenario_ends_in_partial_success_with_one_update_and_no_email() {
+    let h = harness(Faults::demo()).await;
+    let a = agent(
+        &h.desk,
+        script(json!([
+            call(GET_ORDER, json!({"order_id": "A-1001"})),
+            call(UPDATE_DELIVERY_TIME, update_args()),
+            call(
+                SEND_EMAIL,
+                json!({"to": "buyer@example.com", "subject": "New delivery date", "body": "2026-12-24"})
+            ),
+            answer("The delivery date is updated; the buyer could not be notified yet."),
+        ])),
+        false,
+    );
+    let out = run(&h, &a).await;
+
+    assert_eq!(
+        out.report.outcome,
+        Outcome::PartialSuccess,
+        "{:#?}",
+        out.report
+    );
+    assert!(out.report.recoverable);
+    assert_eq!(h.desk.applied_count(UPDATE_DELIVERY_TIME), 1);
+    assert_eq!(h.desk.applied_count(SEND_EMAIL), 0);
+    assert_eq!(h.desk.request_count(SEND_EMAIL), 1);
+    let tools: Vec<&str> = out
+        .report
+        .completed
+        .iter()
+        .map(|a| a.tool.as_str())
+        .collect();
+    assert_eq!(tools, vec![GET_ORDER, UPDATE_DELIVERY_TIME]);
+    assert_eq!(out.report.incomplete.len(), 1);
+    assert_eq!(out.report.incomplete[0].tool, SEND_EMAIL);
+    assert_eq!(out.report.incomplete[0].category, Category::RateLimited);
+    let ledger = h.store.ledger(&out.run_id).await.unwrap();
+    let statuses: Vec<(&str, LedgerStatus)> =
+        ledger.iter().map(|r| (r.tool.as_str(), r.status)).collect();
+    assert_eq!(
+        statuses,
+        vec![
+            (UPDATE_DELIVERY_TIME, LedgerStatus::Succeeded),
+            (SEND_EMAIL, LedgerStatus::Failed)
+        ]
+    );
+    let events = kinds(&h, &out).await;
+    assert!(
+        events
+            .iter()
+            .any(|(k, _)| *k == EventKind::PartialSuccessReturned)
+    );
+    // Every event is durable with gap-free sequence numbers.
+    let seqs: Vec<u64> = h
+        .store
+        .events(&out.run_id, 0)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+}

@@ -1,0 +1,75 @@
+//! Atomic step writes: [`StepCommit`] and what it returns, [`Committed`].
+
+use rein_core::{Event, IntentId, LedgerRecord};
+
+use crate::checkpoint::Checkpoint;
+use crate::intent::PlannedIntent;
+use crate::ledger::LedgerMark;
+use crate::run::{RunRecord, StatusChange};
+
+/// Everything one step of a run writes, applied in one transaction.
+///
+/// # Why one write per step
+///
+/// A step's records only make sense together: the checkpoint that says an
+/// intent completed, the ledger mark that says its effect succeeded, and the
+/// events that explain both. Writing them separately would let a crash leave
+/// a checkpoint ahead of its ledger, and would cost one durable commit (one
+/// fsync under `synchronous = FULL`) per record instead of one per step.
+///
+/// # Order of application
+///
+/// Parts are applied in this order, and the first refusal rolls back all of
+/// them:
+///
+/// 1. `intents` (first write per intent wins; a repeat is a no-op)
+/// 2. `declares` (an existing record for the intent is returned unchanged)
+/// 3. `marks` (checked against the ledger state machine)
+/// 4. `checkpoint` (replaces the same step)
+/// 5. `events` (the store assigns `seq`, gap-free from 1)
+/// 6. `status` (refused if the run already finished)
+///
+/// Every item must belong to the run the commit is made for.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepCommit {
+    /// Planned intents, each with the step that planned it.
+    pub intents: Vec<(u32, PlannedIntent)>,
+    /// Ledger records to declare `pending` before their calls; the store
+    /// assigns `seq` and `status` and ignores what they hold.
+    pub declares: Vec<LedgerRecord>,
+    /// Ledger marks, in order; two marks of one intent apply in sequence.
+    pub marks: Vec<(IntentId, LedgerMark)>,
+    /// The checkpoint after the step.
+    pub checkpoint: Option<Checkpoint>,
+    /// Events to append; the store assigns `seq` and ignores what they hold.
+    pub events: Vec<Event>,
+    /// A run status change.
+    pub status: Option<StatusChange>,
+}
+
+impl StepCommit {
+    /// Whether the commit writes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.intents.is_empty()
+            && self.declares.is_empty()
+            && self.marks.is_empty()
+            && self.checkpoint.is_none()
+            && self.events.is_empty()
+            && self.status.is_none()
+    }
+}
+
+/// What a [`StepCommit`] stored, as the store now holds it.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Committed {
+    /// The declared records, in the order given, each with its `seq` (or
+    /// the record that already existed for its intent).
+    pub declared: Vec<LedgerRecord>,
+    /// The marked records after each mark, in the order given.
+    pub marked: Vec<LedgerRecord>,
+    /// The appended events with their assigned `seq`, in the order given.
+    pub events: Vec<Event>,
+    /// The run after a status change.
+    pub run: Option<RunRecord>,
+}

@@ -1,0 +1,922 @@
+//! The conformance suite: the semantics every [`Store`] backend must have.
+//!
+//! # Why one suite
+//!
+//! The engine's guarantees (gap-free event streams, a write-ahead ledger
+//! that only moves along its state machine, final outcomes, resumable
+//! checkpoints) hold only if every backend keeps them. Each backend's tests
+//! call [`run_all`] (or the checks one by one) on a real instance: SQLite
+//! on a temporary file, PostgreSQL on a scratch database.
+//!
+//! Every check creates its own runs under unique ids, so the checks may
+//! share a store and may run against a store that already holds data. A
+//! failed check panics with a message naming the expectation.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "conformance checks are assertions: a broken expectation panics"
+)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rein_core::deadline::{Cost, Usage};
+use rein_core::failure::{Category, Effect};
+use rein_core::idempotency::IdempotencyKey;
+use rein_core::ledger::LedgerTransitionError;
+use rein_core::outcome::{CompletedAction, IncompleteAction};
+use rein_core::{
+    AttemptId, Event, EventKind, Failure, IntentId, LedgerRecord, LedgerStatus, Outcome, RunId,
+    RunReport, TenantId, ToolClass,
+};
+use serde_json::json;
+
+use crate::{
+    Checkpoint, LedgerMark, NewRun, PlannedIntent, RunStatus, StatusChange, StepCommit, Store,
+    StoreError,
+};
+
+/// A base time far from the present, so runs made here sort first.
+const BASE_MS: u64 = 4_000_000_000_000;
+
+/// Runs every check in turn.
+pub async fn run_all(store: &dyn Store) {
+    run_lifecycle(store).await;
+    finished_run_status_is_final(store).await;
+    list_runs_newest_first(store).await;
+    event_seqs_are_gap_free_across_batches(store).await;
+    events_after_seq_filters(store).await;
+    intents_are_idempotent(store).await;
+    ledger_declare_is_idempotent_and_ordered(store).await;
+    ledger_marks_follow_the_state_machine(store).await;
+    pending_ledger_lists_only_pending(store).await;
+    checkpoint_latest_and_replace(store).await;
+    step_commit_is_atomic(store).await;
+    unknown_run_is_not_found(store).await;
+}
+
+/// An id no other call of this process (or earlier process) produced.
+fn unique(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos());
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("conformance-{prefix}-{nanos}-{count}")
+}
+
+/// A new run description with a unique id.
+pub fn new_run(prefix: &str, created_at_ms: u64) -> NewRun {
+    NewRun {
+        run_id: RunId::new(unique(prefix)).unwrap(),
+        tenant: TenantId::new("tenant-a").unwrap(),
+        agent: "order-desk".to_owned(),
+        input: "move order 42 to Friday, then tell the buyer".to_owned(),
+        parent_run_id: None,
+        budget: json!({ "max_steps": 10, "wall_clock": "30s" }),
+        created_at_ms,
+    }
+}
+
+async fn created(store: &dyn Store, prefix: &str) -> RunId {
+    let run = new_run(prefix, BASE_MS);
+    store.create_run(run).await.unwrap().run_id
+}
+
+fn event(run_id: &RunId, kind: EventKind, step: u32) -> Event {
+    Event {
+        run_id: run_id.clone(),
+        seq: 99,
+        step,
+        intent_id: Some(IntentId::new("intent-1").unwrap()),
+        attempt_id: Some(AttemptId::new("intent-1/1").unwrap()),
+        idempotency_key: Some(IdempotencyKey::parse("key-abc").unwrap()),
+        at_ms: BASE_MS + u64::from(step),
+        kind,
+        data: json!({ "remaining_ms": 1200, "reason": "server asked for 2s" }),
+    }
+}
+
+fn intent(id: &str, ordinal: u32, tool: &str) -> PlannedIntent {
+    PlannedIntent {
+        intent_id: IntentId::new(id).unwrap(),
+        ordinal,
+        call_id: format!("call_{ordinal}"),
+        tool: tool.to_owned(),
+        args: json!({ "order_id": 42, "ordinal": ordinal }),
+    }
+}
+
+fn declaration(run_id: &RunId, intent_id: &str, tool: &str, class: ToolClass) -> LedgerRecord {
+    LedgerRecord {
+        run_id: run_id.clone(),
+        intent_id: IntentId::new(intent_id).unwrap(),
+        seq: 77,
+        step: 1,
+        tool: tool.to_owned(),
+        class,
+        idempotency_key: (class != ToolClass::Irreversible)
+            .then(|| IdempotencyKey::parse(&format!("key-{intent_id}")).unwrap()),
+        args: json!({ "order_id": 42 }),
+        status: LedgerStatus::Succeeded,
+        result: None,
+        failure: None,
+        attempts: 0,
+        created_at_ms: BASE_MS,
+        updated_at_ms: BASE_MS,
+    }
+}
+
+fn mark(status: LedgerStatus, attempts: u32, at_ms: u64) -> LedgerMark {
+    LedgerMark {
+        status,
+        result: None,
+        failure: None,
+        attempts,
+        at_ms,
+    }
+}
+
+fn report(outcome: Outcome) -> RunReport {
+    RunReport {
+        outcome,
+        completed: vec![CompletedAction {
+            intent_id: IntentId::new("intent-1").unwrap(),
+            tool: "update_delivery_time".to_owned(),
+            result: json!({ "order_id": 42, "delivery": "friday" }),
+            ledger: Some(LedgerStatus::Succeeded),
+        }],
+        incomplete: vec![IncompleteAction {
+            intent_id: IntentId::new("intent-2").unwrap(),
+            tool: "send_email".to_owned(),
+            category: Category::RateLimited,
+            reason: "retry-after exceeds the remaining budget".to_owned(),
+            ledger: Some(LedgerStatus::Pending),
+            maybe_applied: false,
+        }],
+        recoverable: true,
+        recommendation: "send the email once the rate limit clears".to_owned(),
+        summary: "The delivery time was updated; the buyer was not notified.".to_owned(),
+        answer: None,
+        consumed: Usage {
+            steps: 3,
+            tokens: 1234,
+            cost: Cost::from_micros(5600),
+        },
+        elapsed_ms: 2100,
+        steps: 3,
+    }
+}
+
+fn checkpoint(run_id: &RunId, step: u32, note: &str) -> Checkpoint {
+    Checkpoint {
+        run_id: run_id.clone(),
+        step,
+        messages: json!([{ "role": "user", "content": note }]),
+        completed_intents: vec![IntentId::new(format!("intent-{step}")).unwrap()],
+        consumed: Usage {
+            steps: step,
+            tokens: 100 * u64::from(step),
+            cost: Cost::from_micros(10 * u64::from(step)),
+        },
+        elapsed_ms: 1000 * u64::from(step),
+        state: json!({ "note": note }),
+        at_ms: BASE_MS + u64::from(step),
+    }
+}
+
+fn assert_not_found(result: Result<impl std::fmt::Debug, StoreError>, what: &str, context: &str) {
+    match result {
+        Err(StoreError::NotFound { what: found, .. }) if found == what => {}
+        other => panic!("{context}: expected NotFound {{ what: {what:?} }}, found {other:?}"),
+    }
+}
+
+/// A new run is `queued` and reads back equal; a duplicate id is a
+/// `Conflict`; status changes are stored with their time and report.
+pub async fn run_lifecycle(store: &dyn Store) {
+    let mut new = new_run("lifecycle", BASE_MS);
+    new.parent_run_id = Some(RunId::new("parent-run").unwrap());
+    let record = store.create_run(new.clone()).await.unwrap();
+    assert_eq!(record.status, RunStatus::Queued, "a new run is queued");
+    assert_eq!(record.report, None);
+    assert_eq!(record.updated_at_ms, new.created_at_ms);
+    let read = store.get_run(&new.run_id).await.unwrap();
+    assert_eq!(
+        read.as_ref(),
+        Some(&record),
+        "get_run returns what create_run returned"
+    );
+    let read = read.unwrap();
+    assert_eq!(read.budget, new.budget);
+    assert_eq!(read.parent_run_id, new.parent_run_id);
+
+    match store.create_run(new.clone()).await {
+        Err(StoreError::Conflict { what: "run", id }) => assert_eq!(id, new.run_id.as_str()),
+        other => panic!("a duplicate run id must be a Conflict, found {other:?}"),
+    }
+
+    let running = store
+        .set_run_status(&new.run_id, RunStatus::Running, None, BASE_MS + 5)
+        .await
+        .unwrap();
+    assert_eq!(running.status, RunStatus::Running);
+    assert_eq!(running.updated_at_ms, BASE_MS + 5);
+
+    let queued = store
+        .set_run_status(&new.run_id, RunStatus::Queued, None, BASE_MS + 6)
+        .await
+        .unwrap();
+    assert_eq!(queued.status, RunStatus::Queued, "a run may be requeued");
+
+    let wrong = store
+        .set_run_status(
+            &new.run_id,
+            RunStatus::Finished(Outcome::Failed),
+            Some(report(Outcome::PartialSuccess)),
+            BASE_MS + 7,
+        )
+        .await;
+    assert!(
+        matches!(
+            wrong,
+            Err(StoreError::Invalid {
+                what: "report outcome",
+                ..
+            })
+        ),
+        "a report that contradicts the status must be refused, found {wrong:?}"
+    );
+
+    let finished = store
+        .set_run_status(
+            &new.run_id,
+            RunStatus::Finished(Outcome::PartialSuccess),
+            Some(report(Outcome::PartialSuccess)),
+            BASE_MS + 9,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        finished.status,
+        RunStatus::Finished(Outcome::PartialSuccess)
+    );
+    assert_eq!(finished.report, Some(report(Outcome::PartialSuccess)));
+    let read = store.get_run(&new.run_id).await.unwrap().unwrap();
+    assert_eq!(
+        read, finished,
+        "the finished run reads back with its report"
+    );
+    assert_eq!(read.created_at_ms, new.created_at_ms);
+    assert_eq!(read.updated_at_ms, BASE_MS + 9);
+}
+
+/// Outcomes are final: any status change of a finished run is refused.
+pub async fn finished_run_status_is_final(store: &dyn Store) {
+    let run_id = created(store, "final").await;
+    store
+        .set_run_status(
+            &run_id,
+            RunStatus::Finished(Outcome::Succeeded),
+            None,
+            BASE_MS + 1,
+        )
+        .await
+        .unwrap();
+    for requested in [
+        RunStatus::Running,
+        RunStatus::Queued,
+        RunStatus::Finished(Outcome::Succeeded),
+        RunStatus::Finished(Outcome::Failed),
+    ] {
+        match store
+            .set_run_status(&run_id, requested, None, BASE_MS + 2)
+            .await
+        {
+            Err(StoreError::FinishedRun {
+                outcome: Outcome::Succeeded,
+                requested: found,
+                ..
+            }) => assert_eq!(found, requested),
+            other => panic!("a finished run must refuse {requested}, found {other:?}"),
+        }
+    }
+    let read = store.get_run(&run_id).await.unwrap().unwrap();
+    assert_eq!(read.status, RunStatus::Finished(Outcome::Succeeded));
+    assert_eq!(
+        read.updated_at_ms,
+        BASE_MS + 1,
+        "a refused change writes nothing"
+    );
+}
+
+/// `list_runs` gives the newest runs first and honours its limit.
+pub async fn list_runs_newest_first(store: &dyn Store) {
+    // Later than every other run of the suite, so these three lead the list.
+    let base = BASE_MS * 2;
+    let mut ids = Vec::new();
+    for offset in [10, 30, 20] {
+        let run = store
+            .create_run(new_run("list", base + offset))
+            .await
+            .unwrap();
+        ids.push(run.run_id);
+    }
+    let runs = store.list_runs(1000).await.unwrap();
+    assert!(
+        runs.windows(2)
+            .all(|pair| pair[0].created_at_ms >= pair[1].created_at_ms),
+        "list_runs must be ordered newest first"
+    );
+    let ours: Vec<&RunId> = runs
+        .iter()
+        .map(|run| &run.run_id)
+        .filter(|id| ids.contains(id))
+        .collect();
+    assert_eq!(
+        ours,
+        vec![&ids[1], &ids[2], &ids[0]],
+        "newest created_at_ms first"
+    );
+    assert_eq!(
+        store.list_runs(2).await.unwrap().len(),
+        2,
+        "limit is honoured"
+    );
+    assert!(
+        store.list_runs(0).await.unwrap().is_empty(),
+        "limit 0 lists nothing"
+    );
+}
+
+/// The store assigns event `seq` from 1, gap-free across batches, ignoring
+/// the incoming `seq`; every field round-trips.
+pub async fn event_seqs_are_gap_free_across_batches(store: &dyn Store) {
+    let run_id = created(store, "events").await;
+    let first = store
+        .append_events(
+            &run_id,
+            vec![
+                event(&run_id, EventKind::RunStarted, 0),
+                event(&run_id, EventKind::PlanCreated, 1),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(first.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
+    let second = store
+        .append_events(
+            &run_id,
+            vec![
+                event(&run_id, EventKind::ToolCallStarted, 1),
+                event(&run_id, EventKind::RetryScheduled, 1),
+                event(&run_id, EventKind::ToolCallFinished, 1),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(second.iter().map(|e| e.seq).collect::<Vec<_>>(), [3, 4, 5]);
+    assert!(
+        store
+            .append_events(&run_id, Vec::new())
+            .await
+            .unwrap()
+            .is_empty(),
+        "an empty batch appends nothing"
+    );
+
+    let all = store.events(&run_id, 0).await.unwrap();
+    let expected: Vec<Event> = first.into_iter().chain(second).collect();
+    assert_eq!(
+        all, expected,
+        "events read back in seq order, every field intact"
+    );
+    assert_eq!(all[3].kind, EventKind::RetryScheduled);
+    assert_eq!(
+        all[3].data,
+        event(&run_id, EventKind::RetryScheduled, 1).data
+    );
+
+    let other = created(store, "events-other").await;
+    let mismatched = store
+        .append_events(
+            &run_id,
+            vec![
+                event(&run_id, EventKind::RunFinished, 2),
+                event(&other, EventKind::RunFinished, 2),
+            ],
+        )
+        .await;
+    assert!(
+        matches!(
+            mismatched,
+            Err(StoreError::Invalid {
+                what: "event run id",
+                ..
+            })
+        ),
+        "an event of another run must be refused, found {mismatched:?}"
+    );
+    assert_eq!(
+        store.events(&run_id, 0).await.unwrap().len(),
+        5,
+        "a refused batch appends none of its events"
+    );
+    let next = store
+        .append_events(&run_id, vec![event(&run_id, EventKind::RunFinished, 2)])
+        .await
+        .unwrap();
+    assert_eq!(next[0].seq, 6, "a refused batch leaves no gap");
+    let theirs = store
+        .append_events(&other, vec![event(&other, EventKind::RunStarted, 0)])
+        .await
+        .unwrap();
+    assert_eq!(theirs[0].seq, 1, "seq is per run");
+}
+
+/// `events(after_seq)` returns only later events, in order.
+pub async fn events_after_seq_filters(store: &dyn Store) {
+    let run_id = created(store, "after").await;
+    let batch: Vec<Event> = (0..5)
+        .map(|step| event(&run_id, EventKind::BudgetAllocated, step))
+        .collect();
+    store.append_events(&run_id, batch).await.unwrap();
+    let seqs = |events: Vec<Event>| events.iter().map(|e| e.seq).collect::<Vec<_>>();
+    assert_eq!(
+        seqs(store.events(&run_id, 0).await.unwrap()),
+        [1, 2, 3, 4, 5]
+    );
+    assert_eq!(seqs(store.events(&run_id, 3).await.unwrap()), [4, 5]);
+    assert!(store.events(&run_id, 5).await.unwrap().is_empty());
+    assert!(store.events(&run_id, u64::MAX).await.unwrap().is_empty());
+}
+
+/// Saving an intent again is a no-op (the first write wins), so a resume
+/// can re-save the intents it reuses.
+pub async fn intents_are_idempotent(store: &dyn Store) {
+    let run_id = created(store, "intents").await;
+    let planned = vec![
+        intent("intent-a", 0, "get_order"),
+        intent("intent-b", 1, "update_delivery_time"),
+    ];
+    store
+        .save_intents(&run_id, 1, planned.clone())
+        .await
+        .unwrap();
+    let mut changed = intent("intent-a", 5, "send_email");
+    changed.args = json!({ "changed": true });
+    store
+        .save_intents(&run_id, 3, vec![changed, planned[1].clone()])
+        .await
+        .unwrap();
+    store
+        .save_intents(&run_id, 2, vec![intent("intent-c", 0, "send_email")])
+        .await
+        .unwrap();
+    let saved = store.intents(&run_id).await.unwrap();
+    assert_eq!(
+        saved,
+        vec![
+            (1, planned[0].clone()),
+            (1, planned[1].clone()),
+            (2, intent("intent-c", 0, "send_email")),
+        ],
+        "intents are ordered by step then ordinal, and a re-save changes nothing"
+    );
+}
+
+/// `declare` assigns the next execution `seq` and `pending`; declaring the
+/// same intent again returns the existing record unchanged.
+pub async fn ledger_declare_is_idempotent_and_ordered(store: &dyn Store) {
+    let run_id = created(store, "declare").await;
+    let a = store
+        .declare(declaration(
+            &run_id,
+            "intent-a",
+            "update_delivery_time",
+            ToolClass::IdempotentWrite,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(a.seq, 1, "the store assigns seq, ignoring the incoming one");
+    assert_eq!(a.status, LedgerStatus::Pending, "a declaration is pending");
+    let b = store
+        .declare(declaration(
+            &run_id,
+            "intent-b",
+            "send_email",
+            ToolClass::Irreversible,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(b.seq, 2);
+    assert_eq!(b.idempotency_key, None);
+
+    let mut again = declaration(&run_id, "intent-a", "other_tool", ToolClass::Read);
+    again.step = 9;
+    let redeclared = store.declare(again).await.unwrap();
+    assert_eq!(
+        redeclared, a,
+        "a re-declaration returns the existing record unchanged"
+    );
+
+    let ledger = store.ledger(&run_id).await.unwrap();
+    assert_eq!(ledger, vec![a, b], "the ledger is in execution order");
+
+    let other = created(store, "declare-other").await;
+    let first = store
+        .declare(declaration(
+            &other,
+            "intent-a",
+            "update_delivery_time",
+            ToolClass::IdempotentWrite,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(first.seq, 1, "ledger seq is per run");
+}
+
+/// Marks follow `LedgerStatus::transition`; `result` and `failure` are kept
+/// when a mark leaves them out; `attempts` only grows.
+pub async fn ledger_marks_follow_the_state_machine(store: &dyn Store) {
+    let run_id = created(store, "marks").await;
+    let a = IntentId::new("intent-a").unwrap();
+    let b = IntentId::new("intent-b").unwrap();
+    store
+        .declare(declaration(
+            &run_id,
+            "intent-a",
+            "update_delivery_time",
+            ToolClass::IdempotentWrite,
+        ))
+        .await
+        .unwrap();
+    store
+        .declare(declaration(
+            &run_id,
+            "intent-b",
+            "send_email",
+            ToolClass::Irreversible,
+        ))
+        .await
+        .unwrap();
+
+    let mut succeeded = mark(LedgerStatus::Succeeded, 2, BASE_MS + 10);
+    succeeded.result = Some(json!({ "order_id": 42, "delivery": "friday" }));
+    let record = store.mark(&run_id, &a, succeeded.clone()).await.unwrap();
+    assert_eq!(record.status, LedgerStatus::Succeeded);
+    assert_eq!(record.result, succeeded.result);
+    assert_eq!(record.attempts, 2);
+    assert_eq!(record.updated_at_ms, BASE_MS + 10);
+    assert_eq!(record.created_at_ms, BASE_MS);
+
+    let again = store.mark(&run_id, &a, succeeded.clone()).await.unwrap();
+    assert_eq!(
+        again.status,
+        LedgerStatus::Succeeded,
+        "a repeated mark is allowed"
+    );
+
+    let compensated = store
+        .mark(
+            &run_id,
+            &a,
+            mark(LedgerStatus::Compensated, 1, BASE_MS + 20),
+        )
+        .await
+        .unwrap();
+    assert_eq!(compensated.status, LedgerStatus::Compensated);
+    assert_eq!(
+        compensated.result, succeeded.result,
+        "a mark without result keeps it"
+    );
+    assert_eq!(compensated.attempts, 2, "attempts only grow");
+
+    match store
+        .mark(&run_id, &a, mark(LedgerStatus::Pending, 3, BASE_MS + 30))
+        .await
+    {
+        Err(StoreError::InvalidTransition(LedgerTransitionError { from, to })) => {
+            assert_eq!(
+                (from, to),
+                (LedgerStatus::Compensated, LedgerStatus::Pending)
+            );
+        }
+        other => panic!("compensated -> pending must be refused, found {other:?}"),
+    }
+
+    let failure = Failure::new("send_email", Category::RateLimited)
+        .with_retry_after(Duration::from_secs(30))
+        .with_effect(Effect::NotApplied)
+        .with_human_message("429 Too Many Requests")
+        .with_attempt(AttemptId::new("intent-b/1").unwrap());
+    let mut failed = mark(LedgerStatus::Failed, 1, BASE_MS + 40);
+    failed.failure = Some(failure.clone());
+    let record = store.mark(&run_id, &b, failed).await.unwrap();
+    assert_eq!(
+        record.failure,
+        Some(failure.clone()),
+        "the failure round-trips"
+    );
+    match store
+        .mark(&run_id, &b, mark(LedgerStatus::Succeeded, 1, BASE_MS + 50))
+        .await
+    {
+        Err(StoreError::InvalidTransition(LedgerTransitionError { from, to })) => {
+            assert_eq!((from, to), (LedgerStatus::Failed, LedgerStatus::Succeeded));
+        }
+        other => panic!("failed -> succeeded must be refused, found {other:?}"),
+    }
+
+    let ledger = store.ledger(&run_id).await.unwrap();
+    assert_eq!(ledger[0], compensated, "a refused mark writes nothing");
+    assert_eq!(ledger[1].status, LedgerStatus::Failed);
+    assert_eq!(ledger[1].failure, Some(failure));
+
+    assert_not_found(
+        store
+            .mark(
+                &run_id,
+                &IntentId::new("never-declared").unwrap(),
+                mark(LedgerStatus::Succeeded, 1, BASE_MS),
+            )
+            .await,
+        "ledger record",
+        "mark of an undeclared intent",
+    );
+}
+
+/// `pending_ledger` lists pending records across runs and nothing else.
+pub async fn pending_ledger_lists_only_pending(store: &dyn Store) {
+    let first = created(store, "pending-1").await;
+    let second = created(store, "pending-2").await;
+    for run_id in [&first, &second] {
+        for intent_id in ["intent-a", "intent-b"] {
+            store
+                .declare(declaration(
+                    run_id,
+                    intent_id,
+                    "update_delivery_time",
+                    ToolClass::IdempotentWrite,
+                ))
+                .await
+                .unwrap();
+        }
+    }
+    store
+        .mark(
+            &first,
+            &IntentId::new("intent-a").unwrap(),
+            mark(LedgerStatus::Succeeded, 1, BASE_MS + 1),
+        )
+        .await
+        .unwrap();
+    let pending = store.pending_ledger(10_000).await.unwrap();
+    assert!(pending.iter().all(|r| r.status == LedgerStatus::Pending));
+    let ours: Vec<(&str, &str)> = pending
+        .iter()
+        .filter(|r| r.run_id == first || r.run_id == second)
+        .map(|r| (r.run_id.as_str(), r.intent_id.as_str()))
+        .collect();
+    assert_eq!(ours.len(), 3, "three records are still pending: {ours:?}");
+    assert!(ours.contains(&(first.as_str(), "intent-b")));
+    assert!(ours.contains(&(second.as_str(), "intent-a")));
+    assert!(ours.contains(&(second.as_str(), "intent-b")));
+    assert_eq!(
+        store.pending_ledger(1).await.unwrap().len(),
+        1,
+        "limit is honoured"
+    );
+}
+
+/// `latest_checkpoint` returns the highest step; rewriting a step
+/// replaces it.
+pub async fn checkpoint_latest_and_replace(store: &dyn Store) {
+    let run_id = created(store, "checkpoint").await;
+    assert_eq!(store.latest_checkpoint(&run_id).await.unwrap(), None);
+    store
+        .write_checkpoint(checkpoint(&run_id, 1, "one"))
+        .await
+        .unwrap();
+    store
+        .write_checkpoint(checkpoint(&run_id, 2, "two"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.latest_checkpoint(&run_id).await.unwrap(),
+        Some(checkpoint(&run_id, 2, "two")),
+        "the highest step wins and every field round-trips"
+    );
+    store
+        .write_checkpoint(checkpoint(&run_id, 2, "two again"))
+        .await
+        .unwrap();
+    store
+        .write_checkpoint(checkpoint(&run_id, 1, "one again"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.latest_checkpoint(&run_id).await.unwrap(),
+        Some(checkpoint(&run_id, 2, "two again")),
+        "rewriting a step replaces it; an older step does not become latest"
+    );
+    let other = created(store, "checkpoint-other").await;
+    let wrong = store
+        .commit_step(
+            &other,
+            StepCommit {
+                checkpoint: Some(checkpoint(&run_id, 3, "wrong run")),
+                ..StepCommit::default()
+            },
+        )
+        .await;
+    assert!(
+        matches!(
+            wrong,
+            Err(StoreError::Invalid {
+                what: "checkpoint run id",
+                ..
+            })
+        ),
+        "a checkpoint of another run must be refused, found {wrong:?}"
+    );
+}
+
+/// A [`StepCommit`] stores all its parts or none.
+pub async fn step_commit_is_atomic(store: &dyn Store) {
+    let run_id = created(store, "commit").await;
+    let committed = store
+        .commit_step(
+            &run_id,
+            StepCommit {
+                intents: vec![(1, intent("intent-a", 0, "update_delivery_time"))],
+                declares: vec![declaration(
+                    &run_id,
+                    "intent-a",
+                    "update_delivery_time",
+                    ToolClass::IdempotentWrite,
+                )],
+                marks: vec![(
+                    IntentId::new("intent-a").unwrap(),
+                    mark(LedgerStatus::Succeeded, 1, BASE_MS + 3),
+                )],
+                checkpoint: Some(checkpoint(&run_id, 1, "after step one")),
+                events: vec![
+                    event(&run_id, EventKind::RunStarted, 0),
+                    event(&run_id, EventKind::CheckpointWritten, 1),
+                ],
+                status: Some(StatusChange {
+                    status: RunStatus::Running,
+                    report: None,
+                    at_ms: BASE_MS + 4,
+                }),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(committed.declared.len(), 1);
+    assert_eq!(committed.declared[0].status, LedgerStatus::Pending);
+    assert_eq!(committed.marked.len(), 1);
+    assert_eq!(
+        committed.marked[0].status,
+        LedgerStatus::Succeeded,
+        "marks follow declares"
+    );
+    assert_eq!(
+        committed.events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [1, 2]
+    );
+    assert_eq!(
+        committed.run.as_ref().map(|run| run.status),
+        Some(RunStatus::Running)
+    );
+    assert_eq!(store.intents(&run_id).await.unwrap().len(), 1);
+    assert_eq!(store.ledger(&run_id).await.unwrap(), committed.marked);
+    assert_eq!(
+        store.latest_checkpoint(&run_id).await.unwrap(),
+        Some(checkpoint(&run_id, 1, "after step one"))
+    );
+
+    let refused = store
+        .commit_step(
+            &run_id,
+            StepCommit {
+                intents: vec![(2, intent("intent-b", 0, "send_email"))],
+                declares: vec![declaration(
+                    &run_id,
+                    "intent-b",
+                    "send_email",
+                    ToolClass::Irreversible,
+                )],
+                marks: vec![(
+                    IntentId::new("intent-a").unwrap(),
+                    mark(LedgerStatus::Pending, 1, BASE_MS + 5),
+                )],
+                checkpoint: Some(checkpoint(&run_id, 2, "never stored")),
+                events: vec![event(&run_id, EventKind::ToolCallStarted, 2)],
+                status: Some(StatusChange {
+                    status: RunStatus::Finished(Outcome::Failed),
+                    report: Some(report(Outcome::Failed)),
+                    at_ms: BASE_MS + 6,
+                }),
+            },
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::InvalidTransition(_))),
+        "an illegal mark refuses the whole commit, found {refused:?}"
+    );
+    assert_eq!(
+        store.intents(&run_id).await.unwrap().len(),
+        1,
+        "no intent stored"
+    );
+    assert_eq!(
+        store.ledger(&run_id).await.unwrap().len(),
+        1,
+        "no declaration stored"
+    );
+    assert_eq!(
+        store.events(&run_id, 0).await.unwrap().len(),
+        2,
+        "no event stored"
+    );
+    assert_eq!(
+        store
+            .latest_checkpoint(&run_id)
+            .await
+            .unwrap()
+            .map(|c| c.step),
+        Some(1),
+        "no checkpoint stored"
+    );
+    assert_eq!(
+        store.get_run(&run_id).await.unwrap().map(|run| run.status),
+        Some(RunStatus::Running),
+        "no status change stored"
+    );
+}
+
+/// Every call about a run that does not exist fails with `NotFound`
+/// (`get_run` answers `None`).
+pub async fn unknown_run_is_not_found(store: &dyn Store) {
+    let run_id = RunId::new(unique("missing")).unwrap();
+    assert_eq!(store.get_run(&run_id).await.unwrap(), None);
+    assert_not_found(store.events(&run_id, 0).await, "run", "events");
+    assert_not_found(store.intents(&run_id).await, "run", "intents");
+    assert_not_found(store.ledger(&run_id).await, "run", "ledger");
+    assert_not_found(
+        store.latest_checkpoint(&run_id).await,
+        "run",
+        "latest_checkpoint",
+    );
+    assert_not_found(
+        store
+            .append_events(&run_id, vec![event(&run_id, EventKind::RunStarted, 0)])
+            .await,
+        "run",
+        "append_events",
+    );
+    assert_not_found(
+        store
+            .save_intents(&run_id, 1, vec![intent("intent-a", 0, "get_order")])
+            .await,
+        "run",
+        "save_intents",
+    );
+    assert_not_found(
+        store
+            .declare(declaration(
+                &run_id,
+                "intent-a",
+                "get_order",
+                ToolClass::Read,
+            ))
+            .await,
+        "run",
+        "declare",
+    );
+    assert_not_found(
+        store
+            .mark(
+                &run_id,
+                &IntentId::new("intent-a").unwrap(),
+                mark(LedgerStatus::Succeeded, 1, BASE_MS),
+            )
+            .await,
+        "run",
+        "mark",
+    );
+    assert_not_found(
+        store.write_checkpoint(checkpoint(&run_id, 1, "x")).await,
+        "run",
+        "write_checkpoint",
+    );
+    assert_not_found(
+        store
+            .set_run_status(&run_id, RunStatus::Running, None, BASE_MS)
+            .await,
+        "run",
+        "set_run_status",
+    );
+}

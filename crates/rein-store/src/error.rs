@@ -1,0 +1,155 @@
+//! [`StoreError`]: everything a [`Store`](crate::Store) call can refuse or
+//! fail with.
+
+use rein_core::Outcome;
+use rein_core::ledger::LedgerTransitionError;
+
+use crate::run::RunStatus;
+
+/// Why a store call did not do what was asked.
+///
+/// # Why these variants
+///
+/// The engine reacts differently to each: a transient [`Unavailable`] is
+/// retried, a [`Conflict`] or [`InvalidTransition`] is a bug or a lost race
+/// and ends the run, a [`Corrupt`] row needs an operator. Callers classify
+/// with [`StoreError::is_transient`], never by matching message text.
+///
+/// [`Unavailable`]: StoreError::Unavailable
+/// [`Conflict`]: StoreError::Conflict
+/// [`InvalidTransition`]: StoreError::InvalidTransition
+/// [`Corrupt`]: StoreError::Corrupt
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The run, ledger record or other row does not exist.
+    #[error("{what} {id} was not found")]
+    NotFound {
+        /// What was looked for (`run`, `ledger record`).
+        what: &'static str,
+        /// Its identifier.
+        id: String,
+    },
+    /// A row with this identity already exists and must not be replaced.
+    #[error("{what} {id} already exists; expected a new {what}")]
+    Conflict {
+        /// What was created (`run`).
+        what: &'static str,
+        /// The identifier that is taken.
+        id: String,
+    },
+    /// A ledger mark the ledger state machine does not allow.
+    #[error(transparent)]
+    InvalidTransition(#[from] LedgerTransitionError),
+    /// A status change of a run whose outcome is already final.
+    #[error("run {run_id} already finished as {outcome}; its status cannot change to {requested}")]
+    FinishedRun {
+        /// The run.
+        run_id: String,
+        /// Its final outcome.
+        outcome: Outcome,
+        /// The refused status.
+        requested: RunStatus,
+    },
+    /// A write whose content does not fit the call: an item for another run,
+    /// a report that contradicts the status, a number the backend cannot
+    /// hold.
+    #[error("{what} must be {expected}, but it is {found}")]
+    Invalid {
+        /// The offending field (`event run id`, `report outcome`).
+        what: &'static str,
+        /// What the store expected.
+        expected: String,
+        /// What it was given.
+        found: String,
+    },
+    /// A stored value could not be decoded; the row was written by something
+    /// else or damaged. Never a panic.
+    #[error("stored {table}.{column} is corrupt: {reason}")]
+    Corrupt {
+        /// The table (or collection).
+        table: &'static str,
+        /// The column (or field).
+        column: &'static str,
+        /// What was wrong, naming the row.
+        reason: String,
+    },
+    /// The database was written by a newer rein and this binary does not
+    /// know its schema.
+    #[error(
+        "database schema version must be at most {supported}, but it is {found}; \
+         upgrade rein or point the store path at another file"
+    )]
+    SchemaTooNew {
+        /// The newest version this binary knows.
+        supported: u32,
+        /// The version in the database.
+        found: i64,
+    },
+    /// The backend is busy or briefly unreachable; retrying may succeed.
+    #[error("store is unavailable: {0}")]
+    Unavailable(String),
+    /// The backend failed (I/O, SQL, a stopped worker); retrying the same
+    /// call is not expected to help.
+    #[error("store backend failed: {0}")]
+    Backend(String),
+}
+
+impl StoreError {
+    /// Whether retrying the same call later may succeed (a busy or briefly
+    /// unreachable backend), as opposed to a refusal or a broken store.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+
+    /// A `NotFound` for a run.
+    pub(crate) fn run_not_found(run_id: &rein_core::RunId) -> StoreError {
+        StoreError::NotFound {
+            what: "run",
+            id: run_id.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rein_core::LedgerStatus;
+
+    use super::*;
+
+    #[test]
+    fn only_unavailable_is_transient() {
+        assert!(StoreError::Unavailable("busy".into()).is_transient());
+        assert!(!StoreError::Backend("disk i/o error".into()).is_transient());
+        let transition = StoreError::from(LedgerTransitionError {
+            from: LedgerStatus::Failed,
+            to: LedgerStatus::Succeeded,
+        });
+        assert!(!transition.is_transient());
+        assert_eq!(
+            transition.to_string(),
+            "ledger record cannot move from failed to succeeded"
+        );
+    }
+
+    #[test]
+    fn messages_are_lowercase_and_name_the_value() {
+        let err = StoreError::Conflict {
+            what: "run",
+            id: "r-1".into(),
+        };
+        assert_eq!(
+            err.to_string(),
+            "run r-1 already exists; expected a new run"
+        );
+        let err = StoreError::FinishedRun {
+            run_id: "r-1".into(),
+            outcome: Outcome::Failed,
+            requested: RunStatus::Running,
+        };
+        assert_eq!(
+            err.to_string(),
+            "run r-1 already finished as failed; its status cannot change to running"
+        );
+    }
+}

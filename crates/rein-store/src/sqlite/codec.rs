@@ -1,0 +1,360 @@
+//! Conversions between rows and rein's types.
+//!
+//! # Why decoding is fallible everywhere
+//!
+//! The database file outlives the process and can be edited by hand, by a
+//! newer or older rein, or damaged. Every value read is checked (ids
+//! validated, names parsed, JSON decoded, integers range-checked) and a bad
+//! one becomes a [`StoreError::Corrupt`] naming table, column and row —
+//! never a panic in the engine or the server.
+//!
+//! NOTE: each `*_COLUMNS` list and its `decode_*` function must change
+//! together, and both must match the schema in `schema.rs`.
+
+use std::fmt::Display;
+
+use rein_core::deadline::{Cost, Usage};
+use rein_core::{Event, LedgerRecord, LedgerStatus};
+use rusqlite::types::ValueRef;
+use rusqlite::{ErrorCode, Row};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::checkpoint::Checkpoint;
+use crate::error::StoreError;
+use crate::intent::PlannedIntent;
+use crate::run::{RunRecord, RunStatus};
+
+/// Maps SQLite errors into [`StoreError`] without making rusqlite part of
+/// the public error type.
+pub trait SqlResult<T> {
+    /// Busy and locked databases are transient ([`StoreError::Unavailable`]);
+    /// everything else is [`StoreError::Backend`].
+    fn sql(self) -> Result<T, StoreError>;
+}
+
+impl<T> SqlResult<T> for rusqlite::Result<T> {
+    fn sql(self) -> Result<T, StoreError> {
+        self.map_err(sql_error)
+    }
+}
+
+/// See [`SqlResult::sql`].
+pub fn sql_error(error: rusqlite::Error) -> StoreError {
+    match error.sqlite_error_code() {
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+            StoreError::Unavailable(format!("sqlite: {error}"))
+        }
+        _ => StoreError::Backend(format!("sqlite: {error}")),
+    }
+}
+
+/// A `u64` as SQLite's signed 64-bit integer.
+pub fn int(value: u64, what: &'static str) -> Result<i64, StoreError> {
+    i64::try_from(value).map_err(|_| StoreError::Invalid {
+        what,
+        expected: format!("at most {}", i64::MAX),
+        found: value.to_string(),
+    })
+}
+
+/// A value as JSON text.
+pub fn json_text<T: Serialize + ?Sized>(
+    value: &T,
+    what: &'static str,
+) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|error| StoreError::Invalid {
+        what,
+        expected: "a value serializable as JSON".to_owned(),
+        found: error.to_string(),
+    })
+}
+
+/// A name stored through serde (`snake_case` enums such as `EventKind`).
+pub fn serde_name<T: Serialize>(value: &T, what: &'static str) -> Result<String, StoreError> {
+    match serde_json::to_value(value) {
+        Ok(Value::String(name)) => Ok(name),
+        Ok(other) => Err(StoreError::Invalid {
+            what,
+            expected: "a value that serializes as a name".to_owned(),
+            found: other.to_string(),
+        }),
+        Err(error) => Err(StoreError::Invalid {
+            what,
+            expected: "a value that serializes as a name".to_owned(),
+            found: error.to_string(),
+        }),
+    }
+}
+
+/// Reads one row of `table`, turning every failure into
+/// [`StoreError::Corrupt`] that names the row by its key columns.
+pub struct RowReader<'r, 's> {
+    row: &'r Row<'s>,
+    table: &'static str,
+    key: &'static [usize],
+}
+
+impl<'r, 's> RowReader<'r, 's> {
+    /// A reader of `row`, identified in errors by the columns at `key`.
+    pub fn new(row: &'r Row<'s>, table: &'static str, key: &'static [usize]) -> Self {
+        RowReader { row, table, key }
+    }
+
+    fn corrupt(&self, column: &'static str, reason: impl Display) -> StoreError {
+        let mut at = String::new();
+        for &index in self.key {
+            let name = self.row.as_ref().column_name(index).unwrap_or("?");
+            let value = match self.row.get_ref(index) {
+                Ok(ValueRef::Text(text)) => String::from_utf8_lossy(text).into_owned(),
+                Ok(ValueRef::Integer(number)) => number.to_string(),
+                _ => "?".to_owned(),
+            };
+            if !at.is_empty() {
+                at.push_str(", ");
+            }
+            at.push_str(&format!("{name}={value}"));
+        }
+        StoreError::Corrupt {
+            table: self.table,
+            column,
+            reason: format!("{reason} (row {at})"),
+        }
+    }
+
+    fn raw<T: rusqlite::types::FromSql>(
+        &self,
+        index: usize,
+        column: &'static str,
+    ) -> Result<T, StoreError> {
+        self.row
+            .get::<_, T>(index)
+            .map_err(|error| self.corrupt(column, error))
+    }
+
+    /// A text column.
+    pub fn text(&self, index: usize, column: &'static str) -> Result<String, StoreError> {
+        self.raw(index, column)
+    }
+
+    /// A nullable text column.
+    pub fn opt_text(
+        &self,
+        index: usize,
+        column: &'static str,
+    ) -> Result<Option<String>, StoreError> {
+        self.raw(index, column)
+    }
+
+    /// A non-negative integer column.
+    pub fn u64(&self, index: usize, column: &'static str) -> Result<u64, StoreError> {
+        let value: i64 = self.raw(index, column)?;
+        u64::try_from(value).map_err(|_| {
+            self.corrupt(
+                column,
+                format!("expected a non-negative integer, found {value}"),
+            )
+        })
+    }
+
+    /// An integer column that must fit `u32`.
+    pub fn u32(&self, index: usize, column: &'static str) -> Result<u32, StoreError> {
+        let value: i64 = self.raw(index, column)?;
+        u32::try_from(value).map_err(|_| {
+            self.corrupt(
+                column,
+                format!("expected an integer in 0..={}, found {value}", u32::MAX),
+            )
+        })
+    }
+
+    /// A JSON text column decoded as `T`.
+    pub fn json<T: DeserializeOwned>(
+        &self,
+        index: usize,
+        column: &'static str,
+    ) -> Result<T, StoreError> {
+        let text = self.text(index, column)?;
+        serde_json::from_str(&text).map_err(|error| {
+            self.corrupt(
+                column,
+                format!("expected JSON, found invalid JSON: {error}"),
+            )
+        })
+    }
+
+    /// A nullable JSON text column decoded as `T`.
+    pub fn opt_json<T: DeserializeOwned>(
+        &self,
+        index: usize,
+        column: &'static str,
+    ) -> Result<Option<T>, StoreError> {
+        match self.opt_text(index, column)? {
+            None => Ok(None),
+            Some(text) => serde_json::from_str(&text).map(Some).map_err(|error| {
+                self.corrupt(
+                    column,
+                    format!("expected JSON, found invalid JSON: {error}"),
+                )
+            }),
+        }
+    }
+
+    /// A validated identifier (`RunId`, `IntentId`, `IdempotencyKey`, ...).
+    pub fn id<T>(&self, index: usize, column: &'static str) -> Result<T, StoreError>
+    where
+        T: TryFrom<String>,
+        T::Error: Display,
+    {
+        let text = self.text(index, column)?;
+        T::try_from(text).map_err(|error| self.corrupt(column, error))
+    }
+
+    /// A nullable validated identifier.
+    pub fn opt_id<T>(&self, index: usize, column: &'static str) -> Result<Option<T>, StoreError>
+    where
+        T: TryFrom<String>,
+        T::Error: Display,
+    {
+        match self.opt_text(index, column)? {
+            None => Ok(None),
+            Some(text) => T::try_from(text)
+                .map(Some)
+                .map_err(|error| self.corrupt(column, error)),
+        }
+    }
+
+    /// A name parsed by `parse` (`RunStatus::parse`, `LedgerStatus::parse`).
+    pub fn name<T>(
+        &self,
+        index: usize,
+        column: &'static str,
+        parse: fn(&str) -> Option<T>,
+    ) -> Result<T, StoreError> {
+        let text = self.text(index, column)?;
+        parse(&text)
+            .ok_or_else(|| self.corrupt(column, format!("expected a known name, found {text:?}")))
+    }
+
+    /// A name decoded through serde (`EventKind`, `ToolClass`).
+    pub fn serde_name<T: DeserializeOwned>(
+        &self,
+        index: usize,
+        column: &'static str,
+    ) -> Result<T, StoreError> {
+        let text = self.text(index, column)?;
+        serde_json::from_value(Value::String(text.clone()))
+            .map_err(|_| self.corrupt(column, format!("expected a known name, found {text:?}")))
+    }
+}
+
+/// The columns [`decode_run`] reads, in order.
+pub const RUN_COLUMNS: &str = "run_id, tenant, agent, input, parent_run_id, budget, status, \
+                               report, created_at_ms, updated_at_ms";
+
+/// A `runs` row selected with [`RUN_COLUMNS`].
+pub fn decode_run(row: &Row<'_>) -> Result<RunRecord, StoreError> {
+    let r = RowReader::new(row, "runs", &[0]);
+    Ok(RunRecord {
+        run_id: r.id(0, "run_id")?,
+        tenant: r.id(1, "tenant")?,
+        agent: r.text(2, "agent")?,
+        input: r.text(3, "input")?,
+        parent_run_id: r.opt_id(4, "parent_run_id")?,
+        budget: r.json(5, "budget")?,
+        status: r.name(6, "status", RunStatus::parse)?,
+        report: r.opt_json(7, "report")?,
+        created_at_ms: r.u64(8, "created_at_ms")?,
+        updated_at_ms: r.u64(9, "updated_at_ms")?,
+    })
+}
+
+/// The columns [`decode_event`] reads, in order.
+pub const EVENT_COLUMNS: &str =
+    "run_id, seq, step, intent_id, attempt_id, idempotency_key, at_ms, kind, data";
+
+/// An `events` row selected with [`EVENT_COLUMNS`].
+pub fn decode_event(row: &Row<'_>) -> Result<Event, StoreError> {
+    let r = RowReader::new(row, "events", &[0, 1]);
+    Ok(Event {
+        run_id: r.id(0, "run_id")?,
+        seq: r.u64(1, "seq")?,
+        step: r.u32(2, "step")?,
+        intent_id: r.opt_id(3, "intent_id")?,
+        attempt_id: r.opt_id(4, "attempt_id")?,
+        idempotency_key: r.opt_id(5, "idempotency_key")?,
+        at_ms: r.u64(6, "at_ms")?,
+        kind: r.serde_name(7, "kind")?,
+        data: r.json(8, "data")?,
+    })
+}
+
+/// The columns [`decode_intent`] reads, in order.
+pub const INTENT_COLUMNS: &str = "run_id, intent_id, step, ordinal, call_id, tool, args";
+
+/// An `intents` row selected with [`INTENT_COLUMNS`].
+pub fn decode_intent(row: &Row<'_>) -> Result<(u32, PlannedIntent), StoreError> {
+    let r = RowReader::new(row, "intents", &[0, 1]);
+    let step = r.u32(2, "step")?;
+    Ok((
+        step,
+        PlannedIntent {
+            intent_id: r.id(1, "intent_id")?,
+            ordinal: r.u32(3, "ordinal")?,
+            call_id: r.text(4, "call_id")?,
+            tool: r.text(5, "tool")?,
+            args: r.json(6, "args")?,
+        },
+    ))
+}
+
+/// The columns [`decode_ledger`] reads, in order.
+pub const LEDGER_COLUMNS: &str = "run_id, intent_id, seq, step, tool, class, idempotency_key, \
+                                  args, status, result, failure, attempts, created_at_ms, \
+                                  updated_at_ms";
+
+/// A `ledger` row selected with [`LEDGER_COLUMNS`].
+pub fn decode_ledger(row: &Row<'_>) -> Result<LedgerRecord, StoreError> {
+    let r = RowReader::new(row, "ledger", &[0, 1]);
+    Ok(LedgerRecord {
+        run_id: r.id(0, "run_id")?,
+        intent_id: r.id(1, "intent_id")?,
+        seq: r.u64(2, "seq")?,
+        step: r.u32(3, "step")?,
+        tool: r.text(4, "tool")?,
+        class: r.serde_name(5, "class")?,
+        idempotency_key: r.opt_id(6, "idempotency_key")?,
+        args: r.json(7, "args")?,
+        status: r.name(8, "status", LedgerStatus::parse)?,
+        result: r.opt_json(9, "result")?,
+        failure: r.opt_json(10, "failure")?,
+        attempts: r.u32(11, "attempts")?,
+        created_at_ms: r.u64(12, "created_at_ms")?,
+        updated_at_ms: r.u64(13, "updated_at_ms")?,
+    })
+}
+
+/// The columns [`decode_checkpoint`] reads, in order.
+pub const CHECKPOINT_COLUMNS: &str = "run_id, step, messages, completed_intents, consumed_steps, \
+                                      consumed_tokens, consumed_cost_micros, elapsed_ms, state, \
+                                      at_ms";
+
+/// A `checkpoints` row selected with [`CHECKPOINT_COLUMNS`].
+pub fn decode_checkpoint(row: &Row<'_>) -> Result<Checkpoint, StoreError> {
+    let r = RowReader::new(row, "checkpoints", &[0, 1]);
+    Ok(Checkpoint {
+        run_id: r.id(0, "run_id")?,
+        step: r.u32(1, "step")?,
+        messages: r.json(2, "messages")?,
+        completed_intents: r.json(3, "completed_intents")?,
+        consumed: Usage {
+            steps: r.u32(4, "consumed_steps")?,
+            tokens: r.u64(5, "consumed_tokens")?,
+            cost: Cost::from_micros(r.u64(6, "consumed_cost_micros")?),
+        },
+        elapsed_ms: r.u64(7, "elapsed_ms")?,
+        state: r.json(8, "state")?,
+        at_ms: r.u64(9, "at_ms")?,
+    })
+}

@@ -1,0 +1,215 @@
+//! The embedded SQLite backend: [`SqliteStore`].
+//!
+//! # Why SQLite by default
+//!
+//! `rein run` and `rein serve` on one node need durable state with no setup:
+//! one file, WAL mode so readers never block the writer, and a schema that
+//! migrates itself. Several processes may open the same file (a CLI
+//! `rein report` next to a running `rein serve`); SQLite's locks serialize
+//! their writes and `busy_timeout` makes a writer wait instead of failing.
+//!
+//! | table | key | holds |
+//! | --- | --- | --- |
+//! | `runs` | `run_id` | the run, its status and report |
+//! | `events` | `run_id, seq` | the event stream |
+//! | `intents` | `run_id, intent_id` | planned calls |
+//! | `ledger` | `run_id, intent_id` (`seq` unique per run) | declared side effects |
+//! | `checkpoints` | `run_id, step` | state after each step |
+//! | `rein_schema` | `version` | migrations applied |
+
+mod codec;
+mod config;
+mod ops;
+mod schema;
+mod worker;
+
+pub use config::{DEFAULT_BUSY_TIMEOUT, DEFAULT_SYNCHRONOUS_FULL, MAX_BUSY_TIMEOUT, SqliteOptions};
+pub use schema::SCHEMA_VERSION;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use rein_core::{Event, LedgerRecord, RunId};
+use rusqlite::Connection;
+
+use self::codec::SqlResult;
+use self::worker::Worker;
+use crate::checkpoint::Checkpoint;
+use crate::commit::{Committed, StepCommit};
+use crate::error::StoreError;
+use crate::intent::PlannedIntent;
+use crate::run::{NewRun, RunRecord};
+use crate::store::Store;
+
+/// Prepared statements kept per connection; above the number of distinct
+/// statements the store issues, so none is ever re-prepared.
+const STATEMENT_CACHE: usize = 64;
+
+/// A [`Store`] on one SQLite file.
+///
+/// Cloning is cheap and shares the connection's thread; the thread and its
+/// connection close when the last clone is dropped.
+///
+/// # Durability
+///
+/// See [`SqliteOptions`]: by default every acknowledged write survives a
+/// crash of the process; power loss may lose the last commits.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    worker: Worker,
+    path: PathBuf,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store at `path` with default
+    /// [`SqliteOptions`].
+    ///
+    /// # Errors
+    ///
+    /// See [`SqliteStore::open_with`].
+    pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        SqliteStore::open_with(path, SqliteOptions::default())
+    }
+
+    /// Opens (creating if needed) the store at `path`: creates the parent
+    /// directories and the file, switches to WAL, applies `options`, turns
+    /// foreign keys on and migrates the schema.
+    ///
+    /// Blocks the calling thread briefly (file creation, migration): call it
+    /// at startup, or from `spawn_blocking`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for out-of-range options;
+    /// [`StoreError::SchemaTooNew`] when a newer rein wrote the file;
+    /// [`StoreError::Backend`] when the directory or file cannot be created
+    /// or is not a SQLite database; [`StoreError::Unavailable`] when another
+    /// process holds the lock longer than the busy timeout.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        options: SqliteOptions,
+    ) -> Result<SqliteStore, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        options.validate()?;
+        let at = |error: StoreError| match error {
+            StoreError::Backend(message) => {
+                StoreError::Backend(format!("{message} (store file {})", path.display()))
+            }
+            StoreError::Unavailable(message) => {
+                StoreError::Unavailable(format!("{message} (store file {})", path.display()))
+            }
+            other => other,
+        };
+        if let Some(parent) = path
+            .parent()
+            .filter(|parent| !parent.as_os_str().is_empty())
+        {
+            fs::create_dir_all(parent).map_err(|error| {
+                StoreError::Backend(format!(
+                    "cannot create directory {}: {error}",
+                    parent.display()
+                ))
+            })?;
+        }
+        let mut conn = Connection::open(&path).sql().map_err(at)?;
+        configure(&conn, &options).map_err(at)?;
+        schema::migrate(&mut conn).map_err(at)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        let worker = Worker::start(conn)?;
+        Ok(SqliteStore { worker, path })
+    }
+
+    /// The file this store writes.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn configure(conn: &Connection, options: &SqliteOptions) -> Result<(), StoreError> {
+    conn.busy_timeout(options.busy_timeout).sql()?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+        .sql()?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Backend(format!(
+            "journal mode must be wal, but sqlite kept {mode}"
+        )));
+    }
+    let synchronous = if options.synchronous_full {
+        "FULL"
+    } else {
+        "NORMAL"
+    };
+    conn.execute_batch(&format!(
+        "PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON;"
+    ))
+    .sql()
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
+        self.worker
+            .write(move |conn| ops::create_run(conn, run))
+            .await
+    }
+
+    async fn get_run(&self, run_id: &RunId) -> Result<Option<RunRecord>, StoreError> {
+        let run_id = run_id.clone();
+        self.worker
+            .read(move |conn| ops::get_run(conn, &run_id))
+            .await
+    }
+
+    async fn list_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
+        self.worker
+            .read(move |conn| ops::list_runs(conn, limit))
+            .await
+    }
+
+    async fn events(&self, run_id: &RunId, after_seq: u64) -> Result<Vec<Event>, StoreError> {
+        let run_id = run_id.clone();
+        self.worker
+            .read(move |conn| ops::events(conn, &run_id, after_seq))
+            .await
+    }
+
+    async fn intents(&self, run_id: &RunId) -> Result<Vec<(u32, PlannedIntent)>, StoreError> {
+        let run_id = run_id.clone();
+        self.worker
+            .read(move |conn| ops::intents(conn, &run_id))
+            .await
+    }
+
+    async fn ledger(&self, run_id: &RunId) -> Result<Vec<LedgerRecord>, StoreError> {
+        let run_id = run_id.clone();
+        self.worker
+            .read(move |conn| ops::ledger(conn, &run_id))
+            .await
+    }
+
+    async fn pending_ledger(&self, limit: usize) -> Result<Vec<LedgerRecord>, StoreError> {
+        self.worker
+            .read(move |conn| ops::pending_ledger(conn, limit))
+            .await
+    }
+
+    async fn latest_checkpoint(&self, run_id: &RunId) -> Result<Option<Checkpoint>, StoreError> {
+        let run_id = run_id.clone();
+        self.worker
+            .read(move |conn| ops::latest_checkpoint(conn, &run_id))
+            .await
+    }
+
+    async fn commit_step(
+        &self,
+        run_id: &RunId,
+        commit: StepCommit,
+    ) -> Result<Committed, StoreError> {
+        let run_id = run_id.clone();
+        self.worker
+            .write(move |conn| ops::commit_step(conn, &run_id, commit))
+            .await
+    }
+}

@@ -1,0 +1,495 @@
+//! The SQL of each store operation, on a borrowed connection.
+//!
+//! Write operations run inside the transaction (and savepoint) the worker
+//! opened for them, so each may read, check and write without racing
+//! another writer: the `IMMEDIATE` transaction holds SQLite's write lock.
+
+use rein_core::{Event, IntentId, LedgerRecord, LedgerStatus, RunId};
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use super::codec::{
+    CHECKPOINT_COLUMNS, EVENT_COLUMNS, INTENT_COLUMNS, LEDGER_COLUMNS, RUN_COLUMNS, SqlResult,
+    decode_checkpoint, decode_event, decode_intent, decode_ledger, decode_run, int, json_text,
+    serde_name,
+};
+use crate::checkpoint::Checkpoint;
+use crate::commit::{Committed, StepCommit};
+use crate::error::StoreError;
+use crate::intent::PlannedIntent;
+use crate::ledger::LedgerMark;
+use crate::run::{NewRun, RunRecord, RunStatus, StatusChange};
+
+/// Runs a cached statement and decodes every row.
+fn query_all<T>(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+    decode: fn(&Row<'_>) -> Result<T, StoreError>,
+) -> Result<Vec<T>, StoreError> {
+    let mut statement = conn.prepare_cached(sql).sql()?;
+    let mut rows = statement.query(params).sql()?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().sql()? {
+        out.push(decode(row)?);
+    }
+    Ok(out)
+}
+
+/// Runs a cached statement and decodes the first row, if any.
+fn query_one<T>(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+    decode: fn(&Row<'_>) -> Result<T, StoreError>,
+) -> Result<Option<T>, StoreError> {
+    let mut statement = conn.prepare_cached(sql).sql()?;
+    let mut rows = statement.query(params).sql()?;
+    match rows.next().sql()? {
+        Some(row) => decode(row).map(Some),
+        None => Ok(None),
+    }
+}
+
+fn limit(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+/// The run's status, or `NotFound`.
+fn run_status(conn: &Connection, run_id: &RunId) -> Result<RunStatus, StoreError> {
+    let status: Option<String> = conn
+        .prepare_cached("SELECT status FROM runs WHERE run_id = ?1")
+        .sql()?
+        .query_row([run_id.as_str()], |row| row.get(0))
+        .optional()
+        .sql()?;
+    let status = status.ok_or_else(|| StoreError::run_not_found(run_id))?;
+    RunStatus::parse(&status).ok_or_else(|| StoreError::Corrupt {
+        table: "runs",
+        column: "status",
+        reason: format!("expected a known name, found {status:?} (row run_id={run_id})"),
+    })
+}
+
+fn require_run(conn: &Connection, run_id: &RunId) -> Result<(), StoreError> {
+    let found: Option<i64> = conn
+        .prepare_cached("SELECT 1 FROM runs WHERE run_id = ?1")
+        .sql()?
+        .query_row([run_id.as_str()], |row| row.get(0))
+        .optional()
+        .sql()?;
+    found
+        .map(drop)
+        .ok_or_else(|| StoreError::run_not_found(run_id))
+}
+
+fn same_run(what: &'static str, expected: &RunId, found: &RunId) -> Result<(), StoreError> {
+    if expected == found {
+        Ok(())
+    } else {
+        Err(StoreError::Invalid {
+            what,
+            expected: format!("run {expected}"),
+            found: format!("run {found}"),
+        })
+    }
+}
+
+pub fn create_run(conn: &Connection, run: NewRun) -> Result<RunRecord, StoreError> {
+    if get_run(conn, &run.run_id)?.is_some() {
+        return Err(StoreError::Conflict {
+            what: "run",
+            id: run.run_id.to_string(),
+        });
+    }
+    let record = RunRecord::new(run);
+    conn.prepare_cached(
+        "INSERT INTO runs (run_id, tenant, agent, input, parent_run_id, budget, status, report, \
+         created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, ?8, ?9)",
+    )
+    .sql()?
+    .execute(params![
+        record.run_id.as_str(),
+        record.tenant.as_str(),
+        record.agent,
+        record.input,
+        record.parent_run_id.as_ref().map(RunId::as_str),
+        json_text(&record.budget, "run budget")?,
+        record.status.as_str(),
+        int(record.created_at_ms, "run created_at_ms")?,
+        int(record.updated_at_ms, "run updated_at_ms")?,
+    ])
+    .sql()?;
+    Ok(record)
+}
+
+pub fn get_run(conn: &Connection, run_id: &RunId) -> Result<Option<RunRecord>, StoreError> {
+    query_one(
+        conn,
+        &format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?1"),
+        [run_id.as_str()],
+        decode_run,
+    )
+}
+
+pub fn list_runs(conn: &Connection, max: usize) -> Result<Vec<RunRecord>, StoreError> {
+    // Ties on created_at_ms go to the later insert.
+    query_all(
+        conn,
+        &format!("SELECT {RUN_COLUMNS} FROM runs ORDER BY created_at_ms DESC, rowid DESC LIMIT ?1"),
+        [limit(max)],
+        decode_run,
+    )
+}
+
+pub fn events(conn: &Connection, run_id: &RunId, after_seq: u64) -> Result<Vec<Event>, StoreError> {
+    require_run(conn, run_id)?;
+    // A cursor beyond i64::MAX cannot have anything after it.
+    let Ok(after) = i64::try_from(after_seq) else {
+        return Ok(Vec::new());
+    };
+    query_all(
+        conn,
+        &format!("SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq"),
+        params![run_id.as_str(), after],
+        decode_event,
+    )
+}
+
+pub fn intents(conn: &Connection, run_id: &RunId) -> Result<Vec<(u32, PlannedIntent)>, StoreError> {
+    require_run(conn, run_id)?;
+    query_all(
+        conn,
+        &format!(
+            "SELECT {INTENT_COLUMNS} FROM intents WHERE run_id = ?1 \
+             ORDER BY step, ordinal, intent_id"
+        ),
+        [run_id.as_str()],
+        decode_intent,
+    )
+}
+
+pub fn ledger(conn: &Connection, run_id: &RunId) -> Result<Vec<LedgerRecord>, StoreError> {
+    require_run(conn, run_id)?;
+    query_all(
+        conn,
+        &format!("SELECT {LEDGER_COLUMNS} FROM ledger WHERE run_id = ?1 ORDER BY seq"),
+        [run_id.as_str()],
+        decode_ledger,
+    )
+}
+
+pub fn pending_ledger(conn: &Connection, max: usize) -> Result<Vec<LedgerRecord>, StoreError> {
+    query_all(
+        conn,
+        &format!(
+            "SELECT {LEDGER_COLUMNS} FROM ledger WHERE status = 'pending' \
+             ORDER BY created_at_ms, run_id, seq LIMIT ?1"
+        ),
+        [limit(max)],
+        decode_ledger,
+    )
+}
+
+pub fn latest_checkpoint(
+    conn: &Connection,
+    run_id: &RunId,
+) -> Result<Option<Checkpoint>, StoreError> {
+    require_run(conn, run_id)?;
+    query_one(
+        conn,
+        &format!(
+            "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ?1 \
+             ORDER BY step DESC LIMIT 1"
+        ),
+        [run_id.as_str()],
+        decode_checkpoint,
+    )
+}
+
+fn ledger_record(
+    conn: &Connection,
+    run_id: &RunId,
+    intent_id: &IntentId,
+) -> Result<Option<LedgerRecord>, StoreError> {
+    query_one(
+        conn,
+        &format!("SELECT {LEDGER_COLUMNS} FROM ledger WHERE run_id = ?1 AND intent_id = ?2"),
+        [run_id.as_str(), intent_id.as_str()],
+        decode_ledger,
+    )
+}
+
+/// The next `seq` of `table` (`events` or `ledger`) in the run.
+fn next_seq(conn: &Connection, table: &'static str, run_id: &RunId) -> Result<u64, StoreError> {
+    let sql = match table {
+        "events" => "SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1",
+        _ => "SELECT COALESCE(MAX(seq), 0) FROM ledger WHERE run_id = ?1",
+    };
+    let max: i64 = conn
+        .prepare_cached(sql)
+        .sql()?
+        .query_row([run_id.as_str()], |row| row.get(0))
+        .sql()?;
+    u64::try_from(max)
+        .ok()
+        .and_then(|max| max.checked_add(1))
+        .ok_or_else(|| StoreError::Corrupt {
+            table,
+            column: "seq",
+            reason: format!("expected a sequence from 1, found maximum {max} (run {run_id})"),
+        })
+}
+
+/// Applies a [`StepCommit`] in the order it documents. The caller provides
+/// the transaction.
+pub fn commit_step(
+    conn: &Connection,
+    run_id: &RunId,
+    commit: StepCommit,
+) -> Result<Committed, StoreError> {
+    let status = run_status(conn, run_id)?;
+    let mut committed = Committed::default();
+    for (step, intent) in &commit.intents {
+        save_intent(conn, run_id, *step, intent)?;
+    }
+    for record in commit.declares {
+        same_run("ledger record run id", run_id, &record.run_id)?;
+        committed.declared.push(declare(conn, record)?);
+    }
+    for (intent_id, mark) in commit.marks {
+        committed
+            .marked
+            .push(apply_mark(conn, run_id, &intent_id, mark)?);
+    }
+    if let Some(checkpoint) = &commit.checkpoint {
+        same_run("checkpoint run id", run_id, &checkpoint.run_id)?;
+        write_checkpoint(conn, checkpoint)?;
+    }
+    if !commit.events.is_empty() {
+        committed.events = append_events(conn, run_id, commit.events)?;
+    }
+    if let Some(change) = commit.status {
+        committed.run = Some(set_status(conn, run_id, status, change)?);
+    }
+    Ok(committed)
+}
+
+fn save_intent(
+    conn: &Connection,
+    run_id: &RunId,
+    step: u32,
+    intent: &PlannedIntent,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO intents (run_id, intent_id, step, ordinal, call_id, tool, args) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (run_id, intent_id) DO NOTHING",
+    )
+    .sql()?
+    .execute(params![
+        run_id.as_str(),
+        intent.intent_id.as_str(),
+        step,
+        intent.ordinal,
+        intent.call_id,
+        intent.tool,
+        json_text(&intent.args, "intent args")?,
+    ])
+    .sql()?;
+    Ok(())
+}
+
+fn declare(conn: &Connection, mut record: LedgerRecord) -> Result<LedgerRecord, StoreError> {
+    if let Some(existing) = ledger_record(conn, &record.run_id, &record.intent_id)? {
+        return Ok(existing);
+    }
+    record.seq = next_seq(conn, "ledger", &record.run_id)?;
+    record.status = LedgerStatus::Pending;
+    conn.prepare_cached(
+        "INSERT INTO ledger (run_id, intent_id, seq, step, tool, class, idempotency_key, args, \
+         status, result, failure, attempts, created_at_ms, updated_at_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+    )
+    .sql()?
+    .execute(params![
+        record.run_id.as_str(),
+        record.intent_id.as_str(),
+        int(record.seq, "ledger seq")?,
+        record.step,
+        record.tool,
+        serde_name(&record.class, "ledger class")?,
+        record.idempotency_key.as_ref().map(|key| key.as_str()),
+        json_text(&record.args, "ledger args")?,
+        record.status.as_str(),
+        record
+            .result
+            .as_ref()
+            .map(|result| json_text(result, "ledger result"))
+            .transpose()?,
+        record
+            .failure
+            .as_ref()
+            .map(|failure| json_text(failure, "ledger failure"))
+            .transpose()?,
+        record.attempts,
+        int(record.created_at_ms, "ledger created_at_ms")?,
+        int(record.updated_at_ms, "ledger updated_at_ms")?,
+    ])
+    .sql()?;
+    Ok(record)
+}
+
+fn apply_mark(
+    conn: &Connection,
+    run_id: &RunId,
+    intent_id: &IntentId,
+    mark: LedgerMark,
+) -> Result<LedgerRecord, StoreError> {
+    let mut record =
+        ledger_record(conn, run_id, intent_id)?.ok_or_else(|| StoreError::NotFound {
+            what: "ledger record",
+            id: format!("{run_id}/{intent_id}"),
+        })?;
+    record.status = record.status.transition(mark.status)?;
+    if mark.result.is_some() {
+        record.result = mark.result;
+    }
+    if mark.failure.is_some() {
+        record.failure = mark.failure;
+    }
+    record.attempts = record.attempts.max(mark.attempts);
+    record.updated_at_ms = mark.at_ms;
+    conn.prepare_cached(
+        "UPDATE ledger SET status = ?3, result = ?4, failure = ?5, attempts = ?6, \
+         updated_at_ms = ?7 WHERE run_id = ?1 AND intent_id = ?2",
+    )
+    .sql()?
+    .execute(params![
+        run_id.as_str(),
+        intent_id.as_str(),
+        record.status.as_str(),
+        record
+            .result
+            .as_ref()
+            .map(|result| json_text(result, "ledger result"))
+            .transpose()?,
+        record
+            .failure
+            .as_ref()
+            .map(|failure| json_text(failure, "ledger failure"))
+            .transpose()?,
+        record.attempts,
+        int(record.updated_at_ms, "ledger mark at_ms")?,
+    ])
+    .sql()?;
+    Ok(record)
+}
+
+fn write_checkpoint(conn: &Connection, checkpoint: &Checkpoint) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO checkpoints (run_id, step, messages, completed_intents, consumed_steps, \
+         consumed_tokens, consumed_cost_micros, elapsed_ms, state, at_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+         ON CONFLICT (run_id, step) DO UPDATE SET messages = excluded.messages, \
+         completed_intents = excluded.completed_intents, \
+         consumed_steps = excluded.consumed_steps, consumed_tokens = excluded.consumed_tokens, \
+         consumed_cost_micros = excluded.consumed_cost_micros, \
+         elapsed_ms = excluded.elapsed_ms, state = excluded.state, at_ms = excluded.at_ms",
+    )
+    .sql()?
+    .execute(params![
+        checkpoint.run_id.as_str(),
+        checkpoint.step,
+        json_text(&checkpoint.messages, "checkpoint messages")?,
+        json_text(
+            &checkpoint.completed_intents,
+            "checkpoint completed_intents"
+        )?,
+        checkpoint.consumed.steps,
+        int(checkpoint.consumed.tokens, "checkpoint consumed tokens")?,
+        int(
+            checkpoint.consumed.cost.micros(),
+            "checkpoint consumed cost"
+        )?,
+        int(checkpoint.elapsed_ms, "checkpoint elapsed_ms")?,
+        json_text(&checkpoint.state, "checkpoint state")?,
+        int(checkpoint.at_ms, "checkpoint at_ms")?,
+    ])
+    .sql()?;
+    Ok(())
+}
+
+fn append_events(
+    conn: &Connection,
+    run_id: &RunId,
+    mut events: Vec<Event>,
+) -> Result<Vec<Event>, StoreError> {
+    let first = next_seq(conn, "events", run_id)?;
+    let mut statement = conn
+        .prepare_cached(
+            "INSERT INTO events (run_id, seq, step, intent_id, attempt_id, idempotency_key, \
+             at_ms, kind, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )
+        .sql()?;
+    for (seq, event) in (first..).zip(events.iter_mut()) {
+        same_run("event run id", run_id, &event.run_id)?;
+        event.seq = seq;
+        statement
+            .execute(params![
+                run_id.as_str(),
+                int(seq, "event seq")?,
+                event.step,
+                event.intent_id.as_ref().map(IntentId::as_str),
+                event.attempt_id.as_ref().map(|id| id.as_str()),
+                event.idempotency_key.as_ref().map(|key| key.as_str()),
+                int(event.at_ms, "event at_ms")?,
+                event.kind.as_str(),
+                json_text(&event.data, "event data")?,
+            ])
+            .sql()?;
+    }
+    Ok(events)
+}
+
+fn set_status(
+    conn: &Connection,
+    run_id: &RunId,
+    current: RunStatus,
+    change: StatusChange,
+) -> Result<RunRecord, StoreError> {
+    if let Some(outcome) = current.outcome() {
+        return Err(StoreError::FinishedRun {
+            run_id: run_id.to_string(),
+            outcome,
+            requested: change.status,
+        });
+    }
+    if let Some(report) = &change.report {
+        let expected = change.status.outcome();
+        if expected != Some(report.outcome) {
+            return Err(StoreError::Invalid {
+                what: "report outcome",
+                expected: match expected {
+                    Some(outcome) => format!("{outcome} (the run's new status)"),
+                    None => format!("absent for a {} run", change.status),
+                },
+                found: report.outcome.to_string(),
+            });
+        }
+    }
+    conn.prepare_cached(
+        "UPDATE runs SET status = ?2, report = ?3, updated_at_ms = ?4 WHERE run_id = ?1",
+    )
+    .sql()?
+    .execute(params![
+        run_id.as_str(),
+        change.status.as_str(),
+        change
+            .report
+            .as_ref()
+            .map(|report| json_text(report, "run report"))
+            .transpose()?,
+        int(change.at_ms, "run status at_ms")?,
+    ])
+    .sql()?;
+    get_run(conn, run_id)?.ok_or_else(|| StoreError::run_not_found(run_id))
+}

@@ -1,0 +1,168 @@
+//! The SQLite schema and its migrations.
+//!
+//! # Why a version table
+//!
+//! A rein binary must never write to a database whose layout it does not
+//! know: a newer rein may have added a column that an older one would leave
+//! empty, or a constraint it would violate. `rein_schema` records every
+//! migration applied; at open, a version newer than [`SCHEMA_VERSION`] is
+//! refused with [`StoreError::SchemaTooNew`], and older ones are migrated
+//! forward in one transaction.
+//!
+//! NOTE: a migration, once released, never changes; add a new entry to
+//! [`MIGRATIONS`] instead. The column lists in `codec.rs` must match the
+//! latest schema.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+
+use super::codec::SqlResult;
+use crate::error::StoreError;
+
+/// The schema version this binary writes: the number of migrations.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
+///
+/// Conventions: tables are `STRICT` (SQLite refuses a value of the wrong
+/// type rather than storing it); JSON columns hold text; timestamps are
+/// integer milliseconds since the Unix epoch (`*_ms`); every table of a run
+/// references `runs`.
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [r#"
+CREATE TABLE runs (
+    run_id        TEXT PRIMARY KEY NOT NULL,
+    tenant        TEXT NOT NULL,
+    agent         TEXT NOT NULL,
+    input         TEXT NOT NULL,
+    parent_run_id TEXT,
+    budget        TEXT NOT NULL,
+    status        TEXT NOT NULL,
+    report        TEXT,
+    created_at_ms INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL
+) STRICT;
+CREATE INDEX runs_by_created ON runs (created_at_ms DESC);
+CREATE INDEX runs_by_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
+
+CREATE TABLE events (
+    run_id          TEXT NOT NULL REFERENCES runs (run_id),
+    seq             INTEGER NOT NULL,
+    step            INTEGER NOT NULL,
+    intent_id       TEXT,
+    attempt_id      TEXT,
+    idempotency_key TEXT,
+    at_ms           INTEGER NOT NULL,
+    kind            TEXT NOT NULL,
+    data            TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE intents (
+    run_id    TEXT NOT NULL REFERENCES runs (run_id),
+    intent_id TEXT NOT NULL,
+    step      INTEGER NOT NULL,
+    ordinal   INTEGER NOT NULL,
+    call_id   TEXT NOT NULL,
+    tool      TEXT NOT NULL,
+    args      TEXT NOT NULL,
+    PRIMARY KEY (run_id, intent_id)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE ledger (
+    run_id          TEXT NOT NULL REFERENCES runs (run_id),
+    intent_id       TEXT NOT NULL,
+    seq             INTEGER NOT NULL,
+    step            INTEGER NOT NULL,
+    tool            TEXT NOT NULL,
+    class           TEXT NOT NULL,
+    idempotency_key TEXT,
+    args            TEXT NOT NULL,
+    status          TEXT NOT NULL,
+    result          TEXT,
+    failure         TEXT,
+    attempts        INTEGER NOT NULL,
+    created_at_ms   INTEGER NOT NULL,
+    updated_at_ms   INTEGER NOT NULL,
+    PRIMARY KEY (run_id, intent_id),
+    UNIQUE (run_id, seq)
+) STRICT;
+CREATE INDEX ledger_pending ON ledger (created_at_ms, run_id, seq) WHERE status = 'pending';
+
+CREATE TABLE checkpoints (
+    run_id               TEXT NOT NULL REFERENCES runs (run_id),
+    step                 INTEGER NOT NULL,
+    messages             TEXT NOT NULL,
+    completed_intents    TEXT NOT NULL,
+    consumed_steps       INTEGER NOT NULL,
+    consumed_tokens      INTEGER NOT NULL,
+    consumed_cost_micros INTEGER NOT NULL,
+    elapsed_ms           INTEGER NOT NULL,
+    state                TEXT NOT NULL,
+    at_ms                INTEGER NOT NULL,
+    PRIMARY KEY (run_id, step)
+) STRICT, WITHOUT ROWID;
+"#];
+
+/// Brings the database to [`SCHEMA_VERSION`], or refuses a newer one.
+///
+/// Runs in one `IMMEDIATE` transaction, so two processes opening a fresh
+/// file at once migrate it exactly once.
+///
+/// # Errors
+///
+/// [`StoreError::SchemaTooNew`] when the file was written by a newer rein;
+/// [`StoreError::Backend`] or [`StoreError::Unavailable`] for SQLite
+/// failures.
+pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .sql()?;
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS rein_schema (
+            version       INTEGER PRIMARY KEY NOT NULL,
+            applied_at_ms INTEGER NOT NULL
+        ) STRICT;",
+    )
+    .sql()?;
+    let found: i64 = tx
+        .query_row("SELECT MAX(version) FROM rein_schema", [], |row| {
+            row.get::<_, Option<i64>>(0)
+        })
+        .optional()
+        .sql()?
+        .flatten()
+        .unwrap_or(0);
+    if found > i64::from(SCHEMA_VERSION) {
+        return Err(StoreError::SchemaTooNew {
+            supported: SCHEMA_VERSION,
+            found,
+        });
+    }
+    if found < 0 {
+        return Err(StoreError::Corrupt {
+            table: "rein_schema",
+            column: "version",
+            reason: format!("expected a version from 0, found {found}"),
+        });
+    }
+    let applied_at_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+        });
+    for (index, migration) in MIGRATIONS
+        .iter()
+        .enumerate()
+        .skip(found.unsigned_abs() as usize)
+    {
+        let version = index as i64 + 1;
+        tx.execute_batch(migration).sql()?;
+        tx.execute(
+            "INSERT INTO rein_schema (version, applied_at_ms) VALUES (?1, ?2)",
+            (version, applied_at_ms),
+        )
+        .sql()?;
+    }
+    tx.commit().sql()
+}

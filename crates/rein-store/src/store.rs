@@ -1,0 +1,205 @@
+//! The [`Store`] trait: rein's durable state, independent of the backend.
+
+use async_trait::async_trait;
+use rein_core::{Event, IntentId, LedgerRecord, RunId, RunReport};
+
+use crate::checkpoint::Checkpoint;
+use crate::commit::{Committed, StepCommit};
+use crate::error::StoreError;
+use crate::intent::PlannedIntent;
+use crate::ledger::LedgerMark;
+use crate::run::{NewRun, RunRecord, RunStatus, StatusChange};
+
+/// Durable state of runs: the runs themselves, their event streams, planned
+/// intents, the side-effect ledger and checkpoints.
+///
+/// # Why a trait
+///
+/// The engine holds an `Arc<dyn Store>` and never sees SQL: the embedded
+/// SQLite backend ([`SqliteStore`](crate::SqliteStore)) serves one node, a
+/// PostgreSQL backend will serve several, and both must pass the same
+/// conformance suite (`rein_store::conformance`, feature `conformance`).
+///
+/// # Writes
+///
+/// Every write goes through [`Store::commit_step`], which applies a whole
+/// [`StepCommit`] atomically. The single-purpose writers ([`append_events`],
+/// [`declare`], [`mark`], ...) are provided methods that commit one part,
+/// so a backend implements the write path once and gets them all with the
+/// same semantics.
+///
+/// # Contract
+///
+/// - Reads and writes of a run that does not exist fail with
+///   [`StoreError::NotFound`] (`what = "run"`).
+/// - Event `seq` is assigned by the store per run, from 1 and gap-free;
+///   ledger `seq` is the execution order of declarations within the run.
+/// - A finished run's status never changes again.
+/// - A stored value that cannot be decoded is a [`StoreError::Corrupt`],
+///   never a panic.
+///
+/// [`append_events`]: Store::append_events
+/// [`declare`]: Store::declare
+/// [`mark`]: Store::mark
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// Creates a run, `queued`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Conflict`] when the run id is taken.
+    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError>;
+
+    /// The run, if it exists.
+    async fn get_run(&self, run_id: &RunId) -> Result<Option<RunRecord>, StoreError>;
+
+    /// Up to `limit` runs, newest (`created_at_ms`) first.
+    async fn list_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError>;
+
+    /// The run's events with `seq > after_seq`, in `seq` order; `0` gives
+    /// them all.
+    async fn events(&self, run_id: &RunId, after_seq: u64) -> Result<Vec<Event>, StoreError>;
+
+    /// The run's planned intents with the step that planned each, ordered by
+    /// step then ordinal.
+    async fn intents(&self, run_id: &RunId) -> Result<Vec<(u32, PlannedIntent)>, StoreError>;
+
+    /// The run's ledger in execution order (`seq`).
+    async fn ledger(&self, run_id: &RunId) -> Result<Vec<LedgerRecord>, StoreError>;
+
+    /// Up to `limit` `pending` ledger records across all runs, oldest
+    /// declaration first: the reconciler's work list.
+    async fn pending_ledger(&self, limit: usize) -> Result<Vec<LedgerRecord>, StoreError>;
+
+    /// The checkpoint of the run's highest step, if any.
+    async fn latest_checkpoint(&self, run_id: &RunId) -> Result<Option<Checkpoint>, StoreError>;
+
+    /// Applies every part of `commit` to `run_id` in one transaction, in the
+    /// order [`StepCommit`] documents; either all parts are stored or none.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] for an unknown run or a mark of an undeclared
+    /// intent; [`StoreError::Invalid`] for an item of another run or a report
+    /// that contradicts the status; [`StoreError::InvalidTransition`] for an
+    /// illegal mark; [`StoreError::FinishedRun`] for a status change of a
+    /// finished run.
+    async fn commit_step(
+        &self,
+        run_id: &RunId,
+        commit: StepCommit,
+    ) -> Result<Committed, StoreError>;
+
+    /// Sets the run's status, with its report when it finishes.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::FinishedRun`] when the run already finished: outcomes
+    /// are final.
+    async fn set_run_status(
+        &self,
+        run_id: &RunId,
+        status: RunStatus,
+        report: Option<RunReport>,
+        at_ms: u64,
+    ) -> Result<RunRecord, StoreError> {
+        let commit = StepCommit {
+            status: Some(StatusChange {
+                status,
+                report,
+                at_ms,
+            }),
+            ..StepCommit::default()
+        };
+        self.commit_step(run_id, commit)
+            .await?
+            .run
+            .ok_or_else(|| missing("run", "a status change"))
+    }
+
+    /// Appends events in one transaction (one durable commit for the batch)
+    /// and returns them with their assigned `seq`.
+    async fn append_events(
+        &self,
+        run_id: &RunId,
+        events: Vec<Event>,
+    ) -> Result<Vec<Event>, StoreError> {
+        let commit = StepCommit {
+            events,
+            ..StepCommit::default()
+        };
+        Ok(self.commit_step(run_id, commit).await?.events)
+    }
+
+    /// Saves the intents planned at `step`. An intent already saved for the
+    /// run is left as it is: a resume re-saves the intents it reuses.
+    async fn save_intents(
+        &self,
+        run_id: &RunId,
+        step: u32,
+        intents: Vec<PlannedIntent>,
+    ) -> Result<(), StoreError> {
+        let commit = StepCommit {
+            intents: intents.into_iter().map(|intent| (step, intent)).collect(),
+            ..StepCommit::default()
+        };
+        self.commit_step(run_id, commit).await.map(drop)
+    }
+
+    /// Declares a side effect `pending` before its call, assigning the next
+    /// `seq` of the run. If the intent was declared before (a resumed run
+    /// re-declares), returns that record unchanged.
+    async fn declare(&self, record: LedgerRecord) -> Result<LedgerRecord, StoreError> {
+        let run_id = record.run_id.clone();
+        let commit = StepCommit {
+            declares: vec![record],
+            ..StepCommit::default()
+        };
+        self.commit_step(&run_id, commit)
+            .await?
+            .declared
+            .pop()
+            .ok_or_else(|| missing("ledger record", "a declaration"))
+    }
+
+    /// Marks a declared side effect and returns the updated record.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] when the intent was never declared;
+    /// [`StoreError::InvalidTransition`] when the ledger state machine
+    /// refuses the change.
+    async fn mark(
+        &self,
+        run_id: &RunId,
+        intent_id: &IntentId,
+        mark: LedgerMark,
+    ) -> Result<LedgerRecord, StoreError> {
+        let commit = StepCommit {
+            marks: vec![(intent_id.clone(), mark)],
+            ..StepCommit::default()
+        };
+        self.commit_step(run_id, commit)
+            .await?
+            .marked
+            .pop()
+            .ok_or_else(|| missing("ledger record", "a mark"))
+    }
+
+    /// Writes the checkpoint of a step, replacing one of the same step.
+    async fn write_checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StoreError> {
+        let run_id = checkpoint.run_id.clone();
+        let commit = StepCommit {
+            checkpoint: Some(checkpoint),
+            ..StepCommit::default()
+        };
+        self.commit_step(&run_id, commit).await.map(drop)
+    }
+}
+
+/// A backend that did not return what its commit must return.
+fn missing(what: &str, after: &str) -> StoreError {
+    StoreError::Backend(format!(
+        "backend returned no {what} after {after}; expected exactly one"
+    ))
+}

@@ -1,0 +1,536 @@
+//! The SQLite backend on real files: the conformance suite, durability
+//! across reopen, corrupt rows, several handles on one file, schema
+//! versions.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rein_core::deadline::{Cost, Usage};
+use rein_core::failure::Category;
+use rein_core::idempotency::IdempotencyKey;
+use rein_core::{
+    AttemptId, Event, EventKind, Failure, IntentId, LedgerRecord, LedgerStatus, Outcome, RunId,
+    TenantId, ToolClass,
+};
+use rein_store::{
+    Checkpoint, LedgerMark, NewRun, PlannedIntent, RunStatus, SCHEMA_VERSION, SqliteOptions,
+    SqliteStore, Store, StoreError, conformance,
+};
+use serde_json::json;
+
+fn run_id(id: &str) -> RunId {
+    RunId::new(id).unwrap()
+}
+
+fn new_run(id: &str, created_at_ms: u64) -> NewRun {
+    NewRun {
+        run_id: run_id(id),
+        tenant: TenantId::new("acme").unwrap(),
+        agent: "order-desk".to_owned(),
+        input: "move order 42 to Friday".to_owned(),
+        parent_run_id: None,
+        budget: json!({ "max_steps": 8 }),
+        created_at_ms,
+    }
+}
+
+fn event(run: &RunId, kind: EventKind, step: u32) -> Event {
+    Event {
+        run_id: run.clone(),
+        seq: 0,
+        step,
+        intent_id: Some(IntentId::new("i-1").unwrap()),
+        attempt_id: Some(AttemptId::new("i-1/1").unwrap()),
+        idempotency_key: Some(IdempotencyKey::parse("k-1").unwrap()),
+        at_ms: 1_000 + u64::from(step),
+        kind,
+        data: json!({ "step": step }),
+    }
+}
+
+fn declaration(run: &RunId, intent: &str) -> LedgerRecord {
+    LedgerRecord {
+        run_id: run.clone(),
+        intent_id: IntentId::new(intent).unwrap(),
+        seq: 0,
+        step: 1,
+        tool: "update_delivery_time".to_owned(),
+        class: ToolClass::IdempotentWrite,
+        idempotency_key: Some(IdempotencyKey::parse("k-1").unwrap()),
+        args: json!({ "order_id": 42, "delivery": "friday" }),
+        status: LedgerStatus::Pending,
+        result: None,
+        failure: None,
+        attempts: 0,
+        created_at_ms: 1_000,
+        updated_at_ms: 1_000,
+    }
+}
+
+fn checkpoint(run: &RunId, step: u32) -> Checkpoint {
+    Checkpoint {
+        run_id: run.clone(),
+        step,
+        messages: json!([{ "role": "assistant", "content": "done" }]),
+        completed_intents: vec![IntentId::new("i-1").unwrap()],
+        consumed: Usage {
+            steps: step,
+            tokens: 321,
+            cost: Cost::from_micros(42),
+        },
+        elapsed_ms: 900,
+        state: json!({ "loop_guard": [1, 2] }),
+        at_ms: 2_000,
+    }
+}
+
+fn raw(path: &Path) -> rusqlite::Connection {
+    rusqlite::Connection::open(path).unwrap()
+}
+
+#[tokio::test]
+async fn conformance_suite_passes_on_a_sqlite_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("rein.db")).unwrap();
+    conformance::run_all(&store).await;
+}
+
+#[tokio::test]
+async fn conformance_suite_passes_with_synchronous_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = SqliteOptions::default()
+        .with_synchronous_full(true)
+        .with_busy_timeout(Duration::from_millis(500));
+    let store = SqliteStore::open_with(dir.path().join("rein.db"), options).unwrap();
+    let store: Arc<dyn Store> = Arc::new(store);
+    conformance::run_all(store.as_ref()).await;
+}
+
+#[tokio::test]
+async fn open_creates_parent_directories_and_switches_to_wal() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a/b/c/rein.db");
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.path(), path);
+    assert!(path.is_file());
+    let mode: String = raw(&path)
+        .query_row("PRAGMA journal_mode", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    let version: i64 = raw(&path)
+        .query_row("SELECT MAX(version) FROM rein_schema", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(version, i64::from(SCHEMA_VERSION));
+}
+
+#[tokio::test]
+async fn reopened_file_reads_everything_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    let run = run_id("run-durable");
+    let (record, events, ledger) = {
+        let store = SqliteStore::open(&path).unwrap();
+        store
+            .create_run(new_run("run-durable", 1_000))
+            .await
+            .unwrap();
+        store
+            .save_intents(
+                &run,
+                1,
+                vec![PlannedIntent {
+                    intent_id: IntentId::new("i-1").unwrap(),
+                    ordinal: 0,
+                    call_id: "call_1".to_owned(),
+                    tool: "update_delivery_time".to_owned(),
+                    args: json!({ "order_id": 42 }),
+                }],
+            )
+            .await
+            .unwrap();
+        store.declare(declaration(&run, "i-1")).await.unwrap();
+        store.declare(declaration(&run, "i-2")).await.unwrap();
+        store
+            .mark(
+                &run,
+                &IntentId::new("i-2").unwrap(),
+                LedgerMark {
+                    status: LedgerStatus::Failed,
+                    result: None,
+                    failure: Some(
+                        Failure::new("update_delivery_time", Category::Timeout)
+                            .with_retry_after(Duration::from_millis(1500)),
+                    ),
+                    attempts: 3,
+                    at_ms: 1_500,
+                },
+            )
+            .await
+            .unwrap();
+        store.write_checkpoint(checkpoint(&run, 1)).await.unwrap();
+        let events = store
+            .append_events(
+                &run,
+                vec![
+                    event(&run, EventKind::RunStarted, 0),
+                    event(&run, EventKind::PlanCreated, 1),
+                ],
+            )
+            .await
+            .unwrap();
+        let record = store
+            .set_run_status(&run, RunStatus::Finished(Outcome::Failed), None, 3_000)
+            .await
+            .unwrap();
+        let ledger = store.ledger(&run).await.unwrap();
+        (record, events, ledger)
+    };
+
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.get_run(&run).await.unwrap(), Some(record));
+    assert_eq!(store.events(&run, 0).await.unwrap(), events);
+    assert_eq!(store.ledger(&run).await.unwrap(), ledger);
+    assert_eq!(ledger[1].status, LedgerStatus::Failed);
+    assert_eq!(store.intents(&run).await.unwrap().len(), 1);
+    assert_eq!(
+        store.latest_checkpoint(&run).await.unwrap(),
+        Some(checkpoint(&run, 1))
+    );
+    let pending = store.pending_ledger(10).await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].intent_id.as_str(), "i-1");
+    // Sequences continue after a reopen.
+    let next = store
+        .append_events(&run, vec![event(&run, EventKind::RunFinished, 2)])
+        .await
+        .unwrap();
+    assert_eq!(next[0].seq, 3);
+}
+
+#[tokio::test]
+async fn second_handle_on_the_same_file_sees_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    let first = SqliteStore::open(&path).unwrap();
+    let second = SqliteStore::open(&path).unwrap();
+    let run = run_id("run-shared");
+    first
+        .create_run(new_run("run-shared", 1_000))
+        .await
+        .unwrap();
+    assert!(second.get_run(&run).await.unwrap().is_some());
+
+    // Interleaved writers through both handles keep one gap-free stream.
+    for round in 0..5 {
+        let writer = if round % 2 == 0 { &first } else { &second };
+        writer
+            .append_events(&run, vec![event(&run, EventKind::BudgetAllocated, round)])
+            .await
+            .unwrap();
+    }
+    let seqs: Vec<u64> = first
+        .events(&run, 0)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seqs, [1, 2, 3, 4, 5]);
+    match second.create_run(new_run("run-shared", 2_000)).await {
+        Err(StoreError::Conflict { .. }) => {}
+        other => panic!("expected a conflict across handles, found {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn concurrent_appends_share_commits_and_stay_gap_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(dir.path().join("rein.db")).unwrap());
+    let runs: Vec<RunId> = (0..4).map(|n| run_id(&format!("run-{n}"))).collect();
+    for (n, run) in runs.iter().enumerate() {
+        store
+            .create_run(new_run(run.as_str(), n as u64))
+            .await
+            .unwrap();
+    }
+    let mut tasks = Vec::new();
+    for task in 0..40u32 {
+        let store = Arc::clone(&store);
+        let run = runs[task as usize % runs.len()].clone();
+        tasks.push(tokio::spawn(async move {
+            store
+                .append_events(
+                    &run,
+                    vec![
+                        event(&run, EventKind::ToolCallStarted, task),
+                        event(&run, EventKind::ToolCallFinished, task),
+                    ],
+                )
+                .await
+                .unwrap()
+        }));
+    }
+    for task in tasks {
+        let appended = task.await.unwrap();
+        assert_eq!(
+            appended[1].seq,
+            appended[0].seq + 1,
+            "a batch is contiguous"
+        );
+    }
+    for run in &runs {
+        let seqs: Vec<u64> = store
+            .events(run, 0)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(seqs, (1..=20).collect::<Vec<u64>>(), "run {run}");
+    }
+}
+
+#[tokio::test]
+async fn corrupt_json_column_is_reported_not_panicked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let run = run_id("run-corrupt");
+    store
+        .create_run(new_run("run-corrupt", 1_000))
+        .await
+        .unwrap();
+    store.declare(declaration(&run, "i-1")).await.unwrap();
+    store
+        .append_events(&run, vec![event(&run, EventKind::RunStarted, 0)])
+        .await
+        .unwrap();
+    store.write_checkpoint(checkpoint(&run, 1)).await.unwrap();
+
+    let db = raw(&path);
+    db.execute(
+        "UPDATE ledger SET args = '{\"order_id\": 4' WHERE run_id = 'run-corrupt'",
+        [],
+    )
+    .unwrap();
+    db.execute(
+        "UPDATE events SET data = 'not json' WHERE run_id = 'run-corrupt'",
+        [],
+    )
+    .unwrap();
+    db.execute(
+        "UPDATE checkpoints SET completed_intents = '[\"\"]' WHERE run_id = 'run-corrupt'",
+        [],
+    )
+    .unwrap();
+    db.execute(
+        "UPDATE runs SET status = 'paused' WHERE run_id = 'run-corrupt'",
+        [],
+    )
+    .unwrap();
+
+    let expect_corrupt =
+        |result: Result<String, StoreError>, table: &str, column: &str| match result {
+            Err(StoreError::Corrupt {
+                table: found_table,
+                column: found_column,
+                reason,
+            }) => {
+                assert_eq!((found_table, found_column), (table, column), "{reason}");
+                assert!(
+                    reason.contains("run-corrupt"),
+                    "the reason names the row: {reason}"
+                );
+            }
+            other => panic!("expected corrupt {table}.{column}, found {other:?}"),
+        };
+    expect_corrupt(
+        store.ledger(&run).await.map(|r| format!("{r:?}")),
+        "ledger",
+        "args",
+    );
+    expect_corrupt(
+        store.pending_ledger(10).await.map(|r| format!("{r:?}")),
+        "ledger",
+        "args",
+    );
+    expect_corrupt(
+        store.events(&run, 0).await.map(|r| format!("{r:?}")),
+        "events",
+        "data",
+    );
+    let err = store.get_run(&run).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Corrupt {
+                table: "runs",
+                column: "status",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("stored runs.status is corrupt: "),
+        "{err}"
+    );
+    // The status is read before any write, so a write to the run is refused too.
+    let err = store
+        .append_events(&run, vec![event(&run, EventKind::RunFinished, 1)])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::Corrupt { table: "runs", .. }),
+        "{err}"
+    );
+
+    db.execute(
+        "UPDATE runs SET status = 'running' WHERE run_id = 'run-corrupt'",
+        [],
+    )
+    .unwrap();
+    expect_corrupt(
+        store
+            .latest_checkpoint(&run)
+            .await
+            .map(|r| format!("{r:?}")),
+        "checkpoints",
+        "completed_intents",
+    );
+    // The store still works after every refusal.
+    let more = store
+        .append_events(&run, vec![event(&run, EventKind::RunFinished, 1)])
+        .await
+        .unwrap();
+    assert_eq!(more[0].seq, 2);
+}
+
+#[tokio::test]
+async fn out_of_range_integers_are_corrupt_not_wrapped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let run = run_id("run-range");
+    store.create_run(new_run("run-range", 1_000)).await.unwrap();
+    store
+        .append_events(&run, vec![event(&run, EventKind::RunStarted, 0)])
+        .await
+        .unwrap();
+    raw(&path)
+        .execute("UPDATE events SET step = -1, at_ms = -5", [])
+        .unwrap();
+    match store.events(&run, 0).await {
+        Err(StoreError::Corrupt {
+            table: "events",
+            column: "step",
+            reason,
+        }) => {
+            assert!(reason.contains("-1"), "{reason}");
+        }
+        other => panic!("expected corrupt events.step, found {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn newer_schema_version_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    drop(SqliteStore::open(&path).unwrap());
+    raw(&path)
+        .execute(
+            "INSERT INTO rein_schema (version, applied_at_ms) VALUES (?1, 0)",
+            [i64::from(SCHEMA_VERSION) + 1],
+        )
+        .unwrap();
+    let err = SqliteStore::open(&path).unwrap_err();
+    assert_eq!(
+        err,
+        StoreError::SchemaTooNew {
+            supported: SCHEMA_VERSION,
+            found: i64::from(SCHEMA_VERSION) + 1,
+        }
+    );
+    assert!(!err.is_transient());
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "database schema version must be at most {SCHEMA_VERSION}, but it is {}; \
+             upgrade rein or point the store path at another file",
+            SCHEMA_VERSION + 1
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_a_database_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    std::fs::write(&path, vec![b'x'; 4096]).unwrap();
+    match SqliteStore::open(&path) {
+        Err(StoreError::Backend(message)) => {
+            assert!(message.contains("rein.db"), "{message}");
+        }
+        other => panic!("expected a backend error, found {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_held_write_lock_past_the_busy_timeout_is_transient() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    let options = SqliteOptions::default().with_busy_timeout(Duration::from_millis(50));
+    let store = SqliteStore::open_with(&path, options).unwrap();
+    let locker = raw(&path);
+    locker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let err = store.create_run(new_run("run-busy", 1)).await.unwrap_err();
+    assert!(err.is_transient(), "{err}");
+    locker.execute_batch("ROLLBACK").unwrap();
+    store.create_run(new_run("run-busy", 1)).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_refused_write_does_not_undo_others_in_the_same_group_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(dir.path().join("rein.db")).unwrap());
+    let run = run_id("run-group");
+    store.create_run(new_run("run-group", 1)).await.unwrap();
+    let mut tasks = Vec::new();
+    for task in 0..30u32 {
+        let store = Arc::clone(&store);
+        // Every third write targets a run that does not exist.
+        let target = if task % 3 == 0 {
+            run_id("run-missing")
+        } else {
+            run.clone()
+        };
+        tasks.push(tokio::spawn(async move {
+            store
+                .append_events(
+                    &target,
+                    vec![event(&target, EventKind::RetryScheduled, task)],
+                )
+                .await
+        }));
+    }
+    let mut refused = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(_) => {}
+            Err(StoreError::NotFound { what: "run", .. }) => refused += 1,
+            Err(other) => panic!("unexpected error {other}"),
+        }
+    }
+    assert_eq!(refused, 10);
+    let seqs: Vec<u64> = store
+        .events(&run, 0)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seqs, (1..=20).collect::<Vec<u64>>());
+}

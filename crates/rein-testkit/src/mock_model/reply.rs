@@ -1,0 +1,332 @@
+//! The scripted replies of the mock model.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::RetryAfter;
+
+/// Token usage a reply reports when the script does not say.
+pub const DEFAULT_USAGE: Usage = Usage {
+    prompt_tokens: 100,
+    completion_tokens: 20,
+};
+
+/// One scripted answer to one `POST /v1/chat/completions`.
+///
+/// ```
+/// use rein_testkit::mock_model::{Reply, ToolCall};
+/// use rein_testkit::RetryAfter;
+/// let script = vec![
+///     Reply::tool_call("get_order", &serde_json::json!({"order_id": "A-1001"})),
+///     Reply::rate_limited(Some(RetryAfter::Seconds(2))),
+///     Reply::text("The delivery time is updated.").with_usage(1200, 40),
+/// ];
+/// assert_eq!(script.len(), 3);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Reply {
+    /// A 200 with one assistant message.
+    Message(AssistantMessage),
+    /// An error status with an OpenAI error body.
+    Error(ApiError),
+    /// `reply`, after sleeping `delay` (tokio time: paused-time tests stay
+    /// instant).
+    Delayed {
+        /// How long to wait before answering.
+        delay: Duration,
+        /// The answer.
+        reply: Box<Reply>,
+    },
+    /// A 200 whose body is cut off mid-way: the connection aborts, the
+    /// client never reads a complete completion.
+    LoseResponse,
+}
+
+impl Reply {
+    /// A final answer: `text`, `finish_reason: "stop"`.
+    pub fn text(text: &str) -> Reply {
+        Reply::Message(AssistantMessage {
+            content: Some(text.to_owned()),
+            tool_calls: Vec::new(),
+            finish_reason: FinishReason::Stop,
+            usage: DEFAULT_USAGE,
+        })
+    }
+
+    /// A reply cut at the token limit: `text`, `finish_reason: "length"`.
+    pub fn truncated(text: &str) -> Reply {
+        Reply::text(text).with_finish_reason(FinishReason::Length)
+    }
+
+    /// One tool call of `name` with `arguments` (encoded as the JSON string
+    /// OpenAI sends), `finish_reason: "tool_calls"`.
+    pub fn tool_call(name: &str, arguments: &Value) -> Reply {
+        Reply::tool_calls([ToolCall::new(name, arguments)])
+    }
+
+    /// Several tool calls in one turn, `finish_reason: "tool_calls"`.
+    pub fn tool_calls(calls: impl IntoIterator<Item = ToolCall>) -> Reply {
+        Reply::Message(AssistantMessage {
+            content: None,
+            tool_calls: calls.into_iter().collect(),
+            finish_reason: FinishReason::ToolCalls,
+            usage: DEFAULT_USAGE,
+        })
+    }
+
+    /// An error answer.
+    pub fn error(error: ApiError) -> Reply {
+        Reply::Error(error)
+    }
+
+    /// 429 `rate_limit_exceeded`, with `Retry-After` when given.
+    pub fn rate_limited(retry_after: Option<RetryAfter>) -> Reply {
+        Reply::Error(ApiError {
+            retry_after,
+            ..ApiError::new(
+                429,
+                "requests",
+                "Rate limit reached for requests. Please try again later.",
+            )
+            .with_code("rate_limit_exceeded")
+        })
+    }
+
+    /// 500 `server_error`.
+    pub fn server_error() -> Reply {
+        Reply::Error(ApiError::new(
+            500,
+            "server_error",
+            "The server had an error while processing your request.",
+        ))
+    }
+
+    /// 503 `server_error`: overloaded.
+    pub fn unavailable() -> Reply {
+        Reply::Error(ApiError::new(
+            503,
+            "server_error",
+            "The engine is currently overloaded, please try again later.",
+        ))
+    }
+
+    /// 400 `invalid_request_error` with `message`.
+    pub fn bad_request(message: &str) -> Reply {
+        Reply::Error(ApiError::new(400, "invalid_request_error", message))
+    }
+
+    /// 400 `context_length_exceeded`: rein must classify it as
+    /// `context_overflow`, not as a plain bad request.
+    pub fn context_length_exceeded() -> Reply {
+        Reply::Error(
+            ApiError::new(
+                400,
+                "invalid_request_error",
+                "This model's maximum context length is 8192 tokens. However, your messages \
+                 resulted in 9000 tokens. Please reduce the length of the messages.",
+            )
+            .with_code("context_length_exceeded")
+            .with_param("messages"),
+        )
+    }
+
+    /// 401 `invalid_api_key`.
+    pub fn unauthorized() -> Reply {
+        Reply::Error(
+            ApiError::new(401, "invalid_request_error", "Incorrect API key provided.")
+                .with_code("invalid_api_key"),
+        )
+    }
+
+    /// A lost response: see [`Reply::LoseResponse`].
+    pub fn lose_response() -> Reply {
+        Reply::LoseResponse
+    }
+
+    /// This reply, answered after `delay`.
+    pub fn delayed(self, delay: Duration) -> Reply {
+        Reply::Delayed {
+            delay,
+            reply: Box::new(self),
+        }
+    }
+
+    /// Sets the reported token usage (messages only).
+    pub fn with_usage(mut self, prompt_tokens: u64, completion_tokens: u64) -> Reply {
+        if let Some(message) = self.message_mut() {
+            message.usage = Usage {
+                prompt_tokens,
+                completion_tokens,
+            };
+        }
+        self
+    }
+
+    /// Sets the text beside tool calls (messages only).
+    pub fn with_text(mut self, text: &str) -> Reply {
+        if let Some(message) = self.message_mut() {
+            message.content = Some(text.to_owned());
+        }
+        self
+    }
+
+    /// Sets the finish reason (messages only).
+    pub fn with_finish_reason(mut self, finish_reason: FinishReason) -> Reply {
+        if let Some(message) = self.message_mut() {
+            message.finish_reason = finish_reason;
+        }
+        self
+    }
+
+    fn message_mut(&mut self) -> Option<&mut AssistantMessage> {
+        match self {
+            Reply::Message(message) => Some(message),
+            Reply::Delayed { reply, .. } => reply.message_mut(),
+            Reply::Error(_) | Reply::LoseResponse => None,
+        }
+    }
+}
+
+/// An assistant message the mock answers with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AssistantMessage {
+    /// The text, or `None` (JSON `null`) for a pure tool-call turn.
+    pub content: Option<String>,
+    /// The tool calls; omitted from the JSON when empty.
+    pub tool_calls: Vec<ToolCall>,
+    /// Why the model stopped.
+    pub finish_reason: FinishReason,
+    /// The token usage to report.
+    pub usage: Usage,
+}
+
+/// One tool call in OpenAI's format:
+/// `{"id", "type": "function", "function": {"name", "arguments": "<json string>"}}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCall {
+    /// The call id; `None` gets `call_<n>_<i>` (completion number, index).
+    pub id: Option<String>,
+    /// The function name.
+    pub name: String,
+    /// The arguments exactly as sent: a JSON string, or deliberately
+    /// malformed text to test rein's handling of broken model output.
+    pub arguments: String,
+}
+
+impl ToolCall {
+    /// A call of `name` with `arguments` encoded as JSON text.
+    pub fn new(name: &str, arguments: &Value) -> ToolCall {
+        ToolCall::raw(name, &arguments.to_string())
+    }
+
+    /// A call of `name` whose arguments text is sent verbatim (it need not
+    /// be valid JSON).
+    pub fn raw(name: &str, arguments: &str) -> ToolCall {
+        ToolCall {
+            id: None,
+            name: name.to_owned(),
+            arguments: arguments.to_owned(),
+        }
+    }
+
+    /// Sets the call id.
+    pub fn with_id(mut self, id: &str) -> ToolCall {
+        self.id = Some(id.to_owned());
+        self
+    }
+}
+
+/// Why the model stopped, as OpenAI names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// A natural end: a final answer.
+    Stop,
+    /// The model wants tools run.
+    ToolCalls,
+    /// Cut at the token limit.
+    Length,
+    /// Refused by a content filter.
+    ContentFilter,
+}
+
+impl FinishReason {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::ToolCalls => "tool_calls",
+            FinishReason::Length => "length",
+            FinishReason::ContentFilter => "content_filter",
+        }
+    }
+}
+
+/// Token usage of one completion; `total_tokens` is their sum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Usage {
+    /// Input tokens.
+    pub prompt_tokens: u64,
+    /// Output tokens.
+    pub completion_tokens: u64,
+}
+
+impl Usage {
+    /// `prompt_tokens + completion_tokens`.
+    pub fn total_tokens(&self) -> u64 {
+        self.prompt_tokens.saturating_add(self.completion_tokens)
+    }
+}
+
+/// An OpenAI error answer: status, `{"error": {"message", "type", "param",
+/// "code"}}`, and an optional `Retry-After` header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: u16,
+    /// `error.message`.
+    pub message: String,
+    /// `error.type`, e.g. `invalid_request_error`.
+    pub error_type: String,
+    /// `error.code`, e.g. `context_length_exceeded`.
+    pub code: Option<String>,
+    /// `error.param`, e.g. `messages`.
+    pub param: Option<String>,
+    /// The `Retry-After` header to send.
+    pub retry_after: Option<RetryAfter>,
+}
+
+impl ApiError {
+    /// An error with no code, param or `Retry-After`.
+    pub fn new(status: u16, error_type: &str, message: &str) -> ApiError {
+        ApiError {
+            status,
+            message: message.to_owned(),
+            error_type: error_type.to_owned(),
+            code: None,
+            param: None,
+            retry_after: None,
+        }
+    }
+
+    /// Sets `error.code`.
+    pub fn with_code(mut self, code: &str) -> ApiError {
+        self.code = Some(code.to_owned());
+        self
+    }
+
+    /// Sets `error.param`.
+    pub fn with_param(mut self, param: &str) -> ApiError {
+        self.param = Some(param.to_owned());
+        self
+    }
+
+    /// Sets the `Retry-After` header.
+    pub fn with_retry_after(mut self, retry_after: RetryAfter) -> ApiError {
+        self.retry_after = Some(retry_after);
+        self
+    }
+}
