@@ -67,9 +67,20 @@ pub struct Attempt<'a> {
     pub key: Option<&'a IdempotencyKey>,
     /// The run's remaining time, sent as `Rein-Deadline-Ms`.
     pub remaining: Duration,
-    /// How long this attempt may take in all (p99 × factor, capped by the
-    /// remainder).
+    /// How long this attempt may wait for the response to begin (p99 ×
+    /// factor, capped by the remainder): the time-to-first-byte limit.
     pub allowance: Duration,
+}
+
+impl Attempt<'_> {
+    /// The total limit of the attempt: the first-byte allowance again for
+    /// the body, never past the run's remainder.
+    pub fn total_limit(&self) -> Duration {
+        self.allowance
+            .saturating_mul(2)
+            .min(self.remaining)
+            .max(self.allowance)
+    }
 }
 
 /// A successful tool answer.
@@ -134,14 +145,16 @@ impl HttpToolAdapter {
             .header(ATTEMPT_HEADER, attempt.number.to_string())
             .header(ATTEMPT_ID_HEADER, attempt.attempt_id.as_str())
             .json(args)
-            .timeout(attempt.allowance);
+            .timeout(attempt.total_limit());
         for (name, value) in &target.headers {
             request = request.header(name, value);
         }
         if let Some(key) = attempt.key {
             request = request.header(&target.idempotency_header, key.as_str());
         }
-        let result = self.exchange(target, request, attempt.allowance).await;
+        let result = self
+            .exchange(target, request, attempt.allowance, attempt.total_limit())
+            .await;
         result.map_err(|f| f.with_attempt(attempt.attempt_id.clone()))
     }
 
@@ -168,23 +181,39 @@ impl HttpToolAdapter {
             .query(&[("key", key.as_str())])
             .header(DEADLINE_HEADER, allowance.as_millis().to_string())
             .timeout(allowance);
-        match self.exchange(target, request, allowance).await {
+        match self.exchange(target, request, allowance, allowance).await {
             Ok(output) => Ok(Some(output.result)),
             Err(f) if f.category() == Category::NotFound => Ok(None),
             Err(f) => Err(f),
         }
     }
 
+    /// Sends a request: the response must begin within `first_byte` and
+    /// complete within `total`.
     async fn exchange(
         &self,
         target: &HttpTarget,
         request: reqwest::RequestBuilder,
-        allowance: Duration,
+        first_byte: Duration,
+        total: Duration,
     ) -> Result<ToolOutput, Failure> {
         let started = StdInstant::now();
-        let response = request.send().await.map_err(|e| {
-            transport_failure(&target.name, &e, started.elapsed(), allowance, false)
-        })?;
+        let response = match tokio::time::timeout(first_byte, request.send()).await {
+            Ok(sent) => sent.map_err(|e| {
+                transport_failure(&target.name, &e, started.elapsed(), first_byte, false)
+            })?,
+            Err(_) => {
+                return Err(Failure::from_transport(
+                    &target.name,
+                    TransportError::Timeout,
+                    TransportPhase::AfterSend,
+                )
+                .with_human_message(format!(
+                    "{}: no response began within {first_byte:?}",
+                    target.name
+                )));
+            }
+        };
         let status = response.status().as_u16();
         let header = |name: &str| {
             response
@@ -200,7 +229,7 @@ impl HttpToolAdapter {
         let bytes = response
             .bytes()
             .await
-            .map_err(|e| transport_failure(&target.name, &e, started.elapsed(), allowance, true))?;
+            .map_err(|e| transport_failure(&target.name, &e, started.elapsed(), total, true))?;
         if !(200..300).contains(&status) {
             return Err(error_failure(
                 &target.name,

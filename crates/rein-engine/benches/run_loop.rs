@@ -1,0 +1,284 @@
+//! A whole run against real parts: a 10-step run (nine tool calls, then the
+//! answer) of the scripted model over the testkit's loopback order desk,
+//! recorded in a durable SQLite file — against the baseline of making the
+//! same nine tool requests directly with one HTTP client, no rein.
+//!
+//! The difference, divided by the ten steps, is what rein costs per step:
+//! validation, planning, intent ids, keys, breakers, the write-ahead ledger,
+//! events, checkpoints and their SQLite commits.
+//!
+//! Run: `cargo bench -p rein-engine --bench run_loop`. After the group it
+//! prints runs/s and the per-step overhead from criterion's medians.
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use rein_core::deadline::{BudgetLimits, DEADLINE_HEADER};
+use rein_core::idempotency::Normalizer;
+use rein_core::loop_guard::LoopGuardConfig;
+use rein_core::retry::RetryPolicy;
+use rein_core::{LatencyProfile, Outcome, ToolClass};
+use rein_engine::provider::ScriptedProvider;
+use rein_engine::run::{AcceptAll, AgentBinding, Engine, RunRequest, ToolBinding, http_client};
+use rein_engine::tool_http::{
+    ATTEMPT_HEADER, ATTEMPT_ID_HEADER, DEFAULT_IDEMPOTENCY_HEADER, HttpTarget, INTENT_ID_HEADER,
+    RUN_ID_HEADER,
+};
+use rein_store::{SqliteStore, Store};
+use rein_testkit::order_desk::{GET_ORDER, OrderDesk, UPDATE_DELIVERY_TIME};
+use serde_json::{Value, json};
+
+const GROUP: &str = "run_loop";
+const RUN: &str = "run_10_steps";
+const DIRECT: &str = "direct_9_calls";
+/// Model turns per run: nine tool calls, then the answer.
+const STEPS: u32 = 10;
+const INPUT: &str = "Check orders A-1001..A-1003 and move their delivery dates.";
+
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+/// The nine calls: reads and idempotent writes alternating, all arguments
+/// distinct, so every call adds a new fact and the loop guard never trips.
+fn calls() -> Vec<(&'static str, Value)> {
+    let orders = ["A-1001", "A-1002", "A-1003"];
+    (0..STEPS as usize - 1)
+        .map(|i| {
+            let order = orders[i % orders.len()];
+            if i % 2 == 0 {
+                (GET_ORDER, json!({"order_id": order}))
+            } else {
+                let date = format!("2026-12-{:02}T10:00:00Z", 10 + i);
+                (
+                    UPDATE_DELIVERY_TIME,
+                    json!({"order_id": order, "delivery_date": date}),
+                )
+            }
+        })
+        .collect()
+}
+
+fn script(calls: &[(&str, Value)]) -> String {
+    let mut turns: Vec<Value> = calls
+        .iter()
+        .map(|(name, args)| json!({"tool_calls": [{"name": name, "arguments": args}]}))
+        .collect();
+    turns.push(json!({"text": "Done: three orders checked, four dates moved."}));
+    json!({ "turns": turns }).to_string()
+}
+
+fn tool(desk: &OrderDesk, name: &str, class: ToolClass) -> ToolBinding {
+    ToolBinding {
+        name: name.to_owned(),
+        class,
+        latency: LatencyProfile::new(ms(10), ms(100), ms(250), 100).unwrap(),
+        normalizer: Normalizer::default(),
+        target: HttpTarget {
+            name: name.to_owned(),
+            url: desk.tool_url(name),
+            method: reqwest::Method::POST,
+            headers: BTreeMap::new(),
+            idempotency_header: DEFAULT_IDEMPOTENCY_HEADER.to_owned(),
+            status_url: Some(format!("{}/tools/{name}/status", desk.base_url())),
+            max_result_bytes: 16 * 1024,
+        },
+        resource_group: Some("order_api".to_owned()),
+        self_heal_allowance: None,
+    }
+}
+
+/// The agent without its provider (a placeholder one, replaced per run).
+fn agent(desk: &OrderDesk, script: &str) -> AgentBinding {
+    let tools: BTreeMap<String, ToolBinding> = [
+        tool(desk, GET_ORDER, ToolClass::Read),
+        tool(desk, UPDATE_DELIVERY_TIME, ToolClass::IdempotentWrite),
+    ]
+    .into_iter()
+    .map(|t| (t.name.clone(), t))
+    .collect();
+    AgentBinding {
+        name: "order_desk".into(),
+        model: "scripted".into(),
+        system_prompt: "You adjust orders.".into(),
+        provider: provider(script),
+        price: None,
+        tool_definitions: vec![],
+        tools,
+        budget: BudgetLimits::new(Duration::from_secs(60))
+            .unwrap()
+            .with_steps(20)
+            .unwrap(),
+        retry: RetryPolicy::default(),
+        loop_guard: LoopGuardConfig::default(),
+        model_latency: LatencyProfile::new(ms(5), ms(50), ms(100), 0).unwrap(),
+    }
+}
+
+/// A fresh scripted model: it is stateful (its cursor is the run's place in
+/// the script), so each run needs its own.
+fn provider(script: &str) -> Arc<ScriptedProvider> {
+    Arc::new(ScriptedProvider::from_json("scripted", script).unwrap())
+}
+
+fn request() -> RunRequest {
+    RunRequest {
+        input: INPUT.into(),
+        ..RunRequest::default()
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let started = SystemTime::now();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let desk = runtime.block_on(OrderDesk::start()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("rein.db")).unwrap());
+    let engine = Engine::builder(store).rng_seed(7).build().unwrap();
+    let calls = calls();
+    let script = script(&calls);
+    let template = agent(&desk, &script);
+
+    // Check once, outside the measurement, that a run is what we think.
+    let out = runtime
+        .block_on(engine.run(&template, &AcceptAll, request()))
+        .unwrap();
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+    assert_eq!(out.report.steps, STEPS);
+    assert_eq!(out.report.completed.len(), calls.len());
+    assert_eq!(desk.applied_count(UPDATE_DELIVERY_TIME), 4);
+
+    let mut group = c.benchmark_group(GROUP);
+    group.sample_size(20);
+    group.warm_up_time(Duration::from_secs(2));
+    group.measurement_time(Duration::from_secs(10));
+
+    group.bench_function(RUN, |b| {
+        b.iter_custom(|iters| {
+            // Fresh providers, built before the clock starts.
+            let agents: Vec<AgentBinding> = (0..iters)
+                .map(|_| AgentBinding {
+                    provider: provider(&script),
+                    ..template.clone()
+                })
+                .collect();
+            runtime.block_on(async {
+                let start = Instant::now();
+                for agent in &agents {
+                    let out = engine.run(agent, &AcceptAll, request()).await.unwrap();
+                    assert_eq!(out.report.outcome, Outcome::Succeeded);
+                    black_box(out);
+                }
+                start.elapsed()
+            })
+        })
+    });
+
+    // The same requests, as the adapter sends them, with no rein around.
+    let client = http_client().unwrap();
+    let urls: Vec<String> = calls.iter().map(|(t, _)| desk.tool_url(t)).collect();
+    let run_id = uuid::Uuid::now_v7().to_string();
+    let mut iteration = 0u64;
+    group.bench_function(DIRECT, |b| {
+        b.iter_custom(|iters| {
+            runtime.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    iteration += 1;
+                    for (i, ((tool, args), url)) in calls.iter().zip(&urls).enumerate() {
+                        let intent = format!("{run_id}-{iteration}-{i}");
+                        let mut request = client
+                            .post(url)
+                            .header(DEADLINE_HEADER, "60000")
+                            .header(RUN_ID_HEADER, run_id.as_str())
+                            .header(INTENT_ID_HEADER, intent.as_str())
+                            .header(ATTEMPT_HEADER, "1")
+                            .header(ATTEMPT_ID_HEADER, intent.as_str())
+                            .json(args)
+                            .timeout(Duration::from_millis(500));
+                        if *tool == UPDATE_DELIVERY_TIME {
+                            // Unique per iteration, so the desk applies it.
+                            request = request.header(DEFAULT_IDEMPOTENCY_HEADER, intent.as_str());
+                        }
+                        let response = request.send().await.unwrap();
+                        assert!(response.status().is_success(), "{}", response.status());
+                        let body = response.bytes().await.unwrap();
+                        black_box(serde_json::from_slice::<Value>(&body).unwrap());
+                    }
+                }
+                start.elapsed()
+            })
+        })
+    });
+    group.finish();
+
+    print_derived(started);
+    drop(engine);
+    runtime.block_on(desk.shutdown()).unwrap();
+}
+
+/// Criterion's output directory, found as criterion finds it.
+fn criterion_home() -> PathBuf {
+    if let Some(home) = std::env::var_os("CRITERION_HOME") {
+        return PathBuf::from(home);
+    }
+    if let Some(target) = std::env::var_os("CARGO_TARGET_DIR") {
+        return PathBuf::from(target).join("criterion");
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/criterion")
+}
+
+/// The median (ns) with its 95% interval, if this process wrote it.
+fn median(bench: &str, since: SystemTime) -> Option<(f64, f64, f64)> {
+    let path = criterion_home()
+        .join(GROUP)
+        .join(bench)
+        .join("new/estimates.json");
+    let fresh = std::fs::metadata(&path).ok()?.modified().ok()? >= since;
+    let estimates: Value = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
+    let m = &estimates["median"];
+    let ci = &m["confidence_interval"];
+    fresh.then_some((
+        m["point_estimate"].as_f64()?,
+        ci["lower_bound"].as_f64()?,
+        ci["upper_bound"].as_f64()?,
+    ))
+}
+
+/// The closing note: runs/s and rein's per-step overhead.
+fn print_derived(since: SystemTime) {
+    let (Some(run), Some(direct)) = (median(RUN, since), median(DIRECT, since)) else {
+        eprintln!(
+            "run_loop: no fresh medians under {} (filtered run or test mode); nothing derived",
+            criterion_home().display()
+        );
+        return;
+    };
+    let us = |ns: f64| ns / 1_000.0;
+    eprintln!(
+        "run_loop: {RUN} median {:.1} µs [{:.1}, {:.1}]; {DIRECT} median {:.1} µs [{:.1}, {:.1}]",
+        us(run.0),
+        us(run.1),
+        us(run.2),
+        us(direct.0),
+        us(direct.1),
+        us(direct.2),
+    );
+    eprintln!(
+        "run_loop: {:.0} runs/s; per-step overhead {:.1} µs ((run - direct) / {STEPS}); run/direct = {:.2}x",
+        1e9 / run.0,
+        us((run.0 - direct.0) / f64::from(STEPS)),
+        run.0 / direct.0,
+    );
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
