@@ -147,7 +147,7 @@ fn check_passes_the_example_config() {
     );
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
-        "ok: 4 tools, 1 agent, 2 providers, 1 resource group"
+        "ok: 4 tools, 2 agents, 2 providers, 1 resource group"
     );
     let out = rein_check(
         &[example().to_str().unwrap(), "--json"],
