@@ -5,7 +5,8 @@
 //!
 //! The difference, divided by the ten steps, is what rein costs per step:
 //! validation, planning, intent ids, keys, breakers, the write-ahead ledger,
-//! events, checkpoints and their SQLite commits.
+//! events, checkpoints and their SQLite commits. One bare store commit is
+//! measured too, for attribution.
 //!
 //! Run: `cargo bench -p rein-engine --bench run_loop`. After the group it
 //! prints runs/s and the per-step overhead from criterion's medians.
@@ -22,20 +23,21 @@ use rein_core::deadline::{BudgetLimits, DEADLINE_HEADER};
 use rein_core::idempotency::Normalizer;
 use rein_core::loop_guard::LoopGuardConfig;
 use rein_core::retry::RetryPolicy;
-use rein_core::{LatencyProfile, Outcome, ToolClass};
+use rein_core::{Event, EventKind, LatencyProfile, Outcome, RunId, TenantId, ToolClass};
 use rein_engine::provider::ScriptedProvider;
 use rein_engine::run::{AcceptAll, AgentBinding, Engine, RunRequest, ToolBinding, http_client};
 use rein_engine::tool_http::{
     ATTEMPT_HEADER, ATTEMPT_ID_HEADER, DEFAULT_IDEMPOTENCY_HEADER, HttpTarget, INTENT_ID_HEADER,
     RUN_ID_HEADER,
 };
-use rein_store::{SqliteStore, Store};
+use rein_store::{NewRun, SqliteStore, StepCommit, Store};
 use rein_testkit::order_desk::{GET_ORDER, OrderDesk, UPDATE_DELIVERY_TIME};
 use serde_json::{Value, json};
 
 const GROUP: &str = "run_loop";
 const RUN: &str = "run_10_steps";
 const DIRECT: &str = "direct_9_calls";
+const COMMIT: &str = "store_commit_one_event";
 /// Model turns per run: nine tool calls, then the answer.
 const STEPS: u32 = 10;
 const INPUT: &str = "Check orders A-1001..A-1003 and move their delivery dates.";
@@ -218,6 +220,51 @@ fn bench(c: &mut Criterion) {
             })
         })
     });
+
+    // For attribution: one store commit of one small event on an open run,
+    // the floor of each of a run's commits (channel to the store thread,
+    // `BEGIN IMMEDIATE … COMMIT` in WAL, reply).
+    let store = engine.store().clone();
+    let run_id: RunId = RunId::new(uuid::Uuid::now_v7().to_string()).unwrap();
+    runtime
+        .block_on(store.create_run(NewRun {
+            run_id: run_id.clone(),
+            tenant: TenantId::new("default").unwrap(),
+            agent: "order_desk".into(),
+            input: INPUT.into(),
+            parent_run_id: None,
+            budget: json!({}),
+            created_at_ms: 0,
+        }))
+        .unwrap();
+    let event = Event {
+        run_id: run_id.clone(),
+        seq: 0,
+        step: 1,
+        intent_id: None,
+        attempt_id: None,
+        idempotency_key: None,
+        at_ms: 0,
+        kind: EventKind::PlanCreated,
+        data: json!({"intents": [{"tool": GET_ORDER, "class": "read"}], "rejected": 0}),
+    };
+    group.bench_function(COMMIT, |b| {
+        b.iter_custom(|iters| {
+            let commits: Vec<StepCommit> = (0..iters)
+                .map(|_| StepCommit {
+                    events: vec![event.clone()],
+                    ..StepCommit::default()
+                })
+                .collect();
+            runtime.block_on(async {
+                let start = Instant::now();
+                for commit in commits {
+                    black_box(store.commit_step(&run_id, commit).await.unwrap());
+                }
+                start.elapsed()
+            })
+        })
+    });
     group.finish();
 
     print_derived(started);
@@ -278,6 +325,15 @@ fn print_derived(since: SystemTime) {
         us((run.0 - direct.0) / f64::from(STEPS)),
         run.0 / direct.0,
     );
+    if let Some(commit) = median(COMMIT, since) {
+        eprintln!(
+            "run_loop: one store commit {:.1} µs [{:.1}, {:.1}]; the overhead per run is {:.0} such commits",
+            us(commit.0),
+            us(commit.1),
+            us(commit.2),
+            (run.0 - direct.0) / commit.0,
+        );
+    }
 }
 
 criterion_group!(benches, bench);

@@ -175,12 +175,15 @@ impl HttpToolAdapter {
             return Err(Failure::new(&target.name, Category::Unknown)
                 .with_human_message(format!("{} has no status_url to look up keys", target.name)));
         };
-        let request = self
+        let mut request = self
             .client
             .get(status_url)
             .query(&[("key", key.as_str())])
             .header(DEADLINE_HEADER, allowance.as_millis().to_string())
             .timeout(allowance);
+        for (name, value) in &target.headers {
+            request = request.header(name, value);
+        }
         match self.exchange(target, request, allowance, allowance).await {
             Ok(output) => Ok(Some(output.result)),
             Err(f) if f.category() == Category::NotFound => Ok(None),
@@ -274,29 +277,39 @@ fn transport_failure(
 /// An error answer: the tool's structured body if it sent one, else the
 /// status code's classification.
 fn error_failure(name: &str, status: u16, retry_after: Option<&str>, body: &[u8]) -> Failure {
-    if let Ok(ErrorBody { error }) = serde_json::from_slice::<ErrorBody>(body) {
-        let mut f = Failure::new(name, error.category);
-        if let Some(retryable) = error.retryable {
-            f = f.with_retryable(retryable);
-        }
-        if let Some(effect) = error.effect {
-            f = f.with_effect(effect);
-        }
-        if let Some(ms) = error.retry_after_ms {
-            f = f.with_retry_after(Duration::from_millis(ms));
-        } else if let Some(from_header) = retry_after
-            .and_then(|v| rein_core::failure::parse_retry_after(v, SystemTime::now()).ok())
-            && f.retryable()
-        {
-            f = f.with_retry_after(from_header);
-        }
-        let message = error.message.unwrap_or_default();
-        return f.with_human_message(format!("{name} answered HTTP {status}: {message}"));
+    let inferred = Failure::from_http_status(name, status, retry_after, SystemTime::now());
+    let Ok(ErrorBody { error }) = serde_json::from_slice::<ErrorBody>(body) else {
+        return inferred.unwrap_or_else(|| {
+            Failure::new(name, Category::Unknown)
+                .with_human_message(format!("{name} answered HTTP {status}"))
+        });
+    };
+    // The tool's fields win; what it leaves out comes from the status code
+    // (a 500 that does not say whether it acted stays `maybe_applied`).
+    let inferred_effect = inferred
+        .as_ref()
+        .map_or(Effect::MaybeApplied, Failure::effect);
+    let mut f =
+        Failure::new(name, error.category).with_effect(error.effect.unwrap_or(inferred_effect));
+    if let Some(retryable) = error.retryable {
+        f = f.with_retryable(retryable);
     }
-    Failure::from_http_status(name, status, retry_after, SystemTime::now()).unwrap_or_else(|| {
-        Failure::new(name, Category::Unknown)
-            .with_human_message(format!("{name} answered HTTP {status}"))
-    })
+    let header_wait = inferred
+        .as_ref()
+        .and_then(Failure::retry_after)
+        .or_else(|| {
+            retry_after
+                .and_then(|v| rein_core::failure::parse_retry_after(v, SystemTime::now()).ok())
+        });
+    if let Some(ms) = error.retry_after_ms {
+        f = f.with_retry_after(Duration::from_millis(ms));
+    } else if let Some(wait) = header_wait
+        && f.retryable()
+    {
+        f = f.with_retry_after(wait);
+    }
+    let message = error.message.unwrap_or_default();
+    f.with_human_message(format!("{name} answered HTTP {status}: {message}"))
 }
 
 /// The longest string kept per field when a result is truncated.
@@ -371,6 +384,14 @@ mod tests {
         assert!(!f.retryable());
         assert!(f.human_message().contains("already shipped"));
         assert!(!f.model_message().contains("already shipped"));
+    }
+
+    #[test]
+    fn structured_body_without_effect_keeps_the_status_inference() {
+        let f = error_failure("t", 500, None, br#"{"error":{"category":"transient"}}"#);
+        assert_eq!(f.effect(), Effect::MaybeApplied);
+        let f = error_failure("t", 503, None, br#"{"error":{"category":"transient"}}"#);
+        assert_eq!(f.effect(), Effect::NotApplied);
     }
 
     #[test]

@@ -516,11 +516,8 @@ async fn unknown_tools_and_invalid_arguments_never_reach_the_tool_service() {
         .filter(|(k, d)| *k == EventKind::CallRejected && d.get("category").is_some())
         .count();
     assert_eq!(rejected, 4);
-    assert!(
-        events
-            .iter()
-            .any(|(k, d)| *k == EventKind::CallRejected && d["salvaged"] == true)
-    );
+    assert!(events.iter().any(|(k, d)| *k == EventKind::CallRejected
+        && d["reason"].as_str().is_some_and(|r| r.contains("cut off"))));
     assert!(h.store.ledger(&out.run_id).await.unwrap().is_empty());
 }
 
@@ -680,4 +677,358 @@ async fn demo_scenario_ends_in_partial_success_with_one_update_and_no_email() {
         .map(|e| e.seq)
         .collect();
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn truncated_arguments_of_a_read_are_salvaged_and_run() {
+    let h = harness(Faults::none()).await;
+    let a = agent(
+        &h.desk,
+        script(json!([
+            {"tool_calls": [{"name": GET_ORDER, "arguments": "{\"order_id\": \"A-1001\", \"verbose\": tr"}]},
+            answer("ok"),
+        ])),
+        true,
+    );
+    let out = run_with(&h, &a, &Required).await;
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+    assert_eq!(h.desk.request_count(GET_ORDER), 1);
+    assert_eq!(h.desk.requests()[0].args, json!({"order_id": "A-1001"}));
+    let events = kinds(&h, &out).await;
+    let plan = events
+        .iter()
+        .find(|(k, _)| *k == EventKind::PlanCreated)
+        .unwrap();
+    assert_eq!(plan.1["intents"][0]["salvaged"], true);
+}
+
+fn turn(calls: Value) -> Value {
+    json!({ "tool_calls": calls })
+}
+
+async fn harness_with_breakers(
+    faults: Faults,
+    breakers: rein_core::breaker::BreakersConfig,
+) -> Harness {
+    let mut h = harness(faults).await;
+    h.engine = Engine::builder(h.store.clone())
+        .rng_seed(7)
+        .breakers(breakers)
+        .build()
+        .unwrap();
+    h
+}
+
+#[tokio::test]
+async fn irreversible_call_does_not_run_when_a_sibling_of_its_turn_was_refused() {
+    let h = harness(Faults::none()).await;
+    let email = json!({"to": "buyer@example.com", "subject": "s", "body": "b"});
+    let a = agent(
+        &h.desk,
+        script(json!([
+            turn(json!([
+                {"name": UPDATE_DELIVERY_TIME, "arguments": {"order_id": 42}},
+                {"name": SEND_EMAIL, "arguments": email},
+            ])),
+            answer("done"),
+        ])),
+        true,
+    );
+    let out = run_with(&h, &a, &Required).await;
+    assert_eq!(
+        h.desk.request_count(SEND_EMAIL),
+        0,
+        "the email waits for its siblings"
+    );
+    assert_ne!(out.report.outcome, Outcome::Succeeded);
+    assert_eq!(out.report.incomplete[0].tool, SEND_EMAIL);
+}
+
+#[tokio::test]
+async fn second_irreversible_call_does_not_run_after_the_first_failed() {
+    let h = harness(Faults::none().then(SEND_EMAIL, Fault::status(503))).await;
+    let email = json!({"to": "buyer@example.com", "subject": "s", "body": "b"});
+    let a = agent(
+        &h.desk,
+        script(json!([
+            turn(json!([
+                {"name": SEND_EMAIL, "arguments": email},
+                {"name": SEND_EMAIL, "arguments": email},
+            ])),
+            answer("done"),
+        ])),
+        true,
+    );
+    let out = run(&h, &a).await;
+    assert_eq!(h.desk.request_count(SEND_EMAIL), 1);
+    assert_eq!(h.desk.applied_count(SEND_EMAIL), 0);
+    assert_eq!(out.report.outcome, Outcome::Failed);
+}
+
+#[tokio::test]
+async fn parallel_calls_share_the_budget_and_replies_follow_positions_even_with_duplicate_ids() {
+    let h = harness(Faults::none()).await;
+    let a = agent(
+        &h.desk,
+        script(json!([
+            turn(json!([
+                {"id": "same", "name": GET_ORDER, "arguments": {"order_id": "A-1001"}},
+                {"id": "same", "name": GET_ORDER, "arguments": {"order_id": "A-1002"}},
+                {"id": "c3", "name": GET_ORDER, "arguments": {"order_id": "A-1003"}},
+                {"id": "c4", "name": UPDATE_DELIVERY_TIME, "arguments": update_args()},
+            ])),
+            answer("done"),
+        ])),
+        true,
+    );
+    let out = run(&h, &a).await;
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+    assert_eq!(
+        out.report.completed.len(),
+        4,
+        "one productive turn is progress, not a loop"
+    );
+    let events = kinds(&h, &out).await;
+    let allocated = events
+        .iter()
+        .find(|(k, _)| *k == EventKind::BudgetAllocated)
+        .unwrap();
+    assert_eq!(allocated.1["branches"], 4);
+    assert!(
+        allocated.1["each_ms"].as_u64().unwrap()
+            <= allocated.1["remaining_ms"].as_u64().unwrap() / 4 + 1
+    );
+    // The checkpoint's transcript answers each call at its position.
+    let checkpoint = h
+        .store
+        .latest_checkpoint(&out.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let tool_messages: Vec<&Value> = checkpoint
+        .messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    assert_eq!(tool_messages.len(), 4);
+    assert!(
+        tool_messages[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("A-1001")
+    );
+    assert!(
+        tool_messages[1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("A-1002")
+    );
+}
+
+#[tokio::test]
+async fn open_breaker_refuses_calls_and_tells_the_model_not_to_retry() {
+    let mut breakers = rein_core::breaker::BreakersConfig::default();
+    breakers.tool.consecutive_failures = Some(1);
+    let h = harness_with_breakers(
+        Faults::none().always(GET_ORDER, Fault::status(401)),
+        breakers,
+    )
+    .await;
+    let a = agent(
+        &h.desk,
+        script(json!([
+            call(GET_ORDER, json!({"order_id": "A-1001"})),
+            call(GET_ORDER, json!({"order_id": "A-1002"})),
+            answer("gave up"),
+        ])),
+        true,
+    );
+    let out = run(&h, &a).await;
+    assert_eq!(
+        h.desk.request_count(GET_ORDER),
+        1,
+        "no call reaches an open arm"
+    );
+    let events = kinds(&h, &out).await;
+    assert!(
+        events
+            .iter()
+            .any(|(k, d)| *k == EventKind::BreakerStateChanged
+                && d["arm"] == "tool"
+                && d["transition"]["transition"] == "opened")
+    );
+    let checkpoint = h
+        .store
+        .latest_checkpoint(&out.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let last_tool = checkpoint
+        .messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .unwrap();
+    let content = last_tool["content"].as_str().unwrap();
+    assert!(
+        content.contains("category=circuit_open") && content.contains("do not retry"),
+        "{content}"
+    );
+}
+
+#[tokio::test]
+async fn a_retry_stops_when_a_sibling_opens_the_breaker_while_it_waits() {
+    let mut breakers = rein_core::breaker::BreakersConfig::default();
+    breakers.tool.consecutive_failures = Some(1);
+    let faults = Faults::none()
+        .then(GET_ORDER, Fault::status(401))
+        .then(GET_ORDER, Fault::rate_limited(RetryAfter::Seconds(1)));
+    let h = harness_with_breakers(faults, breakers).await;
+    let a = agent(
+        &h.desk,
+        script(json!([
+            turn(json!([
+                {"name": GET_ORDER, "arguments": {"order_id": "A-1001"}},
+                {"name": GET_ORDER, "arguments": {"order_id": "A-1002"}},
+            ])),
+            answer("stopped"),
+        ])),
+        true,
+    );
+    let out = run(&h, &a).await;
+    assert_eq!(
+        h.desk.request_count(GET_ORDER),
+        2,
+        "the waiting retry never reaches the open target"
+    );
+    let events = kinds(&h, &out).await;
+    assert!(
+        events
+            .iter()
+            .any(|(k, d)| *k == EventKind::RetryAbandoned && d["reason"]["kind"] == "circuit_open")
+    );
+}
+
+#[tokio::test]
+async fn executed_but_reported_failure_on_an_idempotent_write_is_found_by_key() {
+    let h =
+        harness(Faults::none().then(UPDATE_DELIVERY_TIME, Fault::ApplyThenStatus { code: 500 }))
+            .await;
+    let a = agent(
+        &h.desk,
+        script(json!([
+            call(UPDATE_DELIVERY_TIME, update_args()),
+            answer("done")
+        ])),
+        true,
+    );
+    let out = run(&h, &a).await;
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+    assert_eq!(h.desk.applied_count(UPDATE_DELIVERY_TIME), 1);
+    assert_eq!(h.desk.request_count(UPDATE_DELIVERY_TIME), 1);
+}
+
+/// A store that refuses ledger declarations: storage that is down for
+/// writes. Everything else goes to the real SQLite store.
+struct NoDeclares(Arc<dyn Store>);
+
+#[async_trait::async_trait]
+impl Store for NoDeclares {
+    async fn create_run(
+        &self,
+        run: rein_store::NewRun,
+    ) -> Result<rein_store::RunRecord, rein_store::StoreError> {
+        self.0.create_run(run).await
+    }
+    async fn get_run(
+        &self,
+        id: &rein_core::RunId,
+    ) -> Result<Option<rein_store::RunRecord>, rein_store::StoreError> {
+        self.0.get_run(id).await
+    }
+    async fn list_runs(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<rein_store::RunRecord>, rein_store::StoreError> {
+        self.0.list_runs(limit).await
+    }
+    async fn events(
+        &self,
+        id: &rein_core::RunId,
+        after: u64,
+    ) -> Result<Vec<rein_core::Event>, rein_store::StoreError> {
+        self.0.events(id, after).await
+    }
+    async fn intents(
+        &self,
+        id: &rein_core::RunId,
+    ) -> Result<Vec<(u32, rein_store::PlannedIntent)>, rein_store::StoreError> {
+        self.0.intents(id).await
+    }
+    async fn ledger(
+        &self,
+        id: &rein_core::RunId,
+    ) -> Result<Vec<rein_core::LedgerRecord>, rein_store::StoreError> {
+        self.0.ledger(id).await
+    }
+    async fn pending_ledger(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<rein_core::LedgerRecord>, rein_store::StoreError> {
+        self.0.pending_ledger(limit).await
+    }
+    async fn latest_checkpoint(
+        &self,
+        id: &rein_core::RunId,
+    ) -> Result<Option<rein_store::Checkpoint>, rein_store::StoreError> {
+        self.0.latest_checkpoint(id).await
+    }
+    async fn commit_step(
+        &self,
+        id: &rein_core::RunId,
+        commit: rein_store::StepCommit,
+    ) -> Result<rein_store::Committed, rein_store::StoreError> {
+        if !commit.declares.is_empty() {
+            return Err(rein_store::StoreError::Unavailable(
+                "injected: writes refused".into(),
+            ));
+        }
+        self.0.commit_step(id, commit).await
+    }
+}
+
+#[tokio::test]
+async fn no_call_with_side_effects_is_made_without_a_durable_ledger_record() {
+    let mut h = harness(Faults::none()).await;
+    let failing: Arc<dyn Store> = Arc::new(NoDeclares(h.store.clone()));
+    h.engine = Engine::builder(failing).rng_seed(7).build().unwrap();
+    let a = agent(
+        &h.desk,
+        script(json!([
+            call(UPDATE_DELIVERY_TIME, update_args()),
+            call(GET_ORDER, json!({"order_id": "A-1001"})),
+            answer("done")
+        ])),
+        true,
+    );
+    let out = run(&h, &a).await;
+    assert_eq!(
+        h.desk.request_count(UPDATE_DELIVERY_TIME),
+        0,
+        "write-ahead: no record, no call"
+    );
+    assert_eq!(
+        h.desk.request_count(GET_ORDER),
+        1,
+        "reads need no ledger record"
+    );
+    assert!(
+        out.report.incomplete[0]
+            .reason
+            .contains("ledger unavailable")
+    );
 }

@@ -42,7 +42,10 @@ pub struct ToolBinding {
 impl ToolBinding {
     /// One attempt's allowance: p99 × factor, capped by what remains.
     pub fn allowance(&self, remaining: Duration) -> Duration {
-        (self.latency.p99() * DEFAULT_ALLOWANCE_FACTOR).min(remaining)
+        self.latency
+            .p99()
+            .saturating_mul(DEFAULT_ALLOWANCE_FACTOR)
+            .min(remaining)
     }
 }
 

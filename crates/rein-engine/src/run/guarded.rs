@@ -32,6 +32,10 @@ pub struct Planned {
     pub args: Value,
     /// The step that planned it.
     pub step: u32,
+    /// Its position among the turn's proposed calls; the reply goes there.
+    pub position: usize,
+    /// Whether its arguments were salvaged from cut-off JSON (reads only).
+    pub salvaged: bool,
 }
 
 /// What became of one guarded call.
@@ -79,8 +83,18 @@ impl Engine {
         };
         let now = self.clock.now();
 
-        // 2. Budget: refuse before sending what cannot finish.
-        if let Err(exhausted) = budget.check(&Need::time(tool.latency.p50()), now) {
+        // 2. Budget: refuse before sending what cannot finish. A call with
+        // side effects needs its full allowance (p99 × factor): started
+        // without it, it may time out after sending and leave an effect in
+        // doubt. A read needs at least its median.
+        let need = if tool.class.has_side_effect() {
+            tool.latency
+                .p99()
+                .saturating_mul(super::DEFAULT_ALLOWANCE_FACTOR)
+        } else {
+            tool.latency.p50()
+        };
+        if let Err(exhausted) = budget.check(&Need::time(need), now) {
             ctx.emitter.emit(
                 EventKind::BudgetExhausted,
                 &c,
@@ -162,7 +176,7 @@ impl Engine {
         }
 
         // 7–8. Attempts, classified and decided.
-        self.deposit_request(&tool.name);
+        self.deposit_request(&super::tool_target(&tool.name), &ctx.agent.retry);
         let (outcome, attempts) = self
             .attempts(ctx, &mut c, &planned, tool, budget, key.as_ref())
             .await;
@@ -297,7 +311,8 @@ impl Engine {
                     latency: tool.latency,
                     now,
                 };
-                let decision = self.decide(&tool.name, &ctx.agent.retry, &input);
+                let decision =
+                    self.decide(&super::tool_target(&tool.name), &ctx.agent.retry, &input);
                 if decision != RetryDecision::LookupByKey {
                     break decision;
                 }
@@ -359,6 +374,21 @@ impl Engine {
                         }),
                     );
                     tokio::time::sleep(delay).await;
+                    // The breaker stays the outermost gate: an arm that opened
+                    // while this call waited (another call's failures) stops
+                    // the retry, so no call reaches an open target.
+                    if let Some(open) = self.open_arm(tool) {
+                        ctx.emitter.emit(
+                            EventKind::RetryAbandoned,
+                            c,
+                            json!({"tool": tool.name, "attempts": attempt,
+                                   "reason": {"kind": "circuit_open", "arm": open.0, "name": open.1},
+                                   "category": failure.category()}),
+                        );
+                        let rejected =
+                            Failure::circuit_open(&open.1, open.2).with_effect(failure.effect());
+                        return (Err(rejected), attempt);
+                    }
                 }
                 RetryDecision::GiveUp { reason } => {
                     ctx.emitter.emit(
@@ -404,6 +434,21 @@ impl Engine {
                 Err(Failure::circuit_open(name, retry_after))
             }
         }
+    }
+
+    /// The first open breaker arm of a tool (its own, then its resource
+    /// group's), with the time until it may admit again.
+    fn open_arm(&self, tool: &ToolBinding) -> Option<(ArmKind, String, std::time::Duration)> {
+        let now = self.clock.now();
+        let breakers = self.shared.breakers();
+        let mut arms = vec![(ArmKind::Tool, tool.name.as_str())];
+        if let Some(group) = &tool.resource_group {
+            arms.push((ArmKind::ResourceGroup, group.as_str()));
+        }
+        arms.into_iter().find_map(|(kind, name)| {
+            let until = breakers.get(kind, name)?.open_until()?;
+            (until > now).then(|| (kind, name.to_owned(), until.saturating_duration_since(now)))
+        })
     }
 
     /// Returns a permit unused (the call was not made).

@@ -346,17 +346,25 @@ impl Engine {
                         "the final answer was cut off at the output-token limit".into(),
                     );
                 }
+                if response.finish == FinishReason::ContentFilter {
+                    break End::ModelFailed(
+                        "the final answer was stopped by a content filter".into(),
+                    );
+                }
                 break End::Answer(response.text);
             }
 
             // Validate and plan: intent ids are assigned and persisted
             // before anything runs.
+            // Replies are matched to calls by position, not by the model's
+            // call id: a model may repeat an id, and a completed write must
+            // never be reported to it as failed.
             let mut planned = Vec::new();
-            let mut replies: HashMap<String, String> = HashMap::new();
+            let mut replies: Vec<Option<String>> = vec![None; response.tool_calls.len()];
             let mut observed: Vec<(String, Value)> = Vec::new();
             let mut rejected_failures: Vec<(String, String)> = Vec::new();
-            for call in &response.tool_calls {
-                match self.validate_call(&ctx, &guard, validator, call, step) {
+            for (position, call) in response.tool_calls.iter().enumerate() {
+                match self.validate_call(&ctx, &guard, validator, call, step, position) {
                     Ok(p) => {
                         observed.push((p.tool.clone(), p.args.clone()));
                         planned.push(p);
@@ -364,7 +372,7 @@ impl Engine {
                     Err((clarification, args, reason)) => {
                         observed.push((call.name.clone(), args));
                         rejected_failures.push((call.name.clone(), reason));
-                        replies.insert(call.id.clone(), clarification);
+                        replies[position] = Some(clarification);
                     }
                 }
             }
@@ -391,6 +399,7 @@ impl Engine {
                     json!({"intents": planned.iter().map(|p| json!({
                         "intent_id": p.intent_id, "tool": p.tool, "call_id": p.call_id,
                         "class": agent.tools.get(&p.tool).map(|t| t.class),
+                        "salvaged": p.salvaged,
                     })).collect::<Vec<_>>(),
                     "rejected": rejected_failures.len()}),
                 );
@@ -406,17 +415,22 @@ impl Engine {
 
             // Execute: independent calls concurrently on a divided budget;
             // irreversible calls after the others succeeded.
-            let results = self.execute(&ctx, &mut budget, planned, step).await;
+            let any_rejected = !rejected_failures.is_empty();
+            let results = self
+                .execute(&ctx, &mut budget, planned, step, any_rejected)
+                .await;
             for result in &results {
                 let content = match &result.outcome {
                     Ok(value) => json!({"tool": result.planned.tool, "ok": true, "result": value})
                         .to_string(),
                     Err(failure) => failure.model_message().to_owned(),
                 };
-                replies.insert(result.planned.call_id.clone(), content);
+                if let Some(slot) = replies.get_mut(result.planned.position) {
+                    *slot = Some(content);
+                }
             }
-            for call in &response.tool_calls {
-                let content = replies.remove(&call.id).unwrap_or_else(|| {
+            for (call, reply) in response.tool_calls.iter().zip(replies) {
+                let content = reply.unwrap_or_else(|| {
                     Failure::new(&call.name, Category::Unknown)
                         .model_message()
                         .to_owned()
@@ -473,10 +487,21 @@ impl Engine {
                 std::iter::empty::<&str>(),
                 tools_tried.iter().map(|t| Action::new(t, &Value::Null)),
             );
-            for (tool, args) in &observed {
-                if let Verdict::Trip(t) = guard.observe(Action::new(tool, args), state) {
-                    trip.get_or_insert(t);
-                }
+            // One observation per step: the no-progress window counts steps,
+            // and a turn of several calls is one composite action (the same
+            // set of calls on the same state is a repetition).
+            let (turn_tool, turn_args) = match observed.as_slice() {
+                [(tool, args)] => (tool.clone(), args.clone()),
+                many => (
+                    many.iter()
+                        .map(|(t, _)| t.as_str())
+                        .collect::<Vec<_>>()
+                        .join("+"),
+                    Value::Array(many.iter().map(|(t, a)| json!([t, a])).collect()),
+                ),
+            };
+            if let Verdict::Trip(t) = guard.observe(Action::new(&turn_tool, &turn_args), state) {
+                trip.get_or_insert(t);
             }
             let checkpoint = self.checkpoint(&ctx, &budget, &messages, &calls, step);
             if let Some(trip) = &trip {
@@ -544,6 +569,7 @@ impl Engine {
         validator: &dyn ArgValidator,
         call: &crate::provider::ToolCall,
         step: u32,
+        position: usize,
     ) -> Result<Planned, (String, Value, String)> {
         let c = Correlation {
             step,
@@ -580,19 +606,24 @@ impl Engine {
                 Value::Null,
             );
         }
+        let mut salvaged = false;
         let args = match parse_args(&call.arguments) {
             ParsedArgs::Complete(v) => v,
-            ParsedArgs::Salvaged {
-                value,
-                dropped_bytes,
-            } => {
-                ctx.emitter.emit(
-                    EventKind::CallRejected,
-                    &c,
-                    json!({"tool": call.name, "salvaged": true, "dropped_bytes": dropped_bytes,
-                           "note": "arguments were truncated; complete fields kept and validated"}),
-                );
+            // Salvaging a cut-off call is safe for a read; for a write an
+            // optional field lost in the cut would silently change what is
+            // done, so the model is asked again.
+            ParsedArgs::Salvaged { value, .. } if tool.class == ToolClass::Read => {
+                salvaged = true;
                 value
+            }
+            ParsedArgs::Salvaged { dropped_bytes, .. } => {
+                return refuse(
+                    Category::InvalidArguments,
+                    format!(
+                        "the arguments were cut off ({dropped_bytes} bytes incomplete); a call with side effects is never made from partial arguments — send the complete call"
+                    ),
+                    Value::Null,
+                );
             }
             ParsedArgs::Invalid { reason } => {
                 return refuse(Category::InvalidArguments, reason, Value::Null);
@@ -607,6 +638,8 @@ impl Engine {
             tool: tool.name.clone(),
             args,
             step,
+            position,
+            salvaged,
         })
     }
 
@@ -617,6 +650,7 @@ impl Engine {
         budget: &mut Budget,
         planned: Vec<Planned>,
         step: u32,
+        any_rejected: bool,
     ) -> Vec<CallResult> {
         let agent = ctx.agent;
         let (irreversible, others): (Vec<Planned>, Vec<Planned>) =
@@ -656,8 +690,10 @@ impl Engine {
                 let _ = budget.settle(grant, Usage::default(), now);
             }
         }
-        let earlier_failed = results.iter().any(|r| r.outcome.is_err());
         for p in irreversible {
+            // Recomputed before each irreversible call: a refused sibling or
+            // a failed earlier irreversible call stops the rest.
+            let earlier_failed = any_rejected || results.iter().any(|r| r.outcome.is_err());
             let Some(tool) = agent.tools.get(&p.tool) else {
                 continue;
             };
@@ -709,6 +745,7 @@ impl Engine {
             max_tokens: budget.remaining(self.clock.now()).tokens,
         };
         let mut attempt = 0u32;
+        self.deposit_request(&provider_target(&provider), &agent.retry);
         loop {
             attempt += 1;
             let now = self.clock.now();
@@ -764,9 +801,6 @@ impl Engine {
                 json!({"provider": provider, "attempt": attempt, "ok": false,
                        "category": failure.category(), "reason": failure.human_message()}),
             );
-            if attempt == 1 {
-                self.deposit_request(&provider);
-            }
             let input = RetryInput {
                 class: ToolClass::Read,
                 failure: &failure,
@@ -775,7 +809,7 @@ impl Engine {
                 latency: agent.model_latency,
                 now,
             };
-            match self.decide(&provider, &agent.retry, &input) {
+            match self.decide(&provider_target(&provider), &agent.retry, &input) {
                 RetryDecision::Retry {
                     delay,
                     next_attempt,
@@ -843,15 +877,16 @@ impl Engine {
     }
 
     /// Credits one original request to the target's retry budget.
-    fn deposit_request(&self, target: &str) {
+    fn deposit_request(&self, target: &str, policy: &RetryPolicy) {
         let mut budgets = self
             .shared
             .retry_budgets
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        if let Some(budget) = budgets.get_mut(target) {
-            budget.deposit();
-        }
+        budgets
+            .entry(target.to_owned())
+            .or_insert_with(|| RetryBudget::new(policy))
+            .deposit();
     }
 
     fn checkpoint(
@@ -878,6 +913,16 @@ impl Engine {
             at_ms: unix_ms(self.clock.system_now()),
         }
     }
+}
+
+/// The retry-budget key of a provider (tools and providers may share names).
+pub(crate) fn provider_target(name: &str) -> String {
+    format!("provider:{name}")
+}
+
+/// The retry-budget key of a tool.
+pub(crate) fn tool_target(name: &str) -> String {
+    format!("tool:{name}")
 }
 
 fn wall_clock_exhausted() -> Exhausted {

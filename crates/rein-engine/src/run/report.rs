@@ -59,9 +59,11 @@ pub fn build(
         .enumerate()
         .filter_map(|(i, call)| {
             let failure = call.outcome.as_ref().err()?;
-            // A failed read is a gap only if the same tool never succeeded
-            // later in the run (the model may have corrected its call).
+            // A failed read the model could correct (bad arguments, not
+            // found) is forgiven when the same tool later succeeded: the
+            // model corrected its call. Any other failed read is a gap.
             if call.class == ToolClass::Read
+                && failure.category().is_correctable()
                 && calls[i + 1..]
                     .iter()
                     .any(|later| later.planned.tool == call.planned.tool && later.outcome.is_ok())
