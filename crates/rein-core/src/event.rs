@@ -60,6 +60,13 @@ pub enum EventKind {
     ToolDisabled,
     /// A checkpoint was written.
     CheckpointWritten,
+    /// Compensation of one effect began (durable before the call).
+    CompensationStarted,
+    /// Compensation of one effect ended: compensated, uncompensatable or
+    /// manual. `uncompensatable` carries `"alert": true`.
+    CompensationFinished,
+    /// The run was handed to a human; the package is in its report.
+    HandoffCreated,
     /// The run ended in partial success; its report says what did not complete.
     PartialSuccessReturned,
     /// The run ended.
@@ -87,6 +94,9 @@ impl EventKind {
             EventKind::LoopDetected => "loop_detected",
             EventKind::ToolDisabled => "tool_disabled",
             EventKind::CheckpointWritten => "checkpoint_written",
+            EventKind::CompensationStarted => "compensation_started",
+            EventKind::CompensationFinished => "compensation_finished",
+            EventKind::HandoffCreated => "handoff_created",
             EventKind::PartialSuccessReturned => "partial_success_returned",
             EventKind::RunFinished => "run_finished",
         }

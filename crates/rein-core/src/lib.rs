@@ -21,7 +21,8 @@
 //! | [`loop_guard`] | repeated action, no progress, repeat failure, self-heal allowance |
 //! | [`event`] | the event stream: every decision with its rationale |
 //! | [`ledger`] | the side-effect ledger's record and state machine |
-//! | [`outcome`] | honest outcomes and the run report |
+//! | [`outcome`] | honest outcomes, the run report, the partial-failure policy |
+//! | [`handoff`] | the package for a human when automation stops |
 //! | [`registry`] | tools, agents, providers and resource groups: the integrity check and model-facing tool definitions |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -32,6 +33,7 @@ pub mod config;
 pub mod deadline;
 pub mod event;
 pub mod failure;
+pub mod handoff;
 pub mod idempotency;
 pub mod ids;
 pub mod ledger;
@@ -47,5 +49,5 @@ pub use event::{Event, EventKind};
 pub use failure::{Category, Effect, Failure};
 pub use ids::{AttemptId, IntentId, RunId, TenantId};
 pub use ledger::{LedgerRecord, LedgerStatus};
-pub use outcome::{Outcome, RunReport};
+pub use outcome::{FailurePolicy, Outcome, RunReport};
 pub use tool::{LatencyProfile, ToolClass};

@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use crate::deadline::Usage;
 use crate::failure::Category;
+use crate::handoff::HandoffPackage;
 use crate::ids::IntentId;
 use crate::ledger::LedgerStatus;
 
@@ -126,4 +127,51 @@ pub struct RunReport {
     pub elapsed_ms: u64,
     /// Model turns taken.
     pub steps: u32,
+    /// How the run's side effects were settled after a failure: each
+    /// compensation and its result, in the order they ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compensations: Vec<CompensationResult>,
+    /// The package for a human, when the run ended `handed_off`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<HandoffPackage>,
+}
+
+/// What became of one effect when a failed run was settled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompensationResult {
+    /// The forward action.
+    pub intent_id: IntentId,
+    /// The forward tool.
+    pub tool: String,
+    /// The compensation tool, if it has one.
+    pub compensation_tool: Option<String>,
+    /// The forward record's final status: `compensated`,
+    /// `uncompensatable` or `manual`.
+    pub status: LedgerStatus,
+    /// Why, for a human.
+    pub note: String,
+}
+
+/// What a run does with the effects it already caused when a later step
+/// fails (seed 000, "Partial Failure: Continue or Roll Back").
+///
+/// | policy | a failure that time may fix (rate limit, timeout, budget) | a failure that will not go away |
+/// | --- | --- | --- |
+/// | `compensate` (default) | keep the effects; partial success, recoverable | compensate in reverse order; hand off what cannot be undone |
+/// | `continue` | keep the effects; partial success | keep the effects; partial success |
+/// | `handoff` | keep the effects; partial success | hand off to a human, nothing undone |
+///
+/// A failure before any write (a read-only prefix) always degrades: the
+/// report flags the gap. No policy continues silently: every path that keeps
+/// a failed run's effects ends in an explicit `partial_success`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailurePolicy {
+    /// Compensate what can be undone, hand off what cannot.
+    #[default]
+    Compensate,
+    /// Keep every effect and report partial success.
+    Continue,
+    /// Hand off to a human without undoing anything.
+    Handoff,
 }

@@ -119,6 +119,9 @@ fn agent(desk: &OrderDesk, script: &str) -> AgentBinding {
         retry: RetryPolicy::default(),
         loop_guard: LoopGuardConfig::default(),
         model_latency: LatencyProfile::new(ms(5), ms(50), ms(100), 0).unwrap(),
+        on_failure: rein_core::FailurePolicy::default(),
+        compensation_reserve: rein_core::Ratio::new("r", 0.2).unwrap(),
+        compensations: Default::default(),
     }
 }
 

@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use rein_core::LatencyProfile;
 use rein_core::idempotency::Normalizer;
-use rein_core::registry::{AdapterSpec, AgentSpec, HttpMethod, ProviderKind, Registry};
+use rein_core::registry::{AdapterSpec, AgentSpec, HttpMethod, ProviderKind, Registry, ToolSpec};
 use serde_json::Value;
 
 use crate::config::CompiledSchemas;
 use crate::provider::{ModelProvider, OpenAiProvider, ScriptError, ScriptedProvider};
-use crate::run::{AgentBinding, ArgValidator, ToolBinding};
+use crate::run::{AgentBinding, ArgValidator, CompensationBinding, ToolBinding};
 use crate::tool_http::HttpTarget;
 
 /// The latency profile assumed for a model call: the basis of the "is there
@@ -76,39 +76,25 @@ pub fn bind_agent(
         .copied();
     let mut tools = BTreeMap::new();
     for spec in registry.agent_tools(agent) {
-        let (url, method, headers, status_url, max_result_bytes) = match &spec.adapter {
-            AdapterSpec::Http {
-                url,
-                method,
-                headers,
-                status_url,
-                max_result_bytes,
-                ..
-            } => (url, method, headers, status_url, max_result_bytes),
-            _ => {
-                return Err(BindError::Unsupported {
-                    what: format!("the adapter of tool `{}`", spec.name),
-                });
-            }
+        tools.insert(spec.name.clone(), bind_tool(spec)?);
+    }
+    // Compensation tools are bound even when the model is not offered them:
+    // rein calls them, the model does not.
+    let mut compensations = BTreeMap::new();
+    for spec in registry.agent_tools(agent) {
+        let Some(compensation) = &spec.compensation else {
+            continue;
         };
-        let binding = ToolBinding {
-            name: spec.name.clone(),
-            class: spec.class,
-            latency: spec.latency.profile(None),
-            normalizer: Normalizer::new(spec.idempotency.normalizer.clone()),
-            target: HttpTarget {
-                name: spec.name.clone(),
-                url: url.clone(),
-                method: http_method(*method),
-                headers: headers.clone(),
-                idempotency_header: spec.idempotency.header.clone(),
-                status_url: status_url.clone(),
-                max_result_bytes: *max_result_bytes,
+        let Some(tool) = registry.tool(&compensation.tool) else {
+            continue;
+        };
+        compensations.insert(
+            spec.name.clone(),
+            CompensationBinding {
+                spec: compensation.clone(),
+                tool: bind_tool(tool)?,
             },
-            resource_group: Some(spec.resource_group.clone()),
-            self_heal_allowance: spec.self_heal_allowance,
-        };
-        tools.insert(spec.name.clone(), binding);
+        );
     }
     let model_latency = LatencyProfile::new(
         DEFAULT_MODEL_LATENCY_P50,
@@ -129,6 +115,44 @@ pub fn bind_agent(
         retry: agent.retry,
         loop_guard: agent.loop_guard.clone(),
         model_latency,
+        on_failure: agent.on_failure,
+        compensation_reserve: agent.compensation_reserve,
+        compensations,
+    })
+}
+
+fn bind_tool(spec: &ToolSpec) -> Result<ToolBinding, BindError> {
+    let (url, method, headers, status_url, max_result_bytes) = match &spec.adapter {
+        AdapterSpec::Http {
+            url,
+            method,
+            headers,
+            status_url,
+            max_result_bytes,
+            ..
+        } => (url, method, headers, status_url, max_result_bytes),
+        _ => {
+            return Err(BindError::Unsupported {
+                what: format!("the adapter of tool `{}`", spec.name),
+            });
+        }
+    };
+    Ok(ToolBinding {
+        name: spec.name.clone(),
+        class: spec.class,
+        latency: spec.latency.profile(None),
+        normalizer: Normalizer::new(spec.idempotency.normalizer.clone()),
+        target: HttpTarget {
+            name: spec.name.clone(),
+            url: url.clone(),
+            method: http_method(*method),
+            headers: headers.clone(),
+            idempotency_header: spec.idempotency.header.clone(),
+            status_url: status_url.clone(),
+            max_result_bytes: *max_result_bytes,
+        },
+        resource_group: Some(spec.resource_group.clone()),
+        self_heal_allowance: spec.self_heal_allowance,
     })
 }
 

@@ -10,19 +10,21 @@ use std::time::Duration;
 use rein_core::deadline::{BudgetLimits, Cost};
 use rein_core::idempotency::Normalizer;
 use rein_core::loop_guard::LoopGuardConfig;
-use rein_core::registry::Price;
+use rein_core::registry::{ArgSource, CompensationGrade, CompensationSpec, Price};
 use rein_core::retry::RetryPolicy;
 use rein_core::{Category, EventKind, LatencyProfile, LedgerStatus, Outcome, ToolClass};
 use rein_engine::provider::{ModelProvider, OpenAiProvider, ScriptedProvider};
 use rein_engine::run::{
-    AcceptAll, AgentBinding, ArgValidator, Engine, RunOutput, RunRequest, ToolBinding,
+    AcceptAll, AgentBinding, ArgValidator, CompensationBinding, Engine, RunOutput, RunRequest,
+    ToolBinding,
 };
 use rein_engine::tool_http::{DEFAULT_IDEMPOTENCY_HEADER, HttpTarget};
 use rein_store::{SqliteStore, Store};
 use rein_testkit::RetryAfter;
 use rein_testkit::mock_model::{MockModel, Reply};
 use rein_testkit::order_desk::{
-    Fault, Faults, GET_ORDER, OrderDesk, OrderDeskConfig, SEND_EMAIL, UPDATE_DELIVERY_TIME,
+    Fault, Faults, GET_ORDER, OrderDesk, OrderDeskConfig, RESTORE_DELIVERY_TIME, SEND_EMAIL,
+    UPDATE_DELIVERY_TIME,
 };
 use serde_json::{Value, json};
 
@@ -101,6 +103,34 @@ fn agent(desk: &OrderDesk, provider: Arc<dyn ModelProvider>, status_url: bool) -
         retry: RetryPolicy::default(),
         loop_guard: LoopGuardConfig::default(),
         model_latency: LatencyProfile::new(ms(5), ms(50), ms(100), 0).unwrap(),
+        on_failure: rein_core::FailurePolicy::default(),
+        compensation_reserve: rein_core::Ratio::new("r", 0.2).unwrap(),
+        compensations: [(
+            UPDATE_DELIVERY_TIME.to_owned(),
+            restore(desk, CompensationGrade::Strong),
+        )]
+        .into_iter()
+        .collect(),
+    }
+}
+
+/// `restore_delivery_time` as the compensation of `update_delivery_time`.
+fn restore(desk: &OrderDesk, grade: CompensationGrade) -> CompensationBinding {
+    let args = [
+        ("order_id", "args.order_id"),
+        ("delivery_date", "result.previous_delivery_date"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.parse::<ArgSource>().unwrap()))
+    .collect();
+    CompensationBinding {
+        spec: CompensationSpec::new(RESTORE_DELIVERY_TIME, grade, None, args),
+        tool: tool(
+            desk,
+            RESTORE_DELIVERY_TIME,
+            ToolClass::IdempotentWrite,
+            true,
+        ),
     }
 }
 
@@ -1031,4 +1061,172 @@ async fn no_call_with_side_effects_is_made_without_a_durable_ledger_record() {
             .reason
             .contains("ledger unavailable")
     );
+}
+
+fn update(order: &str, date: &str) -> Value {
+    call(
+        UPDATE_DELIVERY_TIME,
+        json!({"order_id": order, "delivery_date": date}),
+    )
+}
+
+#[tokio::test]
+async fn non_retryable_failure_compensates_earlier_writes_in_reverse_order() {
+    let h = harness(Faults::none()).await;
+    let a = agent(
+        &h.desk,
+        script(json!([
+            update("A-1001", "2026-02-01T10:00:00Z"),
+            update("A-1002", "2026-02-02T10:00:00Z"),
+            update("A-1003", "2026-02-03T10:00:00Z"),
+            answer("could not finish"),
+        ])),
+        true,
+    );
+    // The third update conflicts: not retryable, so the first two are undone.
+    h.desk.set_faults(Faults::none()).unwrap();
+    h.desk
+        .push_fault(UPDATE_DELIVERY_TIME, Fault::Delay(Duration::ZERO))
+        .unwrap();
+    h.desk
+        .push_fault(UPDATE_DELIVERY_TIME, Fault::Delay(Duration::ZERO))
+        .unwrap();
+    h.desk
+        .push_fault(UPDATE_DELIVERY_TIME, Fault::status(409))
+        .unwrap();
+    let out = run(&h, &a).await;
+
+    assert_eq!(out.report.outcome, Outcome::Failed, "{:#?}", out.report);
+    assert_eq!(h.desk.applied_count(RESTORE_DELIVERY_TIME), 2);
+    let order: Vec<(String, String)> = h
+        .desk
+        .side_effects()
+        .into_iter()
+        .map(|e| (e.tool, e.args["order_id"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(
+        order,
+        vec![
+            (UPDATE_DELIVERY_TIME.to_owned(), "A-1001".to_owned()),
+            (UPDATE_DELIVERY_TIME.to_owned(), "A-1002".to_owned()),
+            (RESTORE_DELIVERY_TIME.to_owned(), "A-1002".to_owned()),
+            (RESTORE_DELIVERY_TIME.to_owned(), "A-1001".to_owned()),
+        ],
+        "strict reverse order"
+    );
+    assert_eq!(
+        h.desk.order("A-1001").unwrap().delivery_date,
+        "2026-01-05T14:00:00Z"
+    );
+    let ledger = h.store.ledger(&out.run_id).await.unwrap();
+    let statuses: Vec<LedgerStatus> = ledger.iter().map(|r| r.status).collect();
+    assert_eq!(
+        statuses,
+        vec![
+            LedgerStatus::Compensated,
+            LedgerStatus::Compensated,
+            LedgerStatus::Failed
+        ]
+    );
+    let events = kinds(&h, &out).await;
+    assert_eq!(
+        events
+            .iter()
+            .filter(|(k, _)| *k == EventKind::CompensationStarted)
+            .count(),
+        2
+    );
+    assert_eq!(out.report.compensations.len(), 2);
+}
+
+#[tokio::test]
+async fn failed_weak_compensation_ends_manual_with_a_handoff_package() {
+    let h = harness(Faults::none().always(RESTORE_DELIVERY_TIME, Fault::status(503))).await;
+    let mut a = agent(
+        &h.desk,
+        script(json!([
+            update("A-1001", "2026-02-01T10:00:00Z"),
+            update("A-1002", "2026-02-02T10:00:00Z"),
+            answer("stuck"),
+        ])),
+        true,
+    );
+    a.compensations.insert(
+        UPDATE_DELIVERY_TIME.to_owned(),
+        restore(&h.desk, CompensationGrade::Weak),
+    );
+    h.desk
+        .push_fault(UPDATE_DELIVERY_TIME, Fault::Delay(Duration::ZERO))
+        .unwrap();
+    h.desk
+        .push_fault(UPDATE_DELIVERY_TIME, Fault::status(409))
+        .unwrap();
+    let out = run(&h, &a).await;
+
+    assert_eq!(out.report.outcome, Outcome::HandedOff, "{:#?}", out.report);
+    assert_eq!(
+        h.desk.request_count(RESTORE_DELIVERY_TIME),
+        1,
+        "a weak compensation runs once"
+    );
+    let package = out.report.handoff.as_ref().expect("a handoff package");
+    assert_eq!(package.awaiting_decision.len(), 1);
+    assert_eq!(package.awaiting_decision[0].tool, UPDATE_DELIVERY_TIME);
+    assert_eq!(package.awaiting_decision[0].status, LedgerStatus::Manual);
+    assert!(package.timeline.iter().all(|t| t.input_digest.len() == 16));
+    // Retrievable later by run id.
+    let stored = h.store.get_run(&out.run_id).await.unwrap().unwrap();
+    assert_eq!(stored.report.unwrap().handoff.unwrap(), *package);
+}
+
+#[tokio::test]
+async fn an_effect_without_compensation_is_uncompensatable_and_handed_off() {
+    let h = harness(Faults::none().then(UPDATE_DELIVERY_TIME, Fault::status(409))).await;
+    let email = json!({"to": "buyer@example.com", "subject": "s", "body": "b"});
+    let a = agent(
+        &h.desk,
+        script(json!([
+            call(SEND_EMAIL, email),
+            update("A-1001", "2026-02-01T10:00:00Z"),
+            answer("stuck"),
+        ])),
+        true,
+    );
+    let out = run(&h, &a).await;
+    assert_eq!(out.report.outcome, Outcome::HandedOff, "{:#?}", out.report);
+    assert_eq!(h.desk.applied_count(SEND_EMAIL), 1);
+    let events = kinds(&h, &out).await;
+    assert!(
+        events
+            .iter()
+            .any(|(k, d)| *k == EventKind::CompensationFinished
+                && d["status"] == "uncompensatable"
+                && d["alert"] == true)
+    );
+    let ledger = h.store.ledger(&out.run_id).await.unwrap();
+    assert_eq!(ledger[0].status, LedgerStatus::Uncompensatable);
+}
+
+#[tokio::test]
+async fn continue_policy_keeps_effects_and_reports_partial_success() {
+    let h = harness(Faults::none()).await;
+    let mut a = agent(
+        &h.desk,
+        script(json!([
+            update("A-1001", "2026-02-01T10:00:00Z"),
+            update("A-1002", "2026-02-02T10:00:00Z"),
+            answer("half done"),
+        ])),
+        true,
+    );
+    a.on_failure = rein_core::FailurePolicy::Continue;
+    h.desk
+        .push_fault(UPDATE_DELIVERY_TIME, Fault::Delay(Duration::ZERO))
+        .unwrap();
+    h.desk
+        .push_fault(UPDATE_DELIVERY_TIME, Fault::status(409))
+        .unwrap();
+    let out = run(&h, &a).await;
+    assert_eq!(out.report.outcome, Outcome::PartialSuccess);
+    assert_eq!(h.desk.applied_count(RESTORE_DELIVERY_TIME), 0);
 }

@@ -165,6 +165,8 @@ fn report(outcome: Outcome) -> RunReport {
         },
         elapsed_ms: 2100,
         steps: 3,
+        compensations: Vec::new(),
+        handoff: None,
     }
 }
 

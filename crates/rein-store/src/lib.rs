@@ -17,6 +17,7 @@
 //! | [`PlannedIntent`] | intent ids persisted at plan time |
 //! | [`LedgerMark`] | a change to a declared side effect |
 //! | [`Checkpoint`] | the state a resume continues from |
+//! | [`Lease`], [`LeaseKind`], [`LeaseChange`], [`LeaseFilter`] | resources (process groups, temp paths) held for a run until released or reaped |
 //! | [`StoreError`] | refusals and failures, classified by `is_transient` |
 //! | [`SqliteStore`], [`SqliteOptions`] | the SQLite backend |
 //!
@@ -56,6 +57,7 @@ mod checkpoint;
 mod commit;
 mod error;
 mod intent;
+mod lease;
 mod ledger;
 mod run;
 mod sqlite;
@@ -68,6 +70,7 @@ pub use checkpoint::Checkpoint;
 pub use commit::{Committed, StepCommit};
 pub use error::StoreError;
 pub use intent::PlannedIntent;
+pub use lease::{Lease, LeaseChange, LeaseFilter, LeaseKind, MAX_LEASE_ID_LEN};
 pub use ledger::LedgerMark;
 pub use run::{NewRun, RunRecord, RunStatus, StatusChange};
 pub use sqlite::{

@@ -7,11 +7,12 @@ use crate::checkpoint::Checkpoint;
 use crate::commit::{Committed, StepCommit};
 use crate::error::StoreError;
 use crate::intent::PlannedIntent;
+use crate::lease::{Lease, LeaseChange, LeaseFilter};
 use crate::ledger::LedgerMark;
 use crate::run::{NewRun, RunRecord, RunStatus, StatusChange};
 
 /// Durable state of runs: the runs themselves, their event streams, planned
-/// intents, the side-effect ledger and checkpoints.
+/// intents, the side-effect ledger, checkpoints and resource leases.
 ///
 /// # Why a trait
 ///
@@ -37,6 +38,19 @@ use crate::run::{NewRun, RunRecord, RunStatus, StatusChange};
 /// - A finished run's status never changes again.
 /// - A stored value that cannot be decoded is a [`StoreError::Corrupt`],
 ///   never a panic.
+///
+/// # Leases
+///
+/// Resource leases ([`Lease`]) have their own write path,
+/// [`Store::change_lease`], with [`acquire_lease`], [`renew_lease`] and
+/// [`release_lease`] provided on top. They are not part of a
+/// [`StepCommit`]: a lease is taken and released by a tool adapter around
+/// one call (and by the reaper after a crash), not at a step boundary, and
+/// it must be durable before the resource exists, not when the step ends.
+///
+/// [`acquire_lease`]: Store::acquire_lease
+/// [`renew_lease`]: Store::renew_lease
+/// [`release_lease`]: Store::release_lease
 ///
 /// [`append_events`]: Store::append_events
 /// [`declare`]: Store::declare
@@ -184,6 +198,78 @@ pub trait Store: Send + Sync {
             .marked
             .pop()
             .ok_or_else(|| missing("ledger record", "a mark"))
+    }
+
+    /// Applies one lease change durably and returns the lease as stored
+    /// (`None` for a release of a lease that was not held).
+    ///
+    /// # Errors
+    ///
+    /// See each [`LeaseChange`] variant; [`StoreError::Invalid`] for a lease
+    /// that breaks the invariants of [`Lease::validate`].
+    async fn change_lease(&self, change: LeaseChange) -> Result<Option<Lease>, StoreError>;
+
+    /// The held leases that `filter` selects, by `expires_at_ms` then
+    /// `lease_id`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] when the filter names a run that does not
+    /// exist.
+    async fn leases(&self, filter: &LeaseFilter) -> Result<Vec<Lease>, StoreError>;
+
+    /// Registers `lease` before its resource is created.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Conflict`] when the lease id is held;
+    /// [`StoreError::NotFound`] for an unknown run; [`StoreError::Invalid`]
+    /// for a lease that breaks [`Lease::validate`].
+    async fn acquire_lease(&self, lease: Lease) -> Result<Lease, StoreError> {
+        self.change_lease(LeaseChange::Acquire(lease))
+            .await?
+            .ok_or_else(|| missing("lease", "an acquire"))
+    }
+
+    /// Moves a held lease's expiry to `expires_at_ms`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] when the lease is not held;
+    /// [`StoreError::Invalid`] for an expiry before its acquisition.
+    async fn renew_lease(&self, lease_id: &str, expires_at_ms: u64) -> Result<Lease, StoreError> {
+        let change = LeaseChange::Renew {
+            lease_id: lease_id.to_owned(),
+            expires_at_ms,
+        };
+        self.change_lease(change)
+            .await?
+            .ok_or_else(|| missing("lease", "a renewal"))
+    }
+
+    /// Releases a lease: idempotent. Returns the lease if it was held.
+    async fn release_lease(&self, lease_id: &str) -> Result<Option<Lease>, StoreError> {
+        let change = LeaseChange::Release {
+            lease_id: lease_id.to_owned(),
+        };
+        self.change_lease(change).await
+    }
+
+    /// Up to `limit` leases expired at `now_ms`, soonest expiry first: the
+    /// reaper's work list.
+    async fn expired_leases(&self, now_ms: u64, limit: usize) -> Result<Vec<Lease>, StoreError> {
+        self.leases(&LeaseFilter::all().expired_at(now_ms).limit(limit))
+            .await
+    }
+
+    /// The run's held leases.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] when the run does not exist.
+    async fn leases_of_run(&self, run_id: &RunId) -> Result<Vec<Lease>, StoreError> {
+        self.leases(&LeaseFilter::all().of_run(run_id.clone()))
+            .await
     }
 
     /// Writes the checkpoint of a step, replacing one of the same step.

@@ -188,6 +188,17 @@ impl BudgetLimits {
         Ok(self)
     }
 
+    /// The same ceilings with another wall-clock allowance (e.g. the forward
+    /// path's share when part of the time is reserved for compensation).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Zero`] for a zero `wall_clock`.
+    pub fn with_wall_clock(mut self, wall_clock: Duration) -> Result<Self, ConfigError> {
+        self.wall_clock = positive_duration("budget.wall_clock", wall_clock)?;
+        Ok(self)
+    }
+
     /// The wall-clock allowance.
     pub fn wall_clock(&self) -> Duration {
         self.wall_clock

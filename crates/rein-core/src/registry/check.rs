@@ -13,6 +13,7 @@ use super::config::{
     AdapterConfig, AdapterKind, AgentConfig, CompensationConfig, ConfigSource, IdempotencyConfig,
     LatencyConfig, LatencyMode, ProviderConfig, ProviderKindName, ResourceGroupConfig, ToolConfig,
 };
+use super::constants::{DEFAULT_COMPENSATION_RESERVE, MAX_COMPENSATION_RESERVE};
 use super::constants::{
     DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_MAX_RESULT_BYTES, DEFAULT_OBSERVE_MIN_SAMPLES,
     DEFAULT_PROVIDER_TIMEOUT, RESERVED_HEADERS,
@@ -23,7 +24,7 @@ use super::spec::{
     RateLimit, Registry, ResourceGroupSpec, ToolSpec,
 };
 use crate::breaker::{Breakers, BreakersConfig};
-use crate::config::ConfigError;
+use crate::config::{ConfigError, Ratio};
 use crate::deadline::{BudgetLimits, Cost};
 use crate::idempotency::NormalizerConfig;
 use crate::loop_guard::LoopGuard;
@@ -1149,6 +1150,21 @@ impl<'a> Checker<'a> {
                 None
             }
         };
+        let reserve = c
+            .compensation_reserve
+            .unwrap_or(DEFAULT_COMPENSATION_RESERVE);
+        let compensation_reserve = if reserve.is_finite()
+            && (0.0..=MAX_COMPENSATION_RESERVE).contains(&reserve)
+        {
+            Ratio::new("compensation_reserve", reserve).ok()
+        } else {
+            self.report(
+                file,
+                format!("{p}.compensation_reserve"),
+                format!("must be a number in [0, {MAX_COMPENSATION_RESERVE}], but it is {reserve}"),
+            );
+            None
+        };
         if !ok {
             return None;
         }
@@ -1161,6 +1177,8 @@ impl<'a> Checker<'a> {
             budget: budget?,
             retry: retry?,
             loop_guard: loop_guard?,
+            on_failure: c.on_failure,
+            compensation_reserve: compensation_reserve?,
             source: file.to_path_buf(),
         })
     }

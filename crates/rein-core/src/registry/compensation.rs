@@ -161,6 +161,24 @@ pub struct CompensationSpec {
 }
 
 impl CompensationSpec {
+    /// A compensation by `tool` of `grade` within `window`, with its
+    /// argument mapping (target argument → source). The registry builds
+    /// these from config after its integrity check; this constructor is
+    /// for programs that bind tools themselves.
+    pub fn new(
+        tool: impl Into<String>,
+        grade: CompensationGrade,
+        window: Option<Duration>,
+        args: BTreeMap<String, ArgSource>,
+    ) -> CompensationSpec {
+        CompensationSpec {
+            tool: tool.into(),
+            grade,
+            window,
+            args,
+        }
+    }
+
     /// The compensation call's arguments for a forward call that was sent
     /// `args` and answered `result`.
     ///

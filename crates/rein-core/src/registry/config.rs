@@ -18,6 +18,7 @@ use super::spec::{HttpMethod, SideEffectTier};
 use crate::breaker::BreakersConfig;
 use crate::deadline::BudgetConfig;
 use crate::loop_guard::LoopGuardConfig;
+use crate::outcome::FailurePolicy;
 use crate::retry::RetryConfig;
 use crate::tool::ToolClass;
 
@@ -281,6 +282,12 @@ pub struct AgentConfig {
     pub retry: RetryConfig,
     /// Loop guard settings.
     pub loop_guard: LoopGuardConfig,
+    /// What to do with effects already caused when a later step fails:
+    /// `compensate` (default), `continue` or `handoff`.
+    pub on_failure: FailurePolicy,
+    /// The share of the wall clock reserved for compensation, in [0, 0.9];
+    /// default 0.2.
+    pub compensation_reserve: Option<f64>,
 }
 
 #[cfg(test)]

@@ -29,3 +29,10 @@ pub const RESERVED_HEADERS: [&str; 4] = [
     "Rein-Intent-Id",
     "Rein-Attempt",
 ];
+
+/// The share of an agent's wall clock reserved for compensation by default.
+pub const DEFAULT_COMPENSATION_RESERVE: f64 = 0.2;
+
+/// The largest share that may be reserved for compensation: the forward
+/// path must keep some time.
+pub const MAX_COMPENSATION_RESERVE: f64 = 0.9;

@@ -15,9 +15,11 @@ use serde_json::Value;
 
 use super::compensation::{CompensationGrade, CompensationSpec};
 use crate::breaker::BreakersConfig;
+use crate::config::Ratio;
 use crate::deadline::{BudgetLimits, Cost};
 use crate::idempotency::NormalizerConfig;
 use crate::loop_guard::LoopGuardConfig;
+use crate::outcome::FailurePolicy;
 use crate::retry::RetryPolicy;
 use crate::tool::{LatencyProfile, ToolClass};
 
@@ -362,6 +364,10 @@ pub struct AgentSpec {
     /// merged into `self_heal_overrides` unless the agent names the tool
     /// there itself.
     pub loop_guard: LoopGuardConfig,
+    /// What to do with effects already caused when a later step fails.
+    pub on_failure: FailurePolicy,
+    /// The share of the wall clock reserved for compensation.
+    pub compensation_reserve: Ratio,
     /// The config file it was defined in.
     pub source: PathBuf,
 }

@@ -10,14 +10,18 @@ use rein_core::idempotency::Normalizer;
 use rein_core::loop_guard::LoopGuardConfig;
 use rein_core::registry::Price;
 use rein_core::retry::RetryPolicy;
-use rein_core::{LatencyProfile, ToolClass};
+use rein_core::{FailurePolicy, LatencyProfile, Ratio, ToolClass};
 use serde_json::Value;
 
+use super::settle::CompensationBinding;
 use crate::provider::ModelProvider;
 use crate::tool_http::HttpTarget;
 
 /// The factor applied to a tool's p99 to get one attempt's allowance.
 pub const DEFAULT_ALLOWANCE_FACTOR: u32 = 2;
+
+/// The share of a run's wall clock reserved for compensation by default.
+pub const DEFAULT_COMPENSATION_RESERVE: f64 = 0.2;
 
 /// One tool as the engine calls it.
 #[derive(Debug, Clone)]
@@ -75,6 +79,13 @@ pub struct AgentBinding {
     pub loop_guard: LoopGuardConfig,
     /// The latency profile of a model call, for budget and retry decisions.
     pub model_latency: LatencyProfile,
+    /// What to do with effects already caused when a later step fails.
+    pub on_failure: FailurePolicy,
+    /// The share of the wall clock reserved for compensation: the forward
+    /// path runs on the rest, so undoing never depends on what it left.
+    pub compensation_reserve: Ratio,
+    /// How to undo each tool's effect, by forward tool name.
+    pub compensations: BTreeMap<String, CompensationBinding>,
 }
 
 impl std::fmt::Debug for AgentBinding {

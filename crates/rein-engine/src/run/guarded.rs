@@ -241,6 +241,23 @@ impl Engine {
         budget: &Budget,
         key: Option<&IdempotencyKey>,
     ) -> (Result<Value, Failure>, u32) {
+        self.attempts_with(ctx, c, planned, tool, budget, key, &ctx.agent.retry)
+            .await
+    }
+
+    /// The attempt loop under an explicit retry policy (compensations use
+    /// their own ceiling).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn attempts_with(
+        &self,
+        ctx: &RunCtx<'_>,
+        c: &mut Correlation,
+        planned: &Planned,
+        tool: &ToolBinding,
+        budget: &Budget,
+        key: Option<&IdempotencyKey>,
+        policy: &rein_core::retry::RetryPolicy,
+    ) -> (Result<Value, Failure>, u32) {
         let deadline = budget.deadline();
         let mut attempt = 0u32;
         loop {
@@ -311,8 +328,7 @@ impl Engine {
                     latency: tool.latency,
                     now,
                 };
-                let decision =
-                    self.decide(&super::tool_target(&tool.name), &ctx.agent.retry, &input);
+                let decision = self.decide(&super::tool_target(&tool.name), policy, &input);
                 if decision != RetryDecision::LookupByKey {
                     break decision;
                 }

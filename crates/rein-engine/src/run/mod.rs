@@ -17,12 +17,17 @@ mod binding;
 mod emitter;
 mod guarded;
 mod report;
+mod settle;
 
 pub use args::{ParsedArgs, parse_args};
-pub use binding::{AcceptAll, AgentBinding, ArgValidator, DEFAULT_ALLOWANCE_FACTOR, ToolBinding};
+pub use binding::{
+    AcceptAll, AgentBinding, ArgValidator, DEFAULT_ALLOWANCE_FACTOR, DEFAULT_COMPENSATION_RESERVE,
+    ToolBinding,
+};
 pub use emitter::{Correlation, Observer};
 pub use guarded::{CallResult, Planned};
 pub use report::End;
+pub use settle::{CompensationBinding, STRONG_COMPENSATION_ATTEMPTS};
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -186,6 +191,7 @@ pub struct Engine {
 pub(crate) struct RunCtx<'a> {
     run_id: RunId,
     tenant: TenantId,
+    input: String,
     agent: &'a AgentBinding,
     store: &'a Arc<dyn Store>,
     emitter: Emitter,
@@ -236,7 +242,18 @@ impl Engine {
         };
         let mut guard = LoopGuard::new(agent.loop_guard.clone())?;
         let started = self.clock.now();
-        let mut budget = Budget::start(agent.budget, started);
+        // The forward path runs on the wall clock minus the compensation
+        // reserve; compensation may use everything up to the full deadline.
+        let full_deadline = Budget::start(agent.budget, started).deadline();
+        let forward_wall = agent.budget.wall_clock()
+            - agent
+                .compensation_reserve
+                .of_duration(agent.budget.wall_clock());
+        let forward_limits = agent
+            .budget
+            .with_wall_clock(forward_wall)
+            .unwrap_or(agent.budget);
+        let mut budget = Budget::start(forward_limits, started);
         let at_ms = unix_ms(self.clock.system_now());
         self.store
             .create_run(NewRun {
@@ -252,6 +269,7 @@ impl Engine {
         let ctx = RunCtx {
             run_id: run_id.clone(),
             tenant,
+            input: request.input.clone(),
             agent,
             store: &self.store,
             emitter: Emitter::new(run_id.clone(), self.clock.clone(), request.observer),
@@ -526,7 +544,10 @@ impl Engine {
 
         let now = self.clock.now();
         let elapsed_ms = millis(now.saturating_duration_since(started));
-        let report = report::build(&end, &calls, budget.used(), elapsed_ms, step);
+        let mut report = report::build(&end, &calls, budget.used(), elapsed_ms, step);
+        self.settle(&ctx, &end, &calls, &mut report, full_deadline, step)
+            .await;
+        report.elapsed_ms = millis(self.clock.now().saturating_duration_since(started));
         let c = Correlation {
             step,
             ..Correlation::default()
@@ -543,7 +564,7 @@ impl Engine {
             EventKind::RunFinished,
             &c,
             json!({"outcome": report.outcome, "steps": step, "consumed": report.consumed,
-                   "elapsed_ms": elapsed_ms, "recoverable": report.recoverable}),
+                   "elapsed_ms": report.elapsed_ms, "recoverable": report.recoverable}),
         );
         let commit = StepCommit {
             status: Some(StatusChange {

@@ -119,6 +119,8 @@ pub fn build(
         consumed,
         elapsed_ms,
         steps,
+        compensations: Vec::new(),
+        handoff: None,
     }
 }
 

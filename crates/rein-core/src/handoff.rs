@@ -1,0 +1,87 @@
+//! The handoff package: everything a human needs to take over a run that
+//! automation had to stop.
+//!
+//! # Why
+//!
+//! Handoff quality decides the cost of a human takeover (seed 000, "What the
+//! Handoff Package Should Contain"): a timeline of what happened, what is
+//! certain and what is not, which strategies were tried, and — the item most
+//! often dropped — which actions may still be running, so the person taking
+//! over does not duplicate them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::ids::{IntentId, RunId};
+use crate::ledger::LedgerStatus;
+
+/// One action of the run, as the timeline shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimelineEntry {
+    /// The step that planned it.
+    pub step: u32,
+    /// The planned action.
+    pub intent_id: IntentId,
+    /// The tool.
+    pub tool: String,
+    /// A digest of its input (16 hex characters of SHA-256 over the
+    /// canonical arguments), so inputs can be matched without exposing them.
+    pub input_digest: String,
+    /// Its ledger status, for calls with side effects.
+    pub ledger: Option<LedgerStatus>,
+    /// The result's key fields, or the failure's reason.
+    pub result: Value,
+}
+
+/// A side effect whose state a human must know or decide.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EffectState {
+    /// The planned action.
+    pub intent_id: IntentId,
+    /// The tool.
+    pub tool: String,
+    /// Its ledger status.
+    pub status: LedgerStatus,
+    /// What is known, in words.
+    pub note: String,
+}
+
+/// An action that may still be running, with what holds it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InFlight {
+    /// The planned action, if known.
+    pub intent_id: Option<IntentId>,
+    /// What it is (a tool call, a process group).
+    pub what: String,
+    /// Whether it might still be running.
+    pub may_be_running: bool,
+    /// What to do first.
+    pub advice: String,
+}
+
+/// The package handed to a human when a run ends `handed_off`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HandoffPackage {
+    /// The run.
+    pub run_id: RunId,
+    /// The agent.
+    pub agent: String,
+    /// The task it was given.
+    pub input: String,
+    /// Why automation stopped.
+    pub reason: String,
+    /// Every action, in order.
+    pub timeline: Vec<TimelineEntry>,
+    /// Effects known to have happened or known not to have.
+    pub certain: Vec<EffectState>,
+    /// Effects whose state is unknown.
+    pub uncertain: Vec<EffectState>,
+    /// What rein already tried (retries, lookups by key, compensations).
+    pub strategies_tried: Vec<String>,
+    /// What rein did not try, and why.
+    pub strategies_not_tried: Vec<String>,
+    /// Actions that may still be running.
+    pub in_flight: Vec<InFlight>,
+    /// Ledger records that wait for a human decision.
+    pub awaiting_decision: Vec<EffectState>,
+}

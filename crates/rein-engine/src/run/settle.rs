@@ -1,0 +1,576 @@
+//! Settling a failed run's side effects: the partial-failure decision, the
+//! compensation executor and the handoff package.
+//!
+//! # Why
+//!
+//! Retries cannot un-send an email. When a run fails after it changed the
+//! world, its effects are either kept on purpose (and reported as partial
+//! success), undone in strict reverse order of execution, or handed to a
+//! human with everything needed to decide — never left dangling (invariant
+//! 3). Compensation runs on a reserved share of the run's time, not on
+//! whatever the forward path left over.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rein_core::deadline::{Budget, BudgetLimits, Deadline};
+use rein_core::handoff::{EffectState, HandoffPackage, InFlight, TimelineEntry};
+use rein_core::idempotency::{IdempotencyKey, Normalizer};
+use rein_core::outcome::CompensationResult;
+use rein_core::registry::{CompensationGrade, CompensationSpec};
+use rein_core::retry::{RetryConfig, RetryPolicy};
+use rein_core::{
+    Category, Clock, Effect, EventKind, FailurePolicy, IntentId, LedgerRecord, LedgerStatus,
+    Outcome, RunReport, ToolClass,
+};
+use rein_store::{LedgerMark, StepCommit};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::binding::ToolBinding;
+use super::emitter::{Correlation, unix_ms};
+use super::guarded::{CallResult, Planned};
+use super::report::End;
+use super::{Engine, RunCtx};
+
+/// Attempts a strong compensation may make: it is safe to repeat, so it is
+/// retried until this ceiling or the compensation budget ends it.
+pub const STRONG_COMPENSATION_ATTEMPTS: u32 = 8;
+
+/// How to undo one tool's effect: its compensation spec and the bound
+/// compensation tool.
+#[derive(Debug, Clone)]
+pub struct CompensationBinding {
+    /// Grade, window and argument mapping.
+    pub spec: CompensationSpec,
+    /// The compensation tool.
+    pub tool: ToolBinding,
+}
+
+/// Whether the failure that stopped the run is one that time may fix: a
+/// rate limit, a timeout, an open breaker, an exhausted budget. Then the
+/// effects are kept and the run is recoverable by resuming.
+fn fixable_by_time(end: &End, report: &RunReport) -> bool {
+    match end {
+        End::Budget(_) | End::ModelFailed(_) => true,
+        End::Loop(_) | End::StoreFailed(_) => false,
+        End::Answer(_) => report.incomplete.iter().all(|a| {
+            matches!(
+                a.category,
+                Category::Transient
+                    | Category::Timeout
+                    | Category::RateLimited
+                    | Category::Overloaded
+                    | Category::CircuitOpen
+                    | Category::BudgetExhausted
+            )
+        }),
+    }
+}
+
+/// The 16-hex-character digest of canonical arguments, for timelines.
+pub(super) fn input_digest(args: &Value) -> String {
+    let canonical = Normalizer::default().canonical_json(args);
+    Sha256::digest(&canonical)
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+impl Engine {
+    /// Applies the partial-failure decision to a run that did not succeed,
+    /// updating `report` (outcome, compensations, handoff package).
+    pub(super) async fn settle(
+        &self,
+        ctx: &RunCtx<'_>,
+        end: &End,
+        calls: &[CallResult],
+        report: &mut RunReport,
+        compensation_deadline: Deadline,
+        step: u32,
+    ) {
+        if report.outcome == Outcome::Succeeded {
+            return;
+        }
+        let ledger = match ctx.store.ledger(&ctx.run_id).await {
+            Ok(records) => records,
+            Err(e) => {
+                let reason = format!("the ledger cannot be read to settle the run: {e}");
+                self.hand_off(ctx, calls, report, &[], reason, step);
+                return;
+            }
+        };
+        let open: Vec<&LedgerRecord> = ledger
+            .iter()
+            .filter(|r| matches!(r.status, LedgerStatus::Succeeded | LedgerStatus::Pending))
+            .collect();
+        // A read-only prefix (or writes that certainly did not happen):
+        // degrade, the report already flags the gap.
+        if open.is_empty() {
+            return;
+        }
+        if fixable_by_time(end, report) || ctx.agent.on_failure == FailurePolicy::Continue {
+            return;
+        }
+        if ctx.agent.on_failure == FailurePolicy::Handoff {
+            let reason =
+                "the run failed after changing the world and its policy is to hand off".to_owned();
+            self.hand_off(ctx, calls, report, &ledger, reason, step);
+            return;
+        }
+
+        // Compensate in strict reverse order of execution.
+        let mut results = Vec::new();
+        let mut records: Vec<LedgerRecord> = open.into_iter().cloned().collect();
+        records.sort_by_key(|r| std::cmp::Reverse(r.seq));
+        for record in records {
+            let result = self
+                .compensate_one(ctx, record, compensation_deadline, step)
+                .await;
+            if let Some(r) = result {
+                results.push(r);
+            }
+        }
+        for r in &results {
+            for done in report
+                .completed
+                .iter_mut()
+                .filter(|c| c.intent_id == r.intent_id)
+            {
+                done.ledger = Some(r.status);
+            }
+        }
+        let unsettled = results
+            .iter()
+            .any(|r| r.status != LedgerStatus::Compensated);
+        report.compensations = results;
+        report.recoverable = !unsettled;
+        if unsettled {
+            let ledger = ctx.store.ledger(&ctx.run_id).await.unwrap_or(ledger);
+            let reason = "the run failed and some of its effects could not be undone automatically"
+                .to_owned();
+            self.hand_off(ctx, calls, report, &ledger, reason, step);
+        } else {
+            report.outcome = Outcome::Failed;
+            let names: Vec<&str> = report
+                .compensations
+                .iter()
+                .map(|c| c.tool.as_str())
+                .collect();
+            report.summary.push_str(&format!(
+                " Its effects were undone in reverse order: {}.",
+                names.join(", ")
+            ));
+            report.recommendation =
+                "the world is as before the run; fix the cause and run the task again".into();
+        }
+    }
+
+    /// Settles one open ledger record: resolves a `pending` one, then
+    /// compensates it according to its grade. `None` when it turned out
+    /// never to have happened.
+    async fn compensate_one(
+        &self,
+        ctx: &RunCtx<'_>,
+        record: LedgerRecord,
+        deadline: Deadline,
+        step: u32,
+    ) -> Option<CompensationResult> {
+        let c = Correlation {
+            step,
+            intent_id: Some(record.intent_id.clone()),
+            idempotency_key: record.idempotency_key.clone(),
+            ..Correlation::default()
+        };
+        let forward_tool = ctx.agent.tools.get(&record.tool);
+        let mut result = record.result.clone();
+        if record.status == LedgerStatus::Pending {
+            // Ask the tool; if it cannot say, assume the effect happened.
+            let found = match (forward_tool, &record.idempotency_key) {
+                (Some(tool), Some(key)) if tool.target.status_url.is_some() => {
+                    let allowance = tool.allowance(deadline.remaining(self.clock.now()));
+                    self.http.lookup(&tool.target, key, allowance).await.ok()
+                }
+                _ => None,
+            };
+            match found {
+                Some(None) => {
+                    self.mark(
+                        ctx,
+                        &c,
+                        &record.intent_id,
+                        LedgerStatus::Failed,
+                        None,
+                        "never executed (the tool has no record of its key)",
+                    )
+                    .await;
+                    return None;
+                }
+                Some(Some(value)) => {
+                    self.mark(
+                        ctx,
+                        &c,
+                        &record.intent_id,
+                        LedgerStatus::Succeeded,
+                        Some(value.clone()),
+                        "executed (found by its key)",
+                    )
+                    .await;
+                    result = Some(value);
+                }
+                None => {
+                    self.mark(
+                        ctx,
+                        &c,
+                        &record.intent_id,
+                        LedgerStatus::Succeeded,
+                        None,
+                        "undecidable: assumed executed so that it is compensated",
+                    )
+                    .await;
+                }
+            }
+        }
+        let binding = ctx.agent.compensations.get(&record.tool);
+        let finish = |status: LedgerStatus, note: String| CompensationResult {
+            intent_id: record.intent_id.clone(),
+            tool: record.tool.clone(),
+            compensation_tool: binding.map(|b| b.tool.name.clone()),
+            status,
+            note,
+        };
+        let Some(binding) = binding else {
+            let note = format!(
+                "{} has no compensation: its effect stays and needs a human",
+                record.tool
+            );
+            ctx.emitter.emit(
+                EventKind::CompensationFinished,
+                &c,
+                json!({"tool": record.tool, "status": "uncompensatable", "alert": true, "note": note}),
+            );
+            self.mark(
+                ctx,
+                &c,
+                &record.intent_id,
+                LedgerStatus::Uncompensatable,
+                None,
+                &note,
+            )
+            .await;
+            return Some(finish(LedgerStatus::Uncompensatable, note));
+        };
+        let now_ms = unix_ms(self.clock.system_now());
+        if let Some(window) = binding.spec.window {
+            let until = record
+                .created_at_ms
+                .saturating_add(u64::try_from(window.as_millis()).unwrap_or(u64::MAX));
+            if now_ms > until {
+                let note = format!("past its compensatable window of {window:?}");
+                self.mark(
+                    ctx,
+                    &c,
+                    &record.intent_id,
+                    LedgerStatus::Manual,
+                    None,
+                    &note,
+                )
+                .await;
+                return Some(finish(LedgerStatus::Manual, note));
+            }
+        }
+        let args = match binding
+            .spec
+            .arguments(&record.args, result.as_ref().unwrap_or(&Value::Null))
+        {
+            Ok(args) => args,
+            Err(unresolved) => {
+                let note = format!(
+                    "cannot build the compensation's argument `{}` from `{}`",
+                    unresolved.target, unresolved.from
+                );
+                self.mark(
+                    ctx,
+                    &c,
+                    &record.intent_id,
+                    LedgerStatus::Manual,
+                    None,
+                    &note,
+                )
+                .await;
+                return Some(finish(LedgerStatus::Manual, note));
+            }
+        };
+        // The compensation's own intent and key derive from the forward
+        // record, so repeating it (a retry, a resumed settlement) is harmless.
+        let intent = match IntentId::new(format!("{}/compensation", record.intent_id)) {
+            Ok(id) => id,
+            Err(_) => record.intent_id.clone(),
+        };
+        let tool = &binding.tool;
+        let key = IdempotencyKey::derive(
+            tool.class,
+            &ctx.tenant,
+            &intent,
+            &tool.name,
+            &args,
+            &tool.normalizer,
+        );
+        let grade = binding.spec.grade;
+        ctx.emitter.emit(
+            EventKind::CompensationStarted,
+            &Correlation {
+                idempotency_key: key.clone(),
+                ..c.clone()
+            },
+            json!({"tool": record.tool, "compensation_tool": tool.name, "grade": grade.as_str(),
+                   "forward_seq": record.seq, "compensation_intent": intent}),
+        );
+        // Durable before the call: a crash mid-compensation is visible.
+        let commit = StepCommit {
+            events: ctx.emitter.drain(),
+            ..StepCommit::default()
+        };
+        if let Err(e) = ctx.store.commit_step(&ctx.run_id, commit).await {
+            let note = format!("compensation not started: the store refused its start ({e})");
+            return Some(finish(LedgerStatus::Succeeded, note));
+        }
+        let attempts = match grade {
+            CompensationGrade::Strong => STRONG_COMPENSATION_ATTEMPTS,
+            _ => 1,
+        };
+        let policy = compensation_policy(&ctx.agent.retry, attempts);
+        let planned = Planned {
+            intent_id: intent.clone(),
+            call_id: format!("compensation:{}", record.intent_id),
+            tool: tool.name.clone(),
+            args,
+            step,
+            position: 0,
+            salvaged: false,
+        };
+        let budget = Budget::within(
+            deadline,
+            BudgetLimits::new(
+                deadline
+                    .remaining(self.clock.now())
+                    .max(Duration::from_millis(1)),
+            )
+            .unwrap_or_else(|_| unreachable!("a positive duration is a valid wall clock")),
+            self.clock.now(),
+        );
+        let mut cc = Correlation {
+            step,
+            intent_id: Some(intent),
+            idempotency_key: key.clone(),
+            ..Correlation::default()
+        };
+        let (outcome, tries) = self
+            .attempts_with(ctx, &mut cc, &planned, tool, &budget, key.as_ref(), &policy)
+            .await;
+        let (status, note) = match outcome {
+            Ok(_) => (
+                LedgerStatus::Compensated,
+                format!("undone by {} ({tries} attempt(s))", tool.name),
+            ),
+            Err(f) => (
+                LedgerStatus::Manual,
+                format!(
+                    "{} compensation by {} failed after {tries} attempt(s): {} — a human must decide",
+                    grade.as_str(),
+                    tool.name,
+                    f.human_message()
+                ),
+            ),
+        };
+        ctx.emitter.emit(
+            EventKind::CompensationFinished,
+            &c,
+            json!({"tool": record.tool, "compensation_tool": tool.name, "status": status,
+                   "attempts": tries, "note": note}),
+        );
+        self.mark(ctx, &c, &record.intent_id, status, None, &note)
+            .await;
+        Some(finish(status, note))
+    }
+
+    /// Marks a ledger record and makes the events so far durable with it.
+    async fn mark(
+        &self,
+        ctx: &RunCtx<'_>,
+        c: &Correlation,
+        intent: &IntentId,
+        status: LedgerStatus,
+        result: Option<Value>,
+        note: &str,
+    ) {
+        ctx.emitter.emit(
+            EventKind::LedgerRecorded,
+            c,
+            json!({"status": status, "note": note}),
+        );
+        let mark = LedgerMark {
+            status,
+            result,
+            failure: None,
+            attempts: 0,
+            at_ms: unix_ms(self.clock.system_now()),
+        };
+        let commit = StepCommit {
+            marks: vec![(intent.clone(), mark)],
+            events: ctx.emitter.drain(),
+            ..StepCommit::default()
+        };
+        if let Err(e) = ctx.store.commit_step(&ctx.run_id, commit).await {
+            tracing::error!(run = %ctx.run_id, intent = %intent, "ledger mark {status} failed: {e}");
+        }
+    }
+
+    /// Ends the run `handed_off` with a package for a human.
+    fn hand_off(
+        &self,
+        ctx: &RunCtx<'_>,
+        calls: &[CallResult],
+        report: &mut RunReport,
+        ledger: &[LedgerRecord],
+        reason: String,
+        step: u32,
+    ) {
+        let package = handoff_package(ctx, calls, report, ledger, &reason);
+        ctx.emitter.emit(
+            EventKind::HandoffCreated,
+            &Correlation {
+                step,
+                ..Correlation::default()
+            },
+            json!({"reason": reason, "awaiting_decision": package.awaiting_decision.len(),
+                   "uncertain": package.uncertain.len()}),
+        );
+        report.outcome = Outcome::HandedOff;
+        report.recoverable = false;
+        report.recommendation = format!(
+            "a human must decide: {} record(s) await a decision (rein handoff {})",
+            package.awaiting_decision.len(),
+            ctx.run_id
+        );
+        report.summary.push_str(&format!(" Handed off: {reason}."));
+        report.handoff = Some(package);
+    }
+}
+
+/// The retry policy of a compensation: the agent's backoff, with `attempts`
+/// as the ceiling.
+fn compensation_policy(agent: &RetryPolicy, attempts: u32) -> RetryPolicy {
+    let mut config = RetryConfig::default();
+    config.max_attempts = attempts;
+    config.base_delay = agent.backoff_ceiling(1);
+    config.max_delay = agent.backoff_ceiling(u32::MAX);
+    RetryPolicy::try_from(config).unwrap_or(*agent)
+}
+
+fn handoff_package(
+    ctx: &RunCtx<'_>,
+    calls: &[CallResult],
+    report: &RunReport,
+    ledger: &[LedgerRecord],
+    reason: &str,
+) -> HandoffPackage {
+    let status_of: BTreeMap<&IntentId, LedgerStatus> =
+        ledger.iter().map(|r| (&r.intent_id, r.status)).collect();
+    let timeline = calls
+        .iter()
+        .map(|call| TimelineEntry {
+            step: call.planned.step,
+            intent_id: call.planned.intent_id.clone(),
+            tool: call.planned.tool.clone(),
+            input_digest: input_digest(&call.planned.args),
+            ledger: status_of.get(&call.planned.intent_id).copied().or(call.ledger),
+            result: match &call.outcome {
+                Ok(v) => v.clone(),
+                Err(f) => json!({"failed": f.category(), "effect": f.effect(), "reason": f.human_message()}),
+            },
+        })
+        .collect();
+    let state = |r: &LedgerRecord, note: String| EffectState {
+        intent_id: r.intent_id.clone(),
+        tool: r.tool.clone(),
+        status: r.status,
+        note,
+    };
+    let mut certain = Vec::new();
+    let mut uncertain = Vec::new();
+    let mut awaiting = Vec::new();
+    for r in ledger {
+        match r.status {
+            LedgerStatus::Succeeded => certain.push(state(r, "took effect".into())),
+            LedgerStatus::Failed => certain.push(state(r, "did not take effect".into())),
+            LedgerStatus::Compensated => {
+                certain.push(state(r, "took effect and was undone".into()))
+            }
+            LedgerStatus::Pending => {
+                uncertain.push(state(
+                    r,
+                    "may have taken effect; the tool could not confirm".into(),
+                ));
+                awaiting.push(state(r, "decide whether it happened".into()));
+            }
+            LedgerStatus::Uncompensatable => {
+                certain.push(state(r, "took effect and cannot be undone".into()));
+                awaiting.push(state(
+                    r,
+                    "decide how to make good an effect rein cannot undo".into(),
+                ));
+            }
+            LedgerStatus::Manual => {
+                uncertain.push(state(r, "its compensation did not complete".into()));
+                awaiting.push(state(r, "undo it by hand or accept it".into()));
+            }
+        }
+    }
+    let mut tried = Vec::new();
+    for call in calls {
+        if call.attempts > 1 {
+            tried.push(format!(
+                "{}: {} attempts with the same key and deadline",
+                call.planned.tool, call.attempts
+            ));
+        }
+    }
+    for c in &report.compensations {
+        tried.push(format!("{}: {}", c.tool, c.note));
+    }
+    let mut not_tried = vec!["no irreversible call was retried (never automatic)".to_owned()];
+    if ctx.agent.on_failure != FailurePolicy::Compensate {
+        not_tried.push(format!(
+            "automatic compensation: the agent's policy is {:?}",
+            ctx.agent.on_failure
+        ));
+    }
+    let in_flight = calls
+        .iter()
+        .filter(|c| {
+            c.class != ToolClass::Read
+                && matches!(&c.outcome, Err(f) if f.effect() == Effect::MaybeApplied)
+        })
+        .map(|c| InFlight {
+            intent_id: Some(c.planned.intent_id.clone()),
+            what: format!("{} call (timed out or lost its answer)", c.planned.tool),
+            may_be_running: true,
+            advice: "check with the target before repeating it; it may still complete".into(),
+        })
+        .collect();
+    HandoffPackage {
+        run_id: ctx.run_id.clone(),
+        agent: ctx.agent.name.clone(),
+        input: ctx.input.clone(),
+        reason: reason.to_owned(),
+        timeline,
+        certain,
+        uncertain,
+        strategies_tried: tried,
+        strategies_not_tried: not_tried,
+        in_flight,
+        awaiting_decision: awaiting,
+    }
+}
