@@ -64,6 +64,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
             &data,
             TenantId::new("demo")?,
             args.json,
+            None,
         )
         .await?;
         if !args.json {

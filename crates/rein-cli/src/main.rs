@@ -7,7 +7,9 @@
 
 mod check;
 mod demo;
+mod handoff;
 mod key;
+mod resume;
 mod run;
 mod timeline;
 
@@ -54,6 +56,14 @@ enum Command {
     /// Exits 0 when the run succeeded, 1 when it ended otherwise (the report
     /// says how and what to do), 2 when it could not run.
     Run(run::RunArgs),
+    /// Continue a run that stopped mid-way (crash, kill) from its last
+    /// checkpoint, with what is left of its budget.
+    ///
+    /// Completed steps are not run again; the interrupted step replays its
+    /// persisted plan with the original intent ids and idempotency keys.
+    Resume(resume::ResumeArgs),
+    /// Show the handoff package of a run that automation had to stop.
+    Handoff(handoff::HandoffArgs),
 }
 
 fn main() -> ExitCode {
@@ -63,6 +73,8 @@ fn main() -> ExitCode {
         Command::Check(args) => return check::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Run(args) => run::run(args),
+        Command::Resume(args) => resume::run(args),
+        Command::Handoff(args) => handoff::run(args),
     };
     match result {
         Ok(code) => code,

@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use rein_core::{Outcome, RunReport, TenantId};
+use rein_core::{Outcome, RunId, RunReport, TenantId};
 use rein_engine::bind::bind_agent;
 use rein_engine::config::{CompiledSchemas, Loader, Registry};
-use rein_engine::run::{Engine, Observer, RunOutput, RunRequest, http_client};
+use rein_engine::run::{AgentBinding, Engine, Observer, RunOutput, RunRequest, http_client};
 use rein_store::{SqliteStore, Store};
 use serde_json::json;
 
@@ -38,6 +38,10 @@ pub struct RunArgs {
     /// live timeline.
     #[arg(long)]
     json: bool,
+    /// The run's id (a fresh one when omitted); lets a caller resume it by
+    /// name after a crash.
+    #[arg(long)]
+    run_id: Option<String>,
 }
 
 /// Runs `rein run`. Exit status: 0 when the run succeeded, 1 when it ended
@@ -51,6 +55,11 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             .map_err(|e| anyhow::anyhow!("{e}"))
             .with_context(|| format!("the config {} has problems", args.config.display()))?;
         let tenant = TenantId::new(args.tenant).context("invalid --tenant")?;
+        let run_id = args
+            .run_id
+            .map(RunId::new)
+            .transpose()
+            .context("invalid --run-id")?;
         let out = execute(
             &registry,
             &args.agent,
@@ -58,6 +67,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             &args.data,
             tenant,
             args.json,
+            run_id,
         )
         .await?;
         Ok(if out.report.outcome == Outcome::Succeeded {
@@ -76,6 +86,78 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
+/// What a run needs: the agent bound from the registry, its schemas, the
+/// store and the engine.
+pub struct Session {
+    /// The compiled argument schemas.
+    pub schemas: CompiledSchemas,
+    /// The run store.
+    pub store: Arc<dyn Store>,
+    /// The engine.
+    pub engine: Engine,
+    /// The HTTP client shared by tools and providers.
+    pub client: reqwest::Client,
+}
+
+impl Session {
+    /// Opens the store at `data` and builds the engine for `registry`.
+    pub fn open(registry: &Registry, data: &Path) -> Result<Session> {
+        let schemas = CompiledSchemas::compile(registry).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let client = http_client().context("cannot build the HTTP client")?;
+        let store: Arc<dyn Store> = Arc::new(
+            SqliteStore::open(data)
+                .with_context(|| format!("cannot open the run store {}", data.display()))?,
+        );
+        let engine = Engine::builder(store.clone())
+            .http_client(client.clone())
+            .breakers(registry.breakers().clone())
+            .build()?;
+        Ok(Session {
+            schemas,
+            store,
+            engine,
+            client,
+        })
+    }
+
+    /// Binds `agent` with the process environment (API keys).
+    pub fn bind(&self, registry: &Registry, agent: &str) -> Result<AgentBinding> {
+        let env = |name: &str| std::env::var(name).ok();
+        Ok(bind_agent(registry, agent, &self.client, &env)?)
+    }
+
+    /// Prints the end of a run: one JSON document, or the report.
+    pub async fn print(&self, out: &RunOutput, json_output: bool) -> Result<()> {
+        if json_output {
+            let events = self.store.events(&out.run_id, 0).await?;
+            let ledger = self.store.ledger(&out.run_id).await?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&json!({
+                    "run_id": out.run_id, "report": out.report, "ledger": ledger, "events": events,
+                }))?
+            );
+        } else {
+            println!();
+            println!("run {}", out.run_id);
+            print!("{}", timeline::report(&out.report));
+        }
+        Ok(())
+    }
+}
+
+/// The live timeline printer, unless the output is one JSON document.
+pub fn observer(json_output: bool) -> Option<Observer> {
+    if json_output {
+        return None;
+    }
+    let started = Arc::new(AtomicU64::new(0));
+    Some(Arc::new(move |event: &rein_core::Event| {
+        let _ = started.compare_exchange(0, event.at_ms, Ordering::AcqRel, Ordering::Acquire);
+        println!("{}", timeline::line(event, started.load(Ordering::Acquire)));
+    }))
+}
+
 /// Binds and runs an agent, printing the live timeline (or, with `json`,
 /// one document at the end) and the report.
 pub async fn execute(
@@ -85,54 +167,24 @@ pub async fn execute(
     data: &Path,
     tenant: TenantId,
     json_output: bool,
+    run_id: Option<RunId>,
 ) -> Result<RunOutput> {
-    let schemas = CompiledSchemas::compile(registry).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let client = http_client().context("cannot build the HTTP client")?;
-    let env = |name: &str| std::env::var(name).ok();
-    let binding = bind_agent(registry, agent, &client, &env)?;
-    let store: Arc<dyn Store> = Arc::new(
-        SqliteStore::open(data)
-            .with_context(|| format!("cannot open the run store {}", data.display()))?,
-    );
-    let engine = Engine::builder(store.clone())
-        .http_client(client)
-        .breakers(registry.breakers().clone())
-        .build()?;
-    let observer: Option<Observer> = if json_output {
-        None
-    } else {
-        let started = Arc::new(AtomicU64::new(0));
-        Some(Arc::new(move |event: &rein_core::Event| {
-            let _ = started.compare_exchange(0, event.at_ms, Ordering::AcqRel, Ordering::Acquire);
-            println!("{}", timeline::line(event, started.load(Ordering::Acquire)));
-        }))
-    };
-    let out = engine
+    let session = Session::open(registry, data)?;
+    let binding = session.bind(registry, agent)?;
+    let out = session
+        .engine
         .run(
             &binding,
-            &schemas,
+            &session.schemas,
             RunRequest {
+                run_id,
                 tenant: Some(tenant),
                 input: input.to_owned(),
-                observer,
-                ..RunRequest::default()
+                observer: observer(json_output),
             },
         )
         .await?;
-    if json_output {
-        let events = store.events(&out.run_id, 0).await?;
-        let ledger = store.ledger(&out.run_id).await?;
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({
-                "run_id": out.run_id, "report": out.report, "ledger": ledger, "events": events,
-            }))?
-        );
-    } else {
-        println!();
-        println!("run {}", out.run_id);
-        print!("{}", timeline::report(&out.report));
-    }
+    session.print(&out, json_output).await?;
     Ok(out)
 }
 

@@ -71,6 +71,8 @@ pub enum EventKind {
     PartialSuccessReturned,
     /// The run ended.
     RunFinished,
+    /// A stopped run continued from its last checkpoint.
+    RunResumed,
 }
 
 impl EventKind {
@@ -99,6 +101,7 @@ impl EventKind {
             EventKind::HandoffCreated => "handoff_created",
             EventKind::PartialSuccessReturned => "partial_success_returned",
             EventKind::RunFinished => "run_finished",
+            EventKind::RunResumed => "run_resumed",
         }
     }
 }

@@ -134,6 +134,32 @@ pub struct RunReport {
     /// The package for a human, when the run ended `handed_off`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<HandoffPackage>,
+    /// Set when the run was resumed after it stopped mid-way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<ResumeMarker>,
+}
+
+/// How a resumed run continued: visible to the user, because a resume that
+/// hides what it skipped or repeated cannot be trusted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResumeMarker {
+    /// The last step whose checkpoint was durable.
+    pub continued_from_step: u32,
+    /// Completed steps that were not run again.
+    pub steps_skipped: u32,
+    /// Intents of the interrupted step that were replayed with their
+    /// original ids and keys.
+    pub reused_intents: Vec<IntentId>,
+    /// Intents whose effect was already recorded and were not executed again.
+    pub not_reexecuted: Vec<IntentId>,
+    /// Idempotent writes in doubt that were executed again with their
+    /// original key (the tool deduplicates them).
+    pub reexecuted_with_same_key: Vec<IntentId>,
+    /// Whether any side effect might have executed twice: only when an
+    /// effect in doubt was repeated without a key, which rein never does.
+    pub maybe_duplicated: bool,
+    /// One line for a human.
+    pub note: String,
 }
 
 /// What became of one effect when a failed run was settled.

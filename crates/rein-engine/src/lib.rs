@@ -10,8 +10,13 @@
 pub mod bind;
 mod clock;
 pub mod config;
+pub mod crash;
+#[cfg(unix)]
+pub mod lease;
 pub mod provider;
 pub mod run;
+#[cfg(unix)]
+pub mod tool_command;
 pub mod tool_http;
 
 pub use clock::SystemClock;

@@ -1029,6 +1029,18 @@ impl Store for NoDeclares {
         }
         self.0.commit_step(id, commit).await
     }
+    async fn change_lease(
+        &self,
+        change: rein_store::LeaseChange,
+    ) -> Result<Option<rein_store::Lease>, rein_store::StoreError> {
+        self.0.change_lease(change).await
+    }
+    async fn leases(
+        &self,
+        filter: &rein_store::LeaseFilter,
+    ) -> Result<Vec<rein_store::Lease>, rein_store::StoreError> {
+        self.0.leases(filter).await
+    }
 }
 
 #[tokio::test]

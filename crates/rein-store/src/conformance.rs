@@ -32,8 +32,8 @@ use rein_core::{
 use serde_json::json;
 
 use crate::{
-    Checkpoint, LedgerMark, NewRun, PlannedIntent, RunStatus, StatusChange, StepCommit, Store,
-    StoreError,
+    Checkpoint, Lease, LeaseChange, LeaseFilter, LeaseKind, LedgerMark, NewRun, PlannedIntent,
+    RunStatus, StatusChange, StepCommit, Store, StoreError,
 };
 
 /// A base time far from the present, so runs made here sort first.
@@ -53,6 +53,9 @@ pub async fn run_all(store: &dyn Store) {
     checkpoint_latest_and_replace(store).await;
     step_commit_is_atomic(store).await;
     unknown_run_is_not_found(store).await;
+    lease_lifecycle(store).await;
+    lease_acquire_refusals(store).await;
+    expired_leases_soonest_first(store).await;
 }
 
 /// An id no other call of this process (or earlier process) produced.
@@ -167,6 +170,7 @@ fn report(outcome: Outcome) -> RunReport {
         steps: 3,
         compensations: Vec::new(),
         handoff: None,
+        resume: None,
     }
 }
 
@@ -920,5 +924,225 @@ pub async fn unknown_run_is_not_found(store: &dyn Store) {
             .await,
         "run",
         "set_run_status",
+    );
+    assert_not_found(store.leases_of_run(&run_id).await, "run", "leases_of_run");
+    assert_not_found(
+        store
+            .acquire_lease(temp_lease(&run_id, &unique("lease"), BASE_MS + 10))
+            .await,
+        "run",
+        "acquire_lease",
+    );
+}
+
+fn temp_lease(run_id: &RunId, lease_id: &str, expires_at_ms: u64) -> Lease {
+    Lease {
+        lease_id: lease_id.to_owned(),
+        run_id: run_id.clone(),
+        intent_id: Some(IntentId::new("intent-1").unwrap()),
+        kind: LeaseKind::TempPath,
+        pgid: None,
+        path: Some(std::path::PathBuf::from(format!(
+            "/tmp/rein-lease-{lease_id}"
+        ))),
+        owner: "pid:4242@conformance-host".to_owned(),
+        acquired_at_ms: BASE_MS,
+        expires_at_ms,
+    }
+}
+
+fn group_lease(run_id: &RunId, lease_id: &str, pgid: i32, expires_at_ms: u64) -> Lease {
+    Lease {
+        lease_id: lease_id.to_owned(),
+        run_id: run_id.clone(),
+        intent_id: None,
+        kind: LeaseKind::ProcessGroup,
+        pgid: Some(pgid),
+        path: None,
+        owner: "pid:4242@conformance-host".to_owned(),
+        acquired_at_ms: BASE_MS,
+        expires_at_ms,
+    }
+}
+
+/// A lease reads back as acquired, renews, and releases idempotently;
+/// the run's list follows.
+pub async fn lease_lifecycle(store: &dyn Store) {
+    let run_id = created(store, "lease-life").await;
+    assert_eq!(store.leases_of_run(&run_id).await.unwrap(), Vec::new());
+    let temp = temp_lease(&run_id, &unique("lease-tmp"), BASE_MS + 1_000);
+    let group = group_lease(&run_id, &unique("lease-pg"), 31_337, BASE_MS + 500);
+    assert_eq!(store.acquire_lease(temp.clone()).await.unwrap(), temp);
+    assert_eq!(store.acquire_lease(group.clone()).await.unwrap(), group);
+    assert_eq!(
+        store.leases_of_run(&run_id).await.unwrap(),
+        vec![group.clone(), temp.clone()],
+        "a run's leases read back as acquired, soonest expiry first"
+    );
+
+    let renewed = store
+        .renew_lease(&group.lease_id, BASE_MS + 2_000)
+        .await
+        .unwrap();
+    assert_eq!(renewed.expires_at_ms, BASE_MS + 2_000);
+    assert_eq!(
+        store.leases_of_run(&run_id).await.unwrap(),
+        vec![temp.clone(), renewed.clone()],
+        "a renewal moves the expiry"
+    );
+    match store.renew_lease(&group.lease_id, BASE_MS - 1).await {
+        Err(StoreError::Invalid { .. }) => {}
+        other => panic!("renewal to before acquisition: expected Invalid, found {other:?}"),
+    }
+    assert_not_found(
+        store
+            .renew_lease(&unique("lease-missing"), BASE_MS + 1)
+            .await,
+        "lease",
+        "renew of a lease that is not held",
+    );
+
+    assert_eq!(
+        store.release_lease(&group.lease_id).await.unwrap(),
+        Some(renewed),
+        "a release returns the lease it released"
+    );
+    assert_eq!(
+        store.release_lease(&group.lease_id).await.unwrap(),
+        None,
+        "a second release is a no-op"
+    );
+    assert_eq!(
+        store.leases_of_run(&run_id).await.unwrap(),
+        vec![temp.clone()]
+    );
+    assert_not_found(
+        store.renew_lease(&group.lease_id, BASE_MS + 1).await,
+        "lease",
+        "renew of a released lease",
+    );
+    store.release_lease(&temp.lease_id).await.unwrap();
+    assert_eq!(store.leases_of_run(&run_id).await.unwrap(), Vec::new());
+    // A released id may be taken again.
+    store.acquire_lease(temp.clone()).await.unwrap();
+    store
+        .change_lease(LeaseChange::Release {
+            lease_id: temp.lease_id.clone(),
+        })
+        .await
+        .unwrap();
+}
+
+/// A held id is a `Conflict`; leases that break their invariants are
+/// `Invalid` and nothing is stored.
+pub async fn lease_acquire_refusals(store: &dyn Store) {
+    let run_id = created(store, "lease-refusals").await;
+    let held = temp_lease(&run_id, &unique("lease-held"), BASE_MS + 10);
+    store.acquire_lease(held.clone()).await.unwrap();
+    match store.acquire_lease(held.clone()).await {
+        Err(StoreError::Conflict { what: "lease", .. }) => {}
+        other => panic!("a held lease id: expected Conflict, found {other:?}"),
+    }
+    let mut bad = Vec::new();
+    let mut no_pgid = group_lease(&run_id, &unique("lease-bad"), 2, BASE_MS + 10);
+    no_pgid.pgid = None;
+    bad.push(("process group without pgid", no_pgid));
+    bad.push((
+        "process group 1",
+        group_lease(&run_id, &unique("lease-bad"), 1, BASE_MS + 10),
+    ));
+    let mut relative = temp_lease(&run_id, &unique("lease-bad"), BASE_MS + 10);
+    relative.path = Some(std::path::PathBuf::from("relative/dir"));
+    bad.push(("relative temp path", relative));
+    bad.push((
+        "expiry before acquisition",
+        temp_lease(&run_id, &unique("lease-bad"), BASE_MS - 1),
+    ));
+    bad.push(("empty id", temp_lease(&run_id, "", BASE_MS + 10)));
+    let mut no_owner = temp_lease(&run_id, &unique("lease-bad"), BASE_MS + 10);
+    no_owner.owner = String::new();
+    bad.push(("empty owner", no_owner));
+    for (what, lease) in bad {
+        match store.acquire_lease(lease).await {
+            Err(StoreError::Invalid { .. }) => {}
+            other => panic!("{what}: expected Invalid, found {other:?}"),
+        }
+    }
+    assert_eq!(
+        store.leases_of_run(&run_id).await.unwrap(),
+        vec![held.clone()],
+        "refused leases are not stored"
+    );
+    store.release_lease(&held.lease_id).await.unwrap();
+}
+
+/// `expired_leases` lists leases whose expiry is at or before `now`,
+/// soonest first, up to the limit; the filter combines run and expiry.
+pub async fn expired_leases_soonest_first(store: &dyn Store) {
+    let run_id = created(store, "lease-expiry").await;
+    let late = temp_lease(&run_id, &unique("lease-late"), BASE_MS + 300);
+    let early = group_lease(&run_id, &unique("lease-early"), 4_000, BASE_MS + 100);
+    let middle = temp_lease(&run_id, &unique("lease-middle"), BASE_MS + 200);
+    for lease in [&late, &early, &middle] {
+        store.acquire_lease(lease.clone()).await.unwrap();
+    }
+    let ours = |leases: Vec<Lease>| -> Vec<String> {
+        leases
+            .into_iter()
+            .filter(|l| l.run_id == run_id)
+            .map(|l| l.lease_id)
+            .collect()
+    };
+    // Other checks (or data already in the store) may hold leases that
+    // expired earlier, so the run's own are compared.
+    assert_eq!(
+        ours(
+            store
+                .expired_leases(BASE_MS + 200, usize::MAX)
+                .await
+                .unwrap()
+        ),
+        vec![early.lease_id.clone(), middle.lease_id.clone()],
+        "expiry is inclusive and ordered soonest first"
+    );
+    assert_eq!(
+        ours(store.expired_leases(u64::MAX, usize::MAX).await.unwrap()),
+        vec![
+            early.lease_id.clone(),
+            middle.lease_id.clone(),
+            late.lease_id.clone()
+        ]
+    );
+    let filtered = store
+        .leases(
+            &LeaseFilter::all()
+                .of_run(run_id.clone())
+                .expired_at(BASE_MS + 300)
+                .limit(2),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        ours(filtered),
+        vec![early.lease_id.clone(), middle.lease_id.clone()],
+        "the limit keeps the soonest"
+    );
+    assert_eq!(
+        store
+            .leases(
+                &LeaseFilter::all()
+                    .of_run(run_id.clone())
+                    .expired_at(BASE_MS + 99)
+            )
+            .await
+            .unwrap(),
+        Vec::new()
+    );
+    for lease in [&late, &early, &middle] {
+        store.release_lease(&lease.lease_id).await.unwrap();
+    }
+    assert_eq!(
+        store.expired_leases(BASE_MS + 300, 0).await.unwrap(),
+        Vec::new()
     );
 }

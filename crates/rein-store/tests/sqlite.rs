@@ -15,8 +15,8 @@ use rein_core::{
     TenantId, ToolClass,
 };
 use rein_store::{
-    Checkpoint, LedgerMark, NewRun, PlannedIntent, RunStatus, SCHEMA_VERSION, SqliteOptions,
-    SqliteStore, Store, StoreError, conformance,
+    Checkpoint, Lease, LeaseKind, LedgerMark, NewRun, PlannedIntent, RunStatus, SCHEMA_VERSION,
+    SqliteOptions, SqliteStore, Store, StoreError, conformance,
 };
 use serde_json::json;
 
@@ -433,6 +433,56 @@ async fn out_of_range_integers_are_corrupt_not_wrapped() {
         }
         other => panic!("expected corrupt events.step, found {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn leases_survive_reopen_and_a_bad_lease_row_is_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    let run = run_id("run-lease");
+    let lease = Lease {
+        lease_id: "lease-1".to_owned(),
+        run_id: run.clone(),
+        intent_id: Some(IntentId::new("i-1").unwrap()),
+        kind: LeaseKind::ProcessGroup,
+        pgid: Some(4321),
+        path: None,
+        owner: "pid:77@host-a".to_owned(),
+        acquired_at_ms: 1_000,
+        expires_at_ms: 2_000,
+    };
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        store.create_run(new_run("run-lease", 1_000)).await.unwrap();
+        store.acquire_lease(lease.clone()).await.unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(
+        store.leases_of_run(&run).await.unwrap(),
+        vec![lease.clone()]
+    );
+    assert_eq!(
+        store.expired_leases(2_000, 10).await.unwrap(),
+        vec![lease.clone()]
+    );
+    raw(&path)
+        .execute("UPDATE leases SET pgid = 99999999999", [])
+        .unwrap();
+    match store.leases_of_run(&run).await {
+        Err(StoreError::Corrupt {
+            table: "leases",
+            column: "pgid",
+            reason,
+        }) => assert!(reason.contains("lease_id=lease-1"), "{reason}"),
+        other => panic!("expected corrupt leases.pgid, found {other:?}"),
+    }
+    raw(&path)
+        .execute("UPDATE leases SET pgid = 4321, kind = 'socket'", [])
+        .unwrap();
+    assert!(matches!(
+        store.expired_leases(u64::MAX, 10).await,
+        Err(StoreError::Corrupt { column: "kind", .. })
+    ));
 }
 
 #[tokio::test]

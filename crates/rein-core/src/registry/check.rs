@@ -15,8 +15,8 @@ use super::config::{
 };
 use super::constants::{DEFAULT_COMPENSATION_RESERVE, MAX_COMPENSATION_RESERVE};
 use super::constants::{
-    DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_MAX_RESULT_BYTES, DEFAULT_OBSERVE_MIN_SAMPLES,
-    DEFAULT_PROVIDER_TIMEOUT, RESERVED_HEADERS,
+    DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_RESULT_BYTES,
+    DEFAULT_OBSERVE_MIN_SAMPLES, DEFAULT_PROVIDER_TIMEOUT, RESERVED_ENV_PREFIX, RESERVED_HEADERS,
 };
 use super::problem::{ConfigProblem, SchemaIssue};
 use super::spec::{
@@ -515,7 +515,7 @@ impl<'a> Checker<'a> {
                 self.report(
                     file,
                     format!("{p}.adapter"),
-                    "is required: { kind = \"http\", url = \"…\" }",
+                    "is required: { kind = \"http\", url = \"…\" } or { kind = \"command\", program = \"…\" }",
                 );
                 None
             }
@@ -768,14 +768,59 @@ impl<'a> Checker<'a> {
         c: &AdapterConfig,
     ) -> Option<AdapterSpec> {
         let f = format!("{p}.adapter");
-        let mut ok = true;
         match c.kind {
-            Some(AdapterKind::Http) => {}
+            Some(AdapterKind::Http) => self.http_adapter(file, &f, class, idempotency, c),
+            Some(AdapterKind::Command) => self.command_adapter(file, &f, c),
             None => {
-                self.report(file, format!("{f}.kind"), "is required: http");
+                self.report(file, format!("{f}.kind"), "is required: http or command");
+                None
+            }
+        }
+    }
+
+    /// Reports every field of `present` that is set, as belonging to the
+    /// other adapter kind. Returns whether none was.
+    fn foreign_fields(
+        &mut self,
+        file: &Path,
+        f: &str,
+        kind: &str,
+        present: &[(bool, &str)],
+    ) -> bool {
+        let mut ok = true;
+        for (set, field) in present {
+            if *set {
+                self.report(
+                    file,
+                    format!("{f}.{field}"),
+                    format!("is not a setting of a {kind} adapter; remove it"),
+                );
                 ok = false;
             }
         }
+        ok
+    }
+
+    fn http_adapter(
+        &mut self,
+        file: &Path,
+        f: &str,
+        class: Option<ToolClass>,
+        idempotency: Option<&IdempotencySpec>,
+        c: &AdapterConfig,
+    ) -> Option<AdapterSpec> {
+        let mut ok = self.foreign_fields(
+            file,
+            f,
+            "http",
+            &[
+                (c.program.is_some(), "program"),
+                (!c.args.is_empty(), "args"),
+                (c.working_dir.is_some(), "working_dir"),
+                (!c.env.is_empty(), "env"),
+                (c.max_output_bytes.is_some(), "max_output_bytes"),
+            ],
+        );
         let url = match &c.url {
             None => {
                 self.report(file, format!("{f}.url"), "is required");
@@ -839,6 +884,113 @@ impl<'a> Checker<'a> {
             headers: c.headers.clone(),
             status_url,
             max_result_bytes,
+        })
+    }
+
+    fn command_adapter(&mut self, file: &Path, f: &str, c: &AdapterConfig) -> Option<AdapterSpec> {
+        let mut ok = self.foreign_fields(
+            file,
+            f,
+            "command",
+            &[
+                (c.url.is_some(), "url"),
+                (c.method.is_some(), "method"),
+                (!c.headers.is_empty(), "headers"),
+                (c.max_result_bytes.is_some(), "max_result_bytes"),
+            ],
+        );
+        if c.status_url.is_some() {
+            self.report(
+                file,
+                format!("{f}.status_url"),
+                "is not allowed on a command adapter: a command has no endpoint to look a call up by key",
+            );
+            ok = false;
+        }
+        let program = match c.program.as_deref() {
+            None => {
+                self.report(
+                    file,
+                    format!("{f}.program"),
+                    "is required for a command adapter: a program name or a path relative to this file",
+                );
+                None
+            }
+            Some(program) if program.trim().is_empty() => {
+                self.report(file, format!("{f}.program"), "must not be empty");
+                None
+            }
+            Some(program) if program.contains('\0') => {
+                self.report(file, format!("{f}.program"), "must not contain a NUL byte");
+                None
+            }
+            // A bare name is looked up on PATH when called; a path is the
+            // config file's, wherever rein is started.
+            Some(program) if program.contains('/') => {
+                Some(resolve_relative(file, Path::new(program)))
+            }
+            Some(program) => Some(PathBuf::from(program)),
+        };
+        for (i, arg) in c.args.iter().enumerate() {
+            if arg.contains('\0') {
+                self.report(file, format!("{f}.args.{i}"), "must not contain a NUL byte");
+                ok = false;
+            }
+        }
+        let working_dir = match &c.working_dir {
+            None => None,
+            Some(dir) if dir.as_os_str().is_empty() => {
+                self.report(
+                    file,
+                    format!("{f}.working_dir"),
+                    "must not be empty; leave it out to keep rein's own",
+                );
+                ok = false;
+                None
+            }
+            Some(dir) => Some(resolve_relative(file, dir)),
+        };
+        for (name, value) in &c.env {
+            let field = format!("{f}.env.{name}");
+            if !is_env_name(name) {
+                self.report(
+                    file,
+                    field,
+                    "must be the name of an environment variable (letters, digits, _)",
+                );
+                ok = false;
+            } else if name.to_ascii_uppercase().starts_with(RESERVED_ENV_PREFIX) {
+                self.report(
+                    file,
+                    field,
+                    format!("is set by rein on every call ({RESERVED_ENV_PREFIX}*) and cannot be overridden"),
+                );
+                ok = false;
+            } else if value.contains('\0') {
+                self.report(file, field, "must not contain a NUL byte");
+                ok = false;
+            }
+        }
+        let max_output_bytes = match c.max_output_bytes {
+            None => DEFAULT_MAX_OUTPUT_BYTES,
+            Some(0) => {
+                self.report(
+                    file,
+                    format!("{f}.max_output_bytes"),
+                    "must be greater than zero",
+                );
+                ok = false;
+                0
+            }
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        };
+        let program = program?;
+        ok.then(|| AdapterSpec::Command {
+            program,
+            args: c.args.clone(),
+            working_dir,
+            env: c.env.clone(),
+            max_output_bytes,
         })
     }
 

@@ -242,14 +242,20 @@ pub struct LatencyConfig {
 pub enum AdapterKind {
     /// JSON over HTTP.
     Http,
+    /// A local program: JSON arguments on stdin, the result on stdout.
+    Command,
 }
 
 /// An adapter as written in config.
+///
+/// `url`, `method`, `headers`, `status_url` and `max_result_bytes` belong to
+/// `http`; `program`, `args`, `working_dir`, `env` and `max_output_bytes` to
+/// `command`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct AdapterConfig {
-    /// `http`; required.
+    /// `http` or `command`; required.
     pub kind: Option<AdapterKind>,
     /// Where calls go; `${ENV}` is interpolated by the loader.
     pub url: Option<String>,
@@ -261,6 +267,20 @@ pub struct AdapterConfig {
     pub status_url: Option<String>,
     /// Result bytes kept before truncation.
     pub max_result_bytes: Option<u64>,
+    /// Command: the program to run; a bare name is looked up on `PATH` at
+    /// call time, a path with a `/` is relative to this config file.
+    pub program: Option<String>,
+    /// Command: the program's arguments, passed as they are (no shell).
+    pub args: Vec<String>,
+    /// Command: the working directory, relative to this config file; the
+    /// directory rein was started in when unset.
+    pub working_dir: Option<PathBuf>,
+    /// Command: extra environment variables. rein passes only a few of its
+    /// own (see `rein_engine::tool_command`), so a tool gets what it is
+    /// given here.
+    pub env: BTreeMap<String, String>,
+    /// Command: stdout and stderr bytes kept, each, before truncation.
+    pub max_output_bytes: Option<u64>,
 }
 
 /// An agent as written in config (`[agents.NAME]`).

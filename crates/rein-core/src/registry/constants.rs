@@ -12,6 +12,17 @@ pub const DEFAULT_IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
 /// one tool cannot flood the model's context.
 pub const DEFAULT_MAX_RESULT_BYTES: usize = 16 * 1024;
 
+/// How much of a command tool's stdout (and, separately, stderr) rein keeps
+/// before truncating it with an explicit note: 64 KiB. Larger than
+/// [`DEFAULT_MAX_RESULT_BYTES`] because a program's output is often text
+/// (logs, listings) rather than a structured answer.
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 64 * 1024;
+
+/// The prefix of environment variables rein sets for a command tool
+/// (`REIN_RUN_ID`, `REIN_DEADLINE_MS`, ...); a tool's `env` may not set
+/// them, or it could forge the deadline or the correlation ids.
+pub const RESERVED_ENV_PREFIX: &str = "REIN_";
+
 /// How long an OpenAI-compatible provider may take for one request when its
 /// config names no `timeout`; the run's deadline still applies on top.
 pub const DEFAULT_PROVIDER_TIMEOUT: Duration = Duration::from_secs(60);

@@ -36,6 +36,8 @@
 //! | a compensation on a read tool; grade `none` with a tool, `strong`/`weak` without | `tools.NAME.compensation.*` |
 //! | a compensation tool that is unknown, `read`, irreversible under grade `strong`, or the tool itself | `tools.NAME.compensation.tool` |
 //! | an argument mapping that is not `args.<path>`/`result.<path>`, names an argument the forward schema lacks, or does not fill the compensation's required arguments | `tools.NAME.compensation.args.*` |
+//! | an adapter field of the other kind (`url` on a `command`, `program` on an `http`) | `tools.NAME.adapter.*` |
+//! | a `command` adapter with an empty `program`, a `status_url` (a command has no lookup by key), an `env` name that is not a variable name or starts with `REIN_`, a NUL byte in `program`, `args` or `env` | `tools.NAME.adapter.*` |
 //! | a schema whose top-level type is not `object`, a property without a description, or one the schema compiler refuses | `tools.NAME.schema.*` |
 //! | any value refused by rein-core's own config types (budget, retry, loop guard, breakers, latency) | their field, under the table path |
 //!
@@ -47,6 +49,7 @@
 //! | `tools.*.idempotency.volatile_fields` | `["trace_id", "request_id"]` |
 //! | `tools.*.adapter.method` | `POST` |
 //! | `tools.*.adapter.max_result_bytes` | [`DEFAULT_MAX_RESULT_BYTES`] (16 KiB) |
+//! | `tools.*.adapter.max_output_bytes` (command) | [`DEFAULT_MAX_OUTPUT_BYTES`] (64 KiB) |
 //! | `tools.*.latency.min_samples` (observe mode) | [`DEFAULT_OBSERVE_MIN_SAMPLES`] (50) |
 //! | `providers.*.timeout` (openai) | [`DEFAULT_PROVIDER_TIMEOUT`] (60 s) |
 //! | `resource_groups.*.burst` | `rate_per_sec` rounded up |
@@ -92,9 +95,9 @@ pub use config::{
     ResourceGroupConfig, ToolConfig,
 };
 pub use constants::{
-    DEFAULT_COMPENSATION_RESERVE, DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_MAX_RESULT_BYTES,
-    DEFAULT_OBSERVE_MIN_SAMPLES, DEFAULT_PROVIDER_TIMEOUT, MAX_COMPENSATION_RESERVE,
-    RESERVED_HEADERS,
+    DEFAULT_COMPENSATION_RESERVE, DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_MAX_RESULT_BYTES, DEFAULT_OBSERVE_MIN_SAMPLES, DEFAULT_PROVIDER_TIMEOUT,
+    MAX_COMPENSATION_RESERVE, RESERVED_ENV_PREFIX, RESERVED_HEADERS,
 };
 pub use problem::{ConfigProblem, Position, SchemaIssue};
 pub use spec::{

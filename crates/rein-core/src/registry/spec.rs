@@ -112,6 +112,25 @@ pub enum AdapterSpec {
         /// Result bytes kept before truncation.
         max_result_bytes: usize,
     },
+    /// A local program, run in its own process group with the JSON
+    /// arguments on stdin (`rein_engine::tool_command`).
+    #[non_exhaustive]
+    Command {
+        /// The program: a bare name (looked up on `PATH` at call time) or
+        /// a path, resolved against the config file's directory when
+        /// relative.
+        program: PathBuf,
+        /// Its arguments, passed as they are (no shell).
+        args: Vec<String>,
+        /// The working directory, resolved against the config file's
+        /// directory; `None` keeps rein's own.
+        working_dir: Option<PathBuf>,
+        /// Extra environment variables; never one starting with
+        /// [`RESERVED_ENV_PREFIX`](super::RESERVED_ENV_PREFIX).
+        env: BTreeMap<String, String>,
+        /// Stdout and stderr bytes kept, each, before truncation.
+        max_output_bytes: usize,
+    },
 }
 
 /// A tool's idempotency key recipe: how arguments are normalized before

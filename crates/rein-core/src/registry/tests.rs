@@ -187,6 +187,7 @@ fn base_config_builds_a_registry_with_defaults_applied() {
             assert!(status_url.is_some());
             assert_eq!(*max_result_bytes, DEFAULT_MAX_RESULT_BYTES);
         }
+        other => panic!("{other:?}"),
     }
     let get = &reg.tools()["get_order"];
     assert_eq!(get.idempotency.header, DEFAULT_IDEMPOTENCY_HEADER);
@@ -788,4 +789,125 @@ fn anthropic_tools_snapshot() {
     );
     // The restore tool is a compensation only: the model is not offered it.
     assert!(tools.iter().all(|t| t["name"] != "restore_delivery_time"));
+}
+
+/// A command tool appended to [`BASE`]: `adapter` is the adapter table's
+/// body.
+fn with_command_tool(adapter: &str) -> String {
+    format!(
+        r#"{BASE}
+[tools.run_report]
+description = "Render the order report."
+class = "read"
+resource_group = "order_api"
+side_effect_tier = "none"
+owner = "orders-team"
+latency = {{ p50 = "1s", p95 = "2s", p99 = "5s" }}
+schema = {{ type = "object", properties = {{ order_id = {{ type = "string", description = "Order id" }} }} }}
+[tools.run_report.adapter]
+{adapter}
+"#
+    )
+}
+
+#[test]
+fn command_adapter_resolves_paths_against_the_config_file() {
+    let text = with_command_tool(
+        r#"kind = "command"
+program = "bin/report.sh"
+args = ["--format", "json"]
+working_dir = "work"
+env = { REPORT_MODE = "fast" }
+max_output_bytes = 4096"#,
+    );
+    let reg = build(&[("conf/rein.toml", &text)]).unwrap();
+    match &reg.tools()["run_report"].adapter {
+        AdapterSpec::Command {
+            program,
+            args,
+            working_dir,
+            env,
+            max_output_bytes,
+            ..
+        } => {
+            assert_eq!(program, Path::new("conf/bin/report.sh"));
+            assert_eq!(args, &["--format", "json"]);
+            assert_eq!(working_dir.as_deref(), Some(Path::new("conf/work")));
+            assert_eq!(env["REPORT_MODE"], "fast");
+            assert_eq!(*max_output_bytes, 4096);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn command_adapter_keeps_bare_names_for_path_lookup_and_has_defaults() {
+    let text = with_command_tool(
+        r#"kind = "command"
+program = "jq""#,
+    );
+    let reg = build(&[("conf/rein.toml", &text)]).unwrap();
+    match &reg.tools()["run_report"].adapter {
+        AdapterSpec::Command {
+            program,
+            args,
+            working_dir,
+            env,
+            max_output_bytes,
+            ..
+        } => {
+            assert_eq!(program, Path::new("jq"));
+            assert!(args.is_empty());
+            assert_eq!(*working_dir, None);
+            assert!(env.is_empty());
+            assert_eq!(*max_output_bytes, DEFAULT_MAX_OUTPUT_BYTES);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn command_adapter_rules_refuse_empty_program_status_url_and_reserved_env() {
+    let text = with_command_tool(
+        r#"kind = "command"
+program = "  "
+status_url = "http://desk/s"
+url = "http://desk/x"
+headers = { "X-A" = "b" }
+working_dir = ""
+env = { REIN_RUN_ID = "forged", "1BAD" = "x", rein_deadline_ms = "9" }
+max_output_bytes = 0"#,
+    );
+    assert_eq!(
+        fields(&text),
+        vec![
+            "tools.run_report.adapter.url",
+            "tools.run_report.adapter.headers",
+            "tools.run_report.adapter.status_url",
+            "tools.run_report.adapter.program",
+            "tools.run_report.adapter.working_dir",
+            "tools.run_report.adapter.env.1BAD",
+            "tools.run_report.adapter.env.REIN_RUN_ID",
+            "tools.run_report.adapter.env.rein_deadline_ms",
+            "tools.run_report.adapter.max_output_bytes",
+        ]
+    );
+    let missing = with_command_tool(r#"kind = "command""#);
+    assert_eq!(fields(&missing), vec!["tools.run_report.adapter.program"]);
+}
+
+#[test]
+fn http_adapter_refuses_command_settings() {
+    let text = BASE.replace(
+        "adapter = { kind = \"http\", url = \"http://desk/tools/get_order\" }",
+        "adapter = { kind = \"http\", url = \"http://desk/tools/get_order\", program = \"x\", args = [\"a\"], max_output_bytes = 9 }",
+    );
+    assert_eq!(
+        fields(&text),
+        vec![
+            "tools.get_order.adapter.program",
+            "tools.get_order.adapter.args",
+            "tools.get_order.adapter.max_output_bytes",
+        ]
+    );
 }

@@ -44,4 +44,11 @@ pub trait ModelProvider: Send + Sync {
         request: &ModelRequest,
         allowance: Duration,
     ) -> Result<ModelResponse, Failure>;
+
+    /// Tells the provider that a resumed run has already been served
+    /// `calls` model calls. Stateless providers ignore it; the scripted
+    /// provider moves its cursor, so a replay continues where it stopped.
+    fn resume_at(&self, calls: usize) {
+        let _ = calls;
+    }
 }

@@ -157,6 +157,11 @@ impl ModelProvider for ScriptedProvider {
         &self.name
     }
 
+    fn resume_at(&self, calls: usize) {
+        let mut cursor = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
+        *cursor = calls.min(self.turns.len());
+    }
+
     async fn complete(
         &self,
         _request: &ModelRequest,

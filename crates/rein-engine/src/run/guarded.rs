@@ -20,7 +20,7 @@ use super::{Engine, RunCtx, new_id};
 use crate::tool_http::Attempt;
 
 /// A call the model planned and rein validated.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Planned {
     /// Its intent id, persisted before anything runs.
     pub intent_id: IntentId,
@@ -39,7 +39,7 @@ pub struct Planned {
 }
 
 /// What became of one guarded call.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct CallResult {
     /// The call.
     pub planned: Planned,
@@ -75,12 +75,20 @@ impl Engine {
         planned: Planned,
         tool: &ToolBinding,
         budget: &Budget,
+        prior: Option<&LedgerRecord>,
     ) -> CallResult {
         let mut c = Correlation {
             step: planned.step,
             intent_id: Some(planned.intent_id.clone()),
             ..Correlation::default()
         };
+        // 0. A resumed call whose effect is already recorded is not run
+        // again; an irreversible call in doubt is never repeated.
+        if let Some(record) = prior
+            && let Some(result) = self.replay_prior(ctx, &c, &planned, tool, record)
+        {
+            return result;
+        }
         let now = self.clock.now();
 
         // 2. Budget: refuse before sending what cannot finish. A call with
@@ -157,6 +165,7 @@ impl Engine {
                 &c,
                 json!({"tool": tool.name, "status": "pending", "class": tool.class}),
             );
+            crate::crash::point("before_pending");
             let commit = StepCommit {
                 declares: vec![record],
                 events: ctx.emitter.drain(),
@@ -173,6 +182,7 @@ impl Engine {
                 return CallResult::refused(planned, tool.class, failure);
             }
             ledger = Some(LedgerStatus::Pending);
+            crate::crash::point("after_pending");
         }
 
         // 7–8. Attempts, classified and decided.
@@ -227,6 +237,58 @@ impl Engine {
             outcome,
             ledger,
             attempts,
+        }
+    }
+
+    /// The result of a resumed call from its ledger record, or `None` when
+    /// it must run (an idempotent write in doubt: again, with its key).
+    fn replay_prior(
+        &self,
+        ctx: &RunCtx<'_>,
+        c: &Correlation,
+        planned: &Planned,
+        tool: &ToolBinding,
+        record: &LedgerRecord,
+    ) -> Option<CallResult> {
+        let done = |outcome: Result<Value, Failure>, note: &str| {
+            ctx.emitter.emit(
+                EventKind::ToolCallFinished,
+                c,
+                json!({"tool": tool.name, "skipped": true, "ok": outcome.is_ok(),
+                       "ledger": record.status, "reason": note}),
+            );
+            Some(CallResult {
+                planned: planned.clone(),
+                class: tool.class,
+                outcome,
+                ledger: Some(record.status),
+                attempts: 0,
+            })
+        };
+        match record.status {
+            LedgerStatus::Pending if tool.class == ToolClass::IdempotentWrite => None,
+            LedgerStatus::Pending => done(
+                Err(Failure::new(&tool.name, Category::Unknown)
+                    .with_effect(Effect::MaybeApplied)
+                    .with_human_message(format!(
+                        "{} may have run before the interruption; an irreversible call is never repeated",
+                        tool.name
+                    ))),
+                "in doubt after an interruption; not repeated",
+            ),
+            LedgerStatus::Succeeded => done(
+                Ok(record.result.clone().unwrap_or(Value::Null)),
+                "completed before the interruption; not run again",
+            ),
+            _ => done(
+                Err(record.failure.clone().unwrap_or_else(|| {
+                    Failure::new(&tool.name, Category::Unknown).with_human_message(format!(
+                        "{} ended {} before the interruption",
+                        tool.name, record.status
+                    ))
+                })),
+                "settled before the interruption; not run again",
+            ),
         }
     }
 
@@ -289,6 +351,7 @@ impl Engine {
                 .http
                 .invoke(&tool.target, &planned.args, &request)
                 .await;
+            crate::crash::point("after_call");
             let now = self.clock.now();
             let elapsed = now.saturating_duration_since(started);
             let failure = match result {

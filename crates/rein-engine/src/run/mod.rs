@@ -40,8 +40,8 @@ use rein_core::ids::IdError;
 use rein_core::loop_guard::{Action, FailureVerdict, LoopGuard, StateDigest, Verdict};
 use rein_core::retry::{GiveUpReason, RetryBudget, RetryDecision, RetryInput, RetryPolicy};
 use rein_core::{
-    Category, Clock, ConfigError, EventKind, Failure, IntentId, Outcome, RunId, RunReport,
-    TenantId, ToolClass, Weight,
+    Category, Clock, ConfigError, EventKind, Failure, IntentId, LedgerRecord, Outcome, RunId,
+    RunReport, TenantId, ToolClass, Weight,
 };
 use rein_store::{
     Checkpoint, NewRun, PlannedIntent, RunStatus, StatusChange, StepCommit, Store, StoreError,
@@ -67,6 +67,14 @@ pub enum EngineError {
     /// The HTTP client could not be built.
     #[error("cannot build the HTTP client: {0}")]
     Http(String),
+    /// The run cannot be resumed.
+    #[error("run {run_id} cannot be resumed: {reason}")]
+    NotResumable {
+        /// The run.
+        run_id: RunId,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// What a run needs besides its agent.
@@ -195,6 +203,9 @@ pub(crate) struct RunCtx<'a> {
     agent: &'a AgentBinding,
     store: &'a Arc<dyn Store>,
     emitter: Emitter,
+    /// Model calls made for this run, failed ones included (a scripted
+    /// provider's position on resume).
+    provider_calls: std::sync::atomic::AtomicU32,
 }
 
 /// A fresh, time-ordered id.
@@ -240,7 +251,7 @@ impl Engine {
             Some(t) => t,
             None => TenantId::new("default").map_err(|e| EngineError::Http(e.to_string()))?,
         };
-        let mut guard = LoopGuard::new(agent.loop_guard.clone())?;
+        let guard = LoopGuard::new(agent.loop_guard.clone())?;
         let started = self.clock.now();
         // The forward path runs on the wall clock minus the compensation
         // reserve; compensation may use everything up to the full deadline.
@@ -253,7 +264,7 @@ impl Engine {
             .budget
             .with_wall_clock(forward_wall)
             .unwrap_or(agent.budget);
-        let mut budget = Budget::start(forward_limits, started);
+        let budget = Budget::start(forward_limits, started);
         let at_ms = unix_ms(self.clock.system_now());
         self.store
             .create_run(NewRun {
@@ -273,6 +284,7 @@ impl Engine {
             agent,
             store: &self.store,
             emitter: Emitter::new(run_id.clone(), self.clock.clone(), request.observer),
+            provider_calls: std::sync::atomic::AtomicU32::new(0),
         };
         ctx.emitter.emit(
             EventKind::RunStarted,
@@ -294,18 +306,266 @@ impl Engine {
         };
         self.store.commit_step(&run_id, status).await?;
 
-        let mut messages = vec![
-            Message::System {
-                content: agent.system_prompt.clone(),
+        let state = LoopState {
+            budget,
+            full_deadline,
+            started,
+            elapsed_before_ms: 0,
+            guard,
+            messages: vec![
+                Message::System {
+                    content: agent.system_prompt.clone(),
+                },
+                Message::User {
+                    content: request.input,
+                },
+            ],
+            calls: Vec::new(),
+            facts: BTreeSet::new(),
+            tools_tried: BTreeSet::new(),
+            step: 0,
+            resume: None,
+        };
+        Ok(self.drive(&ctx, validator, state, None).await)
+    }
+
+    /// Continues a run that stopped mid-way (its process crashed or was
+    /// killed) from its last checkpoint, with what is left of its budget.
+    ///
+    /// Completed steps are not run again. The interrupted step's persisted
+    /// plan is replayed with its original intent ids and idempotency keys:
+    /// an effect already recorded is not repeated, an idempotent write in
+    /// doubt runs again with its key (the tool deduplicates), an
+    /// irreversible call in doubt is never repeated. The report carries a
+    /// [`ResumeMarker`](rein_core::outcome::ResumeMarker).
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::NotResumable`] for an unknown or finished run, or one
+    /// of another agent; [`EngineError::Store`] when its state cannot be read.
+    pub async fn resume(
+        &self,
+        agent: &AgentBinding,
+        validator: &dyn ArgValidator,
+        run_id: &RunId,
+        observer: Option<Observer>,
+    ) -> Result<RunOutput, EngineError> {
+        let Some(record) = self.store.get_run(run_id).await? else {
+            return Err(EngineError::NotResumable {
+                run_id: run_id.clone(),
+                reason: "no such run".into(),
+            });
+        };
+        if record.status.is_finished() {
+            return Err(EngineError::NotResumable {
+                run_id: run_id.clone(),
+                reason: format!(
+                    "it already ended {}; a finished run's outcome is final",
+                    record.status.as_str()
+                ),
+            });
+        }
+        if record.agent != agent.name {
+            return Err(EngineError::NotResumable {
+                run_id: run_id.clone(),
+                reason: format!(
+                    "it is a run of agent `{}`, not `{}`",
+                    record.agent, agent.name
+                ),
+            });
+        }
+        let checkpoint = self.store.latest_checkpoint(run_id).await?;
+        let intents = self.store.intents(run_id).await?;
+        let ledger: HashMap<IntentId, LedgerRecord> = self
+            .store
+            .ledger(run_id)
+            .await?
+            .into_iter()
+            .map(|r| (r.intent_id.clone(), r))
+            .collect();
+        let guard = LoopGuard::new(agent.loop_guard.clone())?;
+
+        let done_step = checkpoint.as_ref().map_or(0, |c| c.step);
+        let state_json = checkpoint
+            .as_ref()
+            .map(|c| c.state.clone())
+            .unwrap_or(Value::Null);
+        let messages: Vec<Message> = checkpoint
+            .as_ref()
+            .and_then(|c| serde_json::from_value(c.messages.clone()).ok())
+            .unwrap_or_else(|| {
+                vec![
+                    Message::System {
+                        content: agent.system_prompt.clone(),
+                    },
+                    Message::User {
+                        content: record.input.clone(),
+                    },
+                ]
+            });
+        let calls: Vec<CallResult> =
+            serde_json::from_value(state_json["calls"].clone()).unwrap_or_default();
+        let facts: BTreeSet<String> =
+            serde_json::from_value(state_json["facts"].clone()).unwrap_or_default();
+        let tools_tried: BTreeSet<String> =
+            serde_json::from_value(state_json["tools_tried"].clone()).unwrap_or_default();
+        let provider_calls = state_json["provider_calls"].as_u64().unwrap_or(0);
+        let elapsed_before_ms = checkpoint.as_ref().map_or(0, |c| c.elapsed_ms);
+        let consumed = checkpoint.as_ref().map(|c| c.consumed).unwrap_or_default();
+
+        // The interrupted step: its plan, if it was persisted.
+        let mut planned: Vec<PlannedIntent> = intents
+            .into_iter()
+            .filter(|(step, _)| *step == done_step + 1)
+            .map(|(_, intent)| intent)
+            .collect();
+        planned.sort_by_key(|i| i.ordinal);
+        let resumed = (!planned.is_empty()).then(|| ResumedTurn {
+            response: ModelResponse {
+                text: None,
+                tool_calls: planned
+                    .iter()
+                    .map(|i| crate::provider::ToolCall {
+                        id: i.call_id.clone(),
+                        name: i.tool.clone(),
+                        arguments: i.args.to_string(),
+                    })
+                    .collect(),
+                finish: FinishReason::ToolCalls,
+                usage: Default::default(),
             },
-            Message::User {
-                content: request.input,
+            intent_ids: planned.iter().map(|i| Some(i.intent_id.clone())).collect(),
+            prior: planned
+                .iter()
+                .filter_map(|i| {
+                    ledger
+                        .get(&i.intent_id)
+                        .map(|r| (i.intent_id.clone(), r.clone()))
+                })
+                .collect(),
+        });
+        // The model has served the checkpointed calls, and the interrupted
+        // step's turn when its plan exists.
+        let served = provider_calls + u64::from(resumed.is_some());
+        agent
+            .provider
+            .resume_at(usize::try_from(served).unwrap_or(usize::MAX));
+
+        // The budget is not reset: what the checkpoint consumed is charged,
+        // and only the active time that remained is available.
+        let started = self.clock.now();
+        let forward_wall = agent.budget.wall_clock()
+            - agent
+                .compensation_reserve
+                .of_duration(agent.budget.wall_clock());
+        let left = forward_wall
+            .saturating_sub(std::time::Duration::from_millis(elapsed_before_ms))
+            .max(std::time::Duration::from_millis(1));
+        let reserve = agent
+            .compensation_reserve
+            .of_duration(agent.budget.wall_clock());
+        let full_deadline = rein_core::deadline::Deadline::after(started, left + reserve);
+        let mut budget = Budget::start(agent.budget.with_wall_clock(left)?, started);
+        let _ = budget.charge(consumed, started);
+
+        let (not_reexecuted, reexecuted): (Vec<IntentId>, Vec<IntentId>) = resumed
+            .as_ref()
+            .map(|t| {
+                t.intent_ids.iter().flatten().cloned().partition(|id| {
+                    t.prior.get(id).is_some_and(|r| {
+                        !(r.status == rein_core::LedgerStatus::Pending
+                            && r.class == ToolClass::IdempotentWrite)
+                    })
+                })
+            })
+            .unwrap_or_default();
+        let reexecuted_with_same_key: Vec<IntentId> = reexecuted
+            .into_iter()
+            .filter(|id| resumed.as_ref().is_some_and(|t| t.prior.contains_key(id)))
+            .collect();
+        let marker = rein_core::outcome::ResumeMarker {
+            continued_from_step: done_step,
+            steps_skipped: done_step,
+            reused_intents: resumed
+                .as_ref()
+                .map(|t| t.intent_ids.iter().flatten().cloned().collect())
+                .unwrap_or_default(),
+            not_reexecuted,
+            reexecuted_with_same_key,
+            maybe_duplicated: false,
+            note: format!(
+                "continued after step {done_step}; completed steps were not run again; effects in doubt were repeated only with their original idempotency keys, irreversible ones never"
+            ),
+        };
+        let ctx = RunCtx {
+            run_id: run_id.clone(),
+            tenant: record.tenant.clone(),
+            input: record.input.clone(),
+            agent,
+            store: &self.store,
+            emitter: Emitter::new(run_id.clone(), self.clock.clone(), observer),
+            provider_calls: std::sync::atomic::AtomicU32::new(
+                u32::try_from(served).unwrap_or(u32::MAX),
+            ),
+        };
+        ctx.emitter.emit(
+            EventKind::RunResumed,
+            &Correlation {
+                step: done_step,
+                ..Correlation::default()
             },
-        ];
-        let mut calls: Vec<CallResult> = Vec::new();
-        let mut facts: BTreeSet<String> = BTreeSet::new();
-        let mut tools_tried: BTreeSet<String> = BTreeSet::new();
-        let mut step = 0u32;
+            json!({"marker": marker, "remaining": budget.remaining(started)}),
+        );
+        let commit = StepCommit {
+            status: Some(StatusChange {
+                status: RunStatus::Running,
+                report: None,
+                at_ms: unix_ms(self.clock.system_now()),
+            }),
+            events: ctx.emitter.drain(),
+            ..StepCommit::default()
+        };
+        self.store.commit_step(run_id, commit).await?;
+        let state = LoopState {
+            budget,
+            full_deadline,
+            started,
+            elapsed_before_ms,
+            guard,
+            messages,
+            calls,
+            facts,
+            tools_tried,
+            step: done_step,
+            resume: Some(marker),
+        };
+        Ok(self.drive(&ctx, validator, state, resumed).await)
+    }
+
+    /// The loop: from `state` (fresh or restored from a checkpoint) to the
+    /// run's end, its settlement and its final record.
+    async fn drive(
+        &self,
+        ctx: &RunCtx<'_>,
+        validator: &dyn ArgValidator,
+        state: LoopState,
+        mut resumed: Option<ResumedTurn>,
+    ) -> RunOutput {
+        let agent = ctx.agent;
+        let run_id = ctx.run_id.clone();
+        let LoopState {
+            mut budget,
+            full_deadline,
+            started,
+            elapsed_before_ms,
+            mut guard,
+            mut messages,
+            mut calls,
+            mut facts,
+            mut tools_tried,
+            mut step,
+            resume,
+        } = state;
 
         let end = loop {
             let now = self.clock.now();
@@ -331,9 +591,14 @@ impl Engine {
                 ..Correlation::default()
             };
 
-            let response = match self.model_turn(&ctx, &messages, &budget, step).await {
-                Ok(r) => r,
-                Err(end) => break end,
+            // A resumed turn replays its persisted plan instead of asking
+            // the model again: the intents, their ids and keys are durable.
+            let (response, prior, prior_ids) = match resumed.take() {
+                Some(turn) => (turn.response, turn.prior, turn.intent_ids),
+                None => match self.model_turn(ctx, &messages, &budget, step).await {
+                    Ok(r) => (r, HashMap::new(), Vec::new()),
+                    Err(end) => break end,
+                },
             };
             let cost = agent
                 .price
@@ -382,8 +647,11 @@ impl Engine {
             let mut observed: Vec<(String, Value)> = Vec::new();
             let mut rejected_failures: Vec<(String, String)> = Vec::new();
             for (position, call) in response.tool_calls.iter().enumerate() {
-                match self.validate_call(&ctx, &guard, validator, call, step, position) {
-                    Ok(p) => {
+                match self.validate_call(ctx, &guard, validator, call, step, position) {
+                    Ok(mut p) => {
+                        if let Some(Some(id)) = prior_ids.get(position) {
+                            p.intent_id = id.clone();
+                        }
                         observed.push((p.tool.clone(), p.args.clone()));
                         planned.push(p);
                     }
@@ -426,7 +694,7 @@ impl Engine {
                     events: ctx.emitter.drain(),
                     ..StepCommit::default()
                 };
-                if let Err(e) = self.store.commit_step(&run_id, commit).await {
+                if let Err(e) = ctx.store.commit_step(&run_id, commit).await {
                     break End::StoreFailed(format!("cannot persist the plan: {e}"));
                 }
             }
@@ -435,7 +703,7 @@ impl Engine {
             // irreversible calls after the others succeeded.
             let any_rejected = !rejected_failures.is_empty();
             let results = self
-                .execute(&ctx, &mut budget, planned, step, any_rejected)
+                .execute(ctx, &mut budget, planned, step, any_rejected, &prior)
                 .await;
             for result in &results {
                 let content = match &result.outcome {
@@ -521,7 +789,17 @@ impl Engine {
             if let Verdict::Trip(t) = guard.observe(Action::new(&turn_tool, &turn_args), state) {
                 trip.get_or_insert(t);
             }
-            let checkpoint = self.checkpoint(&ctx, &budget, &messages, &calls, step);
+            let checkpoint = self.checkpoint(
+                ctx,
+                &budget,
+                &messages,
+                &calls,
+                &facts,
+                &tools_tried,
+                step,
+                elapsed_before_ms,
+                started,
+            );
             if let Some(trip) = &trip {
                 ctx.emitter.emit(
                     EventKind::LoopDetected,
@@ -529,12 +807,13 @@ impl Engine {
                     json!({"trip": trip, "message": trip.to_string()}),
                 );
             }
+            crate::crash::point("during_checkpoint");
             let commit = StepCommit {
                 checkpoint: Some(checkpoint),
                 events: ctx.emitter.drain(),
                 ..StepCommit::default()
             };
-            if let Err(e) = self.store.commit_step(&run_id, commit).await {
+            if let Err(e) = ctx.store.commit_step(&run_id, commit).await {
                 break End::StoreFailed(format!("cannot write the checkpoint: {e}"));
             }
             if let Some(trip) = trip {
@@ -543,11 +822,13 @@ impl Engine {
         };
 
         let now = self.clock.now();
-        let elapsed_ms = millis(now.saturating_duration_since(started));
+        let elapsed_ms = elapsed_before_ms + millis(now.saturating_duration_since(started));
         let mut report = report::build(&end, &calls, budget.used(), elapsed_ms, step);
-        self.settle(&ctx, &end, &calls, &mut report, full_deadline, step)
+        report.resume = resume;
+        self.settle(ctx, &end, &calls, &mut report, full_deadline, step)
             .await;
-        report.elapsed_ms = millis(self.clock.now().saturating_duration_since(started));
+        report.elapsed_ms =
+            elapsed_before_ms + millis(self.clock.now().saturating_duration_since(started));
         let c = Correlation {
             step,
             ..Correlation::default()
@@ -575,10 +856,10 @@ impl Engine {
             events: ctx.emitter.drain(),
             ..StepCommit::default()
         };
-        if let Err(e) = self.store.commit_step(&run_id, commit).await {
+        if let Err(e) = ctx.store.commit_step(&run_id, commit).await {
             tracing::error!(run = %run_id, "cannot record the run's end: {e}");
         }
-        Ok(RunOutput { run_id, report })
+        RunOutput { run_id, report }
     }
 
     /// Validates one proposed call. A refusal is a clarification for the
@@ -672,6 +953,7 @@ impl Engine {
         planned: Vec<Planned>,
         step: u32,
         any_rejected: bool,
+        prior: &HashMap<IntentId, LedgerRecord>,
     ) -> Vec<CallResult> {
         let agent = ctx.agent;
         let (irreversible, others): (Vec<Planned>, Vec<Planned>) =
@@ -703,7 +985,8 @@ impl Engine {
                 .zip(shares.iter())
                 .filter_map(|(p, (child, _))| {
                     let tool = agent.tools.get(&p.tool)?;
-                    Some(self.guarded_call(ctx, p, tool, child))
+                    let before = prior.get(&p.intent_id);
+                    Some(self.guarded_call(ctx, p, tool, child, before))
                 });
             results.extend(futures_util::future::join_all(futures).await);
             let now = self.clock.now();
@@ -736,7 +1019,8 @@ impl Engine {
             }
             let now = self.clock.now();
             let (child, grant) = budget.serial(now);
-            let result = self.guarded_call(ctx, p, tool, &child).await;
+            let before = prior.get(&p.intent_id);
+            let result = self.guarded_call(ctx, p, tool, &child, before).await;
             let _ = budget.settle(grant, Usage::default(), self.clock.now());
             results.push(result);
         }
@@ -789,6 +1073,8 @@ impl Engine {
                 json!({"provider": provider, "model": agent.model, "attempt": attempt,
                        "allowance_ms": millis(allowance), "messages": request.messages.len()}),
             );
+            ctx.provider_calls
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             let result =
                 match tokio::time::timeout(allowance, agent.provider.complete(&request, allowance))
                     .await
@@ -910,13 +1196,18 @@ impl Engine {
             .deposit();
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn checkpoint(
         &self,
         ctx: &RunCtx<'_>,
         budget: &Budget,
         messages: &[Message],
         calls: &[CallResult],
+        facts: &BTreeSet<String>,
+        tools_tried: &BTreeSet<String>,
         step: u32,
+        elapsed_before_ms: u64,
+        started: rein_core::Instant,
     ) -> Checkpoint {
         let now = self.clock.now();
         Checkpoint {
@@ -929,11 +1220,43 @@ impl Engine {
                 .map(|c| c.planned.intent_id.clone())
                 .collect(),
             consumed: budget.used(),
-            elapsed_ms: millis(budget.elapsed(now)),
-            state: json!({"remaining": budget.remaining(now)}),
+            elapsed_ms: elapsed_before_ms + millis(now.saturating_duration_since(started)),
+            // What a resume needs besides the transcript: every call's
+            // result (for the report), the loop guard's progress inputs, and
+            // how many model calls were served.
+            state: json!({
+                "calls": calls,
+                "facts": facts,
+                "tools_tried": tools_tried,
+                "provider_calls": ctx.provider_calls.load(std::sync::atomic::Ordering::Acquire),
+            }),
             at_ms: unix_ms(self.clock.system_now()),
         }
     }
+}
+
+/// Everything the loop carries from step to step.
+struct LoopState {
+    budget: Budget,
+    full_deadline: rein_core::deadline::Deadline,
+    started: rein_core::Instant,
+    elapsed_before_ms: u64,
+    guard: LoopGuard,
+    messages: Vec<Message>,
+    calls: Vec<CallResult>,
+    facts: BTreeSet<String>,
+    tools_tried: BTreeSet<String>,
+    step: u32,
+    resume: Option<rein_core::outcome::ResumeMarker>,
+}
+
+/// The interrupted step of a resumed run: its persisted plan, replayed.
+struct ResumedTurn {
+    response: ModelResponse,
+    /// The persisted intent id of each proposed call, by position.
+    intent_ids: Vec<Option<IntentId>>,
+    /// The ledger records of the step's intents.
+    prior: HashMap<IntentId, LedgerRecord>,
 }
 
 /// The retry-budget key of a provider (tools and providers may share names).

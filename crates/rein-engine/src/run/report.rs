@@ -121,6 +121,7 @@ pub fn build(
         steps,
         compensations: Vec::new(),
         handoff: None,
+        resume: None,
     }
 }
 

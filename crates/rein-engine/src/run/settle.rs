@@ -113,10 +113,23 @@ impl Engine {
         if fixable_by_time(end, report) || ctx.agent.on_failure == FailurePolicy::Continue {
             return;
         }
-        if ctx.agent.on_failure == FailurePolicy::Handoff {
-            let reason =
-                "the run failed after changing the world and its policy is to hand off".to_owned();
-            self.hand_off(ctx, calls, report, &ledger, reason, step);
+        // An irreversible effect that cannot be undone (done or in doubt)
+        // stops automatic undoing altogether: reverting the other writes
+        // alone could contradict what it already told the world.
+        let irreversible_open = open.iter().any(|r| {
+            r.class == ToolClass::Irreversible && !ctx.agent.compensations.contains_key(&r.tool)
+        });
+        if ctx.agent.on_failure == FailurePolicy::Handoff || irreversible_open {
+            let reason = if irreversible_open {
+                "the run failed after an irreversible effect that cannot be undone; nothing was undone automatically"
+            } else {
+                "the run failed after changing the world and its policy is to hand off"
+            };
+            let records: Vec<LedgerRecord> = open.into_iter().cloned().collect();
+            let results = self.leave_for_human(ctx, records, step).await;
+            report.compensations = results;
+            let ledger = ctx.store.ledger(&ctx.run_id).await.unwrap_or(ledger);
+            self.hand_off(ctx, calls, report, &ledger, reason.to_owned(), step);
             return;
         }
 
@@ -220,6 +233,19 @@ impl Engine {
                     result = Some(value);
                 }
                 None => {
+                    if !ctx.agent.compensations.contains_key(&record.tool) {
+                        let note =
+                            "in doubt and the tool cannot say whether it ran; a human must check";
+                        self.mark(ctx, &c, &record.intent_id, LedgerStatus::Manual, None, note)
+                            .await;
+                        return Some(CompensationResult {
+                            intent_id: record.intent_id.clone(),
+                            tool: record.tool.clone(),
+                            compensation_tool: None,
+                            status: LedgerStatus::Manual,
+                            note: note.to_owned(),
+                        });
+                    }
                     self.mark(
                         ctx,
                         &c,
@@ -308,6 +334,16 @@ impl Engine {
             Ok(id) => id,
             Err(_) => record.intent_id.clone(),
         };
+        if binding.spec.grade == CompensationGrade::Weak
+            && self.compensation_was_started(ctx, &record.intent_id).await
+        {
+            // A weak compensation runs once: if an interrupted process may
+            // already have run it, repeating it could be a second injury.
+            let note = "its weak compensation may have run before an interruption; not repeated";
+            self.mark(ctx, &c, &record.intent_id, LedgerStatus::Manual, None, note)
+                .await;
+            return Some(finish(LedgerStatus::Manual, note.to_owned()));
+        }
         let tool = &binding.tool;
         let key = IdempotencyKey::derive(
             tool.class,
@@ -336,6 +372,7 @@ impl Engine {
             let note = format!("compensation not started: the store refused its start ({e})");
             return Some(finish(LedgerStatus::Succeeded, note));
         }
+        crate::crash::point("mid_compensation");
         let attempts = match grade {
             CompensationGrade::Strong => STRONG_COMPENSATION_ATTEMPTS,
             _ => 1,
@@ -393,6 +430,77 @@ impl Engine {
         self.mark(ctx, &c, &record.intent_id, status, None, &note)
             .await;
         Some(finish(status, note))
+    }
+
+    /// Whether an earlier process started compensating this record (its
+    /// `compensation_started` event is durable) without finishing.
+    async fn compensation_was_started(&self, ctx: &RunCtx<'_>, intent: &IntentId) -> bool {
+        let Ok(events) = ctx.store.events(&ctx.run_id, 0).await else {
+            // Unknown: assume it may have run.
+            return true;
+        };
+        let mine = |kind: EventKind| {
+            events
+                .iter()
+                .filter(|e| e.kind == kind && e.intent_id.as_ref() == Some(intent))
+                .count()
+        };
+        mine(EventKind::CompensationStarted) > mine(EventKind::CompensationFinished)
+    }
+
+    /// Leaves every open record to a human: in doubt → `manual`; done with
+    /// no compensation → `uncompensatable` (with an alert); done with a
+    /// compensation that is deliberately not run → `manual`.
+    async fn leave_for_human(
+        &self,
+        ctx: &RunCtx<'_>,
+        mut records: Vec<LedgerRecord>,
+        step: u32,
+    ) -> Vec<CompensationResult> {
+        records.sort_by_key(|r| std::cmp::Reverse(r.seq));
+        let mut results = Vec::new();
+        for record in records {
+            let c = Correlation {
+                step,
+                intent_id: Some(record.intent_id.clone()),
+                idempotency_key: record.idempotency_key.clone(),
+                ..Correlation::default()
+            };
+            let compensation = ctx.agent.compensations.get(&record.tool);
+            let (status, note) = match (record.status, compensation) {
+                (LedgerStatus::Pending, _) => (
+                    LedgerStatus::Manual,
+                    "in doubt: it may or may not have run; a human must check".to_owned(),
+                ),
+                (_, None) => (
+                    LedgerStatus::Uncompensatable,
+                    format!("{} took effect and has no compensation", record.tool),
+                ),
+                (_, Some(b)) => (
+                    LedgerStatus::Manual,
+                    format!(
+                        "kept for a human to decide; it can be undone with {}",
+                        b.tool.name
+                    ),
+                ),
+            };
+            ctx.emitter.emit(
+                EventKind::CompensationFinished,
+                &c,
+                json!({"tool": record.tool, "status": status, "note": note,
+                       "alert": status == LedgerStatus::Uncompensatable}),
+            );
+            self.mark(ctx, &c, &record.intent_id, status, None, &note)
+                .await;
+            results.push(CompensationResult {
+                intent_id: record.intent_id.clone(),
+                tool: record.tool.clone(),
+                compensation_tool: compensation.map(|b| b.tool.name.clone()),
+                status,
+                note,
+            });
+        }
+        results
     }
 
     /// Marks a ledger record and makes the events so far durable with it.

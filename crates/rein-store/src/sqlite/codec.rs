@@ -24,6 +24,7 @@ use serde_json::Value;
 use crate::checkpoint::Checkpoint;
 use crate::error::StoreError;
 use crate::intent::PlannedIntent;
+use crate::lease::{Lease, LeaseKind};
 use crate::run::{RunRecord, RunStatus};
 
 /// Maps SQLite errors into [`StoreError`] without making rusqlite part of
@@ -356,5 +357,34 @@ pub fn decode_checkpoint(row: &Row<'_>) -> Result<Checkpoint, StoreError> {
         elapsed_ms: r.u64(7, "elapsed_ms")?,
         state: r.json(8, "state")?,
         at_ms: r.u64(9, "at_ms")?,
+    })
+}
+
+/// The columns [`decode_lease`] reads, in order.
+pub const LEASE_COLUMNS: &str =
+    "lease_id, run_id, intent_id, kind, pgid, path, owner, acquired_at_ms, expires_at_ms";
+
+/// A `leases` row selected with [`LEASE_COLUMNS`].
+pub fn decode_lease(row: &Row<'_>) -> Result<Lease, StoreError> {
+    let r = RowReader::new(row, "leases", &[0]);
+    let pgid = match r.raw::<Option<i64>>(4, "pgid")? {
+        None => None,
+        Some(value) => Some(i32::try_from(value).map_err(|_| {
+            r.corrupt(
+                "pgid",
+                format!("expected a process group id that fits i32, found {value}"),
+            )
+        })?),
+    };
+    Ok(Lease {
+        lease_id: r.text(0, "lease_id")?,
+        run_id: r.id(1, "run_id")?,
+        intent_id: r.opt_id(2, "intent_id")?,
+        kind: r.name(3, "kind", LeaseKind::parse)?,
+        pgid,
+        path: r.opt_text(5, "path")?.map(std::path::PathBuf::from),
+        owner: r.text(6, "owner")?,
+        acquired_at_ms: r.u64(7, "acquired_at_ms")?,
+        expires_at_ms: r.u64(8, "expires_at_ms")?,
     })
 }

@@ -15,6 +15,7 @@
 //! | `intents` | `run_id, intent_id` | planned calls |
 //! | `ledger` | `run_id, intent_id` (`seq` unique per run) | declared side effects |
 //! | `checkpoints` | `run_id, step` | state after each step |
+//! | `leases` | `lease_id` | resources held for a run (schema v2) |
 //! | `rein_schema` | `version` | migrations applied |
 
 mod codec;
@@ -39,6 +40,7 @@ use crate::checkpoint::Checkpoint;
 use crate::commit::{Committed, StepCommit};
 use crate::error::StoreError;
 use crate::intent::PlannedIntent;
+use crate::lease::{Lease, LeaseChange, LeaseFilter};
 use crate::run::{NewRun, RunRecord};
 use crate::store::Store;
 
@@ -210,6 +212,19 @@ impl Store for SqliteStore {
         let run_id = run_id.clone();
         self.worker
             .write(move |conn| ops::commit_step(conn, &run_id, commit))
+            .await
+    }
+
+    async fn change_lease(&self, change: LeaseChange) -> Result<Option<Lease>, StoreError> {
+        self.worker
+            .write(move |conn| ops::change_lease(conn, change))
+            .await
+    }
+
+    async fn leases(&self, filter: &LeaseFilter) -> Result<Vec<Lease>, StoreError> {
+        let filter = filter.clone();
+        self.worker
+            .read(move |conn| ops::leases(conn, &filter))
             .await
     }
 }

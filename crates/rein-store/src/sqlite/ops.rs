@@ -8,14 +8,15 @@ use rein_core::{Event, IntentId, LedgerRecord, LedgerStatus, RunId};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::codec::{
-    CHECKPOINT_COLUMNS, EVENT_COLUMNS, INTENT_COLUMNS, LEDGER_COLUMNS, RUN_COLUMNS, SqlResult,
-    decode_checkpoint, decode_event, decode_intent, decode_ledger, decode_run, int, json_text,
-    serde_name,
+    CHECKPOINT_COLUMNS, EVENT_COLUMNS, INTENT_COLUMNS, LEASE_COLUMNS, LEDGER_COLUMNS, RUN_COLUMNS,
+    SqlResult, decode_checkpoint, decode_event, decode_intent, decode_lease, decode_ledger,
+    decode_run, int, json_text, serde_name,
 };
 use crate::checkpoint::Checkpoint;
 use crate::commit::{Committed, StepCommit};
 use crate::error::StoreError;
 use crate::intent::PlannedIntent;
+use crate::lease::{Lease, LeaseChange, LeaseFilter};
 use crate::ledger::LedgerMark;
 use crate::run::{NewRun, RunRecord, RunStatus, StatusChange};
 
@@ -492,4 +493,111 @@ fn set_status(
     ])
     .sql()?;
     get_run(conn, run_id)?.ok_or_else(|| StoreError::run_not_found(run_id))
+}
+
+fn lease(conn: &Connection, lease_id: &str) -> Result<Option<Lease>, StoreError> {
+    query_one(
+        conn,
+        &format!("SELECT {LEASE_COLUMNS} FROM leases WHERE lease_id = ?1"),
+        [lease_id],
+        decode_lease,
+    )
+}
+
+fn lease_not_found(lease_id: &str) -> StoreError {
+    StoreError::NotFound {
+        what: "lease",
+        id: lease_id.to_owned(),
+    }
+}
+
+/// Applies one [`LeaseChange`]. The caller provides the transaction.
+pub fn change_lease(conn: &Connection, change: LeaseChange) -> Result<Option<Lease>, StoreError> {
+    match change {
+        LeaseChange::Acquire(new) => {
+            new.validate()?;
+            require_run(conn, &new.run_id)?;
+            if lease(conn, &new.lease_id)?.is_some() {
+                return Err(StoreError::Conflict {
+                    what: "lease",
+                    id: new.lease_id,
+                });
+            }
+            conn.prepare_cached(
+                "INSERT INTO leases (lease_id, run_id, intent_id, kind, pgid, path, owner, \
+                 acquired_at_ms, expires_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            )
+            .sql()?
+            .execute(params![
+                new.lease_id,
+                new.run_id.as_str(),
+                new.intent_id.as_ref().map(IntentId::as_str),
+                new.kind.as_str(),
+                new.pgid,
+                new.path.as_deref().and_then(std::path::Path::to_str),
+                new.owner,
+                int(new.acquired_at_ms, "lease acquired_at_ms")?,
+                int(new.expires_at_ms, "lease expires_at_ms")?,
+            ])
+            .sql()?;
+            Ok(Some(new))
+        }
+        LeaseChange::Renew {
+            lease_id,
+            expires_at_ms,
+        } => {
+            let mut held = lease(conn, &lease_id)?.ok_or_else(|| lease_not_found(&lease_id))?;
+            if expires_at_ms < held.acquired_at_ms {
+                return Err(StoreError::Invalid {
+                    what: "lease expires_at_ms",
+                    expected: format!("at least acquired_at_ms ({})", held.acquired_at_ms),
+                    found: expires_at_ms.to_string(),
+                });
+            }
+            conn.prepare_cached("UPDATE leases SET expires_at_ms = ?2 WHERE lease_id = ?1")
+                .sql()?
+                .execute(params![
+                    lease_id,
+                    int(expires_at_ms, "lease expires_at_ms")?
+                ])
+                .sql()?;
+            held.expires_at_ms = expires_at_ms;
+            Ok(Some(held))
+        }
+        LeaseChange::Release { lease_id } => {
+            let Some(held) = lease(conn, &lease_id)? else {
+                return Ok(None);
+            };
+            conn.prepare_cached("DELETE FROM leases WHERE lease_id = ?1")
+                .sql()?
+                .execute([lease_id.as_str()])
+                .sql()?;
+            Ok(Some(held))
+        }
+    }
+}
+
+/// The held leases `filter` selects.
+pub fn leases(conn: &Connection, filter: &LeaseFilter) -> Result<Vec<Lease>, StoreError> {
+    if let Some(run_id) = &filter.run_id {
+        require_run(conn, run_id)?;
+    }
+    // An expiry cursor beyond i64::MAX selects every lease.
+    let expired_at = filter
+        .expired_at_ms
+        .map(|now| i64::try_from(now).unwrap_or(i64::MAX));
+    query_all(
+        conn,
+        &format!(
+            "SELECT {LEASE_COLUMNS} FROM leases \
+             WHERE (?1 IS NULL OR run_id = ?1) AND (?2 IS NULL OR expires_at_ms <= ?2) \
+             ORDER BY expires_at_ms, lease_id LIMIT ?3"
+        ),
+        params![
+            filter.run_id.as_ref().map(RunId::as_str),
+            expired_at,
+            filter.limit.map_or(i64::MAX, limit),
+        ],
+        decode_lease,
+    )
 }

@@ -21,7 +21,7 @@ use super::codec::SqlResult;
 use crate::error::StoreError;
 
 /// The schema version this binary writes: the number of migrations.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
 ///
@@ -29,7 +29,9 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// type rather than storing it); JSON columns hold text; timestamps are
 /// integer milliseconds since the Unix epoch (`*_ms`); every table of a run
 /// references `runs`.
-const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [r#"
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
+    // 1: runs, events, intents, ledger, checkpoints.
+    r#"
 CREATE TABLE runs (
     run_id        TEXT PRIMARY KEY NOT NULL,
     tenant        TEXT NOT NULL,
@@ -102,7 +104,25 @@ CREATE TABLE checkpoints (
     at_ms                INTEGER NOT NULL,
     PRIMARY KEY (run_id, step)
 ) STRICT, WITHOUT ROWID;
-"#];
+"#,
+    // 2: resource leases (process groups, temporary paths). A row exists
+    // while its resource may exist; releasing deletes it.
+    r#"
+CREATE TABLE leases (
+    lease_id       TEXT PRIMARY KEY NOT NULL,
+    run_id         TEXT NOT NULL REFERENCES runs (run_id),
+    intent_id      TEXT,
+    kind           TEXT NOT NULL,
+    pgid           INTEGER,
+    path           TEXT,
+    owner          TEXT NOT NULL,
+    acquired_at_ms INTEGER NOT NULL,
+    expires_at_ms  INTEGER NOT NULL
+) STRICT;
+CREATE INDEX leases_by_expiry ON leases (expires_at_ms, lease_id);
+CREATE INDEX leases_by_run ON leases (run_id);
+"#,
+];
 
 /// Brings the database to [`SCHEMA_VERSION`], or refuses a newer one.
 ///
@@ -165,4 +185,69 @@ pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
         .sql()?;
     }
     tx.commit().sql()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn version(conn: &Connection) -> i64 {
+        conn.query_row("SELECT MAX(version) FROM rein_schema", [], |row| row.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_version_1_file_upgrades_in_place_and_keeps_its_rows() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        // A file written by the first release: migration 1 only.
+        conn.execute_batch(
+            "CREATE TABLE rein_schema (
+                version       INTEGER PRIMARY KEY NOT NULL,
+                applied_at_ms INTEGER NOT NULL
+            ) STRICT;",
+        )
+        .unwrap();
+        conn.execute_batch(MIGRATIONS[0]).unwrap();
+        conn.execute(
+            "INSERT INTO rein_schema (version, applied_at_ms) VALUES (1, 0)",
+            [],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO runs VALUES ('r-1', 't', 'a', 'in', NULL, '{}', 'running', NULL, 1, 1)",
+            [],
+        )
+        .unwrap();
+
+        migrate(&mut conn).unwrap();
+        assert_eq!(version(&conn), i64::from(SCHEMA_VERSION));
+        let runs: i64 = conn
+            .query_row("SELECT COUNT(*) FROM runs WHERE run_id = 'r-1'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(runs, 1, "the upgrade keeps existing rows");
+        conn.execute(
+            "INSERT INTO leases VALUES ('l-1', 'r-1', NULL, 'temp_path', NULL, '/tmp/x', \
+             'pid:1@h', 1, 2)",
+            [],
+        )
+        .unwrap();
+        // Migrating again is a no-op.
+        migrate(&mut conn).unwrap();
+        assert_eq!(version(&conn), i64::from(SCHEMA_VERSION));
+    }
+
+    #[test]
+    fn lease_rows_must_reference_a_run() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("PRAGMA foreign_keys = ON;").unwrap();
+        migrate(&mut conn).unwrap();
+        let refused = conn.execute(
+            "INSERT INTO leases VALUES ('l-1', 'nope', NULL, 'temp_path', NULL, '/tmp/x', \
+             'pid:1@h', 1, 2)",
+            [],
+        );
+        assert!(refused.is_err());
+    }
 }

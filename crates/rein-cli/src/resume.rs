@@ -1,0 +1,55 @@
+//! `rein resume`: continue a run that stopped mid-way.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use rein_core::{Outcome, RunId};
+use rein_engine::config::Loader;
+
+use crate::run::{Session, observer, runtime};
+
+/// Arguments of `rein resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The run to continue.
+    run_id: String,
+    /// The config the run was started with (its tools and agent).
+    #[arg(long, short)]
+    config: PathBuf,
+    /// The SQLite file the run is recorded in.
+    #[arg(long, default_value = "rein-data/rein.db")]
+    data: PathBuf,
+    /// Print one JSON document instead of the timeline.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `rein resume`. Exit status as for `rein run`.
+pub fn run(args: ResumeArgs) -> Result<ExitCode> {
+    let run_id = RunId::new(args.run_id).context("invalid RUN_ID")?;
+    runtime()?.block_on(async {
+        let registry = Loader::new()
+            .load(&args.config)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .with_context(|| format!("the config {} has problems", args.config.display()))?;
+        let session = Session::open(&registry, &args.data)?;
+        let record = session
+            .store
+            .get_run(&run_id)
+            .await?
+            .with_context(|| format!("no run {run_id} in {}", args.data.display()))?;
+        let binding = session.bind(&registry, &record.agent)?;
+        let out = session
+            .engine
+            .resume(&binding, &session.schemas, &run_id, observer(args.json))
+            .await?;
+        session.print(&out, args.json).await?;
+        Ok(if out.report.outcome == Outcome::Succeeded {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        })
+    })
+}

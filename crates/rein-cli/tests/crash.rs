@@ -1,0 +1,322 @@
+//! The crash matrix: the real `rein` process is aborted at every crash
+//! point for every tool class, then resumed by a new process; the order
+//! desk's own side-effect log must show that nothing was lost or done
+//! twice, every ledger record must end settled, and compensation must run
+//! in reverse order.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use rein_testkit::order_desk::{
+    EffectKind, Fault, OrderDesk, RESTORE_DELIVERY_TIME, SEND_EMAIL, UPDATE_DELIVERY_TIME,
+};
+use serde_json::Value;
+
+fn example_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/order-desk")
+}
+
+async fn rein(args: Vec<String>, env: Vec<(&'static str, String)>) -> Output {
+    tokio::task::spawn_blocking(move || {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rein"));
+        cmd.args(&args).env_remove("REIN_CRASH_AT");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("the rein binary runs")
+    })
+    .await
+    .unwrap()
+}
+
+/// A config directory: the example config with a given model script.
+fn config_with_script(dir: &Path, script: &str) -> PathBuf {
+    let config = dir.join("rein.toml");
+    std::fs::copy(example_dir().join("rein.toml"), &config).unwrap();
+    std::fs::write(dir.join("demo.script.json"), script).unwrap();
+    config
+}
+
+const COMPENSATION_SCRIPT: &str = r#"{"turns": [
+  {"tool_calls": [{"name": "update_delivery_time", "arguments": {"order_id": "A-1001", "delivery_date": "2026-02-01T10:00:00Z"}}]},
+  {"tool_calls": [{"name": "update_delivery_time", "arguments": {"order_id": "A-1002", "delivery_date": "2026-02-02T10:00:00Z"}}]},
+  {"text": "The second order cannot be moved."}
+]}"#;
+
+struct Case {
+    point: &'static str,
+    n: u32,
+    class: &'static str,
+    compensation: bool,
+}
+
+struct Observed {
+    crashed: bool,
+    outcome: String,
+    ledger: Vec<(String, String)>,
+}
+
+async fn run_case(case: &Case) -> Observed {
+    let desk = OrderDesk::start().await.unwrap();
+    if case.compensation {
+        desk.push_fault(
+            UPDATE_DELIVERY_TIME,
+            Fault::Delay(std::time::Duration::ZERO),
+        )
+        .unwrap();
+        desk.push_fault(UPDATE_DELIVERY_TIME, Fault::status(409))
+            .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = if case.compensation {
+        COMPENSATION_SCRIPT.to_owned()
+    } else {
+        std::fs::read_to_string(example_dir().join("demo.script.json")).unwrap()
+    };
+    let config = config_with_script(dir.path(), &script);
+    let db = dir.path().join("rein.db");
+    let run_id = format!("crash-{}-{}", case.point, case.n);
+    let env = vec![
+        ("ORDER_DESK_URL", desk.base_url().to_owned()),
+        ("MOCK_MODEL_URL", "http://127.0.0.1:9".to_owned()),
+    ];
+    let common = |cmd: &str| -> Vec<String> {
+        let mut v = vec![cmd.to_owned()];
+        if cmd == "resume" {
+            v.push(run_id.clone());
+        }
+        v.extend([
+            "--config".into(),
+            config.display().to_string(),
+            "--data".into(),
+            db.display().to_string(),
+            "--json".into(),
+        ]);
+        v
+    };
+    let mut args = common("run");
+    args.extend([
+        "--agent".into(),
+        "order_desk".into(),
+        "--input".into(),
+        "Move A-1001 and tell the buyer.".into(),
+        "--run-id".into(),
+        run_id.clone(),
+    ]);
+    let mut crash_env = env.clone();
+    crash_env.push(("REIN_CRASH_AT", format!("{}:{}", case.point, case.n)));
+    let first = rein(args, crash_env).await;
+    let crashed = first.status.signal() == Some(6);
+    assert!(
+        crashed,
+        "{}:{} did not abort: {:?}\n{}",
+        case.point,
+        case.n,
+        first.status,
+        String::from_utf8_lossy(&first.stderr)
+    );
+
+    let second = rein(common("resume"), env).await;
+    assert!(
+        matches!(second.status.code(), Some(0 | 1)),
+        "resume failed: {:?}\n{}",
+        second.status,
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&second.stdout).unwrap();
+    let outcome = doc["report"]["outcome"].as_str().unwrap().to_owned();
+    let ledger: Vec<(String, String)> = doc["ledger"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["tool"].as_str().unwrap().to_owned(),
+                r["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+
+    // The tool service's own log is the ground truth.
+    let effects = desk.side_effects();
+    let mut per_key: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for e in effects.iter().filter(|e| e.effect == EffectKind::Applied) {
+        if let Some(key) = &e.idempotency_key {
+            *per_key.entry((e.tool.clone(), key.clone())).or_default() += 1;
+        }
+    }
+    assert!(
+        per_key.values().all(|&n| n == 1),
+        "an idempotency key applied twice: {per_key:?}"
+    );
+    assert!(
+        desk.applied_count(SEND_EMAIL) <= 1,
+        "an irreversible action ran twice"
+    );
+    assert!(
+        ledger.iter().all(|(_, status)| status != "pending"),
+        "a ledger record was left pending: {ledger:?}"
+    );
+    // Intents are reused across the processes: every intent of the resumed
+    // step appears in the first process's plan.
+    let reused = doc["report"]["resume"]["reused_intents"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let events = doc["events"].as_array().unwrap();
+    for intent in &reused {
+        assert!(
+            events.iter().any(|e| e["kind"] == "plan_created"
+                && e["data"]["intents"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|i| i["intent_id"] == *intent)),
+            "resumed intent {intent} was not planned before the crash"
+        );
+    }
+    if outcome == "handed_off" {
+        // The package a human needs is retrievable by run id.
+        let shown = rein(
+            vec![
+                "handoff".into(),
+                run_id.clone(),
+                "--data".into(),
+                db.display().to_string(),
+            ],
+            vec![],
+        )
+        .await;
+        assert_eq!(
+            shown.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&shown.stderr)
+        );
+        let text = String::from_utf8_lossy(&shown.stdout);
+        assert!(text.contains("awaiting your decision"), "{text}");
+        assert!(text.contains("send_email [manual]"), "{text}");
+    }
+    if !case.compensation && outcome == "succeeded" {
+        // Nothing lost: the resumed run completed every effect exactly once.
+        assert_eq!(desk.applied_count(UPDATE_DELIVERY_TIME), 1);
+        assert_eq!(desk.applied_count(SEND_EMAIL), 1);
+    }
+    if case.compensation {
+        let order: Vec<(String, String)> = effects
+            .iter()
+            .filter(|e| e.effect == EffectKind::Applied)
+            .map(|e| {
+                (
+                    e.tool.clone(),
+                    e.args["order_id"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            order,
+            vec![
+                (UPDATE_DELIVERY_TIME.to_owned(), "A-1001".to_owned()),
+                (RESTORE_DELIVERY_TIME.to_owned(), "A-1001".to_owned()),
+            ]
+        );
+    }
+    Observed {
+        crashed,
+        outcome,
+        ledger,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_matrix_never_loses_or_duplicates_an_effect() {
+    let cases = [
+        Case {
+            point: "before_pending",
+            n: 1,
+            class: "idempotent_write",
+            compensation: false,
+        },
+        Case {
+            point: "before_pending",
+            n: 2,
+            class: "irreversible",
+            compensation: false,
+        },
+        Case {
+            point: "after_pending",
+            n: 1,
+            class: "idempotent_write",
+            compensation: false,
+        },
+        Case {
+            point: "after_pending",
+            n: 2,
+            class: "irreversible",
+            compensation: false,
+        },
+        Case {
+            point: "after_call",
+            n: 1,
+            class: "read",
+            compensation: false,
+        },
+        Case {
+            point: "after_call",
+            n: 2,
+            class: "idempotent_write",
+            compensation: false,
+        },
+        Case {
+            point: "after_call",
+            n: 3,
+            class: "irreversible",
+            compensation: false,
+        },
+        Case {
+            point: "during_checkpoint",
+            n: 1,
+            class: "read",
+            compensation: false,
+        },
+        Case {
+            point: "during_checkpoint",
+            n: 2,
+            class: "idempotent_write",
+            compensation: false,
+        },
+        Case {
+            point: "during_checkpoint",
+            n: 3,
+            class: "irreversible",
+            compensation: false,
+        },
+        Case {
+            point: "mid_compensation",
+            n: 1,
+            class: "idempotent_write",
+            compensation: true,
+        },
+    ];
+    let mut table = String::from("point × class → outcome after resume (ledger)\n");
+    for case in &cases {
+        let seen = run_case(case).await;
+        let ledger: Vec<String> = seen
+            .ledger
+            .iter()
+            .map(|(t, s)| format!("{t}={s}"))
+            .collect();
+        table.push_str(&format!(
+            "{:<18} {:<17} crashed={} → {} [{}]\n",
+            case.point,
+            case.class,
+            seen.crashed,
+            seen.outcome,
+            ledger.join(", ")
+        ));
+    }
+    println!("{table}");
+}

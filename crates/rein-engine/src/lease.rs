@@ -1,0 +1,668 @@
+//! Resource leases on this machine: who holds them ([`Owner`]), how a
+//! process group is ended ([`terminate_group`]), and the [`Reaper`] that
+//! reclaims what an expired lease still holds after a crash.
+//!
+//! # Why a reaper
+//!
+//! The command adapter ([`crate::tool_command`]) cleans up after every
+//! call, on success, failure, deadline and cancellation. None of that runs
+//! when the process making the call dies: its subprocess group keeps
+//! running and its temporary directory stays. Because every such resource
+//! was leased in the store *before* it was created, a later process can
+//! find it: [`Reaper::reap`] lists the expired leases, kills the process
+//! groups that are still there, removes the temporary paths and releases
+//! the leases, and reports what it did (seed 000, "Leases and
+//! Reclamation").
+//!
+//! # What the reaper will not touch
+//!
+//! It errs on the side of leaving things alone, and says why in
+//! [`SkipReason`]:
+//!
+//! - a lease held by another host (it cannot see that host's processes);
+//! - a lease whose owner process is still alive: the owner is responsible
+//!   for it (the owner id carries the process start time on Linux, so a
+//!   recycled pid does not look like the owner);
+//! - a process group none of whose live members carries the lease's marker
+//!   (`REIN_LEASE_ID=<id>` in its initial environment, Linux only): the
+//!   group id may have been reused by an unrelated program;
+//! - a temporary path that is not absolute or whose name does not start
+//!   with [`TEMP_DIR_PREFIX`]: a damaged row must never make it delete an
+//!   arbitrary directory.
+//!
+//! # Residual risk: process group id reuse
+//!
+//! A process group id cannot be reused while any member of the group is
+//! alive, so a group with live members is the one that was leased — unless
+//! every member exited and an unrelated process later got the same number
+//! as its own group. On Linux the environment marker check refuses such a
+//! group. Elsewhere (no `/proc`) only the owner check applies, and a group
+//! that was fully replaced between the crash and the reap could be
+//! signalled; leases expire shortly after their call's deadline, which keeps
+//! that window short.
+//!
+//! # Defaults
+//!
+//! | setting | default |
+//! | --- | --- |
+//! | SIGTERM → SIGKILL grace | [`DEFAULT_KILL_GRACE`] (2 s) |
+//! | wait for a killed group to disappear | [`KILL_WAIT_BOUND`] (5 s) |
+//! | leases per reap | [`DEFAULT_REAP_BATCH`] (100) |
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use rein_store::{Lease, LeaseKind, Store, StoreError};
+use serde::Serialize;
+use tokio::time::Instant;
+
+/// How long a process group gets between SIGTERM and SIGKILL.
+pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(2);
+
+/// How long, after SIGKILL, to wait for a group's members to disappear
+/// before reporting that it survived (a process in uninterruptible sleep).
+pub const KILL_WAIT_BOUND: Duration = Duration::from_secs(5);
+
+/// How many expired leases one [`Reaper::reap`] handles.
+pub const DEFAULT_REAP_BATCH: usize = 100;
+
+/// The name prefix of every temporary directory rein leases; the reaper
+/// removes nothing else.
+pub const TEMP_DIR_PREFIX: &str = "rein-lease-";
+
+/// The environment variable every leased process group inherits, holding
+/// its lease id: the marker the reaper checks before killing.
+pub const LEASE_ID_ENV: &str = "REIN_LEASE_ID";
+
+/// How often a waiting loop looks at the process table again.
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// The process holding a lease: `pid:<pid>@<host>`, or
+/// `pid:<pid>+<start>@<host>` where `<start>` is the process start time in
+/// clock ticks since boot (Linux), which tells the owner apart from a later
+/// process that got the same pid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pid: u32,
+    start: Option<u64>,
+    host: String,
+}
+
+impl Owner {
+    /// This process.
+    pub fn current() -> Owner {
+        let pid = std::process::id();
+        Owner {
+            pid,
+            start: i32::try_from(pid)
+                .ok()
+                .and_then(proc_stat)
+                .map(|stat| stat.start),
+            host: local_host().to_owned(),
+        }
+    }
+
+    /// Parses an owner id written by [`Owner`]'s `Display`.
+    pub fn parse(text: &str) -> Option<Owner> {
+        let rest = text.strip_prefix("pid:")?;
+        let (process, host) = rest.split_once('@')?;
+        let (pid, start) = match process.split_once('+') {
+            Some((pid, start)) => (pid, Some(start.parse().ok()?)),
+            None => (process, None),
+        };
+        if host.is_empty() {
+            return None;
+        }
+        Some(Owner {
+            pid: pid.parse().ok()?,
+            start,
+            host: host.to_owned(),
+        })
+    }
+
+    /// The owner's process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The owner's host name.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// Whether the owner runs on this host.
+    pub fn is_local(&self) -> bool {
+        self.host == local_host()
+    }
+
+    /// Whether the owner process is still running on this host (a zombie
+    /// is not running; a process with the same pid but another start time
+    /// is not the owner).
+    pub fn is_alive(&self) -> bool {
+        let Ok(pid) = i32::try_from(self.pid) else {
+            return false;
+        };
+        if !self.is_local() || pid <= 0 {
+            return false;
+        }
+        if has_proc() {
+            return match proc_stat(pid) {
+                Some(stat) => stat.is_running() && self.start.is_none_or(|s| s == stat.start),
+                None => false,
+            };
+        }
+        match kill(Pid::from_raw(pid), None) {
+            Ok(()) | Err(Errno::EPERM) => true,
+            Err(_) => false,
+        }
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.start {
+            Some(start) => write!(f, "pid:{}+{start}@{}", self.pid, self.host),
+            None => write!(f, "pid:{}@{}", self.pid, self.host),
+        }
+    }
+}
+
+/// This machine's host name, as owners record it.
+pub fn local_host() -> &'static str {
+    static HOST: OnceLock<String> = OnceLock::new();
+    HOST.get_or_init(|| {
+        nix::unistd::gethostname()
+            .ok()
+            .map(OsString::into_string)
+            .and_then(Result::ok)
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "localhost".to_owned())
+    })
+}
+
+/// What `/proc/<pid>/stat` says about a process.
+#[derive(Debug, Clone, Copy)]
+struct ProcStat {
+    state: char,
+    pgrp: i32,
+    start: u64,
+}
+
+impl ProcStat {
+    /// Not a zombie (`Z`) and not dead (`X`): it still runs code and holds
+    /// resources.
+    fn is_running(self) -> bool {
+        !matches!(self.state, 'Z' | 'X' | 'x')
+    }
+}
+
+fn has_proc() -> bool {
+    static HAS_PROC: OnceLock<bool> = OnceLock::new();
+    *HAS_PROC.get_or_init(|| Path::new("/proc/self/stat").exists())
+}
+
+/// `/proc/<pid>/stat`, if the process exists and `/proc` is mounted.
+fn proc_stat(pid: i32) -> Option<ProcStat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold anything,
+    // so fields are counted from the last `)`: state is field 3.
+    let after = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    Some(ProcStat {
+        state: fields.first()?.chars().next()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// Whether `pid` is a running process (a zombie is not).
+pub fn process_running(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    if has_proc() {
+        return proc_stat(pid).is_some_and(ProcStat::is_running);
+    }
+    match kill(Pid::from_raw(pid), None) {
+        Ok(()) | Err(Errno::EPERM) => true,
+        Err(_) => false,
+    }
+}
+
+/// The running (not zombie) members of process group `pgid`. Without
+/// `/proc`, `[pgid]` when the group answers a signal-0 probe (zombies
+/// included), else nothing.
+pub fn group_members(pgid: i32) -> Vec<i32> {
+    if pgid <= 1 {
+        return Vec::new();
+    }
+    if !has_proc() {
+        return match killpg(Pid::from_raw(pgid), None) {
+            Ok(()) | Err(Errno::EPERM) => vec![pgid],
+            Err(_) => Vec::new(),
+        };
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut members: Vec<i32> = entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| proc_stat(pid).is_some_and(|s| s.pgrp == pgid && s.is_running()))
+        .collect();
+    members.sort_unstable();
+    members
+}
+
+/// Whether `pid`'s initial environment holds `REIN_LEASE_ID=<lease_id>`:
+/// `None` when it cannot be read (gone, another user's, no `/proc`).
+fn carries_marker(pid: i32, lease_id: &str) -> Option<bool> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let marker = format!("{LEASE_ID_ENV}={lease_id}");
+    Some(
+        environ
+            .split(|&b| b == 0)
+            .any(|entry| entry == marker.as_bytes()),
+    )
+}
+
+/// How [`terminate_group`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupEnd {
+    /// No member was running: nothing was signalled.
+    AlreadyGone,
+    /// Every member exited within the grace after SIGTERM.
+    Terminated,
+    /// Members were still running after the grace and were SIGKILLed.
+    Killed,
+    /// Members were still running [`KILL_WAIT_BOUND`] after SIGKILL.
+    Survived,
+}
+
+impl GroupEnd {
+    /// Whether no member of the group runs any more.
+    pub fn is_gone(self) -> bool {
+        self != GroupEnd::Survived
+    }
+}
+
+fn signal_group(pgid: i32, signal: Signal) {
+    // Never init's group or "every process" (0, -1): a lease row holding
+    // such a value is refused by the store, and checked again here.
+    if pgid > 1 {
+        // ESRCH: the group is gone, which is what we want.
+        let _ = killpg(Pid::from_raw(pgid), signal);
+    }
+}
+
+/// Waits until `pgid` has no running member, calling `reap` each round (to
+/// collect an own child's exit), for at most `bound`. Returns whether the
+/// group is gone.
+async fn wait_gone(pgid: i32, bound: Duration, reap: &mut impl FnMut()) -> bool {
+    let until = Instant::now() + bound;
+    loop {
+        reap();
+        if group_members(pgid).is_empty() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// Ends process group `pgid`: SIGTERM to the whole group, up to `grace` for
+/// it to exit, then SIGKILL, then up to [`KILL_WAIT_BOUND`] for it to
+/// disappear. `reap` is called while waiting, so a caller whose own child
+/// leads the group can collect it (a zombie does not count as running).
+///
+/// Signals are sent only while the group has running members: while a
+/// member lives the group id cannot have been reused.
+pub async fn terminate_group(pgid: i32, grace: Duration, mut reap: impl FnMut()) -> GroupEnd {
+    reap();
+    if group_members(pgid).is_empty() {
+        return GroupEnd::AlreadyGone;
+    }
+    signal_group(pgid, Signal::SIGTERM);
+    if wait_gone(pgid, grace, &mut reap).await {
+        return GroupEnd::Terminated;
+    }
+    signal_group(pgid, Signal::SIGKILL);
+    if wait_gone(pgid, KILL_WAIT_BOUND, &mut reap).await {
+        GroupEnd::Killed
+    } else {
+        GroupEnd::Survived
+    }
+}
+
+/// Kills process group `pgid` at once, without waiting: for `Drop` paths.
+pub(crate) fn kill_group_now(pgid: i32) {
+    signal_group(pgid, Signal::SIGKILL);
+}
+
+/// What the reaper did with one expired lease it released.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Reclamation {
+    /// The process group had no running member left.
+    GroupAlreadyGone,
+    /// The group was ended; `members` were running when it started.
+    GroupEnded {
+        /// The running members found.
+        members: Vec<i32>,
+        /// How it ended (`terminated` or `killed`).
+        end: GroupEnd,
+    },
+    /// The temporary path no longer existed.
+    PathAlreadyGone,
+    /// The temporary path was removed.
+    PathRemoved,
+}
+
+/// Why the reaper left an expired lease in place.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum SkipReason {
+    /// The owner id is not one [`Owner::parse`] understands.
+    UnknownOwner,
+    /// The lease belongs to another host.
+    ForeignHost {
+        /// That host.
+        host: String,
+    },
+    /// The owner process still runs; it is responsible for the lease.
+    OwnerAlive,
+    /// No running member of the group carries the lease's marker: the
+    /// group id may belong to an unrelated program now.
+    NotOurGroup {
+        /// The running members found.
+        members: Vec<i32>,
+    },
+    /// The members' environments could not be read to check the marker.
+    Unverifiable {
+        /// The running members found.
+        members: Vec<i32>,
+    },
+    /// Members were still running after SIGKILL.
+    GroupSurvived {
+        /// The members still running.
+        members: Vec<i32>,
+    },
+    /// The path is not absolute or not named `rein-lease-*`.
+    UnsafePath,
+    /// Removing the path or releasing the lease failed.
+    Failed {
+        /// What failed.
+        message: String,
+    },
+}
+
+/// One lease the reaper released, and how.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Reclaimed {
+    /// The lease as it was stored.
+    pub lease: Lease,
+    /// What was done.
+    pub action: Reclamation,
+}
+
+/// One expired lease the reaper left in place, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Skipped {
+    /// The lease as it is stored.
+    pub lease: Lease,
+    /// Why it was left.
+    pub reason: SkipReason,
+}
+
+/// What one [`Reaper::reap`] did: for events, `rein reconcile` and the
+/// handoff package.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ReapReport {
+    /// Leases released, with what was reclaimed.
+    pub reclaimed: Vec<Reclaimed>,
+    /// Expired leases left in place.
+    pub skipped: Vec<Skipped>,
+}
+
+/// Reclaims the resources of expired leases held by processes of this
+/// host that are gone.
+///
+/// ```no_run
+/// # use std::sync::Arc;
+/// # use rein_engine::lease::Reaper;
+/// # use rein_store::SqliteStore;
+/// # async fn demo(now_ms: u64) -> Result<(), Box<dyn std::error::Error>> {
+/// let store = SqliteStore::open("rein.db")?;
+/// let report = Reaper::new().reap(&store, now_ms).await?;
+/// for reclaimed in &report.reclaimed {
+///     println!("{} {:?}", reclaimed.lease.lease_id, reclaimed.action);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Reaper {
+    kill_grace: Duration,
+    batch: usize,
+}
+
+impl Default for Reaper {
+    fn default() -> Self {
+        Reaper::new()
+    }
+}
+
+impl Reaper {
+    /// A reaper with the [defaults](self#defaults).
+    pub fn new() -> Reaper {
+        Reaper {
+            kill_grace: DEFAULT_KILL_GRACE,
+            batch: DEFAULT_REAP_BATCH,
+        }
+    }
+
+    /// Sets the grace between SIGTERM and SIGKILL.
+    pub fn with_kill_grace(mut self, grace: Duration) -> Reaper {
+        self.kill_grace = grace;
+        self
+    }
+
+    /// Sets how many expired leases one reap handles (at least 1).
+    pub fn with_batch(mut self, batch: usize) -> Reaper {
+        self.batch = batch.max(1);
+        self
+    }
+
+    /// Reclaims the leases of `store` expired at `now_ms`: process groups
+    /// first (their processes may still write to the paths), then paths.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] when the expired leases cannot be listed; a failure
+    /// with one lease is reported in [`ReapReport::skipped`] instead.
+    pub async fn reap(&self, store: &dyn Store, now_ms: u64) -> Result<ReapReport, StoreError> {
+        let mut expired = store.expired_leases(now_ms, self.batch).await?;
+        expired.sort_by_key(|lease| lease.kind != LeaseKind::ProcessGroup);
+        let mut report = ReapReport::default();
+        for lease in expired {
+            match self.reclaim(&lease).await {
+                Ok(action) => match store.release_lease(&lease.lease_id).await {
+                    Ok(_) => report.reclaimed.push(Reclaimed { lease, action }),
+                    Err(error) => report.skipped.push(Skipped {
+                        lease,
+                        reason: SkipReason::Failed {
+                            message: format!("reclaimed, but the release failed: {error}"),
+                        },
+                    }),
+                },
+                Err(reason) => report.skipped.push(Skipped { lease, reason }),
+            }
+        }
+        for skipped in &report.skipped {
+            tracing::warn!(
+                lease_id = %skipped.lease.lease_id,
+                run_id = %skipped.lease.run_id,
+                reason = ?skipped.reason,
+                "expired lease left in place"
+            );
+        }
+        Ok(report)
+    }
+
+    async fn reclaim(&self, lease: &Lease) -> Result<Reclamation, SkipReason> {
+        let owner = Owner::parse(&lease.owner).ok_or(SkipReason::UnknownOwner)?;
+        if !owner.is_local() {
+            return Err(SkipReason::ForeignHost {
+                host: owner.host().to_owned(),
+            });
+        }
+        match lease.kind {
+            LeaseKind::ProcessGroup => {
+                let pgid = lease.pgid.filter(|&p| p > 1).ok_or(SkipReason::Failed {
+                    message: "process_group lease without a valid pgid".to_owned(),
+                })?;
+                let members = group_members(pgid);
+                if members.is_empty() {
+                    return Ok(Reclamation::GroupAlreadyGone);
+                }
+                if owner.is_alive() {
+                    return Err(SkipReason::OwnerAlive);
+                }
+                if has_proc() {
+                    let marks: Vec<Option<bool>> = members
+                        .iter()
+                        .map(|&pid| carries_marker(pid, &lease.lease_id))
+                        .collect();
+                    if !marks.contains(&Some(true)) {
+                        return Err(if marks.contains(&Some(false)) {
+                            SkipReason::NotOurGroup { members }
+                        } else {
+                            SkipReason::Unverifiable { members }
+                        });
+                    }
+                }
+                let end = terminate_group(pgid, self.kill_grace, || {}).await;
+                if end.is_gone() {
+                    Ok(Reclamation::GroupEnded { members, end })
+                } else {
+                    Err(SkipReason::GroupSurvived {
+                        members: group_members(pgid),
+                    })
+                }
+            }
+            LeaseKind::TempPath => {
+                let path = lease.path.as_deref().ok_or(SkipReason::UnsafePath)?;
+                if !is_leased_temp_path(path) {
+                    return Err(SkipReason::UnsafePath);
+                }
+                let Ok(meta) = std::fs::symlink_metadata(path) else {
+                    return Ok(Reclamation::PathAlreadyGone);
+                };
+                if owner.is_alive() {
+                    return Err(SkipReason::OwnerAlive);
+                }
+                let removed = if meta.is_dir() {
+                    std::fs::remove_dir_all(path)
+                } else {
+                    std::fs::remove_file(path)
+                };
+                match removed {
+                    Ok(()) => Ok(Reclamation::PathRemoved),
+                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                        Ok(Reclamation::PathAlreadyGone)
+                    }
+                    Err(error) => Err(SkipReason::Failed {
+                        message: format!("cannot remove {}: {error}", path.display()),
+                    }),
+                }
+            }
+            _ => Err(SkipReason::Failed {
+                message: format!("this reaper does not know lease kind {}", lease.kind),
+            }),
+        }
+    }
+}
+
+/// Reclaims the leases expired at `now_ms` with a default [`Reaper`].
+///
+/// # Errors
+///
+/// See [`Reaper::reap`].
+pub async fn reap_expired(store: &dyn Store, now_ms: u64) -> Result<ReapReport, StoreError> {
+    Reaper::new().reap(store, now_ms).await
+}
+
+/// Whether `path` is one the reaper may delete: absolute, and named
+/// `rein-lease-*`.
+pub fn is_leased_temp_path(path: &Path) -> bool {
+    path.is_absolute()
+        && path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .is_some_and(|name| {
+                name.starts_with(TEMP_DIR_PREFIX) && name.len() > TEMP_DIR_PREFIX.len()
+            })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_round_trips_through_its_id() {
+        let me = Owner::current();
+        assert_eq!(Owner::parse(&me.to_string()), Some(me.clone()));
+        assert!(me.is_local());
+        assert!(me.is_alive());
+        let plain = Owner::parse("pid:1234@host-a").unwrap();
+        assert_eq!((plain.pid(), plain.host()), (1234, "host-a"));
+        assert_eq!(plain.to_string(), "pid:1234@host-a");
+        for bad in ["1234@h", "pid:x@h", "pid:1@", "pid:1", "pid:1+y@h"] {
+            assert_eq!(Owner::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_owner_with_another_start_time_is_not_alive() {
+        let mut me = Owner::current();
+        if me.start.is_some() {
+            me.start = me.start.map(|s| s + 1);
+            assert!(!me.is_alive(), "a recycled pid is not the owner");
+        }
+        let elsewhere = Owner::parse(&format!("pid:{}@another-host", std::process::id())).unwrap();
+        assert!(!elsewhere.is_local());
+        assert!(!elsewhere.is_alive());
+    }
+
+    #[test]
+    fn only_absolute_rein_lease_paths_may_be_removed() {
+        assert!(is_leased_temp_path(Path::new("/tmp/rein-lease-cmd-1")));
+        assert!(!is_leased_temp_path(Path::new("/tmp/rein-lease-")));
+        assert!(!is_leased_temp_path(Path::new("tmp/rein-lease-cmd-1")));
+        assert!(!is_leased_temp_path(Path::new("/home/user")));
+        assert!(!is_leased_temp_path(Path::new("/")));
+    }
+
+    #[test]
+    fn init_and_invalid_groups_have_no_members() {
+        assert!(group_members(1).is_empty());
+        assert!(group_members(0).is_empty());
+        assert!(group_members(-1).is_empty());
+    }
+
+    #[test]
+    fn this_process_is_running() {
+        assert!(process_running(i32::try_from(std::process::id()).unwrap()));
+        assert!(!process_running(0));
+    }
+}
