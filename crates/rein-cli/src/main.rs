@@ -9,6 +9,7 @@ mod check;
 mod demo;
 mod handoff;
 mod key;
+mod reconcile;
 mod resume;
 mod run;
 mod timeline;
@@ -64,6 +65,9 @@ enum Command {
     Resume(resume::ResumeArgs),
     /// Show the handoff package of a run that automation had to stop.
     Handoff(handoff::HandoffArgs),
+    /// Sweep the ledger: decide records in doubt from the tools' own state,
+    /// hand off what cannot be decided, reclaim leases of crashed processes.
+    Reconcile(reconcile::ReconcileArgs),
 }
 
 fn main() -> ExitCode {
@@ -75,6 +79,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Resume(args) => resume::run(args),
         Command::Handoff(args) => handoff::run(args),
+        Command::Reconcile(args) => reconcile::run(args),
     };
     match result {
         Ok(code) => code,

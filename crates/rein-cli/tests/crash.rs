@@ -320,3 +320,86 @@ async fn crash_matrix_never_loses_or_duplicates_an_effect() {
     }
     println!("{table}");
 }
+
+/// Without a resume, the reconciler settles what a crashed process left in
+/// doubt, from the tool's own state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_decides_records_left_in_doubt_by_a_crash() {
+    let cases = [
+        ("after_pending", 1, "update_delivery_time", "failed"),
+        ("after_call", 2, "update_delivery_time", "succeeded"),
+        ("after_call", 3, "send_email", "manual"),
+    ];
+    for (point, n, tool, expected) in cases {
+        let desk = OrderDesk::start().await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let script = std::fs::read_to_string(example_dir().join("demo.script.json")).unwrap();
+        let config = config_with_script(dir.path(), &script);
+        let db = dir.path().join("rein.db");
+        let env = vec![
+            ("ORDER_DESK_URL", desk.base_url().to_owned()),
+            ("MOCK_MODEL_URL", "http://127.0.0.1:9".to_owned()),
+        ];
+        let mut crash_env = env.clone();
+        crash_env.push(("REIN_CRASH_AT", format!("{point}:{n}")));
+        let crashed = rein(
+            vec![
+                "run".into(),
+                "--config".into(),
+                config.display().to_string(),
+                "--data".into(),
+                db.display().to_string(),
+                "--agent".into(),
+                "order_desk".into(),
+                "--input".into(),
+                "x".into(),
+                "--run-id".into(),
+                "r1".into(),
+            ],
+            crash_env,
+        )
+        .await;
+        assert_eq!(crashed.status.signal(), Some(6));
+        let out = rein(
+            vec![
+                "reconcile".into(),
+                "--once".into(),
+                "--pending-timeout".into(),
+                "0s".into(),
+                "--config".into(),
+                config.display().to_string(),
+                "--data".into(),
+                db.display().to_string(),
+                "--json".into(),
+            ],
+            env,
+        )
+        .await;
+        let report: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+        let decided: Vec<(String, String)> = report["fixed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .chain(report["handed_off"].as_array().unwrap())
+            .map(|r| {
+                (
+                    r["tool"].as_str().unwrap().to_owned(),
+                    r["to"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            decided,
+            vec![(tool.to_owned(), expected.to_owned())],
+            "{point}:{n}"
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(if expected == "manual" { 1 } else { 0 })
+        );
+        // The tool was never called again by the reconciler.
+        assert!(desk.applied_count(SEND_EMAIL) <= 1);
+        assert!(desk.applied_count(UPDATE_DELIVERY_TIME) <= 1);
+    }
+}

@@ -89,7 +89,8 @@ fn tool(desk: &OrderDesk, name: &str, class: ToolClass) -> ToolBinding {
             idempotency_header: DEFAULT_IDEMPOTENCY_HEADER.to_owned(),
             status_url: Some(format!("{}/tools/{name}/status", desk.base_url())),
             max_result_bytes: 16 * 1024,
-        },
+        }
+        .into(),
         resource_group: Some("order_api".to_owned()),
         self_heal_allowance: None,
     }

@@ -12,7 +12,8 @@ use serde_json::Value;
 
 use crate::config::CompiledSchemas;
 use crate::provider::{ModelProvider, OpenAiProvider, ScriptError, ScriptedProvider};
-use crate::run::{AgentBinding, ArgValidator, CompensationBinding, ToolBinding};
+use crate::run::{AgentBinding, ArgValidator, CompensationBinding, ToolBinding, ToolTarget};
+use crate::tool_command::CommandTarget;
 use crate::tool_http::HttpTarget;
 
 /// The latency profile assumed for a model call: the basis of the "is there
@@ -121,8 +122,21 @@ pub fn bind_agent(
     })
 }
 
+/// Binds every tool of the registry (the reconciler asks any of them).
+///
+/// # Errors
+///
+/// [`BindError::Unsupported`] for an adapter this engine cannot call.
+pub fn bind_tools(registry: &Registry) -> Result<BTreeMap<String, ToolBinding>, BindError> {
+    registry
+        .tools()
+        .values()
+        .map(|spec| Ok((spec.name.clone(), bind_tool(spec)?)))
+        .collect()
+}
+
 fn bind_tool(spec: &ToolSpec) -> Result<ToolBinding, BindError> {
-    let (url, method, headers, status_url, max_result_bytes) = match &spec.adapter {
+    let target = match &spec.adapter {
         AdapterSpec::Http {
             url,
             method,
@@ -130,19 +144,7 @@ fn bind_tool(spec: &ToolSpec) -> Result<ToolBinding, BindError> {
             status_url,
             max_result_bytes,
             ..
-        } => (url, method, headers, status_url, max_result_bytes),
-        _ => {
-            return Err(BindError::Unsupported {
-                what: format!("the adapter of tool `{}`", spec.name),
-            });
-        }
-    };
-    Ok(ToolBinding {
-        name: spec.name.clone(),
-        class: spec.class,
-        latency: spec.latency.profile(None),
-        normalizer: Normalizer::new(spec.idempotency.normalizer.clone()),
-        target: HttpTarget {
+        } => ToolTarget::Http(HttpTarget {
             name: spec.name.clone(),
             url: url.clone(),
             method: http_method(*method),
@@ -150,7 +152,22 @@ fn bind_tool(spec: &ToolSpec) -> Result<ToolBinding, BindError> {
             idempotency_header: spec.idempotency.header.clone(),
             status_url: status_url.clone(),
             max_result_bytes: *max_result_bytes,
+        }),
+        other => match CommandTarget::from_spec(&spec.name, other) {
+            Some(target) => ToolTarget::Command(target),
+            None => {
+                return Err(BindError::Unsupported {
+                    what: format!("the adapter of tool `{}`", spec.name),
+                });
+            }
         },
+    };
+    Ok(ToolBinding {
+        name: spec.name.clone(),
+        class: spec.class,
+        latency: spec.latency.profile(None),
+        normalizer: Normalizer::new(spec.idempotency.normalizer.clone()),
+        target,
         resource_group: Some(spec.resource_group.clone()),
         self_heal_allowance: spec.self_heal_allowance,
     })

@@ -14,6 +14,8 @@ pub mod crash;
 #[cfg(unix)]
 pub mod lease;
 pub mod provider;
+#[cfg(unix)]
+pub mod reconcile;
 pub mod run;
 #[cfg(unix)]
 pub mod tool_command;

@@ -68,7 +68,8 @@ fn tool(desk: &OrderDesk, name: &str, class: ToolClass, status_url: bool) -> Too
             idempotency_header: DEFAULT_IDEMPOTENCY_HEADER.to_owned(),
             status_url: status_url.then(|| format!("{}/tools/{name}/status", desk.base_url())),
             max_result_bytes: 16 * 1024,
-        },
+        }
+        .into(),
         resource_group: Some("order_api".to_owned()),
         self_heal_allowance: None,
     }
@@ -1241,4 +1242,51 @@ async fn continue_policy_keeps_effects_and_reports_partial_success() {
     let out = run(&h, &a).await;
     assert_eq!(out.report.outcome, Outcome::PartialSuccess);
     assert_eq!(h.desk.applied_count(RESTORE_DELIVERY_TIME), 0);
+}
+
+#[tokio::test]
+async fn a_command_tool_runs_in_the_loop_with_its_ledger_record_and_lease() {
+    use rein_engine::run::ToolTarget;
+    use rein_engine::tool_command::CommandTarget;
+    let h = harness(Faults::none()).await;
+    let mut a = agent(
+        &h.desk,
+        script(json!([
+            call("archive", json!({"order_id": "A-1001"})),
+            answer("archived"),
+        ])),
+        true,
+    );
+    // A local program: reads its JSON arguments on stdin, answers JSON.
+    let target = CommandTarget::new("archive", "/bin/sh").with_args([
+        "-c",
+        r#"read -r args; printf '{"archived": true, "key": "%s"}' "$REIN_IDEMPOTENCY_KEY""#,
+    ]);
+    a.tools.insert(
+        "archive".into(),
+        ToolBinding {
+            name: "archive".into(),
+            class: ToolClass::IdempotentWrite,
+            latency: LatencyProfile::new(ms(10), ms(100), ms(2_000), 0).unwrap(),
+            normalizer: Normalizer::default(),
+            target: ToolTarget::Command(target),
+            resource_group: None,
+            self_heal_allowance: None,
+        },
+    );
+    let out = run(&h, &a).await;
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+    let result = &out.report.completed[0].result;
+    assert_eq!(result["archived"], true);
+    let ledger = h.store.ledger(&out.run_id).await.unwrap();
+    assert_eq!(ledger[0].status, LedgerStatus::Succeeded);
+    assert_eq!(
+        result["key"].as_str().unwrap(),
+        ledger[0].idempotency_key.as_ref().unwrap().as_str(),
+        "the command got the call's idempotency key"
+    );
+    assert!(
+        h.store.leases_of_run(&out.run_id).await.unwrap().is_empty(),
+        "the lease was released"
+    );
 }

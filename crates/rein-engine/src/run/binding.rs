@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use super::settle::CompensationBinding;
 use crate::provider::ModelProvider;
+use crate::tool_command::CommandTarget;
 use crate::tool_http::HttpTarget;
 
 /// The factor applied to a tool's p99 to get one attempt's allowance.
@@ -22,6 +23,37 @@ pub const DEFAULT_ALLOWANCE_FACTOR: u32 = 2;
 
 /// The share of a run's wall clock reserved for compensation by default.
 pub const DEFAULT_COMPENSATION_RESERVE: f64 = 0.2;
+
+/// How a tool is called: over HTTP, or as a local command in its own
+/// process group.
+#[derive(Debug, Clone)]
+pub enum ToolTarget {
+    /// An HTTP endpoint.
+    Http(HttpTarget),
+    /// A local program.
+    Command(CommandTarget),
+}
+
+impl ToolTarget {
+    /// The HTTP target, if the tool has one.
+    pub fn http(&self) -> Option<&HttpTarget> {
+        match self {
+            ToolTarget::Http(t) => Some(t),
+            ToolTarget::Command(_) => None,
+        }
+    }
+
+    /// Whether the tool can be asked about a call by its idempotency key.
+    pub fn has_status_lookup(&self) -> bool {
+        self.http().is_some_and(|t| t.status_url.is_some())
+    }
+}
+
+impl From<HttpTarget> for ToolTarget {
+    fn from(t: HttpTarget) -> Self {
+        ToolTarget::Http(t)
+    }
+}
 
 /// One tool as the engine calls it.
 #[derive(Debug, Clone)]
@@ -35,8 +67,8 @@ pub struct ToolBinding {
     pub latency: LatencyProfile,
     /// How its arguments are normalized for keys.
     pub normalizer: Normalizer,
-    /// Where it lives.
-    pub target: HttpTarget,
+    /// Where it lives and how it is called.
+    pub target: ToolTarget,
     /// Its resource group, which has its own breaker arm.
     pub resource_group: Option<String>,
     /// Model self-heal attempts before the tool is disabled for the run.

@@ -14,7 +14,7 @@ use rein_core::{
 use rein_store::{LedgerMark, StepCommit};
 use serde_json::{Value, json};
 
-use super::binding::ToolBinding;
+use super::binding::{ToolBinding, ToolTarget};
 use super::emitter::{Correlation, unix_ms};
 use super::{Engine, RunCtx, new_id};
 use crate::tool_http::Attempt;
@@ -347,10 +347,12 @@ impl Engine {
                 allowance,
             };
             let started = self.clock.now();
-            let result = self
-                .http
-                .invoke(&tool.target, &planned.args, &request)
-                .await;
+            let result = match &tool.target {
+                ToolTarget::Http(target) => self.http.invoke(target, &planned.args, &request).await,
+                ToolTarget::Command(target) => {
+                    self.command.invoke(target, &planned.args, &request).await
+                }
+            };
             crate::crash::point("after_call");
             let now = self.clock.now();
             let elapsed = now.saturating_duration_since(started);
@@ -400,7 +402,12 @@ impl Engine {
                     continue;
                 };
                 let allowance = tool.allowance(deadline.remaining(now));
-                match self.http.lookup(&tool.target, key, allowance).await {
+                let lookup = match tool.target.http() {
+                    Some(target) => self.http.lookup(target, key, allowance).await,
+                    None => Err(Failure::new(&tool.name, Category::Unknown)
+                        .with_human_message(format!("{} has no status lookup", tool.name))),
+                };
+                match lookup {
                     Ok(Some(result)) => {
                         ctx.emitter.emit(
                             EventKind::IdempotencyLookup,

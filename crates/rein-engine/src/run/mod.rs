@@ -22,7 +22,7 @@ mod settle;
 pub use args::{ParsedArgs, parse_args};
 pub use binding::{
     AcceptAll, AgentBinding, ArgValidator, DEFAULT_ALLOWANCE_FACTOR, DEFAULT_COMPENSATION_RESERVE,
-    ToolBinding,
+    ToolBinding, ToolTarget,
 };
 pub use emitter::{Correlation, Observer};
 pub use guarded::{CallResult, Planned};
@@ -163,6 +163,7 @@ impl EngineBuilder {
             None => StdRng::from_os_rng(),
         };
         Ok(Engine {
+            command: crate::tool_command::CommandToolAdapter::new(self.store.clone()),
             store: self.store,
             clock: self.clock,
             http: HttpToolAdapter::new(client),
@@ -192,6 +193,7 @@ pub struct Engine {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     http: HttpToolAdapter,
+    command: crate::tool_command::CommandToolAdapter,
     shared: Shared,
 }
 

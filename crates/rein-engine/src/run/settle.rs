@@ -201,9 +201,12 @@ impl Engine {
         if record.status == LedgerStatus::Pending {
             // Ask the tool; if it cannot say, assume the effect happened.
             let found = match (forward_tool, &record.idempotency_key) {
-                (Some(tool), Some(key)) if tool.target.status_url.is_some() => {
+                (Some(tool), Some(key)) if tool.target.has_status_lookup() => {
                     let allowance = tool.allowance(deadline.remaining(self.clock.now()));
-                    self.http.lookup(&tool.target, key, allowance).await.ok()
+                    match tool.target.http() {
+                        Some(target) => self.http.lookup(target, key, allowance).await.ok(),
+                        None => None,
+                    }
                 }
                 _ => None,
             };

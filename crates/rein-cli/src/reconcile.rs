@@ -1,0 +1,115 @@
+//! `rein reconcile`: sweep the ledger for records in doubt or unconcluded.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use rein_engine::SystemClock;
+use rein_engine::bind::bind_tools;
+use rein_engine::config::Loader;
+use rein_engine::reconcile::{ReconcileConfig, ReconcileReport, Reconciler, SweepClasses};
+use rein_engine::run::http_client;
+use rein_store::{SqliteStore, Store};
+
+use crate::run::runtime;
+
+/// Arguments of `rein reconcile`.
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// The config whose tools' status endpoints decide records in doubt.
+    #[arg(long, short)]
+    config: PathBuf,
+    /// The SQLite file runs are recorded in.
+    #[arg(long, default_value = "rein-data/rein.db")]
+    data: PathBuf,
+    /// Sweep once and exit, instead of sweeping on a schedule.
+    #[arg(long)]
+    once: bool,
+    /// Age after which a pending record counts as abandoned (e.g. 5m, 30s).
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    pending_timeout: Duration,
+    /// Sweep interval for idempotent records (scheduled mode).
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    idempotent_every: Duration,
+    /// Sweep interval for irreversible records (scheduled mode).
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    irreversible_every: Duration,
+    /// Print each sweep's report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `rein reconcile`. With `--once`: exit 0 when nothing was handed
+/// off, 1 when records now wait for a human.
+pub fn run(args: ReconcileArgs) -> Result<ExitCode> {
+    runtime()?.block_on(async {
+        let registry = Loader::new()
+            .load(&args.config)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .with_context(|| format!("the config {} has problems", args.config.display()))?;
+        let store: Arc<dyn Store> = Arc::new(
+            SqliteStore::open(&args.data)
+                .with_context(|| format!("cannot open the run store {}", args.data.display()))?,
+        );
+        let reconciler = Reconciler::new(
+            store,
+            Arc::new(SystemClock::new()),
+            http_client().context("cannot build the HTTP client")?,
+            bind_tools(&registry)?,
+            ReconcileConfig {
+                pending_timeout: args.pending_timeout,
+                idempotent_every: args.idempotent_every,
+                irreversible_every: args.irreversible_every,
+                ..ReconcileConfig::default()
+            },
+        );
+        if args.once {
+            let report = reconciler.sweep(SweepClasses::ALL).await?;
+            print(&report, args.json)?;
+            return Ok(if report.handed_off.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            });
+        }
+        reconciler
+            .run_forever(|report| {
+                if let Err(e) = print(report, args.json) {
+                    eprintln!("error: {e:#}");
+                }
+            })
+            .await;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn print(report: &ReconcileReport, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(report)?);
+        return Ok(());
+    }
+    for r in &report.fixed {
+        println!(
+            "fixed     {} {} {}: {} → {} ({})",
+            r.run_id, r.intent_id, r.tool, r.from, r.to, r.reason
+        );
+    }
+    for r in &report.handed_off {
+        println!(
+            "handoff   {} {} {}: {} → {} ({})",
+            r.run_id, r.intent_id, r.tool, r.from, r.to, r.reason
+        );
+    }
+    let leases = report.leases.as_ref().map_or(0, |l| l.reclaimed.len());
+    println!(
+        "{} fixed, {} handed off, {} skipped, {} lease(s) reclaimed",
+        report.fixed.len(),
+        report.handed_off.len(),
+        report.skipped,
+        leases
+    );
+    Ok(())
+}

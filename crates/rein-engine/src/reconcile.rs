@@ -1,0 +1,343 @@
+//! The reconciler: the backstop beneath compensation and resume.
+//!
+//! # Why
+//!
+//! Compensation and resume run when a process gets the chance. A process
+//! that died and is never resumed leaves records in doubt; a run that ended
+//! without settling leaves effects nobody concluded about; a tool's own
+//! state may drift from the ledger. The reconciler sweeps the ledger on its
+//! own schedule (seed 000, "Reconciliation"), fixes what is decidable —
+//! a `pending` record the tool has no trace of never executed, one it has
+//! a result for did — and hands the rest to a human as `manual`. Idempotent
+//! records are cheap to check and swept often; irreversible ones need a
+//! human anyway and are swept rarely.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rein_core::{Clock, Event, EventKind, LedgerRecord, LedgerStatus, Outcome, ToolClass};
+use rein_store::{LedgerMark, RunStatus, StepCommit, Store, StoreError};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::lease::{ReapReport, Reaper};
+use crate::run::ToolBinding;
+use crate::tool_http::HttpToolAdapter;
+
+/// How long a `pending` record may stay pending before the reconciler
+/// treats its process as gone.
+pub const DEFAULT_PENDING_TIMEOUT: Duration = Duration::from_secs(300);
+/// How often idempotent records are swept.
+pub const DEFAULT_IDEMPOTENT_EVERY: Duration = Duration::from_secs(30);
+/// How often irreversible records are swept.
+pub const DEFAULT_IRREVERSIBLE_EVERY: Duration = Duration::from_secs(600);
+/// Records examined per sweep.
+pub const DEFAULT_BATCH: usize = 500;
+
+/// Reconciler settings.
+///
+/// | setting | default |
+/// | --- | --- |
+/// | `pending_timeout` | 5 min |
+/// | `idempotent_every` | 30 s |
+/// | `irreversible_every` | 10 min |
+/// | `batch` | 500 |
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReconcileConfig {
+    /// Age after which a `pending` record is considered abandoned.
+    pub pending_timeout: Duration,
+    /// Sweep interval for idempotent (and read) records.
+    pub idempotent_every: Duration,
+    /// Sweep interval for irreversible records.
+    pub irreversible_every: Duration,
+    /// Records examined per sweep.
+    pub batch: usize,
+}
+
+impl Default for ReconcileConfig {
+    fn default() -> Self {
+        ReconcileConfig {
+            pending_timeout: DEFAULT_PENDING_TIMEOUT,
+            idempotent_every: DEFAULT_IDEMPOTENT_EVERY,
+            irreversible_every: DEFAULT_IRREVERSIBLE_EVERY,
+            batch: DEFAULT_BATCH,
+        }
+    }
+}
+
+/// Which records a sweep covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SweepClasses {
+    /// Idempotent writes (and anything not irreversible).
+    pub idempotent: bool,
+    /// Irreversible effects.
+    pub irreversible: bool,
+}
+
+impl SweepClasses {
+    /// Every class.
+    pub const ALL: SweepClasses = SweepClasses {
+        idempotent: true,
+        irreversible: true,
+    };
+
+    fn covers(&self, class: ToolClass) -> bool {
+        match class {
+            ToolClass::Irreversible => self.irreversible,
+            _ => self.idempotent,
+        }
+    }
+}
+
+/// One record the reconciler changed or handed off.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Reconciled {
+    /// The run.
+    pub run_id: String,
+    /// The intent.
+    pub intent_id: String,
+    /// The tool.
+    pub tool: String,
+    /// The status before.
+    pub from: LedgerStatus,
+    /// The status after.
+    pub to: LedgerStatus,
+    /// Why.
+    pub reason: String,
+}
+
+/// What one sweep did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ReconcileReport {
+    /// Records whose state was decided from the tool's own answer.
+    pub fixed: Vec<Reconciled>,
+    /// Records handed to a human (`manual`).
+    pub handed_off: Vec<Reconciled>,
+    /// Records left alone, with why (still in flight, not due, unknown tool).
+    pub skipped: usize,
+    /// Leases of crashed processes that were reclaimed.
+    pub leases: Option<ReapReport>,
+}
+
+/// Sweeps the ledger.
+pub struct Reconciler {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    http: HttpToolAdapter,
+    tools: BTreeMap<String, ToolBinding>,
+    config: ReconcileConfig,
+}
+
+impl Reconciler {
+    /// A reconciler over `store` that knows `tools` (every tool of the
+    /// config, by name: their status endpoints decide records in doubt).
+    pub fn new(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        client: reqwest::Client,
+        tools: BTreeMap<String, ToolBinding>,
+        config: ReconcileConfig,
+    ) -> Self {
+        Reconciler {
+            store,
+            clock,
+            http: HttpToolAdapter::new(client),
+            tools,
+            config,
+        }
+    }
+
+    /// One sweep over the classes in `classes`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the ledger cannot be read; a record whose mark
+    /// fails is counted as skipped and retried next sweep.
+    pub async fn sweep(&self, classes: SweepClasses) -> Result<ReconcileReport, StoreError> {
+        let mut report = ReconcileReport::default();
+        let now_ms = unix_ms(self.clock.system_now());
+        let timeout_ms = u64::try_from(self.config.pending_timeout.as_millis()).unwrap_or(u64::MAX);
+
+        // 1. Pending past the timeout: the process that declared it is gone.
+        for record in self.store.pending_ledger(self.config.batch).await? {
+            if !classes.covers(record.class)
+                || now_ms.saturating_sub(record.updated_at_ms) < timeout_ms
+            {
+                report.skipped += 1;
+                continue;
+            }
+            self.resolve_pending(&record, &mut report).await;
+        }
+
+        // 2. Succeeded effects of runs that ended without success and were
+        // never concluded (no compensation, no decision).
+        for run in self.store.list_runs(self.config.batch).await? {
+            let RunStatus::Finished(outcome) = run.status else {
+                continue;
+            };
+            if !matches!(
+                outcome,
+                Outcome::Failed | Outcome::Cancelled | Outcome::HandedOff
+            ) {
+                continue;
+            }
+            for record in self.store.ledger(&run.run_id).await? {
+                if record.status != LedgerStatus::Succeeded || !classes.covers(record.class) {
+                    continue;
+                }
+                let reason = format!(
+                    "the run ended {outcome} and this effect was never concluded; a human decides"
+                );
+                self.apply(&record, LedgerStatus::Manual, None, reason, &mut report)
+                    .await;
+            }
+        }
+
+        // 3. Leases of crashed processes.
+        match Reaper::new().reap(self.store.as_ref(), now_ms).await {
+            Ok(reaped) => report.leases = Some(reaped),
+            Err(e) => tracing::warn!("lease reaping failed: {e}"),
+        }
+        Ok(report)
+    }
+
+    /// Decides a `pending` record from the tool's own state, or hands it
+    /// off when the tool cannot say.
+    async fn resolve_pending(&self, record: &LedgerRecord, report: &mut ReconcileReport) {
+        let tool = self.tools.get(&record.tool);
+        let lookup = match (tool, &record.idempotency_key) {
+            (Some(tool), Some(key)) => match tool.target.http() {
+                Some(target) if target.status_url.is_some() => Some(
+                    self.http
+                        .lookup(target, key, tool.allowance(Duration::from_secs(30)))
+                        .await,
+                ),
+                _ => None,
+            },
+            _ => None,
+        };
+        match lookup {
+            Some(Ok(Some(result))) => {
+                let reason = "the tool has a result for its key: it executed".to_owned();
+                self.apply(
+                    record,
+                    LedgerStatus::Succeeded,
+                    Some(result),
+                    reason,
+                    report,
+                )
+                .await;
+            }
+            Some(Ok(None)) => {
+                let reason = "the tool has no trace of its key: it never executed".to_owned();
+                self.apply(record, LedgerStatus::Failed, None, reason, report)
+                    .await;
+            }
+            Some(Err(e)) => {
+                // The tool could not answer now; try again next sweep.
+                tracing::info!(intent = %record.intent_id, "status lookup failed: {e}");
+                report.skipped += 1;
+            }
+            None => {
+                let reason = match record.class {
+                    ToolClass::Irreversible => {
+                        "an irreversible call in doubt: only a human can check whether it happened"
+                    }
+                    _ => "in doubt and the tool has no status lookup: a human must check",
+                };
+                self.apply(
+                    record,
+                    LedgerStatus::Manual,
+                    None,
+                    reason.to_owned(),
+                    report,
+                )
+                .await;
+            }
+        }
+    }
+
+    async fn apply(
+        &self,
+        record: &LedgerRecord,
+        to: LedgerStatus,
+        result: Option<serde_json::Value>,
+        reason: String,
+        report: &mut ReconcileReport,
+    ) {
+        let at_ms = unix_ms(self.clock.system_now());
+        let event = Event {
+            run_id: record.run_id.clone(),
+            seq: 0,
+            step: record.step,
+            intent_id: Some(record.intent_id.clone()),
+            attempt_id: None,
+            idempotency_key: record.idempotency_key.clone(),
+            at_ms,
+            kind: EventKind::LedgerRecorded,
+            data: json!({"tool": record.tool, "status": to, "by": "reconciler", "reason": reason}),
+        };
+        let commit = StepCommit {
+            marks: vec![(
+                record.intent_id.clone(),
+                LedgerMark {
+                    status: to,
+                    result,
+                    failure: None,
+                    attempts: 0,
+                    at_ms,
+                },
+            )],
+            events: vec![event],
+            ..StepCommit::default()
+        };
+        if let Err(e) = self.store.commit_step(&record.run_id, commit).await {
+            tracing::warn!(intent = %record.intent_id, "reconciler mark failed: {e}");
+            report.skipped += 1;
+            return;
+        }
+        let entry = Reconciled {
+            run_id: record.run_id.to_string(),
+            intent_id: record.intent_id.to_string(),
+            tool: record.tool.clone(),
+            from: record.status,
+            to,
+            reason,
+        };
+        if to == LedgerStatus::Manual {
+            report.handed_off.push(entry);
+        } else {
+            report.fixed.push(entry);
+        }
+    }
+
+    /// Sweeps forever: idempotent records every `idempotent_every`,
+    /// irreversible ones every `irreversible_every`, calling `on_report`
+    /// after each sweep.
+    pub async fn run_forever(&self, mut on_report: impl FnMut(&ReconcileReport)) {
+        let mut last_irreversible: Option<std::time::Instant> = None;
+        loop {
+            let irreversible_due =
+                last_irreversible.is_none_or(|t| t.elapsed() >= self.config.irreversible_every);
+            let classes = SweepClasses {
+                idempotent: true,
+                irreversible: irreversible_due,
+            };
+            match self.sweep(classes).await {
+                Ok(report) => on_report(&report),
+                Err(e) => tracing::warn!("reconcile sweep failed: {e}"),
+            }
+            if irreversible_due {
+                last_irreversible = Some(std::time::Instant::now());
+            }
+            tokio::time::sleep(self.config.idempotent_every).await;
+        }
+    }
+}
+
+fn unix_ms(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
