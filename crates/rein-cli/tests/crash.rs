@@ -403,3 +403,95 @@ async fn reconcile_decides_records_left_in_doubt_by_a_crash() {
         assert!(desk.applied_count(UPDATE_DELIVERY_TIME) <= 1);
     }
 }
+
+/// Two processes never drive one run: a resume is refused while a live
+/// process holds the run's claim, and taken over once that process is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_driven_by_a_live_process_cannot_be_resumed() {
+    use rein_store::{Lease, LeaseKind, SqliteStore, Store};
+    let desk = OrderDesk::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let script = std::fs::read_to_string(example_dir().join("demo.script.json")).unwrap();
+    let config = config_with_script(dir.path(), &script);
+    let db = dir.path().join("rein.db");
+    let env = vec![
+        ("ORDER_DESK_URL", desk.base_url().to_owned()),
+        ("MOCK_MODEL_URL", "http://127.0.0.1:9".to_owned()),
+    ];
+    let mut crash_env = env.clone();
+    crash_env.push(("REIN_CRASH_AT", "after_pending:1".to_owned()));
+    let crashed = rein(
+        vec![
+            "run".into(),
+            "--config".into(),
+            config.display().to_string(),
+            "--data".into(),
+            db.display().to_string(),
+            "--agent".into(),
+            "order_desk".into(),
+            "--input".into(),
+            "x".into(),
+            "--run-id".into(),
+            "r1".into(),
+        ],
+        crash_env,
+    )
+    .await;
+    assert_eq!(crashed.status.signal(), Some(6));
+    // This test process takes the dead process's place as the run's driver.
+    let store = SqliteStore::open(&db).unwrap();
+    let run_id = rein_core::RunId::new("r1").unwrap();
+    let dead = store.leases_of_run(&run_id).await.unwrap();
+    assert_eq!(
+        dead.len(),
+        1,
+        "the crashed process's claim is still recorded"
+    );
+    store.release_lease(&dead[0].lease_id).await.unwrap();
+    store
+        .acquire_lease(Lease {
+            lease_id: "run:r1".into(),
+            run_id: run_id.clone(),
+            intent_id: None,
+            kind: LeaseKind::Run,
+            pgid: None,
+            path: None,
+            owner: rein_engine::lease::Owner::current().to_string(),
+            acquired_at_ms: 0,
+            expires_at_ms: u64::MAX / 2,
+        })
+        .await
+        .unwrap();
+    let resume = |env: Vec<(&'static str, String)>| {
+        rein(
+            vec![
+                "resume".into(),
+                "r1".into(),
+                "--config".into(),
+                config.display().to_string(),
+                "--data".into(),
+                db.display().to_string(),
+                "--json".into(),
+            ],
+            env,
+        )
+    };
+    let refused = resume(env.clone()).await;
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("driven by a live process"));
+    assert_eq!(
+        desk.request_count(UPDATE_DELIVERY_TIME),
+        0,
+        "nothing was replayed"
+    );
+    // Once the claim is released, the resume proceeds.
+    store.release_lease("run:r1").await.unwrap();
+    let resumed = resume(env).await;
+    assert_eq!(
+        resumed.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    assert_eq!(desk.applied_count(UPDATE_DELIVERY_TIME), 1);
+}

@@ -365,6 +365,9 @@ pub enum Reclamation {
     PathAlreadyGone,
     /// The temporary path was removed.
     PathRemoved,
+    /// A dead process's claim on a run was released, so the run can be
+    /// resumed.
+    RunClaimReleased,
 }
 
 /// Why the reaper left an expired lease in place.
@@ -586,6 +589,13 @@ impl Reaper {
                     }),
                 }
             }
+            LeaseKind::Run => {
+                if owner.is_alive() {
+                    return Err(SkipReason::OwnerAlive);
+                }
+                Ok(Reclamation::RunClaimReleased)
+            }
+            #[allow(unreachable_patterns)]
             _ => Err(SkipReason::Failed {
                 message: format!("this reaper does not know lease kind {}", lease.kind),
             }),

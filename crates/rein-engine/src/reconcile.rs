@@ -160,10 +160,25 @@ impl Reconciler {
         let timeout_ms = u64::try_from(self.config.pending_timeout.as_millis()).unwrap_or(u64::MAX);
 
         // 1. Pending past the timeout: the process that declared it is gone.
+        let mut driven: BTreeMap<String, bool> = BTreeMap::new();
         for record in self.store.pending_ledger(self.config.batch).await? {
             if !classes.covers(record.class)
                 || now_ms.saturating_sub(record.updated_at_ms) < timeout_ms
             {
+                report.skipped += 1;
+                continue;
+            }
+            // A run a live process is driving (or resuming) decides its own
+            // records: deciding them here would race its re-execution.
+            let live = match driven.get(record.run_id.as_str()) {
+                Some(live) => *live,
+                None => {
+                    let live = self.is_driven(&record.run_id).await;
+                    driven.insert(record.run_id.to_string(), live);
+                    live
+                }
+            };
+            if live {
                 report.skipped += 1;
                 continue;
             }
@@ -200,6 +215,18 @@ impl Reconciler {
             Err(e) => tracing::warn!("lease reaping failed: {e}"),
         }
         Ok(report)
+    }
+
+    /// Whether a live process holds the run's claim.
+    async fn is_driven(&self, run_id: &rein_core::RunId) -> bool {
+        let Ok(leases) = self.store.leases_of_run(run_id).await else {
+            // Unknown: leave the run alone this sweep.
+            return true;
+        };
+        leases.iter().any(|l| {
+            l.kind == rein_store::LeaseKind::Run
+                && crate::lease::Owner::parse(&l.owner).is_none_or(|o| o.is_alive())
+        })
     }
 
     /// Decides a `pending` record from the tool's own state, or hands it

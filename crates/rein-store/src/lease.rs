@@ -34,6 +34,9 @@ pub enum LeaseKind {
     ProcessGroup,
     /// A temporary file or directory (`path`).
     TempPath,
+    /// The claim of a process on a whole run: only one process drives a
+    /// run at a time (no `pgid`, no `path`).
+    Run,
 }
 
 impl LeaseKind {
@@ -42,6 +45,7 @@ impl LeaseKind {
         match self {
             LeaseKind::ProcessGroup => "process_group",
             LeaseKind::TempPath => "temp_path",
+            LeaseKind::Run => "run",
         }
     }
 
@@ -50,6 +54,7 @@ impl LeaseKind {
         match name {
             "process_group" => Some(LeaseKind::ProcessGroup),
             "temp_path" => Some(LeaseKind::TempPath),
+            "run" => Some(LeaseKind::Run),
             _ => None,
         }
     }
@@ -144,6 +149,7 @@ impl Lease {
                     ));
                 }
             }
+            LeaseKind::Run => {}
             LeaseKind::TempPath => {
                 match &self.path {
                     Some(path) if path.is_absolute() && path.to_str().is_some() => {}
@@ -163,6 +169,13 @@ impl Lease {
                     ));
                 }
             }
+        }
+        if self.kind == LeaseKind::Run && (self.pgid.is_some() || self.path.is_some()) {
+            return Err(invalid(
+                "lease pgid/path",
+                "absent for a run lease",
+                format!("{:?} {:?}", self.pgid, self.path),
+            ));
         }
         if self.expires_at_ms < self.acquired_at_ms {
             return Err(invalid(

@@ -280,13 +280,28 @@ impl Engine {
                 Ok(record.result.clone().unwrap_or(Value::Null)),
                 "completed before the interruption; not run again",
             ),
-            _ => done(
+            LedgerStatus::Failed => done(
                 Err(record.failure.clone().unwrap_or_else(|| {
                     Failure::new(&tool.name, Category::Unknown).with_human_message(format!(
-                        "{} ended {} before the interruption",
-                        tool.name, record.status
+                        "{} failed before the interruption",
+                        tool.name
                     ))
                 })),
+                "failed before the interruption; not run again",
+            ),
+            // Compensated, uncompensatable or manual: it took effect (or may
+            // have), and a human or a compensation has dealt with it.
+            other => done(
+                Err(Failure::new(&tool.name, Category::Unknown)
+                    .with_effect(if other == LedgerStatus::Manual {
+                        Effect::MaybeApplied
+                    } else {
+                        Effect::Applied
+                    })
+                    .with_human_message(format!(
+                        "{} ended {other} before the interruption",
+                        tool.name
+                    ))),
                 "settled before the interruption; not run again",
             ),
         }

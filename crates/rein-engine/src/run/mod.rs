@@ -210,6 +210,11 @@ pub(crate) struct RunCtx<'a> {
     provider_calls: std::sync::atomic::AtomicU32,
 }
 
+/// The lease id of a process's claim on a run.
+fn claim_id(run_id: &RunId) -> String {
+    format!("run:{run_id}")
+}
+
 /// A fresh, time-ordered id.
 pub(crate) fn new_id<T: TryFrom<String, Error = IdError>>() -> T {
     match T::try_from(uuid::Uuid::now_v7().to_string()) {
@@ -233,6 +238,57 @@ impl Engine {
     /// The store runs are recorded in.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    /// Claims `run_id` for this process: only one process drives a run at a
+    /// time, so two resumes (or a resume while the original process still
+    /// lives) cannot both replay its step. A claim whose owner is dead is
+    /// taken over.
+    async fn claim(&self, run_id: &RunId, hold: std::time::Duration) -> Result<(), EngineError> {
+        use crate::lease::Owner;
+        use rein_store::{Lease, LeaseKind};
+        let now_ms = unix_ms(self.clock.system_now());
+        let lease = Lease {
+            lease_id: claim_id(run_id),
+            run_id: run_id.clone(),
+            intent_id: None,
+            kind: LeaseKind::Run,
+            pgid: None,
+            path: None,
+            owner: Owner::current().to_string(),
+            acquired_at_ms: now_ms,
+            expires_at_ms: now_ms.saturating_add(millis(hold)),
+        };
+        match self.store.acquire_lease(lease.clone()).await {
+            Ok(_) => return Ok(()),
+            Err(StoreError::Conflict { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let held = self
+            .store
+            .leases_of_run(run_id)
+            .await?
+            .into_iter()
+            .find(|l| l.kind == LeaseKind::Run);
+        if let Some(held) = held {
+            // An owner we cannot identify is treated as alive: refusing is
+            // safe, taking over is not.
+            if Owner::parse(&held.owner).is_none_or(|o| o.is_alive()) {
+                return Err(EngineError::NotResumable {
+                    run_id: run_id.clone(),
+                    reason: format!("it is being driven by a live process ({})", held.owner),
+                });
+            }
+            self.store.release_lease(&held.lease_id).await?;
+        }
+        match self.store.acquire_lease(lease).await {
+            Ok(_) => Ok(()),
+            Err(StoreError::Conflict { .. }) => Err(EngineError::NotResumable {
+                run_id: run_id.clone(),
+                reason: "another process claimed it at the same moment".into(),
+            }),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Runs `agent` on a task to its end.
@@ -278,6 +334,8 @@ impl Engine {
                 budget: json!(agent.budget),
                 created_at_ms: at_ms,
             })
+            .await?;
+        self.claim(&run_id, agent.budget.wall_clock() + CLAIM_MARGIN)
             .await?;
         let ctx = RunCtx {
             run_id: run_id.clone(),
@@ -376,6 +434,8 @@ impl Engine {
                 ),
             });
         }
+        self.claim(run_id, agent.budget.wall_clock() + CLAIM_MARGIN)
+            .await?;
         let checkpoint = self.store.latest_checkpoint(run_id).await?;
         let intents = self.store.intents(run_id).await?;
         let ledger: HashMap<IntentId, LedgerRecord> = self
@@ -861,6 +921,9 @@ impl Engine {
         if let Err(e) = ctx.store.commit_step(&run_id, commit).await {
             tracing::error!(run = %run_id, "cannot record the run's end: {e}");
         }
+        if let Err(e) = ctx.store.release_lease(&claim_id(&run_id)).await {
+            tracing::warn!(run = %run_id, "cannot release the run's claim: {e}");
+        }
         RunOutput { run_id, report }
     }
 
@@ -1000,6 +1063,9 @@ impl Engine {
             // Recomputed before each irreversible call: a refused sibling or
             // a failed earlier irreversible call stops the rest.
             let earlier_failed = any_rejected || results.iter().any(|r| r.outcome.is_err());
+            // A replayed irreversible call with a ledger record already ran
+            // (or may have): its record speaks, not the sibling gate.
+            let earlier_failed = earlier_failed && !prior.contains_key(&p.intent_id);
             let Some(tool) = agent.tools.get(&p.tool) else {
                 continue;
             };
@@ -1260,6 +1326,10 @@ struct ResumedTurn {
     /// The ledger records of the step's intents.
     prior: HashMap<IntentId, LedgerRecord>,
 }
+
+/// How long a claim outlives the run's wall clock (the reconciler treats an
+/// expired claim of a dead owner as abandoned).
+const CLAIM_MARGIN: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The retry-budget key of a provider (tools and providers may share names).
 pub(crate) fn provider_target(name: &str) -> String {

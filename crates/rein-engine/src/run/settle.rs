@@ -97,7 +97,7 @@ impl Engine {
             Ok(records) => records,
             Err(e) => {
                 let reason = format!("the ledger cannot be read to settle the run: {e}");
-                self.hand_off(ctx, calls, report, &[], reason, step);
+                self.hand_off(ctx, calls, report, &[], reason, step).await;
                 return;
             }
         };
@@ -105,19 +105,36 @@ impl Engine {
             .iter()
             .filter(|r| matches!(r.status, LedgerStatus::Succeeded | LedgerStatus::Pending))
             .collect();
+        // Records an earlier process (or the reconciler) already left to a
+        // human: the run cannot end as if the world were restored.
+        let already_human = ledger.iter().any(|r| {
+            matches!(
+                r.status,
+                LedgerStatus::Manual | LedgerStatus::Uncompensatable
+            )
+        });
         // A read-only prefix (or writes that certainly did not happen):
         // degrade, the report already flags the gap.
-        if open.is_empty() {
+        if open.is_empty() && !already_human {
             return;
         }
-        if fixable_by_time(end, report) || ctx.agent.on_failure == FailurePolicy::Continue {
+        // An effect in doubt is never kept silently: even a failure that
+        // time may fix must settle it.
+        let in_doubt = open.iter().any(|r| r.status == LedgerStatus::Pending);
+        if !already_human
+            && !in_doubt
+            && (fixable_by_time(end, report) || ctx.agent.on_failure == FailurePolicy::Continue)
+        {
             return;
         }
-        // An irreversible effect that cannot be undone (done or in doubt)
-        // stops automatic undoing altogether: reverting the other writes
-        // alone could contradict what it already told the world.
-        let irreversible_open = open.iter().any(|r| {
-            r.class == ToolClass::Irreversible && !ctx.agent.compensations.contains_key(&r.tool)
+        // An irreversible effect that cannot be undone (done, in doubt, or
+        // already with a human) stops automatic undoing altogether:
+        // reverting the other writes alone could contradict what it already
+        // told the world.
+        let irreversible_open = ledger.iter().any(|r| {
+            r.class == ToolClass::Irreversible
+                && !matches!(r.status, LedgerStatus::Failed | LedgerStatus::Compensated)
+                && !ctx.agent.compensations.contains_key(&r.tool)
         });
         if ctx.agent.on_failure == FailurePolicy::Handoff || irreversible_open {
             let reason = if irreversible_open {
@@ -129,7 +146,8 @@ impl Engine {
             let results = self.leave_for_human(ctx, records, step).await;
             report.compensations = results;
             let ledger = ctx.store.ledger(&ctx.run_id).await.unwrap_or(ledger);
-            self.hand_off(ctx, calls, report, &ledger, reason.to_owned(), step);
+            self.hand_off(ctx, calls, report, &ledger, reason.to_owned(), step)
+                .await;
             return;
         }
 
@@ -154,16 +172,18 @@ impl Engine {
                 done.ledger = Some(r.status);
             }
         }
-        let unsettled = results
-            .iter()
-            .any(|r| r.status != LedgerStatus::Compensated);
+        let unsettled = already_human
+            || results
+                .iter()
+                .any(|r| r.status != LedgerStatus::Compensated);
         report.compensations = results;
         report.recoverable = !unsettled;
         if unsettled {
             let ledger = ctx.store.ledger(&ctx.run_id).await.unwrap_or(ledger);
             let reason = "the run failed and some of its effects could not be undone automatically"
                 .to_owned();
-            self.hand_off(ctx, calls, report, &ledger, reason, step);
+            self.hand_off(ctx, calls, report, &ledger, reason, step)
+                .await;
         } else {
             report.outcome = Outcome::Failed;
             let names: Vec<&str> = report
@@ -539,7 +559,7 @@ impl Engine {
     }
 
     /// Ends the run `handed_off` with a package for a human.
-    fn hand_off(
+    async fn hand_off(
         &self,
         ctx: &RunCtx<'_>,
         calls: &[CallResult],
@@ -548,7 +568,25 @@ impl Engine {
         reason: String,
         step: u32,
     ) {
-        let package = handoff_package(ctx, calls, report, ledger, &reason);
+        let mut package = handoff_package(ctx, calls, report, ledger, &reason);
+        // Resources still held for the run (a process group, a temp dir):
+        // whoever takes over must check them before repeating anything.
+        if let Ok(leases) = ctx.store.leases_of_run(&ctx.run_id).await {
+            for lease in leases {
+                package.in_flight.push(InFlight {
+                    intent_id: lease.intent_id.clone(),
+                    what: format!(
+                        "lease {} ({:?}{}) held by {}",
+                        lease.lease_id,
+                        lease.kind,
+                        lease.pgid.map(|g| format!(", process group {g}")).unwrap_or_default(),
+                        lease.owner
+                    ),
+                    may_be_running: true,
+                    advice: "kill the process group (or let rein reconcile reap it) before repeating the action".into(),
+                });
+            }
+        }
         ctx.emitter.emit(
             EventKind::HandoffCreated,
             &Correlation {
