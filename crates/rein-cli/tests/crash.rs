@@ -43,7 +43,8 @@ fn config_with_script(dir: &Path, script: &str) -> PathBuf {
 const COMPENSATION_SCRIPT: &str = r#"{"turns": [
   {"tool_calls": [{"name": "update_delivery_time", "arguments": {"order_id": "A-1001", "delivery_date": "2026-02-01T10:00:00Z"}}]},
   {"tool_calls": [{"name": "update_delivery_time", "arguments": {"order_id": "A-1002", "delivery_date": "2026-02-02T10:00:00Z"}}]},
-  {"text": "The second order cannot be moved."}
+  {"tool_calls": [{"name": "update_delivery_time", "arguments": {"order_id": "A-1003", "delivery_date": "2026-02-03T10:00:00Z"}}]},
+  {"text": "The third order cannot be moved."}
 ]}"#;
 
 struct Case {
@@ -62,6 +63,11 @@ struct Observed {
 async fn run_case(case: &Case) -> Observed {
     let desk = OrderDesk::start().await.unwrap();
     if case.compensation {
+        desk.push_fault(
+            UPDATE_DELIVERY_TIME,
+            Fault::Delay(std::time::Duration::ZERO),
+        )
+        .unwrap();
         desk.push_fault(
             UPDATE_DELIVERY_TIME,
             Fault::Delay(std::time::Duration::ZERO),
@@ -204,6 +210,13 @@ async fn run_case(case: &Case) -> Observed {
         // Nothing lost: the resumed run completed every effect exactly once.
         assert_eq!(desk.applied_count(UPDATE_DELIVERY_TIME), 1);
         assert_eq!(desk.applied_count(SEND_EMAIL), 1);
+        // Budgets are not reset by a crash: every token the model served is
+        // charged exactly once (the demo script's turns total 2 567).
+        assert_eq!(
+            doc["report"]["consumed"]["tokens"], 2567,
+            "{}:{} token accounting across the crash",
+            case.point, case.n
+        );
     }
     if case.compensation {
         let order: Vec<(String, String)> = effects
@@ -220,8 +233,11 @@ async fn run_case(case: &Case) -> Observed {
             order,
             vec![
                 (UPDATE_DELIVERY_TIME.to_owned(), "A-1001".to_owned()),
+                (UPDATE_DELIVERY_TIME.to_owned(), "A-1002".to_owned()),
+                (RESTORE_DELIVERY_TIME.to_owned(), "A-1002".to_owned()),
                 (RESTORE_DELIVERY_TIME.to_owned(), "A-1001".to_owned()),
-            ]
+            ],
+            "strict reverse order across the crash"
         );
     }
     Observed {
@@ -297,6 +313,12 @@ async fn crash_matrix_never_loses_or_duplicates_an_effect() {
         Case {
             point: "mid_compensation",
             n: 1,
+            class: "idempotent_write",
+            compensation: true,
+        },
+        Case {
+            point: "mid_compensation",
+            n: 2,
             class: "idempotent_write",
             compensation: true,
         },

@@ -60,6 +60,10 @@ pub enum EventKind {
     ToolDisabled,
     /// A checkpoint was written.
     CheckpointWritten,
+    /// The run's effects are being settled (compensated or handed off);
+    /// durable before the first settlement action, so a resume finishes the
+    /// settlement instead of continuing the forward path.
+    SettlementStarted,
     /// Compensation of one effect began (durable before the call).
     CompensationStarted,
     /// Compensation of one effect ended: compensated, uncompensatable or
@@ -96,6 +100,7 @@ impl EventKind {
             EventKind::LoopDetected => "loop_detected",
             EventKind::ToolDisabled => "tool_disabled",
             EventKind::CheckpointWritten => "checkpoint_written",
+            EventKind::SettlementStarted => "settlement_started",
             EventKind::CompensationStarted => "compensation_started",
             EventKind::CompensationFinished => "compensation_finished",
             EventKind::HandoffCreated => "handoff_created",

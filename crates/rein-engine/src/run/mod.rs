@@ -386,7 +386,7 @@ impl Engine {
             step: 0,
             resume: None,
         };
-        Ok(self.drive(&ctx, validator, state, None).await)
+        Ok(self.drive(&ctx, validator, state, None, None).await)
     }
 
     /// Continues a run that stopped mid-way (its process crashed or was
@@ -447,7 +447,35 @@ impl Engine {
             .collect();
         let guard = LoopGuard::new(agent.loop_guard.clone())?;
 
+        let events = self.store.events(run_id, 0).await?;
         let done_step = checkpoint.as_ref().map_or(0, |c| c.step);
+        // A settlement that started is finished, never rolled forward.
+        let settling = events
+            .iter()
+            .any(|e| e.kind == EventKind::SettlementStarted)
+            .then(|| End::Settling("an interrupted settlement was resumed".into()));
+        // What the interrupted step consumed before the crash (its model
+        // turn is durable with the plan) and the time it ran: charged, so a
+        // crash never refunds budget.
+        let after_checkpoint: Vec<&rein_core::Event> =
+            events.iter().filter(|e| e.step > done_step).collect();
+        let interrupted_tokens: (u64, u64) = after_checkpoint
+            .iter()
+            .filter(|e| e.kind == EventKind::ModelCallFinished && e.data["ok"] == true)
+            .fold((0, 0), |(i, o), e| {
+                (
+                    i + e.data["usage"]["input"].as_u64().unwrap_or(0),
+                    o + e.data["usage"]["output"].as_u64().unwrap_or(0),
+                )
+            });
+        let since_ms = checkpoint
+            .as_ref()
+            .map_or(record.created_at_ms, |c| c.at_ms);
+        let interrupted_ms = after_checkpoint
+            .iter()
+            .map(|e| e.at_ms)
+            .max()
+            .map_or(0, |last| last.saturating_sub(since_ms));
         let state_json = checkpoint
             .as_ref()
             .map(|c| c.state.clone())
@@ -472,8 +500,17 @@ impl Engine {
         let tools_tried: BTreeSet<String> =
             serde_json::from_value(state_json["tools_tried"].clone()).unwrap_or_default();
         let provider_calls = state_json["provider_calls"].as_u64().unwrap_or(0);
-        let elapsed_before_ms = checkpoint.as_ref().map_or(0, |c| c.elapsed_ms);
-        let consumed = checkpoint.as_ref().map(|c| c.consumed).unwrap_or_default();
+        let elapsed_before_ms = checkpoint.as_ref().map_or(0, |c| c.elapsed_ms) + interrupted_ms;
+        let mut consumed = checkpoint.as_ref().map(|c| c.consumed).unwrap_or_default();
+        consumed.tokens = consumed
+            .tokens
+            .saturating_add(interrupted_tokens.0 + interrupted_tokens.1);
+        consumed.cost = consumed.cost.saturating_add(
+            agent
+                .price
+                .map(|p| p.cost(interrupted_tokens.0, interrupted_tokens.1))
+                .unwrap_or_default(),
+        );
 
         // The interrupted step: its plan, if it was persisted.
         let mut planned: Vec<PlannedIntent> = intents
@@ -482,7 +519,7 @@ impl Engine {
             .map(|(_, intent)| intent)
             .collect();
         planned.sort_by_key(|i| i.ordinal);
-        let resumed = (!planned.is_empty()).then(|| ResumedTurn {
+        let resumed = (!planned.is_empty() && settling.is_none()).then(|| ResumedTurn {
             response: ModelResponse {
                 text: None,
                 tool_calls: planned
@@ -601,7 +638,7 @@ impl Engine {
             step: done_step,
             resume: Some(marker),
         };
-        Ok(self.drive(&ctx, validator, state, resumed).await)
+        Ok(self.drive(&ctx, validator, state, resumed, settling).await)
     }
 
     /// The loop: from `state` (fresh or restored from a checkpoint) to the
@@ -612,6 +649,7 @@ impl Engine {
         validator: &dyn ArgValidator,
         state: LoopState,
         mut resumed: Option<ResumedTurn>,
+        settling: Option<End>,
     ) -> RunOutput {
         let agent = ctx.agent;
         let run_id = ctx.run_id.clone();
@@ -629,257 +667,266 @@ impl Engine {
             resume,
         } = state;
 
-        let end = loop {
-            let now = self.clock.now();
-            if let Verdict::Trip(trip) = guard.check_budget(&budget, now) {
-                let exhausted = match trip {
-                    rein_core::loop_guard::Trip::Budget(e) => e,
-                    _ => wall_clock_exhausted(),
-                };
-                ctx.emitter.emit(
-                    EventKind::BudgetExhausted,
-                    &Correlation {
-                        step,
-                        ..Correlation::default()
-                    },
-                    json!({"scope": "run", "exhausted": exhausted, "used": budget.used()}),
-                );
-                break End::Budget(exhausted);
-            }
-            step += 1;
-            let _ = budget.charge(Usage::ONE_STEP, now);
-            let c = Correlation {
-                step,
-                ..Correlation::default()
-            };
-
-            // A resumed turn replays its persisted plan instead of asking
-            // the model again: the intents, their ids and keys are durable.
-            let (response, prior, prior_ids) = match resumed.take() {
-                Some(turn) => (turn.response, turn.prior, turn.intent_ids),
-                None => match self.model_turn(ctx, &messages, &budget, step).await {
-                    Ok(r) => (r, HashMap::new(), Vec::new()),
-                    Err(end) => break end,
-                },
-            };
-            let cost = agent
-                .price
-                .map(|p| p.cost(response.usage.input, response.usage.output))
-                .unwrap_or_default();
-            let usage = Usage {
-                steps: 0,
-                tokens: response.usage.total(),
-                cost,
-            };
-            let charged = budget.charge(usage, self.clock.now());
-            messages.push(Message::Assistant {
-                content: response.text.clone(),
-                tool_calls: response.tool_calls.clone(),
-            });
-            if let Err(exhausted) = charged {
-                ctx.emitter.emit(
-                    EventKind::BudgetExhausted,
-                    &c,
-                    json!({"scope": "model_turn", "exhausted": exhausted, "used": budget.used(),
-                           "proposed_calls_not_run": response.tool_calls.len()}),
-                );
-                break End::Budget(exhausted);
-            }
-            if response.tool_calls.is_empty() {
-                if response.finish == FinishReason::Length {
-                    break End::ModelFailed(
-                        "the final answer was cut off at the output-token limit".into(),
-                    );
-                }
-                if response.finish == FinishReason::ContentFilter {
-                    break End::ModelFailed(
-                        "the final answer was stopped by a content filter".into(),
-                    );
-                }
-                break End::Answer(response.text);
-            }
-
-            // Validate and plan: intent ids are assigned and persisted
-            // before anything runs.
-            // Replies are matched to calls by position, not by the model's
-            // call id: a model may repeat an id, and a completed write must
-            // never be reported to it as failed.
-            let mut planned = Vec::new();
-            let mut replies: Vec<Option<String>> = vec![None; response.tool_calls.len()];
-            let mut observed: Vec<(String, Value)> = Vec::new();
-            let mut rejected_failures: Vec<(String, String)> = Vec::new();
-            for (position, call) in response.tool_calls.iter().enumerate() {
-                match self.validate_call(ctx, &guard, validator, call, step, position) {
-                    Ok(mut p) => {
-                        if let Some(Some(id)) = prior_ids.get(position) {
-                            p.intent_id = id.clone();
-                        }
-                        observed.push((p.tool.clone(), p.args.clone()));
-                        planned.push(p);
-                    }
-                    Err((clarification, args, reason)) => {
-                        observed.push((call.name.clone(), args));
-                        rejected_failures.push((call.name.clone(), reason));
-                        replies[position] = Some(clarification);
-                    }
-                }
-            }
-            if !planned.is_empty() {
-                let intents: Vec<(u32, PlannedIntent)> = planned
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| {
-                        (
+        let end = if let Some(end) = settling {
+            end
+        } else {
+            loop {
+                let now = self.clock.now();
+                if let Verdict::Trip(trip) = guard.check_budget(&budget, now) {
+                    let exhausted = match trip {
+                        rein_core::loop_guard::Trip::Budget(e) => e,
+                        _ => wall_clock_exhausted(),
+                    };
+                    ctx.emitter.emit(
+                        EventKind::BudgetExhausted,
+                        &Correlation {
                             step,
-                            PlannedIntent {
-                                intent_id: p.intent_id.clone(),
-                                ordinal: u32::try_from(i).unwrap_or(u32::MAX),
-                                call_id: p.call_id.clone(),
-                                tool: p.tool.clone(),
-                                args: p.args.clone(),
-                            },
-                        )
-                    })
-                    .collect();
-                ctx.emitter.emit(
-                    EventKind::PlanCreated,
-                    &c,
-                    json!({"intents": planned.iter().map(|p| json!({
+                            ..Correlation::default()
+                        },
+                        json!({"scope": "run", "exhausted": exhausted, "used": budget.used()}),
+                    );
+                    break End::Budget(exhausted);
+                }
+                step += 1;
+                let _ = budget.charge(Usage::ONE_STEP, now);
+                let c = Correlation {
+                    step,
+                    ..Correlation::default()
+                };
+
+                // A resumed turn replays its persisted plan instead of asking
+                // the model again: the intents, their ids and keys are durable.
+                let (response, prior, prior_ids) = match resumed.take() {
+                    Some(turn) => (turn.response, turn.prior, turn.intent_ids),
+                    None => match self.model_turn(ctx, &messages, &budget, step).await {
+                        Ok(r) => (r, HashMap::new(), Vec::new()),
+                        Err(end) => break end,
+                    },
+                };
+                let cost = agent
+                    .price
+                    .map(|p| p.cost(response.usage.input, response.usage.output))
+                    .unwrap_or_default();
+                let usage = Usage {
+                    steps: 0,
+                    tokens: response.usage.total(),
+                    cost,
+                };
+                let charged = budget.charge(usage, self.clock.now());
+                messages.push(Message::Assistant {
+                    content: response.text.clone(),
+                    tool_calls: response.tool_calls.clone(),
+                });
+                if let Err(exhausted) = charged {
+                    ctx.emitter.emit(
+                        EventKind::BudgetExhausted,
+                        &c,
+                        json!({"scope": "model_turn", "exhausted": exhausted, "used": budget.used(),
+                           "proposed_calls_not_run": response.tool_calls.len()}),
+                    );
+                    break End::Budget(exhausted);
+                }
+                if response.tool_calls.is_empty() {
+                    if response.finish == FinishReason::Length {
+                        break End::ModelFailed(
+                            Category::Unknown,
+                            "the final answer was cut off at the output-token limit".into(),
+                        );
+                    }
+                    if response.finish == FinishReason::ContentFilter {
+                        break End::ModelFailed(
+                            Category::ContentBlocked,
+                            "the final answer was stopped by a content filter".into(),
+                        );
+                    }
+                    break End::Answer(response.text);
+                }
+
+                // Validate and plan: intent ids are assigned and persisted
+                // before anything runs.
+                // Replies are matched to calls by position, not by the model's
+                // call id: a model may repeat an id, and a completed write must
+                // never be reported to it as failed.
+                let mut planned = Vec::new();
+                let mut replies: Vec<Option<String>> = vec![None; response.tool_calls.len()];
+                let mut observed: Vec<(String, Value)> = Vec::new();
+                let mut rejected_failures: Vec<(String, String)> = Vec::new();
+                for (position, call) in response.tool_calls.iter().enumerate() {
+                    match self.validate_call(ctx, &guard, validator, call, step, position) {
+                        Ok(mut p) => {
+                            if let Some(Some(id)) = prior_ids.get(position) {
+                                p.intent_id = id.clone();
+                            }
+                            observed.push((p.tool.clone(), p.args.clone()));
+                            planned.push(p);
+                        }
+                        Err((clarification, args, reason)) => {
+                            observed.push((call.name.clone(), args));
+                            rejected_failures.push((call.name.clone(), reason));
+                            replies[position] = Some(clarification);
+                        }
+                    }
+                }
+                if !planned.is_empty() {
+                    let intents: Vec<(u32, PlannedIntent)> = planned
+                        .iter()
+                        .enumerate()
+                        .map(|(i, p)| {
+                            (
+                                step,
+                                PlannedIntent {
+                                    intent_id: p.intent_id.clone(),
+                                    ordinal: u32::try_from(i).unwrap_or(u32::MAX),
+                                    call_id: p.call_id.clone(),
+                                    tool: p.tool.clone(),
+                                    args: p.args.clone(),
+                                },
+                            )
+                        })
+                        .collect();
+                    ctx.emitter.emit(
+                        EventKind::PlanCreated,
+                        &c,
+                        json!({"intents": planned.iter().map(|p| json!({
                         "intent_id": p.intent_id, "tool": p.tool, "call_id": p.call_id,
                         "class": agent.tools.get(&p.tool).map(|t| t.class),
                         "salvaged": p.salvaged,
                     })).collect::<Vec<_>>(),
                     "rejected": rejected_failures.len()}),
-                );
-                let commit = StepCommit {
-                    intents,
-                    events: ctx.emitter.drain(),
-                    ..StepCommit::default()
-                };
-                if let Err(e) = ctx.store.commit_step(&run_id, commit).await {
-                    break End::StoreFailed(format!("cannot persist the plan: {e}"));
-                }
-            }
-
-            // Execute: independent calls concurrently on a divided budget;
-            // irreversible calls after the others succeeded.
-            let any_rejected = !rejected_failures.is_empty();
-            let results = self
-                .execute(ctx, &mut budget, planned, step, any_rejected, &prior)
-                .await;
-            for result in &results {
-                let content = match &result.outcome {
-                    Ok(value) => json!({"tool": result.planned.tool, "ok": true, "result": value})
-                        .to_string(),
-                    Err(failure) => failure.model_message().to_owned(),
-                };
-                if let Some(slot) = replies.get_mut(result.planned.position) {
-                    *slot = Some(content);
-                }
-            }
-            for (call, reply) in response.tool_calls.iter().zip(replies) {
-                let content = reply.unwrap_or_else(|| {
-                    Failure::new(&call.name, Category::Unknown)
-                        .model_message()
-                        .to_owned()
-                });
-                messages.push(Message::Tool {
-                    call_id: call.id.clone(),
-                    content,
-                });
-            }
-
-            // Observe: failures for repeat detection and self-heal, every
-            // proposal for repetition and progress.
-            let mut trip = None;
-            for (tool, reason) in &rejected_failures {
-                if let FailureVerdict::Trip(t) = guard.on_failure(tool, reason) {
-                    trip.get_or_insert(t);
-                }
-            }
-            for result in &results {
-                tools_tried.insert(result.planned.tool.clone());
-                match &result.outcome {
-                    Ok(value) => {
-                        facts.insert(format!(
-                            "{}|{}|{}",
-                            result.planned.tool, result.planned.args, value
-                        ));
+                    );
+                    let commit = StepCommit {
+                        intents,
+                        events: ctx.emitter.drain(),
+                        ..StepCommit::default()
+                    };
+                    if let Err(e) = ctx.store.commit_step(&run_id, commit).await {
+                        break End::StoreFailed(format!("cannot persist the plan: {e}"));
                     }
-                    Err(failure) => {
-                        match guard.on_failure(&result.planned.tool, failure.human_message()) {
-                            FailureVerdict::Trip(t) => {
-                                trip.get_or_insert(t);
-                            }
-                            FailureVerdict::ToolDisabled {
-                                tool,
-                                failures,
-                                allowance,
-                            } => {
-                                ctx.emitter.emit(
+                }
+
+                // Execute: independent calls concurrently on a divided budget;
+                // irreversible calls after the others succeeded.
+                let any_rejected = !rejected_failures.is_empty();
+                let results = self
+                    .execute(ctx, &mut budget, planned, step, any_rejected, &prior)
+                    .await;
+                for result in &results {
+                    let content = match &result.outcome {
+                        Ok(value) => {
+                            json!({"tool": result.planned.tool, "ok": true, "result": value})
+                                .to_string()
+                        }
+                        Err(failure) => failure.model_message().to_owned(),
+                    };
+                    if let Some(slot) = replies.get_mut(result.planned.position) {
+                        *slot = Some(content);
+                    }
+                }
+                for (call, reply) in response.tool_calls.iter().zip(replies) {
+                    let content = reply.unwrap_or_else(|| {
+                        Failure::new(&call.name, Category::Unknown)
+                            .model_message()
+                            .to_owned()
+                    });
+                    messages.push(Message::Tool {
+                        call_id: call.id.clone(),
+                        content,
+                    });
+                }
+
+                // Observe: failures for repeat detection and self-heal, every
+                // proposal for repetition and progress.
+                let mut trip = None;
+                for (tool, reason) in &rejected_failures {
+                    if let FailureVerdict::Trip(t) = guard.on_failure(tool, reason) {
+                        trip.get_or_insert(t);
+                    }
+                }
+                for result in &results {
+                    tools_tried.insert(result.planned.tool.clone());
+                    match &result.outcome {
+                        Ok(value) => {
+                            facts.insert(format!(
+                                "{}|{}|{}",
+                                result.planned.tool, result.planned.args, value
+                            ));
+                        }
+                        Err(failure) => {
+                            match guard.on_failure(&result.planned.tool, failure.human_message()) {
+                                FailureVerdict::Trip(t) => {
+                                    trip.get_or_insert(t);
+                                }
+                                FailureVerdict::ToolDisabled {
+                                    tool,
+                                    failures,
+                                    allowance,
+                                } => {
+                                    ctx.emitter.emit(
                                 EventKind::ToolDisabled,
                                 &c,
                                 json!({"tool": tool, "failures": failures, "allowance": allowance}),
                             );
+                                }
+                                _ => {}
                             }
-                            _ => {}
                         }
                     }
                 }
-            }
-            calls.extend(results);
-            // The state digest: facts obtained and the tools attempted (by
-            // name: rephrasing a query of the same tool is not progress).
-            let state = StateDigest::of(
-                facts.iter().map(String::as_str),
-                std::iter::empty::<&str>(),
-                tools_tried.iter().map(|t| Action::new(t, &Value::Null)),
-            );
-            // One observation per step: the no-progress window counts steps,
-            // and a turn of several calls is one composite action (the same
-            // set of calls on the same state is a repetition).
-            let (turn_tool, turn_args) = match observed.as_slice() {
-                [(tool, args)] => (tool.clone(), args.clone()),
-                many => (
-                    many.iter()
-                        .map(|(t, _)| t.as_str())
-                        .collect::<Vec<_>>()
-                        .join("+"),
-                    Value::Array(many.iter().map(|(t, a)| json!([t, a])).collect()),
-                ),
-            };
-            if let Verdict::Trip(t) = guard.observe(Action::new(&turn_tool, &turn_args), state) {
-                trip.get_or_insert(t);
-            }
-            let checkpoint = self.checkpoint(
-                ctx,
-                &budget,
-                &messages,
-                &calls,
-                &facts,
-                &tools_tried,
-                step,
-                elapsed_before_ms,
-                started,
-            );
-            if let Some(trip) = &trip {
-                ctx.emitter.emit(
-                    EventKind::LoopDetected,
-                    &c,
-                    json!({"trip": trip, "message": trip.to_string()}),
+                calls.extend(results);
+                // The state digest: facts obtained and the tools attempted (by
+                // name: rephrasing a query of the same tool is not progress).
+                let state = StateDigest::of(
+                    facts.iter().map(String::as_str),
+                    std::iter::empty::<&str>(),
+                    tools_tried.iter().map(|t| Action::new(t, &Value::Null)),
                 );
-            }
-            crate::crash::point("during_checkpoint");
-            let commit = StepCommit {
-                checkpoint: Some(checkpoint),
-                events: ctx.emitter.drain(),
-                ..StepCommit::default()
-            };
-            if let Err(e) = ctx.store.commit_step(&run_id, commit).await {
-                break End::StoreFailed(format!("cannot write the checkpoint: {e}"));
-            }
-            if let Some(trip) = trip {
-                break End::Loop(trip);
+                // One observation per step: the no-progress window counts steps,
+                // and a turn of several calls is one composite action (the same
+                // set of calls on the same state is a repetition).
+                let (turn_tool, turn_args) = match observed.as_slice() {
+                    [(tool, args)] => (tool.clone(), args.clone()),
+                    many => (
+                        many.iter()
+                            .map(|(t, _)| t.as_str())
+                            .collect::<Vec<_>>()
+                            .join("+"),
+                        Value::Array(many.iter().map(|(t, a)| json!([t, a])).collect()),
+                    ),
+                };
+                if let Verdict::Trip(t) = guard.observe(Action::new(&turn_tool, &turn_args), state)
+                {
+                    trip.get_or_insert(t);
+                }
+                let checkpoint = self.checkpoint(
+                    ctx,
+                    &budget,
+                    &messages,
+                    &calls,
+                    &facts,
+                    &tools_tried,
+                    step,
+                    elapsed_before_ms,
+                    started,
+                );
+                if let Some(trip) = &trip {
+                    ctx.emitter.emit(
+                        EventKind::LoopDetected,
+                        &c,
+                        json!({"trip": trip, "message": trip.to_string()}),
+                    );
+                }
+                crate::crash::point("during_checkpoint");
+                let commit = StepCommit {
+                    checkpoint: Some(checkpoint),
+                    events: ctx.emitter.drain(),
+                    ..StepCommit::default()
+                };
+                if let Err(e) = ctx.store.commit_step(&run_id, commit).await {
+                    break End::StoreFailed(format!("cannot write the checkpoint: {e}"));
+                }
+                if let Some(trip) = trip {
+                    break End::Loop(trip);
+                }
             }
         };
 
@@ -1132,7 +1179,9 @@ impl Engine {
             }
             let permit = match self.admit(ctx, &c, ArmKind::Provider, &provider) {
                 Ok(p) => p,
-                Err(f) => return Err(End::ModelFailed(f.human_message().to_owned())),
+                Err(f) => {
+                    return Err(End::ModelFailed(f.category(), f.human_message().to_owned()));
+                }
             };
             let allowance = deadline.remaining(now);
             ctx.emitter.emit(
@@ -1226,11 +1275,16 @@ impl Engine {
                             needed: millis(retry_after),
                             remaining: millis(remaining),
                         }),
-                        _ => End::ModelFailed(failure.human_message().to_owned()),
+                        _ => {
+                            End::ModelFailed(failure.category(), failure.human_message().to_owned())
+                        }
                     });
                 }
                 RetryDecision::LookupByKey => {
-                    return Err(End::ModelFailed(failure.human_message().to_owned()));
+                    return Err(End::ModelFailed(
+                        failure.category(),
+                        failure.human_message().to_owned(),
+                    ));
                 }
             }
         }

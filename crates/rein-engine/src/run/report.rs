@@ -21,7 +21,10 @@ pub enum End {
     /// The loop guard tripped.
     Loop(Trip),
     /// The model could not be reached (after retries) or answered unusably.
-    ModelFailed(String),
+    ModelFailed(Category, String),
+    /// An interrupted settlement resumed: the forward path is over and its
+    /// effects are being settled.
+    Settling(String),
     /// rein could not record the run durably.
     StoreFailed(String),
 }
@@ -155,7 +158,8 @@ fn recommend(end: &End, incomplete: &[IncompleteAction], recoverable: bool) -> S
             "the agent stopped making progress ({}); refine the task or hand it to a human",
             trip.as_str()
         )),
-        End::ModelFailed(_) => advice.push("retry once the model provider is available".into()),
+        End::ModelFailed(..) => advice.push("retry once the model provider is available".into()),
+        End::Settling(_) => {}
         End::StoreFailed(_) => {
             advice.push("restore the run store, then reconcile the ledger".into())
         }
@@ -217,7 +221,7 @@ fn summarize(
         End::Loop(trip) => {
             let _ = write!(s, " (loop guard: {trip})");
         }
-        End::ModelFailed(why) | End::StoreFailed(why) => {
+        End::ModelFailed(_, why) | End::StoreFailed(why) | End::Settling(why) => {
             let _ = write!(s, " ({why})");
         }
         End::Answer(_) => {}

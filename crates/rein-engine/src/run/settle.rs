@@ -52,8 +52,18 @@ pub struct CompensationBinding {
 /// effects are kept and the run is recoverable by resuming.
 fn fixable_by_time(end: &End, report: &RunReport) -> bool {
     match end {
-        End::Budget(_) | End::ModelFailed(_) => true,
-        End::Loop(_) | End::StoreFailed(_) => false,
+        End::Budget(_) => true,
+        // A model that is down may come back; one that refuses the
+        // credentials or the request will not.
+        End::ModelFailed(category, _) => matches!(
+            category,
+            Category::Transient
+                | Category::Timeout
+                | Category::RateLimited
+                | Category::Overloaded
+                | Category::CircuitOpen
+        ),
+        End::Loop(_) | End::StoreFailed(_) | End::Settling(_) => false,
         End::Answer(_) => report.incomplete.iter().all(|a| {
             matches!(
                 a.category,
@@ -116,6 +126,14 @@ impl Engine {
         // A read-only prefix (or writes that certainly did not happen):
         // degrade, the report already flags the gap.
         if open.is_empty() && !already_human {
+            if matches!(end, End::Settling(_)) {
+                // An interrupted settlement that had already undone every
+                // effect: the run failed and the world is as before.
+                report.outcome = Outcome::Failed;
+                report.recoverable = true;
+                report.recommendation =
+                    "the world is as before the run; fix the cause and run the task again".into();
+            }
             return;
         }
         // An effect in doubt is never kept silently: even a failure that
@@ -136,6 +154,28 @@ impl Engine {
                 && !matches!(r.status, LedgerStatus::Failed | LedgerStatus::Compensated)
                 && !ctx.agent.compensations.contains_key(&r.tool)
         });
+        // From here on the run settles: make that durable first, so that a
+        // process that dies mid-settlement is resumed into the settlement,
+        // never back into the forward path.
+        ctx.emitter.emit(
+            EventKind::SettlementStarted,
+            &Correlation {
+                step,
+                ..Correlation::default()
+            },
+            json!({"policy": ctx.agent.on_failure, "irreversible_open": irreversible_open,
+                   "open_records": open.len(), "already_with_a_human": already_human}),
+        );
+        let commit = StepCommit {
+            events: ctx.emitter.drain(),
+            ..StepCommit::default()
+        };
+        if let Err(e) = ctx.store.commit_step(&ctx.run_id, commit).await {
+            let reason = format!("the settlement could not be recorded: {e}");
+            self.hand_off(ctx, calls, report, &ledger, reason, step)
+                .await;
+            return;
+        }
         if ctx.agent.on_failure == FailurePolicy::Handoff || irreversible_open {
             let reason = if irreversible_open {
                 "the run failed after an irreversible effect that cannot be undone; nothing was undone automatically"
