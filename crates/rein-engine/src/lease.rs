@@ -522,6 +522,44 @@ impl Reaper {
         Ok(report)
     }
 
+    /// Reclaims the resources a run's dead processes left behind, expired
+    /// or not: before a resume replays a step or settles a record, nothing
+    /// the crashed process started may still be running. Leases of live
+    /// owners (and the run's own claim) are left alone.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] when the run's leases cannot be listed.
+    pub async fn reap_run(
+        &self,
+        store: &dyn Store,
+        run_id: &rein_core::RunId,
+    ) -> Result<ReapReport, StoreError> {
+        let mut leases: Vec<Lease> = store
+            .leases_of_run(run_id)
+            .await?
+            .into_iter()
+            .filter(|l| l.kind != LeaseKind::Run)
+            .collect();
+        leases.sort_by_key(|lease| lease.kind != LeaseKind::ProcessGroup);
+        let mut report = ReapReport::default();
+        for lease in leases {
+            match self.reclaim(&lease).await {
+                Ok(action) => match store.release_lease(&lease.lease_id).await {
+                    Ok(_) => report.reclaimed.push(Reclaimed { lease, action }),
+                    Err(error) => report.skipped.push(Skipped {
+                        lease,
+                        reason: SkipReason::Failed {
+                            message: format!("reclaimed, but the release failed: {error}"),
+                        },
+                    }),
+                },
+                Err(reason) => report.skipped.push(Skipped { lease, reason }),
+            }
+        }
+        Ok(report)
+    }
+
     async fn reclaim(&self, lease: &Lease) -> Result<Reclamation, SkipReason> {
         let owner = Owner::parse(&lease.owner).ok_or(SkipReason::UnknownOwner)?;
         if !owner.is_local() {

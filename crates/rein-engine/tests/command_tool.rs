@@ -878,3 +878,48 @@ async fn the_reaper_releases_leases_whose_resources_are_already_gone_and_refuses
     assert!(!left.contains(&"stale-pg".to_owned()) && !left.contains(&"gone-path".to_owned()));
     assert!(left.contains(&"foreign".to_owned()) && left.contains(&"odd-path".to_owned()));
 }
+
+/// Before a resume replays or settles anything, the run's leftovers from a
+/// dead process are ended even though their leases have not expired yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reap_run_ends_a_dead_owners_group_before_its_lease_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("rein.db");
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let mut helper = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "crash_helper_holds_a_command_lease",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HELPER_DB_ENV, &db)
+        .env(HELPER_TMP_ENV, &tmp)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let (shell, grandchild) = poll("the helper's pid file", Duration::from_secs(30), || {
+        recorded_pids(&tmp)
+    })
+    .await;
+    let store = SqliteStore::open(&db).unwrap();
+    let run_id = RunId::new(HELPER_RUN).unwrap();
+    let reaper = Reaper::new().with_kill_grace(Duration::from_millis(500));
+    // While the owner lives, nothing is touched.
+    let early = reaper.reap_run(&store, &run_id).await.unwrap();
+    assert!(early.reclaimed.is_empty(), "{early:?}");
+    let helper_pid = i32::try_from(helper.id()).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(helper_pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    helper.wait().unwrap();
+    assert!(running(shell) && running(grandchild));
+    let report = reaper.reap_run(&store, &run_id).await.unwrap();
+    assert_eq!(report.reclaimed.len(), 2, "{report:?}");
+    assert!(!running(shell) && !running(grandchild), "the group is gone");
+    assert_eq!(store.leases_of_run(&run_id).await.unwrap(), Vec::new());
+}

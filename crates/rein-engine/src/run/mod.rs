@@ -436,6 +436,12 @@ impl Engine {
         }
         self.claim(run_id, agent.budget.wall_clock() + CLAIM_MARGIN)
             .await?;
+        // Whatever the crashed process started (a command's process group,
+        // its temp dir) is ended before anything is replayed or settled, so
+        // a forward effect cannot land after its own compensation.
+        let reaped = crate::lease::Reaper::new()
+            .reap_run(self.store.as_ref(), run_id)
+            .await?;
         let checkpoint = self.store.latest_checkpoint(run_id).await?;
         let intents = self.store.intents(run_id).await?;
         let ledger: HashMap<IntentId, LedgerRecord> = self
@@ -613,7 +619,8 @@ impl Engine {
                 step: done_step,
                 ..Correlation::default()
             },
-            json!({"marker": marker, "remaining": budget.remaining(started)}),
+            json!({"marker": marker, "remaining": budget.remaining(started),
+                   "reclaimed_leases": reaped.reclaimed.len(), "leases_left": reaped.skipped.len()}),
         );
         let commit = StepCommit {
             status: Some(StatusChange {
