@@ -496,21 +496,7 @@ impl Reaper {
     pub async fn reap(&self, store: &dyn Store, now_ms: u64) -> Result<ReapReport, StoreError> {
         let mut expired = store.expired_leases(now_ms, self.batch).await?;
         expired.sort_by_key(|lease| lease.kind != LeaseKind::ProcessGroup);
-        let mut report = ReapReport::default();
-        for lease in expired {
-            match self.reclaim(&lease).await {
-                Ok(action) => match store.release_lease(&lease.lease_id).await {
-                    Ok(_) => report.reclaimed.push(Reclaimed { lease, action }),
-                    Err(error) => report.skipped.push(Skipped {
-                        lease,
-                        reason: SkipReason::Failed {
-                            message: format!("reclaimed, but the release failed: {error}"),
-                        },
-                    }),
-                },
-                Err(reason) => report.skipped.push(Skipped { lease, reason }),
-            }
-        }
+        let report = self.reclaim_all(store, expired).await;
         for skipped in &report.skipped {
             tracing::warn!(
                 lease_id = %skipped.lease.lease_id,
@@ -542,6 +528,11 @@ impl Reaper {
             .filter(|l| l.kind != LeaseKind::Run)
             .collect();
         leases.sort_by_key(|lease| lease.kind != LeaseKind::ProcessGroup);
+        Ok(self.reclaim_all(store, leases).await)
+    }
+
+    /// Reclaims each lease and releases the reclaimed ones.
+    async fn reclaim_all(&self, store: &dyn Store, leases: Vec<Lease>) -> ReapReport {
         let mut report = ReapReport::default();
         for lease in leases {
             match self.reclaim(&lease).await {
@@ -557,7 +548,7 @@ impl Reaper {
                 Err(reason) => report.skipped.push(Skipped { lease, reason }),
             }
         }
-        Ok(report)
+        report
     }
 
     async fn reclaim(&self, lease: &Lease) -> Result<Reclamation, SkipReason> {
