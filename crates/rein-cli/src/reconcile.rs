@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use rein_engine::SystemClock;
-use rein_engine::bind::bind_tools;
+use rein_engine::bind::{bind_compensations, bind_tools};
 use rein_engine::config::Loader;
 use rein_engine::reconcile::{ReconcileConfig, ReconcileReport, Reconciler, SweepClasses};
 use rein_engine::run::http_client;
@@ -59,6 +59,7 @@ pub fn run(args: ReconcileArgs) -> Result<ExitCode> {
             Arc::new(SystemClock::new()),
             http_client().context("cannot build the HTTP client")?,
             bind_tools(&registry)?,
+            bind_compensations(&registry)?,
             ReconcileConfig {
                 pending_timeout: args.pending_timeout,
                 idempotent_every: args.idempotent_every,

@@ -517,3 +517,82 @@ async fn a_run_driven_by_a_live_process_cannot_be_resumed() {
     );
     assert_eq!(desk.applied_count(UPDATE_DELIVERY_TIME), 1);
 }
+
+/// A strong compensation that failed because its target was down is
+/// retried by the reconciler, with its key, in reverse order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_retries_a_failed_strong_compensation() {
+    let desk = OrderDesk::start().await.unwrap();
+    for fault in [
+        Fault::Delay(std::time::Duration::ZERO),
+        Fault::Delay(std::time::Duration::ZERO),
+        Fault::status(409),
+    ] {
+        desk.push_fault(UPDATE_DELIVERY_TIME, fault).unwrap();
+    }
+    let mut faults = desk.faults();
+    faults = faults.always(RESTORE_DELIVERY_TIME, Fault::status(503));
+    desk.set_faults(faults).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with_script(dir.path(), COMPENSATION_SCRIPT);
+    // A short run, so the failing compensation gives up quickly.
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replacen("wall_clock = \"30s\"", "wall_clock = \"2s\"", 1),
+    )
+    .unwrap();
+    let db = dir.path().join("rein.db");
+    let env = vec![
+        ("ORDER_DESK_URL", desk.base_url().to_owned()),
+        ("MOCK_MODEL_URL", "http://127.0.0.1:9".to_owned()),
+    ];
+    let run = rein(
+        vec![
+            "run".into(),
+            "--config".into(),
+            config.display().to_string(),
+            "--data".into(),
+            db.display().to_string(),
+            "--agent".into(),
+            "order_desk".into(),
+            "--input".into(),
+            "x".into(),
+            "--json".into(),
+        ],
+        env.clone(),
+    )
+    .await;
+    let doc: Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(doc["report"]["outcome"], "handed_off", "{}", doc["report"]);
+    assert_eq!(desk.applied_count(RESTORE_DELIVERY_TIME), 0);
+    // The target recovers; the reconciler finishes the job.
+    desk.clear_faults();
+    let out = rein(
+        vec![
+            "reconcile".into(),
+            "--once".into(),
+            "--config".into(),
+            config.display().to_string(),
+            "--data".into(),
+            db.display().to_string(),
+            "--json".into(),
+        ],
+        env,
+    )
+    .await;
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let fixed: Vec<&str> = report["fixed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["to"].as_str().unwrap())
+        .collect();
+    assert_eq!(fixed, vec!["compensated", "compensated"], "{report}");
+    let restores: Vec<String> = desk
+        .applied(RESTORE_DELIVERY_TIME)
+        .iter()
+        .map(|e| e.args["order_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(restores, vec!["A-1002", "A-1001"], "reverse order");
+}

@@ -14,6 +14,8 @@
 //!               │                        └──► manual
 //!               ├──────────► failed
 //!               └──────────► manual   (cannot be decided; a human decides)
+//!
+//!   manual ──► compensated   (a later retry of a strong compensation worked)
 //! ```
 
 use std::fmt;
@@ -94,6 +96,7 @@ impl LedgerStatus {
                 (self, to),
                 (Pending, Succeeded | Failed | Manual)
                     | (Succeeded, Compensated | Uncompensatable | Manual)
+                    | (Manual, Compensated)
             );
         if allowed {
             Ok(to)
@@ -162,6 +165,7 @@ mod tests {
 
     #[test]
     fn settled_records_never_move_back() {
+        assert_eq!(Manual.transition(Compensated), Ok(Compensated));
         for from in [Failed, Compensated, Uncompensatable, Manual] {
             for to in [Pending, Succeeded] {
                 assert!(from.transition(to).is_err(), "{from} -> {to}");

@@ -135,6 +135,33 @@ pub fn bind_tools(registry: &Registry) -> Result<BTreeMap<String, ToolBinding>, 
         .collect()
 }
 
+/// Binds the compensation of every tool that has one, by forward tool.
+///
+/// # Errors
+///
+/// [`BindError::Unsupported`] for an adapter this engine cannot call.
+pub fn bind_compensations(
+    registry: &Registry,
+) -> Result<BTreeMap<String, CompensationBinding>, BindError> {
+    let mut out = BTreeMap::new();
+    for spec in registry.tools().values() {
+        let Some(compensation) = &spec.compensation else {
+            continue;
+        };
+        let Some(tool) = registry.tool(&compensation.tool) else {
+            continue;
+        };
+        out.insert(
+            spec.name.clone(),
+            CompensationBinding {
+                spec: compensation.clone(),
+                tool: bind_tool(tool)?,
+            },
+        );
+    }
+    Ok(out)
+}
+
 fn bind_tool(spec: &ToolSpec) -> Result<ToolBinding, BindError> {
     let target = match &spec.adapter {
         AdapterSpec::Http {

@@ -22,7 +22,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::lease::{ReapReport, Reaper};
-use crate::run::ToolBinding;
+use crate::run::{CompensationBinding, ToolBinding};
 use crate::tool_http::HttpToolAdapter;
 
 /// How long a `pending` record may stay pending before the reconciler
@@ -126,17 +126,20 @@ pub struct Reconciler {
     clock: Arc<dyn Clock>,
     http: HttpToolAdapter,
     tools: BTreeMap<String, ToolBinding>,
+    compensations: BTreeMap<String, CompensationBinding>,
     config: ReconcileConfig,
 }
 
 impl Reconciler {
     /// A reconciler over `store` that knows `tools` (every tool of the
-    /// config, by name: their status endpoints decide records in doubt).
+    /// config, by name: their status endpoints decide records in doubt) and
+    /// their `compensations` (a failed strong one is retried).
     pub fn new(
         store: Arc<dyn Store>,
         clock: Arc<dyn Clock>,
         client: reqwest::Client,
         tools: BTreeMap<String, ToolBinding>,
+        compensations: BTreeMap<String, CompensationBinding>,
         config: ReconcileConfig,
     ) -> Self {
         Reconciler {
@@ -144,6 +147,7 @@ impl Reconciler {
             clock,
             http: HttpToolAdapter::new(client),
             tools,
+            compensations,
             config,
         }
     }
@@ -197,19 +201,33 @@ impl Reconciler {
             ) {
                 continue;
             }
-            for record in self.store.ledger(&run.run_id).await? {
-                if record.status != LedgerStatus::Succeeded || !classes.covers(record.class) {
+            let events = self.store.events(&run.run_id, 0).await?;
+            // Newest first: retried compensations keep strict reverse order.
+            let mut records = self.store.ledger(&run.run_id).await?;
+            records.sort_by_key(|r| std::cmp::Reverse(r.seq));
+            for record in records {
+                if !classes.covers(record.class) {
                     continue;
                 }
-                let reason = format!(
-                    "the run ended {outcome} and this effect was never concluded; a human decides"
-                );
-                self.apply(&record, LedgerStatus::Manual, None, reason, &mut report)
-                    .await;
+                match record.status {
+                    LedgerStatus::Succeeded => {
+                        let reason = format!(
+                            "the run ended {outcome} and this effect was never concluded; a human decides"
+                        );
+                        self.apply(&record, LedgerStatus::Manual, None, reason, &mut report)
+                            .await;
+                    }
+                    // 3. A strong compensation that failed (its target was
+                    // down) is safe to repeat: try it again.
+                    LedgerStatus::Manual if failed_strong_compensation(&events, &record) => {
+                        self.retry_compensation(&run, &record, &mut report).await;
+                    }
+                    _ => {}
+                }
             }
         }
 
-        // 3. Leases of crashed processes.
+        // 4. Leases of crashed processes.
         match Reaper::new().reap(self.store.as_ref(), now_ms).await {
             Ok(reaped) => report.leases = Some(reaped),
             Err(e) => tracing::warn!("lease reaping failed: {e}"),
@@ -227,6 +245,68 @@ impl Reconciler {
             l.kind == rein_store::LeaseKind::Run
                 && crate::lease::Owner::parse(&l.owner).is_none_or(|o| o.is_alive())
         })
+    }
+
+    /// Repeats a failed strong compensation once with its original key.
+    async fn retry_compensation(
+        &self,
+        run: &rein_store::RunRecord,
+        record: &LedgerRecord,
+        report: &mut ReconcileReport,
+    ) {
+        let Some(binding) = self.compensations.get(&record.tool) else {
+            return;
+        };
+        let Some(target) = binding.tool.target.http() else {
+            return;
+        };
+        let Ok(args) = binding.spec.arguments(
+            &record.args,
+            record.result.as_ref().unwrap_or(&serde_json::Value::Null),
+        ) else {
+            return;
+        };
+        let Ok(intent) = rein_core::IntentId::new(format!("{}/compensation", record.intent_id))
+        else {
+            return;
+        };
+        let key = rein_core::idempotency::IdempotencyKey::derive(
+            binding.tool.class,
+            &run.tenant,
+            &intent,
+            &binding.tool.name,
+            &args,
+            &binding.tool.normalizer,
+        );
+        let Ok(attempt_id) =
+            rein_core::AttemptId::new(format!("reconcile-{}", unix_ms(self.clock.system_now())))
+        else {
+            return;
+        };
+        let allowance = binding.tool.allowance(Duration::from_secs(30));
+        let attempt = crate::tool_http::Attempt {
+            run_id: &run.run_id,
+            intent_id: &intent,
+            attempt_id: &attempt_id,
+            number: 1,
+            key: key.as_ref(),
+            remaining: allowance,
+            allowance,
+        };
+        match self.http.invoke(target, &args, &attempt).await {
+            Ok(_) => {
+                let reason = format!(
+                    "its strong compensation by {} failed earlier; retried with the same key and it worked",
+                    binding.tool.name
+                );
+                self.apply(record, LedgerStatus::Compensated, None, reason, report)
+                    .await;
+            }
+            Err(e) => {
+                tracing::info!(intent = %record.intent_id, "compensation retry failed: {e}");
+                report.skipped += 1;
+            }
+        }
     }
 
     /// Decides a `pending` record from the tool's own state, or hands it
@@ -361,6 +441,24 @@ impl Reconciler {
             tokio::time::sleep(self.config.idempotent_every).await;
         }
     }
+}
+
+/// Whether the record went `manual` because its strong compensation failed
+/// (not because a human was meant to decide: those events carry no
+/// attempts).
+fn failed_strong_compensation(events: &[Event], record: &LedgerRecord) -> bool {
+    let started_strong = events.iter().any(|e| {
+        e.kind == EventKind::CompensationStarted
+            && e.intent_id.as_ref() == Some(&record.intent_id)
+            && e.data["grade"] == "strong"
+    });
+    let failed = events.iter().any(|e| {
+        e.kind == EventKind::CompensationFinished
+            && e.intent_id.as_ref() == Some(&record.intent_id)
+            && e.data["status"] == "manual"
+            && e.data["attempts"].as_u64().is_some_and(|n| n > 0)
+    });
+    started_strong && failed
 }
 
 fn unix_ms(time: SystemTime) -> u64 {
