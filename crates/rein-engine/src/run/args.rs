@@ -78,9 +78,19 @@ fn salvage(text: &str) -> Option<ParsedArgs> {
             _ => {}
         }
     }
-    // The last member may itself be complete (cut after its value).
+    // The last member may itself be complete (cut right after its value),
+    // but only if that value cannot be the prefix of a longer one: a
+    // closed string, object or array, or a literal. A number at the cut
+    // (`-1` of `-1000`) may have lost digits, so it is dropped.
     let mut candidates: Vec<usize> = cuts;
-    candidates.push(text.len());
+    let tail = text.trim_end();
+    if tail.ends_with(['"', '}', ']'])
+        || tail.ends_with("true")
+        || tail.ends_with("false")
+        || tail.ends_with("null")
+    {
+        candidates.push(text.len());
+    }
     for &cut in candidates.iter().rev() {
         let mut attempt = String::with_capacity(cut + 1);
         attempt.push_str(&text[..cut]);
@@ -126,7 +136,16 @@ mod tests {
         else {
             panic!("expected salvage");
         };
-        assert_eq!(value, json!({"a": {"b": [1, 2]}, "c": 3}));
+        // `3` at the cut may be the start of `30`: dropped.
+        assert_eq!(value, json!({"a": {"b": [1, 2]}}));
+    }
+
+    #[test]
+    fn a_number_at_the_cut_is_dropped_because_it_may_have_lost_digits() {
+        let ParsedArgs::Salvaged { value, .. } = parse_args(r#"{"a": 1, "b": -100"#) else {
+            panic!("expected salvage");
+        };
+        assert_eq!(value, json!({"a": 1}));
     }
 
     #[test]
