@@ -596,3 +596,106 @@ async fn reconcile_retries_a_failed_strong_compensation() {
         .collect();
     assert_eq!(restores, vec!["A-1002", "A-1001"], "reverse order");
 }
+
+/// The reconciler concludes effects nobody concluded: one kept past its
+/// compensation window, and one the tool itself has no trace of.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_flags_effects_past_their_window_or_contradicted_by_the_tool() {
+    let script = std::fs::read_to_string(example_dir().join("demo.script.json")).unwrap();
+    let reconcile = |config: PathBuf, db: PathBuf, desk_url: String| async move {
+        let out = rein(
+            vec![
+                "reconcile".into(),
+                "--once".into(),
+                "--config".into(),
+                config.display().to_string(),
+                "--data".into(),
+                db.display().to_string(),
+                "--json".into(),
+            ],
+            vec![
+                ("ORDER_DESK_URL", desk_url),
+                ("MOCK_MODEL_URL", "http://127.0.0.1:9".into()),
+            ],
+        )
+        .await;
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        report["handed_off"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["tool"].as_str().unwrap().to_owned(),
+                    r["reason"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let run = |config: PathBuf, db: PathBuf, desk_url: String| async move {
+        let out = rein(
+            vec![
+                "run".into(),
+                "--config".into(),
+                config.display().to_string(),
+                "--data".into(),
+                db.display().to_string(),
+                "--agent".into(),
+                "order_desk".into(),
+                "--input".into(),
+                "x".into(),
+                "--json".into(),
+            ],
+            vec![
+                ("ORDER_DESK_URL", desk_url),
+                ("MOCK_MODEL_URL", "http://127.0.0.1:9".into()),
+            ],
+        )
+        .await;
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        doc["report"]["outcome"].as_str().unwrap().to_owned()
+    };
+
+    // Past its window: the demo's partial success keeps the update.
+    let desk = OrderDesk::start_with(
+        rein_testkit::order_desk::OrderDeskConfig::default()
+            .with_faults(rein_testkit::order_desk::Faults::demo()),
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with_script(dir.path(), &script);
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replacen("window = \"24h\"", "window = \"1ms\"", 1),
+    )
+    .unwrap();
+    let db = dir.path().join("rein.db");
+    assert_eq!(
+        run(config.clone(), db.clone(), desk.base_url().to_owned()).await,
+        "partial_success"
+    );
+    let flagged = reconcile(config, db, desk.base_url().to_owned()).await;
+    assert_eq!(flagged.len(), 1, "{flagged:?}");
+    assert_eq!(flagged[0].0, UPDATE_DELIVERY_TIME);
+    assert!(
+        flagged[0].1.contains("past its compensation window"),
+        "{flagged:?}"
+    );
+
+    // Contradicted: the tool's state was lost (a fresh desk answers now).
+    let desk = OrderDesk::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with_script(dir.path(), &script);
+    let db = dir.path().join("rein.db");
+    assert_eq!(
+        run(config.clone(), db.clone(), desk.base_url().to_owned()).await,
+        "succeeded"
+    );
+    let amnesiac = OrderDesk::start().await.unwrap();
+    let flagged = reconcile(config, db, amnesiac.base_url().to_owned()).await;
+    assert_eq!(flagged.len(), 1, "{flagged:?}");
+    assert_eq!(flagged[0].0, UPDATE_DELIVERY_TIME);
+    assert!(flagged[0].1.contains("no trace of its key"), "{flagged:?}");
+}

@@ -158,6 +158,8 @@ impl Reconciler {
     ///
     /// [`StoreError`] when the ledger cannot be read; a record whose mark
     /// fails is counted as skipped and retried next sweep.
+    // The contradiction check awaits a lookup, which a match guard cannot.
+    #[allow(clippy::collapsible_match)]
     pub async fn sweep(&self, classes: SweepClasses) -> Result<ReconcileReport, StoreError> {
         let mut report = ReconcileReport::default();
         let now_ms = unix_ms(self.clock.system_now());
@@ -189,18 +191,12 @@ impl Reconciler {
             self.resolve_pending(&record, &mut report).await;
         }
 
-        // 2. Succeeded effects of runs that ended without success and were
-        // never concluded (no compensation, no decision).
+        // 2. Effects of finished runs: never concluded, past their window,
+        // or contradicted by the tool itself; and compensations to retry.
         for run in self.store.list_runs(self.config.batch).await? {
             let RunStatus::Finished(outcome) = run.status else {
                 continue;
             };
-            if !matches!(
-                outcome,
-                Outcome::Failed | Outcome::Cancelled | Outcome::HandedOff
-            ) {
-                continue;
-            }
             let events = self.store.events(&run.run_id, 0).await?;
             // Newest first: retried compensations keep strict reverse order.
             let mut records = self.store.ledger(&run.run_id).await?;
@@ -210,12 +206,33 @@ impl Reconciler {
                     continue;
                 }
                 match record.status {
-                    LedgerStatus::Succeeded => {
+                    LedgerStatus::Succeeded
+                        if matches!(
+                            outcome,
+                            Outcome::Failed | Outcome::Cancelled | Outcome::HandedOff
+                        ) =>
+                    {
                         let reason = format!(
                             "the run ended {outcome} and this effect was never concluded; a human decides"
                         );
                         self.apply(&record, LedgerStatus::Manual, None, reason, &mut report)
                             .await;
+                    }
+                    LedgerStatus::Succeeded
+                        if outcome != Outcome::Succeeded && self.past_window(&record, now_ms) =>
+                    {
+                        let reason = format!(
+                            "kept by a run that ended {outcome}, and now past its compensation window: it can no longer be undone automatically"
+                        );
+                        self.apply(&record, LedgerStatus::Manual, None, reason, &mut report)
+                            .await;
+                    }
+                    LedgerStatus::Succeeded => {
+                        if self.contradicted(&record).await {
+                            let reason = "the ledger says it took effect, but the tool has no trace of its key".to_owned();
+                            self.apply(&record, LedgerStatus::Manual, None, reason, &mut report)
+                                .await;
+                        }
                     }
                     // 3. A strong compensation that failed (its target was
                     // down) is safe to repeat: try it again.
@@ -245,6 +262,36 @@ impl Reconciler {
             l.kind == rein_store::LeaseKind::Run
                 && crate::lease::Owner::parse(&l.owner).is_none_or(|o| o.is_alive())
         })
+    }
+
+    /// Whether a record's compensation window has passed.
+    fn past_window(&self, record: &LedgerRecord, now_ms: u64) -> bool {
+        self.compensations
+            .get(&record.tool)
+            .and_then(|b| b.spec.window)
+            .is_some_and(|window| {
+                let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+                now_ms > record.created_at_ms.saturating_add(window_ms)
+            })
+    }
+
+    /// Whether the tool's own state contradicts a `succeeded` record: its
+    /// status endpoint has no trace of the record's key. A lookup that
+    /// fails says nothing.
+    async fn contradicted(&self, record: &LedgerRecord) -> bool {
+        let (Some(tool), Some(key)) = (self.tools.get(&record.tool), &record.idempotency_key)
+        else {
+            return false;
+        };
+        let Some(target) = tool.target.http().filter(|t| t.status_url.is_some()) else {
+            return false;
+        };
+        matches!(
+            self.http
+                .lookup(target, key, tool.allowance(Duration::from_secs(30)))
+                .await,
+            Ok(None)
+        )
     }
 
     /// Repeats a failed strong compensation once with its original key.
