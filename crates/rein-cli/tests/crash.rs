@@ -699,3 +699,88 @@ async fn reconcile_flags_effects_past_their_window_or_contradicted_by_the_tool()
     assert_eq!(flagged[0].0, UPDATE_DELIVERY_TIME);
     assert!(flagged[0].1.contains("no trace of its key"), "{flagged:?}");
 }
+
+/// A finished run whose report says it is recoverable can be resumed: a
+/// run that ran out of steps before it could notify the buyer continues
+/// once its budget is raised, without repeating what it did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recoverable_finished_run_resumes_without_repeating_its_effects() {
+    let desk = OrderDesk::start_with(
+        rein_testkit::order_desk::OrderDeskConfig::default()
+            .with_faults(rein_testkit::order_desk::Faults::demo()),
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"{"turns": [
+      {"tool_calls": [{"name": "get_order", "arguments": {"order_id": "A-1001"}}]},
+      {"tool_calls": [{"name": "update_delivery_time", "arguments": {"order_id": "A-1001", "delivery_date": "2026-01-08T14:00:00Z"}}]},
+      {"tool_calls": [{"name": "send_email", "arguments": {"to": "buyer-a1001@example.com", "subject": "New date", "body": "8 January"}}]},
+      {"tool_calls": [{"name": "send_email", "arguments": {"to": "buyer-a1001@example.com", "subject": "New date", "body": "8 January"}}]},
+      {"text": "Updated and notified."}
+    ]}"#;
+    let config = config_with_script(dir.path(), script);
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replacen("max_steps = 10", "max_steps = 3", 1)).unwrap();
+    let db = dir.path().join("rein.db");
+    let env = vec![
+        ("ORDER_DESK_URL", desk.base_url().to_owned()),
+        ("MOCK_MODEL_URL", "http://127.0.0.1:9".to_owned()),
+    ];
+    let first = rein(
+        vec![
+            "run".into(),
+            "--config".into(),
+            config.display().to_string(),
+            "--data".into(),
+            db.display().to_string(),
+            "--agent".into(),
+            "order_desk".into(),
+            "--input".into(),
+            "x".into(),
+            "--run-id".into(),
+            "r1".into(),
+            "--json".into(),
+        ],
+        env.clone(),
+    )
+    .await;
+    let doc: Value = serde_json::from_slice(&first.stdout).unwrap();
+    assert_eq!(
+        doc["report"]["outcome"], "budget_exhausted",
+        "{}",
+        doc["report"]
+    );
+    assert_eq!(doc["report"]["recoverable"], true);
+    assert_eq!(desk.applied_count(SEND_EMAIL), 0);
+
+    // The operator raises the step budget and resumes the same run.
+    std::fs::write(&config, text).unwrap();
+    let resumed = rein(
+        vec![
+            "resume".into(),
+            "r1".into(),
+            "--config".into(),
+            config.display().to_string(),
+            "--data".into(),
+            db.display().to_string(),
+            "--json".into(),
+        ],
+        env,
+    )
+    .await;
+    let doc: Value = serde_json::from_slice(&resumed.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&resumed.stderr)));
+    assert_eq!(doc["report"]["outcome"], "succeeded", "{}", doc["report"]);
+    assert_eq!(doc["report"]["resume"]["continued_from_step"], 3);
+    assert_eq!(
+        doc["report"]["steps"], 5,
+        "the 3 earlier steps count: budgets are not reset"
+    );
+    assert_eq!(
+        desk.applied_count(UPDATE_DELIVERY_TIME),
+        1,
+        "the update was not repeated"
+    );
+    assert_eq!(desk.applied_count(SEND_EMAIL), 1);
+}

@@ -45,6 +45,10 @@ pub struct StepCommit {
     pub events: Vec<Event>,
     /// A run status change.
     pub status: Option<StatusChange>,
+    /// Reopen a finished run whose report says it is recoverable, so that
+    /// it can be resumed: the one exception to "an outcome is final",
+    /// applied before `status`. Refused for any other run.
+    pub reopen: bool,
 }
 
 impl StepCommit {
@@ -56,6 +60,7 @@ impl StepCommit {
             && self.checkpoint.is_none()
             && self.events.is_empty()
             && self.status.is_none()
+            && !self.reopen
     }
 }
 

@@ -43,6 +43,7 @@ const BASE_MS: u64 = 4_000_000_000_000;
 pub async fn run_all(store: &dyn Store) {
     run_lifecycle(store).await;
     finished_run_status_is_final(store).await;
+    only_a_recoverable_finished_run_reopens(store).await;
     list_runs_newest_first(store).await;
     event_seqs_are_gap_free_across_batches(store).await;
     events_after_seq_filters(store).await;
@@ -275,6 +276,57 @@ pub async fn run_lifecycle(store: &dyn Store) {
     );
     assert_eq!(read.created_at_ms, new.created_at_ms);
     assert_eq!(read.updated_at_ms, BASE_MS + 9);
+}
+
+/// `reopen` turns a finished run whose report says recoverable back into a
+/// running one, and refuses every other run.
+pub async fn only_a_recoverable_finished_run_reopens(store: &dyn Store) {
+    let reopen = StepCommit {
+        reopen: true,
+        ..StepCommit::default()
+    };
+    // Running: nothing to reopen.
+    let running = created(store, "reopen-running").await;
+    assert!(store.commit_step(&running, reopen.clone()).await.is_err());
+    // Finished and recoverable: reopened, report cleared.
+    let recoverable = created(store, "reopen-ok").await;
+    let mut partial = report(Outcome::PartialSuccess);
+    partial.recoverable = true;
+    store
+        .set_run_status(
+            &recoverable,
+            RunStatus::Finished(Outcome::PartialSuccess),
+            Some(partial),
+            BASE_MS + 1,
+        )
+        .await
+        .unwrap();
+    store
+        .commit_step(&recoverable, reopen.clone())
+        .await
+        .unwrap();
+    let read = store.get_run(&recoverable).await.unwrap().unwrap();
+    assert_eq!(read.status, RunStatus::Running);
+    assert_eq!(read.report, None);
+    // Finished and not recoverable: the outcome stays final.
+    let final_run = created(store, "reopen-final").await;
+    let mut failed = report(Outcome::Failed);
+    failed.recoverable = false;
+    store
+        .set_run_status(
+            &final_run,
+            RunStatus::Finished(Outcome::Failed),
+            Some(failed),
+            BASE_MS + 1,
+        )
+        .await
+        .unwrap();
+    match store.commit_step(&final_run, reopen).await {
+        Err(StoreError::FinishedRun { .. }) => {}
+        other => panic!("an unrecoverable run must not reopen, found {other:?}"),
+    }
+    let read = store.get_run(&final_run).await.unwrap().unwrap();
+    assert_eq!(read.status, RunStatus::Finished(Outcome::Failed));
 }
 
 /// Outcomes are final: any status change of a finished run is refused.
@@ -776,6 +828,7 @@ pub async fn step_commit_is_atomic(store: &dyn Store) {
                     report: None,
                     at_ms: BASE_MS + 4,
                 }),
+                reopen: false,
             },
         )
         .await
@@ -825,6 +878,7 @@ pub async fn step_commit_is_atomic(store: &dyn Store) {
                     report: Some(report(Outcome::Failed)),
                     at_ms: BASE_MS + 6,
                 }),
+                reopen: false,
             },
         )
         .await;

@@ -416,11 +416,15 @@ impl Engine {
                 reason: "no such run".into(),
             });
         };
-        if record.status.is_finished() {
+        // A finished run continues only when its report says a retry can
+        // run without repeating side effects (partial success after a
+        // rate limit, a budget raised since): its outcome is reopened.
+        let reopen = record.status.is_finished();
+        if reopen && !record.report.as_ref().is_some_and(|r| r.recoverable) {
             return Err(EngineError::NotResumable {
                 run_id: run_id.clone(),
                 reason: format!(
-                    "it already ended {}; a finished run's outcome is final",
+                    "it ended {} and is not recoverable; its outcome is final",
                     record.status.as_str()
                 ),
             });
@@ -623,6 +627,7 @@ impl Engine {
                    "reclaimed_leases": reaped.reclaimed.len(), "leases_left": reaped.skipped.len()}),
         );
         let commit = StepCommit {
+            reopen,
             status: Some(StatusChange {
                 status: RunStatus::Running,
                 report: None,

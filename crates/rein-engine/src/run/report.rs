@@ -73,6 +73,17 @@ pub fn build(
             {
                 return None;
             }
+            // An action that certainly did not happen and was later done
+            // (the same tool with the same arguments succeeded) completed.
+            if failure.effect() == Effect::NotApplied
+                && calls[i + 1..].iter().any(|later| {
+                    later.planned.tool == call.planned.tool
+                        && later.planned.args == call.planned.args
+                        && later.outcome.is_ok()
+                })
+            {
+                return None;
+            }
             // A call the model proposed wrongly and rein refused before any
             // attempt is a clarification, not a planned action that failed.
             if call.attempts == 0 && failure.category() == Category::InvalidArguments {

@@ -248,7 +248,11 @@ pub fn commit_step(
     run_id: &RunId,
     commit: StepCommit,
 ) -> Result<Committed, StoreError> {
-    let status = run_status(conn, run_id)?;
+    let mut status = run_status(conn, run_id)?;
+    if commit.reopen {
+        reopen(conn, run_id, status)?;
+        status = RunStatus::Running;
+    }
     let mut committed = Committed::default();
     for (step, intent) in &commit.intents {
         save_intent(conn, run_id, *step, intent)?;
@@ -449,6 +453,43 @@ fn append_events(
             .sql()?;
     }
     Ok(events)
+}
+
+/// Reopens a finished, recoverable run (see [`StepCommit::reopen`]).
+fn reopen(conn: &Connection, run_id: &RunId, current: RunStatus) -> Result<(), StoreError> {
+    let Some(outcome) = current.outcome() else {
+        return Err(StoreError::Invalid {
+            what: "reopen",
+            expected: "a finished run".to_owned(),
+            found: current.as_str().to_owned(),
+        });
+    };
+    let report: Option<String> = conn
+        .prepare_cached("SELECT report FROM runs WHERE run_id = ?1")
+        .sql()?
+        .query_row(params![run_id.as_str()], |row| row.get(0))
+        .sql()?;
+    let recoverable = report
+        .as_deref()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
+        .and_then(|report| {
+            report
+                .get("recoverable")
+                .and_then(serde_json::Value::as_bool)
+        })
+        .unwrap_or(false);
+    if !recoverable {
+        return Err(StoreError::FinishedRun {
+            run_id: run_id.to_string(),
+            outcome,
+            requested: RunStatus::Running,
+        });
+    }
+    conn.prepare_cached("UPDATE runs SET status = 'running', report = NULL WHERE run_id = ?1")
+        .sql()?
+        .execute(params![run_id.as_str()])
+        .sql()?;
+    Ok(())
 }
 
 fn set_status(
