@@ -120,7 +120,6 @@ use rein_core::registry::AdapterSpec;
 pub use rein_core::registry::DEFAULT_MAX_OUTPUT_BYTES;
 use rein_core::{Category, Effect, Failure};
 use rein_store::{Lease, LeaseKind, Store, StoreError};
-use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
@@ -131,7 +130,7 @@ use crate::lease::{
     GroupEnd, KILL_WAIT_BOUND, LEASE_ID_ENV, Owner, TEMP_DIR_PREFIX, kill_group_now,
     terminate_group,
 };
-use crate::tool_http::{Attempt, ToolOutput};
+use crate::tool_http::{Attempt, ErrorBody, ToolOutput};
 
 /// The run id.
 pub const RUN_ID_ENV: &str = "REIN_RUN_ID";
@@ -284,28 +283,6 @@ impl std::fmt::Debug for CommandToolAdapter {
             .field("lease_margin", &self.lease_margin)
             .finish_non_exhaustive()
     }
-}
-
-/// The structured error a program may print on stdout.
-///
-/// NOTE: the same shape as the HTTP adapter's error body
-/// (`tool_http::ErrorBody`); the two must change together.
-#[derive(Debug, Deserialize)]
-struct ErrorBody {
-    error: ToolError,
-}
-
-#[derive(Debug, Deserialize)]
-struct ToolError {
-    category: Category,
-    #[serde(default)]
-    retryable: Option<bool>,
-    #[serde(default)]
-    retry_after_ms: Option<u64>,
-    #[serde(default)]
-    effect: Option<Effect>,
-    #[serde(default)]
-    message: Option<String>,
 }
 
 /// How the wait for the program ended.

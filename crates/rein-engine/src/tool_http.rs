@@ -94,23 +94,26 @@ pub struct ToolOutput {
     pub replayed: bool,
 }
 
-/// The structured error body a tool may send.
+/// The structured error body a tool may send, over HTTP or on a command's
+/// stdout: `{"error": {"category", "retryable", "retry_after_ms", "effect",
+/// "message"}}`.
 #[derive(Debug, Deserialize)]
-struct ErrorBody {
-    error: ToolError,
+pub(crate) struct ErrorBody {
+    pub(crate) error: ToolError,
 }
 
+/// The fields of [`ErrorBody`]; all but `category` optional.
 #[derive(Debug, Deserialize)]
-struct ToolError {
-    category: Category,
+pub(crate) struct ToolError {
+    pub(crate) category: Category,
     #[serde(default)]
-    retryable: Option<bool>,
+    pub(crate) retryable: Option<bool>,
     #[serde(default)]
-    retry_after_ms: Option<u64>,
+    pub(crate) retry_after_ms: Option<u64>,
     #[serde(default)]
-    effect: Option<Effect>,
+    pub(crate) effect: Option<Effect>,
     #[serde(default)]
-    message: Option<String>,
+    pub(crate) message: Option<String>,
 }
 
 /// Calls tools over HTTP with one shared client.
