@@ -455,25 +455,14 @@ impl Engine {
                 deciding = deciding.with_effect(Effect::NotApplied);
             };
             match decision {
-                RetryDecision::Retry {
-                    delay,
-                    next_attempt,
-                    reason,
-                    from_server,
-                    backoff_ceiling,
-                    clamped,
-                } => {
-                    ctx.emitter.emit(
-                        EventKind::RetryScheduled,
-                        c,
-                        json!({
-                            "tool": tool.name, "next_attempt": next_attempt, "reason": reason,
-                            "delay_ms": millis(delay), "from_server": from_server,
-                            "backoff_ceiling_ms": millis(backoff_ceiling), "clamped": clamped,
-                            "remaining_ms": millis(deadline.remaining(self.clock.now())),
-                            "same_key": key.is_some(),
-                        }),
+                RetryDecision::Retry { delay, .. } => {
+                    let mut data = retry_scheduled(
+                        ("tool", &tool.name),
+                        &decision,
+                        deadline.remaining(self.clock.now()),
                     );
+                    data["same_key"] = json!(key.is_some());
+                    ctx.emitter.emit(EventKind::RetryScheduled, c, data);
                     tokio::time::sleep(delay).await;
                     // The breaker stays the outermost gate: an arm that opened
                     // while this call waited (another call's failures) stops
@@ -580,6 +569,32 @@ impl Engine {
             );
         }
     }
+}
+
+/// The rationale of a `retry_scheduled` event, for a tool or a provider
+/// (`target` is the field name and the target's name).
+pub(super) fn retry_scheduled(
+    target: (&str, &str),
+    decision: &RetryDecision,
+    remaining: Duration,
+) -> Value {
+    let RetryDecision::Retry {
+        delay,
+        next_attempt,
+        reason,
+        from_server,
+        backoff_ceiling,
+        clamped,
+    } = decision
+    else {
+        return json!({ target.0: target.1 });
+    };
+    json!({
+        target.0: target.1, "next_attempt": next_attempt, "reason": reason,
+        "delay_ms": millis(*delay), "from_server": from_server,
+        "backoff_ceiling_ms": millis(*backoff_ceiling), "clamped": clamped,
+        "remaining_ms": millis(remaining),
+    })
 }
 
 /// Whole milliseconds of `d`.

@@ -1245,22 +1245,17 @@ impl Engine {
                 latency: agent.model_latency,
                 now,
             };
-            match self.decide(&provider_target(&provider), &agent.retry, &input) {
-                RetryDecision::Retry {
-                    delay,
-                    next_attempt,
-                    reason,
-                    from_server,
-                    backoff_ceiling,
-                    clamped,
-                } => {
+            let decision = self.decide(&provider_target(&provider), &agent.retry, &input);
+            match decision {
+                RetryDecision::Retry { delay, .. } => {
                     ctx.emitter.emit(
                         EventKind::RetryScheduled,
                         &c,
-                        json!({"provider": provider, "next_attempt": next_attempt, "reason": reason,
-                               "delay_ms": millis(delay), "from_server": from_server,
-                               "backoff_ceiling_ms": millis(backoff_ceiling), "clamped": clamped,
-                               "remaining_ms": millis(deadline.remaining(now))}),
+                        guarded::retry_scheduled(
+                            ("provider", &provider),
+                            &decision,
+                            deadline.remaining(now),
+                        ),
                     );
                     tokio::time::sleep(delay).await;
                 }
