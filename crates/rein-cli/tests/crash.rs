@@ -184,6 +184,51 @@ async fn run_case(case: &Case) -> Observed {
             "resumed intent {intent} was not planned before the crash"
         );
     }
+    // What the resumed process did in the interrupted step, it did under
+    // the intent ids planned before the crash (read from its own events,
+    // not from the marker).
+    let resumed_at = events
+        .iter()
+        .position(|e| e["kind"] == "run_resumed")
+        .expect("the resume is recorded");
+    let interrupted = doc["report"]["resume"]["continued_from_step"]
+        .as_u64()
+        .unwrap()
+        + 1;
+    let planned_before: Vec<&Value> = events[..resumed_at]
+        .iter()
+        .filter(|e| e["kind"] == "plan_created" && e["step"] == interrupted)
+        .flat_map(|e| {
+            e["data"]["intents"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| &i["intent_id"])
+        })
+        .collect();
+    let mut replayed = 0;
+    for e in &events[resumed_at..] {
+        if e["step"] == interrupted
+            && matches!(
+                e["kind"].as_str(),
+                Some("tool_call_started" | "tool_call_finished")
+            )
+        {
+            replayed += 1;
+            assert!(
+                planned_before.contains(&&e["intent_id"]),
+                "{}:{} replayed under a new intent id: {e}",
+                case.point,
+                case.n
+            );
+        }
+    }
+    if matches!(
+        case.point,
+        "before_pending" | "after_pending" | "after_call"
+    ) {
+        assert!(replayed > 0, "{}:{} replayed nothing", case.point, case.n);
+    }
     if outcome == "handed_off" {
         // The package a human needs is retrievable by run id.
         let shown = rein(
