@@ -38,7 +38,8 @@ pub enum EventKind {
     /// A proposed call was refused before reaching the tool (unknown tool,
     /// invalid arguments, disabled tool); the model got a clarification.
     CallRejected,
-    /// An attempt of a tool call began.
+    /// An attempt of a tool call began (after any wait for a concurrency
+    /// slot of its resource group: `queue_wait_ms`).
     ToolCallStarted,
     /// An attempt of a tool call ended.
     ToolCallFinished,
@@ -46,6 +47,10 @@ pub enum EventKind {
     RetryScheduled,
     /// A retry was not made, and why.
     RetryAbandoned,
+    /// An attempt waited for a concurrency slot of its tool's resource
+    /// group until the call's deadline and was not made; it failed as a
+    /// `timeout` that did not apply.
+    ConcurrencyWaitExpired,
     /// A maybe-applied write was looked up by its idempotency key.
     IdempotencyLookup,
     /// A side effect was declared or its record changed status.
@@ -93,6 +98,7 @@ impl EventKind {
             EventKind::ToolCallFinished => "tool_call_finished",
             EventKind::RetryScheduled => "retry_scheduled",
             EventKind::RetryAbandoned => "retry_abandoned",
+            EventKind::ConcurrencyWaitExpired => "concurrency_wait_expired",
             EventKind::IdempotencyLookup => "idempotency_lookup",
             EventKind::LedgerRecorded => "ledger_recorded",
             EventKind::BreakerStateChanged => "breaker_state_changed",

@@ -123,6 +123,7 @@ fn agent(desk: &OrderDesk, script: &str) -> AgentBinding {
         on_failure: rein_core::FailurePolicy::default(),
         compensation_reserve: rein_core::Ratio::new("r", 0.2).unwrap(),
         compensations: Default::default(),
+        group_limits: Default::default(),
     }
 }
 

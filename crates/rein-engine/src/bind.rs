@@ -2,6 +2,7 @@
 //! provider, its model's price, and the model-facing tool definitions.
 
 use std::collections::BTreeMap;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -97,6 +98,14 @@ pub fn bind_agent(
             },
         );
     }
+    let group_limits = group_limits(
+        registry,
+        registry.agent_tools(agent).chain(
+            compensations
+                .values()
+                .filter_map(|c| registry.tool(&c.tool.name)),
+        ),
+    );
     let model_latency = LatencyProfile::new(
         DEFAULT_MODEL_LATENCY_P50,
         DEFAULT_MODEL_LATENCY_P50 * 4,
@@ -119,7 +128,21 @@ pub fn bind_agent(
         on_failure: agent.on_failure,
         compensation_reserve: agent.compensation_reserve,
         compensations,
+        group_limits,
     })
+}
+
+/// The concurrency ceilings of the resource groups of `tools`, by group.
+fn group_limits<'a>(
+    registry: &Registry,
+    tools: impl Iterator<Item = &'a ToolSpec>,
+) -> BTreeMap<String, NonZeroU32> {
+    tools
+        .filter_map(|spec| {
+            let group = registry.resource_group(&spec.resource_group)?;
+            Some((group.name.clone(), group.max_concurrency?))
+        })
+        .collect()
 }
 
 /// Binds every tool of the registry (the reconciler asks any of them).

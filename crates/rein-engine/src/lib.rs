@@ -17,6 +17,8 @@ pub mod provider;
 #[cfg(unix)]
 pub mod reconcile;
 pub mod run;
+#[cfg(feature = "sabotage")]
+pub mod sabotage;
 #[cfg(unix)]
 pub mod tool_command;
 pub mod tool_http;

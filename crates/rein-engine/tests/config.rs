@@ -135,6 +135,20 @@ fn example_schemas_compile_and_validate_arguments() {
 }
 
 #[test]
+fn bound_agent_carries_the_concurrency_ceilings_of_its_tools_groups() {
+    let registry = load(&example()).unwrap_or_else(|e| panic!("{e}"));
+    let client = reqwest::Client::new();
+    let agent = rein_engine::bind::bind_agent(&registry, "order_desk", &client, &demo_env)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let limits: Vec<(&str, u32)> = agent
+        .group_limits
+        .iter()
+        .map(|(g, n)| (g.as_str(), n.get()))
+        .collect();
+    assert_eq!(limits, vec![("order_api", 8)]);
+}
+
+#[test]
 fn unset_env_variable_is_reported_once_with_file_and_field() {
     let only_desk = |name: &str| (name == "ORDER_DESK_URL").then(|| "http://h:1".to_owned());
     let errors = Loader::with_env(only_desk).load(&example()).unwrap_err();

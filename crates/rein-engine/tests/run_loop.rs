@@ -112,6 +112,7 @@ fn agent(desk: &OrderDesk, provider: Arc<dyn ModelProvider>, status_url: bool) -
         )]
         .into_iter()
         .collect(),
+        group_limits: BTreeMap::new(),
     }
 }
 
@@ -1288,5 +1289,165 @@ async fn a_command_tool_runs_in_the_loop_with_its_ledger_record_and_lease() {
     assert!(
         h.store.leases_of_run(&out.run_id).await.unwrap().is_empty(),
         "the lease was released"
+    );
+}
+
+/// Runs `agent` while sampling, every millisecond, how many `tool` requests
+/// the desk is handling at once (arrived, not yet answered); returns the
+/// run and the highest count seen.
+async fn run_measuring_peak(h: &Harness, agent: &AgentBinding, tool: &str) -> (RunOutput, usize) {
+    let in_flight = || {
+        h.desk
+            .requests()
+            .iter()
+            .filter(|r| r.tool == tool && r.status.is_none())
+            .count()
+    };
+    let run = run(h, agent);
+    tokio::pin!(run);
+    let mut peak = 0;
+    loop {
+        tokio::select! {
+            out = &mut run => return (out, peak.max(in_flight())),
+            () = tokio::time::sleep(ms(1)) => peak = peak.max(in_flight()),
+        }
+    }
+}
+
+/// A turn of four concurrent `get_order` calls, each held 200 ms by the desk.
+fn four_slow_reads() -> (Faults, Value) {
+    let faults = Faults::none().always(GET_ORDER, Fault::Delay(ms(200)));
+    let calls = ["A-1001", "A-1002", "A-1003", "A-1001"]
+        .iter()
+        .enumerate()
+        .map(|(i, order)| json!({"id": format!("c{i}"), "name": GET_ORDER, "arguments": {"order_id": order}}))
+        .collect();
+    (faults, json!([turn(Value::Array(calls)), answer("looked")]))
+}
+
+fn queue_waits(events: &[(EventKind, Value)]) -> Vec<u64> {
+    events
+        .iter()
+        .filter(|(k, _)| *k == EventKind::ToolCallStarted)
+        .map(|(_, d)| d["queue_wait_ms"].as_u64().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn resource_group_ceiling_bounds_concurrent_attempts_and_the_run_still_succeeds() {
+    let (faults, turns) = four_slow_reads();
+    let h = harness(faults).await;
+    let mut a = agent(&h.desk, script(turns), true);
+    a.group_limits
+        .insert("order_api".into(), std::num::NonZeroU32::new(2).unwrap());
+    let (out, peak) = run_measuring_peak(&h, &a, GET_ORDER).await;
+
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+    assert_eq!(out.report.completed.len(), 4);
+    assert_eq!(h.desk.request_count(GET_ORDER), 4, "no attempt was lost");
+    assert_eq!(
+        peak, 2,
+        "at most the ceiling in flight, and the ceiling used"
+    );
+    // Two went at once; the other two queued for a slot, and said so.
+    let mut waits = queue_waits(&kinds(&h, &out).await);
+    waits.sort_unstable();
+    assert_eq!(waits.len(), 4);
+    assert_eq!(&waits[..2], &[0, 0], "{waits:?}");
+    assert!(waits[2] >= 150 && waits[3] >= 150, "{waits:?}");
+}
+
+#[tokio::test]
+async fn without_a_ceiling_every_call_of_a_turn_goes_at_once() {
+    let (faults, turns) = four_slow_reads();
+    let h = harness(faults).await;
+    let a = agent(&h.desk, script(turns), true);
+    assert!(a.group_limits.is_empty());
+    let (out, peak) = run_measuring_peak(&h, &a, GET_ORDER).await;
+
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+    assert_eq!(peak, 4);
+    let events = kinds(&h, &out).await;
+    assert_eq!(queue_waits(&events), vec![0, 0, 0, 0]);
+    assert!(
+        !events
+            .iter()
+            .any(|(k, _)| *k == EventKind::ConcurrencyWaitExpired)
+    );
+}
+
+#[tokio::test]
+async fn a_ceiling_is_shared_across_runs_and_a_slot_not_free_before_the_deadline_fails_the_attempt()
+{
+    // The first `get_order` holds the group's only slot for 1.5 s. Breakers
+    // open on the first failure: a call that never reached the tool must
+    // not count as one.
+    let mut breakers = rein_core::breaker::BreakersConfig::default();
+    breakers.tool.consecutive_failures = Some(1);
+    breakers.resource_group.consecutive_failures = Some(1);
+    let h = harness_with_breakers(
+        Faults::none().then(GET_ORDER, Fault::Delay(ms(1_500))),
+        breakers,
+    )
+    .await;
+    let one = std::num::NonZeroU32::MIN;
+    let read = || call(GET_ORDER, json!({"order_id": "A-1001"}));
+    let mut slow = agent(&h.desk, script(json!([read(), answer("read")])), true);
+    slow.group_limits.insert("order_api".into(), one);
+    slow.tools.get_mut(GET_ORDER).unwrap().latency =
+        LatencyProfile::new(ms(10), ms(500), ms(1_000), 100).unwrap();
+    // Another run of the same engine, with a one-second wall clock.
+    let mut hurried = agent(&h.desk, script(json!([read(), answer("read")])), true);
+    hurried.group_limits.insert("order_api".into(), one);
+    hurried.budget = BudgetLimits::new(Duration::from_secs(1)).unwrap();
+
+    let second = async {
+        while h.desk.request_count(GET_ORDER) == 0 {
+            tokio::time::sleep(ms(1)).await;
+        }
+        run(&h, &hurried).await
+    };
+    let (first, second) = tokio::join!(run(&h, &slow), second);
+
+    assert_eq!(
+        first.report.outcome,
+        Outcome::Succeeded,
+        "{:#?}",
+        first.report
+    );
+    assert_eq!(
+        h.desk.request_count(GET_ORDER),
+        1,
+        "the second run's call never reached the desk"
+    );
+    let events = kinds(&h, &second).await;
+    assert!(!events.iter().any(|(k, _)| *k == EventKind::ToolCallStarted));
+    let expired = events
+        .iter()
+        .find(|(k, _)| *k == EventKind::ConcurrencyWaitExpired)
+        .expect("the wait is recorded");
+    assert_eq!(expired.1["resource_group"], "order_api");
+    assert_eq!(expired.1["max_concurrency"], 1);
+    assert!(
+        expired.1["queue_wait_ms"].as_u64().unwrap() >= 500,
+        "{expired:?}"
+    );
+    // A structured, not-applied timeout that went through the retry
+    // decision (and was not retried: the deadline had come).
+    let finished = events
+        .iter()
+        .find(|(k, _)| *k == EventKind::RetryAbandoned)
+        .expect("the retry decision saw the failure");
+    assert_eq!(finished.1["category"], "timeout");
+    assert_eq!(finished.1["reason"]["kind"], "deadline_too_close");
+    let failed = &second.report.incomplete[0];
+    assert_eq!(failed.tool, GET_ORDER);
+    assert_eq!(failed.category, Category::Timeout);
+    assert_ne!(second.report.outcome, Outcome::Succeeded);
+    assert!(
+        !events
+            .iter()
+            .any(|(k, _)| *k == EventKind::BreakerStateChanged),
+        "the target's health was not charged for rein's own queue"
     );
 }

@@ -164,7 +164,7 @@ impl ModelProvider for ScriptedProvider {
 
     async fn complete(
         &self,
-        _request: &ModelRequest,
+        request: &ModelRequest,
         _allowance: Duration,
     ) -> Result<ModelResponse, Failure> {
         let Some((index, turn)) = self.next_turn() else {
@@ -196,11 +196,25 @@ impl ModelProvider for ScriptedProvider {
         } else {
             FinishReason::ToolCalls
         });
+        let mut usage = turn.usage;
+        // Like a real model, a scripted one stops at the output ceiling: the
+        // answer is cut (no complete tool call survives) and says so.
+        if let Some(max) = request.max_tokens
+            && usage.output > max
+        {
+            usage.output = max;
+            return Ok(ModelResponse {
+                text: turn.text,
+                tool_calls: Vec::new(),
+                finish: FinishReason::Length,
+                usage,
+            });
+        }
         Ok(ModelResponse {
             text: turn.text,
             tool_calls,
             finish,
-            usage: turn.usage,
+            usage,
         })
     }
 }

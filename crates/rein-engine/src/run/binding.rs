@@ -2,6 +2,7 @@
 //! resolved from the registry.
 
 use std::collections::BTreeMap;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -118,6 +119,12 @@ pub struct AgentBinding {
     pub compensation_reserve: Ratio,
     /// How to undo each tool's effect, by forward tool name.
     pub compensations: BTreeMap<String, CompensationBinding>,
+    /// Concurrency ceilings per resource group (`max_concurrency`), for the
+    /// groups of its tools and their compensations. A ceiling is shared by
+    /// every run of the engine: at most that many attempts of the group's
+    /// tools are in flight at once, whichever run makes them. A group not
+    /// named here has no ceiling. Empty by default.
+    pub group_limits: BTreeMap<String, NonZeroU32>,
 }
 
 impl std::fmt::Debug for AgentBinding {

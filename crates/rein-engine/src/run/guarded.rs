@@ -66,6 +66,16 @@ impl CallResult {
     }
 }
 
+/// What the attempt loop ended with.
+pub(super) struct Attempted {
+    /// The result, or the failure it gave up with.
+    pub(super) outcome: Result<Value, Failure>,
+    /// Attempts made, including any that never got a concurrency slot.
+    pub(super) attempts: u32,
+    /// Attempts that reached the tool.
+    pub(super) sent: u32,
+}
+
 impl Engine {
     /// Runs one planned call through the guard. Never returns an error:
     /// every failure is a structured [`Failure`] in the result.
@@ -187,15 +197,28 @@ impl Engine {
 
         // 7–8. Attempts, classified and decided.
         self.deposit_request(&super::tool_target(&tool.name), &ctx.agent.retry);
-        let (outcome, attempts) = self
+        let Attempted {
+            outcome,
+            attempts,
+            sent,
+        } = self
             .attempts(ctx, &mut c, &planned, tool, budget, key.as_ref())
             .await;
 
-        // 9. Record.
+        // 9. Record. A call that never reached the tool (no concurrency
+        // slot before its deadline) says nothing about the target's health.
         let verdict = || outcome.as_ref().map(|_| ());
-        self.report_outcome(ctx, &c, ArmKind::Tool, &tool.name, tool_permit, verdict());
+        if sent == 0 {
+            self.release(ArmKind::Tool, &tool.name, tool_permit);
+        } else {
+            self.report_outcome(ctx, &c, ArmKind::Tool, &tool.name, tool_permit, verdict());
+        }
         if let Some((group, p)) = group_permit {
-            self.report_outcome(ctx, &c, ArmKind::ResourceGroup, &group, p, verdict());
+            if sent == 0 {
+                self.release(ArmKind::ResourceGroup, &group, p);
+            } else {
+                self.report_outcome(ctx, &c, ArmKind::ResourceGroup, &group, p, verdict());
+            }
         }
         if ledger.is_some() {
             let status = match &outcome {
@@ -255,6 +278,8 @@ impl Engine {
                 EventKind::ToolCallFinished,
                 c,
                 json!({"tool": tool.name, "skipped": true, "ok": outcome.is_ok(),
+                       "category": outcome.as_ref().err().map(Failure::category),
+                       "effect": outcome.as_ref().err().map(Failure::effect),
                        "ledger": record.status, "reason": note}),
             );
             Some(CallResult {
@@ -317,7 +342,7 @@ impl Engine {
         tool: &ToolBinding,
         budget: &Budget,
         key: Option<&IdempotencyKey>,
-    ) -> (Result<Value, Failure>, u32) {
+    ) -> Attempted {
         self.attempts_with(ctx, c, planned, tool, budget, key, &ctx.agent.retry)
             .await
     }
@@ -334,74 +359,134 @@ impl Engine {
         budget: &Budget,
         key: Option<&IdempotencyKey>,
         policy: &rein_core::retry::RetryPolicy,
-    ) -> (Result<Value, Failure>, u32) {
+    ) -> Attempted {
         let deadline = budget.deadline();
+        // The resource group's concurrency ceiling, resolved once per call:
+        // `None` (no ceiling) costs nothing per attempt.
+        let gate = self.gate(ctx, tool);
+        // Sabotage hook `retry_irreversible`: decide as for an idempotent
+        // write, so an irreversible call is retried.
+        #[cfg(feature = "sabotage")]
+        let decide_class =
+            if self.sabotage.retry_irreversible && tool.class == ToolClass::Irreversible {
+                ToolClass::IdempotentWrite
+            } else {
+                tool.class
+            };
+        #[cfg(not(feature = "sabotage"))]
+        let decide_class = tool.class;
         let mut attempt = 0u32;
+        let mut sent = 0u32;
         loop {
             attempt += 1;
             let attempt_id = new_id::<AttemptId>();
             c.attempt_id = Some(attempt_id.clone());
-            let now = self.clock.now();
-            let remaining = deadline.remaining(now);
-            let allowance = tool.allowance(remaining);
-            ctx.emitter.emit(
-                EventKind::ToolCallStarted,
-                c,
-                json!({
-                    "tool": tool.name, "attempt": attempt, "class": tool.class,
-                    "allowance_ms": millis(allowance), "remaining_ms": millis(remaining),
-                }),
-            );
-            let request = Attempt {
-                run_id: &ctx.run_id,
-                intent_id: &planned.intent_id,
-                attempt_id: &attempt_id,
-                number: attempt,
-                key,
-                remaining,
-                allowance,
+            // Sabotage hook `fresh_key_per_attempt`: a new key for every
+            // attempt after the first, for the request and the lookup alike.
+            #[cfg(feature = "sabotage")]
+            let fresh = (self.sabotage.fresh_key_per_attempt && attempt > 1)
+                .then(|| key.map(|k| crate::sabotage::fresh_key(k, attempt)))
+                .flatten();
+            #[cfg(feature = "sabotage")]
+            let key = fresh.as_ref().or(key);
+            // The attempt holds a slot of its group from before it is sent
+            // until its outcome is decided (a lookup by key included), and
+            // not while it waits to retry.
+            let (failure, slot) = 'attempt: {
+                let slot = match &gate {
+                    None => None,
+                    Some(gate) => match gate.enter(self.clock.as_ref(), deadline).await {
+                        Ok(slot) => Some(slot),
+                        Err(expired) => {
+                            ctx.emitter.emit(
+                                EventKind::ConcurrencyWaitExpired,
+                                c,
+                                json!({
+                                    "tool": tool.name, "attempt": attempt,
+                                    "resource_group": gate.group(),
+                                    "max_concurrency": gate.ceiling(),
+                                    "queue_wait_ms": millis(expired.waited),
+                                }),
+                            );
+                            let failure = expired
+                                .failure(&tool.name, gate)
+                                .with_attempt(attempt_id.clone());
+                            break 'attempt (failure, None);
+                        }
+                    },
+                };
+                let queue_wait = slot.as_ref().map_or(Duration::ZERO, |s| s.waited);
+                let now = self.clock.now();
+                let remaining = deadline.remaining(now);
+                let allowance = tool.allowance(remaining);
+                ctx.emitter.emit(
+                    EventKind::ToolCallStarted,
+                    c,
+                    json!({
+                        "tool": tool.name, "attempt": attempt, "class": tool.class,
+                        "allowance_ms": millis(allowance), "remaining_ms": millis(remaining),
+                        "queue_wait_ms": millis(queue_wait),
+                    }),
+                );
+                let request = Attempt {
+                    run_id: &ctx.run_id,
+                    intent_id: &planned.intent_id,
+                    attempt_id: &attempt_id,
+                    number: attempt,
+                    key,
+                    remaining,
+                    allowance,
+                };
+                let started = self.clock.now();
+                sent += 1;
+                let result = match &tool.target {
+                    ToolTarget::Http(target) => {
+                        self.http.invoke(target, &planned.args, &request).await
+                    }
+                    ToolTarget::Command(target) => {
+                        self.command.invoke(target, &planned.args, &request).await
+                    }
+                };
+                crate::crash::point("after_call");
+                let now = self.clock.now();
+                let elapsed = now.saturating_duration_since(started);
+                let failure = match result {
+                    Ok(output) => {
+                        ctx.emitter.emit(
+                            EventKind::ToolCallFinished,
+                            c,
+                            json!({
+                                "tool": tool.name, "attempt": attempt, "ok": true,
+                                "replayed": output.replayed, "truncated": output.truncated,
+                                "elapsed_ms": millis(elapsed),
+                            }),
+                        );
+                        return Attempted {
+                            outcome: Ok(output.result),
+                            attempts: attempt,
+                            sent,
+                        };
+                    }
+                    Err(f) => f,
+                };
+                ctx.emitter.emit(
+                    EventKind::ToolCallFinished,
+                    c,
+                    json!({
+                        "tool": tool.name, "attempt": attempt, "ok": false,
+                        "category": failure.category(), "effect": failure.effect(),
+                        "retryable": failure.retryable(), "elapsed_ms": millis(elapsed),
+                        "reason": failure.human_message(),
+                    }),
+                );
+                (failure, slot)
             };
-            let started = self.clock.now();
-            let result = match &tool.target {
-                ToolTarget::Http(target) => self.http.invoke(target, &planned.args, &request).await,
-                ToolTarget::Command(target) => {
-                    self.command.invoke(target, &planned.args, &request).await
-                }
-            };
-            crate::crash::point("after_call");
-            let now = self.clock.now();
-            let elapsed = now.saturating_duration_since(started);
-            let failure = match result {
-                Ok(output) => {
-                    ctx.emitter.emit(
-                        EventKind::ToolCallFinished,
-                        c,
-                        json!({
-                            "tool": tool.name, "attempt": attempt, "ok": true,
-                            "replayed": output.replayed, "truncated": output.truncated,
-                            "elapsed_ms": millis(elapsed),
-                        }),
-                    );
-                    return (Ok(output.result), attempt);
-                }
-                Err(f) => f,
-            };
-            ctx.emitter.emit(
-                EventKind::ToolCallFinished,
-                c,
-                json!({
-                    "tool": tool.name, "attempt": attempt, "ok": false,
-                    "category": failure.category(), "effect": failure.effect(),
-                    "retryable": failure.retryable(), "elapsed_ms": millis(elapsed),
-                    "reason": failure.human_message(),
-                }),
-            );
             // Decide; a lookup that settles the effect decides again.
             let mut deciding = failure.clone();
             let decision = loop {
                 let now = self.clock.now();
                 let input = RetryInput {
-                    class: tool.class,
+                    class: decide_class,
                     failure: &deciding,
                     attempt,
                     deadline,
@@ -430,7 +515,11 @@ impl Engine {
                             json!({"tool": tool.name, "found": true, "collapsed": true,
                                    "reason": "the lost attempt had applied; its result is used instead of re-executing"}),
                         );
-                        return (Ok(result), attempt);
+                        return Attempted {
+                            outcome: Ok(result),
+                            attempts: attempt,
+                            sent,
+                        };
                     }
                     Ok(None) => {
                         ctx.emitter.emit(
@@ -454,6 +543,8 @@ impl Engine {
                 // harmless: decide as for a failure that did not apply.
                 deciding = deciding.with_effect(Effect::NotApplied);
             };
+            // The slot is free before any wait to retry.
+            drop(slot);
             match decision {
                 RetryDecision::Retry { delay, .. } => {
                     let mut data = retry_scheduled(
@@ -477,7 +568,11 @@ impl Engine {
                         );
                         let rejected =
                             Failure::circuit_open(&open.1, open.2).with_effect(failure.effect());
-                        return (Err(rejected), attempt);
+                        return Attempted {
+                            outcome: Err(rejected),
+                            attempts: attempt,
+                            sent,
+                        };
                     }
                 }
                 RetryDecision::GiveUp { reason } => {
@@ -487,11 +582,33 @@ impl Engine {
                         json!({"tool": tool.name, "attempts": attempt, "reason": reason,
                                "category": failure.category()}),
                     );
-                    return (Err(failure), attempt);
+                    return Attempted {
+                        outcome: Err(failure),
+                        attempts: attempt,
+                        sent,
+                    };
                 }
-                RetryDecision::LookupByKey => return (Err(failure), attempt),
+                RetryDecision::LookupByKey => {
+                    return Attempted {
+                        outcome: Err(failure),
+                        attempts: attempt,
+                        sent,
+                    };
+                }
             }
         }
+    }
+
+    /// The concurrency gate of `tool`'s resource group, when the agent
+    /// gives that group a ceiling.
+    pub(super) fn gate<'t>(
+        &self,
+        ctx: &RunCtx<'_>,
+        tool: &'t ToolBinding,
+    ) -> Option<super::concurrency::Gate<'t>> {
+        let group = tool.resource_group.as_deref()?;
+        let limit = *ctx.agent.group_limits.get(group)?;
+        Some(self.shared.slots.gate(group, limit))
     }
 
     /// Admits a call through one breaker arm, recording any transition; an

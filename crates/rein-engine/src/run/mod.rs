@@ -14,6 +14,7 @@
 
 mod args;
 mod binding;
+mod concurrency;
 mod emitter;
 mod guarded;
 mod report;
@@ -100,11 +101,13 @@ pub struct RunOutput {
 }
 
 /// State shared by all runs of an engine: breaker arms (health memory
-/// across runs), retry budgets per target, and the jitter source.
+/// across runs), retry budgets per target, the jitter source, and the
+/// concurrency slots of resource groups.
 struct Shared {
     breakers: Mutex<Breakers>,
     retry_budgets: Mutex<HashMap<String, RetryBudget>>,
     rng: Mutex<StdRng>,
+    slots: concurrency::GroupSlots,
 }
 
 impl Shared {
@@ -120,6 +123,8 @@ pub struct EngineBuilder {
     client: Option<reqwest::Client>,
     breakers: BreakersConfig,
     rng_seed: Option<u64>,
+    #[cfg(feature = "sabotage")]
+    sabotage: crate::sabotage::Sabotage,
 }
 
 impl EngineBuilder {
@@ -147,6 +152,14 @@ impl EngineBuilder {
         self
     }
 
+    /// Breaks the mechanisms `s` names, so that a checker can prove it
+    /// catches them. Test-only: see [`crate::sabotage`].
+    #[cfg(feature = "sabotage")]
+    pub fn sabotage(mut self, s: crate::sabotage::Sabotage) -> Self {
+        self.sabotage = s;
+        self
+    }
+
     /// Builds the engine.
     ///
     /// # Errors
@@ -171,7 +184,10 @@ impl EngineBuilder {
                 breakers: Mutex::new(Breakers::new(self.breakers)?),
                 retry_budgets: Mutex::new(HashMap::new()),
                 rng: Mutex::new(rng),
+                slots: concurrency::GroupSlots::default(),
             },
+            #[cfg(feature = "sabotage")]
+            sabotage: self.sabotage,
         })
     }
 }
@@ -195,6 +211,9 @@ pub struct Engine {
     http: HttpToolAdapter,
     command: crate::tool_command::CommandToolAdapter,
     shared: Shared,
+    /// The mechanisms deliberately broken (test-only).
+    #[cfg(feature = "sabotage")]
+    sabotage: crate::sabotage::Sabotage,
 }
 
 /// One run's context, shared by its concurrent calls.
@@ -208,7 +227,15 @@ pub(crate) struct RunCtx<'a> {
     /// Model calls made for this run, failed ones included (a scripted
     /// provider's position on resume).
     provider_calls: std::sync::atomic::AtomicU32,
+    /// Input tokens of the last answered model call: the floor of the next
+    /// prompt, which only grows.
+    last_input_tokens: std::sync::atomic::AtomicU64,
 }
+
+/// Output tokens a model call must have room for to be worth making: below
+/// this the answer is all but certain to be cut off, so the run ends
+/// `budget_exhausted` instead of paying for a truncated turn.
+pub const MIN_OUTPUT_TOKENS: u64 = 64;
 
 /// The lease id of a process's claim on a run.
 fn claim_id(run_id: &RunId) -> String {
@@ -232,6 +259,8 @@ impl Engine {
             client: None,
             breakers: BreakersConfig::default(),
             rng_seed: None,
+            #[cfg(feature = "sabotage")]
+            sabotage: crate::sabotage::Sabotage::default(),
         }
     }
 
@@ -345,6 +374,7 @@ impl Engine {
             store: &self.store,
             emitter: Emitter::new(run_id.clone(), self.clock.clone(), request.observer),
             provider_calls: std::sync::atomic::AtomicU32::new(0),
+            last_input_tokens: std::sync::atomic::AtomicU64::new(0),
         };
         ctx.emitter.emit(
             EventKind::RunStarted,
@@ -478,6 +508,12 @@ impl Engine {
                     o + e.data["usage"]["output"].as_u64().unwrap_or(0),
                 )
             });
+        let last_input_tokens = events
+            .iter()
+            .rev()
+            .find(|e| e.kind == EventKind::ModelCallFinished && e.data["ok"] == true)
+            .and_then(|e| e.data["usage"]["input"].as_u64())
+            .unwrap_or(0);
         let since_ms = checkpoint
             .as_ref()
             .map_or(record.created_at_ms, |c| c.at_ms);
@@ -616,6 +652,7 @@ impl Engine {
             provider_calls: std::sync::atomic::AtomicU32::new(
                 u32::try_from(served).unwrap_or(u32::MAX),
             ),
+            last_input_tokens: std::sync::atomic::AtomicU64::new(last_input_tokens),
         };
         ctx.emitter.emit(
             EventKind::RunResumed,
@@ -828,7 +865,7 @@ impl Engine {
                             json!({"tool": result.planned.tool, "ok": true, "result": value})
                                 .to_string()
                         }
-                        Err(failure) => failure.model_message().to_owned(),
+                        Err(failure) => self.failure_reply(failure).to_owned(),
                     };
                     if let Some(slot) = replies.get_mut(result.planned.position) {
                         *slot = Some(content);
@@ -1170,11 +1207,36 @@ impl Engine {
             step,
             ..Correlation::default()
         };
+        // The prompt is charged too, so the output ceiling is what the
+        // token budget leaves after the prompt; a call without room for a
+        // useful answer is not made (a breach cannot be undone afterwards).
+        let prompt = ctx
+            .last_input_tokens
+            .load(std::sync::atomic::Ordering::Acquire);
+        let max_tokens = match budget.remaining(self.clock.now()).tokens {
+            Some(left) if left < prompt.saturating_add(MIN_OUTPUT_TOKENS) => {
+                let exhausted = Exhausted {
+                    dimension: Dimension::Tokens,
+                    needed: prompt.saturating_add(MIN_OUTPUT_TOKENS),
+                    remaining: left,
+                };
+                ctx.emitter.emit(
+                    EventKind::BudgetExhausted,
+                    &c,
+                    json!({"scope": "model_call", "exhausted": exhausted,
+                           "reason": "the next prompt and a minimal answer do not fit the tokens left",
+                           "prompt_tokens_at_least": prompt, "min_output_tokens": MIN_OUTPUT_TOKENS}),
+                );
+                return Err(End::Budget(exhausted));
+            }
+            Some(left) => Some(left - prompt),
+            None => None,
+        };
         let request = ModelRequest {
             model: agent.model.clone(),
             messages: messages.to_vec(),
             tools: agent.tool_definitions.clone(),
-            max_tokens: budget.remaining(self.clock.now()).tokens,
+            max_tokens,
         };
         let mut attempt = 0u32;
         self.deposit_request(&provider_target(&provider), &agent.retry);
@@ -1218,6 +1280,8 @@ impl Engine {
             let now = self.clock.now();
             let failure = match result {
                 Ok(response) => {
+                    ctx.last_input_tokens
+                        .store(response.usage.input, std::sync::atomic::Ordering::Release);
                     self.report_outcome(ctx, &c, ArmKind::Provider, &provider, permit, Ok(()));
                     ctx.emitter.emit(
                         EventKind::ModelCallFinished,
@@ -1295,6 +1359,18 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// What the model is told about a failed call: its structured
+    /// placeholder, never raw error text (invariant 10).
+    fn failure_reply<'f>(&self, failure: &'f Failure) -> &'f str {
+        // Sabotage hook `raw_error_text`: the operator's text, which holds
+        // the tool's own error message, goes to the model instead.
+        #[cfg(feature = "sabotage")]
+        if self.sabotage.raw_error_text {
+            return failure.human_message();
+        }
+        failure.model_message()
     }
 
     /// Decides about a failed attempt with the target's retry budget and the

@@ -195,6 +195,12 @@ impl Engine {
         let mut results = Vec::new();
         let mut records: Vec<LedgerRecord> = open.into_iter().cloned().collect();
         records.sort_by_key(|r| std::cmp::Reverse(r.seq));
+        // Sabotage hook `forward_order_compensation`: undo in the order of
+        // execution instead, breaking invariant 4.
+        #[cfg(feature = "sabotage")]
+        if self.sabotage.forward_order_compensation {
+            records.reverse();
+        }
         for record in records {
             let result = self
                 .compensate_one(ctx, record, compensation_deadline, step)
@@ -262,10 +268,19 @@ impl Engine {
             // Ask the tool; if it cannot say, assume the effect happened.
             let found = match (forward_tool, &record.idempotency_key) {
                 (Some(tool), Some(key)) if tool.target.has_status_lookup() => {
+                    // The lookup is a call to the tool's backend: it holds a
+                    // slot of its resource group; no slot in time, no answer.
+                    let gate = self.gate(ctx, tool);
+                    let slot = match &gate {
+                        Some(gate) => gate.enter(self.clock.as_ref(), deadline).await.map(Some),
+                        None => Ok(None),
+                    };
                     let allowance = tool.allowance(deadline.remaining(self.clock.now()));
-                    match tool.target.http() {
-                        Some(target) => self.http.lookup(target, key, allowance).await.ok(),
-                        None => None,
+                    match (tool.target.http(), slot) {
+                        (Some(target), Ok(_slot)) => {
+                            self.http.lookup(target, key, allowance).await.ok()
+                        }
+                        _ => None,
                     }
                 }
                 _ => None,
@@ -466,9 +481,10 @@ impl Engine {
             idempotency_key: key.clone(),
             ..Correlation::default()
         };
-        let (outcome, tries) = self
+        let attempted = self
             .attempts_with(ctx, &mut cc, &planned, tool, &budget, key.as_ref(), &policy)
             .await;
+        let (outcome, tries) = (attempted.outcome, attempted.attempts);
         let (status, note) = match outcome {
             Ok(_) => (
                 LedgerStatus::Compensated,

@@ -1,0 +1,74 @@
+//! Deliberately broken mechanisms, for the chaos suite's self-test.
+//!
+//! # Why
+//!
+//! An invariant checker that never fires cannot be told apart from one
+//! that cannot fire. Each switch here breaks one mechanism on purpose, so
+//! the chaos suite can prove its checker catches the violation it exists
+//! for. This module exists only with the `sabotage` cargo feature, which no
+//! shipped binary enables; without it the engine has no switch and no
+//! branch.
+//!
+//! | switch | breaks | invariant |
+//! | --- | --- | --- |
+//! | `fresh_key_per_attempt` | every retry of a call (and its lookup by key) sends a new idempotency key | 1 |
+//! | `forward_order_compensation` | compensation runs in forward order of execution | 4 |
+//! | `raw_error_text` | a failed call's reply to the model is the operator's raw text | 10 |
+//! | `retry_irreversible` | the retry decision treats an irreversible tool as an idempotent write | 9 |
+//!
+//! The hooks are marked `Sabotage hook` in `run/guarded.rs`, `run/settle.rs`
+//! and `run/mod.rs`.
+//!
+//! Note for checkers: with `fresh_key_per_attempt` each key the tool sees
+//! still has at most one effect; the duplicate shows per intent (the
+//! `Rein-Intent-Id` header) or per ledger key, which stays the intent's
+//! original key.
+
+use rein_core::idempotency::{IdempotencyKey, MAX_KEY_LEN};
+
+/// Which mechanisms to break. All off by default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sabotage {
+    /// Every attempt after the first of a call sends a different
+    /// idempotency key (the lookup by key too): a retried idempotent write
+    /// applies again.
+    pub fresh_key_per_attempt: bool,
+    /// Compensation undoes effects in forward order of execution instead of
+    /// reverse.
+    pub forward_order_compensation: bool,
+    /// The model gets a failed call's raw text (its human message, which
+    /// holds the tool's error message) instead of the structured
+    /// placeholder.
+    pub raw_error_text: bool,
+    /// The retry decision treats an irreversible tool as an idempotent
+    /// write, so a retryable failure (a 503) is retried.
+    pub retry_irreversible: bool,
+}
+
+/// A key different from `key` for attempt `attempt`: the original with the
+/// attempt number appended (cut to fit [`MAX_KEY_LEN`]).
+pub(crate) fn fresh_key(key: &IdempotencyKey, attempt: u32) -> IdempotencyKey {
+    let suffix = format!(".attempt-{attempt}");
+    let keep = MAX_KEY_LEN
+        .saturating_sub(suffix.len())
+        .min(key.as_str().len());
+    // Keys are visible ASCII, so every byte index is a char boundary.
+    let fresh = format!("{}{suffix}", &key.as_str()[..keep]);
+    IdempotencyKey::parse(&fresh).unwrap_or_else(|_| key.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fresh_key_differs_per_attempt_and_stays_valid() {
+        let key = IdempotencyKey::parse(&"k".repeat(MAX_KEY_LEN))
+            .unwrap_or_else(|_| unreachable!("a key of MAX_KEY_LEN visible characters is valid"));
+        let two = fresh_key(&key, 2);
+        let three = fresh_key(&key, 3);
+        assert_ne!(two, key);
+        assert_ne!(two, three);
+        assert!(two.as_str().len() <= MAX_KEY_LEN);
+    }
+}
