@@ -1,7 +1,65 @@
-//! rein-chaos: fault proxy, scenario catalog and invariant checker.
+//! rein-chaos: the fault proxy, the scenario catalog and the invariant
+//! checker that prove rein's mechanisms work.
 //!
-//! This crate is laid out by the foundation issue so that the workspace has
-//! its final shape; a later issue fills it. See `DESIGN.md` for its job and
-//! the direction of its dependencies.
+//! # Why
+//!
+//! Every reliability mechanism is invisible on the happy path: a correct
+//! idempotency key gives no feedback at all. Only fault injection shows
+//! that retries, breakers, compensation and resume do what they claim, and
+//! only invariants — not pass rates — keep that proof stable in CI (seed
+//! 000, "Chaos Testing"). This crate injects faults at seed 000's four
+//! layers, runs numbered scenarios with fixed parameters against real parts
+//! on loopback (the order desk, the mock model, a real SQLite file, a real
+//! `rein` process aborted at named crash points), and checks DESIGN.md's
+//! ten invariants against three independent witnesses.
+//!
+//! | module | job |
+//! | --- | --- |
+//! | [`proxy`] | programmable HTTP fault proxy with a call trace |
+//! | [`store_fault`] | a store whose writes fail on a plan |
+//! | [`recording`] | records what the model received |
+//! | [`scenario`] | the numbered, versioned catalog |
+//! | [`world`] | the order desk world, bound through rein's real config |
+//! | [`runner`] | drives a scenario and gathers its [`evidence`] |
+//! | [`invariant`] | the checker |
+//! | [`mechanism`] | which mechanisms fired |
+//! | [`worker`] | the crashing process of crash scenarios |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+
+pub mod evidence;
+pub mod invariant;
+pub mod mechanism;
+pub mod proxy;
+pub mod recording;
+pub mod runner;
+pub mod scenario;
+pub mod store_fault;
+pub mod worker;
+pub mod world;
+
+pub use invariant::{Invariant, Violation};
+pub use mechanism::Mechanism;
+pub use runner::{RunnerOptions, ScenarioResult, Summary, run_scenario};
+pub use scenario::{CATALOG_VERSION, Layer, Scenario, catalog};
+
+/// A scenario whose world could not be built or read: a harness failure,
+/// never an invariant violation.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChaosError {
+    /// Setting up or reading back the world failed.
+    #[error("chaos setup: {0}")]
+    Setup(String),
+    /// No scenario has this id.
+    #[error("no scenario C{0:03} in catalog version {version}", version = scenario::CATALOG_VERSION)]
+    UnknownScenario(u32),
+}
+
+/// A fresh run id.
+pub(crate) fn new_run_id() -> rein_core::RunId {
+    match rein_core::RunId::new(format!("chaos-{}", uuid::Uuid::now_v7())) {
+        Ok(id) => id,
+        Err(_) => unreachable!("a UUID is a valid identifier"),
+    }
+}

@@ -5,6 +5,7 @@
 //! errors to exit codes in one place.
 #![forbid(unsafe_code)]
 
+mod chaos;
 mod check;
 mod demo;
 mod handoff;
@@ -68,6 +69,14 @@ enum Command {
     /// Sweep the ledger: decide records in doubt from the tools' own state,
     /// hand off what cannot be decided, reclaim leases of crashed processes.
     Reconcile(reconcile::ReconcileArgs),
+    /// Run the chaos suite: numbered fault scenarios against real parts on
+    /// loopback, each checked against rein's ten invariants.
+    ///
+    /// Prints a table (scenario, outcome, invariants held or violated,
+    /// mechanisms activated) and the activation rate of each mechanism.
+    /// Exits 1 only when an invariant is violated; runs that fail under
+    /// injected faults are counted, not failures of the suite.
+    Chaos(chaos::ChaosArgs),
 }
 
 fn main() -> ExitCode {
@@ -80,6 +89,7 @@ fn main() -> ExitCode {
         Command::Resume(args) => resume::run(args),
         Command::Handoff(args) => handoff::run(args),
         Command::Reconcile(args) => reconcile::run(args),
+        Command::Chaos(args) => chaos::run(args),
     };
     match result {
         Ok(code) => code,

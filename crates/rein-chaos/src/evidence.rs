@@ -1,0 +1,86 @@
+//! What a scenario leaves behind: everything the invariant checker and the
+//! activation counter read.
+//!
+//! # Why gather it in one place
+//!
+//! The checker must be a pure function over recorded facts so that it can
+//! be tested on its own (a broken mechanism must produce a violation) and
+//! so that a failing scenario can be inspected offline from its JSON. The
+//! facts come from three independent witnesses: rein's own event stream
+//! and ledger, the order desk's log of what it actually did, and the fault
+//! proxy's trace of what crossed the wire.
+
+use std::collections::BTreeMap;
+
+use rein_core::deadline::BudgetLimits;
+use rein_core::{Event, FailurePolicy, LedgerRecord, RunId, RunReport, ToolClass};
+use rein_engine::provider::Message;
+use rein_store::PlannedIntent;
+use rein_testkit::order_desk::DeskLog;
+use serde::Serialize;
+
+use crate::proxy::TraceRecord;
+
+/// One run of a scenario, as rein recorded it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunEvidence {
+    /// The run.
+    pub run_id: RunId,
+    /// Its tenant.
+    pub tenant: String,
+    /// The limits it ran under.
+    pub limits: BudgetLimits,
+    /// What its agent does with effects when it fails.
+    pub policy: FailurePolicy,
+    /// Its report, once it ended.
+    pub report: Option<RunReport>,
+    /// Every event, in order: what was durable from a crashed process,
+    /// then everything the resuming process emitted.
+    pub events: Vec<Event>,
+    /// The ledger at the end (after reconciliation).
+    pub ledger: Vec<LedgerRecord>,
+    /// The persisted plans, with the step of each.
+    pub intents: Vec<(u32, PlannedIntent)>,
+    /// What the model received, one entry per model call.
+    pub model_inputs: Vec<Vec<Message>>,
+    /// Whether a process driving it was aborted at a crash point.
+    pub crashed: bool,
+    /// Something that escaped the run's structured outcome: a panic, an
+    /// engine error, a process that died other than at its crash point.
+    pub escaped: Option<String>,
+    /// Why the engine refused to start it (a structured error before the
+    /// run existed, e.g. the store refused to record it).
+    pub refused: Option<String>,
+}
+
+/// Everything a scenario left behind.
+#[derive(Debug, Clone, Serialize)]
+pub struct Evidence {
+    /// The runs, in the order they started.
+    pub runs: Vec<RunEvidence>,
+    /// The order desk's own log: ground truth for side effects.
+    pub desk: DeskLog,
+    /// What crossed the proxy in front of the tools.
+    pub tool_trace: Vec<TraceRecord>,
+    /// Where in `tool_trace` the post-run reconciliation began: requests
+    /// from that position on were made by the reconciler, not by a run.
+    pub reconcile_from: usize,
+    /// What crossed the proxy in front of the model, when one was used.
+    pub model_trace: Vec<TraceRecord>,
+    /// The class of every tool of the world.
+    pub classes: BTreeMap<String, ToolClass>,
+    /// Concurrency ceilings per resource group.
+    pub ceilings: BTreeMap<String, u32>,
+    /// Peak concurrency measured at the proxy per resource group.
+    pub peaks: BTreeMap<String, usize>,
+    /// Tools whose arms a scenario's own concurrency makes unsafe to judge
+    /// by event order alone (runs that share breakers concurrently).
+    pub concurrent_runs: bool,
+}
+
+impl Evidence {
+    /// The class of `tool`, if the world knows it.
+    pub fn class(&self, tool: &str) -> Option<ToolClass> {
+        self.classes.get(tool).copied()
+    }
+}

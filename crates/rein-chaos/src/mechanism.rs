@@ -1,0 +1,179 @@
+//! Which reliability mechanisms a scenario activated, read from its events
+//! and the desk's log.
+//!
+//! # Why count activations
+//!
+//! A mechanism that never fires under fault injection is untested, and a
+//! suite that is green because nothing fired is false safety (seed 000,
+//! "measuring mechanism activation rates"). Each scenario names the
+//! mechanisms it expects; the suite reports the rate of each across runs.
+
+use std::collections::BTreeSet;
+
+use rein_core::{EventKind, Outcome};
+use rein_testkit::order_desk::EffectKind;
+use serde::Serialize;
+
+use crate::evidence::Evidence;
+
+/// A mechanism whose activation the suite counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mechanism {
+    /// A classified retry was scheduled (tool or model).
+    RetryScheduled,
+    /// A target's retry budget was spent: fail fast instead of retrying.
+    RetryBudgetExhausted,
+    /// A circuit breaker opened.
+    BreakerOpened,
+    /// A call was refused at an open breaker without reaching its target.
+    CircuitRejected,
+    /// A duplicate was collapsed by its idempotency key: a lookup found the
+    /// lost attempt's result, or the tool replayed a stored result.
+    DuplicateCollapsed,
+    /// A compensation undid an effect.
+    CompensationExecuted,
+    /// The loop guard stopped a run that repeated itself or made no
+    /// progress.
+    LoopGuardTripped,
+    /// A run-level budget ran out.
+    BudgetExhausted,
+    /// A run returned partial success.
+    PartialSuccess,
+    /// A run was handed to a human with a handoff package.
+    HandedOff,
+    /// A crashed run was resumed from its checkpoint.
+    Resumed,
+    /// A proposed call was refused before reaching a tool (unknown tool,
+    /// schema violation).
+    ValidationRejected,
+    /// A call waited for a resource group's concurrency slot.
+    ConcurrencyQueued,
+}
+
+impl Mechanism {
+    /// Every mechanism, in table order.
+    pub const ALL: [Mechanism; 13] = [
+        Mechanism::RetryScheduled,
+        Mechanism::RetryBudgetExhausted,
+        Mechanism::BreakerOpened,
+        Mechanism::CircuitRejected,
+        Mechanism::DuplicateCollapsed,
+        Mechanism::CompensationExecuted,
+        Mechanism::LoopGuardTripped,
+        Mechanism::BudgetExhausted,
+        Mechanism::PartialSuccess,
+        Mechanism::HandedOff,
+        Mechanism::Resumed,
+        Mechanism::ValidationRejected,
+        Mechanism::ConcurrencyQueued,
+    ];
+
+    /// The ones issue 5 requires to fire at least once across the suite.
+    pub const REQUIRED: [Mechanism; 8] = [
+        Mechanism::RetryScheduled,
+        Mechanism::RetryBudgetExhausted,
+        Mechanism::BreakerOpened,
+        Mechanism::DuplicateCollapsed,
+        Mechanism::CompensationExecuted,
+        Mechanism::LoopGuardTripped,
+        Mechanism::BudgetExhausted,
+        Mechanism::PartialSuccess,
+    ];
+
+    /// Its name in tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mechanism::RetryScheduled => "retry_scheduled",
+            Mechanism::RetryBudgetExhausted => "retry_budget_exhausted",
+            Mechanism::BreakerOpened => "breaker_opened",
+            Mechanism::CircuitRejected => "circuit_rejected",
+            Mechanism::DuplicateCollapsed => "duplicate_collapsed",
+            Mechanism::CompensationExecuted => "compensation_executed",
+            Mechanism::LoopGuardTripped => "loop_guard_tripped",
+            Mechanism::BudgetExhausted => "budget_exhausted",
+            Mechanism::PartialSuccess => "partial_success",
+            Mechanism::HandedOff => "handed_off",
+            Mechanism::Resumed => "resumed",
+            Mechanism::ValidationRejected => "validation_rejected",
+            Mechanism::ConcurrencyQueued => "concurrency_queued",
+        }
+    }
+}
+
+impl std::fmt::Display for Mechanism {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The mechanisms `evidence` shows activated.
+pub fn activated(evidence: &Evidence) -> BTreeSet<Mechanism> {
+    let mut set = BTreeSet::new();
+    for run in &evidence.runs {
+        for e in &run.events {
+            let m = match e.kind {
+                EventKind::RetryScheduled => Some(Mechanism::RetryScheduled),
+                EventKind::RetryAbandoned
+                    if e.data["reason"]["kind"] == "retry_budget_exhausted" =>
+                {
+                    Some(Mechanism::RetryBudgetExhausted)
+                }
+                EventKind::BreakerStateChanged
+                    if e.data["transition"]["transition"] == "opened" =>
+                {
+                    Some(Mechanism::BreakerOpened)
+                }
+                EventKind::CallRejected if e.data["reason"] == "circuit_open" => {
+                    Some(Mechanism::CircuitRejected)
+                }
+                EventKind::CallRejected => Some(Mechanism::ValidationRejected),
+                EventKind::IdempotencyLookup if e.data["collapsed"] == true => {
+                    Some(Mechanism::DuplicateCollapsed)
+                }
+                EventKind::ToolCallFinished if e.data["replayed"] == true => {
+                    Some(Mechanism::DuplicateCollapsed)
+                }
+                EventKind::ToolCallStarted
+                    if e.data["queue_wait_ms"].as_u64().is_some_and(|w| w > 0) =>
+                {
+                    Some(Mechanism::ConcurrencyQueued)
+                }
+                EventKind::CompensationFinished if e.data["status"] == "compensated" => {
+                    Some(Mechanism::CompensationExecuted)
+                }
+                EventKind::LoopDetected => Some(Mechanism::LoopGuardTripped),
+                EventKind::BudgetExhausted => Some(Mechanism::BudgetExhausted),
+                EventKind::PartialSuccessReturned => Some(Mechanism::PartialSuccess),
+                EventKind::HandoffCreated => Some(Mechanism::HandedOff),
+                EventKind::RunResumed => Some(Mechanism::Resumed),
+                _ => None,
+            };
+            set.extend(m);
+        }
+        if let Some(report) = &run.report {
+            match report.outcome {
+                Outcome::PartialSuccess => {
+                    set.insert(Mechanism::PartialSuccess);
+                }
+                Outcome::BudgetExhausted => {
+                    set.insert(Mechanism::BudgetExhausted);
+                }
+                Outcome::HandedOff => {
+                    set.insert(Mechanism::HandedOff);
+                }
+                _ => {}
+            }
+        }
+    }
+    // The desk's own log: a retried keyed write it deduplicated.
+    if evidence
+        .desk
+        .side_effects
+        .iter()
+        .any(|e| e.effect == EffectKind::Replayed)
+    {
+        set.insert(Mechanism::DuplicateCollapsed);
+    }
+    set
+}

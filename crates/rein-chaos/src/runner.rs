@@ -1,0 +1,589 @@
+//! Runs scenarios: builds the world, drives the runs (crashing a real
+//! process when the scenario says so), gathers the evidence, checks the
+//! invariants and counts the mechanisms that fired.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use rein_core::{Event, RunId, TenantId};
+use rein_engine::SystemClock;
+use rein_engine::bind::{bind_compensations, bind_tools};
+use rein_engine::crash::CRASH_ENV;
+use rein_engine::reconcile::{ReconcileConfig, Reconciler, SweepClasses};
+use rein_engine::run::{Engine, EngineBuilder, Observer, RunRequest, http_client};
+use rein_store::{SqliteStore, Store};
+use serde::Serialize;
+
+use crate::ChaosError;
+use crate::evidence::{Evidence, RunEvidence};
+use crate::invariant::{self, Violation};
+use crate::mechanism::{self, Mechanism};
+use crate::recording::RecordingProvider;
+use crate::scenario::{Plan, Scenario};
+use crate::store_fault::FaultyStore;
+use crate::world::{Services, WorldConfig};
+
+/// The task every run is given.
+pub const INPUT: &str = "Move order A-1001 to 2026-12-24T10:00:00Z and tell the buyer.";
+
+/// A change to every engine the runner builds: the checker's self-test
+/// uses it to switch on a deliberately broken mechanism.
+pub type EngineHook = Arc<dyn Fn(EngineBuilder) -> EngineBuilder + Send + Sync>;
+
+/// How scenarios are run.
+#[derive(Clone, Default)]
+pub struct RunnerOptions {
+    /// The `rein` binary, for scenarios that crash a process; without it
+    /// they are skipped.
+    pub rein_exe: Option<PathBuf>,
+    /// Applied to every engine built in this process.
+    pub engine_hook: Option<EngineHook>,
+    /// Keeps each scenario's directory (config, SQLite file) for a post
+    /// mortem, and says where in the result.
+    pub keep_dirs: bool,
+}
+
+/// What became of one scenario.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScenarioResult {
+    /// Its number.
+    pub id: u32,
+    /// `C` + its number.
+    pub label: String,
+    /// Its name.
+    pub name: String,
+    /// Its layer.
+    pub layer: &'static str,
+    /// Whether it is a sustained scenario.
+    pub long: bool,
+    /// The outcome of each run (`crashed→resumed` runs show their final
+    /// outcome).
+    pub outcomes: Vec<String>,
+    /// Broken invariants: any of these fails the suite.
+    pub violations: Vec<Violation>,
+    /// Mechanisms that fired.
+    pub activated: BTreeSet<Mechanism>,
+    /// Mechanisms the scenario expects that did not fire: findings.
+    pub missing: Vec<Mechanism>,
+    /// Why it did not run, when it did not.
+    pub skipped: Option<String>,
+    /// Why its world could not be built: a harness failure, counted apart
+    /// from invariant violations.
+    pub error: Option<String>,
+    /// How long it took.
+    pub elapsed_ms: u64,
+    /// Its directory, when kept.
+    pub dir: Option<PathBuf>,
+    /// Everything it left behind (not serialized by default: large).
+    #[serde(skip)]
+    pub evidence: Option<Evidence>,
+}
+
+impl ScenarioResult {
+    fn empty(s: &Scenario) -> ScenarioResult {
+        ScenarioResult {
+            id: s.id,
+            label: s.label(),
+            name: s.name.to_owned(),
+            layer: s.layer.name(),
+            long: s.long,
+            outcomes: Vec::new(),
+            violations: Vec::new(),
+            activated: BTreeSet::new(),
+            missing: Vec::new(),
+            skipped: None,
+            error: None,
+            elapsed_ms: 0,
+            dir: None,
+            evidence: None,
+        }
+    }
+
+    /// Whether an invariant was violated.
+    pub fn violated(&self) -> bool {
+        !self.violations.is_empty()
+    }
+}
+
+/// Runs one scenario. Never panics on a scenario's behaviour: whatever the
+/// engine does ends up in the result.
+pub async fn run_scenario(scenario: &Scenario, options: &RunnerOptions) -> ScenarioResult {
+    let started = Instant::now();
+    let mut result = ScenarioResult::empty(scenario);
+    if scenario.crashes() && options.rein_exe.is_none() {
+        result.skipped = Some("crashes a process and no rein binary was given".into());
+        return result;
+    }
+    let dir = match tempfile::Builder::new().prefix("rein-chaos-").tempdir() {
+        Ok(d) => d,
+        Err(e) => {
+            result.error = Some(format!("cannot create a scenario directory: {e}"));
+            return result;
+        }
+    };
+    match drive(scenario, options, dir.path()).await {
+        Ok(evidence) => {
+            result.violations = invariant::check(&evidence);
+            result.activated = mechanism::activated(&evidence);
+            result.missing = scenario
+                .expects
+                .iter()
+                .copied()
+                .filter(|m| !result.activated.contains(m))
+                .collect();
+            result.outcomes = evidence
+                .runs
+                .iter()
+                .map(|r| {
+                    let outcome = r
+                        .report
+                        .as_ref()
+                        .map_or("no report", |rep| rep.outcome.as_str());
+                    match (r.crashed, &r.refused) {
+                        (true, _) => format!("crashed→{outcome}"),
+                        (false, Some(_)) => "refused".to_owned(),
+                        _ => outcome.to_owned(),
+                    }
+                })
+                .collect();
+            result.evidence = Some(evidence);
+        }
+        Err(e) => result.error = Some(e.to_string()),
+    }
+    if options.keep_dirs {
+        let kept = dir.keep();
+        result.dir = Some(kept);
+    }
+    result.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    result
+}
+
+/// Collects events as they happen.
+fn collector() -> (Observer, Arc<Mutex<Vec<Event>>>) {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let observer: Observer = Arc::new(move |e: &Event| match sink.lock() {
+        Ok(mut v) => v.push(e.clone()),
+        Err(p) => p.into_inner().push(e.clone()),
+    });
+    (observer, events)
+}
+
+fn taken(events: &Arc<Mutex<Vec<Event>>>) -> Vec<Event> {
+    match events.lock() {
+        Ok(v) => v.clone(),
+        Err(p) => p.into_inner().clone(),
+    }
+}
+
+/// The engine of a scenario's process.
+pub(crate) fn engine(
+    store: Arc<dyn Store>,
+    world: &WorldConfig,
+    plan: &Plan,
+    seed: u64,
+    client: &reqwest::Client,
+    hook: Option<&EngineHook>,
+) -> Result<Engine, ChaosError> {
+    let mut builder = Engine::builder(store)
+        .http_client(client.clone())
+        .breakers(world.breakers(plan))
+        .rng_seed(seed);
+    if let Some(hook) = hook {
+        builder = hook(builder);
+    }
+    builder
+        .build()
+        .map_err(|e| ChaosError::Setup(format!("the engine: {e}")))
+}
+
+/// One run as it was driven, before the evidence is read back.
+struct Driven {
+    run_id: RunId,
+    tenant: String,
+    limits: rein_core::deadline::BudgetLimits,
+    policy: rein_core::FailurePolicy,
+    report: Option<rein_core::RunReport>,
+    events: Vec<Event>,
+    model_inputs: Vec<Vec<rein_engine::provider::Message>>,
+    crashed: bool,
+    escaped: Option<String>,
+    refused: Option<String>,
+}
+
+async fn drive(
+    scenario: &Scenario,
+    options: &RunnerOptions,
+    dir: &Path,
+) -> Result<Evidence, ChaosError> {
+    let plan = &scenario.plan;
+    let services = Services::start(plan).await?;
+    let world = Arc::new(WorldConfig::write(dir, services.endpoints(), plan)?);
+    let client = http_client().map_err(|e| ChaosError::Setup(format!("HTTP client: {e}")))?;
+    let db = dir.join("rein.db");
+    let sqlite: Arc<dyn Store> =
+        Arc::new(SqliteStore::open(&db).map_err(|e| ChaosError::Setup(format!("the store: {e}")))?);
+    let seed = u64::from(scenario.id);
+
+    let mut driven = Vec::new();
+    if let Some(crash) = plan.crash {
+        let exe = options
+            .rein_exe
+            .as_ref()
+            .ok_or_else(|| ChaosError::Setup("no rein binary".into()))?;
+        driven.push(
+            crash_and_resume(scenario, crash, exe, dir, &db, &world, &sqlite, &client).await?,
+        );
+    } else {
+        let store: Arc<dyn Store> = if plan.store_faults.is_empty() {
+            sqlite.clone()
+        } else {
+            Arc::new(FaultyStore::new(sqlite.clone(), plan.store_faults.clone()))
+        };
+        let engine = Arc::new(engine(
+            store,
+            &world,
+            plan,
+            seed,
+            &client,
+            options.engine_hook.as_ref(),
+        )?);
+        let mut handles = Vec::new();
+        for i in 0..plan.runs {
+            let tenant = plan.tenants[i as usize % plan.tenants.len().max(1)].to_owned();
+            let run = in_process(
+                engine.clone(),
+                world.clone(),
+                Arc::new(plan.clone()),
+                client.clone(),
+                tenant,
+            );
+            if plan.concurrent {
+                handles.push(tokio::spawn(run));
+            } else {
+                driven.push(run.await?);
+            }
+        }
+        for handle in handles {
+            match handle.await {
+                Ok(run) => driven.push(run?),
+                Err(e) => return Err(ChaosError::Setup(format!("a run's task failed: {e}"))),
+            }
+        }
+    }
+
+    // Late deliveries land before the evidence is read.
+    let quiet = std::time::Duration::from_secs(10);
+    if !services.tool_proxy.wait_idle(quiet).await {
+        tracing::warn!("the tool proxy still had requests in flight after {quiet:?}");
+    }
+    // Requests from here on are the reconciler's, not any run's.
+    let reconcile_from = services.tool_proxy.trace().len();
+    if plan.reconcile {
+        let reconciler = Reconciler::new(
+            sqlite.clone(),
+            Arc::new(SystemClock::new()),
+            client.clone(),
+            bind_tools(&world.registry).map_err(|e| ChaosError::Setup(e.to_string()))?,
+            bind_compensations(&world.registry).map_err(|e| ChaosError::Setup(e.to_string()))?,
+            ReconcileConfig {
+                pending_timeout: std::time::Duration::ZERO,
+                ..ReconcileConfig::default()
+            },
+        );
+        if let Err(e) = reconciler.sweep(SweepClasses::ALL).await {
+            tracing::warn!("reconciliation after the runs failed: {e}");
+        }
+    }
+
+    let mut runs = Vec::new();
+    for d in driven {
+        let read = |e: rein_store::StoreError| ChaosError::Setup(format!("reading the store: {e}"));
+        runs.push(RunEvidence {
+            ledger: sqlite.ledger(&d.run_id).await.map_err(read)?,
+            intents: sqlite.intents(&d.run_id).await.map_err(read)?,
+            run_id: d.run_id,
+            tenant: d.tenant,
+            limits: d.limits,
+            policy: d.policy,
+            report: d.report,
+            events: d.events,
+            model_inputs: d.model_inputs,
+            crashed: d.crashed,
+            escaped: d.escaped,
+            refused: d.refused,
+        });
+    }
+    services.tool_proxy.wait_idle(quiet).await;
+    let mut peaks = BTreeMap::new();
+    peaks.insert(
+        crate::world::GROUP.to_owned(),
+        services.tool_proxy.peak_calls_in_flight(),
+    );
+    Ok(Evidence {
+        runs,
+        desk: services.desk.log(),
+        tool_trace: services.tool_proxy.trace(),
+        reconcile_from,
+        model_trace: services
+            .model_proxy
+            .as_ref()
+            .map(|p| p.trace())
+            .unwrap_or_default(),
+        classes: world
+            .registry
+            .tools()
+            .iter()
+            .map(|(name, spec)| (name.clone(), spec.class))
+            .collect(),
+        ceilings: Services::ceilings(&world.registry, plan),
+        peaks,
+        concurrent_runs: plan.concurrent,
+    })
+}
+
+/// Drives one run in this process; a panic or an engine error is caught
+/// and recorded, never propagated.
+async fn in_process(
+    engine: Arc<Engine>,
+    world: Arc<WorldConfig>,
+    plan: Arc<Plan>,
+    client: reqwest::Client,
+    tenant: String,
+) -> Result<Driven, ChaosError> {
+    let (agent, recording) = world.bind(&plan, &client, None)?;
+    let run_id = crate::new_run_id();
+    let (observer, events) = collector();
+    let limits = agent.budget;
+    let policy = agent.on_failure;
+    let schemas = world.schemas.clone();
+    let tenant_id =
+        TenantId::new(tenant.clone()).map_err(|e| ChaosError::Setup(format!("tenant: {e}")))?;
+    let request = RunRequest {
+        run_id: Some(run_id.clone()),
+        tenant: Some(tenant_id),
+        input: INPUT.to_owned(),
+        observer: Some(observer),
+    };
+    let handle = tokio::spawn(async move { engine.run(&agent, schemas.as_ref(), request).await });
+    let (report, escaped, refused) = match handle.await {
+        Ok(Ok(out)) => (Some(out.report), None, None),
+        Ok(Err(e)) => (None, None, Some(e.to_string())),
+        Err(e) if e.is_panic() => (None, Some(format!("the run panicked: {e}")), None),
+        Err(e) => (None, Some(format!("the run's task ended: {e}")), None),
+    };
+    Ok(Driven {
+        run_id,
+        tenant,
+        limits,
+        policy,
+        report,
+        events: taken(&events),
+        model_inputs: recording.inputs(),
+        crashed: false,
+        escaped,
+        refused,
+    })
+}
+
+/// Runs the scenario in a `rein` worker process armed to abort at the
+/// crash point, then resumes the run here, as an operator would.
+#[allow(clippy::too_many_arguments)]
+async fn crash_and_resume(
+    scenario: &Scenario,
+    crash: crate::scenario::Crash,
+    exe: &Path,
+    dir: &Path,
+    db: &Path,
+    world: &WorldConfig,
+    store: &Arc<dyn Store>,
+    client: &reqwest::Client,
+) -> Result<Driven, ChaosError> {
+    let plan = &scenario.plan;
+    let run_id = crate::new_run_id();
+    let journal = dir.join("model-inputs.jsonl");
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.arg("chaos")
+        .arg("--worker")
+        .arg(dir)
+        .arg("--scenario")
+        .arg(scenario.id.to_string())
+        .arg("--run-id")
+        .arg(run_id.as_str())
+        .arg("--data")
+        .arg(db)
+        .env(CRASH_ENV, format!("{}:{}", crash.point, crash.nth))
+        .env("RUST_LOG", "off")
+        .kill_on_drop(true);
+    let output = cmd
+        .output()
+        .await
+        .map_err(|e| ChaosError::Setup(format!("cannot start {}: {e}", exe.display())))?;
+    let crashed = aborted(&output.status);
+    let mut escaped = None;
+    if !crashed && !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let tail: String = stderr.lines().rev().take(5).collect::<Vec<_>>().join(" / ");
+        escaped = Some(format!("the worker exited with {}: {tail}", output.status));
+    }
+    let mut events = store
+        .events(&run_id, 0)
+        .await
+        .map_err(|e| ChaosError::Setup(format!("reading the store: {e}")))?;
+    let mut model_inputs = RecordingProvider::read_journal(&journal);
+    let (agent, recording) = world.bind(plan, client, None)?;
+    let limits = agent.budget;
+    let policy = agent.on_failure;
+    let mut report = None;
+    let mut refused = None;
+    if crashed {
+        let engine = Arc::new(engine(
+            store.clone(),
+            world,
+            plan,
+            u64::from(scenario.id),
+            client,
+            None,
+        )?);
+        let (observer, resumed) = collector();
+        let schemas = world.schemas.clone();
+        let id = run_id.clone();
+        let handle = tokio::spawn(async move {
+            engine
+                .resume(&agent, schemas.as_ref(), &id, Some(observer))
+                .await
+        });
+        match handle.await {
+            Ok(Ok(out)) => report = Some(out.report),
+            Ok(Err(e)) => escaped = Some(format!("the crashed run could not be resumed: {e}")),
+            Err(e) => escaped = Some(format!("the resume panicked: {e}")),
+        }
+        // The resumed process's events are durable (crash scenarios fault
+        // no storage), numbered by the store after the crashed process's.
+        events = store
+            .events(&run_id, 0)
+            .await
+            .map_err(|e| ChaosError::Setup(format!("reading the store: {e}")))?;
+        if events
+            .iter()
+            .all(|e| e.kind != rein_core::EventKind::RunResumed)
+        {
+            events.extend(taken(&resumed));
+        }
+        model_inputs.extend(recording.inputs());
+    } else if escaped.is_none() {
+        match store.get_run(&run_id).await {
+            Ok(Some(record)) => report = record.report,
+            Ok(None) => refused = Some("the worker never created the run".into()),
+            Err(e) => return Err(ChaosError::Setup(format!("reading the store: {e}"))),
+        }
+    }
+    Ok(Driven {
+        run_id,
+        tenant: "default".into(),
+        limits,
+        policy,
+        report,
+        events,
+        model_inputs,
+        crashed,
+        escaped,
+        refused,
+    })
+}
+
+#[cfg(unix)]
+fn aborted(status: &std::process::ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal() == Some(6)
+}
+
+#[cfg(not(unix))]
+fn aborted(_status: &std::process::ExitStatus) -> bool {
+    false
+}
+
+/// A suite's totals.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// The catalog version.
+    pub catalog_version: u32,
+    /// Scenarios run.
+    pub ran: usize,
+    /// Scenarios skipped.
+    pub skipped: usize,
+    /// Scenarios whose world could not be built.
+    pub errors: usize,
+    /// Invariant violations in all.
+    pub violations: usize,
+    /// Runs in all, and how each ended.
+    pub runs: usize,
+    /// Outcomes across runs.
+    pub outcomes: BTreeMap<String, usize>,
+    /// Per mechanism: the scenarios in which it fired, and the share of
+    /// the scenarios run.
+    pub activation: Vec<Activation>,
+    /// Mechanisms issue 5 requires that never fired.
+    pub never_fired: Vec<Mechanism>,
+    /// Scenarios with expected mechanisms that did not fire.
+    pub findings: usize,
+}
+
+/// One row of the activation table.
+#[derive(Debug, Clone, Serialize)]
+pub struct Activation {
+    /// The mechanism.
+    pub mechanism: Mechanism,
+    /// Scenarios in which it fired.
+    pub scenarios: usize,
+    /// `scenarios / ran`.
+    pub rate: f64,
+}
+
+impl Summary {
+    /// Totals over `results`.
+    pub fn of(results: &[ScenarioResult]) -> Summary {
+        let ran: Vec<&ScenarioResult> = results
+            .iter()
+            .filter(|r| r.skipped.is_none() && r.error.is_none())
+            .collect();
+        let mut outcomes = BTreeMap::new();
+        for o in ran.iter().flat_map(|r| &r.outcomes) {
+            *outcomes.entry(o.clone()).or_insert(0) += 1;
+        }
+        let activation: Vec<Activation> = Mechanism::ALL
+            .iter()
+            .map(|m| {
+                let n = ran.iter().filter(|r| r.activated.contains(m)).count();
+                Activation {
+                    mechanism: *m,
+                    scenarios: n,
+                    rate: if ran.is_empty() {
+                        0.0
+                    } else {
+                        n as f64 / ran.len() as f64
+                    },
+                }
+            })
+            .collect();
+        let never_fired = Mechanism::REQUIRED
+            .iter()
+            .copied()
+            .filter(|m| !ran.iter().any(|r| r.activated.contains(m)))
+            .collect();
+        Summary {
+            catalog_version: crate::scenario::CATALOG_VERSION,
+            ran: ran.len(),
+            skipped: results.iter().filter(|r| r.skipped.is_some()).count(),
+            errors: results.iter().filter(|r| r.error.is_some()).count(),
+            violations: results.iter().map(|r| r.violations.len()).sum(),
+            runs: ran.iter().map(|r| r.outcomes.len()).sum(),
+            outcomes,
+            activation,
+            never_fired,
+            findings: ran.iter().filter(|r| !r.missing.is_empty()).count(),
+        }
+    }
+}

@@ -1,0 +1,496 @@
+//! The scenarios. Parameters are literals on purpose: a scenario is its id.
+//!
+//! Conventions: attempt numbers are rein's `Rein-Attempt` (1 = the first
+//! attempt of a call); crash points are counted per process from 1; the
+//! world's retry policy is 3 attempts with 5–40 ms full jitter.
+
+use rein_core::FailurePolicy;
+use rein_testkit::RetryAfter;
+use rein_testkit::mock_model::{Reply, ToolCall};
+use rein_testkit::order_desk::{Fault, Faults, SEND_EMAIL, UPDATE_DELIVERY_TIME};
+use serde_json::{Value, json};
+
+use super::{Layer, Plan, Scenario};
+use crate::mechanism::Mechanism as M;
+use crate::proxy::{Injection, Match, Rule};
+use crate::store_fault::StoreFault;
+
+const GET: &str = "get_order";
+const UPDATE: &str = UPDATE_DELIVERY_TIME;
+const RESTORE: &str = "restore_delivery_time";
+const EMAIL: &str = SEND_EMAIL;
+const STATUS: &str = "update_delivery_time/status";
+
+fn usage() -> Value {
+    json!({"input": 300, "output": 40})
+}
+
+fn calls(calls: &[(&str, Value)]) -> Value {
+    json!({
+        "tool_calls": calls.iter().map(|(name, args)| json!({"name": name, "arguments": args})).collect::<Vec<_>>(),
+        "usage": usage(),
+    })
+}
+
+fn get(order: &str) -> Value {
+    calls(&[(GET, json!({"order_id": order}))])
+}
+
+fn update_args(order: &str, day: u32) -> Value {
+    json!({"order_id": order, "delivery_date": format!("2026-12-{day:02}T10:00:00Z")})
+}
+
+fn update(order: &str, day: u32) -> Value {
+    calls(&[(UPDATE, update_args(order, day))])
+}
+
+fn email_args() -> Value {
+    json!({"to": "buyer-a1001@example.com", "subject": "Your order A-1001",
+           "body": "Your order A-1001 now arrives on 2026-12-24."})
+}
+
+fn email() -> Value {
+    calls(&[(EMAIL, email_args())])
+}
+
+fn answer(text: &str) -> Value {
+    json!({"text": text, "usage": usage()})
+}
+
+fn model_error(status: u16) -> Value {
+    json!({"error": {"status": status}})
+}
+
+/// Look the order up, move it, tell the buyer, answer.
+fn happy() -> Vec<Value> {
+    vec![
+        get("A-1001"),
+        update("A-1001", 24),
+        email(),
+        answer("Order A-1001 now arrives on 2026-12-24; the buyer was told."),
+    ]
+}
+
+/// Move three orders; the desk refuses the third (a 409 conflict), so the
+/// first two must be undone in reverse order.
+fn three_moves() -> Vec<Value> {
+    vec![
+        update("A-1001", 24),
+        update("A-1002", 25),
+        update("A-1003", 26),
+        answer("The third order cannot be moved."),
+    ]
+}
+
+/// The desk's plan for [`three_moves`]: the third update is a conflict.
+fn third_update_conflicts() -> Faults {
+    Faults::none()
+        .then(UPDATE, Fault::Delay(std::time::Duration::ZERO))
+        .then(UPDATE, Fault::Delay(std::time::Duration::ZERO))
+        .then(UPDATE, Fault::status(409))
+}
+
+fn on(tool: &str) -> Match {
+    Match::tool(tool)
+}
+
+fn first(tool: &str, injection: Injection) -> Rule {
+    Rule::new(on(tool).attempt(1), injection)
+}
+
+fn status(code: u16) -> Injection {
+    Injection::Status {
+        code,
+        retry_after_s: None,
+        body: None,
+    }
+}
+
+fn rate_limited(seconds: u64) -> Injection {
+    Injection::Status {
+        code: 429,
+        retry_after_s: Some(seconds),
+        body: None,
+    }
+}
+
+fn chat() -> Match {
+    Match::path("/v1/chat/completions")
+}
+
+/// The whole catalog, in id order.
+pub fn catalog() -> Vec<Scenario> {
+    let mut all = Vec::new();
+    all.extend(network());
+    all.extend(tool_adapter());
+    all.extend(model_gateway());
+    all.extend(orchestration());
+    all.extend(long());
+    all
+}
+
+fn network() -> Vec<Scenario> {
+    use Layer::Network as L;
+    vec![
+        Scenario::new(1, L, "control", "No fault: the happy path, as a control for every invariant.",
+            Plan::script(happy())),
+        Scenario::new(2, L, "read-reset-before-forward",
+            "The first attempt of get_order is reset before it reaches the desk; the read is retried.",
+            Plan::script(happy()).tool_rule(first(GET, Injection::ResetBeforeForward)))
+            .expects([M::RetryScheduled]),
+        Scenario::new(3, L, "write-reset-after-forward",
+            "update_delivery_time applies at the desk, then the connection is reset: the effect is in doubt, resolved by key.",
+            Plan::script(happy()).tool_rule(first(UPDATE, Injection::ResetAfterForward)))
+            .expects([M::DuplicateCollapsed]),
+        Scenario::new(4, L, "write-503-then-ok",
+            "update_delivery_time answers 503 once without applying; it is retried with the same key.",
+            Plan::script(happy()).tool_rule(first(UPDATE, status(503))))
+            .expects([M::RetryScheduled]),
+        Scenario::new(5, L, "read-429-retry-after",
+            "get_order answers 429 with Retry-After: 1 s; the retry waits for the server's hint.",
+            Plan::script(happy()).tool_rule(first(GET, rate_limited(1))))
+            .expects([M::RetryScheduled]),
+        Scenario::new(6, L, "email-429-beyond-deadline",
+            "send_email answers 429 with Retry-After: 1 h, far beyond the run's deadline: never retried, the run ends partial and recoverable.",
+            Plan::script(happy()).tool_rule(first(EMAIL, rate_limited(3600))))
+            .expects([M::PartialSuccess]),
+        Scenario::new(7, L, "read-truncated-body",
+            "get_order's body is cut after 10 bytes; the read is retried.",
+            Plan::script(happy()).tool_rule(first(GET, Injection::TruncateBody { keep: 10 })))
+            .expects([M::RetryScheduled]),
+        Scenario::new(8, L, "write-truncated-body",
+            "update_delivery_time applies, then its body is cut: in doubt, resolved by key.",
+            Plan::script(happy()).tool_rule(first(UPDATE, Injection::TruncateBody { keep: 10 })))
+            .expects([M::DuplicateCollapsed]),
+        Scenario::new(9, L, "read-idle-stream",
+            "get_order sends headers, then nothing for 1.5 s; the attempt times out and is retried.",
+            Plan::script(happy()).tool_rule(first(GET, Injection::IdleStream { ms: 1500 })))
+            .expects([M::RetryScheduled]),
+        Scenario::new(10, L, "write-first-byte-stall",
+            "update_delivery_time applies, then the first byte stalls for 1.5 s: the attempt times out in doubt, resolved by key.",
+            Plan::script(happy()).tool_rule(first(UPDATE, Injection::StallFirstByte { ms: 1500 })))
+            .expects([M::DuplicateCollapsed]),
+        Scenario::new(11, L, "write-late-delivery",
+            "update_delivery_time's first attempt is held 1.5 s before it reaches the desk; the retry with the same key lands first and the late original is deduplicated.",
+            Plan::script(happy()).tool_rule(first(UPDATE, Injection::LateDelivery { ms: 1500 })))
+            .expects([M::RetryScheduled, M::DuplicateCollapsed]),
+        Scenario::new(12, L, "read-502-every-attempt",
+            "get_order answers 502 to every attempt: retries run out and the run degrades.",
+            Plan::script(happy()).tool_rule(Rule::new(on(GET), status(502)).always()))
+            .expects([M::RetryScheduled]),
+        Scenario::new(13, L, "write-reset-every-attempt",
+            "Every update_delivery_time request is reset before reaching the desk: nothing applies, nothing is left in doubt.",
+            Plan::script(happy()).tool_rule(Rule::new(on(UPDATE), Injection::ResetBeforeForward).always()))
+            .expects([M::RetryScheduled]),
+        Scenario::new(14, L, "breaker-opens",
+            "get_order answers 503 to everything with a tool breaker of 2 consecutive failures: it opens, and later calls are refused without reaching the desk.",
+            Plan::script(vec![get("A-1001"), get("A-1002"), get("A-1003"), answer("The order service is down.")])
+                .tool_rule(Rule::new(on(GET), status(503)).always())
+                .tune(|t| t.breaker = Some((2, 60_000))))
+            .expects([M::BreakerOpened, M::CircuitRejected]),
+    ]
+}
+
+fn tool_adapter() -> Vec<Scenario> {
+    use Layer::ToolAdapter as L;
+    vec![
+        Scenario::new(15, L, "write-executed-then-500",
+            "The desk applies update_delivery_time, then answers 500 (maybe_applied): the lookup by key finds the effect.",
+            Plan::script(happy()).desk(Faults::none().then(UPDATE, Fault::ApplyThenStatus { code: 500 })))
+            .expects([M::DuplicateCollapsed]),
+        Scenario::new(16, L, "write-executed-then-504-lookup-down",
+            "update_delivery_time applies, the proxy answers 504, and every lookup by key fails: the retry carries the same key and the desk replays it.",
+            Plan::script(happy())
+                .tool_rule(first(UPDATE, Injection::ExecutedThenStatus { code: 504, body: None }))
+                .tool_rule(Rule::new(on(STATUS), status(503)).always()))
+            .expects([M::RetryScheduled, M::DuplicateCollapsed]),
+        Scenario::new(17, L, "write-response-lost",
+            "The desk applies update_delivery_time and aborts its response mid-body.",
+            Plan::script(happy()).desk(Faults::none().then(UPDATE, Fault::LoseResponse)))
+            .expects([M::DuplicateCollapsed]),
+        Scenario::new(18, L, "conflict-compensates-in-reverse",
+            "Three orders are moved and the third is a 409 conflict: the first two are undone, last first.",
+            Plan::script(three_moves()).desk(third_update_conflicts()))
+            .expects([M::CompensationExecuted]),
+        Scenario::new(19, L, "email-503-not-retried",
+            "send_email answers 503: an irreversible tool is never retried; the update is kept, the run is partial and recoverable.",
+            Plan::script(happy()).tool_rule(first(EMAIL, status(503))))
+            .expects([M::PartialSuccess]),
+        Scenario::new(20, L, "email-executed-then-500",
+            "The desk sends the email, then answers 500: in doubt and irreversible, it is never repeated and goes to a human.",
+            Plan::script(happy()).desk(Faults::none().then(EMAIL, Fault::ApplyThenStatus { code: 500 })))
+            .expects([M::HandedOff]),
+        Scenario::new(21, L, "retry-budget-exhausted",
+            "get_order answers 503 three times with a retry budget of one token and no refill: the second retry is refused by the budget.",
+            Plan::script(vec![get("A-1001"), get("A-1002"), answer("The order service is failing.")])
+                .tool_rule(Rule::new(on(GET), status(503)).times(3))
+                .tune(|t| t.retry_budget = Some((0.0, 1))))
+            .expects([M::RetryBudgetExhausted]),
+        Scenario::new(22, L, "compensation-retried",
+            "The 409 conflict forces compensation and the first restore answers 503: the strong compensation is retried and completes, in reverse order.",
+            Plan::script(three_moves()).desk(third_update_conflicts())
+                .tool_rule(first(RESTORE, status(503))))
+            .expects([M::CompensationExecuted, M::RetryScheduled]),
+        Scenario::new(23, L, "compensation-fails",
+            "The 409 conflict forces compensation and every restore answers 500: the effects go to a human, nothing dangles.",
+            Plan::script(three_moves()).desk(third_update_conflicts())
+                .tool_rule(Rule::new(on(RESTORE), status(500)).always())),
+        Scenario::new(24, L, "policy-handoff",
+            "The 409 conflict with on_failure = handoff: nothing is undone automatically; a human gets the package.",
+            Plan::script(three_moves()).desk(third_update_conflicts())
+                .tune(|t| t.on_failure = Some(FailurePolicy::Handoff)))
+            .expects([M::HandedOff]),
+        Scenario::new(25, L, "policy-continue",
+            "The 409 conflict with on_failure = continue: the two moves are kept and reported as partial success.",
+            Plan::script(three_moves()).desk(third_update_conflicts())
+                .tune(|t| t.on_failure = Some(FailurePolicy::Continue)))
+            .expects([M::PartialSuccess]),
+        Scenario::new(26, L, "restore-lookup-reset",
+            "The 409 conflict forces compensation; the first restore applies and is reset: resolved by key, in reverse order.",
+            Plan::script(three_moves()).desk(third_update_conflicts())
+                .tool_rule(first(RESTORE, Injection::ResetAfterForward)))
+            .expects([M::CompensationExecuted]),
+    ]
+}
+
+fn model_gateway() -> Vec<Scenario> {
+    use Layer::ModelGateway as L;
+    let live_happy = || {
+        vec![
+            Reply::tool_call(GET, &json!({"order_id": "A-1001"})),
+            Reply::tool_call(UPDATE, &update_args("A-1001", 24)),
+            Reply::tool_call(EMAIL, &email_args()),
+            Reply::text("Order A-1001 now arrives on 2026-12-24; the buyer was told."),
+        ]
+    };
+    vec![
+        Scenario::new(27, L, "model-429",
+            "The model answers 429 with Retry-After: 1 s once; the model call is retried.",
+            Plan::mock([vec![Reply::rate_limited(Some(RetryAfter::Seconds(1)))], live_happy()].concat()))
+            .expects([M::RetryScheduled]),
+        Scenario::new(28, L, "model-overloaded",
+            "The model answers 503 twice; the model call is retried.",
+            Plan::mock([vec![Reply::unavailable(), Reply::unavailable()], live_happy()].concat()))
+            .expects([M::RetryScheduled]),
+        Scenario::new(29, L, "model-reset",
+            "The first chat completion is reset before it reaches the model; it is retried.",
+            Plan::mock(live_happy()).model_rule(Rule::new(chat(), Injection::ResetBeforeForward)))
+            .expects([M::RetryScheduled]),
+        Scenario::new(30, L, "model-context-overflow",
+            "The model refuses the request as too long: not retried on the same model; the run fails cleanly.",
+            Plan::mock(vec![Reply::tool_call(GET, &json!({"order_id": "A-1001"})), Reply::context_length_exceeded()])),
+        Scenario::new(31, L, "model-truncated-output",
+            "The model's answer is cut at the token limit (finish_reason length).",
+            Plan::mock(vec![Reply::tool_call(GET, &json!({"order_id": "A-1001"})), Reply::truncated("Order A-1001 now arr")])),
+        Scenario::new(32, L, "model-broken-write-json",
+            "The model's update_delivery_time arguments are cut mid-JSON: a write is never salvaged; the model is told and corrects itself.",
+            Plan::mock(vec![
+                Reply::tool_calls([ToolCall::raw(UPDATE, r#"{"order_id": "A-1001", "delivery_da"#)]),
+                Reply::tool_call(UPDATE, &update_args("A-1001", 24)),
+                Reply::text("Moved."),
+            ]))
+            .expects([M::ValidationRejected]),
+        Scenario::new(33, L, "model-broken-read-json",
+            "The model's get_order arguments are cut mid-JSON: a read's complete fields are salvaged.",
+            Plan::mock(vec![
+                Reply::tool_calls([ToolCall::raw(GET, r#"{"order_id": "A-1001", "verbose": tr"#)]),
+                Reply::text("Looked it up."),
+            ])),
+        Scenario::new(34, L, "model-hallucinated-tool",
+            "The model calls cancel_order, which does not exist: refused before any tool sees it.",
+            Plan::mock(vec![
+                Reply::tool_call("cancel_order", &json!({"order_id": "A-1001"})),
+                Reply::text("I cannot cancel orders."),
+            ]))
+            .expects([M::ValidationRejected]),
+        Scenario::new(35, L, "model-hallucinated-values",
+            "The model moves order A-9999, which does not exist: the desk's 404 reaches the model as a structured placeholder.",
+            Plan::mock(vec![
+                Reply::tool_call(UPDATE, &update_args("A-9999", 24)),
+                Reply::text("That order does not exist."),
+            ])),
+        Scenario::new(36, L, "model-down-after-write",
+            "The scripted model fails with 500 on every attempt after the update landed: the run ends partial and recoverable, the update kept.",
+            Plan::script(vec![update("A-1001", 24), model_error(500), model_error(500), model_error(500)]))
+            .expects([M::RetryScheduled, M::PartialSuccess]),
+        Scenario::new(37, L, "model-truncated-body",
+            "The first chat completion's body is cut after 20 bytes; it is retried.",
+            Plan::mock(live_happy()).model_rule(Rule::new(chat(), Injection::TruncateBody { keep: 20 })))
+            .expects([M::RetryScheduled]),
+        Scenario::new(38, L, "model-raw-error-body",
+            "get_order answers 400 with a raw stack trace in its body: the model gets a structured placeholder, never the text.",
+            Plan::script(happy()).tool_rule(first(GET, Injection::Status {
+                code: 400,
+                retry_after_s: None,
+                body: Some(r#"{"error": {"message": "RAW-UPSTREAM-ERROR: Traceback (most recent call last): KeyError 'order'"}}"#.into()),
+            }))),
+        Scenario::new(39, L, "loop-repeated-call",
+            "The model asks for the same order five times: the loop guard trips.",
+            Plan::script(vec![get("A-1001"), get("A-1001"), get("A-1001"), get("A-1001"), get("A-1001"), answer("done")]))
+            .expects([M::LoopGuardTripped]),
+        Scenario::new(40, L, "loop-repeat-failure",
+            "The model keeps moving order A-9999, which does not exist: the repeated failure trips the loop guard.",
+            Plan::script(vec![update("A-9999", 24), update("A-9999", 25), update("A-9999", 26), update("A-9999", 27), answer("done")]))
+            .expects([M::LoopGuardTripped]),
+        Scenario::new(41, L, "step-budget",
+            "A step limit of 3 against a model that wants 6 steps: the run ends budget_exhausted, explicitly.",
+            Plan::script(vec![get("A-1001"), get("A-1002"), get("A-1003"), get("A-1001"), get("A-1002"), answer("done")])
+                .tune(|t| { t.steps = Some(3); t.max_repeats = Some(10); }))
+            .expects([M::BudgetExhausted]),
+        Scenario::new(42, L, "token-budget",
+            "A token limit of 1,000 against turns of 340 tokens: the run stops before breaching it.",
+            Plan::script(vec![get("A-1001"), get("A-1002"), get("A-1003"), get("A-1001"), answer("done")])
+                .tune(|t| { t.tokens = Some(1000); t.max_repeats = Some(10); }))
+            .expects([M::BudgetExhausted]),
+        Scenario::new(43, L, "wall-clock-budget",
+            "A 1.5 s wall clock against reads that each take 400 ms: the run ends at its deadline, explicitly.",
+            Plan::script(vec![get("A-1001"), get("A-1002"), get("A-1003"), get("A-1001"), get("A-1002"), answer("done")])
+                .tool_rule(Rule::new(on(GET), Injection::Delay { ms: 400 }).always())
+                .tune(|t| { t.wall_ms = Some(1500); t.max_repeats = Some(10); }))
+            .expects([M::BudgetExhausted]),
+    ]
+}
+
+fn orchestration() -> Vec<Scenario> {
+    use Layer::Orchestration as L;
+    vec![
+        Scenario::new(44, L, "crash-after-pending",
+            "The process is aborted after the update's pending record is durable, before the call: the resume runs it once, with its key.",
+            Plan::script(happy()).crash("after_pending", 1))
+            .expects([M::Resumed]),
+        Scenario::new(45, L, "crash-after-write",
+            "The process is aborted after the update applied but before its result was recorded: the resume repeats it with the same key and the desk replays it.",
+            Plan::script(happy()).crash("after_call", 2))
+            .expects([M::Resumed, M::DuplicateCollapsed]),
+        Scenario::new(46, L, "crash-after-email",
+            "The process is aborted right after the email was sent: the resume never sends it again and hands the doubt to a human.",
+            Plan::script(happy()).crash("after_call", 3))
+            .expects([M::Resumed]),
+        Scenario::new(47, L, "crash-before-pending",
+            "The process is aborted before the update's pending record is written: the resume plans from the persisted intent.",
+            Plan::script(happy()).crash("before_pending", 1))
+            .expects([M::Resumed]),
+        Scenario::new(48, L, "crash-during-checkpoint",
+            "The process is aborted before the second checkpoint: completed steps are not run again.",
+            Plan::script(happy()).crash("during_checkpoint", 2))
+            .expects([M::Resumed]),
+        Scenario::new(49, L, "crash-mid-compensation",
+            "The 409 conflict forces compensation and the process is aborted mid-compensation: the resumed settlement finishes in reverse order.",
+            Plan::script(three_moves()).desk(third_update_conflicts()).crash("mid_compensation", 1))
+            .expects([M::Resumed, M::CompensationExecuted]),
+        Scenario::new(50, L, "store-outage",
+            "The store refuses commits 4 to 6 (the update's declaration and what follows): no call without a durable declaration, an explicit end.",
+            Plan::script(happy()).store(StoreFault::Unavailable { from: 4, count: 3 })),
+        Scenario::new(51, L, "checkpoint-write-fails",
+            "The second checkpoint write fails, after the update landed: the run ends explicitly and the update is undone.",
+            Plan::script(happy()).store(StoreFault::CheckpointFails { nth: 2 }))
+            .expects([M::CompensationExecuted]),
+        Scenario::new(52, L, "fan-out-under-ceiling",
+            "One turn asks for four orders at once under a resource-group ceiling of 2, each read taking 100 ms: calls queue, the ceiling holds.",
+            Plan::script(vec![
+                calls(&[(GET, json!({"order_id": "A-1001"})), (GET, json!({"order_id": "A-1002"})),
+                        (GET, json!({"order_id": "A-1003"})), (GET, json!({"order_id": "A-1001", "note": 1}))]),
+                answer("Looked them up."),
+            ])
+            .tool_rule(Rule::new(on(GET), Injection::Delay { ms: 100 }).always())
+            .tune(|t| t.group_limit = Some(2)))
+            .expects([M::ConcurrencyQueued]),
+        Scenario::new(53, L, "tenants-share-a-ceiling",
+            "Six runs of two tenants at once under a ceiling of 2, reads taking 50 ms: the ceiling holds and neither tenant starves.",
+            Plan::script(vec![get("A-1001"), get("A-1002"), answer("done")])
+                .tool_rule(Rule::new(on(GET), Injection::Delay { ms: 50 }).always())
+                .tune(|t| t.group_limit = Some(2))
+                .concurrent(6, vec!["tenant-a", "tenant-b"]))
+            .expects([M::ConcurrencyQueued]),
+        Scenario::new(54, L, "triple-executed-ratelimited-crash",
+            "Three faults at once: the update is executed but reported failed (500), its lookups are rate limited (429), and the process is aborted after the failed attempt. The resume repeats it with the same key; exactly one effect.",
+            Plan::script(happy())
+                .desk(Faults::none().then(UPDATE, Fault::ApplyThenStatus { code: 500 }))
+                .tool_rule(Rule::new(on(STATUS), rate_limited(0)).always())
+                .crash("after_call", 2))
+            .expects([M::Resumed, M::DuplicateCollapsed]),
+        Scenario::new(55, L, "triple-reset-conflict-restore-503",
+            "Three faults at once: the first update applies and is reset, the third is a 409 conflict, the first restore answers 503. Compensation still runs once per effect, in reverse order.",
+            Plan::script(three_moves()).desk(third_update_conflicts())
+                .tool_rule(first(UPDATE, Injection::ResetAfterForward))
+                .tool_rule(first(RESTORE, status(503))))
+            .expects([M::CompensationExecuted, M::DuplicateCollapsed, M::RetryScheduled]),
+        Scenario::new(56, L, "triple-model429-read503-checkpoint",
+            "Three faults at once: the model is rate limited once, get_order answers 503 once, and the second checkpoint write fails.",
+            Plan::script([vec![json!({"error": {"status": 429, "retry_after_ms": 20}})], happy()].concat())
+                .tool_rule(first(GET, status(503)))
+                .store(StoreFault::CheckpointFails { nth: 2 }))
+            .expects([M::RetryScheduled]),
+        Scenario::new(57, L, "triple-email429-truncated-crash",
+            "Three faults at once: get_order's first body is truncated, send_email is rate limited for an hour, and the process is aborted at the third checkpoint. The resume does not repeat completed steps or the email.",
+            Plan::script(happy())
+                .tool_rule(first(GET, Injection::TruncateBody { keep: 5 }))
+                .tool_rule(first(EMAIL, rate_limited(3600)))
+                .crash("during_checkpoint", 3))
+            .expects([M::Resumed, M::RetryScheduled]),
+    ]
+}
+
+fn long() -> Vec<Scenario> {
+    use Layer::Orchestration as L;
+    vec![
+        Scenario::new(58, L, "sustained-outage-recovers",
+            "get_order is down for its first 60 requests across 20 runs with a 2-failure, 300 ms breaker: the breaker opens, probes, and traffic recovers once the outage ends.",
+            Plan::script(vec![get("A-1001"), answer("done")])
+                .tool_rule(Rule::new(on(GET), status(503)).times(60))
+                .tune(|t| t.breaker = Some((2, 300)))
+                .runs(20))
+            .expects([M::BreakerOpened, M::CircuitRejected])
+            .long(),
+        Scenario::new(59, L, "sustained-slow-fan-out",
+            "30 runs of three tenants at once under a ceiling of 4, every read taking 60 ms (within its latency profile): the ceiling holds for the whole backlog, nobody starves.",
+            Plan::script(vec![get("A-1001"), get("A-1002"), get("A-1003"), answer("done")])
+                .tool_rule(Rule::new(on(GET), Injection::Delay { ms: 60 }).always())
+                .tune(|t| { t.group_limit = Some(4); t.wall_ms = Some(20_000); })
+                .concurrent(30, vec!["tenant-a", "tenant-b", "tenant-c"]))
+            .expects([M::ConcurrencyQueued])
+            .long(),
+        Scenario::new(60, L, "sustained-compensation-backlog",
+            "20 runs each move an order and then a missing one (404), with restores failing for the first 10 requests: every effect ends compensated or with a human.",
+            Plan::script(vec![update("A-1001", 24), update("A-9999", 24), answer("The second order does not exist.")])
+                .tool_rule(Rule::new(on(RESTORE), status(500)).times(10))
+                .runs(20))
+            .expects([M::CompensationExecuted])
+            .long(),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn ids_are_unique_and_ordered() {
+        let ids: Vec<u32> = catalog().iter().map(|s| s.id).collect();
+        let mut sorted = ids.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(ids, sorted);
+    }
+
+    #[test]
+    fn the_catalog_covers_every_layer_and_is_large_enough() {
+        let all = catalog();
+        assert!(all.iter().filter(|s| !s.long).count() >= 40);
+        let layers: BTreeSet<Layer> = all.iter().map(|s| s.layer).collect();
+        assert_eq!(layers.len(), 4);
+        assert!(all.iter().any(|s| s.long));
+    }
+
+    #[test]
+    fn every_required_mechanism_is_expected_somewhere() {
+        let all = catalog();
+        for m in crate::mechanism::Mechanism::REQUIRED {
+            assert!(
+                all.iter().any(|s| !s.long && s.expects.contains(&m)),
+                "{m} is expected by no scenario"
+            );
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! The numbered, versioned scenario catalog.
+//!
+//! # Why numbered scenarios with fixed parameters
+//!
+//! Randomness belongs to the choice of scenario, never to its parameters:
+//! every delay, status, attempt number and crash point is fixed by the
+//! scenario's id, so any violation reproduces from that id alone (seed 000,
+//! "fix the fault scenario, not the random seed"). The catalog is versioned
+//! with rein; changing a scenario's parameters bumps [`CATALOG_VERSION`].
+
+mod catalog;
+
+use rein_core::FailurePolicy;
+use rein_testkit::mock_model::Reply;
+use rein_testkit::order_desk::Faults;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::mechanism::Mechanism;
+use crate::proxy::Rule;
+use crate::store_fault::StoreFault;
+
+pub use catalog::catalog;
+
+/// The catalog's version: bumped whenever a scenario's parameters or the
+/// chaos world change.
+pub const CATALOG_VERSION: u32 = 1;
+
+/// Where a scenario injects its faults (seed 000's four layers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layer {
+    /// Timeouts, resets, truncated bodies and error statuses on the wire.
+    Network,
+    /// The tool itself: executed but reported failure, conflicts, refusals.
+    ToolAdapter,
+    /// The model: rate limits, overload, context overflow, broken output.
+    ModelGateway,
+    /// Process crashes, store outages, checkpoint failures, concurrency.
+    Orchestration,
+}
+
+impl Layer {
+    /// Its name in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Layer::Network => "network",
+            Layer::ToolAdapter => "tool_adapter",
+            Layer::ModelGateway => "model_gateway",
+            Layer::Orchestration => "orchestration",
+        }
+    }
+}
+
+/// The model a scenario's runs talk to.
+#[derive(Debug, Clone)]
+pub enum ModelPlan {
+    /// The scripted provider: one entry per model call, in the scripted
+    /// provider's file format.
+    Script(Vec<Value>),
+    /// The OpenAI provider against the testkit's mock model server, behind
+    /// the fault proxy; one reply per call.
+    Mock(Vec<Reply>),
+}
+
+/// A crash of the process driving the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Crash {
+    /// The crash point (see `rein_engine::crash`).
+    pub point: &'static str,
+    /// Which time the point is reached (1-based).
+    pub nth: u32,
+}
+
+/// A scenario's settings beyond the chaos world's defaults.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Tune {
+    /// Step limit.
+    pub steps: Option<u32>,
+    /// Wall-clock limit in milliseconds.
+    pub wall_ms: Option<u64>,
+    /// Token limit.
+    pub tokens: Option<u64>,
+    /// Attempts per call.
+    pub max_attempts: Option<u32>,
+    /// Retry budget: (ratio, initial tokens).
+    pub retry_budget: Option<(f64, u32)>,
+    /// Tool breaker: (consecutive failures, break in milliseconds).
+    pub breaker: Option<(u32, u64)>,
+    /// Concurrency ceiling of the order desk's resource group.
+    pub group_limit: Option<u32>,
+    /// What a failed run does with its effects.
+    pub on_failure: Option<FailurePolicy>,
+    /// Loop guard: identical calls allowed.
+    pub max_repeats: Option<u32>,
+}
+
+/// What a scenario does.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The model.
+    pub model: ModelPlan,
+    /// Rules of the proxy in front of the order desk.
+    pub tool_rules: Vec<Rule>,
+    /// Rules of the proxy in front of the mock model.
+    pub model_rules: Vec<Rule>,
+    /// Faults the order desk injects into its own answers.
+    pub desk_faults: Faults,
+    /// Storage faults.
+    pub store_faults: Vec<StoreFault>,
+    /// A crash of the driving process (resumed in-process afterwards).
+    pub crash: Option<Crash>,
+    /// Settings.
+    pub tune: Tune,
+    /// Runs, one after another on one engine (breakers remember), or all
+    /// at once when `concurrent`.
+    pub runs: u32,
+    /// Whether the runs start together.
+    pub concurrent: bool,
+    /// The tenant of each run, round robin.
+    pub tenants: Vec<&'static str>,
+    /// Runs the ledger reconciler once after the runs ended.
+    pub reconcile: bool,
+}
+
+impl Plan {
+    /// A scripted run.
+    pub fn script(turns: Vec<Value>) -> Plan {
+        Plan::with_model(ModelPlan::Script(turns))
+    }
+
+    /// A run against the mock model server.
+    pub fn mock(replies: Vec<Reply>) -> Plan {
+        Plan::with_model(ModelPlan::Mock(replies))
+    }
+
+    fn with_model(model: ModelPlan) -> Plan {
+        Plan {
+            model,
+            tool_rules: Vec::new(),
+            model_rules: Vec::new(),
+            desk_faults: Faults::none(),
+            store_faults: Vec::new(),
+            crash: None,
+            tune: Tune::default(),
+            runs: 1,
+            concurrent: false,
+            tenants: vec!["default"],
+            reconcile: true,
+        }
+    }
+
+    /// Adds a rule to the tool proxy.
+    pub fn tool_rule(mut self, rule: Rule) -> Plan {
+        self.tool_rules.push(rule);
+        self
+    }
+
+    /// Adds a rule to the model proxy.
+    pub fn model_rule(mut self, rule: Rule) -> Plan {
+        self.model_rules.push(rule);
+        self
+    }
+
+    /// Sets the desk's own faults.
+    pub fn desk(mut self, faults: Faults) -> Plan {
+        self.desk_faults = faults;
+        self
+    }
+
+    /// Adds a storage fault.
+    pub fn store(mut self, fault: StoreFault) -> Plan {
+        self.store_faults.push(fault);
+        self
+    }
+
+    /// Crashes the driving process at `point` the `nth` time.
+    pub fn crash(mut self, point: &'static str, nth: u32) -> Plan {
+        self.crash = Some(Crash { point, nth });
+        self
+    }
+
+    /// Changes settings.
+    pub fn tune(mut self, f: impl FnOnce(&mut Tune)) -> Plan {
+        f(&mut self.tune);
+        self
+    }
+
+    /// Runs `n` runs one after another.
+    pub fn runs(mut self, n: u32) -> Plan {
+        self.runs = n;
+        self
+    }
+
+    /// Runs `n` runs at once, over `tenants` round robin.
+    pub fn concurrent(mut self, n: u32, tenants: Vec<&'static str>) -> Plan {
+        self.runs = n;
+        self.concurrent = true;
+        self.tenants = tenants;
+        self
+    }
+}
+
+/// One scenario of the catalog.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// Its number; `C` + three digits in tables.
+    pub id: u32,
+    /// Where it injects.
+    pub layer: Layer,
+    /// A short name.
+    pub name: &'static str,
+    /// What it injects and what must hold.
+    pub description: &'static str,
+    /// Sustained-failure scenarios that CI skips unless asked.
+    pub long: bool,
+    /// Mechanisms it must activate: one that does not is a finding.
+    pub expects: Vec<Mechanism>,
+    /// What it does.
+    pub plan: Plan,
+}
+
+impl Scenario {
+    /// A scenario.
+    pub fn new(
+        id: u32,
+        layer: Layer,
+        name: &'static str,
+        description: &'static str,
+        plan: Plan,
+    ) -> Scenario {
+        Scenario {
+            id,
+            layer,
+            name,
+            description,
+            long: false,
+            expects: Vec::new(),
+            plan,
+        }
+    }
+
+    /// The mechanisms it must activate.
+    pub fn expects(mut self, mechanisms: impl IntoIterator<Item = Mechanism>) -> Scenario {
+        self.expects.extend(mechanisms);
+        self
+    }
+
+    /// Marks it sustained (skipped unless `--include-long`).
+    pub fn long(mut self) -> Scenario {
+        self.long = true;
+        self
+    }
+
+    /// Its label, e.g. `C007`.
+    pub fn label(&self) -> String {
+        format!("C{:03}", self.id)
+    }
+
+    /// Whether it crashes a process (and so needs the `rein` binary).
+    pub fn crashes(&self) -> bool {
+        self.plan.crash.is_some()
+    }
+}

@@ -1,0 +1,152 @@
+//! Storage faults: a [`Store`] whose writes fail on a plan.
+//!
+//! # Why a wrapper and not a broken database
+//!
+//! The faults the orchestration layer must survive are "the store is
+//! briefly unreachable" and "a checkpoint write failed". A wrapper makes
+//! them exact and reproducible — the n-th commit fails, and only it —
+//! while every write that does go through lands in the real SQLite file,
+//! so recovery is tested against real durable state. Reads are never
+//! faulted: the checker reads the truth through the same store.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use rein_core::{Event, LedgerRecord, RunId};
+use rein_store::{
+    Checkpoint, Committed, Lease, LeaseChange, LeaseFilter, NewRun, PlannedIntent, RunRecord,
+    StepCommit, Store, StoreError,
+};
+use serde::{Deserialize, Serialize};
+
+/// One planned storage fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StoreFault {
+    /// Commits number `from ..= from + count - 1` (1-based, every
+    /// `commit_step` counted) fail as [`StoreError::Unavailable`]: the
+    /// store is down for a window.
+    Unavailable {
+        /// The first failing commit.
+        from: u32,
+        /// How many fail.
+        count: u32,
+    },
+    /// The `nth` commit that carries a checkpoint fails (1-based).
+    CheckpointFails {
+        /// Which checkpoint write.
+        nth: u32,
+    },
+}
+
+/// A [`Store`] that fails writes according to its plan.
+pub struct FaultyStore {
+    inner: Arc<dyn Store>,
+    faults: Vec<StoreFault>,
+    commits: AtomicU32,
+    checkpoints: AtomicU32,
+    injected: Mutex<Vec<String>>,
+}
+
+impl FaultyStore {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn Store>, faults: Vec<StoreFault>) -> FaultyStore {
+        FaultyStore {
+            inner,
+            faults,
+            commits: AtomicU32::new(0),
+            checkpoints: AtomicU32::new(0),
+            injected: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// What was injected, one line per refused write.
+    pub fn injected(&self) -> Vec<String> {
+        self.injected
+            .lock()
+            .map(|v| v.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    fn refuse(&self, what: String) -> StoreError {
+        match self.injected.lock() {
+            Ok(mut v) => v.push(what.clone()),
+            Err(p) => p.into_inner().push(what.clone()),
+        }
+        StoreError::Unavailable(format!("injected by rein-chaos: {what}"))
+    }
+
+    /// The fault for this commit, if any.
+    fn fault_for(&self, commit: &StepCommit) -> Option<String> {
+        let n = self.commits.fetch_add(1, Ordering::SeqCst) + 1;
+        let checkpoint = if commit.checkpoint.is_some() {
+            Some(self.checkpoints.fetch_add(1, Ordering::SeqCst) + 1)
+        } else {
+            None
+        };
+        self.faults.iter().find_map(|f| match *f {
+            StoreFault::Unavailable { from, count } if n >= from && n < from + count => {
+                Some(format!("commit {n} refused (store unavailable)"))
+            }
+            StoreFault::CheckpointFails { nth } if checkpoint == Some(nth) => {
+                Some(format!("checkpoint write {nth} (commit {n}) refused"))
+            }
+            _ => None,
+        })
+    }
+}
+
+#[async_trait]
+impl Store for FaultyStore {
+    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
+        self.inner.create_run(run).await
+    }
+
+    async fn get_run(&self, run_id: &RunId) -> Result<Option<RunRecord>, StoreError> {
+        self.inner.get_run(run_id).await
+    }
+
+    async fn list_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.list_runs(limit).await
+    }
+
+    async fn events(&self, run_id: &RunId, after_seq: u64) -> Result<Vec<Event>, StoreError> {
+        self.inner.events(run_id, after_seq).await
+    }
+
+    async fn intents(&self, run_id: &RunId) -> Result<Vec<(u32, PlannedIntent)>, StoreError> {
+        self.inner.intents(run_id).await
+    }
+
+    async fn ledger(&self, run_id: &RunId) -> Result<Vec<LedgerRecord>, StoreError> {
+        self.inner.ledger(run_id).await
+    }
+
+    async fn pending_ledger(&self, limit: usize) -> Result<Vec<LedgerRecord>, StoreError> {
+        self.inner.pending_ledger(limit).await
+    }
+
+    async fn latest_checkpoint(&self, run_id: &RunId) -> Result<Option<Checkpoint>, StoreError> {
+        self.inner.latest_checkpoint(run_id).await
+    }
+
+    async fn commit_step(
+        &self,
+        run_id: &RunId,
+        commit: StepCommit,
+    ) -> Result<Committed, StoreError> {
+        if let Some(what) = self.fault_for(&commit) {
+            return Err(self.refuse(what));
+        }
+        self.inner.commit_step(run_id, commit).await
+    }
+
+    async fn change_lease(&self, change: LeaseChange) -> Result<Option<Lease>, StoreError> {
+        self.inner.change_lease(change).await
+    }
+
+    async fn leases(&self, filter: &LeaseFilter) -> Result<Vec<Lease>, StoreError> {
+        self.inner.leases(filter).await
+    }
+}

@@ -1,0 +1,87 @@
+//! The checker's own test: with a deliberately broken mechanism switched on
+//! (rein-engine's test-only `sabotage` feature), the scenario that
+//! exercises it must report the matching violation — and hold without it.
+//! A checker that cannot fail proves nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use rein_chaos::invariant::Invariant;
+use rein_chaos::runner::EngineHook;
+use rein_chaos::{RunnerOptions, Scenario, ScenarioResult, catalog, run_scenario};
+use rein_engine::sabotage::Sabotage;
+
+fn scenario(id: u32) -> Scenario {
+    catalog().into_iter().find(|s| s.id == id).unwrap()
+}
+
+async fn run(id: u32, sabotage: Option<Sabotage>) -> ScenarioResult {
+    let hook: Option<EngineHook> = sabotage.map(|s| {
+        let hook: EngineHook = Arc::new(move |b: rein_engine::run::EngineBuilder| b.sabotage(s));
+        hook
+    });
+    let options = RunnerOptions {
+        engine_hook: hook,
+        ..RunnerOptions::default()
+    };
+    let result = run_scenario(&scenario(id), &options).await;
+    assert!(result.error.is_none(), "{:?}", result.error);
+    result
+}
+
+fn broken(result: &ScenarioResult) -> Vec<Invariant> {
+    let mut v: Vec<Invariant> = result.violations.iter().map(|v| v.invariant).collect();
+    v.dedup();
+    v
+}
+
+async fn assert_caught(id: u32, sabotage: Sabotage, expected: Invariant) {
+    let control = run(id, None).await;
+    assert!(
+        control.violations.is_empty(),
+        "C{id:03} must hold without sabotage: {:?}",
+        control.violations
+    );
+    let sabotaged = run(id, Some(sabotage)).await;
+    assert!(
+        broken(&sabotaged).contains(&expected),
+        "C{id:03} with {sabotage:?} must violate {expected}, got {:?}",
+        sabotaged.violations
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_key_per_attempt_breaks_invariant_1() {
+    let s = Sabotage {
+        fresh_key_per_attempt: true,
+        ..Sabotage::default()
+    };
+    assert_caught(16, s, Invariant::OneEffectPerKey).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compensation_in_forward_order_breaks_invariant_4() {
+    let s = Sabotage {
+        forward_order_compensation: true,
+        ..Sabotage::default()
+    };
+    assert_caught(18, s, Invariant::ReverseCompensation).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_error_text_breaks_invariant_10() {
+    let s = Sabotage {
+        raw_error_text: true,
+        ..Sabotage::default()
+    };
+    assert_caught(38, s, Invariant::NoRawErrorText).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retrying_an_irreversible_tool_breaks_invariant_9() {
+    let s = Sabotage {
+        retry_irreversible: true,
+        ..Sabotage::default()
+    };
+    assert_caught(19, s, Invariant::IrreversibleNotRetried).await;
+}
