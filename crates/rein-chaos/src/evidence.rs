@@ -43,6 +43,10 @@ pub struct RunEvidence {
     pub intents: Vec<(u32, PlannedIntent)>,
     /// What the model received, one entry per model call.
     pub model_inputs: Vec<Vec<Message>>,
+    /// Wall-clock time the driving call took, measured by the runner around
+    /// it (not rein's own figure); `None` for a crashed-and-resumed run,
+    /// whose two processes' times rein itself must add up.
+    pub observed_ms: Option<u64>,
     /// Whether a process driving it was aborted at a crash point.
     pub crashed: bool,
     /// Something that escaped the run's structured outcome: a panic, an

@@ -287,6 +287,20 @@ fn budgets_hold(run: &RunEvidence, out: &mut Vec<Violation>) {
             ),
         );
     }
+    // The runner's own stopwatch, around the whole call: it also covers
+    // what rein's report could leave out (settlement, the final commit).
+    if let Some(observed) = run.observed_ms
+        && observed > wall.saturating_add(WALL_CLOCK_SLACK_MS)
+    {
+        violation(
+            out,
+            Invariant::BudgetsHold,
+            Some(run),
+            format!(
+                "the run held its caller for {observed} ms, limit {wall} ms (+{WALL_CLOCK_SLACK_MS} ms slack)"
+            ),
+        );
+    }
     // Reaching a budget must be explicit: never a success, and a success
     // never hides an action that did not complete.
     let run_level_exhaustion = run.events.iter().any(|e| {

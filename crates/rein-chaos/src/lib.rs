@@ -17,6 +17,7 @@
 //! | --- | --- |
 //! | [`proxy`] | programmable HTTP fault proxy with a call trace |
 //! | [`store_fault`] | a store whose writes fail on a plan |
+//! | [`model_fault`] | model faults for the scripted and OpenAI-compatible providers |
 //! | [`recording`] | records what the model received |
 //! | [`scenario`] | the numbered, versioned catalog |
 //! | [`world`] | the order desk world, bound through rein's real config |
@@ -30,6 +31,7 @@
 pub mod evidence;
 pub mod invariant;
 pub mod mechanism;
+pub mod model_fault;
 pub mod proxy;
 pub mod recording;
 pub mod runner;

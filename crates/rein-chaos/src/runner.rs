@@ -208,6 +208,7 @@ struct Driven {
     report: Option<rein_core::RunReport>,
     events: Vec<Event>,
     model_inputs: Vec<Vec<rein_engine::provider::Message>>,
+    observed_ms: Option<u64>,
     crashed: bool,
     escaped: Option<String>,
     refused: Option<String>,
@@ -311,6 +312,7 @@ async fn drive(
             report: d.report,
             events: d.events,
             model_inputs: d.model_inputs,
+            observed_ms: d.observed_ms,
             crashed: d.crashed,
             escaped: d.escaped,
             refused: d.refused,
@@ -367,6 +369,7 @@ async fn in_process(
         input: INPUT.to_owned(),
         observer: Some(observer),
     };
+    let started = Instant::now();
     let handle = tokio::spawn(async move { engine.run(&agent, schemas.as_ref(), request).await });
     let (report, escaped, refused) = match handle.await {
         Ok(Ok(out)) => (Some(out.report), None, None),
@@ -374,6 +377,7 @@ async fn in_process(
         Err(e) if e.is_panic() => (None, Some(format!("the run panicked: {e}")), None),
         Err(e) => (None, Some(format!("the run's task ended: {e}")), None),
     };
+    let observed_ms = Some(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
     Ok(Driven {
         run_id,
         tenant,
@@ -382,6 +386,7 @@ async fn in_process(
         report,
         events: taken(&events),
         model_inputs: recording.inputs(),
+        observed_ms,
         crashed: false,
         escaped,
         refused,
@@ -488,6 +493,7 @@ async fn crash_and_resume(
         report,
         events,
         model_inputs,
+        observed_ms: None,
         crashed,
         escaped,
         refused,

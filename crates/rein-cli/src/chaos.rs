@@ -166,17 +166,36 @@ fn list(scenarios: &[Scenario], json_out: bool) {
             .map(|s| {
                 json!({"id": s.label(), "layer": s.layer.name(), "name": s.name, "long": s.long,
                        "description": s.description,
+                       "risks": s.risks.iter().map(ToString::to_string).collect::<Vec<_>>(),
                        "expects": s.expects.iter().map(|m| m.name()).collect::<Vec<_>>()})
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
         return;
     }
-    println!("chaos catalog version {}", rein_chaos::CATALOG_VERSION);
+    println!(
+        "chaos catalog version {} — every scenario is checked against all ten invariants:",
+        rein_chaos::CATALOG_VERSION
+    );
+    for i in Invariant::ALL {
+        println!("  {i:<4} {}", i.describe());
+    }
+    println!();
     for s in scenarios {
         let long = if s.long { " [long]" } else { "" };
         println!("{}  {:<13} {}{long}", s.label(), s.layer.name(), s.name);
         println!("      {}", s.description);
+        let risks: Vec<String> = s.risks.iter().map(ToString::to_string).collect();
+        let expects: Vec<&str> = s.expects.iter().map(|m| m.name()).collect();
+        println!(
+            "      risks {}{}",
+            risks.join(" "),
+            if expects.is_empty() {
+                String::new()
+            } else {
+                format!(" · expects {}", expects.join(", "))
+            }
+        );
     }
 }
 

@@ -16,6 +16,7 @@ use rein_testkit::order_desk::Faults;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::invariant::Invariant;
 use crate::mechanism::Mechanism;
 use crate::proxy::Rule;
 use crate::store_fault::StoreFault;
@@ -214,6 +215,9 @@ pub struct Scenario {
     pub description: &'static str,
     /// Sustained-failure scenarios that CI skips unless asked.
     pub long: bool,
+    /// The invariants its faults put at risk. Every scenario is checked
+    /// against all ten; these say what it is *for*.
+    pub risks: Vec<Invariant>,
     /// Mechanisms it must activate: one that does not is a finding.
     pub expects: Vec<Mechanism>,
     /// What it does.
@@ -235,9 +239,16 @@ impl Scenario {
             name,
             description,
             long: false,
+            risks: Vec::new(),
             expects: Vec::new(),
             plan,
         }
+    }
+
+    /// The invariants its faults put at risk.
+    pub fn risks(mut self, invariants: impl IntoIterator<Item = Invariant>) -> Scenario {
+        self.risks.extend(invariants);
+        self
     }
 
     /// The mechanisms it must activate.
