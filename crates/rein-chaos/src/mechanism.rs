@@ -28,6 +28,9 @@ pub enum Mechanism {
     BreakerOpened,
     /// A call was refused at an open breaker without reaching its target.
     CircuitRejected,
+    /// A breaker closed again after its probes succeeded: the target took
+    /// traffic back.
+    BreakerRecovered,
     /// A duplicate was collapsed by its idempotency key: a lookup found the
     /// lost attempt's result, or the tool replayed a stored result.
     DuplicateCollapsed,
@@ -53,11 +56,12 @@ pub enum Mechanism {
 
 impl Mechanism {
     /// Every mechanism, in table order.
-    pub const ALL: [Mechanism; 13] = [
+    pub const ALL: [Mechanism; 14] = [
         Mechanism::RetryScheduled,
         Mechanism::RetryBudgetExhausted,
         Mechanism::BreakerOpened,
         Mechanism::CircuitRejected,
+        Mechanism::BreakerRecovered,
         Mechanism::DuplicateCollapsed,
         Mechanism::CompensationExecuted,
         Mechanism::LoopGuardTripped,
@@ -88,6 +92,7 @@ impl Mechanism {
             Mechanism::RetryBudgetExhausted => "retry_budget_exhausted",
             Mechanism::BreakerOpened => "breaker_opened",
             Mechanism::CircuitRejected => "circuit_rejected",
+            Mechanism::BreakerRecovered => "breaker_recovered",
             Mechanism::DuplicateCollapsed => "duplicate_collapsed",
             Mechanism::CompensationExecuted => "compensation_executed",
             Mechanism::LoopGuardTripped => "loop_guard_tripped",
@@ -123,6 +128,11 @@ pub fn activated(evidence: &Evidence) -> BTreeSet<Mechanism> {
                     if e.data["transition"]["transition"] == "opened" =>
                 {
                     Some(Mechanism::BreakerOpened)
+                }
+                EventKind::BreakerStateChanged
+                    if e.data["transition"]["transition"] == "closed" =>
+                {
+                    Some(Mechanism::BreakerRecovered)
                 }
                 EventKind::CallRejected if e.data["reason"] == "circuit_open" => {
                     Some(Mechanism::CircuitRejected)

@@ -264,6 +264,9 @@ async fn drive(
             if plan.concurrent {
                 handles.push(tokio::spawn(run));
             } else {
+                if i > 0 && plan.pause_ms > 0 {
+                    tokio::time::sleep(std::time::Duration::from_millis(plan.pause_ms)).await;
+                }
                 driven.push(run.await?);
             }
         }

@@ -3,178 +3,29 @@
 //! file. Nothing of rein's own is mocked.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::{
+    Harness, agent, answer, call, conflict_on_update, effect_order, effects, harness, harness_with,
+    kinds, ms, restore, run, run_with, script, three_updates, tool_messages, update,
+};
 use rein_core::deadline::{BudgetLimits, Cost};
 use rein_core::idempotency::Normalizer;
 use rein_core::loop_guard::LoopGuardConfig;
-use rein_core::registry::{ArgSource, CompensationGrade, CompensationSpec, Price};
-use rein_core::retry::RetryPolicy;
+use rein_core::registry::{CompensationGrade, Price};
 use rein_core::{Category, EventKind, LatencyProfile, LedgerStatus, Outcome, ToolClass};
-use rein_engine::provider::{ModelProvider, OpenAiProvider, ScriptedProvider};
-use rein_engine::run::{
-    AcceptAll, AgentBinding, ArgValidator, CompensationBinding, Engine, RunOutput, RunRequest,
-    ToolBinding,
-};
-use rein_engine::tool_http::{DEFAULT_IDEMPOTENCY_HEADER, HttpTarget};
-use rein_store::{SqliteStore, Store};
+use rein_engine::provider::OpenAiProvider;
+use rein_engine::run::{AgentBinding, ArgValidator, Engine, RunOutput, ToolBinding};
+use rein_store::Store;
 use rein_testkit::RetryAfter;
 use rein_testkit::mock_model::{MockModel, Reply};
 use rein_testkit::order_desk::{
-    Fault, Faults, GET_ORDER, OrderDesk, OrderDeskConfig, RESTORE_DELIVERY_TIME, SEND_EMAIL,
-    UPDATE_DELIVERY_TIME,
+    Fault, Faults, GET_ORDER, RESTORE_DELIVERY_TIME, SEND_EMAIL, UPDATE_DELIVERY_TIME,
 };
 use serde_json::{Value, json};
-
-struct Harness {
-    desk: OrderDesk,
-    store: Arc<dyn Store>,
-    engine: Engine,
-    _dir: tempfile::TempDir,
-}
-
-async fn harness(faults: Faults) -> Harness {
-    let desk = OrderDesk::start_with(OrderDeskConfig::default().with_faults(faults))
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("rein.db")).unwrap());
-    let engine = Engine::builder(store.clone()).rng_seed(7).build().unwrap();
-    Harness {
-        desk,
-        store,
-        engine,
-        _dir: dir,
-    }
-}
-
-fn ms(v: u64) -> Duration {
-    Duration::from_millis(v)
-}
-
-fn tool(desk: &OrderDesk, name: &str, class: ToolClass, status_url: bool) -> ToolBinding {
-    ToolBinding {
-        name: name.to_owned(),
-        class,
-        latency: LatencyProfile::new(ms(10), ms(100), ms(250), 100).unwrap(),
-        normalizer: Normalizer::default(),
-        target: HttpTarget {
-            name: name.to_owned(),
-            url: desk.tool_url(name),
-            method: reqwest::Method::POST,
-            headers: BTreeMap::new(),
-            idempotency_header: DEFAULT_IDEMPOTENCY_HEADER.to_owned(),
-            status_url: status_url.then(|| format!("{}/tools/{name}/status", desk.base_url())),
-            max_result_bytes: 16 * 1024,
-        }
-        .into(),
-        resource_group: Some("order_api".to_owned()),
-        self_heal_allowance: None,
-    }
-}
-
-fn agent(desk: &OrderDesk, provider: Arc<dyn ModelProvider>, status_url: bool) -> AgentBinding {
-    let tools: BTreeMap<String, ToolBinding> = [
-        tool(desk, GET_ORDER, ToolClass::Read, false),
-        tool(
-            desk,
-            UPDATE_DELIVERY_TIME,
-            ToolClass::IdempotentWrite,
-            status_url,
-        ),
-        tool(desk, SEND_EMAIL, ToolClass::Irreversible, false),
-    ]
-    .into_iter()
-    .map(|t| (t.name.clone(), t))
-    .collect();
-    AgentBinding {
-        name: "order_desk".into(),
-        model: "mock-model".into(),
-        system_prompt: "You adjust orders.".into(),
-        provider,
-        price: None,
-        tool_definitions: vec![],
-        tools,
-        budget: BudgetLimits::new(Duration::from_secs(20))
-            .unwrap()
-            .with_steps(10)
-            .unwrap(),
-        retry: RetryPolicy::default(),
-        loop_guard: LoopGuardConfig::default(),
-        model_latency: LatencyProfile::new(ms(5), ms(50), ms(100), 0).unwrap(),
-        on_failure: rein_core::FailurePolicy::default(),
-        compensation_reserve: rein_core::Ratio::new("r", 0.2).unwrap(),
-        compensations: [(
-            UPDATE_DELIVERY_TIME.to_owned(),
-            restore(desk, CompensationGrade::Strong),
-        )]
-        .into_iter()
-        .collect(),
-        group_limits: BTreeMap::new(),
-    }
-}
-
-/// `restore_delivery_time` as the compensation of `update_delivery_time`.
-fn restore(desk: &OrderDesk, grade: CompensationGrade) -> CompensationBinding {
-    let args = [
-        ("order_id", "args.order_id"),
-        ("delivery_date", "result.previous_delivery_date"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.parse::<ArgSource>().unwrap()))
-    .collect();
-    CompensationBinding {
-        spec: CompensationSpec::new(RESTORE_DELIVERY_TIME, grade, None, args),
-        tool: tool(
-            desk,
-            RESTORE_DELIVERY_TIME,
-            ToolClass::IdempotentWrite,
-            true,
-        ),
-    }
-}
-
-fn script(turns: Value) -> Arc<dyn ModelProvider> {
-    Arc::new(ScriptedProvider::from_json("replay", &json!({ "turns": turns }).to_string()).unwrap())
-}
-
-fn call(name: &str, args: Value) -> Value {
-    json!({"tool_calls": [{"name": name, "arguments": args}]})
-}
-
-fn answer(text: &str) -> Value {
-    json!({"text": text})
-}
-
-async fn run_with(h: &Harness, agent: &AgentBinding, validator: &dyn ArgValidator) -> RunOutput {
-    h.engine
-        .run(
-            agent,
-            validator,
-            RunRequest {
-                input: "Move order A-1001 to 2026-12-24 and tell the buyer.".into(),
-                ..RunRequest::default()
-            },
-        )
-        .await
-        .unwrap()
-}
-
-async fn run(h: &Harness, agent: &AgentBinding) -> RunOutput {
-    run_with(h, agent, &AcceptAll).await
-}
-
-async fn kinds(h: &Harness, out: &RunOutput) -> Vec<(EventKind, Value)> {
-    h.store
-        .events(&out.run_id, 0)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| (e.kind, e.data))
-        .collect()
-}
 
 fn update_args() -> Value {
     json!({"order_id": "A-1001", "delivery_date": "2026-12-24"})
@@ -742,13 +593,7 @@ async fn harness_with_breakers(
     faults: Faults,
     breakers: rein_core::breaker::BreakersConfig,
 ) -> Harness {
-    let mut h = harness(faults).await;
-    h.engine = Engine::builder(h.store.clone())
-        .rng_seed(7)
-        .breakers(breakers)
-        .build()
-        .unwrap();
-    h
+    harness_with(faults, |b| b.breakers(breakers)).await
 }
 
 #[tokio::test]
@@ -831,19 +676,7 @@ async fn parallel_calls_share_the_budget_and_replies_follow_positions_even_with_
             <= allocated.1["remaining_ms"].as_u64().unwrap() / 4 + 1
     );
     // The checkpoint's transcript answers each call at its position.
-    let checkpoint = h
-        .store
-        .latest_checkpoint(&out.run_id)
-        .await
-        .unwrap()
-        .unwrap();
-    let tool_messages: Vec<&Value> = checkpoint
-        .messages
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .collect();
+    let tool_messages = tool_messages(&h, &out).await;
     assert_eq!(tool_messages.len(), 4);
     assert!(
         tool_messages[0]["content"]
@@ -891,20 +724,8 @@ async fn open_breaker_refuses_calls_and_tells_the_model_not_to_retry() {
                 && d["arm"] == "tool"
                 && d["transition"]["transition"] == "opened")
     );
-    let checkpoint = h
-        .store
-        .latest_checkpoint(&out.run_id)
-        .await
-        .unwrap()
-        .unwrap();
-    let last_tool = checkpoint
-        .messages
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|m| m["role"] == "tool")
-        .unwrap();
+    let tool_messages = tool_messages(&h, &out).await;
+    let last_tool = tool_messages.last().unwrap();
     let content = last_tool["content"].as_str().unwrap();
     assert!(
         content.contains("category=circuit_open") && content.contains("do not retry"),
@@ -1077,55 +898,25 @@ async fn no_call_with_side_effects_is_made_without_a_durable_ledger_record() {
     );
 }
 
-fn update(order: &str, date: &str) -> Value {
-    call(
-        UPDATE_DELIVERY_TIME,
-        json!({"order_id": order, "delivery_date": date}),
-    )
-}
-
 #[tokio::test]
 async fn non_retryable_failure_compensates_earlier_writes_in_reverse_order() {
     let h = harness(Faults::none()).await;
-    let a = agent(
-        &h.desk,
-        script(json!([
-            update("A-1001", "2026-02-01T10:00:00Z"),
-            update("A-1002", "2026-02-02T10:00:00Z"),
-            update("A-1003", "2026-02-03T10:00:00Z"),
-            answer("could not finish"),
-        ])),
-        true,
-    );
+    let a = agent(&h.desk, script(three_updates()), true);
     // The third update conflicts: not retryable, so the first two are undone.
     h.desk.set_faults(Faults::none()).unwrap();
-    h.desk
-        .push_fault(UPDATE_DELIVERY_TIME, Fault::Delay(Duration::ZERO))
-        .unwrap();
-    h.desk
-        .push_fault(UPDATE_DELIVERY_TIME, Fault::Delay(Duration::ZERO))
-        .unwrap();
-    h.desk
-        .push_fault(UPDATE_DELIVERY_TIME, Fault::status(409))
-        .unwrap();
+    conflict_on_update(&h.desk, 3);
     let out = run(&h, &a).await;
 
     assert_eq!(out.report.outcome, Outcome::Failed, "{:#?}", out.report);
     assert_eq!(h.desk.applied_count(RESTORE_DELIVERY_TIME), 2);
-    let order: Vec<(String, String)> = h
-        .desk
-        .side_effects()
-        .into_iter()
-        .map(|e| (e.tool, e.args["order_id"].as_str().unwrap().to_owned()))
-        .collect();
     assert_eq!(
-        order,
-        vec![
-            (UPDATE_DELIVERY_TIME.to_owned(), "A-1001".to_owned()),
-            (UPDATE_DELIVERY_TIME.to_owned(), "A-1002".to_owned()),
-            (RESTORE_DELIVERY_TIME.to_owned(), "A-1002".to_owned()),
-            (RESTORE_DELIVERY_TIME.to_owned(), "A-1001".to_owned()),
-        ],
+        effect_order(&h.desk),
+        effects(&[
+            (UPDATE_DELIVERY_TIME, "A-1001"),
+            (UPDATE_DELIVERY_TIME, "A-1002"),
+            (RESTORE_DELIVERY_TIME, "A-1002"),
+            (RESTORE_DELIVERY_TIME, "A-1001"),
+        ]),
         "strict reverse order"
     );
     assert_eq!(
@@ -1169,12 +960,7 @@ async fn failed_weak_compensation_ends_manual_with_a_handoff_package() {
         UPDATE_DELIVERY_TIME.to_owned(),
         restore(&h.desk, CompensationGrade::Weak),
     );
-    h.desk
-        .push_fault(UPDATE_DELIVERY_TIME, Fault::Delay(Duration::ZERO))
-        .unwrap();
-    h.desk
-        .push_fault(UPDATE_DELIVERY_TIME, Fault::status(409))
-        .unwrap();
+    conflict_on_update(&h.desk, 2);
     let out = run(&h, &a).await;
 
     assert_eq!(out.report.outcome, Outcome::HandedOff, "{:#?}", out.report);
@@ -1234,12 +1020,7 @@ async fn continue_policy_keeps_effects_and_reports_partial_success() {
         true,
     );
     a.on_failure = rein_core::FailurePolicy::Continue;
-    h.desk
-        .push_fault(UPDATE_DELIVERY_TIME, Fault::Delay(Duration::ZERO))
-        .unwrap();
-    h.desk
-        .push_fault(UPDATE_DELIVERY_TIME, Fault::status(409))
-        .unwrap();
+    conflict_on_update(&h.desk, 2);
     let out = run(&h, &a).await;
     assert_eq!(out.report.outcome, Outcome::PartialSuccess);
     assert_eq!(h.desk.applied_count(RESTORE_DELIVERY_TIME), 0);

@@ -4,174 +4,52 @@
 #![cfg(feature = "sabotage")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
+mod common;
 
-use rein_core::deadline::BudgetLimits;
-use rein_core::idempotency::Normalizer;
-use rein_core::loop_guard::LoopGuardConfig;
-use rein_core::registry::{ArgSource, CompensationGrade, CompensationSpec};
-use rein_core::retry::RetryPolicy;
-use rein_core::{EventKind, LatencyProfile, Outcome, ToolClass};
-use rein_engine::provider::{ModelProvider, ScriptedProvider};
-use rein_engine::run::{
-    AcceptAll, AgentBinding, CompensationBinding, Engine, RunOutput, RunRequest, ToolBinding,
+use common::{
+    Harness, agent, answer, call, conflict_on_update, effect_order, effects, harness_with, kinds,
+    run, script, three_updates, tool_messages, update,
 };
+use rein_core::{EventKind, Outcome};
+use rein_engine::run::RunOutput;
 use rein_engine::sabotage::Sabotage;
-use rein_engine::tool_http::{DEFAULT_IDEMPOTENCY_HEADER, HttpTarget};
-use rein_store::{SqliteStore, Store};
 use rein_testkit::order_desk::{
-    Fault, Faults, GET_ORDER, OrderDesk, OrderDeskConfig, RESTORE_DELIVERY_TIME, SEND_EMAIL,
-    UPDATE_DELIVERY_TIME,
+    Fault, Faults, GET_ORDER, OrderDesk, RESTORE_DELIVERY_TIME, SEND_EMAIL, UPDATE_DELIVERY_TIME,
 };
 use serde_json::{Value, json};
 
-struct Harness {
-    desk: OrderDesk,
-    store: Arc<dyn Store>,
-    engine: Engine,
-    _dir: tempfile::TempDir,
+/// A harness whose engine has the `sabotage` switches on.
+async fn sabotaged(faults: Faults, sabotage: Sabotage) -> Harness {
+    harness_with(faults, |b| b.sabotage(sabotage)).await
 }
 
-async fn harness(faults: Faults, sabotage: Sabotage) -> Harness {
-    let desk = OrderDesk::start_with(OrderDeskConfig::default().with_faults(faults))
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("rein.db")).unwrap());
-    let engine = Engine::builder(store.clone())
-        .rng_seed(7)
-        .sabotage(sabotage)
-        .build()
-        .unwrap();
-    Harness {
-        desk,
-        store,
-        engine,
-        _dir: dir,
+/// An update whose first answer is lost (the desk applied it).
+fn lost_update_response() -> Faults {
+    Faults::none().then(UPDATE_DELIVERY_TIME, Fault::LoseResponse)
+}
+
+/// Only `fresh_key_per_attempt` on.
+fn fresh_key_per_attempt() -> Sabotage {
+    Sabotage {
+        fresh_key_per_attempt: true,
+        ..Sabotage::default()
     }
 }
 
-fn ms(v: u64) -> Duration {
-    Duration::from_millis(v)
+/// Runs the order-desk agent through the scripted `turns`.
+async fn run_turns(h: &Harness, turns: Value, status_url: bool) -> RunOutput {
+    run(h, &agent(&h.desk, script(turns), status_url)).await
 }
 
-fn tool(desk: &OrderDesk, name: &str, class: ToolClass, status_url: bool) -> ToolBinding {
-    ToolBinding {
-        name: name.to_owned(),
-        class,
-        latency: LatencyProfile::new(ms(10), ms(100), ms(250), 100).unwrap(),
-        normalizer: Normalizer::default(),
-        target: HttpTarget {
-            name: name.to_owned(),
-            url: desk.tool_url(name),
-            method: reqwest::Method::POST,
-            headers: BTreeMap::new(),
-            idempotency_header: DEFAULT_IDEMPOTENCY_HEADER.to_owned(),
-            status_url: status_url.then(|| format!("{}/tools/{name}/status", desk.base_url())),
-            max_result_bytes: 16 * 1024,
-        }
-        .into(),
-        resource_group: Some("order_api".to_owned()),
-        self_heal_allowance: None,
-    }
+/// One update of A-1001, then the answer.
+fn one_update() -> Value {
+    json!([update("A-1001", "2026-12-24"), answer("done")])
 }
 
-fn agent(desk: &OrderDesk, turns: Value, status_url: bool) -> AgentBinding {
-    let tools: BTreeMap<String, ToolBinding> = [
-        tool(desk, GET_ORDER, ToolClass::Read, false),
-        tool(
-            desk,
-            UPDATE_DELIVERY_TIME,
-            ToolClass::IdempotentWrite,
-            status_url,
-        ),
-        tool(desk, SEND_EMAIL, ToolClass::Irreversible, false),
-    ]
-    .into_iter()
-    .map(|t| (t.name.clone(), t))
-    .collect();
-    let args = [
-        ("order_id", "args.order_id"),
-        ("delivery_date", "result.previous_delivery_date"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.parse::<ArgSource>().unwrap()))
-    .collect();
-    let restore = CompensationBinding {
-        spec: CompensationSpec::new(RESTORE_DELIVERY_TIME, CompensationGrade::Strong, None, args),
-        tool: tool(
-            desk,
-            RESTORE_DELIVERY_TIME,
-            ToolClass::IdempotentWrite,
-            true,
-        ),
-    };
-    let provider: Arc<dyn ModelProvider> = Arc::new(
-        ScriptedProvider::from_json("replay", &json!({ "turns": turns }).to_string()).unwrap(),
-    );
-    AgentBinding {
-        name: "order_desk".into(),
-        model: "mock-model".into(),
-        system_prompt: "You adjust orders.".into(),
-        provider,
-        price: None,
-        tool_definitions: vec![],
-        tools,
-        budget: BudgetLimits::new(Duration::from_secs(20))
-            .unwrap()
-            .with_steps(10)
-            .unwrap(),
-        retry: RetryPolicy::default(),
-        loop_guard: LoopGuardConfig::default(),
-        model_latency: LatencyProfile::new(ms(5), ms(50), ms(100), 0).unwrap(),
-        on_failure: rein_core::FailurePolicy::default(),
-        compensation_reserve: rein_core::Ratio::new("r", 0.2).unwrap(),
-        compensations: [(UPDATE_DELIVERY_TIME.to_owned(), restore)]
-            .into_iter()
-            .collect(),
-        group_limits: BTreeMap::new(),
-    }
-}
-
-fn call(name: &str, args: Value) -> Value {
-    json!({"tool_calls": [{"name": name, "arguments": args}]})
-}
-
-fn answer(text: &str) -> Value {
-    json!({"text": text})
-}
-
-fn update(order: &str, date: &str) -> Value {
-    call(
-        UPDATE_DELIVERY_TIME,
-        json!({"order_id": order, "delivery_date": date}),
-    )
-}
-
-async fn run(h: &Harness, agent: &AgentBinding) -> RunOutput {
-    h.engine
-        .run(
-            agent,
-            &AcceptAll,
-            RunRequest {
-                input: "Move order A-1001 to 2026-12-24 and tell the buyer.".into(),
-                ..RunRequest::default()
-            },
-        )
-        .await
-        .unwrap()
-}
-
-async fn events(h: &Harness, out: &RunOutput) -> Vec<(EventKind, Value)> {
-    h.store
-        .events(&out.run_id, 0)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| (e.kind, e.data))
-        .collect()
+/// The idempotency key of the run's first ledger record.
+async fn first_ledger_key(h: &Harness, out: &RunOutput) -> Option<String> {
+    let ledger = h.store.ledger(&out.run_id).await.unwrap();
+    ledger[0].idempotency_key.as_ref().map(|k| k.to_string())
 }
 
 /// The keys (and intent ids) of every request to `tool`, in order.
@@ -185,18 +63,9 @@ fn keys_of(desk: &OrderDesk, tool: &str) -> Vec<(Option<String>, Option<String>)
 
 /// The contents of the tool messages the model was sent back.
 async fn tool_replies(h: &Harness, out: &RunOutput) -> Vec<String> {
-    let checkpoint = h
-        .store
-        .latest_checkpoint(&out.run_id)
+    tool_messages(h, out)
         .await
-        .unwrap()
-        .unwrap();
-    checkpoint
-        .messages
-        .as_array()
-        .unwrap()
         .iter()
-        .filter(|m| m["role"] == "tool")
         .map(|m| m["content"].as_str().unwrap().to_owned())
         .collect()
 }
@@ -205,17 +74,8 @@ async fn tool_replies(h: &Harness, out: &RunOutput) -> Vec<String> {
 async fn no_switch_on_changes_nothing() {
     // The scenario of the next test, unsabotaged: the retry carries the
     // same key and the desk collapses it.
-    let h = harness(
-        Faults::none().then(UPDATE_DELIVERY_TIME, Fault::LoseResponse),
-        Sabotage::default(),
-    )
-    .await;
-    let a = agent(
-        &h.desk,
-        json!([update("A-1001", "2026-12-24"), answer("done")]),
-        false,
-    );
-    let out = run(&h, &a).await;
+    let h = sabotaged(lost_update_response(), Sabotage::default()).await;
+    let out = run_turns(&h, one_update(), false).await;
     assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
     assert_eq!(h.desk.applied_count(UPDATE_DELIVERY_TIME), 1);
     assert_eq!(h.desk.replayed_count(UPDATE_DELIVERY_TIME), 1);
@@ -223,20 +83,8 @@ async fn no_switch_on_changes_nothing() {
 
 #[tokio::test]
 async fn fresh_key_per_attempt_applies_a_retried_idempotent_write_twice() {
-    let h = harness(
-        Faults::none().then(UPDATE_DELIVERY_TIME, Fault::LoseResponse),
-        Sabotage {
-            fresh_key_per_attempt: true,
-            ..Sabotage::default()
-        },
-    )
-    .await;
-    let a = agent(
-        &h.desk,
-        json!([update("A-1001", "2026-12-24"), answer("done")]),
-        false,
-    );
-    let out = run(&h, &a).await;
+    let h = sabotaged(lost_update_response(), fresh_key_per_attempt()).await;
+    let out = run_turns(&h, one_update(), false).await;
 
     assert_eq!(
         h.desk.applied_count(UPDATE_DELIVERY_TIME),
@@ -249,33 +97,21 @@ async fn fresh_key_per_attempt_applies_a_retried_idempotent_write_twice() {
     assert_ne!(keys[0].0, keys[1].0, "a different key on the retry");
     assert_eq!(keys[0].1, keys[1].1, "for the same intent");
     // The ledger still holds the intent's original key: the first one sent.
-    let ledger = h.store.ledger(&out.run_id).await.unwrap();
-    assert_eq!(
-        ledger[0].idempotency_key.as_ref().map(|k| k.to_string()),
-        keys[0].0
-    );
+    assert_eq!(first_ledger_key(&h, &out).await, keys[0].0);
 }
 
 #[tokio::test]
 async fn fresh_key_per_attempt_also_looks_up_by_the_fresh_key() {
     // Attempt 1 is refused; attempt 2 (fresh key) applies but its answer is
     // lost, so rein looks it up — by the fresh key too.
-    let h = harness(
+    let h = sabotaged(
         Faults::none()
             .then(UPDATE_DELIVERY_TIME, Fault::status(503))
             .then(UPDATE_DELIVERY_TIME, Fault::LoseResponse),
-        Sabotage {
-            fresh_key_per_attempt: true,
-            ..Sabotage::default()
-        },
+        fresh_key_per_attempt(),
     )
     .await;
-    let a = agent(
-        &h.desk,
-        json!([update("A-1001", "2026-12-24"), answer("done")]),
-        true,
-    );
-    let out = run(&h, &a).await;
+    let out = run_turns(&h, one_update(), true).await;
 
     let keys = keys_of(&h.desk, UPDATE_DELIVERY_TIME);
     assert_eq!(keys.len(), 2);
@@ -288,16 +124,12 @@ async fn fresh_key_per_attempt_also_looks_up_by_the_fresh_key() {
         .map(|r| r.args["key"].clone())
         .collect();
     assert_eq!(lookups, vec![json!(keys[1].0)]);
-    let ledger = h.store.ledger(&out.run_id).await.unwrap();
-    assert_eq!(
-        ledger[0].idempotency_key.as_ref().map(|k| k.to_string()),
-        keys[0].0
-    );
+    assert_eq!(first_ledger_key(&h, &out).await, keys[0].0);
 }
 
 #[tokio::test]
 async fn retry_irreversible_sends_an_email_twice_after_a_503() {
-    let h = harness(
+    let h = sabotaged(
         Faults::none().then(SEND_EMAIL, Fault::status(503)),
         Sabotage {
             retry_irreversible: true,
@@ -306,16 +138,11 @@ async fn retry_irreversible_sends_an_email_twice_after_a_503() {
     )
     .await;
     let email = json!({"to": "buyer@example.com", "subject": "s", "body": "b"});
-    let a = agent(
-        &h.desk,
-        json!([call(SEND_EMAIL, email), answer("sent")]),
-        true,
-    );
-    let out = run(&h, &a).await;
+    let out = run_turns(&h, json!([call(SEND_EMAIL, email), answer("sent")]), true).await;
 
     assert_eq!(h.desk.request_count(SEND_EMAIL), 2, "an irreversible retry");
     assert_eq!(h.desk.applied_count(SEND_EMAIL), 1);
-    let events = events(&h, &out).await;
+    let events = kinds(&h, &out).await;
     assert!(
         events
             .iter()
@@ -325,7 +152,7 @@ async fn retry_irreversible_sends_an_email_twice_after_a_503() {
 
 #[tokio::test]
 async fn forward_order_compensation_undoes_in_execution_order() {
-    let h = harness(
+    let h = sabotaged(
         Faults::none(),
         Sabotage {
             forward_order_compensation: true,
@@ -333,43 +160,33 @@ async fn forward_order_compensation_undoes_in_execution_order() {
         },
     )
     .await;
-    let a = agent(
-        &h.desk,
-        json!([
-            update("A-1001", "2026-02-01T10:00:00Z"),
-            update("A-1002", "2026-02-02T10:00:00Z"),
-            update("A-1003", "2026-02-03T10:00:00Z"),
-            answer("could not finish"),
-        ]),
-        true,
-    );
     // The third update conflicts: not retryable, so the first two are undone.
-    for fault in [
-        Fault::Delay(Duration::ZERO),
-        Fault::Delay(Duration::ZERO),
-        Fault::status(409),
-    ] {
-        h.desk.push_fault(UPDATE_DELIVERY_TIME, fault).unwrap();
-    }
-    let out = run(&h, &a).await;
+    conflict_on_update(&h.desk, 3);
+    let out = run_turns(&h, three_updates(), true).await;
 
     assert_eq!(out.report.outcome, Outcome::Failed, "{:#?}", out.report);
-    let order: Vec<(String, String)> = h
-        .desk
-        .side_effects()
-        .into_iter()
-        .map(|e| (e.tool, e.args["order_id"].as_str().unwrap().to_owned()))
-        .collect();
     assert_eq!(
-        order,
-        vec![
-            (UPDATE_DELIVERY_TIME.to_owned(), "A-1001".to_owned()),
-            (UPDATE_DELIVERY_TIME.to_owned(), "A-1002".to_owned()),
-            (RESTORE_DELIVERY_TIME.to_owned(), "A-1001".to_owned()),
-            (RESTORE_DELIVERY_TIME.to_owned(), "A-1002".to_owned()),
-        ],
+        effect_order(&h.desk),
+        effects(&[
+            (UPDATE_DELIVERY_TIME, "A-1001"),
+            (UPDATE_DELIVERY_TIME, "A-1002"),
+            (RESTORE_DELIVERY_TIME, "A-1001"),
+            (RESTORE_DELIVERY_TIME, "A-1002"),
+        ]),
         "forward order, not reverse"
     );
+}
+
+/// The tool replies the model got after a `get_order` the desk refused
+/// with 400, with the `sabotage` switches on.
+async fn replies_to_a_refused_read(sabotage: Sabotage) -> Vec<String> {
+    let turns = json!([
+        call(GET_ORDER, json!({"order_id": "A-1001"})),
+        answer("gave up")
+    ]);
+    let h = sabotaged(Faults::none().then(GET_ORDER, Fault::status(400)), sabotage).await;
+    let out = run_turns(&h, turns, true).await;
+    tool_replies(&h, &out).await
 }
 
 #[tokio::test]
@@ -377,31 +194,16 @@ async fn raw_error_text_sends_the_tools_error_message_to_the_model() {
     // The desk's structured error body says, in its `message`, "get_order
     // refused the request with HTTP 400 (injected fault)".
     let server_message = "refused the request with HTTP 400 (injected fault)";
-    let turns = json!([
-        call(GET_ORDER, json!({"order_id": "A-1001"})),
-        answer("gave up")
-    ]);
-    let h = harness(
-        Faults::none().then(GET_ORDER, Fault::status(400)),
-        Sabotage {
-            raw_error_text: true,
-            ..Sabotage::default()
-        },
-    )
+    let replies = replies_to_a_refused_read(Sabotage {
+        raw_error_text: true,
+        ..Sabotage::default()
+    })
     .await;
-    let out = run(&h, &agent(&h.desk, turns.clone(), true)).await;
-    let replies = tool_replies(&h, &out).await;
     assert_eq!(replies.len(), 1);
     assert!(replies[0].contains(server_message), "{replies:?}");
 
     // Unsabotaged, the model gets the structured placeholder only.
-    let h = harness(
-        Faults::none().then(GET_ORDER, Fault::status(400)),
-        Sabotage::default(),
-    )
-    .await;
-    let out = run(&h, &agent(&h.desk, turns, true)).await;
-    let replies = tool_replies(&h, &out).await;
+    let replies = replies_to_a_refused_read(Sabotage::default()).await;
     assert_eq!(replies.len(), 1);
     assert!(!replies[0].contains(server_message), "{replies:?}");
 }

@@ -503,7 +503,7 @@ fn orchestration() -> Vec<Scenario> {
             "One turn asks for four orders at once under a resource-group ceiling of 2, each read taking 100 ms: calls queue, the ceiling holds.",
             Plan::script(vec![
                 calls(&[(GET, json!({"order_id": "A-1001"})), (GET, json!({"order_id": "A-1002"})),
-                        (GET, json!({"order_id": "A-1003"})), (GET, json!({"order_id": "A-1001", "note": 1}))]),
+                        (GET, json!({"order_id": "A-1003"})), (GET, json!({"order_id": "A-1002"}))]),
                 answer("Looked them up."),
             ])
             .tool_rule(Rule::new(on(GET), Injection::Delay { ms: 100 }).always())
@@ -555,13 +555,14 @@ fn long() -> Vec<Scenario> {
     use Layer::Orchestration as L;
     vec![
         Scenario::new(58, L, "sustained-outage-recovers",
-            "get_order is down for its first 60 requests across 20 runs with a 2-failure, 300 ms breaker: the breaker opens, probes, and traffic recovers once the outage ends.",
+            "get_order is down for its first 12 requests while 20 runs start 150 ms apart, with a 2-failure, 300 ms breaker: it opens, half-open probes fail until the outage ends, then traffic recovers.",
             Plan::script(vec![get("A-1001"), answer("done")])
-                .tool_rule(Rule::new(on(GET), status(503)).times(60))
+                .tool_rule(Rule::new(on(GET), status(503)).times(12))
                 .tune(|t| t.breaker = Some((2, 300)))
-                .runs(20))
+                .runs(20)
+                .every(150))
             .risks([I::OpenBreakerBlocks])
-            .expects([M::BreakerOpened, M::CircuitRejected])
+            .expects([M::BreakerOpened, M::CircuitRejected, M::BreakerRecovered])
             .long(),
         Scenario::new(59, L, "sustained-slow-fan-out",
             "30 runs of three tenants at once under a ceiling of 4, every read taking 60 ms (within its latency profile): the ceiling holds for the whole backlog, nobody starves.",

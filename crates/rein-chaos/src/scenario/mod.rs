@@ -118,6 +118,9 @@ pub struct Plan {
     pub runs: u32,
     /// Whether the runs start together.
     pub concurrent: bool,
+    /// Pause between sequential runs, in milliseconds: lets a sustained
+    /// scenario span the breaker's break and its recovery.
+    pub pause_ms: u64,
     /// The tenant of each run, round robin.
     pub tenants: Vec<&'static str>,
     /// Runs the ledger reconciler once after the runs ended.
@@ -146,6 +149,7 @@ impl Plan {
             tune: Tune::default(),
             runs: 1,
             concurrent: false,
+            pause_ms: 0,
             tenants: vec!["default"],
             reconcile: true,
         }
@@ -190,6 +194,12 @@ impl Plan {
     /// Runs `n` runs one after another.
     pub fn runs(mut self, n: u32) -> Plan {
         self.runs = n;
+        self
+    }
+
+    /// Waits `ms` between sequential runs.
+    pub fn every(mut self, ms: u64) -> Plan {
+        self.pause_ms = ms;
         self
     }
 
