@@ -47,6 +47,10 @@ pub struct RunEvidence {
     /// it (not rein's own figure); `None` for a crashed-and-resumed run,
     /// whose two processes' times rein itself must add up.
     pub observed_ms: Option<u64>,
+    /// Its status as the store holds it after everything ended.
+    pub stored_status: Option<String>,
+    /// Events the run emitted that never became durable.
+    pub lost_events: usize,
     /// Whether a process driving it was aborted at a crash point.
     pub crashed: bool,
     /// Something that escaped the run's structured outcome: a panic, an
@@ -69,6 +73,8 @@ pub struct Evidence {
     /// Where in `tool_trace` the post-run reconciliation began: requests
     /// from that position on were made by the reconciler, not by a run.
     pub reconcile_from: usize,
+    /// The desk's last request seq before the post-run reconciliation.
+    pub desk_reconcile_from: u64,
     /// What crossed the proxy in front of the model, when one was used.
     pub model_trace: Vec<TraceRecord>,
     /// The class of every tool of the world.

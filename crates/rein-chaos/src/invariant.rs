@@ -27,15 +27,25 @@ use crate::evidence::{Evidence, RunEvidence};
 
 /// Text that only ever appears in raw error bodies: a model that receives
 /// any of it was handed raw error text.
-pub const RAW_ERROR_MARKERS: [&str; 3] = [
+pub const RAW_ERROR_MARKERS: [&str; 5] = [
+    // The fault proxy's and the store fault's own error texts.
     "injected by rein-chaos",
+    // The order desk's messages for the faults it injects.
+    "(injected fault)",
+    // Planted in scenario error bodies.
     "RAW-UPSTREAM-ERROR",
     "Traceback (most recent call last)",
+    // The mock model server's error messages.
+    "mock model",
 ];
 
 /// Slack on the wall-clock limit: the end of a run (report, settlement
 /// bookkeeping, the final commit) happens after the last deadline check.
 pub const WALL_CLOCK_SLACK_MS: u64 = 750;
+
+/// A tenant's worst wait for a concurrency slot below this never counts as
+/// starvation, whatever the others waited.
+pub const STARVATION_FLOOR_MS: u64 = 500;
 
 /// One of DESIGN.md's invariants, by number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -137,13 +147,23 @@ pub fn check(evidence: &Evidence) -> Vec<Violation> {
     for run in &evidence.runs {
         budgets_hold(run, &mut out);
         nothing_dangles(run, &mut out);
+        compensations_landed(evidence, run, &mut out);
         reverse_compensation(evidence, run, &mut out);
         structured_failures(run, &mut out);
-        if !evidence.concurrent_runs {
-            open_breaker_blocks(evidence, run, &mut out);
+        if evidence.concurrent_runs {
+            // Runs that overlap interleave on the shared breakers by
+            // wall-clock time, which event timestamps cannot order exactly:
+            // each run is judged on its own stream.
+            open_breaker_blocks(evidence, Some(run), run.events.iter(), &mut out);
         }
         resume_reuses_intents(run, &mut out);
         no_raw_error_text(run, &mut out);
+    }
+    if !evidence.concurrent_runs {
+        // Breakers are shared by every run of the engine: runs one after
+        // another form one ordered stream.
+        let all = evidence.runs.iter().flat_map(|r| r.events.iter());
+        open_breaker_blocks(evidence, None, all, &mut out);
     }
     calls_accounted_for(evidence, &mut out);
     concurrency_ceiling(evidence, &mut out);
@@ -205,6 +225,54 @@ fn one_effect_per_key(evidence: &Evidence, out: &mut Vec<Violation>) {
             format!("intent {intent} of {tool} was applied {n} times at the desk"),
         );
     }
+    // Per run, a write lands at most once per intent the ledger holds for
+    // it: independent of the intent and key headers, so an engine that
+    // re-planned a call under a new intent (or sent it unkeyed) is caught.
+    let mut applied: BTreeMap<(&str, &str, String), usize> = BTreeMap::new();
+    for effect in evidence
+        .desk
+        .side_effects
+        .iter()
+        .filter(|e| e.effect == EffectKind::Applied)
+    {
+        let Some(run) = requests
+            .get(&effect.request_seq)
+            .and_then(|r| r.headers.run_id.as_deref())
+        else {
+            continue;
+        };
+        let intent = requests
+            .get(&effect.request_seq)
+            .and_then(|r| request_intent(r))
+            .unwrap_or_default();
+        if intent.ends_with("/compensation") {
+            continue;
+        }
+        *applied
+            .entry((run, effect.tool.as_str(), effect.args.to_string()))
+            .or_default() += 1;
+    }
+    for ((run_id, tool, args), n) in applied {
+        let Some(run) = evidence.runs.iter().find(|r| r.run_id.as_str() == run_id) else {
+            continue;
+        };
+        let intents = run
+            .ledger
+            .iter()
+            .filter(|r| {
+                r.tool == tool
+                    && serde_json::to_string(&r.args).ok().as_deref() == Some(args.as_str())
+            })
+            .count();
+        if n > intents.max(1) {
+            violation(
+                out,
+                Invariant::OneEffectPerKey,
+                Some(run),
+                format!("{tool} {args} was applied {n} times for {intents} intents of the run"),
+            );
+        }
+    }
     // Every attempt of a keyed intent carries the key its ledger record
     // was declared with: a key that changes between attempts makes the
     // tool's deduplication useless even when no duplicate happened to land.
@@ -242,27 +310,45 @@ fn budgets_hold(run: &RunEvidence, out: &mut Vec<Violation>) {
         return;
     };
     let used = report.consumed;
+    // Recounted from the event stream, not taken from the report: the
+    // steps the model was asked for, and the tokens it reported using.
+    let steps_taken = run
+        .events
+        .iter()
+        .filter(|e| e.kind == EventKind::ModelCallStarted)
+        .map(|e| e.step)
+        .max()
+        .unwrap_or(0)
+        .max(report.steps)
+        .max(used.steps);
     if let Some(steps) = run.limits.steps()
-        && (used.steps > steps || report.steps > steps)
+        && steps_taken > steps
     {
         violation(
             out,
             Invariant::BudgetsHold,
             Some(run),
-            format!(
-                "{} steps taken, limit {steps}",
-                report.steps.max(used.steps)
-            ),
+            format!("{steps_taken} steps taken, limit {steps}"),
         );
     }
+    let tokens_used: u64 = run
+        .events
+        .iter()
+        .filter(|e| e.kind == EventKind::ModelCallFinished && e.data["ok"] == true)
+        .map(|e| {
+            e.data["usage"]["input"].as_u64().unwrap_or(0)
+                + e.data["usage"]["output"].as_u64().unwrap_or(0)
+        })
+        .sum::<u64>()
+        .max(used.tokens);
     if let Some(tokens) = run.limits.tokens()
-        && used.tokens > tokens
+        && tokens_used > tokens
     {
         violation(
             out,
             Invariant::BudgetsHold,
             Some(run),
-            format!("{} tokens used, limit {tokens}", used.tokens),
+            format!("{tokens_used} tokens used, limit {tokens}"),
         );
     }
     if let Some(cost) = run.limits.cost()
@@ -303,9 +389,10 @@ fn budgets_hold(run: &RunEvidence, out: &mut Vec<Violation>) {
     }
     // Reaching a budget must be explicit: never a success, and a success
     // never hides an action that did not complete.
+    // A tool call refused for want of budget is reported per action; any
+    // other exhaustion (run, model turn, model call) ends the run.
     let run_level_exhaustion = run.events.iter().any(|e| {
-        e.kind == EventKind::BudgetExhausted
-            && matches!(e.data["scope"].as_str(), Some("model_turn" | "model_call"))
+        e.kind == EventKind::BudgetExhausted && e.data["scope"].as_str() != Some("tool_call")
     });
     if run_level_exhaustion && report.outcome == Outcome::Succeeded {
         violation(
@@ -348,10 +435,13 @@ fn nothing_dangles(run: &RunEvidence, out: &mut Vec<Violation>) {
     if report.outcome == Outcome::Succeeded {
         return;
     }
-    // A recoverable run (a rate limit, a spent budget: a resume continues
-    // from its effects) and an agent whose policy is `continue` keep their
-    // completed effects on purpose; the report must list each of them.
-    let kept = report.recoverable || run.policy == FailurePolicy::Continue;
+    // Two documented exceptions keep completed effects on purpose, and the
+    // report must list each of them: an agent whose policy is `continue`,
+    // and a recoverable run stopped by something time fixes (a spent
+    // budget, a rate limit, an overloaded or unavailable target), which a
+    // resume continues from its effects.
+    let kept = run.policy == FailurePolicy::Continue
+        || (report.recoverable && stopped_by_time(run, report));
     for record in run
         .ledger
         .iter()
@@ -380,6 +470,80 @@ fn nothing_dangles(run: &RunEvidence, out: &mut Vec<Violation>) {
                 }
             ),
         );
+    }
+}
+
+/// Categories whose cause passes with time.
+fn fixable_by_time(category: &str) -> bool {
+    matches!(
+        category,
+        "transient"
+            | "timeout"
+            | "rate_limited"
+            | "overloaded"
+            | "circuit_open"
+            | "budget_exhausted"
+    )
+}
+
+/// Whether what stopped the run is something time fixes, from the facts:
+/// a spent budget, the model failing with a passing cause, or only
+/// actions that failed for passing causes.
+fn stopped_by_time(run: &RunEvidence, report: &rein_core::RunReport) -> bool {
+    if report.outcome == Outcome::BudgetExhausted {
+        return true;
+    }
+    if run.events.iter().any(|e| {
+        matches!(
+            e.kind,
+            EventKind::LoopDetected | EventKind::SettlementStarted
+        )
+    }) {
+        return false;
+    }
+    let model_gave_up = run
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.kind == EventKind::ModelCallFinished)
+        .filter(|e| e.data["ok"] == false);
+    if let Some(e) = model_gave_up {
+        return e.data["category"].as_str().is_some_and(fixable_by_time);
+    }
+    report.incomplete.iter().all(|a| {
+        serde_json::to_value(a.category)
+            .ok()
+            .and_then(|v| v.as_str().map(fixable_by_time))
+            .unwrap_or(false)
+    })
+}
+
+/// Compensated records must show their undoing at the desk: the
+/// compensation's own request applied there (or replayed a stored
+/// application), not merely rein saying so.
+fn compensations_landed(evidence: &Evidence, run: &RunEvidence, out: &mut Vec<Violation>) {
+    let requests: HashMap<u64, &RequestRecord> =
+        evidence.desk.requests.iter().map(|r| (r.seq, r)).collect();
+    for record in run
+        .ledger
+        .iter()
+        .filter(|r| r.status == LedgerStatus::Compensated)
+    {
+        let wanted = format!("{}/compensation", record.intent_id);
+        let undone = evidence.desk.side_effects.iter().any(|e| {
+            requests.get(&e.request_seq).and_then(|r| request_intent(r)) == Some(wanted.as_str())
+        });
+        if !undone {
+            violation(
+                out,
+                Invariant::NothingDangles,
+                Some(run),
+                format!(
+                    "{} ({}) is marked compensated, but no compensation reached the desk",
+                    record.intent_id, record.tool
+                ),
+            );
+        }
     }
 }
 
@@ -416,12 +580,9 @@ fn reverse_compensation(evidence: &Evidence, run: &RunEvidence, out: &mut Vec<Vi
     let requests: HashMap<u64, &RequestRecord> =
         evidence.desk.requests.iter().map(|r| (r.seq, r)).collect();
     let mut undone: Vec<u64> = Vec::new();
-    for effect in evidence
-        .desk
-        .side_effects
-        .iter()
-        .filter(|e| e.effect == EffectKind::Applied)
-    {
+    for effect in evidence.desk.side_effects.iter().filter(|e| {
+        e.effect == EffectKind::Applied && e.request_seq <= evidence.desk_reconcile_from
+    }) {
         let Some(intent) = requests
             .get(&effect.request_seq)
             .and_then(|r| request_intent(r))
@@ -464,6 +625,31 @@ fn structured_failures(run: &RunEvidence, out: &mut Vec<Violation>) {
             "the run never produced a report".into(),
         );
     }
+    if let Some(report) = &run.report
+        && run.stored_status.as_deref() != Some(report.outcome.as_str())
+    {
+        violation(
+            out,
+            Invariant::StructuredFailures,
+            Some(run),
+            format!(
+                "the run ended {} but the store holds it as {}",
+                report.outcome.as_str(),
+                run.stored_status.as_deref().unwrap_or("missing")
+            ),
+        );
+    }
+    if run.lost_events > 0 {
+        violation(
+            out,
+            Invariant::StructuredFailures,
+            Some(run),
+            format!(
+                "{} of the run's events never became durable",
+                run.lost_events
+            ),
+        );
+    }
     if run.report.is_some() && !run.events.iter().any(|e| e.kind == EventKind::RunFinished) {
         violation(
             out,
@@ -499,10 +685,15 @@ fn arm_covers(evidence: &Evidence, arm: &str, name: &str, tool: &str) -> bool {
     }
 }
 
-fn open_breaker_blocks(evidence: &Evidence, run: &RunEvidence, out: &mut Vec<Violation>) {
+fn open_breaker_blocks<'a>(
+    evidence: &Evidence,
+    run: Option<&RunEvidence>,
+    events: impl Iterator<Item = &'a rein_core::Event>,
+    out: &mut Vec<Violation>,
+) {
     let mut open: BTreeSet<(String, String)> = BTreeSet::new();
-    for e in &run.events {
-        match e.kind {
+    for e in events {
+        let called = match e.kind {
             EventKind::BreakerStateChanged => {
                 let arm = e.data["arm"].as_str().unwrap_or_default().to_owned();
                 let name = e.data["name"].as_str().unwrap_or_default().to_owned();
@@ -515,25 +706,26 @@ fn open_breaker_blocks(evidence: &Evidence, run: &RunEvidence, out: &mut Vec<Vio
                     }
                     _ => {}
                 }
+                continue;
             }
-            EventKind::ToolCallStarted => {
-                let tool = e.data["tool"].as_str().unwrap_or_default();
-                if let Some((arm, name)) = open
-                    .iter()
-                    .find(|(arm, name)| arm_covers(evidence, arm, name, tool))
-                {
-                    violation(
-                        out,
-                        Invariant::OpenBreakerBlocks,
-                        Some(run),
-                        format!(
-                            "event {}: {tool} was called while the {arm} breaker {name} was open",
-                            e.seq
-                        ),
-                    );
-                }
-            }
-            _ => {}
+            EventKind::ToolCallStarted => e.data["tool"].as_str().unwrap_or_default(),
+            EventKind::ModelCallStarted => e.data["provider"].as_str().unwrap_or_default(),
+            _ => continue,
+        };
+        let blocked = open.iter().find(|(arm, name)| match e.kind {
+            EventKind::ModelCallStarted => arm == "provider" && name == called,
+            _ => arm_covers(evidence, arm, name, called),
+        });
+        if let Some((arm, name)) = blocked {
+            violation(
+                out,
+                Invariant::OpenBreakerBlocks,
+                run,
+                format!(
+                    "run {} event {}: {called} was called while the {arm} breaker {name} was open",
+                    e.run_id, e.seq
+                ),
+            );
         }
     }
 }
@@ -602,13 +794,47 @@ fn concurrency_ceiling(evidence: &Evidence, out: &mut Vec<Violation>) {
             *entry |= called;
         }
     }
-    for (tenant, _) in served.into_iter().filter(|(_, s)| !*s) {
+    for (tenant, _) in served.iter().filter(|(_, s)| !**s) {
         violation(
             out,
             Invariant::ConcurrencyCeiling,
             None,
             format!("tenant {tenant} planned calls but none of them ever ran"),
         );
+    }
+    // ... and none waits far longer for a slot than the others: FIFO slots
+    // keep the worst waits of tenants sharing a ceiling comparable.
+    let mut worst: BTreeMap<&str, u64> = BTreeMap::new();
+    for run in &evidence.runs {
+        for e in run
+            .events
+            .iter()
+            .filter(|e| e.kind == EventKind::ToolCallStarted)
+        {
+            let wait = e.data["queue_wait_ms"].as_u64().unwrap_or(0);
+            let entry = worst.entry(run.tenant.as_str()).or_insert(0);
+            *entry = (*entry).max(wait);
+        }
+    }
+    if worst.len() > 1 {
+        for (tenant, wait) in &worst {
+            let others = worst
+                .iter()
+                .filter(|(t, _)| t != &tenant)
+                .map(|(_, w)| *w)
+                .max()
+                .unwrap_or(0);
+            if *wait > STARVATION_FLOOR_MS && *wait > others.saturating_mul(3) {
+                violation(
+                    out,
+                    Invariant::ConcurrencyCeiling,
+                    None,
+                    format!(
+                        "tenant {tenant} waited up to {wait} ms for a slot; the other tenants at most {others} ms"
+                    ),
+                );
+            }
+        }
     }
 }
 
@@ -733,29 +959,68 @@ fn irreversible_not_retried(evidence: &Evidence, out: &mut Vec<Violation>) {
 }
 
 /// Whether `content` is one of rein's structured tool replies: a fact
-/// (`{"ok": true, ...}`) or a rendered failure placeholder.
+/// (`{"ok": true, ...}`) or exactly what rein renders for a failure of that
+/// target, category, effect and retryability — so nothing can ride along
+/// after a well-formed prefix.
 fn is_structured_reply(content: &str) -> bool {
     if let Ok(Value::Object(map)) = serde_json::from_str::<Value>(content) {
         return map.get("ok") == Some(&Value::Bool(true));
     }
-    let Some(rest) = content.strip_prefix("tool_error target=") else {
+    let Some(rendered) = rerendered(content) else {
         return false;
     };
-    let Some((header, _instruction)) = rest.split_once(" | instruction: ") else {
-        return false;
-    };
-    let mut fields = header.split(' ').skip(1);
-    let expect = |field: Option<&str>, name: &str| field.is_some_and(|f| f.starts_with(name));
-    expect(fields.next(), "category=")
-        && expect(fields.next(), "effect=")
-        && expect(fields.next(), "retryable=")
+    // An argument refusal also lists rein's own schema findings about the
+    // model's arguments: what to fix, not anything a tool said.
+    content == rendered
+        || (rendered.contains(" category=invalid_arguments ")
+            && content
+                .strip_prefix(rendered.as_str())
+                .is_some_and(|rest| rest.starts_with(" problems: ")))
+}
+
+/// Renders again, through rein's own constructors, the failure that
+/// `content` claims to describe.
+fn rerendered(content: &str) -> Option<String> {
+    let rest = content.strip_prefix("tool_error ")?;
+    let (header, _) = rest.split_once(" | instruction: ")?;
+    let mut target = None;
+    let mut category = None;
+    let mut effect = None;
+    let mut retryable = None;
+    let mut retry_after = None;
+    for field in header.split(' ') {
+        let (name, value) = field.split_once('=')?;
+        let quoted = Value::String(value.to_owned());
+        match name {
+            "target" => target = Some(value),
+            "category" => category = serde_json::from_value::<rein_core::Category>(quoted).ok(),
+            "effect" => effect = serde_json::from_value::<rein_core::Effect>(quoted).ok(),
+            "retryable" => retryable = value.parse::<bool>().ok(),
+            "retry_after_s" => retry_after = value.parse::<u64>().ok(),
+            _ => return None,
+        }
+    }
+    let mut failure = rein_core::Failure::new(target?, category?)
+        .with_effect(effect?)
+        .with_retryable(retryable?);
+    if let Some(secs) = retry_after {
+        failure = failure.with_retry_after(std::time::Duration::from_secs(secs));
+    }
+    Some(failure.model_message().to_owned())
 }
 
 fn no_raw_error_text(run: &RunEvidence, out: &mut Vec<Violation>) {
     for (call, messages) in run.model_inputs.iter().enumerate() {
         for m in messages {
-            let Message::Tool { call_id, content } = m else {
-                continue;
+            let (what, content) = match m {
+                Message::Tool { call_id, content } => (format!("the reply for {call_id}"), content),
+                Message::System { content } => ("the system prompt".to_owned(), content),
+                Message::User { content } => ("the task".to_owned(), content),
+                Message::Assistant {
+                    content: Some(content),
+                    ..
+                } => ("its own earlier turn".to_owned(), content),
+                Message::Assistant { content: None, .. } => continue,
             };
             let raw = RAW_ERROR_MARKERS
                 .iter()
@@ -766,17 +1031,17 @@ fn no_raw_error_text(run: &RunEvidence, out: &mut Vec<Violation>) {
                     Invariant::NoRawErrorText,
                     Some(run),
                     format!(
-                        "model call {} received raw error text ({marker:?}) for {call_id}",
+                        "model call {} received raw error text ({marker:?}) in {what}",
                         call + 1
                     ),
                 );
-            } else if !is_structured_reply(content) {
+            } else if matches!(m, Message::Tool { .. }) && !is_structured_reply(content) {
                 violation(
                     out,
                     Invariant::NoRawErrorText,
                     Some(run),
                     format!(
-                        "model call {} received an unstructured reply for {call_id}: {}",
+                        "model call {} received an unstructured reply in {what}: {}",
                         call + 1,
                         content.chars().take(120).collect::<String>()
                     ),
@@ -801,5 +1066,10 @@ mod tests {
             "HTTP 500: Traceback (most recent call last)"
         ));
         assert!(!is_structured_reply(r#"{"error": "boom"}"#));
+        let tampered = format!("{} KeyError: 'order'", rendered.model_message());
+        assert!(!is_structured_reply(&tampered));
+        let waited = rein_core::Failure::new("get_order", rein_core::Category::RateLimited)
+            .with_retry_after(std::time::Duration::from_millis(1500));
+        assert!(is_structured_reply(waited.model_message()));
     }
 }

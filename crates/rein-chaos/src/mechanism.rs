@@ -137,7 +137,16 @@ pub fn activated(evidence: &Evidence) -> BTreeSet<Mechanism> {
                 EventKind::CallRejected if e.data["reason"] == "circuit_open" => {
                     Some(Mechanism::CircuitRejected)
                 }
-                EventKind::CallRejected => Some(Mechanism::ValidationRejected),
+                // Validation refusals carry the category the model is told
+                // (the irreversible-sibling gate does not).
+                EventKind::CallRejected
+                    if matches!(
+                        e.data["category"].as_str(),
+                        Some("invalid_arguments" | "not_found")
+                    ) =>
+                {
+                    Some(Mechanism::ValidationRejected)
+                }
                 EventKind::IdempotencyLookup if e.data["collapsed"] == true => {
                     Some(Mechanism::DuplicateCollapsed)
                 }

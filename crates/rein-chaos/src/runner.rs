@@ -25,6 +25,11 @@ use crate::scenario::{Plan, Scenario};
 use crate::store_fault::FaultyStore;
 use crate::world::{Services, WorldConfig};
 
+/// How long past its wall-clock budget a run (or a worker process) may
+/// take before the runner gives up on it and records a hang: generous,
+/// because a hang is a defect, not a slow machine.
+pub const HANG_MARGIN: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The task every run is given.
 pub const INPUT: &str = "Move order A-1001 to 2026-12-24T10:00:00Z and tell the buyer.";
 
@@ -253,7 +258,12 @@ async fn drive(
         )?);
         let mut handles = Vec::new();
         for i in 0..plan.runs {
-            let tenant = plan.tenants[i as usize % plan.tenants.len().max(1)].to_owned();
+            let tenant = plan
+                .tenants
+                .get(i as usize % plan.tenants.len().max(1))
+                .copied()
+                .unwrap_or("default")
+                .to_owned();
             let run = in_process(
                 engine.clone(),
                 world.clone(),
@@ -285,6 +295,7 @@ async fn drive(
     }
     // Requests from here on are the reconciler's, not any run's.
     let reconcile_from = services.tool_proxy.trace().len();
+    let desk_reconcile_from = services.desk.requests().last().map_or(0, |r| r.seq);
     if plan.reconcile {
         let reconciler = Reconciler::new(
             sqlite.clone(),
@@ -297,15 +308,31 @@ async fn drive(
                 ..ReconcileConfig::default()
             },
         );
-        if let Err(e) = reconciler.sweep(SweepClasses::ALL).await {
-            tracing::warn!("reconciliation after the runs failed: {e}");
+        match tokio::time::timeout(HANG_MARGIN, reconciler.sweep(SweepClasses::ALL)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!("reconciliation after the runs failed: {e}"),
+            Err(_) => {
+                return Err(ChaosError::Setup(format!(
+                    "reconciliation did not end within {HANG_MARGIN:?}"
+                )));
+            }
         }
     }
 
     let mut runs = Vec::new();
-    for d in driven {
+    for mut d in driven {
         let read = |e: rein_store::StoreError| ChaosError::Setup(format!("reading the store: {e}"));
+        // The durable record is the evidence: what the store holds is what
+        // an operator, a resume or a reconciler would see.
+        let stored = sqlite.get_run(&d.run_id).await.map_err(read)?;
+        let stored_events = sqlite.events(&d.run_id, 0).await.map_err(read)?;
+        let lost_events = d.events.len().saturating_sub(stored_events.len());
+        if !stored_events.is_empty() {
+            d.events = stored_events;
+        }
         runs.push(RunEvidence {
+            stored_status: stored.map(|r| r.status.as_str().to_owned()),
+            lost_events,
             ledger: sqlite.ledger(&d.run_id).await.map_err(read)?,
             intents: sqlite.intents(&d.run_id).await.map_err(read)?,
             run_id: d.run_id,
@@ -332,6 +359,7 @@ async fn drive(
         desk: services.desk.log(),
         tool_trace: services.tool_proxy.trace(),
         reconcile_from,
+        desk_reconcile_from,
         model_trace: services
             .model_proxy
             .as_ref()
@@ -373,12 +401,22 @@ async fn in_process(
         observer: Some(observer),
     };
     let started = Instant::now();
-    let handle = tokio::spawn(async move { engine.run(&agent, schemas.as_ref(), request).await });
-    let (report, escaped, refused) = match handle.await {
-        Ok(Ok(out)) => (Some(out.report), None, None),
-        Ok(Err(e)) => (None, None, Some(e.to_string())),
-        Err(e) if e.is_panic() => (None, Some(format!("the run panicked: {e}")), None),
-        Err(e) => (None, Some(format!("the run's task ended: {e}")), None),
+    let limit = limits.wall_clock() + HANG_MARGIN;
+    let mut handle =
+        tokio::spawn(async move { engine.run(&agent, schemas.as_ref(), request).await });
+    let (report, escaped, refused) = match tokio::time::timeout(limit, &mut handle).await {
+        Ok(Ok(Ok(out))) => (Some(out.report), None, None),
+        Ok(Ok(Err(e))) => (None, None, Some(e.to_string())),
+        Ok(Err(e)) if e.is_panic() => (None, Some(format!("the run panicked: {e}")), None),
+        Ok(Err(e)) => (None, Some(format!("the run's task ended: {e}")), None),
+        Err(_) => {
+            handle.abort();
+            (
+                None,
+                Some(format!("the run did not return within {limit:?}")),
+                None,
+            )
+        }
     };
     let observed_ms = Some(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
     Ok(Driven {
@@ -425,23 +463,37 @@ async fn crash_and_resume(
         .env(CRASH_ENV, format!("{}:{}", crash.point, crash.nth))
         .env("RUST_LOG", "off")
         .kill_on_drop(true);
-    let output = cmd
-        .output()
-        .await
-        .map_err(|e| ChaosError::Setup(format!("cannot start {}: {e}", exe.display())))?;
-    let crashed = aborted(&output.status);
+    let (agent, recording) = world.bind(plan, client, None)?;
+    let limit = agent.budget.wall_clock() + HANG_MARGIN;
+    // kill_on_drop: a worker that hangs is killed when the wait is dropped.
+    let output = match tokio::time::timeout(limit, cmd.output()).await {
+        Ok(output) => Some(
+            output
+                .map_err(|e| ChaosError::Setup(format!("cannot start {}: {e}", exe.display())))?,
+        ),
+        Err(_) => None,
+    };
     let mut escaped = None;
-    if !crashed && !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        let tail: String = stderr.lines().rev().take(5).collect::<Vec<_>>().join(" / ");
-        escaped = Some(format!("the worker exited with {}: {tail}", output.status));
+    let mut crashed = false;
+    match &output {
+        None => escaped = Some(format!("the worker did not end within {limit:?}; killed")),
+        Some(output) => {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            // Only the planned abort counts as the crash: any other abort
+            // (a double panic, a failed allocation) escaped the run.
+            let marker = format!("crash point {}:{} reached", crash.point, crash.nth);
+            crashed = aborted(&output.status) && stderr.contains(&marker);
+            if !crashed && !output.status.success() {
+                let tail: String = stderr.lines().rev().take(5).collect::<Vec<_>>().join(" / ");
+                escaped = Some(format!("the worker exited with {}: {tail}", output.status));
+            }
+        }
     }
     let mut events = store
         .events(&run_id, 0)
         .await
         .map_err(|e| ChaosError::Setup(format!("reading the store: {e}")))?;
     let mut model_inputs = RecordingProvider::read_journal(&journal);
-    let (agent, recording) = world.bind(plan, client, None)?;
     let limits = agent.budget;
     let policy = agent.on_failure;
     let mut report = None;
@@ -458,15 +510,21 @@ async fn crash_and_resume(
         let (observer, resumed) = collector();
         let schemas = world.schemas.clone();
         let id = run_id.clone();
-        let handle = tokio::spawn(async move {
+        let mut handle = tokio::spawn(async move {
             engine
                 .resume(&agent, schemas.as_ref(), &id, Some(observer))
                 .await
         });
-        match handle.await {
-            Ok(Ok(out)) => report = Some(out.report),
-            Ok(Err(e)) => escaped = Some(format!("the crashed run could not be resumed: {e}")),
-            Err(e) => escaped = Some(format!("the resume panicked: {e}")),
+        match tokio::time::timeout(limit, &mut handle).await {
+            Ok(Ok(Ok(out))) => report = Some(out.report),
+            Ok(Ok(Err(e))) => {
+                escaped = Some(format!("the crashed run could not be resumed: {e}"));
+            }
+            Ok(Err(e)) => escaped = Some(format!("the resume panicked: {e}")),
+            Err(_) => {
+                handle.abort();
+                escaped = Some(format!("the resume did not return within {limit:?}"));
+            }
         }
         // The resumed process's events are durable (crash scenarios fault
         // no storage), numbered by the store after the crashed process's.

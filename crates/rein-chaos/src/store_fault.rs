@@ -86,7 +86,7 @@ impl FaultyStore {
             None
         };
         self.faults.iter().find_map(|f| match *f {
-            StoreFault::Unavailable { from, count } if n >= from && n < from + count => {
+            StoreFault::Unavailable { from, count } if n >= from && n - from < count => {
                 Some(format!("commit {n} refused (store unavailable)"))
             }
             StoreFault::CheckpointFails { nth } if checkpoint == Some(nth) => {

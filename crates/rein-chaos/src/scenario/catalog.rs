@@ -254,7 +254,7 @@ fn network() -> Vec<Scenario> {
             .risks([I::StructuredFailures, I::NoRawErrorText])
             .expects([M::RetryScheduled]),
         Scenario::new(13, L, "write-reset-every-attempt",
-            "Every update_delivery_time request is reset before reaching the desk: nothing applies, nothing is left in doubt.",
+            "Every update_delivery_time request is reset before reaching the desk: nothing applies, yet a lookup cannot prove a lost request will never land, so the write stays in doubt and goes to a human with the run.",
             Plan::script(happy()).tool_rule(Rule::new(on(UPDATE), Injection::ResetBeforeForward).always()))
             .risks([I::OneEffectPerKey, I::NothingDangles])
             .expects([M::RetryScheduled]),
@@ -369,7 +369,7 @@ fn model_gateway() -> Vec<Scenario> {
             .risks([I::BudgetsHold, I::StructuredFailures])
             .expects([M::RetryScheduled]),
         Scenario::new(30, L, "model-context-overflow",
-            "The model refuses the request as too long: not retried on the same model; the run fails cleanly.",
+            "The model refuses the request as too long: not retried on the same model; the run ends at once with what it completed.",
             Plan::mock(vec![Reply::tool_call(GET, &json!({"order_id": "A-1001"})), ModelFault::ContextOverflow.mock_reply()]))
             .risks([I::StructuredFailures]),
         Scenario::new(31, L, "model-truncated-output",
@@ -448,10 +448,10 @@ fn model_gateway() -> Vec<Scenario> {
             .risks([I::BudgetsHold])
             .expects([M::BudgetExhausted]),
         Scenario::new(43, L, "wall-clock-budget",
-            "A 1.5 s wall clock against reads that each take 400 ms: the run ends at its deadline, explicitly.",
+            "A 600 ms wall clock against reads that each take 150 ms (within their timeout): the run ends at its deadline, explicitly.",
             Plan::script(vec![get("A-1001"), get("A-1002"), get("A-1003"), get("A-1001"), get("A-1002"), answer("done")])
-                .tool_rule(Rule::new(on(GET), Injection::Delay { ms: 400 }).always())
-                .tune(|t| { t.wall_ms = Some(1500); t.max_repeats = Some(10); }))
+                .tool_rule(Rule::new(on(GET), Injection::Delay { ms: 150 }).always())
+                .tune(|t| { t.wall_ms = Some(600); t.max_repeats = Some(10); }))
             .risks([I::BudgetsHold])
             .expects([M::BudgetExhausted]),
     ]
@@ -486,8 +486,8 @@ fn orchestration() -> Vec<Scenario> {
             .risks([I::ResumeReusesIntents, I::OneEffectPerKey])
             .expects([M::Resumed]),
         Scenario::new(49, L, "crash-mid-compensation",
-            "The 409 conflict forces compensation and the process is aborted mid-compensation: the resumed settlement finishes in reverse order.",
-            Plan::script(three_moves()).desk(third_update_conflicts()).crash("mid_compensation", 1))
+            "The 409 conflict forces compensation and the process is aborted after the first restore landed, before the second: the resumed settlement does not repeat the first and finishes in reverse order.",
+            Plan::script(three_moves()).desk(third_update_conflicts()).crash("mid_compensation", 2))
             .risks([I::ResumeReusesIntents, I::ReverseCompensation, I::NothingDangles])
             .expects([M::Resumed, M::CompensationExecuted]),
         Scenario::new(50, L, "store-outage",
@@ -519,11 +519,11 @@ fn orchestration() -> Vec<Scenario> {
             .risks([I::ConcurrencyCeiling])
             .expects([M::ConcurrencyQueued]),
         Scenario::new(54, L, "triple-executed-ratelimited-crash",
-            "Three faults at once: the update is executed but reported failed (500), its lookups are rate limited (429), and the process is aborted after the failed attempt. The resume repeats it with the same key; exactly one effect.",
+            "Three faults at once: the update is executed but reported failed (500), the lookup by key is rate limited (429) so it is retried with the same key, and the process is aborted right after that retry's answer. The resume repeats it with the same key; exactly one effect.",
             Plan::script(happy())
                 .desk(Faults::none().then(UPDATE, Fault::ApplyThenStatus { code: 500 }))
                 .tool_rule(Rule::new(on(STATUS), rate_limited(0)).always())
-                .crash("after_call", 2))
+                .crash("after_call", 3))
             .risks([I::OneEffectPerKey, I::ResumeReusesIntents])
             .expects([M::Resumed, M::DuplicateCollapsed]),
         Scenario::new(55, L, "triple-reset-conflict-restore-503",

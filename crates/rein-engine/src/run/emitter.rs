@@ -79,6 +79,18 @@ impl Emitter {
     pub fn drain(&self) -> Vec<Event> {
         std::mem::take(&mut *self.buffer.lock().unwrap_or_else(|p| p.into_inner()))
     }
+
+    /// Puts back events whose commit failed, ahead of any recorded since,
+    /// so they ride along with the next commit: a store outage delays
+    /// events, it never loses them.
+    pub fn requeue(&self, mut events: Vec<Event>) {
+        if events.is_empty() {
+            return;
+        }
+        let mut buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
+        events.append(&mut buffer);
+        *buffer = events;
+    }
 }
 
 /// Milliseconds since the Unix epoch for `time`.

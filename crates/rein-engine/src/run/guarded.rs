@@ -181,7 +181,7 @@ impl Engine {
                 events: ctx.emitter.drain(),
                 ..StepCommit::default()
             };
-            if let Err(e) = ctx.store.commit_step(&ctx.run_id, commit).await {
+            if let Err(e) = ctx.commit(commit).await {
                 // Write-ahead: no durable declaration, no call.
                 self.release(ArmKind::Tool, &tool.name, tool_permit);
                 if let Some((group, p)) = group_permit {
@@ -247,7 +247,7 @@ impl Engine {
                 events: ctx.emitter.drain(),
                 ..StepCommit::default()
             };
-            match ctx.store.commit_step(&ctx.run_id, commit).await {
+            match ctx.commit(commit).await {
                 Ok(_) => ledger = Some(status),
                 Err(e) => {
                     tracing::error!(run = %ctx.run_id, intent = %planned.intent_id, "ledger mark failed: {e}")

@@ -232,6 +232,25 @@ pub(crate) struct RunCtx<'a> {
     last_input_tokens: std::sync::atomic::AtomicU64,
 }
 
+impl RunCtx<'_> {
+    /// Commits `commit` for this run; when the store refuses it, its events
+    /// go back to the emitter so the next commit carries them.
+    async fn commit(&self, commit: StepCommit) -> Result<rein_store::Committed, StoreError> {
+        let events = commit.events.clone();
+        let result = self.store.commit_step(&self.run_id, commit).await;
+        if result.is_err() {
+            self.emitter.requeue(events);
+        }
+        result
+    }
+}
+
+/// How often the end of a run is offered to a store that is briefly
+/// unavailable, and the first pause (doubled each time): the one write
+/// that must land, or the run stays `running` until an orphan sweep.
+const END_COMMIT_TRIES: u32 = 6;
+const END_COMMIT_FIRST_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Output tokens a model call must have room for to be worth making: below
 /// this the answer is all but certain to be cut off, so the run ends
 /// `budget_exhausted` instead of paying for a truncated turn.
@@ -848,7 +867,7 @@ impl Engine {
                         events: ctx.emitter.drain(),
                         ..StepCommit::default()
                     };
-                    if let Err(e) = ctx.store.commit_step(&run_id, commit).await {
+                    if let Err(e) = ctx.commit(commit).await {
                         break End::StoreFailed(format!("cannot persist the plan: {e}"));
                     }
                 }
@@ -970,7 +989,7 @@ impl Engine {
                     events: ctx.emitter.drain(),
                     ..StepCommit::default()
                 };
-                if let Err(e) = ctx.store.commit_step(&run_id, commit).await {
+                if let Err(e) = ctx.commit(commit).await {
                     break End::StoreFailed(format!("cannot write the checkpoint: {e}"));
                 }
                 if let Some(trip) = trip {
@@ -1005,17 +1024,30 @@ impl Engine {
             json!({"outcome": report.outcome, "steps": step, "consumed": report.consumed,
                    "elapsed_ms": report.elapsed_ms, "recoverable": report.recoverable}),
         );
-        let commit = StepCommit {
-            status: Some(StatusChange {
-                status: RunStatus::Finished(report.outcome),
-                report: Some(report.clone()),
-                at_ms: unix_ms(self.clock.system_now()),
-            }),
-            events: ctx.emitter.drain(),
-            ..StepCommit::default()
+        let end = StatusChange {
+            status: RunStatus::Finished(report.outcome),
+            report: Some(report.clone()),
+            at_ms: unix_ms(self.clock.system_now()),
         };
-        if let Err(e) = ctx.store.commit_step(&run_id, commit).await {
-            tracing::error!(run = %run_id, "cannot record the run's end: {e}");
+        let mut pause = END_COMMIT_FIRST_PAUSE;
+        for attempt in 1..=END_COMMIT_TRIES {
+            let commit = StepCommit {
+                status: Some(end.clone()),
+                events: ctx.emitter.drain(),
+                ..StepCommit::default()
+            };
+            match ctx.commit(commit).await {
+                Ok(_) => break,
+                Err(e) if e.is_transient() && attempt < END_COMMIT_TRIES => {
+                    tracing::warn!(run = %run_id, attempt, "the run's end was not recorded yet: {e}");
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+                Err(e) => {
+                    tracing::error!(run = %run_id, "cannot record the run's end: {e}");
+                    break;
+                }
+            }
         }
         if let Err(e) = ctx.store.release_lease(&claim_id(&run_id)).await {
             tracing::warn!(run = %run_id, "cannot release the run's claim: {e}");

@@ -170,7 +170,7 @@ impl Engine {
             events: ctx.emitter.drain(),
             ..StepCommit::default()
         };
-        if let Err(e) = ctx.store.commit_step(&ctx.run_id, commit).await {
+        if let Err(e) = ctx.commit(commit).await {
             let reason = format!("the settlement could not be recorded: {e}");
             self.hand_off(ctx, calls, report, &ledger, reason, step)
                 .await;
@@ -446,7 +446,7 @@ impl Engine {
             events: ctx.emitter.drain(),
             ..StepCommit::default()
         };
-        if let Err(e) = ctx.store.commit_step(&ctx.run_id, commit).await {
+        if let Err(e) = ctx.commit(commit).await {
             let note = format!("compensation not started: the store refused its start ({e})");
             return Some(finish(LedgerStatus::Succeeded, note));
         }
@@ -609,7 +609,7 @@ impl Engine {
             events: ctx.emitter.drain(),
             ..StepCommit::default()
         };
-        if let Err(e) = ctx.store.commit_step(&ctx.run_id, commit).await {
+        if let Err(e) = ctx.commit(commit).await {
             tracing::error!(run = %ctx.run_id, intent = %intent, "ledger mark {status} failed: {e}");
         }
     }

@@ -1,0 +1,276 @@
+//! The checker against evidence broken by hand: each case takes a real
+//! scenario's evidence (which holds every invariant), breaks exactly one
+//! invariant the way a defective engine would, and requires the checker to
+//! name it. Together with `sabotage.rs` (broken engines) this shows no
+//! check is vacuous.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use rein_chaos::evidence::Evidence;
+use rein_chaos::invariant::{Invariant, check};
+use rein_chaos::{RunnerOptions, catalog, run_scenario};
+use rein_core::{EventKind, LedgerStatus, Outcome};
+use rein_engine::provider::Message;
+use rein_testkit::order_desk::EffectKind;
+
+async fn evidence(id: u32) -> Evidence {
+    let s = catalog().into_iter().find(|s| s.id == id).unwrap();
+    let r = run_scenario(&s, &RunnerOptions::default()).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert!(
+        r.violations.is_empty(),
+        "C{id:03} holds: {:?}",
+        r.violations
+    );
+    r.evidence.unwrap()
+}
+
+#[track_caller]
+fn assert_flags(e: &Evidence, invariant: Invariant, case: &str) {
+    let found = check(e);
+    assert!(
+        found.iter().any(|v| v.invariant == invariant),
+        "{case}: expected a {invariant} violation, got {found:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_effect_at_the_desk_breaks_invariant_1() {
+    let base = evidence(3).await;
+    let mut e = base.clone();
+    let applied = e
+        .desk
+        .side_effects
+        .iter()
+        .find(|s| s.tool == "update_delivery_time" && s.effect == EffectKind::Applied)
+        .unwrap()
+        .clone();
+    e.desk.side_effects.push(applied);
+    assert_flags(&e, Invariant::OneEffectPerKey, "the same key applied twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_reported_tokens_and_silent_success_break_invariant_2() {
+    let base = evidence(42).await;
+    let mut e = base.clone();
+    let call = e.runs[0]
+        .events
+        .iter()
+        .find(|x| x.kind == EventKind::ModelCallFinished)
+        .unwrap()
+        .clone();
+    e.runs[0].events.push(call.clone());
+    e.runs[0].events.push(call);
+    assert_flags(
+        &e,
+        Invariant::BudgetsHold,
+        "model usage beyond what the report counts",
+    );
+
+    let base = evidence(41).await;
+    let mut e = base.clone();
+    e.runs[0].report.as_mut().unwrap().outcome = Outcome::Succeeded;
+    assert_flags(
+        &e,
+        Invariant::BudgetsHold,
+        "a spent step budget reported as success",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_or_unproven_compensations_break_invariant_3() {
+    let base = evidence(18).await;
+    let compensations: Vec<u64> = base
+        .desk
+        .requests
+        .iter()
+        .filter(|q| {
+            q.headers
+                .intent_id
+                .as_deref()
+                .is_some_and(|i| i.ends_with("/compensation"))
+        })
+        .map(|q| q.seq)
+        .collect();
+    assert!(!compensations.is_empty());
+
+    // Settlement skipped: both moves left standing after a conflict.
+    let mut e = base.clone();
+    let run = &mut e.runs[0];
+    for l in run
+        .ledger
+        .iter_mut()
+        .filter(|l| l.status == LedgerStatus::Compensated)
+    {
+        l.status = LedgerStatus::Succeeded;
+    }
+    run.report.as_mut().unwrap().outcome = Outcome::PartialSuccess;
+    e.desk
+        .side_effects
+        .retain(|s| !compensations.contains(&s.request_seq));
+    assert_flags(
+        &e,
+        Invariant::NothingDangles,
+        "effects kept after a conflict",
+    );
+
+    // The ledger says compensated; the desk never saw a restore.
+    let mut e = base.clone();
+    e.desk
+        .side_effects
+        .retain(|s| !compensations.contains(&s.request_seq));
+    e.desk.requests.retain(|q| !compensations.contains(&q.seq));
+    assert_flags(&e, Invariant::NothingDangles, "compensated only on paper");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forward_order_compensation_breaks_invariant_4() {
+    let mut e = evidence(18).await;
+    let run = &mut e.runs[0];
+    let starts: Vec<usize> = run
+        .events
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| x.kind == EventKind::CompensationStarted)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(starts.len(), 2);
+    let first = run.events[starts[0]].data["forward_seq"].clone();
+    run.events[starts[0]].data["forward_seq"] = run.events[starts[1]].data["forward_seq"].clone();
+    run.events[starts[1]].data["forward_seq"] = first;
+    assert_flags(
+        &e,
+        Invariant::ReverseCompensation,
+        "compensation started forward",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unrecorded_end_breaks_invariant_5() {
+    let mut e = evidence(1).await;
+    e.runs[0].stored_status = Some("running".into());
+    assert_flags(
+        &e,
+        Invariant::StructuredFailures,
+        "the store still says running",
+    );
+    let mut e = evidence(1).await;
+    e.runs[0].report = None;
+    assert_flags(&e, Invariant::StructuredFailures, "no report");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_through_an_open_breaker_breaks_invariant_6() {
+    let base = evidence(14).await;
+    let mut e = base.clone();
+    let run = &mut e.runs[0];
+    let at = run
+        .events
+        .iter()
+        .position(|x| {
+            x.kind == EventKind::BreakerStateChanged
+                && x.data["transition"]["transition"] == "opened"
+        })
+        .unwrap();
+    let mut call = run.events[at].clone();
+    call.kind = EventKind::ToolCallStarted;
+    call.data = serde_json::json!({"tool": "get_order"});
+    run.events.insert(at + 1, call);
+    assert_flags(
+        &e,
+        Invariant::OpenBreakerBlocks,
+        "a call right after opening",
+    );
+
+    // A request that reached the tool with no attempt recorded for it.
+    let mut e = base.clone();
+    let request = e.tool_trace[0].clone();
+    e.tool_trace.insert(0, request);
+    e.reconcile_from += 1;
+    assert_flags(
+        &e,
+        Invariant::OpenBreakerBlocks,
+        "a call around the guarded path",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_breached_ceiling_or_a_starved_tenant_breaks_invariant_7() {
+    let base = evidence(53).await;
+    let mut e = base.clone();
+    e.peaks.insert("order_api".into(), 3);
+    assert_flags(
+        &e,
+        Invariant::ConcurrencyCeiling,
+        "3 in flight under a ceiling of 2",
+    );
+    let mut e = base.clone();
+    for r in e.runs.iter_mut().filter(|r| r.tenant == "tenant-b") {
+        for x in r
+            .events
+            .iter_mut()
+            .filter(|x| x.kind == EventKind::ToolCallStarted)
+        {
+            x.data["queue_wait_ms"] = 7000.into();
+        }
+    }
+    assert_flags(
+        &e,
+        Invariant::ConcurrencyCeiling,
+        "tenant-b waits 7 s for every call",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_planned_step_breaks_invariant_8() {
+    let mut e = evidence(1).await;
+    let (step, intent) = e.runs[0].intents[0].clone();
+    let mut again = intent.clone();
+    again.intent_id = rein_core::IntentId::new("re-planned").unwrap();
+    e.runs[0].intents.push((step, again));
+    assert_flags(&e, Invariant::ResumeReusesIntents, "a step planned twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_email_breaks_invariant_9() {
+    let mut e = evidence(1).await;
+    let email = e
+        .tool_trace
+        .iter()
+        .find(|t| t.tool.as_deref() == Some("send_email"))
+        .unwrap()
+        .clone();
+    e.tool_trace.push(email);
+    assert_flags(
+        &e,
+        Invariant::IrreversibleNotRetried,
+        "the email sent twice",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_text_anywhere_in_the_models_input_breaks_invariant_10() {
+    let base = evidence(38).await;
+    let mut e = base.clone();
+    e.runs[0].model_inputs[1].push(Message::User {
+        content: "get_order failed: RAW-UPSTREAM-ERROR: Traceback (most recent call last)".into(),
+    });
+    assert_flags(
+        &e,
+        Invariant::NoRawErrorText,
+        "a traceback in a user message",
+    );
+    let mut e = base.clone();
+    let reply = e.runs[0].model_inputs[1]
+        .iter_mut()
+        .find_map(|m| match m {
+            Message::Tool { content, .. } if content.starts_with("tool_error") => Some(content),
+            _ => None,
+        })
+        .unwrap();
+    reply.push_str(" KeyError 'order' at line 12");
+    assert_flags(
+        &e,
+        Invariant::NoRawErrorText,
+        "text appended after the instruction",
+    );
+}
