@@ -399,6 +399,7 @@ async fn in_process(
         tenant: Some(tenant_id),
         input: INPUT.to_owned(),
         observer: Some(observer),
+        enqueued: false,
     };
     let started = Instant::now();
     let limit = limits.wall_clock() + HANG_MARGIN;

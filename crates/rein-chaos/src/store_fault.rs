@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use rein_core::{Event, LedgerRecord, RunId};
+use rein_core::{Event, LedgerRecord, RunId, TenantId};
 use rein_store::{
-    Checkpoint, Committed, Lease, LeaseChange, LeaseFilter, NewRun, PlannedIntent, RunRecord,
-    StepCommit, Store, StoreError,
+    Checkpoint, Committed, IdempotencyRecord, IdempotencyState, Lease, LeaseChange, LeaseFilter,
+    NewRun, PlannedIntent, Reservation, RunRecord, StepCommit, Store, StoreError, StoredResponse,
 };
 use serde::{Deserialize, Serialize};
 
@@ -148,5 +148,51 @@ impl Store for FaultyStore {
 
     async fn leases(&self, filter: &LeaseFilter) -> Result<Vec<Lease>, StoreError> {
         self.inner.leases(filter).await
+    }
+
+    async fn reserve_idempotency(
+        &self,
+        tenant: &TenantId,
+        key: &str,
+        fingerprint: &str,
+        now_ms: u64,
+        expires_at_ms: u64,
+    ) -> Result<Reservation, StoreError> {
+        self.inner
+            .reserve_idempotency(tenant, key, fingerprint, now_ms, expires_at_ms)
+            .await
+    }
+
+    async fn complete_idempotency(
+        &self,
+        tenant: &TenantId,
+        key: &str,
+        response: StoredResponse,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.inner
+            .complete_idempotency(tenant, key, response, now_ms)
+            .await
+    }
+
+    async fn release_idempotency(&self, tenant: &TenantId, key: &str) -> Result<bool, StoreError> {
+        self.inner.release_idempotency(tenant, key).await
+    }
+
+    async fn idempotency_records(
+        &self,
+        tenant: Option<&TenantId>,
+        state: Option<IdempotencyState>,
+        limit: usize,
+    ) -> Result<Vec<IdempotencyRecord>, StoreError> {
+        self.inner.idempotency_records(tenant, state, limit).await
+    }
+
+    async fn clear_idempotency(&self, tenant: &TenantId, key: &str) -> Result<bool, StoreError> {
+        self.inner.clear_idempotency(tenant, key).await
+    }
+
+    async fn sweep_idempotency(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
+        self.inner.sweep_idempotency(now_ms, limit).await
     }
 }

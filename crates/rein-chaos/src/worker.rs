@@ -59,6 +59,7 @@ pub async fn work(id: u32, dir: &Path, run_id: &str, data: &Path) -> Result<Stri
                 tenant: Some(tenant),
                 input: INPUT.to_owned(),
                 observer: None,
+                enqueued: false,
             },
         )
         .await

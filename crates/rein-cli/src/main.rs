@@ -9,10 +9,12 @@ mod chaos;
 mod check;
 mod demo;
 mod handoff;
+mod idempotency;
 mod key;
 mod reconcile;
 mod resume;
 mod run;
+mod serve;
 mod timeline;
 
 use std::process::ExitCode;
@@ -77,6 +79,13 @@ enum Command {
     /// Exits 1 only when an invariant is violated; runs that fail under
     /// injected faults are counted, not failures of the suite.
     Chaos(chaos::ChaosArgs),
+    /// Serve the HTTP API: submit runs (sync or queued) with exact
+    /// Idempotency-Key semantics, follow their events live, resume and
+    /// cancel them. Tenants and API keys come from the config's [server].
+    Serve(serve::ServeArgs),
+    /// List or clear submissions' idempotency records (the operator's path
+    /// after a crash left a reservation in progress).
+    Idempotency(idempotency::IdempotencyArgs),
 }
 
 fn main() -> ExitCode {
@@ -90,6 +99,8 @@ fn main() -> ExitCode {
         Command::Handoff(args) => handoff::run(args),
         Command::Reconcile(args) => reconcile::run(args),
         Command::Chaos(args) => chaos::run(args),
+        Command::Serve(args) => serve::run(args),
+        Command::Idempotency(args) => idempotency::run(args),
     };
     match result {
         Ok(code) => code,

@@ -181,6 +181,7 @@ pub async fn execute(
                 tenant: Some(tenant),
                 input: input.to_owned(),
                 observer: observer(json_output),
+                enqueued: false,
             },
         )
         .await?;

@@ -1,7 +1,151 @@
-//! rein-server: the axum HTTP API, model gateway and dashboard.
+//! rein-server: `rein serve`, the HTTP API over the run engine.
 //!
-//! This crate is laid out by the foundation issue so that the workspace has
-//! its final shape; a later issue fills it. See `DESIGN.md` for its job and
-//! the direction of its dependencies.
+//! # Why
+//!
+//! Teams run agents behind HTTP. The submission itself must be idempotent
+//! (a double click or a transport retry must not start two runs), work
+//! accepted must survive the process that accepted it, and status, events
+//! and cancellation must behave the same whichever process answers. Every
+//! error is RFC 9457 problem+json with a stable `type`; every query is
+//! scoped to the tenant of the caller's API key.
+//!
+//! | module | job |
+//! | --- | --- |
+//! | [`runs`] | submit (sync or queued), status, ledger, handoff, resume |
+//! | [`idempotency`] | seed 004's `Idempotency-Key` table, in the store |
+//! | [`events`] | the event list and the live SSE stream |
+//! | [`cancel`] | cancellation |
+//! | [`worker`] | queue workers |
+//! | [`auth`] | bearer keys → tenants |
+//! | [`problem`] | problem+json |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+
+pub mod auth;
+pub mod cancel;
+pub mod events;
+pub mod idempotency;
+pub mod problem;
+pub mod runs;
+pub mod state;
+pub mod worker;
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::json;
+use utoipa::OpenApi;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+
+pub use rein_core::registry::ServerSpec;
+pub use state::AppState;
+
+use crate::problem::Problem;
+
+/// The OpenAPI document, generated from the handlers' annotations.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "rein", description = "Runs LLM agents safely against the real world."),
+    paths(
+        runs::create_run, runs::get_run, runs::get_ledger, runs::get_handoff, runs::resume_run,
+        events::get_events, cancel::cancel_run, healthz, readyz,
+    ),
+    components(schemas(runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, problem::Problem)),
+    modifiers(&Bearer),
+    tags((name = "runs", description = "Agent runs"), (name = "health", description = "Liveness and readiness"))
+)]
+pub struct ApiDoc;
+
+struct Bearer;
+
+impl utoipa::Modify for Bearer {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        if let Some(components) = openapi.components.as_mut() {
+            components.add_security_scheme(
+                "bearer",
+                SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+            );
+        }
+    }
+}
+
+/// Liveness: the process answers.
+#[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, description = "alive")))]
+pub async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// Readiness: the store answers.
+#[utoipa::path(get, path = "/readyz", tag = "health",
+    responses((status = 200, description = "ready"), (status = 503, description = "the store is unavailable", body = Problem)))]
+pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    match state.store.list_runs(1).await {
+        Ok(_) => Json(json!({"status": "ready"})).into_response(),
+        Err(e) => {
+            Problem::unavailable(format!("the run store does not answer: {e}")).into_response()
+        }
+    }
+}
+
+async fn openapi() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}
+
+async fn no_route() -> Problem {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "no-route",
+        "No such endpoint",
+        "see /openapi.json for the endpoints of this server",
+    )
+}
+
+/// The API's routes over `state`.
+pub fn router(state: Arc<AppState>) -> Router {
+    let limit = state.settings.body_limit;
+    Router::new()
+        .route("/v1/agents/{name}/runs", post(runs::create_run))
+        .route("/v1/runs/{id}", get(runs::get_run))
+        .route("/v1/runs/{id}/events", get(events::get_events))
+        .route("/v1/runs/{id}/ledger", get(runs::get_ledger))
+        .route("/v1/runs/{id}/handoff", get(runs::get_handoff))
+        .route("/v1/runs/{id}/resume", post(runs::resume_run))
+        .route("/v1/runs/{id}/cancel", post(cancel::cancel_run))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/openapi.json", get(openapi))
+        .fallback(no_route)
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+/// Serves the API on `listener` with `state.workers` queue workers, until
+/// `shutdown` resolves.
+///
+/// # Errors
+///
+/// When the listener fails.
+pub async fn serve(
+    state: Arc<AppState>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    for _ in 0..state.workers {
+        tokio::spawn(worker::work(state.clone()));
+    }
+    tokio::spawn(idempotency::sweep_forever(state.clone()));
+    use axum::serve::ListenerExt;
+    // Nagle plus delayed ACK would stall every streamed event by ~40 ms.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!("cannot set TCP_NODELAY: {e}");
+        }
+    });
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

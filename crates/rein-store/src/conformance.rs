@@ -17,7 +17,10 @@
     reason = "conformance checks are assertions: a broken expectation panics"
 )]
 
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rein_core::deadline::{Cost, Usage};
@@ -32,8 +35,9 @@ use rein_core::{
 use serde_json::json;
 
 use crate::{
-    Checkpoint, Lease, LeaseChange, LeaseFilter, LeaseKind, LedgerMark, NewRun, PlannedIntent,
-    RunStatus, StatusChange, StepCommit, Store, StoreError,
+    Checkpoint, IdempotencyRecord, IdempotencyState, Lease, LeaseChange, LeaseFilter, LeaseKind,
+    LedgerMark, NewRun, PlannedIntent, Reservation, RunStatus, StatusChange, StepCommit, Store,
+    StoreError, StoredResponse,
 };
 
 /// A base time far from the present, so runs made here sort first.
@@ -57,6 +61,15 @@ pub async fn run_all(store: &dyn Store) {
     lease_lifecycle(store).await;
     lease_acquire_refusals(store).await;
     expired_leases_soonest_first(store).await;
+    idempotency_first_request_executes_then_replays(store).await;
+    idempotency_other_fingerprint_is_a_mismatch_in_any_state(store).await;
+    idempotency_release_deletes_only_in_progress(store).await;
+    idempotency_complete_refusals(store).await;
+    idempotency_expired_record_is_replaced(store).await;
+    idempotency_tenants_are_independent(store).await;
+    idempotency_list_and_clear(store).await;
+    idempotency_sweep_deletes_expired_up_to_limit(store).await;
+    idempotency_concurrent_reserves_admit_exactly_one(store).await;
 }
 
 /// An id no other call of this process (or earlier process) produced.
@@ -1199,4 +1212,657 @@ pub async fn expired_leases_soonest_first(store: &dyn Store) {
         store.expired_leases(BASE_MS + 300, 0).await.unwrap(),
         Vec::new()
     );
+}
+
+/// A fingerprint as the server computes it: 64 lowercase hex digits.
+pub fn fingerprint(seed: u8) -> String {
+    format!("{seed:02x}").repeat(32)
+}
+
+/// A tenant no other check uses, so listings can be compared exactly.
+fn unique_tenant(prefix: &str) -> TenantId {
+    TenantId::new(unique(prefix)).unwrap()
+}
+
+fn response(status: u16, body: &str) -> StoredResponse {
+    StoredResponse {
+        status,
+        content_type: Some("application/json".to_owned()),
+        location: Some("/v1/runs/run-42".to_owned()),
+        body: body.as_bytes().to_vec(),
+    }
+}
+
+/// Runs `futures` concurrently on the caller's task and returns their
+/// outputs in order (no runtime needed, so the suite runs on any
+/// executor).
+async fn join_all<'a, T>(futures: Vec<Pin<Box<dyn Future<Output = T> + Send + 'a>>>) -> Vec<T> {
+    let mut pending: Vec<_> = futures.into_iter().map(Some).collect();
+    let mut outputs: Vec<Option<T>> = pending.iter().map(|_| None).collect();
+    poll_fn(|cx| {
+        for (slot, output) in pending.iter_mut().zip(outputs.iter_mut()) {
+            if let Some(future) = slot
+                && let Poll::Ready(value) = future.as_mut().poll(cx)
+            {
+                *output = Some(value);
+                *slot = None;
+            }
+        }
+        if pending.iter().all(Option::is_none) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    outputs.into_iter().map(Option::unwrap).collect()
+}
+
+/// The first request reserves its key (`Reserved`); the same request again
+/// while it runs is `InProgress` (409); once completed it is `Replay` of
+/// the stored status, body, content type and location.
+pub async fn idempotency_first_request_executes_then_replays(store: &dyn Store) {
+    let tenant = unique_tenant("idem-replay");
+    let key = unique("key");
+    let fp = fingerprint(1);
+    let expires = BASE_MS + 86_400_000;
+    assert_eq!(
+        store
+            .reserve_idempotency(&tenant, &key, &fp, BASE_MS, expires)
+            .await
+            .unwrap(),
+        Reservation::Reserved,
+        "the first request executes"
+    );
+    let in_progress = IdempotencyRecord {
+        tenant: tenant.clone(),
+        key: key.clone(),
+        fingerprint: fp.clone(),
+        state: IdempotencyState::InProgress,
+        response: None,
+        created_at_ms: BASE_MS,
+        updated_at_ms: BASE_MS,
+        expires_at_ms: expires,
+    };
+    assert_eq!(
+        store
+            .reserve_idempotency(&tenant, &key, &fp, BASE_MS + 5, expires + 5)
+            .await
+            .unwrap(),
+        Reservation::InProgress(in_progress.clone()),
+        "the same request while the first runs: 409, the record unchanged"
+    );
+    let stored = response(201, r#"{"run_id":"run-42"}"#);
+    store
+        .complete_idempotency(&tenant, &key, stored.clone(), BASE_MS + 10)
+        .await
+        .unwrap();
+    let completed = IdempotencyRecord {
+        state: IdempotencyState::Completed,
+        response: Some(stored),
+        updated_at_ms: BASE_MS + 10,
+        ..in_progress
+    };
+    for at in [BASE_MS + 11, expires - 1] {
+        assert_eq!(
+            store
+                .reserve_idempotency(&tenant, &key, &fp, at, at + 1_000)
+                .await
+                .unwrap(),
+            Reservation::Replay(completed.clone()),
+            "a completed request replays its response until it expires"
+        );
+    }
+    // An empty body and no headers replay as such.
+    let bare = unique("key-bare");
+    store
+        .reserve_idempotency(&tenant, &bare, &fp, BASE_MS, expires)
+        .await
+        .unwrap();
+    let empty = StoredResponse {
+        status: 204,
+        content_type: None,
+        location: None,
+        body: Vec::new(),
+    };
+    store
+        .complete_idempotency(&tenant, &bare, empty.clone(), BASE_MS + 1)
+        .await
+        .unwrap();
+    match store
+        .reserve_idempotency(&tenant, &bare, &fp, BASE_MS + 2, expires)
+        .await
+        .unwrap()
+    {
+        Reservation::Replay(record) => assert_eq!(record.response, Some(empty)),
+        other => panic!("a completed 204: expected Replay, found {other:?}"),
+    }
+    for key in [&key, &bare] {
+        assert!(store.clear_idempotency(&tenant, key).await.unwrap());
+    }
+}
+
+/// The same key with another fingerprint is a `Mismatch` (422) while in
+/// progress and once completed, and changes nothing.
+pub async fn idempotency_other_fingerprint_is_a_mismatch_in_any_state(store: &dyn Store) {
+    let tenant = unique_tenant("idem-mismatch");
+    let key = unique("key");
+    let expires = BASE_MS + 1_000;
+    store
+        .reserve_idempotency(&tenant, &key, &fingerprint(1), BASE_MS, expires)
+        .await
+        .unwrap();
+    match store
+        .reserve_idempotency(&tenant, &key, &fingerprint(2), BASE_MS + 1, expires)
+        .await
+        .unwrap()
+    {
+        Reservation::Mismatch(record) => {
+            assert_eq!(record.fingerprint, fingerprint(1), "the stored request");
+            assert_eq!(record.state, IdempotencyState::InProgress);
+        }
+        other => {
+            panic!("another fingerprint while in progress: expected Mismatch, found {other:?}")
+        }
+    }
+    store
+        .complete_idempotency(&tenant, &key, response(200, "ok"), BASE_MS + 2)
+        .await
+        .unwrap();
+    match store
+        .reserve_idempotency(&tenant, &key, &fingerprint(2), BASE_MS + 3, expires)
+        .await
+        .unwrap()
+    {
+        Reservation::Mismatch(record) => {
+            assert_eq!(record.fingerprint, fingerprint(1));
+            assert_eq!(record.state, IdempotencyState::Completed);
+            assert_eq!(record.response, Some(response(200, "ok")));
+        }
+        other => panic!("another fingerprint once completed: expected Mismatch, found {other:?}"),
+    }
+    assert!(
+        matches!(
+            store
+                .reserve_idempotency(&tenant, &key, &fingerprint(1), BASE_MS + 4, expires)
+                .await
+                .unwrap(),
+            Reservation::Replay(_)
+        ),
+        "a mismatch leaves the record as it was"
+    );
+    assert!(store.clear_idempotency(&tenant, &key).await.unwrap());
+}
+
+/// A failed or non-2xx endpoint releases its reservation, so a retry
+/// executes; a release never deletes a completed record.
+pub async fn idempotency_release_deletes_only_in_progress(store: &dyn Store) {
+    let tenant = unique_tenant("idem-release");
+    let key = unique("key");
+    let fp = fingerprint(3);
+    let expires = BASE_MS + 1_000;
+    store
+        .reserve_idempotency(&tenant, &key, &fp, BASE_MS, expires)
+        .await
+        .unwrap();
+    assert!(
+        store.release_idempotency(&tenant, &key).await.unwrap(),
+        "an in-progress reservation is released"
+    );
+    assert!(
+        !store.release_idempotency(&tenant, &key).await.unwrap(),
+        "a second release finds nothing"
+    );
+    assert!(
+        !store
+            .release_idempotency(&tenant, &unique("never-reserved"))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store
+            .reserve_idempotency(&tenant, &key, &fp, BASE_MS + 1, expires)
+            .await
+            .unwrap(),
+        Reservation::Reserved,
+        "a retry after a release executes"
+    );
+    store
+        .complete_idempotency(&tenant, &key, response(202, "accepted"), BASE_MS + 2)
+        .await
+        .unwrap();
+    assert!(
+        !store.release_idempotency(&tenant, &key).await.unwrap(),
+        "a completed record is not released"
+    );
+    assert!(matches!(
+        store
+            .reserve_idempotency(&tenant, &key, &fp, BASE_MS + 3, expires)
+            .await
+            .unwrap(),
+        Reservation::Replay(_)
+    ));
+    assert!(store.clear_idempotency(&tenant, &key).await.unwrap());
+}
+
+/// Completing a missing record is `NotFound`; completing twice, storing a
+/// non-2xx response or reserving with malformed arguments is `Invalid`.
+pub async fn idempotency_complete_refusals(store: &dyn Store) {
+    let tenant = unique_tenant("idem-refusals");
+    let key = unique("key");
+    assert_not_found(
+        store
+            .complete_idempotency(&tenant, &key, response(200, "ok"), BASE_MS)
+            .await,
+        "idempotency record",
+        "complete of a key never reserved",
+    );
+    store
+        .reserve_idempotency(&tenant, &key, &fingerprint(4), BASE_MS, BASE_MS + 100)
+        .await
+        .unwrap();
+    for status in [199, 302, 409, 500] {
+        match store
+            .complete_idempotency(&tenant, &key, response(status, "no"), BASE_MS + 1)
+            .await
+        {
+            Err(StoreError::Invalid { .. }) => {}
+            other => panic!("a {status} response: expected Invalid, found {other:?}"),
+        }
+    }
+    store
+        .complete_idempotency(&tenant, &key, response(200, "first"), BASE_MS + 1)
+        .await
+        .unwrap();
+    match store
+        .complete_idempotency(&tenant, &key, response(200, "second"), BASE_MS + 2)
+        .await
+    {
+        Err(StoreError::Invalid { .. }) => {}
+        other => panic!("a second completion: expected Invalid, found {other:?}"),
+    }
+    match store
+        .reserve_idempotency(&tenant, &key, &fingerprint(4), BASE_MS + 3, BASE_MS + 100)
+        .await
+        .unwrap()
+    {
+        Reservation::Replay(record) => {
+            assert_eq!(record.response, Some(response(200, "first")), "first wins");
+        }
+        other => panic!("expected Replay, found {other:?}"),
+    }
+    let bad = [
+        ("empty key", String::new(), fingerprint(4), BASE_MS + 100),
+        (
+            "control key",
+            "a\nb".to_owned(),
+            fingerprint(4),
+            BASE_MS + 100,
+        ),
+        (
+            "long key",
+            "k".repeat(crate::MAX_IDEMPOTENCY_KEY_LEN + 1),
+            fingerprint(4),
+            BASE_MS + 100,
+        ),
+        (
+            "short fingerprint",
+            unique("key"),
+            "abc".to_owned(),
+            BASE_MS + 100,
+        ),
+        (
+            "uppercase fingerprint",
+            unique("key"),
+            "AB".repeat(32),
+            BASE_MS + 100,
+        ),
+        ("expiry at now", unique("key"), fingerprint(4), BASE_MS),
+    ];
+    for (what, key, fp, expires) in bad {
+        match store
+            .reserve_idempotency(&tenant, &key, &fp, BASE_MS, expires)
+            .await
+        {
+            Err(StoreError::Invalid { .. }) => {}
+            other => panic!("{what}: expected Invalid, found {other:?}"),
+        }
+    }
+    let listed = store
+        .idempotency_records(Some(&tenant), None, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1, "refused reservations are not stored");
+    assert!(store.clear_idempotency(&tenant, &key).await.unwrap());
+}
+
+/// A record expired at `now` (inclusive) is replaced by a new reservation,
+/// whatever its state or fingerprint.
+pub async fn idempotency_expired_record_is_replaced(store: &dyn Store) {
+    let tenant = unique_tenant("idem-expiry");
+    let key = unique("key");
+    store
+        .reserve_idempotency(&tenant, &key, &fingerprint(5), BASE_MS, BASE_MS + 100)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .reserve_idempotency(&tenant, &key, &fingerprint(6), BASE_MS + 99, BASE_MS + 200)
+            .await
+            .unwrap(),
+        Reservation::Mismatch(_)
+    ));
+    // A crashed reservation with another request's fingerprint: expired.
+    assert_eq!(
+        store
+            .reserve_idempotency(&tenant, &key, &fingerprint(6), BASE_MS + 100, BASE_MS + 300)
+            .await
+            .unwrap(),
+        Reservation::Reserved,
+        "expiry is inclusive and replaces the record"
+    );
+    let replaced = store
+        .idempotency_records(Some(&tenant), None, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(
+        replaced,
+        vec![IdempotencyRecord {
+            tenant: tenant.clone(),
+            key: key.clone(),
+            fingerprint: fingerprint(6),
+            state: IdempotencyState::InProgress,
+            response: None,
+            created_at_ms: BASE_MS + 100,
+            updated_at_ms: BASE_MS + 100,
+            expires_at_ms: BASE_MS + 300,
+        }],
+        "the replacement is a new record"
+    );
+    // A completed record expires too, and its response is gone.
+    store
+        .complete_idempotency(&tenant, &key, response(201, "old"), BASE_MS + 150)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .reserve_idempotency(&tenant, &key, &fingerprint(6), BASE_MS + 300, BASE_MS + 400)
+            .await
+            .unwrap(),
+        Reservation::Reserved,
+        "the same request after expiry executes again"
+    );
+    let renewed = store
+        .idempotency_records(Some(&tenant), None, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(renewed.len(), 1);
+    assert_eq!(renewed[0].state, IdempotencyState::InProgress);
+    assert_eq!(renewed[0].response, None);
+    assert_eq!(renewed[0].created_at_ms, BASE_MS + 300);
+    assert!(store.clear_idempotency(&tenant, &key).await.unwrap());
+}
+
+/// The same key in two tenants names two independent records.
+pub async fn idempotency_tenants_are_independent(store: &dyn Store) {
+    let first = unique_tenant("idem-tenant-a");
+    let second = unique_tenant("idem-tenant-b");
+    let key = unique("shared-key");
+    let expires = BASE_MS + 1_000;
+    for tenant in [&first, &second] {
+        assert_eq!(
+            store
+                .reserve_idempotency(tenant, &key, &fingerprint(7), BASE_MS, expires)
+                .await
+                .unwrap(),
+            Reservation::Reserved,
+            "tenant {tenant}: its own reservation"
+        );
+    }
+    store
+        .complete_idempotency(&first, &key, response(201, "first"), BASE_MS + 1)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .reserve_idempotency(&second, &key, &fingerprint(7), BASE_MS + 2, expires)
+            .await
+            .unwrap(),
+        Reservation::InProgress(_)
+    ));
+    assert!(store.release_idempotency(&second, &key).await.unwrap());
+    assert!(matches!(
+        store
+            .reserve_idempotency(&first, &key, &fingerprint(7), BASE_MS + 3, expires)
+            .await
+            .unwrap(),
+        Reservation::Replay(_)
+    ));
+    assert_eq!(
+        store
+            .reserve_idempotency(&second, &key, &fingerprint(8), BASE_MS + 4, expires)
+            .await
+            .unwrap(),
+        Reservation::Reserved,
+        "another tenant's fingerprint is no mismatch"
+    );
+    assert!(store.clear_idempotency(&first, &key).await.unwrap());
+    assert_eq!(
+        store
+            .idempotency_records(Some(&second), None, usize::MAX)
+            .await
+            .unwrap()
+            .len(),
+        1,
+        "clearing one tenant's key leaves the other's"
+    );
+    assert!(store.clear_idempotency(&second, &key).await.unwrap());
+}
+
+/// Records list oldest first, filtered by tenant and state, up to the
+/// limit; an operator clears a record in any state.
+pub async fn idempotency_list_and_clear(store: &dyn Store) {
+    let tenant = unique_tenant("idem-list");
+    let other = unique_tenant("idem-list-other");
+    let keys: Vec<String> = (0..3).map(|n| format!("{}-{n}", unique("key"))).collect();
+    let expires = BASE_MS + 10_000;
+    // Reserved out of order: key 2 first, then 0, then 1.
+    for (at, key) in [
+        (BASE_MS + 2, &keys[2]),
+        (BASE_MS, &keys[0]),
+        (BASE_MS + 1, &keys[1]),
+    ] {
+        store
+            .reserve_idempotency(&tenant, key, &fingerprint(9), at, expires)
+            .await
+            .unwrap();
+    }
+    store
+        .reserve_idempotency(&other, &keys[0], &fingerprint(9), BASE_MS, expires)
+        .await
+        .unwrap();
+    store
+        .complete_idempotency(&tenant, &keys[1], response(201, "done"), BASE_MS + 3)
+        .await
+        .unwrap();
+    let list = |records: Vec<IdempotencyRecord>| -> Vec<String> {
+        records.into_iter().map(|record| record.key).collect()
+    };
+    assert_eq!(
+        list(
+            store
+                .idempotency_records(Some(&tenant), None, usize::MAX)
+                .await
+                .unwrap()
+        ),
+        keys,
+        "oldest first"
+    );
+    assert_eq!(
+        list(
+            store
+                .idempotency_records(Some(&tenant), None, 2)
+                .await
+                .unwrap()
+        ),
+        keys[..2].to_vec(),
+        "the limit keeps the oldest"
+    );
+    assert_eq!(
+        list(
+            store
+                .idempotency_records(Some(&tenant), Some(IdempotencyState::InProgress), 10)
+                .await
+                .unwrap()
+        ),
+        vec![keys[0].clone(), keys[2].clone()],
+        "the stuck reservations an operator looks for"
+    );
+    let completed = store
+        .idempotency_records(Some(&tenant), Some(IdempotencyState::Completed), 10)
+        .await
+        .unwrap();
+    assert_eq!(list(completed.clone()), vec![keys[1].clone()]);
+    assert_eq!(completed[0].response, Some(response(201, "done")));
+    // Across tenants, both tenants' records (among any others) show.
+    let everyone = store
+        .idempotency_records(None, Some(IdempotencyState::InProgress), usize::MAX)
+        .await
+        .unwrap();
+    for (tenant, key) in [(&tenant, &keys[0]), (&tenant, &keys[2]), (&other, &keys[0])] {
+        assert!(
+            everyone
+                .iter()
+                .any(|record| &record.tenant == tenant && &record.key == key),
+            "{tenant}/{key} is listed across tenants"
+        );
+    }
+    assert!(
+        everyone
+            .iter()
+            .all(|record| record.state == IdempotencyState::InProgress)
+    );
+    assert_eq!(
+        store
+            .idempotency_records(Some(&tenant), None, 0)
+            .await
+            .unwrap(),
+        Vec::new()
+    );
+
+    assert!(
+        store.clear_idempotency(&tenant, &keys[1]).await.unwrap(),
+        "a completed record is cleared"
+    );
+    assert!(
+        store.clear_idempotency(&tenant, &keys[0]).await.unwrap(),
+        "an in-progress record is cleared"
+    );
+    assert!(!store.clear_idempotency(&tenant, &keys[0]).await.unwrap());
+    assert_eq!(
+        list(
+            store
+                .idempotency_records(Some(&tenant), None, 10)
+                .await
+                .unwrap()
+        ),
+        vec![keys[2].clone()]
+    );
+    assert_eq!(
+        store
+            .reserve_idempotency(&tenant, &keys[0], &fingerprint(10), BASE_MS + 5, expires)
+            .await
+            .unwrap(),
+        Reservation::Reserved,
+        "a cleared key is free"
+    );
+    for key in [&keys[0], &keys[2]] {
+        assert!(store.clear_idempotency(&tenant, key).await.unwrap());
+    }
+    assert!(store.clear_idempotency(&other, &keys[0]).await.unwrap());
+}
+
+/// The sweeper deletes records expired at `now` (inclusive), in any state,
+/// soonest expiry first, up to the limit.
+///
+/// Its records live at times near the epoch, before any real record
+/// expires, so a sweep here deletes nothing a real deployment (or another
+/// check, all of which use times from `BASE_MS`) still holds.
+pub async fn idempotency_sweep_deletes_expired_up_to_limit(store: &dyn Store) {
+    // Leftovers of an interrupted earlier run of this check.
+    store.sweep_idempotency(1_000, usize::MAX).await.unwrap();
+    let tenant = unique_tenant("idem-sweep");
+    let key = |n: u64| format!("sweep-{n}");
+    for n in 1..=3 {
+        store
+            .reserve_idempotency(&tenant, &key(n), &fingerprint(11), 0, n * 100)
+            .await
+            .unwrap();
+    }
+    store
+        .complete_idempotency(&tenant, &key(1), response(200, "ok"), 10)
+        .await
+        .unwrap();
+    let remaining = || async {
+        store
+            .idempotency_records(Some(&tenant), None, usize::MAX)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|record| record.key)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(store.sweep_idempotency(99, usize::MAX).await.unwrap(), 0);
+    assert_eq!(store.sweep_idempotency(200, 0).await.unwrap(), 0);
+    assert_eq!(
+        store.sweep_idempotency(200, 1).await.unwrap(),
+        1,
+        "the limit bounds one sweep"
+    );
+    assert_eq!(
+        remaining().await,
+        vec![key(2), key(3)],
+        "the soonest expiry goes first, completed or not"
+    );
+    assert_eq!(
+        store.sweep_idempotency(200, usize::MAX).await.unwrap(),
+        1,
+        "expiry is inclusive"
+    );
+    assert_eq!(remaining().await, vec![key(3)]);
+    assert_eq!(store.sweep_idempotency(u64::MAX, 1).await.unwrap(), 1);
+    assert_eq!(remaining().await, Vec::<String>::new());
+}
+
+/// Of many concurrent reservations of one key, exactly one is `Reserved`;
+/// the others see it `InProgress`.
+pub async fn idempotency_concurrent_reserves_admit_exactly_one(store: &dyn Store) {
+    const CALLERS: usize = 16;
+    let tenant = unique_tenant("idem-race");
+    let key = unique("key");
+    let fp = fingerprint(12);
+    let futures = (0..CALLERS)
+        .map(|n| {
+            let (tenant, key, fp) = (&tenant, &key, &fp);
+            Box::pin(async move {
+                store
+                    .reserve_idempotency(tenant, key, fp, BASE_MS + n as u64, BASE_MS + 10_000)
+                    .await
+                    .unwrap()
+            }) as Pin<Box<dyn Future<Output = Reservation> + Send + '_>>
+        })
+        .collect();
+    let outcomes = join_all(futures).await;
+    let reserved = outcomes
+        .iter()
+        .filter(|outcome| **outcome == Reservation::Reserved)
+        .count();
+    assert_eq!(reserved, 1, "exactly one reservation wins: {outcomes:?}");
+    assert!(
+        outcomes
+            .iter()
+            .all(|outcome| matches!(outcome, Reservation::Reserved | Reservation::InProgress(_))),
+        "the others see it in progress: {outcomes:?}"
+    );
+    assert!(store.clear_idempotency(&tenant, &key).await.unwrap());
 }

@@ -11,13 +11,14 @@
 //!
 //! | module | concept |
 //! | --- | --- |
-//! | [`Store`] | the trait: runs, events, intents, ledger, checkpoints |
+//! | [`Store`] | the trait: runs, events, intents, ledger, checkpoints, leases, idempotency records |
 //! | [`StepCommit`] | one atomic write per step (group-committed) |
 //! | [`RunStatus`], [`NewRun`], [`RunRecord`] | runs and their final outcome |
 //! | [`PlannedIntent`] | intent ids persisted at plan time |
 //! | [`LedgerMark`] | a change to a declared side effect |
 //! | [`Checkpoint`] | the state a resume continues from |
 //! | [`Lease`], [`LeaseKind`], [`LeaseChange`], [`LeaseFilter`] | resources (process groups, temp paths) held for a run until released or reaped |
+//! | [`IdempotencyRecord`], [`IdempotencyState`], [`StoredResponse`], [`Reservation`] | HTTP `Idempotency-Key` records, per tenant, until they expire |
 //! | [`StoreError`] | refusals and failures, classified by `is_transient` |
 //! | [`SqliteStore`], [`SqliteOptions`] | the SQLite backend |
 //!
@@ -56,6 +57,7 @@
 mod checkpoint;
 mod commit;
 mod error;
+mod idempotency;
 mod intent;
 mod lease;
 mod ledger;
@@ -69,6 +71,10 @@ pub mod conformance;
 pub use checkpoint::Checkpoint;
 pub use commit::{Committed, StepCommit};
 pub use error::StoreError;
+pub use idempotency::{
+    DEFAULT_IDEMPOTENCY_RETENTION, IdempotencyRecord, IdempotencyState, MAX_IDEMPOTENCY_KEY_LEN,
+    Reservation, StoredResponse,
+};
 pub use intent::PlannedIntent;
 pub use lease::{Lease, LeaseChange, LeaseFilter, LeaseKind, MAX_LEASE_ID_LEN};
 pub use ledger::LedgerMark;

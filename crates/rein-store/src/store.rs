@@ -1,18 +1,20 @@
 //! The [`Store`] trait: rein's durable state, independent of the backend.
 
 use async_trait::async_trait;
-use rein_core::{Event, IntentId, LedgerRecord, RunId, RunReport};
+use rein_core::{Event, IntentId, LedgerRecord, RunId, RunReport, TenantId};
 
 use crate::checkpoint::Checkpoint;
 use crate::commit::{Committed, StepCommit};
 use crate::error::StoreError;
+use crate::idempotency::{IdempotencyRecord, IdempotencyState, Reservation, StoredResponse};
 use crate::intent::PlannedIntent;
 use crate::lease::{Lease, LeaseChange, LeaseFilter};
 use crate::ledger::LedgerMark;
 use crate::run::{NewRun, RunRecord, RunStatus, StatusChange};
 
 /// Durable state of runs: the runs themselves, their event streams, planned
-/// intents, the side-effect ledger, checkpoints and resource leases.
+/// intents, the side-effect ledger, checkpoints and resource leases; and
+/// the HTTP idempotency records of `rein serve`.
 ///
 /// # Why a trait
 ///
@@ -47,6 +49,24 @@ use crate::run::{NewRun, RunRecord, RunStatus, StatusChange};
 /// [`StepCommit`]: a lease is taken and released by a tool adapter around
 /// one call (and by the reaper after a crash), not at a step boundary, and
 /// it must be durable before the resource exists, not when the step ends.
+///
+/// # Idempotency records
+///
+/// [`IdempotencyRecord`]s (see [`Reservation`] for the decision table) are
+/// not tied to a run either: [`reserve_idempotency`] runs before the run
+/// exists. Each method is one atomic operation of its own; a reservation in
+/// particular reads and writes in one transaction that excludes every other
+/// writer of the store, across processes sharing it, so of any number of
+/// concurrent reservations of one key exactly one is
+/// [`Reservation::Reserved`].
+///
+/// The idempotency methods are provided, failing with
+/// [`StoreError::Backend`], so that stores wrapping another (fault
+/// injectors, test fakes) keep compiling; every backend overrides all six
+/// and the conformance suite checks it. NOTE: a wrapper must forward them
+/// to its inner store, or `Idempotency-Key` requests through it fail.
+///
+/// [`reserve_idempotency`]: Store::reserve_idempotency
 ///
 /// [`acquire_lease`]: Store::acquire_lease
 /// [`renew_lease`]: Store::renew_lease
@@ -281,11 +301,108 @@ pub trait Store: Send + Sync {
         };
         self.commit_step(&run_id, commit).await.map(drop)
     }
+
+    /// Reserves `key` of `tenant` for the request with `fingerprint`, or
+    /// says why not, in one atomic step:
+    ///
+    /// - no record, or one expired at `now_ms` (which is replaced): stores
+    ///   an `in_progress` record (created and updated at `now_ms`, expiring
+    ///   at `expires_at_ms`) and returns [`Reservation::Reserved`];
+    /// - a record with another fingerprint, in any state:
+    ///   [`Reservation::Mismatch`];
+    /// - a record with this fingerprint: [`Reservation::Replay`] when
+    ///   completed, [`Reservation::InProgress`] while in progress.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a key of 0 or more than
+    /// [`MAX_IDEMPOTENCY_KEY_LEN`](crate::MAX_IDEMPOTENCY_KEY_LEN) bytes or
+    /// with control characters, a fingerprint that is not 64 lowercase hex
+    /// digits, or `expires_at_ms <= now_ms`.
+    async fn reserve_idempotency(
+        &self,
+        tenant: &TenantId,
+        key: &str,
+        fingerprint: &str,
+        now_ms: u64,
+        expires_at_ms: u64,
+    ) -> Result<Reservation, StoreError> {
+        let _ = (tenant, key, fingerprint, now_ms, expires_at_ms);
+        Err(unsupported("reserve_idempotency"))
+    }
+
+    /// Completes the `in_progress` record of `key`: stores `response` and
+    /// moves it to `completed` (updated at `now_ms`; its expiry stays).
+    ///
+    /// The fingerprint is not checked again: a request that outlives its
+    /// record's expiry could complete a newer reservation of the key, so
+    /// the retention must stay well above the endpoint's longest answer.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] (`what = "idempotency record"`) when there
+    /// is no record; [`StoreError::Invalid`] when it is already completed
+    /// or `response` is not 2xx ([`StoredResponse::validate`]).
+    async fn complete_idempotency(
+        &self,
+        tenant: &TenantId,
+        key: &str,
+        response: StoredResponse,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        let _ = (tenant, key, response, now_ms);
+        Err(unsupported("complete_idempotency"))
+    }
+
+    /// Releases the reservation of `key` after the endpoint failed, so a
+    /// retry can run: deletes the record only while it is `in_progress`.
+    /// Returns whether a record was deleted (a completed one never is).
+    async fn release_idempotency(&self, tenant: &TenantId, key: &str) -> Result<bool, StoreError> {
+        let _ = (tenant, key);
+        Err(unsupported("release_idempotency"))
+    }
+
+    /// Up to `limit` stored records, expired or not, of `tenant` (all
+    /// tenants when `None`) in `state` (any when `None`), oldest
+    /// (`created_at_ms`, then tenant and key) first: what an operator lists
+    /// to find reservations a crash left behind.
+    async fn idempotency_records(
+        &self,
+        tenant: Option<&TenantId>,
+        state: Option<IdempotencyState>,
+        limit: usize,
+    ) -> Result<Vec<IdempotencyRecord>, StoreError> {
+        let _ = (tenant, state, limit);
+        Err(unsupported("idempotency_records"))
+    }
+
+    /// Deletes the record of `key` in any state (an operator clearing a
+    /// stuck reservation). Returns whether there was one.
+    async fn clear_idempotency(&self, tenant: &TenantId, key: &str) -> Result<bool, StoreError> {
+        let _ = (tenant, key);
+        Err(unsupported("clear_idempotency"))
+    }
+
+    /// Deletes up to `limit` records expired at `now_ms`
+    /// (`expires_at_ms <= now_ms`), in any state, soonest expiry first, and
+    /// returns how many it deleted: the sweeper's step.
+    async fn sweep_idempotency(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
+        let _ = (now_ms, limit);
+        Err(unsupported("sweep_idempotency"))
+    }
 }
 
 /// A backend that did not return what its commit must return.
 fn missing(what: &str, after: &str) -> StoreError {
     StoreError::Backend(format!(
         "backend returned no {what} after {after}; expected exactly one"
+    ))
+}
+
+/// The error of an idempotency method the store did not override.
+fn unsupported(method: &str) -> StoreError {
+    StoreError::Backend(format!(
+        "this store does not keep idempotency records; expected it to implement Store::{method} \
+         (a wrapping store must forward it)"
     ))
 }

@@ -1,6 +1,6 @@
 //! The SQLite backend on real files: the conformance suite, durability
-//! across reopen, corrupt rows, several handles on one file, schema
-//! versions.
+//! across reopen, corrupt rows, several handles on one file (idempotency
+//! reservations included), schema versions.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
@@ -15,8 +15,9 @@ use rein_core::{
     TenantId, ToolClass,
 };
 use rein_store::{
-    Checkpoint, Lease, LeaseKind, LedgerMark, NewRun, PlannedIntent, RunStatus, SCHEMA_VERSION,
-    SqliteOptions, SqliteStore, Store, StoreError, conformance,
+    Checkpoint, IdempotencyState, Lease, LeaseKind, LedgerMark, NewRun, PlannedIntent, Reservation,
+    RunStatus, SCHEMA_VERSION, SqliteOptions, SqliteStore, Store, StoreError, StoredResponse,
+    conformance,
 };
 use serde_json::json;
 
@@ -123,6 +124,46 @@ async fn open_creates_parent_directories_and_switches_to_wal() {
         .query_row("SELECT MAX(version) FROM rein_schema", [], |row| row.get(0))
         .unwrap();
     assert_eq!(version, i64::from(SCHEMA_VERSION));
+}
+
+#[tokio::test]
+async fn schema_version_3_adds_the_idempotency_table_and_its_indexes() {
+    assert_eq!(SCHEMA_VERSION, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    drop(SqliteStore::open(&path).unwrap());
+    let conn = raw(&path);
+    let versions: Vec<i64> = conn
+        .prepare("SELECT version FROM rein_schema ORDER BY version")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(versions, [1, 2, 3]);
+    let sql: String = conn
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'idempotency'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert!(sql.contains("STRICT"), "{sql}");
+    assert!(
+        sql.contains("PRIMARY KEY (tenant, idempotency_key)"),
+        "{sql}"
+    );
+    let indexes: Vec<String> = conn
+        .prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'idempotency' \
+             AND sql IS NOT NULL ORDER BY name",
+        )
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(indexes, ["idempotency_by_expiry", "idempotency_by_state"]);
 }
 
 #[tokio::test]
@@ -583,4 +624,207 @@ async fn a_refused_write_does_not_undo_others_in_the_same_group_commit() {
         .map(|e| e.seq)
         .collect();
     assert_eq!(seqs, (1..=20).collect::<Vec<u64>>());
+}
+
+fn tenant(name: &str) -> TenantId {
+    TenantId::new(name).unwrap()
+}
+
+#[tokio::test]
+async fn two_handles_on_one_file_never_both_reserve_a_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    // Two handles stand for two processes: each has its own connection
+    // and thread, and only SQLite's file lock orders them.
+    let handles = [
+        Arc::new(SqliteStore::open(&path).unwrap()),
+        Arc::new(SqliteStore::open(&path).unwrap()),
+    ];
+    let fingerprint = conformance::fingerprint(1);
+    for round in 0..10 {
+        let key = format!("key-{round}");
+        let mut tasks = Vec::new();
+        for caller in 0..16u64 {
+            let store = Arc::clone(&handles[caller as usize % 2]);
+            let (key, fingerprint) = (key.clone(), fingerprint.clone());
+            tasks.push(tokio::spawn(async move {
+                store
+                    .reserve_idempotency(&tenant("acme"), &key, &fingerprint, 1_000 + caller, 9_000)
+                    .await
+                    .unwrap()
+            }));
+        }
+        let mut reserved = 0;
+        for task in tasks {
+            match task.await.unwrap() {
+                Reservation::Reserved => reserved += 1,
+                Reservation::InProgress(_) => {}
+                other => panic!("expected Reserved or InProgress, found {other:?}"),
+            }
+        }
+        assert_eq!(reserved, 1, "round {round}: exactly one handle reserves");
+    }
+    // Each handle sees the other's completion.
+    handles[0]
+        .complete_idempotency(
+            &tenant("acme"),
+            "key-0",
+            StoredResponse {
+                status: 201,
+                content_type: Some("application/json".to_owned()),
+                location: Some("/v1/runs/r-1".to_owned()),
+                body: b"{}".to_vec(),
+            },
+            2_000,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        handles[1]
+            .reserve_idempotency(&tenant("acme"), "key-0", &fingerprint, 2_001, 9_000)
+            .await
+            .unwrap(),
+        Reservation::Replay(_)
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_handles_racing_on_a_multi_threaded_runtime_admit_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    let first = Arc::new(SqliteStore::open(&path).unwrap());
+    let second = Arc::new(SqliteStore::open(&path).unwrap());
+    let fingerprint = conformance::fingerprint(2);
+    let barrier = Arc::new(tokio::sync::Barrier::new(32));
+    let mut tasks = Vec::new();
+    for caller in 0..32u64 {
+        let store = Arc::clone(if caller % 2 == 0 { &first } else { &second });
+        let (fingerprint, barrier) = (fingerprint.clone(), Arc::clone(&barrier));
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            store
+                .reserve_idempotency(&tenant("acme"), "race", &fingerprint, 1_000, 9_000)
+                .await
+                .unwrap()
+        }));
+    }
+    let mut reserved = 0;
+    for task in tasks {
+        if task.await.unwrap() == Reservation::Reserved {
+            reserved += 1;
+        }
+    }
+    assert_eq!(reserved, 1);
+}
+
+#[tokio::test]
+async fn a_reservation_left_by_a_crash_is_listed_and_cleared_after_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    let fingerprint = conformance::fingerprint(3);
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(
+            store
+                .reserve_idempotency(&tenant("acme"), "order-42", &fingerprint, 1_000, 90_000)
+                .await
+                .unwrap(),
+            Reservation::Reserved
+        );
+        // The process dies before completing or releasing.
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    assert!(matches!(
+        store
+            .reserve_idempotency(&tenant("acme"), "order-42", &fingerprint, 2_000, 92_000)
+            .await
+            .unwrap(),
+        Reservation::InProgress(_)
+    ));
+    let stuck = store
+        .idempotency_records(None, Some(IdempotencyState::InProgress), 10)
+        .await
+        .unwrap();
+    assert_eq!(stuck.len(), 1);
+    assert_eq!(stuck[0].tenant, tenant("acme"));
+    assert_eq!(stuck[0].key, "order-42");
+    assert_eq!(stuck[0].created_at_ms, 1_000);
+    assert!(
+        store
+            .clear_idempotency(&tenant("acme"), "order-42")
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store
+            .reserve_idempotency(&tenant("acme"), "order-42", &fingerprint, 3_000, 93_000)
+            .await
+            .unwrap(),
+        Reservation::Reserved,
+        "the retry executes once the operator cleared the key"
+    );
+}
+
+#[tokio::test]
+async fn a_bad_idempotency_row_is_corrupt_not_panicked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let fingerprint = conformance::fingerprint(4);
+    store
+        .reserve_idempotency(&tenant("acme"), "k-1", &fingerprint, 1_000, 9_000)
+        .await
+        .unwrap();
+    let corrupt = |sql: &str| raw(&path).execute(sql, []).unwrap();
+    corrupt("UPDATE idempotency SET state = 'done'");
+    match store.idempotency_records(None, None, 10).await {
+        Err(StoreError::Corrupt {
+            table: "idempotency",
+            column: "state",
+            reason,
+        }) => assert!(reason.contains("idempotency_key=k-1"), "{reason}"),
+        other => panic!("expected corrupt idempotency.state, found {other:?}"),
+    }
+    corrupt("UPDATE idempotency SET state = 'completed'");
+    match store
+        .reserve_idempotency(&tenant("acme"), "k-1", &fingerprint, 1_001, 9_000)
+        .await
+    {
+        Err(StoreError::Corrupt {
+            column: "status", ..
+        }) => {}
+        other => panic!("a completed record without a status: expected Corrupt, found {other:?}"),
+    }
+    corrupt("UPDATE idempotency SET status = 500, body = X''");
+    assert!(matches!(
+        store.idempotency_records(None, None, 10).await,
+        Err(StoreError::Corrupt {
+            column: "status",
+            ..
+        })
+    ));
+    corrupt("UPDATE idempotency SET status = 200, body = X'7b7d'");
+    match store
+        .reserve_idempotency(&tenant("acme"), "k-1", &fingerprint, 1_002, 9_000)
+        .await
+        .unwrap()
+    {
+        Reservation::Replay(record) => {
+            let response = record.response.unwrap();
+            assert_eq!((response.status, response.body), (200, b"{}".to_vec()));
+        }
+        other => panic!("expected Replay, found {other:?}"),
+    }
+    // An operator can always clear a record, corrupt or not.
+    corrupt("UPDATE idempotency SET state = 'done'");
+    assert!(
+        store
+            .clear_idempotency(&tenant("acme"), "k-1")
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.idempotency_records(None, None, 10).await.unwrap(),
+        Vec::new()
+    );
 }

@@ -2,23 +2,30 @@
 //! problem out.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::num::NonZeroU32;
+use std::net::SocketAddr;
+use std::num::{NonZeroU32, NonZeroU64};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use humantime_serde::re::humantime::format_duration;
 use serde_json::{Map, Value};
 
 use super::compensation::{ArgSource, CompensationGrade, CompensationSpec};
 use super::config::{
-    AdapterConfig, AdapterKind, AgentConfig, CompensationConfig, ConfigSource, IdempotencyConfig,
-    LatencyConfig, LatencyMode, ProviderConfig, ProviderKindName, ResourceGroupConfig, ToolConfig,
+    AdapterConfig, AdapterKind, AgentConfig, ByteSizeConfig, CompensationConfig, ConfigSource,
+    IdempotencyConfig, LatencyConfig, LatencyMode, ProviderConfig, ProviderKindName,
+    ResourceGroupConfig, ServerConfig, ToolConfig,
 };
 use super::constants::{DEFAULT_COMPENSATION_RESERVE, MAX_COMPENSATION_RESERVE};
 use super::constants::{
     DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_RESULT_BYTES,
     DEFAULT_OBSERVE_MIN_SAMPLES, DEFAULT_PROVIDER_TIMEOUT, RESERVED_ENV_PREFIX, RESERVED_HEADERS,
 };
+use super::constants::{
+    MAX_BODY_LIMIT, MAX_KEY_LENGTH, MAX_QUEUE_WORKERS, MIN_BODY_LIMIT, MIN_QUEUE_LEASE,
+};
 use super::problem::{ConfigProblem, SchemaIssue};
+use super::server::{ApiKeySpec, ServerSpec, empty_key_digest, parse_byte_size, parse_sha256_hex};
 use super::spec::{
     AdapterSpec, AgentSpec, IdempotencySpec, LatencySpec, Price, ProviderKind, ProviderSpec,
     RateLimit, Registry, ResourceGroupSpec, ToolSpec,
@@ -27,6 +34,7 @@ use crate::breaker::{Breakers, BreakersConfig};
 use crate::config::{ConfigError, Ratio};
 use crate::deadline::{BudgetLimits, Cost};
 use crate::idempotency::NormalizerConfig;
+use crate::ids::TenantId;
 use crate::loop_guard::LoopGuard;
 use crate::retry::RetryPolicy;
 use crate::tool::{LatencyProfile, ToolClass};
@@ -83,6 +91,7 @@ struct Merged<'a> {
     tools: BTreeMap<&'a str, Entry<'a, ToolConfig>>,
     agents: BTreeMap<&'a str, Entry<'a, AgentConfig>>,
     breakers: Option<Entry<'a, BreakersConfig>>,
+    server: Option<Entry<'a, ServerConfig>>,
     /// `section.name` of entries that failed to parse (already reported).
     broken: BTreeSet<&'a str>,
 }
@@ -145,12 +154,17 @@ impl<'a> Checker<'a> {
             }
             None => BreakersConfig::default(),
         };
+        let server = match &merged.server {
+            Some(entry) => self.server(entry.file, entry.config),
+            None => ServerSpec::default(),
+        };
         Registry {
             providers,
             resource_groups,
             tools,
             agents,
             breakers,
+            server,
         }
     }
 
@@ -162,6 +176,7 @@ impl<'a> Checker<'a> {
             tools: BTreeMap::new(),
             agents: BTreeMap::new(),
             breakers: None,
+            server: None,
             broken: BTreeSet::new(),
         };
         let mut first: BTreeMap<String, &'a Path> = BTreeMap::new();
@@ -181,17 +196,22 @@ impl<'a> Checker<'a> {
             if c.breakers.is_some() {
                 defined.push("breakers".to_owned());
             }
+            if c.server.is_some() {
+                defined.push("server".to_owned());
+            }
             defined.extend(source.broken.iter().cloned());
             let mut fresh: BTreeSet<String> = BTreeSet::new();
             for entry in defined {
                 if let Some(earlier) = first.get(&entry) {
+                    let rule = if entry.contains('.') {
+                        "each name may be defined once across all files".to_owned()
+                    } else {
+                        format!("only one file may hold [{entry}]")
+                    };
                     self.report(
                         file,
                         entry.clone(),
-                        format!(
-                            "is also defined in {}; each name may be defined once across all files",
-                            earlier.display()
-                        ),
+                        format!("is also defined in {}; {rule}", earlier.display()),
                     );
                 } else {
                     first.insert(entry.clone(), file);
@@ -221,6 +241,9 @@ impl<'a> Checker<'a> {
             }
             if let (Some(config), true) = (&c.breakers, fresh.contains("breakers")) {
                 merged.breakers = Some(Entry { file, config });
+            }
+            if let (Some(config), true) = (&c.server, fresh.contains("server")) {
+                merged.server = Some(Entry { file, config });
             }
             merged
                 .broken
@@ -1333,6 +1356,304 @@ impl<'a> Checker<'a> {
             compensation_reserve: compensation_reserve?,
             source: file.to_path_buf(),
         })
+    }
+
+    // ----- server ----------------------------------------------------------
+
+    /// The `[server]` table of `file`. Every value out of range is reported
+    /// and replaced by its default, so the rest is still checked (the
+    /// registry is refused anyway once anything was reported).
+    fn server(&mut self, file: &Path, c: &ServerConfig) -> ServerSpec {
+        let mut spec = ServerSpec {
+            source: Some(file.to_path_buf()),
+            ..ServerSpec::default()
+        };
+        if let Some(text) = &c.listen {
+            match text.trim().parse::<SocketAddr>() {
+                Ok(addr) => spec.listen = addr,
+                Err(_) => self.report(
+                    file,
+                    "server.listen",
+                    format!(
+                        "must be an IP address and port like \"127.0.0.1:8787\" or \"[::1]:8787\", but it is `{text}`"
+                    ),
+                ),
+            }
+        }
+        if let Some(limit) = &c.body_limit {
+            if let Some(bytes) = self.body_limit(file, limit) {
+                spec.body_limit = bytes;
+            }
+        }
+
+        let idem = &c.idempotency;
+        let d = spec.idempotency;
+        spec.idempotency.enabled = idem.enabled.unwrap_or(d.enabled);
+        if let Some(n) = idem.max_key_length {
+            match usize::try_from(n) {
+                Ok(n) if (1..=MAX_KEY_LENGTH).contains(&n) => spec.idempotency.max_key_length = n,
+                _ => self.report(
+                    file,
+                    "server.idempotency.max_key_length",
+                    format!("must be between 1 and {MAX_KEY_LENGTH} bytes, but it is {n}"),
+                ),
+            }
+        }
+        spec.idempotency.retention = self.positive(
+            file,
+            "server.idempotency.retention",
+            idem.retention,
+            d.retention,
+        );
+
+        let queue = &c.queue;
+        match queue.lease {
+            Some(lease) if lease < MIN_QUEUE_LEASE => self.report(
+                file,
+                "server.queue.lease",
+                format!(
+                    "must be at least {}: it is renewed at a third of its length, but it is {}",
+                    format_duration(MIN_QUEUE_LEASE),
+                    format_duration(lease)
+                ),
+            ),
+            Some(lease) => spec.queue.lease = lease,
+            None => {}
+        }
+        if let Some(n) = queue.max_attempts {
+            match NonZeroU32::new(n) {
+                Some(n) => spec.queue.max_attempts = n,
+                None => self.report(
+                    file,
+                    "server.queue.max_attempts",
+                    "must be at least 1, but it is 0",
+                ),
+            }
+        }
+        if let Some(n) = queue.workers {
+            match NonZeroU32::new(n).filter(|n| n.get() <= MAX_QUEUE_WORKERS) {
+                Some(n) => spec.queue.workers = n,
+                None => self.report(
+                    file,
+                    "server.queue.workers",
+                    format!("must be between 1 and {MAX_QUEUE_WORKERS}, but it is {n}"),
+                ),
+            }
+        }
+
+        let rec = &c.reconciliation;
+        let d = spec.reconciliation;
+        let p = "server.reconciliation";
+        let heartbeat = self.positive(
+            file,
+            &format!("{p}.heartbeat_interval"),
+            rec.heartbeat_interval,
+            d.heartbeat_interval,
+        );
+        let orphan = self.positive(
+            file,
+            &format!("{p}.orphan_threshold"),
+            rec.orphan_threshold,
+            d.orphan_threshold,
+        );
+        let positive = |d: Option<Duration>| d.is_none_or(|d| !d.is_zero());
+        if positive(rec.heartbeat_interval) && positive(rec.orphan_threshold) && orphan < heartbeat
+        {
+            let which = if rec.orphan_threshold.is_none() {
+                " (the default)"
+            } else {
+                ""
+            };
+            self.report(
+                file,
+                format!("{p}.orphan_threshold"),
+                format!(
+                    "must not be less than heartbeat_interval ({}), or a live run could be closed between two heartbeats, but it is {}{which}",
+                    format_duration(heartbeat),
+                    format_duration(orphan)
+                ),
+            );
+        }
+        spec.reconciliation.heartbeat_interval = heartbeat;
+        spec.reconciliation.orphan_threshold = orphan;
+        spec.reconciliation.scan_interval = self.positive(
+            file,
+            &format!("{p}.scan_interval"),
+            rec.scan_interval,
+            d.scan_interval,
+        );
+        if let Some(n) = rec.max_runs_per_scan {
+            match NonZeroU32::new(n) {
+                Some(n) => spec.reconciliation.max_runs_per_scan = n,
+                None => self.report(
+                    file,
+                    format!("{p}.max_runs_per_scan"),
+                    "must be at least 1, but it is 0",
+                ),
+            }
+        }
+
+        let graph = &c.agent_graph;
+        if let Some(depth) = graph.max_depth {
+            spec.agent_graph.max_depth = depth;
+        }
+        if let Some(tokens) = graph.max_total_tokens {
+            spec.agent_graph.max_total_tokens = NonZeroU64::new(tokens);
+        }
+        if let Some(runs) = graph.max_total_runs {
+            spec.agent_graph.max_total_runs = NonZeroU32::new(runs);
+        }
+
+        spec.api_keys = self.api_keys(file, c);
+        spec
+    }
+
+    /// `server.body_limit` in bytes, if parsable and in range.
+    fn body_limit(&mut self, file: &Path, limit: &ByteSizeConfig) -> Option<usize> {
+        let field = "server.body_limit";
+        let bytes = match limit {
+            ByteSizeConfig::Bytes(n) => i128::from(*n),
+            ByteSizeConfig::Text(text) => match parse_byte_size(text) {
+                Some(n) => i128::from(n),
+                None => {
+                    self.report(
+                        file,
+                        field,
+                        format!(
+                            "must be an integer of bytes or a size like \"1MiB\" (units B, KiB, MiB, GiB), but it is `{text}`"
+                        ),
+                    );
+                    return None;
+                }
+            },
+        };
+        let range = MIN_BODY_LIMIT as i128..=MAX_BODY_LIMIT as i128;
+        if !range.contains(&bytes) {
+            self.report(
+                file,
+                field,
+                format!(
+                    "must be between 1KiB and 64MiB ({MIN_BODY_LIMIT}..={MAX_BODY_LIMIT} bytes), but it is {bytes} bytes"
+                ),
+            );
+            return None;
+        }
+        usize::try_from(bytes).ok()
+    }
+
+    /// `value`, or `default` when unset; a zero value is reported and
+    /// replaced by `default`.
+    fn positive(
+        &mut self,
+        file: &Path,
+        field: &str,
+        value: Option<Duration>,
+        default: Duration,
+    ) -> Duration {
+        match value {
+            Some(d) if d.is_zero() => {
+                self.report(file, field, "must be greater than zero");
+                default
+            }
+            Some(d) => d,
+            None => default,
+        }
+    }
+
+    /// The `[[server.api_keys]]` entries that pass, reporting each that
+    /// does not.
+    fn api_keys(&mut self, file: &Path, c: &ServerConfig) -> Vec<ApiKeySpec> {
+        let empty = empty_key_digest();
+        let mut seen: BTreeMap<[u8; 32], usize> = BTreeMap::new();
+        let mut out = Vec::new();
+        for (i, key) in c.api_keys.iter().enumerate() {
+            let p = format!("server.api_keys[{i}]");
+            let tenant = match key.tenant.as_deref() {
+                None => {
+                    self.report(file, format!("{p}.tenant"), "is required");
+                    None
+                }
+                Some(tenant) => match TenantId::new(tenant) {
+                    Ok(tenant) => Some(tenant),
+                    Err(err) => {
+                        self.report(file, format!("{p}.tenant"), err.to_string());
+                        None
+                    }
+                },
+            };
+            let field = format!("{p}.sha256");
+            let sha256 = match key.sha256.as_deref() {
+                None => {
+                    self.report(
+                        file,
+                        field,
+                        "is required: the hex SHA-256 of the key, e.g. from `printf %s KEY | sha256sum`",
+                    );
+                    None
+                }
+                Some(text) => match parse_sha256_hex(text.trim()) {
+                    None => {
+                        self.report(
+                            file,
+                            field,
+                            format!(
+                                "must be 64 hex digits (the SHA-256 of the key, never the key), but it is {} characters{}",
+                                text.chars().count(),
+                                if text.len() == 64 { " with a non-hex one" } else { "" }
+                            ),
+                        );
+                        None
+                    }
+                    Some(digest) if digest == empty => {
+                        self.report(
+                            file,
+                            field,
+                            "is the SHA-256 of an empty key, which would admit a request with an empty bearer token",
+                        );
+                        None
+                    }
+                    Some(digest) => match seen.get(&digest) {
+                        Some(earlier) => {
+                            self.report(
+                                file,
+                                field,
+                                format!(
+                                    "is also the digest of server.api_keys[{earlier}]; each key may be listed once, for one tenant"
+                                ),
+                            );
+                            None
+                        }
+                        None => {
+                            seen.insert(digest, i);
+                            Some(digest)
+                        }
+                    },
+                },
+            };
+            let name = match key.name.as_deref() {
+                Some(name) if name.trim().is_empty() => {
+                    self.report(file, format!("{p}.name"), "must not be empty when set");
+                    None
+                }
+                Some(name) if name.chars().any(char::is_control) => {
+                    self.report(
+                        file,
+                        format!("{p}.name"),
+                        format!("must not contain control characters (it is shown in logs), but {name:?} does"),
+                    );
+                    None
+                }
+                name => Some(name.map(str::to_owned)),
+            };
+            if let (Some(tenant), Some(sha256), Some(name)) = (tenant, sha256, name) {
+                out.push(ApiKeySpec {
+                    tenant,
+                    sha256,
+                    name,
+                });
+            }
+        }
+        out
     }
 
     // ----- shared rules ----------------------------------------------------

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
 use serde_json::Value;
 
 use super::compensation::CompensationGrade;
@@ -39,6 +40,8 @@ pub struct ConfigFile {
     pub agents: BTreeMap<String, AgentConfig>,
     /// Circuit breaker settings; at most one file may hold them.
     pub breakers: Option<BreakersConfig>,
+    /// `rein serve` settings; at most one file may hold them.
+    pub server: Option<ServerConfig>,
 }
 
 /// A parsed file and where it came from.
@@ -310,6 +313,150 @@ pub struct AgentConfig {
     pub compensation_reserve: Option<f64>,
 }
 
+/// The `[server]` table as written in config: how `rein serve` listens,
+/// whom it admits and how it runs work.
+///
+/// Every field is optional; [`check`](super::check) fills in the defaults
+/// listed on [`ServerSpec`](super::ServerSpec) and reports each value out of
+/// range under its dotted field (`server.queue.lease`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ServerConfig {
+    /// The socket address to bind, `IP:PORT`; kept as text so a bad one is
+    /// reported by the check with its field rather than as a type error.
+    pub listen: Option<String>,
+    /// The largest request body accepted: bytes, or a size like `"1MiB"`.
+    pub body_limit: Option<ByteSizeConfig>,
+    /// Idempotent submissions.
+    pub idempotency: ServerIdempotencyConfig,
+    /// The background run queue.
+    pub queue: QueueConfig,
+    /// Closing runs left `running` by a process that died.
+    pub reconciliation: ReconciliationConfig,
+    /// Limits shared by a root run and its child-agent tree.
+    pub agent_graph: AgentGraphConfig,
+    /// The bearer keys admitted, each bound to a tenant (`[[server.api_keys]]`).
+    pub api_keys: Vec<ApiKeyConfig>,
+}
+
+/// A size as written in config: an integer of bytes (`1048576`) or a number
+/// with a binary unit (`"1MiB"`, `"512 KiB"`).
+///
+/// Kept raw so that the check, not the parser, reports an unparsable or
+/// out-of-range size next to every other problem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ByteSizeConfig {
+    /// An integer, as TOML reads it (so possibly negative).
+    Bytes(i64),
+    /// Text, parsed by the check.
+    Text(String),
+}
+
+impl<'de> Deserialize<'de> for ByteSizeConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct SizeVisitor;
+
+        impl Visitor<'_> for SizeVisitor {
+            type Value = ByteSizeConfig;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an integer of bytes or a size like \"1MiB\"")
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<ByteSizeConfig, E> {
+                Ok(ByteSizeConfig::Bytes(v))
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<ByteSizeConfig, E> {
+                Ok(ByteSizeConfig::Bytes(i64::try_from(v).unwrap_or(i64::MAX)))
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ByteSizeConfig, E> {
+                Ok(ByteSizeConfig::Text(v.to_owned()))
+            }
+        }
+
+        deserializer.deserialize_any(SizeVisitor)
+    }
+}
+
+/// `[server.idempotency]` as written in config.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ServerIdempotencyConfig {
+    /// Honour `Idempotency-Key` on submissions.
+    pub enabled: Option<bool>,
+    /// The longest key accepted, in bytes.
+    pub max_key_length: Option<u32>,
+    /// How long a completed submission is remembered for replay.
+    #[serde(with = "humantime_serde")]
+    pub retention: Option<Duration>,
+}
+
+/// `[server.queue]` as written in config.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct QueueConfig {
+    /// How long a worker owns a queued run before another may take it.
+    #[serde(with = "humantime_serde")]
+    pub lease: Option<Duration>,
+    /// Deliveries of one queued run before it is dead-lettered.
+    pub max_attempts: Option<u32>,
+    /// Runs executed at once.
+    pub workers: Option<u32>,
+}
+
+/// `[server.reconciliation]` as written in config.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ReconciliationConfig {
+    /// How often a live run records that it is alive.
+    #[serde(with = "humantime_serde")]
+    pub heartbeat_interval: Option<Duration>,
+    /// Silence after which a `running` run counts as orphaned.
+    #[serde(with = "humantime_serde")]
+    pub orphan_threshold: Option<Duration>,
+    /// How often the scan for orphans runs.
+    #[serde(with = "humantime_serde")]
+    pub scan_interval: Option<Duration>,
+    /// Runs closed by one scan at most.
+    pub max_runs_per_scan: Option<u32>,
+}
+
+/// `[server.agent_graph]` as written in config; `0` removes a total limit.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct AgentGraphConfig {
+    /// The deepest child below a root run (the root is depth 0).
+    pub max_depth: Option<u32>,
+    /// Tokens the whole tree may use; `0` for no limit.
+    pub max_total_tokens: Option<u64>,
+    /// Child runs the whole tree may start; `0` for no limit.
+    pub max_total_runs: Option<u32>,
+}
+
+/// One `[[server.api_keys]]` entry as written in config.
+///
+/// Only the key's SHA-256 is written down, never the key, so a leaked
+/// config file admits nobody.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ApiKeyConfig {
+    /// The tenant the key acts for; required.
+    pub tenant: Option<String>,
+    /// The hex SHA-256 of the bearer key (64 hex digits); required.
+    pub sha256: Option<String>,
+    /// A label shown in logs instead of the key.
+    pub name: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,5 +474,28 @@ mod tests {
         assert_eq!(c.mode, LatencyMode::Observe);
         assert_eq!(c.fallback_p99, Some(Duration::from_secs(5)));
         assert_eq!(c.min_samples, Some(9));
+    }
+
+    #[test]
+    fn byte_size_config_reads_integers_and_text_and_refuses_others() {
+        let c: ServerConfig = toml::from_str("body_limit = 2048").unwrap();
+        assert_eq!(c.body_limit, Some(ByteSizeConfig::Bytes(2048)));
+        let c: ServerConfig = toml::from_str("body_limit = \"1MiB\"").unwrap();
+        assert_eq!(c.body_limit, Some(ByteSizeConfig::Text("1MiB".into())));
+        let err = toml::from_str::<ServerConfig>("body_limit = 1.5").unwrap_err();
+        assert!(
+            err.message().contains("an integer of bytes or a size"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn server_config_refuses_unknown_fields() {
+        let err = toml::from_str::<ServerConfig>(
+            "[queue]
+worker = 2",
+        )
+        .unwrap_err();
+        assert!(err.message().contains("unknown field `worker`"), "{err}");
     }
 }

@@ -1,5 +1,6 @@
 //! The registry's named defaults.
 
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
 use crate::deadline::DEADLINE_HEADER;
@@ -47,3 +48,80 @@ pub const DEFAULT_COMPENSATION_RESERVE: f64 = 0.2;
 /// The largest share that may be reserved for compensation: the forward
 /// path must keep some time.
 pub const MAX_COMPENSATION_RESERVE: f64 = 0.9;
+
+// ----- [server] ------------------------------------------------------------
+// NOTE: the defaults table on `ServerSpec` (server.rs) and in `mod.rs` list
+// these values; change them together.
+
+/// Where `rein serve` listens unless `server.listen` says otherwise: the
+/// loopback interface, so a fresh install is not reachable from the network
+/// until an operator decides it should be.
+pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 8787));
+
+/// The largest request body accepted by default: 1 MiB, ample for a run
+/// submission (a message and a few arguments).
+pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+
+/// The smallest `server.body_limit` accepted: 1 KiB. Below it even a
+/// minimal submission would be refused.
+pub const MIN_BODY_LIMIT: usize = 1024;
+
+/// The largest `server.body_limit` accepted: 64 MiB. Idempotent submissions
+/// are buffered whole, so the limit bounds memory per request.
+pub const MAX_BODY_LIMIT: usize = 64 * 1024 * 1024;
+
+/// The longest `Idempotency-Key` accepted by default, in bytes (seed 004).
+pub const DEFAULT_MAX_KEY_LENGTH: usize = 255;
+
+/// The largest `server.idempotency.max_key_length` accepted: keys are
+/// stored and indexed, so they stay short.
+pub const MAX_KEY_LENGTH: usize = 1024;
+
+/// How long a completed idempotent submission is remembered for replay by
+/// default: one day, longer than any sane client retry loop (seed 004).
+pub const DEFAULT_IDEMPOTENCY_RETENTION: Duration = Duration::from_secs(24 * 3600);
+
+/// How long a worker owns a queued run by default before another worker
+/// may take it over (seed 004).
+pub const DEFAULT_QUEUE_LEASE: Duration = Duration::from_secs(60);
+
+/// The shortest `server.queue.lease` accepted: the lease is renewed at a
+/// third of its length, and renewals under a second apart would be mostly
+/// store traffic and scheduling noise.
+pub const MIN_QUEUE_LEASE: Duration = Duration::from_secs(3);
+
+/// Deliveries of one queued run by default before it is dead-lettered.
+pub const DEFAULT_QUEUE_MAX_ATTEMPTS: u32 = 3;
+
+/// Runs a server executes at once by default.
+pub const DEFAULT_QUEUE_WORKERS: u32 = 2;
+
+/// The most `server.queue.workers` accepted; each worker holds a run's
+/// model and tool calls in flight, so more belongs on another process.
+pub const MAX_QUEUE_WORKERS: u32 = 64;
+
+/// How often a live run records a heartbeat by default (seed 004).
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Heartbeat silence after which a `running` run is orphaned by default:
+/// ten missed heartbeats, above a database pause or a deployment handoff
+/// (seed 004).
+pub const DEFAULT_ORPHAN_THRESHOLD: Duration = Duration::from_secs(5 * 60);
+
+/// How often the orphan scan runs by default (seed 004).
+pub const DEFAULT_SCAN_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Runs one orphan scan closes at most by default, so a scan after a long
+/// outage is a bounded pass, not one huge transaction (seed 004).
+pub const DEFAULT_MAX_RUNS_PER_SCAN: u32 = 100;
+
+/// The deepest child run below a root by default; the root is depth 0
+/// (seed 004).
+pub const DEFAULT_AGENT_GRAPH_MAX_DEPTH: u32 = 3;
+
+/// Tokens a root run and all its children may use together by default
+/// (seed 004).
+pub const DEFAULT_AGENT_GRAPH_MAX_TOTAL_TOKENS: u64 = 200_000;
+
+/// Child runs a root run's tree may start by default (seed 004).
+pub const DEFAULT_AGENT_GRAPH_MAX_TOTAL_RUNS: u32 = 25;

@@ -17,9 +17,10 @@
 //! As every policy in rein-core (STYLE.md), the registry has a plain serde
 //! layer an operator writes — [`ConfigFile`] and its `*Config` entries — and
 //! a validated layer built from it: [`Registry`] with [`ToolSpec`],
-//! [`AgentSpec`], [`ProviderSpec`] and [`ResourceGroupSpec`]. [`check`] turns
-//! the first into the second and returns **every** problem it finds, each a
-//! [`ConfigProblem`] (`FILE: FIELD: MESSAGE`), not just the first.
+//! [`AgentSpec`], [`ProviderSpec`], [`ResourceGroupSpec`] and
+//! [`ServerSpec`]. [`check`] turns the first into the second and returns
+//! **every** problem it finds, each a [`ConfigProblem`]
+//! (`FILE: FIELD: MESSAGE`), not just the first.
 //!
 //! This module is pure: reading files, interpolating `${ENV}` values and
 //! compiling JSON Schemas are the engine's job (`rein_engine::config`), which
@@ -40,6 +41,10 @@
 //! | a `command` adapter with an empty `program`, a `status_url` (a command has no lookup by key), an `env` name that is not a variable name or starts with `REIN_`, a NUL byte in `program`, `args` or `env` | `tools.NAME.adapter.*` |
 //! | a schema whose top-level type is not `object`, a property without a description, or one the schema compiler refuses | `tools.NAME.schema.*` |
 //! | any value refused by rein-core's own config types (budget, retry, loop guard, breakers, latency) | their field, under the table path |
+//! | `[breakers]` or `[server]` in two files | `breakers` / `server` (in the later file) |
+//! | a `listen` that is not `IP:PORT`; a `body_limit` unparsable or outside 1 KiB..=64 MiB | `server.listen`, `server.body_limit` |
+//! | a server count or duration out of range; `orphan_threshold` below `heartbeat_interval` | `server.<table>.<field>` |
+//! | an API key without a valid tenant; a `sha256` that is not 64 hex digits, hashes the empty key, or repeats an earlier entry's | `server.api_keys[N].<field>` |
 //!
 //! # Defaults
 //!
@@ -54,6 +59,7 @@
 //! | `providers.*.timeout` (openai) | [`DEFAULT_PROVIDER_TIMEOUT`] (60 s) |
 //! | `resource_groups.*.burst` | `rate_per_sec` rounded up |
 //! | `agents.*.budget`, `.retry`, `.loop_guard`, `breakers` | their types' defaults |
+//! | `server` (each field, and the whole table when absent) | the table on [`ServerSpec`] |
 //!
 //! ```
 //! # use rein_core::registry::{self, ConfigFile, ConfigSource};
@@ -83,6 +89,7 @@ mod config;
 mod constants;
 mod model_tools;
 mod problem;
+mod server;
 mod spec;
 
 pub use check::{SchemaCheck, check};
@@ -90,16 +97,27 @@ pub use compensation::{
     ArgSource, ArgSourceError, CompensationGrade, CompensationSpec, UnresolvedArg,
 };
 pub use config::{
-    AdapterConfig, AdapterKind, AgentConfig, CompensationConfig, ConfigFile, ConfigSource,
-    IdempotencyConfig, LatencyConfig, LatencyMode, PriceConfig, ProviderConfig, ProviderKindName,
-    ResourceGroupConfig, ToolConfig,
+    AdapterConfig, AdapterKind, AgentConfig, AgentGraphConfig, ApiKeyConfig, ByteSizeConfig,
+    CompensationConfig, ConfigFile, ConfigSource, IdempotencyConfig, LatencyConfig, LatencyMode,
+    PriceConfig, ProviderConfig, ProviderKindName, QueueConfig, ReconciliationConfig,
+    ResourceGroupConfig, ServerConfig, ServerIdempotencyConfig, ToolConfig,
 };
 pub use constants::{
-    DEFAULT_COMPENSATION_RESERVE, DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_MAX_OUTPUT_BYTES,
-    DEFAULT_MAX_RESULT_BYTES, DEFAULT_OBSERVE_MIN_SAMPLES, DEFAULT_PROVIDER_TIMEOUT,
-    MAX_COMPENSATION_RESERVE, RESERVED_ENV_PREFIX, RESERVED_HEADERS,
+    DEFAULT_AGENT_GRAPH_MAX_DEPTH, DEFAULT_AGENT_GRAPH_MAX_TOTAL_RUNS,
+    DEFAULT_AGENT_GRAPH_MAX_TOTAL_TOKENS, DEFAULT_BODY_LIMIT, DEFAULT_COMPENSATION_RESERVE,
+    DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_IDEMPOTENCY_RETENTION,
+    DEFAULT_LISTEN, DEFAULT_MAX_KEY_LENGTH, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_RESULT_BYTES,
+    DEFAULT_MAX_RUNS_PER_SCAN, DEFAULT_OBSERVE_MIN_SAMPLES, DEFAULT_ORPHAN_THRESHOLD,
+    DEFAULT_PROVIDER_TIMEOUT, DEFAULT_QUEUE_LEASE, DEFAULT_QUEUE_MAX_ATTEMPTS,
+    DEFAULT_QUEUE_WORKERS, DEFAULT_SCAN_INTERVAL, MAX_BODY_LIMIT, MAX_COMPENSATION_RESERVE,
+    MAX_KEY_LENGTH, MAX_QUEUE_WORKERS, MIN_BODY_LIMIT, MIN_QUEUE_LEASE, RESERVED_ENV_PREFIX,
+    RESERVED_HEADERS,
 };
 pub use problem::{ConfigProblem, Position, SchemaIssue};
+pub use server::{
+    AgentGraphLimits, ApiKeySpec, IdempotencySettings, QueueSettings, ReconciliationSettings,
+    ServerSpec,
+};
 pub use spec::{
     AdapterSpec, AgentSpec, HttpMethod, IdempotencySpec, LatencySpec, Price, ProviderKind,
     ProviderSpec, RateLimit, Registry, ResourceGroupSpec, SideEffectTier, ToolSpec,

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::compensation::{CompensationGrade, CompensationSpec};
+use super::server::ServerSpec;
 use crate::breaker::BreakersConfig;
 use crate::config::Ratio;
 use crate::deadline::{BudgetLimits, Cost};
@@ -391,8 +392,8 @@ pub struct AgentSpec {
     pub source: PathBuf,
 }
 
-/// The validated registry: providers, resource groups, tools, agents and
-/// breaker settings, all mutually consistent.
+/// The validated registry: providers, resource groups, tools, agents,
+/// breaker and server settings, all mutually consistent.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Registry {
     pub(super) providers: BTreeMap<String, ProviderSpec>,
@@ -400,6 +401,7 @@ pub struct Registry {
     pub(super) tools: BTreeMap<String, ToolSpec>,
     pub(super) agents: BTreeMap<String, AgentSpec>,
     pub(super) breakers: BreakersConfig,
+    pub(super) server: ServerSpec,
 }
 
 impl Registry {
@@ -426,6 +428,13 @@ impl Registry {
     /// Breaker settings (defaults when no file sets them).
     pub fn breakers(&self) -> &BreakersConfig {
         &self.breakers
+    }
+
+    /// `rein serve` settings: the `[server]` table, checked, or
+    /// [`ServerSpec::default`] when no file has one (so a registry written
+    /// only for `rein run` still serves, on loopback, admitting no key).
+    pub fn server(&self) -> &ServerSpec {
+        &self.server
     }
 
     /// The tool called `name`.

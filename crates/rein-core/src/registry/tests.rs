@@ -911,3 +911,350 @@ fn http_adapter_refuses_command_settings() {
         ]
     );
 }
+
+// ----- [server] --------------------------------------------------------------
+
+/// The hex SHA-256 of `key`, as an operator writes it in `sha256`.
+fn sha256_hex(key: &str) -> String {
+    use sha2::{Digest as _, Sha256};
+    Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+const FULL_SERVER: &str = r#"
+[server]
+listen = "0.0.0.0:9000"
+body_limit = "512KiB"
+[server.idempotency]
+enabled = false
+max_key_length = 1024
+retention = "2h"
+[server.queue]
+lease = "3s"
+max_attempts = 5
+workers = 64
+[server.reconciliation]
+heartbeat_interval = "10s"
+orphan_threshold = "10s"
+scan_interval = "30s"
+max_runs_per_scan = 7
+[server.agent_graph]
+max_depth = 0
+max_total_tokens = 0
+max_total_runs = 4
+[[server.api_keys]]
+tenant = "acme"
+sha256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+name = "ci"
+[[server.api_keys]]
+tenant = "globex"
+sha256 = "SHA_OF_OTHER"
+"#;
+
+fn full_server() -> String {
+    FULL_SERVER.replace("SHA_OF_OTHER", &sha256_hex("other-key").to_uppercase())
+}
+
+/// The fields of the problems in BASE plus a `[server]` table.
+fn server_fields(server: &str) -> Vec<String> {
+    fields(&with_extra(server))
+}
+
+#[test]
+fn server_defaults_apply_when_the_section_is_absent() {
+    let reg = build(&[("rein.toml", BASE)]).unwrap();
+    let server = reg.server();
+    assert_eq!(*server, ServerSpec::default());
+    assert_eq!(server.listen, DEFAULT_LISTEN);
+    assert_eq!(server.body_limit, DEFAULT_BODY_LIMIT);
+    assert!(server.idempotency.enabled);
+    assert_eq!(server.idempotency.max_key_length, DEFAULT_MAX_KEY_LENGTH);
+    assert_eq!(server.idempotency.retention, DEFAULT_IDEMPOTENCY_RETENTION);
+    assert_eq!(server.queue.lease, DEFAULT_QUEUE_LEASE);
+    assert_eq!(server.queue.max_attempts.get(), DEFAULT_QUEUE_MAX_ATTEMPTS);
+    assert_eq!(server.queue.workers.get(), DEFAULT_QUEUE_WORKERS);
+    assert_eq!(
+        server.reconciliation.heartbeat_interval,
+        DEFAULT_HEARTBEAT_INTERVAL
+    );
+    assert_eq!(
+        server.reconciliation.orphan_threshold,
+        DEFAULT_ORPHAN_THRESHOLD
+    );
+    assert_eq!(server.reconciliation.scan_interval, DEFAULT_SCAN_INTERVAL);
+    assert_eq!(
+        server.reconciliation.max_runs_per_scan.get(),
+        DEFAULT_MAX_RUNS_PER_SCAN
+    );
+    assert_eq!(server.agent_graph.max_depth, DEFAULT_AGENT_GRAPH_MAX_DEPTH);
+    assert_eq!(
+        server.agent_graph.max_total_tokens.map(|n| n.get()),
+        Some(DEFAULT_AGENT_GRAPH_MAX_TOTAL_TOKENS)
+    );
+    assert_eq!(
+        server.agent_graph.max_total_runs.map(|n| n.get()),
+        Some(DEFAULT_AGENT_GRAPH_MAX_TOTAL_RUNS)
+    );
+    assert!(server.api_keys.is_empty());
+    assert_eq!(server.source, None);
+    assert_eq!(server.tenant_for("anything"), None);
+}
+
+#[test]
+fn server_empty_table_takes_every_default_and_notes_its_file() {
+    let reg = build(&[("conf/a.toml", BASE), ("conf/serve.toml", "[server]\n")]).unwrap();
+    let expected = ServerSpec {
+        source: Some(PathBuf::from("conf/serve.toml")),
+        ..ServerSpec::default()
+    };
+    assert_eq!(*reg.server(), expected);
+}
+
+#[test]
+fn server_full_section_is_read_field_by_field() {
+    let reg = build(&[("rein.toml", &with_extra(&full_server()))]).unwrap();
+    let server = reg.server();
+    assert_eq!(server.listen, "0.0.0.0:9000".parse().unwrap());
+    assert_eq!(server.body_limit, 512 * 1024);
+    assert!(!server.idempotency.enabled);
+    assert_eq!(server.idempotency.max_key_length, 1024);
+    assert_eq!(server.idempotency.retention, Duration::from_secs(7200));
+    assert_eq!(server.queue.lease, Duration::from_secs(3));
+    assert_eq!(server.queue.max_attempts.get(), 5);
+    assert_eq!(server.queue.workers.get(), 64);
+    assert_eq!(
+        server.reconciliation.heartbeat_interval,
+        Duration::from_secs(10)
+    );
+    assert_eq!(
+        server.reconciliation.orphan_threshold,
+        Duration::from_secs(10)
+    );
+    assert_eq!(server.reconciliation.scan_interval, Duration::from_secs(30));
+    assert_eq!(server.reconciliation.max_runs_per_scan.get(), 7);
+    assert_eq!(server.agent_graph.max_depth, 0);
+    assert_eq!(server.agent_graph.max_total_tokens, None);
+    assert_eq!(server.agent_graph.max_total_runs.map(|n| n.get()), Some(4));
+    assert_eq!(server.api_keys.len(), 2);
+    assert_eq!(server.api_keys[0].tenant.as_str(), "acme");
+    assert_eq!(server.api_keys[0].name.as_deref(), Some("ci"));
+    assert_eq!(server.api_keys[0].sha256[..2], [0x9f, 0x86]);
+    assert_eq!(server.api_keys[1].name, None);
+    assert_eq!(server.source, Some(PathBuf::from("rein.toml")));
+
+    // An integer body_limit is bytes; IPv6 listen addresses work.
+    let reg = build(&[(
+        "rein.toml",
+        "[server]\nlisten = \"[::1]:0\"\nbody_limit = 1024\n",
+    )])
+    .unwrap();
+    assert_eq!(reg.server().body_limit, 1024);
+    assert_eq!(reg.server().listen, "[::1]:0".parse().unwrap());
+}
+
+#[test]
+fn server_tenant_for_matches_the_right_key_and_rejects_others() {
+    let reg = build(&[("rein.toml", &with_extra(&full_server()))]).unwrap();
+    let server = reg.server();
+    let acme = server.tenant_for("test").expect("sha256(test) is listed");
+    assert_eq!(acme.tenant.as_str(), "acme");
+    assert_eq!(acme.label(), "ci");
+    let globex = server.tenant_for("other-key").expect("uppercase hex works");
+    assert_eq!(globex.tenant.as_str(), "globex");
+    assert!(globex.label().starts_with("sha256:"));
+    for wrong in [
+        "",
+        "Test",
+        "test ",
+        "other-key\n",
+        "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+    ] {
+        assert_eq!(server.tenant_for(wrong), None, "{wrong:?}");
+    }
+}
+
+#[test]
+fn server_listen_and_body_limit_are_validated() {
+    for (listen, ok) in [
+        ("127.0.0.1:8787", true),
+        ("localhost:8787", false),
+        ("127.0.0.1", false),
+        ("127.0.0.1:99999", false),
+    ] {
+        let found = problems_or_none(&format!("[server]\nlisten = \"{listen}\"\n"));
+        let expected: Vec<String> = if ok {
+            vec![]
+        } else {
+            vec!["server.listen".into()]
+        };
+        assert_eq!(found, expected, "{listen}");
+    }
+    let msg = message_of("[server]\nlisten = \"localhost:1\"\n", "server.listen");
+    assert!(
+        msg.contains("IP address and port") && msg.contains("`localhost:1`"),
+        "{msg}"
+    );
+
+    for limit in ["1023", "\"1023B\"", "\"65MiB\"", "-1", "0", "\"1GiB\""] {
+        let found = server_fields(&format!("[server]\nbody_limit = {limit}\n"));
+        assert_eq!(found, vec!["server.body_limit"], "{limit}");
+    }
+    let msg = message_of("[server]\nbody_limit = \"65MiB\"\n", "server.body_limit");
+    assert!(msg.contains("68157440 bytes"), "{msg}");
+    for unparsable in ["\"1MB\"", "\"1.5MiB\"", "\"lots\""] {
+        let text = format!("[server]\nbody_limit = {unparsable}\n");
+        let msg = message_of(&text, "server.body_limit");
+        assert!(msg.contains("like \"1MiB\""), "{msg}");
+    }
+    for limit in ["1024", "\"1KiB\"", "\"64MiB\"", "67108864", "\"1 mib\""] {
+        let found = problems_or_none(&format!("[server]\nbody_limit = {limit}\n"));
+        assert!(found.is_empty(), "{limit}: {found:?}");
+    }
+}
+
+/// The problems' fields, or none when the text builds.
+fn problems_or_none(text: &str) -> Vec<String> {
+    match build(&[("rein.toml", text)]) {
+        Ok(_) => Vec::new(),
+        Err(problems) => problems.into_iter().map(|p| p.field).collect(),
+    }
+}
+
+#[test]
+fn server_counts_and_durations_out_of_range_name_their_field() {
+    let text = r#"
+[server.idempotency]
+max_key_length = 0
+retention = "0s"
+[server.queue]
+lease = "2s"
+max_attempts = 0
+workers = 65
+[server.reconciliation]
+heartbeat_interval = "0s"
+orphan_threshold = "0s"
+scan_interval = "0s"
+max_runs_per_scan = 0
+"#;
+    assert_eq!(
+        fields(text),
+        vec![
+            "server.idempotency.max_key_length",
+            "server.idempotency.retention",
+            "server.queue.lease",
+            "server.queue.max_attempts",
+            "server.queue.workers",
+            "server.reconciliation.heartbeat_interval",
+            "server.reconciliation.orphan_threshold",
+            "server.reconciliation.scan_interval",
+            "server.reconciliation.max_runs_per_scan",
+        ]
+    );
+    assert_eq!(
+        fields("[server.idempotency]\nmax_key_length = 1025\n[server.queue]\nworkers = 0\n"),
+        vec!["server.idempotency.max_key_length", "server.queue.workers"]
+    );
+    let msg = message_of("[server.queue]\nlease = \"2s\"\n", "server.queue.lease");
+    assert_eq!(
+        msg,
+        "must be at least 3s: it is renewed at a third of its length, but it is 2s"
+    );
+}
+
+#[test]
+fn server_orphan_threshold_must_not_be_below_heartbeat_interval() {
+    let text = "[server.reconciliation]\nheartbeat_interval = \"1m\"\norphan_threshold = \"59s\"\n";
+    assert_eq!(fields(text), vec!["server.reconciliation.orphan_threshold"]);
+    let msg = message_of(text, "server.reconciliation.orphan_threshold");
+    assert!(
+        msg.starts_with("must not be less than heartbeat_interval (1m)"),
+        "{msg}"
+    );
+    assert!(msg.ends_with("but it is 59s"), "{msg}");
+    // Against the default threshold (5m) the message says so.
+    let text = "[server.reconciliation]\nheartbeat_interval = \"10m\"\n";
+    let msg = message_of(text, "server.reconciliation.orphan_threshold");
+    assert!(msg.ends_with("but it is 5m (the default)"), "{msg}");
+    // Equal is fine; a zero interval is reported once, not twice.
+    assert!(problems_or_none("[server.reconciliation]\nheartbeat_interval = \"5m\"\n").is_empty());
+    assert_eq!(
+        fields("[server.reconciliation]\nheartbeat_interval = \"0s\"\norphan_threshold = \"1s\"\n"),
+        vec!["server.reconciliation.heartbeat_interval"]
+    );
+}
+
+#[test]
+fn server_api_keys_are_validated_naming_their_index() {
+    let good = sha256_hex("k1");
+    let nonhex = format!("{}g", &good[..63]);
+    let text = format!(
+        r#"
+[[server.api_keys]]
+tenant = "acme"
+sha256 = "{good}"
+[[server.api_keys]]
+tenant = ""
+sha256 = "{short}"
+[[server.api_keys]]
+tenant = "globex"
+sha256 = "{nonhex}"
+name = " "
+[[server.api_keys]]
+tenant = "initech"
+sha256 = "{upper}"
+[[server.api_keys]]
+sha256 = "{empty}"
+name = "bad\u0007"
+[[server.api_keys]]
+"#,
+        short = &good[..63],
+        upper = good.to_uppercase(),
+        empty = sha256_hex(""),
+    );
+    assert_eq!(
+        fields(&text),
+        vec![
+            "server.api_keys[1].tenant",
+            "server.api_keys[1].sha256",
+            "server.api_keys[2].sha256",
+            "server.api_keys[2].name",
+            "server.api_keys[3].sha256",
+            "server.api_keys[4].tenant",
+            "server.api_keys[4].sha256",
+            "server.api_keys[4].name",
+            "server.api_keys[5].tenant",
+            "server.api_keys[5].sha256",
+        ]
+    );
+    assert_eq!(
+        message_of(&text, "server.api_keys[1].tenant"),
+        "tenant id must not be empty"
+    );
+    assert_eq!(
+        message_of(&text, "server.api_keys[3].sha256"),
+        "is also the digest of server.api_keys[0]; each key may be listed once, for one tenant"
+    );
+    let problems = build(&[("conf/serve.toml", &text)]).unwrap_err();
+    let shown = problems
+        .iter()
+        .find(|p| p.field == "server.api_keys[1].sha256")
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        shown,
+        "conf/serve.toml: server.api_keys[1].sha256: must be 64 hex digits (the SHA-256 of the key, never the key), but it is 63 characters"
+    );
+}
+
+#[test]
+fn server_in_two_files_is_reported_at_the_later_file() {
+    let found = problems_of_two("[server]\n", "[server]\nlisten = \"127.0.0.1:1\"\n");
+    assert_eq!(found, vec![("b.toml".into(), "server".into())]);
+    let problems = build(&[("a.toml", "[server]\n"), ("b.toml", "[server]\n")]).unwrap_err();
+    assert_eq!(
+        problems[0].to_string(),
+        "b.toml: server: is also defined in a.toml; only one file may hold [server]"
+    );
+}

@@ -15,12 +15,13 @@ use serde::de::DeserializeOwned;
 use toml::Spanned;
 
 /// The sections a config file may hold.
-const SECTIONS: [&str; 5] = [
+const SECTIONS: [&str; 6] = [
     "providers",
     "resource_groups",
     "tools",
     "agents",
     "breakers",
+    "server",
 ];
 
 /// What reading a config path produced.
@@ -112,7 +113,7 @@ pub(super) fn parse_file(file: &Path, text: &str, parsed: &mut Parsed) {
             parsed.problems.push(ConfigProblem::new(
                 file,
                 key.clone(),
-                "is not a section; expected providers, resource_groups, tools, agents or breakers",
+                "is not a section; expected providers, resource_groups, tools, agents, breakers or server",
             ));
             // The entry reading below needs every top-level value a table.
             shaped &= value.is_table();
@@ -154,12 +155,18 @@ pub(super) fn parse_file(file: &Path, text: &str, parsed: &mut Parsed) {
             "resource_groups" => reader.section(&section, entries, &mut config.resource_groups),
             "tools" => reader.section(&section, entries, &mut config.tools),
             "agents" => reader.section(&section, entries, &mut config.agents),
+            // Spans of the entries below `[breakers]` or `[server]` all lie
+            // inside it; the first one locates the section well enough.
             "breakers" => {
-                // Spans of the entries below `[breakers]` all lie inside it;
-                // the first one locates the section well enough.
                 let start = entries.values().map(|v| v.span().start).min().unwrap_or(0);
                 if let Some(value) = top.get("breakers") {
                     config.breakers = reader.entry("breakers", start, value.clone());
+                }
+            }
+            "server" => {
+                let start = entries.values().map(|v| v.span().start).min().unwrap_or(0);
+                if let Some(value) = top.get("server") {
+                    config.server = reader.entry("server", start, value.clone());
                 }
             }
             _ => {}
@@ -314,5 +321,22 @@ class = \"read\"
         assert!(parsed.sources[0].config.breakers.is_some());
         let parsed = parse("[breakers.tool]\nbreak_durations = \"1m\"\n");
         assert_eq!(parsed.problems[0].field, "breakers.tool.break_durations");
+    }
+
+    #[test]
+    fn server_section_is_read_and_its_type_errors_name_the_field() {
+        let text = "[server]\nlisten = \"0.0.0.0:80\"\n[[server.api_keys]]\ntenant = \"acme\"\n";
+        let parsed = parse(text);
+        assert!(parsed.problems.is_empty(), "{:?}", parsed.problems);
+        let server = parsed.sources[0].config.server.as_ref().unwrap();
+        assert_eq!(server.listen.as_deref(), Some("0.0.0.0:80"));
+        assert_eq!(server.api_keys.len(), 1);
+
+        let parsed = parse("[server.queue]\nlease = \"soon\"\n");
+        assert_eq!(parsed.problems[0].field, "server.queue.lease");
+        assert!(parsed.sources[0].broken.contains("server"));
+        let parsed =
+            parse("[[server.api_keys]]\ntenant = \"a\"\n[[server.api_keys]]\nsha = \"x\"\n");
+        assert_eq!(parsed.problems[0].field, "server.api_keys[1].sha");
     }
 }

@@ -89,6 +89,10 @@ pub struct RunRequest {
     pub input: String,
     /// Receives each event as it happens.
     pub observer: Option<Observer>,
+    /// The run was already recorded `queued` by [`Engine::enqueue`]: it is
+    /// started, not created (a server accepts the work durably first, a
+    /// worker drives it later).
+    pub enqueued: bool,
 }
 
 /// The end of a run.
@@ -339,6 +343,35 @@ impl Engine {
         }
     }
 
+    /// Records a run of `agent` as `queued`, durably, without starting it:
+    /// [`Engine::run`] with [`RunRequest::enqueued`] starts it later, in
+    /// this process or another one sharing the store.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::Store`] when the store refuses the record.
+    pub async fn enqueue(
+        &self,
+        agent: &AgentBinding,
+        tenant: TenantId,
+        input: String,
+        run_id: Option<RunId>,
+    ) -> Result<RunId, EngineError> {
+        let run_id = run_id.unwrap_or_else(new_id::<RunId>);
+        self.store
+            .create_run(NewRun {
+                run_id: run_id.clone(),
+                tenant,
+                agent: agent.name.clone(),
+                input,
+                parent_run_id: None,
+                budget: json!(agent.budget),
+                created_at_ms: unix_ms(self.clock.system_now()),
+            })
+            .await?;
+        Ok(run_id)
+    }
+
     /// Runs `agent` on a task to its end.
     ///
     /// # Errors
@@ -372,17 +405,41 @@ impl Engine {
             .unwrap_or(agent.budget);
         let budget = Budget::start(forward_limits, started);
         let at_ms = unix_ms(self.clock.system_now());
-        self.store
-            .create_run(NewRun {
-                run_id: run_id.clone(),
-                tenant: tenant.clone(),
-                agent: agent.name.clone(),
-                input: request.input.clone(),
-                parent_run_id: None,
-                budget: json!(agent.budget),
-                created_at_ms: at_ms,
-            })
-            .await?;
+        if request.enqueued {
+            match self.store.get_run(&run_id).await? {
+                Some(record)
+                    if record.status == RunStatus::Queued && record.agent == agent.name => {}
+                Some(record) => {
+                    return Err(EngineError::NotResumable {
+                        run_id,
+                        reason: format!(
+                            "it is {} (agent `{}`), not a queued run of `{}`",
+                            record.status.as_str(),
+                            record.agent,
+                            agent.name
+                        ),
+                    });
+                }
+                None => {
+                    return Err(EngineError::NotResumable {
+                        run_id,
+                        reason: "no such queued run".into(),
+                    });
+                }
+            }
+        } else {
+            self.store
+                .create_run(NewRun {
+                    run_id: run_id.clone(),
+                    tenant: tenant.clone(),
+                    agent: agent.name.clone(),
+                    input: request.input.clone(),
+                    parent_run_id: None,
+                    budget: json!(agent.budget),
+                    created_at_ms: at_ms,
+                })
+                .await?;
+        }
         self.claim(&run_id, agent.budget.wall_clock() + CLAIM_MARGIN)
             .await?;
         let ctx = RunCtx {

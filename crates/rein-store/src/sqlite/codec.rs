@@ -23,6 +23,7 @@ use serde_json::Value;
 
 use crate::checkpoint::Checkpoint;
 use crate::error::StoreError;
+use crate::idempotency::{IdempotencyRecord, IdempotencyState, StoredResponse};
 use crate::intent::PlannedIntent;
 use crate::lease::{Lease, LeaseKind};
 use crate::run::{RunRecord, RunStatus};
@@ -168,6 +169,15 @@ impl<'r, 's> RowReader<'r, 's> {
                 format!("expected an integer in 0..={}, found {value}", u32::MAX),
             )
         })
+    }
+
+    /// A nullable blob column.
+    pub fn opt_blob(
+        &self,
+        index: usize,
+        column: &'static str,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.raw(index, column)
     }
 
     /// A JSON text column decoded as `T`.
@@ -386,5 +396,57 @@ pub fn decode_lease(row: &Row<'_>) -> Result<Lease, StoreError> {
         owner: r.text(6, "owner")?,
         acquired_at_ms: r.u64(7, "acquired_at_ms")?,
         expires_at_ms: r.u64(8, "expires_at_ms")?,
+    })
+}
+
+/// The columns [`decode_idempotency`] reads, in order.
+pub const IDEMPOTENCY_COLUMNS: &str = "tenant, idempotency_key, fingerprint, state, status, \
+                                       content_type, location, body, created_at_ms, \
+                                       updated_at_ms, expires_at_ms";
+
+/// An `idempotency` row selected with [`IDEMPOTENCY_COLUMNS`].
+pub fn decode_idempotency(row: &Row<'_>) -> Result<IdempotencyRecord, StoreError> {
+    let r = RowReader::new(row, "idempotency", &[0, 1]);
+    let state = r.name(3, "state", IdempotencyState::parse)?;
+    let status = r.raw::<Option<i64>>(4, "status")?;
+    let body = r.opt_blob(7, "body")?;
+    let response = match (state, status, body) {
+        (IdempotencyState::Completed, Some(status), Some(body)) => Some(StoredResponse {
+            status: u16::try_from(status)
+                .ok()
+                .filter(|status| (200..300).contains(status))
+                .ok_or_else(|| {
+                    r.corrupt("status", format!("expected a 2xx status, found {status}"))
+                })?,
+            content_type: r.opt_text(5, "content_type")?,
+            location: r.opt_text(6, "location")?,
+            body,
+        }),
+        (IdempotencyState::Completed, None, _) => {
+            return Err(r.corrupt(
+                "status",
+                "expected a status for a completed record, found NULL",
+            ));
+        }
+        (IdempotencyState::Completed, _, None) => {
+            return Err(r.corrupt("body", "expected a body for a completed record, found NULL"));
+        }
+        (IdempotencyState::InProgress, None, None) => None,
+        (IdempotencyState::InProgress, _, _) => {
+            return Err(r.corrupt(
+                "status",
+                "expected no response for an in_progress record, found one",
+            ));
+        }
+    };
+    Ok(IdempotencyRecord {
+        tenant: r.id(0, "tenant")?,
+        key: r.text(1, "idempotency_key")?,
+        fingerprint: r.text(2, "fingerprint")?,
+        state,
+        response,
+        created_at_ms: r.u64(8, "created_at_ms")?,
+        updated_at_ms: r.u64(9, "updated_at_ms")?,
+        expires_at_ms: r.u64(10, "expires_at_ms")?,
     })
 }

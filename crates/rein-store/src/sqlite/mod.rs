@@ -16,6 +16,7 @@
 //! | `ledger` | `run_id, intent_id` (`seq` unique per run) | declared side effects |
 //! | `checkpoints` | `run_id, step` | state after each step |
 //! | `leases` | `lease_id` | resources held for a run (schema v2) |
+//! | `idempotency` | `tenant, idempotency_key` | HTTP idempotency records (schema v3) |
 //! | `rein_schema` | `version` | migrations applied |
 
 mod codec;
@@ -31,7 +32,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
-use rein_core::{Event, LedgerRecord, RunId};
+use rein_core::{Event, LedgerRecord, RunId, TenantId};
 use rusqlite::Connection;
 
 use self::codec::SqlResult;
@@ -39,6 +40,7 @@ use self::worker::Worker;
 use crate::checkpoint::Checkpoint;
 use crate::commit::{Committed, StepCommit};
 use crate::error::StoreError;
+use crate::idempotency::{IdempotencyRecord, IdempotencyState, Reservation, StoredResponse};
 use crate::intent::PlannedIntent;
 use crate::lease::{Lease, LeaseChange, LeaseFilter};
 use crate::run::{NewRun, RunRecord};
@@ -225,6 +227,70 @@ impl Store for SqliteStore {
         let filter = filter.clone();
         self.worker
             .read(move |conn| ops::leases(conn, &filter))
+            .await
+    }
+
+    async fn reserve_idempotency(
+        &self,
+        tenant: &TenantId,
+        key: &str,
+        fingerprint: &str,
+        now_ms: u64,
+        expires_at_ms: u64,
+    ) -> Result<Reservation, StoreError> {
+        let (tenant, key, fingerprint) = (tenant.clone(), key.to_owned(), fingerprint.to_owned());
+        // A write: it runs inside the worker's `BEGIN IMMEDIATE`, so no
+        // other writer (of this or another process) runs between its read
+        // and its insert.
+        self.worker
+            .write(move |conn| {
+                ops::reserve_idempotency(conn, &tenant, &key, &fingerprint, now_ms, expires_at_ms)
+            })
+            .await
+    }
+
+    async fn complete_idempotency(
+        &self,
+        tenant: &TenantId,
+        key: &str,
+        response: StoredResponse,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        let (tenant, key) = (tenant.clone(), key.to_owned());
+        self.worker
+            .write(move |conn| ops::complete_idempotency(conn, &tenant, &key, response, now_ms))
+            .await
+    }
+
+    async fn release_idempotency(&self, tenant: &TenantId, key: &str) -> Result<bool, StoreError> {
+        let (tenant, key) = (tenant.clone(), key.to_owned());
+        self.worker
+            .write(move |conn| ops::release_idempotency(conn, &tenant, &key))
+            .await
+    }
+
+    async fn idempotency_records(
+        &self,
+        tenant: Option<&TenantId>,
+        state: Option<IdempotencyState>,
+        limit: usize,
+    ) -> Result<Vec<IdempotencyRecord>, StoreError> {
+        let tenant = tenant.cloned();
+        self.worker
+            .read(move |conn| ops::idempotency_records(conn, tenant.as_ref(), state, limit))
+            .await
+    }
+
+    async fn clear_idempotency(&self, tenant: &TenantId, key: &str) -> Result<bool, StoreError> {
+        let (tenant, key) = (tenant.clone(), key.to_owned());
+        self.worker
+            .write(move |conn| ops::clear_idempotency(conn, &tenant, &key))
+            .await
+    }
+
+    async fn sweep_idempotency(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
+        self.worker
+            .write(move |conn| ops::sweep_idempotency(conn, now_ms, limit))
             .await
     }
 }

@@ -4,17 +4,21 @@
 //! opened for them, so each may read, check and write without racing
 //! another writer: the `IMMEDIATE` transaction holds SQLite's write lock.
 
-use rein_core::{Event, IntentId, LedgerRecord, LedgerStatus, RunId};
+use rein_core::{Event, IntentId, LedgerRecord, LedgerStatus, RunId, TenantId};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::codec::{
-    CHECKPOINT_COLUMNS, EVENT_COLUMNS, INTENT_COLUMNS, LEASE_COLUMNS, LEDGER_COLUMNS, RUN_COLUMNS,
-    SqlResult, decode_checkpoint, decode_event, decode_intent, decode_lease, decode_ledger,
-    decode_run, int, json_text, serde_name,
+    CHECKPOINT_COLUMNS, EVENT_COLUMNS, IDEMPOTENCY_COLUMNS, INTENT_COLUMNS, LEASE_COLUMNS,
+    LEDGER_COLUMNS, RUN_COLUMNS, SqlResult, decode_checkpoint, decode_event, decode_idempotency,
+    decode_intent, decode_lease, decode_ledger, decode_run, int, json_text, serde_name,
 };
 use crate::checkpoint::Checkpoint;
 use crate::commit::{Committed, StepCommit};
 use crate::error::StoreError;
+use crate::idempotency::{
+    IdempotencyRecord, IdempotencyState, Reservation, StoredResponse, record_not_found,
+    validate_reservation,
+};
 use crate::intent::PlannedIntent;
 use crate::lease::{Lease, LeaseChange, LeaseFilter};
 use crate::ledger::LedgerMark;
@@ -640,5 +644,184 @@ pub fn leases(conn: &Connection, filter: &LeaseFilter) -> Result<Vec<Lease>, Sto
             filter.limit.map_or(i64::MAX, limit),
         ],
         decode_lease,
+    )
+}
+
+/// A time as SQLite's integer for comparisons: beyond `i64::MAX` compares
+/// as `i64::MAX`, after every storable time.
+fn at_most_max(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+fn idempotency_record(
+    conn: &Connection,
+    tenant: &TenantId,
+    key: &str,
+) -> Result<Option<IdempotencyRecord>, StoreError> {
+    query_one(
+        conn,
+        &format!(
+            "SELECT {IDEMPOTENCY_COLUMNS} FROM idempotency \
+             WHERE tenant = ?1 AND idempotency_key = ?2"
+        ),
+        [tenant.as_str(), key],
+        decode_idempotency,
+    )
+}
+
+/// Reserves an idempotency key (see [`Store::reserve_idempotency`]). The
+/// caller provides the transaction: its `IMMEDIATE` write lock is what
+/// keeps the read and the insert atomic across processes.
+///
+/// [`Store::reserve_idempotency`]: crate::Store::reserve_idempotency
+pub fn reserve_idempotency(
+    conn: &Connection,
+    tenant: &TenantId,
+    key: &str,
+    fingerprint: &str,
+    now_ms: u64,
+    expires_at_ms: u64,
+) -> Result<Reservation, StoreError> {
+    validate_reservation(key, fingerprint, now_ms, expires_at_ms)?;
+    if let Some(record) = idempotency_record(conn, tenant, key)?
+        && !record.is_expired(now_ms)
+    {
+        return Ok(if record.fingerprint != fingerprint {
+            Reservation::Mismatch(record)
+        } else {
+            match record.state {
+                IdempotencyState::Completed => Reservation::Replay(record),
+                IdempotencyState::InProgress => Reservation::InProgress(record),
+            }
+        });
+    }
+    // Absent or expired: an expired record is replaced whole.
+    conn.prepare_cached(
+        "INSERT INTO idempotency (tenant, idempotency_key, fingerprint, state, status, \
+         content_type, location, body, created_at_ms, updated_at_ms, expires_at_ms) \
+         VALUES (?1, ?2, ?3, ?4, NULL, NULL, NULL, NULL, ?5, ?5, ?6) \
+         ON CONFLICT (tenant, idempotency_key) DO UPDATE SET \
+         fingerprint = excluded.fingerprint, state = excluded.state, status = NULL, \
+         content_type = NULL, location = NULL, body = NULL, \
+         created_at_ms = excluded.created_at_ms, updated_at_ms = excluded.updated_at_ms, \
+         expires_at_ms = excluded.expires_at_ms",
+    )
+    .sql()?
+    .execute(params![
+        tenant.as_str(),
+        key,
+        fingerprint,
+        IdempotencyState::InProgress.as_str(),
+        int(now_ms, "idempotency now_ms")?,
+        int(expires_at_ms, "idempotency expires_at_ms")?,
+    ])
+    .sql()?;
+    Ok(Reservation::Reserved)
+}
+
+/// Completes an in-progress idempotency record. The caller provides the
+/// transaction.
+pub fn complete_idempotency(
+    conn: &Connection,
+    tenant: &TenantId,
+    key: &str,
+    response: StoredResponse,
+    now_ms: u64,
+) -> Result<(), StoreError> {
+    response.validate()?;
+    let record =
+        idempotency_record(conn, tenant, key)?.ok_or_else(|| record_not_found(tenant, key))?;
+    if record.state != IdempotencyState::InProgress {
+        return Err(StoreError::Invalid {
+            what: "idempotency record state",
+            expected: format!("{} to complete it", IdempotencyState::InProgress),
+            found: format!("{} (record {tenant}/{key})", record.state),
+        });
+    }
+    conn.prepare_cached(
+        "UPDATE idempotency SET state = ?3, status = ?4, content_type = ?5, location = ?6, \
+         body = ?7, updated_at_ms = ?8 WHERE tenant = ?1 AND idempotency_key = ?2",
+    )
+    .sql()?
+    .execute(params![
+        tenant.as_str(),
+        key,
+        IdempotencyState::Completed.as_str(),
+        response.status,
+        response.content_type,
+        response.location,
+        response.body,
+        int(now_ms, "idempotency now_ms")?,
+    ])
+    .sql()?;
+    Ok(())
+}
+
+/// Deletes an in-progress idempotency record; whether one was deleted.
+pub fn release_idempotency(
+    conn: &Connection,
+    tenant: &TenantId,
+    key: &str,
+) -> Result<bool, StoreError> {
+    let deleted = conn
+        .prepare_cached(
+            "DELETE FROM idempotency WHERE tenant = ?1 AND idempotency_key = ?2 AND state = ?3",
+        )
+        .sql()?
+        .execute(params![
+            tenant.as_str(),
+            key,
+            IdempotencyState::InProgress.as_str()
+        ])
+        .sql()?;
+    Ok(deleted > 0)
+}
+
+/// Deletes an idempotency record in any state; whether there was one.
+pub fn clear_idempotency(
+    conn: &Connection,
+    tenant: &TenantId,
+    key: &str,
+) -> Result<bool, StoreError> {
+    let deleted = conn
+        .prepare_cached("DELETE FROM idempotency WHERE tenant = ?1 AND idempotency_key = ?2")
+        .sql()?
+        .execute([tenant.as_str(), key])
+        .sql()?;
+    Ok(deleted > 0)
+}
+
+/// Deletes up to `max` idempotency records expired at `now_ms`, soonest
+/// expiry first; how many.
+pub fn sweep_idempotency(conn: &Connection, now_ms: u64, max: usize) -> Result<usize, StoreError> {
+    conn.prepare_cached(
+        "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency \
+         WHERE expires_at_ms <= ?1 ORDER BY expires_at_ms LIMIT ?2)",
+    )
+    .sql()?
+    .execute(params![at_most_max(now_ms), limit(max)])
+    .sql()
+}
+
+/// Stored idempotency records, oldest first.
+pub fn idempotency_records(
+    conn: &Connection,
+    tenant: Option<&TenantId>,
+    state: Option<IdempotencyState>,
+    max: usize,
+) -> Result<Vec<IdempotencyRecord>, StoreError> {
+    query_all(
+        conn,
+        &format!(
+            "SELECT {IDEMPOTENCY_COLUMNS} FROM idempotency \
+             WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR state = ?2) \
+             ORDER BY created_at_ms, tenant, idempotency_key LIMIT ?3"
+        ),
+        params![
+            tenant.map(TenantId::as_str),
+            state.map(IdempotencyState::as_str),
+            limit(max),
+        ],
+        decode_idempotency,
     )
 }

@@ -21,7 +21,7 @@ use super::codec::SqlResult;
 use crate::error::StoreError;
 
 /// The schema version this binary writes: the number of migrations.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
 ///
@@ -121,6 +121,27 @@ CREATE TABLE leases (
 ) STRICT;
 CREATE INDEX leases_by_expiry ON leases (expires_at_ms, lease_id);
 CREATE INDEX leases_by_run ON leases (run_id);
+"#,
+    // 3: HTTP idempotency records of `rein serve`, per tenant and key; not
+    // tied to a run (the key is reserved before the run exists). The
+    // response columns are set exactly when state = 'completed'.
+    r#"
+CREATE TABLE idempotency (
+    tenant          TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    fingerprint     TEXT NOT NULL,
+    state           TEXT NOT NULL,
+    status          INTEGER,
+    content_type    TEXT,
+    location        TEXT,
+    body            BLOB,
+    created_at_ms   INTEGER NOT NULL,
+    updated_at_ms   INTEGER NOT NULL,
+    expires_at_ms   INTEGER NOT NULL,
+    PRIMARY KEY (tenant, idempotency_key)
+) STRICT;
+CREATE INDEX idempotency_by_expiry ON idempotency (expires_at_ms);
+CREATE INDEX idempotency_by_state ON idempotency (state, created_at_ms);
 "#,
 ];
 
@@ -236,6 +257,75 @@ mod tests {
         // Migrating again is a no-op.
         migrate(&mut conn).unwrap();
         assert_eq!(version(&conn), i64::from(SCHEMA_VERSION));
+    }
+
+    #[test]
+    fn a_version_2_file_upgrades_to_3_and_keeps_its_leases() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        // A file written by the second release: migrations 1 and 2.
+        conn.execute_batch(
+            "CREATE TABLE rein_schema (
+                version       INTEGER PRIMARY KEY NOT NULL,
+                applied_at_ms INTEGER NOT NULL
+            ) STRICT;",
+        )
+        .unwrap();
+        for (index, migration) in MIGRATIONS[..2].iter().enumerate() {
+            conn.execute_batch(migration).unwrap();
+            conn.execute(
+                "INSERT INTO rein_schema (version, applied_at_ms) VALUES (?1, 0)",
+                [index as i64 + 1],
+            )
+            .unwrap();
+        }
+        conn.execute(
+            "INSERT INTO runs VALUES ('r-1', 't', 'a', 'in', NULL, '{}', 'running', NULL, 1, 1)",
+            [],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO leases VALUES ('l-1', 'r-1', NULL, 'temp_path', NULL, '/tmp/x', \
+             'pid:1@h', 1, 2)",
+            [],
+        )
+        .unwrap();
+        assert!(
+            conn.execute("SELECT 1 FROM idempotency", []).is_err(),
+            "no idempotency table before version 3"
+        );
+
+        migrate(&mut conn).unwrap();
+        assert_eq!(version(&conn), 3);
+        let leases: i64 = conn
+            .query_row("SELECT COUNT(*) FROM leases", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(leases, 1, "the upgrade keeps existing leases");
+        conn.execute(
+            "INSERT INTO idempotency VALUES ('t', 'k', 'f', 'in_progress', NULL, NULL, NULL, \
+             NULL, 1, 1, 2)",
+            [],
+        )
+        .unwrap();
+        let duplicate = conn.execute(
+            "INSERT INTO idempotency VALUES ('t', 'k', 'g', 'in_progress', NULL, NULL, NULL, \
+             NULL, 1, 1, 2)",
+            [],
+        );
+        assert!(duplicate.is_err(), "one record per tenant and key");
+        conn.execute(
+            "INSERT INTO idempotency VALUES ('u', 'k', 'f', 'in_progress', NULL, NULL, NULL, \
+             NULL, 1, 1, 2)",
+            [],
+        )
+        .unwrap();
+        let strict = conn.execute(
+            "INSERT INTO idempotency VALUES ('v', 'k', 'f', 'completed', 'two hundred', NULL, \
+             NULL, X'', 1, 1, 2)",
+            [],
+        );
+        assert!(strict.is_err(), "STRICT refuses a text status");
+        migrate(&mut conn).unwrap();
+        assert_eq!(version(&conn), 3);
     }
 
     #[test]

@@ -1,0 +1,113 @@
+//! `rein idempotency`: the operator's path for submissions whose outcome is
+//! uncertain (a process died after reserving a key and before completing).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use rein_core::TenantId;
+use rein_store::{IdempotencyState, SqliteStore, Store};
+use serde_json::json;
+
+use crate::run::runtime;
+
+/// Arguments of `rein idempotency`.
+#[derive(Debug, Args)]
+pub struct IdempotencyArgs {
+    #[command(subcommand)]
+    command: IdempotencyCommand,
+    /// The SQLite file `rein serve` records in.
+    #[arg(long, global = true, default_value = "rein-data/rein.db")]
+    data: PathBuf,
+}
+
+#[derive(Debug, Subcommand)]
+enum IdempotencyCommand {
+    /// List idempotency records, oldest first.
+    List {
+        /// Only this tenant's.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Only reservations still in progress (a crash may have left them).
+        #[arg(long)]
+        in_progress: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete one record so the key can be used again. Check first (the
+    /// run's status, the tools' own state) whether the original request
+    /// took effect: rein cannot know.
+    Clear {
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+        /// The key.
+        key: String,
+    },
+}
+
+/// Runs `rein idempotency`.
+pub fn run(args: IdempotencyArgs) -> Result<ExitCode> {
+    runtime()?.block_on(async {
+        let store = SqliteStore::open(&args.data)
+            .with_context(|| format!("cannot open the run store {}", args.data.display()))?;
+        match args.command {
+            IdempotencyCommand::List {
+                tenant,
+                in_progress,
+                json: as_json,
+            } => {
+                let tenant = tenant.map(TenantId::new).transpose().context("invalid --tenant")?;
+                let state = in_progress.then_some(IdempotencyState::InProgress);
+                let records = store
+                    .idempotency_records(tenant.as_ref(), state, 1000)
+                    .await?;
+                if as_json {
+                    let doc: Vec<_> = records
+                        .iter()
+                        .map(|r| {
+                            json!({"tenant": r.tenant, "key": r.key, "state": r.state.as_str(),
+                                   "status": r.response.as_ref().map(|s| s.status),
+                                   "location": r.response.as_ref().and_then(|s| s.location.clone()),
+                                   "created_at_ms": r.created_at_ms, "expires_at_ms": r.expires_at_ms})
+                        })
+                        .collect();
+                    println!("{}", serde_json::to_string_pretty(&doc)?);
+                } else if records.is_empty() {
+                    println!("no idempotency records");
+                } else {
+                    println!("{:<16} {:<12} {:<7} {:<28} key", "tenant", "state", "status", "location");
+                    for r in &records {
+                        let status = r.response.as_ref().map_or("-".to_owned(), |s| s.status.to_string());
+                        let location = r
+                            .response
+                            .as_ref()
+                            .and_then(|s| s.location.clone())
+                            .unwrap_or_else(|| "-".into());
+                        println!(
+                            "{:<16} {:<12} {:<7} {:<28} {}",
+                            r.tenant.as_str(),
+                            r.state.as_str(),
+                            status,
+                            location,
+                            r.key
+                        );
+                    }
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            IdempotencyCommand::Clear { tenant, key } => {
+                let tenant = TenantId::new(tenant).context("invalid --tenant")?;
+                if store.clear_idempotency(&tenant, &key).await? {
+                    println!("cleared {key} for tenant {tenant}");
+                    Ok(ExitCode::SUCCESS)
+                } else {
+                    eprintln!("no record of {key} for tenant {tenant}");
+                    Ok(ExitCode::from(1))
+                }
+            }
+        }
+    })
+}

@@ -1,0 +1,95 @@
+//! `rein serve`: the HTTP API.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use rein_engine::config::{CompiledSchemas, Loader};
+use rein_engine::run::{Engine, http_client};
+use rein_server::AppState;
+use rein_store::{SqliteStore, Store};
+use tokio::sync::Notify;
+
+use crate::run::runtime;
+
+/// Arguments of `rein serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The config: a TOML file or a directory of them (its `[server]`
+    /// section sets the listen address, limits and API keys).
+    #[arg(long, short)]
+    config: PathBuf,
+    /// Where to listen; overrides `server.listen` (default 127.0.0.1:8787).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// The SQLite file runs are recorded in (created on first start).
+    #[arg(long, default_value = "rein-data/rein.db")]
+    data: PathBuf,
+}
+
+/// Runs `rein serve` until Ctrl-C.
+pub fn run(args: ServeArgs) -> Result<ExitCode> {
+    runtime()?.block_on(async {
+        let registry = Loader::new()
+            .load(&args.config)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .with_context(|| format!("the config {} has problems", args.config.display()))?;
+        let settings = registry.server().clone();
+        let listen = args.listen.unwrap_or(settings.listen);
+        if settings.api_keys.is_empty() && !listen.ip().is_loopback() {
+            bail!(
+                "no [[server.api_keys]] in the config: refusing to serve {listen} without \
+                 authentication; add API keys or listen on a loopback address"
+            );
+        }
+        if let Some(parent) = args.data.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        let store: Arc<dyn Store> = Arc::new(
+            SqliteStore::open(&args.data)
+                .with_context(|| format!("cannot open the run store {}", args.data.display()))?,
+        );
+        let schemas = CompiledSchemas::compile(&registry).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let client = http_client().context("cannot build the HTTP client")?;
+        let engine = Engine::builder(store.clone())
+            .http_client(client.clone())
+            .breakers(registry.breakers().clone())
+            .build()?;
+        let workers = usize::try_from(settings.queue.workers.get()).unwrap_or(1);
+        let keys = settings.api_keys.len();
+        let state = Arc::new(AppState {
+            registry,
+            schemas,
+            store,
+            engine: Arc::new(engine),
+            client,
+            settings,
+            workers,
+            queue: Notify::new(),
+        });
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("cannot listen on {listen}"))?;
+        let addr = listener.local_addr().context("no local address")?;
+        let auth = if keys == 0 {
+            "no API keys: open mode, every caller acts for tenant `default`".to_owned()
+        } else {
+            format!("{keys} API keys")
+        };
+        eprintln!(
+            "rein serve: listening on http://{addr} ({auth}); runs in {}; OpenAPI at /openapi.json",
+            args.data.display()
+        );
+        let shutdown = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        rein_server::serve(state, listener, shutdown)
+            .await
+            .context("the server failed")?;
+        Ok(ExitCode::SUCCESS)
+    })
+}

@@ -1,0 +1,120 @@
+//! A run's events: a JSON list, or a live server-sent-event stream that
+//! ends with the run's terminal event.
+//!
+//! # Why poll the store
+//!
+//! The stream must work whichever process drives the run (a queue worker
+//! on another node, a resume): the store is the one place every event
+//! reaches, so the stream follows it rather than an in-process channel.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::{self, Stream};
+use rein_core::{Event, EventKind, RunId};
+use serde::Deserialize;
+use serde_json::json;
+use utoipa::IntoParams;
+
+use crate::auth::Tenant;
+use crate::problem::Problem;
+use crate::runs::owned;
+use crate::state::AppState;
+
+/// How often a live stream looks for new events.
+pub const POLL: Duration = Duration::from_millis(50);
+
+/// Query of the events endpoint.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct EventsQuery {
+    /// Only events with a greater `seq`.
+    pub after: Option<u64>,
+}
+
+fn sse_event(e: &Event) -> SseEvent {
+    SseEvent::default()
+        .event(e.kind.as_str())
+        .id(e.seq.to_string())
+        .data(serde_json::to_string(e).unwrap_or_default())
+}
+
+fn live(
+    state: Arc<AppState>,
+    run_id: RunId,
+    after: u64,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+    // (next seq to ask after, pending batch, finished)
+    stream::unfold(
+        (after, Vec::<Event>::new(), false),
+        move |(mut after, mut pending, mut done)| {
+            let state = state.clone();
+            let run_id = run_id.clone();
+            async move {
+                loop {
+                    if let Some(e) = (!pending.is_empty()).then(|| pending.remove(0)) {
+                        if e.kind == EventKind::RunFinished {
+                            done = true;
+                        }
+                        return Some((Ok(sse_event(&e)), (after, pending, done)));
+                    }
+                    if done {
+                        return None;
+                    }
+                    match state.store.events(&run_id, after).await {
+                        Ok(batch) if !batch.is_empty() => {
+                            after = batch.last().map_or(after, |e| e.seq);
+                            pending = batch;
+                        }
+                        Ok(_) => tokio::time::sleep(POLL).await,
+                        Err(e) => {
+                            tracing::warn!(run = %run_id, "event stream: {e}");
+                            tokio::time::sleep(POLL * 4).await;
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// The run's events; `Accept: text/event-stream` streams them live until
+/// the run ends (resume with `Last-Event-ID`).
+#[utoipa::path(
+    get, path = "/v1/runs/{id}/events", tag = "runs",
+    params(("id" = String, Path, description = "The run"), EventsQuery),
+    responses((status = 200, description = "The events as JSON, or an SSE stream ending with run_finished", body = Object),
+              (status = 404, body = Problem)),
+    security(("bearer" = []))
+)]
+pub async fn get_events(
+    State(state): State<Arc<AppState>>,
+    Tenant(tenant): Tenant,
+    Path(id): Path<String>,
+    Query(query): Query<EventsQuery>,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    let record = owned(&state, &tenant, &id).await?;
+    let wants_stream = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/event-stream"));
+    let last_seen = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let after = query.after.or(last_seen).unwrap_or(0);
+    if wants_stream {
+        let stream = live(state.clone(), record.run_id, after);
+        return Ok(Sse::new(stream)
+            .keep_alive(KeepAlive::default())
+            .into_response());
+    }
+    let events = state.store.events(&record.run_id, after).await?;
+    Ok(Json(json!({"run_id": record.run_id, "events": events})).into_response())
+}

@@ -1,0 +1,239 @@
+//! `Idempotency-Key` on run submissions, exactly as seed 004's table says.
+//!
+//! | condition | result |
+//! | --- | --- |
+//! | first request reserves the key | the endpoint executes |
+//! | same key, completed 2xx | stored status, body, content type and `Location` replayed, `Idempotency-Replayed: true` |
+//! | same key, still in progress | 409 `idempotency-in-progress` |
+//! | same key, different method, path or raw body | 422 `idempotency-mismatch` |
+//! | key longer than `max_key_length` | 400 `idempotency-key-invalid` |
+//! | key on a body that sets `"stream": true` | 400 `idempotency-stream` |
+//! | idempotency disabled, header present | 501 `idempotency-disabled`; nothing executes |
+//! | the endpoint answers non-2xx or fails | the reservation is released |
+//!
+//! # Why in the store
+//!
+//! A client's retry may reach another `rein serve` process sharing the
+//! database: the reservation must be one atomic write visible to all of
+//! them, not a map in one process's memory.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use rein_core::TenantId;
+use rein_store::{Reservation, StoredResponse};
+use sha2::{Digest, Sha256};
+
+use crate::problem::Problem;
+use crate::runs::Answer;
+use crate::state::AppState;
+
+/// The request header.
+pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
+/// The header on a replayed response.
+pub const REPLAYED: &str = "Idempotency-Replayed";
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// The request's idempotency key, validated; `None` without the header.
+///
+/// # Errors
+///
+/// The 400 and 501 rows of the table.
+pub fn key(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Option<String>, Problem> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    let settings = state.settings.idempotency;
+    if !settings.enabled {
+        return Err(Problem::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "idempotency-disabled",
+            "Idempotency is disabled",
+            "this server does not honour Idempotency-Key; omit the header to run without it",
+        ));
+    }
+    let invalid = |detail: String| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "idempotency-key-invalid",
+            "Invalid Idempotency-Key",
+            detail,
+        )
+    };
+    let key = value
+        .to_str()
+        .map_err(|_| invalid("the Idempotency-Key header must be visible ASCII".into()))?
+        .trim();
+    if key.is_empty() {
+        return Err(invalid("the Idempotency-Key header is empty".into()));
+    }
+    if key.chars().count() > settings.max_key_length {
+        return Err(invalid(format!(
+            "the Idempotency-Key is {} characters; at most {} are allowed",
+            key.chars().count(),
+            settings.max_key_length
+        ))
+        .with(serde_json::json!({"max_key_length": settings.max_key_length})));
+    }
+    let streams = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .is_some_and(|v| v.get("stream") == Some(&serde_json::Value::Bool(true)));
+    if streams {
+        return Err(Problem::new(
+            StatusCode::BAD_REQUEST,
+            "idempotency-stream",
+            "Idempotency-Key on a streaming request",
+            "a streamed response cannot be stored and replayed; drop the key or `stream: true`",
+        ));
+    }
+    Ok(Some(key.to_owned()))
+}
+
+/// The fingerprint of a request: method, path and the raw body bytes.
+/// Equivalent JSON serialized differently is a different request, on
+/// purpose: the client must reuse the exact bytes on a transport retry.
+pub fn fingerprint(method: &str, path: &str, body: &[u8]) -> String {
+    let mut hash = Sha256::new();
+    hash.update(method.as_bytes());
+    hash.update(b"\n");
+    hash.update(path.as_bytes());
+    hash.update(b"\n");
+    hash.update(body);
+    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn replay(stored: StoredResponse) -> Response {
+    let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
+    let mut response = (status, stored.body).into_response();
+    let headers = response.headers_mut();
+    if let Some(ct) = stored
+        .content_type
+        .and_then(|c| HeaderValue::from_str(&c).ok())
+    {
+        headers.insert(header::CONTENT_TYPE, ct);
+    }
+    if let Some(location) = stored.location.and_then(|l| HeaderValue::from_str(&l).ok()) {
+        headers.insert(header::LOCATION, location);
+    }
+    headers.insert(REPLAYED, HeaderValue::from_static("true"));
+    response
+}
+
+/// Runs `execute` under the key's reservation.
+#[allow(clippy::too_many_arguments)]
+pub async fn guarded<F, Fut>(
+    state: &Arc<AppState>,
+    tenant: &TenantId,
+    key: &str,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    execute: F,
+) -> Response
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<Answer, Problem>>,
+{
+    let print = fingerprint(method, path, body);
+    let now = now_ms();
+    let retention =
+        u64::try_from(state.settings.idempotency.retention.as_millis()).unwrap_or(u64::MAX);
+    let reservation = match state
+        .store
+        .reserve_idempotency(tenant, key, &print, now, now.saturating_add(retention))
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => return Problem::from(e).into_response(),
+    };
+    match reservation {
+        Reservation::Replay(record) => match record.response {
+            Some(stored) => replay(stored),
+            None => Problem::internal("a completed idempotency record has no response").into_response(),
+        },
+        Reservation::InProgress(_) => Problem::new(
+            StatusCode::CONFLICT,
+            "idempotency-in-progress",
+            "Request in progress",
+            "a request with this Idempotency-Key is still being processed; wait and query the run instead of submitting again",
+        )
+        .into_response(),
+        Reservation::Mismatch(_) => Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "idempotency-mismatch",
+            "Idempotency-Key reused for another request",
+            "this Idempotency-Key was used with a different method, path or body; reuse the original bytes, or use a new key for a new operation",
+        )
+        .into_response(),
+        Reservation::Reserved => {
+            let result = execute().await;
+            match result {
+                Ok(answer) if answer.status.is_success() => {
+                    let stored = StoredResponse {
+                        status: answer.status.as_u16(),
+                        content_type: Some("application/json".to_owned()),
+                        location: answer.location.clone(),
+                        body: answer.body.clone(),
+                    };
+                    if let Err(e) = state
+                        .store
+                        .complete_idempotency(tenant, key, stored, now_ms())
+                        .await
+                    {
+                        tracing::error!(%tenant, "cannot record the idempotent response: {e}");
+                    }
+                    answer.into_response()
+                }
+                other => {
+                    if let Err(e) = state.store.release_idempotency(tenant, key).await {
+                        tracing::error!(%tenant, "cannot release an idempotency reservation: {e}");
+                    }
+                    match other {
+                        Ok(answer) => answer.into_response(),
+                        Err(problem) => problem.into_response(),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Records deleted per sweep query.
+const SWEEP_BATCH: usize = 1000;
+
+/// Deletes expired idempotency records, forever: every tenth of the
+/// retention, at most once a minute, a batch at a time.
+pub async fn sweep_forever(state: Arc<AppState>) {
+    let retention = state.settings.idempotency.retention;
+    let every = (retention / 10).clamp(
+        std::time::Duration::from_secs(1),
+        std::time::Duration::from_secs(60),
+    );
+    loop {
+        tokio::time::sleep(every).await;
+        loop {
+            match state.store.sweep_idempotency(now_ms(), SWEEP_BATCH).await {
+                Ok(SWEEP_BATCH) => continue,
+                Ok(n) => {
+                    if n > 0 {
+                        tracing::info!(deleted = n, "expired idempotency records swept");
+                    }
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!("idempotency sweep failed: {e}");
+                    break;
+                }
+            }
+        }
+    }
+}

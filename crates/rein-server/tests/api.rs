@@ -1,0 +1,586 @@
+//! The real server over loopback: the example order-desk config with API
+//! keys for two tenants, the testkit's order desk, a real SQLite file.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rein_core::TenantId;
+use rein_engine::config::{CompiledSchemas, Loader};
+use rein_engine::run::{Engine, http_client};
+use rein_server::AppState;
+use rein_store::{IdempotencyState, SqliteStore, Store};
+use rein_testkit::order_desk::{Fault, Faults, OrderDesk, OrderDeskConfig, UPDATE_DELIVERY_TIME};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio::sync::{Notify, oneshot};
+
+const ACME: &str = "acme-secret-key";
+const GLOBEX: &str = "globex-secret-key";
+
+fn example_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/order-desk")
+}
+
+fn sha(key: &str) -> String {
+    Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+struct Api {
+    base: String,
+    desk: OrderDesk,
+    store: Arc<dyn Store>,
+    http: reqwest::Client,
+    _stop: oneshot::Sender<()>,
+    _dir: tempfile::TempDir,
+}
+
+#[derive(Default)]
+struct Options {
+    workers: usize,
+    idempotency_disabled: bool,
+    body_limit: Option<usize>,
+    faults: Option<Faults>,
+}
+
+async fn start(options: Options) -> Api {
+    let desk = OrderDesk::start_with(
+        OrderDeskConfig::default().with_faults(options.faults.unwrap_or_else(Faults::none)),
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = std::fs::read_to_string(example_dir().join("rein.toml")).unwrap();
+    config.push_str(&format!(
+        "\n[server]\n[[server.api_keys]]\ntenant = \"acme\"\nsha256 = \"{}\"\n[[server.api_keys]]\ntenant = \"globex\"\nsha256 = \"{}\"\n",
+        sha(ACME),
+        sha(GLOBEX)
+    ));
+    std::fs::write(dir.path().join("rein.toml"), config).unwrap();
+    std::fs::copy(
+        example_dir().join("demo.script.json"),
+        dir.path().join("demo.script.json"),
+    )
+    .unwrap();
+    let desk_url = desk.base_url().to_owned();
+    let registry = Loader::with_env(move |k| match k {
+        "ORDER_DESK_URL" => Some(desk_url.clone()),
+        "MOCK_MODEL_URL" => Some("http://127.0.0.1:9".into()),
+        _ => None,
+    })
+    .load(&dir.path().join("rein.toml"))
+    .unwrap();
+    let mut settings = registry.server().clone();
+    settings.idempotency.enabled = !options.idempotency_disabled;
+    if let Some(limit) = options.body_limit {
+        settings.body_limit = limit;
+    }
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("rein.db")).unwrap());
+    let client = http_client().unwrap();
+    let engine = Engine::builder(store.clone())
+        .http_client(client.clone())
+        .rng_seed(5)
+        .build()
+        .unwrap();
+    let state = Arc::new(AppState {
+        schemas: CompiledSchemas::compile(&registry).unwrap(),
+        registry,
+        store: store.clone(),
+        engine: Arc::new(engine),
+        client,
+        settings,
+        workers: options.workers,
+        queue: Notify::new(),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(rein_server::serve(state, listener, async move {
+        let _ = stopped.await;
+    }));
+    Api {
+        base,
+        desk,
+        store,
+        http: reqwest::Client::new(),
+        _stop: stop,
+        _dir: dir,
+    }
+}
+
+impl Api {
+    fn post(&self, path: &str, key: &str) -> reqwest::RequestBuilder {
+        self.http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(key)
+            .header("content-type", "application/json")
+    }
+
+    fn get(&self, path: &str, key: &str) -> reqwest::RequestBuilder {
+        self.http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(key)
+    }
+
+    /// Polls the run until it ends (synchronizing on its state).
+    async fn finished(&self, location: &str, key: &str) -> Value {
+        for _ in 0..400 {
+            let run: Value = self
+                .get(location, key)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if !matches!(run["status"].as_str(), Some("queued" | "running")) {
+                return run;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("run {location} did not finish");
+    }
+}
+
+const RUNS: &str = "/v1/agents/order_desk/runs";
+
+async fn problem(response: reqwest::Response, status: StatusCode, kind: &str) -> Value {
+    assert_eq!(response.status(), status);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(
+        body["type"],
+        format!("https://rein.dev/problems/{kind}"),
+        "{body}"
+    );
+    assert_eq!(body["status"], status.as_u16());
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_are_required_and_tenants_see_only_their_runs() {
+    let api = start(Options::default()).await;
+    let body = json!({"input": "Move order A-1001."}).to_string();
+    let r = api
+        .http
+        .post(format!("{}{RUNS}", api.base))
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    problem(r, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    let r = api
+        .post(RUNS, "wrong-key")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    problem(r, StatusCode::UNAUTHORIZED, "unauthorized").await;
+
+    let r = api.post(RUNS, ACME).body(body).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let location = r.headers()["location"].to_str().unwrap().to_owned();
+    let run: Value = r.json().await.unwrap();
+    assert_eq!(run["status"], "succeeded", "{run}");
+    assert_eq!(
+        location,
+        format!("/v1/runs/{}", run["run_id"].as_str().unwrap())
+    );
+
+    let mine = api.get(&location, ACME).send().await.unwrap();
+    assert_eq!(mine.status(), StatusCode::OK);
+    for path in [
+        location.clone(),
+        format!("{location}/events"),
+        format!("{location}/ledger"),
+    ] {
+        let theirs = api.get(&path, GLOBEX).send().await.unwrap();
+        problem(theirs, StatusCode::NOT_FOUND, "not-found").await;
+    }
+    let ledger: Value = api
+        .get(&format!("{location}/ledger"), ACME)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ledger["records"].as_array().unwrap().len(), 2, "{ledger}");
+    let missing = api.get("/v1/runs/no-such-run", ACME).send().await.unwrap();
+    problem(missing, StatusCode::NOT_FOUND, "not-found").await;
+    let unknown = api
+        .post("/v1/agents/nobody/runs", ACME)
+        .body(json!({"input": "x"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let p = problem(unknown, StatusCode::NOT_FOUND, "not-found").await;
+    assert!(
+        p["known_agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == "order_desk"),
+        "{p}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_bodies_are_structured_400s_and_oversized_ones_413() {
+    let api = start(Options {
+        body_limit: Some(2048),
+        ..Options::default()
+    })
+    .await;
+    let r = api
+        .post(RUNS, ACME)
+        .body(r#"{"input": 7}"#)
+        .send()
+        .await
+        .unwrap();
+    let p = problem(r, StatusCode::BAD_REQUEST, "bad-request").await;
+    assert_eq!(p["field"], "input", "{p}");
+    let r = api
+        .post(RUNS, ACME)
+        .body(r#"{"input": "x", "mode": "later"}"#)
+        .send()
+        .await
+        .unwrap();
+    problem(r, StatusCode::BAD_REQUEST, "bad-request").await;
+    let big = json!({"input": "x".repeat(4096)}).to_string();
+    let r = api.post(RUNS, ACME).body(big).send().await.unwrap();
+    problem(r, StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large").await;
+    assert!(
+        api.store.list_runs(10).await.unwrap().is_empty(),
+        "nothing ran"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_runs_are_accepted_then_driven_and_stream_their_events() {
+    let api = start(Options {
+        workers: 1,
+        ..Options::default()
+    })
+    .await;
+    let r = api
+        .post(RUNS, ACME)
+        .body(
+            json!({"input": "Move order A-1001.", "mode": "queued", "metadata": {"ticket": 7}})
+                .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let location = r.headers()["location"].to_str().unwrap().to_owned();
+    let accepted: Value = r.json().await.unwrap();
+    assert_eq!(accepted["metadata"]["ticket"], 7);
+    assert!(
+        matches!(accepted["status"].as_str(), Some("queued" | "running")),
+        "{accepted}"
+    );
+
+    // The live stream ends with the terminal event.
+    let mut sse = api
+        .get(&format!("{location}/events"), ACME)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sse.headers()["content-type"], "text/event-stream");
+    let mut text = String::new();
+    while let Some(chunk) = sse.chunk().await.unwrap() {
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let kinds: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect();
+    assert_eq!(kinds.first(), Some(&"run_started"), "{text}");
+    assert_eq!(kinds.last(), Some(&"run_finished"), "{text}");
+    let run = api.finished(&location, ACME).await;
+    assert_eq!(run["status"], "succeeded", "{run}");
+    let events: Value = api
+        .get(&format!("{location}/events"), ACME)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(events["events"].as_array().unwrap().len(), kinds.len());
+    assert_eq!(api.desk.applied_count(UPDATE_DELIVERY_TIME), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_runs_cancel_through_the_store_and_terminal_ones_refuse() {
+    let api = start(Options::default()).await; // no workers: work stays queued
+    let r = api
+        .post(RUNS, ACME)
+        .body(json!({"input": "Move order A-1001.", "mode": "queued"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let location = r.headers()["location"].to_str().unwrap().to_owned();
+    let theirs = api
+        .post(&format!("{location}/cancel"), GLOBEX)
+        .send()
+        .await
+        .unwrap();
+    problem(theirs, StatusCode::NOT_FOUND, "not-found").await;
+    let r = api
+        .post(&format!("{location}/cancel"), ACME)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let run: Value = api
+        .get(&location, ACME)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(run["status"], "cancelled", "{run}");
+    let again = api
+        .post(&format!("{location}/cancel"), ACME)
+        .send()
+        .await
+        .unwrap();
+    problem(again, StatusCode::CONFLICT, "run-terminal").await;
+    let unknown = api.post("/v1/runs/nope/cancel", ACME).send().await.unwrap();
+    problem(unknown, StatusCode::NOT_FOUND, "not-found").await;
+    assert_eq!(
+        api.desk.request_count(UPDATE_DELIVERY_TIME),
+        0,
+        "a cancelled run never starts"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_keys_follow_the_table_exactly() {
+    // The first update takes a while, so a duplicate can arrive meanwhile.
+    let api = Arc::new(
+        start(Options {
+            faults: Some(Faults::none().then(
+                UPDATE_DELIVERY_TIME,
+                Fault::Delay(Duration::from_millis(800)),
+            )),
+            ..Options::default()
+        })
+        .await,
+    );
+    let body = json!({"input": "Move order A-1001."}).to_string();
+
+    // First request reserves the key and executes.
+    let first = {
+        let api = api.clone();
+        let body = body.clone();
+        tokio::spawn(async move {
+            api.post(RUNS, ACME)
+                .header("Idempotency-Key", "order-1")
+                .body(body)
+                .send()
+                .await
+                .unwrap()
+        })
+    };
+    // Same key while still in progress: 409.
+    let tenant = TenantId::new("acme").unwrap();
+    for _ in 0..400 {
+        let held = api
+            .store
+            .idempotency_records(Some(&tenant), Some(IdempotencyState::InProgress), 10)
+            .await
+            .unwrap();
+        if !held.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let r = api
+        .post(RUNS, ACME)
+        .header("Idempotency-Key", "order-1")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    problem(r, StatusCode::CONFLICT, "idempotency-in-progress").await;
+
+    let first = first.await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert!(first.headers().get("idempotency-replayed").is_none());
+    let location = first.headers()["location"].clone();
+    let first_body = first.bytes().await.unwrap();
+
+    // Same key, completed: the stored response, replayed.
+    let r = api
+        .post(RUNS, ACME)
+        .header("Idempotency-Key", "order-1")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["idempotency-replayed"], "true");
+    assert_eq!(r.headers()["location"], location);
+    assert_eq!(r.headers()["content-type"], "application/json");
+    assert_eq!(r.bytes().await.unwrap(), first_body);
+    assert_eq!(
+        api.desk.applied_count(UPDATE_DELIVERY_TIME),
+        1,
+        "one run, one effect"
+    );
+    assert_eq!(api.store.list_runs(10).await.unwrap().len(), 1);
+
+    // Another tenant's identical key is its own.
+    let r = api
+        .post(RUNS, GLOBEX)
+        .header("Idempotency-Key", "order-1")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.headers().get("idempotency-replayed").is_none());
+
+    // Same key, different raw body (even equivalent JSON): 422.
+    let respaced = json!({"input": "Move order A-1001."})
+        .to_string()
+        .replace(':', ": ");
+    let r = api
+        .post(RUNS, ACME)
+        .header("Idempotency-Key", "order-1")
+        .body(respaced)
+        .send()
+        .await
+        .unwrap();
+    problem(r, StatusCode::UNPROCESSABLE_ENTITY, "idempotency-mismatch").await;
+    // ... or a different path: 422.
+    let r = api
+        .post("/v1/agents/order_desk_live/runs", ACME)
+        .header("Idempotency-Key", "order-1")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    problem(r, StatusCode::UNPROCESSABLE_ENTITY, "idempotency-mismatch").await;
+
+    // A key over the limit, or on a streaming request: 400.
+    let r = api
+        .post(RUNS, ACME)
+        .header("Idempotency-Key", "k".repeat(256))
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    problem(r, StatusCode::BAD_REQUEST, "idempotency-key-invalid").await;
+    let r = api
+        .post(RUNS, ACME)
+        .header("Idempotency-Key", "streamed")
+        .body(r#"{"input": "x", "stream": true}"#)
+        .send()
+        .await
+        .unwrap();
+    problem(r, StatusCode::BAD_REQUEST, "idempotency-stream").await;
+
+    // A failing endpoint releases the reservation: the retry executes again.
+    for _ in 0..2 {
+        let r = api
+            .post(RUNS, ACME)
+            .header("Idempotency-Key", "bad-1")
+            .body(r#"{"input": 1}"#)
+            .send()
+            .await
+            .unwrap();
+        assert!(r.headers().get("idempotency-replayed").is_none());
+        problem(r, StatusCode::BAD_REQUEST, "bad-request").await;
+    }
+    let held = api
+        .store
+        .idempotency_records(Some(&tenant), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(held.len(), 1, "only the completed key is kept: {held:?}");
+    assert_eq!(held[0].state, IdempotencyState::Completed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_while_idempotency_is_disabled_is_501_and_nothing_runs() {
+    let api = start(Options {
+        idempotency_disabled: true,
+        ..Options::default()
+    })
+    .await;
+    let r = api
+        .post(RUNS, ACME)
+        .header("Idempotency-Key", "order-1")
+        .body(json!({"input": "Move order A-1001."}).to_string())
+        .send()
+        .await
+        .unwrap();
+    problem(r, StatusCode::NOT_IMPLEMENTED, "idempotency-disabled").await;
+    assert!(api.store.list_runs(10).await.unwrap().is_empty());
+    assert_eq!(api.desk.requests().len(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_readiness_and_the_openapi_document() {
+    let api = start(Options::default()).await;
+    assert_eq!(
+        api.http
+            .get(format!("{}/healthz", api.base))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        api.http
+            .get(format!("{}/readyz", api.base))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    let doc: Value = api
+        .http
+        .get(format!("{}/openapi.json", api.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for path in [
+        "/v1/agents/{name}/runs",
+        "/v1/runs/{id}",
+        "/v1/runs/{id}/events",
+        "/v1/runs/{id}/cancel",
+        "/v1/runs/{id}/ledger",
+        "/v1/runs/{id}/handoff",
+        "/v1/runs/{id}/resume",
+    ] {
+        assert!(doc["paths"][path].is_object(), "{path} documented");
+    }
+    assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
+    let nowhere = api
+        .http
+        .get(format!("{}/v2/nothing", api.base))
+        .send()
+        .await
+        .unwrap();
+    problem(nowhere, StatusCode::NOT_FOUND, "no-route").await;
+}

@@ -1,0 +1,336 @@
+//! Durable HTTP idempotency records: [`IdempotencyRecord`],
+//! [`IdempotencyState`], [`StoredResponse`] and the [`Reservation`] a
+//! request gets.
+//!
+//! # Why the store keeps them
+//!
+//! `rein serve` accepts an `Idempotency-Key` header on
+//! `POST /v1/agents/{name}/runs` (seed 004): a client that lost the answer
+//! may send the same request again and must not start a second run. The
+//! answer has to survive a restart of the server and hold across several
+//! server processes sharing one store, so the key is reserved durably and
+//! atomically before the endpoint runs, and the response is stored when it
+//! succeeds.
+//!
+//! | condition | [`Store::reserve_idempotency`] | the server answers |
+//! | --- | --- | --- |
+//! | no record, or an expired one (replaced) | [`Reservation::Reserved`] | runs the endpoint |
+//! | same fingerprint, [`Completed`] | [`Reservation::Replay`] | the stored status, body, `Content-Type`, `Location` |
+//! | same fingerprint, [`InProgress`] | [`Reservation::InProgress`] | 409 |
+//! | different fingerprint, any state | [`Reservation::Mismatch`] | 422 |
+//!
+//! When the endpoint fails or answers other than 2xx, the server calls
+//! [`Store::release_idempotency`] so a retry can run; on 2xx it calls
+//! [`Store::complete_idempotency`].
+//!
+//! ```text
+//!   (none | expired) ──reserve──► in_progress ──complete (2xx)──► completed
+//!          ▲                          │                               │
+//!          └──── release / clear ─────┘        clear / sweep ─────────┘
+//! ```
+//!
+//! # Scope and identity
+//!
+//! A record is keyed by tenant and key: the same key sent by two tenants
+//! names two independent records. The fingerprint is computed by the
+//! caller (SHA-256 over method, path and raw body bytes, as lowercase hex)
+//! and only compared by the store.
+//!
+//! # Expiry
+//!
+//! Each record carries `expires_at_ms`, set at reservation from a retention
+//! ([`DEFAULT_IDEMPOTENCY_RETENTION`] unless configured). An expired record
+//! (`expires_at_ms <= now`) is treated as absent by a reservation, which
+//! replaces it, and is deleted by [`Store::sweep_idempotency`]. A process
+//! that crashes after reserving leaves an `in_progress` record behind: it
+//! blocks its key (409) until it expires, or until an operator finds it
+//! with [`Store::idempotency_records`] and deletes it with
+//! [`Store::clear_idempotency`].
+//!
+//! | default | value |
+//! | --- | --- |
+//! | [`DEFAULT_IDEMPOTENCY_RETENTION`] | 24 h |
+//! | [`MAX_IDEMPOTENCY_KEY_LEN`] | 255 bytes |
+//!
+//! [`Store::reserve_idempotency`]: crate::Store::reserve_idempotency
+//! [`Store::release_idempotency`]: crate::Store::release_idempotency
+//! [`Store::complete_idempotency`]: crate::Store::complete_idempotency
+//! [`Store::sweep_idempotency`]: crate::Store::sweep_idempotency
+//! [`Store::idempotency_records`]: crate::Store::idempotency_records
+//! [`Store::clear_idempotency`]: crate::Store::clear_idempotency
+//! [`Completed`]: IdempotencyState::Completed
+//! [`InProgress`]: IdempotencyState::InProgress
+
+use std::fmt;
+use std::time::Duration;
+
+use rein_core::TenantId;
+use serde::{Deserialize, Serialize};
+
+use crate::error::StoreError;
+
+/// How long a record is kept after its reservation unless configured
+/// otherwise: 24 hours.
+pub const DEFAULT_IDEMPOTENCY_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The longest idempotency key accepted, in bytes (as for rein's ids).
+pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
+
+/// The length of a fingerprint: a SHA-256 digest as hex.
+const FINGERPRINT_LEN: usize = 64;
+
+/// Where an idempotency record is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdempotencyState {
+    /// Reserved: the endpoint is running (or its process crashed).
+    InProgress,
+    /// The endpoint answered 2xx and its response is stored.
+    Completed,
+}
+
+impl IdempotencyState {
+    /// The state's name as stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdempotencyState::InProgress => "in_progress",
+            IdempotencyState::Completed => "completed",
+        }
+    }
+
+    /// The state named `name`, if any.
+    pub fn parse(name: &str) -> Option<IdempotencyState> {
+        match name {
+            "in_progress" => Some(IdempotencyState::InProgress),
+            "completed" => Some(IdempotencyState::Completed),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for IdempotencyState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The response of a completed request, replayed to a retry of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    /// The HTTP status; always 2xx (other answers release the key).
+    pub status: u16,
+    /// The `Content-Type` header, if the response had one.
+    pub content_type: Option<String>,
+    /// The `Location` header, if the response had one.
+    pub location: Option<String>,
+    /// The raw body bytes.
+    pub body: Vec<u8>,
+}
+
+impl StoredResponse {
+    /// Checks that the response may be stored: its status is 2xx.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] naming the status otherwise.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        if (200..300).contains(&self.status) {
+            Ok(())
+        } else {
+            Err(StoreError::Invalid {
+                what: "idempotency response status",
+                expected: "a 2xx status (other answers release the key)".to_owned(),
+                found: self.status.to_string(),
+            })
+        }
+    }
+}
+
+/// One idempotency key of one tenant, as stored.
+///
+/// # Invariants
+///
+/// - `key` is 1 to [`MAX_IDEMPOTENCY_KEY_LEN`] bytes without control
+///   characters; `fingerprint` is 64 lowercase hex digits.
+/// - `response` is `Some` exactly when `state` is
+///   [`IdempotencyState::Completed`].
+/// - `created_at_ms <= updated_at_ms` in normal operation and
+///   `created_at_ms < expires_at_ms`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyRecord {
+    /// The tenant whose key this is.
+    pub tenant: TenantId,
+    /// The `Idempotency-Key` the client sent.
+    pub key: String,
+    /// The request's fingerprint (hex SHA-256 over method, path and body).
+    pub fingerprint: String,
+    /// Whether the request is running or done.
+    pub state: IdempotencyState,
+    /// The stored response, once completed.
+    pub response: Option<StoredResponse>,
+    /// When the key was reserved (ms since the Unix epoch).
+    pub created_at_ms: u64,
+    /// When the record last changed.
+    pub updated_at_ms: u64,
+    /// When the record stops counting: a reservation at or after this time
+    /// replaces it, and the sweeper deletes it.
+    pub expires_at_ms: u64,
+}
+
+impl IdempotencyRecord {
+    /// Whether the record has expired at `now_ms` (expiry is inclusive).
+    pub fn is_expired(&self, now_ms: u64) -> bool {
+        self.expires_at_ms <= now_ms
+    }
+}
+
+/// What a reservation of a key found: the decision the server acts on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reservation {
+    /// The key was free (or its record expired): it is now reserved
+    /// `in_progress` and the caller runs the endpoint.
+    Reserved,
+    /// The same request completed before: replay its stored response.
+    Replay(IdempotencyRecord),
+    /// The same request is still running (or its process crashed): 409.
+    InProgress(IdempotencyRecord),
+    /// The key was used for a different request, in any state: 422.
+    Mismatch(IdempotencyRecord),
+}
+
+/// Checks the arguments of a reservation before any backend stores or
+/// looks them up: the key is 1 to [`MAX_IDEMPOTENCY_KEY_LEN`] bytes without
+/// control characters, the fingerprint is 64 lowercase hex digits, and the
+/// record expires after `now_ms`. Every backend calls this on reserve.
+///
+/// # Errors
+///
+/// [`StoreError::Invalid`] naming the argument that is malformed.
+pub(crate) fn validate_reservation(
+    key: &str,
+    fingerprint: &str,
+    now_ms: u64,
+    expires_at_ms: u64,
+) -> Result<(), StoreError> {
+    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_LEN || key.chars().any(char::is_control) {
+        return Err(StoreError::Invalid {
+            what: "idempotency key",
+            expected: format!("1 to {MAX_IDEMPOTENCY_KEY_LEN} bytes without control characters"),
+            found: format!("{key:?}"),
+        });
+    }
+    if fingerprint.len() != FINGERPRINT_LEN
+        || !fingerprint
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return Err(StoreError::Invalid {
+            what: "idempotency fingerprint",
+            expected: "64 lowercase hex digits (a SHA-256 digest)".to_owned(),
+            found: format!("{fingerprint:?}"),
+        });
+    }
+    if expires_at_ms <= now_ms {
+        return Err(StoreError::Invalid {
+            what: "idempotency expires_at_ms",
+            expected: format!("after now_ms ({now_ms})"),
+            found: expires_at_ms.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// A `NotFound` for the record of `key` in `tenant`.
+pub(crate) fn record_not_found(tenant: &TenantId, key: &str) -> StoreError {
+    StoreError::NotFound {
+        what: "idempotency record",
+        id: format!("{tenant}/{key}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHA: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+    #[test]
+    fn states_round_trip_their_names_and_serde() {
+        for state in [IdempotencyState::InProgress, IdempotencyState::Completed] {
+            assert_eq!(IdempotencyState::parse(state.as_str()), Some(state));
+            assert_eq!(
+                serde_json::to_value(state).unwrap(),
+                serde_json::Value::String(state.as_str().to_owned())
+            );
+            assert_eq!(state.to_string(), state.as_str());
+        }
+        assert_eq!(IdempotencyState::parse("done"), None);
+    }
+
+    #[test]
+    fn validate_reservation_wants_a_sane_key_a_hex_sha256_and_a_later_expiry() {
+        assert_eq!(validate_reservation("order-42", SHA, 10, 11), Ok(()));
+        for key in ["", "a\nb", &"k".repeat(MAX_IDEMPOTENCY_KEY_LEN + 1)] {
+            assert!(
+                matches!(
+                    validate_reservation(key, SHA, 10, 11),
+                    Err(StoreError::Invalid {
+                        what: "idempotency key",
+                        ..
+                    })
+                ),
+                "{key:?}"
+            );
+        }
+        for fingerprint in ["", "abc", &SHA.to_uppercase(), &format!("{}g", &SHA[1..])] {
+            assert!(
+                matches!(
+                    validate_reservation("k", fingerprint, 10, 11),
+                    Err(StoreError::Invalid {
+                        what: "idempotency fingerprint",
+                        ..
+                    })
+                ),
+                "{fingerprint:?}"
+            );
+        }
+        assert!(matches!(
+            validate_reservation("k", SHA, 10, 10),
+            Err(StoreError::Invalid {
+                what: "idempotency expires_at_ms",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn only_2xx_responses_are_stored() {
+        let mut response = StoredResponse {
+            status: 201,
+            content_type: None,
+            location: None,
+            body: Vec::new(),
+        };
+        assert_eq!(response.validate(), Ok(()));
+        for status in [199, 300, 409, 500] {
+            response.status = status;
+            assert!(response.validate().is_err(), "{status}");
+        }
+    }
+
+    #[test]
+    fn expiry_is_inclusive() {
+        let record = IdempotencyRecord {
+            tenant: TenantId::new("acme").unwrap(),
+            key: "k".to_owned(),
+            fingerprint: SHA.to_owned(),
+            state: IdempotencyState::InProgress,
+            response: None,
+            created_at_ms: 1,
+            updated_at_ms: 1,
+            expires_at_ms: 10,
+        };
+        assert!(record.is_expired(10));
+        assert!(!record.is_expired(9));
+    }
+}
