@@ -400,6 +400,7 @@ async fn in_process(
         input: INPUT.to_owned(),
         observer: Some(observer),
         enqueued: false,
+        cancel: None,
     };
     let started = Instant::now();
     let limit = limits.wall_clock() + HANG_MARGIN;

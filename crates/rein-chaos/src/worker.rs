@@ -60,6 +60,7 @@ pub async fn work(id: u32, dir: &Path, run_id: &str, data: &Path) -> Result<Stri
                 input: INPUT.to_owned(),
                 observer: None,
                 enqueued: false,
+                cancel: None,
             },
         )
         .await

@@ -182,6 +182,7 @@ pub async fn execute(
                 input: input.to_owned(),
                 observer: observer(json_output),
                 enqueued: false,
+                cancel: None,
             },
         )
         .await?;

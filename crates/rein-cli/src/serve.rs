@@ -70,6 +70,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             settings,
             workers,
             queue: Notify::new(),
+            live: Default::default(),
         });
         let listener = tokio::net::TcpListener::bind(listen)
             .await

@@ -47,6 +47,8 @@ pub enum EventKind {
     RetryScheduled,
     /// A retry was not made, and why.
     RetryAbandoned,
+    /// The caller cancelled the run; its forward path stopped.
+    RunCancelled,
     /// An attempt waited for a concurrency slot of its tool's resource
     /// group until the call's deadline and was not made; it failed as a
     /// `timeout` that did not apply.
@@ -99,6 +101,7 @@ impl EventKind {
             EventKind::RetryScheduled => "retry_scheduled",
             EventKind::RetryAbandoned => "retry_abandoned",
             EventKind::ConcurrencyWaitExpired => "concurrency_wait_expired",
+            EventKind::RunCancelled => "run_cancelled",
             EventKind::IdempotencyLookup => "idempotency_lookup",
             EventKind::LedgerRecorded => "ledger_recorded",
             EventKind::BreakerStateChanged => "breaker_state_changed",

@@ -1232,3 +1232,55 @@ async fn a_ceiling_is_shared_across_runs_and_a_slot_not_free_before_the_deadline
         "the target's health was not charged for rein's own queue"
     );
 }
+
+/// Cancelling a run mid-flight aborts the in-flight read at once, and the
+/// run still settles: the update it made before is undone (settlement is
+/// never cancelled), and it ends `cancelled`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_run_aborts_in_flight_and_still_compensates() {
+    let h = harness(Faults::none().then(GET_ORDER, Fault::Delay(ms(5_000)))).await;
+    let agent = agent(
+        &h.desk,
+        script(json!([
+            update("A-1001", "2026-02-01T10:00:00Z"),
+            call(GET_ORDER, json!({"order_id": "A-1001"})),
+            answer("done"),
+        ])),
+        true,
+    );
+    let cancel = rein_engine::run::CancellationToken::new();
+    // Cancel once the slow read reached the desk.
+    let watch = async {
+        while h.desk.request_count(GET_ORDER) == 0 {
+            tokio::time::sleep(ms(5)).await;
+        }
+        cancel.cancel();
+    };
+    let started = std::time::Instant::now();
+    let run = h.engine.run(
+        &agent,
+        &rein_engine::run::AcceptAll,
+        rein_engine::run::RunRequest {
+            input: "Move order A-1001.".into(),
+            cancel: Some(cancel.clone()),
+            ..rein_engine::run::RunRequest::default()
+        },
+    );
+    let (out, ()) = tokio::join!(run, watch);
+    let out = out.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the slow read was aborted"
+    );
+    assert_eq!(out.report.outcome, Outcome::Cancelled, "{:?}", out.report);
+    assert_eq!(
+        effect_order(&h.desk),
+        effects(&[
+            (UPDATE_DELIVERY_TIME, "A-1001"),
+            (RESTORE_DELIVERY_TIME, "A-1001")
+        ]),
+        "the update was undone after the cancellation"
+    );
+    let events = kinds(&h, &out).await;
+    assert!(events.iter().any(|(k, _)| *k == EventKind::RunCancelled));
+}

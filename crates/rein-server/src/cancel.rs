@@ -1,10 +1,11 @@
 //! `POST /v1/runs/{id}/cancel`.
 //!
 //! A queued run is cancelled through the store, from any node: it never
-//! starts. A run already running is owned by the process driving it; this
-//! release does not yet deliver cancellation into a live run, so that case
-//! answers 409 `cancel-not-delivered` (the same answer a request that
-//! reaches a node other than the owner gets) rather than pretend.
+//! starts. A running run is cancelled by the process driving it: 202 means
+//! the request reached that owner (a promise of delivery, not that the run
+//! already stopped — poll it); a request reaching another process, or an
+//! owner that restarted, gets 409 `cancel-not-delivered`. The run's
+//! in-flight calls are aborted and it settles like a failed run.
 
 use std::sync::Arc;
 
@@ -56,12 +57,18 @@ pub async fn cancel_run(
     let record = owned(&state, &tenant, &id).await?;
     match record.status {
         RunStatus::Finished(outcome) => Err(terminal(&id, outcome.as_str())),
+        RunStatus::Running if state.live.cancel(&record.run_id) => Ok((
+            StatusCode::ACCEPTED,
+            axum::Json(json!({"run_id": record.run_id, "status": "cancelling",
+                              "note": "the cancellation reached the run's owner; poll the run until it ends"})),
+        )
+            .into_response()),
         RunStatus::Running => Err(Problem::new(
             StatusCode::CONFLICT,
             "cancel-not-delivered",
             "Cancellation not delivered",
             format!(
-                "run {id} is running and its owner could not be reached to cancel it; poll the run"
+                "run {id} is driven by another process (or its owner restarted); the cancellation could not be delivered here"
             ),
         )),
         RunStatus::Queued => {

@@ -295,19 +295,24 @@ async fn submit(
             })
         }
         Mode::Sync => {
+            let run_id = crate::state::new_run_id()?;
+            let live = state.live.register(&run_id);
             let out = state
                 .engine
                 .run(
                     &agent,
                     &state.schemas,
                     RunRequest {
+                        run_id: Some(run_id),
                         tenant: Some(tenant),
                         input: request.input,
+                        cancel: Some(live.token.clone()),
                         ..RunRequest::default()
                     },
                 )
                 .await
                 .map_err(engine_problem)?;
+            drop(live);
             let record = state
                 .store
                 .get_run(&out.run_id)
@@ -448,8 +453,18 @@ pub async fn resume_run(
     let engine = state.engine.clone();
     let shared = state.clone();
     let run_id = record.run_id.clone();
-    let handle =
-        tokio::spawn(async move { engine.resume(&agent, &shared.schemas, &run_id, None).await });
+    let handle = tokio::spawn(async move {
+        let live = shared.live.register(&run_id);
+        engine
+            .resume_cancellable(
+                &agent,
+                &shared.schemas,
+                &run_id,
+                None,
+                Some(live.token.clone()),
+            )
+            .await
+    });
     let out = handle
         .await
         .map_err(|e| Problem::internal(format!("the resume's task failed: {e}")))?

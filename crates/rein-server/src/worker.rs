@@ -45,12 +45,14 @@ async fn drive(state: &Arc<AppState>, record: RunRecord) -> bool {
             return false;
         }
     };
+    let live = state.live.register(&record.run_id);
     let request = RunRequest {
         run_id: Some(record.run_id.clone()),
         tenant: Some(record.tenant.clone()),
         input: record.input.clone(),
         observer: None,
         enqueued: true,
+        cancel: Some(live.token.clone()),
     };
     match state.engine.run(&agent, &state.schemas, request).await {
         Ok(out) => {

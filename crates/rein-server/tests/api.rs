@@ -57,7 +57,7 @@ async fn start(options: Options) -> Api {
     let dir = tempfile::tempdir().unwrap();
     let mut config = std::fs::read_to_string(example_dir().join("rein.toml")).unwrap();
     config.push_str(&format!(
-        "\n[server]\n[[server.api_keys]]\ntenant = \"acme\"\nsha256 = \"{}\"\n[[server.api_keys]]\ntenant = \"globex\"\nsha256 = \"{}\"\n",
+        "\n[[server.api_keys]]\ntenant = \"acme\"\nsha256 = \"{}\"\n[[server.api_keys]]\ntenant = \"globex\"\nsha256 = \"{}\"\n",
         sha(ACME),
         sha(GLOBEX)
     ));
@@ -96,6 +96,7 @@ async fn start(options: Options) -> Api {
         settings,
         workers: options.workers,
         queue: Notify::new(),
+        live: Default::default(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -583,4 +584,126 @@ async fn health_readiness_and_the_openapi_document() {
         .await
         .unwrap();
     problem(nowhere, StatusCode::NOT_FOUND, "no-route").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_run_is_cancelled_by_its_owner_and_settles() {
+    // The email is slow: the run is cancelled while it is in flight, after
+    // the delivery update landed.
+    let api = Arc::new(
+        start(Options {
+            faults: Some(Faults::none().then(
+                rein_testkit::order_desk::SEND_EMAIL,
+                Fault::Delay(Duration::from_secs(5)),
+            )),
+            ..Options::default()
+        })
+        .await,
+    );
+    let submitted = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            api.post(RUNS, ACME)
+                .body(json!({"input": "Move order A-1001."}).to_string())
+                .send()
+                .await
+                .unwrap()
+        })
+    };
+    // Wait until the email is in flight at the desk.
+    let mut run_id = None;
+    for _ in 0..400 {
+        if api
+            .desk
+            .requests()
+            .iter()
+            .any(|r| r.tool == rein_testkit::order_desk::SEND_EMAIL)
+        {
+            run_id = api
+                .store
+                .list_runs(1)
+                .await
+                .unwrap()
+                .first()
+                .map(|r| r.run_id.to_string());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let run_id = run_id.expect("the email was sent");
+    let other = api
+        .post(&format!("/v1/runs/{run_id}/cancel"), GLOBEX)
+        .send()
+        .await
+        .unwrap();
+    problem(other, StatusCode::NOT_FOUND, "not-found").await;
+    let r = api
+        .post(&format!("/v1/runs/{run_id}/cancel"), ACME)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let text = r.text().await.unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{text}");
+    let answered = tokio::time::timeout(Duration::from_secs(4), submitted)
+        .await
+        .expect("the cancelled run ends before the slow email would have")
+        .unwrap();
+    let run: Value = answered.json().await.unwrap();
+    // The email may have been sent (it was in flight): the run cannot
+    // claim the world is as before, so it hands off; it never succeeds.
+    assert!(
+        matches!(run["status"].as_str(), Some("cancelled" | "handed_off")),
+        "{run}"
+    );
+    let events: Value = api
+        .get(&format!("/v1/runs/{run_id}/events"), ACME)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["kind"].as_str())
+        .collect();
+    assert!(kinds.contains(&"run_finished"), "{kinds:?}");
+    let again = api
+        .post(&format!("/v1/runs/{run_id}/cancel"), ACME)
+        .send()
+        .await
+        .unwrap();
+    problem(again, StatusCode::CONFLICT, "run-terminal").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_driven_elsewhere_cannot_be_cancelled_here() {
+    let api = start(Options::default()).await;
+    // A run another process is driving: recorded running, not live here.
+    let run_id = rein_core::RunId::new("driven-elsewhere").unwrap();
+    api.store
+        .create_run(rein_store::NewRun {
+            run_id: run_id.clone(),
+            tenant: TenantId::new("acme").unwrap(),
+            agent: "order_desk".into(),
+            input: "x".into(),
+            parent_run_id: None,
+            budget: json!({}),
+            created_at_ms: 1,
+        })
+        .await
+        .unwrap();
+    api.store
+        .set_run_status(&run_id, rein_store::RunStatus::Running, None, 2)
+        .await
+        .unwrap();
+    let r = api
+        .post("/v1/runs/driven-elsewhere/cancel", ACME)
+        .send()
+        .await
+        .unwrap();
+    problem(r, StatusCode::CONFLICT, "cancel-not-delivered").await;
 }

@@ -439,13 +439,28 @@ impl Engine {
                 };
                 let started = self.clock.now();
                 sent += 1;
-                let result = match &tool.target {
-                    ToolTarget::Http(target) => {
-                        self.http.invoke(target, &planned.args, &request).await
+                let invoke = async {
+                    match &tool.target {
+                        ToolTarget::Http(target) => {
+                            self.http.invoke(target, &planned.args, &request).await
+                        }
+                        ToolTarget::Command(target) => {
+                            self.command.invoke(target, &planned.args, &request).await
+                        }
                     }
-                    ToolTarget::Command(target) => {
-                        self.command.invoke(target, &planned.args, &request).await
-                    }
+                };
+                // Cancellation drops the attempt: an HTTP request is aborted,
+                // a command's process group killed (its drop guard). A
+                // write that was sent may have landed: in doubt, settled.
+                let result = tokio::select! {
+                    result = invoke => result,
+                    () = ctx.cancelled() => Err(Failure::new(&tool.name, Category::Cancelled)
+                        .with_effect(if tool.class == ToolClass::Read {
+                            Effect::NotApplied
+                        } else {
+                            Effect::MaybeApplied
+                        })
+                        .with_human_message(format!("{} was aborted: the run was cancelled", tool.name))),
                 };
                 crate::crash::point("after_call");
                 let now = self.clock.now();
@@ -554,7 +569,23 @@ impl Engine {
                     );
                     data["same_key"] = json!(key.is_some());
                     ctx.emitter.emit(EventKind::RetryScheduled, c, data);
-                    tokio::time::sleep(delay).await;
+                    let cancelled = tokio::select! {
+                        () = tokio::time::sleep(delay) => false,
+                        () = ctx.cancelled() => true,
+                    };
+                    if cancelled {
+                        ctx.emitter.emit(
+                            EventKind::RetryAbandoned,
+                            c,
+                            json!({"tool": tool.name, "attempts": attempt,
+                                   "reason": {"kind": "cancelled"}, "category": failure.category()}),
+                        );
+                        return Attempted {
+                            outcome: Err(failure),
+                            attempts: attempt,
+                            sent,
+                        };
+                    }
                     // The breaker stays the outermost gate: an arm that opened
                     // while this call waited (another call's failures) stops
                     // the retry, so no call reaches an open target.

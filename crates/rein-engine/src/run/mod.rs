@@ -48,6 +48,7 @@ use rein_store::{
     Checkpoint, NewRun, PlannedIntent, RunStatus, StatusChange, StepCommit, Store, StoreError,
 };
 use serde_json::{Value, json};
+pub use tokio_util::sync::CancellationToken;
 
 use crate::SystemClock;
 use crate::provider::{FinishReason, Message, ModelRequest, ModelResponse};
@@ -89,6 +90,9 @@ pub struct RunRequest {
     pub input: String,
     /// Receives each event as it happens.
     pub observer: Option<Observer>,
+    /// Cancels the run: its forward path stops at once (in-flight calls are
+    /// aborted) and it settles like a failed run, ending `cancelled`.
+    pub cancel: Option<CancellationToken>,
     /// The run was already recorded `queued` by [`Engine::enqueue`]: it is
     /// started, not created (a server accepts the work durably first, a
     /// worker drives it later).
@@ -234,9 +238,28 @@ pub(crate) struct RunCtx<'a> {
     /// Input tokens of the last answered model call: the floor of the next
     /// prompt, which only grows.
     last_input_tokens: std::sync::atomic::AtomicU64,
+    /// Cancels the forward path (never the settlement).
+    cancel: CancellationToken,
+    /// Set once the run settles: from then on cancellation is ignored, so
+    /// compensation always runs to its end.
+    settling: std::sync::atomic::AtomicBool,
 }
 
 impl RunCtx<'_> {
+    /// Resolves when the run's forward path is cancelled; never during
+    /// settlement.
+    async fn cancelled(&self) {
+        if self.settling.load(std::sync::atomic::Ordering::Acquire) {
+            return std::future::pending().await;
+        }
+        self.cancel.cancelled().await;
+    }
+
+    /// Whether the forward path was cancelled.
+    fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled() && !self.settling.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Commits `commit` for this run; when the store refuses it, its events
     /// go back to the emitter so the next commit carries them.
     async fn commit(&self, commit: StepCommit) -> Result<rein_store::Committed, StoreError> {
@@ -451,6 +474,8 @@ impl Engine {
             emitter: Emitter::new(run_id.clone(), self.clock.clone(), request.observer),
             provider_calls: std::sync::atomic::AtomicU32::new(0),
             last_input_tokens: std::sync::atomic::AtomicU64::new(0),
+            cancel: request.cancel.unwrap_or_default(),
+            settling: std::sync::atomic::AtomicBool::new(false),
         };
         ctx.emitter.emit(
             EventKind::RunStarted,
@@ -515,6 +540,24 @@ impl Engine {
         validator: &dyn ArgValidator,
         run_id: &RunId,
         observer: Option<Observer>,
+    ) -> Result<RunOutput, EngineError> {
+        self.resume_cancellable(agent, validator, run_id, observer, None)
+            .await
+    }
+
+    /// [`Engine::resume`], cancellable like a run started with
+    /// [`RunRequest::cancel`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Engine::resume`].
+    pub async fn resume_cancellable(
+        &self,
+        agent: &AgentBinding,
+        validator: &dyn ArgValidator,
+        run_id: &RunId,
+        observer: Option<Observer>,
+        cancel: Option<CancellationToken>,
     ) -> Result<RunOutput, EngineError> {
         let Some(record) = self.store.get_run(run_id).await? else {
             return Err(EngineError::NotResumable {
@@ -729,6 +772,8 @@ impl Engine {
                 u32::try_from(served).unwrap_or(u32::MAX),
             ),
             last_input_tokens: std::sync::atomic::AtomicU64::new(last_input_tokens),
+            cancel: cancel.unwrap_or_default(),
+            settling: std::sync::atomic::AtomicBool::new(false),
         };
         ctx.emitter.emit(
             EventKind::RunResumed,
@@ -797,6 +842,17 @@ impl Engine {
         } else {
             loop {
                 let now = self.clock.now();
+                if ctx.is_cancelled() {
+                    ctx.emitter.emit(
+                        EventKind::RunCancelled,
+                        &Correlation {
+                            step,
+                            ..Correlation::default()
+                        },
+                        json!({"reason": "cancelled by the caller", "at_step_boundary": true}),
+                    );
+                    break End::Cancelled("cancelled by the caller".into());
+                }
                 if let Verdict::Trip(trip) = guard.check_budget(&budget, now) {
                     let exhausted = match trip {
                         rein_core::loop_guard::Trip::Budget(e) => e,
@@ -1355,17 +1411,29 @@ impl Engine {
             );
             ctx.provider_calls
                 .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-            let result =
-                match tokio::time::timeout(allowance, agent.provider.complete(&request, allowance))
-                    .await
-                {
+            let call =
+                tokio::time::timeout(allowance, agent.provider.complete(&request, allowance));
+            let result = tokio::select! {
+                r = call => match r {
                     Ok(r) => r,
                     Err(_) => Err(
                         Failure::new(&provider, Category::Timeout).with_human_message(format!(
                             "{provider} did not answer within {allowance:?}"
                         )),
                     ),
-                };
+                },
+                () = ctx.cancelled() => {
+                    // The caller's cancellation is not the provider's fault.
+                    self.release(ArmKind::Provider, &provider, permit);
+                    ctx.emitter.emit(
+                        EventKind::RunCancelled,
+                        &c,
+                        json!({"reason": "cancelled by the caller", "aborted": "model_call",
+                               "provider": provider}),
+                    );
+                    return Err(End::Cancelled("cancelled by the caller during a model call".into()));
+                }
+            };
             let now = self.clock.now();
             let failure = match result {
                 Ok(response) => {
@@ -1410,7 +1478,12 @@ impl Engine {
                             deadline.remaining(now),
                         ),
                     );
-                    tokio::time::sleep(delay).await;
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = ctx.cancelled() => {
+                            return Err(End::Cancelled("cancelled by the caller while a model call waited to retry".into()));
+                        }
+                    }
                 }
                 RetryDecision::GiveUp { reason } => {
                     ctx.emitter.emit(

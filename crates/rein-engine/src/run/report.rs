@@ -27,6 +27,8 @@ pub enum End {
     Settling(String),
     /// rein could not record the run durably.
     StoreFailed(String),
+    /// The caller cancelled the run.
+    Cancelled(String),
 }
 
 /// The longest result kept per completed action in the report.
@@ -103,6 +105,7 @@ pub fn build(
 
     let outcome = match end {
         End::Budget(_) => Outcome::BudgetExhausted,
+        End::Cancelled(_) => Outcome::Cancelled,
         End::Answer(_) if incomplete.is_empty() => Outcome::Succeeded,
         _ if completed.is_empty() => Outcome::Failed,
         _ => Outcome::PartialSuccess,
@@ -171,6 +174,9 @@ fn recommend(end: &End, incomplete: &[IncompleteAction], recoverable: bool) -> S
         )),
         End::ModelFailed(..) => advice.push("retry once the model provider is available".into()),
         End::Settling(_) => {}
+        End::Cancelled(_) => {
+            advice.push("submit the task again if it is still wanted".into());
+        }
         End::StoreFailed(_) => {
             advice.push("restore the run store, then reconcile the ledger".into())
         }
@@ -232,7 +238,10 @@ fn summarize(
         End::Loop(trip) => {
             let _ = write!(s, " (loop guard: {trip})");
         }
-        End::ModelFailed(_, why) | End::StoreFailed(why) | End::Settling(why) => {
+        End::ModelFailed(_, why)
+        | End::StoreFailed(why)
+        | End::Settling(why)
+        | End::Cancelled(why) => {
             let _ = write!(s, " ({why})");
         }
         End::Answer(_) => {}

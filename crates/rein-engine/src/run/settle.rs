@@ -63,7 +63,7 @@ fn fixable_by_time(end: &End, report: &RunReport) -> bool {
                 | Category::Overloaded
                 | Category::CircuitOpen
         ),
-        End::Loop(_) | End::StoreFailed(_) | End::Settling(_) => false,
+        End::Loop(_) | End::StoreFailed(_) | End::Settling(_) | End::Cancelled(_) => false,
         End::Answer(_) => report.incomplete.iter().all(|a| {
             matches!(
                 a.category,
@@ -103,6 +103,9 @@ impl Engine {
         if report.outcome == Outcome::Succeeded {
             return;
         }
+        // From here on cancellation is ignored: undoing effects must finish.
+        ctx.settling
+            .store(true, std::sync::atomic::Ordering::Release);
         let ledger = match ctx.store.ledger(&ctx.run_id).await {
             Ok(records) => records,
             Err(e) => {
@@ -231,7 +234,11 @@ impl Engine {
             self.hand_off(ctx, calls, report, &ledger, reason, step)
                 .await;
         } else {
-            report.outcome = Outcome::Failed;
+            // Undone completely: a cancelled run stays `cancelled` (the
+            // caller's decision, honoured), any other ends `failed`.
+            if report.outcome != Outcome::Cancelled {
+                report.outcome = Outcome::Failed;
+            }
             let names: Vec<&str> = report
                 .compensations
                 .iter()
