@@ -16,7 +16,8 @@ use async_trait::async_trait;
 use rein_core::{Event, LedgerRecord, RunId, TenantId};
 use rein_store::{
     Checkpoint, Committed, IdempotencyRecord, IdempotencyState, Lease, LeaseChange, LeaseFilter,
-    NewRun, PlannedIntent, Reservation, RunRecord, StepCommit, Store, StoreError, StoredResponse,
+    NewRun, PlannedIntent, Reservation, RunRecord, SingletonLease, StepCommit, Store, StoreError,
+    StoredResponse,
 };
 use serde::{Deserialize, Serialize};
 
@@ -194,5 +195,25 @@ impl Store for FaultyStore {
 
     async fn sweep_idempotency(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
         self.inner.sweep_idempotency(now_ms, limit).await
+    }
+
+    async fn claim_singleton(
+        &self,
+        name: &str,
+        owner: &str,
+        now_ms: u64,
+        expires_at_ms: u64,
+    ) -> Result<Option<SingletonLease>, StoreError> {
+        self.inner
+            .claim_singleton(name, owner, now_ms, expires_at_ms)
+            .await
+    }
+
+    async fn release_singleton(&self, name: &str, owner: &str) -> Result<bool, StoreError> {
+        self.inner.release_singleton(name, owner).await
+    }
+
+    async fn singleton(&self, name: &str) -> Result<Option<SingletonLease>, StoreError> {
+        self.inner.singleton(name).await
     }
 }

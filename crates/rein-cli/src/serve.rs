@@ -55,9 +55,12 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         );
         let schemas = CompiledSchemas::compile(&registry).map_err(|e| anyhow::anyhow!("{e}"))?;
         let client = http_client().context("cannot build the HTTP client")?;
+        // Claims expire unless renewed: a process that dies hands its
+        // queued work to another worker once the lease runs out.
         let engine = Engine::builder(store.clone())
             .http_client(client.clone())
             .breakers(registry.breakers().clone())
+            .claim_lease(settings.queue.lease)
             .build()?;
         let workers = usize::try_from(settings.queue.workers.get()).unwrap_or(1);
         let keys = settings.api_keys.len();
@@ -71,6 +74,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             workers,
             queue: Notify::new(),
             live: Default::default(),
+            node: rein_server::state::node_id(),
         });
         let listener = tokio::net::TcpListener::bind(listen)
             .await

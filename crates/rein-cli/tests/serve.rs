@@ -80,3 +80,211 @@ fn serve_refuses_an_open_api_off_loopback() {
         "{stderr}"
     );
 }
+
+/// A `rein serve` process, started on a free port with `config` and `db`.
+struct Server {
+    child: std::process::Child,
+    addr: String,
+}
+
+impl Server {
+    fn start(config: &std::path::Path, db: &std::path::Path, desk: &str) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rein"))
+            .env("ORDER_DESK_URL", desk)
+            .env("MOCK_MODEL_URL", "http://127.0.0.1:2")
+            .env_remove("REIN_CRASH_AT")
+            .args(["serve", "--config"])
+            .arg(config)
+            .args(["--listen", "127.0.0.1:0", "--data"])
+            .arg(db)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stderr.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .split("http://")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_owned();
+        Server { child, addr }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// SIGKILL: no graceful anything.
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The example config with short leases and thresholds, so takeover and
+/// orphan detection happen within a test.
+fn fast_config(dir: &std::path::Path) -> PathBuf {
+    let mut config = std::fs::read_to_string(example_dir().join("rein.toml")).unwrap();
+    config.push_str(
+        "\n[server.queue]\nlease = \"3s\"\nworkers = 1\n\
+         [server.reconciliation]\nheartbeat_interval = \"1s\"\norphan_threshold = \"4s\"\nscan_interval = \"1s\"\n",
+    );
+    std::fs::write(dir.join("rein.toml"), config).unwrap();
+    std::fs::copy(
+        example_dir().join("demo.script.json"),
+        dir.join("demo.script.json"),
+    )
+    .unwrap();
+    dir.join("rein.toml")
+}
+
+async fn until_ended(client: &reqwest::Client, url: &str) -> serde_json::Value {
+    for _ in 0..600 {
+        if let Ok(r) = client.get(url).send().await
+            && let Ok(run) = r.json::<serde_json::Value>().await
+            && !matches!(run["status"].as_str(), Some("queued" | "running") | None)
+        {
+            return run;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("{url} did not end");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_servers_queued_run_is_taken_over_without_duplicate_effects() {
+    use rein_testkit::order_desk::{
+        Fault, Faults, OrderDesk, OrderDeskConfig, SEND_EMAIL, UPDATE_DELIVERY_TIME,
+    };
+    // The first update hangs at the desk, so the first server dies with it
+    // in flight.
+    let desk = OrderDesk::start_with(OrderDeskConfig::default().with_faults(Faults::none().then(
+        UPDATE_DELIVERY_TIME,
+        Fault::Delay(std::time::Duration::from_secs(30)),
+    )))
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = fast_config(dir.path());
+    let db = dir.path().join("rein.db");
+    let client = reqwest::Client::new();
+
+    let first = Server::start(&config, &db, desk.base_url());
+    let accepted = client
+        .post(first.url("/v1/agents/order_desk/runs"))
+        .header("content-type", "application/json")
+        .body(r#"{"input": "Move order A-1001.", "mode": "queued"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(accepted.status(), 202);
+    let location = accepted.headers()["location"].to_str().unwrap().to_owned();
+    for _ in 0..600 {
+        if desk.request_count(UPDATE_DELIVERY_TIME) > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        desk.request_count(UPDATE_DELIVERY_TIME),
+        1,
+        "the first worker reached the update"
+    );
+    first.kill();
+
+    // The survivor takes the run over once its claim expires.
+    let second = Server::start(&config, &db, desk.base_url());
+    let run = until_ended(&client, &second.url(&location)).await;
+    assert_eq!(run["status"], "succeeded", "{run}");
+    assert!(
+        run["report"]["resume"].is_object(),
+        "resumed from its checkpoint: {run}"
+    );
+    assert_eq!(
+        desk.applied_count(UPDATE_DELIVERY_TIME),
+        1,
+        "one update, not two"
+    );
+    assert_eq!(desk.applied_count(SEND_EMAIL), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_servers_direct_run_is_closed_as_orphaned() {
+    use rein_testkit::order_desk::{
+        Fault, Faults, OrderDesk, OrderDeskConfig, UPDATE_DELIVERY_TIME,
+    };
+    let desk = OrderDesk::start_with(OrderDeskConfig::default().with_faults(Faults::none().then(
+        UPDATE_DELIVERY_TIME,
+        Fault::Delay(std::time::Duration::from_secs(30)),
+    )))
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = fast_config(dir.path());
+    let db = dir.path().join("rein.db");
+    let client = reqwest::Client::new();
+
+    let first = Server::start(&config, &db, desk.base_url());
+    let url = first.url("/v1/agents/order_desk/runs");
+    let pending = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .post(url)
+                .header("content-type", "application/json")
+                .body(r#"{"input": "Move order A-1001."}"#)
+                .send()
+                .await
+        }
+    });
+    for _ in 0..600 {
+        if desk.request_count(UPDATE_DELIVERY_TIME) > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    first.kill();
+    assert!(
+        pending.await.unwrap().is_err(),
+        "the caller lost its connection"
+    );
+
+    let second = Server::start(&config, &db, desk.base_url());
+    let store = rein_store::SqliteStore::open(&db).unwrap();
+    use rein_store::Store;
+    let run_id = store.list_runs(1).await.unwrap()[0].run_id.clone();
+    let run = until_ended(&client, &second.url(&format!("/v1/runs/{run_id}"))).await;
+    assert_eq!(run["status"], "failed", "{run}");
+    assert!(
+        run["report"]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("orphaned"),
+        "{run}"
+    );
+    let events: serde_json::Value = client
+        .get(second.url(&format!("/v1/runs/{run_id}/events")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let failed = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "run_failed")
+        .expect("a run_failed event");
+    assert_eq!(failed["data"]["error_type"], "orphaned");
+}

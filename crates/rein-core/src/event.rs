@@ -49,6 +49,10 @@ pub enum EventKind {
     RetryAbandoned,
     /// The caller cancelled the run; its forward path stopped.
     RunCancelled,
+    /// Infrastructure ended the run from outside: its owner vanished
+    /// (`orphaned`) or a queued run failed too many attempts
+    /// (`dead_letter`); `data.error_type` says which.
+    RunFailed,
     /// An attempt waited for a concurrency slot of its tool's resource
     /// group until the call's deadline and was not made; it failed as a
     /// `timeout` that did not apply.
@@ -102,6 +106,7 @@ impl EventKind {
             EventKind::RetryAbandoned => "retry_abandoned",
             EventKind::ConcurrencyWaitExpired => "concurrency_wait_expired",
             EventKind::RunCancelled => "run_cancelled",
+            EventKind::RunFailed => "run_failed",
             EventKind::IdempotencyLookup => "idempotency_lookup",
             EventKind::LedgerRecorded => "ledger_recorded",
             EventKind::BreakerStateChanged => "breaker_state_changed",

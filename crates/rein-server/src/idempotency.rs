@@ -220,6 +220,9 @@ pub async fn sweep_forever(state: Arc<AppState>) {
     );
     loop {
         tokio::time::sleep(every).await;
+        if !crate::singleton::holds(&state, crate::singleton::IDEMPOTENCY_SWEEP, every).await {
+            continue;
+        }
         loop {
             match state.store.sweep_idempotency(now_ms(), SWEEP_BATCH).await {
                 Ok(SWEEP_BATCH) => continue,

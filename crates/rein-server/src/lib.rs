@@ -15,7 +15,9 @@
 //! | [`idempotency`] | seed 004's `Idempotency-Key` table, in the store |
 //! | [`events`] | the event list and the live SSE stream |
 //! | [`cancel`] | cancellation |
-//! | [`worker`] | queue workers |
+//! | [`worker`] | queue workers: queued runs, takeover of expired claims, dead letters |
+//! | [`recovery`] | runs whose process died: takeover, dead letter, orphans |
+//! | [`singleton`] | one owner per periodic service across processes |
 //! | [`auth`] | bearer keys → tenants |
 //! | [`problem`] | problem+json |
 #![forbid(unsafe_code)]
@@ -26,7 +28,9 @@ pub mod cancel;
 pub mod events;
 pub mod idempotency;
 pub mod problem;
+pub mod recovery;
 pub mod runs;
+pub mod singleton;
 pub mod state;
 pub mod worker;
 
@@ -138,6 +142,7 @@ pub async fn serve(
         tokio::spawn(worker::work(state.clone()));
     }
     tokio::spawn(idempotency::sweep_forever(state.clone()));
+    tokio::spawn(recovery::orphans_forever(state.clone()));
     use axum::serve::ListenerExt;
     // Nagle plus delayed ACK would stall every streamed event by ~40 ms.
     let listener = listener.tap_io(|tcp| {

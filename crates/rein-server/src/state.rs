@@ -34,6 +34,17 @@ pub struct AppState {
     /// The runs this process drives, by id: where a cancellation is
     /// delivered.
     pub live: LiveRuns,
+    /// This process's identity in singleton elections.
+    pub node: String,
+}
+
+/// A node identity: this process on this host, unique per start.
+pub fn node_id() -> String {
+    format!(
+        "{}#{}",
+        rein_engine::lease::Owner::current(),
+        uuid::Uuid::now_v7().simple()
+    )
 }
 
 /// The cancellation handles of the runs this process drives.
@@ -80,6 +91,11 @@ impl LiveRuns {
             run_id: run_id.clone(),
             token,
         }
+    }
+
+    /// Whether this process drives `run_id`.
+    pub fn contains(&self, run_id: &RunId) -> bool {
+        self.lock().contains_key(run_id)
     }
 
     /// Delivers a cancellation; false when the run is not driven here.

@@ -67,8 +67,73 @@ async fn drive(state: &Arc<AppState>, record: RunRecord) -> bool {
     }
 }
 
-/// One worker: takes the oldest queued run, drives it, repeats; sleeps
-/// until woken or [`IDLE_POLL`] when there is none.
+/// Takes over queued work whose owner stopped renewing its claim: resumes
+/// it from its checkpoint, or dead-letters it after `max_attempts`.
+/// False when there was none (or another worker won it).
+async fn take_over(state: &Arc<AppState>) -> bool {
+    let now = crate::recovery::now_ms();
+    let max_attempts = state.settings.queue.max_attempts.get();
+    for record in crate::recovery::running(state, 16).await {
+        if state.live.contains(&record.run_id) {
+            continue;
+        }
+        let Some(standing) = crate::recovery::standing(state, &record.run_id).await else {
+            continue;
+        };
+        let stale = standing
+            .claim
+            .as_ref()
+            .is_none_or(|c| c.expires_at_ms <= now);
+        if !standing.enqueued || !stale {
+            continue;
+        }
+        let attempts = standing.resumes.saturating_add(1);
+        if attempts >= max_attempts {
+            crate::recovery::fail(
+                state,
+                &record,
+                "dead_letter",
+                format!("its workers died {attempts} times (max_attempts {max_attempts})"),
+            )
+            .await;
+            continue;
+        }
+        let agent = match state.bind(&record.agent) {
+            Ok(a) => a,
+            Err(p) => {
+                tracing::error!(run = %record.run_id, "cannot take over: {}", p.detail);
+                continue;
+            }
+        };
+        let live = state.live.register(&record.run_id);
+        tracing::warn!(run = %record.run_id, attempt = attempts + 1, "taking over a run whose worker stopped");
+        match state
+            .engine
+            .resume_cancellable(
+                &agent,
+                &state.schemas,
+                &record.run_id,
+                None,
+                Some(live.token.clone()),
+            )
+            .await
+        {
+            Ok(out) => {
+                tracing::info!(run = %out.run_id, outcome = out.report.outcome.as_str(), "taken-over run ended");
+                return true;
+            }
+            Err(EngineError::NotResumable { reason, .. }) => {
+                tracing::info!(run = %record.run_id, "not taken over: {reason}");
+            }
+            Err(e) => tracing::warn!(run = %record.run_id, "take-over failed: {e}"),
+        }
+    }
+    false
+}
+
+/// One worker: takes the oldest queued run, drives it, repeats; takes over
+/// abandoned queued work; sleeps until woken or [`IDLE_POLL`] when there
+/// is none.
 pub async fn work(state: Arc<AppState>) {
     loop {
         let mut drove = false;
@@ -77,6 +142,9 @@ pub async fn work(state: Arc<AppState>) {
                 drove = true;
                 break;
             }
+        }
+        if !drove {
+            drove = take_over(&state).await;
         }
         if !drove {
             tokio::select! {

@@ -97,6 +97,7 @@ async fn start(options: Options) -> Api {
         workers: options.workers,
         queue: Notify::new(),
         live: Default::default(),
+        node: rein_server::state::node_id(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

@@ -36,8 +36,8 @@ use serde_json::json;
 
 use crate::{
     Checkpoint, IdempotencyRecord, IdempotencyState, Lease, LeaseChange, LeaseFilter, LeaseKind,
-    LedgerMark, NewRun, PlannedIntent, Reservation, RunStatus, StatusChange, StepCommit, Store,
-    StoreError, StoredResponse,
+    LedgerMark, MAX_SINGLETON_LEN, NewRun, PlannedIntent, Reservation, RunStatus, SingletonLease,
+    StatusChange, StepCommit, Store, StoreError, StoredResponse,
 };
 
 /// A base time far from the present, so runs made here sort first.
@@ -70,6 +70,12 @@ pub async fn run_all(store: &dyn Store) {
     idempotency_list_and_clear(store).await;
     idempotency_sweep_deletes_expired_up_to_limit(store).await;
     idempotency_concurrent_reserves_admit_exactly_one(store).await;
+    singleton_first_claim_wins_and_others_are_refused_while_live(store).await;
+    singleton_holder_renews_keeping_its_acquisition(store).await;
+    singleton_expired_lease_is_taken_by_another_owner(store).await;
+    singleton_release_only_by_its_holder(store).await;
+    singleton_claim_refusals(store).await;
+    singleton_concurrent_claims_elect_exactly_one(store).await;
 }
 
 /// An id no other call of this process (or earlier process) produced.
@@ -1865,4 +1871,391 @@ pub async fn idempotency_concurrent_reserves_admit_exactly_one(store: &dyn Store
         "the others see it in progress: {outcomes:?}"
     );
     assert!(store.clear_idempotency(&tenant, &key).await.unwrap());
+}
+
+/// The default singleton lease of seed 004: 60 s.
+const SINGLETON_TTL_MS: u64 = 60_000;
+
+fn singleton_lease(
+    name: &str,
+    owner: &str,
+    acquired_at_ms: u64,
+    expires_at_ms: u64,
+) -> SingletonLease {
+    SingletonLease {
+        name: name.to_owned(),
+        owner: owner.to_owned(),
+        acquired_at_ms,
+        expires_at_ms,
+    }
+}
+
+/// The first claim of a free singleton wins and is stored; while it is
+/// live, another owner's claim is refused (`None`) and changes nothing.
+pub async fn singleton_first_claim_wins_and_others_are_refused_while_live(store: &dyn Store) {
+    let name = unique("singleton-first");
+    assert_eq!(store.singleton(&name).await.unwrap(), None, "never claimed");
+    let expires = BASE_MS + SINGLETON_TTL_MS;
+    let won = store
+        .claim_singleton(&name, "pid:1@host-a", BASE_MS, expires)
+        .await
+        .unwrap();
+    let expected = singleton_lease(&name, "pid:1@host-a", BASE_MS, expires);
+    assert_eq!(won, Some(expected.clone()), "the first claim wins");
+    assert_eq!(
+        store.singleton(&name).await.unwrap(),
+        Some(expected.clone())
+    );
+    for now in [BASE_MS, BASE_MS + 1, expires - 1] {
+        assert_eq!(
+            store
+                .claim_singleton(&name, "pid:2@host-b", now, now + SINGLETON_TTL_MS)
+                .await
+                .unwrap(),
+            None,
+            "another owner is refused at {now} while the lease is live"
+        );
+    }
+    assert_eq!(
+        store.singleton(&name).await.unwrap(),
+        Some(expected),
+        "a refused claim changes nothing"
+    );
+    assert!(
+        store
+            .release_singleton(&name, "pid:1@host-a")
+            .await
+            .unwrap()
+    );
+}
+
+/// The holder's claim of its live lease is a renewal: the expiry moves
+/// (later or earlier), the acquisition time stays.
+pub async fn singleton_holder_renews_keeping_its_acquisition(store: &dyn Store) {
+    let name = unique("singleton-renew");
+    let owner = "pid:1@host-a";
+    store
+        .claim_singleton(&name, owner, BASE_MS, BASE_MS + SINGLETON_TTL_MS)
+        .await
+        .unwrap()
+        .expect("a free singleton is claimed");
+    // Renewed every third of the lease, as `rein serve` does.
+    let mut now = BASE_MS;
+    for _ in 0..3 {
+        now += SINGLETON_TTL_MS / 3;
+        let renewed = store
+            .claim_singleton(&name, owner, now, now + SINGLETON_TTL_MS)
+            .await
+            .unwrap();
+        let expected = singleton_lease(&name, owner, BASE_MS, now + SINGLETON_TTL_MS);
+        assert_eq!(
+            renewed,
+            Some(expected.clone()),
+            "a renewal moves the expiry and keeps acquired_at"
+        );
+        assert_eq!(store.singleton(&name).await.unwrap(), Some(expected));
+    }
+    let shorter = store
+        .claim_singleton(&name, owner, now, now + 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        shorter,
+        Some(singleton_lease(&name, owner, BASE_MS, now + 1)),
+        "a renewal may also shorten the lease"
+    );
+    assert!(store.release_singleton(&name, owner).await.unwrap());
+}
+
+/// At its expiry (inclusive) a lease is free: another owner takes it as a
+/// new tenure, and the old holder is refused until it wins it again. An
+/// expired lease won back by its old holder is a new tenure too.
+pub async fn singleton_expired_lease_is_taken_by_another_owner(store: &dyn Store) {
+    let name = unique("singleton-expire");
+    let expires = BASE_MS + SINGLETON_TTL_MS;
+    store
+        .claim_singleton(&name, "pid:1@host-a", BASE_MS, expires)
+        .await
+        .unwrap()
+        .expect("a free singleton is claimed");
+    let held = store.singleton(&name).await.unwrap().unwrap();
+    assert!(held.is_expired(expires) && !held.is_expired(expires - 1));
+    let taken = store
+        .claim_singleton(&name, "pid:2@host-b", expires, expires + SINGLETON_TTL_MS)
+        .await
+        .unwrap();
+    let expected = singleton_lease(&name, "pid:2@host-b", expires, expires + SINGLETON_TTL_MS);
+    assert_eq!(
+        taken,
+        Some(expected.clone()),
+        "an expired lease is taken, acquired now"
+    );
+    assert_eq!(store.singleton(&name).await.unwrap(), Some(expected));
+    assert_eq!(
+        store
+            .claim_singleton(
+                &name,
+                "pid:1@host-a",
+                expires + 1,
+                expires + 1 + SINGLETON_TTL_MS
+            )
+            .await
+            .unwrap(),
+        None,
+        "the old holder cannot renew a lease it lost"
+    );
+    // The new holder fails to renew; its lease lapses and the old holder
+    // wins it back as a new tenure.
+    let later = expires + SINGLETON_TTL_MS;
+    let back = store
+        .claim_singleton(&name, "pid:1@host-a", later, later + SINGLETON_TTL_MS)
+        .await
+        .unwrap();
+    assert_eq!(
+        back,
+        Some(singleton_lease(
+            &name,
+            "pid:1@host-a",
+            later,
+            later + SINGLETON_TTL_MS
+        ))
+    );
+    // Its own lease, expired and claimed again: acquired anew.
+    let last = later + SINGLETON_TTL_MS;
+    assert_eq!(
+        store
+            .claim_singleton(&name, "pid:1@host-a", last, last + SINGLETON_TTL_MS)
+            .await
+            .unwrap(),
+        Some(singleton_lease(
+            &name,
+            "pid:1@host-a",
+            last,
+            last + SINGLETON_TTL_MS
+        )),
+        "an expired lease of one's own is a new tenure, not a renewal"
+    );
+    assert!(
+        store
+            .release_singleton(&name, "pid:1@host-a")
+            .await
+            .unwrap()
+    );
+}
+
+/// Only the holder releases a lease (live or expired); a released lease is
+/// gone and free for anyone at once.
+pub async fn singleton_release_only_by_its_holder(store: &dyn Store) {
+    let name = unique("singleton-release");
+    assert!(
+        !store
+            .release_singleton(&name, "pid:1@host-a")
+            .await
+            .unwrap(),
+        "nothing to release"
+    );
+    let expires = BASE_MS + SINGLETON_TTL_MS;
+    store
+        .claim_singleton(&name, "pid:1@host-a", BASE_MS, expires)
+        .await
+        .unwrap()
+        .expect("a free singleton is claimed");
+    assert!(
+        !store
+            .release_singleton(&name, "pid:2@host-b")
+            .await
+            .unwrap(),
+        "another owner cannot release it"
+    );
+    assert_eq!(
+        store
+            .singleton(&name)
+            .await
+            .unwrap()
+            .map(|lease| lease.owner),
+        Some("pid:1@host-a".to_owned())
+    );
+    assert!(
+        store
+            .release_singleton(&name, "pid:1@host-a")
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.singleton(&name).await.unwrap(), None, "released");
+    assert!(
+        !store
+            .release_singleton(&name, "pid:1@host-a")
+            .await
+            .unwrap(),
+        "releasing twice is a no-op"
+    );
+    assert_eq!(
+        store
+            .claim_singleton(&name, "pid:2@host-b", BASE_MS + 1, expires)
+            .await
+            .unwrap(),
+        Some(singleton_lease(&name, "pid:2@host-b", BASE_MS + 1, expires)),
+        "a released lease is free before its old expiry"
+    );
+    // The holder of an expired lease may still release it.
+    assert!(
+        store
+            .release_singleton(&name, "pid:2@host-b")
+            .await
+            .unwrap()
+    );
+    store
+        .claim_singleton(&name, "pid:3@host-c", BASE_MS, BASE_MS + 1)
+        .await
+        .unwrap()
+        .expect("a free singleton is claimed");
+    assert!(
+        store
+            .release_singleton(&name, "pid:3@host-c")
+            .await
+            .unwrap()
+    );
+
+    // Singletons are independent of one another.
+    let other = unique("singleton-release-other");
+    store
+        .claim_singleton(&name, "pid:1@host-a", BASE_MS, expires)
+        .await
+        .unwrap()
+        .expect("a free singleton is claimed");
+    assert!(
+        store
+            .claim_singleton(&other, "pid:2@host-b", BASE_MS, expires)
+            .await
+            .unwrap()
+            .is_some(),
+        "another name is another lease"
+    );
+    assert!(
+        !store
+            .release_singleton(&other, "pid:1@host-a")
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .release_singleton(&name, "pid:1@host-a")
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .release_singleton(&other, "pid:2@host-b")
+            .await
+            .unwrap()
+    );
+}
+
+/// Malformed names and owners and expiries not after `now` are
+/// `Invalid`, and store nothing.
+pub async fn singleton_claim_refusals(store: &dyn Store) {
+    let name = unique("singleton-invalid");
+    let too_long = "n".repeat(MAX_SINGLETON_LEN + 1);
+    for bad in ["", "line\nbreak", "nul\0", too_long.as_str()] {
+        assert!(
+            matches!(
+                store
+                    .claim_singleton(bad, "pid:1@host-a", BASE_MS, BASE_MS + 1)
+                    .await,
+                Err(StoreError::Invalid {
+                    what: "singleton name",
+                    ..
+                })
+            ),
+            "name {bad:?}"
+        );
+        assert!(
+            matches!(
+                store
+                    .claim_singleton(&name, bad, BASE_MS, BASE_MS + 1)
+                    .await,
+                Err(StoreError::Invalid {
+                    what: "singleton owner",
+                    ..
+                })
+            ),
+            "owner {bad:?}"
+        );
+        assert!(
+            matches!(
+                store.release_singleton(&name, bad).await,
+                Err(StoreError::Invalid { .. })
+            ),
+            "release by {bad:?}"
+        );
+        assert!(
+            matches!(store.singleton(bad).await, Err(StoreError::Invalid { .. })),
+            "read of {bad:?}"
+        );
+    }
+    for expires in [BASE_MS - 1, BASE_MS] {
+        assert!(
+            matches!(
+                store
+                    .claim_singleton(&name, "pid:1@host-a", BASE_MS, expires)
+                    .await,
+                Err(StoreError::Invalid {
+                    what: "singleton expires_at_ms",
+                    ..
+                })
+            ),
+            "expiry {expires}"
+        );
+    }
+    assert_eq!(
+        store.singleton(&name).await.unwrap(),
+        None,
+        "nothing stored"
+    );
+    // The longest name and owner are accepted.
+    let longest = format!("{name}-{}", "n".repeat(MAX_SINGLETON_LEN - name.len() - 1));
+    let owner = "o".repeat(MAX_SINGLETON_LEN);
+    assert_eq!(longest.len(), MAX_SINGLETON_LEN);
+    assert_eq!(
+        store
+            .claim_singleton(&longest, &owner, BASE_MS, BASE_MS + 1)
+            .await
+            .unwrap(),
+        Some(singleton_lease(&longest, &owner, BASE_MS, BASE_MS + 1))
+    );
+    assert!(store.release_singleton(&longest, &owner).await.unwrap());
+}
+
+/// Of many concurrent claims of one free singleton by different owners,
+/// exactly one wins, and it is the one stored.
+pub async fn singleton_concurrent_claims_elect_exactly_one(store: &dyn Store) {
+    const CLAIMANTS: usize = 16;
+    let name = unique("singleton-race");
+    let owners: Vec<String> = (0..CLAIMANTS).map(|n| format!("pid:{n}@host")).collect();
+    let futures = owners
+        .iter()
+        .map(|owner| {
+            let name = &name;
+            Box::pin(async move {
+                store
+                    .claim_singleton(name, owner, BASE_MS, BASE_MS + SINGLETON_TTL_MS)
+                    .await
+                    .unwrap()
+            }) as Pin<Box<dyn Future<Output = Option<SingletonLease>> + Send + '_>>
+        })
+        .collect();
+    let outcomes = join_all(futures).await;
+    let winners: Vec<&SingletonLease> = outcomes.iter().flatten().collect();
+    assert_eq!(winners.len(), 1, "exactly one claim wins: {outcomes:?}");
+    assert_eq!(
+        store.singleton(&name).await.unwrap().as_ref(),
+        Some(winners[0]),
+        "the winner is the holder"
+    );
+    assert!(
+        store
+            .release_singleton(&name, &winners[0].owner)
+            .await
+            .unwrap()
+    );
 }

@@ -11,7 +11,7 @@
 //!
 //! | module | concept |
 //! | --- | --- |
-//! | [`Store`] | the trait: runs, events, intents, ledger, checkpoints, leases, idempotency records |
+//! | [`Store`] | the trait: runs, events, intents, ledger, checkpoints, leases, idempotency records, singleton leases |
 //! | [`StepCommit`] | one atomic write per step (group-committed) |
 //! | [`RunStatus`], [`NewRun`], [`RunRecord`] | runs and their final outcome |
 //! | [`PlannedIntent`] | intent ids persisted at plan time |
@@ -19,6 +19,7 @@
 //! | [`Checkpoint`] | the state a resume continues from |
 //! | [`Lease`], [`LeaseKind`], [`LeaseChange`], [`LeaseFilter`] | resources (process groups, temp paths) held for a run until released or reaped |
 //! | [`IdempotencyRecord`], [`IdempotencyState`], [`StoredResponse`], [`Reservation`] | HTTP `Idempotency-Key` records, per tenant, until they expire |
+//! | [`SingletonLease`] | elects one owner of each periodic service among processes sharing the store |
 //! | [`StoreError`] | refusals and failures, classified by `is_transient` |
 //! | [`SqliteStore`], [`SqliteOptions`] | the SQLite backend |
 //!
@@ -62,6 +63,7 @@ mod intent;
 mod lease;
 mod ledger;
 mod run;
+mod singleton;
 mod sqlite;
 mod store;
 
@@ -79,6 +81,7 @@ pub use intent::PlannedIntent;
 pub use lease::{Lease, LeaseChange, LeaseFilter, LeaseKind, MAX_LEASE_ID_LEN};
 pub use ledger::LedgerMark;
 pub use run::{NewRun, RunRecord, RunStatus, StatusChange};
+pub use singleton::{MAX_SINGLETON_LEN, SingletonLease};
 pub use sqlite::{
     DEFAULT_BUSY_TIMEOUT, DEFAULT_SYNCHRONOUS_FULL, MAX_BUSY_TIMEOUT, SCHEMA_VERSION,
     SqliteOptions, SqliteStore,

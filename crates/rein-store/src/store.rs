@@ -11,10 +11,11 @@ use crate::intent::PlannedIntent;
 use crate::lease::{Lease, LeaseChange, LeaseFilter};
 use crate::ledger::LedgerMark;
 use crate::run::{NewRun, RunRecord, RunStatus, StatusChange};
+use crate::singleton::SingletonLease;
 
 /// Durable state of runs: the runs themselves, their event streams, planned
 /// intents, the side-effect ledger, checkpoints and resource leases; and
-/// the HTTP idempotency records of `rein serve`.
+/// the HTTP idempotency records and singleton leases of `rein serve`.
 ///
 /// # Why a trait
 ///
@@ -67,6 +68,18 @@ use crate::run::{NewRun, RunRecord, RunStatus, StatusChange};
 /// to its inner store, or `Idempotency-Key` requests through it fail.
 ///
 /// [`reserve_idempotency`]: Store::reserve_idempotency
+///
+/// # Singleton leases
+///
+/// A [`SingletonLease`] elects the one process, among those sharing the
+/// store, that runs a periodic service. [`claim_singleton`] is one atomic
+/// operation that excludes every other writer of the store, across
+/// processes, so of any number of concurrent claims of a free lease exactly
+/// one wins. Like the idempotency methods, the three singleton methods are
+/// provided, failing with [`StoreError::Backend`]; every backend overrides
+/// them and a wrapping store must forward them.
+///
+/// [`claim_singleton`]: Store::claim_singleton
 ///
 /// [`acquire_lease`]: Store::acquire_lease
 /// [`renew_lease`]: Store::renew_lease
@@ -390,6 +403,59 @@ pub trait Store: Send + Sync {
         let _ = (now_ms, limit);
         Err(unsupported("sweep_idempotency"))
     }
+
+    /// Takes or renews the singleton lease `name` for `owner` until
+    /// `expires_at_ms`, in one atomic step across every process sharing the
+    /// store. Returns the lease as stored when:
+    ///
+    /// - nobody holds it, or its holder's lease expired at `now_ms`
+    ///   (`expires_at_ms <= now_ms`), even `owner`'s own: a new tenure,
+    ///   acquired at `now_ms`;
+    /// - `owner` holds it, live: a renewal, the expiry moves to
+    ///   `expires_at_ms` and `acquired_at_ms` is kept.
+    ///
+    /// Otherwise returns `None`: another live owner holds it, and the
+    /// caller must not act as owner.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a name or owner of 0 or more than
+    /// [`MAX_SINGLETON_LEN`](crate::MAX_SINGLETON_LEN) bytes or with
+    /// control characters, or `expires_at_ms <= now_ms`.
+    async fn claim_singleton(
+        &self,
+        name: &str,
+        owner: &str,
+        now_ms: u64,
+        expires_at_ms: u64,
+    ) -> Result<Option<SingletonLease>, StoreError> {
+        let _ = (name, owner, now_ms, expires_at_ms);
+        Err(unsupported_singleton("claim_singleton"))
+    }
+
+    /// Gives the singleton lease `name` up if `owner` holds it (expired or
+    /// not); returns whether it did. Another owner's lease is left alone.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a malformed name or owner (as for
+    /// [`Store::claim_singleton`]).
+    async fn release_singleton(&self, name: &str, owner: &str) -> Result<bool, StoreError> {
+        let _ = (name, owner);
+        Err(unsupported_singleton("release_singleton"))
+    }
+
+    /// The current holder of the singleton lease `name`, expired or not
+    /// (check [`SingletonLease::is_expired`]).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a malformed name (as for
+    /// [`Store::claim_singleton`]).
+    async fn singleton(&self, name: &str) -> Result<Option<SingletonLease>, StoreError> {
+        let _ = name;
+        Err(unsupported_singleton("singleton"))
+    }
 }
 
 /// A backend that did not return what its commit must return.
@@ -403,6 +469,14 @@ fn missing(what: &str, after: &str) -> StoreError {
 fn unsupported(method: &str) -> StoreError {
     StoreError::Backend(format!(
         "this store does not keep idempotency records; expected it to implement Store::{method} \
+         (a wrapping store must forward it)"
+    ))
+}
+
+/// The error of a singleton method the store did not override.
+fn unsupported_singleton(method: &str) -> StoreError {
+    StoreError::Backend(format!(
+        "this store does not keep singleton leases; expected it to implement Store::{method} \
          (a wrapping store must forward it)"
     ))
 }

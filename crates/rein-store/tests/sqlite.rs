@@ -1,6 +1,6 @@
 //! The SQLite backend on real files: the conformance suite, durability
 //! across reopen, corrupt rows, several handles on one file (idempotency
-//! reservations included), schema versions.
+//! reservations and singleton elections included), schema versions.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
@@ -16,8 +16,8 @@ use rein_core::{
 };
 use rein_store::{
     Checkpoint, IdempotencyState, Lease, LeaseKind, LedgerMark, NewRun, PlannedIntent, Reservation,
-    RunStatus, SCHEMA_VERSION, SqliteOptions, SqliteStore, Store, StoreError, StoredResponse,
-    conformance,
+    RunStatus, SCHEMA_VERSION, SingletonLease, SqliteOptions, SqliteStore, Store, StoreError,
+    StoredResponse, conformance,
 };
 use serde_json::json;
 
@@ -128,7 +128,6 @@ async fn open_creates_parent_directories_and_switches_to_wal() {
 
 #[tokio::test]
 async fn schema_version_3_adds_the_idempotency_table_and_its_indexes() {
-    assert_eq!(SCHEMA_VERSION, 3);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rein.db");
     drop(SqliteStore::open(&path).unwrap());
@@ -140,7 +139,10 @@ async fn schema_version_3_adds_the_idempotency_table_and_its_indexes() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(versions, [1, 2, 3]);
+    assert_eq!(
+        versions,
+        (1..=i64::from(SCHEMA_VERSION)).collect::<Vec<_>>()
+    );
     let sql: String = conn
         .query_row(
             "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'idempotency'",
@@ -164,6 +166,43 @@ async fn schema_version_3_adds_the_idempotency_table_and_its_indexes() {
         .collect::<Result<_, _>>()
         .unwrap();
     assert_eq!(indexes, ["idempotency_by_expiry", "idempotency_by_state"]);
+}
+
+#[tokio::test]
+async fn schema_version_4_adds_the_singletons_table() {
+    assert_eq!(SCHEMA_VERSION, 4);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    drop(SqliteStore::open(&path).unwrap());
+    let conn = raw(&path);
+    let versions: Vec<i64> = conn
+        .prepare("SELECT version FROM rein_schema ORDER BY version")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(versions, [1, 2, 3, 4]);
+    let sql: String = conn
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'singletons'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert!(sql.contains("STRICT"), "{sql}");
+    assert!(sql.contains("name           TEXT PRIMARY KEY"), "{sql}");
+    let columns: Vec<String> = conn
+        .prepare("SELECT name FROM pragma_table_info('singletons') ORDER BY cid")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        columns,
+        ["name", "owner", "acquired_at_ms", "expires_at_ms"]
+    );
 }
 
 #[tokio::test]
@@ -827,4 +866,188 @@ async fn a_bad_idempotency_row_is_corrupt_not_panicked() {
         store.idempotency_records(None, None, 10).await.unwrap(),
         Vec::new()
     );
+}
+
+#[tokio::test]
+async fn two_handles_on_one_file_never_both_hold_a_singleton() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    // Two handles stand for two `rein serve` processes sharing the file.
+    let handles = [
+        Arc::new(SqliteStore::open(&path).unwrap()),
+        Arc::new(SqliteStore::open(&path).unwrap()),
+    ];
+    for round in 0..10u64 {
+        let name = format!("ledger-reconciler-{round}");
+        let mut tasks = Vec::new();
+        for caller in 0..16u64 {
+            let store = Arc::clone(&handles[caller as usize % 2]);
+            let name = name.clone();
+            tasks.push(tokio::spawn(async move {
+                store
+                    .claim_singleton(&name, &format!("pid:{caller}@h"), 1_000, 61_000)
+                    .await
+                    .unwrap()
+            }));
+        }
+        let mut winners = Vec::new();
+        for task in tasks {
+            winners.extend(task.await.unwrap());
+        }
+        assert_eq!(winners.len(), 1, "round {round}: exactly one owner wins");
+        for handle in &handles {
+            assert_eq!(
+                handle.singleton(&name).await.unwrap().as_ref(),
+                Some(&winners[0]),
+                "round {round}: both handles see the winner"
+            );
+        }
+    }
+
+    // The holder renews through one handle; the other process is refused
+    // while it lives and takes over once it lapses.
+    let name = "idempotency-sweeper";
+    let first = handles[0]
+        .claim_singleton(name, "pid:1@a", 1_000, 61_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        first,
+        Some(SingletonLease {
+            name: name.to_owned(),
+            owner: "pid:1@a".to_owned(),
+            acquired_at_ms: 1_000,
+            expires_at_ms: 61_000,
+        })
+    );
+    assert_eq!(
+        handles[1]
+            .claim_singleton(name, "pid:2@b", 20_000, 80_000)
+            .await
+            .unwrap(),
+        None
+    );
+    let renewed = handles[0]
+        .claim_singleton(name, "pid:1@a", 21_000, 81_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (renewed.acquired_at_ms, renewed.expires_at_ms),
+        (1_000, 81_000)
+    );
+    assert_eq!(
+        handles[1]
+            .claim_singleton(name, "pid:2@b", 80_999, 140_999)
+            .await
+            .unwrap(),
+        None,
+        "the renewal counts across handles"
+    );
+    let taken = handles[1]
+        .claim_singleton(name, "pid:2@b", 81_000, 141_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (taken.owner.as_str(), taken.acquired_at_ms),
+        ("pid:2@b", 81_000)
+    );
+    assert!(!handles[0].release_singleton(name, "pid:1@a").await.unwrap());
+    assert!(handles[0].release_singleton(name, "pid:2@b").await.unwrap());
+    assert_eq!(handles[1].singleton(name).await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn singleton_claims_racing_on_a_multi_threaded_runtime_elect_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    let first = Arc::new(SqliteStore::open(&path).unwrap());
+    let second = Arc::new(SqliteStore::open(&path).unwrap());
+    // A lapsed lease: everyone races to take it over.
+    first
+        .claim_singleton("run-reconciler", "pid:0@gone", 0, 500)
+        .await
+        .unwrap()
+        .unwrap();
+    let barrier = Arc::new(tokio::sync::Barrier::new(32));
+    let mut tasks = Vec::new();
+    for caller in 0..32u64 {
+        let store = Arc::clone(if caller % 2 == 0 { &first } else { &second });
+        let barrier = Arc::clone(&barrier);
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            store
+                .claim_singleton("run-reconciler", &format!("pid:{caller}@h"), 1_000, 61_000)
+                .await
+                .unwrap()
+        }));
+    }
+    let mut winners = Vec::new();
+    for task in tasks {
+        winners.extend(task.await.unwrap());
+    }
+    assert_eq!(winners.len(), 1, "{winners:?}");
+    assert_eq!(winners[0].acquired_at_ms, 1_000);
+    assert_eq!(
+        second.singleton("run-reconciler").await.unwrap().as_ref(),
+        Some(&winners[0])
+    );
+}
+
+#[tokio::test]
+async fn singletons_survive_reopen_and_a_bad_row_is_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        store
+            .claim_singleton("ledger-reconciler", "pid:1@a", 1_000, 61_000)
+            .await
+            .unwrap()
+            .unwrap();
+        // The process dies without releasing.
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(
+        store
+            .claim_singleton("ledger-reconciler", "pid:2@b", 2_000, 62_000)
+            .await
+            .unwrap(),
+        None,
+        "a lease outlives its process until it expires"
+    );
+    raw(&path)
+        .execute("UPDATE singletons SET expires_at_ms = -1", [])
+        .unwrap();
+    match store.singleton("ledger-reconciler").await {
+        Err(StoreError::Corrupt {
+            table: "singletons",
+            column: "expires_at_ms",
+            reason,
+        }) => assert!(reason.contains("name=ledger-reconciler"), "{reason}"),
+        other => panic!("expected corrupt singletons.expires_at_ms, found {other:?}"),
+    }
+    assert!(matches!(
+        store
+            .claim_singleton("ledger-reconciler", "pid:2@b", 2_000, 62_000)
+            .await,
+        Err(StoreError::Corrupt { .. })
+    ));
+}
+
+#[tokio::test]
+async fn singleton_expiry_beyond_sqlite_integers_is_invalid() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("rein.db")).unwrap();
+    assert!(matches!(
+        store
+            .claim_singleton("sweeper", "pid:1@a", 1_000, u64::MAX)
+            .await,
+        Err(StoreError::Invalid {
+            what: "singleton expires_at_ms",
+            ..
+        })
+    ));
+    assert_eq!(store.singleton("sweeper").await.unwrap(), None);
 }

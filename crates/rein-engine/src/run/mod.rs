@@ -131,11 +131,23 @@ pub struct EngineBuilder {
     client: Option<reqwest::Client>,
     breakers: BreakersConfig,
     rng_seed: Option<u64>,
+    claim_lease: Option<std::time::Duration>,
     #[cfg(feature = "sabotage")]
     sabotage: crate::sabotage::Sabotage,
 }
 
 impl EngineBuilder {
+    /// Claims runs with a lease of `lease`, renewed every third of it while
+    /// the run is driven: a process that dies stops renewing, and another
+    /// process may take the run over once the lease ran out (a queue
+    /// worker's takeover, an orphan scan). Without it a claim lasts the
+    /// run's wall clock plus a margin and is taken over only from a dead
+    /// process of this host.
+    pub fn claim_lease(mut self, lease: std::time::Duration) -> Self {
+        self.claim_lease = Some(lease);
+        self
+    }
+
     /// Uses `clock` instead of the system clock.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
@@ -194,6 +206,7 @@ impl EngineBuilder {
                 rng: Mutex::new(rng),
                 slots: concurrency::GroupSlots::default(),
             },
+            claim_lease: self.claim_lease,
             #[cfg(feature = "sabotage")]
             sabotage: self.sabotage,
         })
@@ -219,6 +232,8 @@ pub struct Engine {
     http: HttpToolAdapter,
     command: crate::tool_command::CommandToolAdapter,
     shared: Shared,
+    /// The renewed claim lease, when configured.
+    claim_lease: Option<std::time::Duration>,
     /// The mechanisms deliberately broken (test-only).
     #[cfg(feature = "sabotage")]
     sabotage: crate::sabotage::Sabotage,
@@ -283,6 +298,16 @@ const END_COMMIT_FIRST_PAUSE: std::time::Duration = std::time::Duration::from_mi
 /// `budget_exhausted` instead of paying for a truncated turn.
 pub const MIN_OUTPUT_TOKENS: u64 = 64;
 
+/// Stops a run's heartbeat when dropped (the run ended, or its future was
+/// dropped).
+struct Heartbeat(tokio::task::JoinHandle<()>);
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// The lease id of a process's claim on a run.
 fn claim_id(run_id: &RunId) -> String {
     format!("run:{run_id}")
@@ -305,6 +330,7 @@ impl Engine {
             client: None,
             breakers: BreakersConfig::default(),
             rng_seed: None,
+            claim_lease: None,
             #[cfg(feature = "sabotage")]
             sabotage: crate::sabotage::Sabotage::default(),
         }
@@ -346,9 +372,15 @@ impl Engine {
             .into_iter()
             .find(|l| l.kind == LeaseKind::Run);
         if let Some(held) = held {
-            // An owner we cannot identify is treated as alive: refusing is
+            // Taken over when its lease ran out (the owner stopped renewing
+            // it: dead, or cut off), or when the owner is a process of this
+            // host that is gone. An owner elsewhere, or one we cannot
+            // identify, is alive until its lease says otherwise: refusing is
             // safe, taking over is not.
-            if Owner::parse(&held.owner).is_none_or(|o| o.is_alive()) {
+            let expired = held.expires_at_ms <= now_ms;
+            let dead_here =
+                Owner::parse(&held.owner).is_some_and(|o| o.is_local() && !o.is_alive());
+            if !expired && !dead_here {
                 return Err(EngineError::NotResumable {
                     run_id: run_id.clone(),
                     reason: format!("it is being driven by a live process ({})", held.owner),
@@ -364,6 +396,37 @@ impl Engine {
             }),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// How long a claim holds before it must be renewed.
+    fn claim_hold(&self, agent: &AgentBinding) -> std::time::Duration {
+        self.claim_lease
+            .unwrap_or(agent.budget.wall_clock() + CLAIM_MARGIN)
+    }
+
+    /// Renews the run's claim every third of the lease while the returned
+    /// guard lives: the heartbeat that tells other processes this run's
+    /// owner is alive. Without a configured lease, nothing.
+    fn heartbeat(&self, run_id: &RunId) -> Option<Heartbeat> {
+        let lease = self.claim_lease?;
+        let store = self.store.clone();
+        let clock = self.clock.clone();
+        let lease_id = claim_id(run_id);
+        let run = run_id.clone();
+        let task = tokio::spawn(async move {
+            let every = lease / 3;
+            loop {
+                tokio::time::sleep(every).await;
+                let until = unix_ms(clock.system_now()).saturating_add(millis(lease));
+                if let Err(e) = store.renew_lease(&lease_id, until).await {
+                    // Transient: the next beat tries again. Lost (taken over
+                    // after a stall): another process drives the run now;
+                    // keys keep its effects single.
+                    tracing::warn!(run = %run, "cannot renew the run's claim: {e}");
+                }
+            }
+        });
+        Some(Heartbeat(task))
     }
 
     /// Records a run of `agent` as `queued`, durably, without starting it:
@@ -463,8 +526,8 @@ impl Engine {
                 })
                 .await?;
         }
-        self.claim(&run_id, agent.budget.wall_clock() + CLAIM_MARGIN)
-            .await?;
+        self.claim(&run_id, self.claim_hold(agent)).await?;
+        let _heartbeat = self.heartbeat(&run_id);
         let ctx = RunCtx {
             run_id: run_id.clone(),
             tenant,
@@ -483,7 +546,7 @@ impl Engine {
             json!({
                 "agent": agent.name, "model": agent.model, "provider": agent.provider.name(),
                 "budget": agent.budget, "tools": agent.tools.keys().collect::<Vec<_>>(),
-                "input": request.input,
+                "input": request.input, "enqueued": request.enqueued,
             }),
         );
         let status = StepCommit {
@@ -587,8 +650,8 @@ impl Engine {
                 ),
             });
         }
-        self.claim(run_id, agent.budget.wall_clock() + CLAIM_MARGIN)
-            .await?;
+        self.claim(run_id, self.claim_hold(agent)).await?;
+        let _heartbeat = self.heartbeat(run_id);
         // Whatever the crashed process started (a command's process group,
         // its temp dir) is ended before anything is replayed or settled, so
         // a forward effect cannot land after its own compensation.

@@ -27,6 +27,7 @@ use crate::idempotency::{IdempotencyRecord, IdempotencyState, StoredResponse};
 use crate::intent::PlannedIntent;
 use crate::lease::{Lease, LeaseKind};
 use crate::run::{RunRecord, RunStatus};
+use crate::singleton::SingletonLease;
 
 /// Maps SQLite errors into [`StoreError`] without making rusqlite part of
 /// the public error type.
@@ -448,5 +449,19 @@ pub fn decode_idempotency(row: &Row<'_>) -> Result<IdempotencyRecord, StoreError
         created_at_ms: r.u64(8, "created_at_ms")?,
         updated_at_ms: r.u64(9, "updated_at_ms")?,
         expires_at_ms: r.u64(10, "expires_at_ms")?,
+    })
+}
+
+/// The columns [`decode_singleton`] reads, in order.
+pub const SINGLETON_COLUMNS: &str = "name, owner, acquired_at_ms, expires_at_ms";
+
+/// A `singletons` row selected with [`SINGLETON_COLUMNS`].
+pub fn decode_singleton(row: &Row<'_>) -> Result<SingletonLease, StoreError> {
+    let r = RowReader::new(row, "singletons", &[0]);
+    Ok(SingletonLease {
+        name: r.text(0, "name")?,
+        owner: r.text(1, "owner")?,
+        acquired_at_ms: r.u64(2, "acquired_at_ms")?,
+        expires_at_ms: r.u64(3, "expires_at_ms")?,
     })
 }

@@ -17,6 +17,7 @@
 //! | `checkpoints` | `run_id, step` | state after each step |
 //! | `leases` | `lease_id` | resources held for a run (schema v2) |
 //! | `idempotency` | `tenant, idempotency_key` | HTTP idempotency records (schema v3) |
+//! | `singletons` | `name` | singleton election leases (schema v4) |
 //! | `rein_schema` | `version` | migrations applied |
 
 mod codec;
@@ -44,6 +45,7 @@ use crate::idempotency::{IdempotencyRecord, IdempotencyState, Reservation, Store
 use crate::intent::PlannedIntent;
 use crate::lease::{Lease, LeaseChange, LeaseFilter};
 use crate::run::{NewRun, RunRecord};
+use crate::singleton::SingletonLease;
 use crate::store::Store;
 
 /// Prepared statements kept per connection; above the number of distinct
@@ -291,6 +293,36 @@ impl Store for SqliteStore {
     async fn sweep_idempotency(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
         self.worker
             .write(move |conn| ops::sweep_idempotency(conn, now_ms, limit))
+            .await
+    }
+
+    async fn claim_singleton(
+        &self,
+        name: &str,
+        owner: &str,
+        now_ms: u64,
+        expires_at_ms: u64,
+    ) -> Result<Option<SingletonLease>, StoreError> {
+        let (name, owner) = (name.to_owned(), owner.to_owned());
+        // A write: it runs inside the worker's `BEGIN IMMEDIATE`, so no
+        // other writer (of this or another process) runs between its read
+        // and its upsert, and two processes never both win.
+        self.worker
+            .write(move |conn| ops::claim_singleton(conn, &name, &owner, now_ms, expires_at_ms))
+            .await
+    }
+
+    async fn release_singleton(&self, name: &str, owner: &str) -> Result<bool, StoreError> {
+        let (name, owner) = (name.to_owned(), owner.to_owned());
+        self.worker
+            .write(move |conn| ops::release_singleton(conn, &name, &owner))
+            .await
+    }
+
+    async fn singleton(&self, name: &str) -> Result<Option<SingletonLease>, StoreError> {
+        let name = name.to_owned();
+        self.worker
+            .read(move |conn| ops::singleton(conn, &name))
             .await
     }
 }

@@ -9,8 +9,9 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::codec::{
     CHECKPOINT_COLUMNS, EVENT_COLUMNS, IDEMPOTENCY_COLUMNS, INTENT_COLUMNS, LEASE_COLUMNS,
-    LEDGER_COLUMNS, RUN_COLUMNS, SqlResult, decode_checkpoint, decode_event, decode_idempotency,
-    decode_intent, decode_lease, decode_ledger, decode_run, int, json_text, serde_name,
+    LEDGER_COLUMNS, RUN_COLUMNS, SINGLETON_COLUMNS, SqlResult, decode_checkpoint, decode_event,
+    decode_idempotency, decode_intent, decode_lease, decode_ledger, decode_run, decode_singleton,
+    int, json_text, serde_name,
 };
 use crate::checkpoint::Checkpoint;
 use crate::commit::{Committed, StepCommit};
@@ -23,6 +24,7 @@ use crate::intent::PlannedIntent;
 use crate::lease::{Lease, LeaseChange, LeaseFilter};
 use crate::ledger::LedgerMark;
 use crate::run::{NewRun, RunRecord, RunStatus, StatusChange};
+use crate::singleton::{SingletonLease, claimed, validate_claim, validate_singleton_text};
 
 /// Runs a cached statement and decodes every row.
 fn query_all<T>(
@@ -824,4 +826,60 @@ pub fn idempotency_records(
         ],
         decode_idempotency,
     )
+}
+
+/// The singleton lease `name`, expired or not.
+pub fn singleton(conn: &Connection, name: &str) -> Result<Option<SingletonLease>, StoreError> {
+    validate_singleton_text("singleton name", name)?;
+    query_one(
+        conn,
+        &format!("SELECT {SINGLETON_COLUMNS} FROM singletons WHERE name = ?1"),
+        [name],
+        decode_singleton,
+    )
+}
+
+/// Takes or renews a singleton lease (see [`Store::claim_singleton`]). The
+/// caller provides the transaction: its `IMMEDIATE` write lock is what
+/// keeps the read and the write atomic across processes.
+///
+/// [`Store::claim_singleton`]: crate::Store::claim_singleton
+pub fn claim_singleton(
+    conn: &Connection,
+    name: &str,
+    owner: &str,
+    now_ms: u64,
+    expires_at_ms: u64,
+) -> Result<Option<SingletonLease>, StoreError> {
+    validate_claim(name, owner, now_ms, expires_at_ms)?;
+    let Some(lease) = claimed(singleton(conn, name)?, name, owner, now_ms, expires_at_ms) else {
+        return Ok(None);
+    };
+    conn.prepare_cached(
+        "INSERT INTO singletons (name, owner, acquired_at_ms, expires_at_ms) \
+         VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, \
+         acquired_at_ms = excluded.acquired_at_ms, expires_at_ms = excluded.expires_at_ms",
+    )
+    .sql()?
+    .execute(params![
+        lease.name,
+        lease.owner,
+        int(lease.acquired_at_ms, "singleton acquired_at_ms")?,
+        int(lease.expires_at_ms, "singleton expires_at_ms")?,
+    ])
+    .sql()?;
+    Ok(Some(lease))
+}
+
+/// Deletes the singleton lease `name` if `owner` holds it; whether it did.
+pub fn release_singleton(conn: &Connection, name: &str, owner: &str) -> Result<bool, StoreError> {
+    validate_singleton_text("singleton name", name)?;
+    validate_singleton_text("singleton owner", owner)?;
+    let deleted = conn
+        .prepare_cached("DELETE FROM singletons WHERE name = ?1 AND owner = ?2")
+        .sql()?
+        .execute([name, owner])
+        .sql()?;
+    Ok(deleted > 0)
 }

@@ -21,7 +21,7 @@ use super::codec::SqlResult;
 use crate::error::StoreError;
 
 /// The schema version this binary writes: the number of migrations.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
 ///
@@ -143,6 +143,17 @@ CREATE TABLE idempotency (
 CREATE INDEX idempotency_by_expiry ON idempotency (expires_at_ms);
 CREATE INDEX idempotency_by_state ON idempotency (state, created_at_ms);
 "#,
+    // 4: singleton election leases of `rein serve`: one row per periodic
+    // service, naming the process that owns it until `expires_at_ms`. Not
+    // tied to a run; releasing deletes the row.
+    r#"
+CREATE TABLE singletons (
+    name           TEXT PRIMARY KEY NOT NULL,
+    owner          TEXT NOT NULL,
+    acquired_at_ms INTEGER NOT NULL,
+    expires_at_ms  INTEGER NOT NULL
+) STRICT;
+"#,
 ];
 
 /// Brings the database to [`SCHEMA_VERSION`], or refuses a newer one.
@@ -260,7 +271,7 @@ mod tests {
     }
 
     #[test]
-    fn a_version_2_file_upgrades_to_3_and_keeps_its_leases() {
+    fn a_version_2_file_upgrades_and_keeps_its_leases() {
         let mut conn = Connection::open_in_memory().unwrap();
         // A file written by the second release: migrations 1 and 2.
         conn.execute_batch(
@@ -295,7 +306,7 @@ mod tests {
         );
 
         migrate(&mut conn).unwrap();
-        assert_eq!(version(&conn), 3);
+        assert_eq!(version(&conn), i64::from(SCHEMA_VERSION));
         let leases: i64 = conn
             .query_row("SELECT COUNT(*) FROM leases", [], |r| r.get(0))
             .unwrap();
@@ -325,7 +336,65 @@ mod tests {
         );
         assert!(strict.is_err(), "STRICT refuses a text status");
         migrate(&mut conn).unwrap();
-        assert_eq!(version(&conn), 3);
+        assert_eq!(version(&conn), i64::from(SCHEMA_VERSION));
+    }
+
+    #[test]
+    fn a_version_3_file_upgrades_to_4_and_keeps_its_idempotency_records() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        // A file written by the third release: migrations 1 to 3.
+        conn.execute_batch(
+            "CREATE TABLE rein_schema (
+                version       INTEGER PRIMARY KEY NOT NULL,
+                applied_at_ms INTEGER NOT NULL
+            ) STRICT;",
+        )
+        .unwrap();
+        for (index, migration) in MIGRATIONS[..3].iter().enumerate() {
+            conn.execute_batch(migration).unwrap();
+            conn.execute(
+                "INSERT INTO rein_schema (version, applied_at_ms) VALUES (?1, 0)",
+                [index as i64 + 1],
+            )
+            .unwrap();
+        }
+        conn.execute(
+            "INSERT INTO idempotency VALUES ('t', 'k', 'f', 'in_progress', NULL, NULL, NULL, \
+             NULL, 1, 1, 2)",
+            [],
+        )
+        .unwrap();
+        assert!(
+            conn.execute("SELECT 1 FROM singletons", []).is_err(),
+            "no singletons table before version 4"
+        );
+
+        migrate(&mut conn).unwrap();
+        assert_eq!(version(&conn), 4);
+        let records: i64 = conn
+            .query_row("SELECT COUNT(*) FROM idempotency", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(records, 1, "the upgrade keeps existing idempotency records");
+        conn.execute(
+            "INSERT INTO singletons VALUES ('ledger-reconciler', 'pid:1@h', 1, 2)",
+            [],
+        )
+        .unwrap();
+        let duplicate = conn.execute(
+            "INSERT INTO singletons VALUES ('ledger-reconciler', 'pid:2@h', 1, 2)",
+            [],
+        );
+        assert!(duplicate.is_err(), "one row per singleton name");
+        let strict = conn.execute(
+            "INSERT INTO singletons VALUES ('sweeper', 'pid:1@h', 1, 'later')",
+            [],
+        );
+        assert!(strict.is_err(), "STRICT refuses a text expiry");
+        let missing_owner =
+            conn.execute("INSERT INTO singletons VALUES ('sweeper', NULL, 1, 2)", []);
+        assert!(missing_owner.is_err(), "a row always names its owner");
+        migrate(&mut conn).unwrap();
+        assert_eq!(version(&conn), 4);
     }
 
     #[test]

@@ -1,0 +1,201 @@
+//! What happens to runs whose process died: queued work is taken over by
+//! another worker once its claim lease ran out (and dead-lettered after
+//! too many attempts); a direct run is closed as `orphaned` once nobody
+//! renewed its claim for the orphan threshold.
+//!
+//! # Why two answers
+//!
+//! Work accepted with `mode: queued` was promised to be done: a worker
+//! resumes it from its checkpoint, and idempotency keys keep every effect
+//! single. A direct (sync) run belonged to a caller who is gone with the
+//! process: it is reported failed, honestly, and its ledger is left to the
+//! ledger reconciler.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rein_core::outcome::RunReport;
+use rein_core::{Event, EventKind, Outcome, RunId};
+use rein_store::{Lease, LeaseKind, RunRecord, RunStatus, StatusChange, StepCommit};
+use serde_json::{Value, json};
+
+use crate::state::AppState;
+
+/// Unix milliseconds now.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Runs recorded `running`, oldest first, at most `limit`.
+pub async fn running(state: &AppState, limit: usize) -> Vec<RunRecord> {
+    match state
+        .store
+        .list_runs(limit.saturating_mul(20).max(200))
+        .await
+    {
+        Ok(runs) => {
+            let mut r: Vec<RunRecord> = runs
+                .into_iter()
+                .filter(|r| r.status == RunStatus::Running)
+                .collect();
+            r.sort_by_key(|r| r.created_at_ms);
+            r.truncate(limit);
+            r
+        }
+        Err(e) => {
+            tracing::warn!("recovery: cannot list runs: {e}");
+            Vec::new()
+        }
+    }
+}
+
+/// What recovery knows of a running run.
+pub struct Standing {
+    /// Whether it was accepted as queued work.
+    pub enqueued: bool,
+    /// Its claim, if any.
+    pub claim: Option<Lease>,
+    /// How many times it was resumed.
+    pub resumes: u32,
+}
+
+/// Reads a run's origin, claim and resume count.
+pub async fn standing(state: &AppState, run_id: &RunId) -> Option<Standing> {
+    let events = state.store.events(run_id, 0).await.ok()?;
+    let enqueued = events
+        .iter()
+        .find(|e| e.kind == EventKind::RunStarted)
+        .is_some_and(|e| e.data["enqueued"] == Value::Bool(true));
+    let resumes = u32::try_from(
+        events
+            .iter()
+            .filter(|e| e.kind == EventKind::RunResumed)
+            .count(),
+    )
+    .unwrap_or(u32::MAX);
+    let claim = state
+        .store
+        .leases_of_run(run_id)
+        .await
+        .ok()?
+        .into_iter()
+        .find(|l| l.kind == LeaseKind::Run);
+    Some(Standing {
+        enqueued,
+        claim,
+        resumes,
+    })
+}
+
+/// Ends a run from outside with `error_type` (`orphaned`, `dead_letter`).
+pub async fn fail(state: &AppState, record: &RunRecord, error_type: &str, why: String) -> bool {
+    let at_ms = now_ms();
+    let report = RunReport {
+        outcome: Outcome::Failed,
+        completed: Vec::new(),
+        incomplete: Vec::new(),
+        recoverable: false,
+        recommendation: "check the run's ledger (rein reconcile settles records in doubt), then submit the task again if needed".into(),
+        summary: format!("The run ended failed ({error_type}): {why}."),
+        answer: None,
+        consumed: rein_core::deadline::Usage::default(),
+        elapsed_ms: at_ms.saturating_sub(record.created_at_ms),
+        steps: 0,
+        compensations: Vec::new(),
+        handoff: None,
+        resume: None,
+    };
+    let event = Event {
+        run_id: record.run_id.clone(),
+        seq: 0,
+        step: 0,
+        intent_id: None,
+        attempt_id: None,
+        idempotency_key: None,
+        at_ms,
+        kind: EventKind::RunFailed,
+        data: json!({"error_type": error_type, "reason": why}),
+    };
+    let commit = StepCommit {
+        status: Some(StatusChange {
+            status: RunStatus::Finished(Outcome::Failed),
+            report: Some(report),
+            at_ms,
+        }),
+        events: vec![event],
+        ..StepCommit::default()
+    };
+    match state.store.commit_step(&record.run_id, commit).await {
+        Ok(_) => {
+            tracing::warn!(run = %record.run_id, error_type, "{why}");
+            true
+        }
+        Err(e) => {
+            tracing::warn!(run = %record.run_id, "cannot close the run as {error_type}: {e}");
+            false
+        }
+    }
+}
+
+/// One orphan scan: closes direct runs whose claim nobody renewed for the
+/// orphan threshold. Returns how many it closed.
+pub async fn scan_orphans(state: &Arc<AppState>) -> usize {
+    let settings = &state.settings.reconciliation;
+    let threshold = millis(settings.orphan_threshold);
+    let lease = millis(state.settings.queue.lease);
+    let now = now_ms();
+    let limit = usize::try_from(settings.max_runs_per_scan.get()).unwrap_or(100);
+    let mut closed = 0;
+    for record in running(state, limit).await {
+        let Some(standing) = standing(state, &record.run_id).await else {
+            continue;
+        };
+        if standing.enqueued || state.live.contains(&record.run_id) {
+            continue;
+        }
+        // The last heartbeat: when the claim was last renewed (its expiry
+        // minus one lease), or the run's last change without a claim.
+        let last_beat = standing.claim.as_ref().map_or(record.updated_at_ms, |c| {
+            c.expires_at_ms.saturating_sub(lease)
+        });
+        if now.saturating_sub(last_beat) >= threshold
+            && fail(
+                state,
+                &record,
+                "orphaned",
+                format!(
+                    "its process stopped signalling {} s ago (threshold {} s)",
+                    now.saturating_sub(last_beat) / 1000,
+                    threshold / 1000
+                ),
+            )
+            .await
+        {
+            closed += 1;
+        }
+    }
+    closed
+}
+
+/// Scans for orphans every `scan_interval`, forever (while this process
+/// holds the run-reconciliation singleton, when elections are in use).
+pub async fn orphans_forever(state: Arc<AppState>) {
+    let every = state.settings.reconciliation.scan_interval;
+    loop {
+        tokio::time::sleep(every).await;
+        if !crate::singleton::holds(&state, crate::singleton::RUN_RECONCILIATION, every).await {
+            continue;
+        }
+        let closed = scan_orphans(&state).await;
+        if closed > 0 {
+            tracing::info!(closed, "orphaned runs closed");
+        }
+    }
+}
