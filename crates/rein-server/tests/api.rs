@@ -43,6 +43,9 @@ struct Api {
 #[derive(Default)]
 struct Options {
     workers: usize,
+    max_attempts: Option<u32>,
+    /// Runs recorded as abandoned by a dead worker before the server starts.
+    abandoned: Vec<&'static str>,
     idempotency_disabled: bool,
     body_limit: Option<usize>,
     faults: Option<Faults>,
@@ -80,7 +83,13 @@ async fn start(options: Options) -> Api {
     if let Some(limit) = options.body_limit {
         settings.body_limit = limit;
     }
+    if let Some(n) = options.max_attempts.and_then(std::num::NonZeroU32::new) {
+        settings.queue.max_attempts = n;
+    }
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("rein.db")).unwrap());
+    for id in &options.abandoned {
+        abandoned(store.as_ref(), id).await;
+    }
     let client = http_client().unwrap();
     let engine = Engine::builder(store.clone())
         .http_client(client.clone())
@@ -707,4 +716,93 @@ async fn a_run_driven_elsewhere_cannot_be_cancelled_here() {
         .await
         .unwrap();
     problem(r, StatusCode::CONFLICT, "cancel-not-delivered").await;
+}
+
+/// Records a queued run whose worker died mid-way: running, started by a
+/// queue worker, with no claim left.
+async fn abandoned(store: &dyn Store, id: &str) -> rein_core::RunId {
+    let run_id = rein_core::RunId::new(id).unwrap();
+    store
+        .create_run(rein_store::NewRun {
+            run_id: run_id.clone(),
+            tenant: TenantId::new("acme").unwrap(),
+            agent: "order_desk".into(),
+            input: "Move order A-1001.".into(),
+            parent_run_id: None,
+            budget: json!({}),
+            created_at_ms: 1,
+        })
+        .await
+        .unwrap();
+    let started = rein_core::Event {
+        run_id: run_id.clone(),
+        seq: 0,
+        step: 0,
+        intent_id: None,
+        attempt_id: None,
+        idempotency_key: None,
+        at_ms: 2,
+        kind: rein_core::EventKind::RunStarted,
+        data: json!({"agent": "order_desk", "enqueued": true}),
+    };
+    store
+        .commit_step(
+            &run_id,
+            rein_store::StepCommit {
+                status: Some(rein_store::StatusChange {
+                    status: rein_store::RunStatus::Running,
+                    report: None,
+                    at_ms: 2,
+                }),
+                events: vec![started],
+                ..rein_store::StepCommit::default()
+            },
+        )
+        .await
+        .unwrap();
+    run_id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_queued_work_is_taken_over_or_dead_lettered() {
+    let api = start(Options {
+        workers: 1,
+        abandoned: vec!["abandoned-once"],
+        ..Options::default()
+    })
+    .await;
+    let run = api.finished("/v1/runs/abandoned-once", ACME).await;
+    assert_eq!(run["status"], "succeeded", "taken over and finished: {run}");
+    assert!(run["report"]["resume"].is_object(), "{run}");
+    assert_eq!(api.desk.applied_count(UPDATE_DELIVERY_TIME), 1);
+
+    let api = start(Options {
+        workers: 1,
+        max_attempts: Some(1),
+        abandoned: vec!["abandoned-for-good"],
+        ..Options::default()
+    })
+    .await;
+    let run = api.finished("/v1/runs/abandoned-for-good", ACME).await;
+    assert_eq!(run["status"], "failed", "{run}");
+    let events: Value = api
+        .get("/v1/runs/abandoned-for-good/events", ACME)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let failed = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "run_failed")
+        .expect("a run_failed event");
+    assert_eq!(failed["data"]["error_type"], "dead_letter", "{failed}");
+    assert_eq!(
+        api.desk.requests().len(),
+        0,
+        "a dead letter is not run again"
+    );
 }
