@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use rein_engine::config::{CompiledSchemas, Loader};
-use rein_engine::run::{Engine, http_client};
+use rein_engine::run::http_client;
 use rein_server::AppState;
 use rein_store::{SqliteStore, Store};
 use tokio::sync::Notify;
@@ -55,13 +55,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         );
         let schemas = CompiledSchemas::compile(&registry).map_err(|e| anyhow::anyhow!("{e}"))?;
         let client = http_client().context("cannot build the HTTP client")?;
-        // Claims expire unless renewed: a process that dies hands its
-        // queued work to another worker once the lease runs out.
-        let engine = Engine::builder(store.clone())
-            .http_client(client.clone())
-            .breakers(registry.breakers().clone())
-            .claim_lease(settings.queue.lease)
-            .build()?;
+        let engine = rein_server::build_engine(&registry, store.clone(), client.clone(), None)?;
         let workers = usize::try_from(settings.queue.workers.get()).unwrap_or(1);
         let keys = settings.api_keys.len();
         let state = Arc::new(AppState {

@@ -13,7 +13,9 @@ use serde_json::Value;
 
 use crate::config::CompiledSchemas;
 use crate::provider::{ModelProvider, OpenAiProvider, ScriptError, ScriptedProvider};
-use crate::run::{AgentBinding, ArgValidator, CompensationBinding, ToolBinding, ToolTarget};
+use crate::run::{
+    AgentBinding, AgentTarget, ArgValidator, CompensationBinding, ToolBinding, ToolTarget,
+};
 use crate::tool_command::CommandTarget;
 use crate::tool_http::HttpTarget;
 
@@ -202,6 +204,16 @@ fn bind_tool(spec: &ToolSpec) -> Result<ToolBinding, BindError> {
             idempotency_header: spec.idempotency.header.clone(),
             status_url: status_url.clone(),
             max_result_bytes: *max_result_bytes,
+        }),
+        AdapterSpec::Agent {
+            agent,
+            budget_ratio,
+            caps,
+            ..
+        } => ToolTarget::Agent(AgentTarget {
+            agent: agent.clone(),
+            budget_ratio: *budget_ratio,
+            caps: *caps,
         }),
         other => match CommandTarget::from_spec(&spec.name, other) {
             Some(target) => ToolTarget::Command(target),

@@ -5,10 +5,13 @@
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use rein_core::ToolClass;
+use rein_core::deadline::ChildCaps;
 use rein_core::registry::{AdapterSpec, ProviderKind};
 use rein_engine::config::{CompiledSchemas, ConfigErrors, Loader, Registry};
+use rein_engine::run::ToolTarget;
 use serde_json::json;
 
 fn example() -> PathBuf {
@@ -315,4 +318,80 @@ fn scripted_provider_script_resolves_against_its_own_file_in_a_directory() {
         }
     );
     let _ = HashMap::<(), ()>::new();
+}
+
+const AGENT_TOOL: &str = r#"
+[providers.model]
+kind = "openai"
+base_url = "http://127.0.0.1:9/v1"
+
+[resource_groups.agents]
+max_concurrency = 2
+
+[agents.researcher]
+provider = "model"
+model = "m"
+system_prompt = "You research."
+tools = ["research"]
+
+[agents.desk]
+provider = "model"
+model = "m"
+tools = ["research"]
+
+[tools.research]
+description = "Ask the research agent a question; answers with its findings."
+class = "read"
+resource_group = "agents"
+side_effect_tier = "none"
+owner = "research-team"
+schema = { type = "object", properties = { task = { type = "string", description = "What the child agent should do." } }, required = ["task"], additionalProperties = false }
+[tools.research.adapter]
+kind = "agent"
+agent = "researcher"
+budget_ratio = 0.25
+max_tokens = 20000
+max_steps = 5
+wall_clock = "30s"
+"#;
+
+#[test]
+fn agent_tool_binds_to_a_child_agent_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "rein.toml", AGENT_TOOL);
+    let registry = load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let client = reqwest::Client::new();
+    // The agent that offers the tool, and the agent the tool runs (itself).
+    for name in ["desk", "researcher"] {
+        let agent = rein_engine::bind::bind_agent(&registry, name, &client, &demo_env)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let tool = &agent.tools["research"];
+        assert_eq!(tool.class, ToolClass::Read);
+        assert_eq!(tool.resource_group.as_deref(), Some("agents"));
+        // No latency declared: the agent tool default, capped by wall_clock.
+        assert_eq!(tool.latency.p99(), Duration::from_secs(30));
+        match &tool.target {
+            ToolTarget::Agent(target) => {
+                assert_eq!(target.agent, "researcher");
+                assert_eq!(target.budget_ratio.get(), 0.25);
+                assert_eq!(
+                    target.caps,
+                    ChildCaps {
+                        wall_clock: Some(Duration::from_secs(30)),
+                        steps: Some(5),
+                        tokens: Some(20_000),
+                        cost: None,
+                    }
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            agent.tool_definitions[0]["function"]["name"],
+            json!("research")
+        );
+        assert_eq!(agent.group_limits["agents"].get(), 2);
+    }
+    let all = rein_engine::bind::bind_tools(&registry).unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(all["research"].target, ToolTarget::Agent(_)));
 }

@@ -57,12 +57,16 @@ pub async fn cancel_run(
     let record = owned(&state, &tenant, &id).await?;
     match record.status {
         RunStatus::Finished(outcome) => Err(terminal(&id, outcome.as_str())),
-        RunStatus::Running if state.live.cancel(&record.run_id) => Ok((
+        RunStatus::Running
+            if state.live.cancel(&record.run_id) || state.engine.cancel(&record.run_id) =>
+        {
+            Ok((
             StatusCode::ACCEPTED,
             axum::Json(json!({"run_id": record.run_id, "status": "cancelling",
                               "note": "the cancellation reached the run's owner; poll the run until it ends"})),
         )
-            .into_response()),
+            .into_response())
+        }
         RunStatus::Running => Err(Problem::new(
             StatusCode::CONFLICT,
             "cancel-not-delivered",

@@ -108,6 +108,44 @@ async fn no_route() -> Problem {
     )
 }
 
+/// The engine `rein serve` runs: claims with the queue lease (a process
+/// that dies hands its queued work to another worker), agent tools bound
+/// from `registry`, agent trees bounded by `[server.agent_graph]`.
+///
+/// # Errors
+///
+/// When the engine's settings are invalid.
+pub fn build_engine(
+    registry: &rein_engine::config::Registry,
+    store: Arc<dyn rein_store::Store>,
+    client: reqwest::Client,
+    rng_seed: Option<u64>,
+) -> Result<rein_engine::run::Engine, rein_engine::run::EngineError> {
+    let settings = registry.server();
+    let graph = settings.agent_graph;
+    let limits = rein_engine::run::TreeLimits {
+        max_depth: graph.max_depth,
+        max_total_tokens: graph.max_total_tokens.map(|t| t.get()),
+        max_total_runs: graph.max_total_runs.map(|r| r.get()),
+    };
+    let agents = registry.clone();
+    let bind_client = client.clone();
+    let resolve: rein_engine::run::AgentResolver = Arc::new(move |name: &str| {
+        let env = |k: &str| std::env::var(k).ok();
+        rein_engine::bind::bind_agent(&agents, name, &bind_client, &env).ok()
+    });
+    let mut builder = rein_engine::run::Engine::builder(store)
+        .http_client(client)
+        .breakers(registry.breakers().clone())
+        .claim_lease(settings.queue.lease)
+        .agents(resolve)
+        .tree_limits(limits);
+    if let Some(seed) = rng_seed {
+        builder = builder.rng_seed(seed);
+    }
+    builder.build()
+}
+
 /// The API's routes over `state`.
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.settings.body_limit;

@@ -157,7 +157,9 @@ pub async fn scan_orphans(state: &Arc<AppState>) -> usize {
         let Some(standing) = standing(state, &record.run_id).await else {
             continue;
         };
-        if standing.enqueued || state.live.contains(&record.run_id) {
+        if standing.enqueued
+            || (state.live.contains(&record.run_id) || state.engine.is_live(&record.run_id))
+        {
             continue;
         }
         // The last heartbeat: when the claim was last renewed (its expiry

@@ -74,7 +74,7 @@ async fn take_over(state: &Arc<AppState>) -> bool {
     let now = crate::recovery::now_ms();
     let max_attempts = state.settings.queue.max_attempts.get();
     for record in crate::recovery::running(state, 16).await {
-        if state.live.contains(&record.run_id) {
+        if state.live.contains(&record.run_id) || state.engine.is_live(&record.run_id) {
             continue;
         }
         let Some(standing) = crate::recovery::standing(state, &record.run_id).await else {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rein_core::TenantId;
 use rein_engine::config::{CompiledSchemas, Loader};
-use rein_engine::run::{Engine, http_client};
+use rein_engine::run::http_client;
 use rein_server::AppState;
 use rein_store::{IdempotencyState, SqliteStore, Store};
 use rein_testkit::order_desk::{Fault, Faults, OrderDesk, OrderDeskConfig, UPDATE_DELIVERY_TIME};
@@ -91,11 +91,8 @@ async fn start(options: Options) -> Api {
         abandoned(store.as_ref(), id).await;
     }
     let client = http_client().unwrap();
-    let engine = Engine::builder(store.clone())
-        .http_client(client.clone())
-        .rng_seed(5)
-        .build()
-        .unwrap();
+    let engine =
+        rein_server::build_engine(&registry, store.clone(), client.clone(), Some(5)).unwrap();
     let state = Arc::new(AppState {
         schemas: CompiledSchemas::compile(&registry).unwrap(),
         registry,

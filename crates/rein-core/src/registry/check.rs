@@ -16,7 +16,10 @@ use super::config::{
     IdempotencyConfig, LatencyConfig, LatencyMode, ProviderConfig, ProviderKindName,
     ResourceGroupConfig, ServerConfig, ToolConfig,
 };
-use super::constants::{DEFAULT_COMPENSATION_RESERVE, MAX_COMPENSATION_RESERVE};
+use super::constants::{
+    DEFAULT_AGENT_BUDGET_RATIO, DEFAULT_AGENT_TOOL_LATENCY, DEFAULT_COMPENSATION_RESERVE,
+    MAX_COMPENSATION_RESERVE,
+};
 use super::constants::{
     DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_RESULT_BYTES,
     DEFAULT_OBSERVE_MIN_SAMPLES, DEFAULT_PROVIDER_TIMEOUT, RESERVED_ENV_PREFIX, RESERVED_HEADERS,
@@ -32,7 +35,7 @@ use super::spec::{
 };
 use crate::breaker::{Breakers, BreakersConfig};
 use crate::config::{ConfigError, Ratio};
-use crate::deadline::{BudgetLimits, Cost};
+use crate::deadline::{BudgetLimits, ChildCaps, Cost};
 use crate::idempotency::NormalizerConfig;
 use crate::ids::TenantId;
 use crate::loop_guard::LoopGuard;
@@ -521,8 +524,13 @@ impl<'a> Checker<'a> {
             );
         }
         let owner = self.required_text(file, &p, "owner", c.owner.as_deref());
-        let latency = match &c.latency {
-            None => {
+        let agent_adapter = c
+            .adapter
+            .as_ref()
+            .filter(|a| a.kind == Some(AdapterKind::Agent));
+        let latency = match (&c.latency, agent_adapter) {
+            (None, Some(adapter)) => Some(default_agent_latency(adapter.wall_clock)),
+            (None, None) => {
                 self.report(
                     file,
                     format!("{p}.latency"),
@@ -530,7 +538,7 @@ impl<'a> Checker<'a> {
                 );
                 None
             }
-            Some(latency) => self.latency(file, &p, latency),
+            (Some(latency), _) => self.latency(file, &p, latency),
         };
         let idempotency = self.idempotency(file, &p, &c.idempotency);
         let adapter = match &c.adapter {
@@ -538,11 +546,11 @@ impl<'a> Checker<'a> {
                 self.report(
                     file,
                     format!("{p}.adapter"),
-                    "is required: { kind = \"http\", url = \"…\" } or { kind = \"command\", program = \"…\" }",
+                    "is required: { kind = \"http\", url = \"…\" }, { kind = \"command\", program = \"…\" } or { kind = \"agent\", agent = \"…\" }",
                 );
                 None
             }
-            Some(adapter) => self.adapter(file, &p, class, idempotency.as_ref(), adapter),
+            Some(adapter) => self.adapter(merged, file, &p, class, idempotency.as_ref(), adapter),
         };
         let compensation = self.compensation(merged, file, name, c);
         Some(ToolSpec {
@@ -784,6 +792,7 @@ impl<'a> Checker<'a> {
 
     fn adapter(
         &mut self,
+        merged: &Merged<'a>,
         file: &Path,
         p: &str,
         class: Option<ToolClass>,
@@ -794,8 +803,13 @@ impl<'a> Checker<'a> {
         match c.kind {
             Some(AdapterKind::Http) => self.http_adapter(file, &f, class, idempotency, c),
             Some(AdapterKind::Command) => self.command_adapter(file, &f, c),
+            Some(AdapterKind::Agent) => self.agent_adapter(merged, file, &f, c),
             None => {
-                self.report(file, format!("{f}.kind"), "is required: http or command");
+                self.report(
+                    file,
+                    format!("{f}.kind"),
+                    "is required: http, command or agent",
+                );
                 None
             }
         }
@@ -843,7 +857,7 @@ impl<'a> Checker<'a> {
                 (!c.env.is_empty(), "env"),
                 (c.max_output_bytes.is_some(), "max_output_bytes"),
             ],
-        );
+        ) & self.foreign_fields(file, f, "http", &agent_fields(c));
         let url = match &c.url {
             None => {
                 self.report(file, format!("{f}.url"), "is required");
@@ -921,7 +935,7 @@ impl<'a> Checker<'a> {
                 (!c.headers.is_empty(), "headers"),
                 (c.max_result_bytes.is_some(), "max_result_bytes"),
             ],
-        );
+        ) & self.foreign_fields(file, f, "command", &agent_fields(c));
         if c.status_url.is_some() {
             self.report(
                 file,
@@ -1014,6 +1028,118 @@ impl<'a> Checker<'a> {
             working_dir,
             env: c.env.clone(),
             max_output_bytes,
+        })
+    }
+
+    fn agent_adapter(
+        &mut self,
+        merged: &Merged<'a>,
+        file: &Path,
+        f: &str,
+        c: &AdapterConfig,
+    ) -> Option<AdapterSpec> {
+        let mut ok = self.foreign_fields(
+            file,
+            f,
+            "agent",
+            &[
+                (c.url.is_some(), "url"),
+                (c.method.is_some(), "method"),
+                (!c.headers.is_empty(), "headers"),
+                (c.max_result_bytes.is_some(), "max_result_bytes"),
+                (c.program.is_some(), "program"),
+                (!c.args.is_empty(), "args"),
+                (c.working_dir.is_some(), "working_dir"),
+                (!c.env.is_empty(), "env"),
+                (c.max_output_bytes.is_some(), "max_output_bytes"),
+            ],
+        );
+        if c.status_url.is_some() {
+            self.report(
+                file,
+                format!("{f}.status_url"),
+                "is not allowed on an agent adapter: a child run has no endpoint to look a call up by key",
+            );
+            ok = false;
+        }
+        // An agent tool may name the agent that offers it: the depth and
+        // size of the tree are bounded at run time (`server.agent_graph`).
+        let agent = match c.agent.as_deref() {
+            None => {
+                self.report(
+                    file,
+                    format!("{f}.agent"),
+                    "is required for an agent adapter: the name of an agent in the config",
+                );
+                None
+            }
+            Some(agent) if !merged.has("agents", agent) => {
+                self.report(
+                    file,
+                    format!("{f}.agent"),
+                    format!("names `{agent}`, which is not an agent; define [agents.{agent}]"),
+                );
+                None
+            }
+            Some(agent) => Some(agent.to_owned()),
+        };
+        let ratio = c.budget_ratio.unwrap_or(DEFAULT_AGENT_BUDGET_RATIO);
+        let budget_ratio = Ratio::new_positive("budget_ratio", ratio).ok();
+        if budget_ratio.is_none() {
+            self.report(
+                file,
+                format!("{f}.budget_ratio"),
+                format!(
+                    "must be a number in (0, 1]: the share of the caller's remaining budget, but it is {ratio}"
+                ),
+            );
+        }
+        let zero = "must be greater than zero; leave it out for no cap beyond the budget_ratio";
+        let mut positive = |set: bool, is_zero: bool, field: &str| {
+            if set && is_zero {
+                self.report(file, format!("{f}.{field}"), zero);
+                false
+            } else {
+                true
+            }
+        };
+        ok &= positive(
+            c.max_tokens.is_some(),
+            c.max_tokens == Some(0),
+            "max_tokens",
+        );
+        ok &= positive(c.max_steps.is_some(), c.max_steps == Some(0), "max_steps");
+        ok &= positive(
+            c.wall_clock.is_some(),
+            c.wall_clock.is_some_and(|d| d.is_zero()),
+            "wall_clock",
+        );
+        let cost = match c
+            .max_cost_usd
+            .map(|usd| Cost::from_usd("max_cost_usd", usd))
+        {
+            None => None,
+            Some(Ok(cost)) => {
+                ok &= positive(true, cost == Cost::ZERO, "max_cost_usd");
+                Some(cost)
+            }
+            Some(Err(err)) => {
+                self.config_error(file, f, &err);
+                ok = false;
+                None
+            }
+        };
+        let caps = ChildCaps {
+            wall_clock: c.wall_clock,
+            steps: c.max_steps,
+            tokens: c.max_tokens,
+            cost,
+        };
+        let (agent, budget_ratio) = (agent?, budget_ratio?);
+        ok.then_some(AdapterSpec::Agent {
+            agent,
+            budget_ratio,
+            caps,
         })
     }
 
@@ -1724,6 +1850,30 @@ impl Merged<'_> {
         };
         parsed || self.broken.contains(format!("{section}.{name}").as_str())
     }
+}
+
+/// The agent adapter's settings of `c`, each with whether it is set, to
+/// report on an adapter of another kind.
+fn agent_fields(c: &AdapterConfig) -> [(bool, &'static str); 6] {
+    [
+        (c.agent.is_some(), "agent"),
+        (c.budget_ratio.is_some(), "budget_ratio"),
+        (c.max_tokens.is_some(), "max_tokens"),
+        (c.max_steps.is_some(), "max_steps"),
+        (c.wall_clock.is_some(), "wall_clock"),
+        (c.max_cost_usd.is_some(), "max_cost_usd"),
+    ]
+}
+
+/// The latency profile of an agent tool that declares none:
+/// [`DEFAULT_AGENT_TOOL_LATENCY`], each quantile at most the child's
+/// `wall_clock` cap (a zero cap is reported elsewhere and ignored here).
+fn default_agent_latency(wall_clock: Option<Duration>) -> LatencySpec {
+    let (p50, p95, p99) = DEFAULT_AGENT_TOOL_LATENCY;
+    let cap = wall_clock.filter(|d| !d.is_zero()).unwrap_or(Duration::MAX);
+    let profile = LatencyProfile::new(p50.min(cap), p95.min(cap), p99.min(cap), 0)
+        .unwrap_or_else(|_| unreachable!("capped default quantiles stay positive and ordered"));
+    LatencySpec::Declared(profile)
 }
 
 /// The `properties` table of a schema, if it has one.

@@ -247,18 +247,21 @@ pub enum AdapterKind {
     Http,
     /// A local program: JSON arguments on stdin, the result on stdout.
     Command,
+    /// Another agent of the registry, run as a child of the calling run.
+    Agent,
 }
 
 /// An adapter as written in config.
 ///
 /// `url`, `method`, `headers`, `status_url` and `max_result_bytes` belong to
 /// `http`; `program`, `args`, `working_dir`, `env` and `max_output_bytes` to
-/// `command`.
+/// `command`; `agent`, `budget_ratio`, `max_tokens`, `max_steps`,
+/// `wall_clock` and `max_cost_usd` to `agent`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct AdapterConfig {
-    /// `http` or `command`; required.
+    /// `http`, `command` or `agent`; required.
     pub kind: Option<AdapterKind>,
     /// Where calls go; `${ENV}` is interpolated by the loader.
     pub url: Option<String>,
@@ -284,6 +287,21 @@ pub struct AdapterConfig {
     pub env: BTreeMap<String, String>,
     /// Command: stdout and stderr bytes kept, each, before truncation.
     pub max_output_bytes: Option<u64>,
+    /// Agent: the agent to run as a child; required for an agent adapter.
+    pub agent: Option<String>,
+    /// Agent: the share of the caller's remaining budget the child may use,
+    /// in (0, 1]; [`DEFAULT_AGENT_BUDGET_RATIO`](super::DEFAULT_AGENT_BUDGET_RATIO)
+    /// when unset.
+    pub budget_ratio: Option<f64>,
+    /// Agent: at most this many tokens for the child, on top of its share.
+    pub max_tokens: Option<u64>,
+    /// Agent: at most this many steps for the child, on top of its share.
+    pub max_steps: Option<u32>,
+    /// Agent: at most this much time for the child, on top of its share.
+    #[serde(with = "humantime_serde")]
+    pub wall_clock: Option<Duration>,
+    /// Agent: at most this many dollars for the child, on top of its share.
+    pub max_cost_usd: Option<f64>,
 }
 
 /// An agent as written in config (`[agents.NAME]`).
@@ -474,6 +492,21 @@ mod tests {
         assert_eq!(c.mode, LatencyMode::Observe);
         assert_eq!(c.fallback_p99, Some(Duration::from_secs(5)));
         assert_eq!(c.min_samples, Some(9));
+    }
+
+    #[test]
+    fn adapter_config_reads_agent_settings() {
+        let c: AdapterConfig = toml::from_str(
+            "kind = \"agent\"\nagent = \"researcher\"\nbudget_ratio = 0.25\nmax_tokens = 2000\nmax_steps = 5\nwall_clock = \"30s\"",
+        )
+        .unwrap();
+        assert_eq!(c.kind, Some(AdapterKind::Agent));
+        assert_eq!(c.agent.as_deref(), Some("researcher"));
+        assert_eq!(c.budget_ratio, Some(0.25));
+        assert_eq!(c.max_tokens, Some(2000));
+        assert_eq!(c.max_steps, Some(5));
+        assert_eq!(c.wall_clock, Some(Duration::from_secs(30)));
+        assert_eq!(c.max_cost_usd, None);
     }
 
     #[test]

@@ -42,6 +42,21 @@ pub const RESERVED_HEADERS: [&str; 4] = [
     "Rein-Attempt",
 ];
 
+/// The share of the caller's remaining budget an agent tool's child run
+/// gets when its adapter names no `budget_ratio`: half, so the caller keeps
+/// enough to use the answer.
+pub const DEFAULT_AGENT_BUDGET_RATIO: f64 = 0.5;
+
+/// The latency profile assumed for an agent tool that declares none, as
+/// (p50, p95, p99): a child run is several model turns and tool calls, so
+/// seconds to a minute. Each quantile is lowered to the adapter's
+/// `wall_clock` cap when that is shorter, since the child cannot run longer.
+pub const DEFAULT_AGENT_TOOL_LATENCY: (Duration, Duration, Duration) = (
+    Duration::from_secs(5),
+    Duration::from_secs(20),
+    Duration::from_secs(60),
+);
+
 /// The share of an agent's wall clock reserved for compensation by default.
 pub const DEFAULT_COMPENSATION_RESERVE: f64 = 0.2;
 

@@ -37,8 +37,9 @@
 //! | a compensation on a read tool; grade `none` with a tool, `strong`/`weak` without | `tools.NAME.compensation.*` |
 //! | a compensation tool that is unknown, `read`, irreversible under grade `strong`, or the tool itself | `tools.NAME.compensation.tool` |
 //! | an argument mapping that is not `args.<path>`/`result.<path>`, names an argument the forward schema lacks, or does not fill the compensation's required arguments | `tools.NAME.compensation.args.*` |
-//! | an adapter field of the other kind (`url` on a `command`, `program` on an `http`) | `tools.NAME.adapter.*` |
+//! | an adapter field of another kind (`url` on a `command`, `program` on an `http`, `agent` on either) | `tools.NAME.adapter.*` |
 //! | a `command` adapter with an empty `program`, a `status_url` (a command has no lookup by key), an `env` name that is not a variable name or starts with `REIN_`, a NUL byte in `program`, `args` or `env` | `tools.NAME.adapter.*` |
+//! | an `agent` adapter naming no agent or an unknown one, a `budget_ratio` outside (0, 1], a zero cap (`max_tokens`, `max_steps`, `wall_clock`, `max_cost_usd`), or a `status_url` | `tools.NAME.adapter.*` |
 //! | a schema whose top-level type is not `object`, a property without a description, or one the schema compiler refuses | `tools.NAME.schema.*` |
 //! | any value refused by rein-core's own config types (budget, retry, loop guard, breakers, latency) | their field, under the table path |
 //! | `[breakers]` or `[server]` in two files | `breakers` / `server` (in the later file) |
@@ -55,6 +56,8 @@
 //! | `tools.*.adapter.method` | `POST` |
 //! | `tools.*.adapter.max_result_bytes` | [`DEFAULT_MAX_RESULT_BYTES`] (16 KiB) |
 //! | `tools.*.adapter.max_output_bytes` (command) | [`DEFAULT_MAX_OUTPUT_BYTES`] (64 KiB) |
+//! | `tools.*.adapter.budget_ratio` (agent) | [`DEFAULT_AGENT_BUDGET_RATIO`] (0.5) |
+//! | `tools.*.latency` (agent adapter only; required otherwise) | [`DEFAULT_AGENT_TOOL_LATENCY`] (5 s / 20 s / 60 s), each at most the adapter's `wall_clock` |
 //! | `tools.*.latency.min_samples` (observe mode) | [`DEFAULT_OBSERVE_MIN_SAMPLES`] (50) |
 //! | `providers.*.timeout` (openai) | [`DEFAULT_PROVIDER_TIMEOUT`] (60 s) |
 //! | `resource_groups.*.burst` | `rate_per_sec` rounded up |
@@ -103,15 +106,15 @@ pub use config::{
     ResourceGroupConfig, ServerConfig, ServerIdempotencyConfig, ToolConfig,
 };
 pub use constants::{
-    DEFAULT_AGENT_GRAPH_MAX_DEPTH, DEFAULT_AGENT_GRAPH_MAX_TOTAL_RUNS,
-    DEFAULT_AGENT_GRAPH_MAX_TOTAL_TOKENS, DEFAULT_BODY_LIMIT, DEFAULT_COMPENSATION_RESERVE,
-    DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_IDEMPOTENCY_RETENTION,
-    DEFAULT_LISTEN, DEFAULT_MAX_KEY_LENGTH, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_RESULT_BYTES,
-    DEFAULT_MAX_RUNS_PER_SCAN, DEFAULT_OBSERVE_MIN_SAMPLES, DEFAULT_ORPHAN_THRESHOLD,
-    DEFAULT_PROVIDER_TIMEOUT, DEFAULT_QUEUE_LEASE, DEFAULT_QUEUE_MAX_ATTEMPTS,
-    DEFAULT_QUEUE_WORKERS, DEFAULT_SCAN_INTERVAL, MAX_BODY_LIMIT, MAX_COMPENSATION_RESERVE,
-    MAX_KEY_LENGTH, MAX_QUEUE_WORKERS, MIN_BODY_LIMIT, MIN_QUEUE_LEASE, RESERVED_ENV_PREFIX,
-    RESERVED_HEADERS,
+    DEFAULT_AGENT_BUDGET_RATIO, DEFAULT_AGENT_GRAPH_MAX_DEPTH, DEFAULT_AGENT_GRAPH_MAX_TOTAL_RUNS,
+    DEFAULT_AGENT_GRAPH_MAX_TOTAL_TOKENS, DEFAULT_AGENT_TOOL_LATENCY, DEFAULT_BODY_LIMIT,
+    DEFAULT_COMPENSATION_RESERVE, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_IDEMPOTENCY_HEADER,
+    DEFAULT_IDEMPOTENCY_RETENTION, DEFAULT_LISTEN, DEFAULT_MAX_KEY_LENGTH,
+    DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_RUNS_PER_SCAN,
+    DEFAULT_OBSERVE_MIN_SAMPLES, DEFAULT_ORPHAN_THRESHOLD, DEFAULT_PROVIDER_TIMEOUT,
+    DEFAULT_QUEUE_LEASE, DEFAULT_QUEUE_MAX_ATTEMPTS, DEFAULT_QUEUE_WORKERS, DEFAULT_SCAN_INTERVAL,
+    MAX_BODY_LIMIT, MAX_COMPENSATION_RESERVE, MAX_KEY_LENGTH, MAX_QUEUE_WORKERS, MIN_BODY_LIMIT,
+    MIN_QUEUE_LEASE, RESERVED_ENV_PREFIX, RESERVED_HEADERS,
 };
 pub use problem::{ConfigProblem, Position, SchemaIssue};
 pub use server::{

@@ -17,7 +17,7 @@ use super::compensation::{CompensationGrade, CompensationSpec};
 use super::server::ServerSpec;
 use crate::breaker::BreakersConfig;
 use crate::config::Ratio;
-use crate::deadline::{BudgetLimits, Cost};
+use crate::deadline::{BudgetLimits, ChildCaps, Cost};
 use crate::idempotency::NormalizerConfig;
 use crate::loop_guard::LoopGuardConfig;
 use crate::outcome::FailurePolicy;
@@ -94,7 +94,7 @@ impl fmt::Display for HttpMethod {
 }
 
 /// How a tool is called.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum AdapterSpec {
     /// JSON arguments over HTTP.
@@ -131,6 +131,20 @@ pub enum AdapterSpec {
         env: BTreeMap<String, String>,
         /// Stdout and stderr bytes kept, each, before truncation.
         max_output_bytes: usize,
+    },
+    /// Another agent of the registry, run as a child of the calling run
+    /// with a share of its budget. The child's depth, count and tokens are
+    /// bounded by the server's `agent_graph` limits at run time, so an
+    /// agent may name itself.
+    #[non_exhaustive]
+    Agent {
+        /// The agent to run (present in the registry).
+        agent: String,
+        /// The share of the caller's remaining budget the child may use, in
+        /// (0, 1].
+        budget_ratio: Ratio,
+        /// Ceilings on that share; each set one is non-zero.
+        caps: ChildCaps,
     },
 }
 

@@ -912,6 +912,302 @@ fn http_adapter_refuses_command_settings() {
     );
 }
 
+// ----- agent tools -------------------------------------------------------------
+
+/// [`BASE`] with an agent `researcher` and an agent tool `research` whose
+/// adapter table body is `adapter`; `latency` is the tool's latency line
+/// (empty for none).
+fn with_agent_tool(adapter: &str, latency: &str) -> String {
+    format!(
+        r#"{BASE}
+[agents.researcher]
+provider = "replay"
+model = "gpt-4o-mini"
+system_prompt = "You research orders."
+tools = ["get_order"]
+
+[tools.research]
+description = "Ask the research agent a question; answers with its findings."
+class = "read"
+resource_group = "order_api"
+side_effect_tier = "none"
+owner = "orders-team"
+{latency}
+schema = {{ type = "object", properties = {{ task = {{ type = "string", description = "What the child agent should do." }} }}, required = ["task"], additionalProperties = false }}
+[tools.research.adapter]
+{adapter}
+"#
+    )
+}
+
+fn agent_adapter(reg: &Registry, tool: &str) -> (String, crate::config::Ratio, ChildCaps) {
+    match &reg.tools()[tool].adapter {
+        AdapterSpec::Agent {
+            agent,
+            budget_ratio,
+            caps,
+            ..
+        } => (agent.clone(), *budget_ratio, *caps),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn ms(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
+
+use crate::deadline::ChildCaps;
+
+#[test]
+fn agent_adapter_reads_agent_ratio_and_caps() {
+    let text = with_agent_tool(
+        r#"kind = "agent"
+agent = "researcher"
+budget_ratio = 0.25
+max_tokens = 20000
+max_steps = 5
+wall_clock = "30s"
+max_cost_usd = 0.5"#,
+        "",
+    );
+    let reg = build(&[("conf/rein.toml", &text)]).unwrap();
+    let (agent, ratio, caps) = agent_adapter(&reg, "research");
+    assert_eq!(agent, "researcher");
+    assert_eq!(ratio.get(), 0.25);
+    assert_eq!(
+        caps,
+        ChildCaps {
+            wall_clock: Some(Duration::from_secs(30)),
+            steps: Some(5),
+            tokens: Some(20_000),
+            cost: Some(Cost::from_micros(500_000)),
+        }
+    );
+    // No latency declared: the default, its p99 lowered to the wall clock cap.
+    let profile = reg.tools()["research"].latency.profile(None);
+    assert_eq!(
+        (profile.p50(), profile.p95(), profile.p99()),
+        (ms(5_000), ms(20_000), ms(30_000))
+    );
+}
+
+#[test]
+fn agent_adapter_defaults_to_half_the_budget_without_caps() {
+    let text = with_agent_tool("kind = \"agent\"\nagent = \"researcher\"", "");
+    let reg = build(&[("rein.toml", &text)]).unwrap();
+    let (_, ratio, caps) = agent_adapter(&reg, "research");
+    assert_eq!(ratio.get(), DEFAULT_AGENT_BUDGET_RATIO);
+    assert_eq!(caps, ChildCaps::default());
+    let (p50, p95, p99) = DEFAULT_AGENT_TOOL_LATENCY;
+    assert_eq!(
+        reg.tools()["research"].latency,
+        LatencySpec::Declared(crate::tool::LatencyProfile::new(p50, p95, p99, 0).unwrap())
+    );
+}
+
+#[test]
+fn agent_tool_latency_caps_every_quantile_at_a_short_wall_clock_and_may_be_declared() {
+    let text = with_agent_tool(
+        "kind = \"agent\"\nagent = \"researcher\"\nwall_clock = \"2s\"",
+        "",
+    );
+    let profile = build(&[("rein.toml", &text)]).unwrap().tools()["research"]
+        .latency
+        .profile(None);
+    assert_eq!(
+        (profile.p50(), profile.p95(), profile.p99()),
+        (ms(2_000), ms(2_000), ms(2_000))
+    );
+    let text = with_agent_tool(
+        "kind = \"agent\"\nagent = \"researcher\"",
+        "latency = { p50 = \"1s\", p95 = \"2s\", p99 = \"3s\" }",
+    );
+    let profile = build(&[("rein.toml", &text)]).unwrap().tools()["research"]
+        .latency
+        .profile(None);
+    assert_eq!(profile.p99(), ms(3_000));
+}
+
+#[test]
+fn other_adapters_still_require_a_latency_profile() {
+    let text = with_command_tool("kind = \"command\"\nprogram = \"jq\"").replace(
+        "latency = { p50 = \"1s\", p95 = \"2s\", p99 = \"5s\" }\n",
+        "",
+    );
+    assert_eq!(fields(&text), vec!["tools.run_report.latency"]);
+}
+
+#[test]
+fn agent_tool_may_name_the_agent_that_offers_it() {
+    let text = with_agent_tool("kind = \"agent\"\nagent = \"researcher\"", "").replace(
+        "tools = [\"get_order\"]",
+        "tools = [\"get_order\", \"research\"]",
+    );
+    let reg = build(&[("rein.toml", &text)]).unwrap();
+    let researcher = reg.agent("researcher").unwrap();
+    assert_eq!(agent_adapter(&reg, "research").0, "researcher");
+    // It is a tool like any other for the model.
+    let openai = reg.openai_tools(researcher);
+    assert_eq!(
+        openai[1],
+        json!({
+            "type": "function",
+            "function": {
+                "name": "research",
+                "description": "[read-only] Ask the research agent a question; answers with its findings.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"task": {"type": "string", "description": "What the child agent should do."}},
+                    "required": ["task"],
+                    "additionalProperties": false
+                }
+            }
+        })
+    );
+    let anthropic = reg.anthropic_tools(researcher);
+    assert_eq!(anthropic[1]["name"], "research");
+    assert_eq!(
+        anthropic[1]["input_schema"],
+        openai[1]["function"]["parameters"]
+    );
+}
+
+#[test]
+fn agent_adapter_needs_a_known_agent() {
+    let missing = with_agent_tool("kind = \"agent\"", "");
+    assert_eq!(
+        problems(&[("conf/tools.toml", &missing)]),
+        vec![(
+            "conf/tools.toml".to_owned(),
+            "tools.research.adapter.agent".to_owned()
+        )]
+    );
+    let unknown = with_agent_tool("kind = \"agent\"\nagent = \"scholar\"", "");
+    assert_eq!(
+        problems(&[("conf/tools.toml", &unknown)]),
+        vec![(
+            "conf/tools.toml".to_owned(),
+            "tools.research.adapter.agent".to_owned()
+        )]
+    );
+    assert_eq!(
+        message_of(&unknown, "tools.research.adapter.agent"),
+        "names `scholar`, which is not an agent; define [agents.scholar]"
+    );
+    // An agent defined in another file counts.
+    let split_tool = r#"
+[tools.research]
+description = "Ask."
+class = "read"
+resource_group = "order_api"
+side_effect_tier = "none"
+owner = "orders-team"
+schema = { type = "object" }
+adapter = { kind = "agent", agent = "order_desk" }
+"#;
+    let reg = build(&[("a.toml", BASE), ("b.toml", split_tool)]).unwrap();
+    assert_eq!(agent_adapter(&reg, "research").0, "order_desk");
+}
+
+#[test]
+fn agent_adapter_budget_ratio_must_be_in_zero_to_one() {
+    for ratio in ["0", "0.0", "1.5", "-0.1", "nan", "inf"] {
+        let text = with_agent_tool(
+            &format!("kind = \"agent\"\nagent = \"researcher\"\nbudget_ratio = {ratio}"),
+            "",
+        );
+        assert_eq!(
+            fields(&text),
+            vec!["tools.research.adapter.budget_ratio"],
+            "{ratio}"
+        );
+        assert!(
+            message_of(&text, "tools.research.adapter.budget_ratio")
+                .starts_with("must be a number in (0, 1]"),
+            "{ratio}"
+        );
+    }
+    let whole = with_agent_tool(
+        "kind = \"agent\"\nagent = \"researcher\"\nbudget_ratio = 1.0",
+        "",
+    );
+    let reg = build(&[("rein.toml", &whole)]).unwrap();
+    assert_eq!(agent_adapter(&reg, "research").1.get(), 1.0);
+}
+
+#[test]
+fn agent_adapter_refuses_zero_caps() {
+    let text = with_agent_tool(
+        r#"kind = "agent"
+agent = "researcher"
+max_tokens = 0
+max_steps = 0
+wall_clock = "0s"
+max_cost_usd = 0.0"#,
+        "",
+    );
+    assert_eq!(
+        fields(&text),
+        vec![
+            "tools.research.adapter.max_tokens",
+            "tools.research.adapter.max_steps",
+            "tools.research.adapter.wall_clock",
+            "tools.research.adapter.max_cost_usd",
+        ]
+    );
+    let negative = with_agent_tool(
+        "kind = \"agent\"\nagent = \"researcher\"\nmax_cost_usd = -1.0",
+        "",
+    );
+    assert_eq!(
+        fields(&negative),
+        vec!["tools.research.adapter.max_cost_usd"]
+    );
+}
+
+#[test]
+fn agent_adapter_refuses_other_kinds_settings_and_they_refuse_its() {
+    let text = with_agent_tool(
+        r#"kind = "agent"
+agent = "researcher"
+url = "http://desk/x"
+status_url = "http://desk/s"
+program = "jq"
+max_output_bytes = 9"#,
+        "",
+    );
+    assert_eq!(
+        fields(&text),
+        vec![
+            "tools.research.adapter.url",
+            "tools.research.adapter.program",
+            "tools.research.adapter.max_output_bytes",
+            "tools.research.adapter.status_url",
+        ]
+    );
+    let http = BASE.replace(
+        "adapter = { kind = \"http\", url = \"http://desk/tools/get_order\" }",
+        "adapter = { kind = \"http\", url = \"http://desk/tools/get_order\", agent = \"order_desk\", budget_ratio = 0.5, wall_clock = \"1s\" }",
+    );
+    assert_eq!(
+        fields(&http),
+        vec![
+            "tools.get_order.adapter.agent",
+            "tools.get_order.adapter.budget_ratio",
+            "tools.get_order.adapter.wall_clock",
+        ]
+    );
+    let command =
+        with_command_tool("kind = \"command\"\nprogram = \"jq\"\nmax_steps = 3\nmax_tokens = 9");
+    assert_eq!(
+        fields(&command),
+        vec![
+            "tools.run_report.adapter.max_tokens",
+            "tools.run_report.adapter.max_steps",
+        ]
+    );
+}
+
 // ----- [server] --------------------------------------------------------------
 
 /// The hex SHA-256 of `key`, as an operator writes it in `sha256`.

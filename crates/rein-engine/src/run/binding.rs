@@ -25,14 +25,34 @@ pub const DEFAULT_ALLOWANCE_FACTOR: u32 = 2;
 /// The share of a run's wall clock reserved for compensation by default.
 pub const DEFAULT_COMPENSATION_RESERVE: f64 = 0.2;
 
-/// How a tool is called: over HTTP, or as a local command in its own
-/// process group.
+/// How a tool is called: over HTTP, as a local command in its own
+/// process group, or as a child run of another agent.
 #[derive(Debug, Clone)]
 pub enum ToolTarget {
     /// An HTTP endpoint.
     Http(HttpTarget),
     /// A local program.
     Command(CommandTarget),
+    /// Another agent, run as a child of the calling run.
+    Agent(AgentTarget),
+}
+
+/// A tool that starts a child run of another agent.
+///
+/// # Why a tool
+///
+/// A child agent is one more action the model proposes: it gets an intent,
+/// a ledger record and a share of the caller's budget like any call, and
+/// the tree it grows is bounded (depth, child runs, total tokens) so a
+/// model cannot fan out without limit.
+#[derive(Debug, Clone)]
+pub struct AgentTarget {
+    /// The agent to run, as named in the config.
+    pub agent: String,
+    /// The share of the caller's remaining budget the child may use.
+    pub budget_ratio: Ratio,
+    /// Ceilings on that share.
+    pub caps: rein_core::deadline::ChildCaps,
 }
 
 impl ToolTarget {
@@ -40,7 +60,7 @@ impl ToolTarget {
     pub fn http(&self) -> Option<&HttpTarget> {
         match self {
             ToolTarget::Http(t) => Some(t),
-            ToolTarget::Command(_) => None,
+            ToolTarget::Command(_) | ToolTarget::Agent(_) => None,
         }
     }
 

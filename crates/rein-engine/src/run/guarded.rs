@@ -447,12 +447,25 @@ impl Engine {
                         ToolTarget::Command(target) => {
                             self.command.invoke(target, &planned.args, &request).await
                         }
+                        // A child run is never dropped mid-way: it sees the
+                        // cancellation through its own (child) token, settles
+                        // its effects and records its end, and its parent
+                        // waits for that.
+                        ToolTarget::Agent(_) => Err(Failure::new(&tool.name, Category::Unknown)
+                            .with_human_message("an agent call is awaited without racing")),
                     }
+                };
+                let agent_call = match &tool.target {
+                    ToolTarget::Agent(target) => Some(target),
+                    _ => None,
                 };
                 // Cancellation drops the attempt: an HTTP request is aborted,
                 // a command's process group killed (its drop guard). A
                 // write that was sent may have landed: in doubt, settled.
-                let result = tokio::select! {
+                let result = if let Some(target) = agent_call {
+                    self.child_run(ctx, planned, tool, target, budget).await
+                } else {
+                    tokio::select! {
                     result = invoke => result,
                     () = ctx.cancelled() => Err(Failure::new(&tool.name, Category::Cancelled)
                         .with_effect(if tool.class == ToolClass::Read {
@@ -461,6 +474,7 @@ impl Engine {
                             Effect::MaybeApplied
                         })
                         .with_human_message(format!("{} was aborted: the run was cancelled", tool.name))),
+                    }
                 };
                 crate::crash::point("after_call");
                 let now = self.clock.now();

@@ -19,16 +19,18 @@ mod emitter;
 mod guarded;
 mod report;
 mod settle;
+mod tree;
 
 pub use args::{ParsedArgs, parse_args};
 pub use binding::{
-    AcceptAll, AgentBinding, ArgValidator, DEFAULT_ALLOWANCE_FACTOR, DEFAULT_COMPENSATION_RESERVE,
-    ToolBinding, ToolTarget,
+    AcceptAll, AgentBinding, AgentTarget, ArgValidator, DEFAULT_ALLOWANCE_FACTOR,
+    DEFAULT_COMPENSATION_RESERVE, ToolBinding, ToolTarget,
 };
 pub use emitter::{Correlation, Observer};
 pub use guarded::{CallResult, Planned};
 pub use report::End;
 pub use settle::{CompensationBinding, STRONG_COMPENSATION_ATTEMPTS};
+pub use tree::{AgentResolver, TreeLimits};
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -116,6 +118,7 @@ struct Shared {
     retry_budgets: Mutex<HashMap<String, RetryBudget>>,
     rng: Mutex<StdRng>,
     slots: concurrency::GroupSlots,
+    live: tree::LiveRegistry,
 }
 
 impl Shared {
@@ -132,11 +135,28 @@ pub struct EngineBuilder {
     breakers: BreakersConfig,
     rng_seed: Option<u64>,
     claim_lease: Option<std::time::Duration>,
+    agents: Option<tree::AgentResolver>,
+    tree_limits: tree::TreeLimits,
     #[cfg(feature = "sabotage")]
     sabotage: crate::sabotage::Sabotage,
 }
 
 impl EngineBuilder {
+    /// Lets `agent` tools start child runs: `resolve` binds an agent by
+    /// name (a fresh binding per child run). Without it an agent tool
+    /// fails with a structured `not_found`.
+    pub fn agents(mut self, resolve: tree::AgentResolver) -> Self {
+        self.agents = Some(resolve);
+        self
+    }
+
+    /// Bounds every root run's agent tree (default: depth 3, 200,000
+    /// tokens, 25 child runs).
+    pub fn tree_limits(mut self, limits: tree::TreeLimits) -> Self {
+        self.tree_limits = limits;
+        self
+    }
+
     /// Claims runs with a lease of `lease`, renewed every third of it while
     /// the run is driven: a process that dies stops renewing, and another
     /// process may take the run over once the lease ran out (a queue
@@ -205,7 +225,10 @@ impl EngineBuilder {
                 retry_budgets: Mutex::new(HashMap::new()),
                 rng: Mutex::new(rng),
                 slots: concurrency::GroupSlots::default(),
+                live: tree::LiveRegistry::default(),
             },
+            agents: self.agents,
+            tree_limits: self.tree_limits,
             claim_lease: self.claim_lease,
             #[cfg(feature = "sabotage")]
             sabotage: self.sabotage,
@@ -234,6 +257,10 @@ pub struct Engine {
     shared: Shared,
     /// The renewed claim lease, when configured.
     claim_lease: Option<std::time::Duration>,
+    /// Binds the agents that `agent` tools start.
+    agents: Option<tree::AgentResolver>,
+    /// Bounds of every agent tree.
+    tree_limits: tree::TreeLimits,
     /// The mechanisms deliberately broken (test-only).
     #[cfg(feature = "sabotage")]
     sabotage: crate::sabotage::Sabotage,
@@ -258,6 +285,39 @@ pub(crate) struct RunCtx<'a> {
     /// Set once the run settles: from then on cancellation is ignored, so
     /// compensation always runs to its end.
     settling: std::sync::atomic::AtomicBool,
+    /// Validates proposed calls (child runs validate with it too).
+    validator: &'a dyn ArgValidator,
+    /// Where the run sits in its agent tree.
+    lineage: Lineage,
+}
+
+/// A run's place in its agent tree: its parent, its depth (the root is 0)
+/// and the tree's shared counters.
+#[derive(Clone)]
+pub(crate) struct Lineage {
+    pub(crate) parent: Option<RunId>,
+    pub(crate) depth: u32,
+    pub(crate) tree: Arc<Tree>,
+}
+
+/// What a whole agent tree has used, shared by every run in it.
+#[derive(Default)]
+pub(crate) struct Tree {
+    /// Child runs started.
+    pub(crate) runs: std::sync::atomic::AtomicU32,
+    /// Tokens used by every run of the tree.
+    pub(crate) tokens: std::sync::atomic::AtomicU64,
+}
+
+impl Lineage {
+    /// A root run: depth 0, a tree of its own.
+    pub(crate) fn root() -> Lineage {
+        Lineage {
+            parent: None,
+            depth: 0,
+            tree: Arc::new(Tree::default()),
+        }
+    }
 }
 
 impl RunCtx<'_> {
@@ -331,6 +391,8 @@ impl Engine {
             breakers: BreakersConfig::default(),
             rng_seed: None,
             claim_lease: None,
+            agents: None,
+            tree_limits: tree::TreeLimits::default(),
             #[cfg(feature = "sabotage")]
             sabotage: crate::sabotage::Sabotage::default(),
         }
@@ -471,6 +533,18 @@ impl Engine {
         validator: &dyn ArgValidator,
         request: RunRequest,
     ) -> Result<RunOutput, EngineError> {
+        self.run_in(agent, validator, request, Lineage::root())
+            .await
+    }
+
+    /// A run at its place in an agent tree.
+    pub(crate) async fn run_in(
+        &self,
+        agent: &AgentBinding,
+        validator: &dyn ArgValidator,
+        request: RunRequest,
+        lineage: Lineage,
+    ) -> Result<RunOutput, EngineError> {
         let run_id = request.run_id.unwrap_or_else(new_id::<RunId>);
         let tenant = match request.tenant {
             Some(t) => t,
@@ -520,7 +594,7 @@ impl Engine {
                     tenant: tenant.clone(),
                     agent: agent.name.clone(),
                     input: request.input.clone(),
-                    parent_run_id: None,
+                    parent_run_id: lineage.parent.clone(),
                     budget: json!(agent.budget),
                     created_at_ms: at_ms,
                 })
@@ -539,7 +613,10 @@ impl Engine {
             last_input_tokens: std::sync::atomic::AtomicU64::new(0),
             cancel: request.cancel.unwrap_or_default(),
             settling: std::sync::atomic::AtomicBool::new(false),
+            validator,
+            lineage,
         };
+        let _live = self.shared.live.register(&run_id, &ctx.cancel);
         ctx.emitter.emit(
             EventKind::RunStarted,
             &Correlation::default(),
@@ -604,7 +681,7 @@ impl Engine {
         run_id: &RunId,
         observer: Option<Observer>,
     ) -> Result<RunOutput, EngineError> {
-        self.resume_cancellable(agent, validator, run_id, observer, None)
+        self.resume_in(agent, validator, run_id, observer, None, Lineage::root())
             .await
     }
 
@@ -621,6 +698,20 @@ impl Engine {
         run_id: &RunId,
         observer: Option<Observer>,
         cancel: Option<CancellationToken>,
+    ) -> Result<RunOutput, EngineError> {
+        self.resume_in(agent, validator, run_id, observer, cancel, Lineage::root())
+            .await
+    }
+
+    /// A resume at its place in an agent tree.
+    pub(crate) async fn resume_in(
+        &self,
+        agent: &AgentBinding,
+        validator: &dyn ArgValidator,
+        run_id: &RunId,
+        observer: Option<Observer>,
+        cancel: Option<CancellationToken>,
+        lineage: Lineage,
     ) -> Result<RunOutput, EngineError> {
         let Some(record) = self.store.get_run(run_id).await? else {
             return Err(EngineError::NotResumable {
@@ -837,7 +928,10 @@ impl Engine {
             last_input_tokens: std::sync::atomic::AtomicU64::new(last_input_tokens),
             cancel: cancel.unwrap_or_default(),
             settling: std::sync::atomic::AtomicBool::new(false),
+            validator,
+            lineage,
         };
+        let _live = self.shared.live.register(run_id, &ctx.cancel);
         ctx.emitter.emit(
             EventKind::RunResumed,
             &Correlation {
@@ -1502,6 +1596,10 @@ impl Engine {
                 Ok(response) => {
                     ctx.last_input_tokens
                         .store(response.usage.input, std::sync::atomic::Ordering::Release);
+                    ctx.lineage
+                        .tree
+                        .tokens
+                        .fetch_add(response.usage.total(), std::sync::atomic::Ordering::AcqRel);
                     self.report_outcome(ctx, &c, ArmKind::Provider, &provider, permit, Ok(()));
                     ctx.emitter.emit(
                         EventKind::ModelCallFinished,

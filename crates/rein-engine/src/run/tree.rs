@@ -1,0 +1,282 @@
+//! Agent trees: a tool of kind `agent` starts a child run of another
+//! agent, inside bounds the whole tree shares; and the registry of live
+//! runs through which a cancellation reaches any of them.
+//!
+//! # Why bounded, why deterministic
+//!
+//! A model that can start agents can fan out without limit, so the tree
+//! has a depth, a count of child runs and a token total (seed 004's
+//! AgentGraph: 3, 25 and 200,000 by default); past a bound a new child is
+//! refused with a structured failure to its parent. A child's id is derived
+//! from the intent that started it, so a parent resumed after a crash finds
+//! its child again (finished: its report is the result; interrupted: it is
+//! resumed) instead of starting a second one.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rein_core::deadline::{Budget, BudgetLimits};
+use rein_core::{Category, Effect, Failure, Outcome, RunId};
+use rein_store::RunStatus;
+use serde_json::json;
+
+use super::binding::{AgentBinding, AgentTarget, ToolBinding};
+use super::guarded::Planned;
+use super::{CancellationToken, Engine, EngineError, Lineage, RunCtx, RunRequest};
+use crate::tool_http::ToolOutput;
+
+/// Resolves an agent's name to a fresh binding (a new provider per run),
+/// for the engine to start child runs with.
+pub type AgentResolver = Arc<dyn Fn(&str) -> Option<AgentBinding> + Send + Sync>;
+
+/// Bounds of one root run's whole tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeLimits {
+    /// The deepest a child may be; the root is depth 0.
+    pub max_depth: u32,
+    /// Tokens every run of the tree may use together; `None`: unlimited.
+    pub max_total_tokens: Option<u64>,
+    /// Child runs the tree may start; `None`: unlimited.
+    pub max_total_runs: Option<u32>,
+}
+
+impl Default for TreeLimits {
+    fn default() -> Self {
+        TreeLimits {
+            max_depth: 3,
+            max_total_tokens: Some(200_000),
+            max_total_runs: Some(25),
+        }
+    }
+}
+
+/// The cancellation tokens of the runs this engine drives (roots and
+/// children alike).
+#[derive(Default)]
+pub(crate) struct LiveRegistry {
+    runs: Mutex<HashMap<RunId, CancellationToken>>,
+}
+
+/// Keeps a run registered while it is driven.
+pub(crate) struct LiveEntry<'a> {
+    registry: &'a LiveRegistry,
+    run_id: RunId,
+}
+
+impl Drop for LiveEntry<'_> {
+    fn drop(&mut self) {
+        self.registry.lock().remove(&self.run_id);
+    }
+}
+
+impl LiveRegistry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, CancellationToken>> {
+        self.runs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn register(&self, run_id: &RunId, token: &CancellationToken) -> LiveEntry<'_> {
+        self.lock().insert(run_id.clone(), token.clone());
+        LiveEntry {
+            registry: self,
+            run_id: run_id.clone(),
+        }
+    }
+}
+
+impl Engine {
+    /// Cancels a run this engine is driving — a root (its children follow)
+    /// or a single child (its parent and siblings do not). False when the
+    /// run is not driven here.
+    pub fn cancel(&self, run_id: &RunId) -> bool {
+        match self.shared.live.lock().get(run_id) {
+            Some(token) => {
+                token.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether this engine is driving `run_id` right now.
+    pub fn is_live(&self, run_id: &RunId) -> bool {
+        self.shared.live.lock().contains_key(run_id)
+    }
+
+    /// Runs the child agent of an `agent` tool call, as one attempt.
+    pub(super) async fn child_run(
+        &self,
+        ctx: &RunCtx<'_>,
+        planned: &Planned,
+        tool: &ToolBinding,
+        target: &AgentTarget,
+        budget: &Budget,
+    ) -> Result<ToolOutput, Failure> {
+        let refuse = |why: String| {
+            Failure::new(&tool.name, Category::BudgetExhausted)
+                .with_effect(Effect::NotApplied)
+                .with_retryable(false)
+                .with_human_message(why)
+        };
+        let limits = self.tree_limits;
+        let depth = ctx.lineage.depth + 1;
+        if depth > limits.max_depth {
+            return Err(refuse(format!(
+                "agent `{}` not started: the tree is at its depth limit ({})",
+                target.agent, limits.max_depth
+            )));
+        }
+        let tree = &ctx.lineage.tree;
+        if let Some(max) = limits.max_total_tokens
+            && tree.tokens.load(Ordering::Acquire) >= max
+        {
+            return Err(refuse(format!(
+                "agent `{}` not started: the tree used its {max} tokens",
+                target.agent
+            )));
+        }
+        let child_id = RunId::new(format!("{}-child", planned.intent_id))
+            .map_err(|e| refuse(format!("no child run id: {e}")))?;
+        let existing = self.store.get_run(&child_id).await.map_err(|e| {
+            Failure::new(&tool.name, Category::Transient).with_human_message(e.to_string())
+        })?;
+        // A child that already finished (the parent resumed after a crash):
+        // its report is the result.
+        if let Some(record) = &existing
+            && let (RunStatus::Finished(_), Some(report)) = (record.status, &record.report)
+        {
+            return outcome_of(tool, &child_id, report.clone());
+        }
+        if existing.is_none()
+            && let Some(max) = limits.max_total_runs
+        {
+            let started = tree.runs.fetch_add(1, Ordering::AcqRel) + 1;
+            if started > max {
+                tree.runs.fetch_sub(1, Ordering::AcqRel);
+                return Err(refuse(format!(
+                    "agent `{}` not started: the tree already started its {max} child runs",
+                    target.agent
+                )));
+            }
+        }
+        let Some(mut agent) = self
+            .agents
+            .as_ref()
+            .and_then(|resolve| resolve(&target.agent))
+        else {
+            return Err(Failure::new(&tool.name, Category::NotFound)
+                .with_effect(Effect::NotApplied)
+                .with_retryable(false)
+                .with_human_message(format!("agent `{}` cannot be bound here", target.agent)));
+        };
+        // The child's share: a ratio of what the call may still use,
+        // capped, and never more than the child agent's own budget.
+        let now = self.clock.now();
+        let mut parent = budget.clone();
+        let (share, _grant) = parent.nested(now, target.budget_ratio, target.caps);
+        let left = share.remaining(now);
+        let own = agent.budget;
+        let mut child = BudgetLimits::new(left.time.min(own.wall_clock()))
+            .map_err(|e| refuse(format!("no budget left for a child: {e}")))?;
+        let min = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(steps) = min(left.steps.map(u64::from), own.steps().map(u64::from)) {
+            child = child
+                .with_steps(u32::try_from(steps).unwrap_or(u32::MAX).max(1))
+                .map_err(|e| refuse(e.to_string()))?;
+        }
+        if let Some(tokens) = min(left.tokens, own.tokens()) {
+            child = child
+                .with_tokens(tokens.max(1))
+                .map_err(|e| refuse(e.to_string()))?;
+        }
+        agent.budget = child;
+        let input = planned.args["task"]
+            .as_str()
+            .map_or_else(|| planned.args.to_string(), str::to_owned);
+        let lineage = Lineage {
+            parent: Some(ctx.run_id.clone()),
+            depth,
+            tree: tree.clone(),
+        };
+        // Cancelling the parent cancels the child; cancelling the child
+        // alone leaves the parent and its siblings running.
+        let cancel = ctx.cancel.child_token();
+        let out = if existing.is_some() {
+            Box::pin(self.resume_in(
+                &agent,
+                ctx.validator,
+                &child_id,
+                None,
+                Some(cancel),
+                lineage,
+            ))
+            .await
+        } else {
+            let request = RunRequest {
+                run_id: Some(child_id.clone()),
+                tenant: Some(ctx.tenant.clone()),
+                input,
+                cancel: Some(cancel),
+                ..RunRequest::default()
+            };
+            Box::pin(self.run_in(&agent, ctx.validator, request, lineage)).await
+        };
+        match out {
+            Ok(out) => outcome_of(tool, &child_id, out.report),
+            Err(EngineError::NotResumable { reason, .. }) => {
+                Err(Failure::new(&tool.name, Category::Conflict)
+                    .with_effect(Effect::MaybeApplied)
+                    .with_human_message(format!(
+                        "child run {child_id} cannot be driven here: {reason}"
+                    )))
+            }
+            Err(e) => Err(Failure::new(&tool.name, Category::Transient)
+                .with_effect(Effect::NotApplied)
+                .with_human_message(format!("child run {child_id} could not start: {e}"))),
+        }
+    }
+}
+
+/// A finished child run as the parent's tool result.
+fn outcome_of(
+    tool: &ToolBinding,
+    child_id: &RunId,
+    report: rein_core::RunReport,
+) -> Result<ToolOutput, Failure> {
+    let summary = json!({
+        "child_run_id": child_id, "outcome": report.outcome, "answer": report.answer,
+        "consumed": report.consumed, "completed": report.completed.len(),
+    });
+    let (category, effect) = match report.outcome {
+        Outcome::Succeeded => {
+            return Ok(ToolOutput {
+                result: summary,
+                truncated: false,
+                replayed: false,
+            });
+        }
+        // Undone completely, or never started: nothing stands.
+        Outcome::Failed | Outcome::Cancelled
+            if report
+                .completed
+                .iter()
+                .all(|c| !matches!(c.ledger, Some(rein_core::LedgerStatus::Succeeded))) =>
+        {
+            (Category::Unknown, Effect::NotApplied)
+        }
+        Outcome::BudgetExhausted => (Category::BudgetExhausted, Effect::Applied),
+        Outcome::HandedOff => (Category::Unknown, Effect::MaybeApplied),
+        _ => (Category::Unknown, Effect::Applied),
+    };
+    Err(Failure::new(&tool.name, category)
+        .with_effect(effect)
+        .with_retryable(false)
+        .with_human_message(format!(
+            "child run {child_id} ended {}: {}",
+            report.outcome.as_str(),
+            report.summary
+        )))
+}

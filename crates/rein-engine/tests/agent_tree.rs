@@ -1,0 +1,260 @@
+//! Agent trees on real parts: a parent run starts child runs of another
+//! agent through a tool of kind `agent`, within the tree's bounds, with
+//! cancellation flowing from a root to its children and not back up.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{agent, answer, call, ms, script};
+use rein_core::deadline::ChildCaps;
+use rein_core::{LatencyProfile, Outcome, RunId, ToolClass};
+use rein_engine::run::{
+    AcceptAll, AgentBinding, AgentResolver, AgentTarget, CancellationToken, Engine, RunOutput,
+    RunRequest, ToolBinding, ToolTarget, TreeLimits,
+};
+use rein_store::{SqliteStore, Store};
+use rein_testkit::order_desk::{Fault, Faults, GET_ORDER, OrderDesk, OrderDeskConfig};
+use serde_json::{Value, json};
+
+const ASK: &str = "ask_child";
+
+/// The agent tool: starts a child run of `child`.
+fn ask_tool() -> ToolBinding {
+    ToolBinding {
+        name: ASK.into(),
+        class: ToolClass::Read,
+        latency: LatencyProfile::new(ms(50), ms(500), ms(2_000), 100).unwrap(),
+        normalizer: rein_core::idempotency::Normalizer::default(),
+        target: ToolTarget::Agent(AgentTarget {
+            agent: "child".into(),
+            budget_ratio: rein_core::Ratio::new("r", 0.5).unwrap(),
+            caps: ChildCaps::default(),
+        }),
+        resource_group: None,
+        self_heal_allowance: None,
+    }
+}
+
+fn with_ask(mut a: AgentBinding, name: &str) -> AgentBinding {
+    a.name = name.into();
+    a.tools.insert(ASK.into(), ask_tool());
+    a
+}
+
+fn ask(task: &str) -> Value {
+    call(ASK, json!({"task": task}))
+}
+
+struct Tree {
+    desk: Arc<OrderDesk>,
+    store: Arc<dyn Store>,
+    engine: Arc<Engine>,
+    _dir: tempfile::TempDir,
+}
+
+/// An engine whose agent tools start `child` agents that follow
+/// `child_turns` (each child run gets a fresh script).
+async fn tree(faults: Faults, child_turns: Value, limits: TreeLimits) -> Tree {
+    let desk = Arc::new(
+        OrderDesk::start_with(OrderDeskConfig::default().with_faults(faults))
+            .await
+            .unwrap(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("rein.db")).unwrap());
+    let for_children = desk.clone();
+    let resolve: AgentResolver = Arc::new(move |name: &str| {
+        (name == "child").then(|| {
+            with_ask(
+                agent(&for_children, script(child_turns.clone()), false),
+                "child",
+            )
+        })
+    });
+    let engine = Engine::builder(store.clone())
+        .rng_seed(3)
+        .agents(resolve)
+        .tree_limits(limits)
+        .build()
+        .unwrap();
+    Tree {
+        desk,
+        store,
+        engine: Arc::new(engine),
+        _dir: dir,
+    }
+}
+
+fn parent(t: &Tree, turns: Value) -> AgentBinding {
+    with_ask(agent(&t.desk, script(turns), false), "parent")
+}
+
+async fn run(t: &Tree, parent: &AgentBinding, cancel: Option<CancellationToken>) -> RunOutput {
+    t.engine
+        .run(
+            parent,
+            &AcceptAll,
+            RunRequest {
+                input: "Find out about order A-1001.".into(),
+                cancel,
+                ..RunRequest::default()
+            },
+        )
+        .await
+        .unwrap()
+}
+
+async fn children(t: &Tree, parent: &RunId) -> Vec<rein_store::RunRecord> {
+    t.store
+        .list_runs(100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.parent_run_id.as_ref() == Some(parent))
+        .collect()
+}
+
+async fn tool_replies(t: &Tree, run: &RunId) -> Vec<String> {
+    let checkpoint = t.store.latest_checkpoint(run).await.unwrap().unwrap();
+    checkpoint
+        .messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_run_answers_its_parent_and_is_recorded_under_it() {
+    let t = tree(
+        Faults::none(),
+        json!([
+            call(GET_ORDER, json!({"order_id": "A-1001"})),
+            answer("A-1001 is confirmed.")
+        ]),
+        TreeLimits::default(),
+    )
+    .await;
+    let p = parent(
+        &t,
+        json!([ask("Look up A-1001."), answer("It is confirmed.")]),
+    );
+    let out = run(&t, &p, None).await;
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:?}", out.report);
+    let kids = children(&t, &out.run_id).await;
+    assert_eq!(kids.len(), 1);
+    let child = &kids[0];
+    assert_eq!(child.agent, "child");
+    assert_eq!(child.status.as_str(), "succeeded");
+    assert_eq!(child.input, "Look up A-1001.");
+    let replies = tool_replies(&t, &out.run_id).await;
+    let reply: Value = serde_json::from_str(&replies[0]).unwrap();
+    assert_eq!(reply["result"]["child_run_id"], child.run_id.as_str());
+    assert_eq!(reply["result"]["answer"], "A-1001 is confirmed.");
+    assert_eq!(
+        t.desk.request_count(GET_ORDER),
+        1,
+        "the child called the tool"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_past_the_trees_bounds_are_refused_with_a_structured_failure() {
+    // Depth: the child asks for a grandchild, which depth 1 forbids.
+    let t = tree(
+        Faults::none(),
+        json!([ask("Go deeper."), answer("I could not go deeper.")]),
+        TreeLimits {
+            max_depth: 1,
+            ..TreeLimits::default()
+        },
+    )
+    .await;
+    let p = parent(&t, json!([ask("Dig."), answer("Done.")]));
+    let out = run(&t, &p, None).await;
+    let kids = children(&t, &out.run_id).await;
+    assert_eq!(kids.len(), 1);
+    assert!(
+        children(&t, &kids[0].run_id).await.is_empty(),
+        "no grandchild"
+    );
+    let replies = tool_replies(&t, &kids[0].run_id).await;
+    assert!(
+        replies[0].starts_with("tool_error target=ask_child category=budget_exhausted"),
+        "{replies:?}"
+    );
+
+    // Count: a second child is refused once the tree started one.
+    let t = tree(
+        Faults::none(),
+        json!([answer("ok")]),
+        TreeLimits {
+            max_total_runs: Some(1),
+            ..TreeLimits::default()
+        },
+    )
+    .await;
+    let p = parent(&t, json!([ask("First."), ask("Second."), answer("Done.")]));
+    let out = run(&t, &p, None).await;
+    assert_eq!(children(&t, &out.run_id).await.len(), 1);
+    let replies = tool_replies(&t, &out.run_id).await;
+    assert!(
+        replies[1].contains("category=budget_exhausted"),
+        "{replies:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_root_cancels_its_child_but_not_the_other_way_round() {
+    // The child's read hangs at the desk.
+    let slow = || Faults::none().then(GET_ORDER, Fault::Delay(Duration::from_secs(5)));
+    let child_turns = json!([
+        call(GET_ORDER, json!({"order_id": "A-1001"})),
+        answer("found")
+    ]);
+
+    // Root cancelled: both end cancelled, at once.
+    let t = tree(slow(), child_turns.clone(), TreeLimits::default()).await;
+    let p = parent(&t, json!([ask("Look."), answer("Done.")]));
+    let cancel = CancellationToken::new();
+    let watch = async {
+        while t.desk.request_count(GET_ORDER) == 0 {
+            tokio::time::sleep(ms(5)).await;
+        }
+        cancel.cancel();
+    };
+    let started = std::time::Instant::now();
+    let (out, ()) = tokio::join!(run(&t, &p, Some(cancel.clone())), watch);
+    assert!(started.elapsed() < Duration::from_secs(4));
+    assert_eq!(out.report.outcome, Outcome::Cancelled, "{:?}", out.report);
+    let kids = children(&t, &out.run_id).await;
+    assert_eq!(kids[0].status.as_str(), "cancelled");
+
+    // Child cancelled alone: the parent carries on and answers.
+    let t = tree(slow(), child_turns, TreeLimits::default()).await;
+    let p = parent(&t, json!([ask("Look."), answer("The child was stopped.")]));
+    let engine = t.engine.clone();
+    let store = t.store.clone();
+    let watch = async {
+        let child = loop {
+            let runs = store.list_runs(10).await.unwrap();
+            if let Some(c) = runs.iter().find(|r| r.parent_run_id.is_some())
+                && t.desk.request_count(GET_ORDER) > 0
+            {
+                break c.run_id.clone();
+            }
+            tokio::time::sleep(ms(5)).await;
+        };
+        assert!(engine.cancel(&child), "the child is live here");
+    };
+    let (out, ()) = tokio::join!(run(&t, &p, None), watch);
+    assert_ne!(out.report.outcome, Outcome::Cancelled, "{:?}", out.report);
+    assert_eq!(out.report.answer.as_deref(), Some("The child was stopped."));
+    let kids = children(&t, &out.run_id).await;
+    assert_eq!(kids[0].status.as_str(), "cancelled");
+}
