@@ -288,3 +288,69 @@ async fn a_killed_servers_direct_run_is_closed_as_orphaned() {
         .expect("a run_failed event");
     assert_eq!(failed["data"]["error_type"], "orphaned");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_records_are_listed_and_cleared_by_the_operator() {
+    use rein_store::{Reservation, Store};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("rein.db");
+    {
+        let store = rein_store::SqliteStore::open(&db).unwrap();
+        let tenant = rein_core::TenantId::new("acme").unwrap();
+        let fingerprint = "0".repeat(64);
+        // A crash after the reservation leaves it in progress.
+        let r = store
+            .reserve_idempotency(&tenant, "order-7", &fingerprint, 1_000, u64::MAX / 2)
+            .await
+            .unwrap();
+        assert!(matches!(r, Reservation::Reserved));
+    }
+    let list = |extra: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rein"));
+        cmd.args(["idempotency", "list", "--in-progress", "--json", "--data"])
+            .arg(&db)
+            .args(extra);
+        cmd.output().unwrap()
+    };
+    let out = list(&[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let records: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(records[0]["key"], "order-7");
+    assert_eq!(records[0]["state"], "in_progress");
+    let cleared = Command::new(env!("CARGO_BIN_EXE_rein"))
+        .args([
+            "idempotency",
+            "clear",
+            "--tenant",
+            "acme",
+            "order-7",
+            "--data",
+        ])
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert!(
+        cleared.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cleared.stderr)
+    );
+    let after: serde_json::Value = serde_json::from_slice(&list(&[]).stdout).unwrap();
+    assert_eq!(after.as_array().unwrap().len(), 0);
+    let again = Command::new(env!("CARGO_BIN_EXE_rein"))
+        .args([
+            "idempotency",
+            "clear",
+            "--tenant",
+            "acme",
+            "order-7",
+            "--data",
+        ])
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(1), "nothing left to clear");
+}
