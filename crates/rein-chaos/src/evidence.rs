@@ -83,6 +83,9 @@ pub struct Evidence {
     pub ceilings: BTreeMap<String, u32>,
     /// Peak concurrency measured at the proxy per resource group.
     pub peaks: BTreeMap<String, usize>,
+    /// What the client saw of its submissions, when the scenario submits
+    /// through the server.
+    pub submissions: Vec<SubmissionAttempt>,
     /// Tools whose arms a scenario's own concurrency makes unsafe to judge
     /// by event order alone (runs that share breakers concurrently).
     pub concurrent_runs: bool,
@@ -93,4 +96,17 @@ impl Evidence {
     pub fn class(&self, tool: &str) -> Option<ToolClass> {
         self.classes.get(tool).copied()
     }
+}
+
+/// One attempt of a client to submit a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct SubmissionAttempt {
+    /// The `Idempotency-Key` it carried.
+    pub key: String,
+    /// The status it got; `None` for a transport error.
+    pub status: Option<u16>,
+    /// Whether the response was a replay (`Idempotency-Replayed: true`).
+    pub replayed: bool,
+    /// The run it named (`Location`), if any.
+    pub location: Option<String>,
 }

@@ -273,6 +273,52 @@ fn one_effect_per_key(evidence: &Evidence, out: &mut Vec<Violation>) {
             );
         }
     }
+    // A submission retried under one Idempotency-Key starts one run, and
+    // every replay names that run.
+    let keys: BTreeSet<&str> = evidence
+        .submissions
+        .iter()
+        .map(|a| a.key.as_str())
+        .collect();
+    if keys.len() == 1 && evidence.runs.len() > 1 {
+        violation(
+            out,
+            Invariant::OneEffectPerKey,
+            None,
+            format!(
+                "{} attempts under one Idempotency-Key started {} runs",
+                evidence.submissions.len(),
+                evidence.runs.len()
+            ),
+        );
+    }
+    let locations: BTreeSet<&str> = evidence
+        .submissions
+        .iter()
+        .filter(|a| a.status.is_some_and(|s| (200..300).contains(&s)))
+        .filter_map(|a| a.location.as_deref())
+        .collect();
+    if locations.len() > 1 {
+        violation(
+            out,
+            Invariant::OneEffectPerKey,
+            None,
+            format!("one Idempotency-Key was answered with several runs: {locations:?}"),
+        );
+    }
+    for location in &locations {
+        let named = location.rsplit('/').next().unwrap_or_default();
+        if !evidence.runs.iter().any(|r| r.run_id.as_str() == named) {
+            violation(
+                out,
+                Invariant::OneEffectPerKey,
+                None,
+                format!(
+                    "a submission was answered with {location}, which is not the run it started"
+                ),
+            );
+        }
+    }
     // Every attempt of a keyed intent carries the key its ledger record
     // was declared with: a key that changes between attempts makes the
     // tool's deduplication useless even when no duplicate happened to land.

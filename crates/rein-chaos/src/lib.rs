@@ -24,6 +24,7 @@
 //! | [`runner`] | drives a scenario and gathers its [`evidence`] |
 //! | [`invariant`] | the checker |
 //! | [`mechanism`] | which mechanisms fired |
+//! | [`submission`] | runs submitted through `rein serve` by a retrying client |
 //! | [`worker`] | the crashing process of crash scenarios |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -37,6 +38,7 @@ pub mod recording;
 pub mod runner;
 pub mod scenario;
 pub mod store_fault;
+pub mod submission;
 pub mod worker;
 pub mod world;
 

@@ -52,11 +52,16 @@ pub enum Mechanism {
     ValidationRejected,
     /// A call waited for a resource group's concurrency slot.
     ConcurrencyQueued,
+    /// A retried submission got the stored response of the first
+    /// (`Idempotency-Replayed: true`).
+    SubmissionReplayed,
+    /// A retried submission was told the first is still in progress (409).
+    SubmissionInProgress,
 }
 
 impl Mechanism {
     /// Every mechanism, in table order.
-    pub const ALL: [Mechanism; 14] = [
+    pub const ALL: [Mechanism; 16] = [
         Mechanism::RetryScheduled,
         Mechanism::RetryBudgetExhausted,
         Mechanism::BreakerOpened,
@@ -71,6 +76,8 @@ impl Mechanism {
         Mechanism::Resumed,
         Mechanism::ValidationRejected,
         Mechanism::ConcurrencyQueued,
+        Mechanism::SubmissionReplayed,
+        Mechanism::SubmissionInProgress,
     ];
 
     /// The ones issue 5 requires to fire at least once across the suite.
@@ -102,6 +109,8 @@ impl Mechanism {
             Mechanism::Resumed => "resumed",
             Mechanism::ValidationRejected => "validation_rejected",
             Mechanism::ConcurrencyQueued => "concurrency_queued",
+            Mechanism::SubmissionReplayed => "submission_replayed",
+            Mechanism::SubmissionInProgress => "submission_in_progress",
         }
     }
 }
@@ -183,6 +192,14 @@ pub fn activated(evidence: &Evidence) -> BTreeSet<Mechanism> {
                 }
                 _ => {}
             }
+        }
+    }
+    for attempt in &evidence.submissions {
+        if attempt.replayed {
+            set.insert(Mechanism::SubmissionReplayed);
+        }
+        if attempt.status == Some(409) {
+            set.insert(Mechanism::SubmissionInProgress);
         }
     }
     // The desk's own log: a retried keyed write it deduplicated.

@@ -234,7 +234,29 @@ async fn drive(
     let seed = u64::from(scenario.id);
 
     let mut driven = Vec::new();
-    if let Some(crash) = plan.crash {
+    let mut submissions = Vec::new();
+    if let Some(submission) = plan.submission {
+        let key = format!("chaos-{}", scenario.label());
+        let (attempts, runs) =
+            crate::submission::submit(plan, submission, &world, sqlite.clone(), seed, &key).await?;
+        submissions = attempts;
+        let (agent, _) = world.bind(plan, &client, None)?;
+        for record in runs {
+            driven.push(Driven {
+                run_id: record.run_id,
+                tenant: record.tenant.to_string(),
+                limits: agent.budget,
+                policy: agent.on_failure,
+                report: record.report,
+                events: Vec::new(),
+                model_inputs: Vec::new(),
+                observed_ms: None,
+                crashed: false,
+                escaped: None,
+                refused: None,
+            });
+        }
+    } else if let Some(crash) = plan.crash {
         let exe = options
             .rein_exe
             .as_ref()
@@ -374,6 +396,7 @@ async fn drive(
         ceilings: Services::ceilings(&world.registry, plan),
         peaks,
         concurrent_runs: plan.concurrent,
+        submissions,
     })
 }
 

@@ -274,3 +274,25 @@ async fn raw_text_anywhere_in_the_models_input_breaks_invariant_10() {
         "text appended after the instruction",
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_run_for_one_submission_key_breaks_invariant_1() {
+    let base = evidence(68).await;
+    assert!(base.submissions.len() >= 2, "the client retried");
+    let mut e = base.clone();
+    let mut again = e.runs[0].clone();
+    again.run_id = rein_core::RunId::new("second-run").unwrap();
+    e.runs.push(again);
+    assert_flags(&e, Invariant::OneEffectPerKey, "two runs for one key");
+    let mut e = base.clone();
+    for a in &mut e.submissions {
+        if a.replayed {
+            a.location = Some("/v1/runs/another".into());
+        }
+    }
+    assert_flags(
+        &e,
+        Invariant::OneEffectPerKey,
+        "a replay naming another run",
+    );
+}

@@ -176,11 +176,22 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let mut background = Vec::new();
     for _ in 0..state.workers {
-        tokio::spawn(worker::work(state.clone()));
+        background.push(tokio::spawn(worker::work(state.clone())));
     }
-    tokio::spawn(idempotency::sweep_forever(state.clone()));
-    tokio::spawn(recovery::orphans_forever(state.clone()));
+    background.push(tokio::spawn(idempotency::sweep_forever(state.clone())));
+    background.push(tokio::spawn(recovery::orphans_forever(state.clone())));
+    // Workers and periodic services end with the server.
+    struct Stop(Vec<tokio::task::JoinHandle<()>>);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            for task in &self.0 {
+                task.abort();
+            }
+        }
+    }
+    let _stop = Stop(background);
     use axum::serve::ListenerExt;
     // Nagle plus delayed ACK would stall every streamed event by ~40 ms.
     let listener = listener.tap_io(|tcp| {

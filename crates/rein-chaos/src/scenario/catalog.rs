@@ -149,7 +149,38 @@ pub fn catalog() -> Vec<Scenario> {
     all.extend(orchestration());
     all.extend(long());
     all.extend(model_gateway_scripted());
+    all.extend(submission());
     all
+}
+
+/// The submission layer: `rein serve` behind the fault proxy, a client
+/// that retries with one `Idempotency-Key`.
+fn submission() -> Vec<Scenario> {
+    use Layer::Network as L;
+    let post = || Match::path("/v1/agents/");
+    vec![
+        Scenario::new(68, L, "submission-response-lost",
+            "The server runs a sync submission but the connection is reset before its answer; the client retries with the same Idempotency-Key and gets the stored answer: one run, one update.",
+            Plan::script(happy())
+                .submit(super::Submission { queued: false, tries: 4, timeout_ms: 5_000 })
+                .server_rule(Rule::new(post(), Injection::ResetAfterForward)))
+            .risks([I::OneEffectPerKey])
+            .expects([M::SubmissionReplayed]),
+        Scenario::new(69, L, "submission-retried-while-running",
+            "The first submission is still running (three reads of 150 ms each) when the client, timing out at 250 ms, retries with the same key: 409 until it ends, then the stored answer; one run.",
+            Plan::script(vec![get("A-1001"), get("A-1002"), get("A-1003"), update("A-1001", 24), email(), answer("Done.")])
+                .tool_rule(Rule::new(on(GET), Injection::Delay { ms: 150 }).always())
+                .submit(super::Submission { queued: false, tries: 30, timeout_ms: 250 }))
+            .risks([I::OneEffectPerKey])
+            .expects([M::SubmissionInProgress, M::SubmissionReplayed]),
+        Scenario::new(70, L, "queued-submission-response-lost",
+            "A queued submission is accepted but its 202 is lost; the retry with the same key replays the 202 and a worker runs the one run to its end.",
+            Plan::script(happy())
+                .submit(super::Submission { queued: true, tries: 4, timeout_ms: 5_000 })
+                .server_rule(Rule::new(post(), Injection::ResetAfterForward)))
+            .risks([I::OneEffectPerKey])
+            .expects([M::SubmissionReplayed]),
+    ]
 }
 
 /// The model faults again, carried by the scripted provider: the same

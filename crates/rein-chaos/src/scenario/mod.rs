@@ -125,6 +125,22 @@ pub struct Plan {
     pub tenants: Vec<&'static str>,
     /// Runs the ledger reconciler once after the runs ended.
     pub reconcile: bool,
+    /// Submits the run through `rein serve` (in-process, behind a fault
+    /// proxy) instead of calling the engine: the submission layer's faults.
+    pub submission: Option<Submission>,
+    /// Rules of the proxy in front of the server.
+    pub server_rules: Vec<Rule>,
+}
+
+/// A run submitted over HTTP by a client that retries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Submission {
+    /// `queued` instead of `sync`.
+    pub queued: bool,
+    /// Attempts the client makes at most.
+    pub tries: u32,
+    /// The client's own timeout per attempt, in milliseconds.
+    pub timeout_ms: u64,
 }
 
 impl Plan {
@@ -152,6 +168,8 @@ impl Plan {
             pause_ms: 0,
             tenants: vec!["default"],
             reconcile: true,
+            submission: None,
+            server_rules: Vec::new(),
         }
     }
 
@@ -194,6 +212,18 @@ impl Plan {
     /// Runs `n` runs one after another.
     pub fn runs(mut self, n: u32) -> Plan {
         self.runs = n;
+        self
+    }
+
+    /// Submits through `rein serve`, with an `Idempotency-Key`, retrying.
+    pub fn submit(mut self, submission: Submission) -> Plan {
+        self.submission = Some(submission);
+        self
+    }
+
+    /// Adds a rule to the proxy in front of the server.
+    pub fn server_rule(mut self, rule: Rule) -> Plan {
+        self.server_rules.push(rule);
         self
     }
 
