@@ -138,6 +138,7 @@ pub fn build_engine(
         .http_client(client)
         .breakers(registry.breakers().clone())
         .claim_lease(settings.queue.lease)
+        .claim_renewal(settings.reconciliation.heartbeat_interval)
         .agents(resolve)
         .tree_limits(limits);
     if let Some(seed) = rng_seed {
@@ -182,6 +183,7 @@ pub async fn serve(
     }
     background.push(tokio::spawn(idempotency::sweep_forever(state.clone())));
     background.push(tokio::spawn(recovery::orphans_forever(state.clone())));
+    background.push(tokio::spawn(recovery::ledger_forever(state.clone())));
     // Workers and periodic services end with the server.
     struct Stop(Vec<tokio::task::JoinHandle<()>>);
     impl Drop for Stop {

@@ -201,3 +201,47 @@ pub async fn orphans_forever(state: Arc<AppState>) {
         }
     }
 }
+
+/// Sweeps the ledger every 30 s, forever, while this process holds the
+/// ledger-reconciliation singleton: records left in doubt by a run that
+/// ended or died are decided from the tools' own state, or handed off.
+pub async fn ledger_forever(state: Arc<AppState>) {
+    use rein_engine::reconcile::{ReconcileConfig, Reconciler, SweepClasses};
+    let config = ReconcileConfig::default();
+    let every = config.idempotent_every;
+    let (tools, compensations) = match (
+        rein_engine::bind::bind_tools(&state.registry),
+        rein_engine::bind::bind_compensations(&state.registry),
+    ) {
+        (Ok(t), Ok(c)) => (t, c),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::error!("ledger reconciliation disabled: {e}");
+            return;
+        }
+    };
+    let reconciler = Reconciler::new(
+        state.store.clone(),
+        Arc::new(rein_engine::SystemClock::new()),
+        state.client.clone(),
+        tools,
+        compensations,
+        config,
+    );
+    loop {
+        tokio::time::sleep(every).await;
+        if !crate::singleton::holds(&state, crate::singleton::LEDGER_RECONCILIATION, every).await {
+            continue;
+        }
+        match reconciler.sweep(SweepClasses::ALL).await {
+            Ok(report) if !report.fixed.is_empty() || !report.handed_off.is_empty() => {
+                tracing::info!(
+                    fixed = report.fixed.len(),
+                    handed_off = report.handed_off.len(),
+                    "ledger reconciled"
+                );
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!("ledger reconciliation failed: {e}"),
+        }
+    }
+}

@@ -10,6 +10,8 @@ use crate::state::AppState;
 
 /// The run-reconciliation (orphan scan) service.
 pub const RUN_RECONCILIATION: &str = "run-reconciliation";
+/// The ledger reconciler.
+pub const LEDGER_RECONCILIATION: &str = "ledger-reconciliation";
 /// The idempotency sweeper.
 pub const IDEMPOTENCY_SWEEP: &str = "idempotency-sweep";
 

@@ -135,6 +135,7 @@ pub struct EngineBuilder {
     breakers: BreakersConfig,
     rng_seed: Option<u64>,
     claim_lease: Option<std::time::Duration>,
+    claim_renewal: Option<std::time::Duration>,
     agents: Option<tree::AgentResolver>,
     tree_limits: tree::TreeLimits,
     #[cfg(feature = "sabotage")]
@@ -142,6 +143,13 @@ pub struct EngineBuilder {
 }
 
 impl EngineBuilder {
+    /// Renews claims every `every` (the heartbeat), or every third of the
+    /// lease if that is sooner.
+    pub fn claim_renewal(mut self, every: std::time::Duration) -> Self {
+        self.claim_renewal = Some(every);
+        self
+    }
+
     /// Lets `agent` tools start child runs: `resolve` binds an agent by
     /// name (a fresh binding per child run). Without it an agent tool
     /// fails with a structured `not_found`.
@@ -230,6 +238,7 @@ impl EngineBuilder {
             agents: self.agents,
             tree_limits: self.tree_limits,
             claim_lease: self.claim_lease,
+            claim_renewal: self.claim_renewal,
             #[cfg(feature = "sabotage")]
             sabotage: self.sabotage,
         })
@@ -257,6 +266,8 @@ pub struct Engine {
     shared: Shared,
     /// The renewed claim lease, when configured.
     claim_lease: Option<std::time::Duration>,
+    /// How often the claim is renewed, at most a third of the lease.
+    claim_renewal: Option<std::time::Duration>,
     /// Binds the agents that `agent` tools start.
     agents: Option<tree::AgentResolver>,
     /// Bounds of every agent tree.
@@ -391,6 +402,7 @@ impl Engine {
             breakers: BreakersConfig::default(),
             rng_seed: None,
             claim_lease: None,
+            claim_renewal: None,
             agents: None,
             tree_limits: tree::TreeLimits::default(),
             #[cfg(feature = "sabotage")]
@@ -475,8 +487,8 @@ impl Engine {
         let clock = self.clock.clone();
         let lease_id = claim_id(run_id);
         let run = run_id.clone();
+        let every = self.claim_renewal.map_or(lease / 3, |r| r.min(lease / 3));
         let task = tokio::spawn(async move {
-            let every = lease / 3;
             loop {
                 tokio::time::sleep(every).await;
                 let until = unix_ms(clock.system_now()).saturating_add(millis(lease));
