@@ -216,4 +216,16 @@ impl Store for FaultyStore {
     async fn singleton(&self, name: &str) -> Result<Option<SingletonLease>, StoreError> {
         self.inner.singleton(name).await
     }
+
+    async fn runs_with_status(
+        &self,
+        status: rein_store::RunStatus,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.runs_with_status(status, limit).await
+    }
+
+    async fn children_of(&self, parent: &RunId) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.children_of(parent).await
+    }
 }

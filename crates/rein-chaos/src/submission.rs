@@ -52,7 +52,6 @@ pub async fn submit(
         settings: world.registry.server().clone(),
         workers: usize::from(submission.queued),
         queue: Notify::new(),
-        live: Default::default(),
         node: rein_server::state::node_id(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

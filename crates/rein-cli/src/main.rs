@@ -90,6 +90,17 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Diagnostics go to stderr: a server reports what it decides (takeovers,
+    // orphans, failed heartbeats); other commands only what went wrong.
+    let level = match cli.command {
+        Command::Serve(_) => tracing::Level::INFO,
+        _ => tracing::Level::ERROR,
+    };
+    tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
     let result = match cli.command {
         Command::Key(args) => key::run(args).map(|()| ExitCode::SUCCESS),
         Command::Check(args) => return check::run(args),

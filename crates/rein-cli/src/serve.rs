@@ -67,7 +67,6 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             settings,
             workers,
             queue: Notify::new(),
-            live: Default::default(),
             node: rein_server::state::node_id(),
         });
         let listener = tokio::net::TcpListener::bind(listen)

@@ -10,6 +10,19 @@ fn example_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/order-desk")
 }
 
+/// The line where `rein serve` announces its address; the rest of its
+/// stderr (logs) is drained in the background so it never blocks.
+fn announced(stderr: std::process::ChildStderr) -> String {
+    let mut lines = BufReader::new(stderr).lines();
+    let found = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.contains("listening on http://"))
+        .unwrap_or_default();
+    std::thread::spawn(move || for _ in lines {});
+    found
+}
+
 fn rein() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rein"));
     cmd.env("ORDER_DESK_URL", "http://127.0.0.1:1")
@@ -29,10 +42,7 @@ fn serve_announces_its_address_and_answers() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stderr.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let line = announced(child.stderr.take().unwrap());
     let addr = line
         .split("http://")
         .nth(1)
@@ -100,10 +110,7 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stderr.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let line = announced(child.stderr.take().unwrap());
         let addr = line
             .split("http://")
             .nth(1)

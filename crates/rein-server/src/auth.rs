@@ -39,7 +39,11 @@ impl FromRequestParts<Arc<AppState>> for Tenant {
             .headers
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(|v| {
+                // The scheme is case-insensitive (RFC 9110).
+                let (scheme, key) = v.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then_some(key)
+            })
             .map(str::trim)
             .filter(|k| !k.is_empty())
             .ok_or_else(|| {

@@ -58,7 +58,7 @@ pub async fn cancel_run(
     match record.status {
         RunStatus::Finished(outcome) => Err(terminal(&id, outcome.as_str())),
         RunStatus::Running
-            if state.live.cancel(&record.run_id) || state.engine.cancel(&record.run_id) =>
+            if state.engine.cancel(&record.run_id) =>
         {
             Ok((
             StatusCode::ACCEPTED,
@@ -110,6 +110,8 @@ pub async fn cancel_run(
                     at_ms,
                 }),
                 events: vec![event],
+                // Atomic against a worker starting it at the same moment.
+                expect_status: Some(RunStatus::Queued),
                 ..StepCommit::default()
             };
             match state.store.commit_step(&record.run_id, commit).await {
@@ -121,6 +123,26 @@ pub async fn cancel_run(
                 // A worker started (and maybe finished) it meanwhile.
                 Err(StoreError::FinishedRun { outcome, .. }) => {
                     Err(terminal(&id, outcome.as_str()))
+                }
+                Err(StoreError::Conflict {
+                    what: "run status", ..
+                }) => {
+                    // It started meanwhile: deliver to its live owner, if
+                    // that is this process.
+                    if state.engine.cancel(&record.run_id) {
+                        Ok((
+                            StatusCode::ACCEPTED,
+                            axum::Json(json!({"run_id": record.run_id, "status": "cancelling"})),
+                        )
+                            .into_response())
+                    } else {
+                        Err(Problem::new(
+                            StatusCode::CONFLICT,
+                            "cancel-not-delivered",
+                            "Cancellation not delivered",
+                            format!("run {id} started meanwhile in another process; poll the run"),
+                        ))
+                    }
                 }
                 Err(e) => Err(e.into()),
             }

@@ -71,7 +71,12 @@ fn live(
                             after = batch.last().map_or(after, |e| e.seq);
                             pending = batch;
                         }
-                        Ok(_) => tokio::time::sleep(POLL).await,
+                        // Nothing new: a run that already ended (seen
+                        // from past its terminal event) ends the stream.
+                        Ok(_) => match state.store.get_run(&run_id).await {
+                            Ok(Some(record)) if record.status.is_finished() => return None,
+                            _ => tokio::time::sleep(POLL).await,
+                        },
                         Err(e) => {
                             tracing::warn!(run = %run_id, "event stream: {e}");
                             tokio::time::sleep(POLL * 4).await;
@@ -96,9 +101,12 @@ pub async fn get_events(
     State(state): State<Arc<AppState>>,
     Tenant(tenant): Tenant,
     Path(id): Path<String>,
-    Query(query): Query<EventsQuery>,
+    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
+    let Query(query) = query.map_err(|e| {
+        Problem::bad_request(format!("invalid query: {e}")).with(json!({"field": "after"}))
+    })?;
     let record = owned(&state, &tenant, &id).await?;
     let wants_stream = headers
         .get(header::ACCEPT)

@@ -71,8 +71,7 @@ pub fn key(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Option<
     };
     let key = value
         .to_str()
-        .map_err(|_| invalid("the Idempotency-Key header must be visible ASCII".into()))?
-        .trim();
+        .map_err(|_| invalid("the Idempotency-Key header must be visible ASCII".into()))?;
     if key.is_empty() {
         return Err(invalid("the Idempotency-Key header is empty".into()));
     }
@@ -175,7 +174,16 @@ where
         )
         .into_response(),
         Reservation::Reserved => {
+            // A panic while executing must not leave the key reserved for
+            // the whole retention: the guard releases it on unwind.
+            let mut guard = ReleaseOnDrop {
+                store: state.store.clone(),
+                tenant: tenant.clone(),
+                key: key.to_owned(),
+                armed: true,
+            };
             let result = execute().await;
+            guard.armed = false;
             match result {
                 Ok(answer) if answer.status.is_success() => {
                     let stored = StoredResponse {
@@ -203,6 +211,31 @@ where
                     }
                 }
             }
+        }
+    }
+}
+
+/// Releases a reservation when dropped while armed (the execution
+/// unwound).
+struct ReleaseOnDrop {
+    store: Arc<dyn rein_store::Store>,
+    tenant: TenantId,
+    key: String,
+    armed: bool,
+}
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (store, tenant, key) = (self.store.clone(), self.tenant.clone(), self.key.clone());
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(e) = store.release_idempotency(&tenant, &key).await {
+                    tracing::error!(%tenant, "cannot release an abandoned reservation: {e}");
+                }
+            });
         }
     }
 }

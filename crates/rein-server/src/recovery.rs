@@ -37,20 +37,12 @@ fn millis(d: Duration) -> u64 {
 pub async fn running(state: &AppState, limit: usize) -> Vec<RunRecord> {
     match state
         .store
-        .list_runs(limit.saturating_mul(20).max(200))
+        .runs_with_status(RunStatus::Running, limit)
         .await
     {
-        Ok(runs) => {
-            let mut r: Vec<RunRecord> = runs
-                .into_iter()
-                .filter(|r| r.status == RunStatus::Running)
-                .collect();
-            r.sort_by_key(|r| r.created_at_ms);
-            r.truncate(limit);
-            r
-        }
+        Ok(runs) => runs,
         Err(e) => {
-            tracing::warn!("recovery: cannot list runs: {e}");
+            tracing::warn!("recovery: cannot list running runs: {e}");
             Vec::new()
         }
     }
@@ -129,7 +121,21 @@ pub async fn fail(state: &AppState, record: &RunRecord, error_type: &str, why: S
             report: Some(report),
             at_ms,
         }),
-        events: vec![event],
+        // The terminal event every stream and consumer waits for.
+        events: vec![
+            event,
+            Event {
+                run_id: record.run_id.clone(),
+                seq: 0,
+                step: 0,
+                intent_id: None,
+                attempt_id: None,
+                idempotency_key: None,
+                at_ms,
+                kind: EventKind::RunFinished,
+                data: json!({"outcome": "failed", "error_type": error_type}),
+            },
+        ],
         ..StepCommit::default()
     };
     match state.store.commit_step(&record.run_id, commit).await {
@@ -157,9 +163,7 @@ pub async fn scan_orphans(state: &Arc<AppState>) -> usize {
         let Some(standing) = standing(state, &record.run_id).await else {
             continue;
         };
-        if standing.enqueued
-            || (state.live.contains(&record.run_id) || state.engine.is_live(&record.run_id))
-        {
+        if standing.enqueued || state.engine.is_live(&record.run_id) {
             continue;
         }
         // The last heartbeat: when the claim was last renewed (its expiry

@@ -280,13 +280,22 @@ async fn submit(
                 .enqueue(&agent, tenant, request.input, None)
                 .await
                 .map_err(engine_problem)?;
-            state.queue.notify_waiters();
-            let record = state
-                .store
-                .get_run(&run_id)
-                .await?
-                .ok_or_else(|| Problem::internal("the queued run vanished"))?;
-            let mut view = json!(RunView::of(record));
+            state.queue.notify_one();
+            // Built from what is in hand: once the run is queued, nothing
+            // may fail this answer (a failure would release the key and
+            // let a retry queue a second run).
+            let now = crate::recovery::now_ms();
+            let mut view = json!(RunView {
+                run_id: run_id.to_string(),
+                agent: agent.name.clone(),
+                status: "queued".into(),
+                report: None,
+                consumed: Value::Null,
+                parent_run_id: None,
+                children: Vec::new(),
+                created_at_ms: now,
+                updated_at_ms: now,
+            });
             view["metadata"] = request.metadata.unwrap_or(Value::Null);
             Ok(Answer {
                 status: StatusCode::ACCEPTED,
@@ -296,7 +305,6 @@ async fn submit(
         }
         Mode::Sync => {
             let run_id = crate::state::new_run_id()?;
-            let live = state.live.register(&run_id);
             let out = state
                 .engine
                 .run(
@@ -306,13 +314,11 @@ async fn submit(
                         run_id: Some(run_id),
                         tenant: Some(tenant),
                         input: request.input,
-                        cancel: Some(live.token.clone()),
                         ..RunRequest::default()
                     },
                 )
                 .await
                 .map_err(engine_problem)?;
-            drop(live);
             let record = state
                 .store
                 .get_run(&out.run_id)
@@ -371,13 +377,13 @@ pub async fn get_run(
     Path(id): Path<String>,
 ) -> Result<Json<RunView>, Problem> {
     let record = owned(&state, &tenant, &id).await?;
+    let run_id = record.run_id.clone();
     let mut view = RunView::of(record);
     view.children = state
         .store
-        .list_runs(1000)
+        .children_of(&run_id)
         .await?
         .into_iter()
-        .filter(|r| r.parent_run_id.as_ref().is_some_and(|p| p.as_str() == id))
         .map(|r| r.run_id.to_string())
         .collect();
     Ok(Json(view))
@@ -454,15 +460,8 @@ pub async fn resume_run(
     let shared = state.clone();
     let run_id = record.run_id.clone();
     let handle = tokio::spawn(async move {
-        let live = shared.live.register(&run_id);
         engine
-            .resume_cancellable(
-                &agent,
-                &shared.schemas,
-                &run_id,
-                None,
-                Some(live.token.clone()),
-            )
+            .resume_cancellable(&agent, &shared.schemas, &run_id, None, None)
             .await
     });
     let out = handle

@@ -3,13 +3,13 @@
 use std::sync::Arc;
 
 use rein_core::RunId;
+use rein_core::registry::ServerSpec;
 use rein_engine::config::{CompiledSchemas, Registry};
-use rein_engine::run::{AgentBinding, CancellationToken, Engine};
+use rein_engine::run::{AgentBinding, Engine};
 use rein_store::Store;
 use tokio::sync::Notify;
 
 use crate::problem::Problem;
-use rein_core::registry::ServerSpec;
 
 /// The server's shared state.
 pub struct AppState {
@@ -20,7 +20,8 @@ pub struct AppState {
     /// The run store.
     pub store: Arc<dyn Store>,
     /// The engine (one per process: breakers and retry budgets are
-    /// process-wide health memory).
+    /// process-wide health memory; it also knows which runs this process
+    /// drives, which is where a cancellation is delivered).
     pub engine: Arc<Engine>,
     /// The HTTP client shared by tools and providers.
     pub client: reqwest::Client,
@@ -31,9 +32,6 @@ pub struct AppState {
     pub workers: usize,
     /// Wakes the queue workers when work is enqueued.
     pub queue: Notify,
-    /// The runs this process drives, by id: where a cancellation is
-    /// delivered.
-    pub live: LiveRuns,
     /// This process's identity in singleton elections.
     pub node: String,
 }
@@ -45,74 +43,6 @@ pub fn node_id() -> String {
         rein_engine::lease::Owner::current(),
         uuid::Uuid::now_v7().simple()
     )
-}
-
-/// The cancellation handles of the runs this process drives.
-///
-/// # Why in-process
-///
-/// Only the process driving a run can stop its in-flight calls. A cancel
-/// request that reaches another process finds nothing here and answers
-/// 409; a queued run is cancelled through the store instead, from anywhere.
-#[derive(Default)]
-pub struct LiveRuns {
-    runs: std::sync::Mutex<std::collections::HashMap<RunId, CancellationToken>>,
-}
-
-/// Keeps a run registered while it is driven; deregisters on drop.
-pub struct LiveGuard<'a> {
-    live: &'a LiveRuns,
-    run_id: RunId,
-    /// The run's cancellation token.
-    pub token: CancellationToken,
-}
-
-impl Drop for LiveGuard<'_> {
-    fn drop(&mut self) {
-        self.live.lock().remove(&self.run_id);
-    }
-}
-
-impl LiveRuns {
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<RunId, CancellationToken>> {
-        self.runs
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Registers `run_id` as driven here until the guard drops.
-    pub fn register(&self, run_id: &RunId) -> LiveGuard<'_> {
-        let token = CancellationToken::new();
-        self.lock().insert(run_id.clone(), token.clone());
-        LiveGuard {
-            live: self,
-            run_id: run_id.clone(),
-            token,
-        }
-    }
-
-    /// Whether this process drives `run_id`.
-    pub fn contains(&self, run_id: &RunId) -> bool {
-        self.lock().contains_key(run_id)
-    }
-
-    /// Delivers a cancellation; false when the run is not driven here.
-    pub fn cancel(&self, run_id: &RunId) -> bool {
-        match self.lock().get(run_id) {
-            Some(token) => {
-                token.cancel();
-                true
-            }
-            None => false,
-        }
-    }
-}
-
-/// A fresh run id, so a run can be registered before it starts.
-pub fn new_run_id() -> Result<RunId, Problem> {
-    RunId::new(format!("{}", uuid::Uuid::now_v7())).map_err(|e| Problem::internal(e.to_string()))
 }
 
 impl AppState {
@@ -134,4 +64,9 @@ impl AppState {
             },
         )
     }
+}
+
+/// A fresh run id, so a run's id is known before it starts.
+pub fn new_run_id() -> Result<RunId, Problem> {
+    RunId::new(format!("{}", uuid::Uuid::now_v7())).map_err(|e| Problem::internal(e.to_string()))
 }

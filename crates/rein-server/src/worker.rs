@@ -19,18 +19,10 @@ pub const IDLE_POLL: Duration = Duration::from_millis(500);
 
 /// The oldest queued runs, at most `limit`.
 async fn queued(state: &AppState, limit: usize) -> Vec<RunRecord> {
-    match state.store.list_runs(limit * 20).await {
-        Ok(runs) => {
-            let mut q: Vec<RunRecord> = runs
-                .into_iter()
-                .filter(|r| r.status == RunStatus::Queued)
-                .collect();
-            q.sort_by_key(|r| r.created_at_ms);
-            q.truncate(limit);
-            q
-        }
+    match state.store.runs_with_status(RunStatus::Queued, limit).await {
+        Ok(runs) => runs,
         Err(e) => {
-            tracing::warn!("queue worker: cannot list runs: {e}");
+            tracing::warn!("queue worker: cannot list queued runs: {e}");
             Vec::new()
         }
     }
@@ -45,14 +37,13 @@ async fn drive(state: &Arc<AppState>, record: RunRecord) -> bool {
             return false;
         }
     };
-    let live = state.live.register(&record.run_id);
     let request = RunRequest {
         run_id: Some(record.run_id.clone()),
         tenant: Some(record.tenant.clone()),
         input: record.input.clone(),
         observer: None,
         enqueued: true,
-        cancel: Some(live.token.clone()),
+        cancel: None,
     };
     match state.engine.run(&agent, &state.schemas, request).await {
         Ok(out) => {
@@ -74,7 +65,7 @@ async fn take_over(state: &Arc<AppState>) -> bool {
     let now = crate::recovery::now_ms();
     let max_attempts = state.settings.queue.max_attempts.get();
     for record in crate::recovery::running(state, 16).await {
-        if state.live.contains(&record.run_id) || state.engine.is_live(&record.run_id) {
+        if state.engine.is_live(&record.run_id) {
             continue;
         }
         let Some(standing) = crate::recovery::standing(state, &record.run_id).await else {
@@ -105,17 +96,10 @@ async fn take_over(state: &Arc<AppState>) -> bool {
                 continue;
             }
         };
-        let live = state.live.register(&record.run_id);
         tracing::warn!(run = %record.run_id, attempt = attempts + 1, "taking over a run whose worker stopped");
         match state
             .engine
-            .resume_cancellable(
-                &agent,
-                &state.schemas,
-                &record.run_id,
-                None,
-                Some(live.token.clone()),
-            )
+            .resume_cancellable(&agent, &state.schemas, &record.run_id, None, None)
             .await
         {
             Ok(out) => {

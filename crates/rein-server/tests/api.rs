@@ -102,7 +102,6 @@ async fn start(options: Options) -> Api {
         settings,
         workers: options.workers,
         queue: Notify::new(),
-        live: Default::default(),
         node: rein_server::state::node_id(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -306,9 +305,13 @@ async fn queued_runs_are_accepted_then_driven_and_stream_their_events() {
         .unwrap();
     assert_eq!(sse.headers()["content-type"], "text/event-stream");
     let mut text = String::new();
-    while let Some(chunk) = sse.chunk().await.unwrap() {
-        text.push_str(&String::from_utf8_lossy(&chunk));
-    }
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(chunk) = sse.chunk().await.unwrap() {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await
+    .expect("the stream ends with the run");
     let kinds: Vec<&str> = text
         .lines()
         .filter_map(|l| l.strip_prefix("event: "))
@@ -797,9 +800,92 @@ async fn abandoned_queued_work_is_taken_over_or_dead_lettered() {
         .find(|e| e["kind"] == "run_failed")
         .expect("a run_failed event");
     assert_eq!(failed["data"]["error_type"], "dead_letter", "{failed}");
+    // Its live stream ends too, even resumed past its last event.
+    let last = events["events"].as_array().unwrap().last().unwrap()["seq"].clone();
+    for after in [json!(0), last] {
+        let mut sse = api
+            .get("/v1/runs/abandoned-for-good/events", ACME)
+            .header("accept", "text/event-stream")
+            .header("last-event-id", after.to_string())
+            .send()
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while sse.chunk().await.unwrap().is_some() {}
+        })
+        .await
+        .expect("the stream of an ended run ends");
+    }
     assert_eq!(
         api.desk.requests().len(),
         0,
         "a dead letter is not run again"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_queued_work_never_races_the_worker_starting_it() {
+    let api = start(Options {
+        workers: 2,
+        ..Options::default()
+    })
+    .await;
+    let mut locations = Vec::new();
+    for _ in 0..30 {
+        let r = api
+            .post(RUNS, ACME)
+            .body(json!({"input": "Move order A-1001.", "mode": "queued"}).to_string())
+            .send()
+            .await
+            .unwrap();
+        let location = r.headers()["location"].to_str().unwrap().to_owned();
+        let c = api
+            .post(&format!("{location}/cancel"), ACME)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            matches!(c.status().as_u16(), 202 | 409),
+            "{}",
+            c.text().await.unwrap()
+        );
+        locations.push(location);
+    }
+    let mut started = 0;
+    for location in &locations {
+        let run = api.finished(location, ACME).await;
+        let id = run["run_id"].as_str().unwrap();
+        if run["report"]["steps"].as_u64().unwrap_or(0) > 0 {
+            started += 1;
+        }
+        let never_started = run["report"]["summary"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("Cancelled while queued"));
+        if never_started {
+            // It never started: nothing ran, no event after its end.
+            assert!(
+                api.desk
+                    .requests()
+                    .iter()
+                    .all(|r| r.headers.run_id.as_deref() != Some(id)),
+                "run {id} says it never started, yet it called tools"
+            );
+            let events: Value = api
+                .get(&format!("{location}/events"), ACME)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let kinds: Vec<&str> = events["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|e| e["kind"].as_str())
+                .collect();
+            assert_eq!(kinds, ["run_finished"], "run {id}");
+        }
+    }
+    eprintln!("{started} of {} runs started before their cancellation", locations.len());
 }

@@ -5,7 +5,7 @@ use rein_core::{Event, IntentId, LedgerRecord};
 use crate::checkpoint::Checkpoint;
 use crate::intent::PlannedIntent;
 use crate::ledger::LedgerMark;
-use crate::run::{RunRecord, StatusChange};
+use crate::run::{RunRecord, RunStatus, StatusChange};
 
 /// Everything one step of a run writes, applied in one transaction.
 ///
@@ -22,6 +22,7 @@ use crate::run::{RunRecord, StatusChange};
 /// Parts are applied in this order, and the first refusal rolls back all of
 /// them:
 ///
+/// 0. `expect_status` (checked before anything is applied)
 /// 1. `intents` (first write per intent wins; a repeat is a no-op)
 /// 2. `declares` (an existing record for the intent is returned unchanged)
 /// 3. `marks` (checked against the ledger state machine)
@@ -49,6 +50,18 @@ pub struct StepCommit {
     /// it can be resumed: the one exception to "an outcome is final",
     /// applied before `status`. Refused for any other run.
     pub reopen: bool,
+    /// When set, the commit applies only if the run's current status equals
+    /// it; otherwise nothing is stored and the commit fails with
+    /// [`StoreError::Conflict`]` { what: "run status", id: <run id> }`.
+    ///
+    /// Checked first, in the commit's own transaction: when concurrent
+    /// commits expect the same status and each changes it (a cancel moving
+    /// `queued` to `cancelled`, a worker moving `queued` to `running`),
+    /// exactly one succeeds, across every process sharing the store. It is
+    /// a condition, not a write: [`StepCommit::is_empty`] ignores it.
+    ///
+    /// [`StoreError::Conflict`]: crate::StoreError::Conflict
+    pub expect_status: Option<RunStatus>,
 }
 
 impl StepCommit {

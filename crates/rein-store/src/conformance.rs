@@ -57,6 +57,11 @@ pub async fn run_all(store: &dyn Store) {
     pending_ledger_lists_only_pending(store).await;
     checkpoint_latest_and_replace(store).await;
     step_commit_is_atomic(store).await;
+    expect_status_applies_only_on_a_match(store).await;
+    expect_status_admits_exactly_one_concurrent_change(store).await;
+    runs_with_status_oldest_first_across_many(store).await;
+    runs_with_status_filters_by_status(store).await;
+    children_of_lists_children_oldest_first(store).await;
     unknown_run_is_not_found(store).await;
     lease_lifecycle(store).await;
     lease_acquire_refusals(store).await;
@@ -848,6 +853,7 @@ pub async fn step_commit_is_atomic(store: &dyn Store) {
                     at_ms: BASE_MS + 4,
                 }),
                 reopen: false,
+                expect_status: None,
             },
         )
         .await
@@ -898,6 +904,7 @@ pub async fn step_commit_is_atomic(store: &dyn Store) {
                     at_ms: BASE_MS + 6,
                 }),
                 reopen: false,
+                expect_status: None,
             },
         )
         .await;
@@ -1871,6 +1878,417 @@ pub async fn idempotency_concurrent_reserves_admit_exactly_one(store: &dyn Store
         "the others see it in progress: {outcomes:?}"
     );
     assert!(store.clear_idempotency(&tenant, &key).await.unwrap());
+}
+
+/// Whether `result` is the `Conflict` of a lost compare-and-set on `run_id`.
+fn is_status_conflict<T>(result: &Result<T, StoreError>, run_id: &RunId) -> bool {
+    matches!(
+        result,
+        Err(StoreError::Conflict { what: "run status", id }) if id == run_id.as_str()
+    )
+}
+
+/// A commit with `expect_status` applies when the run's status matches;
+/// on a mismatch it fails with `Conflict { what: "run status" }` before any
+/// part (not even `reopen`) is applied.
+pub async fn expect_status_applies_only_on_a_match(store: &dyn Store) {
+    let run_id = created(store, "cas").await;
+    let start = StepCommit {
+        expect_status: Some(RunStatus::Queued),
+        events: vec![event(&run_id, EventKind::RunStarted, 0)],
+        status: Some(StatusChange {
+            status: RunStatus::Running,
+            report: None,
+            at_ms: BASE_MS + 1,
+        }),
+        ..StepCommit::default()
+    };
+    let committed = store.commit_step(&run_id, start).await.unwrap();
+    assert_eq!(
+        committed.run.map(|run| run.status),
+        Some(RunStatus::Running),
+        "a matching expectation applies the commit"
+    );
+    assert_eq!(committed.events.len(), 1);
+
+    // Every part of a mismatching commit, none stored.
+    let mut declared = declaration(&run_id, "intent-cas", "send_email", ToolClass::Irreversible);
+    declared.step = 1;
+    let cancel = StepCommit {
+        expect_status: Some(RunStatus::Queued),
+        intents: vec![(1, intent("intent-cas", 0, "send_email"))],
+        declares: vec![declared],
+        checkpoint: Some(checkpoint(&run_id, 1, "lost the race")),
+        events: vec![event(&run_id, EventKind::RunFinished, 1)],
+        status: Some(StatusChange {
+            status: RunStatus::Finished(Outcome::Cancelled),
+            report: Some(report(Outcome::Cancelled)),
+            at_ms: BASE_MS + 2,
+        }),
+        ..StepCommit::default()
+    };
+    let refused = store.commit_step(&run_id, cancel).await;
+    assert!(
+        is_status_conflict(&refused, &run_id),
+        "a mismatching expectation must be Conflict {{ what: \"run status\" }}, found {refused:?}"
+    );
+    let read = store.get_run(&run_id).await.unwrap().unwrap();
+    assert_eq!(read.status, RunStatus::Running, "no status stored");
+    assert_eq!(read.updated_at_ms, BASE_MS + 1);
+    assert_eq!(read.report, None);
+    assert_eq!(
+        store.events(&run_id, 0).await.unwrap().len(),
+        1,
+        "no events stored"
+    );
+    assert!(
+        store.intents(&run_id).await.unwrap().is_empty(),
+        "no intents"
+    );
+    assert!(store.ledger(&run_id).await.unwrap().is_empty(), "no ledger");
+    assert_eq!(store.latest_checkpoint(&run_id).await.unwrap(), None);
+
+    // A matching expectation with nothing else to write succeeds.
+    let check = StepCommit {
+        expect_status: Some(RunStatus::Running),
+        ..StepCommit::default()
+    };
+    assert!(check.is_empty(), "an expectation alone writes nothing");
+    store.commit_step(&run_id, check).await.unwrap();
+
+    // Checked before `reopen`: a finished, recoverable run stays finished.
+    store
+        .set_run_status(
+            &run_id,
+            RunStatus::Finished(Outcome::PartialSuccess),
+            Some(report(Outcome::PartialSuccess)),
+            BASE_MS + 3,
+        )
+        .await
+        .unwrap();
+    let reopen = StepCommit {
+        expect_status: Some(RunStatus::Finished(Outcome::Failed)),
+        reopen: true,
+        ..StepCommit::default()
+    };
+    let refused = store.commit_step(&run_id, reopen).await;
+    assert!(
+        is_status_conflict(&refused, &run_id),
+        "another outcome than expected is a mismatch, found {refused:?}"
+    );
+    let read = store.get_run(&run_id).await.unwrap().unwrap();
+    assert_eq!(
+        read.status,
+        RunStatus::Finished(Outcome::PartialSuccess),
+        "a refused reopen leaves the run finished"
+    );
+    assert!(read.report.is_some());
+
+    // An unknown run is still NotFound.
+    let missing = RunId::new(unique("cas-missing")).unwrap();
+    let commit = StepCommit {
+        expect_status: Some(RunStatus::Queued),
+        ..StepCommit::default()
+    };
+    assert_not_found(
+        store.commit_step(&missing, commit).await,
+        "run",
+        "an expectation on an unknown run",
+    );
+}
+
+/// Of 16 concurrent commits that each expect `queued` and move the run to
+/// a different status, exactly one succeeds; the rest are `Conflict`s and
+/// store nothing.
+pub async fn expect_status_admits_exactly_one_concurrent_change(store: &dyn Store) {
+    const CALLERS: usize = 16;
+    let run_id = created(store, "cas-race").await;
+    let targets = [
+        RunStatus::Running,
+        RunStatus::Finished(Outcome::Cancelled),
+        RunStatus::Finished(Outcome::Failed),
+        RunStatus::Finished(Outcome::HandedOff),
+    ];
+    let commits: Vec<StepCommit> = (0..CALLERS)
+        .map(|n| {
+            let status = targets[n % targets.len()];
+            StepCommit {
+                expect_status: Some(RunStatus::Queued),
+                events: vec![event(&run_id, EventKind::RunStarted, n as u32)],
+                status: Some(StatusChange {
+                    status,
+                    report: status.outcome().map(report),
+                    at_ms: BASE_MS + n as u64,
+                }),
+                ..StepCommit::default()
+            }
+        })
+        .collect();
+    let futures = commits
+        .into_iter()
+        .map(|commit| {
+            let run_id = &run_id;
+            Box::pin(async move { store.commit_step(run_id, commit).await })
+                as Pin<Box<dyn Future<Output = Result<_, StoreError>> + Send + '_>>
+        })
+        .collect();
+    let outcomes = join_all(futures).await;
+    let winners: Vec<usize> = outcomes
+        .iter()
+        .enumerate()
+        .filter(|(_, outcome)| outcome.is_ok())
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(winners.len(), 1, "exactly one change wins: {outcomes:?}");
+    assert!(
+        outcomes
+            .iter()
+            .all(|outcome| outcome.is_ok() || is_status_conflict(outcome, &run_id)),
+        "the others lose with Conflict {{ what: \"run status\" }}: {outcomes:?}"
+    );
+    let winner = winners[0];
+    let read = store.get_run(&run_id).await.unwrap().unwrap();
+    assert_eq!(read.status, targets[winner % targets.len()]);
+    assert_eq!(read.updated_at_ms, BASE_MS + winner as u64);
+    let events = store.events(&run_id, 0).await.unwrap();
+    assert_eq!(events.len(), 1, "only the winner's event is stored");
+    assert_eq!(events[0].step, winner as u32);
+}
+
+/// Creates `runs` concurrently (one batch for backends that group writes).
+async fn create_all(store: &dyn Store, runs: Vec<NewRun>) {
+    let futures = runs
+        .into_iter()
+        .map(|run| {
+            Box::pin(async move { store.create_run(run).await.map(drop) })
+                as Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>>
+        })
+        .collect();
+    for created in join_all(futures).await {
+        created.unwrap();
+    }
+}
+
+/// Sets each run's status concurrently.
+async fn set_all(store: &dyn Store, runs: &[RunId], status: RunStatus, at_ms: u64) {
+    let futures = runs
+        .iter()
+        .map(|run_id| {
+            Box::pin(async move {
+                store
+                    .set_run_status(run_id, status, status.outcome().map(report), at_ms)
+                    .await
+                    .map(drop)
+            }) as Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>>
+        })
+        .collect();
+    for set in join_all(futures).await {
+        set.unwrap();
+    }
+}
+
+fn oldest_first(runs: &mut [NewRun]) {
+    runs.sort_by(|a, b| {
+        (a.created_at_ms, a.run_id.as_str()).cmp(&(b.created_at_ms, b.run_id.as_str()))
+    });
+}
+
+fn ids(runs: &[crate::RunRecord]) -> Vec<&str> {
+    runs.iter().map(|run| run.run_id.as_str()).collect()
+}
+
+/// Early creation times, before any run a real store holds, so the runs of
+/// [`runs_with_status_oldest_first_across_many`] lead the queue.
+const EARLY_MS: u64 = 1_000_000;
+
+/// `runs_with_status` gives the oldest runs first (`created_at_ms`, ties by
+/// run id) up to its limit, across more runs than one page of 200.
+pub async fn runs_with_status_oldest_first_across_many(store: &dyn Store) {
+    const RUNS: u64 = 300;
+    const LIMIT: usize = 250;
+    // Created out of order (7 is coprime with 300), in pairs of equal
+    // times, and in reverse of their ids, so that neither the insertion
+    // order nor the creation time alone gives the expected order.
+    let mut runs: Vec<NewRun> = (0..RUNS)
+        .map(|n| new_run("oldest", EARLY_MS + (n * 7 % RUNS) / 2))
+        .collect();
+    create_all(store, runs.iter().rev().cloned().collect()).await;
+    oldest_first(&mut runs);
+    let expected: Vec<&str> = runs[..LIMIT]
+        .iter()
+        .map(|run| run.run_id.as_str())
+        .collect();
+
+    let queued = store
+        .runs_with_status(RunStatus::Queued, LIMIT)
+        .await
+        .unwrap();
+    assert_eq!(queued.len(), LIMIT, "the limit is honoured");
+    assert_eq!(
+        ids(&queued),
+        expected,
+        "the {LIMIT} oldest queued runs, oldest (created_at_ms, then run id) first"
+    );
+    let first = store.get_run(&runs[0].run_id).await.unwrap().unwrap();
+    assert_eq!(queued[0], first, "records read back whole");
+    assert_eq!(
+        ids(&store.runs_with_status(RunStatus::Queued, 3).await.unwrap()),
+        expected[..3],
+        "a smaller limit is a prefix"
+    );
+    assert!(
+        store
+            .runs_with_status(RunStatus::Queued, 0)
+            .await
+            .unwrap()
+            .is_empty(),
+        "limit 0 lists nothing"
+    );
+
+    // Out of the queue: a later suite on the same store starts clean.
+    let all: Vec<RunId> = runs.into_iter().map(|run| run.run_id).collect();
+    set_all(
+        store,
+        &all,
+        RunStatus::Finished(Outcome::Cancelled),
+        BASE_MS,
+    )
+    .await;
+    let queued = store
+        .runs_with_status(RunStatus::Queued, LIMIT)
+        .await
+        .unwrap();
+    assert!(
+        queued.iter().all(|run| !all.contains(&run.run_id)),
+        "a run leaves the status's list when its status changes"
+    );
+}
+
+/// `runs_with_status` lists only runs of that exact status: a finished
+/// status matches its outcome, not every finished run.
+pub async fn runs_with_status_filters_by_status(store: &dyn Store) {
+    let base = BASE_MS * 3;
+    let statuses = [
+        RunStatus::Queued,
+        RunStatus::Running,
+        RunStatus::Finished(Outcome::Succeeded),
+        RunStatus::Finished(Outcome::Failed),
+        RunStatus::Finished(Outcome::PartialSuccess),
+        RunStatus::Finished(Outcome::Succeeded),
+    ];
+    // Created newest first, so the order below comes from the query.
+    let runs: Vec<NewRun> = (0..statuses.len() as u64)
+        .rev()
+        .map(|n| new_run("by-status", base + n))
+        .collect();
+    for run in &runs {
+        store.create_run(run.clone()).await.unwrap();
+    }
+    let by_time = |n: usize| &runs[runs.len() - 1 - n].run_id;
+    for (n, status) in statuses.iter().enumerate() {
+        if *status != RunStatus::Queued {
+            let report = status.outcome().map(report);
+            store
+                .set_run_status(by_time(n), *status, report, base + 10)
+                .await
+                .unwrap();
+        }
+    }
+    for status in [
+        RunStatus::Queued,
+        RunStatus::Running,
+        RunStatus::Finished(Outcome::Succeeded),
+        RunStatus::Finished(Outcome::Failed),
+        RunStatus::Finished(Outcome::PartialSuccess),
+        RunStatus::Finished(Outcome::Cancelled),
+    ] {
+        let listed = store.runs_with_status(status, 100_000).await.unwrap();
+        assert!(
+            listed.iter().all(|run| run.status == status),
+            "runs_with_status({status}) lists only {status} runs"
+        );
+        assert!(
+            listed.windows(2).all(|pair| {
+                (pair[0].created_at_ms, pair[0].run_id.as_str())
+                    <= (pair[1].created_at_ms, pair[1].run_id.as_str())
+            }),
+            "runs_with_status({status}) is oldest first"
+        );
+        let ours: Vec<&RunId> = listed
+            .iter()
+            .map(|run| &run.run_id)
+            .filter(|id| runs.iter().any(|run| &run.run_id == *id))
+            .collect();
+        let expected: Vec<&RunId> = statuses
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| **s == status)
+            .map(|(n, _)| by_time(n))
+            .collect();
+        assert_eq!(ours, expected, "runs_with_status({status}) of this check");
+    }
+}
+
+/// `children_of` lists a parent's direct children, of any status, oldest
+/// first; a childless or unknown parent has none.
+pub async fn children_of_lists_children_oldest_first(store: &dyn Store) {
+    let base = BASE_MS * 3;
+    let parent = store
+        .create_run(new_run("parent", base))
+        .await
+        .unwrap()
+        .run_id;
+    let mut children = Vec::new();
+    for offset in [30, 10, 20, 20] {
+        let mut child = new_run("child", base + offset);
+        child.parent_run_id = Some(parent.clone());
+        children.push(store.create_run(child).await.unwrap());
+    }
+    let mut grandchild = new_run("grandchild", base + 5);
+    grandchild.parent_run_id = Some(children[0].run_id.clone());
+    let grandchild = store.create_run(grandchild).await.unwrap();
+    let mut other = new_run("other-child", base + 1);
+    other.parent_run_id = Some(RunId::new(unique("other-parent")).unwrap());
+    store.create_run(other).await.unwrap();
+    // A child's status does not matter.
+    let finished = store
+        .set_run_status(
+            &children[2].run_id,
+            RunStatus::Finished(Outcome::Succeeded),
+            None,
+            base + 40,
+        )
+        .await
+        .unwrap();
+    children[2] = finished;
+
+    let mut expected = children.clone();
+    expected.sort_by(|a, b| {
+        (a.created_at_ms, a.run_id.as_str()).cmp(&(b.created_at_ms, b.run_id.as_str()))
+    });
+    assert_eq!(
+        store.children_of(&parent).await.unwrap(),
+        expected,
+        "direct children only, whole, oldest (created_at_ms, then run id) first"
+    );
+    assert_eq!(
+        store.children_of(&children[0].run_id).await.unwrap(),
+        vec![grandchild.clone()],
+        "a child's own children"
+    );
+    assert!(
+        store
+            .children_of(&grandchild.run_id)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a childless run has none"
+    );
+    let unknown = RunId::new(unique("no-such-parent")).unwrap();
+    assert!(
+        store.children_of(&unknown).await.unwrap().is_empty(),
+        "an unknown parent has no children (not NotFound)"
+    );
 }
 
 /// The default singleton lease of seed 004: 60 s.

@@ -30,12 +30,16 @@ pub enum StoreError {
         /// Its identifier.
         id: String,
     },
-    /// A row with this identity already exists and must not be replaced.
-    #[error("{what} {id} already exists; expected a new {what}")]
+    /// A row with this identity already exists and must not be replaced;
+    /// or, with `what = "run status"`, a commit's
+    /// [`expect_status`](crate::StepCommit::expect_status) did not match
+    /// the run's current status (another writer changed it first).
+    #[error("{}", conflict_message(what, id))]
     Conflict {
-        /// What was created (`run`).
+        /// What was created (`run`), or `run status` for a lost
+        /// compare-and-set.
         what: &'static str,
-        /// The identifier that is taken.
+        /// The identifier that is taken, or the run whose status changed.
         id: String,
     },
     /// A ledger mark the ledger state machine does not allow.
@@ -95,6 +99,18 @@ pub enum StoreError {
     Backend(String),
 }
 
+/// The message of [`StoreError::Conflict`].
+fn conflict_message(what: &str, id: &str) -> String {
+    if what == "run status" {
+        format!(
+            "run {id} is no longer in the status this change expected; \
+             another writer changed it first"
+        )
+    } else {
+        format!("{what} {id} already exists; expected a new {what}")
+    }
+}
+
 impl StoreError {
     /// Whether retrying the same call later may succeed (a busy or briefly
     /// unreachable backend), as opposed to a refusal or a broken store.
@@ -141,6 +157,15 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "run r-1 already exists; expected a new run"
+        );
+        let err = StoreError::Conflict {
+            what: "run status",
+            id: "r-1".into(),
+        };
+        assert_eq!(
+            err.to_string(),
+            "run r-1 is no longer in the status this change expected; \
+             another writer changed it first"
         );
         let err = StoreError::FinishedRun {
             run_id: "r-1".into(),

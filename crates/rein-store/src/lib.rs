@@ -86,4 +86,4 @@ pub use sqlite::{
     DEFAULT_BUSY_TIMEOUT, DEFAULT_SYNCHRONOUS_FULL, MAX_BUSY_TIMEOUT, SCHEMA_VERSION,
     SqliteOptions, SqliteStore,
 };
-pub use store::Store;
+pub use store::{DEFAULT_QUERY_SCAN, Store};

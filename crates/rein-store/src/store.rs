@@ -103,6 +103,42 @@ pub trait Store: Send + Sync {
     /// Up to `limit` runs, newest (`created_at_ms`) first.
     async fn list_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError>;
 
+    /// Up to `limit` runs with `status`, oldest (`created_at_ms`, then run
+    /// id) first. A finished status matches its outcome only:
+    /// `Finished(Succeeded)` lists the succeeded runs, not every finished
+    /// one.
+    ///
+    /// Provided on top of [`Store::list_runs`], so stores wrapping another
+    /// keep compiling: it sees only the [`DEFAULT_QUERY_SCAN`] newest runs.
+    /// Every backend overrides it with an indexed query; a wrapping store
+    /// should forward it.
+    async fn runs_with_status(
+        &self,
+        status: RunStatus,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let mut runs = self.list_runs(DEFAULT_QUERY_SCAN).await?;
+        runs.retain(|run| run.status == status);
+        oldest_first(&mut runs);
+        runs.truncate(limit);
+        Ok(runs)
+    }
+
+    /// The runs whose parent is `parent`, oldest (`created_at_ms`, then run
+    /// id) first. A parent without children, or one that does not exist,
+    /// has none: an empty list, not [`StoreError::NotFound`].
+    ///
+    /// Provided on top of [`Store::list_runs`] like
+    /// [`Store::runs_with_status`] (the [`DEFAULT_QUERY_SCAN`] newest runs
+    /// only); every backend overrides it and a wrapping store should
+    /// forward it.
+    async fn children_of(&self, parent: &RunId) -> Result<Vec<RunRecord>, StoreError> {
+        let mut runs = self.list_runs(DEFAULT_QUERY_SCAN).await?;
+        runs.retain(|run| run.parent_run_id.as_ref() == Some(parent));
+        oldest_first(&mut runs);
+        Ok(runs)
+    }
+
     /// The run's events with `seq > after_seq`, in `seq` order; `0` gives
     /// them all.
     async fn events(&self, run_id: &RunId, after_seq: u64) -> Result<Vec<Event>, StoreError>;
@@ -456,6 +492,18 @@ pub trait Store: Send + Sync {
         let _ = name;
         Err(unsupported_singleton("singleton"))
     }
+}
+
+/// How many of the newest runs the provided [`Store::runs_with_status`] and
+/// [`Store::children_of`] scan (through [`Store::list_runs`]) when a store
+/// does not override them.
+pub const DEFAULT_QUERY_SCAN: usize = 10_000;
+
+/// Sorts runs oldest (`created_at_ms`, then run id) first.
+fn oldest_first(runs: &mut [RunRecord]) {
+    runs.sort_by(|a, b| {
+        (a.created_at_ms, a.run_id.as_str()).cmp(&(b.created_at_ms, b.run_id.as_str()))
+    });
 }
 
 /// A backend that did not return what its commit must return.

@@ -15,9 +15,10 @@ use rein_core::{
     TenantId, ToolClass,
 };
 use rein_store::{
-    Checkpoint, IdempotencyState, Lease, LeaseKind, LedgerMark, NewRun, PlannedIntent, Reservation,
-    RunStatus, SCHEMA_VERSION, SingletonLease, SqliteOptions, SqliteStore, Store, StoreError,
-    StoredResponse, conformance,
+    Checkpoint, Committed, IdempotencyState, Lease, LeaseChange, LeaseFilter, LeaseKind,
+    LedgerMark, NewRun, PlannedIntent, Reservation, RunRecord, RunStatus, SCHEMA_VERSION,
+    SingletonLease, SqliteOptions, SqliteStore, StepCommit, Store, StoreError, StoredResponse,
+    conformance,
 };
 use serde_json::json;
 
@@ -170,7 +171,7 @@ async fn schema_version_3_adds_the_idempotency_table_and_its_indexes() {
 
 #[tokio::test]
 async fn schema_version_4_adds_the_singletons_table() {
-    assert_eq!(SCHEMA_VERSION, 4);
+    const { assert!(SCHEMA_VERSION >= 4) };
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rein.db");
     drop(SqliteStore::open(&path).unwrap());
@@ -182,7 +183,7 @@ async fn schema_version_4_adds_the_singletons_table() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(versions, [1, 2, 3, 4]);
+    assert_eq!(&versions[..4], [1, 2, 3, 4]);
     let sql: String = conn
         .query_row(
             "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'singletons'",
@@ -203,6 +204,64 @@ async fn schema_version_4_adds_the_singletons_table() {
         columns,
         ["name", "owner", "acquired_at_ms", "expires_at_ms"]
     );
+}
+
+#[tokio::test]
+async fn schema_version_5_indexes_runs_by_status_and_by_parent() {
+    assert_eq!(SCHEMA_VERSION, 5);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    drop(SqliteStore::open(&path).unwrap());
+    let conn = raw(&path);
+    let versions: Vec<i64> = conn
+        .prepare("SELECT version FROM rein_schema ORDER BY version")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(versions, [1, 2, 3, 4, 5]);
+    let indexes: Vec<String> = conn
+        .prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs' \
+             AND sql IS NOT NULL ORDER BY name",
+        )
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        indexes,
+        [
+            "runs_by_created",
+            "runs_by_parent_created",
+            "runs_by_status"
+        ]
+    );
+    // The queries use them: no scan of the table, no sort.
+    for (sql, index) in [
+        (
+            "SELECT run_id FROM runs WHERE status = 'queued' \
+             ORDER BY created_at_ms, run_id LIMIT 10",
+            "runs_by_status",
+        ),
+        (
+            "SELECT run_id FROM runs WHERE parent_run_id = 'p' ORDER BY created_at_ms, run_id",
+            "runs_by_parent_created",
+        ),
+    ] {
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap()
+            .query_map([], |row| row.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let plan = plan.join("; ");
+        assert!(plan.contains(index), "{sql}: {plan}");
+        assert!(!plan.contains("TEMP B-TREE"), "{sql} sorts: {plan}");
+    }
 }
 
 #[tokio::test]
@@ -1050,4 +1109,124 @@ async fn singleton_expiry_beyond_sqlite_integers_is_invalid() {
         })
     ));
     assert_eq!(store.singleton("sweeper").await.unwrap(), None);
+}
+
+/// A store that implements only the required methods, forwarding them to
+/// SQLite: what a wrapping store gets from the provided run queries.
+struct RequiredOnly(SqliteStore);
+
+#[async_trait::async_trait]
+impl Store for RequiredOnly {
+    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
+        self.0.create_run(run).await
+    }
+    async fn get_run(&self, run_id: &RunId) -> Result<Option<RunRecord>, StoreError> {
+        self.0.get_run(run_id).await
+    }
+    async fn list_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
+        self.0.list_runs(limit).await
+    }
+    async fn events(&self, run_id: &RunId, after_seq: u64) -> Result<Vec<Event>, StoreError> {
+        self.0.events(run_id, after_seq).await
+    }
+    async fn intents(&self, run_id: &RunId) -> Result<Vec<(u32, PlannedIntent)>, StoreError> {
+        self.0.intents(run_id).await
+    }
+    async fn ledger(&self, run_id: &RunId) -> Result<Vec<LedgerRecord>, StoreError> {
+        self.0.ledger(run_id).await
+    }
+    async fn pending_ledger(&self, limit: usize) -> Result<Vec<LedgerRecord>, StoreError> {
+        self.0.pending_ledger(limit).await
+    }
+    async fn latest_checkpoint(&self, run_id: &RunId) -> Result<Option<Checkpoint>, StoreError> {
+        self.0.latest_checkpoint(run_id).await
+    }
+    async fn commit_step(
+        &self,
+        run_id: &RunId,
+        commit: StepCommit,
+    ) -> Result<Committed, StoreError> {
+        self.0.commit_step(run_id, commit).await
+    }
+    async fn change_lease(&self, change: LeaseChange) -> Result<Option<Lease>, StoreError> {
+        self.0.change_lease(change).await
+    }
+    async fn leases(&self, filter: &LeaseFilter) -> Result<Vec<Lease>, StoreError> {
+        self.0.leases(filter).await
+    }
+}
+
+#[tokio::test]
+async fn provided_run_queries_pass_the_conformance_checks() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = RequiredOnly(SqliteStore::open(dir.path().join("rein.db")).unwrap());
+    conformance::expect_status_applies_only_on_a_match(&store).await;
+    conformance::expect_status_admits_exactly_one_concurrent_change(&store).await;
+    conformance::runs_with_status_oldest_first_across_many(&store).await;
+    conformance::runs_with_status_filters_by_status(&store).await;
+    conformance::children_of_lists_children_oldest_first(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_handles_racing_to_change_a_queued_run_admit_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    // Two handles stand for two `rein serve` processes: a cancel and a
+    // worker start race for each queued run.
+    let handles = [
+        Arc::new(SqliteStore::open(&path).unwrap()),
+        Arc::new(SqliteStore::open(&path).unwrap()),
+    ];
+    for round in 0..10u64 {
+        let run = run_id(&format!("run-race-{round}"));
+        handles[0]
+            .create_run(new_run(run.as_str(), 1_000 + round))
+            .await
+            .unwrap();
+        let barrier = Arc::new(tokio::sync::Barrier::new(16));
+        let mut tasks = Vec::new();
+        for caller in 0..16u64 {
+            let store = Arc::clone(&handles[caller as usize % 2]);
+            let (run, barrier) = (run.clone(), Arc::clone(&barrier));
+            tasks.push(tokio::spawn(async move {
+                let status = if caller % 2 == 0 {
+                    RunStatus::Running
+                } else {
+                    RunStatus::Finished(Outcome::Cancelled)
+                };
+                let commit = StepCommit {
+                    expect_status: Some(RunStatus::Queued),
+                    events: vec![event(&run, EventKind::RunStarted, caller as u32)],
+                    status: Some(rein_store::StatusChange {
+                        status,
+                        report: None,
+                        at_ms: 2_000 + caller,
+                    }),
+                    ..StepCommit::default()
+                };
+                barrier.wait().await;
+                store.commit_step(&run, commit).await.map(|_| status)
+            }));
+        }
+        let mut won = Vec::new();
+        for task in tasks {
+            match task.await.unwrap() {
+                Ok(status) => won.push(status),
+                Err(StoreError::Conflict {
+                    what: "run status",
+                    id,
+                }) => assert_eq!(id, run.as_str()),
+                Err(other) => panic!("expected a status conflict, found {other:?}"),
+            }
+        }
+        assert_eq!(won.len(), 1, "round {round}: exactly one change wins");
+        let read = handles[1].get_run(&run).await.unwrap().unwrap();
+        assert_eq!(read.status, won[0]);
+        assert_eq!(handles[1].events(&run, 0).await.unwrap().len(), 1);
+    }
+    let queued = handles[1]
+        .runs_with_status(RunStatus::Queued, 100)
+        .await
+        .unwrap();
+    assert!(queued.is_empty(), "no run is left queued: {queued:?}");
 }

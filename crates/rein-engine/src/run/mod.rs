@@ -645,9 +645,26 @@ impl Engine {
                 at_ms,
             }),
             events: ctx.emitter.drain(),
+            // Only a run still queued starts: a cancellation (or another
+            // starter) that got there first wins, atomically.
+            expect_status: Some(RunStatus::Queued),
             ..StepCommit::default()
         };
-        self.store.commit_step(&run_id, status).await?;
+        match self.store.commit_step(&run_id, status).await {
+            Ok(_) => {}
+            Err(StoreError::Conflict {
+                what: "run status", ..
+            }) => {
+                if let Err(e) = self.store.release_lease(&claim_id(&run_id)).await {
+                    tracing::warn!(run = %run_id, "cannot release the run's claim: {e}");
+                }
+                return Err(EngineError::NotResumable {
+                    run_id,
+                    reason: "it stopped being queued before it started (cancelled?)".into(),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        }
 
         let state = LoopState {
             budget,

@@ -10,7 +10,7 @@
 //!
 //! | table | key | holds |
 //! | --- | --- | --- |
-//! | `runs` | `run_id` | the run, its status and report |
+//! | `runs` | `run_id` (indexed by status and by parent, oldest first, in schema v5) | the run, its status and report |
 //! | `events` | `run_id, seq` | the event stream |
 //! | `intents` | `run_id, intent_id` | planned calls |
 //! | `ledger` | `run_id, intent_id` (`seq` unique per run) | declared side effects |
@@ -44,7 +44,7 @@ use crate::error::StoreError;
 use crate::idempotency::{IdempotencyRecord, IdempotencyState, Reservation, StoredResponse};
 use crate::intent::PlannedIntent;
 use crate::lease::{Lease, LeaseChange, LeaseFilter};
-use crate::run::{NewRun, RunRecord};
+use crate::run::{NewRun, RunRecord, RunStatus};
 use crate::singleton::SingletonLease;
 use crate::store::Store;
 
@@ -171,6 +171,23 @@ impl Store for SqliteStore {
     async fn list_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
         self.worker
             .read(move |conn| ops::list_runs(conn, limit))
+            .await
+    }
+
+    async fn runs_with_status(
+        &self,
+        status: RunStatus,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        self.worker
+            .read(move |conn| ops::runs_with_status(conn, status, limit))
+            .await
+    }
+
+    async fn children_of(&self, parent: &RunId) -> Result<Vec<RunRecord>, StoreError> {
+        let parent = parent.clone();
+        self.worker
+            .read(move |conn| ops::children_of(conn, &parent))
             .await
     }
 

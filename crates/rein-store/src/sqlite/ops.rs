@@ -148,6 +148,38 @@ pub fn list_runs(conn: &Connection, max: usize) -> Result<Vec<RunRecord>, StoreE
     )
 }
 
+/// Up to `max` runs with `status`, oldest first.
+pub fn runs_with_status(
+    conn: &Connection,
+    status: RunStatus,
+    max: usize,
+) -> Result<Vec<RunRecord>, StoreError> {
+    // Served by the `runs_by_status` index (schema v5), in its order.
+    query_all(
+        conn,
+        &format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE status = ?1 \
+             ORDER BY created_at_ms, run_id LIMIT ?2"
+        ),
+        params![status.as_str(), limit(max)],
+        decode_run,
+    )
+}
+
+/// The runs whose parent is `parent`, oldest first.
+pub fn children_of(conn: &Connection, parent: &RunId) -> Result<Vec<RunRecord>, StoreError> {
+    // Served by the `runs_by_parent_created` index (schema v5).
+    query_all(
+        conn,
+        &format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE parent_run_id = ?1 \
+             ORDER BY created_at_ms, run_id"
+        ),
+        [parent.as_str()],
+        decode_run,
+    )
+}
+
 pub fn events(conn: &Connection, run_id: &RunId, after_seq: u64) -> Result<Vec<Event>, StoreError> {
     require_run(conn, run_id)?;
     // A cursor beyond i64::MAX cannot have anything after it.
@@ -255,6 +287,17 @@ pub fn commit_step(
     commit: StepCommit,
 ) -> Result<Committed, StoreError> {
     let mut status = run_status(conn, run_id)?;
+    // First, before any part is applied: the worker's `IMMEDIATE`
+    // transaction holds the write lock from this read to the commit, so no
+    // other writer (of any process) changes the status in between.
+    if let Some(expected) = commit.expect_status
+        && expected != status
+    {
+        return Err(StoreError::Conflict {
+            what: "run status",
+            id: run_id.to_string(),
+        });
+    }
     if commit.reopen {
         reopen(conn, run_id, status)?;
         status = RunStatus::Running;

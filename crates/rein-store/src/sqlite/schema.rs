@@ -21,7 +21,7 @@ use super::codec::SqlResult;
 use crate::error::StoreError;
 
 /// The schema version this binary writes: the number of migrations.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
 ///
@@ -153,6 +153,15 @@ CREATE TABLE singletons (
     acquired_at_ms INTEGER NOT NULL,
     expires_at_ms  INTEGER NOT NULL
 ) STRICT;
+"#,
+    // 5: run queries of `rein serve`, oldest first: by status (the queue of
+    // `queued` runs, the `running` ones to recover) and by parent. The
+    // parent index replaces version 1's, which could not give the order.
+    r#"
+CREATE INDEX runs_by_status ON runs (status, created_at_ms, run_id);
+CREATE INDEX runs_by_parent_created ON runs (parent_run_id, created_at_ms, run_id)
+    WHERE parent_run_id IS NOT NULL;
+DROP INDEX runs_by_parent;
 "#,
 ];
 
@@ -370,7 +379,7 @@ mod tests {
         );
 
         migrate(&mut conn).unwrap();
-        assert_eq!(version(&conn), 4);
+        assert_eq!(version(&conn), i64::from(SCHEMA_VERSION));
         let records: i64 = conn
             .query_row("SELECT COUNT(*) FROM idempotency", [], |r| r.get(0))
             .unwrap();
@@ -394,7 +403,78 @@ mod tests {
             conn.execute("INSERT INTO singletons VALUES ('sweeper', NULL, 1, 2)", []);
         assert!(missing_owner.is_err(), "a row always names its owner");
         migrate(&mut conn).unwrap();
-        assert_eq!(version(&conn), 4);
+        assert_eq!(version(&conn), i64::from(SCHEMA_VERSION));
+    }
+
+    fn run_indexes(conn: &Connection) -> Vec<String> {
+        conn.prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs' \
+             AND sql IS NOT NULL ORDER BY name",
+        )
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+    }
+
+    #[test]
+    fn a_version_4_file_upgrades_to_5_and_keeps_its_runs_and_singletons() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        // A file written by the fourth release: migrations 1 to 4.
+        conn.execute_batch(
+            "CREATE TABLE rein_schema (
+                version       INTEGER PRIMARY KEY NOT NULL,
+                applied_at_ms INTEGER NOT NULL
+            ) STRICT;",
+        )
+        .unwrap();
+        for (index, migration) in MIGRATIONS[..4].iter().enumerate() {
+            conn.execute_batch(migration).unwrap();
+            conn.execute(
+                "INSERT INTO rein_schema (version, applied_at_ms) VALUES (?1, 0)",
+                [index as i64 + 1],
+            )
+            .unwrap();
+        }
+        conn.execute_batch(
+            "INSERT INTO runs VALUES ('r-1', 't', 'a', 'in', NULL, '{}', 'queued', NULL, 2, 2);
+             INSERT INTO runs VALUES ('r-2', 't', 'a', 'in', 'r-1', '{}', 'running', NULL, 1, 1);
+             INSERT INTO singletons VALUES ('ledger-reconciler', 'pid:1@h', 1, 2);",
+        )
+        .unwrap();
+        assert_eq!(run_indexes(&conn), ["runs_by_created", "runs_by_parent"]);
+
+        migrate(&mut conn).unwrap();
+        assert_eq!(version(&conn), 5);
+        assert_eq!(
+            run_indexes(&conn),
+            [
+                "runs_by_created",
+                "runs_by_parent_created",
+                "runs_by_status"
+            ],
+            "version 5 replaces the parent index and adds the status index"
+        );
+        let kept: i64 = conn
+            .query_row(
+                "SELECT (SELECT COUNT(*) FROM runs) + (SELECT COUNT(*) FROM singletons)",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(kept, 3, "the upgrade keeps existing runs and singletons");
+        let child: String = conn
+            .query_row(
+                "SELECT run_id FROM runs WHERE parent_run_id = 'r-1' \
+                 ORDER BY created_at_ms, run_id",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(child, "r-2");
+        migrate(&mut conn).unwrap();
+        assert_eq!(version(&conn), 5);
     }
 
     #[test]
