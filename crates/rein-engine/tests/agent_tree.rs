@@ -161,6 +161,11 @@ async fn a_child_run_answers_its_parent_and_is_recorded_under_it() {
         1,
         "the child called the tool"
     );
+    // One budget for the tree: the child's two steps are charged to the
+    // parent, which took two of its own.
+    let child_report = child.report.as_ref().unwrap();
+    assert_eq!(child_report.consumed.steps, 2);
+    assert_eq!(out.report.consumed.steps, 4, "{:?}", out.report.consumed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -887,5 +887,8 @@ async fn cancelling_queued_work_never_races_the_worker_starting_it() {
             assert_eq!(kinds, ["run_finished"], "run {id}");
         }
     }
-    eprintln!("{started} of {} runs started before their cancellation", locations.len());
+    eprintln!(
+        "{started} of {} runs started before their cancellation",
+        locations.len()
+    );
 }

@@ -300,6 +300,9 @@ pub(crate) struct RunCtx<'a> {
     validator: &'a dyn ArgValidator,
     /// Where the run sits in its agent tree.
     lineage: Lineage,
+    /// What child runs started by this run's calls consumed, by intent,
+    /// until the call's budget grant is settled with it.
+    child_usage: std::sync::Mutex<HashMap<IntentId, Usage>>,
 }
 
 /// A run's place in its agent tree: its parent, its depth (the root is 0)
@@ -332,6 +335,23 @@ impl Lineage {
 }
 
 impl RunCtx<'_> {
+    /// Records what the child run of `intent` consumed.
+    fn record_child_usage(&self, intent: &IntentId, used: Usage) {
+        self.child_usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(intent.clone(), used);
+    }
+
+    /// What the child run of `intent` consumed (zero for other calls).
+    fn take_child_usage(&self, intent: &IntentId) -> Usage {
+        self.child_usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(intent)
+            .unwrap_or_default()
+    }
+
     /// Resolves when the run's forward path is cancelled; never during
     /// settlement.
     async fn cancelled(&self) {
@@ -627,6 +647,7 @@ impl Engine {
             settling: std::sync::atomic::AtomicBool::new(false),
             validator,
             lineage,
+            child_usage: std::sync::Mutex::new(HashMap::new()),
         };
         let _live = self.shared.live.register(&run_id, &ctx.cancel);
         ctx.emitter.emit(
@@ -959,6 +980,7 @@ impl Engine {
             settling: std::sync::atomic::AtomicBool::new(false),
             validator,
             lineage,
+            child_usage: std::sync::Mutex::new(HashMap::new()),
         };
         let _live = self.shared.live.register(run_id, &ctx.cancel);
         ctx.emitter.emit(
@@ -1472,6 +1494,7 @@ impl Engine {
                            "remaining_ms": millis(budget.remaining(now).time)}),
                 );
             }
+            let intents: Vec<IntentId> = others.iter().map(|p| p.intent_id.clone()).collect();
             let futures = others
                 .into_iter()
                 .zip(shares.iter())
@@ -1482,8 +1505,10 @@ impl Engine {
                 });
             results.extend(futures_util::future::join_all(futures).await);
             let now = self.clock.now();
-            for (_, grant) in shares {
-                let _ = budget.settle(grant, Usage::default(), now);
+            // A child run's consumption is charged to this run: one
+            // budget for the whole tree, never reset.
+            for ((_, grant), intent) in shares.into_iter().zip(intents) {
+                let _ = budget.settle(grant, ctx.take_child_usage(&intent), now);
             }
         }
         for p in irreversible {
@@ -1515,8 +1540,9 @@ impl Engine {
             let now = self.clock.now();
             let (child, grant) = budget.serial(now);
             let before = prior.get(&p.intent_id);
+            let intent = p.intent_id.clone();
             let result = self.guarded_call(ctx, p, tool, &child, before).await;
-            let _ = budget.settle(grant, Usage::default(), self.clock.now());
+            let _ = budget.settle(grant, ctx.take_child_usage(&intent), self.clock.now());
             results.push(result);
         }
         results

@@ -145,6 +145,7 @@ impl Engine {
         if let Some(record) = &existing
             && let (RunStatus::Finished(_), Some(report)) = (record.status, &record.report)
         {
+            ctx.record_child_usage(&planned.intent_id, report.consumed);
             return outcome_of(tool, &child_id, report.clone());
         }
         if existing.is_none()
@@ -192,6 +193,15 @@ impl Engine {
                 .with_tokens(tokens.max(1))
                 .map_err(|e| refuse(e.to_string()))?;
         }
+        let cost = min(
+            left.cost.map(rein_core::deadline::Cost::micros),
+            own.cost().map(rein_core::deadline::Cost::micros),
+        );
+        if let Some(micros) = cost {
+            child = child
+                .with_cost(rein_core::deadline::Cost::from_micros(micros.max(1)))
+                .map_err(|e| refuse(e.to_string()))?;
+        }
         agent.budget = child;
         let input = planned.args["task"]
             .as_str()
@@ -225,7 +235,10 @@ impl Engine {
             Box::pin(self.run_in(&agent, ctx.validator, request, lineage)).await
         };
         match out {
-            Ok(out) => outcome_of(tool, &child_id, out.report),
+            Ok(out) => {
+                ctx.record_child_usage(&planned.intent_id, out.report.consumed);
+                outcome_of(tool, &child_id, out.report)
+            }
             Err(EngineError::NotResumable { reason, .. }) => {
                 Err(Failure::new(&tool.name, Category::Conflict)
                     .with_effect(Effect::MaybeApplied)
