@@ -228,4 +228,23 @@ impl Store for FaultyStore {
     async fn children_of(&self, parent: &RunId) -> Result<Vec<RunRecord>, StoreError> {
         self.inner.children_of(parent).await
     }
+
+    async fn renew_lease_of(
+        &self,
+        lease_id: &str,
+        owner: &str,
+        expires_at_ms: u64,
+    ) -> Result<bool, StoreError> {
+        self.inner
+            .renew_lease_of(lease_id, owner, expires_at_ms)
+            .await
+    }
+
+    async fn release_lease_of(&self, lease_id: &str, owner: &str) -> Result<bool, StoreError> {
+        self.inner.release_lease_of(lease_id, owner).await
+    }
+
+    async fn take_over_lease(&self, lease: Lease, now_ms: u64) -> Result<bool, StoreError> {
+        self.inner.take_over_lease(lease, now_ms).await
+    }
 }

@@ -110,6 +110,9 @@ impl Owner {
 
     /// Parses an owner id written by [`Owner`]'s `Display`.
     pub fn parse(text: &str) -> Option<Owner> {
+        // A claim appends `#<token>` to tell two claims of one process
+        // apart; the process is what precedes it.
+        let text = text.split_once('#').map_or(text, |(owner, _)| owner);
         let rest = text.strip_prefix("pid:")?;
         let (process, host) = rest.split_once('@')?;
         let (pid, start) = match process.split_once('+') {

@@ -66,6 +66,9 @@ pub async fn run_all(store: &dyn Store) {
     lease_lifecycle(store).await;
     lease_acquire_refusals(store).await;
     expired_leases_soonest_first(store).await;
+    lease_renew_and_release_only_by_holder(store).await;
+    lease_take_over_only_when_absent_or_expired(store).await;
+    lease_concurrent_take_overs_admit_exactly_one(store).await;
     idempotency_first_request_executes_then_replays(store).await;
     idempotency_other_fingerprint_is_a_mismatch_in_any_state(store).await;
     idempotency_release_deletes_only_in_progress(store).await;
@@ -1244,6 +1247,254 @@ fn response(status: u16, body: &str) -> StoredResponse {
         location: Some("/v1/runs/run-42".to_owned()),
         body: body.as_bytes().to_vec(),
     }
+}
+
+/// `renew_lease_of` and `release_lease_of` act only for the lease's
+/// holder: another owner's call returns `false` and changes nothing, as does
+/// one on a missing lease.
+pub async fn lease_renew_and_release_only_by_holder(store: &dyn Store) {
+    let run_id = created(store, "lease-fenced").await;
+    let held = temp_lease(&run_id, &unique("lease-fenced"), BASE_MS + 100);
+    let holder = held.owner.clone();
+    let other = "pid:9999@other-host";
+    store.acquire_lease(held.clone()).await.unwrap();
+    let stored = || async { store.leases_of_run(&run_id).await.unwrap() };
+
+    assert!(
+        store
+            .renew_lease_of(&held.lease_id, &holder, BASE_MS + 200)
+            .await
+            .unwrap(),
+        "the holder renews its lease"
+    );
+    let mut renewed = held.clone();
+    renewed.expires_at_ms = BASE_MS + 200;
+    assert_eq!(
+        stored().await,
+        vec![renewed.clone()],
+        "the renewal is stored"
+    );
+
+    assert!(
+        !store
+            .renew_lease_of(&held.lease_id, other, BASE_MS + 900)
+            .await
+            .unwrap(),
+        "another owner's renewal is refused"
+    );
+    assert_eq!(
+        stored().await,
+        vec![renewed.clone()],
+        "a refused renewal leaves the expiry unchanged"
+    );
+    assert!(
+        !store
+            .renew_lease_of(&unique("lease-missing"), &holder, BASE_MS + 1)
+            .await
+            .unwrap(),
+        "renewing a missing lease returns false"
+    );
+    match store
+        .renew_lease_of(&held.lease_id, &holder, BASE_MS - 1)
+        .await
+    {
+        Err(StoreError::Invalid { .. }) => {}
+        other => panic!("renew_lease_of before acquisition: expected Invalid, found {other:?}"),
+    }
+    for owner in ["", "  "] {
+        match store
+            .renew_lease_of(&held.lease_id, owner, BASE_MS + 300)
+            .await
+        {
+            Err(StoreError::Invalid {
+                what: "lease owner",
+                ..
+            }) => {}
+            other => panic!("renew_lease_of by {owner:?}: expected Invalid, found {other:?}"),
+        }
+        match store.release_lease_of(&held.lease_id, owner).await {
+            Err(StoreError::Invalid {
+                what: "lease owner",
+                ..
+            }) => {}
+            other => panic!("release_lease_of by {owner:?}: expected Invalid, found {other:?}"),
+        }
+    }
+    assert_eq!(stored().await, vec![renewed.clone()]);
+
+    assert!(
+        !store.release_lease_of(&held.lease_id, other).await.unwrap(),
+        "another owner's release is refused"
+    );
+    assert_eq!(
+        stored().await,
+        vec![renewed.clone()],
+        "a refused release leaves the lease"
+    );
+    assert!(
+        store
+            .release_lease_of(&held.lease_id, &holder)
+            .await
+            .unwrap(),
+        "the holder releases its lease"
+    );
+    assert_eq!(stored().await, Vec::new(), "the release is stored");
+    assert!(
+        !store
+            .release_lease_of(&held.lease_id, &holder)
+            .await
+            .unwrap(),
+        "releasing a missing lease returns false"
+    );
+}
+
+/// `take_over_lease` replaces a lease only when it is absent or expired
+/// (`expires_at_ms <= now_ms`); while it is live the take-over returns
+/// `false` and the holder keeps it, and its renewals and releases keep
+/// working. After a take-over, the old holder can neither renew nor
+/// release.
+pub async fn lease_take_over_only_when_absent_or_expired(store: &dyn Store) {
+    let run_id = created(store, "lease-take-over").await;
+    let lease_id = unique("lease-claim");
+    let claim = |owner: &str, acquired_at_ms: u64, expires_at_ms: u64| Lease {
+        lease_id: lease_id.clone(),
+        run_id: run_id.clone(),
+        intent_id: None,
+        kind: LeaseKind::Run,
+        pgid: None,
+        path: None,
+        owner: owner.to_owned(),
+        acquired_at_ms,
+        expires_at_ms,
+    };
+    let first = claim("pid:1@host-a", BASE_MS, BASE_MS + 100);
+    assert!(
+        store.take_over_lease(first.clone(), BASE_MS).await.unwrap(),
+        "taking over an absent lease acquires it"
+    );
+    assert_eq!(
+        store.leases_of_run(&run_id).await.unwrap(),
+        vec![first.clone()]
+    );
+
+    let second = claim("pid:2@host-b", BASE_MS + 50, BASE_MS + 300);
+    assert!(
+        !store
+            .take_over_lease(second.clone(), BASE_MS + 99)
+            .await
+            .unwrap(),
+        "a live lease is not taken over"
+    );
+    assert_eq!(
+        store.leases_of_run(&run_id).await.unwrap(),
+        vec![first.clone()],
+        "a refused take-over changes nothing"
+    );
+
+    let second = claim("pid:2@host-b", BASE_MS + 100, BASE_MS + 300);
+    assert!(
+        store
+            .take_over_lease(second.clone(), BASE_MS + 100)
+            .await
+            .unwrap(),
+        "a lease expired at now (expiry inclusive) is taken over"
+    );
+    assert_eq!(
+        store.leases_of_run(&run_id).await.unwrap(),
+        vec![second.clone()],
+        "the new holder's lease replaced the old one"
+    );
+    assert!(
+        !store
+            .renew_lease_of(&lease_id, &first.owner, BASE_MS + 1_000)
+            .await
+            .unwrap(),
+        "the old holder cannot renew after a take-over"
+    );
+    assert!(
+        !store
+            .release_lease_of(&lease_id, &first.owner)
+            .await
+            .unwrap(),
+        "the old holder cannot release after a take-over"
+    );
+    assert_eq!(
+        store.leases_of_run(&run_id).await.unwrap(),
+        vec![second.clone()],
+        "the old holder's calls leave the new lease alone"
+    );
+
+    let mut bad = claim("pid:3@host-c", BASE_MS + 400, BASE_MS + 500);
+    bad.owner = String::new();
+    match store.take_over_lease(bad, BASE_MS + 1_000).await {
+        Err(StoreError::Invalid {
+            what: "lease owner",
+            ..
+        }) => {}
+        other => panic!("a take-over with no owner: expected Invalid, found {other:?}"),
+    }
+    let backwards = claim("pid:3@host-c", BASE_MS + 400, BASE_MS + 399);
+    match store.take_over_lease(backwards, BASE_MS + 1_000).await {
+        Err(StoreError::Invalid { .. }) => {}
+        other => {
+            panic!("a take-over expiring before acquisition: expected Invalid, found {other:?}")
+        }
+    }
+    assert_eq!(
+        store.leases_of_run(&run_id).await.unwrap(),
+        vec![second.clone()],
+        "refused take-overs change nothing"
+    );
+    assert!(
+        store
+            .release_lease_of(&lease_id, &second.owner)
+            .await
+            .unwrap()
+    );
+}
+
+/// Of 16 concurrent take-overs of one expired lease by different owners,
+/// exactly one wins, and the winner holds the lease.
+pub async fn lease_concurrent_take_overs_admit_exactly_one(store: &dyn Store) {
+    const TAKERS: usize = 16;
+    let run_id = created(store, "lease-take-over-race").await;
+    let lease_id = unique("lease-race");
+    let claim = |owner: String, acquired_at_ms: u64, expires_at_ms: u64| Lease {
+        lease_id: lease_id.clone(),
+        run_id: run_id.clone(),
+        intent_id: None,
+        kind: LeaseKind::Run,
+        pgid: None,
+        path: None,
+        owner,
+        acquired_at_ms,
+        expires_at_ms,
+    };
+    store
+        .acquire_lease(claim("pid:0@stalled".to_owned(), BASE_MS, BASE_MS + 10))
+        .await
+        .unwrap();
+    let now_ms = BASE_MS + 10;
+    let futures = (1..=TAKERS)
+        .map(|n| {
+            let lease = claim(format!("pid:{n}@host"), now_ms, now_ms + 1_000);
+            Box::pin(async move {
+                let owner = lease.owner.clone();
+                (owner, store.take_over_lease(lease, now_ms).await.unwrap())
+            }) as Pin<Box<dyn Future<Output = (String, bool)> + Send + '_>>
+        })
+        .collect();
+    let outcomes = join_all(futures).await;
+    let winners: Vec<&String> = outcomes
+        .iter()
+        .filter(|(_, won)| *won)
+        .map(|(owner, _)| owner)
+        .collect();
+    assert_eq!(winners.len(), 1, "exactly one take-over wins: {outcomes:?}");
+    let held = store.leases_of_run(&run_id).await.unwrap();
+    assert_eq!(held.len(), 1, "one lease is held: {held:?}");
+    assert_eq!(&held[0].owner, winners[0], "the winner holds the lease");
+    assert!(store.release_lease_of(&lease_id, winners[0]).await.unwrap());
 }
 
 /// Runs `futures` concurrently on the caller's task and returns their

@@ -122,13 +122,7 @@ impl Lease {
                 format!("{:?}", self.lease_id),
             ));
         }
-        if self.owner.trim().is_empty() {
-            return Err(invalid(
-                "lease owner",
-                "a process id such as pid:1234@host",
-                "empty".to_owned(),
-            ));
-        }
+        validate_owner(&self.owner)?;
         match self.kind {
             LeaseKind::ProcessGroup => {
                 match self.pgid {
@@ -191,6 +185,22 @@ impl Lease {
     pub fn is_expired(&self, now_ms: u64) -> bool {
         self.expires_at_ms <= now_ms
     }
+}
+
+/// Checks that a lease owner is not empty (as [`Lease::validate`] does).
+///
+/// # Errors
+///
+/// [`StoreError::Invalid`] for an empty (or all-whitespace) owner.
+pub(crate) fn validate_owner(owner: &str) -> Result<(), StoreError> {
+    if owner.trim().is_empty() {
+        return Err(StoreError::Invalid {
+            what: "lease owner",
+            expected: "a process id such as pid:1234@host".to_owned(),
+            found: "empty".to_owned(),
+        });
+    }
+    Ok(())
 }
 
 /// A change to the lease table: the one write path of leases

@@ -8,7 +8,7 @@ use crate::commit::{Committed, StepCommit};
 use crate::error::StoreError;
 use crate::idempotency::{IdempotencyRecord, IdempotencyState, Reservation, StoredResponse};
 use crate::intent::PlannedIntent;
-use crate::lease::{Lease, LeaseChange, LeaseFilter};
+use crate::lease::{Lease, LeaseChange, LeaseFilter, validate_owner};
 use crate::ledger::LedgerMark;
 use crate::run::{NewRun, RunRecord, RunStatus, StatusChange};
 use crate::singleton::SingletonLease;
@@ -46,7 +46,11 @@ use crate::singleton::SingletonLease;
 ///
 /// Resource leases ([`Lease`]) have their own write path,
 /// [`Store::change_lease`], with [`acquire_lease`], [`renew_lease`] and
-/// [`release_lease`] provided on top. They are not part of a
+/// [`release_lease`] provided on top, and the fenced
+/// [`renew_lease_of`], [`release_lease_of`] and [`take_over_lease`], which
+/// act only for the lease's holder (or on an expired lease) so that a
+/// stalled holder cannot renew or release a lease another process took
+/// over. They are not part of a
 /// [`StepCommit`]: a lease is taken and released by a tool adapter around
 /// one call (and by the reaper after a crash), not at a step boundary, and
 /// it must be durable before the resource exists, not when the step ends.
@@ -84,6 +88,9 @@ use crate::singleton::SingletonLease;
 /// [`acquire_lease`]: Store::acquire_lease
 /// [`renew_lease`]: Store::renew_lease
 /// [`release_lease`]: Store::release_lease
+/// [`renew_lease_of`]: Store::renew_lease_of
+/// [`release_lease_of`]: Store::release_lease_of
+/// [`take_over_lease`]: Store::take_over_lease
 ///
 /// [`append_events`]: Store::append_events
 /// [`declare`]: Store::declare
@@ -339,6 +346,107 @@ pub trait Store: Send + Sync {
     async fn leases_of_run(&self, run_id: &RunId) -> Result<Vec<Lease>, StoreError> {
         self.leases(&LeaseFilter::all().of_run(run_id.clone()))
             .await
+    }
+
+    /// Renews `lease_id` to `expires_at_ms` only if `owner` holds it;
+    /// `Ok(false)` when the lease is missing or held by another owner (the
+    /// caller lost it), and nothing changed.
+    ///
+    /// This fences a stalled holder: after another process took the lease
+    /// over ([`Store::take_over_lease`]), the old holder's renewal is
+    /// refused instead of extending the new holder's lease.
+    ///
+    /// The provided implementation reads the lease, then renews it: it is
+    /// not atomic, and is meant for wrapping stores only. Every backend
+    /// overrides it with one atomic write.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for an empty owner, or (when `owner` holds
+    /// the lease) an expiry before its acquisition.
+    async fn renew_lease_of(
+        &self,
+        lease_id: &str,
+        owner: &str,
+        expires_at_ms: u64,
+    ) -> Result<bool, StoreError> {
+        validate_owner(owner)?;
+        let held = self
+            .leases(&LeaseFilter::all())
+            .await?
+            .into_iter()
+            .find(|lease| lease.lease_id == lease_id);
+        if held.is_none_or(|held| held.owner != owner) {
+            return Ok(false);
+        }
+        match self.renew_lease(lease_id, expires_at_ms).await {
+            Ok(_) => Ok(true),
+            Err(StoreError::NotFound { what: "lease", .. }) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Releases `lease_id` only if `owner` holds it (expired or not);
+    /// `Ok(false)` otherwise, and nothing changed.
+    ///
+    /// The provided implementation reads the lease, then releases it: it is
+    /// not atomic, and is meant for wrapping stores only. Every backend
+    /// overrides it with one atomic write.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for an empty owner.
+    async fn release_lease_of(&self, lease_id: &str, owner: &str) -> Result<bool, StoreError> {
+        validate_owner(owner)?;
+        let held = self
+            .leases(&LeaseFilter::all())
+            .await?
+            .into_iter()
+            .find(|lease| lease.lease_id == lease_id);
+        if held.is_none_or(|held| held.owner != owner) {
+            return Ok(false);
+        }
+        Ok(self.release_lease(lease_id).await?.is_some())
+    }
+
+    /// Puts `lease` in place of the lease with the same id if there is none
+    /// or the held one expired at `now_ms` (`expires_at_ms <= now_ms`);
+    /// `Ok(false)` when a live lease holds the id, and nothing changed.
+    ///
+    /// Backends make this one atomic write: of any number of concurrent
+    /// take-overs of one lease, across processes sharing the store, at most
+    /// one returns `true`. The provided implementation (acquire, else read,
+    /// release and acquire again) is not atomic: two concurrent take-overs
+    /// of an expired lease may both win. It is meant for wrapping stores
+    /// only.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a lease that breaks
+    /// [`Lease::validate`]; [`StoreError::NotFound`] for an unknown run.
+    async fn take_over_lease(&self, lease: Lease, now_ms: u64) -> Result<bool, StoreError> {
+        lease.validate()?;
+        match self.acquire_lease(lease.clone()).await {
+            Ok(_) => return Ok(true),
+            Err(StoreError::Conflict { what: "lease", .. }) => {}
+            Err(error) => return Err(error),
+        }
+        let held = self
+            .leases(&LeaseFilter::all())
+            .await?
+            .into_iter()
+            .find(|held| held.lease_id == lease.lease_id);
+        if let Some(held) = held {
+            if !held.is_expired(now_ms) {
+                return Ok(false);
+            }
+            self.release_lease_of(&held.lease_id, &held.owner).await?;
+        }
+        match self.acquire_lease(lease).await {
+            Ok(_) => Ok(true),
+            Err(StoreError::Conflict { what: "lease", .. }) => Ok(false),
+            Err(error) => Err(error),
+        }
     }
 
     /// Writes the checkpoint of a step, replacing one of the same step.

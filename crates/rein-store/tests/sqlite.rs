@@ -1167,6 +1167,16 @@ async fn provided_run_queries_pass_the_conformance_checks() {
     conformance::children_of_lists_children_oldest_first(&store).await;
 }
 
+/// The provided (not atomic) fenced lease operations keep their sequential
+/// semantics; only the concurrent take-over check needs an atomic backend.
+#[tokio::test]
+async fn provided_fenced_lease_ops_pass_the_sequential_conformance_checks() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = RequiredOnly(SqliteStore::open(dir.path().join("rein.db")).unwrap());
+    conformance::lease_renew_and_release_only_by_holder(&store).await;
+    conformance::lease_take_over_only_when_absent_or_expired(&store).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_handles_racing_to_change_a_queued_run_admit_one() {
     let dir = tempfile::tempdir().unwrap();
@@ -1229,4 +1239,102 @@ async fn two_handles_racing_to_change_a_queued_run_admit_one() {
         .await
         .unwrap();
     assert!(queued.is_empty(), "no run is left queued: {queued:?}");
+}
+
+fn run_lease(run: &RunId, lease_id: &str, owner: &str, acquired_at_ms: u64, ttl_ms: u64) -> Lease {
+    Lease {
+        lease_id: lease_id.to_owned(),
+        run_id: run.clone(),
+        intent_id: None,
+        kind: LeaseKind::Run,
+        pgid: None,
+        path: None,
+        owner: owner.to_owned(),
+        acquired_at_ms,
+        expires_at_ms: acquired_at_ms + ttl_ms,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_handles_racing_to_take_over_a_run_claim_admit_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    // Two handles stand for two processes taking over the claim of a run
+    // whose owner stalled.
+    let handles = [
+        Arc::new(SqliteStore::open(&path).unwrap()),
+        Arc::new(SqliteStore::open(&path).unwrap()),
+    ];
+    let run = run_id("run-claimed");
+    handles[0]
+        .create_run(new_run(run.as_str(), 1_000))
+        .await
+        .unwrap();
+    let lease_id = "run-claim:run-claimed";
+    handles[0]
+        .acquire_lease(run_lease(&run, lease_id, "pid:0@stalled", 1_000, 100))
+        .await
+        .unwrap();
+    let mut holder = "pid:0@stalled".to_owned();
+    for round in 0..10u64 {
+        // The holder's lease expired at `now`.
+        let now = 1_100 + round * 100;
+        let barrier = Arc::new(tokio::sync::Barrier::new(16));
+        let mut tasks = Vec::new();
+        for taker in 0..16u64 {
+            let store = Arc::clone(&handles[taker as usize % 2]);
+            let barrier = Arc::clone(&barrier);
+            let (run, owner) = (run.clone(), format!("pid:{taker}@round-{round}"));
+            tasks.push(tokio::spawn(async move {
+                let lease = run_lease(&run, lease_id, &owner, now, 100);
+                barrier.wait().await;
+                let won = store.take_over_lease(lease, now).await.unwrap();
+                (owner, won)
+            }));
+        }
+        let mut winners = Vec::new();
+        for task in tasks {
+            let (owner, won) = task.await.unwrap();
+            if won {
+                winners.push(owner);
+            }
+        }
+        assert_eq!(
+            winners.len(),
+            1,
+            "round {round}: exactly one take-over wins"
+        );
+        let held = handles[1].leases_of_run(&run).await.unwrap();
+        assert_eq!(held.len(), 1);
+        assert_eq!(held[0].owner, winners[0]);
+        assert_eq!(held[0].expires_at_ms, now + 100);
+        // The stalled former holder is fenced off through either handle.
+        for handle in &handles {
+            assert!(
+                !handle
+                    .renew_lease_of(lease_id, &holder, now + 10_000)
+                    .await
+                    .unwrap()
+            );
+            assert!(!handle.release_lease_of(lease_id, &holder).await.unwrap());
+        }
+        // The winner renews through the other handle; nobody takes over a
+        // live lease.
+        assert!(
+            handles[round as usize % 2]
+                .renew_lease_of(lease_id, &winners[0], now + 100)
+                .await
+                .unwrap()
+        );
+        let live = run_lease(&run, lease_id, "pid:99@late", now + 50, 100);
+        assert!(!handles[0].take_over_lease(live, now + 50).await.unwrap());
+        holder = winners.pop().unwrap();
+    }
+    assert!(
+        handles[1]
+            .release_lease_of(lease_id, &holder)
+            .await
+            .unwrap()
+    );
+    assert!(handles[0].leases_of_run(&run).await.unwrap().is_empty());
 }

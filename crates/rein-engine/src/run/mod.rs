@@ -293,6 +293,11 @@ pub(crate) struct RunCtx<'a> {
     last_input_tokens: std::sync::atomic::AtomicU64,
     /// Cancels the forward path (never the settlement).
     cancel: CancellationToken,
+    /// Fires when another process took the run's claim over: this process
+    /// stops everything at once and records nothing more.
+    lost: CancellationToken,
+    /// The identity of this process's claim on the run.
+    claim_owner: String,
     /// Set once the run settles: from then on cancellation is ignored, so
     /// compensation always runs to its end.
     settling: std::sync::atomic::AtomicBool,
@@ -356,14 +361,19 @@ impl RunCtx<'_> {
     /// settlement.
     async fn cancelled(&self) {
         if self.settling.load(std::sync::atomic::Ordering::Acquire) {
-            return std::future::pending().await;
+            return self.lost.cancelled().await;
         }
-        self.cancel.cancelled().await;
+        tokio::select! {
+            () = self.cancel.cancelled() => {}
+            () = self.lost.cancelled() => {}
+        }
     }
 
-    /// Whether the forward path was cancelled.
+    /// Whether the forward path was cancelled (or the claim lost).
     fn is_cancelled(&self) -> bool {
-        self.cancel.is_cancelled() && !self.settling.load(std::sync::atomic::Ordering::Acquire)
+        self.lost.is_cancelled()
+            || (self.cancel.is_cancelled()
+                && !self.settling.load(std::sync::atomic::Ordering::Acquire))
     }
 
     /// Commits `commit` for this run; when the store refuses it, its events
@@ -439,10 +449,18 @@ impl Engine {
     /// time, so two resumes (or a resume while the original process still
     /// lives) cannot both replay its step. A claim whose owner is dead is
     /// taken over.
-    async fn claim(&self, run_id: &RunId, hold: std::time::Duration) -> Result<(), EngineError> {
+    async fn claim(
+        &self,
+        run_id: &RunId,
+        hold: std::time::Duration,
+    ) -> Result<String, EngineError> {
         use crate::lease::Owner;
         use rein_store::{Lease, LeaseKind};
         let now_ms = unix_ms(self.clock.system_now());
+        // The claim's own identity: this process plus a token, so renewals
+        // and the release are fenced to this claim, not any claim of the
+        // process.
+        let owner = format!("{}#{}", Owner::current(), uuid::Uuid::now_v7().simple());
         let lease = Lease {
             lease_id: claim_id(run_id),
             run_id: run_id.clone(),
@@ -450,12 +468,12 @@ impl Engine {
             kind: LeaseKind::Run,
             pgid: None,
             path: None,
-            owner: Owner::current().to_string(),
+            owner: owner.clone(),
             acquired_at_ms: now_ms,
             expires_at_ms: now_ms.saturating_add(millis(hold)),
         };
         match self.store.acquire_lease(lease.clone()).await {
-            Ok(_) => return Ok(()),
+            Ok(_) => return Ok(owner),
             Err(StoreError::Conflict { .. }) => {}
             Err(e) => return Err(e.into()),
         }
@@ -480,10 +498,25 @@ impl Engine {
                     reason: format!("it is being driven by a live process ({})", held.owner),
                 });
             }
-            self.store.release_lease(&held.lease_id).await?;
+            if expired {
+                // One atomic step: of two takers, one wins; a stalled owner
+                // that wakes up finds its renewals refused.
+                return if self.store.take_over_lease(lease, now_ms).await? {
+                    Ok(owner)
+                } else {
+                    Err(EngineError::NotResumable {
+                        run_id: run_id.clone(),
+                        reason: "another process took it over at the same moment".into(),
+                    })
+                };
+            }
+            // Its owner is a dead process of this host: nobody renews it.
+            self.store
+                .release_lease_of(&held.lease_id, &held.owner)
+                .await?;
         }
         match self.store.acquire_lease(lease).await {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(owner),
             Err(StoreError::Conflict { .. }) => Err(EngineError::NotResumable {
                 run_id: run_id.clone(),
                 reason: "another process claimed it at the same moment".into(),
@@ -501,8 +534,15 @@ impl Engine {
     /// Renews the run's claim every third of the lease while the returned
     /// guard lives: the heartbeat that tells other processes this run's
     /// owner is alive. Without a configured lease, nothing.
-    fn heartbeat(&self, run_id: &RunId) -> Option<Heartbeat> {
+    fn heartbeat(
+        &self,
+        run_id: &RunId,
+        owner: &str,
+        lost: &CancellationToken,
+    ) -> Option<Heartbeat> {
         let lease = self.claim_lease?;
+        let owner = owner.to_owned();
+        let lost = lost.clone();
         let store = self.store.clone();
         let clock = self.clock.clone();
         let lease_id = claim_id(run_id);
@@ -512,11 +552,18 @@ impl Engine {
             loop {
                 tokio::time::sleep(every).await;
                 let until = unix_ms(clock.system_now()).saturating_add(millis(lease));
-                if let Err(e) = store.renew_lease(&lease_id, until).await {
-                    // Transient: the next beat tries again. Lost (taken over
-                    // after a stall): another process drives the run now;
-                    // keys keep its effects single.
-                    tracing::warn!(run = %run, "cannot renew the run's claim: {e}");
+                match store.renew_lease_of(&lease_id, &owner, until).await {
+                    Ok(true) => {}
+                    // Taken over after a stall: another process drives the
+                    // run now. This one stops at once, without settling or
+                    // recording anything more.
+                    Ok(false) => {
+                        tracing::warn!(run = %run, "the run's claim was taken over; stopping here");
+                        lost.cancel();
+                        return;
+                    }
+                    // Transient: the next beat tries again.
+                    Err(e) => tracing::warn!(run = %run, "cannot renew the run's claim: {e}"),
                 }
             }
         });
@@ -632,8 +679,9 @@ impl Engine {
                 })
                 .await?;
         }
-        self.claim(&run_id, self.claim_hold(agent)).await?;
-        let _heartbeat = self.heartbeat(&run_id);
+        let owner = self.claim(&run_id, self.claim_hold(agent)).await?;
+        let lost = CancellationToken::new();
+        let _heartbeat = self.heartbeat(&run_id, &owner, &lost);
         let ctx = RunCtx {
             run_id: run_id.clone(),
             tenant,
@@ -644,6 +692,8 @@ impl Engine {
             provider_calls: std::sync::atomic::AtomicU32::new(0),
             last_input_tokens: std::sync::atomic::AtomicU64::new(0),
             cancel: request.cancel.unwrap_or_default(),
+            lost,
+            claim_owner: owner,
             settling: std::sync::atomic::AtomicBool::new(false),
             validator,
             lineage,
@@ -676,7 +726,11 @@ impl Engine {
             Err(StoreError::Conflict {
                 what: "run status", ..
             }) => {
-                if let Err(e) = self.store.release_lease(&claim_id(&run_id)).await {
+                if let Err(e) = self
+                    .store
+                    .release_lease_of(&claim_id(&run_id), &ctx.claim_owner)
+                    .await
+                {
                     tracing::warn!(run = %run_id, "cannot release the run's claim: {e}");
                 }
                 return Err(EngineError::NotResumable {
@@ -791,8 +845,9 @@ impl Engine {
                 ),
             });
         }
-        self.claim(run_id, self.claim_hold(agent)).await?;
-        let _heartbeat = self.heartbeat(run_id);
+        let owner = self.claim(run_id, self.claim_hold(agent)).await?;
+        let lost = CancellationToken::new();
+        let _heartbeat = self.heartbeat(run_id, &owner, &lost);
         // Whatever the crashed process started (a command's process group,
         // its temp dir) is ended before anything is replayed or settled, so
         // a forward effect cannot land after its own compensation.
@@ -977,6 +1032,8 @@ impl Engine {
             ),
             last_input_tokens: std::sync::atomic::AtomicU64::new(last_input_tokens),
             cancel: cancel.unwrap_or_default(),
+            lost,
+            claim_owner: owner,
             settling: std::sync::atomic::AtomicBool::new(false),
             validator,
             lineage,
@@ -1323,6 +1380,15 @@ impl Engine {
         let elapsed_ms = elapsed_before_ms + millis(now.saturating_duration_since(started));
         let mut report = report::build(&end, &calls, budget.used(), elapsed_ms, step);
         report.resume = resume;
+        if ctx.lost.is_cancelled() {
+            // Another process took the run over and drives it now: no
+            // settlement, no status, no release from here.
+            report.summary = format!(
+                "This process lost its claim on the run to another process, which continues it. {}",
+                report.summary
+            );
+            return RunOutput { run_id, report };
+        }
         self.settle(ctx, &end, &calls, &mut report, full_deadline, step)
             .await;
         report.elapsed_ms =
@@ -1370,7 +1436,11 @@ impl Engine {
                 }
             }
         }
-        if let Err(e) = ctx.store.release_lease(&claim_id(&run_id)).await {
+        if let Err(e) = ctx
+            .store
+            .release_lease_of(&claim_id(&run_id), &ctx.claim_owner)
+            .await
+        {
             tracing::warn!(run = %run_id, "cannot release the run's claim: {e}");
         }
         RunOutput { run_id, report }

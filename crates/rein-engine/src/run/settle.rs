@@ -205,6 +205,10 @@ impl Engine {
             records.reverse();
         }
         for record in records {
+            if ctx.lost.is_cancelled() {
+                // Another process owns the run now and will settle it.
+                return;
+            }
             let result = self
                 .compensate_one(ctx, record, compensation_deadline, step)
                 .await;

@@ -249,6 +249,37 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn renew_lease_of(
+        &self,
+        lease_id: &str,
+        owner: &str,
+        expires_at_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let (lease_id, owner) = (lease_id.to_owned(), owner.to_owned());
+        // A write: the owner check and the renewal run in one `BEGIN
+        // IMMEDIATE`, so no take-over (of this or another process) runs
+        // between them.
+        self.worker
+            .write(move |conn| ops::renew_lease_of(conn, &lease_id, &owner, expires_at_ms))
+            .await
+    }
+
+    async fn release_lease_of(&self, lease_id: &str, owner: &str) -> Result<bool, StoreError> {
+        let (lease_id, owner) = (lease_id.to_owned(), owner.to_owned());
+        self.worker
+            .write(move |conn| ops::release_lease_of(conn, &lease_id, &owner))
+            .await
+    }
+
+    async fn take_over_lease(&self, lease: Lease, now_ms: u64) -> Result<bool, StoreError> {
+        // A write: the expiry check and the replacement run in one `BEGIN
+        // IMMEDIATE`, so of concurrent take-overs (across processes) at most
+        // one wins.
+        self.worker
+            .write(move |conn| ops::take_over_lease(conn, &lease, now_ms))
+            .await
+    }
+
     async fn reserve_idempotency(
         &self,
         tenant: &TenantId,

@@ -21,7 +21,7 @@ use crate::idempotency::{
     validate_reservation,
 };
 use crate::intent::PlannedIntent;
-use crate::lease::{Lease, LeaseChange, LeaseFilter};
+use crate::lease::{Lease, LeaseChange, LeaseFilter, validate_owner};
 use crate::ledger::LedgerMark;
 use crate::run::{NewRun, RunRecord, RunStatus, StatusChange};
 use crate::singleton::{SingletonLease, claimed, validate_claim, validate_singleton_text};
@@ -601,6 +601,98 @@ fn lease_not_found(lease_id: &str) -> StoreError {
     }
 }
 
+/// Inserts a validated lease whose id is free.
+fn insert_lease(conn: &Connection, new: &Lease) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO leases (lease_id, run_id, intent_id, kind, pgid, path, owner, \
+         acquired_at_ms, expires_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    )
+    .sql()?
+    .execute(params![
+        new.lease_id,
+        new.run_id.as_str(),
+        new.intent_id.as_ref().map(IntentId::as_str),
+        new.kind.as_str(),
+        new.pgid,
+        new.path.as_deref().and_then(std::path::Path::to_str),
+        new.owner,
+        int(new.acquired_at_ms, "lease acquired_at_ms")?,
+        int(new.expires_at_ms, "lease expires_at_ms")?,
+    ])
+    .sql()?;
+    Ok(())
+}
+
+fn delete_lease(conn: &Connection, lease_id: &str) -> Result<(), StoreError> {
+    conn.prepare_cached("DELETE FROM leases WHERE lease_id = ?1")
+        .sql()?
+        .execute([lease_id])
+        .sql()?;
+    Ok(())
+}
+
+/// The lease `lease_id` if `owner` holds it.
+fn lease_of(conn: &Connection, lease_id: &str, owner: &str) -> Result<Option<Lease>, StoreError> {
+    validate_owner(owner)?;
+    Ok(lease(conn, lease_id)?.filter(|held| held.owner == owner))
+}
+
+/// Renews `lease_id` if `owner` holds it (see [`Store::renew_lease_of`]).
+/// The caller provides the transaction, so the check and the renewal are
+/// one atomic step.
+///
+/// [`Store::renew_lease_of`]: crate::Store::renew_lease_of
+pub fn renew_lease_of(
+    conn: &Connection,
+    lease_id: &str,
+    owner: &str,
+    expires_at_ms: u64,
+) -> Result<bool, StoreError> {
+    if lease_of(conn, lease_id, owner)?.is_none() {
+        return Ok(false);
+    }
+    let change = LeaseChange::Renew {
+        lease_id: lease_id.to_owned(),
+        expires_at_ms,
+    };
+    Ok(change_lease(conn, change)?.is_some())
+}
+
+/// Releases `lease_id` if `owner` holds it (see
+/// [`Store::release_lease_of`]). The caller provides the transaction.
+///
+/// [`Store::release_lease_of`]: crate::Store::release_lease_of
+pub fn release_lease_of(
+    conn: &Connection,
+    lease_id: &str,
+    owner: &str,
+) -> Result<bool, StoreError> {
+    if lease_of(conn, lease_id, owner)?.is_none() {
+        return Ok(false);
+    }
+    delete_lease(conn, lease_id)?;
+    Ok(true)
+}
+
+/// Replaces an absent or expired lease with `new` (see
+/// [`Store::take_over_lease`]). The caller provides the transaction: its
+/// write lock makes the check and the replacement one atomic step, so of
+/// concurrent take-overs at most one finds the lease expired.
+///
+/// [`Store::take_over_lease`]: crate::Store::take_over_lease
+pub fn take_over_lease(conn: &Connection, new: &Lease, now_ms: u64) -> Result<bool, StoreError> {
+    new.validate()?;
+    require_run(conn, &new.run_id)?;
+    if let Some(held) = lease(conn, &new.lease_id)? {
+        if !held.is_expired(now_ms) {
+            return Ok(false);
+        }
+        delete_lease(conn, &held.lease_id)?;
+    }
+    insert_lease(conn, new)?;
+    Ok(true)
+}
+
 /// Applies one [`LeaseChange`]. The caller provides the transaction.
 pub fn change_lease(conn: &Connection, change: LeaseChange) -> Result<Option<Lease>, StoreError> {
     match change {
@@ -613,23 +705,7 @@ pub fn change_lease(conn: &Connection, change: LeaseChange) -> Result<Option<Lea
                     id: new.lease_id,
                 });
             }
-            conn.prepare_cached(
-                "INSERT INTO leases (lease_id, run_id, intent_id, kind, pgid, path, owner, \
-                 acquired_at_ms, expires_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            )
-            .sql()?
-            .execute(params![
-                new.lease_id,
-                new.run_id.as_str(),
-                new.intent_id.as_ref().map(IntentId::as_str),
-                new.kind.as_str(),
-                new.pgid,
-                new.path.as_deref().and_then(std::path::Path::to_str),
-                new.owner,
-                int(new.acquired_at_ms, "lease acquired_at_ms")?,
-                int(new.expires_at_ms, "lease expires_at_ms")?,
-            ])
-            .sql()?;
+            insert_lease(conn, &new)?;
             Ok(Some(new))
         }
         LeaseChange::Renew {
@@ -658,10 +734,7 @@ pub fn change_lease(conn: &Connection, change: LeaseChange) -> Result<Option<Lea
             let Some(held) = lease(conn, &lease_id)? else {
                 return Ok(None);
             };
-            conn.prepare_cached("DELETE FROM leases WHERE lease_id = ?1")
-                .sql()?
-                .execute([lease_id.as_str()])
-                .sql()?;
+            delete_lease(conn, &lease_id)?;
             Ok(Some(held))
         }
     }
