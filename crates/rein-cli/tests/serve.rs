@@ -361,3 +361,84 @@ async fn idempotency_records_are_listed_and_cleared_by_the_operator() {
         .unwrap();
     assert_eq!(again.status.code(), Some(1), "nothing left to clear");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_owner_that_wakes_up_after_a_takeover_writes_nothing() {
+    use rein_testkit::order_desk::{
+        Fault, Faults, OrderDesk, OrderDeskConfig, SEND_EMAIL, UPDATE_DELIVERY_TIME,
+    };
+    let signal = |pid: u32, sig: &str| {
+        let status = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    // The first owner's update hangs at the desk while it is stopped.
+    let desk = OrderDesk::start_with(OrderDeskConfig::default().with_faults(Faults::none().then(
+        UPDATE_DELIVERY_TIME,
+        Fault::Delay(std::time::Duration::from_secs(6)),
+    )))
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = fast_config(dir.path());
+    let db = dir.path().join("rein.db");
+    let client = reqwest::Client::new();
+
+    let first = Server::start(&config, &db, desk.base_url());
+    let accepted = client
+        .post(first.url("/v1/agents/order_desk/runs"))
+        .header("content-type", "application/json")
+        .body(r#"{"input": "Move order A-1001.", "mode": "queued"}"#)
+        .send()
+        .await
+        .unwrap();
+    let location = accepted.headers()["location"].to_str().unwrap().to_owned();
+    for _ in 0..600 {
+        if desk.request_count(UPDATE_DELIVERY_TIME) > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let stalled = first.child.id();
+    signal(stalled, "-STOP");
+
+    let second = Server::start(&config, &db, desk.base_url());
+    let run = until_ended(&client, &second.url(&location)).await;
+    assert_eq!(run["status"], "succeeded", "{run}");
+
+    // The stalled owner wakes up: its claim is gone, so it must neither
+    // call a tool nor write to the run.
+    signal(stalled, "-CONT");
+    let events_before: serde_json::Value = client
+        .get(second.url(&format!("{location}/events")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    // Past the first owner's heartbeat and its delayed update's answer.
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    let events_after: serde_json::Value = client
+        .get(second.url(&format!("{location}/events")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        events_before["events"].as_array().unwrap().len(),
+        events_after["events"].as_array().unwrap().len(),
+        "nothing was written after the run ended: {events_after}"
+    );
+    assert_eq!(
+        events_after["events"].as_array().unwrap().last().unwrap()["kind"],
+        "run_finished"
+    );
+    assert_eq!(desk.applied_count(UPDATE_DELIVERY_TIME), 1, "one update");
+    assert_eq!(desk.applied_count(SEND_EMAIL), 1, "one email");
+    drop(first);
+}

@@ -22,7 +22,8 @@ use crate::run::{RunRecord, RunStatus, StatusChange};
 /// Parts are applied in this order, and the first refusal rolls back all of
 /// them:
 ///
-/// 0. `expect_status` (checked before anything is applied)
+/// 0. `expect_status`, then `expect_claim` (checked before anything is
+///    applied)
 /// 1. `intents` (first write per intent wins; a repeat is a no-op)
 /// 2. `declares` (an existing record for the intent is returned unchanged)
 /// 3. `marks` (checked against the ledger state machine)
@@ -62,6 +63,32 @@ pub struct StepCommit {
     ///
     /// [`StoreError::Conflict`]: crate::StoreError::Conflict
     pub expect_status: Option<RunStatus>,
+    /// When set, the commit applies only if a lease with the fence's
+    /// `lease_id` exists and its `owner` equals the fence's `owner`;
+    /// otherwise nothing is stored and the commit fails with
+    /// [`StoreError::Conflict`]` { what: "run claim", id: <run id> }`
+    /// (another process took the run over).
+    ///
+    /// The lease's expiry is not checked: a live owner whose lease just
+    /// lapsed, but was not taken over, may still write. Checked right after
+    /// `expect_status`, before any part is applied, in the commit's own
+    /// transaction, so a take-over and a commit of the old owner never both
+    /// land. It is a condition, not a write: [`StepCommit::is_empty`]
+    /// ignores it.
+    ///
+    /// [`StoreError::Conflict`]: crate::StoreError::Conflict
+    pub expect_claim: Option<ClaimFence>,
+}
+
+/// The claim a commit must still hold: the lease `lease_id` owned by `owner`.
+///
+/// See [`StepCommit::expect_claim`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimFence {
+    /// The lease that claims the run.
+    pub lease_id: String,
+    /// The owner the lease must still have.
+    pub owner: String,
 }
 
 impl StepCommit {

@@ -35,9 +35,9 @@ use rein_core::{
 use serde_json::json;
 
 use crate::{
-    Checkpoint, IdempotencyRecord, IdempotencyState, Lease, LeaseChange, LeaseFilter, LeaseKind,
-    LedgerMark, MAX_SINGLETON_LEN, NewRun, PlannedIntent, Reservation, RunStatus, SingletonLease,
-    StatusChange, StepCommit, Store, StoreError, StoredResponse,
+    Checkpoint, ClaimFence, IdempotencyRecord, IdempotencyState, Lease, LeaseChange, LeaseFilter,
+    LeaseKind, LedgerMark, MAX_SINGLETON_LEN, NewRun, PlannedIntent, Reservation, RunStatus,
+    SingletonLease, StatusChange, StepCommit, Store, StoreError, StoredResponse,
 };
 
 /// A base time far from the present, so runs made here sort first.
@@ -59,6 +59,7 @@ pub async fn run_all(store: &dyn Store) {
     step_commit_is_atomic(store).await;
     expect_status_applies_only_on_a_match(store).await;
     expect_status_admits_exactly_one_concurrent_change(store).await;
+    expect_claim_applies_only_while_the_claim_holds(store).await;
     runs_with_status_oldest_first_across_many(store).await;
     runs_with_status_filters_by_status(store).await;
     children_of_lists_children_oldest_first(store).await;
@@ -857,6 +858,7 @@ pub async fn step_commit_is_atomic(store: &dyn Store) {
                 }),
                 reopen: false,
                 expect_status: None,
+                expect_claim: None,
             },
         )
         .await
@@ -908,6 +910,7 @@ pub async fn step_commit_is_atomic(store: &dyn Store) {
                 }),
                 reopen: false,
                 expect_status: None,
+                expect_claim: None,
             },
         )
         .await;
@@ -2304,6 +2307,149 @@ pub async fn expect_status_admits_exactly_one_concurrent_change(store: &dyn Stor
     let events = store.events(&run_id, 0).await.unwrap();
     assert_eq!(events.len(), 1, "only the winner's event is stored");
     assert_eq!(events[0].step, winner as u32);
+}
+
+/// Whether `result` is the `Conflict` of a lost claim on `run_id`.
+fn is_claim_conflict<T>(result: &Result<T, StoreError>, run_id: &RunId) -> bool {
+    matches!(
+        result,
+        Err(StoreError::Conflict { what: "run claim", id }) if id == run_id.as_str()
+    )
+}
+
+/// A commit with `expect_claim` applies while its lease exists with its
+/// owner (even past its expiry); when the lease is missing or held by
+/// another owner it fails with `Conflict { what: "run claim" }` and stores
+/// nothing: no intents, ledger records or marks, checkpoint, events or
+/// status.
+pub async fn expect_claim_applies_only_while_the_claim_holds(store: &dyn Store) {
+    let run_id = created(store, "claim").await;
+    let lease_id = unique("claim-lease");
+    // Already expired: a lapsed lease that nobody took over still fences.
+    let mut claim = temp_lease(&run_id, &lease_id, BASE_MS + 1);
+    claim.owner = "pid:1@claim-host".to_owned();
+    store.acquire_lease(claim.clone()).await.unwrap();
+    let fence = ClaimFence {
+        lease_id: lease_id.clone(),
+        owner: claim.owner.clone(),
+    };
+
+    // The fence matches: applied.
+    let start = StepCommit {
+        expect_claim: Some(fence.clone()),
+        declares: vec![declaration(
+            &run_id,
+            "intent-claim",
+            "send_email",
+            ToolClass::Irreversible,
+        )],
+        events: vec![event(&run_id, EventKind::RunStarted, 0)],
+        status: Some(StatusChange {
+            status: RunStatus::Running,
+            report: None,
+            at_ms: BASE_MS + 1,
+        }),
+        ..StepCommit::default()
+    };
+    let committed = store.commit_step(&run_id, start).await.unwrap();
+    assert_eq!(
+        committed.run.map(|run| run.status),
+        Some(RunStatus::Running),
+        "a holding claim applies the commit"
+    );
+    assert_eq!(committed.events.len(), 1);
+    assert_eq!(committed.declared.len(), 1);
+    let ledger_before = store.ledger(&run_id).await.unwrap();
+
+    let check = StepCommit {
+        expect_claim: Some(fence.clone()),
+        ..StepCommit::default()
+    };
+    assert!(check.is_empty(), "a claim alone writes nothing");
+    store.commit_step(&run_id, check).await.unwrap();
+
+    // Every part of a refused commit.
+    let refused_commit = |step: u32| StepCommit {
+        intents: vec![(step, intent("intent-claim-late", 0, "send_email"))],
+        marks: vec![(
+            IntentId::new("intent-claim").unwrap(),
+            mark(LedgerStatus::Succeeded, 1, BASE_MS + 10),
+        )],
+        checkpoint: Some(checkpoint(&run_id, step, "lost the claim")),
+        events: vec![event(&run_id, EventKind::RunFinished, step)],
+        status: Some(StatusChange {
+            status: RunStatus::Finished(Outcome::Failed),
+            report: Some(report(Outcome::Failed)),
+            at_ms: BASE_MS + 10,
+        }),
+        ..StepCommit::default()
+    };
+    let assert_nothing_stored = |what: &'static str| {
+        let run_id = run_id.clone();
+        let ledger_before = ledger_before.clone();
+        async move {
+            let read = store.get_run(&run_id).await.unwrap().unwrap();
+            assert_eq!(read.status, RunStatus::Running, "{what}: no status stored");
+            assert_eq!(read.updated_at_ms, BASE_MS + 1, "{what}");
+            assert_eq!(read.report, None, "{what}");
+            assert_eq!(
+                store.events(&run_id, 0).await.unwrap().len(),
+                1,
+                "{what}: no events stored"
+            );
+            assert!(
+                store.intents(&run_id).await.unwrap().is_empty(),
+                "{what}: no intents stored"
+            );
+            assert_eq!(
+                store.ledger(&run_id).await.unwrap(),
+                ledger_before,
+                "{what}: no ledger marks stored"
+            );
+            assert_eq!(
+                store.latest_checkpoint(&run_id).await.unwrap(),
+                None,
+                "{what}: no checkpoint stored"
+            );
+        }
+    };
+
+    // Held by another owner: another process took the run over.
+    let other = ClaimFence {
+        lease_id: lease_id.clone(),
+        owner: "pid:2@other-host".to_owned(),
+    };
+    let refused = store
+        .commit_step(
+            &run_id,
+            StepCommit {
+                expect_claim: Some(other),
+                ..refused_commit(1)
+            },
+        )
+        .await;
+    assert!(
+        is_claim_conflict(&refused, &run_id),
+        "a lease of another owner must be Conflict {{ what: \"run claim\" }}, found {refused:?}"
+    );
+    assert_nothing_stored("another owner").await;
+
+    // Missing: the lease was released (or never existed).
+    assert!(store.release_lease(&lease_id).await.unwrap().is_some());
+    let refused = store
+        .commit_step(
+            &run_id,
+            StepCommit {
+                expect_claim: Some(fence),
+                ..refused_commit(2)
+            },
+        )
+        .await;
+    assert!(
+        is_claim_conflict(&refused, &run_id),
+        "a missing lease must be Conflict {{ what: \"run claim\" }}, found {refused:?}"
+    );
+    assert_nothing_stored("missing lease").await;
 }
 
 /// Creates `runs` concurrently (one batch for backends that group writes).

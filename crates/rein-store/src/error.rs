@@ -33,13 +33,17 @@ pub enum StoreError {
     /// A row with this identity already exists and must not be replaced;
     /// or, with `what = "run status"`, a commit's
     /// [`expect_status`](crate::StepCommit::expect_status) did not match
-    /// the run's current status (another writer changed it first).
+    /// the run's current status (another writer changed it first); or, with
+    /// `what = "run claim"`, a commit's
+    /// [`expect_claim`](crate::StepCommit::expect_claim) lease is gone or
+    /// has another owner (another process took the run over).
     #[error("{}", conflict_message(what, id))]
     Conflict {
-        /// What was created (`run`), or `run status` for a lost
-        /// compare-and-set.
+        /// What was created (`run`), `run status` for a lost
+        /// compare-and-set, or `run claim` for a lost claim.
         what: &'static str,
-        /// The identifier that is taken, or the run whose status changed.
+        /// The identifier that is taken, or the run whose status or claim
+        /// changed.
         id: String,
     },
     /// A ledger mark the ledger state machine does not allow.
@@ -106,6 +110,11 @@ fn conflict_message(what: &str, id: &str) -> String {
             "run {id} is no longer in the status this change expected; \
              another writer changed it first"
         )
+    } else if what == "run claim" {
+        format!(
+            "run {id} is no longer claimed by this process; \
+             another process took the run over"
+        )
     } else {
         format!("{what} {id} already exists; expected a new {what}")
     }
@@ -166,6 +175,15 @@ mod tests {
             err.to_string(),
             "run r-1 is no longer in the status this change expected; \
              another writer changed it first"
+        );
+        let err = StoreError::Conflict {
+            what: "run claim",
+            id: "r-1".into(),
+        };
+        assert_eq!(
+            err.to_string(),
+            "run r-1 is no longer claimed by this process; \
+             another process took the run over"
         );
         let err = StoreError::FinishedRun {
             run_id: "r-1".into(),

@@ -12,7 +12,7 @@
 //! | module | concept |
 //! | --- | --- |
 //! | [`Store`] | the trait: runs, events, intents, ledger, checkpoints, leases, idempotency records, singleton leases |
-//! | [`StepCommit`] | one atomic write per step (group-committed) |
+//! | [`StepCommit`], [`ClaimFence`] | one atomic write per step (group-committed), optionally fenced by a run claim |
 //! | [`RunStatus`], [`NewRun`], [`RunRecord`] | runs and their final outcome |
 //! | [`PlannedIntent`] | intent ids persisted at plan time |
 //! | [`LedgerMark`] | a change to a declared side effect |
@@ -71,7 +71,7 @@ mod store;
 pub mod conformance;
 
 pub use checkpoint::Checkpoint;
-pub use commit::{Committed, StepCommit};
+pub use commit::{ClaimFence, Committed, StepCommit};
 pub use error::StoreError;
 pub use idempotency::{
     DEFAULT_IDEMPOTENCY_RETENTION, IdempotencyRecord, IdempotencyState, MAX_IDEMPOTENCY_KEY_LEN,

@@ -173,7 +173,9 @@ pub trait Store: Send + Sync {
     /// intent; [`StoreError::Invalid`] for an item of another run or a report
     /// that contradicts the status; [`StoreError::InvalidTransition`] for an
     /// illegal mark; [`StoreError::FinishedRun`] for a status change of a
-    /// finished run.
+    /// finished run; [`StoreError::Conflict`] (`run status`, `run claim`)
+    /// when [`StepCommit::expect_status`] or [`StepCommit::expect_claim`]
+    /// does not hold.
     async fn commit_step(
         &self,
         run_id: &RunId,

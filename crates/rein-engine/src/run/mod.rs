@@ -378,11 +378,24 @@ impl RunCtx<'_> {
 
     /// Commits `commit` for this run; when the store refuses it, its events
     /// go back to the emitter so the next commit carries them.
-    async fn commit(&self, commit: StepCommit) -> Result<rein_store::Committed, StoreError> {
+    async fn commit(&self, mut commit: StepCommit) -> Result<rein_store::Committed, StoreError> {
+        // Fenced by this process's claim: once another process took the
+        // run over, nothing more is written from here.
+        commit.expect_claim = Some(rein_store::ClaimFence {
+            lease_id: claim_id(&self.run_id),
+            owner: self.claim_owner.clone(),
+        });
         let events = commit.events.clone();
         let result = self.store.commit_step(&self.run_id, commit).await;
-        if result.is_err() {
-            self.emitter.requeue(events);
+        match &result {
+            Ok(_) => {}
+            Err(StoreError::Conflict {
+                what: "run claim", ..
+            }) => {
+                tracing::warn!(run = %self.run_id, "the run's claim was taken over; stopping here");
+                self.lost.cancel();
+            }
+            Err(_) => self.emitter.requeue(events),
         }
         result
     }

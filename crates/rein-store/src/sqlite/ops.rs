@@ -14,7 +14,7 @@ use super::codec::{
     int, json_text, serde_name,
 };
 use crate::checkpoint::Checkpoint;
-use crate::commit::{Committed, StepCommit};
+use crate::commit::{ClaimFence, Committed, StepCommit};
 use crate::error::StoreError;
 use crate::idempotency::{
     IdempotencyRecord, IdempotencyState, Reservation, StoredResponse, record_not_found,
@@ -298,6 +298,14 @@ pub fn commit_step(
             id: run_id.to_string(),
         });
     }
+    if let Some(fence) = &commit.expect_claim
+        && !holds_claim(conn, fence)?
+    {
+        return Err(StoreError::Conflict {
+            what: "run claim",
+            id: run_id.to_string(),
+        });
+    }
     if commit.reopen {
         reopen(conn, run_id, status)?;
         status = RunStatus::Running;
@@ -326,6 +334,17 @@ pub fn commit_step(
         committed.run = Some(set_status(conn, run_id, status, change)?);
     }
     Ok(committed)
+}
+
+/// Whether the lease of `fence` exists and is owned by its owner (expiry
+/// is not checked).
+fn holds_claim(conn: &Connection, fence: &ClaimFence) -> Result<bool, StoreError> {
+    conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM leases WHERE lease_id = ?1 AND owner = ?2)")
+        .sql()?
+        .query_row([fence.lease_id.as_str(), fence.owner.as_str()], |row| {
+            row.get(0)
+        })
+        .sql()
 }
 
 fn save_intent(
