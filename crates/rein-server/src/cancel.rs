@@ -12,22 +12,14 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use rein_core::outcome::RunReport;
-use rein_core::{Event, EventKind, Outcome};
-use rein_store::{RunStatus, StatusChange, StepCommit, StoreError};
+use rein_core::Outcome;
+use rein_store::{RunStatus, StoreError};
 use serde_json::json;
 
 use crate::auth::Tenant;
 use crate::problem::Problem;
 use crate::runs::owned;
 use crate::state::AppState;
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
 
 fn terminal(id: &str, status: &str) -> Problem {
     Problem::new(
@@ -76,46 +68,17 @@ pub async fn cancel_run(
             ),
         )),
         RunStatus::Queued => {
-            let at_ms = now_ms();
-            let report = RunReport {
+            let closing = crate::recovery::Closing {
                 outcome: Outcome::Cancelled,
-                completed: Vec::new(),
-                incomplete: Vec::new(),
-                recoverable: true,
-                recommendation: "submit the task again if it is still wanted".into(),
                 summary: "Cancelled while queued: the run never started; nothing happened.".into(),
-                answer: None,
-                consumed: rein_core::deadline::Usage::default(),
-                elapsed_ms: 0,
-                steps: 0,
-                compensations: Vec::new(),
-                handoff: None,
-                resume: None,
-            };
-            let event = Event {
-                run_id: record.run_id.clone(),
-                seq: 0,
-                step: 0,
-                intent_id: None,
-                attempt_id: None,
-                idempotency_key: None,
-                at_ms,
-                kind: EventKind::RunFinished,
-                data: json!({"outcome": "cancelled", "reason": "cancelled while queued", "steps": 0}),
-            };
-            let commit = StepCommit {
-                status: Some(StatusChange {
-                    status: RunStatus::Finished(Outcome::Cancelled),
-                    report: Some(report),
-                    at_ms,
-                }),
-                events: vec![event],
+                recommendation: "submit the task again if it is still wanted",
+                recoverable: true,
+                events: Vec::new(),
                 // Atomic against a worker starting it at the same moment.
-                expect_status: Some(RunStatus::Queued),
-                ..StepCommit::default()
+                expect: Some(RunStatus::Queued),
             };
-            match state.store.commit_step(&record.run_id, commit).await {
-                Ok(_) => Ok((
+            match crate::recovery::close(&state, &record, closing).await {
+                Ok(()) => Ok((
                     StatusCode::ACCEPTED,
                     axum::Json(json!({"run_id": record.run_id, "status": "cancelled"})),
                 )

@@ -86,16 +86,42 @@ pub async fn standing(state: &AppState, run_id: &RunId) -> Option<Standing> {
     })
 }
 
-/// Ends a run from outside with `error_type` (`orphaned`, `dead_letter`).
-pub async fn fail(state: &AppState, record: &RunRecord, error_type: &str, why: String) -> bool {
+/// How a run is closed from outside the process that would drive it.
+pub struct Closing<'a> {
+    /// The final outcome.
+    pub outcome: Outcome,
+    /// The report's summary.
+    pub summary: String,
+    /// What to do next.
+    pub recommendation: &'a str,
+    /// Whether a retry can proceed without repeating effects.
+    pub recoverable: bool,
+    /// Events before the terminal `run_finished`, as (kind, data).
+    pub events: Vec<(EventKind, Value)>,
+    /// Applies only if the run is still in this status.
+    pub expect: Option<RunStatus>,
+}
+
+/// Ends `record` from outside (never started, or its owner is gone): its
+/// final status and report, its events and the terminal `run_finished`
+/// every stream waits for, in one commit.
+///
+/// # Errors
+///
+/// The store's refusal, e.g. `Conflict` when `expect` no longer holds.
+pub async fn close(
+    state: &AppState,
+    record: &RunRecord,
+    closing: Closing<'_>,
+) -> Result<(), rein_store::StoreError> {
     let at_ms = now_ms();
     let report = RunReport {
-        outcome: Outcome::Failed,
+        outcome: closing.outcome,
         completed: Vec::new(),
         incomplete: Vec::new(),
-        recoverable: false,
-        recommendation: "check the run's ledger (rein reconcile settles records in doubt), then submit the task again if needed".into(),
-        summary: format!("The run ended failed ({error_type}): {why}."),
+        recoverable: closing.recoverable,
+        recommendation: closing.recommendation.to_owned(),
+        summary: closing.summary,
         answer: None,
         consumed: rein_core::deadline::Usage::default(),
         elapsed_ms: at_ms.saturating_sub(record.created_at_ms),
@@ -104,7 +130,7 @@ pub async fn fail(state: &AppState, record: &RunRecord, error_type: &str, why: S
         handoff: None,
         resume: None,
     };
-    let event = Event {
+    let event = |kind: EventKind, data: Value| Event {
         run_id: record.run_id.clone(),
         seq: 0,
         step: 0,
@@ -112,34 +138,50 @@ pub async fn fail(state: &AppState, record: &RunRecord, error_type: &str, why: S
         attempt_id: None,
         idempotency_key: None,
         at_ms,
-        kind: EventKind::RunFailed,
-        data: json!({"error_type": error_type, "reason": why}),
+        kind,
+        data,
     };
+    let mut events: Vec<Event> = closing
+        .events
+        .into_iter()
+        .map(|(kind, data)| event(kind, data))
+        .collect();
+    events.push(event(
+        EventKind::RunFinished,
+        json!({"outcome": closing.outcome, "steps": 0}),
+    ));
     let commit = StepCommit {
         status: Some(StatusChange {
-            status: RunStatus::Finished(Outcome::Failed),
+            status: RunStatus::Finished(closing.outcome),
             report: Some(report),
             at_ms,
         }),
-        // The terminal event every stream and consumer waits for.
-        events: vec![
-            event,
-            Event {
-                run_id: record.run_id.clone(),
-                seq: 0,
-                step: 0,
-                intent_id: None,
-                attempt_id: None,
-                idempotency_key: None,
-                at_ms,
-                kind: EventKind::RunFinished,
-                data: json!({"outcome": "failed", "error_type": error_type}),
-            },
-        ],
+        events,
+        expect_status: closing.expect,
         ..StepCommit::default()
     };
-    match state.store.commit_step(&record.run_id, commit).await {
-        Ok(_) => {
+    state
+        .store
+        .commit_step(&record.run_id, commit)
+        .await
+        .map(|_| ())
+}
+
+/// Ends a run from outside with `error_type` (`orphaned`, `dead_letter`).
+pub async fn fail(state: &AppState, record: &RunRecord, error_type: &str, why: String) -> bool {
+    let closing = Closing {
+        outcome: Outcome::Failed,
+        summary: format!("The run ended failed ({error_type}): {why}."),
+        recommendation: "check the run's ledger (rein reconcile settles records in doubt), then submit the task again if needed",
+        recoverable: false,
+        events: vec![(
+            EventKind::RunFailed,
+            json!({"error_type": error_type, "reason": why}),
+        )],
+        expect: Some(RunStatus::Running),
+    };
+    match close(state, record, closing).await {
+        Ok(()) => {
             tracing::warn!(run = %record.run_id, error_type, "{why}");
             true
         }
