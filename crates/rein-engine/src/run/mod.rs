@@ -798,7 +798,8 @@ impl Engine {
         run_id: &RunId,
         observer: Option<Observer>,
     ) -> Result<RunOutput, EngineError> {
-        self.resume_in(agent, validator, run_id, observer, None, Lineage::root())
+        let lineage = self.lineage_of(run_id).await?;
+        self.resume_in(agent, validator, run_id, observer, None, lineage)
             .await
     }
 
@@ -816,7 +817,8 @@ impl Engine {
         observer: Option<Observer>,
         cancel: Option<CancellationToken>,
     ) -> Result<RunOutput, EngineError> {
-        self.resume_in(agent, validator, run_id, observer, cancel, Lineage::root())
+        let lineage = self.lineage_of(run_id).await?;
+        self.resume_in(agent, validator, run_id, observer, cancel, lineage)
             .await
     }
 

@@ -23,7 +23,7 @@ use serde_json::json;
 
 use super::binding::{AgentBinding, AgentTarget, ToolBinding};
 use super::guarded::Planned;
-use super::{CancellationToken, Engine, EngineError, Lineage, RunCtx, RunRequest};
+use super::{CancellationToken, Engine, EngineError, Lineage, RunCtx, RunRequest, Tree};
 use crate::tool_http::ToolOutput;
 
 /// Resolves an agent's name to a fresh binding (a new provider per run),
@@ -101,6 +101,50 @@ impl Engine {
     /// Whether this engine is driving `run_id` right now.
     pub fn is_live(&self, run_id: &RunId) -> bool {
         self.shared.live.lock().contains_key(run_id)
+    }
+
+    /// A resumed run's place in its tree, rebuilt from the store: its
+    /// depth (by walking up its parents) and what its root's tree already
+    /// used (every descendant's runs and tokens), so a crash never resets
+    /// the tree's bounds.
+    pub(super) async fn lineage_of(&self, run_id: &RunId) -> Result<Lineage, EngineError> {
+        let mut depth = 0u32;
+        let mut parent = None;
+        let mut root = run_id.clone();
+        let mut cursor = self.store.get_run(run_id).await?;
+        while let Some(record) = cursor {
+            let Some(up) = record.parent_run_id.clone() else {
+                break;
+            };
+            if parent.is_none() {
+                parent = Some(up.clone());
+            }
+            depth = depth.saturating_add(1);
+            root = up.clone();
+            // A cycle cannot be written (ids derive from intents), but a
+            // damaged store must not loop forever.
+            if depth > 64 {
+                break;
+            }
+            cursor = self.store.get_run(&up).await?;
+        }
+        let tree = Tree::default();
+        let mut pending = vec![root];
+        while let Some(run) = pending.pop() {
+            for child in self.store.children_of(&run).await? {
+                tree.runs.fetch_add(1, Ordering::AcqRel);
+                if let Some(report) = &child.report {
+                    tree.tokens
+                        .fetch_add(report.consumed.tokens, Ordering::AcqRel);
+                }
+                pending.push(child.run_id);
+            }
+        }
+        Ok(Lineage {
+            parent,
+            depth,
+            tree: Arc::new(tree),
+        })
     }
 
     /// Runs the child agent of an `agent` tool call, as one attempt.
