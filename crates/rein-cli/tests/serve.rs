@@ -6,6 +6,10 @@ use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+use rein_testkit::order_desk::{
+    Fault, Faults, OrderDesk, OrderDeskConfig, SEND_EMAIL, UPDATE_DELIVERY_TIME,
+};
+
 fn example_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/order-desk")
 }
@@ -155,6 +159,41 @@ fn fast_config(dir: &std::path::Path) -> PathBuf {
     dir.join("rein.toml")
 }
 
+/// An order desk whose first update hangs for `secs`: the first owner
+/// dies, or stalls, with it in flight.
+async fn desk_with_hanging_update(secs: u64) -> OrderDesk {
+    OrderDesk::start_with(OrderDeskConfig::default().with_faults(Faults::none().then(
+        UPDATE_DELIVERY_TIME,
+        Fault::Delay(std::time::Duration::from_secs(secs)),
+    )))
+    .await
+    .unwrap()
+}
+
+/// Waits until the desk has received an update request.
+async fn update_reached(desk: &OrderDesk) {
+    for _ in 0..600 {
+        if desk.request_count(UPDATE_DELIVERY_TIME) > 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the update never reached the desk");
+}
+
+/// Submits a queued run to `server`; its `Location`.
+async fn submit_queued(client: &reqwest::Client, server: &Server) -> String {
+    let accepted = client
+        .post(server.url("/v1/agents/order_desk/runs"))
+        .header("content-type", "application/json")
+        .body(r#"{"input": "Move order A-1001.", "mode": "queued"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(accepted.status(), 202);
+    accepted.headers()["location"].to_str().unwrap().to_owned()
+}
+
 async fn until_ended(client: &reqwest::Client, url: &str) -> serde_json::Value {
     for _ in 0..600 {
         if let Ok(r) = client.get(url).send().await
@@ -170,38 +209,17 @@ async fn until_ended(client: &reqwest::Client, url: &str) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_servers_queued_run_is_taken_over_without_duplicate_effects() {
-    use rein_testkit::order_desk::{
-        Fault, Faults, OrderDesk, OrderDeskConfig, SEND_EMAIL, UPDATE_DELIVERY_TIME,
-    };
     // The first update hangs at the desk, so the first server dies with it
     // in flight.
-    let desk = OrderDesk::start_with(OrderDeskConfig::default().with_faults(Faults::none().then(
-        UPDATE_DELIVERY_TIME,
-        Fault::Delay(std::time::Duration::from_secs(30)),
-    )))
-    .await
-    .unwrap();
+    let desk = desk_with_hanging_update(30).await;
     let dir = tempfile::tempdir().unwrap();
     let config = fast_config(dir.path());
     let db = dir.path().join("rein.db");
     let client = reqwest::Client::new();
 
     let first = Server::start(&config, &db, desk.base_url());
-    let accepted = client
-        .post(first.url("/v1/agents/order_desk/runs"))
-        .header("content-type", "application/json")
-        .body(r#"{"input": "Move order A-1001.", "mode": "queued"}"#)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(accepted.status(), 202);
-    let location = accepted.headers()["location"].to_str().unwrap().to_owned();
-    for _ in 0..600 {
-        if desk.request_count(UPDATE_DELIVERY_TIME) > 0 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    let location = submit_queued(&client, &first).await;
+    update_reached(&desk).await;
     assert_eq!(
         desk.request_count(UPDATE_DELIVERY_TIME),
         1,
@@ -227,15 +245,7 @@ async fn a_killed_servers_queued_run_is_taken_over_without_duplicate_effects() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_servers_direct_run_is_closed_as_orphaned() {
-    use rein_testkit::order_desk::{
-        Fault, Faults, OrderDesk, OrderDeskConfig, UPDATE_DELIVERY_TIME,
-    };
-    let desk = OrderDesk::start_with(OrderDeskConfig::default().with_faults(Faults::none().then(
-        UPDATE_DELIVERY_TIME,
-        Fault::Delay(std::time::Duration::from_secs(30)),
-    )))
-    .await
-    .unwrap();
+    let desk = desk_with_hanging_update(30).await;
     let dir = tempfile::tempdir().unwrap();
     let config = fast_config(dir.path());
     let db = dir.path().join("rein.db");
@@ -254,12 +264,7 @@ async fn a_killed_servers_direct_run_is_closed_as_orphaned() {
                 .await
         }
     });
-    for _ in 0..600 {
-        if desk.request_count(UPDATE_DELIVERY_TIME) > 0 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    update_reached(&desk).await;
     first.kill();
     assert!(
         pending.await.unwrap().is_err(),
@@ -364,9 +369,6 @@ async fn idempotency_records_are_listed_and_cleared_by_the_operator() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_owner_that_wakes_up_after_a_takeover_writes_nothing() {
-    use rein_testkit::order_desk::{
-        Fault, Faults, OrderDesk, OrderDeskConfig, SEND_EMAIL, UPDATE_DELIVERY_TIME,
-    };
     let signal = |pid: u32, sig: &str| {
         let status = Command::new("kill")
             .args([sig, &pid.to_string()])
@@ -375,32 +377,15 @@ async fn a_stalled_owner_that_wakes_up_after_a_takeover_writes_nothing() {
         assert!(status.success());
     };
     // The first owner's update hangs at the desk while it is stopped.
-    let desk = OrderDesk::start_with(OrderDeskConfig::default().with_faults(Faults::none().then(
-        UPDATE_DELIVERY_TIME,
-        Fault::Delay(std::time::Duration::from_secs(6)),
-    )))
-    .await
-    .unwrap();
+    let desk = desk_with_hanging_update(6).await;
     let dir = tempfile::tempdir().unwrap();
     let config = fast_config(dir.path());
     let db = dir.path().join("rein.db");
     let client = reqwest::Client::new();
 
     let first = Server::start(&config, &db, desk.base_url());
-    let accepted = client
-        .post(first.url("/v1/agents/order_desk/runs"))
-        .header("content-type", "application/json")
-        .body(r#"{"input": "Move order A-1001.", "mode": "queued"}"#)
-        .send()
-        .await
-        .unwrap();
-    let location = accepted.headers()["location"].to_str().unwrap().to_owned();
-    for _ in 0..600 {
-        if desk.request_count(UPDATE_DELIVERY_TIME) > 0 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    let location = submit_queued(&client, &first).await;
+    update_reached(&desk).await;
     let stalled = first.child.id();
     signal(stalled, "-STOP");
 

@@ -19,7 +19,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -28,6 +27,7 @@ use rein_store::{Reservation, StoredResponse};
 use sha2::{Digest, Sha256};
 
 use crate::problem::Problem;
+use crate::recovery::now_ms;
 use crate::runs::Answer;
 use crate::state::AppState;
 
@@ -35,13 +35,6 @@ use crate::state::AppState;
 pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 /// The header on a replayed response.
 pub const REPLAYED: &str = "Idempotency-Replayed";
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
 
 /// The request's idempotency key, validated; `None` without the header.
 ///

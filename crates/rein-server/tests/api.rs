@@ -172,6 +172,18 @@ async fn kinds_of(api: &Api, location: &str) -> Vec<String> {
         .collect()
 }
 
+/// Submits a queued run as acme; its `Location`.
+async fn submit_queued(api: &Api) -> String {
+    let r = api
+        .post(RUNS, ACME)
+        .body(json!({"input": "Move order A-1001.", "mode": "queued"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    r.headers()["location"].to_str().unwrap().to_owned()
+}
+
 const RUNS: &str = "/v1/agents/order_desk/runs";
 
 async fn problem(response: reqwest::Response, status: StatusCode, kind: &str) -> Value {
@@ -353,13 +365,7 @@ async fn queued_runs_are_accepted_then_driven_and_stream_their_events() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_runs_cancel_through_the_store_and_terminal_ones_refuse() {
     let api = start(Options::default()).await; // no workers: work stays queued
-    let r = api
-        .post(RUNS, ACME)
-        .body(json!({"input": "Move order A-1001.", "mode": "queued"}).to_string())
-        .send()
-        .await
-        .unwrap();
-    let location = r.headers()["location"].to_str().unwrap().to_owned();
+    let location = submit_queued(&api).await;
     let theirs = api
         .post(&format!("{location}/cancel"), GLOBEX)
         .send()
@@ -837,13 +843,7 @@ async fn cancelling_queued_work_never_races_the_worker_starting_it() {
     .await;
     let mut locations = Vec::new();
     for _ in 0..30 {
-        let r = api
-            .post(RUNS, ACME)
-            .body(json!({"input": "Move order A-1001.", "mode": "queued"}).to_string())
-            .send()
-            .await
-            .unwrap();
-        let location = r.headers()["location"].to_str().unwrap().to_owned();
+        let location = submit_queued(&api).await;
         let c = api
             .post(&format!("{location}/cancel"), ACME)
             .send()

@@ -43,10 +43,15 @@ pub struct TreeLimits {
 
 impl Default for TreeLimits {
     fn default() -> Self {
+        use rein_core::registry::{
+            DEFAULT_AGENT_GRAPH_MAX_DEPTH, DEFAULT_AGENT_GRAPH_MAX_TOTAL_RUNS,
+            DEFAULT_AGENT_GRAPH_MAX_TOTAL_TOKENS,
+        };
+        // The registry's `[server.agent_graph]` defaults, one source.
         TreeLimits {
-            max_depth: 3,
-            max_total_tokens: Some(200_000),
-            max_total_runs: Some(25),
+            max_depth: DEFAULT_AGENT_GRAPH_MAX_DEPTH,
+            max_total_tokens: Some(DEFAULT_AGENT_GRAPH_MAX_TOTAL_TOKENS),
+            max_total_runs: Some(DEFAULT_AGENT_GRAPH_MAX_TOTAL_RUNS),
         }
     }
 }
