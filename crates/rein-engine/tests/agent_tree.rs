@@ -8,28 +8,36 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{agent, answer, call, ms, script};
+use common::{agent, answer, call, conflict_on_update, effect_order, effects, ms, script, update};
 use rein_core::deadline::ChildCaps;
-use rein_core::{LatencyProfile, Outcome, RunId, ToolClass};
+use rein_core::{LatencyProfile, LedgerStatus, Outcome, RunId, ToolClass};
 use rein_engine::run::{
     AcceptAll, AgentBinding, AgentResolver, AgentTarget, CancellationToken, Engine, RunOutput,
     RunRequest, ToolBinding, ToolTarget, TreeLimits,
 };
 use rein_store::{SqliteStore, Store};
-use rein_testkit::order_desk::{Fault, Faults, GET_ORDER, OrderDesk, OrderDeskConfig};
+use rein_testkit::order_desk::{
+    Fault, Faults, GET_ORDER, OrderDesk, OrderDeskConfig, RESTORE_DELIVERY_TIME, SEND_EMAIL,
+    UPDATE_DELIVERY_TIME,
+};
 use serde_json::{Value, json};
 
 const ASK: &str = "ask_child";
 
 /// The agent tool: starts a child run of `child`.
 fn ask_tool() -> ToolBinding {
+    ask_tool_of("child", ToolClass::Read)
+}
+
+/// An agent tool of `class` that starts a child run of `agent`.
+fn ask_tool_of(agent: &str, class: ToolClass) -> ToolBinding {
     ToolBinding {
         name: ASK.into(),
-        class: ToolClass::Read,
+        class,
         latency: LatencyProfile::new(ms(50), ms(500), ms(2_000), 100).unwrap(),
         normalizer: rein_core::idempotency::Normalizer::default(),
         target: ToolTarget::Agent(AgentTarget {
-            agent: "child".into(),
+            agent: agent.into(),
             budget_ratio: rein_core::Ratio::new("r", 0.5).unwrap(),
             caps: ChildCaps::default(),
         }),
@@ -262,4 +270,218 @@ async fn cancelling_a_root_cancels_its_child_but_not_the_other_way_round() {
     assert_eq!(out.report.answer.as_deref(), Some("The child was stopped."));
     let kids = children(&t, &out.run_id).await;
     assert_eq!(kids[0].status.as_str(), "cancelled");
+}
+
+/// A tree of named agents: each `(name, turns, asks)` is an agent that
+/// follows `turns` and whose agent tool (of `class`) starts `asks`.
+async fn named_tree(agents: Vec<(&'static str, Value, &'static str)>, class: ToolClass) -> Tree {
+    let desk = Arc::new(OrderDesk::start().await.unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("rein.db")).unwrap());
+    let for_children = desk.clone();
+    let resolve: AgentResolver = Arc::new(move |name: &str| {
+        let (name, turns, asks) = agents.iter().find(|(n, _, _)| *n == name)?.clone();
+        let mut a = roomy(agent(&for_children, script(turns), false));
+        a.name = name.into();
+        a.tools.insert(ASK.into(), ask_tool_of(asks, class));
+        Some(a)
+    });
+    let engine = Engine::builder(store.clone())
+        .rng_seed(3)
+        .agents(resolve.clone())
+        .build()
+        .unwrap();
+    Tree {
+        desk,
+        store,
+        engine: Arc::new(engine),
+        _dir: dir,
+    }
+}
+
+/// `a` with steps enough for a tree's worth of turns.
+fn roomy(mut a: AgentBinding) -> AgentBinding {
+    a.budget = a.budget.with_steps(100).unwrap();
+    a
+}
+
+fn root_of(t: &Tree, turns: Value, asks: &str, class: ToolClass) -> AgentBinding {
+    let mut a = roomy(agent(&t.desk, script(turns), false));
+    a.name = "root".into();
+    a.tools.insert(ASK.into(), ask_tool_of(asks, class));
+    a
+}
+
+async fn ledger_statuses(t: &Tree, run: &RunId) -> Vec<(String, LedgerStatus)> {
+    t.store
+        .ledger(run)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.tool, r.status))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_root_undoes_its_descendants_effects_in_one_reverse_order() {
+    // root: update A-1001, ask a child (which asks a grandchild to update
+    // A-1002, then updates A-1003 itself), then update A-1004: a conflict.
+    let t = named_tree(
+        vec![
+            (
+                "child",
+                json!([
+                    ask("Move A-1002."),
+                    update("A-1003", "2026-03-03T10:00:00Z"),
+                    answer("moved")
+                ]),
+                "grandchild",
+            ),
+            (
+                "grandchild",
+                json!([update("A-1002", "2026-03-02T10:00:00Z"), answer("moved")]),
+                "nobody",
+            ),
+        ],
+        ToolClass::IdempotentWrite,
+    )
+    .await;
+    conflict_on_update(&t.desk, 4);
+    let root = root_of(
+        &t,
+        json!([
+            update("A-1001", "2026-03-01T10:00:00Z"),
+            ask("Move A-1002 and A-1003."),
+            update("A-1004", "2026-03-04T10:00:00Z"),
+            answer("could not finish"),
+        ]),
+        "child",
+        ToolClass::IdempotentWrite,
+    );
+    let out = run(&t, &root, None).await;
+    assert_eq!(out.report.outcome, Outcome::Failed, "{:?}", out.report);
+    assert_eq!(
+        effect_order(&t.desk),
+        effects(&[
+            (UPDATE_DELIVERY_TIME, "A-1001"),
+            (UPDATE_DELIVERY_TIME, "A-1002"),
+            (UPDATE_DELIVERY_TIME, "A-1003"),
+            (RESTORE_DELIVERY_TIME, "A-1003"),
+            (RESTORE_DELIVERY_TIME, "A-1002"),
+            (RESTORE_DELIVERY_TIME, "A-1001"),
+        ]),
+        "{:?}",
+        out.report.compensations
+    );
+    // Each effect is settled in the ledger of the run that caused it, and
+    // each call that started a child is settled with its subtree.
+    let child = &children(&t, &out.run_id).await[0];
+    let grandchild = &children(&t, &child.run_id).await[0];
+    assert_eq!(
+        child.status.as_str(),
+        "succeeded",
+        "the child's own run ended well"
+    );
+    assert_eq!(
+        ledger_statuses(&t, &grandchild.run_id).await,
+        vec![(UPDATE_DELIVERY_TIME.to_owned(), LedgerStatus::Compensated)]
+    );
+    assert_eq!(
+        ledger_statuses(&t, &child.run_id).await,
+        vec![
+            (ASK.to_owned(), LedgerStatus::Compensated),
+            (UPDATE_DELIVERY_TIME.to_owned(), LedgerStatus::Compensated),
+        ]
+    );
+    let root_ledger = ledger_statuses(&t, &out.run_id).await;
+    assert!(
+        root_ledger.iter().all(|(tool, status)| {
+            *status == LedgerStatus::Compensated
+                || (tool == UPDATE_DELIVERY_TIME && *status == LedgerStatus::Failed)
+        }),
+        "{root_ledger:?}"
+    );
+    // The report lists every settled effect, the children's included.
+    assert_eq!(
+        out.report
+            .compensations
+            .iter()
+            .filter(|c| c.status == LedgerStatus::Compensated)
+            .count(),
+        5,
+        "{:?}",
+        out.report.compensations
+    );
+    // The child's run shows its settlement, and its claim was let go.
+    let child_events = t.store.events(&child.run_id, 0).await.unwrap();
+    assert!(
+        child_events
+            .iter()
+            .any(|e| e.kind == rein_core::EventKind::CompensationFinished),
+        "the child's stream records its compensation"
+    );
+    assert!(
+        t.store
+            .leases_of_run(&child.run_id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_irreversible_effect_in_a_child_stops_the_trees_automatic_undoing() {
+    let t = named_tree(
+        vec![(
+            "child",
+            json!([
+                call(
+                    SEND_EMAIL,
+                    json!({"to": "buyer@example.com", "subject": "A-1002", "body": "moved"})
+                ),
+                answer("told")
+            ]),
+            "nobody",
+        )],
+        ToolClass::Read,
+    )
+    .await;
+    conflict_on_update(&t.desk, 2);
+    let root = root_of(
+        &t,
+        json!([
+            update("A-1001", "2026-03-01T10:00:00Z"),
+            ask("Tell the buyer."),
+            update("A-1004", "2026-03-04T10:00:00Z"),
+            answer("could not finish"),
+        ]),
+        "child",
+        ToolClass::Read,
+    );
+    let out = run(&t, &root, None).await;
+    assert_eq!(out.report.outcome, Outcome::HandedOff, "{:?}", out.report);
+    assert_eq!(
+        t.desk
+            .side_effects()
+            .iter()
+            .map(|e| e.tool.as_str())
+            .collect::<Vec<_>>(),
+        vec![UPDATE_DELIVERY_TIME, SEND_EMAIL],
+        "nothing undone"
+    );
+    let package = out.report.handoff.as_ref().unwrap();
+    assert!(
+        package
+            .awaiting_decision
+            .iter()
+            .any(|e| e.tool == SEND_EMAIL && e.status == LedgerStatus::Uncompensatable),
+        "the child's email awaits a human: {package:?}"
+    );
+    assert!(
+        package
+            .awaiting_decision
+            .iter()
+            .any(|e| e.tool == UPDATE_DELIVERY_TIME && e.status == LedgerStatus::Manual),
+        "{package:?}"
+    );
 }

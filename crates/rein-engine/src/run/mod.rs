@@ -20,6 +20,7 @@ mod guarded;
 mod report;
 mod settle;
 mod tree;
+mod tree_settle;
 
 pub use args::{ParsedArgs, parse_args};
 pub use binding::{

@@ -31,6 +31,7 @@ use super::binding::ToolBinding;
 use super::emitter::{Correlation, unix_ms};
 use super::guarded::{CallResult, Planned};
 use super::report::End;
+use super::tree_settle::{self, Item, is_open};
 use super::{Engine, RunCtx};
 
 /// Attempts a strong compensation may make: it is safe to repeat, so it is
@@ -114,15 +115,31 @@ impl Engine {
                 return;
             }
         };
-        let open: Vec<&LedgerRecord> = ledger
-            .iter()
-            .filter(|r| matches!(r.status, LedgerStatus::Succeeded | LedgerStatus::Pending))
-            .collect();
+        // The whole agent tree settles with its root: its children's
+        // effects are the effects of the root's calls that started them.
+        let tree = match self.descendants(&ctx.run_id).await {
+            Ok(members) => self
+                .intent_order(&ctx.run_id)
+                .await
+                .map(|order| (members, order)),
+            Err(e) => Err(e),
+        };
+        let (members, root_order) = match tree {
+            Ok(tree) => tree,
+            Err(e) => {
+                let reason = format!("the agent tree cannot be read to settle the run: {e}");
+                self.hand_off(ctx, calls, report, &ledger, reason, step)
+                    .await;
+                return;
+            }
+        };
+        let items = tree_settle::items(ctx, &ledger, &root_order, &members);
+        let open: Vec<&Item> = items.iter().filter(|i| is_open(&i.record)).collect();
         // Records an earlier process (or the reconciler) already left to a
         // human: the run cannot end as if the world were restored.
-        let already_human = ledger.iter().any(|r| {
+        let already_human = items.iter().any(|i| {
             matches!(
-                r.status,
+                i.record.status,
                 LedgerStatus::Manual | LedgerStatus::Uncompensatable
             )
         });
@@ -141,7 +158,9 @@ impl Engine {
         }
         // An effect in doubt is never kept silently: even a failure that
         // time may fix must settle it.
-        let in_doubt = open.iter().any(|r| r.status == LedgerStatus::Pending);
+        let in_doubt = open
+            .iter()
+            .any(|i| i.record.status == LedgerStatus::Pending);
         if !already_human
             && !in_doubt
             && (fixable_by_time(end, report) || ctx.agent.on_failure == FailurePolicy::Continue)
@@ -149,14 +168,10 @@ impl Engine {
             return;
         }
         // An irreversible effect that cannot be undone (done, in doubt, or
-        // already with a human) stops automatic undoing altogether:
-        // reverting the other writes alone could contradict what it already
-        // told the world.
-        let irreversible_open = ledger.iter().any(|r| {
-            r.class == ToolClass::Irreversible
-                && !matches!(r.status, LedgerStatus::Failed | LedgerStatus::Compensated)
-                && !ctx.agent.compensations.contains_key(&r.tool)
-        });
+        // already with a human), anywhere in the tree, stops automatic
+        // undoing altogether: reverting the other writes alone could
+        // contradict what it already told the world.
+        let irreversible_open = tree_settle::irreversible_open(ctx, &items, &members);
         // From here on the run settles: make that durable first, so that a
         // process that dies mid-settlement is resumed into the settlement,
         // never back into the forward path.
@@ -167,7 +182,8 @@ impl Engine {
                 ..Correlation::default()
             },
             json!({"policy": ctx.agent.on_failure, "irreversible_open": irreversible_open,
-                   "open_records": open.len(), "already_with_a_human": already_human}),
+                   "open_records": open.len(), "already_with_a_human": already_human,
+                   "child_runs": members.len()}),
         );
         let commit = StepCommit {
             events: ctx.emitter.drain(),
@@ -179,42 +195,125 @@ impl Engine {
                 .await;
             return;
         }
+        // Each child run with something to settle is acted on under its own
+        // claim, in its own ledger.
+        let mut member_ctxs: Vec<Option<Result<RunCtx<'_>, String>>> =
+            members.iter().map(|_| None).collect();
+        for (i, member) in members.iter().enumerate() {
+            if member.ledger.iter().any(is_open) {
+                member_ctxs[i] = Some(self.member_ctx(ctx, member).await);
+            }
+        }
+        let held = |i: usize| -> Result<&RunCtx<'_>, String> {
+            match &member_ctxs[i] {
+                Some(Ok(c)) => Ok(c),
+                Some(Err(why)) => Err(why.clone()),
+                None => Err("the child run was not claimed".to_owned()),
+            }
+        };
+        let unreachable = |item: &Item, why: String| CompensationResult {
+            intent_id: item.record.intent_id.clone(),
+            tool: item.record.tool.clone(),
+            compensation_tool: None,
+            status: LedgerStatus::Manual,
+            note: format!("left for a human: {why}"),
+        };
+        let mut parties: Vec<(&RunCtx<'_>, Vec<LedgerRecord>)> = vec![(ctx, ledger.clone())];
+        for (i, member) in members.iter().enumerate() {
+            if let Ok(c) = held(i) {
+                parties.push((c, member.ledger.clone()));
+            }
+        }
+
+        let mut results = Vec::new();
         if ctx.agent.on_failure == FailurePolicy::Handoff || irreversible_open {
             let reason = if irreversible_open {
                 "the run failed after an irreversible effect that cannot be undone; nothing was undone automatically"
             } else {
                 "the run failed after changing the world and its policy is to hand off"
             };
-            let records: Vec<LedgerRecord> = open.into_iter().cloned().collect();
-            let results = self.leave_for_human(ctx, records, step).await;
+            let own: Vec<LedgerRecord> = open
+                .iter()
+                .filter(|i| i.member.is_none())
+                .map(|i| i.record.clone())
+                .collect();
+            results.extend(self.leave_for_human(ctx, own, step).await);
+            for (i, _) in members.iter().enumerate() {
+                let theirs: Vec<&Item> = open
+                    .iter()
+                    .copied()
+                    .filter(|o| o.member == Some(i))
+                    .collect();
+                if theirs.is_empty() {
+                    continue;
+                }
+                match held(i) {
+                    Ok(c) => {
+                        let records = theirs.iter().map(|o| o.record.clone()).collect();
+                        results.extend(self.leave_for_human(c, records, step).await);
+                    }
+                    Err(why) => results.extend(theirs.iter().map(|o| unreachable(o, why.clone()))),
+                }
+            }
+            results.extend(self.mark_child_calls(&parties, &members, step).await);
+            for (i, member) in members.iter().enumerate() {
+                if let Ok(c) = held(i) {
+                    self.release_member(c, member, &ctx.run_id).await;
+                }
+            }
             report.compensations = results;
-            let ledger = ctx.store.ledger(&ctx.run_id).await.unwrap_or(ledger);
+            let ledger = self.tree_ledger(&ctx.run_id, &members, &ledger).await;
             self.hand_off(ctx, calls, report, &ledger, reason.to_owned(), step)
                 .await;
             return;
         }
 
-        // Compensate in strict reverse order of execution.
-        let mut results = Vec::new();
-        let mut records: Vec<LedgerRecord> = open.into_iter().cloned().collect();
-        records.sort_by_key(|r| std::cmp::Reverse(r.seq));
+        // Compensate in strict reverse order of execution, across the tree.
+        let mut order: Vec<&Item> = open.clone();
+        order.sort_by(|a, b| {
+            b.path
+                .cmp(&a.path)
+                .then_with(|| b.record.seq.cmp(&a.record.seq))
+        });
         // Sabotage hook `forward_order_compensation`: undo in the order of
         // execution instead, breaking invariant 4.
         #[cfg(feature = "sabotage")]
         if self.sabotage.forward_order_compensation {
-            records.reverse();
+            order.reverse();
         }
-        for record in records {
+        let mut lost = false;
+        for item in order {
             if ctx.lost.is_cancelled() {
                 // Another process owns the run now and will settle it.
-                return;
+                lost = true;
+                break;
             }
-            let result = self
-                .compensate_one(ctx, record, compensation_deadline, step)
-                .await;
-            if let Some(r) = result {
-                results.push(r);
+            let target = match item.member {
+                None => Ok(ctx),
+                Some(i) => held(i),
+            };
+            match target {
+                Ok(c) => {
+                    if let Some(r) = self
+                        .compensate_one(c, item.record.clone(), compensation_deadline, step)
+                        .await
+                    {
+                        results.push(r);
+                    }
+                }
+                Err(why) => results.push(unreachable(item, why)),
             }
+        }
+        if !lost {
+            results.extend(self.mark_child_calls(&parties, &members, step).await);
+        }
+        for (i, member) in members.iter().enumerate() {
+            if let Ok(c) = held(i) {
+                self.release_member(c, member, &ctx.run_id).await;
+            }
+        }
+        if lost {
+            return;
         }
         for r in &results {
             for done in report
@@ -232,7 +331,7 @@ impl Engine {
         report.compensations = results;
         report.recoverable = !unsettled;
         if unsettled {
-            let ledger = ctx.store.ledger(&ctx.run_id).await.unwrap_or(ledger);
+            let ledger = self.tree_ledger(&ctx.run_id, &members, &ledger).await;
             let reason = "the run failed and some of its effects could not be undone automatically"
                 .to_owned();
             self.hand_off(ctx, calls, report, &ledger, reason, step)
@@ -594,7 +693,7 @@ impl Engine {
     }
 
     /// Marks a ledger record and makes the events so far durable with it.
-    async fn mark(
+    pub(super) async fn mark(
         &self,
         ctx: &RunCtx<'_>,
         c: &Correlation,

@@ -133,15 +133,19 @@ impl Engine {
             }
             cursor = self.store.get_run(&up).await?;
         }
+        // Tokens are counted where they were spent: each run's own model
+        // calls (a parent's consumption also carries its finished
+        // children's, so reports would count them twice, and an
+        // interrupted child has no report yet).
         let tree = Tree::default();
+        tree.tokens
+            .fetch_add(self.own_tokens(&root).await?, Ordering::AcqRel);
         let mut pending = vec![root];
         while let Some(run) = pending.pop() {
             for child in self.store.children_of(&run).await? {
                 tree.runs.fetch_add(1, Ordering::AcqRel);
-                if let Some(report) = &child.report {
-                    tree.tokens
-                        .fetch_add(report.consumed.tokens, Ordering::AcqRel);
-                }
+                tree.tokens
+                    .fetch_add(self.own_tokens(&child.run_id).await?, Ordering::AcqRel);
                 pending.push(child.run_id);
             }
         }
@@ -150,6 +154,21 @@ impl Engine {
             depth,
             tree: Arc::new(tree),
         })
+    }
+
+    /// Tokens `run`'s own model calls used, from its durable events.
+    async fn own_tokens(&self, run: &RunId) -> Result<u64, EngineError> {
+        Ok(self
+            .store
+            .events(run, 0)
+            .await?
+            .iter()
+            .filter(|e| e.kind == rein_core::EventKind::ModelCallFinished && e.data["ok"] == true)
+            .map(|e| {
+                e.data["usage"]["input"].as_u64().unwrap_or(0)
+                    + e.data["usage"]["output"].as_u64().unwrap_or(0)
+            })
+            .sum())
     }
 
     /// Runs the child agent of an `agent` tool call, as one attempt.
@@ -341,4 +360,94 @@ fn outcome_of(
             report.outcome.as_str(),
             report.summary
         )))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use rein_core::{Event, EventKind, TenantId};
+    use rein_store::{NewRun, SqliteStore, StepCommit, Store};
+
+    /// A run of `agent` under `parent` whose model calls used `tokens`
+    /// (one answered call each), plus a failed call that must not count.
+    async fn run_with_calls(
+        store: &Arc<dyn Store>,
+        id: &str,
+        parent: Option<&str>,
+        tokens: &[u64],
+    ) {
+        let run_id = RunId::new(id).unwrap();
+        store
+            .create_run(NewRun {
+                run_id: run_id.clone(),
+                tenant: TenantId::new("t").unwrap(),
+                agent: "a".into(),
+                input: "x".into(),
+                parent_run_id: parent.map(|p| RunId::new(p).unwrap()),
+                budget: json!({}),
+                created_at_ms: 1,
+            })
+            .await
+            .unwrap();
+        let event = |ok: bool, used: u64| Event {
+            run_id: run_id.clone(),
+            seq: 0,
+            step: 1,
+            intent_id: None,
+            attempt_id: None,
+            idempotency_key: None,
+            at_ms: 2,
+            kind: EventKind::ModelCallFinished,
+            data: if ok {
+                json!({"ok": true, "usage": {"input": used - 1, "output": 1}})
+            } else {
+                json!({"ok": false, "usage": {"input": 1000, "output": 1000}})
+            },
+        };
+        let mut events: Vec<Event> = tokens.iter().map(|t| event(true, *t)).collect();
+        events.push(event(false, 0));
+        store
+            .commit_step(
+                &run_id,
+                StepCommit {
+                    events,
+                    ..StepCommit::default()
+                },
+            )
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_resumed_run_rebuilds_its_depth_and_its_trees_use_from_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("r.db")).unwrap());
+        // root ─┬─ a ── a1
+        //       └─ b
+        run_with_calls(&store, "root", None, &[100, 50]).await;
+        run_with_calls(&store, "a", Some("root"), &[20]).await;
+        run_with_calls(&store, "a1", Some("a"), &[7, 3]).await;
+        run_with_calls(&store, "b", Some("root"), &[]).await;
+        let engine = Engine::builder(store).build().unwrap();
+
+        let lineage = engine.lineage_of(&RunId::new("a1").unwrap()).await.unwrap();
+        assert_eq!(lineage.depth, 2);
+        assert_eq!(lineage.parent, Some(RunId::new("a").unwrap()));
+        // Every run's own answered calls, the root's included; failed calls
+        // used nothing.
+        assert_eq!(lineage.tree.tokens.load(Ordering::Acquire), 180);
+        assert_eq!(lineage.tree.runs.load(Ordering::Acquire), 3, "child runs");
+
+        let root = engine
+            .lineage_of(&RunId::new("root").unwrap())
+            .await
+            .unwrap();
+        assert_eq!((root.depth, root.parent), (0, None));
+        assert_eq!(
+            root.tree.tokens.load(Ordering::Acquire),
+            180,
+            "the same tree"
+        );
+    }
 }
