@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use rein_testkit::RetryAfter;
 use rein_testkit::mock_model::{
-    DEFAULT_FALLBACK_TEXT, DEFAULT_MODEL, FinishReason, MockModel, MockModelConfig, Reply, ToolCall,
+    DEFAULT_FALLBACK_TEXT, DEFAULT_MODEL, FinishReason, MockModel, MockModelConfig, Reply,
+    STREAM_PIECE_CHARS, StreamFault, ToolCall,
 };
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
@@ -285,7 +286,7 @@ async fn malformed_requests_are_400_and_consume_nothing() {
     let model = MockModel::start([Reply::text("kept")]).await.unwrap();
     let client = Client::new();
     let cases = [
-        json!({"model": "m", "messages": [], "stream": true}),
+        json!({"model": "m", "messages": "not an array"}),
         json!({"model": "m"}),
     ];
     for body in cases {
@@ -363,4 +364,567 @@ async fn replies_can_be_pushed_while_running() {
         .unwrap();
     assert_eq!(a["choices"][0]["message"]["content"], "pushed");
     assert_eq!(b["choices"][0]["message"]["content"], "then this");
+}
+
+// ---- streaming and the Messages API ----
+
+/// One server-sent event: its `event:` type, if any, and its `data:`.
+#[derive(Debug, Clone, PartialEq)]
+struct Event {
+    kind: Option<String>,
+    data: String,
+}
+
+impl Event {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.data).unwrap_or_else(|e| panic!("{e}: {}", self.data))
+    }
+}
+
+fn events(body: &str) -> Vec<Event> {
+    body.split("\n\n")
+        .filter(|block| !block.trim().is_empty())
+        .map(|block| {
+            let mut kind = None;
+            let mut data = String::new();
+            for line in block.lines() {
+                if let Some(k) = line.strip_prefix("event: ") {
+                    kind = Some(k.to_owned());
+                } else if let Some(d) = line.strip_prefix("data: ") {
+                    data.push_str(d);
+                }
+            }
+            Event { kind, data }
+        })
+        .collect()
+}
+
+fn stream_request(content: &str, include_usage: bool) -> Value {
+    let mut body = request(content);
+    body["stream"] = json!(true);
+    if include_usage {
+        body["stream_options"] = json!({"include_usage": true});
+    }
+    body
+}
+
+fn anthropic_request(stream: bool) -> Value {
+    json!({
+        "model": "claude-test",
+        "max_tokens": 1024,
+        "stream": stream,
+        "messages": [{"role": "user", "content": "hi"}],
+    })
+}
+
+async fn post_messages(client: &Client, model: &MockModel, body: &Value) -> reqwest::Response {
+    client
+        .post(model.messages_url())
+        .header("anthropic-version", "2023-06-01")
+        .json(body)
+        .send()
+        .await
+        .expect("the mock answers")
+}
+
+/// Reads a stream until it ends or fails: the text received and whether it
+/// ended cleanly.
+async fn read_stream(mut response: reqwest::Response) -> (String, bool) {
+    let mut text = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(bytes)) => text.extend_from_slice(&bytes),
+            Ok(None) => return (String::from_utf8(text).unwrap(), true),
+            Err(_) => return (String::from_utf8(text).unwrap(), false),
+        }
+    }
+}
+
+fn tool_call_reply() -> Reply {
+    Reply::tool_calls([
+        ToolCall::new(
+            "get_order",
+            &json!({"order_id": "A-1001", "fields": ["eta"]}),
+        ),
+        ToolCall::raw("send_email", "{\"to\": \"x@exa").with_id("call_custom"),
+    ])
+    .with_text("Looking it up for you now.")
+    .with_usage(1200, 35)
+}
+
+#[tokio::test]
+async fn openai_stream_sends_text_and_tool_calls_in_pieces_then_usage_and_done() {
+    let model = MockModel::start([tool_call_reply()]).await.unwrap();
+    let response = complete(&Client::new(), &model, &stream_request("go", true)).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let (body, clean) = read_stream(response).await;
+    assert!(clean);
+    let events = events(&body);
+    assert_eq!(events.last().unwrap().data, "[DONE]");
+    let chunks: Vec<Value> = events[..events.len() - 1].iter().map(Event::json).collect();
+    for chunk in &chunks {
+        assert_eq!(chunk["object"], "chat.completion.chunk");
+        assert_eq!(chunk["id"], "chatcmpl-mock-1");
+        assert_eq!(chunk["model"], "gpt-test");
+    }
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+
+    let content: Vec<&str> = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .filter(|t| !t.is_empty())
+        .collect();
+    assert!(
+        content.len() > 1,
+        "text comes in several deltas: {content:?}"
+    );
+    assert!(
+        content
+            .iter()
+            .all(|p| p.chars().count() <= STREAM_PIECE_CHARS)
+    );
+    assert_eq!(content.concat(), "Looking it up for you now.");
+
+    let mut ids = vec![String::new(); 2];
+    let mut names = vec![String::new(); 2];
+    let mut arguments = vec![String::new(); 2];
+    let mut argument_deltas = 0;
+    for chunk in &chunks {
+        for call in chunk["choices"][0]["delta"]["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let i = call["index"].as_u64().unwrap() as usize;
+            if let Some(id) = call["id"].as_str() {
+                ids[i] = id.to_owned();
+                assert_eq!(call["type"], "function");
+            }
+            if let Some(name) = call["function"]["name"].as_str() {
+                names[i] = name.to_owned();
+            }
+            if let Some(piece) = call["function"]["arguments"].as_str() {
+                if !piece.is_empty() {
+                    argument_deltas += 1;
+                }
+                arguments[i].push_str(piece);
+            }
+        }
+    }
+    assert_eq!(ids, ["call_1_0", "call_custom"]);
+    assert_eq!(names, ["get_order", "send_email"]);
+    assert_eq!(
+        arguments,
+        [
+            r#"{"fields":["eta"],"order_id":"A-1001"}"#,
+            "{\"to\": \"x@exa"
+        ]
+    );
+    assert!(argument_deltas > 2, "arguments are split across chunks");
+
+    let finish = &chunks[chunks.len() - 2];
+    assert_eq!(finish["choices"][0]["finish_reason"], "tool_calls");
+    assert_eq!(finish["usage"], Value::Null);
+    let usage = &chunks[chunks.len() - 1];
+    assert_eq!(usage["choices"], json!([]));
+    assert_eq!(
+        usage["usage"],
+        json!({"prompt_tokens": 1200, "completion_tokens": 35, "total_tokens": 1235})
+    );
+    assert!(model.last_request().unwrap().stream());
+}
+
+#[tokio::test]
+async fn openai_stream_without_include_usage_sends_no_usage() {
+    let model = MockModel::start([Reply::text("hello")]).await.unwrap();
+    let response = complete(&Client::new(), &model, &stream_request("go", false)).await;
+    let (body, _) = read_stream(response).await;
+    let events = events(&body);
+    assert_eq!(events.last().unwrap().data, "[DONE]");
+    for event in &events[..events.len() - 1] {
+        let chunk = event.json();
+        assert!(chunk.get("usage").is_none(), "{chunk}");
+        assert_eq!(chunk["choices"].as_array().unwrap().len(), 1);
+    }
+    let last = events[events.len() - 2].json();
+    assert_eq!(last["choices"][0]["finish_reason"], "stop");
+}
+
+#[tokio::test]
+async fn messages_answers_in_anthropic_shape() {
+    let model = MockModel::start([tool_call_reply(), Reply::truncated("The order")])
+        .await
+        .unwrap();
+    let client = Client::new();
+    let response = post_messages(&client, &model, &anthropic_request(false)).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["id"], "msg_mock_1");
+    assert_eq!(body["type"], "message");
+    assert_eq!(body["role"], "assistant");
+    assert_eq!(body["model"], "claude-test");
+    assert_eq!(body["stop_reason"], "tool_use");
+    assert_eq!(
+        body["content"],
+        json!([
+            {"type": "text", "text": "Looking it up for you now."},
+            {"type": "tool_use", "id": "toolu_mock_1_0", "name": "get_order",
+             "input": {"order_id": "A-1001", "fields": ["eta"]}},
+            {"type": "tool_use", "id": "call_custom", "name": "send_email",
+             "input": "{\"to\": \"x@exa"},
+        ])
+    );
+    assert_eq!(
+        body["usage"],
+        json!({"input_tokens": 1200, "output_tokens": 35})
+    );
+    let cut: Value = post_messages(&client, &model, &anthropic_request(false))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(cut["stop_reason"], "max_tokens");
+    let recorded = model.last_request().unwrap();
+    assert_eq!(recorded.path, "/v1/messages");
+    assert!(!recorded.stream());
+}
+
+#[tokio::test]
+async fn messages_checks_key_version_and_max_tokens_before_consuming() {
+    let model =
+        MockModel::start_with(MockModelConfig::new([Reply::text("hello")]).with_api_key("sk-ant"))
+            .await
+            .unwrap();
+    let client = Client::new();
+    let send = |key: Option<&str>, version: bool, body: Value| {
+        let mut builder = client.post(model.messages_url()).json(&body);
+        if let Some(key) = key {
+            builder = builder.header("x-api-key", key);
+        }
+        if version {
+            builder = builder.header("anthropic-version", "2023-06-01");
+        }
+        builder.send()
+    };
+    let cases = [
+        (
+            None,
+            true,
+            anthropic_request(false),
+            401,
+            "authentication_error",
+        ),
+        (
+            Some("sk-wrong"),
+            true,
+            anthropic_request(false),
+            401,
+            "authentication_error",
+        ),
+        (
+            Some("sk-ant"),
+            false,
+            anthropic_request(false),
+            400,
+            "invalid_request_error",
+        ),
+        (
+            Some("sk-ant"),
+            true,
+            json!({"model": "m", "messages": []}),
+            400,
+            "invalid_request_error",
+        ),
+        (
+            Some("sk-ant"),
+            true,
+            json!({"model": "m", "max_tokens": 5}),
+            400,
+            "invalid_request_error",
+        ),
+    ];
+    for (key, version, body, status, error_type) in cases {
+        let response = send(key, version, body).await.unwrap();
+        assert_eq!(response.status().as_u16(), status);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["type"], "error");
+        assert_eq!(body["error"]["type"], error_type, "{body}");
+    }
+    assert_eq!(model.pending(), 1);
+    let ok: Value = send(Some("sk-ant"), true, anthropic_request(false))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ok["content"][0]["text"], "hello");
+    assert_eq!(model.requests()[5].api_key.as_deref(), Some("sk-ant"));
+}
+
+#[tokio::test]
+async fn messages_errors_are_translated_to_anthropic_types() {
+    let model = MockModel::start([
+        Reply::rate_limited(Some(RetryAfter::Seconds(3))),
+        Reply::unavailable(),
+        Reply::context_length_exceeded(),
+        Reply::unauthorized(),
+        Reply::server_error(),
+    ])
+    .await
+    .unwrap();
+    let client = Client::new();
+    let expected = [
+        (429, "rate_limit_error", Some("3")),
+        (529, "overloaded_error", None),
+        (400, "invalid_request_error", None),
+        (401, "authentication_error", None),
+        (500, "api_error", None),
+    ];
+    for (status, error_type, retry_after) in expected {
+        let response = post_messages(&client, &model, &anthropic_request(true)).await;
+        assert_eq!(response.status().as_u16(), status);
+        assert_eq!(
+            response
+                .headers()
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap()),
+            retry_after
+        );
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["type"], error_type, "{body}");
+        if status == 400 {
+            let message = body["error"]["message"].as_str().unwrap();
+            assert!(message.contains("prompt is too long"), "{message}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn messages_stream_sends_the_anthropic_event_sequence() {
+    let model = MockModel::start([tool_call_reply()]).await.unwrap();
+    let response = post_messages(&Client::new(), &model, &anthropic_request(true)).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let (body, clean) = read_stream(response).await;
+    assert!(clean);
+    let events = events(&body);
+    for event in &events {
+        assert_eq!(event.kind.as_deref(), event.json()["type"].as_str());
+    }
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e.kind.as_deref()).collect();
+    assert_eq!(kinds[..2], ["message_start", "ping"]);
+    assert_eq!(kinds[kinds.len() - 2..], ["message_delta", "message_stop"]);
+    let start = events[0].json();
+    assert_eq!(start["message"]["usage"]["input_tokens"], 1200);
+
+    let mut text = String::new();
+    let mut inputs: Vec<(String, String, String)> = Vec::new();
+    for event in &events {
+        let data = event.json();
+        match event.kind.as_deref() {
+            Some("content_block_start") if data["content_block"]["type"] == "tool_use" => {
+                let block = &data["content_block"];
+                inputs.push((
+                    block["id"].as_str().unwrap().to_owned(),
+                    block["name"].as_str().unwrap().to_owned(),
+                    String::new(),
+                ));
+            }
+            Some("content_block_delta") => match data["delta"]["type"].as_str() {
+                Some("text_delta") => text.push_str(data["delta"]["text"].as_str().unwrap()),
+                Some("input_json_delta") => inputs
+                    .last_mut()
+                    .unwrap()
+                    .2
+                    .push_str(data["delta"]["partial_json"].as_str().unwrap()),
+                other => panic!("unexpected delta {other:?}"),
+            },
+            _ => {}
+        }
+    }
+    assert_eq!(text, "Looking it up for you now.");
+    assert_eq!(inputs[0].0, "toolu_mock_1_0");
+    assert_eq!(inputs[0].1, "get_order");
+    assert_eq!(inputs[0].2, r#"{"fields":["eta"],"order_id":"A-1001"}"#);
+    assert_eq!(
+        inputs[1].2, "{\"to\": \"x@exa",
+        "partial_json is sent verbatim"
+    );
+    let delta = events[events.len() - 2].json();
+    assert_eq!(delta["delta"]["stop_reason"], "tool_use");
+    assert_eq!(delta["usage"]["output_tokens"], 35);
+}
+
+#[tokio::test]
+async fn stream_headers_then_silence_sends_no_event() {
+    let model = MockModel::start([
+        Reply::text("never").with_stream_fault(StreamFault::silent(Duration::from_secs(5)))
+    ])
+    .await
+    .unwrap();
+    let mut response = complete(&Client::new(), &model, &stream_request("x", true)).await;
+    assert_eq!(response.status(), StatusCode::OK, "headers arrive");
+    let next = tokio::time::timeout(Duration::from_millis(200), response.chunk()).await;
+    assert!(next.is_err(), "no byte of body within the wait: {next:?}");
+    assert_eq!(model.in_flight(), 1, "the stream is still being served");
+}
+
+#[tokio::test]
+async fn stream_stall_after_some_events_holds_the_connection_idle() {
+    let model = MockModel::start([Reply::text("a long answer that stalls").with_stream_fault(
+        StreamFault::Stall {
+            after: 3,
+            hold: Duration::from_secs(5),
+        },
+    )])
+    .await
+    .unwrap();
+    let mut response = complete(&Client::new(), &model, &stream_request("x", true)).await;
+    let mut received = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_millis(200), response.chunk()).await {
+            Ok(Ok(Some(bytes))) => received.extend_from_slice(&bytes),
+            Ok(other) => panic!("the stream must stay open, got {other:?}"),
+            Err(_) => break,
+        }
+    }
+    let received = events(std::str::from_utf8(&received).unwrap());
+    assert_eq!(received.len(), 3);
+}
+
+#[tokio::test]
+async fn stream_drop_aborts_without_terminator_on_both_routes() {
+    let fault = StreamFault::Drop { after: 4 };
+    let model = MockModel::start([
+        tool_call_reply().with_stream_fault(fault),
+        tool_call_reply().with_stream_fault(fault),
+        Reply::lose_response(),
+    ])
+    .await
+    .unwrap();
+    let client = Client::new();
+    let (body, clean) =
+        read_stream(complete(&client, &model, &stream_request("x", true)).await).await;
+    assert!(!clean, "the body errors, it does not end");
+    assert!(!body.contains("[DONE]"));
+    assert!(events(&body).len() <= 4);
+    let (body, clean) =
+        read_stream(post_messages(&client, &model, &anthropic_request(true)).await).await;
+    assert!(!clean);
+    assert!(!body.contains("message_stop"));
+    let (body, clean) =
+        read_stream(complete(&client, &model, &stream_request("x", true)).await).await;
+    assert!(!clean, "a lost stream is cut too");
+    assert!(!body.contains("[DONE]"));
+}
+
+#[tokio::test]
+async fn stream_malformed_event_is_sent_and_the_stream_goes_on() {
+    let fault = StreamFault::Malformed { after: 2 };
+    let model = MockModel::start([
+        Reply::text("hello there").with_stream_fault(fault),
+        Reply::text("hello there").with_stream_fault(fault),
+    ])
+    .await
+    .unwrap();
+    let client = Client::new();
+    let (body, clean) =
+        read_stream(complete(&client, &model, &stream_request("x", true)).await).await;
+    assert!(clean);
+    let events = events(&body);
+    assert!(serde_json::from_str::<Value>(&events[2].data).is_err());
+    assert_eq!(events.last().unwrap().data, "[DONE]");
+    let (body, clean) =
+        read_stream(post_messages(&client, &model, &anthropic_request(true)).await).await;
+    assert!(clean);
+    let events = self::events(&body);
+    assert_eq!(events[2].kind.as_deref(), Some("content_block_delta"));
+    assert!(serde_json::from_str::<Value>(&events[2].data).is_err());
+    assert_eq!(events.last().unwrap().kind.as_deref(), Some("message_stop"));
+}
+
+#[tokio::test]
+async fn stream_without_terminator_ends_cleanly_with_usage() {
+    let model = MockModel::start([
+        Reply::text("hi").with_stream_fault(StreamFault::NoTerminator),
+        Reply::text("hi").with_stream_fault(StreamFault::NoTerminator),
+    ])
+    .await
+    .unwrap();
+    let client = Client::new();
+    let (body, clean) =
+        read_stream(complete(&client, &model, &stream_request("x", true)).await).await;
+    assert!(clean);
+    let events = events(&body);
+    assert_ne!(events.last().unwrap().data, "[DONE]");
+    let usage = events.last().unwrap().json();
+    assert_eq!(usage["usage"]["prompt_tokens"], 100);
+    let (body, clean) =
+        read_stream(post_messages(&client, &model, &anthropic_request(true)).await).await;
+    assert!(clean);
+    let events = self::events(&body);
+    assert_eq!(
+        events.last().unwrap().kind.as_deref(),
+        Some("message_delta")
+    );
+}
+
+#[tokio::test]
+async fn delayed_stream_sends_no_headers_while_it_waits() {
+    let model = MockModel::start([Reply::text("late").delayed(Duration::from_secs(5))])
+        .await
+        .unwrap();
+    let client = Client::new();
+    let sent = tokio::time::timeout(
+        Duration::from_millis(200),
+        client
+            .post(model.chat_completions_url())
+            .json(&stream_request("x", true))
+            .send(),
+    )
+    .await;
+    assert!(sent.is_err(), "no headers within the wait");
+}
+
+#[tokio::test]
+async fn non_streamed_request_ignores_stream_faults() {
+    let model =
+        MockModel::start([Reply::text("whole").with_stream_fault(StreamFault::Drop { after: 0 })])
+            .await
+            .unwrap();
+    let body: Value = complete(&Client::new(), &model, &request("x"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["choices"][0]["message"]["content"], "whole");
+}
+
+#[tokio::test]
+async fn in_flight_counts_concurrent_requests_and_streams_until_their_end() {
+    let model = MockModel::start_with(
+        MockModelConfig::default()
+            .with_latency(Duration::from_millis(300))
+            .with_event_interval(Duration::from_millis(5)),
+    )
+    .await
+    .unwrap();
+    let client = Client::new();
+    let one = |stream: bool| {
+        let client = client.clone();
+        let url = model.chat_completions_url();
+        let body = if stream {
+            stream_request("x", true)
+        } else {
+            request("x")
+        };
+        async move {
+            let response = client.post(url).json(&body).send().await.unwrap();
+            read_stream(response).await
+        }
+    };
+    let answers = tokio::join!(one(true), one(false), one(true), one(false));
+    assert!(answers.0.1 && answers.1.1 && answers.2.1 && answers.3.1);
+    assert_eq!(model.peak_in_flight(), 4);
+    assert_eq!(model.in_flight(), 0);
 }

@@ -15,6 +15,7 @@
 //! | `model_message` | what the model sees: structured text with an instruction |
 //! | `human_message` | what an operator sees: the details |
 //! | `attempt_id` | which attempt of the intent failed |
+//! | `tokens_spent` | model tokens a failed model call consumed anyway, so budgets charge them |
 //!
 //! The classification happens in two places only — the tool or provider
 //! adapter ([`Failure::from_http_status`], [`Failure::from_transport`]) and
@@ -56,6 +57,15 @@ pub struct Failure {
     model_message: String,
     human_message: String,
     attempt_id: Option<AttemptId>,
+    /// Stored as `u32` (saturating) so that a `Failure` — the error of
+    /// every fallible call in rein — stays within clippy's
+    /// `result_large_err` size; no single call spends 4 billion tokens.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    tokens_spent: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The serialized form of a [`Failure`]; `model_message` is ignored on the
@@ -72,6 +82,8 @@ struct FailureWire {
     human_message: String,
     #[serde(default)]
     attempt_id: Option<AttemptId>,
+    #[serde(default)]
+    tokens_spent: u64,
 }
 
 impl From<FailureWire> for Failure {
@@ -79,7 +91,8 @@ impl From<FailureWire> for Failure {
         let mut f = Failure::new(&w.target, w.category)
             .with_effect(w.effect)
             .with_retryable(w.retryable)
-            .with_human_message(w.human_message);
+            .with_human_message(w.human_message)
+            .with_tokens_spent(w.tokens_spent);
         if let Some(wait) = w.retry_after {
             f = f.with_retry_after(wait);
         }
@@ -104,6 +117,7 @@ impl Failure {
             model_message: String::new(),
             human_message: String::new(),
             attempt_id: None,
+            tokens_spent: 0,
         };
         failure.render();
         failure
@@ -142,6 +156,22 @@ impl Failure {
     /// Sets the attempt that failed.
     pub fn with_attempt(mut self, attempt_id: AttemptId) -> Self {
         self.attempt_id = Some(attempt_id);
+        self
+    }
+
+    /// Sets how many model tokens the failed call consumed before it
+    /// failed.
+    ///
+    /// # Why
+    ///
+    /// A model stream that dies midway has still been billed for its input
+    /// (and whatever output it produced); a budget that charged only
+    /// successful calls would be breached silently by a run of failing
+    /// ones (invariant 2). Zero, the default, means nothing was consumed
+    /// or nothing is known; the count may be an estimate, which the human
+    /// message then says. Counts above `u32::MAX` saturate.
+    pub fn with_tokens_spent(mut self, tokens: u64) -> Self {
+        self.tokens_spent = u32::try_from(tokens).unwrap_or(u32::MAX);
         self
     }
 
@@ -194,6 +224,12 @@ impl Failure {
         self.attempt_id.as_ref()
     }
 
+    /// Model tokens the failed call consumed anyway; zero when none (or
+    /// none are known). See [`with_tokens_spent`](Self::with_tokens_spent).
+    pub fn tokens_spent(&self) -> u64 {
+        u64::from(self.tokens_spent)
+    }
+
     fn render(&mut self) {
         self.model_message = render::model_message(
             &self.target,
@@ -216,3 +252,33 @@ impl fmt::Display for Failure {
 }
 
 impl std::error::Error for Failure {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_spent_round_trips_and_is_omitted_when_zero() {
+        let none = Failure::new("p", Category::Transient);
+        let json = serde_json::to_value(&none).unwrap();
+        assert!(json.get("tokens_spent").is_none(), "{json}");
+        assert_eq!(none.tokens_spent(), 0);
+
+        let spent = Failure::new("p", Category::Timeout).with_tokens_spent(1234);
+        let json = serde_json::to_value(&spent).unwrap();
+        assert_eq!(json["tokens_spent"], 1234);
+        let back: Failure = serde_json::from_value(json).unwrap();
+        assert_eq!(back, spent);
+
+        let huge = Failure::new("p", Category::Timeout).with_tokens_spent(u64::MAX);
+        assert_eq!(huge.tokens_spent(), u64::from(u32::MAX), "saturates");
+    }
+
+    #[test]
+    fn failures_serialized_before_tokens_spent_existed_still_read() {
+        let old = r#"{"category":"transient","retryable":true,"effect":"not_applied",
+            "target":"p","model_message":"x","human_message":"h","attempt_id":null}"#;
+        let f: Failure = serde_json::from_str(old).unwrap();
+        assert_eq!(f.tokens_spent(), 0);
+    }
+}

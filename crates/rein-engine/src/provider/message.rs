@@ -48,6 +48,17 @@ pub struct ToolCall {
 }
 
 /// Why the model stopped.
+///
+/// `Length` is the one way a *returned* answer can be incomplete: the
+/// model hit its output-token limit (OpenAI `length`, Anthropic
+/// `max_tokens`), so its text may stop mid-sentence and its last tool
+/// call's arguments may be cut JSON. [`is_truncated`](Self::is_truncated)
+/// says so; the engine must treat such output as a parse failure (the
+/// model's output is unusable as it stands, ask again with more room or
+/// less input), not as a generation failure (the call failed; retry it)
+/// and never as a complete answer. A stream that is cut for any other
+/// reason — a dropped connection, a stall, a mangled event — is not
+/// returned as an answer at all: it ends in a [`Failure`](rein_core::Failure).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {
@@ -61,6 +72,14 @@ pub enum FinishReason {
     ContentFilter,
     /// Anything else.
     Other,
+}
+
+impl FinishReason {
+    /// Whether the output was cut before the model finished it, so text
+    /// and tool-call arguments may be incomplete.
+    pub fn is_truncated(self) -> bool {
+        matches!(self, FinishReason::Length)
+    }
 }
 
 /// Tokens a call consumed.
@@ -104,4 +123,13 @@ pub struct ModelResponse {
     pub finish: FinishReason,
     /// What it consumed.
     pub usage: TokenUsage,
+}
+
+impl ModelResponse {
+    /// Whether the turn was cut at the output-token limit: its text may be
+    /// partial and its tool calls' arguments may be cut JSON, so none of it
+    /// is a complete answer (see [`FinishReason`]).
+    pub fn is_truncated(&self) -> bool {
+        self.finish.is_truncated()
+    }
 }

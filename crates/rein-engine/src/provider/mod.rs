@@ -1,5 +1,6 @@
 //! Model providers behind one trait: `scripted` replays a file of turns,
-//! `openai` speaks Chat Completions to any compatible server.
+//! `openai` speaks Chat Completions to any compatible server, `anthropic`
+//! speaks the Anthropic Messages API.
 //!
 //! # Why one trait
 //!
@@ -9,14 +10,41 @@
 //! breakers and budgets treat them alike. Provider calls are layered
 //! separately from tool calls: they have their own retry budget and breaker
 //! arm, because model overload and tool overload mean different things.
+//!
+//! # Streaming
+//!
+//! [`ModelProvider::stream`] yields a turn as it is generated, as
+//! provider-neutral [`Delta`]s ending in the assembled turn
+//! ([`StreamEvent::Done`]), so the engine and the OpenAI-compatible gateway
+//! read every provider alike. The HTTP providers enforce, identically:
+//!
+//! | rule | default |
+//! | --- | --- |
+//! | time to the first event, headers included ([`StreamLimits::first_byte`]) | [`DEFAULT_FIRST_BYTE_TIMEOUT`] |
+//! | longest gap between events ([`StreamLimits::idle`]) | [`DEFAULT_IDLE_TIMEOUT`] |
+//! | both capped by the call's allowance | — |
+//! | a cut stream (drop, stall, unparseable event) ends in `Err`, never `Done` | — |
+//! | a clean end without the terminator, after the finish reason, completes at once | — |
+//! | a failure after the provider accepted the call carries [`Failure::tokens_spent`] (reported, else one token per [`BYTES_PER_TOKEN_ESTIMATE`] bytes) | — |
+//! | output cut at the token limit says so ([`ModelResponse::is_truncated`]) | — |
 
+mod anthropic;
+mod http;
 mod message;
 mod openai;
 mod scripted;
+mod sse;
+mod stream;
 
+pub use anthropic::{ANTHROPIC_VERSION, AnthropicProvider, DEFAULT_MAX_TOKENS};
 pub use message::{FinishReason, Message, ModelRequest, ModelResponse, TokenUsage, ToolCall};
 pub use openai::OpenAiProvider;
 pub use scripted::{ScriptError, ScriptedProvider};
+pub use stream::{
+    BYTES_PER_TOKEN_ESTIMATE, DEFAULT_FIRST_BYTE_TIMEOUT, DEFAULT_IDLE_TIMEOUT, Delta, StreamEvent,
+    StreamLimits, StreamSettings, StreamSettingsError, ToolCallDelta, TurnStream, collect_turn,
+    ready_turn,
+};
 
 use async_trait::async_trait;
 use std::time::Duration;
@@ -44,6 +72,29 @@ pub trait ModelProvider: Send + Sync {
         request: &ModelRequest,
         allowance: Duration,
     ) -> Result<ModelResponse, Failure>;
+
+    /// Asks for the next assistant turn as a stream of fragments ending in
+    /// the whole turn (see [`TurnStream`] for the contract). The first-byte
+    /// and idle limits of `limits` apply to streaming providers; all of
+    /// them are capped by `limits.allowance`.
+    ///
+    /// The default, for providers that cannot stream, is
+    /// [`complete`](Self::complete) under the allowance, then its content
+    /// as one delta and the turn.
+    ///
+    /// # Errors
+    ///
+    /// A classified [`Failure`] when the call fails before it streams
+    /// (refused, an error status, no headers by the first-byte limit);
+    /// failures during the stream arrive as its last item.
+    async fn stream(
+        &self,
+        request: &ModelRequest,
+        limits: StreamLimits,
+    ) -> Result<TurnStream, Failure> {
+        let response = self.complete(request, limits.allowance).await?;
+        Ok(ready_turn(response))
+    }
 
     /// Tells the provider that a resumed run has already been served
     /// `calls` model calls. Stateless providers ignore it; the scripted

@@ -1,15 +1,19 @@
-//! The OpenAI-compatible provider: Chat Completions with tools.
+//! The OpenAI-compatible provider: Chat Completions with tools, streamed
+//! or not.
 
-use std::time::{Duration, Instant as StdInstant, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
+use rein_core::Failure;
 use rein_core::deadline::DEADLINE_HEADER;
-use rein_core::failure::{TransportError, TransportPhase};
-use rein_core::{Category, Failure};
 use serde_json::{Value, json};
 
+use super::http::{self, malformed, post_json, stream_error_failure};
+use super::sse::{self, Decoder, Opening, SseEvent, Update, unparseable};
+use super::stream::{Delta, StreamSettings, ToolCallDelta, collect_turn};
 use super::{
-    FinishReason, Message, ModelProvider, ModelRequest, ModelResponse, TokenUsage, ToolCall,
+    FinishReason, Message, ModelProvider, ModelRequest, ModelResponse, StreamLimits, TokenUsage,
+    ToolCall, TurnStream,
 };
 
 /// Chat Completions over HTTP, against any OpenAI-compatible base URL.
@@ -17,6 +21,13 @@ use super::{
 /// One `reqwest::Client` (one connection pool, `TCP_NODELAY`) per provider,
 /// never one per request. The call's timeout is the remainder of the run's
 /// deadline, capped by the provider's own timeout.
+///
+/// [`stream`](ModelProvider::stream) asks for `"stream": true` with
+/// `stream_options.include_usage`, and reads the chunks under the rules of
+/// the `sse` driver (see [`StreamLimits`]). [`complete`](ModelProvider::complete)
+/// sends one non-streamed request, unless
+/// [`with_streaming`](Self::with_streaming) made it stream and assemble, so
+/// that agent runs get the first-byte and idle limits too.
 #[derive(Debug, Clone)]
 pub struct OpenAiProvider {
     name: String,
@@ -24,6 +35,7 @@ pub struct OpenAiProvider {
     api_key: Option<String>,
     timeout: Duration,
     client: reqwest::Client,
+    streaming: Option<StreamSettings>,
 }
 
 impl OpenAiProvider {
@@ -42,7 +54,22 @@ impl OpenAiProvider {
             api_key,
             timeout,
             client,
+            streaming: None,
         }
+    }
+
+    /// Makes [`complete`](ModelProvider::complete) stream the answer and
+    /// assemble it, under `settings`' first-byte and idle limits.
+    ///
+    /// # Why
+    ///
+    /// A non-streamed call has only its overall timeout: a provider that
+    /// accepts the request and then hangs holds the run for the whole
+    /// allowance. A streamed one shows within seconds whether the model is
+    /// producing anything.
+    pub fn with_streaming(mut self, settings: StreamSettings) -> Self {
+        self.streaming = Some(settings);
+        self
     }
 
     fn body(request: &ModelRequest) -> Value {
@@ -60,6 +87,27 @@ impl OpenAiProvider {
             body["max_tokens"] = json!(max);
         }
         body
+    }
+
+    fn stream_body(request: &ModelRequest) -> Value {
+        let mut body = Self::body(request);
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({"include_usage": true});
+        body
+    }
+
+    fn post(&self, body: Vec<u8>, allowance: Duration) -> reqwest::RequestBuilder {
+        let url = format!("{}/chat/completions", self.base_url);
+        let mut builder = self
+            .client
+            .post(&url)
+            .header(DEADLINE_HEADER, allowance.as_millis().to_string())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        if let Some(key) = &self.api_key {
+            builder = builder.bearer_auth(key);
+        }
+        builder
     }
 }
 
@@ -103,103 +151,128 @@ impl ModelProvider for OpenAiProvider {
         request: &ModelRequest,
         allowance: Duration,
     ) -> Result<ModelResponse, Failure> {
-        let allowance = allowance.min(self.timeout);
-        if allowance.is_zero() {
-            return Err(Failure::new(&self.name, Category::BudgetExhausted)
-                .with_human_message("no time left for a model call"));
+        if let Some(settings) = self.streaming {
+            let stream = self.stream(request, settings.limits(allowance)).await?;
+            return collect_turn(&self.name, stream).await;
         }
-        let url = format!("{}/chat/completions", self.base_url);
-        let mut builder = self
-            .client
-            .post(&url)
-            .header(DEADLINE_HEADER, allowance.as_millis().to_string())
-            .json(&Self::body(request))
-            .timeout(allowance);
-        if let Some(key) = &self.api_key {
-            builder = builder.bearer_auth(key);
-        }
-        let started = StdInstant::now();
-        let response = builder
-            .send()
-            .await
-            .map_err(|e| transport_failure(&self.name, &e, started.elapsed(), allowance))?;
-        let status = response.status().as_u16();
-        let retry_after = response
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let text = response
-            .text()
-            .await
-            .map_err(|e| transport_failure(&self.name, &e, started.elapsed(), allowance))?;
-        if !(200..300).contains(&status) {
-            return Err(http_failure(
-                &self.name,
-                status,
-                retry_after.as_deref(),
-                &text,
-            ));
-        }
+        let allowance = http::allowance(&self.name, allowance, self.timeout)?;
+        let body = Self::body(request).to_string().into_bytes();
+        let text = post_json(&self.name, self.post(body, allowance), allowance).await?;
         parse_response(&self.name, &text)
     }
-}
 
-fn transport_failure(
-    name: &str,
-    e: &reqwest::Error,
-    elapsed: Duration,
-    allowance: Duration,
-) -> Failure {
-    let (kind, phase) = if e.is_connect() {
-        (TransportError::Refused, TransportPhase::BeforeSend)
-    } else if e.is_timeout() || elapsed >= allowance {
-        (TransportError::Timeout, TransportPhase::AfterSend)
-    } else {
-        (TransportError::Reset, TransportPhase::AfterSend)
-    };
-    Failure::from_transport(name, kind, phase).with_human_message(format!("{name}: {e}"))
-}
-
-/// Classifies an error answer, reading the OpenAI error body for what the
-/// status alone cannot say (context length, content filter).
-fn http_failure(name: &str, status: u16, retry_after: Option<&str>, body: &str) -> Failure {
-    let error = serde_json::from_str::<Value>(body)
-        .ok()
-        .and_then(|v| v.get("error").cloned())
-        .unwrap_or(Value::Null);
-    let code = error.get("code").and_then(Value::as_str).unwrap_or("");
-    let message = error.get("message").and_then(Value::as_str).unwrap_or("");
-    let lower = message.to_ascii_lowercase();
-    let human = format!("{name} answered HTTP {status}: {}", truncate(message, 300));
-    if code == "context_length_exceeded" || lower.contains("maximum context length") {
-        return Failure::new(name, Category::ContextOverflow).with_human_message(human);
-    }
-    if code == "content_filter" || code == "content_policy_violation" {
-        return Failure::new(name, Category::ContentBlocked).with_human_message(human);
-    }
-    match Failure::from_http_status(name, status, retry_after, SystemTime::now()) {
-        Some(f) => f.with_human_message(human),
-        None => Failure::new(name, Category::Unknown).with_human_message(human),
+    async fn stream(
+        &self,
+        request: &ModelRequest,
+        limits: StreamLimits,
+    ) -> Result<TurnStream, Failure> {
+        let allowance = http::allowance(&self.name, limits.allowance, self.timeout)?;
+        let body = Self::stream_body(request).to_string().into_bytes();
+        let request_bytes = body.len();
+        sse::open(Opening {
+            name: &self.name,
+            request: self.post(body, allowance),
+            request_bytes,
+            limits: StreamLimits {
+                allowance,
+                ..limits
+            },
+            decoder: ChunkDecoder {
+                name: self.name.clone(),
+            },
+        })
+        .await
     }
 }
 
-fn truncate(text: &str, max: usize) -> &str {
-    match text.char_indices().nth(max) {
-        Some((i, _)) => &text[..i],
-        None => text,
+/// Reads `chat.completion.chunk` events.
+struct ChunkDecoder {
+    name: String,
+}
+
+impl Decoder for ChunkDecoder {
+    const TERMINATOR: &'static str = "data: [DONE]";
+
+    fn decode(&mut self, event: &SseEvent, updates: &mut Vec<Update>) -> Result<(), Failure> {
+        if event.data.trim() == "[DONE]" {
+            updates.push(Update::End);
+            return Ok(());
+        }
+        let chunk: Value = serde_json::from_str(&event.data)
+            .map_err(|e| unparseable(&self.name, event, &e.to_string()))?;
+        if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
+            return Err(stream_error_failure(&self.name, error));
+        }
+        let choices = chunk.get("choices").and_then(Value::as_array);
+        // Only the first choice: rein never asks for `n` > 1.
+        for choice in choices.into_iter().flatten() {
+            if choice.get("index").and_then(Value::as_u64).unwrap_or(0) != 0 {
+                continue;
+            }
+            let delta = choice.get("delta").unwrap_or(&Value::Null);
+            let text = delta
+                .get("content")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            let calls = delta.get("tool_calls").and_then(Value::as_array);
+            let tool_calls = calls
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .map(|(position, call)| tool_call_delta(position, call))
+                .collect();
+            updates.push(Update::Delta(Delta { text, tool_calls }));
+            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+                updates.push(Update::Finish(finish_reason(reason)));
+            }
+        }
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+            updates.push(Update::Usage {
+                input: usage.get("prompt_tokens").and_then(Value::as_u64),
+                output: usage.get("completion_tokens").and_then(Value::as_u64),
+            });
+        }
+        Ok(())
+    }
+
+    fn whole(&self, body: &str) -> Result<ModelResponse, Failure> {
+        parse_response(&self.name, body)
+    }
+}
+
+fn tool_call_delta(position: usize, call: &Value) -> ToolCallDelta {
+    let function = call.get("function").unwrap_or(&Value::Null);
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
+    ToolCallDelta {
+        index: call
+            .get("index")
+            .and_then(Value::as_u64)
+            .map_or(position, |i| usize::try_from(i).unwrap_or(usize::MAX)),
+        id: text(call.get("id")),
+        name: text(function.get("name")),
+        arguments: match function.get("arguments") {
+            Some(Value::String(piece)) => piece.clone(),
+            Some(Value::Null) | None => String::new(),
+            Some(other) => other.to_string(),
+        },
+    }
+}
+
+/// A Chat Completions `finish_reason`.
+fn finish_reason(reason: &str) -> FinishReason {
+    match reason {
+        "stop" => FinishReason::Stop,
+        "tool_calls" | "function_call" => FinishReason::ToolCalls,
+        "length" => FinishReason::Length,
+        "content_filter" => FinishReason::ContentFilter,
+        _ => FinishReason::Other,
     }
 }
 
 /// Reads a Chat Completions answer. A body that is not one is a retryable
 /// failure (a proxy in between may have mangled it), never a panic.
 fn parse_response(name: &str, text: &str) -> Result<ModelResponse, Failure> {
-    let malformed = |why: &str| {
-        Failure::new(name, Category::Transient).with_human_message(format!(
-            "{name} returned a malformed completion ({why}): {}",
-            truncate(text, 200)
-        ))
-    };
+    let malformed = |why: &str| malformed(name, why, text);
     let body: Value = serde_json::from_str(text).map_err(|_| malformed("not JSON"))?;
     let choice = body
         .get("choices")
@@ -236,13 +309,14 @@ fn parse_response(name: &str, text: &str) -> Result<ModelResponse, Failure> {
             });
         }
     }
-    let finish = match choice.get("finish_reason").and_then(Value::as_str) {
-        Some("stop") => FinishReason::Stop,
-        Some("tool_calls") | Some("function_call") => FinishReason::ToolCalls,
-        Some("length") => FinishReason::Length,
-        Some("content_filter") => FinishReason::ContentFilter,
-        _ if !tool_calls.is_empty() => FinishReason::ToolCalls,
-        _ => FinishReason::Other,
+    let finish = match choice
+        .get("finish_reason")
+        .and_then(Value::as_str)
+        .map(finish_reason)
+    {
+        Some(FinishReason::Other) | None if !tool_calls.is_empty() => FinishReason::ToolCalls,
+        Some(finish) => finish,
+        None => FinishReason::Other,
     };
     let usage = body.get("usage").unwrap_or(&Value::Null);
     let tokens = |field: &str| usage.get(field).and_then(Value::as_u64).unwrap_or(0);
@@ -260,6 +334,8 @@ fn parse_response(name: &str, text: &str) -> Result<ModelResponse, Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::http::http_failure;
+    use rein_core::Category;
 
     #[test]
     fn parses_tool_calls_usage_and_finish_reason() {
@@ -349,5 +425,65 @@ mod tests {
         assert_eq!(body["messages"][2]["tool_call_id"], "c");
         assert_eq!(body["tool_choice"], "auto");
         assert_eq!(body["max_tokens"], 100);
+    }
+
+    fn decode(data: &str) -> Result<Vec<Update>, Failure> {
+        let mut decoder = ChunkDecoder { name: "p".into() };
+        let mut updates = Vec::new();
+        decoder.decode(
+            &SseEvent {
+                event: None,
+                data: data.to_owned(),
+            },
+            &mut updates,
+        )?;
+        Ok(updates)
+    }
+
+    #[test]
+    fn chunk_decoder_reads_deltas_finish_and_usage() {
+        let updates = decode(
+            r#"{"choices":[{"index":0,"delta":{"content":"Hi","tool_calls":[
+                {"index":1,"id":"c","function":{"name":"t","arguments":{"a":1}}}]},
+                "finish_reason":"length"}],"usage":{"prompt_tokens":3,"completion_tokens":4}}"#,
+        )
+        .unwrap();
+        let [
+            Update::Delta(delta),
+            Update::Finish(finish),
+            Update::Usage { input, output },
+        ] = &updates[..]
+        else {
+            panic!("{updates:?}");
+        };
+        assert_eq!(delta.text.as_deref(), Some("Hi"));
+        assert_eq!(delta.tool_calls[0].index, 1);
+        assert_eq!(delta.tool_calls[0].arguments, r#"{"a":1}"#);
+        assert!(finish.is_truncated());
+        assert_eq!((*input, *output), (Some(3), Some(4)));
+        assert!(matches!(decode(" [DONE]").unwrap()[..], [Update::End]));
+    }
+
+    #[test]
+    fn chunk_decoder_fails_on_garbage_and_errors_but_skips_the_unknown() {
+        let garbage = decode(r#"{"choices":[{"delta":{"content":"#).unwrap_err();
+        assert_eq!(garbage.category(), Category::Transient);
+        assert!(garbage.human_message().contains("unparseable"));
+        let error =
+            decode(r#"{"error":{"message":"slow down","type":"rate_limit_error"}}"#).unwrap_err();
+        assert_eq!(error.category(), Category::RateLimited);
+        for ignored in [
+            "{}",
+            "[]",
+            "42",
+            r#"{"choices":[{"index":1,"delta":{"content":"other choice"}}]}"#,
+        ] {
+            let updates = decode(ignored).unwrap();
+            assert!(updates.is_empty(), "{ignored}: {updates:?}");
+        }
+        let huge =
+            decode(r#"{"choices":[{"delta":{"tool_calls":[{"index":18446744073709551615}]}}]}"#)
+                .unwrap();
+        assert!(matches!(&huge[..], [Update::Delta(d)] if d.tool_calls[0].index == usize::MAX));
     }
 }

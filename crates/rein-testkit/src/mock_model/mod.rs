@@ -1,44 +1,109 @@
-//! A mock OpenAI-compatible Chat Completions server that replays a script.
+//! A mock model server that replays a script: OpenAI-compatible Chat
+//! Completions and the Anthropic Messages API, streamed or not.
 //!
 //! # Why
 //!
-//! rein's `openai` provider must be tested over real HTTP against the
-//! failures real providers produce — 429 with `Retry-After`, 5xx, a
-//! context-length 400, a bad key — and tests must be able to check what the
-//! model was shown (invariant 10: failures reach the model only as
-//! structured placeholders). The mock answers from a queue of [`Reply`]s and
-//! records every request body it receives.
+//! rein's `openai` and `anthropic` providers must be tested over real HTTP
+//! against the failures real providers produce — 429 with `Retry-After`,
+//! 5xx, a context-length 400, a bad key, and for streams a server that
+//! stalls, a connection that drops mid-answer, a mangled event, a missing
+//! terminator — and tests must be able to check what the model was shown
+//! (invariant 10: failures reach the model only as structured
+//! placeholders). The mock answers from one queue of [`Reply`]s, whichever
+//! route asks, and records every request body it receives.
 //!
 //! # Surface
 //!
 //! | route | answer |
 //! | --- | --- |
-//! | `POST /v1/chat/completions` | the next scripted [`Reply`]; once the script is empty, a final answer with the fallback text (default [`DEFAULT_FALLBACK_TEXT`]) so runs terminate |
+//! | `POST /v1/chat/completions` | the next scripted [`Reply`] as a Chat Completion; once the script is empty, a final answer with the fallback text (default [`DEFAULT_FALLBACK_TEXT`]) so runs terminate |
+//! | `POST /v1/chat/completions` with `"stream": true` | the same, as server-sent `chat.completion.chunk` events ending in `data: [DONE]` |
+//! | `POST /v1/messages` | the same reply as an Anthropic Messages API answer; with `"stream": true`, as Messages API stream events ending in `message_stop` |
 //! | `GET /v1/models` | `{"object": "list", "data": [{"id": <model>, "object": "model", ...}]}` |
+//!
+//! ## Chat Completions
 //!
 //! A completion is OpenAI's non-streaming shape:
 //! `{"id": "chatcmpl-mock-<n>", "object": "chat.completion", "created", "model",
 //! "choices": [{"index": 0, "message": {"role": "assistant", "content", "tool_calls"?},
 //! "logprobs": null, "finish_reason"}], "usage": {"prompt_tokens",
 //! "completion_tokens", "total_tokens"}}`; `<n>` counts scripted answers
-//! from 1. Errors are `{"error": {"message", "type", "param", "code"}}`.
+//! from 1 (across both routes). Errors are `{"error": {"message", "type",
+//! "param", "code"}}`.
+//!
+//! A stream (`text/event-stream`) is `data: <chunk>` events, each chunk
+//! `{"id", "object": "chat.completion.chunk", "created", "model", "choices":
+//! [{"index": 0, "delta", "logprobs": null, "finish_reason": null}]}`: first
+//! a delta with `role`, then the text in pieces of at most
+//! [`STREAM_PIECE_CHARS`] characters, then per tool call one delta with
+//! `index`, `id`, `type` and `function.name` followed by deltas carrying
+//! the `function.arguments` text in pieces; then a chunk with an empty delta
+//! and the `finish_reason`; then, when `stream_options.include_usage` is
+//! true, a chunk with `"choices": []` and the `usage` (every earlier chunk
+//! then has `"usage": null`); then `data: [DONE]`.
 //!
 //! Requests are checked in this order, and only a request that passes all
 //! checks consumes a reply: `Authorization: Bearer <key>` when a key is
 //! configured (401 `invalid_api_key`); a JSON body with a `messages` array
-//! (400); `stream` not `true` (400 `unsupported_value`; streaming is not
-//! mocked yet). Every request is recorded, refused or not.
+//! (400). Every request is recorded, refused or not.
+//!
+//! ## Messages API
+//!
+//! An answer is `{"id": "msg_mock_<n>", "type": "message", "role":
+//! "assistant", "model", "content": [{"type": "text", "text"} | {"type":
+//! "tool_use", "id", "name", "input"}], "stop_reason": "end_turn" |
+//! "tool_use" | "max_tokens" | "refusal", "stop_sequence": null, "usage":
+//! {"input_tokens", "output_tokens"}}`. Tool-call arguments that are not
+//! JSON (a script testing malformed output) are sent as a JSON string
+//! `input`. Errors are `{"type": "error", "error": {"type", "message"}}`,
+//! translated from the reply's OpenAI error: 400 `invalid_request_error`
+//! (a context-length error says `prompt is too long`), 401
+//! `authentication_error`, 403 `permission_error`, 404 `not_found_error`,
+//! 413 `request_too_large`, 429 `rate_limit_error`, 503 and 529 both as 529
+//! `overloaded_error`, other 5xx `api_error`; `Retry-After` is kept.
+//!
+//! A stream is `event: <type>` / `data: <json>` pairs: `message_start`
+//! (with `usage.input_tokens`), `ping`, then per content block
+//! `content_block_start`, `content_block_delta` (`text_delta` pieces, or
+//! `input_json_delta` with `partial_json` pieces), `content_block_stop`;
+//! then `message_delta` (`stop_reason`, `usage.output_tokens`) and
+//! `message_stop`.
+//!
+//! Requests are checked in this order: `x-api-key: <key>` when a key is
+//! configured (401 `authentication_error`); an `anthropic-version` header
+//! (400); a JSON body with a `messages` array (400); `max_tokens` (400).
+//!
+//! ## Faults and load
+//!
+//! | to get | script |
+//! | --- | --- |
+//! | an error status | [`Reply::rate_limited`], [`Reply::unavailable`], [`Reply::context_length_exceeded`], ... |
+//! | a late answer; for a stream, a stall before the first byte | [`Reply::delayed`] |
+//! | a body cut mid-way | [`Reply::lose_response`] |
+//! | headers then silence, a stall or drop after some events, a malformed event, no terminator | [`Reply::with_stream_fault`] with a [`StreamFault`] |
+//! | every answer slow, to measure concurrency | [`MockModelConfig::with_latency`], [`MockModelConfig::with_event_interval`] |
+//!
+//! [`MockModel::in_flight`] and [`MockModel::peak_in_flight`] count model
+//! requests being served: from the handler's entry until its answer is
+//! sent, and for a stream until its body ends or is dropped.
 
+mod anthropic;
 mod reply;
 mod routes;
+mod sse;
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use reply::{ApiError, AssistantMessage, DEFAULT_USAGE, FinishReason, Reply, ToolCall, Usage};
+pub use reply::{
+    ApiError, AssistantMessage, DEFAULT_USAGE, FinishReason, Reply, StreamFault, ToolCall, Usage,
+};
+pub use sse::STREAM_PIECE_CHARS;
 
 use crate::TestkitError;
 use crate::server::Server;
@@ -57,6 +122,8 @@ pub const DEFAULT_MODEL: &str = "mock-model";
 /// | `api_key` | none: `Authorization` is not checked |
 /// | `fallback_text` | [`DEFAULT_FALLBACK_TEXT`] |
 /// | `model` | [`DEFAULT_MODEL`] |
+/// | `latency` | zero: answers at once |
+/// | `event_interval` | zero: a stream's events go out back to back |
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct MockModelConfig {
@@ -68,6 +135,11 @@ pub struct MockModelConfig {
     pub fallback_text: String,
     /// The model id.
     pub model: String,
+    /// How long every answer (scripted or fallback) waits before anything
+    /// is sent, on top of any [`Reply::delayed`].
+    pub latency: Duration,
+    /// How long a stream waits between two events.
+    pub event_interval: Duration,
 }
 
 impl Default for MockModelConfig {
@@ -77,6 +149,8 @@ impl Default for MockModelConfig {
             api_key: None,
             fallback_text: DEFAULT_FALLBACK_TEXT.to_owned(),
             model: DEFAULT_MODEL.to_owned(),
+            latency: Duration::ZERO,
+            event_interval: Duration::ZERO,
         }
     }
 }
@@ -107,6 +181,21 @@ impl MockModelConfig {
         self.model = model.to_owned();
         self
     }
+
+    /// Makes every answer wait `latency` before anything is sent, so that
+    /// concurrent requests overlap and [`MockModel::peak_in_flight`]
+    /// measures the client's concurrency.
+    pub fn with_latency(mut self, latency: Duration) -> MockModelConfig {
+        self.latency = latency;
+        self
+    }
+
+    /// Makes a stream wait `interval` between two events: a slow stream
+    /// rather than a late one.
+    pub fn with_event_interval(mut self, interval: Duration) -> MockModelConfig {
+        self.event_interval = interval;
+        self
+    }
 }
 
 /// One request the mock received, as it arrived.
@@ -114,13 +203,24 @@ impl MockModelConfig {
 pub struct RecordedRequest {
     /// Position in arrival order, from 1.
     pub seq: u64,
+    /// The route: `/v1/chat/completions` or `/v1/messages`.
+    #[serde(default)]
+    pub path: String,
     /// The `Authorization` header, if any.
     pub authorization: Option<String>,
+    /// The `x-api-key` header, if any (the Messages API's key).
+    #[serde(default)]
+    pub api_key: Option<String>,
     /// The JSON body; a JSON string holding the raw text if it was not JSON.
     pub body: Value,
 }
 
 impl RecordedRequest {
+    /// Whether the body asked for a stream (`"stream": true`).
+    pub fn stream(&self) -> bool {
+        self.body.get("stream").and_then(Value::as_bool) == Some(true)
+    }
+
     /// The `messages` array the model was shown (empty if absent).
     pub fn messages(&self) -> &[Value] {
         self.body
@@ -152,6 +252,38 @@ pub(crate) struct Model {
     api_key: Option<String>,
     fallback_text: String,
     model: String,
+    latency: Duration,
+    event_interval: Duration,
+    in_flight: AtomicUsize,
+    peak_in_flight: AtomicUsize,
+}
+
+/// One model request being served; counts in [`Model::in_flight`] until
+/// dropped. A stream moves it into its body, so it is dropped when the body
+/// ends or the connection goes.
+#[derive(Debug)]
+pub(crate) struct InFlight(Arc<Model>);
+
+impl InFlight {
+    pub(crate) fn enter(model: &Arc<Model>) -> InFlight {
+        let now = model.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        model.peak_in_flight.fetch_max(now, Ordering::SeqCst);
+        InFlight(Arc::clone(model))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A request as the routes record it.
+pub(crate) struct Arrival {
+    pub(crate) path: &'static str,
+    pub(crate) authorization: Option<String>,
+    pub(crate) api_key: Option<String>,
+    pub(crate) body: Value,
 }
 
 impl Model {
@@ -159,13 +291,15 @@ impl Model {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn record(&self, authorization: Option<String>, body: Value) {
+    fn record(&self, arrival: Arrival) {
         let mut st = self.lock();
         let seq = st.requests.len() as u64 + 1;
         st.requests.push(RecordedRequest {
             seq,
-            authorization,
-            body,
+            path: arrival.path.to_owned(),
+            authorization: arrival.authorization,
+            api_key: arrival.api_key,
+            body: arrival.body,
         });
     }
 
@@ -229,6 +363,10 @@ impl MockModel {
             api_key: config.api_key,
             fallback_text: config.fallback_text,
             model: config.model,
+            latency: config.latency,
+            event_interval: config.event_interval,
+            in_flight: AtomicUsize::new(0),
+            peak_in_flight: AtomicUsize::new(0),
         });
         let server = Server::start("mock model", routes::router(Arc::clone(&model))).await?;
         Ok(MockModel { model, server })
@@ -250,6 +388,13 @@ impl MockModel {
         format!("{}/v1/chat/completions", self.server.base_url())
     }
 
+    /// The full URL of the Messages API endpoint (Anthropic clients take
+    /// [`openai_base_url`](Self::openai_base_url), the same `.../v1`, and
+    /// append `/messages`).
+    pub fn messages_url(&self) -> String {
+        format!("{}/v1/messages", self.server.base_url())
+    }
+
     /// Appends a reply to the script.
     pub fn push_reply(&self, reply: Reply) {
         self.model.lock().replies.push_back(reply);
@@ -265,19 +410,31 @@ impl MockModel {
         self.model.lock().replies.len()
     }
 
-    /// Every chat-completions request received, in order, refused or not.
+    /// Every model request received (both routes), in order, refused or
+    /// not.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.model.lock().requests.clone()
     }
 
-    /// How many chat-completions requests were received.
+    /// How many model requests were received.
     pub fn request_count(&self) -> usize {
         self.model.lock().requests.len()
     }
 
-    /// The last chat-completions request received.
+    /// The last model request received.
     pub fn last_request(&self) -> Option<RecordedRequest> {
         self.model.lock().requests.last().cloned()
+    }
+
+    /// How many model requests are being served now, streams counted until
+    /// their body ends or is dropped.
+    pub fn in_flight(&self) -> usize {
+        self.model.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// The most model requests ever served at once.
+    pub fn peak_in_flight(&self) -> usize {
+        self.model.peak_in_flight.load(Ordering::SeqCst)
     }
 
     /// Stops accepting connections and waits (bounded) for in-flight

@@ -13,17 +13,22 @@ pub const DEFAULT_USAGE: Usage = Usage {
     completion_tokens: 20,
 };
 
-/// One scripted answer to one `POST /v1/chat/completions`.
+/// One scripted answer to one `POST /v1/chat/completions` or
+/// `POST /v1/messages`, streamed or not: the same reply is rendered in the
+/// shape of the route and mode that asked.
 ///
 /// ```
-/// use rein_testkit::mock_model::{Reply, ToolCall};
+/// use std::time::Duration;
+/// use rein_testkit::mock_model::{Reply, StreamFault, ToolCall};
 /// use rein_testkit::RetryAfter;
 /// let script = vec![
 ///     Reply::tool_call("get_order", &serde_json::json!({"order_id": "A-1001"})),
 ///     Reply::rate_limited(Some(RetryAfter::Seconds(2))),
 ///     Reply::text("The delivery time is updated.").with_usage(1200, 40),
+///     Reply::text("cut short").with_stream_fault(StreamFault::Drop { after: 3 }),
+///     Reply::text("late").delayed(Duration::from_millis(50)),
 /// ];
-/// assert_eq!(script.len(), 3);
+/// assert_eq!(script.len(), 5);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -33,7 +38,8 @@ pub enum Reply {
     /// An error status with an OpenAI error body.
     Error(ApiError),
     /// `reply`, after sleeping `delay` (tokio time: paused-time tests stay
-    /// instant).
+    /// instant). Nothing is sent while it sleeps, not even headers: for a
+    /// stream this is a stall before the first byte.
     Delayed {
         /// How long to wait before answering.
         delay: Duration,
@@ -41,8 +47,67 @@ pub enum Reply {
         reply: Box<Reply>,
     },
     /// A 200 whose body is cut off mid-way: the connection aborts, the
-    /// client never reads a complete completion.
+    /// client never reads a complete completion. A stream sends half its
+    /// events first.
     LoseResponse,
+    /// `reply`, streamed with `fault`. A non-streamed request gets `reply`
+    /// as if there were no fault: the faults are about stream framing.
+    Faulted {
+        /// What goes wrong in the stream.
+        fault: StreamFault,
+        /// The answer being streamed.
+        reply: Box<Reply>,
+    },
+}
+
+/// What goes wrong in a streamed answer (see [`Reply::with_stream_fault`]).
+///
+/// Events are counted as the stream sends them, from the first: for Chat
+/// Completions every `data:` line, for the Messages API every event
+/// including `message_start` and `ping`. A stall before any byte (headers
+/// not sent) is [`Reply::delayed`].
+///
+/// # Why
+///
+/// Streams fail in ways a single response cannot: a server that sends
+/// headers and then nothing, a connection that dies between two events, an
+/// event a proxy mangled, a body that ends without its terminator. A client
+/// that treats any of these as a complete answer returns a cut answer as
+/// if it were whole; each variant is one of those ways.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StreamFault {
+    /// Send `after` events, then nothing for `hold` with the connection
+    /// open, then abort it. `after: 0` is headers, then silence.
+    Stall {
+        /// Events sent before the stall.
+        after: usize,
+        /// How long the connection is held idle before it is aborted.
+        hold: Duration,
+    },
+    /// Send `after` events, then abort the connection: no terminator, an
+    /// incomplete chunked body.
+    Drop {
+        /// Events sent before the drop.
+        after: usize,
+    },
+    /// Send `after` events, then one whose data is not JSON (cut mid-object),
+    /// then the rest of the stream as if nothing happened.
+    Malformed {
+        /// Events sent before the malformed one.
+        after: usize,
+    },
+    /// Send every event except the terminator (`data: [DONE]`, or
+    /// `message_stop`), then end the body cleanly. The final chunk with the
+    /// finish reason and the usage chunk (or `message_delta`) are sent.
+    NoTerminator,
+}
+
+impl StreamFault {
+    /// Headers, then silence for `hold`, then an aborted connection.
+    pub fn silent(hold: Duration) -> StreamFault {
+        StreamFault::Stall { after: 0, hold }
+    }
 }
 
 impl Reply {
@@ -146,7 +211,17 @@ impl Reply {
         Reply::LoseResponse
     }
 
-    /// This reply, answered after `delay`.
+    /// This reply, streamed with `fault` when the request asks for a
+    /// stream; answered normally otherwise.
+    pub fn with_stream_fault(self, fault: StreamFault) -> Reply {
+        Reply::Faulted {
+            fault,
+            reply: Box::new(self),
+        }
+    }
+
+    /// This reply, answered after `delay`: for a stream, a stall before the
+    /// first byte (headers not sent).
     pub fn delayed(self, delay: Duration) -> Reply {
         Reply::Delayed {
             delay,
@@ -184,7 +259,7 @@ impl Reply {
     fn message_mut(&mut self) -> Option<&mut AssistantMessage> {
         match self {
             Reply::Message(message) => Some(message),
-            Reply::Delayed { reply, .. } => reply.message_mut(),
+            Reply::Delayed { reply, .. } | Reply::Faulted { reply, .. } => reply.message_mut(),
             Reply::Error(_) | Reply::LoseResponse => None,
         }
     }

@@ -1,4 +1,5 @@
-//! The mock model's HTTP surface.
+//! The mock model's HTTP surface: routing, the Chat Completions route, and
+//! what both model routes share.
 
 use std::sync::Arc;
 
@@ -11,19 +12,107 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
-use super::{ApiError, AssistantMessage, Model, Reply};
+use super::sse::{self, Frames, Misbehaviour};
+use super::{ApiError, Arrival, AssistantMessage, InFlight, Model, Reply, StreamFault, anthropic};
 use crate::server::aborting_body;
 
 /// The `created` timestamp of every answer: fixed, so answers are
 /// reproducible (2026-01-01T00:00:00Z).
-const CREATED: u64 = 1_767_225_600;
+pub(crate) const CREATED: u64 = 1_767_225_600;
+
+/// The Chat Completions route.
+const CHAT_COMPLETIONS: &str = "/v1/chat/completions";
 
 pub(crate) fn router(model: Arc<Model>) -> Router {
     Router::new()
-        .route("/v1/chat/completions", post(chat_completions))
+        .route(CHAT_COMPLETIONS, post(chat_completions))
+        .route(anthropic::MESSAGES, post(anthropic::messages))
         .route("/v1/models", get(list_models))
         .fallback(no_route)
         .with_state(model)
+}
+
+/// A scripted reply with its delays served: what to answer now.
+pub(crate) enum Answer {
+    /// A 200 with this message; streamed with `fault`, if any.
+    Message {
+        message: AssistantMessage,
+        fault: Option<StreamFault>,
+    },
+    /// An error answer.
+    Error(ApiError),
+    /// A body cut mid-way.
+    Lose,
+}
+
+impl Answer {
+    /// How a stream of this answer misbehaves.
+    pub(crate) fn misbehaviour(fault: Option<StreamFault>) -> Misbehaviour {
+        fault.map_or(Misbehaviour::None, Misbehaviour::Fault)
+    }
+}
+
+/// Waits out the configured latency and every [`Reply::Delayed`] in
+/// `reply`, and unwraps it into what to answer. The outermost stream fault
+/// wins when several are nested.
+pub(crate) async fn settle(model: &Model, mut reply: Reply) -> Answer {
+    if !model.latency.is_zero() {
+        tokio::time::sleep(model.latency).await;
+    }
+    let mut fault = None;
+    loop {
+        match reply {
+            Reply::Delayed {
+                delay,
+                reply: inner,
+            } => {
+                tokio::time::sleep(delay).await;
+                reply = *inner;
+            }
+            Reply::Faulted {
+                fault: f,
+                reply: inner,
+            } => {
+                fault.get_or_insert(f);
+                reply = *inner;
+            }
+            Reply::Message(message) => return Answer::Message { message, fault },
+            Reply::Error(error) => return Answer::Error(error),
+            Reply::LoseResponse => return Answer::Lose,
+        }
+    }
+}
+
+/// Reads a request body for recording: the JSON, or a JSON string holding
+/// the raw text if it is not JSON.
+pub(crate) fn parse_body(body: &Bytes) -> (Result<Value, String>, Value) {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(value) => (Ok(value.clone()), value),
+        Err(err) => (
+            Err(err.to_string()),
+            Value::String(String::from_utf8_lossy(body).into_owned()),
+        ),
+    }
+}
+
+/// A header as text, if present.
+pub(crate) fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+}
+
+/// Whether the request body asks for a stream.
+pub(crate) fn wants_stream(request: &Value) -> bool {
+    request.get("stream").and_then(Value::as_bool) == Some(true)
+}
+
+/// The call id of tool call `i` of answer `number`, as the script gives it
+/// or `<prefix>_<number>_<i>`.
+pub(crate) fn call_id(call: &super::ToolCall, prefix: &str, number: u64, i: usize) -> String {
+    call.id
+        .clone()
+        .unwrap_or_else(|| format!("{prefix}_{number}_{i}"))
 }
 
 fn error_response(error: &ApiError) -> Response {
@@ -80,12 +169,8 @@ fn completion(message: &AssistantMessage, number: u64, model: &str) -> Value {
         .iter()
         .enumerate()
         .map(|(i, call)| {
-            let id = call
-                .id
-                .clone()
-                .unwrap_or_else(|| format!("call_{number}_{i}"));
             json!({
-                "id": id,
+                "id": call_id(call, "call", number, i),
                 "type": "function",
                 "function": {"name": call.name, "arguments": call.arguments},
             })
@@ -114,20 +199,98 @@ fn completion(message: &AssistantMessage, number: u64, model: &str) -> Value {
     })
 }
 
+/// The chunk envelope of a streamed completion around `choices`.
+fn chunk(number: u64, model: &str, choices: Value, usage: Option<Value>) -> String {
+    let mut chunk = json!({
+        "id": format!("chatcmpl-mock-{number}"),
+        "object": "chat.completion.chunk",
+        "created": CREATED,
+        "model": model,
+        "choices": choices,
+    });
+    if let Some(usage) = usage {
+        chunk["usage"] = usage;
+    }
+    sse::data_event(&chunk.to_string())
+}
+
+/// The events of a streamed completion of `message`; `include_usage` adds
+/// the usage chunk (and `"usage": null` on every other chunk), as
+/// `stream_options.include_usage` asks.
+fn completion_frames(
+    message: &AssistantMessage,
+    number: u64,
+    model: &str,
+    include_usage: bool,
+) -> Frames {
+    let null_usage = include_usage.then_some(Value::Null);
+    let delta = |delta: Value, finish: Value| {
+        chunk(
+            number,
+            model,
+            json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]),
+            null_usage.clone(),
+        )
+    };
+    let mut body = vec![delta(
+        json!({"role": "assistant", "content": "", "refusal": null}),
+        Value::Null,
+    )];
+    for piece in sse::pieces(message.content.as_deref().unwrap_or("")) {
+        body.push(delta(json!({"content": piece}), Value::Null));
+    }
+    for (i, call) in message.tool_calls.iter().enumerate() {
+        body.push(delta(
+            json!({"tool_calls": [{
+                "index": i,
+                "id": call_id(call, "call", number, i),
+                "type": "function",
+                "function": {"name": call.name, "arguments": ""},
+            }]}),
+            Value::Null,
+        ));
+        for piece in sse::pieces(&call.arguments) {
+            body.push(delta(
+                json!({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}),
+                Value::Null,
+            ));
+        }
+    }
+    body.push(delta(json!({}), json!(message.finish_reason.as_str())));
+    if include_usage {
+        body.push(chunk(
+            number,
+            model,
+            json!([]),
+            Some(json!({
+                "prompt_tokens": message.usage.prompt_tokens,
+                "completion_tokens": message.usage.completion_tokens,
+                "total_tokens": message.usage.total_tokens(),
+            })),
+        ));
+    }
+    Frames {
+        body,
+        terminator: vec![sse::data_event("[DONE]")],
+        malformed: sse::data_event(&format!(
+            r#"{{"id":"chatcmpl-mock-{number}","object":"chat.completion.chunk","choices":[{{"index":0,"delta":{{"content":"#
+        )),
+    }
+}
+
 async fn chat_completions(
     State(model): State<Arc<Model>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let authorization = headers
-        .get(AUTHORIZATION)
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    let parsed = serde_json::from_slice::<Value>(&body);
-    let recorded = match &parsed {
-        Ok(value) => value.clone(),
-        Err(_) => Value::String(String::from_utf8_lossy(&body).into_owned()),
-    };
-    model.record(authorization, recorded);
+    let in_flight = InFlight::enter(&model);
+    let (parsed, recorded) = parse_body(&body);
+    model.record(Arrival {
+        path: CHAT_COMPLETIONS,
+        authorization: header_text(&headers, AUTHORIZATION.as_str()),
+        api_key: None,
+        body: recorded,
+    });
 
     if let Some(denied) = check_auth(&model, &headers) {
         return denied;
@@ -149,49 +312,53 @@ async fn chat_completions(
             None,
         );
     }
-    if request.get("stream").and_then(Value::as_bool) == Some(true) {
-        return invalid_request(
-            "stream: true is not supported by rein-testkit's mock model yet; send stream: false",
-            Some("stream"),
-            Some("unsupported_value"),
-        );
-    }
+    let stream = wants_stream(&request);
+    let include_usage = request
+        .pointer("/stream_options/include_usage")
+        .and_then(Value::as_bool)
+        == Some(true);
     let model_name = request
         .get("model")
         .and_then(Value::as_str)
         .unwrap_or(&model.model)
         .to_owned();
-    let (number, mut reply) = model.next_reply();
-    loop {
-        match reply {
-            Reply::Delayed {
-                delay,
-                reply: inner,
-            } => {
-                tokio::time::sleep(delay).await;
-                reply = *inner;
-            }
-            Reply::Message(message) => {
-                tracing::debug!(
-                    number,
-                    finish = message.finish_reason.as_str(),
-                    "mock model answers"
+    let (number, reply) = model.next_reply();
+    match settle(&model, reply).await {
+        Answer::Message { message, fault } => {
+            tracing::debug!(
+                number,
+                stream,
+                finish = message.finish_reason.as_str(),
+                "mock model answers"
+            );
+            if stream {
+                let frames = completion_frames(&message, number, &model_name, include_usage);
+                return sse::response(
+                    frames,
+                    Answer::misbehaviour(fault),
+                    model.event_interval,
+                    in_flight,
                 );
-                return axum::Json(completion(&message, number, &model_name)).into_response();
             }
-            Reply::Error(error) => {
-                tracing::debug!(number, status = error.status, "mock model answers an error");
-                return error_response(&error);
+            axum::Json(completion(&message, number, &model_name)).into_response()
+        }
+        Answer::Error(error) => {
+            tracing::debug!(number, status = error.status, "mock model answers an error");
+            error_response(&error)
+        }
+        Answer::Lose => {
+            tracing::debug!(number, stream, "mock model loses its response");
+            let fallback = model.fallback_message();
+            if stream {
+                let frames = completion_frames(&fallback, number, &model_name, include_usage);
+                return sse::response(frames, Misbehaviour::Lose, model.event_interval, in_flight);
             }
-            Reply::LoseResponse => {
-                tracing::debug!(number, "mock model loses its response");
-                let full = completion(&model.fallback_message(), number, &model_name).to_string();
-                return Response::builder()
-                    .status(StatusCode::OK)
-                    .header(CONTENT_TYPE, "application/json")
-                    .body(aborting_body(full.as_bytes()))
-                    .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
-            }
+            let full = completion(&fallback, number, &model_name).to_string();
+            Response::builder()
+                .status(StatusCode::OK)
+                .header(CONTENT_TYPE, "application/json")
+                .body(aborting_body(full.as_bytes()))
+                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
         }
     }
 }
@@ -217,7 +384,8 @@ async fn no_route() -> Response {
         &ApiError::new(
             404,
             "invalid_request_error",
-            "Unknown request URL; the mock serves POST /v1/chat/completions and GET /v1/models.",
+            "Unknown request URL; the mock serves POST /v1/chat/completions, POST /v1/messages \
+             and GET /v1/models.",
         )
         .with_code("unknown_url"),
     )

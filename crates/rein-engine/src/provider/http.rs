@@ -1,0 +1,285 @@
+//! What every HTTP model provider shares: the allowance check, one
+//! non-streamed JSON call, and the classification of transport failures
+//! and error answers into [`Failure`]s.
+//!
+//! # Why one module
+//!
+//! A 429 from OpenAI and a 429 from Anthropic must reach the retry policy
+//! as the same failure, and a fix to the classification must reach every
+//! provider at once; so the providers build their requests and read their
+//! answers, and this module decides what went wrong.
+
+use std::time::{Duration, Instant as StdInstant, SystemTime};
+
+use rein_core::failure::{TransportError, TransportPhase};
+use rein_core::{Category, Failure};
+use serde_json::Value;
+
+/// The allowance of one call: the run's remainder capped by the provider's
+/// own timeout.
+///
+/// # Errors
+///
+/// A `budget_exhausted` failure when nothing is left: no call is made.
+pub(super) fn allowance(
+    name: &str,
+    allowance: Duration,
+    timeout: Duration,
+) -> Result<Duration, Failure> {
+    let allowance = allowance.min(timeout);
+    if allowance.is_zero() {
+        return Err(Failure::new(name, Category::BudgetExhausted)
+            .with_human_message("no time left for a model call"));
+    }
+    Ok(allowance)
+}
+
+/// Sends one non-streamed request and reads its body within `allowance`.
+///
+/// # Errors
+///
+/// A transport failure, or the classified error answer for a non-2xx
+/// status.
+pub(super) async fn post_json(
+    name: &str,
+    builder: reqwest::RequestBuilder,
+    allowance: Duration,
+) -> Result<String, Failure> {
+    let started = StdInstant::now();
+    let response = builder
+        .timeout(allowance)
+        .send()
+        .await
+        .map_err(|e| transport_failure(name, &e, started.elapsed(), allowance))?;
+    let status = response.status().as_u16();
+    let retry_after = retry_after(&response);
+    let text = response
+        .text()
+        .await
+        .map_err(|e| transport_failure(name, &e, started.elapsed(), allowance))?;
+    if !(200..300).contains(&status) {
+        return Err(http_failure(name, status, retry_after.as_deref(), &text));
+    }
+    Ok(text)
+}
+
+/// The `Retry-After` header of a response, as text.
+pub(super) fn retry_after(response: &reqwest::Response) -> Option<String> {
+    response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// Classifies a transport error: refused before sending, timed out, or
+/// reset after sending.
+pub(super) fn transport_failure(
+    name: &str,
+    e: &reqwest::Error,
+    elapsed: Duration,
+    allowance: Duration,
+) -> Failure {
+    let (kind, phase) = if e.is_connect() {
+        (TransportError::Refused, TransportPhase::BeforeSend)
+    } else if e.is_timeout() || elapsed >= allowance {
+        (TransportError::Timeout, TransportPhase::AfterSend)
+    } else {
+        (TransportError::Reset, TransportPhase::AfterSend)
+    };
+    Failure::from_transport(name, kind, phase).with_human_message(format!("{name}: {e}"))
+}
+
+/// The parts of an error body both APIs share: OpenAI's `{"error":
+/// {"message", "type", "code"}}` and Anthropic's `{"type": "error",
+/// "error": {"type", "message"}}`.
+struct ErrorBody<'a> {
+    code: &'a str,
+    error_type: &'a str,
+    message: &'a str,
+}
+
+impl<'a> ErrorBody<'a> {
+    fn read(error: &'a Value) -> Self {
+        let field = |name: &str| error.get(name).and_then(Value::as_str).unwrap_or("");
+        ErrorBody {
+            code: field("code"),
+            error_type: field("type"),
+            message: field("message"),
+        }
+    }
+
+    /// Whether the error says the input did not fit the context window,
+    /// in either API's words.
+    fn is_context_overflow(&self) -> bool {
+        let lower = self.message.to_ascii_lowercase();
+        self.code == "context_length_exceeded"
+            || lower.contains("maximum context length")
+            || lower.contains("prompt is too long")
+            || lower.contains("context window")
+            || lower.contains("exceed context limit")
+    }
+
+    fn is_content_filter(&self) -> bool {
+        matches!(self.code, "content_filter" | "content_policy_violation")
+    }
+
+    /// The category an error type or code names, for an error that came
+    /// without a status (in the middle of a stream).
+    fn category(&self) -> Category {
+        if self.is_context_overflow() {
+            return Category::ContextOverflow;
+        }
+        if self.is_content_filter() {
+            return Category::ContentBlocked;
+        }
+        for name in [self.error_type, self.code] {
+            let category = match name {
+                "rate_limit_error" | "rate_limit_exceeded" => Category::RateLimited,
+                "overloaded_error" => Category::Overloaded,
+                "api_error" | "server_error" => Category::Transient,
+                "timeout_error" => Category::Timeout,
+                "authentication_error" | "invalid_api_key" => Category::Unauthorized,
+                "permission_error" => Category::Forbidden,
+                "not_found_error" => Category::NotFound,
+                "request_too_large" => Category::ContextOverflow,
+                "invalid_request_error" => Category::InvalidArguments,
+                _ => continue,
+            };
+            return category;
+        }
+        Category::Unknown
+    }
+}
+
+/// Classifies an error answer by its status, refined by its body for what
+/// the status alone cannot say (context length, content filter). Reads
+/// OpenAI and Anthropic error bodies alike.
+pub(super) fn http_failure(
+    name: &str,
+    status: u16,
+    retry_after: Option<&str>,
+    body: &str,
+) -> Failure {
+    let parsed = serde_json::from_str::<Value>(body).unwrap_or(Value::Null);
+    let error = parsed.get("error").unwrap_or(&Value::Null);
+    let fields = ErrorBody::read(error);
+    let human = format!(
+        "{name} answered HTTP {status}: {}",
+        truncate(fields.message, 300)
+    );
+    if fields.is_context_overflow() {
+        return Failure::new(name, Category::ContextOverflow).with_human_message(human);
+    }
+    if fields.is_content_filter() {
+        return Failure::new(name, Category::ContentBlocked).with_human_message(human);
+    }
+    match Failure::from_http_status(name, status, retry_after, SystemTime::now()) {
+        Some(f) => f.with_human_message(human),
+        None => Failure::new(name, Category::Unknown).with_human_message(human),
+    }
+}
+
+/// Classifies an error object a stream carried instead of content.
+pub(super) fn stream_error_failure(name: &str, error: &Value) -> Failure {
+    let fields = ErrorBody::read(error);
+    Failure::new(name, fields.category()).with_human_message(format!(
+        "{name} sent an error in its stream ({}): {}",
+        if fields.error_type.is_empty() {
+            fields.code
+        } else {
+            fields.error_type
+        },
+        truncate(fields.message, 300)
+    ))
+}
+
+/// A malformed answer: retryable, because a proxy in between may have
+/// mangled it, and never a panic.
+pub(super) fn malformed(name: &str, why: &str, text: &str) -> Failure {
+    Failure::new(name, Category::Transient).with_human_message(format!(
+        "{name} returned a malformed answer ({why}): {}",
+        truncate(text, 200)
+    ))
+}
+
+/// At most `max` characters of `text`.
+pub(super) fn truncate(text: &str, max: usize) -> &str {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => &text[..i],
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anthropic_error_bodies_are_classified_like_openai_ones() {
+        let ctx = http_failure(
+            "a",
+            400,
+            None,
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+        );
+        assert_eq!(ctx.category(), Category::ContextOverflow);
+        let overloaded = http_failure(
+            "a",
+            529,
+            None,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        );
+        assert_eq!(overloaded.category(), Category::Overloaded);
+        assert!(overloaded.retryable());
+        let bad = http_failure(
+            "a",
+            400,
+            None,
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: Field required"}}"#,
+        );
+        assert_eq!(bad.category(), Category::InvalidArguments);
+    }
+
+    #[test]
+    fn stream_errors_are_classified_by_type() {
+        let cases = [
+            (
+                r#"{"type":"overloaded_error","message":"Overloaded"}"#,
+                Category::Overloaded,
+            ),
+            (
+                r#"{"type":"rate_limit_error","message":"slow"}"#,
+                Category::RateLimited,
+            ),
+            (
+                r#"{"type":"server_error","message":"oops"}"#,
+                Category::Transient,
+            ),
+            (
+                r#"{"code":"context_length_exceeded","message":"x"}"#,
+                Category::ContextOverflow,
+            ),
+            (r#"{"message":"???"}"#, Category::Unknown),
+            ("null", Category::Unknown),
+        ];
+        for (error, category) in cases {
+            let error: Value = serde_json::from_str(error).unwrap();
+            assert_eq!(
+                stream_error_failure("p", &error).category(),
+                category,
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
+    fn zero_allowance_makes_no_call() {
+        let f = allowance("p", Duration::ZERO, Duration::from_secs(1)).unwrap_err();
+        assert_eq!(f.category(), Category::BudgetExhausted);
+        assert_eq!(
+            allowance("p", Duration::from_secs(9), Duration::from_secs(2)).unwrap(),
+            Duration::from_secs(2)
+        );
+    }
+}
