@@ -13,12 +13,12 @@ use serde_json::{Map, Value};
 use super::compensation::{ArgSource, CompensationGrade, CompensationSpec};
 use super::config::{
     AdapterConfig, AdapterKind, AgentConfig, ByteSizeConfig, CompensationConfig, ConfigSource,
-    IdempotencyConfig, LatencyConfig, LatencyMode, ProviderConfig, ProviderKindName,
-    ResourceGroupConfig, ServerConfig, ToolConfig,
+    IdempotencyConfig, LatencyConfig, LatencyMode, ModelBindingConfig, ModelLinkConfig,
+    ProviderConfig, ProviderKindName, ResourceGroupConfig, ServerConfig, StreamConfig, ToolConfig,
 };
 use super::constants::{
     DEFAULT_AGENT_BUDGET_RATIO, DEFAULT_AGENT_TOOL_LATENCY, DEFAULT_COMPENSATION_RESERVE,
-    MAX_COMPENSATION_RESERVE,
+    DEFAULT_STREAM_FIRST_BYTE_TIMEOUT, DEFAULT_STREAM_IDLE_TIMEOUT, MAX_COMPENSATION_RESERVE,
 };
 use super::constants::{
     DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_RESULT_BYTES,
@@ -30,8 +30,8 @@ use super::constants::{
 use super::problem::{ConfigProblem, SchemaIssue};
 use super::server::{ApiKeySpec, ServerSpec, empty_key_digest, parse_byte_size, parse_sha256_hex};
 use super::spec::{
-    AdapterSpec, AgentSpec, IdempotencySpec, LatencySpec, Price, ProviderKind, ProviderSpec,
-    RateLimit, Registry, ResourceGroupSpec, ToolSpec,
+    AdapterSpec, AgentSpec, IdempotencySpec, LatencySpec, ModelBindingSpec, ModelLink, Price,
+    ProviderKind, ProviderSpec, RateLimit, Registry, ResourceGroupSpec, StreamSpec, ToolSpec,
 };
 use crate::breaker::{Breakers, BreakersConfig};
 use crate::config::{ConfigError, Ratio};
@@ -90,6 +90,7 @@ struct Entry<'a, T> {
 /// All files' sections merged by name, first definition wins.
 struct Merged<'a> {
     providers: BTreeMap<&'a str, Entry<'a, ProviderConfig>>,
+    models: BTreeMap<&'a str, Entry<'a, ModelBindingConfig>>,
     resource_groups: BTreeMap<&'a str, Entry<'a, ResourceGroupConfig>>,
     tools: BTreeMap<&'a str, Entry<'a, ToolConfig>>,
     agents: BTreeMap<&'a str, Entry<'a, AgentConfig>>,
@@ -145,9 +146,10 @@ impl<'a> Checker<'a> {
     fn run(&mut self) -> Registry {
         let merged = self.merge();
         let providers = self.providers(&merged);
+        let models = self.models(&merged);
         let resource_groups = self.resource_groups(&merged);
         let tools = self.tools(&merged);
-        let agents = self.agents(&merged);
+        let agents = self.agents(&merged, &models);
         let breakers = match &merged.breakers {
             Some(entry) => {
                 if let Err(err) = Breakers::new(entry.config.clone()) {
@@ -163,6 +165,7 @@ impl<'a> Checker<'a> {
         };
         Registry {
             providers,
+            models,
             resource_groups,
             tools,
             agents,
@@ -175,6 +178,7 @@ impl<'a> Checker<'a> {
     fn merge(&mut self) -> Merged<'a> {
         let mut merged = Merged {
             providers: BTreeMap::new(),
+            models: BTreeMap::new(),
             resource_groups: BTreeMap::new(),
             tools: BTreeMap::new(),
             agents: BTreeMap::new(),
@@ -189,6 +193,7 @@ impl<'a> Checker<'a> {
             let c = &source.config;
             let mut defined: Vec<String> = Vec::new();
             defined.extend(c.providers.keys().map(|n| format!("providers.{n}")));
+            defined.extend(c.models.keys().map(|n| format!("models.{n}")));
             defined.extend(
                 c.resource_groups
                     .keys()
@@ -225,6 +230,11 @@ impl<'a> Checker<'a> {
             for (name, config) in &c.providers {
                 if is_fresh("providers", name) {
                     merged.providers.insert(name, Entry { file, config });
+                }
+            }
+            for (name, config) in &c.models {
+                if is_fresh("models", name) {
+                    merged.models.insert(name, Entry { file, config });
                 }
             }
             for (name, config) in &c.resource_groups {
@@ -270,47 +280,29 @@ impl<'a> Checker<'a> {
     fn provider(&mut self, file: &Path, name: &str, c: &ProviderConfig) -> Option<ProviderSpec> {
         let p = format!("providers.{name}");
         self.name(file, &p, name);
-        let only =
-            |kind: &str, field: &str| format!("is only for {kind} providers; remove {field}");
         let kind = match c.kind {
             None => {
-                self.report(file, format!("{p}.kind"), "is required: openai or scripted");
+                self.report(
+                    file,
+                    format!("{p}.kind"),
+                    "is required: openai, anthropic or scripted",
+                );
                 None
             }
-            Some(ProviderKindName::Openai) => {
-                if c.script.is_some() {
-                    self.report(file, format!("{p}.script"), only("scripted", "script"));
-                }
-                let base_url = match &c.base_url {
-                    None => {
-                        self.report(
-                            file,
-                            format!("{p}.base_url"),
-                            "is required for an openai provider, e.g. \"https://api.openai.com/v1\"",
-                        );
-                        None
-                    }
-                    Some(url) => self.url(file, &format!("{p}.base_url"), url),
-                };
-                if let Some(var) = c.api_key_env.as_deref().filter(|v| !is_env_name(v)) {
-                    self.report(
-                        file,
-                        format!("{p}.api_key_env"),
-                        format!(
-                            "must be the name of an environment variable (letters, digits, _), but it is `{var}`"
-                        ),
-                    );
-                }
-                let timeout = c.timeout.unwrap_or(DEFAULT_PROVIDER_TIMEOUT);
-                if timeout.is_zero() {
-                    self.report(file, format!("{p}.timeout"), "must be greater than zero");
-                }
-                base_url.map(|base_url| ProviderKind::OpenAi {
+            Some(ProviderKindName::Openai) => self
+                .network_provider(file, &p, "openai", "https://api.openai.com/v1", c)
+                .map(|(base_url, api_key_env, timeout)| ProviderKind::OpenAi {
                     base_url,
-                    api_key_env: c.api_key_env.clone(),
+                    api_key_env,
                     timeout,
-                })
-            }
+                }),
+            Some(ProviderKindName::Anthropic) => self
+                .network_provider(file, &p, "anthropic", "https://api.anthropic.com/v1", c)
+                .map(|(base_url, api_key_env, timeout)| ProviderKind::Anthropic {
+                    base_url,
+                    api_key_env,
+                    timeout,
+                }),
             Some(ProviderKindName::Scripted) => {
                 for (present, field) in [
                     (c.base_url.is_some(), "base_url"),
@@ -318,8 +310,20 @@ impl<'a> Checker<'a> {
                     (c.timeout.is_some(), "timeout"),
                 ] {
                     if present {
-                        self.report(file, format!("{p}.{field}"), only("openai", field));
+                        self.report(
+                            file,
+                            format!("{p}.{field}"),
+                            format!("is only for openai and anthropic providers; remove {field}"),
+                        );
                     }
+                }
+                if c.stream.is_some() {
+                    self.report(
+                        file,
+                        format!("{p}.stream"),
+                        "is only for openai and anthropic providers: a scripted provider replays \
+                         recorded turns and has no stream to time; remove [stream]",
+                    );
                 }
                 match &c.script {
                     Some(script) if !script.as_os_str().is_empty() => {
@@ -337,6 +341,36 @@ impl<'a> Checker<'a> {
                     }
                 }
             }
+        };
+        // Allowed on every kind, scripted included: the limit is rein's own,
+        // not the transport's, so a scripted config can rehearse the limits
+        // its production twin will run under.
+        let max_concurrency = match c.max_concurrency {
+            None => None,
+            Some(n) => {
+                let limit = NonZeroU32::new(n);
+                if limit.is_none() {
+                    self.report(
+                        file,
+                        format!("{p}.max_concurrency"),
+                        "must be greater than zero; leave it out for no limit",
+                    );
+                }
+                limit
+            }
+        };
+        let stream = match (&c.stream, kind.as_ref().and_then(ProviderKind::timeout)) {
+            (Some(stream), Some(timeout)) => {
+                // A zero timeout is already reported; compare against the
+                // default rather than report every stream field too.
+                let timeout = if timeout.is_zero() {
+                    DEFAULT_PROVIDER_TIMEOUT
+                } else {
+                    timeout
+                };
+                self.stream(file, &p, stream, timeout, c.timeout.is_none())
+            }
+            _ => None,
         };
         let mut prices = BTreeMap::new();
         for (model, price) in &c.prices {
@@ -364,8 +398,268 @@ impl<'a> Checker<'a> {
             name: name.to_owned(),
             kind: kind?,
             prices,
+            max_concurrency,
+            stream,
             source: file.to_path_buf(),
         })
+    }
+
+    /// The settings shared by providers that call an HTTP API (`openai`,
+    /// `anthropic`): `(base_url, api_key_env, timeout)` when they pass.
+    fn network_provider(
+        &mut self,
+        file: &Path,
+        p: &str,
+        kind: &str,
+        example_url: &str,
+        c: &ProviderConfig,
+    ) -> Option<(String, Option<String>, Duration)> {
+        if c.script.is_some() {
+            self.report(
+                file,
+                format!("{p}.script"),
+                "is only for scripted providers; remove script",
+            );
+        }
+        let base_url = match &c.base_url {
+            None => {
+                self.report(
+                    file,
+                    format!("{p}.base_url"),
+                    format!("is required for an {kind} provider, e.g. \"{example_url}\""),
+                );
+                None
+            }
+            Some(url) => self.url(file, &format!("{p}.base_url"), url),
+        };
+        if let Some(var) = c.api_key_env.as_deref().filter(|v| !is_env_name(v)) {
+            self.report(
+                file,
+                format!("{p}.api_key_env"),
+                format!(
+                    "must be the name of an environment variable (letters, digits, _), but it is `{var}`"
+                ),
+            );
+        }
+        let timeout = c.timeout.unwrap_or(DEFAULT_PROVIDER_TIMEOUT);
+        if timeout.is_zero() {
+            self.report(file, format!("{p}.timeout"), "must be greater than zero");
+        }
+        base_url.map(|base_url| (base_url, c.api_key_env.clone(), timeout))
+    }
+
+    /// `[providers.NAME.stream]`: each timeout positive and at most the
+    /// provider's `timeout`, which bounds the whole call and would make a
+    /// longer stream limit a dead letter. `default_timeout` says whether
+    /// `timeout` is the default, so the message can say so.
+    fn stream(
+        &mut self,
+        file: &Path,
+        p: &str,
+        c: &StreamConfig,
+        timeout: Duration,
+        default_timeout: bool,
+    ) -> Option<StreamSpec> {
+        let mut ok = true;
+        let mut limit = |value: Option<Duration>, default: Duration, field: &str| {
+            let f = format!("{p}.stream.{field}");
+            let d = value.unwrap_or(default);
+            if d.is_zero() {
+                self.report(file, f, "must be greater than zero");
+                ok = false;
+            } else if d > timeout {
+                let default_note =
+                    |is_default: bool| if is_default { " (the default)" } else { "" };
+                self.report(
+                    file,
+                    f,
+                    format!(
+                        "must not exceed the provider's timeout ({}{}), which bounds the whole call, but it is {}{}",
+                        format_duration(timeout),
+                        default_note(default_timeout),
+                        format_duration(d),
+                        default_note(value.is_none()),
+                    ),
+                );
+                ok = false;
+            }
+            d
+        };
+        let first_byte_timeout = limit(
+            c.first_byte_timeout,
+            DEFAULT_STREAM_FIRST_BYTE_TIMEOUT,
+            "first_byte_timeout",
+        );
+        let idle_timeout = limit(c.idle_timeout, DEFAULT_STREAM_IDLE_TIMEOUT, "idle_timeout");
+        ok.then_some(StreamSpec {
+            first_byte_timeout,
+            idle_timeout,
+        })
+    }
+
+    // ----- model bindings --------------------------------------------------
+
+    fn models(&mut self, merged: &Merged<'a>) -> BTreeMap<String, ModelBindingSpec> {
+        let mut out = BTreeMap::new();
+        for (name, entry) in &merged.models {
+            if let Some(spec) = self.model_binding(merged, entry.file, name, entry.config) {
+                out.insert((*name).to_owned(), spec);
+            }
+        }
+        out
+    }
+
+    fn model_binding(
+        &mut self,
+        merged: &Merged<'a>,
+        file: &Path,
+        name: &str,
+        c: &ModelBindingConfig,
+    ) -> Option<ModelBindingSpec> {
+        let p = format!("models.{name}");
+        self.name(file, &p, name);
+        let provider = match c.provider.as_deref() {
+            None => {
+                self.report(
+                    file,
+                    format!("{p}.provider"),
+                    "is required: the provider of the primary model",
+                );
+                None
+            }
+            Some(provider) => self.provider_ref(merged, file, &format!("{p}.provider"), provider),
+        };
+        let model = self.required_text(file, &p, "model", c.model.as_deref());
+        let primary = provider.zip(model).map(|(p, m)| ModelLink::new(p, m));
+        let (fallbacks, context_fallbacks) = self.fallback_lists(
+            merged,
+            file,
+            &p,
+            primary.as_ref(),
+            &c.fallbacks,
+            &c.context_fallbacks,
+        );
+        Some(ModelBindingSpec {
+            name: name.to_owned(),
+            primary: primary?,
+            fallbacks: fallbacks?,
+            context_fallbacks: context_fallbacks?,
+            source: file.to_path_buf(),
+        })
+    }
+
+    /// The `fallbacks` and `context_fallbacks` of a binding or an agent
+    /// (`p` is its table path), checked against its `primary` when that
+    /// passed.
+    fn fallback_lists(
+        &mut self,
+        merged: &Merged<'a>,
+        file: &Path,
+        p: &str,
+        primary: Option<&ModelLink>,
+        fallbacks: &[ModelLinkConfig],
+        context_fallbacks: &[ModelLinkConfig],
+    ) -> (Option<Vec<ModelLink>>, Option<Vec<ModelLink>>) {
+        let fallbacks = self.links(
+            merged,
+            file,
+            &format!("{p}.fallbacks"),
+            primary,
+            fallbacks,
+            "a fallback must be another model, or it would only retry the one that just failed \
+             (retries are the retry policy's job)",
+        );
+        let context_fallbacks = self.links(
+            merged,
+            file,
+            &format!("{p}.context_fallbacks"),
+            primary,
+            context_fallbacks,
+            "on context_overflow the same model is never retried: the prompt would not fit again; \
+             name a model with a larger context window",
+        );
+        (fallbacks, context_fallbacks)
+    }
+
+    /// One list of links under `f` (`models.smart.fallbacks`), each
+    /// reported at `f[i]`: its provider and model required and the provider
+    /// known; no link equal to `primary` (`why` says why not) or to an
+    /// earlier link of the list.
+    fn links(
+        &mut self,
+        merged: &Merged<'a>,
+        file: &Path,
+        f: &str,
+        primary: Option<&ModelLink>,
+        links: &[ModelLinkConfig],
+        why: &str,
+    ) -> Option<Vec<ModelLink>> {
+        let mut ok = true;
+        // Each link that passed, with its index in the list as written.
+        let mut out: Vec<(usize, ModelLink)> = Vec::with_capacity(links.len());
+        for (i, link) in links.iter().enumerate() {
+            let at = format!("{f}[{i}]");
+            let provider = match link.provider.as_deref() {
+                None => {
+                    self.report(
+                        file,
+                        format!("{at}.provider"),
+                        "is required: the provider of this model",
+                    );
+                    None
+                }
+                Some(provider) => {
+                    self.provider_ref(merged, file, &format!("{at}.provider"), provider)
+                }
+            };
+            let model = self.required_text(file, &at, "model", link.model.as_deref());
+            let Some(link) = provider.zip(model).map(|(p, m)| ModelLink::new(p, m)) else {
+                ok = false;
+                continue;
+            };
+            if primary == Some(&link) {
+                self.report(
+                    file,
+                    at,
+                    format!(
+                        "is the primary model (`{}` of provider `{}`); {why}",
+                        link.model, link.provider
+                    ),
+                );
+                ok = false;
+            } else if let Some((j, _)) = out.iter().find(|(_, earlier)| *earlier == link) {
+                self.report(
+                    file,
+                    at,
+                    format!(
+                        "repeats {f}[{j}] (`{}` of provider `{}`); the same model would be tried twice",
+                        link.model, link.provider
+                    ),
+                );
+                ok = false;
+            }
+            out.push((i, link));
+        }
+        ok.then(|| out.into_iter().map(|(_, link)| link).collect())
+    }
+
+    /// A reference to a provider at `field`, if the provider is defined.
+    fn provider_ref(
+        &mut self,
+        merged: &Merged<'a>,
+        file: &Path,
+        field: &str,
+        provider: &str,
+    ) -> Option<String> {
+        if merged.has("providers", provider) {
+            return Some(provider.to_owned());
+        }
+        self.report(
+            file,
+            field,
+            format!("names `{provider}`, which is not a provider; define [providers.{provider}]"),
+        );
+        None
     }
 
     // ----- resource groups -------------------------------------------------
@@ -1332,10 +1626,14 @@ impl<'a> Checker<'a> {
 
     // ----- agents ----------------------------------------------------------
 
-    fn agents(&mut self, merged: &Merged<'a>) -> BTreeMap<String, AgentSpec> {
+    fn agents(
+        &mut self,
+        merged: &Merged<'a>,
+        models: &BTreeMap<String, ModelBindingSpec>,
+    ) -> BTreeMap<String, AgentSpec> {
         let mut out = BTreeMap::new();
         for (name, entry) in &merged.agents {
-            if let Some(spec) = self.agent(merged, entry.file, name, entry.config) {
+            if let Some(spec) = self.agent(merged, models, entry.file, name, entry.config) {
                 out.insert((*name).to_owned(), spec);
             }
         }
@@ -1345,6 +1643,7 @@ impl<'a> Checker<'a> {
     fn agent(
         &mut self,
         merged: &Merged<'a>,
+        models: &BTreeMap<String, ModelBindingSpec>,
         file: &Path,
         name: &str,
         c: &AgentConfig,
@@ -1352,24 +1651,7 @@ impl<'a> Checker<'a> {
         let p = format!("agents.{name}");
         self.name(file, &p, name);
         let mut ok = true;
-        let provider = match c.provider.as_deref() {
-            None => {
-                self.report(file, format!("{p}.provider"), "is required");
-                None
-            }
-            Some(provider) if !merged.has("providers", provider) => {
-                self.report(
-                    file,
-                    format!("{p}.provider"),
-                    format!(
-                        "names `{provider}`, which is not a provider; define [providers.{provider}]"
-                    ),
-                );
-                None
-            }
-            Some(provider) => Some(provider.to_owned()),
-        };
-        let model = self.required_text(file, &p, "model", c.model.as_deref());
+        let chain = self.agent_models(merged, models, file, &p, c);
         let mut seen = BTreeSet::new();
         for tool in &c.tools {
             if !seen.insert(tool.as_str()) {
@@ -1391,26 +1673,8 @@ impl<'a> Checker<'a> {
                 None
             }
         };
-        let unpriced = match (
-            provider.as_deref().and_then(|n| merged.providers.get(n)),
-            model.as_deref(),
-            c.budget.max_cost_usd,
-        ) {
-            (Some(entry), Some(model), Some(_)) if !entry.config.prices.contains_key(model) => {
-                Some(model)
-            }
-            _ => None,
-        };
-        if let Some(model) = unpriced {
-            self.report(
-                file,
-                format!("{p}.budget.max_cost_usd"),
-                format!(
-                    "needs a price for model `{model}` in [providers.{}.prices]: without one no cost is counted",
-                    c.provider.as_deref().unwrap_or_default()
-                ),
-            );
-            ok = false;
+        if c.budget.max_cost_usd.is_some() {
+            ok &= self.agent_prices(merged, file, &p, &chain);
         }
         let retry = match RetryPolicy::try_from(c.retry.clone()) {
             Ok(retry) => Some(retry),
@@ -1469,10 +1733,14 @@ impl<'a> Checker<'a> {
         if !ok {
             return None;
         }
+        let primary = chain.primary?;
         Some(AgentSpec {
             name: name.to_owned(),
-            provider: provider?,
-            model: model?,
+            provider: primary.provider,
+            model: primary.model,
+            fallbacks: chain.fallbacks?,
+            context_fallbacks: chain.context_fallbacks?,
+            model_binding: chain.binding,
             system_prompt: c.system_prompt.clone().unwrap_or_default(),
             tools: c.tools.clone(),
             budget: budget?,
@@ -1482,6 +1750,148 @@ impl<'a> Checker<'a> {
             compensation_reserve: compensation_reserve?,
             source: file.to_path_buf(),
         })
+    }
+
+    /// The models an agent uses: its own `provider` and `model` with any
+    /// inline fallbacks, or, without `provider`, the binding its `model`
+    /// names. Each part is `None` when it did not pass.
+    fn agent_models(
+        &mut self,
+        merged: &Merged<'a>,
+        models: &BTreeMap<String, ModelBindingSpec>,
+        file: &Path,
+        p: &str,
+        c: &AgentConfig,
+    ) -> AgentModels {
+        if let Some(provider) = c.provider.as_deref() {
+            let provider = self.provider_ref(merged, file, &format!("{p}.provider"), provider);
+            let model = self.required_text(file, p, "model", c.model.as_deref());
+            let primary = provider.zip(model).map(|(p, m)| ModelLink::new(p, m));
+            let (fallbacks, context_fallbacks) = self.fallback_lists(
+                merged,
+                file,
+                p,
+                primary.as_ref(),
+                &c.fallbacks,
+                &c.context_fallbacks,
+            );
+            return AgentModels {
+                primary,
+                fallbacks,
+                context_fallbacks,
+                binding: None,
+            };
+        }
+        let unresolved = AgentModels {
+            primary: None,
+            fallbacks: None,
+            context_fallbacks: None,
+            binding: None,
+        };
+        let alias = c.model.as_deref().filter(|m| !m.trim().is_empty());
+        match alias {
+            Some(alias) if merged.has("models", alias) => {}
+            Some(alias) => {
+                let known: Vec<&str> = merged.models.keys().copied().collect();
+                let known = if known.is_empty() {
+                    "no [models.*] binding is defined".to_owned()
+                } else {
+                    format!("known bindings: {}", known.join(", "))
+                };
+                self.report(
+                    file,
+                    format!("{p}.provider"),
+                    format!(
+                        "is required unless `model` names a [models.*] binding, and `{alias}` names none; {known}"
+                    ),
+                );
+            }
+            None => {
+                self.report(
+                    file,
+                    format!("{p}.provider"),
+                    "is required unless `model` names a [models.*] binding",
+                );
+                self.required_text(file, p, "model", c.model.as_deref());
+            }
+        }
+        let mut inline_ok = true;
+        for (set, field) in [
+            (!c.fallbacks.is_empty(), "fallbacks"),
+            (!c.context_fallbacks.is_empty(), "context_fallbacks"),
+        ] {
+            if set {
+                self.report(
+                    file,
+                    format!("{p}.{field}"),
+                    format!(
+                        "needs `provider`: an agent lists its own {field} only with its own provider and model; \
+                         one that names a [models.*] binding uses the binding's, so list them there"
+                    ),
+                );
+                inline_ok = false;
+            }
+        }
+        // A binding that is defined but did not pass has been reported
+        // under its own fields already.
+        match alias.and_then(|alias| models.get(alias)) {
+            Some(binding) if inline_ok => AgentModels {
+                primary: Some(binding.primary.clone()),
+                fallbacks: Some(binding.fallbacks.clone()),
+                context_fallbacks: Some(binding.context_fallbacks.clone()),
+                binding: Some(binding.name.clone()),
+            },
+            _ => unresolved,
+        }
+    }
+
+    /// With a cost ceiling, every model the agent can call needs a price,
+    /// or its calls would count no cost and the ceiling would never be
+    /// reached. Returns whether every one has a price.
+    fn agent_prices(
+        &mut self,
+        merged: &Merged<'a>,
+        file: &Path,
+        p: &str,
+        chain: &AgentModels,
+    ) -> bool {
+        let roles = [
+            ("model", chain.primary.iter().collect::<Vec<_>>()),
+            ("fallback model", chain.fallbacks.iter().flatten().collect()),
+            (
+                "context fallback model",
+                chain.context_fallbacks.iter().flatten().collect(),
+            ),
+        ];
+        let via = match &chain.binding {
+            Some(alias) => format!(" (used through [models.{alias}])"),
+            None => String::new(),
+        };
+        let mut ok = true;
+        let mut seen = BTreeSet::new();
+        for (role, links) in roles {
+            for link in links {
+                if !seen.insert(link) {
+                    continue;
+                }
+                let Some(entry) = merged.providers.get(link.provider.as_str()) else {
+                    continue;
+                };
+                if entry.config.prices.contains_key(&link.model) {
+                    continue;
+                }
+                self.report(
+                    file,
+                    format!("{p}.budget.max_cost_usd"),
+                    format!(
+                        "needs a price for {role} `{}` in [providers.{}.prices]{via}: without one no cost is counted",
+                        link.model, link.provider
+                    ),
+                );
+                ok = false;
+            }
+        }
+        ok
     }
 
     // ----- server ----------------------------------------------------------
@@ -1843,6 +2253,7 @@ impl Merged<'_> {
     fn has(&self, section: &str, name: &str) -> bool {
         let parsed = match section {
             "providers" => self.providers.contains_key(name),
+            "models" => self.models.contains_key(name),
             "resource_groups" => self.resource_groups.contains_key(name),
             "tools" => self.tools.contains_key(name),
             "agents" => self.agents.contains_key(name),
@@ -1850,6 +2261,16 @@ impl Merged<'_> {
         };
         parsed || self.broken.contains(format!("{section}.{name}").as_str())
     }
+}
+
+/// An agent's models as far as they passed the check; see
+/// [`Checker::agent_models`].
+struct AgentModels {
+    primary: Option<ModelLink>,
+    fallbacks: Option<Vec<ModelLink>>,
+    context_fallbacks: Option<Vec<ModelLink>>,
+    /// The binding's alias, when the agent names one.
+    binding: Option<String>,
 }
 
 /// The agent adapter's settings of `c`, each with whether it is set, to

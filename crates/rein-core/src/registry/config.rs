@@ -32,6 +32,9 @@ use crate::tool::ToolClass;
 pub struct ConfigFile {
     /// Model providers by name.
     pub providers: BTreeMap<String, ProviderConfig>,
+    /// Model bindings by alias (`[models.ALIAS]`): a primary model and the
+    /// models to fall back to, which agents name instead of a provider.
+    pub models: BTreeMap<String, ModelBindingConfig>,
     /// Resource groups (tools sharing a backend and its limits) by name.
     pub resource_groups: BTreeMap<String, ResourceGroupConfig>,
     /// Tools by name: the name the model calls them by.
@@ -83,19 +86,22 @@ impl ConfigSource {
 pub enum ProviderKindName {
     /// An OpenAI-compatible Chat Completions endpoint.
     Openai,
+    /// An Anthropic Messages API endpoint.
+    Anthropic,
     /// A file of recorded model turns, replayed in order.
     Scripted,
 }
 
 /// A model provider as written in config (`[providers.NAME]`).
 ///
-/// `base_url`, `api_key_env` and `timeout` belong to `openai`; `script` to
-/// `scripted`; `prices` to both.
+/// `base_url`, `api_key_env`, `timeout` and `stream` belong to `openai` and
+/// `anthropic`; `script` to `scripted`; `prices` and `max_concurrency` to
+/// every kind.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ProviderConfig {
-    /// `openai` or `scripted`; required.
+    /// `openai`, `anthropic` or `scripted`; required.
     pub kind: Option<ProviderKindName>,
     /// Base URL of the API, up to and including `/v1`; `${ENV}` is
     /// interpolated by the loader.
@@ -110,6 +116,67 @@ pub struct ProviderConfig {
     pub script: Option<PathBuf>,
     /// Prices by model name.
     pub prices: BTreeMap<String, PriceConfig>,
+    /// Calls to this provider in flight at once, across every agent bound
+    /// to it; unlimited if unset.
+    pub max_concurrency: Option<u32>,
+    /// Stream every call, with these limits (`[providers.NAME.stream]`);
+    /// calls are not streamed when absent.
+    pub stream: Option<StreamConfig>,
+}
+
+/// `[providers.NAME.stream]` as written in config: its presence makes every
+/// call to the provider stream, and its timeouts bound the stream.
+///
+/// Unset fields take
+/// [`DEFAULT_STREAM_FIRST_BYTE_TIMEOUT`](super::DEFAULT_STREAM_FIRST_BYTE_TIMEOUT)
+/// and [`DEFAULT_STREAM_IDLE_TIMEOUT`](super::DEFAULT_STREAM_IDLE_TIMEOUT).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct StreamConfig {
+    /// The longest wait for the first byte of the response.
+    #[serde(with = "humantime_serde")]
+    pub first_byte_timeout: Option<Duration>,
+    /// The longest gap between two bytes once the first has arrived.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Option<Duration>,
+}
+
+/// One model of a fallback list as written in config:
+/// `{ provider = "anthropic_main", model = "claude-sonnet" }`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ModelLinkConfig {
+    /// The provider's name; required.
+    pub provider: Option<String>,
+    /// The model, as the provider names it; required.
+    pub model: Option<String>,
+}
+
+/// A model binding as written in config (`[models.ALIAS]`): the model an
+/// agent uses, and the models tried instead when it fails.
+///
+/// ```toml
+/// [models.smart]
+/// provider = "openai_main"
+/// model = "gpt-4o-mini"
+/// fallbacks = [{ provider = "anthropic_main", model = "claude-sonnet" }]
+/// context_fallbacks = [{ provider = "openai_main", model = "gpt-4o-128k" }]
+/// ```
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ModelBindingConfig {
+    /// The primary model's provider; required.
+    pub provider: Option<String>,
+    /// The primary model, as its provider names it; required.
+    pub model: Option<String>,
+    /// Models tried in order when the primary is unavailable.
+    pub fallbacks: Vec<ModelLinkConfig>,
+    /// Models tried in order when the prompt does not fit the primary's
+    /// context window.
+    pub context_fallbacks: Vec<ModelLinkConfig>,
 }
 
 /// A model's price, in dollars per million tokens.
@@ -309,10 +376,18 @@ pub struct AdapterConfig {
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct AgentConfig {
-    /// The provider's name; required.
+    /// The provider's name; required unless `model` names a
+    /// `[models.ALIAS]` binding.
     pub provider: Option<String>,
-    /// The model, as the provider names it; required.
+    /// The model, as the provider names it; or, without `provider`, the
+    /// alias of a `[models.ALIAS]` binding. Required.
     pub model: Option<String>,
+    /// Models tried in order when the model is unavailable; only with
+    /// `provider` (a binding holds its own).
+    pub fallbacks: Vec<ModelLinkConfig>,
+    /// Models tried in order when the prompt does not fit the model's
+    /// context window; only with `provider` (a binding holds its own).
+    pub context_fallbacks: Vec<ModelLinkConfig>,
     /// The system prompt.
     pub system_prompt: Option<String>,
     /// The tools the model is offered, by name.
@@ -520,6 +595,39 @@ mod tests {
             err.message().contains("an integer of bytes or a size"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn provider_config_reads_stream_and_concurrency_and_refuses_unknown_stream_fields() {
+        let c: ProviderConfig = toml::from_str(
+            "kind = \"anthropic\"\nmax_concurrency = 3\n[stream]\nfirst_byte_timeout = \"15s\"",
+        )
+        .unwrap();
+        assert_eq!(c.kind, Some(ProviderKindName::Anthropic));
+        assert_eq!(c.max_concurrency, Some(3));
+        let stream = c.stream.unwrap();
+        assert_eq!(stream.first_byte_timeout, Some(Duration::from_secs(15)));
+        assert_eq!(stream.idle_timeout, None);
+        let err = toml::from_str::<ProviderConfig>("[stream]\nidle = \"1s\"").unwrap_err();
+        assert!(err.message().contains("unknown field `idle`"), "{err}");
+    }
+
+    #[test]
+    fn model_binding_config_reads_links_and_refuses_unknown_fields() {
+        let c: ModelBindingConfig = toml::from_str(
+            "provider = \"p\"\nmodel = \"m\"\nfallbacks = [{ provider = \"q\", model = \"n\" }]",
+        )
+        .unwrap();
+        assert_eq!(c.fallbacks.len(), 1);
+        assert_eq!(c.fallbacks[0].provider.as_deref(), Some("q"));
+        assert!(c.context_fallbacks.is_empty());
+        let err = toml::from_str::<ModelBindingConfig>(
+            "fallbacks = [{ provider = \"q\", modle = \"n\" }]",
+        )
+        .unwrap_err();
+        assert!(err.message().contains("unknown field `modle`"), "{err}");
+        let err = toml::from_str::<ModelBindingConfig>("fallback = []").unwrap_err();
+        assert!(err.message().contains("unknown field `fallback`"), "{err}");
     }
 
     #[test]

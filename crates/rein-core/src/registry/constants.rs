@@ -24,9 +24,29 @@ pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 64 * 1024;
 /// them, or it could forge the deadline or the correlation ids.
 pub const RESERVED_ENV_PREFIX: &str = "REIN_";
 
-/// How long an OpenAI-compatible provider may take for one request when its
-/// config names no `timeout`; the run's deadline still applies on top.
+/// How long an `openai` or `anthropic` provider may take for one request
+/// when its config names no `timeout`; the run's deadline still applies on
+/// top.
 pub const DEFAULT_PROVIDER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a streamed model call may wait for its first byte when
+/// `[providers.NAME.stream]` names no `first_byte_timeout`: 20 s.
+///
+/// The first byte comes only after the provider has queued the request and
+/// read the whole prompt, which for a long context takes seconds; 20 s
+/// leaves room for that while still giving up on a provider that accepted
+/// the connection and went silent well before [`DEFAULT_PROVIDER_TIMEOUT`]
+/// would, leaving time to try a fallback.
+pub const DEFAULT_STREAM_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How long a streamed model call may go without a byte once the first
+/// has arrived, when `[providers.NAME.stream]` names no `idle_timeout`:
+/// 10 s.
+///
+/// Once tokens flow, gaps between chunks are well under a second; a gap of
+/// 10 s is a stalled stream, not a slow model, and waiting for the whole
+/// request timeout would spend the run's deadline on nothing.
+pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Observations a tool in `observe` latency mode needs before its measured
 /// profile replaces the conservative fallback: fewer make a p99 noise.

@@ -1,5 +1,5 @@
-//! The registry: one entry per tool, agent, model provider and resource
-//! group, checked for consistency before anything runs.
+//! The registry: one entry per tool, agent, model provider, model binding
+//! and resource group, checked for consistency before anything runs.
 //!
 //! # Why
 //!
@@ -17,8 +17,8 @@
 //! As every policy in rein-core (STYLE.md), the registry has a plain serde
 //! layer an operator writes — [`ConfigFile`] and its `*Config` entries — and
 //! a validated layer built from it: [`Registry`] with [`ToolSpec`],
-//! [`AgentSpec`], [`ProviderSpec`], [`ResourceGroupSpec`] and
-//! [`ServerSpec`]. [`check`] turns the first into the second and returns
+//! [`AgentSpec`], [`ProviderSpec`], [`ModelBindingSpec`],
+//! [`ResourceGroupSpec`] and [`ServerSpec`]. [`check`] turns the first into the second and returns
 //! **every** problem it finds, each a [`ConfigProblem`]
 //! (`FILE: FIELD: MESSAGE`), not just the first.
 //!
@@ -31,8 +31,17 @@
 //! | rule | field |
 //! | --- | --- |
 //! | a required field is missing or empty | the field |
-//! | a name is defined in two files | `tools.NAME` (in the later file) |
+//! | a name is defined in two files | `tools.NAME`, `models.NAME`, … (in the later file) |
 //! | an agent names an unknown tool or provider; a tool an unknown resource group | the reference |
+//! | a provider field of another kind (`script` on `openai`/`anthropic`; `base_url`, `api_key_env`, `timeout` or `[stream]` on `scripted`); an `api_key_env` that is not a variable name; a zero `timeout` | `providers.NAME.*` |
+//! | a provider `max_concurrency` of 0 | `providers.NAME.max_concurrency` |
+//! | a `[stream]` timeout of zero, or longer than the provider's `timeout` (default included), which bounds the whole call | `providers.NAME.stream.first_byte_timeout`, `….idle_timeout` |
+//! | a model binding without `provider` or `model`, or naming an unknown provider | `models.NAME.provider`, `models.NAME.model` |
+//! | a fallback without `provider` or `model`, or naming an unknown provider (of a binding or an agent) | `models.NAME.fallbacks[N].provider`, `agents.NAME.context_fallbacks[N].model`, … |
+//! | a fallback or context fallback equal to the primary (it would retry the model that just failed), or repeating an earlier one of its list | `models.NAME.fallbacks[N]`, `agents.NAME.context_fallbacks[N]`, … |
+//! | an agent without `provider` whose `model` names no `[models.*]` binding | `agents.NAME.provider` |
+//! | inline `fallbacks`/`context_fallbacks` on an agent without `provider` (a binding holds its own) | `agents.NAME.fallbacks`, `agents.NAME.context_fallbacks` |
+//! | a `budget.max_cost_usd` on an agent one of whose models (primary, fallbacks, context fallbacks; its own or its binding's) has no price | `agents.NAME.budget.max_cost_usd` |
 //! | an irreversible tool has no compensation and is not `avoid_at_plan_time` | `tools.NAME.compensation` |
 //! | a compensation on a read tool; grade `none` with a tool, `strong`/`weak` without | `tools.NAME.compensation.*` |
 //! | a compensation tool that is unknown, `read`, irreversible under grade `strong`, or the tool itself | `tools.NAME.compensation.tool` |
@@ -59,7 +68,12 @@
 //! | `tools.*.adapter.budget_ratio` (agent) | [`DEFAULT_AGENT_BUDGET_RATIO`] (0.5) |
 //! | `tools.*.latency` (agent adapter only; required otherwise) | [`DEFAULT_AGENT_TOOL_LATENCY`] (5 s / 20 s / 60 s), each at most the adapter's `wall_clock` |
 //! | `tools.*.latency.min_samples` (observe mode) | [`DEFAULT_OBSERVE_MIN_SAMPLES`] (50) |
-//! | `providers.*.timeout` (openai) | [`DEFAULT_PROVIDER_TIMEOUT`] (60 s) |
+//! | `providers.*.timeout` (openai, anthropic) | [`DEFAULT_PROVIDER_TIMEOUT`] (60 s) |
+//! | `providers.*.max_concurrency` | unlimited |
+//! | `providers.*.stream` | absent: calls are not streamed |
+//! | `providers.*.stream.first_byte_timeout` | [`DEFAULT_STREAM_FIRST_BYTE_TIMEOUT`] (20 s) |
+//! | `providers.*.stream.idle_timeout` | [`DEFAULT_STREAM_IDLE_TIMEOUT`] (10 s) |
+//! | `models.*.fallbacks`, `.context_fallbacks`; the same on agents | empty: no fallback |
 //! | `resource_groups.*.burst` | `rate_per_sec` rounded up |
 //! | `agents.*.budget`, `.retry`, `.loop_guard`, `breakers` | their types' defaults |
 //! | `server` (each field, and the whole table when absent) | the table on [`ServerSpec`] |
@@ -102,8 +116,9 @@ pub use compensation::{
 pub use config::{
     AdapterConfig, AdapterKind, AgentConfig, AgentGraphConfig, ApiKeyConfig, ByteSizeConfig,
     CompensationConfig, ConfigFile, ConfigSource, IdempotencyConfig, LatencyConfig, LatencyMode,
-    PriceConfig, ProviderConfig, ProviderKindName, QueueConfig, ReconciliationConfig,
-    ResourceGroupConfig, ServerConfig, ServerIdempotencyConfig, ToolConfig,
+    ModelBindingConfig, ModelLinkConfig, PriceConfig, ProviderConfig, ProviderKindName,
+    QueueConfig, ReconciliationConfig, ResourceGroupConfig, ServerConfig, ServerIdempotencyConfig,
+    StreamConfig, ToolConfig,
 };
 pub use constants::{
     DEFAULT_AGENT_BUDGET_RATIO, DEFAULT_AGENT_GRAPH_MAX_DEPTH, DEFAULT_AGENT_GRAPH_MAX_TOTAL_RUNS,
@@ -113,8 +128,9 @@ pub use constants::{
     DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_RUNS_PER_SCAN,
     DEFAULT_OBSERVE_MIN_SAMPLES, DEFAULT_ORPHAN_THRESHOLD, DEFAULT_PROVIDER_TIMEOUT,
     DEFAULT_QUEUE_LEASE, DEFAULT_QUEUE_MAX_ATTEMPTS, DEFAULT_QUEUE_WORKERS, DEFAULT_SCAN_INTERVAL,
-    MAX_BODY_LIMIT, MAX_COMPENSATION_RESERVE, MAX_KEY_LENGTH, MAX_QUEUE_WORKERS, MIN_BODY_LIMIT,
-    MIN_QUEUE_LEASE, RESERVED_ENV_PREFIX, RESERVED_HEADERS,
+    DEFAULT_STREAM_FIRST_BYTE_TIMEOUT, DEFAULT_STREAM_IDLE_TIMEOUT, MAX_BODY_LIMIT,
+    MAX_COMPENSATION_RESERVE, MAX_KEY_LENGTH, MAX_QUEUE_WORKERS, MIN_BODY_LIMIT, MIN_QUEUE_LEASE,
+    RESERVED_ENV_PREFIX, RESERVED_HEADERS,
 };
 pub use problem::{ConfigProblem, Position, SchemaIssue};
 pub use server::{
@@ -122,8 +138,9 @@ pub use server::{
     ServerSpec,
 };
 pub use spec::{
-    AdapterSpec, AgentSpec, HttpMethod, IdempotencySpec, LatencySpec, Price, ProviderKind,
-    ProviderSpec, RateLimit, Registry, ResourceGroupSpec, SideEffectTier, ToolSpec,
+    AdapterSpec, AgentSpec, HttpMethod, IdempotencySpec, LatencySpec, ModelBindingSpec, ModelLink,
+    Price, ProviderKind, ProviderSpec, RateLimit, Registry, ResourceGroupSpec, SideEffectTier,
+    StreamSpec, ToolSpec,
 };
 
 #[cfg(test)]

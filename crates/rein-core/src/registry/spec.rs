@@ -319,6 +319,16 @@ pub enum ProviderKind {
         /// Per-request timeout (the run's deadline applies on top).
         timeout: Duration,
     },
+    /// An Anthropic Messages API endpoint.
+    Anthropic {
+        /// Base URL up to and including `/v1` (interpolated).
+        base_url: String,
+        /// The environment variable holding the API key; no auth header
+        /// when `None`.
+        api_key_env: Option<String>,
+        /// Per-request timeout (the run's deadline applies on top).
+        timeout: Duration,
+    },
     /// Recorded model turns replayed in order.
     Scripted {
         /// The script file: absolute, or relative to the directory of the
@@ -326,6 +336,51 @@ pub enum ProviderKind {
         /// config means the same wherever `rein` is started.
         script: PathBuf,
     },
+}
+
+impl ProviderKind {
+    /// The per-request timeout of a provider that calls over the network;
+    /// `None` for a scripted one.
+    pub fn timeout(&self) -> Option<Duration> {
+        match self {
+            ProviderKind::OpenAi { timeout, .. } | ProviderKind::Anthropic { timeout, .. } => {
+                Some(*timeout)
+            }
+            ProviderKind::Scripted { .. } => None,
+        }
+    }
+}
+
+/// How a streamed model call is bounded: `[providers.NAME.stream]`.
+///
+/// # Why
+///
+/// A provider can accept a request and then say nothing, or stop halfway
+/// through an answer. With one request timeout, rein notices only when the
+/// whole timeout has passed — a minute of the run's deadline spent on a
+/// stalled connection, with too little left to try a fallback. Streaming
+/// shows progress byte by byte, so a silence can be told from a slow
+/// answer early (DESIGN.md, guarded call step 7).
+///
+/// # Invariants
+///
+/// Both timeouts are greater than zero and at most the provider's
+/// `timeout`, which still bounds the whole call.
+///
+/// # Defaults
+///
+/// | field | default |
+/// | --- | --- |
+/// | `first_byte_timeout` | [`DEFAULT_STREAM_FIRST_BYTE_TIMEOUT`](super::DEFAULT_STREAM_FIRST_BYTE_TIMEOUT) (20 s) |
+/// | `idle_timeout` | [`DEFAULT_STREAM_IDLE_TIMEOUT`](super::DEFAULT_STREAM_IDLE_TIMEOUT) (10 s) |
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StreamSpec {
+    /// The longest wait from sending the request to the first byte of the
+    /// response.
+    pub first_byte_timeout: Duration,
+    /// The longest gap between two bytes once the first has arrived.
+    pub idle_timeout: Duration,
 }
 
 /// A model provider.
@@ -338,6 +393,15 @@ pub struct ProviderSpec {
     pub kind: ProviderKind,
     /// Prices by model.
     pub prices: BTreeMap<String, Price>,
+    /// Calls to this provider in flight at once, across every agent (and
+    /// every model binding) that uses it; unlimited when `None`.
+    ///
+    /// A provider's rate limits and capacity are the account's, not one
+    /// agent's, so the limit is shared by everything that calls it.
+    pub max_concurrency: Option<NonZeroU32>,
+    /// When set, every call streams and these limits apply; never set on a
+    /// scripted provider.
+    pub stream: Option<StreamSpec>,
     /// The config file it was defined in.
     pub source: PathBuf,
 }
@@ -347,6 +411,68 @@ impl ProviderSpec {
     pub fn price(&self, model: &str) -> Option<&Price> {
         self.prices.get(model)
     }
+}
+
+/// One model a call can go to: a provider of the registry and the model as
+/// that provider names it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub struct ModelLink {
+    /// The provider's name (present in the registry when the link came
+    /// from [`check`](super::check)).
+    pub provider: String,
+    /// The model, as the provider names it.
+    pub model: String,
+}
+
+impl ModelLink {
+    /// The model `model` of the provider `provider`.
+    pub fn new(provider: impl Into<String>, model: impl Into<String>) -> ModelLink {
+        ModelLink {
+            provider: provider.into(),
+            model: model.into(),
+        }
+    }
+}
+
+impl fmt::Display for ModelLink {
+    /// `provider/model`, as events and messages show a link.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.provider, self.model)
+    }
+}
+
+/// A model binding (`[models.ALIAS]`): the model agents that name the
+/// alias use, and what to try when it fails.
+///
+/// # Why
+///
+/// One provider is one point of failure: an outage, a rate limit or a
+/// context window too small for this prompt ends the run although another
+/// model could have answered. A binding names the alternatives once, so
+/// every agent that uses the alias gets the same, checked chain.
+///
+/// # Invariants
+///
+/// Every link's provider is in the registry. No fallback equals the
+/// primary, and no list names a link twice: a fallback that is the model
+/// that just failed would only retry it, which is the retry policy's job,
+/// and a context fallback that is the primary would overflow again.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ModelBindingSpec {
+    /// Its alias.
+    pub name: String,
+    /// The model used first.
+    pub primary: ModelLink,
+    /// Tried in order when the model in use is unavailable (its provider
+    /// down, overloaded or its breaker open).
+    pub fallbacks: Vec<ModelLink>,
+    /// Tried in order when the prompt does not fit the model in use
+    /// (`context_overflow`); the same model is never retried then.
+    pub context_fallbacks: Vec<ModelLink>,
+    /// The config file it was defined in.
+    pub source: PathBuf,
 }
 
 /// A token bucket: `per_sec` sustained, `burst` at once.
@@ -381,10 +507,21 @@ pub struct ResourceGroupSpec {
 pub struct AgentSpec {
     /// Its name.
     pub name: String,
-    /// The provider's name (present in the registry).
+    /// The primary model's provider (present in the registry): as written,
+    /// or the primary of the binding the agent names.
     pub provider: String,
-    /// The model, as the provider names it.
+    /// The primary model, as the provider names it: as written, or the
+    /// primary of the binding the agent names.
     pub model: String,
+    /// Tried in order when the model in use is unavailable: the agent's
+    /// own list, or its binding's.
+    pub fallbacks: Vec<ModelLink>,
+    /// Tried in order when the prompt does not fit the model in use: the
+    /// agent's own list, or its binding's.
+    pub context_fallbacks: Vec<ModelLink>,
+    /// The `[models.ALIAS]` binding the agent names, if it names one
+    /// instead of a provider and model.
+    pub model_binding: Option<String>,
     /// The system prompt.
     pub system_prompt: String,
     /// The tools offered to the model, in config order (all in the
@@ -406,11 +543,19 @@ pub struct AgentSpec {
     pub source: PathBuf,
 }
 
-/// The validated registry: providers, resource groups, tools, agents,
-/// breaker and server settings, all mutually consistent.
+impl AgentSpec {
+    /// The agent's primary model as a link.
+    pub fn primary(&self) -> ModelLink {
+        ModelLink::new(self.provider.clone(), self.model.clone())
+    }
+}
+
+/// The validated registry: providers, model bindings, resource groups,
+/// tools, agents, breaker and server settings, all mutually consistent.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Registry {
     pub(super) providers: BTreeMap<String, ProviderSpec>,
+    pub(super) models: BTreeMap<String, ModelBindingSpec>,
     pub(super) resource_groups: BTreeMap<String, ResourceGroupSpec>,
     pub(super) tools: BTreeMap<String, ToolSpec>,
     pub(super) agents: BTreeMap<String, AgentSpec>,
@@ -422,6 +567,11 @@ impl Registry {
     /// Providers by name.
     pub fn providers(&self) -> &BTreeMap<String, ProviderSpec> {
         &self.providers
+    }
+
+    /// Model bindings by alias.
+    pub fn models(&self) -> &BTreeMap<String, ModelBindingSpec> {
+        &self.models
     }
 
     /// Resource groups by name.
@@ -464,6 +614,11 @@ impl Registry {
     /// The provider called `name`.
     pub fn provider(&self, name: &str) -> Option<&ProviderSpec> {
         self.providers.get(name)
+    }
+
+    /// The model binding called `name`.
+    pub fn model(&self, name: &str) -> Option<&ModelBindingSpec> {
+        self.models.get(name)
     }
 
     /// The resource group called `name`.

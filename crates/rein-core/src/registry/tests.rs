@@ -1554,3 +1554,429 @@ fn server_in_two_files_is_reported_at_the_later_file() {
         "b.toml: server: is also defined in a.toml; only one file may hold [server]"
     );
 }
+
+// ----- providers that stay up (issue 7) --------------------------------------
+
+/// An anthropic provider `claude` (streaming with the default limits, at
+/// most 4 calls at once), a binding `smart` over `mock`, `claude` and
+/// `replay`, and an agent `helper` that names it.
+const MODELS: &str = r#"
+[providers.claude]
+kind = "anthropic"
+base_url = "https://api.anthropic.com/v1"
+api_key_env = "ANTHROPIC_API_KEY"
+max_concurrency = 4
+[providers.claude.stream]
+[providers.claude.prices."claude-sonnet"]
+input_per_mtok_usd = 3.0
+output_per_mtok_usd = 15.0
+
+[models.smart]
+provider = "mock"
+model = "gpt-4o-mini"
+fallbacks = [{ provider = "claude", model = "claude-sonnet" }, { provider = "replay", model = "llama" }]
+context_fallbacks = [{ provider = "mock", model = "gpt-4o-128k" }]
+
+[agents.helper]
+model = "smart"
+tools = ["get_order"]
+"#;
+
+fn link(provider: &str, model: &str) -> ModelLink {
+    ModelLink::new(provider, model)
+}
+
+#[test]
+fn anthropic_provider_builds_with_its_settings_and_stream_defaults() {
+    let reg = build(&[("rein.toml", &with_extra(MODELS))]).unwrap();
+    let claude = reg.provider("claude").unwrap();
+    assert_eq!(
+        claude.kind,
+        ProviderKind::Anthropic {
+            base_url: "https://api.anthropic.com/v1".into(),
+            api_key_env: Some("ANTHROPIC_API_KEY".into()),
+            timeout: DEFAULT_PROVIDER_TIMEOUT,
+        }
+    );
+    assert_eq!(claude.kind.timeout(), Some(DEFAULT_PROVIDER_TIMEOUT));
+    assert_eq!(claude.max_concurrency.map(|n| n.get()), Some(4));
+    let stream = claude.stream.unwrap();
+    assert_eq!(stream.first_byte_timeout, DEFAULT_STREAM_FIRST_BYTE_TIMEOUT);
+    assert_eq!(stream.idle_timeout, DEFAULT_STREAM_IDLE_TIMEOUT);
+    assert!(claude.price("claude-sonnet").is_some());
+    // Without the settings: no limit, no streaming.
+    let mock = reg.provider("mock").unwrap();
+    assert_eq!(mock.max_concurrency, None);
+    assert_eq!(mock.stream, None);
+    assert_eq!(reg.provider("replay").unwrap().kind.timeout(), None);
+}
+
+#[test]
+fn provider_stream_and_concurrency_are_read_when_set() {
+    let text = r#"
+[providers.fast]
+kind = "openai"
+base_url = "http://127.0.0.1:9/v1"
+timeout = "30s"
+max_concurrency = 2
+stream = { first_byte_timeout = "30s", idle_timeout = "1s" }
+[providers.replay]
+kind = "scripted"
+script = "demo.script.json"
+max_concurrency = 1
+"#;
+    let reg = build(&[("rein.toml", text)]).unwrap();
+    let fast = reg.provider("fast").unwrap();
+    assert_eq!(fast.max_concurrency.map(|n| n.get()), Some(2));
+    let stream = fast.stream.unwrap();
+    assert_eq!(stream.first_byte_timeout, Duration::from_secs(30));
+    assert_eq!(stream.idle_timeout, Duration::from_secs(1));
+    // A concurrency limit is rein's own, so a scripted provider may rehearse
+    // it.
+    let replay = reg.provider("replay").unwrap();
+    assert_eq!(replay.max_concurrency.map(|n| n.get()), Some(1));
+    assert_eq!(replay.stream, None);
+}
+
+#[test]
+fn anthropic_provider_is_validated_like_openai() {
+    let text = r#"
+[providers.a]
+kind = "anthropic"
+script = "s.json"
+api_key_env = "1BAD"
+timeout = "0s"
+[providers.b]
+kind = "scripted"
+script = "s.json"
+base_url = "http://x/v1"
+[providers.c]
+base_url = "http://x/v1"
+[providers.d]
+kind = "anthropic"
+base_url = "api.anthropic.com"
+"#;
+    assert_eq!(
+        fields(text),
+        vec![
+            "providers.a.script",
+            "providers.a.base_url",
+            "providers.a.api_key_env",
+            "providers.a.timeout",
+            "providers.b.base_url",
+            "providers.c.kind",
+            "providers.d.base_url",
+        ]
+    );
+    assert_eq!(
+        message_of(text, "providers.a.base_url"),
+        "is required for an anthropic provider, e.g. \"https://api.anthropic.com/v1\""
+    );
+    assert_eq!(
+        message_of(text, "providers.b.base_url"),
+        "is only for openai and anthropic providers; remove base_url"
+    );
+    assert_eq!(
+        message_of(text, "providers.c.kind"),
+        "is required: openai, anthropic or scripted"
+    );
+}
+
+#[test]
+fn provider_settings_out_of_range_name_their_field() {
+    let text = r#"
+[providers.a]
+kind = "openai"
+base_url = "http://x/v1"
+max_concurrency = 0
+stream = { first_byte_timeout = "0s", idle_timeout = "61s" }
+[providers.b]
+kind = "anthropic"
+base_url = "http://x/v1"
+timeout = "5s"
+stream = { idle_timeout = "5s" }
+[providers.c]
+kind = "scripted"
+script = "s.json"
+stream = {}
+"#;
+    assert_eq!(
+        fields(text),
+        vec![
+            "providers.a.max_concurrency",
+            "providers.a.stream.first_byte_timeout",
+            "providers.a.stream.idle_timeout",
+            "providers.b.stream.first_byte_timeout",
+            "providers.c.stream",
+        ]
+    );
+    assert_eq!(
+        message_of(text, "providers.a.max_concurrency"),
+        "must be greater than zero; leave it out for no limit"
+    );
+    assert_eq!(
+        message_of(text, "providers.a.stream.idle_timeout"),
+        "must not exceed the provider's timeout (1m (the default)), which bounds the whole call, but it is 1m 1s"
+    );
+    // The default first-byte limit is longer than this provider's timeout;
+    // idle_timeout equal to it is fine.
+    assert_eq!(
+        message_of(text, "providers.b.stream.first_byte_timeout"),
+        "must not exceed the provider's timeout (5s), which bounds the whole call, but it is 20s (the default)"
+    );
+    assert!(message_of(text, "providers.c.stream").contains("no stream to time"));
+}
+
+#[test]
+fn model_binding_builds_and_an_agent_naming_it_takes_its_models() {
+    let reg = build(&[("conf/rein.toml", &with_extra(MODELS))]).unwrap();
+    let smart = reg.model("smart").unwrap();
+    assert_eq!(reg.models().len(), 1);
+    assert_eq!(smart.name, "smart");
+    assert_eq!(smart.primary, link("mock", "gpt-4o-mini"));
+    assert_eq!(
+        smart.fallbacks,
+        vec![link("claude", "claude-sonnet"), link("replay", "llama")]
+    );
+    assert_eq!(smart.context_fallbacks, vec![link("mock", "gpt-4o-128k")]);
+    assert_eq!(smart.source, PathBuf::from("conf/rein.toml"));
+    let helper = reg.agent("helper").unwrap();
+    assert_eq!(helper.provider, "mock");
+    assert_eq!(helper.model, "gpt-4o-mini");
+    assert_eq!(helper.primary(), smart.primary);
+    assert_eq!(helper.fallbacks, smart.fallbacks);
+    assert_eq!(helper.context_fallbacks, smart.context_fallbacks);
+    assert_eq!(helper.model_binding.as_deref(), Some("smart"));
+    // The provider + model form has no binding and no fallbacks by default.
+    let desk = reg.agent("order_desk").unwrap();
+    assert_eq!(desk.model_binding, None);
+    assert!(desk.fallbacks.is_empty() && desk.context_fallbacks.is_empty());
+    assert_eq!(
+        link("claude", "claude-sonnet").to_string(),
+        "claude/claude-sonnet"
+    );
+}
+
+#[test]
+fn agent_with_provider_may_list_fallbacks_inline() {
+    let text = with_extra(
+        r#"
+[agents.inline]
+provider = "mock"
+model = "gpt-4o-mini"
+fallbacks = [{ provider = "replay", model = "llama" }]
+context_fallbacks = [{ provider = "mock", model = "gpt-4o-128k" }, { provider = "replay", model = "big" }]
+"#,
+    );
+    let reg = build(&[("rein.toml", &text)]).unwrap();
+    let agent = reg.agent("inline").unwrap();
+    assert_eq!(agent.primary(), link("mock", "gpt-4o-mini"));
+    assert_eq!(agent.fallbacks, vec![link("replay", "llama")]);
+    assert_eq!(
+        agent.context_fallbacks,
+        vec![link("mock", "gpt-4o-128k"), link("replay", "big")]
+    );
+    assert_eq!(agent.model_binding, None);
+}
+
+#[test]
+fn model_binding_fields_and_links_are_validated_naming_their_field() {
+    let text = with_extra(
+        r#"
+[models.a]
+fallbacks = [{ provider = "mock" }, { model = "m" }]
+[models.b]
+provider = "nowhere"
+model = " "
+context_fallbacks = [{ provider = "nowhere", model = "m" }]
+[models.c]
+provider = "mock"
+model = "gpt-4o-mini"
+fallbacks = [{ provider = "replay", model = "x" }, { provider = "mock", model = "gpt-4o-mini" }, { provider = "replay", model = "x" }]
+context_fallbacks = [{ provider = "mock", model = "gpt-4o-mini" }, { provider = "replay", model = "big" }, { provider = "replay", model = "big" }]
+"#,
+    );
+    assert_eq!(
+        fields(&text),
+        vec![
+            "models.a.provider",
+            "models.a.model",
+            "models.a.fallbacks[0].model",
+            "models.a.fallbacks[1].provider",
+            "models.b.provider",
+            "models.b.model",
+            "models.b.context_fallbacks[0].provider",
+            "models.c.fallbacks[1]",
+            "models.c.fallbacks[2]",
+            "models.c.context_fallbacks[0]",
+            "models.c.context_fallbacks[2]",
+        ]
+    );
+    assert_eq!(
+        message_of(&text, "models.b.context_fallbacks[0].provider"),
+        "names `nowhere`, which is not a provider; define [providers.nowhere]"
+    );
+    assert_eq!(
+        message_of(&text, "models.c.fallbacks[1]"),
+        "is the primary model (`gpt-4o-mini` of provider `mock`); a fallback must be another model, \
+         or it would only retry the one that just failed (retries are the retry policy's job)"
+    );
+    assert_eq!(
+        message_of(&text, "models.c.fallbacks[2]"),
+        "repeats models.c.fallbacks[0] (`x` of provider `replay`); the same model would be tried twice"
+    );
+    assert!(
+        message_of(&text, "models.c.context_fallbacks[0]")
+            .contains("on context_overflow the same model is never retried"),
+    );
+    assert!(
+        message_of(&text, "models.c.context_fallbacks[2]")
+            .starts_with("repeats models.c.context_fallbacks[1] ")
+    );
+}
+
+#[test]
+fn a_link_repeated_across_the_two_lists_is_allowed() {
+    // A model can be both the fallback for an outage and the one with the
+    // larger window: the two lists answer different failures.
+    let text = with_extra(
+        r#"
+[models.both]
+provider = "mock"
+model = "gpt-4o-mini"
+fallbacks = [{ provider = "replay", model = "big" }]
+context_fallbacks = [{ provider = "replay", model = "big" }]
+"#,
+    );
+    assert!(build(&[("rein.toml", &text)]).is_ok());
+}
+
+#[test]
+fn agent_without_provider_needs_model_to_name_a_binding() {
+    let text = with_extra(MODELS).replace("model = \"smart\"", "model = \"clever\"");
+    assert_eq!(fields(&text), vec!["agents.helper.provider"]);
+    assert_eq!(
+        message_of(&text, "agents.helper.provider"),
+        "is required unless `model` names a [models.*] binding, and `clever` names none; known bindings: smart"
+    );
+    let none = BASE.replace("provider = \"replay\"\n", "");
+    assert_eq!(
+        message_of(&none, "agents.order_desk.provider"),
+        "is required unless `model` names a [models.*] binding, and `gpt-4o-mini` names none; no [models.*] binding is defined"
+    );
+}
+
+#[test]
+fn agent_fallbacks_need_a_provider_and_are_checked_like_a_bindings() {
+    let text = with_extra(
+        r#"
+[agents.x]
+model = "smart"
+fallbacks = [{ provider = "replay", model = "llama" }]
+context_fallbacks = [{ provider = "replay", model = "big" }]
+[agents.y]
+provider = "mock"
+model = "gpt-4o-mini"
+fallbacks = [{ provider = "mock", model = "gpt-4o-mini" }, { provider = "ghost", model = "m" }]
+context_fallbacks = [{ model = "m" }]
+"#,
+    );
+    let text = format!(
+        "{text}\n{}",
+        MODELS.split_once("[agents.helper]").unwrap().0
+    );
+    assert_eq!(
+        fields(&text),
+        vec![
+            "agents.x.fallbacks",
+            "agents.x.context_fallbacks",
+            "agents.y.fallbacks[0]",
+            "agents.y.fallbacks[1].provider",
+            "agents.y.context_fallbacks[0].provider",
+        ]
+    );
+    assert!(message_of(&text, "agents.x.fallbacks").starts_with("needs `provider`"));
+}
+
+#[test]
+fn an_agent_naming_a_binding_that_failed_reports_nothing_more() {
+    let text = with_extra(MODELS).replace(
+        "[models.smart]\nprovider = \"mock\"",
+        "[models.smart]\nprovider = \"ghost\"",
+    );
+    assert_eq!(fields(&text), vec!["models.smart.provider"]);
+    // A binding that did not even parse counts as defined too.
+    let without = with_extra(MODELS).replace("[models.smart]", "[unused.smart]");
+    let (head, _) = without.split_once("[unused.smart]").unwrap();
+    let (_, tail) = without.split_once("[agents.helper]").unwrap();
+    let text = format!("{head}[agents.helper]{tail}");
+    assert_eq!(fields(&text), vec!["agents.helper.provider"]);
+    // The loader has reported the broken binding (and refuses the config);
+    // the check adds nothing about the agent that names it.
+    let sources = [source("rein.toml", &text).with_broken("models.smart")];
+    assert!(check(&sources, &|_| Vec::new()).is_ok());
+}
+
+#[test]
+fn model_binding_defined_in_two_files_is_reported_at_the_later_file() {
+    let a = "[providers.p]\nkind = \"scripted\"\nscript = \"s.json\"\n[models.m]\nprovider = \"p\"\nmodel = \"x\"\n";
+    let b = "[models.m]\nprovider = \"p\"\nmodel = \"y\"\n";
+    assert_eq!(
+        problems_of_two(a, b),
+        vec![("b.toml".into(), "models.m".into())]
+    );
+    assert_eq!(
+        fields(
+            "[models.\" \"]\nprovider = \"p\"\nmodel = \"x\"\n[providers.p]\nkind = \"scripted\"\nscript = \"s.json\"\n"
+        ),
+        vec!["models. "]
+    );
+}
+
+#[test]
+fn cost_budget_needs_a_price_for_every_model_the_agent_can_use() {
+    let budget = "[agents.helper.budget]\nmax_cost_usd = 1.0\n";
+    // `replay/llama` (a fallback) and `mock/gpt-4o-128k` (a context
+    // fallback) have no price; `mock/gpt-4o-mini` and `claude/claude-sonnet`
+    // do.
+    let text = format!("{}\n{budget}", with_extra(MODELS));
+    assert_eq!(
+        fields(&text),
+        vec![
+            "agents.helper.budget.max_cost_usd",
+            "agents.helper.budget.max_cost_usd",
+        ]
+    );
+    let problems = build(&[("rein.toml", &text)]).unwrap_err();
+    assert_eq!(
+        problems[0].message,
+        "needs a price for fallback model `llama` in [providers.replay.prices] (used through [models.smart]): without one no cost is counted"
+    );
+    assert_eq!(
+        problems[1].message,
+        "needs a price for context fallback model `gpt-4o-128k` in [providers.mock.prices] (used through [models.smart]): without one no cost is counted"
+    );
+    let priced = format!(
+        "{text}\n[providers.replay.prices.llama]\ninput_per_mtok_usd = 0.0\noutput_per_mtok_usd = 0.0\n[providers.mock.prices.\"gpt-4o-128k\"]\ninput_per_mtok_usd = 1.0\noutput_per_mtok_usd = 2.0\n"
+    );
+    assert!(build(&[("rein.toml", &priced)]).is_ok());
+    // Inline fallbacks are held to the same rule.
+    let inline = BASE
+        .replace("provider = \"replay\"\nmodel", "provider = \"mock\"\nmodel")
+        .replace(
+            "max_steps = 10",
+            "max_steps = 10\nmax_cost_usd = 1.0",
+        )
+        .replace(
+            "system_prompt = \"You adjust orders.\"",
+            "system_prompt = \"You adjust orders.\"\nfallbacks = [{ provider = \"replay\", model = \"llama\" }]",
+        );
+    assert_eq!(
+        fields(&inline),
+        vec!["agents.order_desk.budget.max_cost_usd"]
+    );
+    assert_eq!(
+        message_of(&inline, "agents.order_desk.budget.max_cost_usd"),
+        "needs a price for fallback model `llama` in [providers.replay.prices]: without one no cost is counted"
+    );
+}

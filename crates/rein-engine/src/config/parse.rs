@@ -15,8 +15,9 @@ use serde::de::DeserializeOwned;
 use toml::Spanned;
 
 /// The sections a config file may hold.
-const SECTIONS: [&str; 6] = [
+const SECTIONS: [&str; 7] = [
     "providers",
+    "models",
     "resource_groups",
     "tools",
     "agents",
@@ -113,7 +114,7 @@ pub(super) fn parse_file(file: &Path, text: &str, parsed: &mut Parsed) {
             parsed.problems.push(ConfigProblem::new(
                 file,
                 key.clone(),
-                "is not a section; expected providers, resource_groups, tools, agents, breakers or server",
+                "is not a section; expected providers, models, resource_groups, tools, agents, breakers or server",
             ));
             // The entry reading below needs every top-level value a table.
             shaped &= value.is_table();
@@ -152,6 +153,7 @@ pub(super) fn parse_file(file: &Path, text: &str, parsed: &mut Parsed) {
     for (section, entries) in sections {
         match section.as_str() {
             "providers" => reader.section(&section, entries, &mut config.providers),
+            "models" => reader.section(&section, entries, &mut config.models),
             "resource_groups" => reader.section(&section, entries, &mut config.resource_groups),
             "tools" => reader.section(&section, entries, &mut config.tools),
             "agents" => reader.section(&section, entries, &mut config.agents),
