@@ -57,6 +57,13 @@ pub enum EventKind {
     /// group until the call's deadline and was not made; it failed as a
     /// `timeout` that did not apply.
     ConcurrencyWaitExpired,
+    /// A model call waited for a slot of its provider's `max_concurrency`
+    /// (`queue_wait_ms`), or gave up waiting (`expired: true`).
+    ModelQueueWaited,
+    /// A model turn was answered by a link other than the binding's
+    /// primary (`primary`, `answered`, and the failures that moved it on):
+    /// a switch is never silent.
+    ModelFallbackUsed,
     /// A maybe-applied write was looked up by its idempotency key.
     IdempotencyLookup,
     /// A side effect was declared or its record changed status.
@@ -105,6 +112,8 @@ impl EventKind {
             EventKind::RetryScheduled => "retry_scheduled",
             EventKind::RetryAbandoned => "retry_abandoned",
             EventKind::ConcurrencyWaitExpired => "concurrency_wait_expired",
+            EventKind::ModelQueueWaited => "model_queue_waited",
+            EventKind::ModelFallbackUsed => "model_fallback_used",
             EventKind::RunCancelled => "run_cancelled",
             EventKind::RunFailed => "run_failed",
             EventKind::IdempotencyLookup => "idempotency_lookup",

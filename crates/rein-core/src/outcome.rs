@@ -127,6 +127,11 @@ pub struct RunReport {
     pub elapsed_ms: u64,
     /// Model turns taken.
     pub steps: u32,
+    /// The models that answered the run's turns (`provider/model`), in the
+    /// order first used: after a fallback, the model that really answered,
+    /// never just the primary the agent names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<String>,
     /// How the run's side effects were settled after a failure: each
     /// compensation and its result, in the order they ran.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

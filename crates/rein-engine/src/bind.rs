@@ -8,13 +8,16 @@ use std::time::Duration;
 
 use rein_core::LatencyProfile;
 use rein_core::idempotency::Normalizer;
-use rein_core::registry::{AdapterSpec, AgentSpec, HttpMethod, ProviderKind, Registry, ToolSpec};
+use rein_core::registry::{AdapterSpec, HttpMethod, ProviderKind, Registry, ToolSpec};
 use serde_json::Value;
 
 use crate::config::CompiledSchemas;
-use crate::provider::{ModelProvider, OpenAiProvider, ScriptError, ScriptedProvider};
+use crate::provider::{
+    AnthropicProvider, ModelProvider, OpenAiProvider, ScriptError, ScriptedProvider, StreamSettings,
+};
 use crate::run::{
-    AgentBinding, AgentTarget, ArgValidator, CompensationBinding, ToolBinding, ToolTarget,
+    AgentBinding, AgentTarget, ArgValidator, CompensationBinding, ModelBinding, ModelLink,
+    ToolBinding, ToolTarget,
 };
 use crate::tool_command::CommandTarget;
 use crate::tool_http::HttpTarget;
@@ -73,11 +76,36 @@ pub fn bind_agent(
             known: known.join(", "),
         });
     };
-    let provider = provider(registry, agent, client, env)?;
+    let provider = bind_provider(registry, &agent.name, &agent.provider, client, env)?;
     let price = registry
         .provider(&agent.provider)
         .and_then(|p| p.price(&agent.model))
         .copied();
+    let link = |l: &rein_core::registry::ModelLink| -> Result<ModelLink, BindError> {
+        Ok(ModelLink {
+            provider: bind_provider(registry, &agent.name, &l.provider, client, env)?,
+            model: l.model.clone(),
+            price: registry
+                .provider(&l.provider)
+                .and_then(|p| p.price(&l.model))
+                .copied(),
+        })
+    };
+    let fallbacks = agent.fallbacks.iter().map(link).collect::<Result<_, _>>()?;
+    let context_fallbacks = agent
+        .context_fallbacks
+        .iter()
+        .map(link)
+        .collect::<Result<_, _>>()?;
+    // Every provider the agent may ask, with its ceiling if it has one.
+    let provider_limits = std::iter::once(&agent.provider)
+        .chain(agent.fallbacks.iter().map(|l| &l.provider))
+        .chain(agent.context_fallbacks.iter().map(|l| &l.provider))
+        .filter_map(|name| {
+            let limit = registry.provider(name)?.max_concurrency?;
+            Some((name.clone(), limit))
+        })
+        .collect();
     let mut tools = BTreeMap::new();
     for spec in registry.agent_tools(agent) {
         tools.insert(spec.name.clone(), bind_tool(spec)?);
@@ -108,13 +136,7 @@ pub fn bind_agent(
                 .filter_map(|c| registry.tool(&c.tool.name)),
         ),
     );
-    let model_latency = LatencyProfile::new(
-        DEFAULT_MODEL_LATENCY_P50,
-        DEFAULT_MODEL_LATENCY_P50 * 4,
-        DEFAULT_MODEL_LATENCY_P50 * 10,
-        0,
-    )
-    .unwrap_or_else(|_| unreachable!("the default model latency profile is ordered"));
+    let model_latency = default_model_latency();
     Ok(AgentBinding {
         name: agent.name.clone(),
         model: agent.model.clone(),
@@ -131,6 +153,9 @@ pub fn bind_agent(
         compensation_reserve: agent.compensation_reserve,
         compensations,
         group_limits,
+        fallbacks,
+        context_fallbacks,
+        provider_limits,
     })
 }
 
@@ -145,6 +170,79 @@ fn group_limits<'a>(
             Some((group.name.clone(), group.max_concurrency?))
         })
         .collect()
+}
+
+/// Binds every `[models.*]` binding of the registry, for callers outside a
+/// run (the OpenAI-compatible gateway). Built once: the providers are
+/// stateless, and the engine holds the breakers and slots they share with
+/// runs.
+///
+/// # Errors
+///
+/// [`BindError`] when a link's provider cannot be built.
+pub fn bind_models(
+    registry: &Registry,
+    client: &reqwest::Client,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<BTreeMap<String, ModelBinding>, BindError> {
+    let model_latency = default_model_latency();
+    let mut out = BTreeMap::new();
+    for spec in registry.models().values() {
+        let agent = format!("model binding `{}`", spec.name);
+        let link = |l: &rein_core::registry::ModelLink| -> Result<ModelLink, BindError> {
+            Ok(ModelLink {
+                provider: bind_provider(registry, &agent, &l.provider, client, env)?,
+                model: l.model.clone(),
+                price: registry
+                    .provider(&l.provider)
+                    .and_then(|p| p.price(&l.model))
+                    .copied(),
+            })
+        };
+        let links = std::iter::once(&spec.primary)
+            .chain(&spec.fallbacks)
+            .chain(&spec.context_fallbacks);
+        let provider_limits = links
+            .filter_map(|l| {
+                let limit = registry.provider(&l.provider)?.max_concurrency?;
+                Some((l.provider.clone(), limit))
+            })
+            .collect();
+        let stream = registry
+            .provider(&spec.primary.provider)
+            .and_then(|p| p.stream)
+            .and_then(|s| StreamSettings::new(s.first_byte_timeout, s.idle_timeout).ok())
+            .unwrap_or_default();
+        out.insert(
+            spec.name.clone(),
+            ModelBinding {
+                name: spec.name.clone(),
+                primary: link(&spec.primary)?,
+                fallbacks: spec.fallbacks.iter().map(link).collect::<Result<_, _>>()?,
+                context_fallbacks: spec
+                    .context_fallbacks
+                    .iter()
+                    .map(link)
+                    .collect::<Result<_, _>>()?,
+                provider_limits,
+                retry: rein_core::retry::RetryPolicy::default(),
+                model_latency,
+                stream,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// The latency profile assumed for a model call.
+fn default_model_latency() -> LatencyProfile {
+    LatencyProfile::new(
+        DEFAULT_MODEL_LATENCY_P50,
+        DEFAULT_MODEL_LATENCY_P50 * 4,
+        DEFAULT_MODEL_LATENCY_P50 * 10,
+        0,
+    )
+    .unwrap_or_else(|_| unreachable!("the default model latency profile is ordered"))
 }
 
 /// Binds every tool of the registry (the reconciler asks any of them).
@@ -235,18 +333,28 @@ fn bind_tool(spec: &ToolSpec) -> Result<ToolBinding, BindError> {
     })
 }
 
-fn provider(
+fn bind_provider(
     registry: &Registry,
-    agent: &AgentSpec,
+    agent: &str,
+    name: &str,
     client: &reqwest::Client,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Arc<dyn ModelProvider>, BindError> {
-    let Some(spec) = registry.provider(&agent.provider) else {
+    let Some(spec) = registry.provider(name) else {
         return Err(BindError::UnknownProvider {
-            agent: agent.name.clone(),
-            provider: agent.provider.clone(),
+            agent: agent.to_owned(),
+            provider: name.to_owned(),
         });
     };
+    // Every call of a provider with a `[stream]` table streams, under its
+    // first-byte and idle limits.
+    let streaming = spec
+        .stream
+        .map(|s| StreamSettings::new(s.first_byte_timeout, s.idle_timeout))
+        .transpose()
+        .map_err(|e| BindError::Unsupported {
+            what: format!("the stream settings of provider `{}` ({e})", spec.name),
+        })?;
     Ok(match &spec.kind {
         ProviderKind::Scripted { script } => {
             Arc::new(ScriptedProvider::from_file(&spec.name, script)?)
@@ -260,13 +368,25 @@ fn provider(
             // OpenAI-compatible servers often need none, and a server that
             // does answers 401, which is classified and never retried.
             let api_key = api_key_env.as_deref().and_then(env);
-            Arc::new(OpenAiProvider::new(
-                &spec.name,
-                base_url,
-                api_key,
-                *timeout,
-                client.clone(),
-            ))
+            let provider =
+                OpenAiProvider::new(&spec.name, base_url, api_key, *timeout, client.clone());
+            Arc::new(match streaming {
+                Some(settings) => provider.with_streaming(settings),
+                None => provider,
+            })
+        }
+        ProviderKind::Anthropic {
+            base_url,
+            api_key_env,
+            timeout,
+        } => {
+            let api_key = api_key_env.as_deref().and_then(env);
+            let provider =
+                AnthropicProvider::new(&spec.name, base_url, api_key, *timeout, client.clone());
+            Arc::new(match streaming {
+                Some(settings) => provider.with_streaming(settings),
+                None => provider,
+            })
         }
         _ => {
             return Err(BindError::Unsupported {

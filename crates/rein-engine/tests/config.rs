@@ -395,3 +395,59 @@ fn agent_tool_binds_to_a_child_agent_target() {
     let all = rein_engine::bind::bind_tools(&registry).unwrap_or_else(|e| panic!("{e}"));
     assert!(matches!(all["research"].target, ToolTarget::Agent(_)));
 }
+
+#[test]
+fn a_model_binding_gives_its_agents_their_chain_prices_and_provider_ceilings() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "rein.toml",
+        r#"
+[providers.main]
+kind = "openai"
+base_url = "http://127.0.0.1:1/v1"
+max_concurrency = 4
+[providers.main.prices."small"]
+input_per_mtok_usd = 1.0
+output_per_mtok_usd = 2.0
+
+[providers.backup]
+kind = "anthropic"
+base_url = "http://127.0.0.1:2/v1"
+
+[models.smart]
+provider = "main"
+model = "small"
+fallbacks = [{ provider = "backup", model = "claude" }]
+context_fallbacks = [{ provider = "main", model = "large" }]
+
+[agents.helper]
+model = "smart"
+system_prompt = "Help."
+[agents.helper.budget]
+wall_clock = "30s"
+"#,
+    );
+    let registry = load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let client = reqwest::Client::new();
+    let agent = rein_engine::bind::bind_agent(&registry, "helper", &client, &demo_env)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (agent.provider.name(), agent.model.as_str()),
+        ("main", "small")
+    );
+    assert!(agent.price.is_some(), "the primary's price");
+    let links = |l: &[rein_engine::run::ModelLink]| {
+        l.iter()
+            .map(|l| format!("{}/{}", l.provider.name(), l.model))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(links(&agent.fallbacks), vec!["backup/claude"]);
+    assert_eq!(links(&agent.context_fallbacks), vec!["main/large"]);
+    let ceilings: Vec<(&str, u32)> = agent
+        .provider_limits
+        .iter()
+        .map(|(p, n)| (p.as_str(), n.get()))
+        .collect();
+    assert_eq!(ceilings, vec![("main", 4)], "backup is unlimited");
+}

@@ -1284,3 +1284,30 @@ async fn a_cancelled_run_aborts_in_flight_and_still_compensates() {
     let events = kinds(&h, &out).await;
     assert!(events.iter().any(|(k, _)| *k == EventKind::RunCancelled));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_succeeded_run_is_never_reopened_by_a_resume() {
+    // A takeover that read `running` just before the owner finished must
+    // not drive the run's last step again.
+    let h = harness(Faults::none()).await;
+    let a = agent(&h.desk, script(json!([answer("done")])), false);
+    let out = run(&h, &a).await;
+    assert_eq!(out.report.outcome, rein_core::Outcome::Succeeded);
+    assert!(out.report.recoverable, "its report still says recoverable");
+    let again = h
+        .engine
+        .resume(&a, &rein_engine::run::AcceptAll, &out.run_id, None)
+        .await;
+    let Err(err) = again else {
+        panic!("a succeeded run is not resumed");
+    };
+    assert!(err.to_string().contains("succeeded"), "{err}");
+    let events = kinds(&h, &out).await;
+    assert_eq!(
+        events
+            .iter()
+            .filter(|(k, _)| *k == rein_core::EventKind::RunFinished)
+            .count(),
+        1
+    );
+}

@@ -197,6 +197,7 @@ fn report(outcome: Outcome) -> RunReport {
         },
         elapsed_ms: 2100,
         steps: 3,
+        models: Vec::new(),
         compensations: Vec::new(),
         handoff: None,
         resume: None,

@@ -145,6 +145,39 @@ pub struct AgentBinding {
     /// tools are in flight at once, whichever run makes them. A group not
     /// named here has no ceiling. Empty by default.
     pub group_limits: BTreeMap<String, NonZeroU32>,
+    /// Links tried in order after the primary (`provider`, `model`) when a
+    /// turn fails transiently (open circuit, 5xx, 429, a bare connection
+    /// error, a first byte that did not come in time) — never on 401/403,
+    /// cancellation or a content filter. Empty: the primary alone.
+    pub fallbacks: Vec<ModelLink>,
+    /// Larger-context links tried in order when a turn does not fit the
+    /// model's context window; the same model is never asked again.
+    pub context_fallbacks: Vec<ModelLink>,
+    /// Calls in flight at once per provider name (`max_concurrency`),
+    /// shared by every run of the engine; a call over the limit waits for a
+    /// slot within its deadline. A provider not named here is unlimited and
+    /// costs nothing extra.
+    pub provider_limits: BTreeMap<String, NonZeroU32>,
+}
+
+/// One `{provider, model}` link of a model binding's chain.
+#[derive(Clone)]
+pub struct ModelLink {
+    /// The provider that serves it.
+    pub provider: Arc<dyn ModelProvider>,
+    /// The model, as the provider names it.
+    pub model: String,
+    /// Its price, when known: a turn it answers is charged at it.
+    pub price: Option<Price>,
+}
+
+impl std::fmt::Debug for ModelLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelLink")
+            .field("provider", &self.provider.name())
+            .field("model", &self.model)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for AgentBinding {

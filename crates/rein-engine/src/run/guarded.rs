@@ -15,7 +15,7 @@ use rein_store::{LedgerMark, StepCommit};
 use serde_json::{Value, json};
 
 use super::binding::{ToolBinding, ToolTarget};
-use super::emitter::{Correlation, unix_ms};
+use super::emitter::{Correlation, Emitter, unix_ms};
 use super::{Engine, RunCtx, new_id};
 use crate::tool_http::Attempt;
 
@@ -124,12 +124,12 @@ impl Engine {
         }
 
         // 3. Breakers: the tool's arm, then its resource group's.
-        let tool_permit = match self.admit(ctx, &c, ArmKind::Tool, &tool.name) {
+        let tool_permit = match self.admit(&ctx.emitter, &c, ArmKind::Tool, &tool.name) {
             Ok(p) => p,
             Err(f) => return CallResult::refused(planned, tool.class, f),
         };
         let group_permit = match &tool.resource_group {
-            Some(group) => match self.admit(ctx, &c, ArmKind::ResourceGroup, group) {
+            Some(group) => match self.admit(&ctx.emitter, &c, ArmKind::ResourceGroup, group) {
                 Ok(p) => Some((group.clone(), p)),
                 Err(f) => {
                     self.release(ArmKind::Tool, &tool.name, tool_permit);
@@ -211,13 +211,27 @@ impl Engine {
         if sent == 0 {
             self.release(ArmKind::Tool, &tool.name, tool_permit);
         } else {
-            self.report_outcome(ctx, &c, ArmKind::Tool, &tool.name, tool_permit, verdict());
+            self.report_outcome(
+                &ctx.emitter,
+                &c,
+                ArmKind::Tool,
+                &tool.name,
+                tool_permit,
+                verdict(),
+            );
         }
         if let Some((group, p)) = group_permit {
             if sent == 0 {
                 self.release(ArmKind::ResourceGroup, &group, p);
             } else {
-                self.report_outcome(ctx, &c, ArmKind::ResourceGroup, &group, p, verdict());
+                self.report_outcome(
+                    &ctx.emitter,
+                    &c,
+                    ArmKind::ResourceGroup,
+                    &group,
+                    p,
+                    verdict(),
+                );
             }
         }
         if ledger.is_some() {
@@ -660,7 +674,7 @@ impl Engine {
     /// open arm gives the model a `circuit_open` failure and no call is made.
     pub(super) fn admit(
         &self,
-        ctx: &RunCtx<'_>,
+        emitter: &Emitter,
         c: &Correlation,
         kind: ArmKind,
         name: &str,
@@ -668,7 +682,7 @@ impl Engine {
         let now = self.clock.now();
         let admission = self.shared.breakers().admit(kind, name, now);
         if admission.transition.is_change() {
-            ctx.emitter.emit(
+            emitter.emit(
                 EventKind::BreakerStateChanged,
                 c,
                 json!({"arm": kind, "name": name, "transition": admission.transition}),
@@ -677,7 +691,7 @@ impl Engine {
         match admission.admit {
             Admit::Accepted(permit) => Ok(permit),
             Admit::Rejected { retry_after } => {
-                ctx.emitter.emit(
+                emitter.emit(
                     EventKind::CallRejected,
                     c,
                     json!({"arm": kind, "name": name, "reason": "circuit_open",
@@ -711,7 +725,7 @@ impl Engine {
     /// Reports a call's final outcome to one breaker arm.
     pub(super) fn report_outcome(
         &self,
-        ctx: &RunCtx<'_>,
+        emitter: &Emitter,
         c: &Correlation,
         kind: ArmKind,
         name: &str,
@@ -724,7 +738,7 @@ impl Engine {
             .breakers()
             .on_outcome(kind, name, permit, outcome, now);
         if transition.is_change() {
-            ctx.emitter.emit(
+            emitter.emit(
                 EventKind::BreakerStateChanged,
                 c,
                 json!({"arm": kind, "name": name, "transition": transition}),

@@ -17,6 +17,7 @@ mod binding;
 mod concurrency;
 mod emitter;
 mod guarded;
+mod model_chain;
 mod report;
 mod settle;
 mod tree;
@@ -25,10 +26,11 @@ mod tree_settle;
 pub use args::{ParsedArgs, parse_args};
 pub use binding::{
     AcceptAll, AgentBinding, AgentTarget, ArgValidator, DEFAULT_ALLOWANCE_FACTOR,
-    DEFAULT_COMPENSATION_RESERVE, ToolBinding, ToolTarget,
+    DEFAULT_COMPENSATION_RESERVE, ModelLink, ToolBinding, ToolTarget,
 };
 pub use emitter::{Correlation, Observer};
 pub use guarded::{CallResult, Planned};
+pub use model_chain::{ModelAnswer, ModelAsk, ModelBinding, ModelError, ModelReply};
 pub use report::End;
 pub use settle::{CompensationBinding, STRONG_COMPENSATION_ATTEMPTS};
 pub use tree::{AgentResolver, TreeLimits};
@@ -38,11 +40,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rein_core::breaker::{ArmKind, Breakers, BreakersConfig};
-use rein_core::deadline::{Budget, ChildCaps, Dimension, Exhausted, Need, Usage};
+use rein_core::breaker::{Breakers, BreakersConfig};
+use rein_core::deadline::{Budget, ChildCaps, Dimension, Exhausted, Usage};
 use rein_core::ids::IdError;
 use rein_core::loop_guard::{Action, FailureVerdict, LoopGuard, StateDigest, Verdict};
-use rein_core::retry::{GiveUpReason, RetryBudget, RetryDecision, RetryInput, RetryPolicy};
+use rein_core::retry::{RetryBudget, RetryDecision, RetryInput, RetryPolicy};
 use rein_core::{
     Category, Clock, ConfigError, EventKind, Failure, IntentId, LedgerRecord, Outcome, RunId,
     RunReport, TenantId, ToolClass, Weight,
@@ -119,6 +121,8 @@ struct Shared {
     retry_budgets: Mutex<HashMap<String, RetryBudget>>,
     rng: Mutex<StdRng>,
     slots: concurrency::GroupSlots,
+    /// Concurrency slots per provider (`max_concurrency`), by name.
+    provider_slots: concurrency::GroupSlots,
     live: tree::LiveRegistry,
 }
 
@@ -234,6 +238,7 @@ impl EngineBuilder {
                 retry_budgets: Mutex::new(HashMap::new()),
                 rng: Mutex::new(rng),
                 slots: concurrency::GroupSlots::default(),
+                provider_slots: concurrency::GroupSlots::default(),
                 live: tree::LiveRegistry::default(),
             },
             agents: self.agents,
@@ -309,6 +314,9 @@ pub(crate) struct RunCtx<'a> {
     /// What child runs started by this run's calls consumed, by intent,
     /// until the call's budget grant is settled with it.
     child_usage: std::sync::Mutex<HashMap<IntentId, Usage>>,
+    /// The models that answered this run's turns (`provider/model`), in
+    /// first-use order.
+    models: std::sync::Mutex<Vec<String>>,
 }
 
 /// A run's place in its agent tree: its parent, its depth (the root is 0)
@@ -340,7 +348,63 @@ impl Lineage {
     }
 }
 
+impl model_chain::TurnHost for RunCtx<'_> {
+    fn emitter(&self) -> &Emitter {
+        &self.emitter
+    }
+
+    fn cancelled(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(RunCtx::cancelled(self))
+    }
+
+    fn retry(&self) -> &RetryPolicy {
+        &self.agent.retry
+    }
+
+    fn model_latency(&self) -> rein_core::LatencyProfile {
+        self.agent.model_latency
+    }
+
+    fn provider_limits(&self) -> &std::collections::BTreeMap<String, std::num::NonZeroU32> {
+        &self.agent.provider_limits
+    }
+
+    fn calling(&self) {
+        self.provider_calls
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    fn spent(&self, tokens: u64) {
+        self.lineage
+            .tree
+            .tokens
+            .fetch_add(tokens, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    fn answered(&self, provider: &str, model: &str, usage: &crate::provider::TokenUsage) {
+        self.last_input_tokens
+            .store(usage.input, std::sync::atomic::Ordering::Release);
+        self.lineage
+            .tree
+            .tokens
+            .fetch_add(usage.total(), std::sync::atomic::Ordering::AcqRel);
+        self.answered_by(provider, model);
+    }
+}
+
 impl RunCtx<'_> {
+    /// Records that `provider`'s `model` answered a turn.
+    fn answered_by(&self, provider: &str, model: &str) {
+        let name = format!("{provider}/{model}");
+        let mut models = self
+            .models
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !models.contains(&name) {
+            models.push(name);
+        }
+    }
+
     /// Records what the child run of `intent` consumed.
     fn record_child_usage(&self, intent: &IntentId, used: Usage) {
         self.child_usage
@@ -712,6 +776,7 @@ impl Engine {
             validator,
             lineage,
             child_usage: std::sync::Mutex::new(HashMap::new()),
+            models: std::sync::Mutex::new(Vec::new()),
         };
         let _live = self.shared.live.register(&run_id, &ctx.cancel);
         ctx.emitter.emit(
@@ -843,6 +908,14 @@ impl Engine {
         // run without repeating side effects (partial success after a
         // rate limit, a budget raised since): its outcome is reopened.
         let reopen = record.status.is_finished();
+        // A run that succeeded has nothing left to do: reopening it would
+        // drive its last step again (a second model call, a second end).
+        if record.status == RunStatus::Finished(Outcome::Succeeded) {
+            return Err(EngineError::NotResumable {
+                run_id: run_id.clone(),
+                reason: "it succeeded; there is nothing left to continue".into(),
+            });
+        }
         if reopen && !record.report.as_ref().is_some_and(|r| r.recoverable) {
             return Err(EngineError::NotResumable {
                 run_id: run_id.clone(),
@@ -862,6 +935,23 @@ impl Engine {
             });
         }
         let owner = self.claim(run_id, self.claim_hold(agent)).await?;
+        // Under the claim the status is authoritative (an owner records a
+        // run's end before it lets its claim go): a run that ended or was
+        // resumed by someone else between the read above and the claim is
+        // left alone.
+        let now_status = self.store.get_run(run_id).await?.map(|r| r.status);
+        if now_status != Some(record.status) {
+            if let Err(e) = self.store.release_lease_of(&claim_id(run_id), &owner).await {
+                tracing::warn!(run = %run_id, "cannot release the run's claim: {e}");
+            }
+            return Err(EngineError::NotResumable {
+                run_id: run_id.clone(),
+                reason: format!(
+                    "it changed while it was being claimed (it is now {})",
+                    now_status.map_or("gone", RunStatus::as_str)
+                ),
+            });
+        }
         let lost = CancellationToken::new();
         let _heartbeat = self.heartbeat(run_id, &owner, &lost);
         // Whatever the crashed process started (a command's process group,
@@ -893,12 +983,14 @@ impl Engine {
         // crash never refunds budget.
         let after_checkpoint: Vec<&rein_core::Event> =
             events.iter().filter(|e| e.step > done_step).collect();
+        // Failed calls count too: what a cut stream consumed is charged.
         let interrupted_tokens: (u64, u64) = after_checkpoint
             .iter()
-            .filter(|e| e.kind == EventKind::ModelCallFinished && e.data["ok"] == true)
+            .filter(|e| e.kind == EventKind::ModelCallFinished)
             .fold((0, 0), |(i, o), e| {
                 (
-                    i + e.data["usage"]["input"].as_u64().unwrap_or(0),
+                    i + e.data["usage"]["input"].as_u64().unwrap_or(0)
+                        + e.data["tokens_spent"].as_u64().unwrap_or(0),
                     o + e.data["usage"]["output"].as_u64().unwrap_or(0),
                 )
             });
@@ -1036,6 +1128,19 @@ impl Engine {
                 "continued after step {done_step}; completed steps were not run again; effects in doubt were repeated only with their original idempotency keys, irreversible ones never"
             ),
         };
+        // The models that answered before the interruption stay on record.
+        let mut answered_so_far: Vec<String> = Vec::new();
+        for e in &events {
+            if e.kind == EventKind::ModelCallFinished
+                && e.data["ok"] == true
+                && let (Some(p), Some(m)) = (e.data["provider"].as_str(), e.data["model"].as_str())
+            {
+                let name = format!("{p}/{m}");
+                if !answered_so_far.contains(&name) {
+                    answered_so_far.push(name);
+                }
+            }
+        }
         let ctx = RunCtx {
             run_id: run_id.clone(),
             tenant: record.tenant.clone(),
@@ -1054,6 +1159,7 @@ impl Engine {
             validator,
             lineage,
             child_usage: std::sync::Mutex::new(HashMap::new()),
+            models: std::sync::Mutex::new(answered_so_far),
         };
         let _live = self.shared.live.register(run_id, &ctx.cancel);
         ctx.emitter.emit(
@@ -1067,6 +1173,8 @@ impl Engine {
         );
         let commit = StepCommit {
             reopen,
+            // Atomic with the claim check above: nobody changed it since.
+            expect_status: Some(record.status),
             status: Some(StatusChange {
                 status: RunStatus::Running,
                 report: None,
@@ -1075,7 +1183,26 @@ impl Engine {
             events: ctx.emitter.drain(),
             ..StepCommit::default()
         };
-        self.store.commit_step(run_id, commit).await?;
+        if let Err(e) = self.store.commit_step(run_id, commit).await {
+            // Not resumed: the claim must not keep others out until it
+            // expires.
+            if let Err(release) = self
+                .store
+                .release_lease_of(&claim_id(run_id), &ctx.claim_owner)
+                .await
+            {
+                tracing::warn!(run = %run_id, "cannot release the run's claim: {release}");
+            }
+            return Err(match e {
+                StoreError::Conflict {
+                    what: "run status", ..
+                } => EngineError::NotResumable {
+                    run_id: run_id.clone(),
+                    reason: "it changed while it was being resumed".into(),
+                },
+                other => other.into(),
+            });
+        }
         let state = LoopState {
             budget,
             full_deadline,
@@ -1158,15 +1285,14 @@ impl Engine {
 
                 // A resumed turn replays its persisted plan instead of asking
                 // the model again: the intents, their ids and keys are durable.
-                let (response, prior, prior_ids) = match resumed.take() {
-                    Some(turn) => (turn.response, turn.prior, turn.intent_ids),
-                    None => match self.model_turn(ctx, &messages, &budget, step).await {
-                        Ok(r) => (r, HashMap::new(), Vec::new()),
+                let (response, prior, prior_ids, price) = match resumed.take() {
+                    Some(turn) => (turn.response, turn.prior, turn.intent_ids, agent.price),
+                    None => match self.model_turn(ctx, &messages, &mut budget, step).await {
+                        Ok((response, price)) => (response, HashMap::new(), Vec::new(), price),
                         Err(end) => break end,
                     },
                 };
-                let cost = agent
-                    .price
+                let cost = price
                     .map(|p| p.cost(response.usage.input, response.usage.output))
                     .unwrap_or_default();
                 let usage = Usage {
@@ -1395,6 +1521,11 @@ impl Engine {
         let now = self.clock.now();
         let elapsed_ms = elapsed_before_ms + millis(now.saturating_duration_since(started));
         let mut report = report::build(&end, &calls, budget.used(), elapsed_ms, step);
+        report.models = ctx
+            .models
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
         report.resume = resume;
         if ctx.lost.is_cancelled() {
             // Another process took the run over and drives it now: no
@@ -1634,18 +1765,18 @@ impl Engine {
         results
     }
 
-    /// One model turn, with classified retries under the provider's breaker
-    /// arm and the run's deadline.
+    /// One model turn along the agent's model chain: each link with
+    /// classified retries under its provider's concurrency limit and
+    /// breaker arm, within the run's deadline; the next link on a transient
+    /// failure, a larger-context link on a context overflow.
     async fn model_turn(
         &self,
         ctx: &RunCtx<'_>,
         messages: &[Message],
-        budget: &Budget,
+        budget: &mut Budget,
         step: u32,
-    ) -> Result<ModelResponse, End> {
+    ) -> Result<(ModelResponse, Option<rein_core::registry::Price>), End> {
         let agent = ctx.agent;
-        let provider = agent.provider.name().to_owned();
-        let deadline = budget.deadline();
         let c = Correlation {
             step,
             ..Correlation::default()
@@ -1681,147 +1812,32 @@ impl Engine {
             tools: agent.tool_definitions.clone(),
             max_tokens,
         };
-        let mut attempt = 0u32;
-        self.deposit_request(&provider_target(&provider), &agent.retry);
-        loop {
-            attempt += 1;
-            let now = self.clock.now();
-            if let Err(exhausted) = budget.check(&Need::time(agent.model_latency.p50()), now) {
-                ctx.emitter.emit(
-                    EventKind::BudgetExhausted,
-                    &c,
-                    json!({"scope": "model_call", "exhausted": exhausted}),
-                );
-                return Err(End::Budget(exhausted));
-            }
-            let permit = match self.admit(ctx, &c, ArmKind::Provider, &provider) {
-                Ok(p) => p,
-                Err(f) => {
-                    return Err(End::ModelFailed(f.category(), f.human_message().to_owned()));
-                }
-            };
-            let allowance = deadline.remaining(now);
-            ctx.emitter.emit(
-                EventKind::ModelCallStarted,
+        let chain = model_chain::Chain {
+            primary: model_chain::LinkRef {
+                provider: &agent.provider,
+                model: &agent.model,
+                price: agent.price,
+            },
+            fallbacks: &agent.fallbacks,
+            context: &agent.context_fallbacks,
+        };
+        let answered = self
+            .ask_chain(
+                ctx,
                 &c,
-                json!({"provider": provider, "model": agent.model, "attempt": attempt,
-                       "allowance_ms": millis(allowance), "messages": request.messages.len()}),
-            );
-            ctx.provider_calls
-                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-            let call =
-                tokio::time::timeout(allowance, agent.provider.complete(&request, allowance));
-            let result = tokio::select! {
-                r = call => match r {
-                    Ok(r) => r,
-                    Err(_) => Err(
-                        Failure::new(&provider, Category::Timeout).with_human_message(format!(
-                            "{provider} did not answer within {allowance:?}"
-                        )),
-                    ),
-                },
-                () = ctx.cancelled() => {
-                    // The caller's cancellation is not the provider's fault.
-                    self.release(ArmKind::Provider, &provider, permit);
-                    ctx.emitter.emit(
-                        EventKind::RunCancelled,
-                        &c,
-                        json!({"reason": "cancelled by the caller", "aborted": "model_call",
-                               "provider": provider}),
-                    );
-                    return Err(End::Cancelled("cancelled by the caller during a model call".into()));
-                }
-            };
-            let now = self.clock.now();
-            let failure = match result {
-                Ok(response) => {
-                    ctx.last_input_tokens
-                        .store(response.usage.input, std::sync::atomic::Ordering::Release);
-                    ctx.lineage
-                        .tree
-                        .tokens
-                        .fetch_add(response.usage.total(), std::sync::atomic::Ordering::AcqRel);
-                    self.report_outcome(ctx, &c, ArmKind::Provider, &provider, permit, Ok(()));
-                    ctx.emitter.emit(
-                        EventKind::ModelCallFinished,
-                        &c,
-                        json!({"provider": provider, "attempt": attempt, "ok": true,
-                               "usage": response.usage, "finish": response.finish,
-                               "tool_calls": response.tool_calls.iter().map(|t| &t.name).collect::<Vec<_>>()}),
-                    );
-                    return Ok(response);
-                }
-                Err(f) => f,
-            };
-            self.report_outcome(ctx, &c, ArmKind::Provider, &provider, permit, Err(&failure));
-            ctx.emitter.emit(
-                EventKind::ModelCallFinished,
-                &c,
-                json!({"provider": provider, "attempt": attempt, "ok": false,
-                       "category": failure.category(), "reason": failure.human_message()}),
-            );
-            let input = RetryInput {
-                class: ToolClass::Read,
-                failure: &failure,
-                attempt,
-                deadline,
-                latency: agent.model_latency,
-                now,
-            };
-            let decision = self.decide(&provider_target(&provider), &agent.retry, &input);
-            match decision {
-                RetryDecision::Retry { delay, .. } => {
-                    ctx.emitter.emit(
-                        EventKind::RetryScheduled,
-                        &c,
-                        guarded::retry_scheduled(
-                            ("provider", &provider),
-                            &decision,
-                            deadline.remaining(now),
-                        ),
-                    );
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
-                        () = ctx.cancelled() => {
-                            return Err(End::Cancelled("cancelled by the caller while a model call waited to retry".into()));
-                        }
-                    }
-                }
-                RetryDecision::GiveUp { reason } => {
-                    ctx.emitter.emit(
-                        EventKind::RetryAbandoned,
-                        &c,
-                        json!({"provider": provider, "attempts": attempt, "reason": reason,
-                               "category": failure.category()}),
-                    );
-                    return Err(match reason {
-                        GiveUpReason::DeadlineTooClose { remaining, needed } => {
-                            End::Budget(Exhausted {
-                                dimension: Dimension::WallClock,
-                                needed: millis(needed),
-                                remaining: millis(remaining),
-                            })
-                        }
-                        GiveUpReason::ServerWaitBeyondDeadline {
-                            retry_after,
-                            remaining,
-                        } => End::Budget(Exhausted {
-                            dimension: Dimension::WallClock,
-                            needed: millis(retry_after),
-                            remaining: millis(remaining),
-                        }),
-                        _ => {
-                            End::ModelFailed(failure.category(), failure.human_message().to_owned())
-                        }
-                    });
-                }
-                RetryDecision::LookupByKey => {
-                    return Err(End::ModelFailed(
-                        failure.category(),
-                        failure.human_message().to_owned(),
-                    ));
-                }
-            }
+                chain,
+                &request,
+                budget,
+                model_chain::Mode::Complete,
+            )
+            .await?;
+        match answered.reply {
+            model_chain::Reply::Complete(response) => Ok((response, answered.price)),
+            // Not asked for: a run's turns are whole.
+            model_chain::Reply::Stream { .. } => Err(End::ModelFailed(
+                Category::Unknown,
+                "a streamed reply where a whole one was asked for".into(),
+            )),
         }
     }
 

@@ -136,6 +136,7 @@ pub fn build(
         consumed,
         elapsed_ms,
         steps,
+        models: Vec::new(),
         compensations: Vec::new(),
         handoff: None,
         resume: None,

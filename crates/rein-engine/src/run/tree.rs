@@ -163,10 +163,12 @@ impl Engine {
             .events(run, 0)
             .await?
             .iter()
-            .filter(|e| e.kind == rein_core::EventKind::ModelCallFinished && e.data["ok"] == true)
+            .filter(|e| e.kind == rein_core::EventKind::ModelCallFinished)
             .map(|e| {
+                // An answered call's usage; a failed one's tokens spent.
                 e.data["usage"]["input"].as_u64().unwrap_or(0)
                     + e.data["usage"]["output"].as_u64().unwrap_or(0)
+                    + e.data["tokens_spent"].as_u64().unwrap_or(0)
             })
             .sum())
     }
@@ -370,7 +372,7 @@ mod tests {
     use rein_store::{NewRun, SqliteStore, StepCommit, Store};
 
     /// A run of `agent` under `parent` whose model calls used `tokens`
-    /// (one answered call each), plus a failed call that must not count.
+    /// (one answered call each), plus a failed call that spent 5.
     async fn run_with_calls(
         store: &Arc<dyn Store>,
         id: &str,
@@ -402,7 +404,7 @@ mod tests {
             data: if ok {
                 json!({"ok": true, "usage": {"input": used - 1, "output": 1}})
             } else {
-                json!({"ok": false, "usage": {"input": 1000, "output": 1000}})
+                json!({"ok": false, "tokens_spent": 5})
             },
         };
         let mut events: Vec<Event> = tokens.iter().map(|t| event(true, *t)).collect();
@@ -434,9 +436,9 @@ mod tests {
         let lineage = engine.lineage_of(&RunId::new("a1").unwrap()).await.unwrap();
         assert_eq!(lineage.depth, 2);
         assert_eq!(lineage.parent, Some(RunId::new("a").unwrap()));
-        // Every run's own answered calls, the root's included; failed calls
-        // used nothing.
-        assert_eq!(lineage.tree.tokens.load(Ordering::Acquire), 180);
+        // Every run's own calls, the root's included; failed calls count
+        // what they spent.
+        assert_eq!(lineage.tree.tokens.load(Ordering::Acquire), 180 + 4 * 5);
         assert_eq!(lineage.tree.runs.load(Ordering::Acquire), 3, "child runs");
 
         let root = engine
@@ -446,7 +448,7 @@ mod tests {
         assert_eq!((root.depth, root.parent), (0, None));
         assert_eq!(
             root.tree.tokens.load(Ordering::Acquire),
-            180,
+            200,
             "the same tree"
         );
     }

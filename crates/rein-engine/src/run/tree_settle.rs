@@ -224,6 +224,7 @@ impl Engine {
                 tree: root.lineage.tree.clone(),
             },
             child_usage: std::sync::Mutex::new(HashMap::new()),
+            models: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -251,6 +252,7 @@ impl Engine {
                 consumed,
                 elapsed_ms: at_ms.saturating_sub(member.record.created_at_ms),
                 steps: consumed.steps,
+                models: Vec::new(),
                 compensations: Vec::new(),
                 handoff: None,
                 resume: None,

@@ -125,6 +125,9 @@ pub fn agent(desk: &OrderDesk, provider: Arc<dyn ModelProvider>, status_url: boo
         .into_iter()
         .collect(),
         group_limits: BTreeMap::new(),
+        fallbacks: Vec::new(),
+        context_fallbacks: Vec::new(),
+        provider_limits: BTreeMap::new(),
     }
 }
 

@@ -1,0 +1,742 @@
+//! Model chains: one turn asked along a binding's `{provider, model}`
+//! links, each under its provider's concurrency limit and breaker arm,
+//! with classified retries inside the caller's deadline.
+//!
+//! # Why here, and why a host
+//!
+//! A run's model turns and the OpenAI-compatible gateway's requests must
+//! behave alike: the same breakers (one arm per provider, shared by the
+//! engine), the same slots, the same fallback rules. The chain therefore
+//! talks to a [`TurnHost`] — a run, or a gateway request — for the few
+//! things that differ: where events go, what cancels the turn, which retry
+//! policy and provider ceilings apply, what an answer is charged to.
+//!
+//! # Rules (seed 004)
+//!
+//! - The next link is tried only after a transient failure: the local
+//!   circuit open, 5xx, 429, overload, a bare connection error, or no first
+//!   byte in time. Never after 401/403, cancellation or a content filter.
+//!   With a next link ready a transient failure moves on at once (another
+//!   provider is likelier to answer than a retry of a failing one); the
+//!   last link retries under the policy.
+//! - A context overflow goes to the next context-fallback link; the same
+//!   model is never asked again. Without one the turn fails at once.
+//! - A switch is never silent: `model_fallback_used` names the primary and
+//!   the link that answered; the answer carries that link's price and name.
+//! - When every link failed, the first failure (the root cause) is
+//!   surfaced, naming every link tried.
+//! - Streaming: a link is committed to once its first event arrived; before
+//!   that it may be retried or left like any failed call.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::num::NonZeroU32;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use rein_core::breaker::ArmKind;
+use rein_core::deadline::{Budget, Dimension, Exhausted, Need, Usage};
+use rein_core::registry::Price;
+use rein_core::retry::{GiveUpReason, RetryDecision, RetryInput, RetryPolicy};
+use rein_core::{Category, EventKind, Failure, LatencyProfile, ToolClass};
+use serde_json::json;
+
+use super::binding::ModelLink;
+use super::emitter::{Correlation, Emitter};
+use super::report::End;
+use super::{Engine, guarded, millis, provider_target};
+use crate::provider::{
+    ModelProvider, ModelRequest, ModelResponse, StreamEvent, StreamSettings, TokenUsage, TurnStream,
+};
+
+/// What a model turn is asked on behalf of: a run, or a gateway request.
+pub(crate) trait TurnHost: Send + Sync {
+    /// Where the turn's events go.
+    fn emitter(&self) -> &Emitter;
+    /// Resolves when the turn must stop (the caller cancelled).
+    fn cancelled(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+    /// The retry policy of model calls.
+    fn retry(&self) -> &RetryPolicy;
+    /// The latency profile of a model call.
+    fn model_latency(&self) -> LatencyProfile;
+    /// Calls in flight at once per provider name.
+    fn provider_limits(&self) -> &BTreeMap<String, NonZeroU32>;
+    /// A call is about to be sent.
+    fn calling(&self) {}
+    /// A failed call consumed `tokens` (charged to the host's budget by the
+    /// chain; this is for the host's own counters).
+    fn spent(&self, tokens: u64) {
+        let _ = tokens;
+    }
+    /// `provider`'s `model` answered, using `usage`.
+    fn answered(&self, provider: &str, model: &str, usage: &TokenUsage) {
+        let _ = (provider, model, usage);
+    }
+}
+
+/// A model binding's chain, borrowed: the primary, the links tried after a
+/// transient failure, and the larger-context links tried after an overflow.
+#[derive(Clone, Copy)]
+pub(crate) struct Chain<'a> {
+    pub(crate) primary: LinkRef<'a>,
+    pub(crate) fallbacks: &'a [ModelLink],
+    pub(crate) context: &'a [ModelLink],
+}
+
+/// One link of a chain, borrowed.
+#[derive(Clone, Copy)]
+pub(crate) struct LinkRef<'a> {
+    pub(crate) provider: &'a Arc<dyn ModelProvider>,
+    pub(crate) model: &'a str,
+    pub(crate) price: Option<Price>,
+}
+
+impl<'a> From<&'a ModelLink> for LinkRef<'a> {
+    fn from(link: &'a ModelLink) -> Self {
+        LinkRef {
+            provider: &link.provider,
+            model: &link.model,
+            price: link.price,
+        }
+    }
+}
+
+/// How a turn is wanted: whole, or as a stream (committed to a link at
+/// its first event).
+#[derive(Clone, Copy)]
+pub(crate) enum Mode {
+    /// The whole answer.
+    Complete,
+    /// A stream, with these first-byte and idle limits.
+    Stream(StreamSettings),
+}
+
+/// What a link gave.
+pub(crate) enum Reply {
+    /// The whole answer.
+    Complete(ModelResponse),
+    /// The first event, and the rest of the stream.
+    Stream {
+        first: StreamEvent,
+        rest: TurnStream,
+    },
+}
+
+/// A turn's answer and the link that gave it: cost and the model on record
+/// are the answering link's, never the primary's.
+pub(crate) struct Answered {
+    pub(crate) reply: Reply,
+    pub(crate) price: Option<Price>,
+    pub(crate) provider: String,
+    pub(crate) model: String,
+    /// Whether a link other than the primary answered.
+    pub(crate) fell_back: bool,
+}
+
+/// How one link ended without an answer.
+enum LinkEnd {
+    /// The turn moves on (a transient failure with a next link ready, or a
+    /// context overflow).
+    MoveOn(Failure),
+    /// The turn ends.
+    Stop(End),
+}
+
+/// Whether a failure moves a turn on to the next link. Never auth,
+/// cancellation or a content filter: a silent switch would mask a
+/// misconfiguration or the answering model's verdict.
+pub(crate) fn falls_back(category: Category) -> bool {
+    matches!(
+        category,
+        Category::CircuitOpen
+            | Category::Transient
+            | Category::RateLimited
+            | Category::Overloaded
+            | Category::Timeout
+    )
+}
+
+/// The end of a turn whose every link failed surfaces the first failure,
+/// naming every link tried.
+fn surface_first(end: End, moved_on: &[(String, String, Failure)], last: LinkRef<'_>) -> End {
+    let Some((_, _, first)) = moved_on.first() else {
+        return end;
+    };
+    match end {
+        End::ModelFailed(..) => {
+            let mut tried: Vec<String> = moved_on
+                .iter()
+                .map(|(p, m, _)| format!("{p}/{m}"))
+                .collect();
+            let last = format!("{}/{}", last.provider.name(), last.model);
+            if !tried.contains(&last) {
+                tried.push(last);
+            }
+            End::ModelFailed(
+                first.category(),
+                format!(
+                    "{} (every link failed; tried {})",
+                    first.human_message(),
+                    tried.join(", ")
+                ),
+            )
+        }
+        other => other,
+    }
+}
+
+impl Engine {
+    /// Asks one turn along `chain`. `base.model` is replaced by each link's.
+    pub(crate) async fn ask_chain(
+        &self,
+        host: &dyn TurnHost,
+        c: &Correlation,
+        chain: Chain<'_>,
+        base: &ModelRequest,
+        budget: &mut Budget,
+        mode: Mode,
+    ) -> Result<Answered, End> {
+        let mut transient: VecDeque<LinkRef<'_>> =
+            chain.fallbacks.iter().map(LinkRef::from).collect();
+        let mut context: VecDeque<LinkRef<'_>> = chain.context.iter().map(LinkRef::from).collect();
+        let mut link = chain.primary;
+        // Each link that failed, and the failure that moved the turn on.
+        let mut moved_on: Vec<(String, String, Failure)> = Vec::new();
+        loop {
+            let request = ModelRequest {
+                model: link.model.to_owned(),
+                ..base.clone()
+            };
+            let outcome = self
+                .call_link(host, c, link, &request, budget, !transient.is_empty(), mode)
+                .await;
+            let failure = match outcome {
+                Ok(reply) => {
+                    if !moved_on.is_empty() {
+                        host.emitter().emit(
+                            EventKind::ModelFallbackUsed,
+                            c,
+                            json!({
+                                "primary": {"provider": chain.primary.provider.name(),
+                                            "model": chain.primary.model},
+                                "answered": {"provider": link.provider.name(), "model": link.model},
+                                "after": moved_on.iter().map(|(p, m, f)| json!({
+                                    "provider": p, "model": m, "category": f.category(),
+                                    "reason": f.human_message(),
+                                })).collect::<Vec<_>>(),
+                            }),
+                        );
+                    }
+                    return Ok(Answered {
+                        reply,
+                        price: link.price,
+                        provider: link.provider.name().to_owned(),
+                        model: link.model.to_owned(),
+                        fell_back: !moved_on.is_empty(),
+                    });
+                }
+                Err(LinkEnd::Stop(end)) => return Err(surface_first(end, &moved_on, link)),
+                Err(LinkEnd::MoveOn(f)) => f,
+            };
+            let overflow = failure.category() == Category::ContextOverflow;
+            let (category, message) = (failure.category(), failure.human_message().to_owned());
+            moved_on.push((
+                link.provider.name().to_owned(),
+                link.model.to_owned(),
+                failure,
+            ));
+            let next = if overflow {
+                // A larger window, never the same model again; its own
+                // transient failures are retried, not chained further.
+                transient.clear();
+                context.pop_front()
+            } else {
+                transient.pop_front()
+            };
+            match next {
+                Some(next) => link = next,
+                None => {
+                    return Err(surface_first(
+                        End::ModelFailed(category, message),
+                        &moved_on,
+                        link,
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Asks one link, with retries under the host's policy. A transient
+    /// failure moves on at once when a next link is `ready`; a context
+    /// overflow always does.
+    #[allow(clippy::too_many_arguments)]
+    async fn call_link(
+        &self,
+        host: &dyn TurnHost,
+        c: &Correlation,
+        link: LinkRef<'_>,
+        request: &ModelRequest,
+        budget: &mut Budget,
+        ready: bool,
+        mode: Mode,
+    ) -> Result<Reply, LinkEnd> {
+        let provider = link.provider.name().to_owned();
+        let model = link.model;
+        let deadline = budget.deadline();
+        let policy = *host.retry();
+        let latency = host.model_latency();
+        let emitter = host.emitter();
+        let gate = host
+            .provider_limits()
+            .get(&provider)
+            .map(|limit| self.shared.provider_slots.gate(&provider, *limit));
+        let stop_or_move = |failure: Failure| {
+            if ready {
+                LinkEnd::MoveOn(failure)
+            } else {
+                LinkEnd::Stop(End::ModelFailed(
+                    failure.category(),
+                    failure.human_message().to_owned(),
+                ))
+            }
+        };
+        let mut attempt = 0u32;
+        self.deposit_request(&provider_target(&provider), &policy);
+        loop {
+            attempt += 1;
+            let now = self.clock.now();
+            if let Err(exhausted) = budget.check(&Need::time(latency.p50()), now) {
+                emitter.emit(
+                    EventKind::BudgetExhausted,
+                    c,
+                    json!({"scope": "model_call", "exhausted": exhausted}),
+                );
+                return Err(LinkEnd::Stop(End::Budget(exhausted)));
+            }
+            // The provider's concurrency slot first (a wait in line, within
+            // the deadline and the caller's cancellation), then its breaker.
+            let slot = match &gate {
+                None => None,
+                Some(gate) => {
+                    let entered = tokio::select! {
+                        r = gate.enter(self.clock.as_ref(), deadline) => r,
+                        () = host.cancelled() => {
+                            return Err(LinkEnd::Stop(End::Cancelled(
+                                "cancelled by the caller while a model call waited for a slot".into(),
+                            )));
+                        }
+                    };
+                    match entered {
+                        Ok(slot) => {
+                            if !slot.waited.is_zero() {
+                                emitter.emit(
+                                    EventKind::ModelQueueWaited,
+                                    c,
+                                    json!({"provider": provider, "max_concurrency": gate.ceiling(),
+                                           "queue_wait_ms": millis(slot.waited), "expired": false}),
+                                );
+                            }
+                            Some(slot)
+                        }
+                        Err(expired) => {
+                            emitter.emit(
+                                EventKind::ModelQueueWaited,
+                                c,
+                                json!({"provider": provider, "max_concurrency": gate.ceiling(),
+                                       "queue_wait_ms": millis(expired.waited), "expired": true}),
+                            );
+                            return Err(stop_or_move(
+                                Failure::new(&provider, Category::Timeout).with_human_message(
+                                    format!(
+                                        "{provider} was not asked: no slot of its max_concurrency ({}) came within the call's deadline (waited {:?})",
+                                        gate.ceiling(),
+                                        expired.waited
+                                    ),
+                                ),
+                            ));
+                        }
+                    }
+                }
+            };
+            let permit = match self.admit(emitter, c, ArmKind::Provider, &provider) {
+                Ok(p) => p,
+                Err(f) => return Err(stop_or_move(f)),
+            };
+            let now = self.clock.now();
+            let allowance = deadline.remaining(now);
+            emitter.emit(
+                EventKind::ModelCallStarted,
+                c,
+                json!({"provider": provider, "model": model, "attempt": attempt,
+                       "allowance_ms": millis(allowance), "messages": request.messages.len(),
+                       "stream": matches!(mode, Mode::Stream(_))}),
+            );
+            host.calling();
+            let call = async {
+                match mode {
+                    Mode::Complete => link
+                        .provider
+                        .complete(request, allowance)
+                        .await
+                        .map(Reply::Complete),
+                    Mode::Stream(settings) => {
+                        let mut stream = link
+                            .provider
+                            .stream(request, settings.limits(allowance))
+                            .await?;
+                        match stream.next().await {
+                            Some(Ok(first)) => Ok(Reply::Stream {
+                                first,
+                                rest: stream,
+                            }),
+                            Some(Err(f)) => Err(f),
+                            None => Err(Failure::new(link.provider.name(), Category::Transient)
+                                .with_human_message(format!(
+                                    "{} ended its stream before any event",
+                                    link.provider.name()
+                                ))),
+                        }
+                    }
+                }
+            };
+            let result = tokio::select! {
+                r = tokio::time::timeout(allowance, call) => match r {
+                    Ok(r) => r,
+                    Err(_) => Err(
+                        Failure::new(&provider, Category::Timeout).with_human_message(format!(
+                            "{provider} did not answer within {allowance:?}"
+                        )),
+                    ),
+                },
+                () = host.cancelled() => {
+                    // The caller's cancellation is not the provider's fault.
+                    self.release(ArmKind::Provider, &provider, permit);
+                    emitter.emit(
+                        EventKind::RunCancelled,
+                        c,
+                        json!({"reason": "cancelled by the caller", "aborted": "model_call",
+                               "provider": provider}),
+                    );
+                    return Err(LinkEnd::Stop(End::Cancelled(
+                        "cancelled by the caller during a model call".into(),
+                    )));
+                }
+            };
+            drop(slot);
+            let now = self.clock.now();
+            let failure = match result {
+                Ok(reply) => {
+                    self.report_outcome(emitter, c, ArmKind::Provider, &provider, permit, Ok(()));
+                    if let Reply::Complete(response) = &reply {
+                        host.answered(&provider, model, &response.usage);
+                        let cost = link
+                            .price
+                            .map(|p| p.cost(response.usage.input, response.usage.output))
+                            .unwrap_or_default();
+                        emitter.emit(
+                            EventKind::ModelCallFinished,
+                            c,
+                            json!({"provider": provider, "model": model, "attempt": attempt, "ok": true,
+                                   "usage": response.usage, "cost_micros": cost.micros(),
+                                   "finish": response.finish,
+                                   "tool_calls": response.tool_calls.iter().map(|t| &t.name).collect::<Vec<_>>()}),
+                        );
+                    }
+                    return Ok(reply);
+                }
+                Err(f) => f,
+            };
+            self.report_outcome(
+                emitter,
+                c,
+                ArmKind::Provider,
+                &provider,
+                permit,
+                Err(&failure),
+            );
+            // A call that failed midway (a stream cut after the prompt was
+            // read) still consumed tokens: they are charged, so a run of
+            // failing streams cannot burn tokens outside its budget.
+            let spent = failure.tokens_spent();
+            emitter.emit(
+                EventKind::ModelCallFinished,
+                c,
+                json!({"provider": provider, "model": model, "attempt": attempt, "ok": false,
+                       "category": failure.category(), "reason": failure.human_message(),
+                       "tokens_spent": spent}),
+            );
+            if spent > 0 {
+                host.spent(spent);
+                let usage = Usage {
+                    steps: 0,
+                    tokens: spent,
+                    cost: link.price.map(|p| p.cost(spent, 0)).unwrap_or_default(),
+                };
+                if let Err(exhausted) = budget.charge(usage, now) {
+                    emitter.emit(
+                        EventKind::BudgetExhausted,
+                        c,
+                        json!({"scope": "model_call", "exhausted": exhausted,
+                               "reason": "tokens spent by failed model calls"}),
+                    );
+                    return Err(LinkEnd::Stop(End::Budget(exhausted)));
+                }
+            }
+            if failure.category() == Category::ContextOverflow
+                || (ready && falls_back(failure.category()))
+            {
+                return Err(LinkEnd::MoveOn(failure));
+            }
+            let input = RetryInput {
+                class: ToolClass::Read,
+                failure: &failure,
+                attempt,
+                deadline,
+                latency,
+                now,
+            };
+            let decision = self.decide(&provider_target(&provider), &policy, &input);
+            match decision {
+                RetryDecision::Retry { delay, .. } => {
+                    emitter.emit(
+                        EventKind::RetryScheduled,
+                        c,
+                        guarded::retry_scheduled(
+                            ("provider", &provider),
+                            &decision,
+                            deadline.remaining(now),
+                        ),
+                    );
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = host.cancelled() => {
+                            return Err(LinkEnd::Stop(End::Cancelled(
+                                "cancelled by the caller while a model call waited to retry".into(),
+                            )));
+                        }
+                    }
+                }
+                RetryDecision::GiveUp { reason } => {
+                    emitter.emit(
+                        EventKind::RetryAbandoned,
+                        c,
+                        json!({"provider": provider, "attempts": attempt, "reason": reason,
+                               "category": failure.category()}),
+                    );
+                    return Err(LinkEnd::Stop(match reason {
+                        GiveUpReason::DeadlineTooClose { remaining, needed } => {
+                            End::Budget(Exhausted {
+                                dimension: Dimension::WallClock,
+                                needed: millis(needed),
+                                remaining: millis(remaining),
+                            })
+                        }
+                        GiveUpReason::ServerWaitBeyondDeadline {
+                            retry_after,
+                            remaining,
+                        } => End::Budget(Exhausted {
+                            dimension: Dimension::WallClock,
+                            needed: millis(retry_after),
+                            remaining: millis(remaining),
+                        }),
+                        _ => {
+                            End::ModelFailed(failure.category(), failure.human_message().to_owned())
+                        }
+                    }));
+                }
+                RetryDecision::LookupByKey => {
+                    return Err(LinkEnd::Stop(End::ModelFailed(
+                        failure.category(),
+                        failure.human_message().to_owned(),
+                    )));
+                }
+            }
+        }
+    }
+}
+
+/// A model binding as callers outside a run ask it (the OpenAI-compatible
+/// gateway): its chain and the limits every call of it shares with runs.
+#[derive(Clone, Debug)]
+pub struct ModelBinding {
+    /// The binding's name (the `model` a gateway client sends).
+    pub name: String,
+    /// The first link.
+    pub primary: ModelLink,
+    /// Links tried in order after a transient failure.
+    pub fallbacks: Vec<ModelLink>,
+    /// Larger-context links tried in order after a context overflow.
+    pub context_fallbacks: Vec<ModelLink>,
+    /// Calls in flight at once per provider name, shared with runs.
+    pub provider_limits: BTreeMap<String, NonZeroU32>,
+    /// The retry policy of its calls.
+    pub retry: RetryPolicy,
+    /// The latency profile of a call, for retry and deadline decisions.
+    pub model_latency: LatencyProfile,
+    /// First-byte and idle limits when the caller streams.
+    pub stream: StreamSettings,
+}
+
+/// One request to a [`ModelBinding`].
+pub struct ModelAsk {
+    /// The request; its `model` is replaced by each link's.
+    pub request: ModelRequest,
+    /// How long the whole call may take, fallbacks and retries included.
+    pub deadline: std::time::Duration,
+    /// Whether the caller wants the answer as a stream.
+    pub stream: bool,
+    /// Fires when the caller went away.
+    pub cancel: tokio_util::sync::CancellationToken,
+    /// Sees every decision (slot waits, breaker transitions, retries,
+    /// fallbacks) as it happens.
+    pub observer: Option<super::Observer>,
+}
+
+/// A binding's answer and the link that gave it.
+pub struct ModelAnswer {
+    /// The provider that answered.
+    pub provider: String,
+    /// The model that answered.
+    pub model: String,
+    /// Whether a link other than the primary answered.
+    pub fell_back: bool,
+    /// Its price, when known.
+    pub price: Option<Price>,
+    /// The answer.
+    pub reply: ModelReply,
+}
+
+/// A whole answer, or a stream committed to the answering link: its first
+/// event already arrived, so failures from here on are in-band.
+pub enum ModelReply {
+    /// The whole answer.
+    Complete(ModelResponse),
+    /// The stream, first event included.
+    Stream(TurnStream),
+}
+
+/// Why a binding gave no answer.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct ModelError {
+    /// The failure's category (of the first link's failure when every link
+    /// failed).
+    pub category: Category,
+    /// For a human; names every link tried when all failed.
+    pub message: String,
+}
+
+/// The host of a call from outside a run.
+struct AskHost<'a> {
+    binding: &'a ModelBinding,
+    emitter: Emitter,
+    cancel: &'a tokio_util::sync::CancellationToken,
+}
+
+impl TurnHost for AskHost<'_> {
+    fn emitter(&self) -> &Emitter {
+        &self.emitter
+    }
+
+    fn cancelled(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(self.cancel.cancelled())
+    }
+
+    fn retry(&self) -> &RetryPolicy {
+        &self.binding.retry
+    }
+
+    fn model_latency(&self) -> LatencyProfile {
+        self.binding.model_latency
+    }
+
+    fn provider_limits(&self) -> &BTreeMap<String, NonZeroU32> {
+        &self.binding.provider_limits
+    }
+}
+
+impl Engine {
+    /// Asks `binding` one turn from outside a run — through the same
+    /// breaker arms, provider slots, retry budgets and fallback rules as
+    /// runs — within `ask.deadline`.
+    ///
+    /// # Errors
+    ///
+    /// [`ModelError`] when no link answered: the first failure's category
+    /// (`circuit_open`, `rate_limited`, `unauthorized`, `context_overflow`,
+    /// `budget_exhausted` when the deadline ran out, `cancelled`, …).
+    pub async fn ask_model(
+        &self,
+        binding: &ModelBinding,
+        ask: ModelAsk,
+    ) -> Result<ModelAnswer, ModelError> {
+        let limits = rein_core::deadline::BudgetLimits::new(
+            ask.deadline.max(std::time::Duration::from_millis(1)),
+        )
+        .map_err(|e| ModelError {
+            category: Category::InvalidArguments,
+            message: e.to_string(),
+        })?;
+        let mut budget = Budget::start(limits, self.clock.now());
+        let host = AskHost {
+            binding,
+            emitter: Emitter::new(
+                super::new_id::<rein_core::RunId>(),
+                self.clock.clone(),
+                ask.observer,
+            ),
+            cancel: &ask.cancel,
+        };
+        let chain = Chain {
+            primary: LinkRef::from(&binding.primary),
+            fallbacks: &binding.fallbacks,
+            context: &binding.context_fallbacks,
+        };
+        let mode = if ask.stream {
+            Mode::Stream(binding.stream)
+        } else {
+            Mode::Complete
+        };
+        let answered = self
+            .ask_chain(
+                &host,
+                &Correlation::default(),
+                chain,
+                &ask.request,
+                &mut budget,
+                mode,
+            )
+            .await;
+        // Nothing of a call outside a run is stored: the observer saw it.
+        drop(host.emitter.drain());
+        let answered = answered.map_err(|end| match end {
+            End::ModelFailed(category, message) => ModelError { category, message },
+            End::Budget(exhausted) => ModelError {
+                category: Category::BudgetExhausted,
+                message: format!("the call's deadline ran out: {exhausted}"),
+            },
+            End::Cancelled(message) => ModelError {
+                category: Category::Cancelled,
+                message,
+            },
+            other => ModelError {
+                category: Category::Unknown,
+                message: format!("{other:?}"),
+            },
+        })?;
+        let reply = match answered.reply {
+            Reply::Complete(response) => ModelReply::Complete(response),
+            Reply::Stream { first, rest } => ModelReply::Stream(Box::pin(
+                futures_util::stream::once(async { Ok(first) }).chain(rest),
+            )),
+        };
+        Ok(ModelAnswer {
+            provider: answered.provider,
+            model: answered.model,
+            fell_back: answered.fell_back,
+            price: answered.price,
+            reply,
+        })
+    }
+}

@@ -1,0 +1,304 @@
+//! Model chains on real parts: two mock model servers over loopback, the
+//! OpenAI-compatible provider, a real SQLite file. A turn moves to the next
+//! link only on a transient failure, never silently, and a provider that
+//! keeps failing is no longer asked once its breaker opened.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Harness, agent, harness, kinds, ms};
+use rein_core::registry::Price;
+use rein_core::{EventKind, Outcome};
+use rein_engine::provider::{ModelProvider, OpenAiProvider};
+use rein_engine::run::{AcceptAll, AgentBinding, ModelLink, RunOutput, RunRequest};
+use rein_testkit::mock_model::{MockModel, MockModelConfig, Reply};
+use rein_testkit::order_desk::Faults;
+use serde_json::Value;
+
+fn openai(name: &str, base_url: &str) -> Arc<dyn ModelProvider> {
+    Arc::new(OpenAiProvider::new(
+        name,
+        base_url,
+        None,
+        Duration::from_secs(5),
+        rein_engine::run::http_client().unwrap(),
+    ))
+}
+
+async fn mock(model: &str) -> MockModel {
+    MockModel::start_with(
+        MockModelConfig::default()
+            .with_model(model)
+            .with_fallback_text("answered"),
+    )
+    .await
+    .unwrap()
+}
+
+/// An agent whose primary is `primary` (model `primary-model`) with
+/// `backup` (model `backup-model`, priced) as its one fallback.
+fn chained(h: &Harness, primary: &str, backup: &str) -> AgentBinding {
+    let mut a = agent(&h.desk, openai("primary", primary), false);
+    a.model = "primary-model".into();
+    a.fallbacks = vec![ModelLink {
+        provider: openai("backup", backup),
+        model: "backup-model".into(),
+        price: Some(Price::new(
+            rein_core::deadline::Cost::from_micros(1_000_000),
+            rein_core::deadline::Cost::from_micros(1_000_000),
+        )),
+    }];
+    a
+}
+
+async fn ask(h: &Harness, a: &AgentBinding) -> RunOutput {
+    h.engine
+        .run(
+            a,
+            &AcceptAll,
+            RunRequest {
+                input: "Say something.".into(),
+                ..RunRequest::default()
+            },
+        )
+        .await
+        .unwrap()
+}
+
+fn events_of(all: &[(EventKind, Value)], kind: EventKind) -> Vec<Value> {
+    all.iter()
+        .filter(|(k, _)| *k == kind)
+        .map(|(_, d)| d.clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_failures_move_the_turn_to_the_next_link_and_say_so() {
+    let h = harness(Faults::none()).await;
+    for (why, reply) in [
+        ("503", Some(Reply::unavailable())),
+        ("429", Some(Reply::rate_limited(None))),
+        ("connection refused", None),
+    ] {
+        let primary = mock("primary-model").await;
+        let backup = mock("backup-model").await;
+        let primary_url = match reply {
+            Some(reply) => {
+                primary.push_reply(reply);
+                primary.openai_base_url()
+            }
+            // Nothing listens there.
+            None => "http://127.0.0.1:9/v1".to_owned(),
+        };
+        let a = chained(&h, &primary_url, &backup.openai_base_url());
+        let out = ask(&h, &a).await;
+        assert_eq!(
+            out.report.outcome,
+            Outcome::Succeeded,
+            "{why}: {:?}",
+            out.report
+        );
+        assert_eq!(out.report.answer.as_deref(), Some("answered"));
+        assert_eq!(backup.request_count(), 1, "{why}: the backup answered");
+        if reply_was_sent(why) {
+            assert_eq!(
+                primary.request_count(),
+                1,
+                "{why}: the primary was asked once"
+            );
+        }
+        let all = kinds(&h, &out).await;
+        let used = events_of(&all, EventKind::ModelFallbackUsed);
+        assert_eq!(used.len(), 1, "{why}: a switch is never silent");
+        assert_eq!(used[0]["primary"]["model"], "primary-model");
+        assert_eq!(used[0]["answered"]["provider"], "backup");
+        assert_eq!(used[0]["answered"]["model"], "backup-model");
+        // The answering model is on record, and its price is what was
+        // charged.
+        let finished = events_of(&all, EventKind::ModelCallFinished);
+        let ok = finished.iter().find(|e| e["ok"] == true).unwrap();
+        assert_eq!(ok["model"], "backup-model");
+        assert_eq!(
+            out.report.models,
+            vec!["backup/backup-model".to_owned()],
+            "{why}"
+        );
+        assert!(
+            out.report.consumed.cost.micros() > 0,
+            "{why}: priced at the backup's rate"
+        );
+    }
+}
+
+fn reply_was_sent(why: &str) -> bool {
+    why != "connection refused"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_failures_and_content_filters_never_fall_back() {
+    let h = harness(Faults::none()).await;
+    for (why, reply) in [
+        ("401", Reply::unauthorized()),
+        (
+            "content filter",
+            Reply::text("")
+                .with_finish_reason(rein_testkit::mock_model::FinishReason::ContentFilter),
+        ),
+    ] {
+        let primary = mock("primary-model").await;
+        let backup = mock("backup-model").await;
+        primary.push_reply(reply);
+        let a = chained(&h, &primary.openai_base_url(), &backup.openai_base_url());
+        let out = ask(&h, &a).await;
+        assert_ne!(out.report.outcome, Outcome::Succeeded, "{why}");
+        assert_eq!(backup.request_count(), 0, "{why}: never switched");
+        let all = kinds(&h, &out).await;
+        assert!(
+            events_of(&all, EventKind::ModelFallbackUsed).is_empty(),
+            "{why}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_that_keeps_failing_is_not_asked_once_its_circuit_opened() {
+    let h = harness(Faults::none()).await;
+    let primary = mock("primary-model").await;
+    let backup = mock("backup-model").await;
+    primary.push_replies((0..10).map(|_| Reply::server_error()));
+    let a = chained(&h, &primary.openai_base_url(), &backup.openai_base_url());
+    for run in 1..=6 {
+        let out = ask(&h, &a).await;
+        assert_eq!(
+            out.report.outcome,
+            Outcome::Succeeded,
+            "run {run}: {:?}",
+            out.report
+        );
+    }
+    // Five counted failures opened the primary's arm: the sixth turn went
+    // straight to the backup.
+    assert_eq!(primary.request_count(), 5);
+    assert_eq!(backup.request_count(), 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_overflow_goes_to_a_larger_window_and_never_to_the_same_model() {
+    let h = harness(Faults::none()).await;
+    let primary = mock("primary-model").await;
+    let large = mock("large-model").await;
+    primary.push_reply(Reply::context_length_exceeded());
+    let mut a = agent(
+        &h.desk,
+        openai("primary", &primary.openai_base_url()),
+        false,
+    );
+    a.model = "primary-model".into();
+    a.context_fallbacks = vec![ModelLink {
+        provider: openai("large", &large.openai_base_url()),
+        model: "large-model".into(),
+        price: None,
+    }];
+    let out = ask(&h, &a).await;
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:?}", out.report);
+    assert_eq!(primary.request_count(), 1);
+    assert_eq!(large.request_count(), 1);
+
+    // Without a larger window: failed at once, the model asked once.
+    let primary = mock("primary-model").await;
+    primary.push_reply(Reply::context_length_exceeded());
+    let mut a = agent(
+        &h.desk,
+        openai("primary", &primary.openai_base_url()),
+        false,
+    );
+    a.model = "primary-model".into();
+    let out = ask(&h, &a).await;
+    assert_eq!(out.report.outcome, Outcome::Failed, "{:?}", out.report);
+    assert_eq!(primary.request_count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_every_link_fails_the_first_failure_is_surfaced_naming_every_link() {
+    let h = harness(Faults::none()).await;
+    let primary = mock("primary-model").await;
+    let backup = mock("backup-model").await;
+    primary.push_reply(Reply::rate_limited(None));
+    backup.push_replies((0..10).map(|_| Reply::unauthorized()));
+    let a = chained(&h, &primary.openai_base_url(), &backup.openai_base_url());
+    let out = ask(&h, &a).await;
+    assert_eq!(out.report.outcome, Outcome::Failed, "{:?}", out.report);
+    let summary = &out.report.summary;
+    assert!(
+        summary.contains("rate_limited") || summary.contains("429"),
+        "{summary}"
+    );
+    assert!(summary.contains("primary/primary-model"), "{summary}");
+    assert!(summary.contains("backup/backup-model"), "{summary}");
+    let _ = ms(0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_over_a_providers_limit_wait_in_line_and_never_exceed_it() {
+    let h = harness(Faults::none()).await;
+    let slow = MockModel::start_with(
+        MockModelConfig::default()
+            .with_fallback_text("answered")
+            .with_latency(ms(100)),
+    )
+    .await
+    .unwrap();
+    let mut a = agent(&h.desk, openai("primary", &slow.openai_base_url()), false);
+    a.provider_limits
+        .insert("primary".into(), std::num::NonZeroU32::new(2).unwrap());
+    let runs: Vec<_> = (0..6).map(|_| ask(&h, &a)).collect();
+    let outs = futures_util::future::join_all(runs).await;
+    for out in &outs {
+        assert_eq!(out.report.outcome, Outcome::Succeeded, "{:?}", out.report);
+    }
+    assert_eq!(
+        slow.request_count(),
+        6,
+        "every call waited instead of failing"
+    );
+    assert!(
+        slow.peak_in_flight() <= 2,
+        "peak {} over the limit",
+        slow.peak_in_flight()
+    );
+    let mut waited = 0;
+    for out in &outs {
+        waited += events_of(&kinds(&h, out).await, EventKind::ModelQueueWaited).len();
+    }
+    assert!(waited > 0, "some calls queued for a slot");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_byte_that_does_not_come_in_time_falls_back() {
+    let h = harness(Faults::none()).await;
+    let primary = mock("primary-model").await;
+    let backup = mock("backup-model").await;
+    primary.push_reply(Reply::text("late").with_stream_fault(
+        rein_testkit::mock_model::StreamFault::silent(Duration::from_secs(5)),
+    ));
+    let mut a = chained(&h, &primary.openai_base_url(), &backup.openai_base_url());
+    let streaming = rein_engine::provider::StreamSettings::new(ms(300), ms(300)).unwrap();
+    a.provider = Arc::new(
+        OpenAiProvider::new(
+            "primary",
+            &primary.openai_base_url(),
+            None,
+            Duration::from_secs(5),
+            rein_engine::run::http_client().unwrap(),
+        )
+        .with_streaming(streaming),
+    );
+    let out = ask(&h, &a).await;
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:?}", out.report);
+    let used = events_of(&kinds(&h, &out).await, EventKind::ModelFallbackUsed);
+    assert_eq!(used.len(), 1);
+    assert_eq!(used[0]["after"][0]["category"], "timeout", "{used:?}");
+}
