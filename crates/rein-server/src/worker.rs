@@ -58,6 +58,19 @@ async fn drive(state: &Arc<AppState>, record: RunRecord) -> bool {
     }
 }
 
+/// Whether the store still shows `run_id` as `running` (false when it
+/// cannot be read: taking over is never the safe default).
+async fn still_running(state: &AppState, run_id: &rein_core::RunId) -> bool {
+    match state.store.get_run(run_id).await {
+        Ok(Some(run)) => run.status == RunStatus::Running,
+        Ok(None) => false,
+        Err(e) => {
+            tracing::warn!(run = %run_id, "queue worker: cannot read the run's status: {e}");
+            false
+        }
+    }
+}
+
 /// Takes over queued work whose owner stopped renewing its claim: resumes
 /// it from its checkpoint, or dead-letters it after `max_attempts`.
 /// False when there was none (or another worker won it).
@@ -76,6 +89,17 @@ async fn take_over(state: &Arc<AppState>) -> bool {
             .as_ref()
             .is_none_or(|c| c.expires_at_ms <= now);
         if !standing.enqueued || !stale {
+            continue;
+        }
+        // NOTE: relies on the engine recording a run's end before it
+        // releases the claim (`Engine::drive`). The listing above is older
+        // than the claim just read: a run that ended in between has no
+        // claim any more, yet it is not abandoned. Read its status again,
+        // after the claim: only a run still `running` is taken over. A
+        // resume of an ended run would reopen a recoverable outcome and
+        // drive its last step a second time (issue 6's load test: ~3% of
+        // 1,000 runs on two servers finished twice).
+        if !still_running(state, &record.run_id).await {
             continue;
         }
         let attempts = standing.resumes.saturating_add(1);

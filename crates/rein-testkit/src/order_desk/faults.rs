@@ -1,6 +1,7 @@
 //! Faults the order desk injects into its own answers.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -138,17 +139,68 @@ impl From<FaultSpec> for Fault {
 
 /// The faults planned for one tool.
 ///
-/// Each request takes the front of `queue`; once the queue is empty every
-/// request gets `always` (or no fault).
+/// Each request takes the front of `queue`; once the queue is empty, every
+/// [`every.n`](Every::n)-th request takes the next of `every`'s faults, and
+/// every other request gets `always` (or no fault).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolFaults {
     /// Faults for the next requests, one each, in order.
     #[serde(default)]
     pub queue: VecDeque<Fault>,
-    /// The fault for every request after the queue ran out.
+    /// A fault for every n-th request after the queue ran out.
+    #[serde(default)]
+    pub every: Option<Every>,
+    /// The fault for every request after the queue ran out (that `every`
+    /// does not fault).
     #[serde(default)]
     pub always: Option<Fault>,
+}
+
+/// A fault for every `n`-th request: a fixed rate of faults, deterministic.
+///
+/// # Why
+///
+/// A load test wants "10% of tool calls fail" without a random source: the
+/// n-th, 2n-th, 3n-th… request (counted once the queue ran out) takes the
+/// next of `faults` in turn, cycling, so a run of the test injects the same
+/// number of each kind. Which *run's* call is hit still depends on the
+/// order requests arrive in. An empty `faults` injects nothing.
+///
+/// JSON form: `{"n": 10, "faults": [{"kind": "lose_response"}], "seen": 0}`
+/// (`seen` optional, default 0).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Every {
+    /// The period: 1 faults every request, 10 every tenth.
+    pub n: NonZeroU32,
+    /// The faults, taken in turn.
+    pub faults: Vec<Fault>,
+    /// Requests counted so far.
+    #[serde(default)]
+    pub seen: u64,
+}
+
+impl Every {
+    /// Every `n`-th request takes the next of `faults`, cycling.
+    pub fn new(n: NonZeroU32, faults: impl IntoIterator<Item = Fault>) -> Every {
+        Every {
+            n,
+            faults: faults.into_iter().collect(),
+            seen: 0,
+        }
+    }
+
+    /// Counts one request; the fault it takes, if it is an n-th one.
+    fn take(&mut self) -> Option<Fault> {
+        self.seen += 1;
+        let n = u64::from(self.n.get());
+        if self.faults.is_empty() || self.seen % n != 0 {
+            return None;
+        }
+        let turn = (self.seen / n - 1) % self.faults.len() as u64;
+        self.faults.get(usize::try_from(turn).unwrap_or(0)).cloned()
+    }
 }
 
 /// The fault plan of an order desk, per tool.
@@ -197,6 +249,28 @@ impl Faults {
         self
     }
 
+    /// Faults every `n`-th request to `tool` once its queue is empty, with
+    /// `faults` in turn (see [`Every`]).
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use rein_testkit::order_desk::{Fault, Faults};
+    /// let ten = NonZeroU32::new(10).ok_or("zero")?;
+    /// // 10% of calls: a lost response, then a 503, then a lost response…
+    /// let faults = Faults::none().every("get_order", ten, [Fault::LoseResponse, Fault::status(503)]);
+    /// assert!(!faults.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn every(
+        mut self,
+        tool: &str,
+        n: NonZeroU32,
+        faults: impl IntoIterator<Item = Fault>,
+    ) -> Faults {
+        self.tools.entry(tool.to_owned()).or_default().every = Some(Every::new(n, faults));
+        self
+    }
+
     /// Sets the fault every request to `tool` gets once its queue is empty.
     pub fn always(mut self, tool: &str, fault: Fault) -> Faults {
         self.tools.entry(tool.to_owned()).or_default().always = Some(fault);
@@ -210,9 +284,11 @@ impl Faults {
 
     /// Whether no request will get a fault.
     pub fn is_empty(&self) -> bool {
-        self.tools
-            .values()
-            .all(|t| t.queue.is_empty() && t.always.is_none())
+        self.tools.values().all(|t| {
+            t.queue.is_empty()
+                && t.always.is_none()
+                && t.every.as_ref().is_none_or(|e| e.faults.is_empty())
+        })
     }
 
     /// Checks every fault's status code.
@@ -222,7 +298,8 @@ impl Faults {
     /// [`TestkitError::InvalidFault`] for a status outside 400..=599.
     pub fn validate(&self) -> Result<(), TestkitError> {
         for (tool, faults) in &self.tools {
-            for fault in faults.queue.iter().chain(&faults.always) {
+            let every = faults.every.iter().flat_map(|e| &e.faults);
+            for fault in faults.queue.iter().chain(every).chain(&faults.always) {
                 fault.validate(tool)?;
             }
         }
@@ -240,7 +317,14 @@ impl Faults {
     /// The fault for the next request to `tool`, consuming it from the queue.
     pub(crate) fn take(&mut self, tool: &str) -> Option<Fault> {
         let faults = self.tools.get_mut(tool)?;
-        faults.queue.pop_front().or_else(|| faults.always.clone())
+        if let Some(fault) = faults.queue.pop_front() {
+            return Some(fault);
+        }
+        faults
+            .every
+            .as_mut()
+            .and_then(Every::take)
+            .or_else(|| faults.always.clone())
     }
 
     pub(crate) fn validate_one(tool: &str, fault: &Fault) -> Result<(), TestkitError> {
@@ -262,6 +346,57 @@ mod tests {
         assert_eq!(faults.take("t"), Some(Fault::status(503)));
         assert_eq!(faults.take("t"), Some(Fault::status(503)));
         assert_eq!(faults.take("other"), None);
+    }
+
+    #[test]
+    fn every_faults_each_nth_request_after_the_queue_cycling_its_faults() {
+        let three = NonZeroU32::new(3).unwrap();
+        let mut faults = Faults::none()
+            .then("t", Fault::status(429))
+            .every("t", three, [Fault::LoseResponse, Fault::status(503)])
+            .always("t", Fault::Delay(Duration::from_millis(1)));
+        let taken: Vec<Option<Fault>> = (0..8).map(|_| faults.take("t")).collect();
+        let delay = Some(Fault::Delay(Duration::from_millis(1)));
+        assert_eq!(
+            taken,
+            [
+                Some(Fault::status(429)),
+                delay.clone(),
+                delay.clone(),
+                Some(Fault::LoseResponse),
+                delay.clone(),
+                delay.clone(),
+                Some(Fault::status(503)),
+                delay,
+            ]
+        );
+    }
+
+    #[test]
+    fn every_with_no_faults_injects_nothing_and_counts_as_empty() {
+        let one = NonZeroU32::new(1).unwrap();
+        let mut faults = Faults::none().every("t", one, []);
+        assert!(faults.is_empty());
+        assert_eq!(faults.take("t"), None);
+    }
+
+    #[test]
+    fn every_validates_its_faults_and_round_trips() {
+        let ten = NonZeroU32::new(10).unwrap();
+        let bad = Faults::none().every("t", ten, [Fault::ApplyThenStatus { code: 302 }]);
+        assert!(matches!(
+            bad.validate(),
+            Err(TestkitError::InvalidFault { code: 302, .. })
+        ));
+        let good = Faults::none().every("t", ten, [Fault::ApplyThenStatus { code: 500 }]);
+        let json = serde_json::to_value(&good).unwrap();
+        assert_eq!(
+            json["t"]["every"],
+            serde_json::json!({"n": 10, "faults": [{"kind": "apply_then_status", "code": 500}], "seen": 0})
+        );
+        assert_eq!(serde_json::from_value::<Faults>(json).unwrap(), good);
+        let zero = serde_json::from_str::<Faults>(r#"{"t": {"every": {"n": 0, "faults": []}}}"#);
+        assert!(zero.is_err(), "a period of 0 is refused");
     }
 
     #[test]

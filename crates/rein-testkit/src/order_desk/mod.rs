@@ -43,7 +43,9 @@
 //!
 //! A [`Faults`] plan, given at start and changeable at any time through the
 //! handle or `POST /_faults`, gives each tool a queue of [`Fault`]s taken
-//! one per request, then an optional fault for every later request.
+//! one per request, then an optional fault for every n-th later request
+//! ([`Every`], a fixed fault rate), then an optional fault for every other
+//! later request.
 //! Status lookups take faults under `<tool>/status`.
 //!
 //! # Inspection
@@ -63,7 +65,7 @@ mod state;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub use faults::{DEMO_EMAIL_RETRY_AFTER, Fault, Faults, ToolFaults};
+pub use faults::{DEMO_EMAIL_RETRY_AFTER, Every, Fault, Faults, ToolFaults};
 pub use orders::{Item, Order, seed_orders};
 pub use records::{
     DeskLog, EffectKind, ErrorBody, ErrorDetail, ReinHeaders, RequestRecord, SideEffect,
