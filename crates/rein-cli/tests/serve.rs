@@ -2,30 +2,15 @@
 //! refuses to expose an unauthenticated API beyond loopback.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use rein_testkit::order_desk::{
     Fault, Faults, OrderDesk, OrderDeskConfig, SEND_EMAIL, UPDATE_DELIVERY_TIME,
 };
 
-fn example_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/order-desk")
-}
-
-/// The line where `rein serve` announces its address; the rest of its
-/// stderr (logs) is drained in the background so it never blocks.
-fn announced(stderr: std::process::ChildStderr) -> String {
-    let mut lines = BufReader::new(stderr).lines();
-    let found = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find(|l| l.contains("listening on http://"))
-        .unwrap_or_default();
-    std::thread::spawn(move || for _ in lines {});
-    found
-}
+mod common;
+use common::{Server, example_config, example_dir};
 
 fn rein() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rein"));
@@ -38,28 +23,15 @@ fn rein() -> Command {
 #[test]
 fn serve_announces_its_address_and_answers() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = rein()
-        .args(["serve", "--config"])
-        .arg(example_dir())
-        .args(["--listen", "127.0.0.1:0", "--data"])
-        .arg(dir.path().join("data/rein.db"))
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let line = announced(child.stderr.take().unwrap());
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_owned();
+    let server = Server::start(
+        &example_dir(),
+        &dir.path().join("data/rein.db"),
+        "http://127.0.0.1:1",
+    );
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (health, openapi) = runtime.block_on(async {
-        let health = reqwest::get(format!("http://{addr}/healthz"))
-            .await
-            .unwrap()
-            .status();
-        let doc: serde_json::Value = reqwest::get(format!("http://{addr}/openapi.json"))
+        let health = reqwest::get(server.url("/healthz")).await.unwrap().status();
+        let doc: serde_json::Value = reqwest::get(server.url("/openapi.json"))
             .await
             .unwrap()
             .json()
@@ -67,8 +39,7 @@ fn serve_announces_its_address_and_answers() {
             .unwrap();
         (health, doc)
     });
-    child.kill().unwrap();
-    child.wait().unwrap();
+    server.kill();
     assert_eq!(health, 200);
     assert!(openapi["paths"]["/v1/agents/{name}/runs"].is_object());
     assert!(
@@ -95,68 +66,14 @@ fn serve_refuses_an_open_api_off_loopback() {
     );
 }
 
-/// A `rein serve` process, started on a free port with `config` and `db`.
-struct Server {
-    child: std::process::Child,
-    addr: String,
-}
-
-impl Server {
-    fn start(config: &std::path::Path, db: &std::path::Path, desk: &str) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rein"))
-            .env("ORDER_DESK_URL", desk)
-            .env("MOCK_MODEL_URL", "http://127.0.0.1:2")
-            .env_remove("REIN_CRASH_AT")
-            .args(["serve", "--config"])
-            .arg(config)
-            .args(["--listen", "127.0.0.1:0", "--data"])
-            .arg(db)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let line = announced(child.stderr.take().unwrap());
-        let addr = line
-            .split("http://")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .to_owned();
-        Server { child, addr }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    /// SIGKILL: no graceful anything.
-    fn kill(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The example config with short leases and thresholds, so takeover and
 /// orphan detection happen within a test.
 fn fast_config(dir: &std::path::Path) -> PathBuf {
-    let mut config = std::fs::read_to_string(example_dir().join("rein.toml")).unwrap();
-    config.push_str(
-        "\n[server.queue]\nlease = \"3s\"\nworkers = 1\n\
+    example_config(
+        dir,
+        "[server.queue]\nlease = \"3s\"\nworkers = 1\n\
          [server.reconciliation]\nheartbeat_interval = \"1s\"\norphan_threshold = \"4s\"\nscan_interval = \"1s\"\n",
-    );
-    std::fs::write(dir.join("rein.toml"), config).unwrap();
-    std::fs::copy(
-        example_dir().join("demo.script.json"),
-        dir.join("demo.script.json"),
     )
-    .unwrap();
-    dir.join("rein.toml")
 }
 
 /// An order desk whose first update hangs for `secs`: the first owner

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use rein_core::Outcome;
@@ -17,6 +17,7 @@ use rein_store::{RunStatus, StoreError};
 use serde_json::json;
 
 use crate::auth::Tenant;
+use crate::extract::Segment;
 use crate::problem::Problem;
 use crate::runs::owned;
 use crate::state::AppState;
@@ -36,6 +37,7 @@ fn terminal(id: &str, status: &str) -> Problem {
     params(("id" = String, Path, description = "The run")),
     responses(
         (status = 202, description = "the cancellation was delivered (a queued run is cancelled)", body = Object),
+        (status = 401, description = "missing or invalid API key", body = Problem),
         (status = 404, description = "unknown run, or another tenant's", body = Problem),
         (status = 409, description = "the run already ended, or its live owner could not be reached", body = Problem),
     ),
@@ -44,7 +46,7 @@ fn terminal(id: &str, status: &str) -> Problem {
 pub async fn cancel_run(
     State(state): State<Arc<AppState>>,
     Tenant(tenant): Tenant,
-    Path(id): Path<String>,
+    Segment(id): Segment,
 ) -> Result<Response, Problem> {
     let record = owned(&state, &tenant, &id).await?;
     match record.status {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -23,6 +23,7 @@ use serde_json::json;
 use utoipa::IntoParams;
 
 use crate::auth::Tenant;
+use crate::extract::Segment;
 use crate::problem::Problem;
 use crate::runs::owned;
 use crate::state::AppState;
@@ -32,6 +33,7 @@ pub const POLL: Duration = Duration::from_millis(50);
 
 /// Query of the events endpoint.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct EventsQuery {
     /// Only events with a greater `seq`.
     pub after: Option<u64>,
@@ -93,14 +95,17 @@ fn live(
 #[utoipa::path(
     get, path = "/v1/runs/{id}/events", tag = "runs",
     params(("id" = String, Path, description = "The run"), EventsQuery),
-    responses((status = 200, description = "The events as JSON, or an SSE stream ending with run_finished", body = Object),
-              (status = 404, body = Problem)),
+    responses((status = 200, description = "The events as JSON, or an SSE stream ending with run_finished",
+               content((Object = "application/json"), (String = "text/event-stream"))),
+              (status = 400, description = "invalid query", body = Problem),
+              (status = 401, description = "missing or invalid API key", body = Problem),
+              (status = 404, description = "unknown run, or another tenant's", body = Problem)),
     security(("bearer" = []))
 )]
 pub async fn get_events(
     State(state): State<Arc<AppState>>,
     Tenant(tenant): Tenant,
-    Path(id): Path<String>,
+    Segment(id): Segment,
     query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, Problem> {

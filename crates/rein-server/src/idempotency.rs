@@ -6,7 +6,7 @@
 //! | same key, completed 2xx | stored status, body, content type and `Location` replayed, `Idempotency-Replayed: true` |
 //! | same key, still in progress | 409 `idempotency-in-progress` |
 //! | same key, different method, path or raw body | 422 `idempotency-mismatch` |
-//! | key longer than `max_key_length` | 400 `idempotency-key-invalid` |
+//! | key empty, longer than `max_key_length`, or not visible ASCII | 400 `idempotency-key-invalid` |
 //! | key on a body that sets `"stream": true` | 400 `idempotency-stream` |
 //! | idempotency disabled, header present | 501 `idempotency-disabled`; nothing executes |
 //! | the endpoint answers non-2xx or fails | the reservation is released |
@@ -62,9 +62,17 @@ pub fn key(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Option<
             detail,
         )
     };
+    // Visible ASCII only: no spaces or tabs (an HTTP header value may hold
+    // them, the store refuses control characters), so what the client
+    // sent is exactly the key. NOTE: the OpenAPI document's `pattern` for
+    // the header (`runs::create_run`) says the same.
     let key = value
         .to_str()
-        .map_err(|_| invalid("the Idempotency-Key header must be visible ASCII".into()))?;
+        .ok()
+        .filter(|k| k.bytes().all(|b| b.is_ascii_graphic()))
+        .ok_or_else(|| {
+            invalid("the Idempotency-Key header must be visible ASCII, without spaces".into())
+        })?;
     if key.is_empty() {
         return Err(invalid("the Idempotency-Key header is empty".into()));
     }

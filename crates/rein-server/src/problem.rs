@@ -109,12 +109,70 @@ impl Problem {
 
 impl From<rein_store::StoreError> for Problem {
     fn from(e: rein_store::StoreError) -> Problem {
-        if e.is_transient() {
-            Problem::unavailable(e.to_string())
-        } else {
-            Problem::internal(e.to_string())
+        use rein_store::StoreError;
+        match e {
+            // The request lost a race with another writer, or asked to
+            // change a run that already ended: the run's state, not a
+            // fault of rein.
+            StoreError::Conflict { .. } | StoreError::FinishedRun { .. } => Problem::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                "Conflict with the run's state",
+                e.to_string(),
+            ),
+            e if e.is_transient() => Problem::unavailable(e.to_string()),
+            e => Problem::internal(e.to_string()),
         }
     }
+}
+
+/// Turns an error answer that is not yet problem+json (axum's own: a
+/// method a route does not have, a request it cannot extract) into one,
+/// keeping its status and headers (`Allow` on a 405).
+///
+/// # Why
+///
+/// Clients branch on `type`; an error of any other shape is one they
+/// cannot read. The handlers answer with [`Problem`]s; this catches what
+/// the router answers before a handler runs.
+pub async fn plain_errors_as_problems(
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+    response: Response,
+) -> Response {
+    let status = response.status();
+    let is_problem = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|ct| ct.as_bytes().starts_with(b"application/problem+json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_problem {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    // axum's rejections are one short line.
+    let bytes = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
+    let title = status.canonical_reason().unwrap_or("Error");
+    let kind = match status {
+        StatusCode::BAD_REQUEST => "bad-request".to_owned(),
+        StatusCode::NOT_FOUND => "not-found".to_owned(),
+        StatusCode::PAYLOAD_TOO_LARGE => "payload-too-large".to_owned(),
+        _ => title.to_ascii_lowercase().replace(' ', "-"),
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let detail = match text.trim() {
+        // The router adds `Allow` after this layer has run.
+        _ if status == StatusCode::METHOD_NOT_ALLOWED => format!(
+            "{method} is not allowed on {}; the Allow header lists the methods that are",
+            uri.path()
+        ),
+        "" => format!("{method} {}: {title}", uri.path()),
+        text => text.to_owned(),
+    };
+    let problem = Problem::new(status, &kind, title, detail).into_response();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let (problem_parts, body) = problem.into_parts();
+    parts.headers.extend(problem_parts.headers);
+    Response::from_parts(parts, body)
 }
 
 impl IntoResponse for Problem {
@@ -127,5 +185,28 @@ impl IntoResponse for Problem {
             HeaderValue::from_static("application/problem+json"),
         );
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rein_store::StoreError;
+
+    #[test]
+    fn store_conflicts_are_409_and_unavailability_503() {
+        let conflict = Problem::from(StoreError::FinishedRun {
+            run_id: "r-1".into(),
+            outcome: rein_core::Outcome::Cancelled,
+            requested: rein_store::RunStatus::Running,
+        });
+        assert_eq!(
+            (conflict.status, conflict.kind.as_str()),
+            (409, "https://rein.dev/problems/conflict")
+        );
+        let down = Problem::from(StoreError::Unavailable("locked".into()));
+        assert_eq!(down.status, 503);
+        let broken = Problem::from(StoreError::Backend("disk".into()));
+        assert_eq!(broken.status, 500);
     }
 }

@@ -115,6 +115,13 @@ pub async fn close(
     closing: Closing<'_>,
 ) -> Result<(), rein_store::StoreError> {
     let at_ms = now_ms();
+    // What the run had consumed by its last checkpoint is what it cost: a
+    // run closed from outside still reports it (never zero for a run that
+    // worked for a while).
+    let consumed = match state.store.latest_checkpoint(&record.run_id).await {
+        Ok(Some(checkpoint)) => checkpoint.consumed,
+        _ => rein_core::deadline::Usage::default(),
+    };
     let report = RunReport {
         outcome: closing.outcome,
         completed: Vec::new(),
@@ -123,9 +130,10 @@ pub async fn close(
         recommendation: closing.recommendation.to_owned(),
         summary: closing.summary,
         answer: None,
-        consumed: rein_core::deadline::Usage::default(),
+        consumed,
         elapsed_ms: at_ms.saturating_sub(record.created_at_ms),
-        steps: 0,
+        steps: consumed.steps,
+        models: Vec::new(),
         compensations: Vec::new(),
         handoff: None,
         resume: None,
@@ -148,7 +156,7 @@ pub async fn close(
         .collect();
     events.push(event(
         EventKind::RunFinished,
-        json!({"outcome": closing.outcome, "steps": 0}),
+        json!({"outcome": closing.outcome, "steps": consumed.steps}),
     ));
     let commit = StepCommit {
         status: Some(StatusChange {

@@ -50,7 +50,7 @@
 //! | default | value |
 //! | --- | --- |
 //! | [`DEFAULT_IDEMPOTENCY_RETENTION`] | 24 h |
-//! | [`MAX_IDEMPOTENCY_KEY_LEN`] | 255 bytes |
+//! | [`MAX_IDEMPOTENCY_KEY_LEN`] | 1024 bytes |
 //!
 //! [`Store::reserve_idempotency`]: crate::Store::reserve_idempotency
 //! [`Store::release_idempotency`]: crate::Store::release_idempotency
@@ -73,8 +73,11 @@ use crate::error::StoreError;
 /// otherwise: 24 hours.
 pub const DEFAULT_IDEMPOTENCY_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 
-/// The longest idempotency key accepted, in bytes (as for rein's ids).
-pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
+/// The longest idempotency key accepted, in bytes: the largest
+/// `server.idempotency.max_key_length` a config may set, so that every key
+/// the server admits can be stored (a smaller bound here turned keys the
+/// config allows into internal errors).
+pub const MAX_IDEMPOTENCY_KEY_LEN: usize = rein_core::registry::MAX_KEY_LENGTH;
 
 /// The length of a fingerprint: a SHA-256 digest as hex.
 const FINGERPRINT_LEN: usize = 64;
