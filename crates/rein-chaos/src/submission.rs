@@ -42,6 +42,8 @@ pub async fn submit(
     let engine =
         rein_server::build_engine(&world.registry, store.clone(), client.clone(), Some(seed))
             .map_err(|e| setup("the server's engine", e.to_string()))?;
+    let models = rein_server::bind_models(&world.registry, &client)
+        .map_err(|e| setup("model bindings", e.to_string()))?;
     let state = Arc::new(AppState {
         registry: world.registry.clone(),
         schemas: CompiledSchemas::compile(&world.registry)
@@ -53,6 +55,7 @@ pub async fn submit(
         workers: usize::from(submission.queued),
         queue: Notify::new(),
         node: rein_server::state::node_id(),
+        models,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

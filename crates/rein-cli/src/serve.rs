@@ -58,6 +58,8 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         let engine = rein_server::build_engine(&registry, store.clone(), client.clone(), None)?;
         let workers = usize::try_from(settings.queue.workers.get()).unwrap_or(1);
         let keys = settings.api_keys.len();
+        let models = rein_server::bind_models(&registry, &client)
+            .context("cannot bind the [models.*] bindings")?;
         let state = Arc::new(AppState {
             registry,
             schemas,
@@ -68,6 +70,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             workers,
             queue: Notify::new(),
             node: rein_server::state::node_id(),
+            models,
         });
         let listener = tokio::net::TcpListener::bind(listen)
             .await

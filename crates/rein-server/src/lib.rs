@@ -12,6 +12,7 @@
 //! | module | job |
 //! | --- | --- |
 //! | [`runs`] | submit (sync or queued), status, ledger, handoff, resume |
+//! | [`gateway`] | the OpenAI-compatible `POST /v1/chat/completions` over model bindings |
 //! | [`idempotency`] | seed 004's `Idempotency-Key` table, in the store |
 //! | [`events`] | the event list and the live SSE stream |
 //! | [`cancel`] | cancellation |
@@ -19,13 +20,17 @@
 //! | [`recovery`] | runs whose process died: takeover, dead letter, orphans |
 //! | [`singleton`] | one owner per periodic service across processes |
 //! | [`auth`] | bearer keys → tenants |
-//! | [`problem`] | problem+json |
+//! | [`problem`] | problem+json, also for the router's own errors |
+//! | [`extract`] | extractors whose rejections are problems |
+//! | [`document`] | the OpenAPI document, with this server's limits |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod auth;
 pub mod cancel;
 pub mod events;
+pub mod extract;
+pub mod gateway;
 pub mod idempotency;
 pub mod problem;
 pub mod recovery;
@@ -56,11 +61,11 @@ use crate::problem::Problem;
     info(title = "rein", description = "Runs LLM agents safely against the real world."),
     paths(
         runs::create_run, runs::get_run, runs::get_ledger, runs::get_handoff, runs::resume_run,
-        events::get_events, cancel::cancel_run, healthz, readyz,
+        events::get_events, cancel::cancel_run, gateway::chat_completions, healthz, readyz,
     ),
-    components(schemas(runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, problem::Problem)),
-    modifiers(&Bearer),
-    tags((name = "runs", description = "Agent runs"), (name = "health", description = "Liveness and readiness"))
+    components(schemas(runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, problem::Problem, gateway::ChatRequest)),
+    modifiers(&Bearer, &ProblemJson),
+    tags((name = "runs", description = "Agent runs"), (name = "gateway", description = "OpenAI-compatible model calls through rein's breakers, fallbacks and limits"), (name = "health", description = "Liveness and readiness"))
 )]
 pub struct ApiDoc;
 
@@ -77,15 +82,83 @@ impl utoipa::Modify for Bearer {
     }
 }
 
+/// Every error is `application/problem+json` ([`Problem::into_response`]):
+/// the document says so for each response whose body is a [`Problem`],
+/// rather than each annotation repeating the content type.
+struct ProblemJson;
+
+impl utoipa::Modify for ProblemJson {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::RefOr;
+        const JSON: &str = "application/json";
+        const PROBLEM_JSON: &str = "application/problem+json";
+        let is_problem = |content: &utoipa::openapi::Content| match &content.schema {
+            Some(RefOr::Ref(r)) => r.ref_location.ends_with("/Problem"),
+            _ => false,
+        };
+        for item in openapi.paths.paths.values_mut() {
+            for operation in operations(item) {
+                for response in operation.responses.responses.values_mut() {
+                    let RefOr::T(response) = response else {
+                        continue;
+                    };
+                    if response.content.get(JSON).is_some_and(is_problem)
+                        && let Some(content) = response.content.shift_remove(JSON)
+                    {
+                        response.content.insert(PROBLEM_JSON.to_owned(), content);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn operations(
+    item: &mut utoipa::openapi::PathItem,
+) -> impl Iterator<Item = &mut utoipa::openapi::path::Operation> {
+    [
+        item.get.as_mut(),
+        item.put.as_mut(),
+        item.post.as_mut(),
+        item.delete.as_mut(),
+        item.options.as_mut(),
+        item.head.as_mut(),
+        item.patch.as_mut(),
+        item.trace.as_mut(),
+    ]
+    .into_iter()
+    .flatten()
+}
+
+/// The OpenAPI document of a server with `settings`: [`ApiDoc`] with the
+/// limits that come from the config (the longest `Idempotency-Key`), so a
+/// client, or a fuzzer, sees exactly what this server accepts.
+pub fn document(settings: &ServerSpec) -> utoipa::openapi::OpenApi {
+    use utoipa::openapi::RefOr;
+    use utoipa::openapi::schema::Schema;
+    let mut doc = ApiDoc::openapi();
+    for item in doc.paths.paths.values_mut() {
+        for operation in operations(item) {
+            let parameters = operation.parameters.iter_mut().flatten();
+            for parameter in parameters.filter(|p| p.name == idempotency::IDEMPOTENCY_KEY) {
+                if let Some(RefOr::T(Schema::Object(schema))) = parameter.schema.as_mut() {
+                    schema.max_length = Some(settings.idempotency.max_key_length);
+                }
+            }
+        }
+    }
+    doc
+}
+
 /// Liveness: the process answers.
-#[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, description = "alive")))]
+#[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, description = "alive", body = Object)))]
 pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
 
 /// Readiness: the store answers.
 #[utoipa::path(get, path = "/readyz", tag = "health",
-    responses((status = 200, description = "ready"), (status = 503, description = "the store is unavailable", body = Problem)))]
+    responses((status = 200, description = "ready", body = Object), (status = 503, description = "the store is unavailable", body = Problem)))]
 pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     match state.store.list_runs(1).await {
         Ok(_) => Json(json!({"status": "ready"})).into_response(),
@@ -95,8 +168,8 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-async fn openapi() -> Json<utoipa::openapi::OpenApi> {
-    Json(ApiDoc::openapi())
+async fn openapi(State(state): State<Arc<AppState>>) -> Json<utoipa::openapi::OpenApi> {
+    Json(document(&state.settings))
 }
 
 async fn no_route() -> Problem {
@@ -111,6 +184,8 @@ async fn no_route() -> Problem {
 /// The engine `rein serve` runs: claims with the queue lease (a process
 /// that dies hands its queued work to another worker), agent tools bound
 /// from `registry`, agent trees bounded by `[server.agent_graph]`.
+///
+/// See [`bind_models`] for the gateway's model bindings.
 ///
 /// # Errors
 ///
@@ -158,11 +233,15 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/runs/{id}/handoff", get(runs::get_handoff))
         .route("/v1/runs/{id}/resume", post(runs::resume_run))
         .route("/v1/runs/{id}/cancel", post(cancel::cancel_run))
+        .route("/v1/chat/completions", post(gateway::chat_completions))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi))
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::map_response(
+            problem::plain_errors_as_problems,
+        ))
         .with_state(state)
 }
 
@@ -204,4 +283,22 @@ pub async fn serve(
     axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+/// The `[models.*]` bindings the gateway answers, built once (their
+/// providers are stateless; the engine holds the breakers and slots they
+/// share with runs). API keys come from the process environment.
+///
+/// # Errors
+///
+/// When a binding's provider cannot be built.
+pub fn bind_models(
+    registry: &rein_engine::config::Registry,
+    client: &reqwest::Client,
+) -> Result<
+    std::collections::BTreeMap<String, rein_engine::run::ModelBinding>,
+    rein_engine::bind::BindError,
+> {
+    let env = |k: &str| std::env::var(k).ok();
+    rein_engine::bind::bind_models(registry, client, &env)
 }

@@ -5,19 +5,20 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rein_core::deadline::{BudgetLimits, Cost};
 use rein_core::{RunId, RunReport};
 use rein_engine::run::{AgentBinding, EngineError, RunRequest};
-use rein_store::{RunRecord, RunStatus};
+use rein_store::{RunRecord, RunStatus, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use crate::auth::Tenant;
+use crate::extract::Segment;
 use crate::idempotency;
 use crate::problem::Problem;
 use crate::state::AppState;
@@ -33,18 +34,71 @@ pub enum Mode {
     Queued,
 }
 
+/// The smallest cost limit a submission may set, in US dollars: one
+/// micro-dollar, the unit costs are counted in (a smaller one would round
+/// to a zero limit).
+///
+/// NOTE: the `minimum` of [`BudgetOverrides::max_cost_usd`] in the OpenAPI
+/// document repeats this value; change both together.
+pub const MIN_COST_USD: f64 = 0.000_001;
+
+/// The largest cost limit a submission may set, in US dollars: far above
+/// any real budget and well inside what a cost can hold.
+///
+/// NOTE: the `maximum` of [`BudgetOverrides::max_cost_usd`] in the OpenAPI
+/// document repeats this value; change both together.
+pub const MAX_COST_USD: f64 = 1e12;
+
 /// Limits a submission may lower (never raise) below the agent's own.
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetOverrides {
     /// Wall-clock limit in milliseconds.
+    #[serde(default, deserialize_with = "whole")]
+    #[schema(minimum = 1)]
     pub wall_clock_ms: Option<u64>,
     /// Step limit.
+    #[serde(default, deserialize_with = "whole")]
+    #[schema(minimum = 1)]
     pub max_steps: Option<u32>,
     /// Token limit.
+    #[serde(default, deserialize_with = "whole")]
+    #[schema(minimum = 1)]
     pub max_tokens: Option<u64>,
-    /// Cost limit in US dollars.
+    /// Cost limit in US dollars, from one micro-dollar to 10^12.
+    #[schema(minimum = 0.000001, maximum = 1000000000000.0)]
     pub max_cost_usd: Option<f64>,
+}
+
+/// A whole number, written `4064` or `4064.0`: JSON Schema's `integer`, and
+/// so the OpenAPI document, admits both, and clients whose numbers are all
+/// floats send the second.
+fn whole<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<u64>,
+{
+    use serde::de::Error;
+    let Some(number) = Option::<serde_json::Number>::deserialize(deserializer)? else {
+        return Ok(None);
+    };
+    let whole = number.as_u64().or_else(|| {
+        // Exactly representable whole floats only (below 2^53).
+        const EXACT: f64 = 9_007_199_254_740_992.0;
+        number
+            .as_f64()
+            .filter(|f| f.fract() == 0.0 && (0.0..EXACT).contains(f))
+            .map(|f| f as u64)
+    });
+    whole
+        .and_then(|n| T::try_from(n).ok())
+        .map(Some)
+        .ok_or_else(|| {
+            D::Error::custom(format!(
+                "invalid value: {number}, expected a whole number from 0 to 2^{} - 1",
+                std::mem::size_of::<T>() * 8
+            ))
+        })
 }
 
 /// `POST /v1/agents/{name}/runs`.
@@ -59,10 +113,10 @@ pub struct CreateRun {
     /// `sync` (default) or `queued`.
     #[serde(default)]
     pub mode: Mode,
-    /// Free-form metadata, returned as given.
+    /// Free-form metadata (a JSON object), returned as given.
     #[serde(default)]
-    #[schema(value_type = Object)]
-    pub metadata: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<serde_json::Map<String, Value>>,
 }
 
 /// A run as the API shows it.
@@ -74,11 +128,11 @@ pub struct RunView {
     pub agent: String,
     /// `queued`, `running`, or its outcome.
     pub status: String,
-    /// The report, once it ended.
-    #[schema(value_type = Object)]
+    /// The report, once it ended (`null` before).
+    #[schema(value_type = Option<Object>)]
     pub report: Option<RunReport>,
-    /// What it consumed so far (from its report when ended).
-    #[schema(value_type = Object)]
+    /// What it consumed, from its report once it ended (`null` before).
+    #[schema(value_type = Option<Object>)]
     pub consumed: Value,
     /// The parent run, for a child run.
     pub parent_run_id: Option<String>,
@@ -148,7 +202,17 @@ fn lower(agent: &mut AgentBinding, o: &BudgetOverrides) -> Result<(), Problem> {
     }
     let requested = o
         .max_cost_usd
-        .map(|usd| Cost::from_usd("budgets.max_cost_usd", usd))
+        .map(|usd| {
+            if (MIN_COST_USD..=MAX_COST_USD).contains(&usd) {
+                Cost::from_usd("budgets.max_cost_usd", usd)
+            } else {
+                Err(rein_core::ConfigError::OutOfRange {
+                    field: "budgets.max_cost_usd",
+                    expected: "from 0.000001 (one micro-dollar) to 1e12 dollars",
+                    found: usd.to_string(),
+                })
+            }
+        })
         .transpose()
         .map_err(|e| field("max_cost_usd", e))?;
     let cost = match (current.cost(), requested) {
@@ -186,6 +250,9 @@ pub struct Answer {
     pub body: Vec<u8>,
     /// `Location`, when the run has one.
     pub location: Option<String>,
+    /// Further headers (the gateway's `Rein-Model`); not stored with an
+    /// idempotent response, whose body carries the same facts.
+    pub headers: Vec<(&'static str, String)>,
 }
 
 impl IntoResponse for Answer {
@@ -199,6 +266,11 @@ impl IntoResponse for Answer {
         if let Some(location) = self.location.and_then(|l| HeaderValue::from_str(&l).ok()) {
             headers.insert(header::LOCATION, location);
         }
+        for (name, value) in self.headers {
+            if let Ok(value) = HeaderValue::from_str(&value) {
+                headers.insert(name, value);
+            }
+        }
         response
     }
 }
@@ -206,12 +278,17 @@ impl IntoResponse for Answer {
 /// Submits a run of agent `name`.
 #[utoipa::path(
     post, path = "/v1/agents/{name}/runs", tag = "runs",
+    // NOTE: the key's pattern is what `idempotency::key` accepts (visible
+    // ASCII); its `maxLength` is set from the config when served
+    // (`crate::document`).
     params(("name" = String, Path, description = "The agent, as named in the config"),
-           ("Idempotency-Key" = Option<String>, Header, description = "Makes the submission safe to retry")),
+           ("Idempotency-Key" = Option<String>, Header, nullable = false, min_length = 1, pattern = "^[!-~]+$",
+            description = "Makes the submission safe to retry: visible ASCII, at most `server.idempotency.max_key_length` characters")),
     request_body = CreateRun,
     responses(
         (status = 200, description = "sync: the run ended; its outcome and report", body = RunView),
-        (status = 202, description = "queued: the run is recorded; poll its Location", body = RunView),
+        (status = 202, description = "queued: the run is recorded; poll its Location", body = RunView,
+         headers(("Location" = String, description = "The run"))),
         (status = 400, description = "invalid body or idempotency key", body = Problem),
         (status = 401, description = "missing or invalid API key", body = Problem),
         (status = 404, description = "unknown agent", body = Problem),
@@ -225,7 +302,7 @@ impl IntoResponse for Answer {
 pub async fn create_run(
     State(state): State<Arc<AppState>>,
     Tenant(tenant): Tenant,
-    Path(name): Path<String>,
+    Segment(name): Segment,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -296,11 +373,12 @@ async fn submit(
                 created_at_ms: now,
                 updated_at_ms: now,
             });
-            view["metadata"] = request.metadata.unwrap_or(Value::Null);
+            view["metadata"] = request.metadata.map_or(Value::Null, Value::Object);
             Ok(Answer {
                 status: StatusCode::ACCEPTED,
                 body: serde_json::to_vec(&view).unwrap_or_default(),
                 location: Some(location(&run_id)),
+                headers: Vec::new(),
             })
         }
         Mode::Sync => {
@@ -325,11 +403,12 @@ async fn submit(
                 .await?
                 .ok_or_else(|| Problem::internal("the finished run vanished"))?;
             let mut view = json!(RunView::of(record));
-            view["metadata"] = request.metadata.unwrap_or(Value::Null);
+            view["metadata"] = request.metadata.map_or(Value::Null, Value::Object);
             Ok(Answer {
                 status: StatusCode::OK,
                 body: serde_json::to_vec(&view).unwrap_or_default(),
                 location: Some(location(&out.run_id)),
+                headers: Vec::new(),
             })
         }
     }
@@ -338,6 +417,19 @@ async fn submit(
 /// An engine error as a problem.
 pub fn engine_problem(e: EngineError) -> Problem {
     match e {
+        // The engine read the run as unfinished, and it finished before the
+        // engine could continue it (its worker ended it meanwhile): the
+        // run's state, not a fault of rein.
+        EngineError::Store(StoreError::FinishedRun {
+            run_id, outcome, ..
+        }) => Problem::new(
+            StatusCode::CONFLICT,
+            "not-resumable",
+            "Run cannot continue",
+            format!(
+                "run {run_id} ended as {outcome} meanwhile; resume it again if its report says it is recoverable"
+            ),
+        ),
         EngineError::Store(s) => s.into(),
         EngineError::NotResumable { run_id, reason } => Problem::new(
             StatusCode::CONFLICT,
@@ -368,13 +460,15 @@ pub async fn owned(
 #[utoipa::path(
     get, path = "/v1/runs/{id}", tag = "runs",
     params(("id" = String, Path, description = "The run")),
-    responses((status = 200, body = RunView), (status = 401, body = Problem), (status = 404, body = Problem)),
+    responses((status = 200, description = "The run", body = RunView),
+              (status = 401, description = "missing or invalid API key", body = Problem),
+              (status = 404, description = "unknown run, or another tenant's", body = Problem)),
     security(("bearer" = []))
 )]
 pub async fn get_run(
     State(state): State<Arc<AppState>>,
     Tenant(tenant): Tenant,
-    Path(id): Path<String>,
+    Segment(id): Segment,
 ) -> Result<Json<RunView>, Problem> {
     let record = owned(&state, &tenant, &id).await?;
     let run_id = record.run_id.clone();
@@ -394,13 +488,14 @@ pub async fn get_run(
     get, path = "/v1/runs/{id}/ledger", tag = "runs",
     params(("id" = String, Path, description = "The run")),
     responses((status = 200, description = "The ledger records in execution order", body = Object),
-              (status = 404, body = Problem)),
+              (status = 401, description = "missing or invalid API key", body = Problem),
+              (status = 404, description = "unknown run, or another tenant's", body = Problem)),
     security(("bearer" = []))
 )]
 pub async fn get_ledger(
     State(state): State<Arc<AppState>>,
     Tenant(tenant): Tenant,
-    Path(id): Path<String>,
+    Segment(id): Segment,
 ) -> Result<Json<Value>, Problem> {
     let record = owned(&state, &tenant, &id).await?;
     let ledger = state.store.ledger(&record.run_id).await?;
@@ -412,13 +507,14 @@ pub async fn get_ledger(
     get, path = "/v1/runs/{id}/handoff", tag = "runs",
     params(("id" = String, Path, description = "The run")),
     responses((status = 200, description = "The handoff package", body = Object),
+              (status = 401, description = "missing or invalid API key", body = Problem),
               (status = 404, description = "unknown run, or it has no handoff", body = Problem)),
     security(("bearer" = []))
 )]
 pub async fn get_handoff(
     State(state): State<Arc<AppState>>,
     Tenant(tenant): Tenant,
-    Path(id): Path<String>,
+    Segment(id): Segment,
 ) -> Result<Json<Value>, Problem> {
     let record = owned(&state, &tenant, &id).await?;
     match record.report.and_then(|r| r.handoff) {
@@ -437,14 +533,15 @@ pub async fn get_handoff(
     post, path = "/v1/runs/{id}/resume", tag = "runs",
     params(("id" = String, Path, description = "The run")),
     responses((status = 200, description = "The resumed run ended", body = RunView),
-              (status = 404, body = Problem),
+              (status = 401, description = "missing or invalid API key", body = Problem),
+              (status = 404, description = "unknown run, or another tenant's", body = Problem),
               (status = 409, description = "the run cannot be resumed", body = Problem)),
     security(("bearer" = []))
 )]
 pub async fn resume_run(
     State(state): State<Arc<AppState>>,
     Tenant(tenant): Tenant,
-    Path(id): Path<String>,
+    Segment(id): Segment,
 ) -> Result<Response, Problem> {
     let record = owned(&state, &tenant, &id).await?;
     if record.status == RunStatus::Queued {
@@ -473,6 +570,49 @@ pub async fn resume_run(
         status: StatusCode::OK,
         body: serde_json::to_vec(&RunView::of(record)).unwrap_or_default(),
         location: Some(location(&out.run_id)),
+        headers: Vec::new(),
     }
     .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_problem_when_the_run_finished_meanwhile_is_a_409() {
+        // A resume read the run as running; its worker ended it before the
+        // resume could continue it (found by the API fuzzer as a 500).
+        let problem = engine_problem(EngineError::Store(StoreError::FinishedRun {
+            run_id: "r-1".into(),
+            outcome: rein_core::Outcome::Succeeded,
+            requested: RunStatus::Running,
+        }));
+        assert_eq!(problem.status, 409);
+        assert!(problem.kind.ends_with("/not-resumable"), "{}", problem.kind);
+        assert!(problem.detail.contains("ended as succeeded meanwhile"));
+    }
+
+    #[test]
+    fn whole_numbers_may_be_written_as_floats_but_not_as_fractions() {
+        let parse = |budgets: &str| {
+            super::parse(format!(r#"{{"input": "x", "budgets": {budgets}}}"#).as_bytes())
+                .map(|r| r.budgets.unwrap_or_default())
+        };
+        let b = parse(r#"{"max_steps": 3.0, "max_tokens": 4064, "wall_clock_ms": null}"#).unwrap();
+        assert_eq!(
+            (b.max_steps, b.max_tokens, b.wall_clock_ms),
+            (Some(3), Some(4064), None)
+        );
+        for bad in [
+            r#"{"max_steps": 2.5}"#,
+            r#"{"max_steps": -1}"#,
+            r#"{"max_steps": 4294967296}"#,
+            r#"{"max_tokens": 1e300}"#,
+            r#"{"max_tokens": "7"}"#,
+        ] {
+            let problem = parse(bad).unwrap_err();
+            assert_eq!(problem.status, 400, "{bad}");
+        }
+    }
 }

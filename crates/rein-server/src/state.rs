@@ -34,6 +34,8 @@ pub struct AppState {
     pub queue: Notify,
     /// This process's identity in singleton elections.
     pub node: String,
+    /// The `[models.*]` bindings the gateway answers, by name.
+    pub models: std::collections::BTreeMap<String, rein_engine::run::ModelBinding>,
 }
 
 /// A node identity: this process on this host, unique per start.

@@ -48,6 +48,7 @@ struct Options {
     abandoned: Vec<&'static str>,
     idempotency_disabled: bool,
     body_limit: Option<usize>,
+    max_key_length: Option<usize>,
     faults: Option<Faults>,
 }
 
@@ -83,6 +84,9 @@ async fn start(options: Options) -> Api {
     if let Some(limit) = options.body_limit {
         settings.body_limit = limit;
     }
+    if let Some(length) = options.max_key_length {
+        settings.idempotency.max_key_length = length;
+    }
     if let Some(n) = options.max_attempts.and_then(std::num::NonZeroU32::new) {
         settings.queue.max_attempts = n;
     }
@@ -93,6 +97,7 @@ async fn start(options: Options) -> Api {
     let client = http_client().unwrap();
     let engine =
         rein_server::build_engine(&registry, store.clone(), client.clone(), Some(5)).unwrap();
+    let models = rein_server::bind_models(&registry, &client).unwrap();
     let state = Arc::new(AppState {
         schemas: CompiledSchemas::compile(&registry).unwrap(),
         registry,
@@ -103,6 +108,7 @@ async fn start(options: Options) -> Api {
         workers: options.workers,
         queue: Notify::new(),
         node: rein_server::state::node_id(),
+        models,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -567,6 +573,178 @@ async fn a_key_while_idempotency_is_disabled_is_501_and_nothing_runs() {
     problem(r, StatusCode::NOT_IMPLEMENTED, "idempotency-disabled").await;
     assert!(api.store.list_runs(10).await.unwrap().is_empty());
     assert_eq!(api.desk.requests().len(), 0);
+}
+
+/// What the API fuzzer (rein-cli's `tests/api_fuzz.rs`) found: input that
+/// was answered 500, or that the OpenAPI document and the server disagreed
+/// on. Each is a 4xx, or accepted, as documented.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inputs_the_api_fuzzer_found_are_answered_as_documented() {
+    let api = start(Options {
+        max_key_length: Some(1024),
+        ..Options::default()
+    })
+    .await;
+    let queued = json!({"input": "Move order A-1001.", "mode": "queued"}).to_string();
+    // A tab or a space in the key was stored as given, and the store
+    // refused the control character: 500.
+    for key in ["a\tb", "a b"] {
+        let r = api
+            .post(RUNS, ACME)
+            .header("Idempotency-Key", key)
+            .body(queued.clone())
+            .send()
+            .await
+            .unwrap();
+        problem(r, StatusCode::BAD_REQUEST, "idempotency-key-invalid").await;
+    }
+    // A key the config allows (up to 1024) but over the store's old 255
+    // bytes: 500.
+    let r = api
+        .post(RUNS, ACME)
+        .header("Idempotency-Key", "k".repeat(300))
+        .body(queued.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    // JSON Schema's integer admits 4064.0.
+    let r = api
+        .post(RUNS, ACME)
+        .body(r#"{"input": "x", "mode": "queued", "budgets": {"max_tokens": 4064.0, "max_steps": 3.0}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let r = api
+        .post(RUNS, ACME)
+        .body(r#"{"input": "x", "budgets": {"max_steps": 2.5}}"#)
+        .send()
+        .await
+        .unwrap();
+    let p = problem(r, StatusCode::BAD_REQUEST, "bad-request").await;
+    assert_eq!(p["field"], "budgets.max_steps", "{p}");
+    // Cost limits outside [one micro-dollar, 1e12], as documented.
+    for usd in ["0.0000001", "1e13"] {
+        let r = api
+            .post(RUNS, ACME)
+            .body(format!(
+                r#"{{"input": "x", "budgets": {{"max_cost_usd": {usd}}}}}"#
+            ))
+            .send()
+            .await
+            .unwrap();
+        let p = problem(r, StatusCode::BAD_REQUEST, "bad-request").await;
+        assert_eq!(p["field"], "budgets.max_cost_usd", "{p}");
+    }
+    // Metadata is an object, as documented.
+    let r = api
+        .post(RUNS, ACME)
+        .body(r#"{"input": "x", "metadata": "note"}"#)
+        .send()
+        .await
+        .unwrap();
+    let p = problem(r, StatusCode::BAD_REQUEST, "bad-request").await;
+    assert_eq!(p["field"], "metadata", "{p}");
+    let r = api
+        .post(RUNS, ACME)
+        .body(r#"{"input": "x", "mode": "queued", "metadata": {"ticket": 7}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let view: Value = r.json().await.unwrap();
+    assert_eq!(view["metadata"], json!({"ticket": 7}));
+    assert_eq!(view["report"], Value::Null, "documented as nullable");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_routers_own_errors_are_problems_too() {
+    let api = start(Options::default()).await;
+    // A segment that is not UTF-8 names no run and no agent (it was a
+    // plain-text 400).
+    let r = api.get("/v1/runs/%FF", ACME).send().await.unwrap();
+    problem(r, StatusCode::NOT_FOUND, "not-found").await;
+    let r = api
+        .post("/v1/agents/%FF/runs", ACME)
+        .body(r#"{"input": "x"}"#)
+        .send()
+        .await
+        .unwrap();
+    problem(r, StatusCode::NOT_FOUND, "not-found").await;
+    // A method the route does not have (it was an empty 405).
+    let r = api
+        .http
+        .delete(format!("{}/v1/runs/x", api.base))
+        .bearer_auth(ACME)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["allow"], "GET,HEAD");
+    let p = problem(r, StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed").await;
+    assert!(p["detail"].as_str().unwrap().contains("DELETE"), "{p}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_says_what_the_server_does() {
+    let api = start(Options {
+        max_key_length: Some(64),
+        ..Options::default()
+    })
+    .await;
+    let doc: Value = api
+        .http
+        .get(format!("{}/openapi.json", api.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let create = &doc["paths"]["/v1/agents/{name}/runs"]["post"];
+    let key = create["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "Idempotency-Key")
+        .unwrap();
+    assert_eq!(key["in"], "header");
+    assert_eq!(key["required"], false);
+    assert_eq!(key["schema"]["type"], "string", "{key}");
+    assert_eq!(key["schema"]["minLength"], 1);
+    assert_eq!(key["schema"]["maxLength"], 64, "from the config: {key}");
+    // `after` is a query parameter, not a path one.
+    let after = doc["paths"]["/v1/runs/{id}/events"]["get"]["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "after")
+        .unwrap();
+    assert_eq!(after["in"], "query");
+    assert_eq!(after["required"], false);
+    // Every error is problem+json, every authenticated operation can be 401.
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            for (status, response) in op["responses"].as_object().unwrap() {
+                if status.starts_with('4') || status.starts_with('5') {
+                    assert!(
+                        response["content"]["application/problem+json"].is_object(),
+                        "{method} {path} {status}: {response}"
+                    );
+                    assert!(response["content"]["application/json"].is_null());
+                }
+            }
+            if op["security"].is_array() {
+                assert!(
+                    op["responses"]["401"].is_object(),
+                    "{method} {path} documents 401"
+                );
+            }
+        }
+    }
+    let run = &doc["components"]["schemas"]["RunView"]["properties"];
+    assert_eq!(run["report"]["type"], json!(["object", "null"]));
+    assert_eq!(run["consumed"]["type"], json!(["object", "null"]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,212 @@
+//! The OpenAI-compatible gateway, driven by the official `openai` Python
+//! package with only its base URL changed: a chat, a streamed chat and a
+//! tool call through a real `rein serve` whose model binding points at the
+//! testkit's mock model, over loopback.
+//!
+//! The package comes from `.ci/run`'s venv (`$REIN_PYTHON`); without it this
+//! test says how to install it and passes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+
+use rein_testkit::mock_model::{MockModel, MockModelConfig, Reply};
+use serde_json::{Value, json};
+
+mod common;
+use common::Server;
+
+/// The gateway's bearer key and its SHA-256 (`printf %s KEY | sha256sum`).
+const KEY: &str = "rein-gateway-key";
+const KEY_SHA256: &str = "5266a8d2b07490eb2852a8a32974e26c4c24a59701709187f794d75d1b323310";
+
+/// A Python that can `import openai`, or why there is none.
+fn python() -> Result<String, String> {
+    let candidates = std::env::var("REIN_PYTHON")
+        .ok()
+        .into_iter()
+        .chain(["python3".to_owned()]);
+    for python in candidates {
+        let ok = Command::new(&python)
+            .args(["-c", "import openai"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ok {
+            return Ok(python);
+        }
+    }
+    Err(
+        "no Python with the `openai` package: run .ci/run (it installs it into \
+         ~/.cache/rein-venv and sets REIN_PYTHON), or `pip install openai`"
+            .into(),
+    )
+}
+
+fn config(dir: &std::path::Path, model_url: &str, key_sha256: &str) -> std::path::PathBuf {
+    let text = format!(
+        r#"
+[providers.mock]
+kind = "openai"
+base_url = "{model_url}"
+
+[providers.dead]
+kind = "openai"
+base_url = "http://127.0.0.1:9/v1"
+
+[models.chat]
+provider = "mock"
+model = "mock-model"
+
+# A primary nobody answers: every call falls back to the mock.
+[models.resilient]
+provider = "dead"
+model = "gone"
+fallbacks = [{{ provider = "mock", model = "mock-model" }}]
+
+[[server.api_keys]]
+tenant = "acme"
+sha256 = "{key_sha256}"
+name = "gateway-test"
+"#
+    );
+    std::fs::write(dir.join("rein.toml"), text).unwrap();
+    dir.join("rein.toml")
+}
+
+async fn mock() -> MockModel {
+    MockModel::start_with(MockModelConfig::default().with_fallback_text("fallback text"))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_openai_client_chats_streams_and_calls_tools_through_the_gateway() {
+    let python = match python() {
+        Ok(p) => p,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let model = mock().await;
+    model.push_replies([
+        Reply::text("Hello from the mock."),
+        Reply::text("Streamed hello, in pieces."),
+        Reply::tool_call("get_order", &json!({"order_id": "A-1001"})),
+        Reply::text("A-1001 has shipped."),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &model.openai_base_url(), KEY_SHA256);
+    let server = Server::start_with_env(&config, &dir.path().join("rein.db"), &[]);
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gateway_client.py");
+    let out = Command::new(&python)
+        .arg(&script)
+        .env("REIN_GATEWAY_URL", server.url("/v1"))
+        .env("REIN_API_KEY", KEY)
+        .env("REIN_MODEL", "chat")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the client failed:\n{stdout}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.log_tail()
+    );
+    let checks: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let check = |name: &str| -> &Value {
+        checks
+            .iter()
+            .find(|c| c["check"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {stdout}"))
+    };
+    let chat = check("chat");
+    assert_eq!(chat["content"], "Hello from the mock.");
+    assert_eq!(chat["finish_reason"], "stop");
+    assert_eq!(chat["rein_model"], "mock/mock-model");
+    assert_eq!(chat["rein_fallback"], "false");
+    assert!(chat["total_tokens"].as_u64().unwrap() > 0);
+
+    let stream = check("stream");
+    assert_eq!(stream["content"], "Streamed hello, in pieces.");
+    assert_eq!(stream["finish_reason"], "stop");
+    assert!(stream["total_tokens"].as_u64().unwrap() > 0);
+    assert!(
+        model.requests().iter().any(|r| r.stream()),
+        "the provider was asked to stream"
+    );
+
+    let tool = check("tool_call");
+    assert_eq!(tool["name"], "get_order");
+    assert_eq!(tool["arguments"], json!({"order_id": "A-1001"}));
+    assert_eq!(tool["finish_reason"], "tool_calls");
+    assert_eq!(check("tool_result")["content"], "A-1001 has shipped.");
+    // The tool's result reached the model as a tool message.
+    let last = model.last_request().unwrap();
+    assert!(
+        last.messages().iter().any(|m| m["role"] == "tool"),
+        "{:?}",
+        last.messages()
+    );
+
+    let unknown = check("unknown_model");
+    assert_eq!(unknown["raised"], true);
+    assert_eq!(unknown["status"], 404);
+    assert!(
+        unknown["message"].as_str().unwrap().contains("chat"),
+        "the error lists the known bindings: {unknown}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_says_which_model_answered_and_replays_idempotent_requests() {
+    let model = mock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &model.openai_base_url(), KEY_SHA256);
+    let server = Server::start_with_env(&config, &dir.path().join("rein.db"), &[]);
+    let client = reqwest::Client::new();
+    let body = r#"{"model": "resilient", "messages": [{"role": "user", "content": "Hi."}]}"#;
+    let post = || {
+        client
+            .post(server.url("/v1/chat/completions"))
+            .bearer_auth(KEY)
+            .header("content-type", "application/json")
+            .header("Idempotency-Key", "chat-1")
+            .body(body)
+            .send()
+    };
+    let first = post().await.unwrap();
+    assert_eq!(first.status(), 200);
+    assert_eq!(first.headers()["rein-model"], "mock/mock-model");
+    assert_eq!(first.headers()["rein-fallback"], "true");
+    let first: Value = first.json().await.unwrap();
+    assert_eq!(first["model"], "mock-model");
+    assert_eq!(first["choices"][0]["message"]["content"], "fallback text");
+
+    let again = post().await.unwrap();
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.headers()["idempotency-replayed"], "true");
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again, first, "the stored answer, byte for byte");
+    assert_eq!(model.request_count(), 1, "the model was asked once");
+
+    // Without a key: 401. A streaming request with a key: 400.
+    let anonymous = client
+        .post(server.url("/v1/chat/completions"))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+    let streamed_with_key = client
+        .post(server.url("/v1/chat/completions"))
+        .bearer_auth(KEY)
+        .header("Idempotency-Key", "chat-2")
+        .body(r#"{"model": "chat", "stream": true, "messages": [{"role": "user", "content": "Hi."}]}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(streamed_with_key.status(), 400);
+}

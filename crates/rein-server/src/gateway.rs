@@ -1,0 +1,681 @@
+//! The OpenAI-compatible gateway: `POST /v1/chat/completions`, answered by
+//! a configured model binding through the same breakers, fallback chains,
+//! provider slots and retry budgets as runs.
+//!
+//! # Why
+//!
+//! Teams want rein's guarantees for plain model calls too, from the
+//! clients they already use: an OpenAI SDK pointed at `rein serve` (only
+//! its base URL changed) gets a provider that stays up. The request's
+//! `model` names a `[models.*]` binding; the response says which model
+//! really answered (`Rein-Model`, `Rein-Fallback`, and the body's `model`).
+//!
+//! # Errors
+//!
+//! Errors are problem+json like the rest of the API, with an `error` member
+//! in OpenAI's shape (`message`, `type`, `code`) so the SDKs raise them
+//! with their message. A streamed answer that fails after its first event
+//! ends with an in-band `{"error": …}` event and no `[DONE]`: a truncated
+//! stream is never passed off as a complete answer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+use rein_core::Category;
+use rein_engine::provider::{
+    FinishReason, Message, ModelRequest, ModelResponse, StreamEvent, ToolCall,
+};
+use rein_engine::run::{ModelAnswer, ModelAsk, ModelError, ModelReply};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use utoipa::ToSchema;
+
+use crate::auth::Tenant;
+use crate::idempotency;
+use crate::problem::Problem;
+use crate::runs::Answer;
+use crate::state::AppState;
+
+/// The header naming the `provider/model` that answered.
+pub const MODEL_HEADER: &str = "Rein-Model";
+/// The header saying whether a link other than the primary answered.
+pub const FALLBACK_HEADER: &str = "Rein-Fallback";
+/// How long a gateway call may take when the client sets no
+/// `Rein-Deadline-Ms`.
+pub const DEFAULT_GATEWAY_DEADLINE: Duration = Duration::from_secs(120);
+
+/// An OpenAI-compatible chat completion.
+#[utoipa::path(
+    post, path = "/v1/chat/completions", tag = "gateway",
+    params(("Idempotency-Key" = Option<String>, Header, nullable = false, min_length = 1, pattern = "^[!-~]+$",
+            description = "Non-streaming requests only: makes the request safe to retry"),
+           ("Rein-Deadline-Ms" = Option<u64>, Header, nullable = false, minimum = 1,
+            description = "How long the call may take, fallbacks and retries included (default 120000)")),
+    request_body(content = ChatRequest, description = "OpenAI's chat completion request; `model` names a [models.*] binding"),
+    responses(
+        (status = 200, description = "the completion (JSON), or its chunks (`text/event-stream` when `stream: true`)", body = Object,
+         headers(("Rein-Model" = String, description = "provider/model that answered"),
+                 ("Rein-Fallback" = String, description = "true when a fallback link answered"))),
+        (status = 400, description = "invalid request, or the input does not fit any configured context window", body = Problem),
+        (status = 401, description = "missing or invalid API key", body = Problem),
+        (status = 404, description = "unknown model binding", body = Problem),
+        (status = 409, description = "the same Idempotency-Key is still in progress", body = Problem),
+        (status = 413, description = "body over the limit", body = Problem),
+        (status = 422, description = "the same Idempotency-Key with another request", body = Problem),
+        (status = 429, description = "every link is rate limited", body = Problem),
+        (status = 501, description = "Idempotency-Key sent while idempotency is disabled", body = Problem),
+        (status = 502, description = "every link failed", body = Problem),
+        (status = 503, description = "every link's circuit is open", body = Problem),
+        (status = 504, description = "the deadline ran out", body = Problem),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    Tenant(tenant): Tenant,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(BytesRejection::FailedToBufferBody(_)) => {
+            return Problem::too_large(state.settings.body_limit).into_response();
+        }
+        Err(e) => return Problem::bad_request(e.to_string()).into_response(),
+    };
+    let key = match idempotency::key(&state, &headers, &body) {
+        Ok(key) => key,
+        Err(problem) => return problem.into_response(),
+    };
+    let deadline = match deadline(&headers) {
+        Ok(d) => d,
+        Err(problem) => return problem.into_response(),
+    };
+    let chat = match parse(&body) {
+        Ok(chat) => chat,
+        Err(problem) => return problem.into_response(),
+    };
+    if chat.stream {
+        // Dropped with the response when the client goes away: the
+        // provider call is aborted with it.
+        return stream(state, chat, deadline).await;
+    }
+    match key {
+        None => match complete(state, chat, deadline).await {
+            Ok(answer) => answer.into_response(),
+            Err(problem) => problem.into_response(),
+        },
+        Some(key) => {
+            let path = "/v1/chat/completions";
+            let s = state.clone();
+            idempotency::guarded(&state, &tenant, &key, "POST", path, &body, move || {
+                complete(s, chat, deadline)
+            })
+            .await
+        }
+    }
+}
+
+/// A parsed request.
+struct Chat {
+    binding: String,
+    request: ModelRequest,
+    stream: bool,
+    include_usage: bool,
+}
+
+fn deadline(headers: &HeaderMap) -> Result<Duration, Problem> {
+    let Some(value) = headers.get(rein_core::deadline::DEADLINE_HEADER) else {
+        return Ok(DEFAULT_GATEWAY_DEADLINE);
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map(Duration::from_millis)
+        .ok_or_else(|| {
+            openai_problem(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "invalid_deadline",
+                "Rein-Deadline-Ms must be a positive number of milliseconds".into(),
+            )
+        })
+}
+
+/// An error both problem+json readers and OpenAI SDKs understand.
+fn openai_problem(status: StatusCode, kind: &str, code: &str, message: String) -> Problem {
+    Problem::new(
+        status,
+        &kind.replace('_', "-"),
+        "Chat completion failed",
+        message.clone(),
+    )
+    .with(json!({"error": {"message": message, "type": kind, "param": null, "code": code}}))
+}
+
+fn invalid(message: String) -> Problem {
+    openai_problem(
+        StatusCode::BAD_REQUEST,
+        "invalid_request_error",
+        "invalid_request",
+        message,
+    )
+}
+
+/// OpenAI's chat completion request, as far as the gateway reads it. The
+/// parser and the OpenAPI document are this one type, so what the
+/// document calls valid is exactly what is accepted; other members
+/// (`temperature`, `user`, …) are allowed and ignored.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct ChatRequest {
+    /// A `[models.*]` binding.
+    #[schema(min_length = 1)]
+    pub model: String,
+    /// The conversation so far.
+    #[schema(min_items = 1)]
+    pub messages: Vec<ChatMessage>,
+    /// Tools the model may call (the caller runs them).
+    #[serde(default)]
+    pub tools: Option<Vec<ChatTool>>,
+    /// The output ceiling (older name).
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub max_tokens: Option<u64>,
+    /// The output ceiling; wins over `max_tokens`.
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub max_completion_tokens: Option<u64>,
+    /// Whether to answer as server-sent events.
+    #[serde(default)]
+    pub stream: Option<bool>,
+    /// Streaming options.
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+}
+
+/// `stream_options`.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct StreamOptions {
+    /// Send a last chunk with the usage.
+    #[serde(default)]
+    pub include_usage: Option<bool>,
+}
+
+/// One message, by role.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum ChatMessage {
+    /// Instructions.
+    System {
+        /// The text.
+        content: Content,
+    },
+    /// Instructions (OpenAI's newer name for `system`).
+    Developer {
+        /// The text.
+        content: Content,
+    },
+    /// The user.
+    User {
+        /// The text.
+        content: Content,
+    },
+    /// An earlier answer, with the tool calls it made.
+    Assistant {
+        /// Its text, if any.
+        #[serde(default)]
+        content: Option<Content>,
+        /// Its tool calls, if any.
+        #[serde(default)]
+        tool_calls: Option<Vec<ChatToolCall>>,
+    },
+    /// A tool's result.
+    Tool {
+        /// The call it answers.
+        tool_call_id: String,
+        /// The result.
+        content: Content,
+    },
+}
+
+/// A message's text: a string, or text parts.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum Content {
+    /// Plain text.
+    Text(String),
+    /// Text parts, concatenated.
+    Parts(Vec<TextPart>),
+}
+
+/// A text part.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct TextPart {
+    /// Always `text` (the gateway carries text only).
+    #[serde(rename = "type")]
+    pub kind: TextKind,
+    /// The text.
+    pub text: String,
+}
+
+/// The kind of a text part.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TextKind {
+    /// Text.
+    Text,
+}
+
+/// The kind of a tool or tool call.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FunctionKind {
+    /// A function.
+    Function,
+}
+
+/// A tool call of an earlier answer.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct ChatToolCall {
+    /// The call's id.
+    pub id: String,
+    /// Always `function`.
+    #[serde(rename = "type")]
+    pub kind: FunctionKind,
+    /// What was called.
+    pub function: FunctionCall,
+}
+
+/// A function call.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct FunctionCall {
+    /// The tool.
+    pub name: String,
+    /// Its arguments, as JSON text.
+    pub arguments: String,
+}
+
+/// A tool the model may call.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+pub struct ChatTool {
+    /// Always `function`.
+    #[serde(rename = "type")]
+    pub kind: FunctionKind,
+    /// The function.
+    pub function: FunctionDef,
+}
+
+/// A function's definition.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+pub struct FunctionDef {
+    /// Its name.
+    pub name: String,
+    /// What it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Its arguments' JSON Schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub parameters: Option<Value>,
+}
+
+impl Content {
+    fn text(self) -> String {
+        match self {
+            Content::Text(text) => text,
+            Content::Parts(parts) => parts.into_iter().map(|p| p.text).collect(),
+        }
+    }
+}
+
+impl From<ChatMessage> for Message {
+    fn from(m: ChatMessage) -> Message {
+        match m {
+            ChatMessage::System { content } | ChatMessage::Developer { content } => {
+                Message::System {
+                    content: content.text(),
+                }
+            }
+            ChatMessage::User { content } => Message::User {
+                content: content.text(),
+            },
+            ChatMessage::Assistant {
+                content,
+                tool_calls,
+            } => Message::Assistant {
+                content: content.map(Content::text),
+                tool_calls: tool_calls
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|c| ToolCall {
+                        id: c.id,
+                        name: c.function.name,
+                        arguments: c.function.arguments,
+                    })
+                    .collect(),
+            },
+            ChatMessage::Tool {
+                tool_call_id,
+                content,
+            } => Message::Tool {
+                call_id: tool_call_id,
+                content: content.text(),
+            },
+        }
+    }
+}
+
+/// Reads OpenAI's request shape into rein's, naming the offending field.
+fn parse(body: &[u8]) -> Result<Chat, Problem> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let chat: ChatRequest = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        invalid(format!(
+            "the body is not a chat completion request: {path}: {}",
+            e.inner()
+        ))
+    })?;
+    if chat.model.is_empty() {
+        return Err(invalid(
+            "`model` must name a [models.*] binding; it is empty".into(),
+        ));
+    }
+    if chat.messages.is_empty() {
+        return Err(invalid("`messages` must not be empty".into()));
+    }
+    let max_tokens = chat.max_completion_tokens.or(chat.max_tokens);
+    if max_tokens == Some(0) || chat.max_tokens == Some(0) {
+        return Err(invalid("`max_tokens` must be at least 1".into()));
+    }
+    let tools = chat
+        .tools
+        .unwrap_or_default()
+        .iter()
+        .map(|t| serde_json::to_value(t).unwrap_or(Value::Null))
+        .collect();
+    Ok(Chat {
+        binding: chat.model,
+        request: ModelRequest {
+            model: String::new(),
+            messages: chat.messages.into_iter().map(Message::from).collect(),
+            tools,
+            max_tokens,
+        },
+        stream: chat.stream.unwrap_or(false),
+        include_usage: chat
+            .stream_options
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false),
+    })
+}
+
+/// Asks the binding; the unknown-binding and failure problems.
+async fn ask(
+    state: &AppState,
+    chat: &Chat,
+    deadline: Duration,
+    stream: bool,
+) -> Result<ModelAnswer, Problem> {
+    let Some(binding) = state.models.get(&chat.binding) else {
+        let known: Vec<&str> = state.models.keys().map(String::as_str).collect();
+        let message = format!(
+            "there is no model binding `{}`; known: {}",
+            chat.binding,
+            if known.is_empty() {
+                "none (define [models.NAME] in the config)".to_owned()
+            } else {
+                known.join(", ")
+            }
+        );
+        return Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            "model-not-found",
+            "Unknown model binding",
+            message.clone(),
+        )
+        .with(json!({
+            "error": {"message": message, "type": "invalid_request_error",
+                      "param": "model", "code": "model_not_found"},
+            "known_models": known,
+        })));
+    };
+    let ask = ModelAsk {
+        request: chat.request.clone(),
+        deadline,
+        stream,
+        cancel: rein_engine::run::CancellationToken::new(),
+        observer: None,
+    };
+    state
+        .engine
+        .ask_model(binding, ask)
+        .await
+        .map_err(|e| failed(&e))
+}
+
+/// The problem of a binding that gave no answer.
+fn failed(e: &ModelError) -> Problem {
+    let (status, kind) = match e.category {
+        Category::ContextOverflow => (StatusCode::BAD_REQUEST, "invalid_request_error"),
+        Category::InvalidArguments => (StatusCode::BAD_REQUEST, "invalid_request_error"),
+        Category::ContentBlocked => (StatusCode::BAD_REQUEST, "content_filter"),
+        Category::RateLimited => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error"),
+        Category::CircuitOpen | Category::Overloaded => {
+            (StatusCode::SERVICE_UNAVAILABLE, "service_unavailable")
+        }
+        Category::BudgetExhausted | Category::Timeout => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
+        // The provider refused rein's own credentials: a gateway
+        // misconfiguration, not the client's.
+        _ => (StatusCode::BAD_GATEWAY, "upstream_error"),
+    };
+    openai_problem(status, kind, e.category.as_str(), e.message.clone())
+}
+
+fn finish_reason(finish: FinishReason) -> &'static str {
+    match finish {
+        FinishReason::ToolCalls => "tool_calls",
+        FinishReason::Length => "length",
+        FinishReason::ContentFilter => "content_filter",
+        _ => "stop",
+    }
+}
+
+fn completion_id() -> String {
+    format!("chatcmpl-{}", uuid::Uuid::now_v7().simple())
+}
+
+fn unix_secs() -> u64 {
+    crate::recovery::now_ms() / 1000
+}
+
+fn tool_calls_json(calls: &[ToolCall]) -> Vec<Value> {
+    calls
+        .iter()
+        .map(|c| {
+            json!({"id": c.id, "type": "function",
+                   "function": {"name": c.name, "arguments": c.arguments}})
+        })
+        .collect()
+}
+
+/// A non-streaming completion, whole (so it can be stored and replayed).
+async fn complete(state: Arc<AppState>, chat: Chat, deadline: Duration) -> Result<Answer, Problem> {
+    let answer = ask(&state, &chat, deadline, false).await?;
+    let ModelReply::Complete(response) = answer.reply else {
+        return Err(Problem::internal(
+            "a stream where a whole answer was asked for",
+        ));
+    };
+    let body = completion_body(&answer.model, &response);
+    Ok(Answer {
+        status: StatusCode::OK,
+        body: serde_json::to_vec(&body).unwrap_or_default(),
+        location: None,
+        headers: vec![
+            (
+                MODEL_HEADER,
+                format!("{}/{}", answer.provider, answer.model),
+            ),
+            (FALLBACK_HEADER, answer.fell_back.to_string()),
+        ],
+    })
+}
+
+fn completion_body(model: &str, response: &ModelResponse) -> Value {
+    let mut message = json!({"role": "assistant", "content": response.text});
+    if !response.tool_calls.is_empty() {
+        message["tool_calls"] = Value::Array(tool_calls_json(&response.tool_calls));
+    }
+    json!({
+        "id": completion_id(),
+        "object": "chat.completion",
+        "created": unix_secs(),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": null,
+                     "finish_reason": finish_reason(response.finish)}],
+        "usage": {"prompt_tokens": response.usage.input,
+                  "completion_tokens": response.usage.output,
+                  "total_tokens": response.usage.total()},
+    })
+}
+
+/// A streamed completion: OpenAI's chunks as server-sent events.
+async fn stream(state: Arc<AppState>, chat: Chat, deadline: Duration) -> Response {
+    let answer = match ask(&state, &chat, deadline, true).await {
+        Ok(a) => a,
+        Err(problem) => return problem.into_response(),
+    };
+    let ModelReply::Stream(turn) = answer.reply else {
+        return Problem::internal("a whole answer where a stream was asked for").into_response();
+    };
+    let state = Relay {
+        turn,
+        id: completion_id(),
+        created: unix_secs(),
+        model: answer.model.clone(),
+        include_usage: chat.include_usage,
+        started: false,
+        ended: false,
+    };
+    let events = futures_util::stream::unfold(state, |mut relay| async move {
+        let bytes = relay.next().await?;
+        Some((Ok::<_, std::convert::Infallible>(bytes), relay))
+    });
+    let mut response = Response::new(Body::from_stream(events));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if let Ok(v) = HeaderValue::from_str(&format!("{}/{}", answer.provider, answer.model)) {
+        headers.insert(MODEL_HEADER, v);
+    }
+    headers.insert(
+        FALLBACK_HEADER,
+        HeaderValue::from_static(if answer.fell_back { "true" } else { "false" }),
+    );
+    response
+}
+
+fn sse(value: &Value) -> String {
+    format!("data: {value}\n\n")
+}
+
+/// Turns a provider-neutral turn stream into OpenAI's chunks, one SSE
+/// event (or a few, at the end) per step.
+struct Relay {
+    turn: rein_engine::provider::TurnStream,
+    id: String,
+    created: u64,
+    model: String,
+    include_usage: bool,
+    started: bool,
+    ended: bool,
+}
+
+impl Relay {
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> Value {
+        json!({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
+               "model": self.model,
+               "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]})
+    }
+
+    /// The next bytes to send; `None` once the stream ended.
+    async fn next(&mut self) -> Option<Bytes> {
+        if self.ended {
+            return None;
+        }
+        if !self.started {
+            self.started = true;
+            let first = self.chunk(json!({"role": "assistant", "content": ""}), None);
+            return Some(Bytes::from(sse(&first)));
+        }
+        let text = match self.turn.next().await {
+            Some(Ok(StreamEvent::Delta(delta))) => {
+                let mut d = json!({});
+                if let Some(text) = &delta.text {
+                    d["content"] = json!(text);
+                }
+                if !delta.tool_calls.is_empty() {
+                    d["tool_calls"] = delta
+                        .tool_calls
+                        .iter()
+                        .map(|t| {
+                            let mut call =
+                                json!({"index": t.index, "function": {"arguments": t.arguments}});
+                            if let Some(id) = &t.id {
+                                call["id"] = json!(id);
+                                call["type"] = json!("function");
+                            }
+                            if let Some(name) = &t.name {
+                                call["function"]["name"] = json!(name);
+                            }
+                            call
+                        })
+                        .collect();
+                }
+                sse(&self.chunk(d, None))
+            }
+            Some(Ok(StreamEvent::Done(response))) => {
+                self.ended = true;
+                let mut out = sse(&self.chunk(json!({}), Some(finish_reason(response.finish))));
+                if self.include_usage {
+                    let mut usage = self.chunk(json!({}), None);
+                    usage["choices"] = json!([]);
+                    usage["usage"] = json!({"prompt_tokens": response.usage.input,
+                                            "completion_tokens": response.usage.output,
+                                            "total_tokens": response.usage.total()});
+                    out.push_str(&sse(&usage));
+                }
+                out.push_str("data: [DONE]\n\n");
+                out
+            }
+            // In band, and no [DONE]: the caller must not take the text
+            // so far for a whole answer.
+            Some(Err(failure)) => {
+                self.ended = true;
+                sse(&json!({"error": {
+                    "message": failure.human_message(), "type": "stream_error",
+                    "code": failure.category().as_str(), "param": null,
+                }}))
+            }
+            None => {
+                self.ended = true;
+                sse(&json!({"error": {
+                    "message": "the stream ended without a complete answer",
+                    "type": "stream_error", "code": "unknown", "param": null,
+                }}))
+            }
+        };
+        Some(Bytes::from(text))
+    }
+}
