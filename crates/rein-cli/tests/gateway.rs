@@ -192,6 +192,28 @@ async fn the_gateway_says_which_model_answered_and_replays_idempotent_requests()
     assert_eq!(again, first, "the stored answer, byte for byte");
     assert_eq!(model.request_count(), 1, "the model was asked once");
 
+    // The switch is counted, per provider, for an operator's scraper.
+    let metrics = client
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            "rein_model_fallbacks_total{primary=\"dead/gone\",answered=\"mock/mock-model\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            "rein_model_calls_total{provider=\"dead\",model=\"gone\",outcome=\"transient\"} 1"
+        ),
+        "{metrics}"
+    );
+
     // Without a key: 401. A streaming request with a key: 400.
     let anonymous = client
         .post(server.url("/v1/chat/completions"))

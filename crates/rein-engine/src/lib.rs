@@ -13,6 +13,7 @@ pub mod config;
 pub mod crash;
 #[cfg(unix)]
 pub mod lease;
+pub mod metrics;
 pub mod provider;
 #[cfg(unix)]
 pub mod reconcile;

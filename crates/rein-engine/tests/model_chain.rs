@@ -183,6 +183,38 @@ async fn a_provider_that_keeps_failing_is_not_asked_once_its_circuit_opened() {
     // straight to the backup.
     assert_eq!(primary.request_count(), 5);
     assert_eq!(backup.request_count(), 6);
+    // Every decision is counted, per provider.
+    let m = h.engine.metrics();
+    assert_eq!(
+        m.get(
+            "rein_breaker_transitions_total",
+            &[
+                ("arm", "provider"),
+                ("name", "primary"),
+                ("transition", "opened")
+            ]
+        ),
+        1,
+        "{}",
+        m.render()
+    );
+    assert_eq!(
+        m.get(
+            "rein_model_fallbacks_total",
+            &[
+                ("primary", "primary/primary-model"),
+                ("answered", "backup/backup-model")
+            ]
+        ),
+        6
+    );
+    assert_eq!(
+        m.get(
+            "rein_calls_rejected_total",
+            &[("arm", "provider"), ("name", "primary")]
+        ),
+        1
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -301,4 +333,30 @@ async fn a_first_byte_that_does_not_come_in_time_falls_back() {
     let used = events_of(&kinds(&h, &out).await, EventKind::ModelFallbackUsed);
     assert_eq!(used.len(), 1);
     assert_eq!(used[0]["after"][0]["category"], "timeout", "{used:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovered_primary_takes_traffic_back_after_one_break_duration() {
+    let clock = Arc::new(rein_core::clock::ManualClock::new());
+    let for_engine: Arc<dyn rein_core::Clock> = clock.clone();
+    let h = common::harness_with(Faults::none(), move |b| b.clock(for_engine)).await;
+    let primary = mock("primary-model").await;
+    let backup = mock("backup-model").await;
+    primary.push_replies((0..5).map(|_| Reply::server_error()));
+    let a = chained(&h, &primary.openai_base_url(), &backup.openai_base_url());
+    for _ in 0..6 {
+        assert_eq!(ask(&h, &a).await.report.outcome, Outcome::Succeeded);
+    }
+    assert_eq!((primary.request_count(), backup.request_count()), (5, 6));
+    // Still open just before the break ends.
+    clock.advance(rein_core::breaker::DEFAULT_BREAK_DURATION - ms(1));
+    ask(&h, &a).await;
+    assert_eq!((primary.request_count(), backup.request_count()), (5, 7));
+    // After it, the primary (recovered) is probed and answers.
+    clock.advance(ms(2));
+    let out = ask(&h, &a).await;
+    assert_eq!(out.report.models, vec!["primary/primary-model".to_owned()]);
+    assert_eq!((primary.request_count(), backup.request_count()), (6, 7));
+    let out = ask(&h, &a).await;
+    assert_eq!(out.report.models, vec!["primary/primary-model".to_owned()]);
 }

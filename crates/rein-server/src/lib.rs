@@ -23,6 +23,7 @@
 //! | [`problem`] | problem+json, also for the router's own errors |
 //! | [`extract`] | extractors whose rejections are problems |
 //! | [`document`] | the OpenAPI document, with this server's limits |
+//! | [`metrics`] | the engine's counters for a Prometheus scraper |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -61,7 +62,7 @@ use crate::problem::Problem;
     info(title = "rein", description = "Runs LLM agents safely against the real world."),
     paths(
         runs::create_run, runs::get_run, runs::get_ledger, runs::get_handoff, runs::resume_run,
-        events::get_events, cancel::cancel_run, gateway::chat_completions, healthz, readyz,
+        events::get_events, cancel::cancel_run, gateway::chat_completions, healthz, readyz, metrics,
     ),
     components(schemas(runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, problem::Problem, gateway::ChatRequest)),
     modifiers(&Bearer, &ProblemJson),
@@ -150,6 +151,22 @@ pub fn document(settings: &ServerSpec) -> utoipa::openapi::OpenApi {
     doc
 }
 
+/// The engine's counters (breaker transitions, fallbacks, queue waits,
+/// retries, calls, outcomes; per provider, tool and arm) in the Prometheus
+/// text format. Per process, like the breakers they describe.
+#[utoipa::path(get, path = "/metrics", tag = "health",
+    responses((status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain")))]
+pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.engine.metrics().render(),
+    )
+        .into_response()
+}
+
 /// Liveness: the process answers.
 #[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, description = "alive", body = Object)))]
 pub async fn healthz() -> Json<serde_json::Value> {
@@ -235,6 +252,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/runs/{id}/cancel", post(cancel::cancel_run))
         .route("/v1/chat/completions", post(gateway::chat_completions))
         .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi))
         .fallback(no_route)

@@ -33,6 +33,7 @@ pub struct Emitter {
     run_id: RunId,
     clock: Arc<dyn Clock>,
     observer: Option<Observer>,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
     buffer: Mutex<Vec<Event>>,
 }
 
@@ -43,8 +44,15 @@ impl Emitter {
             run_id,
             clock,
             observer,
+            metrics: None,
             buffer: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Counts every event in `metrics` as it is emitted.
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Records an event; `data` is its rationale.
@@ -68,6 +76,9 @@ impl Emitter {
         };
         if let Some(observer) = &self.observer {
             observer(&event);
+        }
+        if let Some(metrics) = &self.metrics {
+            metrics.record(&event);
         }
         self.buffer
             .lock()

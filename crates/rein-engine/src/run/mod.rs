@@ -123,6 +123,8 @@ struct Shared {
     slots: concurrency::GroupSlots,
     /// Concurrency slots per provider (`max_concurrency`), by name.
     provider_slots: concurrency::GroupSlots,
+    /// Counters of every decision, per target.
+    metrics: Arc<crate::metrics::Metrics>,
     live: tree::LiveRegistry,
 }
 
@@ -239,6 +241,7 @@ impl EngineBuilder {
                 rng: Mutex::new(rng),
                 slots: concurrency::GroupSlots::default(),
                 provider_slots: concurrency::GroupSlots::default(),
+                metrics: Arc::default(),
                 live: tree::LiveRegistry::default(),
             },
             agents: self.agents,
@@ -523,6 +526,12 @@ impl Engine {
         &self.store
     }
 
+    /// The counters of every decision this engine made (runs and gateway
+    /// calls alike), for an operator's scraper.
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.shared.metrics
+    }
+
     /// Claims `run_id` for this process: only one process drives a run at a
     /// time, so two resumes (or a resume while the original process still
     /// lives) cannot both replay its step. A claim whose owner is dead is
@@ -766,7 +775,8 @@ impl Engine {
             input: request.input.clone(),
             agent,
             store: &self.store,
-            emitter: Emitter::new(run_id.clone(), self.clock.clone(), request.observer),
+            emitter: Emitter::new(run_id.clone(), self.clock.clone(), request.observer)
+                .with_metrics(self.shared.metrics.clone()),
             provider_calls: std::sync::atomic::AtomicU32::new(0),
             last_input_tokens: std::sync::atomic::AtomicU64::new(0),
             cancel: request.cancel.unwrap_or_default(),
@@ -1147,7 +1157,8 @@ impl Engine {
             input: record.input.clone(),
             agent,
             store: &self.store,
-            emitter: Emitter::new(run_id.clone(), self.clock.clone(), observer),
+            emitter: Emitter::new(run_id.clone(), self.clock.clone(), observer)
+                .with_metrics(self.shared.metrics.clone()),
             provider_calls: std::sync::atomic::AtomicU32::new(
                 u32::try_from(served).unwrap_or(u32::MAX),
             ),

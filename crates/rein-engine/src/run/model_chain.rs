@@ -685,7 +685,8 @@ impl Engine {
                 super::new_id::<rein_core::RunId>(),
                 self.clock.clone(),
                 ask.observer,
-            ),
+            )
+            .with_metrics(self.shared.metrics.clone()),
             cancel: &ask.cancel,
         };
         let chain = Chain {

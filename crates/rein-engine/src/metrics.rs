@@ -1,0 +1,302 @@
+//! Counters of every decision the engine makes, per provider, tool and
+//! arm: breaker transitions, fallbacks, queue waits, retries, calls and
+//! run outcomes.
+//!
+//! # Why counters beside events
+//!
+//! Events explain one run; an operator watching a fleet needs rates: how
+//! often a provider's breaker opens, how often a turn fell back, how long
+//! the provider queue is. Counting the events as they are emitted (not as
+//! they are stored) keeps one source of truth: a decision that made no
+//! event is not counted, and a counted decision can always be found in a
+//! run's stream. Model retries, tool retries and self-healing are separate
+//! series, so one cannot hide in the other.
+//!
+//! Counters live in the engine's process, like its breakers; a cluster is
+//! summed by the scraper. Rendered in the Prometheus text format by
+//! [`Metrics::render`].
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{Mutex, PoisonError};
+
+use rein_core::{Event, EventKind};
+use serde_json::Value;
+
+/// A counter's identity: its name and its labels, in order.
+type Key = (&'static str, Vec<(&'static str, String)>);
+
+/// The engine's counters.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    counters: Mutex<BTreeMap<Key, u64>>,
+}
+
+/// The help line of each counter.
+const HELP: [(&str, &str); 11] = [
+    ("rein_runs_finished_total", "Runs that ended, by outcome."),
+    (
+        "rein_model_calls_total",
+        "Model call attempts, by provider, model and outcome (ok or the failure category).",
+    ),
+    (
+        "rein_tool_calls_total",
+        "Tool call attempts, by tool and outcome (ok or the failure category).",
+    ),
+    (
+        "rein_retries_total",
+        "Retries scheduled, by kind (model or tool) and target: model retries and tool retries are separate series.",
+    ),
+    (
+        "rein_breaker_transitions_total",
+        "Breaker arm transitions, by arm kind, name and transition.",
+    ),
+    (
+        "rein_calls_rejected_total",
+        "Calls refused without being made because an arm was open, by arm kind and name.",
+    ),
+    (
+        "rein_model_fallbacks_total",
+        "Model turns answered by a link other than the primary, by primary and answering provider/model.",
+    ),
+    (
+        "rein_model_queue_waits_total",
+        "Model calls that waited for a provider slot, by provider and whether the wait expired.",
+    ),
+    (
+        "rein_tool_queue_expired_total",
+        "Tool attempts not made because no resource-group slot came in time, by group.",
+    ),
+    (
+        "rein_loop_guard_trips_total",
+        "Runs stopped by the loop guard.",
+    ),
+    (
+        "rein_compensations_total",
+        "Compensations that finished, by status.",
+    ),
+];
+
+fn text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Null => "none".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+impl Metrics {
+    /// Counts what `event` says, if it is a decision worth a counter.
+    pub fn record(&self, event: &Event) {
+        let d = &event.data;
+        let outcome = || {
+            if d["ok"] == Value::Bool(true) {
+                "ok".to_owned()
+            } else {
+                text(&d["category"])
+            }
+        };
+        let key: Key = match event.kind {
+            EventKind::RunFinished => (
+                "rein_runs_finished_total",
+                vec![("outcome", text(&d["outcome"]))],
+            ),
+            EventKind::ModelCallFinished => (
+                "rein_model_calls_total",
+                vec![
+                    ("provider", text(&d["provider"])),
+                    ("model", text(&d["model"])),
+                    ("outcome", outcome()),
+                ],
+            ),
+            EventKind::ToolCallFinished if d["skipped"] != Value::Bool(true) => (
+                "rein_tool_calls_total",
+                vec![("tool", text(&d["tool"])), ("outcome", outcome())],
+            ),
+            EventKind::RetryScheduled => {
+                let (kind, target) = if d.get("provider").is_some() {
+                    ("model", text(&d["provider"]))
+                } else {
+                    ("tool", text(&d["tool"]))
+                };
+                (
+                    "rein_retries_total",
+                    vec![("kind", kind.to_owned()), ("target", target)],
+                )
+            }
+            EventKind::BreakerStateChanged => (
+                "rein_breaker_transitions_total",
+                vec![
+                    ("arm", text(&d["arm"])),
+                    ("name", text(&d["name"])),
+                    ("transition", text(&d["transition"]["transition"])),
+                ],
+            ),
+            EventKind::CallRejected => (
+                "rein_calls_rejected_total",
+                vec![("arm", text(&d["arm"])), ("name", text(&d["name"]))],
+            ),
+            EventKind::ModelFallbackUsed => (
+                "rein_model_fallbacks_total",
+                vec![
+                    (
+                        "primary",
+                        format!(
+                            "{}/{}",
+                            text(&d["primary"]["provider"]),
+                            text(&d["primary"]["model"])
+                        ),
+                    ),
+                    (
+                        "answered",
+                        format!(
+                            "{}/{}",
+                            text(&d["answered"]["provider"]),
+                            text(&d["answered"]["model"])
+                        ),
+                    ),
+                ],
+            ),
+            EventKind::ModelQueueWaited => (
+                "rein_model_queue_waits_total",
+                vec![
+                    ("provider", text(&d["provider"])),
+                    ("expired", text(&d["expired"])),
+                ],
+            ),
+            EventKind::ConcurrencyWaitExpired => (
+                "rein_tool_queue_expired_total",
+                vec![("group", text(&d["resource_group"]))],
+            ),
+            EventKind::LoopDetected => ("rein_loop_guard_trips_total", Vec::new()),
+            EventKind::CompensationFinished => (
+                "rein_compensations_total",
+                vec![("status", text(&d["status"]))],
+            ),
+            _ => return,
+        };
+        *self
+            .counters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(key)
+            .or_insert(0) += 1;
+    }
+
+    /// The value of counter `name` with exactly `labels` (0 when never
+    /// counted).
+    pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        let counters = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
+        counters
+            .iter()
+            .find(|((n, l), _)| {
+                *n == name
+                    && l.len() == labels.len()
+                    && l.iter()
+                        .zip(labels)
+                        .all(|((k, v), (k2, v2))| k == k2 && v == v2)
+            })
+            .map_or(0, |(_, v)| *v)
+    }
+
+    /// Every counter in the Prometheus text exposition format.
+    pub fn render(&self) -> String {
+        let counters = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out = String::new();
+        for (name, help) in HELP {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} counter");
+            for ((n, labels), value) in counters.iter() {
+                if *n != name {
+                    continue;
+                }
+                if labels.is_empty() {
+                    let _ = writeln!(out, "{name} {value}");
+                    continue;
+                }
+                let labels: Vec<String> = labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+                    .collect();
+                let _ = writeln!(out, "{name}{{{}}} {value}", labels.join(","));
+            }
+        }
+        out
+    }
+}
+
+/// A label value escaped for the text format.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use rein_core::RunId;
+    use serde_json::json;
+
+    fn event(kind: EventKind, data: Value) -> Event {
+        Event {
+            run_id: RunId::new("r").unwrap(),
+            seq: 0,
+            step: 0,
+            intent_id: None,
+            attempt_id: None,
+            idempotency_key: None,
+            at_ms: 0,
+            kind,
+            data,
+        }
+    }
+
+    #[test]
+    fn decisions_are_counted_per_target_and_rendered_for_prometheus() {
+        let m = Metrics::default();
+        m.record(&event(
+            EventKind::RetryScheduled,
+            json!({"provider": "openai"}),
+        ));
+        m.record(&event(EventKind::RetryScheduled, json!({"tool": "update"})));
+        m.record(&event(
+            EventKind::RetryScheduled,
+            json!({"provider": "openai"}),
+        ));
+        m.record(&event(
+            EventKind::BreakerStateChanged,
+            json!({"arm": "provider", "name": "openai", "transition": {"transition": "opened"}}),
+        ));
+        m.record(&event(
+            EventKind::ModelCallFinished,
+            json!({"provider": "openai", "model": "m\"x", "ok": false, "category": "rate_limited"}),
+        ));
+        m.record(&event(EventKind::PlanCreated, json!({})));
+        assert_eq!(
+            m.get(
+                "rein_retries_total",
+                &[("kind", "model"), ("target", "openai")]
+            ),
+            2
+        );
+        assert_eq!(
+            m.get(
+                "rein_retries_total",
+                &[("kind", "tool"), ("target", "update")]
+            ),
+            1
+        );
+        let text = m.render();
+        assert!(
+            text.contains(
+                "rein_breaker_transitions_total{arm=\"provider\",name=\"openai\",transition=\"opened\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("model=\"m\\\"x\""), "escaped: {text}");
+        assert!(text.contains("# TYPE rein_runs_finished_total counter"));
+    }
+}
