@@ -485,3 +485,171 @@ async fn an_irreversible_effect_in_a_child_stops_the_trees_automatic_undoing() {
         "{package:?}"
     );
 }
+
+/// A run recorded directly in the store, as a crashed process left it.
+async fn recorded_run(t: &Tree, id: &str, agent: &str, parent: Option<&RunId>) -> RunId {
+    let run_id = RunId::new(id).unwrap();
+    t.store
+        .create_run(rein_store::NewRun {
+            run_id: run_id.clone(),
+            tenant: rein_core::TenantId::new("default").unwrap(),
+            agent: agent.into(),
+            input: "Move A-1002.".into(),
+            parent_run_id: parent.cloned(),
+            budget: json!({}),
+            created_at_ms: 1,
+        })
+        .await
+        .unwrap();
+    let running = rein_store::StepCommit {
+        status: Some(rein_store::StatusChange {
+            status: rein_store::RunStatus::Running,
+            report: None,
+            at_ms: 2,
+        }),
+        ..rein_store::StepCommit::default()
+    };
+    t.store.commit_step(&run_id, running).await.unwrap();
+    run_id
+}
+
+fn record(
+    run: &RunId,
+    intent: &rein_core::IntentId,
+    tool: &str,
+    class: ToolClass,
+    args: Value,
+) -> rein_core::LedgerRecord {
+    rein_core::LedgerRecord {
+        run_id: run.clone(),
+        intent_id: intent.clone(),
+        seq: 0,
+        step: 1,
+        tool: tool.into(),
+        class,
+        idempotency_key: None,
+        args,
+        status: LedgerStatus::Pending,
+        result: None,
+        failure: None,
+        attempts: 0,
+        created_at_ms: 3,
+        updated_at_ms: 3,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_call_left_in_doubt_is_settled_by_whether_its_child_exists() {
+    // A crash left the root's (irreversible) agent call `pending` after its
+    // child had moved A-1002 and finished; the root's settlement had begun.
+    let t = named_tree(
+        vec![("child", json!([answer("moved")]), "nobody")],
+        ToolClass::Irreversible,
+    )
+    .await;
+    let root = root_of(
+        &t,
+        json!([answer("unused")]),
+        "child",
+        ToolClass::Irreversible,
+    );
+    let root_id = recorded_run(&t, "root-run", "root", None).await;
+    let call = rein_core::IntentId::new("ask-1").unwrap();
+    let mut commit = rein_store::StepCommit {
+        intents: vec![(
+            1,
+            rein_store::PlannedIntent {
+                intent_id: call.clone(),
+                ordinal: 0,
+                call_id: "c1".into(),
+                tool: ASK.into(),
+                args: json!({"task": "Move A-1002."}),
+            },
+        )],
+        declares: vec![record(
+            &root_id,
+            &call,
+            ASK,
+            ToolClass::Irreversible,
+            json!({"task": "Move A-1002."}),
+        )],
+        ..rein_store::StepCommit::default()
+    };
+    commit.events.push(rein_core::Event {
+        run_id: root_id.clone(),
+        seq: 0,
+        step: 1,
+        intent_id: None,
+        attempt_id: None,
+        idempotency_key: None,
+        at_ms: 4,
+        kind: rein_core::EventKind::SettlementStarted,
+        data: json!({}),
+    });
+    t.store.commit_step(&root_id, commit).await.unwrap();
+
+    // The child: it moved A-1002 (for real, at the desk) and succeeded.
+    let child_id = RunId::new("ask-1-child").unwrap();
+    recorded_run(&t, child_id.as_str(), "child", Some(&root_id)).await;
+    let moved = reqwest::Client::new()
+        .post(format!(
+            "{}/tools/{UPDATE_DELIVERY_TIME}",
+            t.desk.base_url()
+        ))
+        .header("Idempotency-Key", "child-update-1")
+        .json(&json!({"order_id": "A-1002", "delivery_date": "2026-03-02T10:00:00Z"}))
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    assert!(moved["previous_delivery_date"].is_string(), "{moved}");
+    let update = rein_core::IntentId::new("update-1").unwrap();
+    let args = json!({"order_id": "A-1002", "delivery_date": "2026-03-02T10:00:00Z"});
+    let finished = rein_store::StepCommit {
+        declares: vec![record(
+            &child_id,
+            &update,
+            UPDATE_DELIVERY_TIME,
+            ToolClass::IdempotentWrite,
+            args,
+        )],
+        marks: vec![(
+            update.clone(),
+            rein_store::LedgerMark {
+                status: LedgerStatus::Succeeded,
+                result: Some(moved),
+                failure: None,
+                attempts: 1,
+                at_ms: 5,
+            },
+        )],
+        ..rein_store::StepCommit::default()
+    };
+    t.store.commit_step(&child_id, finished).await.unwrap();
+
+    let out = t
+        .engine
+        .resume(&root, &AcceptAll, &root_id, None)
+        .await
+        .unwrap();
+    let root_ledger = ledger_statuses(&t, &root_id).await;
+    assert_eq!(
+        root_ledger,
+        vec![(ASK.to_owned(), LedgerStatus::Compensated)],
+        "settled by its child, never left pending: {:?}",
+        out.report
+    );
+    assert_eq!(
+        ledger_statuses(&t, &child_id).await,
+        vec![(UPDATE_DELIVERY_TIME.to_owned(), LedgerStatus::Compensated)]
+    );
+    assert_eq!(
+        effect_order(&t.desk),
+        effects(&[
+            (UPDATE_DELIVERY_TIME, "A-1002"),
+            (RESTORE_DELIVERY_TIME, "A-1002"),
+        ])
+    );
+}

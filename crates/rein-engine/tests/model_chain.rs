@@ -360,3 +360,115 @@ async fn a_recovered_primary_takes_traffic_back_after_one_break_duration() {
     let out = ask(&h, &a).await;
     assert_eq!(out.report.models, vec!["primary/primary-model".to_owned()]);
 }
+
+/// A gateway-style binding of `primary` alone, under `limit`.
+fn binding_of(primary: &str, limit: Option<u32>) -> rein_engine::run::ModelBinding {
+    let mut provider_limits = std::collections::BTreeMap::new();
+    if let Some(n) = limit {
+        provider_limits.insert("primary".to_owned(), std::num::NonZeroU32::new(n).unwrap());
+    }
+    rein_engine::run::ModelBinding {
+        name: "b".into(),
+        primary: ModelLink {
+            provider: openai("primary", primary),
+            model: "primary-model".into(),
+            price: None,
+        },
+        fallbacks: Vec::new(),
+        context_fallbacks: Vec::new(),
+        provider_limits,
+        retry: rein_core::retry::RetryPolicy::default(),
+        model_latency: rein_core::LatencyProfile::new(ms(5), ms(50), ms(100), 0).unwrap(),
+        stream: rein_engine::provider::StreamSettings::default(),
+    }
+}
+
+fn question(stream: bool) -> rein_engine::run::ModelAsk {
+    rein_engine::run::ModelAsk {
+        request: rein_engine::provider::ModelRequest {
+            model: String::new(),
+            messages: vec![rein_engine::provider::Message::User {
+                content: "Hi.".into(),
+            }],
+            tools: Vec::new(),
+            max_tokens: None,
+        },
+        deadline: Duration::from_secs(10),
+        stream,
+        cancel: rein_engine::run::CancellationToken::new(),
+        observer: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_answer_holds_its_provider_slot_until_it_ends() {
+    use futures_util::StreamExt;
+    let h = harness(Faults::none()).await;
+    let slow = MockModel::start_with(
+        MockModelConfig::default()
+            .with_fallback_text("one two three four five six")
+            .with_event_interval(ms(20)),
+    )
+    .await
+    .unwrap();
+    let binding = binding_of(&slow.openai_base_url(), Some(1));
+    let one = || async {
+        let answer = h.engine.ask_model(&binding, question(true)).await.unwrap();
+        let rein_engine::run::ModelReply::Stream(mut stream) = answer.reply else {
+            panic!("a stream was asked for");
+        };
+        let mut done = false;
+        while let Some(item) = stream.next().await {
+            done |= matches!(item.unwrap(), rein_engine::provider::StreamEvent::Done(_));
+        }
+        assert!(done);
+    };
+    futures_util::future::join3(one(), one(), one()).await;
+    assert_eq!(slow.request_count(), 3);
+    assert_eq!(slow.peak_in_flight(), 1, "one stream at a time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_5xx_of_a_provider_falls_back() {
+    let h = harness(Faults::none()).await;
+    let primary = mock("primary-model").await;
+    let backup = mock("backup-model").await;
+    primary.push_reply(Reply::error(rein_testkit::mock_model::ApiError::new(
+        520,
+        "server_error",
+        "origin error",
+    )));
+    let a = chained(&h, &primary.openai_base_url(), &backup.openai_base_url());
+    let out = ask(&h, &a).await;
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:?}", out.report);
+    assert_eq!(out.report.models, vec!["backup/backup-model".to_owned()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_larger_window_that_then_fails_is_reported_as_its_own_failure_not_an_overflow() {
+    let h = harness(Faults::none()).await;
+    let primary = mock("primary-model").await;
+    let large = mock("large-model").await;
+    primary.push_reply(Reply::context_length_exceeded());
+    large.push_replies((0..10).map(|_| Reply::unauthorized()));
+    let mut a = agent(
+        &h.desk,
+        openai("primary", &primary.openai_base_url()),
+        false,
+    );
+    a.model = "primary-model".into();
+    a.context_fallbacks = vec![ModelLink {
+        provider: openai("large", &large.openai_base_url()),
+        model: "large-model".into(),
+        price: None,
+    }];
+    let out = ask(&h, &a).await;
+    assert_eq!(out.report.outcome, Outcome::Failed, "{:?}", out.report);
+    let summary = &out.report.summary;
+    assert!(summary.contains("large answered HTTP 401"), "{summary}");
+    assert!(!summary.contains("context"), "{summary}");
+    assert!(
+        summary.contains("primary/primary-model") && summary.contains("large/large-model"),
+        "{summary}"
+    );
+}

@@ -175,6 +175,12 @@ pub(super) fn http_failure(
         return Failure::new(name, Category::ContentBlocked).with_human_message(human);
     }
     match Failure::from_http_status(name, status, retry_after, SystemTime::now()) {
+        // Any other 5xx of a model API (501, 505, a CDN's 520–524) is the
+        // provider's side failing: a model call is a read, so it is as
+        // transient as a 502 — retried, and a reason to fall back.
+        Some(f) if (500..=599).contains(&status) && f.category() == Category::Unknown => {
+            Failure::new(name, Category::Transient).with_human_message(human)
+        }
         Some(f) => f.with_human_message(human),
         None => Failure::new(name, Category::Unknown).with_human_message(human),
     }

@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use rein_core::deadline::Deadline;
 use rein_core::{Category, Clock, Failure};
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The slots of every resource group with a ceiling, by group name.
 #[derive(Default)]
@@ -89,9 +89,10 @@ pub(super) struct Gate<'g> {
     slots: Arc<Semaphore>,
 }
 
-/// A held slot: released when dropped.
-pub(super) struct Slot<'a> {
-    _permit: SemaphorePermit<'a>,
+/// A held slot: released when dropped. Owned, so a streamed answer can
+/// hold its provider slot until the stream ends.
+pub(super) struct Slot {
+    _permit: OwnedSemaphorePermit,
     /// How long the attempt queued for it.
     pub(super) waited: Duration,
 }
@@ -124,10 +125,10 @@ impl<'g> Gate<'g> {
         &self,
         clock: &dyn Clock,
         deadline: Deadline,
-    ) -> Result<Slot<'_>, WaitExpired> {
+    ) -> Result<Slot, WaitExpired> {
         // A free slot is taken without a timer. `try_acquire` never jumps
         // the queue: while anyone waits, no permit is free.
-        if let Ok(permit) = self.slots.try_acquire() {
+        if let Ok(permit) = self.slots.clone().try_acquire_owned() {
             return Ok(Slot {
                 _permit: permit,
                 waited: Duration::ZERO,
@@ -135,7 +136,7 @@ impl<'g> Gate<'g> {
         }
         let started = clock.now();
         let remaining = deadline.remaining(started);
-        let acquired = tokio::time::timeout(remaining, self.slots.acquire()).await;
+        let acquired = tokio::time::timeout(remaining, self.slots.clone().acquire_owned()).await;
         let waited = clock.now().saturating_duration_since(started);
         match acquired {
             Ok(Ok(permit)) => Ok(Slot {

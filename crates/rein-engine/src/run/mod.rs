@@ -117,7 +117,7 @@ pub struct RunOutput {
 /// across runs), retry budgets per target, the jitter source, and the
 /// concurrency slots of resource groups.
 struct Shared {
-    breakers: Mutex<Breakers>,
+    breakers: Arc<Mutex<Breakers>>,
     retry_budgets: Mutex<HashMap<String, RetryBudget>>,
     rng: Mutex<StdRng>,
     slots: concurrency::GroupSlots,
@@ -236,7 +236,7 @@ impl EngineBuilder {
             clock: self.clock,
             http: HttpToolAdapter::new(client),
             shared: Shared {
-                breakers: Mutex::new(Breakers::new(self.breakers)?),
+                breakers: Arc::new(Mutex::new(Breakers::new(self.breakers)?)),
                 retry_budgets: Mutex::new(HashMap::new()),
                 rng: Mutex::new(rng),
                 slots: concurrency::GroupSlots::default(),
@@ -479,6 +479,36 @@ const END_COMMIT_FIRST_PAUSE: std::time::Duration = std::time::Duration::from_mi
 /// this the answer is all but certain to be cut off, so the run ends
 /// `budget_exhausted` instead of paying for a truncated turn.
 pub const MIN_OUTPUT_TOKENS: u64 = 64;
+
+/// Releases a run's claim when dropped while armed: a resume that stopped
+/// before it was recorded must not keep the run locked until the claim
+/// expires.
+struct ClaimGuard {
+    store: Arc<dyn Store>,
+    lease_id: String,
+    owner: String,
+    armed: bool,
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (store, lease_id, owner) = (
+            self.store.clone(),
+            std::mem::take(&mut self.lease_id),
+            std::mem::take(&mut self.owner),
+        );
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(e) = store.release_lease_of(&lease_id, &owner).await {
+                    tracing::warn!(lease = %lease_id, "cannot release an abandoned claim: {e}");
+                }
+            });
+        }
+    }
+}
 
 /// Stops a run's heartbeat when dropped (the run ended, or its future was
 /// dropped).
@@ -945,12 +975,22 @@ impl Engine {
             });
         }
         let owner = self.claim(run_id, self.claim_hold(agent)).await?;
+        // Any early return from here until the resume is recorded lets the
+        // claim go, so a store hiccup does not lock the run out until the
+        // claim expires.
+        let mut claimed = ClaimGuard {
+            store: self.store.clone(),
+            lease_id: claim_id(run_id),
+            owner: owner.clone(),
+            armed: true,
+        };
         // Under the claim the status is authoritative (an owner records a
         // run's end before it lets its claim go): a run that ended or was
         // resumed by someone else between the read above and the claim is
         // left alone.
         let now_status = self.store.get_run(run_id).await?.map(|r| r.status);
         if now_status != Some(record.status) {
+            claimed.armed = false;
             if let Err(e) = self.store.release_lease_of(&claim_id(run_id), &owner).await {
                 tracing::warn!(run = %run_id, "cannot release the run's claim: {e}");
             }
@@ -1195,15 +1235,7 @@ impl Engine {
             ..StepCommit::default()
         };
         if let Err(e) = self.store.commit_step(run_id, commit).await {
-            // Not resumed: the claim must not keep others out until it
-            // expires.
-            if let Err(release) = self
-                .store
-                .release_lease_of(&claim_id(run_id), &ctx.claim_owner)
-                .await
-            {
-                tracing::warn!(run = %run_id, "cannot release the run's claim: {release}");
-            }
+            // Not resumed: the guard lets the claim go.
             return Err(match e {
                 StoreError::Conflict {
                     what: "run status", ..
@@ -1214,6 +1246,7 @@ impl Engine {
                 other => other.into(),
             });
         }
+        claimed.armed = false;
         let state = LoopState {
             budget,
             full_deadline,

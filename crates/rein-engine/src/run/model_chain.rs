@@ -134,6 +134,94 @@ pub(crate) struct Answered {
     pub(crate) fell_back: bool,
 }
 
+/// A provider call's breaker permit and concurrency slot.
+struct Held {
+    breakers: Arc<std::sync::Mutex<rein_core::breaker::Breakers>>,
+    clock: Arc<dyn rein_core::Clock>,
+    provider: String,
+    permit: Option<rein_core::breaker::Permit>,
+    _slot: Option<super::concurrency::Slot>,
+}
+
+impl Held {
+    /// Reports the call's outcome to the provider's arm.
+    fn finish(&mut self, outcome: Result<(), &Failure>) -> rein_core::breaker::Transition {
+        let Some(permit) = self.permit.take() else {
+            return rein_core::breaker::Transition::Unchanged;
+        };
+        let now = self.clock.now();
+        self.breakers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .on_outcome(ArmKind::Provider, &self.provider, permit, outcome, now)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(permit) = self.permit.take() {
+            self.breakers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .on_ignored(ArmKind::Provider, &self.provider, permit);
+        }
+    }
+}
+
+/// A streamed answer that holds its provider's slot and breaker permit
+/// until it ends: its terminal event is the outcome the breaker counts; a
+/// stream dropped before it gives the permit back unused.
+struct GuardedStream {
+    inner: TurnStream,
+    held: Option<Held>,
+}
+
+impl futures_util::Stream for GuardedStream {
+    type Item = Result<StreamEvent, Failure>;
+
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let item = std::task::ready!(self.inner.as_mut().poll_next(cx));
+        let outcome = match &item {
+            Some(Ok(StreamEvent::Done(_))) => Some(Ok(())),
+            Some(Err(f)) => Some(Err(f)),
+            Some(Ok(StreamEvent::Delta(_))) => None,
+            // Ended without a terminal item: neither success nor failure.
+            None => {
+                self.held = None;
+                None
+            }
+        };
+        if let Some(outcome) = outcome
+            && let Some(mut held) = self.held.take()
+        {
+            let transition = held.finish(outcome);
+            if transition.is_change() {
+                tracing::info!(provider = %held.provider, ?transition, "provider breaker changed at the end of a stream");
+            }
+        }
+        std::task::Poll::Ready(item)
+    }
+}
+
+/// Records a breaker transition of `provider`'s arm as an event.
+fn record_transition(
+    emitter: &Emitter,
+    c: &Correlation,
+    provider: &str,
+    transition: &rein_core::breaker::Transition,
+) {
+    if transition.is_change() {
+        emitter.emit(
+            EventKind::BreakerStateChanged,
+            c,
+            json!({"arm": ArmKind::Provider, "name": provider, "transition": transition}),
+        );
+    }
+}
+
 /// How one link ended without an answer.
 enum LinkEnd {
     /// The turn moves on (a transient failure with a next link ready, or a
@@ -160,8 +248,22 @@ pub(crate) fn falls_back(category: Category) -> bool {
 /// The end of a turn whose every link failed surfaces the first failure,
 /// naming every link tried.
 fn surface_first(end: End, moved_on: &[(String, String, Failure)], last: LinkRef<'_>) -> End {
-    let Some((_, _, first)) = moved_on.first() else {
-        return end;
+    // An overflow that a larger window resolved is not the root cause of
+    // what failed after it: the first failure after the last overflow is
+    // (or, when none, the end itself).
+    let after_overflow = moved_on
+        .iter()
+        .rposition(|(_, _, f)| f.category() == Category::ContextOverflow)
+        .map_or(0, |i| i + 1);
+    let first = match moved_on.get(after_overflow) {
+        Some((_, _, first)) => first.clone(),
+        None if after_overflow == 0 => return end,
+        None => match &end {
+            End::ModelFailed(category, message) => {
+                Failure::new(last.provider.name(), *category).with_human_message(message.clone())
+            }
+            _ => return end,
+        },
     };
     match end {
         End::ModelFailed(..) => {
@@ -363,6 +465,17 @@ impl Engine {
                 Ok(p) => p,
                 Err(f) => return Err(stop_or_move(f)),
             };
+            // From here the breaker permit and the provider slot are held
+            // by a guard: given back unused if the call is dropped (a
+            // caller that went away is not the provider's failure), and
+            // held by a streamed answer until its stream ends.
+            let mut held = Held {
+                breakers: self.shared.breakers.clone(),
+                clock: self.clock.clone(),
+                provider: provider.clone(),
+                permit: Some(permit),
+                _slot: slot,
+            };
             let now = self.clock.now();
             let allowance = deadline.remaining(now);
             emitter.emit(
@@ -410,8 +523,9 @@ impl Engine {
                     ),
                 },
                 () = host.cancelled() => {
-                    // The caller's cancellation is not the provider's fault.
-                    self.release(ArmKind::Provider, &provider, permit);
+                    // The caller's cancellation is not the provider's fault:
+                    // the guard gives the permit back unused.
+                    drop(held);
                     emitter.emit(
                         EventKind::RunCancelled,
                         c,
@@ -423,11 +537,22 @@ impl Engine {
                     )));
                 }
             };
-            drop(slot);
             let now = self.clock.now();
             let failure = match result {
+                // A stream is judged by how it ends, not by its first event:
+                // the guard goes with it and reports its outcome then.
+                Ok(Reply::Stream { first, rest }) => {
+                    return Ok(Reply::Stream {
+                        first,
+                        rest: Box::pin(GuardedStream {
+                            inner: rest,
+                            held: Some(held),
+                        }),
+                    });
+                }
                 Ok(reply) => {
-                    self.report_outcome(emitter, c, ArmKind::Provider, &provider, permit, Ok(()));
+                    let transition = held.finish(Ok(()));
+                    record_transition(emitter, c, &provider, &transition);
                     if let Reply::Complete(response) = &reply {
                         host.answered(&provider, model, &response.usage);
                         let cost = link
@@ -447,14 +572,9 @@ impl Engine {
                 }
                 Err(f) => f,
             };
-            self.report_outcome(
-                emitter,
-                c,
-                ArmKind::Provider,
-                &provider,
-                permit,
-                Err(&failure),
-            );
+            let transition = held.finish(Err(&failure));
+            record_transition(emitter, c, &provider, &transition);
+            drop(held);
             // A call that failed midway (a stream cut after the prompt was
             // read) still consumed tokens: they are charged, so a run of
             // failing streams cannot burn tokens outside its budget.

@@ -115,6 +115,9 @@ impl Engine {
                 return;
             }
         };
+        // A call that started a child and was left in doubt is settled by
+        // whether its child exists, before anything is decided.
+        let ledger = self.resolve_child_calls(ctx, ledger, step).await;
         // The whole agent tree settles with its root: its children's
         // effects are the effects of the root's calls that started them.
         let tree = match self.descendants(&ctx.run_id).await {

@@ -327,6 +327,13 @@ impl Engine {
             let Some(child) = child_of(&record.intent_id) else {
                 continue;
             };
+            if record.status == LedgerStatus::Pending {
+                // In doubt only as a call: whether it happened is whether
+                // its child run exists (its effects are the child's).
+                if !self.resolve_child_call(ctx, record, step).await {
+                    continue;
+                }
+            }
             let subtree = subtree(&child, members);
             let mut standing = Vec::new();
             for run in &subtree {
@@ -399,6 +406,64 @@ impl Engine {
             }
         }
         all
+    }
+}
+
+impl Engine {
+    /// Settles a `pending` record of a call that starts a child: `failed`
+    /// when the child run never started (nothing happened), `succeeded`
+    /// when it did (its effects are settled in its own ledger). True when
+    /// the child started.
+    pub(super) async fn resolve_child_call(
+        &self,
+        ctx: &RunCtx<'_>,
+        record: &LedgerRecord,
+        step: u32,
+    ) -> bool {
+        let c = Correlation {
+            step,
+            intent_id: Some(record.intent_id.clone()),
+            ..Correlation::default()
+        };
+        let started = match child_of(&record.intent_id) {
+            Some(child) => matches!(self.store.get_run(&child).await, Ok(Some(_))),
+            None => false,
+        };
+        let (status, note) = if started {
+            (
+                LedgerStatus::Succeeded,
+                "its child run started: its effects are settled in the child's ledger",
+            )
+        } else {
+            (LedgerStatus::Failed, "its child run never started")
+        };
+        self.mark(ctx, &c, &record.intent_id, status, None, note)
+            .await;
+        started
+    }
+
+    /// Resolves the root's own `pending` child-starting calls before the
+    /// settlement decides anything; the ledger as it is afterwards.
+    pub(super) async fn resolve_child_calls(
+        &self,
+        ctx: &RunCtx<'_>,
+        ledger: Vec<LedgerRecord>,
+        step: u32,
+    ) -> Vec<LedgerRecord> {
+        let pending: Vec<&LedgerRecord> = ledger
+            .iter()
+            .filter(|r| r.status == LedgerStatus::Pending && starts_a_child(ctx.agent, r))
+            .collect();
+        if pending.is_empty() {
+            return ledger;
+        }
+        for record in pending {
+            self.resolve_child_call(ctx, record, step).await;
+        }
+        match self.store.ledger(&ctx.run_id).await {
+            Ok(fresh) => fresh,
+            Err(_) => ledger,
+        }
     }
 }
 
