@@ -77,6 +77,9 @@ pub struct Evidence {
     pub desk_reconcile_from: u64,
     /// What crossed the proxy in front of the model, when one was used.
     pub model_trace: Vec<TraceRecord>,
+    /// What crossed the proxy in front of the backup model (the `backup`
+    /// provider), when one was started.
+    pub backup_trace: Vec<TraceRecord>,
     /// The class of every tool of the world.
     pub classes: BTreeMap<String, ToolClass>,
     /// Concurrency ceilings per resource group.

@@ -150,6 +150,7 @@ pub fn check(evidence: &Evidence) -> Vec<Violation> {
         compensations_landed(evidence, run, &mut out);
         reverse_compensation(evidence, run, &mut out);
         structured_failures(run, &mut out);
+        model_chain_rules(run, &mut out);
         if evidence.concurrent_runs {
             // Runs that overlap interleave on the shared breakers by
             // wall-clock time, which event timestamps cannot order exactly:
@@ -166,6 +167,7 @@ pub fn check(evidence: &Evidence) -> Vec<Violation> {
         open_breaker_blocks(evidence, None, all, &mut out);
     }
     calls_accounted_for(evidence, &mut out);
+    model_calls_accounted_for(evidence, &mut out);
     concurrency_ceiling(evidence, &mut out);
     irreversible_not_retried(evidence, &mut out);
     out
@@ -377,13 +379,19 @@ fn budgets_hold(run: &RunEvidence, out: &mut Vec<Violation>) {
             format!("{steps_taken} steps taken, limit {steps}"),
         );
     }
+    // A call that failed after the provider accepted it (a stream cut
+    // midway) still spent tokens: its `tokens_spent` counts too.
     let tokens_used: u64 = run
         .events
         .iter()
-        .filter(|e| e.kind == EventKind::ModelCallFinished && e.data["ok"] == true)
+        .filter(|e| e.kind == EventKind::ModelCallFinished)
         .map(|e| {
-            e.data["usage"]["input"].as_u64().unwrap_or(0)
-                + e.data["usage"]["output"].as_u64().unwrap_or(0)
+            if e.data["ok"] == true {
+                e.data["usage"]["input"].as_u64().unwrap_or(0)
+                    + e.data["usage"]["output"].as_u64().unwrap_or(0)
+            } else {
+                e.data["tokens_spent"].as_u64().unwrap_or(0)
+            }
         })
         .sum::<u64>()
         .max(used.tokens);
@@ -716,6 +724,161 @@ fn structured_failures(run: &RunEvidence, out: &mut Vec<Violation>) {
                 Invariant::StructuredFailures,
                 Some(run),
                 format!("event {} reports a failure without a category", e.seq),
+            );
+        }
+    }
+}
+
+/// A model link as events name it: (provider, model).
+fn link_of(data: &Value) -> (String, String) {
+    (
+        data["provider"].as_str().unwrap_or_default().to_owned(),
+        data["model"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+/// Failures a turn must never leave its link for: a switch would hide a
+/// misconfiguration (a bad key, a missing permission), override the
+/// answering model's verdict (a content filter) or outlive the caller.
+const NEVER_FALL_BACK_ON: [&str; 4] = ["unauthorized", "forbidden", "content_blocked", "cancelled"];
+
+/// The rules of model chains, part of invariant 5 (a failure is handled
+/// in the open, never masked), judged per turn (one step's model calls):
+///
+/// - a switch is never silent: a turn answered by a link other than the
+///   one it first asked announces it with `model_fallback_used` naming
+///   that link;
+/// - a turn never moves on to another link after an auth, permission,
+///   content-filter or cancellation failure;
+/// - after a context overflow the same model is never asked again in that
+///   turn.
+fn model_chain_rules(run: &RunEvidence, out: &mut Vec<Violation>) {
+    // Per step: the first link asked, the links announced as answering,
+    // the links that overflowed, and whether a never-switch failure came.
+    #[derive(Default)]
+    struct Turn {
+        first: Option<(String, String)>,
+        announced: BTreeSet<(String, String)>,
+        overflowed: BTreeSet<(String, String)>,
+        pinned: Option<((String, String), String)>,
+        switched: Vec<(u64, (String, String))>,
+    }
+    let mut turns: BTreeMap<u32, Turn> = BTreeMap::new();
+    for e in &run.events {
+        let turn = match e.kind {
+            EventKind::ModelCallStarted
+            | EventKind::ModelCallFinished
+            | EventKind::ModelFallbackUsed => turns.entry(e.step).or_default(),
+            _ => continue,
+        };
+        match e.kind {
+            EventKind::ModelFallbackUsed => {
+                turn.announced.insert(link_of(&e.data["answered"]));
+            }
+            EventKind::ModelCallStarted => {
+                let link = link_of(&e.data);
+                if turn.first.is_none() {
+                    turn.first = Some(link.clone());
+                }
+                if turn.overflowed.contains(&link) {
+                    violation(
+                        out,
+                        Invariant::StructuredFailures,
+                        Some(run),
+                        format!(
+                            "event {}: {}/{} was asked again in step {} after it overflowed its context",
+                            e.seq, link.0, link.1, e.step
+                        ),
+                    );
+                }
+                if let Some((pinned, category)) = &turn.pinned
+                    && *pinned != link
+                {
+                    violation(
+                        out,
+                        Invariant::StructuredFailures,
+                        Some(run),
+                        format!(
+                            "event {}: step {} moved on from {}/{} to {}/{} after a {category} failure",
+                            e.seq, e.step, pinned.0, pinned.1, link.0, link.1
+                        ),
+                    );
+                }
+            }
+            EventKind::ModelCallFinished => {
+                let link = link_of(&e.data);
+                if e.data["ok"] == true {
+                    // Announced right after the answer: judged at the end.
+                    if turn.first.as_ref().is_some_and(|first| *first != link) {
+                        turn.switched.push((e.seq, link));
+                    }
+                    continue;
+                }
+                let category = e.data["category"].as_str().unwrap_or_default();
+                if category == "context_overflow" {
+                    turn.overflowed.insert(link);
+                } else if NEVER_FALL_BACK_ON.contains(&category) {
+                    turn.pinned = Some((link, category.to_owned()));
+                }
+            }
+            _ => {}
+        }
+    }
+    for (step, turn) in &turns {
+        for (seq, link) in turn
+            .switched
+            .iter()
+            .filter(|(_, link)| !turn.announced.contains(link))
+        {
+            violation(
+                out,
+                Invariant::StructuredFailures,
+                Some(run),
+                format!(
+                    "event {seq}: {}/{} answered step {step} in place of the link first asked, without a model_fallback_used event naming it",
+                    link.0, link.1
+                ),
+            );
+        }
+    }
+}
+
+/// Every request that reached a mock model server is one of rein's
+/// recorded model calls (part of invariant 6, like tool calls): no call
+/// bypassed the provider's breaker arm, and a link rein did not record
+/// asking — a backup after a 401 — was not asked. The backup server is
+/// the `backup` provider's alone; the primary server serves the others.
+fn model_calls_accounted_for(evidence: &Evidence, out: &mut Vec<Violation>) {
+    if evidence.runs.iter().any(|r| r.crashed) {
+        return;
+    }
+    let started = |backup: bool| {
+        evidence
+            .runs
+            .iter()
+            .flat_map(|r| &r.events)
+            .filter(|e| {
+                e.kind == EventKind::ModelCallStarted && (e.data["provider"] == "backup") == backup
+            })
+            .count()
+    };
+    let asked = |trace: &[crate::proxy::TraceRecord]| {
+        trace
+            .iter()
+            .filter(|t| t.path.contains("/chat/completions"))
+            .count()
+    };
+    for (server, trace, backup) in [
+        ("the mock model", &evidence.model_trace, false),
+        ("the backup mock model", &evidence.backup_trace, true),
+    ] {
+        let (n, seen) = (asked(trace), started(backup));
+        if n > seen {
+            violation(
+                out,
+                Invariant::OpenBreakerBlocks,
+                None,
+                format!("{n} requests reached {server} but rein recorded {seen} model calls to it"),
             );
         }
     }

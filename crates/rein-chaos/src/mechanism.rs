@@ -57,11 +57,17 @@ pub enum Mechanism {
     SubmissionReplayed,
     /// A retried submission was told the first is still in progress (409).
     SubmissionInProgress,
+    /// A model turn moved on to a fallback link after a transient failure
+    /// of an earlier one (`model_fallback_used`).
+    ModelFallback,
+    /// A model turn moved on to a larger-context link after a context
+    /// overflow (`model_fallback_used` after `context_overflow`).
+    ContextFallback,
 }
 
 impl Mechanism {
     /// Every mechanism, in table order.
-    pub const ALL: [Mechanism; 16] = [
+    pub const ALL: [Mechanism; 18] = [
         Mechanism::RetryScheduled,
         Mechanism::RetryBudgetExhausted,
         Mechanism::BreakerOpened,
@@ -78,6 +84,8 @@ impl Mechanism {
         Mechanism::ConcurrencyQueued,
         Mechanism::SubmissionReplayed,
         Mechanism::SubmissionInProgress,
+        Mechanism::ModelFallback,
+        Mechanism::ContextFallback,
     ];
 
     /// The ones issue 5 requires to fire at least once across the suite.
@@ -111,6 +119,8 @@ impl Mechanism {
             Mechanism::ConcurrencyQueued => "concurrency_queued",
             Mechanism::SubmissionReplayed => "submission_replayed",
             Mechanism::SubmissionInProgress => "submission_in_progress",
+            Mechanism::ModelFallback => "model_fallback",
+            Mechanism::ContextFallback => "context_fallback",
         }
     }
 }
@@ -175,6 +185,17 @@ pub fn activated(evidence: &Evidence) -> BTreeSet<Mechanism> {
                 EventKind::PartialSuccessReturned => Some(Mechanism::PartialSuccess),
                 EventKind::HandoffCreated => Some(Mechanism::HandedOff),
                 EventKind::RunResumed => Some(Mechanism::Resumed),
+                // The failure that moved the turn on decides which chain
+                // fired: `after` lists each link left, with its category.
+                EventKind::ModelFallbackUsed => Some(
+                    if e.data["after"].as_array().is_some_and(|after| {
+                        after.iter().any(|a| a["category"] == "context_overflow")
+                    }) {
+                        Mechanism::ContextFallback
+                    } else {
+                        Mechanism::ModelFallback
+                    },
+                ),
                 _ => None,
             };
             set.extend(m);

@@ -387,6 +387,11 @@ async fn drive(
             .as_ref()
             .map(|p| p.trace())
             .unwrap_or_default(),
+        backup_trace: services
+            .backup_proxy
+            .as_ref()
+            .map(|p| p.trace())
+            .unwrap_or_default(),
         classes: world
             .registry
             .tools()

@@ -49,6 +49,14 @@ pub struct Endpoints {
     pub tools: String,
     /// The proxy in front of the mock model (unused by scripted runs).
     pub model: String,
+    /// The proxy in front of the backup mock model (unused unless a plan
+    /// starts one).
+    #[serde(default = "unused_endpoint")]
+    pub backup: String,
+}
+
+fn unused_endpoint() -> String {
+    "http://127.0.0.1:9".to_owned()
 }
 
 /// A config directory of the world: `rein.toml`, `script.json`,
@@ -114,6 +122,9 @@ impl WorldConfig {
 
     /// The agent a plan's runs use.
     pub fn agent_name(plan: &Plan) -> &'static str {
+        if let Some(agent) = plan.agent {
+            return agent;
+        }
         match plan.model {
             ModelPlan::Script(_) => "chaos",
             ModelPlan::Mock(_) => "chaos_live",
@@ -155,9 +166,11 @@ impl WorldConfig {
 fn env_of(endpoints: &Endpoints) -> impl Fn(&str) -> Option<String> + use<> {
     let tools = endpoints.tools.clone();
     let model = endpoints.model.clone();
+    let backup = endpoints.backup.clone();
     move |k: &str| match k {
         "ORDER_DESK_URL" => Some(tools.clone()),
         "MOCK_MODEL_URL" => Some(model.clone()),
+        "MOCK_BACKUP_URL" => Some(backup.clone()),
         _ => None,
     }
 }
@@ -215,6 +228,10 @@ pub struct Services {
     pub model: Option<MockModel>,
     /// The proxy in front of the mock model.
     pub model_proxy: Option<FaultProxy>,
+    /// The backup mock model, when the plan starts one.
+    pub backup: Option<MockModel>,
+    /// The proxy in front of the backup mock model.
+    pub backup_proxy: Option<FaultProxy>,
 }
 
 impl Services {
@@ -246,11 +263,26 @@ impl Services {
             }
             ModelPlan::Script(_) => (None, None),
         };
+        let (backup, backup_proxy) = match &plan.backup {
+            Some(replies) => {
+                let backup =
+                    MockModel::start_with(MockModelConfig::new(replies.clone()).with_model(MODEL))
+                        .await
+                        .map_err(|e| ChaosError::Setup(format!("the backup mock model: {e}")))?;
+                let proxy = FaultProxy::start(backup.base_url())
+                    .await
+                    .map_err(|e| ChaosError::Setup(format!("the backup proxy: {e}")))?;
+                (Some(backup), Some(proxy))
+            }
+            None => (None, None),
+        };
         Ok(Services {
             desk,
             tool_proxy,
             model,
             model_proxy,
+            backup,
+            backup_proxy,
         })
     }
 
@@ -258,10 +290,14 @@ impl Services {
     pub fn endpoints(&self) -> Endpoints {
         Endpoints {
             tools: self.tool_proxy.base_url().to_owned(),
-            model: self.model_proxy.as_ref().map_or_else(
-                || "http://127.0.0.1:9".to_owned(),
-                |p| p.base_url().to_owned(),
-            ),
+            model: self
+                .model_proxy
+                .as_ref()
+                .map_or_else(unused_endpoint, |p| p.base_url().to_owned()),
+            backup: self
+                .backup_proxy
+                .as_ref()
+                .map_or_else(unused_endpoint, |p| p.base_url().to_owned()),
         }
     }
 

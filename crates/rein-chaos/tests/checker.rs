@@ -296,3 +296,89 @@ async fn a_second_run_for_one_submission_key_breaks_invariant_1() {
         "a replay naming another run",
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_model_switch_breaks_invariant_5() {
+    let mut e = evidence(71).await;
+    assert!(
+        e.runs[0]
+            .events
+            .iter()
+            .any(|x| x.kind == EventKind::ModelFallbackUsed)
+    );
+    e.runs[0]
+        .events
+        .retain(|x| x.kind != EventKind::ModelFallbackUsed);
+    assert_flags(
+        &e,
+        Invariant::StructuredFailures,
+        "a fallback never announced",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fallback_after_401_breaks_invariants_5_and_6() {
+    let base = evidence(82).await;
+    assert!(base.backup_trace.is_empty(), "the backup was never asked");
+    let run = &base.runs[0];
+    let failed = run
+        .events
+        .iter()
+        .position(|x| {
+            x.kind == EventKind::ModelCallFinished && x.data["category"] == "unauthorized"
+        })
+        .unwrap();
+    let mut e = base.clone();
+    let mut switched = run.events[failed].clone();
+    switched.kind = EventKind::ModelCallStarted;
+    switched.data = serde_json::json!({"provider": "backup", "model": "chaos-model", "attempt": 1});
+    e.runs[0].events.insert(failed + 1, switched);
+    assert_flags(&e, Invariant::StructuredFailures, "a switch after a 401");
+    let mut e = base.clone();
+    e.backup_trace.push(e.model_trace[0].clone());
+    assert_flags(
+        &e,
+        Invariant::OpenBreakerBlocks,
+        "the backup asked unrecorded",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asking_an_overflowed_model_again_breaks_invariant_5() {
+    let base = evidence(80).await;
+    let run = &base.runs[0];
+    let overflow = run
+        .events
+        .iter()
+        .position(|x| {
+            x.kind == EventKind::ModelCallFinished && x.data["category"] == "context_overflow"
+        })
+        .unwrap();
+    let mut e = base.clone();
+    let mut again = run.events[overflow].clone();
+    again.kind = EventKind::ModelCallStarted;
+    e.runs[0].events.insert(overflow + 1, again);
+    assert_flags(
+        &e,
+        Invariant::StructuredFailures,
+        "the overflowed model asked again",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_of_failed_streams_count_toward_invariant_2() {
+    let base = evidence(74).await;
+    let mut e = base.clone();
+    let failed = e.runs[0]
+        .events
+        .iter_mut()
+        .find(|x| x.kind == EventKind::ModelCallFinished && x.data["ok"] == false)
+        .unwrap();
+    assert!(failed.data["tokens_spent"].as_u64().unwrap() > 0);
+    failed.data["tokens_spent"] = serde_json::json!(1_000_000);
+    assert_flags(
+        &e,
+        Invariant::BudgetsHold,
+        "tokens of a cut stream over the limit",
+    );
+}

@@ -472,3 +472,22 @@ async fn a_larger_window_that_then_fails_is_reported_as_its_own_failure_not_an_o
         "{summary}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_primary_leaves_the_fallback_its_share_of_the_deadline() {
+    let h = harness(Faults::none()).await;
+    let primary = mock("primary-model").await;
+    let backup = mock("backup-model").await;
+    primary.push_reply(Reply::text("too late").delayed(Duration::from_secs(30)));
+    let mut binding = binding_of(&primary.openai_base_url(), None);
+    binding.fallbacks = vec![ModelLink {
+        provider: openai("backup", &backup.openai_base_url()),
+        model: "backup-model".into(),
+        price: None,
+    }];
+    let mut ask = question(false);
+    ask.deadline = Duration::from_secs(2);
+    let answer = h.engine.ask_model(&binding, ask).await.unwrap();
+    assert_eq!(answer.provider, "backup");
+    assert!(answer.fell_back);
+}

@@ -5,7 +5,7 @@
 //! world's retry policy is 3 attempts with 5–40 ms full jitter.
 
 use rein_core::FailurePolicy;
-use rein_testkit::mock_model::Reply;
+use rein_testkit::mock_model::{Reply, StreamFault};
 use rein_testkit::order_desk::{Fault, Faults, SEND_EMAIL, UPDATE_DELIVERY_TIME};
 use serde_json::{Value, json};
 
@@ -150,7 +150,135 @@ pub fn catalog() -> Vec<Scenario> {
     all.extend(long());
     all.extend(model_gateway_scripted());
     all.extend(submission());
+    all.extend(model_chains());
     all
+}
+
+/// The four live replies of the happy path, as the mock model sends them.
+fn live_happy() -> Vec<Reply> {
+    vec![
+        Reply::tool_call(GET, &json!({"order_id": "A-1001"})),
+        Reply::tool_call(UPDATE, &update_args("A-1001", 24)),
+        Reply::tool_call(EMAIL, &email_args()),
+        Reply::text("Order A-1001 now arrives on 2026-12-24; the buyer was told."),
+    ]
+}
+
+/// The happy path's replies with the turn at `at` (0-based) replaced by
+/// `fault`, which consumes a reply of the same server.
+fn live_with(at: usize, fault: Reply) -> Vec<Reply> {
+    let mut replies = live_happy();
+    replies.insert(at, fault);
+    replies
+}
+
+/// The happy path's reply of turn `at` with a stream fault.
+fn live_faulted(at: usize, fault: StreamFault) -> Reply {
+    live_happy().swap_remove(at).with_stream_fault(fault)
+}
+
+/// Model chains (issue 7): streamed calls, fallback links, larger-context
+/// links and the failures that must never switch. Runs use the world's
+/// `chaos_stream` (no fallback), `chaos_fallback` (the `backup` provider
+/// after a transient failure) and `chaos_context` (the backup's larger
+/// model after an overflow) agents; the backup is a second mock server
+/// behind its own proxy, so what it was asked is witnessed apart.
+fn model_chains() -> Vec<Scenario> {
+    use Layer::ModelGateway as L;
+    let stall = || StreamFault::Stall {
+        after: 2,
+        hold: std::time::Duration::from_millis(1500),
+    };
+    vec![
+        Scenario::new(71, L, "primary-503-falls-back",
+            "The primary provider answers 503 to the turn after the update: the turn moves on to the backup provider at once, which asks for the email; the run succeeds with one update and one email, and the switch is announced (model_fallback_used).",
+            Plan::mock(live_with(2, Reply::unavailable()))
+                .agent("chaos_fallback")
+                .backup(vec![Reply::tool_call(EMAIL, &email_args())]))
+            .risks([I::OneEffectPerKey, I::IrreversibleNotRetried, I::StructuredFailures])
+            .expects([M::ModelFallback]),
+        Scenario::new(72, L, "primary-reset-falls-back",
+            "The primary provider's first call is reset before it reaches the model: a bare connection error moves the turn on to the backup, which answers; later turns go back to the primary.",
+            Plan::mock(live_happy()[1..].to_vec())
+                .agent("chaos_fallback")
+                .model_rule(Rule::new(chat(), Injection::ResetBeforeForward))
+                .backup(live_happy()[..1].to_vec()))
+            .risks([I::OneEffectPerKey, I::StructuredFailures])
+            .expects([M::ModelFallback]),
+        Scenario::new(73, L, "primary-429-falls-back",
+            "The primary provider answers 429 with Retry-After: 1 s: with a fallback ready the turn does not wait for the hint but moves on to the backup.",
+            Plan::mock(live_with(0, ModelFault::RateLimited { retry_after_s: 1 }.mock_reply()))
+                .agent("chaos_fallback")
+                .backup(live_happy()[..1].to_vec()))
+            .risks([I::BudgetsHold, I::StructuredFailures])
+            .expects([M::ModelFallback]),
+        Scenario::new(74, L, "stream-stall-falls-back",
+            "The primary's streamed answer stalls after two events (idle limit 300 ms): the call fails as a timeout, never as a cut answer, its tokens are charged, and the turn moves on to the backup.",
+            Plan::mock([vec![live_faulted(0, stall())], live_happy()[1..].to_vec()].concat())
+                .agent("chaos_fallback")
+                .backup(live_happy()[..1].to_vec()))
+            .risks([I::BudgetsHold, I::StructuredFailures])
+            .expects([M::ModelFallback]),
+        Scenario::new(75, L, "stream-stall-no-fallback",
+            "Every streamed answer stalls after two events and there is no fallback: each attempt times out, the retries run out, and the run fails with category timeout; nothing is presented as a complete answer.",
+            Plan::mock(vec![live_faulted(0, stall()), live_faulted(0, stall()), live_faulted(0, stall())])
+                .agent("chaos_stream"))
+            .risks([I::BudgetsHold, I::StructuredFailures])
+            .expects([M::RetryScheduled]),
+        Scenario::new(76, L, "stream-drop-falls-back",
+            "The primary's stream of the update call is cut after three events, mid-arguments, before [DONE]: never a salvaged write; the tokens spent are charged and the turn moves on to the backup, which asks for the update whole. One update.",
+            Plan::mock([live_happy()[..1].to_vec(), vec![live_faulted(1, StreamFault::Drop { after: 3 })], live_happy()[2..].to_vec()].concat())
+                .agent("chaos_fallback")
+                .backup(vec![Reply::tool_call(UPDATE, &update_args("A-1001", 24))]))
+            .risks([I::OneEffectPerKey, I::BudgetsHold, I::StructuredFailures])
+            .expects([M::ModelFallback]),
+        Scenario::new(77, L, "stream-drop-final-answer-retried",
+            "The final answer's stream is cut after two events and there is no fallback: the cut text is never the run's answer; the call is retried and the whole answer arrives.",
+            Plan::mock([live_happy(), vec![live_happy()[3].clone()]].concat().into_iter().enumerate()
+                .map(|(i, r)| if i == 3 { r.with_stream_fault(StreamFault::Drop { after: 2 }) } else { r })
+                .collect())
+                .agent("chaos_stream"))
+            .risks([I::BudgetsHold, I::StructuredFailures])
+            .expects([M::RetryScheduled]),
+        Scenario::new(78, L, "stream-malformed-event-retried",
+            "An event of the first streamed answer is not JSON (cut mid-object): the stream fails as transient rather than skip a piece of the call, and the call is retried.",
+            Plan::mock([vec![live_faulted(0, StreamFault::Malformed { after: 2 })], live_happy()].concat())
+                .agent("chaos_stream"))
+            .risks([I::StructuredFailures, I::NoRawErrorText])
+            .expects([M::RetryScheduled]),
+        Scenario::new(79, L, "stream-no-terminator-after-finish",
+            "The final answer's stream sends every piece, its finish reason and its usage, then ends cleanly without the [DONE] terminator: nothing is missing, so the answer is whole and accepted without a retry; its tokens are counted once.",
+            Plan::mock([live_happy()[..3].to_vec(), vec![live_faulted(3, StreamFault::NoTerminator)]].concat())
+                .agent("chaos_stream"))
+            .risks([I::StructuredFailures, I::BudgetsHold]),
+        Scenario::new(80, L, "context-overflow-falls-back",
+            "The primary refuses the turn after the lookup as too long, with a context fallback configured: the backup's larger-context model answers the turn; the primary is not asked that turn again.",
+            Plan::mock(live_with(1, ModelFault::ContextOverflow.mock_reply()).into_iter().enumerate()
+                .filter(|(i, _)| *i != 2).map(|(_, r)| r).collect())
+                .agent("chaos_context")
+                .backup(vec![Reply::tool_call(UPDATE, &update_args("A-1001", 24))]))
+            .risks([I::StructuredFailures, I::OneEffectPerKey])
+            .expects([M::ContextFallback]),
+        Scenario::new(81, L, "context-overflow-no-context-link",
+            "The primary overflows with only transient fallbacks configured: a larger window is not a transient fallback, so the backup is never asked and the run ends at once with what it completed.",
+            Plan::mock(live_with(1, ModelFault::ContextOverflow.mock_reply()))
+                .agent("chaos_fallback")
+                .backup(live_happy()))
+            .risks([I::StructuredFailures]),
+        Scenario::new(82, L, "primary-401-no-fallback",
+            "The primary answers 401 with a fallback configured: a bad key is a misconfiguration a switch would hide, so the backup gets no request and the run fails with category unauthorized.",
+            Plan::mock(vec![Reply::unauthorized()])
+                .agent("chaos_fallback")
+                .backup(live_happy()))
+            .risks([I::StructuredFailures, I::NoRawErrorText]),
+        Scenario::new(83, L, "every-link-fails",
+            "The primary answers 503 and so does the backup, every attempt: the last link retries under the policy, then the run fails with the first failure's category, naming both links tried.",
+            Plan::mock(vec![Reply::unavailable()])
+                .agent("chaos_fallback")
+                .backup(vec![Reply::unavailable(), Reply::unavailable(), Reply::unavailable()]))
+            .risks([I::StructuredFailures, I::BudgetsHold])
+            .expects([M::RetryScheduled]),
+    ]
 }
 
 /// The submission layer: `rein serve` behind the fault proxy, a client

@@ -130,6 +130,13 @@ pub struct Plan {
     pub submission: Option<Submission>,
     /// Rules of the proxy in front of the server.
     pub server_rules: Vec<Rule>,
+    /// The agent of the world the runs use, when not the plan's default
+    /// (`chaos` for a script, `chaos_live` for the mock model): the
+    /// model-chain agents `chaos_stream`, `chaos_fallback`, `chaos_context`.
+    pub agent: Option<&'static str>,
+    /// The replies of the second mock model server (the `backup`
+    /// provider), one per call; `None` starts no backup server.
+    pub backup: Option<Vec<Reply>>,
 }
 
 /// A run submitted over HTTP by a client that retries.
@@ -170,6 +177,8 @@ impl Plan {
             reconcile: true,
             submission: None,
             server_rules: Vec::new(),
+            agent: None,
+            backup: None,
         }
     }
 
@@ -224,6 +233,18 @@ impl Plan {
     /// Adds a rule to the proxy in front of the server.
     pub fn server_rule(mut self, rule: Rule) -> Plan {
         self.server_rules.push(rule);
+        self
+    }
+
+    /// Runs the world's agent `name` instead of the plan's default.
+    pub fn agent(mut self, name: &'static str) -> Plan {
+        self.agent = Some(name);
+        self
+    }
+
+    /// Starts the backup mock model server with `replies`.
+    pub fn backup(mut self, replies: Vec<Reply>) -> Plan {
+        self.backup = Some(replies);
         self
     }
 

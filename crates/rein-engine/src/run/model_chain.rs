@@ -311,7 +311,7 @@ impl Engine {
                 ..base.clone()
             };
             let outcome = self
-                .call_link(host, c, link, &request, budget, !transient.is_empty(), mode)
+                .call_link(host, c, link, &request, budget, transient.len(), mode)
                 .await;
             let failure = match outcome {
                 Ok(reply) => {
@@ -380,12 +380,24 @@ impl Engine {
         link: LinkRef<'_>,
         request: &ModelRequest,
         budget: &mut Budget,
-        ready: bool,
+        next_links: usize,
         mode: Mode,
     ) -> Result<Reply, LinkEnd> {
         let provider = link.provider.name().to_owned();
         let model = link.model;
-        let deadline = budget.deadline();
+        let ready = next_links > 0;
+        // With links still to try, this one gets an even share of what is
+        // left (its retries and its wait for a slot included): a provider
+        // that hangs must leave time for the fallback, not eat the whole
+        // deadline.
+        let deadline = if ready {
+            let now = self.clock.now();
+            let share = budget.deadline().remaining(now)
+                / u32::try_from(next_links + 1).unwrap_or(u32::MAX);
+            rein_core::deadline::Deadline::after(now, share)
+        } else {
+            budget.deadline()
+        };
         let policy = *host.retry();
         let latency = host.model_latency();
         let emitter = host.emitter();
