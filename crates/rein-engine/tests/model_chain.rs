@@ -491,3 +491,33 @@ async fn a_hanging_primary_leaves_the_fallback_its_share_of_the_deadline() {
     assert_eq!(answer.provider, "backup");
     assert!(answer.fell_back);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_circuit_tells_the_caller_when_to_come_back() {
+    let h = harness(Faults::none()).await;
+    let primary = mock("primary-model").await;
+    primary.push_replies((0..20).map(|_| Reply::server_error()));
+    let binding = binding_of(&primary.openai_base_url(), None);
+    let mut rejected = None;
+    for _ in 0..10 {
+        match h.engine.ask_model(&binding, question(false)).await {
+            Err(e) if e.category == rein_core::Category::CircuitOpen => {
+                rejected = Some(e);
+                break;
+            }
+            Err(_) => {}
+            Ok(_) => panic!("the provider only fails"),
+        }
+    }
+    let e = rejected.expect("the circuit opened");
+    let after = e.retry_after.expect("a retry-after");
+    assert!(
+        after <= rein_core::breaker::DEFAULT_BREAK_DURATION && !after.is_zero(),
+        "{after:?}"
+    );
+    assert_eq!(
+        primary.request_count(),
+        5,
+        "the open circuit was not called"
+    );
+}

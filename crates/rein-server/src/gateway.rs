@@ -476,7 +476,14 @@ fn failed(e: &ModelError) -> Problem {
         // misconfiguration, not the client's.
         _ => (StatusCode::BAD_GATEWAY, "upstream_error"),
     };
-    openai_problem(status, kind, e.category.as_str(), e.message.clone())
+    let mut problem = openai_problem(status, kind, e.category.as_str(), e.message.clone());
+    // Whole seconds, rounded up: when the first open circuit admits again.
+    problem.retry_after = e.retry_after.map(|d| {
+        u32::try_from(d.as_millis().div_ceil(1000))
+            .unwrap_or(u32::MAX)
+            .max(1)
+    });
+    problem
 }
 
 fn finish_reason(finish: FinishReason) -> &'static str {

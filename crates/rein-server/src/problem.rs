@@ -30,6 +30,10 @@ pub struct Problem {
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Object)]
     pub extra: Option<serde_json::Value>,
+    /// Seconds after which a retry may succeed, sent as `Retry-After`.
+    #[serde(skip)]
+    #[schema(ignore)]
+    pub retry_after: Option<u32>,
 }
 
 impl Problem {
@@ -41,6 +45,7 @@ impl Problem {
             status: status.as_u16(),
             detail: detail.into(),
             extra: None,
+            retry_after: None,
         }
     }
 
@@ -184,6 +189,11 @@ impl IntoResponse for Problem {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
+        if let Some(secs) = self.retry_after
+            && let Ok(value) = HeaderValue::from_str(&secs.to_string())
+        {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
         response
     }
 }

@@ -757,6 +757,9 @@ pub struct ModelError {
     pub category: Category,
     /// For a human; names every link tried when all failed.
     pub message: String,
+    /// When every link's circuit is open: how long until the first of them
+    /// admits a probe again (for the caller's `Retry-After`).
+    pub retry_after: Option<std::time::Duration>,
 }
 
 /// The host of a call from outside a run.
@@ -789,6 +792,22 @@ impl TurnHost for AskHost<'_> {
 }
 
 impl Engine {
+    /// How long until the first open arm of `chain`'s providers admits a
+    /// probe again.
+    fn reopens_in(&self, chain: &Chain<'_>) -> Option<std::time::Duration> {
+        let now = self.clock.now();
+        let breakers = self.shared.breakers();
+        std::iter::once(chain.primary)
+            .chain(chain.fallbacks.iter().map(LinkRef::from))
+            .filter_map(|l| {
+                let until = breakers
+                    .get(ArmKind::Provider, l.provider.name())?
+                    .open_until()?;
+                Some(until.saturating_duration_since(now))
+            })
+            .min()
+    }
+
     /// Asks `binding` one turn from outside a run — through the same
     /// breaker arms, provider slots, retry budgets and fallback rules as
     /// runs — within `ask.deadline`.
@@ -809,6 +828,7 @@ impl Engine {
         .map_err(|e| ModelError {
             category: Category::InvalidArguments,
             message: e.to_string(),
+            retry_after: None,
         })?;
         let mut budget = Budget::start(limits, self.clock.now());
         let host = AskHost {
@@ -843,20 +863,24 @@ impl Engine {
             .await;
         // Nothing of a call outside a run is stored: the observer saw it.
         drop(host.emitter.drain());
-        let answered = answered.map_err(|end| match end {
-            End::ModelFailed(category, message) => ModelError { category, message },
-            End::Budget(exhausted) => ModelError {
-                category: Category::BudgetExhausted,
-                message: format!("the call's deadline ran out: {exhausted}"),
-            },
-            End::Cancelled(message) => ModelError {
-                category: Category::Cancelled,
+        let answered = answered.map_err(|end| {
+            let (category, message) = match end {
+                End::ModelFailed(category, message) => (category, message),
+                End::Budget(exhausted) => (
+                    Category::BudgetExhausted,
+                    format!("the call's deadline ran out: {exhausted}"),
+                ),
+                End::Cancelled(message) => (Category::Cancelled, message),
+                other => (Category::Unknown, format!("{other:?}")),
+            };
+            let retry_after = (category == Category::CircuitOpen)
+                .then(|| self.reopens_in(&chain))
+                .flatten();
+            ModelError {
+                category,
                 message,
-            },
-            other => ModelError {
-                category: Category::Unknown,
-                message: format!("{other:?}"),
-            },
+                retry_after,
+            }
         })?;
         let reply = match answered.reply {
             Reply::Complete(response) => ModelReply::Complete(response),
