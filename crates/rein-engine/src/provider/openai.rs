@@ -222,7 +222,13 @@ impl Decoder for ChunkDecoder {
                 .map(|(position, call)| tool_call_delta(position, call))
                 .collect();
             updates.push(Update::Delta(Delta { text, tool_calls }));
-            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            // An empty reason is no reason: a compatible server that sends
+            // `""` on every chunk must not make a cut stream look finished.
+            if let Some(reason) = choice
+                .get("finish_reason")
+                .and_then(Value::as_str)
+                .filter(|r| !r.is_empty())
+            {
                 updates.push(Update::Finish(finish_reason(reason)));
             }
         }
@@ -462,6 +468,11 @@ mod tests {
         assert!(finish.is_truncated());
         assert_eq!((*input, *output), (Some(3), Some(4)));
         assert!(matches!(decode(" [DONE]").unwrap()[..], [Update::End]));
+        // An empty reason finishes nothing.
+        let empty =
+            decode(r#"{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":""}]}"#)
+                .unwrap();
+        assert!(matches!(&empty[..], [Update::Delta(_)]), "{empty:?}");
     }
 
     #[test]
