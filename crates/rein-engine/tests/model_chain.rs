@@ -143,6 +143,14 @@ async fn auth_failures_and_content_filters_never_fall_back() {
     for (why, reply) in [
         ("401", Reply::unauthorized()),
         (
+            "403",
+            Reply::error(rein_testkit::mock_model::ApiError::new(
+                403,
+                "permission_error",
+                "this key may not use that model",
+            )),
+        ),
+        (
             "content filter",
             Reply::text("")
                 .with_finish_reason(rein_testkit::mock_model::FinishReason::ContentFilter),
