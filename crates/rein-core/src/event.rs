@@ -64,6 +64,12 @@ pub enum EventKind {
     /// primary (`primary`, `answered`, and the failures that moved it on):
     /// a switch is never silent.
     ModelFallbackUsed,
+    /// A turn's structured output was cut (at the output-token limit): a
+    /// parse failure, not a generation failure. `calls` says, per tool
+    /// call, whether rein salvaged its complete fields (a read) or asked
+    /// the model again (a call with side effects is never made from
+    /// partial arguments).
+    ModelOutputTruncated,
     /// A maybe-applied write was looked up by its idempotency key.
     IdempotencyLookup,
     /// A side effect was declared or its record changed status.
@@ -114,6 +120,7 @@ impl EventKind {
             EventKind::ConcurrencyWaitExpired => "concurrency_wait_expired",
             EventKind::ModelQueueWaited => "model_queue_waited",
             EventKind::ModelFallbackUsed => "model_fallback_used",
+            EventKind::ModelOutputTruncated => "model_output_truncated",
             EventKind::RunCancelled => "run_cancelled",
             EventKind::RunFailed => "run_failed",
             EventKind::IdempotencyLookup => "idempotency_lookup",

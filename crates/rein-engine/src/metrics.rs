@@ -33,7 +33,7 @@ pub struct Metrics {
 }
 
 /// The help line of each counter.
-const HELP: [(&str, &str); 11] = [
+const HELP: [(&str, &str); 12] = [
     ("rein_runs_finished_total", "Runs that ended, by outcome."),
     (
         "rein_model_calls_total",
@@ -66,6 +66,10 @@ const HELP: [(&str, &str); 11] = [
     (
         "rein_tool_queue_expired_total",
         "Tool attempts not made because no resource-group slot came in time, by group.",
+    ),
+    (
+        "rein_model_output_truncated_total",
+        "Model turns whose structured output was cut, by what rein did (salvaged or asked_again).",
     ),
     (
         "rein_loop_guard_trips_total",
@@ -169,6 +173,10 @@ impl Metrics {
                 vec![("group", text(&d["resource_group"]))],
             ),
             EventKind::LoopDetected => ("rein_loop_guard_trips_total", Vec::new()),
+            EventKind::ModelOutputTruncated => (
+                "rein_model_output_truncated_total",
+                vec![("action", text(&d["action"]))],
+            ),
             EventKind::CompensationFinished => (
                 "rein_compensations_total",
                 vec![("status", text(&d["status"]))],

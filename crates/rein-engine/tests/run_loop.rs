@@ -1311,3 +1311,41 @@ async fn a_succeeded_run_is_never_reopened_by_a_resume() {
         1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_turn_salvages_reads_asks_again_for_writes_and_says_which() {
+    let h = harness(Faults::none()).await;
+    // Both calls' arguments were cut at the output-token limit.
+    let a = agent(
+        &h.desk,
+        script(json!([
+            {"tool_calls": [
+                {"name": GET_ORDER, "arguments": "{\"order_id\": \"A-1001\", \"verbose\": tr"},
+                {"name": UPDATE_DELIVERY_TIME, "arguments": "{\"order_id\": \"A-1001\", \"delivery_date\": \"2026-12"}
+             ], "finish_reason": "length"},
+            answer("done"),
+        ])),
+        false,
+    );
+    let out = run(&h, &a).await;
+    let events = kinds(&h, &out).await;
+    let cut: Vec<&Value> = events
+        .iter()
+        .filter(|(k, _)| *k == EventKind::ModelOutputTruncated)
+        .map(|(_, d)| d)
+        .collect();
+    assert_eq!(cut.len(), 1, "{events:?}");
+    assert_eq!(cut[0]["salvaged"], json!([GET_ORDER]));
+    assert_eq!(cut[0]["asked_again"], json!([UPDATE_DELIVERY_TIME]));
+    assert_eq!(cut[0]["action"], "asked_again");
+    // The read ran on its complete fields; the write was never made.
+    assert_eq!(h.desk.request_count(GET_ORDER), 1);
+    assert_eq!(h.desk.request_count(UPDATE_DELIVERY_TIME), 0);
+    assert_eq!(
+        h.engine.metrics().get(
+            "rein_model_output_truncated_total",
+            &[("action", "asked_again")]
+        ),
+        1
+    );
+}

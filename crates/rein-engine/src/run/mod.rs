@@ -475,6 +475,10 @@ impl RunCtx<'_> {
 const END_COMMIT_TRIES: u32 = 6;
 const END_COMMIT_FIRST_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// How a refusal of cut-off arguments begins (the truncation event finds
+/// them by it).
+const CUT_ARGUMENTS: &str = "the arguments were cut off";
+
 /// Output tokens a model call must have room for to be worth making: below
 /// this the answer is all but certain to be cut off, so the run ends
 /// `budget_exhausted` instead of paying for a truncated turn.
@@ -1399,6 +1403,28 @@ impl Engine {
                         }
                     }
                 }
+                // A cut turn is said so, call by call: salvaged (a read's
+                // complete fields) or asked again (never a write from partial
+                // arguments).
+                let salvaged = planned.iter().filter(|p| p.salvaged).count();
+                let asked_again: Vec<&str> = rejected_failures
+                    .iter()
+                    .filter(|(_, reason)| reason.starts_with(CUT_ARGUMENTS))
+                    .map(|(tool, _)| tool.as_str())
+                    .collect();
+                if response.finish.is_truncated() || salvaged > 0 || !asked_again.is_empty() {
+                    ctx.emitter.emit(
+                        EventKind::ModelOutputTruncated,
+                        &c,
+                        json!({
+                            "finish": response.finish,
+                            "calls": response.tool_calls.len(),
+                            "salvaged": planned.iter().filter(|p| p.salvaged).map(|p| &p.tool).collect::<Vec<_>>(),
+                            "asked_again": asked_again,
+                            "action": if asked_again.is_empty() { "salvaged" } else { "asked_again" },
+                        }),
+                    );
+                }
                 if !planned.is_empty() {
                     let intents: Vec<(u32, PlannedIntent)> = planned
                         .iter()
@@ -1697,7 +1723,7 @@ impl Engine {
                 return refuse(
                     Category::InvalidArguments,
                     format!(
-                        "the arguments were cut off ({dropped_bytes} bytes incomplete); a call with side effects is never made from partial arguments — send the complete call"
+                        "{CUT_ARGUMENTS} ({dropped_bytes} bytes incomplete); a call with side effects is never made from partial arguments — send the complete call"
                     ),
                     Value::Null,
                 );
