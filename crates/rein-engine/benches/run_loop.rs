@@ -127,6 +127,7 @@ fn agent(desk: &OrderDesk, script: &str) -> AgentBinding {
         fallbacks: Vec::new(),
         context_fallbacks: Vec::new(),
         provider_limits: Default::default(),
+        model_retry: Default::default(),
     }
 }
 

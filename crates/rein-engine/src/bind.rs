@@ -156,6 +156,7 @@ pub fn bind_agent(
         fallbacks,
         context_fallbacks,
         provider_limits,
+        model_retry: Default::default(),
     })
 }
 

@@ -1349,3 +1349,42 @@ async fn a_cut_turn_salvages_reads_asks_again_for_writes_and_says_which() {
         1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_retries_have_a_ceiling_per_run_apart_from_each_calls_policy() {
+    let h = harness(Faults::none()).await;
+    let mut a = agent(
+        &h.desk,
+        script(json!([
+            {"error": {"status": 503}},
+            {"error": {"status": 503}},
+            call(GET_ORDER, json!({"order_id": "A-1001"})),
+            {"error": {"status": 503}},
+            answer("never reached"),
+        ])),
+        false,
+    );
+    a.model_retry.max_retries = 2;
+    let out = run(&h, &a).await;
+    // The model is down (time may fix it): what was done stands, honestly
+    // partial, and the run can be resumed once the provider is back.
+    assert_eq!(out.report.outcome, Outcome::PartialSuccess, "{:?}", out.report);
+    assert!(out.report.recoverable);
+    assert!(
+        out.report
+            .summary
+            .contains("already retried model calls 2 times"),
+        "{}",
+        out.report.summary
+    );
+    let events = kinds(&h, &out).await;
+    let abandoned: Vec<&Value> = events
+        .iter()
+        .filter(|(k, _)| *k == EventKind::RetryAbandoned)
+        .map(|(_, d)| d)
+        .collect();
+    assert_eq!(abandoned.len(), 1);
+    assert_eq!(abandoned[0]["reason"], "run_model_retry_budget");
+    // Tool retries are not model retries: the tool's call was made.
+    assert_eq!(h.desk.request_count(GET_ORDER), 1);
+}

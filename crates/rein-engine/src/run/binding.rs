@@ -158,7 +158,46 @@ pub struct AgentBinding {
     /// slot within its deadline. A provider not named here is unlimited and
     /// costs nothing extra.
     pub provider_limits: BTreeMap<String, NonZeroU32>,
+    /// The run's own ceiling on model retries, apart from tool retries and
+    /// from the model's self-healing.
+    pub model_retry: ModelRetryLimits,
 }
+
+/// How much a run may spend retrying model calls, in total, whatever the
+/// per-call policy allows.
+///
+/// # Why
+///
+/// A per-call policy bounds one call's attempts; a run makes many calls,
+/// and a provider that fails one in three would otherwise be retried
+/// without end across the run. Model retries are budgeted apart from tool
+/// retries and from the model's own self-healing, so none of them can use
+/// up the others' allowance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelRetryLimits {
+    /// Retries of model calls in the whole run.
+    pub max_retries: u32,
+    /// Time spent waiting between model retries in the whole run.
+    pub max_wait: Duration,
+    /// Tokens consumed by failed model calls (a stream cut midway) after
+    /// which no model call is retried; `None`: only the run's token budget.
+    pub max_wasted_tokens: Option<u64>,
+}
+
+impl Default for ModelRetryLimits {
+    fn default() -> Self {
+        ModelRetryLimits {
+            max_retries: DEFAULT_MAX_MODEL_RETRIES,
+            max_wait: DEFAULT_MAX_MODEL_RETRY_WAIT,
+            max_wasted_tokens: None,
+        }
+    }
+}
+
+/// Model retries a run may make by default.
+pub const DEFAULT_MAX_MODEL_RETRIES: u32 = 8;
+/// Time a run may spend waiting to retry model calls, by default.
+pub const DEFAULT_MAX_MODEL_RETRY_WAIT: Duration = Duration::from_secs(60);
 
 /// One `{provider, model}` link of a model binding's chain.
 #[derive(Clone)]

@@ -26,7 +26,8 @@ mod tree_settle;
 pub use args::{ParsedArgs, parse_args};
 pub use binding::{
     AcceptAll, AgentBinding, AgentTarget, ArgValidator, DEFAULT_ALLOWANCE_FACTOR,
-    DEFAULT_COMPENSATION_RESERVE, ModelLink, ToolBinding, ToolTarget,
+    DEFAULT_COMPENSATION_RESERVE, DEFAULT_MAX_MODEL_RETRIES, DEFAULT_MAX_MODEL_RETRY_WAIT,
+    ModelLink, ModelRetryLimits, ToolBinding, ToolTarget,
 };
 pub use emitter::{Correlation, Observer};
 pub use guarded::{CallResult, Planned};
@@ -320,6 +321,17 @@ pub(crate) struct RunCtx<'a> {
     /// The models that answered this run's turns (`provider/model`), in
     /// first-use order.
     models: std::sync::Mutex<Vec<String>>,
+    /// Model retries made, their waits (ms) and the tokens failed model
+    /// calls consumed, against [`ModelRetryLimits`].
+    model_retries: ModelRetryUse,
+}
+
+/// What a run spent retrying model calls.
+#[derive(Default)]
+pub(crate) struct ModelRetryUse {
+    retries: std::sync::atomic::AtomicU32,
+    wait_ms: std::sync::atomic::AtomicU64,
+    wasted_tokens: std::sync::atomic::AtomicU64,
 }
 
 /// A run's place in its agent tree: its parent, its depth (the root is 0)
@@ -377,7 +389,44 @@ impl model_chain::TurnHost for RunCtx<'_> {
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
+    fn allow_model_retry(&self, delay: std::time::Duration) -> Result<(), String> {
+        use std::sync::atomic::Ordering;
+        let limits = self.agent.model_retry;
+        let used = &self.model_retries;
+        let retries = used.retries.load(Ordering::Acquire);
+        if retries >= limits.max_retries {
+            return Err(format!(
+                "the run already retried model calls {retries} times (model_retry.max_retries = {})",
+                limits.max_retries
+            ));
+        }
+        let waited = std::time::Duration::from_millis(used.wait_ms.load(Ordering::Acquire));
+        if waited + delay > limits.max_wait {
+            return Err(format!(
+                "waiting {delay:?} more would exceed the run's {:?} of model retry waits ({waited:?} used)",
+                limits.max_wait
+            ));
+        }
+        if let Some(max) = limits.max_wasted_tokens {
+            let wasted = used.wasted_tokens.load(Ordering::Acquire);
+            if wasted >= max {
+                return Err(format!(
+                    "failed model calls already consumed {wasted} tokens (model_retry.max_wasted_tokens = {max})"
+                ));
+            }
+        }
+        used.retries.fetch_add(1, Ordering::AcqRel);
+        used.wait_ms.fetch_add(
+            u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+            Ordering::AcqRel,
+        );
+        Ok(())
+    }
+
     fn spent(&self, tokens: u64) {
+        self.model_retries
+            .wasted_tokens
+            .fetch_add(tokens, std::sync::atomic::Ordering::AcqRel);
         self.lineage
             .tree
             .tokens
@@ -821,6 +870,7 @@ impl Engine {
             lineage,
             child_usage: std::sync::Mutex::new(HashMap::new()),
             models: std::sync::Mutex::new(Vec::new()),
+            model_retries: ModelRetryUse::default(),
         };
         let _live = self.shared.live.register(&run_id, &ctx.cancel);
         ctx.emitter.emit(
@@ -1182,6 +1232,25 @@ impl Engine {
                 "continued after step {done_step}; completed steps were not run again; effects in doubt were repeated only with their original idempotency keys, irreversible ones never"
             ),
         };
+        // What the run already spent retrying model calls stays spent.
+        let retried_so_far = ModelRetryUse::default();
+        for e in &events {
+            if e.kind == EventKind::RetryScheduled && e.data.get("provider").is_some() {
+                retried_so_far
+                    .retries
+                    .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                retried_so_far.wait_ms.fetch_add(
+                    e.data["delay_ms"].as_u64().unwrap_or(0),
+                    std::sync::atomic::Ordering::AcqRel,
+                );
+            }
+            if e.kind == EventKind::ModelCallFinished {
+                retried_so_far.wasted_tokens.fetch_add(
+                    e.data["tokens_spent"].as_u64().unwrap_or(0),
+                    std::sync::atomic::Ordering::AcqRel,
+                );
+            }
+        }
         // The models that answered before the interruption stay on record.
         let mut answered_so_far: Vec<String> = Vec::new();
         for e in &events {
@@ -1215,6 +1284,7 @@ impl Engine {
             lineage,
             child_usage: std::sync::Mutex::new(HashMap::new()),
             models: std::sync::Mutex::new(answered_so_far),
+            model_retries: retried_so_far,
         };
         let _live = self.shared.live.register(run_id, &ctx.cancel);
         ctx.emitter.emit(

@@ -64,6 +64,13 @@ pub(crate) trait TurnHost: Send + Sync {
     fn provider_limits(&self) -> &BTreeMap<String, NonZeroU32>;
     /// A call is about to be sent.
     fn calling(&self) {}
+    /// Whether one more model retry, waiting `delay`, fits the host's own
+    /// ceiling on model retries (it is counted when it does); `Err` says
+    /// why not.
+    fn allow_model_retry(&self, delay: std::time::Duration) -> Result<(), String> {
+        let _ = delay;
+        Ok(())
+    }
     /// A failed call consumed `tokens` (charged to the host's budget by the
     /// chain; this is for the host's own counters).
     fn spent(&self, tokens: u64) {
@@ -631,6 +638,19 @@ impl Engine {
             let decision = self.decide(&provider_target(&provider), &policy, &input);
             match decision {
                 RetryDecision::Retry { delay, .. } => {
+                    if let Err(why) = host.allow_model_retry(delay) {
+                        emitter.emit(
+                            EventKind::RetryAbandoned,
+                            c,
+                            json!({"provider": provider, "attempts": attempt,
+                                   "reason": "run_model_retry_budget", "detail": why,
+                                   "category": failure.category()}),
+                        );
+                        return Err(LinkEnd::Stop(End::ModelFailed(
+                            failure.category(),
+                            format!("{} (not retried: {why})", failure.human_message()),
+                        )));
+                    }
                     emitter.emit(
                         EventKind::RetryScheduled,
                         c,

@@ -128,6 +128,7 @@ pub fn agent(desk: &OrderDesk, provider: Arc<dyn ModelProvider>, status_url: boo
         fallbacks: Vec::new(),
         context_fallbacks: Vec::new(),
         provider_limits: BTreeMap::new(),
+        model_retry: Default::default(),
     }
 }
 
