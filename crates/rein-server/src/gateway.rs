@@ -82,12 +82,9 @@ pub async fn chat_completions(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let body = match body {
+    let body = match crate::runs::raw_body(&state, body) {
         Ok(b) => b,
-        Err(BytesRejection::FailedToBufferBody(_)) => {
-            return Problem::too_large(state.settings.body_limit).into_response();
-        }
-        Err(e) => return Problem::bad_request(e.to_string()).into_response(),
+        Err(problem) => return problem.into_response(),
     };
     let key = match idempotency::key(&state, &headers, &body) {
         Ok(key) => key,

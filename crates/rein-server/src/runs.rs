@@ -275,6 +275,18 @@ impl IntoResponse for Answer {
     }
 }
 
+/// A request's raw body (its bytes are the idempotency fingerprint), or
+/// the problem: 413 over the body limit, 400 otherwise.
+pub fn raw_body(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Bytes, Problem> {
+    match body {
+        Ok(b) => Ok(b),
+        Err(BytesRejection::FailedToBufferBody(_)) => {
+            Err(Problem::too_large(state.settings.body_limit))
+        }
+        Err(e) => Err(Problem::bad_request(e.to_string())),
+    }
+}
+
 /// Submits a run of agent `name`.
 #[utoipa::path(
     post, path = "/v1/agents/{name}/runs", tag = "runs",
@@ -306,12 +318,9 @@ pub async fn create_run(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let body = match body {
+    let body = match raw_body(&state, body) {
         Ok(b) => b,
-        Err(BytesRejection::FailedToBufferBody(_)) => {
-            return Problem::too_large(state.settings.body_limit).into_response();
-        }
-        Err(e) => return Problem::bad_request(e.to_string()).into_response(),
+        Err(problem) => return problem.into_response(),
     };
     let path = format!("/v1/agents/{name}/runs");
     let key = match idempotency::key(&state, &headers, &body) {
