@@ -20,6 +20,7 @@ mod guarded;
 mod model_chain;
 mod report;
 mod settle;
+mod shared_breakers;
 mod tree;
 mod tree_settle;
 
@@ -34,6 +35,7 @@ pub use guarded::{CallResult, Planned};
 pub use model_chain::{ModelAnswer, ModelAsk, ModelBinding, ModelError, ModelReply};
 pub use report::End;
 pub use settle::{CompensationBinding, STRONG_COMPENSATION_ATTEMPTS};
+pub use shared_breakers::DEFAULT_SHARED_BREAKERS_REFRESH;
 pub use tree::{AgentResolver, TreeLimits};
 
 use std::collections::{BTreeSet, HashMap};
@@ -127,6 +129,8 @@ struct Shared {
     /// Counters of every decision, per target.
     metrics: Arc<crate::metrics::Metrics>,
     live: tree::LiveRegistry,
+    /// Provider breaker openings shared through the store, when on.
+    shared_breakers: Option<Arc<shared_breakers::SharedBreakers>>,
 }
 
 impl Shared {
@@ -146,6 +150,8 @@ pub struct EngineBuilder {
     claim_renewal: Option<std::time::Duration>,
     agents: Option<tree::AgentResolver>,
     tree_limits: tree::TreeLimits,
+    /// This node's id and the refresh interval of shared breaker openings.
+    shared_breakers: Option<(String, std::time::Duration)>,
     #[cfg(feature = "sabotage")]
     sabotage: crate::sabotage::Sabotage,
 }
@@ -231,6 +237,8 @@ impl EngineBuilder {
             Some(seed) => StdRng::seed_from_u64(seed),
             None => StdRng::from_os_rng(),
         };
+        let shared_breakers =
+            shared_breakers::from_settings(self.shared_breakers, &self.store, &self.clock)?;
         Ok(Engine {
             command: crate::tool_command::CommandToolAdapter::new(self.store.clone()),
             store: self.store,
@@ -244,6 +252,7 @@ impl EngineBuilder {
                 provider_slots: concurrency::GroupSlots::default(),
                 metrics: Arc::default(),
                 live: tree::LiveRegistry::default(),
+                shared_breakers,
             },
             agents: self.agents,
             tree_limits: self.tree_limits,
@@ -599,6 +608,7 @@ impl Engine {
             claim_renewal: None,
             agents: None,
             tree_limits: tree::TreeLimits::default(),
+            shared_breakers: None,
             #[cfg(feature = "sabotage")]
             sabotage: crate::sabotage::Sabotage::default(),
         }
@@ -1141,12 +1151,29 @@ impl Engine {
         consumed.tokens = consumed
             .tokens
             .saturating_add(interrupted_tokens.0 + interrupted_tokens.1);
-        consumed.cost = consumed.cost.saturating_add(
-            agent
-                .price
-                .map(|p| p.cost(interrupted_tokens.0, interrupted_tokens.1))
-                .unwrap_or_default(),
-        );
+        // At the price of the model that answered (a fallback may cost
+        // more than the primary), as each call recorded it; the primary's
+        // price only for calls recorded before calls carried their cost.
+        let interrupted_cost = after_checkpoint
+            .iter()
+            .filter(|e| e.kind == EventKind::ModelCallFinished)
+            .fold(rein_core::deadline::Cost::default(), |sum, e| {
+                let cost = match e.data["cost_micros"].as_u64() {
+                    Some(micros) => rein_core::deadline::Cost::from_micros(micros),
+                    None => agent
+                        .price
+                        .map(|p| {
+                            p.cost(
+                                e.data["usage"]["input"].as_u64().unwrap_or(0)
+                                    + e.data["tokens_spent"].as_u64().unwrap_or(0),
+                                e.data["usage"]["output"].as_u64().unwrap_or(0),
+                            )
+                        })
+                        .unwrap_or_default(),
+                };
+                sum.saturating_add(cost)
+            });
+        consumed.cost = consumed.cost.saturating_add(interrupted_cost);
 
         // The interrupted step: its plan, if it was persisted.
         let mut planned: Vec<PlannedIntent> = intents

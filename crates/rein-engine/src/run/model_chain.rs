@@ -148,6 +148,9 @@ struct Held {
     provider: String,
     permit: Option<rein_core::breaker::Permit>,
     _slot: Option<super::concurrency::Slot>,
+    /// Where a transition of the arm is published, when breakers are
+    /// shared across nodes.
+    shared: Option<Arc<super::shared_breakers::SharedBreakers>>,
 }
 
 impl Held {
@@ -207,6 +210,9 @@ impl futures_util::Stream for GuardedStream {
             let transition = held.finish(outcome);
             if transition.is_change() {
                 tracing::info!(provider = %held.provider, ?transition, "provider breaker changed at the end of a stream");
+            }
+            if let Some(shared) = &held.shared {
+                shared.share_later(&held.provider, &transition);
             }
         }
         std::task::Poll::Ready(item)
@@ -480,6 +486,11 @@ impl Engine {
                     }
                 }
             };
+            // Another node's opening of this provider, when breakers are
+            // shared: refused like an open local arm, before the local arm.
+            if let Some(refused) = self.admit_shared(emitter, c, &provider).await {
+                return Err(stop_or_move(refused));
+            }
             let permit = match self.admit(emitter, c, ArmKind::Provider, &provider) {
                 Ok(p) => p,
                 Err(f) => return Err(stop_or_move(f)),
@@ -494,6 +505,7 @@ impl Engine {
                 provider: provider.clone(),
                 permit: Some(permit),
                 _slot: slot,
+                shared: self.shared_breakers().cloned(),
             };
             let now = self.clock.now();
             let allowance = deadline.remaining(now);
@@ -572,6 +584,9 @@ impl Engine {
                 Ok(reply) => {
                     let transition = held.finish(Ok(()));
                     record_transition(emitter, c, &provider, &transition);
+                    if let Some(shared) = self.shared_breakers() {
+                        shared.share(&provider, &transition).await;
+                    }
                     if let Reply::Complete(response) = &reply {
                         host.answered(&provider, model, &response.usage);
                         let cost = link
@@ -594,23 +609,27 @@ impl Engine {
             let transition = held.finish(Err(&failure));
             record_transition(emitter, c, &provider, &transition);
             drop(held);
+            if let Some(shared) = self.shared_breakers() {
+                shared.share(&provider, &transition).await;
+            }
             // A call that failed midway (a stream cut after the prompt was
             // read) still consumed tokens: they are charged, so a run of
             // failing streams cannot burn tokens outside its budget.
             let spent = failure.tokens_spent();
+            let spent_cost = link.price.map(|p| p.cost(spent, 0)).unwrap_or_default();
             emitter.emit(
                 EventKind::ModelCallFinished,
                 c,
                 json!({"provider": provider, "model": model, "attempt": attempt, "ok": false,
                        "category": failure.category(), "reason": failure.human_message(),
-                       "tokens_spent": spent}),
+                       "tokens_spent": spent, "cost_micros": spent_cost.micros()}),
             );
             if spent > 0 {
                 host.spent(spent);
                 let usage = Usage {
                     steps: 0,
                     tokens: spent,
-                    cost: link.price.map(|p| p.cost(spent, 0)).unwrap_or_default(),
+                    cost: spent_cost,
                 };
                 if let Err(exhausted) = budget.charge(usage, now) {
                     emitter.emit(
@@ -820,10 +839,13 @@ impl Engine {
         std::iter::once(chain.primary)
             .chain(chain.fallbacks.iter().map(LinkRef::from))
             .filter_map(|l| {
-                let until = breakers
-                    .get(ArmKind::Provider, l.provider.name())?
-                    .open_until()?;
-                Some(until.saturating_duration_since(now))
+                let local = breakers
+                    .get(ArmKind::Provider, l.provider.name())
+                    .and_then(|arm| arm.open_until())
+                    .map(|until| until.saturating_duration_since(now));
+                // Another node's opening, when breakers are shared.
+                let shared = self.shared_reopens_in(l.provider.name());
+                local.max(shared)
             })
             .min()
     }
