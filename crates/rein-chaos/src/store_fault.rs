@@ -15,9 +15,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use rein_core::{Event, LedgerRecord, RunId, TenantId};
 use rein_store::{
-    Checkpoint, Committed, IdempotencyRecord, IdempotencyState, Lease, LeaseChange, LeaseFilter,
-    NewRun, PlannedIntent, Reservation, RunRecord, SingletonLease, StepCommit, Store, StoreError,
-    StoredResponse,
+    BreakerOpening, Checkpoint, Committed, IdempotencyRecord, IdempotencyState, Lease, LeaseChange,
+    LeaseFilter, NewRun, PlannedIntent, Reservation, RunRecord, SingletonLease, StepCommit, Store,
+    StoreError, StoredResponse,
 };
 use serde::{Deserialize, Serialize};
 
@@ -246,5 +246,20 @@ impl Store for FaultyStore {
 
     async fn take_over_lease(&self, lease: Lease, now_ms: u64) -> Result<bool, StoreError> {
         self.inner.take_over_lease(lease, now_ms).await
+    }
+
+    async fn publish_breaker_open(
+        &self,
+        opening: BreakerOpening,
+    ) -> Result<BreakerOpening, StoreError> {
+        self.inner.publish_breaker_open(opening).await
+    }
+
+    async fn breaker_openings(&self, now_ms: u64) -> Result<Vec<BreakerOpening>, StoreError> {
+        self.inner.breaker_openings(now_ms).await
+    }
+
+    async fn clear_breaker_open(&self, arm: &str, opened_by: &str) -> Result<bool, StoreError> {
+        self.inner.clear_breaker_open(arm, opened_by).await
     }
 }

@@ -1368,7 +1368,12 @@ async fn model_retries_have_a_ceiling_per_run_apart_from_each_calls_policy() {
     let out = run(&h, &a).await;
     // The model is down (time may fix it): what was done stands, honestly
     // partial, and the run can be resumed once the provider is back.
-    assert_eq!(out.report.outcome, Outcome::PartialSuccess, "{:?}", out.report);
+    assert_eq!(
+        out.report.outcome,
+        Outcome::PartialSuccess,
+        "{:?}",
+        out.report
+    );
     assert!(out.report.recoverable);
     assert!(
         out.report

@@ -200,8 +200,13 @@ async fn no_route() -> Problem {
 
 /// The engine `rein serve` runs: claims with the queue lease (a process
 /// that dies hands its queued work to another worker), agent tools bound
-/// from `registry`, agent trees bounded by `[server.agent_graph]`.
+/// from `registry`, agent trees bounded by `[server.agent_graph]`, and
+/// provider breaker openings shared through `store` (refreshed every
+/// [`DEFAULT_SHARED_BREAKERS_REFRESH`]), so that processes sharing one
+/// database stop calling a provider as soon as one of them opened its arm.
+/// The engine publishes them under a fresh [`state::node_id`].
 ///
+/// [`DEFAULT_SHARED_BREAKERS_REFRESH`]: rein_engine::run::DEFAULT_SHARED_BREAKERS_REFRESH
 /// See [`bind_models`] for the gateway's model bindings.
 ///
 /// # Errors
@@ -232,7 +237,11 @@ pub fn build_engine(
         .claim_lease(settings.queue.lease)
         .claim_renewal(settings.reconciliation.heartbeat_interval)
         .agents(resolve)
-        .tree_limits(limits);
+        .tree_limits(limits)
+        .shared_breakers(
+            state::node_id(),
+            rein_engine::run::DEFAULT_SHARED_BREAKERS_REFRESH,
+        );
     if let Some(seed) = rng_seed {
         builder = builder.rng_seed(seed);
     }

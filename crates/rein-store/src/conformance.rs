@@ -35,9 +35,10 @@ use rein_core::{
 use serde_json::json;
 
 use crate::{
-    Checkpoint, ClaimFence, IdempotencyRecord, IdempotencyState, Lease, LeaseChange, LeaseFilter,
-    LeaseKind, LedgerMark, MAX_SINGLETON_LEN, NewRun, PlannedIntent, Reservation, RunStatus,
-    SingletonLease, StatusChange, StepCommit, Store, StoreError, StoredResponse,
+    BreakerOpening, Checkpoint, ClaimFence, IdempotencyRecord, IdempotencyState, Lease,
+    LeaseChange, LeaseFilter, LeaseKind, LedgerMark, MAX_SINGLETON_LEN, NewRun, PlannedIntent,
+    Reservation, RunStatus, SingletonLease, StatusChange, StepCommit, Store, StoreError,
+    StoredResponse,
 };
 
 /// A base time far from the present, so runs made here sort first.
@@ -85,6 +86,11 @@ pub async fn run_all(store: &dyn Store) {
     singleton_release_only_by_its_holder(store).await;
     singleton_claim_refusals(store).await;
     singleton_concurrent_claims_elect_exactly_one(store).await;
+    breaker_opening_is_listed_until_it_ends(store).await;
+    breaker_publish_keeps_the_later_until(store).await;
+    breaker_clear_only_by_its_publisher(store).await;
+    breaker_opening_refusals(store).await;
+    breaker_concurrent_publishes_keep_the_latest_until(store).await;
 }
 
 /// An id no other call of this process (or earlier process) produced.
@@ -3071,6 +3077,178 @@ pub async fn singleton_concurrent_claims_elect_exactly_one(store: &dyn Store) {
     assert!(
         store
             .release_singleton(&name, &winners[0].owner)
+            .await
+            .unwrap()
+    );
+}
+
+/// An opening of `arm` by `by` until `BASE_MS + until`.
+fn opening(arm: &str, by: &str, until: u64) -> BreakerOpening {
+    BreakerOpening {
+        arm: arm.to_owned(),
+        open_until_ms: BASE_MS + until,
+        opened_by: by.to_owned(),
+        reason: format!("5 consecutive failures seen by {by}"),
+        updated_at_ms: BASE_MS,
+    }
+}
+
+/// The opening of `arm` the store lists at `BASE_MS + at`, if any (other
+/// checks' arms are ignored: the store may be shared).
+async fn listed(store: &dyn Store, arm: &str, at: u64) -> Option<BreakerOpening> {
+    store
+        .breaker_openings(BASE_MS + at)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|o| o.arm == arm)
+}
+
+/// A published opening is returned as stored and listed while in force;
+/// from its `open_until_ms` on it is no longer listed.
+pub async fn breaker_opening_is_listed_until_it_ends(store: &dyn Store) {
+    let arm = unique("provider.ends");
+    let published = opening(&arm, "pid:1@a", 30_000);
+    assert_eq!(
+        store.publish_breaker_open(published.clone()).await.unwrap(),
+        published
+    );
+    assert_eq!(listed(store, &arm, 0).await, Some(published.clone()));
+    assert_eq!(listed(store, &arm, 29_999).await, Some(published));
+    assert_eq!(
+        listed(store, &arm, 30_000).await,
+        None,
+        "an opening ends at its until (exclusive)"
+    );
+    let all = store.breaker_openings(BASE_MS).await.unwrap();
+    assert!(
+        all.windows(2).all(|w| w[0].arm <= w[1].arm),
+        "openings are listed by arm"
+    );
+    assert!(store.clear_breaker_open(&arm, "pid:1@a").await.unwrap());
+}
+
+/// Of two openings of one arm the one that stays open longer is kept
+/// whole, whichever came first.
+pub async fn breaker_publish_keeps_the_later_until(store: &dyn Store) {
+    let arm = unique("provider.later");
+    let first = opening(&arm, "pid:1@a", 30_000);
+    store.publish_breaker_open(first.clone()).await.unwrap();
+    let shorter = opening(&arm, "pid:2@b", 10_000);
+    assert_eq!(
+        store.publish_breaker_open(shorter).await.unwrap(),
+        first,
+        "a shorter opening does not replace a longer one"
+    );
+    assert_eq!(listed(store, &arm, 0).await, Some(first));
+    let longer = opening(&arm, "pid:2@b", 60_000);
+    assert_eq!(
+        store.publish_breaker_open(longer.clone()).await.unwrap(),
+        longer
+    );
+    assert_eq!(
+        listed(store, &arm, 45_000).await,
+        Some(longer),
+        "the longer opening replaces node, reason and until"
+    );
+    // An ended opening is replaced by any new one.
+    let reopened = opening(&arm, "pid:1@a", 90_000);
+    store.publish_breaker_open(reopened.clone()).await.unwrap();
+    assert_eq!(listed(store, &arm, 60_000).await, Some(reopened));
+    assert!(store.clear_breaker_open(&arm, "pid:1@a").await.unwrap());
+}
+
+/// Only the node that published an opening clears it; clearing twice, or
+/// an arm never opened, clears nothing.
+pub async fn breaker_clear_only_by_its_publisher(store: &dyn Store) {
+    let arm = unique("provider.clear");
+    assert!(!store.clear_breaker_open(&arm, "pid:1@a").await.unwrap());
+    let published = opening(&arm, "pid:1@a", 30_000);
+    store.publish_breaker_open(published.clone()).await.unwrap();
+    assert!(
+        !store.clear_breaker_open(&arm, "pid:2@b").await.unwrap(),
+        "another node's recovery does not clear this node's opening"
+    );
+    assert_eq!(listed(store, &arm, 0).await, Some(published));
+    assert!(store.clear_breaker_open(&arm, "pid:1@a").await.unwrap());
+    assert_eq!(listed(store, &arm, 0).await, None);
+    assert!(!store.clear_breaker_open(&arm, "pid:1@a").await.unwrap());
+}
+
+/// Malformed arms and nodes are refused as [`StoreError::Invalid`]; an
+/// overlong reason is cut, not refused.
+pub async fn breaker_opening_refusals(store: &dyn Store) {
+    let too_long = "n".repeat(crate::MAX_BREAKER_ARM_LEN + 1);
+    for bad in ["", "a\nb", too_long.as_str()] {
+        let refused = store.publish_breaker_open(opening(bad, "pid:1@a", 1)).await;
+        assert!(
+            matches!(
+                refused,
+                Err(StoreError::Invalid {
+                    what: "breaker arm",
+                    ..
+                })
+            ),
+            "{bad:?}: {refused:?}"
+        );
+        let refused = store
+            .publish_breaker_open(opening("provider.x", bad, 1))
+            .await;
+        assert!(
+            matches!(
+                refused,
+                Err(StoreError::Invalid {
+                    what: "breaker opened_by",
+                    ..
+                })
+            ),
+            "{bad:?}: {refused:?}"
+        );
+        assert!(matches!(
+            store.clear_breaker_open(bad, "pid:1@a").await,
+            Err(StoreError::Invalid { .. })
+        ));
+    }
+    let arm = unique("provider.reason");
+    let mut long = opening(&arm, "pid:1@a", 30_000);
+    long.reason = "x".repeat(crate::MAX_BREAKER_REASON_LEN * 2);
+    let stored = store.publish_breaker_open(long).await.unwrap();
+    assert_eq!(stored.reason.len(), crate::MAX_BREAKER_REASON_LEN);
+    assert_eq!(listed(store, &arm, 0).await, Some(stored));
+    assert!(store.clear_breaker_open(&arm, "pid:1@a").await.unwrap());
+}
+
+/// Of many concurrent publishes of one arm by different nodes, the one
+/// that stays open longest is stored, whatever the order they ran in.
+pub async fn breaker_concurrent_publishes_keep_the_latest_until(store: &dyn Store) {
+    const NODES: u64 = 16;
+    let arm = unique("provider.race");
+    let openings: Vec<BreakerOpening> = (0..NODES)
+        .map(|n| {
+            opening(
+                &arm,
+                &format!("pid:{n}@host"),
+                10_000 + (n * 7 % NODES) * 1_000,
+            )
+        })
+        .collect();
+    let futures = openings
+        .iter()
+        .map(|o| {
+            Box::pin(async move { store.publish_breaker_open(o.clone()).await.unwrap() })
+                as Pin<Box<dyn Future<Output = BreakerOpening> + Send + '_>>
+        })
+        .collect();
+    join_all(futures).await;
+    let longest = openings
+        .iter()
+        .max_by_key(|o| o.open_until_ms)
+        .unwrap()
+        .clone();
+    assert_eq!(listed(store, &arm, 0).await, Some(longest.clone()));
+    assert!(
+        store
+            .clear_breaker_open(&arm, &longest.opened_by)
             .await
             .unwrap()
     );

@@ -11,7 +11,7 @@
 //!
 //! | module | concept |
 //! | --- | --- |
-//! | [`Store`] | the trait: runs, events, intents, ledger, checkpoints, leases, idempotency records, singleton leases |
+//! | [`Store`] | the trait: runs, events, intents, ledger, checkpoints, leases, idempotency records, singleton leases, breaker openings |
 //! | [`StepCommit`], [`ClaimFence`] | one atomic write per step (group-committed), optionally fenced by a run claim |
 //! | [`RunStatus`], [`NewRun`], [`RunRecord`] | runs and their final outcome |
 //! | [`PlannedIntent`] | intent ids persisted at plan time |
@@ -20,6 +20,7 @@
 //! | [`Lease`], [`LeaseKind`], [`LeaseChange`], [`LeaseFilter`] | resources (process groups, temp paths) held for a run until released or reaped |
 //! | [`IdempotencyRecord`], [`IdempotencyState`], [`StoredResponse`], [`Reservation`] | HTTP `Idempotency-Key` records, per tenant, until they expire |
 //! | [`SingletonLease`] | elects one owner of each periodic service among processes sharing the store |
+//! | [`BreakerOpening`] | a node's open circuit breaker arm, shared with every process sharing the store |
 //! | [`StoreError`] | refusals and failures, classified by `is_transient` |
 //! | [`SqliteStore`], [`SqliteOptions`] | the SQLite backend |
 //!
@@ -55,6 +56,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod breaker;
 mod checkpoint;
 mod commit;
 mod error;
@@ -70,6 +72,7 @@ mod store;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
+pub use breaker::{BreakerOpening, MAX_BREAKER_ARM_LEN, MAX_BREAKER_REASON_LEN};
 pub use checkpoint::Checkpoint;
 pub use commit::{ClaimFence, Committed, StepCommit};
 pub use error::StoreError;

@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 use rein_core::{Event, IntentId, LedgerRecord, RunId, RunReport, TenantId};
 
+use crate::breaker::BreakerOpening;
 use crate::checkpoint::Checkpoint;
 use crate::commit::{Committed, StepCommit};
 use crate::error::StoreError;
@@ -84,6 +85,14 @@ use crate::singleton::SingletonLease;
 /// them and a wrapping store must forward them.
 ///
 /// [`claim_singleton`]: Store::claim_singleton
+///
+/// # Breaker openings
+///
+/// A [`BreakerOpening`] shares one node's open circuit breaker arm with
+/// every process sharing the store (see the `breaker` module docs of this
+/// crate). The three methods are provided, failing with
+/// [`StoreError::Backend`]; every backend overrides them and a wrapping
+/// store must forward them (NOTE: `rein_chaos::FaultyStore` does).
 ///
 /// [`acquire_lease`]: Store::acquire_lease
 /// [`renew_lease`]: Store::renew_lease
@@ -602,6 +611,49 @@ pub trait Store: Send + Sync {
         let _ = name;
         Err(unsupported_singleton("singleton"))
     }
+
+    /// Publishes that `opening.arm` refuses calls until
+    /// `opening.open_until_ms`, in one atomic step across every process
+    /// sharing the store. An opening of the arm already stored that stays
+    /// open longer is kept whole (its node and reason with it); otherwise
+    /// `opening` replaces it. Returns the opening as stored. A reason over
+    /// [`MAX_BREAKER_REASON_LEN`](crate::MAX_BREAKER_REASON_LEN) bytes is
+    /// cut.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for an arm or `opened_by` of 0 or more than
+    /// [`MAX_BREAKER_ARM_LEN`](crate::MAX_BREAKER_ARM_LEN) bytes or with
+    /// control characters.
+    async fn publish_breaker_open(
+        &self,
+        opening: BreakerOpening,
+    ) -> Result<BreakerOpening, StoreError> {
+        let _ = opening;
+        Err(unsupported_breaker("publish_breaker_open"))
+    }
+
+    /// The openings still in force at `now_ms` (`open_until_ms > now_ms`),
+    /// by arm name. Ended ones stay stored until cleared or replaced, but
+    /// are never listed.
+    async fn breaker_openings(&self, now_ms: u64) -> Result<Vec<BreakerOpening>, StoreError> {
+        let _ = now_ms;
+        Err(unsupported_breaker("breaker_openings"))
+    }
+
+    /// Deletes `arm`'s opening if `opened_by` published it (the node's arm
+    /// closed after a successful probe); returns whether it did. An opening
+    /// another node published since is left alone: that node's evidence is
+    /// newer than this one's recovery.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a malformed arm or node (as for
+    /// [`Store::publish_breaker_open`]).
+    async fn clear_breaker_open(&self, arm: &str, opened_by: &str) -> Result<bool, StoreError> {
+        let _ = (arm, opened_by);
+        Err(unsupported_breaker("clear_breaker_open"))
+    }
 }
 
 /// How many of the newest runs the provided [`Store::runs_with_status`] and
@@ -635,6 +687,14 @@ fn unsupported(method: &str) -> StoreError {
 fn unsupported_singleton(method: &str) -> StoreError {
     StoreError::Backend(format!(
         "this store does not keep singleton leases; expected it to implement Store::{method} \
+         (a wrapping store must forward it)"
+    ))
+}
+
+/// The error of a breaker-opening method the store did not override.
+fn unsupported_breaker(method: &str) -> StoreError {
+    StoreError::Backend(format!(
+        "this store does not keep breaker openings; expected it to implement Store::{method} \
          (a wrapping store must forward it)"
     ))
 }

@@ -21,6 +21,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::breaker::BreakerOpening;
 use crate::checkpoint::Checkpoint;
 use crate::error::StoreError;
 use crate::idempotency::{IdempotencyRecord, IdempotencyState, StoredResponse};
@@ -463,5 +464,20 @@ pub fn decode_singleton(row: &Row<'_>) -> Result<SingletonLease, StoreError> {
         owner: r.text(1, "owner")?,
         acquired_at_ms: r.u64(2, "acquired_at_ms")?,
         expires_at_ms: r.u64(3, "expires_at_ms")?,
+    })
+}
+
+/// The columns [`decode_breaker_opening`] reads, in order.
+pub const BREAKER_OPENING_COLUMNS: &str = "arm, open_until_ms, opened_by, reason, updated_at_ms";
+
+/// A `breaker_openings` row selected with [`BREAKER_OPENING_COLUMNS`].
+pub fn decode_breaker_opening(row: &Row<'_>) -> Result<BreakerOpening, StoreError> {
+    let r = RowReader::new(row, "breaker_openings", &[0]);
+    Ok(BreakerOpening {
+        arm: r.text(0, "arm")?,
+        open_until_ms: r.u64(1, "open_until_ms")?,
+        opened_by: r.text(2, "opened_by")?,
+        reason: r.text(3, "reason")?,
+        updated_at_ms: r.u64(4, "updated_at_ms")?,
     })
 }

@@ -18,6 +18,7 @@
 //! | `leases` | `lease_id` | resources held for a run (schema v2) |
 //! | `idempotency` | `tenant, idempotency_key` | HTTP idempotency records (schema v3) |
 //! | `singletons` | `name` | singleton election leases (schema v4) |
+//! | `breaker_openings` | `arm` | breaker arms opened by a node, shared with the others (schema v6) |
 //! | `rein_schema` | `version` | migrations applied |
 
 mod codec;
@@ -38,6 +39,7 @@ use rusqlite::Connection;
 
 use self::codec::SqlResult;
 use self::worker::Worker;
+use crate::breaker::BreakerOpening;
 use crate::checkpoint::Checkpoint;
 use crate::commit::{Committed, StepCommit};
 use crate::error::StoreError;
@@ -371,6 +373,31 @@ impl Store for SqliteStore {
         let name = name.to_owned();
         self.worker
             .read(move |conn| ops::singleton(conn, &name))
+            .await
+    }
+
+    async fn publish_breaker_open(
+        &self,
+        opening: BreakerOpening,
+    ) -> Result<BreakerOpening, StoreError> {
+        // A write: its read and upsert run inside the worker's `BEGIN
+        // IMMEDIATE`, so of two nodes publishing at once the later `until`
+        // wins whatever the order.
+        self.worker
+            .write(move |conn| ops::publish_breaker_open(conn, &opening))
+            .await
+    }
+
+    async fn breaker_openings(&self, now_ms: u64) -> Result<Vec<BreakerOpening>, StoreError> {
+        self.worker
+            .read(move |conn| ops::breaker_openings(conn, now_ms))
+            .await
+    }
+
+    async fn clear_breaker_open(&self, arm: &str, opened_by: &str) -> Result<bool, StoreError> {
+        let (arm, opened_by) = (arm.to_owned(), opened_by.to_owned());
+        self.worker
+            .write(move |conn| ops::clear_breaker_open(conn, &arm, &opened_by))
             .await
     }
 }

@@ -8,11 +8,12 @@ use rein_core::{Event, IntentId, LedgerRecord, LedgerStatus, RunId, TenantId};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::codec::{
-    CHECKPOINT_COLUMNS, EVENT_COLUMNS, IDEMPOTENCY_COLUMNS, INTENT_COLUMNS, LEASE_COLUMNS,
-    LEDGER_COLUMNS, RUN_COLUMNS, SINGLETON_COLUMNS, SqlResult, decode_checkpoint, decode_event,
-    decode_idempotency, decode_intent, decode_lease, decode_ledger, decode_run, decode_singleton,
-    int, json_text, serde_name,
+    BREAKER_OPENING_COLUMNS, CHECKPOINT_COLUMNS, EVENT_COLUMNS, IDEMPOTENCY_COLUMNS,
+    INTENT_COLUMNS, LEASE_COLUMNS, LEDGER_COLUMNS, RUN_COLUMNS, SINGLETON_COLUMNS, SqlResult,
+    decode_breaker_opening, decode_checkpoint, decode_event, decode_idempotency, decode_intent,
+    decode_lease, decode_ledger, decode_run, decode_singleton, int, json_text, serde_name,
 };
+use crate::breaker::{BreakerOpening, published, validate_breaker_text, validate_opening};
 use crate::checkpoint::Checkpoint;
 use crate::commit::{ClaimFence, Committed, StepCommit};
 use crate::error::StoreError;
@@ -1015,6 +1016,77 @@ pub fn release_singleton(conn: &Connection, name: &str, owner: &str) -> Result<b
         .prepare_cached("DELETE FROM singletons WHERE name = ?1 AND owner = ?2")
         .sql()?
         .execute([name, owner])
+        .sql()?;
+    Ok(deleted > 0)
+}
+
+/// Publishes a breaker opening (see [`Store::publish_breaker_open`]); the
+/// later `open_until_ms` wins. The caller provides the transaction: its
+/// `IMMEDIATE` write lock keeps the read and the write atomic across
+/// processes.
+///
+/// [`Store::publish_breaker_open`]: crate::Store::publish_breaker_open
+pub fn publish_breaker_open(
+    conn: &Connection,
+    opening: &BreakerOpening,
+) -> Result<BreakerOpening, StoreError> {
+    let opening = validate_opening(opening)?;
+    let current = query_one(
+        conn,
+        &format!("SELECT {BREAKER_OPENING_COLUMNS} FROM breaker_openings WHERE arm = ?1"),
+        [opening.arm.as_str()],
+        decode_breaker_opening,
+    )?;
+    let (kept, write) = published(current, opening);
+    if write {
+        conn.prepare_cached(
+            "INSERT INTO breaker_openings (arm, open_until_ms, opened_by, reason, updated_at_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5) \
+             ON CONFLICT (arm) DO UPDATE SET open_until_ms = excluded.open_until_ms, \
+             opened_by = excluded.opened_by, reason = excluded.reason, \
+             updated_at_ms = excluded.updated_at_ms",
+        )
+        .sql()?
+        .execute(params![
+            kept.arm,
+            int(kept.open_until_ms, "breaker open_until_ms")?,
+            kept.opened_by,
+            kept.reason,
+            int(kept.updated_at_ms, "breaker updated_at_ms")?,
+        ])
+        .sql()?;
+    }
+    Ok(kept)
+}
+
+/// The breaker openings in force at `now_ms`, by arm.
+pub fn breaker_openings(conn: &Connection, now_ms: u64) -> Result<Vec<BreakerOpening>, StoreError> {
+    // An instant past i64::MAX ends every opening.
+    let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
+    query_all(
+        conn,
+        &format!(
+            "SELECT {BREAKER_OPENING_COLUMNS} FROM breaker_openings \
+             WHERE open_until_ms > ?1 ORDER BY arm"
+        ),
+        [now],
+        decode_breaker_opening,
+    )
+}
+
+/// Deletes `arm`'s breaker opening if `opened_by` published it; whether it
+/// did.
+pub fn clear_breaker_open(
+    conn: &Connection,
+    arm: &str,
+    opened_by: &str,
+) -> Result<bool, StoreError> {
+    validate_breaker_text("breaker arm", arm)?;
+    validate_breaker_text("breaker opened_by", opened_by)?;
+    let deleted = conn
+        .prepare_cached("DELETE FROM breaker_openings WHERE arm = ?1 AND opened_by = ?2")
+        .sql()?
+        .execute([arm, opened_by])
         .sql()?;
     Ok(deleted > 0)
 }

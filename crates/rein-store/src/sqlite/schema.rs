@@ -21,7 +21,7 @@ use super::codec::SqlResult;
 use crate::error::StoreError;
 
 /// The schema version this binary writes: the number of migrations.
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
 ///
@@ -162,6 +162,19 @@ CREATE INDEX runs_by_status ON runs (status, created_at_ms, run_id);
 CREATE INDEX runs_by_parent_created ON runs (parent_run_id, created_at_ms, run_id)
     WHERE parent_run_id IS NOT NULL;
 DROP INDEX runs_by_parent;
+"#,
+    // 6: breaker openings shared across nodes: one row per arm, naming the
+    // node that opened it and until when. Not tied to a run; a row whose
+    // `open_until_ms` passed stays until cleared or replaced (one per arm,
+    // so they cannot pile up).
+    r#"
+CREATE TABLE breaker_openings (
+    arm           TEXT PRIMARY KEY NOT NULL,
+    open_until_ms INTEGER NOT NULL,
+    opened_by     TEXT NOT NULL,
+    reason        TEXT NOT NULL,
+    updated_at_ms INTEGER NOT NULL
+) STRICT;
 "#,
 ];
 
@@ -446,7 +459,7 @@ mod tests {
         assert_eq!(run_indexes(&conn), ["runs_by_created", "runs_by_parent"]);
 
         migrate(&mut conn).unwrap();
-        assert_eq!(version(&conn), 5);
+        assert_eq!(version(&conn), i64::from(SCHEMA_VERSION));
         assert_eq!(
             run_indexes(&conn),
             [
@@ -474,7 +487,65 @@ mod tests {
             .unwrap();
         assert_eq!(child, "r-2");
         migrate(&mut conn).unwrap();
-        assert_eq!(version(&conn), 5);
+        assert_eq!(version(&conn), i64::from(SCHEMA_VERSION));
+    }
+
+    #[test]
+    fn a_version_5_file_upgrades_to_6_and_gets_breaker_openings() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        // A file written by the fifth release: migrations 1 to 5.
+        conn.execute_batch(
+            "CREATE TABLE rein_schema (
+                version       INTEGER PRIMARY KEY NOT NULL,
+                applied_at_ms INTEGER NOT NULL
+            ) STRICT;",
+        )
+        .unwrap();
+        for (index, migration) in MIGRATIONS[..5].iter().enumerate() {
+            conn.execute_batch(migration).unwrap();
+            conn.execute(
+                "INSERT INTO rein_schema (version, applied_at_ms) VALUES (?1, 0)",
+                [index as i64 + 1],
+            )
+            .unwrap();
+        }
+        conn.execute_batch(
+            "INSERT INTO runs VALUES ('r-1', 't', 'a', 'in', NULL, '{}', 'queued', NULL, 2, 2);
+             INSERT INTO singletons VALUES ('ledger-reconciler', 'pid:1@h', 1, 2);",
+        )
+        .unwrap();
+        assert!(
+            conn.execute("SELECT 1 FROM breaker_openings", []).is_err(),
+            "no breaker_openings table before version 6"
+        );
+
+        migrate(&mut conn).unwrap();
+        assert_eq!(version(&conn), 6);
+        let kept: i64 = conn
+            .query_row(
+                "SELECT (SELECT COUNT(*) FROM runs) + (SELECT COUNT(*) FROM singletons)",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(kept, 2, "the upgrade keeps existing runs and singletons");
+        conn.execute(
+            "INSERT INTO breaker_openings VALUES ('provider.openai', 10, 'pid:1@h', 'r', 1)",
+            [],
+        )
+        .unwrap();
+        let duplicate = conn.execute(
+            "INSERT INTO breaker_openings VALUES ('provider.openai', 20, 'pid:2@h', 'r', 1)",
+            [],
+        );
+        assert!(duplicate.is_err(), "one row per arm");
+        let strict = conn.execute(
+            "INSERT INTO breaker_openings VALUES ('provider.x', 'soon', 'pid:2@h', 'r', 1)",
+            [],
+        );
+        assert!(strict.is_err(), "STRICT refuses a text until");
+        migrate(&mut conn).unwrap();
+        assert_eq!(version(&conn), 6);
     }
 
     #[test]

@@ -1,0 +1,325 @@
+//! Provider breaker openings shared across nodes through the store
+//! (issue 7 item 2: "Breaker state can be shared across nodes through the
+//! store").
+//!
+//! # Why
+//!
+//! Each engine keeps its breaker arms in memory: health memory of one
+//! process. Several `rein serve` processes sharing one database and one
+//! provider would each have to spend five failed calls (and their callers'
+//! deadlines) before refusing a provider that another node already knows
+//! is down. With [`EngineBuilder::shared_breakers`] on, a node publishes
+//! its provider arm's opening to the store ([`Store::publish_breaker_open`])
+//! and the other nodes refuse calls to that provider until the opening
+//! ends, exactly as if their own arm were open: a `circuit_open`
+//! [`Failure`] with `retry_after` (which moves a model chain on to its
+//! fallback), and a `call_rejected` event that says `"shared": true` and
+//! which node opened it.
+//!
+//! # What is shared, and what is not
+//!
+//! - Only openings of **provider** arms. Tool and resource-group arms stay
+//!   per process: their health is often local (a path, a pool).
+//! - Only the *opening*, not the counts nor the half-open probing. Each
+//!   node's own arm still decides; a shared opening is an extra "do not
+//!   call before `until`". After `until`, calls reach the local arm again,
+//!   and the local arm (closed, or half-open with its bounded probes)
+//!   decides — so the nodes probe independently, at most a few probes each.
+//! - A node ignores its own openings (its arm already holds them), and
+//!   consults the shared view only while its own arm is not open (an open
+//!   local arm rejects by itself, with its own rationale).
+//! - When a node's arm closes after successful probes it clears the
+//!   opening it published, and only that one: an opening another node
+//!   published since is newer evidence and stays until it ends.
+//!
+//! # Cost on the hot path
+//!
+//! Off by default: no store traffic at all. When on, a provider call reads
+//! a cached view of the openings; the view is refreshed from the store at
+//! most once per `refresh` interval, by whichever call first finds it stale
+//! (the others use the stale view meanwhile — never one store read per
+//! call). A publish or clear is one store write per breaker transition,
+//! which is rare by design. So a node learns of another's opening within
+//! `refresh` plus the store's latency.
+//!
+//! # Failures of the store
+//!
+//! A failed read or write is logged and otherwise ignored: the local arms
+//! keep protecting each node, so the shared view can only add refusals,
+//! never remove the local ones. The view stays as last read until the
+//! next refresh.
+//!
+//! [`Store::publish_breaker_open`]: rein_store::Store::publish_breaker_open
+//! [`Failure`]: rein_core::Failure
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rein_core::breaker::{ArmKey, ArmKind, Transition};
+use rein_core::{Clock, ConfigError, EventKind, Failure, Instant};
+use rein_store::{BreakerOpening, MAX_BREAKER_ARM_LEN, Store};
+use serde_json::json;
+
+use super::emitter::{Correlation, Emitter, unix_ms};
+use super::{Engine, EngineBuilder, millis};
+
+/// A sensible refresh interval for [`EngineBuilder::shared_breakers`]: how
+/// stale a node's view of the other nodes' openings may be (`rein serve`
+/// uses it).
+pub const DEFAULT_SHARED_BREAKERS_REFRESH: Duration = Duration::from_secs(1);
+
+impl EngineBuilder {
+    /// Shares provider breaker openings with every engine on the same store
+    /// (issue 7 item 2): this engine publishes
+    /// its provider arms' openings as `node`, and refuses calls to a
+    /// provider another node opened until that opening ends, re-reading the
+    /// openings at most every `refresh` (zero: before every provider call,
+    /// for tests). Off by default.
+    ///
+    /// `node` must be 1 to 200 bytes without control characters, and
+    /// unique per process (`rein serve` uses its node id); [`build`]
+    /// refuses another.
+    ///
+    /// Only provider arms are shared, and only their openings: each node's
+    /// own arm still counts failures and probes. Another node's opening
+    /// refuses a call exactly like an open local arm — a `circuit_open`
+    /// failure with `retry_after`, and a `call_rejected` event with
+    /// `"shared": true` and `"opened_by"` — while this node's own arm is
+    /// not open; after it ends, calls reach the local arm again. When this
+    /// node's arm closes after successful probes it clears the opening it
+    /// published. A store that cannot be read or written is logged and
+    /// otherwise ignored (the local arms keep deciding).
+    ///
+    /// [`build`]: EngineBuilder::build
+    pub fn shared_breakers(mut self, node: impl Into<String>, refresh: Duration) -> Self {
+        self.shared_breakers = Some((node.into(), refresh));
+        self
+    }
+}
+
+/// The shared view of one engine, when [`EngineBuilder::shared_breakers`]
+/// is on.
+pub(super) struct SharedBreakers {
+    /// This engine's node id, as it publishes openings.
+    node: String,
+    refresh: Duration,
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    view: Mutex<View>,
+    /// Set while one call refreshes the view, so the others do not.
+    refreshing: AtomicBool,
+}
+
+/// The openings last read, other nodes' only, by arm.
+#[derive(Default)]
+struct View {
+    read_at: Option<Instant>,
+    openings: HashMap<String, BreakerOpening>,
+}
+
+/// The store arm name of `provider`'s arm: `provider.{name}`.
+fn arm_of(provider: &str) -> String {
+    ArmKey::new(ArmKind::Provider, provider).to_string()
+}
+
+/// The shared view a builder's `(node, refresh)` setting asks for, if
+/// any, over the engine's store and clock.
+///
+/// # Errors
+///
+/// [`ConfigError::OutOfRange`] for a node id the store would refuse.
+pub(super) fn from_settings(
+    settings: Option<(String, Duration)>,
+    store: &Arc<dyn Store>,
+    clock: &Arc<dyn Clock>,
+) -> Result<Option<Arc<SharedBreakers>>, ConfigError> {
+    let Some((node, refresh)) = settings else {
+        return Ok(None);
+    };
+    if node.is_empty() || node.len() > MAX_BREAKER_ARM_LEN || node.chars().any(char::is_control) {
+        return Err(ConfigError::OutOfRange {
+            field: "shared_breakers.node",
+            expected: "1 to 200 bytes without control characters",
+            found: format!("{node:?}"),
+        });
+    }
+    Ok(Some(Arc::new(SharedBreakers {
+        node,
+        refresh,
+        store: store.clone(),
+        clock: clock.clone(),
+        view: Mutex::default(),
+        refreshing: AtomicBool::new(false),
+    })))
+}
+
+/// Clears the refreshing flag even if the refreshing call is dropped
+/// mid-read (its caller went away).
+struct Refreshing<'a>(&'a AtomicBool);
+
+impl Drop for Refreshing<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+impl SharedBreakers {
+    fn view(&self) -> std::sync::MutexGuard<'_, View> {
+        self.view
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Re-reads the openings if the view is older than `refresh` and no
+    /// other call is re-reading them already.
+    async fn refresh(&self) {
+        let now = self.clock.now();
+        let stale = self
+            .view()
+            .read_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= self.refresh);
+        if !stale || self.refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let _flag = Refreshing(&self.refreshing);
+        let now_ms = unix_ms(self.clock.system_now());
+        let read = self.store.breaker_openings(now_ms).await;
+        let mut view = self.view();
+        // Read or not, the next try waits a whole interval: a store that is
+        // down is not asked on every call.
+        view.read_at = Some(now);
+        match read {
+            Ok(openings) => {
+                view.openings = openings
+                    .into_iter()
+                    .filter(|o| o.opened_by != self.node)
+                    .map(|o| (o.arm.clone(), o))
+                    .collect();
+            }
+            Err(e) => {
+                tracing::warn!(node = %self.node, "cannot read shared breaker openings; keeping the last view: {e}");
+            }
+        }
+    }
+
+    /// Another node's opening of `provider`'s arm in force now, with the
+    /// time left.
+    fn open(&self, provider: &str) -> Option<(BreakerOpening, Duration)> {
+        let now_ms = unix_ms(self.clock.system_now());
+        let view = self.view();
+        let opening = view.openings.get(&arm_of(provider))?;
+        opening.is_open(now_ms).then(|| {
+            (
+                opening.clone(),
+                Duration::from_millis(opening.open_until_ms - now_ms),
+            )
+        })
+    }
+
+    /// Publishes (opened) or clears (closed) `provider`'s arm after a
+    /// transition of this node's arm; other transitions change nothing.
+    pub(super) async fn share(&self, provider: &str, transition: &Transition) {
+        let arm = arm_of(provider);
+        match transition {
+            Transition::Opened { reason, until, .. } => {
+                let now_ms = unix_ms(self.clock.system_now());
+                let left = until.saturating_duration_since(self.clock.now());
+                let opening = BreakerOpening {
+                    arm,
+                    open_until_ms: now_ms.saturating_add(millis(left)),
+                    opened_by: self.node.clone(),
+                    reason: reason.to_string(),
+                    updated_at_ms: now_ms,
+                };
+                if let Err(e) = self.store.publish_breaker_open(opening).await {
+                    tracing::warn!(node = %self.node, provider, "cannot publish a breaker opening: {e}");
+                }
+            }
+            Transition::Closed { .. } => {
+                if let Err(e) = self.store.clear_breaker_open(&arm, &self.node).await {
+                    tracing::warn!(node = %self.node, provider, "cannot clear a breaker opening: {e}");
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// [`share`](Self::share) in the background, for a transition seen
+    /// where nothing can wait (the end of a stream).
+    pub(super) fn share_later(self: &Arc<Self>, provider: &str, transition: &Transition) {
+        if !matches!(
+            transition,
+            Transition::Opened { .. } | Transition::Closed { .. }
+        ) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(provider, "no runtime to publish a breaker transition on");
+            return;
+        };
+        let (shared, provider, transition) =
+            (self.clone(), provider.to_owned(), transition.clone());
+        runtime.spawn(async move { shared.share(&provider, &transition).await });
+    }
+}
+
+impl Engine {
+    /// The shared view, when on.
+    pub(super) fn shared_breakers(&self) -> Option<&Arc<SharedBreakers>> {
+        self.shared.shared_breakers.as_ref()
+    }
+
+    /// Refuses a call to `provider` that another node's opening forbids,
+    /// while this node's own arm is not open: the `circuit_open` failure an
+    /// open local arm gives, after a `call_rejected` event with
+    /// `"shared": true`. `None` (call on to the local arm) when sharing is
+    /// off or nothing forbids it.
+    pub(super) async fn admit_shared(
+        &self,
+        emitter: &Emitter,
+        c: &Correlation,
+        provider: &str,
+    ) -> Option<Failure> {
+        let shared = self.shared_breakers()?;
+        shared.refresh().await;
+        let (opening, retry_after) = shared.open(provider)?;
+        let now = self.clock.now();
+        let locally_open = self
+            .shared
+            .breakers()
+            .get(ArmKind::Provider, provider)
+            .and_then(|arm| arm.open_until())
+            .is_some_and(|until| until > now);
+        if locally_open {
+            return None;
+        }
+        emitter.emit(
+            EventKind::CallRejected,
+            c,
+            json!({"arm": ArmKind::Provider, "name": provider, "reason": "circuit_open",
+                   "retry_after_ms": millis(retry_after), "shared": true,
+                   "opened_by": opening.opened_by, "open_reason": opening.reason}),
+        );
+        Some(Failure::circuit_open(provider, retry_after))
+    }
+
+    /// How long until another node's opening of `provider` ends, as last
+    /// read (for a caller's `Retry-After`).
+    pub(super) fn shared_reopens_in(&self, provider: &str) -> Option<Duration> {
+        self.shared_breakers()?
+            .open(provider)
+            .map(|(_, retry_after)| retry_after)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_arms_are_named_by_kind_and_name() {
+        assert_eq!(arm_of("openai"), "provider.openai");
+    }
+}
