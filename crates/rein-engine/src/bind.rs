@@ -156,7 +156,7 @@ pub fn bind_agent(
         fallbacks,
         context_fallbacks,
         provider_limits,
-        model_retry: Default::default(),
+        model_retry: agent.model_retry.into(),
     })
 }
 

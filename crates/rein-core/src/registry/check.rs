@@ -18,7 +18,8 @@ use super::config::{
 };
 use super::constants::{
     DEFAULT_AGENT_BUDGET_RATIO, DEFAULT_AGENT_TOOL_LATENCY, DEFAULT_COMPENSATION_RESERVE,
-    DEFAULT_STREAM_FIRST_BYTE_TIMEOUT, DEFAULT_STREAM_IDLE_TIMEOUT, MAX_COMPENSATION_RESERVE,
+    DEFAULT_MAX_MODEL_RETRIES, DEFAULT_MAX_MODEL_RETRY_WAIT, DEFAULT_STREAM_FIRST_BYTE_TIMEOUT,
+    DEFAULT_STREAM_IDLE_TIMEOUT, MAX_COMPENSATION_RESERVE,
 };
 use super::constants::{
     DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_RESULT_BYTES,
@@ -30,8 +31,9 @@ use super::constants::{
 use super::problem::{ConfigProblem, SchemaIssue};
 use super::server::{ApiKeySpec, ServerSpec, empty_key_digest, parse_byte_size, parse_sha256_hex};
 use super::spec::{
-    AdapterSpec, AgentSpec, IdempotencySpec, LatencySpec, ModelBindingSpec, ModelLink, Price,
-    ProviderKind, ProviderSpec, RateLimit, Registry, ResourceGroupSpec, StreamSpec, ToolSpec,
+    AdapterSpec, AgentSpec, IdempotencySpec, LatencySpec, ModelBindingSpec, ModelLink,
+    ModelRetrySpec, Price, ProviderKind, ProviderSpec, RateLimit, Registry, ResourceGroupSpec,
+    StreamSpec, ToolSpec,
 };
 use crate::breaker::{Breakers, BreakersConfig};
 use crate::config::{ConfigError, Ratio};
@@ -1730,6 +1732,27 @@ impl<'a> Checker<'a> {
             );
             None
         };
+        let model_retry = match c.model_retry.max_wasted_tokens {
+            Some(0) => {
+                self.report(
+                    file,
+                    format!("{p}.model_retry.max_wasted_tokens"),
+                    "must be at least 1 (leave it out to rely on the run's token budget alone)",
+                );
+                None
+            }
+            wasted => Some(ModelRetrySpec {
+                max_retries: c
+                    .model_retry
+                    .max_retries
+                    .unwrap_or(DEFAULT_MAX_MODEL_RETRIES),
+                max_wait: c
+                    .model_retry
+                    .max_wait
+                    .unwrap_or(DEFAULT_MAX_MODEL_RETRY_WAIT),
+                max_wasted_tokens: wasted,
+            }),
+        };
         if !ok {
             return None;
         }
@@ -1748,6 +1771,7 @@ impl<'a> Checker<'a> {
             loop_guard: loop_guard?,
             on_failure: c.on_failure,
             compensation_reserve: compensation_reserve?,
+            model_retry: model_retry?,
             source: file.to_path_buf(),
         })
     }

@@ -404,6 +404,24 @@ pub struct AgentConfig {
     /// The share of the wall clock reserved for compensation, in [0, 0.9];
     /// default 0.2.
     pub compensation_reserve: Option<f64>,
+    /// The run's own ceiling on model retries (`[agents.NAME.model_retry]`).
+    pub model_retry: ModelRetryConfig,
+}
+
+/// `[agents.NAME.model_retry]`: what one run may spend retrying model
+/// calls in total, apart from each call's policy and from tool retries.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ModelRetryConfig {
+    /// Retries of model calls in the whole run; default 8 (0: never).
+    pub max_retries: Option<u32>,
+    /// Time waiting between model retries in the whole run; default 60 s.
+    #[serde(with = "humantime_serde")]
+    pub max_wait: Option<Duration>,
+    /// Tokens failed model calls may consume before no model call is
+    /// retried; default: only the run's token budget.
+    pub max_wasted_tokens: Option<u64>,
 }
 
 /// The `[server]` table as written in config: how `rein serve` listens,

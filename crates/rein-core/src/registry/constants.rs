@@ -160,3 +160,9 @@ pub const DEFAULT_AGENT_GRAPH_MAX_TOTAL_TOKENS: u64 = 200_000;
 
 /// Child runs a root run's tree may start by default (seed 004).
 pub const DEFAULT_AGENT_GRAPH_MAX_TOTAL_RUNS: u32 = 25;
+
+/// Model retries one run may make by default.
+pub const DEFAULT_MAX_MODEL_RETRIES: u32 = 8;
+
+/// Time one run may spend waiting to retry model calls, by default.
+pub const DEFAULT_MAX_MODEL_RETRY_WAIT: Duration = Duration::from_secs(60);

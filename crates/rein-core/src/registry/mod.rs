@@ -42,6 +42,7 @@
 //! | an agent without `provider` whose `model` names no `[models.*]` binding | `agents.NAME.provider` |
 //! | inline `fallbacks`/`context_fallbacks` on an agent without `provider` (a binding holds its own) | `agents.NAME.fallbacks`, `agents.NAME.context_fallbacks` |
 //! | a `budget.max_cost_usd` on an agent one of whose models (primary, fallbacks, context fallbacks; its own or its binding's) has no price | `agents.NAME.budget.max_cost_usd` |
+//! | `model_retry.max_wasted_tokens = 0` (leave it out to rely on the token budget) | `agents.NAME.model_retry.max_wasted_tokens` |
 //! | an irreversible tool has no compensation and is not `avoid_at_plan_time` | `tools.NAME.compensation` |
 //! | a compensation on a read tool; grade `none` with a tool, `strong`/`weak` without | `tools.NAME.compensation.*` |
 //! | a compensation tool that is unknown, `read`, irreversible under grade `strong`, or the tool itself | `tools.NAME.compensation.tool` |
@@ -76,6 +77,7 @@
 //! | `models.*.fallbacks`, `.context_fallbacks`; the same on agents | empty: no fallback |
 //! | `resource_groups.*.burst` | `rate_per_sec` rounded up |
 //! | `agents.*.budget`, `.retry`, `.loop_guard`, `breakers` | their types' defaults |
+//! | `agents.*.model_retry` | [`DEFAULT_MAX_MODEL_RETRIES`] retries, [`DEFAULT_MAX_MODEL_RETRY_WAIT`] of waits, no token ceiling of its own |
 //! | `server` (each field, and the whole table when absent) | the table on [`ServerSpec`] |
 //!
 //! ```
@@ -116,18 +118,19 @@ pub use compensation::{
 pub use config::{
     AdapterConfig, AdapterKind, AgentConfig, AgentGraphConfig, ApiKeyConfig, ByteSizeConfig,
     CompensationConfig, ConfigFile, ConfigSource, IdempotencyConfig, LatencyConfig, LatencyMode,
-    ModelBindingConfig, ModelLinkConfig, PriceConfig, ProviderConfig, ProviderKindName,
-    QueueConfig, ReconciliationConfig, ResourceGroupConfig, ServerConfig, ServerIdempotencyConfig,
-    StreamConfig, ToolConfig,
+    ModelBindingConfig, ModelLinkConfig, ModelRetryConfig, PriceConfig, ProviderConfig,
+    ProviderKindName, QueueConfig, ReconciliationConfig, ResourceGroupConfig, ServerConfig,
+    ServerIdempotencyConfig, StreamConfig, ToolConfig,
 };
 pub use constants::{
     DEFAULT_AGENT_BUDGET_RATIO, DEFAULT_AGENT_GRAPH_MAX_DEPTH, DEFAULT_AGENT_GRAPH_MAX_TOTAL_RUNS,
     DEFAULT_AGENT_GRAPH_MAX_TOTAL_TOKENS, DEFAULT_AGENT_TOOL_LATENCY, DEFAULT_BODY_LIMIT,
     DEFAULT_COMPENSATION_RESERVE, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_IDEMPOTENCY_HEADER,
     DEFAULT_IDEMPOTENCY_RETENTION, DEFAULT_LISTEN, DEFAULT_MAX_KEY_LENGTH,
-    DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_RUNS_PER_SCAN,
-    DEFAULT_OBSERVE_MIN_SAMPLES, DEFAULT_ORPHAN_THRESHOLD, DEFAULT_PROVIDER_TIMEOUT,
-    DEFAULT_QUEUE_LEASE, DEFAULT_QUEUE_MAX_ATTEMPTS, DEFAULT_QUEUE_WORKERS, DEFAULT_SCAN_INTERVAL,
+    DEFAULT_MAX_MODEL_RETRIES, DEFAULT_MAX_MODEL_RETRY_WAIT, DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_RUNS_PER_SCAN, DEFAULT_OBSERVE_MIN_SAMPLES,
+    DEFAULT_ORPHAN_THRESHOLD, DEFAULT_PROVIDER_TIMEOUT, DEFAULT_QUEUE_LEASE,
+    DEFAULT_QUEUE_MAX_ATTEMPTS, DEFAULT_QUEUE_WORKERS, DEFAULT_SCAN_INTERVAL,
     DEFAULT_STREAM_FIRST_BYTE_TIMEOUT, DEFAULT_STREAM_IDLE_TIMEOUT, MAX_BODY_LIMIT,
     MAX_COMPENSATION_RESERVE, MAX_KEY_LENGTH, MAX_QUEUE_WORKERS, MIN_BODY_LIMIT, MIN_QUEUE_LEASE,
     RESERVED_ENV_PREFIX, RESERVED_HEADERS,
@@ -139,8 +142,8 @@ pub use server::{
 };
 pub use spec::{
     AdapterSpec, AgentSpec, HttpMethod, IdempotencySpec, LatencySpec, ModelBindingSpec, ModelLink,
-    Price, ProviderKind, ProviderSpec, RateLimit, Registry, ResourceGroupSpec, SideEffectTier,
-    StreamSpec, ToolSpec,
+    ModelRetrySpec, Price, ProviderKind, ProviderSpec, RateLimit, Registry, ResourceGroupSpec,
+    SideEffectTier, StreamSpec, ToolSpec,
 };
 
 #[cfg(test)]

@@ -539,6 +539,8 @@ pub struct AgentSpec {
     pub on_failure: FailurePolicy,
     /// The share of the wall clock reserved for compensation.
     pub compensation_reserve: Ratio,
+    /// The run's own ceiling on model retries.
+    pub model_retry: ModelRetrySpec,
     /// The config file it was defined in.
     pub source: PathBuf,
 }
@@ -548,6 +550,18 @@ impl AgentSpec {
     pub fn primary(&self) -> ModelLink {
         ModelLink::new(self.provider.clone(), self.model.clone())
     }
+}
+
+/// What one run may spend retrying model calls in total (validated).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ModelRetrySpec {
+    /// Retries of model calls in the whole run.
+    pub max_retries: u32,
+    /// Time waiting between model retries in the whole run.
+    pub max_wait: Duration,
+    /// Tokens failed calls may consume before no model call is retried.
+    pub max_wasted_tokens: Option<u64>,
 }
 
 /// The validated registry: providers, model bindings, resource groups,

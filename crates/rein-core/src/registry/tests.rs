@@ -1980,3 +1980,31 @@ fn cost_budget_needs_a_price_for_every_model_the_agent_can_use() {
         "needs a price for fallback model `llama` in [providers.replay.prices]: without one no cost is counted"
     );
 }
+
+#[test]
+fn an_agents_model_retry_ceiling_is_read_with_defaults_and_checked() {
+    let reg = build(&[("rein.toml", BASE)]).unwrap();
+    let spec = reg.agent("order_desk").unwrap().model_retry;
+    assert_eq!(spec.max_retries, DEFAULT_MAX_MODEL_RETRIES);
+    assert_eq!(spec.max_wait, DEFAULT_MAX_MODEL_RETRY_WAIT);
+    assert_eq!(spec.max_wasted_tokens, None);
+
+    let set = with_extra(
+        "[agents.order_desk.model_retry]\nmax_retries = 3\nmax_wait = \"10s\"\nmax_wasted_tokens = 5000\n",
+    );
+    let spec = build(&[("rein.toml", &set)])
+        .unwrap()
+        .agent("order_desk")
+        .unwrap()
+        .model_retry;
+    assert_eq!(
+        (spec.max_retries, spec.max_wait, spec.max_wasted_tokens),
+        (3, std::time::Duration::from_secs(10), Some(5000))
+    );
+
+    let zero = with_extra("[agents.order_desk.model_retry]\nmax_wasted_tokens = 0\n");
+    assert_eq!(
+        fields(&zero),
+        vec!["agents.order_desk.model_retry.max_wasted_tokens"]
+    );
+}

@@ -184,6 +184,16 @@ pub struct ModelRetryLimits {
     pub max_wasted_tokens: Option<u64>,
 }
 
+impl From<rein_core::registry::ModelRetrySpec> for ModelRetryLimits {
+    fn from(spec: rein_core::registry::ModelRetrySpec) -> Self {
+        ModelRetryLimits {
+            max_retries: spec.max_retries,
+            max_wait: spec.max_wait,
+            max_wasted_tokens: spec.max_wasted_tokens,
+        }
+    }
+}
+
 impl Default for ModelRetryLimits {
     fn default() -> Self {
         ModelRetryLimits {
@@ -194,10 +204,7 @@ impl Default for ModelRetryLimits {
     }
 }
 
-/// Model retries a run may make by default.
-pub const DEFAULT_MAX_MODEL_RETRIES: u32 = 8;
-/// Time a run may spend waiting to retry model calls, by default.
-pub const DEFAULT_MAX_MODEL_RETRY_WAIT: Duration = Duration::from_secs(60);
+pub use rein_core::registry::{DEFAULT_MAX_MODEL_RETRIES, DEFAULT_MAX_MODEL_RETRY_WAIT};
 
 /// One `{provider, model}` link of a model binding's chain.
 #[derive(Clone)]
