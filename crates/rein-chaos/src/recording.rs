@@ -92,4 +92,8 @@ impl ModelProvider for RecordingProvider {
     fn resume_at(&self, calls: usize) {
         self.inner.resume_at(calls);
     }
+
+    fn stream_settings(&self) -> Option<rein_engine::provider::StreamSettings> {
+        self.inner.stream_settings()
+    }
 }

@@ -529,3 +529,42 @@ async fn an_open_circuit_tells_the_caller_when_to_come_back() {
         "the open circuit was not called"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_link_streams_under_its_own_providers_limits() {
+    let h = harness(Faults::none()).await;
+    let primary = mock("primary-model").await;
+    let backup = mock("backup-model").await;
+    primary.push_reply(Reply::text("late").with_stream_fault(
+        rein_testkit::mock_model::StreamFault::silent(Duration::from_secs(60)),
+    ));
+    // The binding's own stream limits are generous; the primary's provider
+    // allows 300 ms to the first byte, and that is what cuts it.
+    let mut binding = binding_of(&primary.openai_base_url(), None);
+    binding.primary.provider = Arc::new(
+        OpenAiProvider::new(
+            "primary",
+            &primary.openai_base_url(),
+            None,
+            Duration::from_secs(60),
+            rein_engine::run::http_client().unwrap(),
+        )
+        .with_streaming(rein_engine::provider::StreamSettings::new(ms(300), ms(300)).unwrap()),
+    );
+    binding.fallbacks = vec![ModelLink {
+        provider: openai("backup", &backup.openai_base_url()),
+        model: "backup-model".into(),
+        price: None,
+    }];
+    let mut ask = question(true);
+    ask.deadline = Duration::from_secs(60);
+    let started = std::time::Instant::now();
+    let answer = h.engine.ask_model(&binding, ask).await.unwrap();
+    assert_eq!(answer.provider, "backup");
+    // Loosely: the primary's 300 ms, not half of the 60 s deadline.
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -228,6 +228,10 @@ impl ModelProvider for AnthropicProvider {
         &self.name
     }
 
+    fn stream_settings(&self) -> Option<StreamSettings> {
+        self.streaming
+    }
+
     async fn complete(
         &self,
         request: &ModelRequest,

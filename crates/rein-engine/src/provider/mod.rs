@@ -96,6 +96,14 @@ pub trait ModelProvider: Send + Sync {
         Ok(ready_turn(response))
     }
 
+    /// The first-byte and idle limits this provider streams under, when it
+    /// is configured to stream (`[providers.NAME.stream]`); `None` for the
+    /// caller's defaults. A fallback link streams under its own limits, not
+    /// the primary's.
+    fn stream_settings(&self) -> Option<StreamSettings> {
+        None
+    }
+
     /// Tells the provider that a resumed run has already been served
     /// `calls` model calls. Stateless providers ignore it; the scripted
     /// provider moves its cursor, so a replay continues where it stopped.

@@ -146,6 +146,10 @@ impl ModelProvider for OpenAiProvider {
         &self.name
     }
 
+    fn stream_settings(&self) -> Option<StreamSettings> {
+        self.streaming
+    }
+
     async fn complete(
         &self,
         request: &ModelRequest,

@@ -525,6 +525,8 @@ impl Engine {
                         .await
                         .map(Reply::Complete),
                     Mode::Stream(settings) => {
+                        // Each link under its own provider's limits.
+                        let settings = link.provider.stream_settings().unwrap_or(settings);
                         let mut stream = link
                             .provider
                             .stream(request, settings.limits(allowance))
