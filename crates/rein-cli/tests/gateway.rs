@@ -214,6 +214,35 @@ async fn the_gateway_says_which_model_answered_and_replays_idempotent_requests()
         "{metrics}"
     );
 
+    // Sampling options and the tool choice reach the provider.
+    let with_options = client
+        .post(server.url("/v1/chat/completions"))
+        .bearer_auth(KEY)
+        .body(
+            r#"{"model": "chat", "messages": [{"role": "user", "content": "Hi."}],
+                "temperature": 0.2, "stop": ["END"], "seed": 7,
+                "tools": [{"type": "function", "function": {"name": "get_order", "parameters": {"type": "object"}}}],
+                "tool_choice": "required", "response_format": {"type": "json_object"}}"#,
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(with_options.status(), 200);
+    let sent = model.last_request().unwrap().body;
+    assert_eq!(sent["temperature"], 0.2);
+    assert_eq!(sent["stop"], json!(["END"]));
+    assert_eq!(sent["seed"], 7);
+    assert_eq!(sent["tool_choice"], "required");
+    assert_eq!(sent["response_format"], json!({"type": "json_object"}));
+    let out_of_range = client
+        .post(server.url("/v1/chat/completions"))
+        .bearer_auth(KEY)
+        .body(r#"{"model": "chat", "messages": [{"role": "user", "content": "Hi."}], "temperature": 3}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out_of_range.status(), 400);
+
     // Without a key: 401. A streaming request with a key: 400.
     let anonymous = client
         .post(server.url("/v1/chat/completions"))

@@ -400,6 +400,7 @@ fn question(stream: bool) -> rein_engine::run::ModelAsk {
             }],
             tools: Vec::new(),
             max_tokens: None,
+            options: Default::default(),
         },
         deadline: Duration::from_secs(10),
         stream,

@@ -82,6 +82,7 @@ fn request() -> ModelRequest {
             "name": "get_order", "description": "Reads an order.",
             "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}}}})],
         max_tokens: None,
+        options: Default::default(),
     }
 }
 

@@ -65,6 +65,7 @@ fn question() -> (ModelAsk, Seen) {
             }],
             tools: Vec::new(),
             max_tokens: None,
+            options: Default::default(),
         },
         deadline: Duration::from_secs(10),
         stream: false,

@@ -196,6 +196,76 @@ pub struct ChatRequest {
     /// Streaming options.
     #[serde(default)]
     pub stream_options: Option<StreamOptions>,
+    /// Sampling temperature.
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 2)]
+    pub temperature: Option<f64>,
+    /// Nucleus sampling.
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 1)]
+    pub top_p: Option<f64>,
+    /// Where to stop generating.
+    #[serde(default)]
+    pub stop: Option<Stop>,
+    /// A seed for providers that honour one.
+    #[serde(default)]
+    pub seed: Option<i64>,
+    /// Which tool the model must (or must not) call.
+    #[serde(default)]
+    pub tool_choice: Option<ToolChoice>,
+    /// The answer's format (`{"type": "json_object"}`, …), passed on.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub response_format: Option<serde_json::Map<String, Value>>,
+}
+
+/// `stop`: one sequence or several.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum Stop {
+    /// One sequence.
+    One(String),
+    /// Several.
+    Many(Vec<String>),
+}
+
+/// `tool_choice`: a mode, or one named function.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum ToolChoice {
+    /// `none`, `auto` or `required`.
+    Mode(ToolChoiceMode),
+    /// This function.
+    Named(NamedToolChoice),
+}
+
+/// A tool-choice mode.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolChoiceMode {
+    /// Call no tool.
+    None,
+    /// The model decides.
+    Auto,
+    /// Call some tool.
+    Required,
+}
+
+/// A named tool choice.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+pub struct NamedToolChoice {
+    /// Always `function`.
+    #[serde(rename = "type")]
+    pub kind: FunctionKind,
+    /// The function.
+    pub function: NamedFunction,
+}
+
+/// The function a named tool choice names.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+pub struct NamedFunction {
+    /// Its name.
+    pub name: String,
 }
 
 /// `stream_options`.
@@ -392,6 +462,41 @@ fn parse(body: &[u8]) -> Result<Chat, Problem> {
     if max_tokens == Some(0) || chat.max_tokens == Some(0) {
         return Err(invalid("`max_tokens` must be at least 1".into()));
     }
+    for (field, value, max) in [
+        ("temperature", chat.temperature, 2.0),
+        ("top_p", chat.top_p, 1.0),
+    ] {
+        if let Some(v) = value
+            && !(0.0..=max).contains(&v)
+        {
+            return Err(invalid(format!("`{field}` must be between 0 and {max}")));
+        }
+    }
+    let mut options = serde_json::Map::new();
+    let mut put = |key: &str, value: Option<Value>| {
+        if let Some(value) = value {
+            options.insert(key.to_owned(), value);
+        }
+    };
+    put("temperature", chat.temperature.map(|v| json!(v)));
+    put("top_p", chat.top_p.map(|v| json!(v)));
+    put("seed", chat.seed.map(|v| json!(v)));
+    put(
+        "stop",
+        chat.stop
+            .as_ref()
+            .and_then(|v| serde_json::to_value(v).ok()),
+    );
+    put(
+        "tool_choice",
+        chat.tool_choice
+            .as_ref()
+            .and_then(|v| serde_json::to_value(v).ok()),
+    );
+    put(
+        "response_format",
+        chat.response_format.clone().map(Value::Object),
+    );
     let tools = chat
         .tools
         .unwrap_or_default()
@@ -405,6 +510,7 @@ fn parse(body: &[u8]) -> Result<Chat, Problem> {
             messages: chat.messages.into_iter().map(Message::from).collect(),
             tools,
             max_tokens,
+            options,
         },
         stream: chat.stream.unwrap_or(false),
         include_usage: chat

@@ -160,9 +160,11 @@ impl AnthropicProvider {
             body["system"] = json!(system.join("\n\n"));
         }
         let tools: Vec<Value> = request.tools.iter().filter_map(tool_definition).collect();
-        if !tools.is_empty() {
+        let has_tools = !tools.is_empty();
+        if has_tools {
             body["tools"] = Value::Array(tools);
         }
+        apply_options(&mut body, &request.options, has_tools);
         body
     }
 
@@ -179,6 +181,43 @@ impl AnthropicProvider {
             builder = builder.header("x-api-key", key);
         }
         builder
+    }
+}
+
+/// Maps the OpenAI-named options this API has: `temperature`, `top_p`,
+/// `stop` (as `stop_sequences`) and `tool_choice` (`auto`, `required` as
+/// `any`, `none`, a named function as a named tool). `seed` and
+/// `response_format` have no equivalent and are left out.
+fn apply_options(body: &mut Value, options: &serde_json::Map<String, Value>, has_tools: bool) {
+    for key in ["temperature", "top_p"] {
+        if let Some(v) = options.get(key).filter(|v| v.is_number()) {
+            body[key] = v.clone();
+        }
+    }
+    match options.get("stop") {
+        Some(Value::String(s)) => body["stop_sequences"] = json!([s]),
+        Some(Value::Array(list)) if !list.is_empty() => {
+            body["stop_sequences"] = Value::Array(list.clone());
+        }
+        _ => {}
+    }
+    if !has_tools {
+        return;
+    }
+    let choice = match options.get("tool_choice") {
+        Some(Value::String(mode)) => match mode.as_str() {
+            "auto" => Some(json!({"type": "auto"})),
+            "required" => Some(json!({"type": "any"})),
+            "none" => Some(json!({"type": "none"})),
+            _ => None,
+        },
+        Some(named) => named["function"]["name"]
+            .as_str()
+            .map(|name| json!({"type": "tool", "name": name})),
+        None => None,
+    };
+    if let Some(choice) = choice {
+        body["tool_choice"] = choice;
     }
 }
 
@@ -502,6 +541,27 @@ impl Decoder for EventDecoder {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn openai_named_options_map_to_the_messages_api() {
+        let mut body = json!({});
+        let options = json!({"temperature": 0.3, "top_p": 0.9, "stop": "END", "seed": 1,
+                             "tool_choice": {"type": "function", "function": {"name": "get_order"}},
+                             "response_format": {"type": "json_object"}});
+        apply_options(&mut body, options.as_object().unwrap(), true);
+        assert_eq!(
+            body,
+            json!({"temperature": 0.3, "top_p": 0.9, "stop_sequences": ["END"],
+                   "tool_choice": {"type": "tool", "name": "get_order"}})
+        );
+        let mut body = json!({});
+        let required = json!({"tool_choice": "required"});
+        apply_options(&mut body, required.as_object().unwrap(), true);
+        assert_eq!(body["tool_choice"], json!({"type": "any"}));
+        let mut body = json!({});
+        apply_options(&mut body, required.as_object().unwrap(), false);
+        assert_eq!(body, json!({}), "no tools, no tool choice");
+    }
+
     use super::*;
     use rein_core::Category;
 
@@ -559,6 +619,7 @@ mod tests {
                 "name": "get_order", "description": "reads an order",
                 "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}}}})],
             max_tokens: None,
+            options: Default::default(),
         }
     }
 

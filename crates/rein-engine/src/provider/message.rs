@@ -110,6 +110,11 @@ pub struct ModelRequest {
     pub tools: Vec<Value>,
     /// An output-token ceiling, if the budget imposes one.
     pub max_tokens: Option<u64>,
+    /// Sampling and format options in OpenAI's names (`temperature`,
+    /// `top_p`, `stop`, `seed`, `tool_choice`, `response_format`), passed
+    /// through from a gateway caller; each provider maps what it supports.
+    /// Empty for a run's turns.
+    pub options: serde_json::Map<String, Value>,
 }
 
 /// The next turn.

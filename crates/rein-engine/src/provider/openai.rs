@@ -86,6 +86,20 @@ impl OpenAiProvider {
         if let Some(max) = request.max_tokens {
             body["max_tokens"] = json!(max);
         }
+        // The caller's options are already in this API's names; the fields
+        // rein owns (the model, the transcript, streaming, the tools and the
+        // output ceiling) are never taken from them, and a tool choice
+        // needs tools.
+        for (key, value) in &request.options {
+            let owned = matches!(
+                key.as_str(),
+                "model" | "messages" | "stream" | "stream_options" | "tools" | "max_tokens"
+            );
+            if owned || (key == "tool_choice" && request.tools.is_empty()) {
+                continue;
+            }
+            body[key] = value.clone();
+        }
         body
     }
 
@@ -426,6 +440,7 @@ mod tests {
             ],
             tools: vec![json!({"type": "function"})],
             max_tokens: Some(100),
+            options: Default::default(),
         };
         let body = OpenAiProvider::body(&req);
         assert_eq!(

@@ -253,6 +253,7 @@ mod tests {
             messages: vec![],
             tools: vec![],
             max_tokens: None,
+            options: Default::default(),
         }
     }
 

@@ -1978,6 +1978,7 @@ impl Engine {
             messages: messages.to_vec(),
             tools: agent.tool_definitions.clone(),
             max_tokens,
+            options: Default::default(),
         };
         let chain = model_chain::Chain {
             primary: model_chain::LinkRef {
