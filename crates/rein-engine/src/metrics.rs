@@ -33,7 +33,7 @@ pub struct Metrics {
 }
 
 /// The help line of each counter.
-const HELP: [(&str, &str); 12] = [
+const HELP: [(&str, &str); 13] = [
     ("rein_runs_finished_total", "Runs that ended, by outcome."),
     (
         "rein_model_calls_total",
@@ -70,6 +70,10 @@ const HELP: [(&str, &str); 12] = [
     (
         "rein_model_output_truncated_total",
         "Model turns whose structured output was cut, by what rein did (salvaged or asked_again).",
+    ),
+    (
+        "rein_self_heal_exhausted_total",
+        "Tools disabled for the rest of a run because the model's own re-tries (self-healing) used up their allowance, by tool.",
     ),
     (
         "rein_loop_guard_trips_total",
@@ -173,6 +177,10 @@ impl Metrics {
                 vec![("group", text(&d["resource_group"]))],
             ),
             EventKind::LoopDetected => ("rein_loop_guard_trips_total", Vec::new()),
+            EventKind::ToolDisabled => (
+                "rein_self_heal_exhausted_total",
+                vec![("tool", text(&d["tool"]))],
+            ),
             EventKind::ModelOutputTruncated => (
                 "rein_model_output_truncated_total",
                 vec![("action", text(&d["action"]))],
