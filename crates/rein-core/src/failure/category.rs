@@ -135,6 +135,23 @@ impl Category {
         )
     }
 
+    /// Whether a model call that failed so moves its turn on to the next
+    /// link of a fallback chain (seed 004): the local circuit open, 5xx,
+    /// 429, overload, a bare connection error, no first byte in time.
+    /// Never auth (401/403), cancellation or a content filter: a silent
+    /// switch would mask a misconfiguration or the model's own verdict.
+    /// (A context overflow has its own chain of larger windows.)
+    pub fn falls_back(self) -> bool {
+        matches!(
+            self,
+            Category::CircuitOpen
+                | Category::Transient
+                | Category::RateLimited
+                | Category::Overloaded
+                | Category::Timeout
+        )
+    }
+
     /// Whether the model can fix the failure by changing its call.
     pub fn is_correctable(self) -> bool {
         matches!(

@@ -255,6 +255,24 @@ impl std::error::Error for Failure {}
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_transient_provider_failures_fall_back() {
+        let falling: Vec<Category> = Category::ALL
+            .into_iter()
+            .filter(|c| c.falls_back())
+            .collect();
+        assert_eq!(
+            falling,
+            vec![
+                Category::Transient,
+                Category::Timeout,
+                Category::RateLimited,
+                Category::Overloaded,
+                Category::CircuitOpen,
+            ]
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -244,20 +244,6 @@ enum LinkEnd {
     Stop(End),
 }
 
-/// Whether a failure moves a turn on to the next link. Never auth,
-/// cancellation or a content filter: a silent switch would mask a
-/// misconfiguration or the answering model's verdict.
-pub(crate) fn falls_back(category: Category) -> bool {
-    matches!(
-        category,
-        Category::CircuitOpen
-            | Category::Transient
-            | Category::RateLimited
-            | Category::Overloaded
-            | Category::Timeout
-    )
-}
-
 /// The end of a turn whose every link failed surfaces the first failure,
 /// naming every link tried.
 fn surface_first(end: End, moved_on: &[(String, String, Failure)], last: LinkRef<'_>) -> End {
@@ -644,7 +630,7 @@ impl Engine {
                 }
             }
             if failure.category() == Category::ContextOverflow
-                || (ready && falls_back(failure.category()))
+                || (ready && failure.category().falls_back())
             {
                 return Err(LinkEnd::MoveOn(failure));
             }
