@@ -449,6 +449,28 @@ pub struct ServerConfig {
     pub agent_graph: AgentGraphConfig,
     /// The bearer keys admitted, each bound to a tenant (`[[server.api_keys]]`).
     pub api_keys: Vec<ApiKeyConfig>,
+
+    // ----- exposure: who may reach the API (allowed_hosts, cors, metrics) --
+    /// Host names (or `host:port`) the API answers for besides loopback.
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins other than the server's own that may call the API;
+    /// absent: none.
+    pub cors: Option<CorsConfig>,
+    /// Who may read `/metrics`: `protected` (default) or `open`.
+    pub metrics: Option<super::exposure::MetricsAccess>,
+}
+
+/// `[server.cors]` as written in config.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct CorsConfig {
+    /// The origins admitted, `scheme://host[:port]`; required, non-empty.
+    pub allowed_origins: Vec<String>,
+    /// The methods they may use (`GET`, `POST`); default both.
+    pub allowed_methods: Option<Vec<String>>,
+    /// The request headers they may send; default the ones the API reads.
+    pub allowed_headers: Option<Vec<String>>,
 }
 
 /// A size as written in config: an integer of bytes (`1048576`) or a number

@@ -166,3 +166,20 @@ pub const DEFAULT_MAX_MODEL_RETRIES: u32 = 8;
 
 /// Time one run may spend waiting to retry model calls, by default.
 pub const DEFAULT_MAX_MODEL_RETRY_WAIT: Duration = Duration::from_secs(60);
+
+// ----- [server] exposure: allowed_hosts, cors, metrics ----------------------
+// NOTE: the defaults table on `ServerSpec` (server.rs) lists these values.
+
+/// The methods a `[server.cors]` origin may use unless `allowed_methods`
+/// says otherwise: every method the API has.
+pub const DEFAULT_CORS_ALLOWED_METHODS: [&str; 2] = ["GET", "POST"];
+
+/// The request headers a `[server.cors]` origin may send unless
+/// `allowed_headers` says otherwise: the ones the API reads.
+pub const DEFAULT_CORS_ALLOWED_HEADERS: [&str; 5] = [
+    "authorization",
+    "content-type",
+    "idempotency-key",
+    "rein-deadline-ms",
+    "request-id",
+];

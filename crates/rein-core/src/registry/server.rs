@@ -24,6 +24,7 @@ use super::constants::{
     DEFAULT_MAX_RUNS_PER_SCAN, DEFAULT_ORPHAN_THRESHOLD, DEFAULT_QUEUE_LEASE,
     DEFAULT_QUEUE_MAX_ATTEMPTS, DEFAULT_QUEUE_WORKERS, DEFAULT_SCAN_INTERVAL,
 };
+use super::exposure::{AllowedHost, CorsSpec, MetricsAccess};
 use crate::ids::TenantId;
 
 /// How `rein serve` listens, whom it admits and how it runs work; the
@@ -49,6 +50,11 @@ use crate::ids::TenantId;
 /// | `agent_graph.max_total_tokens` | [`DEFAULT_AGENT_GRAPH_MAX_TOTAL_TOKENS`] (200 000) | 0 = unlimited |
 /// | `agent_graph.max_total_runs` | [`DEFAULT_AGENT_GRAPH_MAX_TOTAL_RUNS`] (25) | 0 = unlimited |
 /// | `api_keys` | none: no bearer key is admitted | distinct SHA-256 digests |
+/// | `allowed_hosts` | none: loopback names and addresses only | host names, IP addresses, `*.domain`, each with an optional `:port`; no scheme, no path ([exposure table](super::exposure)) |
+/// | `cors` | off: no origin but the server's own | `allowed_origins` (required, `http(s)://host[:port]`, no `*`, no `null`) |
+/// | `cors.allowed_methods` | [`DEFAULT_CORS_ALLOWED_METHODS`](super::DEFAULT_CORS_ALLOWED_METHODS) (`GET`, `POST`) | a non-empty subset of them |
+/// | `cors.allowed_headers` | [`DEFAULT_CORS_ALLOWED_HEADERS`](super::DEFAULT_CORS_ALLOWED_HEADERS) (`authorization`, `content-type`, `idempotency-key`, `rein-deadline-ms`, `request-id`) | header names, no `*` |
+/// | `metrics` | `protected`: `/metrics` needs a bearer key when keys are configured | `protected`, `open` |
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServerSpec {
@@ -70,6 +76,14 @@ pub struct ServerSpec {
     /// The config file the `[server]` table was in; `None` for the
     /// defaults.
     pub source: Option<PathBuf>,
+
+    // ----- exposure: who may reach the API (allowed_hosts, cors, metrics) --
+    /// Hosts the API answers for besides loopback.
+    pub allowed_hosts: Vec<AllowedHost>,
+    /// Browser origins other than the server's own; `None`: off.
+    pub cors: Option<CorsSpec>,
+    /// Who may read `/metrics`.
+    pub metrics: MetricsAccess,
 }
 
 impl Default for ServerSpec {
@@ -83,6 +97,9 @@ impl Default for ServerSpec {
             agent_graph: AgentGraphLimits::default(),
             api_keys: Vec::new(),
             source: None,
+            allowed_hosts: Vec::new(),
+            cors: None,
+            metrics: MetricsAccess::default(),
         }
     }
 }

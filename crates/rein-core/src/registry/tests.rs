@@ -1555,6 +1555,113 @@ fn server_in_two_files_is_reported_at_the_later_file() {
     );
 }
 
+// ----- [server] exposure: allowed_hosts, cors, metrics (issue 12) ---------
+
+#[test]
+fn exposure_settings_are_read_normalized() {
+    let reg = build(&[(
+        "rein.toml",
+        &with_extra(
+            r#"
+[server]
+allowed_hosts = ["Rein.Example.com", "*.internal.example:8443", "10.0.0.5"]
+metrics = "open"
+[server.cors]
+allowed_origins = ["http://localhost:3000", "HTTPS://App.Example.com"]
+allowed_methods = ["get"]
+allowed_headers = ["Authorization", "content-type"]
+"#,
+        ),
+    )])
+    .unwrap();
+    let server = reg.server();
+    let hosts: Vec<_> = server
+        .allowed_hosts
+        .iter()
+        .map(|h| (h.pattern.clone(), h.port))
+        .collect();
+    assert_eq!(
+        hosts,
+        vec![
+            (
+                HostPattern::Exact(HostName::parse("rein.example.com").unwrap()),
+                None
+            ),
+            (
+                HostPattern::Below(HostName::parse("internal.example").unwrap()),
+                Some(8443)
+            ),
+            (
+                HostPattern::Exact(HostName::parse("10.0.0.5").unwrap()),
+                None
+            ),
+        ]
+    );
+    assert_eq!(server.metrics, MetricsAccess::Open);
+    let cors = server.cors.as_ref().unwrap();
+    let origins: Vec<String> = cors
+        .allowed_origins
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        origins,
+        ["http://localhost:3000", "https://app.example.com"]
+    );
+    assert_eq!(cors.allowed_methods, ["GET"]);
+    assert_eq!(cors.allowed_headers, ["authorization", "content-type"]);
+}
+
+#[test]
+fn exposure_defaults_are_loopback_only_no_cors_and_protected_metrics() {
+    let reg = build(&[(
+        "rein.toml",
+        &with_extra("[server]\n[server.cors]\nallowed_origins = [\"http://localhost:3000\"]\n"),
+    )])
+    .unwrap();
+    let server = reg.server();
+    assert!(server.allowed_hosts.is_empty());
+    assert_eq!(server.metrics, MetricsAccess::Protected);
+    let cors = server.cors.as_ref().unwrap();
+    assert_eq!(cors.allowed_methods, DEFAULT_CORS_ALLOWED_METHODS);
+    assert_eq!(cors.allowed_headers, DEFAULT_CORS_ALLOWED_HEADERS);
+    assert_eq!(ServerSpec::default().cors, None);
+}
+
+#[test]
+fn bad_exposure_settings_are_refused_naming_the_field() {
+    let text = with_extra(
+        r#"
+[server]
+allowed_hosts = ["ok.example", "http://rein.example.com", "rein.example.com/x", "re*in.example"]
+[server.cors]
+allowed_origins = ["*", "null", "http://localhost:3000/", "http://fine.example"]
+allowed_methods = ["POST", "DELETE"]
+allowed_headers = ["*"]
+"#,
+    );
+    assert_eq!(
+        fields(&text),
+        [
+            "server.allowed_hosts[1]",
+            "server.allowed_hosts[2]",
+            "server.allowed_hosts[3]",
+            "server.cors.allowed_origins[0]",
+            "server.cors.allowed_origins[1]",
+            "server.cors.allowed_origins[2]",
+            "server.cors.allowed_methods[1]",
+            "server.cors.allowed_headers[0]",
+        ]
+    );
+    assert!(message_of(&text, "server.allowed_hosts[1]").contains("without a scheme"));
+    assert!(message_of(&text, "server.cors.allowed_origins[0]").contains("every web page"));
+    assert!(message_of(&text, "server.cors.allowed_methods[1]").contains("`DELETE`"));
+    let empty = with_extra("[server.cors]\nallowed_origins = []\n");
+    assert_eq!(fields(&empty), ["server.cors.allowed_origins"]);
+    let err = toml::from_str::<ConfigFile>("[server]\nmetrics = \"public\"\n").unwrap_err();
+    assert!(err.to_string().contains("protected"), "{err}");
+}
+
 // ----- providers that stay up (issue 7) --------------------------------------
 
 /// An anthropic provider `claude` (streaming with the default limits, at
