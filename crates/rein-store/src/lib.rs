@@ -86,7 +86,7 @@ pub use ledger::LedgerMark;
 pub use run::{NewRun, RunRecord, RunStatus, StatusChange};
 pub use singleton::{MAX_SINGLETON_LEN, SingletonLease};
 pub use sqlite::{
-    DEFAULT_BUSY_TIMEOUT, DEFAULT_SYNCHRONOUS_FULL, MAX_BUSY_TIMEOUT, SCHEMA_VERSION,
-    SqliteOptions, SqliteStore,
+    DEFAULT_BUSY_TIMEOUT, DEFAULT_SYNCHRONOUS_FULL, DIRECTORY_MODE, FILE_MODE, MAX_BUSY_TIMEOUT,
+    SCHEMA_VERSION, SqliteOptions, SqliteStore, is_world_readable,
 };
 pub use store::{DEFAULT_QUERY_SCAN, Store};

@@ -23,14 +23,15 @@
 
 mod codec;
 mod config;
+mod files;
 mod ops;
 mod schema;
 mod worker;
 
 pub use config::{DEFAULT_BUSY_TIMEOUT, DEFAULT_SYNCHRONOUS_FULL, MAX_BUSY_TIMEOUT, SqliteOptions};
+pub use files::{DIRECTORY_MODE, FILE_MODE, is_world_readable};
 pub use schema::SCHEMA_VERSION;
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
@@ -81,7 +82,7 @@ impl SqliteStore {
     }
 
     /// Opens (creating if needed) the store at `path`: creates the parent
-    /// directories and the file, switches to WAL, applies `options`, turns
+    /// directories (`0700`) and the file (`0600`; see [`FILE_MODE`]), switches to WAL, applies `options`, turns
     /// foreign keys on and migrates the schema.
     ///
     /// Blocks the calling thread briefly (file creation, migration): call it
@@ -113,13 +114,16 @@ impl SqliteStore {
             .parent()
             .filter(|parent| !parent.as_os_str().is_empty())
         {
-            fs::create_dir_all(parent).map_err(|error| {
+            files::create_private_dir(parent).map_err(|error| {
                 StoreError::Backend(format!(
                     "cannot create directory {}: {error}",
                     parent.display()
                 ))
             })?;
         }
+        files::create_private_file(&path).map_err(|error| {
+            StoreError::Backend(format!("cannot create {}: {error}", path.display()))
+        })?;
         let mut conn = Connection::open(&path).sql().map_err(at)?;
         configure(&conn, &options).map_err(at)?;
         schema::migrate(&mut conn).map_err(at)?;
