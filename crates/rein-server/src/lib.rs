@@ -19,7 +19,11 @@
 //! | [`worker`] | queue workers: queued runs, takeover of expired claims, dead letters |
 //! | [`recovery`] | runs whose process died: takeover, dead letter, orphans |
 //! | [`singleton`] | one owner per periodic service across processes |
-//! | [`auth`] | bearer keys → tenants |
+//! | [`auth`] | bearer keys → tenants; failed attempts logged |
+//! | [`exposure`] | `Host` and `Origin` checks, `[server.cors]` |
+//! | [`media`] | every POST is `application/json` |
+//! | [`access`] | `Request-Id` and one access line per request |
+//! | [`pointer`] | JSON pointers for the `field` of a 400 |
 //! | [`problem`] | problem+json, also for the router's own errors |
 //! | [`extract`] | extractors whose rejections are problems |
 //! | [`document`] | the OpenAPI document, with this server's limits |
@@ -27,12 +31,16 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod auth;
 pub mod cancel;
 pub mod events;
+pub mod exposure;
 pub mod extract;
 pub mod gateway;
 pub mod idempotency;
+pub mod media;
+pub mod pointer;
 pub mod problem;
 pub mod recovery;
 pub mod runs;
@@ -64,8 +72,8 @@ use crate::problem::Problem;
         runs::create_run, runs::get_run, runs::get_ledger, runs::get_handoff, runs::resume_run,
         events::get_events, cancel::cancel_run, gateway::chat_completions, healthz, readyz, metrics,
     ),
-    components(schemas(runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, problem::Problem, gateway::ChatRequest)),
-    modifiers(&Bearer, &ProblemJson),
+    components(schemas(runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, runs::NoBody, problem::Problem, gateway::ChatRequest)),
+    modifiers(&Bearer, &Refusals, &ProblemJson),
     tags((name = "runs", description = "Agent runs"), (name = "gateway", description = "OpenAI-compatible model calls through rein's breakers, fallbacks and limits"), (name = "health", description = "Liveness and readiness"))
 )]
 pub struct ApiDoc;
@@ -79,6 +87,57 @@ impl utoipa::Modify for Bearer {
                 "bearer",
                 SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
             );
+        }
+    }
+}
+
+/// The answers every operation may get before its handler runs
+/// ([`exposure`], [`media`]): 400 without a `Host`, 403 from an origin not
+/// admitted, 421 for a host not allowed, and 415 for a POST that is not
+/// JSON.
+struct Refusals;
+
+impl utoipa::Modify for Refusals {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+        let problem = |description: &str| {
+            RefOr::T(
+                ResponseBuilder::new()
+                    .description(description)
+                    .content(
+                        "application/json",
+                        ContentBuilder::new()
+                            .schema(Some(Ref::from_schema_name("Problem")))
+                            .build(),
+                    )
+                    .build(),
+            )
+        };
+        for item in openapi.paths.paths.values_mut() {
+            let post = item.post.is_some();
+            for operation in operations(item) {
+                let responses = &mut operation.responses.responses;
+                responses
+                    .entry("400".to_owned())
+                    .or_insert_with(|| problem("no Host header, or two"));
+                responses.insert(
+                    "403".to_owned(),
+                    problem("a browser origin that is neither this server's nor in server.cors.allowed_origins"),
+                );
+                responses.insert(
+                    "421".to_owned(),
+                    problem("a Host that is not loopback nor in server.allowed_hosts"),
+                );
+                if post {
+                    responses.insert(
+                        "415".to_owned(),
+                        problem("the body is not `application/json` (the only type POST accepts)"),
+                    );
+                    if let Some(body) = operation.request_body.as_mut() {
+                        body.required = Some(utoipa::openapi::Required::True);
+                    }
+                }
+            }
         }
     }
 }
@@ -138,6 +197,19 @@ pub fn document(settings: &ServerSpec) -> utoipa::openapi::OpenApi {
     use utoipa::openapi::RefOr;
     use utoipa::openapi::schema::Schema;
     let mut doc = ApiDoc::openapi();
+    // `/metrics` asks for a key only where one is needed.
+    let open_metrics = settings.api_keys.is_empty()
+        || settings.metrics == rein_core::registry::MetricsAccess::Open;
+    if open_metrics
+        && let Some(get) = doc
+            .paths
+            .paths
+            .get_mut("/metrics")
+            .and_then(|item| item.get.as_mut())
+    {
+        get.security = None;
+        get.responses.responses.remove("401");
+    }
     for item in doc.paths.paths.values_mut() {
         for operation in operations(item) {
             let parameters = operation.parameters.iter_mut().flatten();
@@ -154,9 +226,25 @@ pub fn document(settings: &ServerSpec) -> utoipa::openapi::OpenApi {
 /// The engine's counters (breaker transitions, fallbacks, queue waits,
 /// retries, calls, outcomes; per provider, tool and arm) in the Prometheus
 /// text format. Per process, like the breakers they describe.
+///
+/// With `[[server.api_keys]]` configured it needs a valid bearer key (any
+/// tenant's: the counters are the process's) unless `server.metrics =
+/// "open"`; in open mode there are no keys, and the server is on loopback.
 #[utoipa::path(get, path = "/metrics", tag = "health",
-    responses((status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain")))]
-pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    responses((status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain"),
+              (status = 401, description = "missing or invalid API key (keys configured, server.metrics protected)", body = Problem)),
+    security(("bearer" = [])))]
+pub async fn metrics(
+    State(state): State<Arc<AppState>>,
+    parts: axum::http::request::Parts,
+) -> Response {
+    let settings = &state.settings;
+    if !settings.api_keys.is_empty()
+        && settings.metrics == rein_core::registry::MetricsAccess::Protected
+        && let Err(problem) = auth::authenticate(&parts, &state)
+    {
+        return problem.into_response();
+    }
     (
         [(
             axum::http::header::CONTENT_TYPE,
@@ -204,7 +292,8 @@ async fn no_route() -> Problem {
 /// provider breaker openings shared through `store` (refreshed every
 /// [`DEFAULT_SHARED_BREAKERS_REFRESH`]), so that processes sharing one
 /// database stop calling a provider as soon as one of them opened its arm.
-/// The engine publishes them under a fresh [`state::node_id`].
+/// The engine publishes them, and names itself in claims, under a fresh
+/// opaque node id ([`rein_engine::run::Engine::node`]).
 ///
 /// [`DEFAULT_SHARED_BREAKERS_REFRESH`]: rein_engine::run::DEFAULT_SHARED_BREAKERS_REFRESH
 /// See [`bind_models`] for the gateway's model bindings.
@@ -231,27 +320,31 @@ pub fn build_engine(
         let env = |k: &str| std::env::var(k).ok();
         rein_engine::bind::bind_agent(&agents, name, &bind_client, &env).ok()
     });
+    // One opaque id names this process in claims and shared breaker
+    // openings, which answers may show; its PID and host stay in the log.
+    let node = uuid::Uuid::now_v7().simple().to_string();
     let mut builder = rein_engine::run::Engine::builder(store)
+        .node(node.clone())
         .http_client(client)
         .breakers(registry.breakers().clone())
         .claim_lease(settings.queue.lease)
         .claim_renewal(settings.reconciliation.heartbeat_interval)
         .agents(resolve)
         .tree_limits(limits)
-        .shared_breakers(
-            state::node_id(),
-            rein_engine::run::DEFAULT_SHARED_BREAKERS_REFRESH,
-        );
+        .shared_breakers(node, rein_engine::run::DEFAULT_SHARED_BREAKERS_REFRESH);
     if let Some(seed) = rng_seed {
         builder = builder.rng_seed(seed);
     }
     builder.build()
 }
 
-/// The API's routes over `state`.
+/// The API's routes over `state`, behind the front door: outermost the
+/// access line and request id, then errors as problems (with OpenAI's
+/// member on the gateway), the `Host`/`Origin` guard, CORS when
+/// configured, the JSON requirement of POSTs, and the body limit.
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.settings.body_limit;
-    Router::new()
+    let routes = Router::new()
         .route("/v1/agents/{name}/runs", post(runs::create_run))
         .route("/v1/runs/{id}", get(runs::get_run))
         .route("/v1/runs/{id}/events", get(events::get_events))
@@ -265,10 +358,22 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi))
         .fallback(no_route)
+        // Layers run outside in: the last added sees the request first.
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn(media::require_json));
+    let routes = match &state.settings.cors {
+        Some(cors) => routes.layer(exposure::cors_layer(cors)),
+        None => routes,
+    };
+    routes
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            exposure::guard,
+        ))
         .layer(axum::middleware::map_response(
             problem::plain_errors_as_problems,
         ))
+        .layer(axum::middleware::from_fn(access::record))
         .with_state(state)
 }
 
@@ -307,7 +412,9 @@ pub async fn serve(
             tracing::warn!("cannot set TCP_NODELAY: {e}");
         }
     });
-    axum::serve(listener, router(state))
+    // The peer address, for the access line and failed logins.
+    let app = router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
 }

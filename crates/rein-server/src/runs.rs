@@ -174,7 +174,7 @@ pub fn location(run_id: &RunId) -> String {
 fn lower(agent: &mut AgentBinding, o: &BudgetOverrides) -> Result<(), Problem> {
     let field = |name: &str, e: rein_core::ConfigError| {
         Problem::bad_request(format!("budgets.{name}: {e}"))
-            .with(json!({"field": format!("budgets.{name}")}))
+            .with(json!({"field": crate::pointer::of_keys(&["budgets", name])}))
     };
     let current = agent.budget;
     let wall = match o.wall_clock_ms {
@@ -231,14 +231,47 @@ fn lower(agent: &mut AgentBinding, o: &BudgetOverrides) -> Result<(), Problem> {
 /// Parses a submission body, naming the offending field.
 fn parse(body: &[u8]) -> Result<CreateRun, Problem> {
     let mut de = serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize::<_, CreateRun>(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        Problem::bad_request(format!(
-            "the body is not a valid run submission: {path}: {}",
-            e.inner()
-        ))
-        .with(json!({"field": path}))
-    })
+    serde_path_to_error::deserialize::<_, CreateRun>(&mut de)
+        .map_err(|e| invalid_body("a valid run submission", e.path(), e.inner()))
+}
+
+/// The 400 of a body that does not deserialize: `field` is the JSON
+/// pointer to the offending member, or absent when none can be named.
+pub fn invalid_body(
+    expected: &str,
+    path: &serde_path_to_error::Path,
+    error: &serde_json::Error,
+) -> Problem {
+    let problem = Problem::bad_request(match crate::pointer::of_path(path) {
+        Some(pointer) => format!("the body is not {expected}: at {pointer}: {error}"),
+        None => format!("the body is not {expected}: {error}"),
+    });
+    match crate::pointer::of_path(path) {
+        Some(pointer) => problem.with(json!({"field": pointer})),
+        None => problem,
+    }
+}
+
+/// The body of a POST that takes none (cancel, resume): empty, or `{}`.
+/// It is still `application/json` ([`crate::media`]).
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoBody {}
+
+/// Checks the body of a POST that takes none.
+///
+/// # Errors
+///
+/// 413 over the body limit; 400 for anything but nothing or `{}`.
+pub fn no_body(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<(), Problem> {
+    let body = raw_body(state, body)?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(());
+    }
+    let mut de = serde_json::Deserializer::from_slice(&body);
+    serde_path_to_error::deserialize::<_, NoBody>(&mut de)
+        .map(|_| ())
+        .map_err(|e| invalid_body("empty or `{}`", e.path(), e.inner()))
 }
 
 /// A finished response, kept whole so an idempotent submission can store
@@ -541,7 +574,9 @@ pub async fn get_handoff(
 #[utoipa::path(
     post, path = "/v1/runs/{id}/resume", tag = "runs",
     params(("id" = String, Path, description = "The run")),
+    request_body(content = NoBody, description = "Nothing: an empty body or `{}`, sent as `application/json`"),
     responses((status = 200, description = "The resumed run ended", body = RunView),
+              (status = 400, description = "a body other than nothing or `{}`", body = Problem),
               (status = 401, description = "missing or invalid API key", body = Problem),
               (status = 404, description = "unknown run, or another tenant's", body = Problem),
               (status = 409, description = "the run cannot be resumed", body = Problem)),
@@ -551,7 +586,9 @@ pub async fn resume_run(
     State(state): State<Arc<AppState>>,
     Tenant(tenant): Tenant,
     Segment(id): Segment,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
+    no_body(&state, body)?;
     let record = owned(&state, &tenant, &id).await?;
     if record.status == RunStatus::Queued {
         return Err(Problem::new(

@@ -215,10 +215,13 @@ async fn keys_are_required_and_tenants_see_only_their_runs() {
     let r = api
         .http
         .post(format!("{}{RUNS}", api.base))
+        .header("content-type", "application/json")
         .body(body.clone())
         .send()
         .await
         .unwrap();
+    // RFC 6750: the realm, and no error code when no key was presented.
+    assert_eq!(r.headers()["www-authenticate"], r#"Bearer realm="rein""#);
     problem(r, StatusCode::UNAUTHORIZED, "unauthorized").await;
     let r = api
         .post(RUNS, "wrong-key")
@@ -226,6 +229,10 @@ async fn keys_are_required_and_tenants_see_only_their_runs() {
         .send()
         .await
         .unwrap();
+    assert_eq!(
+        r.headers()["www-authenticate"],
+        r#"Bearer realm="rein", error="invalid_token""#
+    );
     problem(r, StatusCode::UNAUTHORIZED, "unauthorized").await;
 
     let r = api.post(RUNS, ACME).body(body).send().await.unwrap();
@@ -290,7 +297,7 @@ async fn bad_bodies_are_structured_400s_and_oversized_ones_413() {
         .await
         .unwrap();
     let p = problem(r, StatusCode::BAD_REQUEST, "bad-request").await;
-    assert_eq!(p["field"], "input", "{p}");
+    assert_eq!(p["field"], "/input", "{p}");
     let r = api
         .post(RUNS, ACME)
         .body(r#"{"input": "x", "mode": "later"}"#)
@@ -623,7 +630,7 @@ async fn inputs_the_api_fuzzer_found_are_answered_as_documented() {
         .await
         .unwrap();
     let p = problem(r, StatusCode::BAD_REQUEST, "bad-request").await;
-    assert_eq!(p["field"], "budgets.max_steps", "{p}");
+    assert_eq!(p["field"], "/budgets/max_steps", "{p}");
     // Cost limits outside [one micro-dollar, 1e12], as documented.
     for usd in ["0.0000001", "1e13"] {
         let r = api
@@ -635,7 +642,7 @@ async fn inputs_the_api_fuzzer_found_are_answered_as_documented() {
             .await
             .unwrap();
         let p = problem(r, StatusCode::BAD_REQUEST, "bad-request").await;
-        assert_eq!(p["field"], "budgets.max_cost_usd", "{p}");
+        assert_eq!(p["field"], "/budgets/max_cost_usd", "{p}");
     }
     // Metadata is an object, as documented.
     let r = api
@@ -645,7 +652,7 @@ async fn inputs_the_api_fuzzer_found_are_answered_as_documented() {
         .await
         .unwrap();
     let p = problem(r, StatusCode::BAD_REQUEST, "bad-request").await;
-    assert_eq!(p["field"], "metadata", "{p}");
+    assert_eq!(p["field"], "/metadata", "{p}");
     let r = api
         .post(RUNS, ACME)
         .body(r#"{"input": "x", "mode": "queued", "metadata": {"ticket": 7}}"#)

@@ -152,6 +152,8 @@ pub struct EngineBuilder {
     tree_limits: tree::TreeLimits,
     /// This node's id and the refresh interval of shared breaker openings.
     shared_breakers: Option<(String, std::time::Duration)>,
+    /// This engine's public node id; a fresh one when unset.
+    node: Option<String>,
     #[cfg(feature = "sabotage")]
     sabotage: crate::sabotage::Sabotage,
 }
@@ -208,6 +210,22 @@ impl EngineBuilder {
         self
     }
 
+    /// Names this engine `node` in what others may see of its claims (a
+    /// refused resume says which node drives the run), instead of a fresh
+    /// random id.
+    ///
+    /// # Why opaque
+    ///
+    /// A claim's owner also records the process id and host name, so that
+    /// a process of the same host can tell its owner is dead. Those stay in
+    /// the store and the logs; an API answer names only this id. It must be
+    /// 1 to 64 visible ASCII characters without `#` or `.` (the separators
+    /// of a claim's owner); [`build`](EngineBuilder::build) refuses another.
+    pub fn node(mut self, node: impl Into<String>) -> Self {
+        self.node = Some(node.into());
+        self
+    }
+
     /// Seeds the jitter source, for reproducible runs.
     pub fn rng_seed(mut self, seed: u64) -> Self {
         self.rng_seed = Some(seed);
@@ -239,7 +257,19 @@ impl EngineBuilder {
         };
         let shared_breakers =
             shared_breakers::from_settings(self.shared_breakers, &self.store, &self.clock)?;
+        let node = match self.node {
+            None => uuid::Uuid::now_v7().simple().to_string(),
+            Some(node) if crate::lease::is_node_id(&node) => node,
+            Some(node) => {
+                return Err(EngineError::Config(rein_core::ConfigError::OutOfRange {
+                    field: "node",
+                    expected: "1 to 64 visible ASCII characters without `#` or `.`",
+                    found: format!("{node:?}"),
+                }));
+            }
+        };
         Ok(Engine {
+            node,
             command: crate::tool_command::CommandToolAdapter::new(self.store.clone()),
             store: self.store,
             clock: self.clock,
@@ -291,6 +321,8 @@ pub struct Engine {
     agents: Option<tree::AgentResolver>,
     /// Bounds of every agent tree.
     tree_limits: tree::TreeLimits,
+    /// The public node id in this engine's claims.
+    node: String,
     /// The mechanisms deliberately broken (test-only).
     #[cfg(feature = "sabotage")]
     sabotage: crate::sabotage::Sabotage,
@@ -609,9 +641,16 @@ impl Engine {
             agents: None,
             tree_limits: tree::TreeLimits::default(),
             shared_breakers: None,
+            node: None,
             #[cfg(feature = "sabotage")]
             sabotage: crate::sabotage::Sabotage::default(),
         }
+    }
+
+    /// This engine's public node id ([`EngineBuilder::node`]): what an
+    /// answer may say about which process drives a run.
+    pub fn node(&self) -> &str {
+        &self.node
     }
 
     /// The store runs are recorded in.
@@ -637,10 +676,16 @@ impl Engine {
         use crate::lease::Owner;
         use rein_store::{Lease, LeaseKind};
         let now_ms = unix_ms(self.clock.system_now());
-        // The claim's own identity: this process plus a token, so renewals
-        // and the release are fenced to this claim, not any claim of the
-        // process.
-        let owner = format!("{}#{}", Owner::current(), uuid::Uuid::now_v7().simple());
+        // The claim's own identity: this process, the public node id and a
+        // token, so renewals and the release are fenced to this claim, not
+        // any claim of the process (`crate::lease::claim_node` reads the
+        // node back).
+        let owner = format!(
+            "{}#{}.{}",
+            Owner::current(),
+            self.node,
+            uuid::Uuid::now_v7().simple()
+        );
         let lease = Lease {
             lease_id: claim_id(run_id),
             run_id: run_id.clone(),
@@ -675,7 +720,12 @@ impl Engine {
             if !expired && !dead_here {
                 return Err(EngineError::NotResumable {
                     run_id: run_id.clone(),
-                    reason: format!("it is being driven by a live process ({})", held.owner),
+                    // The public node id only: the owner's process id and
+                    // host stay in the store and the log.
+                    reason: format!(
+                        "it is being driven by a live process (node {})",
+                        crate::lease::claim_node(&held.owner).unwrap_or("unknown")
+                    ),
                 });
             }
             if expired {
