@@ -45,9 +45,14 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
                  authentication; add API keys or listen on a loopback address"
             );
         }
-        if let Some(parent) = args.data.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("cannot create {}", parent.display()))?;
+        // The store creates its directory 0700 and the file 0600; one that
+        // exists keeps its mode, and anyone may read it.
+        if rein_store::is_world_readable(&args.data) {
+            tracing::warn!(
+                path = %args.data.display(),
+                "the run store is readable by every local user (it holds prompts, tool results \
+                 and completions); `chmod 600` it and its -wal and -shm files"
+            );
         }
         let store: Arc<dyn Store> = Arc::new(
             SqliteStore::open(&args.data)
@@ -56,6 +61,14 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         let schemas = CompiledSchemas::compile(&registry).map_err(|e| anyhow::anyhow!("{e}"))?;
         let client = http_client().context("cannot build the HTTP client")?;
         let engine = rein_server::build_engine(&registry, store.clone(), client.clone(), None)?;
+        // Answers name this process by its node id only; the log says
+        // which process that is.
+        tracing::info!(
+            node = engine.node(),
+            pid = std::process::id(),
+            host = rein_engine::lease::local_host(),
+            "node id of this process"
+        );
         let workers = usize::try_from(settings.queue.workers.get()).unwrap_or(1);
         let keys = settings.api_keys.len();
         let models = rein_server::bind_models(&registry, &client)

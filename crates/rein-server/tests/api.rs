@@ -906,12 +906,47 @@ async fn a_run_driven_elsewhere_cannot_be_cancelled_here() {
         .set_run_status(&run_id, rein_store::RunStatus::Running, None, 2)
         .await
         .unwrap();
+    // Its claim, as the driving process wrote it: that process's pid and
+    // host, and its public node id.
+    let owner = "pid:4242+17@db-host-7#n0de1.t0ken";
+    let now = rein_server::recovery::now_ms();
+    api.store
+        .acquire_lease(rein_store::Lease {
+            lease_id: format!("run:{run_id}"),
+            run_id: run_id.clone(),
+            intent_id: None,
+            kind: rein_store::LeaseKind::Run,
+            pgid: None,
+            path: None,
+            owner: owner.into(),
+            acquired_at_ms: now,
+            expires_at_ms: now + 600_000,
+        })
+        .await
+        .unwrap();
     let r = api
         .post("/v1/runs/driven-elsewhere/cancel", ACME)
         .send()
         .await
         .unwrap();
-    problem(r, StatusCode::CONFLICT, "cancel-not-delivered").await;
+    let p = problem(r, StatusCode::CONFLICT, "cancel-not-delivered").await;
+    // The driving node by its opaque id; never its PID or host.
+    assert_eq!(p["driving_node"], "n0de1", "{p}");
+    let text = p.to_string();
+    assert!(!text.contains("4242") && !text.contains("db-host"), "{p}");
+    // A resume is refused the same way: the run's live owner is elsewhere.
+    let r = api
+        .post("/v1/runs/driven-elsewhere/resume", ACME)
+        .send()
+        .await
+        .unwrap();
+    let p = problem(r, StatusCode::CONFLICT, "not-resumable").await;
+    let detail = p["detail"].as_str().unwrap();
+    assert!(detail.contains("node n0de1"), "{p}");
+    assert!(
+        !detail.contains("4242") && !detail.contains("db-host"),
+        "{p}"
+    );
 }
 
 /// Records a queued run whose worker died mid-way: running, started by a
