@@ -820,3 +820,54 @@ impl Relay {
         Some(Bytes::from(text))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem_of(body: &str) -> Value {
+        let Err(problem) = parse(body.as_bytes()) else {
+            panic!("{body} parses");
+        };
+        serde_json::to_value(problem).unwrap()
+    }
+
+    #[test]
+    fn a_bad_member_is_named_by_a_json_pointer_in_field_and_param() {
+        let p = problem_of(
+            r#"{"model": "m", "messages": [{"role": "user", "content": "a"}], "max_tokens": "x"}"#,
+        );
+        assert_eq!(p["status"], 400);
+        assert_eq!(p["field"], "/max_tokens", "{p}");
+        assert_eq!(p["error"]["param"], "/max_tokens", "{p}");
+        assert_eq!(p["error"]["type"], "invalid_request_error");
+        let p = problem_of(r#"{"model": "m", "messages": [], "temperature": 3}"#);
+        assert_eq!(p["field"], "/messages", "{p}");
+        let p = problem_of(
+            r#"{"model": "m", "messages": [{"role": "user", "content": "a"}], "top_p": 3}"#,
+        );
+        assert_eq!(p["field"], "/top_p", "{p}");
+        let p = problem_of(
+            r#"{"model": "m", "messages": [{"role": "user", "content": "a"}], "max_completion_tokens": 0}"#,
+        );
+        assert_eq!(p["field"], "/max_completion_tokens", "{p}");
+    }
+
+    #[test]
+    fn a_body_that_names_no_member_has_no_field_but_an_openai_error() {
+        let p = problem_of("<chat/>");
+        assert!(p.get("field").is_none(), "{p}");
+        assert_eq!(p["error"]["param"], Value::Null, "{p}");
+        assert!(
+            p["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("not a chat completion request")
+        );
+        // No `?` or `.` pointers: a step serde could not name ends it.
+        let p = problem_of(r#"{"model": "m", "messages": [{"role": "user", "content": 7}]}"#);
+        let field = p["field"].as_str().unwrap_or("/");
+        assert!(field.starts_with("/messages"), "{p}");
+        assert!(!field.contains('?') && !field.contains('.'), "{p}");
+    }
+}

@@ -338,29 +338,40 @@ pub fn build_engine(
     builder.build()
 }
 
+/// A POST route whose body must be `application/json` ([`media`]). The
+/// check sits on the method, so a POST to a route without one is still
+/// 405, not 415.
+fn post_json<H, T>(handler: H) -> axum::routing::MethodRouter<Arc<AppState>>
+where
+    H: axum::handler::Handler<T, Arc<AppState>>,
+    T: 'static,
+{
+    post(handler).route_layer(axum::middleware::from_fn(media::require_json))
+}
+
 /// The API's routes over `state`, behind the front door: outermost the
 /// access line and request id, then errors as problems (with OpenAI's
 /// member on the gateway), the `Host`/`Origin` guard, CORS when
-/// configured, the JSON requirement of POSTs, and the body limit.
+/// configured, the body limit, and on each POST route the JSON
+/// requirement ([`post_json`]).
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.settings.body_limit;
     let routes = Router::new()
-        .route("/v1/agents/{name}/runs", post(runs::create_run))
+        .route("/v1/agents/{name}/runs", post_json(runs::create_run))
         .route("/v1/runs/{id}", get(runs::get_run))
         .route("/v1/runs/{id}/events", get(events::get_events))
         .route("/v1/runs/{id}/ledger", get(runs::get_ledger))
         .route("/v1/runs/{id}/handoff", get(runs::get_handoff))
-        .route("/v1/runs/{id}/resume", post(runs::resume_run))
-        .route("/v1/runs/{id}/cancel", post(cancel::cancel_run))
-        .route("/v1/chat/completions", post(gateway::chat_completions))
+        .route("/v1/runs/{id}/resume", post_json(runs::resume_run))
+        .route("/v1/runs/{id}/cancel", post_json(cancel::cancel_run))
+        .route("/v1/chat/completions", post_json(gateway::chat_completions))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi))
         .fallback(no_route)
         // Layers run outside in: the last added sees the request first.
-        .layer(DefaultBodyLimit::max(limit))
-        .layer(axum::middleware::from_fn(media::require_json));
+        .layer(DefaultBodyLimit::max(limit));
     let routes = match &state.settings.cors {
         Some(cors) => routes.layer(exposure::cors_layer(cors)),
         None => routes,

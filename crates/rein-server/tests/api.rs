@@ -690,6 +690,64 @@ async fn the_routers_own_errors_are_problems_too() {
     assert_eq!(r.headers()["allow"], "GET,HEAD");
     let p = problem(r, StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed").await;
     assert!(p["detail"].as_str().unwrap().contains("DELETE"), "{p}");
+    // A POST to a route without one is 405 too, whatever its body (the
+    // fuzzer found it answered 415).
+    let r = api
+        .http
+        .post(format!("{}/healthz", api.base))
+        .send()
+        .await
+        .unwrap();
+    problem(r, StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed").await;
+    // Router-level errors on the gateway carry OpenAI's member.
+    let r = api
+        .http
+        .get(format!("{}/v1/chat/completions", api.base))
+        .send()
+        .await
+        .unwrap();
+    let p = problem(r, StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed").await;
+    assert_eq!(p["error"]["type"], "invalid_request_error", "{p}");
+    let r = api
+        .http
+        .post(format!("{}/v1/chat/completions", api.base))
+        .header("content-type", "text/plain")
+        .body("hi")
+        .send()
+        .await
+        .unwrap();
+    let p = problem(
+        r,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported-media-type",
+    )
+    .await;
+    assert_eq!(p["error"]["code"], "unsupported_media_type", "{p}");
+    assert!(
+        p["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("text/plain"),
+        "{p}"
+    );
+    let r = api
+        .post("/v1/chat/completions", "wrong-key")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    let p = problem(r, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    assert_eq!(p["error"]["type"], "authentication_error", "{p}");
+    // A cancel or resume body other than nothing or `{}` is a 400 with a
+    // pointer to the member.
+    let r = api
+        .post("/v1/runs/x/cancel", ACME)
+        .body(r#"{"force": true}"#)
+        .send()
+        .await
+        .unwrap();
+    let p = problem(r, StatusCode::BAD_REQUEST, "bad-request").await;
+    assert_eq!(p["field"], "/force", "{p}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -746,6 +804,28 @@ async fn the_openapi_document_says_what_the_server_does() {
                     op["responses"]["401"].is_object(),
                     "{method} {path} documents 401"
                 );
+            }
+        }
+    }
+    // What the front door may answer before a handler runs, on every
+    // operation; and every POST takes JSON only, with a required body.
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            for status in ["400", "403", "421"] {
+                assert!(
+                    op["responses"][status].is_object(),
+                    "{method} {path} documents {status}"
+                );
+            }
+            if method == "post" {
+                assert!(
+                    op["responses"]["415"].is_object(),
+                    "{method} {path} documents 415"
+                );
+                let body = &op["requestBody"];
+                assert_eq!(body["required"], true, "{method} {path}: {body}");
+                let types: Vec<&String> = body["content"].as_object().unwrap().keys().collect();
+                assert_eq!(types, ["application/json"], "{method} {path}");
             }
         }
     }
