@@ -225,6 +225,10 @@ fn check_refuses_bad_exposure_settings_naming_each_field() {
         .arg(dir.path().join("rein.db"))
         .output()
         .unwrap();
-    assert_eq!(serve.status.code(), Some(2), "rein serve refuses it at start");
+    assert_eq!(
+        serve.status.code(),
+        Some(2),
+        "rein serve refuses it at start"
+    );
     assert!(String::from_utf8_lossy(&serve.stderr).contains("server.allowed_hosts[0]"));
 }

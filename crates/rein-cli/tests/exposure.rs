@@ -498,3 +498,78 @@ fn the_store_is_created_private_whatever_the_umask() {
     );
     assert_eq!(mode(&db), 0o644, "left alone");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_admits_its_origins_with_their_methods_and_headers_only() {
+    let app = "http://app.example:3000";
+    let desk = OrderDesk::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = example_config(
+        dir.path(),
+        &format!(
+            "[server.cors]\nallowed_origins = [\"{app}\"]\nallowed_methods = [\"GET\"]\nallowed_headers = [\"content-type\"]\n"
+        ),
+    );
+    let server = Server::start(&config, &dir.path().join("rein.db"), desk.base_url());
+    let http = reqwest::Client::new();
+    // A preflight is answered with what the config allows, and no more.
+    let r = http
+        .request(reqwest::Method::OPTIONS, server.url("/v1/runs/r-1"))
+        .header(ORIGIN, app)
+        .header("access-control-request-method", "GET")
+        .header(
+            "access-control-request-headers",
+            "content-type, idempotency-key",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let h = r.headers();
+    assert_eq!(h["access-control-allow-origin"], app);
+    assert_eq!(h["access-control-allow-methods"], "GET");
+    assert_eq!(h["access-control-allow-headers"], "content-type");
+    assert_eq!(h["access-control-max-age"], "600");
+    // A listed origin reads its answers, with the headers a client needs.
+    let r = http
+        .get(server.url("/v1/runs/r-1"))
+        .header(ORIGIN, app)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(r.headers()["access-control-allow-origin"], app);
+    let exposed = r.headers()["access-control-expose-headers"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        exposed.contains("request-id") && exposed.contains("location"),
+        "{exposed}"
+    );
+    // A method the config leaves out is refused before anything runs.
+    let r = http
+        .post(server.url(RUNS))
+        .header(ORIGIN, app)
+        .header(CONTENT_TYPE, "application/json")
+        .body(TASK)
+        .send()
+        .await
+        .unwrap();
+    let p = problem(r, 403, "origin-not-allowed").await;
+    assert!(
+        p["detail"].as_str().unwrap().contains("allowed_methods"),
+        "{p}"
+    );
+    // An origin that is not listed gets no CORS headers at all.
+    let r = http
+        .request(reqwest::Method::OPTIONS, server.url("/v1/runs/r-1"))
+        .header(ORIGIN, "http://other.example")
+        .header("access-control-request-method", "GET")
+        .send()
+        .await
+        .unwrap();
+    assert!(r.headers().get("access-control-allow-origin").is_none());
+    problem(r, 403, "origin-not-allowed").await;
+    assert_eq!(desk.requests().len(), 0);
+}

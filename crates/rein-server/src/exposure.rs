@@ -300,7 +300,14 @@ mod tests {
         let root: Uri = "/v1/runs/x".parse().unwrap();
         let host_refused = |h: &str| Err(Refusal::HostNotAllowed(h.to_owned()));
         let origin_refused = |o: &str| Err(Refusal::OriginNotAllowed(o.to_owned()));
-        let table: Vec<(Method, Option<&str>, Option<&str>, Result<(), Refusal>)> = vec![
+        /// Method, `Host`, `Origin`, what [`admit`] says.
+        type Case<'a> = (
+            Method,
+            Option<&'a str>,
+            Option<&'a str>,
+            Result<(), Refusal>,
+        );
+        let table: Vec<Case> = vec![
             (post.clone(), Some("127.0.0.1:8787"), None, Ok(())),
             (post.clone(), Some("localhost."), None, Ok(())),
             (post.clone(), Some("[::1]:8787"), None, Ok(())),

@@ -83,7 +83,8 @@ fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
     }
 }
 
-#[cfg(all(test, unix))]
+#[cfg(test)]
+#[cfg(unix)]
 mod tests {
     use std::os::unix::fs::PermissionsExt as _;
 
