@@ -192,9 +192,11 @@ async fn the_gateway_says_which_model_answered_and_replays_idempotent_requests()
     assert_eq!(again, first, "the stored answer, byte for byte");
     assert_eq!(model.request_count(), 1, "the model was asked once");
 
-    // The switch is counted, per provider, for an operator's scraper.
+    // The switch is counted, per provider, for an operator's scraper (with
+    // a key: keys are configured, and /metrics is protected by default).
     let metrics = client
         .get(server.url("/metrics"))
+        .bearer_auth(KEY)
         .send()
         .await
         .unwrap()
@@ -217,6 +219,7 @@ async fn the_gateway_says_which_model_answered_and_replays_idempotent_requests()
     // Sampling options and the tool choice reach the provider.
     let with_options = client
         .post(server.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
         .bearer_auth(KEY)
         .body(
             r#"{"model": "chat", "messages": [{"role": "user", "content": "Hi."}],
@@ -236,6 +239,7 @@ async fn the_gateway_says_which_model_answered_and_replays_idempotent_requests()
     assert_eq!(sent["response_format"], json!({"type": "json_object"}));
     let out_of_range = client
         .post(server.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
         .bearer_auth(KEY)
         .body(r#"{"model": "chat", "messages": [{"role": "user", "content": "Hi."}], "temperature": 3}"#)
         .send()
@@ -246,6 +250,7 @@ async fn the_gateway_says_which_model_answered_and_replays_idempotent_requests()
     // Without a key: 401. A streaming request with a key: 400.
     let anonymous = client
         .post(server.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
         .body(body)
         .send()
         .await
@@ -253,6 +258,7 @@ async fn the_gateway_says_which_model_answered_and_replays_idempotent_requests()
     assert_eq!(anonymous.status(), 401);
     let streamed_with_key = client
         .post(server.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
         .bearer_auth(KEY)
         .header("Idempotency-Key", "chat-2")
         .body(r#"{"model": "chat", "stream": true, "messages": [{"role": "user", "content": "Hi."}]}"#)
