@@ -25,7 +25,8 @@ pub struct ServeArgs {
     /// Where to listen; overrides `server.listen` (default 127.0.0.1:8787).
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// The SQLite file runs are recorded in (created on first start).
+    /// The SQLite file runs are recorded in (created on first start, 0600
+    /// in a 0700 directory: it holds prompts and tool results).
     #[arg(long, default_value = "rein-data/rein.db")]
     data: PathBuf,
 }

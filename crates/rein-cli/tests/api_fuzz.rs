@@ -9,6 +9,10 @@
 //! SQLite file, the testkit's order desk and mock model on loopback, so
 //! generated submissions run agents to their end.
 //!
+//! The fuzzer is pointed at `http://127.0.0.1:PORT`, so its requests carry
+//! a loopback `Host` (allowed without `server.allowed_hosts`) and no
+//! `Origin`; the document tells it every POST takes `application/json`.
+//!
 //! Schemathesis is Python. `.ci/run` installs it into `$REIN_PYTHON`'s
 //! venv; without it this test says how to install it and passes. The seed
 //! and the number of examples are pinned so a run is reproducible and

@@ -110,7 +110,9 @@ pub async fn get_events(
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     let Query(query) = query.map_err(|e| {
-        Problem::bad_request(format!("invalid query: {e}")).with(json!({"field": "after"}))
+        // `field` points into a JSON body; a query parameter is named as
+        // one instead.
+        Problem::bad_request(format!("invalid query: {e}")).with(json!({"parameter": "after"}))
     })?;
     let record = owned(&state, &tenant, &id).await?;
     let wants_stream = headers
