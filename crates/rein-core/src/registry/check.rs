@@ -2101,7 +2101,11 @@ impl<'a> Checker<'a> {
         limits: &mut ConnectionLimits,
     ) {
         let timeouts = [
-            ("header_timeout", c.header_timeout, &mut limits.header_timeout),
+            (
+                "header_timeout",
+                c.header_timeout,
+                &mut limits.header_timeout,
+            ),
             ("body_timeout", c.body_timeout, &mut limits.body_timeout),
             ("idle_timeout", c.idle_timeout, &mut limits.idle_timeout),
         ];

@@ -2042,7 +2042,10 @@ fn server_limits_and_shutdown_grace_are_read_and_checked_by_field() {
         &with_extra("[server.limits]\nheader_timeout = \"50ms\"\n"),
         "server.limits.header_timeout",
     );
-    assert!(msg.contains("between 100ms and 1h") && msg.contains("50ms"), "{msg}");
+    assert!(
+        msg.contains("between 100ms and 1h") && msg.contains("50ms"),
+        "{msg}"
+    );
     let found = server_fields("[server]\nshutdown_grace = \"2h\"\n");
     assert_eq!(found, vec!["server.shutdown_grace"]);
 }
