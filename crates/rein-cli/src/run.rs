@@ -68,7 +68,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         let session = Session::open(&registry, &args.data)?;
         let binding = session.bind(&registry, &args.agent)?;
         let resume = resume_command(&run_id, &args.config, &args.data);
-        eprintln!("rein run: run {run_id} started; if it stops, continue it with: {resume}");
+        eprintln!("rein run: run {run_id} started (if it stops: {resume})");
         let run = session.engine.run(
             &binding,
             &session.schemas,
