@@ -44,6 +44,23 @@ pub fn example_config_with(dir: &Path, server_keys: &str, extra: &str) -> PathBu
     path
 }
 
+/// A test needs a part outside rein (Python packages, Chromium) that is
+/// not installed: outside CI the test is skipped with `why`, so a
+/// newcomer's `cargo test` stays green; under CI (`CI=true`, as `.ci/run`
+/// runs) a missing part is a failure, never a silent skip.
+///
+/// # Panics
+///
+/// Under CI, always.
+pub fn missing_part(why: &str) {
+    let in_ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+    assert!(
+        !in_ci,
+        "CI=true but a part this test needs is missing: {why}"
+    );
+    eprintln!("skipped: {why}");
+}
+
 /// The stderr lines a server keeps for a failure message.
 const KEPT_LOG_LINES: usize = 200;
 
