@@ -91,9 +91,20 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             "rein serve: listening on http://{addr} ({auth}); runs in {}; OpenAPI at /openapi.json",
             args.data.display()
         );
+        // A second signal skips what is left of the grace: the runs in
+        // flight are handed on at once.
+        let hurried = state.clone();
         let shutdown = async move {
             let signal = signals.next().await;
-            tracing::info!("{}: draining", signal.name());
+            tracing::info!(
+                "{}: draining (send it again to hand the runs in flight on now)",
+                signal.name()
+            );
+            tokio::spawn(async move {
+                let again = signals.next().await;
+                tracing::warn!("{}: handing the runs in flight on now", again.name());
+                hurried.engine.interrupt();
+            });
         };
         rein_server::serve(state, listener, shutdown)
             .await
