@@ -29,6 +29,11 @@ pub enum End {
     StoreFailed(String),
     /// The caller cancelled the run.
     Cancelled(String),
+    /// The process stopped driving the run ([`Engine::interrupt`]): it is
+    /// handed on unfinished, never settled.
+    ///
+    /// [`Engine::interrupt`]: super::Engine::interrupt
+    Interrupted,
 }
 
 /// The longest result kept per completed action in the report.
@@ -175,6 +180,7 @@ fn recommend(end: &End, incomplete: &[IncompleteAction], recoverable: bool) -> S
         )),
         End::ModelFailed(..) => advice.push("retry once the model provider is available".into()),
         End::Settling(_) => {}
+        End::Interrupted => advice.push("resume it; completed steps will not run again".into()),
         End::Cancelled(_) => {
             advice.push("submit the task again if it is still wanted".into());
         }
@@ -245,6 +251,7 @@ fn summarize(
         | End::Cancelled(why) => {
             let _ = write!(s, " ({why})");
         }
+        End::Interrupted => s.push_str(" (interrupted: its process is stopping)"),
         End::Answer(_) => {}
     }
     s.push('.');

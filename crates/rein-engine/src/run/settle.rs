@@ -64,6 +64,8 @@ fn fixable_by_time(end: &End, report: &RunReport) -> bool {
                 | Category::Overloaded
                 | Category::CircuitOpen
         ),
+        // Never settled: an interrupted run is handed on before this.
+        End::Interrupted => true,
         End::Loop(_) | End::StoreFailed(_) | End::Settling(_) | End::Cancelled(_) => false,
         End::Answer(_) => report.incomplete.iter().all(|a| {
             matches!(
