@@ -56,6 +56,8 @@
 //! | a `listen` that is not `IP:PORT`; a `body_limit` unparsable or outside 1 KiB..=64 MiB | `server.listen`, `server.body_limit` |
 //! | a server count or duration out of range; `orphan_threshold` below `heartbeat_interval` | `server.<table>.<field>` |
 //! | an API key without a valid tenant; a `sha256` that is not 64 hex digits, hashes the empty key, or repeats an earlier entry's | `server.api_keys[N].<field>` |
+//! | an `allowed_hosts` entry with a scheme, a path, a wildcard other than a leading `*.`, or that is no host | `server.allowed_hosts[N]` |
+//! | a `[server.cors]` without origins, or with `*`, `null`, an origin with a path, a method other than GET and POST, or a header that is no header name | `server.cors.<field>[N]` |
 //!
 //! # Defaults
 //!
