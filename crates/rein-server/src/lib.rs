@@ -368,7 +368,7 @@ where
 /// access line and request id, then errors as problems (with OpenAI's
 /// member on the gateway), the `Host`/`Origin` guard, the refusal of new
 /// work while draining, CORS when configured, the body limit, and on each POST route the JSON
-/// requirement ([`post_json`]).
+/// requirement (`post_json`).
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.settings.body_limit;
     let routes = Router::new()

@@ -244,6 +244,17 @@ pub enum HostPattern {
 
 /// One entry of `server.allowed_hosts`: a host the API answers for besides
 /// loopback, with any port or exactly one.
+///
+/// | form | matches |
+/// | --- | --- |
+/// | loopback (always allowed, no entry needed) | `localhost`, `127.0.0.0/8`, `[::1]` (and `[::ffff:127.x.y.z]`), any port |
+/// | `rein.example.com` | that name, any port (or none) |
+/// | `rein.example.com:8443` | that name with exactly that port |
+/// | `*.example.com` | any name below `example.com` (not `example.com` itself), any port |
+/// | `10.0.0.5`, `[fd00::5]:8787` | that address (any port, or exactly that port) |
+///
+/// Names compare case-insensitively and without one trailing dot;
+/// addresses compare by value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllowedHost {
     /// The host, or the domain whose subdomains are allowed.
@@ -253,7 +264,7 @@ pub struct AllowedHost {
 }
 
 impl AllowedHost {
-    /// An entry as config writes it (see the [module](self) table).
+    /// An entry as config writes it (see the table above).
     ///
     /// # Errors
     ///

@@ -52,7 +52,7 @@ use crate::ids::TenantId;
 /// | `agent_graph.max_total_tokens` | [`DEFAULT_AGENT_GRAPH_MAX_TOTAL_TOKENS`] (200 000) | 0 = unlimited |
 /// | `agent_graph.max_total_runs` | [`DEFAULT_AGENT_GRAPH_MAX_TOTAL_RUNS`] (25) | 0 = unlimited |
 /// | `api_keys` | none: no bearer key is admitted | distinct SHA-256 digests |
-/// | `allowed_hosts` | none: loopback names and addresses only | host names, IP addresses, `*.domain`, each with an optional `:port`; no scheme, no path ([exposure table](super::exposure)) |
+/// | `allowed_hosts` | none: loopback names and addresses only | host names, IP addresses, `*.domain`, each with an optional `:port`; no scheme, no path (see [`AllowedHost`](super::AllowedHost)) |
 /// | `cors` | off: no origin but the server's own | `allowed_origins` (required, `http(s)://host[:port]`, no `*`, no `null`) |
 /// | `cors.allowed_methods` | [`DEFAULT_CORS_ALLOWED_METHODS`](super::DEFAULT_CORS_ALLOWED_METHODS) (`GET`, `POST`) | a non-empty subset of them |
 /// | `cors.allowed_headers` | [`DEFAULT_CORS_ALLOWED_HEADERS`](super::DEFAULT_CORS_ALLOWED_HEADERS) (`authorization`, `content-type`, `idempotency-key`, `rein-deadline-ms`, `request-id`) | header names, no `*` |
