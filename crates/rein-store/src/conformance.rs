@@ -48,6 +48,7 @@ const BASE_MS: u64 = 4_000_000_000_000;
 pub async fn run_all(store: &dyn Store) {
     run_lifecycle(store).await;
     finished_run_status_is_final(store).await;
+    finished_run_report_is_revised_with_its_marks(store).await;
     only_a_recoverable_finished_run_reopens(store).await;
     list_runs_newest_first(store).await;
     event_seqs_are_gap_free_across_batches(store).await;
@@ -207,6 +208,7 @@ fn report(outcome: Outcome) -> RunReport {
         compensations: Vec::new(),
         handoff: None,
         resume: None,
+        basis: None,
     }
 }
 
@@ -835,6 +837,90 @@ pub async fn checkpoint_latest_and_replace(store: &dyn Store) {
     );
 }
 
+/// A finished run's report is revised (its status kept) together with the
+/// ledger mark that changed it; a revision of an unfinished run, or one
+/// with another outcome, is refused and stores nothing.
+pub async fn finished_run_report_is_revised_with_its_marks(store: &dyn Store) {
+    let run_id = created(store, "revise").await;
+    let early = StepCommit {
+        revised_report: Some(report(Outcome::PartialSuccess)),
+        ..StepCommit::default()
+    };
+    assert!(
+        matches!(
+            store.commit_step(&run_id, early).await,
+            Err(StoreError::Invalid { .. })
+        ),
+        "an unfinished run has no report to revise"
+    );
+    store
+        .declare(declaration(
+            &run_id,
+            "intent-1",
+            "update_delivery_time",
+            ToolClass::IdempotentWrite,
+        ))
+        .await
+        .unwrap();
+    store
+        .mark(
+            &run_id,
+            &IntentId::new("intent-1").unwrap(),
+            mark(LedgerStatus::Succeeded, 1, BASE_MS + 1),
+        )
+        .await
+        .unwrap();
+    store
+        .set_run_status(
+            &run_id,
+            RunStatus::Finished(Outcome::PartialSuccess),
+            Some(report(Outcome::PartialSuccess)),
+            BASE_MS + 2,
+        )
+        .await
+        .unwrap();
+    let mut revised = report(Outcome::PartialSuccess);
+    revised.completed[0].ledger = Some(LedgerStatus::Manual);
+    revised.summary = "revised: the update awaits a human".to_owned();
+    let other = StepCommit {
+        marks: vec![(
+            IntentId::new("intent-1").unwrap(),
+            mark(LedgerStatus::Manual, 1, BASE_MS + 3),
+        )],
+        revised_report: Some(report(Outcome::Failed)),
+        ..StepCommit::default()
+    };
+    assert!(
+        matches!(
+            store.commit_step(&run_id, other).await,
+            Err(StoreError::Invalid { .. })
+        ),
+        "a revision cannot change the outcome"
+    );
+    assert_eq!(
+        store.ledger(&run_id).await.unwrap()[0].status,
+        LedgerStatus::Succeeded,
+        "the refused revision stored no mark"
+    );
+    let commit = StepCommit {
+        marks: vec![(
+            IntentId::new("intent-1").unwrap(),
+            mark(LedgerStatus::Manual, 1, BASE_MS + 3),
+        )],
+        revised_report: Some(revised.clone()),
+        ..StepCommit::default()
+    };
+    let committed = store.commit_step(&run_id, commit).await.unwrap();
+    let run = store.get_run(&run_id).await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Finished(Outcome::PartialSuccess));
+    assert_eq!(run.report.as_ref(), Some(&revised));
+    assert_eq!(committed.run.map(|r| r.report), Some(Some(revised)));
+    assert_eq!(
+        store.ledger(&run_id).await.unwrap()[0].status,
+        LedgerStatus::Manual
+    );
+}
+
 /// A [`StepCommit`] stores all its parts or none.
 pub async fn step_commit_is_atomic(store: &dyn Store) {
     let run_id = created(store, "commit").await;
@@ -866,6 +952,7 @@ pub async fn step_commit_is_atomic(store: &dyn Store) {
                 reopen: false,
                 expect_status: None,
                 expect_claim: None,
+                revised_report: None,
             },
         )
         .await
@@ -918,6 +1005,7 @@ pub async fn step_commit_is_atomic(store: &dyn Store) {
                 reopen: false,
                 expect_status: None,
                 expect_claim: None,
+                revised_report: None,
             },
         )
         .await;

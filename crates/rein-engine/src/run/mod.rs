@@ -14,6 +14,7 @@
 
 mod args;
 mod binding;
+mod close;
 mod concurrency;
 mod emitter;
 mod guarded;
@@ -30,10 +31,11 @@ pub use binding::{
     DEFAULT_COMPENSATION_RESERVE, DEFAULT_MAX_MODEL_RETRIES, DEFAULT_MAX_MODEL_RETRY_WAIT,
     ModelLink, ModelRetryLimits, ToolBinding, ToolTarget,
 };
+pub use close::{Closing, close_run};
 pub use emitter::{Correlation, Observer};
 pub use guarded::{CallResult, Planned};
 pub use model_chain::{ModelAnswer, ModelAsk, ModelBinding, ModelError, ModelReply};
-pub use report::End;
+pub use report::{End, revise, tree_records};
 pub use settle::{CompensationBinding, STRONG_COMPENSATION_ATTEMPTS};
 pub use shared_breakers::DEFAULT_SHARED_BREAKERS_REFRESH;
 pub use tree::{AgentResolver, TreeLimits};
@@ -1687,26 +1689,74 @@ impl Engine {
 
         let now = self.clock.now();
         let elapsed_ms = elapsed_before_ms + millis(now.saturating_duration_since(started));
-        let mut report = report::build(&end, &calls, budget.used(), elapsed_ms, step);
-        report.models = ctx
-            .models
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        report.resume = resume;
-        if ctx.lost.is_cancelled() {
+        let mut facts = rein_core::report::RunFacts {
+            run_id: run_id.clone(),
+            agent: agent.name.clone(),
+            input: ctx.input.clone(),
+            end: end.clone(),
+            settled: rein_core::report::Settled::Kept,
+            outcome: None,
+            calls,
+            consumed: budget.used(),
+            elapsed_ms,
+            steps: step,
+            models: ctx
+                .models
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+            compensations: Vec::new(),
+            resume,
+            in_flight: Vec::new(),
+            strategies_not_tried: report::strategies_not_tried(agent),
+        };
+        // What the calls say before anything is settled: what the
+        // settlement decides on. The report itself is derived once, after.
+        let before = rein_core::report::derive(&facts, &[]);
+        let lost = |mut report: RunReport| {
             // Another process took the run over and drives it now: no
             // settlement, no status, no release from here.
             report.summary = format!(
                 "This process lost its claim on the run to another process, which continues it. {}",
                 report.summary
             );
-            return RunOutput { run_id, report };
+            RunOutput {
+                run_id: run_id.clone(),
+                report,
+            }
+        };
+        if ctx.lost.is_cancelled() {
+            return lost(before);
         }
-        self.settle(ctx, &end, &calls, &mut report, full_deadline, step)
-            .await;
-        report.elapsed_ms =
+        let settlement = self.settle(ctx, &end, &before, full_deadline, step).await;
+        if settlement.lost {
+            return lost(before);
+        }
+        facts.settled = settlement.settled;
+        facts.compensations = settlement.compensations;
+        facts.in_flight = settlement.in_flight;
+        facts.elapsed_ms =
             elapsed_before_ms + millis(self.clock.now().saturating_duration_since(started));
+        // The ledger as the settlement left it: every effect with its
+        // status now, not the status its call ended with.
+        let ledger = match report::tree_records(self.store.as_ref(), &run_id).await {
+            Ok(records) => records,
+            Err(e) => {
+                tracing::warn!(run = %run_id, "the ledger cannot be read for the report: {e}");
+                Vec::new()
+            }
+        };
+        let report = rein_core::report::derive(&facts, &ledger);
+        if matches!(facts.settled, rein_core::report::Settled::HandedOff(_)) {
+            ctx.emitter.emit(
+                EventKind::HandoffCreated,
+                &Correlation {
+                    step,
+                    ..Correlation::default()
+                },
+                close::handoff_data(&report),
+            );
+        }
         let c = Correlation {
             step,
             ..Correlation::default()

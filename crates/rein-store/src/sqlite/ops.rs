@@ -4,7 +4,7 @@
 //! opened for them, so each may read, check and write without racing
 //! another writer: the `IMMEDIATE` transaction holds SQLite's write lock.
 
-use rein_core::{Event, IntentId, LedgerRecord, LedgerStatus, RunId, TenantId};
+use rein_core::{Event, IntentId, LedgerRecord, LedgerStatus, RunId, RunReport, TenantId};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::codec::{
@@ -332,9 +332,39 @@ pub fn commit_step(
         committed.events = append_events(conn, run_id, commit.events)?;
     }
     if let Some(change) = commit.status {
-        committed.run = Some(set_status(conn, run_id, status, change)?);
+        let run = set_status(conn, run_id, status, change)?;
+        status = run.status;
+        committed.run = Some(run);
+    }
+    if let Some(report) = commit.revised_report {
+        committed.run = Some(revise_report(conn, run_id, status, &report)?);
     }
     Ok(committed)
+}
+
+/// Replaces a finished run's report with `report`, of the same outcome
+/// (see [`StepCommit::revised_report`]).
+fn revise_report(
+    conn: &Connection,
+    run_id: &RunId,
+    current: RunStatus,
+    report: &RunReport,
+) -> Result<RunRecord, StoreError> {
+    if current.outcome() != Some(report.outcome) {
+        return Err(StoreError::Invalid {
+            what: "revised report outcome",
+            expected: match current.outcome() {
+                Some(outcome) => format!("{outcome} (the run's final outcome)"),
+                None => format!("a finished run, not a {current} one"),
+            },
+            found: report.outcome.to_string(),
+        });
+    }
+    conn.prepare_cached("UPDATE runs SET report = ?2 WHERE run_id = ?1")
+        .sql()?
+        .execute(params![run_id.as_str(), json_text(report, "run report")?])
+        .sql()?;
+    get_run(conn, run_id)?.ok_or_else(|| StoreError::run_not_found(run_id))
 }
 
 /// Whether the lease of `fence` exists and is owned by its owner (expiry
