@@ -511,13 +511,13 @@ pub async fn get_ledger(
     Ok(Json(json!({"run_id": record.run_id, "records": ledger})))
 }
 
-/// The handoff package of a run automation had to stop.
+/// The handoff package of a run any of whose records awaits a human.
 #[utoipa::path(
     get, path = "/v1/runs/{id}/handoff", tag = "runs",
     params(("id" = String, Path, description = "The run")),
     responses((status = 200, description = "The handoff package", body = Object),
               (status = 401, description = "missing or invalid API key", body = Problem),
-              (status = 404, description = "unknown run, or it has no handoff", body = Problem)),
+              (status = 404, description = "unknown run, or none of its records awaits a human", body = Problem)),
     security(("bearer" = []))
 )]
 pub async fn get_handoff(
@@ -526,13 +526,18 @@ pub async fn get_handoff(
     Segment(id): Segment,
 ) -> Result<Json<Value>, Problem> {
     let record = owned(&state, &tenant, &id).await?;
-    match record.report.and_then(|r| r.handoff) {
+    // From the ledger as it stands: a record the reconciler handed to a
+    // human after the run ended has a package, whatever the stored report
+    // said when it was written.
+    let ledger = rein_engine::run::tree_records(state.store.as_ref(), &record.run_id).await?;
+    let fresh = rein_engine::run::revise(state.store.as_ref(), &record, &ledger).await?;
+    match fresh.or(record.report).and_then(|r| r.handoff) {
         Some(handoff) => Ok(Json(json!(handoff))),
         None => Err(Problem::new(
             StatusCode::NOT_FOUND,
             "no-handoff",
             "No handoff",
-            format!("run {id} was not handed to a human"),
+            format!("none of run {id}'s records awaits a human"),
         )),
     }
 }
