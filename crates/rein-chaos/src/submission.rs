@@ -56,6 +56,7 @@ pub async fn submit(
         queue: Notify::new(),
         node: rein_server::state::node_id(),
         models,
+        health: Default::default(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

@@ -71,6 +71,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             queue: Notify::new(),
             node: rein_server::state::node_id(),
             models,
+            health: Default::default(),
         });
         let listener = tokio::net::TcpListener::bind(listen)
             .await

@@ -21,6 +21,7 @@
 //! | [`singleton`] | one owner per periodic service across processes |
 //! | [`auth`] | bearer keys → tenants |
 //! | [`problem`] | problem+json, also for the router's own errors |
+//! | [`readiness`] | whether the queue workers still loop, for `/readyz` |
 //! | [`extract`] | extractors whose rejections are problems |
 //! | [`document`] | the OpenAPI document, with this server's limits |
 //! | [`metrics`] | the engine's counters for a Prometheus scraper |
@@ -34,6 +35,7 @@ pub mod extract;
 pub mod gateway;
 pub mod idempotency;
 pub mod problem;
+pub mod readiness;
 pub mod recovery;
 pub mod runs;
 pub mod singleton;
@@ -173,12 +175,23 @@ pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// Readiness: the store answers.
+/// Readiness: the process can drive work — the store answers and every
+/// queue worker it started still loops.
 #[utoipa::path(get, path = "/readyz", tag = "health",
-    responses((status = 200, description = "ready", body = Object), (status = 503, description = "the store is unavailable", body = Problem)))]
+    responses((status = 200, description = "ready", body = Object), (status = 503, description = "the store is unavailable, or a queue worker ended", body = Problem)))]
 pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    let ended = state.health.workers_ended();
+    if ended > 0 {
+        return Problem::unavailable(format!(
+            "{ended} of this process's {} queue workers ended; queued work is not driven here (restart the process)",
+            state.workers
+        ))
+        .with(json!({"workers": state.workers, "workers_alive": state.health.workers_alive()}))
+        .into_response();
+    }
     match state.store.list_runs(1).await {
-        Ok(_) => Json(json!({"status": "ready"})).into_response(),
+        Ok(_) => Json(json!({"status": "ready", "workers": state.health.workers_alive()}))
+            .into_response(),
         Err(e) => {
             Problem::unavailable(format!("the run store does not answer: {e}")).into_response()
         }

@@ -36,6 +36,8 @@ pub struct AppState {
     pub node: String,
     /// The `[models.*]` bindings the gateway answers, by name.
     pub models: std::collections::BTreeMap<String, rein_engine::run::ModelBinding>,
+    /// Whether the queue workers still loop, for `/readyz`.
+    pub health: crate::readiness::Health,
 }
 
 /// A node identity: this process on this host, unique per start.

@@ -109,6 +109,7 @@ async fn start(options: Options) -> Api {
         queue: Notify::new(),
         node: rein_server::state::node_id(),
         models,
+        health: Default::default(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

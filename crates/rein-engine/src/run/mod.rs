@@ -16,6 +16,7 @@ mod args;
 mod binding;
 mod close;
 mod concurrency;
+mod contain;
 mod emitter;
 mod guarded;
 mod model_chain;
@@ -79,6 +80,18 @@ pub enum EngineError {
     /// The HTTP client could not be built.
     #[error("cannot build the HTTP client: {0}")]
     Http(String),
+    /// rein failed the run before it was recorded, or cannot record its
+    /// end (a panic inside it was caught; see the run's boundary).
+    #[error(
+        "run {run_id} failed inside rein ({}): {message}",
+        rein_core::report::INTERNAL
+    )]
+    Internal {
+        /// The run.
+        run_id: RunId,
+        /// What failed.
+        message: String,
+    },
     /// The run cannot be resumed.
     #[error("run {run_id} cannot be resumed: {reason}")]
     NotResumable {
@@ -556,7 +569,9 @@ struct ClaimGuard {
 
 impl Drop for ClaimGuard {
     fn drop(&mut self) {
-        if !self.armed {
+        // Unwinding from a panic: the run's boundary takes the claim back
+        // to settle the run (`contain`), so it is not let go here.
+        if !self.armed || std::thread::panicking() {
             return;
         }
         let (store, lease_id, owner) = (
@@ -798,14 +813,48 @@ impl Engine {
             .await
     }
 
-    /// A run at its place in an agent tree.
+    /// A run at its place in an agent tree. A panic inside it is caught
+    /// here, at its boundary: the run ends `failed` (`error_type`
+    /// `internal`) with its effects settled, and the caller (a queue
+    /// worker, a parent run) lives on (see [`contain`]).
     pub(crate) async fn run_in(
+        &self,
+        agent: &AgentBinding,
+        validator: &dyn ArgValidator,
+        mut request: RunRequest,
+        lineage: Lineage,
+    ) -> Result<RunOutput, EngineError> {
+        use futures_util::FutureExt as _;
+        let run_id = request.run_id.clone().unwrap_or_else(new_id::<RunId>);
+        request.run_id = Some(run_id.clone());
+        let started =
+            std::panic::AssertUnwindSafe(self.start_in(agent, validator, request, lineage.clone()))
+                .catch_unwind()
+                .await;
+        match started {
+            Ok(result) => result,
+            Err(panic) => {
+                self.contain(
+                    agent,
+                    validator,
+                    &run_id,
+                    contain::message(&*panic),
+                    lineage,
+                )
+                .await
+            }
+        }
+    }
+
+    /// [`Engine::run_in`] without the panic boundary.
+    async fn start_in(
         &self,
         agent: &AgentBinding,
         validator: &dyn ArgValidator,
         request: RunRequest,
         lineage: Lineage,
     ) -> Result<RunOutput, EngineError> {
+        crate::crash::panic_point("run_start", &agent.name);
         let run_id = request.run_id.unwrap_or_else(new_id::<RunId>);
         let tenant = match request.tenant {
             Some(t) => t,
@@ -994,8 +1043,39 @@ impl Engine {
             .await
     }
 
-    /// A resume at its place in an agent tree.
+    /// A resume at its place in an agent tree, within the same panic
+    /// boundary as [`Engine::run_in`].
     pub(crate) async fn resume_in(
+        &self,
+        agent: &AgentBinding,
+        validator: &dyn ArgValidator,
+        run_id: &RunId,
+        observer: Option<Observer>,
+        cancel: Option<CancellationToken>,
+        lineage: Lineage,
+    ) -> Result<RunOutput, EngineError> {
+        use futures_util::FutureExt as _;
+        let resumed = std::panic::AssertUnwindSafe(self.continue_in(
+            agent,
+            validator,
+            run_id,
+            observer,
+            cancel,
+            lineage.clone(),
+        ))
+        .catch_unwind()
+        .await;
+        match resumed {
+            Ok(result) => result,
+            Err(panic) => {
+                self.contain(agent, validator, run_id, contain::message(&*panic), lineage)
+                    .await
+            }
+        }
+    }
+
+    /// [`Engine::resume_in`] without the panic boundary.
+    async fn continue_in(
         &self,
         agent: &AgentBinding,
         validator: &dyn ArgValidator,
@@ -1673,6 +1753,7 @@ impl Engine {
                     );
                 }
                 crate::crash::point("during_checkpoint");
+                crate::crash::panic_point("during_checkpoint", &agent.name);
                 let commit = StepCommit {
                     checkpoint: Some(checkpoint),
                     events: ctx.emitter.drain(),
@@ -1689,7 +1770,7 @@ impl Engine {
 
         let now = self.clock.now();
         let elapsed_ms = elapsed_before_ms + millis(now.saturating_duration_since(started));
-        let mut facts = rein_core::report::RunFacts {
+        let facts = rein_core::report::RunFacts {
             run_id: run_id.clone(),
             agent: agent.name.clone(),
             input: ctx.input.clone(),
@@ -1710,6 +1791,24 @@ impl Engine {
             in_flight: Vec::new(),
             strategies_not_tried: report::strategies_not_tried(agent),
         };
+        self.conclude(ctx, facts, full_deadline, step, started, elapsed_before_ms)
+            .await
+    }
+
+    /// The end of a run this process drives, from `facts` (why it stopped,
+    /// its calls, what it consumed): its settlement, its report derived
+    /// from the ledger afterwards, its final record, its claim released.
+    async fn conclude(
+        &self,
+        ctx: &RunCtx<'_>,
+        mut facts: rein_core::report::RunFacts,
+        full_deadline: rein_core::deadline::Deadline,
+        step: u32,
+        started: rein_core::Instant,
+        elapsed_before_ms: u64,
+    ) -> RunOutput {
+        let run_id = ctx.run_id.clone();
+        let end = facts.end.clone();
         // What the calls say before anything is settled: what the
         // settlement decides on. The report itself is derived once, after.
         let before = rein_core::report::derive(&facts, &[]);
