@@ -25,6 +25,7 @@
 //! | [`handoff`] | the package for a human when automation stops |
 //! | [`call`] | one guarded call as a run remembers it |
 //! | [`report`] | the run report, derived from the ledger as it stands |
+//! | [`submission`] | an idempotent submission's record, and resolving one whose holder died |
 //! | [`registry`] | tools, agents, providers and resource groups: the integrity check and model-facing tool definitions |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -45,6 +46,7 @@ pub mod outcome;
 pub mod registry;
 pub mod report;
 pub mod retry;
+pub mod submission;
 pub mod tool;
 
 pub use clock::{Clock, Instant, ManualClock};

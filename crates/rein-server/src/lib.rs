@@ -14,6 +14,7 @@
 //! | [`runs`] | submit (sync or queued), status, ledger, handoff, resume |
 //! | [`gateway`] | the OpenAI-compatible `POST /v1/chat/completions` over model bindings |
 //! | [`idempotency`] | seed 004's `Idempotency-Key` table, in the store |
+//! | [`submission`] | resolving a key whose holding process died |
 //! | [`events`] | the event list and the live SSE stream |
 //! | [`cancel`] | cancellation |
 //! | [`worker`] | queue workers: queued runs, takeover of expired claims, dead letters |
@@ -40,6 +41,7 @@ pub mod recovery;
 pub mod runs;
 pub mod singleton;
 pub mod state;
+pub mod submission;
 pub mod worker;
 
 use std::sync::Arc;

@@ -781,19 +781,32 @@ impl Engine {
         input: String,
         run_id: Option<RunId>,
     ) -> Result<RunId, EngineError> {
-        let run_id = run_id.unwrap_or_else(new_id::<RunId>);
-        self.store
-            .create_run(NewRun {
-                run_id: run_id.clone(),
-                tenant,
-                agent: agent.name.clone(),
-                input,
-                parent_run_id: None,
-                budget: json!(agent.budget),
-                created_at_ms: unix_ms(self.clock.system_now()),
-            })
-            .await?;
+        let run = self.queued_run(agent, tenant, input, run_id);
+        let run_id = run.run_id.clone();
+        self.store.create_run(run).await?;
         Ok(run_id)
+    }
+
+    /// The record [`Engine::enqueue`] creates for a run of `agent`, for a
+    /// caller that stores it together with something else in one write
+    /// (a keyed submission: [`Store::submit_queued`]). A worker starts it
+    /// like any enqueued run.
+    pub fn queued_run(
+        &self,
+        agent: &AgentBinding,
+        tenant: TenantId,
+        input: String,
+        run_id: Option<RunId>,
+    ) -> NewRun {
+        NewRun {
+            run_id: run_id.unwrap_or_else(new_id::<RunId>),
+            tenant,
+            agent: agent.name.clone(),
+            input,
+            parent_run_id: None,
+            budget: json!(agent.budget),
+            created_at_ms: unix_ms(self.clock.system_now()),
+        }
     }
 
     /// Runs `agent` on a task to its end.
