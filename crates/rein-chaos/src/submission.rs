@@ -57,6 +57,8 @@ pub async fn submit(
         node: rein_server::state::node_id(),
         models,
         health: Default::default(),
+        drain: Default::default(),
+        connections: Default::default(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

@@ -30,7 +30,8 @@ pub struct ServeArgs {
     data: PathBuf,
 }
 
-/// Runs `rein serve` until Ctrl-C.
+/// Runs `rein serve` until SIGTERM or SIGINT, then drains (see
+/// `rein_server::drain`) and exits 0.
 pub fn run(args: ServeArgs) -> Result<ExitCode> {
     runtime()?.block_on(async {
         let registry = Loader::new()
@@ -72,7 +73,12 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             node: rein_server::state::node_id(),
             models,
             health: Default::default(),
+            drain: Default::default(),
+            connections: Default::default(),
         });
+        // Installed before the address is announced: from then on a signal
+        // drains instead of killing the process.
+        let mut signals = crate::signal::Listener::install()?;
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
@@ -86,8 +92,20 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             "rein serve: listening on http://{addr} ({auth}); runs in {}; OpenAPI at /openapi.json",
             args.data.display()
         );
-        let shutdown = async {
-            let _ = tokio::signal::ctrl_c().await;
+        // A second signal skips what is left of the grace: the runs in
+        // flight are handed on at once.
+        let hurried = state.clone();
+        let shutdown = async move {
+            let signal = signals.next().await;
+            tracing::info!(
+                "{}: draining (send it again to hand the runs in flight on now)",
+                signal.name()
+            );
+            tokio::spawn(async move {
+                let again = signals.next().await;
+                tracing::warn!("{}: handing the runs in flight on now", again.name());
+                hurried.engine.interrupt();
+            });
         };
         rein_server::serve(state, listener, shutdown)
             .await

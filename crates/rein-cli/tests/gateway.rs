@@ -4,7 +4,8 @@
 //! testkit's mock model, over loopback.
 //!
 //! The package comes from `.ci/run`'s venv (`$REIN_PYTHON`); without it this
-//! test says how to install it and passes.
+//! test says how to install it and passes, except under CI (`CI=true`),
+//! where a missing package fails it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
@@ -83,7 +84,7 @@ async fn the_official_openai_client_chats_streams_and_calls_tools_through_the_ga
     let python = match python() {
         Ok(p) => p,
         Err(why) => {
-            eprintln!("skipped: {why}");
+            common::missing_part(&why);
             return;
         }
     };

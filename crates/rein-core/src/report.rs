@@ -101,6 +101,9 @@ pub enum End {
     /// rein failed the run: a panic inside it was caught at its boundary
     /// (`error_type` [`INTERNAL`]).
     Internal(String),
+    /// The process stopped driving the run (the engine was interrupted): it
+    /// is handed on unfinished, never settled; its report is provisional.
+    Interrupted,
 }
 
 impl End {
@@ -467,6 +470,7 @@ fn recommend(
         )),
         End::ModelFailed(..) => advice.push("retry once the model provider is available".into()),
         End::Settling(_) | End::Answer(_) => {}
+        End::Interrupted => advice.push("resume it; completed steps will not run again".into()),
         End::Cancelled(_) => {
             advice.push("submit the task again if it is still wanted".into());
         }
@@ -578,6 +582,7 @@ fn summarize(
         End::Internal(why) => {
             let _ = write!(s, " ({INTERNAL}: {why})");
         }
+        End::Interrupted => s.push_str(" (interrupted: its process is stopping)"),
         End::Answer(_) => {}
     }
     s.push('.');

@@ -77,7 +77,12 @@ fn live(
                         // from past its terminal event) ends the stream.
                         Ok(_) => match state.store.get_run(&run_id).await {
                             Ok(Some(record)) if record.status.is_finished() => return None,
-                            _ => tokio::time::sleep(POLL).await,
+                            // A closing server ends its streams; the client
+                            // reconnects elsewhere with `Last-Event-ID`.
+                            _ => tokio::select! {
+                                () = tokio::time::sleep(POLL) => {}
+                                () = state.drain.closing() => return None,
+                            },
                         },
                         Err(e) => {
                             tracing::warn!(run = %run_id, "event stream: {e}");

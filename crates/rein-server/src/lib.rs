@@ -26,11 +26,15 @@
 //! | [`extract`] | extractors whose rejections are problems |
 //! | [`document`] | the OpenAPI document, with this server's limits |
 //! | [`metrics`] | the engine's counters for a Prometheus scraper |
+//! | [`connections`] | the accept loop: connection limit, header/body/idle timeouts |
+//! | [`drain`] | SIGTERM/SIGINT: finish or hand on the work in flight, then exit |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod auth;
 pub mod cancel;
+pub mod connections;
+pub mod drain;
 pub mod events;
 pub mod extract;
 pub mod gateway;
@@ -166,7 +170,8 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.engine.metrics().render(),
+        // The server's own connection counters follow the engine's.
+        state.engine.metrics().render() + &state.connections.render(),
     )
         .into_response()
 }
@@ -177,11 +182,21 @@ pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// Readiness: the process can drive work — the store answers and every
-/// queue worker it started still loops.
+/// Readiness: the process can drive work — it is not draining, the store
+/// answers, and every queue worker it started still loops.
 #[utoipa::path(get, path = "/readyz", tag = "health",
-    responses((status = 200, description = "ready", body = Object), (status = 503, description = "the store is unavailable, or a queue worker ended", body = Problem)))]
+    responses((status = 200, description = "ready", body = Object), (status = 503, description = "the server is draining, the store is unavailable, or a queue worker ended", body = Problem)))]
 pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    // A load balancer stops sending to a draining server.
+    if state.drain.is_draining() {
+        return Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining",
+            "Server is shutting down",
+            "this server is draining its work before it exits",
+        )
+        .into_response();
+    }
     let ended = state.health.workers_ended();
     if ended > 0 {
         return Problem::unavailable(format!(
@@ -288,11 +303,16 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 /// Serves the API on `listener` with `state.workers` queue workers, until
-/// `shutdown` resolves.
+/// `shutdown` resolves; then drains ([`drain`]): new work is refused, the
+/// work in flight gets `server.shutdown_grace` to finish, what is left is
+/// interrupted and handed on, and connections close after their last
+/// response. Connections are served within `server.limits`
+/// ([`connections`]).
 ///
 /// # Errors
 ///
-/// When the listener fails.
+/// None today: a failing `accept` is logged and retried (the signature
+/// keeps room for a listener that cannot recover).
 pub async fn serve(
     state: Arc<AppState>,
     listener: tokio::net::TcpListener,
@@ -315,16 +335,50 @@ pub async fn serve(
         }
     }
     let _stop = Stop(background);
-    use axum::serve::ListenerExt;
-    // Nagle plus delayed ACK would stall every streamed event by ~40 ms.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::warn!("cannot set TCP_NODELAY: {e}");
-        }
-    });
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
+    let app = router(state.clone())
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            drain::refuse_new_work,
+        ))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            state.settings.limits.body_timeout,
+        ));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let stop_accepting = tokio_util::sync::CancellationToken::new();
+    let draining = async {
+        shutdown.await;
+        let began = tokio::time::Instant::now();
+        let drained = drain::drain_work(&state).await;
+        stop_accepting.cancel();
+        (began, drained)
+    };
+    let accepting = connections::accept(
+        &state,
+        &listener,
+        &app,
+        &graceful,
+        stop_accepting.cancelled(),
+    );
+    let ((), (began, drained)) = tokio::join!(accepting, draining);
+    drop(listener);
+    state.drain.close();
+    let grace_left = state
+        .settings
+        .shutdown_grace
+        .saturating_sub(began.elapsed())
+        .max(drain::CLOSE_WAIT);
+    let open = graceful.count();
+    if tokio::time::timeout(grace_left, graceful.shutdown())
         .await
+        .is_err()
+    {
+        tracing::warn!(
+            connections = open,
+            "connections still busy at the end of the grace were closed"
+        );
+    }
+    tracing::info!("{}", drained.summary(began.elapsed()));
+    Ok(())
 }
 
 /// The `[models.*]` bindings the gateway answers, built once (their

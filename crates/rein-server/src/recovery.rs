@@ -52,9 +52,13 @@ pub async fn running(state: &AppState, limit: usize) -> Vec<RunRecord> {
 pub struct Standing {
     /// Whether it was accepted as queued work.
     pub enqueued: bool,
+    /// Whether its last process handed it on (`run_interrupted` after its
+    /// last start or resume): it waits to be resumed, not to be closed.
+    pub handed_on: bool,
     /// Its claim, if any.
     pub claim: Option<Lease>,
-    /// How many times it was resumed.
+    /// How many times it was resumed after its process died (resumes of a
+    /// run a drain handed on do not count).
     pub resumes: u32,
 }
 
@@ -65,13 +69,32 @@ pub async fn standing(state: &AppState, run_id: &RunId) -> Option<Standing> {
         .iter()
         .find(|e| e.kind == EventKind::RunStarted)
         .is_some_and(|e| e.data["enqueued"] == Value::Bool(true));
-    let resumes = u32::try_from(
-        events
-            .iter()
-            .filter(|e| e.kind == EventKind::RunResumed)
-            .count(),
-    )
-    .unwrap_or(u32::MAX);
+    let handed_on = events
+        .iter()
+        .rev()
+        .find(|e| {
+            matches!(
+                e.kind,
+                EventKind::RunStarted | EventKind::RunResumed | EventKind::RunInterrupted
+            )
+        })
+        .is_some_and(|e| e.kind == EventKind::RunInterrupted);
+    // A resume after a drain handed the run on is not a death of its
+    // worker: rolling restarts must not dead-letter work.
+    let mut resumes = 0u32;
+    let mut after_hand_on = false;
+    for e in &events {
+        match e.kind {
+            EventKind::RunInterrupted => after_hand_on = true,
+            EventKind::RunResumed => {
+                if !after_hand_on {
+                    resumes = resumes.saturating_add(1);
+                }
+                after_hand_on = false;
+            }
+            _ => {}
+        }
+    }
     let claim = state
         .store
         .leases_of_run(run_id)
@@ -81,9 +104,17 @@ pub async fn standing(state: &AppState, run_id: &RunId) -> Option<Standing> {
         .find(|l| l.kind == LeaseKind::Run);
     Some(Standing {
         enqueued,
+        handed_on,
         claim,
         resumes,
     })
+}
+
+/// Whether `claim`'s owner is provably gone: a process of this host that
+/// no longer runs (an owner elsewhere is alive until its lease says
+/// otherwise).
+pub fn owner_is_dead(claim: &Lease) -> bool {
+    rein_engine::lease::Owner::parse(&claim.owner).is_some_and(|o| o.is_local() && !o.is_alive())
 }
 
 /// Ends `record` from outside (never started, or its owner is gone) with
@@ -140,7 +171,8 @@ pub async fn scan_orphans(state: &Arc<AppState>) -> usize {
         let Some(standing) = standing(state, &record.run_id).await else {
             continue;
         };
-        if standing.enqueued || state.engine.is_live(&record.run_id) {
+        // Handed on by a draining server: resumed by a worker, not closed.
+        if standing.enqueued || standing.handed_on || state.engine.is_live(&record.run_id) {
             continue;
         }
         // The last heartbeat: when the claim was last renewed (its expiry

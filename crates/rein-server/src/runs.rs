@@ -277,14 +277,60 @@ impl IntoResponse for Answer {
 }
 
 /// A request's raw body (its bytes are the idempotency fingerprint), or
-/// the problem: 413 over the body limit, 400 otherwise.
+/// the problem: 408 when it stopped arriving for `server.limits.body_timeout`,
+/// 413 over the body limit, 400 otherwise.
 pub fn raw_body(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Bytes, Problem> {
     match body {
         Ok(b) => Ok(b),
+        Err(BytesRejection::FailedToBufferBody(e)) if is_body_timeout(&e) => {
+            state.connections.on_body_timeout();
+            let timeout = state.settings.limits.body_timeout;
+            Err(Problem::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body-timeout",
+                "Request body too slow",
+                format!(
+                    "the request body stopped arriving for {} ms (server.limits.body_timeout)",
+                    timeout.as_millis()
+                ),
+            ))
+        }
         Err(BytesRejection::FailedToBufferBody(_)) => {
             Err(Problem::too_large(state.settings.body_limit))
         }
         Err(e) => Err(Problem::bad_request(e.to_string())),
+    }
+}
+
+/// Whether a body read failed because the body stopped arriving
+/// (`tower_http`'s body timeout), anywhere in the error's chain.
+fn is_body_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(error) = cause {
+        if error.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
+}
+
+/// A run a draining server handed on before it ended: 202 with its
+/// location, like queued work (another server continues it), so a caller
+/// follows it instead of losing it with the connection.
+fn handed_on(record: RunRecord, metadata: Option<serde_json::Map<String, Value>>) -> Answer {
+    let run_id = record.run_id.clone();
+    let mut view = json!(RunView::of(record));
+    view["metadata"] = metadata.map_or(Value::Null, Value::Object);
+    view["handed_on"] = json!({
+        "reason": "the server that ran it is shutting down; it stopped at a safe point",
+        "next": "another server on the same store resumes it at once; follow its Location",
+    });
+    Answer {
+        status: StatusCode::ACCEPTED,
+        body: serde_json::to_vec(&view).unwrap_or_default(),
+        location: Some(location(&run_id)),
+        headers: Vec::new(),
     }
 }
 
@@ -300,12 +346,13 @@ pub fn raw_body(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result
     request_body = CreateRun,
     responses(
         (status = 200, description = "sync: the run ended; its outcome and report", body = RunView),
-        (status = 202, description = "queued: the run is recorded; poll its Location", body = RunView,
+        (status = 202, description = "queued: the run is recorded; poll its Location (also a sync run the server handed on while draining)", body = RunView,
          headers(("Location" = String, description = "The run"))),
         (status = 400, description = "invalid body or idempotency key", body = Problem),
         (status = 401, description = "missing or invalid API key", body = Problem),
         (status = 404, description = "unknown agent", body = Problem),
         (status = 409, description = "the same Idempotency-Key is still in progress", body = Problem),
+        (status = 408, description = "the body stopped arriving (server.limits.body_timeout)", body = Problem),
         (status = 413, description = "body over the limit", body = Problem),
         (status = 422, description = "the same Idempotency-Key with another request", body = Problem),
         (status = 501, description = "Idempotency-Key sent while idempotency is disabled", body = Problem),
@@ -519,6 +566,9 @@ async fn submit(
                 .get_run(&out.run_id)
                 .await?
                 .ok_or_else(|| Problem::internal("the finished run vanished"))?;
+            if out.interrupted {
+                return Ok(handed_on(record, request.metadata));
+            }
             let mut view = json!(RunView::of(record));
             view["metadata"] = request.metadata.map_or(Value::Null, Value::Object);
             Ok(Answer {
@@ -688,6 +738,9 @@ pub async fn resume_run(
         .map_err(|e| Problem::internal(format!("the resume's task failed: {e}")))?
         .map_err(engine_problem)?;
     let record = owned(&state, &tenant, out.run_id.as_str()).await?;
+    if out.interrupted {
+        return Ok(handed_on(record, None).into_response());
+    }
     Ok(Answer {
         status: StatusCode::OK,
         body: serde_json::to_vec(&RunView::of(record)).unwrap_or_default(),

@@ -110,6 +110,8 @@ async fn start(options: Options) -> Api {
         node: rein_server::state::node_id(),
         models,
         health: Default::default(),
+        drain: Default::default(),
+        connections: Default::default(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

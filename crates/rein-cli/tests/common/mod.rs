@@ -29,6 +29,38 @@ pub fn example_config(dir: &Path, extra: &str) -> PathBuf {
     dir.join("rein.toml")
 }
 
+/// The example config with `server_keys` added to its `[server]` table
+/// (keys of the table itself, like `shutdown_grace`) and `extra` TOML
+/// appended; its path.
+pub fn example_config_with(dir: &Path, server_keys: &str, extra: &str) -> PathBuf {
+    let path = example_config(dir, extra);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains("\n[server]\n"),
+        "the example has a [server] table"
+    );
+    let text = text.replacen("\n[server]\n", &format!("\n[server]\n{server_keys}\n"), 1);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A test needs a part outside rein (Python packages, Chromium) that is
+/// not installed: outside CI the test is skipped with `why`, so a
+/// newcomer's `cargo test` stays green; under CI (`CI=true`, as `.ci/run`
+/// runs) a missing part is a failure, never a silent skip.
+///
+/// # Panics
+///
+/// Under CI, always.
+pub fn missing_part(why: &str) {
+    let in_ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+    assert!(
+        !in_ci,
+        "CI=true but a part this test needs is missing: {why}"
+    );
+    eprintln!("skipped: {why}");
+}
+
 /// The stderr lines a server keeps for a failure message.
 const KEPT_LOG_LINES: usize = 200;
 
@@ -121,6 +153,47 @@ impl Server {
             .map(String::as_str)
             .collect::<Vec<_>>()
             .join("\n")
+    }
+
+    /// Sends `signal` to the process.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap());
+        nix::sys::signal::kill(pid, signal).unwrap();
+    }
+
+    /// Waits for the process to exit, at most `bound` (generous: a bound
+    /// that fails the test, not a measurement).
+    pub fn wait_exit(&mut self, bound: std::time::Duration) -> std::process::ExitStatus {
+        let until = std::time::Instant::now() + bound;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "the server did not exit within {bound:?}; its log:\n{}",
+                self.log_tail()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// The first log line containing `needle`, waiting for it at most
+    /// `bound` (lines are collected by a thread, after the process wrote
+    /// them).
+    pub fn wait_for_log(&self, needle: &str, bound: std::time::Duration) -> String {
+        let until = std::time::Instant::now() + bound;
+        loop {
+            let tail = self.log_tail();
+            if let Some(line) = tail.lines().find(|l| l.contains(needle)) {
+                return line.to_owned();
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "no log line with {needle:?} within {bound:?}; the log:\n{tail}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 
     /// SIGKILL: no graceful anything.

@@ -28,7 +28,13 @@ use super::constants::{
 use super::constants::{
     MAX_BODY_LIMIT, MAX_KEY_LENGTH, MAX_QUEUE_WORKERS, MIN_BODY_LIMIT, MIN_QUEUE_LEASE,
 };
+// Connection limits and drain (`[server.limits]`, `server.shutdown_grace`).
+use super::config::ServerLimitsConfig;
+use super::constants::{
+    MAX_CONNECTION_TIMEOUT, MAX_MAX_CONNECTIONS, MAX_SHUTDOWN_GRACE, MIN_CONNECTION_TIMEOUT,
+};
 use super::problem::{ConfigProblem, SchemaIssue};
+use super::server::ConnectionLimits;
 use super::server::{ApiKeySpec, ServerSpec, empty_key_digest, parse_byte_size, parse_sha256_hex};
 use super::spec::{
     AdapterSpec, AgentSpec, IdempotencySpec, LatencySpec, ModelBindingSpec, ModelLink,
@@ -2064,8 +2070,72 @@ impl<'a> Checker<'a> {
             spec.agent_graph.max_total_runs = NonZeroU32::new(runs);
         }
 
+        self.connection_limits(file, &c.limits, &mut spec.limits);
+        if let Some(grace) = c.shutdown_grace {
+            if grace > MAX_SHUTDOWN_GRACE {
+                self.report(
+                    file,
+                    "server.shutdown_grace",
+                    format!(
+                        "must be at most {}, but it is {}",
+                        format_duration(MAX_SHUTDOWN_GRACE),
+                        format_duration(grace)
+                    ),
+                );
+            } else {
+                spec.shutdown_grace = grace;
+            }
+        }
+
         spec.api_keys = self.api_keys(file, c);
         spec
+    }
+
+    /// `[server.limits]`: each timeout within
+    /// [`MIN_CONNECTION_TIMEOUT`]..=[`MAX_CONNECTION_TIMEOUT`], the
+    /// connection count within 1..=[`MAX_MAX_CONNECTIONS`].
+    fn connection_limits(
+        &mut self,
+        file: &Path,
+        c: &ServerLimitsConfig,
+        limits: &mut ConnectionLimits,
+    ) {
+        let timeouts = [
+            (
+                "header_timeout",
+                c.header_timeout,
+                &mut limits.header_timeout,
+            ),
+            ("body_timeout", c.body_timeout, &mut limits.body_timeout),
+            ("idle_timeout", c.idle_timeout, &mut limits.idle_timeout),
+        ];
+        for (name, value, slot) in timeouts {
+            let Some(value) = value else { continue };
+            if (MIN_CONNECTION_TIMEOUT..=MAX_CONNECTION_TIMEOUT).contains(&value) {
+                *slot = value;
+            } else {
+                self.report(
+                    file,
+                    format!("server.limits.{name}"),
+                    format!(
+                        "must be between {} and {}, but it is {}",
+                        format_duration(MIN_CONNECTION_TIMEOUT),
+                        format_duration(MAX_CONNECTION_TIMEOUT),
+                        format_duration(value)
+                    ),
+                );
+            }
+        }
+        if let Some(n) = c.max_connections {
+            match NonZeroU32::new(n).filter(|n| n.get() <= MAX_MAX_CONNECTIONS) {
+                Some(n) => limits.max_connections = n,
+                None => self.report(
+                    file,
+                    "server.limits.max_connections",
+                    format!("must be between 1 and {MAX_MAX_CONNECTIONS}, but it is {n}"),
+                ),
+            }
+        }
     }
 
     /// `server.body_limit` in bytes, if parsable and in range.

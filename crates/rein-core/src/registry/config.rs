@@ -449,6 +449,29 @@ pub struct ServerConfig {
     pub agent_graph: AgentGraphConfig,
     /// The bearer keys admitted, each bound to a tenant (`[[server.api_keys]]`).
     pub api_keys: Vec<ApiKeyConfig>,
+    /// Connection limits: how slow and idle clients are cut off.
+    pub limits: ServerLimitsConfig,
+    /// How long in-flight work may finish after SIGTERM or SIGINT.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Option<Duration>,
+}
+
+/// `[server.limits]` as written in config.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ServerLimitsConfig {
+    /// Time to send a complete request head.
+    #[serde(with = "humantime_serde")]
+    pub header_timeout: Option<Duration>,
+    /// The longest pause while a request body is received.
+    #[serde(with = "humantime_serde")]
+    pub body_timeout: Option<Duration>,
+    /// How long a kept-alive connection may wait for its next request.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Option<Duration>,
+    /// Connections served at once.
+    pub max_connections: Option<u32>,
 }
 
 /// A size as written in config: an integer of bytes (`1048576`) or a number

@@ -120,7 +120,7 @@ pub use config::{
     CompensationConfig, ConfigFile, ConfigSource, IdempotencyConfig, LatencyConfig, LatencyMode,
     ModelBindingConfig, ModelLinkConfig, ModelRetryConfig, PriceConfig, ProviderConfig,
     ProviderKindName, QueueConfig, ReconciliationConfig, ResourceGroupConfig, ServerConfig,
-    ServerIdempotencyConfig, StreamConfig, ToolConfig,
+    ServerIdempotencyConfig, ServerLimitsConfig, StreamConfig, ToolConfig,
 };
 pub use constants::{
     DEFAULT_AGENT_BUDGET_RATIO, DEFAULT_AGENT_GRAPH_MAX_DEPTH, DEFAULT_AGENT_GRAPH_MAX_TOTAL_RUNS,
@@ -137,8 +137,8 @@ pub use constants::{
 };
 pub use problem::{ConfigProblem, Position, SchemaIssue};
 pub use server::{
-    AgentGraphLimits, ApiKeySpec, IdempotencySettings, QueueSettings, ReconciliationSettings,
-    ServerSpec,
+    AgentGraphLimits, ApiKeySpec, ConnectionLimits, IdempotencySettings, QueueSettings,
+    ReconciliationSettings, ServerSpec,
 };
 pub use spec::{
     AdapterSpec, AgentSpec, HttpMethod, IdempotencySpec, LatencySpec, ModelBindingSpec, ModelLink,

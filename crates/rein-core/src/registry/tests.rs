@@ -2008,3 +2008,44 @@ fn an_agents_model_retry_ceiling_is_read_with_defaults_and_checked() {
         vec!["agents.order_desk.model_retry.max_wasted_tokens"]
     );
 }
+
+#[test]
+fn server_limits_and_shutdown_grace_are_read_and_checked_by_field() {
+    let text = with_extra(
+        "[server]\nshutdown_grace = \"2s\"\n[server.limits]\nheader_timeout = \"1s\"\nbody_timeout = \"1500ms\"\nidle_timeout = \"2s\"\nmax_connections = 16\n",
+    );
+    let reg = build(&[("rein.toml", &text)]).unwrap();
+    let limits = reg.server().limits;
+    assert_eq!(limits.header_timeout, Duration::from_secs(1));
+    assert_eq!(limits.body_timeout, Duration::from_millis(1500));
+    assert_eq!(limits.idle_timeout, Duration::from_secs(2));
+    assert_eq!(limits.max_connections.get(), 16);
+    assert_eq!(reg.server().shutdown_grace, Duration::from_secs(2));
+    let zero = build(&[(
+        "rein.toml",
+        &with_extra("[server]\nshutdown_grace = \"0s\"\n"),
+    )])
+    .unwrap();
+    assert_eq!(zero.server().shutdown_grace, Duration::ZERO);
+
+    for (field, value) in [
+        ("header_timeout", "\"50ms\""),
+        ("body_timeout", "\"0s\""),
+        ("idle_timeout", "\"2h\""),
+        ("max_connections", "0"),
+        ("max_connections", "65537"),
+    ] {
+        let found = server_fields(&format!("[server.limits]\n{field} = {value}\n"));
+        assert_eq!(found, vec![format!("server.limits.{field}")], "{value}");
+    }
+    let msg = message_of(
+        &with_extra("[server.limits]\nheader_timeout = \"50ms\"\n"),
+        "server.limits.header_timeout",
+    );
+    assert!(
+        msg.contains("between 100ms and 1h") && msg.contains("50ms"),
+        "{msg}"
+    );
+    let found = server_fields("[server]\nshutdown_grace = \"2h\"\n");
+    assert_eq!(found, vec!["server.shutdown_grace"]);
+}

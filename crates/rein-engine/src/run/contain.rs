@@ -86,6 +86,7 @@ impl Engine {
                     Some(report) => Ok(RunOutput {
                         run_id: run_id.clone(),
                         report,
+                        interrupted: false,
                     }),
                     None => Err(internal(message)),
                 };
@@ -104,6 +105,7 @@ impl Engine {
                     .map(|report| RunOutput {
                         run_id: run_id.clone(),
                         report,
+                        interrupted: false,
                     })
                     .map_err(|e| internal(format!("{message}; its end was not recorded: {e}")));
             }
@@ -127,6 +129,9 @@ impl Engine {
             last_input_tokens: std::sync::atomic::AtomicU64::new(0),
             cancel: CancellationToken::new(),
             lost,
+            // Settling a run that panicked finishes even while the process
+            // stops: it is never handed on half-settled.
+            interrupt: CancellationToken::new(),
             claim_owner: owner,
             settling: std::sync::atomic::AtomicBool::new(false),
             validator,
@@ -189,6 +194,7 @@ impl Engine {
                         .map(|report| RunOutput {
                             run_id: run_id.clone(),
                             report,
+                            interrupted: false,
                         })
                         .ok_or_else(|| internal(message.clone()));
                 }
@@ -201,6 +207,7 @@ impl Engine {
                 Ok(RunOutput {
                     run_id: run_id.clone(),
                     report,
+                    interrupted: false,
                 })
             }
         }

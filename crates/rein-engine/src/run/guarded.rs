@@ -52,6 +52,16 @@ impl Engine {
         {
             return result;
         }
+        // 1. Nothing new starts once the run is being handed on.
+        if ctx.is_interrupted() {
+            let failure = Failure::new(&tool.name, Category::Cancelled)
+                .with_effect(Effect::NotApplied)
+                .with_human_message(format!(
+                    "{} not started: the run was interrupted (its process is stopping)",
+                    tool.name
+                ));
+            return CallResult::refused(planned, tool.class, failure);
+        }
         let now = self.clock.now();
 
         // 2. Budget: refuse before sending what cannot finish. A call with

@@ -127,8 +127,13 @@ pub struct RunRequest {
 pub struct RunOutput {
     /// The run.
     pub run_id: RunId,
-    /// Its report.
+    /// Its report; provisional (what it had done, not an outcome) when
+    /// `interrupted`.
     pub report: RunReport,
+    /// The run did not end: [`Engine::interrupt`] stopped it at a safe
+    /// point. It is still `running` in the store with its claim released,
+    /// and resumable ([`Engine::resume`]) by this process or another one.
+    pub interrupted: bool,
 }
 
 /// State shared by all runs of an engine: breaker arms (health memory
@@ -146,6 +151,8 @@ struct Shared {
     live: tree::LiveRegistry,
     /// Provider breaker openings shared through the store, when on.
     shared_breakers: Option<Arc<shared_breakers::SharedBreakers>>,
+    /// Fires when this process stops driving runs ([`Engine::interrupt`]).
+    interrupt: CancellationToken,
 }
 
 impl Shared {
@@ -268,6 +275,7 @@ impl EngineBuilder {
                 metrics: Arc::default(),
                 live: tree::LiveRegistry::default(),
                 shared_breakers,
+                interrupt: CancellationToken::new(),
             },
             agents: self.agents,
             tree_limits: self.tree_limits,
@@ -330,6 +338,10 @@ pub(crate) struct RunCtx<'a> {
     /// Fires when another process took the run's claim over: this process
     /// stops everything at once and records nothing more.
     lost: CancellationToken,
+    /// Fires when this process stops driving runs ([`Engine::interrupt`]):
+    /// the forward path stops at its next safe point and the run is handed
+    /// on, unfinished; a settlement in progress finishes first.
+    interrupt: CancellationToken,
     /// The identity of this process's claim on the run.
     claim_owner: String,
     /// Set once the run settles: from then on cancellation is ignored, so
@@ -394,6 +406,10 @@ impl model_chain::TurnHost for RunCtx<'_> {
 
     fn cancelled(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
         Box::pin(RunCtx::cancelled(self))
+    }
+
+    fn interrupted(&self) -> bool {
+        self.is_interrupted()
     }
 
     fn retry(&self) -> &RetryPolicy {
@@ -507,14 +523,26 @@ impl RunCtx<'_> {
         tokio::select! {
             () = self.cancel.cancelled() => {}
             () = self.lost.cancelled() => {}
+            () = self.interrupt.cancelled() => {}
         }
     }
 
-    /// Whether the forward path was cancelled (or the claim lost).
+    /// Whether the forward path was cancelled (or the claim lost, or the
+    /// process is handing its runs on).
     fn is_cancelled(&self) -> bool {
         self.lost.is_cancelled()
-            || (self.cancel.is_cancelled()
+            || ((self.cancel.is_cancelled() || self.interrupt.is_cancelled())
                 && !self.settling.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// Whether the forward path stops because the process is handing its
+    /// runs on (and not because the caller cancelled it, which wins: a
+    /// cancelled run settles and ends `cancelled`).
+    fn is_interrupted(&self) -> bool {
+        self.interrupt.is_cancelled()
+            && !self.cancel.is_cancelled()
+            && !self.lost.is_cancelled()
+            && !self.settling.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Commits `commit` for this run; when the store refuses it, its events
@@ -640,6 +668,23 @@ impl Engine {
     /// calls alike), for an operator's scraper.
     pub fn metrics(&self) -> &crate::metrics::Metrics {
         &self.shared.metrics
+    }
+
+    /// Stops every run this engine drives at its next safe point, for good
+    /// (the process is stopping): no new step, model turn or tool call
+    /// starts; calls in flight are aborted, their ledger records left
+    /// pending with their keys. Each run records `run_interrupted`, stays
+    /// `running` and releases its claim, so that another process (or this
+    /// one restarted) resumes it at once; its [`RunOutput::interrupted`]
+    /// is true. A run already settling its effects finishes settling and
+    /// ends normally. Runs started afterwards are interrupted at once.
+    pub fn interrupt(&self) {
+        self.shared.interrupt.cancel();
+    }
+
+    /// Whether [`Engine::interrupt`] was called.
+    pub fn is_interrupted(&self) -> bool {
+        self.shared.interrupt.is_cancelled()
     }
 
     /// Claims `run_id` for this process: only one process drives a run at a
@@ -888,6 +933,13 @@ impl Engine {
             .unwrap_or(agent.budget);
         let budget = Budget::start(forward_limits, started);
         let at_ms = unix_ms(self.clock.system_now());
+        // Queued work waits for a process that is not stopping.
+        if request.enqueued && self.is_interrupted() {
+            return Err(EngineError::NotResumable {
+                run_id,
+                reason: "this process is stopping; it stays queued".into(),
+            });
+        }
         if request.enqueued {
             match self.store.get_run(&run_id).await? {
                 Some(record)
@@ -938,6 +990,7 @@ impl Engine {
             last_input_tokens: std::sync::atomic::AtomicU64::new(0),
             cancel: request.cancel.unwrap_or_default(),
             lost,
+            interrupt: self.shared.interrupt.clone(),
             claim_owner: owner,
             settling: std::sync::atomic::AtomicBool::new(false),
             validator,
@@ -1097,6 +1150,12 @@ impl Engine {
         cancel: Option<CancellationToken>,
         lineage: Lineage,
     ) -> Result<RunOutput, EngineError> {
+        if self.is_interrupted() {
+            return Err(EngineError::NotResumable {
+                run_id: run_id.clone(),
+                reason: "this process is stopping".into(),
+            });
+        }
         let Some(record) = self.store.get_run(run_id).await? else {
             return Err(EngineError::NotResumable {
                 run_id: run_id.clone(),
@@ -1400,6 +1459,7 @@ impl Engine {
             last_input_tokens: std::sync::atomic::AtomicU64::new(last_input_tokens),
             cancel: cancel.unwrap_or_default(),
             lost,
+            interrupt: self.shared.interrupt.clone(),
             claim_owner: owner,
             settling: std::sync::atomic::AtomicBool::new(false),
             validator,
@@ -1490,6 +1550,9 @@ impl Engine {
         } else {
             loop {
                 let now = self.clock.now();
+                if ctx.is_interrupted() {
+                    break End::Interrupted;
+                }
                 if ctx.is_cancelled() {
                     ctx.emitter.emit(
                         EventKind::RunCancelled,
@@ -1529,6 +1592,9 @@ impl Engine {
                     Some(turn) => (turn.response, turn.prior, turn.intent_ids, agent.price),
                     None => match self.model_turn(ctx, &messages, &mut budget, step).await {
                         Ok((response, price)) => (response, HashMap::new(), Vec::new(), price),
+                        // A turn cut short by the hand-on is not a failure
+                        // of the model: the step runs again on resume.
+                        Err(_) if ctx.is_interrupted() => break End::Interrupted,
                         Err(end) => break end,
                     },
                 };
@@ -1722,6 +1788,13 @@ impl Engine {
                         }
                     }
                 }
+                // Interrupted mid-step: nothing of this step is checkpointed.
+                // Its plan and ledger are durable, so a resume replays it with
+                // the same intents and keys (a write in doubt is repeated
+                // only under its key, an irreversible one never).
+                if ctx.is_interrupted() {
+                    break End::Interrupted;
+                }
                 calls.extend(results);
                 // The state digest: facts obtained and the tools attempted (by
                 // name: rephrasing a query of the same tool is not progress).
@@ -1825,6 +1898,9 @@ impl Engine {
         // What the calls say before anything is settled: what the
         // settlement decides on. The report itself is derived once, after.
         let before = rein_core::report::derive(&facts, &[]);
+        if matches!(end, End::Interrupted) {
+            return self.hand_on(ctx, before, step).await;
+        }
         let lost = |mut report: RunReport| {
             // Another process took the run over and drives it now: no
             // settlement, no status, no release from here.
@@ -1835,6 +1911,7 @@ impl Engine {
             RunOutput {
                 run_id: run_id.clone(),
                 report,
+                interrupted: false,
             }
         };
         if ctx.lost.is_cancelled() {
@@ -1919,7 +1996,66 @@ impl Engine {
         {
             tracing::warn!(run = %run_id, "cannot release the run's claim: {e}");
         }
-        RunOutput { run_id, report }
+        RunOutput {
+            run_id,
+            report,
+            interrupted: false,
+        }
+    }
+
+    /// Hands an interrupted run on: records that it stopped at a safe
+    /// point (with the events of its cut step), leaves it `running`, and
+    /// releases its claim so that another process takes it over at once
+    /// rather than when the claim expires.
+    async fn hand_on(&self, ctx: &RunCtx<'_>, mut report: RunReport, step: u32) -> RunOutput {
+        let run_id = ctx.run_id.clone();
+        ctx.emitter.emit(
+            EventKind::RunInterrupted,
+            &Correlation {
+                step,
+                ..Correlation::default()
+            },
+            json!({"reason": "its process is stopping", "handed_on": true, "resumable": true,
+                   "completed_steps": step.saturating_sub(1)}),
+        );
+        let mut pause = END_COMMIT_FIRST_PAUSE;
+        for attempt in 1..=END_COMMIT_TRIES {
+            let commit = StepCommit {
+                events: ctx.emitter.drain(),
+                ..StepCommit::default()
+            };
+            match ctx.commit(commit).await {
+                Ok(_) => break,
+                Err(e) if e.is_transient() && attempt < END_COMMIT_TRIES => {
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+                Err(e) => {
+                    tracing::error!(run = %run_id, "cannot record the run's interruption: {e}");
+                    break;
+                }
+            }
+        }
+        if !ctx.lost.is_cancelled()
+            && let Err(e) = ctx
+                .store
+                .release_lease_of(&claim_id(&run_id), &ctx.claim_owner)
+                .await
+        {
+            tracing::warn!(run = %run_id, "cannot release the run's claim: {e}");
+        }
+        report.recoverable = true;
+        report.recommendation =
+            "resume it: it stopped at a safe point and nothing it did is repeated".into();
+        report.summary = format!(
+            "The run was interrupted because its process is stopping; it is not finished. It is still running in the store, resumable, its claim released for another process to continue it. So far: {}",
+            report.summary
+        );
+        RunOutput {
+            run_id,
+            report,
+            interrupted: true,
+        }
     }
 
     /// Validates one proposed call. A refusal is a clarification for the

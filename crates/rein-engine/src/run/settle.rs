@@ -62,6 +62,8 @@ fn fixable_by_time(end: &End, report: &RunReport) -> bool {
                 | Category::Overloaded
                 | Category::CircuitOpen
         ),
+        // Never settled: an interrupted run is handed on before this.
+        End::Interrupted => true,
         End::Loop(_)
         | End::StoreFailed(_)
         | End::Settling(_)

@@ -214,6 +214,8 @@ impl Engine {
             last_input_tokens: std::sync::atomic::AtomicU64::new(0),
             cancel: CancellationToken::new(),
             lost: CancellationToken::new(),
+            // A member settled with its root is never handed on.
+            interrupt: CancellationToken::new(),
             claim_owner: owner,
             settling: std::sync::atomic::AtomicBool::new(true),
             validator: root.validator,
