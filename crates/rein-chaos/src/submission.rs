@@ -56,6 +56,7 @@ pub async fn submit(
         queue: Notify::new(),
         node: rein_server::state::node_id(),
         models,
+        health: Default::default(),
         drain: Default::default(),
         connections: Default::default(),
     });

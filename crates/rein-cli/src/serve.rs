@@ -86,6 +86,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             queue: Notify::new(),
             node: rein_server::state::node_id(),
             models,
+            health: Default::default(),
             drain: Default::default(),
             connections: Default::default(),
         });

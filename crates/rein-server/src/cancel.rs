@@ -105,17 +105,18 @@ pub async fn cancel_run(
         }
         RunStatus::Running => Err(not_delivered(&state, &record.run_id, &id).await),
         RunStatus::Queued => {
-            let closing = crate::recovery::Closing {
+            let closing = rein_engine::run::Closing {
                 outcome: Outcome::Cancelled,
-                summary: "Cancelled while queued: the run never started; nothing happened.".into(),
-                recommendation: "submit the task again if it is still wanted",
-                recoverable: true,
+                end: rein_engine::run::End::Closed {
+                    error_type: None,
+                    reason: "cancelled while queued: the run never started".into(),
+                },
                 events: Vec::new(),
                 // Atomic against a worker starting it at the same moment.
                 expect: Some(RunStatus::Queued),
             };
             match crate::recovery::close(&state, &record, closing).await {
-                Ok(()) => Ok((
+                Ok(_) => Ok((
                     StatusCode::ACCEPTED,
                     axum::Json(json!({"run_id": record.run_id, "status": "cancelled"})),
                 )

@@ -14,6 +14,7 @@
 //! | [`runs`] | submit (sync or queued), status, ledger, handoff, resume |
 //! | [`gateway`] | the OpenAI-compatible `POST /v1/chat/completions` over model bindings |
 //! | [`idempotency`] | seed 004's `Idempotency-Key` table, in the store |
+//! | [`submission`] | resolving a key whose holding process died |
 //! | [`events`] | the event list and the live SSE stream |
 //! | [`cancel`] | cancellation |
 //! | [`worker`] | queue workers: queued runs, takeover of expired claims, dead letters |
@@ -25,6 +26,7 @@
 //! | [`access`] | `Request-Id` and one access line per request |
 //! | [`pointer`] | JSON pointers for the `field` of a 400 |
 //! | [`problem`] | problem+json, also for the router's own errors |
+//! | [`readiness`] | whether the queue workers still loop, for `/readyz` |
 //! | [`extract`] | extractors whose rejections are problems |
 //! | [`document`] | the OpenAPI document, with this server's limits |
 //! | [`metrics`] | the engine's counters for a Prometheus scraper |
@@ -46,10 +48,12 @@ pub mod idempotency;
 pub mod media;
 pub mod pointer;
 pub mod problem;
+pub mod readiness;
 pub mod recovery;
 pub mod runs;
 pub mod singleton;
 pub mod state;
+pub mod submission;
 pub mod worker;
 
 use std::sync::Arc;
@@ -266,9 +270,10 @@ pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// Readiness: the store answers and the server is not draining.
+/// Readiness: the process can drive work — it is not draining, the store
+/// answers, and every queue worker it started still loops.
 #[utoipa::path(get, path = "/readyz", tag = "health",
-    responses((status = 200, description = "ready", body = Object), (status = 503, description = "the store is unavailable, or the server is draining", body = Problem)))]
+    responses((status = 200, description = "ready", body = Object), (status = 503, description = "the server is draining, the store is unavailable, or a queue worker ended", body = Problem)))]
 pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     // A load balancer stops sending to a draining server.
     if state.drain.is_draining() {
@@ -280,8 +285,18 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         )
         .into_response();
     }
+    let ended = state.health.workers_ended();
+    if ended > 0 {
+        return Problem::unavailable(format!(
+            "{ended} of this process's {} queue workers ended; queued work is not driven here (restart the process)",
+            state.workers
+        ))
+        .with(json!({"workers": state.workers, "workers_alive": state.health.workers_alive()}))
+        .into_response();
+    }
     match state.store.list_runs(1).await {
-        Ok(_) => Json(json!({"status": "ready"})).into_response(),
+        Ok(_) => Json(json!({"status": "ready", "workers": state.health.workers_alive()}))
+            .into_response(),
         Err(e) => {
             Problem::unavailable(format!("the run store does not answer: {e}")).into_response()
         }

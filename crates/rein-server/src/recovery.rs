@@ -14,10 +14,10 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rein_core::outcome::RunReport;
-use rein_core::{Event, EventKind, Outcome, RunId};
-use rein_store::{Lease, LeaseKind, RunRecord, RunStatus, StatusChange, StepCommit};
-use serde_json::{Value, json};
+use rein_core::{EventKind, Outcome, RunId};
+use rein_engine::run::{Closing, End};
+use rein_store::{Lease, LeaseKind, RunRecord, RunStatus};
+use serde_json::Value;
 
 use crate::state::AppState;
 
@@ -117,110 +117,37 @@ pub fn owner_is_dead(claim: &Lease) -> bool {
     rein_engine::lease::Owner::parse(&claim.owner).is_some_and(|o| o.is_local() && !o.is_alive())
 }
 
-/// How a run is closed from outside the process that would drive it.
-pub struct Closing<'a> {
-    /// The final outcome.
-    pub outcome: Outcome,
-    /// The report's summary.
-    pub summary: String,
-    /// What to do next.
-    pub recommendation: &'a str,
-    /// Whether a retry can proceed without repeating effects.
-    pub recoverable: bool,
-    /// Events before the terminal `run_finished`, as (kind, data).
-    pub events: Vec<(EventKind, Value)>,
-    /// Applies only if the run is still in this status.
-    pub expect: Option<RunStatus>,
-}
-
-/// Ends `record` from outside (never started, or its owner is gone): its
-/// final status and report, its events and the terminal `run_finished`
-/// every stream waits for, in one commit.
+/// Ends `record` from outside (never started, or its owner is gone) with
+/// `closing`: its report derived from its ledger as it stands, its events
+/// and the terminal `run_finished` every stream waits for, in one commit
+/// (see [`rein_engine::run::close_run`]).
 ///
 /// # Errors
 ///
-/// The store's refusal, e.g. `Conflict` when `expect` no longer holds.
+/// The store's refusal, e.g. `Conflict` when `closing.expect` no longer
+/// holds.
 pub async fn close(
     state: &AppState,
     record: &RunRecord,
-    closing: Closing<'_>,
-) -> Result<(), rein_store::StoreError> {
-    let at_ms = now_ms();
-    // What the run had consumed by its last checkpoint is what it cost: a
-    // run closed from outside still reports it (never zero for a run that
-    // worked for a while).
-    let consumed = match state.store.latest_checkpoint(&record.run_id).await {
-        Ok(Some(checkpoint)) => checkpoint.consumed,
-        _ => rein_core::deadline::Usage::default(),
-    };
-    let report = RunReport {
-        outcome: closing.outcome,
-        completed: Vec::new(),
-        incomplete: Vec::new(),
-        recoverable: closing.recoverable,
-        recommendation: closing.recommendation.to_owned(),
-        summary: closing.summary,
-        answer: None,
-        consumed,
-        elapsed_ms: at_ms.saturating_sub(record.created_at_ms),
-        steps: consumed.steps,
-        models: Vec::new(),
-        compensations: Vec::new(),
-        handoff: None,
-        resume: None,
-    };
-    let event = |kind: EventKind, data: Value| Event {
-        run_id: record.run_id.clone(),
-        seq: 0,
-        step: 0,
-        intent_id: None,
-        attempt_id: None,
-        idempotency_key: None,
-        at_ms,
-        kind,
-        data,
-    };
-    let mut events: Vec<Event> = closing
-        .events
-        .into_iter()
-        .map(|(kind, data)| event(kind, data))
-        .collect();
-    events.push(event(
-        EventKind::RunFinished,
-        json!({"outcome": closing.outcome, "steps": consumed.steps}),
-    ));
-    let commit = StepCommit {
-        status: Some(StatusChange {
-            status: RunStatus::Finished(closing.outcome),
-            report: Some(report),
-            at_ms,
-        }),
-        events,
-        expect_status: closing.expect,
-        ..StepCommit::default()
-    };
-    state
-        .store
-        .commit_step(&record.run_id, commit)
-        .await
-        .map(|_| ())
+    closing: Closing,
+) -> Result<rein_core::RunReport, rein_store::StoreError> {
+    rein_engine::run::close_run(state.store.as_ref(), record, closing, now_ms()).await
 }
 
-/// Ends a run from outside with `error_type` (`orphaned`, `dead_letter`).
+/// Ends a running run from outside with `error_type` (`orphaned`,
+/// `dead_letter`), `failed`; its report lists what its ledger says it did.
 pub async fn fail(state: &AppState, record: &RunRecord, error_type: &str, why: String) -> bool {
     let closing = Closing {
         outcome: Outcome::Failed,
-        summary: format!("The run ended failed ({error_type}): {why}."),
-        recommendation: "check the run's ledger (rein reconcile settles records in doubt), then submit the task again if needed",
-        recoverable: false,
-        events: vec![(
-            EventKind::RunFailed,
-            json!({"error_type": error_type, "reason": why}),
-        )],
+        end: End::Closed {
+            error_type: Some(error_type.to_owned()),
+            reason: why.clone(),
+        },
+        events: Vec::new(),
         expect: Some(RunStatus::Running),
     };
     match close(state, record, closing).await {
-        Ok(()) => {
+        Ok(_) => {
             tracing::warn!(run = %record.run_id, error_type, "{why}");
             true
         }

@@ -30,6 +30,10 @@ async fn queued(state: &AppState, limit: usize) -> Vec<RunRecord> {
 
 /// Drives one queued run to its end; false when another worker has it.
 async fn drive(state: &Arc<AppState>, record: RunRecord) -> bool {
+    // Sabotage (inert unless `REIN_PANIC_AT=queue_worker[@agent]` is set in
+    // a build with crash points): a panic outside the run's boundary, which
+    // ends this worker, so `/readyz` must say so.
+    rein_engine::crash::panic_point("queue_worker", &record.agent);
     let agent = match state.bind(&record.agent) {
         Ok(a) => a,
         Err(p) => {
@@ -156,6 +160,8 @@ async fn take_over(state: &Arc<AppState>) -> bool {
 /// is none. Returns once the server drains: nothing new is picked, queued
 /// work stays queued for another server.
 pub async fn work(state: Arc<AppState>) {
+    // Counted as alive until this loop ends, however it ends (`/readyz`).
+    let _alive = state.health.worker_started();
     loop {
         let mut drove = false;
         for record in queued(&state, 8).await {

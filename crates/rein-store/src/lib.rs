@@ -77,8 +77,8 @@ pub use checkpoint::Checkpoint;
 pub use commit::{ClaimFence, Committed, StepCommit};
 pub use error::StoreError;
 pub use idempotency::{
-    DEFAULT_IDEMPOTENCY_RETENTION, IdempotencyRecord, IdempotencyState, MAX_IDEMPOTENCY_KEY_LEN,
-    Reservation, StoredResponse,
+    DEFAULT_IDEMPOTENCY_RETENTION, Holder, IdempotencyRecord, IdempotencySettlement,
+    IdempotencyState, MAX_IDEMPOTENCY_KEY_LEN, NewReservation, Reservation, StoredResponse,
 };
 pub use intent::PlannedIntent;
 pub use lease::{Lease, LeaseChange, LeaseFilter, LeaseKind, MAX_LEASE_ID_LEN};

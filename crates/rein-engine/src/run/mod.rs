@@ -14,7 +14,9 @@
 
 mod args;
 mod binding;
+mod close;
 mod concurrency;
+mod contain;
 mod emitter;
 mod guarded;
 mod model_chain;
@@ -30,10 +32,11 @@ pub use binding::{
     DEFAULT_COMPENSATION_RESERVE, DEFAULT_MAX_MODEL_RETRIES, DEFAULT_MAX_MODEL_RETRY_WAIT,
     ModelLink, ModelRetryLimits, ToolBinding, ToolTarget,
 };
+pub use close::{Closing, close_run};
 pub use emitter::{Correlation, Observer};
 pub use guarded::{CallResult, Planned};
 pub use model_chain::{ModelAnswer, ModelAsk, ModelBinding, ModelError, ModelReply};
-pub use report::End;
+pub use report::{End, revise, tree_records};
 pub use settle::{CompensationBinding, STRONG_COMPENSATION_ATTEMPTS};
 pub use shared_breakers::DEFAULT_SHARED_BREAKERS_REFRESH;
 pub use tree::{AgentResolver, TreeLimits};
@@ -77,6 +80,18 @@ pub enum EngineError {
     /// The HTTP client could not be built.
     #[error("cannot build the HTTP client: {0}")]
     Http(String),
+    /// rein failed the run before it was recorded, or cannot record its
+    /// end (a panic inside it was caught; see the run's boundary).
+    #[error(
+        "run {run_id} failed inside rein ({}): {message}",
+        rein_core::report::INTERNAL
+    )]
+    Internal {
+        /// The run.
+        run_id: RunId,
+        /// What failed.
+        message: String,
+    },
     /// The run cannot be resumed.
     #[error("run {run_id} cannot be resumed: {reason}")]
     NotResumable {
@@ -614,7 +629,9 @@ struct ClaimGuard {
 
 impl Drop for ClaimGuard {
     fn drop(&mut self) {
-        if !self.armed {
+        // Unwinding from a panic: the run's boundary takes the claim back
+        // to settle the run (`contain`), so it is not let go here.
+        if !self.armed || std::thread::panicking() {
             return;
         }
         let (store, lease_id, owner) = (
@@ -859,19 +876,32 @@ impl Engine {
         input: String,
         run_id: Option<RunId>,
     ) -> Result<RunId, EngineError> {
-        let run_id = run_id.unwrap_or_else(new_id::<RunId>);
-        self.store
-            .create_run(NewRun {
-                run_id: run_id.clone(),
-                tenant,
-                agent: agent.name.clone(),
-                input,
-                parent_run_id: None,
-                budget: json!(agent.budget),
-                created_at_ms: unix_ms(self.clock.system_now()),
-            })
-            .await?;
+        let run = self.queued_run(agent, tenant, input, run_id);
+        let run_id = run.run_id.clone();
+        self.store.create_run(run).await?;
         Ok(run_id)
+    }
+
+    /// The record [`Engine::enqueue`] creates for a run of `agent`, for a
+    /// caller that stores it together with something else in one write
+    /// (a keyed submission: [`Store::submit_queued`]). A worker starts it
+    /// like any enqueued run.
+    pub fn queued_run(
+        &self,
+        agent: &AgentBinding,
+        tenant: TenantId,
+        input: String,
+        run_id: Option<RunId>,
+    ) -> NewRun {
+        NewRun {
+            run_id: run_id.unwrap_or_else(new_id::<RunId>),
+            tenant,
+            agent: agent.name.clone(),
+            input,
+            parent_run_id: None,
+            budget: json!(agent.budget),
+            created_at_ms: unix_ms(self.clock.system_now()),
+        }
     }
 
     /// Runs `agent` on a task to its end.
@@ -891,14 +921,48 @@ impl Engine {
             .await
     }
 
-    /// A run at its place in an agent tree.
+    /// A run at its place in an agent tree. A panic inside it is caught
+    /// here, at its boundary: the run ends `failed` (`error_type`
+    /// `internal`) with its effects settled, and the caller (a queue
+    /// worker, a parent run) lives on (see [`contain`]).
     pub(crate) async fn run_in(
+        &self,
+        agent: &AgentBinding,
+        validator: &dyn ArgValidator,
+        mut request: RunRequest,
+        lineage: Lineage,
+    ) -> Result<RunOutput, EngineError> {
+        use futures_util::FutureExt as _;
+        let run_id = request.run_id.clone().unwrap_or_else(new_id::<RunId>);
+        request.run_id = Some(run_id.clone());
+        let started =
+            std::panic::AssertUnwindSafe(self.start_in(agent, validator, request, lineage.clone()))
+                .catch_unwind()
+                .await;
+        match started {
+            Ok(result) => result,
+            Err(panic) => {
+                self.contain(
+                    agent,
+                    validator,
+                    &run_id,
+                    contain::message(&*panic),
+                    lineage,
+                )
+                .await
+            }
+        }
+    }
+
+    /// [`Engine::run_in`] without the panic boundary.
+    async fn start_in(
         &self,
         agent: &AgentBinding,
         validator: &dyn ArgValidator,
         request: RunRequest,
         lineage: Lineage,
     ) -> Result<RunOutput, EngineError> {
+        crate::crash::panic_point("run_start", &agent.name);
         let run_id = request.run_id.unwrap_or_else(new_id::<RunId>);
         let tenant = match request.tenant {
             Some(t) => t,
@@ -1095,8 +1159,39 @@ impl Engine {
             .await
     }
 
-    /// A resume at its place in an agent tree.
+    /// A resume at its place in an agent tree, within the same panic
+    /// boundary as [`Engine::run_in`].
     pub(crate) async fn resume_in(
+        &self,
+        agent: &AgentBinding,
+        validator: &dyn ArgValidator,
+        run_id: &RunId,
+        observer: Option<Observer>,
+        cancel: Option<CancellationToken>,
+        lineage: Lineage,
+    ) -> Result<RunOutput, EngineError> {
+        use futures_util::FutureExt as _;
+        let resumed = std::panic::AssertUnwindSafe(self.continue_in(
+            agent,
+            validator,
+            run_id,
+            observer,
+            cancel,
+            lineage.clone(),
+        ))
+        .catch_unwind()
+        .await;
+        match resumed {
+            Ok(result) => result,
+            Err(panic) => {
+                self.contain(agent, validator, run_id, contain::message(&*panic), lineage)
+                    .await
+            }
+        }
+    }
+
+    /// [`Engine::resume_in`] without the panic boundary.
+    async fn continue_in(
         &self,
         agent: &AgentBinding,
         validator: &dyn ArgValidator,
@@ -1794,6 +1889,7 @@ impl Engine {
                     );
                 }
                 crate::crash::point("during_checkpoint");
+                crate::crash::panic_point("during_checkpoint", &agent.name);
                 let commit = StepCommit {
                     checkpoint: Some(checkpoint),
                     events: ctx.emitter.drain(),
@@ -1810,33 +1906,96 @@ impl Engine {
 
         let now = self.clock.now();
         let elapsed_ms = elapsed_before_ms + millis(now.saturating_duration_since(started));
-        let mut report = report::build(&end, &calls, budget.used(), elapsed_ms, step);
-        report.models = ctx
-            .models
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        report.resume = resume;
+        let facts = rein_core::report::RunFacts {
+            run_id: run_id.clone(),
+            agent: agent.name.clone(),
+            input: ctx.input.clone(),
+            end: end.clone(),
+            settled: rein_core::report::Settled::Kept,
+            outcome: None,
+            calls,
+            consumed: budget.used(),
+            elapsed_ms,
+            steps: step,
+            models: ctx
+                .models
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+            compensations: Vec::new(),
+            resume,
+            in_flight: Vec::new(),
+            strategies_not_tried: report::strategies_not_tried(agent),
+        };
+        self.conclude(ctx, facts, full_deadline, step, started, elapsed_before_ms)
+            .await
+    }
+
+    /// The end of a run this process drives, from `facts` (why it stopped,
+    /// its calls, what it consumed): its settlement, its report derived
+    /// from the ledger afterwards, its final record, its claim released.
+    async fn conclude(
+        &self,
+        ctx: &RunCtx<'_>,
+        mut facts: rein_core::report::RunFacts,
+        full_deadline: rein_core::deadline::Deadline,
+        step: u32,
+        started: rein_core::Instant,
+        elapsed_before_ms: u64,
+    ) -> RunOutput {
+        let run_id = ctx.run_id.clone();
+        let end = facts.end.clone();
+        // What the calls say before anything is settled: what the
+        // settlement decides on. The report itself is derived once, after.
+        let before = rein_core::report::derive(&facts, &[]);
         if matches!(end, End::Interrupted) {
-            return self.hand_on(ctx, report, step).await;
+            return self.hand_on(ctx, before, step).await;
         }
-        if ctx.lost.is_cancelled() {
+        let lost = |mut report: RunReport| {
             // Another process took the run over and drives it now: no
             // settlement, no status, no release from here.
             report.summary = format!(
                 "This process lost its claim on the run to another process, which continues it. {}",
                 report.summary
             );
-            return RunOutput {
-                run_id,
+            RunOutput {
+                run_id: run_id.clone(),
                 report,
                 interrupted: false,
-            };
+            }
+        };
+        if ctx.lost.is_cancelled() {
+            return lost(before);
         }
-        self.settle(ctx, &end, &calls, &mut report, full_deadline, step)
-            .await;
-        report.elapsed_ms =
+        let settlement = self.settle(ctx, &end, &before, full_deadline, step).await;
+        if settlement.lost {
+            return lost(before);
+        }
+        facts.settled = settlement.settled;
+        facts.compensations = settlement.compensations;
+        facts.in_flight = settlement.in_flight;
+        facts.elapsed_ms =
             elapsed_before_ms + millis(self.clock.now().saturating_duration_since(started));
+        // The ledger as the settlement left it: every effect with its
+        // status now, not the status its call ended with.
+        let ledger = match report::tree_records(self.store.as_ref(), &run_id).await {
+            Ok(records) => records,
+            Err(e) => {
+                tracing::warn!(run = %run_id, "the ledger cannot be read for the report: {e}");
+                Vec::new()
+            }
+        };
+        let report = rein_core::report::derive(&facts, &ledger);
+        if matches!(facts.settled, rein_core::report::Settled::HandedOff(_)) {
+            ctx.emitter.emit(
+                EventKind::HandoffCreated,
+                &Correlation {
+                    step,
+                    ..Correlation::default()
+                },
+                close::handoff_data(&report),
+            );
+        }
         let c = Correlation {
             step,
             ..Correlation::default()

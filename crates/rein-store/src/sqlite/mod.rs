@@ -44,7 +44,10 @@ use crate::breaker::BreakerOpening;
 use crate::checkpoint::Checkpoint;
 use crate::commit::{Committed, StepCommit};
 use crate::error::StoreError;
-use crate::idempotency::{IdempotencyRecord, IdempotencyState, Reservation, StoredResponse};
+use crate::idempotency::{
+    IdempotencyRecord, IdempotencySettlement, IdempotencyState, NewReservation, Reservation,
+    StoredResponse,
+};
 use crate::intent::PlannedIntent;
 use crate::lease::{Lease, LeaseChange, LeaseFilter};
 use crate::run::{NewRun, RunRecord, RunStatus};
@@ -298,9 +301,53 @@ impl Store for SqliteStore {
         // A write: it runs inside the worker's `BEGIN IMMEDIATE`, so no
         // other writer (of this or another process) runs between its read
         // and its insert.
+        let reservation = NewReservation {
+            tenant,
+            key,
+            fingerprint,
+            holder: None,
+            now_ms,
+            expires_at_ms,
+        };
+        self.worker
+            .write(move |conn| ops::reserve_idempotency(conn, &reservation))
+            .await
+    }
+
+    async fn reserve_idempotency_as(
+        &self,
+        reservation: NewReservation,
+    ) -> Result<Reservation, StoreError> {
+        self.worker
+            .write(move |conn| ops::reserve_idempotency(conn, &reservation))
+            .await
+    }
+
+    async fn submit_queued(
+        &self,
+        reservation: NewReservation,
+        run: NewRun,
+        response: StoredResponse,
+    ) -> Result<Reservation, StoreError> {
+        // One write: the reservation, the run and the answer commit
+        // together or not at all.
+        self.worker
+            .write(move |conn| ops::submit_queued(conn, reservation, run, response))
+            .await
+    }
+
+    async fn settle_idempotency(
+        &self,
+        tenant: &TenantId,
+        key: &str,
+        owner: &str,
+        settlement: IdempotencySettlement,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let (tenant, key, owner) = (tenant.clone(), key.to_owned(), owner.to_owned());
         self.worker
             .write(move |conn| {
-                ops::reserve_idempotency(conn, &tenant, &key, &fingerprint, now_ms, expires_at_ms)
+                ops::settle_idempotency(conn, &tenant, &key, &owner, settlement, now_ms)
             })
             .await
     }
