@@ -11,6 +11,7 @@ use rein_core::{Outcome, RunId, RunReport, TenantId};
 use rein_engine::bind::bind_agent;
 use rein_engine::config::{CompiledSchemas, Loader, Registry};
 use rein_engine::run::{AgentBinding, Engine, Observer, RunOutput, RunRequest, http_client};
+use rein_engine::startup::{self, Startup};
 use rein_store::{SqliteStore, Store};
 use serde_json::json;
 
@@ -49,11 +50,7 @@ pub struct RunArgs {
 pub fn run(args: RunArgs) -> Result<ExitCode> {
     let runtime = runtime()?;
     runtime.block_on(async {
-        let loader = Loader::new();
-        let registry = loader
-            .load(&args.config)
-            .map_err(|e| anyhow::anyhow!("{e}"))
-            .with_context(|| format!("the config {} has problems", args.config.display()))?;
+        let registry = start(&args.config, None)?.registry;
         let tenant = TenantId::new(args.tenant).context("invalid --tenant")?;
         let run_id = args
             .run_id
@@ -76,6 +73,24 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             ExitCode::from(1)
         })
     })
+}
+
+/// Runs every step of a start ([`startup::prepare`], as `rein check`
+/// does), printing its warnings; `listen` is `rein serve --listen`.
+///
+/// # Errors
+///
+/// Every problem of the config, one per line, each naming its file and
+/// field.
+pub fn start(config: &Path, listen: Option<std::net::SocketAddr>) -> Result<Startup> {
+    let client = http_client().context("cannot build the HTTP client")?;
+    let env = |name: &str| std::env::var(name).ok();
+    let startup = startup::prepare(&Loader::new(), config, &client, &env, listen)
+        .map_err(|e| anyhow::anyhow!("the config {} has problems:\n{e}", config.display()))?;
+    for warning in &startup.warnings {
+        tracing::warn!("{warning}");
+    }
+    Ok(startup)
 }
 
 /// The tokio runtime of a CLI command.

@@ -23,6 +23,7 @@
 //! | [`ledger`] | the side-effect ledger's record and state machine |
 //! | [`outcome`] | honest outcomes, the run report, the partial-failure policy |
 //! | [`handoff`] | the package for a human when automation stops |
+//! | [`redact`] | secrets never leave rein in clear: known values, URL queries and userinfo |
 //! | [`registry`] | tools, agents, providers and resource groups: the integrity check and model-facing tool definitions |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -39,12 +40,13 @@ pub mod ids;
 pub mod ledger;
 pub mod loop_guard;
 pub mod outcome;
+pub mod redact;
 pub mod registry;
 pub mod retry;
 pub mod tool;
 
 pub use clock::{Clock, Instant, ManualClock};
-pub use config::{ConfigError, Ratio, Weight};
+pub use config::{ConfigError, MAX_DURATION, Ratio, Weight};
 pub use event::{Event, EventKind};
 pub use failure::{Category, Effect, Failure};
 pub use ids::{AttemptId, IntentId, RunId, TenantId};

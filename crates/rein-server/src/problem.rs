@@ -183,7 +183,12 @@ pub async fn plain_errors_as_problems(
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = serde_json::to_vec(&self).unwrap_or_default();
+        // Every error body of the API is rendered here, so it is redacted
+        // here: a detail quoting a store, bind or upstream error carries no
+        // secret, URL query or userinfo out (rein_core::redact).
+        let mut doc = serde_json::to_value(&self).unwrap_or_default();
+        rein_core::redact::json(&mut doc);
+        let body = serde_json::to_vec(&doc).unwrap_or_default();
         let mut response = (status, body).into_response();
         response.headers_mut().insert(
             header::CONTENT_TYPE,
