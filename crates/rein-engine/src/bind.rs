@@ -394,7 +394,8 @@ fn bind_provider(
             let api_key = api_key_env.as_deref().and_then(env);
             register_key(api_key.as_deref());
             let provider =
-                OpenAiProvider::new(&spec.name, base_url, api_key, *timeout, client.clone());
+                OpenAiProvider::new(&spec.name, base_url, api_key, *timeout, client.clone())
+                    .with_key_env(api_key_env.as_deref());
             Arc::new(match streaming {
                 Some(settings) => provider.with_streaming(settings),
                 None => provider,
@@ -408,7 +409,8 @@ fn bind_provider(
             let api_key = api_key_env.as_deref().and_then(env);
             register_key(api_key.as_deref());
             let provider =
-                AnthropicProvider::new(&spec.name, base_url, api_key, *timeout, client.clone());
+                AnthropicProvider::new(&spec.name, base_url, api_key, *timeout, client.clone())
+                    .with_key_env(api_key_env.as_deref());
             Arc::new(match streaming {
                 Some(settings) => provider.with_streaming(settings),
                 None => provider,

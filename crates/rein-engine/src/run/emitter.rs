@@ -79,6 +79,7 @@ impl Emitter {
             kind,
             data,
         };
+        super::event_log::log(&event);
         if let Some(observer) = &self.observer {
             observer(&event);
         }

@@ -16,6 +16,7 @@ mod args;
 mod binding;
 mod concurrency;
 mod emitter;
+mod event_log;
 mod guarded;
 mod model_chain;
 mod report;
