@@ -158,22 +158,24 @@ impl Drop for Killed {
 
 /// A `rein serve` at `RUST_LOG=debug` with stderr in `log`; its address.
 fn serve(config: &Path, data: &Path, log: &Path, env: &[(&str, String)]) -> (Killed, String) {
-    let child = Command::new(env!("CARGO_BIN_EXE_rein"))
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .env("RUST_LOG", "debug")
-        .args(["serve", "--config"])
-        .arg(config)
-        .args(["--listen", "127.0.0.1:0", "--data"])
-        .arg(data)
-        .stderr(Stdio::from(std::fs::File::create(log).unwrap()))
-        .spawn()
-        .unwrap();
+    let child = Killed(
+        Command::new(env!("CARGO_BIN_EXE_rein"))
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .env("RUST_LOG", "debug")
+            .args(["serve", "--config"])
+            .arg(config)
+            .args(["--listen", "127.0.0.1:0", "--data"])
+            .arg(data)
+            .stderr(Stdio::from(std::fs::File::create(log).unwrap()))
+            .spawn()
+            .unwrap(),
+    );
     let started = Instant::now();
     loop {
         let text = std::fs::read_to_string(log).unwrap_or_default();
         if let Some(rest) = text.split("listening on http://").nth(1) {
             let addr = rest.split_whitespace().next().unwrap().to_owned();
-            return (Killed(child), addr);
+            return (child, addr);
         }
         assert!(
             started.elapsed() < Duration::from_secs(30),
