@@ -208,6 +208,21 @@ mod tests {
     use super::*;
     use rein_store::StoreError;
 
+    #[tokio::test]
+    async fn rendered_problems_carry_no_url_query_or_userinfo() {
+        let problem = Problem::internal("cannot reach http://u:pw@db:1/x?token=abc")
+            .with(serde_json::json!({"cause": "GET /y?key=v failed"}));
+        let body = axum::body::to_bytes(problem.into_response().into_body(), 4096)
+            .await
+            .unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            doc["detail"],
+            "cannot reach http://[redacted]@db:1/x?[redacted]"
+        );
+        assert_eq!(doc["cause"], "GET /y?[redacted] failed");
+    }
+
     #[test]
     fn store_conflicts_are_409_and_unavailability_503() {
         let conflict = Problem::from(StoreError::FinishedRun {
