@@ -138,9 +138,11 @@ max_total_tokens = 200000
 max_total_runs = 25
 "#;
 
-/// The script: read one order, then answer.
+/// The script: read one order over HTTP and run the command tool, then
+/// answer.
 const SCRIPT: &str = r#"{"turns": [
-  {"text": "", "tool_calls": [{"id": "c1", "name": "get_order", "arguments": {"order_id": "A-1001"}}], "usage": {"input": 10, "output": 5}},
+  {"text": "", "tool_calls": [{"id": "c1", "name": "get_order", "arguments": {"order_id": "A-1001"}},
+                              {"id": "c2", "name": "watch", "arguments": {}}], "usage": {"input": 10, "output": 5}},
   {"text": "A-1001 is on its way.", "usage": {"input": 20, "output": 5}}
 ]}"#;
 
@@ -335,6 +337,11 @@ fn check_case(dir: &Path, changes: &[(&'static str, toml::Value)]) -> Result<(),
                 if let Ok(out) = tokio::time::timeout(Duration::from_secs(3), run).await {
                     let out = out.map_err(|e| TestCaseError::fail(format!("run failed: {e}")))?;
                     prop_assert!(!out.run_id.as_str().is_empty());
+                    if changes.is_empty() {
+                        // The base config's run really reads and answers.
+                        prop_assert_eq!(out.report.outcome, rein_core::Outcome::Succeeded);
+                        prop_assert_eq!(out.report.completed.len(), 2, "{:?}", out.report);
+                    }
                 }
             }
         }
