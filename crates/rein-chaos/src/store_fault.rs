@@ -180,6 +180,35 @@ impl Store for FaultyStore {
         self.inner.release_idempotency(tenant, key).await
     }
 
+    async fn reserve_idempotency_as(
+        &self,
+        reservation: rein_store::NewReservation,
+    ) -> Result<Reservation, StoreError> {
+        self.inner.reserve_idempotency_as(reservation).await
+    }
+
+    async fn submit_queued(
+        &self,
+        reservation: rein_store::NewReservation,
+        run: NewRun,
+        response: StoredResponse,
+    ) -> Result<Reservation, StoreError> {
+        self.inner.submit_queued(reservation, run, response).await
+    }
+
+    async fn settle_idempotency(
+        &self,
+        tenant: &TenantId,
+        key: &str,
+        owner: &str,
+        settlement: rein_store::IdempotencySettlement,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        self.inner
+            .settle_idempotency(tenant, key, owner, settlement, now_ms)
+            .await
+    }
+
     async fn idempotency_records(
         &self,
         tenant: Option<&TenantId>,

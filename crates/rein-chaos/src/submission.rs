@@ -56,6 +56,9 @@ pub async fn submit(
         queue: Notify::new(),
         node: rein_server::state::node_id(),
         models,
+        health: Default::default(),
+        drain: Default::default(),
+        connections: Default::default(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

@@ -26,8 +26,8 @@ pub struct HandoffArgs {
     json: bool,
 }
 
-/// Runs `rein handoff`: exit 0 with the package, 1 when the run was not
-/// handed off, 2 when it cannot be read.
+/// Runs `rein handoff`: exit 0 with the package, 1 when none of the run's
+/// records awaits a human, 2 when it cannot be read.
 pub fn run(args: HandoffArgs) -> Result<ExitCode> {
     let run_id = RunId::new(args.run_id).context("invalid RUN_ID")?;
     runtime()?.block_on(async {
@@ -38,9 +38,12 @@ pub fn run(args: HandoffArgs) -> Result<ExitCode> {
         let Some(record) = store.get_run(&run_id).await? else {
             bail!("no run {run_id} in {}", args.data.display());
         };
-        let Some(package) = record.report.and_then(|r| r.handoff) else {
+        // From the ledger as it stands, as `GET /v1/runs/{id}/handoff`.
+        let ledger = rein_engine::run::tree_records(store.as_ref(), &run_id).await?;
+        let fresh = rein_engine::run::revise(store.as_ref(), &record, &ledger).await?;
+        let Some(package) = fresh.or(record.report).and_then(|r| r.handoff) else {
             eprintln!(
-                "run {run_id} has no handoff package: it is {}",
+                "run {run_id} has no handoff package: it is {} and none of its records awaits a human",
                 record.status.as_str()
             );
             return Ok(ExitCode::from(1));

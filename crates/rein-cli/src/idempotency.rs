@@ -24,7 +24,9 @@ pub struct IdempotencyArgs {
 
 #[derive(Debug, Subcommand)]
 enum IdempotencyCommand {
-    /// List idempotency records, oldest first.
+    /// List idempotency records, oldest first, with the run each started
+    /// (a reservation whose process died is resolved by the next retry of
+    /// its key: answered from that run, or released when nothing ran).
     List {
         /// Only this tenant's.
         #[arg(long)]
@@ -69,6 +71,7 @@ pub fn run(args: IdempotencyArgs) -> Result<ExitCode> {
                         .iter()
                         .map(|r| {
                             json!({"tenant": r.tenant, "key": r.key, "state": r.state.as_str(),
+                                   "run_id": r.run_id, "holder": r.owner,
                                    "status": r.response.as_ref().map(|s| s.status),
                                    "location": r.response.as_ref().and_then(|s| s.location.clone()),
                                    "created_at_ms": r.created_at_ms, "expires_at_ms": r.expires_at_ms})
@@ -78,20 +81,16 @@ pub fn run(args: IdempotencyArgs) -> Result<ExitCode> {
                 } else if records.is_empty() {
                     println!("no idempotency records");
                 } else {
-                    println!("{:<16} {:<12} {:<7} {:<28} key", "tenant", "state", "status", "location");
+                    println!("{:<16} {:<12} {:<7} {:<38} key", "tenant", "state", "status", "run");
                     for r in &records {
                         let status = r.response.as_ref().map_or("-".to_owned(), |s| s.status.to_string());
-                        let location = r
-                            .response
-                            .as_ref()
-                            .and_then(|s| s.location.clone())
-                            .unwrap_or_else(|| "-".into());
+                        let run = r.run_id.as_ref().map_or("-", |id| id.as_str());
                         println!(
-                            "{:<16} {:<12} {:<7} {:<28} {}",
+                            "{:<16} {:<12} {:<7} {:<38} {}",
                             r.tenant.as_str(),
                             r.state.as_str(),
                             status,
-                            location,
+                            run,
                             r.key
                         );
                     }

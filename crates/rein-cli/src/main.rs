@@ -16,6 +16,7 @@ mod reconcile;
 mod resume;
 mod run;
 mod serve;
+mod signal;
 mod timeline;
 
 use std::process::ExitCode;
@@ -61,8 +62,12 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Run an agent from a config: the live timeline, then the report.
     ///
-    /// Exits 0 when the run succeeded, 1 when it ended otherwise (the report
-    /// says how and what to do), 2 when it could not run.
+    /// The run's id is printed on stderr as it starts. Exits 0 when the run
+    /// succeeded, 1 when it ended otherwise (the report says how and what to
+    /// do), 2 when it could not run. Ctrl-C (SIGINT) or SIGTERM stops it at
+    /// a safe point, leaves it resumable, prints the exact `rein resume`
+    /// command and exits 130 (SIGINT) or 143 (SIGTERM); a second signal
+    /// quits at once.
     Run(run::RunArgs),
     /// Continue a run that stopped mid-way (crash, kill) from its last
     /// checkpoint, with what is left of its budget.
@@ -86,6 +91,12 @@ enum Command {
     /// Serve the HTTP API: submit runs (sync or queued) with exact
     /// Idempotency-Key semantics, follow their events live, resume and
     /// cancel them. Tenants and API keys come from the config's [server].
+    ///
+    /// SIGTERM or SIGINT drains: /readyz answers 503, new work is refused,
+    /// runs in flight get server.shutdown_grace (30 s) to finish, what is
+    /// left is stopped at a safe point and handed on to the next server on
+    /// the same store; exits 0 with one line saying what was finished and
+    /// what was handed on.
     Serve(serve::ServeArgs),
     /// List or clear submissions' idempotency records (the operator's path
     /// after a crash left a reservation in progress).

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use rein_core::{Outcome, RunId};
+use rein_core::RunId;
 use rein_engine::config::Loader;
 
 use crate::run::{Session, observer, runtime};
@@ -26,10 +26,12 @@ pub struct ResumeArgs {
     json: bool,
 }
 
-/// Runs `rein resume`. Exit status as for `rein run`.
+/// Runs `rein resume`. Exit status as for `rein run` (130/143 when a
+/// signal interrupts it again, resumable again).
 pub fn run(args: ResumeArgs) -> Result<ExitCode> {
     let run_id = RunId::new(args.run_id).context("invalid RUN_ID")?;
     runtime()?.block_on(async {
+        let mut signals = crate::signal::Listener::install()?;
         let registry = Loader::new()
             .load(&args.config)
             .map_err(|e| anyhow::anyhow!("{e}"))
@@ -41,15 +43,10 @@ pub fn run(args: ResumeArgs) -> Result<ExitCode> {
             .await?
             .with_context(|| format!("no run {run_id} in {}", args.data.display()))?;
         let binding = session.bind(&registry, &record.agent)?;
-        let out = session
+        let resume = crate::run::resume_command(&run_id, &args.config, &args.data);
+        let run = session
             .engine
-            .resume(&binding, &session.schemas, &run_id, observer(args.json))
-            .await?;
-        session.print(&out, args.json).await?;
-        Ok(if out.report.outcome == Outcome::Succeeded {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::from(1)
-        })
+            .resume(&binding, &session.schemas, &run_id, observer(args.json));
+        session.finish(run, &mut signals, args.json, &resume).await
     })
 }

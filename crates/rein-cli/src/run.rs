@@ -10,11 +10,14 @@ use clap::Args;
 use rein_core::{Outcome, RunId, RunReport, TenantId};
 use rein_engine::bind::bind_agent;
 use rein_engine::config::{CompiledSchemas, Loader, Registry};
-use rein_engine::run::{AgentBinding, Engine, Observer, RunOutput, RunRequest, http_client};
+use rein_engine::run::{
+    AgentBinding, Engine, EngineError, Observer, RunOutput, RunRequest, http_client,
+};
 use rein_engine::startup::{self, Startup};
 use rein_store::{SqliteStore, Store};
 use serde_json::json;
 
+use crate::signal::{Listener, Stop};
 use crate::timeline;
 
 /// Arguments of `rein run`.
@@ -46,32 +49,36 @@ pub struct RunArgs {
 }
 
 /// Runs `rein run`. Exit status: 0 when the run succeeded, 1 when it ended
-/// otherwise (the report says how), 2 when it could not run.
+/// otherwise (the report says how), 2 when it could not run, 130 (SIGINT)
+/// or 143 (SIGTERM) when a signal interrupted it (it is left resumable and
+/// the command that resumes it is printed).
 pub fn run(args: RunArgs) -> Result<ExitCode> {
     let runtime = runtime()?;
     runtime.block_on(async {
+        let mut signals = Listener::install()?;
         let registry = start(&args.config, None)?.registry;
         let tenant = TenantId::new(args.tenant).context("invalid --tenant")?;
-        let run_id = args
-            .run_id
-            .map(RunId::new)
-            .transpose()
-            .context("invalid --run-id")?;
-        let out = execute(
-            &registry,
-            &args.agent,
-            &args.input,
-            &args.data,
-            tenant,
-            args.json,
-            run_id,
-        )
-        .await?;
-        Ok(if out.report.outcome == Outcome::Succeeded {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::from(1)
-        })
+        let run_id = match args.run_id {
+            Some(id) => RunId::new(id).context("invalid --run-id")?,
+            None => RunId::new(uuid::Uuid::now_v7().to_string()).context("no run id")?,
+        };
+        let session = Session::open(&registry, &args.data)?;
+        let binding = session.bind(&registry, &args.agent)?;
+        let resume = resume_command(&run_id, &args.config, &args.data);
+        eprintln!("rein run: run {run_id} started (if it stops: {resume})");
+        let run = session.engine.run(
+            &binding,
+            &session.schemas,
+            RunRequest {
+                run_id: Some(run_id),
+                tenant: Some(tenant),
+                input: args.input,
+                observer: observer(args.json),
+                enqueued: false,
+                cancel: None,
+            },
+        );
+        session.finish(run, &mut signals, args.json, &resume).await
     })
 }
 
@@ -91,6 +98,75 @@ pub fn start(config: &Path, listen: Option<std::net::SocketAddr>) -> Result<Star
         tracing::warn!("{warning}");
     }
     Ok(startup)
+}
+
+/// How a run driven from the command line ended.
+pub enum Ended {
+    /// It ended; its report says how.
+    Finished(RunOutput),
+    /// A signal interrupted it at a safe point: it is resumable.
+    Interrupted(RunOutput, Stop),
+    /// A second signal while it was stopping: the process quits at once.
+    Quit(Stop),
+}
+
+/// Drives `run` to its end. On SIGINT or SIGTERM the engine interrupts it
+/// at its next safe point (in-flight calls aborted with their ledger
+/// records pending, the run left `running` and its claim released); a
+/// second signal quits at once.
+pub async fn until_signal(
+    engine: &Engine,
+    run: impl std::future::Future<Output = Result<RunOutput, EngineError>>,
+    signals: &mut Listener,
+) -> Result<Ended> {
+    tokio::pin!(run);
+    let stop = tokio::select! {
+        out = &mut run => return Ok(Ended::Finished(out?)),
+        stop = signals.next() => stop,
+    };
+    eprintln!(
+        "rein: {}: stopping the run at a safe point (send it again to quit at once)",
+        stop.name()
+    );
+    engine.interrupt();
+    tokio::select! {
+        out = &mut run => {
+            let out = out?;
+            Ok(if out.interrupted { Ended::Interrupted(out, stop) } else { Ended::Finished(out) })
+        }
+        again = signals.next() => Ok(Ended::Quit(again)),
+    }
+}
+
+/// The exact command that resumes `run_id`: absolute paths, quoted for a
+/// POSIX shell where needed, so it works when pasted from any directory.
+pub fn resume_command(run_id: &RunId, config: &Path, data: &Path) -> String {
+    let path = |p: &Path| {
+        shell_quote(
+            &std::path::absolute(p)
+                .unwrap_or_else(|_| p.to_path_buf())
+                .to_string_lossy(),
+        )
+    };
+    format!(
+        "rein resume {} --config {} --data {}",
+        shell_quote(run_id.as_str()),
+        path(config),
+        path(data)
+    )
+}
+
+/// `text` as one POSIX shell word.
+fn shell_quote(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+=:@%,".contains(&b));
+    if plain {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
 }
 
 /// The tokio runtime of a CLI command.
@@ -139,6 +215,42 @@ impl Session {
     pub fn bind(&self, registry: &Registry, agent: &str) -> Result<AgentBinding> {
         let env = |name: &str| std::env::var(name).ok();
         Ok(bind_agent(registry, agent, &self.client, &env)?)
+    }
+
+    /// Drives `run` until it ends or a signal interrupts it, prints what
+    /// happened, and says how the command exits.
+    pub async fn finish(
+        &self,
+        run: impl std::future::Future<Output = Result<RunOutput, EngineError>>,
+        signals: &mut Listener,
+        json_output: bool,
+        resume: &str,
+    ) -> Result<ExitCode> {
+        match until_signal(&self.engine, run, signals).await? {
+            Ended::Finished(out) => {
+                self.print(&out, json_output).await?;
+                Ok(if out.report.outcome == Outcome::Succeeded {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(1)
+                })
+            }
+            Ended::Interrupted(out, stop) => {
+                eprintln!(
+                    "rein: run {} was interrupted ({}) and is resumable: nothing it did will be repeated. Continue it with:\n  {resume}",
+                    out.run_id,
+                    stop.name()
+                );
+                Ok(ExitCode::from(stop.exit_code()))
+            }
+            Ended::Quit(stop) => {
+                eprintln!(
+                    "rein: {}: quitting at once; the run resumes from its last checkpoint with:\n  {resume}",
+                    stop.name()
+                );
+                Ok(ExitCode::from(stop.exit_code()))
+            }
+        }
     }
 
     /// Prints the end of a run: one JSON document, or the report.

@@ -9,8 +9,13 @@
 //! SQLite file, the testkit's order desk and mock model on loopback, so
 //! generated submissions run agents to their end.
 //!
+//! The fuzzer is pointed at `http://127.0.0.1:PORT`, so its requests carry
+//! a loopback `Host` (allowed without `server.allowed_hosts`) and no
+//! `Origin`; the document tells it every POST takes `application/json`.
+//!
 //! Schemathesis is Python. `.ci/run` installs it into `$REIN_PYTHON`'s
-//! venv; without it this test says how to install it and passes. The seed
+//! venv; without it this test says how to install it and passes, except
+//! under CI (`CI=true`), where a missing schemathesis fails it. The seed
 //! and the number of examples are pinned so a run is reproducible and
 //! takes seconds; set `REIN_API_FUZZ_SEED` and `REIN_API_FUZZ_EXAMPLES` to
 //! explore further.
@@ -196,10 +201,10 @@ fn fuzz(st: &Schemathesis, server: &Server, dir: &Path) -> (bool, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schemathesis_finds_no_server_error_and_no_schema_violation() {
     let Some(st) = Schemathesis::find() else {
-        println!(
-            "skipped: schemathesis not installed (run .ci/run, or \
+        common::missing_part(
+            "schemathesis not installed (run .ci/run, or \
              `python3 -m venv ~/.cache/rein-venv && ~/.cache/rein-venv/bin/pip install schemathesis`, \
-             or set REIN_PYTHON to a python that has it)"
+             or set REIN_PYTHON to a python that has it)",
         );
         return;
     };

@@ -250,3 +250,60 @@ fn check_example_without_env_names_the_missing_variables() {
         "{stderr}"
     );
 }
+
+/// Issue 12's settings: `rein check` refuses what `rein serve` could not
+/// honour, naming each field; the same config does not start a server.
+#[test]
+fn check_refuses_bad_exposure_settings_naming_each_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = fs::read_to_string(example()).unwrap();
+    config = config.replacen(
+        "\n[server]\n",
+        "\n[server]\nallowed_hosts = [\"http://rein.example.com\", \"*.ok.example\"]\n",
+        1,
+    );
+    config.push_str("\n[server.cors]\nallowed_origins = [\"*\"]\nallowed_methods = [\"PUT\"]\n");
+    let path = dir.path().join("rein.toml");
+    fs::write(&path, config).unwrap();
+    fs::copy(
+        example().with_file_name("demo.script.json"),
+        dir.path().join("demo.script.json"),
+    )
+    .unwrap();
+    let env = [
+        ("ORDER_DESK_URL", "http://127.0.0.1:7001"),
+        ("MOCK_MODEL_URL", "http://127.0.0.1:7002"),
+    ];
+    let out = rein_check(&[path.to_str().unwrap(), "--json"], &env);
+    assert_eq!(out.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let fields: Vec<&str> = doc["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            "server.allowed_hosts[0]",
+            "server.cors.allowed_origins[0]",
+            "server.cors.allowed_methods[0]"
+        ],
+        "{doc}"
+    );
+    let serve = Command::new(env!("CARGO_BIN_EXE_rein"))
+        .envs(env)
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&path)
+        .arg("--data")
+        .arg(dir.path().join("rein.db"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        serve.status.code(),
+        Some(2),
+        "rein serve refuses it at start"
+    );
+    assert!(String::from_utf8_lossy(&serve.stderr).contains("server.allowed_hosts[0]"));
+}

@@ -4,7 +4,8 @@
 //! testkit's mock model, over loopback.
 //!
 //! The package comes from `.ci/run`'s venv (`$REIN_PYTHON`); without it this
-//! test says how to install it and passes.
+//! test says how to install it and passes, except under CI (`CI=true`),
+//! where a missing package fails it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
@@ -83,7 +84,7 @@ async fn the_official_openai_client_chats_streams_and_calls_tools_through_the_ga
     let python = match python() {
         Ok(p) => p,
         Err(why) => {
-            eprintln!("skipped: {why}");
+            common::missing_part(&why);
             return;
         }
     };
@@ -192,9 +193,11 @@ async fn the_gateway_says_which_model_answered_and_replays_idempotent_requests()
     assert_eq!(again, first, "the stored answer, byte for byte");
     assert_eq!(model.request_count(), 1, "the model was asked once");
 
-    // The switch is counted, per provider, for an operator's scraper.
+    // The switch is counted, per provider, for an operator's scraper (with
+    // a key: keys are configured, and /metrics is protected by default).
     let metrics = client
         .get(server.url("/metrics"))
+        .bearer_auth(KEY)
         .send()
         .await
         .unwrap()
@@ -217,6 +220,7 @@ async fn the_gateway_says_which_model_answered_and_replays_idempotent_requests()
     // Sampling options and the tool choice reach the provider.
     let with_options = client
         .post(server.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
         .bearer_auth(KEY)
         .body(
             r#"{"model": "chat", "messages": [{"role": "user", "content": "Hi."}],
@@ -236,6 +240,7 @@ async fn the_gateway_says_which_model_answered_and_replays_idempotent_requests()
     assert_eq!(sent["response_format"], json!({"type": "json_object"}));
     let out_of_range = client
         .post(server.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
         .bearer_auth(KEY)
         .body(r#"{"model": "chat", "messages": [{"role": "user", "content": "Hi."}], "temperature": 3}"#)
         .send()
@@ -246,6 +251,7 @@ async fn the_gateway_says_which_model_answered_and_replays_idempotent_requests()
     // Without a key: 401. A streaming request with a key: 400.
     let anonymous = client
         .post(server.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
         .body(body)
         .send()
         .await
@@ -253,6 +259,7 @@ async fn the_gateway_says_which_model_answered_and_replays_idempotent_requests()
     assert_eq!(anonymous.status(), 401);
     let streamed_with_key = client
         .post(server.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
         .bearer_auth(KEY)
         .header("Idempotency-Key", "chat-2")
         .body(r#"{"model": "chat", "stream": true, "messages": [{"role": "user", "content": "Hi."}]}"#)

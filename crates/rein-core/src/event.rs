@@ -101,6 +101,11 @@ pub enum EventKind {
     RunFinished,
     /// A stopped run continued from its last checkpoint.
     RunResumed,
+    /// The run's process is stopping (SIGTERM, SIGINT, a drain that ran
+    /// out of grace): the run stopped at a safe point, still `running`
+    /// and resumable, its claim released so that another process (or the
+    /// restarted one) continues it at once. `data.handed_on` is true.
+    RunInterrupted,
 }
 
 impl EventKind {
@@ -137,6 +142,7 @@ impl EventKind {
             EventKind::PartialSuccessReturned => "partial_success_returned",
             EventKind::RunFinished => "run_finished",
             EventKind::RunResumed => "run_resumed",
+            EventKind::RunInterrupted => "run_interrupted",
         }
     }
 }

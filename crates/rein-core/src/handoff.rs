@@ -11,6 +11,9 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::idempotency::Normalizer;
 
 use crate::ids::{IntentId, RunId};
 use crate::ledger::LedgerStatus;
@@ -84,4 +87,16 @@ pub struct HandoffPackage {
     pub in_flight: Vec<InFlight>,
     /// Ledger records that wait for a human decision.
     pub awaiting_decision: Vec<EffectState>,
+}
+
+/// The 16-hex-character digest of canonical arguments (SHA-256 over their
+/// canonical JSON), for timelines: inputs can be matched without being
+/// exposed.
+pub fn input_digest(args: &Value) -> String {
+    let canonical = Normalizer::default().canonical_json(args);
+    Sha256::digest(&canonical)
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

@@ -23,12 +23,16 @@
 //! | [`ledger`] | the side-effect ledger's record and state machine |
 //! | [`outcome`] | honest outcomes, the run report, the partial-failure policy |
 //! | [`handoff`] | the package for a human when automation stops |
+//! | [`call`] | one guarded call as a run remembers it |
+//! | [`report`] | the run report, derived from the ledger as it stands |
+//! | [`submission`] | an idempotent submission's record, and resolving one whose holder died |
 //! | [`redact`] | secrets never leave rein in clear: known values, URL queries and userinfo |
 //! | [`registry`] | tools, agents, providers and resource groups: the integrity check and model-facing tool definitions |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod breaker;
+pub mod call;
 pub mod clock;
 pub mod config;
 pub mod deadline;
@@ -42,7 +46,9 @@ pub mod loop_guard;
 pub mod outcome;
 pub mod redact;
 pub mod registry;
+pub mod report;
 pub mod retry;
+pub mod submission;
 pub mod tool;
 
 pub use clock::{Clock, Instant, ManualClock};

@@ -136,12 +136,18 @@ pub struct RunReport {
     /// compensation and its result, in the order they ran.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub compensations: Vec<CompensationResult>,
-    /// The package for a human, when the run ended `handed_off`.
+    /// The package for a human, whenever any of the run's records awaits
+    /// one (always when the run ended `handed_off`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<HandoffPackage>,
     /// Set when the run was resumed after it stopped mid-way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume: Option<ResumeMarker>,
+    /// What the report was derived from besides the ledger (why the run
+    /// stopped, what its settlement concluded), so that it can be derived
+    /// again when the ledger changes (see [`crate::report::derive`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basis: Option<crate::report::ReportBasis>,
 }
 
 /// How a resumed run continued: visible to the user, because a resume that

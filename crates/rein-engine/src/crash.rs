@@ -18,9 +18,29 @@
 //! | `after_call` | after the tool answered (or failed), before the result is recorded |
 //! | `mid_compensation` | after `compensation_started` is durable, before the compensation call |
 //! | `during_checkpoint` | before a step's checkpoint is written |
+//!
+//! # Panic points
+//!
+//! With the same feature, `REIN_PANIC_AT=<point>[@<agent>]` makes every
+//! run (of `<agent>` only, when given) panic each time it reaches
+//! `<point>`: the sabotage that proves a panic is contained at the run's
+//! boundary (the run fails, its effects settle, the worker lives on). It
+//! panics on every hit, so a redelivered run panics again.
+//!
+//! | panic point | where |
+//! | --- | --- |
+//! | `run_start` | a new run, before it is recorded or claimed |
+//! | `during_checkpoint` | before a step's checkpoint is written (its calls' effects are in the ledger) |
+//! | `queue_worker` | `rein serve`'s queue worker, before it drives a queued run: outside the run's boundary, so the worker ends |
 
 /// The environment variable that arms a crash point.
 pub const CRASH_ENV: &str = "REIN_CRASH_AT";
+
+/// The environment variable that arms a panic point.
+pub const PANIC_ENV: &str = "REIN_PANIC_AT";
+
+/// Every panic point, as named in [`PANIC_ENV`].
+pub const PANIC_POINTS: [&str; 3] = ["run_start", "during_checkpoint", "queue_worker"];
 
 /// Every crash point, as named in [`CRASH_ENV`].
 pub const CRASH_POINTS: [&str; 5] = [
@@ -50,6 +70,30 @@ mod armed {
         })
     }
 
+    static PANIC_TARGET: OnceLock<Option<(String, Option<String>)>> = OnceLock::new();
+
+    fn panic_target() -> &'static Option<(String, Option<String>)> {
+        PANIC_TARGET.get_or_init(|| {
+            let value = std::env::var(super::PANIC_ENV).ok()?;
+            Some(match value.split_once('@') {
+                Some((point, agent)) => (point.trim().to_owned(), Some(agent.trim().to_owned())),
+                None => (value.trim().to_owned(), None),
+            })
+        })
+    }
+
+    pub fn panic_point(name: &str, agent: &str) {
+        if let Some((point, only)) = panic_target()
+            && point == name
+            && only.as_deref().is_none_or(|only| only == agent)
+        {
+            panic!(
+                "rein: panic point {name} reached in a run of agent {agent} ({})",
+                super::PANIC_ENV
+            );
+        }
+    }
+
     pub fn point(name: &str) {
         if let Some((target, n)) = target()
             && target == name
@@ -69,4 +113,14 @@ pub fn point(name: &str) {
     armed::point(name);
     #[cfg(not(feature = "crash-points"))]
     let _ = name;
+}
+
+/// Panics here if `REIN_PANIC_AT` names this point and (when it names one)
+/// `agent` (and the `crash-points` feature is on).
+#[inline]
+pub fn panic_point(name: &str, agent: &str) {
+    #[cfg(feature = "crash-points")]
+    armed::panic_point(name, agent);
+    #[cfg(not(feature = "crash-points"))]
+    let _ = (name, agent);
 }

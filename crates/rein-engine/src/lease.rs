@@ -656,8 +656,33 @@ pub fn is_leased_temp_path(path: &Path) -> bool {
             })
 }
 
+/// Whether `node` may be a public node id ([`crate::run::EngineBuilder::node`]):
+/// 1 to 64 visible ASCII characters without `#` or `.`.
+pub fn is_node_id(node: &str) -> bool {
+    (1..=64).contains(&node.len())
+        && node
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'#' && b != b'.')
+}
+
+/// The public node id in a run claim's owner (`pid:..@host#node.token`),
+/// if it has one (claims written before node ids had only a token).
+pub fn claim_node(owner: &str) -> Option<&str> {
+    let (_, claim) = owner.split_once('#')?;
+    let (node, _token) = claim.split_once('.')?;
+    is_node_id(node).then_some(node)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn claim_node_reads_the_public_node_and_never_the_process() {
+        use super::claim_node;
+        assert_eq!(claim_node("pid:42+7@db-host#n0de.t0ken"), Some("n0de"));
+        assert_eq!(claim_node("pid:42+7@db-host#t0ken"), None, "an older claim");
+        assert_eq!(claim_node("pid:42@db-host"), None);
+    }
+
     use super::*;
 
     #[test]

@@ -432,18 +432,20 @@ impl Reconciler {
             kind: EventKind::LedgerRecorded,
             data: json!({"tool": record.tool, "status": to, "by": "reconciler", "reason": reason}),
         };
+        let mark = LedgerMark {
+            status: to,
+            result: result.clone(),
+            failure: None,
+            attempts: 0,
+            at_ms,
+        };
+        // The run's report follows its ledger: a finished run's report is
+        // derived again with the change and lands with it.
+        let revised = self.revised_with(record, to, result.as_ref()).await;
         let commit = StepCommit {
-            marks: vec![(
-                record.intent_id.clone(),
-                LedgerMark {
-                    status: to,
-                    result,
-                    failure: None,
-                    attempts: 0,
-                    at_ms,
-                },
-            )],
+            marks: vec![(record.intent_id.clone(), mark)],
             events: vec![event],
+            revised_report: revised,
             ..StepCommit::default()
         };
         if let Err(e) = self.store.commit_step(&record.run_id, commit).await {
@@ -451,6 +453,8 @@ impl Reconciler {
             report.skipped += 1;
             return;
         }
+        // Each ancestor's handoff package shows its children's records.
+        self.revise_ancestors(&record.run_id).await;
         let entry = Reconciled {
             run_id: record.run_id.to_string(),
             intent_id: record.intent_id.to_string(),
@@ -463,6 +467,72 @@ impl Reconciler {
             report.handed_off.push(entry);
         } else {
             report.fixed.push(entry);
+        }
+    }
+
+    /// The report of `record`'s run derived again with `record` marked
+    /// `to`; `None` while the run has not finished (it will derive its
+    /// report when it does), or when it cannot be read.
+    async fn revised_with(
+        &self,
+        record: &LedgerRecord,
+        to: LedgerStatus,
+        result: Option<&serde_json::Value>,
+    ) -> Option<rein_core::RunReport> {
+        let run = self.store.get_run(&record.run_id).await.ok()??;
+        if !run.status.is_finished() {
+            return None;
+        }
+        let mut ledger = crate::run::tree_records(self.store.as_ref(), &run.run_id)
+            .await
+            .ok()?;
+        for r in ledger
+            .iter_mut()
+            .filter(|r| r.run_id == record.run_id && r.intent_id == record.intent_id)
+        {
+            r.status = to;
+            if let Some(result) = result {
+                r.result = Some(result.clone());
+            }
+        }
+        match crate::run::revise(self.store.as_ref(), &run, &ledger).await {
+            Ok(revised) => revised,
+            Err(e) => {
+                tracing::warn!(run = %run.run_id, "cannot revise the run's report: {e}");
+                None
+            }
+        }
+    }
+
+    /// Revises the reports of `run`'s finished ancestors, whose handoff
+    /// packages list their children's records.
+    async fn revise_ancestors(&self, run: &rein_core::RunId) {
+        let mut parent = match self.store.get_run(run).await {
+            Ok(Some(record)) => record.parent_run_id,
+            _ => None,
+        };
+        let mut hops = 0;
+        while let Some(id) = parent.take() {
+            hops += 1;
+            let Ok(Some(ancestor)) = self.store.get_run(&id).await else {
+                break;
+            };
+            if let Ok(ledger) = crate::run::tree_records(self.store.as_ref(), &id).await
+                && let Ok(Some(revised)) =
+                    crate::run::revise(self.store.as_ref(), &ancestor, &ledger).await
+            {
+                let commit = StepCommit {
+                    revised_report: Some(revised),
+                    ..StepCommit::default()
+                };
+                if let Err(e) = self.store.commit_step(&id, commit).await {
+                    tracing::warn!(run = %id, "cannot revise the run's report: {e}");
+                }
+            }
+            // A damaged store must not loop.
+            if hops < 64 {
+                parent = ancestor.parent_run_id;
+            }
         }
     }
 

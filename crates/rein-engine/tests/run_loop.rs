@@ -1393,3 +1393,97 @@ async fn model_retries_have_a_ceiling_per_run_apart_from_each_calls_policy() {
     // Tool retries are not model retries: the tool's call was made.
     assert_eq!(h.desk.request_count(GET_ORDER), 1);
 }
+
+/// Issue 13: `Engine::interrupt` (a draining server, a signal on `rein
+/// run`) stops a run mid-call at a safe point — not cancelled, not
+/// settled, the cut step not checkpointed, its write left pending under
+/// its key, the claim released — and another engine on the same store
+/// finishes it with that key: one effect at the desk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_run_is_left_resumable_and_another_engine_finishes_it() {
+    let h = harness(Faults::none().then(UPDATE_DELIVERY_TIME, Fault::Delay(ms(400)))).await;
+    let turns = json!([update("A-1001", "2026-02-01T10:00:00Z"), answer("done")]);
+    let a = agent(&h.desk, script(turns.clone()), true);
+    let watch = async {
+        while h.desk.request_count(UPDATE_DELIVERY_TIME) == 0 {
+            tokio::time::sleep(ms(5)).await;
+        }
+        h.engine.interrupt();
+    };
+    let run = h.engine.run(
+        &a,
+        &rein_engine::run::AcceptAll,
+        rein_engine::run::RunRequest {
+            input: "Move order A-1001.".into(),
+            ..rein_engine::run::RunRequest::default()
+        },
+    );
+    let (out, ()) = tokio::join!(run, watch);
+    let out = out.unwrap();
+    assert!(out.interrupted, "{:?}", out.report);
+    let record = h.store.get_run(&out.run_id).await.unwrap().unwrap();
+    assert_eq!(record.status, rein_store::RunStatus::Running);
+    let ledger = h.store.ledger(&out.run_id).await.unwrap();
+    assert_eq!(ledger.len(), 1);
+    assert_eq!(ledger[0].status, LedgerStatus::Pending, "in doubt, keyed");
+    assert!(
+        h.store
+            .latest_checkpoint(&out.run_id)
+            .await
+            .unwrap()
+            .is_none(),
+        "the cut step is not checkpointed"
+    );
+    assert!(
+        h.store
+            .leases_of_run(&out.run_id)
+            .await
+            .unwrap()
+            .iter()
+            .all(|l| l.kind != rein_store::LeaseKind::Run),
+        "the claim was released"
+    );
+    let events: Vec<EventKind> = kinds(&h, &out).await.into_iter().map(|(k, _)| k).collect();
+    assert_eq!(
+        events.last(),
+        Some(&EventKind::RunInterrupted),
+        "{events:?}"
+    );
+    for never in [
+        EventKind::RunCancelled,
+        EventKind::SettlementStarted,
+        EventKind::RunFinished,
+    ] {
+        assert!(!events.contains(&never), "{never:?} in {events:?}");
+    }
+    // This engine is stopping: it starts nothing more.
+    let refused = h
+        .engine
+        .resume(&a, &rein_engine::run::AcceptAll, &out.run_id, None)
+        .await;
+    assert!(refused.is_err(), "an interrupted engine resumes nothing");
+
+    let next = Engine::builder(h.store.clone()).build().unwrap();
+    let b = agent(&h.desk, script(turns), true);
+    let resumed = next
+        .resume(&b, &rein_engine::run::AcceptAll, &out.run_id, None)
+        .await
+        .unwrap();
+    assert!(!resumed.interrupted);
+    assert_eq!(
+        resumed.report.outcome,
+        Outcome::Succeeded,
+        "{:?}",
+        resumed.report
+    );
+    let keys: Vec<Option<String>> = h
+        .desk
+        .requests()
+        .into_iter()
+        .filter(|r| r.tool == UPDATE_DELIVERY_TIME)
+        .map(|r| r.headers.idempotency_key)
+        .collect();
+    assert_eq!(keys.len(), 2, "sent once, then again on resume");
+    assert_eq!(keys[0], keys[1], "under the same key");
+    assert_eq!(h.desk.applied_count(UPDATE_DELIVERY_TIME), 1);
+}

@@ -13,12 +13,104 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use rein_core::TenantId;
 
-use crate::problem::Problem;
+use crate::access::TenantSlot;
+use crate::problem::{Challenge, Problem};
 use crate::state::AppState;
 
 /// The tenant a request acts for.
 #[derive(Debug, Clone)]
 pub struct Tenant(pub TenantId);
+
+/// Why a request was not authenticated; what the log says, never the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthFailure {
+    /// No `Authorization` header.
+    Missing,
+    /// An `Authorization` header of another scheme than `Bearer`, or empty.
+    NotBearer,
+    /// A bearer key that no `[[server.api_keys]]` entry has the digest of.
+    UnknownKey,
+}
+
+impl AuthFailure {
+    /// The reason, for the log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthFailure::Missing => "no Authorization header",
+            AuthFailure::NotBearer => "Authorization is not a bearer key",
+            AuthFailure::UnknownKey => "the bearer key matches no configured key",
+        }
+    }
+
+    /// The 401 answered.
+    pub fn problem(self) -> Problem {
+        match self {
+            AuthFailure::Missing | AuthFailure::NotBearer => Problem::unauthorized(
+                "send an API key as `Authorization: Bearer <key>`",
+                Challenge::Missing,
+            ),
+            AuthFailure::UnknownKey => {
+                Problem::unauthorized("the API key is not valid", Challenge::InvalidToken)
+            }
+        }
+    }
+}
+
+/// The tenant of the bearer key in `headers`, among `keys`.
+///
+/// # Errors
+///
+/// Why there is none.
+pub fn tenant_of(
+    settings: &rein_core::registry::ServerSpec,
+    headers: &axum::http::HeaderMap,
+) -> Result<TenantId, AuthFailure> {
+    let value = headers.get(AUTHORIZATION).ok_or(AuthFailure::Missing)?;
+    let presented = value
+        .to_str()
+        .ok()
+        .and_then(|v| {
+            // The scheme is case-insensitive (RFC 9110).
+            let (scheme, key) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then_some(key)
+        })
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .ok_or(AuthFailure::NotBearer)?;
+    settings
+        .tenant_for(presented)
+        .map(|key| key.tenant.clone())
+        .ok_or(AuthFailure::UnknownKey)
+}
+
+/// Authenticates the request of `parts` against the configured keys: the
+/// tenant (recorded for the access line), or the 401, logged with its
+/// reason and peer (never the presented key).
+///
+/// # Errors
+///
+/// The 401 problem, with its `WWW-Authenticate` challenge.
+pub fn authenticate(parts: &Parts, state: &AppState) -> Result<TenantId, Problem> {
+    match tenant_of(&state.settings, &parts.headers) {
+        Ok(tenant) => {
+            if let Some(slot) = parts.extensions.get::<TenantSlot>() {
+                slot.set(&tenant);
+            }
+            Ok(tenant)
+        }
+        Err(failure) => {
+            tracing::warn!(
+                reason = failure.as_str(),
+                peer = %crate::access::peer(&parts.extensions),
+                method = %parts.method,
+                path = %parts.uri.path(),
+                request_id = %crate::access::request_id(&parts.extensions),
+                "authentication failed"
+            );
+            Err(failure.problem())
+        }
+    }
+}
 
 impl FromRequestParts<Arc<AppState>> for Tenant {
     type Rejection = Problem;
@@ -27,31 +119,74 @@ impl FromRequestParts<Arc<AppState>> for Tenant {
         parts: &mut Parts,
         state: &Arc<AppState>,
     ) -> Result<Tenant, Problem> {
-        let keys = &state.settings.api_keys;
-        if keys.is_empty() {
+        if state.settings.api_keys.is_empty() {
             // The open loopback mode (refused at start on any other
             // address): every request acts for the default tenant.
-            return TenantId::new("default")
-                .map(Tenant)
-                .map_err(|e| Problem::internal(e.to_string()));
+            let tenant = TenantId::new("default").map_err(|e| Problem::internal(e.to_string()))?;
+            if let Some(slot) = parts.extensions.get::<TenantSlot>() {
+                slot.set(&tenant);
+            }
+            return Ok(Tenant(tenant));
         }
-        let presented = parts
-            .headers
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                // The scheme is case-insensitive (RFC 9110).
-                let (scheme, key) = v.split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then_some(key)
-            })
-            .map(str::trim)
-            .filter(|k| !k.is_empty())
-            .ok_or_else(|| {
-                Problem::unauthorized("send an API key as `Authorization: Bearer <key>`")
-            })?;
-        match state.settings.tenant_for(presented) {
-            Some(key) => Ok(Tenant(key.tenant.clone())),
-            None => Err(Problem::unauthorized("the API key is not valid")),
+        authenticate(parts, state).map(Tenant)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> rein_core::registry::ServerSpec {
+        // sha256("test")
+        let text = "[[server.api_keys]]\ntenant = \"acme\"\nsha256 = \"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\"\n";
+        let file: rein_core::registry::ConfigFile = toml::from_str(text).unwrap();
+        rein_core::registry::check(
+            &[rein_core::registry::ConfigSource::new("rein.toml", file)],
+            &|_| Vec::new(),
+        )
+        .unwrap()
+        .server()
+        .clone()
+    }
+
+    fn with(authorization: Option<&str>) -> axum::http::HeaderMap {
+        let mut headers = axum::http::HeaderMap::new();
+        if let Some(value) = authorization {
+            headers.insert(AUTHORIZATION, value.parse().unwrap());
+        }
+        headers
+    }
+
+    #[test]
+    fn keys_are_told_apart_and_each_failure_has_its_challenge() {
+        let settings = settings();
+        assert_eq!(
+            tenant_of(&settings, &with(Some("bearer test")))
+                .unwrap()
+                .as_str(),
+            "acme"
+        );
+        for (authorization, failure, challenge) in [
+            (None, AuthFailure::Missing, Challenge::Missing),
+            (
+                Some("Basic dGVzdA=="),
+                AuthFailure::NotBearer,
+                Challenge::Missing,
+            ),
+            (Some("Bearer  "), AuthFailure::NotBearer, Challenge::Missing),
+            (
+                Some("Bearer nope"),
+                AuthFailure::UnknownKey,
+                Challenge::InvalidToken,
+            ),
+        ] {
+            assert_eq!(
+                tenant_of(&settings, &with(authorization)).unwrap_err(),
+                failure,
+                "{authorization:?}"
+            );
+            assert_eq!(failure.problem().challenge, Some(challenge));
+            assert_eq!(failure.problem().status, 401);
         }
     }
 }

@@ -31,12 +31,52 @@ fn terminal(id: &str, status: &str) -> Problem {
     )
 }
 
+/// The 409 of a running run this process does not drive: it names the
+/// node that does by its opaque id (from the run's claim), never its PID
+/// or host, which only the log shows.
+async fn not_delivered(state: &AppState, run_id: &rein_core::RunId, id: &str) -> Problem {
+    let claim = match state.store.leases_of_run(run_id).await {
+        Ok(leases) => leases
+            .into_iter()
+            .find(|l| l.kind == rein_store::LeaseKind::Run),
+        Err(e) => {
+            tracing::warn!(run = %run_id, "cannot read the run's claim: {e}");
+            None
+        }
+    };
+    let node = claim
+        .as_ref()
+        .and_then(|l| rein_engine::lease::claim_node(&l.owner))
+        .map(str::to_owned);
+    if let Some(claim) = &claim {
+        tracing::info!(run = %run_id, owner = %claim.owner, "cancellation not delivered: another process drives the run");
+    }
+    let detail = match &node {
+        Some(node) => format!(
+            "run {id} is driven by node {node}, not the one that answered ({}); the cancellation could not be delivered here",
+            state.engine.node()
+        ),
+        None => format!(
+            "run {id} is driven by another process (or its owner restarted); the cancellation could not be delivered here"
+        ),
+    };
+    Problem::new(
+        StatusCode::CONFLICT,
+        "cancel-not-delivered",
+        "Cancellation not delivered",
+        detail,
+    )
+    .with(json!({"driving_node": node, "answering_node": state.engine.node()}))
+}
+
 /// Cancels a run.
 #[utoipa::path(
     post, path = "/v1/runs/{id}/cancel", tag = "runs",
     params(("id" = String, Path, description = "The run")),
+    request_body(content = crate::runs::NoBody, description = "Nothing: an empty body or `{}`, sent as `application/json`"),
     responses(
         (status = 202, description = "the cancellation was delivered (a queued run is cancelled)", body = Object),
+        (status = 400, description = "a body other than nothing or `{}`", body = Problem),
         (status = 401, description = "missing or invalid API key", body = Problem),
         (status = 404, description = "unknown run, or another tenant's", body = Problem),
         (status = 409, description = "the run already ended, or its live owner could not be reached", body = Problem),
@@ -47,7 +87,9 @@ pub async fn cancel_run(
     State(state): State<Arc<AppState>>,
     Tenant(tenant): Tenant,
     Segment(id): Segment,
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Response, Problem> {
+    crate::runs::no_body(&state, body)?;
     let record = owned(&state, &tenant, &id).await?;
     match record.status {
         RunStatus::Finished(outcome) => Err(terminal(&id, outcome.as_str())),
@@ -61,26 +103,20 @@ pub async fn cancel_run(
         )
             .into_response())
         }
-        RunStatus::Running => Err(Problem::new(
-            StatusCode::CONFLICT,
-            "cancel-not-delivered",
-            "Cancellation not delivered",
-            format!(
-                "run {id} is driven by another process (or its owner restarted); the cancellation could not be delivered here"
-            ),
-        )),
+        RunStatus::Running => Err(not_delivered(&state, &record.run_id, &id).await),
         RunStatus::Queued => {
-            let closing = crate::recovery::Closing {
+            let closing = rein_engine::run::Closing {
                 outcome: Outcome::Cancelled,
-                summary: "Cancelled while queued: the run never started; nothing happened.".into(),
-                recommendation: "submit the task again if it is still wanted",
-                recoverable: true,
+                end: rein_engine::run::End::Closed {
+                    error_type: None,
+                    reason: "cancelled while queued: the run never started".into(),
+                },
                 events: Vec::new(),
                 // Atomic against a worker starting it at the same moment.
                 expect: Some(RunStatus::Queued),
             };
             match crate::recovery::close(&state, &record, closing).await {
-                Ok(()) => Ok((
+                Ok(_) => Ok((
                     StatusCode::ACCEPTED,
                     axum::Json(json!({"run_id": record.run_id, "status": "cancelled"})),
                 )
@@ -101,12 +137,7 @@ pub async fn cancel_run(
                         )
                             .into_response())
                     } else {
-                        Err(Problem::new(
-                            StatusCode::CONFLICT,
-                            "cancel-not-delivered",
-                            "Cancellation not delivered",
-                            format!("run {id} started meanwhile in another process; poll the run"),
-                        ))
+                        Err(not_delivered(&state, &record.run_id, &id).await)
                     }
                 }
                 Err(e) => Err(e.into()),

@@ -77,7 +77,12 @@ fn live(
                         // from past its terminal event) ends the stream.
                         Ok(_) => match state.store.get_run(&run_id).await {
                             Ok(Some(record)) if record.status.is_finished() => return None,
-                            _ => tokio::time::sleep(POLL).await,
+                            // A closing server ends its streams; the client
+                            // reconnects elsewhere with `Last-Event-ID`.
+                            _ => tokio::select! {
+                                () = tokio::time::sleep(POLL) => {}
+                                () = state.drain.closing() => return None,
+                            },
                         },
                         Err(e) => {
                             tracing::warn!(run = %run_id, "event stream: {e}");
@@ -110,7 +115,9 @@ pub async fn get_events(
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     let Query(query) = query.map_err(|e| {
-        Problem::bad_request(format!("invalid query: {e}")).with(json!({"field": "after"}))
+        // `field` points into a JSON body; a query parameter is named as
+        // one instead.
+        Problem::bad_request(format!("invalid query: {e}")).with(json!({"parameter": "after"}))
     })?;
     let record = owned(&state, &tenant, &id).await?;
     let wants_stream = headers

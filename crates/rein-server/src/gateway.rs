@@ -167,6 +167,17 @@ fn invalid(message: String) -> Problem {
     )
 }
 
+/// A 400 about the member `pointer` names (a JSON pointer), if any: the
+/// problem's `field`, and OpenAI's `param`.
+fn invalid_at(message: String, pointer: Option<String>) -> Problem {
+    let mut problem = invalid(message);
+    if let (Some(pointer), Some(extra)) = (pointer, problem.extra.as_mut()) {
+        extra["field"] = json!(pointer);
+        extra["error"]["param"] = json!(pointer);
+    }
+    problem
+}
+
 /// OpenAI's chat completion request, as far as the gateway reads it. The
 /// parser and the OpenAPI document are this one type, so what the
 /// document calls valid is exactly what is accepted; other members
@@ -444,23 +455,40 @@ impl From<ChatMessage> for Message {
 fn parse(body: &[u8]) -> Result<Chat, Problem> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let chat: ChatRequest = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        invalid(format!(
-            "the body is not a chat completion request: {path}: {}",
-            e.inner()
-        ))
+        let pointer = crate::pointer::of_path(e.path());
+        let message = match &pointer {
+            Some(pointer) => format!(
+                "the body is not a chat completion request: at {pointer}: {}",
+                e.inner()
+            ),
+            None => format!("the body is not a chat completion request: {}", e.inner()),
+        };
+        invalid_at(message, pointer)
     })?;
     if chat.model.is_empty() {
-        return Err(invalid(
+        return Err(invalid_at(
             "`model` must name a [models.*] binding; it is empty".into(),
+            Some("/model".into()),
         ));
     }
     if chat.messages.is_empty() {
-        return Err(invalid("`messages` must not be empty".into()));
+        return Err(invalid_at(
+            "`messages` must not be empty".into(),
+            Some("/messages".into()),
+        ));
     }
     let max_tokens = chat.max_completion_tokens.or(chat.max_tokens);
-    if max_tokens == Some(0) || chat.max_tokens == Some(0) {
-        return Err(invalid("`max_tokens` must be at least 1".into()));
+    if chat.max_completion_tokens == Some(0) {
+        return Err(invalid_at(
+            "`max_completion_tokens` must be at least 1".into(),
+            Some("/max_completion_tokens".into()),
+        ));
+    }
+    if chat.max_tokens == Some(0) {
+        return Err(invalid_at(
+            "`max_tokens` must be at least 1".into(),
+            Some("/max_tokens".into()),
+        ));
     }
     for (field, value, max) in [
         ("temperature", chat.temperature, 2.0),
@@ -469,7 +497,10 @@ fn parse(body: &[u8]) -> Result<Chat, Problem> {
         if let Some(v) = value
             && !(0.0..=max).contains(&v)
         {
-            return Err(invalid(format!("`{field}` must be between 0 and {max}")));
+            return Err(invalid_at(
+                format!("`{field}` must be between 0 and {max}"),
+                Some(crate::pointer::of_keys(&[field])),
+            ));
         }
     }
     let mut options = serde_json::Map::new();
@@ -787,5 +818,56 @@ impl Relay {
             }
         };
         Some(Bytes::from(text))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem_of(body: &str) -> Value {
+        let Err(problem) = parse(body.as_bytes()) else {
+            panic!("{body} parses");
+        };
+        serde_json::to_value(problem).unwrap()
+    }
+
+    #[test]
+    fn a_bad_member_is_named_by_a_json_pointer_in_field_and_param() {
+        let p = problem_of(
+            r#"{"model": "m", "messages": [{"role": "user", "content": "a"}], "max_tokens": "x"}"#,
+        );
+        assert_eq!(p["status"], 400);
+        assert_eq!(p["field"], "/max_tokens", "{p}");
+        assert_eq!(p["error"]["param"], "/max_tokens", "{p}");
+        assert_eq!(p["error"]["type"], "invalid_request_error");
+        let p = problem_of(r#"{"model": "m", "messages": [], "temperature": 3}"#);
+        assert_eq!(p["field"], "/messages", "{p}");
+        let p = problem_of(
+            r#"{"model": "m", "messages": [{"role": "user", "content": "a"}], "top_p": 3}"#,
+        );
+        assert_eq!(p["field"], "/top_p", "{p}");
+        let p = problem_of(
+            r#"{"model": "m", "messages": [{"role": "user", "content": "a"}], "max_completion_tokens": 0}"#,
+        );
+        assert_eq!(p["field"], "/max_completion_tokens", "{p}");
+    }
+
+    #[test]
+    fn a_body_that_names_no_member_has_no_field_but_an_openai_error() {
+        let p = problem_of("<chat/>");
+        assert!(p.get("field").is_none(), "{p}");
+        assert_eq!(p["error"]["param"], Value::Null, "{p}");
+        assert!(
+            p["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("not a chat completion request")
+        );
+        // No `?` or `.` pointers: a step serde could not name ends it.
+        let p = problem_of(r#"{"model": "m", "messages": [{"role": "user", "content": 7}]}"#);
+        let field = p["field"].as_str().unwrap_or("/");
+        assert!(field.starts_with("/messages"), "{p}");
+        assert!(!field.contains('?') && !field.contains('.'), "{p}");
     }
 }

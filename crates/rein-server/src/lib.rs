@@ -14,30 +14,46 @@
 //! | [`runs`] | submit (sync or queued), status, ledger, handoff, resume |
 //! | [`gateway`] | the OpenAI-compatible `POST /v1/chat/completions` over model bindings |
 //! | [`idempotency`] | seed 004's `Idempotency-Key` table, in the store |
+//! | [`submission`] | resolving a key whose holding process died |
 //! | [`events`] | the event list and the live SSE stream |
 //! | [`cancel`] | cancellation |
 //! | [`worker`] | queue workers: queued runs, takeover of expired claims, dead letters |
 //! | [`recovery`] | runs whose process died: takeover, dead letter, orphans |
 //! | [`singleton`] | one owner per periodic service across processes |
-//! | [`auth`] | bearer keys → tenants |
+//! | [`auth`] | bearer keys → tenants; failed attempts logged |
+//! | [`exposure`] | `Host` and `Origin` checks, `[server.cors]` |
+//! | [`media`] | every POST is `application/json` |
+//! | [`access`] | `Request-Id` and one access line per request |
+//! | [`pointer`] | JSON pointers for the `field` of a 400 |
 //! | [`problem`] | problem+json, also for the router's own errors |
+//! | [`readiness`] | whether the queue workers still loop, for `/readyz` |
 //! | [`extract`] | extractors whose rejections are problems |
 //! | [`document`] | the OpenAPI document, with this server's limits |
 //! | [`metrics`] | the engine's counters for a Prometheus scraper |
+//! | [`connections`] | the accept loop: connection limit, header/body/idle timeouts |
+//! | [`drain`] | SIGTERM/SIGINT: finish or hand on the work in flight, then exit |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod auth;
 pub mod cancel;
+pub mod connections;
+pub mod drain;
 pub mod events;
+pub mod exposure;
 pub mod extract;
 pub mod gateway;
 pub mod idempotency;
+pub mod media;
+pub mod pointer;
 pub mod problem;
+pub mod readiness;
 pub mod recovery;
 pub mod runs;
 pub mod singleton;
 pub mod state;
+pub mod submission;
 pub mod worker;
 
 use std::sync::Arc;
@@ -64,8 +80,8 @@ use crate::problem::Problem;
         runs::create_run, runs::get_run, runs::get_ledger, runs::get_handoff, runs::resume_run,
         events::get_events, cancel::cancel_run, gateway::chat_completions, healthz, readyz, metrics,
     ),
-    components(schemas(runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, problem::Problem, gateway::ChatRequest)),
-    modifiers(&Bearer, &ProblemJson),
+    components(schemas(runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, runs::NoBody, problem::Problem, gateway::ChatRequest)),
+    modifiers(&Bearer, &Refusals, &ProblemJson),
     tags((name = "runs", description = "Agent runs"), (name = "gateway", description = "OpenAI-compatible model calls through rein's breakers, fallbacks and limits"), (name = "health", description = "Liveness and readiness"))
 )]
 pub struct ApiDoc;
@@ -79,6 +95,57 @@ impl utoipa::Modify for Bearer {
                 "bearer",
                 SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
             );
+        }
+    }
+}
+
+/// The answers every operation may get before its handler runs
+/// ([`exposure`], [`media`]): 400 without a `Host`, 403 from an origin not
+/// admitted, 421 for a host not allowed, and 415 for a POST that is not
+/// JSON.
+struct Refusals;
+
+impl utoipa::Modify for Refusals {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+        let problem = |description: &str| {
+            RefOr::T(
+                ResponseBuilder::new()
+                    .description(description)
+                    .content(
+                        "application/json",
+                        ContentBuilder::new()
+                            .schema(Some(Ref::from_schema_name("Problem")))
+                            .build(),
+                    )
+                    .build(),
+            )
+        };
+        for item in openapi.paths.paths.values_mut() {
+            let post = item.post.is_some();
+            for operation in operations(item) {
+                let responses = &mut operation.responses.responses;
+                responses
+                    .entry("400".to_owned())
+                    .or_insert_with(|| problem("no Host header, or two"));
+                responses.insert(
+                    "403".to_owned(),
+                    problem("a browser origin that is neither this server's nor in server.cors.allowed_origins"),
+                );
+                responses.insert(
+                    "421".to_owned(),
+                    problem("a Host that is not loopback nor in server.allowed_hosts"),
+                );
+                if post {
+                    responses.insert(
+                        "415".to_owned(),
+                        problem("the body is not `application/json` (the only type POST accepts)"),
+                    );
+                    if let Some(body) = operation.request_body.as_mut() {
+                        body.required = Some(utoipa::openapi::Required::True);
+                    }
+                }
+            }
         }
     }
 }
@@ -138,6 +205,19 @@ pub fn document(settings: &ServerSpec) -> utoipa::openapi::OpenApi {
     use utoipa::openapi::RefOr;
     use utoipa::openapi::schema::Schema;
     let mut doc = ApiDoc::openapi();
+    // `/metrics` asks for a key only where one is needed.
+    let open_metrics = settings.api_keys.is_empty()
+        || settings.metrics == rein_core::registry::MetricsAccess::Open;
+    if open_metrics
+        && let Some(get) = doc
+            .paths
+            .paths
+            .get_mut("/metrics")
+            .and_then(|item| item.get.as_mut())
+    {
+        get.security = None;
+        get.responses.responses.remove("401");
+    }
     for item in doc.paths.paths.values_mut() {
         for operation in operations(item) {
             let parameters = operation.parameters.iter_mut().flatten();
@@ -154,15 +234,32 @@ pub fn document(settings: &ServerSpec) -> utoipa::openapi::OpenApi {
 /// The engine's counters (breaker transitions, fallbacks, queue waits,
 /// retries, calls, outcomes; per provider, tool and arm) in the Prometheus
 /// text format. Per process, like the breakers they describe.
+///
+/// With `[[server.api_keys]]` configured it needs a valid bearer key (any
+/// tenant's: the counters are the process's) unless `server.metrics =
+/// "open"`; in open mode there are no keys, and the server is on loopback.
 #[utoipa::path(get, path = "/metrics", tag = "health",
-    responses((status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain")))]
-pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    responses((status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain"),
+              (status = 401, description = "missing or invalid API key (keys configured, server.metrics protected)", body = Problem)),
+    security(("bearer" = [])))]
+pub async fn metrics(
+    State(state): State<Arc<AppState>>,
+    parts: axum::http::request::Parts,
+) -> Response {
+    let settings = &state.settings;
+    if !settings.api_keys.is_empty()
+        && settings.metrics == rein_core::registry::MetricsAccess::Protected
+        && let Err(problem) = auth::authenticate(&parts, &state)
+    {
+        return problem.into_response();
+    }
     (
         [(
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.engine.metrics().render(),
+        // The server's own connection counters follow the engine's.
+        state.engine.metrics().render() + &state.connections.render(),
     )
         .into_response()
 }
@@ -173,12 +270,33 @@ pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// Readiness: the store answers.
+/// Readiness: the process can drive work — it is not draining, the store
+/// answers, and every queue worker it started still loops.
 #[utoipa::path(get, path = "/readyz", tag = "health",
-    responses((status = 200, description = "ready", body = Object), (status = 503, description = "the store is unavailable", body = Problem)))]
+    responses((status = 200, description = "ready", body = Object), (status = 503, description = "the server is draining, the store is unavailable, or a queue worker ended", body = Problem)))]
 pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    // A load balancer stops sending to a draining server.
+    if state.drain.is_draining() {
+        return Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining",
+            "Server is shutting down",
+            "this server is draining its work before it exits",
+        )
+        .into_response();
+    }
+    let ended = state.health.workers_ended();
+    if ended > 0 {
+        return Problem::unavailable(format!(
+            "{ended} of this process's {} queue workers ended; queued work is not driven here (restart the process)",
+            state.workers
+        ))
+        .with(json!({"workers": state.workers, "workers_alive": state.health.workers_alive()}))
+        .into_response();
+    }
     match state.store.list_runs(1).await {
-        Ok(_) => Json(json!({"status": "ready"})).into_response(),
+        Ok(_) => Json(json!({"status": "ready", "workers": state.health.workers_alive()}))
+            .into_response(),
         Err(e) => {
             Problem::unavailable(format!("the run store does not answer: {e}")).into_response()
         }
@@ -204,7 +322,8 @@ async fn no_route() -> Problem {
 /// provider breaker openings shared through `store` (refreshed every
 /// [`DEFAULT_SHARED_BREAKERS_REFRESH`]), so that processes sharing one
 /// database stop calling a provider as soon as one of them opened its arm.
-/// The engine publishes them under a fresh [`state::node_id`].
+/// The engine publishes them, and names itself in claims, under a fresh
+/// opaque node id ([`rein_engine::run::Engine::node`]).
 ///
 /// [`DEFAULT_SHARED_BREAKERS_REFRESH`]: rein_engine::run::DEFAULT_SHARED_BREAKERS_REFRESH
 /// See [`bind_models`] for the gateway's model bindings.
@@ -231,53 +350,91 @@ pub fn build_engine(
         let env = |k: &str| std::env::var(k).ok();
         rein_engine::bind::bind_agent(&agents, name, &bind_client, &env).ok()
     });
+    // One opaque id names this process in claims and shared breaker
+    // openings, which answers may show; its PID and host stay in the log.
+    let node = uuid::Uuid::now_v7().simple().to_string();
     let mut builder = rein_engine::run::Engine::builder(store)
+        .node(node.clone())
         .http_client(client)
         .breakers(registry.breakers().clone())
         .claim_lease(settings.queue.lease)
         .claim_renewal(settings.reconciliation.heartbeat_interval)
         .agents(resolve)
         .tree_limits(limits)
-        .shared_breakers(
-            state::node_id(),
-            rein_engine::run::DEFAULT_SHARED_BREAKERS_REFRESH,
-        );
+        .shared_breakers(node, rein_engine::run::DEFAULT_SHARED_BREAKERS_REFRESH);
     if let Some(seed) = rng_seed {
         builder = builder.rng_seed(seed);
     }
     builder.build()
 }
 
-/// The API's routes over `state`.
+/// A POST route whose body must be `application/json` ([`media`]). The
+/// check sits on the method, so a POST to a route without one is still
+/// 405, not 415.
+fn post_json<H, T>(handler: H) -> axum::routing::MethodRouter<Arc<AppState>>
+where
+    H: axum::handler::Handler<T, Arc<AppState>>,
+    T: 'static,
+{
+    post(handler).route_layer(axum::middleware::from_fn(media::require_json))
+}
+
+/// The API's routes over `state`, behind the front door: outermost the
+/// access line and request id, then errors as problems (with OpenAI's
+/// member on the gateway), the `Host`/`Origin` guard, the refusal of new
+/// work while draining, CORS when configured, the body limit, and on each POST route the JSON
+/// requirement (`post_json`).
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.settings.body_limit;
-    Router::new()
-        .route("/v1/agents/{name}/runs", post(runs::create_run))
+    let routes = Router::new()
+        .route("/v1/agents/{name}/runs", post_json(runs::create_run))
         .route("/v1/runs/{id}", get(runs::get_run))
         .route("/v1/runs/{id}/events", get(events::get_events))
         .route("/v1/runs/{id}/ledger", get(runs::get_ledger))
         .route("/v1/runs/{id}/handoff", get(runs::get_handoff))
-        .route("/v1/runs/{id}/resume", post(runs::resume_run))
-        .route("/v1/runs/{id}/cancel", post(cancel::cancel_run))
-        .route("/v1/chat/completions", post(gateway::chat_completions))
+        .route("/v1/runs/{id}/resume", post_json(runs::resume_run))
+        .route("/v1/runs/{id}/cancel", post_json(cancel::cancel_run))
+        .route("/v1/chat/completions", post_json(gateway::chat_completions))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi))
         .fallback(no_route)
-        .layer(DefaultBodyLimit::max(limit))
+        // Layers run outside in: the last added sees the request first.
+        .layer(DefaultBodyLimit::max(limit));
+    let routes = match &state.settings.cors {
+        Some(cors) => routes.layer(exposure::cors_layer(cors)),
+        None => routes,
+    };
+    routes
+        // Inside the guard and the access line: a refusal while draining
+        // is logged and shaped like every other answer.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            drain::refuse_new_work,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            exposure::guard,
+        ))
         .layer(axum::middleware::map_response(
             problem::plain_errors_as_problems,
         ))
+        .layer(axum::middleware::from_fn(access::record))
         .with_state(state)
 }
 
 /// Serves the API on `listener` with `state.workers` queue workers, until
-/// `shutdown` resolves.
+/// `shutdown` resolves; then drains ([`drain`]): new work is refused, the
+/// work in flight gets `server.shutdown_grace` to finish, what is left is
+/// interrupted and handed on, and connections close after their last
+/// response. Connections are served within `server.limits`
+/// ([`connections`]).
 ///
 /// # Errors
 ///
-/// When the listener fails.
+/// None today: a failing `accept` is logged and retried (the signature
+/// keeps room for a listener that cannot recover).
 pub async fn serve(
     state: Arc<AppState>,
     listener: tokio::net::TcpListener,
@@ -300,16 +457,46 @@ pub async fn serve(
         }
     }
     let _stop = Stop(background);
-    use axum::serve::ListenerExt;
-    // Nagle plus delayed ACK would stall every streamed event by ~40 ms.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::warn!("cannot set TCP_NODELAY: {e}");
-        }
-    });
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
+    // `router` refuses new work while draining (`drain::refuse_new_work`).
+    let app = router(state.clone()).layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+        state.settings.limits.body_timeout,
+    ));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let stop_accepting = tokio_util::sync::CancellationToken::new();
+    let draining = async {
+        shutdown.await;
+        let began = tokio::time::Instant::now();
+        let drained = drain::drain_work(&state).await;
+        stop_accepting.cancel();
+        (began, drained)
+    };
+    let accepting = connections::accept(
+        &state,
+        &listener,
+        &app,
+        &graceful,
+        stop_accepting.cancelled(),
+    );
+    let ((), (began, drained)) = tokio::join!(accepting, draining);
+    drop(listener);
+    state.drain.close();
+    let grace_left = state
+        .settings
+        .shutdown_grace
+        .saturating_sub(began.elapsed())
+        .max(drain::CLOSE_WAIT);
+    let open = graceful.count();
+    if tokio::time::timeout(grace_left, graceful.shutdown())
         .await
+        .is_err()
+    {
+        tracing::warn!(
+            connections = open,
+            "connections still busy at the end of the grace were closed"
+        );
+    }
+    tracing::info!("{}", drained.summary(began.elapsed()));
+    Ok(())
 }
 
 /// The `[models.*]` bindings the gateway answers, built once (their

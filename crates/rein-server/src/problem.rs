@@ -34,6 +34,29 @@ pub struct Problem {
     #[serde(skip)]
     #[schema(ignore)]
     pub retry_after: Option<u32>,
+    /// The challenge of a 401, sent as `WWW-Authenticate` (RFC 6750).
+    #[serde(skip)]
+    #[schema(ignore)]
+    pub challenge: Option<Challenge>,
+}
+
+/// What a 401 says about the bearer key (RFC 6750 §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Challenge {
+    /// No bearer key was presented (or another scheme): the realm only.
+    Missing,
+    /// A bearer key was presented and is not valid: `invalid_token`.
+    InvalidToken,
+}
+
+impl Challenge {
+    /// The `WWW-Authenticate` value.
+    pub fn header_value(self) -> &'static str {
+        match self {
+            Challenge::Missing => r#"Bearer realm="rein""#,
+            Challenge::InvalidToken => r#"Bearer realm="rein", error="invalid_token""#,
+        }
+    }
 }
 
 impl Problem {
@@ -46,6 +69,7 @@ impl Problem {
             detail: detail.into(),
             extra: None,
             retry_after: None,
+            challenge: None,
         }
     }
 
@@ -65,14 +89,16 @@ impl Problem {
         )
     }
 
-    /// 401: no valid API key.
-    pub fn unauthorized(detail: impl Into<String>) -> Problem {
-        Problem::new(
+    /// 401: no valid API key, with the `WWW-Authenticate` `challenge`.
+    pub fn unauthorized(detail: impl Into<String>, challenge: Challenge) -> Problem {
+        let mut problem = Problem::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             "Unauthorized",
             detail,
-        )
+        );
+        problem.challenge = Some(challenge);
+        problem
     }
 
     /// 404: unknown, or another tenant's (indistinguishable on purpose).
@@ -150,8 +176,16 @@ pub async fn plain_errors_as_problems(
         .headers()
         .get(header::CONTENT_TYPE)
         .is_some_and(|ct| ct.as_bytes().starts_with(b"application/problem+json"));
-    if !(status.is_client_error() || status.is_server_error()) || is_problem {
+    if !(status.is_client_error() || status.is_server_error()) {
         return response;
+    }
+    let openai = OPENAI_ROUTES.contains(&uri.path());
+    if is_problem {
+        return if openai {
+            with_openai_error(response).await
+        } else {
+            response
+        };
     }
     let (mut parts, body) = response.into_parts();
     // axum's rejections are one short line.
@@ -177,7 +211,66 @@ pub async fn plain_errors_as_problems(
     parts.headers.remove(header::CONTENT_LENGTH);
     let (problem_parts, body) = problem.into_parts();
     parts.headers.extend(problem_parts.headers);
-    Response::from_parts(parts, body)
+    let response = Response::from_parts(parts, body);
+    if openai {
+        with_openai_error(response).await
+    } else {
+        response
+    }
+}
+
+/// The routes that answer like OpenAI's API, whose errors carry OpenAI's
+/// `error` member beside the problem's own.
+///
+/// NOTE: `crate::router` routes the gateway under this path.
+pub const OPENAI_ROUTES: [&str; 1] = ["/v1/chat/completions"];
+
+/// The largest problem body [`with_openai_error`] reads.
+const MAX_PROBLEM_BYTES: usize = 64 * 1024;
+
+/// OpenAI's `error` member for `problem`: its `message` is the detail, its
+/// `type` what OpenAI's SDKs map the status to, its `code` the problem
+/// kind, its `param` the problem's `field`.
+pub fn openai_error(problem: &serde_json::Value) -> serde_json::Value {
+    let status = problem["status"].as_u64().unwrap_or(500);
+    let kind = match status {
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        429 => "rate_limit_error",
+        400..=499 => "invalid_request_error",
+        _ => "server_error",
+    };
+    let code = problem["type"]
+        .as_str()
+        .and_then(|t| t.rsplit('/').next())
+        .map(|k| k.replace('-', "_"));
+    serde_json::json!({
+        "message": problem["detail"],
+        "type": kind,
+        "param": problem.get("field").cloned().unwrap_or(serde_json::Value::Null),
+        "code": code,
+    })
+}
+
+/// `response` (a problem) with an OpenAI `error` member, unless it has
+/// one: what the gateway's clients read from every error, whether the
+/// gateway, the router or a guard before it answered.
+async fn with_openai_error(response: Response) -> Response {
+    let (mut parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, MAX_PROBLEM_BYTES)
+        .await
+        .unwrap_or_default();
+    let mut problem: serde_json::Value = match serde_json::from_slice(&bytes) {
+        Ok(serde_json::Value::Object(map)) => serde_json::Value::Object(map),
+        _ => return Response::from_parts(parts, axum::body::Body::from(bytes)),
+    };
+    if problem.get("error").is_none() {
+        problem["error"] = openai_error(&problem);
+    }
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let body = serde_json::to_vec(&problem).unwrap_or_default();
+    Response::from_parts(parts, axum::body::Body::from(body))
 }
 
 impl IntoResponse for Problem {
@@ -198,6 +291,12 @@ impl IntoResponse for Problem {
             && let Ok(value) = HeaderValue::from_str(&secs.to_string())
         {
             response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+        if let Some(challenge) = self.challenge {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(challenge.header_value()),
+            );
         }
         response
     }
@@ -238,5 +337,84 @@ mod tests {
         assert_eq!(down.status, 503);
         let broken = Problem::from(StoreError::Backend("disk".into()));
         assert_eq!(broken.status, 500);
+    }
+
+    #[test]
+    fn a_401_challenges_for_a_bearer_key_and_says_when_one_was_wrong() {
+        let missing = Problem::unauthorized("no key", Challenge::Missing).into_response();
+        assert_eq!(missing.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            missing.headers()[header::WWW_AUTHENTICATE],
+            r#"Bearer realm="rein""#
+        );
+        let wrong = Problem::unauthorized("bad key", Challenge::InvalidToken).into_response();
+        assert_eq!(
+            wrong.headers()[header::WWW_AUTHENTICATE],
+            r#"Bearer realm="rein", error="invalid_token""#
+        );
+        let other = Problem::bad_request("x").into_response();
+        assert!(other.headers().get(header::WWW_AUTHENTICATE).is_none());
+    }
+
+    #[test]
+    fn openai_errors_carry_message_type_code_and_param() {
+        let problem = serde_json::to_value(
+            Problem::bad_request("`model` is empty").with(serde_json::json!({"field": "/model"})),
+        )
+        .unwrap();
+        assert_eq!(
+            openai_error(&problem),
+            serde_json::json!({"message": "`model` is empty", "type": "invalid_request_error",
+                               "param": "/model", "code": "bad_request"})
+        );
+        let unauthorized =
+            serde_json::to_value(Problem::unauthorized("no", Challenge::Missing)).unwrap();
+        assert_eq!(openai_error(&unauthorized)["type"], "authentication_error");
+        let media =
+            serde_json::to_value(crate::media::unsupported(&axum::http::HeaderMap::new())).unwrap();
+        let error = openai_error(&media);
+        assert_eq!(
+            (error["type"].as_str(), error["code"].as_str()),
+            (
+                Some("invalid_request_error"),
+                Some("unsupported_media_type")
+            )
+        );
+        assert_eq!(error["param"], serde_json::Value::Null);
+    }
+
+    #[tokio::test]
+    async fn router_errors_on_the_gateway_route_get_the_openai_member_and_others_do_not() {
+        let plain = || (StatusCode::METHOD_NOT_ALLOWED, "").into_response();
+        let uri: axum::http::Uri = "/v1/chat/completions".parse().unwrap();
+        let response = plain_errors_as_problems(axum::http::Method::GET, uri, plain()).await;
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(value["status"], 405, "{value}");
+        assert_eq!(value["error"]["type"], "invalid_request_error", "{value}");
+        assert!(
+            value["error"]["message"].as_str().unwrap().contains("GET"),
+            "{value}"
+        );
+        let uri: axum::http::Uri = "/v1/runs/x".parse().unwrap();
+        let response = plain_errors_as_problems(axum::http::Method::DELETE, uri, plain()).await;
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert!(value.get("error").is_none(), "{value}");
+        // A problem the gateway already shaped keeps its own member.
+        let shaped = Problem::bad_request("x")
+            .with(serde_json::json!({"error": {"message": "x", "type": "invalid_request_error", "code": "mine"}}))
+            .into_response();
+        let uri: axum::http::Uri = "/v1/chat/completions".parse().unwrap();
+        let response = plain_errors_as_problems(axum::http::Method::POST, uri, shaped).await;
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(value["error"]["code"], "mine");
     }
 }

@@ -14,10 +14,10 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rein_core::outcome::RunReport;
-use rein_core::{Event, EventKind, Outcome, RunId};
-use rein_store::{Lease, LeaseKind, RunRecord, RunStatus, StatusChange, StepCommit};
-use serde_json::{Value, json};
+use rein_core::{EventKind, Outcome, RunId};
+use rein_engine::run::{Closing, End};
+use rein_store::{Lease, LeaseKind, RunRecord, RunStatus};
+use serde_json::Value;
 
 use crate::state::AppState;
 
@@ -52,9 +52,13 @@ pub async fn running(state: &AppState, limit: usize) -> Vec<RunRecord> {
 pub struct Standing {
     /// Whether it was accepted as queued work.
     pub enqueued: bool,
+    /// Whether its last process handed it on (`run_interrupted` after its
+    /// last start or resume): it waits to be resumed, not to be closed.
+    pub handed_on: bool,
     /// Its claim, if any.
     pub claim: Option<Lease>,
-    /// How many times it was resumed.
+    /// How many times it was resumed after its process died (resumes of a
+    /// run a drain handed on do not count).
     pub resumes: u32,
 }
 
@@ -65,13 +69,32 @@ pub async fn standing(state: &AppState, run_id: &RunId) -> Option<Standing> {
         .iter()
         .find(|e| e.kind == EventKind::RunStarted)
         .is_some_and(|e| e.data["enqueued"] == Value::Bool(true));
-    let resumes = u32::try_from(
-        events
-            .iter()
-            .filter(|e| e.kind == EventKind::RunResumed)
-            .count(),
-    )
-    .unwrap_or(u32::MAX);
+    let handed_on = events
+        .iter()
+        .rev()
+        .find(|e| {
+            matches!(
+                e.kind,
+                EventKind::RunStarted | EventKind::RunResumed | EventKind::RunInterrupted
+            )
+        })
+        .is_some_and(|e| e.kind == EventKind::RunInterrupted);
+    // A resume after a drain handed the run on is not a death of its
+    // worker: rolling restarts must not dead-letter work.
+    let mut resumes = 0u32;
+    let mut after_hand_on = false;
+    for e in &events {
+        match e.kind {
+            EventKind::RunInterrupted => after_hand_on = true,
+            EventKind::RunResumed => {
+                if !after_hand_on {
+                    resumes = resumes.saturating_add(1);
+                }
+                after_hand_on = false;
+            }
+            _ => {}
+        }
+    }
     let claim = state
         .store
         .leases_of_run(run_id)
@@ -81,115 +104,50 @@ pub async fn standing(state: &AppState, run_id: &RunId) -> Option<Standing> {
         .find(|l| l.kind == LeaseKind::Run);
     Some(Standing {
         enqueued,
+        handed_on,
         claim,
         resumes,
     })
 }
 
-/// How a run is closed from outside the process that would drive it.
-pub struct Closing<'a> {
-    /// The final outcome.
-    pub outcome: Outcome,
-    /// The report's summary.
-    pub summary: String,
-    /// What to do next.
-    pub recommendation: &'a str,
-    /// Whether a retry can proceed without repeating effects.
-    pub recoverable: bool,
-    /// Events before the terminal `run_finished`, as (kind, data).
-    pub events: Vec<(EventKind, Value)>,
-    /// Applies only if the run is still in this status.
-    pub expect: Option<RunStatus>,
+/// Whether `claim`'s owner is provably gone: a process of this host that
+/// no longer runs (an owner elsewhere is alive until its lease says
+/// otherwise).
+pub fn owner_is_dead(claim: &Lease) -> bool {
+    rein_engine::lease::Owner::parse(&claim.owner).is_some_and(|o| o.is_local() && !o.is_alive())
 }
 
-/// Ends `record` from outside (never started, or its owner is gone): its
-/// final status and report, its events and the terminal `run_finished`
-/// every stream waits for, in one commit.
+/// Ends `record` from outside (never started, or its owner is gone) with
+/// `closing`: its report derived from its ledger as it stands, its events
+/// and the terminal `run_finished` every stream waits for, in one commit
+/// (see [`rein_engine::run::close_run`]).
 ///
 /// # Errors
 ///
-/// The store's refusal, e.g. `Conflict` when `expect` no longer holds.
+/// The store's refusal, e.g. `Conflict` when `closing.expect` no longer
+/// holds.
 pub async fn close(
     state: &AppState,
     record: &RunRecord,
-    closing: Closing<'_>,
-) -> Result<(), rein_store::StoreError> {
-    let at_ms = now_ms();
-    // What the run had consumed by its last checkpoint is what it cost: a
-    // run closed from outside still reports it (never zero for a run that
-    // worked for a while).
-    let consumed = match state.store.latest_checkpoint(&record.run_id).await {
-        Ok(Some(checkpoint)) => checkpoint.consumed,
-        _ => rein_core::deadline::Usage::default(),
-    };
-    let report = RunReport {
-        outcome: closing.outcome,
-        completed: Vec::new(),
-        incomplete: Vec::new(),
-        recoverable: closing.recoverable,
-        recommendation: closing.recommendation.to_owned(),
-        summary: closing.summary,
-        answer: None,
-        consumed,
-        elapsed_ms: at_ms.saturating_sub(record.created_at_ms),
-        steps: consumed.steps,
-        models: Vec::new(),
-        compensations: Vec::new(),
-        handoff: None,
-        resume: None,
-    };
-    let event = |kind: EventKind, data: Value| Event {
-        run_id: record.run_id.clone(),
-        seq: 0,
-        step: 0,
-        intent_id: None,
-        attempt_id: None,
-        idempotency_key: None,
-        at_ms,
-        kind,
-        data,
-    };
-    let mut events: Vec<Event> = closing
-        .events
-        .into_iter()
-        .map(|(kind, data)| event(kind, data))
-        .collect();
-    events.push(event(
-        EventKind::RunFinished,
-        json!({"outcome": closing.outcome, "steps": consumed.steps}),
-    ));
-    let commit = StepCommit {
-        status: Some(StatusChange {
-            status: RunStatus::Finished(closing.outcome),
-            report: Some(report),
-            at_ms,
-        }),
-        events,
-        expect_status: closing.expect,
-        ..StepCommit::default()
-    };
-    state
-        .store
-        .commit_step(&record.run_id, commit)
-        .await
-        .map(|_| ())
+    closing: Closing,
+) -> Result<rein_core::RunReport, rein_store::StoreError> {
+    rein_engine::run::close_run(state.store.as_ref(), record, closing, now_ms()).await
 }
 
-/// Ends a run from outside with `error_type` (`orphaned`, `dead_letter`).
+/// Ends a running run from outside with `error_type` (`orphaned`,
+/// `dead_letter`), `failed`; its report lists what its ledger says it did.
 pub async fn fail(state: &AppState, record: &RunRecord, error_type: &str, why: String) -> bool {
     let closing = Closing {
         outcome: Outcome::Failed,
-        summary: format!("The run ended failed ({error_type}): {why}."),
-        recommendation: "check the run's ledger (rein reconcile settles records in doubt), then submit the task again if needed",
-        recoverable: false,
-        events: vec![(
-            EventKind::RunFailed,
-            json!({"error_type": error_type, "reason": why}),
-        )],
+        end: End::Closed {
+            error_type: Some(error_type.to_owned()),
+            reason: why.clone(),
+        },
+        events: Vec::new(),
         expect: Some(RunStatus::Running),
     };
     match close(state, record, closing).await {
-        Ok(()) => {
+        Ok(_) => {
             tracing::warn!(run = %record.run_id, error_type, "{why}");
             true
         }
@@ -213,7 +171,8 @@ pub async fn scan_orphans(state: &Arc<AppState>) -> usize {
         let Some(standing) = standing(state, &record.run_id).await else {
             continue;
         };
-        if standing.enqueued || state.engine.is_live(&record.run_id) {
+        // Handed on by a draining server: resumed by a worker, not closed.
+        if standing.enqueued || standing.handed_on || state.engine.is_live(&record.run_id) {
             continue;
         }
         // The last heartbeat: when the claim was last renewed (its expiry

@@ -145,7 +145,8 @@ pub struct RunView {
 }
 
 impl RunView {
-    fn of(record: RunRecord) -> RunView {
+    /// The view of `record` (children not filled in).
+    pub fn of(record: RunRecord) -> RunView {
         let consumed = record
             .report
             .as_ref()
@@ -174,7 +175,7 @@ pub fn location(run_id: &RunId) -> String {
 fn lower(agent: &mut AgentBinding, o: &BudgetOverrides) -> Result<(), Problem> {
     let field = |name: &str, e: rein_core::ConfigError| {
         Problem::bad_request(format!("budgets.{name}: {e}"))
-            .with(json!({"field": format!("budgets.{name}")}))
+            .with(json!({"field": crate::pointer::of_keys(&["budgets", name])}))
     };
     let current = agent.budget;
     let wall = match o.wall_clock_ms {
@@ -231,14 +232,47 @@ fn lower(agent: &mut AgentBinding, o: &BudgetOverrides) -> Result<(), Problem> {
 /// Parses a submission body, naming the offending field.
 fn parse(body: &[u8]) -> Result<CreateRun, Problem> {
     let mut de = serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize::<_, CreateRun>(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        Problem::bad_request(format!(
-            "the body is not a valid run submission: {path}: {}",
-            e.inner()
-        ))
-        .with(json!({"field": path}))
-    })
+    serde_path_to_error::deserialize::<_, CreateRun>(&mut de)
+        .map_err(|e| invalid_body("a valid run submission", e.path(), e.inner()))
+}
+
+/// The 400 of a body that does not deserialize: `field` is the JSON
+/// pointer to the offending member, or absent when none can be named.
+pub fn invalid_body(
+    expected: &str,
+    path: &serde_path_to_error::Path,
+    error: &serde_json::Error,
+) -> Problem {
+    let problem = Problem::bad_request(match crate::pointer::of_path(path) {
+        Some(pointer) => format!("the body is not {expected}: at {pointer}: {error}"),
+        None => format!("the body is not {expected}: {error}"),
+    });
+    match crate::pointer::of_path(path) {
+        Some(pointer) => problem.with(json!({"field": pointer})),
+        None => problem,
+    }
+}
+
+/// The body of a POST that takes none (cancel, resume): empty, or `{}`.
+/// It is still `application/json` ([`crate::media`]).
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoBody {}
+
+/// Checks the body of a POST that takes none.
+///
+/// # Errors
+///
+/// 413 over the body limit; 400 for anything but nothing or `{}`.
+pub fn no_body(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<(), Problem> {
+    let body = raw_body(state, body)?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(());
+    }
+    let mut de = serde_json::Deserializer::from_slice(&body);
+    serde_path_to_error::deserialize::<_, NoBody>(&mut de)
+        .map(|_| ())
+        .map_err(|e| invalid_body("empty or `{}`", e.path(), e.inner()))
 }
 
 /// A finished response, kept whole so an idempotent submission can store
@@ -276,14 +310,60 @@ impl IntoResponse for Answer {
 }
 
 /// A request's raw body (its bytes are the idempotency fingerprint), or
-/// the problem: 413 over the body limit, 400 otherwise.
+/// the problem: 408 when it stopped arriving for `server.limits.body_timeout`,
+/// 413 over the body limit, 400 otherwise.
 pub fn raw_body(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Bytes, Problem> {
     match body {
         Ok(b) => Ok(b),
+        Err(BytesRejection::FailedToBufferBody(e)) if is_body_timeout(&e) => {
+            state.connections.on_body_timeout();
+            let timeout = state.settings.limits.body_timeout;
+            Err(Problem::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body-timeout",
+                "Request body too slow",
+                format!(
+                    "the request body stopped arriving for {} ms (server.limits.body_timeout)",
+                    timeout.as_millis()
+                ),
+            ))
+        }
         Err(BytesRejection::FailedToBufferBody(_)) => {
             Err(Problem::too_large(state.settings.body_limit))
         }
         Err(e) => Err(Problem::bad_request(e.to_string())),
+    }
+}
+
+/// Whether a body read failed because the body stopped arriving
+/// (`tower_http`'s body timeout), anywhere in the error's chain.
+fn is_body_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(error) = cause {
+        if error.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
+}
+
+/// A run a draining server handed on before it ended: 202 with its
+/// location, like queued work (another server continues it), so a caller
+/// follows it instead of losing it with the connection.
+fn handed_on(record: RunRecord, metadata: Option<serde_json::Map<String, Value>>) -> Answer {
+    let run_id = record.run_id.clone();
+    let mut view = json!(RunView::of(record));
+    view["metadata"] = metadata.map_or(Value::Null, Value::Object);
+    view["handed_on"] = json!({
+        "reason": "the server that ran it is shutting down; it stopped at a safe point",
+        "next": "another server on the same store resumes it at once; follow its Location",
+    });
+    Answer {
+        status: StatusCode::ACCEPTED,
+        body: serde_json::to_vec(&view).unwrap_or_default(),
+        location: Some(location(&run_id)),
+        headers: Vec::new(),
     }
 }
 
@@ -299,12 +379,13 @@ pub fn raw_body(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result
     request_body = CreateRun,
     responses(
         (status = 200, description = "sync: the run ended; its outcome and report", body = RunView),
-        (status = 202, description = "queued: the run is recorded; poll its Location", body = RunView,
+        (status = 202, description = "queued: the run is recorded; poll its Location (also a sync run the server handed on while draining)", body = RunView,
          headers(("Location" = String, description = "The run"))),
         (status = 400, description = "invalid body or idempotency key", body = Problem),
         (status = 401, description = "missing or invalid API key", body = Problem),
         (status = 404, description = "unknown agent", body = Problem),
         (status = 409, description = "the same Idempotency-Key is still in progress", body = Problem),
+        (status = 408, description = "the body stopped arriving (server.limits.body_timeout)", body = Problem),
         (status = 413, description = "body over the limit", body = Problem),
         (status = 422, description = "the same Idempotency-Key with another request", body = Problem),
         (status = 501, description = "Idempotency-Key sent while idempotency is disabled", body = Problem),
@@ -327,16 +408,38 @@ pub async fn create_run(
         Ok(key) => key,
         Err(problem) => return problem.into_response(),
     };
+    // The run's id is known before anything runs: a sync submission's
+    // reservation names it, so a retry after this process died answers
+    // from that run.
+    let run_id = match crate::state::new_run_id() {
+        Ok(id) => id,
+        Err(problem) => return problem.into_response(),
+    };
     // Its own task: a client that hangs up abandons neither the run
     // half-way through its side effects nor the idempotency record.
     let task = tokio::spawn(async move {
         match key {
-            None => submit(state, tenant, name, body).await.into_response(),
+            None => submit(state, tenant, name, body, run_id)
+                .await
+                .into_response(),
             Some(key) => {
+                // A queued submission is reserved, enqueued and answered
+                // in one write; anything else runs under the reservation.
+                if let Some(queued) = prepare_queued(&state, &tenant, &name, &body, &run_id) {
+                    return submit_queued_keyed(&state, &tenant, &key, &path, &body, queued).await;
+                }
                 let (s, t, n, b) = (state.clone(), tenant.clone(), name, body.clone());
-                idempotency::guarded(&state, &tenant, &key, "POST", &path, &body, move || {
-                    submit(s, t, n, b)
-                })
+                let run = Some(run_id.clone());
+                idempotency::guarded_run(
+                    &state,
+                    &tenant,
+                    &key,
+                    "POST",
+                    &path,
+                    &body,
+                    run,
+                    move || submit(s, t, n, b, run_id),
+                )
                 .await
             }
         }
@@ -347,12 +450,119 @@ pub async fn create_run(
     }
 }
 
-/// Executes a submission: the part an idempotency key guards.
+/// A queued submission ready to be stored in one write: its run and the
+/// answer naming it.
+struct Queued {
+    run: rein_store::NewRun,
+    answer: Answer,
+}
+
+/// The run and answer of a valid queued submission of agent `name`;
+/// `None` for any other body (sync, or invalid: it runs under the
+/// reservation, which answers a replay or a mismatch before the problem).
+fn prepare_queued(
+    state: &AppState,
+    tenant: &rein_core::TenantId,
+    name: &str,
+    body: &[u8],
+    run_id: &RunId,
+) -> Option<Queued> {
+    let request = parse(body).ok().filter(|r| r.mode == Mode::Queued)?;
+    let mut agent = state.bind(name).ok()?;
+    if let Some(o) = &request.budgets {
+        lower(&mut agent, o).ok()?;
+    }
+    Some(Queued {
+        run: state.engine.queued_run(
+            &agent,
+            tenant.clone(),
+            request.input.clone(),
+            Some(run_id.clone()),
+        ),
+        answer: queued_answer(&agent.name, run_id, request.metadata),
+    })
+}
+
+/// The 202 of a queued run: built from what is in hand, so that once the
+/// run is queued nothing can fail the answer.
+fn queued_answer(
+    agent: &str,
+    run_id: &RunId,
+    metadata: Option<serde_json::Map<String, Value>>,
+) -> Answer {
+    let now = crate::recovery::now_ms();
+    let mut view = json!(RunView {
+        run_id: run_id.to_string(),
+        agent: agent.to_owned(),
+        status: "queued".into(),
+        report: None,
+        consumed: Value::Null,
+        parent_run_id: None,
+        children: Vec::new(),
+        created_at_ms: now,
+        updated_at_ms: now,
+    });
+    view["metadata"] = metadata.map_or(Value::Null, Value::Object);
+    Answer {
+        status: StatusCode::ACCEPTED,
+        body: serde_json::to_vec(&view).unwrap_or_default(),
+        location: Some(location(run_id)),
+        headers: Vec::new(),
+    }
+}
+
+/// A queued submission under `key`: the reservation, the run and the
+/// answer in one store write ([`rein_store::Store::submit_queued`]), so a
+/// process killed at any moment leaves either all three or nothing.
+async fn submit_queued_keyed(
+    state: &Arc<AppState>,
+    tenant: &rein_core::TenantId,
+    key: &str,
+    path: &str,
+    body: &[u8],
+    queued: Queued,
+) -> Response {
+    let print = idempotency::fingerprint("POST", path, body);
+    let holder = rein_store::Holder {
+        owner: idempotency::holder_id(),
+        run_id: Some(queued.run.run_id.clone()),
+    };
+    let reservation = idempotency::new_reservation(state, tenant, key, print, holder);
+    let stored = rein_store::StoredResponse {
+        status: queued.answer.status.as_u16(),
+        content_type: Some("application/json".to_owned()),
+        location: queued.answer.location.clone(),
+        body: queued.answer.body.clone(),
+    };
+    match state
+        .store
+        .submit_queued(reservation, queued.run, stored)
+        .await
+    {
+        Ok(rein_store::Reservation::Reserved) => {
+            state.queue.notify_one();
+            queued.answer.into_response()
+        }
+        // A record left in progress by an earlier release of rein.
+        Ok(rein_store::Reservation::InProgress(record)) => {
+            match crate::submission::resolve_in_progress(state, &record, body).await {
+                crate::submission::Resolved::Answer(response) => response,
+                crate::submission::Resolved::Released => idempotency::in_progress(),
+            }
+        }
+        Ok(other) => idempotency::decided(other),
+        Err(e) => Problem::from(e).into_response(),
+    }
+}
+
+/// Executes a submission: the part an idempotency key guards. The run gets
+/// `run_id`.
 async fn submit(
     state: Arc<AppState>,
     tenant: rein_core::TenantId,
     name: String,
     body: Bytes,
+    run_id: RunId,
 ) -> Result<Answer, Problem> {
     let request = parse(&body)?;
     let mut agent = state.bind(&name)?;
@@ -363,35 +573,13 @@ async fn submit(
         Mode::Queued => {
             let run_id = state
                 .engine
-                .enqueue(&agent, tenant, request.input, None)
+                .enqueue(&agent, tenant, request.input, Some(run_id))
                 .await
                 .map_err(engine_problem)?;
             state.queue.notify_one();
-            // Built from what is in hand: once the run is queued, nothing
-            // may fail this answer (a failure would release the key and
-            // let a retry queue a second run).
-            let now = crate::recovery::now_ms();
-            let mut view = json!(RunView {
-                run_id: run_id.to_string(),
-                agent: agent.name.clone(),
-                status: "queued".into(),
-                report: None,
-                consumed: Value::Null,
-                parent_run_id: None,
-                children: Vec::new(),
-                created_at_ms: now,
-                updated_at_ms: now,
-            });
-            view["metadata"] = request.metadata.map_or(Value::Null, Value::Object);
-            Ok(Answer {
-                status: StatusCode::ACCEPTED,
-                body: serde_json::to_vec(&view).unwrap_or_default(),
-                location: Some(location(&run_id)),
-                headers: Vec::new(),
-            })
+            Ok(queued_answer(&agent.name, &run_id, request.metadata))
         }
         Mode::Sync => {
-            let run_id = crate::state::new_run_id()?;
             let out = state
                 .engine
                 .run(
@@ -411,6 +599,9 @@ async fn submit(
                 .get_run(&out.run_id)
                 .await?
                 .ok_or_else(|| Problem::internal("the finished run vanished"))?;
+            if out.interrupted {
+                return Ok(handed_on(record, request.metadata));
+            }
             let mut view = json!(RunView::of(record));
             view["metadata"] = request.metadata.map_or(Value::Null, Value::Object);
             Ok(Answer {
@@ -511,13 +702,13 @@ pub async fn get_ledger(
     Ok(Json(json!({"run_id": record.run_id, "records": ledger})))
 }
 
-/// The handoff package of a run automation had to stop.
+/// The handoff package of a run any of whose records awaits a human.
 #[utoipa::path(
     get, path = "/v1/runs/{id}/handoff", tag = "runs",
     params(("id" = String, Path, description = "The run")),
     responses((status = 200, description = "The handoff package", body = Object),
               (status = 401, description = "missing or invalid API key", body = Problem),
-              (status = 404, description = "unknown run, or it has no handoff", body = Problem)),
+              (status = 404, description = "unknown run, or none of its records awaits a human", body = Problem)),
     security(("bearer" = []))
 )]
 pub async fn get_handoff(
@@ -526,13 +717,18 @@ pub async fn get_handoff(
     Segment(id): Segment,
 ) -> Result<Json<Value>, Problem> {
     let record = owned(&state, &tenant, &id).await?;
-    match record.report.and_then(|r| r.handoff) {
+    // From the ledger as it stands: a record the reconciler handed to a
+    // human after the run ended has a package, whatever the stored report
+    // said when it was written.
+    let ledger = rein_engine::run::tree_records(state.store.as_ref(), &record.run_id).await?;
+    let fresh = rein_engine::run::revise(state.store.as_ref(), &record, &ledger).await?;
+    match fresh.or(record.report).and_then(|r| r.handoff) {
         Some(handoff) => Ok(Json(json!(handoff))),
         None => Err(Problem::new(
             StatusCode::NOT_FOUND,
             "no-handoff",
             "No handoff",
-            format!("run {id} was not handed to a human"),
+            format!("none of run {id}'s records awaits a human"),
         )),
     }
 }
@@ -541,7 +737,9 @@ pub async fn get_handoff(
 #[utoipa::path(
     post, path = "/v1/runs/{id}/resume", tag = "runs",
     params(("id" = String, Path, description = "The run")),
+    request_body(content = NoBody, description = "Nothing: an empty body or `{}`, sent as `application/json`"),
     responses((status = 200, description = "The resumed run ended", body = RunView),
+              (status = 400, description = "a body other than nothing or `{}`", body = Problem),
               (status = 401, description = "missing or invalid API key", body = Problem),
               (status = 404, description = "unknown run, or another tenant's", body = Problem),
               (status = 409, description = "the run cannot be resumed", body = Problem)),
@@ -551,7 +749,9 @@ pub async fn resume_run(
     State(state): State<Arc<AppState>>,
     Tenant(tenant): Tenant,
     Segment(id): Segment,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
+    no_body(&state, body)?;
     let record = owned(&state, &tenant, &id).await?;
     if record.status == RunStatus::Queued {
         return Err(Problem::new(
@@ -575,6 +775,9 @@ pub async fn resume_run(
         .map_err(|e| Problem::internal(format!("the resume's task failed: {e}")))?
         .map_err(engine_problem)?;
     let record = owned(&state, &tenant, out.run_id.as_str()).await?;
+    if out.interrupted {
+        return Ok(handed_on(record, None).into_response());
+    }
     Ok(Answer {
         status: StatusCode::OK,
         body: serde_json::to_vec(&RunView::of(record)).unwrap_or_default(),

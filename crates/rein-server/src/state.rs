@@ -36,6 +36,12 @@ pub struct AppState {
     pub node: String,
     /// The `[models.*]` bindings the gateway answers, by name.
     pub models: std::collections::BTreeMap<String, rein_engine::run::ModelBinding>,
+    /// Whether the queue workers still loop, for `/readyz`.
+    pub health: crate::readiness::Health,
+    /// Whether the server is draining ([`crate::drain`]).
+    pub drain: crate::drain::Drain,
+    /// The counters of its connections ([`crate::connections`]).
+    pub connections: crate::connections::Connections,
 }
 
 /// A node identity: this process on this host, unique per start.

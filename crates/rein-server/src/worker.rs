@@ -30,6 +30,10 @@ async fn queued(state: &AppState, limit: usize) -> Vec<RunRecord> {
 
 /// Drives one queued run to its end; false when another worker has it.
 async fn drive(state: &Arc<AppState>, record: RunRecord) -> bool {
+    // Sabotage (inert unless `REIN_PANIC_AT=queue_worker[@agent]` is set in
+    // a build with crash points): a panic outside the run's boundary, which
+    // ends this worker, so `/readyz` must say so.
+    rein_engine::crash::panic_point("queue_worker", &record.agent);
     let agent = match state.bind(&record.agent) {
         Ok(a) => a,
         Err(p) => {
@@ -71,24 +75,31 @@ async fn still_running(state: &AppState, run_id: &rein_core::RunId) -> bool {
     }
 }
 
-/// Takes over queued work whose owner stopped renewing its claim: resumes
-/// it from its checkpoint, or dead-letters it after `max_attempts`.
-/// False when there was none (or another worker won it).
+/// Takes over work whose owner is gone: queued work whose owner stopped
+/// renewing its claim or is a dead process of this host, and any root run
+/// a draining server handed on (sync runs included). Resumes it from its
+/// checkpoint, or dead-letters it after `max_attempts`. False when there
+/// was none (or another worker won it).
 async fn take_over(state: &Arc<AppState>) -> bool {
     let now = crate::recovery::now_ms();
     let max_attempts = state.settings.queue.max_attempts.get();
     for record in crate::recovery::running(state, 16).await {
-        if state.engine.is_live(&record.run_id) {
+        if state.engine.is_live(&record.run_id) || state.drain.is_draining() {
             continue;
         }
         let Some(standing) = crate::recovery::standing(state, &record.run_id).await else {
             continue;
         };
-        let stale = standing
+        // Without waiting for the lease when its owner provably stopped: a
+        // drain released the claim (none left), or the owner is a process
+        // of this host that is gone. The engine's claim checks again,
+        // atomically.
+        let abandoned = standing
             .claim
             .as_ref()
-            .is_none_or(|c| c.expires_at_ms <= now);
-        if !standing.enqueued || !stale {
+            .is_none_or(|c| c.expires_at_ms <= now || crate::recovery::owner_is_dead(c));
+        let ours = standing.enqueued || (standing.handed_on && record.parent_run_id.is_none());
+        if !ours || !abandoned {
             continue;
         }
         // NOTE: relies on the engine recording a run's end before it
@@ -120,7 +131,12 @@ async fn take_over(state: &Arc<AppState>) -> bool {
                 continue;
             }
         };
-        tracing::warn!(run = %record.run_id, attempt = attempts + 1, "taking over a run whose worker stopped");
+        let why = if standing.handed_on {
+            "taking over a run a draining server handed on"
+        } else {
+            "taking over a run whose worker stopped"
+        };
+        tracing::warn!(run = %record.run_id, attempt = attempts + 1, "{why}");
         match state
             .engine
             .resume_cancellable(&agent, &state.schemas, &record.run_id, None, None)
@@ -141,15 +157,24 @@ async fn take_over(state: &Arc<AppState>) -> bool {
 
 /// One worker: takes the oldest queued run, drives it, repeats; takes over
 /// abandoned queued work; sleeps until woken or [`IDLE_POLL`] when there
-/// is none.
+/// is none. Returns once the server drains: nothing new is picked, queued
+/// work stays queued for another server.
 pub async fn work(state: Arc<AppState>) {
+    // Counted as alive until this loop ends, however it ends (`/readyz`).
+    let _alive = state.health.worker_started();
     loop {
         let mut drove = false;
         for record in queued(&state, 8).await {
+            if state.drain.is_draining() {
+                return;
+            }
             if drive(&state, record).await {
                 drove = true;
                 break;
             }
+        }
+        if state.drain.is_draining() {
+            return;
         }
         if !drove {
             drove = take_over(&state).await;
@@ -158,6 +183,7 @@ pub async fn work(state: Arc<AppState>) {
             tokio::select! {
                 () = state.queue.notified() => {}
                 () = tokio::time::sleep(IDLE_POLL) => {}
+                () = state.drain.started() => return,
             }
         }
     }

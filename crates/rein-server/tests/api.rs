@@ -109,6 +109,9 @@ async fn start(options: Options) -> Api {
         queue: Notify::new(),
         node: rein_server::state::node_id(),
         models,
+        health: Default::default(),
+        drain: Default::default(),
+        connections: Default::default(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -215,10 +218,13 @@ async fn keys_are_required_and_tenants_see_only_their_runs() {
     let r = api
         .http
         .post(format!("{}{RUNS}", api.base))
+        .header("content-type", "application/json")
         .body(body.clone())
         .send()
         .await
         .unwrap();
+    // RFC 6750: the realm, and no error code when no key was presented.
+    assert_eq!(r.headers()["www-authenticate"], r#"Bearer realm="rein""#);
     problem(r, StatusCode::UNAUTHORIZED, "unauthorized").await;
     let r = api
         .post(RUNS, "wrong-key")
@@ -226,6 +232,10 @@ async fn keys_are_required_and_tenants_see_only_their_runs() {
         .send()
         .await
         .unwrap();
+    assert_eq!(
+        r.headers()["www-authenticate"],
+        r#"Bearer realm="rein", error="invalid_token""#
+    );
     problem(r, StatusCode::UNAUTHORIZED, "unauthorized").await;
 
     let r = api.post(RUNS, ACME).body(body).send().await.unwrap();
@@ -290,7 +300,7 @@ async fn bad_bodies_are_structured_400s_and_oversized_ones_413() {
         .await
         .unwrap();
     let p = problem(r, StatusCode::BAD_REQUEST, "bad-request").await;
-    assert_eq!(p["field"], "input", "{p}");
+    assert_eq!(p["field"], "/input", "{p}");
     let r = api
         .post(RUNS, ACME)
         .body(r#"{"input": "x", "mode": "later"}"#)
@@ -623,7 +633,7 @@ async fn inputs_the_api_fuzzer_found_are_answered_as_documented() {
         .await
         .unwrap();
     let p = problem(r, StatusCode::BAD_REQUEST, "bad-request").await;
-    assert_eq!(p["field"], "budgets.max_steps", "{p}");
+    assert_eq!(p["field"], "/budgets/max_steps", "{p}");
     // Cost limits outside [one micro-dollar, 1e12], as documented.
     for usd in ["0.0000001", "1e13"] {
         let r = api
@@ -635,7 +645,7 @@ async fn inputs_the_api_fuzzer_found_are_answered_as_documented() {
             .await
             .unwrap();
         let p = problem(r, StatusCode::BAD_REQUEST, "bad-request").await;
-        assert_eq!(p["field"], "budgets.max_cost_usd", "{p}");
+        assert_eq!(p["field"], "/budgets/max_cost_usd", "{p}");
     }
     // Metadata is an object, as documented.
     let r = api
@@ -645,7 +655,7 @@ async fn inputs_the_api_fuzzer_found_are_answered_as_documented() {
         .await
         .unwrap();
     let p = problem(r, StatusCode::BAD_REQUEST, "bad-request").await;
-    assert_eq!(p["field"], "metadata", "{p}");
+    assert_eq!(p["field"], "/metadata", "{p}");
     let r = api
         .post(RUNS, ACME)
         .body(r#"{"input": "x", "mode": "queued", "metadata": {"ticket": 7}}"#)
@@ -683,6 +693,64 @@ async fn the_routers_own_errors_are_problems_too() {
     assert_eq!(r.headers()["allow"], "GET,HEAD");
     let p = problem(r, StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed").await;
     assert!(p["detail"].as_str().unwrap().contains("DELETE"), "{p}");
+    // A POST to a route without one is 405 too, whatever its body (the
+    // fuzzer found it answered 415).
+    let r = api
+        .http
+        .post(format!("{}/healthz", api.base))
+        .send()
+        .await
+        .unwrap();
+    problem(r, StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed").await;
+    // Router-level errors on the gateway carry OpenAI's member.
+    let r = api
+        .http
+        .get(format!("{}/v1/chat/completions", api.base))
+        .send()
+        .await
+        .unwrap();
+    let p = problem(r, StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed").await;
+    assert_eq!(p["error"]["type"], "invalid_request_error", "{p}");
+    let r = api
+        .http
+        .post(format!("{}/v1/chat/completions", api.base))
+        .header("content-type", "text/plain")
+        .body("hi")
+        .send()
+        .await
+        .unwrap();
+    let p = problem(
+        r,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported-media-type",
+    )
+    .await;
+    assert_eq!(p["error"]["code"], "unsupported_media_type", "{p}");
+    assert!(
+        p["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("text/plain"),
+        "{p}"
+    );
+    let r = api
+        .post("/v1/chat/completions", "wrong-key")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    let p = problem(r, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    assert_eq!(p["error"]["type"], "authentication_error", "{p}");
+    // A cancel or resume body other than nothing or `{}` is a 400 with a
+    // pointer to the member.
+    let r = api
+        .post("/v1/runs/x/cancel", ACME)
+        .body(r#"{"force": true}"#)
+        .send()
+        .await
+        .unwrap();
+    let p = problem(r, StatusCode::BAD_REQUEST, "bad-request").await;
+    assert_eq!(p["field"], "/force", "{p}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -739,6 +807,28 @@ async fn the_openapi_document_says_what_the_server_does() {
                     op["responses"]["401"].is_object(),
                     "{method} {path} documents 401"
                 );
+            }
+        }
+    }
+    // What the front door may answer before a handler runs, on every
+    // operation; and every POST takes JSON only, with a required body.
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            for status in ["400", "403", "421"] {
+                assert!(
+                    op["responses"][status].is_object(),
+                    "{method} {path} documents {status}"
+                );
+            }
+            if method == "post" {
+                assert!(
+                    op["responses"]["415"].is_object(),
+                    "{method} {path} documents 415"
+                );
+                let body = &op["requestBody"];
+                assert_eq!(body["required"], true, "{method} {path}: {body}");
+                let types: Vec<&String> = body["content"].as_object().unwrap().keys().collect();
+                assert_eq!(types, ["application/json"], "{method} {path}");
             }
         }
     }
@@ -899,12 +989,47 @@ async fn a_run_driven_elsewhere_cannot_be_cancelled_here() {
         .set_run_status(&run_id, rein_store::RunStatus::Running, None, 2)
         .await
         .unwrap();
+    // Its claim, as the driving process wrote it: that process's pid and
+    // host, and its public node id.
+    let owner = "pid:4242+17@db-host-7#n0de1.t0ken";
+    let now = rein_server::recovery::now_ms();
+    api.store
+        .acquire_lease(rein_store::Lease {
+            lease_id: format!("run:{run_id}"),
+            run_id: run_id.clone(),
+            intent_id: None,
+            kind: rein_store::LeaseKind::Run,
+            pgid: None,
+            path: None,
+            owner: owner.into(),
+            acquired_at_ms: now,
+            expires_at_ms: now + 600_000,
+        })
+        .await
+        .unwrap();
     let r = api
         .post("/v1/runs/driven-elsewhere/cancel", ACME)
         .send()
         .await
         .unwrap();
-    problem(r, StatusCode::CONFLICT, "cancel-not-delivered").await;
+    let p = problem(r, StatusCode::CONFLICT, "cancel-not-delivered").await;
+    // The driving node by its opaque id; never its PID or host.
+    assert_eq!(p["driving_node"], "n0de1", "{p}");
+    let text = p.to_string();
+    assert!(!text.contains("4242") && !text.contains("db-host"), "{p}");
+    // A resume is refused the same way: the run's live owner is elsewhere.
+    let r = api
+        .post("/v1/runs/driven-elsewhere/resume", ACME)
+        .send()
+        .await
+        .unwrap();
+    let p = problem(r, StatusCode::CONFLICT, "not-resumable").await;
+    let detail = p["detail"].as_str().unwrap();
+    assert!(detail.contains("node n0de1"), "{p}");
+    assert!(
+        !detail.contains("4242") && !detail.contains("db-host"),
+        "{p}"
+    );
 }
 
 /// Records a queued run whose worker died mid-way: running, started by a
@@ -1043,7 +1168,7 @@ async fn cancelling_queued_work_never_races_the_worker_starting_it() {
         }
         let never_started = run["report"]["summary"]
             .as_str()
-            .is_some_and(|s| s.starts_with("Cancelled while queued"));
+            .is_some_and(|s| s.contains("cancelled while queued"));
         if never_started {
             // It never started: nothing ran, no event after its end.
             assert!(

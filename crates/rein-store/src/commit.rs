@@ -1,6 +1,6 @@
 //! Atomic step writes: [`StepCommit`] and what it returns, [`Committed`].
 
-use rein_core::{Event, IntentId, LedgerRecord};
+use rein_core::{Event, IntentId, LedgerRecord, RunReport};
 
 use crate::checkpoint::Checkpoint;
 use crate::intent::PlannedIntent;
@@ -30,6 +30,8 @@ use crate::run::{RunRecord, RunStatus, StatusChange};
 /// 4. `checkpoint` (replaces the same step)
 /// 5. `events` (the store assigns `seq`, gap-free from 1)
 /// 6. `status` (refused if the run already finished)
+/// 7. `revised_report` (refused unless the run is finished, by then, with
+///    the report's outcome)
 ///
 /// Every item must belong to the run the commit is made for.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -47,6 +49,12 @@ pub struct StepCommit {
     pub events: Vec<Event>,
     /// A run status change.
     pub status: Option<StatusChange>,
+    /// Replaces the report of a run that finished, keeping its status: the
+    /// report's outcome must be the run's (outcomes are final; a report's
+    /// account of the ledger is not). A record changed after the run ended
+    /// (the reconciler settled it) lands with the report that says so, in
+    /// one commit.
+    pub revised_report: Option<RunReport>,
     /// Reopen a finished run whose report says it is recoverable, so that
     /// it can be resumed: the one exception to "an outcome is final",
     /// applied before `status`. Refused for any other run.
@@ -100,6 +108,7 @@ impl StepCommit {
             && self.checkpoint.is_none()
             && self.events.is_empty()
             && self.status.is_none()
+            && self.revised_report.is_none()
             && !self.reopen
     }
 }

@@ -35,10 +35,10 @@ use rein_core::{
 use serde_json::json;
 
 use crate::{
-    BreakerOpening, Checkpoint, ClaimFence, IdempotencyRecord, IdempotencyState, Lease,
-    LeaseChange, LeaseFilter, LeaseKind, LedgerMark, MAX_SINGLETON_LEN, NewRun, PlannedIntent,
-    Reservation, RunStatus, SingletonLease, StatusChange, StepCommit, Store, StoreError,
-    StoredResponse,
+    BreakerOpening, Checkpoint, ClaimFence, Holder, IdempotencyRecord, IdempotencySettlement,
+    IdempotencyState, Lease, LeaseChange, LeaseFilter, LeaseKind, LedgerMark, MAX_SINGLETON_LEN,
+    NewReservation, NewRun, PlannedIntent, Reservation, RunStatus, SingletonLease, StatusChange,
+    StepCommit, Store, StoreError, StoredResponse,
 };
 
 /// A base time far from the present, so runs made here sort first.
@@ -48,6 +48,7 @@ const BASE_MS: u64 = 4_000_000_000_000;
 pub async fn run_all(store: &dyn Store) {
     run_lifecycle(store).await;
     finished_run_status_is_final(store).await;
+    finished_run_report_is_revised_with_its_marks(store).await;
     only_a_recoverable_finished_run_reopens(store).await;
     list_runs_newest_first(store).await;
     event_seqs_are_gap_free_across_batches(store).await;
@@ -80,6 +81,9 @@ pub async fn run_all(store: &dyn Store) {
     idempotency_list_and_clear(store).await;
     idempotency_sweep_deletes_expired_up_to_limit(store).await;
     idempotency_concurrent_reserves_admit_exactly_one(store).await;
+    idempotency_holder_is_recorded_with_the_reservation(store).await;
+    idempotency_queued_submission_is_one_write(store).await;
+    idempotency_settle_applies_only_for_the_holder(store).await;
     singleton_first_claim_wins_and_others_are_refused_while_live(store).await;
     singleton_holder_renews_keeping_its_acquisition(store).await;
     singleton_expired_lease_is_taken_by_another_owner(store).await;
@@ -207,6 +211,7 @@ fn report(outcome: Outcome) -> RunReport {
         compensations: Vec::new(),
         handoff: None,
         resume: None,
+        basis: None,
     }
 }
 
@@ -835,6 +840,90 @@ pub async fn checkpoint_latest_and_replace(store: &dyn Store) {
     );
 }
 
+/// A finished run's report is revised (its status kept) together with the
+/// ledger mark that changed it; a revision of an unfinished run, or one
+/// with another outcome, is refused and stores nothing.
+pub async fn finished_run_report_is_revised_with_its_marks(store: &dyn Store) {
+    let run_id = created(store, "revise").await;
+    let early = StepCommit {
+        revised_report: Some(report(Outcome::PartialSuccess)),
+        ..StepCommit::default()
+    };
+    assert!(
+        matches!(
+            store.commit_step(&run_id, early).await,
+            Err(StoreError::Invalid { .. })
+        ),
+        "an unfinished run has no report to revise"
+    );
+    store
+        .declare(declaration(
+            &run_id,
+            "intent-1",
+            "update_delivery_time",
+            ToolClass::IdempotentWrite,
+        ))
+        .await
+        .unwrap();
+    store
+        .mark(
+            &run_id,
+            &IntentId::new("intent-1").unwrap(),
+            mark(LedgerStatus::Succeeded, 1, BASE_MS + 1),
+        )
+        .await
+        .unwrap();
+    store
+        .set_run_status(
+            &run_id,
+            RunStatus::Finished(Outcome::PartialSuccess),
+            Some(report(Outcome::PartialSuccess)),
+            BASE_MS + 2,
+        )
+        .await
+        .unwrap();
+    let mut revised = report(Outcome::PartialSuccess);
+    revised.completed[0].ledger = Some(LedgerStatus::Manual);
+    revised.summary = "revised: the update awaits a human".to_owned();
+    let other = StepCommit {
+        marks: vec![(
+            IntentId::new("intent-1").unwrap(),
+            mark(LedgerStatus::Manual, 1, BASE_MS + 3),
+        )],
+        revised_report: Some(report(Outcome::Failed)),
+        ..StepCommit::default()
+    };
+    assert!(
+        matches!(
+            store.commit_step(&run_id, other).await,
+            Err(StoreError::Invalid { .. })
+        ),
+        "a revision cannot change the outcome"
+    );
+    assert_eq!(
+        store.ledger(&run_id).await.unwrap()[0].status,
+        LedgerStatus::Succeeded,
+        "the refused revision stored no mark"
+    );
+    let commit = StepCommit {
+        marks: vec![(
+            IntentId::new("intent-1").unwrap(),
+            mark(LedgerStatus::Manual, 1, BASE_MS + 3),
+        )],
+        revised_report: Some(revised.clone()),
+        ..StepCommit::default()
+    };
+    let committed = store.commit_step(&run_id, commit).await.unwrap();
+    let run = store.get_run(&run_id).await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Finished(Outcome::PartialSuccess));
+    assert_eq!(run.report.as_ref(), Some(&revised));
+    assert_eq!(committed.run.map(|r| r.report), Some(Some(revised)));
+    assert_eq!(
+        store.ledger(&run_id).await.unwrap()[0].status,
+        LedgerStatus::Manual
+    );
+}
+
 /// A [`StepCommit`] stores all its parts or none.
 pub async fn step_commit_is_atomic(store: &dyn Store) {
     let run_id = created(store, "commit").await;
@@ -866,6 +955,7 @@ pub async fn step_commit_is_atomic(store: &dyn Store) {
                 reopen: false,
                 expect_status: None,
                 expect_claim: None,
+                revised_report: None,
             },
         )
         .await
@@ -918,6 +1008,7 @@ pub async fn step_commit_is_atomic(store: &dyn Store) {
                 reopen: false,
                 expect_status: None,
                 expect_claim: None,
+                revised_report: None,
             },
         )
         .await;
@@ -1557,6 +1648,8 @@ pub async fn idempotency_first_request_executes_then_replays(store: &dyn Store) 
         created_at_ms: BASE_MS,
         updated_at_ms: BASE_MS,
         expires_at_ms: expires,
+        owner: None,
+        run_id: None,
     };
     assert_eq!(
         store
@@ -1850,6 +1943,8 @@ pub async fn idempotency_expired_record_is_replaced(store: &dyn Store) {
             created_at_ms: BASE_MS + 100,
             updated_at_ms: BASE_MS + 100,
             expires_at_ms: BASE_MS + 300,
+            owner: None,
+            run_id: None,
         }],
         "the replacement is a new record"
     );
@@ -3252,4 +3347,279 @@ pub async fn breaker_concurrent_publishes_keep_the_latest_until(store: &dyn Stor
             .await
             .unwrap()
     );
+}
+
+fn reservation(tenant: &TenantId, key: &str, seed: u8, holder: Option<Holder>) -> NewReservation {
+    NewReservation {
+        tenant: tenant.clone(),
+        key: key.to_owned(),
+        fingerprint: fingerprint(seed),
+        holder,
+        now_ms: BASE_MS,
+        expires_at_ms: BASE_MS + 60_000,
+    }
+}
+
+fn holder(owner: &str, run: Option<&RunId>) -> Holder {
+    Holder {
+        owner: owner.to_owned(),
+        run_id: run.cloned(),
+    }
+}
+
+/// A reservation records its holder (owner and run) in the same write,
+/// returns it to a retry that finds it in progress, and refuses an empty
+/// owner; the owner-less reservation records none.
+pub async fn idempotency_holder_is_recorded_with_the_reservation(store: &dyn Store) {
+    let tenant = TenantId::new("acme").unwrap();
+    let key = unique("held");
+    let run = RunId::new(unique("held-run")).unwrap();
+    let held = holder("pid:1@host#a", Some(&run));
+    assert_eq!(
+        store
+            .reserve_idempotency_as(reservation(&tenant, &key, 20, Some(held.clone())))
+            .await
+            .unwrap(),
+        Reservation::Reserved
+    );
+    let Reservation::InProgress(record) = store
+        .reserve_idempotency_as(reservation(
+            &tenant,
+            &key,
+            20,
+            Some(holder("pid:2@host#b", None)),
+        ))
+        .await
+        .unwrap()
+    else {
+        panic!("a retry while in progress finds the record");
+    };
+    assert_eq!(
+        record.owner.as_deref(),
+        Some("pid:1@host#a"),
+        "the first holder stays"
+    );
+    assert_eq!(record.run_id, Some(run));
+    assert!(matches!(
+        store
+            .reserve_idempotency_as(reservation(
+                &tenant,
+                &unique("held"),
+                20,
+                Some(holder("", None))
+            ))
+            .await,
+        Err(StoreError::Invalid { .. })
+    ));
+    let bare = unique("bare");
+    store
+        .reserve_idempotency(&tenant, &bare, &fingerprint(20), BASE_MS, BASE_MS + 10)
+        .await
+        .unwrap();
+    let listed = store
+        .idempotency_records(Some(&tenant), None, usize::MAX)
+        .await
+        .unwrap();
+    let bare_record = listed.iter().find(|r| r.key == bare).unwrap();
+    assert_eq!(
+        (bare_record.owner.as_ref(), bare_record.run_id.as_ref()),
+        (None, None)
+    );
+    for k in [&key, &bare] {
+        assert!(store.clear_idempotency(&tenant, k).await.unwrap());
+    }
+}
+
+/// A queued submission reserves, enqueues and completes in one write: the
+/// run exists `queued` and the record is completed with its id; a retry
+/// replays it and creates nothing; another body is a mismatch; a taken run
+/// id writes nothing at all.
+pub async fn idempotency_queued_submission_is_one_write(store: &dyn Store) {
+    let tenant = TenantId::new("acme").unwrap();
+    let key = unique("queued");
+    let run = new_run("queued-submission", BASE_MS);
+    let run_id = run.run_id.clone();
+    let accepted = response(202, "accepted");
+    assert_eq!(
+        store
+            .submit_queued(
+                reservation(&tenant, &key, 21, Some(holder("pid:1@host#q", None))),
+                run.clone(),
+                accepted.clone(),
+            )
+            .await
+            .unwrap(),
+        Reservation::Reserved
+    );
+    assert_eq!(
+        store.get_run(&run_id).await.unwrap().map(|r| r.status),
+        Some(RunStatus::Queued)
+    );
+    let Reservation::Replay(record) = store
+        .submit_queued(
+            reservation(&tenant, &key, 21, None),
+            new_run("queued-again", BASE_MS),
+            response(202, "second"),
+        )
+        .await
+        .unwrap()
+    else {
+        panic!("the same submission again replays");
+    };
+    assert_eq!(record.response, Some(accepted));
+    assert_eq!(
+        record.run_id,
+        Some(run_id.clone()),
+        "the record names its run"
+    );
+    assert!(matches!(
+        store
+            .submit_queued(
+                reservation(&tenant, &key, 22, None),
+                new_run("other-body", BASE_MS),
+                response(202, "x")
+            )
+            .await
+            .unwrap(),
+        Reservation::Mismatch(_)
+    ));
+    // A run id that is taken: neither the key nor a run is written.
+    let fresh = unique("queued");
+    assert!(matches!(
+        store
+            .submit_queued(
+                reservation(&tenant, &fresh, 21, None),
+                run,
+                response(202, "dup")
+            )
+            .await,
+        Err(StoreError::Conflict { what: "run", .. })
+    ));
+    assert!(
+        !store.clear_idempotency(&tenant, &fresh).await.unwrap(),
+        "the refused submission reserved nothing"
+    );
+    // A response that is not 2xx is refused whole as well.
+    let refused = new_run("queued-refused", BASE_MS);
+    assert!(matches!(
+        store
+            .submit_queued(
+                reservation(&tenant, &fresh, 21, None),
+                refused.clone(),
+                response(500, "no")
+            )
+            .await,
+        Err(StoreError::Invalid { .. })
+    ));
+    assert_eq!(store.get_run(&refused.run_id).await.unwrap(), None);
+    assert!(store.clear_idempotency(&tenant, &key).await.unwrap());
+}
+
+/// Settling a dead holder's reservation applies only while the record is
+/// in progress and held by that owner: it completes it with an answer or
+/// releases it; a settlement by a stale reader after the key was reserved
+/// afresh changes nothing.
+pub async fn idempotency_settle_applies_only_for_the_holder(store: &dyn Store) {
+    let tenant = TenantId::new("acme").unwrap();
+    let key = unique("settle");
+    let dead = "pid:1@host#dead";
+    store
+        .reserve_idempotency_as(reservation(&tenant, &key, 23, Some(holder(dead, None))))
+        .await
+        .unwrap();
+    assert!(
+        !store
+            .settle_idempotency(
+                &tenant,
+                &key,
+                "pid:2@host#other",
+                IdempotencySettlement::Release,
+                BASE_MS + 1
+            )
+            .await
+            .unwrap(),
+        "another owner's settlement is refused"
+    );
+    assert!(
+        store
+            .settle_idempotency(
+                &tenant,
+                &key,
+                dead,
+                IdempotencySettlement::Release,
+                BASE_MS + 1
+            )
+            .await
+            .unwrap()
+    );
+    // The key is free: a fresh request reserves it; a stale release of the
+    // dead holder must not free it again.
+    let live = "pid:3@host#live";
+    assert_eq!(
+        store
+            .reserve_idempotency_as(reservation(&tenant, &key, 23, Some(holder(live, None))))
+            .await
+            .unwrap(),
+        Reservation::Reserved
+    );
+    assert!(
+        !store
+            .settle_idempotency(
+                &tenant,
+                &key,
+                dead,
+                IdempotencySettlement::Release,
+                BASE_MS + 2
+            )
+            .await
+            .unwrap(),
+        "a stale settlement leaves the new reservation alone"
+    );
+    let answer = response(200, "final view");
+    assert!(
+        store
+            .settle_idempotency(
+                &tenant,
+                &key,
+                live,
+                IdempotencySettlement::Complete(answer.clone()),
+                BASE_MS + 3
+            )
+            .await
+            .unwrap()
+    );
+    let Reservation::Replay(record) = store
+        .reserve_idempotency_as(reservation(&tenant, &key, 23, None))
+        .await
+        .unwrap()
+    else {
+        panic!("a completed record replays");
+    };
+    assert_eq!(record.response, Some(answer));
+    assert!(
+        !store
+            .settle_idempotency(
+                &tenant,
+                &key,
+                live,
+                IdempotencySettlement::Release,
+                BASE_MS + 4
+            )
+            .await
+            .unwrap(),
+        "a completed record is never released"
+    );
+    assert!(
+        !store
+            .settle_idempotency(
+                &tenant,
+                &unique("never"),
+                live,
+                IdempotencySettlement::Release,
+                BASE_MS
+            )
+            .await
+            .unwrap()
+    );
+    assert!(store.clear_idempotency(&tenant, &key).await.unwrap());
 }

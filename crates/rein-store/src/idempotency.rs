@@ -23,6 +23,17 @@
 //! [`Store::release_idempotency`] so a retry can run; on 2xx it calls
 //! [`Store::complete_idempotency`].
 //!
+//! # Holders: no key blocked by a process that died
+//!
+//! A reservation names its [`Holder`] (the process executing the request
+//! and, for a run, the run's id) in the same write. A process killed
+//! between reserving and completing leaves an `in_progress` record whose
+//! holder is gone; the server resolves it with
+//! [`Store::settle_idempotency`], fenced on that holder: completed with an
+//! answer from the run when the run exists, released when nothing ran. A
+//! queued submission never leaves one at all: [`Store::submit_queued`]
+//! reserves the key, creates the run and stores the answer in one write.
+//!
 //! ```text
 //!   (none | expired) ──reserve──► in_progress ──complete (2xx)──► completed
 //!          ▲                          │                               │
@@ -41,10 +52,10 @@
 //! Each record carries `expires_at_ms`, set at reservation from a retention
 //! ([`DEFAULT_IDEMPOTENCY_RETENTION`] unless configured). An expired record
 //! (`expires_at_ms <= now`) is treated as absent by a reservation, which
-//! replaces it, and is deleted by [`Store::sweep_idempotency`]. A process
-//! that crashes after reserving leaves an `in_progress` record behind: it
-//! blocks its key (409) until it expires, or until an operator finds it
-//! with [`Store::idempotency_records`] and deletes it with
+//! replaces it, and is deleted by [`Store::sweep_idempotency`]. A record
+//! reserved without a holder that its process left behind blocks its key
+//! (409) until it expires, or until an operator finds it with
+//! [`Store::idempotency_records`] and deletes it with
 //! [`Store::clear_idempotency`].
 //!
 //! | default | value |
@@ -58,13 +69,15 @@
 //! [`Store::sweep_idempotency`]: crate::Store::sweep_idempotency
 //! [`Store::idempotency_records`]: crate::Store::idempotency_records
 //! [`Store::clear_idempotency`]: crate::Store::clear_idempotency
+//! [`Store::settle_idempotency`]: crate::Store::settle_idempotency
+//! [`Store::submit_queued`]: crate::Store::submit_queued
 //! [`Completed`]: IdempotencyState::Completed
 //! [`InProgress`]: IdempotencyState::InProgress
 
 use std::fmt;
 use std::time::Duration;
 
-use rein_core::TenantId;
+use rein_core::{RunId, TenantId};
 use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
@@ -178,6 +191,13 @@ pub struct IdempotencyRecord {
     /// When the record stops counting: a reservation at or after this time
     /// replaces it, and the sweeper deletes it.
     pub expires_at_ms: u64,
+    /// The process executing the request (a lease owner id, unique per
+    /// reservation), when the reservation named one: if it dies, the
+    /// record is resolved instead of blocking its key.
+    pub owner: Option<String>,
+    /// The run the request started (or is about to start), when it starts
+    /// one: a replay after its owner died answers from it.
+    pub run_id: Option<RunId>,
 }
 
 impl IdempotencyRecord {
@@ -185,6 +205,49 @@ impl IdempotencyRecord {
     pub fn is_expired(&self, now_ms: u64) -> bool {
         self.expires_at_ms <= now_ms
     }
+}
+
+/// Who holds a reservation: the process executing the request, and the
+/// run the request starts, recorded with the reservation in one write so
+/// that no moment exists in which the key is reserved by nobody known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// The process executing the request: a lease owner id
+    /// (`pid:<pid>+<start>@<host>#<token>`), unique per reservation.
+    pub owner: String,
+    /// The run the request starts, when its id is known before it starts.
+    pub run_id: Option<RunId>,
+}
+
+/// A reservation to make: [`Store::reserve_idempotency_as`] and
+/// [`Store::submit_queued`] take it.
+///
+/// [`Store::reserve_idempotency_as`]: crate::Store::reserve_idempotency_as
+/// [`Store::submit_queued`]: crate::Store::submit_queued
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewReservation {
+    /// The tenant whose key it is.
+    pub tenant: TenantId,
+    /// The `Idempotency-Key`.
+    pub key: String,
+    /// The request's fingerprint (64 lowercase hex digits).
+    pub fingerprint: String,
+    /// Who holds it, if known.
+    pub holder: Option<Holder>,
+    /// Now, ms since the Unix epoch.
+    pub now_ms: u64,
+    /// When the record stops counting; after `now_ms`.
+    pub expires_at_ms: u64,
+}
+
+/// How an `in_progress` record whose holder is gone is resolved
+/// ([`Store::settle_idempotency`](crate::Store::settle_idempotency)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdempotencySettlement {
+    /// The request's run exists: store this answer for replays.
+    Complete(StoredResponse),
+    /// Nothing ran: delete the record, so the key can execute fresh.
+    Release,
 }
 
 /// What a reservation of a key found: the decision the server acts on.
@@ -332,6 +395,8 @@ mod tests {
             created_at_ms: 1,
             updated_at_ms: 1,
             expires_at_ms: 10,
+            owner: None,
+            run_id: None,
         };
         assert!(record.is_expired(10));
         assert!(!record.is_expired(9));

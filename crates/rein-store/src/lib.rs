@@ -77,8 +77,8 @@ pub use checkpoint::Checkpoint;
 pub use commit::{ClaimFence, Committed, StepCommit};
 pub use error::StoreError;
 pub use idempotency::{
-    DEFAULT_IDEMPOTENCY_RETENTION, IdempotencyRecord, IdempotencyState, MAX_IDEMPOTENCY_KEY_LEN,
-    Reservation, StoredResponse,
+    DEFAULT_IDEMPOTENCY_RETENTION, Holder, IdempotencyRecord, IdempotencySettlement,
+    IdempotencyState, MAX_IDEMPOTENCY_KEY_LEN, NewReservation, Reservation, StoredResponse,
 };
 pub use intent::PlannedIntent;
 pub use lease::{Lease, LeaseChange, LeaseFilter, LeaseKind, MAX_LEASE_ID_LEN};
@@ -86,7 +86,7 @@ pub use ledger::LedgerMark;
 pub use run::{NewRun, RunRecord, RunStatus, StatusChange};
 pub use singleton::{MAX_SINGLETON_LEN, SingletonLease};
 pub use sqlite::{
-    DEFAULT_BUSY_TIMEOUT, DEFAULT_SYNCHRONOUS_FULL, MAX_BUSY_TIMEOUT, SCHEMA_VERSION,
-    SqliteOptions, SqliteStore,
+    DEFAULT_BUSY_TIMEOUT, DEFAULT_SYNCHRONOUS_FULL, DIRECTORY_MODE, FILE_MODE, MAX_BUSY_TIMEOUT,
+    SCHEMA_VERSION, SqliteOptions, SqliteStore, is_world_readable,
 };
 pub use store::{DEFAULT_QUERY_SCAN, Store};

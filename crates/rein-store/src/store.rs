@@ -7,7 +7,10 @@ use crate::breaker::BreakerOpening;
 use crate::checkpoint::Checkpoint;
 use crate::commit::{Committed, StepCommit};
 use crate::error::StoreError;
-use crate::idempotency::{IdempotencyRecord, IdempotencyState, Reservation, StoredResponse};
+use crate::idempotency::{
+    IdempotencyRecord, IdempotencySettlement, IdempotencyState, NewReservation, Reservation,
+    StoredResponse,
+};
 use crate::intent::PlannedIntent;
 use crate::lease::{Lease, LeaseChange, LeaseFilter, validate_owner};
 use crate::ledger::LedgerMark;
@@ -68,8 +71,8 @@ use crate::singleton::SingletonLease;
 ///
 /// The idempotency methods are provided, failing with
 /// [`StoreError::Backend`], so that stores wrapping another (fault
-/// injectors, test fakes) keep compiling; every backend overrides all six
-/// and the conformance suite checks it. NOTE: a wrapper must forward them
+/// injectors, test fakes) keep compiling; every backend overrides all
+/// nine and the conformance suite checks it. NOTE: a wrapper must forward them
 /// to its inner store, or `Idempotency-Key` requests through it fail.
 ///
 /// [`reserve_idempotency`]: Store::reserve_idempotency
@@ -497,6 +500,75 @@ pub trait Store: Send + Sync {
     ) -> Result<Reservation, StoreError> {
         let _ = (tenant, key, fingerprint, now_ms, expires_at_ms);
         Err(unsupported("reserve_idempotency"))
+    }
+
+    /// [`Store::reserve_idempotency`] for `reservation`, recording its
+    /// holder (the process executing the request, the run it starts) in
+    /// the same atomic write, so that a holder that dies can be told apart
+    /// from one still working ([`Store::settle_idempotency`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::reserve_idempotency`]; [`StoreError::Invalid`] for an
+    /// empty holder owner.
+    async fn reserve_idempotency_as(
+        &self,
+        reservation: NewReservation,
+    ) -> Result<Reservation, StoreError> {
+        let _ = reservation;
+        Err(unsupported("reserve_idempotency_as"))
+    }
+
+    /// A queued submission under an `Idempotency-Key`, in one atomic write:
+    /// the reservation decides as [`Store::reserve_idempotency_as`] does;
+    /// when it is [`Reservation::Reserved`], `run` is created (`queued`)
+    /// and the record is completed at once with `response` and the run's
+    /// id. Otherwise nothing is written and the decision is returned.
+    ///
+    /// # Why one write
+    ///
+    /// Reserving, enqueueing and completing in three writes let a process
+    /// killed between them leave the key `in_progress` with no run, or with
+    /// a run the client could never learn: every retry then answered 409
+    /// until the record expired, and a client that gave up and used a new
+    /// key ran the operation twice.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::reserve_idempotency_as`]; [`StoreError::Conflict`] when
+    /// the run id is taken, [`StoreError::Invalid`] for a response that is
+    /// not 2xx — and then nothing is written.
+    async fn submit_queued(
+        &self,
+        reservation: NewReservation,
+        run: NewRun,
+        response: StoredResponse,
+    ) -> Result<Reservation, StoreError> {
+        let _ = (reservation, run, response);
+        Err(unsupported("submit_queued"))
+    }
+
+    /// Resolves the `in_progress` record of `key` whose holder `owner` is
+    /// gone: completes it with a response ([`IdempotencySettlement::Complete`],
+    /// updated at `now_ms`), or deletes it ([`IdempotencySettlement::Release`]).
+    /// Applies only while the record is `in_progress` and held by `owner`;
+    /// returns whether it did. Fenced so that of two retries resolving the
+    /// same dead holder at once, the loser cannot release the reservation
+    /// the winner's fresh request just made.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a response that is not 2xx.
+    async fn settle_idempotency(
+        &self,
+        tenant: &TenantId,
+        key: &str,
+        owner: &str,
+        settlement: IdempotencySettlement,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let _ = (tenant, key, owner, settlement, now_ms);
+        Err(unsupported("settle_idempotency"))
     }
 
     /// Completes the `in_progress` record of `key`: stores `response` and

@@ -17,7 +17,18 @@ pub fn example_dir() -> PathBuf {
 /// The example config with `extra` TOML appended, written into `dir` beside
 /// a copy of the script it refers to; its path.
 pub fn example_config(dir: &Path, extra: &str) -> PathBuf {
+    example_config_with_server(dir, "", extra)
+}
+
+/// [`example_config`] with `server` lines (`key = value`) added to its
+/// `[server]` table.
+pub fn example_config_with_server(dir: &Path, server: &str, extra: &str) -> PathBuf {
     let mut config = std::fs::read_to_string(example_dir().join("rein.toml")).unwrap();
+    assert!(
+        config.contains("\n[server]\n"),
+        "the example has a [server] table"
+    );
+    config = config.replacen("\n[server]\n", &format!("\n[server]\n{server}\n"), 1);
     config.push('\n');
     config.push_str(extra);
     std::fs::write(dir.join("rein.toml"), config).unwrap();
@@ -29,6 +40,38 @@ pub fn example_config(dir: &Path, extra: &str) -> PathBuf {
     dir.join("rein.toml")
 }
 
+/// The example config with `server_keys` added to its `[server]` table
+/// (keys of the table itself, like `shutdown_grace`) and `extra` TOML
+/// appended; its path.
+pub fn example_config_with(dir: &Path, server_keys: &str, extra: &str) -> PathBuf {
+    let path = example_config(dir, extra);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains("\n[server]\n"),
+        "the example has a [server] table"
+    );
+    let text = text.replacen("\n[server]\n", &format!("\n[server]\n{server_keys}\n"), 1);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A test needs a part outside rein (Python packages, Chromium) that is
+/// not installed: outside CI the test is skipped with `why`, so a
+/// newcomer's `cargo test` stays green; under CI (`CI=true`, as `.ci/run`
+/// runs) a missing part is a failure, never a silent skip.
+///
+/// # Panics
+///
+/// Under CI, always.
+pub fn missing_part(why: &str) {
+    let in_ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+    assert!(
+        !in_ci,
+        "CI=true but a part this test needs is missing: {why}"
+    );
+    eprintln!("skipped: {why}");
+}
+
 /// The stderr lines a server keeps for a failure message.
 const KEPT_LOG_LINES: usize = 200;
 
@@ -36,24 +79,69 @@ const KEPT_LOG_LINES: usize = 200;
 /// stderr (logs) is drained in the background, so the process never blocks
 /// on it, and its last lines are kept in `log`.
 pub fn announced(stderr: ChildStderr, log: Arc<Mutex<VecDeque<String>>>) -> String {
+    let keep = move |log: &Mutex<VecDeque<String>>, line: String| {
+        let line = without_ansi(&line);
+        let mut log = log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if log.len() == KEPT_LOG_LINES {
+            log.pop_front();
+        }
+        log.push_back(line);
+    };
     let mut lines = BufReader::new(stderr).lines();
-    let found = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find(|l| l.contains("listening on http://"))
-        .unwrap_or_default();
+    // What the server logs before it listens is kept too.
+    let mut found = String::new();
+    for line in lines.by_ref().map_while(Result::ok) {
+        if line.contains("listening on http://") {
+            found = line;
+            break;
+        }
+        keep(&log, line);
+    }
     std::thread::spawn(move || {
         for line in lines.map_while(Result::ok) {
-            let mut log = log
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if log.len() == KEPT_LOG_LINES {
-                log.pop_front();
-            }
-            log.push_back(line);
+            keep(&log, line);
         }
     });
     found
+}
+
+/// `command` (the `rein` binary, or a wrapper that execs it) given the
+/// arguments and environment of `rein serve` on `config` and `db`.
+pub fn serve_command(
+    mut command: Command,
+    config: &Path,
+    db: &Path,
+    env: &[(&str, &str)],
+) -> Command {
+    command
+        .envs(env.iter().copied())
+        .env_remove("REIN_CRASH_AT")
+        .args(["serve", "--config"])
+        .arg(config)
+        .args(["--listen", "127.0.0.1:0", "--data"])
+        .arg(db);
+    command
+}
+
+/// `line` without ANSI colour sequences (`ESC [ ... m`), so that tests
+/// match `field=value` whatever the log's colouring.
+pub fn without_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// A `rein serve` process on a free loopback port; killed when dropped.
@@ -80,16 +168,18 @@ impl Server {
     /// Serves `config` on `db` with the environment `env` (the variables
     /// the config refers to).
     pub fn start_with_env(config: &Path, db: &Path, env: &[(&str, &str)]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rein"))
-            .envs(env.iter().copied())
-            .env_remove("REIN_CRASH_AT")
-            .args(["serve", "--config"])
-            .arg(config)
-            .args(["--listen", "127.0.0.1:0", "--data"])
-            .arg(db)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        Server::spawn(serve_command(
+            Command::new(env!("CARGO_BIN_EXE_rein")),
+            config,
+            db,
+            env,
+        ))
+    }
+
+    /// Starts `command` (made with [`serve_command`]) and waits for its
+    /// address.
+    pub fn spawn(mut command: Command) -> Server {
+        let mut child = command.stderr(Stdio::piped()).spawn().unwrap();
         let log = Arc::new(Mutex::new(VecDeque::new()));
         let line = announced(child.stderr.take().unwrap(), log.clone());
         let addr = line
@@ -111,6 +201,27 @@ impl Server {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// Waits (polling, up to 10 s) until a line of the log satisfies
+    /// `found`; that line.
+    pub fn wait_for_line(&self, found: impl Fn(&str) -> bool) -> String {
+        for _ in 0..1000 {
+            if let Some(line) = self.log_lines().into_iter().find(|l| found(l)) {
+                return line;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("no such line in the server log:\n{}", self.log_tail());
+    }
+
+    /// The lines of the log kept so far.
+    pub fn log_lines(&self) -> Vec<String> {
+        let log = self
+            .log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        log.iter().cloned().collect()
+    }
+
     /// The last lines the server wrote to stderr.
     pub fn log_tail(&self) -> String {
         let log = self
@@ -121,6 +232,47 @@ impl Server {
             .map(String::as_str)
             .collect::<Vec<_>>()
             .join("\n")
+    }
+
+    /// Sends `signal` to the process.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap());
+        nix::sys::signal::kill(pid, signal).unwrap();
+    }
+
+    /// Waits for the process to exit, at most `bound` (generous: a bound
+    /// that fails the test, not a measurement).
+    pub fn wait_exit(&mut self, bound: std::time::Duration) -> std::process::ExitStatus {
+        let until = std::time::Instant::now() + bound;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "the server did not exit within {bound:?}; its log:\n{}",
+                self.log_tail()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// The first log line containing `needle`, waiting for it at most
+    /// `bound` (lines are collected by a thread, after the process wrote
+    /// them).
+    pub fn wait_for_log(&self, needle: &str, bound: std::time::Duration) -> String {
+        let until = std::time::Instant::now() + bound;
+        loop {
+            let tail = self.log_tail();
+            if let Some(line) = tail.lines().find(|l| l.contains(needle)) {
+                return line.to_owned();
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "no log line with {needle:?} within {bound:?}; the log:\n{tail}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 
     /// SIGKILL: no graceful anything.

@@ -11,6 +11,7 @@ use humantime_serde::re::humantime::format_duration;
 use serde_json::{Map, Value};
 
 use super::compensation::{ArgSource, CompensationGrade, CompensationSpec};
+use super::config::CorsConfig;
 use super::config::{
     AdapterConfig, AdapterKind, AgentConfig, ByteSizeConfig, CompensationConfig, ConfigSource,
     IdempotencyConfig, LatencyConfig, LatencyMode, ModelBindingConfig, ModelLinkConfig,
@@ -21,6 +22,7 @@ use super::constants::{
     DEFAULT_MAX_MODEL_RETRIES, DEFAULT_MAX_MODEL_RETRY_WAIT, DEFAULT_STREAM_FIRST_BYTE_TIMEOUT,
     DEFAULT_STREAM_IDLE_TIMEOUT, MAX_COMPENSATION_RESERVE,
 };
+use super::constants::{DEFAULT_CORS_ALLOWED_HEADERS, DEFAULT_CORS_ALLOWED_METHODS};
 use super::constants::{
     DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_RESULT_BYTES,
     DEFAULT_OBSERVE_MIN_SAMPLES, DEFAULT_PROVIDER_TIMEOUT, RESERVED_ENV_PREFIX, RESERVED_HEADERS,
@@ -28,7 +30,14 @@ use super::constants::{
 use super::constants::{
     MAX_BODY_LIMIT, MAX_KEY_LENGTH, MAX_QUEUE_WORKERS, MIN_BODY_LIMIT, MIN_QUEUE_LEASE,
 };
+use super::exposure::{AllowedHost, CorsSpec, Origin};
+// Connection limits and drain (`[server.limits]`, `server.shutdown_grace`).
+use super::config::ServerLimitsConfig;
+use super::constants::{
+    MAX_CONNECTION_TIMEOUT, MAX_MAX_CONNECTIONS, MAX_SHUTDOWN_GRACE, MIN_CONNECTION_TIMEOUT,
+};
 use super::problem::{ConfigProblem, SchemaIssue};
+use super::server::ConnectionLimits;
 use super::server::{ApiKeySpec, ServerSpec, empty_key_digest, parse_byte_size, parse_sha256_hex};
 use super::spec::{
     AdapterSpec, AgentSpec, IdempotencySpec, LatencySpec, ModelBindingSpec, ModelLink,
@@ -2064,8 +2073,183 @@ impl<'a> Checker<'a> {
             spec.agent_graph.max_total_runs = NonZeroU32::new(runs);
         }
 
+        self.connection_limits(file, &c.limits, &mut spec.limits);
+        if let Some(grace) = c.shutdown_grace {
+            if grace > MAX_SHUTDOWN_GRACE {
+                self.report(
+                    file,
+                    "server.shutdown_grace",
+                    format!(
+                        "must be at most {}, but it is {}",
+                        format_duration(MAX_SHUTDOWN_GRACE),
+                        format_duration(grace)
+                    ),
+                );
+            } else {
+                spec.shutdown_grace = grace;
+            }
+        }
+
         spec.api_keys = self.api_keys(file, c);
+
+        // ----- exposure: allowed_hosts, cors, metrics ---------------------
+        spec.allowed_hosts = self.allowed_hosts(file, &c.allowed_hosts);
+        spec.cors = c.cors.as_ref().and_then(|cors| self.cors(file, cors));
+        spec.metrics = c.metrics.unwrap_or_default();
         spec
+    }
+
+    /// `server.allowed_hosts`, reporting each entry that is not a host.
+    fn allowed_hosts(&mut self, file: &Path, entries: &[String]) -> Vec<AllowedHost> {
+        let mut out = Vec::new();
+        for (i, text) in entries.iter().enumerate() {
+            match AllowedHost::parse(text.trim()) {
+                Ok(host) => out.push(host),
+                Err(message) => self.report(file, format!("server.allowed_hosts[{i}]"), message),
+            }
+        }
+        out
+    }
+
+    /// `[server.cors]`, if every part of it is valid.
+    fn cors(&mut self, file: &Path, c: &CorsConfig) -> Option<CorsSpec> {
+        let before = self.problems.len();
+        if c.allowed_origins.is_empty() {
+            self.report(
+                file,
+                "server.cors.allowed_origins",
+                "must list at least one origin like \"http://localhost:3000\"; remove [server.cors] to admit none",
+            );
+        }
+        let mut origins = Vec::new();
+        for (i, text) in c.allowed_origins.iter().enumerate() {
+            let field = format!("server.cors.allowed_origins[{i}]");
+            let text = text.trim();
+            match text {
+                "*" => self.report(
+                    file,
+                    field,
+                    "must name one origin: `*` would let every web page drive the API with the operator's side effects",
+                ),
+                "null" => self.report(
+                    file,
+                    field,
+                    "must not be `null`: every sandboxed frame and file:// page shares that origin",
+                ),
+                _ => match Origin::parse(text) {
+                    Some(origin) => origins.push(origin),
+                    None => self.report(
+                        file,
+                        field,
+                        format!(
+                            "must be an origin `http(s)://host[:port]` with no path or trailing slash, like \"http://localhost:3000\", but it is `{text}`"
+                        ),
+                    ),
+                },
+            }
+        }
+        let methods = match &c.allowed_methods {
+            None => DEFAULT_CORS_ALLOWED_METHODS.map(str::to_owned).to_vec(),
+            Some(methods) => {
+                if methods.is_empty() {
+                    self.report(
+                        file,
+                        "server.cors.allowed_methods",
+                        "must list at least one of GET, POST (or be left out for both)",
+                    );
+                }
+                let mut out = Vec::new();
+                for (i, method) in methods.iter().enumerate() {
+                    let upper = method.trim().to_ascii_uppercase();
+                    if DEFAULT_CORS_ALLOWED_METHODS.contains(&upper.as_str()) {
+                        out.push(upper);
+                    } else {
+                        self.report(
+                            file,
+                            format!("server.cors.allowed_methods[{i}]"),
+                            format!("must be GET or POST (the methods the API has), but it is `{method}`"),
+                        );
+                    }
+                }
+                out
+            }
+        };
+        let headers = match &c.allowed_headers {
+            None => DEFAULT_CORS_ALLOWED_HEADERS.map(str::to_owned).to_vec(),
+            Some(headers) => {
+                let mut out = Vec::new();
+                for (i, header) in headers.iter().enumerate() {
+                    let name = header.trim().to_ascii_lowercase();
+                    // An RFC 9110 token; `*` would admit any header.
+                    let token = !name.is_empty()
+                        && name
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'+-.^_`|~".contains(&b));
+                    if token {
+                        out.push(name);
+                    } else {
+                        self.report(
+                            file,
+                            format!("server.cors.allowed_headers[{i}]"),
+                            format!("must be a header name like \"idempotency-key\" (no `*`), but it is `{header}`"),
+                        );
+                    }
+                }
+                out
+            }
+        };
+        (self.problems.len() == before).then_some(CorsSpec {
+            allowed_origins: origins,
+            allowed_methods: methods,
+            allowed_headers: headers,
+        })
+    }
+
+    /// `[server.limits]`: each timeout within
+    /// [`MIN_CONNECTION_TIMEOUT`]..=[`MAX_CONNECTION_TIMEOUT`], the
+    /// connection count within 1..=[`MAX_MAX_CONNECTIONS`].
+    fn connection_limits(
+        &mut self,
+        file: &Path,
+        c: &ServerLimitsConfig,
+        limits: &mut ConnectionLimits,
+    ) {
+        let timeouts = [
+            (
+                "header_timeout",
+                c.header_timeout,
+                &mut limits.header_timeout,
+            ),
+            ("body_timeout", c.body_timeout, &mut limits.body_timeout),
+            ("idle_timeout", c.idle_timeout, &mut limits.idle_timeout),
+        ];
+        for (name, value, slot) in timeouts {
+            let Some(value) = value else { continue };
+            if (MIN_CONNECTION_TIMEOUT..=MAX_CONNECTION_TIMEOUT).contains(&value) {
+                *slot = value;
+            } else {
+                self.report(
+                    file,
+                    format!("server.limits.{name}"),
+                    format!(
+                        "must be between {} and {}, but it is {}",
+                        format_duration(MIN_CONNECTION_TIMEOUT),
+                        format_duration(MAX_CONNECTION_TIMEOUT),
+                        format_duration(value)
+                    ),
+                );
+            }
+        }
+        if let Some(n) = c.max_connections {
+            match NonZeroU32::new(n).filter(|n| n.get() <= MAX_MAX_CONNECTIONS) {
+                Some(n) => limits.max_connections = n,
+                None => self.report(
+                    file,
+                    "server.limits.max_connections",
+                    format!("must be between 1 and {MAX_MAX_CONNECTIONS}, but it is {n}"),
+                ),
+            }
+        }
     }
 
     /// `server.body_limit` in bytes, if parsable and in range.

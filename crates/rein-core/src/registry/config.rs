@@ -449,6 +449,51 @@ pub struct ServerConfig {
     pub agent_graph: AgentGraphConfig,
     /// The bearer keys admitted, each bound to a tenant (`[[server.api_keys]]`).
     pub api_keys: Vec<ApiKeyConfig>,
+    /// Connection limits: how slow and idle clients are cut off.
+    pub limits: ServerLimitsConfig,
+    /// How long in-flight work may finish after SIGTERM or SIGINT.
+    #[serde(with = "crate::config::duration")]
+    pub shutdown_grace: Option<Duration>,
+
+    // ----- exposure: who may reach the API (allowed_hosts, cors, metrics) --
+    /// Host names (or `host:port`) the API answers for besides loopback.
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins other than the server's own that may call the API;
+    /// absent: none.
+    pub cors: Option<CorsConfig>,
+    /// Who may read `/metrics`: `protected` (default) or `open`.
+    pub metrics: Option<super::exposure::MetricsAccess>,
+}
+
+/// `[server.limits]` as written in config.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ServerLimitsConfig {
+    /// Time to send a complete request head.
+    #[serde(with = "crate::config::duration")]
+    pub header_timeout: Option<Duration>,
+    /// The longest pause while a request body is received.
+    #[serde(with = "crate::config::duration")]
+    pub body_timeout: Option<Duration>,
+    /// How long a kept-alive connection may wait for its next request.
+    #[serde(with = "crate::config::duration")]
+    pub idle_timeout: Option<Duration>,
+    /// Connections served at once.
+    pub max_connections: Option<u32>,
+}
+
+/// `[server.cors]` as written in config.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct CorsConfig {
+    /// The origins admitted, `scheme://host[:port]`; required, non-empty.
+    pub allowed_origins: Vec<String>,
+    /// The methods they may use (`GET`, `POST`); default both.
+    pub allowed_methods: Option<Vec<String>>,
+    /// The request headers they may send; default the ones the API reads.
+    pub allowed_headers: Option<Vec<String>>,
 }
 
 /// A size as written in config: an integer of bytes (`1048576`) or a number

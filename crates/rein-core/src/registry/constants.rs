@@ -166,3 +166,60 @@ pub const DEFAULT_MAX_MODEL_RETRIES: u32 = 8;
 
 /// Time one run may spend waiting to retry model calls, by default.
 pub const DEFAULT_MAX_MODEL_RETRY_WAIT: Duration = Duration::from_secs(60);
+
+// ----- [server] exposure: allowed_hosts, cors, metrics ----------------------
+// NOTE: the defaults table on `ServerSpec` (server.rs) lists these values.
+
+/// The methods a `[server.cors]` origin may use unless `allowed_methods`
+/// says otherwise: every method the API has.
+pub const DEFAULT_CORS_ALLOWED_METHODS: [&str; 2] = ["GET", "POST"];
+
+/// The request headers a `[server.cors]` origin may send unless
+/// `allowed_headers` says otherwise: the ones the API reads.
+pub const DEFAULT_CORS_ALLOWED_HEADERS: [&str; 5] = [
+    "authorization",
+    "content-type",
+    "idempotency-key",
+    "rein-deadline-ms",
+    "request-id",
+];
+// ----- server connection limits and drain (`[server.limits]`,
+// `server.shutdown_grace`) ---------------------------------------------------
+
+/// How long a client has by default to send a complete request head once
+/// its connection is open (or once it sent the first byte of a further
+/// request on a kept-alive connection): long enough for any real client on
+/// a slow link, short enough that half-sent heads cannot pile up.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest pause by default while a request body is being received
+/// (from the head to the first piece, and between pieces).
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a kept-alive connection may wait for its next request by
+/// default, and how long a response may wait for a client that stopped
+/// reading it.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The shortest `server.limits.*_timeout` accepted: below it a loaded
+/// machine's scheduling noise would cut honest clients.
+pub const MIN_CONNECTION_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// The longest `server.limits.*_timeout` accepted: a timeout of hours
+/// protects nothing.
+pub const MAX_CONNECTION_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// Connections served at once by default; beyond it new connections are
+/// refused at once (a file-descriptor budget well under common limits).
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 1024;
+
+/// The most `server.limits.max_connections` accepted.
+pub const MAX_MAX_CONNECTIONS: u32 = 65_536;
+
+/// How long `rein serve` lets in-flight runs and requests finish after
+/// SIGTERM or SIGINT by default before it interrupts what is left and hands
+/// it on (Kubernetes' default termination grace is 30 s too).
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// The longest `server.shutdown_grace` accepted.
+pub const MAX_SHUTDOWN_GRACE: Duration = Duration::from_secs(3600);

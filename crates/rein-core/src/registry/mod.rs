@@ -57,6 +57,8 @@
 //! | a `listen` that is not `IP:PORT`; a `body_limit` unparsable or outside 1 KiB..=64 MiB | `server.listen`, `server.body_limit` |
 //! | a server count or duration out of range; `orphan_threshold` below `heartbeat_interval` | `server.<table>.<field>` |
 //! | an API key without a valid tenant; a `sha256` that is not 64 hex digits, hashes the empty key, or repeats an earlier entry's | `server.api_keys[N].<field>` |
+//! | an `allowed_hosts` entry with a scheme, a path, a wildcard other than a leading `*.`, or that is no host | `server.allowed_hosts[N]` |
+//! | a `[server.cors]` without origins, or with `*`, `null`, an origin with a path, a method other than GET and POST, or a header that is no header name | `server.cors.<field>[N]` |
 //!
 //! # Defaults
 //!
@@ -107,6 +109,7 @@ mod check;
 mod compensation;
 mod config;
 mod constants;
+mod exposure;
 mod model_tools;
 mod problem;
 mod server;
@@ -118,28 +121,32 @@ pub use compensation::{
 };
 pub use config::{
     AdapterConfig, AdapterKind, AgentConfig, AgentGraphConfig, ApiKeyConfig, ByteSizeConfig,
-    CompensationConfig, ConfigFile, ConfigSource, IdempotencyConfig, LatencyConfig, LatencyMode,
-    ModelBindingConfig, ModelLinkConfig, ModelRetryConfig, PriceConfig, ProviderConfig,
-    ProviderKindName, QueueConfig, ReconciliationConfig, ResourceGroupConfig, ServerConfig,
-    ServerIdempotencyConfig, StreamConfig, ToolConfig,
+    CompensationConfig, ConfigFile, ConfigSource, CorsConfig, IdempotencyConfig, LatencyConfig,
+    LatencyMode, ModelBindingConfig, ModelLinkConfig, ModelRetryConfig, PriceConfig,
+    ProviderConfig, ProviderKindName, QueueConfig, ReconciliationConfig, ResourceGroupConfig,
+    ServerConfig, ServerIdempotencyConfig, ServerLimitsConfig, StreamConfig, ToolConfig,
 };
 pub use constants::{
     DEFAULT_AGENT_BUDGET_RATIO, DEFAULT_AGENT_GRAPH_MAX_DEPTH, DEFAULT_AGENT_GRAPH_MAX_TOTAL_RUNS,
     DEFAULT_AGENT_GRAPH_MAX_TOTAL_TOKENS, DEFAULT_AGENT_TOOL_LATENCY, DEFAULT_BODY_LIMIT,
-    DEFAULT_COMPENSATION_RESERVE, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_IDEMPOTENCY_HEADER,
-    DEFAULT_IDEMPOTENCY_RETENTION, DEFAULT_LISTEN, DEFAULT_MAX_KEY_LENGTH,
-    DEFAULT_MAX_MODEL_RETRIES, DEFAULT_MAX_MODEL_RETRY_WAIT, DEFAULT_MAX_OUTPUT_BYTES,
-    DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_RUNS_PER_SCAN, DEFAULT_OBSERVE_MIN_SAMPLES,
-    DEFAULT_ORPHAN_THRESHOLD, DEFAULT_PROVIDER_TIMEOUT, DEFAULT_QUEUE_LEASE,
-    DEFAULT_QUEUE_MAX_ATTEMPTS, DEFAULT_QUEUE_WORKERS, DEFAULT_SCAN_INTERVAL,
-    DEFAULT_STREAM_FIRST_BYTE_TIMEOUT, DEFAULT_STREAM_IDLE_TIMEOUT, MAX_BODY_LIMIT,
-    MAX_COMPENSATION_RESERVE, MAX_KEY_LENGTH, MAX_QUEUE_WORKERS, MIN_BODY_LIMIT, MIN_QUEUE_LEASE,
-    RESERVED_ENV_PREFIX, RESERVED_HEADERS,
+    DEFAULT_COMPENSATION_RESERVE, DEFAULT_CORS_ALLOWED_HEADERS, DEFAULT_CORS_ALLOWED_METHODS,
+    DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_IDEMPOTENCY_RETENTION,
+    DEFAULT_LISTEN, DEFAULT_MAX_KEY_LENGTH, DEFAULT_MAX_MODEL_RETRIES,
+    DEFAULT_MAX_MODEL_RETRY_WAIT, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_RESULT_BYTES,
+    DEFAULT_MAX_RUNS_PER_SCAN, DEFAULT_OBSERVE_MIN_SAMPLES, DEFAULT_ORPHAN_THRESHOLD,
+    DEFAULT_PROVIDER_TIMEOUT, DEFAULT_QUEUE_LEASE, DEFAULT_QUEUE_MAX_ATTEMPTS,
+    DEFAULT_QUEUE_WORKERS, DEFAULT_SCAN_INTERVAL, DEFAULT_STREAM_FIRST_BYTE_TIMEOUT,
+    DEFAULT_STREAM_IDLE_TIMEOUT, MAX_BODY_LIMIT, MAX_COMPENSATION_RESERVE, MAX_KEY_LENGTH,
+    MAX_QUEUE_WORKERS, MIN_BODY_LIMIT, MIN_QUEUE_LEASE, RESERVED_ENV_PREFIX, RESERVED_HEADERS,
+};
+pub use exposure::{
+    AllowedHost, Authority, CorsSpec, HostName, HostPattern, MetricsAccess, Origin, Scheme,
+    host_is_allowed,
 };
 pub use problem::{ConfigProblem, Position, SchemaIssue};
 pub use server::{
-    AgentGraphLimits, ApiKeySpec, IdempotencySettings, QueueSettings, ReconciliationSettings,
-    ServerSpec,
+    AgentGraphLimits, ApiKeySpec, ConnectionLimits, IdempotencySettings, QueueSettings,
+    ReconciliationSettings, ServerSpec,
 };
 pub use spec::{
     AdapterSpec, AgentSpec, HttpMethod, IdempotencySpec, LatencySpec, ModelBindingSpec, ModelLink,

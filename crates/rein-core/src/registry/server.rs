@@ -19,11 +19,14 @@ use sha2::{Digest as _, Sha256};
 
 use super::constants::{
     DEFAULT_AGENT_GRAPH_MAX_DEPTH, DEFAULT_AGENT_GRAPH_MAX_TOTAL_RUNS,
-    DEFAULT_AGENT_GRAPH_MAX_TOTAL_TOKENS, DEFAULT_BODY_LIMIT, DEFAULT_HEARTBEAT_INTERVAL,
-    DEFAULT_IDEMPOTENCY_RETENTION, DEFAULT_LISTEN, DEFAULT_MAX_KEY_LENGTH,
+    DEFAULT_AGENT_GRAPH_MAX_TOTAL_TOKENS, DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT,
+    DEFAULT_HEADER_TIMEOUT, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_IDEMPOTENCY_RETENTION,
+    DEFAULT_IDLE_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_KEY_LENGTH,
     DEFAULT_MAX_RUNS_PER_SCAN, DEFAULT_ORPHAN_THRESHOLD, DEFAULT_QUEUE_LEASE,
     DEFAULT_QUEUE_MAX_ATTEMPTS, DEFAULT_QUEUE_WORKERS, DEFAULT_SCAN_INTERVAL,
+    DEFAULT_SHUTDOWN_GRACE,
 };
+use super::exposure::{AllowedHost, CorsSpec, MetricsAccess};
 use crate::ids::TenantId;
 
 /// How `rein serve` listens, whom it admits and how it runs work; the
@@ -53,6 +56,16 @@ use crate::ids::TenantId;
 /// | `agent_graph.max_total_tokens` | [`DEFAULT_AGENT_GRAPH_MAX_TOTAL_TOKENS`] (200 000) | 0 = unlimited |
 /// | `agent_graph.max_total_runs` | [`DEFAULT_AGENT_GRAPH_MAX_TOTAL_RUNS`] (25) | 0 = unlimited |
 /// | `api_keys` | none: no bearer key is admitted | distinct SHA-256 digests |
+/// | `allowed_hosts` | none: loopback names and addresses only | host names, IP addresses, `*.domain`, each with an optional `:port`; no scheme, no path (see [`AllowedHost`](super::AllowedHost)) |
+/// | `cors` | off: no origin but the server's own | `allowed_origins` (required, `http(s)://host[:port]`, no `*`, no `null`) |
+/// | `cors.allowed_methods` | [`DEFAULT_CORS_ALLOWED_METHODS`](super::DEFAULT_CORS_ALLOWED_METHODS) (`GET`, `POST`) | a non-empty subset of them |
+/// | `cors.allowed_headers` | [`DEFAULT_CORS_ALLOWED_HEADERS`](super::DEFAULT_CORS_ALLOWED_HEADERS) (`authorization`, `content-type`, `idempotency-key`, `rein-deadline-ms`, `request-id`) | header names, no `*` |
+/// | `metrics` | `protected`: `/metrics` needs a bearer key when keys are configured | `protected`, `open` |
+/// | `limits.header_timeout` | [`DEFAULT_HEADER_TIMEOUT`] (10 s) | [`MIN_CONNECTION_TIMEOUT`](super::MIN_CONNECTION_TIMEOUT)..=[`MAX_CONNECTION_TIMEOUT`](super::MAX_CONNECTION_TIMEOUT) (100 ms..=1 h) |
+/// | `limits.body_timeout` | [`DEFAULT_BODY_TIMEOUT`] (30 s) | 100 ms..=1 h |
+/// | `limits.idle_timeout` | [`DEFAULT_IDLE_TIMEOUT`] (60 s) | 100 ms..=1 h |
+/// | `limits.max_connections` | [`DEFAULT_MAX_CONNECTIONS`] (1024) | 1..=[`MAX_MAX_CONNECTIONS`](super::MAX_MAX_CONNECTIONS) (65 536) |
+/// | `shutdown_grace` | [`DEFAULT_SHUTDOWN_GRACE`] (30 s) | 0..=[`MAX_SHUTDOWN_GRACE`](super::MAX_SHUTDOWN_GRACE) (1 h); 0 hands on at once |
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServerSpec {
@@ -71,9 +84,23 @@ pub struct ServerSpec {
     pub agent_graph: AgentGraphLimits,
     /// The bearer keys admitted, in config order; no two share a digest.
     pub api_keys: Vec<ApiKeySpec>,
+    /// How slow and idle clients are cut off, and how many connections are
+    /// served at once.
+    pub limits: ConnectionLimits,
+    /// How long in-flight runs and requests may finish after SIGTERM or
+    /// SIGINT before what is left is interrupted and handed on.
+    pub shutdown_grace: Duration,
     /// The config file the `[server]` table was in; `None` for the
     /// defaults.
     pub source: Option<PathBuf>,
+
+    // ----- exposure: who may reach the API (allowed_hosts, cors, metrics) --
+    /// Hosts the API answers for besides loopback.
+    pub allowed_hosts: Vec<AllowedHost>,
+    /// Browser origins other than the server's own; `None`: off.
+    pub cors: Option<CorsSpec>,
+    /// Who may read `/metrics`.
+    pub metrics: MetricsAccess,
 }
 
 impl Default for ServerSpec {
@@ -86,7 +113,12 @@ impl Default for ServerSpec {
             reconciliation: ReconciliationSettings::default(),
             agent_graph: AgentGraphLimits::default(),
             api_keys: Vec::new(),
+            limits: ConnectionLimits::default(),
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             source: None,
+            allowed_hosts: Vec::new(),
+            cors: None,
+            metrics: MetricsAccess::default(),
         }
     }
 }
@@ -217,6 +249,43 @@ impl Default for ReconciliationSettings {
             scan_interval: DEFAULT_SCAN_INTERVAL,
             max_runs_per_scan: NonZeroU32::new(DEFAULT_MAX_RUNS_PER_SCAN)
                 .unwrap_or(NonZeroU32::MIN),
+        }
+    }
+}
+
+/// How `rein serve` protects itself from slow and idle clients: every
+/// phase of a connection in which the client, not the server, is expected
+/// to act has a deadline, and the number of connections is bounded.
+///
+/// # Why no deadline on a response
+///
+/// A sync run answers when the run ends (bounded by its own deadline), and
+/// an event stream lasts as long as its run: no request-wide timeout could
+/// tell those from a stuck client. What is bounded is the client's part —
+/// sending its head and body, coming back with its next request, reading
+/// what it asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConnectionLimits {
+    /// From a connection's opening (or the first byte of a further request
+    /// on a kept-alive one) to its complete request head.
+    pub header_timeout: Duration,
+    /// The longest pause while a request body is received.
+    pub body_timeout: Duration,
+    /// How long a kept-alive connection may wait for its next request, and
+    /// a response for a client that stopped reading it.
+    pub idle_timeout: Duration,
+    /// Connections served at once; beyond it new ones are refused at once.
+    pub max_connections: NonZeroU32,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_connections: NonZeroU32::new(DEFAULT_MAX_CONNECTIONS).unwrap_or(NonZeroU32::MIN),
         }
     }
 }
@@ -398,6 +467,11 @@ mod tests {
         assert_eq!(spec.queue.max_attempts.get(), 3);
         assert_eq!(spec.queue.workers.get(), 2);
         assert_eq!(spec.reconciliation.max_runs_per_scan.get(), 100);
+        assert_eq!(spec.limits.header_timeout, Duration::from_secs(10));
+        assert_eq!(spec.limits.body_timeout, Duration::from_secs(30));
+        assert_eq!(spec.limits.idle_timeout, Duration::from_secs(60));
+        assert_eq!(spec.limits.max_connections.get(), 1024);
+        assert_eq!(spec.shutdown_grace, Duration::from_secs(30));
         assert_eq!(
             spec.agent_graph.max_total_tokens.map(NonZeroU64::get),
             Some(200_000)

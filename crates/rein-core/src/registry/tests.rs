@@ -1555,6 +1555,113 @@ fn server_in_two_files_is_reported_at_the_later_file() {
     );
 }
 
+// ----- [server] exposure: allowed_hosts, cors, metrics (issue 12) ---------
+
+#[test]
+fn exposure_settings_are_read_normalized() {
+    let reg = build(&[(
+        "rein.toml",
+        &with_extra(
+            r#"
+[server]
+allowed_hosts = ["Rein.Example.com", "*.internal.example:8443", "10.0.0.5"]
+metrics = "open"
+[server.cors]
+allowed_origins = ["http://localhost:3000", "HTTPS://App.Example.com"]
+allowed_methods = ["get"]
+allowed_headers = ["Authorization", "content-type"]
+"#,
+        ),
+    )])
+    .unwrap();
+    let server = reg.server();
+    let hosts: Vec<_> = server
+        .allowed_hosts
+        .iter()
+        .map(|h| (h.pattern.clone(), h.port))
+        .collect();
+    assert_eq!(
+        hosts,
+        vec![
+            (
+                HostPattern::Exact(HostName::parse("rein.example.com").unwrap()),
+                None
+            ),
+            (
+                HostPattern::Below(HostName::parse("internal.example").unwrap()),
+                Some(8443)
+            ),
+            (
+                HostPattern::Exact(HostName::parse("10.0.0.5").unwrap()),
+                None
+            ),
+        ]
+    );
+    assert_eq!(server.metrics, MetricsAccess::Open);
+    let cors = server.cors.as_ref().unwrap();
+    let origins: Vec<String> = cors
+        .allowed_origins
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        origins,
+        ["http://localhost:3000", "https://app.example.com"]
+    );
+    assert_eq!(cors.allowed_methods, ["GET"]);
+    assert_eq!(cors.allowed_headers, ["authorization", "content-type"]);
+}
+
+#[test]
+fn exposure_defaults_are_loopback_only_no_cors_and_protected_metrics() {
+    let reg = build(&[(
+        "rein.toml",
+        &with_extra("[server]\n[server.cors]\nallowed_origins = [\"http://localhost:3000\"]\n"),
+    )])
+    .unwrap();
+    let server = reg.server();
+    assert!(server.allowed_hosts.is_empty());
+    assert_eq!(server.metrics, MetricsAccess::Protected);
+    let cors = server.cors.as_ref().unwrap();
+    assert_eq!(cors.allowed_methods, DEFAULT_CORS_ALLOWED_METHODS);
+    assert_eq!(cors.allowed_headers, DEFAULT_CORS_ALLOWED_HEADERS);
+    assert_eq!(ServerSpec::default().cors, None);
+}
+
+#[test]
+fn bad_exposure_settings_are_refused_naming_the_field() {
+    let text = with_extra(
+        r#"
+[server]
+allowed_hosts = ["ok.example", "http://rein.example.com", "rein.example.com/x", "re*in.example"]
+[server.cors]
+allowed_origins = ["*", "null", "http://localhost:3000/", "http://fine.example"]
+allowed_methods = ["POST", "DELETE"]
+allowed_headers = ["*"]
+"#,
+    );
+    assert_eq!(
+        fields(&text),
+        [
+            "server.allowed_hosts[1]",
+            "server.allowed_hosts[2]",
+            "server.allowed_hosts[3]",
+            "server.cors.allowed_origins[0]",
+            "server.cors.allowed_origins[1]",
+            "server.cors.allowed_origins[2]",
+            "server.cors.allowed_methods[1]",
+            "server.cors.allowed_headers[0]",
+        ]
+    );
+    assert!(message_of(&text, "server.allowed_hosts[1]").contains("without a scheme"));
+    assert!(message_of(&text, "server.cors.allowed_origins[0]").contains("every web page"));
+    assert!(message_of(&text, "server.cors.allowed_methods[1]").contains("`DELETE`"));
+    let empty = with_extra("[server.cors]\nallowed_origins = []\n");
+    assert_eq!(fields(&empty), ["server.cors.allowed_origins"]);
+    let err = toml::from_str::<ConfigFile>("[server]\nmetrics = \"public\"\n").unwrap_err();
+    assert!(err.to_string().contains("protected"), "{err}");
+}
+
 // ----- providers that stay up (issue 7) --------------------------------------
 
 /// An anthropic provider `claude` (streaming with the default limits, at
@@ -2007,4 +2114,45 @@ fn an_agents_model_retry_ceiling_is_read_with_defaults_and_checked() {
         fields(&zero),
         vec!["agents.order_desk.model_retry.max_wasted_tokens"]
     );
+}
+
+#[test]
+fn server_limits_and_shutdown_grace_are_read_and_checked_by_field() {
+    let text = with_extra(
+        "[server]\nshutdown_grace = \"2s\"\n[server.limits]\nheader_timeout = \"1s\"\nbody_timeout = \"1500ms\"\nidle_timeout = \"2s\"\nmax_connections = 16\n",
+    );
+    let reg = build(&[("rein.toml", &text)]).unwrap();
+    let limits = reg.server().limits;
+    assert_eq!(limits.header_timeout, Duration::from_secs(1));
+    assert_eq!(limits.body_timeout, Duration::from_millis(1500));
+    assert_eq!(limits.idle_timeout, Duration::from_secs(2));
+    assert_eq!(limits.max_connections.get(), 16);
+    assert_eq!(reg.server().shutdown_grace, Duration::from_secs(2));
+    let zero = build(&[(
+        "rein.toml",
+        &with_extra("[server]\nshutdown_grace = \"0s\"\n"),
+    )])
+    .unwrap();
+    assert_eq!(zero.server().shutdown_grace, Duration::ZERO);
+
+    for (field, value) in [
+        ("header_timeout", "\"50ms\""),
+        ("body_timeout", "\"0s\""),
+        ("idle_timeout", "\"2h\""),
+        ("max_connections", "0"),
+        ("max_connections", "65537"),
+    ] {
+        let found = server_fields(&format!("[server.limits]\n{field} = {value}\n"));
+        assert_eq!(found, vec![format!("server.limits.{field}")], "{value}");
+    }
+    let msg = message_of(
+        &with_extra("[server.limits]\nheader_timeout = \"50ms\"\n"),
+        "server.limits.header_timeout",
+    );
+    assert!(
+        msg.contains("between 100ms and 1h") && msg.contains("50ms"),
+        "{msg}"
+    );
+    let found = server_fields("[server]\nshutdown_grace = \"2h\"\n");
+    assert_eq!(found, vec!["server.shutdown_grace"]);
 }

@@ -8,8 +8,7 @@ use rein_core::deadline::{Budget, Need};
 use rein_core::idempotency::IdempotencyKey;
 use rein_core::retry::{RetryDecision, RetryInput};
 use rein_core::{
-    AttemptId, Category, Clock, Effect, EventKind, Failure, IntentId, LedgerRecord, LedgerStatus,
-    ToolClass,
+    AttemptId, Category, Clock, Effect, EventKind, Failure, LedgerRecord, LedgerStatus, ToolClass,
 };
 use rein_store::{LedgerMark, StepCommit};
 use serde_json::{Value, json};
@@ -18,53 +17,7 @@ use super::binding::{ToolBinding, ToolTarget};
 use super::emitter::{Correlation, Emitter, unix_ms};
 use super::{Engine, RunCtx, new_id};
 use crate::tool_http::Attempt;
-
-/// A call the model planned and rein validated.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct Planned {
-    /// Its intent id, persisted before anything runs.
-    pub intent_id: IntentId,
-    /// The model's id for the call.
-    pub call_id: String,
-    /// The tool.
-    pub tool: String,
-    /// The validated arguments.
-    pub args: Value,
-    /// The step that planned it.
-    pub step: u32,
-    /// Its position among the turn's proposed calls; the reply goes there.
-    pub position: usize,
-    /// Whether its arguments were salvaged from cut-off JSON (reads only).
-    pub salvaged: bool,
-}
-
-/// What became of one guarded call.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct CallResult {
-    /// The call.
-    pub planned: Planned,
-    /// The tool's class.
-    pub class: ToolClass,
-    /// Its result, or the failure rein gave up with.
-    pub outcome: Result<Value, Failure>,
-    /// Its ledger status, for calls with side effects.
-    pub ledger: Option<LedgerStatus>,
-    /// Attempts made.
-    pub attempts: u32,
-}
-
-impl CallResult {
-    /// A call refused before any attempt.
-    pub fn refused(planned: Planned, class: ToolClass, failure: Failure) -> Self {
-        CallResult {
-            planned,
-            class,
-            outcome: Err(failure),
-            ledger: None,
-            attempts: 0,
-        }
-    }
-}
+pub use rein_core::call::{CallResult, Planned};
 
 /// What the attempt loop ended with.
 pub(super) struct Attempted {
@@ -98,6 +51,16 @@ impl Engine {
             && let Some(result) = self.replay_prior(ctx, &c, &planned, tool, record)
         {
             return result;
+        }
+        // 1. Nothing new starts once the run is being handed on.
+        if ctx.is_interrupted() {
+            let failure = Failure::new(&tool.name, Category::Cancelled)
+                .with_effect(Effect::NotApplied)
+                .with_human_message(format!(
+                    "{} not started: the run was interrupted (its process is stopping)",
+                    tool.name
+                ));
+            return CallResult::refused(planned, tool.class, failure);
         }
         let now = self.clock.now();
 

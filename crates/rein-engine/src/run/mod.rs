@@ -14,7 +14,9 @@
 
 mod args;
 mod binding;
+mod close;
 mod concurrency;
+mod contain;
 mod emitter;
 mod event_log;
 mod guarded;
@@ -31,10 +33,11 @@ pub use binding::{
     DEFAULT_COMPENSATION_RESERVE, DEFAULT_MAX_MODEL_RETRIES, DEFAULT_MAX_MODEL_RETRY_WAIT,
     ModelLink, ModelRetryLimits, ToolBinding, ToolTarget,
 };
+pub use close::{Closing, close_run};
 pub use emitter::{Correlation, Observer};
 pub use guarded::{CallResult, Planned};
 pub use model_chain::{ModelAnswer, ModelAsk, ModelBinding, ModelError, ModelReply};
-pub use report::End;
+pub use report::{End, revise, tree_records};
 pub use settle::{CompensationBinding, STRONG_COMPENSATION_ATTEMPTS};
 pub use shared_breakers::DEFAULT_SHARED_BREAKERS_REFRESH;
 pub use tree::{AgentResolver, TreeLimits};
@@ -78,6 +81,18 @@ pub enum EngineError {
     /// The HTTP client could not be built.
     #[error("cannot build the HTTP client: {0}")]
     Http(String),
+    /// rein failed the run before it was recorded, or cannot record its
+    /// end (a panic inside it was caught; see the run's boundary).
+    #[error(
+        "run {run_id} failed inside rein ({}): {message}",
+        rein_core::report::INTERNAL
+    )]
+    Internal {
+        /// The run.
+        run_id: RunId,
+        /// What failed.
+        message: String,
+    },
     /// The run cannot be resumed.
     #[error("run {run_id} cannot be resumed: {reason}")]
     NotResumable {
@@ -113,8 +128,13 @@ pub struct RunRequest {
 pub struct RunOutput {
     /// The run.
     pub run_id: RunId,
-    /// Its report.
+    /// Its report; provisional (what it had done, not an outcome) when
+    /// `interrupted`.
     pub report: RunReport,
+    /// The run did not end: [`Engine::interrupt`] stopped it at a safe
+    /// point. It is still `running` in the store with its claim released,
+    /// and resumable ([`Engine::resume`]) by this process or another one.
+    pub interrupted: bool,
 }
 
 /// State shared by all runs of an engine: breaker arms (health memory
@@ -132,6 +152,8 @@ struct Shared {
     live: tree::LiveRegistry,
     /// Provider breaker openings shared through the store, when on.
     shared_breakers: Option<Arc<shared_breakers::SharedBreakers>>,
+    /// Fires when this process stops driving runs ([`Engine::interrupt`]).
+    interrupt: CancellationToken,
 }
 
 impl Shared {
@@ -153,6 +175,8 @@ pub struct EngineBuilder {
     tree_limits: tree::TreeLimits,
     /// This node's id and the refresh interval of shared breaker openings.
     shared_breakers: Option<(String, std::time::Duration)>,
+    /// This engine's public node id; a fresh one when unset.
+    node: Option<String>,
     #[cfg(feature = "sabotage")]
     sabotage: crate::sabotage::Sabotage,
 }
@@ -209,6 +233,22 @@ impl EngineBuilder {
         self
     }
 
+    /// Names this engine `node` in what others may see of its claims (a
+    /// refused resume says which node drives the run), instead of a fresh
+    /// random id.
+    ///
+    /// # Why opaque
+    ///
+    /// A claim's owner also records the process id and host name, so that
+    /// a process of the same host can tell its owner is dead. Those stay in
+    /// the store and the logs; an API answer names only this id. It must be
+    /// 1 to 64 visible ASCII characters without `#` or `.` (the separators
+    /// of a claim's owner); [`build`](EngineBuilder::build) refuses another.
+    pub fn node(mut self, node: impl Into<String>) -> Self {
+        self.node = Some(node.into());
+        self
+    }
+
     /// Seeds the jitter source, for reproducible runs.
     pub fn rng_seed(mut self, seed: u64) -> Self {
         self.rng_seed = Some(seed);
@@ -240,7 +280,19 @@ impl EngineBuilder {
         };
         let shared_breakers =
             shared_breakers::from_settings(self.shared_breakers, &self.store, &self.clock)?;
+        let node = match self.node {
+            None => uuid::Uuid::now_v7().simple().to_string(),
+            Some(node) if crate::lease::is_node_id(&node) => node,
+            Some(node) => {
+                return Err(EngineError::Config(rein_core::ConfigError::OutOfRange {
+                    field: "node",
+                    expected: "1 to 64 visible ASCII characters without `#` or `.`",
+                    found: format!("{node:?}"),
+                }));
+            }
+        };
         Ok(Engine {
+            node,
             command: crate::tool_command::CommandToolAdapter::new(self.store.clone()),
             store: self.store,
             clock: self.clock,
@@ -254,6 +306,7 @@ impl EngineBuilder {
                 metrics: Arc::default(),
                 live: tree::LiveRegistry::default(),
                 shared_breakers,
+                interrupt: CancellationToken::new(),
             },
             agents: self.agents,
             tree_limits: self.tree_limits,
@@ -292,6 +345,8 @@ pub struct Engine {
     agents: Option<tree::AgentResolver>,
     /// Bounds of every agent tree.
     tree_limits: tree::TreeLimits,
+    /// The public node id in this engine's claims.
+    node: String,
     /// The mechanisms deliberately broken (test-only).
     #[cfg(feature = "sabotage")]
     sabotage: crate::sabotage::Sabotage,
@@ -316,6 +371,10 @@ pub(crate) struct RunCtx<'a> {
     /// Fires when another process took the run's claim over: this process
     /// stops everything at once and records nothing more.
     lost: CancellationToken,
+    /// Fires when this process stops driving runs ([`Engine::interrupt`]):
+    /// the forward path stops at its next safe point and the run is handed
+    /// on, unfinished; a settlement in progress finishes first.
+    interrupt: CancellationToken,
     /// The identity of this process's claim on the run.
     claim_owner: String,
     /// Set once the run settles: from then on cancellation is ignored, so
@@ -380,6 +439,10 @@ impl model_chain::TurnHost for RunCtx<'_> {
 
     fn cancelled(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
         Box::pin(RunCtx::cancelled(self))
+    }
+
+    fn interrupted(&self) -> bool {
+        self.is_interrupted()
     }
 
     fn retry(&self) -> &RetryPolicy {
@@ -493,14 +556,26 @@ impl RunCtx<'_> {
         tokio::select! {
             () = self.cancel.cancelled() => {}
             () = self.lost.cancelled() => {}
+            () = self.interrupt.cancelled() => {}
         }
     }
 
-    /// Whether the forward path was cancelled (or the claim lost).
+    /// Whether the forward path was cancelled (or the claim lost, or the
+    /// process is handing its runs on).
     fn is_cancelled(&self) -> bool {
         self.lost.is_cancelled()
-            || (self.cancel.is_cancelled()
+            || ((self.cancel.is_cancelled() || self.interrupt.is_cancelled())
                 && !self.settling.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// Whether the forward path stops because the process is handing its
+    /// runs on (and not because the caller cancelled it, which wins: a
+    /// cancelled run settles and ends `cancelled`).
+    fn is_interrupted(&self) -> bool {
+        self.interrupt.is_cancelled()
+            && !self.cancel.is_cancelled()
+            && !self.lost.is_cancelled()
+            && !self.settling.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Commits `commit` for this run; when the store refuses it, its events
@@ -555,7 +630,9 @@ struct ClaimGuard {
 
 impl Drop for ClaimGuard {
     fn drop(&mut self) {
-        if !self.armed {
+        // Unwinding from a panic: the run's boundary takes the claim back
+        // to settle the run (`contain`), so it is not let go here.
+        if !self.armed || std::thread::panicking() {
             return;
         }
         let (store, lease_id, owner) = (
@@ -610,9 +687,16 @@ impl Engine {
             agents: None,
             tree_limits: tree::TreeLimits::default(),
             shared_breakers: None,
+            node: None,
             #[cfg(feature = "sabotage")]
             sabotage: crate::sabotage::Sabotage::default(),
         }
+    }
+
+    /// This engine's public node id ([`EngineBuilder::node`]): what an
+    /// answer may say about which process drives a run.
+    pub fn node(&self) -> &str {
+        &self.node
     }
 
     /// The store runs are recorded in.
@@ -624,6 +708,23 @@ impl Engine {
     /// calls alike), for an operator's scraper.
     pub fn metrics(&self) -> &crate::metrics::Metrics {
         &self.shared.metrics
+    }
+
+    /// Stops every run this engine drives at its next safe point, for good
+    /// (the process is stopping): no new step, model turn or tool call
+    /// starts; calls in flight are aborted, their ledger records left
+    /// pending with their keys. Each run records `run_interrupted`, stays
+    /// `running` and releases its claim, so that another process (or this
+    /// one restarted) resumes it at once; its [`RunOutput::interrupted`]
+    /// is true. A run already settling its effects finishes settling and
+    /// ends normally. Runs started afterwards are interrupted at once.
+    pub fn interrupt(&self) {
+        self.shared.interrupt.cancel();
+    }
+
+    /// Whether [`Engine::interrupt`] was called.
+    pub fn is_interrupted(&self) -> bool {
+        self.shared.interrupt.is_cancelled()
     }
 
     /// Claims `run_id` for this process: only one process drives a run at a
@@ -638,10 +739,16 @@ impl Engine {
         use crate::lease::Owner;
         use rein_store::{Lease, LeaseKind};
         let now_ms = unix_ms(self.clock.system_now());
-        // The claim's own identity: this process plus a token, so renewals
-        // and the release are fenced to this claim, not any claim of the
-        // process.
-        let owner = format!("{}#{}", Owner::current(), uuid::Uuid::now_v7().simple());
+        // The claim's own identity: this process, the public node id and a
+        // token, so renewals and the release are fenced to this claim, not
+        // any claim of the process (`crate::lease::claim_node` reads the
+        // node back).
+        let owner = format!(
+            "{}#{}.{}",
+            Owner::current(),
+            self.node,
+            uuid::Uuid::now_v7().simple()
+        );
         let lease = Lease {
             lease_id: claim_id(run_id),
             run_id: run_id.clone(),
@@ -676,7 +783,12 @@ impl Engine {
             if !expired && !dead_here {
                 return Err(EngineError::NotResumable {
                     run_id: run_id.clone(),
-                    reason: format!("it is being driven by a live process ({})", held.owner),
+                    // The public node id only: the owner's process id and
+                    // host stay in the store and the log.
+                    reason: format!(
+                        "it is being driven by a live process (node {})",
+                        crate::lease::claim_node(&held.owner).unwrap_or("unknown")
+                    ),
                 });
             }
             if expired {
@@ -765,19 +877,32 @@ impl Engine {
         input: String,
         run_id: Option<RunId>,
     ) -> Result<RunId, EngineError> {
-        let run_id = run_id.unwrap_or_else(new_id::<RunId>);
-        self.store
-            .create_run(NewRun {
-                run_id: run_id.clone(),
-                tenant,
-                agent: agent.name.clone(),
-                input,
-                parent_run_id: None,
-                budget: json!(agent.budget),
-                created_at_ms: unix_ms(self.clock.system_now()),
-            })
-            .await?;
+        let run = self.queued_run(agent, tenant, input, run_id);
+        let run_id = run.run_id.clone();
+        self.store.create_run(run).await?;
         Ok(run_id)
+    }
+
+    /// The record [`Engine::enqueue`] creates for a run of `agent`, for a
+    /// caller that stores it together with something else in one write
+    /// (a keyed submission: [`Store::submit_queued`]). A worker starts it
+    /// like any enqueued run.
+    pub fn queued_run(
+        &self,
+        agent: &AgentBinding,
+        tenant: TenantId,
+        input: String,
+        run_id: Option<RunId>,
+    ) -> NewRun {
+        NewRun {
+            run_id: run_id.unwrap_or_else(new_id::<RunId>),
+            tenant,
+            agent: agent.name.clone(),
+            input,
+            parent_run_id: None,
+            budget: json!(agent.budget),
+            created_at_ms: unix_ms(self.clock.system_now()),
+        }
     }
 
     /// Runs `agent` on a task to its end.
@@ -797,14 +922,48 @@ impl Engine {
             .await
     }
 
-    /// A run at its place in an agent tree.
+    /// A run at its place in an agent tree. A panic inside it is caught
+    /// here, at its boundary: the run ends `failed` (`error_type`
+    /// `internal`) with its effects settled, and the caller (a queue
+    /// worker, a parent run) lives on (see [`contain`]).
     pub(crate) async fn run_in(
+        &self,
+        agent: &AgentBinding,
+        validator: &dyn ArgValidator,
+        mut request: RunRequest,
+        lineage: Lineage,
+    ) -> Result<RunOutput, EngineError> {
+        use futures_util::FutureExt as _;
+        let run_id = request.run_id.clone().unwrap_or_else(new_id::<RunId>);
+        request.run_id = Some(run_id.clone());
+        let started =
+            std::panic::AssertUnwindSafe(self.start_in(agent, validator, request, lineage.clone()))
+                .catch_unwind()
+                .await;
+        match started {
+            Ok(result) => result,
+            Err(panic) => {
+                self.contain(
+                    agent,
+                    validator,
+                    &run_id,
+                    contain::message(&*panic),
+                    lineage,
+                )
+                .await
+            }
+        }
+    }
+
+    /// [`Engine::run_in`] without the panic boundary.
+    async fn start_in(
         &self,
         agent: &AgentBinding,
         validator: &dyn ArgValidator,
         request: RunRequest,
         lineage: Lineage,
     ) -> Result<RunOutput, EngineError> {
+        crate::crash::panic_point("run_start", &agent.name);
         let run_id = request.run_id.unwrap_or_else(new_id::<RunId>);
         let tenant = match request.tenant {
             Some(t) => t,
@@ -825,6 +984,13 @@ impl Engine {
             .unwrap_or(agent.budget);
         let budget = Budget::start(forward_limits, started);
         let at_ms = unix_ms(self.clock.system_now());
+        // Queued work waits for a process that is not stopping.
+        if request.enqueued && self.is_interrupted() {
+            return Err(EngineError::NotResumable {
+                run_id,
+                reason: "this process is stopping; it stays queued".into(),
+            });
+        }
         if request.enqueued {
             match self.store.get_run(&run_id).await? {
                 Some(record)
@@ -875,6 +1041,7 @@ impl Engine {
             last_input_tokens: std::sync::atomic::AtomicU64::new(0),
             cancel: request.cancel.unwrap_or_default(),
             lost,
+            interrupt: self.shared.interrupt.clone(),
             claim_owner: owner,
             settling: std::sync::atomic::AtomicBool::new(false),
             validator,
@@ -993,7 +1160,8 @@ impl Engine {
             .await
     }
 
-    /// A resume at its place in an agent tree.
+    /// A resume at its place in an agent tree, within the same panic
+    /// boundary as [`Engine::run_in`].
     pub(crate) async fn resume_in(
         &self,
         agent: &AgentBinding,
@@ -1003,6 +1171,42 @@ impl Engine {
         cancel: Option<CancellationToken>,
         lineage: Lineage,
     ) -> Result<RunOutput, EngineError> {
+        use futures_util::FutureExt as _;
+        let resumed = std::panic::AssertUnwindSafe(self.continue_in(
+            agent,
+            validator,
+            run_id,
+            observer,
+            cancel,
+            lineage.clone(),
+        ))
+        .catch_unwind()
+        .await;
+        match resumed {
+            Ok(result) => result,
+            Err(panic) => {
+                self.contain(agent, validator, run_id, contain::message(&*panic), lineage)
+                    .await
+            }
+        }
+    }
+
+    /// [`Engine::resume_in`] without the panic boundary.
+    async fn continue_in(
+        &self,
+        agent: &AgentBinding,
+        validator: &dyn ArgValidator,
+        run_id: &RunId,
+        observer: Option<Observer>,
+        cancel: Option<CancellationToken>,
+        lineage: Lineage,
+    ) -> Result<RunOutput, EngineError> {
+        if self.is_interrupted() {
+            return Err(EngineError::NotResumable {
+                run_id: run_id.clone(),
+                reason: "this process is stopping".into(),
+            });
+        }
         let Some(record) = self.store.get_run(run_id).await? else {
             return Err(EngineError::NotResumable {
                 run_id: run_id.clone(),
@@ -1306,6 +1510,7 @@ impl Engine {
             last_input_tokens: std::sync::atomic::AtomicU64::new(last_input_tokens),
             cancel: cancel.unwrap_or_default(),
             lost,
+            interrupt: self.shared.interrupt.clone(),
             claim_owner: owner,
             settling: std::sync::atomic::AtomicBool::new(false),
             validator,
@@ -1396,6 +1601,9 @@ impl Engine {
         } else {
             loop {
                 let now = self.clock.now();
+                if ctx.is_interrupted() {
+                    break End::Interrupted;
+                }
                 if ctx.is_cancelled() {
                     ctx.emitter.emit(
                         EventKind::RunCancelled,
@@ -1435,6 +1643,9 @@ impl Engine {
                     Some(turn) => (turn.response, turn.prior, turn.intent_ids, agent.price),
                     None => match self.model_turn(ctx, &messages, &mut budget, step).await {
                         Ok((response, price)) => (response, HashMap::new(), Vec::new(), price),
+                        // A turn cut short by the hand-on is not a failure
+                        // of the model: the step runs again on resume.
+                        Err(_) if ctx.is_interrupted() => break End::Interrupted,
                         Err(end) => break end,
                     },
                 };
@@ -1628,6 +1839,13 @@ impl Engine {
                         }
                     }
                 }
+                // Interrupted mid-step: nothing of this step is checkpointed.
+                // Its plan and ledger are durable, so a resume replays it with
+                // the same intents and keys (a write in doubt is repeated
+                // only under its key, an irreversible one never).
+                if ctx.is_interrupted() {
+                    break End::Interrupted;
+                }
                 calls.extend(results);
                 // The state digest: facts obtained and the tools attempted (by
                 // name: rephrasing a query of the same tool is not progress).
@@ -1672,6 +1890,7 @@ impl Engine {
                     );
                 }
                 crate::crash::point("during_checkpoint");
+                crate::crash::panic_point("during_checkpoint", &agent.name);
                 let commit = StepCommit {
                     checkpoint: Some(checkpoint),
                     events: ctx.emitter.drain(),
@@ -1688,26 +1907,96 @@ impl Engine {
 
         let now = self.clock.now();
         let elapsed_ms = elapsed_before_ms + millis(now.saturating_duration_since(started));
-        let mut report = report::build(&end, &calls, budget.used(), elapsed_ms, step);
-        report.models = ctx
-            .models
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        report.resume = resume;
-        if ctx.lost.is_cancelled() {
+        let facts = rein_core::report::RunFacts {
+            run_id: run_id.clone(),
+            agent: agent.name.clone(),
+            input: ctx.input.clone(),
+            end: end.clone(),
+            settled: rein_core::report::Settled::Kept,
+            outcome: None,
+            calls,
+            consumed: budget.used(),
+            elapsed_ms,
+            steps: step,
+            models: ctx
+                .models
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+            compensations: Vec::new(),
+            resume,
+            in_flight: Vec::new(),
+            strategies_not_tried: report::strategies_not_tried(agent),
+        };
+        self.conclude(ctx, facts, full_deadline, step, started, elapsed_before_ms)
+            .await
+    }
+
+    /// The end of a run this process drives, from `facts` (why it stopped,
+    /// its calls, what it consumed): its settlement, its report derived
+    /// from the ledger afterwards, its final record, its claim released.
+    async fn conclude(
+        &self,
+        ctx: &RunCtx<'_>,
+        mut facts: rein_core::report::RunFacts,
+        full_deadline: rein_core::deadline::Deadline,
+        step: u32,
+        started: rein_core::Instant,
+        elapsed_before_ms: u64,
+    ) -> RunOutput {
+        let run_id = ctx.run_id.clone();
+        let end = facts.end.clone();
+        // What the calls say before anything is settled: what the
+        // settlement decides on. The report itself is derived once, after.
+        let before = rein_core::report::derive(&facts, &[]);
+        if matches!(end, End::Interrupted) {
+            return self.hand_on(ctx, before, step).await;
+        }
+        let lost = |mut report: RunReport| {
             // Another process took the run over and drives it now: no
             // settlement, no status, no release from here.
             report.summary = format!(
                 "This process lost its claim on the run to another process, which continues it. {}",
                 report.summary
             );
-            return RunOutput { run_id, report };
+            RunOutput {
+                run_id: run_id.clone(),
+                report,
+                interrupted: false,
+            }
+        };
+        if ctx.lost.is_cancelled() {
+            return lost(before);
         }
-        self.settle(ctx, &end, &calls, &mut report, full_deadline, step)
-            .await;
-        report.elapsed_ms =
+        let settlement = self.settle(ctx, &end, &before, full_deadline, step).await;
+        if settlement.lost {
+            return lost(before);
+        }
+        facts.settled = settlement.settled;
+        facts.compensations = settlement.compensations;
+        facts.in_flight = settlement.in_flight;
+        facts.elapsed_ms =
             elapsed_before_ms + millis(self.clock.now().saturating_duration_since(started));
+        // The ledger as the settlement left it: every effect with its
+        // status now, not the status its call ended with.
+        let ledger = match report::tree_records(self.store.as_ref(), &run_id).await {
+            Ok(records) => records,
+            Err(e) => {
+                tracing::warn!(run = %run_id, "the ledger cannot be read for the report: {e}");
+                Vec::new()
+            }
+        };
+        let report = rein_core::report::derive(&facts, &ledger);
+        if matches!(facts.settled, rein_core::report::Settled::HandedOff(_)) {
+            ctx.emitter.emit(
+                EventKind::HandoffCreated,
+                &Correlation {
+                    step,
+                    ..Correlation::default()
+                },
+                close::handoff_data(&report),
+            );
+        }
         let c = Correlation {
             step,
             ..Correlation::default()
@@ -1758,7 +2047,66 @@ impl Engine {
         {
             tracing::warn!(run = %run_id, "cannot release the run's claim: {e}");
         }
-        RunOutput { run_id, report }
+        RunOutput {
+            run_id,
+            report,
+            interrupted: false,
+        }
+    }
+
+    /// Hands an interrupted run on: records that it stopped at a safe
+    /// point (with the events of its cut step), leaves it `running`, and
+    /// releases its claim so that another process takes it over at once
+    /// rather than when the claim expires.
+    async fn hand_on(&self, ctx: &RunCtx<'_>, mut report: RunReport, step: u32) -> RunOutput {
+        let run_id = ctx.run_id.clone();
+        ctx.emitter.emit(
+            EventKind::RunInterrupted,
+            &Correlation {
+                step,
+                ..Correlation::default()
+            },
+            json!({"reason": "its process is stopping", "handed_on": true, "resumable": true,
+                   "completed_steps": step.saturating_sub(1)}),
+        );
+        let mut pause = END_COMMIT_FIRST_PAUSE;
+        for attempt in 1..=END_COMMIT_TRIES {
+            let commit = StepCommit {
+                events: ctx.emitter.drain(),
+                ..StepCommit::default()
+            };
+            match ctx.commit(commit).await {
+                Ok(_) => break,
+                Err(e) if e.is_transient() && attempt < END_COMMIT_TRIES => {
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+                Err(e) => {
+                    tracing::error!(run = %run_id, "cannot record the run's interruption: {e}");
+                    break;
+                }
+            }
+        }
+        if !ctx.lost.is_cancelled()
+            && let Err(e) = ctx
+                .store
+                .release_lease_of(&claim_id(&run_id), &ctx.claim_owner)
+                .await
+        {
+            tracing::warn!(run = %run_id, "cannot release the run's claim: {e}");
+        }
+        report.recoverable = true;
+        report.recommendation =
+            "resume it: it stopped at a safe point and nothing it did is repeated".into();
+        report.summary = format!(
+            "The run was interrupted because its process is stopping; it is not finished. It is still running in the store, resumable, its claim released for another process to continue it. So far: {}",
+            report.summary
+        );
+        RunOutput {
+            run_id,
+            report,
+            interrupted: true,
+        }
     }
 
     /// Validates one proposed call. A refusal is a clarification for the

@@ -56,6 +56,12 @@ pub(crate) trait TurnHost: Send + Sync {
     fn emitter(&self) -> &Emitter;
     /// Resolves when the turn must stop (the caller cancelled).
     fn cancelled(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+
+    /// Whether the turn stops because its process hands the run on (not a
+    /// cancellation: nothing says `run_cancelled` then).
+    fn interrupted(&self) -> bool {
+        false
+    }
     /// The retry policy of model calls.
     fn retry(&self) -> &RetryPolicy;
     /// The latency profile of a model call.
@@ -545,12 +551,14 @@ impl Engine {
                     // The caller's cancellation is not the provider's fault:
                     // the guard gives the permit back unused.
                     drop(held);
-                    emitter.emit(
-                        EventKind::RunCancelled,
-                        c,
-                        json!({"reason": "cancelled by the caller", "aborted": "model_call",
-                               "provider": provider}),
-                    );
+                    if !host.interrupted() {
+                        emitter.emit(
+                            EventKind::RunCancelled,
+                            c,
+                            json!({"reason": "cancelled by the caller", "aborted": "model_call",
+                                   "provider": provider}),
+                        );
+                    }
                     return Err(LinkEnd::Stop(End::Cancelled(
                         "cancelled by the caller during a model call".into(),
                     )));

@@ -1,272 +1,183 @@
-//! The honest outcome of a run and its report.
+//! Wiring of the run report: a run's facts, gathered from the process that
+//! drove it or from the store, handed with the ledger as it stands to
+//! [`rein_core::report::derive`], the one function every report comes from.
+//!
+//! | the run | facts from | ledger |
+//! | --- | --- | --- |
+//! | ended in this process | the loop's calls, budget and settlement | read after settlement |
+//! | closed from outside ([`super::close`]) | its last checkpoint and events | as it stands |
+//! | finished, a record changed since ([`revise`]) | its stored report's basis and its last checkpoint | with the change |
 
-use std::collections::BTreeSet;
-use std::fmt::Write as _;
+use rein_core::FailurePolicy;
+use rein_core::call::CallResult;
+use rein_core::deadline::Usage;
+use rein_core::report::{RunFacts, Settled, derive};
+use rein_core::{EventKind, LedgerRecord, RunId, RunReport};
+use rein_store::{RunRecord, Store, StoreError};
 
-use rein_core::deadline::{Exhausted, Usage};
-use rein_core::loop_guard::Trip;
-use rein_core::outcome::{CompletedAction, IncompleteAction};
-use rein_core::{Category, Effect, Outcome, RunReport, ToolClass};
-use serde_json::Value;
+pub use rein_core::report::End;
 
-use super::guarded::CallResult;
+use super::AgentBinding;
 
-/// Why the loop stopped.
-#[derive(Debug, Clone)]
-pub enum End {
-    /// The model answered without tool calls.
-    Answer(Option<String>),
-    /// A budget ceiling was reached.
-    Budget(Exhausted),
-    /// The loop guard tripped.
-    Loop(Trip),
-    /// The model could not be reached (after retries) or answered unusably.
-    ModelFailed(Category, String),
-    /// An interrupted settlement resumed: the forward path is over and its
-    /// effects are being settled.
-    Settling(String),
-    /// rein could not record the run durably.
-    StoreFailed(String),
-    /// The caller cancelled the run.
-    Cancelled(String),
-}
-
-/// The longest result kept per completed action in the report.
-const MAX_REPORT_RESULT_BYTES: usize = 2048;
-
-/// Builds the report from every call the run made.
-pub fn build(
-    end: &End,
-    calls: &[CallResult],
-    consumed: Usage,
-    elapsed_ms: u64,
-    steps: u32,
-) -> RunReport {
-    let completed: Vec<CompletedAction> = calls
-        .iter()
-        .filter_map(|call| {
-            let result = call.outcome.as_ref().ok()?;
-            Some(CompletedAction {
-                intent_id: call.planned.intent_id.clone(),
-                tool: call.planned.tool.clone(),
-                result: key_fields(result),
-                ledger: call.ledger,
-            })
-        })
-        .collect();
-    let succeeded_tools: BTreeSet<&str> = calls
-        .iter()
-        .filter(|c| c.outcome.is_ok())
-        .map(|c| c.planned.tool.as_str())
-        .collect();
-    let incomplete: Vec<IncompleteAction> = calls
-        .iter()
-        .enumerate()
-        .filter_map(|(i, call)| {
-            let failure = call.outcome.as_ref().err()?;
-            // A failed read the model could correct (bad arguments, not
-            // found) is forgiven when the same tool later succeeded: the
-            // model corrected its call. Any other failed read is a gap.
-            if call.class == ToolClass::Read
-                && failure.category().is_correctable()
-                && calls[i + 1..]
-                    .iter()
-                    .any(|later| later.planned.tool == call.planned.tool && later.outcome.is_ok())
-            {
-                return None;
-            }
-            // An action that certainly did not happen and was later done
-            // (the same tool with the same arguments succeeded) completed.
-            if failure.effect() == Effect::NotApplied
-                && calls[i + 1..].iter().any(|later| {
-                    later.planned.tool == call.planned.tool
-                        && later.planned.args == call.planned.args
-                        && later.outcome.is_ok()
-                })
-            {
-                return None;
-            }
-            // A call the model proposed wrongly and rein refused before any
-            // attempt is a clarification, not a planned action that failed.
-            if call.attempts == 0 && failure.category() == Category::InvalidArguments {
-                return None;
-            }
-            Some(IncompleteAction {
-                intent_id: call.planned.intent_id.clone(),
-                tool: call.planned.tool.clone(),
-                category: failure.category(),
-                reason: failure.human_message().to_owned(),
-                ledger: call.ledger,
-                maybe_applied: failure.effect() != Effect::NotApplied,
-            })
-        })
-        .collect();
-    let _ = succeeded_tools;
-
-    let outcome = match end {
-        End::Budget(_) => Outcome::BudgetExhausted,
-        End::Cancelled(_) => Outcome::Cancelled,
-        End::Answer(_) if incomplete.is_empty() => Outcome::Succeeded,
-        _ if completed.is_empty() => Outcome::Failed,
-        _ => Outcome::PartialSuccess,
-    };
-    // A retry can run without repeating side effects unless an irreversible
-    // effect is in doubt: completed writes are keyed or recorded, and resume
-    // skips completed intents.
-    let recoverable = !incomplete.iter().any(|a| {
-        a.maybe_applied
-            && calls
-                .iter()
-                .any(|c| c.planned.intent_id == a.intent_id && c.class == ToolClass::Irreversible)
-    });
-    let recommendation = recommend(end, &incomplete, recoverable);
-    let answer = match end {
-        End::Answer(text) => text.clone(),
-        _ => None,
-    };
-    let summary = summarize(outcome, end, &completed, &incomplete);
-    RunReport {
-        outcome,
-        completed,
-        incomplete,
-        recoverable,
-        recommendation,
-        summary,
-        answer,
-        consumed,
-        elapsed_ms,
-        steps,
-        models: Vec::new(),
-        compensations: Vec::new(),
-        handoff: None,
-        resume: None,
-    }
-}
-
-/// The scalar top-level fields of a result, bounded in size: what a report
-/// reader needs (ids, statuses, dates), not whole payloads.
-fn key_fields(result: &Value) -> Value {
-    let text = result.to_string();
-    if text.len() <= MAX_REPORT_RESULT_BYTES {
-        return result.clone();
-    }
-    match result {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .filter(|(_, v)| !v.is_object() && !v.is_array())
-                .filter(|(_, v)| v.to_string().len() <= 256)
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        ),
-        _ => Value::String(text.chars().take(256).collect()),
-    }
-}
-
-fn recommend(end: &End, incomplete: &[IncompleteAction], recoverable: bool) -> String {
-    let mut advice: Vec<String> = Vec::new();
-    match end {
-        End::Budget(e) => advice.push(format!(
-            "raise the {} budget or narrow the task, then resume",
-            e.dimension
-        )),
-        End::Loop(trip) => advice.push(format!(
-            "the agent stopped making progress ({}); refine the task or hand it to a human",
-            trip.as_str()
-        )),
-        End::ModelFailed(..) => advice.push("retry once the model provider is available".into()),
-        End::Settling(_) => {}
-        End::Cancelled(_) => {
-            advice.push("submit the task again if it is still wanted".into());
-        }
-        End::StoreFailed(_) => {
-            advice.push("restore the run store, then reconcile the ledger".into())
-        }
-        End::Answer(_) => {}
-    }
-    for action in incomplete {
-        let line = if action.maybe_applied {
-            format!(
-                "check whether {} took effect before retrying it (its ledger record awaits reconciliation)",
-                action.tool
-            )
-        } else {
-            match action.category {
-                Category::RateLimited | Category::Overloaded | Category::CircuitOpen => format!(
-                    "retry {} later, when the target accepts calls again; it did not take effect",
-                    action.tool
-                ),
-                Category::BudgetExhausted => format!(
-                    "{} was not started for lack of budget; retry with a larger budget",
-                    action.tool
-                ),
-                Category::InvalidArguments | Category::NotFound | Category::Conflict => {
-                    format!(
-                        "review the input for {}; retrying unchanged will fail again",
-                        action.tool
-                    )
-                }
-                Category::Unauthorized | Category::Forbidden => {
-                    format!("fix rein's credentials for {}", action.tool)
-                }
-                _ => format!("retry {}; it did not take effect", action.tool),
-            }
-        };
-        if !advice.contains(&line) {
-            advice.push(line);
-        }
-    }
-    if advice.is_empty() {
-        return "nothing to do".into();
-    }
-    let mut text = advice.join("; ");
-    if recoverable && !incomplete.is_empty() {
-        text.push_str("; resuming is safe: completed steps will not run again");
-    }
-    text
-}
-
-fn summarize(
-    outcome: Outcome,
-    end: &End,
-    completed: &[CompletedAction],
-    incomplete: &[IncompleteAction],
-) -> String {
-    let mut s = format!("The run ended {outcome}");
-    match end {
-        End::Budget(e) => {
-            let _ = write!(s, " ({e})");
-        }
-        End::Loop(trip) => {
-            let _ = write!(s, " (loop guard: {trip})");
-        }
-        End::ModelFailed(_, why)
-        | End::StoreFailed(why)
-        | End::Settling(why)
-        | End::Cancelled(why) => {
-            let _ = write!(s, " ({why})");
-        }
-        End::Answer(_) => {}
-    }
-    s.push('.');
-    if completed.is_empty() {
-        s.push_str(" No action completed.");
+/// What rein deliberately did not try, given the agent's policy.
+pub(super) fn strategies_not_tried(agent: &AgentBinding) -> Vec<String> {
+    if agent.on_failure == FailurePolicy::Compensate {
+        Vec::new()
     } else {
-        let names: Vec<&str> = completed.iter().map(|a| a.tool.as_str()).collect();
-        let _ = write!(s, " Completed: {}.", names.join(", "));
+        vec![format!(
+            "automatic compensation: the agent's policy is {:?}",
+            agent.on_failure
+        )]
     }
-    if !incomplete.is_empty() {
-        let parts: Vec<String> = incomplete
-            .iter()
-            .map(|a| {
-                let doubt = if a.maybe_applied {
-                    ", may have taken effect"
-                } else {
-                    ", did not take effect"
-                };
-                format!("{} ({}{doubt})", a.tool, a.category)
+}
+
+/// The ledger records of `run` and of every run below it in its agent
+/// tree, the run's own first: what its report (and its handoff package)
+/// is derived from.
+///
+/// # Errors
+///
+/// The store's, when a ledger or the children cannot be read.
+pub async fn tree_records(store: &dyn Store, run: &RunId) -> Result<Vec<LedgerRecord>, StoreError> {
+    let mut records = store.ledger(run).await?;
+    let mut below = vec![run.clone()];
+    let mut seen = std::collections::HashSet::from([run.clone()]);
+    while let Some(parent) = below.pop() {
+        for child in store.children_of(&parent).await? {
+            // Ids derive from intents, so a cycle cannot be written; a
+            // damaged store must still not loop.
+            if seen.insert(child.run_id.clone()) {
+                records.extend(store.ledger(&child.run_id).await?);
+                below.push(child.run_id);
+            }
+        }
+    }
+    Ok(records)
+}
+
+/// The calls a run made, from its last checkpoint (the calls of a step
+/// interrupted before its checkpoint are in the ledger only), and what it
+/// had consumed by then.
+async fn checkpointed(
+    store: &dyn Store,
+    run: &RunId,
+) -> Result<(Vec<CallResult>, Usage, u64), StoreError> {
+    Ok(match store.latest_checkpoint(run).await? {
+        Some(checkpoint) => (
+            serde_json::from_value(checkpoint.state["calls"].clone()).unwrap_or_default(),
+            checkpoint.consumed,
+            checkpoint.elapsed_ms,
+        ),
+        None => (Vec::new(), Usage::default(), 0),
+    })
+}
+
+/// The models that answered a run's turns, from its events.
+async fn models_of(store: &dyn Store, run: &RunId) -> Result<Vec<String>, StoreError> {
+    let mut models: Vec<String> = Vec::new();
+    for e in store.events(run, 0).await? {
+        if e.kind == EventKind::ModelCallFinished
+            && e.data["ok"] == true
+            && let (Some(p), Some(m)) = (e.data["provider"].as_str(), e.data["model"].as_str())
+        {
+            let name = format!("{p}/{m}");
+            if !models.contains(&name) {
+                models.push(name);
+            }
+        }
+    }
+    Ok(models)
+}
+
+/// The facts of a run its driving process no longer holds, from the store:
+/// its last checkpoint's calls and consumption, and the models its events
+/// name. `elapsed_ms` is until `at_ms`.
+///
+/// # Errors
+///
+/// The store's.
+pub(super) async fn stored_facts(
+    store: &dyn Store,
+    run: &RunRecord,
+    end: End,
+    at_ms: u64,
+) -> Result<RunFacts, StoreError> {
+    let (calls, consumed, _) = checkpointed(store, &run.run_id).await?;
+    Ok(RunFacts {
+        run_id: run.run_id.clone(),
+        agent: run.agent.clone(),
+        input: run.input.clone(),
+        end,
+        settled: Settled::Kept,
+        outcome: None,
+        calls,
+        consumed,
+        elapsed_ms: at_ms.saturating_sub(run.created_at_ms),
+        steps: consumed.steps,
+        models: models_of(store, &run.run_id).await?,
+        compensations: Vec::new(),
+        resume: None,
+        in_flight: Vec::new(),
+        strategies_not_tried: Vec::new(),
+    })
+}
+
+/// The report of the finished `run` derived again from its stored report's
+/// basis and `ledger` (its tree's records as they stand, with a change not
+/// yet stored applied): the report the run has once the change lands.
+/// `None` when the run is not finished, or its report predates reports
+/// that keep their basis.
+///
+/// Its outcome is the run's (outcomes are final); everything the ledger
+/// decides (what completed, what awaits a human, the handoff package, the
+/// summary and recommendation) follows the ledger.
+///
+/// # Errors
+///
+/// The store's, when the run's checkpoint cannot be read.
+pub async fn revise(
+    store: &dyn Store,
+    run: &RunRecord,
+    ledger: &[LedgerRecord],
+) -> Result<Option<RunReport>, StoreError> {
+    let (Some(outcome), Some(stored)) = (run.status.outcome(), run.report.as_ref()) else {
+        return Ok(None);
+    };
+    let Some(basis) = stored.basis.clone() else {
+        return Ok(None);
+    };
+    let (calls, _, _) = checkpointed(store, &run.run_id).await?;
+    let package = stored.handoff.as_ref();
+    let facts = RunFacts {
+        run_id: run.run_id.clone(),
+        agent: run.agent.clone(),
+        input: run.input.clone(),
+        end: basis.end,
+        settled: basis.settled,
+        outcome: Some(outcome),
+        calls,
+        consumed: stored.consumed,
+        elapsed_ms: stored.elapsed_ms,
+        steps: stored.steps,
+        models: stored.models.clone(),
+        compensations: stored.compensations.clone(),
+        resume: stored.resume.clone(),
+        // What the package said was still held, and what was not tried,
+        // stays true of the run; calls in doubt are judged afresh.
+        in_flight: package
+            .map(|p| {
+                p.in_flight
+                    .iter()
+                    .filter(|f| f.what.starts_with("lease "))
+                    .cloned()
+                    .collect()
             })
-            .collect();
-        let _ = write!(s, " Not completed: {}.", parts.join(", "));
-    }
-    s
+            .unwrap_or_default(),
+        strategies_not_tried: package
+            // NOTE: the first line is the one `derive` always puts there.
+            .map(|p| p.strategies_not_tried.iter().skip(1).cloned().collect())
+            .unwrap_or_default(),
+    };
+    let revised = derive(&facts, ledger);
+    Ok(Some(revised))
 }

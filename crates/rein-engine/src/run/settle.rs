@@ -10,27 +10,25 @@
 //! 3). Compensation runs on a reserved share of the run's time, not on
 //! whatever the forward path left over.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rein_core::deadline::{Budget, BudgetLimits, Deadline};
-use rein_core::handoff::{EffectState, HandoffPackage, InFlight, TimelineEntry};
-use rein_core::idempotency::{IdempotencyKey, Normalizer};
+use rein_core::handoff::InFlight;
+use rein_core::idempotency::IdempotencyKey;
 use rein_core::outcome::CompensationResult;
 use rein_core::registry::{CompensationGrade, CompensationSpec};
+use rein_core::report::{End, Settled};
 use rein_core::retry::{RetryConfig, RetryPolicy};
 use rein_core::{
-    Category, Clock, Effect, EventKind, FailurePolicy, IntentId, LedgerRecord, LedgerStatus,
-    Outcome, RunReport, ToolClass,
+    Category, Clock, EventKind, FailurePolicy, IntentId, LedgerRecord, LedgerStatus, Outcome,
+    RunReport,
 };
 use rein_store::{LedgerMark, StepCommit};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use super::binding::ToolBinding;
 use super::emitter::{Correlation, unix_ms};
-use super::guarded::{CallResult, Planned};
-use super::report::End;
+use super::guarded::Planned;
 use super::tree_settle::{self, Item, is_open};
 use super::{Engine, RunCtx};
 
@@ -64,7 +62,14 @@ fn fixable_by_time(end: &End, report: &RunReport) -> bool {
                 | Category::Overloaded
                 | Category::CircuitOpen
         ),
-        End::Loop(_) | End::StoreFailed(_) | End::Settling(_) | End::Cancelled(_) => false,
+        // Never settled: an interrupted run is handed on before this.
+        End::Interrupted => true,
+        End::Loop(_)
+        | End::StoreFailed(_)
+        | End::Settling(_)
+        | End::Cancelled(_)
+        | End::Closed { .. }
+        | End::Internal(_) => false,
         End::Answer(_) => report.incomplete.iter().all(|a| {
             matches!(
                 a.category,
@@ -79,30 +84,46 @@ fn fixable_by_time(end: &End, report: &RunReport) -> bool {
     }
 }
 
-/// The 16-hex-character digest of canonical arguments, for timelines.
-pub(super) fn input_digest(args: &Value) -> String {
-    let canonical = Normalizer::default().canonical_json(args);
-    Sha256::digest(&canonical)
-        .iter()
-        .take(8)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+/// What the settlement of a run did: its conclusion, what became of each
+/// effect, and what a human taking over must check first. The report is
+/// derived from it and from the ledger afterwards, once.
+#[derive(Debug, Clone)]
+pub(super) struct Settlement {
+    /// What it concluded.
+    pub(super) settled: Settled,
+    /// Each compensation (or decision to leave an effect) and its result.
+    pub(super) compensations: Vec<CompensationResult>,
+    /// Resources still held for the run, when it was handed off.
+    pub(super) in_flight: Vec<InFlight>,
+    /// Another process took the run over mid-settlement: nothing more is
+    /// recorded from here.
+    pub(super) lost: bool,
+}
+
+impl Settlement {
+    fn kept() -> Settlement {
+        Settlement {
+            settled: Settled::Kept,
+            compensations: Vec::new(),
+            in_flight: Vec::new(),
+            lost: false,
+        }
+    }
 }
 
 impl Engine {
-    /// Applies the partial-failure decision to a run that did not succeed,
-    /// updating `report` (outcome, compensations, handoff package).
+    /// Applies the partial-failure decision to a run that did not succeed
+    /// (`report` is its report before settlement: what the calls say).
     pub(super) async fn settle(
         &self,
         ctx: &RunCtx<'_>,
         end: &End,
-        calls: &[CallResult],
-        report: &mut RunReport,
+        report: &RunReport,
         compensation_deadline: Deadline,
         step: u32,
-    ) {
+    ) -> Settlement {
         if report.outcome == Outcome::Succeeded {
-            return;
+            return Settlement::kept();
         }
         // From here on cancellation is ignored: undoing effects must finish.
         ctx.settling
@@ -111,8 +132,7 @@ impl Engine {
             Ok(records) => records,
             Err(e) => {
                 let reason = format!("the ledger cannot be read to settle the run: {e}");
-                self.hand_off(ctx, calls, report, &[], reason, step).await;
-                return;
+                return self.hand_off(ctx, Vec::new(), reason).await;
             }
         };
         // A call that started a child and was left in doubt is settled by
@@ -131,9 +151,7 @@ impl Engine {
             Ok(tree) => tree,
             Err(e) => {
                 let reason = format!("the agent tree cannot be read to settle the run: {e}");
-                self.hand_off(ctx, calls, report, &ledger, reason, step)
-                    .await;
-                return;
+                return self.hand_off(ctx, Vec::new(), reason).await;
             }
         };
         let items = tree_settle::items(ctx, &ledger, &root_order, &members);
@@ -149,15 +167,17 @@ impl Engine {
         // A read-only prefix (or writes that certainly did not happen):
         // degrade, the report already flags the gap.
         if open.is_empty() && !already_human {
-            if matches!(end, End::Settling(_)) {
-                // An interrupted settlement that had already undone every
-                // effect: the run failed and the world is as before.
-                report.outcome = Outcome::Failed;
-                report.recoverable = true;
-                report.recommendation =
-                    "the world is as before the run; fix the cause and run the task again".into();
-            }
-            return;
+            // An interrupted settlement that had already undone every
+            // effect: the run failed and the world is as before.
+            let settled = if matches!(end, End::Settling(_)) {
+                Settled::Undone
+            } else {
+                Settled::Kept
+            };
+            return Settlement {
+                settled,
+                ..Settlement::kept()
+            };
         }
         // An effect in doubt is never kept silently: even a failure that
         // time may fix must settle it.
@@ -168,7 +188,7 @@ impl Engine {
             && !in_doubt
             && (fixable_by_time(end, report) || ctx.agent.on_failure == FailurePolicy::Continue)
         {
-            return;
+            return Settlement::kept();
         }
         // An irreversible effect that cannot be undone (done, in doubt, or
         // already with a human), anywhere in the tree, stops automatic
@@ -194,9 +214,7 @@ impl Engine {
         };
         if let Err(e) = ctx.commit(commit).await {
             let reason = format!("the settlement could not be recorded: {e}");
-            self.hand_off(ctx, calls, report, &ledger, reason, step)
-                .await;
-            return;
+            return self.hand_off(ctx, Vec::new(), reason).await;
         }
         // Each child run with something to settle is acted on under its own
         // claim, in its own ledger.
@@ -264,11 +282,7 @@ impl Engine {
                     self.release_member(c, member, &ctx.run_id).await;
                 }
             }
-            report.compensations = results;
-            let ledger = self.tree_ledger(&ctx.run_id, &members, &ledger).await;
-            self.hand_off(ctx, calls, report, &ledger, reason.to_owned(), step)
-                .await;
-            return;
+            return self.hand_off(ctx, results, reason.to_owned()).await;
         }
 
         // Compensate in strict reverse order of execution, across the tree.
@@ -316,46 +330,28 @@ impl Engine {
             }
         }
         if lost {
-            return;
-        }
-        for r in &results {
-            for done in report
-                .completed
-                .iter_mut()
-                .filter(|c| c.intent_id == r.intent_id)
-            {
-                done.ledger = Some(r.status);
-            }
+            return Settlement {
+                compensations: results,
+                lost: true,
+                ..Settlement::kept()
+            };
         }
         let unsettled = already_human
             || results
                 .iter()
                 .any(|r| r.status != LedgerStatus::Compensated);
-        report.compensations = results;
-        report.recoverable = !unsettled;
         if unsettled {
-            let ledger = self.tree_ledger(&ctx.run_id, &members, &ledger).await;
             let reason = "the run failed and some of its effects could not be undone automatically"
                 .to_owned();
-            self.hand_off(ctx, calls, report, &ledger, reason, step)
-                .await;
+            self.hand_off(ctx, results, reason).await
         } else {
             // Undone completely: a cancelled run stays `cancelled` (the
             // caller's decision, honoured), any other ends `failed`.
-            if report.outcome != Outcome::Cancelled {
-                report.outcome = Outcome::Failed;
+            Settlement {
+                settled: Settled::Undone,
+                compensations: results,
+                ..Settlement::kept()
             }
-            let names: Vec<&str> = report
-                .compensations
-                .iter()
-                .map(|c| c.tool.as_str())
-                .collect();
-            report.summary.push_str(&format!(
-                " Its effects were undone in reverse order: {}.",
-                names.join(", ")
-            ));
-            report.recommendation =
-                "the world is as before the run; fix the cause and run the task again".into();
         }
     }
 
@@ -727,22 +723,22 @@ impl Engine {
         }
     }
 
-    /// Ends the run `handed_off` with a package for a human.
+    /// Hands the run to a human: what its settlement did, and the
+    /// resources still held for it (a process group, a temp dir), which
+    /// whoever takes over must check before repeating anything.
     async fn hand_off(
         &self,
         ctx: &RunCtx<'_>,
-        calls: &[CallResult],
-        report: &mut RunReport,
-        ledger: &[LedgerRecord],
+        compensations: Vec<CompensationResult>,
         reason: String,
-        step: u32,
-    ) {
-        let mut package = handoff_package(ctx, calls, report, ledger, &reason);
-        // Resources still held for the run (a process group, a temp dir):
-        // whoever takes over must check them before repeating anything.
+    ) -> Settlement {
+        let mut in_flight = Vec::new();
         if let Ok(leases) = ctx.store.leases_of_run(&ctx.run_id).await {
-            for lease in leases {
-                package.in_flight.push(InFlight {
+            for lease in leases
+                .into_iter()
+                .filter(|l| l.kind != rein_store::LeaseKind::Run)
+            {
+                in_flight.push(InFlight {
                     intent_id: lease.intent_id.clone(),
                     what: format!(
                         "lease {} ({:?}{}) held by {}",
@@ -756,24 +752,12 @@ impl Engine {
                 });
             }
         }
-        ctx.emitter.emit(
-            EventKind::HandoffCreated,
-            &Correlation {
-                step,
-                ..Correlation::default()
-            },
-            json!({"reason": reason, "awaiting_decision": package.awaiting_decision.len(),
-                   "uncertain": package.uncertain.len()}),
-        );
-        report.outcome = Outcome::HandedOff;
-        report.recoverable = false;
-        report.recommendation = format!(
-            "a human must decide: {} record(s) await a decision (rein handoff {})",
-            package.awaiting_decision.len(),
-            ctx.run_id
-        );
-        report.summary.push_str(&format!(" Handed off: {reason}."));
-        report.handoff = Some(package);
+        Settlement {
+            settled: Settled::HandedOff(reason),
+            compensations,
+            in_flight,
+            lost: false,
+        }
     }
 }
 
@@ -785,110 +769,4 @@ fn compensation_policy(agent: &RetryPolicy, attempts: u32) -> RetryPolicy {
     config.base_delay = agent.backoff_ceiling(1);
     config.max_delay = agent.backoff_ceiling(u32::MAX);
     RetryPolicy::try_from(config).unwrap_or(*agent)
-}
-
-fn handoff_package(
-    ctx: &RunCtx<'_>,
-    calls: &[CallResult],
-    report: &RunReport,
-    ledger: &[LedgerRecord],
-    reason: &str,
-) -> HandoffPackage {
-    let status_of: BTreeMap<&IntentId, LedgerStatus> =
-        ledger.iter().map(|r| (&r.intent_id, r.status)).collect();
-    let timeline = calls
-        .iter()
-        .map(|call| TimelineEntry {
-            step: call.planned.step,
-            intent_id: call.planned.intent_id.clone(),
-            tool: call.planned.tool.clone(),
-            input_digest: input_digest(&call.planned.args),
-            ledger: status_of.get(&call.planned.intent_id).copied().or(call.ledger),
-            result: match &call.outcome {
-                Ok(v) => v.clone(),
-                Err(f) => json!({"failed": f.category(), "effect": f.effect(), "reason": f.human_message()}),
-            },
-        })
-        .collect();
-    let state = |r: &LedgerRecord, note: String| EffectState {
-        intent_id: r.intent_id.clone(),
-        tool: r.tool.clone(),
-        status: r.status,
-        note,
-    };
-    let mut certain = Vec::new();
-    let mut uncertain = Vec::new();
-    let mut awaiting = Vec::new();
-    for r in ledger {
-        match r.status {
-            LedgerStatus::Succeeded => certain.push(state(r, "took effect".into())),
-            LedgerStatus::Failed => certain.push(state(r, "did not take effect".into())),
-            LedgerStatus::Compensated => {
-                certain.push(state(r, "took effect and was undone".into()))
-            }
-            LedgerStatus::Pending => {
-                uncertain.push(state(
-                    r,
-                    "may have taken effect; the tool could not confirm".into(),
-                ));
-                awaiting.push(state(r, "decide whether it happened".into()));
-            }
-            LedgerStatus::Uncompensatable => {
-                certain.push(state(r, "took effect and cannot be undone".into()));
-                awaiting.push(state(
-                    r,
-                    "decide how to make good an effect rein cannot undo".into(),
-                ));
-            }
-            LedgerStatus::Manual => {
-                uncertain.push(state(r, "its compensation did not complete".into()));
-                awaiting.push(state(r, "undo it by hand or accept it".into()));
-            }
-        }
-    }
-    let mut tried = Vec::new();
-    for call in calls {
-        if call.attempts > 1 {
-            tried.push(format!(
-                "{}: {} attempts with the same key and deadline",
-                call.planned.tool, call.attempts
-            ));
-        }
-    }
-    for c in &report.compensations {
-        tried.push(format!("{}: {}", c.tool, c.note));
-    }
-    let mut not_tried = vec!["no irreversible call was retried (never automatic)".to_owned()];
-    if ctx.agent.on_failure != FailurePolicy::Compensate {
-        not_tried.push(format!(
-            "automatic compensation: the agent's policy is {:?}",
-            ctx.agent.on_failure
-        ));
-    }
-    let in_flight = calls
-        .iter()
-        .filter(|c| {
-            c.class != ToolClass::Read
-                && matches!(&c.outcome, Err(f) if f.effect() == Effect::MaybeApplied)
-        })
-        .map(|c| InFlight {
-            intent_id: Some(c.planned.intent_id.clone()),
-            what: format!("{} call (timed out or lost its answer)", c.planned.tool),
-            may_be_running: true,
-            advice: "check with the target before repeating it; it may still complete".into(),
-        })
-        .collect();
-    HandoffPackage {
-        run_id: ctx.run_id.clone(),
-        agent: ctx.agent.name.clone(),
-        input: ctx.input.clone(),
-        reason: reason.to_owned(),
-        timeline,
-        certain,
-        uncertain,
-        strategies_tried: tried,
-        strategies_not_tried: not_tried,
-        in_flight,
-        awaiting_decision: awaiting,
-    }
 }

@@ -108,6 +108,11 @@ impl Engine {
         self.shared.live.lock().contains_key(run_id)
     }
 
+    /// The runs this engine is driving right now (roots and children).
+    pub fn live_runs(&self) -> Vec<RunId> {
+        self.shared.live.lock().keys().cloned().collect()
+    }
+
     /// A resumed run's place in its tree, rebuilt from the store: its
     /// depth (by walking up its parents) and what its root's tree already
     /// used (every descendant's runs and tokens), so a crash never resets
@@ -305,6 +310,13 @@ impl Engine {
             Box::pin(self.run_in(&agent, ctx.validator, request, lineage)).await
         };
         match out {
+            // Handed on with its parent: in doubt until the parent's resume
+            // finds the child (by its id) and resumes it too.
+            Ok(out) if out.interrupted => Err(Failure::new(&tool.name, Category::Cancelled)
+                .with_effect(Effect::MaybeApplied)
+                .with_human_message(format!(
+                    "child run {child_id} was interrupted with its process; it continues when its parent is resumed"
+                ))),
             Ok(out) => {
                 ctx.record_child_usage(&planned.intent_id, out.report.consumed);
                 outcome_of(tool, &child_id, out.report)

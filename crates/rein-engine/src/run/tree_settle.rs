@@ -23,11 +23,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use rein_core::deadline::Usage;
-use rein_core::outcome::{CompensationResult, RunReport};
-use rein_core::{EventKind, IntentId, LedgerRecord, LedgerStatus, Outcome, RunId, ToolClass};
-use rein_store::{RunRecord, RunStatus, StatusChange, StepCommit, StoreError};
-use serde_json::json;
+use rein_core::outcome::CompensationResult;
+use rein_core::{IntentId, LedgerRecord, LedgerStatus, Outcome, RunId, ToolClass};
+use rein_store::{RunRecord, StepCommit, StoreError};
 
 use super::binding::{AgentBinding, ToolTarget};
 use super::emitter::{Correlation, Emitter, unix_ms};
@@ -216,6 +214,8 @@ impl Engine {
             last_input_tokens: std::sync::atomic::AtomicU64::new(0),
             cancel: CancellationToken::new(),
             lost: CancellationToken::new(),
+            // A member settled with its root is never handed on.
+            interrupt: CancellationToken::new(),
             claim_owner: owner,
             settling: std::sync::atomic::AtomicBool::new(true),
             validator: root.validator,
@@ -236,50 +236,31 @@ impl Engine {
     pub(super) async fn release_member(&self, ctx: &RunCtx<'_>, member: &Member, root: &RunId) {
         if !member.record.status.is_finished() {
             let at_ms = unix_ms(self.clock.system_now());
-            let consumed = match self.store.latest_checkpoint(&ctx.run_id).await {
-                Ok(Some(c)) => c.consumed,
-                _ => Usage::default(),
-            };
-            let summary = format!(
-                "The run was interrupted, and its root {root} failed: its effects were settled with the root's."
-            );
-            let report = RunReport {
+            let closing = super::close::Closing {
                 outcome: Outcome::Failed,
-                completed: Vec::new(),
-                incomplete: Vec::new(),
-                recoverable: false,
-                recommendation: format!("see the root run {root}"),
-                summary,
-                answer: None,
-                consumed,
-                elapsed_ms: at_ms.saturating_sub(member.record.created_at_ms),
-                steps: consumed.steps,
-                models: Vec::new(),
-                compensations: Vec::new(),
-                handoff: None,
-                resume: None,
+                end: rein_core::report::End::Closed {
+                    error_type: Some("settled_with_root".into()),
+                    reason: format!(
+                        "the run was interrupted, and its root {root} failed: its effects were settled with the root's"
+                    ),
+                },
+                events: Vec::new(),
+                expect: None,
             };
-            ctx.emitter.emit(
-                EventKind::RunFailed,
-                &Correlation::default(),
-                json!({"error_type": "settled_with_root", "root": root}),
-            );
-            ctx.emitter.emit(
-                EventKind::RunFinished,
-                &Correlation::default(),
-                json!({"outcome": Outcome::Failed, "steps": consumed.steps}),
-            );
-            let commit = StepCommit {
-                status: Some(StatusChange {
-                    status: RunStatus::Finished(Outcome::Failed),
-                    report: Some(report),
-                    at_ms,
-                }),
-                events: ctx.emitter.drain(),
-                ..StepCommit::default()
-            };
-            if let Err(e) = ctx.commit(commit).await {
-                tracing::warn!(run = %ctx.run_id, "cannot close the interrupted child run: {e}");
+            match super::close::closing_commit(self.store.as_ref(), &member.record, closing, at_ms)
+                .await
+            {
+                Ok((mut commit, _)) => {
+                    let mut events = ctx.emitter.drain();
+                    events.append(&mut commit.events);
+                    commit.events = events;
+                    if let Err(e) = ctx.commit(commit).await {
+                        tracing::warn!(run = %ctx.run_id, "cannot close the interrupted child run: {e}");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(run = %ctx.run_id, "cannot close the interrupted child run: {e}");
+                }
             }
         } else {
             let rest = ctx.emitter.drain();
@@ -383,30 +364,6 @@ impl Engine {
             });
         }
         results
-    }
-}
-
-impl Engine {
-    /// The root's ledger and every member's, read afresh (the snapshot
-    /// where a read fails), for the handoff package.
-    pub(super) async fn tree_ledger(
-        &self,
-        root: &RunId,
-        members: &[Member],
-        snapshot: &[LedgerRecord],
-    ) -> Vec<LedgerRecord> {
-        let mut all = self
-            .store
-            .ledger(root)
-            .await
-            .unwrap_or_else(|_| snapshot.to_vec());
-        for m in members {
-            match self.store.ledger(&m.record.run_id).await {
-                Ok(records) => all.extend(records),
-                Err(_) => all.extend(m.ledger.iter().cloned()),
-            }
-        }
-        all
     }
 }
 

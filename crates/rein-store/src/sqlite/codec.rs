@@ -404,7 +404,7 @@ pub fn decode_lease(row: &Row<'_>) -> Result<Lease, StoreError> {
 /// The columns [`decode_idempotency`] reads, in order.
 pub const IDEMPOTENCY_COLUMNS: &str = "tenant, idempotency_key, fingerprint, state, status, \
                                        content_type, location, body, created_at_ms, \
-                                       updated_at_ms, expires_at_ms";
+                                       updated_at_ms, expires_at_ms, owner, run_id";
 
 /// An `idempotency` row selected with [`IDEMPOTENCY_COLUMNS`].
 pub fn decode_idempotency(row: &Row<'_>) -> Result<IdempotencyRecord, StoreError> {
@@ -450,6 +450,8 @@ pub fn decode_idempotency(row: &Row<'_>) -> Result<IdempotencyRecord, StoreError
         created_at_ms: r.u64(8, "created_at_ms")?,
         updated_at_ms: r.u64(9, "updated_at_ms")?,
         expires_at_ms: r.u64(10, "expires_at_ms")?,
+        owner: r.opt_text(11, "owner")?,
+        run_id: r.opt_id(12, "run_id")?,
     })
 }
 

@@ -23,14 +23,15 @@
 
 mod codec;
 mod config;
+mod files;
 mod ops;
 mod schema;
 mod worker;
 
 pub use config::{DEFAULT_BUSY_TIMEOUT, DEFAULT_SYNCHRONOUS_FULL, MAX_BUSY_TIMEOUT, SqliteOptions};
+pub use files::{DIRECTORY_MODE, FILE_MODE, is_world_readable};
 pub use schema::SCHEMA_VERSION;
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
@@ -43,7 +44,10 @@ use crate::breaker::BreakerOpening;
 use crate::checkpoint::Checkpoint;
 use crate::commit::{Committed, StepCommit};
 use crate::error::StoreError;
-use crate::idempotency::{IdempotencyRecord, IdempotencyState, Reservation, StoredResponse};
+use crate::idempotency::{
+    IdempotencyRecord, IdempotencySettlement, IdempotencyState, NewReservation, Reservation,
+    StoredResponse,
+};
 use crate::intent::PlannedIntent;
 use crate::lease::{Lease, LeaseChange, LeaseFilter};
 use crate::run::{NewRun, RunRecord, RunStatus};
@@ -81,7 +85,7 @@ impl SqliteStore {
     }
 
     /// Opens (creating if needed) the store at `path`: creates the parent
-    /// directories and the file, switches to WAL, applies `options`, turns
+    /// directories (`0700`) and the file (`0600`; see [`FILE_MODE`]), switches to WAL, applies `options`, turns
     /// foreign keys on and migrates the schema.
     ///
     /// Blocks the calling thread briefly (file creation, migration): call it
@@ -113,13 +117,16 @@ impl SqliteStore {
             .parent()
             .filter(|parent| !parent.as_os_str().is_empty())
         {
-            fs::create_dir_all(parent).map_err(|error| {
+            files::create_private_dir(parent).map_err(|error| {
                 StoreError::Backend(format!(
                     "cannot create directory {}: {error}",
                     parent.display()
                 ))
             })?;
         }
+        files::create_private_file(&path).map_err(|error| {
+            StoreError::Backend(format!("cannot create {}: {error}", path.display()))
+        })?;
         let mut conn = Connection::open(&path).sql().map_err(at)?;
         configure(&conn, &options).map_err(at)?;
         schema::migrate(&mut conn).map_err(at)?;
@@ -294,9 +301,53 @@ impl Store for SqliteStore {
         // A write: it runs inside the worker's `BEGIN IMMEDIATE`, so no
         // other writer (of this or another process) runs between its read
         // and its insert.
+        let reservation = NewReservation {
+            tenant,
+            key,
+            fingerprint,
+            holder: None,
+            now_ms,
+            expires_at_ms,
+        };
+        self.worker
+            .write(move |conn| ops::reserve_idempotency(conn, &reservation))
+            .await
+    }
+
+    async fn reserve_idempotency_as(
+        &self,
+        reservation: NewReservation,
+    ) -> Result<Reservation, StoreError> {
+        self.worker
+            .write(move |conn| ops::reserve_idempotency(conn, &reservation))
+            .await
+    }
+
+    async fn submit_queued(
+        &self,
+        reservation: NewReservation,
+        run: NewRun,
+        response: StoredResponse,
+    ) -> Result<Reservation, StoreError> {
+        // One write: the reservation, the run and the answer commit
+        // together or not at all.
+        self.worker
+            .write(move |conn| ops::submit_queued(conn, reservation, run, response))
+            .await
+    }
+
+    async fn settle_idempotency(
+        &self,
+        tenant: &TenantId,
+        key: &str,
+        owner: &str,
+        settlement: IdempotencySettlement,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let (tenant, key, owner) = (tenant.clone(), key.to_owned(), owner.to_owned());
         self.worker
             .write(move |conn| {
-                ops::reserve_idempotency(conn, &tenant, &key, &fingerprint, now_ms, expires_at_ms)
+                ops::settle_idempotency(conn, &tenant, &key, &owner, settlement, now_ms)
             })
             .await
     }

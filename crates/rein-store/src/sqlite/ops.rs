@@ -4,7 +4,7 @@
 //! opened for them, so each may read, check and write without racing
 //! another writer: the `IMMEDIATE` transaction holds SQLite's write lock.
 
-use rein_core::{Event, IntentId, LedgerRecord, LedgerStatus, RunId, TenantId};
+use rein_core::{Event, IntentId, LedgerRecord, LedgerStatus, RunId, RunReport, TenantId};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::codec::{
@@ -18,8 +18,8 @@ use crate::checkpoint::Checkpoint;
 use crate::commit::{ClaimFence, Committed, StepCommit};
 use crate::error::StoreError;
 use crate::idempotency::{
-    IdempotencyRecord, IdempotencyState, Reservation, StoredResponse, record_not_found,
-    validate_reservation,
+    IdempotencyRecord, IdempotencySettlement, IdempotencyState, NewReservation, Reservation,
+    StoredResponse, record_not_found, validate_reservation,
 };
 use crate::intent::PlannedIntent;
 use crate::lease::{Lease, LeaseChange, LeaseFilter, validate_owner};
@@ -332,9 +332,39 @@ pub fn commit_step(
         committed.events = append_events(conn, run_id, commit.events)?;
     }
     if let Some(change) = commit.status {
-        committed.run = Some(set_status(conn, run_id, status, change)?);
+        let run = set_status(conn, run_id, status, change)?;
+        status = run.status;
+        committed.run = Some(run);
+    }
+    if let Some(report) = commit.revised_report {
+        committed.run = Some(revise_report(conn, run_id, status, &report)?);
     }
     Ok(committed)
+}
+
+/// Replaces a finished run's report with `report`, of the same outcome
+/// (see [`StepCommit::revised_report`]).
+fn revise_report(
+    conn: &Connection,
+    run_id: &RunId,
+    current: RunStatus,
+    report: &RunReport,
+) -> Result<RunRecord, StoreError> {
+    if current.outcome() != Some(report.outcome) {
+        return Err(StoreError::Invalid {
+            what: "revised report outcome",
+            expected: match current.outcome() {
+                Some(outcome) => format!("{outcome} (the run's final outcome)"),
+                None => format!("a finished run, not a {current} one"),
+            },
+            found: report.outcome.to_string(),
+        });
+    }
+    conn.prepare_cached("UPDATE runs SET report = ?2 WHERE run_id = ?1")
+        .sql()?
+        .execute(params![run_id.as_str(), json_text(report, "run report")?])
+        .sql()?;
+    get_run(conn, run_id)?.ok_or_else(|| StoreError::run_not_found(run_id))
 }
 
 /// Whether the lease of `fence` exists and is owned by its owner (expiry
@@ -807,24 +837,32 @@ fn idempotency_record(
     )
 }
 
-/// Reserves an idempotency key (see [`Store::reserve_idempotency`]). The
-/// caller provides the transaction: its `IMMEDIATE` write lock is what
-/// keeps the read and the insert atomic across processes.
+/// Reserves an idempotency key for `holder`, if any (see
+/// [`Store::reserve_idempotency_as`]). The caller provides the transaction:
+/// its `IMMEDIATE` write lock is what keeps the read and the insert atomic
+/// across processes.
 ///
-/// [`Store::reserve_idempotency`]: crate::Store::reserve_idempotency
+/// [`Store::reserve_idempotency_as`]: crate::Store::reserve_idempotency_as
 pub fn reserve_idempotency(
     conn: &Connection,
-    tenant: &TenantId,
-    key: &str,
-    fingerprint: &str,
-    now_ms: u64,
-    expires_at_ms: u64,
+    reservation: &NewReservation,
 ) -> Result<Reservation, StoreError> {
-    validate_reservation(key, fingerprint, now_ms, expires_at_ms)?;
+    let NewReservation {
+        tenant,
+        key,
+        fingerprint,
+        holder,
+        now_ms,
+        expires_at_ms,
+    } = reservation;
+    validate_reservation(key, fingerprint, *now_ms, *expires_at_ms)?;
+    if let Some(holder) = holder {
+        validate_owner(&holder.owner)?;
+    }
     if let Some(record) = idempotency_record(conn, tenant, key)?
-        && !record.is_expired(now_ms)
+        && !record.is_expired(*now_ms)
     {
-        return Ok(if record.fingerprint != fingerprint {
+        return Ok(if &record.fingerprint != fingerprint {
             Reservation::Mismatch(record)
         } else {
             match record.state {
@@ -836,13 +874,15 @@ pub fn reserve_idempotency(
     // Absent or expired: an expired record is replaced whole.
     conn.prepare_cached(
         "INSERT INTO idempotency (tenant, idempotency_key, fingerprint, state, status, \
-         content_type, location, body, created_at_ms, updated_at_ms, expires_at_ms) \
-         VALUES (?1, ?2, ?3, ?4, NULL, NULL, NULL, NULL, ?5, ?5, ?6) \
+         content_type, location, body, created_at_ms, updated_at_ms, expires_at_ms, owner, \
+         run_id) \
+         VALUES (?1, ?2, ?3, ?4, NULL, NULL, NULL, NULL, ?5, ?5, ?6, ?7, ?8) \
          ON CONFLICT (tenant, idempotency_key) DO UPDATE SET \
          fingerprint = excluded.fingerprint, state = excluded.state, status = NULL, \
          content_type = NULL, location = NULL, body = NULL, \
          created_at_ms = excluded.created_at_ms, updated_at_ms = excluded.updated_at_ms, \
-         expires_at_ms = excluded.expires_at_ms",
+         expires_at_ms = excluded.expires_at_ms, owner = excluded.owner, \
+         run_id = excluded.run_id",
     )
     .sql()?
     .execute(params![
@@ -850,11 +890,85 @@ pub fn reserve_idempotency(
         key,
         fingerprint,
         IdempotencyState::InProgress.as_str(),
-        int(now_ms, "idempotency now_ms")?,
-        int(expires_at_ms, "idempotency expires_at_ms")?,
+        int(*now_ms, "idempotency now_ms")?,
+        int(*expires_at_ms, "idempotency expires_at_ms")?,
+        holder.as_ref().map(|h| h.owner.as_str()),
+        holder
+            .as_ref()
+            .and_then(|h| h.run_id.as_ref())
+            .map(RunId::as_str),
     ])
     .sql()?;
     Ok(Reservation::Reserved)
+}
+
+/// Reserves a key, creates the queued run and completes the record with
+/// `response`, in the caller's transaction (see [`Store::submit_queued`]).
+///
+/// [`Store::submit_queued`]: crate::Store::submit_queued
+pub fn submit_queued(
+    conn: &Connection,
+    mut reservation: NewReservation,
+    run: NewRun,
+    response: StoredResponse,
+) -> Result<Reservation, StoreError> {
+    response.validate()?;
+    if let Some(holder) = reservation.holder.as_mut() {
+        holder.run_id = Some(run.run_id.clone());
+    }
+    let now_ms = reservation.now_ms;
+    let (tenant, key) = (reservation.tenant.clone(), reservation.key.clone());
+    // Checked before the reservation writes anything: a run id that is
+    // taken is refused whole.
+    if get_run(conn, &run.run_id)?.is_some() {
+        return Err(StoreError::Conflict {
+            what: "run",
+            id: run.run_id.to_string(),
+        });
+    }
+    let run_id = run.run_id.clone();
+    match reserve_idempotency(conn, &reservation)? {
+        Reservation::Reserved => {}
+        other => return Ok(other),
+    }
+    create_run(conn, run)?;
+    conn.prepare_cached(
+        "UPDATE idempotency SET run_id = ?3 WHERE tenant = ?1 AND idempotency_key = ?2",
+    )
+    .sql()?
+    .execute(params![tenant.as_str(), key, run_id.as_str()])
+    .sql()?;
+    complete_idempotency(conn, &tenant, &key, response, now_ms)?;
+    Ok(Reservation::Reserved)
+}
+
+/// Resolves an in-progress record held by `owner` (see
+/// [`Store::settle_idempotency`]); whether it did.
+///
+/// [`Store::settle_idempotency`]: crate::Store::settle_idempotency
+pub fn settle_idempotency(
+    conn: &Connection,
+    tenant: &TenantId,
+    key: &str,
+    owner: &str,
+    settlement: IdempotencySettlement,
+    now_ms: u64,
+) -> Result<bool, StoreError> {
+    let Some(record) = idempotency_record(conn, tenant, key)? else {
+        return Ok(false);
+    };
+    if record.state != IdempotencyState::InProgress || record.owner.as_deref() != Some(owner) {
+        return Ok(false);
+    }
+    match settlement {
+        IdempotencySettlement::Complete(response) => {
+            complete_idempotency(conn, tenant, key, response, now_ms)?;
+        }
+        IdempotencySettlement::Release => {
+            release_idempotency(conn, tenant, key)?;
+        }
+    }
+    Ok(true)
 }
 
 /// Completes an in-progress idempotency record. The caller provides the

@@ -21,7 +21,7 @@ use super::codec::SqlResult;
 use crate::error::StoreError;
 
 /// The schema version this binary writes: the number of migrations.
-pub const SCHEMA_VERSION: u32 = 6;
+pub const SCHEMA_VERSION: u32 = 7;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
 ///
@@ -175,6 +175,14 @@ CREATE TABLE breaker_openings (
     reason        TEXT NOT NULL,
     updated_at_ms INTEGER NOT NULL
 ) STRICT;
+"#,
+    // 7: who holds an idempotency reservation (the process executing the
+    // request, a lease owner id) and the run the request started, so that
+    // a reservation whose process died is resolved instead of blocking its
+    // key. NULL in records written before.
+    r#"
+ALTER TABLE idempotency ADD COLUMN owner TEXT;
+ALTER TABLE idempotency ADD COLUMN run_id TEXT;
 "#,
 ];
 
@@ -335,25 +343,25 @@ mod tests {
         assert_eq!(leases, 1, "the upgrade keeps existing leases");
         conn.execute(
             "INSERT INTO idempotency VALUES ('t', 'k', 'f', 'in_progress', NULL, NULL, NULL, \
-             NULL, 1, 1, 2)",
+             NULL, 1, 1, 2, NULL, NULL)",
             [],
         )
         .unwrap();
         let duplicate = conn.execute(
             "INSERT INTO idempotency VALUES ('t', 'k', 'g', 'in_progress', NULL, NULL, NULL, \
-             NULL, 1, 1, 2)",
+             NULL, 1, 1, 2, NULL, NULL)",
             [],
         );
         assert!(duplicate.is_err(), "one record per tenant and key");
         conn.execute(
             "INSERT INTO idempotency VALUES ('u', 'k', 'f', 'in_progress', NULL, NULL, NULL, \
-             NULL, 1, 1, 2)",
+             NULL, 1, 1, 2, NULL, NULL)",
             [],
         )
         .unwrap();
         let strict = conn.execute(
             "INSERT INTO idempotency VALUES ('v', 'k', 'f', 'completed', 'two hundred', NULL, \
-             NULL, X'', 1, 1, 2)",
+             NULL, X'', 1, 1, 2, NULL, NULL)",
             [],
         );
         assert!(strict.is_err(), "STRICT refuses a text status");
@@ -520,7 +528,7 @@ mod tests {
         );
 
         migrate(&mut conn).unwrap();
-        assert_eq!(version(&conn), 6);
+        assert_eq!(version(&conn), i64::from(SCHEMA_VERSION));
         let kept: i64 = conn
             .query_row(
                 "SELECT (SELECT COUNT(*) FROM runs) + (SELECT COUNT(*) FROM singletons)",
@@ -545,7 +553,7 @@ mod tests {
         );
         assert!(strict.is_err(), "STRICT refuses a text until");
         migrate(&mut conn).unwrap();
-        assert_eq!(version(&conn), 6);
+        assert_eq!(version(&conn), i64::from(SCHEMA_VERSION));
     }
 
     #[test]
@@ -559,5 +567,43 @@ mod tests {
             [],
         );
         assert!(refused.is_err());
+    }
+
+    #[test]
+    fn a_version_6_file_upgrades_to_7_and_its_idempotency_records_have_no_holder() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE rein_schema (
+                version       INTEGER PRIMARY KEY NOT NULL,
+                applied_at_ms INTEGER NOT NULL
+            ) STRICT;",
+        )
+        .unwrap();
+        for (index, migration) in MIGRATIONS[..6].iter().enumerate() {
+            conn.execute_batch(migration).unwrap();
+            conn.execute(
+                "INSERT INTO rein_schema (version, applied_at_ms) VALUES (?1, 0)",
+                [index as i64 + 1],
+            )
+            .unwrap();
+        }
+        conn.execute(
+            "INSERT INTO idempotency VALUES ('t', 'k', 'f', 'in_progress', NULL, NULL, NULL, \
+             NULL, 1, 1, 2)",
+            [],
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        assert_eq!(version(&conn), i64::from(SCHEMA_VERSION));
+        let (owner, run): (Option<String>, Option<String>) = conn
+            .query_row("SELECT owner, run_id FROM idempotency", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .unwrap();
+        assert_eq!(
+            (owner, run),
+            (None, None),
+            "records written before name no holder"
+        );
     }
 }

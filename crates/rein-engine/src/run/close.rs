@@ -1,0 +1,130 @@
+//! Closing runs from outside the process that would drive them: a queued
+//! run cancelled before it started, a direct run whose process died
+//! (`orphaned`), queued work whose deliveries ran out (`dead_letter`), a
+//! child settled with its root, a run rein failed before it started.
+//!
+//! # Why the ledger decides the report
+//!
+//! A run closed from outside may have changed the world before its process
+//! died: it sent an update and an email, or it was killed mid-compensation
+//! and left effects `manual`. Its report lists each of them with its
+//! ledger status as it stands (from [`rein_core::report::derive`], like
+//! every report), says what a human must decide, and carries a handoff
+//! package when a record awaits one — not "nothing completed, submit the
+//! task again". Nothing is compensated here: the process that could have
+//! is gone, and the reconciler settles what is left (and revises the
+//! report when it does).
+
+use rein_core::report::{End, derive};
+use rein_core::{Event, EventKind, Outcome, RunReport};
+use rein_store::{RunRecord, RunStatus, StatusChange, StepCommit, Store, StoreError};
+use serde_json::{Value, json};
+
+use super::report::{stored_facts, tree_records};
+
+/// How a run is closed from outside.
+#[derive(Debug, Clone)]
+pub struct Closing {
+    /// Its final outcome.
+    pub outcome: Outcome,
+    /// Why it ends ([`End::Closed`], or [`End::Internal`]).
+    pub end: End,
+    /// Events before the terminal `run_finished`, as (kind, data); a
+    /// `run_failed` with the end's `error_type` is added when it has one.
+    pub events: Vec<(EventKind, Value)>,
+    /// Applies only if the run is still in this status.
+    pub expect: Option<RunStatus>,
+}
+
+/// Ends `record` from outside (it never started, or its owner is gone):
+/// its final status, its report derived from its ledger as it stands, its
+/// events and the terminal `run_finished` every stream waits for, in one
+/// commit at `at_ms`. Returns the report stored.
+///
+/// # Errors
+///
+/// The store's refusal, e.g. [`StoreError::Conflict`] when `expect` no
+/// longer holds, or [`StoreError::FinishedRun`] when it already ended.
+pub async fn close_run(
+    store: &dyn Store,
+    record: &RunRecord,
+    closing: Closing,
+    at_ms: u64,
+) -> Result<RunReport, StoreError> {
+    let (commit, report) = closing_commit(store, record, closing, at_ms).await?;
+    store.commit_step(&record.run_id, commit).await?;
+    Ok(report)
+}
+
+/// The commit that closes `record` (see [`close_run`]) and the report in
+/// it, for a caller that commits it under its own claim.
+///
+/// # Errors
+///
+/// The store's, when the run's ledger or checkpoint cannot be read.
+pub(super) async fn closing_commit(
+    store: &dyn Store,
+    record: &RunRecord,
+    closing: Closing,
+    at_ms: u64,
+) -> Result<(StepCommit, RunReport), StoreError> {
+    let mut facts = stored_facts(store, record, closing.end, at_ms).await?;
+    facts.outcome = Some(closing.outcome);
+    let ledger = tree_records(store, &record.run_id).await?;
+    let report = derive(&facts, &ledger);
+    let event = |kind: EventKind, data: Value| Event {
+        run_id: record.run_id.clone(),
+        seq: 0,
+        step: 0,
+        intent_id: None,
+        attempt_id: None,
+        idempotency_key: None,
+        at_ms,
+        kind,
+        data,
+    };
+    let mut events: Vec<Event> = closing
+        .events
+        .into_iter()
+        .map(|(kind, data)| event(kind, data))
+        .collect();
+    let reason = match &facts.end {
+        End::Closed { reason, .. } | End::Internal(reason) => reason.clone(),
+        _ => String::new(),
+    };
+    if let Some(error_type) = facts.end.error_type() {
+        events.push(event(
+            EventKind::RunFailed,
+            json!({"error_type": error_type, "reason": reason}),
+        ));
+    }
+    if report.handoff.is_some() {
+        events.push(event(EventKind::HandoffCreated, handoff_data(&report)));
+    }
+    events.push(event(
+        EventKind::RunFinished,
+        json!({"outcome": report.outcome, "steps": report.steps, "consumed": report.consumed,
+               "elapsed_ms": report.elapsed_ms, "recoverable": report.recoverable}),
+    ));
+    let commit = StepCommit {
+        status: Some(StatusChange {
+            status: RunStatus::Finished(report.outcome),
+            report: Some(report.clone()),
+            at_ms,
+        }),
+        events,
+        expect_status: closing.expect,
+        ..StepCommit::default()
+    };
+    Ok((commit, report))
+}
+
+/// The data of a `handoff_created` event for `report`'s package.
+pub(super) fn handoff_data(report: &RunReport) -> Value {
+    match &report.handoff {
+        Some(package) => json!({"reason": package.reason,
+                                "awaiting_decision": package.awaiting_decision.len(),
+                                "uncertain": package.uncertain.len()}),
+        None => Value::Null,
+    }
+}
