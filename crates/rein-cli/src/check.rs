@@ -1,14 +1,18 @@
 //! `rein check CONFIG [--json]`: load a config and report every problem.
 //!
-//! Runs exactly what `rein run` runs at start — file reading, `${ENV}`
-//! interpolation, JSON Schema compilation and the registry's integrity check —
-//! so a config that passes here loads there (with the same environment).
+//! Runs exactly what `rein run` and `rein serve` run at start —
+//! [`rein_engine::startup::prepare`]: file reading, `${ENV}` interpolation,
+//! the integrity check and numeric ranges, JSON Schema compilation, every
+//! provider (scripts read), tool adapter, agent and model binding bound —
+//! so a config that passes here starts there (with the same environment).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use rein_engine::config::{self, ConfigProblem, Registry};
+use rein_engine::config::{ConfigErrors, ConfigProblem, Loader, Registry};
+use rein_engine::run::http_client;
+use rein_engine::startup::{self, Startup};
 use serde_json::{Value, json};
 
 /// Arguments of `rein check`.
@@ -22,22 +26,36 @@ pub struct CheckArgs {
     json: bool,
 }
 
-/// Checks the config; exit 0 when it loads, 1 when it has problems.
+/// Checks the config; exit 0 when it starts, 1 when it has problems.
 ///
 /// The problems are data when `--json` is given (stdout) and diagnostics
 /// otherwise (stderr, one `FILE[:LINE:COLUMN]: FIELD: MESSAGE` per line).
+/// Warnings (a secret too short to be redacted) do not fail the check;
+/// they are printed as `warning: FILE: FIELD: MESSAGE`, or listed under
+/// `"warnings"`.
 pub fn run(args: CheckArgs) -> ExitCode {
-    let loaded = config::load(&args.config);
+    let loaded = prepare(&args.config);
     if args.json {
-        let problems: Vec<Value> = match &loaded {
-            Ok(_) => Vec::new(),
-            Err(errors) => errors.problems().iter().map(problem_json).collect(),
+        let (problems, warnings): (Vec<Value>, Vec<Value>) = match &loaded {
+            Ok(startup) => (
+                Vec::new(),
+                startup.warnings.iter().map(problem_json).collect(),
+            ),
+            Err(errors) => (
+                errors.problems().iter().map(problem_json).collect(),
+                Vec::new(),
+            ),
         };
-        let doc = json!({ "ok": loaded.is_ok(), "problems": problems });
+        let doc = json!({ "ok": loaded.is_ok(), "problems": problems, "warnings": warnings });
         println!("{doc}");
     } else {
         match &loaded {
-            Ok(registry) => println!("ok: {}", summary(registry)),
+            Ok(startup) => {
+                for warning in &startup.warnings {
+                    eprintln!("warning: {warning}");
+                }
+                println!("ok: {}", summary(&startup.registry));
+            }
             Err(errors) => {
                 for problem in errors.problems() {
                     eprintln!("{problem}");
@@ -55,6 +73,19 @@ pub fn run(args: CheckArgs) -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// The start's own checks, as `rein run` and `rein serve` run them.
+fn prepare(path: &std::path::Path) -> Result<Startup, ConfigErrors> {
+    let client = http_client().map_err(|e| {
+        ConfigErrors::new(vec![ConfigProblem::new(
+            path,
+            "",
+            format!("cannot build the HTTP client: {e}"),
+        )])
+    })?;
+    let env = |name: &str| std::env::var(name).ok();
+    startup::prepare(&Loader::new(), path, &client, &env, None)
 }
 
 fn problem_json(problem: &ConfigProblem) -> Value {

@@ -11,6 +11,7 @@ mod demo;
 mod handoff;
 mod idempotency;
 mod key;
+mod log;
 mod reconcile;
 mod resume;
 mod run;
@@ -21,6 +22,7 @@ mod timeline;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use tracing_subscriber::filter::LevelFilter;
 
 /// rein — a runtime that makes LLM agents safe to run against the real world.
 ///
@@ -33,6 +35,8 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    log: log::LogArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -102,16 +106,12 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Diagnostics go to stderr: a server reports what it decides (takeovers,
-    // orphans, failed heartbeats); other commands only what went wrong.
+    // orphans, breakers, fallbacks); other commands what went wrong.
     let level = match cli.command {
-        Command::Serve(_) => tracing::Level::INFO,
-        _ => tracing::Level::ERROR,
+        Command::Serve(_) => LevelFilter::INFO,
+        _ => LevelFilter::WARN,
     };
-    tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+    log::init(&cli.log, level);
     let result = match cli.command {
         Command::Key(args) => key::run(args).map(|()| ExitCode::SUCCESS),
         Command::Check(args) => return check::run(args),
@@ -127,7 +127,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", rein_core::redact::text(&format!("{err:#}")));
             ExitCode::from(2)
         }
     }

@@ -13,6 +13,7 @@ use rein_engine::config::{CompiledSchemas, Loader, Registry};
 use rein_engine::run::{
     AgentBinding, Engine, EngineError, Observer, RunOutput, RunRequest, http_client,
 };
+use rein_engine::startup::{self, Startup};
 use rein_store::{SqliteStore, Store};
 use serde_json::json;
 
@@ -55,11 +56,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let runtime = runtime()?;
     runtime.block_on(async {
         let mut signals = Listener::install()?;
-        let loader = Loader::new();
-        let registry = loader
-            .load(&args.config)
-            .map_err(|e| anyhow::anyhow!("{e}"))
-            .with_context(|| format!("the config {} has problems", args.config.display()))?;
+        let registry = start(&args.config, None)?.registry;
         let tenant = TenantId::new(args.tenant).context("invalid --tenant")?;
         let run_id = match args.run_id {
             Some(id) => RunId::new(id).context("invalid --run-id")?,
@@ -83,6 +80,24 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         );
         session.finish(run, &mut signals, args.json, &resume).await
     })
+}
+
+/// Runs every step of a start ([`startup::prepare`], as `rein check`
+/// does), printing its warnings; `listen` is `rein serve --listen`.
+///
+/// # Errors
+///
+/// Every problem of the config, one per line, each naming its file and
+/// field.
+pub fn start(config: &Path, listen: Option<std::net::SocketAddr>) -> Result<Startup> {
+    let client = http_client().context("cannot build the HTTP client")?;
+    let env = |name: &str| std::env::var(name).ok();
+    let startup = startup::prepare(&Loader::new(), config, &client, &env, listen)
+        .map_err(|e| anyhow::anyhow!("the config {} has problems:\n{e}", config.display()))?;
+    for warning in &startup.warnings {
+        tracing::warn!("{warning}");
+    }
+    Ok(startup)
 }
 
 /// How a run driven from the command line ended.

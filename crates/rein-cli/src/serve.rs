@@ -5,15 +5,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::Args;
-use rein_engine::config::{CompiledSchemas, Loader};
 use rein_engine::run::http_client;
+use rein_engine::startup::Startup;
 use rein_server::AppState;
 use rein_store::{SqliteStore, Store};
 use tokio::sync::Notify;
 
-use crate::run::runtime;
+use crate::run::{runtime, start};
 
 /// Arguments of `rein serve`.
 #[derive(Debug, Args)]
@@ -35,18 +35,13 @@ pub struct ServeArgs {
 /// `rein_server::drain`) and exits 0.
 pub fn run(args: ServeArgs) -> Result<ExitCode> {
     runtime()?.block_on(async {
-        let registry = Loader::new()
-            .load(&args.config)
-            .map_err(|e| anyhow::anyhow!("{e}"))
-            .with_context(|| format!("the config {} has problems", args.config.display()))?;
+        // The same steps as `rein check`, with the listen address this
+        // start uses (a non-loopback one needs API keys).
+        let Startup {
+            registry, schemas, ..
+        } = start(&args.config, args.listen)?;
         let settings = registry.server().clone();
         let listen = args.listen.unwrap_or(settings.listen);
-        if settings.api_keys.is_empty() && !listen.ip().is_loopback() {
-            bail!(
-                "no [[server.api_keys]] in the config: refusing to serve {listen} without \
-                 authentication; add API keys or listen on a loopback address"
-            );
-        }
         // The store creates its directory 0700 and the file 0600; one that
         // exists keeps its mode, and anyone may read it.
         if rein_store::is_world_readable(&args.data) {
@@ -60,7 +55,6 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             SqliteStore::open(&args.data)
                 .with_context(|| format!("cannot open the run store {}", args.data.display()))?,
         );
-        let schemas = CompiledSchemas::compile(&registry).map_err(|e| anyhow::anyhow!("{e}"))?;
         let client = http_client().context("cannot build the HTTP client")?;
         let engine = rein_server::build_engine(&registry, store.clone(), client.clone(), None)?;
         // Answers name this process by its node id only; the log says

@@ -158,7 +158,82 @@ fn check_passes_the_example_config() {
     );
     assert!(out.status.success());
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(doc, serde_json::json!({"ok": true, "problems": []}));
+    assert_eq!(
+        doc,
+        serde_json::json!({"ok": true, "problems": [], "warnings": []})
+    );
+}
+
+#[test]
+fn check_warns_of_a_provider_key_too_short_to_redact_naming_the_field() {
+    let env = [
+        ("ORDER_DESK_URL", "http://127.0.0.1:7001"),
+        ("MOCK_MODEL_URL", "http://127.0.0.1:7002"),
+        ("OPENAI_API_KEY", "sk-1"),
+    ];
+    let out = rein_check(&[example().to_str().unwrap()], &env);
+    assert!(out.status.success(), "a warning does not fail the check");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("warning: ")
+            && stderr.contains("providers.mock.api_key_env: its secret is 4 characters long"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("sk-1"),
+        "the value itself is not shown: {stderr}"
+    );
+    let out = rein_check(&[example().to_str().unwrap(), "--json"], &env);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["ok"], true);
+    assert_eq!(doc["warnings"][0]["field"], "providers.mock.api_key_env");
+}
+
+/// Issue 13 item 5, through the binary: an overflowing duration is refused
+/// by `rein check` (it passed, then panicked `rein run`), naming file, line
+/// and field, and `rein run` refuses it the same way.
+#[test]
+fn r13_check_and_run_refuse_an_overflowing_wall_clock_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("s.json"),
+        r#"{"turns": [{"text": "done"}]}"#,
+    )
+    .unwrap();
+    let config = dir.path().join("rein.toml");
+    std::fs::write(
+        &config,
+        "[providers.s]\nkind = \"scripted\"\nscript = \"s.json\"\n\
+         [agents.a]\nprovider = \"s\"\nmodel = \"m\"\n\
+         [agents.a.budget]\nwall_clock = \"18446744073709551615s\"\n",
+    )
+    .unwrap();
+    let out = rein_check(&[config.to_str().unwrap()], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let expected = format!(
+        "{}:4:1: agents.a.budget.wall_clock: must be at most 366d",
+        config.display()
+    );
+    assert!(stderr.contains(&expected), "{stderr}");
+    let out = Command::new(env!("CARGO_BIN_EXE_rein"))
+        .args([
+            "run",
+            "-c",
+            config.to_str().unwrap(),
+            "-a",
+            "a",
+            "-i",
+            "x",
+            "--data",
+        ])
+        .arg(dir.path().join("rein.db"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "refused, not a panic");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&expected), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
 #[test]

@@ -79,6 +79,82 @@ pub(crate) fn positive_count(field: &'static str, value: u32) -> Result<u32, Con
     }
 }
 
+/// The longest duration any setting accepts: 366 days.
+///
+/// # Why one ceiling for every duration
+///
+/// A deadline is `now + duration` and a lease expiry a count of
+/// milliseconds: a duration near `u64::MAX` seconds overflows both, and no
+/// budget, timeout, window or retention is meant to outlast a year. Fields
+/// with a tighter range of their own check it after this one.
+pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 60 * 60);
+
+/// Serde for every duration a config holds: humantime text (`"30s"`,
+/// `"1h 30m"`), refused above [`MAX_DURATION`] with the field's name (the
+/// config loader adds the file, line and dotted path).
+///
+/// NOTE: every `Duration` (or `Option<Duration>`) field of a config type
+/// uses `#[serde(with = "crate::config::duration")]`; a new one must too.
+pub mod duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::MAX_DURATION;
+
+    /// A duration, or an optional one.
+    pub trait Bounded: Sized {
+        /// The longest duration held.
+        fn longest(&self) -> Option<Duration>;
+    }
+
+    impl Bounded for Duration {
+        fn longest(&self) -> Option<Duration> {
+            Some(*self)
+        }
+    }
+
+    impl Bounded for Option<Duration> {
+        fn longest(&self) -> Option<Duration> {
+            *self
+        }
+    }
+
+    /// Serializes as humantime text.
+    ///
+    /// # Errors
+    ///
+    /// The serializer's.
+    pub fn serialize<T, S>(value: &T, serializer: S) -> Result<S::Ok, S::Error>
+    where
+        for<'a> humantime_serde::Serde<&'a T>: Serialize,
+        S: Serializer,
+    {
+        humantime_serde::serialize(value, serializer)
+    }
+
+    /// Deserializes humantime text, refusing more than [`MAX_DURATION`].
+    ///
+    /// # Errors
+    ///
+    /// The text is not a duration, or it is longer than [`MAX_DURATION`].
+    pub fn deserialize<'de, T, D>(deserializer: D) -> Result<T, D::Error>
+    where
+        humantime_serde::Serde<T>: Deserialize<'de>,
+        T: Bounded,
+        D: Deserializer<'de>,
+    {
+        let value: T = humantime_serde::deserialize(deserializer)?;
+        match value.longest() {
+            Some(d) if d > MAX_DURATION => Err(serde::de::Error::custom(format!(
+                "must be at most 366d, but it is {}",
+                humantime_serde::re::humantime::format_duration(d)
+            ))),
+            _ => Ok(value),
+        }
+    }
+}
+
 /// A fraction in `[0, 1]`, finite.
 ///
 /// # Why a newtype

@@ -26,6 +26,7 @@
 //! | [`call`] | one guarded call as a run remembers it |
 //! | [`report`] | the run report, derived from the ledger as it stands |
 //! | [`submission`] | an idempotent submission's record, and resolving one whose holder died |
+//! | [`redact`] | secrets never leave rein in clear: known values, URL queries and userinfo |
 //! | [`registry`] | tools, agents, providers and resource groups: the integrity check and model-facing tool definitions |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -43,6 +44,7 @@ pub mod ids;
 pub mod ledger;
 pub mod loop_guard;
 pub mod outcome;
+pub mod redact;
 pub mod registry;
 pub mod report;
 pub mod retry;
@@ -50,7 +52,7 @@ pub mod submission;
 pub mod tool;
 
 pub use clock::{Clock, Instant, ManualClock};
-pub use config::{ConfigError, Ratio, Weight};
+pub use config::{ConfigError, MAX_DURATION, Ratio, Weight};
 pub use event::{Event, EventKind};
 pub use failure::{Category, Effect, Failure};
 pub use ids::{AttemptId, IntentId, RunId, TenantId};

@@ -286,6 +286,29 @@ pub fn bind_compensations(
     Ok(out)
 }
 
+/// Builds the adapter of one tool, as a run would.
+///
+/// # Errors
+///
+/// [`BindError::Unsupported`] for an adapter this engine cannot call.
+pub fn build_tool(spec: &ToolSpec) -> Result<ToolBinding, BindError> {
+    bind_tool(spec)
+}
+
+/// Builds provider `name` as a run would (a script is read and parsed).
+///
+/// # Errors
+///
+/// [`BindError`] when it cannot be built.
+pub fn build_provider(
+    registry: &Registry,
+    name: &str,
+    client: &reqwest::Client,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Arc<dyn ModelProvider>, BindError> {
+    bind_provider(registry, name, name, client, env)
+}
+
 fn bind_tool(spec: &ToolSpec) -> Result<ToolBinding, BindError> {
     let target = match &spec.adapter {
         AdapterSpec::Http {
@@ -369,8 +392,10 @@ fn bind_provider(
             // OpenAI-compatible servers often need none, and a server that
             // does answers 401, which is classified and never retried.
             let api_key = api_key_env.as_deref().and_then(env);
+            register_key(api_key.as_deref());
             let provider =
-                OpenAiProvider::new(&spec.name, base_url, api_key, *timeout, client.clone());
+                OpenAiProvider::new(&spec.name, base_url, api_key, *timeout, client.clone())
+                    .with_key_env(api_key_env.as_deref());
             Arc::new(match streaming {
                 Some(settings) => provider.with_streaming(settings),
                 None => provider,
@@ -382,8 +407,10 @@ fn bind_provider(
             timeout,
         } => {
             let api_key = api_key_env.as_deref().and_then(env);
+            register_key(api_key.as_deref());
             let provider =
-                AnthropicProvider::new(&spec.name, base_url, api_key, *timeout, client.clone());
+                AnthropicProvider::new(&spec.name, base_url, api_key, *timeout, client.clone())
+                    .with_key_env(api_key_env.as_deref());
             Arc::new(match streaming {
                 Some(settings) => provider.with_streaming(settings),
                 None => provider,
@@ -395,6 +422,18 @@ fn bind_provider(
             });
         }
     })
+}
+
+/// Teaches the process a provider key it is about to send, so no error
+/// that echoes it (a 401 body quoting the header) shows it; a key too
+/// short to redact is reported by the config load's warnings.
+fn register_key(key: Option<&str>) {
+    let mut secrets = rein_core::redact::Secrets::new();
+    if let Some(key) = key
+        && secrets.insert(key).is_ok()
+    {
+        rein_core::redact::register(&secrets);
+    }
 }
 
 fn http_method(method: HttpMethod) -> reqwest::Method {

@@ -20,6 +20,7 @@ pub mod reconcile;
 pub mod run;
 #[cfg(feature = "sabotage")]
 pub mod sabotage;
+pub mod startup;
 #[cfg(unix)]
 pub mod tool_command;
 pub mod tool_http;

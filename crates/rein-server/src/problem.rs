@@ -276,7 +276,12 @@ async fn with_openai_error(response: Response) -> Response {
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = serde_json::to_vec(&self).unwrap_or_default();
+        // Every error body of the API is rendered here, so it is redacted
+        // here: a detail quoting a store, bind or upstream error carries no
+        // secret, URL query or userinfo out (rein_core::redact).
+        let mut doc = serde_json::to_value(&self).unwrap_or_default();
+        rein_core::redact::json(&mut doc);
+        let body = serde_json::to_vec(&doc).unwrap_or_default();
         let mut response = (status, body).into_response();
         response.headers_mut().insert(
             header::CONTENT_TYPE,
@@ -301,6 +306,21 @@ impl IntoResponse for Problem {
 mod tests {
     use super::*;
     use rein_store::StoreError;
+
+    #[tokio::test]
+    async fn rendered_problems_carry_no_url_query_or_userinfo() {
+        let problem = Problem::internal("cannot reach http://u:pw@db:1/x?token=abc")
+            .with(serde_json::json!({"cause": "GET /y?key=v failed"}));
+        let body = axum::body::to_bytes(problem.into_response().into_body(), 4096)
+            .await
+            .unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            doc["detail"],
+            "cannot reach http://[redacted]@db:1/x?[redacted]"
+        );
+        assert_eq!(doc["cause"], "GET /y?[redacted] failed");
+    }
 
     #[test]
     fn store_conflicts_are_409_and_unavailability_503() {

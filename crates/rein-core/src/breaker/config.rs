@@ -33,7 +33,7 @@ pub struct BreakerConfig {
     /// turns it off.
     pub failure_ratio: Option<FailureRatioConfig>,
     /// How long an open arm refuses every call.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub break_duration: Duration,
     /// Probes admitted per half-open period; further calls are refused
     /// until the probes reach a verdict.
@@ -44,7 +44,7 @@ pub struct BreakerConfig {
     /// How long a half-open arm with every probe slot taken waits for a
     /// verdict before it reopens. Guards against probes whose outcome is
     /// never reported, which would otherwise wedge the arm half-open.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub half_open_max_wait: Duration,
 }
 
@@ -94,7 +94,7 @@ pub struct FailureRatioConfig {
     /// `(0, open_at)`.
     pub close_below: f64,
     /// Length of the sliding window.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub window: Duration,
     /// Counted outcomes the window must hold before its ratio counts: a
     /// single failure out of one call is no evidence.
@@ -188,11 +188,11 @@ struct BreakerConfigPatch {
     consecutive_failures: Option<Option<u32>>,
     #[serde(deserialize_with = "present")]
     failure_ratio: Option<Option<FailureRatioConfig>>,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     break_duration: Option<Duration>,
     half_open_probes: Option<u32>,
     close_after_successes: Option<u32>,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     half_open_max_wait: Option<Duration>,
 }
 

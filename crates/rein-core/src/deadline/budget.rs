@@ -97,7 +97,7 @@ impl fmt::Display for Cost {
 #[non_exhaustive]
 pub struct BudgetConfig {
     /// Time from the run's start to its deadline.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub wall_clock: Duration,
     /// The step ceiling; `None` for none.
     pub max_steps: Option<u32>,

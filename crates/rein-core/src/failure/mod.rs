@@ -148,8 +148,17 @@ impl Failure {
 
     /// Sets the operator-facing explanation; it may hold raw error text
     /// because the model never sees it.
+    ///
+    /// The text is redacted here ([`crate::redact`]): every upstream body,
+    /// transport error and stderr line rein keeps enters through this one
+    /// method, so the process's secrets, URL queries and userinfo never
+    /// reach a report, an event, the ledger or an API answer.
     pub fn with_human_message(mut self, message: impl Into<String>) -> Self {
-        self.human_message = message.into();
+        let message = message.into();
+        self.human_message = match crate::redact::text(&message) {
+            std::borrow::Cow::Borrowed(_) => message,
+            std::borrow::Cow::Owned(clean) => clean,
+        };
         self
     }
 

@@ -110,7 +110,7 @@ pub struct ProviderConfig {
     /// absent.
     pub api_key_env: Option<String>,
     /// Per-request timeout.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub timeout: Option<Duration>,
     /// The script file, relative to the config file that names it.
     pub script: Option<PathBuf>,
@@ -135,10 +135,10 @@ pub struct ProviderConfig {
 #[non_exhaustive]
 pub struct StreamConfig {
     /// The longest wait for the first byte of the response.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub first_byte_timeout: Option<Duration>,
     /// The longest gap between two bytes once the first has arrived.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub idle_timeout: Option<Duration>,
 }
 
@@ -261,7 +261,7 @@ pub struct CompensationConfig {
     /// `strong`, `weak` or `none`; required.
     pub grade: Option<CompensationGrade>,
     /// How long after the forward call the compensation still works.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub window: Option<Duration>,
     /// Compensation argument → `args.<path>` or `result.<path>` of the
     /// forward call.
@@ -288,18 +288,18 @@ pub struct LatencyConfig {
     /// `declared` (the default) or `observe`.
     pub mode: LatencyMode,
     /// Declared median.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub p50: Option<Duration>,
     /// Declared 95th percentile.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub p95: Option<Duration>,
     /// Declared 99th percentile.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub p99: Option<Duration>,
     /// How many observations the declared quantiles rest on.
     pub samples: Option<u64>,
     /// Observe mode: the p99 assumed until enough samples exist.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub fallback_p99: Option<Duration>,
     /// Observe mode: the samples needed before measurements are trusted.
     pub min_samples: Option<u64>,
@@ -365,7 +365,7 @@ pub struct AdapterConfig {
     /// Agent: at most this many steps for the child, on top of its share.
     pub max_steps: Option<u32>,
     /// Agent: at most this much time for the child, on top of its share.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub wall_clock: Option<Duration>,
     /// Agent: at most this many dollars for the child, on top of its share.
     pub max_cost_usd: Option<f64>,
@@ -417,7 +417,7 @@ pub struct ModelRetryConfig {
     /// Retries of model calls in the whole run; default 8 (0: never).
     pub max_retries: Option<u32>,
     /// Time waiting between model retries in the whole run; default 60 s.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub max_wait: Option<Duration>,
     /// Tokens failed model calls may consume before no model call is
     /// retried; default: only the run's token budget.
@@ -452,7 +452,7 @@ pub struct ServerConfig {
     /// Connection limits: how slow and idle clients are cut off.
     pub limits: ServerLimitsConfig,
     /// How long in-flight work may finish after SIGTERM or SIGINT.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub shutdown_grace: Option<Duration>,
 
     // ----- exposure: who may reach the API (allowed_hosts, cors, metrics) --
@@ -471,13 +471,13 @@ pub struct ServerConfig {
 #[non_exhaustive]
 pub struct ServerLimitsConfig {
     /// Time to send a complete request head.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub header_timeout: Option<Duration>,
     /// The longest pause while a request body is received.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub body_timeout: Option<Duration>,
     /// How long a kept-alive connection may wait for its next request.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub idle_timeout: Option<Duration>,
     /// Connections served at once.
     pub max_connections: Option<u32>,
@@ -548,7 +548,7 @@ pub struct ServerIdempotencyConfig {
     /// The longest key accepted, in bytes.
     pub max_key_length: Option<u32>,
     /// How long a completed submission is remembered for replay.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub retention: Option<Duration>,
 }
 
@@ -558,7 +558,7 @@ pub struct ServerIdempotencyConfig {
 #[non_exhaustive]
 pub struct QueueConfig {
     /// How long a worker owns a queued run before another may take it.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub lease: Option<Duration>,
     /// Deliveries of one queued run before it is dead-lettered.
     pub max_attempts: Option<u32>,
@@ -572,13 +572,13 @@ pub struct QueueConfig {
 #[non_exhaustive]
 pub struct ReconciliationConfig {
     /// How often a live run records that it is alive.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub heartbeat_interval: Option<Duration>,
     /// Silence after which a `running` run counts as orphaned.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub orphan_threshold: Option<Duration>,
     /// How often the scan for orphans runs.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub scan_interval: Option<Duration>,
     /// Runs closed by one scan at most.
     pub max_runs_per_scan: Option<u32>,

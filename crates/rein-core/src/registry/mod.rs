@@ -52,6 +52,7 @@
 //! | an `agent` adapter naming no agent or an unknown one, a `budget_ratio` outside (0, 1], a zero cap (`max_tokens`, `max_steps`, `wall_clock`, `max_cost_usd`), or a `status_url` | `tools.NAME.adapter.*` |
 //! | a schema whose top-level type is not `object`, a property without a description, or one the schema compiler refuses | `tools.NAME.schema.*` |
 //! | any value refused by rein-core's own config types (budget, retry, loop guard, breakers, latency) | their field, under the table path |
+//! | any duration longer than [`MAX_DURATION`](crate::config::MAX_DURATION) (366 d): deadlines and lease expiries would overflow | the field (with its line) |
 //! | `[breakers]` or `[server]` in two files | `breakers` / `server` (in the later file) |
 //! | a `listen` that is not `IP:PORT`; a `body_limit` unparsable or outside 1 KiB..=64 MiB | `server.listen`, `server.body_limit` |
 //! | a server count or duration out of range; `orphan_threshold` below `heartbeat_interval` | `server.<table>.<field>` |

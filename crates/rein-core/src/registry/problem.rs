@@ -42,15 +42,19 @@ pub struct ConfigProblem {
 
 impl ConfigProblem {
     /// A problem with `field` of `file`.
+    ///
+    /// The message is redacted ([`crate::redact`]): a problem may quote a
+    /// value, and an interpolated value may be a token.
     pub fn new(
         file: impl Into<PathBuf>,
         field: impl Into<String>,
         message: impl Into<String>,
     ) -> ConfigProblem {
+        let message = message.into();
         ConfigProblem {
             file: file.into(),
             field: field.into(),
-            message: message.into(),
+            message: crate::redact::text(&message).into_owned(),
             position: None,
         }
     }

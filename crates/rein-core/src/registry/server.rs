@@ -34,6 +34,10 @@ use crate::ids::TenantId;
 ///
 /// # Defaults and limits
 ///
+/// Every duration is also at most [`MAX_DURATION`](crate::config::MAX_DURATION)
+/// (366 d), refused with its field by the config loader; a new duration
+/// setting gets that by deserializing with `crate::config::duration`.
+///
 /// | setting | default | accepted |
 /// | --- | --- | --- |
 /// | `listen` | [`DEFAULT_LISTEN`] (`127.0.0.1:8787`) | `IP:PORT` |

@@ -23,10 +23,10 @@ pub struct RetryConfig {
     /// Attempts per intent, the first included; 1 disables retries.
     pub max_attempts: u32,
     /// The backoff ceiling of the first retry.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub base_delay: Duration,
     /// The largest backoff ceiling.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub max_delay: Duration,
     /// Retries allowed per request to a target, in `[0, 1]`.
     pub budget_ratio: f64,

@@ -15,6 +15,7 @@
 
 use std::path::Path;
 
+use rein_core::redact::{Secrets, is_origin};
 use rein_core::registry::{ConfigProblem, ConfigSource};
 
 /// Looks an environment variable up; injected so tests need not mutate the
@@ -33,7 +34,18 @@ pub(super) enum InterpolationError {
 }
 
 /// `text` with every `${NAME}` replaced by its value in `env`.
+#[cfg(test)]
 pub(super) fn interpolate(text: &str, env: &EnvLookup<'_>) -> Result<String, InterpolationError> {
+    interpolate_noting(text, env, &mut Vec::new())
+}
+
+/// [`interpolate`], pushing each substituted value to `values`: the
+/// secrets a config holds are the values it took from the environment.
+pub(super) fn interpolate_noting(
+    text: &str,
+    env: &EnvLookup<'_>,
+    values: &mut Vec<String>,
+) -> Result<String, InterpolationError> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find('$') {
@@ -50,6 +62,7 @@ pub(super) fn interpolate(text: &str, env: &EnvLookup<'_>) -> Result<String, Int
             }
             let value = env(name).ok_or_else(|| InterpolationError::Unset(name.to_owned()))?;
             out.push_str(&value);
+            values.push(value);
             rest = &after[end + 1..];
         } else {
             out.push('$');
@@ -68,17 +81,50 @@ fn is_name(name: &str) -> bool {
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
+/// The secrets found while loading a config, and the values too short to
+/// be redacted (each a warning naming its field).
+#[derive(Debug, Default)]
+pub(super) struct FoundSecrets {
+    pub(super) secrets: Secrets,
+    pub(super) too_short: Vec<ConfigProblem>,
+}
+
+impl FoundSecrets {
+    /// Notes `value`, taken from the environment for `field` of `file`.
+    pub(super) fn note(&mut self, file: &Path, field: &str, value: &str) {
+        if let Err(short) = self.secrets.insert(value) {
+            self.too_short.push(ConfigProblem::new(
+                file,
+                field,
+                format!("its secret {short}"),
+            ));
+        }
+    }
+}
+
 /// Interpolates the fields of `source` that allow it, reporting each value
-/// that cannot be interpolated (and leaving it as written).
+/// that cannot be interpolated (and leaving it as written), and noting
+/// every value taken from the environment as a secret — but a whole URL
+/// origin in a URL field ([`rein_core::redact::is_origin`]).
 pub(super) fn interpolate_source(
     source: &mut ConfigSource,
     env: &EnvLookup<'_>,
     problems: &mut Vec<ConfigProblem>,
+    found: &mut FoundSecrets,
 ) {
     let file = source.path.clone();
-    let mut apply = |field: String, value: &mut String| match interpolate(value, env) {
-        Ok(done) => *value = done,
-        Err(err) => problems.push(ConfigProblem::new(&file, field, err.to_string())),
+    let mut apply = |field: String, value: &mut String| {
+        let mut values = Vec::new();
+        match interpolate_noting(value, env, &mut values) {
+            Ok(done) => *value = done,
+            Err(err) => problems.push(ConfigProblem::new(&file, field.clone(), err.to_string())),
+        }
+        let is_url = !field.contains(".headers.");
+        for v in values {
+            if !(is_url && is_origin(&v)) {
+                found.note(&file, &field, &v);
+            }
+        }
     };
     for (name, provider) in &mut source.config.providers {
         if let Some(url) = &mut provider.base_url {

@@ -118,14 +118,33 @@ impl<'e> Loader<'e> {
     ///
     /// [`ConfigErrors`] with every problem found.
     pub fn load(&self, path: &Path) -> Result<Registry, ConfigErrors> {
+        self.load_with_warnings(path).map(|loaded| loaded.registry)
+    }
+
+    /// Loads the config at `path`, with the warnings a start prints (a
+    /// secret too short to be redacted).
+    ///
+    /// Loading teaches the process the config's secrets
+    /// ([`rein_core::redact::register`]) before anything else is checked,
+    /// so that no problem, log line or error of this process ever shows
+    /// one: the values of `${VAR}`s in headers and URLs, of each
+    /// provider's `api_key_env`, and the API key digests.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigErrors`] with every problem found.
+    pub fn load_with_warnings(&self, path: &Path) -> Result<Loaded, ConfigErrors> {
         let mut parsed = parse::read(path);
         if parsed.incomplete {
             return Err(ConfigErrors::new(parsed.problems));
         }
         let mut env_problems = Vec::new();
+        let mut found = env::FoundSecrets::default();
         for source in &mut parsed.sources {
-            env::interpolate_source(source, &*self.env, &mut env_problems);
+            env::interpolate_source(source, &*self.env, &mut env_problems, &mut found);
+            self.note_keys(source, &mut found);
         }
+        rein_core::redact::register(&found.secrets);
         let checked = registry::check(&parsed.sources, &schema::schema_issues);
         let mut problems = parsed.problems;
         let check_problems = checked.as_ref().err().cloned().unwrap_or_default();
@@ -138,10 +157,41 @@ impl<'e> Loader<'e> {
         }));
         problems.extend(env_problems);
         match checked {
-            Ok(registry) if problems.is_empty() => Ok(registry),
+            Ok(registry) if problems.is_empty() => Ok(Loaded {
+                registry,
+                warnings: found.too_short,
+            }),
             _ => Err(ConfigErrors::new(group_by_file(&parsed.sources, problems))),
         }
     }
+
+    /// Notes the provider keys and API key digests of `source` as secrets.
+    fn note_keys(&self, source: &registry::ConfigSource, found: &mut env::FoundSecrets) {
+        for (name, provider) in &source.config.providers {
+            if let Some(key) = provider.api_key_env.as_deref().and_then(|v| (self.env)(v)) {
+                found.note(&source.path, &format!("providers.{name}.api_key_env"), &key);
+            }
+        }
+        if let Some(server) = &source.config.server {
+            for (i, key) in server.api_keys.iter().enumerate() {
+                if let Some(digest) = &key.sha256 {
+                    let field = format!("server.api_keys[{i}].sha256");
+                    found.note(&source.path, &field, digest);
+                    found.note(&source.path, &field, &digest.to_ascii_lowercase());
+                }
+            }
+        }
+    }
+}
+
+/// A loaded config and its warnings.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The registry.
+    pub registry: Registry,
+    /// What a start should say but not refuse: values too short to be
+    /// redacted, each naming its field.
+    pub warnings: Vec<ConfigProblem>,
 }
 
 /// `problems` grouped by file in the order files were read, keeping each

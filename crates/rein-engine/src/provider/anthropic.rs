@@ -64,6 +64,7 @@ pub struct AnthropicProvider {
     client: reqwest::Client,
     max_tokens: u64,
     streaming: Option<StreamSettings>,
+    key_env: Option<String>,
 }
 
 impl AnthropicProvider {
@@ -85,12 +86,20 @@ impl AnthropicProvider {
             client,
             max_tokens: DEFAULT_MAX_TOKENS,
             streaming: None,
+            key_env: None,
         }
     }
 
     /// Sets the `max_tokens` sent when the request sets no ceiling.
     pub fn with_default_max_tokens(mut self, max_tokens: u64) -> Self {
         self.max_tokens = max_tokens;
+        self
+    }
+
+    /// Names the environment variable the key came from, for the log
+    /// line of a rejected key.
+    pub fn with_key_env(mut self, name: Option<&str>) -> Self {
+        self.key_env = name.map(str::to_owned);
         self
     }
 
@@ -265,6 +274,10 @@ fn tool_definition(tool: &Value) -> Option<Value> {
 impl ModelProvider for AnthropicProvider {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn key_env(&self) -> Option<&str> {
+        self.key_env.as_deref()
     }
 
     fn stream_settings(&self) -> Option<StreamSettings> {

@@ -58,6 +58,12 @@ pub trait ModelProvider: Send + Sync {
     /// its breaker arm.
     fn name(&self) -> &str;
 
+    /// The environment variable its key is read from (`api_key_env`), if
+    /// any: what an operator fixes when the provider rejects the key.
+    fn key_env(&self) -> Option<&str> {
+        None
+    }
+
     /// Asks for the next assistant turn. `allowance` is what is left of the
     /// run's deadline for this call (the engine reads its clock; providers
     /// need none); the provider must return, with a `timeout` failure, by

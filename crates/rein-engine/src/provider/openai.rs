@@ -36,6 +36,7 @@ pub struct OpenAiProvider {
     timeout: Duration,
     client: reqwest::Client,
     streaming: Option<StreamSettings>,
+    key_env: Option<String>,
 }
 
 impl OpenAiProvider {
@@ -55,7 +56,15 @@ impl OpenAiProvider {
             timeout,
             client,
             streaming: None,
+            key_env: None,
         }
+    }
+
+    /// Names the environment variable the key came from, for the log
+    /// line of a rejected key.
+    pub fn with_key_env(mut self, name: Option<&str>) -> Self {
+        self.key_env = name.map(str::to_owned);
+        self
     }
 
     /// Makes [`complete`](ModelProvider::complete) stream the answer and
@@ -158,6 +167,10 @@ fn wire_message(message: &Message) -> Value {
 impl ModelProvider for OpenAiProvider {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn key_env(&self) -> Option<&str> {
+        self.key_env.as_deref()
     }
 
     fn stream_settings(&self) -> Option<StreamSettings> {

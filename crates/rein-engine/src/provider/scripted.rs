@@ -16,12 +16,15 @@ use super::{FinishReason, ModelProvider, ModelRequest, ModelResponse, TokenUsage
 #[non_exhaustive]
 pub enum ScriptError {
     /// The file could not be read.
-    #[error("cannot read model script {path}: {source}")]
+    // NOTE: the I/O error is part of the message and deliberately not a
+    // `#[source]`: a report that prints the error chain would otherwise
+    // say the cause twice.
+    #[error("cannot read model script {path}: {error}")]
     Read {
         /// The script's path.
         path: PathBuf,
         /// The I/O error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The file is not a valid script.
     #[error("model script {path} is invalid: {reason}")]
@@ -105,9 +108,9 @@ impl ScriptedProvider {
     ///
     /// [`ScriptError`] when the file cannot be read or is not a script.
     pub fn from_file(name: &str, path: &Path) -> Result<Self, ScriptError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ScriptError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| ScriptError::Read {
             path: path.to_owned(),
-            source,
+            error,
         })?;
         Self::from_json(name, &text).map_err(|reason| ScriptError::Invalid {
             path: path.to_owned(),

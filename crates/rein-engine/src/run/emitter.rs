@@ -56,7 +56,12 @@ impl Emitter {
     }
 
     /// Records an event; `data` is its rationale.
-    pub fn emit(&self, kind: EventKind, c: &Correlation, data: Value) {
+    ///
+    /// `data` is redacted here ([`rein_core::redact`]), before the
+    /// observer, the metrics or the store see it: the one place every event
+    /// passes, so no rationale quoting an error carries a secret out.
+    pub fn emit(&self, kind: EventKind, c: &Correlation, mut data: Value) {
+        rein_core::redact::json(&mut data);
         let at_ms = self
             .clock
             .system_now()
@@ -74,6 +79,7 @@ impl Emitter {
             kind,
             data,
         };
+        super::event_log::log(&event);
         if let Some(observer) = &self.observer {
             observer(&event);
         }

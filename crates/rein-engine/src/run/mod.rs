@@ -18,6 +18,7 @@ mod close;
 mod concurrency;
 mod contain;
 mod emitter;
+mod event_log;
 mod guarded;
 mod model_chain;
 mod report;

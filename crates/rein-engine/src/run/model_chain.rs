@@ -618,7 +618,8 @@ impl Engine {
                 c,
                 json!({"provider": provider, "model": model, "attempt": attempt, "ok": false,
                        "category": failure.category(), "reason": failure.human_message(),
-                       "tokens_spent": spent, "cost_micros": spent_cost.micros()}),
+                       "tokens_spent": spent, "cost_micros": spent_cost.micros(),
+                       "key_env": link.provider.key_env()}),
             );
             if spent > 0 {
                 host.spent(spent);

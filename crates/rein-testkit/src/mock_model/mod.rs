@@ -120,6 +120,7 @@ pub const DEFAULT_MODEL: &str = "mock-model";
 /// | --- | --- |
 /// | `replies` | empty: every request gets the fallback |
 /// | `api_key` | none: `Authorization` is not checked |
+/// | `echo_authorization` | `false`: a 401 does not quote the header |
 /// | `fallback_text` | [`DEFAULT_FALLBACK_TEXT`] |
 /// | `model` | [`DEFAULT_MODEL`] |
 /// | `latency` | zero: answers at once |
@@ -131,6 +132,9 @@ pub struct MockModelConfig {
     pub replies: Vec<Reply>,
     /// The key to require as `Authorization: Bearer <key>`.
     pub api_key: Option<String>,
+    /// Whether a 401 quotes the `Authorization` header it got, as some
+    /// OpenAI-compatible servers do: the fault a redaction test needs.
+    pub echo_authorization: bool,
     /// The text of the final answer once the script is empty.
     pub fallback_text: String,
     /// The model id.
@@ -147,6 +151,7 @@ impl Default for MockModelConfig {
         MockModelConfig {
             replies: Vec::new(),
             api_key: None,
+            echo_authorization: false,
             fallback_text: DEFAULT_FALLBACK_TEXT.to_owned(),
             model: DEFAULT_MODEL.to_owned(),
             latency: Duration::ZERO,
@@ -162,6 +167,12 @@ impl MockModelConfig {
             replies: replies.into_iter().collect(),
             ..MockModelConfig::default()
         }
+    }
+
+    /// Makes a 401 quote the `Authorization` header it got.
+    pub fn with_echoed_authorization(mut self) -> MockModelConfig {
+        self.echo_authorization = true;
+        self
     }
 
     /// Requires `Authorization: Bearer <key>`.
@@ -250,6 +261,7 @@ struct ModelState {
 pub(crate) struct Model {
     state: Mutex<ModelState>,
     api_key: Option<String>,
+    echo_authorization: bool,
     fallback_text: String,
     model: String,
     latency: Duration,
@@ -361,6 +373,7 @@ impl MockModel {
                 answered: 0,
             }),
             api_key: config.api_key,
+            echo_authorization: config.echo_authorization,
             fallback_text: config.fallback_text,
             model: config.model,
             latency: config.latency,

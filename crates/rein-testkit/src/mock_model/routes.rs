@@ -153,13 +153,15 @@ fn check_auth(model: &Model, headers: &HeaderMap) -> Option<Response> {
     if ok {
         return None;
     }
-    let message = if given.is_some() {
-        "Incorrect API key provided."
-    } else {
-        "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth."
+    let message = match given {
+        Some(header) if model.echo_authorization => {
+            format!("Incorrect API key provided: {header}.")
+        }
+        Some(_) => "Incorrect API key provided.".to_owned(),
+        None => "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth.".to_owned(),
     };
     Some(error_response(
-        &ApiError::new(401, "invalid_request_error", message).with_code("invalid_api_key"),
+        &ApiError::new(401, "invalid_request_error", &message).with_code("invalid_api_key"),
     ))
 }
 
