@@ -121,6 +121,16 @@ pub async fn run_scenario(scenario: &Scenario, options: &RunnerOptions) -> Scena
         result.skipped = Some("crashes a process and no rein binary was given".into());
         return result;
     }
+    if scenario.crashes() && !rein_engine::crash::ENABLED {
+        // The worker is this same binary: without the feature its crash
+        // point would never fire and the scenario would prove nothing.
+        result.skipped = Some(
+            "crashes a process at a crash point, and this build has none \
+             (cargo build -p rein-cli --features crash-points)"
+                .into(),
+        );
+        return result;
+    }
     let dir = match tempfile::Builder::new().prefix("rein-chaos-").tempdir() {
         Ok(d) => d,
         Err(e) => {
@@ -429,6 +439,7 @@ async fn in_process(
         observer: Some(observer),
         enqueued: false,
         cancel: None,
+        reservation: None,
     };
     let started = Instant::now();
     let limit = limits.wall_clock() + HANG_MARGIN;

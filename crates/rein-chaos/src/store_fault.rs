@@ -39,6 +39,13 @@ pub enum StoreFault {
         /// Which checkpoint write.
         nth: u32,
     },
+    /// The first `count` commits that end a run (a status change to an
+    /// outcome) fail as [`StoreError::Unavailable`]: the one write of a
+    /// run that must land is refused, whoever offers it.
+    EndsUnavailable {
+        /// How many fail.
+        count: u32,
+    },
 }
 
 /// A [`Store`] that fails writes according to its plan.
@@ -47,6 +54,7 @@ pub struct FaultyStore {
     faults: Vec<StoreFault>,
     commits: AtomicU32,
     checkpoints: AtomicU32,
+    ends: AtomicU32,
     injected: Mutex<Vec<String>>,
 }
 
@@ -58,6 +66,7 @@ impl FaultyStore {
             faults,
             commits: AtomicU32::new(0),
             checkpoints: AtomicU32::new(0),
+            ends: AtomicU32::new(0),
             injected: Mutex::new(Vec::new()),
         }
     }
@@ -86,12 +95,20 @@ impl FaultyStore {
         } else {
             None
         };
+        let end = commit
+            .status
+            .as_ref()
+            .is_some_and(|s| s.status.is_finished())
+            .then(|| self.ends.fetch_add(1, Ordering::SeqCst) + 1);
         self.faults.iter().find_map(|f| match *f {
             StoreFault::Unavailable { from, count } if n >= from && n - from < count => {
                 Some(format!("commit {n} refused (store unavailable)"))
             }
             StoreFault::CheckpointFails { nth } if checkpoint == Some(nth) => {
                 Some(format!("checkpoint write {nth} (commit {n}) refused"))
+            }
+            StoreFault::EndsUnavailable { count } if end.is_some_and(|e| e <= count) => {
+                Some(format!("the end of a run (commit {n}) refused"))
             }
             _ => None,
         })
@@ -203,10 +220,30 @@ impl Store for FaultyStore {
         owner: &str,
         settlement: rein_store::IdempotencySettlement,
         now_ms: u64,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<rein_store::IdempotencySettled, StoreError> {
         self.inner
             .settle_idempotency(tenant, key, owner, settlement, now_ms)
             .await
+    }
+
+    async fn renew_idempotency(
+        &self,
+        tenant: &TenantId,
+        key: &str,
+        owner: &str,
+        until_ms: u64,
+    ) -> Result<bool, StoreError> {
+        self.inner
+            .renew_idempotency(tenant, key, owner, until_ms)
+            .await
+    }
+
+    async fn create_run_held(
+        &self,
+        run: NewRun,
+        fence: &rein_store::ReservationFence,
+    ) -> Result<RunRecord, StoreError> {
+        self.inner.create_run_held(run, fence).await
     }
 
     async fn idempotency_records(
@@ -252,6 +289,24 @@ impl Store for FaultyStore {
         limit: usize,
     ) -> Result<Vec<RunRecord>, StoreError> {
         self.inner.runs_with_status(status, limit).await
+    }
+
+    async fn runs_with_status_after(
+        &self,
+        status: rein_store::RunStatus,
+        after: Option<&rein_store::RunCursor>,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner
+            .runs_with_status_after(status, after, limit)
+            .await
+    }
+
+    async fn count_runs_with_status(
+        &self,
+        status: rein_store::RunStatus,
+    ) -> Result<u64, StoreError> {
+        self.inner.count_runs_with_status(status).await
     }
 
     async fn children_of(&self, parent: &RunId) -> Result<Vec<RunRecord>, StoreError> {

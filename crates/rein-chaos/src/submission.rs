@@ -14,7 +14,7 @@ use std::time::Duration;
 use rein_engine::config::CompiledSchemas;
 use rein_server::AppState;
 use rein_store::{RunRecord, Store};
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
 
 use crate::ChaosError;
 use crate::evidence::SubmissionAttempt;
@@ -44,22 +44,18 @@ pub async fn submit(
             .map_err(|e| setup("the server's engine", e.to_string()))?;
     let models = rein_server::bind_models(&world.registry, &client)
         .map_err(|e| setup("model bindings", e.to_string()))?;
-    let state = Arc::new(AppState {
-        registry: world.registry.clone(),
-        schemas: CompiledSchemas::compile(&world.registry)
-            .map_err(|e| setup("schemas", e.to_string()))?,
-        store: store.clone(),
-        engine: Arc::new(engine),
+    let schemas =
+        CompiledSchemas::compile(&world.registry).map_err(|e| setup("schemas", e.to_string()))?;
+    let mut state = AppState::new(
+        world.registry.clone(),
+        schemas,
+        store.clone(),
+        engine,
         client,
-        settings: world.registry.server().clone(),
-        workers: usize::from(submission.queued),
-        queue: Notify::new(),
-        node: rein_server::state::node_id(),
         models,
-        health: Default::default(),
-        drain: Default::default(),
-        connections: Default::default(),
-    });
+    );
+    state.workers = usize::from(submission.queued);
+    let state = Arc::new(state);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| setup("the server's socket", e.to_string()))?;

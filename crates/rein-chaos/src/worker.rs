@@ -61,6 +61,7 @@ pub async fn work(id: u32, dir: &Path, run_id: &str, data: &Path) -> Result<Stri
                 observer: None,
                 enqueued: false,
                 cancel: None,
+                reservation: None,
             },
         )
         .await

@@ -155,7 +155,10 @@ fn worker(args: &ChaosArgs, dir: &std::path::Path) -> Result<ExitCode> {
     let run_id = args.run_id.as_deref().context("--worker needs --run-id")?;
     let data = args.data.as_deref().context("--worker needs --data")?;
     let outcome = runtime()?.block_on(rein_chaos::worker::work(id, dir, run_id, data))?;
-    eprintln!("worker: the run ended {outcome} without reaching its crash point");
+    crate::log::note(
+        crate::log::Level::Warn,
+        &format!("worker: the run ended {outcome} without reaching its crash point"),
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -5,15 +5,19 @@
 //! the integrity check and numeric ranges, JSON Schema compilation, every
 //! provider (scripts read), tool adapter, agent and model binding bound —
 //! so a config that passes here starts there (with the same environment).
+//! What only `rein serve` refuses is a warning, or an error with `--serve`.
 
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
 use rein_engine::config::{ConfigErrors, ConfigProblem, Loader, Registry};
 use rein_engine::run::http_client;
-use rein_engine::startup::{self, Startup};
+use rein_engine::startup::{self, Purpose, Startup};
 use serde_json::{Value, json};
+
+use crate::log::{Level, note};
 
 /// Arguments of `rein check`.
 #[derive(Debug, Args)]
@@ -21,49 +25,64 @@ pub struct CheckArgs {
     /// A config file, or a directory whose `*.toml` files form one config.
     config: PathBuf,
     /// Print one JSON document on stdout:
-    /// `{"ok": bool, "problems": [{"file", "field", "message", "line"?, "column"?}]}`.
+    /// `{"ok": bool, "problems": [{"file", "field", "message", "line"?, "column"?}], "warnings": [...]}`.
     #[arg(long)]
     json: bool,
+    /// Check as `rein serve` starts: what only a server refuses (a
+    /// non-loopback listen without API keys) is an error, not a warning.
+    #[arg(long)]
+    serve: bool,
+    /// With `--serve`: the address `rein serve --listen` would be given
+    /// (implies `--serve`).
+    #[arg(long, value_name = "IP:PORT")]
+    listen: Option<SocketAddr>,
 }
 
 /// Checks the config; exit 0 when it starts, 1 when it has problems.
 ///
 /// The problems are data when `--json` is given (stdout) and diagnostics
 /// otherwise (stderr, one `FILE[:LINE:COLUMN]: FIELD: MESSAGE` per line).
-/// Warnings (a secret too short to be redacted) do not fail the check;
-/// they are printed as `warning: FILE: FIELD: MESSAGE`, or listed under
-/// `"warnings"`.
+/// Warnings (a secret too short to be redacted; without `--serve`, what
+/// only `rein serve` would refuse) do not fail the check; they are printed
+/// as `warning: FILE: FIELD: MESSAGE`, or listed under `"warnings"`, with
+/// the problems or without.
 pub fn run(args: CheckArgs) -> ExitCode {
-    let loaded = prepare(&args.config);
+    let purpose = if args.serve || args.listen.is_some() {
+        Purpose::Serve {
+            listen: args.listen,
+        }
+    } else {
+        Purpose::Check
+    };
+    let loaded = prepare(&args.config, purpose);
+    let (problems, warnings): (&[ConfigProblem], &[ConfigProblem]) = match &loaded {
+        Ok(startup) => (&[], &startup.warnings),
+        Err(errors) => (errors.problems(), errors.warnings()),
+    };
     if args.json {
-        let (problems, warnings): (Vec<Value>, Vec<Value>) = match &loaded {
-            Ok(startup) => (
-                Vec::new(),
-                startup.warnings.iter().map(problem_json).collect(),
-            ),
-            Err(errors) => (
-                errors.problems().iter().map(problem_json).collect(),
-                Vec::new(),
-            ),
-        };
-        let doc = json!({ "ok": loaded.is_ok(), "problems": problems, "warnings": warnings });
+        let doc = json!({
+            "ok": loaded.is_ok(),
+            "problems": problems.iter().map(problem_json).collect::<Vec<Value>>(),
+            "warnings": warnings.iter().map(problem_json).collect::<Vec<Value>>(),
+        });
         println!("{doc}");
     } else {
+        for warning in warnings {
+            note(Level::Warn, &format!("warning: {warning}"));
+        }
         match &loaded {
-            Ok(startup) => {
-                for warning in &startup.warnings {
-                    eprintln!("warning: {warning}");
-                }
-                println!("ok: {}", summary(&startup.registry));
-            }
+            Ok(startup) => println!("ok: {}", summary(&startup.registry)),
             Err(errors) => {
                 for problem in errors.problems() {
-                    eprintln!("{problem}");
+                    note(Level::Error, &problem.to_string());
                 }
-                eprintln!(
-                    "error: {} in {}",
-                    count(errors.len(), "problem", "problems"),
-                    args.config.display()
+                note(
+                    Level::Error,
+                    &format!(
+                        "error: {} in {}",
+                        count(errors.len(), "problem", "problems"),
+                        args.config.display()
+                    ),
                 );
             }
         }
@@ -75,8 +94,28 @@ pub fn run(args: CheckArgs) -> ExitCode {
     }
 }
 
-/// The start's own checks, as `rein run` and `rein serve` run them.
-fn prepare(path: &std::path::Path) -> Result<Startup, ConfigErrors> {
+/// Every step of a start for `purpose` ([`startup::prepare`]), with the
+/// process environment: what `rein check`, `rein run`, `rein resume`,
+/// `rein reconcile` and `rein serve` all run.
+///
+/// # Errors
+///
+/// Every problem of the config, with the warnings.
+pub fn prepare(path: &Path, purpose: Purpose) -> Result<Startup, ConfigErrors> {
+    prepare_with(&Loader::new(), path, purpose)
+}
+
+/// [`prepare`] with `loader`'s environment for the config (the demo's
+/// built-in one); provider keys still come from the process environment.
+///
+/// # Errors
+///
+/// Every problem of the config, with the warnings.
+pub fn prepare_with(
+    loader: &Loader<'_>,
+    path: &Path,
+    purpose: Purpose,
+) -> Result<Startup, ConfigErrors> {
     let client = http_client().map_err(|e| {
         ConfigErrors::new(vec![ConfigProblem::new(
             path,
@@ -85,7 +124,7 @@ fn prepare(path: &std::path::Path) -> Result<Startup, ConfigErrors> {
         )])
     })?;
     let env = |name: &str| std::env::var(name).ok();
-    startup::prepare(&Loader::new(), path, &client, &env, None)
+    startup::prepare(loader, path, &client, &env, purpose)
 }
 
 fn problem_json(problem: &ConfigProblem) -> Value {

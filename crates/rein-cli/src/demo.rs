@@ -8,7 +8,9 @@ use rein_core::TenantId;
 use rein_engine::config::Loader;
 use rein_testkit::order_desk::{EffectKind, Faults, OrderDesk, OrderDeskConfig};
 
-use crate::run::{execute, is_demo_outcome, runtime};
+use rein_engine::startup::Purpose;
+
+use crate::run::{execute, is_demo_outcome, runtime, start_with};
 
 /// The demo's config and model script, built into the binary so that the
 /// demo needs no files.
@@ -49,16 +51,14 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
             "MOCK_MODEL_URL" => Some("http://127.0.0.1:9".to_owned()),
             _ => None,
         });
-        let registry = loader
-            .load(&config_path)
-            .map_err(|e| anyhow::anyhow!("{e}"))
+        let startup = start_with(&loader, &config_path, Purpose::Run)
             .context("the built-in demo config has problems")?;
         let data = args.data.clone().unwrap_or_else(|| dir.path().join("rein.db"));
         if !args.json {
             println!("rein demo — order desk at {} (faults: lost response on the first update, 429 on email)\n", desk.base_url());
         }
         let out = execute(
-            &registry,
+            startup,
             "order_desk",
             "Move the delivery of order A-1001 to 2026-01-08 14:00 UTC and tell the buyer.",
             &data,

@@ -42,9 +42,12 @@ pub fn run(args: HandoffArgs) -> Result<ExitCode> {
         let ledger = rein_engine::run::tree_records(store.as_ref(), &run_id).await?;
         let fresh = rein_engine::run::revise(store.as_ref(), &record, &ledger).await?;
         let Some(package) = fresh.or(record.report).and_then(|r| r.handoff) else {
-            eprintln!(
-                "run {run_id} has no handoff package: it is {} and none of its records awaits a human",
-                record.status.as_str()
+            crate::log::note(
+                crate::log::Level::Warn,
+                &format!(
+                    "run {run_id} has no handoff package: it is {} and none of its records awaits a human",
+                    record.status.as_str()
+                ),
             );
             return Ok(ExitCode::from(1));
         };

@@ -72,6 +72,7 @@ pub fn run(args: IdempotencyArgs) -> Result<ExitCode> {
                         .map(|r| {
                             json!({"tenant": r.tenant, "key": r.key, "state": r.state.as_str(),
                                    "run_id": r.run_id, "holder": r.owner,
+                                   "holder_until_ms": r.holder_until_ms,
                                    "status": r.response.as_ref().map(|s| s.status),
                                    "location": r.response.as_ref().and_then(|s| s.location.clone()),
                                    "created_at_ms": r.created_at_ms, "expires_at_ms": r.expires_at_ms})
@@ -103,7 +104,10 @@ pub fn run(args: IdempotencyArgs) -> Result<ExitCode> {
                     println!("cleared {key} for tenant {tenant}");
                     Ok(ExitCode::SUCCESS)
                 } else {
-                    eprintln!("no record of {key} for tenant {tenant}");
+                    crate::log::note(
+                        crate::log::Level::Warn,
+                        &format!("no record of {key} for tenant {tenant}"),
+                    );
                     Ok(ExitCode::from(1))
                 }
             }

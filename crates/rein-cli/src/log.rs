@@ -1,39 +1,52 @@
 //! The log subscriber: levels from `--log-level` and `RUST_LOG`, text or
-//! JSON lines on stderr, colour only on a terminal, every line redacted.
+//! JSON lines on stderr, colour only on a terminal, every line redacted;
+//! and the CLI's own notes ([`note`]).
 //!
 //! # Precedence
 //!
 //! `--log-level` sets the level of everything `RUST_LOG` does not mention;
 //! `RUST_LOG` (the `tracing_subscriber::EnvFilter` syntax, e.g.
-//! `rein_engine=debug,hyper=warn`, or just `debug`) is applied on top, so
-//! where it speaks it wins. Without either, `rein serve` logs `info` (what
-//! a server decides: takeovers, orphans, breakers, fallbacks) and every
-//! other command `warn`.
+//! `rein_engine=debug,hyper=warn`, or just `debug`) is layered on top: the
+//! filter is `LEVEL,RUST_LOG`, so a directive for a target wins for that
+//! target only, and a bare level in `RUST_LOG` replaces `--log-level`.
+//! Without either, `rein serve` logs `info` (what a server decides:
+//! takeovers, orphans, breakers, fallbacks) and every other command
+//! `warn`.
 //!
 //! # Redaction
 //!
 //! Every line, whichever crate wrote it (the server's access log
-//! included), passes [`rein_core::redact::text`] before it reaches stderr:
-//! the secrets the config holds, URL queries and userinfo never reach a
-//! log file or a log shipper.
+//! included), passes [`rein_engine::log::RedactingWriter`] before it
+//! reaches stderr — JSON lines field by field, so they stay JSON — and a
+//! panic is reported redacted ([`rein_engine::log::install_panic_hook`]).
+//!
+//! # What is JSON
+//!
+//! With `--log-format json` every line on stderr is one JSON object: log
+//! lines, and the CLI's own notes and errors (`rein run: run … started`,
+//! `rein check`'s problems, `error: …`), which are then events of target
+//! `rein::cli`, always shown whatever the level. With `text` the notes are
+//! plain lines, as a person reads them.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
+use std::sync::OnceLock;
 
 use clap::{Args, ValueEnum};
+use rein_engine::log::RedactingWriter;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
-use tracing_subscriber::fmt::MakeWriter;
 
 /// The global logging flags.
 #[derive(Debug, Clone, Args)]
 pub struct LogArgs {
-    /// The level of log lines on stderr: error, warn, info, debug or trace
-    /// (default: info for `serve`, warn otherwise). `RUST_LOG` directives
-    /// apply on top of it.
+    /// The level of log lines on stderr: off, error, warn, info, debug or
+    /// trace (default: info for `serve`, warn otherwise). `RUST_LOG`
+    /// directives are layered on top of it (`RUST_LOG=rein_engine=debug`
+    /// raises that crate only).
     #[arg(long, global = true, value_name = "LEVEL")]
     log_level: Option<LevelFilter>,
-    /// The shape of log lines: `text` for people, `json` (one object a
-    /// line) for log shippers.
+    /// The shape of stderr: `text` for people, `json` (one object a line,
+    /// the CLI's own notes included) for log shippers.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
 }
@@ -47,62 +60,76 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the subscriber for this process; `default` is the command's
-/// level when neither `--log-level` nor `RUST_LOG` says otherwise.
+/// The format chosen at [`init`], for [`note`].
+static FORMAT: OnceLock<LogFormat> = OnceLock::new();
+
+/// The targets of the CLI's own notes and of panics: always shown.
+const ALWAYS: &str = "rein::cli=trace,rein::panic=trace";
+
+/// The filter: `level`, then `rust_log` layered on it (later directives
+/// win per target), then the notes that are always shown.
+fn filter(level: LevelFilter, rust_log: Option<&str>) -> EnvFilter {
+    let mut directives = level.to_string();
+    if let Some(extra) = rust_log.map(str::trim).filter(|s| !s.is_empty()) {
+        directives.push(',');
+        directives.push_str(extra);
+    }
+    directives.push(',');
+    directives.push_str(ALWAYS);
+    EnvFilter::builder().parse_lossy(directives)
+}
+
+/// Installs the subscriber and the panic hook for this process; `default`
+/// is the command's level when neither `--log-level` nor `RUST_LOG` says
+/// otherwise.
 pub fn init(args: &LogArgs, default: LevelFilter) {
-    let filter = EnvFilter::builder()
-        .with_default_directive(args.log_level.unwrap_or(default).into())
-        .from_env_lossy();
+    let _ = FORMAT.set(args.log_format);
+    let rust_log = std::env::var("RUST_LOG").ok();
+    let filter = filter(args.log_level.unwrap_or(default), rust_log.as_deref());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(RedactingStderr)
-        .with_target(false);
+        .with_target(args.log_format == LogFormat::Json);
     let result = match args.log_format {
         LogFormat::Text => builder
+            .with_writer(|| RedactingWriter::new(std::io::stderr()))
             .with_ansi(std::io::stderr().is_terminal())
             .try_init(),
-        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+        LogFormat::Json => builder
+            .json()
+            .with_writer(|| RedactingWriter::json_lines(std::io::stderr()))
+            .with_ansi(false)
+            .try_init(),
     };
     if let Err(e) = result {
         eprintln!("warning: logging is not set up: {e}");
     }
+    rein_engine::log::install_panic_hook();
 }
 
-/// Stderr, one redacted write per log line.
-struct RedactingStderr;
-
-impl<'a> MakeWriter<'a> for RedactingStderr {
-    type Writer = RedactedLine;
-
-    fn make_writer(&'a self) -> RedactedLine {
-        RedactedLine(Vec::with_capacity(256))
-    }
+/// How important a note is, in JSON lines.
+#[derive(Debug, Clone, Copy)]
+pub enum Level {
+    /// What the command is doing.
+    Info,
+    /// Something to look at.
+    Warn,
+    /// Why the command failed.
+    Error,
 }
 
-/// One log line, buffered so that it is redacted whole (a secret is never
-/// split across two writes) and written when the formatter drops it.
-struct RedactedLine(Vec<u8>);
-
-impl Write for RedactedLine {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Drop for RedactedLine {
-    fn drop(&mut self) {
-        if self.0.is_empty() {
-            return;
+/// Writes one of the CLI's own notes on stderr: a plain line in text mode,
+/// a JSON log line (target `rein::cli`) with `--log-format json`; redacted
+/// either way.
+pub fn note(level: Level, text: &str) {
+    if FORMAT.get() == Some(&LogFormat::Json) {
+        match level {
+            Level::Info => tracing::info!(target: "rein::cli", "{text}"),
+            Level::Warn => tracing::warn!(target: "rein::cli", "{text}"),
+            Level::Error => tracing::error!(target: "rein::cli", "{text}"),
         }
-        let text = String::from_utf8_lossy(&self.0);
-        let clean = rein_core::redact::text(&text);
-        let mut stderr = std::io::stderr().lock();
-        let _ = stderr.write_all(clean.as_bytes());
-        let _ = stderr.flush();
+    } else {
+        use std::io::Write as _;
+        let mut stderr = RedactingWriter::new(std::io::stderr());
+        let _ = writeln!(stderr, "{text}");
     }
 }

@@ -92,11 +92,12 @@ enum Command {
     /// Idempotency-Key semantics, follow their events live, resume and
     /// cancel them. Tenants and API keys come from the config's [server].
     ///
-    /// SIGTERM or SIGINT drains: /readyz answers 503, new work is refused,
-    /// runs in flight get server.shutdown_grace (30 s) to finish, what is
-    /// left is stopped at a safe point and handed on to the next server on
-    /// the same store; exits 0 with one line saying what was finished and
-    /// what was handed on.
+    /// SIGTERM or SIGINT drains within server.shutdown_grace (25 s in all):
+    /// /readyz answers 503, new work is refused, runs in flight get the
+    /// grace less 7 s to finish, what is left is stopped at a safe point
+    /// and handed on to the next server on the same store; exits 0 with one
+    /// line saying what was finished and what was handed on. A second
+    /// signal hands the runs on at once; a third quits at once.
     Serve(serve::ServeArgs),
     /// List or clear submissions' idempotency records (the operator's path
     /// after a crash left a reservation in progress).
@@ -106,7 +107,8 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Diagnostics go to stderr: a server reports what it decides (takeovers,
-    // orphans, breakers, fallbacks); other commands what went wrong.
+    // orphans, breakers, fallbacks); other commands what went wrong, and
+    // warnings (a run store anyone may read, a secret too short to redact).
     let level = match cli.command {
         Command::Serve(_) => LevelFilter::INFO,
         _ => LevelFilter::WARN,
@@ -127,7 +129,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {}", rein_core::redact::text(&format!("{err:#}")));
+            log::note(log::Level::Error, &format!("error: {err:#}"));
             ExitCode::from(2)
         }
     }

@@ -9,12 +9,12 @@ use anyhow::{Context, Result};
 use clap::Args;
 use rein_engine::SystemClock;
 use rein_engine::bind::{bind_compensations, bind_tools};
-use rein_engine::config::Loader;
 use rein_engine::reconcile::{ReconcileConfig, ReconcileReport, Reconciler, SweepClasses};
 use rein_engine::run::http_client;
+use rein_engine::startup::Purpose;
 use rein_store::{SqliteStore, Store};
 
-use crate::run::runtime;
+use crate::run::{runtime, start};
 
 /// Arguments of `rein reconcile`.
 #[derive(Debug, Args)]
@@ -46,10 +46,8 @@ pub struct ReconcileArgs {
 /// off, 1 when records now wait for a human.
 pub fn run(args: ReconcileArgs) -> Result<ExitCode> {
     runtime()?.block_on(async {
-        let registry = Loader::new()
-            .load(&args.config)
-            .map_err(|e| anyhow::anyhow!("{e}"))
-            .with_context(|| format!("the config {} has problems", args.config.display()))?;
+        // The same steps as `rein check`: what it refuses, a sweep does.
+        let registry = start(&args.config, Purpose::Run)?.registry;
         let store: Arc<dyn Store> = Arc::new(
             SqliteStore::open(&args.data)
                 .with_context(|| format!("cannot open the run store {}", args.data.display()))?,
@@ -79,7 +77,7 @@ pub fn run(args: ReconcileArgs) -> Result<ExitCode> {
         reconciler
             .run_forever(|report| {
                 if let Err(e) = print(report, args.json) {
-                    eprintln!("error: {e:#}");
+                    crate::log::note(crate::log::Level::Error, &format!("error: {e:#}"));
                 }
             })
             .await;

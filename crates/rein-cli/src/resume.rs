@@ -6,9 +6,9 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::Args;
 use rein_core::RunId;
-use rein_engine::config::Loader;
+use rein_engine::startup::Purpose;
 
-use crate::run::{Session, observer, runtime};
+use crate::run::{Session, observer, runtime, start};
 
 /// Arguments of `rein resume`.
 #[derive(Debug, Args)]
@@ -32,21 +32,21 @@ pub fn run(args: ResumeArgs) -> Result<ExitCode> {
     let run_id = RunId::new(args.run_id).context("invalid RUN_ID")?;
     runtime()?.block_on(async {
         let mut signals = crate::signal::Listener::install()?;
-        let registry = Loader::new()
-            .load(&args.config)
-            .map_err(|e| anyhow::anyhow!("{e}"))
-            .with_context(|| format!("the config {} has problems", args.config.display()))?;
-        let session = Session::open(&registry, &args.data)?;
+        // The same steps as `rein check`: a resume is a start.
+        let startup = start(&args.config, Purpose::Run)?;
+        let mut session = Session::open(startup, &args.data)?;
         let record = session
             .store
             .get_run(&run_id)
             .await?
             .with_context(|| format!("no run {run_id} in {}", args.data.display()))?;
-        let binding = session.bind(&registry, &record.agent)?;
+        let binding = session.bind(&record.agent)?;
         let resume = crate::run::resume_command(&run_id, &args.config, &args.data);
         let run = session
             .engine
             .resume(&binding, &session.schemas, &run_id, observer(args.json));
-        session.finish(run, &mut signals, args.json, &resume).await
+        session
+            .finish(&run_id, run, &mut signals, args.json, &resume)
+            .await
     })
 }

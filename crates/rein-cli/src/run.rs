@@ -1,5 +1,6 @@
 //! `rein run`: run an agent from a config to its end.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use rein_engine::config::{CompiledSchemas, Loader, Registry};
 use rein_engine::run::{
     AgentBinding, Engine, EngineError, Observer, RunOutput, RunRequest, http_client,
 };
-use rein_engine::startup::{self, Startup};
+use rein_engine::startup::{Purpose, Startup};
 use rein_store::{SqliteStore, Store};
 use serde_json::json;
 
@@ -56,44 +57,53 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let runtime = runtime()?;
     runtime.block_on(async {
         let mut signals = Listener::install()?;
-        let registry = start(&args.config, None)?.registry;
+        let startup = start(&args.config, Purpose::Run)?;
         let tenant = TenantId::new(args.tenant).context("invalid --tenant")?;
         let run_id = match args.run_id {
             Some(id) => RunId::new(id).context("invalid --run-id")?,
             None => RunId::new(uuid::Uuid::now_v7().to_string()).context("no run id")?,
         };
-        let session = Session::open(&registry, &args.data)?;
-        let binding = session.bind(&registry, &args.agent)?;
+        let mut session = Session::open(startup, &args.data)?;
+        let binding = session.bind(&args.agent)?;
         let resume = resume_command(&run_id, &args.config, &args.data);
-        eprintln!("rein run: run {run_id} started (if it stops: {resume})");
+        crate::log::note(
+            crate::log::Level::Info,
+            &format!("rein run: run {run_id} started (if it stops: {resume})"),
+        );
         let run = session.engine.run(
             &binding,
             &session.schemas,
-            RunRequest {
-                run_id: Some(run_id),
-                tenant: Some(tenant),
-                input: args.input,
-                observer: observer(args.json),
-                enqueued: false,
-                cancel: None,
-            },
+            request(Some(run_id.clone()), tenant, args.input, args.json),
         );
-        session.finish(run, &mut signals, args.json, &resume).await
+        session
+            .finish(&run_id, run, &mut signals, args.json, &resume)
+            .await
     })
 }
 
-/// Runs every step of a start ([`startup::prepare`], as `rein check`
-/// does), printing its warnings; `listen` is `rein serve --listen`.
+/// Runs every step of a start for `purpose` ([`crate::check::prepare`],
+/// as `rein check` does), logging its warnings.
 ///
 /// # Errors
 ///
 /// Every problem of the config, one per line, each naming its file and
 /// field.
-pub fn start(config: &Path, listen: Option<std::net::SocketAddr>) -> Result<Startup> {
-    let client = http_client().context("cannot build the HTTP client")?;
-    let env = |name: &str| std::env::var(name).ok();
-    let startup = startup::prepare(&Loader::new(), config, &client, &env, listen)
-        .map_err(|e| anyhow::anyhow!("the config {} has problems:\n{e}", config.display()))?;
+pub fn start(config: &Path, purpose: Purpose) -> Result<Startup> {
+    start_with(&Loader::new(), config, purpose)
+}
+
+/// [`start`] with `loader`'s environment for the config.
+///
+/// # Errors
+///
+/// As [`start`].
+pub fn start_with(loader: &Loader<'_>, config: &Path, purpose: Purpose) -> Result<Startup> {
+    let startup = crate::check::prepare_with(loader, config, purpose).map_err(|e| {
+        for warning in e.warnings() {
+            tracing::warn!("{warning}");
+        }
+        anyhow::anyhow!("the config {} has problems:\n{e}", config.display())
+    })?;
     for warning in &startup.warnings {
         tracing::warn!("{warning}");
     }
@@ -111,9 +121,10 @@ pub enum Ended {
 }
 
 /// Drives `run` to its end. On SIGINT or SIGTERM the engine interrupts it
-/// at its next safe point (in-flight calls aborted with their ledger
-/// records pending, the run left `running` and its claim released); a
-/// second signal quits at once.
+/// at its next safe point (a model call or read in flight is aborted, a
+/// write already sent finishes; the run is left `running`, its claim
+/// released, and kept for the user's `rein resume`: no server on the same
+/// store takes it over); a second signal quits at once.
 pub async fn until_signal(
     engine: &Engine,
     run: impl std::future::Future<Output = Result<RunOutput, EngineError>>,
@@ -124,11 +135,14 @@ pub async fn until_signal(
         out = &mut run => return Ok(Ended::Finished(out?)),
         stop = signals.next() => stop,
     };
-    eprintln!(
-        "rein: {}: stopping the run at a safe point (send it again to quit at once)",
-        stop.name()
+    crate::log::note(
+        crate::log::Level::Warn,
+        &format!(
+            "rein: {}: stopping the run at a safe point (send it again to quit at once)",
+            stop.name()
+        ),
     );
-    engine.interrupt();
+    engine.interrupt(rein_engine::run::HandOn::Caller);
     tokio::select! {
         out = &mut run => {
             let out = out?;
@@ -180,8 +194,12 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
 /// What a run needs: the agent bound from the registry, its schemas, the
 /// store and the engine.
 pub struct Session {
+    /// The registry.
+    pub registry: Registry,
     /// The compiled argument schemas.
     pub schemas: CompiledSchemas,
+    /// The agents the start bound, each taken once by [`Session::bind`].
+    agents: BTreeMap<String, AgentBinding>,
     /// The run store.
     pub store: Arc<dyn Store>,
     /// The engine.
@@ -191,9 +209,9 @@ pub struct Session {
 }
 
 impl Session {
-    /// Opens the store at `data` and builds the engine for `registry`.
-    pub fn open(registry: &Registry, data: &Path) -> Result<Session> {
-        let schemas = CompiledSchemas::compile(registry).map_err(|e| anyhow::anyhow!("{e}"))?;
+    /// Opens the store at `data` and builds the engine for the prepared
+    /// config.
+    pub fn open(startup: Startup, data: &Path) -> Result<Session> {
         let client = http_client().context("cannot build the HTTP client")?;
         let store: Arc<dyn Store> = Arc::new(
             SqliteStore::open(data)
@@ -201,26 +219,34 @@ impl Session {
         );
         let engine = Engine::builder(store.clone())
             .http_client(client.clone())
-            .breakers(registry.breakers().clone())
+            .breakers(startup.registry.breakers().clone())
             .build()?;
         Ok(Session {
-            schemas,
+            registry: startup.registry,
+            schemas: startup.schemas,
+            agents: startup.agents,
             store,
             engine,
             client,
         })
     }
 
-    /// Binds `agent` with the process environment (API keys).
-    pub fn bind(&self, registry: &Registry, agent: &str) -> Result<AgentBinding> {
+    /// The binding of `agent` the start made (its providers built once);
+    /// bound again with the process environment if it was taken already.
+    pub fn bind(&mut self, agent: &str) -> Result<AgentBinding> {
+        if let Some(binding) = self.agents.remove(agent) {
+            return Ok(binding);
+        }
         let env = |name: &str| std::env::var(name).ok();
-        Ok(bind_agent(registry, agent, &self.client, &env)?)
+        Ok(bind_agent(&self.registry, agent, &self.client, &env)?)
     }
 
-    /// Drives `run` until it ends or a signal interrupts it, prints what
-    /// happened, and says how the command exits.
+    /// Drives `run` (of `run_id`) until it ends or a signal interrupts it,
+    /// prints what happened (with `json_output`, always one JSON document
+    /// on stdout), and says how the command exits.
     pub async fn finish(
         &self,
+        run_id: &RunId,
         run: impl std::future::Future<Output = Result<RunOutput, EngineError>>,
         signals: &mut Listener,
         json_output: bool,
@@ -236,18 +262,33 @@ impl Session {
                 })
             }
             Ended::Interrupted(out, stop) => {
-                eprintln!(
-                    "rein: run {} was interrupted ({}) and is resumable: nothing it did will be repeated. Continue it with:\n  {resume}",
-                    out.run_id,
-                    stop.name()
+                crate::log::note(
+                    crate::log::Level::Warn,
+                    &format!(
+                        "rein: run {} was interrupted ({}) and is resumable: nothing it did will be repeated. Continue it with:\n  {resume}",
+                        out.run_id,
+                        stop.name()
+                    ),
                 );
+                if json_output {
+                    println!(
+                        "{}",
+                        interrupted_document(run_id, stop, resume, Some(&out.report))?
+                    );
+                }
                 Ok(ExitCode::from(stop.exit_code()))
             }
             Ended::Quit(stop) => {
-                eprintln!(
-                    "rein: {}: quitting at once; the run resumes from its last checkpoint with:\n  {resume}",
-                    stop.name()
+                crate::log::note(
+                    crate::log::Level::Warn,
+                    &format!(
+                        "rein: {}: quitting at once; the run resumes from its last checkpoint with:\n  {resume}",
+                        stop.name()
+                    ),
                 );
+                if json_output {
+                    println!("{}", interrupted_document(run_id, stop, resume, None)?);
+                }
                 Ok(ExitCode::from(stop.exit_code()))
             }
         }
@@ -273,6 +314,48 @@ impl Session {
     }
 }
 
+/// The one JSON document of a run a signal stopped: its id, that it was
+/// interrupted (and by which signal), the command that resumes it, and
+/// what it had done (its provisional report, unless the process quit
+/// before the run reached a safe point).
+fn interrupted_document(
+    run_id: &RunId,
+    stop: Stop,
+    resume: &str,
+    report: Option<&RunReport>,
+) -> Result<String> {
+    Ok(serde_json::to_string_pretty(&json!({
+        "run_id": run_id,
+        "status": "interrupted",
+        "interrupted": {
+            "signal": stop.name(),
+            "at_safe_point": report.is_some(),
+            "resumable": true,
+        },
+        "resume": resume,
+        "report": report,
+    }))?)
+}
+
+/// The request of a run started from the command line: the live timeline
+/// unless the output is one JSON document.
+fn request(
+    run_id: Option<RunId>,
+    tenant: TenantId,
+    input: String,
+    json_output: bool,
+) -> RunRequest {
+    RunRequest {
+        run_id,
+        tenant: Some(tenant),
+        input,
+        observer: observer(json_output),
+        enqueued: false,
+        cancel: None,
+        reservation: None,
+    }
+}
+
 /// The live timeline printer, unless the output is one JSON document.
 pub fn observer(json_output: bool) -> Option<Observer> {
     if json_output {
@@ -288,7 +371,7 @@ pub fn observer(json_output: bool) -> Option<Observer> {
 /// Binds and runs an agent, printing the live timeline (or, with `json`,
 /// one document at the end) and the report.
 pub async fn execute(
-    registry: &Registry,
+    startup: Startup,
     agent: &str,
     input: &str,
     data: &Path,
@@ -296,21 +379,14 @@ pub async fn execute(
     json_output: bool,
     run_id: Option<RunId>,
 ) -> Result<RunOutput> {
-    let session = Session::open(registry, data)?;
-    let binding = session.bind(registry, agent)?;
+    let mut session = Session::open(startup, data)?;
+    let binding = session.bind(agent)?;
     let out = session
         .engine
         .run(
             &binding,
             &session.schemas,
-            RunRequest {
-                run_id,
-                tenant: Some(tenant),
-                input: input.to_owned(),
-                observer: observer(json_output),
-                enqueued: false,
-                cancel: None,
-            },
+            request(run_id, tenant, input.to_owned(), json_output),
         )
         .await?;
     session.print(&out, json_output).await?;

@@ -8,10 +8,9 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::Args;
 use rein_engine::run::http_client;
-use rein_engine::startup::Startup;
+use rein_engine::startup::{Purpose, Startup};
 use rein_server::AppState;
 use rein_store::{SqliteStore, Store};
-use tokio::sync::Notify;
 
 use crate::run::{runtime, start};
 
@@ -38,19 +37,26 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         // The same steps as `rein check`, with the listen address this
         // start uses (a non-loopback one needs API keys).
         let Startup {
-            registry, schemas, ..
-        } = start(&args.config, args.listen)?;
-        let settings = registry.server().clone();
+            registry,
+            schemas,
+            models,
+            ..
+        } = start(
+            &args.config,
+            Purpose::Serve {
+                listen: args.listen,
+            },
+        )?;
+        let mut settings = registry.server().clone();
         let listen = args.listen.unwrap_or(settings.listen);
-        // The store creates its directory 0700 and the file 0600; one that
-        // exists keeps its mode, and anyone may read it.
-        if rein_store::is_world_readable(&args.data) {
-            tracing::warn!(
-                path = %args.data.display(),
-                "the run store is readable by every local user (it holds prompts, tool results \
-                 and completions); `chmod 600` it and its -wal and -shm files"
-            );
+        for warning in rein_server::exposure::start_warnings(&settings, listen) {
+            tracing::warn!("{warning}");
         }
+        // A client reaching the specific address this listens on names it.
+        settings.allowed_hosts =
+            rein_server::exposure::listen_hosts(&settings.allowed_hosts, listen);
+        // The store creates its directory 0700 and the file 0600, and warns
+        // when an existing one is readable by every local user.
         let store: Arc<dyn Store> = Arc::new(
             SqliteStore::open(&args.data)
                 .with_context(|| format!("cannot open the run store {}", args.data.display()))?,
@@ -65,25 +71,10 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             host = rein_engine::lease::local_host(),
             "node id of this process"
         );
-        let workers = usize::try_from(settings.queue.workers.get()).unwrap_or(1);
         let keys = settings.api_keys.len();
-        let models = rein_server::bind_models(&registry, &client)
-            .context("cannot bind the [models.*] bindings")?;
-        let state = Arc::new(AppState {
-            registry,
-            schemas,
-            store,
-            engine: Arc::new(engine),
-            client,
-            settings,
-            workers,
-            queue: Notify::new(),
-            node: rein_server::state::node_id(),
-            models,
-            health: Default::default(),
-            drain: Default::default(),
-            connections: Default::default(),
-        });
+        let mut state = AppState::new(registry, schemas, store, engine, client, models);
+        state.settings = settings;
+        let state = Arc::new(state);
         // Installed before the address is announced: from then on a signal
         // drains instead of killing the process.
         let mut signals = crate::signal::Listener::install()?;
@@ -96,23 +87,40 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         } else {
             format!("{keys} API keys")
         };
-        eprintln!(
+        crate::log::note(
+            crate::log::Level::Info,
+            &format!(
             "rein serve: listening on http://{addr} ({auth}); runs in {}; OpenAPI at /openapi.json",
             args.data.display()
+            ),
         );
-        // A second signal skips what is left of the grace: the runs in
-        // flight are handed on at once.
+        // A second signal skips what is left of the finish phase: the runs
+        // in flight are handed on at once. A third quits at once, like
+        // `rein run`: the runs still driven here keep their claims until
+        // their leases expire (or a server of this machine sees this
+        // process gone).
         let hurried = state.clone();
         let shutdown = async move {
             let signal = signals.next().await;
             tracing::info!(
-                "{}: draining (send it again to hand the runs in flight on now)",
+                "{}: draining (send it again to hand the runs in flight on now, a third time to quit at once)",
                 signal.name()
             );
             tokio::spawn(async move {
                 let again = signals.next().await;
-                tracing::warn!("{}: handing the runs in flight on now", again.name());
-                hurried.engine.interrupt();
+                tracing::warn!(
+                    "{}: handing the runs in flight on now (once more quits at once)",
+                    again.name()
+                );
+                hurried
+                    .engine
+                    .interrupt(rein_engine::run::HandOn::AnyWorker);
+                let last = signals.next().await;
+                eprintln!(
+                    "rein serve: {}: quitting at once; runs still in flight resume from their last checkpoint",
+                    last.name()
+                );
+                std::process::exit(i32::from(last.exit_code()));
             });
         };
         rein_server::serve(state, listener, shutdown)

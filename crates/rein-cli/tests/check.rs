@@ -307,3 +307,97 @@ fn check_refuses_bad_exposure_settings_naming_each_field() {
     );
     assert!(String::from_utf8_lossy(&serve.stderr).contains("server.allowed_hosts[0]"));
 }
+
+/// A config of one scripted agent that answers at once, with `server`
+/// TOML appended; its path.
+fn answering_config(dir: &Path, server: &str) -> PathBuf {
+    fs::write(dir.join("s.json"), r#"{"turns": [{"text": "done"}]}"#).unwrap();
+    let config = dir.join("rein.toml");
+    fs::write(
+        &config,
+        format!(
+            "[providers.s]\nkind = \"scripted\"\nscript = \"s.json\"\n\
+             [agents.a]\nprovider = \"s\"\nmodel = \"m\"\n{server}"
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// Issue 13 (review): `rein run`, which never listens, refused a config
+/// whose `server.listen` is not loopback and that has no API keys; and
+/// the problem named file `""` when there was no `[server]` table.
+#[test]
+fn a_public_listen_without_keys_is_a_serve_only_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = answering_config(dir.path(), "[server]\nlisten = \"0.0.0.0:8787\"\n");
+    let path = config.to_str().unwrap();
+    let out = rein_check(&[path], &[]);
+    assert!(out.status.success(), "a warning for rein check");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "warning: {path}: server.listen: rein serve would refuse"
+        )),
+        "{stderr}"
+    );
+    let out = rein_check(&[path, "--serve"], &[]);
+    assert_eq!(out.status.code(), Some(1), "an error with --serve");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "{path}: server.listen: is 0.0.0.0:8787, not a loopback"
+        )),
+        "{stderr}"
+    );
+    let run = Command::new(env!("CARGO_BIN_EXE_rein"))
+        .args(["run", "-c", path, "-a", "a", "-i", "x", "--data"])
+        .arg(dir.path().join("rein.db"))
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "rein run does not listen: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+
+    // No [server] table: the problem names the config and the flag.
+    let dir = tempfile::tempdir().unwrap();
+    let config = answering_config(dir.path(), "");
+    let path = config.to_str().unwrap();
+    let out = rein_check(&[path, "--listen", "0.0.0.0:9"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "{path}: server.listen: is 0.0.0.0:9 (given by --listen), not a loopback"
+        )),
+        "{stderr}"
+    );
+}
+
+/// Issue 13 (review): warnings were dropped whenever there were errors.
+#[test]
+fn warnings_are_shown_with_the_problems() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = answering_config(
+        dir.path(),
+        "[providers.o]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+         api_key_env = \"CHECK_SHORT_KEY\"\n[agents.a.budget]\nmax_steps = 0\n",
+    );
+    let path = config.to_str().unwrap();
+    let env = [("CHECK_SHORT_KEY", "abc")];
+    let out = rein_check(&[path], &env);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("agents.a.budget.max_steps"), "{stderr}");
+    assert!(
+        stderr.contains("warning: ") && stderr.contains("providers.o.api_key_env"),
+        "{stderr}"
+    );
+    let out = rein_check(&[path, "--json"], &env);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["ok"], false);
+    assert_eq!(doc["problems"][0]["field"], "agents.a.budget.max_steps");
+    assert_eq!(doc["warnings"][0]["field"], "providers.o.api_key_env");
+}

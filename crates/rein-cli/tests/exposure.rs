@@ -18,10 +18,12 @@ use common::{Server, example_config, example_config_with_server, serve_command};
 
 /// A bearer key of tenant `acme`.
 const KEY: &str = "exposure-key";
+/// A bearer key of tenant `ops`, the operator's scraper.
+const OPS_KEY: &str = "exposure-ops-key";
 
-fn key_sha256() -> String {
+fn sha256(key: &str) -> String {
     use sha2::{Digest, Sha256};
-    Sha256::digest(KEY.as_bytes())
+    Sha256::digest(key.as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
@@ -29,8 +31,9 @@ fn key_sha256() -> String {
 
 fn keys_config() -> String {
     format!(
-        "[[server.api_keys]]\ntenant = \"acme\"\nsha256 = \"{}\"\n",
-        key_sha256()
+        "[[server.api_keys]]\ntenant = \"acme\"\nsha256 = \"{}\"\n[[server.api_keys]]\ntenant = \"ops\"\nsha256 = \"{}\"\n",
+        sha256(KEY),
+        sha256(OPS_KEY)
     )
 }
 
@@ -296,6 +299,15 @@ async fn non_json_posts_are_415_naming_what_was_sent() {
             "`text/plain;charset=utf-8`",
         ),
         (None, "no Content-Type"),
+        // Another JSON-based type is not the one the API reads.
+        (
+            Some("application/merge-patch+json"),
+            "`application/merge-patch+json`",
+        ),
+        (
+            Some("application/problem+json"),
+            "`application/problem+json`",
+        ),
     ] {
         let mut r = w.post(RUNS).body("<run><input>x</input></run>");
         if let Some(ct) = ct {
@@ -306,6 +318,18 @@ async fn non_json_posts_are_415_naming_what_was_sent() {
         let p = problem(r, 415, "unsupported-media-type").await;
         assert!(p["detail"].as_str().unwrap().contains(says), "{p}");
     }
+    // Without [server.cors], OPTIONS is a method no route has, and HEAD is
+    // GET without the body.
+    let r = w
+        .http
+        .request(reqwest::Method::OPTIONS, w.server.url("/v1/runs/r-1"))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.headers().contains_key("allow"));
+    problem(r, 405, "method-not-allowed").await;
+    let r = w.http.head(w.server.url("/healthz")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
     // Bodiless POSTs are JSON too.
     let r = w.post("/v1/runs/nope/cancel").send().await.unwrap();
     problem(r, 415, "unsupported-media-type").await;
@@ -319,9 +343,13 @@ async fn non_json_posts_are_415_naming_what_was_sent() {
     w.nothing_ran().await;
 }
 
+/// A presented key no config has, distinctive enough that no other log
+/// text contains it.
+const FAKE_KEY: &str = "fake-key-7f3a9c2e51d84b06";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_need_a_key_when_keys_exist_unless_open() {
-    let protected = world("", true).await;
+async fn metrics_need_a_listed_tenants_key_when_keys_exist_unless_open() {
+    let protected = world("metrics_tenants = [\"ops\"]", true).await;
     let url = protected.server.url("/metrics");
     let r = protected.http.get(&url).send().await.unwrap();
     assert_eq!(r.headers()["www-authenticate"], r#"Bearer realm="rein""#);
@@ -329,7 +357,7 @@ async fn metrics_need_a_key_when_keys_exist_unless_open() {
     let r = protected
         .http
         .get(&url)
-        .bearer_auth("wrong")
+        .bearer_auth(FAKE_KEY)
         .send()
         .await
         .unwrap();
@@ -338,6 +366,7 @@ async fn metrics_need_a_key_when_keys_exist_unless_open() {
         r#"Bearer realm="rein", error="invalid_token""#
     );
     problem(r, 401, "unauthorized").await;
+    // A tenant's key reads no process-wide counters; the scraper's does.
     let r = protected
         .http
         .get(&url)
@@ -345,15 +374,53 @@ async fn metrics_need_a_key_when_keys_exist_unless_open() {
         .send()
         .await
         .unwrap();
+    let p = problem(r, 403, "metrics-forbidden").await;
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .contains("server.metrics_tenants lists ops"),
+        "{p}"
+    );
+    let r = protected
+        .http
+        .get(&url)
+        .bearer_auth(OPS_KEY)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains("rein_"), "the counters");
     // The failed attempts were logged with their reason, never the key.
     let line = protected.server.wait_for_line(|l| {
         l.contains("authentication failed") && l.contains("matches no configured key")
     });
     assert!(line.contains("peer=127.0.0.1:"), "{line}");
+    assert!(line.contains("route=/metrics"), "{line}");
     assert!(
-        !protected.server.log_tail().contains("wrong"),
+        !protected.server.log_tail().contains(FAKE_KEY),
         "the presented key is not logged"
+    );
+
+    // No tenant named: no key reads /metrics, and the start says so.
+    let unnamed = world("", true).await;
+    unnamed
+        .server
+        .wait_for_line(|l| l.contains("WARN") && l.contains("no key may read /metrics"));
+    let r = unnamed
+        .http
+        .get(unnamed.server.url("/metrics"))
+        .bearer_auth(OPS_KEY)
+        .send()
+        .await
+        .unwrap();
+    let p = problem(r, 403, "metrics-forbidden").await;
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .contains("server.metrics_tenants"),
+        "{p}"
     );
 
     let open = world("metrics = \"open\"", true).await;
@@ -389,6 +456,111 @@ async fn metrics_need_a_key_when_keys_exist_unless_open() {
         doc["paths"]["/metrics"]["get"]["security"].is_null(),
         "documented as open"
     );
+}
+
+/// `rein serve` with keys on a wildcard address, as in a pod: its
+/// probes answer whatever the `Host`, and nothing else does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_are_answered_off_loopback_and_the_start_warns_about_allowed_hosts() {
+    let desk = OrderDesk::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = example_config(dir.path(), &keys_config());
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rein"));
+    command
+        .env("ORDER_DESK_URL", desk.base_url())
+        .env("MOCK_MODEL_URL", "http://127.0.0.1:2")
+        .env_remove("REIN_CRASH_AT")
+        .args(["serve", "--config"])
+        .arg(&config)
+        .args(["--listen", "0.0.0.0:0", "--data"])
+        .arg(dir.path().join("rein.db"));
+    let server = Server::spawn(command);
+    let warning = server.wait_for_line(|l| l.contains("WARN") && l.contains("allowed_hosts"));
+    assert!(warning.contains("listening on 0.0.0.0:"), "{warning}");
+    let port = port(&server);
+    let base = format!("http://127.0.0.1:{port}");
+    let pod = format!("10.1.2.3:{port}");
+    let http = reqwest::Client::new();
+    for (method, path) in [
+        (reqwest::Method::GET, "/healthz"),
+        (reqwest::Method::HEAD, "/healthz"),
+        (reqwest::Method::GET, "/readyz"),
+        (reqwest::Method::HEAD, "/readyz"),
+    ] {
+        let r = http
+            .request(method.clone(), format!("{base}{path}"))
+            .header(HOST, pod.as_str())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{method} {path} with Host {pod}");
+    }
+    // The API, and a page's origin on a probe, are still refused.
+    let r = http
+        .get(format!("{base}/v1/runs/r-1"))
+        .bearer_auth(KEY)
+        .header(HOST, pod.as_str())
+        .send()
+        .await
+        .unwrap();
+    problem(r, 421, "host-not-allowed").await;
+    let r = http
+        .get(format!("{base}/healthz"))
+        .header(HOST, pod.as_str())
+        .header(ORIGIN, format!("http://{pod}"))
+        .send()
+        .await
+        .unwrap();
+    problem(r, 403, "origin-not-allowed").await;
+}
+
+/// Refusals and failed authentication name the route, never the path a
+/// client sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_name_the_route_template_not_the_path_sent() {
+    let w = world("", true).await;
+    let r = w
+        .http
+        .get(w.server.url("/v1/runs/path-secret-4f2a"))
+        .header(HOST, "evil.example")
+        .send()
+        .await
+        .unwrap();
+    problem(r, 421, "host-not-allowed").await;
+    let r = w
+        .http
+        .get(w.server.url("/v1/runs/auth-secret-77c1/ledger"))
+        .send()
+        .await
+        .unwrap();
+    problem(r, 401, "unauthorized").await;
+    let r = w
+        .http
+        .get(w.server.url("/no-such-route-91be"))
+        .header(ORIGIN, "http://evil.example")
+        .send()
+        .await
+        .unwrap();
+    problem(r, 403, "origin-not-allowed").await;
+    let refused = w.server.wait_for_line(|l| {
+        l.contains("host or origin not allowed") && l.contains("HostNotAllowed")
+    });
+    assert!(refused.contains("route=/v1/runs/{id}"), "{refused}");
+    let failed = w
+        .server
+        .wait_for_line(|l| l.contains("authentication failed"));
+    assert!(failed.contains("route=/v1/runs/{id}/ledger"), "{failed}");
+    let unmatched = w
+        .server
+        .wait_for_line(|l| l.contains("OriginNotAllowed") && l.contains("route="));
+    assert!(unmatched.contains("route=unmatched"), "{unmatched}");
+    // Every line has been written once the last access line is.
+    w.server
+        .wait_for_line(|l| l.contains("latency_ms=") && l.contains("status=403"));
+    let log = w.server.log_tail();
+    for sent in ["path-secret-4f2a", "auth-secret-77c1", "no-such-route-91be"] {
+        assert!(!log.contains(sent), "{sent} in the log:\n{log}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -454,6 +626,7 @@ async fn each_request_has_one_access_line_with_its_request_id() {
 }
 
 /// `rein serve` under `umask 000`: what it creates is private anyway.
+#[cfg(unix)]
 #[test]
 fn the_store_is_created_private_whatever_the_umask() {
     let dir = tempfile::tempdir().unwrap();
@@ -496,7 +669,40 @@ fn the_store_is_created_private_whatever_the_umask() {
         warning.contains("WARN") && warning.contains("chmod 600"),
         "{warning}"
     );
+    assert!(
+        warning.contains("files=") && warning.contains("rein.db") && !warning.contains("-wal"),
+        "the readable file is named, not the private -wal: {warning}"
+    );
     assert_eq!(mode(&db), 0o644, "left alone");
+}
+
+/// Not only `rein serve`: every command that opens the store warns.
+#[cfg(unix)]
+#[test]
+fn a_command_opening_a_store_anyone_may_read_warns() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("rein.db");
+    drop(SqliteStore::open(&db).unwrap());
+    let list = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_rein"))
+            .args(["idempotency", "list", "--data"])
+            .arg(&db)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stderr).unwrap()
+    };
+    assert!(
+        !list().contains("readable by every local user"),
+        "a private store"
+    );
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let stderr = list();
+    assert!(
+        stderr.contains("readable by every local user") && stderr.contains("rein.db"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -547,7 +753,54 @@ async fn cors_admits_its_origins_with_their_methods_and_headers_only() {
         exposed.contains("request-id") && exposed.contains("location"),
         "{exposed}"
     );
-    // A method the config leaves out is refused before anything runs.
+    // The same origin spelled otherwise (case, a trailing dot) is the
+    // listed one to the guard, and to the CORS headers alike.
+    let r = http
+        .get(server.url("/v1/runs/r-1"))
+        .header(ORIGIN, "http://App.Example.:3000")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(
+        r.headers()["access-control-allow-origin"],
+        "http://App.Example.:3000"
+    );
+    // HEAD is GET without the body.
+    let r = http
+        .head(server.url("/healthz"))
+        .header(ORIGIN, app)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["access-control-allow-origin"], app);
+    // OPTIONS without a preflight's request method: the CORS layer answers
+    // every OPTIONS itself (it runs nothing), with the allow-origin for a
+    // listed origin only; an origin not listed is refused first.
+    for (origin, allowed) in [(Some(app), Some(app)), (None, None)] {
+        let mut r = http.request(reqwest::Method::OPTIONS, server.url("/v1/runs/r-1"));
+        if let Some(origin) = origin {
+            r = r.header(ORIGIN, origin);
+        }
+        let r = r.send().await.unwrap();
+        assert_eq!(r.status(), 200, "OPTIONS from {origin:?}");
+        assert_eq!(
+            r.headers()
+                .get("access-control-allow-origin")
+                .map(|v| v.to_str().unwrap()),
+            allowed,
+            "OPTIONS from {origin:?}"
+        );
+    }
+    let r = http
+        .request(reqwest::Method::OPTIONS, server.url("/v1/runs/r-1"))
+        .header(ORIGIN, "http://other.example")
+        .send()
+        .await
+        .unwrap();
+    problem(r, 403, "origin-not-allowed").await;
+    // Methods the config leaves out are refused before anything runs.
     let r = http
         .post(server.url(RUNS))
         .header(ORIGIN, app)
@@ -561,6 +814,14 @@ async fn cors_admits_its_origins_with_their_methods_and_headers_only() {
         p["detail"].as_str().unwrap().contains("allowed_methods"),
         "{p}"
     );
+    let r = http
+        .delete(server.url("/v1/runs/r-1"))
+        .header(ORIGIN, app)
+        .send()
+        .await
+        .unwrap();
+    let p = problem(r, 403, "origin-not-allowed").await;
+    assert_eq!(p["method"], "DELETE", "{p}");
     // An origin that is not listed gets no CORS headers at all.
     let r = http
         .request(reqwest::Method::OPTIONS, server.url("/v1/runs/r-1"))

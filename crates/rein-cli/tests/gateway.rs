@@ -63,6 +63,10 @@ provider = "dead"
 model = "gone"
 fallbacks = [{{ provider = "mock", model = "mock-model" }}]
 
+# The operator's scraper reads /metrics with this tenant's key.
+[server]
+metrics_tenants = ["acme"]
+
 [[server.api_keys]]
 tenant = "acme"
 sha256 = "{key_sha256}"
@@ -194,7 +198,8 @@ async fn the_gateway_says_which_model_answered_and_replays_idempotent_requests()
     assert_eq!(model.request_count(), 1, "the model was asked once");
 
     // The switch is counted, per provider, for an operator's scraper (with
-    // a key: keys are configured, and /metrics is protected by default).
+    // the key of a tenant in server.metrics_tenants: keys are configured,
+    // and /metrics is protected by default).
     let metrics = client
         .get(server.url("/metrics"))
         .bearer_auth(KEY)

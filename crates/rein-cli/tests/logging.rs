@@ -28,6 +28,13 @@ fn config(dir: &Path) -> std::path::PathBuf {
 kind = "scripted"
 script = "script.json"
 
+# Never called; its key is too short to be redacted, which `rein run`
+# warns about (a line of the rein binary, not of rein_engine).
+[providers.unused]
+kind = "openai"
+base_url = "http://127.0.0.1:9/v1"
+api_key_env = "LOGGING_SHORT_KEY"
+
 [resource_groups.api]
 
 [tools.lookup]
@@ -62,7 +69,8 @@ fn run(dir: &Path, flags: &[&str], rust_log: Option<&str>) -> Output {
         .args(["run", "-c"])
         .arg(config(dir))
         .args(["-a", "a", "-i", "look up A-1", "--json", "--data"])
-        .arg(dir.join("rein.db"));
+        .arg(dir.join("rein.db"))
+        .env("LOGGING_SHORT_KEY", "abc");
     match rust_log {
         Some(filter) => cmd.env("RUST_LOG", filter),
         None => cmd.env_remove("RUST_LOG"),
@@ -110,18 +118,58 @@ fn log_level_is_the_default_and_rust_log_wins_where_it_speaks() {
     assert!(debug.contains("kind=\"run_started\""), "{debug}");
 }
 
+/// Issue 12 (review): `RUST_LOG=rein_engine=debug` replaced `--log-level`
+/// instead of layering on it, silencing every other target; and
+/// `RUST_LOG=hyper=warn` (the README's example) silenced rein entirely.
+#[test]
+fn rust_log_for_one_target_layers_on_the_level_of_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = stderr(&run(dir.path(), &[], Some("rein_engine=debug")));
+    assert!(log.contains("kind=\"run_started\""), "{log}");
+    assert!(
+        log.contains("providers.unused.api_key_env") && log.contains("not redacted"),
+        "the CLI's warning stays at the default level: {log}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let log = stderr(&run(
+        dir.path(),
+        &["--log-level", "info"],
+        Some("hyper=warn"),
+    ));
+    assert!(log.contains("circuit breaker opened"), "{log}");
+    assert!(log.contains("providers.unused.api_key_env"), "{log}");
+    let dir = tempfile::tempdir().unwrap();
+    let log = stderr(&run(
+        dir.path(),
+        &["--log-level", "error"],
+        Some("rein_engine=warn"),
+    ));
+    assert!(log.contains("circuit breaker opened"), "{log}");
+    assert!(
+        !log.contains("providers.unused.api_key_env"),
+        "--log-level error still holds for the rest: {log}"
+    );
+}
+
 #[test]
 fn json_log_lines_parse_with_their_structured_fields() {
     let dir = tempfile::tempdir().unwrap();
     let out = run(dir.path(), &["--log-format", "json"], Some("debug"));
     let log = stderr(&out);
-    // Every line is a JSON log line but the CLI's own note of how to
-    // resume the run, which is not a log line.
+    // Every line on stderr is a JSON object: the CLI's own notes too.
     let lines: Vec<Value> = log
         .lines()
-        .filter(|l| !l.starts_with("rein run: "))
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
+    let note = lines
+        .iter()
+        .find(|l| {
+            l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("rein run: run "))
+        })
+        .unwrap_or_else(|| panic!("no note of the run in {log}"));
+    assert_eq!(note["target"], "rein::cli");
     let opened = lines
         .iter()
         .find(|l| {

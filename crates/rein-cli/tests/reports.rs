@@ -106,16 +106,27 @@ async fn until_ended(client: &reqwest::Client, server: &Server, run: &str) -> Va
     panic!("run {run} did not end");
 }
 
-/// The run's report, its ledger and its handoff answer, once it ended.
+/// The run's report, its ledger and its handoff answer, once it ended,
+/// read so that they agree: the ledger is read before and after the view
+/// and the handoff, and they are taken only when it did not change in
+/// between (the server's reconciler may settle a record at any moment;
+/// its mark lands with the report it revises, in one commit).
 async fn ended(client: &reqwest::Client, server: &Server, run: &str) -> (Value, Vec<Value>, u16) {
-    let view = until_ended(client, server, run).await;
-    let (_, ledger) = get(client, server.url(&format!("/v1/runs/{run}/ledger"))).await;
-    let (handoff, _) = get(client, server.url(&format!("/v1/runs/{run}/handoff"))).await;
-    (
-        view["report"].clone(),
-        ledger["records"].as_array().unwrap().clone(),
-        handoff,
-    )
+    until_ended(client, server, run).await;
+    let ledger_url = server.url(&format!("/v1/runs/{run}/ledger"));
+    loop {
+        let (_, before) = get(client, ledger_url.clone()).await;
+        let (_, view) = get(client, server.url(&format!("/v1/runs/{run}"))).await;
+        let (handoff, _) = get(client, server.url(&format!("/v1/runs/{run}/handoff"))).await;
+        let (_, after) = get(client, ledger_url.clone()).await;
+        if before == after {
+            return (
+                view["report"].clone(),
+                after["records"].as_array().unwrap().clone(),
+                handoff,
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -125,7 +136,7 @@ async fn an_orphaned_run_reports_the_update_it_made_and_the_email_in_doubt() {
     let config = fast_config(dir.path(), "");
     let db = dir.path().join("rein.db");
     let client = reqwest::Client::new();
-    let first = Server::start(&config, &db, desk.base_url());
+    let first = Server::start_async(&config, &db, desk.base_url()).await;
     let url = first.url("/v1/agents/order_desk/runs");
     let pending = tokio::spawn({
         let client = client.clone();
@@ -139,13 +150,13 @@ async fn an_orphaned_run_reports_the_update_it_made_and_the_email_in_doubt() {
         }
     });
     email_reached(&desk).await;
-    first.kill();
+    first.kill_async().await;
     assert!(
         pending.await.unwrap().is_err(),
         "the caller lost its answer"
     );
 
-    let second = Server::start(&config, &db, desk.base_url());
+    let second = Server::start_async(&config, &db, desk.base_url()).await;
     let store = rein_store::SqliteStore::open(&db).unwrap();
     use rein_store::Store;
     let run = store.list_runs(1).await.unwrap()[0].run_id.to_string();
@@ -183,7 +194,7 @@ async fn a_dead_lettered_run_reports_the_update_it_made_and_the_email_in_doubt()
     let config = fast_config(dir.path(), "max_attempts = 1");
     let db = dir.path().join("rein.db");
     let client = reqwest::Client::new();
-    let first = Server::start(&config, &db, desk.base_url());
+    let first = Server::start_async(&config, &db, desk.base_url()).await;
     let accepted = client
         .post(first.url("/v1/agents/order_desk/runs"))
         .header("content-type", "application/json")
@@ -195,9 +206,9 @@ async fn a_dead_lettered_run_reports_the_update_it_made_and_the_email_in_doubt()
     let view: Value = accepted.json().await.unwrap();
     let run = view["run_id"].as_str().unwrap().to_owned();
     email_reached(&desk).await;
-    first.kill();
+    first.kill_async().await;
 
-    let second = Server::start(&config, &db, desk.base_url());
+    let second = Server::start_async(&config, &db, desk.base_url()).await;
     let (report, ledger, handoff) = ended(&client, &second, &run).await;
     assert_eq!(report["outcome"], "failed", "{report:#}");
     assert!(

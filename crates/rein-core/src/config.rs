@@ -147,7 +147,10 @@ pub mod duration {
         let value: T = humantime_serde::deserialize(deserializer)?;
         match value.longest() {
             Some(d) if d > MAX_DURATION => Err(serde::de::Error::custom(format!(
-                "must be at most 366d, but it is {}",
+                // In days, as the ceiling is set (humantime would say
+                // "1year 18h": its year is 365.25 days).
+                "must be at most {}d, but it is {}",
+                MAX_DURATION.as_secs() / (24 * 60 * 60),
                 humantime_serde::re::humantime::format_duration(d)
             ))),
             _ => Ok(value),

@@ -103,8 +103,11 @@ pub enum EventKind {
     RunResumed,
     /// The run's process is stopping (SIGTERM, SIGINT, a drain that ran
     /// out of grace): the run stopped at a safe point, still `running`
-    /// and resumable, its claim released so that another process (or the
-    /// restarted one) continues it at once. `data.handed_on` is true.
+    /// and resumable, its claim released. `data.continue_with` says who
+    /// continues it: `any_worker` (a draining server: another process, or
+    /// the restarted one, takes it over at once; `data.handed_on` is true)
+    /// or `caller` (a stopped `rein run`: only an explicit resume does).
+    /// `data.completed_steps` is the steps checkpointed so far.
     RunInterrupted,
 }
 

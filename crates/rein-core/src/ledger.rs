@@ -16,7 +16,15 @@
 //!               └──────────► manual   (cannot be decided; a human decides)
 //!
 //!   manual ──► compensated   (a later retry of a strong compensation worked)
+//!   failed ──► pending       (declared again: the same intent runs afresh)
 //! ```
+//!
+//! `failed` is the only result a record leaves again, and only back to
+//! `pending`: the effect certainly did not happen, so running the intent
+//! again (under its original key) cannot double it. The engine does so
+//! for a call its process declared and then never sent, because the
+//! process was stopping; nothing else reopens a record. An effect that
+//! happened, or may have, never moves back.
 
 use std::fmt;
 
@@ -97,6 +105,7 @@ impl LedgerStatus {
                 (Pending, Succeeded | Failed | Manual)
                     | (Succeeded, Compensated | Uncompensatable | Manual)
                     | (Manual, Compensated)
+                    | (Failed, Pending)
             );
         if allowed {
             Ok(to)
@@ -166,13 +175,23 @@ mod tests {
     #[test]
     fn settled_records_never_move_back() {
         assert_eq!(Manual.transition(Compensated), Ok(Compensated));
-        for from in [Failed, Compensated, Uncompensatable, Manual] {
+        for from in [Compensated, Uncompensatable, Manual] {
             for to in [Pending, Succeeded] {
                 assert!(from.transition(to).is_err(), "{from} -> {to}");
             }
         }
+        assert!(Failed.transition(Succeeded).is_err(), "failed -> succeeded");
         assert!(Pending.transition(Compensated).is_err());
         assert_eq!(Failed.transition(Failed), Ok(Failed));
+    }
+
+    #[test]
+    fn a_failed_record_may_only_be_declared_again() {
+        // Nothing happened, so the intent may run afresh: pending again.
+        assert_eq!(Failed.transition(Pending), Ok(Pending));
+        for to in [Succeeded, Compensated, Uncompensatable, Manual] {
+            assert!(Failed.transition(to).is_err(), "failed -> {to}");
+        }
     }
 
     #[test]

@@ -131,15 +131,27 @@ pub enum Settled {
     HandedOff(String),
 }
 
-/// What a report is derived from, besides the ledger, kept in the report
-/// ([`RunReport::basis`]) so it can be derived again when the ledger
-/// changes.
+/// What a report is derived from, besides the ledger and what the report
+/// itself lists, kept in the report ([`RunReport::basis`]) so it can be
+/// derived again when the ledger changes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReportBasis {
     /// Why the run stopped.
     pub end: End,
     /// What its settlement concluded.
     pub settled: Settled,
+    /// What may still be running besides the calls in doubt (held
+    /// leases): [`RunFacts::in_flight`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub in_flight: Vec<InFlight>,
+    /// What rein deliberately did not try: [`RunFacts::strategies_not_tried`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub strategies_not_tried: Vec<String>,
+    /// The revision of the run's ledger the report reflects, set by the
+    /// store when it stores the report (`None` before, and in reports
+    /// stored before revisions existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger_revision: Option<u64>,
 }
 
 /// Everything a report is derived from except the ledger.
@@ -276,7 +288,7 @@ pub fn derive(facts: &RunFacts, ledger: &[LedgerRecord]) -> RunReport {
         .then(|| package(facts, ledger));
     let recommendation = recommend(facts, &incomplete, &completed, &awaiting, recoverable);
     let summary = summarize(facts, outcome, &completed, &incomplete, awaiting.len());
-    RunReport {
+    let mut report = RunReport {
         outcome,
         completed,
         incomplete,
@@ -297,8 +309,16 @@ pub fn derive(facts: &RunFacts, ledger: &[LedgerRecord]) -> RunReport {
         basis: Some(ReportBasis {
             end: facts.end.clone(),
             settled: facts.settled.clone(),
+            in_flight: facts.in_flight.clone(),
+            strategies_not_tried: facts.strategies_not_tried.clone(),
+            ledger_revision: None,
         }),
-    }
+    };
+    // Every report is built here, so every report is redacted here: a
+    // panic payload, a store error or a hand-off reason quoting one
+    // carries no secret into the stored report or an API answer.
+    crate::redact::report(&mut report);
+    report
 }
 
 fn class_of(facts: &RunFacts, intent: &IntentId) -> Option<ToolClass> {
@@ -483,13 +503,29 @@ fn recommend(
         End::Closed { .. } => {}
     }
     if matches!(facts.end, End::Closed { .. } | End::Internal(_)) {
+        // What stands in the world now: an effect undone (`compensated`)
+        // took place, but is no reason not to submit the task again.
         let done: Vec<&str> = completed
             .iter()
-            .filter(|c| c.ledger.is_some())
+            .filter(|c| c.ledger.is_some_and(|s| s != LedgerStatus::Compensated))
+            .map(|c| c.tool.as_str())
+            .collect();
+        let undone: Vec<&str> = completed
+            .iter()
+            .filter(|c| c.ledger == Some(LedgerStatus::Compensated))
             .map(|c| c.tool.as_str())
             .collect();
         if done.is_empty() && incomplete.iter().all(|a| !a.maybe_applied) {
-            advice.push("nothing took effect; submit the task again if it is still wanted".into());
+            if undone.is_empty() {
+                advice.push(
+                    "nothing took effect; submit the task again if it is still wanted".into(),
+                );
+            } else {
+                advice.push(format!(
+                    "every effect was undone ({}); submit the task again if it is still wanted",
+                    undone.join(", ")
+                ));
+            }
         } else if !done.is_empty() {
             advice.push(format!(
                 "{} took effect: do not submit the task again without checking the run's ledger",
@@ -1250,6 +1286,51 @@ mod tests {
             "the ledger says it never ran"
         );
         assert!(report.handoff.is_none());
+    }
+
+    #[test]
+    fn derive_of_a_closed_run_whose_effects_were_all_undone_does_not_say_they_stand() {
+        let ledger = [record(
+            2,
+            "update",
+            ToolClass::IdempotentWrite,
+            LedgerStatus::Compensated,
+        )];
+        let closed = End::Closed {
+            error_type: Some("orphaned".into()),
+            reason: "its process died".into(),
+        };
+        let report = derive(&facts(closed, Settled::Kept, vec![update()]), &ledger);
+        assert_agrees(&report);
+        assert_eq!(report.completed[0].ledger, Some(LedgerStatus::Compensated));
+        assert!(
+            !report.recommendation.contains("do not submit"),
+            "{}",
+            report.recommendation
+        );
+        assert!(
+            report
+                .recommendation
+                .contains("every effect was undone (update); submit the task again"),
+            "{}",
+            report.recommendation
+        );
+    }
+
+    #[test]
+    fn derive_keeps_the_held_leases_and_the_strategies_not_tried_in_its_basis() {
+        let mut f = facts(End::Answer(None), Settled::Kept, vec![update()]);
+        f.in_flight = vec![InFlight {
+            intent_id: None,
+            what: "process group 42".into(),
+            may_be_running: true,
+            advice: "kill it".into(),
+        }];
+        f.strategies_not_tried = vec!["automatic compensation: the policy is Continue".into()];
+        let basis = derive(&f, &[]).basis.unwrap();
+        assert_eq!(basis.in_flight, f.in_flight);
+        assert_eq!(basis.strategies_not_tried, f.strategies_not_tried);
+        assert_eq!(basis.ledger_revision, None, "the store stamps it");
     }
 
     #[test]

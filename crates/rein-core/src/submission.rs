@@ -2,11 +2,16 @@
 //! finds it still `in_progress` does: [`resolve`].
 //!
 //! ```text
-//!               ┌──(its holder answered 2xx)────────────► completed
-//!   reserved ───┼──(its holder failed, or answered non-2xx)─► released
-//!               └──(its holder is gone) ──► resolve(): completed from its run
-//!                                                     | released (nothing ran)
-//!                                                     | still recovering (202, asked again later)
+//!               ┌──(its holder answered 2xx)───────────────────────► completed
+//!               ├──(its holder failed, and no run of it exists)──────► released
+//!   reserved ───┼──(its holder failed after its run was created)─────► completed with the
+//!               │                                                     run's view if it ended;
+//!               │                                                     else given up (gone) ─┐
+//!               ├──(a draining holder handed its run on)─► given up (gone) ─────────────────┤
+//!               └──(its holder is gone) ◄──────────────────────────────────────────────────┘
+//!                     └─► resolve(): completed from its run
+//!                                    | released (nothing ran)
+//!                                    | still recovering (202, asked again later)
 //! ```
 //!
 //! # Why
@@ -17,7 +22,10 @@
 //! key ran the operation twice. A reservation names its holder (the
 //! process executing the request) and the run the request starts; once
 //! the holder is gone, a retry settles the record from what the store
-//! knows of that run, and never waits longer than the holder's claim.
+//! knows of that run. The holder renews its reservation while it works
+//! (its own heartbeat, not its run's claim, which a process taking the run
+//! over renews too), so a retry waits (409) at most a lease after the
+//! holder's last renewal.
 //!
 //! | holder | its run | submission | resolution |
 //! | --- | --- | --- | --- |
@@ -27,13 +35,15 @@
 //! | gone | in flight | sync | [`Resolution::Recovering`]: 202 with the run's location and current view, not stored; the run is being taken over or closed, and a later retry replays its final view |
 //! | gone | finished | sync | [`Resolution::Complete`]: its final view (200), stored and replayed like the answer the holder would have given |
 
-/// Whether the process holding a reservation can still answer it.
+/// Whether the process holding a reservation can still answer it (the
+/// holder itself is `rein_store::Holder`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Holder {
-    /// It runs (or its claim is still renewed): it will answer.
+pub enum Liveness {
+    /// It renews its reservation: it will answer.
     Alive,
-    /// It died (a process of this host that is gone, or a claim nobody
-    /// renewed for a whole lease).
+    /// It cannot answer any more: a process of this host that is gone, a
+    /// reservation nobody renewed for a whole lease, or one its holder gave
+    /// up (a draining server that handed its run on).
     Gone,
 }
 
@@ -77,17 +87,17 @@ pub enum Resolution {
 /// The resolution of an `in_progress` record (see the module's table).
 ///
 /// ```
-/// use rein_core::submission::{resolve, Holder, Resolution, RunState, Submission};
-/// assert_eq!(resolve(Holder::Gone, RunState::Absent, Submission::Sync), Resolution::Release);
-/// assert_eq!(resolve(Holder::Alive, RunState::Finished, Submission::Sync), Resolution::Wait);
+/// use rein_core::submission::{resolve, Liveness, Resolution, RunState, Submission};
+/// assert_eq!(resolve(Liveness::Gone, RunState::Absent, Submission::Sync), Resolution::Release);
+/// assert_eq!(resolve(Liveness::Alive, RunState::Finished, Submission::Sync), Resolution::Wait);
 /// ```
-pub fn resolve(holder: Holder, run: RunState, submission: Submission) -> Resolution {
+pub fn resolve(holder: Liveness, run: RunState, submission: Submission) -> Resolution {
     match (holder, run, submission) {
-        (Holder::Alive, _, _) => Resolution::Wait,
-        (Holder::Gone, RunState::Absent, _) => Resolution::Release,
-        (Holder::Gone, _, Submission::Queued) => Resolution::Complete,
-        (Holder::Gone, RunState::InFlight, Submission::Sync) => Resolution::Recovering,
-        (Holder::Gone, RunState::Finished, Submission::Sync) => Resolution::Complete,
+        (Liveness::Alive, _, _) => Resolution::Wait,
+        (Liveness::Gone, RunState::Absent, _) => Resolution::Release,
+        (Liveness::Gone, _, Submission::Queued) => Resolution::Complete,
+        (Liveness::Gone, RunState::InFlight, Submission::Sync) => Resolution::Recovering,
+        (Liveness::Gone, RunState::Finished, Submission::Sync) => Resolution::Complete,
     }
 }
 
@@ -97,7 +107,7 @@ mod tests {
 
     use super::*;
 
-    const HOLDERS: [Holder; 2] = [Holder::Alive, Holder::Gone];
+    const HOLDERS: [Liveness; 2] = [Liveness::Alive, Liveness::Gone];
     const RUNS: [RunState; 3] = [RunState::Absent, RunState::InFlight, RunState::Finished];
     const SUBMISSIONS: [Submission; 2] = [Submission::Sync, Submission::Queued];
 
@@ -105,7 +115,7 @@ mod tests {
     fn resolve_while_the_holder_lives_always_waits() {
         for run in RUNS {
             for submission in SUBMISSIONS {
-                assert_eq!(resolve(Holder::Alive, run, submission), Resolution::Wait);
+                assert_eq!(resolve(Liveness::Alive, run, submission), Resolution::Wait);
             }
         }
     }
@@ -114,7 +124,7 @@ mod tests {
     fn resolve_after_the_holder_died_never_waits() {
         for run in RUNS {
             for submission in SUBMISSIONS {
-                assert_ne!(resolve(Holder::Gone, run, submission), Resolution::Wait);
+                assert_ne!(resolve(Liveness::Gone, run, submission), Resolution::Wait);
             }
         }
     }
@@ -127,7 +137,7 @@ mod tests {
                     let released = resolve(holder, run, submission) == Resolution::Release;
                     assert_eq!(
                         released,
-                        holder == Holder::Gone && run == RunState::Absent,
+                        holder == Liveness::Gone && run == RunState::Absent,
                         "{holder:?} {run:?} {submission:?}"
                     );
                 }
@@ -138,15 +148,15 @@ mod tests {
     #[test]
     fn a_sync_run_in_flight_is_recovering_until_it_finishes() {
         assert_eq!(
-            resolve(Holder::Gone, RunState::InFlight, Submission::Sync),
+            resolve(Liveness::Gone, RunState::InFlight, Submission::Sync),
             Resolution::Recovering
         );
         assert_eq!(
-            resolve(Holder::Gone, RunState::Finished, Submission::Sync),
+            resolve(Liveness::Gone, RunState::Finished, Submission::Sync),
             Resolution::Complete
         );
         assert_eq!(
-            resolve(Holder::Gone, RunState::InFlight, Submission::Queued),
+            resolve(Liveness::Gone, RunState::InFlight, Submission::Queued),
             Resolution::Complete,
             "a queued answer only names the run"
         );

@@ -57,6 +57,10 @@ pub enum BindError {
     },
 }
 
+/// Where a binding gets its providers: `(binding, provider)` → the
+/// provider, built for it or taken from those already built.
+pub type ProviderSource<'a> = dyn Fn(&str, &str) -> Result<Arc<dyn ModelProvider>, BindError> + 'a;
+
 /// Binds `agent` from the registry. A new provider is built per call, so a
 /// scripted provider starts at the first turn of its script.
 ///
@@ -69,6 +73,22 @@ pub fn bind_agent(
     client: &reqwest::Client,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<AgentBinding, BindError> {
+    bind_agent_using(registry, name, &|agent, provider| {
+        bind_provider(registry, agent, provider, client, env)
+    })
+}
+
+/// [`bind_agent`] with the providers from `providers` (e.g. [`built`]:
+/// each provider built once, for every binding of a start).
+///
+/// # Errors
+///
+/// [`BindError`] when the agent or its provider cannot be resolved.
+pub fn bind_agent_using(
+    registry: &Registry,
+    name: &str,
+    providers: &ProviderSource<'_>,
+) -> Result<AgentBinding, BindError> {
     let Some(agent) = registry.agent(name) else {
         let known: Vec<&str> = registry.agents().keys().map(String::as_str).collect();
         return Err(BindError::UnknownAgent {
@@ -76,14 +96,14 @@ pub fn bind_agent(
             known: known.join(", "),
         });
     };
-    let provider = bind_provider(registry, &agent.name, &agent.provider, client, env)?;
+    let provider = providers(&agent.name, &agent.provider)?;
     let price = registry
         .provider(&agent.provider)
         .and_then(|p| p.price(&agent.model))
         .copied();
     let link = |l: &rein_core::registry::ModelLink| -> Result<ModelLink, BindError> {
         Ok(ModelLink {
-            provider: bind_provider(registry, &agent.name, &l.provider, client, env)?,
+            provider: providers(&agent.name, &l.provider)?,
             model: l.model.clone(),
             price: registry
                 .provider(&l.provider)
@@ -186,53 +206,85 @@ pub fn bind_models(
     client: &reqwest::Client,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<BTreeMap<String, ModelBinding>, BindError> {
-    let model_latency = default_model_latency();
-    let mut out = BTreeMap::new();
-    for spec in registry.models().values() {
-        let agent = format!("model binding `{}`", spec.name);
-        let link = |l: &rein_core::registry::ModelLink| -> Result<ModelLink, BindError> {
-            Ok(ModelLink {
-                provider: bind_provider(registry, &agent, &l.provider, client, env)?,
-                model: l.model.clone(),
-                price: registry
-                    .provider(&l.provider)
-                    .and_then(|p| p.price(&l.model))
-                    .copied(),
+    let providers =
+        |binding: &str, provider: &str| bind_provider(registry, binding, provider, client, env);
+    registry
+        .models()
+        .keys()
+        .map(|name| Ok((name.clone(), bind_model_using(registry, name, &providers)?)))
+        .collect()
+}
+
+/// Binds the `[models.NAME]` binding with the providers from `providers`.
+///
+/// # Errors
+///
+/// [`BindError`] when there is no such binding or a link's provider
+/// cannot be had.
+pub fn bind_model_using(
+    registry: &Registry,
+    name: &str,
+    providers: &ProviderSource<'_>,
+) -> Result<ModelBinding, BindError> {
+    let Some(spec) = registry.models().get(name) else {
+        return Err(BindError::Unsupported {
+            what: format!("the model binding `{name}`, which is not in the config,"),
+        });
+    };
+    let agent = format!("model binding `{}`", spec.name);
+    let link = |l: &rein_core::registry::ModelLink| -> Result<ModelLink, BindError> {
+        Ok(ModelLink {
+            provider: providers(&agent, &l.provider)?,
+            model: l.model.clone(),
+            price: registry
+                .provider(&l.provider)
+                .and_then(|p| p.price(&l.model))
+                .copied(),
+        })
+    };
+    let links = std::iter::once(&spec.primary)
+        .chain(&spec.fallbacks)
+        .chain(&spec.context_fallbacks);
+    let provider_limits = links
+        .filter_map(|l| {
+            let limit = registry.provider(&l.provider)?.max_concurrency?;
+            Some((l.provider.clone(), limit))
+        })
+        .collect();
+    let stream = registry
+        .provider(&spec.primary.provider)
+        .and_then(|p| p.stream)
+        .and_then(|s| StreamSettings::new(s.first_byte_timeout, s.idle_timeout).ok())
+        .unwrap_or_default();
+    Ok(ModelBinding {
+        name: spec.name.clone(),
+        primary: link(&spec.primary)?,
+        fallbacks: spec.fallbacks.iter().map(link).collect::<Result<_, _>>()?,
+        context_fallbacks: spec
+            .context_fallbacks
+            .iter()
+            .map(link)
+            .collect::<Result<_, _>>()?,
+        provider_limits,
+        retry: rein_core::retry::RetryPolicy::default(),
+        model_latency: default_model_latency(),
+        stream,
+    })
+}
+
+/// A [`ProviderSource`] over providers already built, by name.
+pub fn built(
+    providers: &BTreeMap<String, Arc<dyn ModelProvider>>,
+) -> impl Fn(&str, &str) -> Result<Arc<dyn ModelProvider>, BindError> + '_ {
+    move |binding: &str, provider: &str| {
+        providers
+            .get(provider)
+            .cloned()
+            .ok_or_else(|| BindError::UnknownProvider {
+                agent: binding.to_owned(),
+                provider: provider.to_owned(),
             })
-        };
-        let links = std::iter::once(&spec.primary)
-            .chain(&spec.fallbacks)
-            .chain(&spec.context_fallbacks);
-        let provider_limits = links
-            .filter_map(|l| {
-                let limit = registry.provider(&l.provider)?.max_concurrency?;
-                Some((l.provider.clone(), limit))
-            })
-            .collect();
-        let stream = registry
-            .provider(&spec.primary.provider)
-            .and_then(|p| p.stream)
-            .and_then(|s| StreamSettings::new(s.first_byte_timeout, s.idle_timeout).ok())
-            .unwrap_or_default();
-        out.insert(
-            spec.name.clone(),
-            ModelBinding {
-                name: spec.name.clone(),
-                primary: link(&spec.primary)?,
-                fallbacks: spec.fallbacks.iter().map(link).collect::<Result<_, _>>()?,
-                context_fallbacks: spec
-                    .context_fallbacks
-                    .iter()
-                    .map(link)
-                    .collect::<Result<_, _>>()?,
-                provider_limits,
-                retry: rein_core::retry::RetryPolicy::default(),
-                model_latency,
-                stream,
-            },
-        );
     }
-    Ok(out)
 }
 
 /// The latency profile assumed for a model call.
@@ -392,7 +444,6 @@ fn bind_provider(
             // OpenAI-compatible servers often need none, and a server that
             // does answers 401, which is classified and never retried.
             let api_key = api_key_env.as_deref().and_then(env);
-            register_key(api_key.as_deref());
             let provider =
                 OpenAiProvider::new(&spec.name, base_url, api_key, *timeout, client.clone())
                     .with_key_env(api_key_env.as_deref());
@@ -407,7 +458,6 @@ fn bind_provider(
             timeout,
         } => {
             let api_key = api_key_env.as_deref().and_then(env);
-            register_key(api_key.as_deref());
             let provider =
                 AnthropicProvider::new(&spec.name, base_url, api_key, *timeout, client.clone())
                     .with_key_env(api_key_env.as_deref());
@@ -422,18 +472,6 @@ fn bind_provider(
             });
         }
     })
-}
-
-/// Teaches the process a provider key it is about to send, so no error
-/// that echoes it (a 401 body quoting the header) shows it; a key too
-/// short to redact is reported by the config load's warnings.
-fn register_key(key: Option<&str>) {
-    let mut secrets = rein_core::redact::Secrets::new();
-    if let Some(key) = key
-        && secrets.insert(key).is_ok()
-    {
-        rein_core::redact::register(&secrets);
-    }
 }
 
 fn http_method(method: HttpMethod) -> reqwest::Method {

@@ -18,6 +18,7 @@
 //! | `after_call` | after the tool answered (or failed), before the result is recorded |
 //! | `mid_compensation` | after `compensation_started` is durable, before the compensation call |
 //! | `during_checkpoint` | before a step's checkpoint is written |
+//! | `after_reservation` | `rein serve`: a request's `Idempotency-Key` is reserved, before the request executes (nothing of it ran) |
 //!
 //! # Panic points
 //!
@@ -33,6 +34,10 @@
 //! | `during_checkpoint` | before a step's checkpoint is written (its calls' effects are in the ledger) |
 //! | `queue_worker` | `rein serve`'s queue worker, before it drives a queued run: outside the run's boundary, so the worker ends |
 
+/// Whether this build has live crash and panic points (the `crash-points`
+/// feature: test builds and deliberately crashable binaries only).
+pub const ENABLED: bool = cfg!(feature = "crash-points");
+
 /// The environment variable that arms a crash point.
 pub const CRASH_ENV: &str = "REIN_CRASH_AT";
 
@@ -43,12 +48,13 @@ pub const PANIC_ENV: &str = "REIN_PANIC_AT";
 pub const PANIC_POINTS: [&str; 3] = ["run_start", "during_checkpoint", "queue_worker"];
 
 /// Every crash point, as named in [`CRASH_ENV`].
-pub const CRASH_POINTS: [&str; 5] = [
+pub const CRASH_POINTS: [&str; 6] = [
     "before_pending",
     "after_pending",
     "after_call",
     "mid_compensation",
     "during_checkpoint",
+    "after_reservation",
 ];
 
 #[cfg(feature = "crash-points")]

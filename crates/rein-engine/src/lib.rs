@@ -13,6 +13,7 @@ pub mod config;
 pub mod crash;
 #[cfg(unix)]
 pub mod lease;
+pub mod log;
 pub mod metrics;
 pub mod provider;
 #[cfg(unix)]
@@ -20,6 +21,7 @@ pub mod reconcile;
 pub mod run;
 #[cfg(feature = "sabotage")]
 pub mod sabotage;
+mod secrets;
 pub mod startup;
 #[cfg(unix)]
 pub mod tool_command;

@@ -220,24 +220,60 @@ impl Metrics {
         let counters = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out = String::new();
         for (name, help) in HELP {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} counter");
-            for ((n, labels), value) in counters.iter() {
-                if *n != name {
-                    continue;
-                }
-                if labels.is_empty() {
-                    let _ = writeln!(out, "{name} {value}");
-                    continue;
-                }
-                let labels: Vec<String> = labels
-                    .iter()
-                    .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
-                    .collect();
-                let _ = writeln!(out, "{name}{{{}}} {value}", labels.join(","));
-            }
+            let labelled: Vec<(Vec<(&str, &str)>, u64)> = counters
+                .iter()
+                .filter(|((n, _), _)| *n == name)
+                .map(|((_, labels), value)| {
+                    let labels = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                    (labels, *value)
+                })
+                .collect();
+            let samples: Vec<(&[(&str, &str)], u64)> = labelled
+                .iter()
+                .map(|(labels, value)| (labels.as_slice(), *value))
+                .collect();
+            write_family(&mut out, name, Kind::Counter, help, &samples);
         }
         out
+    }
+}
+
+/// The type of a metric family in the text format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Only ever grows.
+    Counter,
+    /// Goes up and down.
+    Gauge,
+}
+
+/// Appends one metric family to `out` in the Prometheus text exposition
+/// format: its `HELP` and `TYPE` lines, then each sample with its labels
+/// (values escaped). Shared by every part of rein that exposes metrics, so
+/// they all render alike.
+pub fn write_family(
+    out: &mut String,
+    name: &str,
+    kind: Kind,
+    help: &str,
+    samples: &[(&[(&str, &str)], u64)],
+) {
+    let kind = match kind {
+        Kind::Counter => "counter",
+        Kind::Gauge => "gauge",
+    };
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    for (labels, value) in samples {
+        if labels.is_empty() {
+            let _ = writeln!(out, "{name} {value}");
+            continue;
+        }
+        let labels: Vec<String> = labels
+            .iter()
+            .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+            .collect();
+        let _ = writeln!(out, "{name}{{{}}} {value}", labels.join(","));
     }
 }
 

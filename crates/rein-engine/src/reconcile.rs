@@ -179,7 +179,7 @@ impl Reconciler {
             let live = match driven.get(record.run_id.as_str()) {
                 Some(live) => *live,
                 None => {
-                    let live = self.is_driven(&record.run_id).await;
+                    let live = self.is_driven(&record.run_id, now_ms).await;
                     driven.insert(record.run_id.to_string(), live);
                     live
                 }
@@ -252,16 +252,26 @@ impl Reconciler {
         Ok(report)
     }
 
-    /// Whether a live process holds the run's claim.
-    async fn is_driven(&self, run_id: &rein_core::RunId) -> bool {
+    /// Whether a process may still hold the run's claim: one of this
+    /// machine that still runs (renewing or not), one elsewhere (another
+    /// machine or container, whose processes cannot be seen from here)
+    /// until its lease expires, and one whose id cannot be read. Only a
+    /// provably gone owner drives nothing.
+    async fn is_driven(&self, run_id: &rein_core::RunId, now_ms: u64) -> bool {
+        use crate::lease::Owner;
         let Ok(leases) = self.store.leases_of_run(run_id).await else {
             // Unknown: leave the run alone this sweep.
             return true;
         };
-        leases.iter().any(|l| {
-            l.kind == rein_store::LeaseKind::Run
-                && crate::lease::Owner::parse(&l.owner).is_none_or(|o| o.is_alive())
-        })
+        leases
+            .iter()
+            .filter(|l| l.kind == rein_store::LeaseKind::Run)
+            .any(|l| match Owner::parse(&l.owner) {
+                None => true,
+                Some(owner) if owner.is_gone() => false,
+                Some(owner) if owner.is_alive() => true,
+                Some(_) => l.expires_at_ms > now_ms,
+            })
     }
 
     /// Whether a record's compensation window has passed.
@@ -440,18 +450,61 @@ impl Reconciler {
             at_ms,
         };
         // The run's report follows its ledger: a finished run's report is
-        // derived again with the change and lands with it.
-        let revised = self.revised_with(record, to, result.as_ref()).await;
-        let commit = StepCommit {
-            marks: vec![(record.intent_id.clone(), mark)],
-            events: vec![event],
-            revised_report: revised,
-            ..StepCommit::default()
-        };
-        if let Err(e) = self.store.commit_step(&record.run_id, commit).await {
-            tracing::warn!(intent = %record.intent_id, "reconciler mark failed: {e}");
-            report.skipped += 1;
-            return;
+        // derived again with the change and lands with it, fenced on the
+        // run's status and ledger revision as read before its ledger (so a
+        // run closing meanwhile, or another reconciler's mark, makes this
+        // a conflict: read again, derive again).
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let (run, revised) = match self.revised_with(record, to, result.as_ref()).await {
+                Ok(read) => read,
+                Err(e) => {
+                    tracing::warn!(intent = %record.intent_id, "reconciler cannot read the run: {e}");
+                    report.skipped += 1;
+                    return;
+                }
+            };
+            let Some(run) = run else {
+                report.skipped += 1;
+                return;
+            };
+            let commit = StepCommit {
+                marks: vec![(record.intent_id.clone(), mark.clone())],
+                events: vec![event.clone()],
+                revised_report: revised,
+                expect_status: Some(run.status),
+                expect_ledger_revision: Some(run.ledger_revision),
+                ..StepCommit::default()
+            };
+            match self.store.commit_step(&record.run_id, commit).await {
+                Ok(_) => break,
+                Err(e) if is_read_stale(&e) && tries < crate::run::REPORT_WRITE_TRIES => {
+                    // Another writer changed the ledger (it may have settled
+                    // this very record) or ended the run: look again.
+                    match self.store.ledger(&record.run_id).await {
+                        Ok(records)
+                            if records.iter().any(|r| {
+                                r.intent_id == record.intent_id && r.status == record.status
+                            }) => {}
+                        Ok(_) => {
+                            tracing::info!(intent = %record.intent_id, "the record was settled by another writer meanwhile");
+                            report.skipped += 1;
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::warn!(intent = %record.intent_id, "reconciler mark failed: {e}");
+                            report.skipped += 1;
+                            return;
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(intent = %record.intent_id, "reconciler mark failed: {e}");
+                    report.skipped += 1;
+                    return;
+                }
+            }
         }
         // Each ancestor's handoff package shows its children's records.
         self.revise_ancestors(&record.run_id).await;
@@ -470,22 +523,23 @@ impl Reconciler {
         }
     }
 
-    /// The report of `record`'s run derived again with `record` marked
-    /// `to`; `None` while the run has not finished (it will derive its
-    /// report when it does), or when it cannot be read.
+    /// `record`'s run as it stands (`None` when it vanished) and, when it
+    /// finished, its report derived again with `record` marked `to` (the
+    /// run read before its ledger, for the commit's fence); `None` while the
+    /// run has not finished (it derives its report when it does).
     async fn revised_with(
         &self,
         record: &LedgerRecord,
         to: LedgerStatus,
         result: Option<&serde_json::Value>,
-    ) -> Option<rein_core::RunReport> {
-        let run = self.store.get_run(&record.run_id).await.ok()??;
+    ) -> Result<(Option<rein_store::RunRecord>, Option<rein_core::RunReport>), StoreError> {
+        let Some(run) = self.store.get_run(&record.run_id).await? else {
+            return Ok((None, None));
+        };
         if !run.status.is_finished() {
-            return None;
+            return Ok((Some(run), None));
         }
-        let mut ledger = crate::run::tree_records(self.store.as_ref(), &run.run_id)
-            .await
-            .ok()?;
+        let mut ledger = crate::run::tree_records(self.store.as_ref(), &run.run_id).await?;
         for r in ledger
             .iter_mut()
             .filter(|r| r.run_id == record.run_id && r.intent_id == record.intent_id)
@@ -495,17 +549,13 @@ impl Reconciler {
                 r.result = Some(result.clone());
             }
         }
-        match crate::run::revise(self.store.as_ref(), &run, &ledger).await {
-            Ok(revised) => revised,
-            Err(e) => {
-                tracing::warn!(run = %run.run_id, "cannot revise the run's report: {e}");
-                None
-            }
-        }
+        let revised = crate::run::revise(self.store.as_ref(), &run, &ledger).await?;
+        Ok((Some(run), revised))
     }
 
     /// Revises the reports of `run`'s finished ancestors, whose handoff
-    /// packages list their children's records.
+    /// packages list their children's records (each fenced on its own
+    /// ledger revision, see [`crate::run::revise_stored`]).
     async fn revise_ancestors(&self, run: &rein_core::RunId) {
         let mut parent = match self.store.get_run(run).await {
             Ok(Some(record)) => record.parent_run_id,
@@ -514,21 +564,12 @@ impl Reconciler {
         let mut hops = 0;
         while let Some(id) = parent.take() {
             hops += 1;
+            if let Err(e) = crate::run::revise_stored(self.store.as_ref(), &id).await {
+                tracing::warn!(run = %id, "cannot revise the run's report: {e}");
+            }
             let Ok(Some(ancestor)) = self.store.get_run(&id).await else {
                 break;
             };
-            if let Ok(ledger) = crate::run::tree_records(self.store.as_ref(), &id).await
-                && let Ok(Some(revised)) =
-                    crate::run::revise(self.store.as_ref(), &ancestor, &ledger).await
-            {
-                let commit = StepCommit {
-                    revised_report: Some(revised),
-                    ..StepCommit::default()
-                };
-                if let Err(e) = self.store.commit_step(&id, commit).await {
-                    tracing::warn!(run = %id, "cannot revise the run's report: {e}");
-                }
-            }
             // A damaged store must not loop.
             if hops < 64 {
                 parent = ancestor.parent_run_id;
@@ -558,6 +599,19 @@ impl Reconciler {
             tokio::time::sleep(self.config.idempotent_every).await;
         }
     }
+}
+
+/// Whether a commit was refused because what it was derived from moved: the
+/// run's ledger (another writer marked a record) or its status (it ended).
+fn is_read_stale(e: &StoreError) -> bool {
+    crate::run::is_revision_conflict(e)
+        || matches!(
+            e,
+            StoreError::Conflict {
+                what: "run status",
+                ..
+            }
+        )
 }
 
 /// Whether the record went `manual` because its strong compensation failed

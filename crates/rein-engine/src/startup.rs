@@ -1,6 +1,7 @@
 //! What every start does before it opens a store or listens: `rein check`,
-//! `rein run` and `rein serve` all call [`prepare`], so a config that
-//! `rein check` accepts starts.
+//! `rein run`, `rein resume`, `rein reconcile`, `rein demo` and `rein
+//! serve` all call [`prepare`], so a config that `rein check` accepts
+//! starts.
 //!
 //! # Why one function
 //!
@@ -12,60 +13,123 @@
 //! ```text
 //!  load (files, TOML, ${ENV}, secrets, integrity check, numeric ranges)
 //!    ─► compile every tool's JSON Schema
-//!    ─► build every provider (scripts read and parsed) and every tool adapter
-//!    ─► bind every agent and every [models.*] binding
+//!    ─► build every provider, once (scripts read and parsed), and every tool adapter
+//!    ─► bind every agent and every [models.*] binding, with those providers
+//!    ─► the engine's own refusals (its breaker settings)
 //!    ─► the server's own refusals (a non-loopback listen without API keys)
 //! ```
 //!
 //! Every refusal is a [`ConfigProblem`] naming the file and the field, and
-//! states its cause once.
+//! states its cause once. What a start says but does not refuse (a secret
+//! too short to be redacted) is a warning, kept on success and on failure
+//! alike ([`ConfigErrors::warnings`]).
+//!
+//! # Purpose
+//!
+//! Some refusals belong to one command: `rein serve` refuses to listen on
+//! a non-loopback address without API keys, and `rein run` — which never
+//! listens — does not. [`Purpose`] says which start this is; `rein check`
+//! ([`Purpose::Check`]) reports a serve-only refusal as a warning naming
+//! `rein serve`, and `rein check --serve` ([`Purpose::Serve`]) as the
+//! error `rein serve` would give.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rein_core::registry::ConfigProblem;
 
 use crate::bind::{self, BindError};
 use crate::config::{CompiledSchemas, ConfigErrors, Loader, Registry};
+use crate::provider::ModelProvider;
+use crate::run::{AgentBinding, ModelBinding};
 
-/// A config that passed every step of a start.
-#[derive(Debug)]
+/// Which start [`prepare`] runs the steps of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Purpose {
+    /// `rein check`: every refusal of a run; what only `rein serve` would
+    /// refuse is a warning naming it.
+    Check,
+    /// A command that runs agents but never listens (`rein run`, `resume`,
+    /// `reconcile`, `demo`).
+    Run,
+    /// `rein serve` (or `rein check --serve`), listening on `listen` —
+    /// `--listen` — or, when `None`, on `server.listen`.
+    Serve {
+        /// The address given instead of `server.listen`.
+        listen: Option<SocketAddr>,
+    },
+}
+
+/// A config that passed every step of a start, with what the steps built.
 pub struct Startup {
     /// The registry.
     pub registry: Registry,
     /// Every tool's compiled argument schema.
     pub schemas: CompiledSchemas,
+    /// Every agent, bound (each provider was built once for all of them;
+    /// take one for a run: a scripted provider starts at its first turn).
+    pub agents: BTreeMap<String, AgentBinding>,
+    /// Every `[models.*]` binding, bound with the same providers.
+    pub models: BTreeMap<String, ModelBinding>,
     /// What a start says but does not refuse (a secret too short to be
-    /// redacted), each naming its field.
+    /// redacted; for [`Purpose::Check`], what `rein serve` would refuse),
+    /// each naming its field.
     pub warnings: Vec<ConfigProblem>,
 }
 
+impl std::fmt::Debug for Startup {
+    // By hand: the registry and the bindings hold header values and keys.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Startup")
+            .field("tools", &self.registry.tools().len())
+            .field("agents", &self.agents.keys().collect::<Vec<_>>())
+            .field("models", &self.models.keys().collect::<Vec<_>>())
+            .field("warnings", &self.warnings)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Runs every step of a start on the config at `path`; see the module
-/// docs. `env` is what binding reads provider keys from; `listen` is the
-/// address a `rein serve --listen` gives instead of `server.listen`.
+/// docs. `env` is what binding reads provider keys from.
 ///
 /// # Errors
 ///
 /// [`ConfigErrors`] with every problem found, each naming its file and
-/// field.
+/// field, and the warnings found on the way.
 pub fn prepare(
     loader: &Loader<'_>,
     path: &Path,
     client: &reqwest::Client,
     env: &dyn Fn(&str) -> Option<String>,
-    listen: Option<SocketAddr>,
+    purpose: Purpose,
 ) -> Result<Startup, ConfigErrors> {
     let loaded = loader.load_with_warnings(path)?;
     let registry = loaded.registry;
-    let schemas = CompiledSchemas::compile(&registry)?;
+    let mut warnings = loaded.warnings;
+    let refuse = |problems: Vec<ConfigProblem>, warnings: Vec<ConfigProblem>| {
+        ConfigErrors::new(problems).with_warnings(warnings)
+    };
+    let schemas = match CompiledSchemas::compile(&registry) {
+        Ok(schemas) => schemas,
+        Err(errors) => return Err(errors.with_warnings(warnings)),
+    };
     let mut problems = Vec::new();
+    let mut providers: BTreeMap<String, Arc<dyn ModelProvider>> = BTreeMap::new();
     for (name, spec) in registry.providers() {
-        if let Err(e) = bind::build_provider(&registry, name, client, env) {
-            let field = match e {
-                BindError::Script(_) => format!("providers.{name}.script"),
-                _ => format!("providers.{name}"),
-            };
-            problems.push(ConfigProblem::new(&spec.source, field, e.to_string()));
+        match bind::build_provider(&registry, name, client, env) {
+            Ok(provider) => {
+                providers.insert(name.clone(), provider);
+            }
+            Err(e) => {
+                let field = match e {
+                    BindError::Script(_) => format!("providers.{name}.script"),
+                    _ => format!("providers.{name}"),
+                };
+                problems.push(ConfigProblem::new(&spec.source, field, e.to_string()));
+            }
         }
     }
     for (name, spec) in registry.tools() {
@@ -75,44 +139,110 @@ pub fn prepare(
         }
     }
     // With every provider and tool built, an agent or binding can only
-    // fail on what joins them; those are reported on their own entry.
+    // fail on what joins them; each is reported on its own entry.
+    let mut agents = BTreeMap::new();
+    let mut models = BTreeMap::new();
     if problems.is_empty() {
+        let source = bind::built(&providers);
         for (name, spec) in registry.agents() {
-            if let Err(e) = bind::bind_agent(&registry, name, client, env) {
-                let field = format!("agents.{name}");
-                problems.push(ConfigProblem::new(&spec.source, field, e.to_string()));
+            match bind::bind_agent_using(&registry, name, &source) {
+                Ok(agent) => {
+                    agents.insert(name.clone(), agent);
+                }
+                Err(e) => problems.push(ConfigProblem::new(
+                    &spec.source,
+                    format!("agents.{name}"),
+                    e.to_string(),
+                )),
             }
         }
-        if let Err(e) = bind::bind_models(&registry, client, env) {
-            let file = registry
-                .models()
-                .values()
-                .next()
-                .map(|m| m.source.clone())
-                .unwrap_or_default();
-            problems.push(ConfigProblem::new(file, "models", e.to_string()));
+        for (name, spec) in registry.models() {
+            match bind::bind_model_using(&registry, name, &source) {
+                Ok(model) => {
+                    models.insert(name.clone(), model);
+                }
+                Err(e) => problems.push(ConfigProblem::new(
+                    &spec.source,
+                    format!("models.{name}"),
+                    e.to_string(),
+                )),
+            }
         }
     }
-    let server = registry.server();
-    let listen = listen.unwrap_or(server.listen);
-    if server.api_keys.is_empty() && !listen.ip().is_loopback() {
-        problems.push(ConfigProblem::new(
-            server.source.clone().unwrap_or_default(),
-            "server.listen",
-            format!(
-                "is {}, not a loopback address, but there is no [[server.api_keys]]: rein \
-                 refuses to serve without authentication; add API keys or listen on a \
-                 loopback address",
-                listen
-            ),
-        ));
+    // The engine's own refusals, on the same inputs `Engine::build` is
+    // given (NOTE: keep in step with `EngineBuilder::build`; the node id
+    // is generated, not configured, so only the breakers can be refused).
+    if let Err(e) = rein_core::breaker::Breakers::new(registry.breakers().clone()) {
+        let field = e.field().replacen("breaker.", "breakers.", 1);
+        let file = registry_file(&registry, path);
+        problems.push(ConfigProblem::new(file, field, e.to_string()));
+    }
+    if let Some(listen_problem) = listen_problem(&registry, path, purpose) {
+        match purpose {
+            Purpose::Serve { .. } => problems.push(listen_problem),
+            Purpose::Check => warnings.push(ConfigProblem::new(
+                &listen_problem.file,
+                &listen_problem.field,
+                format!(
+                    "rein serve would refuse this (rein run would not): {}",
+                    listen_problem.message
+                ),
+            )),
+            Purpose::Run => {}
+        }
     }
     if !problems.is_empty() {
-        return Err(ConfigErrors::new(problems));
+        return Err(refuse(problems, warnings));
     }
     Ok(Startup {
         registry,
         schemas,
-        warnings: loaded.warnings,
+        agents,
+        models,
+        warnings,
     })
+}
+
+/// The file a problem with a setting of no table of its own is filed
+/// under: the `[server]` table's, else the config given.
+fn registry_file(registry: &Registry, path: &Path) -> PathBuf {
+    registry
+        .server()
+        .source
+        .clone()
+        .unwrap_or_else(|| path.to_path_buf())
+}
+
+/// `rein serve`'s refusal to listen on a non-loopback address without API
+/// keys, when it applies; for [`Purpose::Run`], never. The problem names
+/// where the address came from: `--listen`, `server.listen`, or the
+/// default.
+fn listen_problem(registry: &Registry, path: &Path, purpose: Purpose) -> Option<ConfigProblem> {
+    let server = registry.server();
+    let (listen, from) = match purpose {
+        Purpose::Run => return None,
+        Purpose::Serve {
+            listen: Some(listen),
+        } => (listen, " (given by --listen)"),
+        Purpose::Serve { listen: None } | Purpose::Check => (
+            server.listen,
+            if server.source.is_some() {
+                ""
+            } else {
+                " (the default; there is no [server] table)"
+            },
+        ),
+    };
+    if !server.api_keys.is_empty() || listen.ip().is_loopback() {
+        return None;
+    }
+    Some(ConfigProblem::new(
+        registry_file(registry, path),
+        "server.listen",
+        format!(
+            "is {listen}{from}, not a loopback address, but there is no [[server.api_keys]]: \
+             rein serve refuses to serve without authentication; add API keys or listen on a \
+             loopback address"
+        ),
+    ))
 }

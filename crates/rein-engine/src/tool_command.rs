@@ -181,7 +181,7 @@ const GATE_SCRIPT: &str = "IFS= read -r rein_gate && [ \"$rein_gate\" = go ] || 
 const GATE_REFUSED: i32 = 125;
 
 /// How to run one command tool.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CommandTarget {
     /// The tool's name: the target of its failures.
@@ -197,6 +197,32 @@ pub struct CommandTarget {
     pub env: BTreeMap<String, String>,
     /// Stdout and stderr bytes kept, each.
     pub max_output_bytes: usize,
+}
+
+impl std::fmt::Debug for CommandTarget {
+    // By hand: credential-named variables are not printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let env: BTreeMap<&str, &str> = self
+            .env
+            .iter()
+            .map(|(name, value)| {
+                let shown = if rein_core::redact::is_credential_name(name) {
+                    rein_core::redact::REDACTED
+                } else {
+                    value.as_str()
+                };
+                (name.as_str(), shown)
+            })
+            .collect();
+        f.debug_struct("CommandTarget")
+            .field("name", &self.name)
+            .field("program", &self.program)
+            .field("args", &self.args)
+            .field("working_dir", &self.working_dir)
+            .field("env", &env)
+            .field("max_output_bytes", &self.max_output_bytes)
+            .finish()
+    }
 }
 
 impl CommandTarget {
@@ -391,6 +417,14 @@ impl CommandToolAdapter {
         attempt: &Attempt<'_>,
         cancelled: impl Future<Output = ()>,
     ) -> Result<ToolOutput, Failure> {
+        // Credential-named variables are taught to the redactor before the
+        // program can print them.
+        crate::secrets::teach(
+            target
+                .env
+                .iter()
+                .flat_map(|(name, value)| rein_core::redact::env_secrets(name, value)),
+        );
         self.attempt(target, args, attempt, cancelled)
             .await
             .map_err(|f| f.with_attempt(attempt.attempt_id.clone()))
@@ -768,13 +802,17 @@ fn shape_stdout(out: &Captured, max: usize) -> (Value, bool) {
 }
 
 /// The end of stderr for an operator, saying when it was cut.
+///
+/// Redacted before it is cut, both where the capture limit cut it (a
+/// fragment of a secret at that edge goes too) and where only its last
+/// [`HUMAN_STDERR_CHARS`] are kept: a secret across either cut never
+/// leaves a part in clear.
 fn stderr_note(err: &Captured) -> String {
-    let all = text(&err.kept);
+    let all = rein_core::redact::cut(&text(&err.kept), false, err.truncated());
     let trimmed = all.trim_end();
     let count = trimmed.chars().count();
     let tail: String = if count > HUMAN_STDERR_CHARS {
-        let skip = count - HUMAN_STDERR_CHARS;
-        format!("…{}", trimmed.chars().skip(skip).collect::<String>())
+        format!("…{}", rein_core::redact::tail(trimmed, HUMAN_STDERR_CHARS))
     } else {
         trimmed.to_owned()
     };
@@ -809,7 +847,9 @@ fn classify(
     };
     match ended {
         Ended::Exited(status) if status.success() => {
-            let (result, truncated) = shape_stdout(out, target.max_output_bytes.max(1));
+            let (mut result, truncated) = shape_stdout(out, target.max_output_bytes.max(1));
+            // Known secrets go, as for HTTP tools (tool_http).
+            rein_core::redact::known_json(&mut result);
             Ok(ToolOutput {
                 result,
                 truncated,
@@ -991,6 +1031,25 @@ mod tests {
         assert!(note.ends_with("kept)"), "{note}");
         assert!(note.contains("END"));
         assert!(note.contains("stderr truncated"));
+    }
+
+    /// Issue 12 (review): the last 2000 characters were cut before they
+    /// were redacted, so a secret across the cut left its end in clear.
+    #[test]
+    fn stderr_note_redacts_before_cutting_at_either_edge() {
+        const CANARY: &str = "stderr-canary-0c9d1e";
+        let mut secrets = rein_core::redact::Secrets::new();
+        secrets.insert(CANARY).unwrap();
+        rein_core::redact::register(&secrets);
+        // The secret straddles the 2000-character cut of the tail.
+        let cut = format!("{CANARY}{}", "y".repeat(HUMAN_STDERR_CHARS - 5));
+        let note = stderr_note(&captured(cut.as_bytes(), cut.len() as u64));
+        assert!(!note.contains("0c9d1e"), "{note}");
+        assert!(!note.contains("1e"), "{}", &note[..40]);
+        // The capture limit cut the secret: its start is dropped too.
+        let head = format!("key {}", &CANARY[..10]);
+        let note = stderr_note(&captured(head.as_bytes(), 1_000));
+        assert!(!note.contains("stderr-can"), "{note}");
     }
 
     #[test]

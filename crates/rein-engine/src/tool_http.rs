@@ -34,7 +34,11 @@ pub const DEFAULT_IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
 pub const DEFAULT_MAX_RESULT_BYTES: usize = 16 * 1024;
 
 /// Where and how to call one tool over HTTP.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Its credential headers and the userinfo of its URLs are taught to the
+/// redactor at every request ([`rein_core::redact`]), so a target built
+/// by hand is protected like one from a config; its `Debug` shows neither.
+#[derive(Clone, PartialEq, Eq)]
 pub struct HttpTarget {
     /// The tool's name: the target of its failures.
     pub name: String,
@@ -50,6 +54,51 @@ pub struct HttpTarget {
     pub status_url: Option<String>,
     /// Results above this size are truncated.
     pub max_result_bytes: usize,
+}
+
+impl HttpTarget {
+    /// The secrets this target holds: credential-named headers and the
+    /// userinfo of its URLs.
+    fn teach_secrets(&self) {
+        let headers = self
+            .headers
+            .iter()
+            .flat_map(|(name, value)| rein_core::redact::header_secrets(name, value));
+        let urls = std::iter::once(&self.url)
+            .chain(&self.status_url)
+            .flat_map(|url| rein_core::redact::url_secrets(url, &[]));
+        crate::secrets::teach(headers.chain(urls));
+    }
+}
+
+impl std::fmt::Debug for HttpTarget {
+    // By hand: header values may be credentials.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let headers: BTreeMap<&str, &str> = self
+            .headers
+            .iter()
+            .map(|(name, value)| {
+                let shown = if rein_core::redact::is_credential_name(name) {
+                    rein_core::redact::REDACTED
+                } else {
+                    value.as_str()
+                };
+                (name.as_str(), shown)
+            })
+            .collect();
+        f.debug_struct("HttpTarget")
+            .field("name", &self.name)
+            .field("url", &rein_core::redact::text(&self.url))
+            .field("method", &self.method)
+            .field("headers", &headers)
+            .field("idempotency_header", &self.idempotency_header)
+            .field(
+                "status_url",
+                &self.status_url.as_deref().map(rein_core::redact::text),
+            )
+            .field("max_result_bytes", &self.max_result_bytes)
+            .finish()
+    }
 }
 
 /// One attempt's identity and limits.
@@ -203,6 +252,7 @@ impl HttpToolAdapter {
         first_byte: Duration,
         total: Duration,
     ) -> Result<ToolOutput, Failure> {
+        target.teach_secrets();
         let started = StdInstant::now();
         let response = match tokio::time::timeout(first_byte, request.send()).await {
             Ok(sent) => sent.map_err(|e| {
@@ -244,7 +294,12 @@ impl HttpToolAdapter {
                 &bytes,
             ));
         }
-        let (result, truncated) = shape_result(&bytes, target.max_result_bytes);
+        let (mut result, truncated) = shape_result(&bytes, target.max_result_bytes);
+        // A tool that echoes its credential (a debug endpoint, an error in
+        // a 200) must not put it in the ledger, the checkpoint or the
+        // model's context: known secrets go, URL queries stay (a presigned
+        // URL in a result is data).
+        rein_core::redact::known_json(&mut result);
         Ok(ToolOutput {
             result,
             truncated,
@@ -377,6 +432,86 @@ fn shape_result(bytes: &[u8], max: usize) -> (Value, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A loopback HTTP server that answers one request with 200 and a JSON
+    /// body echoing its `X-Api-Token` header, as a debug endpoint does.
+    async fn echo_server() -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = socket.read(&mut buf).await.unwrap();
+                if n == 0 {
+                    break;
+                }
+                seen.extend_from_slice(&buf[..n]);
+            }
+            let head = String::from_utf8_lossy(&seen).to_lowercase();
+            let token = head
+                .lines()
+                .find_map(|l| l.strip_prefix("x-api-token: "))
+                .unwrap_or("")
+                .trim()
+                .to_owned();
+            let body = serde_json::json!({
+                "debug": {"x-api-token": token},
+                "download": "https://bucket.example/f?X-Amz-Signature=abc",
+            })
+            .to_string();
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            socket.write_all(answer.as_bytes()).await.unwrap();
+        });
+        format!("http://{addr}/tools/echo")
+    }
+
+    /// Issue 12 (review): a target built by hand registered nothing, and a
+    /// tool echoing its header put the secret in its result.
+    #[tokio::test]
+    async fn a_hand_built_target_echoing_its_credential_header_returns_it_redacted() {
+        const CANARY: &str = "hand-built-canary-3e8a"; // lower case: the echo lowercases
+        let target = HttpTarget {
+            name: "echo".into(),
+            url: echo_server().await,
+            method: reqwest::Method::POST,
+            headers: BTreeMap::from([("X-Api-Token".to_owned(), CANARY.to_owned())]),
+            idempotency_header: DEFAULT_IDEMPOTENCY_HEADER.into(),
+            status_url: None,
+            max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
+        };
+        assert!(!format!("{target:?}").contains(CANARY), "{target:?}");
+        let run = RunId::new("r").unwrap();
+        let intent = IntentId::new("i").unwrap();
+        let attempt_id = AttemptId::new("a").unwrap();
+        let attempt = Attempt {
+            run_id: &run,
+            intent_id: &intent,
+            attempt_id: &attempt_id,
+            number: 1,
+            key: None,
+            remaining: Duration::from_secs(10),
+            allowance: Duration::from_secs(10),
+        };
+        let out = HttpToolAdapter::new(reqwest::Client::new())
+            .invoke(&target, &serde_json::json!({}), &attempt)
+            .await
+            .unwrap();
+        assert_eq!(
+            out.result["debug"]["x-api-token"], "[redacted]",
+            "{}",
+            out.result
+        );
+        assert_eq!(
+            out.result["download"], "https://bucket.example/f?X-Amz-Signature=abc",
+            "a presigned URL in a result survives"
+        );
+    }
 
     #[test]
     fn structured_error_body_wins_over_the_status() {

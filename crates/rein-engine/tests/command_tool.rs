@@ -779,7 +779,10 @@ async fn the_reaper_releases_leases_whose_resources_are_already_gone_and_refuses
         acquired_at_ms: 1,
         expires_at_ms: 2,
     };
-    let local_dead_owner = format!("pid:{}@{}", i32::MAX - 3, rein_engine::lease::local_host());
+    // This machine and pid namespace (what follows the `@` of this
+    // process's id), a pid that runs nothing.
+    let me = rein_engine::lease::Owner::current().to_string();
+    let local_dead_owner = format!("pid:{}{}", i32::MAX - 3, &me[me.find('@').unwrap()..]);
     let gone_group = Lease {
         owner: local_dead_owner.clone(),
         ..base.clone()

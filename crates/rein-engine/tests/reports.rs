@@ -11,10 +11,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use common::*;
+use rein_core::RunId;
 use rein_core::report::awaits_human;
 use rein_core::{LedgerStatus, Outcome, RunReport};
 use rein_engine::reconcile::{ReconcileConfig, Reconciler, SweepClasses};
 use rein_engine::run::RunOutput;
+use rein_store::{NewRun, RunRecord, RunStatus, SqliteStore, StepCommit, Store, StoreError};
 use rein_testkit::order_desk::{
     Fault, Faults, GET_ORDER, RESTORE_DELIVERY_TIME, SEND_EMAIL, UPDATE_DELIVERY_TIME,
 };
@@ -163,24 +165,29 @@ async fn a_cancelled_run_lists_its_update_undone() {
         ])),
         true,
     );
+    // Cancelled on the event that starts the (slow) read: after the update
+    // took effect, while a call is in flight.
     let cancel = rein_engine::run::CancellationToken::new();
-    let watch = async {
-        while h.desk.request_count(GET_ORDER) == 0 {
-            tokio::time::sleep(ms(5)).await;
+    let on_read = cancel.clone();
+    let observer: rein_engine::run::Observer = Arc::new(move |e: &rein_core::Event| {
+        if e.kind == rein_core::EventKind::ToolCallStarted && e.data["tool"] == GET_ORDER {
+            on_read.cancel();
         }
-        cancel.cancel();
-    };
-    let run = h.engine.run(
-        &a,
-        &rein_engine::run::AcceptAll,
-        rein_engine::run::RunRequest {
-            input: "Move order A-1001.".into(),
-            cancel: Some(cancel.clone()),
-            ..rein_engine::run::RunRequest::default()
-        },
-    );
-    let (out, ()) = tokio::join!(run, watch);
-    let out = out.unwrap();
+    });
+    let out = h
+        .engine
+        .run(
+            &a,
+            &rein_engine::run::AcceptAll,
+            rein_engine::run::RunRequest {
+                input: "Move order A-1001.".into(),
+                cancel: Some(cancel.clone()),
+                observer: Some(observer),
+                ..rein_engine::run::RunRequest::default()
+            },
+        )
+        .await
+        .unwrap();
     let report = assert_truthful(&h, &out).await;
     assert_eq!(report.outcome, Outcome::Cancelled);
     assert_eq!(report.completed[0].ledger, Some(LedgerStatus::Compensated));
@@ -207,11 +214,13 @@ async fn the_reconciler_revises_the_report_of_a_run_whose_record_it_hands_off() 
     let before = assert_truthful(&h, &out).await;
     assert_eq!(before.outcome, Outcome::PartialSuccess, "{before:#?}");
     assert!(before.handoff.is_none());
-    tokio::time::sleep(ms(5)).await;
 
+    // A reconciler whose clock reads a second later: the 1 ms window has
+    // passed (no real wait), the 5 min pending timeout has not.
+    let later = std::time::SystemTime::now() + ms(1_000);
     let reconciler = Reconciler::new(
         h.store.clone(),
-        Arc::new(rein_engine::SystemClock::new()),
+        Arc::new(rein_core::ManualClock::with_wall_origin(later)),
         reqwest::Client::new(),
         a.tools.clone(),
         [(UPDATE_DELIVERY_TIME.to_owned(), restore)]
@@ -237,4 +246,269 @@ async fn the_reconciler_revises_the_report_of_a_run_whose_record_it_hands_off() 
     let package = after.handoff.expect("the record awaits a human");
     assert_eq!(package.awaiting_decision.len(), 1);
     assert!(!after.recoverable);
+}
+
+/// A store that meddles at chosen moments: a ledger that cannot be read,
+/// or another writer's mark landing just before a run's end is committed.
+/// Everything else goes to the real SQLite store.
+struct Meddling {
+    inner: Arc<dyn Store>,
+    unreadable_ledger: std::sync::atomic::AtomicBool,
+    mark_before_end: std::sync::Mutex<Option<(rein_core::IntentId, rein_store::LedgerMark)>>,
+}
+
+impl Meddling {
+    fn new(inner: Arc<dyn Store>) -> Meddling {
+        Meddling {
+            inner,
+            unreadable_ledger: std::sync::atomic::AtomicBool::new(false),
+            mark_before_end: std::sync::Mutex::new(None),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for Meddling {
+    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
+        self.inner.create_run(run).await
+    }
+    async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
+        self.inner.get_run(id).await
+    }
+    async fn list_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.list_runs(limit).await
+    }
+    async fn children_of(&self, parent: &RunId) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.children_of(parent).await
+    }
+    async fn events(&self, id: &RunId, after: u64) -> Result<Vec<rein_core::Event>, StoreError> {
+        self.inner.events(id, after).await
+    }
+    async fn intents(
+        &self,
+        id: &RunId,
+    ) -> Result<Vec<(u32, rein_store::PlannedIntent)>, StoreError> {
+        self.inner.intents(id).await
+    }
+    async fn ledger(&self, id: &RunId) -> Result<Vec<rein_core::LedgerRecord>, StoreError> {
+        if self
+            .unreadable_ledger
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(StoreError::Backend(
+                "injected: the ledger cannot be read".into(),
+            ));
+        }
+        self.inner.ledger(id).await
+    }
+    async fn pending_ledger(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<rein_core::LedgerRecord>, StoreError> {
+        self.inner.pending_ledger(limit).await
+    }
+    async fn latest_checkpoint(
+        &self,
+        id: &RunId,
+    ) -> Result<Option<rein_store::Checkpoint>, StoreError> {
+        self.inner.latest_checkpoint(id).await
+    }
+    async fn commit_step(
+        &self,
+        id: &RunId,
+        commit: StepCommit,
+    ) -> Result<rein_store::Committed, StoreError> {
+        let ends = commit
+            .status
+            .as_ref()
+            .is_some_and(|s| s.status.is_finished());
+        let meddle = if ends {
+            self.mark_before_end.lock().unwrap().take()
+        } else {
+            None
+        };
+        if let Some((intent, mark)) = meddle {
+            // Another writer (a reconciler) marks the record after the
+            // closer read the ledger, before its commit lands.
+            self.inner
+                .commit_step(
+                    id,
+                    StepCommit {
+                        marks: vec![(intent, mark)],
+                        ..StepCommit::default()
+                    },
+                )
+                .await
+                .unwrap();
+        }
+        self.inner.commit_step(id, commit).await
+    }
+    async fn change_lease(
+        &self,
+        change: rein_store::LeaseChange,
+    ) -> Result<Option<rein_store::Lease>, StoreError> {
+        self.inner.change_lease(change).await
+    }
+    async fn leases(
+        &self,
+        filter: &rein_store::LeaseFilter,
+    ) -> Result<Vec<rein_store::Lease>, StoreError> {
+        self.inner.leases(filter).await
+    }
+}
+
+/// A run closed from outside while a reconciler marks one of its records:
+/// the closed report is derived again from the ledger with the mark, never
+/// stored stale (issue 13 review: a report write must not miss a ledger
+/// write that landed after its read).
+#[tokio::test]
+async fn a_record_marked_while_the_run_is_closed_is_in_its_closed_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("rein.db")).unwrap());
+    let store = Meddling::new(inner.clone());
+    let run = NewRun {
+        run_id: RunId::new("r-closed").unwrap(),
+        tenant: rein_core::TenantId::new("acme").unwrap(),
+        agent: "desk".into(),
+        input: "Move order A-1001.".into(),
+        parent_run_id: None,
+        budget: json!({}),
+        created_at_ms: 1_000,
+    };
+    let run_id = inner.create_run(run).await.unwrap().run_id;
+    let intent = rein_core::IntentId::new("i-update").unwrap();
+    inner
+        .commit_step(
+            &run_id,
+            StepCommit {
+                status: Some(rein_store::StatusChange {
+                    status: RunStatus::Running,
+                    report: None,
+                    at_ms: 1_001,
+                }),
+                declares: vec![rein_core::LedgerRecord {
+                    run_id: run_id.clone(),
+                    intent_id: intent.clone(),
+                    seq: 0,
+                    step: 1,
+                    tool: UPDATE_DELIVERY_TIME.into(),
+                    class: rein_core::ToolClass::IdempotentWrite,
+                    idempotency_key: None,
+                    args: json!({"order_id": "A-1001"}),
+                    status: LedgerStatus::Pending,
+                    result: None,
+                    failure: None,
+                    attempts: 1,
+                    created_at_ms: 1_001,
+                    updated_at_ms: 1_001,
+                }],
+                ..StepCommit::default()
+            },
+        )
+        .await
+        .unwrap();
+    // The reconciler finds the update by its key meanwhile: it took effect.
+    *store.mark_before_end.lock().unwrap() = Some((
+        intent,
+        rein_store::LedgerMark {
+            status: LedgerStatus::Succeeded,
+            result: Some(json!({"order_id": "A-1001"})),
+            failure: None,
+            attempts: 0,
+            at_ms: 1_500,
+        },
+    ));
+    let record = inner.get_run(&run_id).await.unwrap().unwrap();
+    let closing = rein_engine::run::Closing {
+        outcome: Outcome::Failed,
+        end: rein_engine::run::End::Closed {
+            error_type: Some("orphaned".into()),
+            reason: "its process died".into(),
+        },
+        events: Vec::new(),
+        expect: Some(RunStatus::Running),
+    };
+    let report = rein_engine::run::close_run(&store, &record, closing, 2_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        report.completed[0].ledger,
+        Some(LedgerStatus::Succeeded),
+        "{report:#?}"
+    );
+    assert!(report.handoff.is_none(), "nothing awaits a human now");
+    let stored = inner.get_run(&run_id).await.unwrap().unwrap();
+    assert_eq!(stored.report.as_ref(), Some(&report));
+    assert_eq!(
+        report.basis.as_ref().and_then(|b| b.ledger_revision),
+        Some(stored.ledger_revision),
+        "the report reflects the ledger as it stands"
+    );
+}
+
+/// A run whose ledger cannot be read when it ends does not end with a
+/// report that ignores its ledger: the run fails to finish with the store's
+/// error, stays `running` with its claim released, and is recovered like a
+/// run whose process died.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_ledger_cannot_be_read_at_its_end_is_not_recorded_as_ended() {
+    let mut h = harness(Faults::none()).await;
+    let meddling = Arc::new(Meddling::new(h.store.clone()));
+    let store: Arc<dyn Store> = meddling.clone();
+    h.engine = rein_engine::run::Engine::builder(store)
+        .rng_seed(7)
+        .build()
+        .unwrap();
+    let on_answer = meddling.clone();
+    let observer: rein_engine::run::Observer = Arc::new(move |e: &rein_core::Event| {
+        // The model answered: from here on the ledger is unreadable.
+        if e.kind == rein_core::EventKind::ModelCallFinished
+            && e.data["tool_calls"].as_array().is_some_and(Vec::is_empty)
+        {
+            on_answer
+                .unreadable_ledger
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    let a = agent(
+        &h.desk,
+        script(json!([
+            update("A-1001", "2026-01-08T14:00:00Z"),
+            answer("done")
+        ])),
+        true,
+    );
+    let ended = h
+        .engine
+        .run(
+            &a,
+            &rein_engine::run::AcceptAll,
+            rein_engine::run::RunRequest {
+                run_id: Some(RunId::new("r-unreadable").unwrap()),
+                input: "Move order A-1001.".into(),
+                observer: Some(observer),
+                ..rein_engine::run::RunRequest::default()
+            },
+        )
+        .await;
+    assert!(
+        matches!(
+            ended,
+            Err(rein_engine::run::EngineError::Store(StoreError::Backend(_)))
+        ),
+        "{ended:?}"
+    );
+    let run = h
+        .store
+        .get_run(&RunId::new("r-unreadable").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Running, "its end is not recorded");
+    assert!(run.report.is_none());
+    assert!(
+        h.store.leases_of_run(&run.run_id).await.unwrap().is_empty(),
+        "its claim is released for recovery"
+    );
+    assert_eq!(h.desk.applied_count(UPDATE_DELIVERY_TIME), 1);
 }

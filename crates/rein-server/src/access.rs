@@ -17,9 +17,16 @@
 //! request, and the answer's header says which id it got.
 //!
 //! The line is a `tracing` event (target `rein::access`, level `info`) with
-//! the fields `method`, `route`, `status`, `latency_ms` (until the answer's
-//! head; a stream goes on after it), `tenant` (once authenticated),
-//! `peer` and `request_id`.
+//! the fields `method`, `route` (the template, or [`UNMATCHED`]),
+//! `status`, `latency_ms` (until the answer's head; a stream goes on after
+//! it), `tenant` (once authenticated), `peer` and `request_id`. The other
+//! lines about a request (refusals, failed authentication) name it by the
+//! same [`route`], never by its raw path.
+//!
+//! Answers hyper gives by itself, before the router sees a request (a
+//! malformed request line, a head over the size limit, a head that took
+//! longer than `server.limits.header_timeout`), carry no `Request-Id` and
+//! write no access line: there is no request to name.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -32,6 +39,8 @@ use axum::response::Response;
 use rein_core::TenantId;
 
 /// The request and response header.
+///
+/// NOTE: `DEFAULT_CORS_ALLOWED_HEADERS` (rein-core) lists it.
 pub const REQUEST_ID: &str = "Request-Id";
 
 /// The longest `Request-Id` echoed.
@@ -68,6 +77,18 @@ pub fn request_id(extensions: &Extensions) -> Arc<str> {
         .map_or_else(|| Arc::from("-"), |id| id.0.clone())
 }
 
+/// What the log names a request that matched no route by.
+pub const UNMATCHED: &str = "unmatched";
+
+/// The route template the request of `extensions` matched
+/// (`/v1/runs/{id}`), or [`UNMATCHED`]: what logs name a request by, so
+/// that no client text reaches them.
+pub fn route(extensions: &Extensions) -> &str {
+    extensions
+        .get::<MatchedPath>()
+        .map_or(UNMATCHED, MatchedPath::as_str)
+}
+
 /// The peer address in `extensions`, or `-` when the server was not
 /// started with connect info.
 pub fn peer(extensions: &Extensions) -> String {
@@ -86,10 +107,7 @@ pub async fn record(mut request: Request, next: Next) -> Response {
     };
     let tenant = TenantSlot::default();
     let method = request.method().clone();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "-".to_owned(), |p| p.as_str().to_owned());
+    let route = route(request.extensions()).to_owned();
     let peer = peer(request.extensions());
     request.extensions_mut().insert(RequestId(id.clone()));
     request.extensions_mut().insert(tenant.clone());

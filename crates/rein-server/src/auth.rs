@@ -9,9 +9,11 @@
 use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
+use axum::http::StatusCode;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use rein_core::TenantId;
+use rein_core::registry::MetricsAccess;
 
 use crate::access::TenantSlot;
 use crate::problem::{Challenge, Problem};
@@ -23,6 +25,7 @@ pub struct Tenant(pub TenantId);
 
 /// Why a request was not authenticated; what the log says, never the key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AuthFailure {
     /// No `Authorization` header.
     Missing,
@@ -103,13 +106,54 @@ pub fn authenticate(parts: &Parts, state: &AppState) -> Result<TenantId, Problem
                 reason = failure.as_str(),
                 peer = %crate::access::peer(&parts.extensions),
                 method = %parts.method,
-                path = %parts.uri.path(),
+                route = %crate::access::route(&parts.extensions),
                 request_id = %crate::access::request_id(&parts.extensions),
                 "authentication failed"
             );
             Err(failure.problem())
         }
     }
+}
+
+/// Whether the request of `parts` may read `/metrics`, per
+/// `server.metrics` and `server.metrics_tenants`: with keys configured and
+/// `/metrics` protected, only the key of a listed tenant may (the counters
+/// are the whole process's, labelled by tool, provider and model).
+///
+/// # Errors
+///
+/// 401 without a valid key; 403 for a key whose tenant is not listed,
+/// naming the setting that admits it.
+pub fn authorize_metrics(parts: &Parts, state: &AppState) -> Result<(), Problem> {
+    let settings = &state.settings;
+    if settings.api_keys.is_empty() || settings.metrics == MetricsAccess::Open {
+        return Ok(());
+    }
+    let tenant = authenticate(parts, state)?;
+    if settings.metrics_tenants.contains(&tenant) {
+        return Ok(());
+    }
+    let detail = if settings.metrics_tenants.is_empty() {
+        format!(
+            "no tenant may read /metrics (its counters are the whole process's): list the scraper's tenant in server.metrics_tenants, e.g. [\"{tenant}\"], or set server.metrics = \"open\""
+        )
+    } else {
+        let listed: Vec<&str> = settings
+            .metrics_tenants
+            .iter()
+            .map(TenantId::as_str)
+            .collect();
+        format!(
+            "tenant `{tenant}` may not read /metrics: server.metrics_tenants lists {}",
+            listed.join(", ")
+        )
+    };
+    Err(Problem::new(
+        StatusCode::FORBIDDEN,
+        "metrics-forbidden",
+        "Forbidden",
+        detail,
+    ))
 }
 
 impl FromRequestParts<Arc<AppState>> for Tenant {

@@ -51,22 +51,64 @@ async fn not_delivered(state: &AppState, run_id: &rein_core::RunId, id: &str) ->
     if let Some(claim) = &claim {
         tracing::info!(run = %run_id, owner = %claim.owner, "cancellation not delivered: another process drives the run");
     }
-    let detail = match &node {
+    let answering = state.engine.node();
+    let mut problem = Problem::new(
+        StatusCode::CONFLICT,
+        "cancel-not-delivered",
+        "Cancellation not delivered",
+        not_delivered_detail(id, node.as_deref(), answering),
+    )
+    .with(json!({"driving_node": node, "answering_node": answering}));
+    if node.as_deref() == Some(answering) {
+        problem.retry_after = Some(1);
+    }
+    problem
+}
+
+/// What the 409 says when the run is driven by `driving` (its claim's
+/// node, if it names one) and `answering` answered.
+///
+/// # Why a case for this very node
+///
+/// A worker of this process claims a run before the engine registers the
+/// run's cancellation token; a cancel arriving between the two finds the
+/// claim naming this node and no token yet. That run is starting here,
+/// and a retry a moment later reaches it.
+fn not_delivered_detail(id: &str, driving: Option<&str>, answering: &str) -> String {
+    match driving {
+        Some(node) if node == answering => format!(
+            "run {id} is starting on this node ({node}) and cannot be cancelled until it runs; retry the cancel in a moment"
+        ),
         Some(node) => format!(
-            "run {id} is driven by node {node}, not the one that answered ({}); the cancellation could not be delivered here",
-            state.engine.node()
+            "run {id} is driven by node {node}, not the one that answered ({answering}); the cancellation could not be delivered here"
         ),
         None => format!(
             "run {id} is driven by another process (or its owner restarted); the cancellation could not be delivered here"
         ),
-    };
-    Problem::new(
-        StatusCode::CONFLICT,
-        "cancel-not-delivered",
-        "Cancellation not delivered",
-        detail,
-    )
-    .with(json!({"driving_node": node, "answering_node": state.engine.node()}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_claimed_by_the_answering_node_is_starting_not_elsewhere() {
+        let starting = not_delivered_detail("r-1", Some("n1"), "n1");
+        assert!(starting.contains("starting on this node"), "{starting}");
+        assert!(starting.contains("retry"), "{starting}");
+        assert!(
+            !starting.contains("not the one that answered"),
+            "{starting}"
+        );
+        let elsewhere = not_delivered_detail("r-1", Some("n2"), "n1");
+        assert!(
+            elsewhere.contains("driven by node n2, not the one that answered (n1)"),
+            "{elsewhere}"
+        );
+        let unknown = not_delivered_detail("r-1", None, "n1");
+        assert!(unknown.contains("another process"), "{unknown}");
+    }
 }
 
 /// Cancels a run.

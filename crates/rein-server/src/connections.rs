@@ -12,6 +12,8 @@
 //!
 //! ```text
 //!            accept ──(over the limit)──> 503, closed, counted, logged (rate-limited)
+//!              │                           (what the client sent is read for up to
+//!              │                            REFUSAL_LINGER so the 503 is not reset away)
 //!              │
 //!              v
 //!   ┌──> Head (header_timeout from accept, or from the first byte of a
@@ -59,8 +61,20 @@ pub const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 /// process at its limit does not spin on the error.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 
+/// How long a refused connection is read (and what it sends thrown away)
+/// after its 503 and the end of the server's side: closing a socket with
+/// unread bytes resets it, and a reset can destroy the 503 before the
+/// client reads it.
+pub const REFUSAL_LINGER: Duration = Duration::from_millis(250);
+
+/// How many refused connections linger at once; beyond, a refused socket
+/// is closed at once (its 503 may then be lost to a reset). Each holds a
+/// descriptor for at most [`REFUSAL_LINGER`].
+pub const MAX_LINGERING_REFUSALS: usize = 1024;
+
 /// What a refused connection is told, if it listens: written without
-/// waiting (`try_write`), then the socket is closed.
+/// waiting (`try_write`); then the server's side is shut down and the
+/// connection lingers ([`REFUSAL_LINGER`]) before it is closed.
 const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: 203\r\n\r\n{\"type\":\"https://rein.dev/problems/too-many-connections\",\"title\":\"Too many connections\",\"status\":503,\"detail\":\"every connection this server admits (server.limits.max_connections) is open; retry shortly\"}";
 
 /// Why the server closed a connection itself.
@@ -109,6 +123,24 @@ impl RefusalLog {
     /// Counts one refusal at `now`; the number to log when a line is due.
     fn on_refusal(&mut self, now: Instant, every: Duration) -> Option<u64> {
         self.unlogged += 1;
+        self.due(now, every)
+    }
+
+    /// The refusals not logged yet, when a line is due at `now` (one
+    /// interval after the last): a flood that stopped is still told.
+    fn on_tick(&mut self, now: Instant, every: Duration) -> Option<u64> {
+        if self.unlogged == 0 {
+            return None;
+        }
+        self.due(now, every)
+    }
+
+    /// The refusals not logged yet, whenever (at shutdown).
+    fn flush(&mut self) -> Option<u64> {
+        (self.unlogged > 0).then(|| std::mem::take(&mut self.unlogged))
+    }
+
+    fn due(&mut self, now: Instant, every: Duration) -> Option<u64> {
         let due = self
             .last
             .is_none_or(|last| now.duration_since(last) >= every);
@@ -152,63 +184,78 @@ impl Connections {
     fn on_refusal(&self, limit: u32) {
         self.refused.fetch_add(1, Ordering::AcqRel);
         let due = self
-            .refusals
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+            .refusals()
             .on_refusal(Instant::now(), REFUSAL_LOG_EVERY);
         if let Some(count) = due {
-            tracing::warn!(
-                refused = count,
-                total = self.refused(),
-                max_connections = limit,
-                "connections refused: {limit} open already (server.limits.max_connections)"
-            );
+            self.log_refusals(count, limit);
+        }
+    }
+
+    fn refusals(&self) -> std::sync::MutexGuard<'_, RefusalLog> {
+        self.refusals.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn log_refusals(&self, count: u64, limit: u32) {
+        tracing::warn!(
+            refused = count,
+            total = self.refused(),
+            max_connections = limit,
+            "connections refused: {limit} open already (server.limits.max_connections)"
+        );
+    }
+
+    /// Logs the refusals not logged yet, if any (at shutdown).
+    pub fn flush_refusals(&self, limit: u32) {
+        let unlogged = self.refusals().flush();
+        if let Some(count) = unlogged {
+            self.log_refusals(count, limit);
         }
     }
 
     /// The counters in the Prometheus text format.
     pub fn render(&self) -> String {
+        use rein_engine::metrics::{Kind, write_family};
         let mut out = String::new();
-        let mut line = |name: &str, kind: &str, help: &str, samples: &[(&str, u64)]| {
-            out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
-            for (labels, value) in samples {
-                out.push_str(&format!("{name}{labels} {value}\n"));
-            }
-        };
         let get = |c: &AtomicU64| c.load(Ordering::Acquire);
-        line(
+        let no_labels: &[(&str, &str)] = &[];
+        write_family(
+            &mut out,
             "rein_connections_open",
-            "gauge",
+            Kind::Gauge,
             "HTTP connections open now.",
-            &[("", get(&self.open))],
+            &[(no_labels, get(&self.open))],
         );
-        line(
+        write_family(
+            &mut out,
             "rein_connections_accepted_total",
-            "counter",
+            Kind::Counter,
             "HTTP connections accepted and served.",
-            &[("", get(&self.accepted))],
+            &[(no_labels, get(&self.accepted))],
         );
-        line(
+        write_family(
+            &mut out,
             "rein_connections_refused_total",
-            "counter",
+            Kind::Counter,
             "HTTP connections refused at once because server.limits.max_connections were open.",
-            &[("", get(&self.refused))],
+            &[(no_labels, get(&self.refused))],
         );
-        line(
+        write_family(
+            &mut out,
             "rein_connections_closed_total",
-            "counter",
+            Kind::Counter,
             "HTTP connections the server closed for a client's slowness, by reason.",
             &[
-                ("{reason=\"header_timeout\"}", get(&self.cut_header)),
-                ("{reason=\"idle_timeout\"}", get(&self.cut_idle)),
-                ("{reason=\"write_timeout\"}", get(&self.cut_write)),
+                (&[("reason", "header_timeout")], get(&self.cut_header)),
+                (&[("reason", "idle_timeout")], get(&self.cut_idle)),
+                (&[("reason", "write_timeout")], get(&self.cut_write)),
             ],
         );
-        line(
+        write_family(
+            &mut out,
             "rein_request_body_timeouts_total",
-            "counter",
+            Kind::Counter,
             "Requests answered 408 because their body stopped arriving for server.limits.body_timeout.",
-            &[("", get(&self.body_timeouts))],
+            &[(no_labels, get(&self.body_timeouts))],
         );
         out
     }
@@ -229,11 +276,28 @@ pub(crate) async fn accept(
         usize::try_from(limits.max_connections.get()).unwrap_or(usize::MAX),
     ));
     let mut failures = RefusalLog::default();
+    let lingering = Arc::new(Semaphore::new(MAX_LINGERING_REFUSALS));
+    // Refusals of a flood that stopped within an interval are logged on
+    // the next tick, not only with the next refusal.
+    let mut tick = tokio::time::interval(REFUSAL_LOG_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(stop);
     loop {
         let accepted = tokio::select! {
             () = &mut stop => return,
             accepted = listener.accept() => accepted,
+            _ = tick.tick() => {
+                let unlogged = state
+                    .connections
+                    .refusals()
+                    .on_tick(Instant::now(), REFUSAL_LOG_EVERY);
+                if let Some(count) = unlogged {
+                    state
+                        .connections
+                        .log_refusals(count, limits.max_connections.get());
+                }
+                continue;
+            }
         };
         let (tcp, peer) = match accepted {
             Ok(accepted) => accepted,
@@ -252,8 +316,7 @@ pub(crate) async fn accept(
             tracing::warn!("cannot set TCP_NODELAY: {e}");
         }
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            let _ = tcp.try_write(REFUSAL);
-            drop(tcp);
+            refuse(tcp, &lingering);
             state.connections.on_refusal(limits.max_connections.get());
             continue;
         };
@@ -264,6 +327,33 @@ pub(crate) async fn accept(
             serve_connection(&state, (tcp, peer), app, limits, slot, watched).await;
         });
     }
+}
+
+/// Answers a connection over the limit with [`REFUSAL`], without waiting
+/// for it: then, while fewer than [`MAX_LINGERING_REFUSALS`] do, it
+/// lingers in a task of its own — the server's side shut down (the client
+/// reads the 503, then the end), what the client sends read and dropped
+/// for at most [`REFUSAL_LINGER`] — and is closed.
+fn refuse(tcp: TcpStream, lingering: &Arc<Semaphore>) {
+    let _ = tcp.try_write(REFUSAL);
+    let Ok(permit) = lingering.clone().try_acquire_owned() else {
+        return;
+    };
+    tokio::spawn(async move {
+        let _permit = permit;
+        let mut tcp = tcp;
+        let _ = tokio::time::timeout(REFUSAL_LINGER, async {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let _ = tcp.shutdown().await;
+            let mut sink = [0u8; 1024];
+            while let Ok(n) = tcp.read(&mut sink).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        })
+        .await;
+    });
 }
 
 /// Errors of one connection that never became one (the peer gave up
@@ -368,19 +458,19 @@ struct ActivityState {
 }
 
 impl ActivityState {
-    /// The next deadline, and what it cuts.
+    /// The next deadline, and what it cuts. While a write waits for the
+    /// client to read, that is the only deadline, in any phase: the
+    /// connection is neither idle nor waiting for a head then, but for a
+    /// client that stopped reading (hyper may still be flushing the last
+    /// answer when the service already counts it done).
     fn deadline(self, limits: ConnectionLimits) -> Option<(Instant, Cut)> {
-        let phase = match self.phase {
+        if let Some(since) = self.write_blocked_since {
+            return Some((since + limits.idle_timeout, Cut::WriteTimeout));
+        }
+        match self.phase {
             Phase::Head { since } => Some((since + limits.header_timeout, Cut::HeaderTimeout)),
             Phase::Busy => None,
             Phase::Idle { since } => Some((since + limits.idle_timeout, Cut::IdleTimeout)),
-        };
-        let write = self
-            .write_blocked_since
-            .map(|since| (since + limits.idle_timeout, Cut::WriteTimeout));
-        match (phase, write) {
-            (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
-            (a, b) => a.or(b),
         }
     }
 }
@@ -596,6 +686,47 @@ mod tests {
     }
 
     #[test]
+    fn a_flood_that_stops_is_logged_on_the_next_tick_and_at_shutdown() {
+        let mut log = RefusalLog::default();
+        let start = Instant::now();
+        let every = Duration::from_secs(10);
+        assert_eq!(log.on_refusal(start, every), Some(1));
+        for i in 1..=5 {
+            assert_eq!(log.on_refusal(start + Duration::from_secs(i), every), None);
+        }
+        assert_eq!(log.on_tick(start + Duration::from_secs(9), every), None);
+        assert_eq!(
+            log.on_tick(start + every, every),
+            Some(5),
+            "the rest of the flood"
+        );
+        assert_eq!(log.on_tick(start + every * 3, every), None, "nothing new");
+        assert_eq!(log.on_refusal(start + every * 3, every), Some(1));
+        assert_eq!(log.on_refusal(start + every * 3, every), None);
+        assert_eq!(log.flush(), Some(1), "at shutdown");
+        assert_eq!(log.flush(), None);
+    }
+
+    #[test]
+    fn the_counters_render_as_prometheus_families() {
+        let connections = Connections::default();
+        connections.cut_write.fetch_add(2, Ordering::AcqRel);
+        let text = connections.render();
+        assert!(
+            text.contains("# TYPE rein_connections_open gauge\nrein_connections_open 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE rein_connections_refused_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rein_connections_closed_total{reason=\"write_timeout\"} 2\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn a_fresh_connection_has_the_header_deadline_and_a_busy_one_none() {
         let now = Instant::now();
         let mut state = ActivityState {
@@ -618,9 +749,18 @@ mod tests {
     #[test]
     fn a_stuck_write_is_cut_after_the_idle_timeout_even_while_busy() {
         let now = Instant::now();
-        let state = ActivityState {
+        let mut state = ActivityState {
             phase: Phase::Busy,
             write_blocked_since: Some(now),
+        };
+        assert_eq!(
+            state.deadline(limits()),
+            Some((now + Duration::from_secs(5), Cut::WriteTimeout))
+        );
+        // The last answer still being flushed after the service is done
+        // with it: a client that does not read, not an idle one.
+        state.phase = Phase::Idle {
+            since: now - Duration::from_secs(1),
         };
         assert_eq!(
             state.deadline(limits()),

@@ -28,6 +28,12 @@ use crate::problem::Problem;
 use crate::runs::owned;
 use crate::state::AppState;
 
+/// The header an SSE client resumes with: the id of the last event seen.
+///
+/// NOTE: `DEFAULT_CORS_ALLOWED_HEADERS` (rein-core) lists it, so a
+/// browser page on a `[server.cors]` origin may send it.
+pub const LAST_EVENT_ID: &str = "Last-Event-ID";
+
 /// How often a live stream looks for new events.
 pub const POLL: Duration = Duration::from_millis(50);
 
@@ -73,10 +79,22 @@ fn live(
                             after = batch.last().map_or(after, |e| e.seq);
                             pending = batch;
                         }
-                        // Nothing new: a run that already ended (seen
-                        // from past its terminal event) ends the stream.
+                        // Nothing new: a run that already ended ends the
+                        // stream, after the events of its end. NOTE: its
+                        // last commit writes the status with those events,
+                        // and it may land between the read above and the
+                        // status read, so the events are read once more.
                         Ok(_) => match state.store.get_run(&run_id).await {
-                            Ok(Some(record)) if record.status.is_finished() => return None,
+                            Ok(Some(record)) if record.status.is_finished() => {
+                                match state.store.events(&run_id, after).await {
+                                    Ok(batch) if !batch.is_empty() => {
+                                        after = batch.last().map_or(after, |e| e.seq);
+                                        pending = batch;
+                                        done = true;
+                                    }
+                                    _ => return None,
+                                }
+                            }
                             // A closing server ends its streams; the client
                             // reconnects elsewhere with `Last-Event-ID`.
                             _ => tokio::select! {
@@ -125,7 +143,7 @@ pub async fn get_events(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|a| a.contains("text/event-stream"));
     let last_seen = headers
-        .get("last-event-id")
+        .get(LAST_EVENT_ID)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     let after = query.after.or(last_seen).unwrap_or(0);

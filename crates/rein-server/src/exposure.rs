@@ -14,10 +14,27 @@
 //!
 //! | request | answer |
 //! | --- | --- |
-//! | no `Host` (and no absolute-form target), or two `Host` headers | 400 `host-missing` (RFC 9112 §3.2) |
+//! | no `Host` (and no absolute-form target) | 400 `host-missing` (RFC 9112 §3.2) |
+//! | two `Host` headers | 400 `host-repeated` |
 //! | `Host` (or an absolute-form target's authority) not loopback nor listed | 421 `host-not-allowed`: this server does not answer for that name |
 //! | `Origin` present and neither this server's own origin nor listed in `server.cors.allowed_origins`; `Origin: null`; two `Origin` headers | 403 `origin-not-allowed` |
-//! | a listed CORS origin with a method `server.cors.allowed_methods` leaves out | 403 `origin-not-allowed` |
+//! | a listed CORS origin with a method `server.cors.allowed_methods` leaves out (`HEAD` counts as `GET`) | 403 `origin-not-allowed` |
+//! | `GET`/`HEAD` of a probe ([`PROBES`]) with a missing or foreign `Host` | answered: no Host check; a present `Origin` must be listed in `[server.cors]` |
+//!
+//! # Why probes skip the Host check
+//!
+//! A load balancer or Kubernetes probes `http://<pod-ip>:8787/healthz` and
+//! sends that address in `Host`, which is neither loopback nor (with a
+//! wildcard `listen`) anything rein could list for it: a 421 there keeps
+//! the pod from ever becoming ready. `/healthz` and `/readyz` change
+//! nothing and say nothing secret (`/readyz` does not repeat the store's
+//! error), so a rebinding page gains nothing from reading them. They keep
+//! the `Origin` check: with no trusted `Host` to be the same origin as, a
+//! page's `Origin` must be one `[server.cors]` lists.
+//!
+//! `rein serve` also answers for the specific address it listens on
+//! ([`listen_hosts`]) and warns at start when it listens off loopback with
+//! no `server.allowed_hosts` ([`start_warnings`]).
 //!
 //! # Why 421 and 403
 //!
@@ -40,13 +57,16 @@
 //! - `Origin: null` (sandboxed frames, `file://` pages, some redirects) is
 //!   shared by every such page, so it is never admitted.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use rein_core::registry::{AllowedHost, Authority, CorsSpec, Origin, host_is_allowed};
+use rein_core::registry::{
+    AllowedHost, Authority, CorsSpec, MetricsAccess, Origin, ServerSpec, host_is_allowed,
+};
 use serde_json::json;
 
 use crate::problem::Problem;
@@ -54,9 +74,12 @@ use crate::state::AppState;
 
 /// Why a request is refused before any handler runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Refusal {
-    /// No name to check, or two.
+    /// No name to check.
     HostMissing,
+    /// Two `Host` headers: which one the request meant is unknowable.
+    HostRepeated,
     /// A name this server does not answer for (as sent, for the answer).
     HostNotAllowed(String),
     /// An origin that is not this server's and not listed.
@@ -70,16 +93,26 @@ pub enum Refusal {
     },
 }
 
-/// What is shown of a header value: visible ASCII, at most 100 characters.
-fn shown(value: &HeaderValue) -> String {
-    const SHOWN: usize = 100;
+/// How many characters of a client's header value an answer shows.
+pub const SHOWN: usize = 100;
+
+/// The routes a load balancer probes: answered whatever the `Host`.
+///
+/// NOTE: `crate::router` routes `healthz` and `readyz` under these paths.
+pub const PROBES: [&str; 2] = ["/healthz", "/readyz"];
+
+/// What an answer shows of a client's header value: visible ASCII, at most
+/// [`SHOWN`] characters.
+pub(crate) fn shown(value: &HeaderValue) -> String {
     match value.to_str() {
         Ok(text) => text.chars().take(SHOWN).collect(),
         Err(_) => "<not visible ASCII>".to_owned(),
     }
 }
 
-/// Whether a request with `method`, `uri` and `headers` may be answered.
+/// Whether a request to `route` (its template, see
+/// [`crate::access::route`]) with `method`, `uri` and `headers` may be
+/// answered.
 ///
 /// # Errors
 ///
@@ -87,6 +120,7 @@ fn shown(value: &HeaderValue) -> String {
 pub fn admit(
     allowed: &[AllowedHost],
     cors: Option<&CorsSpec>,
+    route: &str,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
@@ -94,30 +128,15 @@ pub fn admit(
     let mut hosts = headers.get_all(header::HOST).iter();
     let host = hosts.next();
     if hosts.next().is_some() {
-        return Err(Refusal::HostMissing);
+        return Err(Refusal::HostRepeated);
     }
-    let host_authority = match host {
-        Some(value) => Some(
-            value
-                .to_str()
-                .ok()
-                .and_then(Authority::parse)
-                .filter(|a| host_is_allowed(allowed, a))
-                .ok_or_else(|| Refusal::HostNotAllowed(shown(value)))?,
-        ),
-        None => None,
-    };
-    // RFC 9112 §3.2.2: an absolute-form target's authority wins.
-    let target = match uri.authority() {
-        Some(authority) => Some(
-            Authority::parse(authority.as_str())
-                .filter(|a| host_is_allowed(allowed, a))
-                .ok_or_else(|| Refusal::HostNotAllowed(authority.as_str().to_owned()))?,
-        ),
-        None => None,
-    };
-    let Some(authority) = target.or(host_authority) else {
-        return Err(Refusal::HostMissing);
+    let authority = allowed_authority(allowed, uri, host);
+    let is_probe = matches!(*method, Method::GET | Method::HEAD) && PROBES.contains(&route);
+    let authority = match authority {
+        Ok(authority) => Some(authority),
+        // No Host check for a probe; no same-origin page either.
+        Err(_) if is_probe => None,
+        Err(refusal) => return Err(refusal),
     };
     let mut origins = headers.get_all(header::ORIGIN).iter();
     let Some(value) = origins.next() else {
@@ -134,7 +153,7 @@ pub fn admit(
         .ok()
         .and_then(Origin::parse)
         .ok_or_else(refused)?;
-    if origin.is_same_as(&authority) {
+    if authority.is_some_and(|a| origin.is_same_as(&a)) {
         return Ok(());
     }
     match cors {
@@ -152,6 +171,37 @@ pub fn admit(
     }
 }
 
+/// The allowed authority a request was sent to: its absolute-form
+/// target's, which RFC 9112 §3.2.2 says wins, or its `Host`.
+fn allowed_authority(
+    allowed: &[AllowedHost],
+    uri: &Uri,
+    host: Option<&HeaderValue>,
+) -> Result<Authority, Refusal> {
+    let host_authority = match host {
+        Some(value) => Some(
+            value
+                .to_str()
+                .ok()
+                .and_then(Authority::parse)
+                .filter(|a| host_is_allowed(allowed, a))
+                .ok_or_else(|| Refusal::HostNotAllowed(shown(value)))?,
+        ),
+        None => None,
+    };
+    let target = match uri.authority() {
+        Some(authority) => Some(
+            Authority::parse(authority.as_str())
+                .filter(|a| host_is_allowed(allowed, a))
+                .ok_or_else(|| {
+                    Refusal::HostNotAllowed(authority.as_str().chars().take(SHOWN).collect())
+                })?,
+        ),
+        None => None,
+    };
+    target.or(host_authority).ok_or(Refusal::HostMissing)
+}
+
 impl Refusal {
     /// The problem a refused request is answered with.
     pub fn problem(&self) -> Problem {
@@ -161,6 +211,12 @@ impl Refusal {
                 "host-missing",
                 "Host header missing",
                 "send exactly one Host header naming the server (HTTP/1.1 requires it)",
+            ),
+            Refusal::HostRepeated => Problem::new(
+                StatusCode::BAD_REQUEST,
+                "host-repeated",
+                "More than one Host header",
+                "send exactly one Host header naming the server: with two, which server the request is for cannot be told",
             ),
             Refusal::HostNotAllowed(host) => Problem::new(
                 StatusCode::MISDIRECTED_REQUEST,
@@ -197,9 +253,11 @@ impl Refusal {
 /// handler (or CORS preflight) runs.
 pub async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let settings = &state.settings;
+    let route = crate::access::route(request.extensions());
     match admit(
         &settings.allowed_hosts,
         settings.cors.as_ref(),
+        route,
         request.method(),
         request.uri(),
         request.headers(),
@@ -210,7 +268,7 @@ pub async fn guard(State(state): State<Arc<AppState>>, request: Request, next: N
             let request_id = crate::access::request_id(request.extensions());
             tracing::warn!(
                 method = %request.method(),
-                path = %request.uri().path(),
+                route = %route,
                 peer = %peer,
                 request_id = %request_id,
                 refusal = ?refusal,
@@ -224,40 +282,98 @@ pub async fn guard(State(state): State<Arc<AppState>>, request: Request, next: N
 /// The CORS layer for `[server.cors]`: answers preflights of the listed
 /// origins and adds the `Access-Control-*` headers to their answers.
 /// [`guard`] runs first, so an origin reaching it is one the config lists.
+///
+/// # Why a predicate
+///
+/// The guard compares origins normalized ([`Origin::parse`]: case, a
+/// trailing dot, IPv6 spellings); a byte-for-byte list would not, and an
+/// origin the guard admitted (`http://[::ffff:7f00:1]:3000` for a listed
+/// `http://[::ffff:127.0.0.1]:3000`) would get its answer without
+/// `Access-Control-Allow-Origin`, unreadable. One matcher decides both.
 pub fn cors_layer(cors: &CorsSpec) -> tower_http::cors::CorsLayer {
     use tower_http::cors::{AllowOrigin, CorsLayer};
-    let origins: Vec<HeaderValue> = cors
-        .allowed_origins
-        .iter()
-        .filter_map(|o| HeaderValue::from_str(&o.to_string()).ok())
-        .collect();
+    let listed = cors.clone();
+    let origins = AllowOrigin::predicate(move |origin: &HeaderValue, _| {
+        origin
+            .to_str()
+            .ok()
+            .and_then(Origin::parse)
+            .is_some_and(|o| listed.admits(&o))
+    });
     let methods: Vec<Method> = cors
         .allowed_methods
         .iter()
         .filter_map(|m| Method::from_bytes(m.as_bytes()).ok())
         .collect();
-    let headers: Vec<header::HeaderName> = cors
+    let headers: Vec<HeaderName> = cors
         .allowed_headers
         .iter()
-        .filter_map(|h| header::HeaderName::from_bytes(h.as_bytes()).ok())
+        .filter_map(|h| HeaderName::from_bytes(h.as_bytes()).ok())
         .collect();
-    // What a browser client needs to read: where a run is, which model
-    // answered, whether a response was replayed, when to retry, the id to
-    // quote.
-    let exposed = [
-        header::LOCATION,
-        header::RETRY_AFTER,
-        header::HeaderName::from_static("request-id"),
-        header::HeaderName::from_static("rein-model"),
-        header::HeaderName::from_static("rein-fallback"),
-        header::HeaderName::from_static("idempotency-replayed"),
-    ];
     CorsLayer::new()
-        .allow_origin(AllowOrigin::list(origins))
+        .allow_origin(origins)
         .allow_methods(methods)
         .allow_headers(headers)
-        .expose_headers(exposed)
+        .expose_headers(exposed_headers())
         .max_age(CORS_MAX_AGE)
+}
+
+/// What a browser client needs to read of an answer: where a run is,
+/// when to retry, the id to quote, which model answered and whether it
+/// was a fallback, whether a response was replayed.
+fn exposed_headers() -> Vec<HeaderName> {
+    [
+        header::LOCATION.as_str(),
+        header::RETRY_AFTER.as_str(),
+        crate::access::REQUEST_ID,
+        crate::gateway::MODEL_HEADER,
+        crate::gateway::FALLBACK_HEADER,
+        crate::idempotency::REPLAYED,
+    ]
+    .into_iter()
+    .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
+    .collect()
+}
+
+/// The hosts `rein serve` answers for when it listens on `listen`: the
+/// configured `allowed`, and the address itself when it is a specific one
+/// (not `0.0.0.0` or `::`, not loopback, which is always answered): a
+/// client or probe reaching it by that address names it in `Host`.
+pub fn listen_hosts(allowed: &[AllowedHost], listen: SocketAddr) -> Vec<AllowedHost> {
+    let mut hosts = allowed.to_vec();
+    let ip = listen.ip();
+    if !ip.is_unspecified() && !ip.is_loopback() {
+        hosts.push(AllowedHost::for_address(ip));
+    }
+    hosts
+}
+
+/// What `rein serve` warns about at start for `settings` listening on
+/// `listen`: a server off loopback that answers no name (every client
+/// reaching it by one gets 421), and a protected `/metrics` no key may
+/// read.
+pub fn start_warnings(settings: &ServerSpec, listen: SocketAddr) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let ip = listen.ip();
+    if !ip.is_loopback() && settings.allowed_hosts.is_empty() {
+        let answered = if ip.is_unspecified() {
+            "loopback names and addresses".to_owned()
+        } else {
+            format!("loopback and {ip}")
+        };
+        warnings.push(format!(
+            "listening on {listen} with no server.allowed_hosts: requests naming this server by any Host but {answered} are refused with 421 (probes of /healthz and /readyz are answered whatever the Host); list the names clients use in server.allowed_hosts"
+        ));
+    }
+    if !settings.api_keys.is_empty()
+        && settings.metrics == MetricsAccess::Protected
+        && settings.metrics_tenants.is_empty()
+    {
+        warnings.push(
+            "no key may read /metrics: list the scraper's tenant in server.metrics_tenants, or set server.metrics = \"open\"".to_owned(),
+        );
+    }
+    warnings
 }
 
 /// How long a browser may cache a preflight answer.
@@ -290,6 +406,9 @@ mod tests {
         .unwrap();
         registry.server().cors.clone().unwrap()
     }
+
+    /// A route of the API (not a probe).
+    const ROUTE: &str = "/v1/runs/{id}";
 
     #[test]
     fn hosts_and_origins_are_admitted_or_refused_as_the_table_says() {
@@ -385,11 +504,34 @@ mod tests {
                     method: "POST".into(),
                 }),
             ),
+            // HEAD is GET without the body.
+            (
+                Method::HEAD,
+                Some("127.0.0.1:8787"),
+                Some("http://app.example"),
+                Ok(()),
+            ),
+            (
+                Method::DELETE,
+                Some("127.0.0.1:8787"),
+                Some("http://app.example"),
+                Err(Refusal::MethodNotAllowed {
+                    origin: "http://app.example".into(),
+                    method: "DELETE".into(),
+                }),
+            ),
+            // The listed origin normalized: case and a trailing dot.
+            (
+                get.clone(),
+                Some("127.0.0.1:8787"),
+                Some("http://App.Example."),
+                Ok(()),
+            ),
         ];
         for (method, host, origin, expected) in table {
             let headers = request(host, origin);
             assert_eq!(
-                admit(&allowed, Some(&cors), &method, &root, &headers),
+                admit(&allowed, Some(&cors), ROUTE, &method, &root, &headers),
                 expected,
                 "{method} Host {host:?} Origin {origin:?}"
             );
@@ -401,16 +543,19 @@ mod tests {
         let headers = request(Some("127.0.0.1:8787"), Some("http://evil.example"));
         let absolute: Uri = "http://evil.example/v1/agents/a/runs".parse().unwrap();
         assert_eq!(
-            admit(&[], None, &Method::POST, &absolute, &headers),
+            admit(&[], None, ROUTE, &Method::POST, &absolute, &headers),
             Err(Refusal::HostNotAllowed("evil.example".into()))
         );
         // The target's authority is what the origin is compared with.
         let headers = request(Some("127.0.0.1:8787"), Some("http://localhost:8787"));
         let absolute: Uri = "http://localhost:8787/healthz".parse().unwrap();
-        assert_eq!(admit(&[], None, &Method::POST, &absolute, &headers), Ok(()));
+        assert_eq!(
+            admit(&[], None, ROUTE, &Method::POST, &absolute, &headers),
+            Ok(())
+        );
         // HTTP/1.0 style: no Host, but an absolute target.
         assert_eq!(
-            admit(&[], None, &Method::GET, &absolute, &HeaderMap::new()),
+            admit(&[], None, ROUTE, &Method::GET, &absolute, &HeaderMap::new()),
             Ok(())
         );
     }
@@ -421,8 +566,15 @@ mod tests {
         headers.append(header::HOST, HeaderValue::from_static("evil.example"));
         let uri: Uri = "/".parse().unwrap();
         assert_eq!(
-            admit(&[], None, &Method::GET, &uri, &headers),
-            Err(Refusal::HostMissing)
+            admit(&[], None, ROUTE, &Method::GET, &uri, &headers),
+            Err(Refusal::HostRepeated)
+        );
+        assert_eq!(Refusal::HostRepeated.problem().status, 400);
+        assert!(
+            Refusal::HostRepeated
+                .problem()
+                .kind
+                .ends_with("/host-repeated")
         );
         let mut headers = request(Some("127.0.0.1"), Some("http://127.0.0.1"));
         headers.append(
@@ -430,9 +582,156 @@ mod tests {
             HeaderValue::from_static("http://evil.example"),
         );
         assert!(matches!(
-            admit(&[], None, &Method::POST, &uri, &headers),
+            admit(&[], None, ROUTE, &Method::POST, &uri, &headers),
             Err(Refusal::OriginNotAllowed(_))
         ));
+    }
+
+    #[test]
+    fn probes_are_answered_whatever_the_host_and_keep_the_origin_check() {
+        let cors = cors();
+        let pod = request(Some("10.1.2.3:8787"), None);
+        for route in PROBES {
+            for method in [Method::GET, Method::HEAD] {
+                assert_eq!(
+                    admit(&[], None, route, &method, &"/".parse().unwrap(), &pod),
+                    Ok(()),
+                    "{method} {route}"
+                );
+            }
+            assert_eq!(
+                admit(
+                    &[],
+                    None,
+                    route,
+                    &Method::GET,
+                    &"/".parse().unwrap(),
+                    &HeaderMap::new()
+                ),
+                Ok(()),
+                "an HTTP/1.0 probe without Host"
+            );
+            // Not a probe: another method, or a page's origin.
+            assert_eq!(
+                admit(&[], None, route, &Method::POST, &"/".parse().unwrap(), &pod),
+                Err(Refusal::HostNotAllowed("10.1.2.3:8787".into()))
+            );
+            let page = request(Some("10.1.2.3:8787"), Some("http://10.1.2.3:8787"));
+            assert_eq!(
+                admit(
+                    &[],
+                    Some(&cors),
+                    route,
+                    &Method::GET,
+                    &"/".parse().unwrap(),
+                    &page
+                ),
+                Err(Refusal::OriginNotAllowed("http://10.1.2.3:8787".into())),
+                "no trusted Host to be the same origin as"
+            );
+            let listed = request(Some("10.1.2.3:8787"), Some("http://app.example"));
+            assert_eq!(
+                admit(
+                    &[],
+                    Some(&cors),
+                    route,
+                    &Method::GET,
+                    &"/".parse().unwrap(),
+                    &listed
+                ),
+                Ok(())
+            );
+            // A probe on a trusted Host keeps its same-origin pages.
+            let own = request(Some("127.0.0.1:8787"), Some("http://127.0.0.1:8787"));
+            assert_eq!(
+                admit(&[], None, route, &Method::GET, &"/".parse().unwrap(), &own),
+                Ok(())
+            );
+        }
+        // Any other route is checked.
+        assert_eq!(
+            admit(&[], None, ROUTE, &Method::GET, &"/".parse().unwrap(), &pod),
+            Err(Refusal::HostNotAllowed("10.1.2.3:8787".into()))
+        );
+        assert_eq!(
+            admit(
+                &[],
+                None,
+                crate::access::UNMATCHED,
+                &Method::GET,
+                &"/".parse().unwrap(),
+                &pod
+            ),
+            Err(Refusal::HostNotAllowed("10.1.2.3:8787".into()))
+        );
+    }
+
+    #[test]
+    fn a_specific_listen_address_is_answered_and_a_wildcard_one_warns() {
+        let pod: SocketAddr = "10.1.2.3:8787".parse().unwrap();
+        let hosts = listen_hosts(&[], pod);
+        let by_address = request(Some("10.1.2.3:8787"), None);
+        assert_eq!(
+            admit(
+                &hosts,
+                None,
+                ROUTE,
+                &Method::POST,
+                &"/".parse().unwrap(),
+                &by_address
+            ),
+            Ok(())
+        );
+        for wildcard in ["0.0.0.0:8787", "[::]:8787", "127.0.0.1:8787"] {
+            let listen: SocketAddr = wildcard.parse().unwrap();
+            assert!(listen_hosts(&[], listen).is_empty(), "{wildcard}");
+        }
+        let settings = ServerSpec::default();
+        for (listen, warns) in [
+            ("0.0.0.0:8787", true),
+            ("10.1.2.3:8787", true),
+            ("127.0.0.1:8787", false),
+            ("[::1]:8787", false),
+        ] {
+            let warnings = start_warnings(&settings, listen.parse().unwrap());
+            assert_eq!(warnings.len(), usize::from(warns), "{listen}: {warnings:?}");
+            if warns {
+                assert!(warnings[0].contains("server.allowed_hosts"), "{warnings:?}");
+            }
+        }
+        let mut listed = ServerSpec::default();
+        listed.allowed_hosts = vec![AllowedHost::parse("rein.internal").unwrap()];
+        assert!(start_warnings(&listed, "0.0.0.0:8787".parse().unwrap()).is_empty());
+    }
+
+    #[test]
+    fn the_default_cors_headers_are_the_request_headers_the_api_reads() {
+        use rein_core::registry::DEFAULT_CORS_ALLOWED_HEADERS;
+        for read in [
+            header::AUTHORIZATION.as_str(),
+            header::CONTENT_TYPE.as_str(),
+            crate::idempotency::IDEMPOTENCY_KEY,
+            crate::access::REQUEST_ID,
+            crate::events::LAST_EVENT_ID,
+            rein_core::deadline::DEADLINE_HEADER,
+        ] {
+            assert!(
+                DEFAULT_CORS_ALLOWED_HEADERS.contains(&read.to_ascii_lowercase().as_str()),
+                "{read} is read by the API but not a default CORS header"
+            );
+        }
+        let exposed: Vec<String> = exposed_headers().iter().map(ToString::to_string).collect();
+        assert_eq!(
+            exposed,
+            [
+                "location",
+                "retry-after",
+                "request-id",
+                "rein-model",
+                "rein-fallback",
+                "idempotency-replayed"
+            ]
+        );
     }
 
     #[test]

@@ -66,12 +66,13 @@ pub const DEFAULT_GATEWAY_DEADLINE: Duration = Duration::from_secs(120);
         (status = 401, description = "missing or invalid API key", body = Problem),
         (status = 404, description = "unknown model binding", body = Problem),
         (status = 409, description = "the same Idempotency-Key is still in progress", body = Problem),
+        (status = 408, description = "the body stopped arriving (server.limits.body_timeout)", body = Problem),
         (status = 413, description = "body over the limit", body = Problem),
         (status = 422, description = "the same Idempotency-Key with another request", body = Problem),
         (status = 429, description = "every link is rate limited", body = Problem),
         (status = 501, description = "Idempotency-Key sent while idempotency is disabled", body = Problem),
         (status = 502, description = "every link failed", body = Problem),
-        (status = 503, description = "every link's circuit is open", body = Problem),
+        (status = 503, description = "every link's circuit is open, or the server is draining (`type` ends in `/draining`, with `Retry-After`)", body = Problem),
         (status = 504, description = "the deadline ran out", body = Problem),
     ),
     security(("bearer" = []))
@@ -667,6 +668,7 @@ async fn complete(state: Arc<AppState>, chat: Chat, deadline: Duration) -> Resul
             ),
             (FALLBACK_HEADER, answer.fell_back.to_string()),
         ],
+        provisional: false,
     })
 }
 

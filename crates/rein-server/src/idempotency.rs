@@ -4,15 +4,17 @@
 //! | --- | --- |
 //! | first request reserves the key | the endpoint executes |
 //! | same key, completed 2xx | stored status, body, content type and `Location` replayed, `Idempotency-Replayed: true` |
-//! | same key, still in progress, its holder alive | 409 `idempotency-in-progress` |
-//! | same key, in progress, its holder died, nothing ran | the reservation is released and this request executes |
-//! | same key, in progress, its holder died, its sync run still being recovered | 202, `Location` and the run's current view, `Idempotency-Replayed: true`, `Retry-After: 1`; not stored |
-//! | same key, in progress, its holder died, its run ended (or it was queued) | the record is completed with the run's view (200 sync, 202 queued) and replayed |
+//! | same key, still in progress, its holder alive (renewing its reservation) | 409 `idempotency-in-progress` |
+//! | same key, in progress, its holder gone, nothing ran | the reservation is released and this request executes |
+//! | same key, in progress, its holder gone, its sync run still being recovered | 202, `Location` and the run's current view, `Retry-After: 1`; not stored, not a replay |
+//! | same key, in progress, its holder gone, its run ended (or it was queued) | the record is completed with the run's view (200 sync, 202 queued) and replayed |
 //! | same key, different method, path or raw body | 422 `idempotency-mismatch` |
 //! | key empty, longer than `max_key_length`, or not visible ASCII | 400 `idempotency-key-invalid` |
 //! | key on a body that sets `"stream": true` | 400 `idempotency-stream` |
 //! | idempotency disabled, header present | 501 `idempotency-disabled`; nothing executes |
-//! | the endpoint answers non-2xx or fails | the reservation is released |
+//! | the endpoint answers non-2xx, fails or panics, and started no run | the reservation is released |
+//! | the same after its run was created | completed with the run's final view if it ended, else given up for the next retry to resolve from the run: never released, so never a second run |
+//! | a sync run handed on by a draining server | 202 to its caller, not stored; the reservation is given up, so retries get the recovering 202, then the run's final view |
 //!
 //! # Why in the store
 //!
@@ -23,16 +25,19 @@
 //! # When the process holding a key dies
 //!
 //! Every reservation names its holder (this process, with a token of its
-//! own) and, for a run submission, the run it starts. A queued submission
-//! is reserved, enqueued and answered in one write (`Store::submit_queued`),
-//! so it is never left in progress. A sync submission's record outlives a
-//! process killed mid-run; a retry then resolves it ([`crate::submission`]):
-//! never a 409 once the holder is gone (a process of this host that exited,
-//! or a claim nobody renewed for a lease), and never a second run. While
-//! the dead holder's run is being recovered (taken over, or closed by the
-//! orphan scan) the honest answer is 202 with its location: the run exists,
-//! its end is not known yet. Once it ended, the replay is its final view,
-//! as the holder would have answered.
+//! own) and, for a run submission, the run it starts; the holder renews it
+//! every third of `server.queue.lease` while the request executes
+//! ([`Renewal`]). A queued submission is reserved, enqueued and answered in
+//! one write (`Store::submit_queued`), so it is never left in progress. A
+//! sync submission's record outlives a process killed mid-run; a retry
+//! then resolves it ([`crate::submission`]): a 409 only while the holder
+//! renews (never longer than a lease after a holder died), and never a
+//! second run: a release is refused in the store's write when the run
+//! exists, and the run is created only while the reservation is still its
+//! holder's. While the dead holder's run is being recovered (taken over, or
+//! closed by the orphan scan) the honest answer is 202 with its location:
+//! the run exists, its end is not known yet. Once it ended, the replay is
+//! its final view, as the holder would have answered.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -40,7 +45,10 @@ use std::sync::Arc;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rein_core::{RunId, TenantId};
-use rein_store::{Holder, IdempotencySettlement, NewReservation, Reservation, StoredResponse};
+use rein_store::{
+    Holder, IdempotencySettled, IdempotencySettlement, NewReservation, Reservation,
+    ReservationFence, StoredResponse,
+};
 use sha2::{Digest, Sha256};
 
 use crate::problem::Problem;
@@ -49,6 +57,8 @@ use crate::runs::Answer;
 use crate::state::AppState;
 
 /// The request header.
+///
+/// NOTE: `DEFAULT_CORS_ALLOWED_HEADERS` (rein-core) lists it.
 pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 /// The header on a replayed response.
 pub const REPLAYED: &str = "Idempotency-Replayed";
@@ -157,26 +167,40 @@ pub fn holder_id() -> String {
     )
 }
 
+/// The lease of a reservation's holder, in ms: `server.queue.lease`, the
+/// lease of run claims. The holder renews its reservation every third of
+/// it while it works ([`Renewal`]).
+fn lease_ms(state: &AppState) -> u64 {
+    u64::try_from(state.settings.queue.lease.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// The reservation of `key` for the request with fingerprint `print`, held
-/// by `holder`, now.
+/// by a fresh holder of this process (for `run`, when the request starts
+/// one whose id is known), now; and that holder's id.
 pub fn new_reservation(
     state: &AppState,
     tenant: &TenantId,
     key: &str,
     print: String,
-    holder: Holder,
-) -> NewReservation {
+    run: Option<RunId>,
+) -> (NewReservation, String) {
     let now = now_ms();
     let retention =
         u64::try_from(state.settings.idempotency.retention.as_millis()).unwrap_or(u64::MAX);
-    NewReservation {
+    let owner = holder_id();
+    let reservation = NewReservation {
         tenant: tenant.clone(),
         key: key.to_owned(),
         fingerprint: print,
-        holder: Some(holder),
+        holder: Some(Holder {
+            owner: owner.clone(),
+            run_id: run,
+            until_ms: now.saturating_add(lease_ms(state)),
+        }),
         now_ms: now,
         expires_at_ms: now.saturating_add(retention),
-    }
+    };
+    (reservation, owner)
 }
 
 /// The answer to a reservation that found a completed record, or one of
@@ -203,21 +227,27 @@ pub fn decided(reservation: Reservation) -> Response {
 
 /// The 409 of a request whose first attempt is still being processed.
 pub fn in_progress() -> Response {
+    in_progress_problem().into_response()
+}
+
+/// The problem of [`in_progress`].
+pub fn in_progress_problem() -> Problem {
     Problem::new(
         StatusCode::CONFLICT,
         "idempotency-in-progress",
         "Request in progress",
         "a request with this Idempotency-Key is still being processed; wait and query the run instead of submitting again",
     )
-    .into_response()
 }
 
 /// How often a reservation found in progress is resolved and tried again
-/// before answering 409: once its dead holder's record is released, the
-/// next reservation wins, unless another retry took the key meanwhile.
-const RESERVE_ROUNDS: usize = 2;
+/// before answering 409: once its dead holder's record is released (or
+/// settled by another retry meanwhile), the next reservation wins or
+/// replays, unless yet another retry took the key in between.
+pub const RESERVE_ROUNDS: usize = 3;
 
-/// Runs `execute` under the key's reservation.
+/// Runs `execute` under the key's reservation (a request that starts no
+/// run: the gateway's).
 #[allow(clippy::too_many_arguments)]
 pub async fn guarded<F, Fut>(
     state: &Arc<AppState>,
@@ -232,13 +262,18 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<Answer, Problem>>,
 {
-    guarded_run(state, tenant, key, method, path, body, None, execute).await
+    guarded_run(state, tenant, key, method, path, body, None, move |_| {
+        execute()
+    })
+    .await
 }
 
 /// Runs `execute` under the key's reservation, held by this process and
 /// naming `run`, the run `execute` starts (when its id is known before):
 /// a retry after this process died answers from that run (see
-/// [`crate::submission`]).
+/// [`crate::submission`]). `execute` gets the reservation's fence: the run
+/// it creates must be fenced on it (`RunRequest::reservation`), so that a
+/// holder a retry took for dead never creates a second run.
 #[allow(clippy::too_many_arguments)]
 pub async fn guarded_run<F, Fut>(
     state: &Arc<AppState>,
@@ -251,29 +286,29 @@ pub async fn guarded_run<F, Fut>(
     execute: F,
 ) -> Response
 where
-    F: FnOnce() -> Fut,
+    F: FnOnce(ReservationFence) -> Fut,
     Fut: Future<Output = Result<Answer, Problem>>,
 {
     let print = fingerprint(method, path, body);
-    let owner = holder_id();
     for _ in 0..RESERVE_ROUNDS {
-        let holder = Holder {
-            owner: owner.clone(),
-            run_id: run.clone(),
-        };
-        let reservation = new_reservation(state, tenant, key, print.clone(), holder);
+        let (reservation, owner) = new_reservation(state, tenant, key, print.clone(), run.clone());
         let reservation = match state.store.reserve_idempotency_as(reservation).await {
             Ok(r) => r,
             Err(e) => return Problem::from(e).into_response(),
         };
         match reservation {
             Reservation::Reserved => {
-                return execute_reserved(state, tenant, key, owner, execute).await;
+                let fence = ReservationFence {
+                    tenant: tenant.clone(),
+                    key: key.to_owned(),
+                    owner,
+                };
+                return execute_reserved(state, fence, run, body, execute).await;
             }
             Reservation::InProgress(record) => {
                 match crate::submission::resolve_in_progress(state, &record, body).await {
                     crate::submission::Resolved::Answer(response) => return response,
-                    crate::submission::Resolved::Released => continue,
+                    crate::submission::Resolved::Again => continue,
                 }
             }
             other => return decided(other),
@@ -282,46 +317,46 @@ where
     in_progress()
 }
 
-/// Executes a request whose key this process just reserved as `owner`,
-/// and completes or releases the reservation with its answer.
+/// Executes a request whose key this process just reserved (`fence`), and
+/// settles the reservation with its answer.
+///
+/// | the request | its reservation |
+/// | --- | --- |
+/// | answered 2xx | completed with the answer (retried while the store is briefly unavailable) |
+/// | a sync run that has not ended (202: handed on by a draining server, or taken over by another process) | given up: a retry finds it recovering, then completes it with the run's final view |
+/// | failed, answered non-2xx, or panicked, and its run does not exist | released: a retry executes afresh |
+/// | the same, but its run exists (it may have made effects) | completed with the run's final view when it ended, else given up for a retry to resolve from the run |
 async fn execute_reserved<F, Fut>(
     state: &Arc<AppState>,
-    tenant: &TenantId,
-    key: &str,
-    owner: String,
+    fence: ReservationFence,
+    run: Option<RunId>,
+    body: &[u8],
     execute: F,
 ) -> Response
 where
-    F: FnOnce() -> Fut,
+    F: FnOnce(ReservationFence) -> Fut,
     Fut: Future<Output = Result<Answer, Problem>>,
 {
-    // A panic while executing must not leave the key reserved for the
-    // whole retention: the guard releases it on unwind.
-    let mut guard = ReleaseOnDrop {
-        store: state.store.clone(),
-        tenant: tenant.clone(),
-        key: key.to_owned(),
-        owner: owner.clone(),
+    rein_engine::crash::point("after_reservation");
+    let renewal = Renewal::start(state, fence.clone());
+    // A panic while executing must not leave the key to the heartbeat's
+    // lapse alone, nor release a key whose run exists: the guard settles
+    // it on unwind as a failure.
+    let mut guard = SettleOnDrop {
+        state: state.clone(),
+        fence: fence.clone(),
+        run: run.clone(),
+        body: body.to_vec(),
         armed: true,
     };
-    let result = execute().await;
+    let result = execute(fence.clone()).await;
     guard.armed = false;
-    let settle = |settlement: IdempotencySettlement| async move {
-        match state
-            .store
-            .settle_idempotency(tenant, key, &owner, settlement, now_ms())
-            .await
-        {
-            Ok(true) => {}
-            // A retry took this process for dead and resolved the record
-            // from its run: the answer it stored is this run's too.
-            Ok(false) => {
-                tracing::warn!(%tenant, "the idempotency record was resolved by a retry meanwhile")
-            }
-            Err(e) => tracing::error!(%tenant, "cannot record the idempotent answer: {e}"),
-        }
-    };
+    drop(renewal);
     match result {
+        Ok(answer) if answer.provisional => {
+            give_up(state.store.as_ref(), &fence).await;
+            answer.into_response()
+        }
         Ok(answer) if answer.status.is_success() => {
             let stored = StoredResponse {
                 status: answer.status.as_u16(),
@@ -329,11 +364,29 @@ where
                 location: answer.location.clone(),
                 body: answer.body.clone(),
             };
-            settle(IdempotencySettlement::Complete(stored)).await;
+            let settled = settle_retrying(
+                state.store.as_ref(),
+                &fence,
+                IdempotencySettlement::Complete(stored),
+            )
+            .await;
+            match settled {
+                Ok(IdempotencySettled::Applied) => {}
+                // A retry took this process for dead and resolved the
+                // record from its run: what it stored is this run's too.
+                Ok(_) => {
+                    tracing::warn!(tenant = %fence.tenant, "the idempotency record was resolved by a retry meanwhile")
+                }
+                // The renewals stopped: a retry resolves the record from
+                // the run once a lease has passed.
+                Err(e) => {
+                    tracing::error!(tenant = %fence.tenant, "cannot record the idempotent answer: {e}")
+                }
+            }
             answer.into_response()
         }
         other => {
-            settle(IdempotencySettlement::Release).await;
+            settle_failed(state.store.as_ref(), &fence, run.as_ref(), body).await;
             match other {
                 Ok(answer) => answer.into_response(),
                 Err(problem) => problem.into_response(),
@@ -342,36 +395,166 @@ where
     }
 }
 
-/// Releases a reservation when dropped while armed (the execution
-/// unwound).
-struct ReleaseOnDrop {
-    store: Arc<dyn rein_store::Store>,
-    tenant: TenantId,
-    key: String,
-    owner: String,
+/// How often a settlement is offered to a store that is briefly
+/// unavailable, and the first pause (doubled each time).
+const SETTLE_TRIES: u32 = 5;
+const SETTLE_FIRST_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// [`rein_store::Store::settle_idempotency`] of `fence`'s record, offered
+/// again with bounded backoff while the store is briefly unavailable.
+async fn settle_retrying(
+    store: &dyn rein_store::Store,
+    fence: &ReservationFence,
+    settlement: IdempotencySettlement,
+) -> Result<IdempotencySettled, rein_store::StoreError> {
+    let mut pause = SETTLE_FIRST_PAUSE;
+    let mut attempt = 1;
+    loop {
+        let settled = store
+            .settle_idempotency(
+                &fence.tenant,
+                &fence.key,
+                &fence.owner,
+                settlement.clone(),
+                now_ms(),
+            )
+            .await;
+        match settled {
+            Err(e) if e.is_transient() && attempt < SETTLE_TRIES => {
+                tracing::warn!(tenant = %fence.tenant, attempt, "the idempotency record is not settled yet: {e}");
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+                attempt += 1;
+            }
+            settled => return settled,
+        }
+    }
+}
+
+/// Gives `fence`'s reservation up while this process lives: held until
+/// now, so that a retry resolves it at once from its run (a draining
+/// server that handed its run on; a run whose end this process cannot
+/// record).
+async fn give_up(store: &dyn rein_store::Store, fence: &ReservationFence) {
+    if let Err(e) = store
+        .renew_idempotency(&fence.tenant, &fence.key, &fence.owner, now_ms())
+        .await
+    {
+        // Its renewals stopped: it lapses within a lease anyway.
+        tracing::warn!(tenant = %fence.tenant, "cannot give the idempotency reservation up: {e}");
+    }
+}
+
+/// Settles the reservation of a request that failed (non-2xx, an error, a
+/// panic): released when no run of it exists; when its run exists (it may
+/// have made effects), completed with the run's final view if it ended,
+/// else given up for a retry to resolve from the run. Never released while
+/// the run exists: a retry would start a second one.
+async fn settle_failed(
+    store: &dyn rein_store::Store,
+    fence: &ReservationFence,
+    run: Option<&RunId>,
+    body: &[u8],
+) {
+    match settle_retrying(store, fence, IdempotencySettlement::Release).await {
+        Ok(IdempotencySettled::Applied | IdempotencySettled::Superseded) => return,
+        Ok(IdempotencySettled::RunExists) => {}
+        Err(e) => {
+            tracing::error!(tenant = %fence.tenant, "cannot release the idempotency reservation: {e}");
+            give_up(store, fence).await;
+            return;
+        }
+    }
+    let ended = match run {
+        Some(run) => match store.get_run(run).await {
+            Ok(Some(record)) if record.status.is_finished() => Some(record),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(tenant = %fence.tenant, %run, "cannot read the run of a failed request: {e}");
+                None
+            }
+        },
+        None => None,
+    };
+    let Some(record) = ended else {
+        give_up(store, fence).await;
+        return;
+    };
+    let answer = crate::submission::final_answer(&record, body);
+    match settle_retrying(store, fence, IdempotencySettlement::Complete(answer)).await {
+        Ok(_) => {}
+        Err(e) => {
+            tracing::error!(tenant = %fence.tenant, "cannot record the run's answer: {e}");
+            give_up(store, fence).await;
+        }
+    }
+}
+
+/// The heartbeat of a reservation this process holds: renews it every
+/// third of the lease while the request executes, so that a retry at any
+/// node takes the holder for alive (409) exactly as long as it works, and
+/// for gone within a lease of its last renewal. Stops when dropped.
+struct Renewal(tokio::task::JoinHandle<()>);
+
+impl Renewal {
+    fn start(state: &Arc<AppState>, fence: ReservationFence) -> Renewal {
+        let store = state.store.clone();
+        let lease = lease_ms(state);
+        let every = state.settings.queue.lease / 3;
+        Renewal(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let until = now_ms().saturating_add(lease);
+                match store
+                    .renew_idempotency(&fence.tenant, &fence.key, &fence.owner, until)
+                    .await
+                {
+                    Ok(true) => {}
+                    // Resolved by a retry that took this process for dead
+                    // (it stalled for a lease): the request's run, if it
+                    // was not created yet, never will be (it is fenced).
+                    Ok(false) => {
+                        tracing::warn!(tenant = %fence.tenant, "the idempotency reservation was resolved by a retry; no longer renewed");
+                        return;
+                    }
+                    // Transient: the next beat tries again.
+                    Err(e) => {
+                        tracing::warn!(tenant = %fence.tenant, "cannot renew the idempotency reservation: {e}")
+                    }
+                }
+            }
+        }))
+    }
+}
+
+impl Drop for Renewal {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Settles a reservation as failed ([`settle_failed`]) when dropped while
+/// armed (the execution unwound).
+struct SettleOnDrop {
+    state: Arc<AppState>,
+    fence: ReservationFence,
+    run: Option<RunId>,
+    body: Vec<u8>,
     armed: bool,
 }
 
-impl Drop for ReleaseOnDrop {
+impl Drop for SettleOnDrop {
     fn drop(&mut self) {
         if !self.armed {
             return;
         }
-        let (store, tenant, key, owner) = (
-            self.store.clone(),
-            self.tenant.clone(),
-            self.key.clone(),
-            self.owner.clone(),
-        );
+        let store = self.state.store.clone();
+        let fence = self.fence.clone();
+        let run = self.run.take();
+        let body = std::mem::take(&mut self.body);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                let release = IdempotencySettlement::Release;
-                if let Err(e) = store
-                    .settle_idempotency(&tenant, &key, &owner, release, now_ms())
-                    .await
-                {
-                    tracing::error!(%tenant, "cannot release an abandoned reservation: {e}");
-                }
+                settle_failed(store.as_ref(), &fence, run.as_ref(), &body).await;
             });
         }
     }

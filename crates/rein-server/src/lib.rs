@@ -105,6 +105,10 @@ impl utoipa::Modify for Bearer {
 /// JSON.
 struct Refusals;
 
+/// The 403 every operation may answer ([`exposure`]).
+const FOREIGN_ORIGIN: &str =
+    "a browser origin that is neither this server's nor in server.cors.allowed_origins";
+
 impl utoipa::Modify for Refusals {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
@@ -128,10 +132,16 @@ impl utoipa::Modify for Refusals {
                 responses
                     .entry("400".to_owned())
                     .or_insert_with(|| problem("no Host header, or two"));
-                responses.insert(
-                    "403".to_owned(),
-                    problem("a browser origin that is neither this server's nor in server.cors.allowed_origins"),
-                );
+                // An operation's own 403 (a tenant not allowed) keeps its
+                // meaning beside this one.
+                match responses.get_mut("403") {
+                    Some(RefOr::T(own)) => {
+                        own.description = format!("{}; or {FOREIGN_ORIGIN}", own.description);
+                    }
+                    _ => {
+                        responses.insert("403".to_owned(), problem(FOREIGN_ORIGIN));
+                    }
+                }
                 responses.insert(
                     "421".to_owned(),
                     problem("a Host that is not loopback nor in server.allowed_hosts"),
@@ -217,6 +227,9 @@ pub fn document(settings: &ServerSpec) -> utoipa::openapi::OpenApi {
     {
         get.security = None;
         get.responses.responses.remove("401");
+        if let Some(RefOr::T(forbidden)) = get.responses.responses.get_mut("403") {
+            FOREIGN_ORIGIN.clone_into(&mut forbidden.description);
+        }
     }
     for item in doc.paths.paths.values_mut() {
         for operation in operations(item) {
@@ -235,22 +248,20 @@ pub fn document(settings: &ServerSpec) -> utoipa::openapi::OpenApi {
 /// retries, calls, outcomes; per provider, tool and arm) in the Prometheus
 /// text format. Per process, like the breakers they describe.
 ///
-/// With `[[server.api_keys]]` configured it needs a valid bearer key (any
-/// tenant's: the counters are the process's) unless `server.metrics =
-/// "open"`; in open mode there are no keys, and the server is on loopback.
+/// With `[[server.api_keys]]` configured it needs the key of a tenant in
+/// `server.metrics_tenants` (the counters are the whole process's, so not
+/// any tenant's key) unless `server.metrics = "open"`; in open mode there
+/// are no keys, and the server is on loopback ([`auth::authorize_metrics`]).
 #[utoipa::path(get, path = "/metrics", tag = "health",
     responses((status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain"),
-              (status = 401, description = "missing or invalid API key (keys configured, server.metrics protected)", body = Problem)),
+              (status = 401, description = "missing or invalid API key (keys configured, server.metrics protected)", body = Problem),
+              (status = 403, description = "the key's tenant is not in server.metrics_tenants", body = Problem)),
     security(("bearer" = [])))]
 pub async fn metrics(
     State(state): State<Arc<AppState>>,
     parts: axum::http::request::Parts,
 ) -> Response {
-    let settings = &state.settings;
-    if !settings.api_keys.is_empty()
-        && settings.metrics == rein_core::registry::MetricsAccess::Protected
-        && let Err(problem) = auth::authenticate(&parts, &state)
-    {
+    if let Err(problem) = auth::authorize_metrics(&parts, &state) {
         return problem.into_response();
     }
     (
@@ -259,7 +270,7 @@ pub async fn metrics(
             "text/plain; version=0.0.4; charset=utf-8",
         )],
         // The server's own connection counters follow the engine's.
-        state.engine.metrics().render() + &state.connections.render(),
+        state.engine.metrics().render() + &state.connections.render() + &state.drain.render(),
     )
         .into_response()
 }
@@ -297,8 +308,12 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     match state.store.list_runs(1).await {
         Ok(_) => Json(json!({"status": "ready", "workers": state.health.workers_alive()}))
             .into_response(),
+        // The probe is answered whatever the Host (`exposure::PROBES`), so
+        // the store's error (a path, a server address) stays in the log.
         Err(e) => {
-            Problem::unavailable(format!("the run store does not answer: {e}")).into_response()
+            tracing::warn!("readiness: the run store does not answer: {e}");
+            Problem::unavailable("the run store does not answer (the server log says why)")
+                .into_response()
         }
     }
 }
@@ -379,13 +394,26 @@ where
     post(handler).route_layer(axum::middleware::from_fn(media::require_json))
 }
 
-/// The API's routes over `state`, behind the front door: outermost the
-/// access line and request id, then errors as problems (with OpenAI's
-/// member on the gateway), the `Host`/`Origin` guard, the refusal of new
-/// work while draining, CORS when configured, the body limit, and on each POST route the JSON
-/// requirement (`post_json`).
+/// The API's routes over `state`, behind the front door.
+///
+/// # Layers, outside in
+///
+/// Each layer sees what the ones outside it let through, and its answers
+/// pass out through them:
+///
+/// | layer | sees | answers itself |
+/// | --- | --- | --- |
+/// | `RequestBodyTimeoutLayer` ([`serve`]) | every request the router gets | nothing: cuts a stalled body |
+/// | [`access::record`] | every request the router gets | nothing: the `Request-Id` and access line of every answer below |
+/// | [`problem::plain_errors_as_problems`] | every answer below | turns axum's plain errors (405, a rejection) into problems; adds OpenAI's `error` on [`problem::OPENAI_ROUTES`] |
+/// | [`exposure::guard`] | every request | 400/403/421 for a host or origin not admitted, before CORS may answer a preflight |
+/// | CORS ([`exposure::cors_layer`], with `[server.cors]`) | admitted requests | preflights; adds `Access-Control-*` to every answer below, the drain's 503 included, so a listed page can read it |
+/// | [`drain::refuse_new_work`] | admitted requests | 503 for new work while draining |
+/// | `DefaultBodyLimit` | the handlers' body extractors | 413 past `server.body_limit` |
+/// | [`media::require_json`] (POST routes) | POSTs to a route that has them | 415 for a body that is not JSON |
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.settings.body_limit;
+    // NOTE: `exposure::PROBES` names the probes' paths.
     let routes = Router::new()
         .route("/v1/agents/{name}/runs", post_json(runs::create_run))
         .route("/v1/runs/{id}", get(runs::get_run))
@@ -401,18 +429,16 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/openapi.json", get(openapi))
         .fallback(no_route)
         // Layers run outside in: the last added sees the request first.
-        .layer(DefaultBodyLimit::max(limit));
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            drain::refuse_new_work,
+        ));
     let routes = match &state.settings.cors {
         Some(cors) => routes.layer(exposure::cors_layer(cors)),
         None => routes,
     };
     routes
-        // Inside the guard and the access line: a refusal while draining
-        // is logged and shaped like every other answer.
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            drain::refuse_new_work,
-        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             exposure::guard,
@@ -425,11 +451,11 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 /// Serves the API on `listener` with `state.workers` queue workers, until
-/// `shutdown` resolves; then drains ([`drain`]): new work is refused, the
-/// work in flight gets `server.shutdown_grace` to finish, what is left is
-/// interrupted and handed on, and connections close after their last
-/// response. Connections are served within `server.limits`
-/// ([`connections`]).
+/// `shutdown` resolves; then drains ([`drain`]), all of it within
+/// `server.shutdown_grace`: new work is refused, the work in flight gets
+/// the first part of the grace to finish, what is left is interrupted and
+/// handed on, and connections close after their last response.
+/// Connections are served within `server.limits` ([`connections`]).
 ///
 /// # Errors
 ///
@@ -466,7 +492,7 @@ pub async fn serve(
     let draining = async {
         shutdown.await;
         let began = tokio::time::Instant::now();
-        let drained = drain::drain_work(&state).await;
+        let drained = drain::drain_work(&state, began).await;
         stop_accepting.cancel();
         (began, drained)
     };
@@ -480,21 +506,19 @@ pub async fn serve(
     let ((), (began, drained)) = tokio::join!(accepting, draining);
     drop(listener);
     state.drain.close();
-    let grace_left = state
-        .settings
-        .shutdown_grace
-        .saturating_sub(began.elapsed())
-        .max(drain::CLOSE_WAIT);
-    let open = graceful.count();
-    if tokio::time::timeout(grace_left, graceful.shutdown())
+    let close_by = began + drain::Phases::of(state.settings.shutdown_grace).close;
+    if tokio::time::timeout_at(close_by, graceful.shutdown())
         .await
         .is_err()
     {
         tracing::warn!(
-            connections = open,
-            "connections still busy at the end of the grace were closed"
+            connections = state.connections.open(),
+            "connections still busy at the end of server.shutdown_grace are closed"
         );
     }
+    state
+        .connections
+        .flush_refusals(state.settings.limits.max_connections.get());
     tracing::info!("{}", drained.summary(began.elapsed()));
     Ok(())
 }

@@ -16,7 +16,7 @@
 //! or `{}`.
 
 use axum::extract::Request;
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -37,10 +37,9 @@ pub fn declares_json(headers: &HeaderMap) -> bool {
 
 /// The 415 for a request whose `Content-Type` is not JSON.
 pub fn unsupported(headers: &HeaderMap) -> Problem {
-    let received = headers.get(header::CONTENT_TYPE).map(|v| match v.to_str() {
-        Ok(text) => text.chars().take(100).collect::<String>(),
-        Err(_) => "<not visible ASCII>".to_owned(),
-    });
+    let received = headers
+        .get(header::CONTENT_TYPE)
+        .map(crate::exposure::shown);
     let detail = match &received {
         Some(ct) => {
             format!("POST bodies must be `{JSON}`, but this request's Content-Type is `{ct}`")
@@ -56,9 +55,11 @@ pub fn unsupported(headers: &HeaderMap) -> Problem {
     .with(json!({"received": received, "accepted": [JSON]}))
 }
 
-/// The middleware: refuses a POST that is not JSON.
+/// The middleware: refuses a request that is not JSON. It is layered on
+/// each POST route's `post` method only (`crate::router`'s `post_json`), so
+/// every request it sees is a POST.
 pub async fn require_json(request: Request, next: Next) -> Response {
-    if request.method() == Method::POST && !declares_json(request.headers()) {
+    if !declares_json(request.headers()) {
         let mut problem = unsupported(request.headers()).into_response();
         // RFC 9110 §15.5.16: say which types would have been accepted.
         problem.headers_mut().insert(
@@ -95,6 +96,11 @@ mod tests {
             "text/plain",
             "application/xml",
             "application/jsonp",
+            // A structured suffix is another type, which the API does not
+            // read (RFC 6839): refused like any other.
+            "application/merge-patch+json",
+            "application/problem+json",
+            "application/vnd.api+json; charset=utf-8",
             "multipart/form-data; boundary=x",
             "application/x-www-form-urlencoded",
         ] {

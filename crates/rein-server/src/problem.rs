@@ -42,6 +42,7 @@ pub struct Problem {
 
 /// What a 401 says about the bearer key (RFC 6750 §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Challenge {
     /// No bearer key was presented (or another scheme): the realm only.
     Missing,
@@ -256,21 +257,56 @@ pub fn openai_error(problem: &serde_json::Value) -> serde_json::Value {
 /// `response` (a problem) with an OpenAI `error` member, unless it has
 /// one: what the gateway's clients read from every error, whether the
 /// gateway, the router or a guard before it answered.
+///
+/// A problem that already has the member, is not a JSON object, or whose
+/// body may be over [`MAX_PROBLEM_BYTES`] (its size is unknown or larger)
+/// passes unchanged, bytes and headers as they were: the body is never
+/// read past what can be put back.
 async fn with_openai_error(response: Response) -> Response {
+    use http_body::Body as _;
     let (mut parts, body) = response.into_parts();
-    let bytes = axum::body::to_bytes(body, MAX_PROBLEM_BYTES)
-        .await
-        .unwrap_or_default();
-    let mut problem: serde_json::Value = match serde_json::from_slice(&bytes) {
-        Ok(serde_json::Value::Object(map)) => serde_json::Value::Object(map),
+    let small = body
+        .size_hint()
+        .upper()
+        .is_some_and(|upper| upper <= MAX_PROBLEM_BYTES as u64);
+    if !small {
+        return Response::from_parts(parts, body);
+    }
+    let bytes = match axum::body::to_bytes(body, MAX_PROBLEM_BYTES).await {
+        Ok(bytes) => bytes,
+        // The body failed as it was read: what was sent cannot be put back.
+        Err(e) => {
+            let problem = Problem::internal(format!("the error answer could not be read: {e}"));
+            return problem_with_openai_error(problem);
+        }
+    };
+    let mut problem = match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(problem @ serde_json::Value::Object(_)) if problem.get("error").is_none() => problem,
         _ => return Response::from_parts(parts, axum::body::Body::from(bytes)),
     };
-    if problem.get("error").is_none() {
-        problem["error"] = openai_error(&problem);
+    problem["error"] = openai_error(&problem);
+    match serde_json::to_vec(&problem) {
+        Ok(body) => {
+            parts.headers.remove(header::CONTENT_LENGTH);
+            Response::from_parts(parts, axum::body::Body::from(body))
+        }
+        Err(_) => Response::from_parts(parts, axum::body::Body::from(bytes)),
     }
-    parts.headers.remove(header::CONTENT_LENGTH);
-    let body = serde_json::to_vec(&problem).unwrap_or_default();
-    Response::from_parts(parts, axum::body::Body::from(body))
+}
+
+/// `problem` answered with its OpenAI `error` member.
+fn problem_with_openai_error(problem: Problem) -> Response {
+    let error = serde_json::to_value(&problem)
+        .map(|value| openai_error(&value))
+        .unwrap_or_default();
+    let extra = match problem.extra.clone() {
+        Some(serde_json::Value::Object(mut map)) => {
+            map.insert("error".to_owned(), error);
+            serde_json::Value::Object(map)
+        }
+        _ => serde_json::json!({"error": error}),
+    };
+    problem.with(extra).into_response()
 }
 
 impl IntoResponse for Problem {
@@ -381,6 +417,41 @@ mod tests {
             )
         );
         assert_eq!(error["param"], serde_json::Value::Null);
+    }
+
+    async fn body_of(response: Response) -> axum::body::Bytes {
+        axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_problem_over_the_limit_passes_whole_and_one_with_the_member_byte_for_byte() {
+        let uri: axum::http::Uri = "/v1/chat/completions".parse().unwrap();
+        let big = Problem::bad_request("x".repeat(MAX_PROBLEM_BYTES + 1)).into_response();
+        // What rendering the problem gives (redacted, as every problem is).
+        let expected =
+            body_of(Problem::bad_request("x".repeat(MAX_PROBLEM_BYTES + 1)).into_response()).await;
+        let response = plain_errors_as_problems(axum::http::Method::POST, uri.clone(), big).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        let body = body_of(response).await;
+        assert_eq!(body.len(), expected.len(), "the body is not emptied");
+        assert_eq!(body, expected);
+        // Already shaped: not re-serialized (key order and spacing kept).
+        let shaped = br#"{"type": "https://rein.dev/problems/x", "status": 400, "detail": "d", "title": "t", "error": {"code": "mine"}}"#;
+        let length = shaped.len().to_string();
+        let response = (
+            StatusCode::BAD_REQUEST,
+            [
+                (header::CONTENT_TYPE, "application/problem+json"),
+                (header::CONTENT_LENGTH, length.as_str()),
+            ],
+            &shaped[..],
+        )
+            .into_response();
+        let response = plain_errors_as_problems(axum::http::Method::POST, uri, response).await;
+        assert_eq!(response.headers()[header::CONTENT_LENGTH], length.as_str());
+        assert_eq!(&body_of(response).await[..], &shaped[..]);
     }
 
     #[tokio::test]

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rein_core::{EventKind, Outcome, RunId};
-use rein_engine::run::{Closing, End};
-use rein_store::{Lease, LeaseKind, RunRecord, RunStatus};
+use rein_engine::run::{Closing, End, HandOn};
+use rein_store::{Lease, LeaseKind, RunCursor, RunRecord, RunStatus};
 use serde_json::Value;
 
 use crate::state::AppState;
@@ -33,14 +33,28 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Runs recorded `running`, oldest first, at most `limit`.
-pub async fn running(state: &AppState, limit: usize) -> Vec<RunRecord> {
+/// Up to `limit` runs recorded `running` after `cursor`, oldest first;
+/// moves `cursor` on past them, back to the start after the last page.
+/// A scan that passes over many runs (handed on, queued work, live) so
+/// still looks at every one in turn.
+pub async fn running(
+    state: &AppState,
+    cursor: &mut Option<RunCursor>,
+    limit: usize,
+) -> Vec<RunRecord> {
     match state
         .store
-        .runs_with_status(RunStatus::Running, limit)
+        .runs_with_status_after(RunStatus::Running, cursor.as_ref(), limit)
         .await
     {
-        Ok(runs) => runs,
+        Ok(runs) => {
+            *cursor = if runs.len() < limit {
+                None
+            } else {
+                runs.last().map(RunCursor::after)
+            };
+            runs
+        }
         Err(e) => {
             tracing::warn!("recovery: cannot list running runs: {e}");
             Vec::new()
@@ -52,9 +66,10 @@ pub async fn running(state: &AppState, limit: usize) -> Vec<RunRecord> {
 pub struct Standing {
     /// Whether it was accepted as queued work.
     pub enqueued: bool,
-    /// Whether its last process handed it on (`run_interrupted` after its
-    /// last start or resume): it waits to be resumed, not to be closed.
-    pub handed_on: bool,
+    /// Whether its last process stopped it at a safe point
+    /// (`run_interrupted` after its last start or resume), and who may
+    /// continue it: it waits to be resumed, not to be closed.
+    pub interrupted: Option<HandOn>,
     /// Its claim, if any.
     pub claim: Option<Lease>,
     /// How many times it was resumed after its process died (resumes of a
@@ -69,7 +84,7 @@ pub async fn standing(state: &AppState, run_id: &RunId) -> Option<Standing> {
         .iter()
         .find(|e| e.kind == EventKind::RunStarted)
         .is_some_and(|e| e.data["enqueued"] == Value::Bool(true));
-    let handed_on = events
+    let interrupted = events
         .iter()
         .rev()
         .find(|e| {
@@ -78,7 +93,10 @@ pub async fn standing(state: &AppState, run_id: &RunId) -> Option<Standing> {
                 EventKind::RunStarted | EventKind::RunResumed | EventKind::RunInterrupted
             )
         })
-        .is_some_and(|e| e.kind == EventKind::RunInterrupted);
+        .filter(|e| e.kind == EventKind::RunInterrupted)
+        // An interruption this rein cannot read: the caller's, the safe
+        // reading (nobody takes it over, nobody closes it).
+        .map(|e| HandOn::of_event(&e.data).unwrap_or(HandOn::Caller));
     // A resume after a drain handed the run on is not a death of its
     // worker: rolling restarts must not dead-letter work.
     let mut resumes = 0u32;
@@ -104,17 +122,10 @@ pub async fn standing(state: &AppState, run_id: &RunId) -> Option<Standing> {
         .find(|l| l.kind == LeaseKind::Run);
     Some(Standing {
         enqueued,
-        handed_on,
+        interrupted,
         claim,
         resumes,
     })
-}
-
-/// Whether `claim`'s owner is provably gone: a process of this host that
-/// no longer runs (an owner elsewhere is alive until its lease says
-/// otherwise).
-pub fn owner_is_dead(claim: &Lease) -> bool {
-    rein_engine::lease::Owner::parse(&claim.owner).is_some_and(|o| o.is_local() && !o.is_alive())
 }
 
 /// Ends `record` from outside (never started, or its owner is gone) with
@@ -158,21 +169,26 @@ pub async fn fail(state: &AppState, record: &RunRecord, error_type: &str, why: S
     }
 }
 
-/// One orphan scan: closes direct runs whose claim nobody renewed for the
-/// orphan threshold. Returns how many it closed.
-pub async fn scan_orphans(state: &Arc<AppState>) -> usize {
+/// One orphan scan of up to `max_runs_per_scan` running runs after
+/// `cursor`: closes direct runs whose claim nobody renewed for the orphan
+/// threshold. Returns how many it closed.
+pub async fn scan_orphans(state: &Arc<AppState>, cursor: &mut Option<RunCursor>) -> usize {
     let settings = &state.settings.reconciliation;
     let threshold = millis(settings.orphan_threshold);
     let lease = millis(state.settings.queue.lease);
     let now = now_ms();
     let limit = usize::try_from(settings.max_runs_per_scan.get()).unwrap_or(100);
     let mut closed = 0;
-    for record in running(state, limit).await {
+    for record in running(state, cursor, limit).await {
         let Some(standing) = standing(state, &record.run_id).await else {
             continue;
         };
-        // Handed on by a draining server: resumed by a worker, not closed.
-        if standing.enqueued || standing.handed_on || state.engine.is_live(&record.run_id) {
+        // Stopped at a safe point: resumed (by a worker, or by whoever
+        // stopped it), never closed as orphaned.
+        if standing.enqueued
+            || standing.interrupted.is_some()
+            || state.engine.is_live(&record.run_id)
+        {
             continue;
         }
         // The last heartbeat: when the claim was last renewed (its expiry
@@ -203,12 +219,13 @@ pub async fn scan_orphans(state: &Arc<AppState>) -> usize {
 /// holds the run-reconciliation singleton, when elections are in use).
 pub async fn orphans_forever(state: Arc<AppState>) {
     let every = state.settings.reconciliation.scan_interval;
+    let mut cursor = None;
     loop {
         tokio::time::sleep(every).await;
         if !crate::singleton::holds(&state, crate::singleton::RUN_RECONCILIATION, every).await {
             continue;
         }
-        let closed = scan_orphans(&state).await;
+        let closed = scan_orphans(&state, &mut cursor).await;
         if closed > 0 {
             tracing::info!(closed, "orphaned runs closed");
         }

@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use rein_core::deadline::{BudgetLimits, Cost};
 use rein_core::{RunId, RunReport};
 use rein_engine::run::{AgentBinding, EngineError, RunRequest};
@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use crate::auth::Tenant;
+use crate::drain::Admission;
 use crate::extract::Segment;
 use crate::idempotency;
 use crate::problem::Problem;
@@ -128,7 +129,9 @@ pub struct RunView {
     pub agent: String,
     /// `queued`, `running`, or its outcome.
     pub status: String,
-    /// The report, once it ended (`null` before).
+    /// The report, once it ended (`null` before). Without its `basis`
+    /// (what rein derives it from again when the ledger changes: an
+    /// internal record the store keeps, not part of the API).
     #[schema(value_type = Option<Object>)]
     pub report: Option<RunReport>,
     /// What it consumed, from its report once it ended (`null` before).
@@ -156,7 +159,10 @@ impl RunView {
             run_id: record.run_id.to_string(),
             agent: record.agent,
             status: record.status.as_str().to_owned(),
-            report: record.report,
+            report: record.report.map(|mut report| {
+                report.basis = None;
+                report
+            }),
             consumed,
             parent_run_id: record.parent_run_id.map(|p| p.to_string()),
             children: Vec::new(),
@@ -243,13 +249,12 @@ pub fn invalid_body(
     path: &serde_path_to_error::Path,
     error: &serde_json::Error,
 ) -> Problem {
-    let problem = Problem::bad_request(match crate::pointer::of_path(path) {
-        Some(pointer) => format!("the body is not {expected}: at {pointer}: {error}"),
-        None => format!("the body is not {expected}: {error}"),
-    });
     match crate::pointer::of_path(path) {
-        Some(pointer) => problem.with(json!({"field": pointer})),
-        None => problem,
+        Some(pointer) => {
+            Problem::bad_request(format!("the body is not {expected}: at {pointer}: {error}"))
+                .with(json!({"field": pointer}))
+        }
+        None => Problem::bad_request(format!("the body is not {expected}: {error}")),
     }
 }
 
@@ -287,6 +292,11 @@ pub struct Answer {
     /// Further headers (the gateway's `Rein-Model`); not stored with an
     /// idempotent response, whose body carries the same facts.
     pub headers: Vec<(&'static str, String)>,
+    /// The run has not ended (a draining server handed it on, or another
+    /// process took it over): the answer is not its final one, so an
+    /// idempotency key does not store it (a retry finds the run
+    /// recovering, then replays its final view).
+    pub provisional: bool,
 }
 
 impl IntoResponse for Answer {
@@ -312,6 +322,11 @@ impl IntoResponse for Answer {
 /// A request's raw body (its bytes are the idempotency fingerprint), or
 /// the problem: 408 when it stopped arriving for `server.limits.body_timeout`,
 /// 413 over the body limit, 400 otherwise.
+///
+/// NOTE: every route that reads a body reads it here (a run submission and
+/// a gateway call; resume and cancel take none), so the 408 of
+/// `body_timeout` holds for all of them. A new route with a body must read
+/// it here too, and document the 408.
 pub fn raw_body(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Bytes, Problem> {
     match body {
         Ok(b) => Ok(b),
@@ -364,6 +379,7 @@ fn handed_on(record: RunRecord, metadata: Option<serde_json::Map<String, Value>>
         body: serde_json::to_vec(&view).unwrap_or_default(),
         location: Some(location(&run_id)),
         headers: Vec::new(),
+        provisional: true,
     }
 }
 
@@ -379,7 +395,7 @@ fn handed_on(record: RunRecord, metadata: Option<serde_json::Map<String, Value>>
     request_body = CreateRun,
     responses(
         (status = 200, description = "sync: the run ended; its outcome and report", body = RunView),
-        (status = 202, description = "queued: the run is recorded; poll its Location (also a sync run the server handed on while draining)", body = RunView,
+        (status = 202, description = "queued: the run is recorded; poll its Location (also a sync run that has not ended: handed on by a draining server, or taken over by another process)", body = RunView,
          headers(("Location" = String, description = "The run"))),
         (status = 400, description = "invalid body or idempotency key", body = Problem),
         (status = 401, description = "missing or invalid API key", body = Problem),
@@ -389,6 +405,8 @@ fn handed_on(record: RunRecord, metadata: Option<serde_json::Map<String, Value>>
         (status = 413, description = "body over the limit", body = Problem),
         (status = 422, description = "the same Idempotency-Key with another request", body = Problem),
         (status = 501, description = "Idempotency-Key sent while idempotency is disabled", body = Problem),
+        (status = 503, description = "the server is draining (`type` ends in `/draining`): send it to another server after `Retry-After`", body = Problem,
+         headers(("Retry-After" = u32, description = "Seconds to wait"))),
     ),
     security(("bearer" = []))
 )]
@@ -396,6 +414,7 @@ pub async fn create_run(
     State(state): State<Arc<AppState>>,
     Tenant(tenant): Tenant,
     Segment(name): Segment,
+    admission: Option<Extension<Admission>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -416,10 +435,13 @@ pub async fn create_run(
         Err(problem) => return problem.into_response(),
     };
     // Its own task: a client that hangs up abandons neither the run
-    // half-way through its side effects nor the idempotency record.
+    // half-way through its side effects nor the idempotency record. The
+    // task holds the request's admission: a drain waits for it (or hands
+    // its run on) however long the client stays.
     let task = tokio::spawn(async move {
+        let _admission = admission;
         match key {
-            None => submit(state, tenant, name, body, run_id)
+            None => submit(state, tenant, name, body, run_id, None)
                 .await
                 .into_response(),
             Some(key) => {
@@ -438,7 +460,7 @@ pub async fn create_run(
                     &path,
                     &body,
                     run,
-                    move || submit(s, t, n, b, run_id),
+                    move |fence| submit(s, t, n, b, run_id, Some(fence)),
                 )
                 .await
             }
@@ -508,12 +530,15 @@ fn queued_answer(
         body: serde_json::to_vec(&view).unwrap_or_default(),
         location: Some(location(run_id)),
         headers: Vec::new(),
+        provisional: false,
     }
 }
 
 /// A queued submission under `key`: the reservation, the run and the
 /// answer in one store write ([`rein_store::Store::submit_queued`]), so a
-/// process killed at any moment leaves either all three or nothing.
+/// process killed at any moment leaves either all three or nothing. A
+/// record left in progress (by an older rein) is resolved, and the key
+/// reserved again once it is released.
 async fn submit_queued_keyed(
     state: &Arc<AppState>,
     tenant: &rein_core::TenantId,
@@ -523,46 +548,52 @@ async fn submit_queued_keyed(
     queued: Queued,
 ) -> Response {
     let print = idempotency::fingerprint("POST", path, body);
-    let holder = rein_store::Holder {
-        owner: idempotency::holder_id(),
-        run_id: Some(queued.run.run_id.clone()),
-    };
-    let reservation = idempotency::new_reservation(state, tenant, key, print, holder);
     let stored = rein_store::StoredResponse {
         status: queued.answer.status.as_u16(),
         content_type: Some("application/json".to_owned()),
         location: queued.answer.location.clone(),
         body: queued.answer.body.clone(),
     };
-    match state
-        .store
-        .submit_queued(reservation, queued.run, stored)
-        .await
-    {
-        Ok(rein_store::Reservation::Reserved) => {
-            state.queue.notify_one();
-            queued.answer.into_response()
-        }
-        // A record left in progress by an earlier release of rein.
-        Ok(rein_store::Reservation::InProgress(record)) => {
-            match crate::submission::resolve_in_progress(state, &record, body).await {
-                crate::submission::Resolved::Answer(response) => response,
-                crate::submission::Resolved::Released => idempotency::in_progress(),
+    for _ in 0..idempotency::RESERVE_ROUNDS {
+        let (reservation, _) = idempotency::new_reservation(
+            state,
+            tenant,
+            key,
+            print.clone(),
+            Some(queued.run.run_id.clone()),
+        );
+        match state
+            .store
+            .submit_queued(reservation, queued.run.clone(), stored.clone())
+            .await
+        {
+            Ok(rein_store::Reservation::Reserved) => {
+                state.queue.notify_one();
+                return queued.answer.into_response();
             }
+            Ok(rein_store::Reservation::InProgress(record)) => {
+                match crate::submission::resolve_in_progress(state, &record, body).await {
+                    crate::submission::Resolved::Answer(response) => return response,
+                    crate::submission::Resolved::Again => continue,
+                }
+            }
+            Ok(other) => return idempotency::decided(other),
+            Err(e) => return Problem::from(e).into_response(),
         }
-        Ok(other) => idempotency::decided(other),
-        Err(e) => Problem::from(e).into_response(),
     }
+    idempotency::in_progress()
 }
 
 /// Executes a submission: the part an idempotency key guards. The run gets
-/// `run_id`.
+/// `run_id`; a sync run is created only while `reservation` (the key's,
+/// when there is one) is still this request's.
 async fn submit(
     state: Arc<AppState>,
     tenant: rein_core::TenantId,
     name: String,
     body: Bytes,
     run_id: RunId,
+    reservation: Option<rein_store::ReservationFence>,
 ) -> Result<Answer, Problem> {
     let request = parse(&body)?;
     let mut agent = state.bind(&name)?;
@@ -589,11 +620,21 @@ async fn submit(
                         run_id: Some(run_id),
                         tenant: Some(tenant),
                         input: request.input,
+                        reservation,
                         ..RunRequest::default()
                     },
                 )
                 .await
-                .map_err(engine_problem)?;
+                .map_err(|e| match e {
+                    // A retry took this request's holder for dead (it
+                    // stalled for a lease) and executes the key itself: this
+                    // run was never created.
+                    EngineError::Store(StoreError::Conflict {
+                        what: "idempotency reservation",
+                        ..
+                    }) => idempotency::in_progress_problem(),
+                    other => engine_problem(other),
+                })?;
             let record = state
                 .store
                 .get_run(&out.run_id)
@@ -602,13 +643,21 @@ async fn submit(
             if out.interrupted {
                 return Ok(handed_on(record, request.metadata));
             }
+            // Not ended (another process took the run over and drives it):
+            // where to follow it, like a handed-on run, not a final answer.
+            let ended = record.status.is_finished();
             let mut view = json!(RunView::of(record));
             view["metadata"] = request.metadata.map_or(Value::Null, Value::Object);
             Ok(Answer {
-                status: StatusCode::OK,
+                status: if ended {
+                    StatusCode::OK
+                } else {
+                    StatusCode::ACCEPTED
+                },
                 body: serde_json::to_vec(&view).unwrap_or_default(),
                 location: Some(location(&out.run_id)),
                 headers: Vec::new(),
+                provisional: !ended,
             })
         }
     }
@@ -739,16 +788,21 @@ pub async fn get_handoff(
     params(("id" = String, Path, description = "The run")),
     request_body(content = NoBody, description = "Nothing: an empty body or `{}`, sent as `application/json`"),
     responses((status = 200, description = "The resumed run ended", body = RunView),
+              (status = 202, description = "the server began draining while the resumed run ran: it stopped at a safe point and was handed on (`handed_on` says so); another server continues it, follow its Location", body = RunView,
+               headers(("Location" = String, description = "The run"))),
               (status = 400, description = "a body other than nothing or `{}`", body = Problem),
               (status = 401, description = "missing or invalid API key", body = Problem),
               (status = 404, description = "unknown run, or another tenant's", body = Problem),
-              (status = 409, description = "the run cannot be resumed", body = Problem)),
+              (status = 409, description = "the run cannot be resumed", body = Problem),
+              (status = 503, description = "the server is draining (`type` ends in `/draining`): send it to another server after `Retry-After`", body = Problem,
+               headers(("Retry-After" = u32, description = "Seconds to wait")))),
     security(("bearer" = []))
 )]
 pub async fn resume_run(
     State(state): State<Arc<AppState>>,
     Tenant(tenant): Tenant,
     Segment(id): Segment,
+    admission: Option<Extension<Admission>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
     no_body(&state, body)?;
@@ -766,6 +820,7 @@ pub async fn resume_run(
     let shared = state.clone();
     let run_id = record.run_id.clone();
     let handle = tokio::spawn(async move {
+        let _admission = admission;
         engine
             .resume_cancellable(&agent, &shared.schemas, &run_id, None, None)
             .await
@@ -783,6 +838,7 @@ pub async fn resume_run(
         body: serde_json::to_vec(&RunView::of(record)).unwrap_or_default(),
         location: Some(location(&out.run_id)),
         headers: Vec::new(),
+        provisional: false,
     }
     .into_response())
 }

@@ -2,6 +2,9 @@
 //! database: a lease in the store, claimed (or renewed) before each pass.
 //! A process that cannot claim it skips the pass; it acts again once it
 //! wins the lease. Coordination, not a guarantee of exactly-once.
+//!
+//! A process claims under its engine's opaque node id, the one its run
+//! claims and answers name (`rein serve` logs it beside the PID and host).
 
 use std::time::Duration;
 
@@ -28,7 +31,7 @@ pub async fn holds(state: &AppState, name: &str, every: Duration) -> bool {
     let until = now.saturating_add(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX).max(1));
     match state
         .store
-        .claim_singleton(name, &state.node, now, until)
+        .claim_singleton(name, state.engine.node(), now, until)
         .await
     {
         Ok(Some(_)) => true,

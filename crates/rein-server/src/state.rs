@@ -32,8 +32,6 @@ pub struct AppState {
     pub workers: usize,
     /// Wakes the queue workers when work is enqueued.
     pub queue: Notify,
-    /// This process's identity in singleton elections.
-    pub node: String,
     /// The `[models.*]` bindings the gateway answers, by name.
     pub models: std::collections::BTreeMap<String, rein_engine::run::ModelBinding>,
     /// Whether the queue workers still loop, for `/readyz`.
@@ -44,16 +42,36 @@ pub struct AppState {
     pub connections: crate::connections::Connections,
 }
 
-/// A node identity: this process on this host, unique per start.
-pub fn node_id() -> String {
-    format!(
-        "{}#{}",
-        rein_engine::lease::Owner::current(),
-        uuid::Uuid::now_v7().simple()
-    )
-}
-
 impl AppState {
+    /// The state of a server over `registry`: its `[server]` settings and
+    /// `queue.workers` as configured, and its run-time parts (queue wake-up,
+    /// readiness, drain, connection counters) fresh. A caller may change the
+    /// public settings (`settings`, `workers`) before serving.
+    pub fn new(
+        registry: Registry,
+        schemas: CompiledSchemas,
+        store: Arc<dyn Store>,
+        engine: Engine,
+        client: reqwest::Client,
+        models: std::collections::BTreeMap<String, rein_engine::run::ModelBinding>,
+    ) -> AppState {
+        let settings = registry.server().clone();
+        AppState {
+            workers: usize::try_from(settings.queue.workers.get()).unwrap_or(1),
+            settings,
+            registry,
+            schemas,
+            store,
+            engine: Arc::new(engine),
+            client,
+            queue: Notify::new(),
+            models,
+            health: Default::default(),
+            drain: Default::default(),
+            connections: Default::default(),
+        }
+    }
+
     /// Binds `agent` from the config, fresh for one run.
     ///
     /// # Errors

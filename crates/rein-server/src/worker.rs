@@ -9,13 +9,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rein_engine::run::{EngineError, RunRequest};
-use rein_store::{RunRecord, RunStatus};
+use rein_engine::lease::Owner;
+use rein_engine::run::{EngineError, HandOn, RunOutput, RunRequest};
+use rein_store::{RunCursor, RunRecord, RunStatus};
 
 use crate::state::AppState;
 
 /// How often an idle worker looks for queued work without being woken.
 pub const IDLE_POLL: Duration = Duration::from_millis(500);
+
+/// How many running runs one takeover look reads: the next look goes on
+/// after them.
+pub const TAKEOVER_PAGE: usize = 16;
 
 /// The oldest queued runs, at most `limit`.
 async fn queued(state: &AppState, limit: usize) -> Vec<RunRecord> {
@@ -48,10 +53,11 @@ async fn drive(state: &Arc<AppState>, record: RunRecord) -> bool {
         observer: None,
         enqueued: true,
         cancel: None,
+        reservation: None,
     };
     match state.engine.run(&agent, &state.schemas, request).await {
         Ok(out) => {
-            tracing::info!(run = %out.run_id, outcome = out.report.outcome.as_str(), "queued run ended");
+            log_end(&out, "queued run");
             true
         }
         Err(EngineError::NotResumable { .. }) => false,
@@ -59,6 +65,16 @@ async fn drive(state: &Arc<AppState>, record: RunRecord) -> bool {
             tracing::warn!(run = %record.run_id, "queued run did not start: {e}");
             false
         }
+    }
+}
+
+/// Says how a run this worker drove stopped: its outcome, or that it was
+/// handed on (its report is then provisional, not an outcome).
+fn log_end(out: &RunOutput, what: &str) {
+    if out.interrupted {
+        tracing::info!(run = %out.run_id, "{what} handed on: this process is stopping; it stopped at a safe point");
+    } else {
+        tracing::info!(run = %out.run_id, outcome = out.report.outcome.as_str(), "{what} ended");
     }
 }
 
@@ -75,15 +91,50 @@ async fn still_running(state: &AppState, run_id: &rein_core::RunId) -> bool {
     }
 }
 
+/// Whether this server may continue `record`, from what recovery knows of
+/// it: a run a draining server handed on to any worker (a root; a child
+/// continues with its root), or queued work whose last process did not
+/// stop it on purpose. A run stopped for its caller (a Ctrl-C'd `rein
+/// run`) is the caller's.
+fn ours(record: &RunRecord, standing: &crate::recovery::Standing) -> bool {
+    match standing.interrupted {
+        Some(HandOn::AnyWorker) => record.parent_run_id.is_none(),
+        Some(_) => false,
+        None => standing.enqueued,
+    }
+}
+
 /// Takes over work whose owner is gone: queued work whose owner stopped
-/// renewing its claim or is a dead process of this host, and any root run
-/// a draining server handed on (sync runs included). Resumes it from its
-/// checkpoint, or dead-letters it after `max_attempts`. False when there
-/// was none (or another worker won it).
-async fn take_over(state: &Arc<AppState>) -> bool {
+/// renewing its claim or is provably gone, and any root run a draining
+/// server handed on (sync runs included). Resumes it from its checkpoint,
+/// or dead-letters it after `max_attempts`. False when there was none (or
+/// another worker won it).
+///
+/// Each call looks at one page of [`TAKEOVER_PAGE`] running runs after
+/// `cursor`, which it moves on (back to the start after the last page):
+/// however many running runs are not this server's to take (children,
+/// runs stopped for their caller, runs of live owners), every one is
+/// looked at in turn.
+async fn take_over(state: &Arc<AppState>, cursor: &mut Option<RunCursor>) -> bool {
     let now = crate::recovery::now_ms();
     let max_attempts = state.settings.queue.max_attempts.get();
-    for record in crate::recovery::running(state, 16).await {
+    let page = match state
+        .store
+        .runs_with_status_after(RunStatus::Running, cursor.as_ref(), TAKEOVER_PAGE)
+        .await
+    {
+        Ok(page) => page,
+        Err(e) => {
+            tracing::warn!("queue worker: cannot list running runs: {e}");
+            return false;
+        }
+    };
+    *cursor = if page.len() < TAKEOVER_PAGE {
+        None
+    } else {
+        page.last().map(RunCursor::after)
+    };
+    for record in page {
         if state.engine.is_live(&record.run_id) || state.drain.is_draining() {
             continue;
         }
@@ -92,14 +143,13 @@ async fn take_over(state: &Arc<AppState>) -> bool {
         };
         // Without waiting for the lease when its owner provably stopped: a
         // drain released the claim (none left), or the owner is a process
-        // of this host that is gone. The engine's claim checks again,
+        // of this machine that is gone. The engine's claim checks again,
         // atomically.
         let abandoned = standing
             .claim
             .as_ref()
-            .is_none_or(|c| c.expires_at_ms <= now || crate::recovery::owner_is_dead(c));
-        let ours = standing.enqueued || (standing.handed_on && record.parent_run_id.is_none());
-        if !ours || !abandoned {
+            .is_none_or(|c| c.expires_at_ms <= now || Owner::is_gone_id(&c.owner));
+        if !ours(&record, &standing) || !abandoned {
             continue;
         }
         // NOTE: relies on the engine recording a run's end before it
@@ -131,7 +181,11 @@ async fn take_over(state: &Arc<AppState>) -> bool {
                 continue;
             }
         };
-        let why = if standing.handed_on {
+        // Work like any other: a drain that begins now waits for it.
+        let Some(_admission) = state.drain.admit() else {
+            return false;
+        };
+        let why = if standing.interrupted.is_some() {
             "taking over a run a draining server handed on"
         } else {
             "taking over a run whose worker stopped"
@@ -143,7 +197,10 @@ async fn take_over(state: &Arc<AppState>) -> bool {
             .await
         {
             Ok(out) => {
-                tracing::info!(run = %out.run_id, outcome = out.report.outcome.as_str(), "taken-over run ended");
+                log_end(&out, "taken-over run");
+                // The next look starts after this run: the rest of the page
+                // is not skipped.
+                *cursor = Some(RunCursor::after(&record));
                 return true;
             }
             Err(EngineError::NotResumable { reason, .. }) => {
@@ -156,18 +213,21 @@ async fn take_over(state: &Arc<AppState>) -> bool {
 }
 
 /// One worker: takes the oldest queued run, drives it, repeats; takes over
-/// abandoned queued work; sleeps until woken or [`IDLE_POLL`] when there
-/// is none. Returns once the server drains: nothing new is picked, queued
-/// work stays queued for another server.
+/// abandoned work; sleeps until woken or [`IDLE_POLL`] when there is none.
+/// Returns once the server drains: nothing new is picked, queued work
+/// stays queued for another server. What it drives holds an admission, so
+/// a drain that begins meanwhile waits for it (and hands it on).
 pub async fn work(state: Arc<AppState>) {
     // Counted as alive until this loop ends, however it ends (`/readyz`).
     let _alive = state.health.worker_started();
+    let mut cursor = None;
     loop {
         let mut drove = false;
         for record in queued(&state, 8).await {
-            if state.drain.is_draining() {
+            // Taken, then checked: a drain that began in between refuses.
+            let Some(_admission) = state.drain.admit() else {
                 return;
-            }
+            };
             if drive(&state, record).await {
                 drove = true;
                 break;
@@ -177,7 +237,7 @@ pub async fn work(state: Arc<AppState>) {
             return;
         }
         if !drove {
-            drove = take_over(&state).await;
+            drove = take_over(&state, &mut cursor).await;
         }
         if !drove {
             tokio::select! {

@@ -15,7 +15,7 @@ use rein_testkit::order_desk::{Fault, Faults, OrderDesk, OrderDeskConfig, UPDATE
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
 
 const ACME: &str = "acme-secret-key";
 const GLOBEX: &str = "globex-secret-key";
@@ -35,6 +35,8 @@ struct Api {
     base: String,
     desk: OrderDesk,
     store: Arc<dyn Store>,
+    /// The server's state, to drain it from the test.
+    state: Arc<AppState>,
     http: reqwest::Client,
     _stop: oneshot::Sender<()>,
     _dir: tempfile::TempDir,
@@ -46,10 +48,15 @@ struct Options {
     max_attempts: Option<u32>,
     /// Runs recorded as abandoned by a dead worker before the server starts.
     abandoned: Vec<&'static str>,
+    /// Runs, older than those, stopped for their caller (a Ctrl-C'd `rein
+    /// run`): running, no claim, and not this server's to take.
+    kept_for_caller: usize,
     idempotency_disabled: bool,
     body_limit: Option<usize>,
     max_key_length: Option<usize>,
     faults: Option<Faults>,
+    /// TOML appended to the config.
+    extra: &'static str,
 }
 
 async fn start(options: Options) -> Api {
@@ -65,6 +72,7 @@ async fn start(options: Options) -> Api {
         sha(ACME),
         sha(GLOBEX)
     ));
+    config.push_str(options.extra);
     std::fs::write(dir.path().join("rein.toml"), config).unwrap();
     std::fs::copy(
         example_dir().join("demo.script.json"),
@@ -91,6 +99,9 @@ async fn start(options: Options) -> Api {
         settings.queue.max_attempts = n;
     }
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("rein.db")).unwrap());
+    for n in 0..options.kept_for_caller {
+        kept_for_caller(store.as_ref(), &format!("kept-{n:02}")).await;
+    }
     for id in &options.abandoned {
         abandoned(store.as_ref(), id).await;
     }
@@ -98,31 +109,22 @@ async fn start(options: Options) -> Api {
     let engine =
         rein_server::build_engine(&registry, store.clone(), client.clone(), Some(5)).unwrap();
     let models = rein_server::bind_models(&registry, &client).unwrap();
-    let state = Arc::new(AppState {
-        schemas: CompiledSchemas::compile(&registry).unwrap(),
-        registry,
-        store: store.clone(),
-        engine: Arc::new(engine),
-        client,
-        settings,
-        workers: options.workers,
-        queue: Notify::new(),
-        node: rein_server::state::node_id(),
-        models,
-        health: Default::default(),
-        drain: Default::default(),
-        connections: Default::default(),
-    });
+    let schemas = CompiledSchemas::compile(&registry).unwrap();
+    let mut state = AppState::new(registry, schemas, store.clone(), engine, client, models);
+    state.settings = settings;
+    state.workers = options.workers;
+    let state = Arc::new(state);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(rein_server::serve(state, listener, async move {
+    tokio::spawn(rein_server::serve(state.clone(), listener, async move {
         let _ = stopped.await;
     }));
     Api {
         base,
         desk,
         store,
+        state,
         http: reqwest::Client::new(),
         _stop: stop,
         _dir: dir,
@@ -284,6 +286,35 @@ async fn keys_are_required_and_tenants_see_only_their_runs() {
             .any(|a| a == "order_desk"),
         "{p}"
     );
+}
+
+/// The CORS layer sits outside the drain's: a page on a listed origin
+/// reads the 503 (and its `Retry-After`) that sends it elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listed_origin_reads_the_draining_503() {
+    let app = "http://app.example:3000";
+    let api = start(Options {
+        extra: "[server.cors]\nallowed_origins = [\"http://app.example:3000\"]\n",
+        ..Options::default()
+    })
+    .await;
+    api.state.drain.begin();
+    let r = api
+        .post(RUNS, ACME)
+        .header("origin", app)
+        .body(json!({"input": "Move order A-1001."}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["access-control-allow-origin"], app);
+    let exposed = r.headers()["access-control-expose-headers"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(exposed.contains("retry-after"), "{exposed}");
+    assert!(r.headers().contains_key("retry-after"));
+    problem(r, StatusCode::SERVICE_UNAVAILABLE, "draining").await;
+    assert!(api.desk.requests().is_empty(), "nothing ran");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1075,6 +1106,93 @@ async fn abandoned(store: &dyn Store, id: &str) -> rein_core::RunId {
         .await
         .unwrap();
     run_id
+}
+
+/// A run `rein run` stopped on a signal, kept for the user's `rein
+/// resume`: running, interrupted for its caller, no claim; created before
+/// any [`abandoned`] run.
+async fn kept_for_caller(store: &dyn Store, id: &str) -> rein_core::RunId {
+    let run_id = rein_core::RunId::new(id).unwrap();
+    store
+        .create_run(rein_store::NewRun {
+            run_id: run_id.clone(),
+            tenant: TenantId::new("acme").unwrap(),
+            agent: "order_desk".into(),
+            input: "Move order A-1001.".into(),
+            parent_run_id: None,
+            budget: json!({}),
+            created_at_ms: 0,
+        })
+        .await
+        .unwrap();
+    let event = |seq, kind, data| rein_core::Event {
+        run_id: run_id.clone(),
+        seq,
+        step: 0,
+        intent_id: None,
+        attempt_id: None,
+        idempotency_key: None,
+        at_ms: 1,
+        kind,
+        data,
+    };
+    store
+        .commit_step(
+            &run_id,
+            rein_store::StepCommit {
+                status: Some(rein_store::StatusChange {
+                    status: rein_store::RunStatus::Running,
+                    report: None,
+                    at_ms: 1,
+                }),
+                events: vec![
+                    event(
+                        0,
+                        rein_core::EventKind::RunStarted,
+                        json!({"agent": "order_desk", "enqueued": false}),
+                    ),
+                    event(
+                        0,
+                        rein_core::EventKind::RunInterrupted,
+                        json!({"handed_on": false, "continue_with": "caller"}),
+                    ),
+                ],
+                ..rein_store::StepCommit::default()
+            },
+        )
+        .await
+        .unwrap();
+    run_id
+}
+
+/// Review item 7: the takeover looks at every running run in turn, not
+/// only the 16 oldest. Twenty older runs it must pass over (stopped for
+/// their caller) do not keep it from taking over abandoned queued work;
+/// and it leaves those twenty alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn takeover_is_not_stalled_by_many_older_runs_it_must_pass_over() {
+    let api = start(Options {
+        workers: 1,
+        kept_for_caller: 20,
+        abandoned: vec!["abandoned-after-many"],
+        ..Options::default()
+    })
+    .await;
+    let run = api.finished("/v1/runs/abandoned-after-many", ACME).await;
+    assert_eq!(run["status"], "succeeded", "taken over and finished: {run}");
+    for n in 0..20 {
+        let kept: Value = api
+            .get(&format!("/v1/runs/kept-{n:02}"), ACME)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(kept["status"], "running", "{kept}");
+    }
+    let kinds = kinds_of(&api, "/v1/runs/kept-00").await;
+    assert!(!kinds.iter().any(|k| k == "run_resumed"), "{kinds:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,8 +5,11 @@
 //! fields (durations, sizes, counts, ratios) take extreme values, at and
 //! beyond their ranges. Every config it accepts must bind an engine (the
 //! one `rein serve` builds) and run an agent that reads from the testkit's
-//! order desk on loopback, without a panic; every config it refuses must
-//! name the field. CI pins the seed (`PROPTEST_RNG_SEED` in `.ci/run`).
+//! order desk on loopback, without a panic, to an outcome it explains (a
+//! run that waits — one call a day — is cancelled and must then end); a
+//! sample of `[server]` settings is also served for real. Every config it
+//! refuses must name the changed field (or its partner in a rule between
+//! two fields). CI pins the seed (`PROPTEST_RNG_SEED` in `.ci/run`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
@@ -14,12 +17,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use rein_engine::bind::{bind_agent, bind_models};
+use rein_core::Outcome;
+use rein_core::report::End;
+use rein_engine::bind::bind_agent;
 use rein_engine::config::Loader;
 use rein_engine::run::{RunRequest, http_client};
-use rein_engine::startup;
+use rein_engine::startup::{self, Purpose};
+use rein_server::AppState;
 use rein_store::{SqliteStore, Store};
 use rein_testkit::order_desk::OrderDesk;
+use tokio_util::sync::CancellationToken;
 
 /// A config using every numeric field this test varies; `DESK` is the
 /// order desk's URL.
@@ -289,10 +296,67 @@ fn set(table: &mut toml::Table, path: &str, value: toml::Value) {
     at.insert(last.to_owned(), value);
 }
 
-/// Prepares the config with `changes`; runs the agent when it is
-/// accepted, and checks the refusal names a changed field when it is not.
-fn check_case(dir: &Path, changes: &[(&'static str, toml::Value)]) -> Result<(), TestCaseError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+/// How long an accepted config's run may take before it is cancelled: a
+/// rate of one call a day legitimately waits for its token.
+const GRACE: Duration = Duration::from_secs(2);
+
+/// How long a run, once cancelled, or a server, once told to stop, may
+/// take to end: generous, so two loaded cores never flake it; a hang
+/// fails the case.
+const BOUND: Duration = Duration::from_secs(30);
+
+/// Rules between two fields: a refusal of one may name the other.
+const RELATED: &[&[&str]] = &[
+    &[
+        "tools.get_order.latency.p50",
+        "tools.get_order.latency.p95",
+        "tools.get_order.latency.p99",
+    ],
+    &["agents.a.retry.base_delay", "agents.a.retry.max_delay"],
+    &[
+        "providers.o.timeout",
+        "providers.o.stream.first_byte_timeout",
+        "providers.o.stream.idle_timeout",
+    ],
+    &["agents.a.retry.budget_initial", "agents.a.retry.budget_max"],
+    &[
+        "server.reconciliation.heartbeat_interval",
+        "server.reconciliation.orphan_threshold",
+    ],
+];
+
+/// Whether `field`, named by a refusal, is one of `changed` or bound to
+/// one by a rule between fields.
+fn names_a_changed_field(field: &str, changed: &[&str]) -> bool {
+    changed.iter().any(|c| {
+        *c == field
+            || RELATED
+                .iter()
+                .any(|rule| rule.contains(c) && rule.contains(&field))
+    })
+}
+
+/// The fields whose effect on a running server the single-field sweep
+/// checks with a real `serve` (see [`serve_once`]).
+const SERVED: &[&str] = &[
+    "server.limits.header_timeout",
+    "server.limits.body_timeout",
+    "server.limits.idle_timeout",
+    "server.limits.max_connections",
+    "server.shutdown_grace",
+    "server.idempotency.retention",
+];
+
+/// Prepares the config with `changes` as `rein serve` does; runs the
+/// agent when it is accepted (and, with `serve`, serves it), and checks
+/// that a refusal names a changed field.
+fn check_case(
+    dir: &Path,
+    changes: &[(&'static str, toml::Value)],
+    serve: bool,
+) -> Result<(), TestCaseError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
@@ -308,50 +372,156 @@ fn check_case(dir: &Path, changes: &[(&'static str, toml::Value)]) -> Result<(),
         let desk_url = desk.base_url().to_owned();
         let env = move |name: &str| (name == "DESK").then(|| desk_url.clone());
         let client = http_client().unwrap();
-        match startup::prepare(&Loader::with_env(&env), &path, &client, &env, None) {
+        let purpose = Purpose::Serve { listen: None };
+        let started = match startup::prepare(&Loader::with_env(&env), &path, &client, &env, purpose)
+        {
             Err(errors) => {
                 let changed: Vec<&str> = changes.iter().map(|(p, _)| *p).collect();
                 for problem in errors.problems() {
                     prop_assert!(!problem.field.is_empty(), "no field: {problem}");
                 }
-                // The field itself, or (for a rule between two fields,
-                // `p95 >= p50`) another field of its table.
-                let table = |field: &str| field.rsplit_once('.').map_or("", |(t, _)| t).to_owned();
                 prop_assert!(
-                    errors.problems().iter().any(|p| changed
+                    errors
+                        .problems()
                         .iter()
-                        .any(|c| { c.starts_with(&p.field) || p.field.starts_with(&table(c)) })),
+                        .any(|p| names_a_changed_field(&p.field, &changed)),
                     "refused {changed:?} without naming one of them:\n{errors}"
                 );
+                return Ok(());
             }
-            Ok(started) => {
-                let registry = &started.registry;
-                let store: Arc<dyn Store> =
-                    Arc::new(SqliteStore::open(dir.join("rein.db")).unwrap());
-                let engine =
-                    rein_server::build_engine(registry, store, client.clone(), Some(7)).unwrap();
-                bind_models(registry, &client, &env).unwrap();
-                let agent = bind_agent(registry, "a", &client, &env).unwrap();
-                let request = RunRequest {
-                    input: "Where is A-1001?".into(),
-                    ..RunRequest::default()
-                };
-                // A run may legitimately wait (a rate of one call a day);
-                // only an error or a panic fails the case.
-                let run = engine.run(&agent, &started.schemas, request);
-                if let Ok(out) = tokio::time::timeout(Duration::from_secs(3), run).await {
-                    let out = out.map_err(|e| TestCaseError::fail(format!("run failed: {e}")))?;
-                    prop_assert!(!out.run_id.as_str().is_empty());
-                    if changes.is_empty() {
-                        // The base config's run really reads and answers.
-                        prop_assert_eq!(out.report.outcome, rein_core::Outcome::Succeeded);
-                        prop_assert_eq!(out.report.completed.len(), 2, "{:?}", out.report);
+            Ok(started) => started,
+        };
+        let registry = &started.registry;
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.join("rein.db")).unwrap());
+        let engine =
+            rein_server::build_engine(registry, store.clone(), client.clone(), Some(7)).unwrap();
+        prop_assert!(started.models.contains_key("m"), "the binding is bound");
+        let agent = bind_agent(registry, "a", &client, &env).unwrap();
+        let cancel = CancellationToken::new();
+        let request = RunRequest {
+            input: "Where is A-1001?".into(),
+            cancel: Some(cancel.clone()),
+            ..RunRequest::default()
+        };
+        let (out, cancelled) = {
+            let run = engine.run(&agent, &started.schemas, request);
+            tokio::pin!(run);
+            match tokio::time::timeout(GRACE, &mut run).await {
+                Ok(out) => (out, false),
+                Err(_) => {
+                    // It waits (a rate of one call a day): cancelled, it must
+                    // end, and say so.
+                    cancel.cancel();
+                    match tokio::time::timeout(BOUND, &mut run).await {
+                        Ok(out) => (out, true),
+                        Err(_) => {
+                            return Err(TestCaseError::fail(format!(
+                                "the run did not end within {BOUND:?} of being cancelled"
+                            )));
+                        }
                     }
                 }
             }
+        };
+        let out = out.map_err(|e| TestCaseError::fail(format!("run failed: {e}")))?;
+        let report = &out.report;
+        let end = report.basis.as_ref().map(|b| &b.end);
+        prop_assert!(
+            !matches!(end, Some(End::Internal(_) | End::StoreFailed(_))),
+            "rein failed the run: {report:?}"
+        );
+        match report.outcome {
+            Outcome::Succeeded => prop_assert_eq!(report.completed.len(), 2, "{:?}", report),
+            Outcome::Cancelled => prop_assert!(cancelled, "cancelled by nobody: {report:?}"),
+            // A ceiling at an extreme (a step, token, cost or time budget,
+            // a reserve, a loop guard) ends the run explicitly.
+            Outcome::BudgetExhausted => {}
+            _ => prop_assert!(
+                matches!(end, Some(End::Loop(_) | End::Budget(_))) || !changes.is_empty(),
+                "{report:?}"
+            ),
+        }
+        if changes.is_empty() {
+            // The base config's run really reads and answers.
+            prop_assert_eq!(report.outcome, Outcome::Succeeded);
+        }
+        if serve {
+            serve_once(started, store, engine, client).await?;
         }
         Ok(())
     })
+}
+
+/// Serves `started` on a loopback port as `rein serve` does: a keyed,
+/// queued submission is accepted and replayed (the retention's arithmetic),
+/// a connection is served within `server.limits`, and the server stops
+/// within [`BOUND`] of being told to (its `shutdown_grace`, hurried as a
+/// second signal hurries it).
+async fn serve_once(
+    started: startup::Startup,
+    store: Arc<dyn Store>,
+    engine: rein_engine::run::Engine,
+    client: reqwest::Client,
+) -> Result<(), TestCaseError> {
+    let state = Arc::new(AppState::new(
+        started.registry,
+        started.schemas,
+        store,
+        engine,
+        client,
+        started.models,
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(rein_server::serve(state.clone(), listener, async move {
+        let _ = stopped.await;
+    }));
+    let http = reqwest::Client::builder().timeout(BOUND).build().unwrap();
+    let submit = || {
+        http.post(format!("http://{addr}/v1/agents/a/runs"))
+            .header("Idempotency-Key", "k")
+            .json(&serde_json::json!({"input": "Where is A-1001?", "mode": "queued"}))
+            .send()
+    };
+    let first = submit()
+        .await
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let status = first.status().as_u16();
+    let first: serde_json::Value = first.json().await.unwrap();
+    prop_assert_eq!(status, 202, "{}", first);
+    let again = submit()
+        .await
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let status = again.status().as_u16();
+    let again: serde_json::Value = again.json().await.unwrap();
+    prop_assert!(status == 202 || status == 200, "{status}: {again}");
+    // The retention is honoured: within it the key replays the run; past
+    // it (1 ns is past by the second request) the key is free again.
+    let retention = state.settings.idempotency.retention;
+    if retention >= BOUND {
+        prop_assert_eq!(
+            &first["run_id"],
+            &again["run_id"],
+            "replayed within retention"
+        );
+    } else if retention <= Duration::from_micros(1) {
+        prop_assert_ne!(
+            &first["run_id"],
+            &again["run_id"],
+            "retention {:?}",
+            retention
+        );
+    }
+    let _ = stop.send(());
+    // A second signal: what is still in flight is handed on at once.
+    state.engine.interrupt(rein_engine::run::HandOn::AnyWorker);
+    match tokio::time::timeout(BOUND, server).await {
+        Ok(Ok(Ok(()))) => Ok(()),
+        other => Err(TestCaseError::fail(format!(
+            "the server did not stop within {BOUND:?}: {other:?}"
+        ))),
+    }
 }
 
 proptest! {
@@ -362,7 +532,7 @@ proptest! {
         changes in proptest::collection::vec(change(), 1..4)
     ) {
         let dir = tempfile::tempdir().unwrap();
-        check_case(dir.path(), &changes)?;
+        check_case(dir.path(), &changes, false)?;
     }
 }
 
@@ -402,7 +572,8 @@ fn every_field_at_every_extreme_starts_or_is_refused_by_name() {
     for (path, kind) in FIELDS {
         for value in extremes(*kind) {
             let dir = tempfile::tempdir().unwrap();
-            if let Err(e) = check_case(dir.path(), &[(path, value.clone())]) {
+            let serve = SERVED.contains(path);
+            if let Err(e) = check_case(dir.path(), &[(path, value.clone())], serve) {
                 panic!("{path} = {value}: {e}");
             }
         }
@@ -427,8 +598,14 @@ fn r13_overflowing_wall_clock_is_refused_naming_the_field() {
         std::fs::write(dir.path().join("script.json"), SCRIPT).unwrap();
         let env = |name: &str| (name == "DESK").then(|| "http://127.0.0.1:9".to_owned());
         let client = http_client().unwrap();
-        let errors = startup::prepare(&Loader::with_env(env), &path, &client, &env, None)
-            .expect_err("an overflowing wall_clock is refused");
+        let errors = startup::prepare(
+            &Loader::with_env(env),
+            &path,
+            &client,
+            &env,
+            Purpose::Serve { listen: None },
+        )
+        .expect_err("an overflowing wall_clock is refused");
         let problem = &errors.problems()[0];
         assert_eq!(problem.field, "agents.a.budget.wall_clock", "{errors}");
         assert!(
@@ -448,8 +625,14 @@ fn r13_missing_script_is_refused_once_naming_the_field() {
     std::fs::write(&path, BASE).unwrap();
     let env = |name: &str| (name == "DESK").then(|| "http://127.0.0.1:9".to_owned());
     let client = http_client().unwrap();
-    let errors = startup::prepare(&Loader::with_env(env), &path, &client, &env, None)
-        .expect_err("a missing script is refused");
+    let errors = startup::prepare(
+        &Loader::with_env(env),
+        &path,
+        &client,
+        &env,
+        Purpose::Serve { listen: None },
+    )
+    .expect_err("a missing script is refused");
     assert_eq!(errors.len(), 1, "{errors}");
     let problem = &errors.problems()[0];
     assert_eq!(problem.field, "providers.s.script");
@@ -460,5 +643,5 @@ fn r13_missing_script_is_refused_once_naming_the_field() {
 #[test]
 fn base_config_starts() {
     let dir = tempfile::tempdir().unwrap();
-    check_case(dir.path(), &[]).unwrap();
+    check_case(dir.path(), &[], true).unwrap();
 }

@@ -22,8 +22,8 @@ use crate::run::{RunRecord, RunStatus, StatusChange};
 /// Parts are applied in this order, and the first refusal rolls back all of
 /// them:
 ///
-/// 0. `expect_status`, then `expect_claim` (checked before anything is
-///    applied)
+/// 0. `expect_status`, then `expect_claim`, then `expect_ledger_revision`
+///    (checked before anything is applied)
 /// 1. `intents` (first write per intent wins; a repeat is a no-op)
 /// 2. `declares` (an existing record for the intent is returned unchanged)
 /// 3. `marks` (checked against the ledger state machine)
@@ -32,6 +32,12 @@ use crate::run::{RunRecord, RunStatus, StatusChange};
 /// 6. `status` (refused if the run already finished)
 /// 7. `revised_report` (refused unless the run is finished, by then, with
 ///    the report's outcome)
+///
+/// A commit with `declares` or `marks` bumps the ledger revision of the run
+/// and of every run above it ([`RunRecord::ledger_revision`]), once. A
+/// report stored by `status` or `revised_report` whose basis is set gets
+/// the run's revision after the commit as its basis's `ledger_revision`:
+/// the ledger it reflects.
 ///
 /// Every item must belong to the run the commit is made for.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -86,6 +92,25 @@ pub struct StepCommit {
     ///
     /// [`StoreError::Conflict`]: crate::StoreError::Conflict
     pub expect_claim: Option<ClaimFence>,
+    /// When set, the commit applies only if the run's ledger revision
+    /// ([`RunRecord::ledger_revision`]) still equals it; otherwise nothing
+    /// is stored and the commit fails with
+    /// [`StoreError::Conflict`]` { what: "ledger revision", id: <run id> }`.
+    ///
+    /// # Why
+    ///
+    /// A report is derived from the ledger read before the commit. Without
+    /// this condition two writers (the server's reconciler and a
+    /// `rein reconcile`, a reconciler and the run closing) each derived a
+    /// report from the ledger they read, and the last to commit stored a
+    /// report that missed the other's change. With it, a writer reads the
+    /// revision first (with the run), then the ledger, derives, and
+    /// commits expecting that revision; a conflict means the ledger moved:
+    /// read again, derive again. It is a condition, not a write:
+    /// [`StepCommit::is_empty`] ignores it.
+    ///
+    /// [`StoreError::Conflict`]: crate::StoreError::Conflict
+    pub expect_ledger_revision: Option<u64>,
 }
 
 /// The claim a commit must still hold: the lease `lease_id` owned by `owner`.

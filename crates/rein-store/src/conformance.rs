@@ -35,10 +35,11 @@ use rein_core::{
 use serde_json::json;
 
 use crate::{
-    BreakerOpening, Checkpoint, ClaimFence, Holder, IdempotencyRecord, IdempotencySettlement,
-    IdempotencyState, Lease, LeaseChange, LeaseFilter, LeaseKind, LedgerMark, MAX_SINGLETON_LEN,
-    NewReservation, NewRun, PlannedIntent, Reservation, RunStatus, SingletonLease, StatusChange,
-    StepCommit, Store, StoreError, StoredResponse,
+    BreakerOpening, Checkpoint, ClaimFence, Holder, IdempotencyRecord, IdempotencySettled,
+    IdempotencySettlement, IdempotencyState, Lease, LeaseChange, LeaseFilter, LeaseKind,
+    LedgerMark, MAX_SINGLETON_LEN, NewReservation, NewRun, PlannedIntent, Reservation,
+    ReservationFence, RunStatus, SingletonLease, StatusChange, StepCommit, Store, StoreError,
+    StoredResponse,
 };
 
 /// A base time far from the present, so runs made here sort first.
@@ -49,6 +50,7 @@ pub async fn run_all(store: &dyn Store) {
     run_lifecycle(store).await;
     finished_run_status_is_final(store).await;
     finished_run_report_is_revised_with_its_marks(store).await;
+    ledger_revision_fences_report_writes(store).await;
     only_a_recoverable_finished_run_reopens(store).await;
     list_runs_newest_first(store).await;
     event_seqs_are_gap_free_across_batches(store).await;
@@ -64,6 +66,8 @@ pub async fn run_all(store: &dyn Store) {
     expect_claim_applies_only_while_the_claim_holds(store).await;
     runs_with_status_oldest_first_across_many(store).await;
     runs_with_status_filters_by_status(store).await;
+    // Paging and counting runs by status.
+    runs_with_status_after_pages_through_every_run_once(store).await;
     children_of_lists_children_oldest_first(store).await;
     unknown_run_is_not_found(store).await;
     lease_lifecycle(store).await;
@@ -84,6 +88,9 @@ pub async fn run_all(store: &dyn Store) {
     idempotency_holder_is_recorded_with_the_reservation(store).await;
     idempotency_queued_submission_is_one_write(store).await;
     idempotency_settle_applies_only_for_the_holder(store).await;
+    idempotency_release_is_refused_while_its_run_exists(store).await;
+    idempotency_holder_renews_its_reservation(store).await;
+    idempotency_run_creation_is_fenced_on_the_holder(store).await;
     singleton_first_claim_wins_and_others_are_refused_while_live(store).await;
     singleton_holder_renews_keeping_its_acquisition(store).await;
     singleton_expired_lease_is_taken_by_another_owner(store).await;
@@ -955,6 +962,7 @@ pub async fn step_commit_is_atomic(store: &dyn Store) {
                 reopen: false,
                 expect_status: None,
                 expect_claim: None,
+                expect_ledger_revision: None,
                 revised_report: None,
             },
         )
@@ -1008,6 +1016,7 @@ pub async fn step_commit_is_atomic(store: &dyn Store) {
                 reopen: false,
                 expect_status: None,
                 expect_claim: None,
+                expect_ledger_revision: None,
                 revised_report: None,
             },
         )
@@ -1650,6 +1659,8 @@ pub async fn idempotency_first_request_executes_then_replays(store: &dyn Store) 
         expires_at_ms: expires,
         owner: None,
         run_id: None,
+        holder_since_ms: None,
+        holder_until_ms: None,
     };
     assert_eq!(
         store
@@ -1945,6 +1956,8 @@ pub async fn idempotency_expired_record_is_replaced(store: &dyn Store) {
             expires_at_ms: BASE_MS + 300,
             owner: None,
             run_id: None,
+            holder_since_ms: None,
+            holder_until_ms: None,
         }],
         "the replacement is a new record"
     );
@@ -2728,6 +2741,104 @@ pub async fn runs_with_status_filters_by_status(store: &dyn Store) {
     }
 }
 
+// ----- paging and counting runs by status --------------------------------
+
+/// `runs_with_status_after` pages through every run of a status in the
+/// order of `runs_with_status` — each run exactly once, ties on the
+/// creation time broken by run id — and `count_runs_with_status` counts
+/// them.
+pub async fn runs_with_status_after_pages_through_every_run_once(store: &dyn Store) {
+    const RUNS: u64 = 11;
+    const PAGE: usize = 3;
+    let before = store
+        .count_runs_with_status(RunStatus::Running)
+        .await
+        .unwrap();
+    // In pairs of equal times, created in reverse, so that neither the
+    // insertion order nor the time alone gives the order.
+    let mut runs: Vec<NewRun> = (0..RUNS)
+        .map(|n| new_run("paged", BASE_MS * 5 + n / 2))
+        .collect();
+    create_all(store, runs.iter().rev().cloned().collect()).await;
+    oldest_first(&mut runs);
+    let ours: Vec<RunId> = runs.iter().map(|run| run.run_id.clone()).collect();
+    set_all(store, &ours, RunStatus::Running, BASE_MS * 5 + 100).await;
+    assert_eq!(
+        store
+            .count_runs_with_status(RunStatus::Running)
+            .await
+            .unwrap(),
+        before + RUNS,
+        "count_runs_with_status counts every run of the status"
+    );
+
+    let mut seen: Vec<RunId> = Vec::new();
+    let mut cursor: Option<crate::RunCursor> = None;
+    loop {
+        let page = store
+            .runs_with_status_after(RunStatus::Running, cursor.as_ref(), PAGE)
+            .await
+            .unwrap();
+        assert!(page.len() <= PAGE, "the limit is honoured");
+        assert!(
+            page.iter().all(|run| run.status == RunStatus::Running),
+            "only runs of the status"
+        );
+        if let (Some(cursor), Some(first)) = (&cursor, page.first()) {
+            assert!(cursor.precedes(first), "a page starts after its cursor");
+        }
+        let Some(last) = page.last() else {
+            break;
+        };
+        cursor = Some(crate::RunCursor::after(last));
+        seen.extend(page.into_iter().map(|run| run.run_id));
+    }
+    let ours_seen: Vec<&RunId> = seen.iter().filter(|id| ours.contains(id)).collect();
+    assert_eq!(
+        ours_seen,
+        ours.iter().collect::<Vec<_>>(),
+        "every run exactly once, oldest (created_at_ms, then run id) first"
+    );
+    let all = store
+        .runs_with_status(RunStatus::Running, 100_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        seen,
+        all.into_iter().map(|run| run.run_id).collect::<Vec<_>>(),
+        "the pages together are runs_with_status"
+    );
+    let from_start = store
+        .runs_with_status_after(RunStatus::Running, None, PAGE)
+        .await
+        .unwrap();
+    assert_eq!(
+        from_start,
+        store
+            .runs_with_status(RunStatus::Running, PAGE)
+            .await
+            .unwrap(),
+        "no cursor starts at the beginning"
+    );
+
+    // Out of the status again: a later check on the same store starts
+    // clean.
+    set_all(
+        store,
+        &ours,
+        RunStatus::Finished(Outcome::Cancelled),
+        BASE_MS * 5 + 200,
+    )
+    .await;
+    assert_eq!(
+        store
+            .count_runs_with_status(RunStatus::Running)
+            .await
+            .unwrap(),
+        before
+    );
+}
+
 /// `children_of` lists a parent's direct children, of any status, oldest
 /// first; a childless or unknown parent has none.
 pub async fn children_of_lists_children_oldest_first(store: &dyn Store) {
@@ -3364,6 +3475,7 @@ fn holder(owner: &str, run: Option<&RunId>) -> Holder {
     Holder {
         owner: owner.to_owned(),
         run_id: run.cloned(),
+        until_ms: BASE_MS + 3_000,
     }
 }
 
@@ -3527,8 +3639,8 @@ pub async fn idempotency_settle_applies_only_for_the_holder(store: &dyn Store) {
         .reserve_idempotency_as(reservation(&tenant, &key, 23, Some(holder(dead, None))))
         .await
         .unwrap();
-    assert!(
-        !store
+    assert_eq!(
+        store
             .settle_idempotency(
                 &tenant,
                 &key,
@@ -3538,9 +3650,10 @@ pub async fn idempotency_settle_applies_only_for_the_holder(store: &dyn Store) {
             )
             .await
             .unwrap(),
+        IdempotencySettled::Superseded,
         "another owner's settlement is refused"
     );
-    assert!(
+    assert_eq!(
         store
             .settle_idempotency(
                 &tenant,
@@ -3550,7 +3663,8 @@ pub async fn idempotency_settle_applies_only_for_the_holder(store: &dyn Store) {
                 BASE_MS + 1
             )
             .await
-            .unwrap()
+            .unwrap(),
+        IdempotencySettled::Applied
     );
     // The key is free: a fresh request reserves it; a stale release of the
     // dead holder must not free it again.
@@ -3562,8 +3676,8 @@ pub async fn idempotency_settle_applies_only_for_the_holder(store: &dyn Store) {
             .unwrap(),
         Reservation::Reserved
     );
-    assert!(
-        !store
+    assert_eq!(
+        store
             .settle_idempotency(
                 &tenant,
                 &key,
@@ -3573,10 +3687,11 @@ pub async fn idempotency_settle_applies_only_for_the_holder(store: &dyn Store) {
             )
             .await
             .unwrap(),
+        IdempotencySettled::Superseded,
         "a stale settlement leaves the new reservation alone"
     );
     let answer = response(200, "final view");
-    assert!(
+    assert_eq!(
         store
             .settle_idempotency(
                 &tenant,
@@ -3586,7 +3701,8 @@ pub async fn idempotency_settle_applies_only_for_the_holder(store: &dyn Store) {
                 BASE_MS + 3
             )
             .await
-            .unwrap()
+            .unwrap(),
+        IdempotencySettled::Applied
     );
     let Reservation::Replay(record) = store
         .reserve_idempotency_as(reservation(&tenant, &key, 23, None))
@@ -3596,8 +3712,8 @@ pub async fn idempotency_settle_applies_only_for_the_holder(store: &dyn Store) {
         panic!("a completed record replays");
     };
     assert_eq!(record.response, Some(answer));
-    assert!(
-        !store
+    assert_eq!(
+        store
             .settle_idempotency(
                 &tenant,
                 &key,
@@ -3607,10 +3723,11 @@ pub async fn idempotency_settle_applies_only_for_the_holder(store: &dyn Store) {
             )
             .await
             .unwrap(),
+        IdempotencySettled::Superseded,
         "a completed record is never released"
     );
-    assert!(
-        !store
+    assert_eq!(
+        store
             .settle_idempotency(
                 &tenant,
                 &unique("never"),
@@ -3619,7 +3736,387 @@ pub async fn idempotency_settle_applies_only_for_the_holder(store: &dyn Store) {
                 BASE_MS
             )
             .await
+            .unwrap(),
+        IdempotencySettled::Superseded
+    );
+    assert!(store.clear_idempotency(&tenant, &key).await.unwrap());
+}
+
+/// A release is refused while the run the record names exists: the run
+/// may have made effects, and the key must answer from it. Checked in the
+/// settlement's own write, so a holder judged dead that created its run a
+/// moment before is never released.
+pub async fn idempotency_release_is_refused_while_its_run_exists(store: &dyn Store) {
+    let tenant = TenantId::new("acme").unwrap();
+    let key = unique("release-run");
+    let run = new_run("release-run", BASE_MS);
+    let owner = "pid:1@host#runs";
+    store
+        .reserve_idempotency_as(reservation(
+            &tenant,
+            &key,
+            24,
+            Some(holder(owner, Some(&run.run_id))),
+        ))
+        .await
+        .unwrap();
+    store.create_run(run.clone()).await.unwrap();
+    assert_eq!(
+        store
+            .settle_idempotency(
+                &tenant,
+                &key,
+                owner,
+                IdempotencySettlement::Release,
+                BASE_MS + 1
+            )
+            .await
+            .unwrap(),
+        IdempotencySettled::RunExists
+    );
+    assert!(
+        matches!(
+            store
+                .reserve_idempotency_as(reservation(&tenant, &key, 24, None))
+                .await
+                .unwrap(),
+            Reservation::InProgress(_)
+        ),
+        "the record stays in progress"
+    );
+    // Completing it from the run applies.
+    assert_eq!(
+        store
+            .settle_idempotency(
+                &tenant,
+                &key,
+                owner,
+                IdempotencySettlement::Complete(response(200, "the run's view")),
+                BASE_MS + 2
+            )
+            .await
+            .unwrap(),
+        IdempotencySettled::Applied
+    );
+    // A record whose run was never created is released.
+    let absent = unique("release-absent");
+    let never = RunId::new(unique("never-created")).unwrap();
+    store
+        .reserve_idempotency_as(reservation(
+            &tenant,
+            &absent,
+            24,
+            Some(holder(owner, Some(&never))),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .settle_idempotency(
+                &tenant,
+                &absent,
+                owner,
+                IdempotencySettlement::Release,
+                BASE_MS + 1
+            )
+            .await
+            .unwrap(),
+        IdempotencySettled::Applied
+    );
+    assert!(!store.clear_idempotency(&tenant, &absent).await.unwrap());
+    assert!(store.clear_idempotency(&tenant, &key).await.unwrap());
+}
+
+/// A reservation records when its holder reserved it and until when it
+/// is taken for alive; only the holder renews it, and only while it is in
+/// progress.
+pub async fn idempotency_holder_renews_its_reservation(store: &dyn Store) {
+    let tenant = TenantId::new("acme").unwrap();
+    let key = unique("renew");
+    let owner = "pid:1@host#renew";
+    store
+        .reserve_idempotency_as(reservation(&tenant, &key, 25, Some(holder(owner, None))))
+        .await
+        .unwrap();
+    let record = |key: String| async move {
+        let Reservation::InProgress(record) = store
+            .reserve_idempotency_as(reservation(&tenant_of(), &key, 25, None))
+            .await
+            .unwrap()
+        else {
+            panic!("the record is in progress");
+        };
+        record
+    };
+    let first = record(key.clone()).await;
+    assert_eq!(first.holder_since_ms, Some(BASE_MS), "reserved at now_ms");
+    assert_eq!(first.holder_until_ms, Some(BASE_MS + 3_000));
+    assert!(first.holder_is_trusted());
+    assert!(
+        store
+            .renew_idempotency(&tenant, &key, owner, BASE_MS + 9_000)
+            .await
+            .unwrap()
+    );
+    let renewed = record(key.clone()).await;
+    assert_eq!(renewed.holder_until_ms, Some(BASE_MS + 9_000));
+    assert_eq!(
+        renewed.created_at_ms, first.created_at_ms,
+        "a renewal is not a new reservation"
+    );
+    assert!(
+        !store
+            .renew_idempotency(&tenant, &key, "pid:2@host#other", BASE_MS + 99_000)
+            .await
+            .unwrap(),
+        "only the holder renews"
+    );
+    assert_eq!(
+        record(key.clone()).await.holder_until_ms,
+        Some(BASE_MS + 9_000)
+    );
+    // Given up: held until now.
+    assert!(
+        store
+            .renew_idempotency(&tenant, &key, owner, BASE_MS + 10)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        record(key.clone()).await.holder_until_ms,
+        Some(BASE_MS + 10)
+    );
+    store
+        .settle_idempotency(
+            &tenant,
+            &key,
+            owner,
+            IdempotencySettlement::Complete(response(200, "done")),
+            BASE_MS + 11,
+        )
+        .await
+        .unwrap();
+    assert!(
+        !store
+            .renew_idempotency(&tenant, &key, owner, BASE_MS + 20_000)
+            .await
+            .unwrap(),
+        "a completed record has no holder to renew"
+    );
+    assert!(
+        !store
+            .renew_idempotency(&tenant, &unique("none"), owner, BASE_MS)
+            .await
             .unwrap()
     );
     assert!(store.clear_idempotency(&tenant, &key).await.unwrap());
+}
+
+fn fence(tenant: &TenantId, key: &str, owner: &str) -> ReservationFence {
+    ReservationFence {
+        tenant: tenant.clone(),
+        key: key.to_owned(),
+        owner: owner.to_owned(),
+    }
+}
+
+fn tenant_of() -> TenantId {
+    TenantId::new("acme").unwrap()
+}
+
+/// A sync submission's run is created only while the reservation naming
+/// it is still its holder's: after a retry released it (the holder taken
+/// for dead), or for another owner, nothing is created.
+pub async fn idempotency_run_creation_is_fenced_on_the_holder(store: &dyn Store) {
+    let tenant = tenant_of();
+    let key = unique("fenced");
+    let owner = "pid:1@host#fenced";
+    let run = new_run("fenced", BASE_MS);
+    store
+        .reserve_idempotency_as(reservation(
+            &tenant,
+            &key,
+            26,
+            Some(holder(owner, Some(&run.run_id))),
+        ))
+        .await
+        .unwrap();
+    let other = new_run("fenced-other", BASE_MS);
+    assert!(matches!(
+        store
+            .create_run_held(other.clone(), &fence(&tenant, &key, "pid:2@host#other"))
+            .await,
+        Err(StoreError::Conflict {
+            what: "idempotency reservation",
+            ..
+        })
+    ));
+    assert_eq!(store.get_run(&other.run_id).await.unwrap(), None);
+    let created = store
+        .create_run_held(run.clone(), &fence(&tenant, &key, owner))
+        .await
+        .unwrap();
+    assert_eq!(created.run_id, run.run_id);
+    assert_eq!(created.status, RunStatus::Queued);
+    // Released (nothing of it ran): the holder creates nothing any more.
+    let released = unique("fenced-released");
+    store
+        .reserve_idempotency_as(reservation(
+            &tenant,
+            &released,
+            26,
+            Some(holder(owner, None)),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .settle_idempotency(
+                &tenant,
+                &released,
+                owner,
+                IdempotencySettlement::Release,
+                BASE_MS + 1
+            )
+            .await
+            .unwrap(),
+        IdempotencySettled::Applied
+    );
+    let late = new_run("fenced-late", BASE_MS);
+    assert!(matches!(
+        store
+            .create_run_held(late.clone(), &fence(&tenant, &released, owner))
+            .await,
+        Err(StoreError::Conflict { .. })
+    ));
+    assert_eq!(store.get_run(&late.run_id).await.unwrap(), None);
+    assert!(store.clear_idempotency(&tenant, &key).await.unwrap());
+}
+
+/// Every commit that declares or marks a ledger record bumps the ledger
+/// revision of its run and of the runs above it; a commit expecting a
+/// revision that moved is refused whole with a `ledger revision`
+/// conflict; a stored report with a basis carries the revision it
+/// reflects.
+pub async fn ledger_revision_fences_report_writes(store: &dyn Store) {
+    let parent = created(store, "revision-parent").await;
+    let mut child_run = new_run("revision-child", BASE_MS);
+    child_run.parent_run_id = Some(parent.clone());
+    let child = store.create_run(child_run).await.unwrap().run_id;
+    let revision =
+        |id: RunId| async move { store.get_run(&id).await.unwrap().unwrap().ledger_revision };
+    assert_eq!(revision(parent.clone()).await, 0, "a new run is at 0");
+    store
+        .declare(declaration(
+            &child,
+            "intent-1",
+            "update_delivery_time",
+            ToolClass::IdempotentWrite,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(revision(child.clone()).await, 1);
+    assert_eq!(
+        revision(parent.clone()).await,
+        1,
+        "a child's record is in its parent's report too"
+    );
+    // A writer that read revision 0 is refused, and writes nothing.
+    let stale = StepCommit {
+        marks: vec![(
+            IntentId::new("intent-1").unwrap(),
+            mark(LedgerStatus::Succeeded, 1, BASE_MS + 1),
+        )],
+        events: vec![event(&child, EventKind::LedgerRecorded, 1)],
+        expect_ledger_revision: Some(0),
+        ..StepCommit::default()
+    };
+    assert!(matches!(
+        store.commit_step(&child, stale).await,
+        Err(StoreError::Conflict {
+            what: "ledger revision",
+            ..
+        })
+    ));
+    assert_eq!(
+        store.ledger(&child).await.unwrap()[0].status,
+        LedgerStatus::Pending
+    );
+    assert!(store.events(&child, 0).await.unwrap().is_empty());
+    assert_eq!(revision(child.clone()).await, 1);
+    // The current revision applies, and moves it.
+    let current = StepCommit {
+        marks: vec![(
+            IntentId::new("intent-1").unwrap(),
+            mark(LedgerStatus::Succeeded, 1, BASE_MS + 1),
+        )],
+        expect_ledger_revision: Some(1),
+        ..StepCommit::default()
+    };
+    store.commit_step(&child, current).await.unwrap();
+    assert_eq!(revision(child.clone()).await, 2);
+    assert_eq!(revision(parent.clone()).await, 2);
+    // Events and status changes alone leave it.
+    let mut report = report(Outcome::PartialSuccess);
+    report.basis = Some(rein_core::report::ReportBasis {
+        end: rein_core::report::End::Answer(None),
+        settled: rein_core::report::Settled::Kept,
+        in_flight: Vec::new(),
+        strategies_not_tried: Vec::new(),
+        ledger_revision: None,
+    });
+    let end = StepCommit {
+        status: Some(StatusChange {
+            status: RunStatus::Finished(Outcome::PartialSuccess),
+            report: Some(report.clone()),
+            at_ms: BASE_MS + 2,
+        }),
+        events: vec![event(&child, EventKind::RunFinished, 1)],
+        expect_ledger_revision: Some(2),
+        ..StepCommit::default()
+    };
+    store.commit_step(&child, end).await.unwrap();
+    let stored = store.get_run(&child).await.unwrap().unwrap();
+    assert_eq!(stored.ledger_revision, 2);
+    assert_eq!(
+        stored
+            .report
+            .and_then(|r| r.basis)
+            .and_then(|b| b.ledger_revision),
+        Some(2),
+        "the report reflects revision 2"
+    );
+    // A revision that lands with its mark reflects the mark.
+    let revise = StepCommit {
+        marks: vec![(
+            IntentId::new("intent-1").unwrap(),
+            mark(LedgerStatus::Manual, 1, BASE_MS + 3),
+        )],
+        revised_report: Some(report.clone()),
+        expect_ledger_revision: Some(2),
+        ..StepCommit::default()
+    };
+    store.commit_step(&child, revise).await.unwrap();
+    let stored = store.get_run(&child).await.unwrap().unwrap();
+    assert_eq!(stored.ledger_revision, 3);
+    assert_eq!(
+        stored
+            .report
+            .and_then(|r| r.basis)
+            .and_then(|b| b.ledger_revision),
+        Some(3)
+    );
+    // Another writer that read revision 2 before that mark loses.
+    let late = StepCommit {
+        revised_report: Some(report),
+        expect_ledger_revision: Some(2),
+        ..StepCommit::default()
+    };
+    assert!(matches!(
+        store.commit_step(&child, late).await,
+        Err(StoreError::Conflict {
+            what: "ledger revision",
+            ..
+        })
+    ));
 }

@@ -19,18 +19,24 @@
 //! | same fingerprint, [`InProgress`] | [`Reservation::InProgress`] | 409 |
 //! | different fingerprint, any state | [`Reservation::Mismatch`] | 422 |
 //!
-//! When the endpoint fails or answers other than 2xx, the server calls
-//! [`Store::release_idempotency`] so a retry can run; on 2xx it calls
-//! [`Store::complete_idempotency`].
+//! On 2xx the holder completes its record; when the endpoint fails or
+//! answers other than 2xx it releases it so a retry can run — unless the
+//! run the record names exists, which a release refuses (see below).
+//! [`Store::release_idempotency`] and [`Store::complete_idempotency`] do
+//! the same without a holder to fence on.
 //!
 //! # Holders: no key blocked by a process that died
 //!
-//! A reservation names its [`Holder`] (the process executing the request
-//! and, for a run, the run's id) in the same write. A process killed
-//! between reserving and completing leaves an `in_progress` record whose
-//! holder is gone; the server resolves it with
-//! [`Store::settle_idempotency`], fenced on that holder: completed with an
-//! answer from the run when the run exists, released when nothing ran. A
+//! A reservation names its [`Holder`] (the process executing the request,
+//! for a run the run's id, and until when the holder is taken for alive)
+//! in the same write. The holder renews it while it works
+//! ([`Store::renew_idempotency`]); a sync submission's run is created only
+//! while the reservation is still its holder's ([`Store::create_run_held`]).
+//! A process killed between reserving and completing leaves an
+//! `in_progress` record whose holder stops renewing; the server resolves
+//! it with [`Store::settle_idempotency`], fenced on that holder: completed
+//! with an answer from the run when the run exists, released when nothing
+//! ran (refused, in the same write, when the run exists after all). A
 //! queued submission never leaves one at all: [`Store::submit_queued`]
 //! reserves the key, creates the run and stores the answer in one write.
 //!
@@ -71,6 +77,8 @@
 //! [`Store::clear_idempotency`]: crate::Store::clear_idempotency
 //! [`Store::settle_idempotency`]: crate::Store::settle_idempotency
 //! [`Store::submit_queued`]: crate::Store::submit_queued
+//! [`Store::renew_idempotency`]: crate::Store::renew_idempotency
+//! [`Store::create_run_held`]: crate::Store::create_run_held
 //! [`Completed`]: IdempotencyState::Completed
 //! [`InProgress`]: IdempotencyState::InProgress
 
@@ -198,6 +206,16 @@ pub struct IdempotencyRecord {
     /// The run the request started (or is about to start), when it starts
     /// one: a replay after its owner died answers from it.
     pub run_id: Option<RunId>,
+    /// When the holder reserved the key (the `created_at_ms` of the
+    /// reservation that wrote `owner` and `run_id`); `None` in records
+    /// written before holders renewed their reservations (schema 7).
+    pub holder_since_ms: Option<u64>,
+    /// Until when the holder is taken for alive: set at reservation and
+    /// pushed forward by [`Store::renew_idempotency`] while it works;
+    /// `None` as for `holder_since_ms`.
+    ///
+    /// [`Store::renew_idempotency`]: crate::Store::renew_idempotency
+    pub holder_until_ms: Option<u64>,
 }
 
 impl IdempotencyRecord {
@@ -205,11 +223,32 @@ impl IdempotencyRecord {
     pub fn is_expired(&self, now_ms: u64) -> bool {
         self.expires_at_ms <= now_ms
     }
+
+    /// Whether `owner`, `run_id` and `holder_until_ms` belong to this
+    /// reservation of the key.
+    ///
+    /// # Why
+    ///
+    /// A process of an older rein still running while a newer one
+    /// migrated the database replaces an expired record without knowing
+    /// the holder columns: the old holder and run would survive on the new
+    /// reservation, and a retry would settle it with an unrelated run.
+    /// Every reservation of this rein writes `holder_since_ms` equal to its
+    /// `created_at_ms`; a record where they differ was reserved by such an
+    /// older process, and its holder columns are not believed (it blocks
+    /// its key until it expires, as a record without a holder does).
+    /// Records written by the previous schema (no `holder_since_ms`) are
+    /// believed, as that rein believed them.
+    pub fn holder_is_trusted(&self) -> bool {
+        self.holder_since_ms
+            .is_none_or(|since| since == self.created_at_ms)
+    }
 }
 
-/// Who holds a reservation: the process executing the request, and the
-/// run the request starts, recorded with the reservation in one write so
-/// that no moment exists in which the key is reserved by nobody known.
+/// Who holds a reservation: the process executing the request, the run
+/// the request starts, and until when the holder is taken for alive,
+/// recorded with the reservation in one write so that no moment exists in
+/// which the key is reserved by nobody known.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
     /// The process executing the request: a lease owner id
@@ -217,6 +256,26 @@ pub struct Holder {
     pub owner: String,
     /// The run the request starts, when its id is known before it starts.
     pub run_id: Option<RunId>,
+    /// Until when the holder is taken for alive unless it renews
+    /// ([`Store::renew_idempotency`]), ms since the Unix epoch.
+    ///
+    /// [`Store::renew_idempotency`]: crate::Store::renew_idempotency
+    pub until_ms: u64,
+}
+
+/// The reservation a run's creation is fenced on
+/// ([`Store::create_run_held`]): the run is created only while the record
+/// of `key` in `tenant` is `owner`'s reservation in progress.
+///
+/// [`Store::create_run_held`]: crate::Store::create_run_held
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReservationFence {
+    /// The tenant whose key it is.
+    pub tenant: TenantId,
+    /// The `Idempotency-Key`.
+    pub key: String,
+    /// The holder the record must still name ([`Holder::owner`]).
+    pub owner: String,
 }
 
 /// A reservation to make: [`Store::reserve_idempotency_as`] and
@@ -248,6 +307,22 @@ pub enum IdempotencySettlement {
     Complete(StoredResponse),
     /// Nothing ran: delete the record, so the key can execute fresh.
     Release,
+}
+
+/// What [`Store::settle_idempotency`](crate::Store::settle_idempotency)
+/// did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IdempotencySettled {
+    /// The settlement applied: the record is completed, or deleted.
+    Applied,
+    /// Nothing changed: the record is no longer this holder's reservation
+    /// in progress (completed, released, or reserved again by another
+    /// request meanwhile).
+    Superseded,
+    /// Nothing changed: a release was refused because the run the record
+    /// names exists (it may have made effects; the key must answer from
+    /// it, never start a second run).
+    RunExists,
 }
 
 /// What a reservation of a key found: the decision the server acts on.
@@ -397,8 +472,36 @@ mod tests {
             expires_at_ms: 10,
             owner: None,
             run_id: None,
+            holder_since_ms: None,
+            holder_until_ms: None,
         };
         assert!(record.is_expired(10));
         assert!(!record.is_expired(9));
+    }
+
+    #[test]
+    fn a_holder_written_by_another_reservation_is_not_trusted() {
+        let mut record = IdempotencyRecord {
+            tenant: TenantId::new("acme").unwrap(),
+            key: "k".to_owned(),
+            fingerprint: SHA.to_owned(),
+            state: IdempotencyState::InProgress,
+            response: None,
+            created_at_ms: 5_000,
+            updated_at_ms: 5_000,
+            expires_at_ms: 10_000,
+            owner: Some("pid:1@h#t".to_owned()),
+            run_id: None,
+            holder_since_ms: Some(5_000),
+            holder_until_ms: Some(6_000),
+        };
+        assert!(record.holder_is_trusted());
+        // An older rein replaced the expired record, keeping the columns
+        // it does not know.
+        record.holder_since_ms = Some(1_000);
+        assert!(!record.holder_is_trusted());
+        // Written by schema 7, which had no such column: believed.
+        record.holder_since_ms = None;
+        assert!(record.holder_is_trusted());
     }
 }

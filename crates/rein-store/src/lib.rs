@@ -77,16 +77,17 @@ pub use checkpoint::Checkpoint;
 pub use commit::{ClaimFence, Committed, StepCommit};
 pub use error::StoreError;
 pub use idempotency::{
-    DEFAULT_IDEMPOTENCY_RETENTION, Holder, IdempotencyRecord, IdempotencySettlement,
-    IdempotencyState, MAX_IDEMPOTENCY_KEY_LEN, NewReservation, Reservation, StoredResponse,
+    DEFAULT_IDEMPOTENCY_RETENTION, Holder, IdempotencyRecord, IdempotencySettled,
+    IdempotencySettlement, IdempotencyState, MAX_IDEMPOTENCY_KEY_LEN, NewReservation, Reservation,
+    ReservationFence, StoredResponse,
 };
 pub use intent::PlannedIntent;
 pub use lease::{Lease, LeaseChange, LeaseFilter, LeaseKind, MAX_LEASE_ID_LEN};
 pub use ledger::LedgerMark;
-pub use run::{NewRun, RunRecord, RunStatus, StatusChange};
+pub use run::{NewRun, RunCursor, RunRecord, RunStatus, StatusChange};
 pub use singleton::{MAX_SINGLETON_LEN, SingletonLease};
 pub use sqlite::{
     DEFAULT_BUSY_TIMEOUT, DEFAULT_SYNCHRONOUS_FULL, DIRECTORY_MODE, FILE_MODE, MAX_BUSY_TIMEOUT,
-    SCHEMA_VERSION, SqliteOptions, SqliteStore, is_world_readable,
+    SCHEMA_VERSION, SqliteOptions, SqliteStore, is_world_readable, world_readable_files,
 };
 pub use store::{DEFAULT_QUERY_SCAN, Store};

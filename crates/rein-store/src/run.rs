@@ -107,6 +107,35 @@ pub struct NewRun {
     pub created_at_ms: u64,
 }
 
+/// A place in a list of runs in [`Store::runs_with_status`] order (oldest
+/// `created_at_ms` first, then run id): where the next page of
+/// [`Store::runs_with_status_after`] starts.
+///
+/// [`Store::runs_with_status`]: crate::Store::runs_with_status
+/// [`Store::runs_with_status_after`]: crate::Store::runs_with_status_after
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RunCursor {
+    /// The last run's creation time.
+    pub created_at_ms: u64,
+    /// The last run's id.
+    pub run_id: RunId,
+}
+
+impl RunCursor {
+    /// The cursor just after `run`.
+    pub fn after(run: &RunRecord) -> RunCursor {
+        RunCursor {
+            created_at_ms: run.created_at_ms,
+            run_id: run.run_id.clone(),
+        }
+    }
+
+    /// Whether `run` comes after this cursor.
+    pub fn precedes(&self, run: &RunRecord) -> bool {
+        (run.created_at_ms, run.run_id.as_str()) > (self.created_at_ms, self.run_id.as_str())
+    }
+}
+
 /// A stored run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
@@ -130,6 +159,16 @@ pub struct RunRecord {
     pub created_at_ms: u64,
     /// When its status last changed, ms since the Unix epoch.
     pub updated_at_ms: u64,
+    /// Its ledger's revision: bumped by every commit that declares or marks
+    /// a record of this run or of a run below it in its agent tree (whose
+    /// records its report also reflects). A report derived from a ledger
+    /// read after this revision is stored only while it holds
+    /// ([`StepCommit::expect_ledger_revision`]), and carries the revision it
+    /// reflects in its basis.
+    ///
+    /// [`StepCommit::expect_ledger_revision`]: crate::StepCommit::expect_ledger_revision
+    #[serde(default)]
+    pub ledger_revision: u64,
 }
 
 impl RunRecord {
@@ -146,6 +185,7 @@ impl RunRecord {
             report: None,
             created_at_ms: run.created_at_ms,
             updated_at_ms: run.created_at_ms,
+            ledger_revision: 0,
         }
     }
 }

@@ -8,13 +8,13 @@ use crate::checkpoint::Checkpoint;
 use crate::commit::{Committed, StepCommit};
 use crate::error::StoreError;
 use crate::idempotency::{
-    IdempotencyRecord, IdempotencySettlement, IdempotencyState, NewReservation, Reservation,
-    StoredResponse,
+    IdempotencyRecord, IdempotencySettled, IdempotencySettlement, IdempotencyState, NewReservation,
+    Reservation, ReservationFence, StoredResponse,
 };
 use crate::intent::PlannedIntent;
 use crate::lease::{Lease, LeaseChange, LeaseFilter, validate_owner};
 use crate::ledger::LedgerMark;
-use crate::run::{NewRun, RunRecord, RunStatus, StatusChange};
+use crate::run::{NewRun, RunCursor, RunRecord, RunStatus, StatusChange};
 use crate::singleton::SingletonLease;
 
 /// Durable state of runs: the runs themselves, their event streams, planned
@@ -72,7 +72,7 @@ use crate::singleton::SingletonLease;
 /// The idempotency methods are provided, failing with
 /// [`StoreError::Backend`], so that stores wrapping another (fault
 /// injectors, test fakes) keep compiling; every backend overrides all
-/// nine and the conformance suite checks it. NOTE: a wrapper must forward them
+/// eleven and the conformance suite checks it. NOTE: a wrapper must forward them
 /// to its inner store, or `Idempotency-Key` requests through it fail.
 ///
 /// [`reserve_idempotency`]: Store::reserve_idempotency
@@ -141,6 +141,39 @@ pub trait Store: Send + Sync {
         oldest_first(&mut runs);
         runs.truncate(limit);
         Ok(runs)
+    }
+
+    // ----- paging and counting runs by status (a server's takeover scan
+    // and its drain) -----
+
+    /// Up to `limit` runs with `status` that come after `after` (all of
+    /// them when `None`), in the order of [`Store::runs_with_status`]: the
+    /// next page of a scan that must see every such run, however many of
+    /// the oldest ones it passes over.
+    ///
+    /// Provided on top of [`Store::runs_with_status`] (so it sees only the
+    /// [`DEFAULT_QUERY_SCAN`] oldest); every backend overrides it with an
+    /// indexed query, and a wrapping store should forward it.
+    async fn runs_with_status_after(
+        &self,
+        status: RunStatus,
+        after: Option<&RunCursor>,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let mut runs = self.runs_with_status(status, DEFAULT_QUERY_SCAN).await?;
+        runs.retain(|run| after.is_none_or(|cursor| cursor.precedes(run)));
+        runs.truncate(limit);
+        Ok(runs)
+    }
+
+    /// How many runs have `status`.
+    ///
+    /// Provided on top of [`Store::runs_with_status`] (at most
+    /// [`DEFAULT_QUERY_SCAN`]); every backend overrides it with a count,
+    /// and a wrapping store should forward it.
+    async fn count_runs_with_status(&self, status: RunStatus) -> Result<u64, StoreError> {
+        let runs = self.runs_with_status(status, DEFAULT_QUERY_SCAN).await?;
+        Ok(u64::try_from(runs.len()).unwrap_or(u64::MAX))
     }
 
     /// The runs whose parent is `parent`, oldest (`created_at_ms`, then run
@@ -548,13 +581,20 @@ pub trait Store: Send + Sync {
         Err(unsupported("submit_queued"))
     }
 
-    /// Resolves the `in_progress` record of `key` whose holder `owner` is
-    /// gone: completes it with a response ([`IdempotencySettlement::Complete`],
+    /// Settles the `in_progress` record of `key` held by `owner` (its
+    /// holder answering, or a retry resolving a holder that is gone):
+    /// completes it with a response ([`IdempotencySettlement::Complete`],
     /// updated at `now_ms`), or deletes it ([`IdempotencySettlement::Release`]).
-    /// Applies only while the record is `in_progress` and held by `owner`;
-    /// returns whether it did. Fenced so that of two retries resolving the
-    /// same dead holder at once, the loser cannot release the reservation
-    /// the winner's fresh request just made.
+    ///
+    /// Applies only while the record is `in_progress` and held by `owner`
+    /// (else [`IdempotencySettled::Superseded`]): fenced so that of two
+    /// retries resolving the same dead holder at once, the loser cannot
+    /// release the reservation the winner's fresh request just made. A
+    /// release applies only while no run with the record's `run_id` exists
+    /// (else [`IdempotencySettled::RunExists`]), checked in the same atomic
+    /// write: a holder judged dead wrongly may create its run at any moment
+    /// before, and a key whose run exists must answer from it, never start
+    /// a second one.
     ///
     /// # Errors
     ///
@@ -566,9 +606,55 @@ pub trait Store: Send + Sync {
         owner: &str,
         settlement: IdempotencySettlement,
         now_ms: u64,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<IdempotencySettled, StoreError> {
         let _ = (tenant, key, owner, settlement, now_ms);
         Err(unsupported("settle_idempotency"))
+    }
+
+    /// The heartbeat of a reservation's holder: sets the `in_progress`
+    /// record of `key` held by `owner` to be held until `until_ms`
+    /// (`holder_until_ms`). Returns whether it did: `false` when the record
+    /// is no longer this holder's reservation in progress (completed,
+    /// released, or resolved by a retry that took the holder for dead).
+    ///
+    /// A holder that gives its reservation up while alive (a draining
+    /// server that handed its run on) renews it until now: a retry then
+    /// resolves it at once, from its run.
+    async fn renew_idempotency(
+        &self,
+        tenant: &TenantId,
+        key: &str,
+        owner: &str,
+        until_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let _ = (tenant, key, owner, until_ms);
+        Err(unsupported("renew_idempotency"))
+    }
+
+    /// Creates `run` (`queued`, as [`Store::create_run`]) only while the
+    /// `in_progress` record of the fence's key is held by its owner, in one
+    /// atomic write: the run of a sync submission, fenced on the
+    /// reservation that names it.
+    ///
+    /// # Why
+    ///
+    /// A retry that took the holder for dead (its heartbeat lapsed while
+    /// it stalled) releases the record when no run exists and executes the
+    /// request itself. The stalled holder must then not create its run: it
+    /// would be a second run of the same request.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Conflict`]` { what: "idempotency reservation" }` when
+    /// the record is not `owner`'s reservation in progress, and nothing is
+    /// written; as [`Store::create_run`] otherwise.
+    async fn create_run_held(
+        &self,
+        run: NewRun,
+        fence: &ReservationFence,
+    ) -> Result<RunRecord, StoreError> {
+        let _ = (run, fence);
+        Err(unsupported("create_run_held"))
     }
 
     /// Completes the `in_progress` record of `key`: stores `response` and

@@ -1193,6 +1193,7 @@ async fn provided_run_queries_pass_the_conformance_checks() {
     conformance::expect_status_admits_exactly_one_concurrent_change(&store).await;
     conformance::runs_with_status_oldest_first_across_many(&store).await;
     conformance::runs_with_status_filters_by_status(&store).await;
+    conformance::runs_with_status_after_pages_through_every_run_once(&store).await;
     conformance::children_of_lists_children_oldest_first(&store).await;
 }
 

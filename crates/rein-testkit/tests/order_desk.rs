@@ -569,6 +569,78 @@ async fn delay_fault_answers_late_in_tokio_time() {
 }
 
 #[tokio::test]
+async fn a_held_request_waits_unhandled_until_released_then_applies_once() {
+    let desk = OrderDesk::start_with(
+        OrderDeskConfig::default().with_faults(
+            Faults::none()
+                .then(UPDATE_DELIVERY_TIME, Fault::Hold)
+                .then(UPDATE_DELIVERY_TIME, Fault::Hold),
+        ),
+    )
+    .await
+    .unwrap();
+    let client = Client::new();
+    let args = json!({"order_id": "A-1001", "delivery_date": "2026-12-24"});
+    let first = tokio::spawn({
+        let (client, url, args) = (
+            client.clone(),
+            desk.tool_url(UPDATE_DELIVERY_TIME),
+            args.clone(),
+        );
+        async move {
+            client
+                .post(url)
+                .header(IDEMPOTENCY_KEY_HEADER, "k-1")
+                .json(&args)
+                .send()
+                .await
+        }
+    });
+    assert!(
+        desk.until_held(1, Duration::from_secs(10)).await,
+        "the request arrived"
+    );
+    assert_eq!(
+        desk.request_count(UPDATE_DELIVERY_TIME),
+        1,
+        "logged on arrival"
+    );
+    assert_eq!(
+        desk.applied_count(UPDATE_DELIVERY_TIME),
+        0,
+        "nothing handled while held"
+    );
+    assert!(!first.is_finished());
+    desk.release_held();
+    let answered = first.await.unwrap().unwrap();
+    assert_eq!(answered.status(), StatusCode::OK);
+    assert_eq!(desk.applied_count(UPDATE_DELIVERY_TIME), 1);
+    assert_eq!(desk.held_count(), 0);
+
+    // The next held request waits for the next release, here over HTTP.
+    let second = tokio::spawn({
+        let (client, url) = (client.clone(), desk.tool_url(UPDATE_DELIVERY_TIME));
+        async move {
+            client
+                .post(url)
+                .header(IDEMPOTENCY_KEY_HEADER, "k-2")
+                .json(&args)
+                .send()
+                .await
+        }
+    });
+    assert!(desk.until_held(1, Duration::from_secs(10)).await);
+    let released = client
+        .post(format!("{}/_release", desk.base_url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(released.status(), StatusCode::NO_CONTENT);
+    assert_eq!(second.await.unwrap().unwrap().status(), StatusCode::OK);
+    assert_eq!(desk.requests()[1].fault, Some(Fault::Hold));
+}
+
+#[tokio::test]
 async fn faults_can_be_set_over_http_and_log_is_served() {
     let desk = OrderDesk::start().await.unwrap();
     let client = Client::new();

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 /// The order-desk example: `rein.toml` and its `demo.script.json`.
 pub fn example_dir() -> PathBuf {
@@ -75,20 +75,59 @@ pub fn missing_part(why: &str) {
 /// The stderr lines a server keeps for a failure message.
 const KEPT_LOG_LINES: usize = 200;
 
-/// The line where `rein serve` announces its address. The rest of its
-/// stderr (logs) is drained in the background, so the process never blocks
-/// on it, and its last lines are kept in `log`.
-pub fn announced(stderr: ChildStderr, log: Arc<Mutex<VecDeque<String>>>) -> String {
-    let keep = move |log: &Mutex<VecDeque<String>>, line: String| {
-        let line = without_ansi(&line);
-        let mut log = log
+/// How long [`Server::wait_for_line`] waits for a line (generous: two
+/// loaded cores; reaching it fails the test).
+pub const LOG_LINE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The last lines a server wrote to stderr, and a condition variable the
+/// reader thread signals after each one.
+#[derive(Default)]
+pub struct Log {
+    lines: Mutex<VecDeque<String>>,
+    grew: Condvar,
+}
+
+impl Log {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<String>> {
+        self.lines
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if log.len() == KEPT_LOG_LINES {
-            log.pop_front();
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn push(&self, line: &str) {
+        let line = without_ansi(line);
+        let mut lines = self.lock();
+        if lines.len() == KEPT_LOG_LINES {
+            lines.pop_front();
         }
-        log.push_back(line);
-    };
+        lines.push_back(line);
+        drop(lines);
+        self.grew.notify_all();
+    }
+
+    /// The first kept line satisfying `found`, waiting for the reader to
+    /// add lines until `bound` has passed.
+    fn wait_for(&self, found: impl Fn(&str) -> bool, bound: std::time::Duration) -> Option<String> {
+        let until = std::time::Instant::now() + bound;
+        let mut lines = self.lock();
+        loop {
+            if let Some(line) = lines.iter().find(|l| found(l)) {
+                return Some(line.clone());
+            }
+            let left = until.checked_duration_since(std::time::Instant::now())?;
+            lines = self
+                .grew
+                .wait_timeout(lines, left)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+    }
+}
+
+/// The line where `rein serve` announces its address. The rest of its
+/// stderr (logs) is read in the background, so the process never blocks
+/// on it, and its last lines are kept in `log`.
+pub fn announced(stderr: ChildStderr, log: Arc<Log>) -> String {
     let mut lines = BufReader::new(stderr).lines();
     // What the server logs before it listens is kept too.
     let mut found = String::new();
@@ -97,11 +136,11 @@ pub fn announced(stderr: ChildStderr, log: Arc<Mutex<VecDeque<String>>>) -> Stri
             found = line;
             break;
         }
-        keep(&log, line);
+        log.push(&line);
     }
     std::thread::spawn(move || {
         for line in lines.map_while(Result::ok) {
-            keep(&log, line);
+            log.push(&line);
         }
     });
     found
@@ -148,7 +187,7 @@ pub fn without_ansi(line: &str) -> String {
 pub struct Server {
     pub child: Child,
     pub addr: String,
-    log: Arc<Mutex<VecDeque<String>>>,
+    log: Arc<Log>,
 }
 
 impl Server {
@@ -180,7 +219,7 @@ impl Server {
     /// address.
     pub fn spawn(mut command: Command) -> Server {
         let mut child = command.stderr(Stdio::piped()).spawn().unwrap();
-        let log = Arc::new(Mutex::new(VecDeque::new()));
+        let log = Arc::new(Log::default());
         let line = announced(child.stderr.take().unwrap(), log.clone());
         let addr = line
             .split("http://")
@@ -201,34 +240,30 @@ impl Server {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Waits (polling, up to 10 s) until a line of the log satisfies
-    /// `found`; that line.
+    /// Waits until a line of the log satisfies `found` (woken by each line
+    /// the reader keeps; at most [`LOG_LINE_TIMEOUT`], then the test
+    /// fails); that line.
     pub fn wait_for_line(&self, found: impl Fn(&str) -> bool) -> String {
-        for _ in 0..1000 {
-            if let Some(line) = self.log_lines().into_iter().find(|l| found(l)) {
-                return line;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        panic!("no such line in the server log:\n{}", self.log_tail());
+        self.log
+            .wait_for(found, LOG_LINE_TIMEOUT)
+            .unwrap_or_else(|| {
+                panic!(
+                    "no such line in the server log within {LOG_LINE_TIMEOUT:?}:\n{}",
+                    self.log_tail()
+                )
+            })
     }
 
     /// The lines of the log kept so far.
     pub fn log_lines(&self) -> Vec<String> {
-        let log = self
-            .log
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        log.iter().cloned().collect()
+        self.log.lock().iter().cloned().collect()
     }
 
     /// The last lines the server wrote to stderr.
     pub fn log_tail(&self) -> String {
-        let log = self
-            .log
+        self.log
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        log.iter()
+            .iter()
             .map(String::as_str)
             .collect::<Vec<_>>()
             .join("\n")
@@ -259,20 +294,16 @@ impl Server {
 
     /// The first log line containing `needle`, waiting for it at most
     /// `bound` (lines are collected by a thread, after the process wrote
-    /// them).
+    /// them; reaching the bound fails the test).
     pub fn wait_for_log(&self, needle: &str, bound: std::time::Duration) -> String {
-        let until = std::time::Instant::now() + bound;
-        loop {
-            let tail = self.log_tail();
-            if let Some(line) = tail.lines().find(|l| l.contains(needle)) {
-                return line.to_owned();
-            }
-            assert!(
-                std::time::Instant::now() < until,
-                "no log line with {needle:?} within {bound:?}; the log:\n{tail}"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        self.log
+            .wait_for(|l| l.contains(needle), bound)
+            .unwrap_or_else(|| {
+                panic!(
+                    "no log line with {needle:?} within {bound:?}; the log:\n{}",
+                    self.log_tail()
+                )
+            })
     }
 
     /// SIGKILL: no graceful anything.
@@ -286,5 +317,49 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// The same helpers for async tests: starting a server waits for its
+/// address on a blocking thread, and a kill waits for the process there,
+/// so no runtime worker of the test blocks on a process.
+impl Server {
+    /// [`Server::start`], off the runtime's workers.
+    pub async fn start_async(config: &Path, db: &Path, desk: &str) -> Server {
+        let (config, db, desk) = (config.to_owned(), db.to_owned(), desk.to_owned());
+        tokio::task::spawn_blocking(move || Server::start(&config, &db, &desk))
+            .await
+            .unwrap()
+    }
+
+    /// [`Server::spawn`], off the runtime's workers.
+    pub async fn spawn_async(command: Command) -> Server {
+        tokio::task::spawn_blocking(move || Server::spawn(command))
+            .await
+            .unwrap()
+    }
+
+    /// [`Server::kill`], off the runtime's workers.
+    pub async fn kill_async(self) {
+        tokio::task::spawn_blocking(move || self.kill())
+            .await
+            .unwrap();
+    }
+
+    /// Waits (polling, without blocking the runtime) until the process
+    /// exited, at most `bound` (generous: a bound that fails the test).
+    pub async fn exited(&mut self, bound: std::time::Duration) -> std::process::ExitStatus {
+        let until = tokio::time::Instant::now() + bound;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                tokio::time::Instant::now() < until,
+                "the server did not exit within {bound:?}; its log:\n{}",
+                self.log_tail()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 }

@@ -88,11 +88,14 @@ struct FailureWire {
 
 impl From<FailureWire> for Failure {
     fn from(w: FailureWire) -> Self {
+        // The human message is taken as stored, not redacted again: it
+        // was redacted when the failure was made, and a stored failure
+        // must read back the same whatever secrets were registered since.
         let mut f = Failure::new(&w.target, w.category)
             .with_effect(w.effect)
             .with_retryable(w.retryable)
-            .with_human_message(w.human_message)
             .with_tokens_spent(w.tokens_spent);
+        f.human_message = w.human_message;
         if let Some(wait) = w.retry_after {
             f = f.with_retry_after(wait);
         }

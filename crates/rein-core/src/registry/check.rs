@@ -28,9 +28,10 @@ use super::constants::{
     DEFAULT_OBSERVE_MIN_SAMPLES, DEFAULT_PROVIDER_TIMEOUT, RESERVED_ENV_PREFIX, RESERVED_HEADERS,
 };
 use super::constants::{
-    MAX_BODY_LIMIT, MAX_KEY_LENGTH, MAX_QUEUE_WORKERS, MIN_BODY_LIMIT, MIN_QUEUE_LEASE,
+    MAX_BODY_LIMIT, MAX_KEY_LENGTH, MAX_QUEUE_WORKERS, MIN_BODY_LIMIT, MIN_IDEMPOTENCY_RETENTION,
+    MIN_QUEUE_LEASE,
 };
-use super::exposure::{AllowedHost, CorsSpec, Origin};
+use super::exposure::{AllowedHost, CorsSpec, MetricsAccess, Origin};
 // Connection limits and drain (`[server.limits]`, `server.shutdown_grace`).
 use super::config::ServerLimitsConfig;
 use super::constants::{
@@ -1968,12 +1969,22 @@ impl<'a> Checker<'a> {
                 ),
             }
         }
-        spec.idempotency.retention = self.positive(
-            file,
-            "server.idempotency.retention",
-            idem.retention,
-            d.retention,
-        );
+        spec.idempotency.retention = match idem.retention {
+            Some(r) if r < MIN_IDEMPOTENCY_RETENTION => {
+                self.report(
+                    file,
+                    "server.idempotency.retention",
+                    format!(
+                        "must be at least {} (expiries are kept in milliseconds), but it is {}",
+                        format_duration(MIN_IDEMPOTENCY_RETENTION),
+                        format_duration(r)
+                    ),
+                );
+                d.retention
+            }
+            Some(r) => r,
+            None => d.retention,
+        };
 
         let queue = &c.queue;
         match queue.lease {
@@ -2096,7 +2107,47 @@ impl<'a> Checker<'a> {
         spec.allowed_hosts = self.allowed_hosts(file, &c.allowed_hosts);
         spec.cors = c.cors.as_ref().and_then(|cors| self.cors(file, cors));
         spec.metrics = c.metrics.unwrap_or_default();
+        spec.metrics_tenants = self.metrics_tenants(file, c, &spec);
         spec
+    }
+
+    /// `server.metrics_tenants`: tenants that have a key, and only where
+    /// `/metrics` is protected (with `open` the list would do nothing).
+    fn metrics_tenants(
+        &mut self,
+        file: &Path,
+        c: &ServerConfig,
+        spec: &ServerSpec,
+    ) -> Vec<TenantId> {
+        if spec.metrics == MetricsAccess::Open && !c.metrics_tenants.is_empty() {
+            self.report(
+                file,
+                "server.metrics_tenants",
+                "has no effect with server.metrics = \"open\" (anyone who reaches the server reads /metrics): remove it, or set server.metrics = \"protected\"",
+            );
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for (i, text) in c.metrics_tenants.iter().enumerate() {
+            let field = format!("server.metrics_tenants[{i}]");
+            match TenantId::new(text.trim()) {
+                Err(err) => self.report(file, field, err.to_string()),
+                Ok(tenant) if !spec.api_keys.iter().any(|k| k.tenant == tenant) => {
+                    let known: Vec<&str> =
+                        spec.api_keys.iter().map(|k| k.tenant.as_str()).collect();
+                    self.report(
+                        file,
+                        field,
+                        format!(
+                            "must be the tenant of a [[server.api_keys]] entry (the scraper sends that key), but `{tenant}` has none; keys exist for: {}",
+                            if known.is_empty() { "no tenant".to_owned() } else { known.join(", ") }
+                        ),
+                    );
+                }
+                Ok(tenant) => out.push(tenant),
+            }
+        }
+        out
     }
 
     /// `server.allowed_hosts`, reporting each entry that is not a host.

@@ -348,9 +348,11 @@ pub struct AdapterConfig {
     /// Command: the working directory, relative to this config file; the
     /// directory rein was started in when unset.
     pub working_dir: Option<PathBuf>,
-    /// Command: extra environment variables. rein passes only a few of its
-    /// own (see `rein_engine::tool_command`), so a tool gets what it is
-    /// given here.
+    /// Command: extra environment variables; values are
+    /// `${ENV}`-interpolated by the loader, and those named for a
+    /// credential (`API_TOKEN`) are redacted wherever rein writes. rein
+    /// passes only a few of its own (see `rein_engine::tool_command`), so a
+    /// tool gets what it is given here.
     pub env: BTreeMap<String, String>,
     /// Command: stdout and stderr bytes kept, each, before truncation.
     pub max_output_bytes: Option<u64>,
@@ -463,6 +465,8 @@ pub struct ServerConfig {
     pub cors: Option<CorsConfig>,
     /// Who may read `/metrics`: `protected` (default) or `open`.
     pub metrics: Option<super::exposure::MetricsAccess>,
+    /// The tenants whose keys may read a protected `/metrics`.
+    pub metrics_tenants: Vec<String>,
 }
 
 /// `[server.limits]` as written in config.

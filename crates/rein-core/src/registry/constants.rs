@@ -116,6 +116,12 @@ pub const MAX_KEY_LENGTH: usize = 1024;
 /// default: one day, longer than any sane client retry loop (seed 004).
 pub const DEFAULT_IDEMPOTENCY_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
+/// The shortest `server.idempotency.retention` accepted: a record's expiry
+/// is stored in milliseconds, and a shorter retention would expire it at
+/// the instant it is written (the store refuses that record, and the
+/// submission failed with a 500).
+pub const MIN_IDEMPOTENCY_RETENTION: Duration = Duration::from_millis(1);
+
 /// How long a worker owns a queued run by default before another worker
 /// may take it over (seed 004).
 pub const DEFAULT_QUEUE_LEASE: Duration = Duration::from_secs(60);
@@ -176,10 +182,16 @@ pub const DEFAULT_CORS_ALLOWED_METHODS: [&str; 2] = ["GET", "POST"];
 
 /// The request headers a `[server.cors]` origin may send unless
 /// `allowed_headers` says otherwise: the ones the API reads.
-pub const DEFAULT_CORS_ALLOWED_HEADERS: [&str; 5] = [
+///
+/// NOTE: one entry per request header `rein-server` reads (its constants
+/// `IDEMPOTENCY_KEY`, `REQUEST_ID`, `LAST_EVENT_ID`, rein-core's
+/// `DEADLINE_HEADER`); a test in `rein-server`'s `exposure` fails when one
+/// is missing.
+pub const DEFAULT_CORS_ALLOWED_HEADERS: [&str; 6] = [
     "authorization",
     "content-type",
     "idempotency-key",
+    "last-event-id",
     "rein-deadline-ms",
     "request-id",
 ];
@@ -216,10 +228,12 @@ pub const DEFAULT_MAX_CONNECTIONS: u32 = 1024;
 /// The most `server.limits.max_connections` accepted.
 pub const MAX_MAX_CONNECTIONS: u32 = 65_536;
 
-/// How long `rein serve` lets in-flight runs and requests finish after
-/// SIGTERM or SIGINT by default before it interrupts what is left and hands
-/// it on (Kubernetes' default termination grace is 30 s too).
-pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// The whole time `rein serve` takes by default from SIGTERM or SIGINT to
+/// its exit: the work in flight gets all but the last 7 s to finish, then
+/// what is left is interrupted and handed on (5 s), then connections close
+/// (2 s). 25 s fits inside Kubernetes' default 30 s termination grace with
+/// 5 s to spare, so its SIGKILL never lands mid-hand-on.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(25);
 
 /// The longest `server.shutdown_grace` accepted.
 pub const MAX_SHUTDOWN_GRACE: Duration = Duration::from_secs(3600);

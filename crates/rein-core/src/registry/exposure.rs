@@ -1,6 +1,6 @@
 //! Who may reach `rein serve`: the host names it answers for, the browser
 //! origins it admits, and who may read `/metrics` (`server.allowed_hosts`,
-//! `[server.cors]`, `server.metrics`).
+//! `[server.cors]`, `server.metrics` and `server.metrics_tenants`).
 //!
 //! # Why
 //!
@@ -48,8 +48,17 @@ pub struct HostName(String);
 
 impl HostName {
     /// `text` as a host, if it is a DNS name (letters, digits, `-`, `_`,
-    /// dot-separated labels), an IPv4 address, or an IPv6 address in
-    /// brackets (without a zone).
+    /// dot-separated labels, the last one not a number), an IPv4 address in
+    /// its canonical dotted-decimal text, or an IPv6 address in brackets
+    /// (without a zone).
+    ///
+    /// # Why no numeric last label
+    ///
+    /// A name whose last label is a number (`127.1`, `10.0.0.05`, `0x7f.1`,
+    /// `2130706433`) is no DNS name: a browser reads it as an IPv4 address
+    /// (WHATWG URL's "ends in a number") and sends the canonical address in
+    /// `Host`. Taken as a name it would never match anything, so it is
+    /// refused here, and [`AllowedHost::parse`] suggests the address.
     pub fn parse(text: &str) -> Option<HostName> {
         if let Some(inner) = text.strip_prefix('[') {
             let inner = inner.strip_suffix(']')?;
@@ -62,7 +71,7 @@ impl HostName {
         if let Ok(addr) = text.parse::<Ipv4Addr>() {
             return Some(HostName(addr.to_string()));
         }
-        if text.is_empty() || text.len() > MAX_NAME_LENGTH {
+        if text.is_empty() || text.len() > MAX_NAME_LENGTH || ends_in_a_number(text) {
             return None;
         }
         let label_ok = |label: &str| {
@@ -109,6 +118,62 @@ impl fmt::Display for HostName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// Whether the last label of `name` is a number: only ASCII digits, or
+/// `0x`/`0X` and hex digits (WHATWG URL's "ends in a number"), which makes
+/// it an IPv4 address to a browser, never a name.
+fn ends_in_a_number(name: &str) -> bool {
+    let last = name.rsplit('.').next().unwrap_or(name);
+    if !last.is_empty() && last.bytes().all(|b| b.is_ascii_digit()) {
+        return true;
+    }
+    last.strip_prefix("0x")
+        .or_else(|| last.strip_prefix("0X"))
+        .is_some_and(|hex| hex.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// The IPv4 address a browser reads `text` as (WHATWG URL's IPv4 parser:
+/// one to four parts, each decimal, `0`-prefixed octal or `0x` hex, the
+/// last filling the remaining bytes), if it is one.
+fn browser_ipv4(text: &str) -> Option<Ipv4Addr> {
+    let text = text.strip_suffix('.').unwrap_or(text);
+    let parts: Vec<&str> = text.split('.').collect();
+    if parts.len() > 4 {
+        return None;
+    }
+    let mut numbers = Vec::with_capacity(parts.len());
+    for part in parts {
+        let (digits, radix) = match part.strip_prefix("0x").or_else(|| part.strip_prefix("0X")) {
+            Some(hex) => (hex, 16),
+            None if part.len() > 1 && part.starts_with('0') => (&part[1..], 8),
+            None if part.is_empty() => return None,
+            None => (part, 10),
+        };
+        if !digits.chars().all(|c| c.is_digit(radix)) {
+            return None;
+        }
+        let number = if digits.is_empty() {
+            0
+        } else {
+            u64::from_str_radix(digits, radix).ok()?
+        };
+        numbers.push(number);
+    }
+    let (last, init) = numbers.split_last()?;
+    if init.iter().any(|&n| n > 255) {
+        return None;
+    }
+    // `init.len()` is at most 3, so the last part has 1 to 4 bytes.
+    let last_bytes = 4 - init.len();
+    if *last >= 1u64 << (8 * last_bytes) {
+        return None;
+    }
+    let mut value = *last;
+    for (i, n) in init.iter().enumerate() {
+        value += n << (8 * (3 - i));
+    }
+    u32::try_from(value).ok().map(Ipv4Addr::from)
 }
 
 /// A host and an optional port, as in a `Host` header (`name`,
@@ -160,6 +225,7 @@ impl fmt::Display for Authority {
 
 /// The scheme of an origin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Scheme {
     /// `http`, default port 80.
     Http,
@@ -235,6 +301,7 @@ impl fmt::Display for Origin {
 
 /// What an [`AllowedHost`] matches by name.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HostPattern {
     /// Exactly this host.
     Exact(HostName),
@@ -290,9 +357,24 @@ impl AllowedHost {
             ));
         }
         let authority = Authority::parse(rest).ok_or_else(|| {
-            format!(
-                "must be a host name, an IP address or either with `:port` (like \"rein.example.com\", \"10.0.0.5:8787\" or \"[fd00::5]\"), but it is `{text}`"
-            )
+            let (host, port) = match rest.rsplit_once(':') {
+                Some((host, port)) if !rest.starts_with('[') => (host, format!(":{port}")),
+                _ => (rest, String::new()),
+            };
+            let host = host.strip_suffix('.').unwrap_or(host);
+            if rest.starts_with('[') || !ends_in_a_number(host) {
+                format!(
+                    "must be a host name, an IP address or either with `:port` (like \"rein.example.com\", \"10.0.0.5:8787\" or \"[fd00::5]\"), but it is `{text}`"
+                )
+            } else if let Some(ip) = browser_ipv4(host) {
+                format!(
+                    "must be an address in its canonical form, \"{ip}{port}\" (what clients send in Host for it): a last label that is a number makes no host name, but it is `{text}`"
+                )
+            } else {
+                format!(
+                    "must be a host name whose last label is not a number, or an IPv4 address like \"10.0.0.5\", but it is `{text}`"
+                )
+            }
         })?;
         if below && authority.host.ip().is_some() {
             return Err(format!(
@@ -307,6 +389,21 @@ impl AllowedHost {
             },
             port: authority.port,
         })
+    }
+
+    /// The entry for the address `ip`, any port: what `rein serve` adds for
+    /// the specific address it listens on (a client, or a probe, that
+    /// reaches it by address names it in `Host`; a rebinding page names
+    /// its own domain instead).
+    pub fn for_address(ip: IpAddr) -> AllowedHost {
+        let host = match ip {
+            IpAddr::V4(v4) => HostName(v4.to_string()),
+            IpAddr::V6(v6) => HostName(format!("[{v6}]")),
+        };
+        AllowedHost {
+            pattern: HostPattern::Exact(host),
+            port: None,
+        }
     }
 
     /// Whether a request sent to `authority` is one this entry allows.
@@ -351,19 +448,30 @@ impl CorsSpec {
         self.allowed_origins.contains(origin)
     }
 
-    /// Whether a listed origin may send `method` (a preflight, `OPTIONS`,
-    /// always may: it is how a browser asks).
+    /// Whether a listed origin may send `method`: a preflight, `OPTIONS`,
+    /// always may (it is how a browser asks), and `HEAD` whenever `GET`
+    /// may (it is a `GET` without the body; the router answers both).
     pub fn allows_method(&self, method: &str) -> bool {
+        let method = if method == "HEAD" { "GET" } else { method };
         method == "OPTIONS" || self.allowed_methods.iter().any(|m| m == method)
     }
 }
 
 /// Who may read `/metrics` (`server.metrics`).
+///
+/// # Why protected means listed tenants
+///
+/// The counters are the process's, not a tenant's: they are labelled by
+/// tool, provider and model, so any tenant's key reading them would learn
+/// what every other tenant runs. Protected `/metrics` is read only with the
+/// key of a tenant named in `server.metrics_tenants` (an operator's `ops`
+/// tenant, say); with none named, no key reads it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum MetricsAccess {
-    /// A valid bearer key is needed when `[[server.api_keys]]` are
-    /// configured (in open mode there are none to need).
+    /// With `[[server.api_keys]]` configured, only the key of a tenant in
+    /// `server.metrics_tenants` (in open mode there are no keys to need).
     #[default]
     Protected,
     /// Anyone who can reach the server (a scraper without a key).
@@ -395,7 +503,6 @@ mod tests {
             ("evil.example", false),
             ("128.0.0.1", false),
             ("[::2]", false),
-            ("2130706433", false),
         ] {
             assert_eq!(authority(text).host.is_loopback(), loopback, "{text}");
         }
@@ -417,6 +524,13 @@ mod tests {
             "a..b",
             "évil.example",
             "1.2.3.4:5:6",
+            // A numeric last label is an address to a browser, never a name.
+            "2130706433",
+            "127.1",
+            "10.0.0.05",
+            "0x7f.1:80",
+            "rein.example.123",
+            "rein.0x1f",
         ] {
             assert_eq!(Authority::parse(bad), None, "{bad:?}");
         }
@@ -464,10 +578,72 @@ mod tests {
             ("*.10.0.0.5", "not an address"),
             ("rein example", "must be a host name"),
             ("", "must be a host name"),
+            ("rein.example.123", "last label is not a number"),
         ] {
             let err = AllowedHost::parse(bad).unwrap_err();
             assert!(err.contains(says), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn numeric_allowed_hosts_are_refused_with_the_address_a_client_sends() {
+        for (bad, canonical) in [
+            ("10.0.0.05", "\"10.0.0.5\""),
+            ("127.1", "\"127.0.0.1\""),
+            ("127.1:8787", "\"127.0.0.1:8787\""),
+            ("0x7f.0.0.1", "\"127.0.0.1\""),
+            ("2130706433", "\"127.0.0.1\""),
+            ("010.0.0.1.", "\"8.0.0.1\""),
+        ] {
+            let err = AllowedHost::parse(bad).unwrap_err();
+            assert!(err.contains(canonical), "{bad}: {err}");
+            assert!(err.contains(&format!("`{bad}`")), "{bad}: {err}");
+        }
+        for (text, ip) in [
+            ("0x", Some("0.0.0.0")),
+            ("1.2.3.4", Some("1.2.3.4")),
+            ("1.65535", Some("1.0.255.255")),
+            ("1.65536.1", None),
+            ("256.1.1.1", None),
+            ("1.2.3.4.5", None),
+            ("09.1", None),
+            ("1..2", None),
+        ] {
+            assert_eq!(
+                browser_ipv4(text).map(|a| a.to_string()).as_deref(),
+                ip,
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_entry_for_the_listen_address_matches_it_on_any_port() {
+        let v4 = AllowedHost::for_address("10.0.0.5".parse().unwrap());
+        assert!(v4.matches(&authority("10.0.0.5:8787")));
+        assert!(v4.matches(&authority("10.0.0.5")));
+        assert!(!v4.matches(&authority("10.0.0.6:8787")));
+        let v6 = AllowedHost::for_address("fd00::5".parse().unwrap());
+        assert!(v6.matches(&authority("[fd00:0::5]:8787")));
+    }
+
+    #[test]
+    fn head_is_allowed_wherever_get_is_and_options_always() {
+        let cors = CorsSpec {
+            allowed_origins: vec![Origin::parse("http://app.example").unwrap()],
+            allowed_methods: vec!["GET".into()],
+            allowed_headers: Vec::new(),
+        };
+        assert!(cors.allows_method("GET"));
+        assert!(cors.allows_method("HEAD"));
+        assert!(cors.allows_method("OPTIONS"));
+        assert!(!cors.allows_method("POST"));
+        assert!(!cors.allows_method("DELETE"));
+        let post_only = CorsSpec {
+            allowed_methods: vec!["POST".into()],
+            ..cors
+        };
+        assert!(!post_only.allows_method("HEAD"));
     }
 
     #[test]

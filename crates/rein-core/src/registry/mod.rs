@@ -59,6 +59,8 @@
 //! | an API key without a valid tenant; a `sha256` that is not 64 hex digits, hashes the empty key, or repeats an earlier entry's | `server.api_keys[N].<field>` |
 //! | an `allowed_hosts` entry with a scheme, a path, a wildcard other than a leading `*.`, or that is no host | `server.allowed_hosts[N]` |
 //! | a `[server.cors]` without origins, or with `*`, `null`, an origin with a path, a method other than GET and POST, or a header that is no header name | `server.cors.<field>[N]` |
+//! | an `allowed_hosts` entry whose last label is a number (`127.1`, `10.0.0.05`): the message names the canonical address | `server.allowed_hosts[N]` |
+//! | a `metrics_tenants` entry that is no tenant of an `api_keys` entry; any with `metrics = "open"` | `server.metrics_tenants[N]`, `server.metrics_tenants` |
 //!
 //! # Defaults
 //!
@@ -137,7 +139,8 @@ pub use constants::{
     DEFAULT_PROVIDER_TIMEOUT, DEFAULT_QUEUE_LEASE, DEFAULT_QUEUE_MAX_ATTEMPTS,
     DEFAULT_QUEUE_WORKERS, DEFAULT_SCAN_INTERVAL, DEFAULT_STREAM_FIRST_BYTE_TIMEOUT,
     DEFAULT_STREAM_IDLE_TIMEOUT, MAX_BODY_LIMIT, MAX_COMPENSATION_RESERVE, MAX_KEY_LENGTH,
-    MAX_QUEUE_WORKERS, MIN_BODY_LIMIT, MIN_QUEUE_LEASE, RESERVED_ENV_PREFIX, RESERVED_HEADERS,
+    MAX_QUEUE_WORKERS, MIN_BODY_LIMIT, MIN_IDEMPOTENCY_RETENTION, MIN_QUEUE_LEASE,
+    RESERVED_ENV_PREFIX, RESERVED_HEADERS,
 };
 pub use exposure::{
     AllowedHost, Authority, CorsSpec, HostName, HostPattern, MetricsAccess, Origin, Scheme,

@@ -44,8 +44,8 @@ use crate::ids::TenantId;
 /// | `body_limit` | [`DEFAULT_BODY_LIMIT`] (1 MiB) | [`MIN_BODY_LIMIT`](super::MIN_BODY_LIMIT)..=[`MAX_BODY_LIMIT`](super::MAX_BODY_LIMIT) (1 KiB..=64 MiB) |
 /// | `idempotency.enabled` | `true` | |
 /// | `idempotency.max_key_length` | [`DEFAULT_MAX_KEY_LENGTH`] (255) | 1..=[`MAX_KEY_LENGTH`](super::MAX_KEY_LENGTH) (1024) |
-/// | `idempotency.retention` | [`DEFAULT_IDEMPOTENCY_RETENTION`] (24 h) | > 0 |
-/// | `queue.lease` | [`DEFAULT_QUEUE_LEASE`] (60 s) | ≥ [`MIN_QUEUE_LEASE`](super::MIN_QUEUE_LEASE) (3 s) |
+/// | `idempotency.retention` | [`DEFAULT_IDEMPOTENCY_RETENTION`] (24 h) | ≥ [`MIN_IDEMPOTENCY_RETENTION`](super::MIN_IDEMPOTENCY_RETENTION) (1 ms) |
+/// | `queue.lease` | [`DEFAULT_QUEUE_LEASE`] (60 s) | ≥ [`MIN_QUEUE_LEASE`](super::MIN_QUEUE_LEASE) (3 s); also an idempotency holder's lease |
 /// | `queue.max_attempts` | [`DEFAULT_QUEUE_MAX_ATTEMPTS`] (3) | ≥ 1 |
 /// | `queue.workers` | [`DEFAULT_QUEUE_WORKERS`] (2) | 1..=[`MAX_QUEUE_WORKERS`](super::MAX_QUEUE_WORKERS) (64) |
 /// | `reconciliation.heartbeat_interval` | [`DEFAULT_HEARTBEAT_INTERVAL`] (30 s) | > 0 |
@@ -59,13 +59,14 @@ use crate::ids::TenantId;
 /// | `allowed_hosts` | none: loopback names and addresses only | host names, IP addresses, `*.domain`, each with an optional `:port`; no scheme, no path (see [`AllowedHost`](super::AllowedHost)) |
 /// | `cors` | off: no origin but the server's own | `allowed_origins` (required, `http(s)://host[:port]`, no `*`, no `null`) |
 /// | `cors.allowed_methods` | [`DEFAULT_CORS_ALLOWED_METHODS`](super::DEFAULT_CORS_ALLOWED_METHODS) (`GET`, `POST`) | a non-empty subset of them |
-/// | `cors.allowed_headers` | [`DEFAULT_CORS_ALLOWED_HEADERS`](super::DEFAULT_CORS_ALLOWED_HEADERS) (`authorization`, `content-type`, `idempotency-key`, `rein-deadline-ms`, `request-id`) | header names, no `*` |
-/// | `metrics` | `protected`: `/metrics` needs a bearer key when keys are configured | `protected`, `open` |
+/// | `cors.allowed_headers` | [`DEFAULT_CORS_ALLOWED_HEADERS`](super::DEFAULT_CORS_ALLOWED_HEADERS) (`authorization`, `content-type`, `idempotency-key`, `last-event-id`, `rein-deadline-ms`, `request-id`) | header names, no `*` |
+/// | `metrics` | `protected`: with keys configured, `/metrics` needs the key of a tenant in `metrics_tenants` | `protected`, `open` (anyone who reaches the server) |
+/// | `metrics_tenants` | none: with keys and `protected`, no key reads `/metrics` | tenants of `[[server.api_keys]]` entries; only with `metrics = "protected"` |
 /// | `limits.header_timeout` | [`DEFAULT_HEADER_TIMEOUT`] (10 s) | [`MIN_CONNECTION_TIMEOUT`](super::MIN_CONNECTION_TIMEOUT)..=[`MAX_CONNECTION_TIMEOUT`](super::MAX_CONNECTION_TIMEOUT) (100 ms..=1 h) |
 /// | `limits.body_timeout` | [`DEFAULT_BODY_TIMEOUT`] (30 s) | 100 ms..=1 h |
 /// | `limits.idle_timeout` | [`DEFAULT_IDLE_TIMEOUT`] (60 s) | 100 ms..=1 h |
 /// | `limits.max_connections` | [`DEFAULT_MAX_CONNECTIONS`] (1024) | 1..=[`MAX_MAX_CONNECTIONS`](super::MAX_MAX_CONNECTIONS) (65 536) |
-/// | `shutdown_grace` | [`DEFAULT_SHUTDOWN_GRACE`] (30 s) | 0..=[`MAX_SHUTDOWN_GRACE`](super::MAX_SHUTDOWN_GRACE) (1 h); 0 hands on at once |
+/// | `shutdown_grace` | [`DEFAULT_SHUTDOWN_GRACE`] (25 s) | 0..=[`MAX_SHUTDOWN_GRACE`](super::MAX_SHUTDOWN_GRACE) (1 h): the whole drain, signal to exit; the last 7 s hand on and close, so under 7 s hands on at once (and exits within 1.5 s at the least) |
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServerSpec {
@@ -87,8 +88,9 @@ pub struct ServerSpec {
     /// How slow and idle clients are cut off, and how many connections are
     /// served at once.
     pub limits: ConnectionLimits,
-    /// How long in-flight runs and requests may finish after SIGTERM or
-    /// SIGINT before what is left is interrupted and handed on.
+    /// The whole time from SIGTERM or SIGINT to the exit: in-flight runs
+    /// and requests may finish until 7 s before its end, then what is left
+    /// is interrupted and handed on, then connections close.
     pub shutdown_grace: Duration,
     /// The config file the `[server]` table was in; `None` for the
     /// defaults.
@@ -101,6 +103,9 @@ pub struct ServerSpec {
     pub cors: Option<CorsSpec>,
     /// Who may read `/metrics`.
     pub metrics: MetricsAccess,
+    /// The tenants whose keys may read `/metrics` when it is protected
+    /// (each the tenant of an `api_keys` entry).
+    pub metrics_tenants: Vec<TenantId>,
 }
 
 impl Default for ServerSpec {
@@ -119,6 +124,7 @@ impl Default for ServerSpec {
             allowed_hosts: Vec::new(),
             cors: None,
             metrics: MetricsAccess::default(),
+            metrics_tenants: Vec::new(),
         }
     }
 }
@@ -205,7 +211,10 @@ impl Default for IdempotencySettings {
 pub struct QueueSettings {
     /// How long a worker owns a queued run before another may take it
     /// over; at least [`MIN_QUEUE_LEASE`](super::MIN_QUEUE_LEASE), renewed
-    /// at a third of its length.
+    /// at a third of its length. Also the lease of an `Idempotency-Key`
+    /// reservation's holder: renewed the same way while the request
+    /// executes, and taken for dead by a retry a lease after its last
+    /// renewal.
     pub lease: Duration,
     /// Deliveries of one queued run; after the last it is dead-lettered.
     pub max_attempts: NonZeroU32,
@@ -471,7 +480,7 @@ mod tests {
         assert_eq!(spec.limits.body_timeout, Duration::from_secs(30));
         assert_eq!(spec.limits.idle_timeout, Duration::from_secs(60));
         assert_eq!(spec.limits.max_connections.get(), 1024);
-        assert_eq!(spec.shutdown_grace, Duration::from_secs(30));
+        assert_eq!(spec.shutdown_grace, Duration::from_secs(25));
         assert_eq!(
             spec.agent_graph.max_total_tokens.map(NonZeroU64::get),
             Some(200_000)

@@ -8,6 +8,7 @@ use serde_json::json;
 
 use super::*;
 use crate::deadline::Cost;
+use crate::ids::TenantId;
 use crate::tool::ToolClass;
 
 const BASE: &str = r#"
@@ -1660,6 +1661,63 @@ allowed_headers = ["*"]
     assert_eq!(fields(&empty), ["server.cors.allowed_origins"]);
     let err = toml::from_str::<ConfigFile>("[server]\nmetrics = \"public\"\n").unwrap_err();
     assert!(err.to_string().contains("protected"), "{err}");
+}
+
+/// `[server]` with one key each for `acme` and `ops`, and `lines`.
+fn with_keys(lines: &str) -> String {
+    with_extra(&format!(
+        "[server]\n{lines}\n[[server.api_keys]]\ntenant = \"acme\"\nsha256 = \"{}\"\n[[server.api_keys]]\ntenant = \"ops\"\nsha256 = \"{}\"\n",
+        "a".repeat(64),
+        "b".repeat(64)
+    ))
+}
+
+#[test]
+fn metrics_tenants_are_read_and_default_to_none() {
+    let reg = build(&[("rein.toml", &with_keys("metrics_tenants = [\"ops\"]"))]).unwrap();
+    let tenants: Vec<&str> = reg
+        .server()
+        .metrics_tenants
+        .iter()
+        .map(TenantId::as_str)
+        .collect();
+    assert_eq!(tenants, ["ops"]);
+    let reg = build(&[("rein.toml", &with_keys(""))]).unwrap();
+    assert!(reg.server().metrics_tenants.is_empty());
+    assert_eq!(reg.server().metrics, MetricsAccess::Protected);
+}
+
+#[test]
+fn metrics_tenants_without_a_key_or_with_open_metrics_are_refused() {
+    let text = with_keys("metrics_tenants = [\"ops\", \"nobody\", \"\"]");
+    assert_eq!(
+        fields(&text),
+        ["server.metrics_tenants[1]", "server.metrics_tenants[2]"]
+    );
+    let message = message_of(&text, "server.metrics_tenants[1]");
+    assert!(
+        message.contains("`nobody` has none") && message.contains("acme, ops"),
+        "{message}"
+    );
+    let open = with_keys("metrics = \"open\"\nmetrics_tenants = [\"ops\"]");
+    assert_eq!(fields(&open), ["server.metrics_tenants"]);
+    assert!(message_of(&open, "server.metrics_tenants").contains("no effect"));
+    // Open mode: no key, so no tenant a scraper could be.
+    let no_keys = with_extra("[server]\nmetrics_tenants = [\"ops\"]\n");
+    assert!(
+        message_of(&no_keys, "server.metrics_tenants[0]").contains("keys exist for: no tenant")
+    );
+}
+
+#[test]
+fn numeric_allowed_hosts_are_refused_naming_the_address() {
+    let text = with_extra("[server]\nallowed_hosts = [\"10.0.0.05:8787\", \"127.1\"]\n");
+    assert_eq!(
+        fields(&text),
+        ["server.allowed_hosts[0]", "server.allowed_hosts[1]"]
+    );
+    assert!(message_of(&text, "server.allowed_hosts[0]").contains("\"10.0.0.5:8787\""));
+    assert!(message_of(&text, "server.allowed_hosts[1]").contains("\"127.0.0.1\""));
 }
 
 // ----- providers that stay up (issue 7) --------------------------------------

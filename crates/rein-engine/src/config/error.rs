@@ -12,12 +12,28 @@ use rein_core::registry::ConfigProblem;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct ConfigErrors {
     problems: Vec<ConfigProblem>,
+    warnings: Vec<ConfigProblem>,
 }
 
 impl ConfigErrors {
     /// Errors holding `problems`.
     pub fn new(problems: Vec<ConfigProblem>) -> ConfigErrors {
-        ConfigErrors { problems }
+        ConfigErrors {
+            problems,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// The same errors, with `warnings` found on the way (a secret too
+    /// short to be redacted): `rein check` shows both.
+    pub fn with_warnings(mut self, warnings: Vec<ConfigProblem>) -> ConfigErrors {
+        self.warnings.extend(warnings);
+        self
+    }
+
+    /// What the start would say but not refuse; not part of `Display`.
+    pub fn warnings(&self) -> &[ConfigProblem] {
+        &self.warnings
     }
 
     /// The problems, grouped by file.

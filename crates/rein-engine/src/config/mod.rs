@@ -25,7 +25,8 @@
 //! # `${ENV}` interpolation
 //!
 //! Only in `providers.*.base_url`, `tools.*.adapter.url`,
-//! `tools.*.adapter.status_url` and `tools.*.adapter.headers.*`. An unset
+//! `tools.*.adapter.status_url`, `tools.*.adapter.headers.*` and
+//! `tools.*.adapter.env.*`. An unset
 //! variable is a problem naming the file and field, never an empty string;
 //! `$${` writes a literal `${`.
 //!
@@ -127,12 +128,14 @@ impl<'e> Loader<'e> {
     /// Loading teaches the process the config's secrets
     /// ([`rein_core::redact::register`]) before anything else is checked,
     /// so that no problem, log line or error of this process ever shows
-    /// one: the values of `${VAR}`s in headers and URLs, of each
-    /// provider's `api_key_env`, and the API key digests.
+    /// one: credential headers and command variables, credentials in URLs,
+    /// each provider's `api_key_env`, and the API key digests (the rule is
+    /// in [`rein_core::redact`]).
     ///
     /// # Errors
     ///
-    /// [`ConfigErrors`] with every problem found.
+    /// [`ConfigErrors`] with every problem found, and the warnings
+    /// ([`ConfigErrors::warnings`]).
     pub fn load_with_warnings(&self, path: &Path) -> Result<Loaded, ConfigErrors> {
         let mut parsed = parse::read(path);
         if parsed.incomplete {
@@ -161,7 +164,8 @@ impl<'e> Loader<'e> {
                 registry,
                 warnings: found.too_short,
             }),
-            _ => Err(ConfigErrors::new(group_by_file(&parsed.sources, problems))),
+            _ => Err(ConfigErrors::new(group_by_file(&parsed.sources, problems))
+                .with_warnings(found.too_short)),
         }
     }
 
@@ -174,7 +178,12 @@ impl<'e> Loader<'e> {
         }
         if let Some(server) = &source.config.server {
             for (i, key) in server.api_keys.iter().enumerate() {
-                if let Some(digest) = &key.sha256 {
+                // A digest that is not 64 hex digits is refused by the
+                // integrity check; it is no secret worth a second warning.
+                if let Some(digest) = &key.sha256
+                    && digest.len() == 64
+                    && digest.bytes().all(|b| b.is_ascii_hexdigit())
+                {
                     let field = format!("server.api_keys[{i}].sha256");
                     found.note(&source.path, &field, digest);
                     found.note(&source.path, &field, &digest.to_ascii_lowercase());
@@ -185,13 +194,23 @@ impl<'e> Loader<'e> {
 }
 
 /// A loaded config and its warnings.
-#[derive(Debug)]
 pub struct Loaded {
     /// The registry.
     pub registry: Registry,
     /// What a start should say but not refuse: values too short to be
     /// redacted, each naming its field.
     pub warnings: Vec<ConfigProblem>,
+}
+
+impl std::fmt::Debug for Loaded {
+    // By hand: the registry holds header values and URLs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loaded")
+            .field("tools", &self.registry.tools().len())
+            .field("providers", &self.registry.providers().len())
+            .field("warnings", &self.warnings)
+            .finish_non_exhaustive()
+    }
 }
 
 /// `problems` grouped by file in the order files were read, keeping each

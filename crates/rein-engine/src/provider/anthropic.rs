@@ -55,7 +55,7 @@ pub const DEFAULT_MAX_TOKENS: u64 = 4096;
 /// call rein refused — are sent as `{}`: the API accepts only an object,
 /// and the tool result that follows already tells the model its arguments
 /// were invalid.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct AnthropicProvider {
     name: String,
     base_url: String,
@@ -65,6 +65,23 @@ pub struct AnthropicProvider {
     max_tokens: u64,
     streaming: Option<StreamSettings>,
     key_env: Option<String>,
+}
+
+impl std::fmt::Debug for AnthropicProvider {
+    // By hand: the key is never printed, and the base URL is redacted.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnthropicProvider")
+            .field("name", &self.name)
+            .field("base_url", &rein_core::redact::text(&self.base_url))
+            .field(
+                "api_key",
+                &self.api_key.as_ref().map(|_| rein_core::redact::REDACTED),
+            )
+            .field("key_env", &self.key_env)
+            .field("timeout", &self.timeout)
+            .field("streaming", &self.streaming)
+            .finish_non_exhaustive()
+    }
 }
 
 impl AnthropicProvider {
@@ -78,6 +95,9 @@ impl AnthropicProvider {
         timeout: Duration,
         client: reqwest::Client,
     ) -> Self {
+        // The key is taught to the redactor here, where it enters rein,
+        // so no error that echoes it shows it (crate::secrets).
+        crate::secrets::teach_provider(api_key.as_deref(), base_url);
         AnthropicProvider {
             name: name.to_owned(),
             base_url: base_url.trim_end_matches('/').to_owned(),
@@ -554,6 +574,23 @@ impl Decoder for EventDecoder {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_hand_built_provider_teaches_its_key_and_never_prints_it() {
+        const CANARY: &str = "sk-ant-hand-built-canary-17";
+        let provider = super::AnthropicProvider::new(
+            "p",
+            "http://127.0.0.1:9/v1",
+            Some(CANARY.into()),
+            std::time::Duration::from_secs(1),
+            reqwest::Client::new(),
+        );
+        assert!(!format!("{provider:?}").contains(CANARY));
+        assert_eq!(
+            rein_core::redact::text(&format!("x-api-key: {CANARY}")),
+            "x-api-key: [redacted]"
+        );
+    }
+
     #[test]
     fn openai_named_options_map_to_the_messages_api() {
         let mut body = json!({});

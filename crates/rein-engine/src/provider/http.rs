@@ -12,6 +12,7 @@
 use std::time::{Duration, Instant as StdInstant, SystemTime};
 
 use rein_core::failure::{TransportError, TransportPhase};
+use rein_core::redact::truncated;
 use rein_core::{Category, Failure};
 use serde_json::Value;
 
@@ -166,7 +167,7 @@ pub(super) fn http_failure(
     let fields = ErrorBody::read(error);
     let human = format!(
         "{name} answered HTTP {status}: {}",
-        truncate(fields.message, 300)
+        truncated(fields.message, 300)
     );
     if fields.is_context_overflow() {
         return Failure::new(name, Category::ContextOverflow).with_human_message(human);
@@ -196,7 +197,7 @@ pub(super) fn stream_error_failure(name: &str, error: &Value) -> Failure {
         } else {
             fields.error_type
         },
-        truncate(fields.message, 300)
+        truncated(fields.message, 300)
     ))
 }
 
@@ -205,21 +206,39 @@ pub(super) fn stream_error_failure(name: &str, error: &Value) -> Failure {
 pub(super) fn malformed(name: &str, why: &str, text: &str) -> Failure {
     Failure::new(name, Category::Transient).with_human_message(format!(
         "{name} returned a malformed answer ({why}): {}",
-        truncate(text, 200)
+        truncated(text, 200)
     ))
-}
-
-/// At most `max` characters of `text`.
-pub(super) fn truncate(text: &str, max: usize) -> &str {
-    match text.char_indices().nth(max) {
-        Some((i, _)) => &text[..i],
-        None => text,
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 12 (review): the body was cut to 300 characters before it was
+    /// redacted, so a key echoed across the cut left its start in clear.
+    #[test]
+    fn an_echoed_key_across_the_cut_leaves_nothing_in_clear() {
+        const CANARY: &str = "sk-cut-canary-7d21f0a9";
+        let mut secrets = rein_core::redact::Secrets::new();
+        secrets.insert(CANARY).unwrap();
+        rein_core::redact::register(&secrets);
+        let message = format!("{}{CANARY}", "x".repeat(290));
+        let body = serde_json::json!({"error": {"message": message}}).to_string();
+        let failure = http_failure("openai", 401, None, &body);
+        assert!(
+            !failure.human_message().contains("sk-cut"),
+            "{}",
+            failure.human_message()
+        );
+        let stream = stream_error_failure("openai", &serde_json::json!({"message": message}));
+        assert!(!stream.human_message().contains("sk-cut"));
+        let bad = malformed(
+            "openai",
+            "not JSON",
+            &format!("{}{CANARY}", "y".repeat(195)),
+        );
+        assert!(!bad.human_message().contains("sk-cut"));
+    }
 
     #[test]
     fn anthropic_error_bodies_are_classified_like_openai_ones() {

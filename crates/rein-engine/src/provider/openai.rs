@@ -28,7 +28,7 @@ use super::{
 /// sends one non-streamed request, unless
 /// [`with_streaming`](Self::with_streaming) made it stream and assemble, so
 /// that agent runs get the first-byte and idle limits too.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct OpenAiProvider {
     name: String,
     base_url: String,
@@ -37,6 +37,23 @@ pub struct OpenAiProvider {
     client: reqwest::Client,
     streaming: Option<StreamSettings>,
     key_env: Option<String>,
+}
+
+impl std::fmt::Debug for OpenAiProvider {
+    // By hand: the key is never printed, and the base URL is redacted.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiProvider")
+            .field("name", &self.name)
+            .field("base_url", &rein_core::redact::text(&self.base_url))
+            .field(
+                "api_key",
+                &self.api_key.as_ref().map(|_| rein_core::redact::REDACTED),
+            )
+            .field("key_env", &self.key_env)
+            .field("timeout", &self.timeout)
+            .field("streaming", &self.streaming)
+            .finish_non_exhaustive()
+    }
 }
 
 impl OpenAiProvider {
@@ -49,6 +66,9 @@ impl OpenAiProvider {
         timeout: Duration,
         client: reqwest::Client,
     ) -> Self {
+        // The key is taught to the redactor here, where it enters rein,
+        // so no error that echoes it shows it (crate::secrets).
+        crate::secrets::teach_provider(api_key.as_deref(), base_url);
         OpenAiProvider {
             name: name.to_owned(),
             base_url: base_url.trim_end_matches('/').to_owned(),
@@ -373,6 +393,25 @@ mod tests {
     use super::*;
     use crate::provider::http::http_failure;
     use rein_core::Category;
+
+    /// Issue 12 (review): a provider built by hand registered nothing, and
+    /// its derived `Debug` printed the key.
+    #[test]
+    fn a_hand_built_provider_teaches_its_key_and_never_prints_it() {
+        const CANARY: &str = "sk-hand-built-canary-91";
+        let provider = OpenAiProvider::new(
+            "p",
+            "http://127.0.0.1:9/v1",
+            Some(CANARY.into()),
+            Duration::from_secs(1),
+            reqwest::Client::new(),
+        );
+        assert!(!format!("{provider:?}").contains(CANARY));
+        assert_eq!(
+            rein_core::redact::text(&format!("echo: Bearer {CANARY}")),
+            "echo: Bearer [redacted]"
+        );
+    }
 
     #[test]
     fn parses_tool_calls_usage_and_finish_reason() {

@@ -49,7 +49,7 @@ use rein_core::Failure;
 use rein_core::failure::{TransportError, TransportPhase};
 use tokio::time::{Instant, timeout_at};
 
-use super::http::{http_failure, malformed, retry_after, transport_failure, truncate};
+use super::http::{http_failure, malformed, retry_after, transport_failure};
 use super::stream::{Assembly, Delta, StreamEvent, StreamLimits, TurnStream, ready_turn};
 use super::{FinishReason, ModelResponse};
 
@@ -556,7 +556,7 @@ impl<D: Decoder> Wire<D> {
             category = %failure.category(),
             events = self.event_count,
             "model stream failed: {}",
-            truncate(&human, 400)
+            rein_core::redact::truncated(&human, 400)
         );
         self.finished = true;
         self.response = None;

@@ -20,7 +20,7 @@ use rein_core::{Event, EventKind, Outcome, RunReport};
 use rein_store::{RunRecord, RunStatus, StatusChange, StepCommit, Store, StoreError};
 use serde_json::{Value, json};
 
-use super::report::{stored_facts, tree_records};
+use super::report::{REPORT_WRITE_TRIES, is_revision_conflict, stored_facts, tree_records};
 
 /// How a run is closed from outside.
 #[derive(Debug, Clone)]
@@ -41,23 +41,48 @@ pub struct Closing {
 /// events and the terminal `run_finished` every stream waits for, in one
 /// commit at `at_ms`. Returns the report stored.
 ///
+/// The commit is fenced on the ledger revision `record` was read at: when
+/// a record changed since (a reconciler marked it while the run was being
+/// closed), the run is read again and its report derived again, up to
+/// [`REPORT_WRITE_TRIES`] times, so the closed report never misses it.
+///
 /// # Errors
 ///
 /// The store's refusal, e.g. [`StoreError::Conflict`] when `expect` no
-/// longer holds, or [`StoreError::FinishedRun`] when it already ended.
+/// longer holds (or the ledger changed on every try), or
+/// [`StoreError::FinishedRun`] when it already ended.
 pub async fn close_run(
     store: &dyn Store,
     record: &RunRecord,
     closing: Closing,
     at_ms: u64,
 ) -> Result<RunReport, StoreError> {
-    let (commit, report) = closing_commit(store, record, closing, at_ms).await?;
-    store.commit_step(&record.run_id, commit).await?;
-    Ok(report)
+    let mut current = record.clone();
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let (commit, report) = closing_commit(store, &current, closing.clone(), at_ms).await?;
+        match store.commit_step(&current.run_id, commit).await {
+            // As stored: with the ledger revision it reflects.
+            Ok(committed) => return Ok(committed.run.and_then(|r| r.report).unwrap_or(report)),
+            Err(e) if is_revision_conflict(&e) && tries < REPORT_WRITE_TRIES => {
+                current =
+                    store
+                        .get_run(&record.run_id)
+                        .await?
+                        .ok_or_else(|| StoreError::NotFound {
+                            what: "run",
+                            id: record.run_id.to_string(),
+                        })?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// The commit that closes `record` (see [`close_run`]) and the report in
-/// it, for a caller that commits it under its own claim.
+/// it, for a caller that commits it under its own claim. Fenced on
+/// `record`'s ledger revision (read before the ledger is read here).
 ///
 /// # Errors
 ///
@@ -114,6 +139,7 @@ pub(super) async fn closing_commit(
         }),
         events,
         expect_status: closing.expect,
+        expect_ledger_revision: Some(record.ledger_revision),
         ..StepCommit::default()
     };
     Ok((commit, report))

@@ -160,6 +160,9 @@ impl Engine {
         let deadline = Deadline::after(now, reserve);
         let elapsed_before_ms = facts.elapsed_ms;
         use futures_util::FutureExt as _;
+        // AssertUnwindSafe: sound for the reasons given in `Engine::run_in`;
+        // `ctx` is this function's own, and after a second panic only the
+        // store is read again.
         let concluded = std::panic::AssertUnwindSafe(self.conclude(
             &ctx,
             facts,
@@ -171,7 +174,7 @@ impl Engine {
         .catch_unwind()
         .await;
         match concluded {
-            Ok(out) => Ok(out),
+            Ok(concluded) => concluded,
             Err(again) => {
                 // The settlement panicked too: close the run as it stands,
                 // its records left to the reconciler.

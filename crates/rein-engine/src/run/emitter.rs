@@ -35,6 +35,9 @@ pub struct Emitter {
     observer: Option<Observer>,
     metrics: Option<Arc<crate::metrics::Metrics>>,
     buffer: Mutex<Vec<Event>>,
+    /// Whether log lines name the run (a gateway call's emitter has an id
+    /// of its own that names no run, so its lines omit it).
+    log_run: bool,
 }
 
 impl Emitter {
@@ -46,6 +49,7 @@ impl Emitter {
             observer,
             metrics: None,
             buffer: Mutex::new(Vec::new()),
+            log_run: true,
         }
     }
 
@@ -55,12 +59,32 @@ impl Emitter {
         self
     }
 
+    /// Leaves the run id out of log lines: it names no run (a gateway
+    /// call, whose events go nowhere a run id could be looked up).
+    pub fn without_run_in_logs(mut self) -> Self {
+        self.log_run = false;
+        self
+    }
+
     /// Records an event; `data` is its rationale.
     ///
     /// `data` is redacted here ([`rein_core::redact`]), before the
     /// observer, the metrics or the store see it: the one place every event
     /// passes, so no rationale quoting an error carries a secret out.
-    pub fn emit(&self, kind: EventKind, c: &Correlation, mut data: Value) {
+    pub fn emit(&self, kind: EventKind, c: &Correlation, data: Value) {
+        let event = self.event(kind, c, data);
+        self.announce(std::slice::from_ref(&event));
+        self.buffer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(event);
+    }
+
+    /// An event of this run, now, redacted like every event ([`Emitter::emit`]),
+    /// built but not recorded: for a commit that may have to be made again
+    /// with other events (the end of a run whose report is derived again).
+    /// [`Emitter::announce`] it once it is stored.
+    pub fn event(&self, kind: EventKind, c: &Correlation, mut data: Value) -> Event {
         rein_core::redact::json(&mut data);
         let at_ms = self
             .clock
@@ -68,7 +92,7 @@ impl Emitter {
             .duration_since(UNIX_EPOCH)
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
             .unwrap_or(0);
-        let event = Event {
+        Event {
             run_id: self.run_id.clone(),
             seq: 0,
             step: c.step,
@@ -78,18 +102,21 @@ impl Emitter {
             at_ms,
             kind,
             data,
-        };
-        super::event_log::log(&event);
-        if let Some(observer) = &self.observer {
-            observer(&event);
         }
-        if let Some(metrics) = &self.metrics {
-            metrics.record(&event);
+    }
+
+    /// Hands events to the event log, the observer and the metrics (not to
+    /// the buffer).
+    pub fn announce(&self, events: &[Event]) {
+        for event in events {
+            super::event_log::log(event, self.log_run);
+            if let Some(observer) = &self.observer {
+                observer(event);
+            }
+            if let Some(metrics) = &self.metrics {
+                metrics.record(event);
+            }
         }
-        self.buffer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(event);
     }
 
     /// Takes the events recorded since the last drain.

@@ -17,9 +17,12 @@ use rein_core::{Category, Event, EventKind};
 use serde_json::Value;
 
 /// Logs `event` at the level an operator needs (see the module docs).
-pub(super) fn log(event: &Event) {
+/// `with_run` is false for an emitter whose run id names no run (see
+/// [`Emitter::without_run_in_logs`](super::Emitter::without_run_in_logs)):
+/// the line then has no `run` field.
+pub(super) fn log(event: &Event, with_run: bool) {
     let data = &event.data;
-    let run = event.run_id.as_str();
+    let run = with_run.then(|| event.run_id.as_str());
     let text = |v: &Value| v.as_str().unwrap_or("").to_owned();
     match event.kind {
         EventKind::BreakerStateChanged => {

@@ -113,7 +113,9 @@ impl Engine {
         );
         c.idempotency_key = key.clone();
 
-        // 6. Ledger: declared before the call, durably.
+        // 6. Ledger: declared before the call, durably. A record an
+        // interrupt left unsent (failed, nothing applied) is declared
+        // again under its intent: pending, as if for the first time.
         let mut ledger = None;
         if tool.class.has_side_effect() {
             let at_ms = unix_ms(self.clock.system_now());
@@ -139,8 +141,21 @@ impl Engine {
                 json!({"tool": tool.name, "status": "pending", "class": tool.class}),
             );
             crate::crash::point("before_pending");
+            let reopen = prior.filter(|r| is_unsent(r)).map(|_| {
+                (
+                    planned.intent_id.clone(),
+                    LedgerMark {
+                        status: LedgerStatus::Pending,
+                        result: None,
+                        failure: None,
+                        attempts: 0,
+                        at_ms,
+                    },
+                )
+            });
             let commit = StepCommit {
                 declares: vec![record],
+                marks: reopen.into_iter().collect(),
                 events: ctx.emitter.drain(),
                 ..StepCommit::default()
             };
@@ -269,6 +284,9 @@ impl Engine {
         };
         match record.status {
             LedgerStatus::Pending if tool.class == ToolClass::IdempotentWrite => None,
+            // Declared, then never sent: its process was interrupted first.
+            // It runs now, under its intent (and key), like any new call.
+            LedgerStatus::Failed if is_unsent(record) => None,
             LedgerStatus::Pending => done(
                 Err(Failure::new(&tool.name, Category::Unknown)
                     .with_effect(Effect::MaybeApplied)
@@ -370,9 +388,17 @@ impl Engine {
             // until its outcome is decided (a lookup by key included), and
             // not while it waits to retry.
             let (failure, slot) = 'attempt: {
+                // Until its first attempt is sent, an interrupt stops the
+                // call: it waits for no slot, and nothing goes out.
+                let first = sent == 0;
                 let slot = match &gate {
                     None => None,
-                    Some(gate) => match gate.enter(self.clock.as_ref(), deadline).await {
+                    Some(gate) => match tokio::select! {
+                        entered = gate.enter(self.clock.as_ref(), deadline) => entered,
+                        () = ctx.interrupted(), if first => {
+                            return self.not_sent(ctx, c, tool);
+                        }
+                    } {
                         Ok(slot) => Some(slot),
                         Err(expired) => {
                             ctx.emitter.emit(
@@ -414,6 +440,9 @@ impl Engine {
                     remaining,
                     allowance,
                 };
+                if first && ctx.is_interrupted() {
+                    return self.not_sent(ctx, c, tool);
+                }
                 let started = self.clock.now();
                 sent += 1;
                 let invoke = async {
@@ -439,18 +468,28 @@ impl Engine {
                 // Cancellation drops the attempt: an HTTP request is aborted,
                 // a command's process group killed (its drop guard). A
                 // write that was sent may have landed: in doubt, settled.
+                // An interrupt drops only a read: a write it let through
+                // finishes within its allowance, so a rolling restart
+                // leaves nothing in doubt (its step stops right after).
                 let result = if let Some(target) = agent_call {
                     self.child_run(ctx, planned, tool, target, budget).await
                 } else {
                     tokio::select! {
                     result = invoke => result,
-                    () = ctx.cancelled() => Err(Failure::new(&tool.name, Category::Cancelled)
-                        .with_effect(if tool.class == ToolClass::Read {
-                            Effect::NotApplied
+                    () = ctx.aborts(tool.class) => {
+                        let why = if ctx.is_interrupted() {
+                            "the run was interrupted (its process is stopping)"
                         } else {
-                            Effect::MaybeApplied
-                        })
-                        .with_human_message(format!("{} was aborted: the run was cancelled", tool.name))),
+                            "the run was cancelled"
+                        };
+                        Err(Failure::new(&tool.name, Category::Cancelled)
+                            .with_effect(if tool.class == ToolClass::Read {
+                                Effect::NotApplied
+                            } else {
+                                Effect::MaybeApplied
+                            })
+                            .with_human_message(format!("{} was aborted: {why}", tool.name)))
+                    }
                     }
                 };
                 crate::crash::point("after_call");
@@ -560,9 +599,11 @@ impl Engine {
                     );
                     data["same_key"] = json!(key.is_some());
                     ctx.emitter.emit(EventKind::RetryScheduled, c, data);
+                    // An interrupt does not stop a write between its attempts:
+                    // it was sent, and it finishes (a read stops).
                     let cancelled = tokio::select! {
                         () = tokio::time::sleep(delay) => false,
-                        () = ctx.cancelled() => true,
+                        () = ctx.aborts(tool.class) => true,
                     };
                     if cancelled {
                         ctx.emitter.emit(
@@ -618,6 +659,29 @@ impl Engine {
                     };
                 }
             }
+        }
+    }
+
+    /// A call the interrupt stopped before anything of it was sent: the
+    /// failure its ledger record is marked with (failed, not applied, no
+    /// attempt made), so the resume sends it afresh ([`is_unsent`]).
+    fn not_sent(&self, ctx: &RunCtx<'_>, c: &Correlation, tool: &ToolBinding) -> Attempted {
+        ctx.emitter.emit(
+            EventKind::ToolCallFinished,
+            c,
+            json!({"tool": tool.name, "ok": false, "sent": false, "category": Category::Cancelled,
+                   "effect": Effect::NotApplied,
+                   "reason": "the run was interrupted before the call was sent; the resume sends it"}),
+        );
+        Attempted {
+            outcome: Err(Failure::new(&tool.name, Category::Cancelled)
+                .with_effect(Effect::NotApplied)
+                .with_human_message(format!(
+                    "{} was not sent: the run was interrupted (its process is stopping); the resume sends it under its intent",
+                    tool.name
+                ))),
+            attempts: 0,
+            sent: 0,
         }
     }
 
@@ -734,6 +798,22 @@ pub(super) fn retry_scheduled(
         "backoff_ceiling_ms": millis(*backoff_ceiling), "clamped": clamped,
         "remaining_ms": millis(remaining),
     })
+}
+
+/// Whether `record` is a call an interrupt stopped after its declaration
+/// and before anything was sent ([`Engine::not_sent`]): failed, not
+/// applied, cancelled, with no attempt made. A resume sends it afresh under
+/// its intent and key; any other failed record stands.
+///
+/// NOTE: matches what `Engine::not_sent` marks; no other path marks a
+/// record failed without an attempt (the attempt loop counts every attempt
+/// it starts, one that never got a concurrency slot included).
+pub(super) fn is_unsent(record: &LedgerRecord) -> bool {
+    record.status == LedgerStatus::Failed
+        && record.attempts == 0
+        && record.failure.as_ref().is_some_and(|f| {
+            f.category() == Category::Cancelled && f.effect() == Effect::NotApplied
+        })
 }
 
 /// Whole milliseconds of `d`.

@@ -37,7 +37,9 @@ pub use close::{Closing, close_run};
 pub use emitter::{Correlation, Observer};
 pub use guarded::{CallResult, Planned};
 pub use model_chain::{ModelAnswer, ModelAsk, ModelBinding, ModelError, ModelReply};
-pub use report::{End, revise, tree_records};
+pub use report::{
+    End, REPORT_WRITE_TRIES, is_revision_conflict, revise, revise_stored, tree_records,
+};
 pub use settle::{CompensationBinding, STRONG_COMPENSATION_ATTEMPTS};
 pub use shared_breakers::DEFAULT_SHARED_BREAKERS_REFRESH;
 pub use tree::{AgentResolver, TreeLimits};
@@ -121,6 +123,13 @@ pub struct RunRequest {
     /// started, not created (a server accepts the work durably first, a
     /// worker drives it later).
     pub enqueued: bool,
+    /// The idempotency reservation the run's creation is fenced on (a sync
+    /// submission under an `Idempotency-Key`): the run is created only
+    /// while the reservation is still its holder's
+    /// ([`Store::create_run_held`]), else the run fails to start with
+    /// [`StoreError::Conflict`]` { what: "idempotency reservation" }` and
+    /// nothing ran. Ignored for an `enqueued` run, which exists already.
+    pub reservation: Option<rein_store::ReservationFence>,
 }
 
 /// The end of a run.
@@ -133,8 +142,54 @@ pub struct RunOutput {
     pub report: RunReport,
     /// The run did not end: [`Engine::interrupt`] stopped it at a safe
     /// point. It is still `running` in the store with its claim released,
-    /// and resumable ([`Engine::resume`]) by this process or another one.
+    /// and resumable ([`Engine::resume`]) by whoever its [`HandOn`] names.
     pub interrupted: bool,
+}
+
+/// Who continues the runs [`Engine::interrupt`] stops: recorded with each
+/// run's `run_interrupted` event (`data.continue_with`), read by the
+/// servers sharing the store before they take a run over.
+///
+/// # Why it is recorded
+///
+/// `rein run`, `rein resume` and `rein serve` default to the same store.
+/// A server that resumed the user's Ctrl-C'd `rein run` would continue it
+/// with the server's bindings and environment, and the `rein resume` the
+/// user was told to type would then fail or find it done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum HandOn {
+    /// Any process sharing the store continues it at once: a draining
+    /// server's runs go to its peers (or to itself, restarted).
+    AnyWorker,
+    /// Only an explicit resume continues it (`rein resume`, or
+    /// `POST /v1/runs/{id}/resume`): a stopped `rein run` stays the user's.
+    Caller,
+}
+
+impl HandOn {
+    /// Its name in `run_interrupted` events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HandOn::AnyWorker => "any_worker",
+            HandOn::Caller => "caller",
+        }
+    }
+
+    /// Reads a `run_interrupted` event's data: `continue_with`, or, for
+    /// events written before it existed, `handed_on: true` as
+    /// [`HandOn::AnyWorker`].
+    pub fn of_event(data: &Value) -> Option<HandOn> {
+        match data.get("continue_with").and_then(Value::as_str) {
+            Some("any_worker") => Some(HandOn::AnyWorker),
+            Some("caller") => Some(HandOn::Caller),
+            Some(_) => None,
+            None => {
+                (data.get("handed_on") == Some(&Value::Bool(true))).then_some(HandOn::AnyWorker)
+            }
+        }
+    }
 }
 
 /// State shared by all runs of an engine: breaker arms (health memory
@@ -154,6 +209,8 @@ struct Shared {
     shared_breakers: Option<Arc<shared_breakers::SharedBreakers>>,
     /// Fires when this process stops driving runs ([`Engine::interrupt`]).
     interrupt: CancellationToken,
+    /// Who continues the runs the interrupt stopped; set by its first call.
+    hand_on: std::sync::OnceLock<HandOn>,
 }
 
 impl Shared {
@@ -242,7 +299,8 @@ impl EngineBuilder {
     /// A claim's owner also records the process id and host name, so that
     /// a process of the same host can tell its owner is dead. Those stay in
     /// the store and the logs; an API answer names only this id. It must be
-    /// 1 to 64 visible ASCII characters without `#` or `.` (the separators
+    /// 1 to [`MAX_NODE_ID_LENGTH`](crate::lease::MAX_NODE_ID_LENGTH) (64)
+    /// visible ASCII characters without `#` or `.` (the separators
     /// of a claim's owner); [`build`](EngineBuilder::build) refuses another.
     pub fn node(mut self, node: impl Into<String>) -> Self {
         self.node = Some(node.into());
@@ -286,6 +344,7 @@ impl EngineBuilder {
             Some(node) => {
                 return Err(EngineError::Config(rein_core::ConfigError::OutOfRange {
                     field: "node",
+                    // NOTE: 64 is `lease::MAX_NODE_ID_LENGTH`.
                     expected: "1 to 64 visible ASCII characters without `#` or `.`",
                     found: format!("{node:?}"),
                 }));
@@ -307,6 +366,7 @@ impl EngineBuilder {
                 live: tree::LiveRegistry::default(),
                 shared_breakers,
                 interrupt: CancellationToken::new(),
+                hand_on: std::sync::OnceLock::new(),
             },
             agents: self.agents,
             tree_limits: self.tree_limits,
@@ -560,6 +620,32 @@ impl RunCtx<'_> {
         }
     }
 
+    /// Resolves when a call of `class` in flight must be dropped: the
+    /// forward path was cancelled or the claim lost, or, for a read only,
+    /// the run is interrupted (a write is let finish). Never during
+    /// settlement.
+    async fn aborts(&self, class: ToolClass) {
+        if class == ToolClass::Read {
+            return self.cancelled().await;
+        }
+        if self.settling.load(std::sync::atomic::Ordering::Acquire) {
+            return self.lost.cancelled().await;
+        }
+        tokio::select! {
+            () = self.cancel.cancelled() => {}
+            () = self.lost.cancelled() => {}
+        }
+    }
+
+    /// Resolves once the run is interrupted ([`RunCtx::is_interrupted`]);
+    /// never when it is cancelled or settling instead.
+    async fn interrupted(&self) {
+        self.interrupt.cancelled().await;
+        if !self.is_interrupted() {
+            std::future::pending::<()>().await;
+        }
+    }
+
     /// Whether the forward path was cancelled (or the claim lost, or the
     /// process is handing its runs on).
     fn is_cancelled(&self) -> bool {
@@ -712,13 +798,22 @@ impl Engine {
 
     /// Stops every run this engine drives at its next safe point, for good
     /// (the process is stopping): no new step, model turn or tool call
-    /// starts; calls in flight are aborted, their ledger records left
-    /// pending with their keys. Each run records `run_interrupted`, stays
-    /// `running` and releases its claim, so that another process (or this
-    /// one restarted) resumes it at once; its [`RunOutput::interrupted`]
-    /// is true. A run already settling its effects finishes settling and
-    /// ends normally. Runs started afterwards are interrupted at once.
-    pub fn interrupt(&self) {
+    /// starts. A model call or a read in flight is aborted (nothing to
+    /// undo); a write already sent is never aborted: it finishes within its
+    /// allowance and its result is recorded, so a rolling restart leaves no
+    /// effect in doubt. A write declared but not yet sent (waiting for a
+    /// concurrency slot, or to retry an attempt that did not apply) is not
+    /// sent: its ledger record is marked failed, not applied, and the
+    /// resume sends it afresh under its intent and key.
+    ///
+    /// Each run records `run_interrupted` (with `to`: who may continue it),
+    /// stays `running` and releases its claim; its
+    /// [`RunOutput::interrupted`] is true. A run already settling its
+    /// effects finishes settling and ends normally. Runs started afterwards
+    /// are interrupted at once. The first call's `to` holds for the rest of
+    /// the engine's life.
+    pub fn interrupt(&self, to: HandOn) {
+        let _ = self.shared.hand_on.set(to);
         self.shared.interrupt.cancel();
     }
 
@@ -773,13 +868,13 @@ impl Engine {
             .find(|l| l.kind == LeaseKind::Run);
         if let Some(held) = held {
             // Taken over when its lease ran out (the owner stopped renewing
-            // it: dead, or cut off), or when the owner is a process of this
-            // host that is gone. An owner elsewhere, or one we cannot
+            // it: dead, or cut off), or when the owner is provably gone (a
+            // process of this machine and pid namespace that no longer
+            // runs: `Owner::is_gone`). An owner elsewhere, or one we cannot
             // identify, is alive until its lease says otherwise: refusing is
             // safe, taking over is not.
             let expired = held.expires_at_ms <= now_ms;
-            let dead_here =
-                Owner::parse(&held.owner).is_some_and(|o| o.is_local() && !o.is_alive());
+            let dead_here = Owner::is_gone_id(&held.owner);
             if !expired && !dead_here {
                 return Err(EngineError::NotResumable {
                     run_id: run_id.clone(),
@@ -909,9 +1004,13 @@ impl Engine {
     ///
     /// # Errors
     ///
-    /// [`EngineError`] only when the run cannot start (the store refuses to
-    /// record it, or the agent's settings are invalid). Everything that
-    /// happens once it started ends in the returned report.
+    /// [`EngineError`] when the run cannot start (the store refuses to
+    /// record it, or the agent's settings are invalid), and
+    /// [`EngineError::Store`] when its end cannot be recorded (the ledger
+    /// its report comes from cannot be read, or the store refuses the end):
+    /// the run then exists, `running` with its claim released, and is
+    /// recovered like one whose process died. Everything else that happens
+    /// once it started ends in the returned report.
     pub async fn run(
         &self,
         agent: &AgentBinding,
@@ -936,6 +1035,16 @@ impl Engine {
         use futures_util::FutureExt as _;
         let run_id = request.run_id.clone().unwrap_or_else(new_id::<RunId>);
         request.run_id = Some(run_id.clone());
+        // AssertUnwindSafe is sound here: nothing the run shares is left
+        // half-changed by an unwind. Its mutexes are read with
+        // `unwrap_or_else(PoisonError::into_inner)` and hold whole values;
+        // governor permits and concurrency slots are guards dropped while
+        // unwinding; its claim is released (or taken back by `contain`)
+        // through the store, not through state in memory: a `ClaimGuard` is
+        // one of the future's live locals, dropped by the unwinding poll
+        // itself while `std::thread::panicking()` holds, so it leaves the
+        // claim to `contain`; the heartbeat task is aborted with its guard;
+        // and `contain` reads the run back from the store only.
         let started =
             std::panic::AssertUnwindSafe(self.start_in(agent, validator, request, lineage.clone()))
                 .catch_unwind()
@@ -1014,17 +1123,19 @@ impl Engine {
                 }
             }
         } else {
-            self.store
-                .create_run(NewRun {
-                    run_id: run_id.clone(),
-                    tenant: tenant.clone(),
-                    agent: agent.name.clone(),
-                    input: request.input.clone(),
-                    parent_run_id: lineage.parent.clone(),
-                    budget: json!(agent.budget),
-                    created_at_ms: at_ms,
-                })
-                .await?;
+            let new = NewRun {
+                run_id: run_id.clone(),
+                tenant: tenant.clone(),
+                agent: agent.name.clone(),
+                input: request.input.clone(),
+                parent_run_id: lineage.parent.clone(),
+                budget: json!(agent.budget),
+                created_at_ms: at_ms,
+            };
+            match &request.reservation {
+                Some(fence) => self.store.create_run_held(new, fence).await?,
+                None => self.store.create_run(new).await?,
+            };
         }
         let owner = self.claim(&run_id, self.claim_hold(agent)).await?;
         let lost = CancellationToken::new();
@@ -1112,7 +1223,7 @@ impl Engine {
             step: 0,
             resume: None,
         };
-        Ok(self.drive(&ctx, validator, state, None, None).await)
+        self.drive(&ctx, validator, state, None, None).await
     }
 
     /// Continues a run that stopped mid-way (its process crashed or was
@@ -1172,6 +1283,7 @@ impl Engine {
         lineage: Lineage,
     ) -> Result<RunOutput, EngineError> {
         use futures_util::FutureExt as _;
+        // AssertUnwindSafe: sound for the reasons given in `run_in`.
         let resumed = std::panic::AssertUnwindSafe(self.continue_in(
             agent,
             validator,
@@ -1439,9 +1551,13 @@ impl Engine {
             .as_ref()
             .map(|t| {
                 t.intent_ids.iter().flatten().cloned().partition(|id| {
+                    // Run again: a write in doubt (under its key), and a
+                    // call its interrupted process never sent.
                     t.prior.get(id).is_some_and(|r| {
-                        !(r.status == rein_core::LedgerStatus::Pending
+                        let again = (r.status == rein_core::LedgerStatus::Pending
                             && r.class == ToolClass::IdempotentWrite)
+                            || guarded::is_unsent(r);
+                        !again
                     })
                 })
             })
@@ -1567,11 +1683,12 @@ impl Engine {
             step: done_step,
             resume: Some(marker),
         };
-        Ok(self.drive(&ctx, validator, state, resumed, settling).await)
+        self.drive(&ctx, validator, state, resumed, settling).await
     }
 
     /// The loop: from `state` (fresh or restored from a checkpoint) to the
-    /// run's end, its settlement and its final record.
+    /// run's end, its settlement and its final record (see
+    /// [`Engine::conclude`] for when that cannot be recorded).
     async fn drive(
         &self,
         ctx: &RunCtx<'_>,
@@ -1579,7 +1696,7 @@ impl Engine {
         state: LoopState,
         mut resumed: Option<ResumedTurn>,
         settling: Option<End>,
-    ) -> RunOutput {
+    ) -> Result<RunOutput, EngineError> {
         let agent = ctx.agent;
         let run_id = ctx.run_id.clone();
         let LoopState {
@@ -1596,6 +1713,8 @@ impl Engine {
             resume,
         } = state;
 
+        // The steps checkpointed so far: what an interrupted run has done.
+        let mut completed_steps = step;
         let end = if let Some(end) = settling {
             end
         } else {
@@ -1777,6 +1896,15 @@ impl Engine {
                 let results = self
                     .execute(ctx, &mut budget, planned, step, any_rejected, &prior)
                     .await;
+                // Interrupted mid-step: nothing of this step is checkpointed
+                // and nothing of its results is observed (the loop guard
+                // would count the interrupt's own refusals as failures).
+                // Its plan and ledger are durable, so a resume replays it
+                // with the same intents and keys: what completed is not run
+                // again, what was never sent is sent afresh.
+                if ctx.is_interrupted() {
+                    break End::Interrupted;
+                }
                 for result in &results {
                     let content = match &result.outcome {
                         Ok(value) => {
@@ -1839,13 +1967,6 @@ impl Engine {
                         }
                     }
                 }
-                // Interrupted mid-step: nothing of this step is checkpointed.
-                // Its plan and ledger are durable, so a resume replays it with
-                // the same intents and keys (a write in doubt is repeated
-                // only under its key, an irreversible one never).
-                if ctx.is_interrupted() {
-                    break End::Interrupted;
-                }
                 calls.extend(results);
                 // The state digest: facts obtained and the tools attempted (by
                 // name: rephrasing a query of the same tool is not progress).
@@ -1899,6 +2020,7 @@ impl Engine {
                 if let Err(e) = ctx.commit(commit).await {
                     break End::StoreFailed(format!("cannot write the checkpoint: {e}"));
                 }
+                completed_steps = step;
                 if let Some(trip) = trip {
                     break End::Loop(trip);
                 }
@@ -1928,13 +2050,28 @@ impl Engine {
             in_flight: Vec::new(),
             strategies_not_tried: report::strategies_not_tried(agent),
         };
+        if matches!(end, End::Interrupted) {
+            // Handed on unfinished: never settled (what it did so far is
+            // the report, provisional).
+            let so_far = rein_core::report::derive(&facts, &[]);
+            return Ok(self.hand_on(ctx, so_far, step, completed_steps).await);
+        }
         self.conclude(ctx, facts, full_deadline, step, started, elapsed_before_ms)
             .await
     }
 
     /// The end of a run this process drives, from `facts` (why it stopped,
-    /// its calls, what it consumed): its settlement, its report derived
-    /// from the ledger afterwards, its final record, its claim released.
+    /// its calls, what it consumed): its settlement, decided on the calls
+    /// and the ledger as they stand; its report derived from the ledger
+    /// afterwards; its final record; its claim released.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::Store`] when the ledger cannot be read (before the
+    /// settlement, or for the report after it) or the run's end cannot be
+    /// recorded: the run stays `running` with its claim released, to be
+    /// recovered, rather than end with a report that does not say what its
+    /// ledger says.
     async fn conclude(
         &self,
         ctx: &RunCtx<'_>,
@@ -1943,15 +2080,9 @@ impl Engine {
         step: u32,
         started: rein_core::Instant,
         elapsed_before_ms: u64,
-    ) -> RunOutput {
+    ) -> Result<RunOutput, EngineError> {
         let run_id = ctx.run_id.clone();
         let end = facts.end.clone();
-        // What the calls say before anything is settled: what the
-        // settlement decides on. The report itself is derived once, after.
-        let before = rein_core::report::derive(&facts, &[]);
-        if matches!(end, End::Interrupted) {
-            return self.hand_on(ctx, before, step).await;
-        }
         let lost = |mut report: RunReport| {
             // Another process took the run over and drives it now: no
             // settlement, no status, no release from here.
@@ -1966,108 +2097,216 @@ impl Engine {
             }
         };
         if ctx.lost.is_cancelled() {
-            return lost(before);
+            return Ok(lost(rein_core::report::derive(&facts, &[])));
         }
+        // What the calls and the ledger say before anything is settled: what
+        // the settlement decides on (a record of a step cut before its
+        // checkpoint is in the ledger only). The report itself is derived
+        // once, after.
+        let ledger = match self.read_ledger(&run_id).await {
+            Ok(ledger) => ledger,
+            Err(e) => return Err(self.unrecorded(ctx, "its ledger cannot be read", e).await),
+        };
+        let before = rein_core::report::derive(&facts, &ledger);
         let settlement = self.settle(ctx, &end, &before, full_deadline, step).await;
         if settlement.lost {
-            return lost(before);
+            return Ok(lost(before));
         }
         facts.settled = settlement.settled;
         facts.compensations = settlement.compensations;
         facts.in_flight = settlement.in_flight;
         facts.elapsed_ms =
             elapsed_before_ms + millis(self.clock.now().saturating_duration_since(started));
-        // The ledger as the settlement left it: every effect with its
-        // status now, not the status its call ended with.
-        let ledger = match report::tree_records(self.store.as_ref(), &run_id).await {
-            Ok(records) => records,
-            Err(e) => {
-                tracing::warn!(run = %run_id, "the ledger cannot be read for the report: {e}");
-                Vec::new()
-            }
-        };
-        let report = rein_core::report::derive(&facts, &ledger);
-        if matches!(facts.settled, rein_core::report::Settled::HandedOff(_)) {
-            ctx.emitter.emit(
-                EventKind::HandoffCreated,
-                &Correlation {
-                    step,
-                    ..Correlation::default()
-                },
-                close::handoff_data(&report),
-            );
-        }
-        let c = Correlation {
-            step,
-            ..Correlation::default()
-        };
-        if report.outcome == Outcome::PartialSuccess {
-            ctx.emitter.emit(
-                EventKind::PartialSuccessReturned,
-                &c,
-                json!({"completed": report.completed.len(), "incomplete": report.incomplete.len(),
-                       "recoverable": report.recoverable}),
-            );
-        }
-        ctx.emitter.emit(
-            EventKind::RunFinished,
-            &c,
-            json!({"outcome": report.outcome, "steps": step, "consumed": report.consumed,
-                   "elapsed_ms": report.elapsed_ms, "recoverable": report.recoverable}),
-        );
-        let end = StatusChange {
-            status: RunStatus::Finished(report.outcome),
-            report: Some(report.clone()),
-            at_ms: unix_ms(self.clock.system_now()),
-        };
+        // Events of the settlement, recorded with the end.
+        let pending = ctx.emitter.drain();
+        let at_ms = unix_ms(self.clock.system_now());
         let mut pause = END_COMMIT_FIRST_PAUSE;
         for attempt in 1..=END_COMMIT_TRIES {
+            // The revision first, then the ledger as the settlement left it
+            // (every effect with its status now): the end is recorded only
+            // if no record changed in between (a reconciler marking one),
+            // else the report is derived again.
+            let derived = async {
+                let revision = self
+                    .store
+                    .get_run(&run_id)
+                    .await?
+                    .ok_or_else(|| StoreError::NotFound {
+                        what: "run",
+                        id: run_id.to_string(),
+                    })?
+                    .ledger_revision;
+                let ledger = report::tree_records(self.store.as_ref(), &run_id).await?;
+                Ok::<_, StoreError>((revision, rein_core::report::derive(&facts, &ledger)))
+            };
+            let (revision, report) = match derived.await {
+                Ok(derived) => derived,
+                Err(e) if e.is_transient() && attempt < END_COMMIT_TRIES => {
+                    tracing::warn!(run = %run_id, attempt, "the ledger cannot be read for the report yet: {e}");
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                    continue;
+                }
+                Err(e) => return Err(self.unrecorded(ctx, "its ledger cannot be read", e).await),
+            };
+            let finals = self.final_events(ctx, &facts, &report, step);
             let commit = StepCommit {
-                status: Some(end.clone()),
-                events: ctx.emitter.drain(),
+                status: Some(StatusChange {
+                    status: RunStatus::Finished(report.outcome),
+                    report: Some(report.clone()),
+                    at_ms,
+                }),
+                events: pending
+                    .iter()
+                    .cloned()
+                    .chain(finals.iter().cloned())
+                    .collect(),
+                expect_ledger_revision: Some(revision),
                 ..StepCommit::default()
             };
-            match ctx.commit(commit).await {
-                Ok(_) => break,
+            let committed = ctx.commit(commit).await;
+            if committed.is_err() {
+                // `pending` is kept here; the finals are derived again.
+                drop(ctx.emitter.drain());
+            }
+            match committed {
+                Ok(committed) => {
+                    ctx.emitter.announce(&finals);
+                    self.release_claim(ctx).await;
+                    return Ok(RunOutput {
+                        run_id,
+                        // As stored: with the ledger revision it reflects.
+                        report: committed.run.and_then(|r| r.report).unwrap_or(report),
+                        interrupted: false,
+                    });
+                }
+                Err(StoreError::Conflict {
+                    what: "ledger revision",
+                    ..
+                }) if attempt < END_COMMIT_TRIES => {
+                    tracing::info!(run = %run_id, attempt, "the ledger changed while the run ended; deriving its report again");
+                }
+                Err(StoreError::Conflict {
+                    what: "run claim", ..
+                }) => return Ok(lost(report)),
                 Err(e) if e.is_transient() && attempt < END_COMMIT_TRIES => {
                     tracing::warn!(run = %run_id, attempt, "the run's end was not recorded yet: {e}");
                     tokio::time::sleep(pause).await;
                     pause *= 2;
                 }
                 Err(e) => {
-                    tracing::error!(run = %run_id, "cannot record the run's end: {e}");
-                    break;
+                    ctx.emitter.requeue(pending);
+                    return Err(self.unrecorded(ctx, "its end cannot be recorded", e).await);
                 }
             }
         }
+        unreachable!("the last attempt returns")
+    }
+
+    /// The ledger records of `run_id`'s tree, read again while the store
+    /// is briefly unavailable (as the end commit is offered again).
+    async fn read_ledger(&self, run_id: &RunId) -> Result<Vec<LedgerRecord>, StoreError> {
+        let mut pause = END_COMMIT_FIRST_PAUSE;
+        let mut attempt = 1;
+        loop {
+            match report::tree_records(self.store.as_ref(), run_id).await {
+                Err(e) if e.is_transient() && attempt < END_COMMIT_TRIES => {
+                    tracing::warn!(run = %run_id, attempt, "the ledger cannot be read yet: {e}");
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    /// The events that end a run with `report`: the handoff package when
+    /// a human has it, the partial success, and the terminal
+    /// `run_finished`; built, not emitted, so that a report derived again
+    /// is not announced twice ([`Emitter::announce`] once they are stored).
+    fn final_events(
+        &self,
+        ctx: &RunCtx<'_>,
+        facts: &rein_core::report::RunFacts,
+        report: &RunReport,
+        step: u32,
+    ) -> Vec<rein_core::Event> {
+        let c = Correlation {
+            step,
+            ..Correlation::default()
+        };
+        let mut events = Vec::new();
+        if matches!(facts.settled, rein_core::report::Settled::HandedOff(_)) {
+            events.push(ctx.emitter.event(
+                EventKind::HandoffCreated,
+                &c,
+                close::handoff_data(report),
+            ));
+        }
+        if report.outcome == Outcome::PartialSuccess {
+            events.push(ctx.emitter.event(
+                EventKind::PartialSuccessReturned,
+                &c,
+                json!({"completed": report.completed.len(), "incomplete": report.incomplete.len(),
+                       "recoverable": report.recoverable}),
+            ));
+        }
+        events.push(ctx.emitter.event(
+            EventKind::RunFinished,
+            &c,
+            json!({"outcome": report.outcome, "steps": step, "consumed": report.consumed,
+                   "elapsed_ms": report.elapsed_ms, "recoverable": report.recoverable}),
+        ));
+        events
+    }
+
+    /// Releases the run's claim (this process stops driving it).
+    async fn release_claim(&self, ctx: &RunCtx<'_>) {
         if let Err(e) = ctx
             .store
-            .release_lease_of(&claim_id(&run_id), &ctx.claim_owner)
+            .release_lease_of(&claim_id(&ctx.run_id), &ctx.claim_owner)
             .await
         {
-            tracing::warn!(run = %run_id, "cannot release the run's claim: {e}");
+            tracing::warn!(run = %ctx.run_id, "cannot release the run's claim: {e}");
         }
-        RunOutput {
-            run_id,
-            report,
-            interrupted: false,
-        }
+    }
+
+    /// The error of a run whose end cannot be recorded (`why`): it stays
+    /// `running`, its claim released so that recovery takes it at once.
+    async fn unrecorded(&self, ctx: &RunCtx<'_>, why: &str, e: StoreError) -> EngineError {
+        tracing::error!(run = %ctx.run_id, "the run's end is not recorded: {why}: {e}");
+        self.release_claim(ctx).await;
+        EngineError::Store(e)
     }
 
     /// Hands an interrupted run on: records that it stopped at a safe
     /// point (with the events of its cut step), leaves it `running`, and
     /// releases its claim so that another process takes it over at once
     /// rather than when the claim expires.
-    async fn hand_on(&self, ctx: &RunCtx<'_>, mut report: RunReport, step: u32) -> RunOutput {
+    async fn hand_on(
+        &self,
+        ctx: &RunCtx<'_>,
+        mut report: RunReport,
+        step: u32,
+        completed_steps: u32,
+    ) -> RunOutput {
         let run_id = ctx.run_id.clone();
+        let to = self
+            .shared
+            .hand_on
+            .get()
+            .copied()
+            .unwrap_or(HandOn::AnyWorker);
         ctx.emitter.emit(
             EventKind::RunInterrupted,
             &Correlation {
                 step,
                 ..Correlation::default()
             },
-            json!({"reason": "its process is stopping", "handed_on": true, "resumable": true,
-                   "completed_steps": step.saturating_sub(1)}),
+            json!({"reason": "its process is stopping", "handed_on": to == HandOn::AnyWorker,
+                   "continue_with": to.as_str(), "resumable": true,
+                   "completed_steps": completed_steps}),
         );
         let mut pause = END_COMMIT_FIRST_PAUSE;
         for attempt in 1..=END_COMMIT_TRIES {
@@ -2098,8 +2337,12 @@ impl Engine {
         report.recoverable = true;
         report.recommendation =
             "resume it: it stopped at a safe point and nothing it did is repeated".into();
+        let next = match to {
+            HandOn::AnyWorker => "its claim released for another process to continue it",
+            HandOn::Caller => "its claim released; it continues when it is resumed",
+        };
         report.summary = format!(
-            "The run was interrupted because its process is stopping; it is not finished. It is still running in the store, resumable, its claim released for another process to continue it. So far: {}",
+            "The run was interrupted because its process is stopping; it is not finished. It is still running in the store, resumable, {next}. So far: {}",
             report.summary
         );
         RunOutput {

@@ -877,7 +877,8 @@ impl Engine {
                 self.clock.clone(),
                 ask.observer,
             )
-            .with_metrics(self.shared.metrics.clone()),
+            .with_metrics(self.shared.metrics.clone())
+            .without_run_in_logs(),
             cancel: &ask.cancel,
         };
         let chain = Chain {

@@ -128,6 +128,13 @@ pub(super) async fn stored_facts(
 /// `None` when the run is not finished, or its report predates reports
 /// that keep their basis.
 ///
+/// A caller that stores it reads `run` (its `ledger_revision`) before the
+/// ledger and commits with [`StepCommit::expect_ledger_revision`] set to
+/// that revision ([`revise_stored`] does): a ledger write in between makes
+/// the commit a conflict instead of storing a report that missed it.
+///
+/// [`StepCommit::expect_ledger_revision`]: rein_store::StepCommit::expect_ledger_revision
+///
 /// Its outcome is the run's (outcomes are final); everything the ledger
 /// decides (what completed, what awaits a human, the handoff package, the
 /// summary and recommendation) follows the ledger.
@@ -147,7 +154,6 @@ pub async fn revise(
         return Ok(None);
     };
     let (calls, _, _) = checkpointed(store, &run.run_id).await?;
-    let package = stored.handoff.as_ref();
     let facts = RunFacts {
         run_id: run.run_id.clone(),
         agent: run.agent.clone(),
@@ -162,22 +168,62 @@ pub async fn revise(
         models: stored.models.clone(),
         compensations: stored.compensations.clone(),
         resume: stored.resume.clone(),
-        // What the package said was still held, and what was not tried,
-        // stays true of the run; calls in doubt are judged afresh.
-        in_flight: package
-            .map(|p| {
-                p.in_flight
-                    .iter()
-                    .filter(|f| f.what.starts_with("lease "))
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default(),
-        strategies_not_tried: package
-            // NOTE: the first line is the one `derive` always puts there.
-            .map(|p| p.strategies_not_tried.iter().skip(1).cloned().collect())
-            .unwrap_or_default(),
+        // What was still held, and what was not tried, stays true of the
+        // run; calls in doubt are judged afresh from the ledger.
+        in_flight: basis.in_flight,
+        strategies_not_tried: basis.strategies_not_tried,
     };
     let revised = derive(&facts, ledger);
     Ok(Some(revised))
+}
+
+/// How often a report write that lost a race with a ledger write (a
+/// `ledger revision` conflict) is derived and offered again before giving
+/// up: each try reads the ledger anew, so only a ledger that changes on
+/// every try exhausts it.
+pub const REPORT_WRITE_TRIES: u32 = 8;
+
+/// Derives the finished run `run_id`'s report again from its ledger as it
+/// stands and stores it, fenced on the ledger revision read before the
+/// ledger (and derived again on a conflict, up to [`REPORT_WRITE_TRIES`]).
+/// Returns whether a revised report was stored (`false` for a run that has
+/// not finished or whose report keeps no basis).
+///
+/// # Errors
+///
+/// The store's; [`StoreError::Conflict`] when the ledger changed on every
+/// try.
+pub async fn revise_stored(store: &dyn Store, run_id: &RunId) -> Result<bool, StoreError> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let Some(run) = store.get_run(run_id).await? else {
+            return Ok(false);
+        };
+        let ledger = tree_records(store, run_id).await?;
+        let Some(revised) = revise(store, &run, &ledger).await? else {
+            return Ok(false);
+        };
+        let commit = rein_store::StepCommit {
+            revised_report: Some(revised),
+            expect_ledger_revision: Some(run.ledger_revision),
+            ..rein_store::StepCommit::default()
+        };
+        match store.commit_step(run_id, commit).await {
+            Ok(_) => return Ok(true),
+            Err(e) if is_revision_conflict(&e) && tries < REPORT_WRITE_TRIES => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Whether `e` says the ledger changed since it was read.
+pub fn is_revision_conflict(e: &StoreError) -> bool {
+    matches!(
+        e,
+        StoreError::Conflict {
+            what: "ledger revision",
+            ..
+        }
+    )
 }

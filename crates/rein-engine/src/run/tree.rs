@@ -58,9 +58,22 @@ impl Default for TreeLimits {
 
 /// The cancellation tokens of the runs this engine drives (roots and
 /// children alike).
-#[derive(Default)]
 pub(crate) struct LiveRegistry {
     runs: Mutex<HashMap<RunId, CancellationToken>>,
+    /// How many runs are live, for whoever waits for them to end (a drain).
+    count: tokio::sync::watch::Sender<usize>,
+    /// Every run live since [`Engine::note_runs`], once it was called.
+    noted: Mutex<Option<std::collections::BTreeSet<RunId>>>,
+}
+
+impl Default for LiveRegistry {
+    fn default() -> Self {
+        LiveRegistry {
+            runs: Mutex::default(),
+            count: tokio::sync::watch::Sender::new(0),
+            noted: Mutex::new(None),
+        }
+    }
 }
 
 /// Keeps a run registered while it is driven.
@@ -71,7 +84,9 @@ pub(crate) struct LiveEntry<'a> {
 
 impl Drop for LiveEntry<'_> {
     fn drop(&mut self) {
-        self.registry.lock().remove(&self.run_id);
+        let mut runs = self.registry.lock();
+        runs.remove(&self.run_id);
+        self.registry.count.send_replace(runs.len());
     }
 }
 
@@ -81,7 +96,18 @@ impl LiveRegistry {
     }
 
     pub(crate) fn register(&self, run_id: &RunId, token: &CancellationToken) -> LiveEntry<'_> {
-        self.lock().insert(run_id.clone(), token.clone());
+        let mut runs = self.lock();
+        runs.insert(run_id.clone(), token.clone());
+        self.count.send_replace(runs.len());
+        if let Some(noted) = self
+            .noted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_mut()
+        {
+            noted.insert(run_id.clone());
+        }
+        drop(runs);
         LiveEntry {
             registry: self,
             run_id: run_id.clone(),
@@ -111,6 +137,42 @@ impl Engine {
     /// The runs this engine is driving right now (roots and children).
     pub fn live_runs(&self) -> Vec<RunId> {
         self.shared.live.lock().keys().cloned().collect()
+    }
+
+    /// How many runs this engine drives, as it changes: a drain waits on
+    /// it for the last run to end instead of polling.
+    pub fn live_count(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.shared.live.count.subscribe()
+    }
+
+    /// From now on, notes every run this engine drives — those live now
+    /// and every one that starts later, however briefly — for
+    /// [`Engine::noted_runs`]: a drain's account of what it finished and
+    /// what it handed on misses none.
+    pub fn note_runs(&self) {
+        let runs = self.shared.live.lock();
+        let mut noted = self
+            .shared
+            .live
+            .noted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        noted
+            .get_or_insert_with(Default::default)
+            .extend(runs.keys().cloned());
+    }
+
+    /// The runs noted since [`Engine::note_runs`] (none before it).
+    pub fn noted_runs(&self) -> Vec<RunId> {
+        self.shared
+            .live
+            .noted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .flatten()
+            .cloned()
+            .collect()
     }
 
     /// A resumed run's place in its tree, rebuilt from the store: its

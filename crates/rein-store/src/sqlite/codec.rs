@@ -162,6 +162,21 @@ impl<'r, 's> RowReader<'r, 's> {
         })
     }
 
+    /// A nullable non-negative integer column.
+    pub fn opt_u64(&self, index: usize, column: &'static str) -> Result<Option<u64>, StoreError> {
+        let value: Option<i64> = self.raw(index, column)?;
+        value
+            .map(|value| {
+                u64::try_from(value).map_err(|_| {
+                    self.corrupt(
+                        column,
+                        format!("expected a non-negative integer, found {value}"),
+                    )
+                })
+            })
+            .transpose()
+    }
+
     /// An integer column that must fit `u32`.
     pub fn u32(&self, index: usize, column: &'static str) -> Result<u32, StoreError> {
         let value: i64 = self.raw(index, column)?;
@@ -264,7 +279,7 @@ impl<'r, 's> RowReader<'r, 's> {
 
 /// The columns [`decode_run`] reads, in order.
 pub const RUN_COLUMNS: &str = "run_id, tenant, agent, input, parent_run_id, budget, status, \
-                               report, created_at_ms, updated_at_ms";
+                               report, created_at_ms, updated_at_ms, ledger_revision";
 
 /// A `runs` row selected with [`RUN_COLUMNS`].
 pub fn decode_run(row: &Row<'_>) -> Result<RunRecord, StoreError> {
@@ -280,6 +295,7 @@ pub fn decode_run(row: &Row<'_>) -> Result<RunRecord, StoreError> {
         report: r.opt_json(7, "report")?,
         created_at_ms: r.u64(8, "created_at_ms")?,
         updated_at_ms: r.u64(9, "updated_at_ms")?,
+        ledger_revision: r.u64(10, "ledger_revision")?,
     })
 }
 
@@ -404,7 +420,8 @@ pub fn decode_lease(row: &Row<'_>) -> Result<Lease, StoreError> {
 /// The columns [`decode_idempotency`] reads, in order.
 pub const IDEMPOTENCY_COLUMNS: &str = "tenant, idempotency_key, fingerprint, state, status, \
                                        content_type, location, body, created_at_ms, \
-                                       updated_at_ms, expires_at_ms, owner, run_id";
+                                       updated_at_ms, expires_at_ms, owner, run_id, \
+                                       holder_since_ms, holder_until_ms";
 
 /// An `idempotency` row selected with [`IDEMPOTENCY_COLUMNS`].
 pub fn decode_idempotency(row: &Row<'_>) -> Result<IdempotencyRecord, StoreError> {
@@ -452,6 +469,8 @@ pub fn decode_idempotency(row: &Row<'_>) -> Result<IdempotencyRecord, StoreError
         expires_at_ms: r.u64(10, "expires_at_ms")?,
         owner: r.opt_text(11, "owner")?,
         run_id: r.opt_id(12, "run_id")?,
+        holder_since_ms: r.opt_u64(13, "holder_since_ms")?,
+        holder_until_ms: r.opt_u64(14, "holder_until_ms")?,
     })
 }
 

@@ -9,8 +9,9 @@
 //! `chmod` is what makes it umask-independent). SQLite creates the `-wal`
 //! and `-shm` files beside it with the database file's own mode. A file or
 //! directory that already exists keeps its mode: the operator may have
-//! chosen it (a group that reads backups); [`is_world_readable`] lets the
-//! server warn about a database anyone can read.
+//! chosen it (a group that reads backups); [`warn_if_world_readable`]
+//! warns, at every open, about a database (or its `-wal`, `-shm`) anyone
+//! can read, whichever command opened it.
 
 use std::fs;
 use std::io;
@@ -70,6 +71,40 @@ pub fn is_world_readable(path: &Path) -> bool {
     }
 }
 
+/// The database file `path` and its `-wal` and `-shm` beside it.
+fn database_files(path: &Path) -> [std::path::PathBuf; 3] {
+    let beside = |suffix: &str| {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        std::path::PathBuf::from(name)
+    };
+    [path.to_path_buf(), beside("-wal"), beside("-shm")]
+}
+
+/// The files of the database at `path` (itself, `-wal`, `-shm`) that every
+/// local user may read.
+pub fn world_readable_files(path: &Path) -> Vec<std::path::PathBuf> {
+    database_files(path)
+        .into_iter()
+        .filter(|file| is_world_readable(file))
+        .collect()
+}
+
+/// Logs a warning (`tracing`, level `warn`) naming the files of the
+/// database at `path` that every local user may read.
+pub(super) fn warn_if_world_readable(path: &Path) {
+    let readable = world_readable_files(path);
+    if readable.is_empty() {
+        return;
+    }
+    let files: Vec<String> = readable.iter().map(|f| f.display().to_string()).collect();
+    tracing::warn!(
+        files = %files.join(", "),
+        "the run store is readable by every local user (it holds prompts, tool results \
+         and completions); `chmod 600` these files"
+    );
+}
+
 fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
     #[cfg(unix)]
     {
@@ -108,5 +143,58 @@ mod tests {
         create_private_file(&file).unwrap();
         assert_eq!(mode(&file), 0o644, "an existing file keeps its mode");
         assert!(is_world_readable(&file));
+    }
+
+    /// A writer the test reads back: what a `tracing` subscriber wrote.
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn opening_a_store_anyone_may_read_warns_naming_each_readable_file() {
+        let root = tempfile::tempdir().unwrap();
+        let db = root.path().join("rein.db");
+        // Held open for the whole test: SQLite deletes the -wal when the
+        // last connection closes, and a store closes on its own worker
+        // thread after it is dropped, so a -wal that only a dropped store
+        // had could vanish (and come back private) under the chmod below.
+        let _held = crate::SqliteStore::open(&db).unwrap();
+        let wal = root.path().join("rein.db-wal");
+        assert!(
+            wal.exists(),
+            "WAL mode keeps a -wal while the store is open"
+        );
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let open = || drop(crate::SqliteStore::open(&db).unwrap());
+        tracing::subscriber::with_default(subscriber, || {
+            open();
+            assert!(captured.0.lock().unwrap().is_empty(), "a private store");
+            // Only the -wal left readable (a chmod that missed it).
+            fs::set_permissions(&wal, fs::Permissions::from_mode(0o644)).unwrap();
+            open();
+        });
+        let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        assert!(log.contains("WARN"), "{log}");
+        assert!(log.contains("readable by every local user"), "{log}");
+        assert!(log.contains("rein.db-wal"), "{log}");
+        assert!(
+            !log.contains("rein.db,"),
+            "the database itself is private: {log}"
+        );
+        assert_eq!(mode(&db), FILE_MODE, "left alone");
     }
 }

@@ -29,7 +29,7 @@ mod schema;
 mod worker;
 
 pub use config::{DEFAULT_BUSY_TIMEOUT, DEFAULT_SYNCHRONOUS_FULL, MAX_BUSY_TIMEOUT, SqliteOptions};
-pub use files::{DIRECTORY_MODE, FILE_MODE, is_world_readable};
+pub use files::{DIRECTORY_MODE, FILE_MODE, is_world_readable, world_readable_files};
 pub use schema::SCHEMA_VERSION;
 
 use std::path::{Path, PathBuf};
@@ -45,12 +45,12 @@ use crate::checkpoint::Checkpoint;
 use crate::commit::{Committed, StepCommit};
 use crate::error::StoreError;
 use crate::idempotency::{
-    IdempotencyRecord, IdempotencySettlement, IdempotencyState, NewReservation, Reservation,
-    StoredResponse,
+    IdempotencyRecord, IdempotencySettled, IdempotencySettlement, IdempotencyState, NewReservation,
+    Reservation, ReservationFence, StoredResponse,
 };
 use crate::intent::PlannedIntent;
 use crate::lease::{Lease, LeaseChange, LeaseFilter};
-use crate::run::{NewRun, RunRecord, RunStatus};
+use crate::run::{NewRun, RunCursor, RunRecord, RunStatus};
 use crate::singleton::SingletonLease;
 use crate::store::Store;
 
@@ -129,6 +129,8 @@ impl SqliteStore {
         })?;
         let mut conn = Connection::open(&path).sql().map_err(at)?;
         configure(&conn, &options).map_err(at)?;
+        // After `configure`: the -wal and -shm exist once WAL mode is on.
+        files::warn_if_world_readable(&path);
         schema::migrate(&mut conn).map_err(at)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let worker = Worker::start(conn)?;
@@ -190,6 +192,24 @@ impl Store for SqliteStore {
     ) -> Result<Vec<RunRecord>, StoreError> {
         self.worker
             .read(move |conn| ops::runs_with_status(conn, status, limit))
+            .await
+    }
+
+    async fn runs_with_status_after(
+        &self,
+        status: RunStatus,
+        after: Option<&RunCursor>,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let after = after.cloned();
+        self.worker
+            .read(move |conn| ops::runs_with_status_after(conn, status, after.as_ref(), limit))
+            .await
+    }
+
+    async fn count_runs_with_status(&self, status: RunStatus) -> Result<u64, StoreError> {
+        self.worker
+            .read(move |conn| ops::count_runs_with_status(conn, status))
             .await
     }
 
@@ -343,12 +363,38 @@ impl Store for SqliteStore {
         owner: &str,
         settlement: IdempotencySettlement,
         now_ms: u64,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<IdempotencySettled, StoreError> {
         let (tenant, key, owner) = (tenant.clone(), key.to_owned(), owner.to_owned());
         self.worker
             .write(move |conn| {
                 ops::settle_idempotency(conn, &tenant, &key, &owner, settlement, now_ms)
             })
+            .await
+    }
+
+    async fn renew_idempotency(
+        &self,
+        tenant: &TenantId,
+        key: &str,
+        owner: &str,
+        until_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let (tenant, key, owner) = (tenant.clone(), key.to_owned(), owner.to_owned());
+        self.worker
+            .write(move |conn| ops::renew_idempotency(conn, &tenant, &key, &owner, until_ms))
+            .await
+    }
+
+    async fn create_run_held(
+        &self,
+        run: NewRun,
+        fence: &ReservationFence,
+    ) -> Result<RunRecord, StoreError> {
+        let fence = fence.clone();
+        // One write: the holder check and the insert run in one `BEGIN
+        // IMMEDIATE`, so no release of the record runs between them.
+        self.worker
+            .write(move |conn| ops::create_run_held(conn, run, &fence))
             .await
     }
 

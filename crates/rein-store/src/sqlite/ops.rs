@@ -18,13 +18,13 @@ use crate::checkpoint::Checkpoint;
 use crate::commit::{ClaimFence, Committed, StepCommit};
 use crate::error::StoreError;
 use crate::idempotency::{
-    IdempotencyRecord, IdempotencySettlement, IdempotencyState, NewReservation, Reservation,
-    StoredResponse, record_not_found, validate_reservation,
+    IdempotencyRecord, IdempotencySettled, IdempotencySettlement, IdempotencyState, NewReservation,
+    Reservation, ReservationFence, StoredResponse, record_not_found, validate_reservation,
 };
 use crate::intent::PlannedIntent;
 use crate::lease::{Lease, LeaseChange, LeaseFilter, validate_owner};
 use crate::ledger::LedgerMark;
-use crate::run::{NewRun, RunRecord, RunStatus, StatusChange};
+use crate::run::{NewRun, RunCursor, RunRecord, RunStatus, StatusChange};
 use crate::singleton::{SingletonLease, claimed, validate_claim, validate_singleton_text};
 
 /// Runs a cached statement and decodes every row.
@@ -167,6 +167,45 @@ pub fn runs_with_status(
     )
 }
 
+/// Up to `max` runs with `status` after `after`, oldest first.
+pub fn runs_with_status_after(
+    conn: &Connection,
+    status: RunStatus,
+    after: Option<&RunCursor>,
+    max: usize,
+) -> Result<Vec<RunRecord>, StoreError> {
+    let Some(after) = after else {
+        return runs_with_status(conn, status, max);
+    };
+    // Served by the `runs_by_status` index (schema v5): a row-value range
+    // in its own order.
+    query_all(
+        conn,
+        &format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE status = ?1 \
+             AND (created_at_ms, run_id) > (?2, ?3) \
+             ORDER BY created_at_ms, run_id LIMIT ?4"
+        ),
+        params![
+            status.as_str(),
+            int(after.created_at_ms, "cursor created_at_ms")?,
+            after.run_id.as_str(),
+            limit(max)
+        ],
+        decode_run,
+    )
+}
+
+/// How many runs have `status`.
+pub fn count_runs_with_status(conn: &Connection, status: RunStatus) -> Result<u64, StoreError> {
+    let count: i64 = conn
+        .prepare_cached("SELECT COUNT(*) FROM runs WHERE status = ?1")
+        .sql()?
+        .query_row([status.as_str()], |row| row.get(0))
+        .sql()?;
+    Ok(u64::try_from(count).unwrap_or(0))
+}
+
 /// The runs whose parent is `parent`, oldest first.
 pub fn children_of(conn: &Connection, parent: &RunId) -> Result<Vec<RunRecord>, StoreError> {
     // Served by the `runs_by_parent_created` index (schema v5).
@@ -307,10 +346,19 @@ pub fn commit_step(
             id: run_id.to_string(),
         });
     }
+    if let Some(expected) = commit.expect_ledger_revision
+        && expected != ledger_revision(conn, run_id)?
+    {
+        return Err(StoreError::Conflict {
+            what: "ledger revision",
+            id: run_id.to_string(),
+        });
+    }
     if commit.reopen {
         reopen(conn, run_id, status)?;
         status = RunStatus::Running;
     }
+    let ledger_written = !commit.declares.is_empty() || !commit.marks.is_empty();
     let mut committed = Committed::default();
     for (step, intent) in &commit.intents {
         save_intent(conn, run_id, *step, intent)?;
@@ -331,15 +379,73 @@ pub fn commit_step(
     if !commit.events.is_empty() {
         committed.events = append_events(conn, run_id, commit.events)?;
     }
-    if let Some(change) = commit.status {
+    if ledger_written {
+        bump_ledger_revision(conn, run_id)?;
+    }
+    if let Some(mut change) = commit.status {
+        if let Some(report) = change.report.as_mut() {
+            stamp_revision(conn, run_id, report)?;
+        }
         let run = set_status(conn, run_id, status, change)?;
         status = run.status;
         committed.run = Some(run);
     }
-    if let Some(report) = commit.revised_report {
+    if let Some(mut report) = commit.revised_report {
+        stamp_revision(conn, run_id, &mut report)?;
         committed.run = Some(revise_report(conn, run_id, status, &report)?);
     }
     Ok(committed)
+}
+
+/// The run's ledger revision (see [`RunRecord::ledger_revision`]).
+fn ledger_revision(conn: &Connection, run_id: &RunId) -> Result<u64, StoreError> {
+    let revision: Option<i64> = conn
+        .prepare_cached("SELECT ledger_revision FROM runs WHERE run_id = ?1")
+        .sql()?
+        .query_row([run_id.as_str()], |row| row.get(0))
+        .optional()
+        .sql()?;
+    let revision = revision.ok_or_else(|| StoreError::run_not_found(run_id))?;
+    u64::try_from(revision).map_err(|_| StoreError::Corrupt {
+        table: "runs",
+        column: "ledger_revision",
+        reason: format!("expected a non-negative integer, found {revision}"),
+    })
+}
+
+/// How many runs above a run its ledger revision reaches: the depth bound
+/// of agent trees many times over, so that a damaged store (a parent
+/// cycle) cannot loop.
+const MAX_TREE_DEPTH: i64 = 64;
+
+/// Bumps the ledger revision of `run_id` and of every run above it: their
+/// reports list (or package) this run's records too.
+fn bump_ledger_revision(conn: &Connection, run_id: &RunId) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "WITH RECURSIVE up (id, depth) AS ( \
+             SELECT ?1, 0 \
+             UNION SELECT runs.parent_run_id, up.depth + 1 FROM runs JOIN up ON runs.run_id = up.id \
+             WHERE runs.parent_run_id IS NOT NULL AND up.depth < ?2) \
+         UPDATE runs SET ledger_revision = ledger_revision + 1 \
+         WHERE run_id IN (SELECT id FROM up)",
+    )
+    .sql()?
+    .execute(params![run_id.as_str(), MAX_TREE_DEPTH])
+    .sql()?;
+    Ok(())
+}
+
+/// Records in `report`'s basis (when it has one) the ledger revision it
+/// reflects: the run's, as this commit leaves it.
+fn stamp_revision(
+    conn: &Connection,
+    run_id: &RunId,
+    report: &mut RunReport,
+) -> Result<(), StoreError> {
+    if let Some(basis) = report.basis.as_mut() {
+        basis.ledger_revision = Some(ledger_revision(conn, run_id)?);
+    }
+    Ok(())
 }
 
 /// Replaces a finished run's report with `report`, of the same outcome
@@ -872,17 +978,21 @@ pub fn reserve_idempotency(
         });
     }
     // Absent or expired: an expired record is replaced whole.
+    // NOTE: every column of the record is set here; a column added later
+    // must be too (see `IdempotencyRecord::holder_is_trusted` for what an
+    // older rein that does not know it leaves behind).
     conn.prepare_cached(
         "INSERT INTO idempotency (tenant, idempotency_key, fingerprint, state, status, \
          content_type, location, body, created_at_ms, updated_at_ms, expires_at_ms, owner, \
-         run_id) \
-         VALUES (?1, ?2, ?3, ?4, NULL, NULL, NULL, NULL, ?5, ?5, ?6, ?7, ?8) \
+         run_id, holder_since_ms, holder_until_ms) \
+         VALUES (?1, ?2, ?3, ?4, NULL, NULL, NULL, NULL, ?5, ?5, ?6, ?7, ?8, ?9, ?10) \
          ON CONFLICT (tenant, idempotency_key) DO UPDATE SET \
          fingerprint = excluded.fingerprint, state = excluded.state, status = NULL, \
          content_type = NULL, location = NULL, body = NULL, \
          created_at_ms = excluded.created_at_ms, updated_at_ms = excluded.updated_at_ms, \
          expires_at_ms = excluded.expires_at_ms, owner = excluded.owner, \
-         run_id = excluded.run_id",
+         run_id = excluded.run_id, holder_since_ms = excluded.holder_since_ms, \
+         holder_until_ms = excluded.holder_until_ms",
     )
     .sql()?
     .execute(params![
@@ -897,6 +1007,14 @@ pub fn reserve_idempotency(
             .as_ref()
             .and_then(|h| h.run_id.as_ref())
             .map(RunId::as_str),
+        holder
+            .as_ref()
+            .map(|_| int(*now_ms, "idempotency now_ms"))
+            .transpose()?,
+        holder
+            .as_ref()
+            .map(|h| int(h.until_ms, "idempotency holder until_ms"))
+            .transpose()?,
     ])
     .sql()?;
     Ok(Reservation::Reserved)
@@ -926,20 +1044,65 @@ pub fn submit_queued(
             id: run.run_id.to_string(),
         });
     }
-    let run_id = run.run_id.clone();
+    // The reservation records the run's id (set in its holder above).
     match reserve_idempotency(conn, &reservation)? {
         Reservation::Reserved => {}
         other => return Ok(other),
     }
     create_run(conn, run)?;
-    conn.prepare_cached(
-        "UPDATE idempotency SET run_id = ?3 WHERE tenant = ?1 AND idempotency_key = ?2",
-    )
-    .sql()?
-    .execute(params![tenant.as_str(), key, run_id.as_str()])
-    .sql()?;
     complete_idempotency(conn, &tenant, &key, response, now_ms)?;
     Ok(Reservation::Reserved)
+}
+
+/// Creates `run` while the record of `key` is `owner`'s reservation in
+/// progress (see [`Store::create_run_held`]).
+///
+/// [`Store::create_run_held`]: crate::Store::create_run_held
+pub fn create_run_held(
+    conn: &Connection,
+    run: NewRun,
+    fence: &ReservationFence,
+) -> Result<RunRecord, StoreError> {
+    let ReservationFence { tenant, key, owner } = fence;
+    let held = idempotency_record(conn, tenant, key)?.is_some_and(|record| {
+        record.state == IdempotencyState::InProgress
+            && record.owner.as_deref() == Some(owner.as_str())
+    });
+    if !held {
+        return Err(StoreError::Conflict {
+            what: "idempotency reservation",
+            id: format!("{tenant}/{key}"),
+        });
+    }
+    create_run(conn, run)
+}
+
+/// The heartbeat of `owner`'s reservation of `key` (see
+/// [`Store::renew_idempotency`]); whether it applied.
+///
+/// [`Store::renew_idempotency`]: crate::Store::renew_idempotency
+pub fn renew_idempotency(
+    conn: &Connection,
+    tenant: &TenantId,
+    key: &str,
+    owner: &str,
+    until_ms: u64,
+) -> Result<bool, StoreError> {
+    let renewed = conn
+        .prepare_cached(
+            "UPDATE idempotency SET holder_until_ms = ?4 \
+             WHERE tenant = ?1 AND idempotency_key = ?2 AND state = ?3 AND owner = ?5",
+        )
+        .sql()?
+        .execute(params![
+            tenant.as_str(),
+            key,
+            IdempotencyState::InProgress.as_str(),
+            int(until_ms, "idempotency holder until_ms")?,
+            owner,
+        ])
+        .sql()?;
+    Ok(renewed > 0)
 }
 
 /// Resolves an in-progress record held by `owner` (see
@@ -953,22 +1116,29 @@ pub fn settle_idempotency(
     owner: &str,
     settlement: IdempotencySettlement,
     now_ms: u64,
-) -> Result<bool, StoreError> {
+) -> Result<IdempotencySettled, StoreError> {
     let Some(record) = idempotency_record(conn, tenant, key)? else {
-        return Ok(false);
+        return Ok(IdempotencySettled::Superseded);
     };
     if record.state != IdempotencyState::InProgress || record.owner.as_deref() != Some(owner) {
-        return Ok(false);
+        return Ok(IdempotencySettled::Superseded);
     }
     match settlement {
         IdempotencySettlement::Complete(response) => {
             complete_idempotency(conn, tenant, key, response, now_ms)?;
         }
         IdempotencySettlement::Release => {
+            // In this write: a holder judged dead may have created its run
+            // a moment ago.
+            if let Some(run_id) = &record.run_id
+                && get_run(conn, run_id)?.is_some()
+            {
+                return Ok(IdempotencySettled::RunExists);
+            }
             release_idempotency(conn, tenant, key)?;
         }
     }
-    Ok(true)
+    Ok(IdempotencySettled::Applied)
 }
 
 /// Completes an in-progress idempotency record. The caller provides the

@@ -21,7 +21,7 @@ use super::codec::SqlResult;
 use crate::error::StoreError;
 
 /// The schema version this binary writes: the number of migrations.
-pub const SCHEMA_VERSION: u32 = 7;
+pub const SCHEMA_VERSION: u32 = 8;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
 ///
@@ -184,6 +184,28 @@ CREATE TABLE breaker_openings (
 ALTER TABLE idempotency ADD COLUMN owner TEXT;
 ALTER TABLE idempotency ADD COLUMN run_id TEXT;
 "#,
+    // 8: a run's ledger revision, bumped by every write to the ledger of
+    // the run or of a run below it, so that a report derived from the
+    // ledger is stored only if the ledger did not change since it was
+    // read (`StepCommit::expect_ledger_revision`); and an idempotency
+    // holder's own heartbeat (`holder_until_ms`, renewed while it works)
+    // with the reservation it belongs to (`holder_since_ms`, equal to
+    // `created_at_ms` when this rein wrote the holder).
+    //
+    // Upgrading: stop every process of the older rein before the first
+    // process of this one opens the database. An older process opening it
+    // afterwards is refused (`SchemaTooNew`, checked at open since schema
+    // 1), but one already running keeps writing by its own rules: a
+    // schema-6 process replacing an expired record keeps `owner` and
+    // `run_id` of the record it replaced, and one of schema 7 keeps the
+    // heartbeat columns; `holder_since_ms` is how this rein tells such a
+    // record (`IdempotencyRecord::holder_is_trusted`) and does not believe
+    // its holder.
+    r#"
+ALTER TABLE runs ADD COLUMN ledger_revision INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE idempotency ADD COLUMN holder_since_ms INTEGER;
+ALTER TABLE idempotency ADD COLUMN holder_until_ms INTEGER;
+"#,
 ];
 
 /// Brings the database to [`SCHEMA_VERSION`], or refuses a newer one.
@@ -253,6 +275,27 @@ pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
 mod tests {
     use super::*;
 
+    /// A database as the release with migrations `1..=n` left it.
+    fn at_version(n: usize) -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE rein_schema (
+                version       INTEGER PRIMARY KEY NOT NULL,
+                applied_at_ms INTEGER NOT NULL
+            ) STRICT;",
+        )
+        .unwrap();
+        for (index, migration) in MIGRATIONS[..n].iter().enumerate() {
+            conn.execute_batch(migration).unwrap();
+            conn.execute(
+                "INSERT INTO rein_schema (version, applied_at_ms) VALUES (?1, 0)",
+                [index as i64 + 1],
+            )
+            .unwrap();
+        }
+        conn
+    }
+
     fn version(conn: &Connection) -> i64 {
         conn.query_row("SELECT MAX(version) FROM rein_schema", [], |row| row.get(0))
             .unwrap()
@@ -302,23 +345,8 @@ mod tests {
 
     #[test]
     fn a_version_2_file_upgrades_and_keeps_its_leases() {
-        let mut conn = Connection::open_in_memory().unwrap();
         // A file written by the second release: migrations 1 and 2.
-        conn.execute_batch(
-            "CREATE TABLE rein_schema (
-                version       INTEGER PRIMARY KEY NOT NULL,
-                applied_at_ms INTEGER NOT NULL
-            ) STRICT;",
-        )
-        .unwrap();
-        for (index, migration) in MIGRATIONS[..2].iter().enumerate() {
-            conn.execute_batch(migration).unwrap();
-            conn.execute(
-                "INSERT INTO rein_schema (version, applied_at_ms) VALUES (?1, 0)",
-                [index as i64 + 1],
-            )
-            .unwrap();
-        }
+        let mut conn = at_version(2);
         conn.execute(
             "INSERT INTO runs VALUES ('r-1', 't', 'a', 'in', NULL, '{}', 'running', NULL, 1, 1)",
             [],
@@ -343,25 +371,25 @@ mod tests {
         assert_eq!(leases, 1, "the upgrade keeps existing leases");
         conn.execute(
             "INSERT INTO idempotency VALUES ('t', 'k', 'f', 'in_progress', NULL, NULL, NULL, \
-             NULL, 1, 1, 2, NULL, NULL)",
+             NULL, 1, 1, 2, NULL, NULL, NULL, NULL)",
             [],
         )
         .unwrap();
         let duplicate = conn.execute(
             "INSERT INTO idempotency VALUES ('t', 'k', 'g', 'in_progress', NULL, NULL, NULL, \
-             NULL, 1, 1, 2, NULL, NULL)",
+             NULL, 1, 1, 2, NULL, NULL, NULL, NULL)",
             [],
         );
         assert!(duplicate.is_err(), "one record per tenant and key");
         conn.execute(
             "INSERT INTO idempotency VALUES ('u', 'k', 'f', 'in_progress', NULL, NULL, NULL, \
-             NULL, 1, 1, 2, NULL, NULL)",
+             NULL, 1, 1, 2, NULL, NULL, NULL, NULL)",
             [],
         )
         .unwrap();
         let strict = conn.execute(
             "INSERT INTO idempotency VALUES ('v', 'k', 'f', 'completed', 'two hundred', NULL, \
-             NULL, X'', 1, 1, 2, NULL, NULL)",
+             NULL, X'', 1, 1, 2, NULL, NULL, NULL, NULL)",
             [],
         );
         assert!(strict.is_err(), "STRICT refuses a text status");
@@ -371,23 +399,8 @@ mod tests {
 
     #[test]
     fn a_version_3_file_upgrades_to_4_and_keeps_its_idempotency_records() {
-        let mut conn = Connection::open_in_memory().unwrap();
         // A file written by the third release: migrations 1 to 3.
-        conn.execute_batch(
-            "CREATE TABLE rein_schema (
-                version       INTEGER PRIMARY KEY NOT NULL,
-                applied_at_ms INTEGER NOT NULL
-            ) STRICT;",
-        )
-        .unwrap();
-        for (index, migration) in MIGRATIONS[..3].iter().enumerate() {
-            conn.execute_batch(migration).unwrap();
-            conn.execute(
-                "INSERT INTO rein_schema (version, applied_at_ms) VALUES (?1, 0)",
-                [index as i64 + 1],
-            )
-            .unwrap();
-        }
+        let mut conn = at_version(3);
         conn.execute(
             "INSERT INTO idempotency VALUES ('t', 'k', 'f', 'in_progress', NULL, NULL, NULL, \
              NULL, 1, 1, 2)",
@@ -441,23 +454,8 @@ mod tests {
 
     #[test]
     fn a_version_4_file_upgrades_to_5_and_keeps_its_runs_and_singletons() {
-        let mut conn = Connection::open_in_memory().unwrap();
         // A file written by the fourth release: migrations 1 to 4.
-        conn.execute_batch(
-            "CREATE TABLE rein_schema (
-                version       INTEGER PRIMARY KEY NOT NULL,
-                applied_at_ms INTEGER NOT NULL
-            ) STRICT;",
-        )
-        .unwrap();
-        for (index, migration) in MIGRATIONS[..4].iter().enumerate() {
-            conn.execute_batch(migration).unwrap();
-            conn.execute(
-                "INSERT INTO rein_schema (version, applied_at_ms) VALUES (?1, 0)",
-                [index as i64 + 1],
-            )
-            .unwrap();
-        }
+        let mut conn = at_version(4);
         conn.execute_batch(
             "INSERT INTO runs VALUES ('r-1', 't', 'a', 'in', NULL, '{}', 'queued', NULL, 2, 2);
              INSERT INTO runs VALUES ('r-2', 't', 'a', 'in', 'r-1', '{}', 'running', NULL, 1, 1);
@@ -500,23 +498,8 @@ mod tests {
 
     #[test]
     fn a_version_5_file_upgrades_to_6_and_gets_breaker_openings() {
-        let mut conn = Connection::open_in_memory().unwrap();
         // A file written by the fifth release: migrations 1 to 5.
-        conn.execute_batch(
-            "CREATE TABLE rein_schema (
-                version       INTEGER PRIMARY KEY NOT NULL,
-                applied_at_ms INTEGER NOT NULL
-            ) STRICT;",
-        )
-        .unwrap();
-        for (index, migration) in MIGRATIONS[..5].iter().enumerate() {
-            conn.execute_batch(migration).unwrap();
-            conn.execute(
-                "INSERT INTO rein_schema (version, applied_at_ms) VALUES (?1, 0)",
-                [index as i64 + 1],
-            )
-            .unwrap();
-        }
+        let mut conn = at_version(5);
         conn.execute_batch(
             "INSERT INTO runs VALUES ('r-1', 't', 'a', 'in', NULL, '{}', 'queued', NULL, 2, 2);
              INSERT INTO singletons VALUES ('ledger-reconciler', 'pid:1@h', 1, 2);",
@@ -571,22 +554,7 @@ mod tests {
 
     #[test]
     fn a_version_6_file_upgrades_to_7_and_its_idempotency_records_have_no_holder() {
-        let mut conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(
-            "CREATE TABLE rein_schema (
-                version       INTEGER PRIMARY KEY NOT NULL,
-                applied_at_ms INTEGER NOT NULL
-            ) STRICT;",
-        )
-        .unwrap();
-        for (index, migration) in MIGRATIONS[..6].iter().enumerate() {
-            conn.execute_batch(migration).unwrap();
-            conn.execute(
-                "INSERT INTO rein_schema (version, applied_at_ms) VALUES (?1, 0)",
-                [index as i64 + 1],
-            )
-            .unwrap();
-        }
+        let mut conn = at_version(6);
         conn.execute(
             "INSERT INTO idempotency VALUES ('t', 'k', 'f', 'in_progress', NULL, NULL, NULL, \
              NULL, 1, 1, 2)",
@@ -604,6 +572,44 @@ mod tests {
             (owner, run),
             (None, None),
             "records written before name no holder"
+        );
+    }
+
+    #[test]
+    fn a_version_7_file_upgrades_to_8_at_ledger_revision_0_with_holders_unrenewed() {
+        let mut conn = at_version(7);
+        conn.execute(
+            "INSERT INTO runs VALUES ('r-1', 't', 'a', 'in', NULL, '{}', 'running', NULL, 1, 1)",
+            [],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO idempotency VALUES ('t', 'k', 'f', 'in_progress', NULL, NULL, NULL, \
+             NULL, 1, 1, 2, 'pid:1@h#a', 'r-1')",
+            [],
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        assert_eq!(version(&conn), i64::from(SCHEMA_VERSION));
+        let revision: i64 = conn
+            .query_row(
+                "SELECT ledger_revision FROM runs WHERE run_id = 'r-1'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(revision, 0, "existing runs start at revision 0");
+        let (owner, since, until): (Option<String>, Option<i64>, Option<i64>) = conn
+            .query_row(
+                "SELECT owner, holder_since_ms, holder_until_ms FROM idempotency",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap();
+        assert_eq!(
+            (owner.as_deref(), since, until),
+            (Some("pid:1@h#a"), None, None),
+            "a holder recorded before keeps its name and has no heartbeat"
         );
     }
 }

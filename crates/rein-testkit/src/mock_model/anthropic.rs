@@ -110,7 +110,12 @@ fn message_body(message: &AssistantMessage, number: u64, model: &str) -> Value {
 }
 
 /// The events of the streamed answer.
-fn message_frames(message: &AssistantMessage, number: u64, model: &str) -> Frames {
+fn message_frames(
+    message: &AssistantMessage,
+    number: u64,
+    model: &str,
+    error_message: &str,
+) -> Frames {
     let event = |data: Value| {
         let kind = data
             .get("type")
@@ -185,6 +190,12 @@ fn message_frames(message: &AssistantMessage, number: u64, model: &str) -> Frame
             "content_block_delta",
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"#,
         ),
+        error: sse::typed_event(
+            "error",
+            &json!({"type": "error",
+                    "error": {"type": "overloaded_error", "message": error_message}})
+            .to_string(),
+        ),
     }
 }
 
@@ -241,6 +252,12 @@ pub(crate) async fn messages(
         .and_then(Value::as_str)
         .unwrap_or(&model.model)
         .to_owned();
+    let error_message = sse::error_message(
+        headers
+            .get(API_KEY)
+            .and_then(|v| v.to_str().ok())
+            .filter(|_| model.echo_authorization),
+    );
     let (number, reply) = model.next_reply();
     match settle(&model, reply).await {
         Answer::Message { message, fault } => {
@@ -251,7 +268,7 @@ pub(crate) async fn messages(
                 "mock model answers a message"
             );
             if stream {
-                let frames = message_frames(&message, number, &model_name);
+                let frames = message_frames(&message, number, &model_name, &error_message);
                 return sse::response(
                     frames,
                     Answer::misbehaviour(fault),
@@ -269,7 +286,7 @@ pub(crate) async fn messages(
             tracing::debug!(number, stream, "mock model loses its message");
             let fallback = model.fallback_message();
             if stream {
-                let frames = message_frames(&fallback, number, &model_name);
+                let frames = message_frames(&fallback, number, &model_name, &error_message);
                 return sse::response(frames, Misbehaviour::Lose, model.event_interval, in_flight);
             }
             let full = message_body(&fallback, number, &model_name).to_string();

@@ -80,7 +80,7 @@
 //! | an error status | [`Reply::rate_limited`], [`Reply::unavailable`], [`Reply::context_length_exceeded`], ... |
 //! | a late answer; for a stream, a stall before the first byte | [`Reply::delayed`] |
 //! | a body cut mid-way | [`Reply::lose_response`] |
-//! | headers then silence, a stall or drop after some events, a malformed event, no terminator | [`Reply::with_stream_fault`] with a [`StreamFault`] |
+//! | headers then silence, a stall or drop after some events, a malformed event, an in-band error event, no terminator | [`Reply::with_stream_fault`] with a [`StreamFault`] |
 //! | every answer slow, to measure concurrency | [`MockModelConfig::with_latency`], [`MockModelConfig::with_event_interval`] |
 //!
 //! [`MockModel::in_flight`] and [`MockModel::peak_in_flight`] count model
@@ -120,7 +120,7 @@ pub const DEFAULT_MODEL: &str = "mock-model";
 /// | --- | --- |
 /// | `replies` | empty: every request gets the fallback |
 /// | `api_key` | none: `Authorization` is not checked |
-/// | `echo_authorization` | `false`: a 401 does not quote the header |
+/// | `echo_authorization` | `false`: a 401 or an in-band stream error does not quote the key header |
 /// | `fallback_text` | [`DEFAULT_FALLBACK_TEXT`] |
 /// | `model` | [`DEFAULT_MODEL`] |
 /// | `latency` | zero: answers at once |

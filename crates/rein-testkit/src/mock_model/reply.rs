@@ -97,6 +97,15 @@ pub enum StreamFault {
         /// Events sent before the malformed one.
         after: usize,
     },
+    /// Send `after` events, then an in-band error event (Chat Completions:
+    /// `data: {"error": {…}}`; Messages API: `event: error`) saying the
+    /// server is overloaded — quoting the request's key header when the
+    /// mock echoes it ([`MockModelConfig::with_echoed_authorization`](super::MockModelConfig::with_echoed_authorization))
+    /// — then end the body cleanly, with no terminator.
+    Error {
+        /// Events sent before the error.
+        after: usize,
+    },
     /// Send every event except the terminator (`data: [DONE]`, or
     /// `message_stop`), then end the body cleanly. The final chunk with the
     /// finish reason and the usage chunk (or `message_delta`) are sent.

@@ -224,6 +224,7 @@ fn completion_frames(
     number: u64,
     model: &str,
     include_usage: bool,
+    error_message: &str,
 ) -> Frames {
     let null_usage = include_usage.then_some(Value::Null);
     let delta = |delta: Value, finish: Value| {
@@ -277,6 +278,11 @@ fn completion_frames(
         malformed: sse::data_event(&format!(
             r#"{{"id":"chatcmpl-mock-{number}","object":"chat.completion.chunk","choices":[{{"index":0,"delta":{{"content":"#
         )),
+        error: sse::data_event(
+            &json!({"error": {"message": error_message, "type": "server_error",
+                              "param": null, "code": null}})
+            .to_string(),
+        ),
     }
 }
 
@@ -324,6 +330,11 @@ async fn chat_completions(
         .and_then(Value::as_str)
         .unwrap_or(&model.model)
         .to_owned();
+    let error_message = sse::error_message(
+        header_text(&headers, AUTHORIZATION.as_str())
+            .filter(|_| model.echo_authorization)
+            .as_deref(),
+    );
     let (number, reply) = model.next_reply();
     match settle(&model, reply).await {
         Answer::Message { message, fault } => {
@@ -334,7 +345,8 @@ async fn chat_completions(
                 "mock model answers"
             );
             if stream {
-                let frames = completion_frames(&message, number, &model_name, include_usage);
+                let frames =
+                    completion_frames(&message, number, &model_name, include_usage, &error_message);
                 return sse::response(
                     frames,
                     Answer::misbehaviour(fault),
@@ -352,7 +364,13 @@ async fn chat_completions(
             tracing::debug!(number, stream, "mock model loses its response");
             let fallback = model.fallback_message();
             if stream {
-                let frames = completion_frames(&fallback, number, &model_name, include_usage);
+                let frames = completion_frames(
+                    &fallback,
+                    number,
+                    &model_name,
+                    include_usage,
+                    &error_message,
+                );
                 return sse::response(frames, Misbehaviour::Lose, model.event_interval, in_flight);
             }
             let full = completion(&fallback, number, &model_name).to_string();

@@ -32,6 +32,15 @@ pub(crate) fn data_event(data: &str) -> String {
     format!("data: {data}\n\n")
 }
 
+/// The message of a stream's in-band error: quoting `key_header` (the
+/// request's key, as sent) when the mock echoes it.
+pub(crate) fn error_message(key_header: Option<&str>) -> String {
+    match key_header {
+        Some(key) => format!("The server is overloaded (request had {key}); try again later."),
+        None => "The server is overloaded; try again later.".to_owned(),
+    }
+}
+
 /// One event with a type line (the Messages API names every event).
 pub(crate) fn typed_event(event: &str, data: &str) -> String {
     format!("event: {event}\ndata: {data}\n\n")
@@ -45,6 +54,8 @@ pub(crate) struct Frames {
     pub(crate) terminator: Vec<String>,
     /// An event whose data is cut mid-object, for [`StreamFault::Malformed`].
     pub(crate) malformed: String,
+    /// The in-band error event, for [`StreamFault::Error`].
+    pub(crate) error: String,
 }
 
 enum Step {
@@ -67,6 +78,7 @@ fn plan(frames: Frames, misbehaviour: Misbehaviour) -> VecDeque<Step> {
         body,
         terminator,
         malformed,
+        error,
     } = frames;
     let mut all: Vec<String> = body.iter().chain(terminator.iter()).cloned().collect();
     let send = |events: &[String]| -> Vec<Step> {
@@ -96,6 +108,11 @@ fn plan(frames: Frames, misbehaviour: Misbehaviour) -> VecDeque<Step> {
         Misbehaviour::Fault(StreamFault::Malformed { after }) => {
             all.insert(after.min(all.len()), malformed);
             send(&all)
+        }
+        Misbehaviour::Fault(StreamFault::Error { after }) => {
+            let mut s = send(&all[..after.min(all.len())]);
+            s.push(Step::Send(Bytes::from(error)));
+            s
         }
         Misbehaviour::Fault(StreamFault::NoTerminator) => send(&body),
     };

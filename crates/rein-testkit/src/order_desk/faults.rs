@@ -21,10 +21,12 @@ pub const DEMO_EMAIL_RETRY_AFTER: RetryAfter = RetryAfter::Seconds(3600);
 /// | `Status { code, retry_after }` | no | `code` with a structured error body (`effect: not_applied`) and `Retry-After` when set |
 /// | `Delay(d)` | as normal, after `d` | the normal answer, late |
 /// | `ApplyThenStatus { code }` | yes | `code` with a structured error body (`effect: maybe_applied` for writes) |
+/// | `Hold` | as normal, once released | the normal answer, once the test releases it |
 ///
 /// JSON form (`POST /_faults`): `{"kind": "lose_response"}`,
 /// `{"kind": "status", "code": 429, "retry_after": {"seconds": 3600}}`,
-/// `{"kind": "delay", "ms": 1500}`, `{"kind": "apply_then_status", "code": 500}`.
+/// `{"kind": "delay", "ms": 1500}`, `{"kind": "apply_then_status", "code": 500}`,
+/// `{"kind": "hold"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(into = "FaultSpec", from = "FaultSpec")]
 #[non_exhaustive]
@@ -51,6 +53,20 @@ pub enum Fault {
         /// The HTTP status, 400..=599.
         code: u16,
     },
+    /// Hold the request, arrived and logged but not handled, until the test
+    /// releases it ([`OrderDesk::release_held`], or `POST /_release`); then
+    /// handle it normally.
+    ///
+    /// # Why
+    ///
+    /// A test that needs a call *in flight* at a given moment (an interrupt
+    /// landing mid-call) synchronises on the request having arrived
+    /// ([`OrderDesk::held_count`]) and lets it go when it is ready, instead
+    /// of betting on a delay being long enough on a loaded machine.
+    ///
+    /// [`OrderDesk::release_held`]: super::OrderDesk::release_held
+    /// [`OrderDesk::held_count`]: super::OrderDesk::held_count
+    Hold,
 }
 
 impl Fault {
@@ -77,6 +93,7 @@ impl Fault {
             Fault::Status { .. } => "status",
             Fault::Delay(_) => "delay",
             Fault::ApplyThenStatus { .. } => "apply_then_status",
+            Fault::Hold => "hold",
         }
     }
 
@@ -111,6 +128,7 @@ enum FaultSpec {
     ApplyThenStatus {
         code: u16,
     },
+    Hold,
 }
 
 impl From<Fault> for FaultSpec {
@@ -122,6 +140,7 @@ impl From<Fault> for FaultSpec {
                 ms: u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
             },
             Fault::ApplyThenStatus { code } => FaultSpec::ApplyThenStatus { code },
+            Fault::Hold => FaultSpec::Hold,
         }
     }
 }
@@ -133,6 +152,7 @@ impl From<FaultSpec> for Fault {
             FaultSpec::Status { code, retry_after } => Fault::Status { code, retry_after },
             FaultSpec::Delay { ms } => Fault::Delay(Duration::from_millis(ms)),
             FaultSpec::ApplyThenStatus { code } => Fault::ApplyThenStatus { code },
+            FaultSpec::Hold => Fault::Hold,
         }
     }
 }
@@ -403,8 +423,13 @@ mod tests {
     fn json_form_round_trips() {
         let faults = Faults::demo()
             .then("get_order", Fault::Delay(Duration::from_millis(1500)))
-            .always("send_email", Fault::ApplyThenStatus { code: 500 });
+            .always("send_email", Fault::ApplyThenStatus { code: 500 })
+            .then("restore_delivery_time", Fault::Hold);
         let json = serde_json::to_value(&faults).unwrap();
+        assert_eq!(
+            json["restore_delivery_time"]["queue"][0],
+            serde_json::json!({"kind": "hold"})
+        );
         assert_eq!(
             json["update_delivery_time"]["queue"][0],
             serde_json::json!({"kind": "lose_response"})

@@ -225,6 +225,32 @@ impl OrderDesk {
         let _ = self.desk.set_faults(Faults::none());
     }
 
+    /// Lets every request a [`Fault::Hold`] keeps waiting now go on
+    /// (handled normally); a later held request waits for the next release.
+    pub fn release_held(&self) {
+        self.desk.release_held();
+    }
+
+    /// How many requests a [`Fault::Hold`] keeps waiting now: each arrived
+    /// (it is in [`requests`](Self::requests)) and nothing of it was
+    /// handled yet.
+    pub fn held_count(&self) -> usize {
+        self.desk.held_count()
+    }
+
+    /// Waits until `n` requests are held, at most `bound`; whether they
+    /// were. For a test that needs a call in flight before it acts.
+    pub async fn until_held(&self, n: usize, bound: std::time::Duration) -> bool {
+        let until = tokio::time::Instant::now() + bound;
+        while self.held_count() < n {
+            if tokio::time::Instant::now() >= until {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        true
+    }
+
     /// The faults still planned.
     pub fn faults(&self) -> Faults {
         self.desk.faults()

@@ -31,6 +31,7 @@ pub(crate) fn router(desk: Arc<Desk>) -> Router {
             get(get_faults).post(set_faults).delete(clear_faults),
         )
         .route("/_log", get(get_log))
+        .route("/_release", post(release_held))
         .fallback(no_route)
         .with_state(desk)
 }
@@ -124,8 +125,10 @@ async fn handle(
     if let Some(fault) = &fault {
         tracing::info!(target, seq, fault = fault.kind(), "injecting fault");
     }
-    if let Some(Fault::Delay(delay)) = &fault {
-        tokio::time::sleep(*delay).await;
+    match &fault {
+        Some(Fault::Delay(delay)) => tokio::time::sleep(*delay).await,
+        Some(Fault::Hold) => desk.hold().await,
+        _ => {}
     }
     let result = match &fault {
         Some(Fault::Status { code, retry_after }) => Err(ToolError::injected(
@@ -273,6 +276,12 @@ async fn clear_faults(State(desk): State<Arc<Desk>>) -> StatusCode {
 
 async fn get_log(State(desk): State<Arc<Desk>>) -> Response {
     axum::Json(desk.log()).into_response()
+}
+
+/// Lets every request a `hold` fault keeps waiting go on.
+async fn release_held(State(desk): State<Arc<Desk>>) -> StatusCode {
+    desk.release_held();
+    StatusCode::NO_CONTENT
 }
 
 async fn no_route() -> Response {

@@ -2,6 +2,7 @@
 //! lock, so a duplicate key can never slip between check and apply.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
@@ -154,6 +155,25 @@ struct DeskState {
 #[derive(Debug)]
 pub(crate) struct Desk {
     state: Mutex<DeskState>,
+    held: Held,
+}
+
+/// The requests a [`Fault::Hold`] keeps waiting, and the release that lets
+/// them go: a generation that every release advances.
+#[derive(Debug)]
+struct Held {
+    released: tokio::sync::watch::Sender<u64>,
+    now: AtomicUsize,
+}
+
+/// Counts a held request while it waits, however its wait ends (released,
+/// or dropped with its connection).
+struct Holding<'a>(&'a AtomicUsize);
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Desk {
@@ -170,7 +190,39 @@ impl Desk {
                 requests: Vec::new(),
                 emails_sent: 0,
             }),
+            held: Held {
+                released: tokio::sync::watch::Sender::new(0),
+                now: AtomicUsize::new(0),
+            },
         }
+    }
+
+    /// Waits until the next [`Desk::release_held`].
+    pub(crate) async fn hold(&self) {
+        // The generation is read before the request counts as held: a
+        // release that a test sends once it sees the request held is
+        // always a later generation.
+        let mut released = self.held.released.subscribe();
+        let arrived_in = *released.borrow_and_update();
+        self.held.now.fetch_add(1, Ordering::AcqRel);
+        let _holding = Holding(&self.held.now);
+        // The sender lives as long as the desk: an error cannot happen
+        // while a request is served.
+        let _ = released
+            .wait_for(|generation| *generation > arrived_in)
+            .await;
+    }
+
+    /// Lets every request held now go on.
+    pub(crate) fn release_held(&self) {
+        self.held
+            .released
+            .send_modify(|generation| *generation += 1);
+    }
+
+    /// How many requests are held now.
+    pub(crate) fn held_count(&self) -> usize {
+        self.held.now.load(Ordering::Acquire)
     }
 
     /// The state, even if a panicking test thread poisoned the lock: the
