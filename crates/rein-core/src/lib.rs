@@ -18,6 +18,7 @@
 //! | [`retry`] | the retry decision, full jitter, the retry budget |
 //! | [`idempotency`] | keys bound to intent over normalized arguments |
 //! | [`breaker`] | multi-arm circuit breakers with hysteresis |
+//! | [`governor`] | rate limits per resource group, adaptive concurrency, tenant quotas, the fair queue |
 //! | [`loop_guard`] | repeated action, no progress, repeat failure, self-heal allowance |
 //! | [`event`] | the event stream: every decision with its rationale |
 //! | [`ledger`] | the side-effect ledger's record and state machine |
@@ -38,6 +39,7 @@ pub mod config;
 pub mod deadline;
 pub mod event;
 pub mod failure;
+pub mod governor;
 pub mod handoff;
 pub mod idempotency;
 pub mod ids;
