@@ -21,6 +21,7 @@ mod emitter;
 mod event_log;
 mod guarded;
 mod model_chain;
+mod permit;
 mod report;
 mod settle;
 mod shared_breakers;
