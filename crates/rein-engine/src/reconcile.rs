@@ -604,14 +604,10 @@ impl Reconciler {
 /// Whether a commit was refused because what it was derived from moved: the
 /// run's ledger (another writer marked a record) or its status (it ended).
 fn is_read_stale(e: &StoreError) -> bool {
-    crate::run::is_revision_conflict(e)
-        || matches!(
-            e,
-            StoreError::Conflict {
-                what: "run status",
-                ..
-            }
-        )
+    matches!(
+        e,
+        StoreError::LedgerChanged { .. } | StoreError::StatusChanged { .. }
+    )
 }
 
 /// Whether the record went `manual` because its strong compensation failed

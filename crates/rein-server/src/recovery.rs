@@ -135,8 +135,8 @@ pub async fn standing(state: &AppState, run_id: &RunId) -> Option<Standing> {
 ///
 /// # Errors
 ///
-/// The store's refusal, e.g. `Conflict` when `closing.expect` no longer
-/// holds.
+/// The store's refusal, e.g. `StatusChanged` when `closing.expect` no
+/// longer holds.
 pub async fn close(
     state: &AppState,
     record: &RunRecord,

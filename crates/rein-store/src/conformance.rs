@@ -2249,16 +2249,17 @@ pub async fn idempotency_concurrent_reserves_admit_exactly_one(store: &dyn Store
     assert!(store.clear_idempotency(&tenant, &key).await.unwrap());
 }
 
-/// Whether `result` is the `Conflict` of a lost compare-and-set on `run_id`.
+/// Whether `result` is the `StatusChanged` of a lost compare-and-set on
+/// `run_id`.
 fn is_status_conflict<T>(result: &Result<T, StoreError>, run_id: &RunId) -> bool {
     matches!(
         result,
-        Err(StoreError::Conflict { what: "run status", id }) if id == run_id.as_str()
+        Err(StoreError::StatusChanged { run_id: id }) if id == run_id.as_str()
     )
 }
 
 /// A commit with `expect_status` applies when the run's status matches;
-/// on a mismatch it fails with `Conflict { what: "run status" }` before any
+/// on a mismatch it fails with `StatusChanged` before any
 /// part (not even `reopen`) is applied.
 pub async fn expect_status_applies_only_on_a_match(store: &dyn Store) {
     let run_id = created(store, "cas").await;
@@ -2299,7 +2300,7 @@ pub async fn expect_status_applies_only_on_a_match(store: &dyn Store) {
     let refused = store.commit_step(&run_id, cancel).await;
     assert!(
         is_status_conflict(&refused, &run_id),
-        "a mismatching expectation must be Conflict {{ what: \"run status\" }}, found {refused:?}"
+        "a mismatching expectation must be StatusChanged, found {refused:?}"
     );
     let read = store.get_run(&run_id).await.unwrap().unwrap();
     assert_eq!(read.status, RunStatus::Running, "no status stored");
@@ -2413,7 +2414,7 @@ pub async fn expect_status_admits_exactly_one_concurrent_change(store: &dyn Stor
         outcomes
             .iter()
             .all(|outcome| outcome.is_ok() || is_status_conflict(outcome, &run_id)),
-        "the others lose with Conflict {{ what: \"run status\" }}: {outcomes:?}"
+        "the others lose with StatusChanged: {outcomes:?}"
     );
     let winner = winners[0];
     let read = store.get_run(&run_id).await.unwrap().unwrap();
@@ -2428,13 +2429,13 @@ pub async fn expect_status_admits_exactly_one_concurrent_change(store: &dyn Stor
 fn is_claim_conflict<T>(result: &Result<T, StoreError>, run_id: &RunId) -> bool {
     matches!(
         result,
-        Err(StoreError::Conflict { what: "run claim", id }) if id == run_id.as_str()
+        Err(StoreError::ClaimLost { run_id: id }) if id == run_id.as_str()
     )
 }
 
 /// A commit with `expect_claim` applies while its lease exists with its
 /// owner (even past its expiry); when the lease is missing or held by
-/// another owner it fails with `Conflict { what: "run claim" }` and stores
+/// another owner it fails with `ClaimLost` and stores
 /// nothing: no intents, ledger records or marks, checkpoint, events or
 /// status.
 pub async fn expect_claim_applies_only_while_the_claim_holds(store: &dyn Store) {
@@ -2545,7 +2546,7 @@ pub async fn expect_claim_applies_only_while_the_claim_holds(store: &dyn Store) 
         .await;
     assert!(
         is_claim_conflict(&refused, &run_id),
-        "a lease of another owner must be Conflict {{ what: \"run claim\" }}, found {refused:?}"
+        "a lease of another owner must be ClaimLost, found {refused:?}"
     );
     assert_nothing_stored("another owner").await;
 
@@ -2562,7 +2563,7 @@ pub async fn expect_claim_applies_only_while_the_claim_holds(store: &dyn Store) 
         .await;
     assert!(
         is_claim_conflict(&refused, &run_id),
-        "a missing lease must be Conflict {{ what: \"run claim\" }}, found {refused:?}"
+        "a missing lease must be ClaimLost, found {refused:?}"
     );
     assert_nothing_stored("missing lease").await;
 }
@@ -3946,8 +3947,7 @@ pub async fn idempotency_run_creation_is_fenced_on_the_holder(store: &dyn Store)
         store
             .create_run_held(other.clone(), &fence(&tenant, &key, "pid:2@host#other"))
             .await,
-        Err(StoreError::Conflict {
-            what: "idempotency reservation",
+        Err(StoreError::ReservationLost {
             ..
         })
     ));
@@ -3987,7 +3987,7 @@ pub async fn idempotency_run_creation_is_fenced_on_the_holder(store: &dyn Store)
         store
             .create_run_held(late.clone(), &fence(&tenant, &released, owner))
             .await,
-        Err(StoreError::Conflict { .. })
+        Err(StoreError::ReservationLost { .. })
     ));
     assert_eq!(store.get_run(&late.run_id).await.unwrap(), None);
     assert!(store.clear_idempotency(&tenant, &key).await.unwrap());
@@ -3995,8 +3995,7 @@ pub async fn idempotency_run_creation_is_fenced_on_the_holder(store: &dyn Store)
 
 /// Every commit that declares or marks a ledger record bumps the ledger
 /// revision of its run and of the runs above it; a commit expecting a
-/// revision that moved is refused whole with a `ledger revision`
-/// conflict; a stored report with a basis carries the revision it
+/// revision that moved is refused whole with `LedgerChanged`; a stored report with a basis carries the revision it
 /// reflects.
 pub async fn ledger_revision_fences_report_writes(store: &dyn Store) {
     let parent = created(store, "revision-parent").await;
@@ -4033,10 +4032,7 @@ pub async fn ledger_revision_fences_report_writes(store: &dyn Store) {
     };
     assert!(matches!(
         store.commit_step(&child, stale).await,
-        Err(StoreError::Conflict {
-            what: "ledger revision",
-            ..
-        })
+        Err(StoreError::LedgerChanged { .. })
     ));
     assert_eq!(
         store.ledger(&child).await.unwrap()[0].status,
@@ -4114,9 +4110,6 @@ pub async fn ledger_revision_fences_report_writes(store: &dyn Store) {
     };
     assert!(matches!(
         store.commit_step(&child, late).await,
-        Err(StoreError::Conflict {
-            what: "ledger revision",
-            ..
-        })
+        Err(StoreError::LedgerChanged { .. })
     ));
 }

@@ -218,9 +218,10 @@ pub trait Store: Send + Sync {
     /// intent; [`StoreError::Invalid`] for an item of another run or a report
     /// that contradicts the status; [`StoreError::InvalidTransition`] for an
     /// illegal mark; [`StoreError::FinishedRun`] for a status change of a
-    /// finished run; [`StoreError::Conflict`] (`run status`, `run claim`)
-    /// when [`StepCommit::expect_status`] or [`StepCommit::expect_claim`]
-    /// does not hold.
+    /// finished run; [`StoreError::StatusChanged`],
+    /// [`StoreError::ClaimLost`] or [`StoreError::LedgerChanged`] when
+    /// [`StepCommit::expect_status`], [`StepCommit::expect_claim`] or
+    /// [`StepCommit::expect_ledger_revision`] does not hold.
     async fn commit_step(
         &self,
         run_id: &RunId,
@@ -645,9 +646,9 @@ pub trait Store: Send + Sync {
     ///
     /// # Errors
     ///
-    /// [`StoreError::Conflict`]` { what: "idempotency reservation" }` when
-    /// the record is not `owner`'s reservation in progress, and nothing is
-    /// written; as [`Store::create_run`] otherwise.
+    /// [`StoreError::ReservationLost`] when the record is not `owner`'s
+    /// reservation in progress, and nothing is written; as
+    /// [`Store::create_run`] otherwise.
     async fn create_run_held(
         &self,
         run: NewRun,

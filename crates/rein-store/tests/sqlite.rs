@@ -1252,10 +1252,7 @@ async fn two_handles_racing_to_change_a_queued_run_admit_one() {
         for task in tasks {
             match task.await.unwrap() {
                 Ok(status) => won.push(status),
-                Err(StoreError::Conflict {
-                    what: "run status",
-                    id,
-                }) => assert_eq!(id, run.as_str()),
+                Err(StoreError::StatusChanged { run_id }) => assert_eq!(run_id, run.as_str()),
                 Err(other) => panic!("expected a status conflict, found {other:?}"),
             }
         }

@@ -128,7 +128,7 @@ pub struct RunRequest {
     /// submission under an `Idempotency-Key`): the run is created only
     /// while the reservation is still its holder's
     /// ([`Store::create_run_held`]), else the run fails to start with
-    /// [`StoreError::Conflict`]` { what: "idempotency reservation" }` and
+    /// [`StoreError::ReservationLost`] and
     /// nothing ran. Ignored for an `enqueued` run, which exists already.
     pub reservation: Option<rein_store::ReservationFence>,
 }
@@ -678,9 +678,7 @@ impl RunCtx<'_> {
         let result = self.store.commit_step(&self.run_id, commit).await;
         match &result {
             Ok(_) => {}
-            Err(StoreError::Conflict {
-                what: "run claim", ..
-            }) => {
+            Err(StoreError::ClaimLost { .. }) => {
                 tracing::warn!(run = %self.run_id, "the run's claim was taken over; stopping here");
                 self.lost.cancel();
             }
@@ -1186,9 +1184,7 @@ impl Engine {
         };
         match self.store.commit_step(&run_id, status).await {
             Ok(_) => {}
-            Err(StoreError::Conflict {
-                what: "run status", ..
-            }) => {
+            Err(StoreError::StatusChanged { .. }) => {
                 if let Err(e) = self
                     .store
                     .release_lease_of(&claim_id(&run_id), &ctx.claim_owner)
@@ -1661,9 +1657,7 @@ impl Engine {
         if let Err(e) = self.store.commit_step(run_id, commit).await {
             // Not resumed: the guard lets the claim go.
             return Err(match e {
-                StoreError::Conflict {
-                    what: "run status", ..
-                } => EngineError::NotResumable {
+                StoreError::StatusChanged { .. } => EngineError::NotResumable {
                     run_id: run_id.clone(),
                     reason: "it changed while it was being resumed".into(),
                 },
@@ -2181,15 +2175,10 @@ impl Engine {
                         interrupted: false,
                     });
                 }
-                Err(StoreError::Conflict {
-                    what: "ledger revision",
-                    ..
-                }) if attempt < END_COMMIT_TRIES => {
+                Err(StoreError::LedgerChanged { .. }) if attempt < END_COMMIT_TRIES => {
                     tracing::info!(run = %run_id, attempt, "the ledger changed while the run ended; deriving its report again");
                 }
-                Err(StoreError::Conflict {
-                    what: "run claim", ..
-                }) => return Ok(lost(report)),
+                Err(StoreError::ClaimLost { .. }) => return Ok(lost(report)),
                 Err(e) if e.is_transient() && attempt < END_COMMIT_TRIES => {
                     tracing::warn!(run = %run_id, attempt, "the run's end was not recorded yet: {e}");
                     tokio::time::sleep(pause).await;

@@ -333,25 +333,22 @@ pub fn commit_step(
     if let Some(expected) = commit.expect_status
         && expected != status
     {
-        return Err(StoreError::Conflict {
-            what: "run status",
-            id: run_id.to_string(),
+        return Err(StoreError::StatusChanged {
+            run_id: run_id.to_string(),
         });
     }
     if let Some(fence) = &commit.expect_claim
         && !holds_claim(conn, fence)?
     {
-        return Err(StoreError::Conflict {
-            what: "run claim",
-            id: run_id.to_string(),
+        return Err(StoreError::ClaimLost {
+            run_id: run_id.to_string(),
         });
     }
     if let Some(expected) = commit.expect_ledger_revision
         && expected != ledger_revision(conn, run_id)?
     {
-        return Err(StoreError::Conflict {
-            what: "ledger revision",
-            id: run_id.to_string(),
+        return Err(StoreError::LedgerChanged {
+            run_id: run_id.to_string(),
         });
     }
     if commit.reopen {
@@ -1069,9 +1066,8 @@ pub fn create_run_held(
             && record.owner.as_deref() == Some(owner.as_str())
     });
     if !held {
-        return Err(StoreError::Conflict {
-            what: "idempotency reservation",
-            id: format!("{tenant}/{key}"),
+        return Err(StoreError::ReservationLost {
+            key: format!("{tenant}/{key}"),
         });
     }
     create_run(conn, run)
