@@ -19,8 +19,8 @@ use crate::run::{
     AgentBinding, AgentResolver, AgentTarget, ArgValidator, CompensationBinding, EngineBuilder,
     ModelBinding, ModelLink, ToolBinding, ToolTarget, TreeLimits,
 };
-use crate::tool_command::CommandTarget;
-use crate::tool_http::HttpTarget;
+use crate::tool::command::CommandTarget;
+use crate::tool::http::HttpTarget;
 
 /// The latency profile assumed for a model call: the basis of the "is there
 /// time for one more model turn" check and of model-call retries.

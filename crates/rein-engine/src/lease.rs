@@ -4,7 +4,7 @@
 //!
 //! # Why a reaper
 //!
-//! The command adapter ([`crate::tool_command`]) cleans up after every
+//! The command adapter ([`crate::tool::command`]) cleans up after every
 //! call, on success, failure, deadline and cancellation. None of that runs
 //! when the process making the call dies: its subprocess group keeps
 //! running and its temporary directory stays. Because every such resource

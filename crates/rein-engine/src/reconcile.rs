@@ -23,7 +23,7 @@ use serde_json::json;
 
 use crate::lease::{ReapReport, Reaper};
 use crate::run::{CompensationBinding, ToolBinding};
-use crate::tool_http::HttpToolAdapter;
+use crate::tool::http::HttpToolAdapter;
 
 /// How long a `pending` record may stay pending before the reconciler
 /// treats its process as gone.
@@ -341,7 +341,7 @@ impl Reconciler {
             return;
         };
         let allowance = binding.tool.allowance(Duration::from_secs(30));
-        let attempt = crate::tool_http::Attempt {
+        let attempt = crate::tool::Attempt {
             run_id: &run.run_id,
             intent_id: &intent,
             attempt_id: &attempt_id,

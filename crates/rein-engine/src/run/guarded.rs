@@ -17,7 +17,7 @@ use super::binding::{ToolBinding, ToolTarget};
 use super::emitter::{Correlation, Emitter, unix_ms};
 use super::permit::HeldPermit;
 use super::{Engine, RunCtx, new_id};
-use crate::tool_http::Attempt;
+use crate::tool::Attempt;
 pub use rein_core::call::{CallResult, Planned};
 
 /// What the attempt loop ended with.

@@ -71,8 +71,8 @@
 //! # use std::sync::Arc;
 //! # use std::time::Duration;
 //! # use rein_core::{AttemptId, IntentId, RunId};
-//! # use rein_engine::tool_command::{CommandTarget, CommandToolAdapter};
-//! # use rein_engine::tool_http::Attempt;
+//! # use rein_engine::tool::command::{CommandTarget, CommandToolAdapter};
+//! # use rein_engine::tool::Attempt;
 //! # use rein_store::{SqliteStore, Store};
 //! # async fn demo(run_id: RunId) -> Result<(), Box<dyn std::error::Error>> {
 //! let store: Arc<dyn Store> = Arc::new(SqliteStore::open("rein.db")?);
@@ -130,7 +130,7 @@ use crate::lease::{
     GroupEnd, KILL_WAIT_BOUND, LEASE_ID_ENV, Owner, TEMP_DIR_PREFIX, kill_group_now,
     terminate_group,
 };
-use crate::tool_http::{Attempt, ErrorBody, ToolOutput};
+use super::{Attempt, ErrorBody, ToolOutput};
 
 /// The run id.
 pub const RUN_ID_ENV: &str = "REIN_RUN_ID";
@@ -848,7 +848,7 @@ fn classify(
     match ended {
         Ended::Exited(status) if status.success() => {
             let (mut result, truncated) = shape_stdout(out, target.max_output_bytes.max(1));
-            // Known secrets go, as for HTTP tools (tool_http).
+            // Known secrets go, as for HTTP tools (tool::http).
             rein_core::redact::known_json(&mut result);
             Ok(ToolOutput {
                 result,
