@@ -78,12 +78,19 @@ async fn a_probe_dropped_mid_attempt_gives_its_slot_back() {
     // 3. The slot came back: the next call is admitted as the probe, and
     // its success closes the arm.
     let after = run(&h, &lookup()).await;
-    assert_eq!(after.report.outcome, Outcome::Succeeded, "{:#?}", after.report);
+    assert_eq!(
+        after.report.outcome,
+        Outcome::Succeeded,
+        "{:#?}",
+        after.report
+    );
     let events = h.store.events(&after.run_id, 0).await.unwrap();
     assert!(
-        events.iter().any(|e| e.kind == EventKind::BreakerStateChanged
-            && e.data["arm"] == json!(ArmKind::Tool)
-            && e.data["transition"]["transition"] == "closed"),
+        events
+            .iter()
+            .any(|e| e.kind == EventKind::BreakerStateChanged
+                && e.data["arm"] == json!(ArmKind::Tool)
+                && e.data["transition"]["transition"] == "closed"),
         "the probe closed the arm: {events:#?}"
     );
     assert!(

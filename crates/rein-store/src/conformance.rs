@@ -3947,9 +3947,7 @@ pub async fn idempotency_run_creation_is_fenced_on_the_holder(store: &dyn Store)
         store
             .create_run_held(other.clone(), &fence(&tenant, &key, "pid:2@host#other"))
             .await,
-        Err(StoreError::ReservationLost {
-            ..
-        })
+        Err(StoreError::ReservationLost { .. })
     ));
     assert_eq!(store.get_run(&other.run_id).await.unwrap(), None);
     let created = store

@@ -56,11 +56,7 @@ impl HeldPermit {
 
     /// Reports the call's outcome at `now`; the arm's transition, or
     /// [`Transition::Unchanged`] when it was reported already.
-    pub(crate) fn finish(
-        &mut self,
-        outcome: Result<(), &Failure>,
-        now: Instant,
-    ) -> Transition {
+    pub(crate) fn finish(&mut self, outcome: Result<(), &Failure>, now: Instant) -> Transition {
         let Some(permit) = self.permit.take() else {
             return Transition::Unchanged;
         };
@@ -112,7 +108,10 @@ mod tests {
     fn half_open_with_probe(b: &Arc<Mutex<Breakers>>, t0: Instant) -> HeldPermit {
         let mut first = admit(b, t0).unwrap();
         let _opened = first.finish(Err(&Failure::new("t", Category::Transient)), t0);
-        assert_eq!(b.lock().unwrap().state(ArmKind::Tool, "t"), BreakerState::Open);
+        assert_eq!(
+            b.lock().unwrap().state(ArmKind::Tool, "t"),
+            BreakerState::Open
+        );
         let later = t0 + Duration::from_secs(2);
         let probe = admit(b, later).expect("the probe is admitted");
         assert!(admit(b, later).is_none(), "one probe at a time");

@@ -125,12 +125,12 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
+use super::{Attempt, ErrorBody, ToolOutput};
 pub use crate::lease::DEFAULT_KILL_GRACE;
 use crate::lease::{
     GroupEnd, KILL_WAIT_BOUND, LEASE_ID_ENV, Owner, TEMP_DIR_PREFIX, kill_group_now,
     terminate_group,
 };
-use super::{Attempt, ErrorBody, ToolOutput};
 
 /// The run id.
 pub const RUN_ID_ENV: &str = "REIN_RUN_ID";

@@ -93,4 +93,3 @@ pub(crate) struct ToolError {
     #[serde(default)]
     pub(crate) message: Option<String>,
 }
-
