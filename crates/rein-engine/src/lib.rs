@@ -27,4 +27,4 @@ pub mod startup;
 pub mod tool_command;
 pub mod tool_http;
 
-pub use clock::SystemClock;
+pub use clock::{SystemClock, Timer};

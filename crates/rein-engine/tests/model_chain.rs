@@ -346,7 +346,7 @@ async fn a_first_byte_that_does_not_come_in_time_falls_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recovered_primary_takes_traffic_back_after_one_break_duration() {
     let clock = Arc::new(rein_core::clock::ManualClock::new());
-    let for_engine: Arc<dyn rein_core::Clock> = clock.clone();
+    let for_engine: Arc<dyn rein_engine::Timer> = clock.clone();
     let h = common::harness_with(Faults::none(), move |b| b.clock(for_engine)).await;
     let primary = mock("primary-model").await;
     let backup = mock("backup-model").await;

@@ -64,9 +64,9 @@ use rein_store::{
 use serde_json::{Value, json};
 pub use tokio_util::sync::CancellationToken;
 
-use crate::SystemClock;
 use crate::provider::{FinishReason, Message, ModelRequest, ModelResponse};
 use crate::tool_http::HttpToolAdapter;
+use crate::{SystemClock, Timer};
 use emitter::{Emitter, unix_ms};
 use guarded::millis;
 
@@ -222,7 +222,7 @@ impl Shared {
 /// Builds an [`Engine`].
 pub struct EngineBuilder {
     store: Arc<dyn Store>,
-    clock: Arc<dyn Clock>,
+    clock: Arc<dyn Timer>,
     client: Option<reqwest::Client>,
     breakers: BreakersConfig,
     rng_seed: Option<u64>,
@@ -272,8 +272,9 @@ impl EngineBuilder {
         self
     }
 
-    /// Uses `clock` instead of the system clock.
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+    /// Uses `clock` instead of the system clock: for reading the time and
+    /// for every wait of the engine and its tool adapters.
+    pub fn clock(mut self, clock: Arc<dyn Timer>) -> Self {
         self.clock = clock;
         self
     }
@@ -336,8 +337,11 @@ impl EngineBuilder {
             Some(seed) => StdRng::seed_from_u64(seed),
             None => StdRng::from_os_rng(),
         };
-        let shared_breakers =
-            shared_breakers::from_settings(self.shared_breakers, &self.store, &self.clock)?;
+        let shared_breakers = shared_breakers::from_settings(
+            self.shared_breakers,
+            &self.store,
+            &(self.clock.clone() as _),
+        )?;
         let node = match self.node {
             None => uuid::Uuid::now_v7().simple().to_string(),
             Some(node) if crate::lease::is_node_id(&node) => node,
@@ -352,10 +356,11 @@ impl EngineBuilder {
         };
         Ok(Engine {
             node,
-            command: crate::tool_command::CommandToolAdapter::new(self.store.clone()),
+            command: crate::tool_command::CommandToolAdapter::new(self.store.clone())
+                .with_clock(self.clock.clone()),
             store: self.store,
-            clock: self.clock,
-            http: HttpToolAdapter::new(client),
+            clock: self.clock.clone(),
+            http: HttpToolAdapter::new(client).with_clock(self.clock.clone()),
             shared: Shared {
                 breakers: Arc::new(Mutex::new(Breakers::new(self.breakers)?)),
                 retry_budgets: Mutex::new(HashMap::new()),
@@ -393,7 +398,7 @@ pub fn http_client() -> Result<reqwest::Client, reqwest::Error> {
 /// Runs agents: the imperative shell around rein-core's policies.
 pub struct Engine {
     store: Arc<dyn Store>,
-    clock: Arc<dyn Clock>,
+    clock: Arc<dyn Timer>,
     http: HttpToolAdapter,
     command: crate::tool_command::CommandToolAdapter,
     shared: Shared,
@@ -938,7 +943,7 @@ impl Engine {
         let every = self.claim_renewal.map_or(lease / 3, |r| r.min(lease / 3));
         let task = tokio::spawn(async move {
             loop {
-                tokio::time::sleep(every).await;
+                clock.sleep(every).await;
                 let until = unix_ms(clock.system_now()).saturating_add(millis(lease));
                 match store.renew_lease_of(&lease_id, &owner, until).await {
                     Ok(true) => {}
@@ -1389,6 +1394,7 @@ impl Engine {
         // its temp dir) is ended before anything is replayed or settled, so
         // a forward effect cannot land after its own compensation.
         let reaped = crate::lease::Reaper::new()
+            .with_clock(self.clock.clone())
             .reap_run(self.store.as_ref(), run_id)
             .await?;
         let checkpoint = self.store.latest_checkpoint(run_id).await?;
@@ -2143,7 +2149,7 @@ impl Engine {
                 Ok(derived) => derived,
                 Err(e) if e.is_transient() && attempt < END_COMMIT_TRIES => {
                     tracing::warn!(run = %run_id, attempt, "the ledger cannot be read for the report yet: {e}");
-                    tokio::time::sleep(pause).await;
+                    self.clock.sleep(pause).await;
                     pause *= 2;
                     continue;
                 }
@@ -2191,7 +2197,7 @@ impl Engine {
                 }) => return Ok(lost(report)),
                 Err(e) if e.is_transient() && attempt < END_COMMIT_TRIES => {
                     tracing::warn!(run = %run_id, attempt, "the run's end was not recorded yet: {e}");
-                    tokio::time::sleep(pause).await;
+                    self.clock.sleep(pause).await;
                     pause *= 2;
                 }
                 Err(e) => {
@@ -2212,7 +2218,7 @@ impl Engine {
             match report::tree_records(self.store.as_ref(), run_id).await {
                 Err(e) if e.is_transient() && attempt < END_COMMIT_TRIES => {
                     tracing::warn!(run = %run_id, attempt, "the ledger cannot be read yet: {e}");
-                    tokio::time::sleep(pause).await;
+                    self.clock.sleep(pause).await;
                     pause *= 2;
                     attempt += 1;
                 }
@@ -2317,7 +2323,7 @@ impl Engine {
             match ctx.commit(commit).await {
                 Ok(_) => break,
                 Err(e) if e.is_transient() && attempt < END_COMMIT_TRIES => {
-                    tokio::time::sleep(pause).await;
+                    self.clock.sleep(pause).await;
                     pause *= 2;
                 }
                 Err(e) => {
