@@ -273,7 +273,10 @@ async fn headers_then_silence_is_cut_at_the_first_byte_limit() {
             failure.human_message()
         );
         assert!(failure.human_message().contains("before any content"));
-        assert_eq!(elapsed, limit, "{api:?}: cut at the limit, not before or after");
+        assert_eq!(
+            elapsed, limit,
+            "{api:?}: cut at the limit, not before or after"
+        );
         assert_eq!(drained.deltas, 0);
         // The provider accepted the request (a 200): its input is charged,
         // estimated since nothing reported usage.
@@ -336,7 +339,10 @@ async fn stall_after_some_events_is_cut_at_the_idle_limit() {
                 .contains("after content was produced")
         );
         assert!(drained.deltas > 0, "{api:?}");
-        assert_eq!(stalled_for, idle, "{api:?}: cut one idle limit after the last event");
+        assert_eq!(
+            stalled_for, idle,
+            "{api:?}: cut one idle limit after the last event"
+        );
         assert!(failure.tokens_spent() > 0);
     }
 }
