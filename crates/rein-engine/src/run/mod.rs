@@ -795,6 +795,13 @@ impl Engine {
         &self.store
     }
 
+    /// The clock this engine reads and waits on ([`EngineBuilder::clock`]):
+    /// what a host's own run-related waits should use too, so that one
+    /// time line (paused, in tests) drives them all.
+    pub fn clock(&self) -> &Arc<dyn Timer> {
+        &self.clock
+    }
+
     /// The counters of every decision this engine made (runs and gateway
     /// calls alike), for an operator's scraper.
     pub fn metrics(&self) -> &crate::metrics::Metrics {
