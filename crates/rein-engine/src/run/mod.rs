@@ -340,7 +340,7 @@ impl EngineBuilder {
         let shared_breakers = shared_breakers::from_settings(
             self.shared_breakers,
             &self.store,
-            &(self.clock.clone() as _),
+            &(self.clock.clone() as Arc<dyn Clock>),
         )?;
         let node = match self.node {
             None => uuid::Uuid::now_v7().simple().to_string(),
