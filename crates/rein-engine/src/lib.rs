@@ -30,4 +30,4 @@ pub mod tool;
 pub use tool::command as tool_command;
 pub use tool::http as tool_http;
 
-pub use clock::SystemClock;
+pub use clock::{SystemClock, Timer};

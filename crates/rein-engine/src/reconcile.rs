@@ -21,6 +21,7 @@ use rein_store::{LedgerMark, RunStatus, StepCommit, Store, StoreError};
 use serde::Serialize;
 use serde_json::json;
 
+use crate::Timer;
 use crate::lease::{ReapReport, Reaper};
 use crate::run::{CompensationBinding, ToolBinding};
 use crate::tool::http::HttpToolAdapter;
@@ -123,7 +124,7 @@ pub struct ReconcileReport {
 /// Sweeps the ledger.
 pub struct Reconciler {
     store: Arc<dyn Store>,
-    clock: Arc<dyn Clock>,
+    clock: Arc<dyn Timer>,
     http: HttpToolAdapter,
     tools: BTreeMap<String, ToolBinding>,
     compensations: BTreeMap<String, CompensationBinding>,
@@ -136,7 +137,7 @@ impl Reconciler {
     /// their `compensations` (a failed strong one is retried).
     pub fn new(
         store: Arc<dyn Store>,
-        clock: Arc<dyn Clock>,
+        clock: Arc<dyn Timer>,
         client: reqwest::Client,
         tools: BTreeMap<String, ToolBinding>,
         compensations: BTreeMap<String, CompensationBinding>,
@@ -144,8 +145,8 @@ impl Reconciler {
     ) -> Self {
         Reconciler {
             store,
+            http: HttpToolAdapter::new(client).with_clock(clock.clone()),
             clock,
-            http: HttpToolAdapter::new(client),
             tools,
             compensations,
             config,
@@ -245,7 +246,11 @@ impl Reconciler {
         }
 
         // 4. Leases of crashed processes.
-        match Reaper::new().reap(self.store.as_ref(), now_ms).await {
+        match Reaper::new()
+            .with_clock(self.clock.clone())
+            .reap(self.store.as_ref(), now_ms)
+            .await
+        {
             Ok(reaped) => report.leases = Some(reaped),
             Err(e) => tracing::warn!("lease reaping failed: {e}"),
         }
@@ -581,10 +586,11 @@ impl Reconciler {
     /// irreversible ones every `irreversible_every`, calling `on_report`
     /// after each sweep.
     pub async fn run_forever(&self, mut on_report: impl FnMut(&ReconcileReport)) {
-        let mut last_irreversible: Option<std::time::Instant> = None;
+        let mut last_irreversible: Option<rein_core::Instant> = None;
         loop {
-            let irreversible_due =
-                last_irreversible.is_none_or(|t| t.elapsed() >= self.config.irreversible_every);
+            let irreversible_due = last_irreversible.is_none_or(|t| {
+                self.clock.now().saturating_duration_since(t) >= self.config.irreversible_every
+            });
             let classes = SweepClasses {
                 idempotent: true,
                 irreversible: irreversible_due,
@@ -594,9 +600,9 @@ impl Reconciler {
                 Err(e) => tracing::warn!("reconcile sweep failed: {e}"),
             }
             if irreversible_due {
-                last_irreversible = Some(std::time::Instant::now());
+                last_irreversible = Some(self.clock.now());
             }
-            tokio::time::sleep(self.config.idempotent_every).await;
+            self.clock.sleep(self.config.idempotent_every).await;
         }
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{agent, answer, call, harness_with, run, script};
 use rein_core::breaker::{ArmKind, BreakersConfig};
-use rein_core::{Clock, EventKind, ManualClock, Outcome};
+use rein_core::{EventKind, ManualClock, Outcome};
 use rein_engine::run::{AcceptAll, RunRequest};
 use rein_testkit::order_desk::{Fault, Faults, GET_ORDER};
 use serde_json::json;
@@ -30,7 +30,7 @@ async fn a_probe_dropped_mid_attempt_gives_its_slot_back() {
     let faults = Faults::none()
         .then(GET_ORDER, Fault::status(401))
         .then(GET_ORDER, Fault::Delay(Duration::from_secs(60)));
-    let engine_clock: Arc<dyn Clock> = Arc::new(clock.clone());
+    let engine_clock: Arc<dyn rein_engine::Timer> = Arc::new(clock.clone());
     let h = harness_with(faults, |b| b.breakers(breakers).clock(engine_clock)).await;
     let lookup = || {
         agent(

@@ -221,7 +221,7 @@ pub async fn orphans_forever(state: Arc<AppState>) {
     let every = state.settings.reconciliation.scan_interval;
     let mut cursor = None;
     loop {
-        tokio::time::sleep(every).await;
+        state.engine.clock().sleep(every).await;
         if !crate::singleton::holds(&state, crate::singleton::RUN_RECONCILIATION, every).await {
             continue;
         }
@@ -251,14 +251,14 @@ pub async fn ledger_forever(state: Arc<AppState>) {
     };
     let reconciler = Reconciler::new(
         state.store.clone(),
-        Arc::new(rein_engine::SystemClock::new()),
+        state.engine.clock().clone(),
         state.client.clone(),
         tools,
         compensations,
         config,
     );
     loop {
-        tokio::time::sleep(every).await;
+        state.engine.clock().sleep(every).await;
         if !crate::singleton::holds(&state, crate::singleton::LEDGER_RECONCILIATION, every).await {
             continue;
         }

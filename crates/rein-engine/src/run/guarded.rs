@@ -580,7 +580,7 @@ impl Engine {
                     // An interrupt does not stop a write between its attempts:
                     // it was sent, and it finishes (a read stops).
                     let cancelled = tokio::select! {
-                        () = tokio::time::sleep(delay) => false,
+                        () = self.clock.sleep(delay) => false,
                         () = ctx.aborts(tool.class) => true,
                     };
                     if cancelled {

@@ -65,9 +65,9 @@ use rein_store::{
 use serde_json::{Value, json};
 pub use tokio_util::sync::CancellationToken;
 
-use crate::SystemClock;
 use crate::provider::{FinishReason, Message, ModelRequest, ModelResponse};
 use crate::tool_http::HttpToolAdapter;
+use crate::{SystemClock, Timer};
 use emitter::{Emitter, unix_ms};
 use guarded::millis;
 
@@ -223,7 +223,7 @@ impl Shared {
 /// Builds an [`Engine`].
 pub struct EngineBuilder {
     store: Arc<dyn Store>,
-    clock: Arc<dyn Clock>,
+    clock: Arc<dyn Timer>,
     client: Option<reqwest::Client>,
     breakers: BreakersConfig,
     rng_seed: Option<u64>,
@@ -273,8 +273,9 @@ impl EngineBuilder {
         self
     }
 
-    /// Uses `clock` instead of the system clock.
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+    /// Uses `clock` instead of the system clock: for reading the time and
+    /// for every wait of the engine and its tool adapters.
+    pub fn clock(mut self, clock: Arc<dyn Timer>) -> Self {
         self.clock = clock;
         self
     }
@@ -337,8 +338,11 @@ impl EngineBuilder {
             Some(seed) => StdRng::seed_from_u64(seed),
             None => StdRng::from_os_rng(),
         };
-        let shared_breakers =
-            shared_breakers::from_settings(self.shared_breakers, &self.store, &self.clock)?;
+        let shared_breakers = shared_breakers::from_settings(
+            self.shared_breakers,
+            &self.store,
+            &(self.clock.clone() as Arc<dyn Clock>),
+        )?;
         let node = match self.node {
             None => uuid::Uuid::now_v7().simple().to_string(),
             Some(node) if crate::lease::is_node_id(&node) => node,
@@ -353,10 +357,11 @@ impl EngineBuilder {
         };
         Ok(Engine {
             node,
-            command: crate::tool_command::CommandToolAdapter::new(self.store.clone()),
+            command: crate::tool_command::CommandToolAdapter::new(self.store.clone())
+                .with_clock(self.clock.clone()),
             store: self.store,
-            clock: self.clock,
-            http: HttpToolAdapter::new(client),
+            clock: self.clock.clone(),
+            http: HttpToolAdapter::new(client).with_clock(self.clock.clone()),
             shared: Shared {
                 breakers: Arc::new(Mutex::new(Breakers::new(self.breakers)?)),
                 retry_budgets: Mutex::new(HashMap::new()),
@@ -394,7 +399,7 @@ pub fn http_client() -> Result<reqwest::Client, reqwest::Error> {
 /// Runs agents: the imperative shell around rein-core's policies.
 pub struct Engine {
     store: Arc<dyn Store>,
-    clock: Arc<dyn Clock>,
+    clock: Arc<dyn Timer>,
     http: HttpToolAdapter,
     command: crate::tool_command::CommandToolAdapter,
     shared: Shared,
@@ -789,6 +794,13 @@ impl Engine {
         &self.store
     }
 
+    /// The clock this engine reads and waits on ([`EngineBuilder::clock`]):
+    /// what a host's own run-related waits should use too, so that one
+    /// time line (paused, in tests) drives them all.
+    pub fn clock(&self) -> &Arc<dyn Timer> {
+        &self.clock
+    }
+
     /// The counters of every decision this engine made (runs and gateway
     /// calls alike), for an operator's scraper.
     pub fn metrics(&self) -> &crate::metrics::Metrics {
@@ -937,7 +949,7 @@ impl Engine {
         let every = self.claim_renewal.map_or(lease / 3, |r| r.min(lease / 3));
         let task = tokio::spawn(async move {
             loop {
-                tokio::time::sleep(every).await;
+                clock.sleep(every).await;
                 let until = unix_ms(clock.system_now()).saturating_add(millis(lease));
                 match store.renew_lease_of(&lease_id, &owner, until).await {
                     Ok(true) => {}
@@ -1386,6 +1398,7 @@ impl Engine {
         // its temp dir) is ended before anything is replayed or settled, so
         // a forward effect cannot land after its own compensation.
         let reaped = crate::lease::Reaper::new()
+            .with_clock(self.clock.clone())
             .reap_run(self.store.as_ref(), run_id)
             .await?;
         let checkpoint = self.store.latest_checkpoint(run_id).await?;
@@ -2138,7 +2151,7 @@ impl Engine {
                 Ok(derived) => derived,
                 Err(e) if e.is_transient() && attempt < END_COMMIT_TRIES => {
                     tracing::warn!(run = %run_id, attempt, "the ledger cannot be read for the report yet: {e}");
-                    tokio::time::sleep(pause).await;
+                    self.clock.sleep(pause).await;
                     pause *= 2;
                     continue;
                 }
@@ -2181,7 +2194,7 @@ impl Engine {
                 Err(StoreError::ClaimLost { .. }) => return Ok(lost(report)),
                 Err(e) if e.is_transient() && attempt < END_COMMIT_TRIES => {
                     tracing::warn!(run = %run_id, attempt, "the run's end was not recorded yet: {e}");
-                    tokio::time::sleep(pause).await;
+                    self.clock.sleep(pause).await;
                     pause *= 2;
                 }
                 Err(e) => {
@@ -2202,7 +2215,7 @@ impl Engine {
             match report::tree_records(self.store.as_ref(), run_id).await {
                 Err(e) if e.is_transient() && attempt < END_COMMIT_TRIES => {
                     tracing::warn!(run = %run_id, attempt, "the ledger cannot be read yet: {e}");
-                    tokio::time::sleep(pause).await;
+                    self.clock.sleep(pause).await;
                     pause *= 2;
                     attempt += 1;
                 }
@@ -2307,7 +2320,7 @@ impl Engine {
             match ctx.commit(commit).await {
                 Ok(_) => break,
                 Err(e) if e.is_transient() && attempt < END_COMMIT_TRIES => {
-                    tokio::time::sleep(pause).await;
+                    self.clock.sleep(pause).await;
                     pause *= 2;
                 }
                 Err(e) => {

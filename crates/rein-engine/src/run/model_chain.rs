@@ -522,7 +522,7 @@ impl Engine {
                 }
             };
             let result = tokio::select! {
-                r = tokio::time::timeout(allowance, call) => match r {
+                r = self.clock.timeout(allowance, call) => match r {
                     Ok(r) => r,
                     Err(_) => Err(
                         Failure::new(&provider, Category::Timeout).with_human_message(format!(
@@ -660,7 +660,7 @@ impl Engine {
                         ),
                     );
                     tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
+                        () = self.clock.sleep(delay) => {}
                         () = host.cancelled() => {
                             return Err(LinkEnd::Stop(End::Cancelled(
                                 "cancelled by the caller while a model call waited to retry".into(),
