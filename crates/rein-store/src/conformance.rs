@@ -38,8 +38,8 @@ use crate::{
     BreakerOpening, Checkpoint, ClaimFence, Holder, IdempotencyRecord, IdempotencySettled,
     IdempotencySettlement, IdempotencyState, Lease, LeaseChange, LeaseFilter, LeaseKind,
     LedgerMark, MAX_SINGLETON_LEN, NewReservation, NewRun, PlannedIntent, Reservation,
-    ReservationFence, RunCursor, RunFilter, RunPage, RunStatus, SingletonLease, StatusChange, StepCommit, Store, StoreError,
-    StoredResponse,
+    ReservationFence, RunCursor, RunFilter, RunPage, RunStatus, SingletonLease, StatusChange,
+    StepCommit, Store, StoreError, StoredResponse,
 };
 
 /// A base time far from the present, so runs made here sort first.
@@ -4163,7 +4163,10 @@ async fn all_pages(
             "a page holds only runs the filter selects ({filter:?})"
         );
         if let (Some(cursor), Some(first)) = (&cursor, page.runs.first()) {
-            assert!(cursor.is_newer_than(first), "a page starts after its cursor");
+            assert!(
+                cursor.is_newer_than(first),
+                "a page starts after its cursor"
+            );
         }
         if let Some(next) = &page.next {
             assert_eq!(page.runs.len(), limit, "only a full page has a next one");
@@ -4195,7 +4198,14 @@ pub async fn list_runs_page_visits_every_run_once_newest_first_under_inserts(sto
     // In pairs of equal times, created out of order, so that neither the
     // insertion order nor the time alone gives the order.
     let mut runs: Vec<NewRun> = (0..RUNS)
-        .map(|n| run_of(&tenant, "order-desk", "listed", base + 1_000 + (n * 7 % RUNS) / 2))
+        .map(|n| {
+            run_of(
+                &tenant,
+                "order-desk",
+                "listed",
+                base + 1_000 + (n * 7 % RUNS) / 2,
+            )
+        })
         .collect();
     create_all(store, runs.clone()).await;
     newest_first(&mut runs);
@@ -4211,7 +4221,12 @@ pub async fn list_runs_page_visits_every_run_once_newest_first_under_inserts(sto
             run_of(&tenant, "order-desk", "newer", base + 5_000 + round)
         } else {
             let last = page.runs.last()?;
-            run_of(&tenant, "order-desk", "older", last.created_at_ms.saturating_sub(1))
+            run_of(
+                &tenant,
+                "order-desk",
+                "older",
+                last.created_at_ms.saturating_sub(1),
+            )
         };
         inserted.push(run.clone());
         Some(run)
@@ -4231,7 +4246,9 @@ pub async fn list_runs_page_visits_every_run_once_newest_first_under_inserts(sto
         .collect();
     assert_eq!(
         originals,
-        runs.iter().map(|run| run.run_id.as_str()).collect::<Vec<_>>(),
+        runs.iter()
+            .map(|run| run.run_id.as_str())
+            .collect::<Vec<_>>(),
         "every run that existed at the start, exactly once, newest first"
     );
     for run in &inserted {
@@ -4245,10 +4262,7 @@ pub async fn list_runs_page_visits_every_run_once_newest_first_under_inserts(sto
     }
     let first = store.get_run(&runs[0].run_id).await.unwrap().unwrap();
     let newest = store.list_runs_page(&filter, None, 100).await.unwrap();
-    assert!(
-        newest.runs.contains(&first),
-        "records read back whole"
-    );
+    assert!(newest.runs.contains(&first), "records read back whole");
     assert!(
         store
             .list_runs_page(&filter, None, 0)
@@ -4279,7 +4293,12 @@ pub async fn list_runs_page_filters_by_status_agent_and_time(store: &dyn Store) 
         let status = statuses[(n % 4) as usize];
         if status != RunStatus::Queued {
             store
-                .set_run_status(&run.run_id, status, status.outcome().map(report), base + 100)
+                .set_run_status(
+                    &run.run_id,
+                    status,
+                    status.outcome().map(report),
+                    base + 100,
+                )
                 .await
                 .unwrap();
         }
@@ -4293,9 +4312,14 @@ pub async fn list_runs_page_filters_by_status_agent_and_time(store: &dyn Store) 
         mine.clone().of_agent("nobody"),
         mine.clone().created_after(base + 3),
         mine.clone().created_before(base + 3),
-        mine.clone().created_after(base + 3).created_before(base + 9),
-        mine.clone().created_after(base + 9).created_before(base + 3),
-        mine.clone().with_status(RunStatus::Finished(Outcome::Cancelled)),
+        mine.clone()
+            .created_after(base + 3)
+            .created_before(base + 9),
+        mine.clone()
+            .created_after(base + 9)
+            .created_before(base + 3),
+        mine.clone()
+            .with_status(RunStatus::Finished(Outcome::Cancelled)),
         mine.clone()
             .with_status(RunStatus::Running)
             .of_agent("order-desk")
@@ -4352,14 +4376,24 @@ pub async fn list_runs_page_never_shows_another_tenants_run(store: &dyn Store) {
             let expected = all
                 .iter()
                 .filter(|run| &run.tenant == tenant)
-                .filter(|run| filter.created_after_ms.is_none_or(|ms| run.created_at_ms > ms))
+                .filter(|run| {
+                    filter
+                        .created_after_ms
+                        .is_none_or(|ms| run.created_at_ms > ms)
+                })
                 .count();
-            assert_eq!(listed.len(), expected, "all of {tenant}'s runs ({filter:?})");
+            assert_eq!(
+                listed.len(),
+                expected,
+                "all of {tenant}'s runs ({filter:?})"
+            );
         }
     }
     let everyone = all_pages(
         store,
-        &RunFilter::all().created_after(base - 1).created_before(base + 6),
+        &RunFilter::all()
+            .created_after(base - 1)
+            .created_before(base + 6),
         5,
         |_| None,
     )

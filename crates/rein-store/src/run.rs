@@ -276,8 +276,12 @@ impl RunFilter {
         self.tenant.as_ref().is_none_or(|t| &run.tenant == t)
             && self.status.is_none_or(|s| run.status == s)
             && self.agent.as_ref().is_none_or(|a| &run.agent == a)
-            && self.created_after_ms.is_none_or(|ms| run.created_at_ms > ms)
-            && self.created_before_ms.is_none_or(|ms| run.created_at_ms < ms)
+            && self
+                .created_after_ms
+                .is_none_or(|ms| run.created_at_ms > ms)
+            && self
+                .created_before_ms
+                .is_none_or(|ms| run.created_at_ms < ms)
     }
 }
 
@@ -419,7 +423,9 @@ mod tests {
         let cursor = RunCursor::after(&record("run:with:colons", 1_700_000_000_123));
         let token = cursor.to_token();
         assert!(
-            token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
+            token
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
             "{token}"
         );
         assert_eq!(RunCursor::from_token(&token).unwrap(), cursor);
@@ -437,7 +443,10 @@ mod tests {
             assert!(
                 matches!(
                     RunCursor::from_token(&bad),
-                    Err(crate::StoreError::Invalid { what: "run cursor", .. })
+                    Err(crate::StoreError::Invalid {
+                        what: "run cursor",
+                        ..
+                    })
                 ),
                 "{bad:?}"
             );
@@ -468,12 +477,25 @@ mod tests {
     fn filter_matches_every_setting_together() {
         let run = record("r", 10);
         assert!(RunFilter::all().matches(&run));
-        assert!(RunFilter::all().created_after(9).created_before(11).matches(&run));
+        assert!(
+            RunFilter::all()
+                .created_after(9)
+                .created_before(11)
+                .matches(&run)
+        );
         assert!(!RunFilter::all().created_after(10).matches(&run));
         assert!(!RunFilter::all().created_before(10).matches(&run));
         assert!(!RunFilter::all().of_agent("b").matches(&run));
-        assert!(!RunFilter::all().of_tenant(TenantId::new("u").unwrap()).matches(&run));
-        assert!(!RunFilter::all().with_status(RunStatus::Running).matches(&run));
+        assert!(
+            !RunFilter::all()
+                .of_tenant(TenantId::new("u").unwrap())
+                .matches(&run)
+        );
+        assert!(
+            !RunFilter::all()
+                .with_status(RunStatus::Running)
+                .matches(&run)
+        );
         assert!(
             RunFilter::all()
                 .of_tenant(TenantId::new("t").unwrap())

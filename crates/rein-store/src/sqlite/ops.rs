@@ -226,9 +226,7 @@ pub fn list_runs_page(
 ) -> Result<RunPage, StoreError> {
     let (sql, values) = list_runs_sql(filter, after, max)?;
     let mut statement = conn.prepare(&sql).sql()?;
-    let mut rows = statement
-        .query(rusqlite::params_from_iter(values))
-        .sql()?;
+    let mut rows = statement.query(rusqlite::params_from_iter(values)).sql()?;
     let mut out = Vec::new();
     while let Some(row) = rows.next().sql()? {
         out.push(decode_run(row)?);
@@ -267,7 +265,10 @@ fn list_runs_sql(
     }
     if let Some(cursor) = after {
         conditions.push("(created_at_ms, run_id) < (?, ?)");
-        values.push(Sql::Integer(int(cursor.created_at_ms, "cursor created_at_ms")?));
+        values.push(Sql::Integer(int(
+            cursor.created_at_ms,
+            "cursor created_at_ms",
+        )?));
         values.push(Sql::Text(cursor.run_id.as_str().to_owned()));
     }
     let filter_sql = if conditions.is_empty() {
@@ -1495,12 +1496,18 @@ mod tests {
                     .created_before(99),
                 "runs_by_tenant_created",
             ),
-            (RunFilter::all().with_status(RunStatus::Queued), "runs_by_status"),
+            (
+                RunFilter::all().with_status(RunStatus::Queued),
+                "runs_by_status",
+            ),
             (RunFilter::all().of_agent("a"), "runs_by_created_id"),
             (RunFilter::all(), "runs_by_created_id"),
         ] {
             let plan = plan(&filter);
-            assert!(plan.contains(index), "{filter:?} should use {index}:\n{plan}");
+            assert!(
+                plan.contains(index),
+                "{filter:?} should use {index}:\n{plan}"
+            );
             assert!(!plan.contains("TEMP B-TREE"), "{filter:?} sorts:\n{plan}");
         }
     }
