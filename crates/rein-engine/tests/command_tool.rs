@@ -583,6 +583,14 @@ impl Store for RefuseGroupLeases {
     async fn list_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
         self.0.list_runs(limit).await
     }
+    async fn list_runs_page(
+        &self,
+        filter: &rein_store::RunFilter,
+        after: Option<&rein_store::RunCursor>,
+        limit: usize,
+    ) -> Result<rein_store::RunPage, StoreError> {
+        self.0.list_runs_page(filter, after, limit).await
+    }
     async fn events(&self, id: &RunId, after: u64) -> Result<Vec<Event>, StoreError> {
         self.0.events(id, after).await
     }

@@ -813,6 +813,14 @@ impl Store for NoDeclares {
     ) -> Result<Vec<rein_store::RunRecord>, rein_store::StoreError> {
         self.0.list_runs(limit).await
     }
+    async fn list_runs_page(
+        &self,
+        filter: &rein_store::RunFilter,
+        after: Option<&rein_store::RunCursor>,
+        limit: usize,
+    ) -> Result<rein_store::RunPage, rein_store::StoreError> {
+        self.0.list_runs_page(filter, after, limit).await
+    }
     async fn events(
         &self,
         id: &rein_core::RunId,

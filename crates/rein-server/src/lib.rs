@@ -12,6 +12,7 @@
 //! | module | job |
 //! | --- | --- |
 //! | [`runs`] | submit (sync or queued), status, ledger, handoff, resume |
+//! | [`listing`] | the caller's runs, filtered, newest first, a cursor page at a time |
 //! | [`gateway`] | the OpenAI-compatible `POST /v1/chat/completions` over model bindings |
 //! | [`idempotency`] | seed 004's `Idempotency-Key` table, in the store |
 //! | [`submission`] | resolving a key whose holding process died |
@@ -45,6 +46,7 @@ pub mod exposure;
 pub mod extract;
 pub mod gateway;
 pub mod idempotency;
+pub mod listing;
 pub mod media;
 pub mod pointer;
 pub mod problem;
@@ -77,10 +79,10 @@ use crate::problem::Problem;
 #[openapi(
     info(title = "rein", description = "Runs LLM agents safely against the real world."),
     paths(
-        runs::create_run, runs::get_run, runs::get_ledger, runs::get_handoff, runs::resume_run,
+        runs::create_run, listing::list_runs, runs::get_run, runs::get_ledger, runs::get_handoff, runs::resume_run,
         events::get_events, cancel::cancel_run, gateway::chat_completions, healthz, readyz, metrics,
     ),
-    components(schemas(runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, runs::NoBody, problem::Problem, gateway::ChatRequest)),
+    components(schemas(listing::RunList, listing::RunSummary, runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, runs::NoBody, problem::Problem, gateway::ChatRequest)),
     modifiers(&Bearer, &Refusals, &ProblemJson),
     tags((name = "runs", description = "Agent runs"), (name = "gateway", description = "OpenAI-compatible model calls through rein's breakers, fallbacks and limits"), (name = "health", description = "Liveness and readiness"))
 )]
@@ -403,6 +405,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     // NOTE: `exposure::PROBES` names the probes' paths.
     let routes = Router::new()
         .route("/v1/agents/{name}/runs", post_json(runs::create_run))
+        .route("/v1/runs", get(listing::list_runs))
         .route("/v1/runs/{id}", get(runs::get_run))
         .route("/v1/runs/{id}/events", get(events::get_events))
         .route("/v1/runs/{id}/ledger", get(runs::get_ledger))

@@ -14,7 +14,7 @@ use crate::idempotency::{
 use crate::intent::PlannedIntent;
 use crate::lease::{Lease, LeaseChange, LeaseFilter, validate_owner};
 use crate::ledger::LedgerMark;
-use crate::run::{NewRun, RunCursor, RunRecord, RunStatus, StatusChange};
+use crate::run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus, StatusChange};
 use crate::singleton::SingletonLease;
 
 /// Durable state of runs: the runs themselves, their event streams, planned
@@ -190,6 +190,31 @@ pub trait Store: Send + Sync {
         oldest_first(&mut runs);
         Ok(runs)
     }
+
+    /// One page of the runs `filter` selects, newest (`created_at_ms`, then
+    /// run id, descending) first: up to `limit` runs that come after
+    /// `after` ([`RunCursor::is_newer_than`]; from the newest when `None`),
+    /// and the cursor of the next page when more runs follow.
+    ///
+    /// Paging visits every run that existed when the listing began exactly
+    /// once, in order, however many runs are created meanwhile: a run
+    /// created later with an older time than the cursor is listed on a
+    /// later page, a newer one never (it sorts before the first page).
+    ///
+    /// Required, not provided: a listing that scanned only the newest runs
+    /// would silently stop short, and a wrapping store that forgot to
+    /// forward it would list nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a time filter or cursor beyond what the
+    /// backend can store.
+    async fn list_runs_page(
+        &self,
+        filter: &RunFilter,
+        after: Option<&RunCursor>,
+        limit: usize,
+    ) -> Result<RunPage, StoreError>;
 
     /// The run's events with `seq > after_seq`, in `seq` order; `0` gives
     /// them all.
