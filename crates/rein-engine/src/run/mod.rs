@@ -41,10 +41,13 @@ mod engine;
 mod error;
 mod event_log;
 mod execute;
+#[cfg(test)]
+mod fixture;
 mod guarded;
 mod hand_on;
 mod model_chain;
 mod report;
+mod restore;
 mod resume;
 mod settle;
 mod shared_breakers;

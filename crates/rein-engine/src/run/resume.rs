@@ -1,25 +1,21 @@
 //! Resuming a run from what the store holds of it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
-use rein_core::deadline::Budget;
-use rein_core::loop_guard::LoopGuard;
-use rein_core::{Clock, EventKind, IntentId, LedgerRecord, Outcome, RunId, ToolClass};
-use rein_store::{PlannedIntent, RunStatus, StatusChange, StepCommit, StoreError};
-use serde_json::{Value, json};
+use rein_core::{Clock, EventKind, Outcome, RunId};
+use rein_store::{RunRecord, RunStatus, StatusChange, StepCommit, StoreError};
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::provider::{FinishReason, Message, ModelResponse};
-
 use super::claim::{ClaimGuard, claim_id};
-use super::ctx::{Lineage, ModelRetryUse, RunCtx};
+use super::ctx::{Lineage, RunCtx};
 use super::emitter::{Correlation, Emitter, Observer, unix_ms};
 use super::engine::Engine;
 use super::error::EngineError;
-use super::guarded::CallResult;
+use super::restore::{RestoreError, Restored, Stored, restore};
 use super::start::RunOutput;
-use super::step::{LoopState, ResumedTurn};
-use super::{AgentBinding, ArgValidator, End, contain, guarded};
+use super::step::LoopState;
+use super::{AgentBinding, ArgValidator, contain};
 
 impl Engine {
     /// Continues a run that stopped mid-way (its process crashed or was
@@ -121,36 +117,10 @@ impl Engine {
                 reason: "no such run".into(),
             });
         };
-        // A finished run continues only when its report says a retry can
-        // run without repeating side effects (partial success after a
-        // rate limit, a budget raised since): its outcome is reopened.
-        let reopen = record.status.is_finished();
-        // A run that succeeded has nothing left to do: reopening it would
-        // drive its last step again (a second model call, a second end).
-        if record.status == RunStatus::Finished(Outcome::Succeeded) {
-            return Err(EngineError::NotResumable {
-                run_id: run_id.clone(),
-                reason: "it succeeded; there is nothing left to continue".into(),
-            });
-        }
-        if reopen && !record.report.as_ref().is_some_and(|r| r.recoverable) {
-            return Err(EngineError::NotResumable {
-                run_id: run_id.clone(),
-                reason: format!(
-                    "it ended {} and is not recoverable; its outcome is final",
-                    record.status.as_str()
-                ),
-            });
-        }
-        if record.agent != agent.name {
-            return Err(EngineError::NotResumable {
-                run_id: run_id.clone(),
-                reason: format!(
-                    "it is a run of agent `{}`, not `{}`",
-                    record.agent, agent.name
-                ),
-            });
-        }
+        let reopen = admit(&record, agent).map_err(|reason| EngineError::NotResumable {
+            run_id: run_id.clone(),
+            reason,
+        })?;
         let owner = self.claim(run_id, self.claim_hold(agent)).await?;
         // Any early return from here until the resume is recorded lets the
         // claim go, so a store hiccup does not lock the run out until the
@@ -188,226 +158,44 @@ impl Engine {
             .reap_run(self.store.as_ref(), run_id)
             .await?;
         let checkpoint = self.store.latest_checkpoint(run_id).await?;
-        let intents = self.store.intents(run_id).await?;
-        let ledger: HashMap<IntentId, LedgerRecord> = self
-            .store
-            .ledger(run_id)
-            .await?
-            .into_iter()
-            .map(|r| (r.intent_id.clone(), r))
-            .collect();
-        let guard = LoopGuard::new(agent.loop_guard.clone())?;
-
         let events = self.store.events(run_id, 0).await?;
-        let done_step = checkpoint.as_ref().map_or(0, |c| c.step);
-        // A settlement that started is finished, never rolled forward.
-        let settling = events
-            .iter()
-            .any(|e| e.kind == EventKind::SettlementStarted)
-            .then(|| End::Settling("an interrupted settlement was resumed".into()));
-        // What the interrupted step consumed before the crash (its model
-        // turn is durable with the plan) and the time it ran: charged, so a
-        // crash never refunds budget.
-        let after_checkpoint: Vec<&rein_core::Event> =
-            events.iter().filter(|e| e.step > done_step).collect();
-        // Failed calls count too: what a cut stream consumed is charged.
-        let interrupted_tokens: (u64, u64) = after_checkpoint
-            .iter()
-            .filter(|e| e.kind == EventKind::ModelCallFinished)
-            .fold((0, 0), |(i, o), e| {
-                (
-                    i + e.data["usage"]["input"].as_u64().unwrap_or(0)
-                        + e.data["tokens_spent"].as_u64().unwrap_or(0),
-                    o + e.data["usage"]["output"].as_u64().unwrap_or(0),
-                )
-            });
-        let last_input_tokens = events
-            .iter()
-            .rev()
-            .find(|e| e.kind == EventKind::ModelCallFinished && e.data["ok"] == true)
-            .and_then(|e| e.data["usage"]["input"].as_u64())
-            .unwrap_or(0);
-        let since_ms = checkpoint
-            .as_ref()
-            .map_or(record.created_at_ms, |c| c.at_ms);
-        let interrupted_ms = after_checkpoint
-            .iter()
-            .map(|e| e.at_ms)
-            .max()
-            .map_or(0, |last| last.saturating_sub(since_ms));
-        let state_json = checkpoint
-            .as_ref()
-            .map(|c| c.state.clone())
-            .unwrap_or(Value::Null);
-        let messages: Vec<Message> = checkpoint
-            .as_ref()
-            .and_then(|c| serde_json::from_value(c.messages.clone()).ok())
-            .unwrap_or_else(|| {
-                vec![
-                    Message::System {
-                        content: agent.system_prompt.clone(),
+        let stored = Stored {
+            record: &record,
+            checkpoint: checkpoint.as_ref(),
+            intents: self.store.intents(run_id).await?,
+            ledger: self.store.ledger(run_id).await?,
+            events: &events,
+        };
+        let restored = match restore(stored, agent, self.clock.now()) {
+            Ok(restored) => restored,
+            Err(e) => {
+                // Not resumable as it is stored: the claim goes at once, so
+                // the caller's next look finds the run as it was.
+                claimed.armed = false;
+                if let Err(e) = self.store.release_lease_of(&claim_id(run_id), &owner).await {
+                    tracing::warn!(run = %run_id, "cannot release the run's claim: {e}");
+                }
+                return Err(match e {
+                    RestoreError::NotResumable { reason } => EngineError::NotResumable {
+                        run_id: run_id.clone(),
+                        reason,
                     },
-                    Message::User {
-                        content: record.input.clone(),
-                    },
-                ]
-            });
-        let calls: Vec<CallResult> =
-            serde_json::from_value(state_json["calls"].clone()).unwrap_or_default();
-        let facts: BTreeSet<String> =
-            serde_json::from_value(state_json["facts"].clone()).unwrap_or_default();
-        let tools_tried: BTreeSet<String> =
-            serde_json::from_value(state_json["tools_tried"].clone()).unwrap_or_default();
-        let provider_calls = state_json["provider_calls"].as_u64().unwrap_or(0);
-        let elapsed_before_ms = checkpoint.as_ref().map_or(0, |c| c.elapsed_ms) + interrupted_ms;
-        let mut consumed = checkpoint.as_ref().map(|c| c.consumed).unwrap_or_default();
-        consumed.tokens = consumed
-            .tokens
-            .saturating_add(interrupted_tokens.0 + interrupted_tokens.1);
-        // At the price of the model that answered (a fallback may cost
-        // more than the primary), as each call recorded it; the primary's
-        // price only for calls recorded before calls carried their cost.
-        let interrupted_cost = after_checkpoint
-            .iter()
-            .filter(|e| e.kind == EventKind::ModelCallFinished)
-            .fold(rein_core::deadline::Cost::default(), |sum, e| {
-                let cost = match e.data["cost_micros"].as_u64() {
-                    Some(micros) => rein_core::deadline::Cost::from_micros(micros),
-                    None => agent
-                        .price
-                        .map(|p| {
-                            p.cost(
-                                e.data["usage"]["input"].as_u64().unwrap_or(0)
-                                    + e.data["tokens_spent"].as_u64().unwrap_or(0),
-                                e.data["usage"]["output"].as_u64().unwrap_or(0),
-                            )
-                        })
-                        .unwrap_or_default(),
-                };
-                sum.saturating_add(cost)
-            });
-        consumed.cost = consumed.cost.saturating_add(interrupted_cost);
-
-        // The interrupted step: its plan, if it was persisted.
-        let mut planned: Vec<PlannedIntent> = intents
-            .into_iter()
-            .filter(|(step, _)| *step == done_step + 1)
-            .map(|(_, intent)| intent)
-            .collect();
-        planned.sort_by_key(|i| i.ordinal);
-        let resumed = (!planned.is_empty() && settling.is_none()).then(|| ResumedTurn {
-            response: ModelResponse {
-                text: None,
-                tool_calls: planned
-                    .iter()
-                    .map(|i| crate::provider::ToolCall {
-                        id: i.call_id.clone(),
-                        name: i.tool.clone(),
-                        arguments: i.args.to_string(),
-                    })
-                    .collect(),
-                finish: FinishReason::ToolCalls,
-                usage: Default::default(),
-            },
-            intent_ids: planned.iter().map(|i| Some(i.intent_id.clone())).collect(),
-            prior: planned
-                .iter()
-                .filter_map(|i| {
-                    ledger
-                        .get(&i.intent_id)
-                        .map(|r| (i.intent_id.clone(), r.clone()))
-                })
-                .collect(),
-        });
-        // The model has served the checkpointed calls, and the interrupted
-        // step's turn when its plan exists.
-        let served = provider_calls + u64::from(resumed.is_some());
+                    RestoreError::Config(e) => EngineError::Config(e),
+                });
+            }
+        };
+        let Restored {
+            state,
+            resumed,
+            settling,
+            served,
+            last_input_tokens,
+            model_retries,
+            models,
+        } = restored;
         agent
             .provider
             .resume_at(usize::try_from(served).unwrap_or(usize::MAX));
-
-        // The budget is not reset: what the checkpoint consumed is charged,
-        // and only the active time that remained is available.
-        let started = self.clock.now();
-        let forward_wall = agent.budget.wall_clock()
-            - agent
-                .compensation_reserve
-                .of_duration(agent.budget.wall_clock());
-        let left = forward_wall
-            .saturating_sub(std::time::Duration::from_millis(elapsed_before_ms))
-            .max(std::time::Duration::from_millis(1));
-        let reserve = agent
-            .compensation_reserve
-            .of_duration(agent.budget.wall_clock());
-        let full_deadline = rein_core::deadline::Deadline::after(started, left + reserve);
-        let mut budget = Budget::start(agent.budget.with_wall_clock(left)?, started);
-        let _ = budget.charge(consumed, started);
-
-        let (not_reexecuted, reexecuted): (Vec<IntentId>, Vec<IntentId>) = resumed
-            .as_ref()
-            .map(|t| {
-                t.intent_ids.iter().flatten().cloned().partition(|id| {
-                    // Run again: a write in doubt (under its key), and a
-                    // call its interrupted process never sent.
-                    t.prior.get(id).is_some_and(|r| {
-                        let again = (r.status == rein_core::LedgerStatus::Pending
-                            && r.class == ToolClass::IdempotentWrite)
-                            || guarded::is_unsent(r);
-                        !again
-                    })
-                })
-            })
-            .unwrap_or_default();
-        let reexecuted_with_same_key: Vec<IntentId> = reexecuted
-            .into_iter()
-            .filter(|id| resumed.as_ref().is_some_and(|t| t.prior.contains_key(id)))
-            .collect();
-        let marker = rein_core::outcome::ResumeMarker {
-            continued_from_step: done_step,
-            steps_skipped: done_step,
-            reused_intents: resumed
-                .as_ref()
-                .map(|t| t.intent_ids.iter().flatten().cloned().collect())
-                .unwrap_or_default(),
-            not_reexecuted,
-            reexecuted_with_same_key,
-            maybe_duplicated: false,
-            note: format!(
-                "continued after step {done_step}; completed steps were not run again; effects in doubt were repeated only with their original idempotency keys, irreversible ones never"
-            ),
-        };
-        // What the run already spent retrying model calls stays spent.
-        let retried_so_far = ModelRetryUse::default();
-        for e in &events {
-            if e.kind == EventKind::RetryScheduled && e.data.get("provider").is_some() {
-                retried_so_far
-                    .retries
-                    .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-                retried_so_far.wait_ms.fetch_add(
-                    e.data["delay_ms"].as_u64().unwrap_or(0),
-                    std::sync::atomic::Ordering::AcqRel,
-                );
-            }
-            if e.kind == EventKind::ModelCallFinished {
-                retried_so_far.wasted_tokens.fetch_add(
-                    e.data["tokens_spent"].as_u64().unwrap_or(0),
-                    std::sync::atomic::Ordering::AcqRel,
-                );
-            }
-        }
-        // The models that answered before the interruption stay on record.
-        let mut answered_so_far: Vec<String> = Vec::new();
-        for e in &events {
-            if e.kind == EventKind::ModelCallFinished
-                && e.data["ok"] == true
-                && let (Some(p), Some(m)) = (e.data["provider"].as_str(), e.data["model"].as_str())
-            {
-                let name = format!("{p}/{m}");
-                if !answered_so_far.contains(&name) {
-                    answered_so_far.push(name);
-                }
-            }
-        }
         let ctx = RunCtx {
             run_id: run_id.clone(),
             tenant: record.tenant.clone(),
@@ -428,23 +216,43 @@ impl Engine {
             validator,
             lineage,
             child_usage: std::sync::Mutex::new(HashMap::new()),
-            models: std::sync::Mutex::new(answered_so_far),
-            model_retries: retried_so_far,
+            models: std::sync::Mutex::new(models),
+            model_retries,
         };
         let _live = self.shared.live.register(run_id, &ctx.cancel);
+        // Not resumed on an error: the guard lets the claim go.
+        self.record_resume(&ctx, &state, record.status, reopen, &reaped)
+            .await?;
+        claimed.armed = false;
+        self.drive(&ctx, validator, state, resumed, settling).await
+    }
+}
+
+impl Engine {
+    /// Records that the run resumed (`run_resumed`, status `running`),
+    /// atomically with the claim check: only while its status is still
+    /// `was`.
+    async fn record_resume(
+        &self,
+        ctx: &RunCtx<'_>,
+        state: &LoopState,
+        was: RunStatus,
+        reopen: bool,
+        reaped: &crate::lease::ReapReport,
+    ) -> Result<(), EngineError> {
         ctx.emitter.emit(
             EventKind::RunResumed,
             &Correlation {
-                step: done_step,
+                step: state.step,
                 ..Correlation::default()
             },
-            json!({"marker": marker, "remaining": budget.remaining(started),
+            json!({"marker": state.resume, "remaining": state.budget.remaining(state.started),
                    "reclaimed_leases": reaped.reclaimed.len(), "leases_left": reaped.skipped.len()}),
         );
         let commit = StepCommit {
             reopen,
-            // Atomic with the claim check above: nobody changed it since.
-            expect_status: Some(record.status),
+            // Atomic with the claim check: nobody changed it since.
+            expect_status: Some(was),
             status: Some(StatusChange {
                 status: RunStatus::Running,
                 report: None,
@@ -453,32 +261,43 @@ impl Engine {
             events: ctx.emitter.drain(),
             ..StepCommit::default()
         };
-        if let Err(e) = self.store.commit_step(run_id, commit).await {
-            // Not resumed: the guard lets the claim go.
-            return Err(match e {
-                StoreError::Conflict {
-                    what: "run status", ..
-                } => EngineError::NotResumable {
-                    run_id: run_id.clone(),
-                    reason: "it changed while it was being resumed".into(),
-                },
-                other => other.into(),
-            });
+        match self.store.commit_step(&ctx.run_id, commit).await {
+            Ok(_) => Ok(()),
+            Err(StoreError::Conflict {
+                what: "run status", ..
+            }) => Err(EngineError::NotResumable {
+                run_id: ctx.run_id.clone(),
+                reason: "it changed while it was being resumed".into(),
+            }),
+            Err(other) => Err(other.into()),
         }
-        claimed.armed = false;
-        let state = LoopState {
-            budget,
-            full_deadline,
-            started,
-            elapsed_before_ms,
-            guard,
-            messages,
-            calls,
-            facts,
-            tools_tried,
-            step: done_step,
-            resume: Some(marker),
-        };
-        self.drive(&ctx, validator, state, resumed, settling).await
     }
+}
+
+/// Whether `record` may be resumed as a run of `agent`: `Ok(true)` when its
+/// finished outcome is reopened, `Ok(false)` when it is still in flight,
+/// else why not.
+fn admit(record: &RunRecord, agent: &AgentBinding) -> Result<bool, String> {
+    // A finished run continues only when its report says a retry can
+    // run without repeating side effects (partial success after a
+    // rate limit, a budget raised since): its outcome is reopened.
+    let reopen = record.status.is_finished();
+    // A run that succeeded has nothing left to do: reopening it would
+    // drive its last step again (a second model call, a second end).
+    if record.status == RunStatus::Finished(Outcome::Succeeded) {
+        return Err("it succeeded; there is nothing left to continue".into());
+    }
+    if reopen && !record.report.as_ref().is_some_and(|r| r.recoverable) {
+        return Err(format!(
+            "it ended {} and is not recoverable; its outcome is final",
+            record.status.as_str()
+        ));
+    }
+    if record.agent != agent.name {
+        return Err(format!(
+            "it is a run of agent `{}`, not `{}`",
+            record.agent, agent.name
+        ));
+    }
+    Ok(reopen)
 }
