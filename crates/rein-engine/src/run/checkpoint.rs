@@ -1,55 +1,45 @@
-//! What a step makes durable for a resume.
+//! What a step makes durable for a resume: the transcript, every call's
+//! result, the loop guard's progress inputs and the model's position.
 
-use std::collections::BTreeSet;
-
-use rein_core::Clock;
-use rein_core::deadline::Budget;
+use rein_core::{Instant, RunId};
 use rein_store::Checkpoint;
 use serde_json::json;
 
-use crate::provider::Message;
+use super::guarded::millis;
+use super::step::LoopState;
 
-use super::ctx::RunCtx;
-use super::emitter::unix_ms;
-use super::engine::Engine;
-use super::guarded::{CallResult, millis};
-
-impl Engine {
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn checkpoint(
-        &self,
-        ctx: &RunCtx<'_>,
-        budget: &Budget,
-        messages: &[Message],
-        calls: &[CallResult],
-        facts: &BTreeSet<String>,
-        tools_tried: &BTreeSet<String>,
-        step: u32,
-        elapsed_before_ms: u64,
-        started: rein_core::Instant,
-    ) -> Checkpoint {
-        let now = self.clock.now();
-        Checkpoint {
-            run_id: ctx.run_id.clone(),
-            step,
-            messages: json!(messages),
-            completed_intents: calls
-                .iter()
-                .filter(|c| c.outcome.is_ok())
-                .map(|c| c.planned.intent_id.clone())
-                .collect(),
-            consumed: budget.used(),
-            elapsed_ms: elapsed_before_ms + millis(now.saturating_duration_since(started)),
-            // What a resume needs besides the transcript: every call's
-            // result (for the report), the loop guard's progress inputs, and
-            // how many model calls were served.
-            state: json!({
-                "calls": calls,
-                "facts": facts,
-                "tools_tried": tools_tried,
-                "provider_calls": ctx.provider_calls.load(std::sync::atomic::Ordering::Acquire),
-            }),
-            at_ms: unix_ms(self.clock.system_now()),
-        }
+/// The checkpoint of `state`'s last step, taken at `now` (`at_ms` on the
+/// wall clock), with `provider_calls` model calls served so far.
+// NOTE: `restore::decode` reads back every field written here; they
+// change together.
+pub(super) fn checkpoint(
+    run_id: &RunId,
+    state: &LoopState,
+    provider_calls: u32,
+    now: Instant,
+    at_ms: u64,
+) -> Checkpoint {
+    Checkpoint {
+        run_id: run_id.clone(),
+        step: state.step,
+        messages: json!(state.messages),
+        completed_intents: state
+            .calls
+            .iter()
+            .filter(|c| c.outcome.is_ok())
+            .map(|c| c.planned.intent_id.clone())
+            .collect(),
+        consumed: state.budget.used(),
+        elapsed_ms: state.elapsed_before_ms + millis(now.saturating_duration_since(state.started)),
+        // What a resume needs besides the transcript: every call's
+        // result (for the report), the loop guard's progress inputs, and
+        // how many model calls were served.
+        state: json!({
+            "calls": state.calls,
+            "facts": state.facts,
+            "tools_tried": state.tools_tried,
+            "provider_calls": provider_calls,
+        }),
+        at_ms,
     }
 }
