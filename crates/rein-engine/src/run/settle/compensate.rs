@@ -31,6 +31,41 @@ pub struct CompensationBinding {
     pub tool: ToolBinding,
 }
 
+/// What became of a call in doubt, asked by its key.
+enum Resolved {
+    /// It never ran: nothing to undo (its record is marked failed).
+    NeverRan,
+    /// It ran (or is assumed to have), with its result when the tool had it.
+    Ran(Option<Value>),
+    /// Nobody can tell and nothing could undo it: a human checks.
+    ForHuman(CompensationResult),
+}
+
+/// A compensation ready to run: the forward record, its binding, the
+/// compensation's arguments and its own intent.
+struct Undo<'u> {
+    record: &'u LedgerRecord,
+    binding: &'u CompensationBinding,
+    args: Value,
+    intent: IntentId,
+}
+
+/// The result of settling `record` with `status`.
+fn outcome_of(
+    record: &LedgerRecord,
+    binding: Option<&CompensationBinding>,
+    status: LedgerStatus,
+    note: String,
+) -> CompensationResult {
+    CompensationResult {
+        intent_id: record.intent_id.clone(),
+        tool: record.tool.clone(),
+        compensation_tool: binding.map(|b| b.tool.name.clone()),
+        status,
+        note,
+    }
+}
+
 impl Engine {
     /// Settles one open ledger record: resolves a `pending` one, then
     /// compensates it according to its grade. `None` when it turned out
@@ -48,88 +83,18 @@ impl Engine {
             idempotency_key: record.idempotency_key.clone(),
             ..Correlation::default()
         };
-        let forward_tool = ctx.agent.tools.get(&record.tool);
         let mut result = record.result.clone();
         if record.status == LedgerStatus::Pending {
-            // Ask the tool; if it cannot say, assume the effect happened.
-            let found = match (forward_tool, &record.idempotency_key) {
-                (Some(tool), Some(key)) if tool.target.has_status_lookup() => {
-                    // The lookup is a call to the tool's backend: it holds a
-                    // slot of its resource group; no slot in time, no answer.
-                    let gate = self.gate(ctx, tool);
-                    let slot = match &gate {
-                        Some(gate) => gate.enter(self.clock.as_ref(), deadline).await.map(Some),
-                        None => Ok(None),
-                    };
-                    let allowance = tool.allowance(deadline.remaining(self.clock.now()));
-                    match (tool.target.http(), slot) {
-                        (Some(target), Ok(_slot)) => {
-                            self.http.lookup(target, key, allowance).await.ok()
-                        }
-                        _ => None,
-                    }
-                }
-                _ => None,
-            };
-            match found {
-                Some(None) => {
-                    self.mark(
-                        ctx,
-                        &c,
-                        &record.intent_id,
-                        LedgerStatus::Failed,
-                        None,
-                        "never executed (the tool has no record of its key)",
-                    )
-                    .await;
-                    return None;
-                }
-                Some(Some(value)) => {
-                    self.mark(
-                        ctx,
-                        &c,
-                        &record.intent_id,
-                        LedgerStatus::Succeeded,
-                        Some(value.clone()),
-                        "executed (found by its key)",
-                    )
-                    .await;
-                    result = Some(value);
-                }
-                None => {
-                    if !ctx.agent.compensations.contains_key(&record.tool) {
-                        let note =
-                            "in doubt and the tool cannot say whether it ran; a human must check";
-                        self.mark(ctx, &c, &record.intent_id, LedgerStatus::Manual, None, note)
-                            .await;
-                        return Some(CompensationResult {
-                            intent_id: record.intent_id.clone(),
-                            tool: record.tool.clone(),
-                            compensation_tool: None,
-                            status: LedgerStatus::Manual,
-                            note: note.to_owned(),
-                        });
-                    }
-                    self.mark(
-                        ctx,
-                        &c,
-                        &record.intent_id,
-                        LedgerStatus::Succeeded,
-                        None,
-                        "undecidable: assumed executed so that it is compensated",
-                    )
-                    .await;
-                }
+            match self.resolve_in_doubt(ctx, &record, deadline, &c).await {
+                Resolved::NeverRan => return None,
+                Resolved::ForHuman(r) => return Some(r),
+                Resolved::Ran(Some(value)) => result = Some(value),
+                Resolved::Ran(None) => {}
             }
         }
         let binding = ctx.agent.compensations.get(&record.tool);
-        let finish = |status: LedgerStatus, note: String| CompensationResult {
-            intent_id: record.intent_id.clone(),
-            tool: record.tool.clone(),
-            compensation_tool: binding.map(|b| b.tool.name.clone()),
-            status,
-            note,
-        };
+        let finish =
+            |status: LedgerStatus, note: String| outcome_of(&record, binding, status, note);
         let Some(binding) = binding else {
             let note = format!(
                 "{} has no compensation: its effect stays and needs a human",
@@ -208,6 +173,33 @@ impl Engine {
                 .await;
             return Some(finish(LedgerStatus::Manual, note.to_owned()));
         }
+        let undo = Undo {
+            record: &record,
+            binding,
+            args,
+            intent,
+        };
+        Some(self.run_compensation(ctx, undo, deadline, step, &c).await)
+    }
+
+    /// Runs `undo`'s compensation with its grade's attempts within
+    /// `deadline`, durable before the call, and marks the forward record.
+    async fn run_compensation(
+        &self,
+        ctx: &RunCtx<'_>,
+        undo: Undo<'_>,
+        deadline: Deadline,
+        step: u32,
+        c: &Correlation,
+    ) -> CompensationResult {
+        let Undo {
+            record,
+            binding,
+            args,
+            intent,
+        } = undo;
+        let finish =
+            |status: LedgerStatus, note: String| outcome_of(record, Some(binding), status, note);
         let tool = &binding.tool;
         let key = IdempotencyKey::derive(
             tool.class,
@@ -234,7 +226,7 @@ impl Engine {
         };
         if let Err(e) = ctx.commit(commit).await {
             let note = format!("compensation not started: the store refused its start ({e})");
-            return Some(finish(LedgerStatus::Succeeded, note));
+            return finish(LedgerStatus::Succeeded, note);
         }
         crate::crash::point("mid_compensation");
         let attempts = match grade {
@@ -288,13 +280,97 @@ impl Engine {
         };
         ctx.emitter.emit(
             EventKind::CompensationFinished,
-            &c,
+            c,
             json!({"tool": record.tool, "compensation_tool": tool.name, "status": status,
                    "attempts": tries, "note": note}),
         );
-        self.mark(ctx, &c, &record.intent_id, status, None, &note)
+        self.mark(ctx, c, &record.intent_id, status, None, &note)
             .await;
-        Some(finish(status, note))
+        finish(status, note)
+    }
+
+    /// Asks the tool whether a call in doubt ran, by its key; if it cannot
+    /// say, the effect is assumed to have happened (so that it is
+    /// compensated) when it has a compensation, else left to a human.
+    async fn resolve_in_doubt(
+        &self,
+        ctx: &RunCtx<'_>,
+        record: &LedgerRecord,
+        deadline: Deadline,
+        c: &Correlation,
+    ) -> Resolved {
+        // Ask the tool; if it cannot say, assume the effect happened.
+        let forward_tool = ctx.agent.tools.get(&record.tool);
+        let found = match (forward_tool, &record.idempotency_key) {
+            (Some(tool), Some(key)) if tool.target.has_status_lookup() => {
+                // The lookup is a call to the tool's backend: it holds a
+                // slot of its resource group; no slot in time, no answer.
+                let gate = self.gate(ctx, tool);
+                let slot = match &gate {
+                    Some(gate) => gate.enter(self.clock.as_ref(), deadline).await.map(Some),
+                    None => Ok(None),
+                };
+                let allowance = tool.allowance(deadline.remaining(self.clock.now()));
+                match (tool.target.http(), slot) {
+                    (Some(target), Ok(_slot)) => {
+                        self.http.lookup(target, key, allowance).await.ok()
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        match found {
+            Some(None) => {
+                self.mark(
+                    ctx,
+                    c,
+                    &record.intent_id,
+                    LedgerStatus::Failed,
+                    None,
+                    "never executed (the tool has no record of its key)",
+                )
+                .await;
+                Resolved::NeverRan
+            }
+            Some(Some(value)) => {
+                self.mark(
+                    ctx,
+                    c,
+                    &record.intent_id,
+                    LedgerStatus::Succeeded,
+                    Some(value.clone()),
+                    "executed (found by its key)",
+                )
+                .await;
+                Resolved::Ran(Some(value))
+            }
+            None => {
+                if !ctx.agent.compensations.contains_key(&record.tool) {
+                    let note =
+                        "in doubt and the tool cannot say whether it ran; a human must check";
+                    self.mark(ctx, c, &record.intent_id, LedgerStatus::Manual, None, note)
+                        .await;
+                    return Resolved::ForHuman(CompensationResult {
+                        intent_id: record.intent_id.clone(),
+                        tool: record.tool.clone(),
+                        compensation_tool: None,
+                        status: LedgerStatus::Manual,
+                        note: note.to_owned(),
+                    });
+                }
+                self.mark(
+                    ctx,
+                    c,
+                    &record.intent_id,
+                    LedgerStatus::Succeeded,
+                    None,
+                    "undecidable: assumed executed so that it is compensated",
+                )
+                .await;
+                Resolved::Ran(None)
+            }
+        }
     }
 
     /// Whether an earlier process started compensating this record (its
