@@ -176,8 +176,8 @@ impl Engine {
         lineage: Lineage,
     ) -> Result<RunOutput, EngineError> {
         crate::crash::panic_point("run_start", &agent.name);
-        let run_id = request.run_id.unwrap_or_else(new_id::<RunId>);
-        let tenant = match request.tenant {
+        let run_id = request.run_id.clone().unwrap_or_else(new_id::<RunId>);
+        let tenant = match request.tenant.clone() {
             Some(t) => t,
             None => TenantId::new("default").map_err(|e| EngineError::Http(e.to_string()))?,
         };
@@ -203,43 +203,8 @@ impl Engine {
                 reason: "this process is stopping; it stays queued".into(),
             });
         }
-        if request.enqueued {
-            match self.store.get_run(&run_id).await? {
-                Some(record)
-                    if record.status == RunStatus::Queued && record.agent == agent.name => {}
-                Some(record) => {
-                    return Err(EngineError::NotResumable {
-                        run_id,
-                        reason: format!(
-                            "it is {} (agent `{}`), not a queued run of `{}`",
-                            record.status.as_str(),
-                            record.agent,
-                            agent.name
-                        ),
-                    });
-                }
-                None => {
-                    return Err(EngineError::NotResumable {
-                        run_id,
-                        reason: "no such queued run".into(),
-                    });
-                }
-            }
-        } else {
-            let new = NewRun {
-                run_id: run_id.clone(),
-                tenant: tenant.clone(),
-                agent: agent.name.clone(),
-                input: request.input.clone(),
-                parent_run_id: lineage.parent.clone(),
-                budget: json!(agent.budget),
-                created_at_ms: at_ms,
-            };
-            match &request.reservation {
-                Some(fence) => self.store.create_run_held(new, fence).await?,
-                None => self.store.create_run(new).await?,
-            };
-        }
+        self.record_start(agent, &request, &run_id, &tenant, &lineage, at_ms)
+            .await?;
         let owner = self.claim(&run_id, self.claim_hold(agent)).await?;
         let lost = CancellationToken::new();
         let _heartbeat = self.heartbeat(&run_id, &owner, &lost);
@@ -327,5 +292,56 @@ impl Engine {
             resume: None,
         };
         self.drive(&ctx, validator, state, None, None).await
+    }
+
+    /// A new run's record, created (fenced on its reservation when it has
+    /// one), or an enqueued run's, checked to be a queued run of `agent`.
+    async fn record_start(
+        &self,
+        agent: &AgentBinding,
+        request: &RunRequest,
+        run_id: &RunId,
+        tenant: &TenantId,
+        lineage: &Lineage,
+        at_ms: u64,
+    ) -> Result<(), EngineError> {
+        if request.enqueued {
+            match self.store.get_run(run_id).await? {
+                Some(record)
+                    if record.status == RunStatus::Queued && record.agent == agent.name => {}
+                Some(record) => {
+                    return Err(EngineError::NotResumable {
+                        run_id: run_id.clone(),
+                        reason: format!(
+                            "it is {} (agent `{}`), not a queued run of `{}`",
+                            record.status.as_str(),
+                            record.agent,
+                            agent.name
+                        ),
+                    });
+                }
+                None => {
+                    return Err(EngineError::NotResumable {
+                        run_id: run_id.clone(),
+                        reason: "no such queued run".into(),
+                    });
+                }
+            }
+        } else {
+            let new = NewRun {
+                run_id: run_id.clone(),
+                tenant: tenant.clone(),
+                agent: agent.name.clone(),
+                input: request.input.clone(),
+                parent_run_id: lineage.parent.clone(),
+                budget: json!(agent.budget),
+                created_at_ms: at_ms,
+            };
+            match &request.reservation {
+                Some(fence) => self.store.create_run_held(new, fence).await?,
+                None => self.store.create_run(new).await?,
+            };
+        }
+        Ok(())
     }
 }
