@@ -28,7 +28,10 @@ pub enum EngineError {
         /// What failed.
         message: String,
     },
-    /// The run cannot be resumed.
+    /// The run cannot be started or resumed here: it is finished, driven by
+    /// a live process, of another agent, or its stored state does not
+    /// decode (the reason names the field: a resume never continues with a
+    /// default in place of what was stored).
     #[error("run {run_id} cannot be resumed: {reason}")]
     NotResumable {
         /// The run.

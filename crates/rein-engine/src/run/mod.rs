@@ -14,17 +14,26 @@
 //!
 //! # Where each part of a run lives
 //!
+//! A run's life, in the order it happens, and the module of each part:
+//!
 //! ```text
-//! engine      Engine, EngineBuilder: what every run of a process shares
-//! start       a run's record, claim and first state   (Engine::run)
-//! resume      a run continued from the store          (Engine::resume)
-//! claim       one driver per run: claim, heartbeat, ClaimGuard
-//! ctx         one run's context, shared by its calls
-//! step        the loop: drive → step → handle_*
-//!   turn        the model turn           validate   one proposed call
-//!   execute     a turn's planned calls   checkpoint what a step makes durable
-//! conclude    settlement, report, final record        (settle/)
-//! hand_on     an interrupted run handed on, unfinished
+//! engine       Engine, EngineBuilder: what every run of a process shares
+//! start        Engine::run: the run's record, its claim, its first state
+//! resume       Engine::resume: the records read, the claim, the run reopened
+//!   restore      pure: stored records → loop state, or NotResumable(reason)
+//! claim        one driver per run: claim, heartbeat, ClaimGuard
+//! ctx          one run's context, shared by its concurrent calls
+//! step         the loop: drive → step → handle_boundary, handle_turn,
+//!              handle_plan, handle_results, handle_observation
+//!   turn         the model turn along the model chain
+//!   validate     one proposed call, before any tool sees it
+//!   execute      a turn's planned calls on a divided budget (guarded)
+//!   checkpoint   what a step makes durable
+//! conclude     the end: settlement, report, final record
+//!   settle/      partial-failure decision, compensation, handoff package
+//! hand_on      an interrupted run handed on, unfinished
+//! contain      a panic caught at the run's boundary
+//! close        closing a run from outside (orphaned, dead-lettered)
 //! ```
 
 mod args;

@@ -30,8 +30,10 @@ impl Engine {
     ///
     /// # Errors
     ///
-    /// [`EngineError::NotResumable`] for an unknown or finished run, or one
-    /// of another agent; [`EngineError::Store`] when its state cannot be read.
+    /// [`EngineError::NotResumable`] for an unknown or finished run, one of
+    /// another agent, or one whose checkpoint does not decode (the reason
+    /// names the field; its claim is released before the error returns);
+    /// [`EngineError::Store`] when its state cannot be read.
     pub async fn resume(
         &self,
         agent: &AgentBinding,
