@@ -735,4 +735,58 @@ mod tests {
         assert!(r.resumed.is_none());
         assert_eq!(r.served, 2);
     }
+
+    /// NOTE's contract: what `checkpoint::checkpoint` writes, `decode`
+    /// reads back to the same state; a field `decode` requires that the
+    /// checkpoint does not write fails here.
+    #[test]
+    fn a_checkpoint_a_step_wrote_restores_to_the_same_state() {
+        let c = checkpoint(transcript(), state());
+        let first = restored(Some(&c), &[]).unwrap();
+        let mut state = first.state;
+        state.step = 3;
+        state.facts.insert("update_order|{}|ok".into());
+        state.tools_tried.insert(WRITE.into());
+        state.calls.push(call(WRITE, "i-2", json!({"ok": true})));
+        let written = super::super::checkpoint::checkpoint(&run_id(), &state, 5, at(), 12_000);
+        let again = restored(Some(&written), &[]).unwrap();
+        assert_eq!(again.state.step, 3);
+        assert_eq!(again.state.messages.len(), state.messages.len());
+        assert_eq!(again.state.calls, state.calls);
+        assert_eq!(again.state.facts, state.facts);
+        assert_eq!(again.state.tools_tried, state.tools_tried);
+        assert_eq!(again.served, 5);
+    }
+
+    #[test]
+    fn what_the_interrupted_step_cost_and_retried_stays_spent() {
+        let c = checkpoint(transcript(), state());
+        let events = [
+            event(
+                3,
+                9_500,
+                EventKind::RetryScheduled,
+                json!({"provider": "p", "delay_ms": 250}),
+            ),
+            event(
+                3,
+                10_000,
+                EventKind::ModelCallFinished,
+                json!({"ok": false, "tokens_spent": 40, "cost_micros": 700}),
+            ),
+        ];
+        let r = restored(Some(&c), &events).unwrap();
+        assert_eq!(r.state.budget.used().tokens, 300 + 40);
+        assert_eq!(r.state.budget.used().cost, Cost::from_micros(700));
+        let used = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Acquire);
+        assert_eq!(
+            r.model_retries
+                .retries
+                .load(std::sync::atomic::Ordering::Acquire),
+            1
+        );
+        assert_eq!(used(&r.model_retries.wait_ms), 250);
+        assert_eq!(used(&r.model_retries.wasted_tokens), 40);
+        assert!(r.models.is_empty(), "a failed call answered nothing");
+    }
 }
