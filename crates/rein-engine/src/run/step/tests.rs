@@ -1,6 +1,7 @@
 //! The step handlers, each driven with a fixture context: the records,
 //! events and ends they return.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use rein_core::deadline::BudgetLimits;
 use rein_core::{Event, ToolClass};
 
