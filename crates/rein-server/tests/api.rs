@@ -1482,3 +1482,53 @@ async fn listing_pages_a_thousand_runs_per_tenant_never_across_tenants() {
         .unwrap();
     problem(anonymous, StatusCode::UNAUTHORIZED, "unauthorized").await;
 }
+
+/// Issue 14: a run whose checkpoint cannot be decoded is not resumed with
+/// a default in its place; `POST /v1/runs/{id}/resume` says which field
+/// was wrong, and the run is left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_from_a_corrupted_checkpoint_is_refused_naming_the_field() {
+    let api = start(Options::default()).await;
+    let run_id = kept_for_caller(api.store.as_ref(), "corrupted-checkpoint").await;
+    api.store
+        .commit_step(
+            &run_id,
+            rein_store::StepCommit {
+                checkpoint: Some(rein_store::Checkpoint {
+                    run_id: run_id.clone(),
+                    step: 1,
+                    messages: json!([{"role": "user", "content": "Move order A-1001."}]),
+                    completed_intents: vec![],
+                    consumed: rein_core::deadline::Usage::default(),
+                    elapsed_ms: 10,
+                    state: json!({"calls": "not a list", "facts": [], "tools_tried": [],
+                                  "provider_calls": 1}),
+                    at_ms: 2,
+                }),
+                ..rein_store::StepCommit::default()
+            },
+        )
+        .await
+        .unwrap();
+    let r = api
+        .post("/v1/runs/corrupted-checkpoint/resume", ACME)
+        .send()
+        .await
+        .unwrap();
+    let p = problem(r, StatusCode::CONFLICT, "not-resumable").await;
+    let detail = p["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("its checkpoint of step 1 cannot be decoded: `state.calls`"),
+        "{p}"
+    );
+    let run: Value = api
+        .get("/v1/runs/corrupted-checkpoint", ACME)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(run["status"], "running", "left as it was: {run}");
+    assert_eq!(api.desk.request_count(UPDATE_DELIVERY_TIME), 0);
+}

@@ -19,8 +19,8 @@ use rein_core::{Event, IntentId, LedgerRecord, RunId, RunReport, TenantId};
 use rein_store::{
     BreakerOpening, Checkpoint, Committed, IdempotencyRecord, IdempotencySettled,
     IdempotencySettlement, IdempotencyState, Lease, LeaseChange, LeaseFilter, LedgerMark,
-    NewReservation, NewRun, PlannedIntent, Reservation, ReservationFence, RunCursor, RunRecord,
-    RunStatus, SingletonLease, StepCommit, Store, StoreError, StoredResponse,
+    NewReservation, NewRun, PlannedIntent, Reservation, ReservationFence, RunCursor, RunFilter,
+    RunPage, RunRecord, RunStatus, SingletonLease, StepCommit, Store, StoreError, StoredResponse,
 };
 
 /// Forwards every call to the store it wraps, holding paused time still
@@ -51,6 +51,15 @@ impl Store for PauseSafeStore {
 
     async fn list_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
         held(self.0.list_runs(limit)).await
+    }
+
+    async fn list_runs_page(
+        &self,
+        filter: &RunFilter,
+        after: Option<&RunCursor>,
+        limit: usize,
+    ) -> Result<RunPage, StoreError> {
+        held(self.0.list_runs_page(filter, after, limit)).await
     }
 
     async fn runs_with_status(
