@@ -59,5 +59,5 @@ pub use event::{Event, EventKind};
 pub use failure::{Category, Effect, Failure};
 pub use ids::{AttemptId, IntentId, RunId, TenantId};
 pub use ledger::{LedgerRecord, LedgerStatus};
-pub use outcome::{FailurePolicy, Outcome, RunReport};
+pub use outcome::{FailurePolicy, Outcome, ReportNote, RunReport};
 pub use tool::{LatencyProfile, ToolClass};

@@ -148,6 +148,47 @@ pub struct RunReport {
     /// again when the ledger changes (see [`crate::report::derive`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub basis: Option<crate::report::ReportBasis>,
+    /// What this report could not establish and says instead of hiding:
+    /// e.g. a last checkpoint that could not be read, so its calls are
+    /// listed from the ledger alone. Empty for a report with nothing to
+    /// qualify (and in reports stored before notes existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<ReportNote>,
+}
+
+/// Something a report could not establish, said in the report (and in its
+/// summary) rather than left out silently.
+///
+/// # Why
+///
+/// A report that silently lists less than happened reads as "nothing else
+/// happened": a run closed from outside whose checkpoint did not decode
+/// would report no reads and no failed calls, and a human would trust it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ReportNote {
+    /// The run's last checkpoint could not be decoded: the calls it
+    /// recorded are missing, so actions are listed from the ledger alone
+    /// (its writes are all there; its reads, and why failed calls failed,
+    /// are not).
+    CheckpointUnreadable {
+        /// The step the checkpoint was taken after.
+        step: u32,
+        /// What could not be decoded, and why.
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for ReportNote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReportNote::CheckpointUnreadable { step, reason } => write!(
+                f,
+                "its checkpoint of step {step} could not be read ({reason}), so its actions are listed from the ledger alone: its reads and the reasons of its failed calls are missing"
+            ),
+        }
+    }
 }
 
 /// How a resumed run continued: visible to the user, because a resume that

@@ -58,7 +58,8 @@ use crate::ids::{IntentId, RunId};
 use crate::ledger::{LedgerRecord, LedgerStatus};
 use crate::loop_guard::Trip;
 use crate::outcome::{
-    CompensationResult, CompletedAction, IncompleteAction, Outcome, ResumeMarker, RunReport,
+    CompensationResult, CompletedAction, IncompleteAction, Outcome, ReportNote, ResumeMarker,
+    RunReport,
 };
 use crate::tool::ToolClass;
 
@@ -190,6 +191,9 @@ pub struct RunFacts {
     pub in_flight: Vec<InFlight>,
     /// What rein deliberately did not try, for the handoff package.
     pub strategies_not_tried: Vec<String>,
+    /// What the facts could not establish (e.g. an unreadable checkpoint):
+    /// the report carries them and its summary says them.
+    pub notes: Vec<ReportNote>,
 }
 
 /// Whether a record of a run that ended waits for a human: in doubt, or
@@ -235,6 +239,7 @@ fn took_effect(record: &LedgerRecord) -> bool {
 ///     resume: None,
 ///     in_flight: Vec::new(),
 ///     strategies_not_tried: Vec::new(),
+///     notes: Vec::new(),
 /// };
 /// let report = derive(&facts, &[]);
 /// assert_eq!(report.outcome, Outcome::Succeeded);
@@ -287,7 +292,10 @@ pub fn derive(facts: &RunFacts, ledger: &[LedgerRecord]) -> RunReport {
     let handoff = (matches!(facts.settled, Settled::HandedOff(_)) || !awaiting.is_empty())
         .then(|| package(facts, ledger));
     let recommendation = recommend(facts, &incomplete, &completed, &awaiting, recoverable);
-    let summary = summarize(facts, outcome, &completed, &incomplete, awaiting.len());
+    let mut summary = summarize(facts, outcome, &completed, &incomplete, awaiting.len());
+    for note in &facts.notes {
+        let _ = write!(summary, " Note: {note}.");
+    }
     let mut report = RunReport {
         outcome,
         completed,
@@ -313,6 +321,7 @@ pub fn derive(facts: &RunFacts, ledger: &[LedgerRecord]) -> RunReport {
             strategies_not_tried: facts.strategies_not_tried.clone(),
             ledger_revision: None,
         }),
+        notes: facts.notes.clone(),
     };
     // Every report is built here, so every report is redacted here: a
     // panic payload, a store error or a hand-off reason quoting one
@@ -903,6 +912,7 @@ mod tests {
             resume: None,
             in_flight: Vec::new(),
             strategies_not_tried: Vec::new(),
+            notes: Vec::new(),
         }
     }
 

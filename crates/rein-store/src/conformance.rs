@@ -223,6 +223,7 @@ fn report(outcome: Outcome) -> RunReport {
         handoff: None,
         resume: None,
         basis: None,
+        notes: Vec::new(),
     }
 }
 

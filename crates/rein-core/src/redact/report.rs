@@ -101,6 +101,7 @@ mod tests {
             resume: None,
             in_flight: Vec::new(),
             strategies_not_tried: Vec::new(),
+            notes: Vec::new(),
         }
     }
 

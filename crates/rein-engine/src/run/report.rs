@@ -12,8 +12,9 @@ use rein_core::FailurePolicy;
 use rein_core::call::CallResult;
 use rein_core::deadline::Usage;
 use rein_core::report::{RunFacts, Settled, derive};
-use rein_core::{EventKind, LedgerRecord, RunId, RunReport};
+use rein_core::{EventKind, LedgerRecord, ReportNote, RunId, RunReport};
 use rein_store::{RunRecord, Store, StoreError};
+use serde::Deserialize;
 
 pub use rein_core::report::End;
 
@@ -55,20 +56,58 @@ pub async fn tree_records(store: &dyn Store, run: &RunId) -> Result<Vec<LedgerRe
     Ok(records)
 }
 
-/// The calls a run made, from its last checkpoint (the calls of a step
-/// interrupted before its checkpoint are in the ledger only), and what it
-/// had consumed by then.
-async fn checkpointed(
-    store: &dyn Store,
-    run: &RunId,
-) -> Result<(Vec<CallResult>, Usage, u64), StoreError> {
-    Ok(match store.latest_checkpoint(run).await? {
-        Some(checkpoint) => (
-            serde_json::from_value(checkpoint.state["calls"].clone()).unwrap_or_default(),
-            checkpoint.consumed,
-            checkpoint.elapsed_ms,
-        ),
-        None => (Vec::new(), Usage::default(), 0),
+/// What a run's last checkpoint says of it, for a report derived from the
+/// store.
+#[derive(Debug, Default)]
+struct Checkpointed {
+    /// The calls it made (the calls of a step interrupted before its
+    /// checkpoint are in the ledger only).
+    calls: Vec<CallResult>,
+    /// What it had consumed by then.
+    consumed: Usage,
+    /// Set when the checkpoint's calls could not be decoded: the report
+    /// says so instead of listing none.
+    unreadable: Option<ReportNote>,
+}
+
+/// Reads `run`'s last checkpoint for its report.
+///
+/// # Why a note and not an error
+///
+/// Restoring a run from an undecodable checkpoint is refused
+/// (`NotResumable`): continuing with lost history would repeat work. A
+/// report is different: closing a run from outside must still close it,
+/// and the ledger lists every write it made. So the calls are left out
+/// *and the report says so* ([`ReportNote::CheckpointUnreadable`]) — never
+/// a silently empty list that reads as "nothing else happened".
+async fn checkpointed(store: &dyn Store, run: &RunId) -> Result<Checkpointed, StoreError> {
+    let Some(checkpoint) = store.latest_checkpoint(run).await? else {
+        return Ok(Checkpointed::default());
+    };
+    // NOTE: `checkpoint::checkpoint` writes `state.calls`; they change
+    // together.
+    let decoded = match checkpoint.state.get("calls") {
+        Some(calls) => Vec::<CallResult>::deserialize(calls)
+            .map_err(|e| format!("`state.calls` does not decode: {e}")),
+        None => Err("`state.calls` is missing".to_owned()),
+    };
+    let (calls, unreadable) = match decoded {
+        Ok(calls) => (calls, None),
+        Err(reason) => {
+            tracing::warn!(run = %run, step = checkpoint.step, "a report without its checkpoint's calls: {reason}");
+            (
+                Vec::new(),
+                Some(ReportNote::CheckpointUnreadable {
+                    step: checkpoint.step,
+                    reason,
+                }),
+            )
+        }
+    };
+    Ok(Checkpointed {
+        calls,
+        consumed: checkpoint.consumed,
+        unreadable,
     })
 }
 
@@ -102,7 +141,11 @@ pub(super) async fn stored_facts(
     end: End,
     at_ms: u64,
 ) -> Result<RunFacts, StoreError> {
-    let (calls, consumed, _) = checkpointed(store, &run.run_id).await?;
+    let Checkpointed {
+        calls,
+        consumed,
+        unreadable,
+    } = checkpointed(store, &run.run_id).await?;
     Ok(RunFacts {
         run_id: run.run_id.clone(),
         agent: run.agent.clone(),
@@ -119,6 +162,7 @@ pub(super) async fn stored_facts(
         resume: None,
         in_flight: Vec::new(),
         strategies_not_tried: Vec::new(),
+        notes: unreadable.into_iter().collect(),
     })
 }
 
@@ -153,7 +197,9 @@ pub async fn revise(
     let Some(basis) = stored.basis.clone() else {
         return Ok(None);
     };
-    let (calls, _, _) = checkpointed(store, &run.run_id).await?;
+    let Checkpointed {
+        calls, unreadable, ..
+    } = checkpointed(store, &run.run_id).await?;
     let facts = RunFacts {
         run_id: run.run_id.clone(),
         agent: run.agent.clone(),
@@ -172,6 +218,7 @@ pub async fn revise(
         // run; calls in doubt are judged afresh from the ledger.
         in_flight: basis.in_flight,
         strategies_not_tried: basis.strategies_not_tried,
+        notes: unreadable.into_iter().collect(),
     };
     let revised = derive(&facts, ledger);
     Ok(Some(revised))

@@ -203,6 +203,7 @@ impl Engine {
             resume: state.resume,
             in_flight: Vec::new(),
             strategies_not_tried: report::strategies_not_tried(agent),
+            notes: Vec::new(),
         };
         if matches!(end, End::Interrupted) {
             // Handed on unfinished: never settled (what it did so far is

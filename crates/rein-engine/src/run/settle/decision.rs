@@ -158,6 +158,7 @@ mod tests {
                 resume: None,
                 in_flight: vec![],
                 strategies_not_tried: vec![],
+                notes: vec![],
             },
             &[],
         )
