@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod provider;
 #[cfg(unix)]
 pub mod reconcile;
+pub mod recovery;
 pub mod run;
 #[cfg(feature = "sabotage")]
 pub mod sabotage;

@@ -157,7 +157,7 @@ pub async fn cancel_run(
                 // Atomic against a worker starting it at the same moment.
                 expect: Some(RunStatus::Queued),
             };
-            match crate::recovery::close(&state, &record, closing).await {
+            match state.engine.close(&record, closing).await {
                 Ok(_) => Ok((
                     StatusCode::ACCEPTED,
                     axum::Json(json!({"run_id": record.run_id, "status": "cancelled"})),

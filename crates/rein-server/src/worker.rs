@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rein_engine::lease::Owner;
+use rein_engine::recovery::{DEAD_LETTER, Standing};
 use rein_engine::run::{EngineError, HandOn, RunOutput, RunRequest};
 use rein_store::{RunCursor, RunRecord, RunStatus};
 
@@ -96,7 +97,7 @@ async fn still_running(state: &AppState, run_id: &rein_core::RunId) -> bool {
 /// continues with its root), or queued work whose last process did not
 /// stop it on purpose. A run stopped for its caller (a Ctrl-C'd `rein
 /// run`) is the caller's.
-fn ours(record: &RunRecord, standing: &crate::recovery::Standing) -> bool {
+fn ours(record: &RunRecord, standing: &Standing) -> bool {
     match standing.interrupted {
         Some(HandOn::AnyWorker) => record.parent_run_id.is_none(),
         Some(_) => false,
@@ -163,17 +164,18 @@ async fn take_over(state: &Arc<AppState>, cursor: &mut Option<RunCursor>) -> boo
         if !still_running(state, &record.run_id).await {
             continue;
         }
-        let attempts = standing.resumes.saturating_add(1);
-        if attempts >= max_attempts {
-            crate::recovery::fail(
-                state,
-                &record,
-                "dead_letter",
-                format!("its workers died {attempts} times (max_attempts {max_attempts})"),
-            )
-            .await;
+        if let Some(dead) = standing.dead_letter(max_attempts) {
+            match state.engine.close_dead_letter(&record, &dead).await {
+                Ok(_) => {
+                    tracing::warn!(run = %record.run_id, error_type = DEAD_LETTER, "{}", dead.reason())
+                }
+                Err(e) => {
+                    tracing::warn!(run = %record.run_id, "cannot close the run as {DEAD_LETTER}: {e}");
+                }
+            }
             continue;
         }
+        let attempts = standing.resumes.saturating_add(1);
         let agent = match state.bind(&record.agent) {
             Ok(a) => a,
             Err(p) => {

@@ -94,5 +94,6 @@ pub use turn::MIN_OUTPUT_TOKENS;
 // The names the run's modules share (`super::…`).
 use claim::claim_id;
 use ctx::{Lineage, ModelRetryUse, RunCtx, Tree};
+pub(crate) use emitter::unix_ms;
 use engine::{new_id, provider_target, tool_target};
 use guarded::millis;
