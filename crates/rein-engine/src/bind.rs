@@ -17,7 +17,7 @@ use crate::provider::{
 };
 use crate::run::{
     AgentBinding, AgentResolver, AgentTarget, ArgValidator, CompensationBinding, EngineBuilder,
-    ModelBinding, ModelLink, ToolBinding, ToolTarget, TreeLimits,
+    ModelBinding, ModelLink, ToolBinding, ToolTarget,
 };
 use crate::tool::command::CommandTarget;
 use crate::tool::http::HttpTarget;
@@ -176,7 +176,7 @@ pub fn bind_agent_using(
         fallbacks,
         context_fallbacks,
         provider_limits,
-        model_retry: agent.model_retry.into(),
+        model_retry: agent.model_retry,
     })
 }
 
@@ -212,16 +212,6 @@ pub fn agent_resolver(registry: &Registry, client: &reqwest::Client, env: Env) -
     })
 }
 
-impl From<rein_core::registry::AgentGraphLimits> for TreeLimits {
-    fn from(graph: rein_core::registry::AgentGraphLimits) -> Self {
-        TreeLimits {
-            max_depth: graph.max_depth,
-            max_total_tokens: graph.max_total_tokens.map(|t| t.get()),
-            max_total_runs: graph.max_total_runs.map(|r| r.get()),
-        }
-    }
-}
-
 impl EngineBuilder {
     /// Configures the engine from `registry` as every command does: tool
     /// calls and child runs over `client`, the registry's breaker settings,
@@ -232,7 +222,7 @@ impl EngineBuilder {
         self.http_client(client.clone())
             .breakers(registry.breakers().clone())
             .agents(agent_resolver(registry, client, env))
-            .tree_limits(registry.server().agent_graph.into())
+            .agent_graph(registry.server().agent_graph)
     }
 }
 

@@ -5,15 +5,17 @@
 
 mod common;
 
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::{agent, answer, call, conflict_on_update, effect_order, effects, ms, script, update};
 use rein_core::deadline::ChildCaps;
+use rein_core::registry::AgentGraphLimits;
 use rein_core::{LatencyProfile, LedgerStatus, Outcome, RunId, ToolClass};
 use rein_engine::run::{
     AcceptAll, AgentBinding, AgentResolver, AgentTarget, CancellationToken, Engine, RunOutput,
-    RunRequest, ToolBinding, ToolTarget, TreeLimits,
+    RunRequest, ToolBinding, ToolTarget,
 };
 use rein_store::{SqliteStore, Store};
 use rein_testkit::order_desk::{
@@ -65,7 +67,7 @@ struct Tree {
 
 /// An engine whose agent tools start `child` agents that follow
 /// `child_turns` (each child run gets a fresh script).
-async fn tree(faults: Faults, child_turns: Value, limits: TreeLimits) -> Tree {
+async fn tree(faults: Faults, child_turns: Value, limits: AgentGraphLimits) -> Tree {
     let desk = Arc::new(
         OrderDesk::start_with(OrderDeskConfig::default().with_faults(faults))
             .await
@@ -86,7 +88,7 @@ async fn tree(faults: Faults, child_turns: Value, limits: TreeLimits) -> Tree {
     let engine = Engine::builder(store.clone())
         .rng_seed(3)
         .agents(resolve)
-        .tree_limits(limits)
+        .agent_graph(limits)
         .build()
         .unwrap();
     Tree {
@@ -146,7 +148,7 @@ async fn a_child_run_answers_its_parent_and_is_recorded_under_it() {
             call(GET_ORDER, json!({"order_id": "A-1001"})),
             answer("A-1001 is confirmed.")
         ]),
-        TreeLimits::default(),
+        AgentGraphLimits::default(),
     )
     .await;
     let p = parent(
@@ -183,10 +185,7 @@ async fn children_past_the_trees_bounds_are_refused_with_a_structured_failure() 
     let t = tree(
         Faults::none(),
         json!([ask("Go deeper."), answer("I could not go deeper.")]),
-        TreeLimits {
-            max_depth: 1,
-            ..TreeLimits::default()
-        },
+        AgentGraphLimits::default().with_max_depth(1),
     )
     .await;
     let p = parent(&t, json!([ask("Dig."), answer("Done.")]));
@@ -207,10 +206,7 @@ async fn children_past_the_trees_bounds_are_refused_with_a_structured_failure() 
     let t = tree(
         Faults::none(),
         json!([answer("ok")]),
-        TreeLimits {
-            max_total_runs: Some(1),
-            ..TreeLimits::default()
-        },
+        AgentGraphLimits::default().with_max_total_runs(NonZeroU32::new(1)),
     )
     .await;
     let p = parent(&t, json!([ask("First."), ask("Second."), answer("Done.")]));
@@ -233,7 +229,7 @@ async fn cancelling_a_root_cancels_its_child_but_not_the_other_way_round() {
     ]);
 
     // Root cancelled: both end cancelled, at once.
-    let t = tree(slow(), child_turns.clone(), TreeLimits::default()).await;
+    let t = tree(slow(), child_turns.clone(), AgentGraphLimits::default()).await;
     let p = parent(&t, json!([ask("Look."), answer("Done.")]));
     let cancel = CancellationToken::new();
     let watch = async {
@@ -255,7 +251,7 @@ async fn cancelling_a_root_cancels_its_child_but_not_the_other_way_round() {
     assert_eq!(kids[0].status.as_str(), "cancelled");
 
     // Child cancelled alone: the parent carries on and answers.
-    let t = tree(slow(), child_turns, TreeLimits::default()).await;
+    let t = tree(slow(), child_turns, AgentGraphLimits::default()).await;
     let p = parent(&t, json!([ask("Look."), answer("The child was stopped.")]));
     let engine = t.engine.clone();
     let store = t.store.clone();

@@ -42,7 +42,7 @@ use super::server::ConnectionLimits;
 use super::server::{ApiKeySpec, ServerSpec, empty_key_digest, parse_byte_size, parse_sha256_hex};
 use super::spec::{
     AdapterSpec, AgentSpec, IdempotencySpec, LatencySpec, ModelBindingSpec, ModelLink,
-    ModelRetrySpec, Price, ProviderKind, ProviderSpec, RateLimit, Registry, ResourceGroupSpec,
+    ModelRetryLimits, Price, ProviderKind, ProviderSpec, RateLimit, Registry, ResourceGroupSpec,
     StreamSpec, ToolSpec,
 };
 use crate::breaker::{Breakers, BreakersConfig};
@@ -1751,7 +1751,7 @@ impl<'a> Checker<'a> {
                 );
                 None
             }
-            wasted => Some(ModelRetrySpec {
+            wasted => Some(ModelRetryLimits {
                 max_retries: c
                     .model_retry
                     .max_retries

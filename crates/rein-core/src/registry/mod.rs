@@ -153,7 +153,7 @@ pub use server::{
 };
 pub use spec::{
     AdapterSpec, AgentSpec, HttpMethod, IdempotencySpec, LatencySpec, ModelBindingSpec, ModelLink,
-    ModelRetrySpec, Price, ProviderKind, ProviderSpec, RateLimit, Registry, ResourceGroupSpec,
+    ModelRetryLimits, Price, ProviderKind, ProviderSpec, RateLimit, Registry, ResourceGroupSpec,
     SideEffectTier, StreamSpec, ToolSpec,
 };
 

@@ -299,7 +299,8 @@ impl Default for ConnectionLimits {
     }
 }
 
-/// Limits shared by a root run and every child run below it.
+/// Limits shared by a root run and every child run below it
+/// (`[server.agent_graph]`; the engine bounds every agent tree by them).
 ///
 /// They stop a new child from starting once reached; work in progress is
 /// not interrupted, so concurrent children may overshoot the token limit by
@@ -322,6 +323,31 @@ impl Default for AgentGraphLimits {
             max_total_tokens: NonZeroU64::new(DEFAULT_AGENT_GRAPH_MAX_TOTAL_TOKENS),
             max_total_runs: NonZeroU32::new(DEFAULT_AGENT_GRAPH_MAX_TOTAL_RUNS),
         }
+    }
+}
+
+impl AgentGraphLimits {
+    /// These limits with children at most `max` deep (0 allows none).
+    #[must_use]
+    pub fn with_max_depth(mut self, max: u32) -> Self {
+        self.max_depth = max;
+        self
+    }
+
+    /// These limits with at most `max` tokens for the whole tree (`None`:
+    /// unlimited).
+    #[must_use]
+    pub fn with_max_total_tokens(mut self, max: Option<NonZeroU64>) -> Self {
+        self.max_total_tokens = max;
+        self
+    }
+
+    /// These limits with at most `max` child runs in the tree (`None`:
+    /// unlimited).
+    #[must_use]
+    pub fn with_max_total_runs(mut self, max: Option<NonZeroU32>) -> Self {
+        self.max_total_runs = max;
+        self
     }
 }
 

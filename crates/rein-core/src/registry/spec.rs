@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::compensation::{CompensationGrade, CompensationSpec};
+use super::constants::{DEFAULT_MAX_MODEL_RETRIES, DEFAULT_MAX_MODEL_RETRY_WAIT};
 use super::server::ServerSpec;
 use crate::breaker::BreakersConfig;
 use crate::config::Ratio;
@@ -540,7 +541,7 @@ pub struct AgentSpec {
     /// The share of the wall clock reserved for compensation.
     pub compensation_reserve: Ratio,
     /// The run's own ceiling on model retries.
-    pub model_retry: ModelRetrySpec,
+    pub model_retry: ModelRetryLimits,
     /// The config file it was defined in.
     pub source: PathBuf,
 }
@@ -552,16 +553,66 @@ impl AgentSpec {
     }
 }
 
-/// What one run may spend retrying model calls in total (validated).
+/// How much one run may spend retrying model calls, in total, whatever
+/// the per-call policy allows (`[agents.NAME.model_retry]`, validated).
+///
+/// # Why
+///
+/// A per-call policy bounds one call's attempts; a run makes many calls,
+/// and a provider that fails one in three would otherwise be retried
+/// without end across the run. Model retries are budgeted apart from tool
+/// retries and from the model's own self-healing, so none of them can use
+/// up the others' allowance.
+///
+/// | field | default |
+/// | --- | --- |
+/// | `max_retries` | [`DEFAULT_MAX_MODEL_RETRIES`] |
+/// | `max_wait` | [`DEFAULT_MAX_MODEL_RETRY_WAIT`] |
+/// | `max_wasted_tokens` | none: only the run's token budget |
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct ModelRetrySpec {
+pub struct ModelRetryLimits {
     /// Retries of model calls in the whole run.
     pub max_retries: u32,
-    /// Time waiting between model retries in the whole run.
+    /// Time spent waiting between model retries in the whole run.
     pub max_wait: Duration,
-    /// Tokens failed calls may consume before no model call is retried.
+    /// Tokens consumed by failed model calls (a stream cut midway) after
+    /// which no model call is retried; `None`: only the run's token budget.
     pub max_wasted_tokens: Option<u64>,
+}
+
+impl Default for ModelRetryLimits {
+    fn default() -> Self {
+        ModelRetryLimits {
+            max_retries: DEFAULT_MAX_MODEL_RETRIES,
+            max_wait: DEFAULT_MAX_MODEL_RETRY_WAIT,
+            max_wasted_tokens: None,
+        }
+    }
+}
+
+impl ModelRetryLimits {
+    /// These limits with at most `max` model retries per run.
+    #[must_use]
+    pub fn with_max_retries(mut self, max: u32) -> Self {
+        self.max_retries = max;
+        self
+    }
+
+    /// These limits with at most `max` of waiting between model retries.
+    #[must_use]
+    pub fn with_max_wait(mut self, max: Duration) -> Self {
+        self.max_wait = max;
+        self
+    }
+
+    /// These limits with no model retry once failed calls consumed `max`
+    /// tokens (`None`: only the run's token budget).
+    #[must_use]
+    pub fn with_max_wasted_tokens(mut self, max: Option<u64>) -> Self {
+        self.max_wasted_tokens = max;
+        self
+    }
 }
 
 /// The validated registry: providers, model bindings, resource groups,

@@ -22,9 +22,6 @@ use crate::tool::http::HttpTarget;
 /// The factor applied to a tool's p99 to get one attempt's allowance.
 pub const DEFAULT_ALLOWANCE_FACTOR: u32 = 2;
 
-/// The share of a run's wall clock reserved for compensation by default.
-pub const DEFAULT_COMPENSATION_RESERVE: f64 = 0.2;
-
 /// How a tool is called: over HTTP, as a local command in its own
 /// process group, or as a child run of another agent.
 #[derive(Debug, Clone)]
@@ -160,51 +157,8 @@ pub struct AgentBinding {
     pub provider_limits: BTreeMap<String, NonZeroU32>,
     /// The run's own ceiling on model retries, apart from tool retries and
     /// from the model's self-healing.
-    pub model_retry: ModelRetryLimits,
+    pub model_retry: rein_core::registry::ModelRetryLimits,
 }
-
-/// How much a run may spend retrying model calls, in total, whatever the
-/// per-call policy allows.
-///
-/// # Why
-///
-/// A per-call policy bounds one call's attempts; a run makes many calls,
-/// and a provider that fails one in three would otherwise be retried
-/// without end across the run. Model retries are budgeted apart from tool
-/// retries and from the model's own self-healing, so none of them can use
-/// up the others' allowance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ModelRetryLimits {
-    /// Retries of model calls in the whole run.
-    pub max_retries: u32,
-    /// Time spent waiting between model retries in the whole run.
-    pub max_wait: Duration,
-    /// Tokens consumed by failed model calls (a stream cut midway) after
-    /// which no model call is retried; `None`: only the run's token budget.
-    pub max_wasted_tokens: Option<u64>,
-}
-
-impl From<rein_core::registry::ModelRetrySpec> for ModelRetryLimits {
-    fn from(spec: rein_core::registry::ModelRetrySpec) -> Self {
-        ModelRetryLimits {
-            max_retries: spec.max_retries,
-            max_wait: spec.max_wait,
-            max_wasted_tokens: spec.max_wasted_tokens,
-        }
-    }
-}
-
-impl Default for ModelRetryLimits {
-    fn default() -> Self {
-        ModelRetryLimits {
-            max_retries: DEFAULT_MAX_MODEL_RETRIES,
-            max_wait: DEFAULT_MAX_MODEL_RETRY_WAIT,
-            max_wasted_tokens: None,
-        }
-    }
-}
-
-pub use rein_core::registry::{DEFAULT_MAX_MODEL_RETRIES, DEFAULT_MAX_MODEL_RETRY_WAIT};
 
 /// One `{provider, model}` link of a model binding's chain.
 #[derive(Clone)]

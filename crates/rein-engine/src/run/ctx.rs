@@ -52,7 +52,7 @@ pub(crate) struct RunCtx<'a> {
     /// first-use order.
     pub(super) models: std::sync::Mutex<Vec<String>>,
     /// Model retries made, their waits (ms) and the tokens failed model
-    /// calls consumed, against [`ModelRetryLimits`].
+    /// calls consumed, against [`ModelRetryLimits`](rein_core::registry::ModelRetryLimits).
     pub(super) model_retries: ModelRetryUse,
 }
 

@@ -9,6 +9,7 @@ use rand::rngs::StdRng;
 use rein_core::Clock;
 use rein_core::breaker::{Breakers, BreakersConfig};
 use rein_core::ids::IdError;
+use rein_core::registry::AgentGraphLimits;
 use rein_core::retry::{RetryBudget, RetryDecision, RetryInput, RetryPolicy};
 use rein_store::Store;
 use tokio_util::sync::CancellationToken;
@@ -57,7 +58,7 @@ pub struct EngineBuilder {
     pub(super) claim_lease: Option<std::time::Duration>,
     pub(super) claim_renewal: Option<std::time::Duration>,
     pub(super) agents: Option<tree::AgentResolver>,
-    pub(super) tree_limits: tree::TreeLimits,
+    pub(super) agent_graph: AgentGraphLimits,
     /// This node's id and the refresh interval of shared breaker openings.
     pub(super) shared_breakers: Option<(String, std::time::Duration)>,
     /// This engine's public node id; a fresh one when unset.
@@ -82,10 +83,11 @@ impl EngineBuilder {
         self
     }
 
-    /// Bounds every root run's agent tree (default: depth 3, 200,000
-    /// tokens, 25 child runs).
-    pub fn tree_limits(mut self, limits: tree::TreeLimits) -> Self {
-        self.tree_limits = limits;
+    /// Bounds every root run's agent tree by `limits` (default: the
+    /// `[server.agent_graph]` defaults, depth 3, 200,000 tokens, 25 child
+    /// runs).
+    pub fn agent_graph(mut self, limits: AgentGraphLimits) -> Self {
+        self.agent_graph = limits;
         self
     }
 
@@ -202,7 +204,7 @@ impl EngineBuilder {
                 hand_on: std::sync::OnceLock::new(),
             },
             agents: self.agents,
-            tree_limits: self.tree_limits,
+            agent_graph: self.agent_graph,
             claim_lease: self.claim_lease,
             claim_renewal: self.claim_renewal,
             #[cfg(feature = "sabotage")]
@@ -237,7 +239,7 @@ pub struct Engine {
     /// Binds the agents that `agent` tools start.
     pub(super) agents: Option<tree::AgentResolver>,
     /// Bounds of every agent tree.
-    pub(super) tree_limits: tree::TreeLimits,
+    pub(super) agent_graph: AgentGraphLimits,
     /// The public node id in this engine's claims.
     pub(super) node: String,
     /// The mechanisms deliberately broken (test-only).
@@ -265,7 +267,7 @@ impl Engine {
             claim_lease: None,
             claim_renewal: None,
             agents: None,
-            tree_limits: tree::TreeLimits::default(),
+            agent_graph: AgentGraphLimits::default(),
             shared_breakers: None,
             node: None,
             #[cfg(feature = "sabotage")]

@@ -70,9 +70,8 @@ mod validate;
 
 pub use args::{ParsedArgs, parse_args};
 pub use binding::{
-    AcceptAll, AgentBinding, AgentTarget, ArgValidator, DEFAULT_ALLOWANCE_FACTOR,
-    DEFAULT_COMPENSATION_RESERVE, DEFAULT_MAX_MODEL_RETRIES, DEFAULT_MAX_MODEL_RETRY_WAIT,
-    ModelLink, ModelRetryLimits, ToolBinding, ToolTarget,
+    AcceptAll, AgentBinding, AgentTarget, ArgValidator, DEFAULT_ALLOWANCE_FACTOR, ModelLink,
+    ToolBinding, ToolTarget,
 };
 pub use close::{Closing, close_run};
 pub use emitter::{Correlation, Observer};
@@ -88,7 +87,7 @@ pub use settle::{CompensationBinding, STRONG_COMPENSATION_ATTEMPTS};
 pub use shared_breakers::DEFAULT_SHARED_BREAKERS_REFRESH;
 pub use start::{RunOutput, RunRequest};
 pub use tokio_util::sync::CancellationToken;
-pub use tree::{AgentResolver, TreeLimits};
+pub use tree::AgentResolver;
 pub use turn::MIN_OUTPUT_TOKENS;
 
 // The names the run's modules share (`super::…`).

@@ -13,6 +13,7 @@
 //! resumed) instead of starting a second one.
 
 use std::collections::HashMap;
+use std::num::{NonZeroU32, NonZeroU64};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -29,32 +30,6 @@ use crate::tool::ToolOutput;
 /// Resolves an agent's name to a fresh binding (a new provider per run),
 /// for the engine to start child runs with.
 pub type AgentResolver = Arc<dyn Fn(&str) -> Option<AgentBinding> + Send + Sync>;
-
-/// Bounds of one root run's whole tree.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TreeLimits {
-    /// The deepest a child may be; the root is depth 0.
-    pub max_depth: u32,
-    /// Tokens every run of the tree may use together; `None`: unlimited.
-    pub max_total_tokens: Option<u64>,
-    /// Child runs the tree may start; `None`: unlimited.
-    pub max_total_runs: Option<u32>,
-}
-
-impl Default for TreeLimits {
-    fn default() -> Self {
-        use rein_core::registry::{
-            DEFAULT_AGENT_GRAPH_MAX_DEPTH, DEFAULT_AGENT_GRAPH_MAX_TOTAL_RUNS,
-            DEFAULT_AGENT_GRAPH_MAX_TOTAL_TOKENS,
-        };
-        // The registry's `[server.agent_graph]` defaults, one source.
-        TreeLimits {
-            max_depth: DEFAULT_AGENT_GRAPH_MAX_DEPTH,
-            max_total_tokens: Some(DEFAULT_AGENT_GRAPH_MAX_TOTAL_TOKENS),
-            max_total_runs: Some(DEFAULT_AGENT_GRAPH_MAX_TOTAL_RUNS),
-        }
-    }
-}
 
 /// The cancellation tokens of the runs this engine drives (roots and
 /// children alike).
@@ -255,7 +230,7 @@ impl Engine {
                 .with_retryable(false)
                 .with_human_message(why)
         };
-        let limits = self.tree_limits;
+        let limits = self.agent_graph;
         let depth = ctx.lineage.depth + 1;
         if depth > limits.max_depth {
             return Err(refuse(format!(
@@ -264,7 +239,7 @@ impl Engine {
             )));
         }
         let tree = &ctx.lineage.tree;
-        if let Some(max) = limits.max_total_tokens
+        if let Some(max) = limits.max_total_tokens.map(NonZeroU64::get)
             && tree.tokens.load(Ordering::Acquire) >= max
         {
             return Err(refuse(format!(
@@ -286,7 +261,7 @@ impl Engine {
             return outcome_of(tool, &child_id, report.clone());
         }
         if existing.is_none()
-            && let Some(max) = limits.max_total_runs
+            && let Some(max) = limits.max_total_runs.map(NonZeroU32::get)
         {
             let started = tree.runs.fetch_add(1, Ordering::AcqRel) + 1;
             if started > max {
