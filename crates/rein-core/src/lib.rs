@@ -24,6 +24,7 @@
 //! | [`ledger`] | the side-effect ledger's record and state machine |
 //! | [`outcome`] | honest outcomes, the run report, the partial-failure policy |
 //! | [`handoff`] | the package for a human when automation stops |
+//! | [`header`] | the names of the HTTP headers rein sends and reads |
 //! | [`call`] | one guarded call as a run remembers it |
 //! | [`report`] | the run report, derived from the ledger as it stands |
 //! | [`submission`] | an idempotent submission's record, and resolving one whose holder died |
@@ -41,6 +42,7 @@ pub mod event;
 pub mod failure;
 pub mod governor;
 pub mod handoff;
+pub mod header;
 pub mod idempotency;
 pub mod ids;
 pub mod ledger;

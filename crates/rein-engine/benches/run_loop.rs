@@ -20,16 +20,15 @@ use std::time::{Duration, Instant, SystemTime};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use rein_core::deadline::{BudgetLimits, DEADLINE_HEADER};
+use rein_core::header::{ATTEMPT_HEADER, ATTEMPT_ID_HEADER, INTENT_ID_HEADER, RUN_ID_HEADER};
 use rein_core::idempotency::Normalizer;
 use rein_core::loop_guard::LoopGuardConfig;
+use rein_core::registry::DEFAULT_IDEMPOTENCY_HEADER;
 use rein_core::retry::RetryPolicy;
 use rein_core::{Event, EventKind, LatencyProfile, Outcome, RunId, TenantId, ToolClass};
 use rein_engine::provider::ScriptedProvider;
 use rein_engine::run::{AcceptAll, AgentBinding, Engine, RunRequest, ToolBinding, http_client};
-use rein_engine::tool_http::{
-    ATTEMPT_HEADER, ATTEMPT_ID_HEADER, DEFAULT_IDEMPOTENCY_HEADER, HttpTarget, INTENT_ID_HEADER,
-    RUN_ID_HEADER,
-};
+use rein_engine::tool_http::HttpTarget;
 use rein_store::{NewRun, SqliteStore, StepCommit, Store};
 use rein_testkit::order_desk::{GET_ORDER, OrderDesk, UPDATE_DELIVERY_TIME};
 use serde_json::{Value, json};

@@ -28,6 +28,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use rein_core::Category;
+use rein_core::header::DEADLINE_HEADER;
 use rein_engine::provider::{
     FinishReason, Message, ModelRequest, ModelResponse, StreamEvent, ToolCall,
 };
@@ -42,10 +43,9 @@ use crate::problem::Problem;
 use crate::runs::Answer;
 use crate::state::AppState;
 
-/// The header naming the `provider/model` that answered.
-pub const MODEL_HEADER: &str = "Rein-Model";
-/// The header saying whether a link other than the primary answered.
-pub const FALLBACK_HEADER: &str = "Rein-Fallback";
+// The gateway's response headers, defined with every other rein header.
+pub use rein_core::header::{FALLBACK_HEADER, MODEL_HEADER};
+
 /// How long a gateway call may take when the client sets no
 /// `Rein-Deadline-Ms`.
 pub const DEFAULT_GATEWAY_DEADLINE: Duration = Duration::from_secs(120);
@@ -129,7 +129,7 @@ struct Chat {
 }
 
 fn deadline(headers: &HeaderMap) -> Result<Duration, Problem> {
-    let Some(value) = headers.get(rein_core::deadline::DEADLINE_HEADER) else {
+    let Some(value) = headers.get(DEADLINE_HEADER) else {
         return Ok(DEFAULT_GATEWAY_DEADLINE);
     };
     value
@@ -143,7 +143,7 @@ fn deadline(headers: &HeaderMap) -> Result<Duration, Problem> {
                 StatusCode::BAD_REQUEST,
                 "invalid_request_error",
                 "invalid_deadline",
-                "Rein-Deadline-Ms must be a positive number of milliseconds".into(),
+                format!("{DEADLINE_HEADER} must be a positive number of milliseconds"),
             )
         })
 }

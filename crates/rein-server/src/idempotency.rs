@@ -59,9 +59,9 @@ use crate::state::AppState;
 /// The request header.
 ///
 /// NOTE: `DEFAULT_CORS_ALLOWED_HEADERS` (rein-core) lists it.
-pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
+pub const IDEMPOTENCY_KEY: &str = rein_core::header::IDEMPOTENCY_KEY_HEADER;
 /// The header on a replayed response.
-pub const REPLAYED: &str = "Idempotency-Replayed";
+pub const REPLAYED: &str = rein_core::header::IDEMPOTENCY_REPLAYED_HEADER;
 
 /// The request's idempotency key, validated; `None` without the header.
 ///

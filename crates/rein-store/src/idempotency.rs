@@ -83,16 +83,15 @@
 //! [`InProgress`]: IdempotencyState::InProgress
 
 use std::fmt;
-use std::time::Duration;
 
 use rein_core::{RunId, TenantId};
 use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
 
-/// How long a record is kept after its reservation unless configured
-/// otherwise: 24 hours.
-pub const DEFAULT_IDEMPOTENCY_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+// How long a record is kept after its reservation unless configured
+// otherwise (24 hours): `server.idempotency.retention`'s default.
+pub use rein_core::registry::DEFAULT_IDEMPOTENCY_RETENTION;
 
 /// The longest idempotency key accepted, in bytes: the largest
 /// `server.idempotency.max_key_length` a config may set, so that every key

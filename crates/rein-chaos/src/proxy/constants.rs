@@ -31,13 +31,8 @@ pub const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// close into a reset that could destroy the answer.
 pub const CLOSE_DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 
-// NOTE: these header names must match what rein's HTTP tool adapter sends
-// (and the testkit's order desk reads).
-/// The header carrying the idempotency key.
-pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
-/// The header carrying rein's run id.
-pub const RUN_ID_HEADER: &str = "rein-run-id";
-/// The header carrying the intent id of the call.
-pub const INTENT_ID_HEADER: &str = "rein-intent-id";
-/// The header carrying the attempt number of the call (1 for the first).
-pub const ATTEMPT_HEADER: &str = "rein-attempt";
+// The header names rein's HTTP tool adapter sends, defined once in
+// rein-core (the proxy compares them without case).
+pub use rein_core::header::{
+    ATTEMPT_HEADER, IDEMPOTENCY_KEY_HEADER, INTENT_ID_HEADER, RUN_ID_HEADER,
+};

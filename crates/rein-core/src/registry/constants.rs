@@ -3,10 +3,13 @@
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
-use crate::deadline::DEADLINE_HEADER;
+use crate::header::{
+    ATTEMPT_HEADER, ATTEMPT_ID_HEADER, DEADLINE_HEADER, IDEMPOTENCY_KEY_HEADER, INTENT_ID_HEADER,
+    RUN_ID_HEADER,
+};
 
 /// The header an idempotency key travels in unless a tool names another.
-pub const DEFAULT_IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
+pub const DEFAULT_IDEMPOTENCY_HEADER: &str = IDEMPOTENCY_KEY_HEADER;
 
 /// How much of a tool's result body rein keeps before truncating it with an
 /// explicit note: 16 KiB, enough for a structured answer, small enough that
@@ -52,14 +55,15 @@ pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// profile replaces the conservative fallback: fewer make a p99 noise.
 pub const DEFAULT_OBSERVE_MIN_SAMPLES: u64 = 50;
 
-/// Headers rein sets on every tool call; an adapter may not set them itself,
-/// or it could forge the deadline or the correlation ids. Compared without
-/// case, as HTTP does. The tool's idempotency header is reserved as well.
-pub const RESERVED_HEADERS: [&str; 4] = [
+/// Headers rein sets on every tool call ([`crate::header`]); an adapter may
+/// not set them itself, or it could forge the deadline or the correlation
+/// ids. Compared without case, as HTTP does. The tool's idempotency header is reserved as well.
+pub const RESERVED_HEADERS: [&str; 5] = [
     DEADLINE_HEADER,
-    "Rein-Run-Id",
-    "Rein-Intent-Id",
-    "Rein-Attempt",
+    RUN_ID_HEADER,
+    INTENT_ID_HEADER,
+    ATTEMPT_HEADER,
+    ATTEMPT_ID_HEADER,
 ];
 
 /// The share of the caller's remaining budget an agent tool's child run

@@ -596,6 +596,16 @@ fn adapter_rules_refuse_bad_urls_reserved_headers_and_status_url_without_key() {
         fields(&reserved_key_header),
         vec!["tools.update_delivery_time.idempotency.header"]
     );
+    // Every header the HTTP adapter sets is reserved, the attempt id too
+    // (a configured one would travel beside rein's own).
+    let forged_attempt_id = BASE.replace(
+        "headers = { \"X-Team\" = \"orders\" }",
+        "headers = { \"rein-attempt-id\" = \"forged\" }",
+    );
+    assert_eq!(
+        fields(&forged_attempt_id),
+        vec!["tools.update_delivery_time.adapter.headers.rein-attempt-id"]
+    );
 }
 
 #[test]

@@ -20,8 +20,8 @@
 //!
 //! | rule | default |
 //! | --- | --- |
-//! | time to the first event, headers included ([`StreamLimits::first_byte`]) | [`DEFAULT_FIRST_BYTE_TIMEOUT`] |
-//! | longest gap between events ([`StreamLimits::idle`]) | [`DEFAULT_IDLE_TIMEOUT`] |
+//! | time to the first event, headers included ([`StreamLimits::first_byte`]) | [`DEFAULT_STREAM_FIRST_BYTE_TIMEOUT`](rein_core::registry::DEFAULT_STREAM_FIRST_BYTE_TIMEOUT) |
+//! | longest gap between events ([`StreamLimits::idle`]) | [`DEFAULT_STREAM_IDLE_TIMEOUT`](rein_core::registry::DEFAULT_STREAM_IDLE_TIMEOUT) |
 //! | both capped by the call's allowance | — |
 //! | a cut stream (drop, stall, unparseable event) ends in `Err`, never `Done` | — |
 //! | a clean end without the terminator, after the finish reason, completes at once | — |
@@ -41,9 +41,8 @@ pub use message::{FinishReason, Message, ModelRequest, ModelResponse, TokenUsage
 pub use openai::OpenAiProvider;
 pub use scripted::{ScriptError, ScriptedProvider};
 pub use stream::{
-    BYTES_PER_TOKEN_ESTIMATE, DEFAULT_FIRST_BYTE_TIMEOUT, DEFAULT_IDLE_TIMEOUT, Delta, StreamEvent,
-    StreamLimits, StreamSettings, StreamSettingsError, ToolCallDelta, TurnStream, collect_turn,
-    ready_turn,
+    BYTES_PER_TOKEN_ESTIMATE, Delta, StreamEvent, StreamLimits, StreamSettings,
+    StreamSettingsError, ToolCallDelta, TurnStream, collect_turn, ready_turn,
 };
 
 use async_trait::async_trait;

@@ -5,16 +5,10 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
+use rein_core::registry::{DEFAULT_STREAM_FIRST_BYTE_TIMEOUT, DEFAULT_STREAM_IDLE_TIMEOUT};
 use rein_core::{Category, Failure};
 
 use super::{FinishReason, ModelResponse, TokenUsage, ToolCall};
-
-/// How long a stream may take to send its first event, unless configured.
-pub const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// How long a stream may go without an event once it has started, unless
-/// configured.
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Characters per token assumed when a provider reports no usage: a
 /// conservative rule of thumb for English and JSON (about 4 bytes per
@@ -26,8 +20,11 @@ pub const BYTES_PER_TOKEN_ESTIMATE: u64 = 4;
 ///
 /// | setting | default |
 /// | --- | --- |
-/// | `first_byte` | [`DEFAULT_FIRST_BYTE_TIMEOUT`] |
-/// | `idle` | [`DEFAULT_IDLE_TIMEOUT`] |
+/// | `first_byte` | [`DEFAULT_STREAM_FIRST_BYTE_TIMEOUT`] (20 s) |
+/// | `idle` | [`DEFAULT_STREAM_IDLE_TIMEOUT`] (10 s) |
+///
+/// NOTE: the registry's `[providers.NAME.stream]` defaults, so that a
+/// provider an embedder builds streams like one `rein run` builds.
 ///
 /// # Why two limits
 ///
@@ -59,8 +56,8 @@ pub enum StreamSettingsError {
 impl Default for StreamSettings {
     fn default() -> Self {
         StreamSettings {
-            first_byte: DEFAULT_FIRST_BYTE_TIMEOUT,
-            idle: DEFAULT_IDLE_TIMEOUT,
+            first_byte: DEFAULT_STREAM_FIRST_BYTE_TIMEOUT,
+            idle: DEFAULT_STREAM_IDLE_TIMEOUT,
         }
     }
 }

@@ -46,7 +46,7 @@ fn tool(name: &str, class: ToolClass) -> ToolBinding {
             url: "http://127.0.0.1:9/".to_owned(),
             method: reqwest::Method::POST,
             headers: BTreeMap::new(),
-            idempotency_header: "Idempotency-Key".to_owned(),
+            idempotency_header: rein_core::registry::DEFAULT_IDEMPOTENCY_HEADER.to_owned(),
             status_url: None,
             max_result_bytes: 1024,
         }

@@ -7,8 +7,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use rein_core::deadline::DEADLINE_HEADER;
 use rein_core::failure::{TransportError, TransportPhase};
+use rein_core::header::{
+    ATTEMPT_HEADER, ATTEMPT_ID_HEADER, DEADLINE_HEADER, IDEMPOTENCY_REPLAYED_HEADER,
+    INTENT_ID_HEADER, RUN_ID_HEADER, TOOL_REPLAYED_HEADER,
+};
 use rein_core::idempotency::IdempotencyKey;
 use rein_core::{Category, Clock, Effect, Failure};
 use serde_json::{Map, Value, json};
@@ -18,19 +21,6 @@ use super::ErrorBody;
 // former `tool_http::…`) keep working for embedders.
 pub use super::{Attempt, ToolOutput};
 use crate::{SystemClock, Timer};
-
-/// The header carrying the run id.
-pub const RUN_ID_HEADER: &str = "Rein-Run-Id";
-/// The header carrying the intent id.
-pub const INTENT_ID_HEADER: &str = "Rein-Intent-Id";
-/// The header carrying the attempt number (1 for the first try).
-pub const ATTEMPT_HEADER: &str = "Rein-Attempt";
-/// The header carrying the attempt id.
-pub const ATTEMPT_ID_HEADER: &str = "Rein-Attempt-Id";
-/// The default idempotency header.
-pub const DEFAULT_IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
-/// The default result size limit.
-pub const DEFAULT_MAX_RESULT_BYTES: usize = 16 * 1024;
 
 /// Where and how to call one tool over HTTP.
 ///
@@ -234,9 +224,8 @@ impl HttpToolAdapter {
                 .map(str::to_owned)
         };
         let retry_after = header(reqwest::header::RETRY_AFTER.as_str());
-        let replayed = header("Idempotent-Replayed")
-            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
-            || header("Idempotency-Replayed").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        let replayed = header(TOOL_REPLAYED_HEADER).is_some_and(|v| v.eq_ignore_ascii_case("true"))
+            || header(IDEMPOTENCY_REPLAYED_HEADER).is_some_and(|v| v.eq_ignore_ascii_case("true"));
         let bytes = response
             .bytes()
             .await
@@ -390,6 +379,7 @@ fn shape_result(bytes: &[u8], max: usize) -> (Value, bool) {
 
 #[cfg(test)]
 mod tests {
+    use rein_core::registry::{DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_MAX_RESULT_BYTES};
     use rein_core::{AttemptId, IntentId, RunId};
 
     use super::*;

@@ -15,6 +15,7 @@ use std::time::Duration;
 use rein_core::deadline::BudgetLimits;
 use rein_core::idempotency::Normalizer;
 use rein_core::loop_guard::LoopGuardConfig;
+use rein_core::registry::DEFAULT_IDEMPOTENCY_HEADER;
 use rein_core::registry::{ArgSource, CompensationGrade, CompensationSpec};
 use rein_core::retry::RetryPolicy;
 use rein_core::{EventKind, LatencyProfile, ToolClass};
@@ -23,7 +24,7 @@ use rein_engine::run::{
     AcceptAll, AgentBinding, ArgValidator, CompensationBinding, Engine, EngineBuilder, RunOutput,
     RunRequest, ToolBinding,
 };
-use rein_engine::tool_http::{DEFAULT_IDEMPOTENCY_HEADER, HttpTarget};
+use rein_engine::tool_http::HttpTarget;
 use rein_store::{SqliteStore, Store};
 use rein_testkit::order_desk::{
     Fault, Faults, GET_ORDER, OrderDesk, OrderDeskConfig, RESTORE_DELIVERY_TIME, SEND_EMAIL,

@@ -85,18 +85,12 @@ pub const RESTORE_DELIVERY_TIME: &str = "restore_delivery_time";
 /// The irreversible tool: notify someone by email.
 pub const SEND_EMAIL: &str = "send_email";
 
-// NOTE: these header names must match what rein's HTTP tool adapter sends
-// (issue 3, item 4).
-/// The header carrying the idempotency key.
-pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
-/// The header carrying rein's run id.
-pub const RUN_ID_HEADER: &str = "Rein-Run-Id";
-/// The header carrying the intent id of the call.
-pub const INTENT_ID_HEADER: &str = "Rein-Intent-Id";
-/// The header carrying the attempt (number or id) of the call.
-pub const ATTEMPT_HEADER: &str = "Rein-Attempt";
-/// The response header marking a replayed result (`true`).
-pub const REPLAYED_HEADER: &str = "Idempotent-Replayed";
+// The header names rein's HTTP tool adapter sends, and the one a tool
+// answers a replay with: defined once, in rein-core.
+pub use rein_core::header::{
+    ATTEMPT_HEADER, IDEMPOTENCY_KEY_HEADER, INTENT_ID_HEADER, RUN_ID_HEADER,
+    TOOL_REPLAYED_HEADER as REPLAYED_HEADER,
+};
 
 /// How an order desk starts.
 ///
