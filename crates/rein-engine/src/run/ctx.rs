@@ -15,8 +15,8 @@ use super::{AgentBinding, ArgValidator, model_chain};
 
 /// One run's context, shared by its concurrent calls.
 pub(crate) struct RunCtx<'a> {
-    pub(super) run_id: RunId,
-    pub(super) tenant: TenantId,
+    pub(crate) run_id: RunId,
+    pub(crate) tenant: TenantId,
     pub(super) input: String,
     pub(super) agent: &'a AgentBinding,
     pub(super) store: &'a Arc<dyn Store>,
@@ -28,7 +28,7 @@ pub(crate) struct RunCtx<'a> {
     /// prompt, which only grows.
     pub(super) last_input_tokens: std::sync::atomic::AtomicU64,
     /// Cancels the forward path (never the settlement).
-    pub(super) cancel: CancellationToken,
+    pub(crate) cancel: CancellationToken,
     /// Fires when another process took the run's claim over: this process
     /// stops everything at once and records nothing more.
     pub(super) lost: CancellationToken,
@@ -42,9 +42,9 @@ pub(crate) struct RunCtx<'a> {
     /// compensation always runs to its end.
     pub(super) settling: std::sync::atomic::AtomicBool,
     /// Validates proposed calls (child runs validate with it too).
-    pub(super) validator: &'a dyn ArgValidator,
+    pub(crate) validator: &'a dyn ArgValidator,
     /// Where the run sits in its agent tree.
-    pub(super) lineage: Lineage,
+    pub(crate) lineage: Lineage,
     /// What child runs started by this run's calls consumed, by intent,
     /// until the call's budget grant is settled with it.
     pub(super) child_usage: std::sync::Mutex<HashMap<IntentId, Usage>>,
@@ -192,7 +192,7 @@ impl RunCtx<'_> {
     }
 
     /// Records what the child run of `intent` consumed.
-    pub(super) fn record_child_usage(&self, intent: &IntentId, used: Usage) {
+    pub(crate) fn record_child_usage(&self, intent: &IntentId, used: Usage) {
         self.child_usage
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

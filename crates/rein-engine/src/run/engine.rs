@@ -227,8 +227,8 @@ pub fn http_client() -> Result<reqwest::Client, reqwest::Error> {
 
 /// Runs agents: the imperative shell around rein-core's policies.
 pub struct Engine {
-    pub(super) store: Arc<dyn Store>,
-    pub(super) clock: Arc<dyn Timer>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) clock: Arc<dyn Timer>,
     pub(super) http: HttpToolAdapter,
     pub(super) command: crate::tool_command::CommandToolAdapter,
     pub(super) shared: Shared,
@@ -237,9 +237,9 @@ pub struct Engine {
     /// How often the claim is renewed, at most a third of the lease.
     pub(super) claim_renewal: Option<std::time::Duration>,
     /// Binds the agents that `agent` tools start.
-    pub(super) agents: Option<tree::AgentResolver>,
+    pub(crate) agents: Option<tree::AgentResolver>,
     /// Bounds of every agent tree.
-    pub(super) agent_graph: AgentGraphLimits,
+    pub(crate) agent_graph: AgentGraphLimits,
     /// The public node id in this engine's claims.
     pub(super) node: String,
     /// The mechanisms deliberately broken (test-only).

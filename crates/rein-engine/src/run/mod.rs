@@ -33,7 +33,10 @@
 //!   settle/      partial-failure decision, compensation, handoff package
 //! hand_on      an interrupted run handed on, unfinished
 //! contain      a panic caught at the run's boundary
-//! close        closing a run from outside (orphaned, dead-lettered)
+//! close        closing a run from outside (orphaned, dead-lettered; the
+//!              decisions are `crate::recovery`'s)
+//! tree         agent trees: live runs, lineage (the agent tool itself is
+//!              `crate::tool::agent`)
 //! ```
 
 mod args;
@@ -92,7 +95,8 @@ pub use turn::MIN_OUTPUT_TOKENS;
 
 // The names the run's modules share (`super::…`).
 use claim::claim_id;
-use ctx::{Lineage, ModelRetryUse, RunCtx, Tree};
+pub(crate) use ctx::{Lineage, RunCtx};
+use ctx::{ModelRetryUse, Tree};
 pub(crate) use emitter::unix_ms;
 use engine::{new_id, provider_target, tool_target};
 use guarded::millis;

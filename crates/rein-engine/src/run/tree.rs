@@ -1,31 +1,24 @@
-//! Agent trees: a tool of kind `agent` starts a child run of another
-//! agent, inside bounds the whole tree shares; and the registry of live
-//! runs through which a cancellation reaches any of them.
+//! Agent trees: the registry of live runs, through which a cancellation
+//! reaches any of them, and a resumed run's place in its tree.
 //!
-//! # Why bounded, why deterministic
+//! # Why the tree is rebuilt from the store
 //!
 //! A model that can start agents can fan out without limit, so the tree
-//! has a depth, a count of child runs and a token total (seed 004's
-//! AgentGraph: 3, 25 and 200,000 by default); past a bound a new child is
-//! refused with a structured failure to its parent. A child's id is derived
-//! from the intent that started it, so a parent resumed after a crash finds
-//! its child again (finished: its report is the result; interrupted: it is
-//! resumed) instead of starting a second one.
+//! has a depth, a count of child runs and a token total
+//! ([`AgentGraphLimits`](rein_core::registry::AgentGraphLimits); the agent
+//! tool that starts children, and refuses them past a bound, is
+//! [`crate::tool::agent`]). A crash must not reset those bounds: a resumed
+//! run's depth and its tree's use are read back from the store
+//! ([`Engine::lineage_of`]).
 
 use std::collections::HashMap;
-use std::num::{NonZeroU32, NonZeroU64};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use rein_core::deadline::{Budget, BudgetLimits};
-use rein_core::{Category, Effect, Failure, Outcome, RunId};
-use rein_store::RunStatus;
-use serde_json::json;
+use rein_core::RunId;
 
-use super::binding::{AgentBinding, AgentTarget, ToolBinding};
-use super::guarded::Planned;
-use super::{CancellationToken, Engine, EngineError, Lineage, RunCtx, RunRequest, Tree};
-use crate::tool::ToolOutput;
+use super::binding::AgentBinding;
+use super::{CancellationToken, Engine, EngineError, Lineage, Tree};
 
 /// Resolves an agent's name to a fresh binding (a new provider per run),
 /// for the engine to start child runs with.
@@ -214,203 +207,6 @@ impl Engine {
             })
             .sum())
     }
-
-    /// Runs the child agent of an `agent` tool call, as one attempt.
-    pub(super) async fn child_run(
-        &self,
-        ctx: &RunCtx<'_>,
-        planned: &Planned,
-        tool: &ToolBinding,
-        target: &AgentTarget,
-        budget: &Budget,
-    ) -> Result<ToolOutput, Failure> {
-        let refuse = |why: String| {
-            Failure::new(&tool.name, Category::BudgetExhausted)
-                .with_effect(Effect::NotApplied)
-                .with_retryable(false)
-                .with_human_message(why)
-        };
-        let limits = self.agent_graph;
-        let depth = ctx.lineage.depth + 1;
-        if depth > limits.max_depth {
-            return Err(refuse(format!(
-                "agent `{}` not started: the tree is at its depth limit ({})",
-                target.agent, limits.max_depth
-            )));
-        }
-        let tree = &ctx.lineage.tree;
-        if let Some(max) = limits.max_total_tokens.map(NonZeroU64::get)
-            && tree.tokens.load(Ordering::Acquire) >= max
-        {
-            return Err(refuse(format!(
-                "agent `{}` not started: the tree used its {max} tokens",
-                target.agent
-            )));
-        }
-        let child_id = RunId::new(format!("{}-child", planned.intent_id))
-            .map_err(|e| refuse(format!("no child run id: {e}")))?;
-        let existing = self.store.get_run(&child_id).await.map_err(|e| {
-            Failure::new(&tool.name, Category::Transient).with_human_message(e.to_string())
-        })?;
-        // A child that already finished (the parent resumed after a crash):
-        // its report is the result.
-        if let Some(record) = &existing
-            && let (RunStatus::Finished(_), Some(report)) = (record.status, &record.report)
-        {
-            ctx.record_child_usage(&planned.intent_id, report.consumed);
-            return outcome_of(tool, &child_id, report.clone());
-        }
-        if existing.is_none()
-            && let Some(max) = limits.max_total_runs.map(NonZeroU32::get)
-        {
-            let started = tree.runs.fetch_add(1, Ordering::AcqRel) + 1;
-            if started > max {
-                tree.runs.fetch_sub(1, Ordering::AcqRel);
-                return Err(refuse(format!(
-                    "agent `{}` not started: the tree already started its {max} child runs",
-                    target.agent
-                )));
-            }
-        }
-        let Some(mut agent) = self
-            .agents
-            .as_ref()
-            .and_then(|resolve| resolve(&target.agent))
-        else {
-            return Err(Failure::new(&tool.name, Category::NotFound)
-                .with_effect(Effect::NotApplied)
-                .with_retryable(false)
-                .with_human_message(format!("agent `{}` cannot be bound here", target.agent)));
-        };
-        // The child's share: a ratio of what the call may still use,
-        // capped, and never more than the child agent's own budget.
-        let now = self.clock.now();
-        let mut parent = budget.clone();
-        let (share, _grant) = parent.nested(now, target.budget_ratio, target.caps);
-        let left = share.remaining(now);
-        let own = agent.budget;
-        let mut child = BudgetLimits::new(left.time.min(own.wall_clock()))
-            .map_err(|e| refuse(format!("no budget left for a child: {e}")))?;
-        let min = |a: Option<u64>, b: Option<u64>| match (a, b) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        if let Some(steps) = min(left.steps.map(u64::from), own.steps().map(u64::from)) {
-            child = child
-                .with_steps(u32::try_from(steps).unwrap_or(u32::MAX).max(1))
-                .map_err(|e| refuse(e.to_string()))?;
-        }
-        if let Some(tokens) = min(left.tokens, own.tokens()) {
-            child = child
-                .with_tokens(tokens.max(1))
-                .map_err(|e| refuse(e.to_string()))?;
-        }
-        let cost = min(
-            left.cost.map(rein_core::deadline::Cost::micros),
-            own.cost().map(rein_core::deadline::Cost::micros),
-        );
-        if let Some(micros) = cost {
-            child = child
-                .with_cost(rein_core::deadline::Cost::from_micros(micros.max(1)))
-                .map_err(|e| refuse(e.to_string()))?;
-        }
-        agent.budget = child;
-        let input = planned.args["task"]
-            .as_str()
-            .map_or_else(|| planned.args.to_string(), str::to_owned);
-        let lineage = Lineage {
-            parent: Some(ctx.run_id.clone()),
-            depth,
-            tree: tree.clone(),
-        };
-        // Cancelling the parent cancels the child; cancelling the child
-        // alone leaves the parent and its siblings running.
-        let cancel = ctx.cancel.child_token();
-        let out = if existing.is_some() {
-            Box::pin(self.resume_in(
-                &agent,
-                ctx.validator,
-                &child_id,
-                None,
-                Some(cancel),
-                lineage,
-            ))
-            .await
-        } else {
-            let request = RunRequest {
-                run_id: Some(child_id.clone()),
-                tenant: Some(ctx.tenant.clone()),
-                input,
-                cancel: Some(cancel),
-                ..RunRequest::default()
-            };
-            Box::pin(self.run_in(&agent, ctx.validator, request, lineage)).await
-        };
-        match out {
-            // Handed on with its parent: in doubt until the parent's resume
-            // finds the child (by its id) and resumes it too.
-            Ok(out) if out.interrupted => Err(Failure::new(&tool.name, Category::Cancelled)
-                .with_effect(Effect::MaybeApplied)
-                .with_human_message(format!(
-                    "child run {child_id} was interrupted with its process; it continues when its parent is resumed"
-                ))),
-            Ok(out) => {
-                ctx.record_child_usage(&planned.intent_id, out.report.consumed);
-                outcome_of(tool, &child_id, out.report)
-            }
-            Err(EngineError::NotResumable { reason, .. }) => {
-                Err(Failure::new(&tool.name, Category::Conflict)
-                    .with_effect(Effect::MaybeApplied)
-                    .with_human_message(format!(
-                        "child run {child_id} cannot be driven here: {reason}"
-                    )))
-            }
-            Err(e) => Err(Failure::new(&tool.name, Category::Transient)
-                .with_effect(Effect::NotApplied)
-                .with_human_message(format!("child run {child_id} could not start: {e}"))),
-        }
-    }
-}
-
-/// A finished child run as the parent's tool result.
-fn outcome_of(
-    tool: &ToolBinding,
-    child_id: &RunId,
-    report: rein_core::RunReport,
-) -> Result<ToolOutput, Failure> {
-    let summary = json!({
-        "child_run_id": child_id, "outcome": report.outcome, "answer": report.answer,
-        "consumed": report.consumed, "completed": report.completed.len(),
-    });
-    let (category, effect) = match report.outcome {
-        Outcome::Succeeded => {
-            return Ok(ToolOutput {
-                result: summary,
-                truncated: false,
-                replayed: false,
-            });
-        }
-        // Undone completely, or never started: nothing stands.
-        Outcome::Failed | Outcome::Cancelled
-            if report
-                .completed
-                .iter()
-                .all(|c| !matches!(c.ledger, Some(rein_core::LedgerStatus::Succeeded))) =>
-        {
-            (Category::Unknown, Effect::NotApplied)
-        }
-        Outcome::BudgetExhausted => (Category::BudgetExhausted, Effect::Applied),
-        Outcome::HandedOff => (Category::Unknown, Effect::MaybeApplied),
-        _ => (Category::Unknown, Effect::Applied),
-    };
-    Err(Failure::new(&tool.name, category)
-        .with_effect(effect)
-        .with_retryable(false)
-        .with_human_message(format!(
-            "child run {child_id} ended {}: {}",
-            report.outcome.as_str(),
-            report.summary
-        )))
 }
 
 #[cfg(test)]
@@ -419,6 +215,7 @@ mod tests {
     use super::*;
     use rein_core::{Event, EventKind, TenantId};
     use rein_store::{NewRun, SqliteStore, StepCommit, Store};
+    use serde_json::json;
 
     /// A run of `agent` under `parent` whose model calls used `tokens`
     /// (one answered call each), plus a failed call that spent 5.

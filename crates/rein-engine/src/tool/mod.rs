@@ -7,7 +7,7 @@
 //! | --- | --- | --- |
 //! | http | [`http`] | an HTTP request, classified by status, body and transport phase |
 //! | command | [`command`] (unix) | a local program in its own process group, under a lease |
-//! | agent | the run engine (`run::tree`) | a child run of another agent, on a share of the budget |
+//! | agent | `agent` (an [`Engine`](crate::run::Engine) method) | a child run of another agent, on a share of the budget |
 //!
 //! # Why the adapter classifies
 //!
@@ -19,6 +19,23 @@
 //! inference from the status code or exit status, because the tool knows
 //! whether it acted.
 
+//!
+//! # Why no common adapter trait
+//!
+//! The http and command adapters share a shape — `invoke(target, args,
+//! &Attempt) -> Result<ToolOutput, Failure>`, a value that can be dropped
+//! to abort the attempt — and the guarded call dispatches between them
+//! with one `match`. The agent adapter does not fit it: one attempt is a
+//! whole child run, driven by the engine with the *parent run's* context
+//! (its lineage in the tree, its cancellation token, its validator, the
+//! budget the call may still use), recursive into the engine that invokes
+//! it, and never raced against a cancellation (a child settles its effects
+//! and records its end before its parent goes on). A trait over all three
+//! would need an `Attempt` carrying the run's context and an adapter that
+//! owns the engine: a contortion for a single `match` arm. So the shared
+//! parts are types ([`Attempt`], [`ToolOutput`], [`ErrorBody`]), not a
+//! trait.
+
 use std::time::Duration;
 
 use rein_core::idempotency::IdempotencyKey;
@@ -26,6 +43,7 @@ use rein_core::{AttemptId, Category, Effect, IntentId, RunId};
 use serde::Deserialize;
 use serde_json::Value;
 
+mod agent;
 #[cfg(unix)]
 pub mod command;
 pub mod http;
