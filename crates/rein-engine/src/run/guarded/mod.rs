@@ -1,0 +1,282 @@
+//! The guarded call: budget, breakers, key, ledger, attempts with classified
+//! retries, record — in the order of DESIGN.md.
+
+mod admit;
+mod attempt;
+mod replay;
+
+use std::time::Duration;
+
+use rein_core::breaker::ArmKind;
+use rein_core::deadline::{Budget, Need};
+use rein_core::idempotency::IdempotencyKey;
+use rein_core::retry::RetryDecision;
+use rein_core::{Category, Clock, Effect, EventKind, Failure, LedgerRecord, LedgerStatus};
+use rein_store::{LedgerMark, StepCommit};
+use serde_json::{Value, json};
+
+use super::binding::ToolBinding;
+use super::emitter::{Correlation, unix_ms};
+use super::{Engine, RunCtx};
+pub use rein_core::call::{CallResult, Planned};
+
+/// What the attempt loop ended with.
+pub(super) struct Attempted {
+    /// The result, or the failure it gave up with.
+    pub(super) outcome: Result<Value, Failure>,
+    /// Attempts made, including any that never got a concurrency slot.
+    pub(super) attempts: u32,
+    /// Attempts that reached the tool.
+    pub(super) sent: u32,
+}
+
+impl Engine {
+    /// Runs one planned call through the guard. Never returns an error:
+    /// every failure is a structured [`Failure`] in the result.
+    pub(super) async fn guarded_call(
+        &self,
+        ctx: &RunCtx<'_>,
+        planned: Planned,
+        tool: &ToolBinding,
+        budget: &Budget,
+        prior: Option<&LedgerRecord>,
+    ) -> CallResult {
+        let mut c = Correlation {
+            step: planned.step,
+            intent_id: Some(planned.intent_id.clone()),
+            ..Correlation::default()
+        };
+        // 0. A resumed call whose effect is already recorded is not run
+        // again; an irreversible call in doubt is never repeated.
+        if let Some(record) = prior
+            && let Some(result) = self.replay_prior(ctx, &c, &planned, tool, record)
+        {
+            return result;
+        }
+        // 1. Nothing new starts once the run is being handed on.
+        if ctx.is_interrupted() {
+            let failure = Failure::new(&tool.name, Category::Cancelled)
+                .with_effect(Effect::NotApplied)
+                .with_human_message(format!(
+                    "{} not started: the run was interrupted (its process is stopping)",
+                    tool.name
+                ));
+            return CallResult::refused(planned, tool.class, failure);
+        }
+        let now = self.clock.now();
+
+        // 2. Budget: refuse before sending what cannot finish. A call with
+        // side effects needs its full allowance (p99 × factor): started
+        // without it, it may time out after sending and leave an effect in
+        // doubt. A read needs at least its median.
+        let need = if tool.class.has_side_effect() {
+            tool.latency
+                .p99()
+                .saturating_mul(super::DEFAULT_ALLOWANCE_FACTOR)
+        } else {
+            tool.latency.p50()
+        };
+        if let Err(exhausted) = budget.check(&Need::time(need), now) {
+            ctx.emitter.emit(
+                EventKind::BudgetExhausted,
+                &c,
+                json!({"scope": "tool_call", "tool": tool.name, "exhausted": exhausted}),
+            );
+            let failure = Failure::new(&tool.name, Category::BudgetExhausted)
+                .with_human_message(format!("{} not started: {exhausted}", tool.name));
+            return CallResult::refused(planned, tool.class, failure);
+        }
+
+        // 3. Breakers: the tool's arm, then its resource group's. Each
+        // permit is held by a guard from here: a return below, or this
+        // future dropped mid-call, gives it back unused.
+        let tool_permit = match self.admit(&ctx.emitter, &c, ArmKind::Tool, &tool.name) {
+            Ok(p) => p,
+            Err(f) => return CallResult::refused(planned, tool.class, f),
+        };
+        let group_permit = match &tool.resource_group {
+            Some(group) => match self.admit(&ctx.emitter, &c, ArmKind::ResourceGroup, group) {
+                Ok(p) => Some(p),
+                Err(f) => return CallResult::refused(planned, tool.class, f),
+            },
+            None => None,
+        };
+
+        // 5. Key: bound to the intent; none for irreversible tools.
+        let key = IdempotencyKey::derive(
+            tool.class,
+            &ctx.tenant,
+            &planned.intent_id,
+            &tool.name,
+            &planned.args,
+            &tool.normalizer,
+        );
+        c.idempotency_key = key.clone();
+
+        // 6. Ledger: declared before the call, durably. A record an
+        // interrupt left unsent (failed, nothing applied) is declared
+        // again under its intent: pending, as if for the first time.
+        let mut ledger = None;
+        if tool.class.has_side_effect() {
+            let at_ms = unix_ms(self.clock.system_now());
+            let record = LedgerRecord {
+                run_id: ctx.run_id.clone(),
+                intent_id: planned.intent_id.clone(),
+                seq: 0,
+                step: planned.step,
+                tool: tool.name.clone(),
+                class: tool.class,
+                idempotency_key: key.clone(),
+                args: planned.args.clone(),
+                status: LedgerStatus::Pending,
+                result: None,
+                failure: None,
+                attempts: 0,
+                created_at_ms: at_ms,
+                updated_at_ms: at_ms,
+            };
+            ctx.emitter.emit(
+                EventKind::LedgerRecorded,
+                &c,
+                json!({"tool": tool.name, "status": "pending", "class": tool.class}),
+            );
+            crate::crash::point("before_pending");
+            let reopen = prior.filter(|r| is_unsent(r)).map(|_| {
+                (
+                    planned.intent_id.clone(),
+                    LedgerMark {
+                        status: LedgerStatus::Pending,
+                        result: None,
+                        failure: None,
+                        attempts: 0,
+                        at_ms,
+                    },
+                )
+            });
+            let commit = StepCommit {
+                declares: vec![record],
+                marks: reopen.into_iter().collect(),
+                events: ctx.emitter.drain(),
+                ..StepCommit::default()
+            };
+            if let Err(e) = ctx.commit(commit).await {
+                // Write-ahead: no durable declaration, no call (the permits
+                // go back unused).
+                let failure = Failure::new(&tool.name, Category::Unknown)
+                    .with_human_message(format!("ledger unavailable, call not made: {e}"));
+                return CallResult::refused(planned, tool.class, failure);
+            }
+            ledger = Some(LedgerStatus::Pending);
+            crate::crash::point("after_pending");
+        }
+
+        // 7–8. Attempts, classified and decided.
+        self.deposit_request(&super::tool_target(&tool.name), &ctx.agent.retry);
+        let Attempted {
+            outcome,
+            attempts,
+            sent,
+        } = self
+            .attempts(ctx, &mut c, &planned, tool, budget, key.as_ref())
+            .await;
+
+        // 9. Record. A call that never reached the tool (no concurrency
+        // slot before its deadline) says nothing about the target's health:
+        // its permits go back unused.
+        for permit in std::iter::once(tool_permit).chain(group_permit) {
+            if sent > 0 {
+                self.report_outcome(&ctx.emitter, &c, permit, outcome.as_ref().map(|_| ()));
+            } else {
+                drop(permit);
+            }
+        }
+        if ledger.is_some() {
+            let status = match &outcome {
+                Ok(_) => LedgerStatus::Succeeded,
+                Err(f) => match f.effect() {
+                    Effect::NotApplied => LedgerStatus::Failed,
+                    Effect::Applied => LedgerStatus::Succeeded,
+                    // In doubt: left pending for reconciliation.
+                    Effect::MaybeApplied => LedgerStatus::Pending,
+                },
+            };
+            let mark = LedgerMark {
+                status,
+                result: outcome.as_ref().ok().cloned(),
+                failure: outcome.as_ref().err().cloned(),
+                attempts,
+                at_ms: unix_ms(self.clock.system_now()),
+            };
+            ctx.emitter.emit(
+                EventKind::LedgerRecorded,
+                &c,
+                json!({"tool": tool.name, "status": status, "attempts": attempts}),
+            );
+            let commit = StepCommit {
+                marks: vec![(planned.intent_id.clone(), mark)],
+                events: ctx.emitter.drain(),
+                ..StepCommit::default()
+            };
+            match ctx.commit(commit).await {
+                Ok(_) => ledger = Some(status),
+                Err(e) => {
+                    tracing::error!(run = %ctx.run_id, intent = %planned.intent_id, "ledger mark failed: {e}")
+                }
+            }
+        }
+        CallResult {
+            planned,
+            class: tool.class,
+            outcome,
+            ledger,
+            attempts,
+        }
+    }
+}
+
+/// The rationale of a `retry_scheduled` event, for a tool or a provider
+/// (`target` is the field name and the target's name).
+pub(super) fn retry_scheduled(
+    target: (&str, &str),
+    decision: &RetryDecision,
+    remaining: Duration,
+) -> Value {
+    let RetryDecision::Retry {
+        delay,
+        next_attempt,
+        reason,
+        from_server,
+        backoff_ceiling,
+        clamped,
+    } = decision
+    else {
+        return json!({ target.0: target.1 });
+    };
+    json!({
+        target.0: target.1, "next_attempt": next_attempt, "reason": reason,
+        "delay_ms": millis(*delay), "from_server": from_server,
+        "backoff_ceiling_ms": millis(*backoff_ceiling), "clamped": clamped,
+        "remaining_ms": millis(remaining),
+    })
+}
+
+/// Whether `record` is a call an interrupt stopped after its declaration
+/// and before anything was sent ([`Engine::not_sent`]): failed, not
+/// applied, cancelled, with no attempt made. A resume sends it afresh under
+/// its intent and key; any other failed record stands.
+///
+/// NOTE: matches what `Engine::not_sent` marks; no other path marks a
+/// record failed without an attempt (the attempt loop counts every attempt
+/// it starts, one that never got a concurrency slot included).
+pub(super) fn is_unsent(record: &LedgerRecord) -> bool {
+    record.status == LedgerStatus::Failed
+        && record.attempts == 0
+        && record.failure.as_ref().is_some_and(|f| {
+            f.category() == Category::Cancelled && f.effect() == Effect::NotApplied
+        })
+}
+
+/// Whole milliseconds of `d`.
+pub(super) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
