@@ -24,6 +24,23 @@ impl Engine {
         Some(self.shared.slots.gate(group, limit))
     }
 
+    /// Admits a tool call through its breakers: the tool's arm, then its
+    /// resource group's. `Err` is the `circuit_open` failure of the first
+    /// open arm (a permit already taken goes back unused).
+    pub(super) fn admit_call(
+        &self,
+        emitter: &Emitter,
+        c: &Correlation,
+        tool: &ToolBinding,
+    ) -> Result<(HeldPermit, Option<HeldPermit>), Failure> {
+        let tool_permit = self.admit(emitter, c, ArmKind::Tool, &tool.name)?;
+        let group_permit = match &tool.resource_group {
+            Some(group) => Some(self.admit(emitter, c, ArmKind::ResourceGroup, group)?),
+            None => None,
+        };
+        Ok((tool_permit, group_permit))
+    }
+
     /// Admits a call through one breaker arm, recording any transition; an
     /// open arm gives the model a `circuit_open` failure and no call is made.
     /// The permit is held: given back unused unless its outcome is reported.

@@ -3,20 +3,19 @@
 
 mod admit;
 mod attempt;
+mod ledger;
 mod replay;
 
 use std::time::Duration;
 
-use rein_core::breaker::ArmKind;
 use rein_core::deadline::{Budget, Need};
 use rein_core::idempotency::IdempotencyKey;
 use rein_core::retry::RetryDecision;
 use rein_core::{Category, Clock, Effect, EventKind, Failure, LedgerRecord, LedgerStatus};
-use rein_store::{LedgerMark, StepCommit};
 use serde_json::{Value, json};
 
 use super::binding::ToolBinding;
-use super::emitter::{Correlation, unix_ms};
+use super::emitter::Correlation;
 use super::{Engine, RunCtx};
 pub use rein_core::call::{CallResult, Planned};
 
@@ -63,43 +62,18 @@ impl Engine {
                 ));
             return CallResult::refused(planned, tool.class, failure);
         }
-        let now = self.clock.now();
 
-        // 2. Budget: refuse before sending what cannot finish. A call with
-        // side effects needs its full allowance (p99 × factor): started
-        // without it, it may time out after sending and leave an effect in
-        // doubt. A read needs at least its median.
-        let need = if tool.class.has_side_effect() {
-            tool.latency
-                .p99()
-                .saturating_mul(super::DEFAULT_ALLOWANCE_FACTOR)
-        } else {
-            tool.latency.p50()
-        };
-        if let Err(exhausted) = budget.check(&Need::time(need), now) {
-            ctx.emitter.emit(
-                EventKind::BudgetExhausted,
-                &c,
-                json!({"scope": "tool_call", "tool": tool.name, "exhausted": exhausted}),
-            );
-            let failure = Failure::new(&tool.name, Category::BudgetExhausted)
-                .with_human_message(format!("{} not started: {exhausted}", tool.name));
+        // 2. Budget: refuse before sending what cannot finish.
+        if let Err(failure) = self.check_call_budget(ctx, &c, tool, budget) {
             return CallResult::refused(planned, tool.class, failure);
         }
 
         // 3. Breakers: the tool's arm, then its resource group's. Each
         // permit is held by a guard from here: a return below, or this
         // future dropped mid-call, gives it back unused.
-        let tool_permit = match self.admit(&ctx.emitter, &c, ArmKind::Tool, &tool.name) {
-            Ok(p) => p,
+        let (tool_permit, group_permit) = match self.admit_call(&ctx.emitter, &c, tool) {
+            Ok(permits) => permits,
             Err(f) => return CallResult::refused(planned, tool.class, f),
-        };
-        let group_permit = match &tool.resource_group {
-            Some(group) => match self.admit(&ctx.emitter, &c, ArmKind::ResourceGroup, group) {
-                Ok(p) => Some(p),
-                Err(f) => return CallResult::refused(planned, tool.class, f),
-            },
-            None => None,
         };
 
         // 5. Key: bound to the intent; none for irreversible tools.
@@ -113,61 +87,16 @@ impl Engine {
         );
         c.idempotency_key = key.clone();
 
-        // 6. Ledger: declared before the call, durably. A record an
-        // interrupt left unsent (failed, nothing applied) is declared
-        // again under its intent: pending, as if for the first time.
+        // 6. Ledger: declared before the call, durably.
         let mut ledger = None;
         if tool.class.has_side_effect() {
-            let at_ms = unix_ms(self.clock.system_now());
-            let record = LedgerRecord {
-                run_id: ctx.run_id.clone(),
-                intent_id: planned.intent_id.clone(),
-                seq: 0,
-                step: planned.step,
-                tool: tool.name.clone(),
-                class: tool.class,
-                idempotency_key: key.clone(),
-                args: planned.args.clone(),
-                status: LedgerStatus::Pending,
-                result: None,
-                failure: None,
-                attempts: 0,
-                created_at_ms: at_ms,
-                updated_at_ms: at_ms,
-            };
-            ctx.emitter.emit(
-                EventKind::LedgerRecorded,
-                &c,
-                json!({"tool": tool.name, "status": "pending", "class": tool.class}),
-            );
-            crate::crash::point("before_pending");
-            let reopen = prior.filter(|r| is_unsent(r)).map(|_| {
-                (
-                    planned.intent_id.clone(),
-                    LedgerMark {
-                        status: LedgerStatus::Pending,
-                        result: None,
-                        failure: None,
-                        attempts: 0,
-                        at_ms,
-                    },
-                )
-            });
-            let commit = StepCommit {
-                declares: vec![record],
-                marks: reopen.into_iter().collect(),
-                events: ctx.emitter.drain(),
-                ..StepCommit::default()
-            };
-            if let Err(e) = ctx.commit(commit).await {
-                // Write-ahead: no durable declaration, no call (the permits
-                // go back unused).
-                let failure = Failure::new(&tool.name, Category::Unknown)
-                    .with_human_message(format!("ledger unavailable, call not made: {e}"));
+            if let Err(failure) = self
+                .declare_pending(ctx, &c, &planned, tool, key.as_ref(), prior)
+                .await
+            {
                 return CallResult::refused(planned, tool.class, failure);
             }
             ledger = Some(LedgerStatus::Pending);
-            crate::crash::point("after_pending");
         }
 
         // 7–8. Attempts, classified and decided.
@@ -191,38 +120,10 @@ impl Engine {
             }
         }
         if ledger.is_some() {
-            let status = match &outcome {
-                Ok(_) => LedgerStatus::Succeeded,
-                Err(f) => match f.effect() {
-                    Effect::NotApplied => LedgerStatus::Failed,
-                    Effect::Applied => LedgerStatus::Succeeded,
-                    // In doubt: left pending for reconciliation.
-                    Effect::MaybeApplied => LedgerStatus::Pending,
-                },
-            };
-            let mark = LedgerMark {
-                status,
-                result: outcome.as_ref().ok().cloned(),
-                failure: outcome.as_ref().err().cloned(),
-                attempts,
-                at_ms: unix_ms(self.clock.system_now()),
-            };
-            ctx.emitter.emit(
-                EventKind::LedgerRecorded,
-                &c,
-                json!({"tool": tool.name, "status": status, "attempts": attempts}),
-            );
-            let commit = StepCommit {
-                marks: vec![(planned.intent_id.clone(), mark)],
-                events: ctx.emitter.drain(),
-                ..StepCommit::default()
-            };
-            match ctx.commit(commit).await {
-                Ok(_) => ledger = Some(status),
-                Err(e) => {
-                    tracing::error!(run = %ctx.run_id, intent = %planned.intent_id, "ledger mark failed: {e}")
-                }
-            }
+            let status = self
+                .mark_ledger(ctx, &c, &planned, tool, &outcome, attempts)
+                .await;
+            ledger = Some(status);
         }
         CallResult {
             planned,
@@ -231,6 +132,43 @@ impl Engine {
             ledger,
             attempts,
         }
+    }
+
+    /// Step 2 of the guarded call: refuses, before sending, a call the
+    /// budget cannot finish ([`call_need`]), with a `budget_exhausted`
+    /// failure and event.
+    fn check_call_budget(
+        &self,
+        ctx: &RunCtx<'_>,
+        c: &Correlation,
+        tool: &ToolBinding,
+        budget: &Budget,
+    ) -> Result<(), Failure> {
+        let now = self.clock.now();
+        let Err(exhausted) = budget.check(&Need::time(call_need(tool)), now) else {
+            return Ok(());
+        };
+        ctx.emitter.emit(
+            EventKind::BudgetExhausted,
+            c,
+            json!({"scope": "tool_call", "tool": tool.name, "exhausted": exhausted}),
+        );
+        Err(Failure::new(&tool.name, Category::BudgetExhausted)
+            .with_human_message(format!("{} not started: {exhausted}", tool.name)))
+    }
+}
+
+/// The time a call needs left before it is sent. A call with side effects
+/// needs its full allowance (p99 × factor): started without it, it may time
+/// out after sending and leave an effect in doubt. A read needs at least
+/// its median.
+fn call_need(tool: &ToolBinding) -> Duration {
+    if tool.class.has_side_effect() {
+        tool.latency
+            .p99()
+            .saturating_mul(super::DEFAULT_ALLOWANCE_FACTOR)
+    } else {
+        tool.latency.p50()
     }
 }
 
