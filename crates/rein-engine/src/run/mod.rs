@@ -51,12 +51,18 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rein_core::breaker::{Breakers, BreakersConfig};
 use rein_core::deadline::{Budget, ChildCaps, Dimension, Exhausted, Usage};
+use rein_core::event::{
+    AllocationShape, BudgetAllocated, BudgetExhausted, BudgetScope, CallRejected, LoopDetected,
+    ModelOutputTruncated, PartialSuccessReturned, PlanCreated, PlannedIntentSummary, Refused,
+    RetryTarget, RunCancelled, RunInterrupted, RunResumed, RunStarted, ToolDisabled,
+    TruncationAction,
+};
 use rein_core::ids::IdError;
 use rein_core::loop_guard::{Action, FailureVerdict, LoopGuard, StateDigest, Verdict};
 use rein_core::retry::{RetryBudget, RetryDecision, RetryInput, RetryPolicy};
 use rein_core::{
-    Category, Clock, ConfigError, EventKind, Failure, IntentId, LedgerRecord, Outcome, RunId,
-    RunReport, TenantId, ToolClass, Weight,
+    Category, Clock, ConfigError, EventData, EventKind, Failure, IntentId, LedgerRecord, Outcome,
+    RunId, RunReport, TenantId, ToolClass, Weight,
 };
 use rein_store::{
     Checkpoint, NewRun, PlannedIntent, RunStatus, StatusChange, StepCommit, Store, StoreError,
@@ -147,50 +153,9 @@ pub struct RunOutput {
 }
 
 /// Who continues the runs [`Engine::interrupt`] stops: recorded with each
-/// run's `run_interrupted` event (`data.continue_with`), read by the
-/// servers sharing the store before they take a run over.
-///
-/// # Why it is recorded
-///
-/// `rein run`, `rein resume` and `rein serve` default to the same store.
-/// A server that resumed the user's Ctrl-C'd `rein run` would continue it
-/// with the server's bindings and environment, and the `rein resume` the
-/// user was told to type would then fail or find it done.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum HandOn {
-    /// Any process sharing the store continues it at once: a draining
-    /// server's runs go to its peers (or to itself, restarted).
-    AnyWorker,
-    /// Only an explicit resume continues it (`rein resume`, or
-    /// `POST /v1/runs/{id}/resume`): a stopped `rein run` stays the user's.
-    Caller,
-}
-
-impl HandOn {
-    /// Its name in `run_interrupted` events.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HandOn::AnyWorker => "any_worker",
-            HandOn::Caller => "caller",
-        }
-    }
-
-    /// Reads a `run_interrupted` event's data: `continue_with`, or, for
-    /// events written before it existed, `handed_on: true` as
-    /// [`HandOn::AnyWorker`].
-    pub fn of_event(data: &Value) -> Option<HandOn> {
-        match data.get("continue_with").and_then(Value::as_str) {
-            Some("any_worker") => Some(HandOn::AnyWorker),
-            Some("caller") => Some(HandOn::Caller),
-            Some(_) => None,
-            None => {
-                (data.get("handed_on") == Some(&Value::Bool(true))).then_some(HandOn::AnyWorker)
-            }
-        }
-    }
-}
+/// run's `run_interrupted` event, read by the servers sharing the store
+/// before they take a run over. Defined with the event it is recorded in.
+pub use rein_core::event::HandOn;
 
 /// State shared by all runs of an engine: breaker arms (health memory
 /// across runs), retry budgets per target, the jitter source, and the
@@ -1163,13 +1128,16 @@ impl Engine {
         };
         let _live = self.shared.live.register(&run_id, &ctx.cancel);
         ctx.emitter.emit(
-            EventKind::RunStarted,
             &Correlation::default(),
-            json!({
-                "agent": agent.name, "model": agent.model, "provider": agent.provider.name(),
-                "budget": agent.budget, "tools": agent.tools.keys().collect::<Vec<_>>(),
-                "input": request.input, "enqueued": request.enqueued,
-            }),
+            RunStarted {
+                agent: agent.name.clone(),
+                model: agent.model.clone(),
+                provider: agent.provider.name().to_owned(),
+                budget: agent.budget,
+                tools: agent.tools.keys().cloned().collect(),
+                input: request.input.clone(),
+                enqueued: request.enqueued,
+            },
         );
         let status = StepCommit {
             status: Some(StatusChange {
@@ -1407,7 +1375,7 @@ impl Engine {
         // A settlement that started is finished, never rolled forward.
         let settling = events
             .iter()
-            .any(|e| e.kind == EventKind::SettlementStarted)
+            .any(|e| e.kind() == EventKind::SettlementStarted)
             .then(|| End::Settling("an interrupted settlement was resumed".into()));
         // What the interrupted step consumed before the crash (its model
         // turn is durable with the plan) and the time it ran: charged, so a
@@ -1415,21 +1383,27 @@ impl Engine {
         let after_checkpoint: Vec<&rein_core::Event> =
             events.iter().filter(|e| e.step > done_step).collect();
         // Failed calls count too: what a cut stream consumed is charged.
-        let interrupted_tokens: (u64, u64) = after_checkpoint
-            .iter()
-            .filter(|e| e.kind == EventKind::ModelCallFinished)
-            .fold((0, 0), |(i, o), e| {
-                (
-                    i + e.data["usage"]["input"].as_u64().unwrap_or(0)
-                        + e.data["tokens_spent"].as_u64().unwrap_or(0),
-                    o + e.data["usage"]["output"].as_u64().unwrap_or(0),
-                )
-            });
+        let model_calls =
+            |events: &[&rein_core::Event]| -> Vec<rein_core::event::ModelCallFinished> {
+                events
+                    .iter()
+                    .filter_map(|e| match &e.data {
+                        EventData::ModelCallFinished(f) => Some(f.clone()),
+                        _ => None,
+                    })
+                    .collect()
+            };
+        let interrupted_calls = model_calls(&after_checkpoint);
+        let interrupted_tokens: (u64, u64) = interrupted_calls.iter().fold((0, 0), |(i, o), f| {
+            (i + f.input_tokens(), o + f.output_tokens())
+        });
         let last_input_tokens = events
             .iter()
             .rev()
-            .find(|e| e.kind == EventKind::ModelCallFinished && e.data["ok"] == true)
-            .and_then(|e| e.data["usage"]["input"].as_u64())
+            .find_map(|e| match &e.data {
+                EventData::ModelCallFinished(f) if f.ok() => Some(f.input_tokens()),
+                _ => None,
+            })
             .unwrap_or(0);
         let since_ms = checkpoint
             .as_ref()
@@ -1471,25 +1445,19 @@ impl Engine {
         // At the price of the model that answered (a fallback may cost
         // more than the primary), as each call recorded it; the primary's
         // price only for calls recorded before calls carried their cost.
-        let interrupted_cost = after_checkpoint
-            .iter()
-            .filter(|e| e.kind == EventKind::ModelCallFinished)
-            .fold(rein_core::deadline::Cost::default(), |sum, e| {
-                let cost = match e.data["cost_micros"].as_u64() {
-                    Some(micros) => rein_core::deadline::Cost::from_micros(micros),
-                    None => agent
-                        .price
-                        .map(|p| {
-                            p.cost(
-                                e.data["usage"]["input"].as_u64().unwrap_or(0)
-                                    + e.data["tokens_spent"].as_u64().unwrap_or(0),
-                                e.data["usage"]["output"].as_u64().unwrap_or(0),
-                            )
-                        })
-                        .unwrap_or_default(),
-                };
-                sum.saturating_add(cost)
-            });
+        let interrupted_cost =
+            interrupted_calls
+                .iter()
+                .fold(rein_core::deadline::Cost::default(), |sum, f| {
+                    let cost = match f.cost {
+                        Some(cost) => cost,
+                        None => agent
+                            .price
+                            .map(|p| p.cost(f.input_tokens(), f.output_tokens()))
+                            .unwrap_or_default(),
+                    };
+                    sum.saturating_add(cost)
+                });
         consumed.cost = consumed.cost.saturating_add(interrupted_cost);
 
         // The interrupted step: its plan, if it was persisted.
@@ -1583,30 +1551,31 @@ impl Engine {
         // What the run already spent retrying model calls stays spent.
         let retried_so_far = ModelRetryUse::default();
         for e in &events {
-            if e.kind == EventKind::RetryScheduled && e.data.get("provider").is_some() {
+            if let EventData::RetryScheduled(r) = &e.data
+                && matches!(r.target, RetryTarget::Provider(_))
+            {
                 retried_so_far
                     .retries
                     .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-                retried_so_far.wait_ms.fetch_add(
-                    e.data["delay_ms"].as_u64().unwrap_or(0),
-                    std::sync::atomic::Ordering::AcqRel,
-                );
+                retried_so_far
+                    .wait_ms
+                    .fetch_add(millis(r.delay), std::sync::atomic::Ordering::AcqRel);
             }
-            if e.kind == EventKind::ModelCallFinished {
-                retried_so_far.wasted_tokens.fetch_add(
-                    e.data["tokens_spent"].as_u64().unwrap_or(0),
-                    std::sync::atomic::Ordering::AcqRel,
-                );
+            if let EventData::ModelCallFinished(f) = &e.data
+                && let rein_core::event::ModelCallResult::Failed(failed) = &f.result
+            {
+                retried_so_far
+                    .wasted_tokens
+                    .fetch_add(failed.tokens_spent, std::sync::atomic::Ordering::AcqRel);
             }
         }
         // The models that answered before the interruption stay on record.
         let mut answered_so_far: Vec<String> = Vec::new();
         for e in &events {
-            if e.kind == EventKind::ModelCallFinished
-                && e.data["ok"] == true
-                && let (Some(p), Some(m)) = (e.data["provider"].as_str(), e.data["model"].as_str())
+            if let EventData::ModelCallFinished(f) = &e.data
+                && f.ok()
             {
-                let name = format!("{p}/{m}");
+                let name = format!("{}/{}", f.provider, f.model);
                 if !answered_so_far.contains(&name) {
                     answered_so_far.push(name);
                 }
@@ -1637,13 +1606,16 @@ impl Engine {
         };
         let _live = self.shared.live.register(run_id, &ctx.cancel);
         ctx.emitter.emit(
-            EventKind::RunResumed,
             &Correlation {
                 step: done_step,
                 ..Correlation::default()
             },
-            json!({"marker": marker, "remaining": budget.remaining(started),
-                   "reclaimed_leases": reaped.reclaimed.len(), "leases_left": reaped.skipped.len()}),
+            RunResumed {
+                marker: marker.clone(),
+                remaining: budget.remaining(started),
+                reclaimed_leases: reaped.reclaimed.len(),
+                leases_left: reaped.skipped.len(),
+            },
         );
         let commit = StepCommit {
             reopen,
@@ -1725,12 +1697,16 @@ impl Engine {
                 }
                 if ctx.is_cancelled() {
                     ctx.emitter.emit(
-                        EventKind::RunCancelled,
                         &Correlation {
                             step,
                             ..Correlation::default()
                         },
-                        json!({"reason": "cancelled by the caller", "at_step_boundary": true}),
+                        RunCancelled {
+                            reason: "cancelled by the caller".into(),
+                            at_step_boundary: Some(true),
+                            aborted: None,
+                            provider: None,
+                        },
                     );
                     break End::Cancelled("cancelled by the caller".into());
                 }
@@ -1740,12 +1716,14 @@ impl Engine {
                         _ => wall_clock_exhausted(),
                     };
                     ctx.emitter.emit(
-                        EventKind::BudgetExhausted,
                         &Correlation {
                             step,
                             ..Correlation::default()
                         },
-                        json!({"scope": "run", "exhausted": exhausted, "used": budget.used()}),
+                        BudgetExhausted {
+                            used: Some(budget.used()),
+                            ..BudgetExhausted::new(BudgetScope::Run, exhausted)
+                        },
                     );
                     break End::Budget(exhausted);
                 }
@@ -1783,10 +1761,12 @@ impl Engine {
                 });
                 if let Err(exhausted) = charged {
                     ctx.emitter.emit(
-                        EventKind::BudgetExhausted,
                         &c,
-                        json!({"scope": "model_turn", "exhausted": exhausted, "used": budget.used(),
-                           "proposed_calls_not_run": response.tool_calls.len()}),
+                        BudgetExhausted {
+                            used: Some(budget.used()),
+                            proposed_calls_not_run: Some(response.tool_calls.len()),
+                            ..BudgetExhausted::new(BudgetScope::ModelTurn, exhausted)
+                        },
                     );
                     break End::Budget(exhausted);
                 }
@@ -1842,15 +1822,22 @@ impl Engine {
                     .collect();
                 if response.finish.is_truncated() || salvaged > 0 || !asked_again.is_empty() {
                     ctx.emitter.emit(
-                        EventKind::ModelOutputTruncated,
                         &c,
-                        json!({
-                            "finish": response.finish,
-                            "calls": response.tool_calls.len(),
-                            "salvaged": planned.iter().filter(|p| p.salvaged).map(|p| &p.tool).collect::<Vec<_>>(),
-                            "asked_again": asked_again,
-                            "action": if asked_again.is_empty() { "salvaged" } else { "asked_again" },
-                        }),
+                        ModelOutputTruncated {
+                            finish: response.finish,
+                            calls: response.tool_calls.len(),
+                            salvaged: planned
+                                .iter()
+                                .filter(|p| p.salvaged)
+                                .map(|p| p.tool.clone())
+                                .collect(),
+                            action: if asked_again.is_empty() {
+                                TruncationAction::Salvaged
+                            } else {
+                                TruncationAction::AskedAgain
+                            },
+                            asked_again: asked_again.iter().map(|t| (*t).to_owned()).collect(),
+                        },
                     );
                 }
                 if !planned.is_empty() {
@@ -1871,14 +1858,20 @@ impl Engine {
                         })
                         .collect();
                     ctx.emitter.emit(
-                        EventKind::PlanCreated,
                         &c,
-                        json!({"intents": planned.iter().map(|p| json!({
-                        "intent_id": p.intent_id, "tool": p.tool, "call_id": p.call_id,
-                        "class": agent.tools.get(&p.tool).map(|t| t.class),
-                        "salvaged": p.salvaged,
-                    })).collect::<Vec<_>>(),
-                    "rejected": rejected_failures.len()}),
+                        PlanCreated {
+                            intents: planned
+                                .iter()
+                                .map(|p| PlannedIntentSummary {
+                                    intent_id: p.intent_id.clone(),
+                                    tool: p.tool.clone(),
+                                    call_id: p.call_id.clone(),
+                                    class: agent.tools.get(&p.tool).map(|t| t.class),
+                                    salvaged: p.salvaged,
+                                })
+                                .collect(),
+                            rejected: rejected_failures.len(),
+                        },
                     );
                     let commit = StepCommit {
                         intents,
@@ -1957,10 +1950,13 @@ impl Engine {
                                     allowance,
                                 } => {
                                     ctx.emitter.emit(
-                                EventKind::ToolDisabled,
-                                &c,
-                                json!({"tool": tool, "failures": failures, "allowance": allowance}),
-                            );
+                                        &c,
+                                        ToolDisabled {
+                                            tool,
+                                            failures,
+                                            allowance,
+                                        },
+                                    );
                                 }
                                 _ => {}
                             }
@@ -2005,9 +2001,11 @@ impl Engine {
                 );
                 if let Some(trip) = &trip {
                     ctx.emitter.emit(
-                        EventKind::LoopDetected,
                         &c,
-                        json!({"trip": trip, "message": trip.to_string()}),
+                        LoopDetected {
+                            trip: trip.clone(),
+                            message: trip.to_string(),
+                        },
                     );
                 }
                 crate::crash::point("during_checkpoint");
@@ -2238,26 +2236,19 @@ impl Engine {
         };
         let mut events = Vec::new();
         if matches!(facts.settled, rein_core::report::Settled::HandedOff(_)) {
-            events.push(ctx.emitter.event(
-                EventKind::HandoffCreated,
-                &c,
-                close::handoff_data(report),
-            ));
+            events.push(ctx.emitter.event(&c, close::handoff_data(report)));
         }
         if report.outcome == Outcome::PartialSuccess {
             events.push(ctx.emitter.event(
-                EventKind::PartialSuccessReturned,
                 &c,
-                json!({"completed": report.completed.len(), "incomplete": report.incomplete.len(),
-                       "recoverable": report.recoverable}),
+                PartialSuccessReturned {
+                    completed: report.completed.len(),
+                    incomplete: report.incomplete.len(),
+                    recoverable: report.recoverable,
+                },
             ));
         }
-        events.push(ctx.emitter.event(
-            EventKind::RunFinished,
-            &c,
-            json!({"outcome": report.outcome, "steps": step, "consumed": report.consumed,
-                   "elapsed_ms": report.elapsed_ms, "recoverable": report.recoverable}),
-        ));
+        events.push(ctx.emitter.event(&c, close::run_finished(report, step)));
         events
     }
 
@@ -2299,14 +2290,17 @@ impl Engine {
             .copied()
             .unwrap_or(HandOn::AnyWorker);
         ctx.emitter.emit(
-            EventKind::RunInterrupted,
             &Correlation {
                 step,
                 ..Correlation::default()
             },
-            json!({"reason": "its process is stopping", "handed_on": to == HandOn::AnyWorker,
-                   "continue_with": to.as_str(), "resumable": true,
-                   "completed_steps": completed_steps}),
+            RunInterrupted {
+                reason: "its process is stopping".into(),
+                handed_on: to == HandOn::AnyWorker,
+                continue_with: Some(to),
+                resumable: true,
+                completed_steps,
+            },
         );
         let mut pause = END_COMMIT_FIRST_PAUSE;
         for attempt in 1..=END_COMMIT_TRIES {
@@ -2369,9 +2363,13 @@ impl Engine {
         };
         let refuse = |category: Category, reason: String, args: Value| {
             ctx.emitter.emit(
-                EventKind::CallRejected,
                 &c,
-                json!({"tool": call.name, "call_id": call.id, "category": category, "reason": reason}),
+                CallRejected::Refused(Refused {
+                    tool: call.name.clone(),
+                    call_id: Some(call.id.clone()),
+                    category: Some(category),
+                    reason: reason.clone(),
+                }),
             );
             let failure = Failure::new(&call.name, category).with_human_message(reason.clone());
             let mut text = failure.model_message().to_owned();
@@ -2460,14 +2458,16 @@ impl Engine {
             let shares = budget.parallel(now, &weights, ChildCaps::default());
             if others.len() > 1 {
                 ctx.emitter.emit(
-                    EventKind::BudgetAllocated,
                     &Correlation {
                         step,
                         ..Correlation::default()
                     },
-                    json!({"shape": "parallel", "branches": others.len(),
-                           "each_ms": shares.first().map(|(b, _)| millis(b.remaining(now).time)),
-                           "remaining_ms": millis(budget.remaining(now).time)}),
+                    BudgetAllocated {
+                        shape: AllocationShape::Parallel,
+                        branches: others.len(),
+                        each: shares.first().map(|(b, _)| b.remaining(now).time),
+                        remaining: budget.remaining(now).time,
+                    },
                 );
             }
             let intents: Vec<IntentId> = others.iter().map(|p| p.intent_id.clone()).collect();
@@ -2502,13 +2502,17 @@ impl Engine {
                     "not run: an irreversible call runs only after the other calls of its turn succeed",
                 );
                 ctx.emitter.emit(
-                    EventKind::CallRejected,
                     &Correlation {
                         step,
                         intent_id: Some(p.intent_id.clone()),
                         ..Correlation::default()
                     },
-                    json!({"tool": tool.name, "reason": failure.human_message()}),
+                    CallRejected::Refused(Refused {
+                        tool: tool.name.clone(),
+                        call_id: None,
+                        category: None,
+                        reason: failure.human_message().to_owned(),
+                    }),
                 );
                 results.push(CallResult::refused(p, tool.class, failure));
                 continue;
@@ -2554,11 +2558,16 @@ impl Engine {
                     remaining: left,
                 };
                 ctx.emitter.emit(
-                    EventKind::BudgetExhausted,
                     &c,
-                    json!({"scope": "model_call", "exhausted": exhausted,
-                           "reason": "the next prompt and a minimal answer do not fit the tokens left",
-                           "prompt_tokens_at_least": prompt, "min_output_tokens": MIN_OUTPUT_TOKENS}),
+                    BudgetExhausted {
+                        reason: Some(
+                            "the next prompt and a minimal answer do not fit the tokens left"
+                                .into(),
+                        ),
+                        prompt_tokens_at_least: Some(prompt),
+                        min_output_tokens: Some(MIN_OUTPUT_TOKENS),
+                        ..BudgetExhausted::new(BudgetScope::ModelCall, exhausted)
+                    },
                 );
                 return Err(End::Budget(exhausted));
             }

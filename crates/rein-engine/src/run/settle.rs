@@ -13,6 +13,9 @@
 use std::time::Duration;
 
 use rein_core::deadline::{Budget, BudgetLimits, Deadline};
+use rein_core::event::{
+    CompensationFinished, CompensationStarted, LedgerRecorded, SettlementStarted,
+};
 use rein_core::handoff::InFlight;
 use rein_core::idempotency::IdempotencyKey;
 use rein_core::outcome::CompensationResult;
@@ -24,7 +27,7 @@ use rein_core::{
     RunReport,
 };
 use rein_store::{LedgerMark, StepCommit};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::binding::ToolBinding;
 use super::emitter::{Correlation, unix_ms};
@@ -199,14 +202,17 @@ impl Engine {
         // process that dies mid-settlement is resumed into the settlement,
         // never back into the forward path.
         ctx.emitter.emit(
-            EventKind::SettlementStarted,
             &Correlation {
                 step,
                 ..Correlation::default()
             },
-            json!({"policy": ctx.agent.on_failure, "irreversible_open": irreversible_open,
-                   "open_records": open.len(), "already_with_a_human": already_human,
-                   "child_runs": members.len()}),
+            SettlementStarted {
+                policy: ctx.agent.on_failure,
+                irreversible_open,
+                open_records: open.len(),
+                already_with_a_human: already_human,
+                child_runs: members.len(),
+            },
         );
         let commit = StepCommit {
             events: ctx.emitter.drain(),
@@ -459,9 +465,15 @@ impl Engine {
                 record.tool
             );
             ctx.emitter.emit(
-                EventKind::CompensationFinished,
                 &c,
-                json!({"tool": record.tool, "status": "uncompensatable", "alert": true, "note": note}),
+                CompensationFinished {
+                    tool: record.tool.clone(),
+                    status: LedgerStatus::Uncompensatable,
+                    note: note.clone(),
+                    compensation_tool: None,
+                    attempts: None,
+                    alert: Some(true),
+                },
             );
             self.mark(
                 ctx,
@@ -542,13 +554,17 @@ impl Engine {
         );
         let grade = binding.spec.grade;
         ctx.emitter.emit(
-            EventKind::CompensationStarted,
             &Correlation {
                 idempotency_key: key.clone(),
                 ..c.clone()
             },
-            json!({"tool": record.tool, "compensation_tool": tool.name, "grade": grade.as_str(),
-                   "forward_seq": record.seq, "compensation_intent": intent}),
+            CompensationStarted {
+                tool: record.tool.clone(),
+                compensation_tool: tool.name.clone(),
+                grade,
+                forward_seq: record.seq,
+                compensation_intent: intent.clone(),
+            },
         );
         // Durable before the call: a crash mid-compensation is visible.
         let commit = StepCommit {
@@ -610,10 +626,15 @@ impl Engine {
             ),
         };
         ctx.emitter.emit(
-            EventKind::CompensationFinished,
             &c,
-            json!({"tool": record.tool, "compensation_tool": tool.name, "status": status,
-                   "attempts": tries, "note": note}),
+            CompensationFinished {
+                tool: record.tool.clone(),
+                status,
+                note: note.clone(),
+                compensation_tool: Some(tool.name.clone()),
+                attempts: Some(tries),
+                alert: None,
+            },
         );
         self.mark(ctx, &c, &record.intent_id, status, None, &note)
             .await;
@@ -630,7 +651,7 @@ impl Engine {
         let mine = |kind: EventKind| {
             events
                 .iter()
-                .filter(|e| e.kind == kind && e.intent_id.as_ref() == Some(intent))
+                .filter(|e| e.kind() == kind && e.intent_id.as_ref() == Some(intent))
                 .count()
         };
         mine(EventKind::CompensationStarted) > mine(EventKind::CompensationFinished)
@@ -673,10 +694,15 @@ impl Engine {
                 ),
             };
             ctx.emitter.emit(
-                EventKind::CompensationFinished,
                 &c,
-                json!({"tool": record.tool, "status": status, "note": note,
-                       "alert": status == LedgerStatus::Uncompensatable}),
+                CompensationFinished {
+                    tool: record.tool.clone(),
+                    status,
+                    note: note.clone(),
+                    compensation_tool: None,
+                    attempts: None,
+                    alert: Some(status == LedgerStatus::Uncompensatable),
+                },
             );
             self.mark(ctx, &c, &record.intent_id, status, None, &note)
                 .await;
@@ -702,9 +728,11 @@ impl Engine {
         note: &str,
     ) {
         ctx.emitter.emit(
-            EventKind::LedgerRecorded,
             c,
-            json!({"status": status, "note": note}),
+            LedgerRecorded {
+                note: Some(note.to_owned()),
+                ..LedgerRecorded::new(status)
+            },
         );
         let mark = LedgerMark {
             status,
