@@ -129,6 +129,15 @@ impl Store for FaultyStore {
         self.inner.list_runs(limit).await
     }
 
+    async fn list_runs_page(
+        &self,
+        filter: &rein_store::RunFilter,
+        after: Option<&rein_store::RunCursor>,
+        limit: usize,
+    ) -> Result<rein_store::RunPage, StoreError> {
+        self.inner.list_runs_page(filter, after, limit).await
+    }
+
     async fn events(&self, run_id: &RunId, after_seq: u64) -> Result<Vec<Event>, StoreError> {
         self.inner.events(run_id, after_seq).await
     }

@@ -3,10 +3,13 @@
 //! matching, the trace and the in-flight peaks.
 //!
 //! Ordering is always synchronized on results (answers, channels, the
-//! trace), never on sleeps; injected delays stay at or under 300 ms.
+//! trace), never on sleeps. Every test runs under paused tokio time, the
+//! desk, the proxy and the client on one runtime: an injected delay is
+//! asserted at its exact length, and a client timeout fires in order with
+//! the delay it races, whatever the machine's load.
 
 use std::error::Error;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rein_chaos::proxy::{
     ClientSaw, FaultProxy, Injection, Match, Rule, TraceRecord, default_error_body,
@@ -16,7 +19,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
-use tokio::time::timeout;
+use tokio::time::{Instant, timeout};
 
 type TestResult = Result<(), Box<dyn Error>>;
 
@@ -122,7 +125,7 @@ fn chunk(data: &[u8]) -> Vec<u8> {
     [format!("{:x}\r\n", data.len()).as_bytes(), data, b"\r\n"].concat()
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tokio::test(start_paused = true)]
 async fn pass_through_answers_like_a_direct_call() -> TestResult {
     let (desk, proxy) = start().await?;
     let client = client()?;
@@ -182,7 +185,7 @@ async fn pass_through_answers_like_a_direct_call() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tokio::test(start_paused = true)]
 async fn delay_waits_then_forwards() -> TestResult {
     let (desk, proxy) = start().await?;
     let client = client()?;
@@ -193,7 +196,7 @@ async fn delay_waits_then_forwards() -> TestResult {
 
     let started = Instant::now();
     let resp = get_order(&client, &proxy).await?;
-    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert_eq!(started.elapsed(), Duration::from_millis(200));
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.json::<Value>().await?["order_id"], "A-1001");
     assert_eq!(desk.request_count(GET_ORDER), 1);
@@ -205,7 +208,7 @@ async fn delay_waits_then_forwards() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tokio::test(start_paused = true)]
 async fn delay_when_client_gives_up_is_never_forwarded() -> TestResult {
     let (desk, proxy) = start().await?;
     let client = client()?;
@@ -229,7 +232,7 @@ async fn delay_when_client_gives_up_is_never_forwarded() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tokio::test(start_paused = true)]
 async fn stall_first_byte_applies_upstream_then_answers_late() -> TestResult {
     let (desk, proxy) = start().await?;
     let client = client()?;
@@ -240,7 +243,7 @@ async fn stall_first_byte_applies_upstream_then_answers_late() -> TestResult {
 
     let started = Instant::now();
     let resp = update(&client, &proxy, "k-stall").await?;
-    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert_eq!(started.elapsed(), Duration::from_millis(200));
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.json::<Value>().await?["delivery_date"], "2026-12-24");
     assert_eq!(desk.applied_count(UPDATE), 1);
@@ -256,7 +259,7 @@ async fn stall_first_byte_applies_upstream_then_answers_late() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tokio::test(start_paused = true)]
 async fn idle_stream_sends_headers_then_nothing() -> TestResult {
     let (desk, proxy) = start().await?;
     let impatient = reqwest::Client::builder()
@@ -282,7 +285,7 @@ async fn idle_stream_sends_headers_then_nothing() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tokio::test(start_paused = true)]
 async fn reset_before_forward_never_reaches_upstream() -> TestResult {
     let (desk, proxy) = start().await?;
     let client = client()?;
@@ -304,7 +307,7 @@ async fn reset_before_forward_never_reaches_upstream() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tokio::test(start_paused = true)]
 async fn reset_after_forward_applies_but_loses_the_answer() -> TestResult {
     let (desk, proxy) = start().await?;
     let client = client()?;
@@ -334,7 +337,7 @@ async fn reset_after_forward_applies_but_loses_the_answer() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tokio::test(start_paused = true)]
 async fn truncate_body_announces_full_length_and_sends_less() -> TestResult {
     let (desk, proxy) = start().await?;
     let client = client()?;
@@ -368,7 +371,7 @@ async fn truncate_body_announces_full_length_and_sends_less() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tokio::test(start_paused = true)]
 async fn status_429_answers_without_forwarding() -> TestResult {
     let (desk, proxy) = start().await?;
     let client = client()?;
@@ -423,7 +426,7 @@ async fn status_429_answers_without_forwarding() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tokio::test(start_paused = true)]
 async fn executed_then_status_applies_but_reports_failure() -> TestResult {
     let (desk, proxy) = start().await?;
     let client = client()?;
@@ -450,7 +453,7 @@ async fn executed_then_status_applies_but_reports_failure() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tokio::test(start_paused = true)]
 async fn rule_windows_skip_times_and_always() -> TestResult {
     let (_desk, proxy) = start().await?;
     let client = client()?;
@@ -497,7 +500,7 @@ async fn rule_windows_skip_times_and_always() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tokio::test(start_paused = true)]
 async fn match_by_attempt_hits_only_that_attempt() -> TestResult {
     let (desk, proxy) = start().await?;
     let client = client()?;
@@ -523,7 +526,7 @@ async fn match_by_attempt_hits_only_that_attempt() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tokio::test(start_paused = true)]
 async fn trace_records_rein_headers_fault_and_outcome() -> TestResult {
     let (desk, proxy) = start().await?;
     let client = client()?;
@@ -610,7 +613,7 @@ async fn barrier_upstream(
     Ok((url, task))
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tokio::test(start_paused = true)]
 async fn peak_in_flight_counts_concurrent_requests_per_tool() -> TestResult {
     let (upstream, barrier) = barrier_upstream(4).await?;
     let proxy = FaultProxy::start(&upstream).await?;
@@ -635,7 +638,7 @@ async fn peak_in_flight_counts_concurrent_requests_per_tool() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tokio::test(start_paused = true)]
 async fn bad_requests_get_4xx_5xx_and_the_proxy_keeps_serving() -> TestResult {
     let (desk, proxy) = start().await?;
     let client = client()?;
@@ -681,7 +684,7 @@ async fn bad_requests_get_4xx_5xx_and_the_proxy_keeps_serving() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tokio::test(start_paused = true)]
 async fn unreachable_upstream_is_a_502() -> TestResult {
     let closed = TcpListener::bind("127.0.0.1:0").await?;
     let upstream = format!("http://{}", closed.local_addr()?);
@@ -702,7 +705,7 @@ async fn unreachable_upstream_is_a_502() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tokio::test(start_paused = true)]
 async fn start_rejects_a_bad_upstream_url() {
     let err = FaultProxy::start("localhost:80").await;
     assert!(err.is_err());
@@ -710,7 +713,7 @@ async fn start_rejects_a_bad_upstream_url() {
     assert!(err.is_err());
 }
 
-#[tokio::test(flavor = "multi_thread")]
+#[tokio::test(start_paused = true)]
 async fn chunked_answers_stream_through_chunk_by_chunk() -> TestResult {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let upstream = format!("http://{}", listener.local_addr()?);

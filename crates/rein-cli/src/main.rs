@@ -15,6 +15,7 @@ mod log;
 mod reconcile;
 mod resume;
 mod run;
+mod runs;
 mod serve;
 mod signal;
 mod timeline;
@@ -99,6 +100,12 @@ enum Command {
     /// line saying what was finished and what was handed on. A second
     /// signal hands the runs on at once; a third quits at once.
     Serve(serve::ServeArgs),
+    /// List runs and inspect one: its report, events and ledger, read from
+    /// the store file (`--data`) or from a `rein serve` (`--server`).
+    ///
+    /// A run whose process was killed is listed `running`; `rein resume`
+    /// continues it.
+    Runs(runs::RunsArgs),
     /// List or clear submissions' idempotency records (the operator's path
     /// after a crash left a reservation in progress).
     Idempotency(idempotency::IdempotencyArgs),
@@ -125,6 +132,7 @@ fn main() -> ExitCode {
         Command::Chaos(args) => chaos::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Idempotency(args) => idempotency::run(args),
+        Command::Runs(args) => runs::run(args),
     };
     match result {
         Ok(code) => code,

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use anyhow::{Context, Result};
 use clap::Args;
 use rein_core::{Outcome, RunId, RunReport, TenantId};
-use rein_engine::bind::bind_agent;
+use rein_engine::bind::{bind_agent, process_env};
 use rein_engine::config::{CompiledSchemas, Loader, Registry};
 use rein_engine::run::{
     AgentBinding, Engine, EngineError, Observer, RunOutput, RunRequest, http_client,
@@ -217,9 +217,10 @@ impl Session {
             SqliteStore::open(data)
                 .with_context(|| format!("cannot open the run store {}", data.display()))?,
         );
+        // Configured as `rein serve` configures its engine, so that agent
+        // tools start their child runs here too.
         let engine = Engine::builder(store.clone())
-            .http_client(client.clone())
-            .breakers(startup.registry.breakers().clone())
+            .registry(&startup.registry, &client, process_env())
             .build()?;
         Ok(Session {
             registry: startup.registry,

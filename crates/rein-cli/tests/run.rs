@@ -196,3 +196,82 @@ async fn run_with_a_bad_config_names_the_file_and_field() {
     assert!(stderr.contains("agents.a.tools"), "{stderr}");
     assert!(out.stdout.is_empty());
 }
+
+/// Issue 14: `rein resume` of a run whose checkpoint cannot be decoded
+/// fails and says which field was wrong, instead of resuming with a
+/// default transcript; nothing is sent to the tools.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_from_a_corrupted_checkpoint_fails_naming_the_field() {
+    use rein_store::{Checkpoint, NewRun, RunStatus, StatusChange, StepCommit, Store};
+    let desk = OrderDesk::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("rein.db");
+    let run_id = rein_core::RunId::new("r-corrupted").unwrap();
+    {
+        // A run whose process died after step 1, its checkpoint's
+        // transcript damaged.
+        let store = rein_store::SqliteStore::open(&db).unwrap();
+        store
+            .create_run(NewRun {
+                run_id: run_id.clone(),
+                tenant: rein_core::TenantId::new("default").unwrap(),
+                agent: "order_desk".into(),
+                input: "Move A-1001 to 8 January.".into(),
+                parent_run_id: None,
+                budget: json!({}),
+                created_at_ms: 1,
+            })
+            .await
+            .unwrap();
+        store
+            .commit_step(
+                &run_id,
+                StepCommit {
+                    status: Some(StatusChange {
+                        status: RunStatus::Running,
+                        report: None,
+                        at_ms: 2,
+                    }),
+                    checkpoint: Some(Checkpoint {
+                        run_id: run_id.clone(),
+                        step: 1,
+                        messages: json!([{"role": "narrator", "content": "?"}]),
+                        completed_intents: vec![],
+                        consumed: rein_core::deadline::Usage::default(),
+                        elapsed_ms: 10,
+                        state: json!({"calls": [], "facts": [], "tools_tried": [],
+                                      "provider_calls": 1}),
+                        at_ms: 3,
+                    }),
+                    ..StepCommit::default()
+                },
+            )
+            .await
+            .unwrap();
+    }
+    let out = rein(
+        vec![
+            "resume".into(),
+            run_id.to_string(),
+            "--config".into(),
+            example_config().display().to_string(),
+            "--data".into(),
+            db.display().to_string(),
+        ],
+        vec![
+            ("ORDER_DESK_URL", desk.base_url().to_owned()),
+            ("MOCK_MODEL_URL", "http://127.0.0.1:9".into()),
+        ],
+    )
+    .await;
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "cannot be resumed: its checkpoint of step 1 cannot be decoded: `messages[0].role`"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(desk.request_count("update_delivery_time"), 0);
+    assert_eq!(desk.request_count("get_order"), 0);
+}

@@ -16,11 +16,11 @@ use crate::provider::{
     AnthropicProvider, ModelProvider, OpenAiProvider, ScriptError, ScriptedProvider, StreamSettings,
 };
 use crate::run::{
-    AgentBinding, AgentTarget, ArgValidator, CompensationBinding, ModelBinding, ModelLink,
-    ToolBinding, ToolTarget,
+    AgentBinding, AgentResolver, AgentTarget, ArgValidator, CompensationBinding, EngineBuilder,
+    ModelBinding, ModelLink, ToolBinding, ToolTarget, TreeLimits,
 };
-use crate::tool_command::CommandTarget;
-use crate::tool_http::HttpTarget;
+use crate::tool::command::CommandTarget;
+use crate::tool::http::HttpTarget;
 
 /// The latency profile assumed for a model call: the basis of the "is there
 /// time for one more model turn" check and of model-call retries.
@@ -178,6 +178,62 @@ pub fn bind_agent_using(
         provider_limits,
         model_retry: agent.model_retry.into(),
     })
+}
+
+/// Where binding reads provider keys (`api_key_env`) from: the process
+/// environment in a binary, a fixed map in a test.
+pub type Env = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// The process environment, as an [`Env`].
+pub fn process_env() -> Env {
+    Arc::new(|name: &str| std::env::var(name).ok())
+}
+
+/// The [`AgentResolver`] of `registry`: binds the agent an `agent` tool
+/// starts, by name, with fresh providers per child run (a scripted child
+/// starts at the first turn of its script, a resumed one is positioned by
+/// the engine).
+///
+/// # Why here
+///
+/// Every command that drives runs (`rein run`, `rein resume`, `rein
+/// serve`, an embedder) must bind agent tools the same way, or a config
+/// that `rein check` accepts fails under one of them. A name the registry
+/// does not bind (it was checked at start, so only a script deleted since)
+/// is logged and resolves to `None`: the engine then fails the call with a
+/// structured `not_found`.
+pub fn agent_resolver(registry: &Registry, client: &reqwest::Client, env: Env) -> AgentResolver {
+    let registry = registry.clone();
+    let client = client.clone();
+    Arc::new(move |name: &str| {
+        bind_agent(&registry, name, &client, &*env)
+            .inspect_err(|e| tracing::warn!("agent tool: cannot bind agent `{name}`: {e}"))
+            .ok()
+    })
+}
+
+impl From<rein_core::registry::AgentGraphLimits> for TreeLimits {
+    fn from(graph: rein_core::registry::AgentGraphLimits) -> Self {
+        TreeLimits {
+            max_depth: graph.max_depth,
+            max_total_tokens: graph.max_total_tokens.map(|t| t.get()),
+            max_total_runs: graph.max_total_runs.map(|r| r.get()),
+        }
+    }
+}
+
+impl EngineBuilder {
+    /// Configures the engine from `registry` as every command does: tool
+    /// calls and child runs over `client`, the registry's breaker settings,
+    /// agent tools bound by [`agent_resolver`] (provider keys from `env`),
+    /// and agent trees bounded by `[server.agent_graph]`.
+    #[must_use]
+    pub fn registry(self, registry: &Registry, client: &reqwest::Client, env: Env) -> Self {
+        self.http_client(client.clone())
+            .breakers(registry.breakers().clone())
+            .agents(agent_resolver(registry, client, env))
+            .tree_limits(registry.server().agent_graph.into())
+    }
 }
 
 /// The concurrency ceilings of the resource groups of `tools`, by group.

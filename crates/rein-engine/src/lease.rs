@@ -4,7 +4,7 @@
 //!
 //! # Why a reaper
 //!
-//! The command adapter ([`crate::tool_command`]) cleans up after every
+//! The command adapter ([`crate::tool::command`]) cleans up after every
 //! call, on success, failure, deadline and cancellation. None of that runs
 //! when the process making the call dies: its subprocess group keeps
 //! running and its temporary directory stays. Because every such resource
@@ -52,7 +52,7 @@
 use std::ffi::OsString;
 use std::fmt;
 use std::path::Path;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use nix::errno::Errno;
@@ -60,7 +60,8 @@ use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use rein_store::{Lease, LeaseKind, Store, StoreError};
 use serde::Serialize;
-use tokio::time::Instant;
+
+use crate::{SystemClock, Timer};
 
 /// How long a process group gets between SIGTERM and SIGKILL.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(2);
@@ -413,17 +414,17 @@ fn signal_group(pgid: i32, signal: Signal) {
 /// Waits until `pgid` has no running member, calling `reap` each round (to
 /// collect an own child's exit), for at most `bound`. Returns whether the
 /// group is gone.
-async fn wait_gone(pgid: i32, bound: Duration, reap: &mut impl FnMut()) -> bool {
-    let until = Instant::now() + bound;
+async fn wait_gone(clock: &dyn Timer, pgid: i32, bound: Duration, reap: &mut impl FnMut()) -> bool {
+    let until = clock.now() + bound;
     loop {
         reap();
         if group_members(pgid).is_empty() {
             return true;
         }
-        if Instant::now() >= until {
+        if clock.now() >= until {
             return false;
         }
-        tokio::time::sleep(POLL_INTERVAL).await;
+        clock.sleep(POLL_INTERVAL).await;
     }
 }
 
@@ -431,20 +432,26 @@ async fn wait_gone(pgid: i32, bound: Duration, reap: &mut impl FnMut()) -> bool 
 /// it to exit, then SIGKILL, then up to [`KILL_WAIT_BOUND`] for it to
 /// disappear. `reap` is called while waiting, so a caller whose own child
 /// leads the group can collect it (a zombie does not count as running).
+/// The waits are measured on `clock`.
 ///
 /// Signals are sent only while the group has running members: while a
 /// member lives the group id cannot have been reused.
-pub async fn terminate_group(pgid: i32, grace: Duration, mut reap: impl FnMut()) -> GroupEnd {
+pub async fn terminate_group(
+    clock: &dyn Timer,
+    pgid: i32,
+    grace: Duration,
+    mut reap: impl FnMut(),
+) -> GroupEnd {
     reap();
     if group_members(pgid).is_empty() {
         return GroupEnd::AlreadyGone;
     }
     signal_group(pgid, Signal::SIGTERM);
-    if wait_gone(pgid, grace, &mut reap).await {
+    if wait_gone(clock, pgid, grace, &mut reap).await {
         return GroupEnd::Terminated;
     }
     signal_group(pgid, Signal::SIGKILL);
-    if wait_gone(pgid, KILL_WAIT_BOUND, &mut reap).await {
+    if wait_gone(clock, pgid, KILL_WAIT_BOUND, &mut reap).await {
         GroupEnd::Killed
     } else {
         GroupEnd::Survived
@@ -567,10 +574,21 @@ pub struct ReapReport {
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Reaper {
     kill_grace: Duration,
     batch: usize,
+    /// Times the wait for a group to end.
+    clock: Arc<dyn Timer>,
+}
+
+impl fmt::Debug for Reaper {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reaper")
+            .field("kill_grace", &self.kill_grace)
+            .field("batch", &self.batch)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for Reaper {
@@ -585,7 +603,14 @@ impl Reaper {
         Reaper {
             kill_grace: DEFAULT_KILL_GRACE,
             batch: DEFAULT_REAP_BATCH,
+            clock: Arc::new(SystemClock::new()),
         }
+    }
+
+    /// Uses `clock` instead of the system clock (the engine's own).
+    pub fn with_clock(mut self, clock: Arc<dyn Timer>) -> Reaper {
+        self.clock = clock;
+        self
     }
 
     /// Sets the grace between SIGTERM and SIGKILL.
@@ -700,7 +725,7 @@ impl Reaper {
                         });
                     }
                 }
-                let end = terminate_group(pgid, self.kill_grace, || {}).await;
+                let end = terminate_group(self.clock.as_ref(), pgid, self.kill_grace, || {}).await;
                 if end.is_gone() {
                     Ok(Reclamation::GroupEnded { members, end })
                 } else {

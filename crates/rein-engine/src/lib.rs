@@ -23,8 +23,11 @@ pub mod run;
 pub mod sabotage;
 mod secrets;
 pub mod startup;
-#[cfg(unix)]
-pub mod tool_command;
-pub mod tool_http;
+pub mod tool;
 
-pub use clock::SystemClock;
+// The adapters under their former paths, for embedders that import them.
+#[cfg(unix)]
+pub use tool::command as tool_command;
+pub use tool::http as tool_http;
+
+pub use clock::{SystemClock, Timer};

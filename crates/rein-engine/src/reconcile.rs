@@ -22,9 +22,10 @@ use rein_core::{Clock, Event, EventData, LedgerRecord, LedgerStatus, Outcome, To
 use rein_store::{LedgerMark, RunStatus, StepCommit, Store, StoreError};
 use serde::Serialize;
 
+use crate::Timer;
 use crate::lease::{ReapReport, Reaper};
 use crate::run::{CompensationBinding, ToolBinding};
-use crate::tool_http::HttpToolAdapter;
+use crate::tool::http::HttpToolAdapter;
 
 /// How long a `pending` record may stay pending before the reconciler
 /// treats its process as gone.
@@ -124,7 +125,7 @@ pub struct ReconcileReport {
 /// Sweeps the ledger.
 pub struct Reconciler {
     store: Arc<dyn Store>,
-    clock: Arc<dyn Clock>,
+    clock: Arc<dyn Timer>,
     http: HttpToolAdapter,
     tools: BTreeMap<String, ToolBinding>,
     compensations: BTreeMap<String, CompensationBinding>,
@@ -137,7 +138,7 @@ impl Reconciler {
     /// their `compensations` (a failed strong one is retried).
     pub fn new(
         store: Arc<dyn Store>,
-        clock: Arc<dyn Clock>,
+        clock: Arc<dyn Timer>,
         client: reqwest::Client,
         tools: BTreeMap<String, ToolBinding>,
         compensations: BTreeMap<String, CompensationBinding>,
@@ -145,8 +146,8 @@ impl Reconciler {
     ) -> Self {
         Reconciler {
             store,
+            http: HttpToolAdapter::new(client).with_clock(clock.clone()),
             clock,
-            http: HttpToolAdapter::new(client),
             tools,
             compensations,
             config,
@@ -246,7 +247,11 @@ impl Reconciler {
         }
 
         // 4. Leases of crashed processes.
-        match Reaper::new().reap(self.store.as_ref(), now_ms).await {
+        match Reaper::new()
+            .with_clock(self.clock.clone())
+            .reap(self.store.as_ref(), now_ms)
+            .await
+        {
             Ok(reaped) => report.leases = Some(reaped),
             Err(e) => tracing::warn!("lease reaping failed: {e}"),
         }
@@ -342,7 +347,7 @@ impl Reconciler {
             return;
         };
         let allowance = binding.tool.allowance(Duration::from_secs(30));
-        let attempt = crate::tool_http::Attempt {
+        let attempt = crate::tool::Attempt {
             run_id: &run.run_id,
             intent_id: &intent,
             attempt_id: &attempt_id,
@@ -587,10 +592,11 @@ impl Reconciler {
     /// irreversible ones every `irreversible_every`, calling `on_report`
     /// after each sweep.
     pub async fn run_forever(&self, mut on_report: impl FnMut(&ReconcileReport)) {
-        let mut last_irreversible: Option<std::time::Instant> = None;
+        let mut last_irreversible: Option<rein_core::Instant> = None;
         loop {
-            let irreversible_due =
-                last_irreversible.is_none_or(|t| t.elapsed() >= self.config.irreversible_every);
+            let irreversible_due = last_irreversible.is_none_or(|t| {
+                self.clock.now().saturating_duration_since(t) >= self.config.irreversible_every
+            });
             let classes = SweepClasses {
                 idempotent: true,
                 irreversible: irreversible_due,
@@ -600,9 +606,9 @@ impl Reconciler {
                 Err(e) => tracing::warn!("reconcile sweep failed: {e}"),
             }
             if irreversible_due {
-                last_irreversible = Some(std::time::Instant::now());
+                last_irreversible = Some(self.clock.now());
             }
-            tokio::time::sleep(self.config.idempotent_every).await;
+            self.clock.sleep(self.config.idempotent_every).await;
         }
     }
 }
@@ -610,14 +616,10 @@ impl Reconciler {
 /// Whether a commit was refused because what it was derived from moved: the
 /// run's ledger (another writer marked a record) or its status (it ended).
 fn is_read_stale(e: &StoreError) -> bool {
-    crate::run::is_revision_conflict(e)
-        || matches!(
-            e,
-            StoreError::Conflict {
-                what: "run status",
-                ..
-            }
-        )
+    matches!(
+        e,
+        StoreError::LedgerChanged { .. } | StoreError::StatusChanged { .. }
+    )
 }
 
 /// Whether the record went `manual` because its strong compensation failed

@@ -6,8 +6,8 @@
 //! | part | taught when | what |
 //! | --- | --- | --- |
 //! | [`OpenAiProvider::new`](crate::provider::OpenAiProvider::new), [`AnthropicProvider::new`](crate::provider::AnthropicProvider::new) | built | the key; the base URL's userinfo |
-//! | [`HttpTarget`](crate::tool_http::HttpTarget) | every request (a read lock once known) | credential headers; userinfo of its URLs |
-//! | [`CommandTarget`](crate::tool_command::CommandTarget) | every attempt | credential-named `env` values |
+//! | [`HttpTarget`](crate::tool::http::HttpTarget) | every request (a read lock once known) | credential headers; userinfo of its URLs |
+//! | [`CommandTarget`](crate::tool::command::CommandTarget) | every attempt | credential-named `env` values |
 //!
 //! A value too short to be redacted is skipped here: the config loader
 //! reports it, naming its field.

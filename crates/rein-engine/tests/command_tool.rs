@@ -467,8 +467,14 @@ async fn a_hanging_command_and_its_grandchild_are_killed_as_a_group_at_the_deadl
     let elapsed = started.elapsed();
     assert_eq!(failed.category(), Category::Timeout);
     assert_eq!(failed.effect(), Effect::MaybeApplied);
+    // Ended by the deadline's own wait (not by the program, which sleeps
+    // 300 s): no wall-clock allowance needed to tell them apart. Real
+    // processes cannot run under paused time, so the bound below is the
+    // only timing one, and a lower one.
     assert!(
-        failed.human_message().contains("deadline"),
+        failed
+            .human_message()
+            .contains(&format!("killed at its deadline of {limit:?}")),
         "{}",
         failed.human_message()
     );
@@ -476,7 +482,6 @@ async fn a_hanging_command_and_its_grandchild_are_killed_as_a_group_at_the_deadl
         elapsed >= limit,
         "killed at, not before, the deadline: {elapsed:?}"
     );
-    assert!(elapsed < limit + Duration::from_secs(8), "{elapsed:?}");
     assert!(!running(shell), "the command ({shell}) is gone");
     assert!(
         !running(grandchild),
@@ -536,7 +541,6 @@ async fn processes_left_in_the_background_are_ended_when_the_command_exits() {
         "sleep 300 & echo $! > \"$PID_FILE\"; echo '{\"ok\": true}'",
     )
     .with_env("PID_FILE", pid_file.to_str().unwrap());
-    let started = Instant::now();
     let out = call(
         &f.adapter,
         &target,
@@ -547,12 +551,11 @@ async fn processes_left_in_the_background_are_ended_when_the_command_exits() {
     )
     .await
     .unwrap();
+    // The whole stdout arrived, which needs the leftover's copy of the pipe
+    // closed: without ending the group the drain would have given up
+    // (bounded) with nothing. This, not a wall-clock allowance, shows the
+    // adapter did not wait for the leftover.
     assert_eq!(out.result, json!({"ok": true}));
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        started.elapsed()
-    );
     let background: i32 = std::fs::read_to_string(&pid_file)
         .unwrap()
         .trim()
@@ -579,6 +582,14 @@ impl Store for RefuseGroupLeases {
     }
     async fn list_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
         self.0.list_runs(limit).await
+    }
+    async fn list_runs_page(
+        &self,
+        filter: &rein_store::RunFilter,
+        after: Option<&rein_store::RunCursor>,
+        limit: usize,
+    ) -> Result<rein_store::RunPage, StoreError> {
+        self.0.list_runs_page(filter, after, limit).await
     }
     async fn events(&self, id: &RunId, after: u64) -> Result<Vec<Event>, StoreError> {
         self.0.events(id, after).await

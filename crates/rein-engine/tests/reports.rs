@@ -278,6 +278,14 @@ impl Store for Meddling {
     async fn list_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
         self.inner.list_runs(limit).await
     }
+    async fn list_runs_page(
+        &self,
+        filter: &rein_store::RunFilter,
+        after: Option<&rein_store::RunCursor>,
+        limit: usize,
+    ) -> Result<rein_store::RunPage, StoreError> {
+        self.inner.list_runs_page(filter, after, limit).await
+    }
     async fn children_of(&self, parent: &RunId) -> Result<Vec<RunRecord>, StoreError> {
         self.inner.children_of(parent).await
     }

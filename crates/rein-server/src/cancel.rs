@@ -167,9 +167,7 @@ pub async fn cancel_run(
                 Err(StoreError::FinishedRun { outcome, .. }) => {
                     Err(terminal(&id, outcome.as_str()))
                 }
-                Err(StoreError::Conflict {
-                    what: "run status", ..
-                }) => {
+                Err(StoreError::StatusChanged { .. }) => {
                     // It started meanwhile: deliver to its live owner, if
                     // that is this process.
                     if state.engine.cancel(&record.run_id) {

@@ -98,13 +98,13 @@ fn live(
                             // A closing server ends its streams; the client
                             // reconnects elsewhere with `Last-Event-ID`.
                             _ => tokio::select! {
-                                () = tokio::time::sleep(POLL) => {}
+                                () = state.engine.clock().sleep(POLL) => {}
                                 () = state.drain.closing() => return None,
                             },
                         },
                         Err(e) => {
                             tracing::warn!(run = %run_id, "event stream: {e}");
-                            tokio::time::sleep(POLL * 4).await;
+                            state.engine.clock().sleep(POLL * 4).await;
                         }
                     }
                 }

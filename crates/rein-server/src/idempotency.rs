@@ -499,11 +499,12 @@ struct Renewal(tokio::task::JoinHandle<()>);
 impl Renewal {
     fn start(state: &Arc<AppState>, fence: ReservationFence) -> Renewal {
         let store = state.store.clone();
+        let clock = state.engine.clock().clone();
         let lease = lease_ms(state);
         let every = state.settings.queue.lease / 3;
         Renewal(tokio::spawn(async move {
             loop {
-                tokio::time::sleep(every).await;
+                clock.sleep(every).await;
                 let until = now_ms().saturating_add(lease);
                 match store
                     .renew_idempotency(&fence.tenant, &fence.key, &fence.owner, until)
@@ -572,7 +573,7 @@ pub async fn sweep_forever(state: Arc<AppState>) {
         std::time::Duration::from_secs(60),
     );
     loop {
-        tokio::time::sleep(every).await;
+        state.engine.clock().sleep(every).await;
         if !crate::singleton::holds(&state, crate::singleton::IDEMPOTENCY_SWEEP, every).await {
             continue;
         }

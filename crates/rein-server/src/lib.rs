@@ -12,6 +12,7 @@
 //! | module | job |
 //! | --- | --- |
 //! | [`runs`] | submit (sync or queued), status, ledger, handoff, resume |
+//! | [`listing`] | the caller's runs, filtered, newest first, a cursor page at a time |
 //! | [`gateway`] | the OpenAI-compatible `POST /v1/chat/completions` over model bindings |
 //! | [`idempotency`] | seed 004's `Idempotency-Key` table, in the store |
 //! | [`submission`] | resolving a key whose holding process died |
@@ -45,6 +46,7 @@ pub mod exposure;
 pub mod extract;
 pub mod gateway;
 pub mod idempotency;
+pub mod listing;
 pub mod media;
 pub mod pointer;
 pub mod problem;
@@ -77,10 +79,10 @@ use crate::problem::Problem;
 #[openapi(
     info(title = "rein", description = "Runs LLM agents safely against the real world."),
     paths(
-        runs::create_run, runs::get_run, runs::get_ledger, runs::get_handoff, runs::resume_run,
+        runs::create_run, listing::list_runs, runs::get_run, runs::get_ledger, runs::get_handoff, runs::resume_run,
         events::get_events, cancel::cancel_run, gateway::chat_completions, healthz, readyz, metrics,
     ),
-    components(schemas(runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, runs::NoBody, problem::Problem, gateway::ChatRequest)),
+    components(schemas(listing::RunList, listing::RunSummary, runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, runs::NoBody, problem::Problem, gateway::ChatRequest)),
     modifiers(&Bearer, &Refusals, &ProblemJson),
     tags((name = "runs", description = "Agent runs"), (name = "gateway", description = "OpenAI-compatible model calls through rein's breakers, fallbacks and limits"), (name = "health", description = "Liveness and readiness"))
 )]
@@ -331,16 +333,18 @@ async fn no_route() -> Problem {
     )
 }
 
-/// The engine `rein serve` runs: claims with the queue lease (a process
-/// that dies hands its queued work to another worker), agent tools bound
-/// from `registry`, agent trees bounded by `[server.agent_graph]`, and
-/// provider breaker openings shared through `store` (refreshed every
+/// The engine `rein serve` runs: configured from `registry` as every
+/// command's ([`EngineBuilder::registry`]: breakers, agent tools, tree
+/// bounds), claims with the queue lease (a process that dies hands its
+/// queued work to another worker), and provider breaker openings shared
+/// through `store` (refreshed every
 /// [`DEFAULT_SHARED_BREAKERS_REFRESH`]), so that processes sharing one
 /// database stop calling a provider as soon as one of them opened its arm.
 /// The engine publishes them, and names itself in claims, under a fresh
 /// opaque node id ([`rein_engine::run::Engine::node`]).
 ///
 /// [`DEFAULT_SHARED_BREAKERS_REFRESH`]: rein_engine::run::DEFAULT_SHARED_BREAKERS_REFRESH
+/// [`EngineBuilder::registry`]: rein_engine::run::EngineBuilder::registry
 /// See [`bind_models`] for the gateway's model bindings.
 ///
 /// # Errors
@@ -353,29 +357,14 @@ pub fn build_engine(
     rng_seed: Option<u64>,
 ) -> Result<rein_engine::run::Engine, rein_engine::run::EngineError> {
     let settings = registry.server();
-    let graph = settings.agent_graph;
-    let limits = rein_engine::run::TreeLimits {
-        max_depth: graph.max_depth,
-        max_total_tokens: graph.max_total_tokens.map(|t| t.get()),
-        max_total_runs: graph.max_total_runs.map(|r| r.get()),
-    };
-    let agents = registry.clone();
-    let bind_client = client.clone();
-    let resolve: rein_engine::run::AgentResolver = Arc::new(move |name: &str| {
-        let env = |k: &str| std::env::var(k).ok();
-        rein_engine::bind::bind_agent(&agents, name, &bind_client, &env).ok()
-    });
     // One opaque id names this process in claims and shared breaker
     // openings, which answers may show; its PID and host stay in the log.
     let node = uuid::Uuid::now_v7().simple().to_string();
     let mut builder = rein_engine::run::Engine::builder(store)
+        .registry(registry, &client, rein_engine::bind::process_env())
         .node(node.clone())
-        .http_client(client)
-        .breakers(registry.breakers().clone())
         .claim_lease(settings.queue.lease)
         .claim_renewal(settings.reconciliation.heartbeat_interval)
-        .agents(resolve)
-        .tree_limits(limits)
         .shared_breakers(node, rein_engine::run::DEFAULT_SHARED_BREAKERS_REFRESH);
     if let Some(seed) = rng_seed {
         builder = builder.rng_seed(seed);
@@ -416,6 +405,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     // NOTE: `exposure::PROBES` names the probes' paths.
     let routes = Router::new()
         .route("/v1/agents/{name}/runs", post_json(runs::create_run))
+        .route("/v1/runs", get(listing::list_runs))
         .route("/v1/runs/{id}", get(runs::get_run))
         .route("/v1/runs/{id}/events", get(events::get_events))
         .route("/v1/runs/{id}/ledger", get(runs::get_ledger))

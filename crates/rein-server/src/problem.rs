@@ -146,7 +146,7 @@ impl From<rein_store::StoreError> for Problem {
             // The request lost a race with another writer, or asked to
             // change a run that already ended: the run's state, not a
             // fault of rein.
-            StoreError::Conflict { .. } | StoreError::FinishedRun { .. } => Problem::new(
+            e if e.is_conflict() || matches!(e, StoreError::FinishedRun { .. }) => Problem::new(
                 StatusCode::CONFLICT,
                 "conflict",
                 "Conflict with the run's state",

@@ -139,8 +139,8 @@ pub async fn standing(state: &AppState, run_id: &RunId) -> Option<Standing> {
 ///
 /// # Errors
 ///
-/// The store's refusal, e.g. `Conflict` when `closing.expect` no longer
-/// holds.
+/// The store's refusal, e.g. `StatusChanged` when `closing.expect` no
+/// longer holds.
 pub async fn close(
     state: &AppState,
     record: &RunRecord,
@@ -225,7 +225,7 @@ pub async fn orphans_forever(state: Arc<AppState>) {
     let every = state.settings.reconciliation.scan_interval;
     let mut cursor = None;
     loop {
-        tokio::time::sleep(every).await;
+        state.engine.clock().sleep(every).await;
         if !crate::singleton::holds(&state, crate::singleton::RUN_RECONCILIATION, every).await {
             continue;
         }
@@ -255,14 +255,14 @@ pub async fn ledger_forever(state: Arc<AppState>) {
     };
     let reconciler = Reconciler::new(
         state.store.clone(),
-        Arc::new(rein_engine::SystemClock::new()),
+        state.engine.clock().clone(),
         state.client.clone(),
         tools,
         compensations,
         config,
     );
     loop {
-        tokio::time::sleep(every).await;
+        state.engine.clock().sleep(every).await;
         if !crate::singleton::holds(&state, crate::singleton::LEDGER_RECONCILIATION, every).await {
             continue;
         }

@@ -629,10 +629,9 @@ async fn submit(
                     // A retry took this request's holder for dead (it
                     // stalled for a lease) and executes the key itself: this
                     // run was never created.
-                    EngineError::Store(StoreError::Conflict {
-                        what: "idempotency reservation",
-                        ..
-                    }) => idempotency::in_progress_problem(),
+                    EngineError::Store(StoreError::ReservationLost { .. }) => {
+                        idempotency::in_progress_problem()
+                    }
                     other => engine_problem(other),
                 })?;
             let record = state

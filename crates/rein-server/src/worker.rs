@@ -242,7 +242,7 @@ pub async fn work(state: Arc<AppState>) {
         if !drove {
             tokio::select! {
                 () = state.queue.notified() => {}
-                () = tokio::time::sleep(IDLE_POLL) => {}
+                () = state.engine.clock().sleep(IDLE_POLL) => {}
                 () = state.drain.started() => return,
             }
         }

@@ -1315,3 +1315,231 @@ async fn cancelling_queued_work_never_races_the_worker_starting_it() {
         locations.len()
     );
 }
+
+/// Issue 18, item 4: `GET /v1/runs` pages through 1,000 runs of two
+/// tenants with its cursor: each tenant sees every one of its own runs
+/// exactly once, newest first, and none of the other's, however the two
+/// interleave in time (pairs created in the same millisecond); filters
+/// narrow the pages; and every parameter error is a 400 naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_pages_a_thousand_runs_per_tenant_never_across_tenants() {
+    let api = start(Options::default()).await;
+    let tenants = [("acme", ACME), ("globex", GLOBEX)];
+    let mut created: Vec<(String, String, u64)> = Vec::new();
+    for n in 0..1_000u64 {
+        let (tenant, _) = tenants[(n % 2) as usize];
+        let run_id = format!("listed-{n:04}");
+        let at = 1_700_000_000_000 + n / 4;
+        api.store
+            .create_run(rein_store::NewRun {
+                run_id: rein_core::RunId::new(run_id.clone()).unwrap(),
+                tenant: TenantId::new(tenant).unwrap(),
+                agent: if n % 3 == 0 {
+                    "order_desk_live"
+                } else {
+                    "order_desk"
+                }
+                .into(),
+                input: "Move order A-1001.".into(),
+                parent_run_id: None,
+                budget: json!({}),
+                created_at_ms: at,
+            })
+            .await
+            .unwrap();
+        if n % 5 == 0 {
+            api.store
+                .set_run_status(
+                    &rein_core::RunId::new(run_id.clone()).unwrap(),
+                    rein_store::RunStatus::Finished(rein_core::Outcome::Succeeded),
+                    None,
+                    at + 1,
+                )
+                .await
+                .unwrap();
+        }
+        created.push((tenant.to_owned(), run_id, at));
+    }
+
+    /// Every page of `query`, as `key`; the runs in order and the number of
+    /// pages.
+    async fn pages(api: &Api, key: &str, query: &str) -> (Vec<Value>, usize) {
+        let (mut runs, mut count, mut cursor) = (Vec::new(), 0, None::<String>);
+        loop {
+            let url = match &cursor {
+                Some(c) => format!("/v1/runs?{query}&cursor={c}"),
+                None => format!("/v1/runs?{query}"),
+            };
+            let r = api.get(&url, key).send().await.unwrap();
+            assert_eq!(r.status(), StatusCode::OK, "{url}");
+            let page: Value = r.json().await.unwrap();
+            count += 1;
+            runs.extend(page["runs"].as_array().unwrap().iter().cloned());
+            match page["next_cursor"].as_str() {
+                Some(next) => cursor = Some(next.to_owned()),
+                None => return (runs, count),
+            }
+            assert!(count < 1_000, "the listing never ends");
+        }
+    }
+
+    for (tenant, key) in tenants {
+        let (runs, count) = pages(&api, key, "limit=37").await;
+        let mut expected: Vec<&(String, String, u64)> =
+            created.iter().filter(|(t, _, _)| t == tenant).collect();
+        expected.sort_by(|a, b| (b.2, &b.1).cmp(&(a.2, &a.1)));
+        let ids: Vec<&str> = runs.iter().map(|r| r["run_id"].as_str().unwrap()).collect();
+        assert_eq!(
+            ids,
+            expected
+                .iter()
+                .map(|(_, id, _)| id.as_str())
+                .collect::<Vec<_>>(),
+            "{tenant}: every own run exactly once, newest first"
+        );
+        assert_eq!(count, 500_usize.div_ceil(37), "{tenant}: full pages of 37");
+        assert!(runs.iter().all(|r| r["tenant"] == tenant), "{tenant}");
+        let first = &runs[0];
+        assert!(
+            matches!(
+                first["agent"].as_str(),
+                Some("order_desk" | "order_desk_live")
+            ),
+            "{first}"
+        );
+        assert!(
+            first["created_at_ms"].as_u64().is_some() && first["updated_at_ms"].as_u64().is_some()
+        );
+
+        // Filters, paged with the default limit.
+        let (done, _) = pages(&api, key, "status=succeeded").await;
+        assert_eq!(done.len(), 100, "{tenant}: one in five ended");
+        assert!(
+            done.iter()
+                .all(|r| r["status"] == "succeeded" && r["outcome"] == "succeeded")
+        );
+        let (queued, _) = pages(&api, key, "status=queued&agent=order_desk_live").await;
+        let want = created
+            .iter()
+            .enumerate()
+            .filter(|(n, (t, _, _))| t == tenant && n % 3 == 0 && n % 5 != 0)
+            .count();
+        assert_eq!(queued.len(), want, "{tenant}: queued live-agent runs");
+        assert!(queued.iter().all(|r| r["outcome"].is_null()));
+        let (window, _) = pages(
+            &api,
+            key,
+            "created_after=1700000000010&created_before=1700000000020&limit=500",
+        )
+        .await;
+        assert_eq!(
+            window.len(),
+            9 * 2,
+            "{tenant}: 9 ms of 4 runs, half of them its own"
+        );
+    }
+
+    // A cursor only positions: another tenant's cursor shows nothing of
+    // theirs.
+    let first: Value = api
+        .get("/v1/runs?limit=3", ACME)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let cursor = first["next_cursor"].as_str().unwrap();
+    let theirs: Value = api
+        .get(&format!("/v1/runs?limit=500&cursor={cursor}"), GLOBEX)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        theirs["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["tenant"] == "globex")
+    );
+
+    for (query, parameter) in [
+        ("limit=0", "limit"),
+        ("limit=501", "limit"),
+        ("status=paused", "status"),
+        ("agent=", "agent"),
+        ("created_after=yesterday", "created_after"),
+        ("created_before=-5", "created_before"),
+        ("cursor=garbage", "cursor"),
+        ("stauts=running", "stauts"),
+        ("limit=5&limit=6", "limit"),
+    ] {
+        let r = api
+            .get(&format!("/v1/runs?{query}"), ACME)
+            .send()
+            .await
+            .unwrap();
+        let body = problem(r, StatusCode::BAD_REQUEST, "bad-request").await;
+        assert_eq!(body["parameter"], parameter, "{query}: {body}");
+    }
+    let anonymous = api
+        .http
+        .get(format!("{}/v1/runs", api.base))
+        .send()
+        .await
+        .unwrap();
+    problem(anonymous, StatusCode::UNAUTHORIZED, "unauthorized").await;
+}
+
+/// Issue 14: a run whose checkpoint cannot be decoded is not resumed with
+/// a default in its place; `POST /v1/runs/{id}/resume` says which field
+/// was wrong, and the run is left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_from_a_corrupted_checkpoint_is_refused_naming_the_field() {
+    let api = start(Options::default()).await;
+    let run_id = kept_for_caller(api.store.as_ref(), "corrupted-checkpoint").await;
+    api.store
+        .commit_step(
+            &run_id,
+            rein_store::StepCommit {
+                checkpoint: Some(rein_store::Checkpoint {
+                    run_id: run_id.clone(),
+                    step: 1,
+                    messages: json!([{"role": "user", "content": "Move order A-1001."}]),
+                    completed_intents: vec![],
+                    consumed: rein_core::deadline::Usage::default(),
+                    elapsed_ms: 10,
+                    state: json!({"calls": "not a list", "facts": [], "tools_tried": [],
+                                  "provider_calls": 1}),
+                    at_ms: 2,
+                }),
+                ..rein_store::StepCommit::default()
+            },
+        )
+        .await
+        .unwrap();
+    let r = api
+        .post("/v1/runs/corrupted-checkpoint/resume", ACME)
+        .send()
+        .await
+        .unwrap();
+    let p = problem(r, StatusCode::CONFLICT, "not-resumable").await;
+    let detail = p["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("its checkpoint of step 1 cannot be decoded: `state.calls`"),
+        "{p}"
+    );
+    let run: Value = api
+        .get("/v1/runs/corrupted-checkpoint", ACME)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(run["status"], "running", "left as it was: {run}");
+    assert_eq!(api.desk.request_count(UPDATE_DELIVERY_TIME), 0);
+}

@@ -67,7 +67,7 @@ pub struct StepCommit {
     pub reopen: bool,
     /// When set, the commit applies only if the run's current status equals
     /// it; otherwise nothing is stored and the commit fails with
-    /// [`StoreError::Conflict`]` { what: "run status", id: <run id> }`.
+    /// [`StoreError::StatusChanged`].
     ///
     /// Checked first, in the commit's own transaction: when concurrent
     /// commits expect the same status and each changes it (a cancel moving
@@ -80,8 +80,7 @@ pub struct StepCommit {
     /// When set, the commit applies only if a lease with the fence's
     /// `lease_id` exists and its `owner` equals the fence's `owner`;
     /// otherwise nothing is stored and the commit fails with
-    /// [`StoreError::Conflict`]` { what: "run claim", id: <run id> }`
-    /// (another process took the run over).
+    /// [`StoreError::ClaimLost`] (another process took the run over).
     ///
     /// The lease's expiry is not checked: a live owner whose lease just
     /// lapsed, but was not taken over, may still write. Checked right after
@@ -90,12 +89,12 @@ pub struct StepCommit {
     /// land. It is a condition, not a write: [`StepCommit::is_empty`]
     /// ignores it.
     ///
-    /// [`StoreError::Conflict`]: crate::StoreError::Conflict
+    /// [`StoreError::ClaimLost`]: crate::StoreError::ClaimLost
     pub expect_claim: Option<ClaimFence>,
     /// When set, the commit applies only if the run's ledger revision
     /// ([`RunRecord::ledger_revision`]) still equals it; otherwise nothing
     /// is stored and the commit fails with
-    /// [`StoreError::Conflict`]` { what: "ledger revision", id: <run id> }`.
+    /// [`StoreError::LedgerChanged`].
     ///
     /// # Why
     ///
@@ -109,7 +108,7 @@ pub struct StepCommit {
     /// read again, derive again. It is a condition, not a write:
     /// [`StepCommit::is_empty`] ignores it.
     ///
-    /// [`StoreError::Conflict`]: crate::StoreError::Conflict
+    /// [`StoreError::LedgerChanged`]: crate::StoreError::LedgerChanged
     pub expect_ledger_revision: Option<u64>,
 }
 

@@ -38,8 +38,8 @@ use crate::{
     BreakerOpening, Checkpoint, ClaimFence, Holder, IdempotencyRecord, IdempotencySettled,
     IdempotencySettlement, IdempotencyState, Lease, LeaseChange, LeaseFilter, LeaseKind,
     LedgerMark, MAX_SINGLETON_LEN, NewReservation, NewRun, PlannedIntent, Reservation,
-    ReservationFence, RunStatus, SingletonLease, StatusChange, StepCommit, Store, StoreError,
-    StoredResponse,
+    ReservationFence, RunCursor, RunFilter, RunPage, RunStatus, SingletonLease, StatusChange,
+    StepCommit, Store, StoreError, StoredResponse,
 };
 
 /// A base time far from the present, so runs made here sort first.
@@ -69,6 +69,10 @@ pub async fn run_all(store: &dyn Store) {
     // Paging and counting runs by status.
     runs_with_status_after_pages_through_every_run_once(store).await;
     children_of_lists_children_oldest_first(store).await;
+    // Listing runs, newest first, a page at a time.
+    list_runs_page_visits_every_run_once_newest_first_under_inserts(store).await;
+    list_runs_page_filters_by_status_agent_and_time(store).await;
+    list_runs_page_never_shows_another_tenants_run(store).await;
     unknown_run_is_not_found(store).await;
     lease_lifecycle(store).await;
     lease_acquire_refusals(store).await;
@@ -2284,16 +2288,17 @@ pub async fn idempotency_concurrent_reserves_admit_exactly_one(store: &dyn Store
     assert!(store.clear_idempotency(&tenant, &key).await.unwrap());
 }
 
-/// Whether `result` is the `Conflict` of a lost compare-and-set on `run_id`.
+/// Whether `result` is the `StatusChanged` of a lost compare-and-set on
+/// `run_id`.
 fn is_status_conflict<T>(result: &Result<T, StoreError>, run_id: &RunId) -> bool {
     matches!(
         result,
-        Err(StoreError::Conflict { what: "run status", id }) if id == run_id.as_str()
+        Err(StoreError::StatusChanged { run_id: id }) if id == run_id.as_str()
     )
 }
 
 /// A commit with `expect_status` applies when the run's status matches;
-/// on a mismatch it fails with `Conflict { what: "run status" }` before any
+/// on a mismatch it fails with `StatusChanged` before any
 /// part (not even `reopen`) is applied.
 pub async fn expect_status_applies_only_on_a_match(store: &dyn Store) {
     let run_id = created(store, "cas").await;
@@ -2334,7 +2339,7 @@ pub async fn expect_status_applies_only_on_a_match(store: &dyn Store) {
     let refused = store.commit_step(&run_id, cancel).await;
     assert!(
         is_status_conflict(&refused, &run_id),
-        "a mismatching expectation must be Conflict {{ what: \"run status\" }}, found {refused:?}"
+        "a mismatching expectation must be StatusChanged, found {refused:?}"
     );
     let read = store.get_run(&run_id).await.unwrap().unwrap();
     assert_eq!(read.status, RunStatus::Running, "no status stored");
@@ -2448,7 +2453,7 @@ pub async fn expect_status_admits_exactly_one_concurrent_change(store: &dyn Stor
         outcomes
             .iter()
             .all(|outcome| outcome.is_ok() || is_status_conflict(outcome, &run_id)),
-        "the others lose with Conflict {{ what: \"run status\" }}: {outcomes:?}"
+        "the others lose with StatusChanged: {outcomes:?}"
     );
     let winner = winners[0];
     let read = store.get_run(&run_id).await.unwrap().unwrap();
@@ -2463,13 +2468,13 @@ pub async fn expect_status_admits_exactly_one_concurrent_change(store: &dyn Stor
 fn is_claim_conflict<T>(result: &Result<T, StoreError>, run_id: &RunId) -> bool {
     matches!(
         result,
-        Err(StoreError::Conflict { what: "run claim", id }) if id == run_id.as_str()
+        Err(StoreError::ClaimLost { run_id: id }) if id == run_id.as_str()
     )
 }
 
 /// A commit with `expect_claim` applies while its lease exists with its
 /// owner (even past its expiry); when the lease is missing or held by
-/// another owner it fails with `Conflict { what: "run claim" }` and stores
+/// another owner it fails with `ClaimLost` and stores
 /// nothing: no intents, ledger records or marks, checkpoint, events or
 /// status.
 pub async fn expect_claim_applies_only_while_the_claim_holds(store: &dyn Store) {
@@ -2580,7 +2585,7 @@ pub async fn expect_claim_applies_only_while_the_claim_holds(store: &dyn Store) 
         .await;
     assert!(
         is_claim_conflict(&refused, &run_id),
-        "a lease of another owner must be Conflict {{ what: \"run claim\" }}, found {refused:?}"
+        "a lease of another owner must be ClaimLost, found {refused:?}"
     );
     assert_nothing_stored("another owner").await;
 
@@ -2597,7 +2602,7 @@ pub async fn expect_claim_applies_only_while_the_claim_holds(store: &dyn Store) 
         .await;
     assert!(
         is_claim_conflict(&refused, &run_id),
-        "a missing lease must be Conflict {{ what: \"run claim\" }}, found {refused:?}"
+        "a missing lease must be ClaimLost, found {refused:?}"
     );
     assert_nothing_stored("missing lease").await;
 }
@@ -3981,10 +3986,7 @@ pub async fn idempotency_run_creation_is_fenced_on_the_holder(store: &dyn Store)
         store
             .create_run_held(other.clone(), &fence(&tenant, &key, "pid:2@host#other"))
             .await,
-        Err(StoreError::Conflict {
-            what: "idempotency reservation",
-            ..
-        })
+        Err(StoreError::ReservationLost { .. })
     ));
     assert_eq!(store.get_run(&other.run_id).await.unwrap(), None);
     let created = store
@@ -4022,7 +4024,7 @@ pub async fn idempotency_run_creation_is_fenced_on_the_holder(store: &dyn Store)
         store
             .create_run_held(late.clone(), &fence(&tenant, &released, owner))
             .await,
-        Err(StoreError::Conflict { .. })
+        Err(StoreError::ReservationLost { .. })
     ));
     assert_eq!(store.get_run(&late.run_id).await.unwrap(), None);
     assert!(store.clear_idempotency(&tenant, &key).await.unwrap());
@@ -4030,8 +4032,7 @@ pub async fn idempotency_run_creation_is_fenced_on_the_holder(store: &dyn Store)
 
 /// Every commit that declares or marks a ledger record bumps the ledger
 /// revision of its run and of the runs above it; a commit expecting a
-/// revision that moved is refused whole with a `ledger revision`
-/// conflict; a stored report with a basis carries the revision it
+/// revision that moved is refused whole with `LedgerChanged`; a stored report with a basis carries the revision it
 /// reflects.
 pub async fn ledger_revision_fences_report_writes(store: &dyn Store) {
     let parent = created(store, "revision-parent").await;
@@ -4068,10 +4069,7 @@ pub async fn ledger_revision_fences_report_writes(store: &dyn Store) {
     };
     assert!(matches!(
         store.commit_step(&child, stale).await,
-        Err(StoreError::Conflict {
-            what: "ledger revision",
-            ..
-        })
+        Err(StoreError::LedgerChanged { .. })
     ));
     assert_eq!(
         store.ledger(&child).await.unwrap()[0].status,
@@ -4149,9 +4147,287 @@ pub async fn ledger_revision_fences_report_writes(store: &dyn Store) {
     };
     assert!(matches!(
         store.commit_step(&child, late).await,
-        Err(StoreError::Conflict {
-            what: "ledger revision",
-            ..
-        })
+        Err(StoreError::LedgerChanged { .. })
     ));
+}
+
+// ----- listing runs, newest first ----------------------------------------
+
+/// `run` of `tenant` and `agent`, created at `created_at_ms`.
+fn run_of(tenant: &TenantId, agent: &str, prefix: &str, created_at_ms: u64) -> NewRun {
+    NewRun {
+        tenant: tenant.clone(),
+        agent: agent.to_owned(),
+        ..new_run(prefix, created_at_ms)
+    }
+}
+
+fn newest_first(runs: &mut [NewRun]) {
+    runs.sort_by(|a, b| {
+        (b.created_at_ms, b.run_id.as_str()).cmp(&(a.created_at_ms, a.run_id.as_str()))
+    });
+}
+
+/// Every page of `filter` with pages of `limit`, checking each page's
+/// shape; `between` runs after each page, before the next is read.
+async fn all_pages(
+    store: &dyn Store,
+    filter: &RunFilter,
+    limit: usize,
+    mut between: impl FnMut(&RunPage) -> Option<NewRun>,
+) -> Vec<crate::RunRecord> {
+    let mut seen = Vec::new();
+    let mut cursor: Option<RunCursor> = None;
+    for _ in 0..10_000 {
+        let page = store
+            .list_runs_page(filter, cursor.as_ref(), limit)
+            .await
+            .unwrap();
+        assert!(page.runs.len() <= limit, "the limit is honoured");
+        assert!(
+            page.runs.iter().all(|run| filter.matches(run)),
+            "a page holds only runs the filter selects ({filter:?})"
+        );
+        if let (Some(cursor), Some(first)) = (&cursor, page.runs.first()) {
+            assert!(
+                cursor.is_newer_than(first),
+                "a page starts after its cursor"
+            );
+        }
+        if let Some(next) = &page.next {
+            assert_eq!(page.runs.len(), limit, "only a full page has a next one");
+            assert_eq!(Some(next), page.runs.last().map(RunCursor::after).as_ref());
+        }
+        if page.next.is_some()
+            && let Some(run) = between(&page)
+        {
+            store.create_run(run).await.unwrap();
+        }
+        seen.extend(page.runs);
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => return seen,
+        }
+    }
+    panic!("the listing of {filter:?} never ended");
+}
+
+/// Paging a tenant's runs with `list_runs_page` visits every run that
+/// existed when it began exactly once, newest (created_at_ms, then run id,
+/// descending) first, while runs are created between pages: an older one
+/// is listed later, a newer one never; the last page has no next cursor.
+pub async fn list_runs_page_visits_every_run_once_newest_first_under_inserts(store: &dyn Store) {
+    const RUNS: u64 = 23;
+    const PAGE: usize = 4;
+    let tenant = unique_tenant("paging");
+    let base = BASE_MS * 7;
+    // In pairs of equal times, created out of order, so that neither the
+    // insertion order nor the time alone gives the order.
+    let mut runs: Vec<NewRun> = (0..RUNS)
+        .map(|n| {
+            run_of(
+                &tenant,
+                "order-desk",
+                "listed",
+                base + 1_000 + (n * 7 % RUNS) / 2,
+            )
+        })
+        .collect();
+    create_all(store, runs.clone()).await;
+    newest_first(&mut runs);
+    let filter = RunFilter::all().of_tenant(tenant.clone());
+
+    let mut inserted: Vec<NewRun> = Vec::new();
+    let mut round = 0u64;
+    let seen = all_pages(store, &filter, PAGE, |page| {
+        round += 1;
+        // Alternately a run newer than every page, and one older than the
+        // cursor (listed on a later page).
+        let run = if round % 2 == 1 {
+            run_of(&tenant, "order-desk", "newer", base + 5_000 + round)
+        } else {
+            let last = page.runs.last()?;
+            run_of(
+                &tenant,
+                "order-desk",
+                "older",
+                last.created_at_ms.saturating_sub(1),
+            )
+        };
+        inserted.push(run.clone());
+        Some(run)
+    })
+    .await;
+    assert!(
+        seen.windows(2).all(|pair| {
+            (pair[0].created_at_ms, pair[0].run_id.as_str())
+                > (pair[1].created_at_ms, pair[1].run_id.as_str())
+        }),
+        "strictly newest first: no run twice"
+    );
+    let originals: Vec<&str> = seen
+        .iter()
+        .map(|run| run.run_id.as_str())
+        .filter(|id| runs.iter().any(|run| run.run_id.as_str() == *id))
+        .collect();
+    assert_eq!(
+        originals,
+        runs.iter()
+            .map(|run| run.run_id.as_str())
+            .collect::<Vec<_>>(),
+        "every run that existed at the start, exactly once, newest first"
+    );
+    for run in &inserted {
+        let listed = seen.iter().any(|r| r.run_id == run.run_id);
+        let newer = run.created_at_ms > base + 5_000;
+        assert_eq!(
+            listed, !newer,
+            "a run created meanwhile is listed iff it sorts after the cursor ({})",
+            run.run_id
+        );
+    }
+    let first = store.get_run(&runs[0].run_id).await.unwrap().unwrap();
+    let newest = store.list_runs_page(&filter, None, 100).await.unwrap();
+    assert!(newest.runs.contains(&first), "records read back whole");
+    assert!(
+        store
+            .list_runs_page(&filter, None, 0)
+            .await
+            .unwrap()
+            .runs
+            .is_empty(),
+        "limit 0 lists nothing"
+    );
+}
+
+/// `list_runs_page` selects by status (exactly, as `runs_with_status`),
+/// agent and a creation-time range (both ends exclusive), all together.
+pub async fn list_runs_page_filters_by_status_agent_and_time(store: &dyn Store) {
+    let tenant = unique_tenant("filters");
+    let base = BASE_MS * 8;
+    let statuses = [
+        RunStatus::Queued,
+        RunStatus::Running,
+        RunStatus::Finished(Outcome::Succeeded),
+        RunStatus::Finished(Outcome::Failed),
+    ];
+    let mut runs = Vec::new();
+    for n in 0..16u64 {
+        let agent = if n % 3 == 0 { "billing" } else { "order-desk" };
+        let run = run_of(&tenant, agent, "filtered", base + n);
+        store.create_run(run.clone()).await.unwrap();
+        let status = statuses[(n % 4) as usize];
+        if status != RunStatus::Queued {
+            store
+                .set_run_status(
+                    &run.run_id,
+                    status,
+                    status.outcome().map(report),
+                    base + 100,
+                )
+                .await
+                .unwrap();
+        }
+        runs.push(store.get_run(&run.run_id).await.unwrap().unwrap());
+    }
+    runs.reverse(); // newest first
+    let mine = RunFilter::all().of_tenant(tenant.clone());
+    let mut filters = vec![
+        mine.clone(),
+        mine.clone().of_agent("billing"),
+        mine.clone().of_agent("nobody"),
+        mine.clone().created_after(base + 3),
+        mine.clone().created_before(base + 3),
+        mine.clone()
+            .created_after(base + 3)
+            .created_before(base + 9),
+        mine.clone()
+            .created_after(base + 9)
+            .created_before(base + 3),
+        mine.clone()
+            .with_status(RunStatus::Finished(Outcome::Cancelled)),
+        mine.clone()
+            .with_status(RunStatus::Running)
+            .of_agent("order-desk")
+            .created_after(base + 1),
+    ];
+    filters.extend(statuses.iter().map(|s| mine.clone().with_status(*s)));
+    for filter in filters {
+        let expected: Vec<&str> = runs
+            .iter()
+            .filter(|run| filter.matches(run))
+            .map(|run| run.run_id.as_str())
+            .collect();
+        for page in [1, 3, 100] {
+            let listed = all_pages(store, &filter, page, |_| None).await;
+            assert_eq!(
+                ids(&listed),
+                expected,
+                "the runs {filter:?} selects, newest first, in pages of {page}"
+            );
+        }
+    }
+}
+
+/// A tenant's listing never holds another tenant's run, whatever the other
+/// filters and however the runs interleave in time; with no tenant it
+/// holds both.
+pub async fn list_runs_page_never_shows_another_tenants_run(store: &dyn Store) {
+    let (a, b) = (unique_tenant("isolated-a"), unique_tenant("isolated-b"));
+    let base = BASE_MS * 9;
+    let mut all = Vec::new();
+    for n in 0..12u64 {
+        let tenant = if n % 2 == 0 { &a } else { &b };
+        // Equal times across the two tenants.
+        let run = run_of(tenant, "order-desk", "tenant", base + n / 2);
+        all.push(run.clone());
+        store.create_run(run).await.unwrap();
+    }
+    for (tenant, other) in [(&a, &b), (&b, &a)] {
+        for filter in [
+            RunFilter::all().of_tenant(tenant.clone()),
+            RunFilter::all()
+                .of_tenant(tenant.clone())
+                .with_status(RunStatus::Queued),
+            RunFilter::all()
+                .of_tenant(tenant.clone())
+                .of_agent("order-desk")
+                .created_after(base),
+        ] {
+            let listed = all_pages(store, &filter, 2, |_| None).await;
+            assert!(
+                listed.iter().all(|run| &run.tenant == tenant),
+                "{tenant}'s listing holds none of {other}'s runs"
+            );
+            let expected = all
+                .iter()
+                .filter(|run| &run.tenant == tenant)
+                .filter(|run| {
+                    filter
+                        .created_after_ms
+                        .is_none_or(|ms| run.created_at_ms > ms)
+                })
+                .count();
+            assert_eq!(
+                listed.len(),
+                expected,
+                "all of {tenant}'s runs ({filter:?})"
+            );
+        }
+    }
+    let everyone = all_pages(
+        store,
+        &RunFilter::all()
+            .created_after(base - 1)
+            .created_before(base + 6),
+        5,
+        |_| None,
+    )
+    .await;
+    for run in &all {
+        assert!(
+            everyone.iter().any(|r| r.run_id == run.run_id),
+            "with no tenant, every tenant's runs are listed"
+        );
+    }
 }

@@ -12,11 +12,19 @@ use crate::run::RunStatus;
 ///
 /// The engine reacts differently to each: a transient [`Unavailable`] is
 /// retried, a [`Conflict`] or [`InvalidTransition`] is a bug or a lost race
-/// and ends the run, a [`Corrupt`] row needs an operator. Callers classify
-/// with [`StoreError::is_transient`], never by matching message text.
+/// and ends the run, a [`Corrupt`] row needs an operator. Each lost race
+/// has its own variant ([`StatusChanged`], [`ClaimLost`], [`LedgerChanged`],
+/// [`ReservationLost`]), because each calls for its own reaction: stop at
+/// once on a lost claim, derive again on a moved ledger. Callers classify
+/// with the variants, [`StoreError::is_transient`] and
+/// [`StoreError::is_conflict`], never by matching message text.
 ///
 /// [`Unavailable`]: StoreError::Unavailable
 /// [`Conflict`]: StoreError::Conflict
+/// [`StatusChanged`]: StoreError::StatusChanged
+/// [`ClaimLost`]: StoreError::ClaimLost
+/// [`LedgerChanged`]: StoreError::LedgerChanged
+/// [`ReservationLost`]: StoreError::ReservationLost
 /// [`InvalidTransition`]: StoreError::InvalidTransition
 /// [`Corrupt`]: StoreError::Corrupt
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -30,21 +38,57 @@ pub enum StoreError {
         /// Its identifier.
         id: String,
     },
-    /// A row with this identity already exists and must not be replaced;
-    /// or, with `what = "run status"`, a commit's
-    /// [`expect_status`](crate::StepCommit::expect_status) did not match
-    /// the run's current status (another writer changed it first); or, with
-    /// `what = "run claim"`, a commit's
-    /// [`expect_claim`](crate::StepCommit::expect_claim) lease is gone or
-    /// has another owner (another process took the run over).
-    #[error("{}", conflict_message(what, id))]
+    /// A row with this identity already exists and must not be replaced.
+    #[error("{what} {id} already exists; expected a new {what}")]
     Conflict {
-        /// What was created (`run`), `run status` for a lost
-        /// compare-and-set, or `run claim` for a lost claim.
+        /// What was created (`run`, `lease`).
         what: &'static str,
-        /// The identifier that is taken, or the run whose status or claim
-        /// changed.
+        /// The identifier that is taken.
         id: String,
+    },
+    /// A commit's [`expect_status`](crate::StepCommit::expect_status) did
+    /// not match the run's current status: another writer changed it first
+    /// (a lost compare-and-set).
+    #[error(
+        "run {run_id} is no longer in the status this change expected; \
+         another writer changed it first"
+    )]
+    StatusChanged {
+        /// The run whose status changed.
+        run_id: String,
+    },
+    /// A commit's [`expect_claim`](crate::StepCommit::expect_claim) lease is
+    /// gone or has another owner: another process took the run over.
+    #[error(
+        "run {run_id} is no longer claimed by this process; \
+         another process took the run over"
+    )]
+    ClaimLost {
+        /// The run whose claim was lost.
+        run_id: String,
+    },
+    /// A commit's
+    /// [`expect_ledger_revision`](crate::StepCommit::expect_ledger_revision)
+    /// is not the run's ledger revision: the ledger changed since the
+    /// commit's content was derived from it.
+    #[error(
+        "the ledger of run {run_id} changed since this change read it; \
+         derive it again from the ledger as it is now"
+    )]
+    LedgerChanged {
+        /// The run whose ledger changed.
+        run_id: String,
+    },
+    /// [`Store::create_run_held`](crate::Store::create_run_held): the
+    /// idempotency reservation the run's creation is fenced on is no longer
+    /// the caller's (another request took it over).
+    #[error(
+        "the idempotency reservation {key} is no longer held by this request; \
+         another request took it over"
+    )]
+    ReservationLost {
+        /// The reservation, as `tenant/key`.
+        key: String,
     },
     /// A ledger mark the ledger state machine does not allow.
     #[error(transparent)]
@@ -103,28 +147,25 @@ pub enum StoreError {
     Backend(String),
 }
 
-/// The message of [`StoreError::Conflict`].
-fn conflict_message(what: &str, id: &str) -> String {
-    if what == "run status" {
-        format!(
-            "run {id} is no longer in the status this change expected; \
-             another writer changed it first"
-        )
-    } else if what == "run claim" {
-        format!(
-            "run {id} is no longer claimed by this process; \
-             another process took the run over"
-        )
-    } else {
-        format!("{what} {id} already exists; expected a new {what}")
-    }
-}
-
 impl StoreError {
     /// Whether retrying the same call later may succeed (a busy or briefly
     /// unreachable backend), as opposed to a refusal or a broken store.
     pub fn is_transient(&self) -> bool {
         matches!(self, StoreError::Unavailable(_))
+    }
+
+    /// Whether the call lost a race or found its identity taken: the
+    /// caller's view of the store is stale (another writer got there
+    /// first), not the store broken.
+    pub fn is_conflict(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Conflict { .. }
+                | StoreError::StatusChanged { .. }
+                | StoreError::ClaimLost { .. }
+                | StoreError::LedgerChanged { .. }
+                | StoreError::ReservationLost { .. }
+        )
     }
 
     /// A `NotFound` for a run.
@@ -158,6 +199,26 @@ mod tests {
     }
 
     #[test]
+    fn lost_races_and_taken_identities_are_conflicts() {
+        let run_id = || "r-1".to_owned();
+        for conflict in [
+            StoreError::Conflict {
+                what: "run",
+                id: run_id(),
+            },
+            StoreError::StatusChanged { run_id: run_id() },
+            StoreError::ClaimLost { run_id: run_id() },
+            StoreError::LedgerChanged { run_id: run_id() },
+            StoreError::ReservationLost { key: run_id() },
+        ] {
+            assert!(conflict.is_conflict(), "{conflict:?}");
+            assert!(!conflict.is_transient(), "{conflict:?}");
+        }
+        assert!(!StoreError::Unavailable("busy".into()).is_conflict());
+        assert!(!StoreError::Backend("disk".into()).is_conflict());
+    }
+
+    #[test]
     fn messages_are_lowercase_and_name_the_value() {
         let err = StoreError::Conflict {
             what: "run",
@@ -167,23 +228,37 @@ mod tests {
             err.to_string(),
             "run r-1 already exists; expected a new run"
         );
-        let err = StoreError::Conflict {
-            what: "run status",
-            id: "r-1".into(),
+        let err = StoreError::StatusChanged {
+            run_id: "r-1".into(),
         };
         assert_eq!(
             err.to_string(),
             "run r-1 is no longer in the status this change expected; \
              another writer changed it first"
         );
-        let err = StoreError::Conflict {
-            what: "run claim",
-            id: "r-1".into(),
+        let err = StoreError::ClaimLost {
+            run_id: "r-1".into(),
         };
         assert_eq!(
             err.to_string(),
             "run r-1 is no longer claimed by this process; \
              another process took the run over"
+        );
+        let err = StoreError::LedgerChanged {
+            run_id: "r-1".into(),
+        };
+        assert_eq!(
+            err.to_string(),
+            "the ledger of run r-1 changed since this change read it; \
+             derive it again from the ledger as it is now"
+        );
+        let err = StoreError::ReservationLost {
+            key: "default/k-1".into(),
+        };
+        assert_eq!(
+            err.to_string(),
+            "the idempotency reservation default/k-1 is no longer held by this request; \
+             another request took it over"
         );
         let err = StoreError::FinishedRun {
             run_id: "r-1".into(),

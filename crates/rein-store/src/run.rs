@@ -1,4 +1,5 @@
-//! Runs: [`NewRun`], [`RunRecord`], [`RunStatus`] and [`StatusChange`].
+//! Runs: [`NewRun`], [`RunRecord`], [`RunStatus`] and [`StatusChange`];
+//! listing them: [`RunFilter`], [`RunCursor`] and [`RunPage`].
 
 use std::fmt;
 
@@ -107,12 +108,16 @@ pub struct NewRun {
     pub created_at_ms: u64,
 }
 
-/// A place in a list of runs in [`Store::runs_with_status`] order (oldest
-/// `created_at_ms` first, then run id): where the next page of
-/// [`Store::runs_with_status_after`] starts.
+/// A place in a list of runs ordered by (`created_at_ms`, run id): where
+/// the next page starts. Oldest first in [`Store::runs_with_status`] order
+/// (the next page of [`Store::runs_with_status_after`] holds the runs it
+/// [`precedes`](RunCursor::precedes)); newest first in a listing (the next
+/// page of [`Store::list_runs_page`] holds the runs it
+/// [`is_newer_than`](RunCursor::is_newer_than)).
 ///
 /// [`Store::runs_with_status`]: crate::Store::runs_with_status
 /// [`Store::runs_with_status_after`]: crate::Store::runs_with_status_after
+/// [`Store::list_runs_page`]: crate::Store::list_runs_page
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct RunCursor {
     /// The last run's creation time.
@@ -133,6 +138,171 @@ impl RunCursor {
     /// Whether `run` comes after this cursor.
     pub fn precedes(&self, run: &RunRecord) -> bool {
         (run.created_at_ms, run.run_id.as_str()) > (self.created_at_ms, self.run_id.as_str())
+    }
+}
+
+impl RunCursor {
+    /// Whether `run` comes after this cursor in a newest-first listing
+    /// ([`Store::list_runs_page`]): it is older, ties on the creation time
+    /// broken by the run id, descending.
+    ///
+    /// [`Store::list_runs_page`]: crate::Store::list_runs_page
+    pub fn is_newer_than(&self, run: &RunRecord) -> bool {
+        (run.created_at_ms, run.run_id.as_str()) < (self.created_at_ms, self.run_id.as_str())
+    }
+
+    /// The cursor as an opaque token for a client: base64url (no padding)
+    /// of `v1:<created_at_ms>:<run_id>`.
+    ///
+    /// # Why opaque
+    ///
+    /// A client hands the token back unchanged; keeping its shape private
+    /// (and versioned) lets the order or the key change without breaking
+    /// clients that store tokens.
+    pub fn to_token(&self) -> String {
+        use base64::Engine as _;
+        let plain = format!("{CURSOR_VERSION}:{}:{}", self.created_at_ms, self.run_id);
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(plain)
+    }
+
+    /// Reads a token made by [`RunCursor::to_token`].
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] (`what = "run cursor"`) for anything else.
+    ///
+    /// [`StoreError::Invalid`]: crate::StoreError::Invalid
+    pub fn from_token(token: &str) -> Result<RunCursor, crate::StoreError> {
+        use base64::Engine as _;
+        let invalid = |why: &str| crate::StoreError::Invalid {
+            what: "run cursor",
+            expected: "a cursor token from a previous page".to_owned(),
+            found: format!("{why} ({} bytes)", token.len()),
+        };
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(token)
+            .map_err(|_| invalid("not base64url"))?;
+        let text = String::from_utf8(bytes).map_err(|_| invalid("not UTF-8"))?;
+        let mut parts = text.splitn(3, ':');
+        if parts.next() != Some(CURSOR_VERSION) {
+            return Err(invalid("an unknown version"));
+        }
+        let created_at_ms = parts
+            .next()
+            .and_then(|ms| ms.parse::<u64>().ok())
+            .filter(|ms| i64::try_from(*ms).is_ok())
+            .ok_or_else(|| invalid("no creation time"))?;
+        let run_id = parts
+            .next()
+            .and_then(|id| RunId::new(id.to_owned()).ok())
+            .ok_or_else(|| invalid("no run id"))?;
+        Ok(RunCursor {
+            created_at_ms,
+            run_id,
+        })
+    }
+}
+
+/// The version prefix of a [`RunCursor::to_token`] token.
+const CURSOR_VERSION: &str = "v1";
+
+/// Which runs [`Store::list_runs_page`] lists. The default lists every run
+/// of every tenant; each setting narrows it, and all of them hold together.
+///
+/// # Why the tenant is a filter, not a parameter
+///
+/// An operator reading the store file sees every tenant; the API always
+/// sets it to the caller's tenant ([`RunFilter::of_tenant`]), so a page
+/// never holds another tenant's run whatever else the request asks.
+///
+/// [`Store::list_runs_page`]: crate::Store::list_runs_page
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunFilter {
+    /// Only this tenant's runs.
+    pub tenant: Option<TenantId>,
+    /// Only runs with this status (a finished status matches its outcome
+    /// only, as in [`Store::runs_with_status`]).
+    ///
+    /// [`Store::runs_with_status`]: crate::Store::runs_with_status
+    pub status: Option<RunStatus>,
+    /// Only this agent's runs (its exact name).
+    pub agent: Option<String>,
+    /// Only runs created strictly after this time, ms since the epoch.
+    pub created_after_ms: Option<u64>,
+    /// Only runs created strictly before this time, ms since the epoch.
+    pub created_before_ms: Option<u64>,
+}
+
+impl RunFilter {
+    /// Every run.
+    pub fn all() -> RunFilter {
+        RunFilter::default()
+    }
+
+    /// Only `tenant`'s runs.
+    pub fn of_tenant(mut self, tenant: TenantId) -> RunFilter {
+        self.tenant = Some(tenant);
+        self
+    }
+
+    /// Only runs with `status`.
+    pub fn with_status(mut self, status: RunStatus) -> RunFilter {
+        self.status = Some(status);
+        self
+    }
+
+    /// Only runs of the agent named `agent`.
+    pub fn of_agent(mut self, agent: impl Into<String>) -> RunFilter {
+        self.agent = Some(agent.into());
+        self
+    }
+
+    /// Only runs created strictly after `ms`.
+    pub fn created_after(mut self, ms: u64) -> RunFilter {
+        self.created_after_ms = Some(ms);
+        self
+    }
+
+    /// Only runs created strictly before `ms`.
+    pub fn created_before(mut self, ms: u64) -> RunFilter {
+        self.created_before_ms = Some(ms);
+        self
+    }
+
+    /// Whether `run` passes the filter: what a backend's query must
+    /// select, for checks and for stores that filter in memory.
+    pub fn matches(&self, run: &RunRecord) -> bool {
+        self.tenant.as_ref().is_none_or(|t| &run.tenant == t)
+            && self.status.is_none_or(|s| run.status == s)
+            && self.agent.as_ref().is_none_or(|a| &run.agent == a)
+            && self
+                .created_after_ms
+                .is_none_or(|ms| run.created_at_ms > ms)
+            && self
+                .created_before_ms
+                .is_none_or(|ms| run.created_at_ms < ms)
+    }
+}
+
+/// One page of a run listing, newest (`created_at_ms`, then run id,
+/// descending) first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunPage {
+    /// The runs of this page.
+    pub runs: Vec<RunRecord>,
+    /// Where the next page starts; `None` when this page is the last.
+    pub next: Option<RunCursor>,
+}
+
+impl RunPage {
+    /// The page of `limit` runs out of `rows`, up to `limit + 1` runs in
+    /// listing order: a row beyond the limit says there is a next page.
+    pub fn of(mut rows: Vec<RunRecord>, limit: usize) -> RunPage {
+        let more = rows.len() > limit;
+        rows.truncate(limit);
+        let next = more.then(|| rows.last().map(RunCursor::after)).flatten();
+        RunPage { runs: rows, next }
     }
 }
 
@@ -234,6 +404,105 @@ mod tests {
         let err = serde_json::from_str::<RunStatus>("\"paused\"").unwrap_err();
         assert!(err.to_string().contains("\"paused\""), "{err}");
         assert_eq!(RunStatus::parse("paused"), None);
+    }
+
+    fn record(id: &str, created_at_ms: u64) -> RunRecord {
+        RunRecord::new(NewRun {
+            run_id: RunId::new(id.to_owned()).unwrap(),
+            tenant: TenantId::new("t").unwrap(),
+            agent: "a".to_owned(),
+            input: String::new(),
+            parent_run_id: None,
+            budget: Value::Null,
+            created_at_ms,
+        })
+    }
+
+    #[test]
+    fn cursor_tokens_round_trip_and_foreign_tokens_are_invalid() {
+        let cursor = RunCursor::after(&record("run:with:colons", 1_700_000_000_123));
+        let token = cursor.to_token();
+        assert!(
+            token
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
+            "{token}"
+        );
+        assert_eq!(RunCursor::from_token(&token).unwrap(), cursor);
+        use base64::Engine as _;
+        let encode = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        for bad in [
+            String::new(),
+            "not base64!".to_owned(),
+            encode("v2:1:r"),
+            encode("v1:x:r"),
+            encode("v1:1"),
+            encode("v1:9223372036854775808:r"),
+            encode("v1:1:"),
+        ] {
+            assert!(
+                matches!(
+                    RunCursor::from_token(&bad),
+                    Err(crate::StoreError::Invalid {
+                        what: "run cursor",
+                        ..
+                    })
+                ),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn newest_first_cursor_orders_by_time_then_id_descending() {
+        let cursor = RunCursor::after(&record("b", 10));
+        assert!(cursor.is_newer_than(&record("a", 10)));
+        assert!(cursor.is_newer_than(&record("z", 9)));
+        assert!(!cursor.is_newer_than(&record("b", 10)));
+        assert!(!cursor.is_newer_than(&record("c", 10)));
+        assert!(!cursor.is_newer_than(&record("a", 11)));
+    }
+
+    #[test]
+    fn a_page_has_a_next_cursor_only_when_a_row_is_left_over() {
+        let rows = vec![record("c", 3), record("b", 2), record("a", 1)];
+        let page = RunPage::of(rows.clone(), 2);
+        assert_eq!(page.runs.len(), 2);
+        assert_eq!(page.next, Some(RunCursor::after(&rows[1])));
+        assert_eq!(RunPage::of(rows.clone(), 3).next, None);
+        assert_eq!(RunPage::of(rows, 5).next, None);
+    }
+
+    #[test]
+    fn filter_matches_every_setting_together() {
+        let run = record("r", 10);
+        assert!(RunFilter::all().matches(&run));
+        assert!(
+            RunFilter::all()
+                .created_after(9)
+                .created_before(11)
+                .matches(&run)
+        );
+        assert!(!RunFilter::all().created_after(10).matches(&run));
+        assert!(!RunFilter::all().created_before(10).matches(&run));
+        assert!(!RunFilter::all().of_agent("b").matches(&run));
+        assert!(
+            !RunFilter::all()
+                .of_tenant(TenantId::new("u").unwrap())
+                .matches(&run)
+        );
+        assert!(
+            !RunFilter::all()
+                .with_status(RunStatus::Running)
+                .matches(&run)
+        );
+        assert!(
+            RunFilter::all()
+                .of_tenant(TenantId::new("t").unwrap())
+                .with_status(RunStatus::Queued)
+                .of_agent("a")
+                .matches(&run)
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::idempotency::{
 use crate::intent::PlannedIntent;
 use crate::lease::{Lease, LeaseChange, LeaseFilter, validate_owner};
 use crate::ledger::LedgerMark;
-use crate::run::{NewRun, RunCursor, RunRecord, RunStatus, StatusChange};
+use crate::run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus, StatusChange};
 use crate::singleton::SingletonLease;
 
 /// Durable state of runs: the runs themselves, their event streams, planned
@@ -191,6 +191,31 @@ pub trait Store: Send + Sync {
         Ok(runs)
     }
 
+    /// One page of the runs `filter` selects, newest (`created_at_ms`, then
+    /// run id, descending) first: up to `limit` runs that come after
+    /// `after` ([`RunCursor::is_newer_than`]; from the newest when `None`),
+    /// and the cursor of the next page when more runs follow.
+    ///
+    /// Paging visits every run that existed when the listing began exactly
+    /// once, in order, however many runs are created meanwhile: a run
+    /// created later with an older time than the cursor is listed on a
+    /// later page, a newer one never (it sorts before the first page).
+    ///
+    /// Required, not provided: a listing that scanned only the newest runs
+    /// would silently stop short, and a wrapping store that forgot to
+    /// forward it would list nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a time filter or cursor beyond what the
+    /// backend can store.
+    async fn list_runs_page(
+        &self,
+        filter: &RunFilter,
+        after: Option<&RunCursor>,
+        limit: usize,
+    ) -> Result<RunPage, StoreError>;
+
     /// The run's events with `seq > after_seq`, in `seq` order; `0` gives
     /// them all.
     async fn events(&self, run_id: &RunId, after_seq: u64) -> Result<Vec<Event>, StoreError>;
@@ -218,9 +243,10 @@ pub trait Store: Send + Sync {
     /// intent; [`StoreError::Invalid`] for an item of another run or a report
     /// that contradicts the status; [`StoreError::InvalidTransition`] for an
     /// illegal mark; [`StoreError::FinishedRun`] for a status change of a
-    /// finished run; [`StoreError::Conflict`] (`run status`, `run claim`)
-    /// when [`StepCommit::expect_status`] or [`StepCommit::expect_claim`]
-    /// does not hold.
+    /// finished run; [`StoreError::StatusChanged`],
+    /// [`StoreError::ClaimLost`] or [`StoreError::LedgerChanged`] when
+    /// [`StepCommit::expect_status`], [`StepCommit::expect_claim`] or
+    /// [`StepCommit::expect_ledger_revision`] does not hold.
     async fn commit_step(
         &self,
         run_id: &RunId,
@@ -645,9 +671,9 @@ pub trait Store: Send + Sync {
     ///
     /// # Errors
     ///
-    /// [`StoreError::Conflict`]` { what: "idempotency reservation" }` when
-    /// the record is not `owner`'s reservation in progress, and nothing is
-    /// written; as [`Store::create_run`] otherwise.
+    /// [`StoreError::ReservationLost`] when the record is not `owner`'s
+    /// reservation in progress, and nothing is written; as
+    /// [`Store::create_run`] otherwise.
     async fn create_run_held(
         &self,
         run: NewRun,

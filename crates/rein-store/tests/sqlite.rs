@@ -297,9 +297,13 @@ async fn schema_version_5_indexes_runs_by_status_and_by_parent() {
         indexes,
         [
             "runs_by_created",
+            "runs_by_created_id",
             "runs_by_parent_created",
-            "runs_by_status"
-        ]
+            "runs_by_status",
+            "runs_by_tenant_created",
+            "runs_by_tenant_status"
+        ],
+        "version 9 adds the listing's indexes (checked in the store's own tests)"
     );
     // The queries use them: no scan of the table, no sort.
     for (sql, index) in [
@@ -1188,6 +1192,14 @@ impl Store for RequiredOnly {
     async fn list_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
         self.0.list_runs(limit).await
     }
+    async fn list_runs_page(
+        &self,
+        filter: &rein_store::RunFilter,
+        after: Option<&rein_store::RunCursor>,
+        limit: usize,
+    ) -> Result<rein_store::RunPage, StoreError> {
+        self.0.list_runs_page(filter, after, limit).await
+    }
     async fn events(&self, run_id: &RunId, after_seq: u64) -> Result<Vec<Event>, StoreError> {
         self.0.events(run_id, after_seq).await
     }
@@ -1285,10 +1297,7 @@ async fn two_handles_racing_to_change_a_queued_run_admit_one() {
         for task in tasks {
             match task.await.unwrap() {
                 Ok(status) => won.push(status),
-                Err(StoreError::Conflict {
-                    what: "run status",
-                    id,
-                }) => assert_eq!(id, run.as_str()),
+                Err(StoreError::StatusChanged { run_id }) => assert_eq!(run_id, run.as_str()),
                 Err(other) => panic!("expected a status conflict, found {other:?}"),
             }
         }

@@ -351,7 +351,7 @@ pub struct AdapterConfig {
     /// Command: extra environment variables; values are
     /// `${ENV}`-interpolated by the loader, and those named for a
     /// credential (`API_TOKEN`) are redacted wherever rein writes. rein
-    /// passes only a few of its own (see `rein_engine::tool_command`), so a
+    /// passes only a few of its own (see `rein_engine::tool::command`), so a
     /// tool gets what it is given here.
     pub env: BTreeMap<String, String>,
     /// Command: stdout and stderr bytes kept, each, before truncation.

@@ -114,7 +114,7 @@ pub enum AdapterSpec {
         max_result_bytes: usize,
     },
     /// A local program, run in its own process group with the JSON
-    /// arguments on stdin (`rein_engine::tool_command`).
+    /// arguments on stdin (`rein_engine::tool::command`).
     #[non_exhaustive]
     Command {
         /// The program: a bare name (looked up on `PATH` at call time) or

@@ -1,5 +1,6 @@
 //! The Anthropic provider: the Messages API with tools, streamed or not.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -14,6 +15,7 @@ use super::{
     FinishReason, Message, ModelProvider, ModelRequest, ModelResponse, StreamLimits, TokenUsage,
     ToolCall, TurnStream,
 };
+use crate::{SystemClock, Timer};
 
 /// The `anthropic-version` header every request carries.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -65,6 +67,8 @@ pub struct AnthropicProvider {
     max_tokens: u64,
     streaming: Option<StreamSettings>,
     key_env: Option<String>,
+    /// Times the limits and dates `Retry-After`.
+    clock: Arc<dyn Timer>,
 }
 
 impl std::fmt::Debug for AnthropicProvider {
@@ -107,12 +111,20 @@ impl AnthropicProvider {
             max_tokens: DEFAULT_MAX_TOKENS,
             streaming: None,
             key_env: None,
+            clock: Arc::new(SystemClock::new()),
         }
     }
 
     /// Sets the `max_tokens` sent when the request sets no ceiling.
     pub fn with_default_max_tokens(mut self, max_tokens: u64) -> Self {
         self.max_tokens = max_tokens;
+        self
+    }
+
+    /// Times the first-byte, idle and overall limits on `clock` instead of
+    /// the system clock.
+    pub fn with_clock(mut self, clock: Arc<dyn Timer>) -> Self {
+        self.clock = clock;
         self
     }
 
@@ -315,7 +327,13 @@ impl ModelProvider for AnthropicProvider {
         }
         let allowance = http::allowance(&self.name, allowance, self.timeout)?;
         let body = self.body(request, false).to_string().into_bytes();
-        let text = post_json(&self.name, self.post(body, allowance), allowance).await?;
+        let text = post_json(
+            &self.name,
+            self.post(body, allowance),
+            allowance,
+            self.clock.as_ref(),
+        )
+        .await?;
         parse_message(&self.name, &text)
     }
 
@@ -328,6 +346,7 @@ impl ModelProvider for AnthropicProvider {
         let body = self.body(request, true).to_string().into_bytes();
         let request_bytes = body.len();
         sse::open(Opening {
+            clock: self.clock.clone(),
             name: &self.name,
             request: self.post(body, allowance),
             request_bytes,

@@ -9,12 +9,14 @@
 //! provider at once; so the providers build their requests and read their
 //! answers, and this module decides what went wrong.
 
-use std::time::{Duration, Instant as StdInstant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use rein_core::failure::{TransportError, TransportPhase};
 use rein_core::redact::truncated;
 use rein_core::{Category, Failure};
 use serde_json::Value;
+
+use crate::Timer;
 
 /// The allowance of one call: the run's remainder capped by the provider's
 /// own timeout.
@@ -35,7 +37,8 @@ pub(super) fn allowance(
     Ok(allowance)
 }
 
-/// Sends one non-streamed request and reads its body within `allowance`.
+/// Sends one non-streamed request and reads its body within `allowance`,
+/// measured on `clock`.
 ///
 /// # Errors
 ///
@@ -45,21 +48,29 @@ pub(super) async fn post_json(
     name: &str,
     builder: reqwest::RequestBuilder,
     allowance: Duration,
+    clock: &dyn Timer,
 ) -> Result<String, Failure> {
-    let started = StdInstant::now();
+    let started = clock.now();
+    let elapsed = || clock.now().saturating_duration_since(started);
     let response = builder
         .timeout(allowance)
         .send()
         .await
-        .map_err(|e| transport_failure(name, &e, started.elapsed(), allowance))?;
+        .map_err(|e| transport_failure(name, &e, elapsed(), allowance))?;
     let status = response.status().as_u16();
     let retry_after = retry_after(&response);
     let text = response
         .text()
         .await
-        .map_err(|e| transport_failure(name, &e, started.elapsed(), allowance))?;
+        .map_err(|e| transport_failure(name, &e, elapsed(), allowance))?;
     if !(200..300).contains(&status) {
-        return Err(http_failure(name, status, retry_after.as_deref(), &text));
+        return Err(http_failure(
+            name,
+            status,
+            retry_after.as_deref(),
+            &text,
+            clock.system_now(),
+        ));
     }
     Ok(text)
 }
@@ -155,12 +166,14 @@ impl<'a> ErrorBody<'a> {
 
 /// Classifies an error answer by its status, refined by its body for what
 /// the status alone cannot say (context length, content filter). Reads
-/// OpenAI and Anthropic error bodies alike.
+/// OpenAI and Anthropic error bodies alike; `now` dates an HTTP-date
+/// `Retry-After`.
 pub(super) fn http_failure(
     name: &str,
     status: u16,
     retry_after: Option<&str>,
     body: &str,
+    now: SystemTime,
 ) -> Failure {
     let parsed = serde_json::from_str::<Value>(body).unwrap_or(Value::Null);
     let error = parsed.get("error").unwrap_or(&Value::Null);
@@ -175,7 +188,7 @@ pub(super) fn http_failure(
     if fields.is_content_filter() {
         return Failure::new(name, Category::ContentBlocked).with_human_message(human);
     }
-    match Failure::from_http_status(name, status, retry_after, SystemTime::now()) {
+    match Failure::from_http_status(name, status, retry_after, now) {
         // Any other 5xx of a model API (501, 505, a CDN's 520–524) is the
         // provider's side failing: a model call is a read, so it is as
         // transient as a 502 — retried, and a reason to fall back.
@@ -214,6 +227,10 @@ pub(super) fn malformed(name: &str, why: &str, text: &str) -> Failure {
 mod tests {
     use super::*;
 
+    /// The wall clock of an error answer; only relative `Retry-After`
+    /// values occur here.
+    const NOW: std::time::SystemTime = std::time::SystemTime::UNIX_EPOCH;
+
     /// Issue 12 (review): the body was cut to 300 characters before it was
     /// redacted, so a key echoed across the cut left its start in clear.
     #[test]
@@ -224,7 +241,7 @@ mod tests {
         rein_core::redact::register(&secrets);
         let message = format!("{}{CANARY}", "x".repeat(290));
         let body = serde_json::json!({"error": {"message": message}}).to_string();
-        let failure = http_failure("openai", 401, None, &body);
+        let failure = http_failure("openai", 401, None, &body, NOW);
         assert!(
             !failure.human_message().contains("sk-cut"),
             "{}",
@@ -247,6 +264,7 @@ mod tests {
             400,
             None,
             r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+            NOW,
         );
         assert_eq!(ctx.category(), Category::ContextOverflow);
         let overloaded = http_failure(
@@ -254,6 +272,7 @@ mod tests {
             529,
             None,
             r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            NOW,
         );
         assert_eq!(overloaded.category(), Category::Overloaded);
         assert!(overloaded.retryable());
@@ -262,6 +281,7 @@ mod tests {
             400,
             None,
             r#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: Field required"}}"#,
+            NOW,
         );
         assert_eq!(bad.category(), Category::InvalidArguments);
     }

@@ -1,6 +1,7 @@
 //! The OpenAI-compatible provider: Chat Completions with tools, streamed
 //! or not.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -15,6 +16,7 @@ use super::{
     FinishReason, Message, ModelProvider, ModelRequest, ModelResponse, StreamLimits, TokenUsage,
     ToolCall, TurnStream,
 };
+use crate::{SystemClock, Timer};
 
 /// Chat Completions over HTTP, against any OpenAI-compatible base URL.
 ///
@@ -37,6 +39,8 @@ pub struct OpenAiProvider {
     client: reqwest::Client,
     streaming: Option<StreamSettings>,
     key_env: Option<String>,
+    /// Times the limits and dates `Retry-After`.
+    clock: Arc<dyn Timer>,
 }
 
 impl std::fmt::Debug for OpenAiProvider {
@@ -77,7 +81,15 @@ impl OpenAiProvider {
             client,
             streaming: None,
             key_env: None,
+            clock: Arc::new(SystemClock::new()),
         }
+    }
+
+    /// Times the first-byte, idle and overall limits on `clock` instead of
+    /// the system clock.
+    pub fn with_clock(mut self, clock: Arc<dyn Timer>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Names the environment variable the key came from, for the log
@@ -208,7 +220,13 @@ impl ModelProvider for OpenAiProvider {
         }
         let allowance = http::allowance(&self.name, allowance, self.timeout)?;
         let body = Self::body(request).to_string().into_bytes();
-        let text = post_json(&self.name, self.post(body, allowance), allowance).await?;
+        let text = post_json(
+            &self.name,
+            self.post(body, allowance),
+            allowance,
+            self.clock.as_ref(),
+        )
+        .await?;
         parse_response(&self.name, &text)
     }
 
@@ -221,6 +239,7 @@ impl ModelProvider for OpenAiProvider {
         let body = Self::stream_body(request).to_string().into_bytes();
         let request_bytes = body.len();
         sse::open(Opening {
+            clock: self.clock.clone(),
             name: &self.name,
             request: self.post(body, allowance),
             request_bytes,
@@ -391,6 +410,10 @@ fn parse_response(name: &str, text: &str) -> Result<ModelResponse, Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The wall clock of an error answer; only relative `Retry-After`
+    /// values occur here.
+    const NOW: std::time::SystemTime = std::time::SystemTime::UNIX_EPOCH;
     use crate::provider::http::http_failure;
     use rein_core::Category;
 
@@ -455,18 +478,25 @@ mod tests {
             400,
             None,
             r#"{"error":{"message":"This model's maximum context length is 8192 tokens","code":"context_length_exceeded"}}"#,
+            NOW,
         );
         assert_eq!(ctx.category(), Category::ContextOverflow);
         assert!(!ctx.model_message().contains("8192"));
-        let rl = http_failure("p", 429, Some("2"), r#"{"error":{"message":"slow down"}}"#);
+        let rl = http_failure(
+            "p",
+            429,
+            Some("2"),
+            r#"{"error":{"message":"slow down"}}"#,
+            NOW,
+        );
         assert_eq!(rl.category(), Category::RateLimited);
         assert_eq!(rl.retry_after(), Some(Duration::from_secs(2)));
         assert_eq!(
-            http_failure("p", 401, None, "nope").category(),
+            http_failure("p", 401, None, "nope", NOW).category(),
             Category::Unauthorized
         );
-        assert!(!http_failure("p", 422, None, "").retryable());
-        assert!(http_failure("p", 503, None, "").retryable());
+        assert!(!http_failure("p", 422, None, "", NOW).retryable());
+        assert!(http_failure("p", 503, None, "", NOW).retryable());
     }
 
     #[test]

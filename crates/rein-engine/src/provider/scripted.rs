@@ -1,15 +1,16 @@
 //! The scripted provider: replays a file of model turns.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use rein_core::{Category, Failure};
+use rein_core::{Category, Clock, Failure};
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::{FinishReason, ModelProvider, ModelRequest, ModelResponse, TokenUsage, ToolCall};
+use crate::{SystemClock, Timer};
 
 /// A script that could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -94,11 +95,22 @@ struct ScriptedError {
 /// failure goes through the same classification as a real HTTP answer, so
 /// a scripted 429 exercises the same retry path as a real one. One provider
 /// per run: the cursor is the run's position in the script.
-#[derive(Debug)]
 pub struct ScriptedProvider {
     name: String,
     turns: Vec<Turn>,
     cursor: Mutex<usize>,
+    /// Dates a scripted HTTP-date `Retry-After`.
+    clock: Arc<dyn Timer>,
+}
+
+impl std::fmt::Debug for ScriptedProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScriptedProvider")
+            .field("name", &self.name)
+            .field("turns", &self.turns)
+            .field("cursor", &self.cursor)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ScriptedProvider {
@@ -137,7 +149,14 @@ impl ScriptedProvider {
             name: name.to_owned(),
             turns: script.turns,
             cursor: Mutex::new(0),
+            clock: Arc::new(SystemClock::new()),
         })
+    }
+
+    /// Reads the wall clock from `clock` instead of the system clock.
+    pub fn with_clock(mut self, clock: Arc<dyn Timer>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// How many turns have been served.
@@ -179,7 +198,7 @@ impl ModelProvider for ScriptedProvider {
             );
         };
         if let Some(err) = turn.error {
-            return Err(scripted_failure(&self.name, &err));
+            return Err(scripted_failure(&self.name, &err, self.clock.system_now()));
         }
         let tool_calls: Vec<ToolCall> = turn
             .tool_calls
@@ -222,18 +241,13 @@ impl ModelProvider for ScriptedProvider {
     }
 }
 
-fn scripted_failure(name: &str, err: &ScriptedError) -> Failure {
+fn scripted_failure(name: &str, err: &ScriptedError, now: SystemTime) -> Failure {
     let retry_after_header = err
         .retry_after
         .clone()
         .or_else(|| err.retry_after_ms.map(|ms| ms.div_ceil(1000).to_string()));
     if let Some(status) = err.status
-        && let Some(f) = Failure::from_http_status(
-            name,
-            status,
-            retry_after_header.as_deref(),
-            SystemTime::now(),
-        )
+        && let Some(f) = Failure::from_http_status(name, status, retry_after_header.as_deref(), now)
     {
         return f.with_human_message(format!("scripted HTTP {status} from {name}"));
     }

@@ -42,16 +42,17 @@
 //! is no sign the provider accepted the work.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream;
-use rein_core::Failure;
 use rein_core::failure::{TransportError, TransportPhase};
-use tokio::time::{Instant, timeout_at};
+use rein_core::{Clock, Failure, Instant};
 
 use super::http::{http_failure, malformed, retry_after, transport_failure};
 use super::stream::{Assembly, Delta, StreamEvent, StreamLimits, TurnStream, ready_turn};
 use super::{FinishReason, ModelResponse};
+use crate::Timer;
 
 /// The longest SSE line accepted; a longer one is a malformed stream, so a
 /// broken server cannot grow the buffer without bound.
@@ -238,6 +239,8 @@ pub(super) struct Opening<'a, D> {
     pub(super) limits: StreamLimits,
     /// How to read the events.
     pub(super) decoder: D,
+    /// Times the limits; the provider's clock.
+    pub(super) clock: Arc<dyn Timer>,
 }
 
 /// Sends the request and returns its turn stream once the headers say the
@@ -254,8 +257,10 @@ pub(super) async fn open<D: Decoder>(opening: Opening<'_, D>) -> Result<TurnStre
         request_bytes,
         limits,
         decoder,
+        clock,
     } = opening;
-    let started = Instant::now();
+    let started = clock.now();
+    let elapsed = || clock.now().saturating_duration_since(started);
     let deadline = started + limits.allowance;
     let (first_by, limit) = earliest(
         started + limits.first_byte,
@@ -265,7 +270,7 @@ pub(super) async fn open<D: Decoder>(opening: Opening<'_, D>) -> Result<TurnStre
     );
     // Backstop only: the driver's own timers end the call first.
     let request = request.timeout(limits.allowance);
-    let response = match timeout_at(first_by, request.send()).await {
+    let response = match clock.timeout_at(first_by, request.send()).await {
         Err(_) => {
             return Err(stalled(name, limit, 0).with_human_message(format!(
                 "{name}: {} (no response headers)",
@@ -273,23 +278,24 @@ pub(super) async fn open<D: Decoder>(opening: Opening<'_, D>) -> Result<TurnStre
             )));
         }
         Ok(Err(e)) => {
-            return Err(transport_failure(
-                name,
-                &e,
-                started.elapsed(),
-                limits.allowance,
-            ));
+            return Err(transport_failure(name, &e, elapsed(), limits.allowance));
         }
         Ok(Ok(response)) => response,
     };
     let status = response.status().as_u16();
     if !(200..300).contains(&status) {
         let retry_after = retry_after(&response);
-        let body = match timeout_at(deadline, response.text()).await {
+        let body = match clock.timeout_at(deadline, response.text()).await {
             Ok(Ok(text)) => text,
             Ok(Err(_)) | Err(_) => String::new(),
         };
-        return Err(http_failure(name, status, retry_after.as_deref(), &body));
+        return Err(http_failure(
+            name,
+            status,
+            retry_after.as_deref(),
+            &body,
+            clock.system_now(),
+        ));
     }
     let is_json = response
         .headers()
@@ -299,15 +305,10 @@ pub(super) async fn open<D: Decoder>(opening: Opening<'_, D>) -> Result<TurnStre
     if is_json {
         // A server that does not stream: the whole answer is the first
         // event, under the same limit.
-        let text = match timeout_at(first_by, response.text()).await {
+        let text = match clock.timeout_at(first_by, response.text()).await {
             Err(_) => return Err(stalled(name, limit, 0)),
             Ok(Err(e)) => {
-                return Err(transport_failure(
-                    name,
-                    &e,
-                    started.elapsed(),
-                    limits.allowance,
-                ));
+                return Err(transport_failure(name, &e, elapsed(), limits.allowance));
             }
             Ok(Ok(text)) => text,
         };
@@ -329,6 +330,7 @@ pub(super) async fn open<D: Decoder>(opening: Opening<'_, D>) -> Result<TurnStre
         request_bytes,
         ended: false,
         finished: false,
+        clock,
     };
     Ok(Box::pin(stream::unfold(wire, |mut wire| async move {
         let item = wire.next().await?;
@@ -373,6 +375,7 @@ struct Wire<D> {
     ended: bool,
     /// The terminal item was queued.
     finished: bool,
+    clock: Arc<dyn Timer>,
 }
 
 impl<D: Decoder> Wire<D> {
@@ -410,7 +413,7 @@ impl<D: Decoder> Wire<D> {
             self.ended = true;
             return;
         };
-        match timeout_at(until, response.chunk()).await {
+        match self.clock.timeout_at(until, response.chunk()).await {
             Err(_) => {
                 let failure = stalled(&self.name, limit, self.event_count);
                 self.fail(failure);
@@ -443,7 +446,7 @@ impl<D: Decoder> Wire<D> {
             }
             Ok(Ok(Some(bytes))) => match self.parser.feed(&bytes, &mut self.events) {
                 Ok(0) => {}
-                Ok(_) => self.last_line = Some(Instant::now()),
+                Ok(_) => self.last_line = Some(self.clock.now()),
                 Err(why) => {
                     let failure = malformed(&self.name, &why, "");
                     self.fail(failure);

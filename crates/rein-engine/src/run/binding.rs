@@ -16,8 +16,8 @@ use serde_json::Value;
 
 use super::settle::CompensationBinding;
 use crate::provider::ModelProvider;
-use crate::tool_command::CommandTarget;
-use crate::tool_http::HttpTarget;
+use crate::tool::command::CommandTarget;
+use crate::tool::http::HttpTarget;
 
 /// The factor applied to a tool's p99 to get one attempt's allowance.
 pub const DEFAULT_ALLOWANCE_FACTOR: u32 = 2;

@@ -48,8 +48,9 @@ pub struct Closing {
 ///
 /// # Errors
 ///
-/// The store's refusal, e.g. [`StoreError::Conflict`] when `expect` no
-/// longer holds (or the ledger changed on every try), or
+/// The store's refusal, e.g. [`StoreError::StatusChanged`] when `expect`
+/// no longer holds, [`StoreError::LedgerChanged`] when the ledger changed
+/// on every try, or
 /// [`StoreError::FinishedRun`] when it already ended.
 pub async fn close_run(
     store: &dyn Store,

@@ -36,8 +36,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rein_core::deadline::Deadline;
-use rein_core::{Category, Clock, Failure};
+use rein_core::{Category, Failure};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::Timer;
 
 /// The slots of every resource group with a ceiling, by group name.
 #[derive(Default)]
@@ -123,7 +125,7 @@ impl<'g> Gate<'g> {
     /// [`WaitExpired`] when no slot came before the deadline.
     pub(super) async fn enter(
         &self,
-        clock: &dyn Clock,
+        clock: &dyn Timer,
         deadline: Deadline,
     ) -> Result<Slot, WaitExpired> {
         // A free slot is taken without a timer. `try_acquire` never jumps
@@ -136,7 +138,9 @@ impl<'g> Gate<'g> {
         }
         let started = clock.now();
         let remaining = deadline.remaining(started);
-        let acquired = tokio::time::timeout(remaining, self.slots.clone().acquire_owned()).await;
+        let acquired = clock
+            .timeout(remaining, self.slots.clone().acquire_owned())
+            .await;
         let waited = clock.now().saturating_duration_since(started);
         match acquired {
             Ok(Ok(permit)) => Ok(Slot {
@@ -164,21 +168,8 @@ impl WaitExpired {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rein_core::Instant;
-    use std::time::SystemTime;
-
-    /// Tokio's (pausable) time as a rein clock.
-    struct TokioClock(tokio::time::Instant);
-
-    impl Clock for TokioClock {
-        fn now(&self) -> Instant {
-            Instant::from_origin(self.0.elapsed())
-        }
-
-        fn system_now(&self) -> SystemTime {
-            SystemTime::UNIX_EPOCH
-        }
-    }
+    use crate::SystemClock;
+    use rein_core::Clock;
 
     fn two() -> NonZeroU32 {
         NonZeroU32::new(2).unwrap_or(NonZeroU32::MIN)
@@ -186,7 +177,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn enter_with_a_free_slot_does_not_wait() {
-        let clock = TokioClock(tokio::time::Instant::now());
+        let clock = SystemClock::new();
         let slots = GroupSlots::default();
         let gate = slots.gate("api", two());
         let deadline = Deadline::after(clock.now(), Duration::from_secs(1));
@@ -196,7 +187,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn enter_when_full_until_the_deadline_expires_with_the_wait() {
-        let clock = TokioClock(tokio::time::Instant::now());
+        let clock = SystemClock::new();
         let slots = GroupSlots::default();
         let gate = slots.gate("api", two());
         let far = Deadline::after(clock.now(), Duration::from_secs(60));
@@ -217,7 +208,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_released_slot_goes_to_the_first_waiter() {
-        let clock = Arc::new(TokioClock(tokio::time::Instant::now()));
+        let clock = Arc::new(SystemClock::new());
         let slots = Arc::new(GroupSlots::default());
         let one = NonZeroU32::MIN;
         let held = slots.gate("api", one);
@@ -226,16 +217,16 @@ mod tests {
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut waiters = Vec::new();
         for n in 0..3u32 {
-            let (slots, clock, order) = (slots.clone(), clock.clone(), order.clone());
+            let (slots, own, order) = (slots.clone(), clock.clone(), order.clone());
             waiters.push(tokio::spawn(async move {
                 let gate = slots.gate("api", one);
-                let slot = gate.enter(clock.as_ref(), far).await;
+                let slot = gate.enter(own.as_ref(), far).await;
                 order.lock().unwrap_or_else(|p| p.into_inner()).push(n);
-                tokio::time::sleep(Duration::from_millis(10)).await;
+                own.sleep(Duration::from_millis(10)).await;
                 drop(slot);
             }));
             // Let each waiter queue before the next one arrives.
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            clock.sleep(Duration::from_millis(1)).await;
         }
         drop(first);
         for w in waiters {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use rein_core::breaker::{Admit, ArmKind, Permit};
+use rein_core::breaker::{Admit, ArmKind};
 use rein_core::deadline::{Budget, Need};
 use rein_core::event::{
     AbandonReason, BreakerStateChanged, BudgetExhausted, BudgetScope, CallRejected, CircuitOpen,
@@ -21,8 +21,9 @@ use serde_json::Value;
 
 use super::binding::{ToolBinding, ToolTarget};
 use super::emitter::{Correlation, Emitter, unix_ms};
+use super::permit::HeldPermit;
 use super::{Engine, RunCtx, new_id};
-use crate::tool_http::Attempt;
+use crate::tool::Attempt;
 pub use rein_core::call::{CallResult, Planned};
 
 /// What the attempt loop ended with.
@@ -94,18 +95,17 @@ impl Engine {
             return CallResult::refused(planned, tool.class, failure);
         }
 
-        // 3. Breakers: the tool's arm, then its resource group's.
+        // 3. Breakers: the tool's arm, then its resource group's. Each
+        // permit is held by a guard from here: a return below, or this
+        // future dropped mid-call, gives it back unused.
         let tool_permit = match self.admit(&ctx.emitter, &c, ArmKind::Tool, &tool.name) {
             Ok(p) => p,
             Err(f) => return CallResult::refused(planned, tool.class, f),
         };
         let group_permit = match &tool.resource_group {
             Some(group) => match self.admit(&ctx.emitter, &c, ArmKind::ResourceGroup, group) {
-                Ok(p) => Some((group.clone(), p)),
-                Err(f) => {
-                    self.release(ArmKind::Tool, &tool.name, tool_permit);
-                    return CallResult::refused(planned, tool.class, f);
-                }
+                Ok(p) => Some(p),
+                Err(f) => return CallResult::refused(planned, tool.class, f),
             },
             None => None,
         };
@@ -171,11 +171,8 @@ impl Engine {
                 ..StepCommit::default()
             };
             if let Err(e) = ctx.commit(commit).await {
-                // Write-ahead: no durable declaration, no call.
-                self.release(ArmKind::Tool, &tool.name, tool_permit);
-                if let Some((group, p)) = group_permit {
-                    self.release(ArmKind::ResourceGroup, &group, p);
-                }
+                // Write-ahead: no durable declaration, no call (the permits
+                // go back unused).
                 let failure = Failure::new(&tool.name, Category::Unknown)
                     .with_human_message(format!("ledger unavailable, call not made: {e}"));
                 return CallResult::refused(planned, tool.class, failure);
@@ -195,32 +192,13 @@ impl Engine {
             .await;
 
         // 9. Record. A call that never reached the tool (no concurrency
-        // slot before its deadline) says nothing about the target's health.
-        let verdict = || outcome.as_ref().map(|_| ());
-        if sent == 0 {
-            self.release(ArmKind::Tool, &tool.name, tool_permit);
-        } else {
-            self.report_outcome(
-                &ctx.emitter,
-                &c,
-                ArmKind::Tool,
-                &tool.name,
-                tool_permit,
-                verdict(),
-            );
-        }
-        if let Some((group, p)) = group_permit {
-            if sent == 0 {
-                self.release(ArmKind::ResourceGroup, &group, p);
+        // slot before its deadline) says nothing about the target's health:
+        // its permits go back unused.
+        for permit in std::iter::once(tool_permit).chain(group_permit) {
+            if sent > 0 {
+                self.report_outcome(&ctx.emitter, &c, permit, outcome.as_ref().map(|_| ()));
             } else {
-                self.report_outcome(
-                    &ctx.emitter,
-                    &c,
-                    ArmKind::ResourceGroup,
-                    &group,
-                    p,
-                    verdict(),
-                );
+                drop(permit);
             }
         }
         if ledger.is_some() {
@@ -645,7 +623,7 @@ impl Engine {
                     // An interrupt does not stop a write between its attempts:
                     // it was sent, and it finishes (a read stops).
                     let cancelled = tokio::select! {
-                        () = tokio::time::sleep(delay) => false,
+                        () = self.clock.sleep(delay) => false,
                         () = ctx.aborts(tool.class) => true,
                     };
                     if cancelled {
@@ -761,13 +739,14 @@ impl Engine {
 
     /// Admits a call through one breaker arm, recording any transition; an
     /// open arm gives the model a `circuit_open` failure and no call is made.
+    /// The permit is held: given back unused unless its outcome is reported.
     pub(super) fn admit(
         &self,
         emitter: &Emitter,
         c: &Correlation,
         kind: ArmKind,
         name: &str,
-    ) -> Result<Permit, Failure> {
+    ) -> Result<HeldPermit, Failure> {
         let now = self.clock.now();
         let admission = self.shared.breakers().admit(kind, name, now);
         if admission.transition.is_change() {
@@ -781,7 +760,12 @@ impl Engine {
             );
         }
         match admission.admit {
-            Admit::Accepted(permit) => Ok(permit),
+            Admit::Accepted(permit) => Ok(HeldPermit::new(
+                self.shared.breakers.clone(),
+                kind,
+                name,
+                permit,
+            )),
             Admit::Rejected { retry_after } => {
                 emitter.emit(
                     c,
@@ -815,32 +799,21 @@ impl Engine {
         })
     }
 
-    /// Returns a permit unused (the call was not made).
-    pub(super) fn release(&self, kind: ArmKind, name: &str, permit: Permit) {
-        self.shared.breakers().on_ignored(kind, name, permit);
-    }
-
-    /// Reports a call's final outcome to one breaker arm.
+    /// Reports a call's final outcome to the arm of `permit`.
     pub(super) fn report_outcome(
         &self,
         emitter: &Emitter,
         c: &Correlation,
-        kind: ArmKind,
-        name: &str,
-        permit: Permit,
+        mut permit: HeldPermit,
         outcome: Result<(), &Failure>,
     ) {
-        let now = self.clock.now();
-        let transition = self
-            .shared
-            .breakers()
-            .on_outcome(kind, name, permit, outcome, now);
+        let transition = permit.finish(outcome, self.clock.now());
         if transition.is_change() {
             emitter.emit(
                 c,
                 BreakerStateChanged {
-                    arm: kind,
-                    name: name.to_owned(),
+                    arm: permit.kind(),
+                    name: permit.name().to_owned(),
                     transition,
                 },
             );

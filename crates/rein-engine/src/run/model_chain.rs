@@ -49,6 +49,7 @@ use rein_core::{Category, Failure, LatencyProfile, ToolClass};
 
 use super::binding::ModelLink;
 use super::emitter::{Correlation, Emitter};
+use super::permit::HeldPermit;
 use super::report::End;
 use super::{Engine, millis, provider_target};
 use crate::provider::{
@@ -152,12 +153,13 @@ pub(crate) struct Answered {
     pub(crate) fell_back: bool,
 }
 
-/// A provider call's breaker permit and concurrency slot.
+/// A provider call's breaker permit and concurrency slot, both given back
+/// when it is dropped (the permit unused unless [`Held::finish`] reported
+/// its outcome).
 struct Held {
-    breakers: Arc<std::sync::Mutex<rein_core::breaker::Breakers>>,
     clock: Arc<dyn rein_core::Clock>,
     provider: String,
-    permit: Option<rein_core::breaker::Permit>,
+    permit: HeldPermit,
     _slot: Option<super::concurrency::Slot>,
     /// Where a transition of the arm is published, when breakers are
     /// shared across nodes.
@@ -167,25 +169,7 @@ struct Held {
 impl Held {
     /// Reports the call's outcome to the provider's arm.
     fn finish(&mut self, outcome: Result<(), &Failure>) -> rein_core::breaker::Transition {
-        let Some(permit) = self.permit.take() else {
-            return rein_core::breaker::Transition::Unchanged;
-        };
-        let now = self.clock.now();
-        self.breakers
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .on_outcome(ArmKind::Provider, &self.provider, permit, outcome, now)
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        if let Some(permit) = self.permit.take() {
-            self.breakers
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .on_ignored(ArmKind::Provider, &self.provider, permit);
-        }
+        self.permit.finish(outcome, self.clock.now())
     }
 }
 
@@ -511,10 +495,9 @@ impl Engine {
             // caller that went away is not the provider's failure), and
             // held by a streamed answer until its stream ends.
             let mut held = Held {
-                breakers: self.shared.breakers.clone(),
                 clock: self.clock.clone(),
                 provider: provider.clone(),
-                permit: Some(permit),
+                permit,
                 _slot: slot,
                 shared: self.shared_breakers().cloned(),
             };
@@ -562,7 +545,7 @@ impl Engine {
                 }
             };
             let result = tokio::select! {
-                r = tokio::time::timeout(allowance, call) => match r {
+                r = self.clock.timeout(allowance, call) => match r {
                     Ok(r) => r,
                     Err(_) => Err(
                         Failure::new(&provider, Category::Timeout).with_human_message(format!(
@@ -726,7 +709,7 @@ impl Engine {
                         emitter.emit(c, scheduled);
                     }
                     tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
+                        () = self.clock.sleep(delay) => {}
                         () = host.cancelled() => {
                             return Err(LinkEnd::Stop(End::Cancelled(
                                 "cancelled by the caller while a model call waited to retry".into(),

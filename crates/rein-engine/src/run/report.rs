@@ -190,7 +190,7 @@ pub const REPORT_WRITE_TRIES: u32 = 8;
 ///
 /// # Errors
 ///
-/// The store's; [`StoreError::Conflict`] when the ledger changed on every
+/// The store's; [`StoreError::LedgerChanged`] when the ledger changed on every
 /// try.
 pub async fn revise_stored(store: &dyn Store, run_id: &RunId) -> Result<bool, StoreError> {
     let mut tries = 0;
@@ -218,11 +218,5 @@ pub async fn revise_stored(store: &dyn Store, run_id: &RunId) -> Result<bool, St
 
 /// Whether `e` says the ledger changed since it was read.
 pub fn is_revision_conflict(e: &StoreError) -> bool {
-    matches!(
-        e,
-        StoreError::Conflict {
-            what: "ledger revision",
-            ..
-        }
-    )
+    matches!(e, StoreError::LedgerChanged { .. })
 }

@@ -24,7 +24,7 @@ use serde_json::json;
 use super::binding::{AgentBinding, AgentTarget, ToolBinding};
 use super::guarded::Planned;
 use super::{CancellationToken, Engine, EngineError, Lineage, RunCtx, RunRequest, Tree};
-use crate::tool_http::ToolOutput;
+use crate::tool::ToolOutput;
 
 /// Resolves an agent's name to a fresh binding (a new provider per run),
 /// for the engine to start child runs with.

@@ -5,6 +5,9 @@
 //! Each test file compiles this module on its own and uses part of it.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+mod paused_store;
+pub use paused_store::PauseSafeStore;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,6 +39,10 @@ pub struct Harness {
 }
 
 /// A desk with `faults`, a fresh SQLite store and an engine seeded with 7.
+///
+/// The store is wrapped in a [`PauseSafeStore`], so a test may run under
+/// `start_paused`: the engine's clock follows tokio's time, and time moves
+/// only while nothing (no store call, no loopback I/O) is pending.
 pub async fn harness(faults: Faults) -> Harness {
     harness_with(faults, |b| b).await
 }
@@ -50,7 +57,8 @@ pub async fn harness_with(
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("rein.db")).unwrap());
+    let sqlite: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("rein.db")).unwrap());
+    let store: Arc<dyn Store> = Arc::new(PauseSafeStore(sqlite));
     let engine = configure(Engine::builder(store.clone()).rng_seed(7))
         .build()
         .unwrap();

@@ -50,7 +50,7 @@ use crate::idempotency::{
 };
 use crate::intent::PlannedIntent;
 use crate::lease::{Lease, LeaseChange, LeaseFilter};
-use crate::run::{NewRun, RunCursor, RunRecord, RunStatus};
+use crate::run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus};
 use crate::singleton::SingletonLease;
 use crate::store::Store;
 
@@ -204,6 +204,18 @@ impl Store for SqliteStore {
         let after = after.cloned();
         self.worker
             .read(move |conn| ops::runs_with_status_after(conn, status, after.as_ref(), limit))
+            .await
+    }
+
+    async fn list_runs_page(
+        &self,
+        filter: &RunFilter,
+        after: Option<&RunCursor>,
+        limit: usize,
+    ) -> Result<RunPage, StoreError> {
+        let (filter, after) = (filter.clone(), after.cloned());
+        self.worker
+            .read(move |conn| ops::list_runs_page(conn, &filter, after.as_ref(), limit))
             .await
     }
 

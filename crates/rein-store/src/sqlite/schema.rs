@@ -21,7 +21,7 @@ use super::codec::SqlResult;
 use crate::error::StoreError;
 
 /// The schema version this binary writes: the number of migrations.
-pub const SCHEMA_VERSION: u32 = 8;
+pub const SCHEMA_VERSION: u32 = 9;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
 ///
@@ -205,6 +205,16 @@ ALTER TABLE idempotency ADD COLUMN run_id TEXT;
 ALTER TABLE runs ADD COLUMN ledger_revision INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE idempotency ADD COLUMN holder_since_ms INTEGER;
 ALTER TABLE idempotency ADD COLUMN holder_until_ms INTEGER;
+"#,
+    // 9: run listings, newest first (`Store::list_runs_page`): a tenant's
+    // runs, and a tenant's runs of one status, both walked backwards in
+    // (created_at_ms, run_id) order from a cursor; and every tenant's, for
+    // an operator reading the file. Agent and time filters are checked
+    // during the walk.
+    r#"
+CREATE INDEX runs_by_tenant_created ON runs (tenant, created_at_ms, run_id);
+CREATE INDEX runs_by_tenant_status ON runs (tenant, status, created_at_ms, run_id);
+CREATE INDEX runs_by_created_id ON runs (created_at_ms, run_id);
 "#,
 ];
 
@@ -470,10 +480,13 @@ mod tests {
             run_indexes(&conn),
             [
                 "runs_by_created",
+                "runs_by_created_id",
                 "runs_by_parent_created",
-                "runs_by_status"
+                "runs_by_status",
+                "runs_by_tenant_created",
+                "runs_by_tenant_status"
             ],
-            "version 5 replaces the parent index and adds the status index"
+            "version 5 replaces the parent index and adds the status index; 9 adds the listing's"
         );
         let kept: i64 = conn
             .query_row(
@@ -611,5 +624,31 @@ mod tests {
             (Some("pid:1@h#a"), None, None),
             "a holder recorded before keeps its name and has no heartbeat"
         );
+    }
+
+    #[test]
+    fn a_version_8_file_upgrades_to_9_and_gets_the_listing_indexes() {
+        let mut conn = at_version(8);
+        conn.execute(
+            "INSERT INTO runs VALUES ('r-1', 't', 'a', 'in', NULL, '{}', 'running', NULL, 1, 1, 0)",
+            [],
+        )
+        .unwrap();
+        assert!(!run_indexes(&conn).contains(&"runs_by_tenant_created".to_owned()));
+        migrate(&mut conn).unwrap();
+        assert_eq!(version(&conn), i64::from(SCHEMA_VERSION));
+        for index in [
+            "runs_by_tenant_created",
+            "runs_by_tenant_status",
+            "runs_by_created_id",
+        ] {
+            assert!(run_indexes(&conn).contains(&index.to_owned()), "{index}");
+        }
+        let kept: i64 = conn
+            .query_row("SELECT COUNT(*) FROM runs WHERE tenant = 't'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(kept, 1, "the upgrade keeps existing runs");
     }
 }

@@ -71,8 +71,8 @@
 //! # use std::sync::Arc;
 //! # use std::time::Duration;
 //! # use rein_core::{AttemptId, IntentId, RunId};
-//! # use rein_engine::tool_command::{CommandTarget, CommandToolAdapter};
-//! # use rein_engine::tool_http::Attempt;
+//! # use rein_engine::tool::command::{CommandTarget, CommandToolAdapter};
+//! # use rein_engine::tool::Attempt;
 //! # use rein_store::{SqliteStore, Store};
 //! # async fn demo(run_id: RunId) -> Result<(), Box<dyn std::error::Error>> {
 //! let store: Arc<dyn Store> = Arc::new(SqliteStore::open("rein.db")?);
@@ -118,19 +118,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rein_core::registry::AdapterSpec;
 pub use rein_core::registry::DEFAULT_MAX_OUTPUT_BYTES;
-use rein_core::{Category, Effect, Failure};
+use rein_core::{Category, Clock, Effect, Failure};
 use rein_store::{Lease, LeaseKind, Store, StoreError};
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
-use tokio::time::Instant;
 
+use super::{Attempt, ErrorBody, ToolOutput};
 pub use crate::lease::DEFAULT_KILL_GRACE;
 use crate::lease::{
     GroupEnd, KILL_WAIT_BOUND, LEASE_ID_ENV, Owner, TEMP_DIR_PREFIX, kill_group_now,
     terminate_group,
 };
-use crate::tool_http::{Attempt, ErrorBody, ToolOutput};
+use crate::{SystemClock, Timer};
 
 /// The run id.
 pub const RUN_ID_ENV: &str = "REIN_RUN_ID";
@@ -298,6 +298,8 @@ pub struct CommandToolAdapter {
     temp_root: PathBuf,
     kill_grace: Duration,
     lease_margin: Duration,
+    /// Times the deadline and the group's end; dates the leases.
+    clock: Arc<dyn Timer>,
 }
 
 impl std::fmt::Debug for CommandToolAdapter {
@@ -360,7 +362,14 @@ impl CommandToolAdapter {
             temp_root: std::env::temp_dir(),
             kill_grace: DEFAULT_KILL_GRACE,
             lease_margin: DEFAULT_LEASE_MARGIN,
+            clock: Arc::new(SystemClock::new()),
         }
+    }
+
+    /// Uses `clock` instead of the system clock (the engine's own).
+    pub fn with_clock(mut self, clock: Arc<dyn Timer>) -> CommandToolAdapter {
+        self.clock = clock;
+        self
     }
 
     /// Makes temporary directories under `root` (an absolute path).
@@ -446,7 +455,7 @@ impl CommandToolAdapter {
                 "no time left to start it",
             ));
         }
-        let deadline = Instant::now() + limit;
+        let deadline = self.clock.now() + limit;
         let env = child_env(target, attempt, limit);
         let program = resolve_program(
             &target.program,
@@ -460,7 +469,7 @@ impl CommandToolAdapter {
         // 1. The temporary directory: leased, then created.
         let base = format!("cmd-{}", uuid::Uuid::now_v7());
         let dir = self.temp_root.join(format!("{TEMP_DIR_PREFIX}{base}"));
-        let now = unix_ms();
+        let now = unix_ms(self.clock.system_now());
         let expires = now.saturating_add(duration_ms(
             limit + self.kill_grace + KILL_WAIT_BOUND + self.lease_margin,
         ));
@@ -592,19 +601,21 @@ impl CommandToolAdapter {
                     Ok(status) => Ended::Exited(status),
                     Err(e) => Ended::WaitFailed(e),
                 },
-                () = tokio::time::sleep_until(deadline) => break Ended::Deadline,
+                () = self.clock.sleep_until(deadline) => break Ended::Deadline,
                 () = &mut cancelled => break Ended::Cancelled,
             }
         };
 
         // 6. End the whole group: what is left after an exit is a leak; at
         // the deadline or on cancellation, everything goes.
-        let end = terminate_group(pgid, self.kill_grace, || {
+        let end = terminate_group(self.clock.as_ref(), pgid, self.kill_grace, || {
             let _ = child.try_wait();
         })
         .await;
         if !matches!(ended, Ended::Exited(_))
-            && tokio::time::timeout(KILL_WAIT_BOUND, child.wait())
+            && self
+                .clock
+                .timeout(KILL_WAIT_BOUND, child.wait())
                 .await
                 .is_err()
         {
@@ -616,7 +627,9 @@ impl CommandToolAdapter {
         }
         let (out, err) = match output {
             Some(done) => done,
-            None => tokio::time::timeout(OUTPUT_DRAIN_BOUND, &mut io)
+            None => self
+                .clock
+                .timeout(OUTPUT_DRAIN_BOUND, &mut io)
                 .await
                 .unwrap_or_default(),
         };
@@ -649,7 +662,7 @@ impl CommandToolAdapter {
     /// Ends a gate that was never told to go, and collects it.
     async fn stop_unstarted(&self, child: &mut Child, pgid: i32) {
         kill_group_now(pgid);
-        let _ = tokio::time::timeout(KILL_WAIT_BOUND, child.wait()).await;
+        let _ = self.clock.timeout(KILL_WAIT_BOUND, child.wait()).await;
     }
 
     /// Removes the temporary directory and releases its lease; if removal
@@ -848,7 +861,7 @@ fn classify(
     match ended {
         Ended::Exited(status) if status.success() => {
             let (mut result, truncated) = shape_stdout(out, target.max_output_bytes.max(1));
-            // Known secrets go, as for HTTP tools (tool_http).
+            // Known secrets go, as for HTTP tools (tool::http).
             rein_core::redact::known_json(&mut result);
             Ok(ToolOutput {
                 result,
@@ -931,10 +944,8 @@ fn store_failure(name: &str, what: &str, e: &StoreError) -> Failure {
     not_started(name, category, &format!("cannot {what}: {e}"))
 }
 
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, duration_ms)
+fn unix_ms(now: SystemTime) -> u64 {
+    now.duration_since(UNIX_EPOCH).map_or(0, duration_ms)
 }
 
 fn duration_ms(d: Duration) -> u64 {

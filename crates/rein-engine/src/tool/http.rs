@@ -1,24 +1,23 @@
 //! The HTTP tool adapter: one attempt of a tool call over HTTP, classified
-//! into the error contract.
-//!
-//! # Why the adapter classifies
-//!
-//! Only the adapter knows how far a call got: refused before sending
-//! (`not_applied`), or sent and then the answer was lost (`maybe_applied`).
-//! That distinction decides between a retry, a lookup by key and
-//! compensation, and no outer layer can reconstruct it (seed 000, "Express
-//! Failure as a Contract"). A tool's own structured error body wins over
-//! inference from the status code, because the tool knows whether it acted.
+//! into the error contract (see [`crate::tool`] for why the adapter
+//! classifies). A tool's own structured error body ([`ErrorBody`]) wins
+//! over inference from the status code.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant as StdInstant, SystemTime};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use rein_core::deadline::DEADLINE_HEADER;
 use rein_core::failure::{TransportError, TransportPhase};
 use rein_core::idempotency::IdempotencyKey;
-use rein_core::{AttemptId, Category, Effect, Failure, IntentId, RunId};
-use serde::Deserialize;
+use rein_core::{Category, Clock, Effect, Failure};
 use serde_json::{Map, Value, json};
+
+use super::ErrorBody;
+// NOTE: re-exported so that `tool::http::{Attempt, ToolOutput}` (and the
+// former `tool_http::…`) keep working for embedders.
+pub use super::{Attempt, ToolOutput};
+use crate::{SystemClock, Timer};
 
 /// The header carrying the run id.
 pub const RUN_ID_HEADER: &str = "Rein-Run-Id";
@@ -101,80 +100,35 @@ impl std::fmt::Debug for HttpTarget {
     }
 }
 
-/// One attempt's identity and limits.
-#[derive(Debug, Clone)]
-pub struct Attempt<'a> {
-    /// The run.
-    pub run_id: &'a RunId,
-    /// The planned action.
-    pub intent_id: &'a IntentId,
-    /// This attempt.
-    pub attempt_id: &'a AttemptId,
-    /// The attempt number, from 1.
-    pub number: u32,
-    /// The key, for classes that have one.
-    pub key: Option<&'a IdempotencyKey>,
-    /// The run's remaining time, sent as `Rein-Deadline-Ms`.
-    pub remaining: Duration,
-    /// How long this attempt may wait for the response to begin (p99 ×
-    /// factor, capped by the remainder): the time-to-first-byte limit.
-    pub allowance: Duration,
+/// Calls tools over HTTP with one shared client.
+#[derive(Clone)]
+pub struct HttpToolAdapter {
+    client: reqwest::Client,
+    /// Times the first byte and reads the wall clock for `Retry-After`.
+    clock: Arc<dyn Timer>,
 }
 
-impl Attempt<'_> {
-    /// The total limit of the attempt: the first-byte allowance again for
-    /// the body, never past the run's remainder.
-    pub fn total_limit(&self) -> Duration {
-        self.allowance
-            .saturating_mul(2)
-            .min(self.remaining)
-            .max(self.allowance)
+impl std::fmt::Debug for HttpToolAdapter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpToolAdapter")
+            .field("client", &self.client)
+            .finish_non_exhaustive()
     }
 }
 
-/// A successful tool answer.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolOutput {
-    /// The result, possibly truncated (then it has a `_truncated` note).
-    pub result: Value,
-    /// Whether the result was truncated to the size limit.
-    pub truncated: bool,
-    /// Whether the tool said it replayed a stored result for the key.
-    pub replayed: bool,
-}
-
-/// The structured error body a tool may send, over HTTP or on a command's
-/// stdout: `{"error": {"category", "retryable", "retry_after_ms", "effect",
-/// "message"}}`.
-#[derive(Debug, Deserialize)]
-pub(crate) struct ErrorBody {
-    pub(crate) error: ToolError,
-}
-
-/// The fields of [`ErrorBody`]; all but `category` optional.
-#[derive(Debug, Deserialize)]
-pub(crate) struct ToolError {
-    pub(crate) category: Category,
-    #[serde(default)]
-    pub(crate) retryable: Option<bool>,
-    #[serde(default)]
-    pub(crate) retry_after_ms: Option<u64>,
-    #[serde(default)]
-    pub(crate) effect: Option<Effect>,
-    #[serde(default)]
-    pub(crate) message: Option<String>,
-}
-
-/// Calls tools over HTTP with one shared client.
-#[derive(Debug, Clone)]
-pub struct HttpToolAdapter {
-    client: reqwest::Client,
-}
-
 impl HttpToolAdapter {
-    /// An adapter over `client` (one pool per process).
+    /// An adapter over `client` (one pool per process), on the system clock.
     pub fn new(client: reqwest::Client) -> Self {
-        HttpToolAdapter { client }
+        HttpToolAdapter {
+            client,
+            clock: Arc::new(SystemClock::new()),
+        }
+    }
+
+    /// Uses `clock` instead of the system clock (the engine's own).
+    pub fn with_clock(mut self, clock: Arc<dyn Timer>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Makes one attempt.
@@ -253,11 +207,12 @@ impl HttpToolAdapter {
         total: Duration,
     ) -> Result<ToolOutput, Failure> {
         target.teach_secrets();
-        let started = StdInstant::now();
-        let response = match tokio::time::timeout(first_byte, request.send()).await {
-            Ok(sent) => sent.map_err(|e| {
-                transport_failure(&target.name, &e, started.elapsed(), first_byte, false)
-            })?,
+        let started = self.clock.now();
+        let elapsed = || self.clock.now().saturating_duration_since(started);
+        let response = match self.clock.timeout(first_byte, request.send()).await {
+            Ok(sent) => {
+                sent.map_err(|e| transport_failure(&target.name, &e, elapsed(), first_byte, false))?
+            }
             Err(_) => {
                 return Err(Failure::from_transport(
                     &target.name,
@@ -285,13 +240,14 @@ impl HttpToolAdapter {
         let bytes = response
             .bytes()
             .await
-            .map_err(|e| transport_failure(&target.name, &e, started.elapsed(), total, true))?;
+            .map_err(|e| transport_failure(&target.name, &e, elapsed(), total, true))?;
         if !(200..300).contains(&status) {
             return Err(error_failure(
                 &target.name,
                 status,
                 retry_after.as_deref(),
                 &bytes,
+                self.clock.system_now(),
             ));
         }
         let (mut result, truncated) = shape_result(&bytes, target.max_result_bytes);
@@ -333,9 +289,15 @@ fn transport_failure(
 }
 
 /// An error answer: the tool's structured body if it sent one, else the
-/// status code's classification.
-fn error_failure(name: &str, status: u16, retry_after: Option<&str>, body: &[u8]) -> Failure {
-    let inferred = Failure::from_http_status(name, status, retry_after, SystemTime::now());
+/// status code's classification; `now` dates an HTTP-date `Retry-After`.
+fn error_failure(
+    name: &str,
+    status: u16,
+    retry_after: Option<&str>,
+    body: &[u8],
+    now: SystemTime,
+) -> Failure {
+    let inferred = Failure::from_http_status(name, status, retry_after, now);
     let Ok(ErrorBody { error }) = serde_json::from_slice::<ErrorBody>(body) else {
         return inferred.unwrap_or_else(|| {
             Failure::new(name, Category::Unknown)
@@ -355,10 +317,7 @@ fn error_failure(name: &str, status: u16, retry_after: Option<&str>, body: &[u8]
     let header_wait = inferred
         .as_ref()
         .and_then(Failure::retry_after)
-        .or_else(|| {
-            retry_after
-                .and_then(|v| rein_core::failure::parse_retry_after(v, SystemTime::now()).ok())
-        });
+        .or_else(|| retry_after.and_then(|v| rein_core::failure::parse_retry_after(v, now).ok()));
     if let Some(ms) = error.retry_after_ms {
         f = f.with_retry_after(Duration::from_millis(ms));
     } else if let Some(wait) = header_wait
@@ -431,7 +390,13 @@ fn shape_result(bytes: &[u8], max: usize) -> (Value, bool) {
 
 #[cfg(test)]
 mod tests {
+    use rein_core::{AttemptId, IntentId, RunId};
+
     use super::*;
+
+    /// What the wall clock reads for an error answer; only relative
+    /// `Retry-After` values occur here.
+    const NOW: SystemTime = SystemTime::UNIX_EPOCH;
 
     /// A loopback HTTP server that answers one request with 200 and a JSON
     /// body echoing its `X-Api-Token` header, as a debug endpoint does.
@@ -516,7 +481,7 @@ mod tests {
     #[test]
     fn structured_error_body_wins_over_the_status() {
         let body = br#"{"error":{"category":"conflict","retryable":false,"effect":"applied","message":"already shipped"}}"#;
-        let f = error_failure("t", 500, None, body);
+        let f = error_failure("t", 500, None, body, NOW);
         assert_eq!(f.category(), Category::Conflict);
         assert_eq!(f.effect(), Effect::Applied);
         assert!(!f.retryable());
@@ -526,9 +491,21 @@ mod tests {
 
     #[test]
     fn structured_body_without_effect_keeps_the_status_inference() {
-        let f = error_failure("t", 500, None, br#"{"error":{"category":"transient"}}"#);
+        let f = error_failure(
+            "t",
+            500,
+            None,
+            br#"{"error":{"category":"transient"}}"#,
+            NOW,
+        );
         assert_eq!(f.effect(), Effect::MaybeApplied);
-        let f = error_failure("t", 503, None, br#"{"error":{"category":"transient"}}"#);
+        let f = error_failure(
+            "t",
+            503,
+            None,
+            br#"{"error":{"category":"transient"}}"#,
+            NOW,
+        );
         assert_eq!(f.effect(), Effect::NotApplied);
     }
 
@@ -536,16 +513,16 @@ mod tests {
     fn structured_rate_limit_carries_its_wait() {
         let body =
             br#"{"error":{"category":"rate_limited","retryable":true,"retry_after_ms":1500}}"#;
-        let f = error_failure("t", 429, Some("99"), body);
+        let f = error_failure("t", 429, Some("99"), body, NOW);
         assert_eq!(f.retry_after(), Some(Duration::from_millis(1500)));
     }
 
     #[test]
     fn unstructured_error_falls_back_to_the_status() {
-        let f = error_failure("t", 503, Some("2"), b"<html>busy</html>");
+        let f = error_failure("t", 503, Some("2"), b"<html>busy</html>", NOW);
         assert_eq!(f.category(), Category::Transient);
         assert_eq!(f.retry_after(), Some(Duration::from_secs(2)));
-        let f = error_failure("t", 400, None, br#"{"error":"bad"}"#);
+        let f = error_failure("t", 400, None, br#"{"error":"bad"}"#, NOW);
         assert_eq!(f.category(), Category::InvalidArguments);
     }
 

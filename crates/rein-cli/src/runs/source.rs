@@ -1,0 +1,295 @@
+//! Where `rein runs` reads: a store file directly, or a `rein serve`.
+//!
+//! # Why both
+//!
+//! A killed `rein run` leaves its run in the file it wrote, with no server
+//! anywhere; an operator of a shared deployment has a server and an API
+//! key, not the database. Both answer the same four questions, in the
+//! same types, so every command renders one way whatever it read.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result, anyhow, bail};
+use rein_core::{Event, LedgerRecord, RunId, RunReport};
+use rein_server::listing::{RunList, RunSummary};
+use rein_store::{RunCursor, RunFilter, SqliteStore, Store};
+use serde_json::Value;
+
+/// A run as `rein runs show` prints it.
+#[derive(Debug, Clone)]
+pub struct RunDetail {
+    /// Its summary (the listing's row).
+    pub summary: RunSummary,
+    /// Its child runs.
+    pub children: Vec<String>,
+    /// Its report, once it ended.
+    pub report: Option<RunReport>,
+}
+
+/// A source of runs.
+pub enum Source {
+    /// The store file, read directly: every tenant's runs.
+    Store {
+        /// The store.
+        store: Arc<dyn Store>,
+        /// Its path, for messages.
+        path: String,
+    },
+    /// A `rein serve`: the runs of the API key's tenant.
+    Server {
+        /// One client for every request.
+        client: reqwest::Client,
+        /// The server's base URL, without a trailing slash.
+        base: String,
+        /// The bearer key, if any (never printed).
+        key: Option<String>,
+    },
+}
+
+impl Source {
+    /// The store at `path`.
+    ///
+    /// # Errors
+    ///
+    /// When there is no file at `path` (reading must not create an empty
+    /// store where a path was mistyped), or it is not a store.
+    pub fn open_store(path: &std::path::Path) -> Result<Source> {
+        if !path.is_file() {
+            bail!(
+                "no run store at {} (pass the file `rein run` or `rein serve` wrote with --data, or a server with --server)",
+                path.display()
+            );
+        }
+        let store = SqliteStore::open(path)
+            .with_context(|| format!("cannot open the run store {}", path.display()))?;
+        Ok(Source::Store {
+            store: Arc::new(store),
+            path: path.display().to_string(),
+        })
+    }
+
+    /// The server at `base`, with `key`.
+    pub fn server(base: &str, key: Option<String>) -> Result<Source> {
+        let client = rein_engine::run::http_client().context("cannot build the HTTP client")?;
+        let base = base.trim_end_matches('/').to_owned();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            bail!("--server must be an http:// or https:// URL, but it is {base:?}");
+        }
+        Ok(Source::Server { client, base, key })
+    }
+
+    /// GETs `path` (with its query) from the server and reads its JSON,
+    /// or says what the server answered.
+    async fn get(
+        client: &reqwest::Client,
+        base: &str,
+        key: Option<&str>,
+        path: &str,
+    ) -> Result<Value> {
+        let mut request = client.get(format!("{base}{path}"));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        let response = request
+            .send()
+            .await
+            .with_context(|| format!("cannot reach {base}"))?;
+        let status = response.status();
+        let body = response
+            .bytes()
+            .await
+            .with_context(|| format!("{base} did not finish its answer"))?;
+        let value: Value = serde_json::from_slice(&body)
+            .with_context(|| format!("{base} answered {status} with a body that is not JSON"))?;
+        if status.is_success() {
+            return Ok(value);
+        }
+        let detail = value["detail"].as_str().unwrap_or("no detail");
+        let hint = if status == reqwest::StatusCode::UNAUTHORIZED {
+            " (pass --api-key or set REIN_API_KEY)"
+        } else {
+            ""
+        };
+        Err(anyhow!("{base} answered {status}: {detail}{hint}"))
+    }
+
+    fn run_id(id: &str) -> Result<RunId> {
+        RunId::new(id.to_owned()).context("invalid RUN_ID")
+    }
+
+    /// One page of runs.
+    pub async fn list(
+        &self,
+        filter: &RunFilter,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<RunList> {
+        match self {
+            Source::Store { store, .. } => {
+                let cursor = cursor
+                    .map(RunCursor::from_token)
+                    .transpose()
+                    .context("invalid --cursor: pass a next cursor a listing printed")?;
+                let page = store.list_runs_page(filter, cursor.as_ref(), limit).await?;
+                Ok(RunList {
+                    runs: page.runs.iter().map(RunSummary::of).collect(),
+                    next_cursor: page.next.as_ref().map(RunCursor::to_token),
+                })
+            }
+            Source::Server { client, base, key } => {
+                let mut query = vec![format!("limit={limit}")];
+                if let Some(status) = filter.status {
+                    query.push(format!("status={status}"));
+                }
+                if let Some(agent) = &filter.agent {
+                    query.push(format!("agent={}", encode(agent)));
+                }
+                if let Some(ms) = filter.created_after_ms {
+                    query.push(format!("created_after={ms}"));
+                }
+                if let Some(ms) = filter.created_before_ms {
+                    query.push(format!("created_before={ms}"));
+                }
+                if let Some(cursor) = cursor {
+                    query.push(format!("cursor={}", encode(cursor)));
+                }
+                let path = format!("/v1/runs?{}", query.join("&"));
+                let value = Source::get(client, base, key.as_deref(), &path).await?;
+                serde_json::from_value(value)
+                    .with_context(|| format!("{base} answered a listing rein cannot read"))
+            }
+        }
+    }
+
+    /// The run `id`.
+    pub async fn show(&self, id: &str) -> Result<RunDetail> {
+        let run_id = Source::run_id(id)?;
+        match self {
+            Source::Store { store, path } => {
+                let record = store
+                    .get_run(&run_id)
+                    .await?
+                    .ok_or_else(|| anyhow!("no run {run_id} in {path}"))?;
+                let children = store
+                    .children_of(&run_id)
+                    .await?
+                    .iter()
+                    .map(|child| child.run_id.to_string())
+                    .collect();
+                Ok(RunDetail {
+                    summary: RunSummary::of(&record),
+                    children,
+                    report: record.report,
+                })
+            }
+            Source::Server { client, base, key } => {
+                let view = Source::get(
+                    client,
+                    base,
+                    key.as_deref(),
+                    &format!("/v1/runs/{}", encode(id)),
+                )
+                .await?;
+                let text = |field: &str| view[field].as_str().map(str::to_owned);
+                let status = text("status").unwrap_or_default();
+                let summary = RunSummary {
+                    run_id: text("run_id").unwrap_or_else(|| id.to_owned()),
+                    // The API shows a run to its own tenant only.
+                    tenant: "(the API key's)".to_owned(),
+                    agent: text("agent").unwrap_or_default(),
+                    outcome: rein_core::Outcome::parse(&status).map(|o| o.as_str().to_owned()),
+                    status,
+                    parent_run_id: text("parent_run_id"),
+                    created_at_ms: view["created_at_ms"].as_u64().unwrap_or(0),
+                    updated_at_ms: view["updated_at_ms"].as_u64().unwrap_or(0),
+                };
+                let children = view["children"]
+                    .as_array()
+                    .map(|c| {
+                        c.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_owned)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let report = match &view["report"] {
+                    Value::Null => None,
+                    report => {
+                        Some(serde_json::from_value(report.clone()).with_context(|| {
+                            format!("{base} answered a report rein cannot read")
+                        })?)
+                    }
+                };
+                Ok(RunDetail {
+                    summary,
+                    children,
+                    report,
+                })
+            }
+        }
+    }
+
+    /// The run's events after `after` (`0`: all).
+    pub async fn events(&self, id: &str, after: u64) -> Result<Vec<Event>> {
+        let run_id = Source::run_id(id)?;
+        match self {
+            Source::Store { store, .. } => Ok(store.events(&run_id, after).await?),
+            Source::Server { client, base, key } => {
+                let path = format!("/v1/runs/{}/events?after={after}", encode(id));
+                let value = Source::get(client, base, key.as_deref(), &path).await?;
+                serde_json::from_value(value["events"].clone())
+                    .with_context(|| format!("{base} answered events rein cannot read"))
+            }
+        }
+    }
+
+    /// The run's ledger, in execution order.
+    pub async fn ledger(&self, id: &str) -> Result<Vec<LedgerRecord>> {
+        let run_id = Source::run_id(id)?;
+        match self {
+            Source::Store { store, path } => {
+                if store.get_run(&run_id).await?.is_none() {
+                    bail!("no run {run_id} in {path}");
+                }
+                Ok(store.ledger(&run_id).await?)
+            }
+            Source::Server { client, base, key } => {
+                let path = format!("/v1/runs/{}/ledger", encode(id));
+                let value = Source::get(client, base, key.as_deref(), &path).await?;
+                serde_json::from_value(value["records"].clone())
+                    .with_context(|| format!("{base} answered a ledger rein cannot read"))
+            }
+        }
+    }
+
+    /// Whether the run `id` has ended (for `events --follow`).
+    pub async fn is_finished(&self, id: &str) -> Result<bool> {
+        let detail = self.show(id).await?;
+        Ok(rein_store::RunStatus::parse(&detail.summary.status).is_some_and(|s| s.is_finished()))
+    }
+}
+
+/// `text` percent-encoded for a URL's path segment or query value: every
+/// byte but the unreserved ones (RFC 3986).
+fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encoding_keeps_unreserved_bytes_only() {
+        assert_eq!(encode("order_desk-1.x~"), "order_desk-1.x~");
+        assert_eq!(encode("a b/c?d&é"), "a%20b%2Fc%3Fd%26%C3%A9");
+    }
+}

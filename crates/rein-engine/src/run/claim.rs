@@ -1,0 +1,214 @@
+//! Run claims: only one process drives a run at a time; the heartbeat
+//! that renews the claim and the guard that lets it go.
+
+use std::sync::Arc;
+
+use rein_core::{Clock, RunId};
+use rein_store::{Store, StoreError};
+use tokio_util::sync::CancellationToken;
+
+use super::AgentBinding;
+use super::ctx::RunCtx;
+use super::emitter::unix_ms;
+use super::engine::Engine;
+use super::error::EngineError;
+use super::guarded::millis;
+
+/// Releases a run's claim when dropped while armed: a resume that stopped
+/// before it was recorded must not keep the run locked until the claim
+/// expires.
+pub(super) struct ClaimGuard {
+    pub(super) store: Arc<dyn Store>,
+    pub(super) lease_id: String,
+    pub(super) owner: String,
+    pub(super) armed: bool,
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        // Unwinding from a panic: the run's boundary takes the claim back
+        // to settle the run (`contain`), so it is not let go here.
+        if !self.armed || std::thread::panicking() {
+            return;
+        }
+        let (store, lease_id, owner) = (
+            self.store.clone(),
+            std::mem::take(&mut self.lease_id),
+            std::mem::take(&mut self.owner),
+        );
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(e) = store.release_lease_of(&lease_id, &owner).await {
+                    tracing::warn!(lease = %lease_id, "cannot release an abandoned claim: {e}");
+                }
+            });
+        }
+    }
+}
+
+/// Stops a run's heartbeat when dropped (the run ended, or its future was
+/// dropped).
+pub(super) struct Heartbeat(pub(super) tokio::task::JoinHandle<()>);
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The lease id of a process's claim on a run.
+pub(super) fn claim_id(run_id: &RunId) -> String {
+    format!("run:{run_id}")
+}
+
+/// expired claim of a dead owner as abandoned).
+pub(super) const CLAIM_MARGIN: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl Engine {
+    /// Claims `run_id` for this process: only one process drives a run at a
+    /// time, so two resumes (or a resume while the original process still
+    /// lives) cannot both replay its step. A claim whose owner is dead is
+    /// taken over.
+    pub(super) async fn claim(
+        &self,
+        run_id: &RunId,
+        hold: std::time::Duration,
+    ) -> Result<String, EngineError> {
+        use crate::lease::Owner;
+        use rein_store::{Lease, LeaseKind};
+        let now_ms = unix_ms(self.clock.system_now());
+        // The claim's own identity: this process, the public node id and a
+        // token, so renewals and the release are fenced to this claim, not
+        // any claim of the process (`crate::lease::claim_node` reads the
+        // node back).
+        let owner = format!(
+            "{}#{}.{}",
+            Owner::current(),
+            self.node,
+            uuid::Uuid::now_v7().simple()
+        );
+        let lease = Lease {
+            lease_id: claim_id(run_id),
+            run_id: run_id.clone(),
+            intent_id: None,
+            kind: LeaseKind::Run,
+            pgid: None,
+            path: None,
+            owner: owner.clone(),
+            acquired_at_ms: now_ms,
+            expires_at_ms: now_ms.saturating_add(millis(hold)),
+        };
+        match self.store.acquire_lease(lease.clone()).await {
+            Ok(_) => return Ok(owner),
+            Err(StoreError::Conflict { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let held = self
+            .store
+            .leases_of_run(run_id)
+            .await?
+            .into_iter()
+            .find(|l| l.kind == LeaseKind::Run);
+        if let Some(held) = held {
+            // Taken over when its lease ran out (the owner stopped renewing
+            // it: dead, or cut off), or when the owner is provably gone (a
+            // process of this machine and pid namespace that no longer
+            // runs: `Owner::is_gone`). An owner elsewhere, or one we cannot
+            // identify, is alive until its lease says otherwise: refusing is
+            // safe, taking over is not.
+            let expired = held.expires_at_ms <= now_ms;
+            let dead_here = Owner::is_gone_id(&held.owner);
+            if !expired && !dead_here {
+                return Err(EngineError::NotResumable {
+                    run_id: run_id.clone(),
+                    // The public node id only: the owner's process id and
+                    // host stay in the store and the log.
+                    reason: format!(
+                        "it is being driven by a live process (node {})",
+                        crate::lease::claim_node(&held.owner).unwrap_or("unknown")
+                    ),
+                });
+            }
+            if expired {
+                // One atomic step: of two takers, one wins; a stalled owner
+                // that wakes up finds its renewals refused.
+                return if self.store.take_over_lease(lease, now_ms).await? {
+                    Ok(owner)
+                } else {
+                    Err(EngineError::NotResumable {
+                        run_id: run_id.clone(),
+                        reason: "another process took it over at the same moment".into(),
+                    })
+                };
+            }
+            // Its owner is a dead process of this host: nobody renews it.
+            self.store
+                .release_lease_of(&held.lease_id, &held.owner)
+                .await?;
+        }
+        match self.store.acquire_lease(lease).await {
+            Ok(_) => Ok(owner),
+            Err(StoreError::Conflict { .. }) => Err(EngineError::NotResumable {
+                run_id: run_id.clone(),
+                reason: "another process claimed it at the same moment".into(),
+            }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// How long a claim holds before it must be renewed.
+    pub(super) fn claim_hold(&self, agent: &AgentBinding) -> std::time::Duration {
+        self.claim_lease
+            .unwrap_or(agent.budget.wall_clock() + CLAIM_MARGIN)
+    }
+
+    /// Renews the run's claim every third of the lease while the returned
+    /// guard lives: the heartbeat that tells other processes this run's
+    /// owner is alive. Without a configured lease, nothing.
+    pub(super) fn heartbeat(
+        &self,
+        run_id: &RunId,
+        owner: &str,
+        lost: &CancellationToken,
+    ) -> Option<Heartbeat> {
+        let lease = self.claim_lease?;
+        let owner = owner.to_owned();
+        let lost = lost.clone();
+        let store = self.store.clone();
+        let clock = self.clock.clone();
+        let lease_id = claim_id(run_id);
+        let run = run_id.clone();
+        let every = self.claim_renewal.map_or(lease / 3, |r| r.min(lease / 3));
+        let task = tokio::spawn(async move {
+            loop {
+                clock.sleep(every).await;
+                let until = unix_ms(clock.system_now()).saturating_add(millis(lease));
+                match store.renew_lease_of(&lease_id, &owner, until).await {
+                    Ok(true) => {}
+                    // Taken over after a stall: another process drives the
+                    // run now. This one stops at once, without settling or
+                    // recording anything more.
+                    Ok(false) => {
+                        tracing::warn!(run = %run, "the run's claim was taken over; stopping here");
+                        lost.cancel();
+                        return;
+                    }
+                    // Transient: the next beat tries again.
+                    Err(e) => tracing::warn!(run = %run, "cannot renew the run's claim: {e}"),
+                }
+            }
+        });
+        Some(Heartbeat(task))
+    }
+
+    /// Releases the run's claim (this process stops driving it).
+    pub(super) async fn release_claim(&self, ctx: &RunCtx<'_>) {
+        if let Err(e) = ctx
+            .store
+            .release_lease_of(&claim_id(&ctx.run_id), &ctx.claim_owner)
+            .await
+        {
+            tracing::warn!(run = %ctx.run_id, "cannot release the run's claim: {e}");
+        }
+    }
+}

@@ -1,0 +1,368 @@
+//! The engine and its builder: what every run of a process shares
+//! (breaker arms, retry budgets, the jitter source, concurrency slots).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rein_core::Clock;
+use rein_core::breaker::{Breakers, BreakersConfig};
+use rein_core::ids::IdError;
+use rein_core::retry::{RetryBudget, RetryDecision, RetryInput, RetryPolicy};
+use rein_store::Store;
+use tokio_util::sync::CancellationToken;
+
+use crate::tool_http::HttpToolAdapter;
+use crate::{SystemClock, Timer};
+
+use super::error::EngineError;
+use super::hand_on::HandOn;
+use super::{concurrency, shared_breakers, tree};
+
+/// State shared by all runs of an engine: breaker arms (health memory
+/// across runs), retry budgets per target, the jitter source, and the
+/// concurrency slots of resource groups.
+pub(super) struct Shared {
+    pub(super) breakers: Arc<Mutex<Breakers>>,
+    pub(super) retry_budgets: Mutex<HashMap<String, RetryBudget>>,
+    pub(super) rng: Mutex<StdRng>,
+    pub(super) slots: concurrency::GroupSlots,
+    /// Concurrency slots per provider (`max_concurrency`), by name.
+    pub(super) provider_slots: concurrency::GroupSlots,
+    /// Counters of every decision, per target.
+    pub(super) metrics: Arc<crate::metrics::Metrics>,
+    pub(super) live: tree::LiveRegistry,
+    /// Provider breaker openings shared through the store, when on.
+    pub(super) shared_breakers: Option<Arc<shared_breakers::SharedBreakers>>,
+    /// Fires when this process stops driving runs ([`Engine::interrupt`]).
+    pub(super) interrupt: CancellationToken,
+    /// Who continues the runs the interrupt stopped; set by its first call.
+    pub(super) hand_on: std::sync::OnceLock<HandOn>,
+}
+
+impl Shared {
+    pub(super) fn breakers(&self) -> MutexGuard<'_, Breakers> {
+        self.breakers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Builds an [`Engine`].
+pub struct EngineBuilder {
+    pub(super) store: Arc<dyn Store>,
+    pub(super) clock: Arc<dyn Timer>,
+    pub(super) client: Option<reqwest::Client>,
+    pub(super) breakers: BreakersConfig,
+    pub(super) rng_seed: Option<u64>,
+    pub(super) claim_lease: Option<std::time::Duration>,
+    pub(super) claim_renewal: Option<std::time::Duration>,
+    pub(super) agents: Option<tree::AgentResolver>,
+    pub(super) tree_limits: tree::TreeLimits,
+    /// This node's id and the refresh interval of shared breaker openings.
+    pub(super) shared_breakers: Option<(String, std::time::Duration)>,
+    /// This engine's public node id; a fresh one when unset.
+    pub(super) node: Option<String>,
+    #[cfg(feature = "sabotage")]
+    pub(super) sabotage: crate::sabotage::Sabotage,
+}
+
+impl EngineBuilder {
+    /// Renews claims every `every` (the heartbeat), or every third of the
+    /// lease if that is sooner.
+    pub fn claim_renewal(mut self, every: std::time::Duration) -> Self {
+        self.claim_renewal = Some(every);
+        self
+    }
+
+    /// Lets `agent` tools start child runs: `resolve` binds an agent by
+    /// name (a fresh binding per child run). Without it an agent tool
+    /// fails with a structured `not_found`.
+    pub fn agents(mut self, resolve: tree::AgentResolver) -> Self {
+        self.agents = Some(resolve);
+        self
+    }
+
+    /// Bounds every root run's agent tree (default: depth 3, 200,000
+    /// tokens, 25 child runs).
+    pub fn tree_limits(mut self, limits: tree::TreeLimits) -> Self {
+        self.tree_limits = limits;
+        self
+    }
+
+    /// Claims runs with a lease of `lease`, renewed every third of it while
+    /// the run is driven: a process that dies stops renewing, and another
+    /// process may take the run over once the lease ran out (a queue
+    /// worker's takeover, an orphan scan). Without it a claim lasts the
+    /// run's wall clock plus a margin and is taken over only from a dead
+    /// process of this host.
+    pub fn claim_lease(mut self, lease: std::time::Duration) -> Self {
+        self.claim_lease = Some(lease);
+        self
+    }
+
+    /// Uses `clock` instead of the system clock: for reading the time and
+    /// for every wait of the engine and its tool adapters.
+    pub fn clock(mut self, clock: Arc<dyn Timer>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Uses `client` for tool calls (one pool per process).
+    pub fn http_client(mut self, client: reqwest::Client) -> Self {
+        self.client = Some(client);
+        self
+    }
+
+    /// Uses these breaker settings.
+    pub fn breakers(mut self, config: BreakersConfig) -> Self {
+        self.breakers = config;
+        self
+    }
+
+    /// Names this engine `node` in what others may see of its claims (a
+    /// refused resume says which node drives the run), instead of a fresh
+    /// random id.
+    ///
+    /// # Why opaque
+    ///
+    /// A claim's owner also records the process id and host name, so that
+    /// a process of the same host can tell its owner is dead. Those stay in
+    /// the store and the logs; an API answer names only this id. It must be
+    /// 1 to [`MAX_NODE_ID_LENGTH`](crate::lease::MAX_NODE_ID_LENGTH) (64)
+    /// visible ASCII characters without `#` or `.` (the separators
+    /// of a claim's owner); [`build`](EngineBuilder::build) refuses another.
+    pub fn node(mut self, node: impl Into<String>) -> Self {
+        self.node = Some(node.into());
+        self
+    }
+
+    /// Seeds the jitter source, for reproducible runs.
+    pub fn rng_seed(mut self, seed: u64) -> Self {
+        self.rng_seed = Some(seed);
+        self
+    }
+
+    /// Breaks the mechanisms `s` names, so that a checker can prove it
+    /// catches them. Test-only: see [`crate::sabotage`].
+    #[cfg(feature = "sabotage")]
+    pub fn sabotage(mut self, s: crate::sabotage::Sabotage) -> Self {
+        self.sabotage = s;
+        self
+    }
+
+    /// Builds the engine.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::Config`] for invalid breaker settings,
+    /// [`EngineError::Http`] when the HTTP client cannot be built.
+    pub fn build(self) -> Result<Engine, EngineError> {
+        let client = match self.client {
+            Some(c) => c,
+            None => http_client().map_err(|e| EngineError::Http(e.to_string()))?,
+        };
+        let rng = match self.rng_seed {
+            Some(seed) => StdRng::seed_from_u64(seed),
+            None => StdRng::from_os_rng(),
+        };
+        let shared_breakers = shared_breakers::from_settings(
+            self.shared_breakers,
+            &self.store,
+            &(self.clock.clone() as Arc<dyn Clock>),
+        )?;
+        let node = match self.node {
+            None => uuid::Uuid::now_v7().simple().to_string(),
+            Some(node) if crate::lease::is_node_id(&node) => node,
+            Some(node) => {
+                return Err(EngineError::Config(rein_core::ConfigError::OutOfRange {
+                    field: "node",
+                    // NOTE: 64 is `lease::MAX_NODE_ID_LENGTH`.
+                    expected: "1 to 64 visible ASCII characters without `#` or `.`",
+                    found: format!("{node:?}"),
+                }));
+            }
+        };
+        Ok(Engine {
+            node,
+            command: crate::tool_command::CommandToolAdapter::new(self.store.clone())
+                .with_clock(self.clock.clone()),
+            store: self.store,
+            clock: self.clock.clone(),
+            http: HttpToolAdapter::new(client).with_clock(self.clock.clone()),
+            shared: Shared {
+                breakers: Arc::new(Mutex::new(Breakers::new(self.breakers)?)),
+                retry_budgets: Mutex::new(HashMap::new()),
+                rng: Mutex::new(rng),
+                slots: concurrency::GroupSlots::default(),
+                provider_slots: concurrency::GroupSlots::default(),
+                metrics: Arc::default(),
+                live: tree::LiveRegistry::default(),
+                shared_breakers,
+                interrupt: CancellationToken::new(),
+                hand_on: std::sync::OnceLock::new(),
+            },
+            agents: self.agents,
+            tree_limits: self.tree_limits,
+            claim_lease: self.claim_lease,
+            claim_renewal: self.claim_renewal,
+            #[cfg(feature = "sabotage")]
+            sabotage: self.sabotage,
+        })
+    }
+}
+
+/// The process-wide HTTP client settings: `TCP_NODELAY`, pooled.
+///
+/// # Errors
+///
+/// When the TLS backend cannot initialize.
+pub fn http_client() -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .pool_idle_timeout(std::time::Duration::from_secs(30))
+        .build()
+}
+
+/// Runs agents: the imperative shell around rein-core's policies.
+pub struct Engine {
+    pub(super) store: Arc<dyn Store>,
+    pub(super) clock: Arc<dyn Timer>,
+    pub(super) http: HttpToolAdapter,
+    pub(super) command: crate::tool_command::CommandToolAdapter,
+    pub(super) shared: Shared,
+    /// The renewed claim lease, when configured.
+    pub(super) claim_lease: Option<std::time::Duration>,
+    /// How often the claim is renewed, at most a third of the lease.
+    pub(super) claim_renewal: Option<std::time::Duration>,
+    /// Binds the agents that `agent` tools start.
+    pub(super) agents: Option<tree::AgentResolver>,
+    /// Bounds of every agent tree.
+    pub(super) tree_limits: tree::TreeLimits,
+    /// The public node id in this engine's claims.
+    pub(super) node: String,
+    /// The mechanisms deliberately broken (test-only).
+    #[cfg(feature = "sabotage")]
+    pub(super) sabotage: crate::sabotage::Sabotage,
+}
+
+/// A fresh, time-ordered id.
+pub(crate) fn new_id<T: TryFrom<String, Error = IdError>>() -> T {
+    match T::try_from(uuid::Uuid::now_v7().to_string()) {
+        Ok(id) => id,
+        Err(_) => unreachable!("a UUID is a valid identifier"),
+    }
+}
+
+impl Engine {
+    /// An engine over `store`, with the system clock and default breakers.
+    pub fn builder(store: Arc<dyn Store>) -> EngineBuilder {
+        EngineBuilder {
+            store,
+            clock: Arc::new(SystemClock::new()),
+            client: None,
+            breakers: BreakersConfig::default(),
+            rng_seed: None,
+            claim_lease: None,
+            claim_renewal: None,
+            agents: None,
+            tree_limits: tree::TreeLimits::default(),
+            shared_breakers: None,
+            node: None,
+            #[cfg(feature = "sabotage")]
+            sabotage: crate::sabotage::Sabotage::default(),
+        }
+    }
+
+    /// This engine's public node id ([`EngineBuilder::node`]): what an
+    /// answer may say about which process drives a run.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The store runs are recorded in.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The clock this engine reads and waits on ([`EngineBuilder::clock`]):
+    /// what a host's own run-related waits should use too, so that one
+    /// time line (paused, in tests) drives them all.
+    pub fn clock(&self) -> &Arc<dyn Timer> {
+        &self.clock
+    }
+
+    /// The counters of every decision this engine made (runs and gateway
+    /// calls alike), for an operator's scraper.
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.shared.metrics
+    }
+
+    /// Stops every run this engine drives at its next safe point, for good
+    /// (the process is stopping): no new step, model turn or tool call
+    /// starts. A model call or a read in flight is aborted (nothing to
+    /// undo); a write already sent is never aborted: it finishes within its
+    /// allowance and its result is recorded, so a rolling restart leaves no
+    /// effect in doubt. A write declared but not yet sent (waiting for a
+    /// concurrency slot, or to retry an attempt that did not apply) is not
+    /// sent: its ledger record is marked failed, not applied, and the
+    /// resume sends it afresh under its intent and key.
+    ///
+    /// Each run records `run_interrupted` (with `to`: who may continue it),
+    /// stays `running` and releases its claim; its
+    /// [`RunOutput::interrupted`] is true. A run already settling its
+    /// effects finishes settling and ends normally. Runs started afterwards
+    /// are interrupted at once. The first call's `to` holds for the rest of
+    /// the engine's life.
+    pub fn interrupt(&self, to: HandOn) {
+        let _ = self.shared.hand_on.set(to);
+        self.shared.interrupt.cancel();
+    }
+
+    /// Whether [`Engine::interrupt`] was called.
+    pub fn is_interrupted(&self) -> bool {
+        self.shared.interrupt.is_cancelled()
+    }
+
+    /// Decides about a failed attempt with the target's retry budget and the
+    /// shared jitter source.
+    pub(super) fn decide(
+        &self,
+        target: &str,
+        policy: &RetryPolicy,
+        input: &RetryInput<'_>,
+    ) -> RetryDecision {
+        let mut budgets = self
+            .shared
+            .retry_budgets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let budget = budgets
+            .entry(target.to_owned())
+            .or_insert_with(|| RetryBudget::new(policy));
+        let mut rng = self.shared.rng.lock().unwrap_or_else(|p| p.into_inner());
+        policy.decide(input, budget, &mut *rng)
+    }
+
+    /// Credits one original request to the target's retry budget.
+    pub(super) fn deposit_request(&self, target: &str, policy: &RetryPolicy) {
+        let mut budgets = self
+            .shared
+            .retry_budgets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        budgets
+            .entry(target.to_owned())
+            .or_insert_with(|| RetryBudget::new(policy))
+            .deposit();
+    }
+}
+
+/// The retry-budget key of a provider (tools and providers may share names).
+pub(crate) fn provider_target(name: &str) -> String {
+    format!("provider:{name}")
+}
+
+/// The retry-budget key of a tool.
+pub(crate) fn tool_target(name: &str) -> String {
+    format!("tool:{name}")
+}

@@ -1,0 +1,42 @@
+//! Why a run could not start (a run that started ends in a report).
+
+use rein_core::{ConfigError, RunId};
+use rein_store::StoreError;
+
+/// A run that could not start (a run that started always ends in a report).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The store refused to record the run.
+    #[error("cannot record the run: {0}")]
+    Store(#[from] StoreError),
+    /// A setting was invalid.
+    #[error("invalid setting: {0}")]
+    Config(#[from] ConfigError),
+    /// The HTTP client could not be built.
+    #[error("cannot build the HTTP client: {0}")]
+    Http(String),
+    /// rein failed the run before it was recorded, or cannot record its
+    /// end (a panic inside it was caught; see the run's boundary).
+    #[error(
+        "run {run_id} failed inside rein ({}): {message}",
+        rein_core::report::INTERNAL
+    )]
+    Internal {
+        /// The run.
+        run_id: RunId,
+        /// What failed.
+        message: String,
+    },
+    /// The run cannot be started or resumed here: it is finished, driven by
+    /// a live process, of another agent, or its stored state does not
+    /// decode (the reason names the field: a resume never continues with a
+    /// default in place of what was stored).
+    #[error("run {run_id} cannot be resumed: {reason}")]
+    NotResumable {
+        /// The run.
+        run_id: RunId,
+        /// Why.
+        reason: String,
+    },
+}

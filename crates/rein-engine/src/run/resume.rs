@@ -1,0 +1,311 @@
+//! Resuming a run from what the store holds of it.
+
+use std::collections::HashMap;
+
+use rein_core::event::RunResumed;
+use rein_core::{Clock, Outcome, RunId};
+use rein_store::{RunRecord, RunStatus, StatusChange, StepCommit, StoreError};
+use tokio_util::sync::CancellationToken;
+
+use super::claim::{ClaimGuard, claim_id};
+use super::ctx::{Lineage, RunCtx};
+use super::emitter::{Correlation, Emitter, Observer, unix_ms};
+use super::engine::Engine;
+use super::error::EngineError;
+use super::restore::{RestoreError, Restored, Stored, restore};
+use super::start::RunOutput;
+use super::step::LoopState;
+use super::{AgentBinding, ArgValidator, contain};
+
+impl Engine {
+    /// Continues a run that stopped mid-way (its process crashed or was
+    /// killed) from its last checkpoint, with what is left of its budget.
+    ///
+    /// Completed steps are not run again. The interrupted step's persisted
+    /// plan is replayed with its original intent ids and idempotency keys:
+    /// an effect already recorded is not repeated, an idempotent write in
+    /// doubt runs again with its key (the tool deduplicates), an
+    /// irreversible call in doubt is never repeated. The report carries a
+    /// [`ResumeMarker`](rein_core::outcome::ResumeMarker).
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::NotResumable`] for an unknown or finished run, one of
+    /// another agent, or one whose checkpoint does not decode (the reason
+    /// names the field; its claim is released before the error returns);
+    /// [`EngineError::Store`] when its state cannot be read.
+    pub async fn resume(
+        &self,
+        agent: &AgentBinding,
+        validator: &dyn ArgValidator,
+        run_id: &RunId,
+        observer: Option<Observer>,
+    ) -> Result<RunOutput, EngineError> {
+        let lineage = self.lineage_of(run_id).await?;
+        self.resume_in(agent, validator, run_id, observer, None, lineage)
+            .await
+    }
+
+    /// [`Engine::resume`], cancellable like a run started with
+    /// [`RunRequest::cancel`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Engine::resume`].
+    pub async fn resume_cancellable(
+        &self,
+        agent: &AgentBinding,
+        validator: &dyn ArgValidator,
+        run_id: &RunId,
+        observer: Option<Observer>,
+        cancel: Option<CancellationToken>,
+    ) -> Result<RunOutput, EngineError> {
+        let lineage = self.lineage_of(run_id).await?;
+        self.resume_in(agent, validator, run_id, observer, cancel, lineage)
+            .await
+    }
+
+    /// A resume at its place in an agent tree, within the same panic
+    /// boundary as [`Engine::run_in`].
+    pub(crate) async fn resume_in(
+        &self,
+        agent: &AgentBinding,
+        validator: &dyn ArgValidator,
+        run_id: &RunId,
+        observer: Option<Observer>,
+        cancel: Option<CancellationToken>,
+        lineage: Lineage,
+    ) -> Result<RunOutput, EngineError> {
+        use futures_util::FutureExt as _;
+        // AssertUnwindSafe: sound for the reasons given in `run_in`.
+        let resumed = std::panic::AssertUnwindSafe(self.continue_in(
+            agent,
+            validator,
+            run_id,
+            observer,
+            cancel,
+            lineage.clone(),
+        ))
+        .catch_unwind()
+        .await;
+        match resumed {
+            Ok(result) => result,
+            Err(panic) => {
+                self.contain(agent, validator, run_id, contain::message(&*panic), lineage)
+                    .await
+            }
+        }
+    }
+
+    /// [`Engine::resume_in`] without the panic boundary.
+    pub(super) async fn continue_in(
+        &self,
+        agent: &AgentBinding,
+        validator: &dyn ArgValidator,
+        run_id: &RunId,
+        observer: Option<Observer>,
+        cancel: Option<CancellationToken>,
+        lineage: Lineage,
+    ) -> Result<RunOutput, EngineError> {
+        if self.is_interrupted() {
+            return Err(EngineError::NotResumable {
+                run_id: run_id.clone(),
+                reason: "this process is stopping".into(),
+            });
+        }
+        let Some(record) = self.store.get_run(run_id).await? else {
+            return Err(EngineError::NotResumable {
+                run_id: run_id.clone(),
+                reason: "no such run".into(),
+            });
+        };
+        let reopen = admit(&record, agent).map_err(|reason| EngineError::NotResumable {
+            run_id: run_id.clone(),
+            reason,
+        })?;
+        let owner = self.claim(run_id, self.claim_hold(agent)).await?;
+        // Any early return from here until the resume is recorded lets the
+        // claim go, so a store hiccup does not lock the run out until the
+        // claim expires.
+        let mut claimed = ClaimGuard {
+            store: self.store.clone(),
+            lease_id: claim_id(run_id),
+            owner: owner.clone(),
+            armed: true,
+        };
+        // Under the claim the status is authoritative (an owner records a
+        // run's end before it lets its claim go): a run that ended or was
+        // resumed by someone else between the read above and the claim is
+        // left alone.
+        let now_status = self.store.get_run(run_id).await?.map(|r| r.status);
+        if now_status != Some(record.status) {
+            claimed.armed = false;
+            if let Err(e) = self.store.release_lease_of(&claim_id(run_id), &owner).await {
+                tracing::warn!(run = %run_id, "cannot release the run's claim: {e}");
+            }
+            return Err(EngineError::NotResumable {
+                run_id: run_id.clone(),
+                reason: format!(
+                    "it changed while it was being claimed (it is now {})",
+                    now_status.map_or("gone", RunStatus::as_str)
+                ),
+            });
+        }
+        let lost = CancellationToken::new();
+        let _heartbeat = self.heartbeat(run_id, &owner, &lost);
+        // Whatever the crashed process started (a command's process group,
+        // its temp dir) is ended before anything is replayed or settled, so
+        // a forward effect cannot land after its own compensation.
+        let reaped = crate::lease::Reaper::new()
+            .with_clock(self.clock.clone())
+            .reap_run(self.store.as_ref(), run_id)
+            .await?;
+        let checkpoint = self.store.latest_checkpoint(run_id).await?;
+        let events = self.store.events(run_id, 0).await?;
+        let stored = Stored {
+            record: &record,
+            checkpoint: checkpoint.as_ref(),
+            intents: self.store.intents(run_id).await?,
+            ledger: self.store.ledger(run_id).await?,
+            events: &events,
+        };
+        let restored = match restore(stored, agent, self.clock.now()) {
+            Ok(restored) => restored,
+            Err(e) => {
+                // Not resumable as it is stored: the claim goes at once, so
+                // the caller's next look finds the run as it was.
+                claimed.armed = false;
+                if let Err(e) = self.store.release_lease_of(&claim_id(run_id), &owner).await {
+                    tracing::warn!(run = %run_id, "cannot release the run's claim: {e}");
+                }
+                return Err(match e {
+                    RestoreError::NotResumable { reason } => EngineError::NotResumable {
+                        run_id: run_id.clone(),
+                        reason,
+                    },
+                    RestoreError::Config(e) => EngineError::Config(e),
+                });
+            }
+        };
+        let Restored {
+            state,
+            resumed,
+            settling,
+            served,
+            last_input_tokens,
+            model_retries,
+            models,
+        } = restored;
+        agent
+            .provider
+            .resume_at(usize::try_from(served).unwrap_or(usize::MAX));
+        let ctx = RunCtx {
+            run_id: run_id.clone(),
+            tenant: record.tenant.clone(),
+            input: record.input.clone(),
+            agent,
+            store: &self.store,
+            emitter: Emitter::new(run_id.clone(), self.clock.clone(), observer)
+                .with_metrics(self.shared.metrics.clone()),
+            provider_calls: std::sync::atomic::AtomicU32::new(
+                u32::try_from(served).unwrap_or(u32::MAX),
+            ),
+            last_input_tokens: std::sync::atomic::AtomicU64::new(last_input_tokens),
+            cancel: cancel.unwrap_or_default(),
+            lost,
+            interrupt: self.shared.interrupt.clone(),
+            claim_owner: owner,
+            settling: std::sync::atomic::AtomicBool::new(false),
+            validator,
+            lineage,
+            child_usage: std::sync::Mutex::new(HashMap::new()),
+            models: std::sync::Mutex::new(models),
+            model_retries,
+        };
+        let _live = self.shared.live.register(run_id, &ctx.cancel);
+        // Not resumed on an error: the guard lets the claim go.
+        self.record_resume(&ctx, &state, record.status, reopen, &reaped)
+            .await?;
+        claimed.armed = false;
+        self.drive(&ctx, validator, state, resumed, settling).await
+    }
+}
+
+impl Engine {
+    /// Records that the run resumed (`run_resumed`, status `running`),
+    /// atomically with the claim check: only while its status is still
+    /// `was`.
+    async fn record_resume(
+        &self,
+        ctx: &RunCtx<'_>,
+        state: &LoopState,
+        was: RunStatus,
+        reopen: bool,
+        reaped: &crate::lease::ReapReport,
+    ) -> Result<(), EngineError> {
+        // `restore` marks every state it returns; only a fresh run's state
+        // has no marker, and a fresh run is not resumed.
+        if let Some(marker) = &state.resume {
+            ctx.emitter.emit(
+                &Correlation {
+                    step: state.step,
+                    ..Correlation::default()
+                },
+                RunResumed {
+                    marker: marker.clone(),
+                    remaining: state.budget.remaining(state.started),
+                    reclaimed_leases: reaped.reclaimed.len(),
+                    leases_left: reaped.skipped.len(),
+                },
+            );
+        }
+        let commit = StepCommit {
+            reopen,
+            // Atomic with the claim check: nobody changed it since.
+            expect_status: Some(was),
+            status: Some(StatusChange {
+                status: RunStatus::Running,
+                report: None,
+                at_ms: unix_ms(self.clock.system_now()),
+            }),
+            events: ctx.emitter.drain(),
+            ..StepCommit::default()
+        };
+        match self.store.commit_step(&ctx.run_id, commit).await {
+            Ok(_) => Ok(()),
+            Err(StoreError::StatusChanged { .. }) => Err(EngineError::NotResumable {
+                run_id: ctx.run_id.clone(),
+                reason: "it changed while it was being resumed".into(),
+            }),
+            Err(other) => Err(other.into()),
+        }
+    }
+}
+
+/// Whether `record` may be resumed as a run of `agent`: `Ok(true)` when its
+/// finished outcome is reopened, `Ok(false)` when it is still in flight,
+/// else why not.
+fn admit(record: &RunRecord, agent: &AgentBinding) -> Result<bool, String> {
+    // A finished run continues only when its report says a retry can
+    // run without repeating side effects (partial success after a
+    // rate limit, a budget raised since): its outcome is reopened.
+    let reopen = record.status.is_finished();
+    // A run that succeeded has nothing left to do: reopening it would
+    // drive its last step again (a second model call, a second end).
+    if record.status == RunStatus::Finished(Outcome::Succeeded) {
+        return Err("it succeeded; there is nothing left to continue".into());
+    }
+    if reopen && !record.report.as_ref().is_some_and(|r| r.recoverable) {
+        return Err(format!(
+            "it ended {} and is not recoverable; its outcome is final",
+            record.status.as_str()
+        ));
+    }
+    if record.agent != agent.name {
+        return Err(format!(
+            "it is a run of agent `{}`, not `{}`",
+            record.agent, agent.name
+        ));
+    }
+    Ok(reopen)
+}

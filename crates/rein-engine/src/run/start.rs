@@ -1,0 +1,349 @@
+//! Starting a run: its record, its claim, its first state.
+
+use std::collections::{BTreeSet, HashMap};
+
+use rein_core::deadline::Budget;
+use rein_core::event::RunStarted;
+use rein_core::loop_guard::LoopGuard;
+use rein_core::{Clock, RunId, RunReport, TenantId};
+use rein_store::{NewRun, RunStatus, StatusChange, StepCommit, StoreError};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::provider::Message;
+
+use super::claim::claim_id;
+use super::ctx::{Lineage, ModelRetryUse, RunCtx};
+use super::emitter::{Correlation, Emitter, Observer, unix_ms};
+use super::engine::{Engine, new_id};
+use super::error::EngineError;
+use super::step::LoopState;
+use super::{AgentBinding, ArgValidator, contain};
+
+/// What a run needs besides its agent.
+#[derive(Clone, Default)]
+pub struct RunRequest {
+    /// The run id; a new one when `None`.
+    pub run_id: Option<RunId>,
+    /// The tenant; `default` when `None`.
+    pub tenant: Option<TenantId>,
+    /// The task.
+    pub input: String,
+    /// Receives each event as it happens.
+    pub observer: Option<Observer>,
+    /// Cancels the run: its forward path stops at once (in-flight calls are
+    /// aborted) and it settles like a failed run, ending `cancelled`.
+    pub cancel: Option<CancellationToken>,
+    /// The run was already recorded `queued` by [`Engine::enqueue`]: it is
+    /// started, not created (a server accepts the work durably first, a
+    /// worker drives it later).
+    pub enqueued: bool,
+    /// The idempotency reservation the run's creation is fenced on (a sync
+    /// submission under an `Idempotency-Key`): the run is created only
+    /// while the reservation is still its holder's
+    /// ([`Store::create_run_held`]), else the run fails to start with
+    /// [`StoreError::ReservationLost`] and
+    /// nothing ran. Ignored for an `enqueued` run, which exists already.
+    pub reservation: Option<rein_store::ReservationFence>,
+}
+
+/// The end of a run.
+#[derive(Debug, Clone)]
+pub struct RunOutput {
+    /// The run.
+    pub run_id: RunId,
+    /// Its report; provisional (what it had done, not an outcome) when
+    /// `interrupted`.
+    pub report: RunReport,
+    /// The run did not end: [`Engine::interrupt`] stopped it at a safe
+    /// point. It is still `running` in the store with its claim released,
+    /// and resumable ([`Engine::resume`]) by whoever its [`HandOn`] names.
+    pub interrupted: bool,
+}
+
+impl Engine {
+    /// Records a run of `agent` as `queued`, durably, without starting it:
+    /// [`Engine::run`] with [`RunRequest::enqueued`] starts it later, in
+    /// this process or another one sharing the store.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::Store`] when the store refuses the record.
+    pub async fn enqueue(
+        &self,
+        agent: &AgentBinding,
+        tenant: TenantId,
+        input: String,
+        run_id: Option<RunId>,
+    ) -> Result<RunId, EngineError> {
+        let run = self.queued_run(agent, tenant, input, run_id);
+        let run_id = run.run_id.clone();
+        self.store.create_run(run).await?;
+        Ok(run_id)
+    }
+
+    /// The record [`Engine::enqueue`] creates for a run of `agent`, for a
+    /// caller that stores it together with something else in one write
+    /// (a keyed submission: [`Store::submit_queued`]). A worker starts it
+    /// like any enqueued run.
+    pub fn queued_run(
+        &self,
+        agent: &AgentBinding,
+        tenant: TenantId,
+        input: String,
+        run_id: Option<RunId>,
+    ) -> NewRun {
+        NewRun {
+            run_id: run_id.unwrap_or_else(new_id::<RunId>),
+            tenant,
+            agent: agent.name.clone(),
+            input,
+            parent_run_id: None,
+            budget: json!(agent.budget),
+            created_at_ms: unix_ms(self.clock.system_now()),
+        }
+    }
+
+    /// Runs `agent` on a task to its end.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError`] when the run cannot start (the store refuses to
+    /// record it, or the agent's settings are invalid), and
+    /// [`EngineError::Store`] when its end cannot be recorded (the ledger
+    /// its report comes from cannot be read, or the store refuses the end):
+    /// the run then exists, `running` with its claim released, and is
+    /// recovered like one whose process died. Everything else that happens
+    /// once it started ends in the returned report.
+    pub async fn run(
+        &self,
+        agent: &AgentBinding,
+        validator: &dyn ArgValidator,
+        request: RunRequest,
+    ) -> Result<RunOutput, EngineError> {
+        self.run_in(agent, validator, request, Lineage::root())
+            .await
+    }
+
+    /// A run at its place in an agent tree. A panic inside it is caught
+    /// here, at its boundary: the run ends `failed` (`error_type`
+    /// `internal`) with its effects settled, and the caller (a queue
+    /// worker, a parent run) lives on (see [`contain`]).
+    pub(crate) async fn run_in(
+        &self,
+        agent: &AgentBinding,
+        validator: &dyn ArgValidator,
+        mut request: RunRequest,
+        lineage: Lineage,
+    ) -> Result<RunOutput, EngineError> {
+        use futures_util::FutureExt as _;
+        let run_id = request.run_id.clone().unwrap_or_else(new_id::<RunId>);
+        request.run_id = Some(run_id.clone());
+        // AssertUnwindSafe is sound here: nothing the run shares is left
+        // half-changed by an unwind. Its mutexes are read with
+        // `unwrap_or_else(PoisonError::into_inner)` and hold whole values;
+        // governor permits and concurrency slots are guards dropped while
+        // unwinding; its claim is released (or taken back by `contain`)
+        // through the store, not through state in memory: a `ClaimGuard` is
+        // one of the future's live locals, dropped by the unwinding poll
+        // itself while `std::thread::panicking()` holds, so it leaves the
+        // claim to `contain`; the heartbeat task is aborted with its guard;
+        // and `contain` reads the run back from the store only.
+        let started =
+            std::panic::AssertUnwindSafe(self.start_in(agent, validator, request, lineage.clone()))
+                .catch_unwind()
+                .await;
+        match started {
+            Ok(result) => result,
+            Err(panic) => {
+                self.contain(
+                    agent,
+                    validator,
+                    &run_id,
+                    contain::message(&*panic),
+                    lineage,
+                )
+                .await
+            }
+        }
+    }
+
+    /// [`Engine::run_in`] without the panic boundary.
+    pub(super) async fn start_in(
+        &self,
+        agent: &AgentBinding,
+        validator: &dyn ArgValidator,
+        request: RunRequest,
+        lineage: Lineage,
+    ) -> Result<RunOutput, EngineError> {
+        crate::crash::panic_point("run_start", &agent.name);
+        let run_id = request.run_id.clone().unwrap_or_else(new_id::<RunId>);
+        let tenant = match request.tenant.clone() {
+            Some(t) => t,
+            None => TenantId::new("default").map_err(|e| EngineError::Http(e.to_string()))?,
+        };
+        let guard = LoopGuard::new(agent.loop_guard.clone())?;
+        let started = self.clock.now();
+        // The forward path runs on the wall clock minus the compensation
+        // reserve; compensation may use everything up to the full deadline.
+        let full_deadline = Budget::start(agent.budget, started).deadline();
+        let forward_wall = agent.budget.wall_clock()
+            - agent
+                .compensation_reserve
+                .of_duration(agent.budget.wall_clock());
+        let forward_limits = agent
+            .budget
+            .with_wall_clock(forward_wall)
+            .unwrap_or(agent.budget);
+        let budget = Budget::start(forward_limits, started);
+        let at_ms = unix_ms(self.clock.system_now());
+        // Queued work waits for a process that is not stopping.
+        if request.enqueued && self.is_interrupted() {
+            return Err(EngineError::NotResumable {
+                run_id,
+                reason: "this process is stopping; it stays queued".into(),
+            });
+        }
+        self.record_start(agent, &request, &run_id, &tenant, &lineage, at_ms)
+            .await?;
+        let owner = self.claim(&run_id, self.claim_hold(agent)).await?;
+        let lost = CancellationToken::new();
+        let _heartbeat = self.heartbeat(&run_id, &owner, &lost);
+        let ctx = RunCtx {
+            run_id: run_id.clone(),
+            tenant,
+            input: request.input.clone(),
+            agent,
+            store: &self.store,
+            emitter: Emitter::new(run_id.clone(), self.clock.clone(), request.observer)
+                .with_metrics(self.shared.metrics.clone()),
+            provider_calls: std::sync::atomic::AtomicU32::new(0),
+            last_input_tokens: std::sync::atomic::AtomicU64::new(0),
+            cancel: request.cancel.unwrap_or_default(),
+            lost,
+            interrupt: self.shared.interrupt.clone(),
+            claim_owner: owner,
+            settling: std::sync::atomic::AtomicBool::new(false),
+            validator,
+            lineage,
+            child_usage: std::sync::Mutex::new(HashMap::new()),
+            models: std::sync::Mutex::new(Vec::new()),
+            model_retries: ModelRetryUse::default(),
+        };
+        let _live = self.shared.live.register(&run_id, &ctx.cancel);
+        ctx.emitter.emit(
+            &Correlation::default(),
+            RunStarted {
+                agent: agent.name.clone(),
+                model: agent.model.clone(),
+                provider: agent.provider.name().to_owned(),
+                budget: agent.budget,
+                tools: agent.tools.keys().cloned().collect(),
+                input: request.input.clone(),
+                enqueued: request.enqueued,
+            },
+        );
+        let status = StepCommit {
+            status: Some(StatusChange {
+                status: RunStatus::Running,
+                report: None,
+                at_ms,
+            }),
+            events: ctx.emitter.drain(),
+            // Only a run still queued starts: a cancellation (or another
+            // starter) that got there first wins, atomically.
+            expect_status: Some(RunStatus::Queued),
+            ..StepCommit::default()
+        };
+        match self.store.commit_step(&run_id, status).await {
+            Ok(_) => {}
+            Err(StoreError::StatusChanged { .. }) => {
+                if let Err(e) = self
+                    .store
+                    .release_lease_of(&claim_id(&run_id), &ctx.claim_owner)
+                    .await
+                {
+                    tracing::warn!(run = %run_id, "cannot release the run's claim: {e}");
+                }
+                return Err(EngineError::NotResumable {
+                    run_id,
+                    reason: "it stopped being queued before it started (cancelled?)".into(),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        }
+
+        let state = LoopState {
+            budget,
+            full_deadline,
+            started,
+            elapsed_before_ms: 0,
+            guard,
+            messages: vec![
+                Message::System {
+                    content: agent.system_prompt.clone(),
+                },
+                Message::User {
+                    content: request.input,
+                },
+            ],
+            calls: Vec::new(),
+            facts: BTreeSet::new(),
+            tools_tried: BTreeSet::new(),
+            step: 0,
+            resume: None,
+        };
+        self.drive(&ctx, validator, state, None, None).await
+    }
+
+    /// A new run's record, created (fenced on its reservation when it has
+    /// one), or an enqueued run's, checked to be a queued run of `agent`.
+    async fn record_start(
+        &self,
+        agent: &AgentBinding,
+        request: &RunRequest,
+        run_id: &RunId,
+        tenant: &TenantId,
+        lineage: &Lineage,
+        at_ms: u64,
+    ) -> Result<(), EngineError> {
+        if request.enqueued {
+            match self.store.get_run(run_id).await? {
+                Some(record)
+                    if record.status == RunStatus::Queued && record.agent == agent.name => {}
+                Some(record) => {
+                    return Err(EngineError::NotResumable {
+                        run_id: run_id.clone(),
+                        reason: format!(
+                            "it is {} (agent `{}`), not a queued run of `{}`",
+                            record.status.as_str(),
+                            record.agent,
+                            agent.name
+                        ),
+                    });
+                }
+                None => {
+                    return Err(EngineError::NotResumable {
+                        run_id: run_id.clone(),
+                        reason: "no such queued run".into(),
+                    });
+                }
+            }
+        } else {
+            let new = NewRun {
+                run_id: run_id.clone(),
+                tenant: tenant.clone(),
+                agent: agent.name.clone(),
+                input: request.input.clone(),
+                parent_run_id: lineage.parent.clone(),
+                budget: json!(agent.budget),
+                created_at_ms: at_ms,
+            };
+            match &request.reservation {
+                Some(fence) => self.store.create_run_held(new, fence).await?,
+                None => self.store.create_run(new).await?,
+            };
+        }
+        Ok(())
+    }
+}

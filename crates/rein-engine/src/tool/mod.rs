@@ -1,0 +1,95 @@
+//! Tool adapters: how one attempt of a tool call reaches its tool, and
+//! what every adapter shares — the attempt's identity and limits
+//! ([`Attempt`]), a successful answer ([`ToolOutput`]), and the structured
+//! error body a tool may send ([`ErrorBody`]).
+//!
+//! | adapter | module | reaches the tool |
+//! | --- | --- | --- |
+//! | http | [`http`] | an HTTP request, classified by status, body and transport phase |
+//! | command | [`command`] (unix) | a local program in its own process group, under a lease |
+//! | agent | the run engine (`run::tree`) | a child run of another agent, on a share of the budget |
+//!
+//! # Why the adapter classifies
+//!
+//! Only the adapter knows how far a call got: refused before sending
+//! (`not_applied`), or sent and then the answer was lost (`maybe_applied`).
+//! That distinction decides between a retry, a lookup by key and
+//! compensation, and no outer layer can reconstruct it (seed 000, "Express
+//! Failure as a Contract"). A tool's own structured error body wins over
+//! inference from the status code or exit status, because the tool knows
+//! whether it acted.
+
+use std::time::Duration;
+
+use rein_core::idempotency::IdempotencyKey;
+use rein_core::{AttemptId, Category, Effect, IntentId, RunId};
+use serde::Deserialize;
+use serde_json::Value;
+
+#[cfg(unix)]
+pub mod command;
+pub mod http;
+
+/// One attempt's identity and limits.
+#[derive(Debug, Clone)]
+pub struct Attempt<'a> {
+    /// The run.
+    pub run_id: &'a RunId,
+    /// The planned action.
+    pub intent_id: &'a IntentId,
+    /// This attempt.
+    pub attempt_id: &'a AttemptId,
+    /// The attempt number, from 1.
+    pub number: u32,
+    /// The key, for classes that have one.
+    pub key: Option<&'a IdempotencyKey>,
+    /// The run's remaining time, sent as `Rein-Deadline-Ms`.
+    pub remaining: Duration,
+    /// How long this attempt may wait for the response to begin (p99 ×
+    /// factor, capped by the remainder): the time-to-first-byte limit.
+    pub allowance: Duration,
+}
+
+impl Attempt<'_> {
+    /// The total limit of the attempt: the first-byte allowance again for
+    /// the body, never past the run's remainder.
+    pub fn total_limit(&self) -> Duration {
+        self.allowance
+            .saturating_mul(2)
+            .min(self.remaining)
+            .max(self.allowance)
+    }
+}
+
+/// A successful tool answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    /// The result, possibly truncated (then it has a `_truncated` note).
+    pub result: Value,
+    /// Whether the result was truncated to the size limit.
+    pub truncated: bool,
+    /// Whether the tool said it replayed a stored result for the key.
+    pub replayed: bool,
+}
+
+/// The structured error body a tool may send, over HTTP or on a command's
+/// stdout: `{"error": {"category", "retryable", "retry_after_ms", "effect",
+/// "message"}}`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ErrorBody {
+    pub(crate) error: ToolError,
+}
+
+/// The fields of [`ErrorBody`]; all but `category` optional.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ToolError {
+    pub(crate) category: Category,
+    #[serde(default)]
+    pub(crate) retryable: Option<bool>,
+    #[serde(default)]
+    pub(crate) retry_after_ms: Option<u64>,
+    #[serde(default)]
+    pub(crate) effect: Option<Effect>,
+    #[serde(default)]
+    pub(crate) message: Option<String>,
+}

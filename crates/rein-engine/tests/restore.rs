@@ -1,0 +1,160 @@
+//! Resuming from a checkpoint that cannot be decoded (issue 14): the run is
+//! not resumable, the error names the field, and nothing is resumed with a
+//! default in its place. Real parts: the order desk on loopback and a real
+//! SQLite file, corrupted through the store's own API.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{agent, answer, call, harness, run, script};
+use rein_core::deadline::BudgetLimits;
+use rein_core::{Outcome, RunId};
+use rein_engine::run::{AcceptAll, AgentBinding, EngineError};
+use rein_store::{LeaseKind, RunStatus, StepCommit, Store};
+use rein_testkit::order_desk::{Faults, GET_ORDER};
+use serde_json::{Value, json};
+
+/// A run of two reads that stops at its step ceiling after step 2: it ends
+/// `budget_exhausted`, recoverable, with a checkpoint of step 2.
+fn two_reads(h: &common::Harness, steps: u32) -> AgentBinding {
+    let mut a = agent(
+        &h.desk,
+        script(json!([
+            call(GET_ORDER, json!({"order_id": "A-1001"})),
+            call(GET_ORDER, json!({"order_id": "A-1002"})),
+            answer("done"),
+        ])),
+        true,
+    );
+    a.budget = BudgetLimits::new(Duration::from_secs(20))
+        .unwrap()
+        .with_steps(steps)
+        .unwrap();
+    a
+}
+
+/// Rewrites the run's latest checkpoint with `corrupt` applied to it.
+async fn corrupt_checkpoint(
+    store: &dyn Store,
+    run_id: &RunId,
+    corrupt: impl FnOnce(&mut Value, &mut Value),
+) -> u32 {
+    let mut checkpoint = store.latest_checkpoint(run_id).await.unwrap().unwrap();
+    corrupt(&mut checkpoint.messages, &mut checkpoint.state);
+    let step = checkpoint.step;
+    store
+        .commit_step(
+            run_id,
+            StepCommit {
+                checkpoint: Some(checkpoint),
+                ..StepCommit::default()
+            },
+        )
+        .await
+        .unwrap();
+    step
+}
+
+async fn refused_reason(h: &common::Harness, run_id: &RunId) -> String {
+    let a = two_reads(h, 10);
+    match h.engine.resume(&a, &AcceptAll, run_id, None).await {
+        Err(EngineError::NotResumable { run_id: id, reason }) => {
+            assert_eq!(&id, run_id);
+            reason
+        }
+        Err(other) => panic!("not NotResumable: {other}"),
+        Ok(out) => panic!("resumed from a corrupted checkpoint: {:?}", out.report),
+    }
+}
+
+/// The run is left as it was: still `budget_exhausted` and recoverable,
+/// unclaimed, nothing more sent to the tool.
+async fn left_alone(h: &common::Harness, run_id: &RunId) {
+    let record = h.store.get_run(run_id).await.unwrap().unwrap();
+    assert_eq!(record.status, RunStatus::Finished(Outcome::BudgetExhausted));
+    assert!(record.report.unwrap().recoverable);
+    // The claim taken for the resume was let go before the error came back.
+    let leases = h.store.leases_of_run(run_id).await.unwrap();
+    assert!(
+        leases.iter().all(|l| l.kind != LeaseKind::Run),
+        "{leases:?}"
+    );
+    assert_eq!(h.desk.request_count(GET_ORDER), 2, "nothing ran again");
+}
+
+#[tokio::test]
+async fn a_checkpoint_with_undecodable_calls_is_not_resumable_and_names_the_field() {
+    let h = harness(Faults::none()).await;
+    let out = run(&h, &two_reads(&h, 2)).await;
+    assert_eq!(out.report.outcome, Outcome::BudgetExhausted);
+    assert!(out.report.recoverable, "{:?}", out.report);
+    let step = corrupt_checkpoint(h.store.as_ref(), &out.run_id, |_, state| {
+        state["calls"][0]["outcome"] = json!("not a result");
+    })
+    .await;
+
+    let reason = refused_reason(&h, &out.run_id).await;
+    assert!(
+        reason.contains(&format!("checkpoint of step {step}")),
+        "{reason}"
+    );
+    assert!(reason.contains("`state.calls[0].outcome`"), "{reason}");
+    // Shown as the error's text, as `rein resume` and the API show it.
+    let shown = EngineError::NotResumable {
+        run_id: out.run_id.clone(),
+        reason: reason.clone(),
+    }
+    .to_string();
+    assert!(
+        shown.contains("cannot be resumed: its checkpoint"),
+        "{shown}"
+    );
+    left_alone(&h, &out.run_id).await;
+}
+
+#[tokio::test]
+async fn a_checkpoint_with_an_undecodable_transcript_or_missing_facts_is_not_resumable() {
+    let h = harness(Faults::none()).await;
+    let out = run(&h, &two_reads(&h, 2)).await;
+    corrupt_checkpoint(h.store.as_ref(), &out.run_id, |messages, _| {
+        *messages = json!({"not": "a transcript"});
+    })
+    .await;
+    let reason = refused_reason(&h, &out.run_id).await;
+    assert!(reason.contains("`messages` does not decode"), "{reason}");
+    left_alone(&h, &out.run_id).await;
+
+    corrupt_checkpoint(h.store.as_ref(), &out.run_id, |messages, state| {
+        *messages = json!([]);
+        state.as_object_mut().unwrap().remove("facts");
+    })
+    .await;
+    let reason = refused_reason(&h, &out.run_id).await;
+    assert!(reason.contains("`state.facts` is missing"), "{reason}");
+    left_alone(&h, &out.run_id).await;
+}
+
+#[tokio::test]
+async fn an_intact_checkpoint_still_resumes_with_a_raised_budget() {
+    let h = harness(Faults::none()).await;
+    let out = run(&h, &two_reads(&h, 2)).await;
+    // The control: the same records, not corrupted, resume and finish.
+    let resumed = h
+        .engine
+        .resume(&two_reads(&h, 10), &AcceptAll, &out.run_id, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        resumed.report.outcome,
+        Outcome::Succeeded,
+        "{:?}",
+        resumed.report
+    );
+    assert_eq!(
+        h.desk.request_count(GET_ORDER),
+        2,
+        "completed steps not rerun"
+    );
+}
