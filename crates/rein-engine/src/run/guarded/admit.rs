@@ -2,10 +2,9 @@
 //! outcome, and the open arm that stops a retry.
 
 use rein_core::breaker::{Admit, ArmKind};
-use rein_core::{Clock, EventKind, Failure};
-use serde_json::json;
+use rein_core::event::{BreakerStateChanged, CallRejected, CircuitOpen, CircuitRejected};
+use rein_core::{Clock, Failure};
 
-use super::millis;
 use crate::run::binding::ToolBinding;
 use crate::run::emitter::{Correlation, Emitter};
 use crate::run::permit::HeldPermit;
@@ -55,9 +54,12 @@ impl Engine {
         let admission = self.shared.breakers().admit(kind, name, now);
         if admission.transition.is_change() {
             emitter.emit(
-                EventKind::BreakerStateChanged,
                 c,
-                json!({"arm": kind, "name": name, "transition": admission.transition}),
+                BreakerStateChanged {
+                    arm: kind,
+                    name: name.to_owned(),
+                    transition: admission.transition,
+                },
             );
         }
         match admission.admit {
@@ -69,10 +71,16 @@ impl Engine {
             )),
             Admit::Rejected { retry_after } => {
                 emitter.emit(
-                    EventKind::CallRejected,
                     c,
-                    json!({"arm": kind, "name": name, "reason": "circuit_open",
-                           "retry_after_ms": millis(retry_after)}),
+                    CallRejected::CircuitOpen(CircuitRejected {
+                        arm: kind,
+                        name: name.to_owned(),
+                        reason: CircuitOpen::CircuitOpen,
+                        retry_after,
+                        shared: None,
+                        opened_by: None,
+                        open_reason: None,
+                    }),
                 );
                 Err(Failure::circuit_open(name, retry_after))
             }
@@ -108,9 +116,12 @@ impl Engine {
         let transition = permit.finish(outcome, self.clock.now());
         if transition.is_change() {
             emitter.emit(
-                EventKind::BreakerStateChanged,
                 c,
-                json!({"arm": permit.kind(), "name": permit.name(), "transition": transition}),
+                BreakerStateChanged {
+                    arm: permit.kind(),
+                    name: permit.name().to_owned(),
+                    transition,
+                },
             );
         }
     }

@@ -11,12 +11,17 @@
 use std::time::Duration;
 
 use rein_core::deadline::{Budget, Deadline};
+use rein_core::event::{
+    AbandonReason, ConcurrencyWaitExpired, Flag, IdempotencyLookup, RetryAbandoned, RetryScheduled,
+    RetryTarget, StopReason, ToolCallFailed, ToolCallFinished, ToolCallNotSent, ToolCallStarted,
+    ToolCallSucceeded,
+};
 use rein_core::idempotency::IdempotencyKey;
 use rein_core::retry::{RetryDecision, RetryInput, RetryPolicy};
-use rein_core::{AttemptId, Category, Clock, Effect, EventKind, Failure, ToolClass};
-use serde_json::{Value, json};
+use rein_core::{AttemptId, Category, Clock, Effect, Failure, ToolClass};
+use serde_json::Value;
 
-use super::{Attempted, Planned, millis, retry_scheduled};
+use super::{Attempted, Planned};
 use crate::run::binding::{ToolBinding, ToolTarget};
 use crate::run::concurrency::{Gate, Slot};
 use crate::run::emitter::Correlation;
@@ -157,10 +162,14 @@ impl Engine {
                 }
                 RetryDecision::GiveUp { reason } => {
                     ctx.emitter.emit(
-                        EventKind::RetryAbandoned,
                         c,
-                        json!({"tool": tool.name, "attempts": attempt, "reason": reason,
-                               "category": failure.category()}),
+                        RetryAbandoned {
+                            target: RetryTarget::Tool(tool.name.clone()),
+                            attempts: attempt,
+                            reason: AbandonReason::GaveUp(reason),
+                            detail: None,
+                            category: failure.category(),
+                        },
                     );
                     return ended(Err(failure));
                 }
@@ -198,14 +207,14 @@ impl Engine {
                 Ok(slot) => Some(slot),
                 Err(expired) => {
                     ctx.emitter.emit(
-                        EventKind::ConcurrencyWaitExpired,
                         c,
-                        json!({
-                            "tool": tool.name, "attempt": attempt,
-                            "resource_group": gate.group(),
-                            "max_concurrency": gate.ceiling(),
-                            "queue_wait_ms": millis(expired.waited),
-                        }),
+                        ConcurrencyWaitExpired {
+                            tool: tool.name.clone(),
+                            attempt,
+                            resource_group: gate.group().to_owned(),
+                            max_concurrency: gate.ceiling(),
+                            queue_wait: expired.waited,
+                        },
                     );
                     let failure = expired
                         .failure(&tool.name, gate)
@@ -219,13 +228,15 @@ impl Engine {
         let remaining = call.deadline.remaining(now);
         let allowance = tool.allowance(remaining);
         ctx.emitter.emit(
-            EventKind::ToolCallStarted,
             c,
-            json!({
-                "tool": tool.name, "attempt": attempt, "class": tool.class,
-                "allowance_ms": millis(allowance), "remaining_ms": millis(remaining),
-                "queue_wait_ms": millis(queue_wait),
-            }),
+            ToolCallStarted {
+                tool: tool.name.clone(),
+                attempt,
+                class: tool.class,
+                allowance,
+                remaining,
+                queue_wait,
+            },
         );
         let request = Attempt {
             run_id: &ctx.run_id,
@@ -247,12 +258,14 @@ impl Engine {
         let failure = match result {
             Ok(output) => {
                 ctx.emitter.emit(
-                    EventKind::ToolCallFinished,
                     c,
-                    json!({
-                        "tool": tool.name, "attempt": attempt, "ok": true,
-                        "replayed": output.replayed, "truncated": output.truncated,
-                        "elapsed_ms": millis(elapsed),
+                    ToolCallFinished::Succeeded(ToolCallSucceeded {
+                        tool: tool.name.clone(),
+                        attempt,
+                        ok: Flag,
+                        replayed: output.replayed,
+                        truncated: output.truncated,
+                        elapsed,
                     }),
                 );
                 return AttemptEnd::Ended(Attempted {
@@ -264,13 +277,16 @@ impl Engine {
             Err(f) => f,
         };
         ctx.emitter.emit(
-            EventKind::ToolCallFinished,
             c,
-            json!({
-                "tool": tool.name, "attempt": attempt, "ok": false,
-                "category": failure.category(), "effect": failure.effect(),
-                "retryable": failure.retryable(), "elapsed_ms": millis(elapsed),
-                "reason": failure.human_message(),
+            ToolCallFinished::Failed(ToolCallFailed {
+                tool: tool.name.clone(),
+                attempt,
+                ok: Flag,
+                category: failure.category(),
+                effect: failure.effect(),
+                retryable: failure.retryable(),
+                elapsed,
+                reason: failure.human_message().to_owned(),
             }),
         );
         AttemptEnd::Failed(failure, slot)
@@ -365,28 +381,39 @@ impl Engine {
             match lookup {
                 Ok(Some(result)) => {
                     ctx.emitter.emit(
-                        EventKind::IdempotencyLookup,
                         c,
-                        json!({"tool": tool.name, "found": true, "collapsed": true,
-                               "reason": "the lost attempt had applied; its result is used instead of re-executing"}),
+                        IdempotencyLookup {
+                            tool: tool.name.clone(),
+                            found: Some(true),
+                            collapsed: Some(true),
+                            lookup_failure: None,
+                            reason: "the lost attempt had applied; its result is used instead of re-executing".into(),
+                        },
                     );
                     return Decided::Found(result);
                 }
                 Ok(None) => {
                     ctx.emitter.emit(
-                        EventKind::IdempotencyLookup,
                         c,
-                        json!({"tool": tool.name, "found": false,
-                               "reason": "the lost attempt had not applied; re-execution is decided as a retry"}),
+                        IdempotencyLookup {
+                            tool: tool.name.clone(),
+                            found: Some(false),
+                            collapsed: None,
+                            lookup_failure: None,
+                            reason: "the lost attempt had not applied; re-execution is decided as a retry".into(),
+                        },
                     );
                 }
                 Err(lookup_failure) => {
                     ctx.emitter.emit(
-                        EventKind::IdempotencyLookup,
                         c,
-                        json!({"tool": tool.name, "found": null,
-                               "lookup_failure": lookup_failure.category(),
-                               "reason": "lookup unavailable; a retry with the same key is deduplicated by the tool"}),
+                        IdempotencyLookup {
+                            tool: tool.name.clone(),
+                            found: None,
+                            collapsed: None,
+                            lookup_failure: Some(lookup_failure.category()),
+                            reason: "lookup unavailable; a retry with the same key is deduplicated by the tool".into(),
+                        },
                     );
                 }
             }
@@ -413,13 +440,20 @@ impl Engine {
         key: Option<&IdempotencyKey>,
     ) -> Result<(), Failure> {
         let (ctx, tool) = (call.ctx, call.tool);
-        let mut data = retry_scheduled(
-            ("tool", &tool.name),
+        if let Some(scheduled) = RetryScheduled::of(
+            RetryTarget::Tool(tool.name.clone()),
             decision,
             call.deadline.remaining(self.clock.now()),
-        );
-        data["same_key"] = json!(key.is_some());
-        ctx.emitter.emit(EventKind::RetryScheduled, c, data);
+        ) {
+            let same_key = Some(key.is_some());
+            ctx.emitter.emit(
+                c,
+                RetryScheduled {
+                    same_key,
+                    ..scheduled
+                },
+            );
+        }
         // An interrupt does not stop a write between its attempts: it was
         // sent, and it finishes (a read stops).
         let cancelled = tokio::select! {
@@ -428,20 +462,30 @@ impl Engine {
         };
         if cancelled {
             ctx.emitter.emit(
-                EventKind::RetryAbandoned,
                 c,
-                json!({"tool": tool.name, "attempts": attempt,
-                       "reason": {"kind": "cancelled"}, "category": failure.category()}),
+                RetryAbandoned {
+                    target: RetryTarget::Tool(tool.name.clone()),
+                    attempts: attempt,
+                    reason: AbandonReason::Stopped(StopReason::Cancelled),
+                    detail: None,
+                    category: failure.category(),
+                },
             );
             return Err(failure.clone());
         }
         if let Some(open) = self.open_arm(tool) {
             ctx.emitter.emit(
-                EventKind::RetryAbandoned,
                 c,
-                json!({"tool": tool.name, "attempts": attempt,
-                       "reason": {"kind": "circuit_open", "arm": open.0, "name": open.1},
-                       "category": failure.category()}),
+                RetryAbandoned {
+                    target: RetryTarget::Tool(tool.name.clone()),
+                    attempts: attempt,
+                    reason: AbandonReason::Stopped(StopReason::CircuitOpen {
+                        arm: open.0,
+                        name: open.1.clone(),
+                    }),
+                    detail: None,
+                    category: failure.category(),
+                },
             );
             return Err(Failure::circuit_open(&open.1, open.2).with_effect(failure.effect()));
         }
@@ -453,11 +497,16 @@ impl Engine {
     /// attempt made), so the resume sends it afresh ([`is_unsent`]).
     fn not_sent(&self, ctx: &RunCtx<'_>, c: &Correlation, tool: &ToolBinding) -> Attempted {
         ctx.emitter.emit(
-            EventKind::ToolCallFinished,
             c,
-            json!({"tool": tool.name, "ok": false, "sent": false, "category": Category::Cancelled,
-                   "effect": Effect::NotApplied,
-                   "reason": "the run was interrupted before the call was sent; the resume sends it"}),
+            ToolCallFinished::NotSent(ToolCallNotSent {
+                tool: tool.name.clone(),
+                ok: Flag,
+                sent: Flag,
+                category: Category::Cancelled,
+                effect: Effect::NotApplied,
+                reason: "the run was interrupted before the call was sent; the resume sends it"
+                    .into(),
+            }),
         );
         Attempted {
             outcome: Err(Failure::new(&tool.name, Category::Cancelled)

@@ -1,10 +1,11 @@
 //! The guarded call's ledger: a side effect declared `pending` durably
 //! before the call (write-ahead), and marked with its outcome after it.
 
+use rein_core::event::LedgerRecorded;
 use rein_core::idempotency::IdempotencyKey;
-use rein_core::{Category, Clock, Effect, EventKind, Failure, LedgerRecord, LedgerStatus};
+use rein_core::{Category, Clock, Effect, Failure, LedgerRecord, LedgerStatus};
 use rein_store::{LedgerMark, StepCommit};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{Planned, is_unsent};
 use crate::run::binding::ToolBinding;
@@ -45,9 +46,12 @@ impl Engine {
             updated_at_ms: at_ms,
         };
         ctx.emitter.emit(
-            EventKind::LedgerRecorded,
             c,
-            json!({"tool": tool.name, "status": "pending", "class": tool.class}),
+            LedgerRecorded {
+                tool: Some(tool.name.clone()),
+                class: Some(tool.class),
+                ..LedgerRecorded::new(LedgerStatus::Pending)
+            },
         );
         crate::crash::point("before_pending");
         let reopen = prior.filter(|r| is_unsent(r)).map(|_| {
@@ -100,9 +104,12 @@ impl Engine {
             at_ms: unix_ms(self.clock.system_now()),
         };
         ctx.emitter.emit(
-            EventKind::LedgerRecorded,
             c,
-            json!({"tool": tool.name, "status": status, "attempts": attempts}),
+            LedgerRecorded {
+                tool: Some(tool.name.clone()),
+                attempts: Some(attempts),
+                ..LedgerRecorded::new(status)
+            },
         );
         let commit = StepCommit {
             marks: vec![(planned.intent_id.clone(), mark)],
@@ -136,6 +143,8 @@ fn settled_status(outcome: &Result<Value, Failure>) -> LedgerStatus {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]

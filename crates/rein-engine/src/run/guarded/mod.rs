@@ -9,10 +9,10 @@ mod replay;
 use std::time::Duration;
 
 use rein_core::deadline::{Budget, Need};
+use rein_core::event::{BudgetExhausted, BudgetScope};
 use rein_core::idempotency::IdempotencyKey;
-use rein_core::retry::RetryDecision;
-use rein_core::{Category, Clock, Effect, EventKind, Failure, LedgerRecord, LedgerStatus};
-use serde_json::{Value, json};
+use rein_core::{Category, Clock, Effect, Failure, LedgerRecord, LedgerStatus};
+use serde_json::Value;
 
 use super::binding::ToolBinding;
 use super::emitter::Correlation;
@@ -149,9 +149,11 @@ impl Engine {
             return Ok(());
         };
         ctx.emitter.emit(
-            EventKind::BudgetExhausted,
             c,
-            json!({"scope": "tool_call", "tool": tool.name, "exhausted": exhausted}),
+            BudgetExhausted {
+                tool: Some(tool.name.clone()),
+                ..BudgetExhausted::new(BudgetScope::ToolCall, exhausted)
+            },
         );
         Err(Failure::new(&tool.name, Category::BudgetExhausted)
             .with_human_message(format!("{} not started: {exhausted}", tool.name)))
@@ -170,32 +172,6 @@ fn call_need(tool: &ToolBinding) -> Duration {
     } else {
         tool.latency.p50()
     }
-}
-
-/// The rationale of a `retry_scheduled` event, for a tool or a provider
-/// (`target` is the field name and the target's name).
-pub(super) fn retry_scheduled(
-    target: (&str, &str),
-    decision: &RetryDecision,
-    remaining: Duration,
-) -> Value {
-    let RetryDecision::Retry {
-        delay,
-        next_attempt,
-        reason,
-        from_server,
-        backoff_ceiling,
-        clamped,
-    } = decision
-    else {
-        return json!({ target.0: target.1 });
-    };
-    json!({
-        target.0: target.1, "next_attempt": next_attempt, "reason": reason,
-        "delay_ms": millis(*delay), "from_server": from_server,
-        "backoff_ceiling_ms": millis(*backoff_ceiling), "clamped": clamped,
-        "remaining_ms": millis(remaining),
-    })
 }
 
 /// Whether `record` is a call an interrupt stopped after its declaration

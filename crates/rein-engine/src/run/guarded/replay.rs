@@ -1,7 +1,8 @@
 //! A resumed call whose ledger record already says how it ended.
 
-use rein_core::{Category, Effect, EventKind, Failure, LedgerRecord, LedgerStatus, ToolClass};
-use serde_json::{Value, json};
+use rein_core::event::{Flag, ToolCallFinished, ToolCallSkipped};
+use rein_core::{Category, Effect, Failure, LedgerRecord, LedgerStatus, ToolClass};
+use serde_json::Value;
 
 use super::{CallResult, Planned, is_unsent};
 use crate::run::binding::ToolBinding;
@@ -21,12 +22,16 @@ impl Engine {
     ) -> Option<CallResult> {
         let done = |outcome: Result<Value, Failure>, note: &str| {
             ctx.emitter.emit(
-                EventKind::ToolCallFinished,
                 c,
-                json!({"tool": tool.name, "skipped": true, "ok": outcome.is_ok(),
-                       "category": outcome.as_ref().err().map(Failure::category),
-                       "effect": outcome.as_ref().err().map(Failure::effect),
-                       "ledger": record.status, "reason": note}),
+                ToolCallFinished::Skipped(ToolCallSkipped {
+                    tool: tool.name.clone(),
+                    skipped: Flag,
+                    ok: outcome.is_ok(),
+                    category: outcome.as_ref().err().map(Failure::category),
+                    effect: outcome.as_ref().err().map(Failure::effect),
+                    ledger: record.status,
+                    reason: note.to_owned(),
+                }),
             );
             Some(CallResult {
                 planned: planned.clone(),

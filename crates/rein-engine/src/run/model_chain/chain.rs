@@ -4,8 +4,8 @@
 use std::collections::VecDeque;
 
 use rein_core::deadline::Budget;
-use rein_core::{Category, EventKind, Failure};
-use serde_json::json;
+use rein_core::event::{LinkName, ModelFallbackUsed, MovedOn};
+use rein_core::{Category, Failure};
 
 use super::{Answered, Chain, LinkRef, Mode, TurnHost};
 use crate::provider::ModelRequest;
@@ -94,17 +94,26 @@ impl Engine {
                 Ok(reply) => {
                     if !moved_on.is_empty() {
                         host.emitter().emit(
-                            EventKind::ModelFallbackUsed,
                             c,
-                            json!({
-                                "primary": {"provider": chain.primary.provider.name(),
-                                            "model": chain.primary.model},
-                                "answered": {"provider": link.provider.name(), "model": link.model},
-                                "after": moved_on.iter().map(|(p, m, f)| json!({
-                                    "provider": p, "model": m, "category": f.category(),
-                                    "reason": f.human_message(),
-                                })).collect::<Vec<_>>(),
-                            }),
+                            ModelFallbackUsed {
+                                primary: LinkName {
+                                    provider: chain.primary.provider.name().to_owned(),
+                                    model: chain.primary.model.to_owned(),
+                                },
+                                answered: LinkName {
+                                    provider: link.provider.name().to_owned(),
+                                    model: link.model.to_owned(),
+                                },
+                                after: moved_on
+                                    .iter()
+                                    .map(|(p, m, f)| MovedOn {
+                                        provider: p.to_string(),
+                                        model: m.to_string(),
+                                        category: f.category(),
+                                        reason: f.human_message().to_owned(),
+                                    })
+                                    .collect(),
+                            },
                         );
                     }
                     return Ok(Answered {

@@ -5,9 +5,9 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
+use rein_core::Failure;
 use rein_core::breaker::ArmKind;
-use rein_core::{EventKind, Failure};
-use serde_json::json;
+use rein_core::event::BreakerStateChanged;
 
 use crate::provider::{StreamEvent, TurnStream};
 use crate::run::emitter::{Correlation, Emitter};
@@ -86,9 +86,12 @@ pub(super) fn record_transition(
 ) {
     if transition.is_change() {
         emitter.emit(
-            EventKind::BreakerStateChanged,
             c,
-            json!({"arm": ArmKind::Provider, "name": provider, "transition": transition}),
+            BreakerStateChanged {
+                arm: ArmKind::Provider,
+                name: provider.to_owned(),
+                transition: transition.clone(),
+            },
         );
     }
 }

@@ -12,9 +12,13 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use rein_core::breaker::ArmKind;
 use rein_core::deadline::{Budget, Deadline, Dimension, Exhausted, Need, Usage};
+use rein_core::event::{
+    AbandonReason, AbortedWork, BudgetExhausted, BudgetScope, Flag, ModelAnswered, ModelCallFailed,
+    ModelCallFinished, ModelCallResult, ModelCallStarted, ModelQueueWaited, RetryAbandoned,
+    RetryScheduled, RetryTarget, RunCancelled, RunModelRetryBudget,
+};
 use rein_core::retry::{GiveUpReason, RetryDecision, RetryInput, RetryPolicy};
-use rein_core::{Category, EventKind, Failure, Instant, LatencyProfile, ToolClass};
-use serde_json::json;
+use rein_core::{Category, Failure, Instant, LatencyProfile, ToolClass};
 
 use super::chain::LinkEnd;
 use super::held::{GuardedStream, Held, record_transition};
@@ -23,7 +27,7 @@ use crate::provider::ModelRequest;
 use crate::run::concurrency::{Gate, Slot};
 use crate::run::emitter::Correlation;
 use crate::run::report::End;
-use crate::run::{Engine, guarded, millis, provider_target};
+use crate::run::{Engine, millis, provider_target};
 
 /// One link's call, as each of its steps sees it.
 struct LinkCall<'a> {
@@ -201,22 +205,22 @@ impl Engine {
         let (emitter, c, provider) = (call.host.emitter(), call.c, &call.provider);
         let now = self.clock.now();
         if let Err(exhausted) = budget.check(&Need::time(call.latency.p50()), now) {
-            emitter.emit(
-                EventKind::BudgetExhausted,
-                c,
-                json!({"scope": "model_call", "exhausted": exhausted}),
-            );
+            emitter.emit(c, BudgetExhausted::new(BudgetScope::ModelCall, exhausted));
             return Err(LinkEnd::Stop(End::Budget(exhausted)));
         }
         let held = self.hold_link(call, gate).await?;
         let now = self.clock.now();
         let allowance = call.deadline.remaining(now);
         emitter.emit(
-            EventKind::ModelCallStarted,
             c,
-            json!({"provider": provider, "model": call.link.model, "attempt": attempt,
-                   "allowance_ms": millis(allowance), "messages": call.request.messages.len(),
-                   "stream": matches!(call.mode, Mode::Stream(_))}),
+            ModelCallStarted {
+                provider: provider.to_owned(),
+                model: call.link.model.to_owned(),
+                attempt,
+                allowance,
+                messages: call.request.messages.len(),
+                stream: matches!(call.mode, Mode::Stream(_)),
+            },
         );
         call.host.calling();
         let result = tokio::select! {
@@ -234,10 +238,13 @@ impl Engine {
                 drop(held);
                 if !call.host.interrupted() {
                     emitter.emit(
-                        EventKind::RunCancelled,
                         c,
-                        json!({"reason": "cancelled by the caller", "aborted": "model_call",
-                               "provider": provider}),
+                        RunCancelled {
+                            reason: "cancelled by the caller".into(),
+                            at_step_boundary: None,
+                            aborted: Some(AbortedWork::ModelCall),
+                            provider: Some(provider.to_owned()),
+                        },
                     );
                 }
                 return Err(LinkEnd::Stop(End::Cancelled(
@@ -309,20 +316,26 @@ impl Engine {
             Ok(slot) => {
                 if !slot.waited.is_zero() {
                     emitter.emit(
-                        EventKind::ModelQueueWaited,
                         c,
-                        json!({"provider": provider, "max_concurrency": gate.ceiling(),
-                               "queue_wait_ms": millis(slot.waited), "expired": false}),
+                        ModelQueueWaited {
+                            provider: provider.to_owned(),
+                            max_concurrency: gate.ceiling(),
+                            queue_wait: slot.waited,
+                            expired: false,
+                        },
                     );
                 }
                 Ok(slot)
             }
             Err(expired) => {
                 emitter.emit(
-                    EventKind::ModelQueueWaited,
                     c,
-                    json!({"provider": provider, "max_concurrency": gate.ceiling(),
-                           "queue_wait_ms": millis(expired.waited), "expired": true}),
+                    ModelQueueWaited {
+                        provider: provider.to_owned(),
+                        max_concurrency: gate.ceiling(),
+                        queue_wait: expired.waited,
+                        expired: true,
+                    },
                 );
                 Err(call.stop_or_move(
                     Failure::new(provider, Category::Timeout).with_human_message(format!(
@@ -371,12 +384,19 @@ impl Engine {
             .map(|p| p.cost(response.usage.input, response.usage.output))
             .unwrap_or_default();
         emitter.emit(
-            EventKind::ModelCallFinished,
             c,
-            json!({"provider": provider, "model": model, "attempt": attempt, "ok": true,
-                   "usage": response.usage, "cost_micros": cost.micros(),
-                   "finish": response.finish,
-                   "tool_calls": response.tool_calls.iter().map(|t| &t.name).collect::<Vec<_>>()}),
+            ModelCallFinished {
+                provider: provider.to_owned(),
+                model: model.to_owned(),
+                attempt,
+                cost: Some(cost),
+                result: ModelCallResult::Answered(ModelAnswered {
+                    ok: Flag,
+                    usage: response.usage,
+                    finish: response.finish,
+                    tool_calls: response.tool_calls.iter().map(|t| t.name.clone()).collect(),
+                }),
+            },
         );
         Reply::Complete(response)
     }
@@ -409,12 +429,20 @@ impl Engine {
             .map(|p| p.cost(spent, 0))
             .unwrap_or_default();
         emitter.emit(
-            EventKind::ModelCallFinished,
             c,
-            json!({"provider": provider, "model": model, "attempt": attempt, "ok": false,
-                   "category": failure.category(), "reason": failure.human_message(),
-                   "tokens_spent": spent, "cost_micros": spent_cost.micros(),
-                   "key_env": call.link.provider.key_env()}),
+            ModelCallFinished {
+                provider: provider.to_owned(),
+                model: model.to_owned(),
+                attempt,
+                cost: Some(spent_cost),
+                result: ModelCallResult::Failed(ModelCallFailed {
+                    ok: Flag,
+                    category: failure.category(),
+                    reason: failure.human_message().to_owned(),
+                    tokens_spent: spent,
+                    key_env: call.link.provider.key_env().map(str::to_owned),
+                }),
+            },
         );
         if spent > 0 {
             call.host.spent(spent);
@@ -425,10 +453,11 @@ impl Engine {
             };
             if let Err(exhausted) = budget.charge(usage, now) {
                 emitter.emit(
-                    EventKind::BudgetExhausted,
                     c,
-                    json!({"scope": "model_call", "exhausted": exhausted,
-                           "reason": "tokens spent by failed model calls"}),
+                    BudgetExhausted {
+                        reason: Some("tokens spent by failed model calls".into()),
+                        ..BudgetExhausted::new(BudgetScope::ModelCall, exhausted)
+                    },
                 );
                 return Err(LinkEnd::Stop(End::Budget(exhausted)));
             }
@@ -460,26 +489,29 @@ impl Engine {
             RetryDecision::Retry { delay, .. } => {
                 if let Err(why) = call.host.allow_model_retry(delay) {
                     emitter.emit(
-                        EventKind::RetryAbandoned,
                         c,
-                        json!({"provider": provider, "attempts": attempt,
-                               "reason": "run_model_retry_budget", "detail": why,
-                               "category": failure.category()}),
+                        RetryAbandoned {
+                            target: RetryTarget::Provider(provider.to_owned()),
+                            attempts: attempt,
+                            reason: AbandonReason::RunBudget(
+                                RunModelRetryBudget::RunModelRetryBudget,
+                            ),
+                            detail: Some(why.clone()),
+                            category: failure.category(),
+                        },
                     );
                     return Err(LinkEnd::Stop(End::ModelFailed(
                         failure.category(),
                         format!("{} (not retried: {why})", failure.human_message()),
                     )));
                 }
-                emitter.emit(
-                    EventKind::RetryScheduled,
-                    c,
-                    guarded::retry_scheduled(
-                        ("provider", provider),
-                        &decision,
-                        call.deadline.remaining(now),
-                    ),
-                );
+                if let Some(scheduled) = RetryScheduled::of(
+                    RetryTarget::Provider(provider.to_owned()),
+                    &decision,
+                    call.deadline.remaining(now),
+                ) {
+                    emitter.emit(c, scheduled);
+                }
                 tokio::select! {
                     () = self.clock.sleep(delay) => Ok(()),
                     () = call.host.cancelled() => Err(LinkEnd::Stop(End::Cancelled(
@@ -489,10 +521,14 @@ impl Engine {
             }
             RetryDecision::GiveUp { reason } => {
                 emitter.emit(
-                    EventKind::RetryAbandoned,
                     c,
-                    json!({"provider": provider, "attempts": attempt, "reason": reason,
-                           "category": failure.category()}),
+                    RetryAbandoned {
+                        target: RetryTarget::Provider(provider.to_owned()),
+                        attempts: attempt,
+                        reason: AbandonReason::GaveUp(reason),
+                        detail: None,
+                        category: failure.category(),
+                    },
                 );
                 Err(LinkEnd::Stop(give_up_end(reason, &failure)))
             }
