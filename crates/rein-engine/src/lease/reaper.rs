@@ -149,7 +149,7 @@ impl Default for Reaper {
 }
 
 impl Reaper {
-    /// A reaper with the [defaults](self#defaults).
+    /// A reaper with the [defaults](crate::lease#defaults).
     pub fn new() -> Reaper {
         Reaper {
             kill_grace: DEFAULT_KILL_GRACE,
