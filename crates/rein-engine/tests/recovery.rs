@@ -9,7 +9,8 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rein_core::deadline::Usage;
+use rein_core::deadline::{BudgetLimits, Usage};
+use rein_core::event::{EventData, RunStarted};
 use rein_core::{
     EventKind, IntentId, LedgerRecord, LedgerStatus, ManualClock, Outcome, ReportNote, RunId,
     TenantId, ToolClass,
@@ -207,7 +208,7 @@ async fn an_embedder_closes_an_orphaned_run_with_its_effects_in_the_report() {
     assert!(report.notes.is_empty(), "its checkpoint was read");
 
     let events = e.store.events(&run_id, 0).await.unwrap();
-    let kinds: Vec<EventKind> = events.iter().map(|e| e.kind).collect();
+    let kinds: Vec<EventKind> = events.iter().map(rein_core::Event::kind).collect();
     assert_eq!(
         kinds,
         [
@@ -216,7 +217,10 @@ async fn an_embedder_closes_an_orphaned_run_with_its_effects_in_the_report() {
             EventKind::RunFinished
         ]
     );
-    assert_eq!(events[0].data["error_type"], "orphaned");
+    match &events[0].data {
+        EventData::RunFailed(failed) => assert_eq!(failed.error_type, "orphaned"),
+        other => panic!("expected run_failed, got {other:?}"),
+    }
 
     // Closed once: the next scan finds nothing to close.
     assert_eq!(e.engine.scan_orphans(&SCAN, &mut None).await, 0);
@@ -240,8 +244,16 @@ async fn an_orphan_scan_leaves_queued_work_to_its_workers() {
                 attempt_id: None,
                 idempotency_key: None,
                 at_ms: now - 600_000,
-                kind: EventKind::RunStarted,
-                data: json!({"enqueued": true}),
+                data: RunStarted {
+                    agent: "desk".into(),
+                    model: "m".into(),
+                    provider: "p".into(),
+                    budget: BudgetLimits::new(Duration::from_secs(60)).unwrap(),
+                    tools: Vec::new(),
+                    input: "x".into(),
+                    enqueued: true,
+                }
+                .into(),
             }],
         )
         .await
