@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use rein_core::breaker::{Admit, ArmKind};
 use rein_core::deadline::{Budget, Need};
+use rein_core::governor::{Class, Completion};
 use rein_core::idempotency::IdempotencyKey;
 use rein_core::retry::{RetryDecision, RetryInput};
 use rein_core::{
@@ -14,6 +15,7 @@ use rein_store::{LedgerMark, StepCommit};
 use serde_json::{Value, json};
 
 use super::binding::{ToolBinding, ToolTarget};
+use super::concurrency::{Caller, GroupLimits, Slot};
 use super::emitter::{Correlation, Emitter, unix_ms};
 use super::permit::HeldPermit;
 use super::{Engine, RunCtx, new_id};
@@ -102,6 +104,15 @@ impl Engine {
             None => None,
         };
 
+        // 4. Governor: the resource group's bucket and concurrency limit.
+        // Over them the call waits, bounded by its deadline less what it
+        // needs; one that cannot start in time is shed here — before its
+        // ledger record exists, so nothing is pending and nothing is sent.
+        let admitted = match self.govern(ctx, &c, tool, budget, need).await {
+            Ok(slot) => slot,
+            Err(failure) => return CallResult::refused(planned, tool.class, failure),
+        };
+
         // 5. Key: bound to the intent; none for irreversible tools.
         let key = IdempotencyKey::derive(
             tool.class,
@@ -177,7 +188,7 @@ impl Engine {
             attempts,
             sent,
         } = self
-            .attempts(ctx, &mut c, &planned, tool, budget, key.as_ref())
+            .attempts(ctx, &mut c, &planned, tool, budget, key.as_ref(), admitted)
             .await;
 
         // 9. Record. A call that never reached the tool (no concurrency
@@ -306,7 +317,9 @@ impl Engine {
     }
 
     /// The attempt loop: invoke, classify, decide (retry, look up by key, or
-    /// give up), always under the same deadline and the same key.
+    /// give up), always under the same deadline and the same key. The
+    /// first attempt goes out on the slot step 4 `admitted`.
+    #[allow(clippy::too_many_arguments)]
     async fn attempts(
         &self,
         ctx: &RunCtx<'_>,
@@ -315,13 +328,16 @@ impl Engine {
         tool: &ToolBinding,
         budget: &Budget,
         key: Option<&IdempotencyKey>,
+        admitted: Option<Slot>,
     ) -> Attempted {
-        self.attempts_with(ctx, c, planned, tool, budget, key, &ctx.agent.retry)
+        let policy = &ctx.agent.retry;
+        self.attempts_with(ctx, c, planned, tool, budget, key, policy, admitted)
             .await
     }
 
     /// The attempt loop under an explicit retry policy (compensations use
-    /// their own ceiling).
+    /// their own ceiling); a slot already `admitted` carries the first
+    /// attempt, every other attempt enters the group's gate itself.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn attempts_with(
         &self,
@@ -332,6 +348,7 @@ impl Engine {
         budget: &Budget,
         key: Option<&IdempotencyKey>,
         policy: &rein_core::retry::RetryPolicy,
+        mut admitted: Option<Slot>,
     ) -> Attempted {
         let deadline = budget.deadline();
         // The resource group's concurrency ceiling, resolved once per call:
@@ -369,10 +386,11 @@ impl Engine {
                 // Until its first attempt is sent, an interrupt stops the
                 // call: it waits for no slot, and nothing goes out.
                 let first = sent == 0;
-                let slot = match &gate {
-                    None => None,
-                    Some(gate) => match tokio::select! {
-                        entered = gate.enter(self.clock.as_ref(), deadline) => entered,
+                let slot = match (&gate, admitted.take()) {
+                    (_, Some(slot)) => Some(slot),
+                    (None, None) => None,
+                    (Some(gate), None) => match tokio::select! {
+                        entered = gate.enter_for(caller(ctx), deadline, Duration::ZERO) => entered,
                         () = ctx.interrupted(), if first => {
                             return self.not_sent(ctx, c, tool);
                         }
@@ -475,6 +493,7 @@ impl Engine {
                 let elapsed = now.saturating_duration_since(started);
                 let failure = match result {
                     Ok(output) => {
+                        self.finish_slot(ctx, c, slot, Completion::SUCCEEDED);
                         ctx.emitter.emit(
                             EventKind::ToolCallFinished,
                             c,
@@ -566,8 +585,9 @@ impl Engine {
                 // harmless: decide as for a failure that did not apply.
                 deciding = deciding.with_effect(Effect::NotApplied);
             };
-            // The slot is free before any wait to retry.
-            drop(slot);
+            // The slot is free before any wait to retry; the limit learns
+            // from how the attempt failed (429, overload, timeout shrink it).
+            self.finish_slot(ctx, c, slot, Completion::from_failure(failure.category()));
             match decision {
                 RetryDecision::Retry { delay, .. } => {
                     let mut data = retry_scheduled(
@@ -663,16 +683,110 @@ impl Engine {
         }
     }
 
-    /// The concurrency gate of `tool`'s resource group, when the agent
-    /// gives that group a ceiling.
+    /// The governor's gate of `tool`'s resource group, when the agent gives
+    /// that group a rate or a ceiling.
     pub(super) fn gate<'t>(
         &self,
         ctx: &RunCtx<'_>,
         tool: &'t ToolBinding,
     ) -> Option<super::concurrency::Gate<'t>> {
+        // Sabotage hook `bypass_governor`: no group is governed.
+        #[cfg(feature = "sabotage")]
+        if self.sabotage.bypass_governor {
+            return None;
+        }
         let group = tool.resource_group.as_deref()?;
-        let limit = *ctx.agent.group_limits.get(group)?;
-        Some(self.shared.slots.gate(group, limit))
+        let limits = GroupLimits {
+            rate: ctx.agent.group_rates.get(group).copied(),
+            max_concurrency: ctx.agent.group_limits.get(group).copied(),
+        };
+        self.shared.slots.governed(group, limits)
+    }
+
+    /// Step 4 of the guarded call: a slot of `tool`'s resource group before
+    /// anything is declared or sent (`None`: the group is not governed).
+    /// The wait is bounded by the deadline less `need`; after a wait the
+    /// budget is checked again, so a write never goes out without its
+    /// allowance.
+    ///
+    /// # Errors
+    ///
+    /// The structured failure of a call shed unsent: no time to wait
+    /// (`timeout`), the budget spent while waiting (`budget_exhausted`), or
+    /// the run interrupted while waiting (`cancelled`).
+    async fn govern(
+        &self,
+        ctx: &RunCtx<'_>,
+        c: &Correlation,
+        tool: &ToolBinding,
+        budget: &Budget,
+        need: Duration,
+    ) -> Result<Option<Slot>, Failure> {
+        let Some(gate) = self.gate(ctx, tool) else {
+            return Ok(None);
+        };
+        let entered = tokio::select! {
+            entered = gate.enter_for(caller(ctx), budget.deadline(), need) => entered,
+            () = ctx.interrupted() => {
+                return Err(Failure::new(&tool.name, Category::Cancelled)
+                    .with_effect(Effect::NotApplied)
+                    .with_human_message(format!(
+                        "{} not started: the run was interrupted while it waited for resource group `{}`",
+                        tool.name,
+                        gate.group()
+                    )));
+            }
+        };
+        let slot = match entered {
+            Ok(slot) => slot,
+            Err(shed) => {
+                ctx.emitter.emit(
+                    EventKind::ConcurrencyWaitExpired,
+                    c,
+                    json!({
+                        "tool": tool.name, "attempt": 1,
+                        "resource_group": gate.group(),
+                        "max_concurrency": gate.ceiling(),
+                        "queue_wait_ms": millis(shed.waited),
+                    }),
+                );
+                return Err(shed.failure(&tool.name, &gate));
+            }
+        };
+        if slot.waited.is_zero() {
+            return Ok(Some(slot));
+        }
+        // The wait spent time: what is left must still cover the call.
+        if let Err(exhausted) = budget.check(&Need::time(need), self.clock.now()) {
+            ctx.emitter.emit(
+                EventKind::BudgetExhausted,
+                c,
+                json!({"scope": "tool_call", "tool": tool.name, "exhausted": exhausted,
+                       "queue_wait_ms": millis(slot.waited)}),
+            );
+            return Err(
+                Failure::new(&tool.name, Category::BudgetExhausted).with_human_message(format!(
+                    "{} not started: after waiting {:?} for resource group `{}`, {exhausted}",
+                    tool.name,
+                    slot.waited,
+                    gate.group()
+                )),
+            );
+        }
+        Ok(Some(slot))
+    }
+
+    /// Releases an attempt's slot with how it ended.
+    fn finish_slot(
+        &self,
+        ctx: &RunCtx<'_>,
+        c: &Correlation,
+        slot: Option<Slot>,
+        completion: Completion,
+    ) {
+        let Some(slot) = slot else { return };
+        let _ = (ctx, c);
+        let _adjustment = slot.finish(completion);
     }
 
     /// Admits a call through one breaker arm, recording any transition; an
@@ -787,6 +901,16 @@ pub(super) fn is_unsent(record: &LedgerRecord) -> bool {
         && record.failure.as_ref().is_some_and(|f| {
             f.category() == Category::Cancelled && f.effect() == Effect::NotApplied
         })
+}
+
+/// The governor's caller of a run's tool call: its tenant and run, as
+/// interactive work (see `concurrency.rs` on classes).
+pub(super) fn caller<'a>(ctx: &'a RunCtx<'_>) -> Caller<'a> {
+    Caller {
+        tenant: &ctx.tenant,
+        run: &ctx.run_id,
+        class: Class::Interactive,
+    }
 }
 
 /// Whole milliseconds of `d`.

@@ -423,7 +423,7 @@ impl Engine {
                 None => None,
                 Some(gate) => {
                     let entered = tokio::select! {
-                        r = gate.enter(self.clock.as_ref(), deadline) => r,
+                        r = gate.enter(deadline) => r,
                         () = host.cancelled() => {
                             return Err(LinkEnd::Stop(End::Cancelled(
                                 "cancelled by the caller while a model call waited for a slot".into(),

@@ -133,6 +133,7 @@ pub fn agent(desk: &OrderDesk, provider: Arc<dyn ModelProvider>, status_url: boo
         .into_iter()
         .collect(),
         group_limits: BTreeMap::new(),
+        group_rates: BTreeMap::new(),
         fallbacks: Vec::new(),
         context_fallbacks: Vec::new(),
         provider_limits: BTreeMap::new(),
