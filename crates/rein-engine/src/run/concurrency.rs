@@ -176,6 +176,14 @@ impl GroupSlots {
         groups.get(group).map_or(0, |g| g.lock().governor.queued())
     }
 
+    /// The current limit of `group`'s governor.
+    pub(super) fn limit(&self, group: &str) -> Option<u32> {
+        let groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+        groups
+            .get(group)
+            .map(|g| g.lock().governor.concurrency().limit())
+    }
+
     fn gate_with<'g>(
         &self,
         group: &'g str,

@@ -304,6 +304,13 @@ impl Engine {
         self.shared.slots.queued(group)
     }
 
+    /// The current concurrency limit of resource group `group`'s governor
+    /// (`None` for a group not governed, or not called yet): where adaptive
+    /// concurrency stands between 1 and the group's `max_concurrency`.
+    pub fn governor_limit(&self, group: &str) -> Option<u32> {
+        self.shared.slots.limit(group)
+    }
+
     /// Stops every run this engine drives at its next safe point, for good
     /// (the process is stopping): no new step, model turn or tool call
     /// starts. A model call or a read in flight is aborted (nothing to
