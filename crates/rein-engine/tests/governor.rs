@@ -51,6 +51,14 @@ async fn a_fan_out_of_36_never_exceeds_the_groups_bucket_at_the_desk() {
         .map(|(_, d)| d["queue_wait_ms"].as_u64().unwrap())
         .collect();
     assert_eq!(waits.iter().filter(|w| **w == 0).count(), 20, "{waits:?}");
+    let limited = kinds(&h, &out)
+        .await
+        .into_iter()
+        .filter(|(k, d)| *k == EventKind::RateLimited && d["bucket"] == "requests")
+        .count();
+    // The first call to find the bucket empty says so; those queued behind
+    // it wait as a backlog (their wait is in `queue_wait_ms`).
+    assert!(limited >= 1, "rate_limited is recorded");
 }
 
 /// A write the bucket admits only after its latest start (its deadline
@@ -135,6 +143,20 @@ async fn adaptive_concurrency_shrinks_under_429s_and_grows_back() {
     assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
     let shrunk = h.engine.governor_limit("order_api").unwrap();
     assert!(shrunk < 4, "429s shrank the limit: {shrunk}");
+    let adjusted: Vec<Value> = kinds(&h, &out)
+        .await
+        .into_iter()
+        .filter(|(k, _)| *k == EventKind::ConcurrencyAdjusted)
+        .map(|(_, d)| d)
+        .collect();
+    assert_eq!(adjusted[0]["old"], 4, "{adjusted:?}");
+    assert_eq!(adjusted[0]["new"], 3);
+    assert_eq!(adjusted[0]["reason"], "the target signalled overload");
+    assert_eq!(
+        adjusted.last().and_then(|d| d["new"].as_u64()),
+        Some(u64::from(shrunk)),
+        "every move is an event"
+    );
 
     // Healthy again: rounds of reads that keep the limit in use. (Their
     // latency stays at its baseline: a slower desk would shrink the limit

@@ -214,6 +214,7 @@ impl GroupSlots {
 
 /// One group's governor and the waiters it will hand permits to.
 struct Governed {
+    name: String,
     limits: GroupLimits,
     clock: Arc<dyn Timer>,
     /// The caller of a gate entered without one (a provider's slot): one
@@ -249,6 +250,7 @@ impl Governed {
             Governor::new(open).unwrap_or_else(|_| unreachable_governor())
         });
         Governed {
+            name: group.to_owned(),
             limits,
             clock: clock.clone(),
             anonymous: TenantId::new("anonymous")
@@ -368,6 +370,11 @@ pub(super) struct Slot {
 }
 
 impl Slot {
+    /// The resource group (or provider) the slot belongs to.
+    pub(super) fn group(&self) -> &str {
+        self.held.as_ref().map_or("", |(g, _)| g.name.as_str())
+    }
+
     /// Releases the slot now with how its call ended; the adjustment of
     /// the group's limit is what `concurrency_adjusted` records.
     pub(super) fn finish(mut self, completion: Completion) -> Adjustment {
@@ -474,6 +481,7 @@ impl<'g> Gate<'g> {
     }
 
     /// The current concurrency limit (at most the ceiling).
+    #[cfg(test)]
     pub(super) fn limit(&self) -> u32 {
         self.governed.lock().governor.concurrency().limit()
     }

@@ -11,7 +11,8 @@ use rein_core::event::{
     RetryAbandoned, RetryScheduled, RetryTarget, StopReason, ToolCallFailed, ToolCallFinished,
     ToolCallNotSent, ToolCallSkipped, ToolCallStarted, ToolCallSucceeded,
 };
-use rein_core::governor::{Class, Completion};
+use rein_core::event::{CallShed, ConcurrencyAdjusted, RateLimited};
+use rein_core::governor::{Adjustment, Cause, Class, Completion};
 use rein_core::idempotency::IdempotencyKey;
 use rein_core::retry::{RetryDecision, RetryInput};
 use rein_core::{
@@ -812,11 +813,31 @@ impl Engine {
                         queue_wait: shed.waited,
                     },
                 );
+                ctx.emitter.emit(
+                    c,
+                    CallShed {
+                        tool: tool.name.clone(),
+                        resource_group: gate.group().to_owned(),
+                        reason: shed.reason.as_str().to_owned(),
+                        waited: shed.waited,
+                    },
+                );
                 return Err(shed.failure(&tool.name, &gate));
             }
         };
         if slot.waited.is_zero() {
             return Ok(Some(slot));
+        }
+        if let Some(Cause::RateLimited { bucket, .. }) = slot.cause {
+            ctx.emitter.emit(
+                c,
+                RateLimited {
+                    tool: tool.name.clone(),
+                    resource_group: gate.group().to_owned(),
+                    bucket: bucket.as_str().to_owned(),
+                    waited: slot.waited,
+                },
+            );
         }
         // The wait spent time: what is left must still cover the call.
         if let Err(exhausted) = budget.check(&Need::time(need), self.clock.now()) {
@@ -848,8 +869,25 @@ impl Engine {
         completion: Completion,
     ) {
         let Some(slot) = slot else { return };
-        let _ = (ctx, c);
-        let _adjustment = slot.finish(completion);
+        let group = slot.group().to_owned();
+        let (old, new, reason) = match slot.finish(completion) {
+            Adjustment::Unchanged => return,
+            Adjustment::Shrunk { old, new, reason } => (old, new, reason.to_string()),
+            Adjustment::Grew { old, new } => (
+                old,
+                new,
+                "a round of successes with the limit in use".to_owned(),
+            ),
+        };
+        ctx.emitter.emit(
+            c,
+            ConcurrencyAdjusted {
+                resource_group: group,
+                old,
+                new,
+                reason,
+            },
+        );
     }
 
     /// Admits a call through one breaker arm, recording any transition; an
