@@ -74,7 +74,7 @@ mod store;
 pub mod conformance;
 
 pub use breaker::{BreakerOpening, MAX_BREAKER_ARM_LEN, MAX_BREAKER_REASON_LEN};
-pub use checkpoint::Checkpoint;
+pub use checkpoint::{Checkpoint, CheckpointDelta};
 pub use commit::{ClaimFence, Committed, StepCommit};
 pub use error::StoreError;
 pub use idempotency::{
