@@ -200,7 +200,12 @@ async fn a_run_checkpointed_whole_by_an_older_release_resumes_and_appends_to_it(
     assert_eq!(out.report.outcome, Outcome::BudgetExhausted);
     // Store step 2 in the whole form (this also drops the deltas up to
     // it): what the file of an older release holds for this run.
-    let mut whole = h.store.latest_checkpoint(&out.run_id).await.unwrap().unwrap();
+    let mut whole = h
+        .store
+        .latest_checkpoint(&out.run_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(whole.step, 2);
     for set in ["facts", "tools_tried"] {
         whole.state[set] = sorted(&whole.state[set]);
@@ -229,7 +234,12 @@ async fn a_run_checkpointed_whole_by_an_older_release_resumes_and_appends_to_it(
         3,
         "the two checkpointed reads were not run again"
     );
-    let after = h.store.latest_checkpoint(&out.run_id).await.unwrap().unwrap();
+    let after = h
+        .store
+        .latest_checkpoint(&out.run_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(after.step, 3, "step 3 appended; step 4 answered");
     let (old, new) = (
         before.messages.as_array().unwrap(),
