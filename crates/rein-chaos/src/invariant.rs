@@ -17,7 +17,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use rein_core::{EventKind, FailurePolicy, LedgerStatus, Outcome, ToolClass};
+use rein_core::breaker::{ArmKind, Transition};
+use rein_core::event::{BudgetScope, LinkName, ModelCallFinished, RetryTarget};
+use rein_core::{Category, EventData, EventKind, FailurePolicy, LedgerStatus, Outcome, ToolClass};
 use rein_engine::provider::Message;
 use rein_testkit::order_desk::{EffectKind, RequestRecord};
 use serde::Serialize;
@@ -363,7 +365,7 @@ fn budgets_hold(run: &RunEvidence, out: &mut Vec<Violation>) {
     let steps_taken = run
         .events
         .iter()
-        .filter(|e| e.kind == EventKind::ModelCallStarted)
+        .filter(|e| e.kind() == EventKind::ModelCallStarted)
         .map(|e| e.step)
         .max()
         .unwrap_or(0)
@@ -384,14 +386,9 @@ fn budgets_hold(run: &RunEvidence, out: &mut Vec<Violation>) {
     let tokens_used: u64 = run
         .events
         .iter()
-        .filter(|e| e.kind == EventKind::ModelCallFinished)
-        .map(|e| {
-            if e.data["ok"] == true {
-                e.data["usage"]["input"].as_u64().unwrap_or(0)
-                    + e.data["usage"]["output"].as_u64().unwrap_or(0)
-            } else {
-                e.data["tokens_spent"].as_u64().unwrap_or(0)
-            }
+        .filter_map(|e| match &e.data {
+            EventData::ModelCallFinished(f) => Some(f.tokens()),
+            _ => None,
         })
         .sum::<u64>()
         .max(used.tokens);
@@ -445,9 +442,9 @@ fn budgets_hold(run: &RunEvidence, out: &mut Vec<Violation>) {
     // never hides an action that did not complete.
     // A tool call refused for want of budget is reported per action; any
     // other exhaustion (run, model turn, model call) ends the run.
-    let run_level_exhaustion = run.events.iter().any(|e| {
-        e.kind == EventKind::BudgetExhausted && e.data["scope"].as_str() != Some("tool_call")
-    });
+    let run_level_exhaustion = run.events.iter().any(
+        |e| matches!(&e.data, EventData::BudgetExhausted(b) if b.scope != BudgetScope::ToolCall),
+    );
     if run_level_exhaustion && report.outcome == Outcome::Succeeded {
         violation(
             out,
@@ -549,7 +546,7 @@ fn stopped_by_time(run: &RunEvidence, report: &rein_core::RunReport) -> bool {
     }
     if run.events.iter().any(|e| {
         matches!(
-            e.kind,
+            e.kind(),
             EventKind::LoopDetected | EventKind::SettlementStarted
         )
     }) {
@@ -559,10 +556,13 @@ fn stopped_by_time(run: &RunEvidence, report: &rein_core::RunReport) -> bool {
         .events
         .iter()
         .rev()
-        .find(|e| e.kind == EventKind::ModelCallFinished)
-        .filter(|e| e.data["ok"] == false);
-    if let Some(e) = model_gave_up {
-        return e.data["category"].as_str().is_some_and(fixable_by_time);
+        .find_map(|e| match &e.data {
+            EventData::ModelCallFinished(f) => Some(f),
+            _ => None,
+        })
+        .and_then(ModelCallFinished::category);
+    if let Some(category) = model_gave_up {
+        return fixable_by_time(category.as_str());
     }
     report.incomplete.iter().all(|a| {
         serde_json::to_value(a.category)
@@ -605,14 +605,11 @@ fn reverse_compensation(evidence: &Evidence, run: &RunEvidence, out: &mut Vec<Vi
     // What rein started, in order (a resumed settlement may start one
     // again: first occurrences count).
     let mut started: Vec<u64> = Vec::new();
-    for e in run
-        .events
-        .iter()
-        .filter(|e| e.kind == EventKind::CompensationStarted)
-    {
-        if let Some(seq) = e.data["forward_seq"].as_u64()
-            && !started.contains(&seq)
+    for e in run.events.iter() {
+        if let EventData::CompensationStarted(c) = &e.data
+            && !started.contains(&c.forward_seq)
         {
+            let seq = c.forward_seq;
             started.push(seq);
         }
     }
@@ -704,7 +701,12 @@ fn structured_failures(run: &RunEvidence, out: &mut Vec<Violation>) {
             ),
         );
     }
-    if run.report.is_some() && !run.events.iter().any(|e| e.kind == EventKind::RunFinished) {
+    if run.report.is_some()
+        && !run
+            .events
+            .iter()
+            .any(|e| e.kind() == EventKind::RunFinished)
+    {
         violation(
             out,
             Invariant::StructuredFailures,
@@ -712,13 +714,13 @@ fn structured_failures(run: &RunEvidence, out: &mut Vec<Violation>) {
             "the run ended without a run_finished event".into(),
         );
     }
-    for e in run.events.iter().filter(|e| {
-        matches!(
-            e.kind,
-            EventKind::ToolCallFinished | EventKind::ModelCallFinished
-        ) && e.data["ok"] == Value::Bool(false)
-    }) {
-        if e.data["category"].as_str().is_none_or(str::is_empty) {
+    for e in &run.events {
+        let (ok, category) = match &e.data {
+            EventData::ToolCallFinished(f) => (f.ok(), f.category()),
+            EventData::ModelCallFinished(f) => (f.ok(), f.category()),
+            _ => continue,
+        };
+        if !ok && category.is_none() {
             violation(
                 out,
                 Invariant::StructuredFailures,
@@ -730,17 +732,19 @@ fn structured_failures(run: &RunEvidence, out: &mut Vec<Violation>) {
 }
 
 /// A model link as events name it: (provider, model).
-fn link_of(data: &Value) -> (String, String) {
-    (
-        data["provider"].as_str().unwrap_or_default().to_owned(),
-        data["model"].as_str().unwrap_or_default().to_owned(),
-    )
+fn link_of(provider: &str, model: &str) -> (String, String) {
+    (provider.to_owned(), model.to_owned())
 }
 
 /// Failures a turn must never leave its link for: a switch would hide a
 /// misconfiguration (a bad key, a missing permission), override the
 /// answering model's verdict (a content filter) or outlive the caller.
-const NEVER_FALL_BACK_ON: [&str; 4] = ["unauthorized", "forbidden", "content_blocked", "cancelled"];
+const NEVER_FALL_BACK_ON: [Category; 4] = [
+    Category::Unauthorized,
+    Category::Forbidden,
+    Category::ContentBlocked,
+    Category::Cancelled,
+];
 
 /// The rules of model chains, part of invariant 5 (a failure is handled
 /// in the open, never masked), judged per turn (one step's model calls):
@@ -765,18 +769,19 @@ fn model_chain_rules(run: &RunEvidence, out: &mut Vec<Violation>) {
     }
     let mut turns: BTreeMap<u32, Turn> = BTreeMap::new();
     for e in &run.events {
-        let turn = match e.kind {
+        let turn = match e.kind() {
             EventKind::ModelCallStarted
             | EventKind::ModelCallFinished
             | EventKind::ModelFallbackUsed => turns.entry(e.step).or_default(),
             _ => continue,
         };
-        match e.kind {
-            EventKind::ModelFallbackUsed => {
-                turn.announced.insert(link_of(&e.data["answered"]));
+        match &e.data {
+            EventData::ModelFallbackUsed(d) => {
+                let LinkName { provider, model } = &d.answered;
+                turn.announced.insert(link_of(provider, model));
             }
-            EventKind::ModelCallStarted => {
-                let link = link_of(&e.data);
+            EventData::ModelCallStarted(d) => {
+                let link = link_of(&d.provider, &d.model);
                 if turn.first.is_none() {
                     turn.first = Some(link.clone());
                 }
@@ -805,20 +810,19 @@ fn model_chain_rules(run: &RunEvidence, out: &mut Vec<Violation>) {
                     );
                 }
             }
-            EventKind::ModelCallFinished => {
-                let link = link_of(&e.data);
-                if e.data["ok"] == true {
+            EventData::ModelCallFinished(d) => {
+                let link = link_of(&d.provider, &d.model);
+                let Some(category) = d.category() else {
                     // Announced right after the answer: judged at the end.
                     if turn.first.as_ref().is_some_and(|first| *first != link) {
                         turn.switched.push((e.seq, link));
                     }
                     continue;
-                }
-                let category = e.data["category"].as_str().unwrap_or_default();
-                if category == "context_overflow" {
+                };
+                if category == Category::ContextOverflow {
                     turn.overflowed.insert(link);
                 } else if NEVER_FALL_BACK_ON.contains(&category) {
-                    turn.pinned = Some((link, category.to_owned()));
+                    turn.pinned = Some((link, category.as_str().to_owned()));
                 }
             }
             _ => {}
@@ -858,7 +862,7 @@ fn model_calls_accounted_for(evidence: &Evidence, out: &mut Vec<Violation>) {
             .iter()
             .flat_map(|r| &r.events)
             .filter(|e| {
-                e.kind == EventKind::ModelCallStarted && (e.data["provider"] == "backup") == backup
+                matches!(&e.data, EventData::ModelCallStarted(s) if (s.provider == "backup") == backup)
             })
             .count()
     };
@@ -902,27 +906,27 @@ fn open_breaker_blocks<'a>(
 ) {
     let mut open: BTreeSet<(String, String)> = BTreeSet::new();
     for e in events {
-        let called = match e.kind {
-            EventKind::BreakerStateChanged => {
-                let arm = e.data["arm"].as_str().unwrap_or_default().to_owned();
-                let name = e.data["name"].as_str().unwrap_or_default().to_owned();
-                match e.data["transition"]["transition"].as_str() {
-                    Some("opened") => {
+        let called = match &e.data {
+            EventData::BreakerStateChanged(b) => {
+                let arm = b.arm.as_str().to_owned();
+                let name = b.name.clone();
+                match b.transition {
+                    Transition::Opened { .. } => {
                         open.insert((arm, name));
                     }
-                    Some("half_opened" | "closed") => {
+                    Transition::HalfOpened { .. } | Transition::Closed { .. } => {
                         open.remove(&(arm, name));
                     }
                     _ => {}
                 }
                 continue;
             }
-            EventKind::ToolCallStarted => e.data["tool"].as_str().unwrap_or_default(),
-            EventKind::ModelCallStarted => e.data["provider"].as_str().unwrap_or_default(),
+            EventData::ToolCallStarted(s) => s.tool.as_str(),
+            EventData::ModelCallStarted(s) => s.provider.as_str(),
             _ => continue,
         };
-        let blocked = open.iter().find(|(arm, name)| match e.kind {
-            EventKind::ModelCallStarted => arm == "provider" && name == called,
+        let blocked = open.iter().find(|(arm, name)| match e.kind() {
+            EventKind::ModelCallStarted => arm == ArmKind::Provider.as_str() && name == called,
             _ => arm_covers(evidence, arm, name, called),
         });
         if let Some((arm, name)) = blocked {
@@ -948,13 +952,10 @@ fn calls_accounted_for(evidence: &Evidence, out: &mut Vec<Violation>) {
     }
     let mut attempts: BTreeMap<String, usize> = BTreeMap::new();
     for run in &evidence.runs {
-        for e in run
-            .events
-            .iter()
-            .filter(|e| e.kind == EventKind::ToolCallStarted)
-        {
-            let tool = e.data["tool"].as_str().unwrap_or_default().to_owned();
-            *attempts.entry(tool).or_default() += 1;
+        for e in &run.events {
+            if let EventData::ToolCallStarted(s) = &e.data {
+                *attempts.entry(s.tool.clone()).or_default() += 1;
+            }
         }
     }
     let mut requests: BTreeMap<String, usize> = BTreeMap::new();
@@ -993,11 +994,14 @@ fn concurrency_ceiling(evidence: &Evidence, out: &mut Vec<Violation>) {
     // No tenant starves: every tenant whose runs wanted a tool got one.
     let mut served: BTreeMap<&str, bool> = BTreeMap::new();
     for run in &evidence.runs {
-        let planned = run.events.iter().any(|e| e.kind == EventKind::PlanCreated);
+        let planned = run
+            .events
+            .iter()
+            .any(|e| e.kind() == EventKind::PlanCreated);
         let called = run
             .events
             .iter()
-            .any(|e| e.kind == EventKind::ToolCallStarted);
+            .any(|e| e.kind() == EventKind::ToolCallStarted);
         if planned {
             let entry = served.entry(run.tenant.as_str()).or_insert(false);
             *entry |= called;
@@ -1015,12 +1019,11 @@ fn concurrency_ceiling(evidence: &Evidence, out: &mut Vec<Violation>) {
     // keep the worst waits of tenants sharing a ceiling comparable.
     let mut worst: BTreeMap<&str, u64> = BTreeMap::new();
     for run in &evidence.runs {
-        for e in run
-            .events
-            .iter()
-            .filter(|e| e.kind == EventKind::ToolCallStarted)
-        {
-            let wait = e.data["queue_wait_ms"].as_u64().unwrap_or(0);
+        for e in &run.events {
+            let EventData::ToolCallStarted(s) = &e.data else {
+                continue;
+            };
+            let wait = u64::try_from(s.queue_wait.as_millis()).unwrap_or(u64::MAX);
             let entry = worst.entry(run.tenant.as_str()).or_insert(0);
             *entry = (*entry).max(wait);
         }
@@ -1063,7 +1066,7 @@ fn resume_reuses_intents(run: &RunEvidence, out: &mut Vec<Violation>) {
     let Some(resumed_at) = run
         .events
         .iter()
-        .position(|e| e.kind == EventKind::RunResumed)
+        .position(|e| e.kind() == EventKind::RunResumed)
     else {
         return;
     };
@@ -1072,10 +1075,9 @@ fn resume_reuses_intents(run: &RunEvidence, out: &mut Vec<Violation>) {
         .as_ref()
         .and_then(|r| r.resume.as_ref())
         .map(|m| m.continued_from_step)
-        .or_else(|| {
-            run.events[resumed_at].data["continued_from_step"]
-                .as_u64()
-                .and_then(|s| u32::try_from(s).ok())
+        .or_else(|| match &run.events[resumed_at].data {
+            EventData::RunResumed(r) => Some(r.marker.continued_from_step),
+            _ => None,
         })
         .unwrap_or(0);
     let planned: BTreeSet<&str> = run
@@ -1088,7 +1090,7 @@ fn resume_reuses_intents(run: &RunEvidence, out: &mut Vec<Violation>) {
             .intent_id
             .as_ref()
             .is_some_and(|i| !i.as_str().ends_with("/compensation"));
-        match e.kind {
+        match e.kind() {
             EventKind::ModelCallStarted if e.step <= done_step && e.step > 0 => violation(
                 out,
                 Invariant::ResumeReusesIntents,
@@ -1146,12 +1148,14 @@ fn irreversible_not_retried(evidence: &Evidence, out: &mut Vec<Violation>) {
         );
     }
     for run in &evidence.runs {
-        for e in run
-            .events
-            .iter()
-            .filter(|e| e.kind == EventKind::RetryScheduled)
-        {
-            let tool = e.data["tool"].as_str().unwrap_or_default();
+        for e in &run.events {
+            let EventData::RetryScheduled(r) = &e.data else {
+                continue;
+            };
+            let RetryTarget::Tool(tool) = &r.target else {
+                continue;
+            };
+            let tool = tool.as_str();
             if evidence.class(tool) == Some(ToolClass::Irreversible) {
                 violation(
                     out,

@@ -10,7 +10,10 @@
 
 use std::collections::BTreeSet;
 
-use rein_core::{EventKind, Outcome};
+use rein_core::breaker::Transition;
+use rein_core::event::{AbandonReason, CallRejected, ToolCallFinished};
+use rein_core::retry::GiveUpReason;
+use rein_core::{Category, EventData, LedgerStatus, Outcome};
 use rein_testkit::order_desk::EffectKind;
 use serde::Serialize;
 
@@ -136,61 +139,60 @@ pub fn activated(evidence: &Evidence) -> BTreeSet<Mechanism> {
     let mut set = BTreeSet::new();
     for run in &evidence.runs {
         for e in &run.events {
-            let m = match e.kind {
-                EventKind::RetryScheduled => Some(Mechanism::RetryScheduled),
-                EventKind::RetryAbandoned
-                    if e.data["reason"]["kind"] == "retry_budget_exhausted" =>
+            let m = match &e.data {
+                EventData::RetryScheduled(_) => Some(Mechanism::RetryScheduled),
+                EventData::RetryAbandoned(r)
+                    if r.reason == AbandonReason::GaveUp(GiveUpReason::RetryBudgetExhausted) =>
                 {
                     Some(Mechanism::RetryBudgetExhausted)
                 }
-                EventKind::BreakerStateChanged
-                    if e.data["transition"]["transition"] == "opened" =>
+                EventData::BreakerStateChanged(b)
+                    if matches!(b.transition, Transition::Opened { .. }) =>
                 {
                     Some(Mechanism::BreakerOpened)
                 }
-                EventKind::BreakerStateChanged
-                    if e.data["transition"]["transition"] == "closed" =>
+                EventData::BreakerStateChanged(b)
+                    if matches!(b.transition, Transition::Closed { .. }) =>
                 {
                     Some(Mechanism::BreakerRecovered)
                 }
-                EventKind::CallRejected if e.data["reason"] == "circuit_open" => {
+                EventData::CallRejected(CallRejected::CircuitOpen(_)) => {
                     Some(Mechanism::CircuitRejected)
                 }
                 // Validation refusals carry the category the model is told
                 // (the irreversible-sibling gate does not).
-                EventKind::CallRejected
+                EventData::CallRejected(CallRejected::Refused(r))
                     if matches!(
-                        e.data["category"].as_str(),
-                        Some("invalid_arguments" | "not_found")
+                        r.category,
+                        Some(Category::InvalidArguments | Category::NotFound)
                     ) =>
                 {
                     Some(Mechanism::ValidationRejected)
                 }
-                EventKind::IdempotencyLookup if e.data["collapsed"] == true => {
+                EventData::IdempotencyLookup(l) if l.collapsed == Some(true) => {
                     Some(Mechanism::DuplicateCollapsed)
                 }
-                EventKind::ToolCallFinished if e.data["replayed"] == true => {
+                EventData::ToolCallFinished(ToolCallFinished::Succeeded(f)) if f.replayed => {
                     Some(Mechanism::DuplicateCollapsed)
                 }
-                EventKind::ToolCallStarted
-                    if e.data["queue_wait_ms"].as_u64().is_some_and(|w| w > 0) =>
-                {
+                EventData::ToolCallStarted(s) if !s.queue_wait.is_zero() => {
                     Some(Mechanism::ConcurrencyQueued)
                 }
-                EventKind::CompensationFinished if e.data["status"] == "compensated" => {
+                EventData::CompensationFinished(c) if c.status == LedgerStatus::Compensated => {
                     Some(Mechanism::CompensationExecuted)
                 }
-                EventKind::LoopDetected => Some(Mechanism::LoopGuardTripped),
-                EventKind::BudgetExhausted => Some(Mechanism::BudgetExhausted),
-                EventKind::PartialSuccessReturned => Some(Mechanism::PartialSuccess),
-                EventKind::HandoffCreated => Some(Mechanism::HandedOff),
-                EventKind::RunResumed => Some(Mechanism::Resumed),
+                EventData::LoopDetected(_) => Some(Mechanism::LoopGuardTripped),
+                EventData::BudgetExhausted(_) => Some(Mechanism::BudgetExhausted),
+                EventData::PartialSuccessReturned(_) => Some(Mechanism::PartialSuccess),
+                EventData::HandoffCreated(_) => Some(Mechanism::HandedOff),
+                EventData::RunResumed(_) => Some(Mechanism::Resumed),
                 // The failure that moved the turn on decides which chain
                 // fired: `after` lists each link left, with its category.
-                EventKind::ModelFallbackUsed => Some(
-                    if e.data["after"].as_array().is_some_and(|after| {
-                        after.iter().any(|a| a["category"] == "context_overflow")
-                    }) {
+                EventData::ModelFallbackUsed(f) => Some(
+                    if f.after
+                        .iter()
+                        .any(|a| a.category == Category::ContextOverflow)
+                    {
                         Mechanism::ContextFallback
                     } else {
                         Mechanism::ModelFallback

@@ -575,7 +575,7 @@ async fn crash_and_resume(
             .map_err(|e| ChaosError::Setup(format!("reading the store: {e}")))?;
         if events
             .iter()
-            .all(|e| e.kind != rein_core::EventKind::RunResumed)
+            .all(|e| e.kind() != rein_core::EventKind::RunResumed)
         {
             events.extend(taken(&resumed));
         }

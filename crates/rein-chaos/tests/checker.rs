@@ -8,9 +8,10 @@
 use rein_chaos::evidence::Evidence;
 use rein_chaos::invariant::{Invariant, check};
 use rein_chaos::{RunnerOptions, catalog, run_scenario};
-use rein_core::{EventKind, LedgerStatus, Outcome};
+use rein_core::{Event, EventData, EventKind, LedgerStatus, Outcome};
 use rein_engine::provider::Message;
 use rein_testkit::order_desk::EffectKind;
+use serde_json::{Value, json};
 
 async fn evidence(id: u32) -> Evidence {
     let s = catalog().into_iter().find(|s| s.id == id).unwrap();
@@ -55,7 +56,7 @@ async fn under_reported_tokens_and_silent_success_break_invariant_2() {
     let call = e.runs[0]
         .events
         .iter()
-        .find(|x| x.kind == EventKind::ModelCallFinished)
+        .find(|x| x.kind() == EventKind::ModelCallFinished)
         .unwrap()
         .clone();
     e.runs[0].events.push(call.clone());
@@ -130,13 +131,14 @@ async fn forward_order_compensation_breaks_invariant_4() {
         .events
         .iter()
         .enumerate()
-        .filter(|(_, x)| x.kind == EventKind::CompensationStarted)
+        .filter(|(_, x)| x.kind() == EventKind::CompensationStarted)
         .map(|(i, _)| i)
         .collect();
     assert_eq!(starts.len(), 2);
-    let first = run.events[starts[0]].data["forward_seq"].clone();
-    run.events[starts[0]].data["forward_seq"] = run.events[starts[1]].data["forward_seq"].clone();
-    run.events[starts[1]].data["forward_seq"] = first;
+    let first = wire(&run.events[starts[0]])["forward_seq"].clone();
+    let second = wire(&run.events[starts[1]])["forward_seq"].clone();
+    edit(&mut run.events[starts[0]], |d| d["forward_seq"] = second);
+    edit(&mut run.events[starts[1]], |d| d["forward_seq"] = first);
     assert_flags(
         &e,
         Invariant::ReverseCompensation,
@@ -167,13 +169,16 @@ async fn a_call_through_an_open_breaker_breaks_invariant_6() {
         .events
         .iter()
         .position(|x| {
-            x.kind == EventKind::BreakerStateChanged
-                && x.data["transition"]["transition"] == "opened"
+            x.kind() == EventKind::BreakerStateChanged
+                && wire(x)["transition"]["transition"] == "opened"
         })
         .unwrap();
     let mut call = run.events[at].clone();
-    call.kind = EventKind::ToolCallStarted;
-    call.data = serde_json::json!({"tool": "get_order"});
+    call.data = payload(
+        EventKind::ToolCallStarted,
+        json!({"tool": "get_order", "attempt": 1, "class": "read", "allowance_ms": 1000,
+               "remaining_ms": 1000, "queue_wait_ms": 0}),
+    );
     run.events.insert(at + 1, call);
     assert_flags(
         &e,
@@ -208,9 +213,9 @@ async fn a_breached_ceiling_or_a_starved_tenant_breaks_invariant_7() {
         for x in r
             .events
             .iter_mut()
-            .filter(|x| x.kind == EventKind::ToolCallStarted)
+            .filter(|x| x.kind() == EventKind::ToolCallStarted)
         {
-            x.data["queue_wait_ms"] = 7000.into();
+            edit(x, |d| d["queue_wait_ms"] = 7000.into());
         }
     }
     assert_flags(
@@ -304,11 +309,11 @@ async fn a_silent_model_switch_breaks_invariant_5() {
         e.runs[0]
             .events
             .iter()
-            .any(|x| x.kind == EventKind::ModelFallbackUsed)
+            .any(|x| x.kind() == EventKind::ModelFallbackUsed)
     );
     e.runs[0]
         .events
-        .retain(|x| x.kind != EventKind::ModelFallbackUsed);
+        .retain(|x| x.kind() != EventKind::ModelFallbackUsed);
     assert_flags(
         &e,
         Invariant::StructuredFailures,
@@ -325,13 +330,16 @@ async fn a_fallback_after_401_breaks_invariants_5_and_6() {
         .events
         .iter()
         .position(|x| {
-            x.kind == EventKind::ModelCallFinished && x.data["category"] == "unauthorized"
+            x.kind() == EventKind::ModelCallFinished && wire(x)["category"] == "unauthorized"
         })
         .unwrap();
     let mut e = base.clone();
     let mut switched = run.events[failed].clone();
-    switched.kind = EventKind::ModelCallStarted;
-    switched.data = serde_json::json!({"provider": "backup", "model": "chaos-model", "attempt": 1});
+    switched.data = payload(
+        EventKind::ModelCallStarted,
+        json!({"provider": "backup", "model": "chaos-model", "attempt": 1,
+               "allowance_ms": 1000, "messages": 2, "stream": false}),
+    );
     e.runs[0].events.insert(failed + 1, switched);
     assert_flags(&e, Invariant::StructuredFailures, "a switch after a 401");
     let mut e = base.clone();
@@ -351,12 +359,17 @@ async fn asking_an_overflowed_model_again_breaks_invariant_5() {
         .events
         .iter()
         .position(|x| {
-            x.kind == EventKind::ModelCallFinished && x.data["category"] == "context_overflow"
+            x.kind() == EventKind::ModelCallFinished && wire(x)["category"] == "context_overflow"
         })
         .unwrap();
     let mut e = base.clone();
     let mut again = run.events[overflow].clone();
-    again.kind = EventKind::ModelCallStarted;
+    let finished = wire(&again);
+    again.data = payload(
+        EventKind::ModelCallStarted,
+        json!({"provider": finished["provider"], "model": finished["model"], "attempt": 2,
+               "allowance_ms": 1000, "messages": 2, "stream": false}),
+    );
     e.runs[0].events.insert(overflow + 1, again);
     assert_flags(
         &e,
@@ -372,13 +385,31 @@ async fn tokens_of_failed_streams_count_toward_invariant_2() {
     let failed = e.runs[0]
         .events
         .iter_mut()
-        .find(|x| x.kind == EventKind::ModelCallFinished && x.data["ok"] == false)
+        .find(|x| x.kind() == EventKind::ModelCallFinished && wire(x)["ok"] == false)
         .unwrap();
-    assert!(failed.data["tokens_spent"].as_u64().unwrap() > 0);
-    failed.data["tokens_spent"] = serde_json::json!(1_000_000);
+    assert!(wire(failed)["tokens_spent"].as_u64().unwrap() > 0);
+    edit(failed, |d| d["tokens_spent"] = json!(1_000_000));
     assert_flags(
         &e,
         Invariant::BudgetsHold,
         "tokens of a cut stream over the limit",
     );
+}
+
+/// An event's data in its wire form: what the tampering below edits, so a
+/// forged event is one a store could really hold.
+fn wire(e: &Event) -> Value {
+    e.data.to_value().unwrap()
+}
+
+/// Edits an event's data in its wire form, keeping its kind.
+fn edit(e: &mut Event, change: impl FnOnce(&mut Value)) {
+    let mut data = wire(e);
+    change(&mut data);
+    e.data = payload(e.kind(), data);
+}
+
+/// A payload of `kind` from its wire form.
+fn payload(kind: EventKind, data: Value) -> EventData {
+    EventData::decode(kind, data).unwrap()
 }

@@ -2,190 +2,181 @@
 
 use std::fmt::Write as _;
 
-use rein_core::{Event, EventKind, Outcome, RunReport};
+use std::time::Duration;
+
+use rein_core::event::{
+    AbandonReason, CallRejected, ModelCallResult, StopReason, ToolCallFinished,
+};
+use rein_core::retry::GiveUpReason;
+use rein_core::{Category, Effect, Event, EventData, Outcome, RunReport};
 use serde_json::Value;
 
 /// One readable line for an event: time since the run started, step, kind,
 /// and what the decision was and why.
 pub fn line(event: &Event, started_ms: u64) -> String {
     let offset = event.at_ms.saturating_sub(started_ms);
-    let d = &event.data;
-    let s = |key: &str| d.get(key).and_then(Value::as_str).unwrap_or("");
-    let n = |key: &str| d.get(key).and_then(Value::as_u64).unwrap_or(0);
-    let detail = match event.kind {
-        EventKind::RunStarted => {
-            format!("agent {} on {} ({})", s("agent"), s("provider"), s("model"))
+    let detail = match &event.data {
+        EventData::RunStarted(d) => {
+            format!("agent {} on {} ({})", d.agent, d.provider, d.model)
         }
-        EventKind::ModelCallStarted => format!(
+        EventData::ModelCallStarted(d) => format!(
             "{} attempt {} (allowance {}ms)",
-            s("provider"),
-            n("attempt"),
-            n("allowance_ms")
+            d.provider,
+            d.attempt,
+            ms(d.allowance)
         ),
-        EventKind::ModelCallFinished => {
-            if d["ok"] == true {
-                let calls: Vec<&str> = d["tool_calls"]
-                    .as_array()
-                    .map(|a| a.iter().filter_map(Value::as_str).collect())
-                    .unwrap_or_default();
-                let usage = &d["usage"];
-                let tokens =
-                    usage["input"].as_u64().unwrap_or(0) + usage["output"].as_u64().unwrap_or(0);
-                if calls.is_empty() {
+        EventData::ModelCallFinished(d) => match &d.result {
+            ModelCallResult::Answered(a) => {
+                let tokens = a.usage.input + a.usage.output;
+                if a.tool_calls.is_empty() {
                     format!("answered ({tokens} tokens)")
                 } else {
-                    format!("proposed {} ({tokens} tokens)", calls.join(", "))
+                    format!("proposed {} ({tokens} tokens)", a.tool_calls.join(", "))
                 }
-            } else {
-                format!("failed: {} — {}", s("category"), s("reason"))
             }
+            ModelCallResult::Failed(f) => format!("failed: {} — {}", f.category, f.reason),
+        },
+        EventData::PlanCreated(d) => {
+            format!("{} intent(s) planned and persisted", d.intents.len())
         }
-        EventKind::PlanCreated => {
-            let intents = d["intents"].as_array().map(Vec::len).unwrap_or(0);
-            format!("{intents} intent(s) planned and persisted")
-        }
-        EventKind::BudgetAllocated => format!(
+        EventData::BudgetAllocated(d) => format!(
             "{} branches share the remainder: {}ms each",
-            n("branches"),
-            n("each_ms")
+            d.branches,
+            d.each.map_or(0, ms)
         ),
-        EventKind::CallRejected => {
-            if d["salvaged"] == true {
-                format!(
-                    "{}: truncated arguments salvaged ({} bytes dropped)",
-                    s("tool"),
-                    n("dropped_bytes")
-                )
-            } else if d.get("arm").is_some() {
-                format!(
-                    "{} {}: circuit open, no call made (retry after {}ms)",
-                    s("arm"),
-                    s("name"),
-                    n("retry_after_ms")
-                )
-            } else {
-                format!(
-                    "{}: {} — {} (never sent)",
-                    s("tool"),
-                    s("category"),
-                    s("reason")
-                )
-            }
-        }
-        EventKind::ToolCallStarted => format!(
+        EventData::CallRejected(CallRejected::CircuitOpen(d)) => format!(
+            "{} {}: circuit open, no call made (retry after {}ms)",
+            d.arm.as_str(),
+            d.name,
+            ms(d.retry_after)
+        ),
+        EventData::CallRejected(CallRejected::Refused(d)) => format!(
+            "{}: {} — {} (never sent)",
+            d.tool,
+            d.category.map_or("", Category::as_str),
+            d.reason
+        ),
+        EventData::ToolCallStarted(d) => format!(
             "{} attempt {} (allowance {}ms, {}ms left)",
-            s("tool"),
-            n("attempt"),
-            n("allowance_ms"),
-            n("remaining_ms")
+            d.tool,
+            d.attempt,
+            ms(d.allowance),
+            ms(d.remaining)
         ),
-        EventKind::ToolCallFinished => {
-            if d["ok"] == true {
-                let replayed = if d["replayed"] == true {
-                    ", replayed by key"
-                } else {
-                    ""
-                };
-                format!("{} ok in {}ms{replayed}", s("tool"), n("elapsed_ms"))
-            } else {
-                format!(
-                    "{} failed: {}, effect {} — {}",
-                    s("tool"),
-                    s("category"),
-                    s("effect"),
-                    s("reason")
-                )
-            }
+        EventData::ToolCallFinished(ToolCallFinished::Succeeded(d)) => {
+            let replayed = if d.replayed { ", replayed by key" } else { "" };
+            format!("{} ok in {}ms{replayed}", d.tool, ms(d.elapsed))
         }
-        EventKind::RetryScheduled => {
-            let target = if s("tool").is_empty() {
-                s("provider")
-            } else {
-                s("tool")
+        EventData::ToolCallFinished(ToolCallFinished::Skipped(d)) if d.ok => {
+            format!("{} ok in 0ms", d.tool)
+        }
+        EventData::ToolCallFinished(d) => {
+            let (effect, reason) = match d {
+                ToolCallFinished::Skipped(s) => (s.effect, s.reason.as_str()),
+                ToolCallFinished::NotSent(s) => (Some(s.effect), s.reason.as_str()),
+                ToolCallFinished::Failed(s) => (Some(s.effect), s.reason.as_str()),
+                ToolCallFinished::Succeeded(_) => (None, ""),
             };
-            let source = if d["from_server"] == true {
+            format!(
+                "{} failed: {}, effect {} — {reason}",
+                d.tool(),
+                d.category().map_or("", Category::as_str),
+                effect.map_or("", Effect::as_str),
+            )
+        }
+        EventData::RetryScheduled(d) => {
+            let source = if d.from_server {
                 "server's Retry-After".to_owned()
             } else {
-                format!("full jitter on [0, {}ms]", n("backoff_ceiling_ms"))
+                format!("full jitter on [0, {}ms]", ms(d.backoff_ceiling))
             };
-            let key = if d["same_key"] == true {
+            let key = if d.same_key == Some(true) {
                 ", same key"
             } else {
                 ""
             };
             format!(
-                "{target} attempt {} in {}ms ({source}{key})",
-                n("next_attempt"),
-                n("delay_ms")
+                "{} attempt {} in {}ms ({source}{key})",
+                d.target.name(),
+                d.next_attempt,
+                ms(d.delay)
             )
         }
-        EventKind::RetryAbandoned => {
-            let target = if s("tool").is_empty() {
-                s("provider")
-            } else {
-                s("tool")
-            };
-            format!("{target} not retried: {}", reason(&d["reason"]))
+        EventData::RetryAbandoned(d) => {
+            format!("{} not retried: {}", d.target.name(), reason(&d.reason))
         }
-        EventKind::IdempotencyLookup => format!("{}: {}", s("tool"), s("reason")),
-        EventKind::LedgerRecorded => format!("{} → {}", s("tool"), s("status")),
-        EventKind::BreakerStateChanged => format!(
-            "{} {}: {}",
-            s("arm"),
-            s("name"),
-            d["transition"]["transition"].as_str().unwrap_or("changed")
+        EventData::IdempotencyLookup(d) => format!("{}: {}", d.tool, d.reason),
+        EventData::LedgerRecorded(d) => format!(
+            "{} → {}",
+            d.tool.as_deref().unwrap_or(""),
+            d.status.as_str()
         ),
-        EventKind::BudgetExhausted => {
-            let e = &d["exhausted"];
-            format!(
-                "{} budget: needs {}, {} remain",
-                e["dimension"].as_str().unwrap_or("?"),
-                e["needed"],
-                e["remaining"]
-            )
+        EventData::BreakerStateChanged(d) => {
+            format!("{} {}: {}", d.arm.as_str(), d.name, d.transition.as_str())
         }
-        EventKind::LoopDetected => s("message").to_owned(),
-        EventKind::ToolDisabled => format!(
+        EventData::BudgetExhausted(d) => format!(
+            "{} budget: needs {}, {} remain",
+            d.exhausted.dimension, d.exhausted.needed, d.exhausted.remaining
+        ),
+        EventData::LoopDetected(d) => d.message.clone(),
+        EventData::ToolDisabled(d) => format!(
             "{} disabled for this run after {} failures",
-            s("tool"),
-            n("failures")
+            d.tool, d.failures
         ),
-        EventKind::PartialSuccessReturned => format!(
-            "{} completed, {} not completed",
-            n("completed"),
-            n("incomplete")
-        ),
-        EventKind::RunFinished => format!(
+        EventData::PartialSuccessReturned(d) => {
+            format!("{} completed, {} not completed", d.completed, d.incomplete)
+        }
+        EventData::RunFinished(d) => format!(
             "{} after {} step(s) in {}ms",
-            s("outcome"),
-            n("steps"),
-            n("elapsed_ms")
+            d.outcome.as_str(),
+            d.steps,
+            ms(d.elapsed)
         ),
-        _ => d.to_string(),
+        data => data.to_value().unwrap_or_default().to_string(),
     };
     format!(
         "{:>8.3}s  step {:<2} {:<24} {}",
         offset as f64 / 1000.0,
         event.step,
-        event.kind.as_str(),
+        event.kind().as_str(),
         detail
     )
 }
 
-fn reason(r: &Value) -> String {
-    let kind = r["kind"].as_str().unwrap_or("?");
-    match kind {
-        "server_wait_beyond_deadline" => format!(
+/// Whole milliseconds, as the event stream writes them.
+fn ms(d: Duration) -> u128 {
+    d.as_millis()
+}
+
+fn reason(r: &AbandonReason) -> String {
+    match r {
+        AbandonReason::GaveUp(GiveUpReason::ServerWaitBeyondDeadline {
+            retry_after,
+            remaining,
+        }) => format!(
             "the server asks to wait {} but only {} remain",
-            r["retry_after"].as_str().unwrap_or("?"),
-            r["remaining"].as_str().unwrap_or("?")
+            humantime::format_duration(*retry_after),
+            humantime::format_duration(*remaining)
         ),
-        "irreversible" => "irreversible tools are never retried".into(),
-        "not_retryable" => format!("{} is not retryable", r["category"].as_str().unwrap_or("?")),
-        "attempts_exhausted" => format!("{} of {} attempts used", r["attempts"], r["max_attempts"]),
-        "retry_budget_exhausted" => "the target's retry budget is spent".into(),
-        "deadline_too_close" => "not enough time left for another attempt".into(),
-        other => other.to_owned(),
+        AbandonReason::GaveUp(GiveUpReason::Irreversible) => {
+            "irreversible tools are never retried".into()
+        }
+        AbandonReason::GaveUp(GiveUpReason::NotRetryable { category }) => {
+            format!("{category} is not retryable")
+        }
+        AbandonReason::GaveUp(GiveUpReason::AttemptsExhausted {
+            attempts,
+            max_attempts,
+        }) => format!("{attempts} of {max_attempts} attempts used"),
+        AbandonReason::GaveUp(GiveUpReason::RetryBudgetExhausted) => {
+            "the target's retry budget is spent".into()
+        }
+        AbandonReason::GaveUp(GiveUpReason::DeadlineTooClose { .. }) => {
+            "not enough time left for another attempt".into()
+        }
+        AbandonReason::Stopped(StopReason::Cancelled) => "cancelled".into(),
+        AbandonReason::Stopped(StopReason::CircuitOpen { .. }) => "circuit_open".into(),
+        AbandonReason::RunBudget(_) => "the run's model retry allowance is spent".into(),
     }
 }
 

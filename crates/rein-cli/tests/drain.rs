@@ -119,7 +119,7 @@ async fn kinds(store: &SqliteStore, run_id: &RunId) -> Vec<EventKind> {
         .await
         .unwrap()
         .into_iter()
-        .map(|e| e.kind)
+        .map(|e| e.kind())
         .collect()
 }
 
@@ -140,8 +140,8 @@ async fn interruption(store: &SqliteStore, run_id: &RunId) -> Value {
         .unwrap()
         .into_iter()
         .rev()
-        .find(|e| e.kind == EventKind::RunInterrupted)
-        .map(|e| e.data)
+        .find(|e| e.kind() == EventKind::RunInterrupted)
+        .map(|e| e.data.to_value().unwrap())
         .unwrap_or_else(|| panic!("{run_id} was not interrupted"))
 }
 
@@ -554,7 +554,7 @@ async fn a_killed_servers_queued_run_is_taken_over_before_its_lease_expires() {
         .await
         .unwrap()
         .into_iter()
-        .find(|e| e.kind == EventKind::RunResumed)
+        .find(|e| e.kind() == EventKind::RunResumed)
         .expect("the second server resumed it");
     assert!(
         resumed.at_ms < claim.expires_at_ms,

@@ -20,7 +20,8 @@
 //! | [`breaker`] | multi-arm circuit breakers with hysteresis |
 //! | [`governor`] | rate limits per resource group, adaptive concurrency, tenant quotas, the fair queue |
 //! | [`loop_guard`] | repeated action, no progress, repeat failure, self-heal allowance |
-//! | [`event`] | the event stream: every decision with its rationale |
+//! | [`event`] | the event stream: every decision with its rationale, one typed payload per kind |
+//! | [`model`] | what a model call leaves behind: `FinishReason`, `TokenUsage` |
 //! | [`ledger`] | the side-effect ledger's record and state machine |
 //! | [`outcome`] | honest outcomes, the run report, the partial-failure policy |
 //! | [`handoff`] | the package for a human when automation stops |
@@ -45,6 +46,7 @@ pub mod idempotency;
 pub mod ids;
 pub mod ledger;
 pub mod loop_guard;
+pub mod model;
 pub mod outcome;
 pub mod redact;
 pub mod registry;
@@ -55,7 +57,7 @@ pub mod tool;
 
 pub use clock::{Clock, Instant, ManualClock};
 pub use config::{ConfigError, MAX_DURATION, Ratio, Weight};
-pub use event::{Event, EventKind};
+pub use event::{Event, EventData, EventKind};
 pub use failure::{Category, Effect, Failure};
 pub use ids::{AttemptId, IntentId, RunId, TenantId};
 pub use ledger::{LedgerRecord, LedgerStatus};

@@ -23,7 +23,7 @@ use rein_core::deadline::{BudgetLimits, DEADLINE_HEADER};
 use rein_core::idempotency::Normalizer;
 use rein_core::loop_guard::LoopGuardConfig;
 use rein_core::retry::RetryPolicy;
-use rein_core::{Event, EventKind, LatencyProfile, Outcome, RunId, TenantId, ToolClass};
+use rein_core::{Event, LatencyProfile, Outcome, RunId, TenantId, ToolClass};
 use rein_engine::provider::ScriptedProvider;
 use rein_engine::run::{AcceptAll, AgentBinding, Engine, RunRequest, ToolBinding, http_client};
 use rein_engine::tool_http::{
@@ -254,8 +254,17 @@ fn bench(c: &mut Criterion) {
         attempt_id: None,
         idempotency_key: None,
         at_ms: 0,
-        kind: EventKind::PlanCreated,
-        data: json!({"intents": [{"tool": GET_ORDER, "class": "read"}], "rejected": 0}),
+        data: rein_core::event::PlanCreated {
+            intents: vec![rein_core::event::PlannedIntentSummary {
+                intent_id: rein_core::IntentId::new("intent-1").unwrap(),
+                tool: GET_ORDER.into(),
+                call_id: "call-1".into(),
+                class: Some(ToolClass::Read),
+                salvaged: false,
+            }],
+            rejected: 0,
+        }
+        .into(),
     };
     group.bench_function(COMMIT, |b| {
         b.iter_custom(|iters| {

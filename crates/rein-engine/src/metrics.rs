@@ -20,8 +20,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::{Mutex, PoisonError};
 
-use rein_core::{Event, EventKind};
-use serde_json::Value;
+use rein_core::event::{CallRejected, LinkName, RetryTarget, ToolCallFinished, TruncationAction};
+use rein_core::{Category, Event, EventData};
 
 /// A counter's identity: its name and its labels, in order.
 type Key = (&'static str, Vec<(&'static str, String)>);
@@ -85,109 +85,110 @@ const HELP: [(&str, &str); 13] = [
     ),
 ];
 
-fn text(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.clone(),
-        Value::Null => "none".to_owned(),
-        other => other.to_string(),
-    }
-}
+/// The label value of something an event does not say.
+const NONE: &str = "none";
 
 impl Metrics {
     /// Counts what `event` says, if it is a decision worth a counter.
     pub fn record(&self, event: &Event) {
-        let d = &event.data;
-        let outcome = || {
-            if d["ok"] == Value::Bool(true) {
+        let outcome = |ok: bool, category: Option<Category>| {
+            if ok {
                 "ok".to_owned()
             } else {
-                text(&d["category"])
+                category.map_or_else(|| NONE.to_owned(), |c| c.as_str().to_owned())
             }
         };
-        let key: Key = match event.kind {
-            EventKind::RunFinished => (
+        let link = |l: &LinkName| format!("{}/{}", l.provider, l.model);
+        let key: Key = match &event.data {
+            EventData::RunFinished(d) => (
                 "rein_runs_finished_total",
-                vec![("outcome", text(&d["outcome"]))],
+                vec![("outcome", d.outcome.as_str().to_owned())],
             ),
-            EventKind::ModelCallFinished => (
+            EventData::ModelCallFinished(d) => (
                 "rein_model_calls_total",
                 vec![
-                    ("provider", text(&d["provider"])),
-                    ("model", text(&d["model"])),
-                    ("outcome", outcome()),
+                    ("provider", d.provider.clone()),
+                    ("model", d.model.clone()),
+                    ("outcome", outcome(d.ok(), d.category())),
                 ],
             ),
-            EventKind::ToolCallFinished if d["skipped"] != Value::Bool(true) => (
+            EventData::ToolCallFinished(d) if !matches!(d, ToolCallFinished::Skipped(_)) => (
                 "rein_tool_calls_total",
-                vec![("tool", text(&d["tool"])), ("outcome", outcome())],
+                vec![
+                    ("tool", d.tool().to_owned()),
+                    ("outcome", outcome(d.ok(), d.category())),
+                ],
             ),
-            EventKind::RetryScheduled => {
-                let (kind, target) = if d.get("provider").is_some() {
-                    ("model", text(&d["provider"]))
-                } else {
-                    ("tool", text(&d["tool"]))
+            EventData::RetryScheduled(d) => {
+                let kind = match d.target {
+                    RetryTarget::Provider(_) => "model",
+                    RetryTarget::Tool(_) => "tool",
                 };
                 (
                     "rein_retries_total",
-                    vec![("kind", kind.to_owned()), ("target", target)],
+                    vec![
+                        ("kind", kind.to_owned()),
+                        ("target", d.target.name().to_owned()),
+                    ],
                 )
             }
-            EventKind::BreakerStateChanged => (
+            EventData::BreakerStateChanged(d) => (
                 "rein_breaker_transitions_total",
                 vec![
-                    ("arm", text(&d["arm"])),
-                    ("name", text(&d["name"])),
-                    ("transition", text(&d["transition"]["transition"])),
+                    ("arm", d.arm.as_str().to_owned()),
+                    ("name", d.name.clone()),
+                    ("transition", d.transition.as_str().to_owned()),
                 ],
             ),
-            EventKind::CallRejected => (
-                "rein_calls_rejected_total",
-                vec![("arm", text(&d["arm"])), ("name", text(&d["name"]))],
-            ),
-            EventKind::ModelFallbackUsed => (
+            EventData::CallRejected(d) => {
+                let (arm, name) = match d {
+                    CallRejected::CircuitOpen(c) => (c.arm.as_str().to_owned(), c.name.clone()),
+                    // NOTE: a refusal names no arm; its labels have always
+                    // read `none`.
+                    CallRejected::Refused(_) => (NONE.to_owned(), NONE.to_owned()),
+                };
+                (
+                    "rein_calls_rejected_total",
+                    vec![("arm", arm), ("name", name)],
+                )
+            }
+            EventData::ModelFallbackUsed(d) => (
                 "rein_model_fallbacks_total",
                 vec![
-                    (
-                        "primary",
-                        format!(
-                            "{}/{}",
-                            text(&d["primary"]["provider"]),
-                            text(&d["primary"]["model"])
-                        ),
-                    ),
-                    (
-                        "answered",
-                        format!(
-                            "{}/{}",
-                            text(&d["answered"]["provider"]),
-                            text(&d["answered"]["model"])
-                        ),
-                    ),
+                    ("primary", link(&d.primary)),
+                    ("answered", link(&d.answered)),
                 ],
             ),
-            EventKind::ModelQueueWaited => (
+            EventData::ModelQueueWaited(d) => (
                 "rein_model_queue_waits_total",
                 vec![
-                    ("provider", text(&d["provider"])),
-                    ("expired", text(&d["expired"])),
+                    ("provider", d.provider.clone()),
+                    ("expired", d.expired.to_string()),
                 ],
             ),
-            EventKind::ConcurrencyWaitExpired => (
+            EventData::ConcurrencyWaitExpired(d) => (
                 "rein_tool_queue_expired_total",
-                vec![("group", text(&d["resource_group"]))],
+                vec![("group", d.resource_group.clone())],
             ),
-            EventKind::LoopDetected => ("rein_loop_guard_trips_total", Vec::new()),
-            EventKind::ToolDisabled => (
+            EventData::LoopDetected(_) => ("rein_loop_guard_trips_total", Vec::new()),
+            EventData::ToolDisabled(d) => (
                 "rein_self_heal_exhausted_total",
-                vec![("tool", text(&d["tool"]))],
+                vec![("tool", d.tool.clone())],
             ),
-            EventKind::ModelOutputTruncated => (
+            EventData::ModelOutputTruncated(d) => (
                 "rein_model_output_truncated_total",
-                vec![("action", text(&d["action"]))],
+                vec![(
+                    "action",
+                    match d.action {
+                        TruncationAction::Salvaged => "salvaged",
+                        TruncationAction::AskedAgain => "asked_again",
+                    }
+                    .to_owned(),
+                )],
             ),
-            EventKind::CompensationFinished => (
+            EventData::CompensationFinished(d) => (
                 "rein_compensations_total",
-                vec![("status", text(&d["status"]))],
+                vec![("status", d.status.as_str().to_owned())],
             ),
             _ => return,
         };
@@ -288,11 +289,17 @@ fn escape(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use std::time::Duration;
+
     use super::*;
     use rein_core::RunId;
-    use serde_json::json;
+    use rein_core::breaker::{ArmKind, OpenReason, Transition};
+    use rein_core::event::{
+        BreakerStateChanged, Flag, ModelCallFailed, ModelCallFinished, ModelCallResult,
+        PlanCreated, RetryScheduled,
+    };
 
-    fn event(kind: EventKind, data: Value) -> Event {
+    fn event(data: impl Into<EventData>) -> Event {
         Event {
             run_id: RunId::new("r").unwrap(),
             seq: 0,
@@ -301,32 +308,59 @@ mod tests {
             attempt_id: None,
             idempotency_key: None,
             at_ms: 0,
-            kind,
-            data,
+            data: data.into(),
+        }
+    }
+
+    fn retry(target: RetryTarget) -> RetryScheduled {
+        RetryScheduled {
+            target,
+            next_attempt: 2,
+            reason: Category::RateLimited,
+            delay: Duration::from_millis(5),
+            from_server: false,
+            backoff_ceiling: Duration::from_millis(10),
+            clamped: false,
+            remaining: Duration::from_secs(1),
+            same_key: None,
         }
     }
 
     #[test]
     fn decisions_are_counted_per_target_and_rendered_for_prometheus() {
         let m = Metrics::default();
-        m.record(&event(
-            EventKind::RetryScheduled,
-            json!({"provider": "openai"}),
-        ));
-        m.record(&event(EventKind::RetryScheduled, json!({"tool": "update"})));
-        m.record(&event(
-            EventKind::RetryScheduled,
-            json!({"provider": "openai"}),
-        ));
-        m.record(&event(
-            EventKind::BreakerStateChanged,
-            json!({"arm": "provider", "name": "openai", "transition": {"transition": "opened"}}),
-        ));
-        m.record(&event(
-            EventKind::ModelCallFinished,
-            json!({"provider": "openai", "model": "m\"x", "ok": false, "category": "rate_limited"}),
-        ));
-        m.record(&event(EventKind::PlanCreated, json!({})));
+        m.record(&event(retry(RetryTarget::Provider("openai".into()))));
+        m.record(&event(retry(RetryTarget::Tool("update".into()))));
+        m.record(&event(retry(RetryTarget::Provider("openai".into()))));
+        m.record(&event(BreakerStateChanged {
+            arm: ArmKind::Provider,
+            name: "openai".into(),
+            transition: Transition::Opened {
+                reason: OpenReason::ConsecutiveFailures {
+                    count: 5,
+                    threshold: 5,
+                },
+                until: rein_core::Instant::ORIGIN,
+                break_duration: Duration::from_secs(1),
+            },
+        }));
+        m.record(&event(ModelCallFinished {
+            provider: "openai".into(),
+            model: "m\"x".into(),
+            attempt: 1,
+            cost: None,
+            result: ModelCallResult::Failed(ModelCallFailed {
+                ok: Flag,
+                category: Category::RateLimited,
+                reason: "slow down".into(),
+                tokens_spent: 0,
+                key_env: None,
+            }),
+        }));
+        m.record(&event(PlanCreated {
+            intents: Vec::new(),
+            rejected: 0,
+        }));
         assert_eq!(
             m.get(
                 "rein_retries_total",
@@ -338,6 +372,17 @@ mod tests {
             m.get(
                 "rein_retries_total",
                 &[("kind", "tool"), ("target", "update")]
+            ),
+            1
+        );
+        assert_eq!(
+            m.get(
+                "rein_model_calls_total",
+                &[
+                    ("provider", "openai"),
+                    ("model", "m\"x"),
+                    ("outcome", "rate_limited")
+                ]
             ),
             1
         );

@@ -16,10 +16,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rein_core::{Clock, Event, EventKind, LedgerRecord, LedgerStatus, Outcome, ToolClass};
+use rein_core::event::LedgerRecorded;
+use rein_core::registry::CompensationGrade;
+use rein_core::{Clock, Event, EventData, LedgerRecord, LedgerStatus, Outcome, ToolClass};
 use rein_store::{LedgerMark, RunStatus, StepCommit, Store, StoreError};
 use serde::Serialize;
-use serde_json::json;
 
 use crate::Timer;
 use crate::lease::{ReapReport, Reaper};
@@ -444,8 +445,13 @@ impl Reconciler {
             attempt_id: None,
             idempotency_key: record.idempotency_key.clone(),
             at_ms,
-            kind: EventKind::LedgerRecorded,
-            data: json!({"tool": record.tool, "status": to, "by": "reconciler", "reason": reason}),
+            data: LedgerRecorded {
+                tool: Some(record.tool.clone()),
+                by: Some("reconciler".into()),
+                reason: Some(reason.clone()),
+                ..LedgerRecorded::new(to)
+            }
+            .into(),
         };
         let mark = LedgerMark {
             status: to,
@@ -620,16 +626,13 @@ fn is_read_stale(e: &StoreError) -> bool {
 /// (not because a human was meant to decide: those events carry no
 /// attempts).
 fn failed_strong_compensation(events: &[Event], record: &LedgerRecord) -> bool {
-    let started_strong = events.iter().any(|e| {
-        e.kind == EventKind::CompensationStarted
-            && e.intent_id.as_ref() == Some(&record.intent_id)
-            && e.data["grade"] == "strong"
+    let mine = |e: &&Event| e.intent_id.as_ref() == Some(&record.intent_id);
+    let started_strong = events.iter().filter(mine).any(|e| {
+        matches!(&e.data, EventData::CompensationStarted(s) if s.grade == CompensationGrade::Strong)
     });
-    let failed = events.iter().any(|e| {
-        e.kind == EventKind::CompensationFinished
-            && e.intent_id.as_ref() == Some(&record.intent_id)
-            && e.data["status"] == "manual"
-            && e.data["attempts"].as_u64().is_some_and(|n| n > 0)
+    let failed = events.iter().filter(mine).any(|e| {
+        matches!(&e.data, EventData::CompensationFinished(f)
+            if f.status == LedgerStatus::Manual && f.attempts.is_some_and(|n| n > 0))
     });
     started_strong && failed
 }

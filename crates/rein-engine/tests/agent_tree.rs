@@ -423,7 +423,7 @@ async fn a_failed_root_undoes_its_descendants_effects_in_one_reverse_order() {
     assert!(
         child_events
             .iter()
-            .any(|e| e.kind == rein_core::EventKind::CompensationFinished),
+            .any(|e| e.kind() == rein_core::EventKind::CompensationFinished),
         "the child's stream records its compensation"
     );
     assert!(
@@ -589,8 +589,14 @@ async fn a_child_call_left_in_doubt_is_settled_by_whether_its_child_exists() {
         attempt_id: None,
         idempotency_key: None,
         at_ms: 4,
-        kind: rein_core::EventKind::SettlementStarted,
-        data: json!({}),
+        data: rein_core::event::SettlementStarted {
+            policy: rein_core::FailurePolicy::default(),
+            irreversible_open: false,
+            open_records: 1,
+            already_with_a_human: false,
+            child_runs: 1,
+        }
+        .into(),
     });
     t.store.commit_step(&root_id, commit).await.unwrap();
 

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{agent, answer, call, harness_with, run, script};
-use rein_core::breaker::{ArmKind, BreakersConfig};
-use rein_core::{EventKind, ManualClock, Outcome};
+use rein_core::breaker::{ArmKind, BreakersConfig, Transition};
+use rein_core::{EventData, EventKind, ManualClock, Outcome};
 use rein_engine::run::{AcceptAll, RunRequest};
 use rein_testkit::order_desk::{Fault, Faults, GET_ORDER};
 use serde_json::json;
@@ -54,7 +54,7 @@ async fn a_probe_dropped_mid_attempt_gives_its_slot_back() {
     let started = Arc::new(tokio::sync::Notify::new());
     let on_event = started.clone();
     let observer: rein_engine::run::Observer = Arc::new(move |event: &rein_core::Event| {
-        if event.kind == EventKind::ToolCallStarted {
+        if event.kind() == EventKind::ToolCallStarted {
             on_event.notify_one();
         }
     });
@@ -88,13 +88,12 @@ async fn a_probe_dropped_mid_attempt_gives_its_slot_back() {
     assert!(
         events
             .iter()
-            .any(|e| e.kind == EventKind::BreakerStateChanged
-                && e.data["arm"] == json!(ArmKind::Tool)
-                && e.data["transition"]["transition"] == "closed"),
+            .any(|e| matches!(&e.data, EventData::BreakerStateChanged(b)
+                if b.arm == ArmKind::Tool && matches!(b.transition, Transition::Closed { .. }))),
         "the probe closed the arm: {events:#?}"
     );
     assert!(
-        !events.iter().any(|e| e.kind == EventKind::CallRejected),
+        !events.iter().any(|e| e.kind() == EventKind::CallRejected),
         "no call was refused by a leaked probe slot"
     );
 }

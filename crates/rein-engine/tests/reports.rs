@@ -170,7 +170,7 @@ async fn a_cancelled_run_lists_its_update_undone() {
     let cancel = rein_engine::run::CancellationToken::new();
     let on_read = cancel.clone();
     let observer: rein_engine::run::Observer = Arc::new(move |e: &rein_core::Event| {
-        if e.kind == rein_core::EventKind::ToolCallStarted && e.data["tool"] == GET_ORDER {
+        if matches!(&e.data, rein_core::EventData::ToolCallStarted(s) if s.tool == GET_ORDER) {
             on_read.cancel();
         }
     });
@@ -470,8 +470,9 @@ async fn a_run_whose_ledger_cannot_be_read_at_its_end_is_not_recorded_as_ended()
     let on_answer = meddling.clone();
     let observer: rein_engine::run::Observer = Arc::new(move |e: &rein_core::Event| {
         // The model answered: from here on the ledger is unreadable.
-        if e.kind == rein_core::EventKind::ModelCallFinished
-            && e.data["tool_calls"].as_array().is_some_and(Vec::is_empty)
+        if let rein_core::EventData::ModelCallFinished(f) = &e.data
+            && let rein_core::event::ModelCallResult::Answered(a) = &f.result
+            && a.tool_calls.is_empty()
         {
             on_answer
                 .unreadable_ledger

@@ -55,7 +55,9 @@ fn question() -> (ModelAsk, Seen) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = seen.clone();
     let observer: Observer = Arc::new(move |e: &rein_core::Event| {
-        sink.lock().unwrap().push((e.kind, e.data.clone()));
+        sink.lock()
+            .unwrap()
+            .push((e.kind(), e.data.to_value().unwrap()));
     });
     let ask = ModelAsk {
         request: ModelRequest {

@@ -423,11 +423,11 @@ async fn fate(state: &AppState, run_id: &RunId) -> Option<Fate> {
         .rev()
         .find(|e| {
             matches!(
-                e.kind,
+                e.kind(),
                 EventKind::RunStarted | EventKind::RunResumed | EventKind::RunInterrupted
             )
         })
-        .is_some_and(|e| e.kind == EventKind::RunInterrupted);
+        .is_some_and(|e| e.kind() == EventKind::RunInterrupted);
     let claimed = state
         .store
         .leases_of_run(run_id)

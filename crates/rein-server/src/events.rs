@@ -47,7 +47,7 @@ pub struct EventsQuery {
 
 fn sse_event(e: &Event) -> SseEvent {
     SseEvent::default()
-        .event(e.kind.as_str())
+        .event(e.kind().as_str())
         .id(e.seq.to_string())
         .data(serde_json::to_string(e).unwrap_or_default())
 }
@@ -66,7 +66,7 @@ fn live(
             async move {
                 loop {
                     if let Some(e) = (!pending.is_empty()).then(|| pending.remove(0)) {
-                        if e.kind == EventKind::RunFinished {
+                        if e.kind() == EventKind::RunFinished {
                             done = true;
                         }
                         return Some((Ok(sse_event(&e)), (after, pending, done)));

@@ -14,10 +14,9 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rein_core::{EventKind, Outcome, RunId};
+use rein_core::{EventData, EventKind, Outcome, RunId};
 use rein_engine::run::{Closing, End, HandOn};
 use rein_store::{Lease, LeaseKind, RunCursor, RunRecord, RunStatus};
-use serde_json::Value;
 
 use crate::state::AppState;
 
@@ -82,27 +81,32 @@ pub async fn standing(state: &AppState, run_id: &RunId) -> Option<Standing> {
     let events = state.store.events(run_id, 0).await.ok()?;
     let enqueued = events
         .iter()
-        .find(|e| e.kind == EventKind::RunStarted)
-        .is_some_and(|e| e.data["enqueued"] == Value::Bool(true));
+        .find_map(|e| match &e.data {
+            EventData::RunStarted(started) => Some(started.enqueued),
+            _ => None,
+        })
+        .unwrap_or(false);
     let interrupted = events
         .iter()
         .rev()
         .find(|e| {
             matches!(
-                e.kind,
+                e.kind(),
                 EventKind::RunStarted | EventKind::RunResumed | EventKind::RunInterrupted
             )
         })
-        .filter(|e| e.kind == EventKind::RunInterrupted)
-        // An interruption this rein cannot read: the caller's, the safe
-        // reading (nobody takes it over, nobody closes it).
-        .map(|e| HandOn::of_event(&e.data).unwrap_or(HandOn::Caller));
+        .and_then(|e| match &e.data {
+            // An interruption that names nobody: the caller's, the safe
+            // reading (nobody takes it over, nobody closes it).
+            EventData::RunInterrupted(i) => Some(i.hand_on().unwrap_or(HandOn::Caller)),
+            _ => None,
+        });
     // A resume after a drain handed the run on is not a death of its
     // worker: rolling restarts must not dead-letter work.
     let mut resumes = 0u32;
     let mut after_hand_on = false;
     for e in &events {
-        match e.kind {
+        match e.kind() {
             EventKind::RunInterrupted => after_hand_on = true,
             EventKind::RunResumed => {
                 if !after_hand_on {

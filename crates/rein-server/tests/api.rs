@@ -1087,8 +1087,7 @@ async fn abandoned(store: &dyn Store, id: &str) -> rein_core::RunId {
         attempt_id: None,
         idempotency_key: None,
         at_ms: 2,
-        kind: rein_core::EventKind::RunStarted,
-        data: json!({"agent": "order_desk", "enqueued": true}),
+        data: run_started(true),
     };
     store
         .commit_step(
@@ -1106,6 +1105,17 @@ async fn abandoned(store: &dyn Store, id: &str) -> rein_core::RunId {
         .await
         .unwrap();
     run_id
+}
+
+/// The `run_started` of an `order_desk` run, queued first or not.
+fn run_started(enqueued: bool) -> rein_core::EventData {
+    let data = json!({
+        "agent": "order_desk", "model": "m", "provider": "p", "tools": [], "input": "x",
+        "enqueued": enqueued,
+        "budget": {"wall_clock": {"secs": 30, "nanos": 0}, "steps": null, "tokens": null,
+                   "cost": null},
+    });
+    rein_core::EventData::decode(rein_core::EventKind::RunStarted, data).unwrap()
 }
 
 /// A run `rein run` stopped on a signal, kept for the user's `rein
@@ -1133,8 +1143,7 @@ async fn kept_for_caller(store: &dyn Store, id: &str) -> rein_core::RunId {
         attempt_id: None,
         idempotency_key: None,
         at_ms: 1,
-        kind,
-        data,
+        data: rein_core::EventData::decode(kind, data).unwrap(),
     };
     store
         .commit_step(
@@ -1149,12 +1158,14 @@ async fn kept_for_caller(store: &dyn Store, id: &str) -> rein_core::RunId {
                     event(
                         0,
                         rein_core::EventKind::RunStarted,
-                        json!({"agent": "order_desk", "enqueued": false}),
+                        run_started(false).to_value().unwrap(),
                     ),
                     event(
                         0,
                         rein_core::EventKind::RunInterrupted,
-                        json!({"handed_on": false, "continue_with": "caller"}),
+                        json!({"reason": "its process is stopping", "handed_on": false,
+                               "continue_with": "caller", "resumable": true,
+                               "completed_steps": 0}),
                     ),
                 ],
                 ..rein_store::StepCommit::default()

@@ -29,8 +29,8 @@ use rein_core::idempotency::IdempotencyKey;
 use rein_core::ledger::LedgerTransitionError;
 use rein_core::outcome::{CompletedAction, IncompleteAction};
 use rein_core::{
-    AttemptId, Event, EventKind, Failure, IntentId, LedgerRecord, LedgerStatus, Outcome, RunId,
-    RunReport, TenantId, ToolClass,
+    AttemptId, Event, EventData, EventKind, Failure, IntentId, LedgerRecord, LedgerStatus, Outcome,
+    RunId, RunReport, TenantId, ToolClass,
 };
 use serde_json::json;
 
@@ -148,9 +148,44 @@ fn event(run_id: &RunId, kind: EventKind, step: u32) -> Event {
         attempt_id: Some(AttemptId::new("intent-1/1").unwrap()),
         idempotency_key: Some(IdempotencyKey::parse("key-abc").unwrap()),
         at_ms: BASE_MS + u64::from(step),
-        kind,
-        data: json!({ "remaining_ms": 1200, "reason": "server asked for 2s" }),
+        data: payload(kind),
     }
+}
+
+/// A payload of `kind` in its stored form, decoded as a backend decodes it.
+fn payload(kind: EventKind) -> EventData {
+    let data = match kind {
+        EventKind::RunStarted => json!({
+            "agent": "a", "model": "m", "provider": "p", "tools": [], "input": "x",
+            "enqueued": false,
+            "budget": {"wall_clock": {"secs": 30, "nanos": 0}, "steps": null, "tokens": null,
+                       "cost": null},
+        }),
+        EventKind::PlanCreated => json!({"intents": [], "rejected": 0}),
+        EventKind::ToolCallStarted => json!({
+            "tool": "t", "attempt": 1, "class": "read", "allowance_ms": 1200,
+            "remaining_ms": 1200, "queue_wait_ms": 0,
+        }),
+        EventKind::RetryScheduled => json!({
+            "tool": "t", "next_attempt": 2, "reason": "rate_limited", "delay_ms": 2000,
+            "from_server": true, "backoff_ceiling_ms": 0, "clamped": false, "remaining_ms": 1200,
+        }),
+        EventKind::ToolCallFinished => json!({
+            "tool": "t", "attempt": 1, "ok": true, "replayed": false, "truncated": false,
+            "elapsed_ms": 5,
+        }),
+        EventKind::RunFinished => json!({
+            "outcome": "succeeded", "steps": 2, "consumed": {"steps": 2, "tokens": 0, "cost": 0},
+            "elapsed_ms": 5, "recoverable": false,
+        }),
+        EventKind::BudgetAllocated => json!({
+            "shape": "parallel", "branches": 2, "each_ms": 600, "remaining_ms": 1200,
+        }),
+        EventKind::CheckpointWritten => json!({}),
+        EventKind::LedgerRecorded => json!({"status": "pending", "tool": "t", "class": "read"}),
+        other => panic!("no sample payload for {other}"),
+    };
+    EventData::decode(kind, data).unwrap()
 }
 
 fn intent(id: &str, ordinal: u32, tool: &str) -> PlannedIntent {
@@ -528,7 +563,7 @@ pub async fn event_seqs_are_gap_free_across_batches(store: &dyn Store) {
         all, expected,
         "events read back in seq order, every field intact"
     );
-    assert_eq!(all[3].kind, EventKind::RetryScheduled);
+    assert_eq!(all[3].kind(), EventKind::RetryScheduled);
     assert_eq!(
         all[3].data,
         event(&run_id, EventKind::RetryScheduled, 1).data

@@ -11,8 +11,8 @@ use rein_core::deadline::{Cost, Usage};
 use rein_core::failure::Category;
 use rein_core::idempotency::IdempotencyKey;
 use rein_core::{
-    AttemptId, Event, EventKind, Failure, IntentId, LedgerRecord, LedgerStatus, Outcome, RunId,
-    TenantId, ToolClass,
+    AttemptId, Event, EventData, EventKind, Failure, IntentId, LedgerRecord, LedgerStatus, Outcome,
+    RunId, TenantId, ToolClass,
 };
 use rein_store::{
     Checkpoint, CheckpointDelta, Committed, IdempotencyState, Lease, LeaseChange, LeaseFilter,
@@ -47,9 +47,42 @@ fn event(run: &RunId, kind: EventKind, step: u32) -> Event {
         attempt_id: Some(AttemptId::new("i-1/1").unwrap()),
         idempotency_key: Some(IdempotencyKey::parse("k-1").unwrap()),
         at_ms: 1_000 + u64::from(step),
-        kind,
-        data: json!({ "step": step }),
+        data: payload(kind, step),
     }
+}
+
+/// A payload of `kind` in its stored form, numbered by `step`.
+fn payload(kind: EventKind, step: u32) -> EventData {
+    let data = match kind {
+        EventKind::RunStarted => json!({
+            "agent": "a", "model": "m", "provider": "p", "tools": [], "input": "x",
+            "enqueued": false,
+            "budget": {"wall_clock": {"secs": 30, "nanos": 0}, "steps": null, "tokens": null,
+                       "cost": null},
+        }),
+        EventKind::PlanCreated => json!({"intents": [], "rejected": step}),
+        EventKind::BudgetAllocated => json!({
+            "shape": "parallel", "branches": step, "each_ms": null, "remaining_ms": 1200,
+        }),
+        EventKind::ToolCallStarted => json!({
+            "tool": "t", "attempt": step, "class": "read", "allowance_ms": 1200,
+            "remaining_ms": 1200, "queue_wait_ms": 0,
+        }),
+        EventKind::ToolCallFinished => json!({
+            "tool": "t", "attempt": step, "ok": true, "replayed": false, "truncated": false,
+            "elapsed_ms": 5,
+        }),
+        EventKind::RetryScheduled => json!({
+            "tool": "t", "next_attempt": step, "reason": "rate_limited", "delay_ms": 2000,
+            "from_server": true, "backoff_ceiling_ms": 0, "clamped": false, "remaining_ms": 1200,
+        }),
+        EventKind::RunFinished => json!({
+            "outcome": "succeeded", "steps": step, "consumed": {"steps": step, "tokens": 0,
+            "cost": 0}, "elapsed_ms": 5, "recoverable": false,
+        }),
+        other => panic!("no sample payload for {other}"),
+    };
+    EventData::decode(kind, data).unwrap()
 }
 
 fn declaration(run: &RunId, intent: &str) -> LedgerRecord {
@@ -1440,4 +1473,47 @@ async fn two_handles_racing_to_take_over_a_run_claim_admit_one() {
             .unwrap()
     );
     assert!(handles[0].leases_of_run(&run).await.unwrap().is_empty());
+}
+
+/// An event whose data is JSON but not its kind's shape (a field renamed
+/// by hand, or by a release that forgot a migration) is refused naming the
+/// row, the column and the kind — never read as an event with fields
+/// defaulted.
+#[tokio::test]
+async fn event_data_of_another_shape_is_corrupt_naming_the_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let run = run_id("run-renamed");
+    store
+        .create_run(new_run("run-renamed", 1_000))
+        .await
+        .unwrap();
+    store
+        .append_events(&run, vec![event(&run, EventKind::ToolCallFinished, 1)])
+        .await
+        .unwrap();
+    assert_eq!(store.events(&run, 0).await.unwrap().len(), 1);
+    raw(&path)
+        .execute(
+            "UPDATE events SET data = replace(data, '\"elapsed_ms\"', '\"elapsed\"') \
+             WHERE run_id = 'run-renamed'",
+            [],
+        )
+        .unwrap();
+    match store.events(&run, 0).await {
+        Err(StoreError::Corrupt {
+            table,
+            column,
+            reason,
+        }) => {
+            assert_eq!((table, column), ("events", "data"), "{reason}");
+            assert!(reason.contains("run-renamed"), "names the row: {reason}");
+            assert!(
+                reason.contains("tool_call_finished"),
+                "names the kind: {reason}"
+            );
+        }
+        other => panic!("expected corrupt events.data, found {other:?}"),
+    }
 }

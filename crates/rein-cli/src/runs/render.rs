@@ -156,8 +156,12 @@ pub fn events(events: &[Event], started_ms: u64) -> String {
                 clock(event.at_ms),
                 format!("+{}", duration(event.at_ms.saturating_sub(started_ms))),
                 event.step.to_string(),
-                event.kind.as_str().to_owned(),
-                event.data.to_string(),
+                event.kind().as_str().to_owned(),
+                // As stored: the payload's JSON form, keys sorted.
+                event
+                    .data
+                    .to_value()
+                    .map_or_else(|e| format!("(unwritable: {e})"), |v| v.to_string()),
             ]
         })
         .collect();

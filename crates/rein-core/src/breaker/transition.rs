@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::clock::Instant;
 
@@ -41,7 +41,7 @@ impl fmt::Display for BreakerState {
 ///
 /// Serialized with a `transition` tag: `{"transition": "opened", "reason":
 /// {"kind": "consecutive_failures", "count": 5, "threshold": 5}, …}`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "transition", rename_all = "snake_case")]
 #[must_use = "a transition is an event to record"]
 #[non_exhaustive]
@@ -82,6 +82,17 @@ impl Transition {
         !matches!(self, Transition::Unchanged)
     }
 
+    /// Its name as the event stream writes it (the `transition` tag):
+    /// `unchanged`, `opened`, `half_opened` or `closed`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Transition::Unchanged => "unchanged",
+            Transition::Opened { .. } => "opened",
+            Transition::HalfOpened { .. } => "half_opened",
+            Transition::Closed { .. } => "closed",
+        }
+    }
+
     /// The state the arm is in after this transition, or `None` when
     /// unchanged.
     pub fn state_after(&self) -> Option<BreakerState> {
@@ -119,7 +130,7 @@ impl fmt::Display for Transition {
 }
 
 /// Why an arm opened, with the numbers that decided it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum OpenReason {

@@ -120,12 +120,41 @@ impl Default for BudgetConfig {
 
 /// The validated ceilings of a budget: wall clock, and optionally steps,
 /// tokens and cost — the triple budget (time, work, money).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "RawBudgetLimits")]
 pub struct BudgetLimits {
     wall_clock: Duration,
     steps: Option<u32>,
     tokens: Option<u64>,
     cost: Option<Cost>,
+}
+
+/// [`BudgetLimits`] as written, validated again when read back (a stored
+/// `run_started` event carries the limits its run began with).
+#[derive(Deserialize)]
+struct RawBudgetLimits {
+    wall_clock: Duration,
+    steps: Option<u32>,
+    tokens: Option<u64>,
+    cost: Option<Cost>,
+}
+
+impl TryFrom<RawBudgetLimits> for BudgetLimits {
+    type Error = ConfigError;
+
+    fn try_from(raw: RawBudgetLimits) -> Result<Self, ConfigError> {
+        let mut limits = BudgetLimits::new(raw.wall_clock)?;
+        if let Some(steps) = raw.steps {
+            limits = limits.with_steps(steps)?;
+        }
+        if let Some(tokens) = raw.tokens {
+            limits = limits.with_tokens(tokens)?;
+        }
+        if let Some(cost) = raw.cost {
+            limits = limits.with_cost(cost)?;
+        }
+        Ok(limits)
+    }
 }
 
 impl BudgetLimits {
@@ -298,7 +327,7 @@ impl Need {
 }
 
 /// What is left of each dimension; `None` for an unlimited one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Remaining {
     /// Time to the deadline.
     #[serde(with = "humantime_serde")]

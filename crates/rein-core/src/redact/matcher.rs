@@ -229,6 +229,24 @@ impl Redactor {
         self.walk(value, &|s| self.redact_known(s));
     }
 
+    /// Redacts every string of `value` in place with
+    /// [`redact`](Redactor::redact), leaving object keys and numbers: for
+    /// a typed document whose keys and numbers are its own vocabulary and
+    /// counts, which must keep their type to be read back (an event whose
+    /// [`redact_json`](Redactor::redact_json) form no longer decodes).
+    pub fn redact_json_strings(&self, value: &mut Value) {
+        match value {
+            Value::String(s) => {
+                if let Cow::Owned(c) = self.redact(s) {
+                    *s = c;
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|v| self.redact_json_strings(v)),
+            Value::Object(map) => map.values_mut().for_each(|v| self.redact_json_strings(v)),
+            Value::Number(_) | Value::Null | Value::Bool(_) => {}
+        }
+    }
+
     fn walk(&self, value: &mut Value, clean: &dyn Fn(&str) -> Cow<'_, str>) {
         match value {
             Value::String(s) => {

@@ -121,7 +121,9 @@ mod urls;
 
 pub use classify::{Candidate, env_secrets, header_secrets, is_credential_name, url_secrets};
 pub use matcher::Redactor;
-pub use process::{cut, json, known, known_json, process, register, tail, text, truncated};
+pub use process::{
+    cut, json, json_strings, known, known_json, process, register, tail, text, truncated,
+};
 pub(crate) use report::report;
 pub use secrets::{SecretTooShort, Secrets};
 pub use urls::scrub_urls;

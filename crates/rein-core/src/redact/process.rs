@@ -84,6 +84,12 @@ pub fn json(value: &mut Value) {
     process().redact_json(value);
 }
 
+/// Redacts every string of `value` in place, leaving keys and numbers
+/// ([`Redactor::redact_json_strings`]).
+pub fn json_strings(value: &mut Value) {
+    process().redact_json_strings(value);
+}
+
 /// Redacts the process's secrets from every string, key and number of
 /// `value` in place, leaving URL queries and userinfo
 /// ([`Redactor::redact_known_json`]): for tool results.

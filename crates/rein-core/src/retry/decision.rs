@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use rand::Rng;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{RetryBudget, RetryPolicy};
 use crate::clock::Instant;
@@ -60,7 +60,7 @@ pub enum RetryDecision {
 }
 
 /// Why the decision gave up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum GiveUpReason {
     /// Irreversible tools are never retried automatically.

@@ -15,10 +15,10 @@
 //! is gone, and the reconciler settles what is left (and revises the
 //! report when it does).
 
+use rein_core::event::{HandoffCreated, HandoffSummary, RunFailed, RunFinished};
 use rein_core::report::{End, derive};
-use rein_core::{Event, EventKind, Outcome, RunReport};
+use rein_core::{Event, EventData, Outcome, RunReport};
 use rein_store::{RunRecord, RunStatus, StatusChange, StepCommit, Store, StoreError};
-use serde_json::{Value, json};
 
 use super::report::{REPORT_WRITE_TRIES, is_revision_conflict, stored_facts, tree_records};
 
@@ -29,9 +29,9 @@ pub struct Closing {
     pub outcome: Outcome,
     /// Why it ends ([`End::Closed`], or [`End::Internal`]).
     pub end: End,
-    /// Events before the terminal `run_finished`, as (kind, data); a
-    /// `run_failed` with the end's `error_type` is added when it has one.
-    pub events: Vec<(EventKind, Value)>,
+    /// Events before the terminal `run_finished`; a `run_failed` with the
+    /// end's `error_type` is added when it has one.
+    pub events: Vec<EventData>,
     /// Applies only if the run is still in this status.
     pub expect: Option<RunStatus>,
 }
@@ -98,7 +98,7 @@ pub(super) async fn closing_commit(
     facts.outcome = Some(closing.outcome);
     let ledger = tree_records(store, &record.run_id).await?;
     let report = derive(&facts, &ledger);
-    let event = |kind: EventKind, data: Value| Event {
+    let event = |data: EventData| Event {
         run_id: record.run_id.clone(),
         seq: 0,
         step: 0,
@@ -106,32 +106,26 @@ pub(super) async fn closing_commit(
         attempt_id: None,
         idempotency_key: None,
         at_ms,
-        kind,
-        data,
+        data: data.redacted(),
     };
-    let mut events: Vec<Event> = closing
-        .events
-        .into_iter()
-        .map(|(kind, data)| event(kind, data))
-        .collect();
+    let mut events: Vec<Event> = closing.events.into_iter().map(event).collect();
     let reason = match &facts.end {
         End::Closed { reason, .. } | End::Internal(reason) => reason.clone(),
         _ => String::new(),
     };
     if let Some(error_type) = facts.end.error_type() {
         events.push(event(
-            EventKind::RunFailed,
-            json!({"error_type": error_type, "reason": reason}),
+            RunFailed {
+                error_type: error_type.to_owned(),
+                reason,
+            }
+            .into(),
         ));
     }
     if report.handoff.is_some() {
-        events.push(event(EventKind::HandoffCreated, handoff_data(&report)));
+        events.push(event(handoff_data(&report).into()));
     }
-    events.push(event(
-        EventKind::RunFinished,
-        json!({"outcome": report.outcome, "steps": report.steps, "consumed": report.consumed,
-               "elapsed_ms": report.elapsed_ms, "recoverable": report.recoverable}),
-    ));
+    events.push(event(run_finished(&report, report.steps).into()));
     let commit = StepCommit {
         status: Some(StatusChange {
             status: RunStatus::Finished(report.outcome),
@@ -147,11 +141,24 @@ pub(super) async fn closing_commit(
 }
 
 /// The data of a `handoff_created` event for `report`'s package.
-pub(super) fn handoff_data(report: &RunReport) -> Value {
-    match &report.handoff {
-        Some(package) => json!({"reason": package.reason,
-                                "awaiting_decision": package.awaiting_decision.len(),
-                                "uncertain": package.uncertain.len()}),
-        None => Value::Null,
+pub(super) fn handoff_data(report: &RunReport) -> HandoffCreated {
+    HandoffCreated {
+        package: report.handoff.as_ref().map(|package| HandoffSummary {
+            reason: package.reason.clone(),
+            awaiting_decision: package.awaiting_decision.len(),
+            uncertain: package.uncertain.len(),
+        }),
+    }
+}
+
+/// The data of the terminal `run_finished` event for `report`, after
+/// `steps` steps.
+pub(super) fn run_finished(report: &RunReport, steps: u32) -> RunFinished {
+    RunFinished {
+        outcome: report.outcome,
+        steps,
+        consumed: report.consumed,
+        elapsed: std::time::Duration::from_millis(report.elapsed_ms),
+        recoverable: report.recoverable,
     }
 }

@@ -1,8 +1,8 @@
 //! The end of a run this process drives: settlement, report, final record.
 
-use rein_core::{Clock, EventKind, LedgerRecord, Outcome, RunId, RunReport};
+use rein_core::event::PartialSuccessReturned;
+use rein_core::{Clock, LedgerRecord, Outcome, RunId, RunReport};
 use rein_store::{RunStatus, StatusChange, StepCommit, StoreError};
-use serde_json::json;
 
 use super::ctx::RunCtx;
 use super::emitter::{Correlation, unix_ms};
@@ -195,26 +195,19 @@ impl Engine {
         };
         let mut events = Vec::new();
         if matches!(facts.settled, rein_core::report::Settled::HandedOff(_)) {
-            events.push(ctx.emitter.event(
-                EventKind::HandoffCreated,
-                &c,
-                close::handoff_data(report),
-            ));
+            events.push(ctx.emitter.event(&c, close::handoff_data(report)));
         }
         if report.outcome == Outcome::PartialSuccess {
             events.push(ctx.emitter.event(
-                EventKind::PartialSuccessReturned,
                 &c,
-                json!({"completed": report.completed.len(), "incomplete": report.incomplete.len(),
-                       "recoverable": report.recoverable}),
+                PartialSuccessReturned {
+                    completed: report.completed.len(),
+                    incomplete: report.incomplete.len(),
+                    recoverable: report.recoverable,
+                },
             ));
         }
-        events.push(ctx.emitter.event(
-            EventKind::RunFinished,
-            &c,
-            json!({"outcome": report.outcome, "steps": step, "consumed": report.consumed,
-                   "elapsed_ms": report.elapsed_ms, "recoverable": report.recoverable}),
-        ));
+        events.push(ctx.emitter.event(&c, close::run_finished(report, step)));
         events
     }
 

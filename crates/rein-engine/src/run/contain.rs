@@ -30,10 +30,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use rein_core::deadline::Deadline;
+use rein_core::event::RunFailed;
 use rein_core::report::{End, INTERNAL};
-use rein_core::{Clock, EventKind, Outcome, RunId};
+use rein_core::{Clock, Outcome, RunId};
 use rein_store::{LeaseKind, RunStatus};
-use serde_json::json;
 
 use super::close::{Closing, close_run, closing_commit};
 use super::emitter::{Correlation, Emitter, unix_ms};
@@ -145,12 +145,14 @@ impl Engine {
         facts.strategies_not_tried = report::strategies_not_tried(agent);
         let step = facts.steps;
         ctx.emitter.emit(
-            EventKind::RunFailed,
             &Correlation {
                 step,
                 ..Correlation::default()
             },
-            json!({"error_type": INTERNAL, "reason": message}),
+            RunFailed {
+                error_type: INTERNAL.to_owned(),
+                reason: message.clone(),
+            },
         );
         let reserve = agent
             .compensation_reserve

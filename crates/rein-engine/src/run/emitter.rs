@@ -5,8 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rein_core::idempotency::IdempotencyKey;
-use rein_core::{AttemptId, Clock, Event, EventKind, IntentId, RunId};
-use serde_json::Value;
+use rein_core::{AttemptId, Clock, Event, EventData, IntentId, RunId};
 
 /// Receives every event as it happens (e.g. the CLI's live timeline).
 pub type Observer = Arc<dyn Fn(&Event) + Send + Sync>;
@@ -66,13 +65,13 @@ impl Emitter {
         self
     }
 
-    /// Records an event; `data` is its rationale.
+    /// Records an event; `data` is its rationale, and says its kind.
     ///
-    /// `data` is redacted here ([`rein_core::redact`]), before the
+    /// `data` is redacted here ([`EventData::redacted`]), before the
     /// observer, the metrics or the store see it: the one place every event
     /// passes, so no rationale quoting an error carries a secret out.
-    pub fn emit(&self, kind: EventKind, c: &Correlation, data: Value) {
-        let event = self.event(kind, c, data);
+    pub fn emit(&self, c: &Correlation, data: impl Into<EventData>) {
+        let event = self.event(c, data);
         self.announce(std::slice::from_ref(&event));
         self.buffer
             .lock()
@@ -84,8 +83,8 @@ impl Emitter {
     /// built but not recorded: for a commit that may have to be made again
     /// with other events (the end of a run whose report is derived again).
     /// [`Emitter::announce`] it once it is stored.
-    pub fn event(&self, kind: EventKind, c: &Correlation, mut data: Value) -> Event {
-        rein_core::redact::json(&mut data);
+    pub fn event(&self, c: &Correlation, data: impl Into<EventData>) -> Event {
+        let data = data.into().redacted();
         let at_ms = self
             .clock
             .system_now()
@@ -100,7 +99,6 @@ impl Emitter {
             attempt_id: c.attempt_id.clone(),
             idempotency_key: c.idempotency_key.clone(),
             at_ms,
-            kind,
             data,
         }
     }

@@ -13,22 +13,20 @@
 //! acts); a breaker closing or probing is `info`; every other event is
 //! `debug`, so `RUST_LOG=rein_engine=debug` shows a run's whole stream.
 
-use rein_core::{Category, Event, EventKind};
-use serde_json::Value;
+use rein_core::event::{ModelCallFinished, ModelCallResult};
+use rein_core::{Category, Event, EventData};
 
 /// Logs `event` at the level an operator needs (see the module docs).
 /// `with_run` is false for an emitter whose run id names no run (see
 /// [`Emitter::without_run_in_logs`](super::Emitter::without_run_in_logs)):
 /// the line then has no `run` field.
 pub(super) fn log(event: &Event, with_run: bool) {
-    let data = &event.data;
     let run = with_run.then(|| event.run_id.as_str());
-    let text = |v: &Value| v.as_str().unwrap_or("").to_owned();
-    match event.kind {
-        EventKind::BreakerStateChanged => {
-            let arm = text(&data["arm"]);
-            let name = text(&data["name"]);
-            let transition = text(&data["transition"]["transition"]);
+    match &event.data {
+        EventData::BreakerStateChanged(d) => {
+            let arm = d.arm.as_str();
+            let name = d.name.as_str();
+            let transition = d.transition.as_str();
             if transition == "opened" {
                 tracing::warn!(
                     run,
@@ -47,10 +45,10 @@ pub(super) fn log(event: &Event, with_run: bool) {
                 );
             }
         }
-        EventKind::ModelFallbackUsed => {
-            let primary = text(&data["primary"]["provider"]);
-            let answered = text(&data["answered"]["provider"]);
-            let model = text(&data["answered"]["model"]);
+        EventData::ModelFallbackUsed(d) => {
+            let primary = d.primary.provider.as_str();
+            let answered = d.answered.provider.as_str();
+            let model = d.answered.model.as_str();
             tracing::warn!(
                 run,
                 primary,
@@ -59,14 +57,16 @@ pub(super) fn log(event: &Event, with_run: bool) {
                 "model fallback: {primary} failed, {answered} answered"
             );
         }
-        EventKind::ModelCallFinished if is_rejected_key(data) => {
-            let provider = text(&data["provider"]);
-            let category = text(&data["category"]);
-            let key_env = data["key_env"]
-                .as_str()
-                .unwrap_or("(none: no key is sent)")
-                .to_owned();
-            let reason = text(&data["reason"]);
+        EventData::ModelCallFinished(d) if is_rejected_key(d) => {
+            let provider = d.provider.as_str();
+            let (category, key_env, reason) = match &d.result {
+                ModelCallResult::Failed(f) => (
+                    f.category.as_str(),
+                    f.key_env.as_deref().unwrap_or("(none: no key is sent)"),
+                    f.reason.as_str(),
+                ),
+                ModelCallResult::Answered(_) => ("", "", ""),
+            };
             tracing::error!(
                 run,
                 provider,
@@ -75,15 +75,18 @@ pub(super) fn log(event: &Event, with_run: bool) {
                 "provider {provider} rejected its key ({category}); check the variable {key_env}: {reason}"
             );
         }
-        kind => {
-            tracing::debug!(run, step = event.step, kind = kind.as_str(), data = %data, "event")
+        data => {
+            let kind = event.kind().as_str();
+            let data = data.to_value().unwrap_or_default();
+            tracing::debug!(run, step = event.step, kind, data = %data, "event")
         }
     }
 }
 
 /// Whether a model call failed because the provider refused the key.
-fn is_rejected_key(data: &Value) -> bool {
-    let category = data["category"].as_str().unwrap_or("");
-    data["ok"] == false
-        && (category == Category::Unauthorized.as_str() || category == Category::Forbidden.as_str())
+fn is_rejected_key(call: &ModelCallFinished) -> bool {
+    matches!(
+        call.category(),
+        Some(Category::Unauthorized | Category::Forbidden)
+    )
 }

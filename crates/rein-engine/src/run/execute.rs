@@ -3,13 +3,13 @@
 use std::collections::HashMap;
 
 use rein_core::deadline::{Budget, ChildCaps};
-use rein_core::{Category, Clock, EventKind, Failure, IntentId, LedgerRecord, ToolClass, Weight};
-use serde_json::json;
+use rein_core::event::{AllocationShape, BudgetAllocated, CallRejected, Refused};
+use rein_core::{Category, Clock, Failure, IntentId, LedgerRecord, ToolClass, Weight};
 
 use super::ctx::RunCtx;
 use super::emitter::Correlation;
 use super::engine::Engine;
-use super::guarded::{CallResult, Planned, millis};
+use super::guarded::{CallResult, Planned};
 
 impl Engine {
     /// Runs a turn's planned calls.
@@ -37,14 +37,16 @@ impl Engine {
             let shares = budget.parallel(now, &weights, ChildCaps::default());
             if others.len() > 1 {
                 ctx.emitter.emit(
-                    EventKind::BudgetAllocated,
                     &Correlation {
                         step,
                         ..Correlation::default()
                     },
-                    json!({"shape": "parallel", "branches": others.len(),
-                           "each_ms": shares.first().map(|(b, _)| millis(b.remaining(now).time)),
-                           "remaining_ms": millis(budget.remaining(now).time)}),
+                    BudgetAllocated {
+                        shape: AllocationShape::Parallel,
+                        branches: others.len(),
+                        each: shares.first().map(|(b, _)| b.remaining(now).time),
+                        remaining: budget.remaining(now).time,
+                    },
                 );
             }
             let intents: Vec<IntentId> = others.iter().map(|p| p.intent_id.clone()).collect();
@@ -79,13 +81,17 @@ impl Engine {
                     "not run: an irreversible call runs only after the other calls of its turn succeed",
                 );
                 ctx.emitter.emit(
-                    EventKind::CallRejected,
                     &Correlation {
                         step,
                         intent_id: Some(p.intent_id.clone()),
                         ..Correlation::default()
                     },
-                    json!({"tool": tool.name, "reason": failure.human_message()}),
+                    CallRejected::Refused(Refused {
+                        tool: tool.name.clone(),
+                        call_id: None,
+                        category: None,
+                        reason: failure.human_message().to_owned(),
+                    }),
                 );
                 results.push(CallResult::refused(p, tool.class, failure));
                 continue;

@@ -10,9 +10,9 @@ use rein_core::deadline::BudgetLimits;
 use rein_core::idempotency::Normalizer;
 use rein_core::loop_guard::LoopGuardConfig;
 use rein_core::retry::RetryPolicy;
-use rein_core::{Event, EventKind, Instant, LatencyProfile, RunId, TenantId, ToolClass};
+use rein_core::{Event, EventData, Instant, LatencyProfile, RunId, TenantId, ToolClass};
 use rein_store::{Checkpoint, NewRun, RunRecord, SqliteStore, Store};
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::ctx::{Lineage, ModelRetryUse, RunCtx};
@@ -119,7 +119,7 @@ pub(super) fn record() -> RunRecord {
 }
 
 /// An event of the fixtures' run.
-pub(super) fn event(step: u32, at_ms: u64, kind: EventKind, data: Value) -> Event {
+pub(super) fn event(step: u32, at_ms: u64, data: impl Into<EventData>) -> Event {
     Event {
         run_id: run_id(),
         seq: 0,
@@ -128,8 +128,7 @@ pub(super) fn event(step: u32, at_ms: u64, kind: EventKind, data: Value) -> Even
         attempt_id: None,
         idempotency_key: None,
         at_ms,
-        kind,
-        data,
+        data: data.into(),
     }
 }
 

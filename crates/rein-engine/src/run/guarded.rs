@@ -5,13 +5,19 @@ use std::time::Duration;
 
 use rein_core::breaker::{Admit, ArmKind};
 use rein_core::deadline::{Budget, Need};
+use rein_core::event::{
+    AbandonReason, BreakerStateChanged, BudgetExhausted, BudgetScope, CallRejected, CircuitOpen,
+    CircuitRejected, ConcurrencyWaitExpired, Flag, IdempotencyLookup, LedgerRecorded,
+    RetryAbandoned, RetryScheduled, RetryTarget, StopReason, ToolCallFailed, ToolCallFinished,
+    ToolCallNotSent, ToolCallSkipped, ToolCallStarted, ToolCallSucceeded,
+};
 use rein_core::idempotency::IdempotencyKey;
 use rein_core::retry::{RetryDecision, RetryInput};
 use rein_core::{
-    AttemptId, Category, Clock, Effect, EventKind, Failure, LedgerRecord, LedgerStatus, ToolClass,
+    AttemptId, Category, Clock, Effect, Failure, LedgerRecord, LedgerStatus, ToolClass,
 };
 use rein_store::{LedgerMark, StepCommit};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::binding::{ToolBinding, ToolTarget};
 use super::emitter::{Correlation, Emitter, unix_ms};
@@ -78,9 +84,11 @@ impl Engine {
         };
         if let Err(exhausted) = budget.check(&Need::time(need), now) {
             ctx.emitter.emit(
-                EventKind::BudgetExhausted,
                 &c,
-                json!({"scope": "tool_call", "tool": tool.name, "exhausted": exhausted}),
+                BudgetExhausted {
+                    tool: Some(tool.name.clone()),
+                    ..BudgetExhausted::new(BudgetScope::ToolCall, exhausted)
+                },
             );
             let failure = Failure::new(&tool.name, Category::BudgetExhausted)
                 .with_human_message(format!("{} not started: {exhausted}", tool.name));
@@ -136,9 +144,12 @@ impl Engine {
                 updated_at_ms: at_ms,
             };
             ctx.emitter.emit(
-                EventKind::LedgerRecorded,
                 &c,
-                json!({"tool": tool.name, "status": "pending", "class": tool.class}),
+                LedgerRecorded {
+                    tool: Some(tool.name.clone()),
+                    class: Some(tool.class),
+                    ..LedgerRecorded::new(LedgerStatus::Pending)
+                },
             );
             crate::crash::point("before_pending");
             let reopen = prior.filter(|r| is_unsent(r)).map(|_| {
@@ -208,9 +219,12 @@ impl Engine {
                 at_ms: unix_ms(self.clock.system_now()),
             };
             ctx.emitter.emit(
-                EventKind::LedgerRecorded,
                 &c,
-                json!({"tool": tool.name, "status": status, "attempts": attempts}),
+                LedgerRecorded {
+                    tool: Some(tool.name.clone()),
+                    attempts: Some(attempts),
+                    ..LedgerRecorded::new(status)
+                },
             );
             let commit = StepCommit {
                 marks: vec![(planned.intent_id.clone(), mark)],
@@ -245,12 +259,16 @@ impl Engine {
     ) -> Option<CallResult> {
         let done = |outcome: Result<Value, Failure>, note: &str| {
             ctx.emitter.emit(
-                EventKind::ToolCallFinished,
                 c,
-                json!({"tool": tool.name, "skipped": true, "ok": outcome.is_ok(),
-                       "category": outcome.as_ref().err().map(Failure::category),
-                       "effect": outcome.as_ref().err().map(Failure::effect),
-                       "ledger": record.status, "reason": note}),
+                ToolCallFinished::Skipped(ToolCallSkipped {
+                    tool: tool.name.clone(),
+                    skipped: Flag,
+                    ok: outcome.is_ok(),
+                    category: outcome.as_ref().err().map(Failure::category),
+                    effect: outcome.as_ref().err().map(Failure::effect),
+                    ledger: record.status,
+                    reason: note.to_owned(),
+                }),
             );
             Some(CallResult {
                 planned: planned.clone(),
@@ -380,14 +398,14 @@ impl Engine {
                         Ok(slot) => Some(slot),
                         Err(expired) => {
                             ctx.emitter.emit(
-                                EventKind::ConcurrencyWaitExpired,
                                 c,
-                                json!({
-                                    "tool": tool.name, "attempt": attempt,
-                                    "resource_group": gate.group(),
-                                    "max_concurrency": gate.ceiling(),
-                                    "queue_wait_ms": millis(expired.waited),
-                                }),
+                                ConcurrencyWaitExpired {
+                                    tool: tool.name.clone(),
+                                    attempt,
+                                    resource_group: gate.group().to_owned(),
+                                    max_concurrency: gate.ceiling(),
+                                    queue_wait: expired.waited,
+                                },
                             );
                             let failure = expired
                                 .failure(&tool.name, gate)
@@ -401,13 +419,15 @@ impl Engine {
                 let remaining = deadline.remaining(now);
                 let allowance = tool.allowance(remaining);
                 ctx.emitter.emit(
-                    EventKind::ToolCallStarted,
                     c,
-                    json!({
-                        "tool": tool.name, "attempt": attempt, "class": tool.class,
-                        "allowance_ms": millis(allowance), "remaining_ms": millis(remaining),
-                        "queue_wait_ms": millis(queue_wait),
-                    }),
+                    ToolCallStarted {
+                        tool: tool.name.clone(),
+                        attempt,
+                        class: tool.class,
+                        allowance,
+                        remaining,
+                        queue_wait,
+                    },
                 );
                 let request = Attempt {
                     run_id: &ctx.run_id,
@@ -476,12 +496,14 @@ impl Engine {
                 let failure = match result {
                     Ok(output) => {
                         ctx.emitter.emit(
-                            EventKind::ToolCallFinished,
                             c,
-                            json!({
-                                "tool": tool.name, "attempt": attempt, "ok": true,
-                                "replayed": output.replayed, "truncated": output.truncated,
-                                "elapsed_ms": millis(elapsed),
+                            ToolCallFinished::Succeeded(ToolCallSucceeded {
+                                tool: tool.name.clone(),
+                                attempt,
+                                ok: Flag,
+                                replayed: output.replayed,
+                                truncated: output.truncated,
+                                elapsed,
                             }),
                         );
                         return Attempted {
@@ -493,13 +515,16 @@ impl Engine {
                     Err(f) => f,
                 };
                 ctx.emitter.emit(
-                    EventKind::ToolCallFinished,
                     c,
-                    json!({
-                        "tool": tool.name, "attempt": attempt, "ok": false,
-                        "category": failure.category(), "effect": failure.effect(),
-                        "retryable": failure.retryable(), "elapsed_ms": millis(elapsed),
-                        "reason": failure.human_message(),
+                    ToolCallFinished::Failed(ToolCallFailed {
+                        tool: tool.name.clone(),
+                        attempt,
+                        ok: Flag,
+                        category: failure.category(),
+                        effect: failure.effect(),
+                        retryable: failure.retryable(),
+                        elapsed,
+                        reason: failure.human_message().to_owned(),
                     }),
                 );
                 (failure, slot)
@@ -533,10 +558,14 @@ impl Engine {
                 match lookup {
                     Ok(Some(result)) => {
                         ctx.emitter.emit(
-                            EventKind::IdempotencyLookup,
                             c,
-                            json!({"tool": tool.name, "found": true, "collapsed": true,
-                                   "reason": "the lost attempt had applied; its result is used instead of re-executing"}),
+                            IdempotencyLookup {
+                                tool: tool.name.clone(),
+                                found: Some(true),
+                                collapsed: Some(true),
+                                lookup_failure: None,
+                                reason: "the lost attempt had applied; its result is used instead of re-executing".into(),
+                            },
                         );
                         return Attempted {
                             outcome: Ok(result),
@@ -546,19 +575,26 @@ impl Engine {
                     }
                     Ok(None) => {
                         ctx.emitter.emit(
-                            EventKind::IdempotencyLookup,
                             c,
-                            json!({"tool": tool.name, "found": false,
-                                   "reason": "the lost attempt had not applied; re-execution is decided as a retry"}),
+                            IdempotencyLookup {
+                                tool: tool.name.clone(),
+                                found: Some(false),
+                                collapsed: None,
+                                lookup_failure: None,
+                                reason: "the lost attempt had not applied; re-execution is decided as a retry".into(),
+                            },
                         );
                     }
                     Err(lookup_failure) => {
                         ctx.emitter.emit(
-                            EventKind::IdempotencyLookup,
                             c,
-                            json!({"tool": tool.name, "found": null,
-                                   "lookup_failure": lookup_failure.category(),
-                                   "reason": "lookup unavailable; a retry with the same key is deduplicated by the tool"}),
+                            IdempotencyLookup {
+                                tool: tool.name.clone(),
+                                found: None,
+                                collapsed: None,
+                                lookup_failure: Some(lookup_failure.category()),
+                                reason: "lookup unavailable; a retry with the same key is deduplicated by the tool".into(),
+                            },
                         );
                     }
                 }
@@ -570,13 +606,20 @@ impl Engine {
             drop(slot);
             match decision {
                 RetryDecision::Retry { delay, .. } => {
-                    let mut data = retry_scheduled(
-                        ("tool", &tool.name),
+                    if let Some(scheduled) = RetryScheduled::of(
+                        RetryTarget::Tool(tool.name.clone()),
                         &decision,
                         deadline.remaining(self.clock.now()),
-                    );
-                    data["same_key"] = json!(key.is_some());
-                    ctx.emitter.emit(EventKind::RetryScheduled, c, data);
+                    ) {
+                        let same_key = Some(key.is_some());
+                        ctx.emitter.emit(
+                            c,
+                            RetryScheduled {
+                                same_key,
+                                ..scheduled
+                            },
+                        );
+                    }
                     // An interrupt does not stop a write between its attempts:
                     // it was sent, and it finishes (a read stops).
                     let cancelled = tokio::select! {
@@ -585,10 +628,14 @@ impl Engine {
                     };
                     if cancelled {
                         ctx.emitter.emit(
-                            EventKind::RetryAbandoned,
                             c,
-                            json!({"tool": tool.name, "attempts": attempt,
-                                   "reason": {"kind": "cancelled"}, "category": failure.category()}),
+                            RetryAbandoned {
+                                target: RetryTarget::Tool(tool.name.clone()),
+                                attempts: attempt,
+                                reason: AbandonReason::Stopped(StopReason::Cancelled),
+                                detail: None,
+                                category: failure.category(),
+                            },
                         );
                         return Attempted {
                             outcome: Err(failure),
@@ -601,11 +648,17 @@ impl Engine {
                     // the retry, so no call reaches an open target.
                     if let Some(open) = self.open_arm(tool) {
                         ctx.emitter.emit(
-                            EventKind::RetryAbandoned,
                             c,
-                            json!({"tool": tool.name, "attempts": attempt,
-                                   "reason": {"kind": "circuit_open", "arm": open.0, "name": open.1},
-                                   "category": failure.category()}),
+                            RetryAbandoned {
+                                target: RetryTarget::Tool(tool.name.clone()),
+                                attempts: attempt,
+                                reason: AbandonReason::Stopped(StopReason::CircuitOpen {
+                                    arm: open.0,
+                                    name: open.1.clone(),
+                                }),
+                                detail: None,
+                                category: failure.category(),
+                            },
                         );
                         let rejected =
                             Failure::circuit_open(&open.1, open.2).with_effect(failure.effect());
@@ -618,10 +671,14 @@ impl Engine {
                 }
                 RetryDecision::GiveUp { reason } => {
                     ctx.emitter.emit(
-                        EventKind::RetryAbandoned,
                         c,
-                        json!({"tool": tool.name, "attempts": attempt, "reason": reason,
-                               "category": failure.category()}),
+                        RetryAbandoned {
+                            target: RetryTarget::Tool(tool.name.clone()),
+                            attempts: attempt,
+                            reason: AbandonReason::GaveUp(reason),
+                            detail: None,
+                            category: failure.category(),
+                        },
                     );
                     return Attempted {
                         outcome: Err(failure),
@@ -645,11 +702,16 @@ impl Engine {
     /// attempt made), so the resume sends it afresh ([`is_unsent`]).
     fn not_sent(&self, ctx: &RunCtx<'_>, c: &Correlation, tool: &ToolBinding) -> Attempted {
         ctx.emitter.emit(
-            EventKind::ToolCallFinished,
             c,
-            json!({"tool": tool.name, "ok": false, "sent": false, "category": Category::Cancelled,
-                   "effect": Effect::NotApplied,
-                   "reason": "the run was interrupted before the call was sent; the resume sends it"}),
+            ToolCallFinished::NotSent(ToolCallNotSent {
+                tool: tool.name.clone(),
+                ok: Flag,
+                sent: Flag,
+                category: Category::Cancelled,
+                effect: Effect::NotApplied,
+                reason: "the run was interrupted before the call was sent; the resume sends it"
+                    .into(),
+            }),
         );
         Attempted {
             outcome: Err(Failure::new(&tool.name, Category::Cancelled)
@@ -689,9 +751,12 @@ impl Engine {
         let admission = self.shared.breakers().admit(kind, name, now);
         if admission.transition.is_change() {
             emitter.emit(
-                EventKind::BreakerStateChanged,
                 c,
-                json!({"arm": kind, "name": name, "transition": admission.transition}),
+                BreakerStateChanged {
+                    arm: kind,
+                    name: name.to_owned(),
+                    transition: admission.transition,
+                },
             );
         }
         match admission.admit {
@@ -703,10 +768,16 @@ impl Engine {
             )),
             Admit::Rejected { retry_after } => {
                 emitter.emit(
-                    EventKind::CallRejected,
                     c,
-                    json!({"arm": kind, "name": name, "reason": "circuit_open",
-                           "retry_after_ms": millis(retry_after)}),
+                    CallRejected::CircuitOpen(CircuitRejected {
+                        arm: kind,
+                        name: name.to_owned(),
+                        reason: CircuitOpen::CircuitOpen,
+                        retry_after,
+                        shared: None,
+                        opened_by: None,
+                        open_reason: None,
+                    }),
                 );
                 Err(Failure::circuit_open(name, retry_after))
             }
@@ -739,38 +810,15 @@ impl Engine {
         let transition = permit.finish(outcome, self.clock.now());
         if transition.is_change() {
             emitter.emit(
-                EventKind::BreakerStateChanged,
                 c,
-                json!({"arm": permit.kind(), "name": permit.name(), "transition": transition}),
+                BreakerStateChanged {
+                    arm: permit.kind(),
+                    name: permit.name().to_owned(),
+                    transition,
+                },
             );
         }
     }
-}
-
-/// The rationale of a `retry_scheduled` event, for a tool or a provider
-/// (`target` is the field name and the target's name).
-pub(super) fn retry_scheduled(
-    target: (&str, &str),
-    decision: &RetryDecision,
-    remaining: Duration,
-) -> Value {
-    let RetryDecision::Retry {
-        delay,
-        next_attempt,
-        reason,
-        from_server,
-        backoff_ceiling,
-        clamped,
-    } = decision
-    else {
-        return json!({ target.0: target.1 });
-    };
-    json!({
-        target.0: target.1, "next_attempt": next_attempt, "reason": reason,
-        "delay_ms": millis(*delay), "from_server": from_server,
-        "backoff_ceiling_ms": millis(*backoff_ceiling), "clamped": clamped,
-        "remaining_ms": millis(remaining),
-    })
 }
 
 /// Whether `record` is a call an interrupt stopped after its declaration

@@ -37,16 +37,21 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use rein_core::breaker::ArmKind;
 use rein_core::deadline::{Budget, Dimension, Exhausted, Need, Usage};
+use rein_core::event::{
+    AbandonReason, AbortedWork, BreakerStateChanged, BudgetExhausted, BudgetScope, Flag, LinkName,
+    ModelAnswered, ModelCallFailed, ModelCallFinished, ModelCallResult, ModelCallStarted,
+    ModelFallbackUsed, ModelQueueWaited, MovedOn, RetryAbandoned, RetryScheduled, RetryTarget,
+    RunCancelled, RunModelRetryBudget,
+};
 use rein_core::registry::Price;
 use rein_core::retry::{GiveUpReason, RetryDecision, RetryInput, RetryPolicy};
-use rein_core::{Category, EventKind, Failure, LatencyProfile, ToolClass};
-use serde_json::json;
+use rein_core::{Category, Failure, LatencyProfile, ToolClass};
 
 use super::binding::ModelLink;
 use super::emitter::{Correlation, Emitter};
 use super::permit::HeldPermit;
 use super::report::End;
-use super::{Engine, guarded, millis, provider_target};
+use super::{Engine, millis, provider_target};
 use crate::provider::{
     ModelProvider, ModelRequest, ModelResponse, StreamEvent, StreamSettings, TokenUsage, TurnStream,
 };
@@ -218,9 +223,12 @@ fn record_transition(
 ) {
     if transition.is_change() {
         emitter.emit(
-            EventKind::BreakerStateChanged,
             c,
-            json!({"arm": ArmKind::Provider, "name": provider, "transition": transition}),
+            BreakerStateChanged {
+                arm: ArmKind::Provider,
+                name: provider.to_owned(),
+                transition: transition.clone(),
+            },
         );
     }
 }
@@ -306,17 +314,26 @@ impl Engine {
                 Ok(reply) => {
                     if !moved_on.is_empty() {
                         host.emitter().emit(
-                            EventKind::ModelFallbackUsed,
                             c,
-                            json!({
-                                "primary": {"provider": chain.primary.provider.name(),
-                                            "model": chain.primary.model},
-                                "answered": {"provider": link.provider.name(), "model": link.model},
-                                "after": moved_on.iter().map(|(p, m, f)| json!({
-                                    "provider": p, "model": m, "category": f.category(),
-                                    "reason": f.human_message(),
-                                })).collect::<Vec<_>>(),
-                            }),
+                            ModelFallbackUsed {
+                                primary: LinkName {
+                                    provider: chain.primary.provider.name().to_owned(),
+                                    model: chain.primary.model.to_owned(),
+                                },
+                                answered: LinkName {
+                                    provider: link.provider.name().to_owned(),
+                                    model: link.model.to_owned(),
+                                },
+                                after: moved_on
+                                    .iter()
+                                    .map(|(p, m, f)| MovedOn {
+                                        provider: p.to_string(),
+                                        model: m.to_string(),
+                                        category: f.category(),
+                                        reason: f.human_message().to_owned(),
+                                    })
+                                    .collect(),
+                            },
                         );
                     }
                     return Ok(Answered {
@@ -410,11 +427,7 @@ impl Engine {
             attempt += 1;
             let now = self.clock.now();
             if let Err(exhausted) = budget.check(&Need::time(latency.p50()), now) {
-                emitter.emit(
-                    EventKind::BudgetExhausted,
-                    c,
-                    json!({"scope": "model_call", "exhausted": exhausted}),
-                );
+                emitter.emit(c, BudgetExhausted::new(BudgetScope::ModelCall, exhausted));
                 return Err(LinkEnd::Stop(End::Budget(exhausted)));
             }
             // The provider's concurrency slot first (a wait in line, within
@@ -434,20 +447,26 @@ impl Engine {
                         Ok(slot) => {
                             if !slot.waited.is_zero() {
                                 emitter.emit(
-                                    EventKind::ModelQueueWaited,
                                     c,
-                                    json!({"provider": provider, "max_concurrency": gate.ceiling(),
-                                           "queue_wait_ms": millis(slot.waited), "expired": false}),
+                                    ModelQueueWaited {
+                                        provider: provider.to_owned(),
+                                        max_concurrency: gate.ceiling(),
+                                        queue_wait: slot.waited,
+                                        expired: false,
+                                    },
                                 );
                             }
                             Some(slot)
                         }
                         Err(expired) => {
                             emitter.emit(
-                                EventKind::ModelQueueWaited,
                                 c,
-                                json!({"provider": provider, "max_concurrency": gate.ceiling(),
-                                       "queue_wait_ms": millis(expired.waited), "expired": true}),
+                                ModelQueueWaited {
+                                    provider: provider.to_owned(),
+                                    max_concurrency: gate.ceiling(),
+                                    queue_wait: expired.waited,
+                                    expired: true,
+                                },
                             );
                             return Err(stop_or_move(
                                 Failure::new(&provider, Category::Timeout).with_human_message(
@@ -485,11 +504,15 @@ impl Engine {
             let now = self.clock.now();
             let allowance = deadline.remaining(now);
             emitter.emit(
-                EventKind::ModelCallStarted,
                 c,
-                json!({"provider": provider, "model": model, "attempt": attempt,
-                       "allowance_ms": millis(allowance), "messages": request.messages.len(),
-                       "stream": matches!(mode, Mode::Stream(_))}),
+                ModelCallStarted {
+                    provider: provider.to_owned(),
+                    model: model.to_owned(),
+                    attempt,
+                    allowance,
+                    messages: request.messages.len(),
+                    stream: matches!(mode, Mode::Stream(_)),
+                },
             );
             host.calling();
             let call = async {
@@ -536,10 +559,13 @@ impl Engine {
                     drop(held);
                     if !host.interrupted() {
                         emitter.emit(
-                            EventKind::RunCancelled,
                             c,
-                            json!({"reason": "cancelled by the caller", "aborted": "model_call",
-                                   "provider": provider}),
+                            RunCancelled {
+                                reason: "cancelled by the caller".into(),
+                                at_step_boundary: None,
+                                aborted: Some(AbortedWork::ModelCall),
+                                provider: Some(provider.to_owned()),
+                            },
                         );
                     }
                     return Err(LinkEnd::Stop(End::Cancelled(
@@ -573,12 +599,23 @@ impl Engine {
                             .map(|p| p.cost(response.usage.input, response.usage.output))
                             .unwrap_or_default();
                         emitter.emit(
-                            EventKind::ModelCallFinished,
                             c,
-                            json!({"provider": provider, "model": model, "attempt": attempt, "ok": true,
-                                   "usage": response.usage, "cost_micros": cost.micros(),
-                                   "finish": response.finish,
-                                   "tool_calls": response.tool_calls.iter().map(|t| &t.name).collect::<Vec<_>>()}),
+                            ModelCallFinished {
+                                provider: provider.to_owned(),
+                                model: model.to_owned(),
+                                attempt,
+                                cost: Some(cost),
+                                result: ModelCallResult::Answered(ModelAnswered {
+                                    ok: Flag,
+                                    usage: response.usage,
+                                    finish: response.finish,
+                                    tool_calls: response
+                                        .tool_calls
+                                        .iter()
+                                        .map(|t| t.name.clone())
+                                        .collect(),
+                                }),
+                            },
                         );
                     }
                     return Ok(reply);
@@ -597,12 +634,20 @@ impl Engine {
             let spent = failure.tokens_spent();
             let spent_cost = link.price.map(|p| p.cost(spent, 0)).unwrap_or_default();
             emitter.emit(
-                EventKind::ModelCallFinished,
                 c,
-                json!({"provider": provider, "model": model, "attempt": attempt, "ok": false,
-                       "category": failure.category(), "reason": failure.human_message(),
-                       "tokens_spent": spent, "cost_micros": spent_cost.micros(),
-                       "key_env": link.provider.key_env()}),
+                ModelCallFinished {
+                    provider: provider.to_owned(),
+                    model: model.to_owned(),
+                    attempt,
+                    cost: Some(spent_cost),
+                    result: ModelCallResult::Failed(ModelCallFailed {
+                        ok: Flag,
+                        category: failure.category(),
+                        reason: failure.human_message().to_owned(),
+                        tokens_spent: spent,
+                        key_env: link.provider.key_env().map(str::to_owned),
+                    }),
+                },
             );
             if spent > 0 {
                 host.spent(spent);
@@ -613,10 +658,11 @@ impl Engine {
                 };
                 if let Err(exhausted) = budget.charge(usage, now) {
                     emitter.emit(
-                        EventKind::BudgetExhausted,
                         c,
-                        json!({"scope": "model_call", "exhausted": exhausted,
-                               "reason": "tokens spent by failed model calls"}),
+                        BudgetExhausted {
+                            reason: Some("tokens spent by failed model calls".into()),
+                            ..BudgetExhausted::new(BudgetScope::ModelCall, exhausted)
+                        },
                     );
                     return Err(LinkEnd::Stop(End::Budget(exhausted)));
                 }
@@ -639,26 +685,29 @@ impl Engine {
                 RetryDecision::Retry { delay, .. } => {
                     if let Err(why) = host.allow_model_retry(delay) {
                         emitter.emit(
-                            EventKind::RetryAbandoned,
                             c,
-                            json!({"provider": provider, "attempts": attempt,
-                                   "reason": "run_model_retry_budget", "detail": why,
-                                   "category": failure.category()}),
+                            RetryAbandoned {
+                                target: RetryTarget::Provider(provider.to_owned()),
+                                attempts: attempt,
+                                reason: AbandonReason::RunBudget(
+                                    RunModelRetryBudget::RunModelRetryBudget,
+                                ),
+                                detail: Some(why.clone()),
+                                category: failure.category(),
+                            },
                         );
                         return Err(LinkEnd::Stop(End::ModelFailed(
                             failure.category(),
                             format!("{} (not retried: {why})", failure.human_message()),
                         )));
                     }
-                    emitter.emit(
-                        EventKind::RetryScheduled,
-                        c,
-                        guarded::retry_scheduled(
-                            ("provider", &provider),
-                            &decision,
-                            deadline.remaining(now),
-                        ),
-                    );
+                    if let Some(scheduled) = RetryScheduled::of(
+                        RetryTarget::Provider(provider.to_owned()),
+                        &decision,
+                        deadline.remaining(now),
+                    ) {
+                        emitter.emit(c, scheduled);
+                    }
                     tokio::select! {
                         () = self.clock.sleep(delay) => {}
                         () = host.cancelled() => {
@@ -670,10 +719,14 @@ impl Engine {
                 }
                 RetryDecision::GiveUp { reason } => {
                     emitter.emit(
-                        EventKind::RetryAbandoned,
                         c,
-                        json!({"provider": provider, "attempts": attempt, "reason": reason,
-                               "category": failure.category()}),
+                        RetryAbandoned {
+                            target: RetryTarget::Provider(provider.to_owned()),
+                            attempts: attempt,
+                            reason: AbandonReason::GaveUp(reason),
+                            detail: None,
+                            category: failure.category(),
+                        },
                     );
                     return Err(LinkEnd::Stop(match reason {
                         GiveUpReason::DeadlineTooClose { remaining, needed } => {

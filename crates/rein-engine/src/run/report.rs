@@ -12,7 +12,7 @@ use rein_core::FailurePolicy;
 use rein_core::call::CallResult;
 use rein_core::deadline::Usage;
 use rein_core::report::{RunFacts, Settled, derive};
-use rein_core::{EventKind, LedgerRecord, RunId, RunReport};
+use rein_core::{EventData, LedgerRecord, RunId, RunReport};
 use rein_store::{RunRecord, Store, StoreError};
 
 pub use rein_core::report::End;
@@ -76,11 +76,10 @@ async fn checkpointed(
 async fn models_of(store: &dyn Store, run: &RunId) -> Result<Vec<String>, StoreError> {
     let mut models: Vec<String> = Vec::new();
     for e in store.events(run, 0).await? {
-        if e.kind == EventKind::ModelCallFinished
-            && e.data["ok"] == true
-            && let (Some(p), Some(m)) = (e.data["provider"].as_str(), e.data["model"].as_str())
+        if let EventData::ModelCallFinished(f) = &e.data
+            && f.ok()
         {
-            let name = format!("{p}/{m}");
+            let name = format!("{}/{}", f.provider, f.model);
             if !models.contains(&name) {
                 models.push(name);
             }

@@ -23,9 +23,12 @@
 use std::collections::{BTreeSet, HashMap};
 
 use rein_core::deadline::{Budget, Cost, Deadline};
+use rein_core::event::{ModelCallResult, RetryTarget};
 use rein_core::loop_guard::LoopGuard;
 use rein_core::outcome::ResumeMarker;
-use rein_core::{ConfigError, Event, EventKind, Instant, IntentId, LedgerRecord, ToolClass};
+use rein_core::{
+    ConfigError, Event, EventData, EventKind, Instant, IntentId, LedgerRecord, ToolClass,
+};
 use rein_store::{Checkpoint, PlannedIntent, RunRecord};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -119,7 +122,7 @@ pub(super) fn restore(
     // A settlement that started is finished, never rolled forward.
     let settling = events
         .iter()
-        .any(|e| e.kind == EventKind::SettlementStarted)
+        .any(|e| e.kind() == EventKind::SettlementStarted)
         .then(|| End::Settling("an interrupted settlement was resumed".into()));
     // What the interrupted step consumed before the crash (its model
     // turn is durable with the plan) and the time it ran: charged, so a
@@ -299,29 +302,20 @@ fn kind(value: &Value) -> &'static str {
 /// before calls carried their cost.
 fn interrupted_usage(after_checkpoint: &[&Event], agent: &AgentBinding) -> (u64, Cost) {
     let calls = || {
-        after_checkpoint
-            .iter()
-            .filter(|e| e.kind == EventKind::ModelCallFinished)
+        after_checkpoint.iter().filter_map(|e| match &e.data {
+            EventData::ModelCallFinished(f) => Some(f),
+            _ => None,
+        })
     };
-    let interrupted_tokens: (u64, u64) = calls().fold((0, 0), |(i, o), e| {
-        (
-            i + e.data["usage"]["input"].as_u64().unwrap_or(0)
-                + e.data["tokens_spent"].as_u64().unwrap_or(0),
-            o + e.data["usage"]["output"].as_u64().unwrap_or(0),
-        )
+    let interrupted_tokens: (u64, u64) = calls().fold((0, 0), |(i, o), f| {
+        (i + f.input_tokens(), o + f.output_tokens())
     });
-    let interrupted_cost = calls().fold(Cost::default(), |sum, e| {
-        let cost = match e.data["cost_micros"].as_u64() {
-            Some(micros) => Cost::from_micros(micros),
+    let interrupted_cost = calls().fold(Cost::default(), |sum, f| {
+        let cost = match f.cost {
+            Some(cost) => cost,
             None => agent
                 .price
-                .map(|p| {
-                    p.cost(
-                        e.data["usage"]["input"].as_u64().unwrap_or(0)
-                            + e.data["tokens_spent"].as_u64().unwrap_or(0),
-                        e.data["usage"]["output"].as_u64().unwrap_or(0),
-                    )
-                })
+                .map(|p| p.cost(f.input_tokens(), f.output_tokens()))
                 .unwrap_or_default(),
         };
         sum.saturating_add(cost)
@@ -338,8 +332,10 @@ fn last_input_tokens(events: &[Event]) -> u64 {
     events
         .iter()
         .rev()
-        .find(|e| e.kind == EventKind::ModelCallFinished && e.data["ok"] == true)
-        .and_then(|e| e.data["usage"]["input"].as_u64())
+        .find_map(|e| match &e.data {
+            EventData::ModelCallFinished(f) if f.ok() => Some(f.input_tokens()),
+            _ => None,
+        })
         .unwrap_or(0)
 }
 
@@ -428,29 +424,31 @@ fn marker(done_step: u32, resumed: Option<&ResumedTurn>) -> ResumeMarker {
 fn model_use(events: &[Event]) -> (ModelRetryUse, Vec<String>) {
     let retried_so_far = ModelRetryUse::default();
     for e in events {
-        if e.kind == EventKind::RetryScheduled && e.data.get("provider").is_some() {
+        if let EventData::RetryScheduled(r) = &e.data
+            && matches!(r.target, RetryTarget::Provider(_))
+        {
             retried_so_far
                 .retries
                 .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             retried_so_far.wait_ms.fetch_add(
-                e.data["delay_ms"].as_u64().unwrap_or(0),
+                guarded::millis(r.delay),
                 std::sync::atomic::Ordering::AcqRel,
             );
         }
-        if e.kind == EventKind::ModelCallFinished {
-            retried_so_far.wasted_tokens.fetch_add(
-                e.data["tokens_spent"].as_u64().unwrap_or(0),
-                std::sync::atomic::Ordering::AcqRel,
-            );
+        if let EventData::ModelCallFinished(f) = &e.data
+            && let ModelCallResult::Failed(failed) = &f.result
+        {
+            retried_so_far
+                .wasted_tokens
+                .fetch_add(failed.tokens_spent, std::sync::atomic::Ordering::AcqRel);
         }
     }
     let mut answered_so_far: Vec<String> = Vec::new();
     for e in events {
-        if e.kind == EventKind::ModelCallFinished
-            && e.data["ok"] == true
-            && let (Some(p), Some(m)) = (e.data["provider"].as_str(), e.data["model"].as_str())
+        if let EventData::ModelCallFinished(f) = &e.data
+            && f.ok()
         {
-            let name = format!("{p}/{m}");
+            let name = format!("{}/{}", f.provider, f.model);
             if !answered_so_far.contains(&name) {
                 answered_so_far.push(name);
             }

@@ -2,9 +2,9 @@
 
 use std::collections::HashMap;
 
-use rein_core::{Clock, EventKind, Outcome, RunId};
+use rein_core::event::RunResumed;
+use rein_core::{Clock, Outcome, RunId};
 use rein_store::{RunRecord, RunStatus, StatusChange, StepCommit, StoreError};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::claim::{ClaimGuard, claim_id};
@@ -243,15 +243,22 @@ impl Engine {
         reopen: bool,
         reaped: &crate::lease::ReapReport,
     ) -> Result<(), EngineError> {
-        ctx.emitter.emit(
-            EventKind::RunResumed,
-            &Correlation {
-                step: state.step,
-                ..Correlation::default()
-            },
-            json!({"marker": state.resume, "remaining": state.budget.remaining(state.started),
-                   "reclaimed_leases": reaped.reclaimed.len(), "leases_left": reaped.skipped.len()}),
-        );
+        // `restore` marks every state it returns; only a fresh run's state
+        // has no marker, and a fresh run is not resumed.
+        if let Some(marker) = &state.resume {
+            ctx.emitter.emit(
+                &Correlation {
+                    step: state.step,
+                    ..Correlation::default()
+                },
+                RunResumed {
+                    marker: marker.clone(),
+                    remaining: state.budget.remaining(state.started),
+                    reclaimed_leases: reaped.reclaimed.len(),
+                    leases_left: reaped.skipped.len(),
+                },
+            );
+        }
         let commit = StepCommit {
             reopen,
             // Atomic with the claim check: nobody changed it since.

@@ -58,9 +58,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rein_core::breaker::{ArmKey, ArmKind, Transition};
-use rein_core::{Clock, ConfigError, EventKind, Failure, Instant};
+use rein_core::event::{CallRejected, CircuitOpen, CircuitRejected};
+use rein_core::{Clock, ConfigError, Failure, Instant};
 use rein_store::{BreakerOpening, MAX_BREAKER_ARM_LEN, Store};
-use serde_json::json;
 
 use super::emitter::{Correlation, Emitter, unix_ms};
 use super::{Engine, EngineBuilder, millis};
@@ -296,11 +296,16 @@ impl Engine {
             return None;
         }
         emitter.emit(
-            EventKind::CallRejected,
             c,
-            json!({"arm": ArmKind::Provider, "name": provider, "reason": "circuit_open",
-                   "retry_after_ms": millis(retry_after), "shared": true,
-                   "opened_by": opening.opened_by, "open_reason": opening.reason}),
+            CallRejected::CircuitOpen(CircuitRejected {
+                arm: ArmKind::Provider,
+                name: provider.to_owned(),
+                reason: CircuitOpen::CircuitOpen,
+                retry_after,
+                shared: Some(true),
+                opened_by: Some(opening.opened_by.clone()),
+                open_reason: Some(opening.reason.clone()),
+            }),
         );
         Some(Failure::circuit_open(provider, retry_after))
     }

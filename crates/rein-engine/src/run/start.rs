@@ -3,8 +3,9 @@
 use std::collections::HashMap;
 
 use rein_core::deadline::Budget;
+use rein_core::event::RunStarted;
 use rein_core::loop_guard::LoopGuard;
-use rein_core::{Clock, EventKind, RunId, RunReport, TenantId};
+use rein_core::{Clock, RunId, RunReport, TenantId};
 use rein_store::{NewRun, RunStatus, StatusChange, StepCommit, StoreError};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -233,13 +234,16 @@ impl Engine {
         };
         let _live = self.shared.live.register(&run_id, &ctx.cancel);
         ctx.emitter.emit(
-            EventKind::RunStarted,
             &Correlation::default(),
-            json!({
-                "agent": agent.name, "model": agent.model, "provider": agent.provider.name(),
-                "budget": agent.budget, "tools": agent.tools.keys().collect::<Vec<_>>(),
-                "input": request.input, "enqueued": request.enqueued,
-            }),
+            RunStarted {
+                agent: agent.name.clone(),
+                model: agent.model.clone(),
+                provider: agent.provider.name().to_owned(),
+                budget: agent.budget,
+                tools: agent.tools.keys().cloned().collect(),
+                input: request.input.clone(),
+                enqueued: request.enqueued,
+            },
         );
         let status = StepCommit {
             status: Some(StatusChange {

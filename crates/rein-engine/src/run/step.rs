@@ -24,9 +24,13 @@
 use std::collections::HashMap;
 
 use rein_core::deadline::{Budget, Dimension, Exhausted, Usage};
+use rein_core::event::{
+    BudgetExhausted, BudgetScope, LoopDetected, ModelOutputTruncated, PlanCreated,
+    PlannedIntentSummary, RunCancelled, ToolDisabled, TruncationAction,
+};
 use rein_core::loop_guard::{Action, FailureVerdict, LoopGuard, Trip, Verdict};
 use rein_core::registry::Price;
-use rein_core::{Category, Clock, EventKind, Failure, Instant, IntentId, LedgerRecord};
+use rein_core::{Category, Clock, Failure, Instant, IntentId, LedgerRecord};
 use rein_store::{PlannedIntent, StepCommit};
 use serde_json::{Value, json};
 
@@ -363,15 +367,22 @@ impl Engine {
             .collect();
         if response.finish.is_truncated() || salvaged > 0 || !asked_again.is_empty() {
             ctx.emitter.emit(
-                EventKind::ModelOutputTruncated,
                 &c,
-                json!({
-                    "finish": response.finish,
-                    "calls": response.tool_calls.len(),
-                    "salvaged": planned.iter().filter(|p| p.salvaged).map(|p| &p.tool).collect::<Vec<_>>(),
-                    "asked_again": asked_again,
-                    "action": if asked_again.is_empty() { "salvaged" } else { "asked_again" },
-                }),
+                ModelOutputTruncated {
+                    finish: response.finish,
+                    calls: response.tool_calls.len(),
+                    salvaged: planned
+                        .iter()
+                        .filter(|p| p.salvaged)
+                        .map(|p| p.tool.clone())
+                        .collect(),
+                    action: if asked_again.is_empty() {
+                        TruncationAction::Salvaged
+                    } else {
+                        TruncationAction::AskedAgain
+                    },
+                    asked_again: asked_again.iter().map(|t| (*t).to_owned()).collect(),
+                },
             );
         }
         let commit = (!planned.is_empty()).then(|| {
@@ -392,14 +403,20 @@ impl Engine {
                 })
                 .collect();
             ctx.emitter.emit(
-                EventKind::PlanCreated,
                 &c,
-                json!({"intents": planned.iter().map(|p| json!({
-                "intent_id": p.intent_id, "tool": p.tool, "call_id": p.call_id,
-                "class": ctx.agent.tools.get(&p.tool).map(|t| t.class),
-                "salvaged": p.salvaged,
-            })).collect::<Vec<_>>(),
-            "rejected": rejected_failures.len()}),
+                PlanCreated {
+                    intents: planned
+                        .iter()
+                        .map(|p| PlannedIntentSummary {
+                            intent_id: p.intent_id.clone(),
+                            tool: p.tool.clone(),
+                            call_id: p.call_id.clone(),
+                            class: ctx.agent.tools.get(&p.tool).map(|t| t.class),
+                            salvaged: p.salvaged,
+                        })
+                        .collect(),
+                    rejected: rejected_failures.len(),
+                },
             );
             StepCommit {
                 intents,
@@ -480,9 +497,13 @@ pub(super) fn handle_boundary(
     }
     if ctx.is_cancelled() {
         ctx.emitter.emit(
-            EventKind::RunCancelled,
             &c,
-            json!({"reason": "cancelled by the caller", "at_step_boundary": true}),
+            RunCancelled {
+                reason: "cancelled by the caller".into(),
+                at_step_boundary: Some(true),
+                aborted: None,
+                provider: None,
+            },
         );
         return Some(End::Cancelled("cancelled by the caller".into()));
     }
@@ -492,9 +513,11 @@ pub(super) fn handle_boundary(
             _ => wall_clock_exhausted(),
         };
         ctx.emitter.emit(
-            EventKind::BudgetExhausted,
             &c,
-            json!({"scope": "run", "exhausted": exhausted, "used": state.budget.used()}),
+            BudgetExhausted {
+                used: Some(state.budget.used()),
+                ..BudgetExhausted::new(BudgetScope::Run, exhausted)
+            },
         );
         return Some(End::Budget(exhausted));
     }
@@ -529,13 +552,15 @@ pub(super) fn handle_turn(
     });
     if let Err(exhausted) = charged {
         ctx.emitter.emit(
-            EventKind::BudgetExhausted,
             &Correlation {
                 step: state.step,
                 ..Correlation::default()
             },
-            json!({"scope": "model_turn", "exhausted": exhausted, "used": state.budget.used(),
-               "proposed_calls_not_run": response.tool_calls.len()}),
+            BudgetExhausted {
+                used: Some(state.budget.used()),
+                proposed_calls_not_run: Some(response.tool_calls.len()),
+                ..BudgetExhausted::new(BudgetScope::ModelTurn, exhausted)
+            },
         );
         return Some(End::Budget(exhausted));
     }
@@ -605,9 +630,12 @@ pub(super) fn handle_observation(
                         allowance,
                     } => {
                         ctx.emitter.emit(
-                            EventKind::ToolDisabled,
                             &c,
-                            json!({"tool": tool, "failures": failures, "allowance": allowance}),
+                            ToolDisabled {
+                                tool,
+                                failures,
+                                allowance,
+                            },
                         );
                     }
                     _ => {}
@@ -652,9 +680,11 @@ pub(super) fn handle_observation(
     );
     if let Some(trip) = &trip {
         ctx.emitter.emit(
-            EventKind::LoopDetected,
             &c,
-            json!({"trip": trip, "message": trip.to_string()}),
+            LoopDetected {
+                trip: trip.clone(),
+                message: trip.to_string(),
+            },
         );
     }
     Observation {

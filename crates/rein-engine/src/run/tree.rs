@@ -230,12 +230,10 @@ impl Engine {
             .events(run, 0)
             .await?
             .iter()
-            .filter(|e| e.kind == rein_core::EventKind::ModelCallFinished)
-            .map(|e| {
+            .filter_map(|e| match &e.data {
                 // An answered call's usage; a failed one's tokens spent.
-                e.data["usage"]["input"].as_u64().unwrap_or(0)
-                    + e.data["usage"]["output"].as_u64().unwrap_or(0)
-                    + e.data["tokens_spent"].as_u64().unwrap_or(0)
+                rein_core::EventData::ModelCallFinished(f) => Some(f.tokens()),
+                _ => None,
             })
             .sum())
     }
@@ -442,7 +440,11 @@ fn outcome_of(
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use rein_core::{Event, EventKind, TenantId};
+    use rein_core::event::{
+        Flag, ModelAnswered, ModelCallFailed, ModelCallFinished, ModelCallResult,
+    };
+    use rein_core::model::{FinishReason, TokenUsage};
+    use rein_core::{Category, Event, TenantId};
     use rein_store::{NewRun, SqliteStore, StepCommit, Store};
 
     /// A run of `agent` under `parent` whose model calls used `tokens`
@@ -474,12 +476,32 @@ mod tests {
             attempt_id: None,
             idempotency_key: None,
             at_ms: 2,
-            kind: EventKind::ModelCallFinished,
-            data: if ok {
-                json!({"ok": true, "usage": {"input": used - 1, "output": 1}})
-            } else {
-                json!({"ok": false, "tokens_spent": 5})
-            },
+            data: ModelCallFinished {
+                provider: "p".into(),
+                model: "m".into(),
+                attempt: 1,
+                cost: None,
+                result: if ok {
+                    ModelCallResult::Answered(ModelAnswered {
+                        ok: Flag,
+                        usage: TokenUsage {
+                            input: used - 1,
+                            output: 1,
+                        },
+                        finish: FinishReason::Stop,
+                        tool_calls: Vec::new(),
+                    })
+                } else {
+                    ModelCallResult::Failed(ModelCallFailed {
+                        ok: Flag,
+                        category: Category::Transient,
+                        reason: "cut".into(),
+                        tokens_spent: 5,
+                        key_env: None,
+                    })
+                },
+            }
+            .into(),
         };
         let mut events: Vec<Event> = tokens.iter().map(|t| event(true, *t)).collect();
         events.push(event(false, 0));

@@ -1,8 +1,8 @@
 //! One model turn along the agent's model chain.
 
 use rein_core::deadline::{Budget, Dimension, Exhausted};
-use rein_core::{Category, Clock, EventKind};
-use serde_json::json;
+use rein_core::event::{BudgetExhausted, BudgetScope};
+use rein_core::{Category, Clock};
 
 use crate::provider::{Message, ModelRequest, ModelResponse};
 
@@ -47,11 +47,16 @@ impl Engine {
                     remaining: left,
                 };
                 ctx.emitter.emit(
-                    EventKind::BudgetExhausted,
                     &c,
-                    json!({"scope": "model_call", "exhausted": exhausted,
-                           "reason": "the next prompt and a minimal answer do not fit the tokens left",
-                           "prompt_tokens_at_least": prompt, "min_output_tokens": MIN_OUTPUT_TOKENS}),
+                    BudgetExhausted {
+                        reason: Some(
+                            "the next prompt and a minimal answer do not fit the tokens left"
+                                .into(),
+                        ),
+                        prompt_tokens_at_least: Some(prompt),
+                        min_output_tokens: Some(MIN_OUTPUT_TOKENS),
+                        ..BudgetExhausted::new(BudgetScope::ModelCall, exhausted)
+                    },
                 );
                 return Err(End::Budget(exhausted));
             }

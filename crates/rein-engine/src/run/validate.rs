@@ -1,8 +1,9 @@
 //! Validating one proposed call before any tool sees it.
 
+use rein_core::event::{CallRejected, Refused};
 use rein_core::loop_guard::LoopGuard;
-use rein_core::{Category, EventKind, Failure, IntentId, ToolClass};
-use serde_json::{Value, json};
+use rein_core::{Category, Failure, IntentId, ToolClass};
+use serde_json::Value;
 
 use super::ctx::RunCtx;
 use super::emitter::Correlation;
@@ -32,9 +33,13 @@ impl Engine {
         };
         let refuse = |category: Category, reason: String, args: Value| {
             ctx.emitter.emit(
-                EventKind::CallRejected,
                 &c,
-                json!({"tool": call.name, "call_id": call.id, "category": category, "reason": reason}),
+                CallRejected::Refused(Refused {
+                    tool: call.name.clone(),
+                    call_id: Some(call.id.clone()),
+                    category: Some(category),
+                    reason: reason.clone(),
+                }),
             );
             let failure = Failure::new(&call.name, category).with_human_message(reason.clone());
             let mut text = failure.model_message().to_owned();

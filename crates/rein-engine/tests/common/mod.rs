@@ -229,7 +229,7 @@ pub async fn kinds(h: &Harness, out: &RunOutput) -> Vec<(EventKind, Value)> {
         .await
         .unwrap()
         .into_iter()
-        .map(|e| (e.kind, e.data))
+        .map(|e| (e.kind(), e.data.to_value().unwrap()))
         .collect()
 }
 

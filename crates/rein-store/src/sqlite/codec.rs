@@ -14,7 +14,7 @@
 use std::fmt::Display;
 
 use rein_core::deadline::{Cost, Usage};
-use rein_core::{Event, LedgerRecord, LedgerStatus};
+use rein_core::{Event, EventData, LedgerRecord, LedgerStatus};
 use rusqlite::types::ValueRef;
 use rusqlite::{ErrorCode, Row};
 use serde::Serialize;
@@ -299,6 +299,17 @@ pub fn decode_run(row: &Row<'_>) -> Result<RunRecord, StoreError> {
     })
 }
 
+/// An event's `data` column: its payload's JSON form
+/// ([`EventData::to_value`]), keys sorted, as events were always stored.
+pub fn event_data_text(event: &Event) -> Result<String, StoreError> {
+    let data = event.data.to_value().map_err(|error| StoreError::Invalid {
+        what: "event data",
+        expected: "a payload serializable as JSON".to_owned(),
+        found: error.to_string(),
+    })?;
+    json_text(&data, "event data")
+}
+
 /// The columns [`decode_event`] reads, in order.
 pub const EVENT_COLUMNS: &str =
     "run_id, seq, step, intent_id, attempt_id, idempotency_key, at_ms, kind, data";
@@ -306,6 +317,9 @@ pub const EVENT_COLUMNS: &str =
 /// An `events` row selected with [`EVENT_COLUMNS`].
 pub fn decode_event(row: &Row<'_>) -> Result<Event, StoreError> {
     let r = RowReader::new(row, "events", &[0, 1]);
+    let kind = r.serde_name(7, "kind")?;
+    let data =
+        EventData::decode(kind, r.json(8, "data")?).map_err(|error| r.corrupt("data", error))?;
     Ok(Event {
         run_id: r.id(0, "run_id")?,
         seq: r.u64(1, "seq")?,
@@ -314,8 +328,7 @@ pub fn decode_event(row: &Row<'_>) -> Result<Event, StoreError> {
         attempt_id: r.opt_id(4, "attempt_id")?,
         idempotency_key: r.opt_id(5, "idempotency_key")?,
         at_ms: r.u64(6, "at_ms")?,
-        kind: r.serde_name(7, "kind")?,
-        data: r.json(8, "data")?,
+        data,
     })
 }
 

@@ -12,7 +12,7 @@ use super::codec::{
     IDEMPOTENCY_COLUMNS, INTENT_COLUMNS, LEASE_COLUMNS, LEDGER_COLUMNS, RUN_COLUMNS,
     SINGLETON_COLUMNS, SqlResult, decode_breaker_opening, decode_checkpoint,
     decode_checkpoint_delta, decode_event, decode_idempotency, decode_intent, decode_lease,
-    decode_ledger, decode_run, decode_singleton, int, json_text, serde_name,
+    decode_ledger, decode_run, decode_singleton, event_data_text, int, json_text, serde_name,
 };
 use crate::breaker::{BreakerOpening, published, validate_breaker_text, validate_opening};
 use crate::checkpoint::{Checkpoint, CheckpointDelta};
@@ -816,8 +816,8 @@ fn append_events(
                 event.attempt_id.as_ref().map(|id| id.as_str()),
                 event.idempotency_key.as_ref().map(|key| key.as_str()),
                 int(event.at_ms, "event at_ms")?,
-                event.kind.as_str(),
-                json_text(&event.data, "event data")?,
+                event.kind().as_str(),
+                event_data_text(event)?,
             ])
             .sql()?;
     }

@@ -6,7 +6,11 @@ use std::time::Duration;
 
 use rein_core::call::Planned;
 use rein_core::deadline::Usage;
-use rein_core::{LedgerStatus, RunId};
+use rein_core::event::{
+    Flag, ModelAnswered, ModelCallFailed, ModelCallFinished, RetryScheduled, SettlementStarted,
+};
+use rein_core::model::TokenUsage;
+use rein_core::{Category, LedgerStatus, RunId};
 use serde_json::json;
 
 use super::super::checkpoint::{self, Checkpointed};
@@ -229,8 +233,21 @@ fn the_interrupted_steps_plan_is_replayed_with_its_intents_and_its_turn_is_charg
     let events = [event(
         3,
         11_000,
-        EventKind::ModelCallFinished,
-        json!({"ok": true, "usage": {"input": 120, "output": 30}, "provider": "p", "model": "m"}),
+        ModelCallFinished {
+            provider: "p".into(),
+            model: "m".into(),
+            attempt: 1,
+            cost: None,
+            result: ModelCallResult::Answered(ModelAnswered {
+                ok: Flag,
+                usage: TokenUsage {
+                    input: 120,
+                    output: 30,
+                },
+                finish: FinishReason::ToolCalls,
+                tool_calls: vec![WRITE.into(), WRITE.into()],
+            }),
+        },
     )];
     let r = restore(
         Stored {
@@ -273,7 +290,17 @@ fn the_interrupted_steps_plan_is_replayed_with_its_intents_and_its_turn_is_charg
 fn a_started_settlement_is_finished_instead_of_replaying_the_plan() {
     let c = checkpoint(transcript(), state());
     let record = record();
-    let events = [event(3, 10_000, EventKind::SettlementStarted, json!({}))];
+    let events = [event(
+        3,
+        10_000,
+        SettlementStarted {
+            policy: rein_core::FailurePolicy::default(),
+            irreversible_open: false,
+            open_records: 1,
+            already_with_a_human: false,
+            child_runs: 0,
+        },
+    )];
     let r = restore(
         Stored {
             record: &record,
@@ -445,14 +472,34 @@ fn what_the_interrupted_step_cost_and_retried_stays_spent() {
         event(
             3,
             9_500,
-            EventKind::RetryScheduled,
-            json!({"provider": "p", "delay_ms": 250}),
+            RetryScheduled {
+                target: RetryTarget::Provider("p".into()),
+                next_attempt: 2,
+                reason: Category::Timeout,
+                delay: Duration::from_millis(250),
+                from_server: false,
+                backoff_ceiling: Duration::from_millis(400),
+                clamped: false,
+                remaining: Duration::from_secs(10),
+                same_key: None,
+            },
         ),
         event(
             3,
             10_000,
-            EventKind::ModelCallFinished,
-            json!({"ok": false, "tokens_spent": 40, "cost_micros": 700}),
+            ModelCallFinished {
+                provider: "p".into(),
+                model: "m".into(),
+                attempt: 1,
+                cost: Some(Cost::from_micros(700)),
+                result: ModelCallResult::Failed(ModelCallFailed {
+                    ok: Flag,
+                    category: Category::Timeout,
+                    reason: "the stream was cut".into(),
+                    tokens_spent: 40,
+                    key_env: None,
+                }),
+            },
         ),
     ];
     let r = restored(Some(&c), &events).unwrap();

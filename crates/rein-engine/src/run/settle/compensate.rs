@@ -4,13 +4,14 @@
 use std::time::Duration;
 
 use rein_core::deadline::{Budget, BudgetLimits, Deadline};
+use rein_core::event::{CompensationFinished, CompensationStarted};
 use rein_core::idempotency::IdempotencyKey;
 use rein_core::outcome::CompensationResult;
 use rein_core::registry::{CompensationGrade, CompensationSpec};
 use rein_core::retry::{RetryConfig, RetryPolicy};
 use rein_core::{Clock, EventKind, IntentId, LedgerRecord, LedgerStatus};
 use rein_store::StepCommit;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::super::binding::ToolBinding;
 use super::super::emitter::{Correlation, unix_ms};
@@ -101,9 +102,15 @@ impl Engine {
                 record.tool
             );
             ctx.emitter.emit(
-                EventKind::CompensationFinished,
                 &c,
-                json!({"tool": record.tool, "status": "uncompensatable", "alert": true, "note": note}),
+                CompensationFinished {
+                    tool: record.tool.clone(),
+                    status: LedgerStatus::Uncompensatable,
+                    note: note.clone(),
+                    compensation_tool: None,
+                    attempts: None,
+                    alert: Some(true),
+                },
             );
             self.mark(
                 ctx,
@@ -211,13 +218,17 @@ impl Engine {
         );
         let grade = binding.spec.grade;
         ctx.emitter.emit(
-            EventKind::CompensationStarted,
             &Correlation {
                 idempotency_key: key.clone(),
                 ..c.clone()
             },
-            json!({"tool": record.tool, "compensation_tool": tool.name, "grade": grade.as_str(),
-                   "forward_seq": record.seq, "compensation_intent": intent}),
+            CompensationStarted {
+                tool: record.tool.clone(),
+                compensation_tool: tool.name.clone(),
+                grade,
+                forward_seq: record.seq,
+                compensation_intent: intent.clone(),
+            },
         );
         // Durable before the call: a crash mid-compensation is visible.
         let commit = StepCommit {
@@ -279,10 +290,15 @@ impl Engine {
             ),
         };
         ctx.emitter.emit(
-            EventKind::CompensationFinished,
             c,
-            json!({"tool": record.tool, "compensation_tool": tool.name, "status": status,
-                   "attempts": tries, "note": note}),
+            CompensationFinished {
+                tool: record.tool.clone(),
+                status,
+                note: note.clone(),
+                compensation_tool: Some(tool.name.clone()),
+                attempts: Some(tries),
+                alert: None,
+            },
         );
         self.mark(ctx, c, &record.intent_id, status, None, &note)
             .await;
@@ -387,7 +403,7 @@ impl Engine {
         let mine = |kind: EventKind| {
             events
                 .iter()
-                .filter(|e| e.kind == kind && e.intent_id.as_ref() == Some(intent))
+                .filter(|e| e.kind() == kind && e.intent_id.as_ref() == Some(intent))
                 .count()
         };
         mine(EventKind::CompensationStarted) > mine(EventKind::CompensationFinished)

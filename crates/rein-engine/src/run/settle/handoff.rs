@@ -1,11 +1,11 @@
 //! The handoff package: effects left to a human, and the resources still
 //! held for the run, which whoever takes over must check first.
 
+use rein_core::event::CompensationFinished;
 use rein_core::handoff::InFlight;
 use rein_core::outcome::CompensationResult;
 use rein_core::report::Settled;
-use rein_core::{EventKind, LedgerRecord, LedgerStatus};
-use serde_json::json;
+use rein_core::{LedgerRecord, LedgerStatus};
 
 use super::super::emitter::Correlation;
 use super::super::{Engine, RunCtx};
@@ -49,10 +49,15 @@ impl Engine {
                 ),
             };
             ctx.emitter.emit(
-                EventKind::CompensationFinished,
                 &c,
-                json!({"tool": record.tool, "status": status, "note": note,
-                       "alert": status == LedgerStatus::Uncompensatable}),
+                CompensationFinished {
+                    tool: record.tool.clone(),
+                    status,
+                    note: note.clone(),
+                    compensation_tool: None,
+                    attempts: None,
+                    alert: Some(status == LedgerStatus::Uncompensatable),
+                },
             );
             self.mark(ctx, &c, &record.intent_id, status, None, &note)
                 .await;

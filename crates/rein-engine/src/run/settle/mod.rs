@@ -19,12 +19,13 @@
 use std::collections::HashMap;
 
 use rein_core::deadline::Deadline;
+use rein_core::event::{LedgerRecorded, SettlementStarted};
 use rein_core::handoff::InFlight;
 use rein_core::outcome::CompensationResult;
 use rein_core::report::{End, Settled};
-use rein_core::{Clock, EventKind, IntentId, LedgerRecord, LedgerStatus, Outcome, RunReport};
+use rein_core::{Clock, IntentId, LedgerRecord, LedgerStatus, Outcome, RunReport};
 use rein_store::{LedgerMark, StepCommit};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::emitter::{Correlation, unix_ms};
 use super::tree_settle::{self, Item, Member, is_open};
@@ -167,14 +168,17 @@ impl Engine {
         // process that dies mid-settlement is resumed into the settlement,
         // never back into the forward path.
         ctx.emitter.emit(
-            EventKind::SettlementStarted,
             &Correlation {
                 step,
                 ..Correlation::default()
             },
-            json!({"policy": ctx.agent.on_failure, "irreversible_open": irreversible_open,
-                   "open_records": open.len(), "already_with_a_human": already_human,
-                   "child_runs": members.len()}),
+            SettlementStarted {
+                policy: ctx.agent.on_failure,
+                irreversible_open,
+                open_records: open.len(),
+                already_with_a_human: already_human,
+                child_runs: members.len(),
+            },
         );
         let commit = StepCommit {
             events: ctx.emitter.drain(),
@@ -370,9 +374,11 @@ impl Engine {
         note: &str,
     ) {
         ctx.emitter.emit(
-            EventKind::LedgerRecorded,
             c,
-            json!({"status": status, "note": note}),
+            LedgerRecorded {
+                note: Some(note.to_owned()),
+                ..LedgerRecorded::new(status)
+            },
         );
         let mark = LedgerMark {
             status,

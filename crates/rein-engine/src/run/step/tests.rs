@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use rein_core::deadline::BudgetLimits;
-use rein_core::{Event, ToolClass};
+use rein_core::{Event, EventData, EventKind, ToolClass};
 
 use super::super::fixture::{Bench, READ, WRITE, agent};
 use super::*;
@@ -49,7 +49,7 @@ fn response(calls: Vec<ToolCall>, finish: FinishReason) -> ModelResponse {
 }
 
 fn kinds(events: &[Event]) -> Vec<EventKind> {
-    events.iter().map(|e| e.kind).collect()
+    events.iter().map(Event::kind).collect()
 }
 
 fn result(planned: &Planned, outcome: Result<Value, Failure>) -> CallResult {
@@ -110,7 +110,10 @@ fn handle_boundary_with_its_steps_spent_ends_budget_exhausted() {
     assert!(matches!(end, Some(End::Budget(_))), "{end:?}");
     let events = ctx.emitter.drain();
     assert_eq!(kinds(&events), vec![EventKind::BudgetExhausted]);
-    assert_eq!(events[0].data["scope"], "run");
+    let EventData::BudgetExhausted(b) = &events[0].data else {
+        unreachable!("the kinds were checked above")
+    };
+    assert_eq!(b.scope, BudgetScope::Run);
     assert_eq!(events[0].step, 1);
 }
 
@@ -165,8 +168,11 @@ fn handle_turn_over_the_token_budget_ends_before_its_calls_run() {
     assert!(matches!(end, Some(End::Budget(_))), "{end:?}");
     let events = ctx.emitter.drain();
     assert_eq!(kinds(&events), vec![EventKind::BudgetExhausted]);
-    assert_eq!(events[0].data["scope"], "model_turn");
-    assert_eq!(events[0].data["proposed_calls_not_run"], 1);
+    let EventData::BudgetExhausted(b) = &events[0].data else {
+        unreachable!("the kinds were checked above")
+    };
+    assert_eq!(b.scope, BudgetScope::ModelTurn);
+    assert_eq!(b.proposed_calls_not_run, Some(1));
 }
 
 #[test]

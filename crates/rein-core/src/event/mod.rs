@@ -10,6 +10,33 @@
 //! timestamp, and the rationale: the counts, remaining budget, jitter or
 //! server hint that led to it. The stream is the primary material for
 //! post-mortems and the input of the chaos suite's invariant checker.
+//!
+//! # Typed payloads
+//!
+//! Each kind's rationale is a struct ([`EventData`], one variant per
+//! [`EventKind`]) shared by the engine that writes it and by resume,
+//! metrics, the reconciler, the server, the chaos checker and the CLI that
+//! read it. A field renamed on one side is a compile error on the other,
+//! not a run that quietly reads nothing:
+//!
+//! ```
+//! # use rein_core::event::ModelCallFailed;
+//! // What resume charges back for a failed model call.
+//! fn spent(failed: &ModelCallFailed) -> u64 {
+//!     failed.tokens_spent
+//! }
+//! ```
+//!
+//! ```compile_fail,E0609
+//! # use rein_core::event::ModelCallFailed;
+//! // A misspelled (or renamed) field does not compile.
+//! fn spent(failed: &ModelCallFailed) -> u64 {
+//!     failed.token_spent
+//! }
+//! ```
+//!
+//! The stored names are pinned by `tests/event_wire.rs`, which decodes an
+//! event of every kind and shape as stored before the payloads were typed.
 
 use std::fmt;
 
@@ -18,6 +45,43 @@ use serde_json::Value;
 
 use crate::idempotency::IdempotencyKey;
 use crate::ids::{AttemptId, IntentId, RunId};
+
+mod data;
+mod effect;
+mod flag;
+mod guard;
+mod millis;
+mod model;
+mod retry;
+mod run;
+mod tool;
+
+pub use data::{DecodeError, EventData};
+pub use effect::{
+    CompensationFinished, CompensationStarted, HandoffCreated, HandoffSummary, LedgerRecorded,
+    SettlementStarted,
+};
+pub use flag::Flag;
+pub use guard::{
+    AllocationShape, BreakerStateChanged, BudgetAllocated, BudgetExhausted, BudgetScope,
+    LoopDetected, ToolDisabled,
+};
+pub use model::{
+    LinkName, ModelAnswered, ModelCallFailed, ModelCallFinished, ModelCallResult, ModelCallStarted,
+    ModelFallbackUsed, ModelOutputTruncated, ModelQueueWaited, MovedOn, TruncationAction,
+};
+pub use retry::{
+    AbandonReason, RetryAbandoned, RetryScheduled, RetryTarget, RunModelRetryBudget, StopReason,
+};
+pub use run::{
+    AbortedWork, CheckpointWritten, HandOn, PartialSuccessReturned, RunCancelled, RunFailed,
+    RunFinished, RunInterrupted, RunResumed, RunStarted,
+};
+pub use tool::{
+    CallRejected, CircuitOpen, CircuitRejected, ConcurrencyWaitExpired, IdempotencyLookup,
+    PlanCreated, PlannedIntentSummary, Refused, ToolCallFailed, ToolCallFinished, ToolCallNotSent,
+    ToolCallSkipped, ToolCallStarted, ToolCallSucceeded,
+};
 
 /// What an event records. Names are stable: they appear in storage, APIs,
 /// metrics and the chaos suite.
@@ -157,7 +221,16 @@ impl fmt::Display for EventKind {
 }
 
 /// One decision or fact of a run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// The payload is typed ([`EventData`], one variant per [`EventKind`]);
+/// the kind is the payload's ([`Event::kind`]), so the two cannot
+/// disagree. On the wire and in the store an event is still the flat
+/// object it always was — `run_id`, `seq`, `step`, `intent_id`,
+/// `attempt_id`, `idempotency_key`, `at_ms`, `kind` and `data` — with
+/// `data` in the shape of its kind and its keys in sorted order
+/// ([`EventData::to_value`]), so stored events and API clients see the
+/// same bytes as before the payloads were typed.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     /// The run.
     pub run_id: RunId,
@@ -173,9 +246,77 @@ pub struct Event {
     pub idempotency_key: Option<IdempotencyKey>,
     /// Wall-clock time, milliseconds since the Unix epoch.
     pub at_ms: u64,
-    /// What happened.
-    pub kind: EventKind,
-    /// The rationale: counts, remaining budget, delays, reasons. Its shape
-    /// depends on `kind`.
-    pub data: Value,
+    /// What happened, with its rationale: counts, remaining budget,
+    /// delays, reasons.
+    pub data: EventData,
+}
+
+impl Event {
+    /// What the event records: its payload's kind.
+    pub fn kind(&self) -> EventKind {
+        self.data.kind()
+    }
+}
+
+/// An event as it is written: the payload as its JSON object.
+#[derive(Serialize)]
+struct WireRef<'a> {
+    run_id: &'a RunId,
+    seq: u64,
+    step: u32,
+    intent_id: &'a Option<IntentId>,
+    attempt_id: &'a Option<AttemptId>,
+    idempotency_key: &'a Option<IdempotencyKey>,
+    at_ms: u64,
+    kind: EventKind,
+    data: Value,
+}
+
+/// An event as it is read, before its payload is decoded for its kind.
+#[derive(Deserialize)]
+struct Wire {
+    run_id: RunId,
+    seq: u64,
+    step: u32,
+    intent_id: Option<IntentId>,
+    attempt_id: Option<AttemptId>,
+    idempotency_key: Option<IdempotencyKey>,
+    at_ms: u64,
+    kind: EventKind,
+    data: Value,
+}
+
+impl Serialize for Event {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let data = self.data.to_value().map_err(serde::ser::Error::custom)?;
+        WireRef {
+            run_id: &self.run_id,
+            seq: self.seq,
+            step: self.step,
+            intent_id: &self.intent_id,
+            attempt_id: &self.attempt_id,
+            idempotency_key: &self.idempotency_key,
+            at_ms: self.at_ms,
+            kind: self.kind(),
+            data,
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Event {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let wire = Wire::deserialize(deserializer)?;
+        let data = EventData::decode(wire.kind, wire.data).map_err(serde::de::Error::custom)?;
+        Ok(Event {
+            run_id: wire.run_id,
+            seq: wire.seq,
+            step: wire.step,
+            intent_id: wire.intent_id,
+            attempt_id: wire.attempt_id,
+            idempotency_key: wire.idempotency_key,
+            at_ms: wire.at_ms,
+            data,
+        })
+    }
 }
