@@ -32,8 +32,8 @@ use std::time::Duration;
 use rein_core::deadline::Deadline;
 use rein_core::event::RunFailed;
 use rein_core::report::{End, INTERNAL};
-use rein_core::{Clock, Outcome, RunId};
-use rein_store::{LeaseKind, RunStatus};
+use rein_core::{Clock, Outcome, RunId, RunReport};
+use rein_store::{LeaseKind, RunRecord, RunStatus};
 
 use super::close::{Closing, close_run, closing_commit};
 use super::emitter::{Correlation, Emitter, unix_ms};
@@ -72,44 +72,12 @@ impl Engine {
         lineage: Lineage,
     ) -> Result<RunOutput, EngineError> {
         tracing::error!(run = %run_id, agent = %agent.name, "the run panicked: {message}");
-        let internal = |message: String| EngineError::Internal {
-            run_id: run_id.clone(),
-            message,
-        };
         let Some(record) = self.store.get_run(run_id).await? else {
-            return Err(internal(message));
+            return Err(internal(run_id, message));
         };
         let at_ms = unix_ms(self.clock.system_now());
-        match record.status {
-            RunStatus::Finished(_) => {
-                return match record.report {
-                    Some(report) => Ok(RunOutput {
-                        run_id: run_id.clone(),
-                        report,
-                        interrupted: false,
-                    }),
-                    None => Err(internal(message)),
-                };
-            }
-            RunStatus::Queued => {
-                // It never started: nothing happened, nothing to settle.
-                let closing = Closing {
-                    outcome: Outcome::Failed,
-                    end: End::Internal(message.clone()),
-                    events: Vec::new(),
-                    expect: Some(RunStatus::Queued),
-                };
-                let closed = close_run(self.store.as_ref(), &record, closing, at_ms).await;
-                self.release_own_claim(run_id).await;
-                return closed
-                    .map(|report| RunOutput {
-                        run_id: run_id.clone(),
-                        report,
-                        interrupted: false,
-                    })
-                    .map_err(|e| internal(format!("{message}; its end was not recorded: {e}")));
-            }
-            _ => {}
+        if let Some(ended) = self.end_unstarted(&record, &message, at_ms).await {
+            return ended;
         }
         let owner = match self.own_claim(run_id).await {
             Some(owner) => owner,
@@ -117,29 +85,7 @@ impl Engine {
         };
         let lost = CancellationToken::new();
         let _heartbeat = self.heartbeat(run_id, &owner, &lost);
-        let ctx = RunCtx {
-            run_id: run_id.clone(),
-            tenant: record.tenant.clone(),
-            input: record.input.clone(),
-            agent,
-            store: &self.store,
-            emitter: Emitter::new(run_id.clone(), self.clock.clone(), None)
-                .with_metrics(self.shared.metrics.clone()),
-            provider_calls: std::sync::atomic::AtomicU32::new(0),
-            last_input_tokens: std::sync::atomic::AtomicU64::new(0),
-            cancel: CancellationToken::new(),
-            lost,
-            // Settling a run that panicked finishes even while the process
-            // stops: it is never handed on half-settled.
-            interrupt: CancellationToken::new(),
-            claim_owner: owner,
-            settling: std::sync::atomic::AtomicBool::new(false),
-            validator,
-            lineage,
-            child_usage: std::sync::Mutex::new(HashMap::new()),
-            models: std::sync::Mutex::new(Vec::new()),
-            model_retries: ModelRetryUse::default(),
-        };
+        let ctx = self.settling_ctx(&record, agent, validator, owner, lost, lineage);
         let end = End::Internal(message.clone());
         let mut facts = report::stored_facts(self.store.as_ref(), &record, end, at_ms).await?;
         facts.strategies_not_tried = report::strategies_not_tried(agent);
@@ -178,44 +124,116 @@ impl Engine {
         match concluded {
             Ok(concluded) => concluded,
             Err(again) => {
-                // The settlement panicked too: close the run as it stands,
-                // its records left to the reconciler.
                 let again = self::message(&*again);
-                tracing::error!(run = %run_id, "settling the run that panicked panicked too: {again}");
-                let closing = Closing {
-                    outcome: Outcome::Failed,
-                    end: End::Internal(format!(
-                        "{message}; settling it failed too ({again}), its records are left to the reconciler"
-                    )),
-                    events: Vec::new(),
-                    expect: None,
-                };
-                let at_ms = unix_ms(self.clock.system_now());
-                let record = self.store.get_run(run_id).await?.unwrap_or(record);
-                if record.status.is_finished() {
-                    self.release_own_claim(run_id).await;
-                    return record
-                        .report
-                        .map(|report| RunOutput {
-                            run_id: run_id.clone(),
-                            report,
-                            interrupted: false,
-                        })
-                        .ok_or_else(|| internal(message.clone()));
-                }
-                let (commit, report) =
-                    closing_commit(self.store.as_ref(), &record, closing, at_ms).await?;
-                let closed = ctx.commit(commit).await;
-                self.release_own_claim(run_id).await;
-                closed
-                    .map_err(|e| internal(format!("{message}; its end was not recorded: {e}")))?;
-                Ok(RunOutput {
-                    run_id: run_id.clone(),
-                    report,
-                    interrupted: false,
-                })
+                self.close_unsettled(&ctx, record, &message, again).await
             }
         }
+    }
+
+    /// The end of a run that panicked before it started or after it ended,
+    /// with nothing to settle; `None` when it was running.
+    async fn end_unstarted(
+        &self,
+        record: &RunRecord,
+        message: &str,
+        at_ms: u64,
+    ) -> Option<Result<RunOutput, EngineError>> {
+        let run_id = &record.run_id;
+        match record.status {
+            RunStatus::Finished(_) => Some(match &record.report {
+                Some(report) => Ok(output(run_id, report.clone())),
+                None => Err(internal(run_id, message.to_owned())),
+            }),
+            RunStatus::Queued => {
+                // It never started: nothing happened, nothing to settle.
+                let closing = Closing {
+                    outcome: Outcome::Failed,
+                    end: End::Internal(message.to_owned()),
+                    events: Vec::new(),
+                    expect: Some(RunStatus::Queued),
+                };
+                let closed = close_run(self.store.as_ref(), record, closing, at_ms).await;
+                self.release_own_claim(run_id).await;
+                Some(closed.map(|report| output(run_id, report)).map_err(|e| {
+                    internal(run_id, format!("{message}; its end was not recorded: {e}"))
+                }))
+            }
+            _ => None,
+        }
+    }
+
+    /// The context the settlement of a run that panicked runs in: the run's
+    /// own, rebuilt from its record, under this process's claim.
+    fn settling_ctx<'a>(
+        &'a self,
+        record: &RunRecord,
+        agent: &'a AgentBinding,
+        validator: &'a dyn ArgValidator,
+        claim_owner: String,
+        lost: CancellationToken,
+        lineage: Lineage,
+    ) -> RunCtx<'a> {
+        let run_id = &record.run_id;
+        RunCtx {
+            run_id: run_id.clone(),
+            tenant: record.tenant.clone(),
+            input: record.input.clone(),
+            agent,
+            store: &self.store,
+            emitter: Emitter::new(run_id.clone(), self.clock.clone(), None)
+                .with_metrics(self.shared.metrics.clone()),
+            provider_calls: std::sync::atomic::AtomicU32::new(0),
+            last_input_tokens: std::sync::atomic::AtomicU64::new(0),
+            cancel: CancellationToken::new(),
+            lost,
+            // Settling a run that panicked finishes even while the process
+            // stops: it is never handed on half-settled.
+            interrupt: CancellationToken::new(),
+            claim_owner,
+            settling: std::sync::atomic::AtomicBool::new(false),
+            validator,
+            lineage,
+            child_usage: std::sync::Mutex::new(HashMap::new()),
+            models: std::sync::Mutex::new(Vec::new()),
+            model_retries: ModelRetryUse::default(),
+        }
+    }
+
+    /// The settlement panicked too (with message `again`): closes the run as
+    /// it stands, its records left to the reconciler (unless it ended
+    /// meanwhile).
+    async fn close_unsettled(
+        &self,
+        ctx: &RunCtx<'_>,
+        record: RunRecord,
+        message: &str,
+        again: String,
+    ) -> Result<RunOutput, EngineError> {
+        let run_id = &ctx.run_id;
+        tracing::error!(run = %run_id, "settling the run that panicked panicked too: {again}");
+        let closing = Closing {
+            outcome: Outcome::Failed,
+            end: End::Internal(format!(
+                "{message}; settling it failed too ({again}), its records are left to the reconciler"
+            )),
+            events: Vec::new(),
+            expect: None,
+        };
+        let at_ms = unix_ms(self.clock.system_now());
+        let record = self.store.get_run(run_id).await?.unwrap_or(record);
+        if record.status.is_finished() {
+            self.release_own_claim(run_id).await;
+            return record
+                .report
+                .map(|report| output(run_id, report))
+                .ok_or_else(|| internal(run_id, message.to_owned()));
+        }
+        let (commit, report) = closing_commit(self.store.as_ref(), &record, closing, at_ms).await?;
+        let closed = ctx.commit(commit).await;
+        self.release_own_claim(run_id).await;
+        closed
+            .map_err(|e| internal(run_id, format!("{message}; its end was not recorded: {e}")))?;
+        Ok(output(run_id, report))
     }
 
     /// The owner of this process's claim on `run_id`, if this process holds
@@ -239,5 +257,22 @@ impl Engine {
         {
             tracing::warn!(run = %run_id, "cannot release the run's claim: {e}");
         }
+    }
+}
+
+/// The end of a run that panicked, when it cannot be recorded.
+fn internal(run_id: &RunId, message: String) -> EngineError {
+    EngineError::Internal {
+        run_id: run_id.clone(),
+        message,
+    }
+}
+
+/// The output of a contained run: its report; never interrupted.
+fn output(run_id: &RunId, report: RunReport) -> RunOutput {
+    RunOutput {
+        run_id: run_id.clone(),
+        report,
+        interrupted: false,
     }
 }

@@ -1,0 +1,141 @@
+//! A whole Messages API answer, read into a [`ModelResponse`].
+
+use rein_core::Failure;
+use serde_json::Value;
+
+use crate::provider::http::malformed;
+use crate::provider::{FinishReason, ModelResponse, TokenUsage, ToolCall};
+
+/// A Messages API `stop_reason`.
+pub(super) fn stop_reason(reason: &str) -> FinishReason {
+    match reason {
+        "end_turn" | "stop_sequence" => FinishReason::Stop,
+        "tool_use" => FinishReason::ToolCalls,
+        // Both cut the output short of what the model meant to write.
+        "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
+        "refusal" => FinishReason::ContentFilter,
+        _ => FinishReason::Other,
+    }
+}
+
+/// Input tokens of a `usage` object: uncached plus cache writes and reads,
+/// which are all billed input.
+pub(super) fn input_tokens(usage: &Value) -> Option<u64> {
+    let field = |name: &str| usage.get(name).and_then(Value::as_u64);
+    let base = field("input_tokens")?;
+    Some(
+        base.saturating_add(field("cache_creation_input_tokens").unwrap_or(0))
+            .saturating_add(field("cache_read_input_tokens").unwrap_or(0)),
+    )
+}
+
+/// Reads a Messages API answer; a body that is not one is a retryable
+/// failure, never a panic.
+pub(super) fn parse_message(name: &str, text: &str) -> Result<ModelResponse, Failure> {
+    let malformed = |why: &str| malformed(name, why, text);
+    let body: Value = serde_json::from_str(text).map_err(|_| malformed("not JSON"))?;
+    let content = body
+        .get("content")
+        .and_then(Value::as_array)
+        .ok_or_else(|| malformed("no content"))?;
+    let mut answer = String::new();
+    let mut tool_calls = Vec::new();
+    for (i, block) in content.iter().enumerate() {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => {
+                answer.push_str(block.get("text").and_then(Value::as_str).unwrap_or(""));
+            }
+            Some("tool_use") => {
+                let Some(tool) = block.get("name").and_then(Value::as_str) else {
+                    return Err(malformed("tool_use block without a name"));
+                };
+                tool_calls.push(ToolCall {
+                    id: block
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| format!("call_{i}")),
+                    name: tool.to_owned(),
+                    arguments: block
+                        .get("input")
+                        .map_or_else(|| String::from("{}"), Value::to_string),
+                });
+            }
+            // Thinking and server-tool blocks are not part of the answer.
+            _ => {}
+        }
+    }
+    let finish = match body
+        .get("stop_reason")
+        .and_then(Value::as_str)
+        .map(stop_reason)
+    {
+        Some(FinishReason::Other) | None if !tool_calls.is_empty() => FinishReason::ToolCalls,
+        Some(finish) => finish,
+        None => FinishReason::Other,
+    };
+    let usage = body.get("usage").unwrap_or(&Value::Null);
+    Ok(ModelResponse {
+        text: (!answer.is_empty()).then_some(answer),
+        tool_calls,
+        finish,
+        usage: TokenUsage {
+            input: input_tokens(usage).unwrap_or(0),
+            output: usage
+                .get("output_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use rein_core::Category;
+
+    use super::*;
+
+    #[test]
+    fn parses_text_tool_use_stop_reason_and_usage() {
+        let r = parse_message(
+            "claude",
+            r#"{"id":"m","type":"message","role":"assistant","content":[
+                {"type":"thinking","thinking":"hm"},
+                {"type":"text","text":"On it."},
+                {"type":"tool_use","id":"toolu_1","name":"get_order","input":{"order_id":"A"}}],
+                "stop_reason":"tool_use","usage":{"input_tokens":10,"cache_read_input_tokens":5,"output_tokens":3}}"#,
+        )
+        .unwrap();
+        assert_eq!(r.text.as_deref(), Some("On it."));
+        assert_eq!(r.tool_calls[0].id, "toolu_1");
+        assert_eq!(r.tool_calls[0].arguments, r#"{"order_id":"A"}"#);
+        assert_eq!(r.finish, FinishReason::ToolCalls);
+        assert_eq!(
+            r.usage,
+            TokenUsage {
+                input: 15,
+                output: 3
+            }
+        );
+        let cut = parse_message(
+            "claude",
+            r#"{"content":[{"type":"text","text":"The ord"}],"stop_reason":"max_tokens"}"#,
+        )
+        .unwrap();
+        assert!(cut.is_truncated());
+    }
+
+    #[test]
+    fn malformed_messages_are_failures_not_panics() {
+        for body in [
+            "",
+            "null",
+            "{}",
+            r#"{"content": "x"}"#,
+            r#"{"content":[{"type":"tool_use","input":{}}]}"#,
+        ] {
+            let f = parse_message("claude", body).unwrap_err();
+            assert_eq!(f.category(), Category::Transient, "{body}");
+        }
+    }
+}

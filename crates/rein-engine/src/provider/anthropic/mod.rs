@@ -1,0 +1,244 @@
+//! The Anthropic provider: the Messages API with tools, streamed or not.
+
+mod body;
+mod message;
+mod stream;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rein_core::Failure;
+use rein_core::deadline::DEADLINE_HEADER;
+
+use super::http::{self, post_json};
+use super::sse::{self, Opening};
+use super::stream::{StreamSettings, collect_turn};
+use super::{ModelProvider, ModelRequest, ModelResponse, StreamLimits, TurnStream};
+use crate::{SystemClock, Timer};
+use message::parse_message;
+use stream::EventDecoder;
+
+/// The `anthropic-version` header every request carries.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// The `max_tokens` sent when the request sets no output ceiling: the
+/// Messages API requires one.
+pub const DEFAULT_MAX_TOKENS: u64 = 4096;
+
+/// The Anthropic Messages API over HTTP.
+///
+/// Like [`OpenAiProvider`](super::OpenAiProvider): one `reqwest::Client`
+/// per provider, the call's timeout is the run's remainder capped by the
+/// provider's own, failures are classified by the same shared code (429
+/// with `Retry-After` → `rate_limited`, 529 → `overloaded`, 503 →
+/// `transient`, 401/403 → not retryable, "prompt is too long" →
+/// `context_overflow`), and streams follow the same rules.
+///
+/// | setting | default |
+/// | --- | --- |
+/// | base URL | up to and including `/v1`, e.g. `https://api.anthropic.com/v1` |
+/// | `max_tokens` when the request sets none | [`DEFAULT_MAX_TOKENS`] |
+/// | `complete` streams | no; see [`with_streaming`](Self::with_streaming) |
+///
+/// # Conversion
+///
+/// rein's transcript is OpenAI-shaped; the Messages API differs:
+///
+/// | rein | Messages API |
+/// | --- | --- |
+/// | system messages | the top-level `system` text (joined by blank lines) |
+/// | user text | a `user` message with a `text` block |
+/// | assistant tool calls | `tool_use` blocks (`id`, `name`, `input`) |
+/// | tool results | `tool_result` blocks (`tool_use_id`, `content`) in a `user` message |
+/// | tools `{"type": "function", "function": {name, description, parameters}}` | `{name, description, input_schema}` |
+///
+/// Consecutive messages of one role are merged (the API wants turns to
+/// alternate, and every result of one assistant turn in the next user
+/// message). Tool-call arguments that are not a JSON object — a malformed
+/// call rein refused — are sent as `{}`: the API accepts only an object,
+/// and the tool result that follows already tells the model its arguments
+/// were invalid.
+#[derive(Clone)]
+pub struct AnthropicProvider {
+    name: String,
+    base_url: String,
+    api_key: Option<String>,
+    timeout: Duration,
+    client: reqwest::Client,
+    max_tokens: u64,
+    streaming: Option<StreamSettings>,
+    key_env: Option<String>,
+    /// Times the limits and dates `Retry-After`.
+    clock: Arc<dyn Timer>,
+}
+
+impl std::fmt::Debug for AnthropicProvider {
+    // By hand: the key is never printed, and the base URL is redacted.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnthropicProvider")
+            .field("name", &self.name)
+            .field("base_url", &rein_core::redact::text(&self.base_url))
+            .field(
+                "api_key",
+                &self.api_key.as_ref().map(|_| rein_core::redact::REDACTED),
+            )
+            .field("key_env", &self.key_env)
+            .field("timeout", &self.timeout)
+            .field("streaming", &self.streaming)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AnthropicProvider {
+    /// A provider named `name` at `base_url` (e.g.
+    /// `https://api.anthropic.com/v1`), sending `x-api-key: <api_key>` when
+    /// given.
+    pub fn new(
+        name: &str,
+        base_url: &str,
+        api_key: Option<String>,
+        timeout: Duration,
+        client: reqwest::Client,
+    ) -> Self {
+        // The key is taught to the redactor here, where it enters rein,
+        // so no error that echoes it shows it (crate::secrets).
+        crate::secrets::teach_provider(api_key.as_deref(), base_url);
+        AnthropicProvider {
+            name: name.to_owned(),
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            api_key,
+            timeout,
+            client,
+            max_tokens: DEFAULT_MAX_TOKENS,
+            streaming: None,
+            key_env: None,
+            clock: Arc::new(SystemClock::new()),
+        }
+    }
+
+    /// Sets the `max_tokens` sent when the request sets no ceiling.
+    pub fn with_default_max_tokens(mut self, max_tokens: u64) -> Self {
+        self.max_tokens = max_tokens;
+        self
+    }
+
+    /// Times the first-byte, idle and overall limits on `clock` instead of
+    /// the system clock.
+    pub fn with_clock(mut self, clock: Arc<dyn Timer>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Names the environment variable the key came from, for the log
+    /// line of a rejected key.
+    pub fn with_key_env(mut self, name: Option<&str>) -> Self {
+        self.key_env = name.map(str::to_owned);
+        self
+    }
+
+    /// Makes [`complete`](ModelProvider::complete) stream the answer and
+    /// assemble it, under `settings`' first-byte and idle limits (see
+    /// [`OpenAiProvider::with_streaming`](super::OpenAiProvider::with_streaming)).
+    pub fn with_streaming(mut self, settings: StreamSettings) -> Self {
+        self.streaming = Some(settings);
+        self
+    }
+
+    fn post(&self, body: Vec<u8>, allowance: Duration) -> reqwest::RequestBuilder {
+        let url = format!("{}/messages", self.base_url);
+        let mut builder = self
+            .client
+            .post(&url)
+            .header(DEADLINE_HEADER, allowance.as_millis().to_string())
+            .header("anthropic-version", ANTHROPIC_VERSION)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        if let Some(key) = &self.api_key {
+            builder = builder.header("x-api-key", key);
+        }
+        builder
+    }
+}
+
+#[async_trait]
+impl ModelProvider for AnthropicProvider {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn key_env(&self) -> Option<&str> {
+        self.key_env.as_deref()
+    }
+
+    fn stream_settings(&self) -> Option<StreamSettings> {
+        self.streaming
+    }
+
+    async fn complete(
+        &self,
+        request: &ModelRequest,
+        allowance: Duration,
+    ) -> Result<ModelResponse, Failure> {
+        if let Some(settings) = self.streaming {
+            let stream = self.stream(request, settings.limits(allowance)).await?;
+            return collect_turn(&self.name, stream).await;
+        }
+        let allowance = http::allowance(&self.name, allowance, self.timeout)?;
+        let body = self.body(request, false).to_string().into_bytes();
+        let text = post_json(
+            &self.name,
+            self.post(body, allowance),
+            allowance,
+            self.clock.as_ref(),
+        )
+        .await?;
+        parse_message(&self.name, &text)
+    }
+
+    async fn stream(
+        &self,
+        request: &ModelRequest,
+        limits: StreamLimits,
+    ) -> Result<TurnStream, Failure> {
+        let allowance = http::allowance(&self.name, limits.allowance, self.timeout)?;
+        let body = self.body(request, true).to_string().into_bytes();
+        let request_bytes = body.len();
+        sse::open(Opening {
+            clock: self.clock.clone(),
+            name: &self.name,
+            request: self.post(body, allowance),
+            request_bytes,
+            limits: StreamLimits {
+                allowance,
+                ..limits
+            },
+            decoder: EventDecoder {
+                name: self.name.clone(),
+                blocks: Vec::new(),
+                tools: 0,
+            },
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_hand_built_provider_teaches_its_key_and_never_prints_it() {
+        const CANARY: &str = "sk-ant-hand-built-canary-17";
+        let provider = super::AnthropicProvider::new(
+            "p",
+            "http://127.0.0.1:9/v1",
+            Some(CANARY.into()),
+            std::time::Duration::from_secs(1),
+            reqwest::Client::new(),
+        );
+        assert!(!format!("{provider:?}").contains(CANARY));
+        assert_eq!(
+            rein_core::redact::text(&format!("x-api-key: {CANARY}")),
+            "x-api-key: [redacted]"
+        );
+    }
+}

@@ -1,0 +1,235 @@
+//! A model binding asked from outside a run (the OpenAI-compatible
+//! gateway), through the same chain as runs.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::num::NonZeroU32;
+use std::pin::Pin;
+
+use futures_util::StreamExt;
+use rein_core::breaker::ArmKind;
+use rein_core::deadline::Budget;
+use rein_core::registry::Price;
+use rein_core::retry::RetryPolicy;
+use rein_core::{Category, LatencyProfile};
+
+use super::{Chain, LinkRef, Mode, Reply, TurnHost};
+use crate::provider::{ModelRequest, ModelResponse, StreamSettings, TurnStream};
+use crate::run::Engine;
+use crate::run::binding::ModelLink;
+use crate::run::emitter::{Correlation, Emitter};
+use crate::run::report::End;
+
+/// A model binding as callers outside a run ask it (the OpenAI-compatible
+/// gateway): its chain and the limits every call of it shares with runs.
+#[derive(Clone, Debug)]
+pub struct ModelBinding {
+    /// The binding's name (the `model` a gateway client sends).
+    pub name: String,
+    /// The first link.
+    pub primary: ModelLink,
+    /// Links tried in order after a transient failure.
+    pub fallbacks: Vec<ModelLink>,
+    /// Larger-context links tried in order after a context overflow.
+    pub context_fallbacks: Vec<ModelLink>,
+    /// Calls in flight at once per provider name, shared with runs.
+    pub provider_limits: BTreeMap<String, NonZeroU32>,
+    /// The retry policy of its calls.
+    pub retry: RetryPolicy,
+    /// The latency profile of a call, for retry and deadline decisions.
+    pub model_latency: LatencyProfile,
+    /// First-byte and idle limits when the caller streams.
+    pub stream: StreamSettings,
+}
+
+/// One request to a [`ModelBinding`].
+pub struct ModelAsk {
+    /// The request; its `model` is replaced by each link's.
+    pub request: ModelRequest,
+    /// How long the whole call may take, fallbacks and retries included.
+    pub deadline: std::time::Duration,
+    /// Whether the caller wants the answer as a stream.
+    pub stream: bool,
+    /// Fires when the caller went away.
+    pub cancel: tokio_util::sync::CancellationToken,
+    /// Sees every decision (slot waits, breaker transitions, retries,
+    /// fallbacks) as it happens.
+    pub observer: Option<crate::run::Observer>,
+}
+
+/// A binding's answer and the link that gave it.
+pub struct ModelAnswer {
+    /// The provider that answered.
+    pub provider: String,
+    /// The model that answered.
+    pub model: String,
+    /// Whether a link other than the primary answered.
+    pub fell_back: bool,
+    /// Its price, when known.
+    pub price: Option<Price>,
+    /// The answer.
+    pub reply: ModelReply,
+}
+
+/// A whole answer, or a stream committed to the answering link: its first
+/// event already arrived, so failures from here on are in-band.
+pub enum ModelReply {
+    /// The whole answer.
+    Complete(ModelResponse),
+    /// The stream, first event included.
+    Stream(TurnStream),
+}
+
+/// Why a binding gave no answer.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct ModelError {
+    /// The failure's category (of the first link's failure when every link
+    /// failed).
+    pub category: Category,
+    /// For a human; names every link tried when all failed.
+    pub message: String,
+    /// When every link's circuit is open: how long until the first of them
+    /// admits a probe again (for the caller's `Retry-After`).
+    pub retry_after: Option<std::time::Duration>,
+}
+
+/// The host of a call from outside a run.
+struct AskHost<'a> {
+    binding: &'a ModelBinding,
+    emitter: Emitter,
+    cancel: &'a tokio_util::sync::CancellationToken,
+}
+
+impl TurnHost for AskHost<'_> {
+    fn emitter(&self) -> &Emitter {
+        &self.emitter
+    }
+
+    fn cancelled(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(self.cancel.cancelled())
+    }
+
+    fn retry(&self) -> &RetryPolicy {
+        &self.binding.retry
+    }
+
+    fn model_latency(&self) -> LatencyProfile {
+        self.binding.model_latency
+    }
+
+    fn provider_limits(&self) -> &BTreeMap<String, NonZeroU32> {
+        &self.binding.provider_limits
+    }
+}
+
+impl Engine {
+    /// How long until the first open arm of `chain`'s providers admits a
+    /// probe again.
+    fn reopens_in(&self, chain: &Chain<'_>) -> Option<std::time::Duration> {
+        let now = self.clock.now();
+        let breakers = self.shared.breakers();
+        std::iter::once(chain.primary)
+            .chain(chain.fallbacks.iter().map(LinkRef::from))
+            .filter_map(|l| {
+                let local = breakers
+                    .get(ArmKind::Provider, l.provider.name())
+                    .and_then(|arm| arm.open_until())
+                    .map(|until| until.saturating_duration_since(now));
+                // Another node's opening, when breakers are shared.
+                let shared = self.shared_reopens_in(l.provider.name());
+                local.max(shared)
+            })
+            .min()
+    }
+
+    /// Asks `binding` one turn from outside a run — through the same
+    /// breaker arms, provider slots, retry budgets and fallback rules as
+    /// runs — within `ask.deadline`.
+    ///
+    /// # Errors
+    ///
+    /// [`ModelError`] when no link answered: the first failure's category
+    /// (`circuit_open`, `rate_limited`, `unauthorized`, `context_overflow`,
+    /// `budget_exhausted` when the deadline ran out, `cancelled`, …).
+    pub async fn ask_model(
+        &self,
+        binding: &ModelBinding,
+        ask: ModelAsk,
+    ) -> Result<ModelAnswer, ModelError> {
+        let limits = rein_core::deadline::BudgetLimits::new(
+            ask.deadline.max(std::time::Duration::from_millis(1)),
+        )
+        .map_err(|e| ModelError {
+            category: Category::InvalidArguments,
+            message: e.to_string(),
+            retry_after: None,
+        })?;
+        let mut budget = Budget::start(limits, self.clock.now());
+        let host = AskHost {
+            binding,
+            emitter: Emitter::new(
+                crate::run::new_id::<rein_core::RunId>(),
+                self.clock.clone(),
+                ask.observer,
+            )
+            .with_metrics(self.shared.metrics.clone())
+            .without_run_in_logs(),
+            cancel: &ask.cancel,
+        };
+        let chain = Chain {
+            primary: LinkRef::from(&binding.primary),
+            fallbacks: &binding.fallbacks,
+            context: &binding.context_fallbacks,
+        };
+        let mode = if ask.stream {
+            Mode::Stream(binding.stream)
+        } else {
+            Mode::Complete
+        };
+        let answered = self
+            .ask_chain(
+                &host,
+                &Correlation::default(),
+                chain,
+                &ask.request,
+                &mut budget,
+                mode,
+            )
+            .await;
+        // Nothing of a call outside a run is stored: the observer saw it.
+        drop(host.emitter.drain());
+        let answered = answered.map_err(|end| {
+            let (category, message) = match end {
+                End::ModelFailed(category, message) => (category, message),
+                End::Budget(exhausted) => (
+                    Category::BudgetExhausted,
+                    format!("the call's deadline ran out: {exhausted}"),
+                ),
+                End::Cancelled(message) => (Category::Cancelled, message),
+                other => (Category::Unknown, format!("{other:?}")),
+            };
+            let retry_after = (category == Category::CircuitOpen)
+                .then(|| self.reopens_in(&chain))
+                .flatten();
+            ModelError {
+                category,
+                message,
+                retry_after,
+            }
+        })?;
+        let reply = match answered.reply {
+            Reply::Complete(response) => ModelReply::Complete(response),
+            Reply::Stream { first, rest } => ModelReply::Stream(Box::pin(
+                futures_util::stream::once(async { Ok(first) }).chain(rest),
+            )),
+        };
+        Ok(ModelAnswer {
+            provider: answered.provider,
+            model: answered.model,
+            fell_back: answered.fell_back,
+            price: answered.price,
+            reply,
+        })
+    }
+}

@@ -1,0 +1,600 @@
+//! One link asked: its slot, its breaker, the call, and classified retries
+//! under the host's policy.
+//!
+//! Each attempt is [`Engine::try_link`] — budget, [slot and
+//! breaker](Engine::hold_link), the call raced against the caller's
+//! cancellation, the outcome reported — and a failure that does not move
+//! the turn on goes to [`Engine::retry_link`]. The decisions that need no
+//! I/O ([`link_deadline`], [`give_up_end`]) are plain functions.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use rein_core::breaker::ArmKind;
+use rein_core::deadline::{Budget, Deadline, Dimension, Exhausted, Need, Usage};
+use rein_core::event::{
+    AbandonReason, AbortedWork, BudgetExhausted, BudgetScope, Flag, ModelAnswered, ModelCallFailed,
+    ModelCallFinished, ModelCallResult, ModelCallStarted, ModelQueueWaited, RetryAbandoned,
+    RetryScheduled, RetryTarget, RunCancelled, RunModelRetryBudget,
+};
+use rein_core::retry::{GiveUpReason, RetryDecision, RetryInput, RetryPolicy};
+use rein_core::{Category, Failure, Instant, LatencyProfile, ToolClass};
+
+use super::chain::LinkEnd;
+use super::held::{GuardedStream, Held, record_transition};
+use super::{LinkRef, Mode, Reply, TurnHost};
+use crate::provider::ModelRequest;
+use crate::run::concurrency::{Gate, Slot};
+use crate::run::emitter::Correlation;
+use crate::run::report::End;
+use crate::run::{Engine, millis, provider_target};
+
+/// One link's call, as each of its steps sees it.
+struct LinkCall<'a> {
+    host: &'a dyn TurnHost,
+    c: &'a Correlation,
+    link: LinkRef<'a>,
+    request: &'a ModelRequest,
+    mode: Mode,
+    provider: String,
+    /// Whether a next link is ready: a transient failure then moves on.
+    ready: bool,
+    /// This link's share of the caller's deadline ([`link_deadline`]).
+    deadline: Deadline,
+    policy: RetryPolicy,
+    latency: LatencyProfile,
+}
+
+impl LinkCall<'_> {
+    /// A refusal before the call (no slot, an open arm): the next link
+    /// when one is ready, else the turn's end.
+    fn stop_or_move(&self, failure: Failure) -> LinkEnd {
+        if self.ready {
+            LinkEnd::MoveOn(failure)
+        } else {
+            LinkEnd::Stop(End::ModelFailed(
+                failure.category(),
+                failure.human_message().to_owned(),
+            ))
+        }
+    }
+}
+
+/// How one attempt at a link ended, when it did not end the link.
+enum Tried {
+    Answered(Reply),
+    /// It failed; `at` is when its outcome was known (the retry decision's
+    /// `now`).
+    Failed {
+        failure: Failure,
+        at: Instant,
+    },
+}
+
+/// The deadline of a link with `next_links` still to try after it.
+///
+/// With links still to try, this one gets an even share of what is left
+/// (its retries and its wait for a slot included): a provider that hangs
+/// must leave time for the fallback, not eat the whole deadline. The last
+/// link gets the caller's deadline.
+fn link_deadline(budget: &Budget, now: Instant, next_links: usize) -> Deadline {
+    if next_links == 0 {
+        return budget.deadline();
+    }
+    let share =
+        budget.deadline().remaining(now) / u32::try_from(next_links + 1).unwrap_or(u32::MAX);
+    Deadline::after(now, share)
+}
+
+/// The end of a link whose retry was given up for `reason`: a wait that
+/// does not fit is the wall clock's budget running out; anything else is
+/// the model's failure.
+fn give_up_end(reason: GiveUpReason, failure: &Failure) -> End {
+    match reason {
+        GiveUpReason::DeadlineTooClose { remaining, needed } => End::Budget(Exhausted {
+            dimension: Dimension::WallClock,
+            needed: millis(needed),
+            remaining: millis(remaining),
+        }),
+        GiveUpReason::ServerWaitBeyondDeadline {
+            retry_after,
+            remaining,
+        } => End::Budget(Exhausted {
+            dimension: Dimension::WallClock,
+            needed: millis(retry_after),
+            remaining: millis(remaining),
+        }),
+        _ => End::ModelFailed(failure.category(), failure.human_message().to_owned()),
+    }
+}
+
+/// Sends one attempt: the whole answer, or a stream up to its first event
+/// (each link under its own provider's stream limits).
+async fn send(
+    link: LinkRef<'_>,
+    request: &ModelRequest,
+    mode: Mode,
+    allowance: Duration,
+) -> Result<Reply, Failure> {
+    match mode {
+        Mode::Complete => link
+            .provider
+            .complete(request, allowance)
+            .await
+            .map(Reply::Complete),
+        Mode::Stream(settings) => {
+            // Each link under its own provider's limits.
+            let settings = link.provider.stream_settings().unwrap_or(settings);
+            let mut stream = link
+                .provider
+                .stream(request, settings.limits(allowance))
+                .await?;
+            match stream.next().await {
+                Some(Ok(first)) => Ok(Reply::Stream {
+                    first,
+                    rest: stream,
+                }),
+                Some(Err(f)) => Err(f),
+                None => Err(Failure::new(link.provider.name(), Category::Transient)
+                    .with_human_message(format!(
+                        "{} ended its stream before any event",
+                        link.provider.name()
+                    ))),
+            }
+        }
+    }
+}
+
+impl Engine {
+    /// Asks one link, with retries under the host's policy. A transient
+    /// failure moves on at once when a next link is `ready`; a context
+    /// overflow always does.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn call_link(
+        &self,
+        host: &dyn TurnHost,
+        c: &Correlation,
+        link: LinkRef<'_>,
+        request: &ModelRequest,
+        budget: &mut Budget,
+        next_links: usize,
+        mode: Mode,
+    ) -> Result<Reply, LinkEnd> {
+        let call = LinkCall {
+            host,
+            c,
+            link,
+            request,
+            mode,
+            provider: link.provider.name().to_owned(),
+            ready: next_links > 0,
+            deadline: link_deadline(budget, self.clock.now(), next_links),
+            policy: *host.retry(),
+            latency: host.model_latency(),
+        };
+        let gate = host
+            .provider_limits()
+            .get(&call.provider)
+            .map(|limit| self.shared.provider_slots.gate(&call.provider, *limit));
+        let mut attempt = 0u32;
+        self.deposit_request(&provider_target(&call.provider), &call.policy);
+        loop {
+            attempt += 1;
+            let (failure, at) = match self.try_link(&call, budget, gate.as_ref(), attempt).await? {
+                Tried::Answered(reply) => return Ok(reply),
+                Tried::Failed { failure, at } => (failure, at),
+            };
+            if failure.category() == Category::ContextOverflow
+                || (call.ready && failure.category().falls_back())
+            {
+                return Err(LinkEnd::MoveOn(failure));
+            }
+            self.retry_link(&call, attempt, failure, at).await?;
+        }
+    }
+
+    /// One attempt at a link: the budget, the slot and the breaker, the call
+    /// raced against the caller's cancellation, and its outcome reported.
+    async fn try_link(
+        &self,
+        call: &LinkCall<'_>,
+        budget: &mut Budget,
+        gate: Option<&Gate<'_>>,
+        attempt: u32,
+    ) -> Result<Tried, LinkEnd> {
+        let (emitter, c, provider) = (call.host.emitter(), call.c, &call.provider);
+        let now = self.clock.now();
+        if let Err(exhausted) = budget.check(&Need::time(call.latency.p50()), now) {
+            emitter.emit(c, BudgetExhausted::new(BudgetScope::ModelCall, exhausted));
+            return Err(LinkEnd::Stop(End::Budget(exhausted)));
+        }
+        let held = self.hold_link(call, gate).await?;
+        let now = self.clock.now();
+        let allowance = call.deadline.remaining(now);
+        emitter.emit(
+            c,
+            ModelCallStarted {
+                provider: provider.to_owned(),
+                model: call.link.model.to_owned(),
+                attempt,
+                allowance,
+                messages: call.request.messages.len(),
+                stream: matches!(call.mode, Mode::Stream(_)),
+            },
+        );
+        call.host.calling();
+        let result = tokio::select! {
+            r = self.clock.timeout(allowance, send(call.link, call.request, call.mode, allowance)) => match r {
+                Ok(r) => r,
+                Err(_) => Err(
+                    Failure::new(provider, Category::Timeout).with_human_message(format!(
+                        "{provider} did not answer within {allowance:?}"
+                    )),
+                ),
+            },
+            () = call.host.cancelled() => {
+                // The caller's cancellation is not the provider's fault:
+                // the guard gives the permit back unused.
+                drop(held);
+                if !call.host.interrupted() {
+                    emitter.emit(
+                        c,
+                        RunCancelled {
+                            reason: "cancelled by the caller".into(),
+                            at_step_boundary: None,
+                            aborted: Some(AbortedWork::ModelCall),
+                            provider: Some(provider.to_owned()),
+                        },
+                    );
+                }
+                return Err(LinkEnd::Stop(End::Cancelled(
+                    "cancelled by the caller during a model call".into(),
+                )));
+            }
+        };
+        let now = self.clock.now();
+        match result {
+            Ok(reply) => Ok(Tried::Answered(
+                self.link_answered(call, held, attempt, reply).await,
+            )),
+            Err(failure) => {
+                self.link_failed(call, held, attempt, &failure, budget, now)
+                    .await?;
+                Ok(Tried::Failed { failure, at: now })
+            }
+        }
+    }
+
+    /// The provider's concurrency slot first (a wait in line, within the
+    /// deadline and the caller's cancellation), then its breaker: another
+    /// node's opening (when breakers are shared) before the local arm.
+    ///
+    /// From here the breaker permit and the provider slot are held by a
+    /// guard: given back unused if the call is dropped (a caller that went
+    /// away is not the provider's failure), and held by a streamed answer
+    /// until its stream ends.
+    async fn hold_link(
+        &self,
+        call: &LinkCall<'_>,
+        gate: Option<&Gate<'_>>,
+    ) -> Result<Held, LinkEnd> {
+        let (emitter, c, provider) = (call.host.emitter(), call.c, &call.provider);
+        let slot = match gate {
+            None => None,
+            Some(gate) => Some(self.link_slot(call, gate).await?),
+        };
+        // Another node's opening of this provider, when breakers are
+        // shared: refused like an open local arm, before the local arm.
+        if let Some(refused) = self.admit_shared(emitter, c, provider).await {
+            return Err(call.stop_or_move(refused));
+        }
+        let permit = self
+            .admit(emitter, c, ArmKind::Provider, provider)
+            .map_err(|f| call.stop_or_move(f))?;
+        Ok(Held {
+            clock: self.clock.clone(),
+            provider: provider.clone(),
+            permit,
+            _slot: slot,
+            shared: self.shared_breakers().cloned(),
+        })
+    }
+
+    /// Waits in line for a slot of the provider's `max_concurrency`, within
+    /// the link's deadline and the caller's cancellation.
+    async fn link_slot(&self, call: &LinkCall<'_>, gate: &Gate<'_>) -> Result<Slot, LinkEnd> {
+        let (emitter, c, provider) = (call.host.emitter(), call.c, &call.provider);
+        let entered = tokio::select! {
+            r = gate.enter(self.clock.as_ref(), call.deadline) => r,
+            () = call.host.cancelled() => {
+                return Err(LinkEnd::Stop(End::Cancelled(
+                    "cancelled by the caller while a model call waited for a slot".into(),
+                )));
+            }
+        };
+        match entered {
+            Ok(slot) => {
+                if !slot.waited.is_zero() {
+                    emitter.emit(
+                        c,
+                        ModelQueueWaited {
+                            provider: provider.to_owned(),
+                            max_concurrency: gate.ceiling(),
+                            queue_wait: slot.waited,
+                            expired: false,
+                        },
+                    );
+                }
+                Ok(slot)
+            }
+            Err(expired) => {
+                emitter.emit(
+                    c,
+                    ModelQueueWaited {
+                        provider: provider.to_owned(),
+                        max_concurrency: gate.ceiling(),
+                        queue_wait: expired.waited,
+                        expired: true,
+                    },
+                );
+                Err(call.stop_or_move(
+                    Failure::new(provider, Category::Timeout).with_human_message(format!(
+                        "{provider} was not asked: no slot of its max_concurrency ({}) came within the call's deadline (waited {:?})",
+                        gate.ceiling(),
+                        expired.waited
+                    )),
+                ))
+            }
+        }
+    }
+
+    /// An answer. A stream is judged by how it ends, not by its first
+    /// event: the guard goes with it and reports its outcome then. A whole
+    /// answer reports success to the arm now, and is recorded.
+    async fn link_answered(
+        &self,
+        call: &LinkCall<'_>,
+        mut held: Held,
+        attempt: u32,
+        reply: Reply,
+    ) -> Reply {
+        let (emitter, c, provider, model) =
+            (call.host.emitter(), call.c, &call.provider, call.link.model);
+        let response = match reply {
+            Reply::Stream { first, rest } => {
+                return Reply::Stream {
+                    first,
+                    rest: Box::pin(GuardedStream {
+                        inner: rest,
+                        held: Some(held),
+                    }),
+                };
+            }
+            Reply::Complete(response) => response,
+        };
+        let transition = held.finish(Ok(()));
+        record_transition(emitter, c, provider, &transition);
+        if let Some(shared) = self.shared_breakers() {
+            shared.share(provider, &transition).await;
+        }
+        call.host.answered(provider, model, &response.usage);
+        let cost = call
+            .link
+            .price
+            .map(|p| p.cost(response.usage.input, response.usage.output))
+            .unwrap_or_default();
+        emitter.emit(
+            c,
+            ModelCallFinished {
+                provider: provider.to_owned(),
+                model: model.to_owned(),
+                attempt,
+                cost: Some(cost),
+                result: ModelCallResult::Answered(ModelAnswered {
+                    ok: Flag,
+                    usage: response.usage,
+                    finish: response.finish,
+                    tool_calls: response.tool_calls.iter().map(|t| t.name.clone()).collect(),
+                }),
+            },
+        );
+        Reply::Complete(response)
+    }
+
+    /// A failure: reported to the arm and recorded. A call that failed
+    /// midway (a stream cut after the prompt was read) still consumed
+    /// tokens: they are charged, so a run of failing streams cannot burn
+    /// tokens outside its budget; `Stop` when that exhausts it.
+    async fn link_failed(
+        &self,
+        call: &LinkCall<'_>,
+        mut held: Held,
+        attempt: u32,
+        failure: &Failure,
+        budget: &mut Budget,
+        now: Instant,
+    ) -> Result<(), LinkEnd> {
+        let (emitter, c, provider, model) =
+            (call.host.emitter(), call.c, &call.provider, call.link.model);
+        let transition = held.finish(Err(failure));
+        record_transition(emitter, c, provider, &transition);
+        drop(held);
+        if let Some(shared) = self.shared_breakers() {
+            shared.share(provider, &transition).await;
+        }
+        let spent = failure.tokens_spent();
+        let spent_cost = call
+            .link
+            .price
+            .map(|p| p.cost(spent, 0))
+            .unwrap_or_default();
+        emitter.emit(
+            c,
+            ModelCallFinished {
+                provider: provider.to_owned(),
+                model: model.to_owned(),
+                attempt,
+                cost: Some(spent_cost),
+                result: ModelCallResult::Failed(ModelCallFailed {
+                    ok: Flag,
+                    category: failure.category(),
+                    reason: failure.human_message().to_owned(),
+                    tokens_spent: spent,
+                    key_env: call.link.provider.key_env().map(str::to_owned),
+                }),
+            },
+        );
+        if spent > 0 {
+            call.host.spent(spent);
+            let usage = Usage {
+                steps: 0,
+                tokens: spent,
+                cost: spent_cost,
+            };
+            if let Err(exhausted) = budget.charge(usage, now) {
+                emitter.emit(
+                    c,
+                    BudgetExhausted {
+                        reason: Some("tokens spent by failed model calls".into()),
+                        ..BudgetExhausted::new(BudgetScope::ModelCall, exhausted)
+                    },
+                );
+                return Err(LinkEnd::Stop(End::Budget(exhausted)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Decides the retry of a failed attempt under the host's policy (and
+    /// its own ceiling on model retries): `Ok` once the delay has passed,
+    /// to try again; else the link's end.
+    async fn retry_link(
+        &self,
+        call: &LinkCall<'_>,
+        attempt: u32,
+        failure: Failure,
+        now: Instant,
+    ) -> Result<(), LinkEnd> {
+        let (emitter, c, provider) = (call.host.emitter(), call.c, &call.provider);
+        let input = RetryInput {
+            class: ToolClass::Read,
+            failure: &failure,
+            attempt,
+            deadline: call.deadline,
+            latency: call.latency,
+            now,
+        };
+        let decision = self.decide(&provider_target(provider), &call.policy, &input);
+        match decision {
+            RetryDecision::Retry { delay, .. } => {
+                if let Err(why) = call.host.allow_model_retry(delay) {
+                    emitter.emit(
+                        c,
+                        RetryAbandoned {
+                            target: RetryTarget::Provider(provider.to_owned()),
+                            attempts: attempt,
+                            reason: AbandonReason::RunBudget(
+                                RunModelRetryBudget::RunModelRetryBudget,
+                            ),
+                            detail: Some(why.clone()),
+                            category: failure.category(),
+                        },
+                    );
+                    return Err(LinkEnd::Stop(End::ModelFailed(
+                        failure.category(),
+                        format!("{} (not retried: {why})", failure.human_message()),
+                    )));
+                }
+                if let Some(scheduled) = RetryScheduled::of(
+                    RetryTarget::Provider(provider.to_owned()),
+                    &decision,
+                    call.deadline.remaining(now),
+                ) {
+                    emitter.emit(c, scheduled);
+                }
+                tokio::select! {
+                    () = self.clock.sleep(delay) => Ok(()),
+                    () = call.host.cancelled() => Err(LinkEnd::Stop(End::Cancelled(
+                        "cancelled by the caller while a model call waited to retry".into(),
+                    ))),
+                }
+            }
+            RetryDecision::GiveUp { reason } => {
+                emitter.emit(
+                    c,
+                    RetryAbandoned {
+                        target: RetryTarget::Provider(provider.to_owned()),
+                        attempts: attempt,
+                        reason: AbandonReason::GaveUp(reason),
+                        detail: None,
+                        category: failure.category(),
+                    },
+                );
+                Err(LinkEnd::Stop(give_up_end(reason, &failure)))
+            }
+            RetryDecision::LookupByKey => Err(LinkEnd::Stop(End::ModelFailed(
+                failure.category(),
+                failure.human_message().to_owned(),
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rein_core::deadline::BudgetLimits;
+
+    use super::*;
+
+    fn budget(wall_clock: Duration, now: Instant) -> Budget {
+        Budget::start(BudgetLimits::new(wall_clock).unwrap(), now)
+    }
+
+    #[test]
+    fn a_link_with_links_after_it_gets_an_even_share_of_what_is_left() {
+        let start = Instant::from_origin(Duration::from_secs(100));
+        let budget = budget(Duration::from_secs(30), start);
+        let now = start + Duration::from_secs(6);
+        // 24 s left, two links after this one: a third each.
+        let share = link_deadline(&budget, now, 2);
+        assert_eq!(share.remaining(now), Duration::from_secs(8));
+        assert!(
+            share <= budget.deadline(),
+            "a share never outlives the caller"
+        );
+        // The last link gets the caller's deadline itself.
+        assert_eq!(link_deadline(&budget, now, 0), budget.deadline());
+    }
+
+    #[test]
+    fn giving_up_for_time_is_the_wall_clock_running_out_and_else_the_models_failure() {
+        let failure = Failure::new("p", Category::Transient).with_human_message("busy");
+        let too_close = GiveUpReason::DeadlineTooClose {
+            remaining: Duration::from_millis(40),
+            needed: Duration::from_millis(250),
+        };
+        let End::Budget(exhausted) = give_up_end(too_close, &failure) else {
+            panic!("a deadline too close is the budget's end");
+        };
+        assert_eq!(
+            (exhausted.dimension, exhausted.needed, exhausted.remaining),
+            (Dimension::WallClock, 250, 40)
+        );
+        let server = GiveUpReason::ServerWaitBeyondDeadline {
+            retry_after: Duration::from_secs(9),
+            remaining: Duration::from_secs(2),
+        };
+        let End::Budget(exhausted) = give_up_end(server, &failure) else {
+            panic!("a server wait beyond the deadline is the budget's end");
+        };
+        assert_eq!((exhausted.needed, exhausted.remaining), (9_000, 2_000));
+        let attempts = GiveUpReason::AttemptsExhausted {
+            attempts: 3,
+            max_attempts: 3,
+        };
+        assert!(matches!(
+            give_up_end(attempts, &failure),
+            End::ModelFailed(Category::Transient, ref m) if m == "busy"
+        ));
+    }
+}

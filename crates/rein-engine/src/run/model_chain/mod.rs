@@ -1,0 +1,148 @@
+//! Model chains: one turn asked along a binding's `{provider, model}`
+//! links, each under its provider's concurrency limit and breaker arm,
+//! with classified retries inside the caller's deadline.
+//!
+//! # Why here, and why a host
+//!
+//! A run's model turns and the OpenAI-compatible gateway's requests must
+//! behave alike: the same breakers (one arm per provider, shared by the
+//! engine), the same slots, the same fallback rules. The chain therefore
+//! talks to a [`TurnHost`] — a run, or a gateway request — for the few
+//! things that differ: where events go, what cancels the turn, which retry
+//! policy and provider ceilings apply, what an answer is charged to.
+//!
+//! # Rules (seed 004)
+//!
+//! - The next link is tried only after a transient failure: the local
+//!   circuit open, 5xx, 429, overload, a bare connection error, or no first
+//!   byte in time. Never after 401/403, cancellation or a content filter.
+//!   With a next link ready a transient failure moves on at once (another
+//!   provider is likelier to answer than a retry of a failing one); the
+//!   last link retries under the policy.
+//! - A context overflow goes to the next context-fallback link; the same
+//!   model is never asked again. Without one the turn fails at once.
+//! - A switch is never silent: `model_fallback_used` names the primary and
+//!   the link that answered; the answer carries that link's price and name.
+//! - When every link failed, the first failure (the root cause) is
+//!   surfaced, naming every link tried.
+//! - Streaming: a link is committed to once its first event arrived; before
+//!   that it may be retried or left like any failed call.
+
+mod ask;
+mod chain;
+mod held;
+mod link;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::num::NonZeroU32;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use rein_core::LatencyProfile;
+use rein_core::registry::Price;
+use rein_core::retry::RetryPolicy;
+
+use super::binding::ModelLink;
+use super::emitter::Emitter;
+use crate::provider::{
+    ModelProvider, ModelResponse, StreamEvent, StreamSettings, TokenUsage, TurnStream,
+};
+pub use ask::{ModelAnswer, ModelAsk, ModelBinding, ModelError, ModelReply};
+
+/// What a model turn is asked on behalf of: a run, or a gateway request.
+pub(crate) trait TurnHost: Send + Sync {
+    /// Where the turn's events go.
+    fn emitter(&self) -> &Emitter;
+    /// Resolves when the turn must stop (the caller cancelled).
+    fn cancelled(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+
+    /// Whether the turn stops because its process hands the run on (not a
+    /// cancellation: nothing says `run_cancelled` then).
+    fn interrupted(&self) -> bool {
+        false
+    }
+    /// The retry policy of model calls.
+    fn retry(&self) -> &RetryPolicy;
+    /// The latency profile of a model call.
+    fn model_latency(&self) -> LatencyProfile;
+    /// Calls in flight at once per provider name.
+    fn provider_limits(&self) -> &BTreeMap<String, NonZeroU32>;
+    /// A call is about to be sent.
+    fn calling(&self) {}
+    /// Whether one more model retry, waiting `delay`, fits the host's own
+    /// ceiling on model retries (it is counted when it does); `Err` says
+    /// why not.
+    fn allow_model_retry(&self, delay: std::time::Duration) -> Result<(), String> {
+        let _ = delay;
+        Ok(())
+    }
+    /// A failed call consumed `tokens` (charged to the host's budget by the
+    /// chain; this is for the host's own counters).
+    fn spent(&self, tokens: u64) {
+        let _ = tokens;
+    }
+    /// `provider`'s `model` answered, using `usage`.
+    fn answered(&self, provider: &str, model: &str, usage: &TokenUsage) {
+        let _ = (provider, model, usage);
+    }
+}
+
+/// A model binding's chain, borrowed: the primary, the links tried after a
+/// transient failure, and the larger-context links tried after an overflow.
+#[derive(Clone, Copy)]
+pub(crate) struct Chain<'a> {
+    pub(crate) primary: LinkRef<'a>,
+    pub(crate) fallbacks: &'a [ModelLink],
+    pub(crate) context: &'a [ModelLink],
+}
+
+/// One link of a chain, borrowed.
+#[derive(Clone, Copy)]
+pub(crate) struct LinkRef<'a> {
+    pub(crate) provider: &'a Arc<dyn ModelProvider>,
+    pub(crate) model: &'a str,
+    pub(crate) price: Option<Price>,
+}
+
+impl<'a> From<&'a ModelLink> for LinkRef<'a> {
+    fn from(link: &'a ModelLink) -> Self {
+        LinkRef {
+            provider: &link.provider,
+            model: &link.model,
+            price: link.price,
+        }
+    }
+}
+
+/// How a turn is wanted: whole, or as a stream (committed to a link at
+/// its first event).
+#[derive(Clone, Copy)]
+pub(crate) enum Mode {
+    /// The whole answer.
+    Complete,
+    /// A stream, with these first-byte and idle limits.
+    Stream(StreamSettings),
+}
+
+/// What a link gave.
+pub(crate) enum Reply {
+    /// The whole answer.
+    Complete(ModelResponse),
+    /// The first event, and the rest of the stream.
+    Stream {
+        first: StreamEvent,
+        rest: TurnStream,
+    },
+}
+
+/// A turn's answer and the link that gave it: cost and the model on record
+/// are the answering link's, never the primary's.
+pub(crate) struct Answered {
+    pub(crate) reply: Reply,
+    pub(crate) price: Option<Price>,
+    pub(crate) provider: String,
+    pub(crate) model: String,
+    /// Whether a link other than the primary answered.
+    pub(crate) fell_back: bool,
+}
