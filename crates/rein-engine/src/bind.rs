@@ -148,14 +148,15 @@ pub fn bind_agent_using(
             },
         );
     }
-    let group_limits = group_limits(
-        registry,
+    let groups = || {
         registry.agent_tools(agent).chain(
             compensations
                 .values()
                 .filter_map(|c| registry.tool(&c.tool.name)),
-        ),
-    );
+        )
+    };
+    let group_limits = group_limits(registry, groups());
+    let group_rates = group_rates(registry, groups());
     let model_latency = default_model_latency();
     Ok(AgentBinding {
         name: agent.name.clone(),
@@ -173,6 +174,7 @@ pub fn bind_agent_using(
         compensation_reserve: agent.compensation_reserve,
         compensations,
         group_limits,
+        group_rates,
         fallbacks,
         context_fallbacks,
         provider_limits,
@@ -245,6 +247,19 @@ fn group_limits<'a>(
         .filter_map(|spec| {
             let group = registry.resource_group(&spec.resource_group)?;
             Some((group.name.clone(), group.max_concurrency?))
+        })
+        .collect()
+}
+
+/// The request buckets of the resource groups of `tools`, by group.
+fn group_rates<'a>(
+    registry: &Registry,
+    tools: impl Iterator<Item = &'a ToolSpec>,
+) -> BTreeMap<String, rein_core::registry::RateLimit> {
+    tools
+        .filter_map(|spec| {
+            let group = registry.resource_group(&spec.resource_group)?;
+            Some((group.name.clone(), group.rate?))
         })
         .collect()
 }

@@ -170,6 +170,30 @@ impl Metrics {
                 "rein_tool_queue_expired_total",
                 vec![("group", d.resource_group.clone())],
             ),
+            EventData::RateLimited(d) => (
+                "rein_governor_rate_limited_total",
+                vec![
+                    ("group", d.resource_group.clone()),
+                    ("bucket", d.bucket.clone()),
+                ],
+            ),
+            EventData::CallShed(d) => (
+                "rein_governor_calls_shed_total",
+                vec![
+                    ("group", d.resource_group.clone()),
+                    ("reason", d.reason.clone()),
+                ],
+            ),
+            EventData::ConcurrencyAdjusted(d) => (
+                "rein_governor_concurrency_adjusted_total",
+                vec![
+                    ("group", d.resource_group.clone()),
+                    (
+                        "direction",
+                        if d.new < d.old { "down" } else { "up" }.to_owned(),
+                    ),
+                ],
+            ),
             EventData::LoopDetected(_) => ("rein_loop_guard_trips_total", Vec::new()),
             EventData::ToolDisabled(d) => (
                 "rein_self_heal_exhausted_total",

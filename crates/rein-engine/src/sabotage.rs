@@ -15,6 +15,7 @@
 //! | `forward_order_compensation` | compensation runs in forward order of execution | 4 |
 //! | `raw_error_text` | a failed call's reply to the model is the operator's raw text | 10 |
 //! | `retry_irreversible` | the retry decision treats an irreversible tool as an idempotent write | 9 |
+//! | `bypass_governor` | no resource group is governed: rates and ceilings are not applied | 7 |
 //!
 //! The hooks are marked `Sabotage hook` in `run/guarded.rs`, `run/settle.rs`
 //! and `run/mod.rs`.
@@ -43,6 +44,9 @@ pub struct Sabotage {
     /// The retry decision treats an irreversible tool as an idempotent
     /// write, so a retryable failure (a 503) is retried.
     pub retry_irreversible: bool,
+    /// No resource group is governed: every call goes out at once, whatever
+    /// its group's `rate_per_sec`, `burst` or `max_concurrency`.
+    pub bypass_governor: bool,
 }
 
 /// A key different from `key` for attempt `attempt`: the original with the

@@ -7,8 +7,9 @@
 mod common;
 
 use common::{
-    Harness, agent, answer, call, conflict_on_update, effect_order, effects, harness_with, kinds,
-    run, script, three_updates, tool_messages, update,
+    Harness, agent, answer, bucket_excess, call, conflict_on_update, effect_order, effects,
+    fan_out, harness_with, kinds, most_in_window, ms, rate_limited, run, script, three_updates,
+    tool_messages, update,
 };
 use rein_core::{EventKind, Outcome};
 use rein_engine::run::RunOutput;
@@ -206,4 +207,26 @@ async fn raw_error_text_sends_the_tools_error_message_to_the_model() {
     let replies = replies_to_a_refused_read(Sabotage::default()).await;
     assert_eq!(replies.len(), 1);
     assert!(!replies[0].contains(server_message), "{replies:?}");
+}
+
+/// `bypass_governor`: the fan-out of `tests/governor.rs` (36 reads against
+/// `order_api` at 20/s, burst 20) with no governor: all 36 reach the desk
+/// within one 100 ms window, and the bucket checker reports the excess.
+#[tokio::test(start_paused = true)]
+async fn bypass_governor_lets_a_fan_out_exceed_the_groups_bucket() {
+    let sabotage = Sabotage {
+        bypass_governor: true,
+        ..Sabotage::default()
+    };
+    let h = sabotaged(Faults::none(), sabotage).await;
+    let a = rate_limited(agent(&h.desk, script(fan_out(36)), true), 20.0, 20);
+    let out = run(&h, &a).await;
+
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+    assert_eq!(h.desk.request_count(GET_ORDER), 36);
+    assert_eq!(most_in_window(&h.desk, GET_ORDER, ms(100)), 36);
+    assert!(
+        bucket_excess(&h.desk, GET_ORDER, 20.0, 20) > 0,
+        "the checker sees the violation"
+    );
 }

@@ -4,6 +4,7 @@ use serde_json::Value;
 
 use super::EventKind;
 use super::effect::*;
+use super::governor::*;
 use super::guard::*;
 use super::model::*;
 use super::retry::*;
@@ -134,6 +135,9 @@ event_data! {
     RunCancelled,
     RunFailed,
     ConcurrencyWaitExpired,
+    RateLimited,
+    CallShed,
+    ConcurrencyAdjusted,
     ModelQueueWaited,
     ModelFallbackUsed,
     ModelOutputTruncated,

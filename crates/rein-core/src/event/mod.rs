@@ -49,6 +49,7 @@ use crate::ids::{AttemptId, IntentId, RunId};
 mod data;
 mod effect;
 mod flag;
+mod governor;
 mod guard;
 mod millis;
 mod model;
@@ -62,6 +63,7 @@ pub use effect::{
     SettlementStarted,
 };
 pub use flag::Flag;
+pub use governor::{CallShed, ConcurrencyAdjusted, RateLimited};
 pub use guard::{
     AllocationShape, BreakerStateChanged, BudgetAllocated, BudgetExhausted, BudgetScope,
     LoopDetected, ToolDisabled,
@@ -121,6 +123,15 @@ pub enum EventKind {
     /// group until the call's deadline and was not made; it failed as a
     /// `timeout` that did not apply.
     ConcurrencyWaitExpired,
+    /// A call waited for its resource group's request bucket (`bucket`,
+    /// `waited_ms`) before it was sent.
+    RateLimited,
+    /// The governor shed a call before it was sent (`reason`): no time to
+    /// wait for its group, or the wait ran out.
+    CallShed,
+    /// A resource group's adaptive concurrency limit moved (`old`, `new`,
+    /// `reason`).
+    ConcurrencyAdjusted,
     /// A model call waited for a slot of its provider's `max_concurrency`
     /// (`queue_wait_ms`), or gave up waiting (`expired: true`).
     ModelQueueWaited,
@@ -190,6 +201,9 @@ impl EventKind {
             EventKind::RetryScheduled => "retry_scheduled",
             EventKind::RetryAbandoned => "retry_abandoned",
             EventKind::ConcurrencyWaitExpired => "concurrency_wait_expired",
+            EventKind::RateLimited => "rate_limited",
+            EventKind::CallShed => "call_shed",
+            EventKind::ConcurrencyAdjusted => "concurrency_adjusted",
             EventKind::ModelQueueWaited => "model_queue_waited",
             EventKind::ModelFallbackUsed => "model_fallback_used",
             EventKind::ModelOutputTruncated => "model_output_truncated",

@@ -49,14 +49,14 @@
 //! # Config
 //!
 //! [`GovernorConfig`] is one resource group's. The registry's
-//! `[resource_groups.NAME]` fields map onto it one to one when the engine
-//! wiring lands (the registry's parsing is unchanged until then):
+//! `[resource_groups.NAME]` fields map onto it as the engine's wiring
+//! (`rein-engine`'s `run/concurrency.rs`) does:
 //!
 //! | registry | governor | note |
 //! | --- | --- | --- |
 //! | `rate_per_sec` | `rate_per_sec` | same meaning and range check |
 //! | `burst` | `burst` | same default: `rate_per_sec` rounded up |
-//! | `max_concurrency` | `concurrency.max` | unset in the registry means no ceiling today; the governor's default ceiling is 64 (seed 000), and `initial` follows a lower `max` |
+//! | `max_concurrency` | `concurrency.max`, with `initial = max` and `min = 1` | unset in the registry means no ceiling (a fixed limit of 100 000), not the governor's own default of 64: a group that asks only for a rate keeps its fan-out |
 //!
 //! Everything else is new: `tokens_per_minute`, `token_burst`,
 //! `concurrency.*`, `quotas.*` and `batch_share`. Validation names the field

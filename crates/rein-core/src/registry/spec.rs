@@ -485,6 +485,15 @@ pub struct RateLimit {
     pub burst: u32,
 }
 
+impl RateLimit {
+    /// A bucket of `burst` refilled at `per_sec`, as written; the registry's
+    /// integrity check is what refuses a rate that is not finite and
+    /// positive or a burst of zero.
+    pub fn new(per_sec: f64, burst: u32) -> RateLimit {
+        RateLimit { per_sec, burst }
+    }
+}
+
 /// A resource group: tools sharing a backend and therefore its limits,
 /// breaker arm and monitoring.
 #[derive(Debug, Clone, PartialEq)]

@@ -145,6 +145,12 @@ pub struct AgentBinding {
     /// tools are in flight at once, whichever run makes them. A group not
     /// named here has no ceiling. Empty by default.
     pub group_limits: BTreeMap<String, NonZeroU32>,
+    /// Request buckets per resource group (`rate_per_sec`, `burst`), for the
+    /// same groups: shared by every run of the engine, so at most `burst +
+    /// rate_per_sec × t` attempts of a group's tools start in any window `t`;
+    /// a call over it waits, bounded by its deadline, or is shed unsent. A
+    /// group not named here has no bucket. Empty by default.
+    pub group_rates: BTreeMap<String, rein_core::registry::RateLimit>,
     /// Links tried in order after the primary (`provider`, `model`) when a
     /// turn fails transiently (open circuit, 5xx, 429, a bare connection
     /// error, a first byte that did not come in time) — never on 401/403,

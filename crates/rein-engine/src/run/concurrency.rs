@@ -1,109 +1,462 @@
-//! Concurrency ceilings of resource groups: at most `max_concurrency`
-//! attempts of a group's tools in flight at once, across every run of the
-//! engine (invariant 7).
+//! The governor's async shell: one [`Governor`] per resource group (and per
+//! limited provider), shared by every run of the engine, in front of each
+//! attempt — step 4 of the guarded call (invariant 7).
 //!
 //! # Why
 //!
-//! A resource group is one backend shared by several tools; its ceiling is
-//! what that backend can take, whoever calls. So the slots live in the
-//! engine, not in a run: a run that fans out cannot crowd the backend, and
-//! two runs together cannot either.
+//! A resource group is one backend shared by several tools; its rate and
+//! ceiling are what that backend can take, whoever calls. So the governors
+//! live in the engine, not in a run: a run that fans out cannot crowd the
+//! backend, and two runs together cannot either. The decisions themselves
+//! are rein-core's (`rein_core::governor`, pure, told `now`); this module
+//! only reads the clock, holds the lock, parks waiters and wakes them.
 //!
 //! # How
 //!
-//! One FIFO-fair [`tokio::sync::Semaphore`] per group with a ceiling,
-//! created the first time a call of the group is made. Each *attempt* (the
-//! HTTP request or command, and the lookup by key that settles it) holds
-//! one slot; the wait before a retry does not, so a call backing off does
-//! not keep others out. Waiting is bounded by the call's deadline: a slot
-//! that does not come in time fails the attempt with a `timeout` that was
-//! certainly not applied, and the retry decision takes it from there.
-//! Waiters are served in arrival order, so no run or tenant starves behind
-//! a busier one.
+//! - [`GroupSlots`] maps a group name to its governor, built the first time
+//!   a call of the group is made from the registry's settings
+//!   ([`GroupLimits`]). A group with neither a rate nor a ceiling has no
+//!   governor: it costs the one map lookup that finds none.
+//! - [`Gate::enter`] reads the clock once and asks [`Governor::admit`]. A
+//!   queued request whose `not_before` leaves no room before its latest
+//!   start (the deadline minus what the call needs) is cancelled and shed at
+//!   once; otherwise it parks on a oneshot channel, bounded by that latest
+//!   start, and is shed if nothing comes. Dropping the wait (the run was
+//!   interrupted) cancels the ticket.
+//! - Waiters are woken by [`Governor::poll`], which runs after every queued
+//!   admission, every release and every cancel, and from a timer at the
+//!   instant of [`Blocked::Until`] (one task per earliest instant, on the
+//!   engine's [`Timer`], so paused test time drives it).
+//! - A [`Slot`] is RAII: dropped, it releases its permit with the call's
+//!   [`Completion`] (set by [`Slot::finish`]; a slot dropped unfinished
+//!   teaches the limit nothing), so adaptive concurrency learns from
+//!   latency and from 429 / overload / timeouts.
 //!
-//! A group without a ceiling costs one map lookup per call and nothing per
-//! attempt.
+//! Each *attempt* (the HTTP request or command, and the lookup by key that
+//! settles it) holds one slot; the wait before a retry does not, so a call
+//! backing off does not keep others out.
 //!
-//! NOTE: the first ceiling seen for a group holds for the engine's
+//! # Settings
+//!
+//! | registry `[resource_groups.NAME]` | governor | why |
+//! | --- | --- | --- |
+//! | `rate_per_sec`, `burst` | the request bucket | same meaning, same default burst |
+//! | `max_concurrency = N` | adaptive limit in `[1, N]`, starting at `N` | the operator's ceiling is where a healthy backend runs; the limit only goes below it on evidence (429, overload, timeouts, latency rising past 1.5 × its baseline) and grows back by one per round of successes |
+//! | `max_concurrency` unset | no ceiling (a fixed limit of 100 000) | as before the governor: the governor's own default of 64, or a start at 8, would silently cap every fan-out of a group that only asked for a rate |
+//!
+//! A provider's `max_concurrency` is a fixed ceiling (no adaptation: model
+//! calls are a later slice of the governor) served in arrival order.
+//!
+//! Tenant and class: a tool call is admitted for its run's tenant, as
+//! interactive work (the engine does not yet tell a queued run's calls from
+//! a sync run's, so none is demoted to batch).
+//!
+//! NOTE: the first settings seen for a group hold for the engine's
 //! lifetime; agents bound from one registry always agree. A binding that
-//! names another ceiling for the same group is logged and the first one
-//! stays (changing the permits under waiters would briefly break either
-//! the old or the new ceiling).
+//! names other settings for the same group is logged and the first ones
+//! stay (changing the limits under waiters would briefly break either the
+//! old or the new ones).
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rein_core::deadline::Deadline;
-use rein_core::{Category, Failure};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use rein_core::governor::{
+    Adjustment, Admit, Blocked, Cause, Class, Completion, ConcurrencyConfig, Governor,
+    GovernorConfig, MAX_CONCURRENCY_CEILING, Permit, Poll, Rejection, Request, Ticket,
+};
+use rein_core::registry::RateLimit;
+use rein_core::{Category, Failure, Instant, RunId, TenantId};
+use tokio::sync::oneshot;
 
 use crate::Timer;
 
-/// The slots of every resource group with a ceiling, by group name.
-#[derive(Default)]
+/// What the registry sets for one resource group: its request bucket and
+/// its ceiling. Neither: the group is not governed.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct GroupLimits {
+    /// `rate_per_sec` and `burst`.
+    pub rate: Option<RateLimit>,
+    /// `max_concurrency`.
+    pub max_concurrency: Option<NonZeroU32>,
+}
+
+impl GroupLimits {
+    /// Whether the group has anything to govern.
+    pub fn is_governed(&self) -> bool {
+        self.rate.is_some() || self.max_concurrency.is_some()
+    }
+
+    /// The governor config of a tool group (see the module's settings
+    /// table).
+    fn config(&self) -> GovernorConfig {
+        let mut config = GovernorConfig::default();
+        if let Some(rate) = self.rate {
+            config.rate_per_sec = Some(rate.per_sec);
+            config.burst = Some(rate.burst);
+        }
+        config.concurrency = match self.max_concurrency {
+            Some(max) => adaptive_up_to(max.get()),
+            None => fixed(MAX_CONCURRENCY_CEILING),
+        };
+        config
+    }
+}
+
+/// An adaptive limit in `[1, max]` that starts at `max`.
+fn adaptive_up_to(max: u32) -> ConcurrencyConfig {
+    let mut c = ConcurrencyConfig::default();
+    c.min = 1;
+    c.max = max;
+    c.initial = Some(max);
+    c
+}
+
+/// A limit fixed at `n`.
+fn fixed(n: u32) -> ConcurrencyConfig {
+    let mut c = ConcurrencyConfig::default();
+    c.min = n;
+    c.max = n;
+    c.initial = Some(n);
+    c
+}
+
+/// Who asks for a slot: the tenant and run a call is made for, and its
+/// class.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Caller<'a> {
+    pub(super) tenant: &'a TenantId,
+    pub(super) run: &'a RunId,
+    pub(super) class: Class,
+}
+
+/// The governors of every governed resource group (or provider), by name.
 pub(super) struct GroupSlots {
-    groups: Mutex<HashMap<String, (NonZeroU32, Arc<Semaphore>)>>,
+    clock: Arc<dyn Timer>,
+    groups: Mutex<HashMap<String, Arc<Governed>>>,
 }
 
 impl GroupSlots {
-    /// The gate of `group` under `limit`, creating its slots the first time
-    /// the group is seen.
+    /// No governor yet; each is made on its group's first call, on `clock`.
+    pub(super) fn new(clock: Arc<dyn Timer>) -> GroupSlots {
+        GroupSlots {
+            clock,
+            groups: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The gate of `group` governed by `limits`, or `None` for a group with
+    /// nothing to govern.
+    pub(super) fn governed<'g>(&self, group: &'g str, limits: GroupLimits) -> Option<Gate<'g>> {
+        if !limits.is_governed() {
+            return None;
+        }
+        Some(self.gate_with(group, limits, || limits.config()))
+    }
+
+    /// The gate of `group` under a fixed ceiling of `limit` (a provider's
+    /// `max_concurrency`).
     pub(super) fn gate<'g>(&self, group: &'g str, limit: NonZeroU32) -> Gate<'g> {
+        let limits = GroupLimits {
+            rate: None,
+            max_concurrency: Some(limit),
+        };
+        self.gate_with(group, limits, || {
+            let mut config = GovernorConfig::default();
+            config.concurrency = fixed(limit.get());
+            config
+        })
+    }
+
+    /// Calls waiting in `group`'s governor.
+    pub(super) fn queued(&self, group: &str) -> usize {
+        let groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+        groups.get(group).map_or(0, |g| g.lock().governor.queued())
+    }
+
+    /// The current limit of `group`'s governor.
+    pub(super) fn limit(&self, group: &str) -> Option<u32> {
+        let groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+        groups
+            .get(group)
+            .map(|g| g.lock().governor.concurrency().limit())
+    }
+
+    fn gate_with<'g>(
+        &self,
+        group: &'g str,
+        limits: GroupLimits,
+        config: impl FnOnce() -> GovernorConfig,
+    ) -> Gate<'g> {
         let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
-        let (ceiling, slots) = match groups.get(group) {
-            Some((ceiling, slots)) => (*ceiling, slots.clone()),
+        let governed = match groups.get(group) {
+            Some(governed) => governed.clone(),
             None => {
-                let slots = Arc::new(Semaphore::new(permits(limit)));
-                groups.insert(group.to_owned(), (limit, slots.clone()));
-                (limit, slots)
+                let governed = Arc::new(Governed::new(group, limits, config(), &self.clock));
+                groups.insert(group.to_owned(), governed.clone());
+                governed
             }
         };
         drop(groups);
-        if ceiling != limit {
+        if governed.limits != limits {
             tracing::warn!(
                 group,
-                ceiling = ceiling.get(),
-                requested = limit.get(),
-                "resource group already has another max_concurrency in this engine; the first one holds"
+                first = ?governed.limits,
+                requested = ?limits,
+                "resource group already has other limits in this engine; the first ones hold"
             );
         }
-        Gate {
-            group,
-            ceiling,
-            slots,
+        Gate { group, governed }
+    }
+}
+
+/// One group's governor and the waiters it will hand permits to.
+struct Governed {
+    name: String,
+    limits: GroupLimits,
+    clock: Arc<dyn Timer>,
+    /// The caller of a gate entered without one (a provider's slot): one
+    /// tenant, so its queue is served in arrival order.
+    anonymous: Option<(TenantId, RunId)>,
+    state: Mutex<State>,
+}
+
+struct State {
+    governor: Governor,
+    waiters: HashMap<Ticket, oneshot::Sender<Permit>>,
+    /// The instant the earliest pending wake-up timer fires at.
+    wake_at: Option<Instant>,
+}
+
+impl Governed {
+    fn new(
+        group: &str,
+        limits: GroupLimits,
+        config: GovernorConfig,
+        clock: &Arc<dyn Timer>,
+    ) -> Governed {
+        let governor = Governor::new(config).unwrap_or_else(|e| {
+            // The registry's checks keep this from happening (rein check
+            // refuses what the governor cannot take); a binding built by
+            // hand falls back to no limit rather than failing its calls.
+            tracing::error!(
+                group,
+                "resource group limits the governor cannot take ({e}); the group is not limited"
+            );
+            let mut open = GovernorConfig::default();
+            open.concurrency = fixed(MAX_CONCURRENCY_CEILING);
+            Governor::new(open).unwrap_or_else(|_| unreachable_governor())
+        });
+        Governed {
+            name: group.to_owned(),
+            limits,
+            clock: clock.clone(),
+            anonymous: TenantId::new("anonymous")
+                .ok()
+                .zip(RunId::new("anonymous").ok()),
+            state: Mutex::new(State {
+                governor,
+                waiters: HashMap::new(),
+                wake_at: None,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Hands every waiter whose turn has come its permit, and arranges to
+    /// be called again when a bucket will have refilled.
+    fn pump(self: &Arc<Self>, state: &mut State, now: Instant) {
+        loop {
+            match state.governor.poll(now) {
+                Poll::Granted(grant) => {
+                    let undelivered = match state.waiters.remove(&grant.ticket) {
+                        Some(waiter) => waiter.send(grant.permit).err(),
+                        None => Some(grant.permit),
+                    };
+                    // A waiter that left between its cancel and this grant:
+                    // the slot goes back unused.
+                    if let Some(permit) = undelivered {
+                        let _ = state
+                            .governor
+                            .release(permit, Completion::Ignored, None, now);
+                    }
+                }
+                Poll::Blocked(Blocked::Until { at, .. }) => {
+                    let scheduled = state.wake_at.is_some_and(|w| w > now && w <= at);
+                    if !scheduled {
+                        state.wake_at = Some(at);
+                        self.wake_at(at);
+                    }
+                    return;
+                }
+                Poll::Blocked(Blocked::Release) | Poll::Idle => return,
+            }
+        }
+    }
+
+    /// A timer that polls again at `at`.
+    fn wake_at(self: &Arc<Self>, at: Instant) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let me = Arc::clone(self);
+        runtime.spawn(async move {
+            me.clock.sleep_until(at).await;
+            let now = me.clock.now();
+            let mut state = me.lock();
+            if state.wake_at == Some(at) {
+                state.wake_at = None;
+            }
+            me.pump(&mut state, now);
+        });
+    }
+
+    fn release(self: &Arc<Self>, permit: Permit, completion: Completion) -> Adjustment {
+        let now = self.clock.now();
+        let mut state = self.lock();
+        let released = state.governor.release(permit, completion, None, now);
+        self.pump(&mut state, now);
+        released.adjustment
+    }
+
+    /// Takes `ticket` out of the queue; a permit granted to it meanwhile
+    /// goes back unused.
+    fn cancel(self: &Arc<Self>, ticket: Ticket, granted: Option<Permit>) {
+        let now = self.clock.now();
+        let mut state = self.lock();
+        state.waiters.remove(&ticket);
+        let _ = state.governor.cancel(ticket);
+        if let Some(permit) = granted {
+            let _ = state
+                .governor
+                .release(permit, Completion::Ignored, None, now);
+        }
+        self.pump(&mut state, now);
+    }
+}
+
+/// A governor built from the defaults with a fixed ceiling always
+/// validates; this is never reached.
+fn unreachable_governor() -> Governor {
+    let mut config = GovernorConfig::default();
+    config.concurrency = fixed(1);
+    match Governor::new(config) {
+        Ok(g) => g,
+        Err(e) => unreachable!("the default governor config is valid: {e}"),
+    }
+}
+
+/// One call's access to its resource group's governor, resolved once per
+/// call.
+pub(super) struct Gate<'g> {
+    group: &'g str,
+    governed: Arc<Governed>,
+}
+
+/// A held slot of a group: released when dropped, with the completion
+/// [`finish`](Slot::finish) set (none: the limit learns nothing). Owned, so
+/// a streamed answer can hold its provider slot until the stream ends.
+pub(super) struct Slot {
+    held: Option<(Arc<Governed>, Permit)>,
+    /// How long the attempt queued for it.
+    pub(super) waited: Duration,
+    /// Why it queued, when it did (the rationale of `rate_limited`).
+    pub(super) cause: Option<Cause>,
+}
+
+impl Slot {
+    /// The resource group (or provider) the slot belongs to.
+    pub(super) fn group(&self) -> &str {
+        self.held.as_ref().map_or("", |(g, _)| g.name.as_str())
+    }
+
+    /// Releases the slot now with how its call ended; the adjustment of
+    /// the group's limit is what `concurrency_adjusted` records.
+    pub(super) fn finish(mut self, completion: Completion) -> Adjustment {
+        match self.held.take() {
+            Some((governed, permit)) => governed.release(permit, completion),
+            None => Adjustment::Unchanged,
         }
     }
 }
 
-/// A semaphore's permits for a ceiling (a `u32` always fits).
-fn permits(limit: NonZeroU32) -> usize {
-    usize::try_from(limit.get())
-        .unwrap_or(Semaphore::MAX_PERMITS)
-        .min(Semaphore::MAX_PERMITS)
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some((governed, permit)) = self.held.take() {
+            let _ = governed.release(permit, Completion::Ignored);
+        }
+    }
 }
 
-/// One call's access to its resource group's slots, resolved once per call.
-pub(super) struct Gate<'g> {
-    group: &'g str,
-    ceiling: NonZeroU32,
-    slots: Arc<Semaphore>,
+/// Why a call was not let through: it is shed, never sent.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum ShedReason {
+    /// The group's buckets admit it only at `not_before`, past the latest
+    /// instant it could start and still finish.
+    NoTime {
+        /// When the buckets could admit it.
+        not_before: Instant,
+        /// Why it would have waited.
+        cause: Cause,
+    },
+    /// It waited until its latest start and no slot came.
+    WaitExpired {
+        /// Why it waited.
+        cause: Cause,
+    },
+    /// The governor can never grant it.
+    Rejected(Rejection),
 }
 
-/// A held slot: released when dropped. Owned, so a streamed answer can
-/// hold its provider slot until the stream ends.
-pub(super) struct Slot {
-    _permit: OwnedSemaphorePermit,
-    /// How long the attempt queued for it.
-    pub(super) waited: Duration,
+impl ShedReason {
+    /// The reason's name as events show it.
+    pub(super) fn as_str(&self) -> &'static str {
+        match self {
+            ShedReason::NoTime { .. } => "no_time",
+            ShedReason::WaitExpired { .. } => "wait_expired",
+            ShedReason::Rejected(_) => "rejected",
+        }
+    }
 }
 
-/// No slot came before the deadline.
+/// A call the governor did not let through.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct WaitExpired {
+pub(super) struct Shed {
     /// How long the attempt queued.
     pub(super) waited: Duration,
+    /// Why it was shed.
+    pub(super) reason: ShedReason,
+}
+
+/// What an admission left the caller with.
+enum Admitted {
+    /// A slot, at once.
+    Granted(Slot),
+    /// A place in the queue, and why.
+    Parked(Waiting, Cause),
+}
+
+/// A parked waiter: dropped before its permit came (its deadline, or the
+/// run's interrupt), it cancels its ticket.
+struct Waiting {
+    governed: Arc<Governed>,
+    ticket: Ticket,
+    permit: Option<oneshot::Receiver<Permit>>,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        // No receiver left: the permit was delivered, nothing to cancel.
+        let Some(mut rx) = self.permit.take() else {
+            return;
+        };
+        self.governed.cancel(self.ticket, rx.try_recv().ok());
+    }
 }
 
 impl<'g> Gate<'g> {
@@ -112,56 +465,177 @@ impl<'g> Gate<'g> {
         self.group
     }
 
-    /// The group's ceiling.
+    /// The group's ceiling: its `max_concurrency`, or the governor's
+    /// largest for a group that sets none.
     pub(super) fn ceiling(&self) -> NonZeroU32 {
-        self.ceiling
+        self.governed
+            .limits
+            .max_concurrency
+            .or(NonZeroU32::new(MAX_CONCURRENCY_CEILING))
+            .unwrap_or(NonZeroU32::MAX)
     }
 
-    /// Takes a slot, queueing (in arrival order) until one is free or
+    /// The group's request bucket, if it has one.
+    pub(super) fn rate(&self) -> Option<RateLimit> {
+        self.governed.limits.rate
+    }
+
+    /// The current concurrency limit (at most the ceiling).
+    #[cfg(test)]
+    pub(super) fn limit(&self) -> u32 {
+        self.governed.lock().governor.concurrency().limit()
+    }
+
+    /// Takes a slot for a caller the gate does not tell apart from others
+    /// (a provider's), queueing in arrival order until one is free or
     /// `deadline` passes.
     ///
     /// # Errors
     ///
-    /// [`WaitExpired`] when no slot came before the deadline.
-    pub(super) async fn enter(
-        &self,
-        clock: &dyn Timer,
-        deadline: Deadline,
-    ) -> Result<Slot, WaitExpired> {
-        // A free slot is taken without a timer. `try_acquire` never jumps
-        // the queue: while anyone waits, no permit is free.
-        if let Ok(permit) = self.slots.clone().try_acquire_owned() {
-            return Ok(Slot {
-                _permit: permit,
+    /// [`Shed`] when no slot came before the deadline.
+    pub(super) async fn enter(&self, deadline: Deadline) -> Result<Slot, Shed> {
+        match &self.governed.anonymous {
+            Some((tenant, run)) => {
+                let caller = Caller {
+                    tenant,
+                    run,
+                    class: Class::Interactive,
+                };
+                self.enter_for(caller, deadline, Duration::ZERO).await
+            }
+            None => Err(Shed {
                 waited: Duration::ZERO,
-            });
-        }
-        let started = clock.now();
-        let remaining = deadline.remaining(started);
-        let acquired = clock
-            .timeout(remaining, self.slots.clone().acquire_owned())
-            .await;
-        let waited = clock.now().saturating_duration_since(started);
-        match acquired {
-            Ok(Ok(permit)) => Ok(Slot {
-                _permit: permit,
-                waited,
+                reason: ShedReason::WaitExpired {
+                    cause: Cause::Backlog { queued: 0 },
+                },
             }),
-            // Timed out, or closed (never: the engine does not close them).
-            Ok(Err(_)) | Err(_) => Err(WaitExpired { waited }),
+        }
+    }
+
+    /// The decision at `now`, under the lock: a slot at once, a shed, or a
+    /// waiter parked on its ticket.
+    fn admit(&self, caller: Caller<'_>, now: Instant, latest: Instant) -> Result<Admitted, Shed> {
+        let governed = &self.governed;
+        let request = Request::new(caller.tenant, caller.run).class(caller.class);
+        let mut state = governed.lock();
+        let (ticket, cause) = match state.governor.admit(request, now) {
+            Admit::Granted(permit) => {
+                return Ok(Admitted::Granted(Slot {
+                    held: Some((governed.clone(), permit)),
+                    waited: Duration::ZERO,
+                    cause: None,
+                }));
+            }
+            Admit::Rejected(rejection) => {
+                return Err(Shed {
+                    waited: Duration::ZERO,
+                    reason: ShedReason::Rejected(rejection),
+                });
+            }
+            Admit::Queued {
+                ticket,
+                cause,
+                not_before,
+            } if not_before > latest => {
+                let _ = state.governor.cancel(ticket);
+                governed.pump(&mut state, now);
+                return Err(Shed {
+                    waited: Duration::ZERO,
+                    reason: ShedReason::NoTime { not_before, cause },
+                });
+            }
+            Admit::Queued { ticket, cause, .. } => (ticket, cause),
+        };
+        let (tx, rx) = oneshot::channel();
+        state.waiters.insert(ticket, tx);
+        governed.pump(&mut state, now);
+        let waiting = Waiting {
+            governed: governed.clone(),
+            ticket,
+            permit: Some(rx),
+        };
+        Ok(Admitted::Parked(waiting, cause))
+    }
+
+    /// Takes a slot for `caller`, waiting (in the governor's fair order)
+    /// until the group admits it or until the latest instant the call can
+    /// start and still have `need` before `deadline`.
+    ///
+    /// # Errors
+    ///
+    /// [`Shed`] when the governor admits it only after that instant, no
+    /// slot came by then, or it can never admit it.
+    pub(super) async fn enter_for(
+        &self,
+        caller: Caller<'_>,
+        deadline: Deadline,
+        need: Duration,
+    ) -> Result<Slot, Shed> {
+        let governed = &self.governed;
+        let now = governed.clock.now();
+        let latest = Instant::from_origin(deadline.instant().since_origin().saturating_sub(need));
+        let (mut waiting, cause) = match self.admit(caller, now, latest)? {
+            Admitted::Granted(slot) => return Ok(slot),
+            Admitted::Parked(waiting, cause) => (waiting, cause),
+        };
+        let granted = match waiting.permit.as_mut() {
+            Some(rx) => {
+                let clock: &dyn Timer = governed.clock.as_ref();
+                clock.timeout_at(latest, rx).await.ok().and_then(Result::ok)
+            }
+            None => None,
+        };
+        let waited = governed.clock.now().saturating_duration_since(now);
+        match granted {
+            Some(permit) => {
+                // Delivered: nothing to cancel.
+                waiting.permit = None;
+                Ok(Slot {
+                    held: Some((governed.clone(), permit)),
+                    waited,
+                    cause: Some(cause),
+                })
+            }
+            // Dropping `waiting` cancels the ticket (and gives back a
+            // permit that came at the last moment).
+            None => Err(Shed {
+                waited,
+                reason: ShedReason::WaitExpired { cause },
+            }),
         }
     }
 }
 
-impl WaitExpired {
-    /// The structured failure of the attempt that was not made.
+impl Shed {
+    /// The structured failure of the call that was not made.
     pub(super) fn failure(&self, tool: &str, gate: &Gate<'_>) -> Failure {
-        Failure::new(tool, Category::Timeout).with_human_message(format!(
-            "{tool} was not called: it waited {:?} for a concurrency slot of resource group `{}` (max_concurrency = {}) and none came before the call's deadline",
-            self.waited,
-            gate.group(),
-            gate.ceiling()
-        ))
+        let limits = match (gate.governed.limits.max_concurrency, gate.rate()) {
+            (Some(max), Some(rate)) => format!(
+                "max_concurrency = {max}, rate_per_sec = {}, burst = {}",
+                rate.per_sec, rate.burst
+            ),
+            (Some(max), None) => format!("max_concurrency = {max}"),
+            (None, Some(rate)) => {
+                format!("rate_per_sec = {}, burst = {}", rate.per_sec, rate.burst)
+            }
+            (None, None) => "no limits".to_owned(),
+        };
+        let group = gate.group();
+        let why = match self.reason {
+            ShedReason::NoTime { not_before, .. } => format!(
+                "resource group `{group}` ({limits}) could admit it only {:?} from now, too late to finish before the call's deadline",
+                not_before.saturating_duration_since(gate.governed.clock.now())
+            ),
+            ShedReason::WaitExpired { .. } => format!(
+                "it waited {:?} for a concurrency slot of resource group `{group}` ({limits}) and none came in time to finish before the call's deadline",
+                self.waited
+            ),
+            ShedReason::Rejected(rejection) => {
+                format!("resource group `{group}` ({limits}) can never admit it: {rejection}")
+            }
+        };
+        Failure::new(tool, Category::Timeout)
+            .with_human_message(format!("{tool} was not called: {why}"))
     }
 }
 
@@ -175,26 +649,43 @@ mod tests {
         NonZeroU32::new(2).unwrap_or(NonZeroU32::MIN)
     }
 
+    fn slots() -> (Arc<dyn Timer>, GroupSlots) {
+        let clock: Arc<dyn Timer> = Arc::new(SystemClock::new());
+        (clock.clone(), GroupSlots::new(clock))
+    }
+
+    fn ids() -> (TenantId, RunId) {
+        match (TenantId::new("acme"), RunId::new("run-1")) {
+            (Ok(t), Ok(r)) => (t, r),
+            _ => unreachable!("valid ids"),
+        }
+    }
+
+    fn rate(per_sec: f64, burst: u32) -> GroupLimits {
+        GroupLimits {
+            rate: Some(RateLimit::new(per_sec, burst)),
+            max_concurrency: None,
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn enter_with_a_free_slot_does_not_wait() {
-        let clock = SystemClock::new();
-        let slots = GroupSlots::default();
+        let (clock, slots) = slots();
         let gate = slots.gate("api", two());
         let deadline = Deadline::after(clock.now(), Duration::from_secs(1));
-        let slot = gate.enter(&clock, deadline).await;
+        let slot = gate.enter(deadline).await;
         assert!(slot.is_ok_and(|s| s.waited.is_zero()));
     }
 
     #[tokio::test(start_paused = true)]
     async fn enter_when_full_until_the_deadline_expires_with_the_wait() {
-        let clock = SystemClock::new();
-        let slots = GroupSlots::default();
+        let (clock, slots) = slots();
         let gate = slots.gate("api", two());
         let far = Deadline::after(clock.now(), Duration::from_secs(60));
-        let _a = gate.enter(&clock, far).await;
-        let _b = gate.enter(&clock, far).await;
+        let _a = gate.enter(far).await;
+        let _b = gate.enter(far).await;
         let near = Deadline::after(clock.now(), Duration::from_millis(250));
-        let expired = gate.enter(&clock, near).await.err();
+        let expired = gate.enter(near).await.err();
         assert_eq!(expired.map(|e| e.waited), Some(Duration::from_millis(250)));
         let failure = expired
             .map(|e| e.failure("get_order", &gate))
@@ -204,23 +695,28 @@ mod tests {
         assert!(failure.human_message().contains("concurrency slot"));
         assert!(failure.human_message().contains("`api`"));
         assert!(!failure.model_message().contains("api"));
+        // The expired waiter left the queue: a release goes to nobody, and
+        // the next caller gets the slot at once.
+        drop(_a);
+        let again = gate.enter(far).await;
+        assert!(again.is_ok_and(|s| s.waited.is_zero()));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_released_slot_goes_to_the_first_waiter() {
-        let clock = Arc::new(SystemClock::new());
-        let slots = Arc::new(GroupSlots::default());
+        let (clock, slots) = slots();
+        let slots = Arc::new(slots);
         let one = NonZeroU32::MIN;
         let held = slots.gate("api", one);
         let far = Deadline::after(clock.now(), Duration::from_secs(60));
-        let first = held.enter(clock.as_ref(), far).await;
+        let first = held.enter(far).await;
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut waiters = Vec::new();
         for n in 0..3u32 {
             let (slots, own, order) = (slots.clone(), clock.clone(), order.clone());
             waiters.push(tokio::spawn(async move {
                 let gate = slots.gate("api", one);
-                let slot = gate.enter(own.as_ref(), far).await;
+                let slot = gate.enter(far).await;
                 order.lock().unwrap_or_else(|p| p.into_inner()).push(n);
                 own.sleep(Duration::from_millis(10)).await;
                 drop(slot);
@@ -238,10 +734,136 @@ mod tests {
 
     #[test]
     fn a_second_ceiling_for_a_known_group_keeps_the_first() {
-        let slots = GroupSlots::default();
+        let (_, slots) = slots();
         let first = slots.gate("api", two());
         let second = slots.gate("api", NonZeroU32::MIN);
         assert_eq!(second.ceiling(), two());
-        assert!(Arc::ptr_eq(&first.slots, &second.slots));
+        assert!(Arc::ptr_eq(&first.governed, &second.governed));
+    }
+
+    #[test]
+    fn a_group_without_a_rate_or_a_ceiling_is_not_governed() {
+        let (_, slots) = slots();
+        assert!(slots.governed("api", GroupLimits::default()).is_none());
+        assert!(slots.governed("api", rate(20.0, 20)).is_some());
+    }
+
+    #[test]
+    fn a_group_without_a_ceiling_keeps_no_ceiling_and_a_ceiling_starts_at_its_max() {
+        let (_, slots) = slots();
+        let rated = slots.governed("rated", rate(20.0, 20));
+        assert_eq!(rated.map(|g| g.limit()), Some(MAX_CONCURRENCY_CEILING));
+        let capped = GroupLimits {
+            rate: None,
+            max_concurrency: NonZeroU32::new(20),
+        };
+        assert_eq!(
+            slots.governed("capped", capped).map(|g| g.limit()),
+            Some(20)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rate_limited_waiter_is_woken_by_the_timer_when_the_bucket_refills() {
+        let (clock, slots) = slots();
+        let (tenant, run) = ids();
+        let caller = Caller {
+            tenant: &tenant,
+            run: &run,
+            class: Class::Interactive,
+        };
+        let Some(gate) = slots.governed("api", rate(10.0, 1)) else {
+            unreachable!("a rate is governed")
+        };
+        let far = Deadline::after(clock.now(), Duration::from_secs(60));
+        let first = gate.enter_for(caller, far, Duration::ZERO).await;
+        assert!(first.is_ok_and(|s| s.waited.is_zero()));
+        // The second waits for the bucket: nobody releases anything, the
+        // timer alone wakes it, 100 ms later.
+        let second = gate.enter_for(caller, far, Duration::ZERO).await;
+        let second = second.ok();
+        assert_eq!(
+            second.as_ref().map(|s| s.waited),
+            Some(Duration::from_millis(100))
+        );
+        assert!(matches!(
+            second.and_then(|s| s.cause),
+            Some(Cause::RateLimited { .. })
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_the_bucket_admits_only_after_its_latest_start_is_shed_at_once() {
+        let (clock, slots) = slots();
+        let (tenant, run) = ids();
+        let caller = Caller {
+            tenant: &tenant,
+            run: &run,
+            class: Class::Interactive,
+        };
+        let Some(gate) = slots.governed("api", rate(1.0, 1)) else {
+            unreachable!("a rate is governed")
+        };
+        let deadline = Deadline::after(clock.now(), Duration::from_millis(1_500));
+        let _first = gate
+            .enter_for(caller, deadline, Duration::from_millis(200))
+            .await;
+        let started = clock.now();
+        // The bucket refills in 1 s; the call needs 600 ms of the 1.5 s.
+        let shed = gate
+            .enter_for(caller, deadline, Duration::from_millis(600))
+            .await
+            .err();
+        assert_eq!(clock.now(), started, "shed without waiting");
+        assert!(matches!(
+            shed.map(|s| s.reason),
+            Some(ShedReason::NoTime { .. })
+        ));
+        // Its ticket left the queue: once the bucket refills, the next
+        // caller goes at once.
+        clock.sleep(Duration::from_secs(1)).await;
+        let far = Deadline::after(clock.now(), Duration::from_secs(60));
+        let next = gate.enter_for(caller, far, Duration::ZERO).await;
+        assert!(next.is_ok_and(|s| s.waited.is_zero()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn overload_shrinks_the_limit_and_successes_in_use_grow_it_back() {
+        let (clock, slots) = slots();
+        let (tenant, run) = ids();
+        let caller = Caller {
+            tenant: &tenant,
+            run: &run,
+            class: Class::Interactive,
+        };
+        let capped = GroupLimits {
+            rate: None,
+            max_concurrency: NonZeroU32::new(4),
+        };
+        let Some(gate) = slots.governed("api", capped) else {
+            unreachable!("a ceiling is governed")
+        };
+        let far = Deadline::after(clock.now(), Duration::from_secs(600));
+        let slot = gate.enter_for(caller, far, Duration::ZERO).await;
+        let adjustment = slot.map(|s| s.finish(Completion::Overloaded)).ok();
+        assert!(matches!(
+            adjustment,
+            Some(Adjustment::Shrunk { old: 4, new: 3, .. })
+        ));
+        assert_eq!(gate.limit(), 3);
+        // Rounds of three calls in flight, each answering in 10 ms.
+        let mut grew = false;
+        for _ in 0..3 {
+            let mut held = Vec::new();
+            for _ in 0..3 {
+                held.extend(gate.enter_for(caller, far, Duration::ZERO).await.ok());
+            }
+            clock.sleep(Duration::from_millis(10)).await;
+            for slot in held {
+                grew |= matches!(slot.finish(Completion::SUCCEEDED), Adjustment::Grew { .. });
+            }
+        }
+        assert!(grew);
+        assert_eq!(gate.limit(), 4, "back at the ceiling, never above");
     }
 }

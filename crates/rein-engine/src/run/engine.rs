@@ -193,8 +193,8 @@ impl EngineBuilder {
                 breakers: Arc::new(Mutex::new(Breakers::new(self.breakers)?)),
                 retry_budgets: Mutex::new(HashMap::new()),
                 rng: Mutex::new(rng),
-                slots: concurrency::GroupSlots::default(),
-                provider_slots: concurrency::GroupSlots::default(),
+                slots: concurrency::GroupSlots::new(self.clock.clone()),
+                provider_slots: concurrency::GroupSlots::new(self.clock.clone()),
                 metrics: Arc::default(),
                 live: tree::LiveRegistry::default(),
                 shared_breakers,
@@ -295,6 +295,20 @@ impl Engine {
     /// calls alike), for an operator's scraper.
     pub fn metrics(&self) -> &crate::metrics::Metrics {
         &self.shared.metrics
+    }
+
+    /// Calls waiting in the governor of resource group `group` (0 for a
+    /// group not governed, or not called yet): what an operator's gauge
+    /// shows, and what a test synchronises on instead of sleeping.
+    pub fn governor_queued(&self, group: &str) -> usize {
+        self.shared.slots.queued(group)
+    }
+
+    /// The current concurrency limit of resource group `group`'s governor
+    /// (`None` for a group not governed, or not called yet): where adaptive
+    /// concurrency stands between 1 and the group's `max_concurrency`.
+    pub fn governor_limit(&self, group: &str) -> Option<u32> {
+        self.shared.slots.limit(group)
     }
 
     /// Stops every run this engine drives at its next safe point, for good

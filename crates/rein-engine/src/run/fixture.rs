@@ -93,6 +93,7 @@ pub(super) fn agent() -> AgentBinding {
         compensation_reserve: rein_core::Ratio::new("r", 0.2).unwrap(),
         compensations: BTreeMap::new(),
         group_limits: BTreeMap::new(),
+        group_rates: BTreeMap::new(),
         fallbacks: Vec::new(),
         context_fallbacks: Vec::new(),
         provider_limits: BTreeMap::new(),

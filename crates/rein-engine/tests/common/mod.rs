@@ -133,6 +133,7 @@ pub fn agent(desk: &OrderDesk, provider: Arc<dyn ModelProvider>, status_url: boo
         .into_iter()
         .collect(),
         group_limits: BTreeMap::new(),
+        group_rates: BTreeMap::new(),
         fallbacks: Vec::new(),
         context_fallbacks: Vec::new(),
         provider_limits: BTreeMap::new(),
@@ -265,4 +266,70 @@ pub fn effects(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         .iter()
         .map(|(tool, order)| ((*tool).to_owned(), (*order).to_owned()))
         .collect()
+}
+
+/// A turn of `n` reads of `get_order`, all planned at once, then the
+/// answer: the fan-out a rate limit must hold against.
+pub fn fan_out(n: usize) -> Value {
+    let calls = (0..n)
+        .map(|i| {
+            json!({"id": format!("c{i}"), "name": rein_testkit::order_desk::GET_ORDER,
+                   "arguments": {"order_id": "A-1001"}})
+        })
+        .collect();
+    json!([{ "tool_calls": Value::Array(calls) }, answer("looked")])
+}
+
+/// `agent` with resource group `order_api` limited to `per_sec` calls per
+/// second with `burst`, and a wall clock long enough for a fan-out of
+/// thirty-six to wait its turn (each branch gets a thirty-sixth of it).
+pub fn rate_limited(mut agent: AgentBinding, per_sec: f64, burst: u32) -> AgentBinding {
+    agent.group_rates.insert(
+        "order_api".to_owned(),
+        rein_core::registry::RateLimit::new(per_sec, burst),
+    );
+    agent.budget = BudgetLimits::new(Duration::from_secs(360))
+        .unwrap()
+        .with_steps(10)
+        .unwrap();
+    agent
+}
+
+/// The worst excess of the desk's request log over a token bucket of
+/// `burst` refilled at `per_sec`: for every pair of requests to `tool`,
+/// those received between them (both included) minus what the bucket
+/// allows over that span, `burst + ⌊per_sec × span⌋`. Zero or less: the
+/// log never exceeds the bucket in any window.
+pub fn bucket_excess(desk: &OrderDesk, tool: &str, per_sec: f64, burst: u32) -> i64 {
+    let mut at: Vec<Duration> = desk
+        .requests()
+        .into_iter()
+        .filter(|r| r.tool == tool)
+        .map(|r| r.received)
+        .collect();
+    at.sort_unstable();
+    let mut worst = i64::MIN;
+    for i in 0..at.len() {
+        for j in i..at.len() {
+            let span = at[j].saturating_sub(at[i]).as_secs_f64();
+            let allowed = i64::from(burst) + (per_sec * span + 1e-9).floor() as i64;
+            worst = worst.max((j - i + 1) as i64 - allowed);
+        }
+    }
+    worst
+}
+
+/// The most requests to `tool` the desk received within any `window`.
+pub fn most_in_window(desk: &OrderDesk, tool: &str, window: Duration) -> usize {
+    let mut at: Vec<Duration> = desk
+        .requests()
+        .into_iter()
+        .filter(|r| r.tool == tool)
+        .map(|r| r.received)
+        .collect();
+    at.sort_unstable();
+    (0..at.len())
+        .map(|i| at[i..].iter().take_while(|t| **t < at[i] + window).count())
+        .max()
+        .unwrap_or(0)
 }

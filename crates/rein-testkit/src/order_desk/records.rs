@@ -78,6 +78,11 @@ pub struct RequestRecord {
     pub replayed: bool,
     /// Whether the answer was cut off by a `LoseResponse` fault.
     pub response_lost: bool,
+    /// When it arrived, since the desk started, on tokio's clock (paused
+    /// in a paused-time test): what a rate-limit check measures at the
+    /// receiving end.
+    #[serde(default)]
+    pub received: std::time::Duration,
 }
 
 /// Everything the desk knows, as `GET /_log` returns it.

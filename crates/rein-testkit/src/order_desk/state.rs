@@ -155,6 +155,8 @@ struct DeskState {
 #[derive(Debug)]
 pub(crate) struct Desk {
     state: Mutex<DeskState>,
+    /// The origin of [`RequestRecord::received`].
+    started: tokio::time::Instant,
     held: Held,
 }
 
@@ -190,6 +192,7 @@ impl Desk {
                 requests: Vec::new(),
                 emails_sent: 0,
             }),
+            started: tokio::time::Instant::now(),
             held: Held {
                 released: tokio::sync::watch::Sender::new(0),
                 now: AtomicUsize::new(0),
@@ -253,6 +256,7 @@ impl Desk {
             status: None,
             replayed: false,
             response_lost: false,
+            received: self.started.elapsed(),
         });
         (seq, fault)
     }

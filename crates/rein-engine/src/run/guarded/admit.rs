@@ -1,28 +1,16 @@
-//! The breakers and the concurrency gate of a tool call: admission,
-//! outcome, and the open arm that stops a retry.
+//! The breakers of a tool call: admission, outcome, and the open arm
+//! that stops a retry.
 
 use rein_core::breaker::{Admit, ArmKind};
 use rein_core::event::{BreakerStateChanged, CallRejected, CircuitOpen, CircuitRejected};
 use rein_core::{Clock, Failure};
 
+use crate::run::Engine;
 use crate::run::binding::ToolBinding;
 use crate::run::emitter::{Correlation, Emitter};
 use crate::run::permit::HeldPermit;
-use crate::run::{Engine, RunCtx};
 
 impl Engine {
-    /// The concurrency gate of `tool`'s resource group, when the agent
-    /// gives that group a ceiling.
-    pub(in crate::run) fn gate<'t>(
-        &self,
-        ctx: &RunCtx<'_>,
-        tool: &'t ToolBinding,
-    ) -> Option<crate::run::concurrency::Gate<'t>> {
-        let group = tool.resource_group.as_deref()?;
-        let limit = *ctx.agent.group_limits.get(group)?;
-        Some(self.shared.slots.gate(group, limit))
-    }
-
     /// Admits a tool call through its breakers: the tool's arm, then its
     /// resource group's. `Err` is the `circuit_open` failure of the first
     /// open arm (a permit already taken goes back unused).

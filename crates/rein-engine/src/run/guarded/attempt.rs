@@ -16,6 +16,7 @@ use rein_core::event::{
     RetryTarget, StopReason, ToolCallFailed, ToolCallFinished, ToolCallNotSent, ToolCallStarted,
     ToolCallSucceeded,
 };
+use rein_core::governor::Completion;
 use rein_core::idempotency::IdempotencyKey;
 use rein_core::retry::{RetryDecision, RetryInput, RetryPolicy};
 use rein_core::{AttemptId, Category, Clock, Effect, Failure, ToolClass};
@@ -61,7 +62,9 @@ enum Decided {
 
 impl Engine {
     /// The attempt loop: invoke, classify, decide (retry, look up by key, or
-    /// give up), always under the same deadline and the same key.
+    /// give up), always under the same deadline and the same key. The
+    /// first attempt goes out on the slot step 4 `admitted`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn attempts(
         &self,
         ctx: &RunCtx<'_>,
@@ -70,13 +73,16 @@ impl Engine {
         tool: &ToolBinding,
         budget: &Budget,
         key: Option<&IdempotencyKey>,
+        admitted: Option<Slot>,
     ) -> Attempted {
-        self.attempts_with(ctx, c, planned, tool, budget, key, &ctx.agent.retry)
+        let policy = &ctx.agent.retry;
+        self.attempts_with(ctx, c, planned, tool, budget, key, policy, admitted)
             .await
     }
 
     /// The attempt loop under an explicit retry policy (compensations use
-    /// their own ceiling).
+    /// their own ceiling); a slot already `admitted` carries the first
+    /// attempt, every other attempt enters the group's gate itself.
     #[allow(clippy::too_many_arguments)]
     pub(in crate::run) async fn attempts_with(
         &self,
@@ -87,6 +93,7 @@ impl Engine {
         budget: &Budget,
         key: Option<&IdempotencyKey>,
         policy: &RetryPolicy,
+        mut admitted: Option<Slot>,
     ) -> Attempted {
         // Sabotage hook `retry_irreversible`: decide as for an idempotent
         // write, so an irreversible call is retried.
@@ -130,6 +137,7 @@ impl Engine {
                     &call,
                     c,
                     gate.as_ref(),
+                    admitted.take(),
                     attempt,
                     &attempt_id,
                     key,
@@ -149,8 +157,9 @@ impl Engine {
                 Decided::Found(result) => return ended(Ok(result)),
                 Decided::Then(decision) => decision,
             };
-            // The slot is free before any wait to retry.
-            drop(slot);
+            // The slot is free before any wait to retry; the limit learns
+            // from how the attempt failed (429, overload, timeout shrink it).
+            self.finish_slot(ctx, c, slot, Completion::from_failure(failure.category()));
             match decision {
                 RetryDecision::Retry { delay, .. } => {
                     let waited = self
@@ -187,6 +196,7 @@ impl Engine {
         call: &Attempts<'_, '_>,
         c: &Correlation,
         gate: Option<&Gate<'_>>,
+        admitted: Option<Slot>,
         attempt: u32,
         attempt_id: &AttemptId,
         key: Option<&IdempotencyKey>,
@@ -196,10 +206,11 @@ impl Engine {
         // Until its first attempt is sent, an interrupt stops the call: it
         // waits for no slot, and nothing goes out.
         let first = *sent == 0;
-        let slot = match gate {
-            None => None,
-            Some(gate) => match tokio::select! {
-                entered = gate.enter(self.clock.as_ref(), call.deadline) => entered,
+        let slot = match (gate, admitted) {
+            (_, Some(slot)) => Some(slot),
+            (None, None) => None,
+            (Some(gate), None) => match tokio::select! {
+                entered = gate.enter_for(super::caller(ctx), call.deadline, Duration::ZERO) => entered,
                 () = ctx.interrupted(), if first => {
                     return AttemptEnd::Ended(self.not_sent(ctx, c, tool));
                 }
@@ -257,6 +268,7 @@ impl Engine {
         let elapsed = self.clock.now().saturating_duration_since(started);
         let failure = match result {
             Ok(output) => {
+                self.finish_slot(ctx, c, slot, Completion::SUCCEEDED);
                 ctx.emitter.emit(
                     c,
                     ToolCallFinished::Succeeded(ToolCallSucceeded {

@@ -3,6 +3,7 @@
 
 mod admit;
 mod attempt;
+mod govern;
 mod ledger;
 mod replay;
 
@@ -17,6 +18,7 @@ use serde_json::Value;
 use super::binding::ToolBinding;
 use super::emitter::Correlation;
 use super::{Engine, RunCtx};
+pub(super) use govern::caller;
 pub use rein_core::call::{CallResult, Planned};
 
 /// What the attempt loop ended with.
@@ -76,6 +78,15 @@ impl Engine {
             Err(f) => return CallResult::refused(planned, tool.class, f),
         };
 
+        // 4. Governor: the resource group's bucket and concurrency limit.
+        // Over them the call waits, bounded by its deadline less what it
+        // needs; one that cannot start in time is shed here — before its
+        // ledger record exists, so nothing is pending and nothing is sent.
+        let admitted = match self.govern(ctx, &c, tool, budget, call_need(tool)).await {
+            Ok(slot) => slot,
+            Err(failure) => return CallResult::refused(planned, tool.class, failure),
+        };
+
         // 5. Key: bound to the intent; none for irreversible tools.
         let key = IdempotencyKey::derive(
             tool.class,
@@ -106,7 +117,7 @@ impl Engine {
             attempts,
             sent,
         } = self
-            .attempts(ctx, &mut c, &planned, tool, budget, key.as_ref())
+            .attempts(ctx, &mut c, &planned, tool, budget, key.as_ref(), admitted)
             .await;
 
         // 9. Record. A call that never reached the tool (no concurrency

@@ -305,7 +305,7 @@ impl Engine {
     async fn link_slot(&self, call: &LinkCall<'_>, gate: &Gate<'_>) -> Result<Slot, LinkEnd> {
         let (emitter, c, provider) = (call.host.emitter(), call.c, &call.provider);
         let entered = tokio::select! {
-            r = gate.enter(self.clock.as_ref(), call.deadline) => r,
+            r = gate.enter(call.deadline) => r,
             () = call.host.cancelled() => {
                 return Err(LinkEnd::Stop(End::Cancelled(
                     "cancelled by the caller while a model call waited for a slot".into(),

@@ -271,7 +271,16 @@ impl Engine {
             ..Correlation::default()
         };
         let attempted = self
-            .attempts_with(ctx, &mut cc, &planned, tool, &budget, key.as_ref(), &policy)
+            .attempts_with(
+                ctx,
+                &mut cc,
+                &planned,
+                tool,
+                &budget,
+                key.as_ref(),
+                &policy,
+                None,
+            )
             .await;
         let (outcome, tries) = (attempted.outcome, attempted.attempts);
         let (status, note) = match outcome {
@@ -323,7 +332,14 @@ impl Engine {
                 // slot of its resource group; no slot in time, no answer.
                 let gate = self.gate(ctx, tool);
                 let slot = match &gate {
-                    Some(gate) => gate.enter(self.clock.as_ref(), deadline).await.map(Some),
+                    Some(gate) => gate
+                        .enter_for(
+                            super::super::guarded::caller(ctx),
+                            deadline,
+                            std::time::Duration::ZERO,
+                        )
+                        .await
+                        .map(Some),
                     None => Ok(None),
                 };
                 let allowance = tool.allowance(deadline.remaining(self.clock.now()));

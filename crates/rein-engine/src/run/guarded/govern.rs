@@ -1,0 +1,174 @@
+//! Step 4 of the guarded call: the governor of the tool's resource group
+//! (its bucket and adaptive concurrency limit, see `run/concurrency.rs`),
+//! before anything is declared or sent, and the slot's release with what
+//! the attempt taught the limit.
+
+use std::time::Duration;
+
+use rein_core::deadline::{Budget, Need};
+use rein_core::event::{
+    BudgetExhausted, BudgetScope, CallShed, ConcurrencyAdjusted, ConcurrencyWaitExpired,
+    RateLimited,
+};
+use rein_core::governor::{Adjustment, Cause, Class, Completion};
+use rein_core::{Category, Clock, Effect, Failure};
+
+use crate::run::binding::ToolBinding;
+use crate::run::concurrency::{Caller, Gate, GroupLimits, Slot};
+use crate::run::emitter::Correlation;
+use crate::run::{Engine, RunCtx};
+
+impl Engine {
+    /// The governor's gate of `tool`'s resource group, when the agent gives
+    /// that group a rate or a ceiling.
+    pub(in crate::run) fn gate<'t>(
+        &self,
+        ctx: &RunCtx<'_>,
+        tool: &'t ToolBinding,
+    ) -> Option<Gate<'t>> {
+        // Sabotage hook `bypass_governor`: no group is governed.
+        #[cfg(feature = "sabotage")]
+        if self.sabotage.bypass_governor {
+            return None;
+        }
+        let group = tool.resource_group.as_deref()?;
+        let limits = GroupLimits {
+            rate: ctx.agent.group_rates.get(group).copied(),
+            max_concurrency: ctx.agent.group_limits.get(group).copied(),
+        };
+        self.shared.slots.governed(group, limits)
+    }
+
+    /// A slot of `tool`'s resource group before anything is declared or
+    /// sent (`None`: the group is not governed). The wait is bounded by the
+    /// deadline less `need`; after a wait the budget is checked again, so a
+    /// write never goes out without its allowance.
+    ///
+    /// # Errors
+    ///
+    /// The structured failure of a call shed unsent: no time to wait
+    /// (`timeout`), the budget spent while waiting (`budget_exhausted`), or
+    /// the run interrupted while waiting (`cancelled`).
+    pub(super) async fn govern(
+        &self,
+        ctx: &RunCtx<'_>,
+        c: &Correlation,
+        tool: &ToolBinding,
+        budget: &Budget,
+        need: Duration,
+    ) -> Result<Option<Slot>, Failure> {
+        let Some(gate) = self.gate(ctx, tool) else {
+            return Ok(None);
+        };
+        let entered = tokio::select! {
+            entered = gate.enter_for(caller(ctx), budget.deadline(), need) => entered,
+            () = ctx.interrupted() => {
+                return Err(Failure::new(&tool.name, Category::Cancelled)
+                    .with_effect(Effect::NotApplied)
+                    .with_human_message(format!(
+                        "{} not started: the run was interrupted while it waited for resource group `{}`",
+                        tool.name,
+                        gate.group()
+                    )));
+            }
+        };
+        let slot = match entered {
+            Ok(slot) => slot,
+            Err(shed) => {
+                ctx.emitter.emit(
+                    c,
+                    ConcurrencyWaitExpired {
+                        tool: tool.name.clone(),
+                        attempt: 1,
+                        resource_group: gate.group().to_owned(),
+                        max_concurrency: gate.ceiling(),
+                        queue_wait: shed.waited,
+                    },
+                );
+                ctx.emitter.emit(
+                    c,
+                    CallShed {
+                        tool: tool.name.clone(),
+                        resource_group: gate.group().to_owned(),
+                        reason: shed.reason.as_str().to_owned(),
+                        waited: shed.waited,
+                    },
+                );
+                return Err(shed.failure(&tool.name, &gate));
+            }
+        };
+        if slot.waited.is_zero() {
+            return Ok(Some(slot));
+        }
+        if let Some(Cause::RateLimited { bucket, .. }) = slot.cause {
+            ctx.emitter.emit(
+                c,
+                RateLimited {
+                    tool: tool.name.clone(),
+                    resource_group: gate.group().to_owned(),
+                    bucket: bucket.as_str().to_owned(),
+                    waited: slot.waited,
+                },
+            );
+        }
+        // The wait spent time: what is left must still cover the call.
+        if let Err(exhausted) = budget.check(&Need::time(need), self.clock.now()) {
+            ctx.emitter.emit(
+                c,
+                BudgetExhausted {
+                    tool: Some(tool.name.clone()),
+                    ..BudgetExhausted::new(BudgetScope::ToolCall, exhausted)
+                },
+            );
+            return Err(
+                Failure::new(&tool.name, Category::BudgetExhausted).with_human_message(format!(
+                    "{} not started: after waiting {:?} for resource group `{}`, {exhausted}",
+                    tool.name,
+                    slot.waited,
+                    gate.group()
+                )),
+            );
+        }
+        Ok(Some(slot))
+    }
+
+    /// Releases an attempt's slot with how it ended.
+    pub(super) fn finish_slot(
+        &self,
+        ctx: &RunCtx<'_>,
+        c: &Correlation,
+        slot: Option<Slot>,
+        completion: Completion,
+    ) {
+        let Some(slot) = slot else { return };
+        let group = slot.group().to_owned();
+        let (old, new, reason) = match slot.finish(completion) {
+            Adjustment::Unchanged => return,
+            Adjustment::Shrunk { old, new, reason } => (old, new, reason.to_string()),
+            Adjustment::Grew { old, new } => (
+                old,
+                new,
+                "a round of successes with the limit in use".to_owned(),
+            ),
+        };
+        ctx.emitter.emit(
+            c,
+            ConcurrencyAdjusted {
+                resource_group: group,
+                old,
+                new,
+                reason,
+            },
+        );
+    }
+}
+
+/// The governor's caller of a run's tool call: its tenant and run, as
+/// interactive work (see `concurrency.rs` on classes).
+pub(in crate::run) fn caller<'a>(ctx: &'a RunCtx<'_>) -> Caller<'a> {
+    Caller {
+        tenant: &ctx.tenant,
+        run: &ctx.run_id,
+        class: Class::Interactive,
+    }
+}

@@ -1,0 +1,177 @@
+//! The governor at step 4 of the guarded call, against the real order desk
+//! on loopback under paused time: a resource group's rate holds where the
+//! calls arrive, a call that cannot start in time is shed before anything
+//! of it exists, and adaptive concurrency follows the desk's 429s.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{
+    agent, bucket_excess, fan_out, harness, kinds, most_in_window, ms, rate_limited, run, script,
+};
+use rein_core::deadline::BudgetLimits;
+use rein_core::{Category, EventKind, LedgerStatus, Outcome};
+use rein_testkit::order_desk::{Fault, Faults, GET_ORDER, UPDATE_DELIVERY_TIME};
+use serde_json::{Value, json};
+
+/// Issue 15's chaos scenario: thirty-six reads planned in one turn against
+/// `order_api` limited to 20/s with a burst of 20. Measured at the desk:
+/// in every window between two arrivals, at most `20 + ⌊20 × span⌋`
+/// requests — so at most 22 in any 100 ms — and all 36 still arrive (the
+/// calls waited rather than failed). `tests/sabotage.rs` runs the same
+/// fan-out with the governor bypassed and sees 36 in one window.
+#[tokio::test(start_paused = true)]
+async fn a_fan_out_of_36_never_exceeds_the_groups_bucket_at_the_desk() {
+    let h = harness(Faults::none()).await;
+    let a = rate_limited(agent(&h.desk, script(fan_out(36)), true), 20.0, 20);
+    let out = run(&h, &a).await;
+
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+    assert_eq!(
+        h.desk.request_count(GET_ORDER),
+        36,
+        "every call waited its turn"
+    );
+    let excess = bucket_excess(&h.desk, GET_ORDER, 20.0, 20);
+    assert!(
+        excess <= 0,
+        "the desk saw {excess} more than the bucket allows"
+    );
+    let window = most_in_window(&h.desk, GET_ORDER, ms(100));
+    assert!(window <= 22, "{window} requests within 100 ms");
+    // The limit was used, not merely never reached: the burst went at once
+    // and the rest were spread over the refill (16 more at 50 ms each).
+    assert!(window >= 20, "{window}");
+    let last = h.desk.requests().iter().map(|r| r.received).max().unwrap();
+    assert!(last >= ms(800), "{last:?}");
+    let waits: Vec<u64> = kinds(&h, &out)
+        .await
+        .into_iter()
+        .filter(|(k, _)| *k == EventKind::ToolCallStarted)
+        .map(|(_, d)| d["queue_wait_ms"].as_u64().unwrap())
+        .collect();
+    assert_eq!(waits.iter().filter(|w| **w == 0).count(), 20, "{waits:?}");
+    let limited = kinds(&h, &out)
+        .await
+        .into_iter()
+        .filter(|(k, d)| *k == EventKind::RateLimited && d["bucket"] == "requests")
+        .count();
+    // The first call to find the bucket empty says so; those queued behind
+    // it wait as a backlog (their wait is in `queue_wait_ms`).
+    assert!(limited >= 1, "rate_limited is recorded");
+}
+
+/// A write the bucket admits only after its latest start (its deadline
+/// less its allowance) is shed at once: never sent, never declared, so no
+/// ledger record is left pending; its sibling, admitted, goes out.
+#[tokio::test(start_paused = true)]
+async fn a_write_shed_for_lack_of_time_is_never_sent_and_leaves_no_pending_record() {
+    let h = harness(Faults::none()).await;
+    let turns = json!([
+        {"tool_calls": [
+            {"id": "a", "name": UPDATE_DELIVERY_TIME,
+             "arguments": {"order_id": "A-1001", "delivery_date": "2026-12-24"}},
+            {"id": "b", "name": UPDATE_DELIVERY_TIME,
+             "arguments": {"order_id": "A-1002", "delivery_date": "2026-12-24"}},
+        ]},
+        {"text": "done"},
+    ]);
+    let mut a = rate_limited(agent(&h.desk, script(turns), true), 1.0, 1);
+    // Each of the two branches gets 0.8 s; a write needs p99 × 2 = 0.5 s
+    // of it, so it must start within 0.3 s — the bucket refills in 1 s.
+    a.budget = BudgetLimits::new(ms(1_600))
+        .unwrap()
+        .with_steps(10)
+        .unwrap();
+    let out = run(&h, &a).await;
+
+    assert_eq!(
+        h.desk.request_count(UPDATE_DELIVERY_TIME),
+        1,
+        "the shed write was not sent"
+    );
+    let ledger = h.store.ledger(&out.run_id).await.unwrap();
+    assert_eq!(
+        ledger.len(),
+        1,
+        "only the sent write was declared: {ledger:?}"
+    );
+    assert!(
+        ledger.iter().all(|r| r.status != LedgerStatus::Pending),
+        "{ledger:?}"
+    );
+    let shed: Vec<_> = out
+        .report
+        .incomplete
+        .iter()
+        .filter(|f| f.tool == UPDATE_DELIVERY_TIME)
+        .collect();
+    assert_eq!(shed.len(), 1, "{:#?}", out.report);
+    assert_eq!(shed[0].category, Category::Timeout);
+    let events = kinds(&h, &out).await;
+    let started = events
+        .iter()
+        .filter(|(k, _)| *k == EventKind::ToolCallStarted)
+        .count();
+    assert_eq!(started, 1, "the shed call made no attempt");
+    let expired = events
+        .iter()
+        .find(|(k, _)| *k == EventKind::ConcurrencyWaitExpired)
+        .expect("the shed is recorded");
+    assert_eq!(
+        expired.1["queue_wait_ms"], 0,
+        "shed at once, without waiting"
+    );
+}
+
+/// Adaptive concurrency under the desk's 429s: `order_api` with
+/// `max_concurrency = 4` starts at 4, shrinks when the desk answers 429,
+/// and grows back to (never past) 4 once calls succeed while the limit is
+/// in use.
+#[tokio::test(start_paused = true)]
+async fn adaptive_concurrency_shrinks_under_429s_and_grows_back() {
+    let mut faults = Faults::none();
+    for _ in 0..8 {
+        faults = faults.then(GET_ORDER, Fault::status(429));
+    }
+    let h = harness(faults).await;
+    let reads = |n: usize| -> Value { fan_out(n) };
+    let mut a = agent(&h.desk, script(reads(4)), true);
+    a.group_limits
+        .insert("order_api".into(), std::num::NonZeroU32::new(4).unwrap());
+    let out = run(&h, &a).await;
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+    let shrunk = h.engine.governor_limit("order_api").unwrap();
+    assert!(shrunk < 4, "429s shrank the limit: {shrunk}");
+    let adjusted: Vec<Value> = kinds(&h, &out)
+        .await
+        .into_iter()
+        .filter(|(k, _)| *k == EventKind::ConcurrencyAdjusted)
+        .map(|(_, d)| d)
+        .collect();
+    assert_eq!(adjusted[0]["old"], 4, "{adjusted:?}");
+    assert_eq!(adjusted[0]["new"], 3);
+    assert_eq!(adjusted[0]["reason"], "the target signalled overload");
+    assert_eq!(
+        adjusted.last().and_then(|d| d["new"].as_u64()),
+        Some(u64::from(shrunk)),
+        "every move is an event"
+    );
+
+    // Healthy again: rounds of reads that keep the limit in use. (Their
+    // latency stays at its baseline: a slower desk would shrink the limit
+    // on latency instead, as it should.)
+    h.desk.set_faults(Faults::none()).unwrap();
+    for _ in 0..4 {
+        let mut b = agent(&h.desk, script(reads(8)), true);
+        b.group_limits
+            .insert("order_api".into(), std::num::NonZeroU32::new(4).unwrap());
+        let out = run(&h, &b).await;
+        assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+    }
+    assert_eq!(
+        h.engine.governor_limit("order_api"),
+        Some(4),
+        "grew back to the ceiling"
+    );
+}
