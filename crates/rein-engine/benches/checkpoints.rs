@@ -465,6 +465,7 @@ fn agent(desk: &OrderDesk, steps: u32) -> AgentBinding {
         compensation_reserve: rein_core::Ratio::new("r", 0.2).unwrap(),
         compensations: Default::default(),
         group_limits: Default::default(),
+        group_rates: Default::default(),
         fallbacks: Vec::new(),
         context_fallbacks: Vec::new(),
         provider_limits: Default::default(),
