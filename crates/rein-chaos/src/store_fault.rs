@@ -90,7 +90,7 @@ impl FaultyStore {
     /// The fault for this commit, if any.
     fn fault_for(&self, commit: &StepCommit) -> Option<String> {
         let n = self.commits.fetch_add(1, Ordering::SeqCst) + 1;
-        let checkpoint = if commit.checkpoint.is_some() {
+        let checkpoint = if commit.writes_checkpoint() {
             Some(self.checkpoints.fetch_add(1, Ordering::SeqCst) + 1)
         } else {
             None

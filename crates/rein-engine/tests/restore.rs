@@ -158,3 +158,96 @@ async fn an_intact_checkpoint_still_resumes_with_a_raised_budget() {
         "completed steps not rerun"
     );
 }
+
+/// Three reads, then the answer, stopping at its step ceiling.
+fn three_reads(h: &common::Harness, steps: u32) -> AgentBinding {
+    let mut a = agent(
+        &h.desk,
+        script(json!([
+            call(GET_ORDER, json!({"order_id": "A-1001"})),
+            call(GET_ORDER, json!({"order_id": "A-1002"})),
+            call(GET_ORDER, json!({"order_id": "A-1003"})),
+            answer("done"),
+        ])),
+        true,
+    );
+    a.budget = BudgetLimits::new(Duration::from_secs(20))
+        .unwrap()
+        .with_steps(steps)
+        .unwrap();
+    a
+}
+
+/// Sorted, as a release before deltas serialised its sets.
+fn sorted(list: &Value) -> Value {
+    let mut items: Vec<String> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    items.sort();
+    json!(items)
+}
+
+/// A run checkpointed whole, as a release before checkpoint deltas stored
+/// it, resumes with this one: its steps are not run again, and the step
+/// after it is appended on top of the whole checkpoint.
+#[tokio::test]
+async fn a_run_checkpointed_whole_by_an_older_release_resumes_and_appends_to_it() {
+    let h = harness(Faults::none()).await;
+    let out = run(&h, &three_reads(&h, 2)).await;
+    assert_eq!(out.report.outcome, Outcome::BudgetExhausted);
+    // Store step 2 in the whole form (this also drops the deltas up to
+    // it): what the file of an older release holds for this run.
+    let mut whole = h
+        .store
+        .latest_checkpoint(&out.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(whole.step, 2);
+    for set in ["facts", "tools_tried"] {
+        whole.state[set] = sorted(&whole.state[set]);
+    }
+    let before = whole.clone();
+    h.store.write_checkpoint(whole).await.unwrap();
+    assert_eq!(
+        h.store.latest_checkpoint(&out.run_id).await.unwrap(),
+        Some(before.clone())
+    );
+
+    let resumed = h
+        .engine
+        .resume(&three_reads(&h, 10), &AcceptAll, &out.run_id, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        resumed.report.outcome,
+        Outcome::Succeeded,
+        "{:?}",
+        resumed.report
+    );
+    assert_eq!(resumed.report.completed.len(), 3, "{:?}", resumed.report);
+    assert_eq!(
+        h.desk.request_count(GET_ORDER),
+        3,
+        "the two checkpointed reads were not run again"
+    );
+    let after = h
+        .store
+        .latest_checkpoint(&out.run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(after.step, 3, "step 3 appended; step 4 answered");
+    let (old, new) = (
+        before.messages.as_array().unwrap(),
+        after.messages.as_array().unwrap(),
+    );
+    assert_eq!(&new[..old.len()], &old[..], "the old transcript, kept");
+    assert_eq!(new.len(), old.len() + 2, "and step 3's turn and reply");
+    assert_eq!(after.state["calls"].as_array().unwrap().len(), 3);
+    assert_eq!(after.state["facts"].as_array().unwrap().len(), 3);
+    assert_eq!(after.completed_intents.len(), 3);
+}

@@ -2,7 +2,7 @@
 
 use rein_core::{Event, IntentId, LedgerRecord, RunReport};
 
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, CheckpointDelta};
 use crate::intent::PlannedIntent;
 use crate::ledger::LedgerMark;
 use crate::run::{RunRecord, RunStatus, StatusChange};
@@ -27,7 +27,9 @@ use crate::run::{RunRecord, RunStatus, StatusChange};
 /// 1. `intents` (first write per intent wins; a repeat is a no-op)
 /// 2. `declares` (an existing record for the intent is returned unchanged)
 /// 3. `marks` (checked against the ledger state machine)
-/// 4. `checkpoint` (replaces the same step)
+/// 4. `checkpoint` (replaces the same step, and drops the deltas of the
+///    steps up to it, which it holds), then `checkpoint_delta` (appended
+///    after the run's latest checkpoint; see [`CheckpointDelta`])
 /// 5. `events` (the store assigns `seq`, gap-free from 1)
 /// 6. `status` (refused if the run already finished)
 /// 7. `revised_report` (refused unless the run is finished, by then, with
@@ -49,8 +51,11 @@ pub struct StepCommit {
     pub declares: Vec<LedgerRecord>,
     /// Ledger marks, in order; two marks of one intent apply in sequence.
     pub marks: Vec<(IntentId, LedgerMark)>,
-    /// The checkpoint after the step.
+    /// The checkpoint after the step, whole.
     pub checkpoint: Option<Checkpoint>,
+    /// What the step added to the run's checkpoint: how the engine
+    /// checkpoints a step (see [`CheckpointDelta`] for why).
+    pub checkpoint_delta: Option<CheckpointDelta>,
     /// Events to append; the store assigns `seq` and ignores what they hold.
     pub events: Vec<Event>,
     /// A run status change.
@@ -124,12 +129,17 @@ pub struct ClaimFence {
 }
 
 impl StepCommit {
+    /// Whether the commit writes a checkpoint, whole or as a delta.
+    pub fn writes_checkpoint(&self) -> bool {
+        self.checkpoint.is_some() || self.checkpoint_delta.is_some()
+    }
+
     /// Whether the commit writes nothing.
     pub fn is_empty(&self) -> bool {
         self.intents.is_empty()
             && self.declares.is_empty()
             && self.marks.is_empty()
-            && self.checkpoint.is_none()
+            && !self.writes_checkpoint()
             && self.events.is_empty()
             && self.status.is_none()
             && self.revised_report.is_none()

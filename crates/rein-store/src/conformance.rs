@@ -35,9 +35,9 @@ use rein_core::{
 use serde_json::json;
 
 use crate::{
-    BreakerOpening, Checkpoint, ClaimFence, Holder, IdempotencyRecord, IdempotencySettled,
-    IdempotencySettlement, IdempotencyState, Lease, LeaseChange, LeaseFilter, LeaseKind,
-    LedgerMark, MAX_SINGLETON_LEN, NewReservation, NewRun, PlannedIntent, Reservation,
+    BreakerOpening, Checkpoint, CheckpointDelta, ClaimFence, Holder, IdempotencyRecord,
+    IdempotencySettled, IdempotencySettlement, IdempotencyState, Lease, LeaseChange, LeaseFilter,
+    LeaseKind, LedgerMark, MAX_SINGLETON_LEN, NewReservation, NewRun, PlannedIntent, Reservation,
     ReservationFence, RunCursor, RunFilter, RunPage, RunStatus, SingletonLease, StatusChange,
     StepCommit, Store, StoreError, StoredResponse,
 };
@@ -60,6 +60,9 @@ pub async fn run_all(store: &dyn Store) {
     ledger_marks_follow_the_state_machine(store).await;
     pending_ledger_lists_only_pending(store).await;
     checkpoint_latest_and_replace(store).await;
+    checkpoint_deltas_append_and_rebuild(store).await;
+    checkpoint_delta_out_of_order_is_refused(store).await;
+    checkpoint_delta_applies_on_a_whole_checkpoint(store).await;
     step_commit_is_atomic(store).await;
     expect_status_applies_only_on_a_match(store).await;
     expect_status_admits_exactly_one_concurrent_change(store).await;
@@ -275,6 +278,31 @@ fn checkpoint(run_id: &RunId, step: u32, note: &str) -> Checkpoint {
         },
         elapsed_ms: 1000 * u64::from(step),
         state: json!({ "note": note }),
+        at_ms: BASE_MS + u64::from(step),
+    }
+}
+
+/// What step `step` adds: one message, one call and one intent, and the
+/// model's position replaced.
+fn delta(run_id: &RunId, step: u32, note: &str) -> CheckpointDelta {
+    CheckpointDelta {
+        run_id: run_id.clone(),
+        step,
+        messages: vec![json!({ "role": "tool", "content": note })],
+        completed_intents: vec![IntentId::new(format!("intent-{step}")).unwrap()],
+        appended: [(
+            "calls".to_owned(),
+            vec![json!({ "step": step, "note": note })],
+        )]
+        .into_iter()
+        .collect(),
+        state: [("served".to_owned(), json!(step))].into_iter().collect(),
+        consumed: Usage {
+            steps: step,
+            tokens: 100 * u64::from(step),
+            cost: Cost::from_micros(10 * u64::from(step)),
+        },
+        elapsed_ms: 1000 * u64::from(step),
         at_ms: BASE_MS + u64::from(step),
     }
 }
@@ -887,6 +915,178 @@ pub async fn checkpoint_latest_and_replace(store: &dyn Store) {
     );
 }
 
+/// Deltas appended step by step rebuild, on read, the checkpoint a whole
+/// write of each step would have stored; rewriting the latest step's delta
+/// replaces it.
+pub async fn checkpoint_deltas_append_and_rebuild(store: &dyn Store) {
+    let run_id = created(store, "checkpoint-delta").await;
+    let mut first = delta(&run_id, 1, "one");
+    first
+        .messages
+        .insert(0, json!({ "role": "user", "content": "start" }));
+    store.append_checkpoint(first).await.unwrap();
+    store
+        .append_checkpoint(delta(&run_id, 2, "two"))
+        .await
+        .unwrap();
+    let expected = |second: &str| Checkpoint {
+        run_id: run_id.clone(),
+        step: 2,
+        messages: json!([
+            { "role": "user", "content": "start" },
+            { "role": "tool", "content": "one" },
+            { "role": "tool", "content": second },
+        ]),
+        completed_intents: vec![
+            IntentId::new("intent-1").unwrap(),
+            IntentId::new("intent-2").unwrap(),
+        ],
+        consumed: Usage {
+            steps: 2,
+            tokens: 200,
+            cost: Cost::from_micros(20),
+        },
+        elapsed_ms: 2000,
+        state: json!({
+            "calls": [{ "step": 1, "note": "one" }, { "step": 2, "note": second }],
+            "served": 2,
+        }),
+        at_ms: BASE_MS + 2,
+    };
+    assert_eq!(
+        store.latest_checkpoint(&run_id).await.unwrap(),
+        Some(expected("two")),
+        "lists appended in step order, the rest replaced, every field round-trips"
+    );
+    store
+        .append_checkpoint(delta(&run_id, 2, "two again"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.latest_checkpoint(&run_id).await.unwrap(),
+        Some(expected("two again")),
+        "rewriting the latest step's delta replaces it"
+    );
+    let other = created(store, "checkpoint-delta-other").await;
+    let wrong = store
+        .commit_step(
+            &other,
+            StepCommit {
+                checkpoint_delta: Some(delta(&run_id, 1, "wrong run")),
+                ..StepCommit::default()
+            },
+        )
+        .await;
+    assert!(
+        matches!(
+            wrong,
+            Err(StoreError::Invalid {
+                what: "checkpoint delta run id",
+                ..
+            })
+        ),
+        "a delta of another run must be refused, found {wrong:?}"
+    );
+    assert_eq!(store.latest_checkpoint(&other).await.unwrap(), None);
+}
+
+/// A delta that does not follow the run's latest checkpoint (a skipped
+/// step, an older step) is refused, and the commit carrying it stores
+/// nothing.
+pub async fn checkpoint_delta_out_of_order_is_refused(store: &dyn Store) {
+    let run_id = created(store, "checkpoint-delta-order").await;
+    let refused = |result: Result<_, StoreError>, context: &str| {
+        assert!(
+            matches!(
+                &result,
+                Err(StoreError::Invalid {
+                    what: "checkpoint delta step",
+                    ..
+                })
+            ),
+            "{context}: expected Invalid checkpoint delta step, found {result:?}"
+        );
+    };
+    refused(
+        store
+            .append_checkpoint(delta(&run_id, 2, "skips one"))
+            .await,
+        "a first delta of step 2",
+    );
+    store
+        .append_checkpoint(delta(&run_id, 1, "one"))
+        .await
+        .unwrap();
+    store
+        .append_checkpoint(delta(&run_id, 2, "two"))
+        .await
+        .unwrap();
+    refused(
+        store.append_checkpoint(delta(&run_id, 1, "older")).await,
+        "a delta of an older step",
+    );
+    let with_events = StepCommit {
+        checkpoint_delta: Some(delta(&run_id, 4, "skips three")),
+        events: vec![event(&run_id, EventKind::RunStarted, 4)],
+        ..StepCommit::default()
+    };
+    refused(
+        store.commit_step(&run_id, with_events).await.map(drop),
+        "a delta of step 4 after step 2",
+    );
+    assert!(
+        store.events(&run_id, 0).await.unwrap().is_empty(),
+        "the refused commit stored none of its events"
+    );
+    let latest = store.latest_checkpoint(&run_id).await.unwrap().unwrap();
+    assert_eq!(latest.step, 2, "the refused deltas changed nothing");
+    assert_eq!(latest.messages.as_array().map(Vec::len), Some(2));
+}
+
+/// A whole checkpoint (written by an older release, or a compaction) is the
+/// base the deltas after it apply to; it holds the deltas up to its step.
+pub async fn checkpoint_delta_applies_on_a_whole_checkpoint(store: &dyn Store) {
+    let run_id = created(store, "checkpoint-delta-base").await;
+    store
+        .append_checkpoint(delta(&run_id, 1, "one"))
+        .await
+        .unwrap();
+    store
+        .write_checkpoint(checkpoint(&run_id, 2, "whole"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.latest_checkpoint(&run_id).await.unwrap(),
+        Some(checkpoint(&run_id, 2, "whole")),
+        "a whole checkpoint of a later step is the latest as written"
+    );
+    store
+        .append_checkpoint(delta(&run_id, 3, "three"))
+        .await
+        .unwrap();
+    let mut expected = checkpoint(&run_id, 2, "whole");
+    expected.apply(delta(&run_id, 3, "three")).unwrap();
+    assert_eq!(expected.step, 3);
+    assert_eq!(
+        store.latest_checkpoint(&run_id).await.unwrap(),
+        Some(expected),
+        "the delta after the whole checkpoint applies on top of it"
+    );
+    assert_eq!(
+        store
+            .latest_checkpoint(&run_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .state,
+        json!({
+            "note": "whole",
+            "calls": [{ "step": 3, "note": "three" }],
+            "served": 3,
+        })
+    );
+}
+
 /// A finished run's report is revised (its status kept) together with the
 /// ledger mark that changed it; a revision of an unfinished run, or one
 /// with another outcome, is refused and stores nothing.
@@ -990,6 +1190,7 @@ pub async fn step_commit_is_atomic(store: &dyn Store) {
                     mark(LedgerStatus::Succeeded, 1, BASE_MS + 3),
                 )],
                 checkpoint: Some(checkpoint(&run_id, 1, "after step one")),
+                checkpoint_delta: None,
                 events: vec![
                     event(&run_id, EventKind::RunStarted, 0),
                     event(&run_id, EventKind::CheckpointWritten, 1),
@@ -1047,6 +1248,7 @@ pub async fn step_commit_is_atomic(store: &dyn Store) {
                     mark(LedgerStatus::Pending, 1, BASE_MS + 5),
                 )],
                 checkpoint: Some(checkpoint(&run_id, 2, "never stored")),
+                checkpoint_delta: Some(delta(&run_id, 3, "never stored")),
                 events: vec![event(&run_id, EventKind::ToolCallStarted, 2)],
                 status: Some(StatusChange {
                     status: RunStatus::Finished(Outcome::Failed),
@@ -1150,6 +1352,11 @@ pub async fn unknown_run_is_not_found(store: &dyn Store) {
         store.write_checkpoint(checkpoint(&run_id, 1, "x")).await,
         "run",
         "write_checkpoint",
+    );
+    assert_not_found(
+        store.append_checkpoint(delta(&run_id, 1, "x")).await,
+        "run",
+        "append_checkpoint",
     );
     assert_not_found(
         store
@@ -2329,6 +2536,7 @@ pub async fn expect_status_applies_only_on_a_match(store: &dyn Store) {
         intents: vec![(1, intent("intent-cas", 0, "send_email"))],
         declares: vec![declared],
         checkpoint: Some(checkpoint(&run_id, 1, "lost the race")),
+        checkpoint_delta: Some(delta(&run_id, 2, "lost the race")),
         events: vec![event(&run_id, EventKind::RunFinished, 1)],
         status: Some(StatusChange {
             status: RunStatus::Finished(Outcome::Cancelled),
@@ -2532,6 +2740,7 @@ pub async fn expect_claim_applies_only_while_the_claim_holds(store: &dyn Store) 
             mark(LedgerStatus::Succeeded, 1, BASE_MS + 10),
         )],
         checkpoint: Some(checkpoint(&run_id, step, "lost the claim")),
+        checkpoint_delta: Some(delta(&run_id, step + 1, "lost the claim")),
         events: vec![event(&run_id, EventKind::RunFinished, step)],
         status: Some(StatusChange {
             status: RunStatus::Finished(Outcome::Failed),

@@ -17,7 +17,7 @@
 //! | [`RunFilter`], [`RunCursor`], [`RunPage`] | listing runs, newest first, a page at a time |
 //! | [`PlannedIntent`] | intent ids persisted at plan time |
 //! | [`LedgerMark`] | a change to a declared side effect |
-//! | [`Checkpoint`] | the state a resume continues from |
+//! | [`Checkpoint`], [`CheckpointDelta`] | the state a resume continues from, and what each step appends to it |
 //! | [`Lease`], [`LeaseKind`], [`LeaseChange`], [`LeaseFilter`] | resources (process groups, temp paths) held for a run until released or reaped |
 //! | [`IdempotencyRecord`], [`IdempotencyState`], [`StoredResponse`], [`Reservation`] | HTTP `Idempotency-Key` records, per tenant, until they expire |
 //! | [`SingletonLease`] | elects one owner of each periodic service among processes sharing the store |
@@ -74,7 +74,7 @@ mod store;
 pub mod conformance;
 
 pub use breaker::{BreakerOpening, MAX_BREAKER_ARM_LEN, MAX_BREAKER_REASON_LEN};
-pub use checkpoint::Checkpoint;
+pub use checkpoint::{Checkpoint, CheckpointDelta};
 pub use commit::{ClaimFence, Committed, StepCommit};
 pub use error::StoreError;
 pub use idempotency::{

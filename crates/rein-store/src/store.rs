@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use rein_core::{Event, IntentId, LedgerRecord, RunId, RunReport, TenantId};
 
 use crate::breaker::BreakerOpening;
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, CheckpointDelta};
 use crate::commit::{Committed, StepCommit};
 use crate::error::StoreError;
 use crate::idempotency::{
@@ -231,7 +231,14 @@ pub trait Store: Send + Sync {
     /// declaration first: the reconciler's work list.
     async fn pending_ledger(&self, limit: usize) -> Result<Vec<LedgerRecord>, StoreError>;
 
-    /// The checkpoint of the run's highest step, if any.
+    /// The checkpoint of the run's highest step, if any: its latest whole
+    /// checkpoint with every [`CheckpointDelta`] after it applied
+    /// ([`Checkpoint::rebuild`]).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Corrupt`] when the stored parts do not fit together
+    /// ([`Checkpoint::apply`]).
     async fn latest_checkpoint(&self, run_id: &RunId) -> Result<Option<Checkpoint>, StoreError>;
 
     /// Applies every part of `commit` to `run_id` in one transaction, in the
@@ -527,6 +534,21 @@ pub trait Store: Send + Sync {
         let run_id = checkpoint.run_id.clone();
         let commit = StepCommit {
             checkpoint: Some(checkpoint),
+            ..StepCommit::default()
+        };
+        self.commit_step(&run_id, commit).await.map(drop)
+    }
+
+    /// Appends what a step added to the run's checkpoint.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] when `delta` does not follow the run's
+    /// latest checkpoint (see [`CheckpointDelta`]).
+    async fn append_checkpoint(&self, delta: CheckpointDelta) -> Result<(), StoreError> {
+        let run_id = delta.run_id.clone();
+        let commit = StepCommit {
+            checkpoint_delta: Some(delta),
             ..StepCommit::default()
         };
         self.commit_step(&run_id, commit).await.map(drop)

@@ -15,10 +15,10 @@ use rein_core::{
     RunId, TenantId, ToolClass,
 };
 use rein_store::{
-    Checkpoint, Committed, IdempotencyState, Lease, LeaseChange, LeaseFilter, LeaseKind,
-    LedgerMark, NewRun, PlannedIntent, Reservation, RunRecord, RunStatus, SCHEMA_VERSION,
-    SingletonLease, SqliteOptions, SqliteStore, StepCommit, Store, StoreError, StoredResponse,
-    conformance,
+    Checkpoint, CheckpointDelta, Committed, IdempotencyState, Lease, LeaseChange, LeaseFilter,
+    LeaseKind, LedgerMark, NewRun, PlannedIntent, Reservation, RunRecord, RunStatus,
+    SCHEMA_VERSION, SingletonLease, SqliteOptions, SqliteStore, StepCommit, Store, StoreError,
+    StoredResponse, conformance,
 };
 use serde_json::json;
 
@@ -612,6 +612,70 @@ async fn corrupt_json_column_is_reported_not_panicked() {
         .await
         .unwrap();
     assert_eq!(more[0].seq, 2);
+}
+
+fn delta(run: &RunId, step: u32) -> CheckpointDelta {
+    CheckpointDelta {
+        run_id: run.clone(),
+        step,
+        messages: vec![json!({ "role": "tool", "content": format!("step {step}") })],
+        completed_intents: vec![],
+        appended: [("calls".to_owned(), vec![json!(step)])]
+            .into_iter()
+            .collect(),
+        state: Default::default(),
+        consumed: Usage {
+            steps: step,
+            ..Usage::default()
+        },
+        elapsed_ms: 10,
+        at_ms: 2_000,
+    }
+}
+
+/// A delta row edited by hand, or one missing between two others, makes the
+/// checkpoint corrupt (naming the row or the step), never a checkpoint
+/// rebuilt without it.
+#[tokio::test]
+async fn a_corrupt_or_missing_checkpoint_delta_is_corrupt_not_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let run = run_id("run-delta");
+    store.create_run(new_run("run-delta", 1_000)).await.unwrap();
+    for step in 1..=3 {
+        store.append_checkpoint(delta(&run, step)).await.unwrap();
+    }
+    let db = raw(&path);
+    db.execute(
+        "UPDATE checkpoint_deltas SET appended = '{\"calls\": 7}' WHERE step = 2",
+        [],
+    )
+    .unwrap();
+    match store.latest_checkpoint(&run).await {
+        Err(StoreError::Corrupt {
+            table: "checkpoint_deltas",
+            column: "appended",
+            reason,
+        }) => assert!(
+            reason.contains("run-delta") && reason.contains("step=2"),
+            "{reason}"
+        ),
+        other => panic!("expected corrupt checkpoint_deltas.appended, found {other:?}"),
+    }
+    db.execute("DELETE FROM checkpoint_deltas WHERE step = 2", [])
+        .unwrap();
+    match store.latest_checkpoint(&run).await {
+        Err(StoreError::Corrupt {
+            table: "checkpoints",
+            column: "step",
+            reason,
+        }) => assert!(
+            reason.contains("of step 1") && reason.contains("delta of step 3"),
+            "{reason}"
+        ),
+        other => panic!("expected a corrupt step sequence, found {other:?}"),
+    }
 }
 
 #[tokio::test]

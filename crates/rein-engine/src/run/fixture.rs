@@ -10,14 +10,16 @@ use rein_core::deadline::BudgetLimits;
 use rein_core::idempotency::Normalizer;
 use rein_core::loop_guard::LoopGuardConfig;
 use rein_core::retry::RetryPolicy;
-use rein_core::{Event, EventData, LatencyProfile, RunId, TenantId, ToolClass};
-use rein_store::{NewRun, RunRecord, SqliteStore, Store};
+use rein_core::{Event, EventData, Instant, LatencyProfile, RunId, TenantId, ToolClass};
+use rein_store::{Checkpoint, NewRun, RunRecord, SqliteStore, Store};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::ctx::{Lineage, ModelRetryUse, RunCtx};
 use super::emitter::Emitter;
 use super::engine::Engine;
+use super::guarded::millis;
+use super::step::LoopState;
 use super::{AgentBinding, ArgValidator, ToolBinding};
 use crate::provider::ScriptedProvider;
 use crate::tool_http::HttpTarget;
@@ -128,6 +130,38 @@ pub(super) fn event(step: u32, at_ms: u64, data: impl Into<EventData>) -> Event 
         idempotency_key: None,
         at_ms,
         data: data.into(),
+    }
+}
+
+/// The checkpoint of `state`'s last step in the whole form that releases
+/// before checkpoint deltas wrote after every step (the code as it was):
+/// old runs are stored so, and must still restore.
+pub(super) fn whole_checkpoint(
+    run_id: &RunId,
+    state: &LoopState,
+    provider_calls: u32,
+    now: Instant,
+    at_ms: u64,
+) -> Checkpoint {
+    Checkpoint {
+        run_id: run_id.clone(),
+        step: state.step,
+        messages: json!(state.messages),
+        completed_intents: state
+            .calls
+            .iter()
+            .filter(|c| c.outcome.is_ok())
+            .map(|c| c.planned.intent_id.clone())
+            .collect(),
+        consumed: state.budget.used(),
+        elapsed_ms: state.elapsed_before_ms + millis(now.saturating_duration_since(state.started)),
+        state: json!({
+            "calls": state.calls,
+            "facts": state.progress.facts(),
+            "tools_tried": state.progress.tools_tried(),
+            "provider_calls": provider_calls,
+        }),
+        at_ms,
     }
 }
 

@@ -59,6 +59,7 @@ mod guarded;
 mod hand_on;
 mod model_chain;
 mod permit;
+mod progress;
 mod report;
 mod restore;
 mod resume;

@@ -35,8 +35,10 @@ use serde_json::Value;
 
 use crate::provider::{FinishReason, Message, ModelResponse, ToolCall};
 
+use super::checkpoint::Checkpointed;
 use super::ctx::ModelRetryUse;
 use super::guarded::{self, CallResult};
+use super::progress::Progress;
 use super::step::{LoopState, ResumedTurn};
 use super::{AgentBinding, End};
 
@@ -170,10 +172,18 @@ pub(super) fn restore(
             started: now,
             elapsed_before_ms,
             guard,
+            // What the checkpoint holds; without one, nothing yet: the
+            // first transcript goes into the next step's delta.
+            checkpointed: match checkpoint {
+                Some(_) => Checkpointed {
+                    messages: decoded.messages.len(),
+                    calls: decoded.calls.len(),
+                },
+                None => Checkpointed::default(),
+            },
             messages: decoded.messages,
             calls: decoded.calls,
-            facts: decoded.facts,
-            tools_tried: decoded.tools_tried,
+            progress: Progress::from_parts(decoded.facts, decoded.tools_tried),
             step: done_step,
             resume: Some(marker),
         },
@@ -216,10 +226,12 @@ impl Decoded {
     }
 }
 
-/// Decodes `checkpoint` strictly: every field the checkpoint writes (see
-/// [`super::checkpoint`]) must be there and decode.
-// NOTE: the fields read here are the ones `checkpoint::checkpoint` writes;
-// they change together.
+/// Decodes `checkpoint` strictly: every field a step's delta writes (see
+/// [`super::checkpoint`]), as the store rebuilt them into one checkpoint,
+/// or as a release before deltas wrote them whole, must be there and
+/// decode.
+// NOTE: the fields read here are the ones `checkpoint::delta` writes (and
+// the whole form wrote); they change together.
 fn decode(checkpoint: &Checkpoint) -> Result<Decoded, RestoreError> {
     let undecodable = |(field, why): (String, String)| RestoreError::NotResumable {
         reason: format!(

@@ -1,6 +1,6 @@
 //! Starting a run: its record, its claim, its first state.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use rein_core::deadline::Budget;
 use rein_core::event::RunStarted;
@@ -12,11 +12,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::provider::Message;
 
+use super::checkpoint::Checkpointed;
 use super::claim::claim_id;
 use super::ctx::{Lineage, ModelRetryUse, RunCtx};
 use super::emitter::{Correlation, Emitter, Observer, unix_ms};
 use super::engine::{Engine, new_id};
 use super::error::EngineError;
+use super::progress::Progress;
 use super::step::LoopState;
 use super::{AgentBinding, ArgValidator, contain};
 
@@ -288,8 +290,8 @@ impl Engine {
                 },
             ],
             calls: Vec::new(),
-            facts: BTreeSet::new(),
-            tools_tried: BTreeSet::new(),
+            progress: Progress::new(),
+            checkpointed: Checkpointed::default(),
             step: 0,
             resume: None,
         };

@@ -21,14 +21,14 @@
 //!                                                                    (a trip ends the run)
 //! ```
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use rein_core::deadline::{Budget, Dimension, Exhausted, Usage};
 use rein_core::event::{
     BudgetExhausted, BudgetScope, LoopDetected, ModelOutputTruncated, PlanCreated,
     PlannedIntentSummary, RunCancelled, ToolDisabled, TruncationAction,
 };
-use rein_core::loop_guard::{Action, FailureVerdict, LoopGuard, StateDigest, Trip, Verdict};
+use rein_core::loop_guard::{Action, FailureVerdict, LoopGuard, Trip, Verdict};
 use rein_core::registry::Price;
 use rein_core::{Category, Clock, Failure, Instant, IntentId, LedgerRecord};
 use rein_store::{PlannedIntent, StepCommit};
@@ -36,12 +36,13 @@ use serde_json::{Value, json};
 
 use crate::provider::{FinishReason, Message, ModelResponse};
 
-use super::checkpoint::checkpoint;
+use super::checkpoint::{self, Checkpointed};
 use super::ctx::RunCtx;
 use super::emitter::{Correlation, unix_ms};
 use super::engine::Engine;
 use super::error::EngineError;
 use super::guarded::{CallResult, Planned, millis};
+use super::progress::Progress;
 use super::start::RunOutput;
 use super::validate::CUT_ARGUMENTS;
 use super::{ArgValidator, End, report};
@@ -62,10 +63,12 @@ pub(super) struct LoopState {
     pub(super) messages: Vec<Message>,
     /// Every call made so far, for the report.
     pub(super) calls: Vec<CallResult>,
-    /// Facts obtained (the loop guard's progress input).
-    pub(super) facts: BTreeSet<String>,
-    /// Tools attempted, by name (the loop guard's progress input).
-    pub(super) tools_tried: BTreeSet<String>,
+    /// Facts obtained and tools attempted, with their state digest (the
+    /// loop guard's progress inputs).
+    pub(super) progress: Progress,
+    /// How much of `messages` and `calls` the run's checkpoint holds: a
+    /// step checkpoints what lies after it.
+    pub(super) checkpointed: Checkpointed,
     /// The last step begun.
     pub(super) step: u32,
     /// How the run was resumed, when it was.
@@ -309,6 +312,7 @@ impl Engine {
                 "cannot write the checkpoint: {e}"
             )));
         }
+        state.checkpointed = Checkpointed::all_of(state);
         Stepped::Checkpointed {
             trip: observation.trip,
         }
@@ -579,8 +583,9 @@ pub(super) fn handle_turn(
 
 /// Observes a step's refusals and results: failures for repeat detection
 /// and self-heal, every proposal for repetition and progress. The calls
-/// join the run's, and the step is checkpointed (at `now`, `at_ms` on the
-/// wall clock) with its events.
+/// join the run's, and what the step added is checkpointed (at `now`,
+/// `at_ms` on the wall clock) with its events: none of this handler's work
+/// grows with the run's length.
 pub(super) fn handle_observation(
     ctx: &RunCtx<'_>,
     state: &mut LoopState,
@@ -594,19 +599,23 @@ pub(super) fn handle_observation(
         ..Correlation::default()
     };
     let mut trip = None;
+    // What this step recorded first, for its checkpoint delta.
+    let (mut learned, mut tried) = (Vec::new(), Vec::new());
     for (tool, reason) in &plan.rejected {
         if let FailureVerdict::Trip(t) = state.guard.on_failure(tool, reason) {
             trip.get_or_insert(t);
         }
     }
     for result in &results {
-        state.tools_tried.insert(result.planned.tool.clone());
+        if state.progress.try_tool(&result.planned.tool) {
+            tried.push(result.planned.tool.clone());
+        }
         match &result.outcome {
             Ok(value) => {
-                state.facts.insert(format!(
-                    "{}|{}|{}",
-                    result.planned.tool, result.planned.args, value
-                ));
+                let fact = format!("{}|{}|{}", result.planned.tool, result.planned.args, value);
+                if state.progress.learn(&fact) {
+                    learned.push(fact);
+                }
             }
             Err(failure) => {
                 match state
@@ -636,16 +645,9 @@ pub(super) fn handle_observation(
         }
     }
     state.calls.extend(results);
-    // The state digest: facts obtained and the tools attempted (by name:
-    // rephrasing a query of the same tool is not progress).
-    let digest = StateDigest::of(
-        state.facts.iter().map(String::as_str),
-        std::iter::empty::<&str>(),
-        state
-            .tools_tried
-            .iter()
-            .map(|t| Action::new(t, &Value::Null)),
-    );
+    // The state digest over facts obtained and tools attempted, kept as
+    // they grow: only this step's new ones were hashed.
+    let digest = state.progress.digest();
     // One observation per step: the no-progress window counts steps, and
     // a turn of several calls is one composite action (the same set of
     // calls on the same state is a repetition).
@@ -668,7 +670,15 @@ pub(super) fn handle_observation(
     let provider_calls = ctx
         .provider_calls
         .load(std::sync::atomic::Ordering::Acquire);
-    let checkpoint = checkpoint(&ctx.run_id, state, provider_calls, now, at_ms);
+    let delta = checkpoint::delta(
+        &ctx.run_id,
+        state,
+        &learned,
+        &tried,
+        provider_calls,
+        now,
+        at_ms,
+    );
     if let Some(trip) = &trip {
         ctx.emitter.emit(
             &c,
@@ -680,7 +690,7 @@ pub(super) fn handle_observation(
     }
     Observation {
         commit: StepCommit {
-            checkpoint: Some(checkpoint),
+            checkpoint_delta: Some(delta),
             events: ctx.emitter.drain(),
             ..StepCommit::default()
         },

@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::breaker::BreakerOpening;
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, CheckpointDelta};
 use crate::error::StoreError;
 use crate::idempotency::{IdempotencyRecord, IdempotencyState, StoredResponse};
 use crate::intent::PlannedIntent;
@@ -398,6 +398,31 @@ pub fn decode_checkpoint(row: &Row<'_>) -> Result<Checkpoint, StoreError> {
         elapsed_ms: r.u64(7, "elapsed_ms")?,
         state: r.json(8, "state")?,
         at_ms: r.u64(9, "at_ms")?,
+    })
+}
+
+/// The columns [`decode_checkpoint_delta`] reads, in order.
+pub const CHECKPOINT_DELTA_COLUMNS: &str = "run_id, step, messages, completed_intents, appended, \
+                                            state, consumed_steps, consumed_tokens, \
+                                            consumed_cost_micros, elapsed_ms, at_ms";
+
+/// A `checkpoint_deltas` row selected with [`CHECKPOINT_DELTA_COLUMNS`].
+pub fn decode_checkpoint_delta(row: &Row<'_>) -> Result<CheckpointDelta, StoreError> {
+    let r = RowReader::new(row, "checkpoint_deltas", &[0, 1]);
+    Ok(CheckpointDelta {
+        run_id: r.id(0, "run_id")?,
+        step: r.u32(1, "step")?,
+        messages: r.json(2, "messages")?,
+        completed_intents: r.json(3, "completed_intents")?,
+        appended: r.json(4, "appended")?,
+        state: r.json(5, "state")?,
+        consumed: Usage {
+            steps: r.u32(6, "consumed_steps")?,
+            tokens: r.u64(7, "consumed_tokens")?,
+            cost: Cost::from_micros(r.u64(8, "consumed_cost_micros")?),
+        },
+        elapsed_ms: r.u64(9, "elapsed_ms")?,
+        at_ms: r.u64(10, "at_ms")?,
     })
 }
 

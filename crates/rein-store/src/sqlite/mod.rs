@@ -14,7 +14,8 @@
 //! | `events` | `run_id, seq` | the event stream |
 //! | `intents` | `run_id, intent_id` | planned calls |
 //! | `ledger` | `run_id, intent_id` (`seq` unique per run) | declared side effects |
-//! | `checkpoints` | `run_id, step` | state after each step |
+//! | `checkpoints` | `run_id, step` | whole state after a step (the base of the deltas after it) |
+//! | `checkpoint_deltas` | `run_id, step` | what each step added to the state (schema v10) |
 //! | `leases` | `lease_id` | resources held for a run (schema v2) |
 //! | `idempotency` | `tenant, idempotency_key` | HTTP idempotency records (schema v3) |
 //! | `singletons` | `name` | singleton election leases (schema v4) |

@@ -8,14 +8,14 @@ use rein_core::{Event, IntentId, LedgerRecord, LedgerStatus, RunId, RunReport, T
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::codec::{
-    BREAKER_OPENING_COLUMNS, CHECKPOINT_COLUMNS, EVENT_COLUMNS, IDEMPOTENCY_COLUMNS,
-    INTENT_COLUMNS, LEASE_COLUMNS, LEDGER_COLUMNS, RUN_COLUMNS, SINGLETON_COLUMNS, SqlResult,
-    decode_breaker_opening, decode_checkpoint, decode_event, decode_idempotency, decode_intent,
-    decode_lease, decode_ledger, decode_run, decode_singleton, event_data_text, int, json_text,
-    serde_name,
+    BREAKER_OPENING_COLUMNS, CHECKPOINT_COLUMNS, CHECKPOINT_DELTA_COLUMNS, EVENT_COLUMNS,
+    IDEMPOTENCY_COLUMNS, INTENT_COLUMNS, LEASE_COLUMNS, LEDGER_COLUMNS, RUN_COLUMNS,
+    SINGLETON_COLUMNS, SqlResult, decode_breaker_opening, decode_checkpoint,
+    decode_checkpoint_delta, decode_event, decode_idempotency, decode_intent, decode_lease,
+    decode_ledger, decode_run, decode_singleton, event_data_text, int, json_text, serde_name,
 };
 use crate::breaker::{BreakerOpening, published, validate_breaker_text, validate_opening};
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, CheckpointDelta};
 use crate::commit::{ClaimFence, Committed, StepCommit};
 use crate::error::StoreError;
 use crate::idempotency::{
@@ -349,12 +349,14 @@ pub fn pending_ledger(conn: &Connection, max: usize) -> Result<Vec<LedgerRecord>
     )
 }
 
+/// The run's latest whole checkpoint with the deltas after it applied
+/// (see [`CheckpointDelta`]).
 pub fn latest_checkpoint(
     conn: &Connection,
     run_id: &RunId,
 ) -> Result<Option<Checkpoint>, StoreError> {
     require_run(conn, run_id)?;
-    query_one(
+    let base = query_one(
         conn,
         &format!(
             "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ?1 \
@@ -362,7 +364,35 @@ pub fn latest_checkpoint(
         ),
         [run_id.as_str()],
         decode_checkpoint,
-    )
+    )?;
+    let after = base.as_ref().map_or(0, |c| c.step);
+    let deltas = query_all(
+        conn,
+        &format!(
+            "SELECT {CHECKPOINT_DELTA_COLUMNS} FROM checkpoint_deltas \
+             WHERE run_id = ?1 AND step > ?2 ORDER BY step"
+        ),
+        params![run_id.as_str(), after],
+        decode_checkpoint_delta,
+    )?;
+    Checkpoint::rebuild(run_id, base, deltas)
+}
+
+/// The step of the run's latest checkpoint (`0`: none), and whether it is
+/// a delta (rather than a whole checkpoint).
+fn latest_checkpoint_step(conn: &Connection, run_id: &RunId) -> Result<(u32, bool), StoreError> {
+    let whole: Option<u32> = conn
+        .prepare_cached("SELECT MAX(step) FROM checkpoints WHERE run_id = ?1")
+        .sql()?
+        .query_row([run_id.as_str()], |row| row.get(0))
+        .sql()?;
+    let whole = whole.unwrap_or(0);
+    let delta: Option<u32> = conn
+        .prepare_cached("SELECT MAX(step) FROM checkpoint_deltas WHERE run_id = ?1 AND step > ?2")
+        .sql()?
+        .query_row(params![run_id.as_str(), whole], |row| row.get(0))
+        .sql()?;
+    Ok(delta.map_or((whole, false), |step| (step, true)))
 }
 
 fn ledger_record(
@@ -452,6 +482,10 @@ pub fn commit_step(
     if let Some(checkpoint) = &commit.checkpoint {
         same_run("checkpoint run id", run_id, &checkpoint.run_id)?;
         write_checkpoint(conn, checkpoint)?;
+    }
+    if let Some(delta) = &commit.checkpoint_delta {
+        same_run("checkpoint delta run id", run_id, &delta.run_id)?;
+        write_checkpoint_delta(conn, delta)?;
     }
     if !commit.events.is_empty() {
         committed.events = append_events(conn, run_id, commit.events)?;
@@ -700,6 +734,59 @@ fn write_checkpoint(conn: &Connection, checkpoint: &Checkpoint) -> Result<(), St
         int(checkpoint.elapsed_ms, "checkpoint elapsed_ms")?,
         json_text(&checkpoint.state, "checkpoint state")?,
         int(checkpoint.at_ms, "checkpoint at_ms")?,
+    ])
+    .sql()?;
+    // A whole checkpoint holds what the deltas up to its step added: they
+    // are never read again (a compaction point).
+    conn.prepare_cached("DELETE FROM checkpoint_deltas WHERE run_id = ?1 AND step <= ?2")
+        .sql()?
+        .execute(params![checkpoint.run_id.as_str(), checkpoint.step])
+        .sql()?;
+    Ok(())
+}
+
+/// Appends `delta` after the run's latest checkpoint, or replaces the
+/// delta of that step; refuses any other step (see [`CheckpointDelta`]).
+fn write_checkpoint_delta(conn: &Connection, delta: &CheckpointDelta) -> Result<(), StoreError> {
+    let (latest, is_delta) = latest_checkpoint_step(conn, &delta.run_id)?;
+    let next = latest.saturating_add(1);
+    if delta.step != next && !(is_delta && delta.step == latest) {
+        return Err(StoreError::Invalid {
+            what: "checkpoint delta step",
+            expected: format!("{next}, the step after the run's latest checkpoint"),
+            found: delta.step.to_string(),
+        });
+    }
+    conn.prepare_cached(
+        "INSERT INTO checkpoint_deltas (run_id, step, messages, completed_intents, appended, \
+         state, consumed_steps, consumed_tokens, consumed_cost_micros, elapsed_ms, at_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
+         ON CONFLICT (run_id, step) DO UPDATE SET messages = excluded.messages, \
+         completed_intents = excluded.completed_intents, appended = excluded.appended, \
+         state = excluded.state, consumed_steps = excluded.consumed_steps, \
+         consumed_tokens = excluded.consumed_tokens, \
+         consumed_cost_micros = excluded.consumed_cost_micros, \
+         elapsed_ms = excluded.elapsed_ms, at_ms = excluded.at_ms",
+    )
+    .sql()?
+    .execute(params![
+        delta.run_id.as_str(),
+        delta.step,
+        json_text(&delta.messages, "checkpoint delta messages")?,
+        json_text(
+            &delta.completed_intents,
+            "checkpoint delta completed_intents"
+        )?,
+        json_text(&delta.appended, "checkpoint delta appended")?,
+        json_text(&delta.state, "checkpoint delta state")?,
+        delta.consumed.steps,
+        int(delta.consumed.tokens, "checkpoint delta consumed tokens")?,
+        int(
+            delta.consumed.cost.micros(),
+            "checkpoint delta consumed cost"
+        )?,
+        int(delta.elapsed_ms, "checkpoint delta elapsed_ms")?,
+        int(delta.at_ms, "checkpoint delta at_ms")?,
     ])
     .sql()?;
     Ok(())

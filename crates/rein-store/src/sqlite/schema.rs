@@ -21,7 +21,7 @@ use super::codec::SqlResult;
 use crate::error::StoreError;
 
 /// The schema version this binary writes: the number of migrations.
-pub const SCHEMA_VERSION: u32 = 9;
+pub const SCHEMA_VERSION: u32 = 10;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
 ///
@@ -215,6 +215,30 @@ ALTER TABLE idempotency ADD COLUMN holder_until_ms INTEGER;
 CREATE INDEX runs_by_tenant_created ON runs (tenant, created_at_ms, run_id);
 CREATE INDEX runs_by_tenant_status ON runs (tenant, status, created_at_ms, run_id);
 CREATE INDEX runs_by_created_id ON runs (created_at_ms, run_id);
+"#,
+    // 10: checkpoints appended step by step (`CheckpointDelta`): one row
+    // per step holding only what the step added, so a run of n steps
+    // writes O(n) bytes, not the O(n²) of a whole checkpoint per step. The
+    // latest checkpoint is the latest row of `checkpoints` (written by
+    // releases before this one, or a compaction) with the deltas after it
+    // applied. An ordinary rowid table, unlike `checkpoints`: a row holds
+    // tool results of any size, and SQLite advises against WITHOUT ROWID
+    // for large rows.
+    r#"
+CREATE TABLE checkpoint_deltas (
+    run_id               TEXT NOT NULL REFERENCES runs (run_id),
+    step                 INTEGER NOT NULL,
+    messages             TEXT NOT NULL,
+    completed_intents    TEXT NOT NULL,
+    appended             TEXT NOT NULL,
+    state                TEXT NOT NULL,
+    consumed_steps       INTEGER NOT NULL,
+    consumed_tokens      INTEGER NOT NULL,
+    consumed_cost_micros INTEGER NOT NULL,
+    elapsed_ms           INTEGER NOT NULL,
+    at_ms                INTEGER NOT NULL,
+    PRIMARY KEY (run_id, step)
+) STRICT;
 "#,
 ];
 
@@ -650,5 +674,48 @@ mod tests {
             })
             .unwrap();
         assert_eq!(kept, 1, "the upgrade keeps existing runs");
+    }
+
+    #[test]
+    fn a_version_9_file_upgrades_to_10_and_keeps_its_whole_checkpoints() {
+        let mut conn = at_version(9);
+        conn.execute_batch(
+            "INSERT INTO runs VALUES ('r-1', 't', 'a', 'in', NULL, '{}', 'running', NULL, 1, 1, 0);
+             INSERT INTO checkpoints VALUES ('r-1', 2, '[]', '[]', 2, 0, 0, 10, '{}', 5);",
+        )
+        .unwrap();
+        assert!(
+            conn.execute("SELECT 1 FROM checkpoint_deltas", []).is_err(),
+            "no checkpoint_deltas table before version 10"
+        );
+        migrate(&mut conn).unwrap();
+        assert_eq!(version(&conn), i64::from(SCHEMA_VERSION));
+        let kept: i64 = conn
+            .query_row("SELECT COUNT(*) FROM checkpoints", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(
+            kept, 1,
+            "the upgrade keeps whole checkpoints: they are bases"
+        );
+        conn.execute(
+            "INSERT INTO checkpoint_deltas VALUES ('r-1', 3, '[]', '[]', '{}', '{}', 3, 0, 0, \
+             20, 6)",
+            [],
+        )
+        .unwrap();
+        let duplicate = conn.execute(
+            "INSERT INTO checkpoint_deltas VALUES ('r-1', 3, '[]', '[]', '{}', '{}', 3, 0, 0, \
+             20, 6)",
+            [],
+        );
+        assert!(duplicate.is_err(), "one delta per run and step");
+        let strict = conn.execute(
+            "INSERT INTO checkpoint_deltas VALUES ('r-1', 4, '[]', '[]', '{}', '{}', 'four', 0, \
+             0, 20, 6)",
+            [],
+        );
+        assert!(strict.is_err(), "STRICT refuses a text step count");
+        migrate(&mut conn).unwrap();
+        assert_eq!(version(&conn), i64::from(SCHEMA_VERSION));
     }
 }

@@ -13,7 +13,8 @@ use rein_core::model::TokenUsage;
 use rein_core::{Category, LedgerStatus, RunId};
 use serde_json::json;
 
-use super::super::fixture::{READ, WRITE, agent, event, record, run_id};
+use super::super::checkpoint::{self, Checkpointed};
+use super::super::fixture::{READ, WRITE, agent, event, record, run_id, whole_checkpoint};
 use super::*;
 
 fn at() -> Instant {
@@ -42,7 +43,8 @@ fn call(tool: &str, id: &str, result: Value) -> CallResult {
     }
 }
 
-/// The checkpoint `checkpoint::checkpoint` writes after step 2.
+/// A checkpoint of step 2, whole: as a release before deltas wrote it, and
+/// as the store rebuilds it from deltas.
 fn checkpoint(messages: Value, state: Value) -> Checkpoint {
     Checkpoint {
         run_id: run_id(),
@@ -114,6 +116,11 @@ fn without_a_checkpoint_the_run_restarts_from_its_first_transcript_at_step_zero(
     assert!(r.state.calls.is_empty() && r.resumed.is_none() && r.settling.is_none());
     assert_eq!(r.served, 0);
     assert_eq!(r.state.started, at());
+    assert_eq!(
+        r.state.checkpointed,
+        Checkpointed::default(),
+        "nothing checkpointed: the first step's delta holds the first transcript"
+    );
 }
 
 #[test]
@@ -126,8 +133,16 @@ fn a_checkpoint_restores_its_transcript_calls_facts_and_model_position() {
         r.state.calls,
         vec![call(READ, "i-1", json!({"status": "open"}))]
     );
-    assert!(r.state.facts.contains("get_order|{}|open"));
-    assert!(r.state.tools_tried.contains(READ));
+    assert!(r.state.progress.facts().contains("get_order|{}|open"));
+    assert!(r.state.progress.tools_tried().contains(READ));
+    assert_eq!(
+        r.state.checkpointed,
+        Checkpointed {
+            messages: 2,
+            calls: 1
+        },
+        "the next step appends after what the checkpoint holds"
+    );
     assert_eq!(
         r.served, 2,
         "no plan after the checkpoint: no extra turn served"
@@ -312,26 +327,142 @@ fn a_started_settlement_is_finished_instead_of_replaying_the_plan() {
     assert_eq!(r.served, 2);
 }
 
-/// NOTE's contract: what `checkpoint::checkpoint` writes, `decode`
-/// reads back to the same state; a field `decode` requires that the
-/// checkpoint does not write fails here.
+/// NOTE's contract: what `checkpoint::delta` writes, applied by the store
+/// to the checkpoint before it, `decode` reads back to the same state; a
+/// field `decode` requires that the delta does not write fails here.
 #[test]
-fn a_checkpoint_a_step_wrote_restores_to_the_same_state() {
+fn a_delta_a_step_wrote_restores_to_the_same_state() {
     let c = checkpoint(transcript(), state());
     let first = restored(Some(&c), &[]).unwrap();
     let mut state = first.state;
     state.step = 3;
-    state.facts.insert("update_order|{}|ok".into());
-    state.tools_tried.insert(WRITE.into());
+    state.messages.push(Message::Tool {
+        call_id: "c-i-2".into(),
+        content: "ok".into(),
+    });
+    assert!(state.progress.learn("update_order|{}|ok"));
+    assert!(state.progress.try_tool(WRITE));
     state.calls.push(call(WRITE, "i-2", json!({"ok": true})));
-    let written = super::super::checkpoint::checkpoint(&run_id(), &state, 5, at(), 12_000);
+    let delta = checkpoint::delta(
+        &run_id(),
+        &state,
+        &["update_order|{}|ok".to_owned()],
+        &[WRITE.to_owned()],
+        5,
+        at(),
+        12_000,
+    );
+    assert_eq!(delta.messages.len(), 1, "only the step's message");
+    assert_eq!(delta.appended["calls"].len(), 1, "only the step's call");
+    let mut written = c.clone();
+    written.apply(delta).unwrap();
     let again = restored(Some(&written), &[]).unwrap();
     assert_eq!(again.state.step, 3);
-    assert_eq!(again.state.messages.len(), state.messages.len());
+    assert_eq!(again.state.messages, state.messages);
     assert_eq!(again.state.calls, state.calls);
-    assert_eq!(again.state.facts, state.facts);
-    assert_eq!(again.state.tools_tried, state.tools_tried);
+    assert_eq!(again.state.progress.facts(), state.progress.facts());
+    assert_eq!(
+        again.state.progress.tools_tried(),
+        state.progress.tools_tried()
+    );
+    assert_eq!(again.state.progress.digest(), state.progress.digest());
+    assert_eq!(again.state.checkpointed, Checkpointed::all_of(&state));
     assert_eq!(again.served, 5);
+}
+
+/// A run checkpointed step by step and the same run checkpointed whole
+/// after every step (the form of the releases before deltas) restore to
+/// the same loop state, at every step.
+#[test]
+fn deltas_and_the_whole_form_restore_to_the_same_state_at_every_step() {
+    let mut state = restored(None, &[]).unwrap().state;
+    let mut deltas = Vec::new();
+    for step in 1..=4u32 {
+        state.step = step;
+        let order = format!("A-{step}");
+        state.messages.push(Message::Assistant {
+            content: None,
+            tool_calls: vec![crate::provider::ToolCall {
+                id: format!("c-{step}"),
+                name: READ.into(),
+                arguments: json!({"order_id": order}).to_string(),
+            }],
+        });
+        state.messages.push(Message::Tool {
+            call_id: format!("c-{step}"),
+            content: format!("status of {order}"),
+        });
+        // Step 3 learns nothing new and tries no new tool.
+        let fact = format!("get_order|{}|open", if step == 3 { 2 } else { step });
+        let learned: Vec<String> = state
+            .progress
+            .learn(&fact)
+            .then_some(fact)
+            .into_iter()
+            .collect();
+        let tool = if step == 4 { WRITE } else { READ };
+        let tried: Vec<String> = state
+            .progress
+            .try_tool(tool)
+            .then(|| tool.to_owned())
+            .into_iter()
+            .collect();
+        state
+            .calls
+            .push(call(tool, &format!("i-{step}"), json!({"status": "open"})));
+        let _ = state.budget.charge(Usage::ONE_STEP, at());
+        let provider_calls = step + 1;
+        deltas.push(checkpoint::delta(
+            &run_id(),
+            &state,
+            &learned,
+            &tried,
+            provider_calls,
+            at(),
+            10_000 + u64::from(step),
+        ));
+        state.checkpointed = Checkpointed::all_of(&state);
+
+        let whole = whole_checkpoint(
+            &run_id(),
+            &state,
+            provider_calls,
+            at(),
+            10_000 + u64::from(step),
+        );
+        let rebuilt = Checkpoint::rebuild(&run_id(), None, deltas.clone())
+            .unwrap()
+            .unwrap();
+        assert_eq!(rebuilt.step, whole.step);
+        assert_eq!(rebuilt.messages, whole.messages, "step {step}");
+        assert_eq!(rebuilt.completed_intents, whole.completed_intents);
+        assert_eq!(rebuilt.consumed, whole.consumed);
+        assert_eq!(rebuilt.state["calls"], whole.state["calls"]);
+        let (a, b) = (
+            restored(Some(&rebuilt), &[]).unwrap(),
+            restored(Some(&whole), &[]).unwrap(),
+        );
+        assert_eq!(a.state.step, b.state.step);
+        assert_eq!(a.state.messages, b.state.messages);
+        assert_eq!(a.state.calls, b.state.calls);
+        assert_eq!(a.state.progress.facts(), b.state.progress.facts());
+        assert_eq!(
+            a.state.progress.tools_tried(),
+            b.state.progress.tools_tried()
+        );
+        assert_eq!(a.state.progress.digest(), b.state.progress.digest());
+        assert_eq!(a.state.progress.digest(), state.progress.digest());
+        assert_eq!(a.state.checkpointed, b.state.checkpointed);
+        assert_eq!(a.state.budget.used(), b.state.budget.used());
+        assert_eq!(a.state.elapsed_before_ms, b.state.elapsed_before_ms);
+        assert_eq!(a.served, b.served);
+        assert_eq!(a.state.resume.map(|m| m.continued_from_step), Some(step));
+    }
+    assert_eq!(
+        state.progress.facts().len(),
+        3,
+        "step 3 learned nothing new"
+    );
 }
 
 #[test]

@@ -21,8 +21,8 @@ fn state(agent: &super::super::AgentBinding) -> LoopState {
             content: "Move order A-1.".into(),
         }],
         calls: Vec::new(),
-        facts: BTreeSet::new(),
-        tools_tried: BTreeSet::new(),
+        progress: Progress::new(),
+        checkpointed: Checkpointed::default(),
         step: 0,
         resume: None,
     }
@@ -316,15 +316,72 @@ fn handle_observation_records_facts_and_checkpoints_the_step() {
     let seen = handle_observation(&ctx, &mut state, &plan, results, Instant::ORIGIN, 7);
     assert!(seen.trip.is_none());
     assert_eq!(state.calls.len(), 1);
-    assert!(state.tools_tried.contains(READ));
-    assert_eq!(state.facts.len(), 1);
-    let checkpoint = seen.commit.checkpoint.expect("the step is checkpointed");
+    assert!(state.progress.tools_tried().contains(READ));
+    assert_eq!(state.progress.facts().len(), 1);
+    let checkpoint = seen
+        .commit
+        .checkpoint_delta
+        .expect("the step is checkpointed");
     assert_eq!((checkpoint.step, checkpoint.at_ms), (2, 7));
     assert_eq!(
         checkpoint.completed_intents,
         vec![plan.planned[0].intent_id.clone()]
     );
-    assert_eq!(checkpoint.state["calls"].as_array().unwrap().len(), 1);
+    assert_eq!(checkpoint.appended["calls"].len(), 1);
+    assert_eq!(
+        checkpoint.messages.len(),
+        state.messages.len(),
+        "nothing was checkpointed before: the whole transcript"
+    );
+    assert_eq!(checkpoint.appended["facts"].len(), 1);
+    assert_eq!(checkpoint.appended["tools_tried"], vec![json!(READ)]);
+    assert_eq!(checkpoint.state["provider_calls"], json!(0));
+}
+
+/// A step's checkpoint holds what the step added, not what the run holds:
+/// its size does not grow with the run.
+#[test]
+fn handle_observation_after_a_checkpoint_writes_only_what_the_step_added() {
+    let (bench, agent) = (Bench::new(), agent());
+    let ctx = bench.ctx(&agent, &AcceptAll);
+    let mut state = state(&agent);
+    let step = |state: &mut LoopState, order: &str| {
+        state.step += 1;
+        let args = format!(r#"{{"order_id": "{order}"}}"#);
+        let turn = Turn::answered(
+            response(vec![tool_call("c", READ, &args)], FinishReason::ToolCalls),
+            None,
+        );
+        assert!(handle_turn(&ctx, state, &turn, Instant::ORIGIN).is_none());
+        let plan = bench.engine.handle_plan(&ctx, &AcceptAll, state, &turn);
+        let results = vec![result(&plan.planned[0], Ok(json!({"status": "open"})))];
+        bench
+            .engine
+            .handle_results(state, &turn.response, plan.replies.clone(), &results);
+        let seen = handle_observation(&ctx, state, &plan, results, Instant::ORIGIN, 0);
+        // As `Engine::step` does once the commit is durable.
+        state.checkpointed = Checkpointed::all_of(state);
+        seen.commit.checkpoint_delta.expect("checkpointed")
+    };
+    let first = step(&mut state, "A-1");
+    assert_eq!(
+        first.messages.len(),
+        3,
+        "the user message, the turn, the reply"
+    );
+    for n in 2..=5 {
+        let later = step(&mut state, &format!("A-{n}"));
+        assert_eq!(later.step, n);
+        assert_eq!(later.messages.len(), 2, "the turn and its reply only");
+        assert_eq!(later.appended["calls"].len(), 1, "this step's call only");
+        assert_eq!(later.appended["facts"].len(), 1, "its new fact only");
+        assert!(
+            later.appended["tools_tried"].is_empty(),
+            "the tool was tried before"
+        );
+    }
+    assert_eq!(state.calls.len(), 5);
+    assert_eq!(state.progress.facts().len(), 5);
 }
 
 #[test]
@@ -348,7 +405,7 @@ fn handle_observation_trips_on_a_repeated_failure_and_says_so_in_the_checkpoint_
         if seen.trip.is_some() {
             assert!(kinds(&seen.commit.events).contains(&EventKind::LoopDetected));
             assert!(
-                seen.commit.checkpoint.is_some(),
+                seen.commit.checkpoint_delta.is_some(),
                 "checkpointed before the end"
             );
             tripped_at = Some(attempt);
