@@ -34,13 +34,14 @@ use async_trait::async_trait;
 use rein_core::deadline::BudgetLimits;
 use rein_core::idempotency::Normalizer;
 use rein_core::loop_guard::LoopGuardConfig;
+use rein_core::registry::DEFAULT_IDEMPOTENCY_HEADER;
 use rein_core::retry::RetryPolicy;
 use rein_core::{
     Event, IntentId, LatencyProfile, LedgerRecord, Outcome, RunId, RunReport, TenantId, ToolClass,
 };
 use rein_engine::provider::ScriptedProvider;
 use rein_engine::run::{AcceptAll, AgentBinding, Engine, RunRequest, ToolBinding};
-use rein_engine::tool_http::{DEFAULT_IDEMPOTENCY_HEADER, HttpTarget};
+use rein_engine::tool_http::HttpTarget;
 use rein_store::{
     BreakerOpening, Checkpoint, Committed, IdempotencyRecord, IdempotencySettled,
     IdempotencySettlement, IdempotencyState, Lease, LeaseChange, LeaseFilter, LedgerMark,
