@@ -256,7 +256,7 @@ impl Engine {
             ..Correlation::default()
         };
         let attempted = self
-            .attempts_with(
+            .attempts(
                 ctx,
                 &mut cc,
                 &planned,
