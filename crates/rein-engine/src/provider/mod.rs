@@ -29,6 +29,7 @@
 //! | output cut at the token limit says so ([`ModelResponse::is_truncated`]) | — |
 
 mod anthropic;
+mod endpoint;
 mod http;
 mod message;
 mod openai;

@@ -6,17 +6,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rein_core::Failure;
-use rein_core::deadline::DEADLINE_HEADER;
 use serde_json::{Value, json};
 
-use super::http::{self, malformed, post_json, stream_error_failure};
-use super::sse::{self, Decoder, Opening, SseEvent, Update, unparseable};
+use super::endpoint::{Api, Endpoint, KeyHeader};
+use super::http::{malformed, stream_error_failure};
+use super::sse::{Decoder, SseEvent, Update, unparseable};
 use super::stream::{Delta, StreamSettings, ToolCallDelta, collect_turn};
 use super::{
     FinishReason, Message, ModelProvider, ModelRequest, ModelResponse, StreamLimits, TokenUsage,
     ToolCall, TurnStream,
 };
-use crate::{SystemClock, Timer};
+use crate::Timer;
 
 /// Chat Completions over HTTP, against any OpenAI-compatible base URL.
 ///
@@ -32,30 +32,20 @@ use crate::{SystemClock, Timer};
 /// that agent runs get the first-byte and idle limits too.
 #[derive(Clone)]
 pub struct OpenAiProvider {
-    name: String,
-    base_url: String,
-    api_key: Option<String>,
-    timeout: Duration,
-    client: reqwest::Client,
-    streaming: Option<StreamSettings>,
-    key_env: Option<String>,
-    /// Times the limits and dates `Retry-After`.
-    clock: Arc<dyn Timer>,
+    endpoint: Endpoint,
 }
 
+/// The Chat Completions path and key header.
+const CHAT_COMPLETIONS: Api = Api {
+    path: "/chat/completions",
+    key: KeyHeader::Bearer,
+    headers: &[],
+};
+
 impl std::fmt::Debug for OpenAiProvider {
-    // By hand: the key is never printed, and the base URL is redacted.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenAiProvider")
-            .field("name", &self.name)
-            .field("base_url", &rein_core::redact::text(&self.base_url))
-            .field(
-                "api_key",
-                &self.api_key.as_ref().map(|_| rein_core::redact::REDACTED),
-            )
-            .field("key_env", &self.key_env)
-            .field("timeout", &self.timeout)
-            .field("streaming", &self.streaming)
+        self.endpoint
+            .debug_struct(f, "OpenAiProvider")
             .finish_non_exhaustive()
     }
 }
@@ -70,32 +60,22 @@ impl OpenAiProvider {
         timeout: Duration,
         client: reqwest::Client,
     ) -> Self {
-        // The key is taught to the redactor here, where it enters rein,
-        // so no error that echoes it shows it (crate::secrets).
-        crate::secrets::teach_provider(api_key.as_deref(), base_url);
         OpenAiProvider {
-            name: name.to_owned(),
-            base_url: base_url.trim_end_matches('/').to_owned(),
-            api_key,
-            timeout,
-            client,
-            streaming: None,
-            key_env: None,
-            clock: Arc::new(SystemClock::new()),
+            endpoint: Endpoint::new(name, base_url, api_key, timeout, client, CHAT_COMPLETIONS),
         }
     }
 
     /// Times the first-byte, idle and overall limits on `clock` instead of
     /// the system clock.
     pub fn with_clock(mut self, clock: Arc<dyn Timer>) -> Self {
-        self.clock = clock;
+        self.endpoint.clock = clock;
         self
     }
 
     /// Names the environment variable the key came from, for the log
     /// line of a rejected key.
     pub fn with_key_env(mut self, name: Option<&str>) -> Self {
-        self.key_env = name.map(str::to_owned);
+        self.endpoint.key_env = name.map(str::to_owned);
         self
     }
 
@@ -109,7 +89,7 @@ impl OpenAiProvider {
     /// allowance. A streamed one shows within seconds whether the model is
     /// producing anything.
     pub fn with_streaming(mut self, settings: StreamSettings) -> Self {
-        self.streaming = Some(settings);
+        self.endpoint.streaming = Some(settings);
         self
     }
 
@@ -150,20 +130,6 @@ impl OpenAiProvider {
         body["stream_options"] = json!({"include_usage": true});
         body
     }
-
-    fn post(&self, body: Vec<u8>, allowance: Duration) -> reqwest::RequestBuilder {
-        let url = format!("{}/chat/completions", self.base_url);
-        let mut builder = self
-            .client
-            .post(&url)
-            .header(DEADLINE_HEADER, allowance.as_millis().to_string())
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body);
-        if let Some(key) = &self.api_key {
-            builder = builder.bearer_auth(key);
-        }
-        builder
-    }
 }
 
 fn wire_message(message: &Message) -> Value {
@@ -198,15 +164,15 @@ fn wire_message(message: &Message) -> Value {
 #[async_trait]
 impl ModelProvider for OpenAiProvider {
     fn name(&self) -> &str {
-        &self.name
+        &self.endpoint.name
     }
 
     fn key_env(&self) -> Option<&str> {
-        self.key_env.as_deref()
+        self.endpoint.key_env.as_deref()
     }
 
     fn stream_settings(&self) -> Option<StreamSettings> {
-        self.streaming
+        self.endpoint.streaming
     }
 
     async fn complete(
@@ -214,20 +180,13 @@ impl ModelProvider for OpenAiProvider {
         request: &ModelRequest,
         allowance: Duration,
     ) -> Result<ModelResponse, Failure> {
-        if let Some(settings) = self.streaming {
+        if let Some(settings) = self.endpoint.streaming {
             let stream = self.stream(request, settings.limits(allowance)).await?;
-            return collect_turn(&self.name, stream).await;
+            return collect_turn(&self.endpoint.name, stream).await;
         }
-        let allowance = http::allowance(&self.name, allowance, self.timeout)?;
         let body = Self::body(request).to_string().into_bytes();
-        let text = post_json(
-            &self.name,
-            self.post(body, allowance),
-            allowance,
-            self.clock.as_ref(),
-        )
-        .await?;
-        parse_response(&self.name, &text)
+        let text = self.endpoint.post_json(body, allowance).await?;
+        parse_response(&self.endpoint.name, &text)
     }
 
     async fn stream(
@@ -235,23 +194,11 @@ impl ModelProvider for OpenAiProvider {
         request: &ModelRequest,
         limits: StreamLimits,
     ) -> Result<TurnStream, Failure> {
-        let allowance = http::allowance(&self.name, limits.allowance, self.timeout)?;
         let body = Self::stream_body(request).to_string().into_bytes();
-        let request_bytes = body.len();
-        sse::open(Opening {
-            clock: self.clock.clone(),
-            name: &self.name,
-            request: self.post(body, allowance),
-            request_bytes,
-            limits: StreamLimits {
-                allowance,
-                ..limits
-            },
-            decoder: ChunkDecoder {
-                name: self.name.clone(),
-            },
-        })
-        .await
+        let decoder = ChunkDecoder {
+            name: self.endpoint.name.clone(),
+        };
+        self.endpoint.open_stream(body, limits, decoder).await
     }
 }
 

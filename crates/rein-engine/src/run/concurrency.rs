@@ -661,6 +661,14 @@ mod tests {
         }
     }
 
+    fn interactive<'a>(tenant: &'a TenantId, run: &'a RunId) -> Caller<'a> {
+        Caller {
+            tenant,
+            run,
+            class: Class::Interactive,
+        }
+    }
+
     fn rate(per_sec: f64, burst: u32) -> GroupLimits {
         GroupLimits {
             rate: Some(RateLimit::new(per_sec, burst)),
@@ -767,11 +775,7 @@ mod tests {
     async fn a_rate_limited_waiter_is_woken_by_the_timer_when_the_bucket_refills() {
         let (clock, slots) = slots();
         let (tenant, run) = ids();
-        let caller = Caller {
-            tenant: &tenant,
-            run: &run,
-            class: Class::Interactive,
-        };
+        let caller = interactive(&tenant, &run);
         let Some(gate) = slots.governed("api", rate(10.0, 1)) else {
             unreachable!("a rate is governed")
         };
@@ -796,11 +800,7 @@ mod tests {
     async fn a_call_the_bucket_admits_only_after_its_latest_start_is_shed_at_once() {
         let (clock, slots) = slots();
         let (tenant, run) = ids();
-        let caller = Caller {
-            tenant: &tenant,
-            run: &run,
-            class: Class::Interactive,
-        };
+        let caller = interactive(&tenant, &run);
         let Some(gate) = slots.governed("api", rate(1.0, 1)) else {
             unreachable!("a rate is governed")
         };
@@ -831,11 +831,7 @@ mod tests {
     async fn overload_shrinks_the_limit_and_successes_in_use_grow_it_back() {
         let (clock, slots) = slots();
         let (tenant, run) = ids();
-        let caller = Caller {
-            tenant: &tenant,
-            run: &run,
-            class: Class::Interactive,
-        };
+        let caller = interactive(&tenant, &run);
         let capped = GroupLimits {
             rate: None,
             max_concurrency: NonZeroU32::new(4),

@@ -9,13 +9,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rein_core::Failure;
-use rein_core::deadline::DEADLINE_HEADER;
 
-use super::http::{self, post_json};
-use super::sse::{self, Opening};
+use super::endpoint::{Api, Endpoint, KeyHeader};
 use super::stream::{StreamSettings, collect_turn};
 use super::{ModelProvider, ModelRequest, ModelResponse, StreamLimits, TurnStream};
-use crate::{SystemClock, Timer};
+use crate::Timer;
 use message::parse_message;
 use stream::EventDecoder;
 
@@ -61,31 +59,21 @@ pub const DEFAULT_MAX_TOKENS: u64 = 4096;
 /// were invalid.
 #[derive(Clone)]
 pub struct AnthropicProvider {
-    name: String,
-    base_url: String,
-    api_key: Option<String>,
-    timeout: Duration,
-    client: reqwest::Client,
+    endpoint: Endpoint,
     max_tokens: u64,
-    streaming: Option<StreamSettings>,
-    key_env: Option<String>,
-    /// Times the limits and dates `Retry-After`.
-    clock: Arc<dyn Timer>,
 }
 
+/// The Messages API's path and headers.
+const MESSAGES: Api = Api {
+    path: "/messages",
+    key: KeyHeader::Named("x-api-key"),
+    headers: &[("anthropic-version", ANTHROPIC_VERSION)],
+};
+
 impl std::fmt::Debug for AnthropicProvider {
-    // By hand: the key is never printed, and the base URL is redacted.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AnthropicProvider")
-            .field("name", &self.name)
-            .field("base_url", &rein_core::redact::text(&self.base_url))
-            .field(
-                "api_key",
-                &self.api_key.as_ref().map(|_| rein_core::redact::REDACTED),
-            )
-            .field("key_env", &self.key_env)
-            .field("timeout", &self.timeout)
-            .field("streaming", &self.streaming)
+        self.endpoint
+            .debug_struct(f, "AnthropicProvider")
             .finish_non_exhaustive()
     }
 }
@@ -101,19 +89,9 @@ impl AnthropicProvider {
         timeout: Duration,
         client: reqwest::Client,
     ) -> Self {
-        // The key is taught to the redactor here, where it enters rein,
-        // so no error that echoes it shows it (crate::secrets).
-        crate::secrets::teach_provider(api_key.as_deref(), base_url);
         AnthropicProvider {
-            name: name.to_owned(),
-            base_url: base_url.trim_end_matches('/').to_owned(),
-            api_key,
-            timeout,
-            client,
+            endpoint: Endpoint::new(name, base_url, api_key, timeout, client, MESSAGES),
             max_tokens: DEFAULT_MAX_TOKENS,
-            streaming: None,
-            key_env: None,
-            clock: Arc::new(SystemClock::new()),
         }
     }
 
@@ -126,14 +104,14 @@ impl AnthropicProvider {
     /// Times the first-byte, idle and overall limits on `clock` instead of
     /// the system clock.
     pub fn with_clock(mut self, clock: Arc<dyn Timer>) -> Self {
-        self.clock = clock;
+        self.endpoint.clock = clock;
         self
     }
 
     /// Names the environment variable the key came from, for the log
     /// line of a rejected key.
     pub fn with_key_env(mut self, name: Option<&str>) -> Self {
-        self.key_env = name.map(str::to_owned);
+        self.endpoint.key_env = name.map(str::to_owned);
         self
     }
 
@@ -141,38 +119,23 @@ impl AnthropicProvider {
     /// assemble it, under `settings`' first-byte and idle limits (see
     /// [`OpenAiProvider::with_streaming`](super::OpenAiProvider::with_streaming)).
     pub fn with_streaming(mut self, settings: StreamSettings) -> Self {
-        self.streaming = Some(settings);
+        self.endpoint.streaming = Some(settings);
         self
-    }
-
-    fn post(&self, body: Vec<u8>, allowance: Duration) -> reqwest::RequestBuilder {
-        let url = format!("{}/messages", self.base_url);
-        let mut builder = self
-            .client
-            .post(&url)
-            .header(DEADLINE_HEADER, allowance.as_millis().to_string())
-            .header("anthropic-version", ANTHROPIC_VERSION)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body);
-        if let Some(key) = &self.api_key {
-            builder = builder.header("x-api-key", key);
-        }
-        builder
     }
 }
 
 #[async_trait]
 impl ModelProvider for AnthropicProvider {
     fn name(&self) -> &str {
-        &self.name
+        &self.endpoint.name
     }
 
     fn key_env(&self) -> Option<&str> {
-        self.key_env.as_deref()
+        self.endpoint.key_env.as_deref()
     }
 
     fn stream_settings(&self) -> Option<StreamSettings> {
-        self.streaming
+        self.endpoint.streaming
     }
 
     async fn complete(
@@ -180,20 +143,13 @@ impl ModelProvider for AnthropicProvider {
         request: &ModelRequest,
         allowance: Duration,
     ) -> Result<ModelResponse, Failure> {
-        if let Some(settings) = self.streaming {
+        if let Some(settings) = self.endpoint.streaming {
             let stream = self.stream(request, settings.limits(allowance)).await?;
-            return collect_turn(&self.name, stream).await;
+            return collect_turn(&self.endpoint.name, stream).await;
         }
-        let allowance = http::allowance(&self.name, allowance, self.timeout)?;
         let body = self.body(request, false).to_string().into_bytes();
-        let text = post_json(
-            &self.name,
-            self.post(body, allowance),
-            allowance,
-            self.clock.as_ref(),
-        )
-        .await?;
-        parse_message(&self.name, &text)
+        let text = self.endpoint.post_json(body, allowance).await?;
+        parse_message(&self.endpoint.name, &text)
     }
 
     async fn stream(
@@ -201,25 +157,13 @@ impl ModelProvider for AnthropicProvider {
         request: &ModelRequest,
         limits: StreamLimits,
     ) -> Result<TurnStream, Failure> {
-        let allowance = http::allowance(&self.name, limits.allowance, self.timeout)?;
         let body = self.body(request, true).to_string().into_bytes();
-        let request_bytes = body.len();
-        sse::open(Opening {
-            clock: self.clock.clone(),
-            name: &self.name,
-            request: self.post(body, allowance),
-            request_bytes,
-            limits: StreamLimits {
-                allowance,
-                ..limits
-            },
-            decoder: EventDecoder {
-                name: self.name.clone(),
-                blocks: Vec::new(),
-                tools: 0,
-            },
-        })
-        .await
+        let decoder = EventDecoder {
+            name: self.endpoint.name.clone(),
+            blocks: Vec::new(),
+            tools: 0,
+        };
+        self.endpoint.open_stream(body, limits, decoder).await
     }
 }
 

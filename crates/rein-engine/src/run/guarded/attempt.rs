@@ -62,29 +62,12 @@ enum Decided {
 
 impl Engine {
     /// The attempt loop: invoke, classify, decide (retry, look up by key, or
-    /// give up), always under the same deadline and the same key. The
-    /// first attempt goes out on the slot step 4 `admitted`.
+    /// give up), always under the same deadline, the same key and `policy`
+    /// (the agent's, or a compensation's own ceiling). A slot already
+    /// `admitted` (step 4's) carries the first attempt; every other attempt
+    /// enters the group's gate itself.
     #[allow(clippy::too_many_arguments)]
-    pub(super) async fn attempts(
-        &self,
-        ctx: &RunCtx<'_>,
-        c: &mut Correlation,
-        planned: &Planned,
-        tool: &ToolBinding,
-        budget: &Budget,
-        key: Option<&IdempotencyKey>,
-        admitted: Option<Slot>,
-    ) -> Attempted {
-        let policy = &ctx.agent.retry;
-        self.attempts_with(ctx, c, planned, tool, budget, key, policy, admitted)
-            .await
-    }
-
-    /// The attempt loop under an explicit retry policy (compensations use
-    /// their own ceiling); a slot already `admitted` carries the first
-    /// attempt, every other attempt enters the group's gate itself.
-    #[allow(clippy::too_many_arguments)]
-    pub(in crate::run) async fn attempts_with(
+    pub(in crate::run) async fn attempts(
         &self,
         ctx: &RunCtx<'_>,
         c: &mut Correlation,

@@ -117,7 +117,16 @@ impl Engine {
             attempts,
             sent,
         } = self
-            .attempts(ctx, &mut c, &planned, tool, budget, key.as_ref(), admitted)
+            .attempts(
+                ctx,
+                &mut c,
+                &planned,
+                tool,
+                budget,
+                key.as_ref(),
+                &ctx.agent.retry,
+                admitted,
+            )
             .await;
 
         // 9. Record. A call that never reached the tool (no concurrency

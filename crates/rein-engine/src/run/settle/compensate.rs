@@ -93,10 +93,7 @@ impl Engine {
                 Resolved::Ran(None) => {}
             }
         }
-        let binding = ctx.agent.compensations.get(&record.tool);
-        let finish =
-            |status: LedgerStatus, note: String| outcome_of(&record, binding, status, note);
-        let Some(binding) = binding else {
+        let Some(binding) = ctx.agent.compensations.get(&record.tool) else {
             let note = format!(
                 "{} has no compensation: its effect stays and needs a human",
                 record.tool
@@ -112,16 +109,10 @@ impl Engine {
                     alert: Some(true),
                 },
             );
-            self.mark(
-                ctx,
-                &c,
-                &record.intent_id,
-                LedgerStatus::Uncompensatable,
-                None,
-                &note,
-            )
-            .await;
-            return Some(finish(LedgerStatus::Uncompensatable, note));
+            return Some(
+                self.settle_as(ctx, &c, &record, None, LedgerStatus::Uncompensatable, note)
+                    .await,
+            );
         };
         let now_ms = unix_ms(self.clock.system_now());
         if let Some(window) = binding.spec.window {
@@ -130,16 +121,10 @@ impl Engine {
                 .saturating_add(u64::try_from(window.as_millis()).unwrap_or(u64::MAX));
             if now_ms > until {
                 let note = format!("past its compensatable window of {window:?}");
-                self.mark(
-                    ctx,
-                    &c,
-                    &record.intent_id,
-                    LedgerStatus::Manual,
-                    None,
-                    &note,
-                )
-                .await;
-                return Some(finish(LedgerStatus::Manual, note));
+                return Some(
+                    self.settle_as(ctx, &c, &record, Some(binding), LedgerStatus::Manual, note)
+                        .await,
+                );
             }
         }
         let args = match binding
@@ -152,16 +137,10 @@ impl Engine {
                     "cannot build the compensation's argument `{}` from `{}`",
                     unresolved.target, unresolved.from
                 );
-                self.mark(
-                    ctx,
-                    &c,
-                    &record.intent_id,
-                    LedgerStatus::Manual,
-                    None,
-                    &note,
-                )
-                .await;
-                return Some(finish(LedgerStatus::Manual, note));
+                return Some(
+                    self.settle_as(ctx, &c, &record, Some(binding), LedgerStatus::Manual, note)
+                        .await,
+                );
             }
         };
         // The compensation's own intent and key derive from the forward
@@ -176,9 +155,17 @@ impl Engine {
             // A weak compensation runs once: if an interrupted process may
             // already have run it, repeating it could be a second injury.
             let note = "its weak compensation may have run before an interruption; not repeated";
-            self.mark(ctx, &c, &record.intent_id, LedgerStatus::Manual, None, note)
-                .await;
-            return Some(finish(LedgerStatus::Manual, note.to_owned()));
+            return Some(
+                self.settle_as(
+                    ctx,
+                    &c,
+                    &record,
+                    Some(binding),
+                    LedgerStatus::Manual,
+                    note.to_owned(),
+                )
+                .await,
+            );
         }
         let undo = Undo {
             record: &record,
@@ -205,8 +192,6 @@ impl Engine {
             args,
             intent,
         } = undo;
-        let finish =
-            |status: LedgerStatus, note: String| outcome_of(record, Some(binding), status, note);
         let tool = &binding.tool;
         let key = IdempotencyKey::derive(
             tool.class,
@@ -237,7 +222,7 @@ impl Engine {
         };
         if let Err(e) = ctx.commit(commit).await {
             let note = format!("compensation not started: the store refused its start ({e})");
-            return finish(LedgerStatus::Succeeded, note);
+            return outcome_of(record, Some(binding), LedgerStatus::Succeeded, note);
         }
         crate::crash::point("mid_compensation");
         let attempts = match grade {
@@ -271,7 +256,7 @@ impl Engine {
             ..Correlation::default()
         };
         let attempted = self
-            .attempts_with(
+            .attempts(
                 ctx,
                 &mut cc,
                 &planned,
@@ -309,9 +294,25 @@ impl Engine {
                 alert: None,
             },
         );
+        self.settle_as(ctx, c, record, Some(binding), status, note)
+            .await
+    }
+
+    /// Marks `record` with `status` and `note` and returns it settled so:
+    /// the last step of every settlement, whether a compensation ran or
+    /// a human must take over.
+    async fn settle_as(
+        &self,
+        ctx: &RunCtx<'_>,
+        c: &Correlation,
+        record: &LedgerRecord,
+        binding: Option<&CompensationBinding>,
+        status: LedgerStatus,
+        note: String,
+    ) -> CompensationResult {
         self.mark(ctx, c, &record.intent_id, status, None, &note)
             .await;
-        finish(status, note)
+        outcome_of(record, binding, status, note)
     }
 
     /// Asks the tool whether a call in doubt ran, by its key; if it cannot
@@ -381,15 +382,10 @@ impl Engine {
                 if !ctx.agent.compensations.contains_key(&record.tool) {
                     let note =
                         "in doubt and the tool cannot say whether it ran; a human must check";
-                    self.mark(ctx, c, &record.intent_id, LedgerStatus::Manual, None, note)
-                        .await;
-                    return Resolved::ForHuman(CompensationResult {
-                        intent_id: record.intent_id.clone(),
-                        tool: record.tool.clone(),
-                        compensation_tool: None,
-                        status: LedgerStatus::Manual,
-                        note: note.to_owned(),
-                    });
+                    return Resolved::ForHuman(
+                        self.settle_as(ctx, c, record, None, LedgerStatus::Manual, note.to_owned())
+                            .await,
+                    );
                 }
                 self.mark(
                     ctx,
