@@ -74,6 +74,26 @@ pub fn is_credential_name(name: &str) -> bool {
     words(name).any(|w| CREDENTIAL_WORDS.contains(&w.to_ascii_lowercase().as_str()))
 }
 
+/// `values` as a `Debug` printout may show them: each value whose name
+/// names a credential ([`is_credential_name`]) replaced by
+/// [`REDACTED`](super::REDACTED). For the hand-written `Debug` of targets
+/// that carry headers or environment variables.
+pub fn shown(
+    values: &std::collections::BTreeMap<String, String>,
+) -> std::collections::BTreeMap<&str, &str> {
+    values
+        .iter()
+        .map(|(name, value)| {
+            let shown = if is_credential_name(name) {
+                super::REDACTED
+            } else {
+                value.as_str()
+            };
+            (name.as_str(), shown)
+        })
+        .collect()
+}
+
 /// The words of a name: split at separators and at lower-to-upper changes.
 fn words(name: &str) -> impl Iterator<Item = &str> {
     let mut out = Vec::new();

@@ -119,7 +119,9 @@ mod report;
 mod secrets;
 mod urls;
 
-pub use classify::{Candidate, env_secrets, header_secrets, is_credential_name, url_secrets};
+pub use classify::{
+    Candidate, env_secrets, header_secrets, is_credential_name, shown, url_secrets,
+};
 pub use matcher::Redactor;
 pub use process::{
     cut, json, json_strings, known, known_json, process, register, tail, text, truncated,

@@ -63,18 +63,7 @@ impl HttpTarget {
 impl std::fmt::Debug for HttpTarget {
     // By hand: header values may be credentials.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let headers: BTreeMap<&str, &str> = self
-            .headers
-            .iter()
-            .map(|(name, value)| {
-                let shown = if rein_core::redact::is_credential_name(name) {
-                    rein_core::redact::REDACTED
-                } else {
-                    value.as_str()
-                };
-                (name.as_str(), shown)
-            })
-            .collect();
+        let headers = rein_core::redact::shown(&self.headers);
         f.debug_struct("HttpTarget")
             .field("name", &self.name)
             .field("url", &rein_core::redact::text(&self.url))

@@ -30,18 +30,7 @@ pub struct CommandTarget {
 impl std::fmt::Debug for CommandTarget {
     // By hand: credential-named variables are not printed.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let env: BTreeMap<&str, &str> = self
-            .env
-            .iter()
-            .map(|(name, value)| {
-                let shown = if rein_core::redact::is_credential_name(name) {
-                    rein_core::redact::REDACTED
-                } else {
-                    value.as_str()
-                };
-                (name.as_str(), shown)
-            })
-            .collect();
+        let env = rein_core::redact::shown(&self.env);
         f.debug_struct("CommandTarget")
             .field("name", &self.name)
             .field("program", &self.program)
