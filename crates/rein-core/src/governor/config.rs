@@ -55,6 +55,34 @@ pub struct GovernorConfig {
     pub batch_share: f64,
 }
 
+impl GovernorConfig {
+    /// The governor of a tool resource group from the registry's
+    /// `[resource_groups.NAME]` settings: the rate as given; with
+    /// `max_concurrency = N` an adaptive limit in `[1, N]` that starts at
+    /// `N`; without it a fixed ceiling of [`MAX_CONCURRENCY_CEILING`], so a
+    /// group that only sets a rate is not capped by a default nobody asked
+    /// for. One mapping, used by the engine to build the group's governor
+    /// and by the registry check to refuse what that governor would refuse.
+    pub fn tool_group(
+        rate: Option<crate::registry::RateLimit>,
+        max_concurrency: Option<std::num::NonZeroU32>,
+    ) -> GovernorConfig {
+        let mut config = GovernorConfig::default();
+        if let Some(rate) = rate {
+            config.rate_per_sec = Some(rate.per_sec);
+            config.burst = Some(rate.burst);
+        }
+        let (min, max) = match max_concurrency {
+            Some(max) => (1, max.get()),
+            None => (MAX_CONCURRENCY_CEILING, MAX_CONCURRENCY_CEILING),
+        };
+        config.concurrency.min = min;
+        config.concurrency.max = max;
+        config.concurrency.initial = Some(max);
+        config
+    }
+}
+
 impl Default for GovernorConfig {
     fn default() -> Self {
         GovernorConfig {

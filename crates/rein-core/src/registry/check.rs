@@ -747,6 +747,21 @@ impl<'a> Checker<'a> {
                 limit
             }
         };
+        // What the engine's governor of this group would refuse (a rate
+        // beyond its range, a ceiling above its maximum) is refused here,
+        // so a group rein check accepts is governed as written.
+        if ok {
+            let config = crate::governor::GovernorConfig::tool_group(rate, max_concurrency);
+            if let Err(e) = crate::governor::Governor::new(config) {
+                let field = match e.field() {
+                    f if f.contains("burst") => "burst",
+                    f if f.contains("rate_per_sec") => "rate_per_sec",
+                    _ => "max_concurrency",
+                };
+                self.report(file, format!("{p}.{field}"), e.to_string());
+                ok = false;
+            }
+        }
         ok.then(|| ResourceGroupSpec {
             name: name.to_owned(),
             rate,

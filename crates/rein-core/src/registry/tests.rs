@@ -674,6 +674,31 @@ max_concurrency = 0
     );
 }
 
+/// The governor's own ranges are the registry's: what it would refuse to
+/// govern (and leave unlimited) is refused at load, naming the field.
+#[test]
+fn resource_group_limits_beyond_the_governors_ranges_are_refused() {
+    let text = r#"
+[resource_groups.slow]
+rate_per_sec = 0.0000001
+[resource_groups.fast]
+rate_per_sec = 2000000000.0
+[resource_groups.wide]
+max_concurrency = 100001
+[resource_groups.edge]
+rate_per_sec = 1000000000.0
+max_concurrency = 100000
+"#;
+    assert_eq!(
+        fields(text),
+        vec![
+            "resource_groups.fast.rate_per_sec",
+            "resource_groups.slow.rate_per_sec",
+            "resource_groups.wide.max_concurrency",
+        ]
+    );
+}
+
 #[test]
 fn broken_entries_count_as_defined_so_errors_do_not_cascade() {
     let without = BASE.replace("[tools.send_email]", "[unused.send_email]");

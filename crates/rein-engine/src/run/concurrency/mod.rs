@@ -92,26 +92,8 @@ impl GroupLimits {
     /// The governor config of a tool group (see the module's settings
     /// table).
     fn config(&self) -> GovernorConfig {
-        let mut config = GovernorConfig::default();
-        if let Some(rate) = self.rate {
-            config.rate_per_sec = Some(rate.per_sec);
-            config.burst = Some(rate.burst);
-        }
-        config.concurrency = match self.max_concurrency {
-            Some(max) => adaptive_up_to(max.get()),
-            None => fixed(MAX_CONCURRENCY_CEILING),
-        };
-        config
+        GovernorConfig::tool_group(self.rate, self.max_concurrency)
     }
-}
-
-/// An adaptive limit in `[1, max]` that starts at `max`.
-fn adaptive_up_to(max: u32) -> ConcurrencyConfig {
-    let mut c = ConcurrencyConfig::default();
-    c.min = 1;
-    c.max = max;
-    c.initial = Some(max);
-    c
 }
 
 /// A limit fixed at `n`.
