@@ -2123,6 +2123,13 @@ impl<'a> Checker<'a> {
         spec.cors = c.cors.as_ref().and_then(|cors| self.cors(file, cors));
         spec.metrics = c.metrics.unwrap_or_default();
         spec.metrics_tenants = self.metrics_tenants(file, c, &spec);
+
+        // ----- quotas (`[server.quotas]`, its own module) -----------------
+        let (quotas, refused) = super::quotas::validate(&c.quotas);
+        for (field, message) in refused {
+            self.report(file, field, message);
+        }
+        spec.quotas = quotas;
         spec
     }
 
