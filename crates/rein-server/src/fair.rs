@@ -98,12 +98,13 @@ impl FairPick {
             counts.may_start(config.of(tenant), tenant, store)
         };
         let run = if self.fifo {
+            // The oldest, whoever's; a tenant at its cap blocks the line.
             let oldest = queue
                 .iter()
-                .filter(|r| open(&r.tenant))
                 .min_by(|a, b| {
                     (a.created_at_ms, a.run_id.as_str()).cmp(&(b.created_at_ms, b.run_id.as_str()))
                 })
+                .filter(|r| open(&r.tenant))
                 .map(|r| r.run_id.clone())?;
             queue.remove(|r| r.run_id == oldest)?
         } else {
