@@ -448,3 +448,57 @@ async fn a_sync_run_gets_the_interactive_reserve_under_a_batch_flood() {
         desk.release_held();
     }
 }
+
+/// `rein check` on `server` appended to the example config: its JSON
+/// report.
+fn check(server: &str) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), server);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rein"))
+        .args(["check", "--json"])
+        .arg(&path)
+        .env("ORDER_DESK_URL", "http://127.0.0.1:7001")
+        .env("MOCK_MODEL_URL", "http://127.0.0.1:7002")
+        .output()
+        .unwrap();
+    let mut doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    doc["exit"] = json!(out.status.code());
+    doc["path"] = json!(path.to_str().unwrap());
+    doc
+}
+
+#[test]
+fn rein_check_names_each_refused_quota_by_file_and_field() {
+    let doc = check(
+        "[server.quotas]\nsubmissions_per_sec = -1.0\nmax_running = 0\nweight = 0.0\n\
+         interactive_reserve = 1\n[server.quotas.tenants.acme]\nsubmission_burst = 0\n",
+    );
+    assert_eq!(doc["exit"], 1, "{doc}");
+    let problems = doc["problems"].as_array().unwrap();
+    let fields: Vec<&str> = problems
+        .iter()
+        .map(|p| p["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            "server.quotas.submissions_per_sec",
+            "server.quotas.max_running",
+            "server.quotas.weight",
+            "server.quotas.tenants.acme.submission_burst",
+            "server.quotas.interactive_reserve",
+        ],
+        "{doc}"
+    );
+    assert!(problems.iter().all(|p| p["file"] == doc["path"]), "{doc}");
+    // A value of the wrong type is located by line.
+    let doc = check("[server.quotas]\nmax_queued = \"many\"\n");
+    assert_eq!(doc["exit"], 1, "{doc}");
+    assert!(doc["problems"][0]["line"].as_u64().is_some(), "{doc}");
+    // A valid table passes.
+    let doc = check(
+        "[server.quotas]\nsubmissions_per_sec = 5.0\nmax_running = 4\nrun_slots = 8\n\
+         [server.quotas.tenants.gold]\nweight = 3.0\n",
+    );
+    assert_eq!(doc["exit"], 0, "{doc}");
+}
