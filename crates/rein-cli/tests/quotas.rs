@@ -160,7 +160,10 @@ async fn a_tenant_over_its_submission_rate_gets_429_with_the_buckets_retry_after
     let server = serve(&limited, &dir.path().join("rein.db"), &desk, "").await;
     let client = reqwest::Client::new();
     for _ in 0..2 {
-        assert_eq!(submit(&client, &server, "noisy", queued()).await.status, 202);
+        assert_eq!(
+            submit(&client, &server, "noisy", queued()).await.status,
+            202
+        );
     }
     let refused = submit(&client, &server, "noisy", queued()).await;
     assert_eq!(refused.status, 429, "{}", refused.body);
@@ -179,7 +182,11 @@ async fn a_tenant_over_its_submission_rate_gets_429_with_the_buckets_retry_after
     assert_eq!(submit(&client, &server, "gold", queued()).await.status, 202);
     let gold = submit(&client, &server, "gold", queued()).await;
     assert_eq!(gold.status, 429);
-    assert!((9..=10).contains(&gold.retry_after.unwrap()), "{:?}", gold.retry_after);
+    assert!(
+        (9..=10).contains(&gold.retry_after.unwrap()),
+        "{:?}",
+        gold.retry_after
+    );
     // A sync submission counts against the same bucket; another tenant's
     // does not.
     assert_eq!(submit(&client, &server, "noisy", sync()).await.status, 429);
@@ -204,7 +211,10 @@ async fn a_tenant_over_its_submission_rate_gets_429_with_the_buckets_retry_after
     let open = config(dir.path(), "");
     let server = serve(&open, &dir.path().join("rein.db"), &desk, "").await;
     for _ in 0..3 {
-        assert_eq!(submit(&client, &server, "noisy", queued()).await.status, 202);
+        assert_eq!(
+            submit(&client, &server, "noisy", queued()).await.status,
+            202
+        );
     }
     server.kill_async().await;
 }
@@ -239,7 +249,10 @@ async fn a_tenant_at_max_running_gets_429_for_sync_and_its_queued_runs_wait() {
                 .as_u16()
         }));
     }
-    until("two runs held at the desk", || async { desk.held_count() == 2 }).await;
+    until("two runs held at the desk", || async {
+        desk.held_count() == 2
+    })
+    .await;
     let third = submit(&client, &server, "noisy", sync()).await;
     assert_eq!(third.status, 429, "{}", third.body);
     assert_eq!(third.body["quota"], "max_running");
@@ -254,7 +267,10 @@ async fn a_tenant_at_max_running_gets_429_for_sync_and_its_queued_runs_wait() {
     // worker passes noisy over at its cap.
     let quiet = submit(&client, &server, "quiet", queued()).await;
     assert_eq!(quiet.status, 202);
-    until("quiet's run held at the desk", || async { desk.held_count() == 3 }).await;
+    until("quiet's run held at the desk", || async {
+        desk.held_count() == 3
+    })
+    .await;
     let noisy_id = waiting.body["run_id"].as_str().unwrap().to_owned();
     let noisy_run = get(&client, &server, "noisy", &format!("/v1/runs/{noisy_id}")).await;
     assert_eq!(noisy_run["status"], "queued", "{noisy_run}");
@@ -365,8 +381,13 @@ async fn quiet_behind_noisy(sabotage: &str, quiet_runs: usize) -> (Vec<u64>, Vec
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_quiet_tenant_waits_no_longer_behind_a_noisy_tenants_300_queued_runs() {
     let (idle, loaded, left) = quiet_behind_noisy("", 5).await;
-    println!("quiet tenant queue wait (ms): idle {idle:?}, behind 300 noisy runs {loaded:?}; noisy still queued at the end: {left}");
-    assert!(left > 0, "the backlog was still there when quiet's last run ended");
+    println!(
+        "quiet tenant queue wait (ms): idle {idle:?}, behind 300 noisy runs {loaded:?}; noisy still queued at the end: {left}"
+    );
+    assert!(
+        left > 0,
+        "the backlog was still there when quiet's last run ended"
+    );
     // The bound: twice the idle p99, with a floor of 100 ms for the noise
     // of a loaded two-core machine (the idle p99 is a few milliseconds).
     let bound = 2 * p99(idle.clone()).max(100);
@@ -407,7 +428,10 @@ async fn a_sync_run_gets_the_interactive_reserve_under_a_batch_flood() {
         );
         let server = serve(&path, &dir.path().join("rein.db"), &desk, "").await;
         for _ in 0..10 {
-            assert_eq!(submit(&client, &server, "noisy", queued()).await.status, 202);
+            assert_eq!(
+                submit(&client, &server, "noisy", queued()).await.status,
+                202
+            );
         }
         let batch = 3 - reserve;
         until("the batch runs hold their slots", || async {
@@ -428,7 +452,10 @@ async fn a_sync_run_gets_the_interactive_reserve_under_a_batch_flood() {
                 .await
                 .unwrap();
             let status = response.status().as_u16();
-            (status, response.json::<Value>().await.unwrap_or(Value::Null))
+            (
+                status,
+                response.json::<Value>().await.unwrap_or(Value::Null),
+            )
         });
         if reserve == 1 {
             until("the sync run's call at the desk", || async {

@@ -46,9 +46,7 @@ pub const SABOTAGE_ENV: &str = "REIN_SABOTAGE";
 /// Whether `switch` is listed in [`SABOTAGE_ENV`]; always false without
 /// the `crash-points` feature (no shipped binary breaks anything).
 pub fn sabotaged(switch: &str) -> bool {
-    ENABLED
-        && std::env::var(SABOTAGE_ENV)
-            .is_ok_and(|v| v.split(',').any(|s| s.trim() == switch))
+    ENABLED && std::env::var(SABOTAGE_ENV).is_ok_and(|v| v.split(',').any(|s| s.trim() == switch))
 }
 
 /// Whether this build has live crash and panic points (the `crash-points`

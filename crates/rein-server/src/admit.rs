@@ -87,9 +87,7 @@ pub async fn sync(
     }
     .map_err(|e| e.problem())?;
     let clock = state.engine.clock().clone();
-    let acquire = state
-        .slots
-        .acquire(tenant, Class::Interactive, clock.now());
+    let acquire = state.slots.acquire(tenant, Class::Interactive, clock.now());
     let slot = clock.timeout(wait, acquire).await.map_err(|_| {
         let mut problem = Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,

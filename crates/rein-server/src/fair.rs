@@ -165,8 +165,12 @@ mod tests {
             tenants
                 .into_iter()
                 .map(|t| {
-                    let mine: Vec<RunRecord> =
-                        self.queued.iter().filter(|r| &r.tenant == t).cloned().collect();
+                    let mine: Vec<RunRecord> = self
+                        .queued
+                        .iter()
+                        .filter(|r| &r.tenant == t)
+                        .cloned()
+                        .collect();
                     TenantBacklog::new(
                         t.clone(),
                         mine.len() as u64,

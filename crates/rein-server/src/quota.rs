@@ -235,7 +235,11 @@ impl Quotas {
         store_running: u64,
     ) -> Option<Running> {
         let mut counts = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-        if !allows(quota, counts.get(tenant).copied().unwrap_or(0), store_running) {
+        if !allows(
+            quota,
+            counts.get(tenant).copied().unwrap_or(0),
+            store_running,
+        ) {
             return None;
         }
         *counts.entry(tenant.clone()).or_insert(0) += 1;
@@ -417,6 +421,9 @@ mod tests {
         let problem = refused.problem();
         assert_eq!(problem.status, 429);
         assert_eq!(problem.retry_after, Some(1));
-        assert!(q.render().contains("rein_quota_exceeded_total{quota=\"max_queued\"} 1"));
+        assert!(
+            q.render()
+                .contains("rein_quota_exceeded_total{quota=\"max_queued\"} 1")
+        );
     }
 }

@@ -453,8 +453,8 @@ pub async fn create_run(
                 // checked when the key executes (a replay passes them).
                 let quota = state.settings.quotas.of(&tenant);
                 let checked = quota.submissions.is_some() || quota.max_queued.is_some();
-                if let Some(queued) = prepare_queued(&state, &tenant, &name, &body, &run_id)
-                    .filter(|_| !checked)
+                if let Some(queued) =
+                    prepare_queued(&state, &tenant, &name, &body, &run_id).filter(|_| !checked)
                 {
                     return submit_queued_keyed(&state, &tenant, &key, &path, &body, queued).await;
                 }
@@ -620,8 +620,7 @@ async fn submit(
             Ok(queued_answer(&agent.name, &run_id, request.metadata))
         }
         Mode::Sync => {
-            let _admitted =
-                crate::admit::sync(&state, &tenant, agent.budget.wall_clock()).await?;
+            let _admitted = crate::admit::sync(&state, &tenant, agent.budget.wall_clock()).await?;
             let out = state
                 .engine
                 .run(

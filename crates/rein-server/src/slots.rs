@@ -88,7 +88,10 @@ fn lane(class: Class) -> usize {
 
 impl RunSlots {
     /// Slots as `settings` says; `None`: unlimited.
-    pub fn new(settings: Option<SlotSettings>, weights: rein_core::governor::TenantWeights) -> Self {
+    pub fn new(
+        settings: Option<SlotSettings>,
+        weights: rein_core::governor::TenantWeights,
+    ) -> Self {
         let share = settings.map(|s| s.batch_share).unwrap_or_default();
         RunSlots {
             settings,
@@ -113,7 +116,9 @@ impl RunSlots {
         let (granted, wait) = oneshot::channel();
         {
             let mut inner = self.lock();
-            inner.waiting.enqueue(Waiter { class, granted }, tenant, class, 1, now);
+            inner
+                .waiting
+                .enqueue(Waiter { class, granted }, tenant, class, 1, now);
             self.dispatch(&mut inner);
         }
         let mut pending = Pending {
@@ -155,9 +160,9 @@ impl RunSlots {
                 all < total && (class == Class::Interactive || held[1] < batch_max)
             };
             // A waiter that went away is taken out whatever the slots.
-            let Some(next) = waiting.dequeue_where(Instant::ORIGIN, |w| {
-                w.granted.is_closed() || free(w.class)
-            }) else {
+            let Some(next) =
+                waiting.dequeue_where(Instant::ORIGIN, |w| w.granted.is_closed() || free(w.class))
+            else {
                 return;
             };
             let waiter = next.item;
@@ -307,10 +312,9 @@ mod tests {
     async fn unlimited_slots_never_wait() {
         let s = Arc::new(RunSlots::new(None, TenantWeights::default()));
         let a = t("a");
-        let all: Vec<Slot> = futures_util::future::join_all(
-            (0..100).map(|_| s.acquire(&a, Class::Batch, NOW)),
-        )
-        .await;
+        let all: Vec<Slot> =
+            futures_util::future::join_all((0..100).map(|_| s.acquire(&a, Class::Batch, NOW)))
+                .await;
         assert_eq!(all.len(), 100);
         assert_eq!(s.held(), (0, 0));
     }

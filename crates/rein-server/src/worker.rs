@@ -12,11 +12,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use rein_core::TenantId;
+use rein_core::governor::Class;
 use rein_engine::lease::Owner;
 use rein_engine::recovery::{DEAD_LETTER, Standing};
 use rein_engine::run::{EngineError, HandOn, RunOutput, RunRequest};
-use rein_core::TenantId;
-use rein_core::governor::Class;
 use rein_store::{RunCursor, RunRecord, RunStatus};
 
 use crate::quota::Running;

@@ -4666,7 +4666,13 @@ pub async fn tenant_backlogs_count_roots_and_list_each_tenants_oldest(store: &dy
     let q1 = of(&quiet, "q1", 5);
     store.create_run(q1.clone()).await.unwrap();
     // b5 runs, b4 finished; a child of b5 runs too, and is not counted.
-    set_all(store, &[busy_runs[4].run_id.clone()], RunStatus::Running, BASE_MS).await;
+    set_all(
+        store,
+        &[busy_runs[4].run_id.clone()],
+        RunStatus::Running,
+        BASE_MS,
+    )
+    .await;
     set_all(
         store,
         &[busy_runs[3].run_id.clone()],
@@ -4696,14 +4702,22 @@ pub async fn tenant_backlogs_count_roots_and_list_each_tenants_oldest(store: &dy
     let mut expected = busy_runs[..3].to_vec();
     oldest_first(&mut expected);
     let expected: Vec<&str> = expected[..2].iter().map(|r| r.run_id.as_str()).collect();
-    assert_eq!(ids(&b.oldest), expected, "the 2 oldest queued, oldest first");
+    assert_eq!(
+        ids(&b.oldest),
+        expected,
+        "the 2 oldest queued, oldest first"
+    );
     let q = mine.iter().find(|b| b.tenant == quiet).unwrap();
     assert_eq!((q.queued, q.running), (1, 0));
     assert_eq!(ids(&q.oldest), [q1.run_id.as_str()]);
 
     let only = store.tenant_backlogs(Some(&quiet), 0).await.unwrap();
     assert_eq!(only.len(), 1, "one tenant asked, one listed");
-    assert_eq!((only[0].queued, only[0].oldest.len()), (1, 0), "none asked for");
+    assert_eq!(
+        (only[0].queued, only[0].oldest.len()),
+        (1, 0),
+        "none asked for"
+    );
     assert!(
         store
             .tenant_backlogs(Some(&unique_tenant("nobody")), 5)
@@ -4717,5 +4731,11 @@ pub async fn tenant_backlogs_count_roots_and_list_each_tenants_oldest(store: &dy
     let mut done: Vec<RunId> = busy_runs[..3].iter().map(|r| r.run_id.clone()).collect();
     done.push(busy_runs[4].run_id.clone());
     done.push(q1.run_id);
-    set_all(store, &done, RunStatus::Finished(Outcome::Cancelled), BASE_MS).await;
+    set_all(
+        store,
+        &done,
+        RunStatus::Finished(Outcome::Cancelled),
+        BASE_MS,
+    )
+    .await;
 }

@@ -26,9 +26,7 @@ pub fn tenant_backlogs(
              AND (?1 IS NULL OR tenant = ?1) GROUP BY tenant ORDER BY tenant",
         )
         .sql()?;
-    let mut rows = counts
-        .query(params![tenant.map(TenantId::as_str)])
-        .sql()?;
+    let mut rows = counts.query(params![tenant.map(TenantId::as_str)]).sql()?;
     let mut found = Vec::new();
     while let Some(row) = rows.next().sql()? {
         let name: String = row.get(0).sql()?;
