@@ -498,7 +498,7 @@ fn check(server: &str) -> Value {
 fn rein_check_names_each_refused_quota_by_file_and_field() {
     let doc = check(
         "[server.quotas]\nsubmissions_per_sec = -1.0\nmax_running = 0\nweight = 0.0\n\
-         interactive_reserve = 1\n[server.quotas.tenants.acme]\nsubmission_burst = 0\n",
+         interactive_reserve = 1\n[server.quotas.tenants.gold]\nsubmission_burst = 0\n[server.quotas.tenants.nobody]\nweight = 2.0\n",
     );
     assert_eq!(doc["exit"], 1, "{doc}");
     let problems = doc["problems"].as_array().unwrap();
@@ -512,8 +512,9 @@ fn rein_check_names_each_refused_quota_by_file_and_field() {
             "server.quotas.submissions_per_sec",
             "server.quotas.max_running",
             "server.quotas.weight",
-            "server.quotas.tenants.acme.submission_burst",
+            "server.quotas.tenants.gold.submission_burst",
             "server.quotas.interactive_reserve",
+            "server.quotas.tenants.nobody",
         ],
         "{doc}"
     );

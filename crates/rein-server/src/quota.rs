@@ -326,9 +326,18 @@ impl Quotas {
 mod tests {
     use super::*;
 
+    /// Keys for the tenants the tests name in overrides (a tenant no key
+    /// acts for is refused).
+    const KEYS: &str = concat!(
+        "[[server.api_keys]]\ntenant = \"gold\"\nsha256 = \"",
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\n",
+        "[[server.api_keys]]\ntenant = \"base\"\nsha256 = \"",
+        "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\"\n",
+    );
+
     fn quotas(text: &str) -> ServerQuotas {
         let file: rein_core::registry::ConfigFile =
-            toml::from_str(&format!("[server.quotas]\n{text}")).unwrap();
+            toml::from_str(&format!("{KEYS}[server.quotas]\n{text}")).unwrap();
         let registry = rein_core::registry::check(
             &[rein_core::registry::ConfigSource::new("rein.toml", file)],
             &|_| Vec::new(),

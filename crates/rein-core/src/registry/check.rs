@@ -2125,7 +2125,9 @@ impl<'a> Checker<'a> {
         spec.metrics_tenants = self.metrics_tenants(file, c, &spec);
 
         // ----- quotas (`[server.quotas]`, its own module) -----------------
-        let (quotas, refused) = super::quotas::validate(&c.quotas);
+        let (quotas, mut refused) = super::quotas::validate(&c.quotas);
+        let key_tenants: Vec<&TenantId> = spec.api_keys.iter().map(|k| &k.tenant).collect();
+        refused.extend(super::quotas::unreachable_tenants(&quotas, &key_tenants));
         for (field, message) in refused {
             self.report(file, field, message);
         }

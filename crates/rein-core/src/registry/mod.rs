@@ -149,8 +149,8 @@ pub use exposure::{
 };
 pub use problem::{ConfigProblem, Position, SchemaIssue};
 pub use quotas::{
-    DEFAULT_INTERACTIVE_RESERVE, RunSlots, ServerQuotas, ServerQuotasConfig, SubmissionRate,
-    TenantQuota, TenantQuotaConfig,
+    DEFAULT_INTERACTIVE_RESERVE, KEYLESS_TENANT, RunSlots, ServerQuotas, ServerQuotasConfig,
+    SubmissionRate, TenantQuota, TenantQuotaConfig,
 };
 pub use server::{
     AgentGraphLimits, ApiKeySpec, ConnectionLimits, IdempotencySettings, QueueSettings,

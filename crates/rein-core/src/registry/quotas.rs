@@ -217,6 +217,45 @@ pub(super) fn validate(c: &ServerQuotasConfig) -> (ServerQuotas, Vec<Refused>) {
     )
 }
 
+/// The tenant every request acts for when no `[[server.api_keys]]` are
+/// configured (loopback only).
+pub const KEYLESS_TENANT: &str = "default";
+
+/// The tenant overrides no request can act for: with keys, a tenant no key
+/// maps to; without, any tenant but [`KEYLESS_TENANT`]. Such an override
+/// would be accepted and never applied.
+pub(super) fn unreachable_tenants(
+    quotas: &ServerQuotas,
+    key_tenants: &[&TenantId],
+) -> Vec<Refused> {
+    let reachable = |t: &TenantId| {
+        if key_tenants.is_empty() {
+            t.as_str() == KEYLESS_TENANT
+        } else {
+            key_tenants.contains(&t)
+        }
+    };
+    let known = if key_tenants.is_empty() {
+        format!("without [[server.api_keys]] every request is tenant `{KEYLESS_TENANT}`")
+    } else {
+        let names: Vec<&str> = key_tenants.iter().map(|t| t.as_str()).collect();
+        format!("keys exist for: {}", names.join(", "))
+    };
+    quotas
+        .tenants
+        .keys()
+        .filter(|t| !reachable(t))
+        .map(|t| {
+            (
+                format!("server.quotas.tenants.{t}"),
+                format!(
+                    "has no effect: no [[server.api_keys]] entry acts for tenant `{t}` ({known})"
+                ),
+            )
+        })
+        .collect()
+}
+
 fn tenant_quota(
     p: &str,
     c: &TenantQuotaConfig,
@@ -419,6 +458,20 @@ mod tests {
         );
         let (_, refused) = validate(&parse("run_slots = 4\nbatch_share = 0.9\n"));
         assert_eq!(refused[0].0, "server.quotas.batch_share");
+    }
+
+    #[test]
+    fn an_override_no_request_can_use_is_refused() {
+        let (q, _) = validate(&parse(
+            "[tenants.acme]\nweight = 2.0\n[tenants.default]\nweight = 2.0\n",
+        ));
+        let acme = TenantId::new("acme").unwrap();
+        let refused = unreachable_tenants(&q, &[]);
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].0, "server.quotas.tenants.acme");
+        let refused = unreachable_tenants(&q, &[&acme]);
+        assert_eq!(refused[0].0, "server.quotas.tenants.default");
+        assert!(refused[0].1.contains("keys exist for: acme"));
     }
 
     #[test]
