@@ -31,6 +31,12 @@ const TENANTS: [(&str, &str); 3] = [
 /// bound that fails, not a measurement).
 const PATIENCE: Duration = Duration::from_secs(60);
 
+/// A client that gives up after [`PATIENCE`]: a request a broken
+/// mechanism leaves hanging fails the test instead of hanging it.
+fn client() -> reqwest::Client {
+    reqwest::Client::builder().timeout(PATIENCE).build().unwrap()
+}
+
 fn key_of(tenant: &str) -> &'static str {
     TENANTS.iter().find(|(t, _)| *t == tenant).unwrap().1
 }
@@ -158,7 +164,7 @@ async fn a_tenant_over_its_submission_rate_gets_429_with_the_buckets_retry_after
          [server.quotas.tenants.gold]\nsubmissions_per_sec = 0.1\nsubmission_burst = 1\n",
     );
     let server = serve(&limited, &dir.path().join("rein.db"), &desk, "").await;
-    let client = reqwest::Client::new();
+    let client = client();
     for _ in 0..2 {
         assert_eq!(
             submit(&client, &server, "noisy", queued()).await.status,
@@ -232,7 +238,7 @@ async fn a_tenant_at_max_running_gets_429_for_sync_and_its_queued_runs_wait() {
         "[server.queue]\nworkers = 2\n[server.quotas]\nmax_running = 2\nmax_queued = 1\n",
     );
     let server = serve(&path, &dir.path().join("rein.db"), &desk, "").await;
-    let client = reqwest::Client::new();
+    let client = client();
     // Two sync runs of noisy, each held at the desk in its first call.
     let mut held = Vec::new();
     for _ in 0..2 {
@@ -346,7 +352,7 @@ async fn quiet_behind_noisy(sabotage: &str, quiet_runs: usize) -> (Vec<u64>, Vec
     let db = dir.path().join("rein.db");
     let a = serve(&path, &db, &desk, sabotage).await;
     let b = serve(&path, &db, &desk, sabotage).await;
-    let client = reqwest::Client::new();
+    let client = client();
     let mut idle = Vec::new();
     for i in 0..quiet_runs {
         let server = if i % 2 == 0 { &a } else { &b };
@@ -417,7 +423,7 @@ async fn a_sync_run_gets_the_interactive_reserve_under_a_batch_flood() {
     )
     .await
     .unwrap();
-    let client = reqwest::Client::new();
+    let client = client();
     for reserve in [1, 0] {
         let dir = tempfile::tempdir().unwrap();
         let path = config(
