@@ -112,6 +112,7 @@ mod compensation;
 mod config;
 mod constants;
 mod exposure;
+mod fan_out;
 mod model_tools;
 mod problem;
 mod server;
@@ -145,6 +146,9 @@ pub use constants::{
 pub use exposure::{
     AllowedHost, Authority, CorsSpec, HostName, HostPattern, MetricsAccess, Origin, Scheme,
     host_is_allowed,
+};
+pub use fan_out::{
+    DEFAULT_MAX_CALLS_PER_TURN, FanOutConfig, FanOutLimits, MAX_CALLS_PER_TURN, ResourceKey,
 };
 pub use problem::{ConfigProblem, Position, SchemaIssue};
 pub use server::{

@@ -333,6 +333,9 @@ impl Engine {
         turn: &Turn,
     ) -> Plan {
         let step = state.step;
+        if let Some(refused) = self.refuse_fan_out(ctx, step, turn) {
+            return refused;
+        }
         let response = &turn.response;
         let c = Correlation {
             step,
