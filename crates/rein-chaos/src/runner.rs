@@ -412,6 +412,22 @@ async fn drive(
         peaks,
         concurrent_runs: plan.concurrent,
         submissions,
+        fan_out_cap: Services::fan_out_cap(&world.registry, plan),
+        write_keys: world
+            .registry
+            .tools()
+            .iter()
+            .filter_map(|(name, spec)| {
+                let key = spec.resource_key.as_ref()?;
+                Some((
+                    name.clone(),
+                    crate::evidence::WriteKey {
+                        group: spec.resource_group.clone(),
+                        path: key.path().to_vec(),
+                    },
+                ))
+            })
+            .collect(),
     })
 }
 

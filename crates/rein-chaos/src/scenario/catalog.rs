@@ -151,6 +151,7 @@ pub fn catalog() -> Vec<Scenario> {
     all.extend(model_gateway_scripted());
     all.extend(submission());
     all.extend(model_chains());
+    all.extend(fan_out_control());
     all
 }
 
@@ -707,6 +708,35 @@ fn orchestration() -> Vec<Scenario> {
                 .crash("during_checkpoint", 3))
             .risks([I::ResumeReusesIntents, I::IrreversibleNotRetried])
             .expects([M::Resumed, M::RetryScheduled]),
+    ]
+}
+
+/// Fan-out control at planning time: the cap on calls per turn and the
+/// lanes of writes to one resource (invariant 7, measured at the proxy).
+fn fan_out_control() -> Vec<Scenario> {
+    use Layer::Orchestration as L;
+    vec![
+        Scenario::new(84, L, "fan-out-over-cap",
+            "One turn asks for six orders at once from an agent allowed four calls per turn: none of the six is sent, each gets a \"batch or narrow\" reply, and the narrower next turn runs.",
+            Plan::script(vec![
+                calls(&[(GET, json!({"order_id": "A-1001"})), (GET, json!({"order_id": "A-1002"})),
+                        (GET, json!({"order_id": "A-1003"})), (GET, json!({"order_id": "A-1001"})),
+                        (GET, json!({"order_id": "A-1002"})), (GET, json!({"order_id": "A-1003"}))]),
+                calls(&[(GET, json!({"order_id": "A-1001"})), (GET, json!({"order_id": "A-1002"}))]),
+                answer("Looked up the two that matter."),
+            ])
+            .tune(|t| t.fan_out_cap = Some(4)))
+            .risks([I::ConcurrencyCeiling])
+            .expects([M::FanOutRefused]),
+        Scenario::new(85, L, "same-order-writes-one-at-a-time",
+            "One turn moves A-1001 twice and A-1002 once, every update taking 150 ms at the desk: the two writes of A-1001 run one after the other in the model's order, A-1002's beside them.",
+            Plan::script(vec![
+                calls(&[(UPDATE, update_args("A-1001", 24)), (UPDATE, update_args("A-1002", 25)),
+                        (UPDATE, update_args("A-1001", 26))]),
+                answer("Moved both orders."),
+            ])
+            .tool_rule(Rule::new(on(UPDATE), Injection::Delay { ms: 150 }).always()))
+            .risks([I::ConcurrencyCeiling, I::OneEffectPerKey]),
     ]
 }
 

@@ -94,6 +94,8 @@ pub struct Tune {
     pub on_failure: Option<FailurePolicy>,
     /// Loop guard: identical calls allowed.
     pub max_repeats: Option<u32>,
+    /// Calls one turn may propose (`max_calls_per_turn`).
+    pub fan_out_cap: Option<u32>,
 }
 
 /// What a scenario does.

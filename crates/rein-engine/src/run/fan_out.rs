@@ -23,9 +23,9 @@
 
 use std::collections::HashMap;
 
-use rein_core::ToolClass;
+use rein_core::{Category, Failure, ToolClass};
 use rein_core::event::FanOutRefused;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::args::{ParsedArgs, parse_args};
 use super::binding::AgentBinding;
@@ -78,21 +78,13 @@ impl Engine {
                 tools,
             },
         );
+        // The placeholder every refusal of a proposal gets, with rein's own
+        // finding as its problem: structured, never a tool's text.
         let replies = calls
             .iter()
             .map(|call| {
-                Some(
-                    json!({
-                        "tool": call.name,
-                        "ok": false,
-                        "error": "too_many_calls",
-                        "effect": "not_applied",
-                        "proposed": calls.len(),
-                        "cap": cap,
-                        "message": message,
-                    })
-                    .to_string(),
-                )
+                let failure = Failure::new(&call.name, Category::InvalidArguments);
+                Some(format!("{} problems: {message}", failure.model_message()))
             })
             .collect();
         // Observed for repetition and progress (the same oversized turn
