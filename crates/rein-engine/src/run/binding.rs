@@ -217,6 +217,27 @@ impl std::fmt::Debug for ModelLink {
     }
 }
 
+impl AgentBinding {
+    /// Who answers for each tool the agent may call (its compensations
+    /// included), and how visible its effect is: what its handoff packages
+    /// name beside each effect. Tools that declare neither are left out.
+    pub fn owners(&self) -> BTreeMap<String, rein_core::handoff::ToolOwner> {
+        self.tools
+            .values()
+            .chain(self.compensations.values().map(|c| &c.tool))
+            .filter_map(|t| {
+                Some((
+                    t.name.clone(),
+                    rein_core::handoff::ToolOwner {
+                        owner: t.declared.owner.clone()?,
+                        side_effect_tier: t.declared.side_effect_tier?,
+                    },
+                ))
+            })
+            .collect()
+    }
+}
+
 impl std::fmt::Debug for AgentBinding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AgentBinding")
