@@ -53,7 +53,9 @@ use serde_json::{Value, json};
 use crate::call::CallResult;
 use crate::deadline::{Exhausted, Usage};
 use crate::failure::{Category, Effect};
-use crate::handoff::{EffectState, HandoffPackage, InFlight, TimelineEntry, ToolOwner, input_digest};
+use crate::handoff::{
+    EffectState, HandoffPackage, InFlight, TimelineEntry, ToolOwner, input_digest,
+};
 use crate::ids::{IntentId, RunId};
 use crate::ledger::{LedgerRecord, LedgerStatus};
 use crate::loop_guard::Trip;

@@ -17,8 +17,7 @@ use crate::provider::{
 };
 use crate::run::{
     AgentBinding, AgentResolver, AgentTarget, ArgValidator, CompensationBinding, Declared,
-    EngineBuilder,
-    ModelBinding, ModelLink, ToolBinding, ToolTarget,
+    EngineBuilder, ModelBinding, ModelLink, ToolBinding, ToolTarget,
 };
 use crate::tool::command::CommandTarget;
 use crate::tool::http::HttpTarget;

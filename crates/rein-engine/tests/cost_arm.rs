@@ -80,11 +80,19 @@ async fn paid_failures_open_the_cost_arm_and_the_next_run_is_refused_unsent() {
         .collect();
     assert_eq!(opened.len(), 1, "{events:#?}");
     assert_eq!(opened[0]["name"], "default/order_desk");
-    assert_eq!(opened[0]["transition"]["transition"], "opened", "{}", opened[0]);
+    assert_eq!(
+        opened[0]["transition"]["transition"], "opened",
+        "{}",
+        opened[0]
+    );
 
     let second = run().await.unwrap();
     assert_ne!(second.report.outcome, Outcome::Succeeded);
-    assert_eq!(model.request_count(), 2, "nothing of the second run was sent");
+    assert_eq!(
+        model.request_count(),
+        2,
+        "nothing of the second run was sent"
+    );
     let refused: Vec<Value> = kinds(&h, &second)
         .await
         .into_iter()

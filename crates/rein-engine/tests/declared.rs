@@ -30,8 +30,7 @@ async fn owner_and_tier_reach_tool_events_and_the_handoff_package() {
     };
     let registry = Loader::with_env(env.clone()).load(&example()).unwrap();
     let client = reqwest::Client::new();
-    let mut agent =
-        rein_engine::bind::bind_agent(&registry, "order_desk", &client, &env).unwrap();
+    let mut agent = rein_engine::bind::bind_agent(&registry, "order_desk", &client, &env).unwrap();
     // A.1001 moves, then an order that does not exist fails the run: the
     // move is left for a human, not undone.
     agent.provider = script(json!([
@@ -42,7 +41,14 @@ async fn owner_and_tier_reach_tool_events_and_the_handoff_package() {
     agent.on_failure = FailurePolicy::Handoff;
     let out = h
         .engine
-        .run(&agent, &AcceptAll, RunRequest { input: "Move two orders.".into(), ..RunRequest::default() })
+        .run(
+            &agent,
+            &AcceptAll,
+            RunRequest {
+                input: "Move two orders.".into(),
+                ..RunRequest::default()
+            },
+        )
         .await
         .unwrap();
 
@@ -63,8 +69,5 @@ async fn owner_and_tier_reach_tool_events_and_the_handoff_package() {
         .find(|e| e.tool == UPDATE_DELIVERY_TIME && e.status != LedgerStatus::Failed)
         .unwrap_or_else(|| panic!("{package:#?}"));
     assert_eq!(moved.owner.as_deref(), Some("orders-team"));
-    assert_eq!(
-        moved.side_effect_tier.map(|t| t.as_str()),
-        Some("medium")
-    );
+    assert_eq!(moved.side_effect_tier.map(|t| t.as_str()), Some("medium"));
 }

@@ -65,7 +65,10 @@ async fn a_turn_over_the_cap_runs_none_of_its_calls_and_tells_the_model_to_batch
     );
     let replies = tool_messages(&h, &out).await;
     assert_eq!(replies.len(), 4, "one reply per proposed call");
-    for (reply, tool) in replies.iter().zip([GET_ORDER, GET_ORDER, GET_ORDER, UPDATE_DELIVERY_TIME]) {
+    for (reply, tool) in replies
+        .iter()
+        .zip([GET_ORDER, GET_ORDER, GET_ORDER, UPDATE_DELIVERY_TIME])
+    {
         let content = reply["content"].as_str().unwrap();
         let (placeholder, problem) = content.split_once(" problems: ").unwrap();
         assert!(
@@ -78,7 +81,10 @@ async fn a_turn_over_the_cap_runs_none_of_its_calls_and_tells_the_model_to_batch
             problem.starts_with("too many calls in one turn (4 > 3): batch or narrow"),
             "{problem}"
         );
-        assert!(problem.ends_with("none of this turn's calls ran"), "{problem}");
+        assert!(
+            problem.ends_with("none of this turn's calls ran"),
+            "{problem}"
+        );
     }
     let refused: Vec<Value> = kinds(&h, &out)
         .await
@@ -97,10 +103,7 @@ async fn a_turn_over_the_cap_runs_none_of_its_calls_and_tells_the_model_to_batch
             .any(|(k, _)| *k == EventKind::PlanCreated),
         "a refused turn plans nothing"
     );
-    assert_eq!(
-        h.engine.metrics().get("rein_fan_out_refused_total", &[]),
-        1
-    );
+    assert_eq!(h.engine.metrics().get("rein_fan_out_refused_total", &[]), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -164,7 +167,11 @@ async fn writes_to_the_same_order_run_one_at_a_time_in_the_models_order() {
         .filter(|e| e.args["order_id"] == "A-1001")
         .map(|e| e.args["delivery_date"].clone())
         .collect();
-    assert_eq!(dates, vec![json!("2026-12-24"), json!("2026-12-31")], "the model's order");
+    assert_eq!(
+        dates,
+        vec![json!("2026-12-24"), json!("2026-12-31")],
+        "the model's order"
+    );
     assert_eq!(
         h.desk.order("A-1001").unwrap().delivery_date,
         "2026-12-31",

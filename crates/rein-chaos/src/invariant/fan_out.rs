@@ -38,8 +38,7 @@ pub(super) fn fan_out_capped(evidence: &Evidence, out: &mut Vec<Violation>) {
             .map(|(step, i)| (i.intent_id.as_str(), *step))
             .collect();
         let mut sent: BTreeMap<u32, BTreeSet<&str>> = BTreeMap::new();
-        for r in run_requests(evidence)
-            .filter(|r| r.run_id.as_deref() == Some(run.run_id.as_str()))
+        for r in run_requests(evidence).filter(|r| r.run_id.as_deref() == Some(run.run_id.as_str()))
         {
             let Some(intent) = r.intent_id.as_deref() else {
                 continue;

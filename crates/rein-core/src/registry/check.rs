@@ -1792,6 +1792,10 @@ impl<'a> Checker<'a> {
                 max_wasted_tokens: wasted,
             }),
         };
+        if let Err((field, message)) = super::approval::check_approval(&c.approval) {
+            self.report(file, format!("{p}.{field}"), message);
+            ok = false;
+        }
         let fan_out = match super::fan_out::check_fan_out(&c.fan_out) {
             Ok(limits) => Some(limits),
             Err((field, message)) => {

@@ -414,6 +414,9 @@ pub struct AgentConfig {
     pub model_retry: ModelRetryConfig,
     /// How many calls one turn may propose (`[agents.NAME.fan_out]`).
     pub fan_out: super::fan_out::FanOutConfig,
+    /// A gate on calls by their tool's tier (`[agents.NAME.approval]`);
+    /// refused by the check until rein has approvals.
+    pub approval: super::approval::ApprovalConfig,
 }
 
 /// `[agents.NAME.model_retry]`: what one run may spend retrying model

@@ -182,6 +182,41 @@ mod tests {
     }
 
     #[test]
+    fn check_refuses_a_cap_out_of_range_and_a_key_on_a_read_or_off_the_schema() {
+        let zero = FanOutConfig {
+            max_calls_per_turn: Some(0),
+        };
+        assert_eq!(
+            check_fan_out(&zero).unwrap_err().0,
+            "fan_out.max_calls_per_turn"
+        );
+        let huge = FanOutConfig {
+            max_calls_per_turn: Some(MAX_CALLS_PER_TURN + 1),
+        };
+        assert!(check_fan_out(&huge).is_err());
+        assert_eq!(
+            check_fan_out(&FanOutConfig::default()).unwrap(),
+            FanOutLimits::default()
+        );
+        let props = json!({"order_id": {"type": "string"}});
+        let props = props.as_object();
+        let read = check_resource_key("args.order_id", Some(crate::tool::ToolClass::Read), props);
+        assert!(read.unwrap_err().1.contains("only for writes"));
+        let off = check_resource_key(
+            "args.id",
+            Some(crate::tool::ToolClass::IdempotentWrite),
+            props,
+        );
+        assert!(off.unwrap_err().1.contains("no argument `id`"));
+        let ok = check_resource_key(
+            "args.order_id",
+            Some(crate::tool::ToolClass::IdempotentWrite),
+            props,
+        );
+        assert_eq!(ok.unwrap().to_string(), "args.order_id");
+    }
+
+    #[test]
     fn limits_are_exceeded_only_above_the_cap() {
         let limits = FanOutLimits::new(NonZeroU32::new(3).unwrap());
         assert!(!limits.exceeded_by(3));

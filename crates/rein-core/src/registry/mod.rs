@@ -107,6 +107,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod approval;
 mod check;
 mod compensation;
 mod config;
@@ -118,6 +119,7 @@ mod problem;
 mod server;
 mod spec;
 
+pub use approval::ApprovalConfig;
 pub use check::{SchemaCheck, check};
 pub use compensation::{
     ArgSource, ArgSourceError, CompensationGrade, CompensationSpec, UnresolvedArg,

@@ -23,8 +23,8 @@
 
 use std::collections::HashMap;
 
-use rein_core::{Category, Failure, ToolClass};
 use rein_core::event::FanOutRefused;
+use rein_core::{Category, Failure, ToolClass};
 use serde_json::Value;
 
 use super::args::{ParsedArgs, parse_args};
@@ -115,13 +115,15 @@ impl Engine {
 /// that name the same resource (same resource group, same `resource_key`
 /// value), which share a lane in the model's order. Lanes keep the order
 /// of their first call.
-pub(super) fn lanes(agent: &AgentBinding, planned: Vec<Planned>, serialise: bool) -> Vec<Vec<Planned>> {
+pub(super) fn lanes(
+    agent: &AgentBinding,
+    planned: Vec<Planned>,
+    serialise: bool,
+) -> Vec<Vec<Planned>> {
     let mut lanes: Vec<Vec<Planned>> = Vec::new();
     let mut by_resource: HashMap<(String, String), usize> = HashMap::new();
     for p in planned {
-        let resource = serialise
-            .then(|| resource_of(agent, &p))
-            .flatten();
+        let resource = serialise.then(|| resource_of(agent, &p)).flatten();
         match resource {
             Some(resource) => match by_resource.get(&resource) {
                 Some(&lane) => lanes[lane].push(p),
@@ -145,6 +147,9 @@ fn resource_of(agent: &AgentBinding, p: &Planned) -> Option<(String, String)> {
         return None;
     }
     let value = tool.declared.resource_key.as_ref()?.value_in(&p.args)?;
-    let group = tool.resource_group.clone().unwrap_or_else(|| tool.name.clone());
+    let group = tool
+        .resource_group
+        .clone()
+        .unwrap_or_else(|| tool.name.clone());
     Some((group, value))
 }

@@ -38,11 +38,16 @@ impl Held {
     pub(super) fn finish(
         &mut self,
         outcome: Result<(), &Failure>,
-    ) -> (rein_core::breaker::Transition, Option<(String, rein_core::breaker::Transition)>) {
+    ) -> (
+        rein_core::breaker::Transition,
+        Option<(String, rein_core::breaker::Transition)>,
+    ) {
         let now = self.clock.now();
         let provider = self.permit.finish(outcome, now);
         let cost = match (self.cost.take(), outcome) {
-            (Some(mut permit), Ok(())) => Some((permit.name().to_owned(), permit.finish(Ok(()), now))),
+            (Some(mut permit), Ok(())) => {
+                Some((permit.name().to_owned(), permit.finish(Ok(()), now)))
+            }
             (Some(mut permit), Err(f)) if f.tokens_spent() > 0 => {
                 Some((permit.name().to_owned(), permit.finish(Err(f), now)))
             }

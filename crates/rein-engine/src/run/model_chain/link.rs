@@ -295,20 +295,19 @@ impl Engine {
         // so an open one ends the turn instead of moving on.
         let cost = match call.host.cost_account() {
             None => None,
-            Some(account) => Some(
-                self.admit(emitter, c, ArmKind::Cost, &account)
-                    .map_err(|f| {
-                        LinkEnd::Stop(End::ModelFailed(
-                            f.category(),
-                            format!(
-                                "the cost arm of {account} is open: its model calls kept spending \
+            Some(account) => Some(self.admit(emitter, c, ArmKind::Cost, &account).map_err(
+                |f| {
+                    LinkEnd::Stop(End::ModelFailed(
+                        f.category(),
+                        format!(
+                            "the cost arm of {account} is open: its model calls kept spending \
                                  tokens without an answer; no model call is made until it admits \
                                  one again ({})",
-                                f.human_message()
-                            ),
-                        ))
-                    })?,
-            ),
+                            f.human_message()
+                        ),
+                    ))
+                },
+            )?),
         };
         Ok(Held {
             clock: self.clock.clone(),
