@@ -94,6 +94,10 @@ pub struct Evidence {
     pub concurrent_runs: bool,
     /// The calls one turn of the scenario's agent may propose.
     pub fan_out_cap: u32,
+    /// Request buckets per resource group: (calls per second, burst).
+    pub rates: BTreeMap<String, (f64, u32)>,
+    /// The resource group of every tool of the world.
+    pub groups: BTreeMap<String, String>,
     /// The tools that declare the resource their writes change, by name.
     pub write_keys: BTreeMap<String, WriteKey>,
 }

@@ -175,6 +175,7 @@ pub fn check(evidence: &Evidence) -> Vec<Violation> {
     concurrency_ceiling(evidence, &mut out);
     fan_out::fan_out_capped(evidence, &mut out);
     fan_out::same_resource_serial(evidence, &mut out);
+    fan_out::rate_holds(evidence, &mut out);
     irreversible_not_retried(evidence, &mut out);
     out
 }

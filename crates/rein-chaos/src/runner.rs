@@ -413,6 +413,13 @@ async fn drive(
         concurrent_runs: plan.concurrent,
         submissions,
         fan_out_cap: Services::fan_out_cap(&world.registry, plan),
+        rates: Services::rates(&world.registry, plan),
+        groups: world
+            .registry
+            .tools()
+            .iter()
+            .map(|(name, spec)| (name.clone(), spec.resource_group.clone()))
+            .collect(),
         write_keys: world
             .registry
             .tools()

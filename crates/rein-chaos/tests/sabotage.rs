@@ -103,3 +103,12 @@ async fn parallel_writes_of_one_resource_break_invariant_7() {
     };
     assert_caught(85, s, Invariant::ConcurrencyCeiling).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bypassed_governor_breaks_invariant_7_at_the_proxy() {
+    let s = Sabotage {
+        bypass_governor: true,
+        ..Sabotage::default()
+    };
+    assert_caught(86, s, Invariant::ConcurrencyCeiling).await;
+}

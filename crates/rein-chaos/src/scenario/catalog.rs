@@ -737,6 +737,15 @@ fn fan_out_control() -> Vec<Scenario> {
             ])
             .tool_rule(Rule::new(on(UPDATE), Injection::Delay { ms: 150 }).always()))
             .risks([I::ConcurrencyCeiling, I::OneEffectPerKey]),
+        Scenario::new(86, L, "fan-out-36-under-20-per-second",
+            "One turn asks for thirty-six reads against order_api limited to 20/s with a burst of 20 (the agent allows 64 calls per turn): measured at the proxy, no 100 ms window holds more than the bucket admits, and every read still arrives.",
+            Plan::script(vec![
+                calls(&(0..36).map(|i| (GET, json!({"order_id": format!("A-100{}", 1 + i % 3)}))).collect::<Vec<_>>()),
+                answer("Looked them all up."),
+            ])
+            .tune(|t| { t.group_rate = Some((20.0, 20)); t.fan_out_cap = Some(64); t.wall_ms = Some(72_000); }))
+            .risks([I::ConcurrencyCeiling])
+            .expects([M::ConcurrencyQueued]),
     ]
 }
 
