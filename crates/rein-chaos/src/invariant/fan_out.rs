@@ -65,6 +65,12 @@ pub(super) fn fan_out_capped(evidence: &Evidence, out: &mut Vec<Violation>) {
     }
 }
 
+/// A written resource within one turn: (step, resource group, key value).
+type Resource = (u32, String, String);
+
+/// An intent's time at the proxy: (first arrival, last end), in ms.
+type Span = (u64, u64);
+
 /// Writes of one turn that name the same resource (tool group and key
 /// value) never overlap at the proxy by more than [`OVERLAP_SLACK_MS`]:
 /// each intent's span runs from its first attempt's arrival to its last
@@ -78,9 +84,7 @@ pub(super) fn same_resource_serial(evidence: &Evidence, out: &mut Vec<Violation>
             .iter()
             .map(|(step, i)| (i.intent_id.as_str(), *step))
             .collect();
-        // (step, group, value) → intent → (first arrival, last end)
-        let mut spans: BTreeMap<(u32, String, String), BTreeMap<&str, (u64, u64)>> =
-            BTreeMap::new();
+        let mut spans: BTreeMap<Resource, BTreeMap<&str, Span>> = BTreeMap::new();
         for r in run_requests(evidence).filter(|r| r.run_id.as_deref() == Some(run.run_id.as_str()))
         {
             let Some(key) = r.tool.as_deref().and_then(|t| evidence.write_keys.get(t)) else {
