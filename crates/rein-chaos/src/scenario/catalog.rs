@@ -16,6 +16,8 @@ use crate::model_fault::ModelFault;
 use crate::proxy::{Injection, Match, Rule};
 use crate::store_fault::StoreFault;
 
+mod fan_out;
+
 const GET: &str = "get_order";
 const UPDATE: &str = UPDATE_DELIVERY_TIME;
 const RESTORE: &str = "restore_delivery_time";
@@ -151,7 +153,7 @@ pub fn catalog() -> Vec<Scenario> {
     all.extend(model_gateway_scripted());
     all.extend(submission());
     all.extend(model_chains());
-    all.extend(fan_out_control());
+    all.extend(fan_out::fan_out_control());
     all
 }
 
@@ -708,44 +710,6 @@ fn orchestration() -> Vec<Scenario> {
                 .crash("during_checkpoint", 3))
             .risks([I::ResumeReusesIntents, I::IrreversibleNotRetried])
             .expects([M::Resumed, M::RetryScheduled]),
-    ]
-}
-
-/// Fan-out control at planning time: the cap on calls per turn and the
-/// lanes of writes to one resource (invariant 7, measured at the proxy).
-fn fan_out_control() -> Vec<Scenario> {
-    use Layer::Orchestration as L;
-    vec![
-        Scenario::new(84, L, "fan-out-over-cap",
-            "One turn asks for six orders at once from an agent allowed four calls per turn: none of the six is sent, each gets a \"batch or narrow\" reply, and the narrower next turn runs.",
-            Plan::script(vec![
-                calls(&[(GET, json!({"order_id": "A-1001"})), (GET, json!({"order_id": "A-1002"})),
-                        (GET, json!({"order_id": "A-1003"})), (GET, json!({"order_id": "A-1001"})),
-                        (GET, json!({"order_id": "A-1002"})), (GET, json!({"order_id": "A-1003"}))]),
-                calls(&[(GET, json!({"order_id": "A-1001"})), (GET, json!({"order_id": "A-1002"}))]),
-                answer("Looked up the two that matter."),
-            ])
-            .tune(|t| t.fan_out_cap = Some(4)))
-            .risks([I::ConcurrencyCeiling])
-            .expects([M::FanOutRefused]),
-        Scenario::new(85, L, "same-order-writes-one-at-a-time",
-            "One turn moves A-1001 twice and A-1002 once, every update taking 150 ms at the desk: the two writes of A-1001 run one after the other in the model's order, A-1002's beside them.",
-            Plan::script(vec![
-                calls(&[(UPDATE, update_args("A-1001", 24)), (UPDATE, update_args("A-1002", 25)),
-                        (UPDATE, update_args("A-1001", 26))]),
-                answer("Moved both orders."),
-            ])
-            .tool_rule(Rule::new(on(UPDATE), Injection::Delay { ms: 150 }).always()))
-            .risks([I::ConcurrencyCeiling, I::OneEffectPerKey]),
-        Scenario::new(86, L, "fan-out-36-under-20-per-second",
-            "One turn asks for thirty-six reads against order_api limited to 20/s with a burst of 20 (the agent allows 64 calls per turn): measured at the proxy, no 100 ms window holds more than the bucket admits, and every read still arrives.",
-            Plan::script(vec![
-                calls(&(0..36).map(|i| (GET, json!({"order_id": format!("A-100{}", 1 + i % 3)}))).collect::<Vec<_>>()),
-                answer("Looked them all up."),
-            ])
-            .tune(|t| { t.group_rate = Some((20.0, 20)); t.fan_out_cap = Some(64); t.wall_ms = Some(72_000); }))
-            .risks([I::ConcurrencyCeiling])
-            .expects([M::ConcurrencyQueued]),
     ]
 }
 
