@@ -116,6 +116,11 @@ const TABLES: &[(&str, &str)] = &[
     ("server.api_keys[]", "[[server.api_keys]]\n__probe = 1"),
     ("server.limits", "[server.limits]\n__probe = 1"),
     ("server.cors", "[server.cors]\n__probe = 1"),
+    ("server.quotas", "[server.quotas]\n__probe = 1"),
+    (
+        "server.quotas.tenants.*",
+        "[server.quotas.tenants.t]\n__probe = 1",
+    ),
 ];
 
 /// The fields another piece of work owes an effect (issue 15 gives
