@@ -77,13 +77,12 @@ async fn stats_count_exactly_the_callers_runs() {
     );
     assert_eq!(total["tokens"], tokens, "{mine}");
     assert_eq!(total["cost_micros"], cost, "{mine}");
-    if succeeded > 0 {
-        assert_eq!(total["cost_per_success_micros"], cost / succeeded);
-        assert_eq!(
-            total["success_rate"].as_f64().unwrap(),
-            succeeded as f64 / 2.0
-        );
-    }
+    assert_eq!(
+        succeeded, 2,
+        "the order desk answers every call: {outcomes:?}"
+    );
+    assert_eq!(total["cost_per_success_micros"], cost / 2);
+    assert_eq!(total["success_rate"].as_f64(), Some(1.0));
     assert_eq!(mine["by_agent"]["order_desk"], *total, "{mine}");
     assert_eq!(mine["truncated"], false);
     let models = mine["by_model"].as_object().unwrap();
