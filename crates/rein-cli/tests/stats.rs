@@ -108,13 +108,16 @@ async fn stats_count_exactly_the_callers_runs() {
     let nobody = stats(&client, &server, acme, "?agent=nobody").await;
     assert_eq!(nobody["total"]["runs"], 0, "{nobody}");
 
-    let too_long = client
-        .get(server.url("/v1/stats?since=0"))
+    let too_long = stats(&client, &server, acme, "?since=0").await;
+    assert_eq!(too_long["clamped"], true, "{too_long}");
+    assert_eq!(too_long["total"]["runs"], 2, "{too_long}");
+    let bad = client
+        .get(server.url("/v1/stats?since=soon"))
         .bearer_auth(acme)
         .send()
         .await
         .unwrap();
-    assert_eq!(too_long.status(), 400);
+    assert_eq!(bad.status(), 400);
     let anonymous = client.get(server.url("/v1/stats")).send().await.unwrap();
     assert_eq!(anonymous.status(), 401);
 }

@@ -134,6 +134,9 @@ pub struct Stats {
     /// Whether the window held more than the runs read (the newest are
     /// counted).
     pub truncated: bool,
+    /// Whether the window asked for was longer than 31 days: `since_ms` is
+    /// then 31 days before `until_ms`, not the `since` given.
+    pub clamped: bool,
     /// Every run counted.
     pub total: Tally,
     /// By agent name.
@@ -151,6 +154,8 @@ pub struct Window {
     pub until_ms: u64,
     /// One agent, or all.
     pub agent: Option<String>,
+    /// Whether `since` was moved to [`MAX_WINDOW_MS`] before `until`.
+    pub clamped: bool,
 }
 
 fn invalid(parameter: &str, detail: String) -> Problem {
@@ -176,8 +181,7 @@ fn millis(parameter: &str, value: &str) -> Result<u64, Problem> {
 ///
 /// # Errors
 ///
-/// A 400 naming the parameter that is unknown, repeated, out of range, or
-/// (`since`) makes a window empty or longer than [`MAX_WINDOW_MS`].
+/// A 400 naming the parameter that is unknown, repeated or out of range.
 pub fn parse(pairs: &[(String, String)], now_ms: u64) -> Result<Window, Problem> {
     let (mut since, mut until, mut agent) = (None, None, None);
     let mut seen: Vec<&str> = Vec::new();
@@ -202,19 +206,15 @@ pub fn parse(pairs: &[(String, String)], now_ms: u64) -> Result<Window, Problem>
         }
     }
     let until_ms = until.unwrap_or(now_ms.min(MAX_CREATED_MS));
-    let since_ms = since.unwrap_or(until_ms.saturating_sub(DEFAULT_WINDOW_MS));
-    if since_ms >= until_ms || until_ms - since_ms > MAX_WINDOW_MS {
-        return Err(invalid(
-            "since",
-            format!(
-                "since must be before until and at most {MAX_WINDOW_MS} ms (31 days) before it, but the window is {since_ms}..{until_ms}"
-            ),
-        ));
-    }
+    let asked = since.unwrap_or(until_ms.saturating_sub(DEFAULT_WINDOW_MS));
+    // A window over the maximum keeps its newest 31 days, and says so in
+    // `clamped`; one whose start is not before its end holds no run.
+    let floor = until_ms.saturating_sub(MAX_WINDOW_MS);
     Ok(Window {
-        since_ms,
+        since_ms: asked.max(floor),
         until_ms,
         agent,
+        clamped: asked < floor,
     })
 }
 
@@ -223,7 +223,7 @@ pub fn parse(pairs: &[(String, String)], now_ms: u64) -> Result<Window, Problem>
     get, path = "/v1/stats", tag = "runs",
     params(StatsQuery),
     responses((status = 200, description = "The caller's runs in the window, by outcome, agent and model", body = Stats),
-              (status = 400, description = "a parameter unknown, repeated or out of range, or a window empty or over 31 days (`parameter` names it)", body = Problem),
+              (status = 400, description = "a parameter unknown, repeated or out of range, (`parameter` names it)", body = Problem),
               (status = 401, description = "missing or invalid API key", body = Problem)),
     security(("bearer" = []))
 )]
@@ -250,7 +250,7 @@ pub async fn get_stats(
         BTreeMap::<String, Tally>::new(),
     );
     let (mut scanned, mut cursor, mut truncated) = (0_usize, None::<RunCursor>, false);
-    loop {
+    while window.since_ms < window.until_ms {
         let page = state
             .store
             .list_runs_page(&filter, cursor.as_ref(), PAGE.min(MAX_SCANNED - scanned))
@@ -277,6 +277,7 @@ pub async fn get_stats(
         since_ms: window.since_ms,
         until_ms: window.until_ms,
         truncated,
+        clamped: window.clamped,
         total: total.finish(),
         by_agent: finish(by_agent),
         by_model: finish(by_model),
@@ -306,15 +307,12 @@ mod tests {
         let at_most = parse(
             &pairs(&[("since", "0"), ("until", &MAX_WINDOW_MS.to_string())]),
             now,
-        );
-        assert!(at_most.is_ok());
-        for query in [
-            vec![("since", "0"), ("until", &*(MAX_WINDOW_MS + 1).to_string())],
-            vec![("since", "5"), ("until", "5")],
-        ] {
-            let problem = parse(&pairs(&query), now).unwrap_err();
-            assert_eq!(problem.extra.unwrap()["parameter"], "since", "{query:?}");
-        }
+        )
+        .unwrap();
+        assert_eq!((at_most.since_ms, at_most.clamped), (0, false));
+        let over = (MAX_WINDOW_MS + 7).to_string();
+        let over = parse(&pairs(&[("since", "0"), ("until", &over)]), now).unwrap();
+        assert_eq!((over.since_ms, over.clamped), (7, true));
         for (query, parameter) in [
             (vec![("until", "x")], "until"),
             (vec![("agent", "")], "agent"),
