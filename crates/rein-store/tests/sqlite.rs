@@ -125,11 +125,23 @@ fn raw(path: &Path) -> rusqlite::Connection {
     rusqlite::Connection::open(path).unwrap()
 }
 
-#[tokio::test]
-async fn conformance_suite_passes_on_a_sqlite_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path().join("rein.db")).unwrap();
-    conformance::run_all(&store).await;
+/// Every conformance check as its own test, each on a fresh file opened
+/// twice (two handles stand for two processes sharing it).
+mod conformance_checks {
+    use std::sync::Arc;
+
+    use rein_store::SqliteStore;
+    use rein_store::conformance::Subject;
+
+    async fn subject() -> Option<Subject> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rein.db");
+        let store = Arc::new(SqliteStore::open(&path).unwrap());
+        let other = Arc::new(SqliteStore::open(&path).unwrap());
+        Some(Subject::new(store, other).with_teardown(async move { drop(dir) }))
+    }
+
+    rein_store::conformance_tests!(subject());
 }
 
 #[tokio::test]
