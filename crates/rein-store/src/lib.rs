@@ -91,4 +91,4 @@ pub use sqlite::{
     DEFAULT_BUSY_TIMEOUT, DEFAULT_SYNCHRONOUS_FULL, DIRECTORY_MODE, FILE_MODE, MAX_BUSY_TIMEOUT,
     SCHEMA_VERSION, SqliteOptions, SqliteStore, is_world_readable, world_readable_files,
 };
-pub use store::{DEFAULT_QUERY_SCAN, Store};
+pub use store::Store;
