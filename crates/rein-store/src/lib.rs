@@ -73,6 +73,17 @@ mod store;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
+/// The backend-neutral rules every backend applies inside its own atomic
+/// write: argument checks, and the decisions a claim or a publish makes
+/// from the row it found. Shared so that SQLite and PostgreSQL decide
+/// alike; the conformance suite holds them to it.
+pub mod rules {
+    pub use crate::breaker::{published, validate_breaker_text, validate_opening};
+    pub use crate::idempotency::{record_not_found, validate_reservation};
+    pub use crate::lease::validate_owner;
+    pub use crate::singleton::{claimed, validate_claim, validate_singleton_text};
+}
+
 pub use breaker::{BreakerOpening, MAX_BREAKER_ARM_LEN, MAX_BREAKER_REASON_LEN};
 pub use checkpoint::{Checkpoint, CheckpointDelta};
 pub use commit::{ClaimFence, Committed, StepCommit};
