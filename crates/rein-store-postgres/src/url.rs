@@ -44,13 +44,13 @@ impl PostgresUrl {
         };
         if !is_postgres_url(url) {
             return Err(invalid(
-                "postgres://[user[:password]@]host[:port]/database",
+                "a postgres:// or postgresql:// URL with a host, an optional port and a database",
                 shown,
             ));
         }
         let config: tokio_postgres::Config = url.parse().map_err(|error| {
             invalid(
-                "postgres://[user[:password]@]host[:port]/database",
+                "a postgres:// or postgresql:// URL with a host, an optional port and a database",
                 format!("{shown} ({error})"),
             )
         })?;
@@ -136,8 +136,11 @@ mod tests {
     #[test]
     fn bad_urls_are_refused_with_the_reason_and_no_password() {
         for (url, reason) in [
-            ("mysql://u:pw-secret-1@h/db", "postgres://"),
-            ("postgres://u:pw-secret-1@h:notaport/db", "postgres://"),
+            (
+                "mysql://u:pw-secret-1@h/db",
+                "a postgres:// or postgresql:// URL",
+            ),
+            ("postgres://u:pw-secret-1@h:notaport/db", "invalid"),
             ("postgres://u:pw-secret-1@h:5432/", "naming its database"),
             (
                 "postgres://u:pw-secret-1@h/db?sslmode=require",
