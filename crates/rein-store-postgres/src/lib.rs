@@ -25,10 +25,12 @@
 //! Exactly the SQLite backend's, held to the same conformance suite check
 //! by check (`rein_store::conformance_tests!`): every write is one
 //! transaction, and each takes the locks that make its check and its write
-//! one atomic step against every other node (see [`ops`]). A step commit
+//! one atomic step against every other node. A step commit
 //! locks its run's row (so event and ledger `seq` stay gap-free) and, when
 //! fenced by a claim, the claim's lease: a take-over and a commit of the
-//! old owner never both land. Schema changes are versioned migrations
+//! old owner never both land; idempotency keys, singletons and breaker
+//! arms take transaction-scoped advisory locks, which stand for rows that
+//! may not exist yet. Schema changes are versioned migrations
 //! ([`SCHEMA_VERSION`]), applied at connect or by `rein migrate`.
 //!
 //! TLS is not spoken: connect over a local socket or a trusted network

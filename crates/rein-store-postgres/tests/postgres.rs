@@ -105,3 +105,53 @@ async fn an_unreachable_database_is_unavailable_and_its_password_is_not_shown() 
         "the error names the database: {shown}"
     );
 }
+
+#[tokio::test]
+async fn a_row_another_writer_damaged_is_corrupt_not_a_panic() {
+    let Some(database) = ScratchDatabase::create("corrupt").await else {
+        return;
+    };
+    let store = PostgresStore::connect_with(database.url(), PostgresOptions::default())
+        .await
+        .unwrap();
+    let run = rein_store::conformance::new_run("corrupt", 1_000);
+    let run_id = run.run_id.clone();
+    store.create_run(run).await.unwrap();
+    let (client, connection) = tokio_postgres::connect(&database.url_text(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .execute(
+            "UPDATE runs SET status = 'exploded', budget = '{not json' WHERE run_id = $1",
+            &[&run_id.as_str()],
+        )
+        .await
+        .unwrap();
+    let read = store.get_run(&run_id).await;
+    assert!(
+        matches!(&read, Err(StoreError::Corrupt { table: "runs", .. })),
+        "{read:?}"
+    );
+    let shown = read.unwrap_err().to_string();
+    assert!(
+        shown.contains(run_id.as_str()),
+        "the error names the row: {shown}"
+    );
+    let commit = store
+        .commit_step(&run_id, rein_store::StepCommit::default())
+        .await;
+    assert!(
+        matches!(
+            &commit,
+            Err(StoreError::Corrupt {
+                column: "status",
+                ..
+            })
+        ),
+        "a commit refuses a run whose status it cannot read: {commit:?}"
+    );
+    store.close();
+    drop(client);
+    database.drop_database().await;
+}
