@@ -11,7 +11,7 @@ use rein_store::{
     BreakerOpening, Checkpoint, Committed, IdempotencyRecord, IdempotencySettled,
     IdempotencySettlement, IdempotencyState, Lease, LeaseChange, LeaseFilter, NewReservation,
     NewRun, PlannedIntent, Reservation, ReservationFence, RunCursor, RunFilter, RunPage, RunRecord,
-    RunStatus, SingletonLease, StepCommit, Store, StoreError, StoredResponse,
+    RunStatus, SingletonLease, StepCommit, Store, StoreError, StoredResponse, TenantBacklog,
 };
 use tokio_postgres::NoTls;
 
@@ -263,6 +263,14 @@ impl Store for PostgresStore {
         limit: usize,
     ) -> Result<RunPage, StoreError> {
         read!(self, runs::list_runs_page, filter, after, limit)
+    }
+
+    async fn tenant_backlogs(
+        &self,
+        tenant: Option<&TenantId>,
+        oldest: usize,
+    ) -> Result<Vec<TenantBacklog>, StoreError> {
+        read!(self, runs::tenant_backlogs, tenant, oldest)
     }
 
     async fn events(&self, run_id: &RunId, after_seq: u64) -> Result<Vec<Event>, StoreError> {

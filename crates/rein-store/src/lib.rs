@@ -57,6 +57,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod backlog;
 mod breaker;
 mod checkpoint;
 mod commit;
@@ -84,6 +85,7 @@ pub mod rules {
     pub use crate::singleton::{claimed, validate_claim, validate_singleton_text};
 }
 
+pub use backlog::TenantBacklog;
 pub use breaker::{BreakerOpening, MAX_BREAKER_ARM_LEN, MAX_BREAKER_REASON_LEN};
 pub use checkpoint::{Checkpoint, CheckpointDelta};
 pub use commit::{ClaimFence, Committed, StepCommit};

@@ -2,10 +2,10 @@
 //! and the reads of events, intents, the ledger and checkpoints.
 
 use deadpool_postgres::GenericClient;
-use rein_core::{Event, LedgerRecord, RunId};
+use rein_core::{Event, LedgerRecord, RunId, TenantId};
 use rein_store::{
     Checkpoint, NewRun, PlannedIntent, RunCursor, RunFilter, RunPage, RunRecord, RunStatus,
-    StoreError,
+    StoreError, TenantBacklog,
 };
 use tokio_postgres::types::ToSql;
 
@@ -322,4 +322,50 @@ impl Conditions {
         }
         self.conditions.push(numbered);
     }
+}
+
+/// Every tenant with queued or running root runs (only `tenant`'s when
+/// given), tenant id order, each with up to `oldest` of its oldest queued
+/// root runs: one grouped count, then one walk of `runs_by_tenant_status`
+/// per tenant with queued runs (as SQLite's backend does).
+pub(crate) async fn tenant_backlogs(
+    client: &impl GenericClient,
+    tenant: Option<&TenantId>,
+    oldest: usize,
+) -> Result<Vec<TenantBacklog>, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "SELECT tenant, COUNT(*) FILTER (WHERE status = 'queued'), \
+             COUNT(*) FILTER (WHERE status = 'running') FROM runs \
+             WHERE status IN ('queued', 'running') AND parent_run_id IS NULL \
+             AND ($1::text IS NULL OR tenant = $1) GROUP BY tenant ORDER BY tenant",
+        )
+        .await
+        .pg()?;
+    let rows = client
+        .query(&statement, &[&tenant.map(TenantId::as_str)])
+        .await
+        .pg()?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let r = crate::codec::RowReader::new(row, "runs", &[0]);
+        let tenant: TenantId = r.id(0, "tenant")?;
+        let (queued, running) = (r.u64(1, "status")?, r.u64(2, "status")?);
+        let heads = if queued > 0 && oldest > 0 {
+            query_all(
+                client,
+                &format!(
+                    "SELECT {RUN_COLUMNS} FROM runs WHERE tenant = $1 AND status = 'queued' \
+                     AND parent_run_id IS NULL ORDER BY created_at_ms, run_id LIMIT $2"
+                ),
+                &[&tenant.as_str(), &limit(oldest)],
+                decode_run,
+            )
+            .await?
+        } else {
+            Vec::new()
+        };
+        out.push(TenantBacklog::new(tenant, queued, running, heads));
+    }
+    Ok(out)
 }
