@@ -250,7 +250,9 @@ pub async fn get_stats(
         BTreeMap::<String, Tally>::new(),
     );
     let (mut scanned, mut cursor, mut truncated) = (0_usize, None::<RunCursor>, false);
-    while window.since_ms < window.until_ms {
+    // An empty window (since not before until) holds no run to read.
+    let mut more = window.since_ms < window.until_ms;
+    while more {
         let page = state
             .store
             .list_runs_page(&filter, cursor.as_ref(), PAGE.min(MAX_SCANNED - scanned))
@@ -266,10 +268,10 @@ pub async fn get_stats(
         match page.next {
             Some(_) if scanned >= MAX_SCANNED => {
                 truncated = true;
-                break;
+                more = false;
             }
             Some(next) => cursor = Some(next),
-            None => break,
+            None => more = false,
         }
     }
     let finish = |m: BTreeMap<String, Tally>| m.into_iter().map(|(k, t)| (k, t.finish())).collect();
