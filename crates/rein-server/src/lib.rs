@@ -43,6 +43,7 @@
 pub mod access;
 pub mod admit;
 pub mod auth;
+pub mod breakers;
 pub mod cancel;
 pub mod connections;
 pub mod drain;
@@ -63,6 +64,7 @@ pub mod runs;
 pub mod singleton;
 pub mod slots;
 pub mod state;
+pub mod stats;
 pub mod submission;
 pub mod worker;
 
@@ -88,9 +90,9 @@ use crate::problem::Problem;
     info(title = "rein", description = "Runs LLM agents safely against the real world."),
     paths(
         runs::create_run, listing::list_runs, runs::get_run, runs::get_ledger, runs::get_handoff, runs::resume_run,
-        events::get_events, cancel::cancel_run, gateway::chat_completions, healthz, readyz, metrics,
+        events::get_events, cancel::cancel_run, breakers::list_breakers, stats::get_stats, gateway::chat_completions, healthz, readyz, metrics,
     ),
-    components(schemas(listing::RunList, listing::RunSummary, runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, runs::NoBody, problem::Problem, gateway::ChatRequest)),
+    components(schemas(stats::Stats, stats::Tally, breakers::BreakerList, breakers::ArmState, breakers::SharedOpening, listing::RunList, listing::RunSummary, runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, runs::NoBody, problem::Problem, gateway::ChatRequest)),
     modifiers(&Bearer, &Refusals, &ProblemJson),
     tags((name = "runs", description = "Agent runs"), (name = "gateway", description = "OpenAI-compatible model calls through rein's breakers, fallbacks and limits"), (name = "health", description = "Liveness and readiness"))
 )]
@@ -417,6 +419,8 @@ pub fn router(state: Arc<AppState>) -> Router {
     let routes = Router::new()
         .route("/v1/agents/{name}/runs", post_json(runs::create_run))
         .route("/v1/runs", get(listing::list_runs))
+        .route("/v1/breakers", get(breakers::list_breakers))
+        .route("/v1/stats", get(stats::get_stats))
         .route("/v1/runs/{id}", get(runs::get_run))
         .route("/v1/runs/{id}/events", get(events::get_events))
         .route("/v1/runs/{id}/ledger", get(runs::get_ledger))

@@ -261,6 +261,25 @@ impl Breaker {
         self.epoch
     }
 
+    /// When the arm entered its current state, or `None` while closed (a
+    /// closed arm has no moment worth showing: it has always been closed
+    /// or closed again after its probes).
+    pub fn since(&self) -> Option<Instant> {
+        match self.state {
+            State::Closed { .. } => None,
+            State::Open { since, .. } | State::HalfOpen { since, .. } => Some(since),
+        }
+    }
+
+    /// Counted consecutive failures of a closed arm since its last success,
+    /// or `None` unless closed.
+    pub fn consecutive_failures(&self) -> Option<u32> {
+        match self.state {
+            State::Closed { consecutive, .. } => Some(consecutive),
+            _ => None,
+        }
+    }
+
     /// When an open arm will admit probes again, or `None` unless open.
     pub fn open_until(&self) -> Option<Instant> {
         match self.state {

@@ -40,6 +40,7 @@
 //! ```
 
 mod args;
+mod arm_view;
 mod binding;
 mod checkpoint;
 mod claim;
@@ -74,6 +75,7 @@ mod turn;
 mod validate;
 
 pub use args::{ParsedArgs, parse_args};
+pub use arm_view::ArmView;
 pub use binding::{
     AcceptAll, AgentBinding, AgentTarget, ArgValidator, DEFAULT_ALLOWANCE_FACTOR, Declared,
     ModelLink, ToolBinding, ToolTarget,

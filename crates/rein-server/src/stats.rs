@@ -1,0 +1,348 @@
+//! `GET /v1/stats`: the caller's runs over a time window, counted by
+//! outcome, with success rate, tokens and cost per success, in total, by
+//! agent and by model.
+//!
+//! # Why computed from the run listing, bounded
+//!
+//! Every number here is in the runs' stored reports, and
+//! [`rein_store::Store::list_runs_page`] already selects a tenant's runs by
+//! creation time on an index; a separate aggregate query would be one more
+//! method for every store to implement. The cost is bounded instead: the
+//! window is at most [`MAX_WINDOW_MS`] and at most [`MAX_SCANNED`] runs are
+//! read, newest first; when the window holds more, `truncated` says so and
+//! the numbers cover the newest [`MAX_SCANNED`] (never silently).
+//!
+//! # Parameters
+//!
+//! | parameter | meaning | default |
+//! | --- | --- | --- |
+//! | `since` | runs created at or after, Unix ms | `until` minus 24 h |
+//! | `until` | runs created before, Unix ms | now |
+//! | `agent` | one agent's runs only | every agent |
+//!
+//! A run that used several models counts once under each in `by_model`;
+//! a run without a report (queued, running) has no model and counts only
+//! in `runs` and `unfinished`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use rein_core::Outcome;
+use rein_store::{RunCursor, RunFilter, RunRecord};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use utoipa::{IntoParams, ToSchema};
+
+use crate::auth::Tenant;
+use crate::listing::MAX_CREATED_MS;
+use crate::problem::Problem;
+use crate::state::AppState;
+
+/// The window when `since` is not given: a day.
+pub const DEFAULT_WINDOW_MS: u64 = 24 * 3_600_000;
+
+/// The longest window one request may ask for: 31 days.
+pub const MAX_WINDOW_MS: u64 = 31 * 24 * 3_600_000;
+
+/// The most runs one request reads.
+pub const MAX_SCANNED: usize = 10_000;
+
+/// Runs read per store page.
+const PAGE: usize = 500;
+
+/// The query of `GET /v1/stats`, as the document describes it; [`parse`]
+/// reads the pairs itself to name the parameter of a 400.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct StatsQuery {
+    /// Runs created at or after this time, Unix milliseconds (default:
+    /// `until` minus 24 hours; at most 31 days before `until`).
+    #[param(minimum = 0, maximum = 253_402_300_799_999_f64)]
+    pub since: Option<u64>,
+    /// Runs created before this time, Unix milliseconds (default: now).
+    #[param(minimum = 0, maximum = 253_402_300_799_999_f64)]
+    pub until: Option<u64>,
+    /// Only this agent's runs.
+    #[param(min_length = 1)]
+    pub agent: Option<String>,
+}
+
+/// Counts over a set of runs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Tally {
+    /// Runs counted.
+    pub runs: u64,
+    /// Runs not yet ended (queued or running).
+    pub unfinished: u64,
+    /// Ended runs by outcome name.
+    pub outcomes: BTreeMap<String, u64>,
+    /// Succeeded runs over ended runs (`null` when none ended).
+    pub success_rate: Option<f64>,
+    /// Tokens the ended runs consumed.
+    pub tokens: u64,
+    /// Cost the ended runs consumed, micro-dollars.
+    pub cost_micros: u64,
+    /// `cost_micros` over succeeded runs (`null` when none succeeded):
+    /// what one success costs, failures included.
+    pub cost_per_success_micros: Option<u64>,
+}
+
+impl Tally {
+    fn add(&mut self, run: &RunRecord) {
+        self.runs += 1;
+        match (run.status.outcome(), &run.report) {
+            (Some(outcome), report) => {
+                *self
+                    .outcomes
+                    .entry(outcome.as_str().to_owned())
+                    .or_default() += 1;
+                if let Some(report) = report {
+                    self.tokens = self.tokens.saturating_add(report.consumed.tokens);
+                    self.cost_micros = self
+                        .cost_micros
+                        .saturating_add(report.consumed.cost.micros());
+                }
+            }
+            (None, _) => self.unfinished += 1,
+        }
+    }
+
+    /// Fills the ratios once every run is added.
+    fn finish(mut self) -> Tally {
+        let ended = self.runs - self.unfinished;
+        let succeeded = self
+            .outcomes
+            .get(Outcome::Succeeded.as_str())
+            .copied()
+            .unwrap_or(0);
+        self.success_rate = (ended > 0).then(|| succeeded as f64 / ended as f64);
+        self.cost_per_success_micros = (succeeded > 0).then(|| self.cost_micros / succeeded);
+        self
+    }
+}
+
+/// What `GET /v1/stats` answers.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Stats {
+    /// The window's start (inclusive), Unix milliseconds.
+    pub since_ms: u64,
+    /// The window's end (exclusive), Unix milliseconds.
+    pub until_ms: u64,
+    /// Whether the window held more than the runs read (the newest are
+    /// counted).
+    pub truncated: bool,
+    /// Whether the window asked for was longer than 31 days: `since_ms` is
+    /// then 31 days before `until_ms`, not the `since` given.
+    pub clamped: bool,
+    /// Every run counted.
+    pub total: Tally,
+    /// By agent name.
+    pub by_agent: BTreeMap<String, Tally>,
+    /// By model (`provider/model`), from each report's `models`.
+    pub by_model: BTreeMap<String, Tally>,
+}
+
+/// A stats request, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Window {
+    /// Inclusive start, Unix ms.
+    pub since_ms: u64,
+    /// Exclusive end, Unix ms.
+    pub until_ms: u64,
+    /// One agent, or all.
+    pub agent: Option<String>,
+    /// Whether `since` was moved to [`MAX_WINDOW_MS`] before `until`.
+    pub clamped: bool,
+}
+
+fn invalid(parameter: &str, detail: String) -> Problem {
+    Problem::bad_request(detail).with(json!({ "parameter": parameter }))
+}
+
+fn millis(parameter: &str, value: &str) -> Result<u64, Problem> {
+    value
+        .parse::<u64>()
+        .ok()
+        .filter(|ms| *ms <= MAX_CREATED_MS)
+        .ok_or_else(|| {
+            invalid(
+                parameter,
+                format!(
+                    "{parameter} must be Unix milliseconds from 0 to {MAX_CREATED_MS}, but it is {value:?}"
+                ),
+            )
+        })
+}
+
+/// Reads the query's pairs into a [`Window`] ending by default at `now_ms`.
+///
+/// # Errors
+///
+/// A 400 naming the parameter that is unknown, repeated or out of range.
+pub fn parse(pairs: &[(String, String)], now_ms: u64) -> Result<Window, Problem> {
+    let (mut since, mut until, mut agent) = (None, None, None);
+    let mut seen: Vec<&str> = Vec::new();
+    for (name, value) in pairs {
+        if seen.contains(&name.as_str()) {
+            return Err(invalid(name, format!("{name} may be given once")));
+        }
+        seen.push(name);
+        match name.as_str() {
+            "since" => since = Some(millis(name, value)?),
+            "until" => until = Some(millis(name, value)?),
+            "agent" if value.is_empty() => {
+                return Err(invalid("agent", "agent must not be empty".to_owned()));
+            }
+            "agent" => agent = Some(value.clone()),
+            other => {
+                return Err(invalid(
+                    other,
+                    format!("unknown parameter {other:?}; expected since, until or agent"),
+                ));
+            }
+        }
+    }
+    let until_ms = until.unwrap_or(now_ms.min(MAX_CREATED_MS));
+    let asked = since.unwrap_or(until_ms.saturating_sub(DEFAULT_WINDOW_MS));
+    // A window over the maximum keeps its newest 31 days, and says so in
+    // `clamped`; one whose start is not before its end holds no run.
+    let floor = until_ms.saturating_sub(MAX_WINDOW_MS);
+    Ok(Window {
+        since_ms: asked.max(floor),
+        until_ms,
+        agent,
+        clamped: asked < floor,
+    })
+}
+
+/// The caller's runs over a window, counted.
+#[utoipa::path(
+    get, path = "/v1/stats", tag = "runs",
+    params(StatsQuery),
+    responses((status = 200, description = "The caller's runs in the window, by outcome, agent and model", body = Stats),
+              (status = 400, description = "a parameter unknown, repeated or out of range, (`parameter` names it)", body = Problem),
+              (status = 401, description = "missing or invalid API key", body = Problem)),
+    security(("bearer" = []))
+)]
+pub async fn get_stats(
+    State(state): State<Arc<AppState>>,
+    Tenant(tenant): Tenant,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Json<Stats>, Problem> {
+    let Query(pairs) = query.map_err(|e| Problem::bad_request(format!("invalid query: {e}")))?;
+    let window = parse(&pairs, crate::recovery::now_ms())?;
+    // The caller's tenant, whatever the query.
+    let mut filter = RunFilter::all()
+        .of_tenant(tenant)
+        .created_before(window.until_ms);
+    if let Some(after) = window.since_ms.checked_sub(1) {
+        filter = filter.created_after(after);
+    }
+    if let Some(agent) = &window.agent {
+        filter = filter.of_agent(agent.clone());
+    }
+    let (mut total, mut by_agent, mut by_model) = (
+        Tally::default(),
+        BTreeMap::<String, Tally>::new(),
+        BTreeMap::<String, Tally>::new(),
+    );
+    let (mut scanned, mut cursor, mut truncated) = (0_usize, None::<RunCursor>, false);
+    // An empty window (since not before until) holds no run to read.
+    let mut more = window.since_ms < window.until_ms;
+    while more {
+        let page = state
+            .store
+            .list_runs_page(&filter, cursor.as_ref(), PAGE.min(MAX_SCANNED - scanned))
+            .await?;
+        for run in &page.runs {
+            total.add(run);
+            by_agent.entry(run.agent.clone()).or_default().add(run);
+            for model in run.report.iter().flat_map(|r| r.models.iter()) {
+                by_model.entry(model.clone()).or_default().add(run);
+            }
+        }
+        scanned += page.runs.len();
+        match page.next {
+            Some(_) if scanned >= MAX_SCANNED => {
+                truncated = true;
+                more = false;
+            }
+            Some(next) => cursor = Some(next),
+            None => more = false,
+        }
+    }
+    let finish = |m: BTreeMap<String, Tally>| m.into_iter().map(|(k, t)| (k, t.finish())).collect();
+    Ok(Json(Stats {
+        since_ms: window.since_ms,
+        until_ms: window.until_ms,
+        truncated,
+        clamped: window.clamped,
+        total: total.finish(),
+        by_agent: finish(by_agent),
+        by_model: finish(by_model),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn pairs(query: &[(&str, &str)]) -> Vec<(String, String)> {
+        query
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn the_window_defaults_to_the_last_day_and_is_bounded() {
+        let now = 100 * DEFAULT_WINDOW_MS;
+        let window = parse(&[], now).unwrap();
+        assert_eq!(
+            (window.since_ms, window.until_ms),
+            (now - DEFAULT_WINDOW_MS, now)
+        );
+        let at_most = parse(
+            &pairs(&[("since", "0"), ("until", &MAX_WINDOW_MS.to_string())]),
+            now,
+        )
+        .unwrap();
+        assert_eq!((at_most.since_ms, at_most.clamped), (0, false));
+        let over = (MAX_WINDOW_MS + 7).to_string();
+        let over = parse(&pairs(&[("since", "0"), ("until", &over)]), now).unwrap();
+        assert_eq!((over.since_ms, over.clamped), (7, true));
+        for (query, parameter) in [
+            (vec![("until", "x")], "until"),
+            (vec![("agent", "")], "agent"),
+            (vec![("agent", "a"), ("agent", "b")], "agent"),
+            (vec![("sinse", "1")], "sinse"),
+        ] {
+            let problem = parse(&pairs(&query), now).unwrap_err();
+            assert_eq!(problem.extra.unwrap()["parameter"], parameter, "{query:?}");
+        }
+    }
+
+    #[test]
+    fn ratios_are_over_ended_runs_and_successes() {
+        let mut tally = Tally {
+            runs: 4,
+            unfinished: 1,
+            cost_micros: 900,
+            ..Tally::default()
+        };
+        tally.outcomes.insert("succeeded".into(), 2);
+        tally.outcomes.insert("failed".into(), 1);
+        let tally = tally.finish();
+        assert_eq!(tally.success_rate, Some(2.0 / 3.0));
+        assert_eq!(tally.cost_per_success_micros, Some(450));
+        let none = Tally::default().finish();
+        assert_eq!(
+            (none.success_rate, none.cost_per_success_micros),
+            (None, None)
+        );
+    }
+}
