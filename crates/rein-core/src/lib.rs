@@ -50,6 +50,7 @@ pub mod ledger;
 pub mod loop_guard;
 pub mod model;
 pub mod outcome;
+pub mod output_cap;
 pub mod redact;
 pub mod registry;
 pub mod report;

@@ -50,6 +50,7 @@ fn chained(h: &Harness, primary: &str, backup: &str) -> AgentBinding {
             rein_core::deadline::Cost::from_micros(1_000_000),
             rein_core::deadline::Cost::from_micros(1_000_000),
         )),
+        max_output_tokens: None,
     }];
     a
 }
@@ -241,6 +242,7 @@ async fn a_context_overflow_goes_to_a_larger_window_and_never_to_the_same_model(
         provider: openai("large", &large.openai_base_url()),
         model: "large-model".into(),
         price: None,
+        max_output_tokens: None,
     }];
     let out = ask(&h, &a).await;
     assert_eq!(out.report.outcome, Outcome::Succeeded, "{:?}", out.report);
@@ -381,6 +383,7 @@ fn binding_of(primary: &str, limit: Option<u32>) -> rein_engine::run::ModelBindi
             provider: openai("primary", primary),
             model: "primary-model".into(),
             price: None,
+            max_output_tokens: None,
         },
         fallbacks: Vec::new(),
         context_fallbacks: Vec::new(),
@@ -470,6 +473,7 @@ async fn a_larger_window_that_then_fails_is_reported_as_its_own_failure_not_an_o
         provider: openai("large", &large.openai_base_url()),
         model: "large-model".into(),
         price: None,
+        max_output_tokens: None,
     }];
     let out = ask(&h, &a).await;
     assert_eq!(out.report.outcome, Outcome::Failed, "{:?}", out.report);
@@ -493,6 +497,7 @@ async fn a_hanging_primary_leaves_the_fallback_its_share_of_the_deadline() {
         provider: openai("backup", &backup.openai_base_url()),
         model: "backup-model".into(),
         price: None,
+        max_output_tokens: None,
     }];
     let mut ask = question(false);
     ask.deadline = Duration::from_secs(2);
@@ -556,6 +561,7 @@ async fn each_link_streams_under_its_own_providers_limits() {
         provider: openai("backup", &backup.openai_base_url()),
         model: "backup-model".into(),
         price: None,
+        max_output_tokens: None,
     }];
     let mut ask = question(true);
     ask.deadline = Duration::from_secs(60);

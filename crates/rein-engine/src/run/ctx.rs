@@ -167,6 +167,11 @@ impl model_chain::TurnHost for RunCtx<'_> {
             .fetch_add(tokens, std::sync::atomic::Ordering::AcqRel);
     }
 
+    fn last_input_tokens(&self) -> u64 {
+        self.last_input_tokens
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
     fn answered(&self, provider: &str, model: &str, usage: &crate::provider::TokenUsage) {
         self.last_input_tokens
             .store(usage.input, std::sync::atomic::Ordering::Release);

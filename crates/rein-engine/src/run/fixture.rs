@@ -68,6 +68,7 @@ pub(super) fn agent() -> AgentBinding {
         system_prompt: "You adjust orders.".into(),
         provider: Arc::new(provider),
         price: None,
+        max_output_tokens: None,
         tool_definitions: vec![],
         tools: [
             tool(READ, ToolClass::Read),

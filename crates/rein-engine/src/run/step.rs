@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 
-use rein_core::deadline::{Budget, Dimension, Exhausted, Usage};
+use rein_core::deadline::{Budget, Dimension, Exhausted, Grant, Usage};
 use rein_core::event::{
     BudgetExhausted, BudgetScope, LoopDetected, ModelOutputTruncated, PlanCreated,
     PlannedIntentSummary, RunCancelled, ToolDisabled, TruncationAction,
@@ -96,6 +96,9 @@ pub(super) struct Turn {
     pub(super) prior: HashMap<IntentId, LedgerRecord>,
     /// The price of the model that answered, when known.
     pub(super) price: Option<Price>,
+    /// What the answering call reserved: settled with the turn's usage
+    /// (`None` for a replayed turn, which reserved nothing).
+    pub(super) grant: Option<Grant>,
 }
 
 impl Turn {
@@ -106,7 +109,14 @@ impl Turn {
             prior_ids: Vec::new(),
             prior: HashMap::new(),
             price,
+            grant: None,
         }
+    }
+
+    /// The turn, with what its call reserved.
+    pub(super) fn with_grant(mut self, grant: Grant) -> Turn {
+        self.grant = Some(grant);
+        self
     }
 
     /// A resumed run's interrupted turn, at the agent's `price`.
@@ -116,6 +126,7 @@ impl Turn {
             prior_ids: turn.intent_ids,
             prior: turn.prior,
             price,
+            grant: None,
         }
     }
 }
@@ -244,14 +255,16 @@ impl Engine {
         }
         // A resumed turn replays its persisted plan instead of asking the
         // model again: the intents, their ids and keys are durable.
-        let turn = match resumed {
+        let mut turn = match resumed {
             Some(turn) => Turn::replayed(turn, ctx.agent.price),
             None => {
                 let asked = self
                     .model_turn(ctx, &state.messages, &mut state.budget, state.step)
                     .await;
                 match asked {
-                    Ok((response, price)) => Turn::answered(response, price),
+                    Ok(answer) => {
+                        Turn::answered(answer.response, answer.price).with_grant(answer.grant)
+                    }
                     // A turn cut short by the hand-on is not a failure of
                     // the model: the step runs again on resume.
                     Err(_) if ctx.is_interrupted() => return Stepped::Ended(End::Interrupted),
@@ -259,7 +272,7 @@ impl Engine {
                 }
             }
         };
-        if let Some(end) = handle_turn(ctx, state, &turn, self.clock.now()) {
+        if let Some(end) = handle_turn(ctx, state, &mut turn, self.clock.now()) {
             return Stepped::Ended(end);
         }
         let mut plan = self.handle_plan(ctx, validator, state, &turn);
@@ -527,13 +540,14 @@ pub(super) fn handle_boundary(
     None
 }
 
-/// A model turn, charged at `now` and added to the transcript: the run
-/// ends when it broke the budget, or when it proposes no call (the answer,
-/// or a final answer cut off or filtered).
+/// A model turn, charged at `now` (its call's reservation settled with
+/// its usage) and added to the transcript: the run ends when it broke the
+/// budget, or when it proposes no call (the answer, or a final answer cut
+/// off or filtered).
 pub(super) fn handle_turn(
     ctx: &RunCtx<'_>,
     state: &mut LoopState,
-    turn: &Turn,
+    turn: &mut Turn,
     now: Instant,
 ) -> Option<End> {
     let response = &turn.response;
@@ -546,7 +560,10 @@ pub(super) fn handle_turn(
         tokens: response.usage.total(),
         cost,
     };
-    let charged = state.budget.charge(usage, now);
+    let charged = match turn.grant.take() {
+        Some(grant) => state.budget.settle(grant, usage, now),
+        None => state.budget.charge(usage, now),
+    };
     state.messages.push(Message::Assistant {
         content: response.text.clone(),
         tool_calls: response.tool_calls.clone(),
