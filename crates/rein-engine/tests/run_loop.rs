@@ -544,6 +544,57 @@ async fn model_rate_limit_is_retried_and_a_fatal_model_error_is_not() {
     assert_eq!(model.request_count(), 1, "401 is not retried");
 }
 
+/// A provider refusing rein's key or request ends the run with advice that
+/// names what to fix, and no promise that a retry helps.
+#[tokio::test(start_paused = true)]
+async fn a_401_or_400_report_is_not_recoverable_and_says_what_to_fix() {
+    let h = harness(Faults::none()).await;
+    let model = MockModel::start([Reply::unauthorized()]).await.unwrap();
+    let provider = Arc::new(
+        OpenAiProvider::new(
+            "mock",
+            &model.openai_base_url(),
+            None,
+            Duration::from_secs(5),
+            rein_engine::run::http_client().unwrap(),
+        )
+        .with_key_env(Some("ORDER_DESK_MODEL_KEY")),
+    );
+    let out = run(&h, &agent(&h.desk, provider, true)).await;
+    assert_eq!(out.report.outcome, Outcome::Failed);
+    assert!(!out.report.recoverable, "{:#?}", out.report);
+    assert!(
+        out.report
+            .recommendation
+            .contains("fix the key in env var ORDER_DESK_MODEL_KEY"),
+        "{}",
+        out.report.recommendation
+    );
+    assert!(!out.report.recommendation.contains("retry"));
+    // The stored report says the same, and derives again the same.
+    let stored = h.store.get_run(&out.run_id).await.unwrap().unwrap();
+    let basis = stored.report.unwrap().basis.unwrap();
+    assert_eq!(basis.hint.key_env.as_deref(), Some("ORDER_DESK_MODEL_KEY"));
+
+    let model = MockModel::start([Reply::bad_request("max_tokens is too large: 50000")])
+        .await
+        .unwrap();
+    let provider = Arc::new(OpenAiProvider::new(
+        "mock2",
+        &model.openai_base_url(),
+        None,
+        Duration::from_secs(5),
+        rein_engine::run::http_client().unwrap(),
+    ));
+    let out = run(&h, &agent(&h.desk, provider, true)).await;
+    assert!(!out.report.recoverable, "{:#?}", out.report);
+    assert!(
+        out.report.recommendation.contains("max_output_tokens"),
+        "{}",
+        out.report.recommendation
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn demo_scenario_ends_in_partial_success_with_one_update_and_no_email() {
     let h = harness(Faults::demo()).await;

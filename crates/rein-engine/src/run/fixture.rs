@@ -201,6 +201,7 @@ impl Bench {
             emitter: Emitter::new(run_id(), self.engine.clock.clone(), None),
             provider_calls: std::sync::atomic::AtomicU32::new(0),
             last_input_tokens: std::sync::atomic::AtomicU64::new(0),
+            model_failures: Default::default(),
             cancel: CancellationToken::new(),
             lost: CancellationToken::new(),
             interrupt: CancellationToken::new(),

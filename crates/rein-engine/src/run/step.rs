@@ -222,6 +222,7 @@ impl Engine {
             in_flight: Vec::new(),
             strategies_not_tried: report::strategies_not_tried(agent),
             notes: Vec::new(),
+            hint: ctx.failure_hint(&end),
         };
         if matches!(end, End::Interrupted) {
             // Handed on unfinished: never settled (what it did so far is

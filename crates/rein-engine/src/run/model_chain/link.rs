@@ -441,6 +441,13 @@ impl Engine {
         if let Some(shared) = self.shared_breakers() {
             shared.share(provider, &transition).await;
         }
+        call.host.failed(
+            failure.category(),
+            rein_core::advice::FailureHint {
+                key_env: call.link.provider.key_env().map(str::to_owned),
+                retry_after_ms: failure.retry_after().map(millis),
+            },
+        );
         let spent = failure.tokens_spent();
         let spent_cost = call
             .link

@@ -84,6 +84,10 @@ pub(crate) trait TurnHost: Send + Sync {
     fn spent(&self, tokens: u64) {
         let _ = tokens;
     }
+    /// A model call failed so (`hint`: what it said besides its category).
+    fn failed(&self, category: rein_core::Category, hint: rein_core::advice::FailureHint) {
+        let _ = (category, hint);
+    }
     /// What the provider counted for the prompt of the last answered call
     /// of this host's transcript (0 when none): the prompt estimate of the
     /// next call builds on it.
