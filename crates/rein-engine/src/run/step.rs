@@ -99,6 +99,9 @@ pub(super) struct Turn {
     /// What the answering call reserved: settled with the turn's usage
     /// (`None` for a replayed turn, which reserved nothing).
     pub(super) grant: Option<Grant>,
+    /// The budget dimension that set the call's output ceiling, if one did:
+    /// an answer cut off there ran out of that budget.
+    pub(super) limited_by: Option<Dimension>,
 }
 
 impl Turn {
@@ -110,12 +113,14 @@ impl Turn {
             prior: HashMap::new(),
             price,
             grant: None,
+            limited_by: None,
         }
     }
 
     /// The turn, with what its call reserved.
-    pub(super) fn with_grant(mut self, grant: Grant) -> Turn {
-        self.grant = Some(grant);
+    pub(super) fn with_reservation(mut self, reserved: super::model_chain::ceiling::Reservation) -> Turn {
+        self.grant = Some(reserved.grant);
+        self.limited_by = reserved.limited_by;
         self
     }
 
@@ -127,6 +132,7 @@ impl Turn {
             prior: turn.prior,
             price,
             grant: None,
+            limited_by: None,
         }
     }
 }
@@ -264,7 +270,8 @@ impl Engine {
                     .await;
                 match asked {
                     Ok(answer) => {
-                        Turn::answered(answer.response, answer.price).with_grant(answer.grant)
+                        Turn::answered(answer.response, answer.price)
+                            .with_reservation(answer.reservation)
                     }
                     // A turn cut short by the hand-on is not a failure of
                     // the model: the step runs again on resume.
@@ -585,6 +592,36 @@ pub(super) fn handle_turn(
     }
     if !response.tool_calls.is_empty() {
         return None;
+    }
+    if response.finish == FinishReason::Length
+        && let Some(dimension) = turn.limited_by
+    {
+        // Cut off at the ceiling the budget left, not at the model's cap:
+        // the budget ran out mid-answer.
+        let left = state.budget.remaining(now);
+        let remaining = match dimension {
+            Dimension::Cost => left.cost.map_or(0, rein_core::deadline::Cost::micros),
+            _ => left.tokens.unwrap_or(0),
+        };
+        let exhausted = Exhausted {
+            dimension,
+            needed: remaining.saturating_add(1),
+            remaining,
+        };
+        ctx.emitter.emit(
+            &Correlation {
+                step: state.step,
+                ..Correlation::default()
+            },
+            BudgetExhausted {
+                used: Some(state.budget.used()),
+                reason: Some(format!(
+                    "the answer was cut off at the output ceiling the {dimension} budget left"
+                )),
+                ..BudgetExhausted::new(BudgetScope::ModelTurn, exhausted)
+            },
+        );
+        return Some(End::Budget(exhausted));
     }
     Some(match response.finish {
         FinishReason::Length => End::ModelFailed(

@@ -1,6 +1,6 @@
 //! One model turn along the agent's model chain.
 
-use rein_core::deadline::{Budget, Grant};
+use rein_core::deadline::Budget;
 use rein_core::{Category, Clock};
 
 use crate::provider::{Message, ModelRequest, ModelResponse};
@@ -21,7 +21,7 @@ pub const MIN_OUTPUT_TOKENS: u64 = 64;
 pub(super) struct Answer {
     pub(super) response: ModelResponse,
     pub(super) price: Option<rein_core::registry::Price>,
-    pub(super) grant: Grant,
+    pub(super) reservation: model_chain::ceiling::Reservation,
 }
 
 impl Engine {
@@ -74,12 +74,13 @@ impl Engine {
             model_chain::Reply::Complete(response) => Ok(Answer {
                 response,
                 price: answered.price,
-                grant: answered.grant,
+                reservation: answered.reservation,
             }),
             // Not asked for: a run's turns are whole.
             model_chain::Reply::Stream { .. } => {
                 // Nothing was charged for it: the turn ends.
-                let _ = budget.settle(answered.grant, Default::default(), self.clock.now());
+                let grant = answered.reservation.grant;
+                let _ = budget.settle(grant, Default::default(), self.clock.now());
                 Err(End::ModelFailed(
                     Category::Unknown,
                     "a streamed reply where a whole one was asked for".into(),

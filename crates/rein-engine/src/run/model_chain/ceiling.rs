@@ -88,8 +88,21 @@ pub fn prompt_estimate(messages: &[Message], tools: &[Value], last_input: u64) -
 pub struct Ceiling {
     /// The `max_tokens` to send; `None` when nothing limits the output.
     pub max_tokens: Option<u64>,
+    /// The budget dimension that set `max_tokens` below the model's cap
+    /// (an answer cut there ran out of that budget); `None` when the cap
+    /// or the caller did.
+    pub limited_by: Option<Dimension>,
     /// What to reserve: the prompt and the largest output, at the price.
     pub reserve: Usage,
+}
+
+/// What an answered attempt reserved: settled with its usage by the host.
+#[derive(Debug)]
+pub(crate) struct Reservation {
+    /// The reserved share of the budget.
+    pub(crate) grant: Grant,
+    /// [`Ceiling::limited_by`] of the attempt.
+    pub(crate) limited_by: Option<Dimension>,
 }
 
 /// The largest output whose cost, after a prompt costing `prompt_cost`,
@@ -157,9 +170,19 @@ pub fn ceiling(
         .into_iter()
         .flatten()
         .min();
+    let others = [cap.map(u64::from), requested].into_iter().flatten().min();
+    let below = |room: Option<u64>| room.is_some_and(|r| others.is_none_or(|o| r < o));
+    let limited_by = if below(by_tokens) && by_tokens <= by_cost.or(by_tokens) {
+        Some(Dimension::Tokens)
+    } else if below(by_cost) {
+        Some(Dimension::Cost)
+    } else {
+        None
+    };
     let output = max_tokens.unwrap_or(0);
     Ok(Ceiling {
         max_tokens,
+        limited_by,
         reserve: Usage {
             steps: 0,
             tokens: prompt.saturating_add(output),
@@ -197,6 +220,7 @@ fn after_the_call(
             .into_iter()
             .flatten()
             .min(),
+        limited_by: None,
         reserve: Usage::default(),
     })
 }
@@ -213,7 +237,7 @@ impl Engine {
         (request, prompt): (&ModelRequest, u64),
         budget: &mut Budget,
         now: Instant,
-    ) -> Result<(ModelRequest, Grant), LinkEnd> {
+    ) -> Result<(ModelRequest, Reservation), LinkEnd> {
         let decided = ceiling(
             budget,
             now,
@@ -241,7 +265,10 @@ impl Engine {
                     max_tokens: ceiling.max_tokens,
                     ..request.clone()
                 },
-                budget.reserve(ceiling.reserve),
+                Reservation {
+                    grant: budget.reserve(ceiling.reserve),
+                    limited_by: ceiling.limited_by,
+                },
             )),
             Err(exhausted) => {
                 host.emitter().emit(
@@ -294,6 +321,7 @@ mod tests {
         let b = budget(Some(50_000), None);
         let c = ceiling(&b, Instant::ORIGIN, 1_000, Some(16_384), None, None).unwrap();
         assert_eq!(c.max_tokens, Some(16_384));
+        assert_eq!(c.limited_by, None, "the cap, not the budget");
         assert_eq!(c.reserve.tokens, 17_384);
     }
 
@@ -302,6 +330,7 @@ mod tests {
         let b = budget(Some(5_000), None);
         let c = ceiling(&b, Instant::ORIGIN, 4_000, Some(16_384), None, None).unwrap();
         assert_eq!(c.max_tokens, Some(1_000));
+        assert_eq!(c.limited_by, Some(Dimension::Tokens));
         assert_eq!(c.reserve.tokens, 5_000, "prompt and output fill the budget");
     }
 
@@ -320,6 +349,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.max_tokens, Some(2_000));
+        assert_eq!(c.limited_by, Some(Dimension::Cost));
         assert_eq!(c.reserve.cost, Cost::from_micros(10_000));
         assert!(c.reserve.cost <= b.remaining(Instant::ORIGIN).cost.unwrap());
     }

@@ -102,7 +102,7 @@ impl Engine {
                 )
                 .await;
             let failure = match outcome {
-                Ok((reply, grant)) => {
+                Ok((reply, reservation)) => {
                     if !moved_on.is_empty() {
                         host.emitter().emit(
                             c,
@@ -129,7 +129,7 @@ impl Engine {
                     }
                     return Ok(Answered {
                         reply,
-                        grant,
+                        reservation,
                         price: link.price,
                         provider: link.provider.name().to_owned(),
                         model: link.model.to_owned(),

@@ -20,6 +20,7 @@ use rein_core::event::{
 use rein_core::retry::{GiveUpReason, RetryDecision, RetryInput, RetryPolicy};
 use rein_core::{Category, Failure, Instant, LatencyProfile, ToolClass};
 
+use super::ceiling::Reservation;
 use super::chain::LinkEnd;
 use super::held::{GuardedStream, Held, record_transition};
 use super::{LinkRef, Mode, Reply, TurnHost};
@@ -64,8 +65,8 @@ impl LinkCall<'_> {
 
 /// How one attempt at a link ended, when it did not end the link.
 enum Tried {
-    /// It answered; the grant is what the attempt reserved.
-    Answered(Reply, Grant),
+    /// It answered, with what the attempt reserved.
+    Answered(Reply, Reservation),
     /// It failed; `at` is when its outcome was known (the retry decision's
     /// `now`).
     Failed { failure: Failure, at: Instant },
@@ -160,7 +161,7 @@ impl Engine {
         budget: &mut Budget,
         next_links: usize,
         mode: Mode,
-    ) -> Result<(Reply, Grant), LinkEnd> {
+    ) -> Result<(Reply, Reservation), LinkEnd> {
         let call = LinkCall {
             host,
             c,
@@ -183,7 +184,7 @@ impl Engine {
         loop {
             attempt += 1;
             let (failure, at) = match self.try_link(&call, budget, gate.as_ref(), attempt).await? {
-                Tried::Answered(reply, grant) => return Ok((reply, grant)),
+                Tried::Answered(reply, reserved) => return Ok((reply, reserved)),
                 Tried::Failed { failure, at } => (failure, at),
             };
             if failure.category() == Category::ContextOverflow
@@ -214,7 +215,7 @@ impl Engine {
         let now = self.clock.now();
         // Reserved before the call, at this link's price and cap; a call
         // that cannot fit is not sent (the permit and slot go back unused).
-        let (request, grant) = match self.reserve_attempt(
+        let (request, reservation) = match self.reserve_attempt(
             (call.host, call.c),
             call.link,
             (call.request, call.prompt),
@@ -253,7 +254,7 @@ impl Engine {
                 // The caller's cancellation is not the provider's fault:
                 // the guard gives the permit back unused.
                 drop(held);
-                let _ = budget.settle(grant, Usage::default(), self.clock.now());
+                let _ = budget.settle(reservation.grant, Usage::default(), self.clock.now());
                 if !call.host.interrupted() {
                     emitter.emit(
                         c,
@@ -274,10 +275,17 @@ impl Engine {
         match result {
             Ok(reply) => Ok(Tried::Answered(
                 self.link_answered(call, held, attempt, reply).await,
-                grant,
+                reservation,
             )),
             Err(failure) => {
-                self.link_failed(call, held, attempt, &failure, (budget, grant), now)
+                self.link_failed(
+                    call,
+                    held,
+                    attempt,
+                    &failure,
+                    (budget, reservation.grant),
+                    now,
+                )
                     .await?;
                 Ok(Tried::Failed { failure, at: now })
             }

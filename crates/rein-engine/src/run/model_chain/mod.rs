@@ -41,7 +41,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use rein_core::LatencyProfile;
-use rein_core::deadline::Grant;
 use rein_core::registry::Price;
 use rein_core::retry::RetryPolicy;
 
@@ -156,7 +155,7 @@ pub(crate) enum Reply {
 pub(crate) struct Answered {
     pub(crate) reply: Reply,
     /// What the answering attempt reserved, to be settled with its usage.
-    pub(crate) grant: Grant,
+    pub(crate) reservation: ceiling::Reservation,
     pub(crate) price: Option<Price>,
     pub(crate) provider: String,
     pub(crate) model: String,
