@@ -151,6 +151,7 @@ pub fn catalog() -> Vec<Scenario> {
     all.extend(model_gateway_scripted());
     all.extend(submission());
     all.extend(model_chains());
+    all.extend(super::ceilings::ceilings());
     all
 }
 

@@ -118,7 +118,10 @@ impl Turn {
     }
 
     /// The turn, with what its call reserved.
-    pub(super) fn with_reservation(mut self, reserved: super::model_chain::ceiling::Reservation) -> Turn {
+    pub(super) fn with_reservation(
+        mut self,
+        reserved: super::model_chain::ceiling::Reservation,
+    ) -> Turn {
         self.grant = Some(reserved.grant);
         self.limited_by = reserved.limited_by;
         self
@@ -269,10 +272,8 @@ impl Engine {
                     .model_turn(ctx, &state.messages, &mut state.budget, state.step)
                     .await;
                 match asked {
-                    Ok(answer) => {
-                        Turn::answered(answer.response, answer.price)
-                            .with_reservation(answer.reservation)
-                    }
+                    Ok(answer) => Turn::answered(answer.response, answer.price)
+                        .with_reservation(answer.reservation),
                     // A turn cut short by the hand-on is not a failure of
                     // the model: the step runs again on resume.
                     Err(_) if ctx.is_interrupted() => return Stepped::Ended(End::Interrupted),

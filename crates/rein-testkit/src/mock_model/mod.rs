@@ -101,10 +101,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use meter::{BYTES_PER_TOKEN, UsageEntry};
 pub use reply::{
     ApiError, AssistantMessage, DEFAULT_USAGE, FinishReason, Reply, StreamFault, ToolCall, Usage,
 };
-pub use meter::{BYTES_PER_TOKEN, UsageEntry};
 pub use sse::STREAM_PIECE_CHARS;
 
 use crate::TestkitError;

@@ -286,7 +286,7 @@ impl Engine {
                     (budget, reservation.grant),
                     now,
                 )
-                    .await?;
+                .await?;
                 Ok(Tried::Failed { failure, at: now })
             }
         }
