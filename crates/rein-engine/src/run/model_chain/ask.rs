@@ -219,7 +219,7 @@ impl Engine {
                 retry_after,
             }
         })?;
-        drop(answered.reservation);
+        let _unsettled = answered.reservation;
         let reply = match answered.reply {
             Reply::Complete(response) => ModelReply::Complete(response),
             Reply::Stream { first, rest } => ModelReply::Stream(Box::pin(
