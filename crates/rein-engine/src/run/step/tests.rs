@@ -155,6 +155,27 @@ fn handle_turn_without_calls_ends_with_the_answer_or_says_why_not() {
 }
 
 #[test]
+fn an_answer_cut_at_the_ceiling_the_budget_set_ends_budget_exhausted() {
+    let (bench, agent) = (Bench::new(), agent());
+    let ctx = bench.ctx(&agent, &AcceptAll);
+    let mut cut = state(&agent);
+    let mut turn = Turn::answered(response(vec![], FinishReason::Length), None);
+    turn.limited_by = Some(Dimension::Cost);
+    let end = handle_turn(&ctx, &mut cut, &mut turn, Instant::ORIGIN);
+    assert!(
+        matches!(end, Some(End::Budget(e)) if e.dimension == Dimension::Cost),
+        "{end:?}"
+    );
+    // Cut at the model's own cap it is the model's failure, as before.
+    let mut capped = state(&agent);
+    let mut turn = Turn::answered(response(vec![], FinishReason::Length), None);
+    assert!(matches!(
+        handle_turn(&ctx, &mut capped, &mut turn, Instant::ORIGIN),
+        Some(End::ModelFailed(Category::Unknown, _))
+    ));
+}
+
+#[test]
 fn handle_turn_over_the_token_budget_ends_before_its_calls_run() {
     let (bench, mut agent) = (Bench::new(), agent());
     agent.budget = agent.budget.with_tokens(50).unwrap();
