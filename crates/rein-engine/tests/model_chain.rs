@@ -134,6 +134,43 @@ async fn transient_failures_move_the_turn_to_the_next_link_and_say_so() {
     }
 }
 
+/// Each attempt asks at most the output cap of the model that answers it:
+/// the two mocks refuse anything above their model's cap with a 400, as
+/// the real API does, and both answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_asks_at_most_the_output_cap_of_the_model_it_goes_to() {
+    let h = harness(Faults::none()).await;
+    let capped = |model: &str, cap: u64| {
+        MockModelConfig::default()
+            .with_model(model)
+            .with_fallback_text("answered")
+            .with_output_cap(model, cap)
+    };
+    let primary = MockModel::start_with(capped("primary-model", 4096))
+        .await
+        .unwrap();
+    primary.push_reply(Reply::unavailable());
+    let backup = MockModel::start_with(capped("backup-model", 1000))
+        .await
+        .unwrap();
+    let mut a = chained(&h, &primary.openai_base_url(), &backup.openai_base_url());
+    a.max_output_tokens = Some(4096);
+    a.fallbacks[0].max_output_tokens = Some(1000);
+    // A budget far above both caps.
+    a.budget = a.budget.with_tokens(1_000_000).unwrap();
+    let out = ask(&h, &a).await;
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:?}", out.report);
+    let asked = |m: &MockModel| -> Vec<u64> {
+        m.requests()
+            .iter()
+            .map(|r| r.body["max_tokens"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(asked(&primary), vec![4096]);
+    assert_eq!(asked(&backup), vec![1000]);
+    assert_eq!(backup.usage_log().len(), 1, "the backup answered, no 400");
+}
+
 fn reply_was_sent(why: &str) -> bool {
     why != "connection refused"
 }
