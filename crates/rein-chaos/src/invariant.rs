@@ -27,6 +27,8 @@ use serde_json::Value;
 
 use crate::evidence::{Evidence, RunEvidence};
 
+mod model_side;
+
 /// Text that only ever appears in raw error bodies: a model that receives
 /// any of it was handed raw error text.
 pub const RAW_ERROR_MARKERS: [&str; 5] = [
@@ -170,7 +172,7 @@ pub fn check(evidence: &Evidence) -> Vec<Violation> {
     }
     calls_accounted_for(evidence, &mut out);
     model_calls_accounted_for(evidence, &mut out);
-    model_side_budgets(evidence, &mut out);
+    model_side::budgets(evidence, &mut out);
     concurrency_ceiling(evidence, &mut out);
     irreversible_not_retried(evidence, &mut out);
     out
@@ -886,57 +888,6 @@ fn model_calls_accounted_for(evidence: &Evidence, out: &mut Vec<Violation>) {
                 format!("{n} requests reached {server} but rein recorded {seen} model calls to it"),
             );
         }
-    }
-}
-
-/// Invariant 2 from the model side: what the mock model servers counted
-/// (their usage logs, at the world's prices) is within the run's token and
-/// cost limits. Judged for a scenario of one run, the only one whose every
-/// model call is that run's.
-fn model_side_budgets(evidence: &Evidence, out: &mut Vec<Violation>) {
-    let [run] = evidence.runs.as_slice() else {
-        return;
-    };
-    let logs = [
-        ("mock", &evidence.model_usage),
-        ("backup", &evidence.backup_usage),
-    ];
-    let mut tokens = 0u64;
-    let mut micros = 0u128;
-    for (server, log) in logs {
-        for entry in log.iter() {
-            tokens = tokens.saturating_add(entry.prompt_tokens + entry.completion_tokens);
-            if let Some((input, output)) = evidence.prices.get(&format!("{server}/{}", entry.model))
-            {
-                // Rounded up per part, as rein prices a call.
-                let part = |t: u64, per: u64| (u128::from(t) * u128::from(per)).div_ceil(1_000_000);
-                micros +=
-                    part(entry.prompt_tokens, *input) + part(entry.completion_tokens, *output);
-            }
-        }
-    }
-    if let Some(limit) = run.limits.tokens()
-        && tokens > limit
-    {
-        violation(
-            out,
-            Invariant::BudgetsHold,
-            Some(run),
-            format!("the model servers counted {tokens} tokens, limit {limit}"),
-        );
-    }
-    if let Some(limit) = run.limits.cost()
-        && micros > u128::from(limit.micros())
-    {
-        violation(
-            out,
-            Invariant::BudgetsHold,
-            Some(run),
-            format!(
-                "the model servers counted {micros} micro-dollars, limit {}",
-                limit.micros()
-            ),
-        );
     }
 }
 
