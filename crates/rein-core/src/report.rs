@@ -54,7 +54,9 @@ use crate::advice::{FailureHint, Subject, advise};
 use crate::call::CallResult;
 use crate::deadline::{Exhausted, Usage};
 use crate::failure::{Category, Effect};
-use crate::handoff::{EffectState, HandoffPackage, InFlight, TimelineEntry, input_digest};
+use crate::handoff::{
+    EffectState, HandoffPackage, InFlight, TimelineEntry, ToolOwner, input_digest,
+};
 use crate::ids::{IntentId, RunId};
 use crate::ledger::{LedgerRecord, LedgerStatus};
 use crate::loop_guard::Trip;
@@ -153,6 +155,9 @@ pub struct ReportBasis {
     /// [`RunFacts::hint`].
     #[serde(default, skip_serializing_if = "FailureHint::is_empty")]
     pub hint: FailureHint,
+    /// Who answers for each tool: [`RunFacts::owners`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub owners: BTreeMap<String, ToolOwner>,
     /// The revision of the run's ledger the report reflects, set by the
     /// store when it stores the report (`None` before, and in reports
     /// stored before revisions existed).
@@ -203,6 +208,10 @@ pub struct RunFacts {
     /// category (the env var of the key a 401 rejected, a `Retry-After`),
     /// for advice that names what to fix.
     pub hint: FailureHint,
+    /// Who answers for each of the agent's tools, by tool name, for the
+    /// handoff package; empty when the run's agent is not at hand (a run
+    /// closed from outside names no owners).
+    pub owners: BTreeMap<String, ToolOwner>,
 }
 
 /// Whether a record of a run that ended waits for a human: in doubt, or
@@ -250,6 +259,7 @@ fn took_effect(record: &LedgerRecord) -> bool {
 ///     strategies_not_tried: Vec::new(),
 ///     notes: Vec::new(),
 ///     hint: Default::default(),
+///     owners: Default::default(),
 /// };
 /// let report = derive(&facts, &[]);
 /// assert_eq!(report.outcome, Outcome::Succeeded);
@@ -337,6 +347,7 @@ pub fn derive(facts: &RunFacts, ledger: &[LedgerRecord]) -> RunReport {
             in_flight: facts.in_flight.clone(),
             strategies_not_tried: facts.strategies_not_tried.clone(),
             hint: facts.hint.clone(),
+            owners: facts.owners.clone(),
             ledger_revision: None,
         }),
         notes: facts.notes.clone(),
@@ -741,6 +752,8 @@ fn package(facts: &RunFacts, ledger: &[LedgerRecord]) -> HandoffPackage {
         tool: r.tool.clone(),
         status: r.status,
         note,
+        owner: facts.owners.get(&r.tool).map(|o| o.owner.clone()),
+        side_effect_tier: facts.owners.get(&r.tool).map(|o| o.side_effect_tier),
     };
     let mut certain = Vec::new();
     let mut uncertain = Vec::new();
@@ -924,6 +937,7 @@ mod tests {
             strategies_not_tried: Vec::new(),
             notes: Vec::new(),
             hint: Default::default(),
+            owners: Default::default(),
         }
     }
 

@@ -89,6 +89,14 @@ impl Store for Metered {
         self.inner.list_runs(limit).await
     }
 
+    async fn tenant_backlogs(
+        &self,
+        tenant: Option<&rein_core::TenantId>,
+        oldest: usize,
+    ) -> Result<Vec<rein_store::TenantBacklog>, rein_store::StoreError> {
+        self.inner.tenant_backlogs(tenant, oldest).await
+    }
+
     async fn list_runs_page(
         &self,
         filter: &RunFilter,
@@ -436,6 +444,7 @@ fn tool(desk: &OrderDesk, name: &str, class: ToolClass) -> ToolBinding {
         .into(),
         resource_group: Some("order_api".to_owned()),
         self_heal_allowance: None,
+        declared: Default::default(),
     }
 }
 
@@ -472,6 +481,7 @@ fn agent(desk: &OrderDesk, steps: u32) -> AgentBinding {
         context_fallbacks: Vec::new(),
         provider_limits: Default::default(),
         model_retry: Default::default(),
+        fan_out: Default::default(),
     }
 }
 

@@ -33,7 +33,7 @@ pub struct Metrics {
 }
 
 /// The help line of each counter.
-const HELP: [(&str, &str); 13] = [
+const HELP: [(&str, &str); 14] = [
     ("rein_runs_finished_total", "Runs that ended, by outcome."),
     (
         "rein_model_calls_total",
@@ -78,6 +78,10 @@ const HELP: [(&str, &str); 13] = [
     (
         "rein_loop_guard_trips_total",
         "Runs stopped by the loop guard.",
+    ),
+    (
+        "rein_fan_out_refused_total",
+        "Model turns that proposed more calls than their agent's max_calls_per_turn; none of their calls ran.",
     ),
     (
         "rein_compensations_total",
@@ -195,6 +199,7 @@ impl Metrics {
                 ],
             ),
             EventData::LoopDetected(_) => ("rein_loop_guard_trips_total", Vec::new()),
+            EventData::FanOutRefused(_) => ("rein_fan_out_refused_total", Vec::new()),
             EventData::ToolDisabled(d) => (
                 "rein_self_heal_exhausted_total",
                 vec![("tool", d.tool.clone())],

@@ -908,6 +908,13 @@ impl Store for NoDeclares {
     ) -> Result<Vec<rein_store::RunRecord>, rein_store::StoreError> {
         self.0.list_runs(limit).await
     }
+    async fn tenant_backlogs(
+        &self,
+        tenant: Option<&rein_core::TenantId>,
+        oldest: usize,
+    ) -> Result<Vec<rein_store::TenantBacklog>, rein_store::StoreError> {
+        self.0.tenant_backlogs(tenant, oldest).await
+    }
     async fn list_runs_page(
         &self,
         filter: &rein_store::RunFilter,
@@ -1163,6 +1170,7 @@ async fn a_command_tool_runs_in_the_loop_with_its_ledger_record_and_lease() {
             target: ToolTarget::Command(target),
             resource_group: None,
             self_heal_allowance: None,
+            declared: Default::default(),
         },
     );
     let out = run(&h, &a).await;

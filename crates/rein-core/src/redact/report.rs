@@ -103,6 +103,7 @@ mod tests {
             strategies_not_tried: Vec::new(),
             notes: Vec::new(),
             hint: Default::default(),
+            owners: Default::default(),
         }
     }
 

@@ -903,6 +903,19 @@ impl<'a> Checker<'a> {
             Some(adapter) => self.adapter(merged, file, &p, class, idempotency.as_ref(), adapter),
         };
         let compensation = self.compensation(merged, file, name, c);
+        let resource_key = match c.resource_key.as_deref() {
+            None => Some(None),
+            Some(text) => {
+                let props = c.schema.as_ref().and_then(properties);
+                match super::fan_out::check_resource_key(text, class, props) {
+                    Ok(key) => Some(Some(key)),
+                    Err((field, message)) => {
+                        self.report(file, format!("{p}.{field}"), message);
+                        None
+                    }
+                }
+            }
+        };
         Some(ToolSpec {
             name: name.to_owned(),
             description: description?,
@@ -917,6 +930,7 @@ impl<'a> Checker<'a> {
             avoid_at_plan_time: c.avoid_at_plan_time,
             self_heal_allowance: c.self_heal_allowance,
             adapter: adapter?,
+            resource_key: resource_key?,
             source: file.to_path_buf(),
         })
     }
@@ -1823,6 +1837,17 @@ impl<'a> Checker<'a> {
                 max_wasted_tokens: wasted,
             }),
         };
+        if let Err((field, message)) = super::approval::check_approval(&c.approval) {
+            self.report(file, format!("{p}.{field}"), message);
+            ok = false;
+        }
+        let fan_out = match super::fan_out::check_fan_out(&c.fan_out) {
+            Ok(limits) => Some(limits),
+            Err((field, message)) => {
+                self.report(file, format!("{p}.{field}"), message);
+                None
+            }
+        };
         if !ok {
             return None;
         }
@@ -1842,6 +1867,7 @@ impl<'a> Checker<'a> {
             on_failure: c.on_failure,
             compensation_reserve: compensation_reserve?,
             model_retry: model_retry?,
+            fan_out: fan_out?,
             source: file.to_path_buf(),
         })
     }
@@ -2168,6 +2194,15 @@ impl<'a> Checker<'a> {
         spec.cors = c.cors.as_ref().and_then(|cors| self.cors(file, cors));
         spec.metrics = c.metrics.unwrap_or_default();
         spec.metrics_tenants = self.metrics_tenants(file, c, &spec);
+
+        // ----- quotas (`[server.quotas]`, its own module) -----------------
+        let (quotas, mut refused) = super::quotas::validate(&c.quotas);
+        let key_tenants: Vec<&TenantId> = spec.api_keys.iter().map(|k| &k.tenant).collect();
+        refused.extend(super::quotas::unreachable_tenants(&quotas, &key_tenants));
+        for (field, message) in refused {
+            self.report(file, field, message);
+        }
+        spec.quotas = quotas;
         spec
     }
 

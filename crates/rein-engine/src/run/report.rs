@@ -163,6 +163,7 @@ pub(super) async fn stored_facts(
         strategies_not_tried: Vec::new(),
         notes: unreadable.into_iter().collect(),
         hint: Default::default(),
+        owners: Default::default(),
     })
 }
 
@@ -220,6 +221,7 @@ pub async fn revise(
         strategies_not_tried: basis.strategies_not_tried,
         notes: unreadable.into_iter().collect(),
         hint: basis.hint,
+        owners: basis.owners,
     };
     let revised = derive(&facts, ledger);
     Ok(Some(revised))

@@ -232,6 +232,7 @@ impl Engine {
             strategies_not_tried: report::strategies_not_tried(agent),
             notes: Vec::new(),
             hint: ctx.failure_hint(&end),
+            owners: ctx.agent.owners(),
         };
         if matches!(end, End::Interrupted) {
             // Handed on unfinished: never settled (what it did so far is
@@ -355,6 +356,9 @@ impl Engine {
         turn: &Turn,
     ) -> Plan {
         let step = state.step;
+        if let Some(refused) = self.refuse_fan_out(ctx, step, turn) {
+            return refused;
+        }
         let response = &turn.response;
         let c = Correlation {
             step,

@@ -160,6 +160,7 @@ mod tests {
                 strategies_not_tried: vec![],
                 notes: vec![],
                 hint: Default::default(),
+                owners: Default::default(),
             },
             &[],
         )
