@@ -16,6 +16,7 @@ use rein_core::deadline::BudgetLimits;
 use rein_core::{Event, FailurePolicy, LedgerRecord, RunId, RunReport, ToolClass};
 use rein_engine::provider::Message;
 use rein_store::PlannedIntent;
+use rein_testkit::mock_model::UsageEntry;
 use rein_testkit::order_desk::DeskLog;
 use serde::Serialize;
 
@@ -86,6 +87,14 @@ pub struct Evidence {
     pub ceilings: BTreeMap<String, u32>,
     /// Peak concurrency measured at the proxy per resource group.
     pub peaks: BTreeMap<String, usize>,
+    /// The usage the primary mock model server reported, answer by answer:
+    /// the model side's own count.
+    pub model_usage: Vec<UsageEntry>,
+    /// The usage the backup mock model server reported.
+    pub backup_usage: Vec<UsageEntry>,
+    /// Per-million-token prices (input, output) in micro-dollars, keyed
+    /// `mock/<model>` and `backup/<model>`.
+    pub prices: BTreeMap<String, (u64, u64)>,
     /// What the client saw of its submissions, when the scenario submits
     /// through the server.
     pub submissions: Vec<SubmissionAttempt>,

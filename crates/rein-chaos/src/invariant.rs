@@ -28,6 +28,7 @@ use serde_json::Value;
 use crate::evidence::{Evidence, RunEvidence};
 
 mod fan_out;
+mod model_side;
 
 /// Text that only ever appears in raw error bodies: a model that receives
 /// any of it was handed raw error text.
@@ -172,6 +173,7 @@ pub fn check(evidence: &Evidence) -> Vec<Violation> {
     }
     calls_accounted_for(evidence, &mut out);
     model_calls_accounted_for(evidence, &mut out);
+    model_side::budgets(evidence, &mut out);
     concurrency_ceiling(evidence, &mut out);
     fan_out::fan_out_capped(evidence, &mut out);
     fan_out::same_resource_serial(evidence, &mut out);

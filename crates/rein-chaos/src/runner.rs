@@ -410,6 +410,17 @@ async fn drive(
             .collect(),
         ceilings: Services::ceilings(&world.registry, plan),
         peaks,
+        model_usage: services
+            .model
+            .as_ref()
+            .map(|m| m.usage_log())
+            .unwrap_or_default(),
+        backup_usage: services
+            .backup
+            .as_ref()
+            .map(|m| m.usage_log())
+            .unwrap_or_default(),
+        prices: model_prices(&world.registry),
         concurrent_runs: plan.concurrent,
         submissions,
         fan_out_cap: Services::fan_out_cap(&world.registry, plan),
@@ -436,6 +447,27 @@ async fn drive(
             })
             .collect(),
     })
+}
+
+/// The price of each model of the world's mock servers, per million
+/// tokens in micro-dollars, keyed `mock/<model>` (the primary server, whose
+/// providers `mock` and `mock_stream` price alike) and `backup/<model>`.
+fn model_prices(registry: &rein_core::registry::Registry) -> BTreeMap<String, (u64, u64)> {
+    ["mock", "backup"]
+        .into_iter()
+        .filter_map(|server| registry.provider(server).map(|p| (server, p)))
+        .flat_map(|(server, p)| {
+            p.prices.iter().map(move |(model, price)| {
+                (
+                    format!("{server}/{model}"),
+                    (
+                        price.input_per_mtok.micros(),
+                        price.output_per_mtok.micros(),
+                    ),
+                )
+            })
+        })
+        .collect()
 }
 
 /// Drives one run in this process; a panic or an engine error is caught

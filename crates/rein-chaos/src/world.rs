@@ -40,6 +40,12 @@ pub const GROUP: &str = "order_api";
 
 /// The model name the world's agents use.
 pub const MODEL: &str = "chaos-model";
+/// The backup's larger-context model.
+pub const LARGE_MODEL: &str = "chaos-model-large";
+/// `MODEL`'s output cap, as the world's `max_output_tokens` gives it.
+pub const MODEL_OUTPUT_CAP: u64 = 4096;
+/// `LARGE_MODEL`'s output cap.
+pub const LARGE_MODEL_OUTPUT_CAP: u64 = 8192;
 
 /// Where a world's parts listen, written next to its config so that a
 /// worker process can bind the same agent.
@@ -175,6 +181,21 @@ fn env_of(endpoints: &Endpoints) -> impl Fn(&str) -> Option<String> + use<> {
     }
 }
 
+/// The caps every mock model server enforces (the world's
+/// `max_output_tokens`, so any call above them is a 400 the run would
+/// show), metered when the plan says so.
+fn mock_config(plan: &Plan, replies: &[rein_testkit::mock_model::Reply]) -> MockModelConfig {
+    let config = MockModelConfig::new(replies.to_vec())
+        .with_model(MODEL)
+        .with_output_cap(MODEL, MODEL_OUTPUT_CAP)
+        .with_output_cap(LARGE_MODEL, LARGE_MODEL_OUTPUT_CAP);
+    if plan.metered {
+        config.with_metered_usage()
+    } else {
+        config
+    }
+}
+
 fn setting(e: impl std::fmt::Display) -> ChaosError {
     ChaosError::Setup(format!("scenario setting: {e}"))
 }
@@ -191,7 +212,11 @@ fn tune(agent: &mut AgentBinding, tune: &Tune) -> Result<(), ChaosError> {
     if let Some(tokens) = tune.tokens.or(agent.budget.tokens()) {
         budget = budget.with_tokens(tokens).map_err(setting)?;
     }
-    if let Some(cost) = agent.budget.cost() {
+    if let Some(cost) = tune
+        .cost_micros
+        .map(rein_core::deadline::Cost::from_micros)
+        .or(agent.budget.cost())
+    {
         budget = budget.with_cost(cost).map_err(setting)?;
     }
     agent.budget = budget;
@@ -260,10 +285,9 @@ impl Services {
         tool_proxy.set_rules(plan.tool_rules.clone());
         let (model, model_proxy) = match &plan.model {
             ModelPlan::Mock(replies) => {
-                let model =
-                    MockModel::start_with(MockModelConfig::new(replies.clone()).with_model(MODEL))
-                        .await
-                        .map_err(|e| ChaosError::Setup(format!("the mock model: {e}")))?;
+                let model = MockModel::start_with(mock_config(plan, replies))
+                    .await
+                    .map_err(|e| ChaosError::Setup(format!("the mock model: {e}")))?;
                 let proxy = FaultProxy::start(model.base_url())
                     .await
                     .map_err(|e| ChaosError::Setup(format!("the model proxy: {e}")))?;
@@ -274,10 +298,9 @@ impl Services {
         };
         let (backup, backup_proxy) = match &plan.backup {
             Some(replies) => {
-                let backup =
-                    MockModel::start_with(MockModelConfig::new(replies.clone()).with_model(MODEL))
-                        .await
-                        .map_err(|e| ChaosError::Setup(format!("the backup mock model: {e}")))?;
+                let backup = MockModel::start_with(mock_config(plan, replies))
+                    .await
+                    .map_err(|e| ChaosError::Setup(format!("the backup mock model: {e}")))?;
                 let proxy = FaultProxy::start(backup.base_url())
                     .await
                     .map_err(|e| ChaosError::Setup(format!("the backup proxy: {e}")))?;

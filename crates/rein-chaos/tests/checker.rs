@@ -59,8 +59,11 @@ async fn under_reported_tokens_and_silent_success_break_invariant_2() {
         .find(|x| x.kind() == EventKind::ModelCallFinished)
         .unwrap()
         .clone();
-    e.runs[0].events.push(call.clone());
-    e.runs[0].events.push(call);
+    // The run stopped 700 tokens short of its 2,400 (the next call could
+    // not fit): three more calls of 340 tokens each go beyond it.
+    for _ in 0..3 {
+        e.runs[0].events.push(call.clone());
+    }
     assert_flags(
         &e,
         Invariant::BudgetsHold,
@@ -412,4 +415,34 @@ fn edit(e: &mut Event, change: impl FnOnce(&mut Value)) {
 /// A payload of `kind` from its wire form.
 fn payload(kind: EventKind, data: Value) -> EventData {
     EventData::decode(kind, data).unwrap()
+}
+
+/// The ceiling scenarios hold as the model servers count: every call asked
+/// for at most the model's cap, and the servers' own usage is within the
+/// run's limits. One more answer over the limit in the log is flagged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_the_model_servers_counted_over_a_limit_breaks_invariant_2() {
+    for id in [91, 92] {
+        let base = evidence(id).await;
+        let run = &base.runs[0];
+        assert_eq!(
+            run.report.as_ref().unwrap().outcome,
+            Outcome::BudgetExhausted
+        );
+        let log: Vec<_> = base.model_usage.iter().chain(&base.backup_usage).collect();
+        assert!(log.len() >= 3, "C{id:03}: {log:?}");
+        assert!(
+            log.iter().all(|u| u.max_tokens.is_some_and(|m| m <= 4096)),
+            "C{id:03}: every call within the cap: {log:?}"
+        );
+        if id == 92 {
+            assert!(!base.backup_usage.is_empty(), "the backup answered a turn");
+        }
+        let mut e = base.clone();
+        let mut extra = e.model_usage[0].clone();
+        extra.prompt_tokens = 9000;
+        extra.completion_tokens = 4000;
+        e.model_usage.push(extra);
+        assert_flags(&e, Invariant::BudgetsHold, "usage over the limit");
+    }
 }

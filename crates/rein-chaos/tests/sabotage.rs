@@ -86,6 +86,38 @@ async fn retrying_an_irreversible_tool_breaks_invariant_9() {
     assert_caught(19, s, Invariant::IrreversibleNotRetried).await;
 }
 
+/// Charging a model call after it instead of reserving before it lets a
+/// growing prompt overrun the token ceiling: the checker, counting from the
+/// mock model's own usage log, says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn charging_after_the_call_breaks_invariant_2_under_growing_prompts() {
+    let s = Sabotage {
+        charge_after_call: true,
+        ..Sabotage::default()
+    };
+    assert_caught(91, s, Invariant::BudgetsHold).await;
+    let sabotaged = run(91, Some(s)).await;
+    assert!(
+        sabotaged
+            .violations
+            .iter()
+            .any(|v| v.detail.starts_with("the model servers counted")),
+        "{:?}",
+        sabotaged.violations
+    );
+}
+
+/// The same sabotage checks no cost before a call: the cost ceiling over
+/// two differently priced models is overrun, as both servers counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn charging_after_the_call_breaks_invariant_2_under_a_cost_ceiling() {
+    let s = Sabotage {
+        charge_after_call: true,
+        ..Sabotage::default()
+    };
+    assert_caught(92, s, Invariant::BudgetsHold).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_uncapped_fan_out_breaks_invariant_7() {
     let s = Sabotage {

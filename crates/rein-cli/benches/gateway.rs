@@ -576,6 +576,7 @@ fn config(dir: &Path, mock_base_url: &str) -> Result<std::path::PathBuf> {
 [providers.mock]
 kind = "openai"
 base_url = "{mock_base_url}"
+max_output_tokens = {{ "mock-model" = 4096 }}
 
 [models.bench]
 provider = "mock"

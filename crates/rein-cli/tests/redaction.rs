@@ -155,6 +155,7 @@ fn config(dir: &Path) -> std::path::PathBuf {
 kind = "openai"
 base_url = "${{MODEL_URL}}/v1"
 api_key_env = "CANARY_MODEL_KEY"
+max_output_tokens = {{ "mock-model" = 4096 }}
 
 [providers.script]
 kind = "scripted"
@@ -164,6 +165,7 @@ script = "script.json"
 kind = "openai"
 base_url = "${{MODEL2_URL}}/v1"
 api_key_env = "CANARY_MODEL_KEY"
+max_output_tokens = {{ "mock-model" = 4096 }}
 
 [models.chat]
 provider = "mock"

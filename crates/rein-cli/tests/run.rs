@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use rein_testkit::mock_model::{MockModel, Reply};
+use rein_testkit::mock_model::{MockModel, MockModelConfig, Reply};
 use rein_testkit::order_desk::OrderDesk;
 use serde_json::{Value, json};
 
@@ -113,10 +113,17 @@ async fn run_with_the_scripted_provider_succeeds_without_faults() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_against_an_openai_compatible_server() {
     let desk = OrderDesk::start().await.unwrap();
-    let model = MockModel::start([
-        Reply::tool_call("get_order", &json!({"order_id": "A-1002"})),
-        Reply::text("Order A-1002 is confirmed for 7 January."),
-    ])
+    // Like the real API, the mock refuses a max_tokens above gpt-4o-mini's
+    // documented cap with a 400; the example's budget (50,000 tokens) is
+    // far above it.
+    let model = MockModel::start_with(
+        MockModelConfig::new([
+            Reply::tool_call("get_order", &json!({"order_id": "A-1002"})),
+            Reply::text("Order A-1002 is confirmed for 7 January."),
+        ])
+        .with_output_cap("gpt-4o-mini", 16_384)
+        .with_metered_usage(),
+    )
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -153,6 +160,21 @@ async fn run_against_an_openai_compatible_server() {
         "Order A-1002 is confirmed for 7 January."
     );
     assert_eq!(model.request_count(), 2);
+    // Every call asked for at most the model's cap, and both were answered.
+    for request in model.requests() {
+        let max = request.body["max_tokens"].as_u64().unwrap();
+        assert!(max <= 16_384, "max_tokens {max}");
+    }
+    assert_eq!(model.usage_log().len(), 2);
+    // What the model side counted is what the report says was consumed,
+    // and within the example's budget.
+    let counted: u64 = model
+        .usage_log()
+        .iter()
+        .map(|u| u.prompt_tokens + u.completion_tokens)
+        .sum();
+    assert_eq!(doc["report"]["consumed"]["tokens"].as_u64(), Some(counted));
+    assert!(counted <= 50_000);
     // The model was offered the registry's definitions, side effects first.
     let tools = model.requests()[0].body["tools"].clone();
     let email = tools

@@ -34,6 +34,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod advice;
 pub mod breaker;
 pub mod call;
 pub mod clock;
@@ -50,6 +51,7 @@ pub mod ledger;
 pub mod loop_guard;
 pub mod model;
 pub mod outcome;
+pub mod output_cap;
 pub mod redact;
 pub mod registry;
 pub mod report;

@@ -50,6 +50,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::advice::{FailureHint, Subject, advise};
 use crate::call::CallResult;
 use crate::deadline::{Exhausted, Usage};
 use crate::failure::{Category, Effect};
@@ -150,6 +151,10 @@ pub struct ReportBasis {
     /// What rein deliberately did not try: [`RunFacts::strategies_not_tried`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub strategies_not_tried: Vec<String>,
+    /// What the failure that ended the run said besides its category:
+    /// [`RunFacts::hint`].
+    #[serde(default, skip_serializing_if = "FailureHint::is_empty")]
+    pub hint: FailureHint,
     /// Who answers for each tool: [`RunFacts::owners`].
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub owners: BTreeMap<String, ToolOwner>,
@@ -199,6 +204,10 @@ pub struct RunFacts {
     /// What the facts could not establish (e.g. an unreadable checkpoint):
     /// the report carries them and its summary says them.
     pub notes: Vec<ReportNote>,
+    /// What the model failure that ended the run said besides its
+    /// category (the env var of the key a 401 rejected, a `Retry-After`),
+    /// for advice that names what to fix.
+    pub hint: FailureHint,
     /// Who answers for each of the agent's tools, by tool name, for the
     /// handoff package; empty when the run's agent is not at hand (a run
     /// closed from outside names no owners).
@@ -249,6 +258,7 @@ fn took_effect(record: &LedgerRecord) -> bool {
 ///     in_flight: Vec::new(),
 ///     strategies_not_tried: Vec::new(),
 ///     notes: Vec::new(),
+///     hint: Default::default(),
 ///     owners: Default::default(),
 /// };
 /// let report = derive(&facts, &[]);
@@ -286,6 +296,13 @@ pub fn derive(facts: &RunFacts, ledger: &[LedgerRecord]) -> RunReport {
             (Settled::Kept, End::Internal(_)) => false,
             (Settled::Kept, End::Closed { .. }) => {
                 own.values().all(|r| r.status == LedgerStatus::Failed)
+            }
+            // A model failure recovers by trying again only when its
+            // category says so (not a rejected key, not an invalid request).
+            (Settled::Kept, End::ModelFailed(category, _))
+                if !advise(*category, Subject::Model, &facts.hint).recoverable =>
+            {
+                false
             }
             // A retry can run without repeating side effects unless an
             // irreversible effect is in doubt: completed writes are keyed
@@ -329,6 +346,7 @@ pub fn derive(facts: &RunFacts, ledger: &[LedgerRecord]) -> RunReport {
             settled: facts.settled.clone(),
             in_flight: facts.in_flight.clone(),
             strategies_not_tried: facts.strategies_not_tried.clone(),
+            hint: facts.hint.clone(),
             owners: facts.owners.clone(),
             ledger_revision: None,
         }),
@@ -508,7 +526,9 @@ fn recommend(
             "the agent stopped making progress ({}); refine the task or hand it to a human",
             trip.as_str()
         )),
-        End::ModelFailed(..) => advice.push("retry once the model provider is available".into()),
+        End::ModelFailed(category, _) => {
+            advice.push(advise(*category, Subject::Model, &facts.hint).recommendation);
+        }
         End::Settling(_) | End::Answer(_) => {}
         End::Interrupted => advice.push("resume it; completed steps will not run again".into()),
         End::Cancelled(_) => {
@@ -560,25 +580,15 @@ fn recommend(
                 action.tool
             )
         } else {
-            match action.category {
-                Category::RateLimited | Category::Overloaded | Category::CircuitOpen => format!(
-                    "retry {} later, when the target accepts calls again; it did not take effect",
-                    action.tool
-                ),
-                Category::BudgetExhausted => format!(
-                    "{} was not started for lack of budget; retry with a larger budget",
-                    action.tool
-                ),
-                Category::InvalidArguments | Category::NotFound | Category::Conflict => {
-                    format!(
-                        "review the input for {}; retrying unchanged will fail again",
-                        action.tool
-                    )
-                }
-                Category::Unauthorized | Category::Forbidden => {
-                    format!("fix rein's credentials for {}", action.tool)
-                }
-                _ => format!("retry {}; it did not take effect", action.tool),
+            let advice = advise(
+                action.category,
+                Subject::Tool(&action.tool),
+                &FailureHint::default(),
+            );
+            if advice.recoverable && action.category != Category::BudgetExhausted {
+                format!("{}; it did not take effect", advice.recommendation)
+            } else {
+                advice.recommendation
             }
         };
         if !advice.contains(&line) {
@@ -926,6 +936,7 @@ mod tests {
             in_flight: Vec::new(),
             strategies_not_tried: Vec::new(),
             notes: Vec::new(),
+            hint: Default::default(),
             owners: Default::default(),
         }
     }

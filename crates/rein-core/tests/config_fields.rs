@@ -238,6 +238,7 @@ const BASE: &str = r#"
 [providers.p]
 kind = "openai"
 base_url = "http://127.0.0.1:9/v1"
+max_output_tokens = { m = 4096 }
 
 [resource_groups.g]
 

@@ -462,6 +462,7 @@ fn agent(desk: &OrderDesk, steps: u32) -> AgentBinding {
         system_prompt: "You adjust orders.".into(),
         provider: Arc::new(ScriptedProvider::from_json("scripted", &script(steps)).unwrap()),
         price: None,
+        max_output_tokens: None,
         tool_definitions: vec![],
         tools,
         budget: BudgetLimits::new(Duration::from_secs(600))

@@ -111,6 +111,7 @@ fn agent(desk: &OrderDesk, script: &str) -> AgentBinding {
         system_prompt: "You adjust orders.".into(),
         provider: provider(script),
         price: None,
+        max_output_tokens: None,
         tool_definitions: vec![],
         tools,
         budget: BudgetLimits::new(Duration::from_secs(60))

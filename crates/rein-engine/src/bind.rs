@@ -101,6 +101,7 @@ pub fn bind_agent_using(
         .provider(&agent.provider)
         .and_then(|p| p.price(&agent.model))
         .copied();
+    let max_output_tokens = output_cap(registry, &agent.provider, &agent.model);
     let link = |l: &rein_core::registry::ModelLink| -> Result<ModelLink, BindError> {
         Ok(ModelLink {
             provider: providers(&agent.name, &l.provider)?,
@@ -109,6 +110,7 @@ pub fn bind_agent_using(
                 .provider(&l.provider)
                 .and_then(|p| p.price(&l.model))
                 .copied(),
+            max_output_tokens: output_cap(registry, &l.provider, &l.model),
         })
     };
     let fallbacks = agent.fallbacks.iter().map(link).collect::<Result<_, _>>()?;
@@ -164,6 +166,7 @@ pub fn bind_agent_using(
         system_prompt: agent.system_prompt.clone(),
         provider,
         price,
+        max_output_tokens,
         tool_definitions: registry.openai_tools(agent),
         tools,
         budget: agent.budget,
@@ -302,6 +305,7 @@ pub fn bind_model_using(
                 .provider(&l.provider)
                 .and_then(|p| p.price(&l.model))
                 .copied(),
+            max_output_tokens: output_cap(registry, &l.provider, &l.model),
         })
     };
     let links = std::iter::once(&spec.primary)
@@ -560,4 +564,13 @@ impl ArgValidator for CompiledSchemas {
                 .collect()
         })
     }
+}
+
+/// The output cap of `provider`'s `model`: configured, or the well-known
+/// model's.
+fn output_cap(registry: &Registry, provider: &str, model: &str) -> Option<u32> {
+    registry
+        .provider(provider)
+        .and_then(|p| p.output_cap(model))
+        .map(std::num::NonZeroU32::get)
 }

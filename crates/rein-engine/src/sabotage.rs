@@ -16,11 +16,12 @@
 //! | `raw_error_text` | a failed call's reply to the model is the operator's raw text | 10 |
 //! | `retry_irreversible` | the retry decision treats an irreversible tool as an idempotent write | 9 |
 //! | `bypass_governor` | no resource group is governed: rates and ceilings are not applied | 7 |
+//! | `charge_after_call` | a model call reserves nothing and checks no cost before it is sent; its usage is charged after it | 2 |
 //! | `uncapped_fan_out` | a turn over `max_calls_per_turn` runs all its calls | 7 |
 //! | `parallel_same_resource` | writes of one turn to the same `resource_key` value run in parallel | 7 |
 //!
-//! The hooks are marked `Sabotage hook` in `run/guarded.rs`, `run/settle.rs`
-//! and `run/mod.rs`.
+//! The hooks are marked `Sabotage hook` in the engine's `run/` modules
+//! (`guarded/`, `settle/`, `model_chain/ceiling.rs`, …).
 //!
 //! Note for checkers: with `fresh_key_per_attempt` each key the tool sees
 //! still has at most one effect; the duplicate shows per intent (the
@@ -49,6 +50,11 @@ pub struct Sabotage {
     /// No resource group is governed: every call goes out at once, whatever
     /// its group's `rate_per_sec`, `burst` or `max_concurrency`.
     pub bypass_governor: bool,
+    /// A model call reserves nothing before it is sent: its `max_tokens`
+    /// is what the token budget leaves after the *last* prompt, no cost is
+    /// checked, and usage is charged only after the call — so a growing
+    /// prompt, or a cost ceiling, is overrun.
+    pub charge_after_call: bool,
     /// A turn over its agent's `max_calls_per_turn` is not refused: every
     /// call of it runs.
     pub uncapped_fan_out: bool,

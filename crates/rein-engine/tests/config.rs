@@ -324,6 +324,7 @@ const AGENT_TOOL: &str = r#"
 [providers.model]
 kind = "openai"
 base_url = "http://127.0.0.1:9/v1"
+max_output_tokens = { m = 4096 }
 
 [resource_groups.agents]
 max_concurrency = 2
@@ -410,10 +411,14 @@ max_concurrency = 4
 [providers.main.prices."small"]
 input_per_mtok_usd = 1.0
 output_per_mtok_usd = 2.0
+[providers.main.max_output_tokens]
+small = 4000
+large = 8000
 
 [providers.backup]
 kind = "anthropic"
 base_url = "http://127.0.0.1:2/v1"
+max_output_tokens = { claude = 2000 }
 
 [models.smart]
 provider = "main"
@@ -444,6 +449,10 @@ wall_clock = "30s"
     };
     assert_eq!(links(&agent.fallbacks), vec!["backup/claude"]);
     assert_eq!(links(&agent.context_fallbacks), vec!["main/large"]);
+    // Each link carries its own model's output cap.
+    assert_eq!(agent.max_output_tokens, Some(4000));
+    assert_eq!(agent.fallbacks[0].max_output_tokens, Some(2000));
+    assert_eq!(agent.context_fallbacks[0].max_output_tokens, Some(8000));
     let ceilings: Vec<(&str, u32)> = agent
         .provider_limits
         .iter()

@@ -50,6 +50,7 @@ fn chained(h: &Harness, primary: &str, backup: &str) -> AgentBinding {
             rein_core::deadline::Cost::from_micros(1_000_000),
             rein_core::deadline::Cost::from_micros(1_000_000),
         )),
+        max_output_tokens: None,
     }];
     a
 }
@@ -131,6 +132,43 @@ async fn transient_failures_move_the_turn_to_the_next_link_and_say_so() {
             "{why}: priced at the backup's rate"
         );
     }
+}
+
+/// Each attempt asks at most the output cap of the model that answers it:
+/// the two mocks refuse anything above their model's cap with a 400, as
+/// the real API does, and both answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_asks_at_most_the_output_cap_of_the_model_it_goes_to() {
+    let h = harness(Faults::none()).await;
+    let capped = |model: &str, cap: u64| {
+        MockModelConfig::default()
+            .with_model(model)
+            .with_fallback_text("answered")
+            .with_output_cap(model, cap)
+    };
+    let primary = MockModel::start_with(capped("primary-model", 4096))
+        .await
+        .unwrap();
+    primary.push_reply(Reply::unavailable());
+    let backup = MockModel::start_with(capped("backup-model", 1000))
+        .await
+        .unwrap();
+    let mut a = chained(&h, &primary.openai_base_url(), &backup.openai_base_url());
+    a.max_output_tokens = Some(4096);
+    a.fallbacks[0].max_output_tokens = Some(1000);
+    // A budget far above both caps.
+    a.budget = a.budget.with_tokens(1_000_000).unwrap();
+    let out = ask(&h, &a).await;
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:?}", out.report);
+    let asked = |m: &MockModel| -> Vec<u64> {
+        m.requests()
+            .iter()
+            .map(|r| r.body["max_tokens"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(asked(&primary), vec![4096]);
+    assert_eq!(asked(&backup), vec![1000]);
+    assert_eq!(backup.usage_log().len(), 1, "the backup answered, no 400");
 }
 
 fn reply_was_sent(why: &str) -> bool {
@@ -241,6 +279,7 @@ async fn a_context_overflow_goes_to_a_larger_window_and_never_to_the_same_model(
         provider: openai("large", &large.openai_base_url()),
         model: "large-model".into(),
         price: None,
+        max_output_tokens: None,
     }];
     let out = ask(&h, &a).await;
     assert_eq!(out.report.outcome, Outcome::Succeeded, "{:?}", out.report);
@@ -381,6 +420,7 @@ fn binding_of(primary: &str, limit: Option<u32>) -> rein_engine::run::ModelBindi
             provider: openai("primary", primary),
             model: "primary-model".into(),
             price: None,
+            max_output_tokens: None,
         },
         fallbacks: Vec::new(),
         context_fallbacks: Vec::new(),
@@ -470,6 +510,7 @@ async fn a_larger_window_that_then_fails_is_reported_as_its_own_failure_not_an_o
         provider: openai("large", &large.openai_base_url()),
         model: "large-model".into(),
         price: None,
+        max_output_tokens: None,
     }];
     let out = ask(&h, &a).await;
     assert_eq!(out.report.outcome, Outcome::Failed, "{:?}", out.report);
@@ -493,6 +534,7 @@ async fn a_hanging_primary_leaves_the_fallback_its_share_of_the_deadline() {
         provider: openai("backup", &backup.openai_base_url()),
         model: "backup-model".into(),
         price: None,
+        max_output_tokens: None,
     }];
     let mut ask = question(false);
     ask.deadline = Duration::from_secs(2);
@@ -556,6 +598,7 @@ async fn each_link_streams_under_its_own_providers_limits() {
         provider: openai("backup", &backup.openai_base_url()),
         model: "backup-model".into(),
         price: None,
+        max_output_tokens: None,
     }];
     let mut ask = question(true);
     ask.deadline = Duration::from_secs(60);

@@ -12,11 +12,12 @@ use common::{
     Harness, agent, answer, call, conflict_on_update, effect_order, effects, harness, harness_with,
     kinds, ms, restore, run, run_with, script, three_updates, tool_messages, update,
 };
-use rein_core::deadline::{BudgetLimits, Cost};
+use rein_core::deadline::{BudgetLimits, Cost, Dimension};
+use rein_core::event::BudgetScope;
 use rein_core::idempotency::Normalizer;
 use rein_core::loop_guard::LoopGuardConfig;
 use rein_core::registry::{CompensationGrade, Price};
-use rein_core::{Category, EventKind, LatencyProfile, LedgerStatus, Outcome, ToolClass};
+use rein_core::{Category, EventData, EventKind, LatencyProfile, LedgerStatus, Outcome, ToolClass};
 use rein_engine::provider::OpenAiProvider;
 use rein_engine::run::{AgentBinding, ArgValidator, Engine, HandOn, RunOutput, ToolBinding};
 use rein_store::Store;
@@ -266,7 +267,7 @@ async fn step_ceiling_ends_the_run_budget_exhausted_with_its_report() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn token_ceiling_ends_the_run_before_its_proposed_calls_run() {
+async fn token_ceiling_ends_the_run_before_a_call_that_cannot_fit_is_sent() {
     let h = harness(Faults::none()).await;
     let mut turn = call(GET_ORDER, json!({"order_id": "A-1001"}));
     turn["usage"] = json!({"input": 900, "output": 200});
@@ -275,23 +276,59 @@ async fn token_ceiling_ends_the_run_before_its_proposed_calls_run() {
         .unwrap()
         .with_tokens(1000)
         .unwrap();
-    let out = run(&h, &a).await;
+    // A task this long cannot be a prompt of fewer than 1000 tokens: the
+    // first call does not fit and is never sent.
+    let task = "Move order A-1001 to Friday. ".repeat(40);
+    let out = h
+        .engine
+        .run(
+            &a,
+            &rein_engine::run::AcceptAll,
+            rein_engine::run::RunRequest {
+                input: task,
+                ..rein_engine::run::RunRequest::default()
+            },
+        )
+        .await
+        .unwrap();
 
     assert_eq!(out.report.outcome, Outcome::BudgetExhausted);
-    assert_eq!(out.report.consumed.tokens, 1100);
+    assert_eq!(out.report.consumed.tokens, 0, "nothing was spent");
+    assert!(out.report.consumed.tokens <= 1000);
     assert_eq!(h.desk.request_count(GET_ORDER), 0);
+    let events = h.store.events(&out.run_id, 0).await.unwrap();
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.kind() == EventKind::ModelCallStarted),
+        "no model call was made"
+    );
+    let exhausted = events
+        .iter()
+        .find_map(|e| match &e.data {
+            EventData::BudgetExhausted(b) => Some(b.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(exhausted.scope, BudgetScope::ModelCall);
+    assert_eq!(exhausted.exhausted.dimension, Dimension::Tokens);
 }
 
 #[tokio::test(start_paused = true)]
-async fn cost_ceiling_ends_the_run_budget_exhausted() {
+async fn cost_ceiling_ends_the_run_before_the_call_it_cannot_pay_for() {
     let h = harness(Faults::none()).await;
     let mut first = call(GET_ORDER, json!({"order_id": "A-1001"}));
     first["usage"] = json!({"input": 1000, "output": 0});
     let mut second = call(GET_ORDER, json!({"order_id": "A-1002"}));
     second["usage"] = json!({"input": 1000, "output": 0});
     let mut a = agent(&h.desk, script(json!([first, second, answer("x")])), true);
-    // $1 per million input tokens: 1000 tokens cost $0.001 per turn.
-    a.price = Some(Price::new(Cost::from_micros(1_000_000), Cost::ZERO));
+    // $1 per million input tokens, $4 per million output tokens: the first
+    // turn costs $0.001; the second prompt alone (at least the first's
+    // 1000 tokens) would cost more than the $0.0005 left.
+    a.price = Some(Price::new(
+        Cost::from_micros(1_000_000),
+        Cost::from_micros(4_000_000),
+    ));
     a.budget = BudgetLimits::new(Duration::from_secs(20))
         .unwrap()
         .with_cost(Cost::from_micros(1_500))
@@ -299,12 +336,19 @@ async fn cost_ceiling_ends_the_run_budget_exhausted() {
     let out = run(&h, &a).await;
 
     assert_eq!(out.report.outcome, Outcome::BudgetExhausted);
-    assert_eq!(out.report.consumed.cost, Cost::from_micros(2_000));
+    assert_eq!(out.report.consumed.cost, Cost::from_micros(1_000));
+    assert!(out.report.consumed.cost <= Cost::from_micros(1_500));
     assert_eq!(
         h.desk.request_count(GET_ORDER),
         1,
-        "the second turn's call never ran"
+        "the second turn was never asked for"
     );
+    let events = h.store.events(&out.run_id, 0).await.unwrap();
+    let started = events
+        .iter()
+        .filter(|e| e.kind() == EventKind::ModelCallStarted)
+        .count();
+    assert_eq!(started, 1, "the second call was not sent");
 }
 
 #[tokio::test(start_paused = true)]
@@ -498,6 +542,57 @@ async fn model_rate_limit_is_retried_and_a_fatal_model_error_is_not() {
     let out = run(&h, &a).await;
     assert_eq!(out.report.outcome, Outcome::Failed);
     assert_eq!(model.request_count(), 1, "401 is not retried");
+}
+
+/// A provider refusing rein's key or request ends the run with advice that
+/// names what to fix, and no promise that a retry helps.
+#[tokio::test(start_paused = true)]
+async fn a_401_or_400_report_is_not_recoverable_and_says_what_to_fix() {
+    let h = harness(Faults::none()).await;
+    let model = MockModel::start([Reply::unauthorized()]).await.unwrap();
+    let provider = Arc::new(
+        OpenAiProvider::new(
+            "mock",
+            &model.openai_base_url(),
+            None,
+            Duration::from_secs(5),
+            rein_engine::run::http_client().unwrap(),
+        )
+        .with_key_env(Some("ORDER_DESK_MODEL_KEY")),
+    );
+    let out = run(&h, &agent(&h.desk, provider, true)).await;
+    assert_eq!(out.report.outcome, Outcome::Failed);
+    assert!(!out.report.recoverable, "{:#?}", out.report);
+    assert!(
+        out.report
+            .recommendation
+            .contains("fix the key in env var ORDER_DESK_MODEL_KEY"),
+        "{}",
+        out.report.recommendation
+    );
+    assert!(!out.report.recommendation.contains("retry"));
+    // The stored report says the same, and derives again the same.
+    let stored = h.store.get_run(&out.run_id).await.unwrap().unwrap();
+    let basis = stored.report.unwrap().basis.unwrap();
+    assert_eq!(basis.hint.key_env.as_deref(), Some("ORDER_DESK_MODEL_KEY"));
+
+    let model = MockModel::start([Reply::bad_request("max_tokens is too large: 50000")])
+        .await
+        .unwrap();
+    let provider = Arc::new(OpenAiProvider::new(
+        "mock2",
+        &model.openai_base_url(),
+        None,
+        Duration::from_secs(5),
+        rein_engine::run::http_client().unwrap(),
+    ));
+    let out = run(&h, &agent(&h.desk, provider, true)).await;
+    assert!(!out.report.recoverable, "{:#?}", out.report);
+    assert!(
+        out.report.recommendation.contains("max_output_tokens"),
+        "{}",
+        out.report.recommendation
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -230,3 +230,36 @@ async fn bypass_governor_lets_a_fan_out_exceed_the_groups_bucket() {
         "the checker sees the violation"
     );
 }
+
+/// `charge_after_call` checks no cost before a call: the second turn is
+/// asked for although the money left cannot pay for its prompt, and the
+/// run ends over its ceiling (the run-loop test of the same setup ends at
+/// or under it).
+#[tokio::test(start_paused = true)]
+async fn charge_after_call_overruns_a_cost_ceiling() {
+    let s = Sabotage {
+        charge_after_call: true,
+        ..Sabotage::default()
+    };
+    let h = sabotaged(Faults::none(), s).await;
+    let mut first = call(GET_ORDER, json!({"order_id": "A-1001"}));
+    first["usage"] = json!({"input": 1000, "output": 0});
+    let mut second = call(GET_ORDER, json!({"order_id": "A-1002"}));
+    second["usage"] = json!({"input": 1000, "output": 0});
+    let mut a = agent(&h.desk, script(json!([first, second, answer("x")])), true);
+    a.price = Some(rein_core::registry::Price::new(
+        rein_core::deadline::Cost::from_micros(1_000_000),
+        rein_core::deadline::Cost::from_micros(4_000_000),
+    ));
+    a.budget = rein_core::deadline::BudgetLimits::new(std::time::Duration::from_secs(20))
+        .unwrap()
+        .with_cost(rein_core::deadline::Cost::from_micros(1_500))
+        .unwrap();
+    let out = run(&h, &a).await;
+    assert_eq!(out.report.outcome, Outcome::BudgetExhausted);
+    assert_eq!(
+        out.report.consumed.cost,
+        rein_core::deadline::Cost::from_micros(2_000),
+        "charged after the call: over the ceiling"
+    );
+}

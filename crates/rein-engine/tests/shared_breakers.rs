@@ -37,6 +37,7 @@ fn binding(base_url: &str) -> ModelBinding {
             provider,
             model: "primary-model".into(),
             price: None,
+            max_output_tokens: None,
         },
         fallbacks: Vec::new(),
         context_fallbacks: Vec::new(),

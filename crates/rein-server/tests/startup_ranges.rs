@@ -44,6 +44,7 @@ kind = "openai"
 base_url = "http://127.0.0.1:9/v1"
 timeout = "30s"
 max_concurrency = 4
+max_output_tokens = { gpt = 4096 }
 [providers.o.stream]
 first_byte_timeout = "5s"
 idle_timeout = "5s"

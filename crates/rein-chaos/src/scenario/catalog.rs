@@ -154,6 +154,7 @@ pub fn catalog() -> Vec<Scenario> {
     all.extend(submission());
     all.extend(model_chains());
     all.extend(fan_out::fan_out_control());
+    all.extend(super::ceilings::ceilings());
     all
 }
 
@@ -604,9 +605,9 @@ fn model_gateway() -> Vec<Scenario> {
             .risks([I::BudgetsHold])
             .expects([M::BudgetExhausted]),
         Scenario::new(42, L, "token-budget",
-            "A token limit of 1,000 against turns of 340 tokens: the run stops before breaching it.",
-            Plan::script(vec![get("A-1001"), get("A-1002"), get("A-1003"), get("A-1001"), answer("done")])
-                .tune(|t| { t.tokens = Some(1000); t.max_repeats = Some(10); }))
+            "A token limit of 2,400 against turns of 340 tokens, each call reserving its prompt's upper bound (about 2,000 tokens for the first) and a minimal answer: the run stops before the call that would breach it.",
+            Plan::script(["A-1001", "A-1002", "A-1003"].repeat(3).into_iter().map(get).chain([answer("done")]).collect())
+                .tune(|t| { t.tokens = Some(2400); t.steps = Some(20); t.max_repeats = Some(10); }))
             .risks([I::BudgetsHold])
             .expects([M::BudgetExhausted]),
         Scenario::new(43, L, "wall-clock-budget",

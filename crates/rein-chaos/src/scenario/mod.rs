@@ -9,6 +9,7 @@
 //! with rein; changing a scenario's parameters bumps [`CATALOG_VERSION`].
 
 mod catalog;
+mod ceilings;
 
 use rein_core::FailurePolicy;
 use rein_testkit::mock_model::Reply;
@@ -25,7 +26,7 @@ pub use catalog::catalog;
 
 /// The catalog's version: bumped whenever a scenario's parameters or the
 /// chaos world change.
-pub const CATALOG_VERSION: u32 = 1;
+pub const CATALOG_VERSION: u32 = 2;
 
 /// Where a scenario injects its faults (seed 000's four layers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -94,6 +95,8 @@ pub struct Tune {
     pub on_failure: Option<FailurePolicy>,
     /// Loop guard: identical calls allowed.
     pub max_repeats: Option<u32>,
+    /// Cost limit in micro-dollars.
+    pub cost_micros: Option<u64>,
     /// Calls one turn may propose (`max_calls_per_turn`).
     pub fan_out_cap: Option<u32>,
     /// Request bucket of the order desk's resource group: (calls per
@@ -142,6 +145,10 @@ pub struct Plan {
     /// The replies of the second mock model server (the `backup`
     /// provider), one per call; `None` starts no backup server.
     pub backup: Option<Vec<Reply>>,
+    /// Whether the mock model servers count usage from each request and
+    /// stop answers at `max_tokens`, as a provider does, instead of
+    /// reporting the script's usage.
+    pub metered: bool,
 }
 
 /// A run submitted over HTTP by a client that retries.
@@ -184,7 +191,14 @@ impl Plan {
             server_rules: Vec::new(),
             agent: None,
             backup: None,
+            metered: false,
         }
+    }
+
+    /// Makes the mock model servers count usage as a provider does.
+    pub fn metered(mut self) -> Plan {
+        self.metered = true;
+        self
     }
 
     /// Adds a rule to the tool proxy.

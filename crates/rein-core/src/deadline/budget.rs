@@ -568,6 +568,16 @@ impl Budget {
         self.overrun(now)
     }
 
+    /// Sets `usage` aside for work about to start (a model call's prompt
+    /// and the most output it may produce), so that nothing else spends
+    /// it; [`settle`](Self::settle) the grant with what the work actually
+    /// used. Check first ([`check`](Self::check)): a reservation is always
+    /// made, the ceiling having been decided by the caller.
+    pub fn reserve(&mut self, usage: Usage) -> Grant {
+        self.reserved = self.reserved.saturating_add(usage);
+        Grant { reserved: usage }
+    }
+
     /// Reserves the child's share and returns its budget.
     ///
     /// A dimension the parent does not limit is limited in the child only by

@@ -38,6 +38,8 @@ use super::constants::{
     MAX_CONNECTION_TIMEOUT, MAX_MAX_CONNECTIONS, MAX_SHUTDOWN_GRACE, MIN_CONNECTION_TIMEOUT,
 };
 use super::problem::{ConfigProblem, SchemaIssue};
+
+mod output_caps;
 use super::server::ConnectionLimits;
 use super::server::{ApiKeySpec, ServerSpec, empty_key_digest, parse_byte_size, parse_sha256_hex};
 use super::spec::{
@@ -406,10 +408,24 @@ impl<'a> Checker<'a> {
                 }
             }
         }
+        let mut output_caps = BTreeMap::new();
+        for (model, cap) in &c.max_output_tokens {
+            match NonZeroU32::new(*cap) {
+                Some(cap) => {
+                    output_caps.insert(model.clone(), cap);
+                }
+                None => self.report(
+                    file,
+                    format!("{p}.max_output_tokens.{model}"),
+                    "must be at least 1: the most output tokens the model may produce in one answer",
+                ),
+            }
+        }
         Some(ProviderSpec {
             name: name.to_owned(),
             kind: kind?,
             prices,
+            output_caps,
             max_concurrency,
             stream,
             source: file.to_path_buf(),
@@ -550,6 +566,19 @@ impl<'a> Checker<'a> {
             primary.as_ref(),
             &c.fallbacks,
             &c.context_fallbacks,
+        );
+        self.output_caps(
+            merged,
+            file,
+            &p,
+            [
+                ("model", primary.iter().collect()),
+                ("fallbacks", fallbacks.iter().flatten().collect()),
+                (
+                    "context_fallbacks",
+                    context_fallbacks.iter().flatten().collect(),
+                ),
+            ],
         );
         Some(ModelBindingSpec {
             name: name.to_owned(),
@@ -1716,6 +1745,22 @@ impl<'a> Checker<'a> {
         };
         if c.budget.max_cost_usd.is_some() {
             ok &= self.agent_prices(merged, file, &p, &chain);
+        }
+        // A binding's links are checked with the binding.
+        if chain.binding.is_none() {
+            self.output_caps(
+                merged,
+                file,
+                &p,
+                [
+                    ("model", chain.primary.iter().collect()),
+                    ("fallbacks", chain.fallbacks.iter().flatten().collect()),
+                    (
+                        "context_fallbacks",
+                        chain.context_fallbacks.iter().flatten().collect(),
+                    ),
+                ],
+            );
         }
         let retry = match RetryPolicy::try_from(c.retry.clone()) {
             Ok(retry) => Some(retry),

@@ -95,8 +95,8 @@ pub enum ProviderKindName {
 /// A model provider as written in config (`[providers.NAME]`).
 ///
 /// `base_url`, `api_key_env`, `timeout` and `stream` belong to `openai` and
-/// `anthropic`; `script` to `scripted`; `prices` and `max_concurrency` to
-/// every kind.
+/// `anthropic`; `script` to `scripted`; `prices`, `max_output_tokens` and
+/// `max_concurrency` to every kind.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
@@ -116,6 +116,10 @@ pub struct ProviderConfig {
     pub script: Option<PathBuf>,
     /// Prices by model name.
     pub prices: BTreeMap<String, PriceConfig>,
+    /// The most output tokens each model may produce in one answer, by
+    /// model name (`[providers.NAME.max_output_tokens]`); a model not
+    /// named here takes its cap from rein's table of well-known models.
+    pub max_output_tokens: BTreeMap<String, u32>,
     /// Calls to this provider in flight at once, across every agent bound
     /// to it; unlimited if unset.
     pub max_concurrency: Option<u32>,

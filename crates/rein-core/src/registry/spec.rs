@@ -396,6 +396,9 @@ pub struct ProviderSpec {
     pub kind: ProviderKind,
     /// Prices by model.
     pub prices: BTreeMap<String, Price>,
+    /// Output caps by model, as configured (`max_output_tokens`); see
+    /// [`output_cap`](Self::output_cap).
+    pub output_caps: BTreeMap<String, NonZeroU32>,
     /// Calls to this provider in flight at once, across every agent (and
     /// every model binding) that uses it; unlimited when `None`.
     ///
@@ -413,6 +416,18 @@ impl ProviderSpec {
     /// The price of `model`, if the table has one.
     pub fn price(&self, model: &str) -> Option<&Price> {
         self.prices.get(model)
+    }
+
+    /// The most output tokens `model` may produce in one answer: the
+    /// configured cap, else the well-known model's
+    /// ([`known_output_cap`](crate::output_cap::known_output_cap)); `None`
+    /// for an unknown model without one (only a scripted provider may
+    /// have such a model: `rein check` refuses it elsewhere).
+    pub fn output_cap(&self, model: &str) -> Option<NonZeroU32> {
+        self.output_caps
+            .get(model)
+            .copied()
+            .or_else(|| crate::output_cap::known_output_cap(model).and_then(NonZeroU32::new))
     }
 }
 

@@ -1766,6 +1766,7 @@ kind = "anthropic"
 base_url = "https://api.anthropic.com/v1"
 api_key_env = "ANTHROPIC_API_KEY"
 max_concurrency = 4
+max_output_tokens = { "claude-sonnet" = 8192 }
 [providers.claude.stream]
 [providers.claude.prices."claude-sonnet"]
 input_per_mtok_usd = 3.0
@@ -2248,4 +2249,54 @@ fn server_limits_and_shutdown_grace_are_read_and_checked_by_field() {
     );
     let found = server_fields("[server]\nshutdown_grace = \"2h\"\n");
     assert_eq!(found, vec!["server.shutdown_grace"]);
+}
+
+#[test]
+fn a_model_without_a_known_output_cap_needs_max_output_tokens() {
+    let unknown = with_extra(
+        r#"
+[providers.local]
+kind = "openai"
+base_url = "http://127.0.0.1:8/v1"
+
+[agents.local_desk]
+provider = "local"
+model = "llama-3-70b"
+fallbacks = [{ provider = "mock", model = "gpt-4o-mini" }, { provider = "local", model = "qwen" }]
+"#,
+    );
+    assert_eq!(
+        fields(&unknown),
+        vec!["agents.local_desk.model", "agents.local_desk.fallbacks"]
+    );
+    let message = message_of(&unknown, "agents.local_desk.model");
+    assert!(
+        message.contains("model `llama-3-70b` has no known output cap")
+            && message.contains("[providers.local.max_output_tokens]"),
+        "{message}"
+    );
+    // With the caps set it builds, and the provider gives each model its
+    // cap: configured first, then the table of well-known models.
+    let capped = unknown.replace(
+        "base_url = \"http://127.0.0.1:8/v1\"",
+        "base_url = \"http://127.0.0.1:8/v1\"\nmax_output_tokens = { \"llama-3-70b\" = 4096, qwen = 8192 }",
+    );
+    let registry = build(&[("rein.toml", &capped)]).unwrap_or_else(|e| panic!("{e:?}"));
+    let local = registry.provider("local").unwrap();
+    assert_eq!(local.output_cap("llama-3-70b").map(|c| c.get()), Some(4096));
+    assert_eq!(local.output_cap("qwen").map(|c| c.get()), Some(8192));
+    let mock = registry.provider("mock").unwrap();
+    assert_eq!(
+        mock.output_cap("gpt-4o-mini").map(|c| c.get()),
+        Some(16_384)
+    );
+    // A scripted provider replays recordings: its models need no cap.
+    let replay = registry.provider("replay").unwrap();
+    assert_eq!(replay.output_cap("whatever"), None);
+    // Zero is no cap at all.
+    let zero = capped.replace("qwen = 8192", "qwen = 0");
+    assert_eq!(
+        fields(&zero),
+        vec!["providers.local.max_output_tokens.qwen"]
+    );
 }

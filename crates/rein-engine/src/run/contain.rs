@@ -184,6 +184,7 @@ impl Engine {
                 .with_metrics(self.shared.metrics.clone()),
             provider_calls: std::sync::atomic::AtomicU32::new(0),
             last_input_tokens: std::sync::atomic::AtomicU64::new(0),
+            model_failures: Default::default(),
             cancel: CancellationToken::new(),
             lost,
             // Settling a run that panicked finishes even while the process

@@ -27,6 +27,10 @@ pub(crate) struct RunCtx<'a> {
     /// Input tokens of the last answered model call: the floor of the next
     /// prompt, which only grows.
     pub(super) last_input_tokens: std::sync::atomic::AtomicU64,
+    /// What the last failed model call of each category said besides its
+    /// category: the report's advice names the key's env var or the wait.
+    pub(super) model_failures:
+        std::sync::Mutex<HashMap<rein_core::Category, rein_core::advice::FailureHint>>,
     /// Cancels the forward path (never the settlement).
     pub(crate) cancel: CancellationToken,
     /// Fires when another process took the run's claim over: this process
@@ -171,6 +175,18 @@ impl model_chain::TurnHost for RunCtx<'_> {
             .fetch_add(tokens, std::sync::atomic::Ordering::AcqRel);
     }
 
+    fn failed(&self, category: rein_core::Category, hint: rein_core::advice::FailureHint) {
+        self.model_failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(category, hint);
+    }
+
+    fn last_input_tokens(&self) -> u64 {
+        self.last_input_tokens
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
     fn answered(&self, provider: &str, model: &str, usage: &crate::provider::TokenUsage) {
         self.last_input_tokens
             .store(usage.input, std::sync::atomic::Ordering::Release);
@@ -183,6 +199,21 @@ impl model_chain::TurnHost for RunCtx<'_> {
 }
 
 impl RunCtx<'_> {
+    /// What the model failure that ended the run with `end` said besides
+    /// its category (nothing for any other end).
+    pub(super) fn failure_hint(&self, end: &super::End) -> rein_core::advice::FailureHint {
+        match end {
+            super::End::ModelFailed(category, _) => self
+                .model_failures
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(category)
+                .cloned()
+                .unwrap_or_default(),
+            _ => Default::default(),
+        }
+    }
+
     /// Records that `provider`'s `model` answered a turn.
     pub(super) fn answered_by(&self, provider: &str, model: &str) {
         let name = format!("{provider}/{model}");

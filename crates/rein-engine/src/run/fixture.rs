@@ -69,6 +69,7 @@ pub(super) fn agent() -> AgentBinding {
         system_prompt: "You adjust orders.".into(),
         provider: Arc::new(provider),
         price: None,
+        max_output_tokens: None,
         tool_definitions: vec![],
         tools: [
             tool(READ, ToolClass::Read),
@@ -202,6 +203,7 @@ impl Bench {
             emitter: Emitter::new(run_id(), self.engine.clock.clone(), None),
             provider_calls: std::sync::atomic::AtomicU32::new(0),
             last_input_tokens: std::sync::atomic::AtomicU64::new(0),
+            model_failures: Default::default(),
             cancel: CancellationToken::new(),
             lost: CancellationToken::new(),
             interrupt: CancellationToken::new(),

@@ -211,6 +211,7 @@ impl Engine {
                 u32::try_from(served).unwrap_or(u32::MAX),
             ),
             last_input_tokens: std::sync::atomic::AtomicU64::new(last_input_tokens),
+            model_failures: Default::default(),
             cancel: cancel.unwrap_or_default(),
             lost,
             interrupt: self.shared.interrupt.clone(),

@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 
-use rein_core::deadline::{Budget, Dimension, Exhausted, Usage};
+use rein_core::deadline::{Budget, Dimension, Exhausted, Grant, Usage};
 use rein_core::event::{
     BudgetExhausted, BudgetScope, LoopDetected, ModelOutputTruncated, PlanCreated,
     PlannedIntentSummary, RunCancelled, ToolDisabled, TruncationAction,
@@ -96,6 +96,12 @@ pub(super) struct Turn {
     pub(super) prior: HashMap<IntentId, LedgerRecord>,
     /// The price of the model that answered, when known.
     pub(super) price: Option<Price>,
+    /// What the answering call reserved: settled with the turn's usage
+    /// (`None` for a replayed turn, which reserved nothing).
+    pub(super) grant: Option<Grant>,
+    /// The budget dimension that set the call's output ceiling, if one did:
+    /// an answer cut off there ran out of that budget.
+    pub(super) limited_by: Option<Dimension>,
 }
 
 impl Turn {
@@ -106,7 +112,19 @@ impl Turn {
             prior_ids: Vec::new(),
             prior: HashMap::new(),
             price,
+            grant: None,
+            limited_by: None,
         }
+    }
+
+    /// The turn, with what its call reserved.
+    pub(super) fn with_reservation(
+        mut self,
+        reserved: super::model_chain::ceiling::Reservation,
+    ) -> Turn {
+        self.grant = Some(reserved.grant);
+        self.limited_by = reserved.limited_by;
+        self
     }
 
     /// A resumed run's interrupted turn, at the agent's `price`.
@@ -116,6 +134,8 @@ impl Turn {
             prior_ids: turn.intent_ids,
             prior: turn.prior,
             price,
+            grant: None,
+            limited_by: None,
         }
     }
 }
@@ -211,6 +231,7 @@ impl Engine {
             in_flight: Vec::new(),
             strategies_not_tried: report::strategies_not_tried(agent),
             notes: Vec::new(),
+            hint: ctx.failure_hint(&end),
             owners: ctx.agent.owners(),
         };
         if matches!(end, End::Interrupted) {
@@ -245,14 +266,15 @@ impl Engine {
         }
         // A resumed turn replays its persisted plan instead of asking the
         // model again: the intents, their ids and keys are durable.
-        let turn = match resumed {
+        let mut turn = match resumed {
             Some(turn) => Turn::replayed(turn, ctx.agent.price),
             None => {
                 let asked = self
                     .model_turn(ctx, &state.messages, &mut state.budget, state.step)
                     .await;
                 match asked {
-                    Ok((response, price)) => Turn::answered(response, price),
+                    Ok(answer) => Turn::answered(answer.response, answer.price)
+                        .with_reservation(answer.reservation),
                     // A turn cut short by the hand-on is not a failure of
                     // the model: the step runs again on resume.
                     Err(_) if ctx.is_interrupted() => return Stepped::Ended(End::Interrupted),
@@ -260,7 +282,7 @@ impl Engine {
                 }
             }
         };
-        if let Some(end) = handle_turn(ctx, state, &turn, self.clock.now()) {
+        if let Some(end) = handle_turn(ctx, state, &mut turn, self.clock.now()) {
             return Stepped::Ended(end);
         }
         let mut plan = self.handle_plan(ctx, validator, state, &turn);
@@ -531,13 +553,14 @@ pub(super) fn handle_boundary(
     None
 }
 
-/// A model turn, charged at `now` and added to the transcript: the run
-/// ends when it broke the budget, or when it proposes no call (the answer,
-/// or a final answer cut off or filtered).
+/// A model turn, charged at `now` (its call's reservation settled with
+/// its usage) and added to the transcript: the run ends when it broke the
+/// budget, or when it proposes no call (the answer, or a final answer cut
+/// off or filtered).
 pub(super) fn handle_turn(
     ctx: &RunCtx<'_>,
     state: &mut LoopState,
-    turn: &Turn,
+    turn: &mut Turn,
     now: Instant,
 ) -> Option<End> {
     let response = &turn.response;
@@ -550,7 +573,10 @@ pub(super) fn handle_turn(
         tokens: response.usage.total(),
         cost,
     };
-    let charged = state.budget.charge(usage, now);
+    let charged = match turn.grant.take() {
+        Some(grant) => state.budget.settle(grant, usage, now),
+        None => state.budget.charge(usage, now),
+    };
     state.messages.push(Message::Assistant {
         content: response.text.clone(),
         tool_calls: response.tool_calls.clone(),
@@ -571,6 +597,36 @@ pub(super) fn handle_turn(
     }
     if !response.tool_calls.is_empty() {
         return None;
+    }
+    if response.finish == FinishReason::Length
+        && let Some(dimension) = turn.limited_by
+    {
+        // Cut off at the ceiling the budget left, not at the model's cap:
+        // the budget ran out mid-answer.
+        let left = state.budget.remaining(now);
+        let remaining = match dimension {
+            Dimension::Cost => left.cost.map_or(0, rein_core::deadline::Cost::micros),
+            _ => left.tokens.unwrap_or(0),
+        };
+        let exhausted = Exhausted {
+            dimension,
+            needed: remaining.saturating_add(1),
+            remaining,
+        };
+        ctx.emitter.emit(
+            &Correlation {
+                step: state.step,
+                ..Correlation::default()
+            },
+            BudgetExhausted {
+                used: Some(state.budget.used()),
+                reason: Some(format!(
+                    "the answer was cut off at the output ceiling the {dimension} budget left"
+                )),
+                ..BudgetExhausted::new(BudgetScope::ModelTurn, exhausted)
+            },
+        );
+        return Some(End::Budget(exhausted));
     }
     Some(match response.finish {
         FinishReason::Length => End::ModelFailed(

@@ -1,7 +1,6 @@
 //! One model turn along the agent's model chain.
 
-use rein_core::deadline::{Budget, Dimension, Exhausted};
-use rein_core::event::{BudgetExhausted, BudgetScope};
+use rein_core::deadline::Budget;
 use rein_core::{Category, Clock};
 
 use crate::provider::{Message, ModelRequest, ModelResponse};
@@ -16,6 +15,15 @@ use super::{End, model_chain};
 /// `budget_exhausted` instead of paying for a truncated turn.
 pub const MIN_OUTPUT_TOKENS: u64 = 64;
 
+/// A turn's answer: the response, the price of the model that gave it, and
+/// what its attempt reserved (settled with the response's usage by the
+/// step).
+pub(super) struct Answer {
+    pub(super) response: ModelResponse,
+    pub(super) price: Option<rein_core::registry::Price>,
+    pub(super) reservation: model_chain::ceiling::Reservation,
+}
+
 impl Engine {
     /// One model turn along the agent's model chain: each link with
     /// classified retries under its provider's concurrency limit and
@@ -27,47 +35,19 @@ impl Engine {
         messages: &[Message],
         budget: &mut Budget,
         step: u32,
-    ) -> Result<(ModelResponse, Option<rein_core::registry::Price>), End> {
+    ) -> Result<Answer, End> {
         let agent = ctx.agent;
         let c = Correlation {
             step,
             ..Correlation::default()
         };
-        // The prompt is charged too, so the output ceiling is what the
-        // token budget leaves after the prompt; a call without room for a
-        // useful answer is not made (a breach cannot be undone afterwards).
-        let prompt = ctx
-            .last_input_tokens
-            .load(std::sync::atomic::Ordering::Acquire);
-        let max_tokens = match budget.remaining(self.clock.now()).tokens {
-            Some(left) if left < prompt.saturating_add(MIN_OUTPUT_TOKENS) => {
-                let exhausted = Exhausted {
-                    dimension: Dimension::Tokens,
-                    needed: prompt.saturating_add(MIN_OUTPUT_TOKENS),
-                    remaining: left,
-                };
-                ctx.emitter.emit(
-                    &c,
-                    BudgetExhausted {
-                        reason: Some(
-                            "the next prompt and a minimal answer do not fit the tokens left"
-                                .into(),
-                        ),
-                        prompt_tokens_at_least: Some(prompt),
-                        min_output_tokens: Some(MIN_OUTPUT_TOKENS),
-                        ..BudgetExhausted::new(BudgetScope::ModelCall, exhausted)
-                    },
-                );
-                return Err(End::Budget(exhausted));
-            }
-            Some(left) => Some(left - prompt),
-            None => None,
-        };
+        // The output ceiling is decided per attempt, by the chain, for the
+        // model that will answer it (`model_chain::ceiling`).
         let request = ModelRequest {
             model: agent.model.clone(),
             messages: messages.to_vec(),
             tools: agent.tool_definitions.clone(),
-            max_tokens,
+            max_tokens: None,
             options: Default::default(),
         };
         let chain = model_chain::Chain {
@@ -75,6 +55,7 @@ impl Engine {
                 provider: &agent.provider,
                 model: &agent.model,
                 price: agent.price,
+                max_output: agent.max_output_tokens,
             },
             fallbacks: &agent.fallbacks,
             context: &agent.context_fallbacks,
@@ -90,12 +71,21 @@ impl Engine {
             )
             .await?;
         match answered.reply {
-            model_chain::Reply::Complete(response) => Ok((response, answered.price)),
+            model_chain::Reply::Complete(response) => Ok(Answer {
+                response,
+                price: answered.price,
+                reservation: answered.reservation,
+            }),
             // Not asked for: a run's turns are whole.
-            model_chain::Reply::Stream { .. } => Err(End::ModelFailed(
-                Category::Unknown,
-                "a streamed reply where a whole one was asked for".into(),
-            )),
+            model_chain::Reply::Stream { .. } => {
+                // Nothing was charged for it: the turn ends.
+                let grant = answered.reservation.grant;
+                let _ = budget.settle(grant, Default::default(), self.clock.now());
+                Err(End::ModelFailed(
+                    Category::Unknown,
+                    "a streamed reply where a whole one was asked for".into(),
+                ))
+            }
         }
     }
 }

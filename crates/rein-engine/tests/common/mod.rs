@@ -117,6 +117,7 @@ pub fn agent(desk: &OrderDesk, provider: Arc<dyn ModelProvider>, status_url: boo
         system_prompt: "You adjust orders.".into(),
         provider,
         price: None,
+        max_output_tokens: None,
         tool_definitions: vec![],
         tools,
         budget: BudgetLimits::new(Duration::from_secs(20))

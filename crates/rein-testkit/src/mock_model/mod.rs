@@ -88,11 +88,12 @@
 //! sent, and for a stream until its body ends or is dropped.
 
 mod anthropic;
+mod meter;
 mod reply;
 mod routes;
 mod sse;
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -100,6 +101,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use meter::{BYTES_PER_TOKEN, UsageEntry};
 pub use reply::{
     ApiError, AssistantMessage, DEFAULT_USAGE, FinishReason, Reply, StreamFault, ToolCall, Usage,
 };
@@ -144,6 +146,12 @@ pub struct MockModelConfig {
     pub latency: Duration,
     /// How long a stream waits between two events.
     pub event_interval: Duration,
+    /// The most output tokens each model accepts (Chat Completions): a
+    /// `max_tokens` above it is answered 400, as OpenAI does.
+    pub output_caps: BTreeMap<String, u64>,
+    /// Whether usage is counted from the request and answers stop at
+    /// `max_tokens` ([`meter`](self::meter)), instead of the script's.
+    pub metered: bool,
 }
 
 impl Default for MockModelConfig {
@@ -156,6 +164,8 @@ impl Default for MockModelConfig {
             model: DEFAULT_MODEL.to_owned(),
             latency: Duration::ZERO,
             event_interval: Duration::ZERO,
+            output_caps: BTreeMap::new(),
+            metered: false,
         }
     }
 }
@@ -198,6 +208,24 @@ impl MockModelConfig {
     /// measures the client's concurrency.
     pub fn with_latency(mut self, latency: Duration) -> MockModelConfig {
         self.latency = latency;
+        self
+    }
+
+    /// Answers a Chat Completions request for `model` whose `max_tokens`
+    /// (or `max_completion_tokens`) is above `cap` with OpenAI's 400
+    /// (`param: "max_tokens"`, `code: "invalid_value"`), consuming no
+    /// reply.
+    pub fn with_output_cap(mut self, model: &str, cap: u64) -> MockModelConfig {
+        self.output_caps.insert(model.to_owned(), cap);
+        self
+    }
+
+    /// Reports usage as a provider counts it: a prompt token per
+    /// [`BYTES_PER_TOKEN`] bytes of the request's `messages` and `tools`,
+    /// the script's output tokens but never more than `max_tokens` (an
+    /// answer cut there says `length` and loses its tool calls).
+    pub fn with_metered_usage(mut self) -> MockModelConfig {
+        self.metered = true;
         self
     }
 
@@ -254,6 +282,7 @@ struct ModelState {
     replies: VecDeque<Reply>,
     requests: Vec<RecordedRequest>,
     answered: u64,
+    usage: Vec<UsageEntry>,
 }
 
 /// The shared state of one mock model.
@@ -266,6 +295,8 @@ pub(crate) struct Model {
     model: String,
     latency: Duration,
     event_interval: Duration,
+    output_caps: BTreeMap<String, u64>,
+    metered: bool,
     in_flight: AtomicUsize,
     peak_in_flight: AtomicUsize,
 }
@@ -371,6 +402,7 @@ impl MockModel {
                 replies: config.replies.into(),
                 requests: Vec::new(),
                 answered: 0,
+                usage: Vec::new(),
             }),
             api_key: config.api_key,
             echo_authorization: config.echo_authorization,
@@ -378,6 +410,8 @@ impl MockModel {
             model: config.model,
             latency: config.latency,
             event_interval: config.event_interval,
+            output_caps: config.output_caps,
+            metered: config.metered,
             in_flight: AtomicUsize::new(0),
             peak_in_flight: AtomicUsize::new(0),
         });
@@ -427,6 +461,12 @@ impl MockModel {
     /// not.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.model.lock().requests.clone()
+    }
+
+    /// The usage every Chat Completions answer reported, in order: what
+    /// the model side counts, for checking budgets against it.
+    pub fn usage_log(&self) -> Vec<UsageEntry> {
+        self.model.lock().usage.clone()
     }
 
     /// How many model requests were received.

@@ -320,16 +320,19 @@ async fn chat_completions(
             None,
         );
     }
-    let stream = wants_stream(&request);
-    let include_usage = request
-        .pointer("/stream_options/include_usage")
-        .and_then(Value::as_bool)
-        == Some(true);
     let model_name = request
         .get("model")
         .and_then(Value::as_str)
         .unwrap_or(&model.model)
         .to_owned();
+    if let Some(refused) = model.over_cap(&model_name, &request) {
+        return error_response(&refused);
+    }
+    let stream = wants_stream(&request);
+    let include_usage = request
+        .pointer("/stream_options/include_usage")
+        .and_then(Value::as_bool)
+        == Some(true);
     let error_message = sse::error_message(
         header_text(&headers, AUTHORIZATION.as_str())
             .filter(|_| model.echo_authorization)
@@ -338,6 +341,7 @@ async fn chat_completions(
     let (number, reply) = model.next_reply();
     match settle(&model, reply).await {
         Answer::Message { message, fault } => {
+            let message = model.meter(number, &model_name, &request, message);
             tracing::debug!(
                 number,
                 stream,

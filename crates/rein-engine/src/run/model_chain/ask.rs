@@ -197,7 +197,8 @@ impl Engine {
                 mode,
             )
             .await;
-        // Nothing of a call outside a run is stored: the observer saw it.
+        // Nothing of a call outside a run is stored: the observer saw it,
+        // and its budget is the call's own (a deadline): nothing to settle.
         drop(host.emitter.drain());
         let answered = answered.map_err(|end| {
             let (category, message) = match end {
@@ -218,6 +219,7 @@ impl Engine {
                 retry_after,
             }
         })?;
+        let _unsettled = answered.reservation;
         let reply = match answered.reply {
             Reply::Complete(response) => ModelReply::Complete(response),
             Reply::Stream { first, rest } => ModelReply::Stream(Box::pin(

@@ -80,6 +80,9 @@ impl Engine {
             chain.fallbacks.iter().map(LinkRef::from).collect();
         let mut context: VecDeque<LinkRef<'_>> = chain.context.iter().map(LinkRef::from).collect();
         let mut link = chain.primary;
+        // The same prompt goes to every link: estimated once.
+        let prompt =
+            super::ceiling::prompt_estimate(&base.messages, &base.tools, host.last_input_tokens());
         // Each link that failed, and the failure that moved the turn on.
         let mut moved_on: Vec<(String, String, Failure)> = Vec::new();
         loop {
@@ -88,10 +91,18 @@ impl Engine {
                 ..base.clone()
             };
             let outcome = self
-                .call_link(host, c, link, &request, budget, transient.len(), mode)
+                .call_link(
+                    host,
+                    c,
+                    link,
+                    (&request, prompt),
+                    budget,
+                    transient.len(),
+                    mode,
+                )
                 .await;
             let failure = match outcome {
-                Ok(reply) => {
+                Ok((reply, reservation)) => {
                     if !moved_on.is_empty() {
                         host.emitter().emit(
                             c,
@@ -118,6 +129,7 @@ impl Engine {
                     }
                     return Ok(Answered {
                         reply,
+                        reservation,
                         price: link.price,
                         provider: link.provider.name().to_owned(),
                         model: link.model.to_owned(),

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use rein_core::breaker::ArmKind;
-use rein_core::deadline::{Budget, Deadline, Dimension, Exhausted, Need, Usage};
+use rein_core::deadline::{Budget, Deadline, Dimension, Exhausted, Grant, Need, Usage};
 use rein_core::event::{
     AbandonReason, AbortedWork, BudgetExhausted, BudgetScope, Flag, ModelAnswered, ModelCallFailed,
     ModelCallFinished, ModelCallResult, ModelCallStarted, ModelQueueWaited, RetryAbandoned,
@@ -20,6 +20,7 @@ use rein_core::event::{
 use rein_core::retry::{GiveUpReason, RetryDecision, RetryInput, RetryPolicy};
 use rein_core::{Category, Failure, Instant, LatencyProfile, ToolClass};
 
+use super::ceiling::Reservation;
 use super::chain::LinkEnd;
 use super::held::{GuardedStream, Held, record_cost, record_transition};
 use super::{LinkRef, Mode, Reply, TurnHost};
@@ -35,6 +36,8 @@ struct LinkCall<'a> {
     c: &'a Correlation,
     link: LinkRef<'a>,
     request: &'a ModelRequest,
+    /// An upper bound of the request's prompt tokens.
+    prompt: u64,
     mode: Mode,
     provider: String,
     /// Whether a next link is ready: a transient failure then moves on.
@@ -62,13 +65,11 @@ impl LinkCall<'_> {
 
 /// How one attempt at a link ended, when it did not end the link.
 enum Tried {
-    Answered(Reply),
+    /// It answered, with what the attempt reserved.
+    Answered(Reply, Reservation),
     /// It failed; `at` is when its outcome was known (the retry decision's
     /// `now`).
-    Failed {
-        failure: Failure,
-        at: Instant,
-    },
+    Failed { failure: Failure, at: Instant },
 }
 
 /// The deadline of a link with `next_links` still to try after it.
@@ -146,25 +147,27 @@ async fn send(
 }
 
 impl Engine {
-    /// Asks one link, with retries under the host's policy. A transient
-    /// failure moves on at once when a next link is `ready`; a context
-    /// overflow always does.
+    /// Asks one link `request` (whose prompt is at most `prompt` tokens),
+    /// with retries under the host's policy. A transient failure moves on
+    /// at once when a next link is `ready`; a context overflow always does.
+    /// The answer comes with what its attempt reserved.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn call_link(
         &self,
         host: &dyn TurnHost,
         c: &Correlation,
         link: LinkRef<'_>,
-        request: &ModelRequest,
+        (request, prompt): (&ModelRequest, u64),
         budget: &mut Budget,
         next_links: usize,
         mode: Mode,
-    ) -> Result<Reply, LinkEnd> {
+    ) -> Result<(Reply, Reservation), LinkEnd> {
         let call = LinkCall {
             host,
             c,
             link,
             request,
+            prompt,
             mode,
             provider: link.provider.name().to_owned(),
             ready: next_links > 0,
@@ -181,7 +184,7 @@ impl Engine {
         loop {
             attempt += 1;
             let (failure, at) = match self.try_link(&call, budget, gate.as_ref(), attempt).await? {
-                Tried::Answered(reply) => return Ok(reply),
+                Tried::Answered(reply, reserved) => return Ok((reply, reserved)),
                 Tried::Failed { failure, at } => (failure, at),
             };
             if failure.category() == Category::ContextOverflow
@@ -210,6 +213,21 @@ impl Engine {
         }
         let held = self.hold_link(call, gate).await?;
         let now = self.clock.now();
+        // Reserved before the call, at this link's price and cap; a call
+        // that cannot fit is not sent (the permit and slot go back unused).
+        let (request, reservation) = match self.reserve_attempt(
+            (call.host, call.c),
+            call.link,
+            (call.request, call.prompt),
+            budget,
+            now,
+        ) {
+            Ok(reserved) => reserved,
+            Err(end) => {
+                drop(held);
+                return Err(end);
+            }
+        };
         let allowance = call.deadline.remaining(now);
         emitter.emit(
             c,
@@ -224,7 +242,7 @@ impl Engine {
         );
         call.host.calling();
         let result = tokio::select! {
-            r = self.clock.timeout(allowance, send(call.link, call.request, call.mode, allowance)) => match r {
+            r = self.clock.timeout(allowance, send(call.link, &request, call.mode, allowance)) => match r {
                 Ok(r) => r,
                 Err(_) => Err(
                     Failure::new(provider, Category::Timeout).with_human_message(format!(
@@ -236,6 +254,7 @@ impl Engine {
                 // The caller's cancellation is not the provider's fault:
                 // the guard gives the permit back unused.
                 drop(held);
+                let _ = budget.settle(reservation.grant, Usage::default(), self.clock.now());
                 if !call.host.interrupted() {
                     emitter.emit(
                         c,
@@ -256,10 +275,18 @@ impl Engine {
         match result {
             Ok(reply) => Ok(Tried::Answered(
                 self.link_answered(call, held, attempt, reply).await,
+                reservation,
             )),
             Err(failure) => {
-                self.link_failed(call, held, attempt, &failure, budget, now)
-                    .await?;
+                self.link_failed(
+                    call,
+                    held,
+                    attempt,
+                    &failure,
+                    (budget, reservation.grant),
+                    now,
+                )
+                .await?;
                 Ok(Tried::Failed { failure, at: now })
             }
         }
@@ -431,7 +458,7 @@ impl Engine {
         mut held: Held,
         attempt: u32,
         failure: &Failure,
-        budget: &mut Budget,
+        (budget, grant): (&mut Budget, Grant),
         now: Instant,
     ) -> Result<(), LinkEnd> {
         let (emitter, c, provider, model) =
@@ -443,6 +470,13 @@ impl Engine {
         if let Some(shared) = self.shared_breakers() {
             shared.share(provider, &transition).await;
         }
+        call.host.failed(
+            failure.category(),
+            rein_core::advice::FailureHint {
+                key_env: call.link.provider.key_env().map(str::to_owned),
+                retry_after_ms: failure.retry_after().map(millis),
+            },
+        );
         let spent = failure.tokens_spent();
         let spent_cost = call
             .link
@@ -465,14 +499,15 @@ impl Engine {
                 }),
             },
         );
+        let usage = Usage {
+            steps: 0,
+            tokens: spent,
+            cost: spent_cost,
+        };
+        let settled = budget.settle(grant, usage, now);
         if spent > 0 {
             call.host.spent(spent);
-            let usage = Usage {
-                steps: 0,
-                tokens: spent,
-                cost: spent_cost,
-            };
-            if let Err(exhausted) = budget.charge(usage, now) {
+            if let Err(exhausted) = settled {
                 emitter.emit(
                     c,
                     BudgetExhausted {

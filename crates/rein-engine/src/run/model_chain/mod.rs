@@ -29,6 +29,7 @@
 //!   that it may be retried or left like any failed call.
 
 mod ask;
+pub(crate) mod ceiling;
 mod chain;
 mod held;
 mod link;
@@ -82,6 +83,16 @@ pub(crate) trait TurnHost: Send + Sync {
     fn spent(&self, tokens: u64) {
         let _ = tokens;
     }
+    /// A model call failed so (`hint`: what it said besides its category).
+    fn failed(&self, category: rein_core::Category, hint: rein_core::advice::FailureHint) {
+        let _ = (category, hint);
+    }
+    /// What the provider counted for the prompt of the last answered call
+    /// of this host's transcript (0 when none): the prompt estimate of the
+    /// next call builds on it.
+    fn last_input_tokens(&self) -> u64 {
+        0
+    }
     /// `provider`'s `model` answered, using `usage`.
     fn answered(&self, provider: &str, model: &str, usage: &TokenUsage) {
         let _ = (provider, model, usage);
@@ -109,6 +120,8 @@ pub(crate) struct LinkRef<'a> {
     pub(crate) provider: &'a Arc<dyn ModelProvider>,
     pub(crate) model: &'a str,
     pub(crate) price: Option<Price>,
+    /// The most output tokens the model accepts per answer.
+    pub(crate) max_output: Option<u32>,
 }
 
 impl<'a> From<&'a ModelLink> for LinkRef<'a> {
@@ -117,6 +130,7 @@ impl<'a> From<&'a ModelLink> for LinkRef<'a> {
             provider: &link.provider,
             model: &link.model,
             price: link.price,
+            max_output: link.max_output_tokens,
         }
     }
 }
@@ -146,6 +160,8 @@ pub(crate) enum Reply {
 /// are the answering link's, never the primary's.
 pub(crate) struct Answered {
     pub(crate) reply: Reply,
+    /// What the answering attempt reserved, to be settled with its usage.
+    pub(crate) reservation: ceiling::Reservation,
     pub(crate) price: Option<Price>,
     pub(crate) provider: String,
     pub(crate) model: String,

@@ -122,11 +122,11 @@ fn handle_turn_with_calls_charges_its_tokens_and_adds_it_to_the_transcript() {
     let (bench, agent) = (Bench::new(), agent());
     let ctx = bench.ctx(&agent, &AcceptAll);
     let mut state = state(&agent);
-    let turn = Turn::answered(
+    let mut turn = Turn::answered(
         response(vec![tool_call("c1", READ, "{}")], FinishReason::ToolCalls),
         None,
     );
-    assert!(handle_turn(&ctx, &mut state, &turn, Instant::ORIGIN).is_none());
+    assert!(handle_turn(&ctx, &mut state, &mut turn, Instant::ORIGIN).is_none());
     assert_eq!(state.budget.used().tokens, 120);
     assert!(matches!(
         state.messages.last(),
@@ -140,8 +140,8 @@ fn handle_turn_without_calls_ends_with_the_answer_or_says_why_not() {
     let ctx = bench.ctx(&agent, &AcceptAll);
     let end_of = |finish| {
         let mut state = state(&agent);
-        let turn = Turn::answered(response(vec![], finish), None);
-        handle_turn(&ctx, &mut state, &turn, Instant::ORIGIN)
+        let mut turn = Turn::answered(response(vec![], finish), None);
+        handle_turn(&ctx, &mut state, &mut turn, Instant::ORIGIN)
     };
     assert!(matches!(end_of(FinishReason::Stop), Some(End::Answer(Some(t))) if t == "done"));
     assert!(matches!(
@@ -155,16 +155,37 @@ fn handle_turn_without_calls_ends_with_the_answer_or_says_why_not() {
 }
 
 #[test]
+fn an_answer_cut_at_the_ceiling_the_budget_set_ends_budget_exhausted() {
+    let (bench, agent) = (Bench::new(), agent());
+    let ctx = bench.ctx(&agent, &AcceptAll);
+    let mut cut = state(&agent);
+    let mut turn = Turn::answered(response(vec![], FinishReason::Length), None);
+    turn.limited_by = Some(Dimension::Cost);
+    let end = handle_turn(&ctx, &mut cut, &mut turn, Instant::ORIGIN);
+    assert!(
+        matches!(end, Some(End::Budget(e)) if e.dimension == Dimension::Cost),
+        "{end:?}"
+    );
+    // Cut at the model's own cap it is the model's failure, as before.
+    let mut capped = state(&agent);
+    let mut turn = Turn::answered(response(vec![], FinishReason::Length), None);
+    assert!(matches!(
+        handle_turn(&ctx, &mut capped, &mut turn, Instant::ORIGIN),
+        Some(End::ModelFailed(Category::Unknown, _))
+    ));
+}
+
+#[test]
 fn handle_turn_over_the_token_budget_ends_before_its_calls_run() {
     let (bench, mut agent) = (Bench::new(), agent());
     agent.budget = agent.budget.with_tokens(50).unwrap();
     let ctx = bench.ctx(&agent, &AcceptAll);
     let mut state = state(&agent);
-    let turn = Turn::answered(
+    let mut turn = Turn::answered(
         response(vec![tool_call("c1", READ, "{}")], FinishReason::ToolCalls),
         None,
     );
-    let end = handle_turn(&ctx, &mut state, &turn, Instant::ORIGIN);
+    let end = handle_turn(&ctx, &mut state, &mut turn, Instant::ORIGIN);
     assert!(matches!(end, Some(End::Budget(_))), "{end:?}");
     let events = ctx.emitter.drain();
     assert_eq!(kinds(&events), vec![EventKind::BudgetExhausted]);
@@ -348,11 +369,11 @@ fn handle_observation_after_a_checkpoint_writes_only_what_the_step_added() {
     let step = |state: &mut LoopState, order: &str| {
         state.step += 1;
         let args = format!(r#"{{"order_id": "{order}"}}"#);
-        let turn = Turn::answered(
+        let mut turn = Turn::answered(
             response(vec![tool_call("c", READ, &args)], FinishReason::ToolCalls),
             None,
         );
-        assert!(handle_turn(&ctx, state, &turn, Instant::ORIGIN).is_none());
+        assert!(handle_turn(&ctx, state, &mut turn, Instant::ORIGIN).is_none());
         let plan = bench.engine.handle_plan(&ctx, &AcceptAll, state, &turn);
         let results = vec![result(&plan.planned[0], Ok(json!({"status": "open"})))];
         bench

@@ -1,0 +1,412 @@
+//! The output ceiling of one model call, and what it reserves.
+//!
+//! # Why before the call
+//!
+//! Usage is known only after a call, and a breach cannot be undone then.
+//! So before every attempt rein sets aside the prompt (estimated from
+//! above) plus the most output the call may produce, at the price of the
+//! model that will answer this attempt, and asks for no more output than
+//! that: `max_tokens` = min(the model's output cap, what the token budget
+//! leaves after the prompt, what the cost budget leaves at the model's
+//! output price). A call without room for [`MIN_OUTPUT_TOKENS`] is not
+//! sent. The reservation is settled with the actual usage afterwards, so
+//! consumption never exceeds a ceiling as long as the provider counts the
+//! prompt at most as the estimate does and writes at most `max_tokens`.
+//!
+//! # The prompt estimate
+//!
+//! Byte-level BPE tokenizers (OpenAI's, Anthropic's) never make more
+//! tokens of a text than it has bytes, so a message's JSON length, plus a
+//! per-message allowance for the chat template, bounds its tokens. The
+//! first call of a run is bounded so, with an allowance for the tool-use
+//! instructions a provider adds when tools are offered. Later calls are
+//! bounded tighter by what the provider counted for the previous prompt
+//! plus the bound of what was added since (the previous answer and the
+//! results after it); the smaller bound is used.
+
+use rein_core::Instant;
+use rein_core::deadline::{Budget, Cost, Dimension, Exhausted, Grant, Usage};
+use rein_core::event::{BudgetExhausted, BudgetScope};
+use rein_core::registry::Price;
+use serde_json::Value;
+
+use super::chain::LinkEnd;
+use super::{LinkRef, TurnHost};
+use crate::provider::{Message, ModelRequest};
+use crate::run::emitter::Correlation;
+use crate::run::report::End;
+use crate::run::{Engine, MIN_OUTPUT_TOKENS};
+
+/// Template tokens a chat format may add around one message.
+pub const MESSAGE_OVERHEAD_TOKENS: u64 = 16;
+/// Tokens a provider may add to a request that offers tools (its own
+/// tool-use instructions), on top of the definitions themselves.
+pub const TOOLS_OVERHEAD_TOKENS: u64 = 512;
+
+/// An upper bound of `message`'s tokens.
+fn message_bound(message: &Message) -> u64 {
+    let bytes = serde_json::to_vec(message).map_or(0, |v| v.len());
+    u64::try_from(bytes)
+        .unwrap_or(u64::MAX)
+        .saturating_add(MESSAGE_OVERHEAD_TOKENS)
+}
+
+/// An upper bound of the prompt tokens of a request of `messages` and
+/// `tools`; `last_input` is what the provider counted for the previous
+/// answered prompt of the same transcript (0 when none), which was every
+/// message before the last assistant message.
+pub fn prompt_estimate(messages: &[Message], tools: &[Value], last_input: u64) -> u64 {
+    let tools_bound = if tools.is_empty() {
+        0
+    } else {
+        let bytes = serde_json::to_vec(tools).map_or(0, |v| v.len());
+        u64::try_from(bytes)
+            .unwrap_or(u64::MAX)
+            .saturating_add(TOOLS_OVERHEAD_TOKENS)
+    };
+    let whole = messages
+        .iter()
+        .map(message_bound)
+        .fold(tools_bound, u64::saturating_add);
+    let last_answer = messages
+        .iter()
+        .rposition(|m| matches!(m, Message::Assistant { .. }));
+    match last_answer {
+        Some(i) if last_input > 0 => {
+            let added = messages[i..]
+                .iter()
+                .map(message_bound)
+                .fold(last_input, u64::saturating_add);
+            whole.min(added)
+        }
+        _ => whole,
+    }
+}
+
+/// What one attempt may produce and what it sets aside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ceiling {
+    /// The `max_tokens` to send; `None` when nothing limits the output.
+    pub max_tokens: Option<u64>,
+    /// The budget dimension that set `max_tokens` below the model's cap
+    /// (an answer cut there ran out of that budget); `None` when the cap
+    /// or the caller did.
+    pub limited_by: Option<Dimension>,
+    /// What to reserve: the prompt and the largest output, at the price.
+    pub reserve: Usage,
+}
+
+/// What an answered attempt reserved: settled with its usage by the host.
+#[derive(Debug)]
+pub(crate) struct Reservation {
+    /// The reserved share of the budget.
+    pub(crate) grant: Grant,
+    /// [`Ceiling::limited_by`] of the attempt.
+    pub(crate) limited_by: Option<Dimension>,
+}
+
+/// The largest output whose cost, after a prompt costing `prompt_cost`,
+/// fits `left` at `price`; `None` when output is free.
+fn output_for_cost(left: Cost, prompt_cost: Cost, price: &Price) -> Option<u64> {
+    let per_mtok = price.output_per_mtok.micros();
+    if per_mtok == 0 {
+        return None;
+    }
+    let room = left.saturating_sub(prompt_cost).micros();
+    // `Price::cost` rounds each part up: `out × per / 1e6` rounded up fits
+    // `room` exactly when `out × per ≤ room × 1e6`.
+    let out = u128::from(room) * 1_000_000 / u128::from(per_mtok);
+    Some(u64::try_from(out).unwrap_or(u64::MAX))
+}
+
+/// The ceiling of an attempt at a model with output cap `cap` and `price`,
+/// for a prompt of at most `prompt` tokens, under what `budget` leaves at
+/// `now`; `requested` is a caller's own `max_tokens`, if any.
+///
+/// # Errors
+///
+/// [`Exhausted`] naming the dimension (tokens or cost) that leaves less
+/// than the prompt and [`MIN_OUTPUT_TOKENS`] of output: the call must not
+/// be sent.
+pub fn ceiling(
+    budget: &Budget,
+    now: Instant,
+    prompt: u64,
+    cap: Option<u32>,
+    price: Option<Price>,
+    requested: Option<u64>,
+) -> Result<Ceiling, Exhausted> {
+    let left = budget.remaining(now);
+    // The least output worth a call: a cap or a caller asking for less is
+    // obeyed, never raised.
+    let least = [cap.map(u64::from), requested]
+        .into_iter()
+        .flatten()
+        .fold(MIN_OUTPUT_TOKENS, u64::min)
+        .max(1);
+    let by_tokens = left.tokens.map(|t| t.saturating_sub(prompt));
+    if let (Some(room), Some(t)) = (by_tokens, left.tokens)
+        && room < least
+    {
+        return Err(Exhausted {
+            dimension: Dimension::Tokens,
+            needed: prompt.saturating_add(least),
+            remaining: t,
+        });
+    }
+    let priced = left.cost.zip(price);
+    let prompt_cost = price.map_or(Cost::ZERO, |p| p.cost(prompt, 0));
+    let by_cost = priced.and_then(|(c, p)| output_for_cost(c, prompt_cost, &p));
+    if let Some((c, p)) = priced
+        && (c < prompt_cost || by_cost.is_some_and(|room| room < least))
+    {
+        return Err(Exhausted {
+            dimension: Dimension::Cost,
+            needed: p.cost(prompt, least).micros(),
+            remaining: c.micros(),
+        });
+    }
+    let max_tokens = [cap.map(u64::from), requested, by_tokens, by_cost]
+        .into_iter()
+        .flatten()
+        .min();
+    let others = [cap.map(u64::from), requested].into_iter().flatten().min();
+    let below = |room: Option<u64>| room.is_some_and(|r| others.is_none_or(|o| r < o));
+    let limited_by = if below(by_tokens) && by_tokens <= by_cost.or(by_tokens) {
+        Some(Dimension::Tokens)
+    } else if below(by_cost) {
+        Some(Dimension::Cost)
+    } else {
+        None
+    };
+    let output = max_tokens.unwrap_or(0);
+    Ok(Ceiling {
+        max_tokens,
+        limited_by,
+        reserve: Usage {
+            steps: 0,
+            tokens: prompt.saturating_add(output),
+            cost: price.map_or(Cost::ZERO, |p| p.cost(prompt, output)),
+        },
+    })
+}
+
+/// The pre-reservation ceiling, kept for the chaos suite's self-test
+/// (sabotage switch `charge_after_call`): the token budget only, against
+/// the last prompt's count, nothing reserved and no cost checked: usage is
+/// charged after the call, so a growing prompt or a cost ceiling is
+/// overrun.
+#[cfg(feature = "sabotage")]
+fn after_the_call(
+    budget: &Budget,
+    now: Instant,
+    last_input: u64,
+    cap: Option<u32>,
+    requested: Option<u64>,
+) -> Result<Ceiling, Exhausted> {
+    let left = budget.remaining(now).tokens;
+    if let Some(t) = left
+        && t < last_input.saturating_add(MIN_OUTPUT_TOKENS)
+    {
+        return Err(Exhausted {
+            dimension: Dimension::Tokens,
+            needed: last_input.saturating_add(MIN_OUTPUT_TOKENS),
+            remaining: t,
+        });
+    }
+    let by_tokens = left.map(|t| t - last_input);
+    Ok(Ceiling {
+        max_tokens: [cap.map(u64::from), requested, by_tokens]
+            .into_iter()
+            .flatten()
+            .min(),
+        limited_by: None,
+        reserve: Usage::default(),
+    })
+}
+
+impl Engine {
+    /// Reserves one attempt at `link` of `request` (a prompt of at most
+    /// `prompt` tokens) at `now`: the request to send, with its
+    /// `max_tokens`, and the grant to settle with its usage. `Stop` with
+    /// `budget_exhausted` when the call cannot fit.
+    pub(super) fn reserve_attempt(
+        &self,
+        (host, c): (&dyn TurnHost, &Correlation),
+        link: LinkRef<'_>,
+        (request, prompt): (&ModelRequest, u64),
+        budget: &mut Budget,
+        now: Instant,
+    ) -> Result<(ModelRequest, Reservation), LinkEnd> {
+        let decided = ceiling(
+            budget,
+            now,
+            prompt,
+            link.max_output,
+            link.price,
+            request.max_tokens,
+        );
+        // Sabotage hook `charge_after_call`: no reservation, no cost check.
+        #[cfg(feature = "sabotage")]
+        let decided = if self.sabotage.charge_after_call {
+            after_the_call(
+                budget,
+                now,
+                host.last_input_tokens(),
+                link.max_output,
+                request.max_tokens,
+            )
+        } else {
+            decided
+        };
+        match decided {
+            Ok(ceiling) => Ok((
+                ModelRequest {
+                    max_tokens: ceiling.max_tokens,
+                    ..request.clone()
+                },
+                Reservation {
+                    grant: budget.reserve(ceiling.reserve),
+                    limited_by: ceiling.limited_by,
+                },
+            )),
+            Err(exhausted) => {
+                host.emitter().emit(
+                    c,
+                    BudgetExhausted {
+                        reason: Some(format!(
+                            "the prompt (at most {prompt} tokens) and a minimal answer from {}/{} do not fit the {} left",
+                            link.provider.name(),
+                            link.model,
+                            exhausted.dimension
+                        )),
+                        min_output_tokens: Some(MIN_OUTPUT_TOKENS),
+                        used: Some(budget.used()),
+                        ..BudgetExhausted::new(BudgetScope::ModelCall, exhausted)
+                    },
+                );
+                Err(LinkEnd::Stop(End::Budget(exhausted)))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use rein_core::Instant;
+    use rein_core::deadline::BudgetLimits;
+
+    use super::*;
+
+    fn budget(tokens: Option<u64>, cost_micros: Option<u64>) -> Budget {
+        let mut limits = BudgetLimits::new(Duration::from_secs(60)).unwrap();
+        if let Some(t) = tokens {
+            limits = limits.with_tokens(t).unwrap();
+        }
+        if let Some(c) = cost_micros {
+            limits = limits.with_cost(Cost::from_micros(c)).unwrap();
+        }
+        Budget::start(limits, Instant::ORIGIN)
+    }
+
+    /// $1 per million input tokens, $4 per million output tokens.
+    fn price() -> Price {
+        Price::new(Cost::from_micros(1_000_000), Cost::from_micros(4_000_000))
+    }
+
+    #[test]
+    fn the_cap_bounds_a_large_token_budget() {
+        let b = budget(Some(50_000), None);
+        let c = ceiling(&b, Instant::ORIGIN, 1_000, Some(16_384), None, None).unwrap();
+        assert_eq!(c.max_tokens, Some(16_384));
+        assert_eq!(c.limited_by, None, "the cap, not the budget");
+        assert_eq!(c.reserve.tokens, 17_384);
+    }
+
+    #[test]
+    fn the_token_budget_leaves_room_after_the_prompt() {
+        let b = budget(Some(5_000), None);
+        let c = ceiling(&b, Instant::ORIGIN, 4_000, Some(16_384), None, None).unwrap();
+        assert_eq!(c.max_tokens, Some(1_000));
+        assert_eq!(c.limited_by, Some(Dimension::Tokens));
+        assert_eq!(c.reserve.tokens, 5_000, "prompt and output fill the budget");
+    }
+
+    #[test]
+    fn the_cost_budget_leaves_output_at_the_models_output_price() {
+        // 10_000 µ$: the prompt costs 2_000 (2_000 tokens at $1/M), the
+        // rest buys 8_000 µ$ / $4 per M = 2_000 output tokens.
+        let b = budget(None, Some(10_000));
+        let c = ceiling(
+            &b,
+            Instant::ORIGIN,
+            2_000,
+            Some(16_384),
+            Some(price()),
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.max_tokens, Some(2_000));
+        assert_eq!(c.limited_by, Some(Dimension::Cost));
+        assert_eq!(c.reserve.cost, Cost::from_micros(10_000));
+        assert!(c.reserve.cost <= b.remaining(Instant::ORIGIN).cost.unwrap());
+    }
+
+    #[test]
+    fn a_call_without_room_for_a_minimal_answer_names_the_dimension() {
+        let b = budget(Some(1_050), None);
+        let e = ceiling(&b, Instant::ORIGIN, 1_000, Some(16_384), None, None).unwrap_err();
+        assert_eq!(e.dimension, Dimension::Tokens);
+        assert_eq!((e.needed, e.remaining), (1_000 + MIN_OUTPUT_TOKENS, 1_050));
+
+        // 1_100 µ$: the prompt takes 1_000, 100 µ$ buys 25 output tokens.
+        let b = budget(None, Some(1_100));
+        let e = ceiling(&b, Instant::ORIGIN, 1_000, None, Some(price()), None).unwrap_err();
+        assert_eq!(e.dimension, Dimension::Cost);
+        assert_eq!(e.remaining, 1_100);
+    }
+
+    #[test]
+    fn a_caller_or_a_cap_asking_for_less_is_obeyed() {
+        let b = budget(Some(100_000), None);
+        let c = ceiling(&b, Instant::ORIGIN, 10, Some(16_384), None, Some(20)).unwrap();
+        assert_eq!(c.max_tokens, Some(20));
+        let c = ceiling(&b, Instant::ORIGIN, 10, None, None, None).unwrap();
+        assert_eq!(c.max_tokens, Some(100_000 - 10));
+        let unlimited = budget(None, None);
+        let c = ceiling(&unlimited, Instant::ORIGIN, 10, None, None, None).unwrap();
+        assert_eq!(c.max_tokens, None);
+    }
+
+    #[test]
+    fn the_estimate_is_at_least_the_text_and_tightens_with_the_last_count() {
+        let messages = vec![
+            Message::System {
+                content: "s".repeat(400),
+            },
+            Message::User {
+                content: "u".repeat(100),
+            },
+        ];
+        let first = prompt_estimate(&messages, &[], 0);
+        assert!(first >= 500 + 2 * MESSAGE_OVERHEAD_TOKENS);
+        let tools = vec![serde_json::json!({"type": "function"})];
+        assert!(prompt_estimate(&messages, &tools, 0) > first + TOOLS_OVERHEAD_TOKENS);
+        let mut grown = messages.clone();
+        grown.push(Message::Assistant {
+            content: Some("ok".into()),
+            tool_calls: Vec::new(),
+        });
+        grown.push(Message::Tool {
+            call_id: "c".into(),
+            content: "r".repeat(50),
+        });
+        // The provider counted 150 for the first prompt: the bound is that
+        // plus the two messages added.
+        let tight = prompt_estimate(&grown, &[], 150);
+        assert!(tight < prompt_estimate(&grown, &[], 0));
+        assert!(tight >= 150 + 52 + 2 * MESSAGE_OVERHEAD_TOKENS);
+    }
+}
