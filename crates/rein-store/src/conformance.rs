@@ -42,6 +42,12 @@ use crate::{
     StepCommit, Store, StoreError, StoredResponse,
 };
 
+mod latency;
+pub use latency::{
+    latency_concurrent_merges_all_count, latency_merge_refusals_write_nothing,
+    latency_merges_add_deltas_and_are_listed,
+};
+
 /// A base time far from the present, so runs made here sort first.
 const BASE_MS: u64 = 4_000_000_000_000;
 
@@ -109,6 +115,9 @@ pub async fn run_all(store: &dyn Store) {
     breaker_clear_only_by_its_publisher(store).await;
     breaker_opening_refusals(store).await;
     breaker_concurrent_publishes_keep_the_latest_until(store).await;
+    latency_merges_add_deltas_and_are_listed(store).await;
+    latency_merge_refusals_write_nothing(store).await;
+    latency_concurrent_merges_all_count(store).await;
 }
 
 /// An id no other call of this process (or earlier process) produced.

@@ -12,10 +12,12 @@ use crate::idempotency::{
     Reservation, ReservationFence, StoredResponse,
 };
 use crate::intent::PlannedIntent;
+use crate::latency::LatencyRows;
 use crate::lease::{Lease, LeaseChange, LeaseFilter, validate_owner};
 use crate::ledger::LedgerMark;
 use crate::run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus, StatusChange};
 use crate::singleton::SingletonLease;
+use rein_core::latency::LatencyHistogram;
 
 /// Durable state of runs: the runs themselves, their event streams, planned
 /// intents, the side-effect ledger, checkpoints and resource leases; and
@@ -96,6 +98,15 @@ use crate::singleton::SingletonLease;
 /// crate). The three methods are provided, failing with
 /// [`StoreError::Backend`]; every backend overrides them and a wrapping
 /// store must forward them (NOTE: `rein_chaos::FaultyStore` does).
+///
+/// # Latency histograms
+///
+/// Observed latency (see the `latency` module docs of this crate): each
+/// process adds the samples it recorded since its last merge to the stored
+/// histogram of each subject ([`Store::merge_latency`], one transaction),
+/// and any process reads the sums ([`Store::latency_histograms`]). Both
+/// are required: a wrapping store must forward them, and every backend
+/// passes the conformance checks of them.
 ///
 /// [`acquire_lease`]: Store::acquire_lease
 /// [`renew_lease`]: Store::renew_lease
@@ -860,6 +871,30 @@ pub trait Store: Send + Sync {
         let _ = (arm, opened_by);
         Err(unsupported_breaker("clear_breaker_open"))
     }
+
+    /// Adds each `(subject, delta)` to its subject's stored histogram, all
+    /// in one transaction across every process sharing the store (two
+    /// processes merging at once both count), and returns the sums of those
+    /// subjects. A stored histogram that cannot be read is replaced by the
+    /// delta and listed in [`LatencyRows::corrupt`]; a delta of a subject
+    /// listed twice counts twice. Empty deltas change nothing (their
+    /// subjects are still returned if stored).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a subject of 0 or more than
+    /// [`MAX_LATENCY_SUBJECT_LEN`](crate::MAX_LATENCY_SUBJECT_LEN) bytes or
+    /// with control characters (nothing is written then).
+    async fn merge_latency(
+        &self,
+        deltas: &[(String, LatencyHistogram)],
+        now_ms: u64,
+    ) -> Result<LatencyRows, StoreError>;
+
+    /// Every stored histogram, by subject; rows that cannot be read are
+    /// listed in [`LatencyRows::corrupt`] with the reason, never a failure
+    /// of the whole read.
+    async fn latency_histograms(&self) -> Result<LatencyRows, StoreError>;
 }
 
 /// How many of the newest runs the provided [`Store::runs_with_status`] and
