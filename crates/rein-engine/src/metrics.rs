@@ -33,7 +33,7 @@ pub struct Metrics {
 }
 
 /// The help line of each counter.
-const HELP: [(&str, &str); 13] = [
+const HELP: [(&str, &str); 14] = [
     ("rein_runs_finished_total", "Runs that ended, by outcome."),
     (
         "rein_model_calls_total",
@@ -82,6 +82,10 @@ const HELP: [(&str, &str); 13] = [
     (
         "rein_compensations_total",
         "Compensations that finished, by status.",
+    ),
+    (
+        "rein_latency_degraded_total",
+        "Windows of samples whose p99 came out above twice the baseline, by subject (tool:NAME or model:PROVIDER/MODEL).",
     ),
 ];
 
@@ -193,6 +197,10 @@ impl Metrics {
                         if d.new < d.old { "down" } else { "up" }.to_owned(),
                     ),
                 ],
+            ),
+            EventData::LatencyDegraded(d) => (
+                "rein_latency_degraded_total",
+                vec![("subject", d.subject.clone())],
             ),
             EventData::LoopDetected(_) => ("rein_loop_guard_trips_total", Vec::new()),
             EventData::ToolDisabled(d) => (

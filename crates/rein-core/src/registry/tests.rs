@@ -586,7 +586,10 @@ fn allowance_factor_and_model_latency_are_checked_and_honoured() {
         .values()
         .map(|t| t.allowance_factor.get())
         .collect();
-    assert!(factors.contains(&1.5) && factors.contains(&2.0), "{factors:?}");
+    assert!(
+        factors.contains(&1.5) && factors.contains(&2.0),
+        "{factors:?}"
+    );
     let agent = registry.agent("order_desk").unwrap();
     assert_eq!(agent.model_latency, Duration::from_secs(2));
 

@@ -32,6 +32,8 @@
 //! conclude     the end: settlement, report, final record
 //!   settle/      partial-failure decision, compensation, handoff package
 //! hand_on      an interrupted run handed on, unfinished
+//! latency      observed latency: recorded per call, planned with, shared
+//!              through the store
 //! contain      a panic caught at the run's boundary
 //! close        closing a run from outside (orphaned, dead-lettered; the
 //!              decisions are `crate::recovery`'s)
@@ -57,6 +59,7 @@ mod execute;
 mod fixture;
 mod guarded;
 mod hand_on;
+mod latency;
 mod model_chain;
 mod permit;
 mod progress;
@@ -83,6 +86,7 @@ pub use engine::{Engine, EngineBuilder, http_client};
 pub use error::EngineError;
 pub use guarded::{CallResult, Planned};
 pub use hand_on::HandOn;
+pub use latency::{DEFAULT_LATENCY_FLUSH, ToolLatency};
 pub use model_chain::{ModelAnswer, ModelAsk, ModelBinding, ModelError, ModelReply};
 pub use report::{
     End, REPORT_WRITE_TRIES, is_revision_conflict, revise, revise_stored, tree_records,

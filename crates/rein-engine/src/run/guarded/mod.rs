@@ -65,8 +65,11 @@ impl Engine {
             return CallResult::refused(planned, tool.class, failure);
         }
 
-        // 2. Budget: refuse before sending what cannot finish.
-        if let Err(failure) = self.check_call_budget(ctx, &c, tool, budget) {
+        // 2. Budget: refuse before sending what cannot finish, by the
+        // latency profile in force now (observed once trusted).
+        self.shared.latency.load().await;
+        let plan = self.shared.latency.plan(tool);
+        if let Err(failure) = self.check_call_budget(ctx, &c, tool, budget, plan.need(tool.class)) {
             return CallResult::refused(planned, tool.class, failure);
         }
 
@@ -82,7 +85,10 @@ impl Engine {
         // Over them the call waits, bounded by its deadline less what it
         // needs; one that cannot start in time is shed here — before its
         // ledger record exists, so nothing is pending and nothing is sent.
-        let admitted = match self.govern(ctx, &c, tool, budget, call_need(tool)).await {
+        let admitted = match self
+            .govern(ctx, &c, tool, budget, plan.need(tool.class))
+            .await
+        {
             Ok(slot) => slot,
             Err(failure) => return CallResult::refused(planned, tool.class, failure),
         };
@@ -155,17 +161,18 @@ impl Engine {
     }
 
     /// Step 2 of the guarded call: refuses, before sending, a call the
-    /// budget cannot finish ([`call_need`]), with a `budget_exhausted`
-    /// failure and event.
+    /// budget cannot finish (`need`: see `Plan::need`), with a
+    /// `budget_exhausted` failure and event.
     fn check_call_budget(
         &self,
         ctx: &RunCtx<'_>,
         c: &Correlation,
         tool: &ToolBinding,
         budget: &Budget,
+        need: Duration,
     ) -> Result<(), Failure> {
         let now = self.clock.now();
-        let Err(exhausted) = budget.check(&Need::time(call_need(tool)), now) else {
+        let Err(exhausted) = budget.check(&Need::time(need), now) else {
             return Ok(());
         };
         ctx.emitter.emit(
@@ -177,20 +184,6 @@ impl Engine {
         );
         Err(Failure::new(&tool.name, Category::BudgetExhausted)
             .with_human_message(format!("{} not started: {exhausted}", tool.name)))
-    }
-}
-
-/// The time a call needs left before it is sent. A call with side effects
-/// needs its full allowance (p99 × factor): started without it, it may time
-/// out after sending and leave an effect in doubt. A read needs at least
-/// its median.
-fn call_need(tool: &ToolBinding) -> Duration {
-    if tool.class.has_side_effect() {
-        tool.latency
-            .p99()
-            .saturating_mul(super::DEFAULT_ALLOWANCE_FACTOR)
-    } else {
-        tool.latency.p50()
     }
 }
 
