@@ -388,3 +388,149 @@ enum Baseline {
     /// Recorded, never watched.
     Unwatched,
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use rein_core::ManualClock;
+    use rein_store::SqliteStore;
+
+    use super::*;
+    use crate::run::fixture;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn observe(min_samples: u64) -> ToolLatency {
+        ToolLatency {
+            spec: LatencySpec::Observe {
+                fallback: LatencyProfile::new(ms(5_000), ms(5_000), ms(5_000), 0).unwrap(),
+                min_samples,
+            },
+            factor: AllowanceFactor::new(1.5).unwrap(),
+        }
+    }
+
+    fn book(store: &Arc<dyn Store>, tool: ToolLatency) -> Arc<LatencyBook> {
+        let tools = BTreeMap::from([(fixture::READ.to_owned(), tool)]);
+        Arc::new(LatencyBook::new(
+            tools,
+            Duration::from_secs(3_600),
+            store.clone(),
+            Arc::new(ManualClock::new()),
+        ))
+    }
+
+    fn sqlite(dir: &tempfile::TempDir) -> Arc<dyn Store> {
+        Arc::new(SqliteStore::open(dir.path().join("rein.db")).unwrap())
+    }
+
+    #[tokio::test]
+    async fn observe_plans_with_the_fallback_until_min_samples_then_with_what_it_saw() {
+        let dir = tempfile::tempdir().unwrap();
+        let book = book(&sqlite(&dir), observe(3));
+        let read = fixture::agent().tools[fixture::READ].clone();
+        book.load().await;
+        for _ in 0..2 {
+            assert_eq!(book.plan(&read).profile.p99(), ms(5_000));
+            assert!(book.record_tool(&read, ms(200)).is_none());
+        }
+        assert_eq!(
+            book.plan(&read).allowance(Duration::MAX),
+            ms(7_500),
+            "5 s × 1.5"
+        );
+        book.record_tool(&read, ms(200));
+        let plan = book.plan(&read);
+        assert_eq!(plan.profile.samples(), 3);
+        assert!(
+            (ms(200)..=ms(202)).contains(&plan.profile.p99()),
+            "{plan:?}"
+        );
+        assert!((ms(300)..=ms(303)).contains(&plan.allowance(Duration::MAX)));
+        assert_eq!(plan.allowance(ms(100)), ms(100), "capped by what remains");
+        assert_eq!(plan.need(ToolClass::Read), plan.profile.p50());
+    }
+
+    #[tokio::test]
+    async fn a_declared_tool_is_recorded_but_planned_as_declared() {
+        let dir = tempfile::tempdir().unwrap();
+        let declared = LatencyProfile::new(ms(10), ms(100), ms(250), 0).unwrap();
+        let book = book(
+            &sqlite(&dir),
+            ToolLatency {
+                spec: LatencySpec::Declared(declared),
+                factor: AllowanceFactor::default(),
+            },
+        );
+        let read = fixture::agent().tools[fixture::READ].clone();
+        let mut degraded = None;
+        for _ in 0..rein_core::latency::DEGRADATION_WINDOW {
+            degraded = degraded.or(book.record_tool(&read, ms(600)));
+        }
+        assert_eq!(book.plan(&read).profile, declared);
+        let degraded = degraded.expect("600 ms is above twice the declared 250 ms");
+        assert_eq!(degraded.baseline, ms(250));
+        assert_eq!(degraded.baseline_source, BaselineSource::Declared);
+    }
+
+    #[tokio::test]
+    async fn two_books_on_one_store_sum_their_samples_once_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = sqlite(&dir);
+        let read = fixture::agent().tools[fixture::READ].clone();
+        let (one, two) = (book(&store, observe(1)), book(&store, observe(1)));
+        one.load().await;
+        two.load().await;
+        one.record_tool(&read, ms(100));
+        one.record_tool(&read, ms(100));
+        two.record_tool(&read, ms(300));
+        one.flush_now().await;
+        two.flush_now().await;
+        // A flush with nothing new changes nothing; a second flush of one
+        // takes the other's samples in.
+        two.flush_now().await;
+        one.record_tool(&read, ms(100));
+        one.flush_now().await;
+        assert_eq!(one.plan(&read).profile.samples(), 4, "2 + 1 + 1");
+        assert_eq!(two.plan(&read).profile.samples(), 3, "not yet the last one");
+        let rows = store.latency_histograms().await.unwrap();
+        assert_eq!(rows.records[0].histogram.samples(), 4);
+        // A fresh book (a new process) starts from the sum.
+        let three = book(&store, observe(1));
+        three.load().await;
+        assert_eq!(three.plan(&read).profile.samples(), 4);
+    }
+
+    #[tokio::test]
+    async fn a_corrupt_stored_row_is_left_out_and_the_next_flush_replaces_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = sqlite(&dir);
+        store
+            .merge_latency(&[("tool:get_order".into(), LatencyHistogram::new())], 1)
+            .await
+            .unwrap();
+        let conn = rusqlite::Connection::open(dir.path().join("rein.db")).unwrap();
+        conn.execute(
+            "INSERT INTO latency_histograms VALUES ('tool:get_order', 'garbage', 9, 1)",
+            [],
+        )
+        .unwrap();
+        let read = fixture::agent().tools[fixture::READ].clone();
+        let book = book(&store, observe(1));
+        book.load().await;
+        assert_eq!(
+            book.plan(&read).profile.p99(),
+            ms(5_000),
+            "nothing trusted from it"
+        );
+        book.record_tool(&read, ms(40));
+        book.flush_now().await;
+        let rows = store.latency_histograms().await.unwrap();
+        assert!(rows.corrupt.is_empty(), "{rows:?}");
+        assert_eq!(rows.records[0].histogram.samples(), 1);
+        assert_eq!(book.plan(&read).profile.samples(), 1);
+    }
+}
