@@ -32,6 +32,7 @@
 //! conclude     the end: settlement, report, final record
 //!   settle/      partial-failure decision, compensation, handoff package
 //! hand_on      an interrupted run handed on, unfinished
+//! health       health memory in the model's view: notes on tools refused now
 //! latency      observed latency: recorded per call, planned with, shared
 //!              through the store
 //! contain      a panic caught at the run's boundary
@@ -59,6 +60,7 @@ mod execute;
 mod fixture;
 mod guarded;
 mod hand_on;
+mod health;
 mod latency;
 mod model_chain;
 mod permit;

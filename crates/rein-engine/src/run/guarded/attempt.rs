@@ -136,6 +136,7 @@ impl Engine {
                 AttemptEnd::Ended(attempted) => return attempted,
                 AttemptEnd::Failed(failure, slot) => (failure, slot),
             };
+            self.share_cooldown(tool, &failure).await;
             let ended = |outcome| Attempted {
                 outcome,
                 attempts: attempt,

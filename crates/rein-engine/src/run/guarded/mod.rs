@@ -76,6 +76,11 @@ impl Engine {
         // 3. Breakers: the tool's arm, then its resource group's. Each
         // permit is held by a guard from here: a return below, or this
         // future dropped mid-call, gives it back unused.
+        // Another process's opening of either arm, or a Retry-After
+        // cooldown of the tool, refuses it first (shared breakers).
+        if let Some(f) = self.admit_shared_call(&ctx.emitter, &c, tool).await {
+            return CallResult::refused(planned, tool.class, f);
+        }
         let (tool_permit, group_permit) = match self.admit_call(&ctx.emitter, &c, tool) {
             Ok(permits) => permits,
             Err(f) => return CallResult::refused(planned, tool.class, f),
@@ -140,7 +145,8 @@ impl Engine {
         // its permits go back unused.
         for permit in std::iter::once(tool_permit).chain(group_permit) {
             if sent > 0 {
-                self.report_outcome(&ctx.emitter, &c, permit, outcome.as_ref().map(|_| ()));
+                self.report_outcome(&ctx.emitter, &c, permit, outcome.as_ref().map(|_| ()))
+                    .await;
             } else {
                 drop(permit);
             }
