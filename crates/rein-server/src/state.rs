@@ -40,6 +40,13 @@ pub struct AppState {
     pub drain: crate::drain::Drain,
     /// The counters of its connections ([`crate::connections`]).
     pub connections: crate::connections::Connections,
+    /// Per-tenant quota state: submission buckets, own running runs,
+    /// refusals ([`crate::quota`]).
+    pub quotas: crate::quota::Quotas,
+    /// The run slots ([`crate::slots`]).
+    pub slots: Arc<crate::slots::RunSlots>,
+    /// The queue workers' round between tenants ([`crate::fair`]).
+    pub fair: crate::fair::FairPick,
 }
 
 impl AppState {
@@ -56,6 +63,7 @@ impl AppState {
         models: std::collections::BTreeMap<String, rein_engine::run::ModelBinding>,
     ) -> AppState {
         let settings = registry.server().clone();
+        let settings_quotas = settings.quotas.clone();
         AppState {
             workers: usize::try_from(settings.queue.workers.get()).unwrap_or(1),
             settings,
@@ -69,6 +77,12 @@ impl AppState {
             health: Default::default(),
             drain: Default::default(),
             connections: Default::default(),
+            quotas: Default::default(),
+            slots: Arc::new(crate::slots::RunSlots::new(
+                settings_quotas.run_slots,
+                settings_quotas.weights(),
+            )),
+            fair: crate::fair::FairPick::new(&settings_quotas),
         }
     }
 

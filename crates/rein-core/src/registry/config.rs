@@ -475,6 +475,11 @@ pub struct ServerConfig {
     pub metrics: Option<super::exposure::MetricsAccess>,
     /// The tenants whose keys may read a protected `/metrics`.
     pub metrics_tenants: Vec<String>,
+
+    // ----- quotas: per-tenant limits, fair queue, run slots ------------
+    /// Per-tenant submission rate and run caps, fair queue weights and the
+    /// run slots (`[server.quotas]`).
+    pub quotas: super::quotas::ServerQuotasConfig,
 }
 
 /// `[server.limits]` as written in config.

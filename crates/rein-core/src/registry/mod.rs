@@ -116,6 +116,7 @@ mod constants;
 mod exposure;
 mod model_tools;
 mod problem;
+mod quotas;
 mod server;
 mod spec;
 
@@ -149,6 +150,10 @@ pub use exposure::{
     host_is_allowed,
 };
 pub use problem::{ConfigProblem, Position, SchemaIssue};
+pub use quotas::{
+    DEFAULT_INTERACTIVE_RESERVE, KEYLESS_TENANT, RunSlots, ServerQuotas, ServerQuotasConfig,
+    SubmissionRate, TenantQuota, TenantQuotaConfig,
+};
 pub use server::{
     AgentGraphLimits, ApiKeySpec, ConnectionLimits, IdempotencySettings, QueueSettings,
     ReconciliationSettings, ServerSpec,

@@ -67,7 +67,7 @@ use crate::ids::TenantId;
 /// | `limits.idle_timeout` | [`DEFAULT_IDLE_TIMEOUT`] (60 s) | 100 ms..=1 h |
 /// | `limits.max_connections` | [`DEFAULT_MAX_CONNECTIONS`] (1024) | 1..=[`MAX_MAX_CONNECTIONS`](super::MAX_MAX_CONNECTIONS) (65 536) |
 /// | `shutdown_grace` | [`DEFAULT_SHUTDOWN_GRACE`] (25 s) | 0..=[`MAX_SHUTDOWN_GRACE`](super::MAX_SHUTDOWN_GRACE) (1 h): the whole drain, signal to exit; the last 7 s hand on and close, so under 7 s hands on at once (and exits within 1.5 s at the least) |
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ServerSpec {
     /// The address to bind.
@@ -106,6 +106,10 @@ pub struct ServerSpec {
     /// The tenants whose keys may read `/metrics` when it is protected
     /// (each the tenant of an `api_keys` entry).
     pub metrics_tenants: Vec<TenantId>,
+
+    // ----- quotas: per-tenant limits, fair queue, run slots --------------
+    /// `[server.quotas]` (see [`super::ServerQuotas`] for the defaults).
+    pub quotas: super::quotas::ServerQuotas,
 }
 
 impl Default for ServerSpec {
@@ -125,6 +129,7 @@ impl Default for ServerSpec {
             cors: None,
             metrics: MetricsAccess::default(),
             metrics_tenants: Vec::new(),
+            quotas: super::quotas::ServerQuotas::default(),
         }
     }
 }

@@ -23,6 +23,7 @@
 //! | `latency_histograms` | `subject` | observed latency, summed over every process (schema v11) |
 //! | `rein_schema` | `version` | migrations applied |
 
+mod backlog;
 mod codec;
 mod config;
 mod files;
@@ -220,6 +221,17 @@ impl Store for SqliteStore {
         let (filter, after) = (filter.clone(), after.cloned());
         self.worker
             .read(move |conn| ops::list_runs_page(conn, &filter, after.as_ref(), limit))
+            .await
+    }
+
+    async fn tenant_backlogs(
+        &self,
+        tenant: Option<&TenantId>,
+        oldest: usize,
+    ) -> Result<Vec<crate::TenantBacklog>, StoreError> {
+        let tenant = tenant.cloned();
+        self.worker
+            .read(move |conn| backlog::tenant_backlogs(conn, tenant.as_ref(), oldest))
             .await
     }
 
