@@ -16,8 +16,8 @@ use crate::provider::{
     AnthropicProvider, ModelProvider, OpenAiProvider, ScriptError, ScriptedProvider, StreamSettings,
 };
 use crate::run::{
-    AgentBinding, AgentResolver, AgentTarget, ArgValidator, CompensationBinding, EngineBuilder,
-    ModelBinding, ModelLink, ToolBinding, ToolLatency, ToolTarget,
+    AgentBinding, AgentResolver, AgentTarget, ArgValidator, CompensationBinding, Declared,
+    EngineBuilder, ModelBinding, ModelLink, ToolBinding, ToolLatency, ToolTarget,
 };
 use crate::tool::command::CommandTarget;
 use crate::tool::http::HttpTarget;
@@ -180,6 +180,7 @@ pub fn bind_agent_using(
         context_fallbacks,
         provider_limits,
         model_retry: agent.model_retry,
+        fan_out: agent.fan_out,
     })
 }
 
@@ -488,6 +489,11 @@ fn bind_tool(spec: &ToolSpec) -> Result<ToolBinding, BindError> {
         target,
         resource_group: Some(spec.resource_group.clone()),
         self_heal_allowance: spec.self_heal_allowance,
+        declared: Declared {
+            owner: Some(spec.owner.clone()),
+            side_effect_tier: Some(spec.side_effect_tier),
+            resource_key: spec.resource_key.clone(),
+        },
     })
 }
 

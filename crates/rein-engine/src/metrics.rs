@@ -80,6 +80,10 @@ const HELP: [(&str, &str); 14] = [
         "Runs stopped by the loop guard.",
     ),
     (
+        "rein_fan_out_refused_total",
+        "Model turns that proposed more calls than their agent's max_calls_per_turn; none of their calls ran.",
+    ),
+    (
         "rein_compensations_total",
         "Compensations that finished, by status.",
     ),
@@ -203,6 +207,7 @@ impl Metrics {
                 vec![("subject", d.subject.clone())],
             ),
             EventData::LoopDetected(_) => ("rein_loop_guard_trips_total", Vec::new()),
+            EventData::FanOutRefused(_) => ("rein_fan_out_refused_total", Vec::new()),
             EventData::ToolDisabled(d) => (
                 "rein_self_heal_exhausted_total",
                 vec![("tool", d.tool.clone())],

@@ -139,6 +139,7 @@ event_data! {
     RateLimited,
     CallShed,
     ConcurrencyAdjusted,
+    FanOutRefused,
     ModelQueueWaited,
     ModelFallbackUsed,
     ModelOutputTruncated,
