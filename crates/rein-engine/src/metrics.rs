@@ -33,7 +33,7 @@ pub struct Metrics {
 }
 
 /// The help line of each counter.
-const HELP: [(&str, &str); 14] = [
+const HELP: [(&str, &str); 15] = [
     ("rein_runs_finished_total", "Runs that ended, by outcome."),
     (
         "rein_model_calls_total",
