@@ -232,3 +232,28 @@ async fn observe_mode_learns_from_real_calls_and_a_second_engine_uses_the_persis
     );
     assert!(rows.corrupt.is_empty());
 }
+
+/// `model_latency` is what a turn is assumed to need: a median longer than
+/// the run's wall clock ends the run before any model call is sent.
+#[tokio::test(start_paused = true)]
+async fn model_latency_decides_whether_a_turn_fits_before_it_is_sent() {
+    let desk = OrderDesk::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), 1);
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("model_latency = \"50ms\"", "model_latency = \"10m\""),
+    )
+    .unwrap();
+    let reg = registry(&path, &desk);
+    let one = engine(&dir.path().join("rein.db"), &reg);
+    let (outcome, events) = run(&one, &reg).await;
+    assert_eq!(outcome, Outcome::BudgetExhausted, "{events:#?}");
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e.data, EventData::ModelCallStarted(_))),
+        "no model call was sent"
+    );
+}
