@@ -74,7 +74,7 @@ pub struct LatencyRows {
 /// # Errors
 ///
 /// [`StoreError::Invalid`] otherwise.
-pub(crate) fn validate_subject(subject: &str) -> Result<(), StoreError> {
+pub fn validate_subject(subject: &str) -> Result<(), StoreError> {
     if subject.is_empty()
         || subject.len() > MAX_LATENCY_SUBJECT_LEN
         || subject.chars().any(char::is_control)
@@ -91,7 +91,7 @@ pub(crate) fn validate_subject(subject: &str) -> Result<(), StoreError> {
 /// What a merge of `delta` into the `stored` text of `subject` writes:
 /// their sum, or the delta alone when the stored text is corrupt (with
 /// the report). Shared by backends so they decide alike.
-pub(crate) fn merged(
+pub fn merged(
     subject: &str,
     stored: Option<&str>,
     delta: &LatencyHistogram,
@@ -116,7 +116,7 @@ pub(crate) fn merged(
 
 /// Reads one stored row: its record, or the report of why it cannot be
 /// read.
-pub(crate) fn decoded(
+pub fn decoded(
     subject: String,
     text: &str,
     updated_at_ms: u64,
