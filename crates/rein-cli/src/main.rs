@@ -11,6 +11,7 @@ mod demo;
 mod handoff;
 mod idempotency;
 mod key;
+mod latency;
 mod log;
 mod migrate;
 mod reconcile;
@@ -118,6 +119,11 @@ enum Command {
     /// List or clear submissions' idempotency records (the operator's path
     /// after a crash left a reservation in progress).
     Idempotency(idempotency::IdempotencyArgs),
+    /// Show the latency observed per tool and model (p50/p95/p99 and
+    /// samples, summed over every process on the store), beside each
+    /// tool's declared profile and the allowance a call gets now
+    /// (`--config`). Read from the store file (`--data`).
+    Latency(latency::LatencyArgs),
 }
 
 fn main() -> ExitCode {
@@ -143,6 +149,7 @@ fn main() -> ExitCode {
         Command::Idempotency(args) => idempotency::run(args),
         Command::Runs(args) => runs::run(args),
         Command::Migrate(args) => migrate::run(args),
+        Command::Latency(args) => latency::run(args),
     };
     match result {
         Ok(code) => code,

@@ -12,7 +12,8 @@ use rein_core::{Outcome, RunId, RunReport, TenantId};
 use rein_engine::bind::{bind_agent, process_env};
 use rein_engine::config::{CompiledSchemas, Loader, Registry};
 use rein_engine::run::{
-    AgentBinding, Engine, EngineError, Observer, RunOutput, RunRequest, http_client,
+    AgentBinding, DEFAULT_SHARED_BREAKERS_REFRESH, Engine, EngineError, Observer, RunOutput,
+    RunRequest, http_client,
 };
 use rein_engine::startup::{Purpose, Startup};
 use rein_store::Store;
@@ -223,8 +224,15 @@ impl Session {
         let store: Arc<dyn Store> = crate::store::open(data)?;
         // Configured as `rein serve` configures its engine, so that agent
         // tools start their child runs here too.
+        // Breaker openings and Retry-After cooldowns are shared with every
+        // process on the store (health memory across runs): this run does
+        // not call a tool another process just found down, and what it
+        // finds down the next one does not call either.
+        let node = uuid::Uuid::now_v7().simple().to_string();
         let engine = Engine::builder(store.clone())
             .registry(&startup.registry, &client, process_env())
+            .node(node.clone())
+            .shared_breakers(node, DEFAULT_SHARED_BREAKERS_REFRESH)
             .build()?;
         Ok(Session {
             registry: startup.registry,

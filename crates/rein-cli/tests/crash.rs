@@ -750,9 +750,15 @@ async fn reconcile_flags_effects_past_their_window_or_contradicted_by_the_tool()
 /// once its budget is raised, without repeating what it did.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recoverable_finished_run_resumes_without_repeating_its_effects() {
+    // The demo's update fault, and a 503 for the email: not the demo's 429
+    // with an hour's Retry-After, which (rightly) keeps every run off
+    // send_email for that hour, the resume included (health memory).
+    use rein_testkit::order_desk::{Fault, Faults};
+    let faults = Faults::none()
+        .then(UPDATE_DELIVERY_TIME, Fault::LoseResponse)
+        .then(SEND_EMAIL, Fault::status(503));
     let desk = OrderDesk::start_with(
-        rein_testkit::order_desk::OrderDeskConfig::default()
-            .with_faults(rein_testkit::order_desk::Faults::demo()),
+        rein_testkit::order_desk::OrderDeskConfig::default().with_faults(faults),
     )
     .await
     .unwrap();

@@ -47,6 +47,7 @@ pub mod handoff;
 pub mod header;
 pub mod idempotency;
 pub mod ids;
+pub mod latency;
 pub mod ledger;
 pub mod loop_guard;
 pub mod model;

@@ -126,12 +126,7 @@ const TABLES: &[(&str, &str)] = &[
 /// The fields another piece of work owes an effect (issue 15 gives
 /// latency's observe mode to its own change). An `Owed` entry for any
 /// other field fails the test.
-const OWED: &[&str] = &[
-    "tools.*.latency.mode",
-    "tools.*.latency.samples",
-    "tools.*.latency.fallback_p99",
-    "tools.*.latency.min_samples",
-];
+const OWED: &[&str] = &["tools.*.latency.samples"];
 
 /// The fields of the table `probe` reaches, from serde's refusal of the
 /// unknown key.

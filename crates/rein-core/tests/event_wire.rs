@@ -91,6 +91,7 @@ fn the_fixture_covers_every_kind() {
         EventKind::RunFinished,
         EventKind::RunResumed,
         EventKind::RunInterrupted,
+        EventKind::LatencyDegraded,
     ];
     for kind in every {
         assert!(

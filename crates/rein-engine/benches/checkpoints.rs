@@ -397,6 +397,18 @@ impl Store for Metered {
     async fn clear_breaker_open(&self, arm: &str, opened_by: &str) -> Result<bool, StoreError> {
         self.inner.clear_breaker_open(arm, opened_by).await
     }
+
+    async fn merge_latency(
+        &self,
+        deltas: &[(String, rein_core::latency::LatencyHistogram)],
+        now_ms: u64,
+    ) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
+        self.inner.merge_latency(deltas, now_ms).await
+    }
+
+    async fn latency_histograms(&self) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
+        self.inner.latency_histograms().await
+    }
 }
 
 fn ms(v: u64) -> Duration {

@@ -17,14 +17,15 @@ use crate::provider::{
 };
 use crate::run::{
     AgentBinding, AgentResolver, AgentTarget, ArgValidator, CompensationBinding, Declared,
-    EngineBuilder, ModelBinding, ModelLink, ToolBinding, ToolTarget,
+    EngineBuilder, ModelBinding, ModelLink, ToolBinding, ToolLatency, ToolTarget,
 };
 use crate::tool::command::CommandTarget;
 use crate::tool::http::HttpTarget;
 
 /// The latency profile assumed for a model call: the basis of the "is there
 /// time for one more model turn" check and of model-call retries.
-pub const DEFAULT_MODEL_LATENCY_P50: Duration = Duration::from_millis(500);
+/// An agent's `model_latency` overrides it.
+pub const DEFAULT_MODEL_LATENCY_P50: Duration = rein_core::registry::DEFAULT_MODEL_LATENCY;
 
 /// An agent that could not be bound.
 #[derive(Debug, thiserror::Error)]
@@ -159,7 +160,7 @@ pub fn bind_agent_using(
     };
     let group_limits = group_limits(registry, groups());
     let group_rates = group_rates(registry, groups());
-    let model_latency = default_model_latency();
+    let model_latency = model_latency(agent.model_latency);
     Ok(AgentBinding {
         name: agent.name.clone(),
         model: agent.model.clone(),
@@ -227,9 +228,27 @@ impl EngineBuilder {
     pub fn registry(self, registry: &Registry, client: &reqwest::Client, env: Env) -> Self {
         self.http_client(client.clone())
             .breakers(registry.breakers().clone())
+            .tool_latency(tool_latency(registry))
             .agents(agent_resolver(registry, client, env))
             .agent_graph(registry.server().agent_graph)
     }
+}
+
+/// How each tool of `registry` is planned: its latency spec and factor.
+pub fn tool_latency(registry: &Registry) -> BTreeMap<String, ToolLatency> {
+    registry
+        .tools()
+        .values()
+        .map(|spec| {
+            (
+                spec.name.clone(),
+                ToolLatency {
+                    spec: spec.latency,
+                    factor: spec.allowance_factor,
+                },
+            )
+        })
+        .collect()
 }
 
 /// The concurrency ceilings of the resource groups of `tools`, by group.
@@ -355,13 +374,15 @@ pub fn built(
 
 /// The latency profile assumed for a model call.
 fn default_model_latency() -> LatencyProfile {
-    LatencyProfile::new(
-        DEFAULT_MODEL_LATENCY_P50,
-        DEFAULT_MODEL_LATENCY_P50 * 4,
-        DEFAULT_MODEL_LATENCY_P50 * 10,
-        0,
-    )
-    .unwrap_or_else(|_| unreachable!("the default model latency profile is ordered"))
+    model_latency(DEFAULT_MODEL_LATENCY_P50)
+}
+
+/// The profile assumed for a model call of median `p50` (p95 4 ×, p99
+/// 10 ×); a zero median (which the check refuses) is taken as 1 ms.
+fn model_latency(p50: Duration) -> LatencyProfile {
+    let p50 = p50.max(Duration::from_millis(1));
+    LatencyProfile::new(p50, p50.saturating_mul(4), p50.saturating_mul(10), 0)
+        .unwrap_or_else(|_| unreachable!("a model latency profile of a positive median is ordered"))
 }
 
 /// Binds every tool of the registry (the reconciler asks any of them).

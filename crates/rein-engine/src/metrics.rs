@@ -33,7 +33,7 @@ pub struct Metrics {
 }
 
 /// The help line of each counter.
-const HELP: [(&str, &str); 14] = [
+const HELP: [(&str, &str); 15] = [
     ("rein_runs_finished_total", "Runs that ended, by outcome."),
     (
         "rein_model_calls_total",
@@ -86,6 +86,10 @@ const HELP: [(&str, &str); 14] = [
     (
         "rein_compensations_total",
         "Compensations that finished, by status.",
+    ),
+    (
+        "rein_latency_degraded_total",
+        "Windows of samples whose p99 came out above twice the baseline, by subject (tool:NAME or model:PROVIDER/MODEL).",
     ),
 ];
 
@@ -197,6 +201,10 @@ impl Metrics {
                         if d.new < d.old { "down" } else { "up" }.to_owned(),
                     ),
                 ],
+            ),
+            EventData::LatencyDegraded(d) => (
+                "rein_latency_degraded_total",
+                vec![("subject", d.subject.clone())],
             ),
             EventData::LoopDetected(_) => ("rein_loop_guard_trips_total", Vec::new()),
             EventData::FanOutRefused(_) => ("rein_fan_out_refused_total", Vec::new()),

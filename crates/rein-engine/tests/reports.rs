@@ -370,6 +370,19 @@ impl Store for Meddling {
     ) -> Result<Vec<rein_store::Lease>, StoreError> {
         self.inner.leases(filter).await
     }
+
+    async fn merge_latency(
+        &self,
+        deltas: &[(String, rein_core::latency::LatencyHistogram)],
+        now_ms: u64,
+    ) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
+        self.inner.merge_latency(deltas, now_ms).await
+    }
+
+    async fn latency_histograms(&self) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
+        self.inner.latency_histograms().await
+    }
+
     // Forwarded as they are: the store under test keeps its semantics.
     async fn runs_with_status(
         &self,

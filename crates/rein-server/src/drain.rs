@@ -389,6 +389,10 @@ pub async fn drain_work(state: &AppState, began: Instant) -> Drained {
             "runs still settling (or with a write in flight) are cut at exit"
         );
     }
+    // What this process observed of its tools' and models' latency is
+    // shared before it exits (every run's end flushed too; this catches
+    // gateway calls and runs still cut).
+    state.engine.flush_latency().await;
     let mut drained = Drained::default();
     for run_id in roots(state, state.engine.noted_runs()).await {
         if let Some(fate) = fate(state, &run_id).await {

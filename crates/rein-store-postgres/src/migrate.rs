@@ -20,7 +20,10 @@ use rein_store::StoreError;
 use crate::codec::PgResult;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
-const MIGRATIONS: [&str; 1] = [include_str!("../migrations/0001_schema.sql")];
+const MIGRATIONS: [&str; 2] = [
+    include_str!("../migrations/0001_schema.sql"),
+    include_str!("../migrations/0002_latency.sql"),
+];
 
 /// The schema version this binary writes: the number of migrations.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;

@@ -17,7 +17,7 @@ use tokio_postgres::NoTls;
 
 use crate::codec::PgResult;
 use crate::migrate::{self, SchemaState};
-use crate::ops::{commit, idempotency, leases, runs, shared};
+use crate::ops::{commit, idempotency, latency, leases, runs, shared};
 use crate::url::PostgresUrl;
 
 /// Connections one store keeps at most, by default: enough for a node's
@@ -461,5 +461,17 @@ impl Store for PostgresStore {
 
     async fn clear_breaker_open(&self, arm: &str, opened_by: &str) -> Result<bool, StoreError> {
         write!(self, shared::clear_breaker_open, arm, opened_by)
+    }
+
+    async fn merge_latency(
+        &self,
+        deltas: &[(String, rein_core::latency::LatencyHistogram)],
+        now_ms: u64,
+    ) -> Result<rein_store::LatencyRows, StoreError> {
+        write!(self, latency::merge_latency, deltas, now_ms)
+    }
+
+    async fn latency_histograms(&self) -> Result<rein_store::LatencyRows, StoreError> {
+        read!(self, latency::latency_histograms)
     }
 }

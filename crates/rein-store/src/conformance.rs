@@ -43,9 +43,14 @@ use crate::{
 };
 
 mod harness;
+mod latency;
 mod racing;
 
 pub use harness::{CheckFuture, Subject, Teardown};
+pub use latency::{
+    latency_concurrent_merges_all_count, latency_merge_refusals_write_nothing,
+    latency_merges_add_deltas_and_are_listed,
+};
 pub use racing::{
     two_handles_race_for_a_run_claim, two_handles_race_for_a_singleton,
     two_handles_race_for_an_idempotency_key, two_handles_race_to_change_a_queued_run,
@@ -132,7 +137,10 @@ macro_rules! conformance_checks {
             breaker_publish_keeps_the_later_until,
             breaker_clear_only_by_its_publisher,
             breaker_opening_refusals,
-            breaker_concurrent_publishes_keep_the_latest_until
+            breaker_concurrent_publishes_keep_the_latest_until,
+            latency_merges_add_deltas_and_are_listed,
+            latency_merge_refusals_write_nothing,
+            latency_concurrent_merges_all_count
             ];
             racing: [
             two_handles_race_for_a_run_claim,

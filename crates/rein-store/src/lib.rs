@@ -11,7 +11,7 @@
 //!
 //! | module | concept |
 //! | --- | --- |
-//! | [`Store`] | the trait: runs, events, intents, ledger, checkpoints, leases, idempotency records, singleton leases, breaker openings |
+//! | [`Store`] | the trait: runs, events, intents, ledger, checkpoints, leases, idempotency records, singleton leases, breaker openings, latency histograms |
 //! | [`StepCommit`], [`ClaimFence`] | one atomic write per step (group-committed), optionally fenced by a run claim |
 //! | [`RunStatus`], [`NewRun`], [`RunRecord`] | runs and their final outcome |
 //! | [`RunFilter`], [`RunCursor`], [`RunPage`] | listing runs, newest first, a page at a time |
@@ -22,6 +22,7 @@
 //! | [`IdempotencyRecord`], [`IdempotencyState`], [`StoredResponse`], [`Reservation`] | HTTP `Idempotency-Key` records, per tenant, until they expire |
 //! | [`SingletonLease`] | elects one owner of each periodic service among processes sharing the store |
 //! | [`BreakerOpening`] | a node's open circuit breaker arm, shared with every process sharing the store |
+//! | [`LatencyRecord`], [`LatencyRows`], [`CorruptLatency`] | observed latency histograms, summed over every process sharing the store |
 //! | [`StoreError`] | refusals and failures, classified by `is_transient` |
 //! | [`SqliteStore`], [`SqliteOptions`] | the SQLite backend |
 //!
@@ -64,6 +65,7 @@ mod commit;
 mod error;
 mod idempotency;
 mod intent;
+mod latency;
 mod lease;
 mod ledger;
 mod run;
@@ -81,6 +83,10 @@ pub mod conformance;
 pub mod rules {
     pub use crate::breaker::{published, validate_breaker_text, validate_opening};
     pub use crate::idempotency::{record_not_found, validate_reservation};
+    pub use crate::latency::{
+        decoded as latency_decoded, merged as latency_merged,
+        validate_subject as validate_latency_subject,
+    };
     pub use crate::lease::validate_owner;
     pub use crate::singleton::{claimed, validate_claim, validate_singleton_text};
 }
@@ -96,6 +102,7 @@ pub use idempotency::{
     ReservationFence, StoredResponse,
 };
 pub use intent::PlannedIntent;
+pub use latency::{CorruptLatency, LatencyRecord, LatencyRows, MAX_LATENCY_SUBJECT_LEN};
 pub use lease::{Lease, LeaseChange, LeaseFilter, LeaseKind, MAX_LEASE_ID_LEN};
 pub use ledger::LedgerMark;
 pub use run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus, StatusChange};

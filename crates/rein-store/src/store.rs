@@ -12,10 +12,12 @@ use crate::idempotency::{
     Reservation, ReservationFence, StoredResponse,
 };
 use crate::intent::PlannedIntent;
+use crate::latency::LatencyRows;
 use crate::lease::{Lease, LeaseChange, LeaseFilter};
 use crate::ledger::LedgerMark;
 use crate::run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus, StatusChange};
 use crate::singleton::SingletonLease;
+use rein_core::latency::LatencyHistogram;
 
 /// Durable state of runs: the runs themselves, their event streams, planned
 /// intents, the side-effect ledger, checkpoints and resource leases; and
@@ -97,6 +99,15 @@ use crate::singleton::SingletonLease;
 /// A [`BreakerOpening`] shares one node's open circuit breaker arm with
 /// every process sharing the store (see the `breaker` module docs of this
 /// crate).
+///
+/// # Latency histograms
+///
+/// Observed latency (see the `latency` module docs of this crate): each
+/// process adds the samples it recorded since its last merge to the stored
+/// histogram of each subject ([`Store::merge_latency`], one transaction),
+/// and any process reads the sums ([`Store::latency_histograms`]). Both
+/// are required: a wrapping store must forward them, and every backend
+/// passes the conformance checks of them.
 ///
 /// [`acquire_lease`]: Store::acquire_lease
 /// [`renew_lease`]: Store::renew_lease
@@ -738,6 +749,30 @@ pub trait Store: Send + Sync {
     /// [`StoreError::Invalid`] for a malformed arm or node (as for
     /// [`Store::publish_breaker_open`]).
     async fn clear_breaker_open(&self, arm: &str, opened_by: &str) -> Result<bool, StoreError>;
+
+    /// Adds each `(subject, delta)` to its subject's stored histogram, all
+    /// in one transaction across every process sharing the store (two
+    /// processes merging at once both count), and returns the sums of those
+    /// subjects. A stored histogram that cannot be read is replaced by the
+    /// delta and listed in [`LatencyRows::corrupt`]; a delta of a subject
+    /// listed twice counts twice. Empty deltas change nothing (their
+    /// subjects are still returned if stored).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a subject of 0 or more than
+    /// [`MAX_LATENCY_SUBJECT_LEN`](crate::MAX_LATENCY_SUBJECT_LEN) bytes or
+    /// with control characters (nothing is written then).
+    async fn merge_latency(
+        &self,
+        deltas: &[(String, LatencyHistogram)],
+        now_ms: u64,
+    ) -> Result<LatencyRows, StoreError>;
+
+    /// Every stored histogram, by subject; rows that cannot be read are
+    /// listed in [`LatencyRows::corrupt`] with the reason, never a failure
+    /// of the whole read.
+    async fn latency_histograms(&self) -> Result<LatencyRows, StoreError>;
 }
 
 /// A backend that did not return what its commit must return.

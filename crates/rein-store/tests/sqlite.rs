@@ -1453,3 +1453,74 @@ async fn event_data_of_another_shape_is_corrupt_naming_the_kind() {
         other => panic!("expected corrupt events.data, found {other:?}"),
     }
 }
+
+/// A latency row damaged on disk (another version's text, garbage) is
+/// reported by name, never decoded into a guess, never a panic, and does
+/// not poison the others: reading lists the rest, and a merge into it
+/// replaces it with the delta. Two handles stand for two processes: a
+/// delta each, the sum seen by both.
+#[tokio::test]
+async fn a_corrupt_latency_row_is_reported_and_never_poisons_the_merge() {
+    use rein_core::latency::LatencyHistogram;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    let (one, two) = (
+        SqliteStore::open(&path).unwrap(),
+        SqliteStore::open(&path).unwrap(),
+    );
+    let sample = |ms: u64| {
+        let mut h = LatencyHistogram::new();
+        h.record(Duration::from_millis(ms));
+        h
+    };
+    one.merge_latency(
+        &[("tool:a".into(), sample(10)), ("tool:b".into(), sample(20))],
+        1,
+    )
+    .await
+    .unwrap();
+    two.merge_latency(&[("tool:a".into(), sample(30))], 2)
+        .await
+        .unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    for (subject, text) in [
+        ("tool:b", "{\"v\":9,\"unit\":\"us\",\"buckets\":[]}"),
+        ("tool:c", "\u{0}not json"),
+    ] {
+        conn.execute(
+            "INSERT INTO latency_histograms VALUES (?1, ?2, 1, 3) \
+             ON CONFLICT (subject) DO UPDATE SET histogram = excluded.histogram",
+            [subject, text],
+        )
+        .unwrap();
+    }
+    let rows = one.latency_histograms().await.unwrap();
+    let a = rows.records.iter().find(|r| r.subject == "tool:a").unwrap();
+    assert_eq!(a.histogram.samples(), 2, "both processes' samples");
+    let corrupt: Vec<&str> = rows.corrupt.iter().map(|c| c.subject.as_str()).collect();
+    assert_eq!(corrupt, ["tool:b", "tool:c"]);
+    assert!(
+        rows.corrupt[0].reason.contains("version 9"),
+        "{:?}",
+        rows.corrupt[0]
+    );
+    let merged = two
+        .merge_latency(
+            &[("tool:b".into(), sample(40)), ("tool:a".into(), sample(50))],
+            4,
+        )
+        .await
+        .unwrap();
+    assert_eq!(merged.corrupt.len(), 1, "the replaced row is reported");
+    assert_eq!(merged.corrupt[0].subject, "tool:b");
+    let after = one.latency_histograms().await.unwrap();
+    let samples = |s: &str| {
+        after
+            .records
+            .iter()
+            .find(|r| r.subject == s)
+            .map(|r| r.histogram.samples())
+    };
+    assert_eq!((samples("tool:a"), samples("tool:b")), (Some(3), Some(1)));
+    assert_eq!(after.corrupt.len(), 1, "only tool:c is still unreadable");
+}

@@ -6,6 +6,7 @@ use super::EventKind;
 use super::effect::*;
 use super::governor::*;
 use super::guard::*;
+use super::latency::*;
 use super::model::*;
 use super::retry::*;
 use super::run::*;
@@ -157,6 +158,7 @@ event_data! {
     RunFinished,
     RunResumed,
     RunInterrupted,
+    LatencyDegraded,
 }
 
 #[cfg(test)]

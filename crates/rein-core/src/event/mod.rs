@@ -51,6 +51,7 @@ mod effect;
 mod flag;
 mod governor;
 mod guard;
+mod latency;
 mod millis;
 mod model;
 mod retry;
@@ -68,6 +69,7 @@ pub use guard::{
     AllocationShape, BreakerStateChanged, BudgetAllocated, BudgetExhausted, BudgetScope,
     LoopDetected, ToolDisabled,
 };
+pub use latency::{BaselineSource, LatencyDegraded};
 pub use model::{
     LinkName, ModelAnswered, ModelCallFailed, ModelCallFinished, ModelCallResult, ModelCallStarted,
     ModelFallbackUsed, ModelOutputTruncated, ModelQueueWaited, MovedOn, TruncationAction,
@@ -188,6 +190,11 @@ pub enum EventKind {
     /// or `caller` (a stopped `rein run`: only an explicit resume does).
     /// `data.completed_steps` is the steps checkpointed so far.
     RunInterrupted,
+    /// A target's recent p99 came out above twice its baseline
+    /// (`subject`, `p99_ms`, `baseline_ms`, `baseline_source`): the
+    /// downstream is degrading, and allowances sized on the baseline will
+    /// time out.
+    LatencyDegraded,
 }
 
 impl EventKind {
@@ -229,6 +236,7 @@ impl EventKind {
             EventKind::RunFinished => "run_finished",
             EventKind::RunResumed => "run_resumed",
             EventKind::RunInterrupted => "run_interrupted",
+            EventKind::LatencyDegraded => "latency_degraded",
         }
     }
 }

@@ -19,8 +19,9 @@ use super::config::{
 };
 use super::constants::{
     DEFAULT_AGENT_BUDGET_RATIO, DEFAULT_AGENT_TOOL_LATENCY, DEFAULT_COMPENSATION_RESERVE,
-    DEFAULT_MAX_MODEL_RETRIES, DEFAULT_MAX_MODEL_RETRY_WAIT, DEFAULT_STREAM_FIRST_BYTE_TIMEOUT,
-    DEFAULT_STREAM_IDLE_TIMEOUT, MAX_COMPENSATION_RESERVE,
+    DEFAULT_MAX_MODEL_RETRIES, DEFAULT_MAX_MODEL_RETRY_WAIT, DEFAULT_MODEL_LATENCY,
+    DEFAULT_STREAM_FIRST_BYTE_TIMEOUT, DEFAULT_STREAM_IDLE_TIMEOUT, MAX_COMPENSATION_RESERVE,
+    MAX_MODEL_LATENCY,
 };
 use super::constants::{DEFAULT_CORS_ALLOWED_HEADERS, DEFAULT_CORS_ALLOWED_METHODS};
 use super::constants::{
@@ -52,6 +53,7 @@ use crate::config::{ConfigError, Ratio};
 use crate::deadline::{BudgetLimits, ChildCaps, Cost};
 use crate::idempotency::NormalizerConfig;
 use crate::ids::TenantId;
+use crate::latency::{AllowanceFactor, MAX_ALLOWANCE_FACTOR, MIN_ALLOWANCE_FACTOR};
 use crate::loop_guard::LoopGuard;
 use crate::retry::RetryPolicy;
 use crate::tool::{LatencyProfile, ToolClass};
@@ -890,6 +892,7 @@ impl<'a> Checker<'a> {
             }
             (Some(latency), _) => self.latency(file, &p, latency),
         };
+        let allowance_factor = self.allowance_factor(file, &p, c.latency.as_ref());
         let idempotency = self.idempotency(file, &p, &c.idempotency);
         let adapter = match &c.adapter {
             None => {
@@ -924,6 +927,7 @@ impl<'a> Checker<'a> {
             idempotency: idempotency?,
             compensation: compensation?,
             latency: latency?,
+            allowance_factor: allowance_factor?,
             resource_group: resource_group?,
             side_effect_tier: side_effect_tier?,
             owner: owner?,
@@ -1024,6 +1028,31 @@ impl<'a> Checker<'a> {
             self.report(file, field, issue.message);
         }
         ok
+    }
+
+    /// `latency.allowance_factor`, in [1, 10] (default 2).
+    fn allowance_factor(
+        &mut self,
+        file: &Path,
+        p: &str,
+        c: Option<&LatencyConfig>,
+    ) -> Option<AllowanceFactor> {
+        let Some(factor) = c.and_then(|c| c.allowance_factor) else {
+            return Some(AllowanceFactor::default());
+        };
+        match AllowanceFactor::new(factor) {
+            Ok(factor) => Some(factor),
+            Err(_) => {
+                self.report(
+                    file,
+                    format!("{p}.latency.allowance_factor"),
+                    format!(
+                        "must be a number in [{MIN_ALLOWANCE_FACTOR}, {MAX_ALLOWANCE_FACTOR}] (one attempt's allowance is p99 × it), but it is {factor}"
+                    ),
+                );
+                None
+            }
+        }
     }
 
     fn latency(&mut self, file: &Path, p: &str, c: &LatencyConfig) -> Option<LatencySpec> {
@@ -1837,6 +1866,22 @@ impl<'a> Checker<'a> {
                 max_wasted_tokens: wasted,
             }),
         };
+        let model_latency = match c.model_latency {
+            None => Some(DEFAULT_MODEL_LATENCY),
+            Some(l) if !l.is_zero() && l <= MAX_MODEL_LATENCY => Some(l),
+            Some(l) => {
+                self.report(
+                    file,
+                    format!("{p}.model_latency"),
+                    format!(
+                        "must be more than 0 and at most {} (the median assumed for a model call), but it is {}",
+                        format_duration(MAX_MODEL_LATENCY),
+                        format_duration(l)
+                    ),
+                );
+                None
+            }
+        };
         if let Err((field, message)) = super::approval::check_approval(&c.approval) {
             self.report(file, format!("{p}.{field}"), message);
             ok = false;
@@ -1867,6 +1912,7 @@ impl<'a> Checker<'a> {
             on_failure: c.on_failure,
             compensation_reserve: compensation_reserve?,
             model_retry: model_retry?,
+            model_latency: model_latency?,
             fan_out: fan_out?,
             source: file.to_path_buf(),
         })

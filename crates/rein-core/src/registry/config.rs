@@ -311,6 +311,9 @@ pub struct LatencyConfig {
     pub fallback_p99: Option<Duration>,
     /// Observe mode: the samples needed before measurements are trusted.
     pub min_samples: Option<u64>,
+    /// One attempt's allowance is p99 × this, in [1, 10]; default 2.
+    /// Either mode.
+    pub allowance_factor: Option<f64>,
 }
 
 /// Which adapter calls a tool.
@@ -416,6 +419,11 @@ pub struct AgentConfig {
     pub compensation_reserve: Option<f64>,
     /// The run's own ceiling on model retries (`[agents.NAME.model_retry]`).
     pub model_retry: ModelRetryConfig,
+    /// The median latency assumed for a model call (its p95 is 4 ×, its
+    /// p99 10 ×): whether one more turn fits the deadline, and model
+    /// retries. Default 500 ms; at most 10 min.
+    #[serde(with = "crate::config::duration")]
+    pub model_latency: Option<Duration>,
     /// How many calls one turn may propose (`[agents.NAME.fan_out]`).
     pub fan_out: super::fan_out::FanOutConfig,
     /// A gate on calls by their tool's tier (`[agents.NAME.approval]`);

@@ -241,3 +241,10 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(25);
 
 /// The longest `server.shutdown_grace` accepted.
 pub const MAX_SHUTDOWN_GRACE: Duration = Duration::from_secs(3600);
+
+/// The median latency assumed for a model call unless an agent sets
+/// `model_latency`; its p95 is 4 × and its p99 10 × this.
+pub const DEFAULT_MODEL_LATENCY: Duration = Duration::from_millis(500);
+
+/// The longest `model_latency` accepted.
+pub const MAX_MODEL_LATENCY: Duration = Duration::from_secs(600);

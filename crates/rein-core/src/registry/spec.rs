@@ -20,6 +20,7 @@ use crate::breaker::BreakersConfig;
 use crate::config::Ratio;
 use crate::deadline::{BudgetLimits, ChildCaps, Cost};
 use crate::idempotency::NormalizerConfig;
+use crate::latency::AllowanceFactor;
 use crate::loop_guard::LoopGuardConfig;
 use crate::outcome::FailurePolicy;
 use crate::retry::RetryPolicy;
@@ -218,6 +219,8 @@ pub struct ToolSpec {
     pub compensation: Option<CompensationSpec>,
     /// Its latency profile.
     pub latency: LatencySpec,
+    /// One attempt's allowance is the profile's p99 × this.
+    pub allowance_factor: AllowanceFactor,
     /// The resource group it draws on.
     pub resource_group: String,
     /// How visible its effect is.
@@ -566,6 +569,8 @@ pub struct AgentSpec {
     pub on_failure: FailurePolicy,
     /// The share of the wall clock reserved for compensation.
     pub compensation_reserve: Ratio,
+    /// The median latency assumed for a model call (p95 4 ×, p99 10 ×).
+    pub model_latency: Duration,
     /// The run's own ceiling on model retries.
     pub model_retry: ModelRetryLimits,
     /// How many calls one turn may propose.

@@ -570,6 +570,62 @@ fn latency_modes_refuse_the_other_modes_fields() {
 }
 
 #[test]
+fn allowance_factor_and_model_latency_are_checked_and_honoured() {
+    let set = BASE
+        .replace(
+            "latency = { p50 = \"100ms\", p95 = \"300ms\", p99 = \"1s\" }",
+            "latency = { p50 = \"100ms\", p95 = \"300ms\", p99 = \"1s\", allowance_factor = 1.5 }",
+        )
+        .replace(
+            "system_prompt = \"You adjust orders.\"",
+            "system_prompt = \"You adjust orders.\"\nmodel_latency = \"2s\"",
+        );
+    let registry = build(&[("rein.toml", &set)]).unwrap();
+    let factors: Vec<f64> = registry
+        .tools()
+        .values()
+        .map(|t| t.allowance_factor.get())
+        .collect();
+    assert!(
+        factors.contains(&1.5) && factors.contains(&2.0),
+        "{factors:?}"
+    );
+    let agent = registry.agent("order_desk").unwrap();
+    assert_eq!(agent.model_latency, Duration::from_secs(2));
+
+    let bad = BASE
+        .replace(
+            "latency = { p50 = \"100ms\", p95 = \"300ms\", p99 = \"1s\" }",
+            "latency = { p50 = \"100ms\", p95 = \"300ms\", p99 = \"1s\", allowance_factor = 0.5 }",
+        )
+        .replace(
+            "latency = { mode = \"observe\", fallback_p99 = \"5s\", min_samples = 10 }",
+            "latency = { mode = \"observe\", fallback_p99 = \"5s\", min_samples = 10, allowance_factor = 11 }",
+        )
+        .replace(
+            "system_prompt = \"You adjust orders.\"",
+            "system_prompt = \"You adjust orders.\"\nmodel_latency = \"11m\"",
+        );
+    assert_eq!(
+        fields(&bad),
+        vec![
+            "tools.restore_delivery_time.latency.allowance_factor",
+            "tools.send_email.latency.allowance_factor",
+            "agents.order_desk.model_latency",
+        ]
+    );
+    assert!(
+        message_of(&bad, "tools.send_email.latency.allowance_factor").contains("[1, 10]"),
+        "names the range"
+    );
+    let zero = BASE.replace(
+        "system_prompt = \"You adjust orders.\"",
+        "system_prompt = \"You adjust orders.\"\nmodel_latency = \"0s\"",
+    );
+    assert_eq!(fields(&zero), vec!["agents.order_desk.model_latency"]);
+}
+
+#[test]
 fn adapter_rules_refuse_bad_urls_reserved_headers_and_status_url_without_key() {
     let text = BASE
         .replace(

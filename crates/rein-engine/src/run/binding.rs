@@ -19,7 +19,8 @@ use crate::provider::ModelProvider;
 use crate::tool::command::CommandTarget;
 use crate::tool::http::HttpTarget;
 
-/// The factor applied to a tool's p99 to get one attempt's allowance.
+/// The factor applied to a tool's p99 to get one attempt's allowance when
+/// its config sets none (`tools.NAME.latency.allowance_factor`).
 pub const DEFAULT_ALLOWANCE_FACTOR: u32 = 2;
 
 /// How a tool is called: over HTTP, as a local command in its own
@@ -80,8 +81,9 @@ pub struct ToolBinding {
     pub name: String,
     /// Its class.
     pub class: ToolClass,
-    /// The latency profile to use now (declared, or observed with its
-    /// conservative fallback).
+    /// The latency profile it was bound with: the declared one, or in
+    /// observe mode the conservative fallback (a run plans with the
+    /// observed profile once trusted: `ToolLatency`).
     pub latency: LatencyProfile,
     /// How its arguments are normalized for keys.
     pub normalizer: Normalizer,
@@ -122,7 +124,10 @@ impl Declared {
 }
 
 impl ToolBinding {
-    /// One attempt's allowance: p99 × factor, capped by what remains.
+    /// One attempt's allowance by the bound profile alone: p99 × the
+    /// default factor, capped by what remains. A run plans with the
+    /// engine's view instead (observed latency, the configured factor);
+    /// this is for callers outside a run (the reconciler's lookups).
     pub fn allowance(&self, remaining: Duration) -> Duration {
         self.latency
             .p99()

@@ -19,6 +19,7 @@ use crate::{SystemClock, Timer};
 
 use super::error::EngineError;
 use super::hand_on::HandOn;
+use super::latency::{DEFAULT_LATENCY_FLUSH, LatencyBook, ToolLatency};
 use super::{concurrency, shared_breakers, tree};
 
 /// State shared by all runs of an engine: breaker arms (health memory
@@ -36,6 +37,8 @@ pub(super) struct Shared {
     pub(super) live: tree::LiveRegistry,
     /// Provider breaker openings shared through the store, when on.
     pub(super) shared_breakers: Option<Arc<shared_breakers::SharedBreakers>>,
+    /// Observed latency of tools and models, shared through the store.
+    pub(super) latency: Arc<LatencyBook>,
     /// Fires when this process stops driving runs ([`Engine::interrupt`]).
     pub(super) interrupt: CancellationToken,
     /// Who continues the runs the interrupt stopped; set by its first call.
@@ -63,6 +66,10 @@ pub struct EngineBuilder {
     pub(super) shared_breakers: Option<(String, std::time::Duration)>,
     /// This engine's public node id; a fresh one when unset.
     pub(super) node: Option<String>,
+    /// How each tool's latency is planned, by tool name.
+    pub(super) tool_latency: std::collections::BTreeMap<String, ToolLatency>,
+    /// How often observed latency is flushed to the store at most.
+    pub(super) latency_flush: std::time::Duration,
     #[cfg(feature = "sabotage")]
     pub(super) sabotage: crate::sabotage::Sabotage,
 }
@@ -138,6 +145,23 @@ impl EngineBuilder {
         self
     }
 
+    /// Plans each named tool's latency by `tools` (its spec, declared or
+    /// observed, and its allowance factor); a tool not named is planned
+    /// with its binding's profile and the default factor.
+    /// [`EngineBuilder::registry`] sets it from the config.
+    pub fn tool_latency(mut self, tools: std::collections::BTreeMap<String, ToolLatency>) -> Self {
+        self.tool_latency = tools;
+        self
+    }
+
+    /// Adds the latency recorded since the last time to the store at most
+    /// every `every` in the background (default [`DEFAULT_LATENCY_FLUSH`];
+    /// also at every run's end and on [`Engine::flush_latency`]).
+    pub fn latency_flush(mut self, every: std::time::Duration) -> Self {
+        self.latency_flush = every;
+        self
+    }
+
     /// Seeds the jitter source, for reproducible runs.
     pub fn rng_seed(mut self, seed: u64) -> Self {
         self.rng_seed = Some(seed);
@@ -184,6 +208,12 @@ impl EngineBuilder {
                 }));
             }
         };
+        let latency = Arc::new(LatencyBook::new(
+            self.tool_latency,
+            self.latency_flush,
+            self.store.clone(),
+            self.clock.clone() as Arc<dyn Clock>,
+        ));
         Ok(Engine {
             node,
             command: crate::tool_command::CommandToolAdapter::new(self.store.clone())
@@ -200,6 +230,7 @@ impl EngineBuilder {
                 metrics: Arc::default(),
                 live: tree::LiveRegistry::default(),
                 shared_breakers,
+                latency,
                 interrupt: CancellationToken::new(),
                 hand_on: std::sync::OnceLock::new(),
             },
@@ -270,6 +301,8 @@ impl Engine {
             agent_graph: AgentGraphLimits::default(),
             shared_breakers: None,
             node: None,
+            tool_latency: std::collections::BTreeMap::new(),
+            latency_flush: DEFAULT_LATENCY_FLUSH,
             #[cfg(feature = "sabotage")]
             sabotage: crate::sabotage::Sabotage::default(),
         }
@@ -332,6 +365,13 @@ impl Engine {
     pub fn interrupt(&self, to: HandOn) {
         let _ = self.shared.hand_on.set(to);
         self.shared.interrupt.cancel();
+    }
+
+    /// Adds the latency this engine recorded since its last flush to the
+    /// store (a server's shutdown; every run's end does it too). A store
+    /// that refuses is logged, and the samples are kept for the next try.
+    pub async fn flush_latency(&self) {
+        self.shared.latency.flush_now().await;
     }
 
     /// Whether [`Engine::interrupt`] was called.

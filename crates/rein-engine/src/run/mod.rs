@@ -32,6 +32,9 @@
 //! conclude     the end: settlement, report, final record
 //!   settle/      partial-failure decision, compensation, handoff package
 //! hand_on      an interrupted run handed on, unfinished
+//! health       health memory in the model's view: notes on tools refused now
+//! latency      observed latency: recorded per call, planned with, shared
+//!              through the store
 //! contain      a panic caught at the run's boundary
 //! close        closing a run from outside (orphaned, dead-lettered; the
 //!              decisions are `crate::recovery`'s)
@@ -59,6 +62,8 @@ mod fan_out;
 mod fixture;
 mod guarded;
 mod hand_on;
+mod health;
+mod latency;
 mod model_chain;
 mod permit;
 mod progress;
@@ -86,6 +91,7 @@ pub use engine::{Engine, EngineBuilder, http_client};
 pub use error::EngineError;
 pub use guarded::{CallResult, Planned};
 pub use hand_on::HandOn;
+pub use latency::{DEFAULT_LATENCY_FLUSH, ToolLatency};
 pub use model_chain::{ModelAnswer, ModelAsk, ModelBinding, ModelError, ModelReply};
 pub use report::{
     End, REPORT_WRITE_TRIES, is_revision_conflict, revise, revise_stored, tree_records,

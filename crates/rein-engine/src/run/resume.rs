@@ -42,8 +42,11 @@ impl Engine {
         observer: Option<Observer>,
     ) -> Result<RunOutput, EngineError> {
         let lineage = self.lineage_of(run_id).await?;
-        self.resume_in(agent, validator, run_id, observer, None, lineage)
-            .await
+        let output = self
+            .resume_in(agent, validator, run_id, observer, None, lineage)
+            .await;
+        self.shared.latency.flush_now().await;
+        output
     }
 
     /// [`Engine::resume`], cancellable like a run started with
@@ -61,8 +64,11 @@ impl Engine {
         cancel: Option<CancellationToken>,
     ) -> Result<RunOutput, EngineError> {
         let lineage = self.lineage_of(run_id).await?;
-        self.resume_in(agent, validator, run_id, observer, cancel, lineage)
-            .await
+        let output = self
+            .resume_in(agent, validator, run_id, observer, cancel, lineage)
+            .await;
+        self.shared.latency.flush_now().await;
+        output
     }
 
     /// A resume at its place in an agent tree, within the same panic

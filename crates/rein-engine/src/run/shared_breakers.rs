@@ -1,4 +1,4 @@
-//! Provider breaker openings shared across nodes through the store
+//! Breaker openings and Retry-After cooldowns shared across nodes through the store
 //! (issue 7 item 2: "Breaker state can be shared across nodes through the
 //! store").
 //!
@@ -18,8 +18,15 @@
 //!
 //! # What is shared, and what is not
 //!
-//! - Only openings of **provider** arms. Tool and resource-group arms stay
-//!   per process: their health is often local (a path, a pool).
+//! - Openings of **every** arm: providers, tools and resource groups
+//!   (issue 16 item 4: health memory across runs and processes, so the
+//!   eleventh run does not start by calling the tool that failed the last
+//!   ten). A tool's **Retry-After** is shared too, as a cooldown
+//!   (`cooldown.tool.NAME`) that every run of every process honours, this
+//!   one's included (no local arm holds it), until it ends.
+//! - The model is told: a tool refused now carries "unavailable until
+//!   HH:MM UTC; choose another way" in the description it sees, and one
+//!   whose local arm is half-open "recently unstable" (`run::health`).
 //! - Only the *opening*, not the counts nor the half-open probing. Each
 //!   node's own arm still decides; a shared opening is an extra "do not
 //!   call before `until`". After `until`, calls reach the local arm again,
@@ -121,7 +128,21 @@ struct View {
 
 /// The store arm name of `provider`'s arm: `provider.{name}`.
 fn arm_of(provider: &str) -> String {
-    ArmKey::new(ArmKind::Provider, provider).to_string()
+    arm_name(ArmKind::Provider, provider)
+}
+
+/// The store name of an arm: `{kind}.{name}` (`tool.get_order`).
+fn arm_name(kind: ArmKind, name: &str) -> String {
+    ArmKey::new(kind, name).to_string()
+}
+
+/// The prefix of a Retry-After cooldown's store name
+/// (`cooldown.tool.send_email`).
+const COOLDOWN: &str = "cooldown.";
+
+/// The store name of an arm's Retry-After cooldown.
+fn cooldown_of(kind: ArmKind, name: &str) -> String {
+    format!("{COOLDOWN}{}", arm_name(kind, name))
 }
 
 /// The shared view a builder's `(node, refresh)` setting asks for, if
@@ -174,7 +195,7 @@ impl SharedBreakers {
 
     /// Re-reads the openings if the view is older than `refresh` and no
     /// other call is re-reading them already.
-    async fn refresh(&self) {
+    pub(super) async fn refresh(&self) {
         let now = self.clock.now();
         let stale = self
             .view()
@@ -192,9 +213,11 @@ impl SharedBreakers {
         view.read_at = Some(now);
         match read {
             Ok(openings) => {
+                // Another node's openings; and every cooldown, this node's
+                // too: no local arm holds a cooldown.
                 view.openings = openings
                     .into_iter()
-                    .filter(|o| o.opened_by != self.node)
+                    .filter(|o| o.opened_by != self.node || o.arm.starts_with(COOLDOWN))
                     .map(|o| (o.arm.clone(), o))
                     .collect();
             }
@@ -207,9 +230,14 @@ impl SharedBreakers {
     /// Another node's opening of `provider`'s arm in force now, with the
     /// time left.
     fn open(&self, provider: &str) -> Option<(BreakerOpening, Duration)> {
+        self.open_named(&arm_of(provider))
+    }
+
+    /// The opening stored as `arm` in force now, with the time left.
+    fn open_named(&self, arm: &str) -> Option<(BreakerOpening, Duration)> {
         let now_ms = unix_ms(self.clock.system_now());
         let view = self.view();
-        let opening = view.openings.get(&arm_of(provider))?;
+        let opening = view.openings.get(arm)?;
         opening.is_open(now_ms).then(|| {
             (
                 opening.clone(),
@@ -218,10 +246,56 @@ impl SharedBreakers {
         })
     }
 
+    /// What refuses a call to an arm now: another node's opening of it, or
+    /// a Retry-After cooldown of it (any node's), whichever ends later.
+    pub(super) fn refusal(&self, kind: ArmKind, name: &str) -> Option<(BreakerOpening, Duration)> {
+        let opened = self.open_named(&arm_name(kind, name));
+        let cooling = self.open_named(&cooldown_of(kind, name));
+        match (opened, cooling) {
+            (Some(a), Some(b)) => Some(if a.1 >= b.1 { a } else { b }),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Publishes a Retry-After cooldown of an arm: every run of every
+    /// process on the store refuses it for `retry_after` (this one at once:
+    /// the view takes it before the store answers).
+    pub(super) async fn cool_down(&self, kind: ArmKind, name: &str, retry_after: Duration) {
+        let now_ms = unix_ms(self.clock.system_now());
+        let opening = BreakerOpening {
+            arm: cooldown_of(kind, name),
+            open_until_ms: now_ms.saturating_add(millis(retry_after)),
+            opened_by: self.node.clone(),
+            reason: format!(
+                "the target asked to wait {}s (Retry-After)",
+                retry_after.as_secs()
+            ),
+            updated_at_ms: now_ms,
+        };
+        self.view()
+            .openings
+            .entry(opening.arm.clone())
+            .and_modify(|o| {
+                if o.open_until_ms < opening.open_until_ms {
+                    *o = opening.clone();
+                }
+            })
+            .or_insert_with(|| opening.clone());
+        if let Err(e) = self.store.publish_breaker_open(opening).await {
+            tracing::warn!(node = %self.node, name, "cannot publish a Retry-After cooldown: {e}");
+        }
+    }
+
     /// Publishes (opened) or clears (closed) `provider`'s arm after a
     /// transition of this node's arm; other transitions change nothing.
     pub(super) async fn share(&self, provider: &str, transition: &Transition) {
-        let arm = arm_of(provider);
+        self.share_arm(ArmKind::Provider, provider, transition)
+            .await;
+    }
+
+    /// [`share`](Self::share) for an arm of any kind.
+    pub(super) async fn share_arm(&self, kind: ArmKind, name: &str, transition: &Transition) {
+        let (arm, provider) = (arm_name(kind, name), name);
         match transition {
             Transition::Opened { reason, until, .. } => {
                 let now_ms = unix_ms(self.clock.system_now());
@@ -282,14 +356,27 @@ impl Engine {
         c: &Correlation,
         provider: &str,
     ) -> Option<Failure> {
+        self.admit_shared_arm(emitter, c, ArmKind::Provider, provider)
+            .await
+    }
+
+    /// [`admit_shared`](Self::admit_shared) for an arm of any kind; a
+    /// Retry-After cooldown of the arm (any node's) refuses it too.
+    pub(super) async fn admit_shared_arm(
+        &self,
+        emitter: &Emitter,
+        c: &Correlation,
+        kind: ArmKind,
+        provider: &str,
+    ) -> Option<Failure> {
         let shared = self.shared_breakers()?;
         shared.refresh().await;
-        let (opening, retry_after) = shared.open(provider)?;
+        let (opening, retry_after) = shared.refusal(kind, provider)?;
         let now = self.clock.now();
         let locally_open = self
             .shared
             .breakers()
-            .get(ArmKind::Provider, provider)
+            .get(kind, provider)
             .and_then(|arm| arm.open_until())
             .is_some_and(|until| until > now);
         if locally_open {
@@ -298,7 +385,7 @@ impl Engine {
         emitter.emit(
             c,
             CallRejected::CircuitOpen(CircuitRejected {
-                arm: ArmKind::Provider,
+                arm: kind,
                 name: provider.to_owned(),
                 reason: CircuitOpen::CircuitOpen,
                 retry_after,

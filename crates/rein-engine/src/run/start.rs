@@ -123,8 +123,13 @@ impl Engine {
         validator: &dyn ArgValidator,
         request: RunRequest,
     ) -> Result<RunOutput, EngineError> {
-        self.run_in(agent, validator, request, Lineage::root())
-            .await
+        let output = self
+            .run_in(agent, validator, request, Lineage::root())
+            .await;
+        // What the run observed is shared before its caller moves on (a
+        // `rein run` exits right after).
+        self.shared.latency.flush_now().await;
+        output
     }
 
     /// A run at its place in an agent tree. A panic inside it is caught

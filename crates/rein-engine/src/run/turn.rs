@@ -46,7 +46,8 @@ impl Engine {
         let request = ModelRequest {
             model: agent.model.clone(),
             messages: messages.to_vec(),
-            tools: agent.tool_definitions.clone(),
+            // With a note for each tool rein would refuse now (`health`).
+            tools: self.tools_with_health(agent).await,
             max_tokens: None,
             options: Default::default(),
         };

@@ -339,4 +339,16 @@ impl Store for PauseSafeStore {
     async fn clear_breaker_open(&self, arm: &str, opened_by: &str) -> Result<bool, StoreError> {
         held(self.0.clear_breaker_open(arm, opened_by)).await
     }
+
+    async fn merge_latency(
+        &self,
+        deltas: &[(String, rein_core::latency::LatencyHistogram)],
+        now_ms: u64,
+    ) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
+        held(self.0.merge_latency(deltas, now_ms)).await
+    }
+
+    async fn latency_histograms(&self) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
+        held(self.0.latency_histograms()).await
+    }
 }

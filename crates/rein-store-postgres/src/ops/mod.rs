@@ -21,6 +21,7 @@
 
 pub(crate) mod commit;
 pub(crate) mod idempotency;
+pub(crate) mod latency;
 pub(crate) mod leases;
 pub(crate) mod runs;
 pub(crate) mod shared;
@@ -40,6 +41,7 @@ pub(crate) enum LockSpace {
     Idempotency = 0x7265_0002,
     Singleton = 0x7265_0003,
     Breaker = 0x7265_0004,
+    Latency = 0x7265_0005,
 }
 
 /// Takes the transaction-scoped advisory lock of `key` in `space`: held

@@ -20,12 +20,14 @@
 //! | `idempotency` | `tenant, idempotency_key` | HTTP idempotency records (schema v3) |
 //! | `singletons` | `name` | singleton election leases (schema v4) |
 //! | `breaker_openings` | `arm` | breaker arms opened by a node, shared with the others (schema v6) |
+//! | `latency_histograms` | `subject` | observed latency, summed over every process (schema v11) |
 //! | `rein_schema` | `version` | migrations applied |
 
 mod backlog;
 mod codec;
 mod config;
 mod files;
+mod latency_ops;
 mod ops;
 mod schema;
 mod worker;
@@ -51,6 +53,7 @@ use crate::idempotency::{
     Reservation, ReservationFence, StoredResponse,
 };
 use crate::intent::PlannedIntent;
+use crate::latency::LatencyRows;
 use crate::lease::{Lease, LeaseChange, LeaseFilter};
 use crate::run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus};
 use crate::singleton::SingletonLease;
@@ -544,5 +547,22 @@ impl Store for SqliteStore {
         self.worker
             .write(move |conn| ops::clear_breaker_open(conn, &arm, &opened_by))
             .await
+    }
+
+    async fn merge_latency(
+        &self,
+        deltas: &[(String, rein_core::latency::LatencyHistogram)],
+        now_ms: u64,
+    ) -> Result<LatencyRows, StoreError> {
+        // A write: each read-add-write runs inside the worker's `BEGIN
+        // IMMEDIATE`, so two processes merging at once both count.
+        let deltas = deltas.to_vec();
+        self.worker
+            .write(move |conn| latency_ops::merge_latency(conn, &deltas, now_ms))
+            .await
+    }
+
+    async fn latency_histograms(&self) -> Result<LatencyRows, StoreError> {
+        self.worker.read(latency_ops::latency_histograms).await
     }
 }

@@ -21,7 +21,7 @@ use super::codec::SqlResult;
 use crate::error::StoreError;
 
 /// The schema version this binary writes: the number of migrations.
-pub const SCHEMA_VERSION: u32 = 10;
+pub const SCHEMA_VERSION: u32 = 11;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
 ///
@@ -238,6 +238,20 @@ CREATE TABLE checkpoint_deltas (
     elapsed_ms           INTEGER NOT NULL,
     at_ms                INTEGER NOT NULL,
     PRIMARY KEY (run_id, step)
+) STRICT;
+"#,
+    // 11: observed latency histograms, one row per subject (`tool:NAME`,
+    // `model:PROVIDER/MODEL`, ...), each the sum of every process's
+    // samples: a process adds its delta in a write transaction. The
+    // histogram is a versioned text form (`LatencyHistogram::encode`);
+    // `samples` repeats its count for a reader that only lists. Not tied
+    // to a run.
+    r#"
+CREATE TABLE latency_histograms (
+    subject       TEXT PRIMARY KEY NOT NULL,
+    histogram     TEXT NOT NULL,
+    samples       INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL
 ) STRICT;
 "#,
 ];

@@ -28,6 +28,42 @@ impl Engine {
         Ok((tool_permit, group_permit))
     }
 
+    /// Refuses a tool call that another process's opening of its arm (or
+    /// of its resource group's), or a Retry-After cooldown of the tool,
+    /// forbids (shared breakers: health memory across runs and
+    /// processes); `None` when nothing does or sharing is off.
+    pub(super) async fn admit_shared_call(
+        &self,
+        emitter: &Emitter,
+        c: &Correlation,
+        tool: &ToolBinding,
+    ) -> Option<Failure> {
+        if let Some(refused) = self
+            .admit_shared_arm(emitter, c, ArmKind::Tool, &tool.name)
+            .await
+        {
+            return Some(refused);
+        }
+        let group = tool.resource_group.as_deref()?;
+        self.admit_shared_arm(emitter, c, ArmKind::ResourceGroup, group)
+            .await
+    }
+
+    /// Shares a tool's Retry-After as a cooldown every run and process
+    /// honours (when breakers are shared): a 429 with a wait asks every
+    /// caller to wait, not only the run that was told.
+    pub(super) async fn share_cooldown(&self, tool: &ToolBinding, failure: &Failure) {
+        let Some(shared) = self.shared_breakers() else {
+            return;
+        };
+        if failure.category() != rein_core::Category::RateLimited {
+            return;
+        }
+        if let Some(wait) = failure.retry_after().filter(|w| !w.is_zero()) {
+            shared.cool_down(ArmKind::Tool, &tool.name, wait).await;
+        }
+    }
+
     /// Admits a call through one breaker arm, recording any transition; an
     /// open arm gives the model a `circuit_open` failure and no call is made.
     /// The permit is held: given back unused unless its outcome is reported.
@@ -77,7 +113,7 @@ impl Engine {
 
     /// The first open breaker arm of a tool (its own, then its resource
     /// group's), with the time until it may admit again.
-    pub(super) fn open_arm(
+    pub(in crate::run) fn open_arm(
         &self,
         tool: &ToolBinding,
     ) -> Option<(ArmKind, String, std::time::Duration)> {
@@ -93,8 +129,11 @@ impl Engine {
         })
     }
 
-    /// Reports a call's final outcome to the arm of `permit`.
-    pub(in crate::run) fn report_outcome(
+    /// Reports a call's final outcome to the arm of `permit`; an opening
+    /// or closing is shared with the other processes on the store (when
+    /// breakers are shared) before this returns, so the next run anywhere
+    /// knows.
+    pub(in crate::run) async fn report_outcome(
         &self,
         emitter: &Emitter,
         c: &Correlation,
@@ -102,6 +141,11 @@ impl Engine {
         outcome: Result<(), &Failure>,
     ) {
         let transition = permit.finish(outcome, self.clock.now());
+        if let Some(shared) = self.shared_breakers() {
+            shared
+                .share_arm(permit.kind(), permit.name(), &transition)
+                .await;
+        }
         if transition.is_change() {
             emitter.emit(
                 c,

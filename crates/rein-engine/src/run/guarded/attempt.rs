@@ -26,6 +26,7 @@ use super::{Attempted, Planned};
 use crate::run::binding::{ToolBinding, ToolTarget};
 use crate::run::concurrency::{Gate, Slot};
 use crate::run::emitter::Correlation;
+use crate::run::latency::Plan;
 use crate::run::{Engine, RunCtx, new_id};
 use crate::tool::{Attempt, ToolOutput};
 
@@ -40,6 +41,9 @@ struct Attempts<'a, 'r> {
     deadline: Deadline,
     /// The class retries are decided for (the tool's, unless sabotaged).
     decide_class: ToolClass,
+    /// The latency profile and allowance factor the call is planned with
+    /// (read once per call: declared, or observed once trusted).
+    plan: Plan,
 }
 
 /// How one attempt ended.
@@ -97,6 +101,7 @@ impl Engine {
             policy,
             deadline: budget.deadline(),
             decide_class,
+            plan: self.shared.latency.plan(tool),
         };
         // The resource group's concurrency ceiling, resolved once per call:
         // `None` (no ceiling) costs nothing per attempt.
@@ -131,6 +136,7 @@ impl Engine {
                 AttemptEnd::Ended(attempted) => return attempted,
                 AttemptEnd::Failed(failure, slot) => (failure, slot),
             };
+            self.share_cooldown(tool, &failure).await;
             let ended = |outcome| Attempted {
                 outcome,
                 attempts: attempt,
@@ -220,7 +226,7 @@ impl Engine {
         let queue_wait = slot.as_ref().map_or(Duration::ZERO, |s| s.waited);
         let now = self.clock.now();
         let remaining = call.deadline.remaining(now);
-        let allowance = tool.allowance(remaining);
+        let allowance = call.plan.allowance(remaining);
         ctx.emitter.emit(
             c,
             ToolCallStarted {
@@ -251,6 +257,7 @@ impl Engine {
         let result = self.invoke(call, &request).await;
         crate::crash::point("after_call");
         let elapsed = self.clock.now().saturating_duration_since(started);
+        self.observe_attempt(ctx, c, tool, &result, elapsed);
         let failure = match result {
             Ok(output) => {
                 self.finish_slot(ctx, c, slot, Completion::SUCCEEDED);
@@ -287,6 +294,33 @@ impl Engine {
             }),
         );
         AttemptEnd::Failed(failure, slot)
+    }
+
+    /// Records an attempt's latency when it says something about the
+    /// tool's (see `run::latency`: a success or the target's failure, not
+    /// a cancellation nor rein's own refusal), and emits the degradation
+    /// it reveals, if any.
+    fn observe_attempt(
+        &self,
+        ctx: &RunCtx<'_>,
+        c: &Correlation,
+        tool: &ToolBinding,
+        result: &Result<ToolOutput, Failure>,
+        elapsed: Duration,
+    ) {
+        let counts = match result {
+            Ok(_) => true,
+            Err(f) => !matches!(
+                f.category(),
+                Category::Cancelled | Category::CircuitOpen | Category::BudgetExhausted
+            ),
+        };
+        if !counts {
+            return;
+        }
+        if let Some(degraded) = self.shared.latency.record_tool(tool, elapsed) {
+            ctx.emitter.emit(c, degraded);
+        }
     }
 
     /// Sends one attempt to the tool's adapter.
@@ -358,7 +392,7 @@ impl Engine {
                 failure: &deciding,
                 attempt,
                 deadline,
-                latency: tool.latency,
+                latency: call.plan.profile,
                 now,
             };
             let decision = self.decide(&crate::run::tool_target(&tool.name), call.policy, &input);
@@ -369,7 +403,7 @@ impl Engine {
                 deciding = deciding.with_effect(Effect::NotApplied);
                 continue;
             };
-            let allowance = tool.allowance(deadline.remaining(now));
+            let allowance = call.plan.allowance(deadline.remaining(now));
             let lookup = match tool.target.http() {
                 Some(target) => self.http.lookup(target, key, allowance).await,
                 None => Err(Failure::new(&tool.name, Category::Unknown)

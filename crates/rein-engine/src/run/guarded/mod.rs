@@ -65,14 +65,22 @@ impl Engine {
             return CallResult::refused(planned, tool.class, failure);
         }
 
-        // 2. Budget: refuse before sending what cannot finish.
-        if let Err(failure) = self.check_call_budget(ctx, &c, tool, budget) {
+        // 2. Budget: refuse before sending what cannot finish, by the
+        // latency profile in force now (observed once trusted).
+        self.shared.latency.load().await;
+        let plan = self.shared.latency.plan(tool);
+        if let Err(failure) = self.check_call_budget(ctx, &c, tool, budget, plan.need(tool.class)) {
             return CallResult::refused(planned, tool.class, failure);
         }
 
         // 3. Breakers: the tool's arm, then its resource group's. Each
         // permit is held by a guard from here: a return below, or this
         // future dropped mid-call, gives it back unused.
+        // Another process's opening of either arm, or a Retry-After
+        // cooldown of the tool, refuses it first (shared breakers).
+        if let Some(f) = self.admit_shared_call(&ctx.emitter, &c, tool).await {
+            return CallResult::refused(planned, tool.class, f);
+        }
         let (tool_permit, group_permit) = match self.admit_call(&ctx.emitter, &c, tool) {
             Ok(permits) => permits,
             Err(f) => return CallResult::refused(planned, tool.class, f),
@@ -82,7 +90,10 @@ impl Engine {
         // Over them the call waits, bounded by its deadline less what it
         // needs; one that cannot start in time is shed here — before its
         // ledger record exists, so nothing is pending and nothing is sent.
-        let admitted = match self.govern(ctx, &c, tool, budget, call_need(tool)).await {
+        let admitted = match self
+            .govern(ctx, &c, tool, budget, plan.need(tool.class))
+            .await
+        {
             Ok(slot) => slot,
             Err(failure) => return CallResult::refused(planned, tool.class, failure),
         };
@@ -134,7 +145,8 @@ impl Engine {
         // its permits go back unused.
         for permit in std::iter::once(tool_permit).chain(group_permit) {
             if sent > 0 {
-                self.report_outcome(&ctx.emitter, &c, permit, outcome.as_ref().map(|_| ()));
+                self.report_outcome(&ctx.emitter, &c, permit, outcome.as_ref().map(|_| ()))
+                    .await;
             } else {
                 drop(permit);
             }
@@ -155,17 +167,18 @@ impl Engine {
     }
 
     /// Step 2 of the guarded call: refuses, before sending, a call the
-    /// budget cannot finish ([`call_need`]), with a `budget_exhausted`
-    /// failure and event.
+    /// budget cannot finish (`need`: see `Plan::need`), with a
+    /// `budget_exhausted` failure and event.
     fn check_call_budget(
         &self,
         ctx: &RunCtx<'_>,
         c: &Correlation,
         tool: &ToolBinding,
         budget: &Budget,
+        need: Duration,
     ) -> Result<(), Failure> {
         let now = self.clock.now();
-        let Err(exhausted) = budget.check(&Need::time(call_need(tool)), now) else {
+        let Err(exhausted) = budget.check(&Need::time(need), now) else {
             return Ok(());
         };
         ctx.emitter.emit(
@@ -177,20 +190,6 @@ impl Engine {
         );
         Err(Failure::new(&tool.name, Category::BudgetExhausted)
             .with_human_message(format!("{} not started: {exhausted}", tool.name)))
-    }
-}
-
-/// The time a call needs left before it is sent. A call with side effects
-/// needs its full allowance (p99 × factor): started without it, it may time
-/// out after sending and leave an effect in doubt. A read needs at least
-/// its median.
-fn call_need(tool: &ToolBinding) -> Duration {
-    if tool.class.has_side_effect() {
-        tool.latency
-            .p99()
-            .saturating_mul(super::DEFAULT_ALLOWANCE_FACTOR)
-    } else {
-        tool.latency.p50()
     }
 }
 

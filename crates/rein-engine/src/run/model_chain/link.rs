@@ -241,6 +241,7 @@ impl Engine {
             },
         );
         call.host.calling();
+        let started = self.clock.now();
         let result = tokio::select! {
             r = self.clock.timeout(allowance, send(call.link, &request, call.mode, allowance)) => match r {
                 Ok(r) => r,
@@ -274,7 +275,14 @@ impl Engine {
         let now = self.clock.now();
         match result {
             Ok(reply) => Ok(Tried::Answered(
-                self.link_answered(call, held, attempt, reply).await,
+                self.link_answered(
+                    call,
+                    held,
+                    attempt,
+                    reply,
+                    now.saturating_duration_since(started),
+                )
+                .await,
                 reservation,
             )),
             Err(failure) => {
@@ -403,6 +411,7 @@ impl Engine {
         mut held: Held,
         attempt: u32,
         reply: Reply,
+        elapsed: std::time::Duration,
     ) -> Reply {
         let (emitter, c, provider, model) =
             (call.host.emitter(), call.c, &call.provider, call.link.model);
@@ -425,6 +434,13 @@ impl Engine {
             shared.share(provider, &transition).await;
         }
         call.host.answered(provider, model, &response.usage);
+        if let Some(degraded) =
+            self.shared
+                .latency
+                .record_model(provider, model, elapsed, response.usage.output)
+        {
+            emitter.emit(c, degraded);
+        }
         let cost = call
             .link
             .price

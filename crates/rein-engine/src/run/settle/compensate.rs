@@ -343,7 +343,11 @@ impl Engine {
                         .map(Some),
                     None => Ok(None),
                 };
-                let allowance = tool.allowance(deadline.remaining(self.clock.now()));
+                let allowance = self
+                    .shared
+                    .latency
+                    .plan(tool)
+                    .allowance(deadline.remaining(self.clock.now()));
                 match (tool.target.http(), slot) {
                     (Some(target), Ok(_slot)) => {
                         self.http.lookup(target, key, allowance).await.ok()

@@ -1,0 +1,294 @@
+//! `rein latency`: the observed latency of every tool and model, as the
+//! store holds it (the sum of every process's samples), beside what the
+//! config declares and what a run plans with now.
+//!
+//! Reads the store file directly, like `rein runs --data`. With
+//! `--config`, each tool of the config is listed (with no samples too) with
+//! its mode, its declared p99 (or observe mode's fallback), its allowance
+//! factor, and the profile and allowance a call is planned with now.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use rein_core::LatencyProfile;
+use rein_core::latency::{AllowanceFactor, LatencyHistogram, LatencySubject};
+use rein_core::registry::{LatencySpec, Registry};
+use rein_store::{SqliteStore, Store};
+use serde_json::{Value, json};
+
+use crate::run::runtime;
+
+/// Arguments of `rein latency`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  rein latency                                   # what rein-data/rein.db has observed
+  rein latency --config examples/order-desk      # beside each tool's declared profile
+  rein latency --data /var/lib/rein/rein.db --json")]
+pub struct LatencyArgs {
+    /// The SQLite file runs are recorded in (as `rein run --data`).
+    #[arg(long, visible_alias = "db", default_value = "rein-data/rein.db")]
+    data: PathBuf,
+    /// A config (file or directory): list its tools with their declared
+    /// profiles and the profile each call is planned with now.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Print one JSON document instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One row: a subject, what was observed, and (for a configured tool)
+/// what is declared and planned with.
+struct Row {
+    subject: String,
+    observed: Option<LatencyHistogram>,
+    tool: Option<ToolPlan>,
+}
+
+/// A configured tool's declared side and the plan it gives now.
+struct ToolPlan {
+    mode: &'static str,
+    /// The declared p99, or observe mode's fallback.
+    declared_p99: Duration,
+    min_samples: Option<u64>,
+    factor: AllowanceFactor,
+    /// What a call is planned with now: `declared`, `fallback` or `observed`.
+    in_use: &'static str,
+    profile: LatencyProfile,
+}
+
+/// Runs `rein latency`.
+pub fn run(args: LatencyArgs) -> Result<ExitCode> {
+    let registry = match &args.config {
+        Some(path) => Some(rein_engine::config::load(path).map_err(|e| anyhow::anyhow!("{e}"))?),
+        None => None,
+    };
+    if !args.data.exists() {
+        bail!(
+            "no run store at {} (runs record there with `rein run --data`)",
+            args.data.display()
+        );
+    }
+    let rows = runtime()?.block_on(async {
+        let store = SqliteStore::open(&args.data)
+            .with_context(|| format!("cannot open the run store {}", args.data.display()))?;
+        store
+            .latency_histograms()
+            .await
+            .context("cannot read the observed latency")
+    })?;
+    for corrupt in &rows.corrupt {
+        crate::log::note(
+            crate::log::Level::Warn,
+            &format!(
+                "the stored latency of {} cannot be read (left out; the next run's flush replaces it): {}",
+                corrupt.subject, corrupt.reason
+            ),
+        );
+    }
+    let observed: BTreeMap<String, LatencyHistogram> = rows
+        .records
+        .into_iter()
+        .map(|r| (r.subject, r.histogram))
+        .collect();
+    let table = rows_of(observed, registry.as_ref());
+    if args.json {
+        let corrupt: Vec<Value> = rows
+            .corrupt
+            .iter()
+            .map(|c| json!({"subject": c.subject, "reason": c.reason}))
+            .collect();
+        let doc = json!({
+            "subjects": table.iter().map(row_json).collect::<Vec<_>>(),
+            "corrupt": corrupt,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else if table.is_empty() {
+        println!("no latency observed yet in {}", args.data.display());
+    } else {
+        print_table(&table);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Every observed subject, and every tool of `registry` (observed or not).
+fn rows_of(
+    mut observed: BTreeMap<String, LatencyHistogram>,
+    registry: Option<&Registry>,
+) -> Vec<Row> {
+    let mut rows = Vec::new();
+    if let Some(registry) = registry {
+        for spec in registry.tools().values() {
+            let subject = LatencySubject::tool(&spec.name).key();
+            let seen = observed.remove(&subject);
+            let profile = spec
+                .latency
+                .profile(seen.as_ref().and_then(|h| h.profile()).as_ref());
+            let (mode, declared_p99, min_samples, in_use) = match spec.latency {
+                LatencySpec::Observe {
+                    fallback,
+                    min_samples,
+                } => {
+                    let trusted = seen.as_ref().is_some_and(|h| h.samples() >= min_samples);
+                    let in_use = if trusted { "observed" } else { "fallback" };
+                    ("observe", fallback.p99(), Some(min_samples), in_use)
+                }
+                declared => ("declared", declared.profile(None).p99(), None, "declared"),
+            };
+            rows.push(Row {
+                subject,
+                observed: seen,
+                tool: Some(ToolPlan {
+                    mode,
+                    declared_p99,
+                    min_samples,
+                    factor: spec.allowance_factor,
+                    in_use,
+                    profile,
+                }),
+            });
+        }
+    }
+    rows.extend(observed.into_iter().map(|(subject, histogram)| Row {
+        subject,
+        observed: Some(histogram),
+        tool: None,
+    }));
+    rows
+}
+
+/// A duration in human units: `850µs`, `12.3ms`, `1.25s`, `2m5s`.
+fn human(d: Duration) -> String {
+    let micros = d.as_micros();
+    if micros < 1_000 {
+        format!("{micros}µs")
+    } else if micros < 1_000_000 {
+        format!("{}ms", trimmed(d.as_secs_f64() * 1e3))
+    } else if d < Duration::from_secs(60) {
+        format!("{}s", trimmed(d.as_secs_f64()))
+    } else {
+        let secs = d.as_secs();
+        format!("{}m{}s", secs / 60, secs % 60)
+    }
+}
+
+/// Three significant digits, trailing zeros dropped.
+fn trimmed(v: f64) -> String {
+    let text = if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    };
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        text
+    }
+}
+
+/// The unit of a subject's samples in the table.
+fn unit(subject: &str) -> &'static str {
+    if subject.starts_with("model_per_token:") {
+        "/token"
+    } else {
+        ""
+    }
+}
+
+fn print_table(rows: &[Row]) {
+    println!(
+        "{:<40} {:>8} {:>14} {:>14} {:>14}  {:<10} {:>10} {:>7}  {:<9} {:>10}",
+        "subject",
+        "samples",
+        "p50",
+        "p95",
+        "p99",
+        "mode",
+        "declared",
+        "factor",
+        "planned",
+        "allowance"
+    );
+    for row in rows {
+        let u = unit(&row.subject);
+        let q = |f: fn(&LatencyProfile) -> Duration| {
+            row.observed
+                .as_ref()
+                .and_then(LatencyHistogram::profile)
+                .map_or("-".to_owned(), |p| format!("{}{u}", human(f(&p))))
+        };
+        let samples = row.observed.as_ref().map_or(0, LatencyHistogram::samples);
+        let (mode, declared, factor, planned, allowance) = match &row.tool {
+            Some(t) => (
+                t.mode.to_owned(),
+                human(t.declared_p99),
+                format!("{}", t.factor.get()),
+                match (t.in_use, t.min_samples) {
+                    ("fallback", Some(min)) => format!("fallback ({samples}/{min})"),
+                    (in_use, _) => in_use.to_owned(),
+                },
+                human(t.factor.apply(t.profile.p99())),
+            ),
+            None => ("-".into(), "-".into(), "-".into(), "-".into(), "-".into()),
+        };
+        println!(
+            "{:<40} {:>8} {:>14} {:>14} {:>14}  {:<10} {:>10} {:>7}  {:<9} {:>10}",
+            row.subject,
+            samples,
+            q(LatencyProfile::p50),
+            q(LatencyProfile::p95),
+            q(LatencyProfile::p99),
+            mode,
+            declared,
+            factor,
+            planned,
+            allowance
+        );
+    }
+}
+
+fn row_json(row: &Row) -> Value {
+    let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    let observed = row
+        .observed
+        .as_ref()
+        .and_then(LatencyHistogram::profile)
+        .map(|p| {
+            json!({"samples": p.samples(), "p50_us": micros(p.p50()), "p95_us": micros(p.p95()),
+               "p99_us": micros(p.p99())})
+        });
+    let tool = row.tool.as_ref().map(|t| {
+        json!({"mode": t.mode, "declared_p99_us": micros(t.declared_p99),
+               "min_samples": t.min_samples, "allowance_factor": t.factor.get(), "planned": t.in_use,
+               "planned_p99_us": micros(t.profile.p99()),
+               "allowance_us": micros(t.factor.apply(t.profile.p99()))})
+    });
+    json!({"subject": row.subject, "observed": observed, "tool": tool})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_in_human_units() {
+        let cases = [
+            (Duration::from_micros(850), "850µs"),
+            (Duration::from_micros(12_340), "12.3ms"),
+            (Duration::from_millis(300), "300ms"),
+            (Duration::from_millis(1_250), "1.25s"),
+            (Duration::from_secs(5), "5s"),
+            (Duration::from_secs(125), "2m5s"),
+        ];
+        for (d, want) in cases {
+            assert_eq!(human(d), want);
+        }
+    }
+}
