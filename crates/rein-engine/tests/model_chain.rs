@@ -406,6 +406,7 @@ fn question(stream: bool) -> rein_engine::run::ModelAsk {
         stream,
         cancel: rein_engine::run::CancellationToken::new(),
         observer: None,
+        tenant: None,
     }
 }
 

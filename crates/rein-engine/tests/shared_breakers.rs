@@ -73,6 +73,7 @@ fn question() -> (ModelAsk, Seen) {
         stream: false,
         cancel: CancellationToken::new(),
         observer: Some(observer),
+        tenant: None,
     };
     (ask, seen)
 }

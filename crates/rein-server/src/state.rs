@@ -37,9 +37,11 @@ pub struct AppState {
     /// Whether the queue workers still loop, for `/readyz`.
     pub health: crate::readiness::Health,
     /// Whether the server is draining ([`crate::drain`]).
-    pub drain: crate::drain::Drain,
+    pub drain: Arc<crate::drain::Drain>,
     /// The counters of its connections ([`crate::connections`]).
-    pub connections: crate::connections::Connections,
+    pub connections: Arc<crate::connections::Connections>,
+    /// The API request histogram ([`crate::request_metrics`]).
+    pub requests: crate::request_metrics::RequestMetrics,
 }
 
 impl AppState {
@@ -56,19 +58,26 @@ impl AppState {
         models: std::collections::BTreeMap<String, rein_engine::run::ModelBinding>,
     ) -> AppState {
         let settings = registry.server().clone();
+        let engine = Arc::new(engine);
+        let drain = Arc::new(crate::drain::Drain::default());
+        let connections = Arc::new(crate::connections::Connections::default());
+        // The server's families join the engine's: one `/metrics`.
+        let requests =
+            crate::request_metrics::RequestMetrics::register(engine.metrics(), &connections, &drain);
         AppState {
             workers: usize::try_from(settings.queue.workers.get()).unwrap_or(1),
             settings,
             registry,
             schemas,
             store,
-            engine: Arc::new(engine),
+            engine,
             client,
             queue: Notify::new(),
             models,
             health: Default::default(),
-            drain: Default::default(),
-            connections: Default::default(),
+            drain,
+            connections,
+            requests,
         }
     }
 

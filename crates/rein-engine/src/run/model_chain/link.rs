@@ -21,7 +21,7 @@ use rein_core::retry::{GiveUpReason, RetryDecision, RetryInput, RetryPolicy};
 use rein_core::{Category, Failure, Instant, LatencyProfile, ToolClass};
 
 use super::chain::LinkEnd;
-use super::held::{GuardedStream, Held, record_transition};
+use super::held::{GuardedStream, Held, StreamEnd, record_transition};
 use super::{LinkRef, Mode, Reply, TurnHost};
 use crate::provider::ModelRequest;
 use crate::run::concurrency::{Gate, Slot};
@@ -58,6 +58,13 @@ impl LinkCall<'_> {
             ))
         }
     }
+}
+
+/// An attempt as sent: its number and when its request went out.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    number: u32,
+    at: Instant,
 }
 
 /// How one attempt at a link ended, when it did not end the link.
@@ -223,6 +230,10 @@ impl Engine {
             },
         );
         call.host.calling();
+        let sent = Sent {
+            number: attempt,
+            at: now,
+        };
         let result = tokio::select! {
             r = self.clock.timeout(allowance, send(call.link, call.request, call.mode, allowance)) => match r {
                 Ok(r) => r,
@@ -255,10 +266,10 @@ impl Engine {
         let now = self.clock.now();
         match result {
             Ok(reply) => Ok(Tried::Answered(
-                self.link_answered(call, held, attempt, reply).await,
+                self.link_answered(call, held, sent, reply).await,
             )),
             Err(failure) => {
-                self.link_failed(call, held, attempt, &failure, budget, now)
+                self.link_failed(call, held, sent, &failure, budget, now)
                     .await?;
                 Ok(Tried::Failed { failure, at: now })
             }
@@ -355,23 +366,38 @@ impl Engine {
         &self,
         call: &LinkCall<'_>,
         mut held: Held,
-        attempt: u32,
+        sent: Sent,
         reply: Reply,
     ) -> Reply {
         let (emitter, c, provider, model) =
             (call.host.emitter(), call.c, &call.provider, call.link.model);
+        let attempt = sent.number;
         let response = match reply {
             Reply::Stream { first, rest } => {
+                let end = StreamEnd {
+                    announcer: emitter.announcer(),
+                    c: c.clone(),
+                    provider: provider.clone(),
+                    model: model.to_owned(),
+                    attempt,
+                    price: call.link.price,
+                    key_env: call.link.provider.key_env().map(str::to_owned),
+                    clock: held.clock.clone(),
+                    sent: sent.at,
+                    first_event: self.clock.now().saturating_duration_since(sent.at),
+                };
                 return Reply::Stream {
                     first,
                     rest: Box::pin(GuardedStream {
                         inner: rest,
                         held: Some(held),
+                        end: Some(end),
                     }),
                 };
             }
             Reply::Complete(response) => response,
         };
+        let elapsed = self.clock.now().saturating_duration_since(sent.at);
         let transition = held.finish(Ok(()));
         record_transition(emitter, c, provider, &transition);
         if let Some(shared) = self.shared_breakers() {
@@ -390,6 +416,8 @@ impl Engine {
                 model: model.to_owned(),
                 attempt,
                 cost: Some(cost),
+                elapsed: Some(elapsed),
+                first_event: None,
                 result: ModelCallResult::Answered(ModelAnswered {
                     ok: Flag,
                     usage: response.usage,
@@ -409,13 +437,14 @@ impl Engine {
         &self,
         call: &LinkCall<'_>,
         mut held: Held,
-        attempt: u32,
+        sent: Sent,
         failure: &Failure,
         budget: &mut Budget,
         now: Instant,
     ) -> Result<(), LinkEnd> {
         let (emitter, c, provider, model) =
             (call.host.emitter(), call.c, &call.provider, call.link.model);
+        let attempt = sent.number;
         let transition = held.finish(Err(failure));
         record_transition(emitter, c, provider, &transition);
         drop(held);
@@ -435,6 +464,8 @@ impl Engine {
                 model: model.to_owned(),
                 attempt,
                 cost: Some(spent_cost),
+                elapsed: Some(now.saturating_duration_since(sent.at)),
+                first_event: None,
                 result: ModelCallResult::Failed(ModelCallFailed {
                     ok: Flag,
                     category: failure.category(),
