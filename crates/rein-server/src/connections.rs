@@ -617,24 +617,24 @@ impl prometheus_client::collector::Collector for Connections {
         encode_one(
             &mut encoder,
             "rein_connections_open",
-            "HTTP connections open now.",
+            "HTTP connections open now",
             &gauge(get(&self.open)),
         )?;
         encode_one(
             &mut encoder,
             "rein_connections_accepted",
-            "HTTP connections accepted and served.",
+            "HTTP connections accepted and served",
             &counter(get(&self.accepted)),
         )?;
         encode_one(
             &mut encoder,
             "rein_connections_refused",
-            "HTTP connections refused at once because server.limits.max_connections were open.",
+            "HTTP connections refused at once because server.limits.max_connections were open",
             &counter(get(&self.refused)),
         )?;
         let mut family = encoder.encode_descriptor(
             "rein_connections_closed",
-            "HTTP connections the server closed for a client's slowness, by reason.",
+            "HTTP connections the server closed for a client's slowness, by reason",
             None,
             prometheus_client::metrics::MetricType::Counter,
         )?;
@@ -651,12 +651,11 @@ impl prometheus_client::collector::Collector for Connections {
         encode_one(
             &mut encoder,
             "rein_request_body_timeouts",
-            "Requests answered 408 because their body stopped arriving for server.limits.body_timeout.",
+            "Requests answered 408 because their body stopped arriving for server.limits.body_timeout",
             &counter(get(&self.body_timeouts)),
         )
     }
 }
-
 
 #[cfg(test)]
 mod tests {

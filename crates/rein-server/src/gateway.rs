@@ -27,8 +27,8 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
-use rein_core::{Category, TenantId};
 use rein_core::header::DEADLINE_HEADER;
+use rein_core::{Category, TenantId};
 use rein_engine::provider::{
     FinishReason, Message, ModelRequest, ModelResponse, StreamEvent, ToolCall,
 };

@@ -57,7 +57,7 @@ impl RequestMetrics {
             Family::new_with_constructor(request_histogram);
         metrics.register(
             "rein_http_request_duration_seconds",
-            "How long API requests took to their answer's head, by route template, method and status class (a stream goes on after it).",
+            "How long API requests took to their answer's head, by route template, method and status class (a stream goes on after it)",
             requests.clone(),
         );
         metrics.register_collector(Box::new(connections.clone()));
@@ -122,7 +122,7 @@ impl Collector for DrainCollector {
         encode_one(
             &mut encoder,
             "rein_work_admitted",
-            "Requests and queue work admitted and not finished yet (a drain waits for them).",
+            "Requests and queue work admitted and not finished yet (a drain waits for them)",
             &gauge(u64::try_from(self.0.admitted()).unwrap_or(u64::MAX)),
         )
     }

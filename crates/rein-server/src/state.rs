@@ -62,8 +62,11 @@ impl AppState {
         let drain = Arc::new(crate::drain::Drain::default());
         let connections = Arc::new(crate::connections::Connections::default());
         // The server's families join the engine's: one `/metrics`.
-        let requests =
-            crate::request_metrics::RequestMetrics::register(engine.metrics(), &connections, &drain);
+        let requests = crate::request_metrics::RequestMetrics::register(
+            engine.metrics(),
+            &connections,
+            &drain,
+        );
         AppState {
             workers: usize::try_from(settings.queue.workers.get()).unwrap_or(1),
             settings,

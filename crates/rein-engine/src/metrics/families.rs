@@ -202,167 +202,167 @@ impl Families {
         let r = registry;
         r.register(
             "rein_runs_started",
-            "Runs started (not resumed), by tenant and agent.",
+            "Runs started (not resumed), by tenant and agent",
             f.runs_started.clone(),
         );
         r.register(
             "rein_runs_finished",
-            "Runs that ended, by tenant, agent and outcome.",
+            "Runs that ended, by tenant, agent and outcome",
             f.runs_finished.clone(),
         );
         r.register(
             "rein_run_duration_seconds",
-            "How long runs that ended took, by agent.",
+            "How long runs that ended took, by agent",
             f.run_duration.clone(),
         );
         r.register(
             "rein_run_steps",
-            "Steps of runs that ended, by agent.",
+            "Steps of runs that ended, by agent",
             f.run_steps.clone(),
         );
         r.register(
             "rein_model_calls",
-            "Model call attempts (runs and gateway calls, streamed ones when their stream ended), by tenant, agent, provider, model and outcome (ok or the failure category).",
+            "Model call attempts (runs and gateway calls, streamed ones when their stream ended), by tenant, agent, provider, model and outcome (ok or the failure category)",
             f.model_calls.clone(),
         );
         r.register(
             "rein_model_call_duration_seconds",
-            "How long model call attempts took (a stream: to its last event), by provider, model, outcome and whether streamed.",
+            "How long model call attempts took (a stream: to its last event), by provider, model, outcome and whether streamed",
             f.model_duration.clone(),
         );
         r.register(
             "rein_model_time_to_first_event_seconds",
-            "How long streamed model call attempts took to their first event (time to first token), by provider and model.",
+            "How long streamed model call attempts took to their first event (time to first token), by provider and model",
             f.model_first_event.clone(),
         );
         r.register(
             "rein_model_attempts",
-            "Model call attempts begun, by provider, model and attempt (first or retry): retry amplification is all over first.",
+            "Model call attempts begun, by provider, model and attempt (first or retry): retry amplification is all over first",
             f.model_attempts.clone(),
         );
         r.register(
             "rein_model_tokens",
-            "Tokens model call attempts consumed, by tenant, agent, provider, model and direction (input or output; a failure's spent tokens are input).",
+            "Tokens model call attempts consumed, by tenant, agent, provider, model and direction (input or output; a failure's spent tokens are input)",
             f.tokens.clone(),
         );
         r.register(
             "rein_model_cost_usd",
-            "What model call attempts cost in US dollars at the configured prices, by tenant, agent, provider and model.",
+            "What model call attempts cost in US dollars at the configured prices, by tenant, agent, provider and model",
             f.cost.clone(),
         );
         r.register(
             "rein_tool_calls",
-            "Tool call attempts that ended, by tenant, agent, tool, class and outcome (ok or the failure category).",
+            "Tool call attempts that ended, by tenant, agent, tool, class and outcome (ok or the failure category)",
             f.tool_calls.clone(),
         );
         r.register(
             "rein_tool_call_duration_seconds",
-            "How long tool call attempts took, by tool, class and outcome.",
+            "How long tool call attempts took, by tool, class and outcome",
             f.tool_duration.clone(),
         );
         r.register(
             "rein_tool_attempts",
-            "Tool call attempts begun, by tool, class and attempt (first or retry): retry amplification is all over first.",
+            "Tool call attempts begun, by tool, class and attempt (first or retry): retry amplification is all over first",
             f.tool_attempts.clone(),
         );
         r.register(
             "rein_retries",
-            "Retries scheduled, by kind (model or tool) and target: model retries and tool retries are separate series.",
+            "Retries scheduled, by kind (model or tool) and target: model retries and tool retries are separate series",
             f.retries.clone(),
         );
         r.register(
             "rein_breaker_transitions",
-            "Breaker arm transitions, by arm kind, name and transition.",
+            "Breaker arm transitions, by arm kind, name and transition",
             f.breaker_transitions.clone(),
         );
         r.register(
             "rein_breaker_state",
-            "The state of each breaker arm that ever changed: 0 closed, 1 half-open, 2 open.",
+            "The state of each breaker arm that ever changed: 0 closed, 1 half-open, 2 open",
             f.breaker_state.clone(),
         );
         r.register(
             "rein_calls_rejected",
-            "Calls refused without being made because a breaker arm was open, by arm kind and name.",
+            "Calls refused without being made because a breaker arm was open, by arm kind and name",
             f.calls_rejected.clone(),
         );
         r.register(
             "rein_calls_refused",
-            "Proposed calls refused before reaching their tool (unknown tool, invalid arguments, disabled tool), by tenant, agent, tool and category.",
+            "Proposed calls refused before reaching their tool (unknown tool, invalid arguments, disabled tool), by tenant, agent, tool and category",
             f.calls_refused.clone(),
         );
         r.register(
             "rein_model_fallbacks",
-            "Model turns answered by a link other than the primary, by primary and answering provider/model.",
+            "Model turns answered by a link other than the primary, by primary and answering provider/model",
             f.fallbacks.clone(),
         );
         r.register(
             "rein_model_queue_waits",
-            "Model calls that waited for a provider slot, by provider and whether the wait expired.",
+            "Model calls that waited for a provider slot, by provider and whether the wait expired",
             f.queue_waits.clone(),
         );
         r.register(
             "rein_tool_queue_expired",
-            "Tool attempts not made because no resource-group slot came in time, by group.",
+            "Tool attempts not made because no resource-group slot came in time, by group",
             f.tool_queue_expired.clone(),
         );
         r.register(
             "rein_governor_rate_limited",
-            "Calls the governor held for a rate-limit token, by group and bucket.",
+            "Calls the governor held for a rate-limit token, by group and bucket",
             f.rate_limited.clone(),
         );
         r.register(
             "rein_governor_calls_shed",
-            "Calls the governor shed, by group and reason.",
+            "Calls the governor shed, by group and reason",
             f.shed.clone(),
         );
         r.register(
             "rein_governor_concurrency_adjusted",
-            "Adaptive concurrency changes, by group and direction.",
+            "Adaptive concurrency changes, by group and direction",
             f.adjusted.clone(),
         );
         r.register(
             "rein_loop_guard_trips",
-            "Runs stopped by the loop guard, by tenant, agent and trip (repeated_action, no_progress, budget_exhausted).",
+            "Runs stopped by the loop guard, by tenant, agent and trip (repeated_action, no_progress, budget_exhausted)",
             f.loop_trips.clone(),
         );
         r.register(
             "rein_self_heal_exhausted",
-            "Tools disabled for the rest of a run because the model's own re-tries (self-healing) used up their allowance, by tool.",
+            "Tools disabled for the rest of a run because the model's own re-tries (self-healing) used up their allowance, by tool",
             f.self_heal_exhausted.clone(),
         );
         r.register(
             "rein_model_output_truncated",
-            "Model turns whose structured output was cut, by what rein did (salvaged or asked_again).",
+            "Model turns whose structured output was cut, by what rein did (salvaged or asked_again)",
             f.truncated.clone(),
         );
         r.register(
             "rein_compensations",
-            "Compensations that finished, by tenant, agent and status (compensated, uncompensatable, manual).",
+            "Compensations that finished, by tenant, agent and status (compensated, uncompensatable, manual)",
             f.compensations.clone(),
         );
         r.register(
             "rein_handoffs",
-            "Runs handed to a human (a handoff package created), by tenant and agent.",
+            "Runs handed to a human (a handoff package created), by tenant and agent",
             f.handoffs.clone(),
         );
         r.register(
             "rein_handoff_effects",
-            "Side effects handoff packages left to a human, by tenant, agent and state (awaiting_decision, uncertain: dangling).",
+            "Side effects handoff packages left to a human, by tenant, agent and state (awaiting_decision, uncertain: dangling)",
             f.handoff_effects.clone(),
         );
         r.register(
             "rein_idempotency_lookups",
-            "Maybe-applied writes looked up by their idempotency key, by tenant, agent, tool and result (found, not_found, failed).",
+            "Maybe-applied writes looked up by their idempotency key, by tenant, agent, tool and result (found, not_found, failed)",
             f.idempotency_lookups.clone(),
         );
         r.register(
             "rein_idempotency_collapses",
-            "Lost attempts whose found result was used instead of executing again (idempotency key collapses), by tenant, agent and tool.",
+            "Lost attempts whose found result was used instead of executing again (idempotency key collapses), by tenant, agent and tool",
             f.idempotency_collapses.clone(),
         );
         r.register(
             "rein_budget_exhausted",
-            "Budget ceilings reached, by tenant, agent, scope (run, model_turn, model_call, tool_call) and dimension (wall_clock, steps, tokens, cost).",
+            "Budget ceilings reached, by tenant, agent, scope (run, model_turn, model_call, tool_call) and dimension (wall_clock, steps, tokens, cost)",
             f.budget_exhausted.clone(),
         );
         f
