@@ -467,6 +467,8 @@ pub struct ServerConfig {
     pub metrics: Option<super::exposure::MetricsAccess>,
     /// The tenants whose keys may read a protected `/metrics`.
     pub metrics_tenants: Vec<String>,
+    /// Which tenants and agents get a label value of their own.
+    pub metrics_labels: super::metrics_labels::MetricsLabelsConfig,
 }
 
 /// `[server.limits]` as written in config.

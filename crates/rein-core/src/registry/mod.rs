@@ -61,6 +61,7 @@
 //! | a `[server.cors]` without origins, or with `*`, `null`, an origin with a path, a method other than GET and POST, or a header that is no header name | `server.cors.<field>[N]` |
 //! | an `allowed_hosts` entry whose last label is a number (`127.1`, `10.0.0.05`): the message names the canonical address | `server.allowed_hosts[N]` |
 //! | a `metrics_tenants` entry that is no tenant of an `api_keys` entry; any with `metrics = "open"` | `server.metrics_tenants[N]`, `server.metrics_tenants` |
+//! | a `metrics_labels.tenants` entry no request can act for, a `metrics_labels.agents` entry that is no agent, either listed twice or more than `max_values`; a `max_values` outside 1..=1000 | `server.metrics_labels.<field>[N]`, `server.metrics_labels.<field>` |
 //!
 //! # Defaults
 //!
@@ -112,6 +113,7 @@ mod compensation;
 mod config;
 mod constants;
 mod exposure;
+mod metrics_labels;
 mod model_tools;
 mod problem;
 mod server;
@@ -145,6 +147,9 @@ pub use constants::{
 pub use exposure::{
     AllowedHost, Authority, CorsSpec, HostName, HostPattern, MetricsAccess, Origin, Scheme,
     host_is_allowed,
+};
+pub use metrics_labels::{
+    DEFAULT_METRICS_LABEL_VALUES, MAX_METRICS_LABEL_VALUES, MetricsLabels, MetricsLabelsConfig,
 };
 pub use problem::{ConfigProblem, Position, SchemaIssue};
 pub use server::{
