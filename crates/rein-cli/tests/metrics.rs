@@ -23,6 +23,10 @@ use common::Server;
 /// The key of tenant `acme` and its SHA-256 (`printf %s KEY | sha256sum`).
 const KEY: &str = "rein-gateway-key";
 const KEY_SHA256: &str = "5266a8d2b07490eb2852a8a32974e26c4c24a59701709187f794d75d1b323310";
+/// The key of tenant `globex`, which `[server.metrics_labels]` does not
+/// name: its calls are counted as `other`.
+const GLOBEX_KEY: &str = "rein-globex-key";
+const GLOBEX_KEY_SHA256: &str = "7e9a121db69b0909f4cb2d5b0ba9b1d063e4ca6386db80d50dc38c666cfa055c";
 
 /// The value of the sample `series` (its name and labels exactly as
 /// rendered) in `text`; 0 when absent.
@@ -43,9 +47,18 @@ fn sum(text: &str, name: &str, labels: &[&str]) -> f64 {
 }
 
 async fn chat(client: &reqwest::Client, server: &Server, stream: bool) -> reqwest::Response {
+    chat_as(client, server, stream, KEY).await
+}
+
+async fn chat_as(
+    client: &reqwest::Client,
+    server: &Server,
+    stream: bool,
+    key: &str,
+) -> reqwest::Response {
     client
         .post(server.url("/v1/chat/completions"))
-        .bearer_auth(KEY)
+        .bearer_auth(key)
         .header("content-type", "application/json")
         .body(format!(
             r#"{{"model": "chat", "stream": {stream}, "messages": [{{"role": "user", "content": "Hi."}}]}}"#
@@ -106,13 +119,16 @@ async fn runs_and_gateway_calls_move_every_counter_and_histogram_and_promtool_pa
             .with_usage(300, 30)
             .with_stream_fault(StreamFault::Error { after: 2 }),
         Reply::bad_request("no such thing"),
+        Reply::text("For globex.").with_usage(1, 1),
     ]);
     let dir = tempfile::tempdir().unwrap();
     let config = common::example_config_with_server(
         dir.path(),
         "metrics_tenants = [\"acme\"]",
         &format!(
-            "[[server.api_keys]]\ntenant = \"acme\"\nsha256 = \"{KEY_SHA256}\"\nname = \"metrics-test\"\n\n\
+            "[server.metrics_labels]\ntenants = [\"acme\"]\n\n\
+             [[server.api_keys]]\ntenant = \"acme\"\nsha256 = \"{KEY_SHA256}\"\nname = \"metrics-test\"\n\n\
+             [[server.api_keys]]\ntenant = \"globex\"\nsha256 = \"{GLOBEX_KEY_SHA256}\"\nname = \"globex\"\n\n\
              [models.chat]\nprovider = \"mock\"\nmodel = \"gpt-4o-mini\"\n"
         ),
     );
@@ -155,6 +171,9 @@ async fn runs_and_gateway_calls_move_every_counter_and_histogram_and_promtool_pa
     let refused = chat(&client, &server, false).await;
     assert_eq!(refused.status(), 400);
     refused.bytes().await.unwrap();
+    let globex = chat_as(&client, &server, false, GLOBEX_KEY).await;
+    assert_eq!(globex.status(), 200);
+    globex.bytes().await.unwrap();
 
     let text = client
         .get(server.url("/metrics"))
@@ -298,13 +317,25 @@ async fn runs_and_gateway_calls_move_every_counter_and_histogram_and_promtool_pa
     let cost = value(&text, &format!("rein_model_cost_usd_total{{{gw}}}"));
     assert!(cost >= 0.000_063, "{cost}: {}", ctx());
 
+    // A tenant [server.metrics_labels] does not name is `other`.
+    assert_eq!(
+        value(
+            &text,
+            "rein_model_calls_total{tenant=\"other\",agent=\"none\",provider=\"mock\",model=\"gpt-4o-mini\",outcome=\"ok\"}"
+        ),
+        1.0,
+        "{}",
+        ctx()
+    );
+    assert!(!text.contains("globex"), "{text}");
+
     // API requests, by route template, method and status class.
     assert_eq!(
         value(
             &text,
             "rein_http_request_duration_seconds_count{route=\"/v1/chat/completions\",method=\"POST\",status=\"2xx\"}"
         ),
-        3.0,
+        4.0,
         "{}",
         ctx()
     );

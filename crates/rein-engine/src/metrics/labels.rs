@@ -46,6 +46,20 @@ impl Default for LabelBounds {
     }
 }
 
+impl From<&rein_core::registry::MetricsLabels> for LabelBounds {
+    /// The bounds `[server.metrics_labels]` sets.
+    fn from(c: &rein_core::registry::MetricsLabels) -> Self {
+        LabelBounds {
+            tenants: c
+                .tenants
+                .as_ref()
+                .map(|t| t.iter().map(|t| t.as_str().to_owned()).collect()),
+            agents: c.agents.as_ref().map(|a| a.iter().cloned().collect()),
+            max_values: usize::try_from(c.max_values).unwrap_or(DEFAULT_MAX_VALUES),
+        }
+    }
+}
+
 /// One label's bound, with the values it admitted so far.
 #[derive(Debug, Default)]
 struct Bound {
