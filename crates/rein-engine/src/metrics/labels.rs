@@ -99,9 +99,14 @@ impl Bound {
 }
 
 /// The tenant and agent bounds of one process's metrics.
+///
+/// A refused call's tool name is the model's text (it may name a tool
+/// that does not exist), so it is bounded the same way, by
+/// `max_values`.
 #[derive(Debug)]
 pub(super) struct Bounds {
     inner: Mutex<(Bound, Bound)>,
+    refused_tools: Mutex<Bound>,
 }
 
 impl Default for Bounds {
@@ -117,7 +122,16 @@ impl Bounds {
                 Bound::new(bounds.tenants, bounds.max_values),
                 Bound::new(bounds.agents, bounds.max_values),
             )),
+            refused_tools: Mutex::new(Bound::new(None, bounds.max_values)),
         }
+    }
+
+    /// The label value a refused call's tool is counted under.
+    pub(super) fn refused_tool(&self, tool: &str) -> String {
+        self.refused_tools
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .value(tool)
     }
 
     /// The label values `tenant` and `agent` are counted under.
@@ -166,5 +180,9 @@ mod tests {
         assert_eq!(bounds.scope("acme", "c").agent, OTHER);
         assert_eq!(bounds.scope("acme", "a").agent, "a");
         assert_eq!(bounds.scope("acme", NONE).agent, NONE);
+        // A model's invented tool names cannot grow the series either.
+        assert_eq!(bounds.refused_tool("t1"), "t1");
+        assert_eq!(bounds.refused_tool("t2"), "t2");
+        assert_eq!(bounds.refused_tool("t3"), OTHER);
     }
 }

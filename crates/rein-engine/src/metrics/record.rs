@@ -104,7 +104,7 @@ impl Metrics {
                     .get_or_create(&Refusal {
                         tenant,
                         agent,
-                        tool: r.tool.clone(),
+                        tool: self.bounds.refused_tool(&r.tool),
                         category: r.category.map_or(NONE, Category::as_str).to_owned(),
                     })
                     .inc();
