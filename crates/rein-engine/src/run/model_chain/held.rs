@@ -118,8 +118,8 @@ impl StreamEnd {
 
 impl Drop for GuardedStream {
     /// A stream dropped before its last event (the caller went away) ended
-    /// the attempt too: it is counted as cancelled, as the breaker does not
-    /// count it at all.
+    /// the attempt too: its event says `cancelled` (the breaker does not
+    /// count it: it is not the provider's failure).
     fn drop(&mut self) {
         if let Some(end) = self.end.take() {
             let provider = end.provider.clone();
