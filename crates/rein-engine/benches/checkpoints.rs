@@ -89,6 +89,14 @@ impl Store for Metered {
         self.inner.list_runs(limit).await
     }
 
+    async fn tenant_backlogs(
+        &self,
+        tenant: Option<&rein_core::TenantId>,
+        oldest: usize,
+    ) -> Result<Vec<rein_store::TenantBacklog>, rein_store::StoreError> {
+        self.inner.tenant_backlogs(tenant, oldest).await
+    }
+
     async fn list_runs_page(
         &self,
         filter: &RunFilter,

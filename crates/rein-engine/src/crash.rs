@@ -34,6 +34,21 @@
 //! | `during_checkpoint` | before a step's checkpoint is written (its calls' effects are in the ledger) |
 //! | `queue_worker` | `rein serve`'s queue worker, before it drives a queued run: outside the run's boundary, so the worker ends |
 
+/// The environment variable naming the server mechanisms a test build
+/// breaks on purpose (comma-separated), so a test can show its checker
+/// sees the difference:
+///
+/// | switch | breaks |
+/// | --- | --- |
+/// | `fifo_queue` | `rein serve`'s queue workers start the oldest queued run, whoever's, instead of picking fairly between tenants |
+pub const SABOTAGE_ENV: &str = "REIN_SABOTAGE";
+
+/// Whether `switch` is listed in [`SABOTAGE_ENV`]; always false without
+/// the `crash-points` feature (no shipped binary breaks anything).
+pub fn sabotaged(switch: &str) -> bool {
+    ENABLED && std::env::var(SABOTAGE_ENV).is_ok_and(|v| v.split(',').any(|s| s.trim() == switch))
+}
+
 /// Whether this build has live crash and panic points (the `crash-points`
 /// feature: test builds and deliberately crashable binaries only).
 pub const ENABLED: bool = cfg!(feature = "crash-points");

@@ -278,6 +278,13 @@ impl Store for Meddling {
     async fn list_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
         self.inner.list_runs(limit).await
     }
+    async fn tenant_backlogs(
+        &self,
+        tenant: Option<&rein_core::TenantId>,
+        oldest: usize,
+    ) -> Result<Vec<rein_store::TenantBacklog>, rein_store::StoreError> {
+        self.inner.tenant_backlogs(tenant, oldest).await
+    }
     async fn list_runs_page(
         &self,
         filter: &rein_store::RunFilter,

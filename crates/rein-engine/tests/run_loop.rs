@@ -813,6 +813,13 @@ impl Store for NoDeclares {
     ) -> Result<Vec<rein_store::RunRecord>, rein_store::StoreError> {
         self.0.list_runs(limit).await
     }
+    async fn tenant_backlogs(
+        &self,
+        tenant: Option<&rein_core::TenantId>,
+        oldest: usize,
+    ) -> Result<Vec<rein_store::TenantBacklog>, rein_store::StoreError> {
+        self.0.tenant_backlogs(tenant, oldest).await
+    }
     async fn list_runs_page(
         &self,
         filter: &rein_store::RunFilter,

@@ -166,7 +166,8 @@ impl FromRequestParts<Arc<AppState>> for Tenant {
         if state.settings.api_keys.is_empty() {
             // The open loopback mode (refused at start on any other
             // address): every request acts for the default tenant.
-            let tenant = TenantId::new("default").map_err(|e| Problem::internal(e.to_string()))?;
+            let tenant = TenantId::new(rein_core::registry::KEYLESS_TENANT)
+                .map_err(|e| Problem::internal(e.to_string()))?;
             if let Some(slot) = parts.extensions.get::<TenantSlot>() {
                 slot.set(&tenant);
             }

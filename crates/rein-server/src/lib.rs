@@ -19,6 +19,10 @@
 //! | [`events`] | the event list and the live SSE stream |
 //! | [`cancel`] | cancellation |
 //! | [`worker`] | queue workers: queued runs, takeover of expired claims, dead letters |
+//! | [`quota`] | per-tenant quotas: submission rate, running and queued caps, 429 |
+//! | [`fair`] | which queued run starts next: deficit round robin between tenants |
+//! | [`slots`] | run slots shared by interactive (sync) and batch (queued) runs |
+//! | [`admit`] | a submission's quota and slot checks |
 //! | [`recovery`] | runs whose process died: takeover, dead letter, orphans |
 //! | [`singleton`] | one owner per periodic service across processes |
 //! | [`auth`] | bearer keys → tenants; failed attempts logged |
@@ -38,6 +42,7 @@
 #![warn(missing_docs)]
 
 pub mod access;
+pub mod admit;
 pub mod auth;
 pub mod cancel;
 pub mod connections;
@@ -45,17 +50,20 @@ pub mod drain;
 pub mod events;
 pub mod exposure;
 pub mod extract;
+pub mod fair;
 pub mod gateway;
 pub mod idempotency;
 pub mod listing;
 pub mod media;
 pub mod pointer;
 pub mod problem;
+pub mod quota;
 pub mod readiness;
 pub mod recovery;
 pub mod request_metrics;
 pub mod runs;
 pub mod singleton;
+pub mod slots;
 pub mod state;
 pub mod submission;
 pub mod worker;

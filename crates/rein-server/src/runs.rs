@@ -404,8 +404,10 @@ fn handed_on(record: RunRecord, metadata: Option<serde_json::Map<String, Value>>
         (status = 408, description = "the body stopped arriving (server.limits.body_timeout)", body = Problem),
         (status = 413, description = "body over the limit", body = Problem),
         (status = 422, description = "the same Idempotency-Key with another request", body = Problem),
+        (status = 429, description = "the tenant is over a `[server.quotas]` quota (`type` ends in `/quota-exceeded`; `quota` names it): retry after `Retry-After`", body = Problem,
+         headers(("Retry-After" = u32, description = "Seconds until the quota admits a submission again"))),
         (status = 501, description = "Idempotency-Key sent while idempotency is disabled", body = Problem),
-        (status = 503, description = "the server is draining (`type` ends in `/draining`): send it to another server after `Retry-After`", body = Problem,
+        (status = 503, description = "the server is draining (`type` ends in `/draining`): send it to another server after `Retry-After`; or no run slot came free within the run's wall clock (`/run-slots-busy`)", body = Problem,
          headers(("Retry-After" = u32, description = "Seconds to wait"))),
     ),
     security(("bearer" = []))
@@ -447,7 +449,13 @@ pub async fn create_run(
             Some(key) => {
                 // A queued submission is reserved, enqueued and answered
                 // in one write; anything else runs under the reservation.
-                if let Some(queued) = prepare_queued(&state, &tenant, &name, &body, &run_id) {
+                // Not with a rate or a queued cap to check: those are
+                // checked when the key executes (a replay passes them).
+                let quota = state.settings.quotas.of(&tenant);
+                let checked = quota.submissions.is_some() || quota.max_queued.is_some();
+                if let Some(queued) =
+                    prepare_queued(&state, &tenant, &name, &body, &run_id).filter(|_| !checked)
+                {
                     return submit_queued_keyed(&state, &tenant, &key, &path, &body, queued).await;
                 }
                 let (s, t, n, b) = (state.clone(), tenant.clone(), name, body.clone());
@@ -602,6 +610,7 @@ async fn submit(
     }
     match request.mode {
         Mode::Queued => {
+            crate::admit::queued(&state, &tenant).await?;
             let run_id = state
                 .engine
                 .enqueue(&agent, tenant, request.input, Some(run_id))
@@ -611,6 +620,7 @@ async fn submit(
             Ok(queued_answer(&agent.name, &run_id, request.metadata))
         }
         Mode::Sync => {
+            let _admitted = crate::admit::sync(&state, &tenant, agent.budget.wall_clock()).await?;
             let out = state
                 .engine
                 .run(

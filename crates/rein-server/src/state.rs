@@ -42,6 +42,13 @@ pub struct AppState {
     pub connections: Arc<crate::connections::Connections>,
     /// The API request histogram ([`crate::request_metrics`]).
     pub requests: crate::request_metrics::RequestMetrics,
+    /// Per-tenant quota state: submission buckets, own running runs,
+    /// refusals ([`crate::quota`]).
+    pub quotas: Arc<crate::quota::Quotas>,
+    /// The run slots ([`crate::slots`]).
+    pub slots: Arc<crate::slots::RunSlots>,
+    /// The queue workers' round between tenants ([`crate::fair`]).
+    pub fair: crate::fair::FairPick,
 }
 
 impl AppState {
@@ -61,12 +68,17 @@ impl AppState {
         let engine = Arc::new(engine);
         let drain = Arc::new(crate::drain::Drain::default());
         let connections = Arc::new(crate::connections::Connections::default());
+        let quotas = Arc::new(crate::quota::Quotas::default());
         // The server's families join the engine's: one `/metrics`.
         let requests = crate::request_metrics::RequestMetrics::register(
             engine.metrics(),
             &connections,
             &drain,
         );
+        engine
+            .metrics()
+            .register_collector(Box::new(quotas.clone()));
+        let settings_quotas = settings.quotas.clone();
         AppState {
             workers: usize::try_from(settings.queue.workers.get()).unwrap_or(1),
             settings,
@@ -81,6 +93,12 @@ impl AppState {
             drain,
             connections,
             requests,
+            quotas,
+            slots: Arc::new(crate::slots::RunSlots::new(
+                settings_quotas.run_slots,
+                settings_quotas.weights(),
+            )),
+            fair: crate::fair::FairPick::new(&settings_quotas),
         }
     }
 

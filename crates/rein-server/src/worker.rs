@@ -5,15 +5,21 @@
 //! Any `rein serve` process sharing the database may pick a queued run.
 //! Starting it goes through the engine's claim (a lease in the store), so
 //! two workers racing for one run cannot both drive it; the loser moves on.
+//! Which run a worker tries next is the fair pick's ([`crate::fair`]):
+//! deficit round robin between the tenants with queued runs, passing over
+//! a tenant at its `max_running`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use rein_core::TenantId;
+use rein_core::governor::Class;
 use rein_engine::lease::Owner;
 use rein_engine::recovery::{DEAD_LETTER, Standing};
 use rein_engine::run::{EngineError, HandOn, RunOutput, RunRequest};
 use rein_store::{RunCursor, RunRecord, RunStatus};
 
+use crate::quota::Running;
 use crate::state::AppState;
 
 /// How often an idle worker looks for queued work without being woken.
@@ -23,15 +29,34 @@ pub const IDLE_POLL: Duration = Duration::from_millis(500);
 /// after them.
 pub const TAKEOVER_PAGE: usize = 16;
 
-/// The oldest queued runs, at most `limit`.
-async fn queued(state: &AppState, limit: usize) -> Vec<RunRecord> {
-    match state.store.runs_with_status(RunStatus::Queued, limit).await {
-        Ok(runs) => runs,
+/// How many picks one round of a worker tries before it looks for
+/// abandoned work: a pick another process claimed first is passed over.
+pub const PICK_TRIES: usize = 8;
+
+/// The next queued run in fair order between tenants ([`crate::fair`]),
+/// counted against its tenant's `max_running` while it is driven.
+async fn next_queued(state: &AppState) -> Option<(RunRecord, Running)> {
+    let backlogs = match state
+        .store
+        .tenant_backlogs(None, crate::fair::PICK_WINDOW)
+        .await
+    {
+        Ok(backlogs) => backlogs,
         Err(e) => {
             tracing::warn!("queue worker: cannot list queued runs: {e}");
-            Vec::new()
+            return None;
         }
-    }
+    };
+    let now = state.engine.clock().now();
+    state
+        .fair
+        .next(&backlogs, &state.settings.quotas, &state.quotas, now)
+}
+
+/// The tenant a worker's batch slot is asked under: which tenant's run it
+/// then starts is the fair pick's choice, made once the slot is held.
+fn workers_tenant() -> Option<TenantId> {
+    TenantId::new("queue-worker").ok()
 }
 
 /// Drives one queued run to its end; false when another worker has it.
@@ -214,18 +239,31 @@ async fn take_over(state: &Arc<AppState>, cursor: &mut Option<RunCursor>) -> boo
     false
 }
 
-/// One worker: takes the oldest queued run, drives it, repeats; takes over
-/// abandoned work; sleeps until woken or [`IDLE_POLL`] when there is none.
-/// Returns once the server drains: nothing new is picked, queued work
-/// stays queued for another server. What it drives holds an admission, so
-/// a drain that begins meanwhile waits for it (and hands it on).
+/// One worker: holds a batch run slot ([`crate::slots`]), takes the next
+/// queued run in fair order between tenants, drives it, repeats; takes
+/// over abandoned work; sleeps until woken or [`IDLE_POLL`] when there is
+/// none. Returns once the server drains: nothing new is picked, queued
+/// work stays queued for another server. What it drives holds an
+/// admission, so a drain that begins meanwhile waits for it (and hands it
+/// on).
 pub async fn work(state: Arc<AppState>) {
     // Counted as alive until this loop ends, however it ends (`/readyz`).
     let _alive = state.health.worker_started();
+    let Some(tenant) = workers_tenant() else {
+        return;
+    };
     let mut cursor = None;
     loop {
         let mut drove = false;
-        for record in queued(&state, 8).await {
+        let now = state.engine.clock().now();
+        let slot = tokio::select! {
+            slot = state.slots.acquire(&tenant, Class::Batch, now) => slot,
+            () = state.drain.started() => return,
+        };
+        for _ in 0..PICK_TRIES {
+            let Some((record, _running)) = next_queued(&state).await else {
+                break;
+            };
             // Taken, then checked: a drain that began in between refuses.
             let Some(_admission) = state.drain.admit() else {
                 return;
@@ -241,6 +279,7 @@ pub async fn work(state: Arc<AppState>) {
         if !drove {
             drove = take_over(&state, &mut cursor).await;
         }
+        drop(slot);
         if !drove {
             tokio::select! {
                 () = state.queue.notified() => {}

@@ -72,6 +72,8 @@ pub async fn run_all(store: &dyn Store) {
     // Paging and counting runs by status.
     runs_with_status_after_pages_through_every_run_once(store).await;
     children_of_lists_children_oldest_first(store).await;
+    // The queue's tenants, for a fair pick and the tenants' run caps.
+    tenant_backlogs_count_roots_and_list_each_tenants_oldest(store).await;
     // Listing runs, newest first, a page at a time.
     list_runs_page_visits_every_run_once_newest_first_under_inserts(store).await;
     list_runs_page_filters_by_status_agent_and_time(store).await;
@@ -4640,4 +4642,100 @@ pub async fn list_runs_page_never_shows_another_tenants_run(store: &dyn Store) {
             "with no tenant, every tenant's runs are listed"
         );
     }
+}
+
+/// `tenant_backlogs` counts each tenant's queued and running root runs
+/// (children and finished runs not), lists its oldest queued roots in
+/// (`created_at_ms`, run id) order up to the number asked for, and with a
+/// tenant names only that tenant.
+pub async fn tenant_backlogs_count_roots_and_list_each_tenants_oldest(store: &dyn Store) {
+    let (busy, quiet) = (unique_tenant("busy"), unique_tenant("quiet"));
+    let of = |tenant: &TenantId, prefix: &str, at: u64| NewRun {
+        tenant: tenant.clone(),
+        ..new_run(prefix, EARLY_MS + at)
+    };
+    // Created out of time order, two with equal times.
+    let busy_runs = vec![
+        of(&busy, "b3", 30),
+        of(&busy, "b1", 10),
+        of(&busy, "b2", 10),
+        of(&busy, "b4", 40),
+        of(&busy, "b5", 50),
+    ];
+    create_all(store, busy_runs.clone()).await;
+    let q1 = of(&quiet, "q1", 5);
+    store.create_run(q1.clone()).await.unwrap();
+    // b5 runs, b4 finished; a child of b5 runs too, and is not counted.
+    set_all(
+        store,
+        &[busy_runs[4].run_id.clone()],
+        RunStatus::Running,
+        BASE_MS,
+    )
+    .await;
+    set_all(
+        store,
+        &[busy_runs[3].run_id.clone()],
+        RunStatus::Finished(Outcome::Succeeded),
+        BASE_MS,
+    )
+    .await;
+    let child = NewRun {
+        parent_run_id: Some(busy_runs[4].run_id.clone()),
+        ..of(&busy, "child", 60)
+    };
+    store.create_run(child.clone()).await.unwrap();
+    set_all(store, &[child.run_id], RunStatus::Running, BASE_MS).await;
+
+    let all = store.tenant_backlogs(None, 2).await.unwrap();
+    let mine: Vec<&crate::TenantBacklog> = all
+        .iter()
+        .filter(|b| b.tenant == busy || b.tenant == quiet)
+        .collect();
+    assert!(
+        all.windows(2).all(|w| w[0].tenant < w[1].tenant),
+        "tenant id order"
+    );
+    assert_eq!(mine.len(), 2, "both tenants are listed: {mine:?}");
+    let b = mine.iter().find(|b| b.tenant == busy).unwrap();
+    assert_eq!((b.queued, b.running), (3, 1), "roots only: {b:?}");
+    let mut expected = busy_runs[..3].to_vec();
+    oldest_first(&mut expected);
+    let expected: Vec<&str> = expected[..2].iter().map(|r| r.run_id.as_str()).collect();
+    assert_eq!(
+        ids(&b.oldest),
+        expected,
+        "the 2 oldest queued, oldest first"
+    );
+    let q = mine.iter().find(|b| b.tenant == quiet).unwrap();
+    assert_eq!((q.queued, q.running), (1, 0));
+    assert_eq!(ids(&q.oldest), [q1.run_id.as_str()]);
+
+    let only = store.tenant_backlogs(Some(&quiet), 0).await.unwrap();
+    assert_eq!(only.len(), 1, "one tenant asked, one listed");
+    assert_eq!(
+        (only[0].queued, only[0].oldest.len()),
+        (1, 0),
+        "none asked for"
+    );
+    assert!(
+        store
+            .tenant_backlogs(Some(&unique_tenant("nobody")), 5)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a tenant with nothing queued or running is not listed"
+    );
+
+    // Out of the queue: a later suite on the same store starts clean.
+    let mut done: Vec<RunId> = busy_runs[..3].iter().map(|r| r.run_id.clone()).collect();
+    done.push(busy_runs[4].run_id.clone());
+    done.push(q1.run_id);
+    set_all(
+        store,
+        &done,
+        RunStatus::Finished(Outcome::Cancelled),
+        BASE_MS,
+    )
+    .await;
 }

@@ -57,6 +57,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod backlog;
 mod breaker;
 mod checkpoint;
 mod commit;
@@ -73,6 +74,7 @@ mod store;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
+pub use backlog::TenantBacklog;
 pub use breaker::{BreakerOpening, MAX_BREAKER_ARM_LEN, MAX_BREAKER_REASON_LEN};
 pub use checkpoint::{Checkpoint, CheckpointDelta};
 pub use commit::{ClaimFence, Committed, StepCommit};

@@ -216,6 +216,22 @@ pub trait Store: Send + Sync {
         limit: usize,
     ) -> Result<RunPage, StoreError>;
 
+    /// Every tenant with queued or running root runs (only `tenant`'s when
+    /// given), in tenant id order: how many it has of each, and up to
+    /// `oldest` of its oldest queued root runs (`created_at_ms`, then run
+    /// id). What a queue worker picks from, fairly between tenants, and
+    /// what a tenant's run caps are checked against, for every process
+    /// sharing the store.
+    ///
+    /// Required, not provided: counting from a scan of the newest runs
+    /// would undercount a long queue, and a tenant whose oldest run it
+    /// missed would never be picked.
+    async fn tenant_backlogs(
+        &self,
+        tenant: Option<&TenantId>,
+        oldest: usize,
+    ) -> Result<Vec<crate::TenantBacklog>, StoreError>;
+
     /// The run's events with `seq > after_seq`, in `seq` order; `0` gives
     /// them all.
     async fn events(&self, run_id: &RunId, after_seq: u64) -> Result<Vec<Event>, StoreError>;

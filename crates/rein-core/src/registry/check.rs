@@ -2127,6 +2127,15 @@ impl<'a> Checker<'a> {
         spec.cors = c.cors.as_ref().and_then(|cors| self.cors(file, cors));
         spec.metrics = c.metrics.unwrap_or_default();
         spec.metrics_tenants = self.metrics_tenants(file, c, &spec);
+
+        // ----- quotas (`[server.quotas]`, its own module) -----------------
+        let (quotas, mut refused) = super::quotas::validate(&c.quotas);
+        let key_tenants: Vec<&TenantId> = spec.api_keys.iter().map(|k| &k.tenant).collect();
+        refused.extend(super::quotas::unreachable_tenants(&quotas, &key_tenants));
+        for (field, message) in refused {
+            self.report(file, field, message);
+        }
+        spec.quotas = quotas;
         spec
     }
 

@@ -469,6 +469,11 @@ pub struct ServerConfig {
     pub metrics_tenants: Vec<String>,
     /// Which tenants and agents get a label value of their own.
     pub metrics_labels: super::metrics_labels::MetricsLabelsConfig,
+
+    // ----- quotas: per-tenant limits, fair queue, run slots ------------
+    /// Per-tenant submission rate and run caps, fair queue weights and the
+    /// run slots (`[server.quotas]`).
+    pub quotas: super::quotas::ServerQuotasConfig,
 }
 
 /// `[server.limits]` as written in config.

@@ -116,6 +116,7 @@ mod exposure;
 mod metrics_labels;
 mod model_tools;
 mod problem;
+mod quotas;
 mod server;
 mod spec;
 
@@ -152,6 +153,10 @@ pub use metrics_labels::{
     DEFAULT_METRICS_LABEL_VALUES, MAX_METRICS_LABEL_VALUES, MetricsLabels, MetricsLabelsConfig,
 };
 pub use problem::{ConfigProblem, Position, SchemaIssue};
+pub use quotas::{
+    DEFAULT_INTERACTIVE_RESERVE, KEYLESS_TENANT, RunSlots, ServerQuotas, ServerQuotasConfig,
+    SubmissionRate, TenantQuota, TenantQuotaConfig,
+};
 pub use server::{
     AgentGraphLimits, ApiKeySpec, ConnectionLimits, IdempotencySettings, QueueSettings,
     ReconciliationSettings, ServerSpec,

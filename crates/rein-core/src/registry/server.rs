@@ -70,7 +70,7 @@ use crate::ids::TenantId;
 /// | `limits.idle_timeout` | [`DEFAULT_IDLE_TIMEOUT`] (60 s) | 100 ms..=1 h |
 /// | `limits.max_connections` | [`DEFAULT_MAX_CONNECTIONS`] (1024) | 1..=[`MAX_MAX_CONNECTIONS`](super::MAX_MAX_CONNECTIONS) (65 536) |
 /// | `shutdown_grace` | [`DEFAULT_SHUTDOWN_GRACE`] (25 s) | 0..=[`MAX_SHUTDOWN_GRACE`](super::MAX_SHUTDOWN_GRACE) (1 h): the whole drain, signal to exit; the last 7 s hand on and close, so under 7 s hands on at once (and exits within 1.5 s at the least) |
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ServerSpec {
     /// The address to bind.
@@ -112,6 +112,10 @@ pub struct ServerSpec {
     /// Which tenants and agents get a label value of their own in
     /// `/metrics` (`[server.metrics_labels]`).
     pub metrics_labels: super::metrics_labels::MetricsLabels,
+
+    // ----- quotas: per-tenant limits, fair queue, run slots --------------
+    /// `[server.quotas]` (see [`super::ServerQuotas`] for the defaults).
+    pub quotas: super::quotas::ServerQuotas,
 }
 
 impl Default for ServerSpec {
@@ -132,6 +136,7 @@ impl Default for ServerSpec {
             metrics: MetricsAccess::default(),
             metrics_tenants: Vec::new(),
             metrics_labels: Default::default(),
+            quotas: super::quotas::ServerQuotas::default(),
         }
     }
 }

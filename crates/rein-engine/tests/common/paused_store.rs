@@ -53,6 +53,14 @@ impl Store for PauseSafeStore {
         held(self.0.list_runs(limit)).await
     }
 
+    async fn tenant_backlogs(
+        &self,
+        tenant: Option<&rein_core::TenantId>,
+        oldest: usize,
+    ) -> Result<Vec<rein_store::TenantBacklog>, rein_store::StoreError> {
+        held(self.0.tenant_backlogs(tenant, oldest)).await
+    }
+
     async fn list_runs_page(
         &self,
         filter: &RunFilter,

@@ -22,6 +22,7 @@
 //! | `breaker_openings` | `arm` | breaker arms opened by a node, shared with the others (schema v6) |
 //! | `rein_schema` | `version` | migrations applied |
 
+mod backlog;
 mod codec;
 mod config;
 mod files;
@@ -217,6 +218,17 @@ impl Store for SqliteStore {
         let (filter, after) = (filter.clone(), after.cloned());
         self.worker
             .read(move |conn| ops::list_runs_page(conn, &filter, after.as_ref(), limit))
+            .await
+    }
+
+    async fn tenant_backlogs(
+        &self,
+        tenant: Option<&TenantId>,
+        oldest: usize,
+    ) -> Result<Vec<crate::TenantBacklog>, StoreError> {
+        let tenant = tenant.cloned();
+        self.worker
+            .read(move |conn| backlog::tenant_backlogs(conn, tenant.as_ref(), oldest))
             .await
     }
 
