@@ -92,6 +92,24 @@ pub struct Evidence {
     /// Tools whose arms a scenario's own concurrency makes unsafe to judge
     /// by event order alone (runs that share breakers concurrently).
     pub concurrent_runs: bool,
+    /// The calls one turn of the scenario's agent may propose.
+    pub fan_out_cap: u32,
+    /// Request buckets per resource group: (calls per second, burst).
+    pub rates: BTreeMap<String, (f64, u32)>,
+    /// The resource group of every tool of the world.
+    pub groups: BTreeMap<String, String>,
+    /// The tools that declare the resource their writes change, by name.
+    pub write_keys: BTreeMap<String, WriteKey>,
+}
+
+/// Where a tool's writes name their resource: its resource group and the
+/// path of its `resource_key` below the arguments.
+#[derive(Debug, Clone, Serialize)]
+pub struct WriteKey {
+    /// The tool's resource group.
+    pub group: String,
+    /// The path below `args`.
+    pub path: Vec<String>,
 }
 
 impl Evidence {

@@ -27,6 +27,8 @@ use serde_json::Value;
 
 use crate::evidence::{Evidence, RunEvidence};
 
+mod fan_out;
+
 /// Text that only ever appears in raw error bodies: a model that receives
 /// any of it was handed raw error text.
 pub const RAW_ERROR_MARKERS: [&str; 5] = [
@@ -171,6 +173,9 @@ pub fn check(evidence: &Evidence) -> Vec<Violation> {
     calls_accounted_for(evidence, &mut out);
     model_calls_accounted_for(evidence, &mut out);
     concurrency_ceiling(evidence, &mut out);
+    fan_out::fan_out_capped(evidence, &mut out);
+    fan_out::same_resource_serial(evidence, &mut out);
+    fan_out::rate_holds(evidence, &mut out);
     irreversible_not_retried(evidence, &mut out);
     out
 }

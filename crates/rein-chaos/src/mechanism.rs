@@ -66,11 +66,13 @@ pub enum Mechanism {
     /// A model turn moved on to a larger-context link after a context
     /// overflow (`model_fallback_used` after `context_overflow`).
     ContextFallback,
+    /// A turn over its agent's `max_calls_per_turn` was refused whole.
+    FanOutRefused,
 }
 
 impl Mechanism {
     /// Every mechanism, in table order.
-    pub const ALL: [Mechanism; 18] = [
+    pub const ALL: [Mechanism; 19] = [
         Mechanism::RetryScheduled,
         Mechanism::RetryBudgetExhausted,
         Mechanism::BreakerOpened,
@@ -89,6 +91,7 @@ impl Mechanism {
         Mechanism::SubmissionInProgress,
         Mechanism::ModelFallback,
         Mechanism::ContextFallback,
+        Mechanism::FanOutRefused,
     ];
 
     /// The ones issue 5 requires to fire at least once across the suite.
@@ -124,6 +127,7 @@ impl Mechanism {
             Mechanism::SubmissionInProgress => "submission_in_progress",
             Mechanism::ModelFallback => "model_fallback",
             Mechanism::ContextFallback => "context_fallback",
+            Mechanism::FanOutRefused => "fan_out_refused",
         }
     }
 }
@@ -141,6 +145,7 @@ pub fn activated(evidence: &Evidence) -> BTreeSet<Mechanism> {
         for e in &run.events {
             let m = match &e.data {
                 EventData::RetryScheduled(_) => Some(Mechanism::RetryScheduled),
+                EventData::FanOutRefused(_) => Some(Mechanism::FanOutRefused),
                 EventData::RetryAbandoned(r)
                     if r.reason == AbandonReason::GaveUp(GiveUpReason::RetryBudgetExhausted) =>
                 {

@@ -412,6 +412,29 @@ async fn drive(
         peaks,
         concurrent_runs: plan.concurrent,
         submissions,
+        fan_out_cap: Services::fan_out_cap(&world.registry, plan),
+        rates: Services::rates(&world.registry, plan),
+        groups: world
+            .registry
+            .tools()
+            .iter()
+            .map(|(name, spec)| (name.clone(), spec.resource_group.clone()))
+            .collect(),
+        write_keys: world
+            .registry
+            .tools()
+            .iter()
+            .filter_map(|(name, spec)| {
+                let key = spec.resource_key.as_ref()?;
+                Some((
+                    name.clone(),
+                    crate::evidence::WriteKey {
+                        group: spec.resource_group.clone(),
+                        path: key.path().to_vec(),
+                    },
+                ))
+            })
+            .collect(),
     })
 }
 

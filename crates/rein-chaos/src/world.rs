@@ -215,6 +215,15 @@ fn tune(agent: &mut AgentBinding, tune: &Tune) -> Result<(), ChaosError> {
     if let Some(limit) = tune.group_limit.and_then(NonZeroU32::new) {
         agent.group_limits.insert(GROUP.to_owned(), limit);
     }
+    if let Some((per_sec, burst)) = tune.group_rate {
+        agent.group_rates.insert(
+            GROUP.to_owned(),
+            rein_core::registry::RateLimit::new(per_sec, burst),
+        );
+    }
+    if let Some(cap) = tune.fan_out_cap.and_then(NonZeroU32::new) {
+        agent.fan_out = rein_core::registry::FanOutLimits::new(cap);
+    }
     Ok(())
 }
 
@@ -299,6 +308,31 @@ impl Services {
                 .as_ref()
                 .map_or_else(unused_endpoint, |p| p.base_url().to_owned()),
         }
+    }
+
+    /// The request buckets the scenario runs under, per group: (calls per
+    /// second, burst).
+    pub fn rates(registry: &Registry, plan: &Plan) -> BTreeMap<String, (f64, u32)> {
+        let mut out: BTreeMap<String, (f64, u32)> = registry
+            .resource_groups()
+            .iter()
+            .filter_map(|(name, spec)| spec.rate.map(|r| (name.clone(), (r.per_sec, r.burst))))
+            .collect();
+        if let Some(rate) = plan.tune.group_rate {
+            out.insert(GROUP.to_owned(), rate);
+        }
+        out
+    }
+
+    /// The calls per turn the scenario's agent may propose.
+    pub fn fan_out_cap(registry: &Registry, plan: &Plan) -> u32 {
+        plan.tune.fan_out_cap.unwrap_or_else(|| {
+            registry
+                .agent(WorldConfig::agent_name(plan))
+                .map_or(rein_core::registry::DEFAULT_MAX_CALLS_PER_TURN, |a| {
+                    a.fan_out.max_calls_per_turn.get()
+                })
+        })
     }
 
     /// The concurrency ceilings the scenario runs under, per group.

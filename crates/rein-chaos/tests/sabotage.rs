@@ -85,3 +85,30 @@ async fn retrying_an_irreversible_tool_breaks_invariant_9() {
     };
     assert_caught(19, s, Invariant::IrreversibleNotRetried).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncapped_fan_out_breaks_invariant_7() {
+    let s = Sabotage {
+        uncapped_fan_out: true,
+        ..Sabotage::default()
+    };
+    assert_caught(84, s, Invariant::ConcurrencyCeiling).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_writes_of_one_resource_break_invariant_7() {
+    let s = Sabotage {
+        parallel_same_resource: true,
+        ..Sabotage::default()
+    };
+    assert_caught(85, s, Invariant::ConcurrencyCeiling).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bypassed_governor_breaks_invariant_7_at_the_proxy() {
+    let s = Sabotage {
+        bypass_governor: true,
+        ..Sabotage::default()
+    };
+    assert_caught(86, s, Invariant::ConcurrencyCeiling).await;
+}

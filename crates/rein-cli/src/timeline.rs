@@ -119,6 +119,10 @@ pub fn line(event: &Event, started_ms: u64) -> String {
             d.exhausted.dimension, d.exhausted.needed, d.exhausted.remaining
         ),
         EventData::LoopDetected(d) => d.message.clone(),
+        EventData::FanOutRefused(d) => format!(
+            "{} calls proposed, at most {} per turn: none ran, the model is told to batch or narrow",
+            d.proposed, d.cap
+        ),
         EventData::ToolDisabled(d) => format!(
             "{} disabled for this run after {} failures",
             d.tool, d.failures

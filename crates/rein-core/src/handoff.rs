@@ -17,6 +17,7 @@ use crate::idempotency::Normalizer;
 
 use crate::ids::{IntentId, RunId};
 use crate::ledger::LedgerStatus;
+use crate::registry::SideEffectTier;
 
 /// One action of the run, as the timeline shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -47,6 +48,24 @@ pub struct EffectState {
     pub status: LedgerStatus,
     /// What is known, in words.
     pub note: String,
+    /// Who answers for the tool (its `owner`): whom to call about it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// How visible the tool's effect is outside (its `side_effect_tier`):
+    /// how urgently it must be looked at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub side_effect_tier: Option<SideEffectTier>,
+}
+
+/// Who answers for a tool and how visible its effect is, as its config
+/// declares: what a handoff package names beside each of the tool's
+/// effects.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolOwner {
+    /// The tool's `owner`.
+    pub owner: String,
+    /// The tool's `side_effect_tier`.
+    pub side_effect_tier: SideEffectTier,
 }
 
 /// An action that may still be running, with what holds it.

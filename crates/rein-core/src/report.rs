@@ -53,7 +53,9 @@ use serde_json::{Value, json};
 use crate::call::CallResult;
 use crate::deadline::{Exhausted, Usage};
 use crate::failure::{Category, Effect};
-use crate::handoff::{EffectState, HandoffPackage, InFlight, TimelineEntry, input_digest};
+use crate::handoff::{
+    EffectState, HandoffPackage, InFlight, TimelineEntry, ToolOwner, input_digest,
+};
 use crate::ids::{IntentId, RunId};
 use crate::ledger::{LedgerRecord, LedgerStatus};
 use crate::loop_guard::Trip;
@@ -148,6 +150,9 @@ pub struct ReportBasis {
     /// What rein deliberately did not try: [`RunFacts::strategies_not_tried`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub strategies_not_tried: Vec<String>,
+    /// Who answers for each tool: [`RunFacts::owners`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub owners: BTreeMap<String, ToolOwner>,
     /// The revision of the run's ledger the report reflects, set by the
     /// store when it stores the report (`None` before, and in reports
     /// stored before revisions existed).
@@ -194,6 +199,10 @@ pub struct RunFacts {
     /// What the facts could not establish (e.g. an unreadable checkpoint):
     /// the report carries them and its summary says them.
     pub notes: Vec<ReportNote>,
+    /// Who answers for each of the agent's tools, by tool name, for the
+    /// handoff package; empty when the run's agent is not at hand (a run
+    /// closed from outside names no owners).
+    pub owners: BTreeMap<String, ToolOwner>,
 }
 
 /// Whether a record of a run that ended waits for a human: in doubt, or
@@ -240,6 +249,7 @@ fn took_effect(record: &LedgerRecord) -> bool {
 ///     in_flight: Vec::new(),
 ///     strategies_not_tried: Vec::new(),
 ///     notes: Vec::new(),
+///     owners: Default::default(),
 /// };
 /// let report = derive(&facts, &[]);
 /// assert_eq!(report.outcome, Outcome::Succeeded);
@@ -319,6 +329,7 @@ pub fn derive(facts: &RunFacts, ledger: &[LedgerRecord]) -> RunReport {
             settled: facts.settled.clone(),
             in_flight: facts.in_flight.clone(),
             strategies_not_tried: facts.strategies_not_tried.clone(),
+            owners: facts.owners.clone(),
             ledger_revision: None,
         }),
         notes: facts.notes.clone(),
@@ -731,6 +742,8 @@ fn package(facts: &RunFacts, ledger: &[LedgerRecord]) -> HandoffPackage {
         tool: r.tool.clone(),
         status: r.status,
         note,
+        owner: facts.owners.get(&r.tool).map(|o| o.owner.clone()),
+        side_effect_tier: facts.owners.get(&r.tool).map(|o| o.side_effect_tier),
     };
     let mut certain = Vec::new();
     let mut uncertain = Vec::new();
@@ -913,6 +926,7 @@ mod tests {
             in_flight: Vec::new(),
             strategies_not_tried: Vec::new(),
             notes: Vec::new(),
+            owners: Default::default(),
         }
     }
 

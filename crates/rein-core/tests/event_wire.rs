@@ -72,6 +72,7 @@ fn the_fixture_covers_every_kind() {
         EventKind::RateLimited,
         EventKind::CallShed,
         EventKind::ConcurrencyAdjusted,
+        EventKind::FanOutRefused,
         EventKind::ModelQueueWaited,
         EventKind::ModelFallbackUsed,
         EventKind::ModelOutputTruncated,

@@ -16,8 +16,8 @@ use crate::provider::{
     AnthropicProvider, ModelProvider, OpenAiProvider, ScriptError, ScriptedProvider, StreamSettings,
 };
 use crate::run::{
-    AgentBinding, AgentResolver, AgentTarget, ArgValidator, CompensationBinding, EngineBuilder,
-    ModelBinding, ModelLink, ToolBinding, ToolTarget,
+    AgentBinding, AgentResolver, AgentTarget, ArgValidator, CompensationBinding, Declared,
+    EngineBuilder, ModelBinding, ModelLink, ToolBinding, ToolTarget,
 };
 use crate::tool::command::CommandTarget;
 use crate::tool::http::HttpTarget;
@@ -179,6 +179,7 @@ pub fn bind_agent_using(
         context_fallbacks,
         provider_limits,
         model_retry: agent.model_retry,
+        fan_out: agent.fan_out,
     })
 }
 
@@ -471,6 +472,11 @@ fn bind_tool(spec: &ToolSpec) -> Result<ToolBinding, BindError> {
         target,
         resource_group: Some(spec.resource_group.clone()),
         self_heal_allowance: spec.self_heal_allowance,
+        declared: Declared {
+            owner: Some(spec.owner.clone()),
+            side_effect_tier: Some(spec.side_effect_tier),
+            resource_key: spec.resource_key.clone(),
+        },
     })
 }
 

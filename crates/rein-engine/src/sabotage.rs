@@ -16,6 +16,8 @@
 //! | `raw_error_text` | a failed call's reply to the model is the operator's raw text | 10 |
 //! | `retry_irreversible` | the retry decision treats an irreversible tool as an idempotent write | 9 |
 //! | `bypass_governor` | no resource group is governed: rates and ceilings are not applied | 7 |
+//! | `uncapped_fan_out` | a turn over `max_calls_per_turn` runs all its calls | 7 |
+//! | `parallel_same_resource` | writes of one turn to the same `resource_key` value run in parallel | 7 |
 //!
 //! The hooks are marked `Sabotage hook` in `run/guarded.rs`, `run/settle.rs`
 //! and `run/mod.rs`.
@@ -47,6 +49,12 @@ pub struct Sabotage {
     /// No resource group is governed: every call goes out at once, whatever
     /// its group's `rate_per_sec`, `burst` or `max_concurrency`.
     pub bypass_governor: bool,
+    /// A turn over its agent's `max_calls_per_turn` is not refused: every
+    /// call of it runs.
+    pub uncapped_fan_out: bool,
+    /// Writes of one turn to the same resource (`resource_key`) are not
+    /// put in one lane: they run in parallel.
+    pub parallel_same_resource: bool,
 }
 
 /// A key different from `key` for attempt `attempt`: the original with the

@@ -45,6 +45,7 @@ fn ask_tool_of(agent: &str, class: ToolClass) -> ToolBinding {
         }),
         resource_group: None,
         self_heal_allowance: None,
+        declared: Default::default(),
     }
 }
 

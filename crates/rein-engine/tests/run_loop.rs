@@ -1075,6 +1075,7 @@ async fn a_command_tool_runs_in_the_loop_with_its_ledger_record_and_lease() {
             target: ToolTarget::Command(target),
             resource_group: None,
             self_heal_allowance: None,
+            declared: Default::default(),
         },
     );
     let out = run(&h, &a).await;

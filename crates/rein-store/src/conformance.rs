@@ -4308,6 +4308,7 @@ pub async fn ledger_revision_fences_report_writes(store: &dyn Store) {
         settled: rein_core::report::Settled::Kept,
         in_flight: Vec::new(),
         strategies_not_tried: Vec::new(),
+        owners: Default::default(),
         ledger_revision: None,
     });
     let end = StepCommit {

@@ -16,6 +16,8 @@ use crate::model_fault::ModelFault;
 use crate::proxy::{Injection, Match, Rule};
 use crate::store_fault::StoreFault;
 
+mod fan_out;
+
 const GET: &str = "get_order";
 const UPDATE: &str = UPDATE_DELIVERY_TIME;
 const RESTORE: &str = "restore_delivery_time";
@@ -151,6 +153,7 @@ pub fn catalog() -> Vec<Scenario> {
     all.extend(model_gateway_scripted());
     all.extend(submission());
     all.extend(model_chains());
+    all.extend(fan_out::fan_out_control());
     all
 }
 

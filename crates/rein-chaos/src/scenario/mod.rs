@@ -94,6 +94,11 @@ pub struct Tune {
     pub on_failure: Option<FailurePolicy>,
     /// Loop guard: identical calls allowed.
     pub max_repeats: Option<u32>,
+    /// Calls one turn may propose (`max_calls_per_turn`).
+    pub fan_out_cap: Option<u32>,
+    /// Request bucket of the order desk's resource group: (calls per
+    /// second, burst).
+    pub group_rate: Option<(f64, u32)>,
 }
 
 /// What a scenario does.

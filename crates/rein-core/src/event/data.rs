@@ -138,6 +138,7 @@ event_data! {
     RateLimited,
     CallShed,
     ConcurrencyAdjusted,
+    FanOutRefused,
     ModelQueueWaited,
     ModelFallbackUsed,
     ModelOutputTruncated,

@@ -51,3 +51,16 @@ pub struct ConcurrencyAdjusted {
     /// Why: the shrink's trigger, or growth after a round of successes.
     pub reason: String,
 }
+
+/// `fan_out_refused`: a model turn proposed more calls than its agent's
+/// `max_calls_per_turn`; none of them ran, and each got a structured reply
+/// telling the model to batch or narrow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FanOutRefused {
+    /// The calls the turn proposed.
+    pub proposed: usize,
+    /// The agent's cap.
+    pub cap: u32,
+    /// The tools the turn named, each once, in the model's order.
+    pub tools: Vec<String>,
+}

@@ -63,7 +63,7 @@ pub use effect::{
     SettlementStarted,
 };
 pub use flag::Flag;
-pub use governor::{CallShed, ConcurrencyAdjusted, RateLimited};
+pub use governor::{CallShed, ConcurrencyAdjusted, FanOutRefused, RateLimited};
 pub use guard::{
     AllocationShape, BreakerStateChanged, BudgetAllocated, BudgetExhausted, BudgetScope,
     LoopDetected, ToolDisabled,
@@ -132,6 +132,10 @@ pub enum EventKind {
     /// A resource group's adaptive concurrency limit moved (`old`, `new`,
     /// `reason`).
     ConcurrencyAdjusted,
+    /// A turn proposed more calls than the agent's `max_calls_per_turn`
+    /// (`proposed`, `cap`); none of them ran, and the model was told to
+    /// batch or narrow.
+    FanOutRefused,
     /// A model call waited for a slot of its provider's `max_concurrency`
     /// (`queue_wait_ms`), or gave up waiting (`expired: true`).
     ModelQueueWaited,
@@ -204,6 +208,7 @@ impl EventKind {
             EventKind::RateLimited => "rate_limited",
             EventKind::CallShed => "call_shed",
             EventKind::ConcurrencyAdjusted => "concurrency_adjusted",
+            EventKind::FanOutRefused => "fan_out_refused",
             EventKind::ModelQueueWaited => "model_queue_waited",
             EventKind::ModelFallbackUsed => "model_fallback_used",
             EventKind::ModelOutputTruncated => "model_output_truncated",

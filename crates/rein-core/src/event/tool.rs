@@ -112,6 +112,12 @@ pub struct ToolCallStarted {
     /// How long it waited for a slot of its resource group.
     #[serde(rename = "queue_wait_ms", with = "super::millis")]
     pub queue_wait: Duration,
+    /// Who answers for the tool (its `owner`), when it declares one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// How visible the tool's effect is outside (its `side_effect_tier`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub side_effect_tier: Option<crate::registry::SideEffectTier>,
 }
 
 /// A call whose record already had a result: nothing was sent.

@@ -102,6 +102,7 @@ mod tests {
             in_flight: Vec::new(),
             strategies_not_tried: Vec::new(),
             notes: Vec::new(),
+            owners: Default::default(),
         }
     }
 

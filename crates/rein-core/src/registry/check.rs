@@ -878,6 +878,19 @@ impl<'a> Checker<'a> {
             Some(adapter) => self.adapter(merged, file, &p, class, idempotency.as_ref(), adapter),
         };
         let compensation = self.compensation(merged, file, name, c);
+        let resource_key = match c.resource_key.as_deref() {
+            None => Some(None),
+            Some(text) => {
+                let props = c.schema.as_ref().and_then(properties);
+                match super::fan_out::check_resource_key(text, class, props) {
+                    Ok(key) => Some(Some(key)),
+                    Err((field, message)) => {
+                        self.report(file, format!("{p}.{field}"), message);
+                        None
+                    }
+                }
+            }
+        };
         Some(ToolSpec {
             name: name.to_owned(),
             description: description?,
@@ -892,6 +905,7 @@ impl<'a> Checker<'a> {
             avoid_at_plan_time: c.avoid_at_plan_time,
             self_heal_allowance: c.self_heal_allowance,
             adapter: adapter?,
+            resource_key: resource_key?,
             source: file.to_path_buf(),
         })
     }
@@ -1782,6 +1796,17 @@ impl<'a> Checker<'a> {
                 max_wasted_tokens: wasted,
             }),
         };
+        if let Err((field, message)) = super::approval::check_approval(&c.approval) {
+            self.report(file, format!("{p}.{field}"), message);
+            ok = false;
+        }
+        let fan_out = match super::fan_out::check_fan_out(&c.fan_out) {
+            Ok(limits) => Some(limits),
+            Err((field, message)) => {
+                self.report(file, format!("{p}.{field}"), message);
+                None
+            }
+        };
         if !ok {
             return None;
         }
@@ -1801,6 +1826,7 @@ impl<'a> Checker<'a> {
             on_failure: c.on_failure,
             compensation_reserve: compensation_reserve?,
             model_retry: model_retry?,
+            fan_out: fan_out?,
             source: file.to_path_buf(),
         })
     }

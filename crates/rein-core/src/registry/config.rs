@@ -234,6 +234,10 @@ pub struct ToolConfig {
     pub latency: Option<LatencyConfig>,
     /// How to call it; required.
     pub adapter: Option<AdapterConfig>,
+    /// The argument naming the resource a write changes
+    /// (`"args.order_id"`): writes of one turn to the same value run one
+    /// at a time. Writes only.
+    pub resource_key: Option<String>,
 }
 
 /// The idempotency key recipe as written in config. Unset fields take
@@ -408,6 +412,11 @@ pub struct AgentConfig {
     pub compensation_reserve: Option<f64>,
     /// The run's own ceiling on model retries (`[agents.NAME.model_retry]`).
     pub model_retry: ModelRetryConfig,
+    /// How many calls one turn may propose (`[agents.NAME.fan_out]`).
+    pub fan_out: super::fan_out::FanOutConfig,
+    /// A gate on calls by their tool's tier (`[agents.NAME.approval]`);
+    /// refused by the check until rein has approvals.
+    pub approval: super::approval::ApprovalConfig,
 }
 
 /// `[agents.NAME.model_retry]`: what one run may spend retrying model

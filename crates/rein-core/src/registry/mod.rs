@@ -108,11 +108,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod approval;
 mod check;
 mod compensation;
 mod config;
 mod constants;
 mod exposure;
+mod fan_out;
 mod metrics_labels;
 mod model_tools;
 mod problem;
@@ -120,6 +122,7 @@ mod quotas;
 mod server;
 mod spec;
 
+pub use approval::ApprovalConfig;
 pub use check::{SchemaCheck, check};
 pub use compensation::{
     ArgSource, ArgSourceError, CompensationGrade, CompensationSpec, UnresolvedArg,
@@ -148,6 +151,9 @@ pub use constants::{
 pub use exposure::{
     AllowedHost, Authority, CorsSpec, HostName, HostPattern, MetricsAccess, Origin, Scheme,
     host_is_allowed,
+};
+pub use fan_out::{
+    DEFAULT_MAX_CALLS_PER_TURN, FanOutConfig, FanOutLimits, MAX_CALLS_PER_TURN, ResourceKey,
 };
 pub use metrics_labels::{
     DEFAULT_METRICS_LABEL_VALUES, MAX_METRICS_LABEL_VALUES, MetricsLabels, MetricsLabelsConfig,

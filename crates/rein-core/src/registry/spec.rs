@@ -230,6 +230,8 @@ pub struct ToolSpec {
     pub self_heal_allowance: Option<u32>,
     /// How it is called.
     pub adapter: AdapterSpec,
+    /// The argument naming the resource its writes change, if declared.
+    pub resource_key: Option<super::fan_out::ResourceKey>,
     /// The config file it was defined in.
     pub source: PathBuf,
 }
@@ -551,6 +553,8 @@ pub struct AgentSpec {
     pub compensation_reserve: Ratio,
     /// The run's own ceiling on model retries.
     pub model_retry: ModelRetryLimits,
+    /// How many calls one turn may propose.
+    pub fan_out: super::fan_out::FanOutLimits,
     /// The config file it was defined in.
     pub source: PathBuf,
 }

@@ -150,6 +150,7 @@ pub(super) struct Families {
     pub(super) shed: Family<Shed, Counter>,
     pub(super) adjusted: Family<Adjust, Counter>,
     pub(super) loop_trips: Family<Trip, Counter>,
+    pub(super) fan_out_refused: Family<Whose, Counter>,
     pub(super) self_heal_exhausted: Family<Tool, Counter>,
     pub(super) truncated: Family<Truncation, Counter>,
     pub(super) compensations: Family<Compensation, Counter>,
@@ -190,6 +191,7 @@ impl Families {
             shed: Family::default(),
             adjusted: Family::default(),
             loop_trips: Family::default(),
+            fan_out_refused: Family::default(),
             self_heal_exhausted: Family::default(),
             truncated: Family::default(),
             compensations: Family::default(),
@@ -324,6 +326,11 @@ impl Families {
             "rein_loop_guard_trips",
             "Runs stopped by the loop guard, by tenant, agent and trip (repeated_action, no_progress, budget_exhausted)",
             f.loop_trips.clone(),
+        );
+        r.register(
+            "rein_fan_out_refused",
+            "Model turns that proposed more calls than their agent's max_calls_per_turn (none of their calls ran), by tenant and agent",
+            f.fan_out_refused.clone(),
         );
         r.register(
             "rein_self_heal_exhausted",

@@ -146,6 +146,9 @@ impl Metrics {
                     }
                 }
             }
+            EventData::FanOutRefused(_) => {
+                f.fan_out_refused.get_or_create(&whose(scope)).inc();
+            }
             EventData::LoopDetected(d) => {
                 f.loop_trips
                     .get_or_create(&Trip {

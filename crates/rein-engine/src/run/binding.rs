@@ -91,6 +91,34 @@ pub struct ToolBinding {
     pub resource_group: Option<String>,
     /// Model self-heal attempts before the tool is disabled for the run.
     pub self_heal_allowance: Option<u32>,
+    /// What the tool declares about itself beyond how it is called.
+    pub declared: Declared,
+}
+
+/// What a tool declares about itself beyond how it is called: who answers
+/// for it and how visible its effect is (both shown in its call events and
+/// in a handoff package), and the argument naming the resource it writes.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct Declared {
+    /// Who to call when it breaks (`owner`).
+    pub owner: Option<String>,
+    /// How visible its effect is outside (`side_effect_tier`).
+    pub side_effect_tier: Option<rein_core::registry::SideEffectTier>,
+    /// The argument naming the resource its writes change
+    /// (`resource_key`): writes of one turn to the same value of the same
+    /// resource group run one at a time, in the model's order.
+    pub resource_key: Option<rein_core::registry::ResourceKey>,
+}
+
+impl Declared {
+    /// Declarations with only a resource key (for an embedder or a test).
+    pub fn writing(resource_key: rein_core::registry::ResourceKey) -> Declared {
+        Declared {
+            resource_key: Some(resource_key),
+            ..Declared::default()
+        }
+    }
 }
 
 impl ToolBinding {
@@ -164,6 +192,9 @@ pub struct AgentBinding {
     /// The run's own ceiling on model retries, apart from tool retries and
     /// from the model's self-healing.
     pub model_retry: rein_core::registry::ModelRetryLimits,
+    /// How many calls one turn may propose: a turn with more runs none of
+    /// them, and the model is told to batch or narrow.
+    pub fan_out: rein_core::registry::FanOutLimits,
 }
 
 /// One `{provider, model}` link of a model binding's chain.
@@ -183,6 +214,27 @@ impl std::fmt::Debug for ModelLink {
             .field("provider", &self.provider.name())
             .field("model", &self.model)
             .finish_non_exhaustive()
+    }
+}
+
+impl AgentBinding {
+    /// Who answers for each tool the agent may call (its compensations
+    /// included), and how visible its effect is: what its handoff packages
+    /// name beside each effect. Tools that declare neither are left out.
+    pub fn owners(&self) -> BTreeMap<String, rein_core::handoff::ToolOwner> {
+        self.tools
+            .values()
+            .chain(self.compensations.values().map(|c| &c.tool))
+            .filter_map(|t| {
+                Some((
+                    t.name.clone(),
+                    rein_core::handoff::ToolOwner {
+                        owner: t.declared.owner.clone()?,
+                        side_effect_tier: t.declared.side_effect_tier?,
+                    },
+                ))
+            })
+            .collect()
     }
 }
 

@@ -118,6 +118,10 @@ impl model_chain::TurnHost for RunCtx<'_> {
         &self.agent.provider_limits
     }
 
+    fn cost_account(&self) -> Option<String> {
+        Some(format!("{}/{}", self.tenant, self.agent.name))
+    }
+
     fn calling(&self) {
         self.provider_calls
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use rein_core::deadline::{Budget, ChildCaps};
+use rein_core::deadline::{Budget, ChildCaps, Usage};
 use rein_core::event::{AllocationShape, BudgetAllocated, CallRejected, Refused};
 use rein_core::{Category, Clock, Failure, IntentId, LedgerRecord, ToolClass, Weight};
 
@@ -32,10 +32,21 @@ impl Engine {
             });
         let mut results = Vec::new();
         if !others.is_empty() {
+            // Sabotage hook `parallel_same_resource`: every write its own lane.
+            #[cfg(feature = "sabotage")]
+            let serialise = !self.sabotage.parallel_same_resource;
+            #[cfg(not(feature = "sabotage"))]
+            let serialise = true;
+            let lanes = super::fan_out::lanes(agent, others, serialise);
             let now = self.clock.now();
-            let weights = vec![Weight::default(); others.len()];
+            // A lane of k calls runs them one after another: it gets k
+            // shares of the remainder.
+            let weights: Vec<Weight> = lanes
+                .iter()
+                .map(|lane| Weight::new("lane", lane.len() as f64).unwrap_or_default())
+                .collect();
             let shares = budget.parallel(now, &weights, ChildCaps::default());
-            if others.len() > 1 {
+            if lanes.len() > 1 {
                 ctx.emitter.emit(
                     &Correlation {
                         step,
@@ -43,27 +54,28 @@ impl Engine {
                     },
                     BudgetAllocated {
                         shape: AllocationShape::Parallel,
-                        branches: others.len(),
+                        branches: lanes.len(),
                         each: shares.first().map(|(b, _)| b.remaining(now).time),
                         remaining: budget.remaining(now).time,
                     },
                 );
             }
-            let intents: Vec<IntentId> = others.iter().map(|p| p.intent_id.clone()).collect();
-            let futures = others
+            let (branches, grants): (Vec<Budget>, Vec<_>) = shares.into_iter().unzip();
+            let futures = lanes
                 .into_iter()
-                .zip(shares.iter())
-                .filter_map(|(p, (child, _))| {
-                    let tool = agent.tools.get(&p.tool)?;
-                    let before = prior.get(&p.intent_id);
-                    Some(self.guarded_call(ctx, p, tool, child, before))
-                });
-            results.extend(futures_util::future::join_all(futures).await);
+                .zip(branches)
+                .map(|(lane, branch)| self.run_lane(ctx, lane, branch, prior));
+            let mut used = Vec::new();
+            for (lane_results, lane_used) in futures_util::future::join_all(futures).await {
+                results.extend(lane_results);
+                used.push(lane_used);
+            }
+            results.sort_by_key(|r| r.planned.position);
             let now = self.clock.now();
             // A child run's consumption is charged to this run: one
             // budget for the whole tree, never reset.
-            for ((_, grant), intent) in shares.into_iter().zip(intents) {
-                let _ = budget.settle(grant, ctx.take_child_usage(&intent), now);
+            for (grant, lane_used) in grants.into_iter().zip(used) {
+                let _ = budget.settle(grant, lane_used, now);
             }
         }
         for p in irreversible {
@@ -105,5 +117,29 @@ impl Engine {
             results.push(result);
         }
         results
+    }
+
+    /// Runs one lane's calls one after another on the lane's `branch`, each
+    /// with everything the lane has left: what the lane used (its child
+    /// runs' consumption) is returned for the turn's budget.
+    async fn run_lane(
+        &self,
+        ctx: &RunCtx<'_>,
+        lane: Vec<Planned>,
+        mut branch: Budget,
+        prior: &HashMap<IntentId, LedgerRecord>,
+    ) -> (Vec<CallResult>, Usage) {
+        let mut results = Vec::with_capacity(lane.len());
+        for p in lane {
+            let Some(tool) = ctx.agent.tools.get(&p.tool) else {
+                continue;
+            };
+            let (child, grant) = branch.serial(self.clock.now());
+            let intent = p.intent_id.clone();
+            let before = prior.get(&p.intent_id);
+            results.push(self.guarded_call(ctx, p, tool, &child, before).await);
+            let _ = branch.settle(grant, ctx.take_child_usage(&intent), self.clock.now());
+        }
+        (results, branch.used())
     }
 }

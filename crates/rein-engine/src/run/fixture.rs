@@ -55,6 +55,7 @@ fn tool(name: &str, class: ToolClass) -> ToolBinding {
         .into(),
         resource_group: None,
         self_heal_allowance: None,
+        declared: Default::default(),
     }
 }
 
@@ -98,6 +99,7 @@ pub(super) fn agent() -> AgentBinding {
         context_fallbacks: Vec::new(),
         provider_limits: BTreeMap::new(),
         model_retry: Default::default(),
+        fan_out: Default::default(),
     }
 }
 

@@ -53,6 +53,7 @@ mod engine;
 mod error;
 mod event_log;
 mod execute;
+mod fan_out;
 #[cfg(test)]
 mod fixture;
 mod guarded;
@@ -74,8 +75,8 @@ mod validate;
 
 pub use args::{ParsedArgs, parse_args};
 pub use binding::{
-    AcceptAll, AgentBinding, AgentTarget, ArgValidator, DEFAULT_ALLOWANCE_FACTOR, ModelLink,
-    ToolBinding, ToolTarget,
+    AcceptAll, AgentBinding, AgentTarget, ArgValidator, DEFAULT_ALLOWANCE_FACTOR, Declared,
+    ModelLink, ToolBinding, ToolTarget,
 };
 pub use close::{Closing, close_run};
 pub use emitter::{Correlation, Observer};

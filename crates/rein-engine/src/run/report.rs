@@ -162,6 +162,7 @@ pub(super) async fn stored_facts(
         in_flight: Vec::new(),
         strategies_not_tried: Vec::new(),
         notes: unreadable.into_iter().collect(),
+        owners: Default::default(),
     })
 }
 
@@ -218,6 +219,7 @@ pub async fn revise(
         in_flight: basis.in_flight,
         strategies_not_tried: basis.strategies_not_tried,
         notes: unreadable.into_iter().collect(),
+        owners: basis.owners,
     };
     let revised = derive(&facts, ledger);
     Ok(Some(revised))

@@ -211,6 +211,7 @@ impl Engine {
             in_flight: Vec::new(),
             strategies_not_tried: report::strategies_not_tried(agent),
             notes: Vec::new(),
+            owners: ctx.agent.owners(),
         };
         if matches!(end, End::Interrupted) {
             // Handed on unfinished: never settled (what it did so far is
@@ -333,6 +334,9 @@ impl Engine {
         turn: &Turn,
     ) -> Plan {
         let step = state.step;
+        if let Some(refused) = self.refuse_fan_out(ctx, step, turn) {
+            return refused;
+        }
         let response = &turn.response;
         let c = Correlation {
             step,

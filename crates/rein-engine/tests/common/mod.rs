@@ -93,6 +93,7 @@ pub fn tool(desk: &OrderDesk, name: &str, class: ToolClass, status_url: bool) ->
         .into(),
         resource_group: Some("order_api".to_owned()),
         self_heal_allowance: None,
+        declared: Default::default(),
     }
 }
 
@@ -139,6 +140,7 @@ pub fn agent(desk: &OrderDesk, provider: Arc<dyn ModelProvider>, status_url: boo
         context_fallbacks: Vec::new(),
         provider_limits: BTreeMap::new(),
         model_retry: Default::default(),
+        fan_out: Default::default(),
     }
 }
 
@@ -282,9 +284,12 @@ pub fn fan_out(n: usize) -> Value {
 }
 
 /// `agent` with resource group `order_api` limited to `per_sec` calls per
-/// second with `burst`, and a wall clock long enough for a fan-out of
-/// thirty-six to wait its turn (each branch gets a thirty-sixth of it).
+/// second with `burst`, a wall clock long enough for a fan-out of
+/// thirty-six to wait its turn (each branch gets a thirty-sixth of it), and
+/// a cap on calls per turn that lets such a fan-out through to the
+/// governor (the default cap of 16 would refuse it before it is planned).
 pub fn rate_limited(mut agent: AgentBinding, per_sec: f64, burst: u32) -> AgentBinding {
+    agent.fan_out = rein_core::registry::FanOutLimits::new(std::num::NonZeroU32::new(64).unwrap());
     agent.group_rates.insert(
         "order_api".to_owned(),
         rein_core::registry::RateLimit::new(per_sec, burst),

@@ -230,6 +230,8 @@ impl Engine {
                 allowance,
                 remaining,
                 queue_wait,
+                owner: tool.declared.owner.clone(),
+                side_effect_tier: tool.declared.side_effect_tier,
             },
         );
         let request = Attempt {

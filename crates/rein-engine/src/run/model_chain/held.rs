@@ -29,15 +29,37 @@ pub(super) struct Held {
     /// Where a transition of the arm is published, when breakers are
     /// shared across nodes.
     pub(super) shared: Option<Arc<crate::run::shared_breakers::SharedBreakers>>,
+    /// The permit of the host's cost account (`[breakers.cost]`), when it
+    /// has one.
+    pub(super) cost: Option<HeldPermit>,
 }
 
 impl Held {
-    /// Reports the call's outcome to the provider's arm.
+    /// Reports the call's outcome to the provider's arm, and to the cost
+    /// arm: an answer is a success, a failure that consumed tokens is
+    /// spending that bought nothing (a counted failure), and a failure
+    /// that cost nothing says nothing about spending (the permit goes back
+    /// unused). Returns the provider arm's transition and the cost arm's.
     pub(super) fn finish(
         &mut self,
         outcome: Result<(), &Failure>,
-    ) -> rein_core::breaker::Transition {
-        self.permit.finish(outcome, self.clock.now())
+    ) -> (
+        rein_core::breaker::Transition,
+        Option<(String, rein_core::breaker::Transition)>,
+    ) {
+        let now = self.clock.now();
+        let provider = self.permit.finish(outcome, now);
+        let cost = match (self.cost.take(), outcome) {
+            (Some(mut permit), Ok(())) => {
+                Some((permit.name().to_owned(), permit.finish(Ok(()), now)))
+            }
+            (Some(mut permit), Err(f)) if f.tokens_spent() > 0 => {
+                Some((permit.name().to_owned(), permit.finish(Err(f), now)))
+            }
+            // Dropped: given back unused.
+            _ => None,
+        };
+        (provider, cost)
     }
 }
 
@@ -171,7 +193,10 @@ impl futures_util::Stream for GuardedStream {
         if let Some(outcome) = outcome
             && let Some(mut held) = self.held.take()
         {
-            let transition = held.finish(outcome);
+            let (transition, cost) = held.finish(outcome);
+            if let Some((account, cost)) = cost.filter(|(_, t)| t.is_change()) {
+                tracing::info!(account = %account, transition = ?cost, "cost breaker changed at the end of a stream");
+            }
             if transition.is_change() {
                 tracing::info!(provider = %held.provider, ?transition, "provider breaker changed at the end of a stream");
             }
@@ -190,12 +215,33 @@ pub(super) fn record_transition(
     provider: &str,
     transition: &rein_core::breaker::Transition,
 ) {
+    record_arm(emitter, c, ArmKind::Provider, provider, transition);
+}
+
+/// Records a transition of the cost account's arm, if there was one.
+pub(super) fn record_cost(
+    emitter: &Emitter,
+    c: &Correlation,
+    cost: Option<&(String, rein_core::breaker::Transition)>,
+) {
+    if let Some((account, transition)) = cost {
+        record_arm(emitter, c, ArmKind::Cost, account, transition);
+    }
+}
+
+fn record_arm(
+    emitter: &Emitter,
+    c: &Correlation,
+    arm: ArmKind,
+    name: &str,
+    transition: &rein_core::breaker::Transition,
+) {
     if transition.is_change() {
         emitter.emit(
             c,
             BreakerStateChanged {
-                arm: ArmKind::Provider,
-                name: provider.to_owned(),
+                arm,
+                name: name.to_owned(),
                 transition: transition.clone(),
             },
         );

@@ -21,7 +21,7 @@ use rein_core::retry::{GiveUpReason, RetryDecision, RetryInput, RetryPolicy};
 use rein_core::{Category, Failure, Instant, LatencyProfile, ToolClass};
 
 use super::chain::LinkEnd;
-use super::held::{GuardedStream, Held, StreamEnd, record_transition};
+use super::held::{GuardedStream, Held, StreamEnd, record_cost, record_transition};
 use super::{LinkRef, Mode, Reply, TurnHost};
 use crate::provider::ModelRequest;
 use crate::run::concurrency::{Gate, Slot};
@@ -302,12 +302,31 @@ impl Engine {
         let permit = self
             .admit(emitter, c, ArmKind::Provider, provider)
             .map_err(|f| call.stop_or_move(f))?;
+        // The cost account's arm: every link spends from the same account,
+        // so an open one ends the turn instead of moving on.
+        let cost = match call.host.cost_account() {
+            None => None,
+            Some(account) => Some(self.admit(emitter, c, ArmKind::Cost, &account).map_err(
+                |f| {
+                    LinkEnd::Stop(End::ModelFailed(
+                        f.category(),
+                        format!(
+                            "the cost arm of {account} is open: its model calls kept spending \
+                                 tokens without an answer; no model call is made until it admits \
+                                 one again ({})",
+                            f.human_message()
+                        ),
+                    ))
+                },
+            )?),
+        };
         Ok(Held {
             clock: self.clock.clone(),
             provider: provider.clone(),
             permit,
             _slot: slot,
             shared: self.shared_breakers().cloned(),
+            cost,
         })
     }
 
@@ -398,8 +417,9 @@ impl Engine {
             Reply::Complete(response) => response,
         };
         let elapsed = self.clock.now().saturating_duration_since(sent.at);
-        let transition = held.finish(Ok(()));
+        let (transition, cost) = held.finish(Ok(()));
         record_transition(emitter, c, provider, &transition);
+        record_cost(emitter, c, cost.as_ref());
         if let Some(shared) = self.shared_breakers() {
             shared.share(provider, &transition).await;
         }
@@ -445,8 +465,9 @@ impl Engine {
         let (emitter, c, provider, model) =
             (call.host.emitter(), call.c, &call.provider, call.link.model);
         let attempt = sent.number;
-        let transition = held.finish(Err(failure));
+        let (transition, cost) = held.finish(Err(failure));
         record_transition(emitter, c, provider, &transition);
+        record_cost(emitter, c, cost.as_ref());
         drop(held);
         if let Some(shared) = self.shared_breakers() {
             shared.share(provider, &transition).await;

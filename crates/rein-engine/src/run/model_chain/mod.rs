@@ -86,6 +86,12 @@ pub(crate) trait TurnHost: Send + Sync {
     fn answered(&self, provider: &str, model: &str, usage: &TokenUsage) {
         let _ = (provider, model, usage);
     }
+    /// The cost account the host's model calls spend from (`tenant/agent`
+    /// for a run), whose `[breakers.cost]` arm every call passes; `None`:
+    /// no cost arm (a gateway request, which names no agent).
+    fn cost_account(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A model binding's chain, borrowed: the primary, the links tried after a

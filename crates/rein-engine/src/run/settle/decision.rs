@@ -159,6 +159,7 @@ mod tests {
                 in_flight: vec![],
                 strategies_not_tried: vec![],
                 notes: vec![],
+                owners: Default::default(),
             },
             &[],
         )
