@@ -84,6 +84,7 @@ fn tool(desk: &OrderDesk, name: &str, class: ToolClass) -> ToolBinding {
         .into(),
         resource_group: Some("order_api".to_owned()),
         self_heal_allowance: None,
+        declared: Default::default(),
     }
 }
 
@@ -120,6 +121,7 @@ fn agent(desk: &OrderDesk, script: &str) -> AgentBinding {
         context_fallbacks: Vec::new(),
         provider_limits: Default::default(),
         model_retry: Default::default(),
+        fan_out: Default::default(),
     }
 }
 
