@@ -229,3 +229,39 @@ fn a_host_registers_its_own_metrics_in_the_same_exposition() {
     c.inc_by(4);
     assert_eq!(m.get("rein_host_things_total", &[]), 4);
 }
+
+/// The example config with `[server.metrics_labels]` `lines`, loaded as
+/// every command loads it.
+fn example_with_labels(lines: &str) -> crate::config::Registry {
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/order-desk");
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = std::fs::read_to_string(example.join("rein.toml")).unwrap();
+    text.push_str(&format!("\n[server.metrics_labels]\n{lines}\n"));
+    std::fs::write(dir.path().join("rein.toml"), text).unwrap();
+    std::fs::copy(
+        example.join("demo.script.json"),
+        dir.path().join("demo.script.json"),
+    )
+    .unwrap();
+    let env = |k: &str| k.ends_with("_URL").then(|| "http://127.0.0.1:9".to_owned());
+    crate::config::Loader::with_env(env)
+        .load(&dir.path().join("rein.toml"))
+        .unwrap()
+}
+
+#[test]
+fn the_configured_agents_and_max_values_bound_the_labels() {
+    // Named agents keep their value; any other agent is `other`.
+    let registry = example_with_labels("agents = [\"order_desk\"]");
+    let m = Metrics::new(LabelBounds::from(&registry.server().metrics_labels));
+    assert_eq!(m.scope("acme", "order_desk").agent, "order_desk");
+    assert_eq!(m.scope("acme", "order_desk_live").agent, OTHER);
+    // No list: the first `max_values` seen keep theirs.
+    let registry = example_with_labels("max_values = 1");
+    let m = Metrics::new(LabelBounds::from(&registry.server().metrics_labels));
+    assert_eq!(m.scope("acme", "order_desk").tenant, "acme");
+    assert_eq!(m.scope("globex", "order_desk_live").tenant, OTHER);
+    assert_eq!(m.scope("globex", "order_desk_live").agent, OTHER);
+    assert_eq!(m.scope("acme", "order_desk").agent, "order_desk");
+}
