@@ -36,6 +36,11 @@ pub struct CheckArgs {
     /// (implies `--serve`).
     #[arg(long, value_name = "IP:PORT")]
     listen: Option<SocketAddr>,
+    /// The run store `rein run`/`rein serve --data` would be given: a
+    /// SQLite path, or a PostgreSQL URL whose form is checked (not
+    /// connected to) and shown without its credentials.
+    #[arg(long, value_name = "DATA")]
+    data: Option<PathBuf>,
 }
 
 /// Checks the config; exit 0 when it starts, 1 when it has problems.
@@ -55,14 +60,22 @@ pub fn run(args: CheckArgs) -> ExitCode {
         Purpose::Check
     };
     let loaded = prepare(&args.config, purpose);
-    let (problems, warnings): (&[ConfigProblem], &[ConfigProblem]) = match &loaded {
+    // As `rein serve` refuses it at start, before connecting.
+    let data_problem = args.data.as_deref().and_then(|data| {
+        crate::store::Data::parse(data).err().map(|error| {
+            ConfigProblem::new(crate::store::shown(data), "--data", format!("{error:#}"))
+        })
+    });
+    let (config_problems, warnings): (&[ConfigProblem], &[ConfigProblem]) = match &loaded {
         Ok(startup) => (&[], &startup.warnings),
         Err(errors) => (errors.problems(), errors.warnings()),
     };
+    let problems: Vec<&ConfigProblem> = config_problems.iter().chain(&data_problem).collect();
+    let ok = problems.is_empty();
     if args.json {
         let doc = json!({
-            "ok": loaded.is_ok(),
-            "problems": problems.iter().map(problem_json).collect::<Vec<Value>>(),
+            "ok": ok,
+            "problems": problems.iter().map(|p| problem_json(p)).collect::<Vec<Value>>(),
             "warnings": warnings.iter().map(problem_json).collect::<Vec<Value>>(),
         });
         println!("{doc}");
@@ -71,23 +84,23 @@ pub fn run(args: CheckArgs) -> ExitCode {
             note(Level::Warn, &format!("warning: {warning}"));
         }
         match &loaded {
-            Ok(startup) => println!("ok: {}", summary(&startup.registry)),
-            Err(errors) => {
-                for problem in errors.problems() {
+            Ok(startup) if ok => println!("ok: {}", summary(&startup.registry)),
+            _ => {
+                for problem in &problems {
                     note(Level::Error, &problem.to_string());
                 }
                 note(
                     Level::Error,
                     &format!(
                         "error: {} in {}",
-                        count(errors.len(), "problem", "problems"),
+                        count(problems.len(), "problem", "problems"),
                         args.config.display()
                     ),
                 );
             }
         }
     }
-    if loaded.is_ok() {
+    if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use rein_core::RunId;
 use rein_core::handoff::HandoffPackage;
-use rein_store::{SqliteStore, Store};
+use rein_store::Store;
 
 use crate::run::runtime;
 
@@ -19,6 +19,7 @@ pub struct HandoffArgs {
     /// The run that was handed off.
     run_id: String,
     /// The SQLite file the run is recorded in.
+    /// Or a PostgreSQL database: `postgres://user[:password]@host[:port]/db`.
     #[arg(long, default_value = "rein-data/rein.db")]
     data: PathBuf,
     /// Print the package as JSON.
@@ -31,12 +32,9 @@ pub struct HandoffArgs {
 pub fn run(args: HandoffArgs) -> Result<ExitCode> {
     let run_id = RunId::new(args.run_id).context("invalid RUN_ID")?;
     runtime()?.block_on(async {
-        let store: Arc<dyn Store> = Arc::new(
-            SqliteStore::open(&args.data)
-                .with_context(|| format!("cannot open the run store {}", args.data.display()))?,
-        );
+        let store: Arc<dyn Store> = crate::store::open_existing(&args.data)?;
         let Some(record) = store.get_run(&run_id).await? else {
-            bail!("no run {run_id} in {}", args.data.display());
+            bail!("no run {run_id} in {}", crate::store::shown(&args.data));
         };
         // From the ledger as it stands, as `GET /v1/runs/{id}/handoff`.
         let ledger = rein_engine::run::tree_records(store.as_ref(), &run_id).await?;

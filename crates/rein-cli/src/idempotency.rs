@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use rein_core::TenantId;
-use rein_store::{IdempotencyState, SqliteStore, Store};
+use rein_store::IdempotencyState;
 use serde_json::json;
 
 use crate::run::runtime;
@@ -18,6 +18,7 @@ pub struct IdempotencyArgs {
     #[command(subcommand)]
     command: IdempotencyCommand,
     /// The SQLite file `rein serve` records in.
+    /// Or a PostgreSQL database: `postgres://user[:password]@host[:port]/db`.
     #[arg(long, global = true, default_value = "rein-data/rein.db")]
     data: PathBuf,
 }
@@ -53,8 +54,7 @@ enum IdempotencyCommand {
 /// Runs `rein idempotency`.
 pub fn run(args: IdempotencyArgs) -> Result<ExitCode> {
     runtime()?.block_on(async {
-        let store = SqliteStore::open(&args.data)
-            .with_context(|| format!("cannot open the run store {}", args.data.display()))?;
+        let store = crate::store::open(&args.data)?;
         match args.command {
             IdempotencyCommand::List {
                 tenant,

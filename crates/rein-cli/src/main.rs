@@ -12,12 +12,14 @@ mod handoff;
 mod idempotency;
 mod key;
 mod log;
+mod migrate;
 mod reconcile;
 mod resume;
 mod run;
 mod runs;
 mod serve;
 mod signal;
+mod store;
 mod timeline;
 
 use std::process::ExitCode;
@@ -106,6 +108,13 @@ enum Command {
     /// A run whose process was killed is listed `running`; `rein resume`
     /// continues it.
     Runs(runs::RunsArgs),
+    /// Apply the run store's schema migrations (SQLite or PostgreSQL), or
+    /// with --check only say whether any are pending.
+    ///
+    /// Every command migrates the store it opens; with several nodes on one
+    /// database, run this once before starting the new release. --check
+    /// exits 0 when the store is current, 1 when migrations are pending.
+    Migrate(migrate::MigrateArgs),
     /// List or clear submissions' idempotency records (the operator's path
     /// after a crash left a reservation in progress).
     Idempotency(idempotency::IdempotencyArgs),
@@ -133,6 +142,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Idempotency(args) => idempotency::run(args),
         Command::Runs(args) => runs::run(args),
+        Command::Migrate(args) => migrate::run(args),
     };
     match result {
         Ok(code) => code,

@@ -12,7 +12,7 @@ use rein_engine::bind::{bind_compensations, bind_tools};
 use rein_engine::reconcile::{ReconcileConfig, ReconcileReport, Reconciler, SweepClasses};
 use rein_engine::run::http_client;
 use rein_engine::startup::Purpose;
-use rein_store::{SqliteStore, Store};
+use rein_store::Store;
 
 use crate::run::{runtime, start};
 
@@ -23,6 +23,7 @@ pub struct ReconcileArgs {
     #[arg(long, short)]
     config: PathBuf,
     /// The SQLite file runs are recorded in.
+    /// Or a PostgreSQL database: `postgres://user[:password]@host[:port]/db`.
     #[arg(long, default_value = "rein-data/rein.db")]
     data: PathBuf,
     /// Sweep once and exit, instead of sweeping on a schedule.
@@ -48,10 +49,7 @@ pub fn run(args: ReconcileArgs) -> Result<ExitCode> {
     runtime()?.block_on(async {
         // The same steps as `rein check`: what it refuses, a sweep does.
         let registry = start(&args.config, Purpose::Run)?.registry;
-        let store: Arc<dyn Store> = Arc::new(
-            SqliteStore::open(&args.data)
-                .with_context(|| format!("cannot open the run store {}", args.data.display()))?,
-        );
+        let store: Arc<dyn Store> = crate::store::open(&args.data)?;
         let reconciler = Reconciler::new(
             store,
             Arc::new(SystemClock::new()),

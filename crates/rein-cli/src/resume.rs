@@ -19,6 +19,7 @@ pub struct ResumeArgs {
     #[arg(long, short)]
     config: PathBuf,
     /// The SQLite file the run is recorded in.
+    /// Or a PostgreSQL database: `postgres://user[:password]@host[:port]/db`.
     #[arg(long, default_value = "rein-data/rein.db")]
     data: PathBuf,
     /// Print one JSON document instead of the timeline.

@@ -15,7 +15,7 @@ use rein_engine::run::{
     AgentBinding, Engine, EngineError, Observer, RunOutput, RunRequest, http_client,
 };
 use rein_engine::startup::{Purpose, Startup};
-use rein_store::{SqliteStore, Store};
+use rein_store::Store;
 use serde_json::json;
 
 use crate::signal::{Listener, Stop};
@@ -34,6 +34,7 @@ pub struct RunArgs {
     #[arg(long, short)]
     input: String,
     /// The SQLite file runs are recorded in (created on first use).
+    /// Or a PostgreSQL database: `postgres://user[:password]@host[:port]/db`.
     #[arg(long, default_value = "rein-data/rein.db")]
     data: PathBuf,
     /// The tenant the run belongs to.
@@ -162,11 +163,17 @@ pub fn resume_command(run_id: &RunId, config: &Path, data: &Path) -> String {
                 .to_string_lossy(),
         )
     };
+    // A database URL is printed as every message prints it: without its
+    // password, which the operator supplies again.
+    let data = match crate::store::Data::parse(data) {
+        Ok(crate::store::Data::Postgres(url)) => shell_quote(&url.to_string()),
+        _ => path(data),
+    };
     format!(
         "rein resume {} --config {} --data {}",
         shell_quote(run_id.as_str()),
         path(config),
-        path(data)
+        data
     )
 }
 
@@ -213,10 +220,7 @@ impl Session {
     /// config.
     pub fn open(startup: Startup, data: &Path) -> Result<Session> {
         let client = http_client().context("cannot build the HTTP client")?;
-        let store: Arc<dyn Store> = Arc::new(
-            SqliteStore::open(data)
-                .with_context(|| format!("cannot open the run store {}", data.display()))?,
-        );
+        let store: Arc<dyn Store> = crate::store::open(data)?;
         // Configured as `rein serve` configures its engine, so that agent
         // tools start their child runs here too.
         let engine = Engine::builder(store.clone())

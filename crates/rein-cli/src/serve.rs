@@ -10,7 +10,7 @@ use clap::Args;
 use rein_engine::run::http_client;
 use rein_engine::startup::{Purpose, Startup};
 use rein_server::AppState;
-use rein_store::{SqliteStore, Store};
+use rein_store::Store;
 
 use crate::run::{runtime, start};
 
@@ -24,8 +24,10 @@ pub struct ServeArgs {
     /// Where to listen; overrides `server.listen` (default 127.0.0.1:8787).
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// The SQLite file runs are recorded in (created on first start, 0600
-    /// in a 0700 directory: it holds prompts and tool results).
+    /// Where runs are recorded: a SQLite file (created on first start,
+    /// 0600 in a 0700 directory: it holds prompts and tool results), or a
+    /// PostgreSQL database, `postgres://user[:password]@host[:port]/db`,
+    /// shared by every node serving it (migrated at start).
     #[arg(long, default_value = "rein-data/rein.db")]
     data: PathBuf,
 }
@@ -57,10 +59,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             rein_server::exposure::listen_hosts(&settings.allowed_hosts, listen);
         // The store creates its directory 0700 and the file 0600, and warns
         // when an existing one is readable by every local user.
-        let store: Arc<dyn Store> = Arc::new(
-            SqliteStore::open(&args.data)
-                .with_context(|| format!("cannot open the run store {}", args.data.display()))?,
-        );
+        let store: Arc<dyn Store> = crate::store::open(&args.data)?;
         let client = http_client().context("cannot build the HTTP client")?;
         let engine = rein_server::build_engine(&registry, store.clone(), client.clone(), None)?;
         // Answers name this process by its node id only; the log says
@@ -91,7 +90,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             crate::log::Level::Info,
             &format!(
             "rein serve: listening on http://{addr} ({auth}); runs in {}; OpenAPI at /openapi.json",
-            args.data.display()
+            crate::store::shown(&args.data)
             ),
         );
         // A second signal skips what is left of the finish phase: the runs

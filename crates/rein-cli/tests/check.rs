@@ -401,3 +401,59 @@ fn warnings_are_shown_with_the_problems() {
     assert_eq!(doc["problems"][0]["field"], "agents.a.budget.max_steps");
     assert_eq!(doc["warnings"][0]["field"], "providers.o.api_key_env");
 }
+
+#[test]
+fn check_refuses_a_data_url_serve_would_refuse_without_showing_its_password() {
+    let env = [
+        ("ORDER_DESK_URL", "http://127.0.0.1:1"),
+        ("MOCK_MODEL_URL", "http://127.0.0.1:2"),
+    ];
+    let config = example();
+    let config = config.to_str().unwrap();
+    let good = rein_check(
+        &[
+            config,
+            "--data",
+            "postgres://rein:pw-kept-secret-3@db.internal:5432/rein",
+        ],
+        &env,
+    );
+    assert_eq!(
+        good.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&good.stderr)
+    );
+    for (data, reason) in [
+        (
+            "postgres://rein:pw-kept-secret-3@db.internal/rein?sslmode=require",
+            "without TLS",
+        ),
+        (
+            "postgres://rein:pw-kept-secret-3@db.internal:99999/rein",
+            "invalid",
+        ),
+        (
+            "postgres://rein:pw-kept-secret-3@db.internal:5432/",
+            "naming its database",
+        ),
+    ] {
+        let out = rein_check(&[config, "--json", "--data", data], &env);
+        assert_eq!(out.status.code(), Some(1), "{data}");
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let problem = &doc["problems"][0];
+        assert_eq!(problem["field"], "--data", "{doc}");
+        assert!(
+            problem["message"].as_str().unwrap().contains(reason),
+            "{doc}"
+        );
+        assert!(!doc.to_string().contains("pw-kept-secret-3"), "{doc}");
+        assert!(
+            problem["file"]
+                .as_str()
+                .unwrap()
+                .contains("[redacted]@db.internal"),
+            "{doc}"
+        );
+    }
+}

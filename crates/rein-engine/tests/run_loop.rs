@@ -883,6 +883,216 @@ impl Store for NoDeclares {
     ) -> Result<Vec<rein_store::Lease>, rein_store::StoreError> {
         self.0.leases(filter).await
     }
+    // Forwarded as they are: the store under test keeps its semantics.
+    async fn runs_with_status(
+        &self,
+        status: rein_store::RunStatus,
+        limit: usize,
+    ) -> Result<Vec<rein_store::RunRecord>, rein_store::StoreError> {
+        self.0.runs_with_status(status, limit).await
+    }
+
+    async fn runs_with_status_after(
+        &self,
+        status: rein_store::RunStatus,
+        after: Option<&rein_store::RunCursor>,
+        limit: usize,
+    ) -> Result<Vec<rein_store::RunRecord>, rein_store::StoreError> {
+        self.0.runs_with_status_after(status, after, limit).await
+    }
+
+    async fn count_runs_with_status(
+        &self,
+        status: rein_store::RunStatus,
+    ) -> Result<u64, rein_store::StoreError> {
+        self.0.count_runs_with_status(status).await
+    }
+
+    async fn children_of(
+        &self,
+        parent: &rein_core::RunId,
+    ) -> Result<Vec<rein_store::RunRecord>, rein_store::StoreError> {
+        self.0.children_of(parent).await
+    }
+
+    async fn renew_lease_of(
+        &self,
+        lease_id: &str,
+        owner: &str,
+        expires_at_ms: u64,
+    ) -> Result<bool, rein_store::StoreError> {
+        self.0.renew_lease_of(lease_id, owner, expires_at_ms).await
+    }
+
+    async fn release_lease_of(
+        &self,
+        lease_id: &str,
+        owner: &str,
+    ) -> Result<bool, rein_store::StoreError> {
+        self.0.release_lease_of(lease_id, owner).await
+    }
+
+    async fn take_over_lease(
+        &self,
+        lease: rein_store::Lease,
+        now_ms: u64,
+    ) -> Result<bool, rein_store::StoreError> {
+        self.0.take_over_lease(lease, now_ms).await
+    }
+
+    async fn reserve_idempotency(
+        &self,
+        tenant: &rein_core::TenantId,
+        key: &str,
+        fingerprint: &str,
+        now_ms: u64,
+        expires_at_ms: u64,
+    ) -> Result<rein_store::Reservation, rein_store::StoreError> {
+        self.0
+            .reserve_idempotency(tenant, key, fingerprint, now_ms, expires_at_ms)
+            .await
+    }
+
+    async fn reserve_idempotency_as(
+        &self,
+        reservation: rein_store::NewReservation,
+    ) -> Result<rein_store::Reservation, rein_store::StoreError> {
+        self.0.reserve_idempotency_as(reservation).await
+    }
+
+    async fn submit_queued(
+        &self,
+        reservation: rein_store::NewReservation,
+        run: rein_store::NewRun,
+        response: rein_store::StoredResponse,
+    ) -> Result<rein_store::Reservation, rein_store::StoreError> {
+        self.0.submit_queued(reservation, run, response).await
+    }
+
+    async fn settle_idempotency(
+        &self,
+        tenant: &rein_core::TenantId,
+        key: &str,
+        owner: &str,
+        settlement: rein_store::IdempotencySettlement,
+        now_ms: u64,
+    ) -> Result<rein_store::IdempotencySettled, rein_store::StoreError> {
+        self.0
+            .settle_idempotency(tenant, key, owner, settlement, now_ms)
+            .await
+    }
+
+    async fn renew_idempotency(
+        &self,
+        tenant: &rein_core::TenantId,
+        key: &str,
+        owner: &str,
+        until_ms: u64,
+    ) -> Result<bool, rein_store::StoreError> {
+        self.0.renew_idempotency(tenant, key, owner, until_ms).await
+    }
+
+    async fn create_run_held(
+        &self,
+        run: rein_store::NewRun,
+        fence: &rein_store::ReservationFence,
+    ) -> Result<rein_store::RunRecord, rein_store::StoreError> {
+        self.0.create_run_held(run, fence).await
+    }
+
+    async fn complete_idempotency(
+        &self,
+        tenant: &rein_core::TenantId,
+        key: &str,
+        response: rein_store::StoredResponse,
+        now_ms: u64,
+    ) -> Result<(), rein_store::StoreError> {
+        self.0
+            .complete_idempotency(tenant, key, response, now_ms)
+            .await
+    }
+
+    async fn release_idempotency(
+        &self,
+        tenant: &rein_core::TenantId,
+        key: &str,
+    ) -> Result<bool, rein_store::StoreError> {
+        self.0.release_idempotency(tenant, key).await
+    }
+
+    async fn idempotency_records(
+        &self,
+        tenant: Option<&rein_core::TenantId>,
+        state: Option<rein_store::IdempotencyState>,
+        limit: usize,
+    ) -> Result<Vec<rein_store::IdempotencyRecord>, rein_store::StoreError> {
+        self.0.idempotency_records(tenant, state, limit).await
+    }
+
+    async fn clear_idempotency(
+        &self,
+        tenant: &rein_core::TenantId,
+        key: &str,
+    ) -> Result<bool, rein_store::StoreError> {
+        self.0.clear_idempotency(tenant, key).await
+    }
+
+    async fn sweep_idempotency(
+        &self,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<usize, rein_store::StoreError> {
+        self.0.sweep_idempotency(now_ms, limit).await
+    }
+
+    async fn claim_singleton(
+        &self,
+        name: &str,
+        owner: &str,
+        now_ms: u64,
+        expires_at_ms: u64,
+    ) -> Result<Option<rein_store::SingletonLease>, rein_store::StoreError> {
+        self.0
+            .claim_singleton(name, owner, now_ms, expires_at_ms)
+            .await
+    }
+
+    async fn release_singleton(
+        &self,
+        name: &str,
+        owner: &str,
+    ) -> Result<bool, rein_store::StoreError> {
+        self.0.release_singleton(name, owner).await
+    }
+
+    async fn singleton(
+        &self,
+        name: &str,
+    ) -> Result<Option<rein_store::SingletonLease>, rein_store::StoreError> {
+        self.0.singleton(name).await
+    }
+
+    async fn publish_breaker_open(
+        &self,
+        opening: rein_store::BreakerOpening,
+    ) -> Result<rein_store::BreakerOpening, rein_store::StoreError> {
+        self.0.publish_breaker_open(opening).await
+    }
+
+    async fn breaker_openings(
+        &self,
+        now_ms: u64,
+    ) -> Result<Vec<rein_store::BreakerOpening>, rein_store::StoreError> {
+        self.0.breaker_openings(now_ms).await
+    }
+
+    async fn clear_breaker_open(
+        &self,
+        arm: &str,
+        opened_by: &str,
+    ) -> Result<bool, rein_store::StoreError> {
+        self.0.clear_breaker_open(arm, opened_by).await
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -72,7 +72,7 @@ impl BreakerOpening {
 /// # Errors
 ///
 /// [`StoreError::Invalid`] naming `what` otherwise.
-pub(crate) fn validate_breaker_text(what: &'static str, value: &str) -> Result<(), StoreError> {
+pub fn validate_breaker_text(what: &'static str, value: &str) -> Result<(), StoreError> {
     if value.is_empty() || value.len() > MAX_BREAKER_ARM_LEN || value.chars().any(char::is_control)
     {
         return Err(StoreError::Invalid {
@@ -90,7 +90,7 @@ pub(crate) fn validate_breaker_text(what: &'static str, value: &str) -> Result<(
 /// # Errors
 ///
 /// [`StoreError::Invalid`] for a malformed arm or node id.
-pub(crate) fn validate_opening(opening: &BreakerOpening) -> Result<BreakerOpening, StoreError> {
+pub fn validate_opening(opening: &BreakerOpening) -> Result<BreakerOpening, StoreError> {
     validate_breaker_text("breaker arm", &opening.arm)?;
     validate_breaker_text("breaker opened_by", &opening.opened_by)?;
     let mut opening = opening.clone();
@@ -107,10 +107,7 @@ pub(crate) fn validate_opening(opening: &BreakerOpening) -> Result<BreakerOpenin
 /// What a publish does to the `current` opening of its arm: the one that
 /// stays open longer is kept whole (its node and reason go with it); a tie
 /// goes to the new one. Shared by backends so they decide alike.
-pub(crate) fn published(
-    current: Option<BreakerOpening>,
-    new: BreakerOpening,
-) -> (BreakerOpening, bool) {
+pub fn published(current: Option<BreakerOpening>, new: BreakerOpening) -> (BreakerOpening, bool) {
     match current {
         Some(current) if current.open_until_ms > new.open_until_ms => (current, false),
         _ => (new, true),

@@ -42,75 +42,138 @@ use crate::{
     StepCommit, Store, StoreError, StoredResponse,
 };
 
+mod harness;
+mod racing;
+
+pub use harness::{CheckFuture, Subject, Teardown};
+pub use racing::{
+    two_handles_race_for_a_run_claim, two_handles_race_for_a_singleton,
+    two_handles_race_for_an_idempotency_key, two_handles_race_to_change_a_queued_run,
+};
+
 /// A base time far from the present, so runs made here sort first.
 const BASE_MS: u64 = 4_000_000_000_000;
 
-/// Runs every check in turn.
+/// Runs every check in turn on one store (the racing checks race its
+/// handle against itself). Stops at the first failure: a backend's tests
+/// use [`conformance_tests!`](crate::conformance_tests) instead, which runs
+/// each check as its own test.
 pub async fn run_all(store: &dyn Store) {
-    run_lifecycle(store).await;
-    finished_run_status_is_final(store).await;
-    finished_run_report_is_revised_with_its_marks(store).await;
-    ledger_revision_fences_report_writes(store).await;
-    only_a_recoverable_finished_run_reopens(store).await;
-    list_runs_newest_first(store).await;
-    event_seqs_are_gap_free_across_batches(store).await;
-    events_after_seq_filters(store).await;
-    intents_are_idempotent(store).await;
-    ledger_declare_is_idempotent_and_ordered(store).await;
-    ledger_marks_follow_the_state_machine(store).await;
-    pending_ledger_lists_only_pending(store).await;
-    checkpoint_latest_and_replace(store).await;
-    checkpoint_deltas_append_and_rebuild(store).await;
-    checkpoint_delta_out_of_order_is_refused(store).await;
-    checkpoint_delta_applies_on_a_whole_checkpoint(store).await;
-    step_commit_is_atomic(store).await;
-    expect_status_applies_only_on_a_match(store).await;
-    expect_status_admits_exactly_one_concurrent_change(store).await;
-    expect_claim_applies_only_while_the_claim_holds(store).await;
-    runs_with_status_oldest_first_across_many(store).await;
-    runs_with_status_filters_by_status(store).await;
-    // Paging and counting runs by status.
-    runs_with_status_after_pages_through_every_run_once(store).await;
-    children_of_lists_children_oldest_first(store).await;
-    // The queue's tenants, for a fair pick and the tenants' run caps.
-    tenant_backlogs_count_roots_and_list_each_tenants_oldest(store).await;
-    // Listing runs, newest first, a page at a time.
-    list_runs_page_visits_every_run_once_newest_first_under_inserts(store).await;
-    list_runs_page_filters_by_status_agent_and_time(store).await;
-    list_runs_page_never_shows_another_tenants_run(store).await;
-    unknown_run_is_not_found(store).await;
-    lease_lifecycle(store).await;
-    lease_acquire_refusals(store).await;
-    expired_leases_soonest_first(store).await;
-    lease_renew_and_release_only_by_holder(store).await;
-    lease_take_over_only_when_absent_or_expired(store).await;
-    lease_concurrent_take_overs_admit_exactly_one(store).await;
-    idempotency_first_request_executes_then_replays(store).await;
-    idempotency_other_fingerprint_is_a_mismatch_in_any_state(store).await;
-    idempotency_release_deletes_only_in_progress(store).await;
-    idempotency_complete_refusals(store).await;
-    idempotency_expired_record_is_replaced(store).await;
-    idempotency_tenants_are_independent(store).await;
-    idempotency_list_and_clear(store).await;
-    idempotency_sweep_deletes_expired_up_to_limit(store).await;
-    idempotency_concurrent_reserves_admit_exactly_one(store).await;
-    idempotency_holder_is_recorded_with_the_reservation(store).await;
-    idempotency_queued_submission_is_one_write(store).await;
-    idempotency_settle_applies_only_for_the_holder(store).await;
-    idempotency_release_is_refused_while_its_run_exists(store).await;
-    idempotency_holder_renews_its_reservation(store).await;
-    idempotency_run_creation_is_fenced_on_the_holder(store).await;
-    singleton_first_claim_wins_and_others_are_refused_while_live(store).await;
-    singleton_holder_renews_keeping_its_acquisition(store).await;
-    singleton_expired_lease_is_taken_by_another_owner(store).await;
-    singleton_release_only_by_its_holder(store).await;
-    singleton_claim_refusals(store).await;
-    singleton_concurrent_claims_elect_exactly_one(store).await;
-    breaker_opening_is_listed_until_it_ends(store).await;
-    breaker_publish_keeps_the_later_until(store).await;
-    breaker_clear_only_by_its_publisher(store).await;
-    breaker_opening_refusals(store).await;
-    breaker_concurrent_publishes_keep_the_latest_until(store).await;
+    crate::conformance_checks!(@run_all (store));
+}
+
+/// The list of every conformance check, handed to the arm of `@$mode`:
+/// the one list that both [`run_all`] and
+/// [`conformance_tests!`](crate::conformance_tests) walk, so neither can
+/// miss a check.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! conformance_checks {
+    (@$mode:ident $arg:tt) => {
+        $crate::conformance_checks!(@expand $mode $arg;
+            single: [
+            run_lifecycle,
+            finished_run_status_is_final,
+            finished_run_report_is_revised_with_its_marks,
+            ledger_revision_fences_report_writes,
+            only_a_recoverable_finished_run_reopens,
+            list_runs_newest_first,
+            event_seqs_are_gap_free_across_batches,
+            events_after_seq_filters,
+            intents_are_idempotent,
+            ledger_declare_is_idempotent_and_ordered,
+            ledger_marks_follow_the_state_machine,
+            pending_ledger_lists_only_pending,
+            checkpoint_latest_and_replace,
+            checkpoint_deltas_append_and_rebuild,
+            checkpoint_delta_out_of_order_is_refused,
+            checkpoint_delta_applies_on_a_whole_checkpoint,
+            step_commit_is_atomic,
+            expect_status_applies_only_on_a_match,
+            expect_status_admits_exactly_one_concurrent_change,
+            expect_claim_applies_only_while_the_claim_holds,
+            runs_with_status_oldest_first_across_many,
+            runs_with_status_filters_by_status,
+            runs_with_status_after_pages_through_every_run_once,
+            children_of_lists_children_oldest_first,
+            tenant_backlogs_count_roots_and_list_each_tenants_oldest,
+            list_runs_page_visits_every_run_once_newest_first_under_inserts,
+            list_runs_page_filters_by_status_agent_and_time,
+            list_runs_page_never_shows_another_tenants_run,
+            unknown_run_is_not_found,
+            lease_lifecycle,
+            lease_acquire_refusals,
+            expired_leases_soonest_first,
+            lease_renew_and_release_only_by_holder,
+            lease_take_over_only_when_absent_or_expired,
+            lease_concurrent_take_overs_admit_exactly_one,
+            idempotency_first_request_executes_then_replays,
+            idempotency_other_fingerprint_is_a_mismatch_in_any_state,
+            idempotency_release_deletes_only_in_progress,
+            idempotency_complete_refusals,
+            idempotency_expired_record_is_replaced,
+            idempotency_tenants_are_independent,
+            idempotency_list_and_clear,
+            idempotency_sweep_deletes_expired_up_to_limit,
+            idempotency_concurrent_reserves_admit_exactly_one,
+            idempotency_holder_is_recorded_with_the_reservation,
+            idempotency_queued_submission_is_one_write,
+            idempotency_settle_applies_only_for_the_holder,
+            idempotency_release_is_refused_while_its_run_exists,
+            idempotency_holder_renews_its_reservation,
+            idempotency_run_creation_is_fenced_on_the_holder,
+            singleton_first_claim_wins_and_others_are_refused_while_live,
+            singleton_holder_renews_keeping_its_acquisition,
+            singleton_expired_lease_is_taken_by_another_owner,
+            singleton_release_only_by_its_holder,
+            singleton_claim_refusals,
+            singleton_concurrent_claims_elect_exactly_one,
+            breaker_opening_is_listed_until_it_ends,
+            breaker_publish_keeps_the_later_until,
+            breaker_clear_only_by_its_publisher,
+            breaker_opening_refusals,
+            breaker_concurrent_publishes_keep_the_latest_until
+            ];
+            racing: [
+            two_handles_race_for_a_run_claim,
+            two_handles_race_for_an_idempotency_key,
+            two_handles_race_for_a_singleton,
+            two_handles_race_to_change_a_queued_run
+            ]
+        );
+    };
+    (@expand run_all ($store:expr); single: [$($check:ident),*]; racing: [$($race:ident),*]) => {
+        $( $crate::conformance::$check($store).await; )*
+        $( $crate::conformance::$race($store, $store).await; )*
+    };
+    (@expand tests ($subject:expr); single: [$($check:ident),*]; racing: [$($race:ident),*]) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $check() {
+                let Some(subject): Option<$crate::conformance::Subject> = $subject.await else {
+                    return;
+                };
+                subject
+                    .run(|store, _| {
+                        Box::pin(async move { $crate::conformance::$check(&*store).await })
+                    })
+                    .await;
+            }
+        )*
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $race() {
+                let Some(subject): Option<$crate::conformance::Subject> = $subject.await else {
+                    return;
+                };
+                subject
+                    .run(|store, other| {
+                        Box::pin(async move { $crate::conformance::$race(&*store, &*other).await })
+                    })
+                    .await;
+            }
+        )*
+    };
 }
 
 /// An id no other call of this process (or earlier process) produced.

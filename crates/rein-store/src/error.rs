@@ -169,7 +169,7 @@ impl StoreError {
     }
 
     /// A `NotFound` for a run.
-    pub(crate) fn run_not_found(run_id: &rein_core::RunId) -> StoreError {
+    pub fn run_not_found(run_id: &rein_core::RunId) -> StoreError {
         StoreError::NotFound {
             what: "run",
             id: run_id.to_string(),

@@ -346,7 +346,7 @@ pub enum Reservation {
 /// # Errors
 ///
 /// [`StoreError::Invalid`] naming the argument that is malformed.
-pub(crate) fn validate_reservation(
+pub fn validate_reservation(
     key: &str,
     fingerprint: &str,
     now_ms: u64,
@@ -381,7 +381,7 @@ pub(crate) fn validate_reservation(
 }
 
 /// A `NotFound` for the record of `key` in `tenant`.
-pub(crate) fn record_not_found(tenant: &TenantId, key: &str) -> StoreError {
+pub fn record_not_found(tenant: &TenantId, key: &str) -> StoreError {
     StoreError::NotFound {
         what: "idempotency record",
         id: format!("{tenant}/{key}"),

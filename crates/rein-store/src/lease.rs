@@ -192,7 +192,7 @@ impl Lease {
 /// # Errors
 ///
 /// [`StoreError::Invalid`] for an empty (or all-whitespace) owner.
-pub(crate) fn validate_owner(owner: &str) -> Result<(), StoreError> {
+pub fn validate_owner(owner: &str) -> Result<(), StoreError> {
     if owner.trim().is_empty() {
         return Err(StoreError::Invalid {
             what: "lease owner",

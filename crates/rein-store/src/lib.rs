@@ -74,6 +74,17 @@ mod store;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
+/// The backend-neutral rules every backend applies inside its own atomic
+/// write: argument checks, and the decisions a claim or a publish makes
+/// from the row it found. Shared so that SQLite and PostgreSQL decide
+/// alike; the conformance suite holds them to it.
+pub mod rules {
+    pub use crate::breaker::{published, validate_breaker_text, validate_opening};
+    pub use crate::idempotency::{record_not_found, validate_reservation};
+    pub use crate::lease::validate_owner;
+    pub use crate::singleton::{claimed, validate_claim, validate_singleton_text};
+}
+
 pub use backlog::TenantBacklog;
 pub use breaker::{BreakerOpening, MAX_BREAKER_ARM_LEN, MAX_BREAKER_REASON_LEN};
 pub use checkpoint::{Checkpoint, CheckpointDelta};
@@ -93,4 +104,4 @@ pub use sqlite::{
     DEFAULT_BUSY_TIMEOUT, DEFAULT_SYNCHRONOUS_FULL, DIRECTORY_MODE, FILE_MODE, MAX_BUSY_TIMEOUT,
     SCHEMA_VERSION, SqliteOptions, SqliteStore, is_world_readable, world_readable_files,
 };
-pub use store::{DEFAULT_QUERY_SCAN, Store};
+pub use store::Store;

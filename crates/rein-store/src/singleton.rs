@@ -66,7 +66,7 @@ impl SingletonLease {
 /// # Errors
 ///
 /// [`StoreError::Invalid`] naming `what` otherwise.
-pub(crate) fn validate_singleton_text(what: &'static str, value: &str) -> Result<(), StoreError> {
+pub fn validate_singleton_text(what: &'static str, value: &str) -> Result<(), StoreError> {
     if value.is_empty() || value.len() > MAX_SINGLETON_LEN || value.chars().any(char::is_control) {
         return Err(StoreError::Invalid {
             what,
@@ -84,7 +84,7 @@ pub(crate) fn validate_singleton_text(what: &'static str, value: &str) -> Result
 /// # Errors
 ///
 /// [`StoreError::Invalid`] naming the argument that is malformed.
-pub(crate) fn validate_claim(
+pub fn validate_claim(
     name: &str,
     owner: &str,
     now_ms: u64,
@@ -105,7 +105,7 @@ pub(crate) fn validate_claim(
 /// What a claim does to the `current` lease of its name, if any: `Some`
 /// with the lease to store, or `None` when another live owner holds it.
 /// Shared by backends so they decide alike.
-pub(crate) fn claimed(
+pub fn claimed(
     current: Option<SingletonLease>,
     name: &str,
     owner: &str,

@@ -12,7 +12,7 @@ use crate::idempotency::{
     Reservation, ReservationFence, StoredResponse,
 };
 use crate::intent::PlannedIntent;
-use crate::lease::{Lease, LeaseChange, LeaseFilter, validate_owner};
+use crate::lease::{Lease, LeaseChange, LeaseFilter};
 use crate::ledger::LedgerMark;
 use crate::run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus, StatusChange};
 use crate::singleton::SingletonLease;
@@ -46,6 +46,16 @@ use crate::singleton::SingletonLease;
 /// - A stored value that cannot be decoded is a [`StoreError::Corrupt`],
 ///   never a panic.
 ///
+/// # Required and provided methods
+///
+/// Every method whose semantics a backend must supply is required: there
+/// is no provided fallback that fails, scans only part of the data, or
+/// does in two steps what must be one atomic write, so a backend (or a
+/// store wrapping another) that forgets one does not compile, instead of
+/// silently breaking a take-over or an idempotency key. The provided
+/// methods are conveniences, each one call of a required atomic method
+/// ([`Store::commit_step`], [`Store::change_lease`], [`Store::leases`]).
+///
 /// # Leases
 ///
 /// Resource leases ([`Lease`]) have their own write path,
@@ -69,11 +79,6 @@ use crate::singleton::SingletonLease;
 /// concurrent reservations of one key exactly one is
 /// [`Reservation::Reserved`].
 ///
-/// The idempotency methods are provided, failing with
-/// [`StoreError::Backend`], so that stores wrapping another (fault
-/// injectors, test fakes) keep compiling; every backend overrides all
-/// eleven and the conformance suite checks it. NOTE: a wrapper must forward them
-/// to its inner store, or `Idempotency-Key` requests through it fail.
 ///
 /// [`reserve_idempotency`]: Store::reserve_idempotency
 ///
@@ -83,9 +88,7 @@ use crate::singleton::SingletonLease;
 /// store, that runs a periodic service. [`claim_singleton`] is one atomic
 /// operation that excludes every other writer of the store, across
 /// processes, so of any number of concurrent claims of a free lease exactly
-/// one wins. Like the idempotency methods, the three singleton methods are
-/// provided, failing with [`StoreError::Backend`]; every backend overrides
-/// them and a wrapping store must forward them.
+/// one wins.
 ///
 /// [`claim_singleton`]: Store::claim_singleton
 ///
@@ -93,9 +96,7 @@ use crate::singleton::SingletonLease;
 ///
 /// A [`BreakerOpening`] shares one node's open circuit breaker arm with
 /// every process sharing the store (see the `breaker` module docs of this
-/// crate). The three methods are provided, failing with
-/// [`StoreError::Backend`]; every backend overrides them and a wrapping
-/// store must forward them (NOTE: `rein_chaos::FaultyStore` does).
+/// crate).
 ///
 /// [`acquire_lease`]: Store::acquire_lease
 /// [`renew_lease`]: Store::renew_lease
@@ -127,21 +128,14 @@ pub trait Store: Send + Sync {
     /// `Finished(Succeeded)` lists the succeeded runs, not every finished
     /// one.
     ///
-    /// Provided on top of [`Store::list_runs`], so stores wrapping another
-    /// keep compiling: it sees only the [`DEFAULT_QUERY_SCAN`] newest runs.
-    /// Every backend overrides it with an indexed query; a wrapping store
-    /// should forward it.
+    /// Required: a scan of the newest runs would silently miss older ones
+    /// (a takeover scan must see every run). Backends answer it with an
+    /// indexed query.
     async fn runs_with_status(
         &self,
         status: RunStatus,
         limit: usize,
-    ) -> Result<Vec<RunRecord>, StoreError> {
-        let mut runs = self.list_runs(DEFAULT_QUERY_SCAN).await?;
-        runs.retain(|run| run.status == status);
-        oldest_first(&mut runs);
-        runs.truncate(limit);
-        Ok(runs)
-    }
+    ) -> Result<Vec<RunRecord>, StoreError>;
 
     // ----- paging and counting runs by status (a server's takeover scan
     // and its drain) -----
@@ -150,46 +144,20 @@ pub trait Store: Send + Sync {
     /// them when `None`), in the order of [`Store::runs_with_status`]: the
     /// next page of a scan that must see every such run, however many of
     /// the oldest ones it passes over.
-    ///
-    /// Provided on top of [`Store::runs_with_status`] (so it sees only the
-    /// [`DEFAULT_QUERY_SCAN`] oldest); every backend overrides it with an
-    /// indexed query, and a wrapping store should forward it.
     async fn runs_with_status_after(
         &self,
         status: RunStatus,
         after: Option<&RunCursor>,
         limit: usize,
-    ) -> Result<Vec<RunRecord>, StoreError> {
-        let mut runs = self.runs_with_status(status, DEFAULT_QUERY_SCAN).await?;
-        runs.retain(|run| after.is_none_or(|cursor| cursor.precedes(run)));
-        runs.truncate(limit);
-        Ok(runs)
-    }
+    ) -> Result<Vec<RunRecord>, StoreError>;
 
     /// How many runs have `status`.
-    ///
-    /// Provided on top of [`Store::runs_with_status`] (at most
-    /// [`DEFAULT_QUERY_SCAN`]); every backend overrides it with a count,
-    /// and a wrapping store should forward it.
-    async fn count_runs_with_status(&self, status: RunStatus) -> Result<u64, StoreError> {
-        let runs = self.runs_with_status(status, DEFAULT_QUERY_SCAN).await?;
-        Ok(u64::try_from(runs.len()).unwrap_or(u64::MAX))
-    }
+    async fn count_runs_with_status(&self, status: RunStatus) -> Result<u64, StoreError>;
 
     /// The runs whose parent is `parent`, oldest (`created_at_ms`, then run
     /// id) first. A parent without children, or one that does not exist,
     /// has none: an empty list, not [`StoreError::NotFound`].
-    ///
-    /// Provided on top of [`Store::list_runs`] like
-    /// [`Store::runs_with_status`] (the [`DEFAULT_QUERY_SCAN`] newest runs
-    /// only); every backend overrides it and a wrapping store should
-    /// forward it.
-    async fn children_of(&self, parent: &RunId) -> Result<Vec<RunRecord>, StoreError> {
-        let mut runs = self.list_runs(DEFAULT_QUERY_SCAN).await?;
-        runs.retain(|run| run.parent_run_id.as_ref() == Some(parent));
-        oldest_first(&mut runs);
-        Ok(runs)
-    }
+    async fn children_of(&self, parent: &RunId) -> Result<Vec<RunRecord>, StoreError>;
 
     /// One page of the runs `filter` selects, newest (`created_at_ms`, then
     /// run id, descending) first: up to `limit` runs that come after
@@ -452,9 +420,8 @@ pub trait Store: Send + Sync {
     /// over ([`Store::take_over_lease`]), the old holder's renewal is
     /// refused instead of extending the new holder's lease.
     ///
-    /// The provided implementation reads the lease, then renews it: it is
-    /// not atomic, and is meant for wrapping stores only. Every backend
-    /// overrides it with one atomic write.
+    /// One atomic write (the owner check and the renewal together): a
+    /// read-then-renew would let a take-over slip in between.
     ///
     /// # Errors
     ///
@@ -465,45 +432,17 @@ pub trait Store: Send + Sync {
         lease_id: &str,
         owner: &str,
         expires_at_ms: u64,
-    ) -> Result<bool, StoreError> {
-        validate_owner(owner)?;
-        let held = self
-            .leases(&LeaseFilter::all())
-            .await?
-            .into_iter()
-            .find(|lease| lease.lease_id == lease_id);
-        if held.is_none_or(|held| held.owner != owner) {
-            return Ok(false);
-        }
-        match self.renew_lease(lease_id, expires_at_ms).await {
-            Ok(_) => Ok(true),
-            Err(StoreError::NotFound { what: "lease", .. }) => Ok(false),
-            Err(error) => Err(error),
-        }
-    }
+    ) -> Result<bool, StoreError>;
 
     /// Releases `lease_id` only if `owner` holds it (expired or not);
     /// `Ok(false)` otherwise, and nothing changed.
     ///
-    /// The provided implementation reads the lease, then releases it: it is
-    /// not atomic, and is meant for wrapping stores only. Every backend
-    /// overrides it with one atomic write.
+    /// One atomic write, as [`Store::renew_lease_of`].
     ///
     /// # Errors
     ///
     /// [`StoreError::Invalid`] for an empty owner.
-    async fn release_lease_of(&self, lease_id: &str, owner: &str) -> Result<bool, StoreError> {
-        validate_owner(owner)?;
-        let held = self
-            .leases(&LeaseFilter::all())
-            .await?
-            .into_iter()
-            .find(|lease| lease.lease_id == lease_id);
-        if held.is_none_or(|held| held.owner != owner) {
-            return Ok(false);
-        }
-        Ok(self.release_lease(lease_id).await?.is_some())
-    }
+    async fn release_lease_of(&self, lease_id: &str, owner: &str) -> Result<bool, StoreError>;
 
     /// Puts `lease` in place of the lease with the same id if there is none
     /// or the held one expired at `now_ms` (`expires_at_ms <= now_ms`);
@@ -511,39 +450,13 @@ pub trait Store: Send + Sync {
     ///
     /// Backends make this one atomic write: of any number of concurrent
     /// take-overs of one lease, across processes sharing the store, at most
-    /// one returns `true`. The provided implementation (acquire, else read,
-    /// release and acquire again) is not atomic: two concurrent take-overs
-    /// of an expired lease may both win. It is meant for wrapping stores
-    /// only.
+    /// one returns `true`.
     ///
     /// # Errors
     ///
     /// [`StoreError::Invalid`] for a lease that breaks
     /// [`Lease::validate`]; [`StoreError::NotFound`] for an unknown run.
-    async fn take_over_lease(&self, lease: Lease, now_ms: u64) -> Result<bool, StoreError> {
-        lease.validate()?;
-        match self.acquire_lease(lease.clone()).await {
-            Ok(_) => return Ok(true),
-            Err(StoreError::Conflict { what: "lease", .. }) => {}
-            Err(error) => return Err(error),
-        }
-        let held = self
-            .leases(&LeaseFilter::all())
-            .await?
-            .into_iter()
-            .find(|held| held.lease_id == lease.lease_id);
-        if let Some(held) = held {
-            if !held.is_expired(now_ms) {
-                return Ok(false);
-            }
-            self.release_lease_of(&held.lease_id, &held.owner).await?;
-        }
-        match self.acquire_lease(lease).await {
-            Ok(_) => Ok(true),
-            Err(StoreError::Conflict { what: "lease", .. }) => Ok(false),
-            Err(error) => Err(error),
-        }
-    }
+    async fn take_over_lease(&self, lease: Lease, now_ms: u64) -> Result<bool, StoreError>;
 
     /// Writes the checkpoint of a step, replacing one of the same step.
     async fn write_checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StoreError> {
@@ -594,10 +507,7 @@ pub trait Store: Send + Sync {
         fingerprint: &str,
         now_ms: u64,
         expires_at_ms: u64,
-    ) -> Result<Reservation, StoreError> {
-        let _ = (tenant, key, fingerprint, now_ms, expires_at_ms);
-        Err(unsupported("reserve_idempotency"))
-    }
+    ) -> Result<Reservation, StoreError>;
 
     /// [`Store::reserve_idempotency`] for `reservation`, recording its
     /// holder (the process executing the request, the run it starts) in
@@ -611,10 +521,7 @@ pub trait Store: Send + Sync {
     async fn reserve_idempotency_as(
         &self,
         reservation: NewReservation,
-    ) -> Result<Reservation, StoreError> {
-        let _ = reservation;
-        Err(unsupported("reserve_idempotency_as"))
-    }
+    ) -> Result<Reservation, StoreError>;
 
     /// A queued submission under an `Idempotency-Key`, in one atomic write:
     /// the reservation decides as [`Store::reserve_idempotency_as`] does;
@@ -640,10 +547,7 @@ pub trait Store: Send + Sync {
         reservation: NewReservation,
         run: NewRun,
         response: StoredResponse,
-    ) -> Result<Reservation, StoreError> {
-        let _ = (reservation, run, response);
-        Err(unsupported("submit_queued"))
-    }
+    ) -> Result<Reservation, StoreError>;
 
     /// Settles the `in_progress` record of `key` held by `owner` (its
     /// holder answering, or a retry resolving a holder that is gone):
@@ -670,10 +574,7 @@ pub trait Store: Send + Sync {
         owner: &str,
         settlement: IdempotencySettlement,
         now_ms: u64,
-    ) -> Result<IdempotencySettled, StoreError> {
-        let _ = (tenant, key, owner, settlement, now_ms);
-        Err(unsupported("settle_idempotency"))
-    }
+    ) -> Result<IdempotencySettled, StoreError>;
 
     /// The heartbeat of a reservation's holder: sets the `in_progress`
     /// record of `key` held by `owner` to be held until `until_ms`
@@ -690,10 +591,7 @@ pub trait Store: Send + Sync {
         key: &str,
         owner: &str,
         until_ms: u64,
-    ) -> Result<bool, StoreError> {
-        let _ = (tenant, key, owner, until_ms);
-        Err(unsupported("renew_idempotency"))
-    }
+    ) -> Result<bool, StoreError>;
 
     /// Creates `run` (`queued`, as [`Store::create_run`]) only while the
     /// `in_progress` record of the fence's key is held by its owner, in one
@@ -716,10 +614,7 @@ pub trait Store: Send + Sync {
         &self,
         run: NewRun,
         fence: &ReservationFence,
-    ) -> Result<RunRecord, StoreError> {
-        let _ = (run, fence);
-        Err(unsupported("create_run_held"))
-    }
+    ) -> Result<RunRecord, StoreError>;
 
     /// Completes the `in_progress` record of `key`: stores `response` and
     /// moves it to `completed` (updated at `now_ms`; its expiry stays).
@@ -739,18 +634,12 @@ pub trait Store: Send + Sync {
         key: &str,
         response: StoredResponse,
         now_ms: u64,
-    ) -> Result<(), StoreError> {
-        let _ = (tenant, key, response, now_ms);
-        Err(unsupported("complete_idempotency"))
-    }
+    ) -> Result<(), StoreError>;
 
     /// Releases the reservation of `key` after the endpoint failed, so a
     /// retry can run: deletes the record only while it is `in_progress`.
     /// Returns whether a record was deleted (a completed one never is).
-    async fn release_idempotency(&self, tenant: &TenantId, key: &str) -> Result<bool, StoreError> {
-        let _ = (tenant, key);
-        Err(unsupported("release_idempotency"))
-    }
+    async fn release_idempotency(&self, tenant: &TenantId, key: &str) -> Result<bool, StoreError>;
 
     /// Up to `limit` stored records, expired or not, of `tenant` (all
     /// tenants when `None`) in `state` (any when `None`), oldest
@@ -761,25 +650,16 @@ pub trait Store: Send + Sync {
         tenant: Option<&TenantId>,
         state: Option<IdempotencyState>,
         limit: usize,
-    ) -> Result<Vec<IdempotencyRecord>, StoreError> {
-        let _ = (tenant, state, limit);
-        Err(unsupported("idempotency_records"))
-    }
+    ) -> Result<Vec<IdempotencyRecord>, StoreError>;
 
     /// Deletes the record of `key` in any state (an operator clearing a
     /// stuck reservation). Returns whether there was one.
-    async fn clear_idempotency(&self, tenant: &TenantId, key: &str) -> Result<bool, StoreError> {
-        let _ = (tenant, key);
-        Err(unsupported("clear_idempotency"))
-    }
+    async fn clear_idempotency(&self, tenant: &TenantId, key: &str) -> Result<bool, StoreError>;
 
     /// Deletes up to `limit` records expired at `now_ms`
     /// (`expires_at_ms <= now_ms`), in any state, soonest expiry first, and
     /// returns how many it deleted: the sweeper's step.
-    async fn sweep_idempotency(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
-        let _ = (now_ms, limit);
-        Err(unsupported("sweep_idempotency"))
-    }
+    async fn sweep_idempotency(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError>;
 
     /// Takes or renews the singleton lease `name` for `owner` until
     /// `expires_at_ms`, in one atomic step across every process sharing the
@@ -805,10 +685,7 @@ pub trait Store: Send + Sync {
         owner: &str,
         now_ms: u64,
         expires_at_ms: u64,
-    ) -> Result<Option<SingletonLease>, StoreError> {
-        let _ = (name, owner, now_ms, expires_at_ms);
-        Err(unsupported_singleton("claim_singleton"))
-    }
+    ) -> Result<Option<SingletonLease>, StoreError>;
 
     /// Gives the singleton lease `name` up if `owner` holds it (expired or
     /// not); returns whether it did. Another owner's lease is left alone.
@@ -817,10 +694,7 @@ pub trait Store: Send + Sync {
     ///
     /// [`StoreError::Invalid`] for a malformed name or owner (as for
     /// [`Store::claim_singleton`]).
-    async fn release_singleton(&self, name: &str, owner: &str) -> Result<bool, StoreError> {
-        let _ = (name, owner);
-        Err(unsupported_singleton("release_singleton"))
-    }
+    async fn release_singleton(&self, name: &str, owner: &str) -> Result<bool, StoreError>;
 
     /// The current holder of the singleton lease `name`, expired or not
     /// (check [`SingletonLease::is_expired`]).
@@ -829,10 +703,7 @@ pub trait Store: Send + Sync {
     ///
     /// [`StoreError::Invalid`] for a malformed name (as for
     /// [`Store::claim_singleton`]).
-    async fn singleton(&self, name: &str) -> Result<Option<SingletonLease>, StoreError> {
-        let _ = name;
-        Err(unsupported_singleton("singleton"))
-    }
+    async fn singleton(&self, name: &str) -> Result<Option<SingletonLease>, StoreError>;
 
     /// Publishes that `opening.arm` refuses calls until
     /// `opening.open_until_ms`, in one atomic step across every process
@@ -850,18 +721,12 @@ pub trait Store: Send + Sync {
     async fn publish_breaker_open(
         &self,
         opening: BreakerOpening,
-    ) -> Result<BreakerOpening, StoreError> {
-        let _ = opening;
-        Err(unsupported_breaker("publish_breaker_open"))
-    }
+    ) -> Result<BreakerOpening, StoreError>;
 
     /// The openings still in force at `now_ms` (`open_until_ms > now_ms`),
     /// by arm name. Ended ones stay stored until cleared or replaced, but
     /// are never listed.
-    async fn breaker_openings(&self, now_ms: u64) -> Result<Vec<BreakerOpening>, StoreError> {
-        let _ = now_ms;
-        Err(unsupported_breaker("breaker_openings"))
-    }
+    async fn breaker_openings(&self, now_ms: u64) -> Result<Vec<BreakerOpening>, StoreError>;
 
     /// Deletes `arm`'s opening if `opened_by` published it (the node's arm
     /// closed after a successful probe); returns whether it did. An opening
@@ -872,51 +737,12 @@ pub trait Store: Send + Sync {
     ///
     /// [`StoreError::Invalid`] for a malformed arm or node (as for
     /// [`Store::publish_breaker_open`]).
-    async fn clear_breaker_open(&self, arm: &str, opened_by: &str) -> Result<bool, StoreError> {
-        let _ = (arm, opened_by);
-        Err(unsupported_breaker("clear_breaker_open"))
-    }
-}
-
-/// How many of the newest runs the provided [`Store::runs_with_status`] and
-/// [`Store::children_of`] scan (through [`Store::list_runs`]) when a store
-/// does not override them.
-pub const DEFAULT_QUERY_SCAN: usize = 10_000;
-
-/// Sorts runs oldest (`created_at_ms`, then run id) first.
-fn oldest_first(runs: &mut [RunRecord]) {
-    runs.sort_by(|a, b| {
-        (a.created_at_ms, a.run_id.as_str()).cmp(&(b.created_at_ms, b.run_id.as_str()))
-    });
+    async fn clear_breaker_open(&self, arm: &str, opened_by: &str) -> Result<bool, StoreError>;
 }
 
 /// A backend that did not return what its commit must return.
 fn missing(what: &str, after: &str) -> StoreError {
     StoreError::Backend(format!(
         "backend returned no {what} after {after}; expected exactly one"
-    ))
-}
-
-/// The error of an idempotency method the store did not override.
-fn unsupported(method: &str) -> StoreError {
-    StoreError::Backend(format!(
-        "this store does not keep idempotency records; expected it to implement Store::{method} \
-         (a wrapping store must forward it)"
-    ))
-}
-
-/// The error of a singleton method the store did not override.
-fn unsupported_singleton(method: &str) -> StoreError {
-    StoreError::Backend(format!(
-        "this store does not keep singleton leases; expected it to implement Store::{method} \
-         (a wrapping store must forward it)"
-    ))
-}
-
-/// The error of a breaker-opening method the store did not override.
-fn unsupported_breaker(method: &str) -> StoreError {
-    StoreError::Backend(format!(
-        "this store does not keep breaker openings; expected it to implement Store::{method} \
-         (a wrapping store must forward it)"
     ))
 }

@@ -15,10 +15,9 @@ use rein_core::{
     RunId, TenantId, ToolClass,
 };
 use rein_store::{
-    Checkpoint, CheckpointDelta, Committed, IdempotencyState, Lease, LeaseChange, LeaseFilter,
-    LeaseKind, LedgerMark, NewRun, PlannedIntent, Reservation, RunRecord, RunStatus,
-    SCHEMA_VERSION, SingletonLease, SqliteOptions, SqliteStore, StepCommit, Store, StoreError,
-    StoredResponse, conformance,
+    Checkpoint, CheckpointDelta, IdempotencyState, Lease, LeaseKind, LedgerMark, NewRun,
+    PlannedIntent, Reservation, RunStatus, SCHEMA_VERSION, SingletonLease, SqliteOptions,
+    SqliteStore, StepCommit, Store, StoreError, StoredResponse, conformance,
 };
 use serde_json::json;
 
@@ -125,11 +124,23 @@ fn raw(path: &Path) -> rusqlite::Connection {
     rusqlite::Connection::open(path).unwrap()
 }
 
-#[tokio::test]
-async fn conformance_suite_passes_on_a_sqlite_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path().join("rein.db")).unwrap();
-    conformance::run_all(&store).await;
+/// Every conformance check as its own test, each on a fresh file opened
+/// twice (two handles stand for two processes sharing it).
+mod conformance_checks {
+    use std::sync::Arc;
+
+    use rein_store::SqliteStore;
+    use rein_store::conformance::Subject;
+
+    async fn subject() -> Option<Subject> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rein.db");
+        let store = Arc::new(SqliteStore::open(&path).unwrap());
+        let other = Arc::new(SqliteStore::open(&path).unwrap());
+        Some(Subject::new(store, other).with_teardown(async move { drop(dir) }))
+    }
+
+    rein_store::conformance_tests!(subject());
 }
 
 #[tokio::test]
@@ -1239,88 +1250,6 @@ async fn singleton_expiry_beyond_sqlite_integers_is_invalid() {
         })
     ));
     assert_eq!(store.singleton("sweeper").await.unwrap(), None);
-}
-
-/// A store that implements only the required methods, forwarding them to
-/// SQLite: what a wrapping store gets from the provided run queries.
-struct RequiredOnly(SqliteStore);
-
-#[async_trait::async_trait]
-impl Store for RequiredOnly {
-    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
-        self.0.create_run(run).await
-    }
-    async fn get_run(&self, run_id: &RunId) -> Result<Option<RunRecord>, StoreError> {
-        self.0.get_run(run_id).await
-    }
-    async fn list_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
-        self.0.list_runs(limit).await
-    }
-    async fn tenant_backlogs(
-        &self,
-        tenant: Option<&rein_core::TenantId>,
-        oldest: usize,
-    ) -> Result<Vec<rein_store::TenantBacklog>, rein_store::StoreError> {
-        self.0.tenant_backlogs(tenant, oldest).await
-    }
-    async fn list_runs_page(
-        &self,
-        filter: &rein_store::RunFilter,
-        after: Option<&rein_store::RunCursor>,
-        limit: usize,
-    ) -> Result<rein_store::RunPage, StoreError> {
-        self.0.list_runs_page(filter, after, limit).await
-    }
-    async fn events(&self, run_id: &RunId, after_seq: u64) -> Result<Vec<Event>, StoreError> {
-        self.0.events(run_id, after_seq).await
-    }
-    async fn intents(&self, run_id: &RunId) -> Result<Vec<(u32, PlannedIntent)>, StoreError> {
-        self.0.intents(run_id).await
-    }
-    async fn ledger(&self, run_id: &RunId) -> Result<Vec<LedgerRecord>, StoreError> {
-        self.0.ledger(run_id).await
-    }
-    async fn pending_ledger(&self, limit: usize) -> Result<Vec<LedgerRecord>, StoreError> {
-        self.0.pending_ledger(limit).await
-    }
-    async fn latest_checkpoint(&self, run_id: &RunId) -> Result<Option<Checkpoint>, StoreError> {
-        self.0.latest_checkpoint(run_id).await
-    }
-    async fn commit_step(
-        &self,
-        run_id: &RunId,
-        commit: StepCommit,
-    ) -> Result<Committed, StoreError> {
-        self.0.commit_step(run_id, commit).await
-    }
-    async fn change_lease(&self, change: LeaseChange) -> Result<Option<Lease>, StoreError> {
-        self.0.change_lease(change).await
-    }
-    async fn leases(&self, filter: &LeaseFilter) -> Result<Vec<Lease>, StoreError> {
-        self.0.leases(filter).await
-    }
-}
-
-#[tokio::test]
-async fn provided_run_queries_pass_the_conformance_checks() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = RequiredOnly(SqliteStore::open(dir.path().join("rein.db")).unwrap());
-    conformance::expect_status_applies_only_on_a_match(&store).await;
-    conformance::expect_status_admits_exactly_one_concurrent_change(&store).await;
-    conformance::runs_with_status_oldest_first_across_many(&store).await;
-    conformance::runs_with_status_filters_by_status(&store).await;
-    conformance::runs_with_status_after_pages_through_every_run_once(&store).await;
-    conformance::children_of_lists_children_oldest_first(&store).await;
-}
-
-/// The provided (not atomic) fenced lease operations keep their sequential
-/// semantics; only the concurrent take-over check needs an atomic backend.
-#[tokio::test]
-async fn provided_fenced_lease_ops_pass_the_sequential_conformance_checks() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = RequiredOnly(SqliteStore::open(dir.path().join("rein.db")).unwrap());
-    conformance::lease_renew_and_release_only_by_holder(&store).await;
-    conformance::lease_take_over_only_when_absent_or_expired(&store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -54,6 +54,12 @@ impl Source {
     /// When there is no file at `path` (reading must not create an empty
     /// store where a path was mistyped), or it is not a store.
     pub fn open_store(path: &std::path::Path) -> Result<Source> {
+        if let crate::store::Data::Postgres(_) = crate::store::Data::parse(path)? {
+            return Ok(Source::Store {
+                store: crate::store::open_existing(path)?,
+                path: crate::store::shown(path),
+            });
+        }
         if !path.is_file() {
             bail!(
                 "no run store at {} (pass the file `rein run` or `rein serve` wrote with --data, or a server with --server)",

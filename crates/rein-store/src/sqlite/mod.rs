@@ -139,6 +139,29 @@ impl SqliteStore {
         Ok(SqliteStore { worker, path })
     }
 
+    /// The schema version of the store file at `path` (`0` for a file
+    /// that is missing or was never migrated), read without creating,
+    /// changing or migrating anything.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Backend`] when the file is not a SQLite database;
+    /// [`StoreError::Corrupt`] for a version table that makes no sense.
+    pub fn schema_version(path: impl AsRef<Path>) -> Result<u32, StoreError> {
+        let path = path.as_ref();
+        if !path.exists() {
+            return Ok(0);
+        }
+        let conn =
+            Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).sql()?;
+        schema::found_version(&conn).map_err(|error| match error {
+            StoreError::Backend(message) => {
+                StoreError::Backend(format!("{message} (store file {})", path.display()))
+            }
+            other => other,
+        })
+    }
+
     /// The file this store writes.
     pub fn path(&self) -> &Path {
         &self.path

@@ -242,6 +242,35 @@ CREATE TABLE checkpoint_deltas (
 "#,
 ];
 
+/// The schema version the database holds (`0` when no migration ran),
+/// without changing anything: what `rein migrate --check` reports.
+///
+/// # Errors
+///
+/// [`StoreError::Corrupt`] for a negative version; [`StoreError::Backend`]
+/// or [`StoreError::Unavailable`] for SQLite failures.
+pub fn found_version(conn: &Connection) -> Result<u32, StoreError> {
+    let exists: bool = conn
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'rein_schema')",
+            [],
+            |row| row.get(0),
+        )
+        .sql()?;
+    if !exists {
+        return Ok(0);
+    }
+    let found: Option<i64> = conn
+        .query_row("SELECT MAX(version) FROM rein_schema", [], |row| row.get(0))
+        .sql()?;
+    let found = found.unwrap_or(0);
+    u32::try_from(found).map_err(|_| StoreError::Corrupt {
+        table: "rein_schema",
+        column: "version",
+        reason: format!("expected a version from 0, found {found}"),
+    })
+}
+
 /// Brings the database to [`SCHEMA_VERSION`], or refuses a newer one.
 ///
 /// Runs in one `IMMEDIATE` transaction, so two processes opening a fresh

@@ -1,0 +1,465 @@
+//! [`PostgresStore`]: the pool, connecting and migrating, and the
+//! [`Store`] methods, each one pooled connection and (for a write) one
+//! transaction.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use rein_core::{Event, LedgerRecord, RunId, TenantId};
+use rein_store::{
+    BreakerOpening, Checkpoint, Committed, IdempotencyRecord, IdempotencySettled,
+    IdempotencySettlement, IdempotencyState, Lease, LeaseChange, LeaseFilter, NewReservation,
+    NewRun, PlannedIntent, Reservation, ReservationFence, RunCursor, RunFilter, RunPage, RunRecord,
+    RunStatus, SingletonLease, StepCommit, Store, StoreError, StoredResponse, TenantBacklog,
+};
+use tokio_postgres::NoTls;
+
+use crate::codec::PgResult;
+use crate::migrate::{self, SchemaState};
+use crate::ops::{commit, idempotency, leases, runs, shared};
+use crate::url::PostgresUrl;
+
+/// Connections one store keeps at most, by default: enough for a node's
+/// workers, its server and its sweepers at once, well under PostgreSQL's
+/// default `max_connections` (100) for a few nodes.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 16;
+
+/// How long a call waits for a connection (from the pool, or a new one)
+/// before it fails as [`StoreError::Unavailable`]: a database that is
+/// restarting is a transient failure, not a hang.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How a [`PostgresStore`] connects.
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    /// The pool's size (at least 1).
+    pub max_connections: usize,
+    /// Apply pending migrations at connect (the default); when `false`,
+    /// connecting to a database that is not at [`SCHEMA_VERSION`] fails
+    /// instead (`rein migrate` applies them).
+    ///
+    /// [`SCHEMA_VERSION`]: crate::SCHEMA_VERSION
+    pub migrate: bool,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        PostgresOptions {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            migrate: true,
+        }
+    }
+}
+
+/// A [`Store`] on one PostgreSQL database.
+///
+/// Cloning is cheap and shares the pool.
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: Pool,
+    url: PostgresUrl,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresStore {
+    /// Connects to `url` with default [`PostgresOptions`], migrating the
+    /// schema.
+    ///
+    /// # Errors
+    ///
+    /// See [`PostgresStore::connect_with`].
+    pub async fn connect(url: &str) -> Result<PostgresStore, StoreError> {
+        PostgresStore::connect_with(&PostgresUrl::parse(url)?, PostgresOptions::default()).await
+    }
+
+    /// Connects to `url`: builds the pool, takes one connection (so a bad
+    /// URL or a missing database fails here, not at the first run) and
+    /// migrates (or, without `options.migrate`, checks) the schema.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a pool size of 0;
+    /// [`StoreError::Unavailable`] when the database cannot be reached;
+    /// [`StoreError::SchemaTooNew`] when a newer rein migrated it;
+    /// [`StoreError::Backend`] when it is behind and `options.migrate` is
+    /// off, or a migration fails.
+    pub async fn connect_with(
+        url: &PostgresUrl,
+        options: PostgresOptions,
+    ) -> Result<PostgresStore, StoreError> {
+        let store = PostgresStore::open_pool(url, options.max_connections)?;
+        let at = |error: StoreError| store.at(error);
+        let mut client = store.client().await.map_err(at)?;
+        let state = if options.migrate {
+            migrate::migrate(&mut client).await.map_err(at)?
+        } else {
+            migrate::state(&client).await.map_err(at)?
+        };
+        if state.found > state.supported {
+            return Err(StoreError::SchemaTooNew {
+                supported: state.supported,
+                found: i64::from(state.found),
+            });
+        }
+        if !options.migrate && state.found != state.supported {
+            return Err(store.at(StoreError::Backend(format!(
+                "the database is at schema version {}, this rein needs {}: run `rein migrate`",
+                state.found, state.supported
+            ))));
+        }
+        drop(client);
+        Ok(store)
+    }
+
+    /// The schema version of the database at `url`, without migrating:
+    /// what `rein migrate --check` reports.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when the database cannot be reached.
+    pub async fn schema_state(url: &PostgresUrl) -> Result<SchemaState, StoreError> {
+        let store = PostgresStore::open_pool(url, 1)?;
+        let client = store.client().await.map_err(|error| store.at(error))?;
+        let state = migrate::state(&client).await;
+        store.close();
+        state.map_err(|error| store.at(error))
+    }
+
+    /// The pool, not yet connected (connections are made on demand).
+    fn open_pool(url: &PostgresUrl, max_connections: usize) -> Result<PostgresStore, StoreError> {
+        if max_connections == 0 {
+            return Err(StoreError::Invalid {
+                what: "postgres max_connections",
+                expected: "at least 1".to_owned(),
+                found: "0".to_owned(),
+            });
+        }
+        let mut config = url.config().clone();
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(max_connections)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(CONNECT_TIMEOUT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .build()
+            .map_err(|error| StoreError::Backend(format!("postgres pool: {error}")))?;
+        Ok(PostgresStore {
+            pool,
+            url: url.clone(),
+        })
+    }
+
+    /// The URL this store connects to (shown without credentials).
+    pub fn url(&self) -> &PostgresUrl {
+        &self.url
+    }
+
+    /// Closes the pool: connections in use close when returned. Tests drop
+    /// their scratch database after this.
+    pub fn close(&self) {
+        self.pool.close();
+    }
+
+    /// A pooled connection.
+    async fn client(&self) -> Result<Object, StoreError> {
+        self.pool.get().await.pg()
+    }
+
+    /// `error` naming the database it came from.
+    fn at(&self, error: StoreError) -> StoreError {
+        match error {
+            StoreError::Backend(message) => {
+                StoreError::Backend(format!("{message} (database {})", self.url))
+            }
+            StoreError::Unavailable(message) => {
+                StoreError::Unavailable(format!("{message} (database {})", self.url))
+            }
+            other => other,
+        }
+    }
+}
+
+/// Runs `$op(&tx, args…)` in one transaction of a pooled connection:
+/// committed when it returns `Ok`, rolled back (by dropping the
+/// transaction) otherwise.
+macro_rules! write {
+    ($store:expr, $op:path $(, $arg:expr)* $(,)?) => {{
+        let mut client = $store.client().await?;
+        let tx = client.transaction().await.pg()?;
+        let out = $op(&tx $(, $arg)*).await?;
+        tx.commit().await.pg()?;
+        Ok(out)
+    }};
+}
+
+/// Runs the read `$op(&client, args…)` on a pooled connection.
+macro_rules! read {
+    ($store:expr, $op:path $(, $arg:expr)* $(,)?) => {{
+        let client = $store.client().await?;
+        $op(&client $(, $arg)*).await
+    }};
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
+        read!(self, runs::create_run, run)
+    }
+
+    async fn get_run(&self, run_id: &RunId) -> Result<Option<RunRecord>, StoreError> {
+        read!(self, runs::get_run, run_id)
+    }
+
+    async fn list_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
+        read!(self, runs::list_runs, limit)
+    }
+
+    async fn runs_with_status(
+        &self,
+        status: RunStatus,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        read!(self, runs::runs_with_status_after, status, None, limit)
+    }
+
+    async fn runs_with_status_after(
+        &self,
+        status: RunStatus,
+        after: Option<&RunCursor>,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        read!(self, runs::runs_with_status_after, status, after, limit)
+    }
+
+    async fn count_runs_with_status(&self, status: RunStatus) -> Result<u64, StoreError> {
+        read!(self, runs::count_runs_with_status, status)
+    }
+
+    async fn children_of(&self, parent: &RunId) -> Result<Vec<RunRecord>, StoreError> {
+        read!(self, runs::children_of, parent)
+    }
+
+    async fn list_runs_page(
+        &self,
+        filter: &RunFilter,
+        after: Option<&RunCursor>,
+        limit: usize,
+    ) -> Result<RunPage, StoreError> {
+        read!(self, runs::list_runs_page, filter, after, limit)
+    }
+
+    async fn tenant_backlogs(
+        &self,
+        tenant: Option<&TenantId>,
+        oldest: usize,
+    ) -> Result<Vec<TenantBacklog>, StoreError> {
+        read!(self, runs::tenant_backlogs, tenant, oldest)
+    }
+
+    async fn events(&self, run_id: &RunId, after_seq: u64) -> Result<Vec<Event>, StoreError> {
+        read!(self, runs::events, run_id, after_seq)
+    }
+
+    async fn intents(&self, run_id: &RunId) -> Result<Vec<(u32, PlannedIntent)>, StoreError> {
+        read!(self, runs::intents, run_id)
+    }
+
+    async fn ledger(&self, run_id: &RunId) -> Result<Vec<LedgerRecord>, StoreError> {
+        read!(self, runs::ledger, run_id)
+    }
+
+    async fn pending_ledger(&self, limit: usize) -> Result<Vec<LedgerRecord>, StoreError> {
+        read!(self, runs::pending_ledger, limit)
+    }
+
+    async fn latest_checkpoint(&self, run_id: &RunId) -> Result<Option<Checkpoint>, StoreError> {
+        // One snapshot: the whole checkpoint and its deltas read together.
+        write!(self, runs::latest_checkpoint, run_id)
+    }
+
+    async fn commit_step(
+        &self,
+        run_id: &RunId,
+        commit: StepCommit,
+    ) -> Result<Committed, StoreError> {
+        write!(self, commit::commit_step, run_id, commit)
+    }
+
+    async fn change_lease(&self, change: LeaseChange) -> Result<Option<Lease>, StoreError> {
+        write!(self, leases::change_lease, change)
+    }
+
+    async fn leases(&self, filter: &LeaseFilter) -> Result<Vec<Lease>, StoreError> {
+        read!(self, leases::leases, filter)
+    }
+
+    async fn renew_lease_of(
+        &self,
+        lease_id: &str,
+        owner: &str,
+        expires_at_ms: u64,
+    ) -> Result<bool, StoreError> {
+        write!(self, leases::renew_lease_of, lease_id, owner, expires_at_ms)
+    }
+
+    async fn release_lease_of(&self, lease_id: &str, owner: &str) -> Result<bool, StoreError> {
+        write!(self, leases::release_lease_of, lease_id, owner)
+    }
+
+    async fn take_over_lease(&self, lease: Lease, now_ms: u64) -> Result<bool, StoreError> {
+        write!(self, leases::take_over_lease, &lease, now_ms)
+    }
+
+    async fn reserve_idempotency(
+        &self,
+        tenant: &TenantId,
+        key: &str,
+        fingerprint: &str,
+        now_ms: u64,
+        expires_at_ms: u64,
+    ) -> Result<Reservation, StoreError> {
+        let reservation = NewReservation {
+            tenant: tenant.clone(),
+            key: key.to_owned(),
+            fingerprint: fingerprint.to_owned(),
+            holder: None,
+            now_ms,
+            expires_at_ms,
+        };
+        write!(self, idempotency::reserve, &reservation)
+    }
+
+    async fn reserve_idempotency_as(
+        &self,
+        reservation: NewReservation,
+    ) -> Result<Reservation, StoreError> {
+        write!(self, idempotency::reserve, &reservation)
+    }
+
+    async fn submit_queued(
+        &self,
+        reservation: NewReservation,
+        run: NewRun,
+        response: StoredResponse,
+    ) -> Result<Reservation, StoreError> {
+        write!(self, idempotency::submit_queued, reservation, run, response)
+    }
+
+    async fn settle_idempotency(
+        &self,
+        tenant: &TenantId,
+        key: &str,
+        owner: &str,
+        settlement: IdempotencySettlement,
+        now_ms: u64,
+    ) -> Result<IdempotencySettled, StoreError> {
+        write!(
+            self,
+            idempotency::settle,
+            tenant, key, owner, settlement, now_ms
+        )
+    }
+
+    async fn renew_idempotency(
+        &self,
+        tenant: &TenantId,
+        key: &str,
+        owner: &str,
+        until_ms: u64,
+    ) -> Result<bool, StoreError> {
+        write!(self, idempotency::renew, tenant, key, owner, until_ms)
+    }
+
+    async fn create_run_held(
+        &self,
+        run: NewRun,
+        fence: &ReservationFence,
+    ) -> Result<RunRecord, StoreError> {
+        write!(self, idempotency::create_run_held, run, fence)
+    }
+
+    async fn complete_idempotency(
+        &self,
+        tenant: &TenantId,
+        key: &str,
+        response: StoredResponse,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        write!(self, idempotency::complete, tenant, key, response, now_ms)
+    }
+
+    async fn release_idempotency(&self, tenant: &TenantId, key: &str) -> Result<bool, StoreError> {
+        write!(self, idempotency::release, tenant, key)
+    }
+
+    async fn idempotency_records(
+        &self,
+        tenant: Option<&TenantId>,
+        state: Option<IdempotencyState>,
+        limit: usize,
+    ) -> Result<Vec<IdempotencyRecord>, StoreError> {
+        read!(self, idempotency::records, tenant, state, limit)
+    }
+
+    async fn clear_idempotency(&self, tenant: &TenantId, key: &str) -> Result<bool, StoreError> {
+        write!(self, idempotency::clear, tenant, key)
+    }
+
+    async fn sweep_idempotency(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
+        write!(self, idempotency::sweep, now_ms, limit)
+    }
+
+    async fn claim_singleton(
+        &self,
+        name: &str,
+        owner: &str,
+        now_ms: u64,
+        expires_at_ms: u64,
+    ) -> Result<Option<SingletonLease>, StoreError> {
+        write!(
+            self,
+            shared::claim_singleton,
+            name, owner, now_ms, expires_at_ms
+        )
+    }
+
+    async fn release_singleton(&self, name: &str, owner: &str) -> Result<bool, StoreError> {
+        write!(self, shared::release_singleton, name, owner)
+    }
+
+    async fn singleton(&self, name: &str) -> Result<Option<SingletonLease>, StoreError> {
+        read!(self, shared::singleton, name)
+    }
+
+    async fn publish_breaker_open(
+        &self,
+        opening: BreakerOpening,
+    ) -> Result<BreakerOpening, StoreError> {
+        write!(self, shared::publish_breaker_open, &opening)
+    }
+
+    async fn breaker_openings(&self, now_ms: u64) -> Result<Vec<BreakerOpening>, StoreError> {
+        read!(self, shared::breaker_openings, now_ms)
+    }
+
+    async fn clear_breaker_open(&self, arm: &str, opened_by: &str) -> Result<bool, StoreError> {
+        write!(self, shared::clear_breaker_open, arm, opened_by)
+    }
+}
