@@ -219,7 +219,7 @@ async fn the_gateway_says_which_model_answered_and_replays_idempotent_requests()
     );
     assert!(
         metrics.contains(
-            "rein_model_calls_total{provider=\"dead\",model=\"gone\",outcome=\"transient\"} 1"
+            "rein_model_calls_total{tenant=\"acme\",agent=\"none\",provider=\"dead\",model=\"gone\",outcome=\"transient\"} 1"
         ),
         "{metrics}"
     );

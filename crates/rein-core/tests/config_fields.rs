@@ -107,6 +107,10 @@ const TABLES: &[(&str, &str)] = &[
     ),
     ("server", "[server]\n__probe = 1"),
     ("server.idempotency", "[server.idempotency]\n__probe = 1"),
+    (
+        "server.metrics_labels",
+        "[server.metrics_labels]\n__probe = 1",
+    ),
     ("server.queue", "[server.queue]\n__probe = 1"),
     (
         "server.reconciliation",

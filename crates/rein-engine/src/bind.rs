@@ -223,7 +223,8 @@ impl EngineBuilder {
     /// Configures the engine from `registry` as every command does: tool
     /// calls and child runs over `client`, the registry's breaker settings,
     /// agent tools bound by [`agent_resolver`] (provider keys from `env`),
-    /// and agent trees bounded by `[server.agent_graph]`.
+    /// agent trees bounded by `[server.agent_graph]`, and metric labels by
+    /// `[server.metrics_labels]`.
     #[must_use]
     pub fn registry(self, registry: &Registry, client: &reqwest::Client, env: Env) -> Self {
         self.http_client(client.clone())
@@ -231,6 +232,9 @@ impl EngineBuilder {
             .tool_latency(tool_latency(registry))
             .agents(agent_resolver(registry, client, env))
             .agent_graph(registry.server().agent_graph)
+            .metrics_labels(crate::metrics::LabelBounds::from(
+                &registry.server().metrics_labels,
+            ))
     }
 }
 

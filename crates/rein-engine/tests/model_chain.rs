@@ -446,6 +446,7 @@ fn question(stream: bool) -> rein_engine::run::ModelAsk {
         stream,
         cancel: rein_engine::run::CancellationToken::new(),
         observer: None,
+        tenant: None,
     }
 }
 
@@ -475,6 +476,50 @@ async fn a_streamed_answer_holds_its_provider_slot_until_it_ends() {
     futures_util::future::join3(one(), one(), one()).await;
     assert_eq!(slow.request_count(), 3);
     assert_eq!(slow.peak_in_flight(), 1, "one stream at a time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_call_is_counted_when_its_stream_ends_and_a_dropped_one_as_cancelled() {
+    use futures_util::StreamExt;
+    let h = harness(Faults::none()).await;
+    let model = MockModel::start_with(
+        MockModelConfig::default().with_fallback_text("one two three four five six"),
+    )
+    .await
+    .unwrap();
+    let binding = binding_of(&model.openai_base_url(), None);
+    let calls = |outcome: &str| {
+        h.engine.metrics().get(
+            "rein_model_calls_total",
+            &[("provider", "primary"), ("outcome", outcome)],
+        )
+    };
+    // Read to its end: counted once, ok, with its time to first event.
+    let answer = h.engine.ask_model(&binding, question(true)).await.unwrap();
+    let rein_engine::run::ModelReply::Stream(mut stream) = answer.reply else {
+        panic!("a stream was asked for");
+    };
+    assert_eq!(calls("ok"), 0, "not before the stream ends");
+    while stream.next().await.is_some() {}
+    assert_eq!(calls("ok"), 1, "{}", h.engine.metrics().render());
+    drop(stream);
+    assert_eq!(calls("ok"), 1, "the drop after the end adds nothing");
+    assert_eq!(
+        h.engine.metrics().get(
+            "rein_model_time_to_first_event_seconds_count",
+            &[("provider", "primary")]
+        ),
+        1
+    );
+    // Dropped after its first event: the caller went away.
+    let answer = h.engine.ask_model(&binding, question(true)).await.unwrap();
+    let rein_engine::run::ModelReply::Stream(mut stream) = answer.reply else {
+        panic!("a stream was asked for");
+    };
+    stream.next().await.unwrap().unwrap();
+    drop(stream);
+    assert_eq!(calls("cancelled"), 1, "{}", h.engine.metrics().render());
+    assert_eq!(calls("ok"), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -74,6 +74,7 @@ fn question() -> (ModelAsk, Seen) {
         stream: false,
         cancel: CancellationToken::new(),
         observer: Some(observer),
+        tenant: None,
     };
     (ask, seen)
 }

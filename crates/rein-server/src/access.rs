@@ -21,7 +21,10 @@
 //! `status`, `latency_ms` (until the answer's head; a stream goes on after
 //! it), `tenant` (once authenticated), `peer` and `request_id`. The other
 //! lines about a request (refusals, failed authentication) name it by the
-//! same [`route`], never by its raw path.
+//! same [`route`], never by its raw path. The same latency, by route
+//! template, method and status class, is the
+//! `rein_http_request_duration_seconds` histogram
+//! ([`crate::request_metrics`]).
 //!
 //! Answers hyper gives by itself, before the router sees a request (a
 //! malformed request line, a head over the size limit, a head that took
@@ -99,7 +102,11 @@ pub fn peer(extensions: &Extensions) -> String {
 
 /// The middleware: assigns the request id, answers it in `Request-Id`,
 /// and writes the access line once the answer's head is ready.
-pub async fn record(mut request: Request, next: Next) -> Response {
+pub async fn record(
+    axum::extract::State(state): axum::extract::State<Arc<crate::AppState>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let started = Instant::now();
     let id: Arc<str> = match request.headers().get(REQUEST_ID).and_then(valid_request_id) {
         Some(id) => Arc::from(id),
@@ -115,7 +122,11 @@ pub async fn record(mut request: Request, next: Next) -> Response {
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(REQUEST_ID, value);
     }
-    let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let elapsed = started.elapsed();
+    state
+        .requests
+        .observe(&route, &method, response.status(), elapsed);
+    let latency_ms = elapsed.as_secs_f64() * 1000.0;
     let tenant = tenant.0.get().map_or("-", TenantId::as_str);
     tracing::info!(
         target: "rein::access",

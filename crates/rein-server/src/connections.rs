@@ -211,54 +211,6 @@ impl Connections {
             self.log_refusals(count, limit);
         }
     }
-
-    /// The counters in the Prometheus text format.
-    pub fn render(&self) -> String {
-        use rein_engine::metrics::{Kind, write_family};
-        let mut out = String::new();
-        let get = |c: &AtomicU64| c.load(Ordering::Acquire);
-        let no_labels: &[(&str, &str)] = &[];
-        write_family(
-            &mut out,
-            "rein_connections_open",
-            Kind::Gauge,
-            "HTTP connections open now.",
-            &[(no_labels, get(&self.open))],
-        );
-        write_family(
-            &mut out,
-            "rein_connections_accepted_total",
-            Kind::Counter,
-            "HTTP connections accepted and served.",
-            &[(no_labels, get(&self.accepted))],
-        );
-        write_family(
-            &mut out,
-            "rein_connections_refused_total",
-            Kind::Counter,
-            "HTTP connections refused at once because server.limits.max_connections were open.",
-            &[(no_labels, get(&self.refused))],
-        );
-        write_family(
-            &mut out,
-            "rein_connections_closed_total",
-            Kind::Counter,
-            "HTTP connections the server closed for a client's slowness, by reason.",
-            &[
-                (&[("reason", "header_timeout")], get(&self.cut_header)),
-                (&[("reason", "idle_timeout")], get(&self.cut_idle)),
-                (&[("reason", "write_timeout")], get(&self.cut_write)),
-            ],
-        );
-        write_family(
-            &mut out,
-            "rein_request_body_timeouts_total",
-            Kind::Counter,
-            "Requests answered 408 because their body stopped arriving for server.limits.body_timeout.",
-            &[(no_labels, get(&self.body_timeouts))],
-        );
-        out
-    }
 }
 
 /// Accepts connections on `listener` and serves `app` on each, within
@@ -647,6 +599,64 @@ impl AsyncWrite for Watched {
     }
 }
 
+/// The reason label of `rein_connections_closed_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct CutLabel {
+    reason: &'static str,
+}
+
+impl prometheus_client::collector::Collector for Connections {
+    /// The counters, read at each scrape.
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use crate::request_metrics::{counter, encode_one, gauge};
+        use prometheus_client::encoding::EncodeMetric;
+        let get = |c: &AtomicU64| c.load(Ordering::Acquire);
+        encode_one(
+            &mut encoder,
+            "rein_connections_open",
+            "HTTP connections open now",
+            &gauge(get(&self.open)),
+        )?;
+        encode_one(
+            &mut encoder,
+            "rein_connections_accepted",
+            "HTTP connections accepted and served",
+            &counter(get(&self.accepted)),
+        )?;
+        encode_one(
+            &mut encoder,
+            "rein_connections_refused",
+            "HTTP connections refused at once because server.limits.max_connections were open",
+            &counter(get(&self.refused)),
+        )?;
+        let mut family = encoder.encode_descriptor(
+            "rein_connections_closed",
+            "HTTP connections the server closed for a client's slowness, by reason",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for (reason, value) in [
+            (Cut::HeaderTimeout, get(&self.cut_header)),
+            (Cut::IdleTimeout, get(&self.cut_idle)),
+            (Cut::WriteTimeout, get(&self.cut_write)),
+        ] {
+            let labels = CutLabel {
+                reason: reason.as_str(),
+            };
+            counter(value).encode(family.encode_family(&labels)?)?;
+        }
+        encode_one(
+            &mut encoder,
+            "rein_request_body_timeouts",
+            "Requests answered 408 because their body stopped arriving for server.limits.body_timeout",
+            &counter(get(&self.body_timeouts)),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -709,9 +719,11 @@ mod tests {
 
     #[test]
     fn the_counters_render_as_prometheus_families() {
-        let connections = Connections::default();
+        let connections = std::sync::Arc::new(Connections::default());
         connections.cut_write.fetch_add(2, Ordering::AcqRel);
-        let text = connections.render();
+        let metrics = rein_engine::metrics::Metrics::default();
+        metrics.register_collector(Box::new(connections.clone()));
+        let text = metrics.render();
         assert!(
             text.contains("# TYPE rein_connections_open gauge\nrein_connections_open 0\n"),
             "{text}"

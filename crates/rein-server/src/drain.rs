@@ -225,23 +225,6 @@ impl Drain {
         *self.inner.admitted.borrow()
     }
 
-    /// The admitted work in the Prometheus text format.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        let no_labels: &[(&str, &str)] = &[];
-        rein_engine::metrics::write_family(
-            &mut out,
-            "rein_work_admitted",
-            rein_engine::metrics::Kind::Gauge,
-            "Requests and queue work admitted and not finished yet (a drain waits for them).",
-            &[(
-                no_labels,
-                u64::try_from(self.admitted()).unwrap_or(u64::MAX),
-            )],
-        );
-        out
-    }
-
     /// Waits until no admission lives and `state`'s engine drives no run,
     /// or `until`; whether it got there.
     async fn settled(&self, state: &AppState, until: Instant) -> bool {

@@ -27,8 +27,8 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
-use rein_core::Category;
 use rein_core::header::DEADLINE_HEADER;
+use rein_core::{Category, TenantId};
 use rein_engine::provider::{
     FinishReason, Message, ModelRequest, ModelResponse, StreamEvent, ToolCall,
 };
@@ -95,10 +95,11 @@ pub async fn chat_completions(
         Ok(d) => d,
         Err(problem) => return problem.into_response(),
     };
-    let chat = match parse(&body) {
+    let mut chat = match parse(&body) {
         Ok(chat) => chat,
         Err(problem) => return problem.into_response(),
     };
+    chat.tenant = Some(tenant.clone());
     if chat.stream {
         // Dropped with the response when the client goes away: the
         // provider call is aborted with it.
@@ -123,6 +124,8 @@ pub async fn chat_completions(
 /// A parsed request.
 struct Chat {
     binding: String,
+    /// The caller's tenant (its key's), for the metrics.
+    tenant: Option<TenantId>,
     request: ModelRequest,
     stream: bool,
     include_usage: bool,
@@ -537,6 +540,8 @@ fn parse(body: &[u8]) -> Result<Chat, Problem> {
         .collect();
     Ok(Chat {
         binding: chat.model,
+        // The caller's, set once the body is parsed.
+        tenant: None,
         request: ModelRequest {
             model: String::new(),
             messages: chat.messages.into_iter().map(Message::from).collect(),
@@ -588,6 +593,7 @@ async fn ask(
         stream,
         cancel: rein_engine::run::CancellationToken::new(),
         observer: None,
+        tenant: chat.tenant.clone(),
     };
     state
         .engine

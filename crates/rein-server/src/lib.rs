@@ -34,7 +34,8 @@
 //! | [`readiness`] | whether the queue workers still loop, for `/readyz` |
 //! | [`extract`] | extractors whose rejections are problems |
 //! | [`document`] | the OpenAPI document, with this server's limits |
-//! | [`metrics`] | the engine's counters for a Prometheus scraper |
+//! | [`metrics`] | the engine's metrics and the server's for a Prometheus scraper |
+//! | [`request_metrics`] | the API request histogram; connection and drain values |
 //! | [`connections`] | the accept loop: connection limit, header/body/idle timeouts |
 //! | [`drain`] | SIGTERM/SIGINT: finish or hand on the work in flight, then exit |
 #![forbid(unsafe_code)]
@@ -60,6 +61,7 @@ pub mod problem;
 pub mod quota;
 pub mod readiness;
 pub mod recovery;
+pub mod request_metrics;
 pub mod runs;
 pub mod singleton;
 pub mod slots;
@@ -256,8 +258,10 @@ pub fn document(settings: &ServerSpec) -> utoipa::openapi::OpenApi {
     doc
 }
 
-/// The engine's counters (breaker transitions, fallbacks, queue waits,
-/// retries, calls, outcomes; per provider, tool and arm) in the Prometheus
+/// The engine's metrics (runs, model and tool calls with their latency
+/// histograms, tokens, cost, breakers, retries, fallbacks, compensations,
+/// handoffs, idempotency, budgets; per tenant, agent, tool, provider and
+/// model) and the server's (API requests, connections) in the Prometheus
 /// text format. Per process, like the breakers they describe.
 ///
 /// With `[[server.api_keys]]` configured it needs the key of a tenant in
@@ -279,13 +283,10 @@ pub async fn metrics(
     (
         [(
             axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
+            rein_engine::metrics::CONTENT_TYPE,
         )],
-        // The server's own connection counters follow the engine's.
-        state.engine.metrics().render()
-            + &state.connections.render()
-            + &state.drain.render()
-            + &state.quotas.render(),
+        // The server's own families are in the engine's registry.
+        state.engine.metrics().render(),
     )
         .into_response()
 }
@@ -451,7 +452,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(axum::middleware::map_response(
             problem::plain_errors_as_problems,
         ))
-        .layer(axum::middleware::from_fn(access::record))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            access::record,
+        ))
         .with_state(state)
 }
 

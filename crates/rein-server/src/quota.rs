@@ -300,25 +300,35 @@ impl Quotas {
         );
         e
     }
+}
 
-    /// The refusal counters in the Prometheus text format.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        let labels: Vec<[(&str, &str); 1]> =
-            Quota::ALL.iter().map(|q| [("quota", q.as_str())]).collect();
-        let samples: Vec<(&[(&str, &str)], u64)> = Quota::ALL
-            .iter()
-            .zip(&labels)
-            .map(|(q, l)| (&l[..], self.refused(*q)))
-            .collect();
-        rein_engine::metrics::write_family(
-            &mut out,
-            "rein_quota_exceeded_total",
-            rein_engine::metrics::Kind::Counter,
-            "Submissions refused with 429 because their tenant was over a [server.quotas] quota.",
-            &samples,
-        );
-        out
+/// The quota label of `rein_quota_exceeded_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct QuotaLabel {
+    quota: &'static str,
+}
+
+impl prometheus_client::collector::Collector for Quotas {
+    /// The refusal counters, read at each scrape.
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        let mut family = encoder.encode_descriptor(
+            "rein_quota_exceeded",
+            "Submissions refused with 429 because their tenant was over a [server.quotas] quota",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for quota in Quota::ALL {
+            let labels = QuotaLabel {
+                quota: quota.as_str(),
+            };
+            crate::request_metrics::counter(self.refused(quota))
+                .encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
     }
 }
 
@@ -422,7 +432,9 @@ mod tests {
     #[test]
     fn the_queued_cap_reads_the_stores_count() {
         let config = quotas("max_queued = 3\n");
-        let q = Quotas::default();
+        let q = Arc::new(Quotas::default());
+        let metrics = rein_engine::metrics::Metrics::default();
+        metrics.register_collector(Box::new(q.clone()));
         let acme = tenant("acme");
         assert!(q.enqueue(config.of(&acme), &acme, 2).is_ok());
         let refused = q.enqueue(config.of(&acme), &acme, 3).unwrap_err();
@@ -431,7 +443,8 @@ mod tests {
         assert_eq!(problem.status, 429);
         assert_eq!(problem.retry_after, Some(1));
         assert!(
-            q.render()
+            metrics
+                .render()
                 .contains("rein_quota_exceeded_total{quota=\"max_queued\"} 1")
         );
     }

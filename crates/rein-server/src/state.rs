@@ -37,12 +37,14 @@ pub struct AppState {
     /// Whether the queue workers still loop, for `/readyz`.
     pub health: crate::readiness::Health,
     /// Whether the server is draining ([`crate::drain`]).
-    pub drain: crate::drain::Drain,
+    pub drain: Arc<crate::drain::Drain>,
     /// The counters of its connections ([`crate::connections`]).
-    pub connections: crate::connections::Connections,
+    pub connections: Arc<crate::connections::Connections>,
+    /// The API request histogram ([`crate::request_metrics`]).
+    pub requests: crate::request_metrics::RequestMetrics,
     /// Per-tenant quota state: submission buckets, own running runs,
     /// refusals ([`crate::quota`]).
-    pub quotas: crate::quota::Quotas,
+    pub quotas: Arc<crate::quota::Quotas>,
     /// The run slots ([`crate::slots`]).
     pub slots: Arc<crate::slots::RunSlots>,
     /// The queue workers' round between tenants ([`crate::fair`]).
@@ -63,6 +65,19 @@ impl AppState {
         models: std::collections::BTreeMap<String, rein_engine::run::ModelBinding>,
     ) -> AppState {
         let settings = registry.server().clone();
+        let engine = Arc::new(engine);
+        let drain = Arc::new(crate::drain::Drain::default());
+        let connections = Arc::new(crate::connections::Connections::default());
+        let quotas = Arc::new(crate::quota::Quotas::default());
+        // The server's families join the engine's: one `/metrics`.
+        let requests = crate::request_metrics::RequestMetrics::register(
+            engine.metrics(),
+            &connections,
+            &drain,
+        );
+        engine
+            .metrics()
+            .register_collector(Box::new(quotas.clone()));
         let settings_quotas = settings.quotas.clone();
         AppState {
             workers: usize::try_from(settings.queue.workers.get()).unwrap_or(1),
@@ -70,14 +85,15 @@ impl AppState {
             registry,
             schemas,
             store,
-            engine: Arc::new(engine),
+            engine,
             client,
             queue: Notify::new(),
             models,
             health: Default::default(),
-            drain: Default::default(),
-            connections: Default::default(),
-            quotas: Default::default(),
+            drain,
+            connections,
+            requests,
+            quotas,
             slots: Arc::new(crate::slots::RunSlots::new(
                 settings_quotas.run_slots,
                 settings_quotas.weights(),

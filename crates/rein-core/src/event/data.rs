@@ -175,6 +175,8 @@ mod tests {
             model: "m".into(),
             attempt: 1,
             cost: None,
+            elapsed: None,
+            first_event: None,
             result: ModelCallResult::Failed(ModelCallFailed {
                 ok: Flag,
                 category: Category::Unauthorized,

@@ -46,6 +46,26 @@ pub struct ModelCallFinished {
         skip_serializing_if = "Option::is_none"
     )]
     pub cost: Option<Cost>,
+    /// How long the attempt took, from its request to its answer or
+    /// failure (for a streamed answer, to its last event): what the
+    /// model-call latency histogram observes. Absent in events written
+    /// before attempts were timed.
+    #[serde(
+        rename = "elapsed_ms",
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "super::millis::option"
+    )]
+    pub elapsed: Option<Duration>,
+    /// For a streamed attempt: how long its first event took to arrive
+    /// (time to first token). Absent for a whole answer.
+    #[serde(
+        rename = "first_event_ms",
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "super::millis::option"
+    )]
+    pub first_event: Option<Duration>,
     /// An answer or a failure.
     #[serde(flatten)]
     pub result: ModelCallResult,

@@ -176,7 +176,11 @@ impl<'a> Checker<'a> {
             None => BreakersConfig::default(),
         };
         let server = match &merged.server {
-            Some(entry) => self.server(entry.file, entry.config),
+            Some(entry) => {
+                let mut spec = self.server(entry.file, entry.config);
+                spec.metrics_labels = self.metrics_labels(entry.file, entry.config, &spec, &agents);
+                spec
+            }
             None => ServerSpec::default(),
         };
         Registry {
@@ -2250,6 +2254,26 @@ impl<'a> Checker<'a> {
         }
         spec.quotas = quotas;
         spec
+    }
+
+    /// `[server.metrics_labels]`: tenants a request can act for, agents of
+    /// this config, each list within `max_values`.
+    fn metrics_labels(
+        &mut self,
+        file: &Path,
+        c: &ServerConfig,
+        spec: &ServerSpec,
+        agents: &BTreeMap<String, AgentSpec>,
+    ) -> super::MetricsLabels {
+        let known = super::metrics_labels::Known {
+            key_tenants: spec.api_keys.iter().map(|k| &k.tenant).collect(),
+            agents: agents.keys().map(String::as_str).collect(),
+        };
+        let (labels, problems) = super::metrics_labels::check(&c.metrics_labels, &known);
+        for (field, message) in problems {
+            self.report(file, field, message);
+        }
+        labels
     }
 
     /// `server.metrics_tenants`: tenants that have a key, and only where

@@ -488,6 +488,8 @@ pub struct ServerConfig {
     pub metrics: Option<super::exposure::MetricsAccess>,
     /// The tenants whose keys may read a protected `/metrics`.
     pub metrics_tenants: Vec<String>,
+    /// Which tenants and agents get a label value of their own.
+    pub metrics_labels: super::metrics_labels::MetricsLabelsConfig,
 
     // ----- quotas: per-tenant limits, fair queue, run slots ------------
     /// Per-tenant submission rate and run caps, fair queue weights and the

@@ -61,6 +61,7 @@
 //! | a `[server.cors]` without origins, or with `*`, `null`, an origin with a path, a method other than GET and POST, or a header that is no header name | `server.cors.<field>[N]` |
 //! | an `allowed_hosts` entry whose last label is a number (`127.1`, `10.0.0.05`): the message names the canonical address | `server.allowed_hosts[N]` |
 //! | a `metrics_tenants` entry that is no tenant of an `api_keys` entry; any with `metrics = "open"` | `server.metrics_tenants[N]`, `server.metrics_tenants` |
+//! | a `metrics_labels.tenants` entry no request can act for, a `metrics_labels.agents` entry that is no agent, either listed twice or more than `max_values`; a `max_values` outside 1..=1000 | `server.metrics_labels.<field>[N]`, `server.metrics_labels.<field>` |
 //!
 //! # Defaults
 //!
@@ -116,6 +117,7 @@ mod config;
 mod constants;
 mod exposure;
 mod fan_out;
+mod metrics_labels;
 mod model_tools;
 mod problem;
 mod quotas;
@@ -154,6 +156,9 @@ pub use exposure::{
 };
 pub use fan_out::{
     DEFAULT_MAX_CALLS_PER_TURN, FanOutConfig, FanOutLimits, MAX_CALLS_PER_TURN, ResourceKey,
+};
+pub use metrics_labels::{
+    DEFAULT_METRICS_LABEL_VALUES, MAX_METRICS_LABEL_VALUES, MetricsLabels, MetricsLabelsConfig,
 };
 pub use problem::{ConfigProblem, Position, SchemaIssue};
 pub use quotas::{

@@ -62,6 +62,9 @@ use crate::ids::TenantId;
 /// | `cors.allowed_headers` | [`DEFAULT_CORS_ALLOWED_HEADERS`](super::DEFAULT_CORS_ALLOWED_HEADERS) (`authorization`, `content-type`, `idempotency-key`, `last-event-id`, `rein-deadline-ms`, `request-id`) | header names, no `*` |
 /// | `metrics` | `protected`: with keys configured, `/metrics` needs the key of a tenant in `metrics_tenants` | `protected`, `open` (anyone who reaches the server) |
 /// | `metrics_tenants` | none: with keys and `protected`, no key reads `/metrics` | tenants of `[[server.api_keys]]` entries; only with `metrics = "protected"` |
+/// | `metrics_labels.tenants` | none: the first `max_values` tenants seen keep their label value, the rest are `other` | tenants of `[[server.api_keys]]` entries (without keys: `default`), at most `max_values` |
+/// | `metrics_labels.agents` | none: the first `max_values` agents seen keep their label value, the rest are `other` | `[agents.*]` names, at most `max_values` |
+/// | `metrics_labels.max_values` | [`DEFAULT_METRICS_LABEL_VALUES`](super::DEFAULT_METRICS_LABEL_VALUES) (50) | 1..=[`MAX_METRICS_LABEL_VALUES`](super::MAX_METRICS_LABEL_VALUES) (1000) |
 /// | `limits.header_timeout` | [`DEFAULT_HEADER_TIMEOUT`] (10 s) | [`MIN_CONNECTION_TIMEOUT`](super::MIN_CONNECTION_TIMEOUT)..=[`MAX_CONNECTION_TIMEOUT`](super::MAX_CONNECTION_TIMEOUT) (100 ms..=1 h) |
 /// | `limits.body_timeout` | [`DEFAULT_BODY_TIMEOUT`] (30 s) | 100 ms..=1 h |
 /// | `limits.idle_timeout` | [`DEFAULT_IDLE_TIMEOUT`] (60 s) | 100 ms..=1 h |
@@ -106,6 +109,9 @@ pub struct ServerSpec {
     /// The tenants whose keys may read `/metrics` when it is protected
     /// (each the tenant of an `api_keys` entry).
     pub metrics_tenants: Vec<TenantId>,
+    /// Which tenants and agents get a label value of their own in
+    /// `/metrics` (`[server.metrics_labels]`).
+    pub metrics_labels: super::metrics_labels::MetricsLabels,
 
     // ----- quotas: per-tenant limits, fair queue, run slots --------------
     /// `[server.quotas]` (see [`super::ServerQuotas`] for the defaults).
@@ -129,6 +135,7 @@ impl Default for ServerSpec {
             cors: None,
             metrics: MetricsAccess::default(),
             metrics_tenants: Vec::new(),
+            metrics_labels: Default::default(),
             quotas: super::quotas::ServerQuotas::default(),
         }
     }

@@ -1801,6 +1801,58 @@ fn metrics_tenants_without_a_key_or_with_open_metrics_are_refused() {
 }
 
 #[test]
+fn metrics_labels_are_read_and_default_to_the_first_fifty_seen() {
+    let reg = build(&[(
+        "rein.toml",
+        &with_keys(
+            "[server.metrics_labels]\ntenants = [\"acme\"]\nagents = [\"order_desk\"]\nmax_values = 5\n",
+        ),
+    )])
+    .unwrap();
+    let labels = &reg.server().metrics_labels;
+    assert_eq!(labels.tenants, Some(vec![TenantId::new("acme").unwrap()]));
+    assert_eq!(labels.agents, Some(vec!["order_desk".to_owned()]));
+    assert_eq!(labels.max_values, 5);
+    let reg = build(&[("rein.toml", BASE)]).unwrap();
+    assert_eq!(reg.server().metrics_labels, MetricsLabels::default());
+    assert_eq!(
+        reg.server().metrics_labels.max_values,
+        DEFAULT_METRICS_LABEL_VALUES
+    );
+}
+
+#[test]
+fn metrics_labels_no_request_could_carry_are_refused_with_their_field() {
+    let text = with_keys(
+        "[server.metrics_labels]\ntenants = [\"acme\", \"nobody\", \"acme\"]\nagents = [\"ghost\"]\nmax_values = 2\n",
+    );
+    assert_eq!(
+        fields(&text),
+        [
+            "server.metrics_labels.tenants",
+            "server.metrics_labels.tenants[1]",
+            "server.metrics_labels.tenants[2]",
+            "server.metrics_labels.agents[0]",
+        ]
+    );
+    assert!(message_of(&text, "server.metrics_labels.tenants").contains("max_values (2)"));
+    assert!(
+        message_of(&text, "server.metrics_labels.tenants[1]").contains("keys exist for: acme, ops")
+    );
+    assert!(message_of(&text, "server.metrics_labels.tenants[2]").contains("listed twice"));
+    assert!(
+        message_of(&text, "server.metrics_labels.agents[0]").contains("agents: order_desk"),
+        "{}",
+        message_of(&text, "server.metrics_labels.agents[0]")
+    );
+    // Without keys every request is `default`'s.
+    let no_keys = with_extra("[server.metrics_labels]\ntenants = [\"default\", \"acme\"]\n");
+    assert_eq!(fields(&no_keys), ["server.metrics_labels.tenants[1]"]);
+    let zero = with_extra("[server.metrics_labels]\nmax_values = 0\n");
+    assert!(message_of(&zero, "server.metrics_labels.max_values").contains("1..=1000"));
+}
+
+#[test]
 fn numeric_allowed_hosts_are_refused_naming_the_address() {
     let text = with_extra("[server]\nallowed_hosts = [\"10.0.0.05:8787\", \"127.1\"]\n");
     assert_eq!(

@@ -32,7 +32,7 @@ pub struct Emitter {
     run_id: RunId,
     clock: Arc<dyn Clock>,
     observer: Option<Observer>,
-    metrics: Option<Arc<crate::metrics::Metrics>>,
+    metrics: Option<(Arc<crate::metrics::Metrics>, crate::metrics::Scope)>,
     buffer: Mutex<Vec<Event>>,
     /// Whether log lines name the run (a gateway call's emitter has an id
     /// of its own that names no run, so its lines omit it).
@@ -52,10 +52,28 @@ impl Emitter {
         }
     }
 
-    /// Counts every event in `metrics` as it is emitted.
-    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
-        self.metrics = Some(metrics);
+    /// Counts every event in `metrics` as it is emitted, under the tenant
+    /// and agent labels of `scope`.
+    pub fn with_metrics(
+        mut self,
+        metrics: Arc<crate::metrics::Metrics>,
+        scope: crate::metrics::Scope,
+    ) -> Self {
+        self.metrics = Some((metrics, scope));
         self
+    }
+
+    /// What announces events after this emitter is gone (a stream that
+    /// outlives the call that opened it): the log, the observer and the
+    /// metrics, never the store.
+    pub(crate) fn announcer(&self) -> Announcer {
+        Announcer {
+            run_id: self.run_id.clone(),
+            clock: self.clock.clone(),
+            observer: self.observer.clone(),
+            metrics: self.metrics.clone(),
+            log_run: self.log_run,
+        }
     }
 
     /// Leaves the run id out of log lines: it names no run (a gateway
@@ -111,8 +129,8 @@ impl Emitter {
             if let Some(observer) = &self.observer {
                 observer(event);
             }
-            if let Some(metrics) = &self.metrics {
-                metrics.record(event);
+            if let Some((metrics, scope)) = &self.metrics {
+                metrics.record(event, scope);
             }
         }
     }
@@ -132,6 +150,35 @@ impl Emitter {
         let mut buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
         events.append(&mut buffer);
         *buffer = events;
+    }
+}
+
+/// Announces events of an emitter that may be gone ([`Emitter::announcer`]):
+/// to the log, the observer and the metrics. Nothing it announces is
+/// stored, so it serves only calls whose events are not (a gateway call's
+/// stream).
+#[derive(Clone)]
+pub(crate) struct Announcer {
+    run_id: RunId,
+    clock: Arc<dyn Clock>,
+    observer: Option<Observer>,
+    metrics: Option<(Arc<crate::metrics::Metrics>, crate::metrics::Scope)>,
+    log_run: bool,
+}
+
+impl Announcer {
+    /// Announces an event now, redacted like every event.
+    pub(crate) fn announce(&self, c: &Correlation, data: impl Into<EventData>) {
+        let emitter = Emitter {
+            run_id: self.run_id.clone(),
+            clock: self.clock.clone(),
+            observer: self.observer.clone(),
+            metrics: self.metrics.clone(),
+            buffer: Mutex::new(Vec::new()),
+            log_run: self.log_run,
+        };
+        let event = emitter.event(c, data);
+        emitter.announce(std::slice::from_ref(&event));
     }
 }
 

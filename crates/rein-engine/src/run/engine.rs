@@ -62,6 +62,7 @@ pub struct EngineBuilder {
     pub(super) claim_renewal: Option<std::time::Duration>,
     pub(super) agents: Option<tree::AgentResolver>,
     pub(super) agent_graph: AgentGraphLimits,
+    pub(super) metrics_labels: crate::metrics::LabelBounds,
     /// This node's id and the refresh interval of shared breaker openings.
     pub(super) shared_breakers: Option<(String, std::time::Duration)>,
     /// This engine's public node id; a fresh one when unset.
@@ -95,6 +96,14 @@ impl EngineBuilder {
     /// runs).
     pub fn agent_graph(mut self, limits: AgentGraphLimits) -> Self {
         self.agent_graph = limits;
+        self
+    }
+
+    /// Bounds the tenant and agent label values of the metrics by
+    /// `bounds` (default: the first
+    /// [`DEFAULT_MAX_VALUES`](crate::metrics::DEFAULT_MAX_VALUES) of each).
+    pub fn metrics_labels(mut self, bounds: crate::metrics::LabelBounds) -> Self {
+        self.metrics_labels = bounds;
         self
     }
 
@@ -227,7 +236,7 @@ impl EngineBuilder {
                 rng: Mutex::new(rng),
                 slots: concurrency::GroupSlots::new(self.clock.clone()),
                 provider_slots: concurrency::GroupSlots::new(self.clock.clone()),
-                metrics: Arc::default(),
+                metrics: Arc::new(crate::metrics::Metrics::new(self.metrics_labels)),
                 live: tree::LiveRegistry::default(),
                 shared_breakers,
                 latency,
@@ -299,6 +308,7 @@ impl Engine {
             claim_renewal: None,
             agents: None,
             agent_graph: AgentGraphLimits::default(),
+            metrics_labels: crate::metrics::LabelBounds::default(),
             shared_breakers: None,
             node: None,
             tool_latency: std::collections::BTreeMap::new(),

@@ -216,6 +216,7 @@ impl Engine {
         let owner = self.claim(&run_id, self.claim_hold(agent)).await?;
         let lost = CancellationToken::new();
         let _heartbeat = self.heartbeat(&run_id, &owner, &lost);
+        let scope = self.shared.metrics.scope(tenant.as_str(), &agent.name);
         let ctx = RunCtx {
             run_id: run_id.clone(),
             tenant,
@@ -223,7 +224,7 @@ impl Engine {
             agent,
             store: &self.store,
             emitter: Emitter::new(run_id.clone(), self.clock.clone(), request.observer)
-                .with_metrics(self.shared.metrics.clone()),
+                .with_metrics(self.shared.metrics.clone(), scope),
             provider_calls: std::sync::atomic::AtomicU32::new(0),
             last_input_tokens: std::sync::atomic::AtomicU64::new(0),
             model_failures: Default::default(),

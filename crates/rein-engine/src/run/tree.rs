@@ -253,6 +253,8 @@ mod tests {
                 model: "m".into(),
                 attempt: 1,
                 cost: None,
+                elapsed: None,
+                first_event: None,
                 result: if ok {
                     ModelCallResult::Answered(ModelAnswered {
                         ok: Flag,

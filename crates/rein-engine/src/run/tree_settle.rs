@@ -208,8 +208,12 @@ impl Engine {
             input: member.record.input.clone(),
             agent,
             store: &self.store,
-            emitter: Emitter::new(run_id, self.clock.clone(), None)
-                .with_metrics(self.shared.metrics.clone()),
+            emitter: Emitter::new(run_id, self.clock.clone(), None).with_metrics(
+                self.shared.metrics.clone(),
+                self.shared
+                    .metrics
+                    .scope(member.record.tenant.as_str(), &agent.name),
+            ),
             provider_calls: std::sync::atomic::AtomicU32::new(0),
             last_input_tokens: std::sync::atomic::AtomicU64::new(0),
             model_failures: Default::default(),

@@ -55,6 +55,9 @@ pub struct ModelAsk {
     /// Sees every decision (slot waits, breaker transitions, retries,
     /// fallbacks) as it happens.
     pub observer: Option<crate::run::Observer>,
+    /// The caller's tenant, for the metrics' `tenant` label (`none` when
+    /// absent); a call outside a run has no agent.
+    pub tenant: Option<rein_core::TenantId>,
 }
 
 /// A binding's answer and the link that gave it.
@@ -173,7 +176,15 @@ impl Engine {
                 self.clock.clone(),
                 ask.observer,
             )
-            .with_metrics(self.shared.metrics.clone())
+            .with_metrics(
+                self.shared.metrics.clone(),
+                self.shared.metrics.scope(
+                    ask.tenant
+                        .as_ref()
+                        .map_or(crate::metrics::NONE, rein_core::TenantId::as_str),
+                    crate::metrics::NONE,
+                ),
+            )
             .without_run_in_logs(),
             cancel: &ask.cancel,
         };

@@ -5,12 +5,17 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use rein_core::Failure;
-use rein_core::breaker::ArmKind;
-use rein_core::event::BreakerStateChanged;
+use std::time::Duration;
 
-use crate::provider::{StreamEvent, TurnStream};
-use crate::run::emitter::{Correlation, Emitter};
+use rein_core::breaker::ArmKind;
+use rein_core::event::{
+    BreakerStateChanged, Flag, ModelAnswered, ModelCallFailed, ModelCallFinished, ModelCallResult,
+};
+use rein_core::registry::Price;
+use rein_core::{Category, Failure};
+
+use crate::provider::{ModelResponse, StreamEvent, TurnStream};
+use crate::run::emitter::{Announcer, Correlation, Emitter};
 use crate::run::permit::HeldPermit;
 
 /// A provider call's breaker permit and concurrency slot, both given back
@@ -64,6 +69,88 @@ impl Held {
 pub(super) struct GuardedStream {
     pub(super) inner: TurnStream,
     pub(super) held: Option<Held>,
+    /// What the attempt's `model_call_finished` needs, until it is
+    /// announced at the stream's end.
+    pub(super) end: Option<StreamEnd>,
+}
+
+/// A streamed attempt whose `model_call_finished` waits for the stream's
+/// end: the gateway reads the stream after the call that opened it
+/// returned, so the event is announced (log, observer, metrics) then, and
+/// a stream's mid-way failure is counted like any failed attempt.
+pub(super) struct StreamEnd {
+    pub(super) announcer: Announcer,
+    pub(super) c: Correlation,
+    pub(super) provider: String,
+    pub(super) model: String,
+    pub(super) attempt: u32,
+    pub(super) price: Option<Price>,
+    pub(super) key_env: Option<String>,
+    pub(super) clock: Arc<dyn rein_core::Clock>,
+    /// When the request went out.
+    pub(super) sent: rein_core::Instant,
+    /// How long the first event took.
+    pub(super) first_event: Duration,
+}
+
+impl StreamEnd {
+    /// Announces the attempt's end: the whole turn, or the failure that
+    /// cut it.
+    fn announce(self, outcome: Result<&ModelResponse, &Failure>) {
+        let elapsed = self.clock.now().saturating_duration_since(self.sent);
+        let (cost, result) = match outcome {
+            Ok(response) => (
+                self.price
+                    .map(|p| p.cost(response.usage.input, response.usage.output)),
+                ModelCallResult::Answered(ModelAnswered {
+                    ok: Flag,
+                    usage: response.usage,
+                    finish: response.finish,
+                    tool_calls: response.tool_calls.iter().map(|t| t.name.clone()).collect(),
+                }),
+            ),
+            Err(failure) => {
+                let spent = failure.tokens_spent();
+                (
+                    self.price.map(|p| p.cost(spent, 0)),
+                    ModelCallResult::Failed(ModelCallFailed {
+                        ok: Flag,
+                        category: failure.category(),
+                        reason: failure.human_message().to_owned(),
+                        tokens_spent: spent,
+                        key_env: self.key_env.clone(),
+                    }),
+                )
+            }
+        };
+        self.announcer.announce(
+            &self.c,
+            ModelCallFinished {
+                provider: self.provider,
+                model: self.model,
+                attempt: self.attempt,
+                cost: Some(cost.unwrap_or_default()),
+                elapsed: Some(elapsed),
+                first_event: Some(self.first_event),
+                result,
+            },
+        );
+    }
+}
+
+impl Drop for GuardedStream {
+    /// A stream dropped before its last event (the caller went away) ended
+    /// the attempt too: its event says `cancelled` (the breaker does not
+    /// count it: it is not the provider's failure).
+    fn drop(&mut self) {
+        if let Some(end) = self.end.take() {
+            let provider = end.provider.clone();
+            end.announce(Err(&Failure::new(&provider, Category::Cancelled)
+                .with_human_message(
+                    "the caller stopped reading the stream before its end",
+                )));
+        }
+    }
 }
 
 impl futures_util::Stream for GuardedStream {
@@ -78,12 +165,31 @@ impl futures_util::Stream for GuardedStream {
             Some(Ok(StreamEvent::Done(_))) => Some(Ok(())),
             Some(Err(f)) => Some(Err(f)),
             Some(Ok(StreamEvent::Delta(_))) => None,
-            // Ended without a terminal item: neither success nor failure.
+            // Ended without a terminal item: neither success nor failure
+            // for the breaker; a failure for the attempt's event.
             None => {
                 self.held = None;
+                if let Some(end) = self.end.take() {
+                    let provider = end.provider.clone();
+                    end.announce(Err(&Failure::new(&provider, Category::Transient)
+                        .with_human_message("the stream ended without its last event")));
+                }
                 None
             }
         };
+        match &item {
+            Some(Ok(StreamEvent::Done(response))) => {
+                if let Some(end) = self.end.take() {
+                    end.announce(Ok(response));
+                }
+            }
+            Some(Err(failure)) => {
+                if let Some(end) = self.end.take() {
+                    end.announce(Err(failure));
+                }
+            }
+            _ => {}
+        }
         if let Some(outcome) = outcome
             && let Some(mut held) = self.held.take()
         {

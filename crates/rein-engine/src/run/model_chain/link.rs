@@ -22,7 +22,7 @@ use rein_core::{Category, Failure, Instant, LatencyProfile, ToolClass};
 
 use super::ceiling::Reservation;
 use super::chain::LinkEnd;
-use super::held::{GuardedStream, Held, record_cost, record_transition};
+use super::held::{GuardedStream, Held, StreamEnd, record_cost, record_transition};
 use super::{LinkRef, Mode, Reply, TurnHost};
 use crate::provider::ModelRequest;
 use crate::run::concurrency::{Gate, Slot};
@@ -61,6 +61,13 @@ impl LinkCall<'_> {
             ))
         }
     }
+}
+
+/// An attempt as sent: its number and when its request went out.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    number: u32,
+    at: Instant,
 }
 
 /// How one attempt at a link ended, when it did not end the link.
@@ -241,7 +248,10 @@ impl Engine {
             },
         );
         call.host.calling();
-        let started = self.clock.now();
+        let sent = Sent {
+            number: attempt,
+            at: self.clock.now(),
+        };
         let result = tokio::select! {
             r = self.clock.timeout(allowance, send(call.link, &request, call.mode, allowance)) => match r {
                 Ok(r) => r,
@@ -275,26 +285,12 @@ impl Engine {
         let now = self.clock.now();
         match result {
             Ok(reply) => Ok(Tried::Answered(
-                self.link_answered(
-                    call,
-                    held,
-                    attempt,
-                    reply,
-                    now.saturating_duration_since(started),
-                )
-                .await,
+                self.link_answered(call, held, sent, reply).await,
                 reservation,
             )),
             Err(failure) => {
-                self.link_failed(
-                    call,
-                    held,
-                    attempt,
-                    &failure,
-                    (budget, reservation.grant),
-                    now,
-                )
-                .await?;
+                self.link_failed(call, held, sent, &failure, (budget, reservation.grant), now)
+                    .await?;
                 Ok(Tried::Failed { failure, at: now })
             }
         }
@@ -409,24 +405,38 @@ impl Engine {
         &self,
         call: &LinkCall<'_>,
         mut held: Held,
-        attempt: u32,
+        sent: Sent,
         reply: Reply,
-        elapsed: std::time::Duration,
     ) -> Reply {
         let (emitter, c, provider, model) =
             (call.host.emitter(), call.c, &call.provider, call.link.model);
+        let attempt = sent.number;
         let response = match reply {
             Reply::Stream { first, rest } => {
+                let end = StreamEnd {
+                    announcer: emitter.announcer(),
+                    c: c.clone(),
+                    provider: provider.clone(),
+                    model: model.to_owned(),
+                    attempt,
+                    price: call.link.price,
+                    key_env: call.link.provider.key_env().map(str::to_owned),
+                    clock: held.clock.clone(),
+                    sent: sent.at,
+                    first_event: self.clock.now().saturating_duration_since(sent.at),
+                };
                 return Reply::Stream {
                     first,
                     rest: Box::pin(GuardedStream {
                         inner: rest,
                         held: Some(held),
+                        end: Some(end),
                     }),
                 };
             }
             Reply::Complete(response) => response,
         };
+        let elapsed = self.clock.now().saturating_duration_since(sent.at);
         let (transition, cost) = held.finish(Ok(()));
         record_transition(emitter, c, provider, &transition);
         record_cost(emitter, c, cost.as_ref());
@@ -453,6 +463,8 @@ impl Engine {
                 model: model.to_owned(),
                 attempt,
                 cost: Some(cost),
+                elapsed: Some(elapsed),
+                first_event: None,
                 result: ModelCallResult::Answered(ModelAnswered {
                     ok: Flag,
                     usage: response.usage,
@@ -472,13 +484,14 @@ impl Engine {
         &self,
         call: &LinkCall<'_>,
         mut held: Held,
-        attempt: u32,
+        sent: Sent,
         failure: &Failure,
         (budget, grant): (&mut Budget, Grant),
         now: Instant,
     ) -> Result<(), LinkEnd> {
         let (emitter, c, provider, model) =
             (call.host.emitter(), call.c, &call.provider, call.link.model);
+        let attempt = sent.number;
         let (transition, cost) = held.finish(Err(failure));
         record_transition(emitter, c, provider, &transition);
         record_cost(emitter, c, cost.as_ref());
@@ -506,6 +519,8 @@ impl Engine {
                 model: model.to_owned(),
                 attempt,
                 cost: Some(spent_cost),
+                elapsed: Some(now.saturating_duration_since(sent.at)),
+                first_event: None,
                 result: ModelCallResult::Failed(ModelCallFailed {
                     ok: Flag,
                     category: failure.category(),

@@ -238,6 +238,8 @@ fn the_interrupted_steps_plan_is_replayed_with_its_intents_and_its_turn_is_charg
             model: "m".into(),
             attempt: 1,
             cost: None,
+            elapsed: None,
+            first_event: None,
             result: ModelCallResult::Answered(ModelAnswered {
                 ok: Flag,
                 usage: TokenUsage {
@@ -492,6 +494,8 @@ fn what_the_interrupted_step_cost_and_retried_stays_spent() {
                 model: "m".into(),
                 attempt: 1,
                 cost: Some(Cost::from_micros(700)),
+                elapsed: None,
+                first_event: None,
                 result: ModelCallResult::Failed(ModelCallFailed {
                     ok: Flag,
                     category: Category::Timeout,

@@ -1,0 +1,180 @@
+//! Metrics of every decision the engine makes — counters, histograms and
+//! gauges per tenant, agent, tool, provider, model and arm — on the
+//! `prometheus-client` registry, encoded in the Prometheus text format.
+//!
+//! # Why derived from events
+//!
+//! Events explain one run; an operator watching a fleet needs rates and
+//! tails: how often a provider's breaker opens, how slow the p99 tool call
+//! is, how many tokens a tenant burns. Counting the events as they are
+//! emitted (not as they are stored) keeps one source of truth: a decision
+//! that made no event is not counted, and a counted decision can always be
+//! found in a run's stream. Model retries, tool retries and self-healing
+//! are separate series, so one cannot hide in the other.
+//!
+//! Metrics live in the engine's process, like its breakers; a cluster is
+//! summed by the scraper. The server registers its own families (HTTP
+//! requests, connections) in the same registry ([`Metrics::register`]),
+//! so one [`Metrics::render`] is the whole `/metrics`.
+
+mod families;
+mod labels;
+mod record;
+
+use std::sync::{Mutex, PoisonError};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::registry::{Metric, Registry};
+
+pub use labels::{DEFAULT_MAX_VALUES, LabelBounds, NONE, OTHER, Scope};
+
+/// The content type of [`Metrics::render`]'s text.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// The engine's metrics, and the registry a host adds its own to.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    families: families::Families,
+    bounds: labels::Bounds,
+    /// Each tool's class, as its attempts' `tool_call_started` said (a
+    /// finished attempt's event does not repeat it).
+    classes: Mutex<std::collections::HashMap<String, rein_core::ToolClass>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new(LabelBounds::default())
+    }
+}
+
+impl Metrics {
+    /// Metrics whose tenant and agent labels are bounded by `bounds`.
+    pub fn new(bounds: LabelBounds) -> Self {
+        let mut registry = Registry::default();
+        let families = families::Families::register(&mut registry);
+        Metrics {
+            registry: Mutex::new(registry),
+            families,
+            bounds: labels::Bounds::new(bounds),
+            classes: Mutex::default(),
+        }
+    }
+
+    /// The label values a run of `agent` for `tenant` is counted under
+    /// (each `other` when beyond the bounds).
+    pub fn scope(&self, tenant: &str, agent: &str) -> Scope {
+        self.bounds.scope(tenant, agent)
+    }
+
+    /// Registers a host's own metric (a server's request histogram), so
+    /// [`Metrics::render`] shows it beside the engine's. Register each name
+    /// once per process.
+    pub fn register(&self, name: &str, help: &str, metric: impl Metric) {
+        self.registry().register(name, help, metric);
+    }
+
+    /// Registers a host's collector (values it keeps itself, encoded at
+    /// each scrape).
+    pub fn register_collector(&self, collector: Box<dyn Collector>) {
+        self.registry().register_collector(collector);
+    }
+
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Every metric in the Prometheus text exposition format (0.0.4).
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail; an encoder error would be a bug
+        // of a collector, and the families encoded so far are kept.
+        if let Err(e) =
+            prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry())
+        {
+            tracing::warn!("encoding the metrics failed: {e}");
+        }
+        out
+    }
+
+    /// The sum of every sample named `name` whose labels include all of
+    /// `labels` (0 when none): `rein_tool_calls_total` with
+    /// `[("tool", "update")]` sums over tenants, agents and outcomes.
+    pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        let text = self.render();
+        let sum: f64 = samples(&text)
+            .filter(|s| s.name == name)
+            .filter(|s| {
+                labels
+                    .iter()
+                    .all(|(k, v)| s.labels.iter().any(|(k2, v2)| k == k2 && v == v2))
+            })
+            .map(|s| s.value)
+            .sum();
+        // Counts only: a fraction (a cost) is cut.
+        if sum.is_finite() && sum >= 0.0 {
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let whole = sum as u64;
+            whole
+        } else {
+            0
+        }
+    }
+}
+
+/// One sample line of the text format.
+#[derive(Debug)]
+struct Sample {
+    name: String,
+    labels: Vec<(String, String)>,
+    value: f64,
+}
+
+/// The samples of `text`, in the text format this module writes (label
+/// values escaped with `\\`, `\"` and `\n`).
+fn samples(text: &str) -> impl Iterator<Item = Sample> + '_ {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let value = value.parse().ok()?;
+            let (name, labels) = match series.split_once('{') {
+                None => (series, ""),
+                Some((name, rest)) => (name, rest.strip_suffix('}')?),
+            };
+            Some(Sample {
+                name: name.to_owned(),
+                labels: parse_labels(labels),
+                value,
+            })
+        })
+}
+
+fn parse_labels(mut rest: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    while let Some((key, after)) = rest.split_once("=\"") {
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let mut end = after.len();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => match chars.next() {
+                    Some((_, 'n')) => value.push('\n'),
+                    Some((_, other)) => value.push(other),
+                    None => {}
+                },
+                '"' => {
+                    end = i + 1;
+                    break;
+                }
+                c => value.push(c),
+            }
+        }
+        out.push((key.trim_start_matches(',').to_owned(), value));
+        rest = &after[end..];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;
