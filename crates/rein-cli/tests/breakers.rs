@@ -26,10 +26,12 @@ fn config(dir: &std::path::Path, model_url: &str) -> std::path::PathBuf {
 [providers.mock]
 kind = "openai"
 base_url = "{model_url}"
+max_output_tokens = {{ "mock-model" = 4096 }}
 
 [providers.dead]
 kind = "openai"
 base_url = "http://127.0.0.1:9/v1"
+max_output_tokens = {{ gone = 4096 }}
 
 # A primary nobody answers: every call falls back to the mock.
 [models.resilient]

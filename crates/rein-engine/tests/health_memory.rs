@@ -26,6 +26,7 @@ const CONFIG: &str = r#"
 [providers.mock]
 kind = "openai"
 base_url = "${MOCK_MODEL_URL}/v1"
+max_output_tokens = { m = 4096 }
 
 [breakers.tool]
 consecutive_failures = 1
