@@ -175,3 +175,90 @@ async fn adaptive_concurrency_shrinks_under_429s_and_grows_back() {
         "grew back to the ceiling"
     );
 }
+
+/// Queued runs' tool calls ask the governor as batch, a sync run's as
+/// interactive: at `order_api` held to one call at a time (each read 100 ms
+/// at the desk), four queued runs and then one sync run of the same tenant
+/// each read once. The first queued read takes the free slot; of the rest,
+/// the sync run's goes first although it asked last. With every call
+/// interactive (as before the class was carried) it would go last.
+#[tokio::test(start_paused = true)]
+async fn a_sync_runs_call_goes_before_queued_runs_calls_at_a_busy_group() {
+    let mut faults = Faults::none();
+    for _ in 0..5 {
+        faults = faults.then(GET_ORDER, Fault::Delay(ms(100)));
+    }
+    let h = harness(faults).await;
+    let one = |order: &str| {
+        let turns = json!([
+            {"tool_calls": [{"id": "r", "name": GET_ORDER, "arguments": {"order_id": order}}]},
+            {"text": "done"},
+        ]);
+        let mut a = agent(&h.desk, script(turns), true);
+        a.group_limits
+            .insert("order_api".into(), std::num::NonZeroU32::MIN);
+        a
+    };
+    let tenant = rein_core::TenantId::new("acme").unwrap();
+    let queued: Vec<_> = (0..4).map(|_| one("A-1001")).collect();
+    let sync = one("A-1002");
+    let mut ids = Vec::new();
+    for a in &queued {
+        let id = h
+            .engine
+            .enqueue(a, tenant.clone(), "look it up".into(), None)
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    let engine = &h.engine;
+    let mut runs: Vec<
+        std::pin::Pin<Box<dyn std::future::Future<Output = rein_engine::run::RunOutput> + '_>>,
+    > = Vec::new();
+    for (a, id) in queued.iter().zip(&ids) {
+        let request = rein_engine::run::RunRequest {
+            run_id: Some(id.clone()),
+            tenant: Some(tenant.clone()),
+            input: "look it up".into(),
+            enqueued: true,
+            ..rein_engine::run::RunRequest::default()
+        };
+        runs.push(Box::pin(async move {
+            engine
+                .run(a, &rein_engine::run::AcceptAll, request)
+                .await
+                .unwrap()
+        }));
+    }
+    let request = rein_engine::run::RunRequest {
+        tenant: Some(tenant.clone()),
+        input: "look it up".into(),
+        ..rein_engine::run::RunRequest::default()
+    };
+    runs.push(Box::pin(async {
+        engine
+            .run(&sync, &rein_engine::run::AcceptAll, request)
+            .await
+            .unwrap()
+    }));
+    let outs = futures_util::future::join_all(runs).await;
+    for out in &outs {
+        assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+    }
+    let mut reads: Vec<_> = h
+        .desk
+        .requests()
+        .into_iter()
+        .filter(|r| r.tool == GET_ORDER)
+        .collect();
+    reads.sort_by_key(|r| r.seq);
+    let order: Vec<&str> = reads
+        .iter()
+        .map(|r| r.args["order_id"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(
+        order,
+        ["A-1001", "A-1002", "A-1001", "A-1001", "A-1001"],
+        "the sync run's read goes first of those that waited"
+    );
+}

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use rein_core::deadline::Usage;
+use rein_core::governor::Class;
 use rein_core::retry::RetryPolicy;
 use rein_core::{IntentId, RunId, TenantId, ToolClass};
 use rein_store::{StepCommit, Store, StoreError};
@@ -77,23 +78,48 @@ pub(crate) struct Lineage {
     pub(crate) tree: Arc<Tree>,
 }
 
-/// What a whole agent tree has used, shared by every run in it.
+/// What a whole agent tree has used, shared by every run in it, and the
+/// governor class its tool calls ask under.
 #[derive(Default)]
 pub(crate) struct Tree {
     /// Child runs started.
     pub(crate) runs: std::sync::atomic::AtomicU32,
     /// Tokens used by every run of the tree.
     pub(crate) tokens: std::sync::atomic::AtomicU64,
+    /// The root's class: [`Class::Batch`] when the root was queued (no
+    /// caller waits on it), else [`Class::Interactive`]. A child works for
+    /// its root, so it asks the governor in the root's class.
+    pub(crate) class: Class,
+}
+
+impl Tree {
+    /// A fresh tree whose root runs as `class`.
+    pub(crate) fn of_class(class: Class) -> Tree {
+        Tree {
+            class,
+            ..Tree::default()
+        }
+    }
 }
 
 impl Lineage {
-    /// A root run: depth 0, a tree of its own.
-    pub(crate) fn root() -> Lineage {
+    /// A root run: depth 0, a tree of its own, in `class`.
+    pub(crate) fn root(class: Class) -> Lineage {
         Lineage {
             parent: None,
             depth: 0,
-            tree: Arc::new(Tree::default()),
+            tree: Arc::new(Tree::of_class(class)),
         }
+    }
+}
+
+/// The governor class of a run started by `request`: batch when it was
+/// queued first ([`super::RunRequest::enqueued`]), interactive otherwise.
+pub(crate) fn class_of(enqueued: bool) -> Class {
+    if enqueued {
+        Class::Batch
+    } else {
+        Class::Interactive
     }
 }
 

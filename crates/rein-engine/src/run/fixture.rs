@@ -210,7 +210,7 @@ impl Bench {
             claim_owner: "test".into(),
             settling: std::sync::atomic::AtomicBool::new(false),
             validator,
-            lineage: Lineage::root(),
+            lineage: Lineage::root(rein_core::governor::Class::Interactive),
             child_usage: std::sync::Mutex::new(HashMap::new()),
             models: std::sync::Mutex::new(Vec::new()),
             model_retries: ModelRetryUse::default(),

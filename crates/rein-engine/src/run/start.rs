@@ -123,9 +123,8 @@ impl Engine {
         validator: &dyn ArgValidator,
         request: RunRequest,
     ) -> Result<RunOutput, EngineError> {
-        let output = self
-            .run_in(agent, validator, request, Lineage::root())
-            .await;
+        let lineage = Lineage::root(super::ctx::class_of(request.enqueued));
+        let output = self.run_in(agent, validator, request, lineage).await;
         // What the run observed is shared before its caller moves on (a
         // `rein run` exits right after).
         self.shared.latency.flush_now().await;

@@ -172,9 +172,10 @@ impl Engine {
         // calls (a parent's consumption also carries its finished
         // children's, so reports would count them twice, and an
         // interrupted child has no report yet).
-        let tree = Tree::default();
+        let root_events = self.store.events(&root, 0).await?;
+        let tree = Tree::of_class(super::ctx::class_of(enqueued(&root_events)));
         tree.tokens
-            .fetch_add(self.own_tokens(&root).await?, Ordering::AcqRel);
+            .fetch_add(tokens_in(&root_events), Ordering::AcqRel);
         let mut pending = vec![root];
         while let Some(run) = pending.pop() {
             for child in self.store.children_of(&run).await? {
@@ -193,18 +194,29 @@ impl Engine {
 
     /// Tokens `run`'s own model calls used, from its durable events.
     async fn own_tokens(&self, run: &RunId) -> Result<u64, EngineError> {
-        Ok(self
-            .store
-            .events(run, 0)
-            .await?
-            .iter()
-            .filter_map(|e| match &e.data {
-                // An answered call's usage; a failed one's tokens spent.
-                rein_core::EventData::ModelCallFinished(f) => Some(f.tokens()),
-                _ => None,
-            })
-            .sum())
+        Ok(tokens_in(&self.store.events(run, 0).await?))
     }
+}
+
+/// Tokens the model calls among `events` used.
+fn tokens_in(events: &[rein_core::Event]) -> u64 {
+    events
+        .iter()
+        .filter_map(|e| match &e.data {
+            // An answered call's usage; a failed one's tokens spent.
+            rein_core::EventData::ModelCallFinished(f) => Some(f.tokens()),
+            _ => None,
+        })
+        .sum()
+}
+
+/// Whether the run of `events` was queued before it started (its
+/// `run_started` says so): a resumed tree keeps its root's governor class.
+fn enqueued(events: &[rein_core::Event]) -> bool {
+    events.iter().any(|e| match &e.data {
+        rein_core::EventData::RunStarted(started) => started.enqueued,
+        _ => false,
+    })
 }
 
 #[cfg(test)]

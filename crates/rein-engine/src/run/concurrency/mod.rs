@@ -47,9 +47,12 @@
 //! A provider's `max_concurrency` is a fixed ceiling (no adaptation: model
 //! calls are a later slice of the governor) served in arrival order.
 //!
-//! Tenant and class: a tool call is admitted for its run's tenant, as
-//! interactive work (the engine does not yet tell a queued run's calls from
-//! a sync run's, so none is demoted to batch).
+//! Tenant and class: a tool call is admitted for its run's tenant, in its
+//! agent tree's class: [`Class::Batch`] when the root run was queued
+//! (`RunRequest::enqueued`, kept across a resume by its `run_started`),
+//! [`Class::Interactive`] otherwise. At a busy group interactive calls go
+//! first, and batch keeps its reserved share (`batch_share`, 10 % by
+//! default) so it is never starved (rein-core's `FairQueue`).
 //!
 //! NOTE: the first settings seen for a group hold for the engine's
 //! lifetime; agents bound from one registry always agree. A binding that

@@ -10,7 +10,7 @@ use rein_core::event::{
     BudgetExhausted, BudgetScope, CallShed, ConcurrencyAdjusted, ConcurrencyWaitExpired,
     RateLimited,
 };
-use rein_core::governor::{Adjustment, Cause, Class, Completion};
+use rein_core::governor::{Adjustment, Cause, Completion};
 use rein_core::{Category, Clock, Effect, Failure};
 
 use crate::run::binding::ToolBinding;
@@ -163,12 +163,13 @@ impl Engine {
     }
 }
 
-/// The governor's caller of a run's tool call: its tenant and run, as
-/// interactive work (see `concurrency.rs` on classes).
+/// The governor's caller of a run's tool call: its tenant and run, in its
+/// tree's class (batch for a queued root's tree, interactive for a sync
+/// one; see `concurrency.rs` on classes).
 pub(in crate::run) fn caller<'a>(ctx: &'a RunCtx<'_>) -> Caller<'a> {
     Caller {
         tenant: &ctx.tenant,
         run: &ctx.run_id,
-        class: Class::Interactive,
+        class: ctx.lineage.tree.class,
     }
 }
