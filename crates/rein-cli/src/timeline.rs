@@ -123,6 +123,24 @@ pub fn line(event: &Event, started_ms: u64) -> String {
             "{} calls proposed, at most {} per turn: none ran, the model is told to batch or narrow",
             d.proposed, d.cap
         ),
+        EventData::RateLimited(d) => format!(
+            "{} waited {} for resource group {}'s {} bucket",
+            d.tool,
+            human(d.waited),
+            d.resource_group,
+            d.bucket
+        ),
+        EventData::CallShed(d) => format!(
+            "{} shed unsent by resource group {} ({}) after waiting {}: never declared, never sent",
+            d.tool,
+            d.resource_group,
+            shed_reason(&d.reason),
+            human(d.waited)
+        ),
+        EventData::ConcurrencyAdjusted(d) => format!(
+            "resource group {} concurrency limit {} → {}: {}",
+            d.resource_group, d.old, d.new, d.reason
+        ),
         EventData::ToolDisabled(d) => format!(
             "{} disabled for this run after {} failures",
             d.tool, d.failures
@@ -150,6 +168,22 @@ pub fn line(event: &Event, started_ms: u64) -> String {
 /// Whole milliseconds, as the event stream writes them.
 fn ms(d: Duration) -> u128 {
     d.as_millis()
+}
+
+/// A wait in human units, to the millisecond (`0s` for none).
+fn human(d: Duration) -> String {
+    let whole = Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    humantime::format_duration(whole).to_string()
+}
+
+/// What a `call_shed` reason means.
+fn shed_reason(reason: &str) -> &str {
+    match reason {
+        "no_time" => "admitted only after its latest start",
+        "wait_expired" => "no slot before its latest start",
+        "rejected" => "never admissible",
+        other => other,
+    }
 }
 
 fn reason(r: &AbandonReason) -> String {
@@ -247,5 +281,76 @@ fn compact(value: &Value) -> String {
         format!("{}…", text.chars().take(120).collect::<String>())
     } else {
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rein_core::RunId;
+    use rein_core::event::{CallShed, ConcurrencyAdjusted, RateLimited};
+
+    fn event(data: EventData) -> Event {
+        Event {
+            run_id: RunId::new("run-1").unwrap_or_else(|_| unreachable!("a valid id")),
+            seq: 1,
+            step: 2,
+            intent_id: None,
+            attempt_id: None,
+            idempotency_key: None,
+            at_ms: 1_250,
+            data,
+        }
+    }
+
+    #[test]
+    fn governor_decisions_read_as_sentences_not_json() {
+        let waited = line(
+            &event(EventData::RateLimited(RateLimited {
+                tool: "get_order".into(),
+                resource_group: "order_api".into(),
+                bucket: "requests".into(),
+                waited: Duration::from_millis(350),
+            })),
+            1_000,
+        );
+        assert!(waited.contains("rate_limited"), "{waited}");
+        assert!(
+            waited
+                .contains("get_order waited 350ms for resource group order_api's requests bucket"),
+            "{waited}"
+        );
+        let shed = line(
+            &event(EventData::CallShed(CallShed {
+                tool: "update_delivery_time".into(),
+                resource_group: "order_api".into(),
+                reason: "no_time".into(),
+                waited: Duration::ZERO,
+            })),
+            1_000,
+        );
+        assert!(shed.contains("call_shed"), "{shed}");
+        assert!(
+            shed.contains("update_delivery_time shed unsent by resource group order_api (admitted only after its latest start) after waiting 0s"),
+            "{shed}"
+        );
+        let adjusted = line(
+            &event(EventData::ConcurrencyAdjusted(ConcurrencyAdjusted {
+                resource_group: "order_api".into(),
+                old: 4,
+                new: 3,
+                reason: "the target signalled overload".into(),
+            })),
+            1_000,
+        );
+        assert!(
+            adjusted.contains(
+                "resource group order_api concurrency limit 4 → 3: the target signalled overload"
+            ),
+            "{adjusted}"
+        );
+        for l in [&waited, &shed, &adjusted] {
+            assert!(!l.contains('{'), "no raw JSON: {l}");
+        }
     }
 }
