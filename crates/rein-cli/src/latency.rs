@@ -55,6 +55,11 @@ struct ToolPlan {
     mode: &'static str,
     /// The declared p99, or observe mode's fallback.
     declared_p99: Duration,
+    /// How many observations a declared profile says its quantiles rest on
+    /// (`tools.NAME.latency.samples`; 0 when not said): shown beside what
+    /// was observed, so a profile written from 20 samples is not trusted
+    /// like one from 20 000.
+    declared_samples: Option<u64>,
     min_samples: Option<u64>,
     factor: AllowanceFactor,
     /// What a call is planned with now: `declared`, `fallback` or `observed`.
@@ -129,16 +134,20 @@ fn rows_of(
             let profile = spec
                 .latency
                 .profile(seen.as_ref().and_then(|h| h.profile()).as_ref());
-            let (mode, declared_p99, min_samples, in_use) = match spec.latency {
+            let (mode, declared_p99, declared_samples, min_samples, in_use) = match spec.latency {
                 LatencySpec::Observe {
                     fallback,
                     min_samples,
                 } => {
                     let trusted = seen.as_ref().is_some_and(|h| h.samples() >= min_samples);
                     let in_use = if trusted { "observed" } else { "fallback" };
-                    ("observe", fallback.p99(), Some(min_samples), in_use)
+                    ("observe", fallback.p99(), None, Some(min_samples), in_use)
                 }
-                declared => ("declared", declared.profile(None).p99(), None, "declared"),
+                declared => {
+                    let profile = declared.profile(None);
+                    let samples = Some(profile.samples());
+                    ("declared", profile.p99(), samples, None, "declared")
+                }
             };
             rows.push(Row {
                 subject,
@@ -146,6 +155,7 @@ fn rows_of(
                 tool: Some(ToolPlan {
                     mode,
                     declared_p99,
+                    declared_samples,
                     min_samples,
                     factor: spec.allowance_factor,
                     in_use,
@@ -230,9 +240,10 @@ fn print_table(rows: &[Row]) {
                 t.mode.to_owned(),
                 human(t.declared_p99),
                 format!("{}", t.factor.get()),
-                match (t.in_use, t.min_samples) {
-                    ("fallback", Some(min)) => format!("fallback ({samples}/{min})"),
-                    (in_use, _) => in_use.to_owned(),
+                match (t.in_use, t.min_samples, t.declared_samples) {
+                    ("fallback", Some(min), _) => format!("fallback ({samples}/{min})"),
+                    (in_use, _, Some(n)) if n > 0 => format!("{in_use} (n={n})"),
+                    (in_use, _, _) => in_use.to_owned(),
                 },
                 human(t.factor.apply(t.profile.p99())),
             ),
@@ -266,7 +277,7 @@ fn row_json(row: &Row) -> Value {
         });
     let tool = row.tool.as_ref().map(|t| {
         json!({"mode": t.mode, "declared_p99_us": micros(t.declared_p99),
-               "min_samples": t.min_samples, "allowance_factor": t.factor.get(), "planned": t.in_use,
+               "declared_samples": t.declared_samples, "min_samples": t.min_samples, "allowance_factor": t.factor.get(), "planned": t.in_use,
                "planned_p99_us": micros(t.profile.p99()),
                "allowance_us": micros(t.factor.apply(t.profile.p99()))})
     });
@@ -290,5 +301,33 @@ mod tests {
         for (d, want) in cases {
             assert_eq!(human(d), want);
         }
+    }
+
+    /// A declared profile's `samples` reaches `rein latency`: the shipped
+    /// example declares 1000 for `get_order`, observe mode none.
+    #[test]
+    fn a_declared_profiles_sample_count_is_shown_beside_it() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/order-desk");
+        let loader = rein_engine::config::Loader::with_env(|name| {
+            matches!(name, "ORDER_DESK_URL" | "MOCK_MODEL_URL")
+                .then(|| "http://127.0.0.1:9".to_owned())
+        });
+        let registry = match loader.load(std::path::Path::new(dir)) {
+            Ok(registry) => registry,
+            Err(e) => panic!("the example config loads: {e}"),
+        };
+        let rows = rows_of(BTreeMap::new(), Some(&registry));
+        let doc = |name: &str| {
+            let subject = LatencySubject::tool(name).key();
+            rows.iter()
+                .find(|r| r.subject == subject)
+                .map(row_json)
+                .unwrap_or_default()
+        };
+        assert_eq!(doc("get_order")["tool"]["declared_samples"], 1000);
+        assert_eq!(doc("get_order")["tool"]["mode"], "declared");
+        let observed = doc("send_email");
+        assert_eq!(observed["tool"]["mode"], "observe", "{observed}");
+        assert!(observed["tool"]["declared_samples"].is_null());
     }
 }
