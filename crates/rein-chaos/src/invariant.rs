@@ -474,6 +474,7 @@ fn budgets_hold(run: &RunEvidence, out: &mut Vec<Violation>) {
 }
 
 fn nothing_dangles(run: &RunEvidence, out: &mut Vec<Violation>) {
+    shed_calls_left_no_record(run, out);
     let Some(report) = &run.report else {
         return;
     };
@@ -528,6 +529,31 @@ fn nothing_dangles(run: &RunEvidence, out: &mut Vec<Violation>) {
                 }
             ),
         );
+    }
+}
+
+/// A call the governor shed (`call_shed`) was never sent, so it must never
+/// have been declared either: a ledger record of it — `pending`, or
+/// settled by reconciliation afterwards — is a write left in doubt that
+/// never went out (step 4 comes before step 6).
+fn shed_calls_left_no_record(run: &RunEvidence, out: &mut Vec<Violation>) {
+    for e in &run.events {
+        let (EventData::CallShed(shed), Some(intent)) = (&e.data, &e.intent_id) else {
+            continue;
+        };
+        if let Some(record) = run.ledger.iter().find(|r| &r.intent_id == intent) {
+            violation(
+                out,
+                Invariant::NothingDangles,
+                Some(run),
+                format!(
+                    "{intent} ({}) was shed by resource group {} but declared in the ledger (now {})",
+                    shed.tool,
+                    shed.resource_group,
+                    record.status.as_str()
+                ),
+            );
+        }
     }
 }
 

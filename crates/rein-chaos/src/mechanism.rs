@@ -68,11 +68,14 @@ pub enum Mechanism {
     ContextFallback,
     /// A turn over its agent's `max_calls_per_turn` was refused whole.
     FanOutRefused,
+    /// The governor shed a call it could not admit in time (`call_shed`):
+    /// never declared, never sent.
+    CallShed,
 }
 
 impl Mechanism {
     /// Every mechanism, in table order.
-    pub const ALL: [Mechanism; 19] = [
+    pub const ALL: [Mechanism; 20] = [
         Mechanism::RetryScheduled,
         Mechanism::RetryBudgetExhausted,
         Mechanism::BreakerOpened,
@@ -92,6 +95,7 @@ impl Mechanism {
         Mechanism::ModelFallback,
         Mechanism::ContextFallback,
         Mechanism::FanOutRefused,
+        Mechanism::CallShed,
     ];
 
     /// The ones issue 5 requires to fire at least once across the suite.
@@ -128,6 +132,7 @@ impl Mechanism {
             Mechanism::ModelFallback => "model_fallback",
             Mechanism::ContextFallback => "context_fallback",
             Mechanism::FanOutRefused => "fan_out_refused",
+            Mechanism::CallShed => "call_shed",
         }
     }
 }
@@ -146,6 +151,7 @@ pub fn activated(evidence: &Evidence) -> BTreeSet<Mechanism> {
             let m = match &e.data {
                 EventData::RetryScheduled(_) => Some(Mechanism::RetryScheduled),
                 EventData::FanOutRefused(_) => Some(Mechanism::FanOutRefused),
+                EventData::CallShed(_) => Some(Mechanism::CallShed),
                 EventData::RetryAbandoned(r)
                     if r.reason == AbandonReason::GaveUp(GiveUpReason::RetryBudgetExhausted) =>
                 {

@@ -144,3 +144,21 @@ async fn a_bypassed_governor_breaks_invariant_7_at_the_proxy() {
     };
     assert_caught(86, s, Invariant::ConcurrencyCeiling).await;
 }
+
+/// A write declared before the governor decides is left `pending` when it
+/// is shed: the checker finds a ledger record for a call that never went
+/// out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declaring_before_the_governor_sheds_breaks_invariant_3() {
+    let s = Sabotage {
+        declare_before_shed: true,
+        ..Sabotage::default()
+    };
+    assert_caught(93, s, Invariant::NothingDangles).await;
+    let control = run(93, None).await;
+    assert!(
+        control.activated.contains(&rein_chaos::Mechanism::CallShed),
+        "the update was shed: {:?}",
+        control.activated
+    );
+}

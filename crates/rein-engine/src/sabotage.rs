@@ -19,6 +19,7 @@
 //! | `charge_after_call` | a model call reserves nothing and checks no cost before it is sent; its usage is charged after it | 2 |
 //! | `uncapped_fan_out` | a turn over `max_calls_per_turn` runs all its calls | 7 |
 //! | `parallel_same_resource` | writes of one turn to the same `resource_key` value run in parallel | 7 |
+//! | `declare_before_shed` | a write is declared `pending` before the governor decides, and a shed leaves that record as it is | 3 |
 //!
 //! The hooks are marked `Sabotage hook` in the engine's `run/` modules
 //! (`guarded/`, `settle/`, `model_chain/ceiling.rs`, …).
@@ -61,6 +62,11 @@ pub struct Sabotage {
     /// Writes of one turn to the same resource (`resource_key`) are not
     /// put in one lane: they run in parallel.
     pub parallel_same_resource: bool,
+    /// A write is declared `pending` in the ledger *before* step 4 (the
+    /// governor), and a call the governor sheds returns with that record
+    /// left as it is: a write that never went out stays `pending`, in
+    /// doubt, for reconciliation or a human to settle.
+    pub declare_before_shed: bool,
 }
 
 /// A key different from `key` for attempt `attempt`: the original with the

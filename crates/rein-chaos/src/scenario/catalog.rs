@@ -155,6 +155,7 @@ pub fn catalog() -> Vec<Scenario> {
     all.extend(model_chains());
     all.extend(fan_out::fan_out_control());
     all.extend(super::ceilings::ceilings());
+    all.extend(fan_out::shedding());
     all
 }
 

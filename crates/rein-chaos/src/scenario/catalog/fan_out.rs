@@ -1,9 +1,10 @@
 //! The fan-out scenarios: the cap on calls per turn, lanes of writes to
-//! one resource, and a group's rate under a wide fan-out.
+//! one resource, and a group's rate under a wide fan-out; and the
+//! governor's shedding (C093).
 
 use serde_json::json;
 
-use super::{GET, UPDATE, answer, calls, on, update_args};
+use super::{GET, UPDATE, answer, calls, get, on, update, update_args};
 use crate::invariant::Invariant as I;
 use crate::mechanism::Mechanism as M;
 use crate::proxy::{Injection, Rule};
@@ -44,5 +45,19 @@ pub(super) fn fan_out_control() -> Vec<Scenario> {
             .tune(|t| { t.group_rate = Some((20.0, 20)); t.fan_out_cap = Some(64); t.wall_ms = Some(72_000); }))
             .risks([I::ConcurrencyCeiling])
             .expects([M::ConcurrencyQueued]),
+    ]
+}
+
+/// The governor sheds what it cannot admit in time (issue 15): a shed
+/// write is never declared, so nothing of it is left pending or in doubt.
+pub(super) fn shedding() -> Vec<Scenario> {
+    use Layer::Orchestration as L;
+    vec![
+        Scenario::new(93, L, "shed-write-leaves-nothing-pending",
+            "order_api admits one call every five seconds (0.2/s, burst 1) and the run has 2 s: the lookup takes the only token, so the update that follows (needing its p99 allowance) could start only after its latest start and is shed at once (call_shed). It was never declared in the ledger and never reached the desk: no record of it, pending or settled.",
+            Plan::script(vec![get("A-1001"), update("A-1001", 24), answer("The order could not be moved in time.")])
+                .tune(|t| { t.group_rate = Some((0.2, 1)); t.wall_ms = Some(2_000); }))
+            .risks([I::NothingDangles, I::OneEffectPerKey])
+            .expects([M::CallShed]),
     ]
 }

@@ -90,6 +90,27 @@ impl Engine {
         // Over them the call waits, bounded by its deadline less what it
         // needs; one that cannot start in time is shed here — before its
         // ledger record exists, so nothing is pending and nothing is sent.
+        // Sabotage hook `declare_before_shed`: the write is declared before
+        // the governor decides, and a shed leaves that record pending.
+        #[cfg(feature = "sabotage")]
+        let declared_early = self.sabotage.declare_before_shed && tool.class.has_side_effect();
+        #[cfg(feature = "sabotage")]
+        if declared_early {
+            let key = IdempotencyKey::derive(
+                tool.class,
+                &ctx.tenant,
+                &planned.intent_id,
+                &tool.name,
+                &planned.args,
+                &tool.normalizer,
+            );
+            if let Err(failure) = self
+                .declare_pending(ctx, &c, &planned, tool, key.as_ref(), prior)
+                .await
+            {
+                return CallResult::refused(planned, tool.class, failure);
+            }
+        }
         let admitted = match self
             .govern(ctx, &c, tool, budget, plan.need(tool.class))
             .await
@@ -112,9 +133,14 @@ impl Engine {
         // 6. Ledger: declared before the call, durably.
         let mut ledger = None;
         if tool.class.has_side_effect() {
-            if let Err(failure) = self
-                .declare_pending(ctx, &c, &planned, tool, key.as_ref(), prior)
-                .await
+            #[cfg(feature = "sabotage")]
+            let declared = declared_early;
+            #[cfg(not(feature = "sabotage"))]
+            let declared = false;
+            if !declared
+                && let Err(failure) = self
+                    .declare_pending(ctx, &c, &planned, tool, key.as_ref(), prior)
+                    .await
             {
                 return CallResult::refused(planned, tool.class, failure);
             }
