@@ -27,7 +27,11 @@
 //! tenants the fair queue serves in turn; a waiting tenant at or above its
 //! share holds slots, and becomes owed as those are released.
 
-use std::collections::HashMap;
+// NOTE: foldhash's map, not std's: looking a tenant and a run up is most
+// of an admit decision, and SipHash made it half again as slow. It is
+// seeded per map from the process's randomness, as std's is, so ids chosen
+// by a client cannot be made to collide in advance.
+use foldhash::HashMap;
 use std::hash::Hash;
 
 use serde::Serialize;
@@ -259,7 +263,7 @@ struct Table<K, V> {
 impl<K, V> Default for Table<K, V> {
     fn default() -> Self {
         Table {
-            index: HashMap::new(),
+            index: HashMap::default(),
             slots: Vec::new(),
             free: Vec::new(),
             sweep_at: MIN_RETAINED,
