@@ -262,3 +262,63 @@ async fn a_sync_runs_call_goes_before_queued_runs_calls_at_a_busy_group() {
         "the sync run's read goes first of those that waited"
     );
 }
+
+/// The shipped example's `order_api` limits hold where the calls arrive:
+/// the `order_desk` agent bound from `examples/order-desk` (rate 20/s,
+/// burst 40, ceiling 8), with only its model replaced by a script whose one
+/// turn asks for sixty reads (and its per-turn cap and wall clock raised to
+/// let them all through to the governor). At the desk the bucket is never exceeded in
+/// any window, all sixty arrive, and the twenty after the burst are spread
+/// over a second of refill.
+#[tokio::test(start_paused = true)]
+async fn the_example_configs_group_rate_holds_at_the_desk() {
+    let h = harness(Faults::none()).await;
+    let url = h.desk.base_url().to_owned();
+    let env = move |name: &str| match name {
+        "ORDER_DESK_URL" => Some(url.clone()),
+        "MOCK_MODEL_URL" => Some("http://127.0.0.1:9".to_owned()),
+        _ => None,
+    };
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/order-desk/rein.toml");
+    let registry = rein_engine::config::Loader::with_env(&env)
+        .load(&example)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let client = reqwest::Client::new();
+    let mut a = rein_engine::bind::bind_agent(&registry, "order_desk", &client, &env)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let rate = a.group_rates.get("order_api").copied();
+    assert_eq!(
+        rate.map(|r| (r.per_sec, r.burst)),
+        Some((20.0, 40)),
+        "the example's order_api rate is bound"
+    );
+    assert_eq!(a.group_limits.get("order_api").map(|n| n.get()), Some(8));
+    a.provider = script(fan_out(60));
+    a.fan_out = rein_core::registry::FanOutLimits::new(std::num::NonZeroU32::new(64).unwrap());
+    // Each of sixty branches gets a sixtieth of the wall clock: the
+    // example's 30 s would leave the last reads too little to wait for the
+    // refill, and they would be shed (as they should).
+    a.budget = BudgetLimits::new(ms(360_000))
+        .unwrap()
+        .with_steps(10)
+        .unwrap();
+    let out = run(&h, &a).await;
+
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+    assert_eq!(
+        h.desk.request_count(GET_ORDER),
+        60,
+        "every read waited its turn"
+    );
+    let excess = bucket_excess(&h.desk, GET_ORDER, 20.0, 40);
+    assert!(
+        excess <= 0,
+        "the desk saw {excess} more than the bucket allows"
+    );
+    let last = h.desk.requests().iter().map(|r| r.received).max().unwrap();
+    assert!(
+        last >= ms(950),
+        "the last twenty waited for the refill: {last:?}"
+    );
+}

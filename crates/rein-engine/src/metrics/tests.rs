@@ -265,3 +265,65 @@ fn the_configured_agents_and_max_values_bound_the_labels() {
     assert_eq!(m.scope("globex", "order_desk_live").agent, OTHER);
     assert_eq!(m.scope("acme", "order_desk").agent, "order_desk");
 }
+
+/// The governor's three decisions each count under their own family, with
+/// the labels an operator filters by.
+#[test]
+fn governor_decisions_are_counted_by_group_and_cause() {
+    use rein_core::event::{CallShed, ConcurrencyAdjusted, RateLimited};
+    let m = Metrics::default();
+    let s = scope();
+    let waited = RateLimited {
+        tool: "get_order".into(),
+        resource_group: "order_api".into(),
+        bucket: "requests".into(),
+        waited: Duration::from_millis(40),
+    };
+    m.record(&event(waited.clone()), &s);
+    m.record(&event(waited), &s);
+    m.record(
+        &event(CallShed {
+            tool: "update".into(),
+            resource_group: "order_api".into(),
+            reason: "no_time".into(),
+            waited: Duration::ZERO,
+        }),
+        &s,
+    );
+    for (old, new) in [(4, 3), (3, 4)] {
+        m.record(
+            &event(ConcurrencyAdjusted {
+                resource_group: "order_api".into(),
+                old,
+                new,
+                reason: "test".into(),
+            }),
+            &s,
+        );
+    }
+    let group = ("group", "order_api");
+    assert_eq!(
+        m.get(
+            "rein_governor_rate_limited_total",
+            &[group, ("bucket", "requests")]
+        ),
+        2
+    );
+    assert_eq!(
+        m.get(
+            "rein_governor_calls_shed_total",
+            &[group, ("reason", "no_time")]
+        ),
+        1
+    );
+    for direction in ["down", "up"] {
+        assert_eq!(
+            m.get(
+                "rein_governor_concurrency_adjusted_total",
+                &[group, ("direction", direction)]
+            ),
+            1,
+            "{direction}"
+        );
+    }
+}
