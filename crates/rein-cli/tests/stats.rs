@@ -84,7 +84,10 @@ async fn stats_count_exactly_the_callers_runs() {
     assert_eq!(total["cost_per_success_micros"], cost / 2);
     assert_eq!(total["success_rate"].as_f64(), Some(1.0));
     assert_eq!(mine["by_agent"]["order_desk"], *total, "{mine}");
-    assert_eq!(mine["truncated"], false);
+    assert!(
+        mine.get("truncated").is_none(),
+        "the store counts every run: {mine}"
+    );
     let models = mine["by_model"].as_object().unwrap();
     assert!(!models.is_empty(), "{mine}");
     for tally in models.values() {
