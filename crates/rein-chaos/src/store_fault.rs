@@ -375,4 +375,11 @@ impl Store for FaultyStore {
     async fn latency_histograms(&self) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
         self.inner.latency_histograms().await
     }
+
+    async fn run_stats(
+        &self,
+        query: &rein_store::StatsQuery,
+    ) -> Result<rein_store::RunStats, rein_store::StoreError> {
+        self.inner.run_stats(query).await
+    }
 }

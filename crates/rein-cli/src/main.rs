@@ -20,6 +20,7 @@ mod run;
 mod runs;
 mod serve;
 mod signal;
+mod stats;
 mod store;
 mod timeline;
 
@@ -109,6 +110,11 @@ enum Command {
     /// A run whose process was killed is listed `running`; `rein resume`
     /// continues it.
     Runs(runs::RunsArgs),
+    /// Count runs over a window: outcomes, success rate, tokens and cost
+    /// per success, by agent and by model, and which guardrails fired how
+    /// often; read from the store (`--data`) or a `rein serve`
+    /// (`--server`), as `rein runs` reads.
+    Stats(stats::StatsArgs),
     /// Apply the run store's schema migrations (SQLite or PostgreSQL), or
     /// with --check only say whether any are pending.
     ///
@@ -148,6 +154,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Idempotency(args) => idempotency::run(args),
         Command::Runs(args) => runs::run(args),
+        Command::Stats(args) => stats::run(args),
         Command::Migrate(args) => migrate::run(args),
         Command::Latency(args) => latency::run(args),
     };

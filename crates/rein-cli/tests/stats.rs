@@ -1,6 +1,7 @@
 //! `GET /v1/stats` on a real `rein serve` process over a real SQLite file:
 //! the numbers equal what the test's runs did (outcomes, tokens and cost
-//! from each run's own report), and one tenant never sees another's runs.
+//! from each run's own report), and one tenant never sees another's runs;
+//! `rein stats --server` reads the same numbers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use rein_testkit::order_desk::OrderDesk;
@@ -84,7 +85,10 @@ async fn stats_count_exactly_the_callers_runs() {
     assert_eq!(total["cost_per_success_micros"], cost / 2);
     assert_eq!(total["success_rate"].as_f64(), Some(1.0));
     assert_eq!(mine["by_agent"]["order_desk"], *total, "{mine}");
-    assert_eq!(mine["truncated"], false);
+    assert!(
+        mine.get("truncated").is_none(),
+        "the store counts every run: {mine}"
+    );
     let models = mine["by_model"].as_object().unwrap();
     assert!(!models.is_empty(), "{mine}");
     for tally in models.values() {
@@ -94,6 +98,49 @@ async fn stats_count_exactly_the_callers_runs() {
     // Another tenant's numbers are its own.
     let theirs = stats(&client, &server, other, "").await;
     assert_eq!(theirs["total"]["runs"], 1, "{theirs}");
+
+    // `rein stats --server` reads the same, with the key from the
+    // environment, and never prints it.
+    let cli = |key: &'static str, args: &'static [&'static str]| {
+        let base = server.url("");
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_rein"))
+                .args(["stats", "--server", &base])
+                .args(args)
+                .env("REIN_API_KEY", key)
+                .output()
+                .unwrap()
+        })
+    };
+    let output = cli(acme, &["--json"]).await.unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let read: Value = serde_json::from_slice(&output.stdout).unwrap();
+    for part in ["total", "by_agent", "by_model", "guardrails"] {
+        assert_eq!(read[part], mine[part], "{part}: {read}");
+    }
+    let output = cli(other, &[]).await.unwrap();
+    let table = String::from_utf8(output.stdout).unwrap();
+    assert!(table.contains("1 runs (0 unfinished)"), "{table}");
+    assert!(
+        table.contains("\nby agent\nagent ") && table.contains("\norder_desk "),
+        "{table}"
+    );
+    for output in [
+        &table,
+        &String::from_utf8_lossy(&output.stderr).into_owned(),
+    ] {
+        assert!(
+            !output.contains(other) && !output.contains(acme),
+            "{output}"
+        );
+    }
+    let refused = cli("wrong-key", &[]).await.unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("401") && !said.contains("wrong-key"),
+        "{said}"
+    );
 
     // The window and the agent filter select.
     let until = mine["until_ms"].as_u64().unwrap();

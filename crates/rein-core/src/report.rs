@@ -209,8 +209,8 @@ pub struct RunFacts {
     /// for advice that names what to fix.
     pub hint: FailureHint,
     /// Who answers for each of the agent's tools, by tool name, for the
-    /// handoff package; empty when the run's agent is not at hand (a run
-    /// closed from outside names no owners).
+    /// handoff package; a run closed from outside takes them from its
+    /// `tool_call_started` events (the tools it started).
     pub owners: BTreeMap<String, ToolOwner>,
 }
 

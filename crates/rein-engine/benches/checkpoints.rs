@@ -409,6 +409,13 @@ impl Store for Metered {
     async fn latency_histograms(&self) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
         self.inner.latency_histograms().await
     }
+
+    async fn run_stats(
+        &self,
+        query: &rein_store::StatsQuery,
+    ) -> Result<rein_store::RunStats, rein_store::StoreError> {
+        self.inner.run_stats(query).await
+    }
 }
 
 fn ms(v: u64) -> Duration {

@@ -256,7 +256,40 @@ impl Engine {
         closing: Closing,
     ) -> Result<RunReport, StoreError> {
         let at_ms = unix_ms(self.clock().system_now());
-        close_run(self.store().as_ref(), record, closing, at_ms).await
+        let report = close_run(self.store().as_ref(), record, closing, at_ms).await?;
+        self.count_closed(record, &report, at_ms);
+        Ok(report)
+    }
+
+    /// Counts in the metrics what closing `record` from outside decided:
+    /// its handoff package, as a run's own emitter counts one (no run
+    /// process saw this close, so no emitter did).
+    fn count_closed(&self, record: &RunRecord, report: &RunReport, at_ms: u64) {
+        let Some(package) = &report.handoff else {
+            return;
+        };
+        let handoff = rein_core::event::HandoffCreated {
+            package: Some(rein_core::event::HandoffSummary {
+                reason: package.reason.clone(),
+                awaiting_decision: package.awaiting_decision.len(),
+                uncertain: package.uncertain.len(),
+            }),
+        };
+        let event = rein_core::Event {
+            run_id: record.run_id.clone(),
+            seq: 0,
+            step: 0,
+            intent_id: None,
+            attempt_id: None,
+            idempotency_key: None,
+            at_ms,
+            data: handoff.into(),
+        };
+        let metrics = self.metrics();
+        metrics.record(
+            &event,
+            &metrics.scope(record.tenant.as_str(), &record.agent),
+        );
     }
 
     /// Closes the orphaned direct run `record`: `failed`, `orphaned`, its

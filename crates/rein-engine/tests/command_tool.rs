@@ -640,6 +640,13 @@ impl Store for RefuseGroupLeases {
         self.0.latency_histograms().await
     }
 
+    async fn run_stats(
+        &self,
+        query: &rein_store::StatsQuery,
+    ) -> Result<rein_store::RunStats, rein_store::StoreError> {
+        self.0.run_stats(query).await
+    }
+
     // Forwarded as they are: the store under test keeps its semantics.
     async fn runs_with_status(
         &self,

@@ -175,6 +175,40 @@ async fn an_embedder_closes_an_orphaned_run_with_its_effects_in_the_report() {
     let now = unix_ms(rein_core::Clock::system_now(&e.clock));
     // Last renewed 20 s ago: not yet an orphan.
     let run_id = abandoned_run(&e.store, "r-orphan", now - 20_000, json!([])).await;
+    // Its process started the email with the tool's owner and tier, as
+    // every `tool_call_started` records them.
+    let started = EventData::decode(
+        EventKind::ToolCallStarted,
+        json!({"tool": "send_email", "attempt": 1, "class": "irreversible",
+               "allowance_ms": 1000, "remaining_ms": 1000, "queue_wait_ms": 0,
+               "owner": "messaging-team", "side_effect_tier": "high"}),
+    )
+    .unwrap();
+    e.store
+        .append_events(
+            &run_id,
+            vec![rein_core::Event {
+                run_id: run_id.clone(),
+                seq: 0,
+                step: 1,
+                intent_id: None,
+                attempt_id: None,
+                idempotency_key: None,
+                at_ms: now - 20_000,
+                data: started,
+            }],
+        )
+        .await
+        .unwrap();
+    let handoffs = |engine: &Engine| {
+        engine
+            .metrics()
+            .render()
+            .lines()
+            .find(|l| l.starts_with("rein_handoffs_total{"))
+            .map(str::to_owned)
+    };
+    assert_eq!(handoffs(&e.engine), None, "no handoff counted yet");
     let mut cursor = None;
     assert_eq!(e.engine.scan_orphans(&SCAN, &mut cursor).await, 0);
     assert_eq!(
@@ -195,7 +229,28 @@ async fn an_embedder_closes_an_orphaned_run_with_its_effects_in_the_report() {
     assert_eq!(report.incomplete.len(), 1, "{report:#?}");
     assert_eq!(report.incomplete[0].tool, "send_email");
     assert!(report.incomplete[0].maybe_applied);
-    assert!(report.handoff.is_some(), "the email awaits a human");
+    let package = report.handoff.as_ref().expect("the email awaits a human");
+    let email = package
+        .uncertain
+        .iter()
+        .chain(&package.awaiting_decision)
+        .find(|effect| effect.tool == "send_email")
+        .expect("the email is in the package");
+    assert_eq!(
+        email.owner.as_deref(),
+        Some("messaging-team"),
+        "{package:#?}"
+    );
+    assert_eq!(
+        email.side_effect_tier,
+        Some(rein_core::registry::SideEffectTier::High)
+    );
+    // The reconciler's handoff is counted as a run's own is.
+    let counted = handoffs(&e.engine).expect("rein_handoffs counts the close");
+    assert!(
+        counted.contains("tenant=\"acme\"") && counted.ends_with(" 1"),
+        "{counted}"
+    );
     assert!(!report.recoverable);
     assert!(
         report
@@ -207,7 +262,8 @@ async fn an_embedder_closes_an_orphaned_run_with_its_effects_in_the_report() {
     assert_eq!(report.consumed.tokens, 120, "from its checkpoint");
     assert!(report.notes.is_empty(), "its checkpoint was read");
 
-    let events = e.store.events(&run_id, 0).await.unwrap();
+    // After the `tool_call_started` its process wrote.
+    let events = e.store.events(&run_id, 1).await.unwrap();
     let kinds: Vec<EventKind> = events.iter().map(rein_core::Event::kind).collect();
     assert_eq!(
         kinds,

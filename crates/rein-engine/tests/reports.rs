@@ -383,6 +383,13 @@ impl Store for Meddling {
         self.inner.latency_histograms().await
     }
 
+    async fn run_stats(
+        &self,
+        query: &rein_store::StatsQuery,
+    ) -> Result<rein_store::RunStats, rein_store::StoreError> {
+        self.inner.run_stats(query).await
+    }
+
     // Forwarded as they are: the store under test keeps its semantics.
     async fn runs_with_status(
         &self,

@@ -94,7 +94,7 @@ use crate::problem::Problem;
         runs::create_run, listing::list_runs, runs::get_run, runs::get_ledger, runs::get_handoff, runs::resume_run,
         events::get_events, cancel::cancel_run, breakers::list_breakers, stats::get_stats, gateway::chat_completions, healthz, readyz, metrics,
     ),
-    components(schemas(stats::Stats, stats::Tally, breakers::BreakerList, breakers::ArmState, breakers::SharedOpening, listing::RunList, listing::RunSummary, runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, runs::NoBody, problem::Problem, gateway::ChatRequest)),
+    components(schemas(stats::Stats, stats::Tally, stats::Fired, stats::GuardrailTally, breakers::BreakerList, breakers::ArmState, breakers::SharedOpening, listing::RunList, listing::RunSummary, runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, runs::NoBody, problem::Problem, gateway::ChatRequest)),
     modifiers(&Bearer, &Refusals, &ProblemJson),
     tags((name = "runs", description = "Agent runs"), (name = "gateway", description = "OpenAI-compatible model calls through rein's breakers, fallbacks and limits"), (name = "health", description = "Liveness and readiness"))
 )]

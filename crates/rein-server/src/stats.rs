@@ -1,16 +1,22 @@
 //! `GET /v1/stats`: the caller's runs over a time window, counted by
 //! outcome, with success rate, tokens and cost per success, in total, by
-//! agent and by model.
+//! agent and by model; and which guardrails fired how often, per agent.
 //!
-//! # Why computed from the run listing, bounded
+//! # Why the store counts
 //!
-//! Every number here is in the runs' stored reports, and
-//! [`rein_store::Store::list_runs_page`] already selects a tenant's runs by
-//! creation time on an index; a separate aggregate query would be one more
-//! method for every store to implement. The cost is bounded instead: the
-//! window is at most [`MAX_WINDOW_MS`] and at most [`MAX_SCANNED`] runs are
-//! read, newest first; when the window holds more, `truncated` says so and
-//! the numbers cover the newest [`MAX_SCANNED`] (never silently).
+//! The numbers come from [`rein_store::Store::run_stats`], grouped in SQL
+//! by each backend: a request costs a few rows per agent and model
+//! however many runs the window holds, where reading the runs' reports
+//! once cost a row (and a report) per run. The window is still bounded
+//! ([`MAX_WINDOW_MS`]) so one request never walks more than a month of
+//! the creation-time index.
+//!
+//! # Guardrails
+//!
+//! `guardrails` counts, by name ([`rein_core::event::Guardrail`], whose
+//! module documents the set and the events behind each), how many times
+//! each fired (`fired`) and in how many runs (`runs`), in total and by
+//! agent. A guardrail that never fired in the window is absent.
 //!
 //! # Parameters
 //!
@@ -30,8 +36,9 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use rein_core::Outcome;
-use rein_store::{RunCursor, RunFilter, RunRecord};
+use rein_core::event::Guardrail;
+use rein_core::{Outcome, TenantId};
+use rein_store::{RunStats, RunStatus, Store, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
@@ -46,12 +53,6 @@ pub const DEFAULT_WINDOW_MS: u64 = 24 * 3_600_000;
 
 /// The longest window one request may ask for: 31 days.
 pub const MAX_WINDOW_MS: u64 = 31 * 24 * 3_600_000;
-
-/// The most runs one request reads.
-pub const MAX_SCANNED: usize = 10_000;
-
-/// Runs read per store page.
-const PAGE: usize = 500;
 
 /// The query of `GET /v1/stats`, as the document describes it; [`parse`]
 /// reads the pairs itself to name the parameter of a 400.
@@ -91,22 +92,19 @@ pub struct Tally {
 }
 
 impl Tally {
-    fn add(&mut self, run: &RunRecord) {
-        self.runs += 1;
-        match (run.status.outcome(), &run.report) {
-            (Some(outcome), report) => {
+    /// Adds `runs` runs with `status` that consumed `tokens` and `cost`.
+    fn add(&mut self, status: RunStatus, runs: u64, tokens: u64, cost_micros: u64) {
+        self.runs += runs;
+        match status.outcome() {
+            Some(outcome) => {
                 *self
                     .outcomes
                     .entry(outcome.as_str().to_owned())
-                    .or_default() += 1;
-                if let Some(report) = report {
-                    self.tokens = self.tokens.saturating_add(report.consumed.tokens);
-                    self.cost_micros = self
-                        .cost_micros
-                        .saturating_add(report.consumed.cost.micros());
-                }
+                    .or_default() += runs;
+                self.tokens = self.tokens.saturating_add(tokens);
+                self.cost_micros = self.cost_micros.saturating_add(cost_micros);
             }
-            (None, _) => self.unfinished += 1,
+            None => self.unfinished += runs,
         }
     }
 
@@ -131,9 +129,6 @@ pub struct Stats {
     pub since_ms: u64,
     /// The window's end (exclusive), Unix milliseconds.
     pub until_ms: u64,
-    /// Whether the window held more than the runs read (the newest are
-    /// counted).
-    pub truncated: bool,
     /// Whether the window asked for was longer than 31 days: `since_ms` is
     /// then 31 days before `until_ms`, not the `since` given.
     pub clamped: bool,
@@ -143,6 +138,29 @@ pub struct Stats {
     pub by_agent: BTreeMap<String, Tally>,
     /// By model (`provider/model`), from each report's `models`.
     pub by_model: BTreeMap<String, Tally>,
+    /// By guardrail name: how often each fired, in total and by agent.
+    #[serde(default)]
+    pub guardrails: BTreeMap<String, GuardrailTally>,
+}
+
+/// How often a guardrail fired.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Fired {
+    /// Events recording it firing.
+    pub fired: u64,
+    /// Runs in which it fired at least once.
+    pub runs: u64,
+}
+
+/// How often a guardrail fired, in total and by agent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct GuardrailTally {
+    /// Events recording it firing, every agent together.
+    pub fired: u64,
+    /// Runs in which it fired at least once.
+    pub runs: u64,
+    /// By agent name.
+    pub by_agent: BTreeMap<String, Fired>,
 }
 
 /// A stats request, validated.
@@ -235,55 +253,88 @@ pub async fn get_stats(
     let Query(pairs) = query.map_err(|e| Problem::bad_request(format!("invalid query: {e}")))?;
     let window = parse(&pairs, crate::recovery::now_ms())?;
     // The caller's tenant, whatever the query.
-    let mut filter = RunFilter::all()
-        .of_tenant(tenant)
-        .created_before(window.until_ms);
-    if let Some(after) = window.since_ms.checked_sub(1) {
-        filter = filter.created_after(after);
-    }
-    if let Some(agent) = &window.agent {
-        filter = filter.of_agent(agent.clone());
-    }
-    let (mut total, mut by_agent, mut by_model) = (
-        Tally::default(),
-        BTreeMap::<String, Tally>::new(),
-        BTreeMap::<String, Tally>::new(),
-    );
-    let (mut scanned, mut cursor, mut truncated) = (0_usize, None::<RunCursor>, false);
-    // An empty window (since not before until) holds no run to read.
-    let mut more = window.since_ms < window.until_ms;
-    while more {
-        let page = state
-            .store
-            .list_runs_page(&filter, cursor.as_ref(), PAGE.min(MAX_SCANNED - scanned))
-            .await?;
-        for run in &page.runs {
-            total.add(run);
-            by_agent.entry(run.agent.clone()).or_default().add(run);
-            for model in run.report.iter().flat_map(|r| r.models.iter()) {
-                by_model.entry(model.clone()).or_default().add(run);
-            }
+    Ok(Json(
+        compute(state.store.as_ref(), Some(tenant), &window).await?,
+    ))
+}
+
+/// The stats of `window` over `store`: one tenant's runs, or every
+/// tenant's with `None` (an operator reading the store itself, as `rein
+/// stats --data` does).
+///
+/// # Errors
+///
+/// What [`Store::run_stats`] fails with.
+pub async fn compute(
+    store: &dyn Store,
+    tenant: Option<TenantId>,
+    window: &Window,
+) -> Result<Stats, StoreError> {
+    let counted = if window.since_ms < window.until_ms {
+        store
+            .run_stats(&rein_store::StatsQuery {
+                tenant,
+                agent: window.agent.clone(),
+                since_ms: window.since_ms,
+                until_ms: window.until_ms,
+            })
+            .await?
+    } else {
+        // An empty window (since not before until) holds no run.
+        RunStats::default()
+    };
+    Ok(Stats::of(window, &counted))
+}
+
+impl Stats {
+    /// The tallies of the store's counts.
+    fn of(window: &Window, counted: &RunStats) -> Stats {
+        let (mut total, mut by_agent, mut by_model) = (
+            Tally::default(),
+            BTreeMap::<String, Tally>::new(),
+            BTreeMap::<String, Tally>::new(),
+        );
+        for row in &counted.statuses {
+            total.add(row.status, row.runs, row.tokens, row.cost_micros);
+            by_agent.entry(row.agent.clone()).or_default().add(
+                row.status,
+                row.runs,
+                row.tokens,
+                row.cost_micros,
+            );
         }
-        scanned += page.runs.len();
-        match page.next {
-            Some(_) if scanned >= MAX_SCANNED => {
-                truncated = true;
-                more = false;
-            }
-            Some(next) => cursor = Some(next),
-            None => more = false,
+        for row in &counted.models {
+            by_model.entry(row.model.clone()).or_default().add(
+                row.status,
+                row.runs,
+                row.tokens,
+                row.cost_micros,
+            );
+        }
+        let mut guardrails = BTreeMap::<Guardrail, GuardrailTally>::new();
+        for row in &counted.guardrails {
+            let tally = guardrails.entry(row.guardrail).or_default();
+            tally.fired += row.fired;
+            tally.runs += row.runs;
+            let agent = tally.by_agent.entry(row.agent.clone()).or_default();
+            agent.fired += row.fired;
+            agent.runs += row.runs;
+        }
+        let finish =
+            |m: BTreeMap<String, Tally>| m.into_iter().map(|(k, t)| (k, t.finish())).collect();
+        Stats {
+            since_ms: window.since_ms,
+            until_ms: window.until_ms,
+            clamped: window.clamped,
+            total: total.finish(),
+            by_agent: finish(by_agent),
+            by_model: finish(by_model),
+            guardrails: guardrails
+                .into_iter()
+                .map(|(g, t)| (g.as_str().to_owned(), t))
+                .collect(),
         }
     }
-    let finish = |m: BTreeMap<String, Tally>| m.into_iter().map(|(k, t)| (k, t.finish())).collect();
-    Ok(Json(Stats {
-        since_ms: window.since_ms,
-        until_ms: window.until_ms,
-        truncated,
-        clamped: window.clamped,
-        total: total.finish(),
-        by_agent: finish(by_agent),
-        by_model: finish(by_model),
-    }))
 }
 
 #[cfg(test)]

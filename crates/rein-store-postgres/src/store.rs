@@ -17,7 +17,7 @@ use tokio_postgres::NoTls;
 
 use crate::codec::PgResult;
 use crate::migrate::{self, SchemaState};
-use crate::ops::{commit, idempotency, latency, leases, runs, shared};
+use crate::ops::{commit, idempotency, latency, leases, runs, shared, stats};
 use crate::url::PostgresUrl;
 
 /// Connections one store keeps at most, by default: enough for a node's
@@ -473,5 +473,12 @@ impl Store for PostgresStore {
 
     async fn latency_histograms(&self) -> Result<rein_store::LatencyRows, StoreError> {
         read!(self, latency::latency_histograms)
+    }
+
+    async fn run_stats(
+        &self,
+        query: &rein_store::StatsQuery,
+    ) -> Result<rein_store::RunStats, StoreError> {
+        read!(self, stats::run_stats, query)
     }
 }

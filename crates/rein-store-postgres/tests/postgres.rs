@@ -155,3 +155,70 @@ async fn a_row_another_writer_damaged_is_corrupt_not_a_panic() {
     drop(client);
     database.drop_database().await;
 }
+
+/// Migration `0003_guardrails.sql` backfills each stored event's
+/// `guardrail` as `Guardrail::of` names it: every event shape of the wire
+/// fixture, stored without one (as before the migration), then the
+/// migration's own `UPDATE` run on them.
+#[tokio::test]
+async fn the_guardrail_backfill_names_what_guardrail_of_names() {
+    let Some(database) = ScratchDatabase::create("backfill").await else {
+        return;
+    };
+    let store = PostgresStore::connect_with(database.url(), PostgresOptions::default())
+        .await
+        .unwrap();
+    let (client, connection) = tokio_postgres::connect(&database.url_text(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let connection = tokio::spawn(connection);
+    client
+        .batch_execute(
+            "INSERT INTO runs (run_id, tenant, agent, input, budget, status, created_at_ms, \
+             updated_at_ms) VALUES ('r-1', 't', 'a', 'in', '{}', 'running', 1, 1)",
+        )
+        .await
+        .unwrap();
+    let fixture = include_str!("../../rein-core/tests/fixtures/events-v1.jsonl");
+    for (seq, line) in fixture.lines().enumerate() {
+        let event: serde_json::Value = serde_json::from_str(line).unwrap();
+        client
+            .execute(
+                "INSERT INTO events (run_id, seq, step, at_ms, kind, data) \
+                 VALUES ('r-1', $1, 0, 0, $2, $3)",
+                &[
+                    &(i64::try_from(seq).unwrap() + 1),
+                    &event["kind"].as_str().unwrap(),
+                    &event["data"].to_string(),
+                ],
+            )
+            .await
+            .unwrap();
+    }
+    // The migration's UPDATE, as released.
+    let migration = include_str!("../migrations/0003_guardrails.sql");
+    let start = migration.find("UPDATE events").unwrap();
+    let end = start + migration[start..].find(';').unwrap();
+    client.batch_execute(&migration[start..=end]).await.unwrap();
+    let mut fired = 0;
+    for row in client
+        .query("SELECT kind, data, guardrail FROM events ORDER BY seq", &[])
+        .await
+        .unwrap()
+    {
+        let (kind, data, guardrail): (String, String, Option<String>) =
+            (row.get(0), row.get(1), row.get(2));
+        let parsed: rein_core::EventKind =
+            serde_json::from_value(serde_json::Value::String(kind.clone())).unwrap();
+        let decoded =
+            rein_core::EventData::decode(parsed, serde_json::from_str(&data).unwrap()).unwrap();
+        let expected = decoded.guardrail().map(|g| g.as_str().to_owned());
+        assert_eq!(guardrail, expected, "the backfill of {kind} {data}");
+        fired += usize::from(expected.is_some());
+    }
+    assert!(fired >= 5, "the fixture holds guardrail events: {fired}");
+    drop(client);
+    connection.await.unwrap().unwrap();
+    store.close();
+    database.drop_database().await;
+}

@@ -45,6 +45,7 @@ use crate::{
 mod harness;
 mod latency;
 mod racing;
+mod stats;
 
 pub use harness::{CheckFuture, Subject, Teardown};
 pub use latency::{
@@ -55,6 +56,7 @@ pub use racing::{
     two_handles_race_for_a_run_claim, two_handles_race_for_a_singleton,
     two_handles_race_for_an_idempotency_key, two_handles_race_to_change_a_queued_run,
 };
+pub use stats::run_stats_count_a_tenants_window_by_agent_model_and_guardrail;
 
 /// A base time far from the present, so runs made here sort first.
 const BASE_MS: u64 = 4_000_000_000_000;
@@ -140,7 +142,8 @@ macro_rules! conformance_checks {
             breaker_concurrent_publishes_keep_the_latest_until,
             latency_merges_add_deltas_and_are_listed,
             latency_merge_refusals_write_nothing,
-            latency_concurrent_merges_all_count
+            latency_concurrent_merges_all_count,
+            run_stats_count_a_tenants_window_by_agent_model_and_guardrail
             ];
             racing: [
             two_handles_race_for_a_run_claim,

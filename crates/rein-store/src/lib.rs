@@ -23,6 +23,7 @@
 //! | [`SingletonLease`] | elects one owner of each periodic service among processes sharing the store |
 //! | [`BreakerOpening`] | a node's open circuit breaker arm, shared with every process sharing the store |
 //! | [`LatencyRecord`], [`LatencyRows`], [`CorruptLatency`] | observed latency histograms, summed over every process sharing the store |
+//! | [`StatsQuery`], [`RunStats`] | runs by agent, status and model, and guardrails fired, counted by the store over a window |
 //! | [`StoreError`] | refusals and failures, classified by `is_transient` |
 //! | [`SqliteStore`], [`SqliteOptions`] | the SQLite backend |
 //!
@@ -71,6 +72,7 @@ mod ledger;
 mod run;
 mod singleton;
 mod sqlite;
+mod stats;
 mod store;
 
 #[cfg(feature = "conformance")]
@@ -89,6 +91,7 @@ pub mod rules {
     };
     pub use crate::lease::validate_owner;
     pub use crate::singleton::{claimed, validate_claim, validate_singleton_text};
+    pub use crate::stats::{stored_count, stored_guardrail, stored_status};
 }
 
 pub use backlog::TenantBacklog;
@@ -111,4 +114,5 @@ pub use sqlite::{
     DEFAULT_BUSY_TIMEOUT, DEFAULT_SYNCHRONOUS_FULL, DIRECTORY_MODE, FILE_MODE, MAX_BUSY_TIMEOUT,
     SCHEMA_VERSION, SqliteOptions, SqliteStore, is_world_readable, world_readable_files,
 };
+pub use stats::{GuardrailCount, ModelCount, RunStats, StatsQuery, StatusCount};
 pub use store::Store;

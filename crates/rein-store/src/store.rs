@@ -773,6 +773,21 @@ pub trait Store: Send + Sync {
     /// listed in [`LatencyRows::corrupt`] with the reason, never a failure
     /// of the whole read.
     async fn latency_histograms(&self) -> Result<LatencyRows, StoreError>;
+
+    /// The runs `query` selects, counted in the store: by agent and
+    /// status, by model, and the guardrails fired by agent
+    /// ([`RunStats`](crate::RunStats)). Tokens and cost are those of each
+    /// run's report as it stands (revisions included).
+    ///
+    /// Required, not provided: the point is that the store aggregates;
+    /// a default that listed every run would be the scan this replaces.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a time beyond what the backend can
+    /// store; [`StoreError::Corrupt`] for a stored status or guardrail it
+    /// does not know.
+    async fn run_stats(&self, query: &crate::StatsQuery) -> Result<crate::RunStats, StoreError>;
 }
 
 /// A backend that did not return what its commit must return.

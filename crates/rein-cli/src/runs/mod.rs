@@ -11,8 +11,8 @@
 //! Tables go to stdout, with `--json` one JSON document instead; a note
 //! (the next page's cursor) goes to stderr, so a pipe reads data only.
 
-mod render;
-mod source;
+pub(crate) mod render;
+pub(crate) mod source;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -1,4 +1,4 @@
-//! Where `rein runs` reads: a store file directly, or a `rein serve`.
+//! Where `rein runs` and `rein stats` read: a store file directly, or a `rein serve`.
 //!
 //! # Why both
 //!
@@ -10,8 +10,9 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
-use rein_core::{Event, LedgerRecord, RunId, RunReport};
+use rein_core::{Event, LedgerRecord, RunId, RunReport, TenantId};
 use rein_server::listing::{RunList, RunSummary};
+use rein_server::stats::Stats;
 use rein_store::{RunCursor, RunFilter, SqliteStore, Store};
 use serde_json::Value;
 
@@ -264,6 +265,36 @@ impl Source {
                 let value = Source::get(client, base, key.as_deref(), &path).await?;
                 serde_json::from_value(value["records"].clone())
                     .with_context(|| format!("{base} answered a ledger rein cannot read"))
+            }
+        }
+    }
+
+    /// The stats of `window` (`GET /v1/stats`, or the store's own
+    /// aggregate for a file: `tenant`'s runs, or every tenant's).
+    pub async fn stats(
+        &self,
+        window: &rein_server::stats::Window,
+        tenant: Option<TenantId>,
+    ) -> Result<Stats> {
+        match self {
+            Source::Store { store, .. } => {
+                Ok(rein_server::stats::compute(store.as_ref(), tenant, window).await?)
+            }
+            Source::Server { client, base, key } => {
+                if tenant.is_some() {
+                    bail!("--tenant reads a file; a server shows its API key's tenant only");
+                }
+                let mut query = vec![
+                    format!("since={}", window.since_ms),
+                    format!("until={}", window.until_ms),
+                ];
+                if let Some(agent) = &window.agent {
+                    query.push(format!("agent={}", encode(agent)));
+                }
+                let path = format!("/v1/stats?{}", query.join("&"));
+                let value = Source::get(client, base, key.as_deref(), &path).await?;
+                serde_json::from_value(value)
+                    .with_context(|| format!("{base} answered stats rein cannot read"))
             }
         }
     }

@@ -51,6 +51,7 @@ mod effect;
 mod flag;
 mod governor;
 mod guard;
+mod guardrail;
 mod latency;
 mod millis;
 mod model;
@@ -69,6 +70,7 @@ pub use guard::{
     AllocationShape, BreakerStateChanged, BudgetAllocated, BudgetExhausted, BudgetScope,
     LoopDetected, ToolDisabled,
 };
+pub use guardrail::Guardrail;
 pub use latency::{BaselineSource, LatencyDegraded};
 pub use model::{
     LinkName, ModelAnswered, ModelCallFailed, ModelCallFinished, ModelCallResult, ModelCallStarted,

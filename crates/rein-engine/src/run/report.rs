@@ -8,9 +8,12 @@
 //! | closed from outside ([`super::close`]) | its last checkpoint and events | as it stands |
 //! | finished, a record changed since ([`revise`]) | its stored report's basis and its last checkpoint | with the change |
 
+use std::collections::BTreeMap;
+
 use rein_core::FailurePolicy;
 use rein_core::call::CallResult;
 use rein_core::deadline::Usage;
+use rein_core::handoff::ToolOwner;
 use rein_core::report::{RunFacts, Settled, derive};
 use rein_core::{EventData, LedgerRecord, ReportNote, RunId, RunReport};
 use rein_store::{RunRecord, Store, StoreError};
@@ -112,24 +115,46 @@ async fn checkpointed(store: &dyn Store, run: &RunId) -> Result<Checkpointed, St
 }
 
 /// The models that answered a run's turns, from its events.
-async fn models_of(store: &dyn Store, run: &RunId) -> Result<Vec<String>, StoreError> {
+/// What a run's events say of it: the models that answered it, and who
+/// answers for each tool it started (the `owner` and `side_effect_tier`
+/// each `tool_call_started` carries), so a run closed from outside names
+/// its effects' owners as one its process closed does.
+async fn from_events(
+    store: &dyn Store,
+    run: &RunId,
+) -> Result<(Vec<String>, BTreeMap<String, ToolOwner>), StoreError> {
     let mut models: Vec<String> = Vec::new();
+    let mut owners = BTreeMap::new();
     for e in store.events(run, 0).await? {
-        if let EventData::ModelCallFinished(f) = &e.data
-            && f.ok()
-        {
-            let name = format!("{}/{}", f.provider, f.model);
-            if !models.contains(&name) {
-                models.push(name);
+        match &e.data {
+            EventData::ModelCallFinished(f) if f.ok() => {
+                let name = format!("{}/{}", f.provider, f.model);
+                if !models.contains(&name) {
+                    models.push(name);
+                }
             }
+            EventData::ToolCallStarted(started) => {
+                if let (Some(owner), Some(side_effect_tier)) =
+                    (&started.owner, started.side_effect_tier)
+                {
+                    owners.insert(
+                        started.tool.clone(),
+                        ToolOwner {
+                            owner: owner.clone(),
+                            side_effect_tier,
+                        },
+                    );
+                }
+            }
+            _ => {}
         }
     }
-    Ok(models)
+    Ok((models, owners))
 }
 
 /// The facts of a run its driving process no longer holds, from the store:
-/// its last checkpoint's calls and consumption, and the models its events
-/// name. `elapsed_ms` is until `at_ms`.
+/// its last checkpoint's calls and consumption, and the models and tool
+/// owners its events name. `elapsed_ms` is until `at_ms`.
 ///
 /// # Errors
 ///
@@ -145,6 +170,7 @@ pub(super) async fn stored_facts(
         consumed,
         unreadable,
     } = checkpointed(store, &run.run_id).await?;
+    let (models, owners) = from_events(store, &run.run_id).await?;
     Ok(RunFacts {
         run_id: run.run_id.clone(),
         agent: run.agent.clone(),
@@ -156,14 +182,14 @@ pub(super) async fn stored_facts(
         consumed,
         elapsed_ms: at_ms.saturating_sub(run.created_at_ms),
         steps: consumed.steps,
-        models: models_of(store, &run.run_id).await?,
+        models,
         compensations: Vec::new(),
         resume: None,
         in_flight: Vec::new(),
         strategies_not_tried: Vec::new(),
         notes: unreadable.into_iter().collect(),
         hint: Default::default(),
-        owners: Default::default(),
+        owners,
     })
 }
 

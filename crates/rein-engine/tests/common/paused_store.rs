@@ -351,4 +351,11 @@ impl Store for PauseSafeStore {
     async fn latency_histograms(&self) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
         held(self.0.latency_histograms()).await
     }
+
+    async fn run_stats(
+        &self,
+        query: &rein_store::StatsQuery,
+    ) -> Result<rein_store::RunStats, rein_store::StoreError> {
+        held(self.0.run_stats(query)).await
+    }
 }

@@ -2,6 +2,7 @@
 //! mirroring the SQLite backend statement for statement.
 
 use deadpool_postgres::{GenericClient, Transaction};
+use rein_core::event::Guardrail;
 use rein_core::{Event, IntentId, LedgerRecord, LedgerStatus, RunId, RunReport};
 use rein_store::{
     Checkpoint, CheckpointDelta, ClaimFence, Committed, LedgerMark, PlannedIntent, RunRecord,
@@ -491,7 +492,7 @@ async fn append_events(
     let statement = tx
         .prepare_cached(
             "INSERT INTO events (run_id, seq, step, intent_id, attempt_id, idempotency_key, \
-             at_ms, kind, data) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+             at_ms, kind, data, guardrail) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .await
         .pg()?;
@@ -510,6 +511,7 @@ async fn append_events(
                 &int(event.at_ms, "event at_ms")?,
                 &event.kind().as_str(),
                 &event_data_text(event)?,
+                &event.data.guardrail().map(Guardrail::as_str),
             ],
         )
         .await

@@ -25,6 +25,7 @@ pub(crate) mod latency;
 pub(crate) mod leases;
 pub(crate) mod runs;
 pub(crate) mod shared;
+pub(crate) mod stats;
 
 use deadpool_postgres::{GenericClient, Transaction};
 use rein_core::RunId;

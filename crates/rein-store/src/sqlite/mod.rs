@@ -30,6 +30,7 @@ mod files;
 mod latency_ops;
 mod ops;
 mod schema;
+mod stats_ops;
 mod worker;
 
 pub use config::{DEFAULT_BUSY_TIMEOUT, DEFAULT_SYNCHRONOUS_FULL, MAX_BUSY_TIMEOUT, SqliteOptions};
@@ -564,5 +565,12 @@ impl Store for SqliteStore {
 
     async fn latency_histograms(&self) -> Result<LatencyRows, StoreError> {
         self.worker.read(latency_ops::latency_histograms).await
+    }
+
+    async fn run_stats(&self, query: &crate::StatsQuery) -> Result<crate::RunStats, StoreError> {
+        let query = query.clone();
+        self.worker
+            .read(move |conn| stats_ops::run_stats(conn, &query))
+            .await
     }
 }

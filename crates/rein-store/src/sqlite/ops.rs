@@ -4,6 +4,7 @@
 //! opened for them, so each may read, check and write without racing
 //! another writer: the `IMMEDIATE` transaction holds SQLite's write lock.
 
+use rein_core::event::Guardrail;
 use rein_core::{Event, IntentId, LedgerRecord, LedgerStatus, RunId, RunReport, TenantId};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
@@ -801,7 +802,7 @@ fn append_events(
     let mut statement = conn
         .prepare_cached(
             "INSERT INTO events (run_id, seq, step, intent_id, attempt_id, idempotency_key, \
-             at_ms, kind, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+             at_ms, kind, data, guardrail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         )
         .sql()?;
     for (seq, event) in (first..).zip(events.iter_mut()) {
@@ -818,6 +819,7 @@ fn append_events(
                 int(event.at_ms, "event at_ms")?,
                 event.kind().as_str(),
                 event_data_text(event)?,
+                event.data.guardrail().map(Guardrail::as_str),
             ])
             .sql()?;
     }

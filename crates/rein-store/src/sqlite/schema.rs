@@ -21,7 +21,7 @@ use super::codec::SqlResult;
 use crate::error::StoreError;
 
 /// The schema version this binary writes: the number of migrations.
-pub const SCHEMA_VERSION: u32 = 11;
+pub const SCHEMA_VERSION: u32 = 12;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
 ///
@@ -253,6 +253,38 @@ CREATE TABLE latency_histograms (
     samples       INTEGER NOT NULL,
     updated_at_ms INTEGER NOT NULL
 ) STRICT;
+"#,
+    // 12: the guardrail an event records firing (`Guardrail::of`, NULL for
+    // every other event), written with the event, so `Store::run_stats`
+    // counts guardrails per agent with one indexed join instead of
+    // decoding every event of the window. Events stored before are
+    // backfilled here from their kind and data.
+    // NOTE: the CASE mirrors `rein_core::event::Guardrail::of`.
+    r#"
+ALTER TABLE events ADD COLUMN guardrail TEXT;
+UPDATE events SET guardrail = CASE kind
+    WHEN 'budget_exhausted' THEN
+        CASE json_extract(data, '$.exhausted.dimension')
+            WHEN 'steps' THEN 'budget_steps'
+            WHEN 'tokens' THEN 'budget_tokens'
+            WHEN 'cost' THEN 'budget_cost'
+            WHEN 'wall_clock' THEN 'budget_wall_clock'
+        END
+    WHEN 'loop_detected' THEN
+        CASE json_extract(data, '$.trip.reason')
+            WHEN 'repeated_action' THEN 'repeated_action'
+            WHEN 'no_progress' THEN 'no_progress'
+            WHEN 'repeat_failure' THEN 'repeat_failure'
+        END
+    WHEN 'call_rejected' THEN
+        CASE WHEN json_type(data, '$.arm') IS NULL THEN 'validation' ELSE 'breaker' END
+    WHEN 'fan_out_refused' THEN 'fan_out'
+    WHEN 'call_shed' THEN 'call_shed'
+    WHEN 'tool_disabled' THEN 'tool_disabled'
+END
+WHERE kind IN ('budget_exhausted', 'loop_detected', 'call_rejected', 'fan_out_refused',
+               'call_shed', 'tool_disabled');
+CREATE INDEX events_by_guardrail ON events (run_id, guardrail) WHERE guardrail IS NOT NULL;
 "#,
 ];
 
@@ -760,5 +792,52 @@ mod tests {
         assert!(strict.is_err(), "STRICT refuses a text step count");
         migrate(&mut conn).unwrap();
         assert_eq!(version(&conn), i64::from(SCHEMA_VERSION));
+    }
+
+    #[test]
+    fn a_version_11_file_backfills_each_events_guardrail() {
+        // Every stored event shape of the wire fixture, written by a
+        // release before events had a guardrail.
+        let mut conn = at_version(11);
+        conn.execute(
+            "INSERT INTO runs (run_id, tenant, agent, input, budget, status, created_at_ms, \
+             updated_at_ms) VALUES ('r-1', 't', 'a', 'in', '{}', 'running', 1, 1)",
+            [],
+        )
+        .unwrap();
+        let fixture = include_str!("../../../rein-core/tests/fixtures/events-v1.jsonl");
+        for (seq, line) in fixture.lines().enumerate() {
+            let event: serde_json::Value = serde_json::from_str(line).unwrap();
+            conn.execute(
+                "INSERT INTO events (run_id, seq, step, at_ms, kind, data) \
+                 VALUES ('r-1', ?1, 0, 0, ?2, ?3)",
+                rusqlite::params![
+                    i64::try_from(seq).unwrap() + 1,
+                    event["kind"].as_str().unwrap(),
+                    event["data"].to_string()
+                ],
+            )
+            .unwrap();
+        }
+        migrate(&mut conn).unwrap();
+        let mut statement = conn
+            .prepare("SELECT kind, data, guardrail FROM events ORDER BY seq")
+            .unwrap();
+        let rows: Vec<(String, String, Option<String>)> = statement
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let mut fired = 0;
+        for (kind, data, guardrail) in rows {
+            let kind: rein_core::EventKind =
+                serde_json::from_value(serde_json::Value::String(kind)).unwrap();
+            let decoded =
+                rein_core::EventData::decode(kind, serde_json::from_str(&data).unwrap()).unwrap();
+            let expected = decoded.guardrail().map(|g| g.as_str().to_owned());
+            assert_eq!(guardrail, expected, "the backfill of {kind} {data}");
+            fired += usize::from(expected.is_some());
+        }
+        assert!(fired >= 5, "the fixture holds guardrail events: {fired}");
     }
 }
