@@ -233,6 +233,8 @@ impl Session {
             .registry(&startup.registry, &client, process_env())
             .node(node.clone())
             .shared_breakers(node, DEFAULT_SHARED_BREAKERS_REFRESH)
+            // Resource group limits hold for every process on the store.
+            .shared_limits(rein_engine::run::DEFAULT_SHARE_RENEWAL)
             .build()?;
         Ok(Session {
             registry: startup.registry,

@@ -45,6 +45,7 @@ use crate::{
 mod harness;
 mod latency;
 mod racing;
+mod share;
 
 pub use harness::{CheckFuture, Subject, Teardown};
 pub use latency::{
@@ -54,6 +55,11 @@ pub use latency::{
 pub use racing::{
     two_handles_race_for_a_run_claim, two_handles_race_for_a_singleton,
     two_handles_race_for_an_idempotency_key, two_handles_race_to_change_a_queued_run,
+};
+pub use share::{
+    share_lease_refusals, share_release_removes_only_its_own_lease,
+    share_renewals_list_the_live_holders_of_their_group,
+    two_handles_renewing_share_leases_see_each_other,
 };
 
 /// A base time far from the present, so runs made here sort first.
@@ -140,13 +146,17 @@ macro_rules! conformance_checks {
             breaker_concurrent_publishes_keep_the_latest_until,
             latency_merges_add_deltas_and_are_listed,
             latency_merge_refusals_write_nothing,
-            latency_concurrent_merges_all_count
+            latency_concurrent_merges_all_count,
+            share_renewals_list_the_live_holders_of_their_group,
+            share_release_removes_only_its_own_lease,
+            share_lease_refusals
             ];
             racing: [
             two_handles_race_for_a_run_claim,
             two_handles_race_for_an_idempotency_key,
             two_handles_race_for_a_singleton,
-            two_handles_race_to_change_a_queued_run
+            two_handles_race_to_change_a_queued_run,
+            two_handles_renewing_share_leases_see_each_other
             ]
         );
     };

@@ -11,7 +11,7 @@
 //!
 //! | module | concept |
 //! | --- | --- |
-//! | [`Store`] | the trait: runs, events, intents, ledger, checkpoints, leases, idempotency records, singleton leases, breaker openings, latency histograms |
+//! | [`Store`] | the trait: runs, events, intents, ledger, checkpoints, leases, idempotency records, singleton leases, breaker openings, latency histograms, share leases |
 //! | [`StepCommit`], [`ClaimFence`] | one atomic write per step (group-committed), optionally fenced by a run claim |
 //! | [`RunStatus`], [`NewRun`], [`RunRecord`] | runs and their final outcome |
 //! | [`RunFilter`], [`RunCursor`], [`RunPage`] | listing runs, newest first, a page at a time |
@@ -23,6 +23,7 @@
 //! | [`SingletonLease`] | elects one owner of each periodic service among processes sharing the store |
 //! | [`BreakerOpening`] | a node's open circuit breaker arm, shared with every process sharing the store |
 //! | [`LatencyRecord`], [`LatencyRows`], [`CorruptLatency`] | observed latency histograms, summed over every process sharing the store |
+//! | share leases ([`MAX_SHARE_LEASE_LEN`]) | which nodes divide a resource group's limits among them |
 //! | [`StoreError`] | refusals and failures, classified by `is_transient` |
 //! | [`SqliteStore`], [`SqliteOptions`] | the SQLite backend |
 //!
@@ -69,6 +70,7 @@ mod latency;
 mod lease;
 mod ledger;
 mod run;
+mod share;
 mod singleton;
 mod sqlite;
 mod store;
@@ -88,6 +90,7 @@ pub mod rules {
         validate_subject as validate_latency_subject,
     };
     pub use crate::lease::validate_owner;
+    pub use crate::share::{validate_share_renewal, validate_share_text};
     pub use crate::singleton::{claimed, validate_claim, validate_singleton_text};
 }
 
@@ -106,6 +109,7 @@ pub use latency::{CorruptLatency, LatencyRecord, LatencyRows, MAX_LATENCY_SUBJEC
 pub use lease::{Lease, LeaseChange, LeaseFilter, LeaseKind, MAX_LEASE_ID_LEN};
 pub use ledger::LedgerMark;
 pub use run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus, StatusChange};
+pub use share::MAX_SHARE_LEASE_LEN;
 pub use singleton::{MAX_SINGLETON_LEN, SingletonLease};
 pub use sqlite::{
     DEFAULT_BUSY_TIMEOUT, DEFAULT_SYNCHRONOUS_FULL, DIRECTORY_MODE, FILE_MODE, MAX_BUSY_TIMEOUT,

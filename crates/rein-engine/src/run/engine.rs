@@ -67,6 +67,9 @@ pub struct EngineBuilder {
     pub(super) shared_breakers: Option<(String, std::time::Duration)>,
     /// This engine's public node id; a fresh one when unset.
     pub(super) node: Option<String>,
+    /// How often share leases of governed groups are renewed, when their
+    /// limits are divided with the other nodes on the store.
+    pub(super) shared_limits: Option<std::time::Duration>,
     /// How each tool's latency is planned, by tool name.
     pub(super) tool_latency: std::collections::BTreeMap<String, ToolLatency>,
     /// How often observed latency is flushed to the store at most.
@@ -217,6 +220,13 @@ impl EngineBuilder {
                 }));
             }
         };
+        let cluster = self.shared_limits.map(|renew| {
+            Arc::new(concurrency::Cluster::new(
+                self.store.clone(),
+                node.clone(),
+                renew,
+            ))
+        });
         let latency = Arc::new(LatencyBook::new(
             self.tool_latency,
             self.latency_flush,
@@ -234,7 +244,7 @@ impl EngineBuilder {
                 breakers: Arc::new(Mutex::new(Breakers::new(self.breakers)?)),
                 retry_budgets: Mutex::new(HashMap::new()),
                 rng: Mutex::new(rng),
-                slots: concurrency::GroupSlots::new(self.clock.clone()),
+                slots: concurrency::GroupSlots::shared(self.clock.clone(), cluster),
                 provider_slots: concurrency::GroupSlots::new(self.clock.clone()),
                 metrics: Arc::new(crate::metrics::Metrics::new(self.metrics_labels)),
                 live: tree::LiveRegistry::default(),
@@ -311,6 +321,7 @@ impl Engine {
             metrics_labels: crate::metrics::LabelBounds::default(),
             shared_breakers: None,
             node: None,
+            shared_limits: None,
             tool_latency: std::collections::BTreeMap::new(),
             latency_flush: DEFAULT_LATENCY_FLUSH,
             #[cfg(feature = "sabotage")]

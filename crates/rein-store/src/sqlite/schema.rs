@@ -21,7 +21,7 @@ use super::codec::SqlResult;
 use crate::error::StoreError;
 
 /// The schema version this binary writes: the number of migrations.
-pub const SCHEMA_VERSION: u32 = 11;
+pub const SCHEMA_VERSION: u32 = 12;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
 ///
@@ -252,6 +252,16 @@ CREATE TABLE latency_histograms (
     histogram     TEXT NOT NULL,
     samples       INTEGER NOT NULL,
     updated_at_ms INTEGER NOT NULL
+) STRICT;
+"#,
+    // 12: share leases, one row per resource group and node dividing its
+    // limits; a renewal drops the group's expired rows. Not tied to a run.
+    r#"
+CREATE TABLE share_leases (
+    resource_group TEXT NOT NULL,
+    node           TEXT NOT NULL,
+    expires_at_ms  INTEGER NOT NULL,
+    PRIMARY KEY (resource_group, node)
 ) STRICT;
 "#,
 ];
