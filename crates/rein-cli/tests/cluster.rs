@@ -219,3 +219,42 @@ async fn two_servers_on_one_postgres_database_hold_the_groups_rate_together() {
         bound()
     );
 }
+
+/// A server that stops cleanly gives its share leases up: right after it
+/// exits, the store lists only the other server's lease of `order_api`
+/// (it would list both until the stopped one's lease expired, 3 s later,
+/// if it did not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_stops_gives_its_share_of_the_group_back() {
+    use rein_store::Store as _;
+    let desk = OrderDesk::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path());
+    let data = dir.path().join("rein.db");
+    let one = serve(dir.path(), &data, &desk, "").await;
+    let mut two = serve(dir.path(), &data, &desk, "").await;
+    let client = reqwest::Client::new();
+    assert_eq!(run(client.clone(), one.url("")).await, "succeeded");
+    assert_eq!(run(client.clone(), two.url("")).await, "succeeded");
+    divided_among(&two, 2);
+    two.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(two.exited(Duration::from_secs(60)).await.success());
+    let store = rein_store::SqliteStore::open(&data).unwrap();
+    let now_ms = u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap();
+    let holders = store
+        .renew_share_lease("order_api", "probe", now_ms, now_ms + 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        holders.len(),
+        2,
+        "the running server and the probe, not the stopped server: {holders:?}"
+    );
+    one.kill_async().await;
+}

@@ -395,6 +395,15 @@ impl Engine {
         self.shared.latency.flush_now().await;
     }
 
+    /// Gives up this engine's share leases of its resource groups
+    /// ([`EngineBuilder::shared_limits`]) so the other nodes on the store
+    /// take its part of each group's limits back at once, and stops
+    /// renewing them (a process that stops: `rein serve`'s drain, the end
+    /// of `rein run`). Calls made afterwards keep this node's last part.
+    pub async fn leave_shared_limits(&self) {
+        self.shared.slots.leave_cluster().await;
+    }
+
     /// Whether [`Engine::interrupt`] was called.
     pub fn is_interrupted(&self) -> bool {
         self.shared.interrupt.is_cancelled()

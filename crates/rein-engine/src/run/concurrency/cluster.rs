@@ -37,6 +37,7 @@
 //! call of a group because the store is briefly unavailable would turn a
 //! store outage into an outage of every tool.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -81,6 +82,8 @@ pub(crate) struct Cluster {
     store: Arc<dyn Store>,
     node: String,
     renew: Duration,
+    /// Set once this node gave its leases up: it renews none again.
+    left: AtomicBool,
 }
 
 impl Cluster {
@@ -90,6 +93,25 @@ impl Cluster {
             store,
             node,
             renew: renew.max(Duration::from_millis(1)),
+            left: AtomicBool::new(false),
+        }
+    }
+
+    /// Gives up this node's share leases of `groups` and stops renewing
+    /// any (the process is stopping): the other nodes take its part back
+    /// at their next renewal rather than when the leases expire. A store
+    /// that refuses is logged; the leases then expire on their own.
+    pub(super) async fn leave(&self, groups: &[String]) {
+        self.left.store(true, Ordering::SeqCst);
+        for group in groups {
+            if let Err(e) = self.store.release_share_lease(group, &self.node).await {
+                tracing::warn!(
+                    group = %group,
+                    node = %self.node,
+                    error = %e,
+                    "share lease not released; it expires on its own"
+                );
+            }
         }
     }
 
@@ -111,6 +133,11 @@ impl Cluster {
             let Some(group) = governed.upgrade() else {
                 return;
             };
+            if self.left.load(Ordering::SeqCst) {
+                // Calls made after leaving keep the last part.
+                let _ = joined.send(true);
+                return;
+            }
             let clock = group.clock.clone();
             let now_ms = unix_ms(clock.system_now());
             let ttl = self.renew.saturating_mul(SHARE_LEASE_TTL_RENEWALS);

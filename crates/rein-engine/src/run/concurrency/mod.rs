@@ -169,6 +169,19 @@ impl GroupSlots {
         })
     }
 
+    /// Gives up this node's share leases of every group it governs (see
+    /// `cluster.rs`); nothing without a cluster.
+    pub(super) async fn leave_cluster(&self) {
+        let Some(cluster) = &self.cluster else {
+            return;
+        };
+        let names: Vec<String> = {
+            let groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+            groups.keys().cloned().collect()
+        };
+        cluster.leave(&names).await;
+    }
+
     /// Calls waiting in `group`'s governor.
     pub(super) fn queued(&self, group: &str) -> usize {
         let groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
