@@ -382,4 +382,24 @@ impl Store for FaultyStore {
     ) -> Result<rein_store::RunStats, rein_store::StoreError> {
         self.inner.run_stats(query).await
     }
+
+    async fn renew_share_lease(
+        &self,
+        group: &str,
+        node: &str,
+        now_ms: u64,
+        expires_at_ms: u64,
+    ) -> Result<Vec<String>, rein_store::StoreError> {
+        self.inner
+            .renew_share_lease(group, node, now_ms, expires_at_ms)
+            .await
+    }
+
+    async fn release_share_lease(
+        &self,
+        group: &str,
+        node: &str,
+    ) -> Result<bool, rein_store::StoreError> {
+        self.inner.release_share_lease(group, node).await
+    }
 }

@@ -77,9 +77,13 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             &session.schemas,
             request(Some(run_id.clone()), tenant, args.input, args.json),
         );
-        session
+        let ended = session
             .finish(&run_id, run, &mut signals, args.json, &resume)
-            .await
+            .await;
+        // The other processes on the store take this one's part of each
+        // resource group's limits back now, not when its leases expire.
+        session.engine.leave_shared_limits().await;
+        ended
     })
 }
 
@@ -233,6 +237,8 @@ impl Session {
             .registry(&startup.registry, &client, process_env())
             .node(node.clone())
             .shared_breakers(node, DEFAULT_SHARED_BREAKERS_REFRESH)
+            // Resource group limits hold for every process on the store.
+            .shared_limits(rein_engine::run::DEFAULT_SHARE_RENEWAL)
             .build()?;
         Ok(Session {
             registry: startup.registry,

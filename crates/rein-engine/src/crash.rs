@@ -41,6 +41,7 @@
 /// | switch | breaks |
 /// | --- | --- |
 /// | `fifo_queue` | `rein serve`'s queue workers start the oldest queued run, whoever's, instead of picking fairly between tenants |
+/// | `whole_limit_per_node` | every process takes the whole of each resource group's limits, as if alone on its store, instead of its part among the nodes holding share leases (`run/concurrency/cluster.rs`) |
 pub const SABOTAGE_ENV: &str = "REIN_SABOTAGE";
 
 /// Whether `switch` is listed in [`SABOTAGE_ENV`]; always false without

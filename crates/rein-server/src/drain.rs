@@ -376,6 +376,8 @@ pub async fn drain_work(state: &AppState, began: Instant) -> Drained {
     // shared before it exits (every run's end flushed too; this catches
     // gateway calls and runs still cut).
     state.engine.flush_latency().await;
+    // The other nodes take this one's part of each group's limits back.
+    state.engine.leave_shared_limits().await;
     let mut drained = Drained::default();
     for run_id in roots(state, state.engine.noted_runs()).await {
         if let Some(fate) = fate(state, &run_id).await {

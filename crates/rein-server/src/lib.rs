@@ -379,7 +379,9 @@ pub fn build_engine(
         .node(node.clone())
         .claim_lease(settings.queue.lease)
         .claim_renewal(settings.reconciliation.heartbeat_interval)
-        .shared_breakers(node, rein_engine::run::DEFAULT_SHARED_BREAKERS_REFRESH);
+        .shared_breakers(node, rein_engine::run::DEFAULT_SHARED_BREAKERS_REFRESH)
+        // Resource group limits hold for every process on the store.
+        .shared_limits(rein_engine::run::DEFAULT_SHARE_RENEWAL);
     if let Some(seed) = rng_seed {
         builder = builder.rng_seed(seed);
     }

@@ -17,7 +17,7 @@ use tokio_postgres::NoTls;
 
 use crate::codec::PgResult;
 use crate::migrate::{self, SchemaState};
-use crate::ops::{commit, idempotency, latency, leases, runs, shared, stats};
+use crate::ops::{commit, idempotency, latency, leases, runs, share, shared, stats};
 use crate::url::PostgresUrl;
 
 /// Connections one store keeps at most, by default: enough for a node's
@@ -480,5 +480,23 @@ impl Store for PostgresStore {
         query: &rein_store::StatsQuery,
     ) -> Result<rein_store::RunStats, StoreError> {
         read!(self, stats::run_stats, query)
+    }
+
+    async fn renew_share_lease(
+        &self,
+        group: &str,
+        node: &str,
+        now_ms: u64,
+        expires_at_ms: u64,
+    ) -> Result<Vec<String>, StoreError> {
+        write!(
+            self,
+            share::renew_share_lease,
+            group, node, now_ms, expires_at_ms
+        )
+    }
+
+    async fn release_share_lease(&self, group: &str, node: &str) -> Result<bool, StoreError> {
+        write!(self, share::release_share_lease, group, node)
     }
 }

@@ -46,6 +46,7 @@ mod harness;
 mod latency;
 mod racing;
 mod stats;
+mod share;
 
 pub use harness::{CheckFuture, Subject, Teardown};
 pub use latency::{
@@ -57,6 +58,11 @@ pub use racing::{
     two_handles_race_for_an_idempotency_key, two_handles_race_to_change_a_queued_run,
 };
 pub use stats::run_stats_count_a_tenants_window_by_agent_model_and_guardrail;
+pub use share::{
+    share_lease_refusals, share_release_removes_only_its_own_lease,
+    share_renewals_list_the_live_holders_of_their_group,
+    two_handles_renewing_share_leases_see_each_other,
+};
 
 /// A base time far from the present, so runs made here sort first.
 const BASE_MS: u64 = 4_000_000_000_000;
@@ -143,13 +149,17 @@ macro_rules! conformance_checks {
             latency_merges_add_deltas_and_are_listed,
             latency_merge_refusals_write_nothing,
             latency_concurrent_merges_all_count,
-            run_stats_count_a_tenants_window_by_agent_model_and_guardrail
+            run_stats_count_a_tenants_window_by_agent_model_and_guardrail,
+            share_renewals_list_the_live_holders_of_their_group,
+            share_release_removes_only_its_own_lease,
+            share_lease_refusals
             ];
             racing: [
             two_handles_race_for_a_run_claim,
             two_handles_race_for_an_idempotency_key,
             two_handles_race_for_a_singleton,
-            two_handles_race_to_change_a_queued_run
+            two_handles_race_to_change_a_queued_run,
+            two_handles_renewing_share_leases_see_each_other
             ]
         );
     };

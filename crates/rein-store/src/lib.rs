@@ -11,7 +11,7 @@
 //!
 //! | module | concept |
 //! | --- | --- |
-//! | [`Store`] | the trait: runs, events, intents, ledger, checkpoints, leases, idempotency records, singleton leases, breaker openings, latency histograms |
+//! | [`Store`] | the trait: runs, events, intents, ledger, checkpoints, leases, idempotency records, singleton leases, breaker openings, latency histograms, share leases |
 //! | [`StepCommit`], [`ClaimFence`] | one atomic write per step (group-committed), optionally fenced by a run claim |
 //! | [`RunStatus`], [`NewRun`], [`RunRecord`] | runs and their final outcome |
 //! | [`RunFilter`], [`RunCursor`], [`RunPage`] | listing runs, newest first, a page at a time |
@@ -24,6 +24,7 @@
 //! | [`BreakerOpening`] | a node's open circuit breaker arm, shared with every process sharing the store |
 //! | [`LatencyRecord`], [`LatencyRows`], [`CorruptLatency`] | observed latency histograms, summed over every process sharing the store |
 //! | [`StatsQuery`], [`RunStats`] | runs by agent, status and model, and guardrails fired, counted by the store over a window |
+//! | share leases ([`MAX_SHARE_LEASE_LEN`]) | which nodes divide a resource group's limits among them |
 //! | [`StoreError`] | refusals and failures, classified by `is_transient` |
 //! | [`SqliteStore`], [`SqliteOptions`] | the SQLite backend |
 //!
@@ -70,6 +71,7 @@ mod latency;
 mod lease;
 mod ledger;
 mod run;
+mod share;
 mod singleton;
 mod sqlite;
 mod stats;
@@ -90,6 +92,7 @@ pub mod rules {
         validate_subject as validate_latency_subject,
     };
     pub use crate::lease::validate_owner;
+    pub use crate::share::{validate_share_renewal, validate_share_text};
     pub use crate::singleton::{claimed, validate_claim, validate_singleton_text};
     pub use crate::stats::{stored_count, stored_guardrail, stored_status};
 }
@@ -109,6 +112,7 @@ pub use latency::{CorruptLatency, LatencyRecord, LatencyRows, MAX_LATENCY_SUBJEC
 pub use lease::{Lease, LeaseChange, LeaseFilter, LeaseKind, MAX_LEASE_ID_LEN};
 pub use ledger::LedgerMark;
 pub use run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus, StatusChange};
+pub use share::MAX_SHARE_LEASE_LEN;
 pub use singleton::{MAX_SINGLETON_LEN, SingletonLease};
 pub use sqlite::{
     DEFAULT_BUSY_TIMEOUT, DEFAULT_SYNCHRONOUS_FULL, DIRECTORY_MODE, FILE_MODE, MAX_BUSY_TIMEOUT,

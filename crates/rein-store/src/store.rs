@@ -788,6 +788,37 @@ pub trait Store: Send + Sync {
     /// store; [`StoreError::Corrupt`] for a stored status or guardrail it
     /// does not know.
     async fn run_stats(&self, query: &crate::StatsQuery) -> Result<crate::RunStats, StoreError>;
+    // ----- share leases: the nodes dividing a resource group's limits -----
+
+    /// Takes or renews `node`'s share lease of `group` until
+    /// `expires_at_ms`, deletes the group's leases expired at `now_ms`, and
+    /// returns the nodes holding a live one (`expires_at_ms > now_ms`),
+    /// `node` included, sorted — all in one atomic step across every
+    /// process sharing the store, so of two nodes renewing at once the
+    /// second lists the first.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a group or node of 0 or more than
+    /// [`MAX_SHARE_LEASE_LEN`](crate::MAX_SHARE_LEASE_LEN) bytes or with
+    /// control characters, or `expires_at_ms <= now_ms` (nothing is
+    /// written then).
+    async fn renew_share_lease(
+        &self,
+        group: &str,
+        node: &str,
+        now_ms: u64,
+        expires_at_ms: u64,
+    ) -> Result<Vec<String>, StoreError>;
+
+    /// Gives `node`'s share lease of `group` up; returns whether it held
+    /// one. The other nodes' leases are left alone.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a malformed group or node (as for
+    /// [`Store::renew_share_lease`]).
+    async fn release_share_lease(&self, group: &str, node: &str) -> Result<bool, StoreError>;
 }
 
 /// A backend that did not return what its commit must return.

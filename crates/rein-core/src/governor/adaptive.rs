@@ -332,6 +332,21 @@ impl AdaptiveLimit {
         self.settings.max
     }
 
+    /// Moves the ceiling to `max` (at least the lower bound): a node's part
+    /// of a group's `max_concurrency` shared across a cluster changed. A
+    /// limit at the old ceiling follows it (the operator's ceiling is where
+    /// a healthy backend runs); one below stays where the evidence put it,
+    /// unless the new ceiling is lower still. Slots held above the new
+    /// limit stay held until released.
+    pub fn reshape_ceiling(&mut self, max: u32) {
+        let max = max.max(self.settings.min);
+        if self.limit >= self.settings.max || self.limit > max {
+            self.limit = max;
+        }
+        self.settings.max = max;
+        self.settings.initial = self.settings.initial.min(max);
+    }
+
     /// The current epoch; it increases with every shrink.
     pub fn epoch(&self) -> u64 {
         self.epoch

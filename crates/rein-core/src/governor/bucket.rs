@@ -348,6 +348,36 @@ impl TokenBucket {
         }
     }
 
+    /// Changes the rate and capacity at `now` (a node's part of a group
+    /// shared across a cluster changed): the bucket first refills at the
+    /// old rate up to `now`, then keeps its level *in proportion* to the
+    /// new capacity — a bucket half full stays half full, a debt stays the
+    /// same share of it — so a change never hands out a fresh burst.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Zero`] (`burst`) when `burst` is zero; the bucket is
+    /// unchanged then.
+    pub fn reshape(&mut self, rate: Rate, burst: u64, now: Instant) -> Result<(), ConfigError> {
+        let mut next = TokenBucket::new(rate, burst)?;
+        self.refill(now);
+        next.at = self.at;
+        next.level = if self.level >= self.capacity {
+            next.capacity
+        } else {
+            // level / capacity = next.level / next.capacity; the product
+            // overflows only for capacities far beyond any real limit,
+            // where dividing first loses under one unit in 2^64.
+            match self.level.checked_mul(next.capacity) {
+                Some(scaled) => scaled / self.capacity.max(1),
+                None => (self.level / self.capacity.max(1)).saturating_mul(next.capacity),
+            }
+            .clamp(i128::MIN / 2, next.capacity)
+        };
+        *self = next;
+        Ok(())
+    }
+
     /// `tokens` in units (at most `u64::MAX × per_nanos`, which fits).
     fn units(&self, tokens: u64) -> i128 {
         i128::try_from(u128::from(tokens).saturating_mul(self.unit)).unwrap_or(i128::MAX)
@@ -417,6 +447,22 @@ mod tests {
 
     fn bucket(per_sec: f64, burst: u64) -> TokenBucket {
         TokenBucket::new(Rate::from_per_second("rate", per_sec).unwrap(), burst).unwrap()
+    }
+
+    #[test]
+    fn reshape_keeps_the_level_in_proportion_and_never_refills() {
+        let mut b = bucket(20.0, 20);
+        assert!(b.try_acquire(10, at(0)).is_granted());
+        b.reshape(Rate::from_per_second("rate", 10.0).unwrap(), 10, at(0))
+            .unwrap();
+        assert_eq!(b.available(at(0)), 5, "half full stays half full");
+        assert_eq!(b.ready_at(6, at(0)), Some(at(100)), "the new rate refills");
+        let mut full = bucket(20.0, 20);
+        full.reshape(Rate::from_per_second("rate", 40.0).unwrap(), 40, at(0))
+            .unwrap();
+        assert_eq!(full.available(at(0)), 40);
+        assert!(full.reshape(full.rate(), 0, at(0)).is_err());
+        assert_eq!(full.burst(), 40, "unchanged on error");
     }
 
     #[test]

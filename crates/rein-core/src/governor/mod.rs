@@ -18,6 +18,7 @@
 //! | quotas | `quota.rs` | global (the limit) / tenant (a weighted share, `tenant_max`) / run (`run_max`); borrowing of idle capacity, returned on demand |
 //! | [`FairQueue`] | `fair.rs` | who waits least: deficit round robin between tenants by weight, interactive before batch with batch's reserved share |
 //! | [`Governor`] | `state.rs` | composes them behind one [`admit`](Governor::admit) |
+//! | [`Members`], [`Share`] | `share.rs` | a cluster: each of `n` live nodes runs at its part of the group's rate, burst and ceiling ([`share_among`](Governor::share_among)), so the cluster holds the group's limits |
 //!
 //! Nothing here reads the clock, sleeps, locks or does I/O; the success
 //! path of `admit` allocates nothing once the group has seen the tenant
@@ -101,6 +102,7 @@ mod constants;
 mod decision;
 mod fair;
 mod quota;
+mod share;
 mod state;
 
 pub use adaptive::{AdaptiveLimit, Adjustment, AtLimit, Completion, LimitPermit, ShrinkReason};
@@ -118,4 +120,5 @@ pub use decision::{
 };
 pub use fair::{Class, Dequeued, FairQueue};
 pub use quota::QuotaTier;
+pub use share::{Members, Share};
 pub use state::{Governor, Permit, Request};

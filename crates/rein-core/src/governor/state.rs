@@ -4,13 +4,14 @@
 use std::time::Duration;
 
 use super::adaptive::{AdaptiveLimit, Completion, LimitPermit};
-use super::bucket::{Acquire, TokenBucket};
+use super::bucket::{Acquire, Rate, TokenBucket};
 use super::config::{GovernorConfig, Settings};
 use super::decision::{
     Admit, Blocked, BucketKind, Cause, Grant, Poll, Rejection, Released, Ticket,
 };
 use super::fair::{Class, FairQueue};
 use super::quota::{Holder, Quotas};
+use super::share::{Members, Share};
 use crate::clock::Instant;
 use crate::config::ConfigError;
 use crate::ids::{RunId, TenantId};
@@ -183,6 +184,18 @@ pub struct Governor {
     /// The waiter whose turn it is, waiting for a bucket to refill.
     next: Option<Waiter>,
     next_ticket: u64,
+    /// The group's whole request bucket and ceiling, as configured: what
+    /// [`share_among`](Governor::share_among) divides.
+    whole: Whole,
+    /// The nodes the limits are divided among now.
+    members: Members,
+}
+
+/// A group's limits before any division among nodes.
+#[derive(Debug, Clone, Copy)]
+struct Whole {
+    requests: Option<(Rate, u64)>,
+    max_concurrency: u32,
 }
 
 impl TryFrom<GovernorConfig> for Governor {
@@ -205,7 +218,13 @@ impl Governor {
     /// the tier above it, `default_weight` without `weights`).
     pub fn new(config: GovernorConfig) -> Result<Governor, ConfigError> {
         let s = Settings::validate(&config)?;
+        let whole = Whole {
+            requests: s.requests.as_ref().map(|b| (b.rate(), b.burst())),
+            max_concurrency: s.limit.max,
+        };
         Ok(Governor {
+            whole,
+            members: Members::ALONE,
             requests: s.requests,
             tokens: s.tokens,
             limit: AdaptiveLimit::from_settings(s.limit),
@@ -214,6 +233,41 @@ impl Governor {
             next: None,
             next_ticket: 0,
         })
+    }
+
+    /// Divides the group's request bucket and ceiling among `members` at
+    /// `now`: this node keeps its [part](Members::part) of the burst and
+    /// the ceiling and its [part](Members::rate_part) of the rate (see
+    /// `share.rs` for the accuracy this gives a cluster). The buckets keep
+    /// their level in proportion, so a change never grants a fresh burst;
+    /// the token bucket of a model group is not divided (tokens per minute
+    /// are a provider account's, counted where the usage is known).
+    /// [`Members::ALONE`] restores the whole limits. Call
+    /// [`poll`](Governor::poll) afterwards: a larger part may let waiters
+    /// go.
+    pub fn share_among(&mut self, members: Members, now: Instant) -> Share {
+        self.members = members;
+        let requests = self.whole.requests.map(|(rate, burst)| {
+            let part = (members.rate_part(rate), members.part(burst));
+            if let Some(bucket) = &mut self.requests {
+                // A burst part is at least one, so this cannot fail.
+                let _ = bucket.reshape(part.0, part.1, now);
+            }
+            part
+        });
+        let max = members.part(u64::from(self.whole.max_concurrency));
+        self.limit
+            .reshape_ceiling(u32::try_from(max).unwrap_or(u32::MAX));
+        Share {
+            members,
+            requests,
+            max_concurrency: self.limit.max(),
+        }
+    }
+
+    /// The nodes the group's limits are divided among now.
+    pub fn members(&self) -> Members {
+        self.members
     }
 
     /// The adaptive limit, to read its state.

@@ -67,6 +67,9 @@ pub struct EngineBuilder {
     pub(super) shared_breakers: Option<(String, std::time::Duration)>,
     /// This engine's public node id; a fresh one when unset.
     pub(super) node: Option<String>,
+    /// How often share leases of governed groups are renewed, when their
+    /// limits are divided with the other nodes on the store.
+    pub(super) shared_limits: Option<std::time::Duration>,
     /// How each tool's latency is planned, by tool name.
     pub(super) tool_latency: std::collections::BTreeMap<String, ToolLatency>,
     /// How often observed latency is flushed to the store at most.
@@ -217,6 +220,13 @@ impl EngineBuilder {
                 }));
             }
         };
+        let cluster = self.shared_limits.map(|renew| {
+            Arc::new(concurrency::Cluster::new(
+                self.store.clone(),
+                node.clone(),
+                renew,
+            ))
+        });
         let latency = Arc::new(LatencyBook::new(
             self.tool_latency,
             self.latency_flush,
@@ -234,7 +244,7 @@ impl EngineBuilder {
                 breakers: Arc::new(Mutex::new(Breakers::new(self.breakers)?)),
                 retry_budgets: Mutex::new(HashMap::new()),
                 rng: Mutex::new(rng),
-                slots: concurrency::GroupSlots::new(self.clock.clone()),
+                slots: concurrency::GroupSlots::shared(self.clock.clone(), cluster),
                 provider_slots: concurrency::GroupSlots::new(self.clock.clone()),
                 metrics: Arc::new(crate::metrics::Metrics::new(self.metrics_labels)),
                 live: tree::LiveRegistry::default(),
@@ -311,6 +321,7 @@ impl Engine {
             metrics_labels: crate::metrics::LabelBounds::default(),
             shared_breakers: None,
             node: None,
+            shared_limits: None,
             tool_latency: std::collections::BTreeMap::new(),
             latency_flush: DEFAULT_LATENCY_FLUSH,
             #[cfg(feature = "sabotage")]
@@ -382,6 +393,15 @@ impl Engine {
     /// that refuses is logged, and the samples are kept for the next try.
     pub async fn flush_latency(&self) {
         self.shared.latency.flush_now().await;
+    }
+
+    /// Gives up this engine's share leases of its resource groups
+    /// ([`EngineBuilder::shared_limits`]) so the other nodes on the store
+    /// take its part of each group's limits back at once, and stops
+    /// renewing them (a process that stops: `rein serve`'s drain, the end
+    /// of `rein run`). Calls made afterwards keep this node's last part.
+    pub async fn leave_shared_limits(&self) {
+        self.shared.slots.leave_cluster().await;
     }
 
     /// Whether [`Engine::interrupt`] was called.

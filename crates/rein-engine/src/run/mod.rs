@@ -86,6 +86,7 @@ pub use binding::{
     ModelLink, ToolBinding, ToolTarget,
 };
 pub use close::{Closing, close_run};
+pub use concurrency::{DEFAULT_SHARE_RENEWAL, SHARE_LEASE_TTL_RENEWALS};
 pub use emitter::{Correlation, Observer};
 pub use engine::{Engine, EngineBuilder, http_client};
 pub use error::EngineError;

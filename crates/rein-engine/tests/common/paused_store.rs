@@ -358,4 +358,22 @@ impl Store for PauseSafeStore {
     ) -> Result<rein_store::RunStats, rein_store::StoreError> {
         held(self.0.run_stats(query)).await
     }
+
+    async fn renew_share_lease(
+        &self,
+        group: &str,
+        node: &str,
+        now_ms: u64,
+        expires_at_ms: u64,
+    ) -> Result<Vec<String>, rein_store::StoreError> {
+        held(self.0.renew_share_lease(group, node, now_ms, expires_at_ms)).await
+    }
+
+    async fn release_share_lease(
+        &self,
+        group: &str,
+        node: &str,
+    ) -> Result<bool, rein_store::StoreError> {
+        held(self.0.release_share_lease(group, node)).await
+    }
 }

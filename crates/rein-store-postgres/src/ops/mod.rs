@@ -12,6 +12,7 @@
 //! | an idempotency operation | the key's advisory lock |
 //! | a singleton claim or release | the name's advisory lock |
 //! | a breaker publish or clear | the arm's advisory lock |
+//! | a share lease renewal or release | the resource group's advisory lock |
 //!
 //! Transaction-scoped advisory locks stand for the row a write may be about
 //! to create: a row lock cannot be taken on a row that does not exist yet,
@@ -24,6 +25,7 @@ pub(crate) mod idempotency;
 pub(crate) mod latency;
 pub(crate) mod leases;
 pub(crate) mod runs;
+pub(crate) mod share;
 pub(crate) mod shared;
 pub(crate) mod stats;
 
@@ -43,6 +45,7 @@ pub(crate) enum LockSpace {
     Singleton = 0x7265_0003,
     Breaker = 0x7265_0004,
     Latency = 0x7265_0005,
+    Share = 0x7265_0006,
 }
 
 /// Takes the transaction-scoped advisory lock of `key` in `space`: held

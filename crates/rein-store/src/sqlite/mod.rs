@@ -21,6 +21,7 @@
 //! | `singletons` | `name` | singleton election leases (schema v4) |
 //! | `breaker_openings` | `arm` | breaker arms opened by a node, shared with the others (schema v6) |
 //! | `latency_histograms` | `subject` | observed latency, summed over every process (schema v11) |
+//! | `share_leases` | `resource_group, node` | the nodes dividing a resource group's limits (schema v12) |
 //! | `rein_schema` | `version` | migrations applied |
 
 mod backlog;
@@ -30,6 +31,7 @@ mod files;
 mod latency_ops;
 mod ops;
 mod schema;
+mod share_ops;
 mod stats_ops;
 mod worker;
 
@@ -571,6 +573,30 @@ impl Store for SqliteStore {
         let query = query.clone();
         self.worker
             .read(move |conn| stats_ops::run_stats(conn, &query))
+            .await
+    }
+
+    async fn renew_share_lease(
+        &self,
+        group: &str,
+        node: &str,
+        now_ms: u64,
+        expires_at_ms: u64,
+    ) -> Result<Vec<String>, StoreError> {
+        // A write: the renewal and the listing run inside the worker's
+        // `BEGIN IMMEDIATE`, so a node renewing after another lists it.
+        let (group, node) = (group.to_owned(), node.to_owned());
+        self.worker
+            .write(move |conn| {
+                share_ops::renew_share_lease(conn, &group, &node, now_ms, expires_at_ms)
+            })
+            .await
+    }
+
+    async fn release_share_lease(&self, group: &str, node: &str) -> Result<bool, StoreError> {
+        let (group, node) = (group.to_owned(), node.to_owned());
+        self.worker
+            .write(move |conn| share_ops::release_share_lease(conn, &group, &node))
             .await
     }
 }

@@ -21,7 +21,7 @@ use super::codec::SqlResult;
 use crate::error::StoreError;
 
 /// The schema version this binary writes: the number of migrations.
-pub const SCHEMA_VERSION: u32 = 12;
+pub const SCHEMA_VERSION: u32 = 13;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
 ///
@@ -285,6 +285,16 @@ END
 WHERE kind IN ('budget_exhausted', 'loop_detected', 'call_rejected', 'fan_out_refused',
                'call_shed', 'tool_disabled');
 CREATE INDEX events_by_guardrail ON events (run_id, guardrail) WHERE guardrail IS NOT NULL;
+"#,
+    // 13: share leases, one row per resource group and node dividing its
+    // limits; a renewal drops the group's expired rows. Not tied to a run.
+    r#"
+CREATE TABLE share_leases (
+    resource_group TEXT NOT NULL,
+    node           TEXT NOT NULL,
+    expires_at_ms  INTEGER NOT NULL,
+    PRIMARY KEY (resource_group, node)
+) STRICT;
 "#,
 ];
 

@@ -799,3 +799,56 @@ fn every_config_field_has_an_effect() {
     let tested: BTreeSet<String> = results.keys().map(|k| (*k).to_owned()).collect();
     assert_eq!(fields, tested, "a config field without an effect case");
 }
+
+/// Three nodes that each run at their share grant together what one
+/// governor of the whole group grants: `burst + rate × t` over a window
+/// `t`, and no more calls in flight than the ceiling.
+#[test]
+fn shares_among_three_nodes_hold_the_groups_bucket_and_ceiling_together() {
+    use crate::governor::Members;
+    use std::num::NonZeroU32;
+    let (tenant, run) = (TenantId::new("t").unwrap(), RunId::new("r").unwrap());
+    let mut nodes: Vec<Governor> = (0..3u32)
+        .map(|rank| {
+            let config = GovernorConfig::tool_group(
+                Some(crate::registry::RateLimit::new(20.0, 20)),
+                NonZeroU32::new(8),
+            );
+            let mut g = Governor::new(config).unwrap();
+            let share = g.share_among(
+                Members::new(NonZeroU32::new(3).unwrap(), rank).unwrap(),
+                Instant::ORIGIN,
+            );
+            assert_eq!(share.requests.map(|r| r.1), Some([7, 7, 6][rank as usize]));
+            g
+        })
+        .collect();
+    let ceilings: u32 = nodes.iter().map(|g| g.concurrency().max()).sum();
+    assert_eq!(ceilings, 8, "the ceilings sum to the group's");
+    // Every node asks every millisecond for two seconds, releasing at once.
+    let mut granted = 0u64;
+    for ms in 0..2_000u64 {
+        let now = Instant::from_origin(Duration::from_millis(ms));
+        for g in &mut nodes {
+            while let Poll::Granted(grant) = g.poll(now) {
+                granted += 1;
+                let _ = g.release(grant.permit, Completion::Ignored, None, now);
+            }
+            if g.queued() == 0 {
+                if let Admit::Granted(permit) = g.admit(Request::new(&tenant, &run), now) {
+                    granted += 1;
+                    let _ = g.release(permit, Completion::Ignored, None, now);
+                }
+            }
+        }
+    }
+    // burst 20 + 20/s × 1.999 s, rounded down per node.
+    assert!(granted <= 20 + 40, "{granted} calls over 2 s");
+    assert!(granted >= 20 + 40 - 3, "the shares are used: {granted}");
+    // Alone again: the whole rate, without a fresh burst.
+    let now = Instant::from_origin(Duration::from_secs(2));
+    let share = nodes[0].share_among(Members::ALONE, now);
+    assert_eq!(share.requests.map(|r| r.1), Some(20));
+    assert_eq!(nodes[0].concurrency().max(), 8);
+    assert!(nodes[0].requests_bucket().unwrap().available(now) < 7);
+}

@@ -72,9 +72,13 @@ use rein_core::governor::{
 };
 use rein_core::registry::RateLimit;
 use rein_core::{Category, Failure, Instant, RunId, TenantId};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use crate::Timer;
+
+mod cluster;
+pub(crate) use cluster::Cluster;
+pub use cluster::{DEFAULT_SHARE_RENEWAL, SHARE_LEASE_TTL_RENEWALS};
 
 /// What the registry sets for one resource group: its request bucket and
 /// its ceiling. Neither: the group is not governed.
@@ -121,6 +125,9 @@ pub(super) struct Caller<'a> {
 pub(super) struct GroupSlots {
     clock: Arc<dyn Timer>,
     groups: Mutex<HashMap<String, Arc<Governed>>>,
+    /// The nodes this engine divides its groups' limits with, when it
+    /// shares a store with them (`cluster.rs`).
+    cluster: Option<Arc<Cluster>>,
 }
 
 impl GroupSlots {
@@ -129,6 +136,16 @@ impl GroupSlots {
         GroupSlots {
             clock,
             groups: Mutex::new(HashMap::new()),
+            cluster: None,
+        }
+    }
+
+    /// The same, dividing each group's limits with the other nodes of
+    /// `cluster`.
+    pub(super) fn shared(clock: Arc<dyn Timer>, cluster: Option<Arc<Cluster>>) -> GroupSlots {
+        GroupSlots {
+            cluster,
+            ..GroupSlots::new(clock)
         }
     }
 
@@ -138,7 +155,7 @@ impl GroupSlots {
         if !limits.is_governed() {
             return None;
         }
-        Some(self.gate_with(group, limits, || limits.config()))
+        Some(self.gate_with(group, limits, true, || limits.config()))
     }
 
     /// The gate of `group` under a fixed ceiling of `limit` (a provider's
@@ -148,11 +165,24 @@ impl GroupSlots {
             rate: None,
             max_concurrency: Some(limit),
         };
-        self.gate_with(group, limits, || {
+        self.gate_with(group, limits, false, || {
             let mut config = GovernorConfig::default();
             config.concurrency = fixed(limit.get());
             config
         })
+    }
+
+    /// Gives up this node's share leases of every group it governs (see
+    /// `cluster.rs`); nothing without a cluster.
+    pub(super) async fn leave_cluster(&self) {
+        let Some(cluster) = &self.cluster else {
+            return;
+        };
+        let names: Vec<String> = {
+            let groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+            groups.keys().cloned().collect()
+        };
+        cluster.leave(&names).await;
     }
 
     /// Calls waiting in `group`'s governor.
@@ -173,13 +203,20 @@ impl GroupSlots {
         &self,
         group: &'g str,
         limits: GroupLimits,
+        shared: bool,
         config: impl FnOnce() -> GovernorConfig,
     ) -> Gate<'g> {
         let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
         let governed = match groups.get(group) {
             Some(governed) => governed.clone(),
             None => {
-                let governed = Arc::new(Governed::new(group, limits, config(), &self.clock));
+                let cluster = self.cluster.as_ref().filter(|_| shared);
+                let (joiner, joined) = watch::channel(cluster.is_none());
+                let governed =
+                    Arc::new(Governed::new(group, limits, config(), &self.clock, joined));
+                if let Some(cluster) = cluster {
+                    cluster.join(&governed, joiner);
+                }
                 groups.insert(group.to_owned(), governed.clone());
                 governed
             }
@@ -205,6 +242,9 @@ struct Governed {
     /// The caller of a gate entered without one (a provider's slot): one
     /// tenant, so its queue is served in arrival order.
     anonymous: Option<(TenantId, RunId)>,
+    /// `true` once this node knows its part of the group's limits (at
+    /// once for a group not shared with other nodes).
+    joined: watch::Receiver<bool>,
     state: Mutex<State>,
 }
 
@@ -213,6 +253,8 @@ struct State {
     waiters: HashMap<Ticket, oneshot::Sender<Permit>>,
     /// The instant the earliest pending wake-up timer fires at.
     wake_at: Option<Instant>,
+    /// Whether the cluster's division has been applied once.
+    shared: bool,
 }
 
 impl Governed {
@@ -221,6 +263,7 @@ impl Governed {
         limits: GroupLimits,
         config: GovernorConfig,
         clock: &Arc<dyn Timer>,
+        joined: watch::Receiver<bool>,
     ) -> Governed {
         let governor = Governor::new(config).unwrap_or_else(|e| {
             // The registry's checks keep this from happening (rein check
@@ -241,10 +284,12 @@ impl Governed {
             anonymous: TenantId::new("anonymous")
                 .ok()
                 .zip(RunId::new("anonymous").ok()),
+            joined,
             state: Mutex::new(State {
                 governor,
                 waiters: HashMap::new(),
                 wake_at: None,
+                shared: false,
             }),
         }
     }
@@ -396,6 +441,9 @@ pub(super) enum ShedReason {
     },
     /// The governor can never grant it.
     Rejected(Rejection),
+    /// This node did not learn its part of the group's limits (shared
+    /// with the other nodes on its store) before its latest start.
+    ShareUnknown,
 }
 
 impl ShedReason {
@@ -405,6 +453,7 @@ impl ShedReason {
             ShedReason::NoTime { .. } => "no_time",
             ShedReason::WaitExpired { .. } => "wait_expired",
             ShedReason::Rejected(_) => "rejected",
+            ShedReason::ShareUnknown => "share_unknown",
         }
     }
 }
@@ -557,8 +606,26 @@ impl<'g> Gate<'g> {
         need: Duration,
     ) -> Result<Slot, Shed> {
         let governed = &self.governed;
-        let now = governed.clock.now();
+        let mut now = governed.clock.now();
         let latest = Instant::from_origin(deadline.instant().since_origin().saturating_sub(need));
+        if !*governed.joined.borrow() {
+            // The first share lease renewal of the group is under way: a
+            // call that went now would use the whole limit.
+            let mut joined = governed.joined.clone();
+            let clock: &dyn Timer = governed.clock.as_ref();
+            let known = clock
+                .timeout_at(latest, joined.wait_for(|j| *j))
+                .await
+                .is_ok_and(|r| r.is_ok());
+            let started = now;
+            now = governed.clock.now();
+            if !known {
+                return Err(Shed {
+                    waited: now.saturating_duration_since(started),
+                    reason: ShedReason::ShareUnknown,
+                });
+            }
+        }
         let (mut waiting, cause) = match self.admit(caller, now, latest)? {
             Admitted::Granted(slot) => return Ok(slot),
             Admitted::Parked(waiting, cause) => (waiting, cause),
@@ -618,6 +685,10 @@ impl Shed {
             ShedReason::Rejected(rejection) => {
                 format!("resource group `{group}` ({limits}) can never admit it: {rejection}")
             }
+            ShedReason::ShareUnknown => format!(
+                "it waited {:?} for this node's part of resource group `{group}` ({limits}), shared with the other nodes on its store, and the store did not answer in time",
+                self.waited
+            ),
         };
         Failure::new(tool, Category::Timeout)
             .with_human_message(format!("{tool} was not called: {why}"))
