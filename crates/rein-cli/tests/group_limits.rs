@@ -104,6 +104,23 @@ async fn run(client: reqwest::Client, server: String) -> String {
     }
 }
 
+/// The first run on `server`, which joins it to the group. Retried on a
+/// `409 not-resumable`: a run submitted while the *other* server's
+/// start-up scan looks for orphaned runs is sometimes refused that way (a
+/// race of `rein serve`'s takeover scan with a new sync run, not of the
+/// governor; seen in 2 of about 10 runs of this file). The load itself is
+/// never retried.
+async fn warm_up(client: &reqwest::Client, server: &Server) {
+    let mut last = String::new();
+    for _ in 0..5 {
+        last = run(client.clone(), server.url("")).await;
+        if !last.contains("not-resumable") {
+            break;
+        }
+    }
+    assert_eq!(last, "succeeded");
+}
+
 /// Waits until `server` logged that it divides `order_api` among `nodes`.
 fn divided_among(server: &Server, nodes: u32) {
     let needle = format!("nodes={nodes}");
@@ -146,8 +163,8 @@ async fn busiest_second(data: Option<PathBuf>, sabotage: &str) -> usize {
         .unwrap();
     // A run on each joins both to the group (each waits for its first
     // share lease renewal), and each has seen the other before the load.
-    assert_eq!(run(client.clone(), one.url("")).await, "succeeded");
-    assert_eq!(run(client.clone(), two.url("")).await, "succeeded");
+    warm_up(&client, &one).await;
+    warm_up(&client, &two).await;
     if sabotage.is_empty() {
         divided_among(&one, 2);
         divided_among(&two, 2);
@@ -234,8 +251,8 @@ async fn a_server_that_stops_gives_its_share_of_the_group_back() {
     let one = serve(dir.path(), &data, &desk, "").await;
     let mut two = serve(dir.path(), &data, &desk, "").await;
     let client = reqwest::Client::new();
-    assert_eq!(run(client.clone(), one.url("")).await, "succeeded");
-    assert_eq!(run(client.clone(), two.url("")).await, "succeeded");
+    warm_up(&client, &one).await;
+    warm_up(&client, &two).await;
     divided_among(&two, 2);
     two.signal(nix::sys::signal::Signal::SIGTERM);
     assert!(two.exited(Duration::from_secs(60)).await.success());
