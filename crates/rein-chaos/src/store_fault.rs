@@ -375,4 +375,22 @@ impl Store for FaultyStore {
     async fn latency_histograms(&self) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
         self.inner.latency_histograms().await
     }
+
+    async fn request_cancel(
+        &self,
+        request: rein_store::CancelRequest,
+    ) -> Result<rein_store::CancelRequest, rein_store::StoreError> {
+        self.inner.request_cancel(request).await
+    }
+
+    async fn cancel_request(
+        &self,
+        run_id: &rein_core::RunId,
+    ) -> Result<Option<rein_store::CancelRequest>, rein_store::StoreError> {
+        self.inner.cancel_request(run_id).await
+    }
+
+    fn notifications(&self) -> Option<tokio::sync::broadcast::Receiver<rein_store::Notification>> {
+        self.inner.notifications()
+    }
 }

@@ -20,9 +20,10 @@ use rein_store::StoreError;
 use crate::codec::PgResult;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
-const MIGRATIONS: [&str; 2] = [
+const MIGRATIONS: [&str; 3] = [
     include_str!("../migrations/0001_schema.sql"),
     include_str!("../migrations/0002_latency.sql"),
+    include_str!("../migrations/0003_cancel_requests.sql"),
 ];
 
 /// The schema version this binary writes: the number of migrations.

@@ -42,10 +42,14 @@ use crate::{
     StepCommit, Store, StoreError, StoredResponse,
 };
 
+mod cancel;
 mod harness;
 mod latency;
 mod racing;
 
+pub use cancel::{
+    cancel_request_is_recorded_once_and_read_back, cancel_request_refusals_write_nothing,
+};
 pub use harness::{CheckFuture, Subject, Teardown};
 pub use latency::{
     latency_concurrent_merges_all_count, latency_merge_refusals_write_nothing,
@@ -140,7 +144,9 @@ macro_rules! conformance_checks {
             breaker_concurrent_publishes_keep_the_latest_until,
             latency_merges_add_deltas_and_are_listed,
             latency_merge_refusals_write_nothing,
-            latency_concurrent_merges_all_count
+            latency_concurrent_merges_all_count,
+            cancel_request_is_recorded_once_and_read_back,
+            cancel_request_refusals_write_nothing
             ];
             racing: [
             two_handles_race_for_a_run_claim,

@@ -60,6 +60,7 @@
 
 mod backlog;
 mod breaker;
+mod cancel;
 mod checkpoint;
 mod commit;
 mod error;
@@ -68,6 +69,7 @@ mod intent;
 mod latency;
 mod lease;
 mod ledger;
+mod notify;
 mod run;
 mod singleton;
 mod sqlite;
@@ -82,6 +84,9 @@ pub mod conformance;
 /// alike; the conformance suite holds them to it.
 pub mod rules {
     pub use crate::breaker::{published, validate_breaker_text, validate_opening};
+    pub use crate::cancel::{
+        requestable as cancel_requestable, validate_request as validate_cancel_request,
+    };
     pub use crate::idempotency::{record_not_found, validate_reservation};
     pub use crate::latency::{
         decoded as latency_decoded, merged as latency_merged,
@@ -93,6 +98,7 @@ pub mod rules {
 
 pub use backlog::TenantBacklog;
 pub use breaker::{BreakerOpening, MAX_BREAKER_ARM_LEN, MAX_BREAKER_REASON_LEN};
+pub use cancel::{CancelRequest, MAX_CANCEL_REQUESTER_LEN};
 pub use checkpoint::{Checkpoint, CheckpointDelta};
 pub use commit::{ClaimFence, Committed, StepCommit};
 pub use error::StoreError;
@@ -105,6 +111,7 @@ pub use intent::PlannedIntent;
 pub use latency::{CorruptLatency, LatencyRecord, LatencyRows, MAX_LATENCY_SUBJECT_LEN};
 pub use lease::{Lease, LeaseChange, LeaseFilter, LeaseKind, MAX_LEASE_ID_LEN};
 pub use ledger::LedgerMark;
+pub use notify::Notification;
 pub use run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus, StatusChange};
 pub use singleton::{MAX_SINGLETON_LEN, SingletonLease};
 pub use sqlite::{

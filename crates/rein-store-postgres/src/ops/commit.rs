@@ -22,7 +22,10 @@ const MAX_TREE_DEPTH: i64 = 64;
 
 /// The run's status and ledger revision, its row locked until the
 /// transaction ends: every commit of the run waits for this one.
-async fn lock_run(tx: &Transaction<'_>, run_id: &RunId) -> Result<(RunStatus, u64), StoreError> {
+pub(crate) async fn lock_run(
+    tx: &Transaction<'_>,
+    run_id: &RunId,
+) -> Result<(RunStatus, u64), StoreError> {
     let statement = tx
         .prepare_cached(
             "SELECT status, ledger_revision FROM runs WHERE run_id = $1 FOR NO KEY UPDATE",
