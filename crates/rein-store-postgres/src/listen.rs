@@ -13,6 +13,7 @@
 //! | channel | payload | notification |
 //! | --- | --- | --- |
 //! | [`CANCEL_CHANNEL`] | run id | [`Notification::CancelRequested`] |
+//! | [`EVENTS_CHANNEL`] | run id | [`Notification::RunChanged`] |
 
 use std::time::Duration;
 
@@ -22,6 +23,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_postgres::{AsyncMessage, NoTls};
 
 use crate::ops::cancel::CANCEL_CHANNEL;
+use crate::ops::commit::EVENTS_CHANNEL;
 
 /// How many notifications a receiver may fall behind by before it is told
 /// to resync (`broadcast` lag).
@@ -69,6 +71,7 @@ impl Drop for Listener {
 fn decode(channel: &str, payload: &str) -> Option<Notification> {
     match channel {
         CANCEL_CHANNEL => RunId::new(payload).ok().map(Notification::CancelRequested),
+        EVENTS_CHANNEL => RunId::new(payload).ok().map(Notification::RunChanged),
         _ => None,
     }
 }
@@ -125,7 +128,7 @@ async fn listen_once(
         }
     });
     let listening = client
-        .batch_execute(&format!("LISTEN {CANCEL_CHANNEL}"))
+        .batch_execute(&format!("LISTEN {CANCEL_CHANNEL}; LISTEN {EVENTS_CHANNEL}"))
         .await;
     if let Err(e) = listening {
         driver.abort();
@@ -153,6 +156,12 @@ mod tests {
         assert_eq!(
             decode(CANCEL_CHANNEL, "r-1"),
             Some(Notification::CancelRequested(
+                RunId::new("r-1").unwrap_or_else(|_| unreachable!())
+            ))
+        );
+        assert_eq!(
+            decode(EVENTS_CHANNEL, "r-1"),
+            Some(Notification::RunChanged(
                 RunId::new("r-1").unwrap_or_else(|_| unreachable!())
             ))
         );

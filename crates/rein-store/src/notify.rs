@@ -21,6 +21,9 @@ pub enum Notification {
     /// A cancel request of the run was recorded
     /// ([`Store::request_cancel`](crate::Store::request_cancel)).
     CancelRequested(RunId),
+    /// A commit added events to the run or changed its status: a live
+    /// event stream of it reads the store again.
+    RunChanged(RunId),
     /// Notifications may have been missed (the listener reconnected, or
     /// this receiver lagged): read again whatever you wait on.
     Resync,

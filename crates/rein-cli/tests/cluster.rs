@@ -1,9 +1,16 @@
-//! A cancel sent to a node that does not drive the run reaches the one
-//! that does, through the store: two real `rein serve` processes on one
-//! SQLite file, and on one PostgreSQL database. The run hangs in a tool
-//! call at the driving node; the other node answers 202 and the run ends
-//! `cancelled` at the driving node, which stays up. Without a PostgreSQL
-//! server the PostgreSQL case skips; under CI it fails.
+//! Two real `rein serve` processes on one store behave as one service.
+//!
+//! - A cancel sent to a node that does not drive the run reaches the one
+//!   that does, through the store (one SQLite file; one PostgreSQL
+//!   database, by claim renewal and by notification alone). The run is
+//!   mid-call at the driving node; the other node answers 202 and the run
+//!   ends `cancelled` at the driving node, which stays up.
+//! - On PostgreSQL, a live event stream at the node that does not drive
+//!   the run follows it by notification, and loses nothing when the
+//!   nodes' `LISTEN` connections are cut mid-run.
+//!
+//! Without a PostgreSQL server the PostgreSQL cases skip; under CI they
+//! fail.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -182,4 +189,133 @@ async fn a_cancel_at_another_node_reaches_the_driving_node_on_postgres() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_at_another_node_is_notified_at_once_on_postgres() {
     on_postgres(SLOW_HEARTBEAT, "cancel notified through the store").await;
+}
+
+/// The `id:` of every SSE event in `text`, in order, and whether the
+/// stream reached `run_finished`.
+fn sse_ids(text: &str) -> (Vec<u64>, bool) {
+    let ids = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("id:"))
+        .filter_map(|id| id.trim().parse().ok())
+        .collect();
+    (ids, text.contains("event: run_finished"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_stream_at_another_node_follows_by_notification_across_a_cut_listener() {
+    let Some(database) = ScratchDatabase::create("cli_sse").await else {
+        return;
+    };
+    // Each update takes a while: the run outlives the cut below.
+    let desk = OrderDesk::start_with(OrderDeskConfig::default().with_faults(
+        Faults::none().always(
+            UPDATE_DELIVERY_TIME,
+            Fault::Delay(Duration::from_millis(500)),
+        ),
+    ))
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = example_config(dir.path(), SLOW_HEARTBEAT);
+    let data = PathBuf::from(database.url_text());
+    let client = reqwest::Client::new();
+    let first = Server::start_async(&config, &data, desk.base_url()).await;
+    let second = Server::start_async(&config, &data, desk.base_url()).await;
+
+    let accepted = client
+        .post(first.url("/v1/agents/order_desk/runs"))
+        .header("content-type", "application/json")
+        .body(r#"{"input": "Move order A-1001.", "mode": "queued"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(accepted.status(), 202);
+    let location = accepted.headers()["location"].to_str().unwrap().to_owned();
+    let run_id = rein_core::RunId::new(location.rsplit('/').next().unwrap()).unwrap();
+    // The stream is watched at the node that does not drive the run.
+    let store = rein_store_postgres::PostgresStore::connect_with(
+        database.url(),
+        rein_store_postgres::PostgresOptions::default(),
+    )
+    .await
+    .unwrap();
+    let mut driver = None;
+    for _ in 0..1200 {
+        let leases = store.leases_of_run(&run_id).await.unwrap();
+        driver = leases
+            .iter()
+            .find(|lease| lease.kind == rein_store::LeaseKind::Run)
+            .and_then(|claim| claim_pid(&claim.owner));
+        if driver.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let driver = driver.expect("the run is claimed");
+    let (driving, watching) = if first.child.id() == driver {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    let mut stream = client
+        .get(watching.url(&format!("{location}/events")))
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+
+    let (sql, connection) = tokio_postgres::connect(&database.url_text(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let mut text = String::new();
+    let mut cut = 0;
+    let read = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(chunk) = stream.chunk().await.unwrap() {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+            // After the first event: cut every LISTEN connection, as a
+            // database restart would, while the run goes on.
+            if cut == 0 && text.contains("event: ") {
+                let rows = sql
+                    .query(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                         WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+                        &[],
+                    )
+                    .await
+                    .unwrap();
+                cut = rows.len();
+            }
+            if sse_ids(&text).1 {
+                break;
+            }
+        }
+    })
+    .await;
+    let logs = watching.log_lines().join("\n");
+    driving.kill_async().await;
+    watching.kill_async().await;
+    drop(sql);
+    let stored = store.events(&run_id, 0).await.unwrap();
+    store.close();
+    database.drop_database().await;
+
+    assert!(
+        read.is_ok(),
+        "the stream did not reach the run's end: {text}\n{logs}"
+    );
+    assert!(cut >= 2, "both nodes' LISTEN connections were cut ({cut})");
+    let (ids, finished) = sse_ids(&text);
+    assert!(finished, "{text}");
+    let expected: Vec<u64> = stored.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        ids, expected,
+        "every event once, in order, none lost: {text}"
+    );
+    assert!(
+        logs.contains("postgres listener connection lost"),
+        "the watching node reconnected its listener: {logs}"
+    );
 }
