@@ -124,6 +124,10 @@ pub struct LoadConfig {
     /// How long every run may take to end, from the first submission.
     #[serde(serialize_with = "secs")]
     pub timeout: Duration,
+    /// The store the processes share: a SQLite file in the test's temp
+    /// dir when `None`, else this PostgreSQL URL (a scratch database).
+    #[serde(skip)]
+    pub postgres: Option<String>,
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -139,6 +143,7 @@ impl Default for LoadConfig {
             client_concurrency: 16,
             fault_every: NonZeroU32::MIN.saturating_add(9),
             timeout: Duration::from_secs(300),
+            postgres: None,
         }
     }
 }
@@ -532,7 +537,10 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport> {
     .context("cannot start the order desk")?;
     let dir = tempfile::tempdir()?;
     let toml = write_config(dir.path(), config.workers)?;
-    let db = dir.path().join("rein.db");
+    let db = match &config.postgres {
+        Some(url) => PathBuf::from(url),
+        None => dir.path().join("rein.db"),
+    };
     let mut servers = Vec::new();
     for n in 1..=config.servers {
         // One at a time: the first creates the store's schema.
@@ -836,8 +844,20 @@ async fn verify(
     }
 
     // The store: exactly the accepted runs, no more.
-    let store = rein_store::SqliteStore::open(db).context("cannot open the store")?;
-    let stored_runs = store.list_runs(submitted.len() + 1000).await?.len();
+    let stored_runs = match &config.postgres {
+        Some(url) => {
+            let store = rein_store_postgres::PostgresStore::connect(url)
+                .await
+                .context("cannot connect to the store")?;
+            let n = store.list_runs(submitted.len() + 1000).await?.len();
+            store.close();
+            n
+        }
+        None => {
+            let store = rein_store::SqliteStore::open(db).context("cannot open the store")?;
+            store.list_runs(submitted.len() + 1000).await?.len()
+        }
+    };
 
     // The desk's ground truth.
     let log = desk.log();
