@@ -38,9 +38,10 @@ async fn queued_runs_on_two_servers_with_faults_all_end_once() {
 
 /// Issue 17's cluster, always on at a small size: three `rein serve`
 /// processes on one PostgreSQL database (a scratch one), 10% of tool
-/// calls faulted; every run ends, none lost, none executed twice (checked
-/// against the order desk's own log). Skips without a server; fails under
-/// CI.
+/// calls faulted, the first node SIGKILLed once a third of the runs ended
+/// and started again; every run ends, none lost, none executed twice
+/// (checked against the order desk's own log). Skips without a server;
+/// fails under CI.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn queued_runs_on_three_nodes_on_postgres_with_faults_all_end_once() {
     let Some(database) = rein_store_postgres::scratch::ScratchDatabase::create("cli_load").await
@@ -54,6 +55,7 @@ async fn queued_runs_on_three_nodes_on_postgres_with_faults_all_end_once() {
         client_concurrency: 8,
         timeout: Duration::from_secs(120),
         postgres: Some(database.url_text()),
+        kill_first_after: Some(20),
         ..load::LoadConfig::default()
     };
     let report = load::run(config).await;
