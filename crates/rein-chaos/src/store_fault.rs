@@ -402,4 +402,22 @@ impl Store for FaultyStore {
     ) -> Result<bool, rein_store::StoreError> {
         self.inner.release_share_lease(group, node).await
     }
+
+    async fn request_cancel(
+        &self,
+        request: rein_store::CancelRequest,
+    ) -> Result<rein_store::CancelRequest, rein_store::StoreError> {
+        self.inner.request_cancel(request).await
+    }
+
+    async fn cancel_request(
+        &self,
+        run_id: &rein_core::RunId,
+    ) -> Result<Option<rein_store::CancelRequest>, rein_store::StoreError> {
+        self.inner.cancel_request(run_id).await
+    }
+
+    fn notifications(&self) -> Option<tokio::sync::broadcast::Receiver<rein_store::Notification>> {
+        self.inner.notifications()
+    }
 }

@@ -436,6 +436,20 @@ impl Store for Metered {
     ) -> Result<bool, rein_store::StoreError> {
         self.inner.release_share_lease(group, node).await
     }
+
+    async fn request_cancel(
+        &self,
+        request: rein_store::CancelRequest,
+    ) -> Result<rein_store::CancelRequest, rein_store::StoreError> {
+        self.inner.request_cancel(request).await
+    }
+
+    async fn cancel_request(
+        &self,
+        run_id: &rein_core::RunId,
+    ) -> Result<Option<rein_store::CancelRequest>, rein_store::StoreError> {
+        self.inner.cancel_request(run_id).await
+    }
 }
 
 fn ms(v: u64) -> Duration {

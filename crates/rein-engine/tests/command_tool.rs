@@ -667,6 +667,20 @@ impl Store for RefuseGroupLeases {
         self.0.release_share_lease(group, node).await
     }
 
+    async fn request_cancel(
+        &self,
+        request: rein_store::CancelRequest,
+    ) -> Result<rein_store::CancelRequest, rein_store::StoreError> {
+        self.0.request_cancel(request).await
+    }
+
+    async fn cancel_request(
+        &self,
+        run_id: &rein_core::RunId,
+    ) -> Result<Option<rein_store::CancelRequest>, rein_store::StoreError> {
+        self.0.cancel_request(run_id).await
+    }
+
     // Forwarded as they are: the store under test keeps its semantics.
     async fn runs_with_status(
         &self,

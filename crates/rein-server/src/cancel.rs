@@ -1,11 +1,14 @@
 //! `POST /v1/runs/{id}/cancel`.
 //!
 //! A queued run is cancelled through the store, from any node: it never
-//! starts. A running run is cancelled by the process driving it: 202 means
-//! the request reached that owner (a promise of delivery, not that the run
-//! already stopped — poll it); a request reaching another process, or an
-//! owner that restarted, gets 409 `cancel-not-delivered`. The run's
-//! in-flight calls are aborted and it settles like a failed run.
+//! starts. A running run is cancelled by the process driving it: when
+//! that is this process, at once; otherwise the request is recorded in
+//! the store ([`rein_store::Store::request_cancel`]) and the driving
+//! process, wherever it runs, sees it at its next claim renewal and
+//! cancels the run as a local cancel does. Either way the answer is 202
+//! `cancelling`, a promise of delivery, not that the run already stopped:
+//! follow its events or poll the run until it ends. The run's in-flight
+//! calls are aborted and it settles like a failed run, as `cancelled`.
 
 use std::sync::Arc;
 
@@ -31,10 +34,10 @@ fn terminal(id: &str, status: &str) -> Problem {
     )
 }
 
-/// The 409 of a running run this process does not drive: it names the
-/// node that does by its opaque id (from the run's claim), never its PID
-/// or host, which only the log shows.
-async fn not_delivered(state: &AppState, run_id: &rein_core::RunId, id: &str) -> Problem {
+/// The public node id of the process driving `run_id` (from the run's
+/// claim), if one holds it: never its PID or host, which only the log
+/// shows.
+async fn driving_node(state: &AppState, run_id: &rein_core::RunId) -> Option<String> {
     let claim = match state.store.leases_of_run(run_id).await {
         Ok(leases) => leases
             .into_iter()
@@ -44,70 +47,89 @@ async fn not_delivered(state: &AppState, run_id: &rein_core::RunId, id: &str) ->
             None
         }
     };
-    let node = claim
+    claim
         .as_ref()
         .and_then(|l| rein_engine::lease::claim_node(&l.owner))
-        .map(str::to_owned);
-    if let Some(claim) = &claim {
-        tracing::info!(run = %run_id, owner = %claim.owner, "cancellation not delivered: another process drives the run");
-    }
-    let answering = state.engine.node();
-    let mut problem = Problem::new(
-        StatusCode::CONFLICT,
-        "cancel-not-delivered",
-        "Cancellation not delivered",
-        not_delivered_detail(id, node.as_deref(), answering),
+        .map(str::to_owned)
+}
+
+/// The 202 of a cancel delivered to this process's own run.
+fn delivered_here(run_id: &rein_core::RunId) -> Response {
+    (
+        StatusCode::ACCEPTED,
+        axum::Json(json!({
+            "run_id": run_id,
+            "status": "cancelling",
+            "delivery": "local",
+            "note": "the run is driven by this node and is cancelling; follow its events or GET the run until it ends",
+        })),
     )
-    .with(json!({"driving_node": node, "answering_node": answering}));
-    if node.as_deref() == Some(answering) {
-        problem.retry_after = Some(1);
-    }
-    problem
+        .into_response()
 }
 
-/// What the 409 says when the run is driven by `driving` (its claim's
-/// node, if it names one) and `answering` answered.
-///
-/// # Why a case for this very node
-///
-/// A worker of this process claims a run before the engine registers the
-/// run's cancellation token; a cancel arriving between the two finds the
-/// claim naming this node and no token yet. That run is starting here,
-/// and a retry a moment later reaches it.
-fn not_delivered_detail(id: &str, driving: Option<&str>, answering: &str) -> String {
-    match driving {
-        Some(node) if node == answering => format!(
-            "run {id} is starting on this node ({node}) and cannot be cancelled until it runs; retry the cancel in a moment"
-        ),
-        Some(node) => format!(
-            "run {id} is driven by node {node}, not the one that answered ({answering}); the cancellation could not be delivered here"
-        ),
-        None => format!(
-            "run {id} is driven by another process (or its owner restarted); the cancellation could not be delivered here"
-        ),
+/// A cancel of a run this process does not drive (another node does, or
+/// it is starting here, or its owner died): recorded in the store, where
+/// the driving process sees it at its next claim renewal (at once on
+/// PostgreSQL, which notifies it) and cancels the run as a local cancel
+/// does. A process that takes an orphaned run over sees it too.
+async fn through_store(
+    state: &AppState,
+    record: &rein_store::RunRecord,
+    id: &str,
+) -> Result<Response, Problem> {
+    let request = rein_store::CancelRequest {
+        run_id: record.run_id.clone(),
+        requested_by: state.engine.node().to_owned(),
+        requested_at_ms: crate::recovery::now_ms(),
+    };
+    match state.store.request_cancel(request).await {
+        Ok(stored) => {
+            let node = driving_node(state, &record.run_id).await;
+            tracing::info!(run = %record.run_id, driving_node = ?node, "cancellation recorded for the process driving the run");
+            Ok((
+                StatusCode::ACCEPTED,
+                axum::Json(json!({
+                    "run_id": record.run_id,
+                    "status": "cancelling",
+                    "delivery": "store",
+                    "driving_node": node,
+                    "requested_at_ms": stored.requested_at_ms,
+                    "note": "the cancellation is recorded; the node driving the run cancels it at its next claim renewal; follow its events or GET the run until it ends",
+                })),
+            )
+                .into_response())
+        }
+        Err(StoreError::FinishedRun { outcome, .. }) => Err(terminal(id, outcome.as_str())),
+        Err(e) => Err(e.into()),
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_run_claimed_by_the_answering_node_is_starting_not_elsewhere() {
-        let starting = not_delivered_detail("r-1", Some("n1"), "n1");
-        assert!(starting.contains("starting on this node"), "{starting}");
-        assert!(starting.contains("retry"), "{starting}");
-        assert!(
-            !starting.contains("not the one that answered"),
-            "{starting}"
-        );
-        let elsewhere = not_delivered_detail("r-1", Some("n2"), "n1");
-        assert!(
-            elsewhere.contains("driven by node n2, not the one that answered (n1)"),
-            "{elsewhere}"
-        );
-        let unknown = not_delivered_detail("r-1", None, "n1");
-        assert!(unknown.contains("another process"), "{unknown}");
+/// Delivers the cancels other nodes record for runs this process drives,
+/// as the store notifies them (PostgreSQL `NOTIFY`), until the server
+/// stops: the fast path of [`through_store`]. A notification lost (lag,
+/// a listener reconnecting) only delays the cancel to the run's next
+/// claim renewal, which reads the request itself.
+pub async fn deliver_notified(
+    state: Arc<AppState>,
+    mut notified: tokio::sync::broadcast::Receiver<rein_store::Notification>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match notified.recv().await {
+            Ok(rein_store::Notification::CancelRequested(run_id)) => {
+                if state.engine.cancel(&run_id) {
+                    tracing::info!(run = %run_id, "cancel notified through the store; cancelling the run");
+                }
+            }
+            Ok(_) => {}
+            Err(RecvError::Lagged(missed)) => {
+                tracing::warn!(
+                    missed,
+                    "cancel notifications lagged; claim renewals deliver the rest"
+                );
+            }
+            Err(RecvError::Closed) => return,
+        }
     }
 }
 
@@ -117,11 +139,11 @@ mod tests {
     params(("id" = String, Path, description = "The run")),
     request_body(content = crate::runs::NoBody, description = "Nothing: an empty body or `{}`, sent as `application/json`"),
     responses(
-        (status = 202, description = "the cancellation was delivered (a queued run is cancelled)", body = Object),
+        (status = 202, description = "the cancellation was taken: a queued run is cancelled (`status: cancelled`); a running one is `cancelling`, delivered to this node's run (`delivery: local`) or recorded in the store for the node driving it, which cancels it at its next claim renewal (`delivery: store`). Follow `GET /v1/runs/{id}` or its `/events` until `run_finished`", body = Object),
         (status = 400, description = "a body other than nothing or `{}`", body = Problem),
         (status = 401, description = "missing or invalid API key", body = Problem),
         (status = 404, description = "unknown run, or another tenant's", body = Problem),
-        (status = 409, description = "the run already ended, or its live owner could not be reached", body = Problem),
+        (status = 409, description = "the run already ended (`run-terminal`)", body = Problem),
     ),
     security(("bearer" = []))
 )]
@@ -135,17 +157,10 @@ pub async fn cancel_run(
     let record = owned(&state, &tenant, &id).await?;
     match record.status {
         RunStatus::Finished(outcome) => Err(terminal(&id, outcome.as_str())),
-        RunStatus::Running
-            if state.engine.cancel(&record.run_id) =>
-        {
-            Ok((
-            StatusCode::ACCEPTED,
-            axum::Json(json!({"run_id": record.run_id, "status": "cancelling",
-                              "note": "the cancellation reached the run's owner; poll the run until it ends"})),
-        )
-            .into_response())
+        RunStatus::Running if state.engine.cancel(&record.run_id) => {
+            Ok(delivered_here(&record.run_id))
         }
-        RunStatus::Running => Err(not_delivered(&state, &record.run_id, &id).await),
+        RunStatus::Running => through_store(&state, &record, &id).await,
         RunStatus::Queued => {
             let closing = rein_engine::run::Closing {
                 outcome: Outcome::Cancelled,
@@ -168,16 +183,12 @@ pub async fn cancel_run(
                     Err(terminal(&id, outcome.as_str()))
                 }
                 Err(StoreError::StatusChanged { .. }) => {
-                    // It started meanwhile: deliver to its live owner, if
-                    // that is this process.
+                    // It started meanwhile: deliver to its live owner,
+                    // here or through the store.
                     if state.engine.cancel(&record.run_id) {
-                        Ok((
-                            StatusCode::ACCEPTED,
-                            axum::Json(json!({"run_id": record.run_id, "status": "cancelling"})),
-                        )
-                            .into_response())
+                        Ok(delivered_here(&record.run_id))
                     } else {
-                        Err(not_delivered(&state, &record.run_id, &id).await)
+                        through_store(&state, &record, &id).await
                     }
                 }
                 Err(e) => Err(e.into()),

@@ -1,12 +1,16 @@
 //! A run's events: a JSON list, or a live server-sent-event stream that
 //! ends with the run's terminal event.
 //!
-//! # Why poll the store
+//! # Why follow the store
 //!
 //! The stream must work whichever process drives the run (a queue worker
 //! on another node, a resume): the store is the one place every event
 //! reaches, so the stream follows it rather than an in-process channel.
-
+//! Where the store notifies ([`rein_store::Store::notifications`]:
+//! PostgreSQL), the stream reads again when a commit of its run is
+//! announced, or after a [`Notification::Resync`] (the listener
+//! reconnected: it re-reads from the last `seq` it sent, so nothing is
+//! lost); elsewhere it polls every [`POLL`].
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,8 +22,10 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream};
 use rein_core::{Event, EventKind, RunId};
+use rein_store::Notification;
 use serde::Deserialize;
 use serde_json::json;
+use tokio::sync::broadcast;
 use utoipa::IntoParams;
 
 use crate::auth::Tenant;
@@ -34,7 +40,8 @@ use crate::state::AppState;
 /// browser page on a `[server.cors]` origin may send it.
 pub const LAST_EVENT_ID: &str = "Last-Event-ID";
 
-/// How often a live stream looks for new events.
+/// How often a live stream looks for new events on a store that does not
+/// notify.
 pub const POLL: Duration = Duration::from_millis(50);
 
 /// Query of the events endpoint.
@@ -57,10 +64,13 @@ fn live(
     run_id: RunId,
     after: u64,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> {
-    // (next seq to ask after, pending batch, finished)
+    // Subscribed before the first read: a commit announced between a read
+    // and the wait is still waiting in the receiver.
+    let notified = state.store.notifications();
+    // (next seq to ask after, pending batch, finished, notifications)
     stream::unfold(
-        (after, Vec::<Event>::new(), false),
-        move |(mut after, mut pending, mut done)| {
+        (after, Vec::<Event>::new(), false, notified),
+        move |(mut after, mut pending, mut done, mut notified)| {
             let state = state.clone();
             let run_id = run_id.clone();
             async move {
@@ -69,7 +79,7 @@ fn live(
                         if e.kind() == EventKind::RunFinished {
                             done = true;
                         }
-                        return Some((Ok(sse_event(&e)), (after, pending, done)));
+                        return Some((Ok(sse_event(&e)), (after, pending, done, notified)));
                     }
                     if done {
                         return None;
@@ -98,7 +108,7 @@ fn live(
                             // A closing server ends its streams; the client
                             // reconnects elsewhere with `Last-Event-ID`.
                             _ => tokio::select! {
-                                () = state.engine.clock().sleep(POLL) => {}
+                                () = next_read(&state, &mut notified, &run_id) => {}
                                 () = state.drain.closing() => return None,
                             },
                         },
@@ -111,6 +121,33 @@ fn live(
             }
         },
     )
+}
+
+/// Waits until a live stream of `run_id` should read the store again: a
+/// notification of a commit of the run, a resync or a lag (something may
+/// have been missed) where the store notifies; [`POLL`] where it does
+/// not, or once its notifications ended.
+async fn next_read(
+    state: &AppState,
+    notified: &mut Option<broadcast::Receiver<Notification>>,
+    run_id: &RunId,
+) {
+    use broadcast::error::RecvError;
+    let Some(receiver) = notified else {
+        state.engine.clock().sleep(POLL).await;
+        return;
+    };
+    loop {
+        match receiver.recv().await {
+            Ok(Notification::RunChanged(changed)) if changed == *run_id => return,
+            Ok(Notification::Resync) | Err(RecvError::Lagged(_)) => return,
+            Ok(_) => {}
+            Err(RecvError::Closed) => {
+                *notified = None;
+                return;
+            }
+        }
+    }
 }
 
 /// The run's events; `Accept: text/event-stream` streams them live until

@@ -484,6 +484,14 @@ pub async fn serve(
     background.push(tokio::spawn(idempotency::sweep_forever(state.clone())));
     background.push(tokio::spawn(recovery::orphans_forever(state.clone())));
     background.push(tokio::spawn(recovery::ledger_forever(state.clone())));
+    // Cancels taken by other nodes, at once where the store notifies
+    // (PostgreSQL); every run's claim renewal also reads them.
+    if let Some(notified) = state.store.notifications() {
+        background.push(tokio::spawn(cancel::deliver_notified(
+            state.clone(),
+            notified,
+        )));
+    }
     // Workers and periodic services end with the server.
     struct Stop(Vec<tokio::task::JoinHandle<()>>);
     impl Drop for Stop {

@@ -1000,7 +1000,7 @@ async fn a_running_run_is_cancelled_by_its_owner_and_settles() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_driven_elsewhere_cannot_be_cancelled_here() {
+async fn a_run_driven_elsewhere_is_cancelled_through_the_store() {
     let api = start(Options::default()).await;
     // A run another process is driving: recorded running, not live here.
     let run_id = rein_core::RunId::new("driven-elsewhere").unwrap();
@@ -1043,11 +1043,18 @@ async fn a_run_driven_elsewhere_cannot_be_cancelled_here() {
         .send()
         .await
         .unwrap();
-    let p = problem(r, StatusCode::CONFLICT, "cancel-not-delivered").await;
+    // Taken for the driving process: recorded in the store, where that
+    // process reads it at its next claim renewal.
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let p: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(p["status"], "cancelling", "{p}");
+    assert_eq!(p["delivery"], "store", "{p}");
     // The driving node by its opaque id; never its PID or host.
     assert_eq!(p["driving_node"], "n0de1", "{p}");
     let text = p.to_string();
     assert!(!text.contains("4242") && !text.contains("db-host"), "{p}");
+    let stored = api.store.cancel_request(&run_id).await.unwrap();
+    assert!(stored.is_some(), "the request must be durable");
     // A resume is refused the same way: the run's live owner is elsewhere.
     let r = api
         .post("/v1/runs/driven-elsewhere/resume", ACME)

@@ -87,15 +87,43 @@ pub(crate) fn pg_error(error: tokio_postgres::Error) -> StoreError {
 }
 
 /// A connection the pool could not hand out: transient, the database may
-/// be restarting.
+/// be restarting; except when the server refused the connection for good
+/// ([`refused_for_good`]).
 pub(crate) fn pool_error(error: deadpool_postgres::PoolError) -> StoreError {
     match error {
-        deadpool_postgres::PoolError::Backend(error) => match pg_error(error) {
-            StoreError::Backend(message) => StoreError::Unavailable(message),
-            other => other,
-        },
+        deadpool_postgres::PoolError::Backend(error) => {
+            if let Some(refusal) = refused_for_good(&error) {
+                return refusal;
+            }
+            match pg_error(error) {
+                StoreError::Backend(message) => StoreError::Unavailable(message),
+                other => other,
+            }
+        }
         other => StoreError::Unavailable(format!("postgres pool: {other}")),
     }
+}
+
+/// A connection the server refuses whatever the wait: the database does
+/// not exist, or the credentials are wrong. Permanent, so that `rein
+/// serve` stops with the reason instead of retrying forever; the message
+/// says how to fix it (the store adds which database).
+fn refused_for_good(error: &tokio_postgres::Error) -> Option<StoreError> {
+    let db = error.as_db_error()?;
+    let fix = match *db.code() {
+        SqlState::INVALID_CATALOG_NAME => {
+            "create it (`createdb NAME`) and run `rein migrate --data URL`, or fix the database name in `--data`"
+        }
+        SqlState::INVALID_PASSWORD | SqlState::INVALID_AUTHORIZATION_SPECIFICATION => {
+            "fix the user or password in `--data`"
+        }
+        _ => return None,
+    };
+    Some(StoreError::Backend(format!(
+        "postgres refused the connection: {} ({}); {fix}",
+        db.message(),
+        db.code().code()
+    )))
 }
 
 /// A `u64` as PostgreSQL's `BIGINT`.

@@ -39,6 +39,7 @@
 #![warn(missing_docs)]
 
 mod codec;
+mod listen;
 mod migrate;
 pub(crate) mod ops;
 mod store;

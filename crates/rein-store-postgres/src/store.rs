@@ -17,7 +17,7 @@ use tokio_postgres::NoTls;
 
 use crate::codec::PgResult;
 use crate::migrate::{self, SchemaState};
-use crate::ops::{commit, idempotency, latency, leases, runs, share, shared, stats};
+use crate::ops::{cancel, commit, idempotency, latency, leases, runs, share, shared, stats};
 use crate::url::PostgresUrl;
 
 /// Connections one store keeps at most, by default: enough for a node's
@@ -59,6 +59,9 @@ impl Default for PostgresOptions {
 pub struct PostgresStore {
     pool: Pool,
     url: PostgresUrl,
+    /// The `LISTEN` connection, started by the first
+    /// [`Store::notifications`] call and shared by every clone.
+    listener: std::sync::Arc<std::sync::OnceLock<crate::listen::Listener>>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -163,6 +166,7 @@ impl PostgresStore {
         Ok(PostgresStore {
             pool,
             url: url.clone(),
+            listener: Default::default(),
         })
     }
 
@@ -175,6 +179,9 @@ impl PostgresStore {
     /// their scratch database after this.
     pub fn close(&self) {
         self.pool.close();
+        if let Some(listener) = self.listener.get() {
+            listener.stop();
+        }
     }
 
     /// A pooled connection.
@@ -498,5 +505,29 @@ impl Store for PostgresStore {
 
     async fn release_share_lease(&self, group: &str, node: &str) -> Result<bool, StoreError> {
         write!(self, share::release_share_lease, group, node)
+    }
+
+    async fn request_cancel(
+        &self,
+        request: rein_store::CancelRequest,
+    ) -> Result<rein_store::CancelRequest, StoreError> {
+        write!(self, cancel::request_cancel, &request)
+    }
+
+    async fn cancel_request(
+        &self,
+        run_id: &RunId,
+    ) -> Result<Option<rein_store::CancelRequest>, StoreError> {
+        read!(self, cancel::cancel_request, run_id)
+    }
+
+    /// Starts the `LISTEN` connection on the first call (on the current
+    /// tokio runtime; `None` outside one).
+    fn notifications(&self) -> Option<tokio::sync::broadcast::Receiver<rein_store::Notification>> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let listener = self
+            .listener
+            .get_or_init(|| crate::listen::Listener::spawn(self.url.config().clone(), &runtime));
+        Some(listener.subscribe())
     }
 }

@@ -36,6 +36,31 @@ mod conformance {
     rein_store::conformance_tests!(subject());
 }
 
+/// Issue 17: a database that does not exist is a permanent error naming
+/// it, not a transient one retried forever.
+#[tokio::test]
+async fn a_missing_database_is_a_permanent_error_naming_it() {
+    let Some(database) = ScratchDatabase::create("missing").await else {
+        return;
+    };
+    let missing = database
+        .url_text()
+        .rsplit_once('/')
+        .map(|(server, _)| format!("{server}/rein_no_such_database_17"));
+    database.drop_database().await;
+    let url = rein_store_postgres::PostgresUrl::parse(&missing.unwrap()).unwrap();
+    let err = PostgresStore::connect_with(&url, PostgresOptions::default())
+        .await
+        .unwrap_err();
+    assert!(
+        !err.is_transient(),
+        "a missing database is permanent: {err:?}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("rein_no_such_database_17"), "{text}");
+    assert!(text.contains("createdb"), "{text}");
+}
+
 #[tokio::test]
 async fn migrations_apply_once_and_a_newer_schema_is_refused() {
     let Some(database) = ScratchDatabase::create("migrate").await else {

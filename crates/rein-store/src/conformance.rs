@@ -42,12 +42,16 @@ use crate::{
     StepCommit, Store, StoreError, StoredResponse,
 };
 
+mod cancel;
 mod harness;
 mod latency;
 mod racing;
 mod stats;
 mod share;
 
+pub use cancel::{
+    cancel_request_is_recorded_once_and_read_back, cancel_request_refusals_write_nothing,
+};
 pub use harness::{CheckFuture, Subject, Teardown};
 pub use latency::{
     latency_concurrent_merges_all_count, latency_merge_refusals_write_nothing,
@@ -152,7 +156,9 @@ macro_rules! conformance_checks {
             run_stats_count_a_tenants_window_by_agent_model_and_guardrail,
             share_renewals_list_the_live_holders_of_their_group,
             share_release_removes_only_its_own_lease,
-            share_lease_refusals
+            share_lease_refusals,
+            cancel_request_is_recorded_once_and_read_back,
+            cancel_request_refusals_write_nothing
             ];
             racing: [
             two_handles_race_for_a_run_claim,

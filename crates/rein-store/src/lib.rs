@@ -62,6 +62,7 @@
 
 mod backlog;
 mod breaker;
+mod cancel;
 mod checkpoint;
 mod commit;
 mod error;
@@ -70,6 +71,7 @@ mod intent;
 mod latency;
 mod lease;
 mod ledger;
+mod notify;
 mod run;
 mod share;
 mod singleton;
@@ -86,6 +88,9 @@ pub mod conformance;
 /// alike; the conformance suite holds them to it.
 pub mod rules {
     pub use crate::breaker::{published, validate_breaker_text, validate_opening};
+    pub use crate::cancel::{
+        requestable as cancel_requestable, validate_request as validate_cancel_request,
+    };
     pub use crate::idempotency::{record_not_found, validate_reservation};
     pub use crate::latency::{
         decoded as latency_decoded, merged as latency_merged,
@@ -99,6 +104,7 @@ pub mod rules {
 
 pub use backlog::TenantBacklog;
 pub use breaker::{BreakerOpening, MAX_BREAKER_ARM_LEN, MAX_BREAKER_REASON_LEN};
+pub use cancel::{CancelRequest, MAX_CANCEL_REQUESTER_LEN};
 pub use checkpoint::{Checkpoint, CheckpointDelta};
 pub use commit::{ClaimFence, Committed, StepCommit};
 pub use error::StoreError;
@@ -111,6 +117,7 @@ pub use intent::PlannedIntent;
 pub use latency::{CorruptLatency, LatencyRecord, LatencyRows, MAX_LATENCY_SUBJECT_LEN};
 pub use lease::{Lease, LeaseChange, LeaseFilter, LeaseKind, MAX_LEASE_ID_LEN};
 pub use ledger::LedgerMark;
+pub use notify::Notification;
 pub use run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus, StatusChange};
 pub use share::MAX_SHARE_LEASE_LEN;
 pub use singleton::{MAX_SINGLETON_LEN, SingletonLease};

@@ -4,6 +4,7 @@ use async_trait::async_trait;
 use rein_core::{Event, IntentId, LedgerRecord, RunId, RunReport, TenantId};
 
 use crate::breaker::BreakerOpening;
+use crate::cancel::CancelRequest;
 use crate::checkpoint::{Checkpoint, CheckpointDelta};
 use crate::commit::{Committed, StepCommit};
 use crate::error::StoreError;
@@ -819,6 +820,41 @@ pub trait Store: Send + Sync {
     /// [`StoreError::Invalid`] for a malformed group or node (as for
     /// [`Store::renew_share_lease`]).
     async fn release_share_lease(&self, group: &str, node: &str) -> Result<bool, StoreError>;
+    // ----- cancel requests (a cancel that reaches the driving process
+    // through the store; see the `cancel` module docs of this crate) -----
+
+    /// Records a request to cancel `request.run_id`, in one atomic step
+    /// against the run finishing, and returns the request as stored: the
+    /// first one of the run, kept whole when another arrives.
+    ///
+    /// Required: a store that dropped it would answer a cancel with 202
+    /// and never stop the run.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] (`what = "run"`) for an unknown run;
+    /// [`StoreError::FinishedRun`] when the run already ended;
+    /// [`StoreError::Invalid`] for a malformed `requested_by`
+    /// ([`MAX_CANCEL_REQUESTER_LEN`](crate::MAX_CANCEL_REQUESTER_LEN)).
+    async fn request_cancel(&self, request: CancelRequest) -> Result<CancelRequest, StoreError>;
+
+    /// The cancel request of `run_id`, if one was recorded (an unknown run
+    /// has none): what the driving process reads at each claim renewal.
+    async fn cancel_request(&self, run_id: &RunId) -> Result<Option<CancelRequest>, StoreError>;
+
+    // ----- notifications (see the `notify` module docs of this crate) -----
+
+    /// A receiver of the [`Notification`]s of every process sharing the
+    /// store, from now on; `None` when the backend does not notify (the
+    /// embedded SQLite one: readers poll).
+    ///
+    /// Provided, returning `None`, unlike the methods above: a
+    /// notification is only a hint to read again sooner, and every reader
+    /// polls as well, so a store without them is slower, never wrong. A
+    /// wrapping store should still forward it.
+    fn notifications(&self) -> Option<tokio::sync::broadcast::Receiver<crate::Notification>> {
+        None
+    }
 }
 
 /// A backend that did not return what its commit must return.

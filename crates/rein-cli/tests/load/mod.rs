@@ -124,6 +124,13 @@ pub struct LoadConfig {
     /// How long every run may take to end, from the first submission.
     #[serde(serialize_with = "secs")]
     pub timeout: Duration,
+    /// The store the processes share: a SQLite file in the test's temp
+    /// dir when `None`, else this PostgreSQL URL (a scratch database).
+    #[serde(skip)]
+    pub postgres: Option<String>,
+    /// SIGKILL the first process once this many runs are terminal, and
+    /// start it again on the same store (its runs are taken over).
+    pub kill_first_after: Option<usize>,
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -139,6 +146,8 @@ impl Default for LoadConfig {
             client_concurrency: 16,
             fault_every: NonZeroU32::MIN.saturating_add(9),
             timeout: Duration::from_secs(300),
+            postgres: None,
+            kill_first_after: None,
         }
     }
 }
@@ -273,8 +282,16 @@ impl fmt::Display for LoadReport {
         let c = &self.config;
         writeln!(
             f,
-            "serve load: {} queued runs, {} servers × {} workers, one SQLite file, client concurrency {}",
-            c.runs, c.servers, c.workers, c.client_concurrency
+            "serve load: {} queued runs, {} servers × {} workers, {}, client concurrency {}",
+            c.runs,
+            c.servers,
+            c.workers,
+            if c.postgres.is_some() {
+                "one PostgreSQL database"
+            } else {
+                "one SQLite file"
+            },
+            c.client_concurrency
         )?;
         writeln!(
             f,
@@ -320,8 +337,12 @@ impl fmt::Display for LoadReport {
         )?;
         writeln!(
             f,
-            "  resumed:     {} runs taken over (no process dies here)",
-            self.resumed_runs
+            "  resumed:     {} runs taken over ({})",
+            self.resumed_runs,
+            match c.kill_first_after {
+                Some(n) => format!("the first process was SIGKILLed after {n} ended"),
+                None => "no process dies here".to_owned(),
+            }
         )?;
         let applied: Vec<String> = self
             .desk
@@ -532,7 +553,10 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport> {
     .context("cannot start the order desk")?;
     let dir = tempfile::tempdir()?;
     let toml = write_config(dir.path(), config.workers)?;
-    let db = dir.path().join("rein.db");
+    let db = match &config.postgres {
+        Some(url) => PathBuf::from(url),
+        None => dir.path().join("rein.db"),
+    };
     let mut servers = Vec::new();
     for n in 1..=config.servers {
         // One at a time: the first creates the store's schema.
@@ -543,7 +567,7 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport> {
                 .await??;
         servers.push(server);
     }
-    let bases: Arc<Vec<String>> = Arc::new(servers.iter().map(|s| s.base.clone()).collect());
+    let mut bases: Arc<Vec<String>> = Arc::new(servers.iter().map(|s| s.base.clone()).collect());
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .tcp_nodelay(true)
@@ -605,6 +629,7 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport> {
     // window of still-running ones per sweep, so polling does not become
     // the load.
     let mut pending: VecDeque<Submitted> = submitted.iter().cloned().collect();
+    let mut killed: Option<ServerTally> = None;
     let deadline = started + config.timeout;
     const WINDOW: usize = 32;
     while !pending.is_empty() {
@@ -633,6 +658,24 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport> {
             still.push_back(s);
         }
         pending = still;
+        if let Some(after) = config.kill_first_after
+            && submitted.len() - pending.len() >= after
+            && killed.is_none()
+        {
+            // SIGKILL mid-run, then the same node again on the same store.
+            let mut first = servers.remove(0);
+            first.child.kill()?;
+            first.child.wait()?;
+            killed = Some(first.tally());
+            let (toml, db, desk_url) = (toml.clone(), db.clone(), desk.base_url().to_owned());
+            let log_file = dir.path().join("server-1-restarted.log");
+            let restarted = tokio::task::spawn_blocking(move || {
+                Server::start(&toml, &db, &desk_url, &log_file)
+            })
+            .await??;
+            servers.insert(0, restarted);
+            bases = Arc::new(servers.iter().map(|s| s.base.clone()).collect());
+        }
         if !pending.is_empty() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -644,7 +687,10 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport> {
     report.wall_secs = wall_secs;
     report.throughput_runs_per_sec = submitted.len() as f64 / wall_secs;
     report.submit_latency = Latency::of(submitted.iter().map(|s| s.latency).collect());
-    report.servers = servers.iter().map(Server::tally).collect();
+    report.servers = killed
+        .into_iter()
+        .chain(servers.iter().map(Server::tally))
+        .collect();
     drop(servers);
     if std::env::var_os(KEEP_ENV).is_some() {
         let kept = dir.keep();
@@ -836,8 +882,20 @@ async fn verify(
     }
 
     // The store: exactly the accepted runs, no more.
-    let store = rein_store::SqliteStore::open(db).context("cannot open the store")?;
-    let stored_runs = store.list_runs(submitted.len() + 1000).await?.len();
+    let stored_runs = match &config.postgres {
+        Some(url) => {
+            let store = rein_store_postgres::PostgresStore::connect(url)
+                .await
+                .context("cannot connect to the store")?;
+            let n = store.list_runs(submitted.len() + 1000).await?.len();
+            store.close();
+            n
+        }
+        None => {
+            let store = rein_store::SqliteStore::open(db).context("cannot open the store")?;
+            store.list_runs(submitted.len() + 1000).await?.len()
+        }
+    };
 
     // The desk's ground truth.
     let log = desk.log();

@@ -165,15 +165,21 @@ impl Engine {
     /// Renews the run's claim every third of the lease while the returned
     /// guard lives: the heartbeat that tells other processes this run's
     /// owner is alive. Without a configured lease, nothing.
+    ///
+    /// At each beat (and once at the start) it also reads the run's cancel
+    /// request ([`Store::cancel_request`]): a cancel that another process
+    /// took for this run fires `cancel`, exactly as a local cancel does.
     pub(super) fn heartbeat(
         &self,
         run_id: &RunId,
         owner: &str,
         lost: &CancellationToken,
+        cancel: Option<&CancellationToken>,
     ) -> Option<Heartbeat> {
         let lease = self.claim_lease?;
         let owner = owner.to_owned();
         let lost = lost.clone();
+        let cancel = cancel.cloned();
         let store = self.store.clone();
         let clock = self.clock.clone();
         let lease_id = claim_id(run_id);
@@ -181,6 +187,9 @@ impl Engine {
         let every = self.claim_renewal.map_or(lease / 3, |r| r.min(lease / 3));
         let task = tokio::spawn(async move {
             loop {
+                if let Some(cancel) = &cancel {
+                    cancel_if_requested(store.as_ref(), &run, cancel).await;
+                }
                 clock.sleep(every).await;
                 let until = unix_ms(clock.system_now()).saturating_add(millis(lease));
                 match store.renew_lease_of(&lease_id, &owner, until).await {
@@ -210,5 +219,26 @@ impl Engine {
         {
             tracing::warn!(run = %ctx.run_id, "cannot release the run's claim: {e}");
         }
+    }
+}
+
+/// Fires `cancel` when the store holds a cancel request of `run_id` (taken
+/// by any process sharing the store). A read that fails is logged and
+/// tried again at the next beat.
+pub(super) async fn cancel_if_requested(
+    store: &dyn Store,
+    run_id: &RunId,
+    cancel: &CancellationToken,
+) {
+    if cancel.is_cancelled() {
+        return;
+    }
+    match store.cancel_request(run_id).await {
+        Ok(Some(request)) => {
+            tracing::info!(run = %run_id, requested_by = %request.requested_by, "cancel requested through the store; cancelling the run");
+            cancel.cancel();
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(run = %run_id, "cannot read the run's cancel request: {e}"),
     }
 }

@@ -84,7 +84,7 @@ impl Engine {
             None => self.claim(run_id, self.claim_hold(agent)).await?,
         };
         let lost = CancellationToken::new();
-        let _heartbeat = self.heartbeat(run_id, &owner, &lost);
+        let _heartbeat = self.heartbeat(run_id, &owner, &lost, None);
         let ctx = self.settling_ctx(&record, agent, validator, owner, lost, lineage);
         let end = End::Internal(message.clone());
         let mut facts = report::stored_facts(self.store.as_ref(), &record, end, at_ms).await?;

@@ -158,7 +158,8 @@ impl Engine {
             });
         }
         let lost = CancellationToken::new();
-        let _heartbeat = self.heartbeat(run_id, &owner, &lost);
+        let cancel = cancel.unwrap_or_default();
+        let _heartbeat = self.heartbeat(run_id, &owner, &lost, Some(&cancel));
         // Whatever the crashed process started (a command's process group,
         // its temp dir) is ended before anything is replayed or settled, so
         // a forward effect cannot land after its own compensation.
@@ -222,7 +223,7 @@ impl Engine {
             ),
             last_input_tokens: std::sync::atomic::AtomicU64::new(last_input_tokens),
             model_failures: Default::default(),
-            cancel: cancel.unwrap_or_default(),
+            cancel,
             lost,
             interrupt: self.shared.interrupt.clone(),
             claim_owner: owner,

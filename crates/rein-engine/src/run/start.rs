@@ -214,7 +214,8 @@ impl Engine {
             .await?;
         let owner = self.claim(&run_id, self.claim_hold(agent)).await?;
         let lost = CancellationToken::new();
-        let _heartbeat = self.heartbeat(&run_id, &owner, &lost);
+        let cancel = request.cancel.unwrap_or_default();
+        let _heartbeat = self.heartbeat(&run_id, &owner, &lost, Some(&cancel));
         let scope = self.shared.metrics.scope(tenant.as_str(), &agent.name);
         let ctx = RunCtx {
             run_id: run_id.clone(),
@@ -227,7 +228,7 @@ impl Engine {
             provider_calls: std::sync::atomic::AtomicU32::new(0),
             last_input_tokens: std::sync::atomic::AtomicU64::new(0),
             model_failures: Default::default(),
-            cancel: request.cancel.unwrap_or_default(),
+            cancel,
             lost,
             interrupt: self.shared.interrupt.clone(),
             claim_owner: owner,

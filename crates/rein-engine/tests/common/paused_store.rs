@@ -376,4 +376,18 @@ impl Store for PauseSafeStore {
     ) -> Result<bool, rein_store::StoreError> {
         held(self.0.release_share_lease(group, node)).await
     }
+
+    async fn request_cancel(
+        &self,
+        request: rein_store::CancelRequest,
+    ) -> Result<rein_store::CancelRequest, rein_store::StoreError> {
+        held(self.0.request_cancel(request)).await
+    }
+
+    async fn cancel_request(
+        &self,
+        run_id: &rein_core::RunId,
+    ) -> Result<Option<rein_store::CancelRequest>, rein_store::StoreError> {
+        held(self.0.cancel_request(run_id)).await
+    }
 }

@@ -23,7 +23,10 @@ const MAX_TREE_DEPTH: i64 = 64;
 
 /// The run's status and ledger revision, its row locked until the
 /// transaction ends: every commit of the run waits for this one.
-async fn lock_run(tx: &Transaction<'_>, run_id: &RunId) -> Result<(RunStatus, u64), StoreError> {
+pub(crate) async fn lock_run(
+    tx: &Transaction<'_>,
+    run_id: &RunId,
+) -> Result<(RunStatus, u64), StoreError> {
     let statement = tx
         .prepare_cached(
             "SELECT status, ledger_revision FROM runs WHERE run_id = $1 FOR NO KEY UPDATE",
@@ -126,8 +129,22 @@ pub(crate) async fn commit_step(
         stamp_revision(Some(&mut report), revision);
         committed.run = Some(revise_report(tx, run_id, status, &report).await?);
     }
+    if !committed.events.is_empty() || committed.run.is_some() {
+        // Delivered at commit (never for a rolled-back commit): live event
+        // streams of every node read the run again.
+        execute(
+            tx,
+            "SELECT pg_notify($1, $2)",
+            &[&EVENTS_CHANNEL, &run_id.as_str()],
+        )
+        .await?;
+    }
     Ok(committed)
 }
+
+/// The `NOTIFY` channel a commit that added events to a run, or changed
+/// its status, is announced on; the payload is the run id.
+pub const EVENTS_CHANNEL: &str = "rein_events";
 
 fn same_run(what: &'static str, expected: &RunId, found: &RunId) -> Result<(), StoreError> {
     if expected == found {

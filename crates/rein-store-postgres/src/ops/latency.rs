@@ -19,9 +19,17 @@ pub(crate) async fn merge_latency(
         validate_latency_subject(subject)?;
     }
     let now = int(now_ms, "latency updated_at_ms")?;
+    // Every subject's lock first, in one order for every process: locked
+    // one by one in each caller's order, two nodes merging overlapping
+    // subjects deadlocked (40P01, seen in the three-node load test).
+    let mut subjects: Vec<&str> = deltas.iter().map(|(s, _)| s.as_str()).collect();
+    subjects.sort_unstable();
+    subjects.dedup();
+    for subject in subjects {
+        lock(tx, LockSpace::Latency, subject).await?;
+    }
     let mut rows = LatencyRows::default();
     for (subject, delta) in deltas {
-        lock(tx, LockSpace::Latency, subject).await?;
         let stored = tx
             .query_opt(
                 "SELECT histogram, updated_at_ms FROM latency_histograms WHERE subject = $1",

@@ -13,6 +13,7 @@
 //! | a singleton claim or release | the name's advisory lock |
 //! | a breaker publish or clear | the arm's advisory lock |
 //! | a share lease renewal or release | the resource group's advisory lock |
+//! | a cancel request | the run's row, as a step commit |
 //!
 //! Transaction-scoped advisory locks stand for the row a write may be about
 //! to create: a row lock cannot be taken on a row that does not exist yet,
@@ -20,6 +21,7 @@
 //! A commit locks its run, then its claim's lease; no write locks in the
 //! other order, so the locks cannot deadlock.
 
+pub(crate) mod cancel;
 pub(crate) mod commit;
 pub(crate) mod idempotency;
 pub(crate) mod latency;

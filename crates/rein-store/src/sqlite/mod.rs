@@ -21,10 +21,12 @@
 //! | `singletons` | `name` | singleton election leases (schema v4) |
 //! | `breaker_openings` | `arm` | breaker arms opened by a node, shared with the others (schema v6) |
 //! | `latency_histograms` | `subject` | observed latency, summed over every process (schema v11) |
-//! | `share_leases` | `resource_group, node` | the nodes dividing a resource group's limits (schema v12) |
+//! | `share_leases` | `resource_group, node` | the nodes dividing a resource group's limits (schema v13) |
+//! | `cancel_requests` | `run_id` | cancels taken by any process for the one driving the run (schema v14) |
 //! | `rein_schema` | `version` | migrations applied |
 
 mod backlog;
+mod cancel_ops;
 mod codec;
 mod config;
 mod files;
@@ -597,6 +599,25 @@ impl Store for SqliteStore {
         let (group, node) = (group.to_owned(), node.to_owned());
         self.worker
             .write(move |conn| share_ops::release_share_lease(conn, &group, &node))
+            .await
+    }
+
+    async fn request_cancel(
+        &self,
+        request: crate::CancelRequest,
+    ) -> Result<crate::CancelRequest, StoreError> {
+        self.worker
+            .write(move |conn| cancel_ops::request_cancel(conn, &request))
+            .await
+    }
+
+    async fn cancel_request(
+        &self,
+        run_id: &RunId,
+    ) -> Result<Option<crate::CancelRequest>, StoreError> {
+        let run_id = run_id.clone();
+        self.worker
+            .read(move |conn| cancel_ops::cancel_request(conn, &run_id))
             .await
     }
 }

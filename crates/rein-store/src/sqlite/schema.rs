@@ -21,7 +21,7 @@ use super::codec::SqlResult;
 use crate::error::StoreError;
 
 /// The schema version this binary writes: the number of migrations.
-pub const SCHEMA_VERSION: u32 = 13;
+pub const SCHEMA_VERSION: u32 = 14;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
 ///
@@ -294,6 +294,15 @@ CREATE TABLE share_leases (
     node           TEXT NOT NULL,
     expires_at_ms  INTEGER NOT NULL,
     PRIMARY KEY (resource_group, node)
+) STRICT;
+"#,
+    // 14: cancel requests, at most one per run: a cancel taken by any
+    // process, seen by the one driving the run at its claim renewal.
+    r#"
+CREATE TABLE cancel_requests (
+    run_id          TEXT PRIMARY KEY NOT NULL REFERENCES runs (run_id),
+    requested_by    TEXT NOT NULL,
+    requested_at_ms INTEGER NOT NULL
 ) STRICT;
 "#,
 ];
