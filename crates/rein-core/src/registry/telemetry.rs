@@ -75,7 +75,77 @@ pub(super) fn traces_url(endpoint: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::registry::{ConfigFile, ConfigProblem, ConfigSource, Registry, check};
+
+    fn build(files: &[(&str, &str)]) -> Result<Registry, Vec<ConfigProblem>> {
+        let sources: Vec<_> = files
+            .iter()
+            .map(|(p, t)| ConfigSource::new(*p, toml::from_str::<ConfigFile>(t).unwrap()))
+            .collect();
+        check(&sources, &|_| Vec::new())
+    }
+
+    fn problem(text: &str) -> (String, String, String) {
+        let problems = build(&[("conf/telemetry.toml", text)]).unwrap_err();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        let p = &problems[0];
+        (
+            p.file.display().to_string(),
+            p.field.clone(),
+            p.message.clone(),
+        )
+    }
+
+    #[test]
+    fn without_the_table_traces_are_off_and_with_it_defaults_apply() {
+        assert_eq!(build(&[("a.toml", "")]).unwrap().telemetry(), None);
+        let registry = build(&[(
+            "a.toml",
+            "[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"\n",
+        )])
+        .unwrap();
+        let spec = registry.telemetry().unwrap();
+        assert_eq!(spec.traces_url, "http://127.0.0.1:4318/v1/traces");
+        assert_eq!(spec.service_name, DEFAULT_SERVICE_NAME);
+        assert_eq!(spec.sample_ratio, Ratio::ONE);
+    }
+
+    #[test]
+    fn a_bad_endpoint_names_the_file_and_field() {
+        let (file, field, message) = problem("[telemetry]\notlp_endpoint = \"collector:4318\"\n");
+        assert_eq!(file, "conf/telemetry.toml");
+        assert_eq!(field, "telemetry.otlp_endpoint");
+        assert!(message.contains("absolute http or https URL"), "{message}");
+        let (_, field, message) = problem("[telemetry]\nservice_name = \"x\"\n");
+        assert_eq!(field, "telemetry.otlp_endpoint");
+        assert!(message.starts_with("is required"), "{message}");
+    }
+
+    #[test]
+    fn an_empty_service_name_and_a_ratio_outside_zero_one_are_refused() {
+        let (_, field, _) =
+            problem("[telemetry]\notlp_endpoint = \"http://c:4318\"\nservice_name = \" \"\n");
+        assert_eq!(field, "telemetry.service_name");
+        let (_, field, message) =
+            problem("[telemetry]\notlp_endpoint = \"http://c:4318\"\nsample_ratio = 1.5\n");
+        assert_eq!(field, "telemetry.sample_ratio");
+        assert!(message.contains("[0, 1]"), "{message}");
+    }
+
+    #[test]
+    fn only_one_file_may_hold_the_table() {
+        let t = "[telemetry]\notlp_endpoint = \"http://c:4318\"\n";
+        let problems = build(&[("a.toml", t), ("b.toml", t)]).unwrap_err();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].field, "telemetry");
+        assert!(
+            problems[0]
+                .message
+                .contains("only one file may hold [telemetry]")
+        );
+    }
 
     #[test]
     fn a_base_endpoint_gets_the_traces_path_and_a_full_one_is_kept() {

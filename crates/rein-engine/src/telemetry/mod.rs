@@ -27,7 +27,7 @@
 //! | step | `step N` | first event of step N → the next step or the end | `rein.run_id`, `rein.step` |
 //! | model call | `chat MODEL` | `model_call_started` → `model_call_finished` | GenAI: `gen_ai.operation.name` = `chat`, `gen_ai.system` and `gen_ai.provider.name` (the provider), `gen_ai.request.model`, `gen_ai.response.model`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`, `gen_ai.response.finish_reasons`; `rein.attempt`, `error.type` |
 //! | tool attempt | `execute_tool TOOL` | `tool_call_started` → `tool_call_finished` | `gen_ai.operation.name` = `execute_tool`, `gen_ai.tool.name`, `rein.tool.class`, `rein.attempt`, `rein.effect`, `error.type` |
-//! | compensation | `compensate TOOL` | `compensation_started` → `compensation_finished` | `rein.tool`, `rein.compensation.status` |
+//! | compensation | `compensate TOOL` | `compensation_started` → `compensation_finished` (its tool attempts under it) | `rein.tool`, `rein.compensation.status` |
 //!
 //! Every span carries the correlation fields its events carry:
 //! `rein.run_id`, `rein.step`, `rein.intent_id`, `rein.attempt_id`,
@@ -41,6 +41,13 @@
 //! gateway is the parent of the run (or gateway call) span
 //! ([`TraceParent`]). Each tool attempt and model call is sent with its
 //! own span as `traceparent` ([`inject`]), beside `Rein-Deadline-Ms`.
+//!
+//! # Sampling
+//!
+//! `sample_ratio` decides once per trace rein starts (by trace id); a
+//! caller's `traceparent` brings its own decision, which rein follows. An
+//! unsampled run still sends a `traceparent` (flag `00`) to its tools and
+//! providers, so their spans stay unsampled too.
 //!
 //! # Export
 //!
