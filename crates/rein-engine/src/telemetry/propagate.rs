@@ -44,9 +44,16 @@ impl TraceParent {
     /// [`TraceParentError`] when it is not a valid W3C Trace Context
     /// (wrong shape, an all-zero id, an unknown version's bad shape).
     pub fn parse(value: &str) -> Result<TraceParent, TraceParentError> {
+        // The field lengths the spec fixes; the SDK pads a short id.
+        let parts: Vec<&str> = value.trim().split('-').collect();
+        let shaped = parts.len() >= 4
+            && [2, 32, 16, 2]
+                .iter()
+                .zip(&parts)
+                .all(|(len, part)| part.len() == *len);
         let cx = TraceContextPropagator::new().extract(&One(value.trim()));
         let span = cx.span().span_context().clone();
-        if span.is_valid() {
+        if shaped && span.is_valid() {
             Ok(TraceParent(span))
         } else {
             Err(TraceParentError {
