@@ -495,6 +495,7 @@ async fn in_process(
         enqueued: false,
         cancel: None,
         reservation: None,
+        trace_parent: None,
     };
     let started = Instant::now();
     let limit = limits.wall_clock() + HANG_MARGIN;

@@ -271,7 +271,15 @@ impl Session {
         json_output: bool,
         resume: &str,
     ) -> Result<ExitCode> {
-        match until_signal(&self.engine, run, signals).await? {
+        let ended = until_signal(&self.engine, run, signals).await;
+        // The run's spans are exported before the process exits
+        // (`[telemetry]`), unless a second signal asked to quit at once.
+        if let (Some(telemetry), false) =
+            (self.engine.telemetry(), matches!(ended, Ok(Ended::Quit(_))))
+        {
+            telemetry.shutdown().await;
+        }
+        match ended? {
             Ended::Finished(out) => {
                 self.print(&out, json_output).await?;
                 Ok(if out.report.outcome == Outcome::Succeeded {
@@ -372,6 +380,7 @@ fn request(
         enqueued: false,
         cancel: None,
         reservation: None,
+        trace_parent: None,
     }
 }
 

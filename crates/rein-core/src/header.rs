@@ -15,6 +15,7 @@
 //! | [`IDEMPOTENCY_REPLAYED_HEADER`] `Idempotency-Replayed` | from `rein serve` (and accepted from a tool) | `true`: a submission's stored answer replayed |
 //! | [`MODEL_HEADER`] `Rein-Model` | from the gateway | the `provider/model` that answered |
 //! | [`FALLBACK_HEADER`] `Rein-Fallback` | from the gateway | `true` when a fallback link answered |
+//! | [`TRACEPARENT_HEADER`] `traceparent` | to a tool or provider; to `rein serve` (runs and gateway) | the W3C trace context: the span the request belongs to |
 //!
 //! HTTP compares header names without case; these are the spellings rein
 //! sends.
@@ -51,3 +52,8 @@ pub const MODEL_HEADER: &str = "Rein-Model";
 
 /// The gateway's response header saying whether a fallback link answered.
 pub const FALLBACK_HEADER: &str = "Rein-Fallback";
+
+/// The W3C Trace Context header (`00-TRACEID-SPANID-FLAGS`): sent to a
+/// tool or provider with the span of the attempt, read from a client of
+/// `rein serve` as the parent of its run (or gateway call).
+pub const TRACEPARENT_HEADER: &str = "traceparent";

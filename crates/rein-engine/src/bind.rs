@@ -223,8 +223,8 @@ impl EngineBuilder {
     /// Configures the engine from `registry` as every command does: tool
     /// calls and child runs over `client`, the registry's breaker settings,
     /// agent tools bound by [`agent_resolver`] (provider keys from `env`),
-    /// agent trees bounded by `[server.agent_graph]`, and metric labels by
-    /// `[server.metrics_labels]`.
+    /// agent trees bounded by `[server.agent_graph]`, metric labels by
+    /// `[server.metrics_labels]`, and traces by `[telemetry]`.
     #[must_use]
     pub fn registry(self, registry: &Registry, client: &reqwest::Client, env: Env) -> Self {
         self.http_client(client.clone())
@@ -235,6 +235,7 @@ impl EngineBuilder {
             .metrics_labels(crate::metrics::LabelBounds::from(
                 &registry.server().metrics_labels,
             ))
+            .traces(registry.telemetry().cloned())
     }
 }
 

@@ -24,6 +24,7 @@ pub mod run;
 pub mod sabotage;
 mod secrets;
 pub mod startup;
+pub mod telemetry;
 pub mod tool;
 
 // The adapters under their former paths, for embedders that import them.

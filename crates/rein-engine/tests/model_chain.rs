@@ -447,6 +447,7 @@ fn question(stream: bool) -> rein_engine::run::ModelAsk {
         cancel: rein_engine::run::CancellationToken::new(),
         observer: None,
         tenant: None,
+        trace_parent: None,
     }
 }
 

@@ -75,6 +75,7 @@ fn question() -> (ModelAsk, Seen) {
         cancel: CancellationToken::new(),
         observer: Some(observer),
         tenant: None,
+        trace_parent: None,
     };
     (ask, seen)
 }

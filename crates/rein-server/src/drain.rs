@@ -378,6 +378,11 @@ pub async fn drain_work(state: &AppState, began: Instant) -> Drained {
     state.engine.flush_latency().await;
     // The other nodes take this one's part of each group's limits back.
     state.engine.leave_shared_limits().await;
+    // The spans of every run and gateway call ended here are exported
+    // before the process exits (`[telemetry]`).
+    if let Some(telemetry) = state.engine.telemetry() {
+        telemetry.shutdown().await;
+    }
     let mut drained = Drained::default();
     for run_id in roots(state, state.engine.noted_runs()).await {
         if let Some(fate) = fate(state, &run_id).await {

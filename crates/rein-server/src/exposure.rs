@@ -714,6 +714,7 @@ mod tests {
             crate::access::REQUEST_ID,
             crate::events::LAST_EVENT_ID,
             rein_core::deadline::DEADLINE_HEADER,
+            rein_core::header::TRACEPARENT_HEADER,
         ] {
             assert!(
                 DEFAULT_CORS_ALLOWED_HEADERS.contains(&read.to_ascii_lowercase().as_str()),

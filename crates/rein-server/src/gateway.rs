@@ -100,6 +100,7 @@ pub async fn chat_completions(
         Err(problem) => return problem.into_response(),
     };
     chat.tenant = Some(tenant.clone());
+    chat.trace_parent = crate::trace_context::from_headers(&headers);
     if chat.stream {
         // Dropped with the response when the client goes away: the
         // provider call is aborted with it.
@@ -129,6 +130,8 @@ struct Chat {
     request: ModelRequest,
     stream: bool,
     include_usage: bool,
+    /// The caller's `traceparent`: the parent of the call's span.
+    trace_parent: Option<rein_engine::telemetry::TraceParent>,
 }
 
 fn deadline(headers: &HeaderMap) -> Result<Duration, Problem> {
@@ -554,6 +557,8 @@ fn parse(body: &[u8]) -> Result<Chat, Problem> {
             .stream_options
             .and_then(|o| o.include_usage)
             .unwrap_or(false),
+        // The caller's, read from the headers.
+        trace_parent: None,
     })
 }
 
@@ -594,6 +599,7 @@ async fn ask(
         cancel: rein_engine::run::CancellationToken::new(),
         observer: None,
         tenant: chat.tenant.clone(),
+        trace_parent: chat.trace_parent.clone(),
     };
     state
         .engine

@@ -68,6 +68,7 @@ pub mod slots;
 pub mod state;
 pub mod stats;
 pub mod submission;
+mod trace_context;
 pub mod worker;
 
 use std::sync::Arc;

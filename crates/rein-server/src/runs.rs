@@ -436,6 +436,9 @@ pub async fn create_run(
         Ok(id) => id,
         Err(problem) => return problem.into_response(),
     };
+    // The parent of a sync run's span; a queued run, started later by any
+    // worker, starts its own trace.
+    let parent = crate::trace_context::from_headers(&headers);
     // Its own task: a client that hangs up abandons neither the run
     // half-way through its side effects nor the idempotency record. The
     // task holds the request's admission: a drain waits for it (or hands
@@ -443,7 +446,7 @@ pub async fn create_run(
     let task = tokio::spawn(async move {
         let _admission = admission;
         match key {
-            None => submit(state, tenant, name, body, run_id, None)
+            None => submit(state, tenant, name, body, (run_id, parent), None)
                 .await
                 .into_response(),
             Some(key) => {
@@ -468,7 +471,7 @@ pub async fn create_run(
                     &path,
                     &body,
                     run,
-                    move |fence| submit(s, t, n, b, run_id, Some(fence)),
+                    move |fence| submit(s, t, n, b, (run_id, parent), Some(fence)),
                 )
                 .await
             }
@@ -593,14 +596,15 @@ async fn submit_queued_keyed(
 }
 
 /// Executes a submission: the part an idempotency key guards. The run gets
-/// `run_id`; a sync run is created only while `reservation` (the key's,
-/// when there is one) is still this request's.
+/// `run_id` (and a sync run's span the caller's `traceparent`); a sync run
+/// is created only while `reservation` (the key's, when there is one) is
+/// still this request's.
 async fn submit(
     state: Arc<AppState>,
     tenant: rein_core::TenantId,
     name: String,
     body: Bytes,
-    run_id: RunId,
+    (run_id, trace_parent): (RunId, Option<rein_engine::telemetry::TraceParent>),
     reservation: Option<rein_store::ReservationFence>,
 ) -> Result<Answer, Problem> {
     let request = parse(&body)?;
@@ -631,6 +635,7 @@ async fn submit(
                         tenant: Some(tenant),
                         input: request.input,
                         reservation,
+                        trace_parent,
                         ..RunRequest::default()
                     },
                 )

@@ -80,6 +80,8 @@ async fn drive(state: &Arc<AppState>, record: RunRecord) -> bool {
         enqueued: true,
         cancel: None,
         reservation: None,
+        // Accepted earlier, maybe by another process: its own trace.
+        trace_parent: None,
     };
     match state.engine.run(&agent, &state.schemas, request).await {
         Ok(out) => {

@@ -48,6 +48,7 @@ use super::spec::{
     ModelRetryLimits, Price, ProviderKind, ProviderSpec, RateLimit, Registry, ResourceGroupSpec,
     StreamSpec, ToolSpec,
 };
+use super::telemetry::{DEFAULT_SERVICE_NAME, TelemetryConfig, TelemetrySpec};
 use crate::breaker::{Breakers, BreakersConfig};
 use crate::config::{ConfigError, Ratio};
 use crate::deadline::{BudgetLimits, ChildCaps, Cost};
@@ -112,6 +113,7 @@ struct Merged<'a> {
     agents: BTreeMap<&'a str, Entry<'a, AgentConfig>>,
     breakers: Option<Entry<'a, BreakersConfig>>,
     server: Option<Entry<'a, ServerConfig>>,
+    telemetry: Option<Entry<'a, TelemetryConfig>>,
     /// `section.name` of entries that failed to parse (already reported).
     broken: BTreeSet<&'a str>,
 }
@@ -183,6 +185,10 @@ impl<'a> Checker<'a> {
             }
             None => ServerSpec::default(),
         };
+        let telemetry = merged
+            .telemetry
+            .as_ref()
+            .and_then(|entry| self.telemetry(entry.file, entry.config));
         Registry {
             providers,
             models,
@@ -191,6 +197,7 @@ impl<'a> Checker<'a> {
             agents,
             breakers,
             server,
+            telemetry,
         }
     }
 
@@ -204,6 +211,7 @@ impl<'a> Checker<'a> {
             agents: BTreeMap::new(),
             breakers: None,
             server: None,
+            telemetry: None,
             broken: BTreeSet::new(),
         };
         let mut first: BTreeMap<String, &'a Path> = BTreeMap::new();
@@ -226,6 +234,9 @@ impl<'a> Checker<'a> {
             }
             if c.server.is_some() {
                 defined.push("server".to_owned());
+            }
+            if c.telemetry.is_some() {
+                defined.push("telemetry".to_owned());
             }
             defined.extend(source.broken.iter().cloned());
             let mut fresh: BTreeSet<String> = BTreeSet::new();
@@ -277,6 +288,9 @@ impl<'a> Checker<'a> {
             }
             if let (Some(config), true) = (&c.server, fresh.contains("server")) {
                 merged.server = Some(Entry { file, config });
+            }
+            if let (Some(config), true) = (&c.telemetry, fresh.contains("telemetry")) {
+                merged.telemetry = Some(Entry { file, config });
             }
             merged
                 .broken
@@ -2644,6 +2658,44 @@ impl<'a> Checker<'a> {
                 None
             }
         }
+    }
+
+    /// `[telemetry]`: `None` (and reported) when a field is wrong.
+    fn telemetry(&mut self, file: &Path, c: &TelemetryConfig) -> Option<TelemetrySpec> {
+        let url = match &c.otlp_endpoint {
+            None => {
+                self.report(
+                    file,
+                    "telemetry.otlp_endpoint",
+                    "is required: the OTLP/HTTP collector traces are sent to, e.g. \"http://127.0.0.1:4318\"",
+                );
+                None
+            }
+            Some(url) => self.url(file, "telemetry.otlp_endpoint", url),
+        };
+        let service_name = match &c.service_name {
+            None => Some(DEFAULT_SERVICE_NAME.to_owned()),
+            Some(name) if name.trim().is_empty() => {
+                self.report(file, "telemetry.service_name", "must not be empty");
+                None
+            }
+            Some(name) => Some(name.clone()),
+        };
+        let sample_ratio = match c.sample_ratio {
+            None => Some(Ratio::ONE),
+            Some(r) => match Ratio::new("sample_ratio", r) {
+                Ok(r) => Some(r),
+                Err(err) => {
+                    self.config_error(file, "telemetry", &err);
+                    None
+                }
+            },
+        };
+        Some(TelemetrySpec {
+            traces_url: super::telemetry::traces_url(&url?),
+            service_name: service_name?,
+            sample_ratio: sample_ratio?,
+        })
     }
 
     /// An absolute `http`/`https` URL with a host.

@@ -45,6 +45,8 @@ pub struct ConfigFile {
     pub breakers: Option<BreakersConfig>,
     /// `rein serve` settings; at most one file may hold them.
     pub server: Option<ServerConfig>,
+    /// Traces (`[telemetry]`); at most one file may hold them.
+    pub telemetry: Option<super::telemetry::TelemetryConfig>,
 }
 
 /// A parsed file and where it came from.

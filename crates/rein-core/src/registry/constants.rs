@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::header::{
     ATTEMPT_HEADER, ATTEMPT_ID_HEADER, DEADLINE_HEADER, IDEMPOTENCY_KEY_HEADER, INTENT_ID_HEADER,
-    RUN_ID_HEADER,
+    RUN_ID_HEADER, TRACEPARENT_HEADER,
 };
 
 /// The header an idempotency key travels in unless a tool names another.
@@ -58,8 +58,9 @@ pub const DEFAULT_OBSERVE_MIN_SAMPLES: u64 = 50;
 /// Headers rein sets on every tool call ([`crate::header`]); an adapter may
 /// not set them itself, or it could forge the deadline or the correlation
 /// ids. Compared without case, as HTTP does. The tool's idempotency header is reserved as well.
-pub const RESERVED_HEADERS: [&str; 5] = [
+pub const RESERVED_HEADERS: [&str; 6] = [
     DEADLINE_HEADER,
+    TRACEPARENT_HEADER,
     RUN_ID_HEADER,
     INTENT_ID_HEADER,
     ATTEMPT_HEADER,
@@ -189,15 +190,16 @@ pub const DEFAULT_CORS_ALLOWED_METHODS: [&str; 2] = ["GET", "POST"];
 ///
 /// NOTE: one entry per request header `rein-server` reads (its constants
 /// `IDEMPOTENCY_KEY`, `REQUEST_ID`, `LAST_EVENT_ID`, rein-core's
-/// `DEADLINE_HEADER`); a test in `rein-server`'s `exposure` fails when one
-/// is missing.
-pub const DEFAULT_CORS_ALLOWED_HEADERS: [&str; 6] = [
+/// `DEADLINE_HEADER`, `TRACEPARENT_HEADER`); a test in `rein-server`'s
+/// `exposure` fails when one is missing.
+pub const DEFAULT_CORS_ALLOWED_HEADERS: [&str; 7] = [
     "authorization",
     "content-type",
     "idempotency-key",
     "last-event-id",
     "rein-deadline-ms",
     "request-id",
+    "traceparent",
 ];
 // ----- server connection limits and drain (`[server.limits]`,
 // `server.shutdown_grace`) ---------------------------------------------------

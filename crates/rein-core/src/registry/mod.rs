@@ -123,6 +123,7 @@ mod problem;
 mod quotas;
 mod server;
 mod spec;
+mod telemetry;
 
 pub use approval::ApprovalConfig;
 pub use check::{SchemaCheck, check};
@@ -174,6 +175,8 @@ pub use spec::{
     ModelRetryLimits, Price, ProviderKind, ProviderSpec, RateLimit, Registry, ResourceGroupSpec,
     SideEffectTier, StreamSpec, ToolSpec,
 };
+
+pub use telemetry::{DEFAULT_SERVICE_NAME, OTLP_TRACES_PATH, TelemetryConfig, TelemetrySpec};
 
 #[cfg(test)]
 mod tests;

@@ -659,6 +659,7 @@ pub struct Registry {
     pub(super) agents: BTreeMap<String, AgentSpec>,
     pub(super) breakers: BreakersConfig,
     pub(super) server: ServerSpec,
+    pub(super) telemetry: Option<super::telemetry::TelemetrySpec>,
 }
 
 impl Registry {
@@ -697,6 +698,12 @@ impl Registry {
     /// only for `rein run` still serves, on loopback, admitting no key).
     pub fn server(&self) -> &ServerSpec {
         &self.server
+    }
+
+    /// Traces: the `[telemetry]` table, checked; `None` (no traces) when
+    /// no file has one.
+    pub fn telemetry(&self) -> Option<&super::telemetry::TelemetrySpec> {
+        self.telemetry.as_ref()
     }
 
     /// The tool called `name`.

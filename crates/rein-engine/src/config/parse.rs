@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use toml::Spanned;
 
 /// The sections a config file may hold.
-const SECTIONS: [&str; 7] = [
+const SECTIONS: [&str; 8] = [
     "providers",
     "models",
     "resource_groups",
@@ -23,6 +23,7 @@ const SECTIONS: [&str; 7] = [
     "agents",
     "breakers",
     "server",
+    "telemetry",
 ];
 
 /// What reading a config path produced.
@@ -114,7 +115,7 @@ pub(super) fn parse_file(file: &Path, text: &str, parsed: &mut Parsed) {
             parsed.problems.push(ConfigProblem::new(
                 file,
                 key.clone(),
-                "is not a section; expected providers, models, resource_groups, tools, agents, breakers or server",
+                "is not a section; expected providers, models, resource_groups, tools, agents, breakers, server or telemetry",
             ));
             // The entry reading below needs every top-level value a table.
             shaped &= value.is_table();
@@ -169,6 +170,12 @@ pub(super) fn parse_file(file: &Path, text: &str, parsed: &mut Parsed) {
                 let start = entries.values().map(|v| v.span().start).min().unwrap_or(0);
                 if let Some(value) = top.get("server") {
                     config.server = reader.entry("server", start, value.clone());
+                }
+            }
+            "telemetry" => {
+                let start = entries.values().map(|v| v.span().start).min().unwrap_or(0);
+                if let Some(value) = top.get("telemetry") {
+                    config.telemetry = reader.entry("telemetry", start, value.clone());
                 }
             }
             _ => {}

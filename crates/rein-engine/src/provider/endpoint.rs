@@ -108,6 +108,8 @@ impl Endpoint {
             .client
             .post(&url)
             .header(DEADLINE_HEADER, allowance.as_millis().to_string());
+        // The model call's span, when traces are on.
+        builder = crate::telemetry::inject(builder);
         for (name, value) in self.api.headers {
             builder = builder.header(*name, *value);
         }

@@ -33,6 +33,7 @@ pub struct Emitter {
     clock: Arc<dyn Clock>,
     observer: Option<Observer>,
     metrics: Option<(Arc<crate::metrics::Metrics>, crate::metrics::Scope)>,
+    trace: Option<Arc<crate::telemetry::RunTrace>>,
     buffer: Mutex<Vec<Event>>,
     /// Whether log lines name the run (a gateway call's emitter has an id
     /// of its own that names no run, so its lines omit it).
@@ -47,6 +48,7 @@ impl Emitter {
             clock,
             observer,
             metrics: None,
+            trace: None,
             buffer: Mutex::new(Vec::new()),
             log_run: true,
         }
@@ -63,6 +65,17 @@ impl Emitter {
         self
     }
 
+    /// Turns every event into spans of `trace` as it is emitted.
+    pub fn with_trace(mut self, trace: Option<Arc<crate::telemetry::RunTrace>>) -> Self {
+        self.trace = trace;
+        self
+    }
+
+    /// The run's spans, when traces are on: the context a call is sent in.
+    pub fn trace(&self) -> Option<&Arc<crate::telemetry::RunTrace>> {
+        self.trace.as_ref()
+    }
+
     /// What announces events after this emitter is gone (a stream that
     /// outlives the call that opened it): the log, the observer and the
     /// metrics, never the store.
@@ -72,6 +85,7 @@ impl Emitter {
             clock: self.clock.clone(),
             observer: self.observer.clone(),
             metrics: self.metrics.clone(),
+            trace: self.trace.clone(),
             log_run: self.log_run,
         }
     }
@@ -121,8 +135,8 @@ impl Emitter {
         }
     }
 
-    /// Hands events to the event log, the observer and the metrics (not to
-    /// the buffer).
+    /// Hands events to the event log, the observer, the metrics and the
+    /// trace (not to the buffer).
     pub fn announce(&self, events: &[Event]) {
         for event in events {
             super::event_log::log(event, self.log_run);
@@ -131,6 +145,9 @@ impl Emitter {
             }
             if let Some((metrics, scope)) = &self.metrics {
                 metrics.record(event, scope);
+            }
+            if let Some(trace) = &self.trace {
+                trace.record(event);
             }
         }
     }
@@ -163,6 +180,7 @@ pub(crate) struct Announcer {
     clock: Arc<dyn Clock>,
     observer: Option<Observer>,
     metrics: Option<(Arc<crate::metrics::Metrics>, crate::metrics::Scope)>,
+    trace: Option<Arc<crate::telemetry::RunTrace>>,
     log_run: bool,
 }
 
@@ -174,6 +192,7 @@ impl Announcer {
             clock: self.clock.clone(),
             observer: self.observer.clone(),
             metrics: self.metrics.clone(),
+            trace: self.trace.clone(),
             buffer: Mutex::new(Vec::new()),
             log_run: self.log_run,
         };

@@ -43,6 +43,8 @@ pub(super) struct Shared {
     pub(super) interrupt: CancellationToken,
     /// Who continues the runs the interrupt stopped; set by its first call.
     pub(super) hand_on: std::sync::OnceLock<HandOn>,
+    /// Where runs' spans go, when traces are on (`[telemetry]`).
+    pub(super) telemetry: Option<crate::telemetry::Telemetry>,
 }
 
 impl Shared {
@@ -74,6 +76,9 @@ pub struct EngineBuilder {
     pub(super) tool_latency: std::collections::BTreeMap<String, ToolLatency>,
     /// How often observed latency is flushed to the store at most.
     pub(super) latency_flush: std::time::Duration,
+    pub(super) telemetry: Option<crate::telemetry::Telemetry>,
+    /// Traces to set up at build, from `[telemetry]`.
+    pub(super) traces: Option<rein_core::registry::TelemetrySpec>,
     #[cfg(feature = "sabotage")]
     pub(super) sabotage: crate::sabotage::Sabotage,
 }
@@ -99,6 +104,20 @@ impl EngineBuilder {
     /// runs).
     pub fn agent_graph(mut self, limits: AgentGraphLimits) -> Self {
         self.agent_graph = limits;
+        self
+    }
+
+    /// Traces every run to `telemetry` (off without it).
+    pub fn telemetry(mut self, telemetry: Option<crate::telemetry::Telemetry>) -> Self {
+        self.telemetry = telemetry;
+        self
+    }
+
+    /// Traces every run as `spec` says (`[telemetry]`), exported with the
+    /// engine's HTTP client; set up by [`EngineBuilder::build`], inside the
+    /// tokio runtime. A [`EngineBuilder::telemetry`] given too wins.
+    pub fn traces(mut self, spec: Option<rein_core::registry::TelemetrySpec>) -> Self {
+        self.traces = spec;
         self
     }
 
@@ -193,11 +212,17 @@ impl EngineBuilder {
     /// # Errors
     ///
     /// [`EngineError::Config`] for invalid breaker settings,
-    /// [`EngineError::Http`] when the HTTP client cannot be built.
+    /// [`EngineError::Http`] when the HTTP client cannot be built,
+    /// [`EngineError::Telemetry`] when traces cannot be set up.
     pub fn build(self) -> Result<Engine, EngineError> {
         let client = match self.client {
             Some(c) => c,
             None => http_client().map_err(|e| EngineError::Http(e.to_string()))?,
+        };
+        let telemetry = match (self.telemetry, &self.traces) {
+            (Some(t), _) => Some(t),
+            (None, Some(spec)) => Some(crate::telemetry::Telemetry::new(spec, client.clone())?),
+            (None, None) => None,
         };
         let rng = match self.rng_seed {
             Some(seed) => StdRng::seed_from_u64(seed),
@@ -252,6 +277,7 @@ impl EngineBuilder {
                 latency,
                 interrupt: CancellationToken::new(),
                 hand_on: std::sync::OnceLock::new(),
+                telemetry,
             },
             agents: self.agents,
             agent_graph: self.agent_graph,
@@ -324,6 +350,8 @@ impl Engine {
             shared_limits: None,
             tool_latency: std::collections::BTreeMap::new(),
             latency_flush: DEFAULT_LATENCY_FLUSH,
+            telemetry: None,
+            traces: None,
             #[cfg(feature = "sabotage")]
             sabotage: crate::sabotage::Sabotage::default(),
         }
@@ -351,6 +379,25 @@ impl Engine {
     /// calls alike), for an operator's scraper.
     pub fn metrics(&self) -> &crate::metrics::Metrics {
         &self.shared.metrics
+    }
+
+    /// Where runs' spans go, when traces are on: what a host flushes at
+    /// shutdown ([`Telemetry::shutdown`](crate::telemetry::Telemetry::shutdown)).
+    pub fn telemetry(&self) -> Option<&crate::telemetry::Telemetry> {
+        self.shared.telemetry.as_ref()
+    }
+
+    /// The spans of a run of `agent` for `tenant` under `parent`, when traces are on.
+    pub(crate) fn run_trace(
+        &self,
+        parent: Option<&crate::telemetry::TraceParent>,
+        tenant: &str,
+        agent: &str,
+    ) -> Option<Arc<crate::telemetry::RunTrace>> {
+        self.shared
+            .telemetry
+            .as_ref()
+            .map(|t| t.run(parent, tenant, agent))
     }
 
     /// Calls waiting in the governor of resource group `group` (0 for a

@@ -16,6 +16,9 @@ pub enum EngineError {
     /// The HTTP client could not be built.
     #[error("cannot build the HTTP client: {0}")]
     Http(String),
+    /// Traces could not be set up (`[telemetry]`).
+    #[error("cannot set up traces: {0}")]
+    Telemetry(#[from] crate::telemetry::TelemetryError),
     /// rein failed the run before it was recorded, or cannot record its
     /// end (a panic inside it was caught; see the run's boundary).
     #[error(

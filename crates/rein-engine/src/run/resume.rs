@@ -212,12 +212,14 @@ impl Engine {
             input: record.input.clone(),
             agent,
             store: &self.store,
-            emitter: Emitter::new(run_id.clone(), self.clock.clone(), observer).with_metrics(
-                self.shared.metrics.clone(),
-                self.shared
-                    .metrics
-                    .scope(record.tenant.as_str(), &agent.name),
-            ),
+            emitter: Emitter::new(run_id.clone(), self.clock.clone(), observer)
+                .with_metrics(
+                    self.shared.metrics.clone(),
+                    self.shared
+                        .metrics
+                        .scope(record.tenant.as_str(), &agent.name),
+                )
+                .with_trace(self.run_trace(None, record.tenant.as_str(), &agent.name)),
             provider_calls: std::sync::atomic::AtomicU32::new(
                 u32::try_from(served).unwrap_or(u32::MAX),
             ),

@@ -47,6 +47,9 @@ pub struct RunRequest {
     /// [`StoreError::ReservationLost`] and
     /// nothing ran. Ignored for an `enqueued` run, which exists already.
     pub reservation: Option<rein_store::ReservationFence>,
+    /// The caller's trace context (`traceparent`): the parent of the run's
+    /// span when traces are on.
+    pub trace_parent: Option<crate::telemetry::TraceParent>,
 }
 
 /// The end of a run.
@@ -217,6 +220,7 @@ impl Engine {
         let cancel = request.cancel.unwrap_or_default();
         let _heartbeat = self.heartbeat(&run_id, &owner, &lost, Some(&cancel));
         let scope = self.shared.metrics.scope(tenant.as_str(), &agent.name);
+        let trace = self.run_trace(request.trace_parent.as_ref(), tenant.as_str(), &agent.name);
         let ctx = RunCtx {
             run_id: run_id.clone(),
             tenant,
@@ -224,7 +228,8 @@ impl Engine {
             agent,
             store: &self.store,
             emitter: Emitter::new(run_id.clone(), self.clock.clone(), request.observer)
-                .with_metrics(self.shared.metrics.clone(), scope),
+                .with_metrics(self.shared.metrics.clone(), scope)
+                .with_trace(trace),
             provider_calls: std::sync::atomic::AtomicU32::new(0),
             last_input_tokens: std::sync::atomic::AtomicU64::new(0),
             model_failures: Default::default(),

@@ -126,6 +126,8 @@ impl Engine {
                 tenant: Some(ctx.tenant.clone()),
                 input,
                 cancel: Some(cancel),
+                // The agent tool's attempt span, when traces are on.
+                trace_parent: crate::telemetry::TraceParent::current(),
                 ..RunRequest::default()
             };
             Box::pin(self.run_in(&agent, ctx.validator, request, lineage)).await

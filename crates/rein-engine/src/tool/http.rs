@@ -134,6 +134,8 @@ impl HttpToolAdapter {
         for (name, value) in &target.headers {
             request = request.header(name, value);
         }
+        // Set after the target's own headers: `traceparent` is reserved.
+        request = crate::telemetry::inject(request);
         if let Some(key) = attempt.key {
             request = request.header(&target.idempotency_header, key.as_str());
         }

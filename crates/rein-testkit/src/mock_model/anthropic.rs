@@ -225,6 +225,7 @@ pub(crate) async fn messages(
         path: MESSAGES,
         authorization: header_text(&headers, "authorization"),
         api_key: header_text(&headers, API_KEY),
+        traceparent: header_text(&headers, "traceparent"),
         body: recorded,
     });
 

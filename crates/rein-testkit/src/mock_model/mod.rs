@@ -250,6 +250,9 @@ pub struct RecordedRequest {
     /// The `x-api-key` header, if any (the Messages API's key).
     #[serde(default)]
     pub api_key: Option<String>,
+    /// The `traceparent` header, if any (the model call's span).
+    #[serde(default)]
+    pub traceparent: Option<String>,
     /// The JSON body; a JSON string holding the raw text if it was not JSON.
     pub body: Value,
 }
@@ -326,6 +329,7 @@ pub(crate) struct Arrival {
     pub(crate) path: &'static str,
     pub(crate) authorization: Option<String>,
     pub(crate) api_key: Option<String>,
+    pub(crate) traceparent: Option<String>,
     pub(crate) body: Value,
 }
 
@@ -342,6 +346,7 @@ impl Model {
             path: arrival.path.to_owned(),
             authorization: arrival.authorization,
             api_key: arrival.api_key,
+            traceparent: arrival.traceparent,
             body: arrival.body,
         });
     }

@@ -297,6 +297,7 @@ async fn chat_completions(
         path: CHAT_COMPLETIONS,
         authorization: header_text(&headers, AUTHORIZATION.as_str()),
         api_key: None,
+        traceparent: header_text(&headers, "traceparent"),
         body: recorded,
     });
 

@@ -52,6 +52,9 @@ pub struct ReinHeaders {
     pub intent_id: Option<String>,
     /// `Rein-Attempt`.
     pub attempt: Option<String>,
+    /// `traceparent`: the span of the attempt, when the caller traces.
+    #[serde(default)]
+    pub traceparent: Option<String>,
 }
 
 /// One entry of the request log: every request the desk received, whether

@@ -106,6 +106,7 @@ fn rein_headers(headers: &HeaderMap) -> ReinHeaders {
         run_id: header(headers, RUN_ID_HEADER),
         intent_id: header(headers, INTENT_ID_HEADER),
         attempt: header(headers, ATTEMPT_HEADER),
+        traceparent: header(headers, rein_core::header::TRACEPARENT_HEADER),
     }
 }
 

@@ -10,6 +10,8 @@
 
 use std::time::Duration;
 
+use opentelemetry::context::FutureExt as _;
+
 use rein_core::deadline::{Budget, Deadline};
 use rein_core::event::{
     AbandonReason, ConcurrencyWaitExpired, Flag, IdempotencyLookup, RetryAbandoned, RetryScheduled,
@@ -254,7 +256,14 @@ impl Engine {
         }
         let started = self.clock.now();
         *sent += 1;
-        let result = self.invoke(call, &request).await;
+        // The attempt's span is open now (`tool_call_started`): the tool
+        // gets it as `traceparent`.
+        let span = ctx
+            .emitter
+            .trace()
+            .and_then(|t| t.attempt_context(attempt_id))
+            .unwrap_or_default();
+        let result = self.invoke(call, &request).with_context(span).await;
         crate::crash::point("after_call");
         let elapsed = self.clock.now().saturating_duration_since(started);
         self.observe_attempt(ctx, c, tool, &result, elapsed);

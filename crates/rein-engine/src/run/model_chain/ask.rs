@@ -58,6 +58,9 @@ pub struct ModelAsk {
     /// The caller's tenant, for the metrics' `tenant` label (`none` when
     /// absent); a call outside a run has no agent.
     pub tenant: Option<rein_core::TenantId>,
+    /// The caller's trace context (`traceparent`): the parent of the
+    /// call's span when traces are on.
+    pub trace_parent: Option<crate::telemetry::TraceParent>,
 }
 
 /// A binding's answer and the link that gave it.
@@ -169,6 +172,17 @@ impl Engine {
             retry_after: None,
         })?;
         let mut budget = Budget::start(limits, self.clock.now());
+        let tenant = ask
+            .tenant
+            .as_ref()
+            .map_or(crate::metrics::NONE, rein_core::TenantId::as_str);
+        // The call's span ends when the last holder of its trace lets go:
+        // here for a whole answer, with its stream for a streamed one.
+        let trace = self
+            .shared
+            .telemetry
+            .as_ref()
+            .map(|t| t.gateway(ask.trace_parent.as_ref(), tenant, &binding.name));
         let host = AskHost {
             binding,
             emitter: Emitter::new(
@@ -178,13 +192,9 @@ impl Engine {
             )
             .with_metrics(
                 self.shared.metrics.clone(),
-                self.shared.metrics.scope(
-                    ask.tenant
-                        .as_ref()
-                        .map_or(crate::metrics::NONE, rein_core::TenantId::as_str),
-                    crate::metrics::NONE,
-                ),
+                self.shared.metrics.scope(tenant, crate::metrics::NONE),
             )
+            .with_trace(trace)
             .without_run_in_logs(),
             cancel: &ask.cancel,
         };

@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use opentelemetry::context::FutureExt as _;
 use rein_core::breaker::ArmKind;
 use rein_core::deadline::{Budget, Deadline, Dimension, Exhausted, Grant, Need, Usage};
 use rein_core::event::{
@@ -252,8 +253,15 @@ impl Engine {
             number: attempt,
             at: self.clock.now(),
         };
+        // The call's span is open now (`model_call_started`): the provider
+        // gets it as `traceparent`.
+        let span = emitter
+            .trace()
+            .and_then(|t| t.model_context())
+            .unwrap_or_default();
+        let sending = send(call.link, &request, call.mode, allowance).with_context(span);
         let result = tokio::select! {
-            r = self.clock.timeout(allowance, send(call.link, &request, call.mode, allowance)) => match r {
+            r = self.clock.timeout(allowance, sending) => match r {
                 Ok(r) => r,
                 Err(_) => Err(
                     Failure::new(provider, Category::Timeout).with_human_message(format!(
