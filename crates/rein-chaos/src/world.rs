@@ -234,6 +234,9 @@ fn tune(agent: &mut AgentBinding, tune: &Tune) -> Result<(), ChaosError> {
     if let Some(policy) = tune.on_failure {
         agent.on_failure = policy;
     }
+    if let Some(on) = tune.final_turn {
+        agent.planner = agent.planner.with_final_turn(on);
+    }
     if let Some(repeats) = tune.max_repeats {
         agent.loop_guard.max_repeats = repeats;
     }

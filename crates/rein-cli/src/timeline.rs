@@ -118,6 +118,9 @@ pub fn line(event: &Event, started_ms: u64) -> String {
             "{} budget: needs {}, {} remain",
             d.exhausted.dimension, d.exhausted.needed, d.exhausted.remaining
         ),
+        EventData::FinalTurnRequested(d) => {
+            format!("{}; asked for a final answer without tools", d.reason)
+        }
         EventData::LoopDetected(d) => d.message.clone(),
         EventData::FanOutRefused(d) => format!(
             "{} calls proposed, at most {} per turn: none ran, the model is told to batch or narrow",
@@ -212,6 +215,13 @@ fn reason(r: &AbandonReason) -> String {
         AbandonReason::GaveUp(GiveUpReason::DeadlineTooClose { .. }) => {
             "not enough time left for another attempt".into()
         }
+        AbandonReason::GaveUp(GiveUpReason::NotWorthItsCost { worth }) => format!(
+            "worth ${:.4} ({} of {} retries succeeded) is below its cost ${:.4}",
+            worth.expected_value_micros as f64 / 1e6,
+            worth.rate.successes,
+            worth.rate.tries,
+            worth.expected_cost_micros as f64 / 1e6
+        ),
         AbandonReason::Stopped(StopReason::Cancelled) => "cancelled".into(),
         AbandonReason::Stopped(StopReason::CircuitOpen { .. }) => "circuit_open".into(),
         AbandonReason::RunBudget(_) => "the run's model retry allowance is spent".into(),

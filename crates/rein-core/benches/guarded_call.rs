@@ -135,6 +135,7 @@ fn bench(c: &mut Criterion) {
                     deadline: f.budget.deadline(),
                     latency,
                     now,
+                    worth: None,
                 };
                 let decision = policy.decide(&input, &mut f.retry_budget, &mut rng);
                 let _ = black_box((t, decision));
@@ -185,6 +186,7 @@ fn bench(c: &mut Criterion) {
                 deadline: f.budget.deadline(),
                 latency,
                 now,
+                worth: None,
             };
             policy.decide(black_box(&input), &mut f.retry_budget, &mut rng)
         })

@@ -36,6 +36,7 @@
 
 pub mod advice;
 pub mod breaker;
+pub mod budget_view;
 pub mod call;
 pub mod clock;
 pub mod config;

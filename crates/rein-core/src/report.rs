@@ -81,6 +81,17 @@ pub enum End {
     Answer(Option<String>),
     /// A budget ceiling was reached.
     Budget(Exhausted),
+    /// The budget was too short for another tool round trip (`short` says
+    /// which dimension and by how much), so the model was asked once more,
+    /// without tools, for its final answer from what it knew: the run
+    /// ends `budget_exhausted` with that answer attached
+    /// ([`crate::budget_view`]).
+    FinalTurn {
+        /// Why the budget was short.
+        short: Exhausted,
+        /// The model's last answer, if it gave text.
+        answer: Option<String>,
+    },
     /// The loop guard tripped.
     Loop(Trip),
     /// The model could not be reached (after retries) or answered unusably.
@@ -276,7 +287,11 @@ pub fn derive(facts: &RunFacts, ledger: &[LedgerRecord]) -> RunReport {
     let awaiting: Vec<&LedgerRecord> = ledger.iter().filter(|r| awaits_human(r)).collect();
 
     let base = match &facts.end {
-        End::Budget(_) => Outcome::BudgetExhausted,
+        // A final turn's answer was given because the budget stopped the
+        // work, not because the work was done: the outcome says so, and
+        // the answer is attached (invariant 2: never a silent truncation
+        // behind an answer that looks complete).
+        End::Budget(_) | End::FinalTurn { .. } => Outcome::BudgetExhausted,
         End::Cancelled(_) => Outcome::Cancelled,
         End::Answer(_) if incomplete.is_empty() => Outcome::Succeeded,
         End::Closed { .. } | End::Internal(_) => Outcome::Failed,
@@ -331,7 +346,7 @@ pub fn derive(facts: &RunFacts, ledger: &[LedgerRecord]) -> RunReport {
         recommendation,
         summary,
         answer: match &facts.end {
-            End::Answer(text) => text.clone(),
+            End::Answer(text) | End::FinalTurn { answer: text, .. } => text.clone(),
             _ => None,
         },
         consumed: facts.consumed,
@@ -518,7 +533,7 @@ fn recommend(
     }
     let mut advice: Vec<String> = Vec::new();
     match &facts.end {
-        End::Budget(e) => advice.push(format!(
+        End::Budget(e) | End::FinalTurn { short: e, .. } => advice.push(format!(
             "raise the {} budget or narrow the task, then resume",
             e.dimension
         )),
@@ -623,6 +638,13 @@ fn summarize(
     match &facts.end {
         End::Budget(e) => {
             let _ = write!(s, " ({e})");
+        }
+        End::FinalTurn { short, .. } => {
+            let _ = write!(
+                s,
+                " (too little {} left for another tool round trip: needs {}, {} remain; the model gave a final answer from what it knew, without tools)",
+                short.dimension, short.needed, short.remaining
+            );
         }
         End::Loop(trip) => {
             let _ = write!(s, " (loop guard: {trip})");

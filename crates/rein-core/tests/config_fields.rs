@@ -98,6 +98,7 @@ const TABLES: &[(&str, &str)] = &[
         "[agents.a.model_retry]\n__probe = 1",
     ),
     ("agents.*.fan_out", "[agents.a.fan_out]\n__probe = 1"),
+    ("agents.*.planner", "[agents.a.planner]\n__probe = 1"),
     ("agents.*.approval", "[agents.a.approval]\n__probe = 1"),
     ("breakers", "[breakers]\n__probe = 1"),
     ("breakers.*", "[breakers.tool]\n__probe = 1"),

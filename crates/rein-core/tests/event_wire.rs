@@ -80,6 +80,7 @@ fn the_fixture_covers_every_kind() {
         EventKind::LedgerRecorded,
         EventKind::BreakerStateChanged,
         EventKind::BudgetExhausted,
+        EventKind::FinalTurnRequested,
         EventKind::LoopDetected,
         EventKind::ToolDisabled,
         EventKind::CheckpointWritten,

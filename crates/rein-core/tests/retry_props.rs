@@ -66,7 +66,7 @@ proptest! {
         let deadline = Deadline::after(now, Duration::from_millis(remaining_ms));
         let p50 = Duration::from_millis(p50_ms);
         let latency = LatencyProfile::new(p50, p50 * 2, p50 * 3, 100).unwrap();
-        let input = RetryInput { class, failure: &failure, attempt, deadline, latency, now };
+        let input = RetryInput { class, failure: &failure, attempt, deadline, latency, now, worth: None };
         let mut budget = RetryBudget::new(&policy);
         let decision = policy.decide(&input, &mut budget, &mut StdRng::seed_from_u64(seed));
         match decision {
@@ -107,6 +107,7 @@ proptest! {
             deadline: Deadline::after(now, Duration::from_secs(3_600)),
             latency,
             now,
+            worth: None,
         };
         let policy = RetryPolicy::default();
         let mut budget = RetryBudget::new(&policy);
@@ -137,5 +138,56 @@ proptest! {
             }
         }
         prop_assert!(retries as f64 <= f64::from(initial) + ratio * requests as f64 + 1e-9);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1_000))]
+
+    /// With a value of success, every retry made is worth its cost by the
+    /// numbers it carries, and a retry given up as not worth it spent none
+    /// of the target's retry budget.
+    #[test]
+    fn a_retry_made_with_a_value_is_always_worth_its_cost(
+        value in 1u64..10_000_000,
+        successes in 0u32..50,
+        failures in 0u32..50,
+        money in 0u64..2_000_000,
+        remaining_ms in 1u64..60_000,
+        seed in any::<u64>(),
+    ) {
+        use rein_core::deadline::Cost;
+        use rein_core::retry::{GiveUpReason, SuccessRate, WorthInput};
+        let now = Instant::ORIGIN;
+        let p50 = Duration::from_millis(10);
+        let latency = LatencyProfile::new(p50, p50, p50, 100).unwrap();
+        let failure = Failure::new("tool", Category::Transient);
+        let input = RetryInput {
+            class: ToolClass::Read,
+            failure: &failure,
+            attempt: 1,
+            deadline: Deadline::after(now, Duration::from_millis(remaining_ms)),
+            latency,
+            now,
+            worth: Some(WorthInput {
+                value: Cost::from_micros(value),
+                rate: SuccessRate { successes, tries: successes + failures },
+                money: Cost::from_micros(money),
+            }),
+        };
+        let policy = RetryPolicy::default();
+        let mut budget = RetryBudget::new(&policy);
+        let mut fresh = RetryBudget::new(&policy);
+        match policy.decide(&input, &mut budget, &mut StdRng::seed_from_u64(seed)) {
+            RetryDecision::Retry { worth, .. } => {
+                let worth = worth.unwrap();
+                prop_assert!(worth.expected_value_micros >= worth.expected_cost_micros);
+            }
+            RetryDecision::GiveUp { reason: GiveUpReason::NotWorthItsCost { worth } } => {
+                prop_assert!(worth.expected_value_micros < worth.expected_cost_micros);
+                prop_assert!(fresh.withdraw() == budget.withdraw(), "no budget was spent");
+            }
+            _ => {}
+        }
     }
 }

@@ -535,6 +535,7 @@ fn agent(desk: &OrderDesk, steps: u32) -> AgentBinding {
         provider_limits: Default::default(),
         model_retry: Default::default(),
         fan_out: Default::default(),
+        planner: Default::default(),
     }
 }
 

@@ -131,6 +131,7 @@ fn agent(desk: &OrderDesk, script: &str) -> AgentBinding {
         provider_limits: Default::default(),
         model_retry: Default::default(),
         fan_out: Default::default(),
+        planner: Default::default(),
     }
 }
 

@@ -184,6 +184,7 @@ pub fn bind_agent_using(
         provider_limits,
         model_retry: agent.model_retry,
         fan_out: agent.fan_out,
+        planner: agent.planner,
     })
 }
 

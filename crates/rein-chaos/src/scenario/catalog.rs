@@ -608,7 +608,7 @@ fn model_gateway() -> Vec<Scenario> {
         Scenario::new(42, L, "token-budget",
             "A token limit of 2,400 against turns of 340 tokens, each call reserving its prompt's upper bound (about 2,000 tokens for the first) and a minimal answer: the run stops before the call that would breach it.",
             Plan::script(["A-1001", "A-1002", "A-1003"].repeat(3).into_iter().map(get).chain([answer("done")]).collect())
-                .tune(|t| { t.tokens = Some(2400); t.steps = Some(20); t.max_repeats = Some(10); }))
+                .tune(|t| { t.tokens = Some(2400); t.steps = Some(20); t.max_repeats = Some(10); t.final_turn = Some(false); }))
             .risks([I::BudgetsHold])
             .expects([M::BudgetExhausted]),
         Scenario::new(43, L, "wall-clock-budget",

@@ -39,6 +39,7 @@ pub(super) fn ceilings() -> Vec<Scenario> {
                 .tune(|t| {
                     t.tokens = Some(8000);
                     t.max_repeats = Some(20);
+                    t.final_turn = Some(false);
                 }))
             .risks([I::BudgetsHold])
             .expects([M::BudgetExhausted]),

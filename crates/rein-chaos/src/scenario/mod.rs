@@ -95,6 +95,9 @@ pub struct Tune {
     pub on_failure: Option<FailurePolicy>,
     /// Loop guard: identical calls allowed.
     pub max_repeats: Option<u32>,
+    /// `[agents.NAME.planner] final_turn`: off for scenarios about the
+    /// reservation itself, which must reach the ceiling with tools offered.
+    pub final_turn: Option<bool>,
     /// Cost limit in micro-dollars.
     pub cost_micros: Option<u64>,
     /// Calls one turn may propose (`max_calls_per_turn`).

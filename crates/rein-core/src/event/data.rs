@@ -147,6 +147,7 @@ event_data! {
     LedgerRecorded,
     BreakerStateChanged,
     BudgetExhausted,
+    FinalTurnRequested,
     LoopDetected,
     ToolDisabled,
     CheckpointWritten,

@@ -72,6 +72,24 @@ pub struct BudgetExhausted {
     pub min_output_tokens: Option<u64>,
 }
 
+/// `final_turn_requested`: the budget was too short for another tool
+/// round trip, so the model is asked once more, without tools, for its
+/// final answer ([`crate::budget_view`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FinalTurnRequested {
+    /// Which dimension was short, what one more round trip needed and what
+    /// was left.
+    pub short: Exhausted,
+    /// Why, for a human.
+    pub reason: String,
+    /// What the run had left, in the note the model was given.
+    pub note: String,
+    /// The most output tokens the last turn may produce (`None`: nothing
+    /// but the model's own cap limits it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+}
+
 impl BudgetExhausted {
     /// A ceiling reached in `scope`, with nothing else to say.
     pub fn new(scope: BudgetScope, exhausted: Exhausted) -> Self {

@@ -68,7 +68,7 @@ pub use flag::Flag;
 pub use governor::{CallShed, ConcurrencyAdjusted, FanOutRefused, RateLimited};
 pub use guard::{
     AllocationShape, BreakerStateChanged, BudgetAllocated, BudgetExhausted, BudgetScope,
-    LoopDetected, ToolDisabled,
+    FinalTurnRequested, LoopDetected, ToolDisabled,
 };
 pub use guardrail::Guardrail;
 pub use latency::{BaselineSource, LatencyDegraded};
@@ -161,6 +161,10 @@ pub enum EventKind {
     BreakerStateChanged,
     /// A budget ceiling was reached.
     BudgetExhausted,
+    /// The budget was too short for another tool round trip: one last turn
+    /// without tools asks the model for its final answer (`short`,
+    /// `reason`, the `note` it was given, its `max_tokens`).
+    FinalTurnRequested,
     /// The loop guard stopped the run.
     LoopDetected,
     /// A tool used up its self-heal allowance and is unavailable.
@@ -227,6 +231,7 @@ impl EventKind {
             EventKind::LedgerRecorded => "ledger_recorded",
             EventKind::BreakerStateChanged => "breaker_state_changed",
             EventKind::BudgetExhausted => "budget_exhausted",
+            EventKind::FinalTurnRequested => "final_turn_requested",
             EventKind::LoopDetected => "loop_detected",
             EventKind::ToolDisabled => "tool_disabled",
             EventKind::CheckpointWritten => "checkpoint_written",

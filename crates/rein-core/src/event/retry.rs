@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::breaker::ArmKind;
 use crate::failure::Category;
-use crate::retry::{GiveUpReason, RetryDecision};
+use crate::retry::{GiveUpReason, RetryDecision, Worth};
 
 /// What is retried: written as `"tool": name` or `"provider": name`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,6 +53,10 @@ pub struct RetryScheduled {
     /// For a tool: whether the retry carries the same idempotency key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub same_key: Option<bool>,
+    /// Its expected value and cost, when the agent has a
+    /// `value_of_success_usd`: the rationale of making it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worth: Option<Worth>,
 }
 
 impl RetryScheduled {
@@ -66,6 +70,7 @@ impl RetryScheduled {
             from_server,
             backoff_ceiling,
             clamped,
+            worth,
         } = decision
         else {
             return None;
@@ -80,6 +85,7 @@ impl RetryScheduled {
             clamped: *clamped,
             remaining,
             same_key: None,
+            worth: *worth,
         })
     }
 }

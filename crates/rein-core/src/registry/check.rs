@@ -1911,6 +1911,13 @@ impl<'a> Checker<'a> {
                 None
             }
         };
+        let planner = match super::planner::check_planner(&c.planner, c.value_of_success_usd) {
+            Ok(settings) => Some(settings),
+            Err((field, message)) => {
+                self.report(file, format!("{p}.{field}"), message);
+                None
+            }
+        };
         if !ok {
             return None;
         }
@@ -1932,6 +1939,7 @@ impl<'a> Checker<'a> {
             model_retry: model_retry?,
             model_latency: model_latency?,
             fan_out: fan_out?,
+            planner: planner?,
             source: file.to_path_buf(),
         })
     }

@@ -431,6 +431,14 @@ pub struct AgentConfig {
     /// A gate on calls by their tool's tier (`[agents.NAME.approval]`);
     /// refused by the check until rein has approvals.
     pub approval: super::approval::ApprovalConfig,
+    /// What the planner is told of its budget, and the last
+    /// minimal-output turn (`[agents.NAME.planner]`).
+    pub planner: super::planner::PlannerConfig,
+    /// What one successful run of the agent is worth, in dollars: a retry
+    /// or fallback whose expected value (its measured success rate × this)
+    /// is below its expected cost is not made. Unset: retries are decided
+    /// without it.
+    pub value_of_success_usd: Option<f64>,
 }
 
 /// `[agents.NAME.model_retry]`: what one run may spend retrying model

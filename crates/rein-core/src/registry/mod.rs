@@ -43,6 +43,7 @@
 //! | inline `fallbacks`/`context_fallbacks` on an agent without `provider` (a binding holds its own) | `agents.NAME.fallbacks`, `agents.NAME.context_fallbacks` |
 //! | a `budget.max_cost_usd` on an agent one of whose models (primary, fallbacks, context fallbacks; its own or its binding's) has no price | `agents.NAME.budget.max_cost_usd` |
 //! | `model_retry.max_wasted_tokens = 0` (leave it out to rely on the token budget) | `agents.NAME.model_retry.max_wasted_tokens` |
+//! | a `value_of_success_usd` that is not a positive number | `agents.NAME.value_of_success_usd` |
 //! | an irreversible tool has no compensation and is not `avoid_at_plan_time` | `tools.NAME.compensation` |
 //! | a compensation on a read tool; grade `none` with a tool, `strong`/`weak` without | `tools.NAME.compensation.*` |
 //! | a compensation tool that is unknown, `read`, irreversible under grade `strong`, or the tool itself | `tools.NAME.compensation.tool` |
@@ -86,6 +87,7 @@
 //! | `resource_groups.*.burst` | `rate_per_sec` rounded up |
 //! | `agents.*.budget`, `.retry`, `.loop_guard`, `breakers` | their types' defaults |
 //! | `agents.*.model_retry` | [`DEFAULT_MAX_MODEL_RETRIES`] retries, [`DEFAULT_MAX_MODEL_RETRY_WAIT`] of waits, no token ceiling of its own |
+//! | `agents.*.planner` | `show_budget = true`, `final_turn = true` (see [`PlannerSettings`]); no `value_of_success_usd` |
 //! | `server` (each field, and the whole table when absent) | the table on [`ServerSpec`] |
 //!
 //! ```
@@ -119,6 +121,7 @@ mod exposure;
 mod fan_out;
 mod metrics_labels;
 mod model_tools;
+mod planner;
 mod problem;
 mod quotas;
 mod server;
@@ -161,6 +164,7 @@ pub use fan_out::{
 pub use metrics_labels::{
     DEFAULT_METRICS_LABEL_VALUES, MAX_METRICS_LABEL_VALUES, MetricsLabels, MetricsLabelsConfig,
 };
+pub use planner::{PlannerConfig, PlannerSettings};
 pub use problem::{ConfigProblem, Position, SchemaIssue};
 pub use quotas::{
     DEFAULT_INTERACTIVE_RESERVE, KEYLESS_TENANT, RunSlots, ServerQuotas, ServerQuotasConfig,

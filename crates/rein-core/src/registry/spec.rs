@@ -575,6 +575,9 @@ pub struct AgentSpec {
     pub model_retry: ModelRetryLimits,
     /// How many calls one turn may propose.
     pub fan_out: super::fan_out::FanOutLimits,
+    /// What the planner is told of its budget, the last minimal-output
+    /// turn, and what a success is worth to a retry.
+    pub planner: super::planner::PlannerSettings,
     /// The config file it was defined in.
     pub source: PathBuf,
 }

@@ -2408,3 +2408,42 @@ fallbacks = [{ provider = "mock", model = "gpt-4o-mini" }, { provider = "local",
         vec!["providers.local.max_output_tokens.qwen"]
     );
 }
+
+#[test]
+fn an_agents_planner_and_value_of_success_are_read_with_defaults_and_checked() {
+    let reg = build(&[("rein.toml", BASE)]).unwrap();
+    let planner = reg.agent("order_desk").unwrap().planner;
+    assert_eq!(planner, PlannerSettings::default());
+    assert!(planner.show_budget && planner.final_turn);
+    assert_eq!(planner.value_of_success, None);
+
+    let set = format!(
+        "{}\n[agents.order_desk.planner]\nshow_budget = false\nfinal_turn = false\n",
+        BASE.replace(
+            "system_prompt = \"You adjust orders.\"",
+            "system_prompt = \"You adjust orders.\"\nvalue_of_success_usd = 2.5",
+        )
+    );
+    let planner = build(&[("rein.toml", &set)])
+        .unwrap()
+        .agent("order_desk")
+        .unwrap()
+        .planner;
+    assert!(!planner.show_budget && !planner.final_turn);
+    assert_eq!(
+        planner.value_of_success,
+        Some(crate::deadline::Cost::from_micros(2_500_000))
+    );
+
+    for bad in ["0", "-1.0", "nan"] {
+        let set = BASE.replace(
+            "system_prompt = \"You adjust orders.\"",
+            &format!("system_prompt = \"You adjust orders.\"\nvalue_of_success_usd = {bad}"),
+        );
+        assert_eq!(
+            fields(&set),
+            vec!["agents.order_desk.value_of_success_usd"],
+            "{bad}"
+        );
+    }
+}

@@ -3,6 +3,7 @@ use std::time::Duration;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
+use super::worth::{Worth, WorthInput};
 use super::{RetryBudget, RetryPolicy};
 use crate::clock::Instant;
 use crate::deadline::Deadline;
@@ -24,6 +25,10 @@ pub struct RetryInput<'a> {
     pub latency: LatencyProfile,
     /// When the failure was observed.
     pub now: Instant,
+    /// What a success is worth, the measured success rate of this retry
+    /// and its money ([`super::worth`]); `None`: the retry is decided
+    /// without its worth (no `value_of_success_usd`).
+    pub worth: Option<WorthInput>,
 }
 
 /// What to do after a failed attempt.
@@ -48,6 +53,9 @@ pub enum RetryDecision {
         /// Whether the delay was shortened to leave one median attempt
         /// before the deadline.
         clamped: bool,
+        /// Its expected value and cost, when it was decided with them.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        worth: Option<Worth>,
     },
     /// The write may have taken effect: query the previous result by its
     /// idempotency key before any re-execution.
@@ -98,6 +106,12 @@ pub enum GiveUpReason {
     },
     /// The target's retry budget is spent: fail fast, degrade.
     RetryBudgetExhausted,
+    /// Its expected value (measured success rate × the value of success)
+    /// is below its expected cost (money and time).
+    NotWorthItsCost {
+        /// The numbers it was decided on.
+        worth: Worth,
+    },
 }
 
 impl RetryPolicy {
@@ -170,6 +184,15 @@ impl RetryPolicy {
                 (delay.min(room), ceiling, false, delay > room)
             }
         };
+        // Worth, before the budget: a retry not made spends none of it.
+        let worth = input
+            .worth
+            .map(|w| Worth::of(&w, delay + needed, remaining));
+        if let Some(worth) = worth
+            && !worth.worth_it()
+        {
+            return give_up(GiveUpReason::NotWorthItsCost { worth });
+        }
         if !budget.withdraw() {
             return give_up(GiveUpReason::RetryBudgetExhausted);
         }
@@ -180,6 +203,7 @@ impl RetryPolicy {
             from_server,
             backoff_ceiling,
             clamped,
+            worth,
         }
     }
 }
@@ -237,6 +261,7 @@ mod tests {
             deadline: Deadline::after(now, remaining),
             latency: latency(),
             now,
+            worth: None,
         };
         policy.decide(&input, budget, &mut StdRng::seed_from_u64(7))
     }

@@ -20,7 +20,9 @@
 //! 6. deadline: the same deadline as the first attempt; give up now if the
 //!    remainder cannot cover one more median attempt; clamp a local delay so
 //!    at least p50 remains; give up if the server's wait does not fit;
-//! 7. retry budget: retries are at most a share of requests to the target.
+//! 7. worth (with a `value_of_success_usd`): give up when the retry's
+//!    expected value is below its expected cost ([`worth`](self::Worth));
+//! 8. retry budget: retries are at most a share of requests to the target.
 //!
 //! Backoff time spends budget just like call time does: the clamp in step 6
 //! is what keeps "three p99s plus two backoffs" inside the deadline.
@@ -29,6 +31,7 @@ mod budget;
 mod config;
 mod constants;
 mod decision;
+mod worth;
 
 pub use budget::RetryBudget;
 pub use config::{RetryConfig, RetryPolicy};
@@ -37,3 +40,4 @@ pub use constants::{
     DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_DELAY,
 };
 pub use decision::{GiveUpReason, RetryDecision, RetryInput};
+pub use worth::{RETRY_ORDINALS, RetryRecord, SuccessRate, Worth, WorthInput};

@@ -113,6 +113,7 @@ pub fn agent(desk: &OrderDesk, script: &str) -> AgentBinding {
         provider_limits: Default::default(),
         model_retry: Default::default(),
         fan_out: Default::default(),
+        planner: Default::default(),
     }
 }
 

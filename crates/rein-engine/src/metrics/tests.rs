@@ -35,6 +35,7 @@ fn retry(target: RetryTarget) -> RetryScheduled {
         clamped: false,
         remaining: Duration::from_secs(1),
         same_key: None,
+        worth: None,
     }
 }
 

@@ -203,6 +203,10 @@ pub struct AgentBinding {
     /// How many calls one turn may propose: a turn with more runs none of
     /// them, and the model is told to batch or narrow.
     pub fan_out: rein_core::registry::FanOutLimits,
+    /// What the model is told of its budget each turn, whether a budget
+    /// too short for another tool round trip gets one last turn without
+    /// tools, and what a success is worth to a retry.
+    pub planner: rein_core::registry::PlannerSettings,
 }
 
 /// One `{provider, model}` link of a model binding's chain.

@@ -208,6 +208,10 @@ impl model_chain::TurnHost for RunCtx<'_> {
             .insert(category, hint);
     }
 
+    fn value_of_success(&self) -> Option<rein_core::deadline::Cost> {
+        self.agent.planner.value_of_success
+    }
+
     fn last_input_tokens(&self) -> u64 {
         self.last_input_tokens
             .load(std::sync::atomic::Ordering::Acquire)

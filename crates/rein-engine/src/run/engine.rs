@@ -28,6 +28,9 @@ use super::{concurrency, shared_breakers, tree};
 pub(super) struct Shared {
     pub(super) breakers: Arc<Mutex<Breakers>>,
     pub(super) retry_budgets: Mutex<HashMap<String, RetryBudget>>,
+    /// How the retries of each target ended, by ordinal: the success rate
+    /// a retry's worth is decided on (`retry_worth`).
+    pub(super) retry_records: Mutex<HashMap<String, rein_core::retry::RetryRecord>>,
     pub(super) rng: Mutex<StdRng>,
     pub(super) slots: concurrency::GroupSlots,
     /// Concurrency slots per provider (`max_concurrency`), by name.
@@ -268,6 +271,7 @@ impl EngineBuilder {
             shared: Shared {
                 breakers: Arc::new(Mutex::new(Breakers::new(self.breakers)?)),
                 retry_budgets: Mutex::new(HashMap::new()),
+                retry_records: Mutex::new(HashMap::new()),
                 rng: Mutex::new(rng),
                 slots: concurrency::GroupSlots::shared(self.clock.clone(), cluster),
                 provider_slots: concurrency::GroupSlots::new(self.clock.clone()),

@@ -101,6 +101,7 @@ pub(super) fn agent() -> AgentBinding {
         provider_limits: BTreeMap::new(),
         model_retry: Default::default(),
         fan_out: Default::default(),
+        planner: Default::default(),
     }
 }
 

@@ -58,6 +58,7 @@ mod error;
 mod event_log;
 mod execute;
 mod fan_out;
+mod final_turn;
 #[cfg(test)]
 mod fixture;
 mod guarded;
@@ -70,6 +71,7 @@ mod progress;
 mod report;
 mod restore;
 mod resume;
+mod retry_worth;
 mod settle;
 mod shared_breakers;
 mod start;
@@ -97,6 +99,7 @@ pub use model_chain::{ModelAnswer, ModelAsk, ModelBinding, ModelError, ModelRepl
 pub use report::{
     End, REPORT_WRITE_TRIES, is_revision_conflict, revise, revise_stored, tree_records,
 };
+pub(crate) use retry_worth::not_worth_it;
 pub use settle::{CompensationBinding, STRONG_COMPENSATION_ATTEMPTS};
 pub use shared_breakers::DEFAULT_SHARED_BREAKERS_REFRESH;
 pub use start::{RunOutput, RunRequest};

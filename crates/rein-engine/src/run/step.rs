@@ -266,15 +266,20 @@ impl Engine {
         }
         // A resumed turn replays its persisted plan instead of asking the
         // model again: the intents, their ids and keys are durable.
+        let mut last = None;
         let mut turn = match resumed {
             Some(turn) => Turn::replayed(turn, ctx.agent.price),
             None => {
-                let asked = self
-                    .model_turn(ctx, &state.messages, &mut state.budget, state.step)
-                    .await;
+                // With the budget note, or the last turn without tools
+                // (`final_turn`).
+                let asked = self.next_turn(ctx, state).await;
                 match asked {
-                    Ok(answer) => Turn::answered(answer.response, answer.price)
-                        .with_reservation(answer.reservation),
+                    Ok(asked) => {
+                        last = asked.last;
+                        let answer = asked.answer;
+                        Turn::answered(answer.response, answer.price)
+                            .with_reservation(answer.reservation)
+                    }
                     // A turn cut short by the hand-on is not a failure of
                     // the model: the step runs again on resume.
                     Err(_) if ctx.is_interrupted() => return Stepped::Ended(End::Interrupted),
@@ -282,7 +287,13 @@ impl Engine {
                 }
             }
         };
-        if let Some(end) = handle_turn(ctx, state, &mut turn, self.clock.now()) {
+        let handled = handle_turn(ctx, state, &mut turn, self.clock.now());
+        if let Some(short) = last {
+            // The last turn ends the run, with its answer: nothing it
+            // proposed runs.
+            return Stepped::Ended(super::final_turn::after_last_turn(short, &turn, handled));
+        }
+        if let Some(end) = handled {
             return Stepped::Ended(end);
         }
         let mut plan = self.handle_plan(ctx, validator, state, &turn);

@@ -13,7 +13,7 @@ use super::{End, model_chain};
 /// Output tokens a model call must have room for to be worth making: below
 /// this the answer is all but certain to be cut off, so the run ends
 /// `budget_exhausted` instead of paying for a truncated turn.
-pub const MIN_OUTPUT_TOKENS: u64 = 64;
+pub const MIN_OUTPUT_TOKENS: u64 = rein_core::budget_view::MIN_ANSWER_TOKENS;
 
 /// A turn's answer: the response, the price of the model that gave it, and
 /// what its attempt reserved (settled with the response's usage by the
@@ -33,6 +33,7 @@ impl Engine {
         &self,
         ctx: &RunCtx<'_>,
         messages: &[Message],
+        tools: Vec<serde_json::Value>,
         budget: &mut Budget,
         step: u32,
     ) -> Result<Answer, End> {
@@ -46,8 +47,9 @@ impl Engine {
         let request = ModelRequest {
             model: agent.model.clone(),
             messages: messages.to_vec(),
-            // With a note for each tool rein would refuse now (`health`).
-            tools: self.tools_with_health(agent).await,
+            // As `final_turn` offers them: with a note for each tool rein
+            // would refuse now (`health`), or none on the last turn.
+            tools,
             max_tokens: None,
             options: Default::default(),
         };

@@ -142,6 +142,7 @@ pub fn agent(desk: &OrderDesk, provider: Arc<dyn ModelProvider>, status_url: boo
         provider_limits: BTreeMap::new(),
         model_retry: Default::default(),
         fan_out: Default::default(),
+        planner: Default::default(),
     }
 }
 

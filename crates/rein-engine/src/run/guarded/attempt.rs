@@ -20,7 +20,7 @@ use rein_core::event::{
 };
 use rein_core::governor::Completion;
 use rein_core::idempotency::IdempotencyKey;
-use rein_core::retry::{RetryDecision, RetryInput, RetryPolicy};
+use rein_core::retry::{GiveUpReason, RetryDecision, RetryInput, RetryPolicy};
 use rein_core::{AttemptId, Category, Clock, Effect, Failure, ToolClass};
 use serde_json::Value;
 
@@ -171,6 +171,15 @@ impl Engine {
                             category: failure.category(),
                         },
                     );
+                    // The report says why a retry was not worth making.
+                    let failure = match reason {
+                        GiveUpReason::NotWorthItsCost { worth } => {
+                            let why = crate::run::not_worth_it(&worth);
+                            let message = format!("{} ({why})", failure.human_message());
+                            failure.with_human_message(message)
+                        }
+                        _ => failure,
+                    };
                     return ended(Err(failure));
                 }
                 RetryDecision::LookupByKey => return ended(Err(failure)),
@@ -267,6 +276,11 @@ impl Engine {
         crate::crash::point("after_call");
         let elapsed = self.clock.now().saturating_duration_since(started);
         self.observe_attempt(ctx, c, tool, &result, elapsed);
+        self.record_retry(
+            &crate::run::tool_target(&tool.name),
+            attempt,
+            result.is_ok(),
+        );
         let failure = match result {
             Ok(output) => {
                 self.finish_slot(ctx, c, slot, Completion::SUCCEEDED);
@@ -403,6 +417,13 @@ impl Engine {
                 deadline,
                 latency: call.plan.profile,
                 now,
+                // A tool declares no price: its retry costs its time.
+                worth: self.worth_input(
+                    &crate::run::tool_target(&tool.name),
+                    ctx.agent.planner.value_of_success,
+                    attempt,
+                    rein_core::deadline::Cost::ZERO,
+                ),
             };
             let decision = self.decide(&crate::run::tool_target(&tool.name), call.policy, &input);
             if decision != RetryDecision::LookupByKey {

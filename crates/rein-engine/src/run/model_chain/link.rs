@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use opentelemetry::context::FutureExt as _;
 use rein_core::breaker::ArmKind;
-use rein_core::deadline::{Budget, Deadline, Dimension, Exhausted, Grant, Need, Usage};
+use rein_core::deadline::{Budget, Cost, Deadline, Dimension, Exhausted, Grant, Need, Usage};
 use rein_core::event::{
     AbandonReason, AbortedWork, BudgetExhausted, BudgetScope, Flag, ModelAnswered, ModelCallFailed,
     ModelCallFinished, ModelCallResult, ModelCallStarted, ModelQueueWaited, RetryAbandoned,
@@ -29,7 +29,7 @@ use crate::provider::ModelRequest;
 use crate::run::concurrency::{Gate, Slot};
 use crate::run::emitter::Correlation;
 use crate::run::report::End;
-use crate::run::{Engine, millis, provider_target};
+use crate::run::{Engine, MIN_OUTPUT_TOKENS, millis, provider_target};
 
 /// One link's call, as each of its steps sees it.
 struct LinkCall<'a> {
@@ -113,6 +113,14 @@ fn give_up_end(reason: GiveUpReason, failure: &Failure) -> End {
             needed: millis(retry_after),
             remaining: millis(remaining),
         }),
+        GiveUpReason::NotWorthItsCost { worth } => End::ModelFailed(
+            failure.category(),
+            format!(
+                "{} ({})",
+                failure.human_message(),
+                crate::run::not_worth_it(&worth)
+            ),
+        ),
         _ => End::ModelFailed(failure.category(), failure.human_message().to_owned()),
     }
 }
@@ -191,9 +199,16 @@ impl Engine {
         self.deposit_request(&provider_target(&call.provider), &call.policy);
         loop {
             attempt += 1;
+            let target = provider_target(&call.provider);
             let (failure, at) = match self.try_link(&call, budget, gate.as_ref(), attempt).await? {
-                Tried::Answered(reply, reserved) => return Ok((reply, reserved)),
-                Tried::Failed { failure, at } => (failure, at),
+                Tried::Answered(reply, reserved) => {
+                    self.record_retry(&target, attempt, true);
+                    return Ok((reply, reserved));
+                }
+                Tried::Failed { failure, at } => {
+                    self.record_retry(&target, attempt, false);
+                    (failure, at)
+                }
             };
             if failure.category() == Category::ContextOverflow
                 || (call.ready && failure.category().falls_back())
@@ -578,6 +593,20 @@ impl Engine {
             deadline: call.deadline,
             latency: call.latency,
             now,
+            // The retry spends the prompt and the most output the model
+            // gives (a minimal answer's worth when it has no cap), at its
+            // price: what it would reserve at most.
+            worth: self.worth_input(
+                &provider_target(provider),
+                call.host.value_of_success(),
+                attempt,
+                call.link.price.map_or(Cost::ZERO, |p| {
+                    p.cost(
+                        call.prompt,
+                        call.link.max_output.map_or(MIN_OUTPUT_TOKENS, u64::from),
+                    )
+                }),
+            ),
         };
         let decision = self.decide(&provider_target(provider), &call.policy, &input);
         match decision {

@@ -103,6 +103,12 @@ pub(crate) trait TurnHost: Send + Sync {
     fn cost_account(&self) -> Option<String> {
         None
     }
+    /// What a success of the host's work is worth, against which a model
+    /// retry's expected value is weighed; `None` (a gateway request):
+    /// retries are decided without it.
+    fn value_of_success(&self) -> Option<rein_core::deadline::Cost> {
+        None
+    }
 }
 
 /// A model binding's chain, borrowed: the primary, the links tried after a

@@ -484,6 +484,7 @@ fn what_the_interrupted_step_cost_and_retried_stays_spent() {
                 clamped: false,
                 remaining: Duration::from_secs(10),
                 same_key: None,
+                worth: None,
             },
         ),
         event(

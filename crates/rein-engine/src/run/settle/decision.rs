@@ -97,7 +97,7 @@ pub(super) fn compensation_order<'i>(open: &[&'i Item]) -> Vec<&'i Item> {
 /// effects are kept and the run is recoverable by resuming.
 pub(super) fn fixable_by_time(end: &End, report: &RunReport) -> bool {
     match end {
-        End::Budget(_) => true,
+        End::Budget(_) | End::FinalTurn { .. } => true,
         // A model that is down may come back; one that refuses the
         // credentials or the request will not.
         End::ModelFailed(category, _) => matches!(
