@@ -46,8 +46,8 @@ mod cancel;
 mod harness;
 mod latency;
 mod racing;
-mod stats;
 mod share;
+mod stats;
 
 pub use cancel::{
     cancel_request_is_recorded_once_and_read_back, cancel_request_refusals_write_nothing,
@@ -61,12 +61,12 @@ pub use racing::{
     two_handles_race_for_a_run_claim, two_handles_race_for_a_singleton,
     two_handles_race_for_an_idempotency_key, two_handles_race_to_change_a_queued_run,
 };
-pub use stats::run_stats_count_a_tenants_window_by_agent_model_and_guardrail;
 pub use share::{
     share_lease_refusals, share_release_removes_only_its_own_lease,
     share_renewals_list_the_live_holders_of_their_group,
     two_handles_renewing_share_leases_see_each_other,
 };
+pub use stats::run_stats_count_a_tenants_window_by_agent_model_and_guardrail;
 
 /// A base time far from the present, so runs made here sort first.
 const BASE_MS: u64 = 4_000_000_000_000;
