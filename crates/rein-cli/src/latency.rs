@@ -17,7 +17,8 @@ use clap::Args;
 use rein_core::LatencyProfile;
 use rein_core::latency::{AllowanceFactor, LatencyHistogram, LatencySubject};
 use rein_core::registry::{LatencySpec, Registry};
-use rein_store::{SqliteStore, Store};
+use rein_store::Store;
+use rein_store_sqlite::SqliteStore;
 use serde_json::{Value, json};
 
 use crate::run::runtime;

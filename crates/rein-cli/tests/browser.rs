@@ -18,7 +18,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use rein_store::{SqliteStore, Store};
+use rein_store::Store;
+use rein_store_sqlite::SqliteStore;
 use rein_testkit::order_desk::OrderDesk;
 use serde_json::Value;
 

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use rein_core::{EventKind, RunId};
-use rein_store::{LeaseKind, RunStatus, SqliteStore, Store};
+use rein_store::{LeaseKind, RunStatus, Store};
+use rein_store_sqlite::SqliteStore;
 use rein_testkit::order_desk::{
     Fault, Faults, GET_ORDER, OrderDesk, OrderDeskConfig, SEND_EMAIL, UPDATE_DELIVERY_TIME,
 };

@@ -8,7 +8,8 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Command;
 
-use rein_store::{SqliteStore, Store};
+use rein_store::Store;
+use rein_store_sqlite::SqliteStore;
 use rein_testkit::order_desk::OrderDesk;
 use reqwest::header::{CONTENT_TYPE, HOST, ORIGIN};
 use serde_json::Value;

@@ -427,7 +427,7 @@ async fn keys_settle() {
             "{record}"
         );
     }
-    let store = rein_store::SqliteStore::open(&db).unwrap();
+    let store = rein_store_sqlite::SqliteStore::open(&db).unwrap();
     use rein_store::Store;
     let stored: BTreeSet<String> = store
         .list_runs(1000)

@@ -232,7 +232,7 @@ async fn resume_from_a_corrupted_checkpoint_fails_naming_the_field() {
     {
         // A run whose process died after step 1, its checkpoint's
         // transcript damaged.
-        let store = rein_store::SqliteStore::open(&db).unwrap();
+        let store = rein_store_sqlite::SqliteStore::open(&db).unwrap();
         store
             .create_run(NewRun {
                 run_id: run_id.clone(),

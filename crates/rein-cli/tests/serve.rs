@@ -189,7 +189,7 @@ async fn a_killed_servers_direct_run_is_closed_as_orphaned() {
     );
 
     let second = Server::start(&config, &db, desk.base_url());
-    let store = rein_store::SqliteStore::open(&db).unwrap();
+    let store = rein_store_sqlite::SqliteStore::open(&db).unwrap();
     use rein_store::Store;
     let run_id = store.list_runs(1).await.unwrap()[0].run_id.clone();
     let run = until_ended(&client, &second.url(&format!("/v1/runs/{run_id}"))).await;
@@ -224,7 +224,7 @@ async fn idempotency_records_are_listed_and_cleared_by_the_operator() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("rein.db");
     {
-        let store = rein_store::SqliteStore::open(&db).unwrap();
+        let store = rein_store_sqlite::SqliteStore::open(&db).unwrap();
         let tenant = rein_core::TenantId::new("acme").unwrap();
         let fingerprint = "0".repeat(64);
         // A crash after the reservation leaves it in progress.

@@ -46,9 +46,9 @@ use rein_store::{
     BreakerOpening, Checkpoint, Committed, IdempotencyRecord, IdempotencySettled,
     IdempotencySettlement, IdempotencyState, Lease, LeaseChange, LeaseFilter, LedgerMark,
     NewReservation, NewRun, PlannedIntent, Reservation, ReservationFence, RunCursor, RunFilter,
-    RunPage, RunRecord, RunStatus, SingletonLease, SqliteStore, StepCommit, Store, StoreError,
-    StoredResponse,
+    RunPage, RunRecord, RunStatus, SingletonLease, StepCommit, Store, StoreError, StoredResponse,
 };
+use rein_store_sqlite::SqliteStore;
 use rein_testkit::order_desk::{GET_ORDER, OrderDesk, UPDATE_DELIVERY_TIME};
 use serde_json::{Value, json};
 

@@ -25,7 +25,8 @@ use rein_engine::metrics::Metrics;
 use rein_engine::provider::ScriptedProvider;
 use rein_engine::run::{AcceptAll, AgentBinding, Engine, RunRequest, ToolBinding};
 use rein_engine::tool_http::HttpTarget;
-use rein_store::{SqliteStore, Store};
+use rein_store::Store;
+use rein_store_sqlite::SqliteStore;
 use rein_testkit::order_desk::{GET_ORDER, OrderDesk, UPDATE_DELIVERY_TIME};
 use serde_json::{Value, json};
 

@@ -21,8 +21,9 @@ use rein_engine::tool_command::{CommandTarget, CommandToolAdapter};
 use rein_engine::tool_http::{Attempt, ToolOutput};
 use rein_store::{
     Checkpoint, Committed, Lease, LeaseChange, LeaseFilter, LeaseKind, NewRun, PlannedIntent,
-    RunRecord, SqliteStore, StepCommit, Store, StoreError,
+    RunRecord, StepCommit, Store, StoreError,
 };
+use rein_store_sqlite::SqliteStore;
 use serde_json::{Value, json};
 
 /// The env var that turns `crash_helper_holds_a_command_lease` into the

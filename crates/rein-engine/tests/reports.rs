@@ -16,7 +16,8 @@ use rein_core::report::awaits_human;
 use rein_core::{LedgerStatus, Outcome, RunReport};
 use rein_engine::reconcile::{ReconcileConfig, Reconciler, SweepClasses};
 use rein_engine::run::RunOutput;
-use rein_store::{NewRun, RunRecord, RunStatus, SqliteStore, StepCommit, Store, StoreError};
+use rein_store::{NewRun, RunRecord, RunStatus, StepCommit, Store, StoreError};
+use rein_store_sqlite::SqliteStore;
 use rein_testkit::order_desk::{
     Fault, Faults, GET_ORDER, RESTORE_DELIVERY_TIME, SEND_EMAIL, UPDATE_DELIVERY_TIME,
 };

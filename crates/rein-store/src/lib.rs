@@ -1,5 +1,8 @@
-//! rein-store: rein's durable state behind the [`Store`] trait, with the
-//! embedded SQLite backend [`SqliteStore`].
+//! rein-store: the API of rein's durable state, the [`Store`] trait, with
+//! its types, the rules every backend applies, and the conformance suite
+//! every backend passes. The backends are crates of their own:
+//! `rein-store-sqlite` (embedded, the default for one node) and
+//! `rein-store-postgres` (several nodes sharing the work).
 //!
 //! # Why a separate crate
 //!
@@ -24,37 +27,12 @@
 //! | [`BreakerOpening`] | a node's open circuit breaker arm, shared with every process sharing the store |
 //! | [`LatencyRecord`], [`LatencyRows`], [`CorruptLatency`] | observed latency histograms, summed over every process sharing the store |
 //! | [`StoreError`] | refusals and failures, classified by `is_transient` |
-//! | [`SqliteStore`], [`SqliteOptions`] | the SQLite backend |
 //!
-//! # Example
+//! # Backends
 //!
-//! ```
-//! use rein_core::{RunId, TenantId};
-//! use rein_store::{NewRun, RunStatus, SqliteStore, Store};
-//!
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! # let dir = std::env::temp_dir().join(format!("rein-store-doc-{}", std::process::id()));
-//! let store = SqliteStore::open(dir.join("rein.db"))?;
-//! # let runtime = tokio::runtime::Builder::new_current_thread().build()?;
-//! # runtime.block_on(async {
-//! let run = store
-//!     .create_run(NewRun {
-//!         run_id: RunId::new("run-1")?,
-//!         tenant: TenantId::new("acme")?,
-//!         agent: "order-desk".to_owned(),
-//!         input: "move order 42 to Friday".to_owned(),
-//!         parent_run_id: None,
-//!         budget: serde_json::json!({ "max_steps": 10 }),
-//!         created_at_ms: 1_700_000_000_000,
-//!     })
-//!     .await?;
-//! assert_eq!(run.status, RunStatus::Queued);
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! # })?;
-//! # std::fs::remove_dir_all(&dir)?;
-//! # Ok(())
-//! # }
-//! ```
+//! This crate depends on no database driver: an embedder that runs on
+//! PostgreSQL only never compiles SQLite. See `rein-store-sqlite`'s crate
+//! docs for an example of opening a store and creating a run.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -70,7 +48,6 @@ mod lease;
 mod ledger;
 mod run;
 mod singleton;
-mod sqlite;
 mod store;
 
 #[cfg(feature = "conformance")]
@@ -107,8 +84,4 @@ pub use lease::{Lease, LeaseChange, LeaseFilter, LeaseKind, MAX_LEASE_ID_LEN};
 pub use ledger::LedgerMark;
 pub use run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus, StatusChange};
 pub use singleton::{MAX_SINGLETON_LEN, SingletonLease};
-pub use sqlite::{
-    DEFAULT_BUSY_TIMEOUT, DEFAULT_SYNCHRONOUS_FULL, DIRECTORY_MODE, FILE_MODE, MAX_BUSY_TIMEOUT,
-    SCHEMA_VERSION, SqliteOptions, SqliteStore, is_world_readable, world_readable_files,
-};
 pub use store::Store;

@@ -26,8 +26,9 @@ use rein_core::latency::LatencyHistogram;
 /// # Why a trait
 ///
 /// The engine holds an `Arc<dyn Store>` and never sees SQL: the embedded
-/// SQLite backend ([`SqliteStore`](crate::SqliteStore)) serves one node, a
-/// PostgreSQL backend will serve several, and both must pass the same
+/// SQLite backend (`rein_store_sqlite::SqliteStore`) serves one node, the
+/// PostgreSQL one (`rein_store_postgres::PostgresStore`) several, and both
+/// must pass the same
 /// conformance suite (`rein_store::conformance`, feature `conformance`).
 ///
 /// # Writes

@@ -836,7 +836,7 @@ async fn verify(
     }
 
     // The store: exactly the accepted runs, no more.
-    let store = rein_store::SqliteStore::open(db).context("cannot open the store")?;
+    let store = rein_store_sqlite::SqliteStore::open(db).context("cannot open the store")?;
     let stored_runs = store.list_runs(submitted.len() + 1000).await?.len();
 
     // The desk's ground truth.

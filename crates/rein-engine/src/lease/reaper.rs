@@ -115,7 +115,7 @@ pub struct ReapReport {
 /// ```no_run
 /// # use std::sync::Arc;
 /// # use rein_engine::lease::Reaper;
-/// # use rein_store::SqliteStore;
+/// # use rein_store_sqlite::SqliteStore;
 /// # async fn demo(now_ms: u64) -> Result<(), Box<dyn std::error::Error>> {
 /// let store = SqliteStore::open("rein.db")?;
 /// let report = Reaper::new().reap(&store, now_ms).await?;

@@ -21,14 +21,14 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::breaker::BreakerOpening;
-use crate::checkpoint::{Checkpoint, CheckpointDelta};
-use crate::error::StoreError;
-use crate::idempotency::{IdempotencyRecord, IdempotencyState, StoredResponse};
-use crate::intent::PlannedIntent;
-use crate::lease::{Lease, LeaseKind};
-use crate::run::{RunRecord, RunStatus};
-use crate::singleton::SingletonLease;
+use rein_store::BreakerOpening;
+use rein_store::PlannedIntent;
+use rein_store::SingletonLease;
+use rein_store::StoreError;
+use rein_store::{Checkpoint, CheckpointDelta};
+use rein_store::{IdempotencyRecord, IdempotencyState, StoredResponse};
+use rein_store::{Lease, LeaseKind};
+use rein_store::{RunRecord, RunStatus};
 
 /// Maps SQLite errors into [`StoreError`] without making rusqlite part of
 /// the public error type.

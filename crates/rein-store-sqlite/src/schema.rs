@@ -18,7 +18,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 use super::codec::SqlResult;
-use crate::error::StoreError;
+use rein_store::StoreError;
 
 /// The schema version this binary writes: the number of migrations.
 pub const SCHEMA_VERSION: u32 = 11;

@@ -16,9 +16,10 @@ use rein_core::{
 };
 use rein_store::{
     Checkpoint, CheckpointDelta, IdempotencyState, Lease, LeaseKind, LedgerMark, NewRun,
-    PlannedIntent, Reservation, RunStatus, SCHEMA_VERSION, SingletonLease, SqliteOptions,
-    SqliteStore, StepCommit, Store, StoreError, StoredResponse, conformance,
+    PlannedIntent, Reservation, RunStatus, SingletonLease, StepCommit, Store, StoreError,
+    StoredResponse, conformance,
 };
+use rein_store_sqlite::{SCHEMA_VERSION, SqliteOptions, SqliteStore};
 use serde_json::json;
 
 fn run_id(id: &str) -> RunId {
@@ -129,8 +130,8 @@ fn raw(path: &Path) -> rusqlite::Connection {
 mod conformance_checks {
     use std::sync::Arc;
 
-    use rein_store::SqliteStore;
     use rein_store::conformance::Subject;
+    use rein_store_sqlite::SqliteStore;
 
     async fn subject() -> Option<Subject> {
         let dir = tempfile::tempdir().unwrap();

@@ -1,4 +1,5 @@
-//! The embedded SQLite backend: [`SqliteStore`].
+//! rein-store-sqlite: the embedded SQLite backend of rein's [`Store`]
+//! trait, [`SqliteStore`].
 //!
 //! # Why SQLite by default
 //!
@@ -22,6 +23,45 @@
 //! | `breaker_openings` | `arm` | breaker arms opened by a node, shared with the others (schema v6) |
 //! | `latency_histograms` | `subject` | observed latency, summed over every process (schema v11) |
 //! | `rein_schema` | `version` | migrations applied |
+//!
+//! # Why its own crate
+//!
+//! `rein-store` is the store API alone (restate's `storage-api` beside its
+//! partition store): an embedder that runs on PostgreSQL only depends on
+//! `rein-store-postgres` and never compiles the bundled SQLite library.
+//!
+//! # Example
+//!
+//! ```
+//! use rein_core::{RunId, TenantId};
+//! use rein_store::{NewRun, RunStatus, Store};
+//! use rein_store_sqlite::SqliteStore;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = std::env::temp_dir().join(format!("rein-store-doc-{}", std::process::id()));
+//! let store = SqliteStore::open(dir.join("rein.db"))?;
+//! # let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+//! # runtime.block_on(async {
+//! let run = store
+//!     .create_run(NewRun {
+//!         run_id: RunId::new("run-1")?,
+//!         tenant: TenantId::new("acme")?,
+//!         agent: "order-desk".to_owned(),
+//!         input: "move order 42 to Friday".to_owned(),
+//!         parent_run_id: None,
+//!         budget: serde_json::json!({ "max_steps": 10 }),
+//!         created_at_ms: 1_700_000_000_000,
+//!     })
+//!     .await?;
+//! assert_eq!(run.status, RunStatus::Queued);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # })?;
+//! # std::fs::remove_dir_all(&dir)?;
+//! # Ok(())
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod backlog;
 mod codec;
@@ -44,20 +84,21 @@ use rusqlite::Connection;
 
 use self::codec::SqlResult;
 use self::worker::Worker;
-use crate::breaker::BreakerOpening;
-use crate::checkpoint::Checkpoint;
-use crate::commit::{Committed, StepCommit};
-use crate::error::StoreError;
-use crate::idempotency::{
+use rein_store::BreakerOpening;
+use rein_store::Checkpoint;
+use rein_store::LatencyRows;
+use rein_store::PlannedIntent;
+use rein_store::SingletonLease;
+use rein_store::Store;
+use rein_store::StoreError;
+use rein_store::TenantBacklog;
+use rein_store::{Committed, StepCommit};
+use rein_store::{
     IdempotencyRecord, IdempotencySettled, IdempotencySettlement, IdempotencyState, NewReservation,
     Reservation, ReservationFence, StoredResponse,
 };
-use crate::intent::PlannedIntent;
-use crate::latency::LatencyRows;
-use crate::lease::{Lease, LeaseChange, LeaseFilter};
-use crate::run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus};
-use crate::singleton::SingletonLease;
-use crate::store::Store;
+use rein_store::{Lease, LeaseChange, LeaseFilter};
+use rein_store::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus};
 
 /// Prepared statements kept per connection; above the number of distinct
 /// statements the store issues, so none is ever re-prepared.
