@@ -27,6 +27,7 @@ use serde_json::Value;
 
 mod common;
 use common::{Server, example_config, example_config_with, serve_command};
+use rein_store::RunStore;
 
 /// The bound of each test as a whole: generous for two loaded cores,
 /// never a measurement.
@@ -428,7 +429,7 @@ async fn keys_settle() {
         );
     }
     let store = rein_store_sqlite::SqliteStore::open(&db).unwrap();
-    use rein_store::Store;
+
     let stored: BTreeSet<String> = store
         .list_runs(1000)
         .await

@@ -377,7 +377,7 @@ async fn quiet_behind_noisy(sabotage: &str, quiet_runs: usize) -> (Vec<u64>, Vec
         loaded.push(quiet_run(&client, server).await);
     }
     let store = rein_store_sqlite::SqliteStore::open(&db).unwrap();
-    let left = rein_store::Store::tenant_backlogs(
+    let left = rein_store::RunStore::tenant_backlogs(
         &store,
         Some(&rein_core::TenantId::new("noisy").unwrap()),
         0,

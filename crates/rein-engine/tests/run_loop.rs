@@ -20,7 +20,9 @@ use rein_core::registry::{CompensationGrade, Price};
 use rein_core::{Category, EventData, EventKind, LatencyProfile, LedgerStatus, Outcome, ToolClass};
 use rein_engine::provider::OpenAiProvider;
 use rein_engine::run::{AgentBinding, ArgValidator, Engine, HandOn, RunOutput, ToolBinding};
-use rein_store::Store;
+use rein_store::{
+    HealthStore, IdempotencyStore, LeaseStore, RunStore, SingletonStore, Store, StoreExt,
+};
 use rein_testkit::RetryAfter;
 use rein_testkit::mock_model::{MockModel, Reply};
 use rein_testkit::order_desk::{
@@ -889,7 +891,7 @@ async fn executed_but_reported_failure_on_an_idempotent_write_is_found_by_key() 
 struct NoDeclares(Arc<dyn Store>);
 
 #[async_trait::async_trait]
-impl Store for NoDeclares {
+impl RunStore for NoDeclares {
     async fn create_run(
         &self,
         run: rein_store::NewRun,
@@ -966,30 +968,6 @@ impl Store for NoDeclares {
         }
         self.0.commit_step(id, commit).await
     }
-    async fn change_lease(
-        &self,
-        change: rein_store::LeaseChange,
-    ) -> Result<Option<rein_store::Lease>, rein_store::StoreError> {
-        self.0.change_lease(change).await
-    }
-    async fn leases(
-        &self,
-        filter: &rein_store::LeaseFilter,
-    ) -> Result<Vec<rein_store::Lease>, rein_store::StoreError> {
-        self.0.leases(filter).await
-    }
-
-    async fn merge_latency(
-        &self,
-        deltas: &[(String, rein_core::latency::LatencyHistogram)],
-        now_ms: u64,
-    ) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
-        self.0.merge_latency(deltas, now_ms).await
-    }
-
-    async fn latency_histograms(&self) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
-        self.0.latency_histograms().await
-    }
 
     // Forwarded as they are: the store under test keeps its semantics.
     async fn runs_with_status(
@@ -1022,6 +1000,22 @@ impl Store for NoDeclares {
     ) -> Result<Vec<rein_store::RunRecord>, rein_store::StoreError> {
         self.0.children_of(parent).await
     }
+}
+
+#[async_trait::async_trait]
+impl LeaseStore for NoDeclares {
+    async fn change_lease(
+        &self,
+        change: rein_store::LeaseChange,
+    ) -> Result<Option<rein_store::Lease>, rein_store::StoreError> {
+        self.0.change_lease(change).await
+    }
+    async fn leases(
+        &self,
+        filter: &rein_store::LeaseFilter,
+    ) -> Result<Vec<rein_store::Lease>, rein_store::StoreError> {
+        self.0.leases(filter).await
+    }
 
     async fn renew_lease_of(
         &self,
@@ -1047,7 +1041,10 @@ impl Store for NoDeclares {
     ) -> Result<bool, rein_store::StoreError> {
         self.0.take_over_lease(lease, now_ms).await
     }
+}
 
+#[async_trait::async_trait]
+impl IdempotencyStore for NoDeclares {
     async fn reserve_idempotency(
         &self,
         tenant: &rein_core::TenantId,
@@ -1152,7 +1149,10 @@ impl Store for NoDeclares {
     ) -> Result<usize, rein_store::StoreError> {
         self.0.sweep_idempotency(now_ms, limit).await
     }
+}
 
+#[async_trait::async_trait]
+impl SingletonStore for NoDeclares {
     async fn claim_singleton(
         &self,
         name: &str,
@@ -1178,6 +1178,21 @@ impl Store for NoDeclares {
         name: &str,
     ) -> Result<Option<rein_store::SingletonLease>, rein_store::StoreError> {
         self.0.singleton(name).await
+    }
+}
+
+#[async_trait::async_trait]
+impl HealthStore for NoDeclares {
+    async fn merge_latency(
+        &self,
+        deltas: &[(String, rein_core::latency::LatencyHistogram)],
+        now_ms: u64,
+    ) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
+        self.0.merge_latency(deltas, now_ms).await
+    }
+
+    async fn latency_histograms(&self) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
+        self.0.latency_histograms().await
     }
 
     async fn publish_breaker_open(

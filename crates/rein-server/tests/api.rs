@@ -10,7 +10,7 @@ use rein_core::TenantId;
 use rein_engine::config::{CompiledSchemas, Loader};
 use rein_engine::run::http_client;
 use rein_server::AppState;
-use rein_store::{IdempotencyState, Store};
+use rein_store::{IdempotencyState, Store, StoreExt};
 use rein_store_sqlite::SqliteStore;
 use rein_testkit::order_desk::{Fault, Faults, OrderDesk, OrderDeskConfig, UPDATE_DELIVERY_TIME};
 use reqwest::StatusCode;

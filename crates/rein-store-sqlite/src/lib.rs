@@ -34,7 +34,7 @@
 //!
 //! ```
 //! use rein_core::{RunId, TenantId};
-//! use rein_store::{NewRun, RunStatus, Store};
+//! use rein_store::{NewRun, RunStatus, RunStore};
 //! use rein_store_sqlite::SqliteStore;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -89,10 +89,11 @@ use rein_store::Checkpoint;
 use rein_store::LatencyRows;
 use rein_store::PlannedIntent;
 use rein_store::SingletonLease;
-use rein_store::Store;
 use rein_store::StoreError;
 use rein_store::TenantBacklog;
-use rein_store::{Committed, StepCommit};
+use rein_store::{
+    Committed, HealthStore, IdempotencyStore, LeaseStore, RunStore, SingletonStore, StepCommit,
+};
 use rein_store::{
     IdempotencyRecord, IdempotencySettled, IdempotencySettlement, IdempotencyState, NewReservation,
     Reservation, ReservationFence, StoredResponse,
@@ -234,7 +235,7 @@ fn configure(conn: &Connection, options: &SqliteOptions) -> Result<(), StoreErro
 }
 
 #[async_trait]
-impl Store for SqliteStore {
+impl RunStore for SqliteStore {
     async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
         self.worker
             .write(move |conn| ops::create_run(conn, run))
@@ -356,7 +357,10 @@ impl Store for SqliteStore {
             .write(move |conn| ops::commit_step(conn, &run_id, commit))
             .await
     }
+}
 
+#[async_trait]
+impl LeaseStore for SqliteStore {
     async fn change_lease(&self, change: LeaseChange) -> Result<Option<Lease>, StoreError> {
         self.worker
             .write(move |conn| ops::change_lease(conn, change))
@@ -400,7 +404,10 @@ impl Store for SqliteStore {
             .write(move |conn| ops::take_over_lease(conn, &lease, now_ms))
             .await
     }
+}
 
+#[async_trait]
+impl IdempotencyStore for SqliteStore {
     async fn reserve_idempotency(
         &self,
         tenant: &TenantId,
@@ -534,7 +541,10 @@ impl Store for SqliteStore {
             .write(move |conn| ops::sweep_idempotency(conn, now_ms, limit))
             .await
     }
+}
 
+#[async_trait]
+impl SingletonStore for SqliteStore {
     async fn claim_singleton(
         &self,
         name: &str,
@@ -564,7 +574,10 @@ impl Store for SqliteStore {
             .read(move |conn| ops::singleton(conn, &name))
             .await
     }
+}
 
+#[async_trait]
+impl HealthStore for SqliteStore {
     async fn publish_breaker_open(
         &self,
         opening: BreakerOpening,

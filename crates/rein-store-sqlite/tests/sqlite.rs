@@ -15,9 +15,10 @@ use rein_core::{
     RunId, TenantId, ToolClass,
 };
 use rein_store::{
-    Checkpoint, CheckpointDelta, IdempotencyState, Lease, LeaseKind, LedgerMark, NewRun,
-    PlannedIntent, Reservation, RunStatus, SingletonLease, StepCommit, Store, StoreError,
-    StoredResponse, conformance,
+    Checkpoint, CheckpointDelta, HealthStore, IdempotencyState, IdempotencyStore, Lease, LeaseKind,
+    LeaseStore, LedgerMark, NewRun, PlannedIntent, Reservation, RunStatus, RunStore,
+    SingletonLease, SingletonStore, StepCommit, Store, StoreError, StoreExt, StoredResponse,
+    conformance,
 };
 use rein_store_sqlite::{SCHEMA_VERSION, SqliteOptions, SqliteStore};
 use serde_json::json;

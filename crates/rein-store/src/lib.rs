@@ -14,7 +14,8 @@
 //!
 //! | module | concept |
 //! | --- | --- |
-//! | [`Store`] | the trait: runs, events, intents, ledger, checkpoints, leases, idempotency records, singleton leases, breaker openings, latency histograms |
+//! | [`Store`] | the store API: [`RunStore`] (runs, events, intents, ledger, checkpoints, step commits), [`LeaseStore`] (leases and their fenced claims), [`IdempotencyStore`], [`SingletonStore`], [`HealthStore`] (breaker openings, latency histograms), all together |
+//! | [`StoreExt`] | conveniences composed of one atomic call each, for every [`Store`] |
 //! | [`StepCommit`], [`ClaimFence`] | one atomic write per step (group-committed), optionally fenced by a run claim |
 //! | [`RunStatus`], [`NewRun`], [`RunRecord`] | runs and their final outcome |
 //! | [`RunFilter`], [`RunCursor`], [`RunPage`] | listing runs, newest first, a page at a time |
@@ -41,6 +42,7 @@ mod breaker;
 mod checkpoint;
 mod commit;
 mod error;
+mod ext;
 mod idempotency;
 mod intent;
 mod latency;
@@ -73,6 +75,7 @@ pub use breaker::{BreakerOpening, MAX_BREAKER_ARM_LEN, MAX_BREAKER_REASON_LEN};
 pub use checkpoint::{Checkpoint, CheckpointDelta};
 pub use commit::{ClaimFence, Committed, StepCommit};
 pub use error::StoreError;
+pub use ext::StoreExt;
 pub use idempotency::{
     DEFAULT_IDEMPOTENCY_RETENTION, Holder, IdempotencyRecord, IdempotencySettled,
     IdempotencySettlement, IdempotencyState, MAX_IDEMPOTENCY_KEY_LEN, NewReservation, Reservation,
@@ -84,4 +87,4 @@ pub use lease::{Lease, LeaseChange, LeaseFilter, LeaseKind, MAX_LEASE_ID_LEN};
 pub use ledger::LedgerMark;
 pub use run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus, StatusChange};
 pub use singleton::{MAX_SINGLETON_LEN, SingletonLease};
-pub use store::Store;
+pub use store::{HealthStore, IdempotencyStore, LeaseStore, RunStore, SingletonStore, Store};

@@ -56,6 +56,7 @@
 //! the desk applied; and which server finished how many runs, read from
 //! each process's log lines.
 
+use rein_store::RunStore;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::io::{BufRead, BufReader, Write};
@@ -67,7 +68,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use rein_store::Store;
 use rein_testkit::order_desk::{
     EffectKind, Fault, Faults, GET_ORDER, OrderDesk, OrderDeskConfig, RESTORE_DELIVERY_TIME,
     SEND_EMAIL, UPDATE_DELIVERY_TIME,

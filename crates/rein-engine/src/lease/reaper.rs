@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rein_store::{Lease, LeaseKind, Store, StoreError};
+use rein_store::{Lease, LeaseKind, Store, StoreError, StoreExt};
 use serde::Serialize;
 
 use super::owner::{Owner, local_host};
