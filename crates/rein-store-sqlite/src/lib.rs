@@ -1,4 +1,4 @@
-//! rein-store-sqlite: the embedded SQLite backend of rein's [`Store`]
+//! rein-store-sqlite: the embedded SQLite backend of rein's [`Store`](rein_store::Store)
 //! trait, [`SqliteStore`].
 //!
 //! # Why SQLite by default
@@ -105,7 +105,7 @@ use rein_store::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus};
 /// statements the store issues, so none is ever re-prepared.
 const STATEMENT_CACHE: usize = 64;
 
-/// A [`Store`] on one SQLite file.
+/// A [`Store`](rein_store::Store) on one SQLite file.
 ///
 /// Cloning is cheap and shares the connection's thread; the thread and its
 /// connection close when the last clone is dropped.

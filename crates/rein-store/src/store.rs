@@ -198,7 +198,7 @@ pub trait RunStore: Send + Sync {
     async fn pending_ledger(&self, limit: usize) -> Result<Vec<LedgerRecord>, StoreError>;
 
     /// The checkpoint of the run's highest step, if any: its latest whole
-    /// checkpoint with every [`CheckpointDelta`] after it applied
+    /// checkpoint with every [`CheckpointDelta`](crate::CheckpointDelta) after it applied
     /// ([`Checkpoint::rebuild`]).
     ///
     /// # Errors
