@@ -28,6 +28,7 @@
 //! | [`BreakerOpening`] | a node's open circuit breaker arm, shared with every process sharing the store |
 //! | [`LatencyRecord`], [`LatencyRows`], [`CorruptLatency`] | observed latency histograms, summed over every process sharing the store |
 //! | [`StoreError`] | refusals and failures, classified by `is_transient` |
+//! | [`codec`] | the row codec every backend shares: the `*_COLUMNS` lists and `decode_*` functions over a driver's [`Columns`](codec::Columns) |
 //!
 //! # Backends
 //!
@@ -40,6 +41,7 @@
 mod backlog;
 mod breaker;
 mod checkpoint;
+pub mod codec;
 mod commit;
 mod error;
 mod ext;
