@@ -13,7 +13,8 @@ use rein_engine::bind::{bind_compensations, bind_tools};
 use rein_engine::crash::CRASH_ENV;
 use rein_engine::reconcile::{ReconcileConfig, Reconciler, SweepClasses};
 use rein_engine::run::{Engine, EngineBuilder, Observer, RunRequest, http_client};
-use rein_store::{SqliteStore, Store};
+use rein_store::Store;
+use rein_store_sqlite::SqliteStore;
 use serde::Serialize;
 
 use crate::ChaosError;

@@ -15,8 +15,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use rein_core::{Event, LedgerRecord, RunId, TenantId};
 use rein_store::{
-    BreakerOpening, Checkpoint, Committed, IdempotencyRecord, IdempotencyState, Lease, LeaseChange,
-    LeaseFilter, NewRun, PlannedIntent, Reservation, RunRecord, SingletonLease, StepCommit, Store,
+    BreakerOpening, Checkpoint, Committed, HealthStore, IdempotencyRecord, IdempotencyState,
+    IdempotencyStore, Lease, LeaseChange, LeaseFilter, LeaseStore, NewRun, PlannedIntent,
+    Reservation, RunRecord, RunStore, SingletonLease, SingletonStore, StepCommit, Store,
     StoreError, StoredResponse,
 };
 use serde::{Deserialize, Serialize};
@@ -116,7 +117,7 @@ impl FaultyStore {
 }
 
 #[async_trait]
-impl Store for FaultyStore {
+impl RunStore for FaultyStore {
     async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
         self.inner.create_run(run).await
     }
@@ -177,6 +178,39 @@ impl Store for FaultyStore {
         self.inner.commit_step(run_id, commit).await
     }
 
+    async fn runs_with_status(
+        &self,
+        status: rein_store::RunStatus,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.runs_with_status(status, limit).await
+    }
+
+    async fn runs_with_status_after(
+        &self,
+        status: rein_store::RunStatus,
+        after: Option<&rein_store::RunCursor>,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner
+            .runs_with_status_after(status, after, limit)
+            .await
+    }
+
+    async fn count_runs_with_status(
+        &self,
+        status: rein_store::RunStatus,
+    ) -> Result<u64, StoreError> {
+        self.inner.count_runs_with_status(status).await
+    }
+
+    async fn children_of(&self, parent: &RunId) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.children_of(parent).await
+    }
+}
+
+#[async_trait]
+impl LeaseStore for FaultyStore {
     async fn change_lease(&self, change: LeaseChange) -> Result<Option<Lease>, StoreError> {
         self.inner.change_lease(change).await
     }
@@ -185,6 +219,28 @@ impl Store for FaultyStore {
         self.inner.leases(filter).await
     }
 
+    async fn renew_lease_of(
+        &self,
+        lease_id: &str,
+        owner: &str,
+        expires_at_ms: u64,
+    ) -> Result<bool, StoreError> {
+        self.inner
+            .renew_lease_of(lease_id, owner, expires_at_ms)
+            .await
+    }
+
+    async fn release_lease_of(&self, lease_id: &str, owner: &str) -> Result<bool, StoreError> {
+        self.inner.release_lease_of(lease_id, owner).await
+    }
+
+    async fn take_over_lease(&self, lease: Lease, now_ms: u64) -> Result<bool, StoreError> {
+        self.inner.take_over_lease(lease, now_ms).await
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for FaultyStore {
     async fn reserve_idempotency(
         &self,
         tenant: &TenantId,
@@ -279,7 +335,10 @@ impl Store for FaultyStore {
     async fn sweep_idempotency(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
         self.inner.sweep_idempotency(now_ms, limit).await
     }
+}
 
+#[async_trait]
+impl SingletonStore for FaultyStore {
     async fn claim_singleton(
         &self,
         name: &str,
@@ -299,56 +358,10 @@ impl Store for FaultyStore {
     async fn singleton(&self, name: &str) -> Result<Option<SingletonLease>, StoreError> {
         self.inner.singleton(name).await
     }
+}
 
-    async fn runs_with_status(
-        &self,
-        status: rein_store::RunStatus,
-        limit: usize,
-    ) -> Result<Vec<RunRecord>, StoreError> {
-        self.inner.runs_with_status(status, limit).await
-    }
-
-    async fn runs_with_status_after(
-        &self,
-        status: rein_store::RunStatus,
-        after: Option<&rein_store::RunCursor>,
-        limit: usize,
-    ) -> Result<Vec<RunRecord>, StoreError> {
-        self.inner
-            .runs_with_status_after(status, after, limit)
-            .await
-    }
-
-    async fn count_runs_with_status(
-        &self,
-        status: rein_store::RunStatus,
-    ) -> Result<u64, StoreError> {
-        self.inner.count_runs_with_status(status).await
-    }
-
-    async fn children_of(&self, parent: &RunId) -> Result<Vec<RunRecord>, StoreError> {
-        self.inner.children_of(parent).await
-    }
-
-    async fn renew_lease_of(
-        &self,
-        lease_id: &str,
-        owner: &str,
-        expires_at_ms: u64,
-    ) -> Result<bool, StoreError> {
-        self.inner
-            .renew_lease_of(lease_id, owner, expires_at_ms)
-            .await
-    }
-
-    async fn release_lease_of(&self, lease_id: &str, owner: &str) -> Result<bool, StoreError> {
-        self.inner.release_lease_of(lease_id, owner).await
-    }
-
-    async fn take_over_lease(&self, lease: Lease, now_ms: u64) -> Result<bool, StoreError> {
-        self.inner.take_over_lease(lease, now_ms).await
-    }
-
+#[async_trait]
+impl HealthStore for FaultyStore {
     async fn publish_breaker_open(
         &self,
         opening: BreakerOpening,

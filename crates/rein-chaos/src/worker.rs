@@ -14,7 +14,8 @@ use std::sync::Arc;
 
 use rein_core::{RunId, TenantId};
 use rein_engine::run::{RunRequest, http_client};
-use rein_store::{SqliteStore, Store};
+use rein_store::Store;
+use rein_store_sqlite::SqliteStore;
 
 use crate::ChaosError;
 use crate::runner::INPUT;

@@ -18,7 +18,8 @@ use rein_chaos::store_fault::{FaultyStore, StoreFault};
 use rein_core::TenantId;
 use rein_engine::config::{CompiledSchemas, Loader};
 use rein_server::AppState;
-use rein_store::{IdempotencyState, RunStatus, SqliteStore, Store};
+use rein_store::{IdempotencyState, RunStatus, Store};
+use rein_store_sqlite::SqliteStore;
 use rein_testkit::order_desk::{
     Fault, Faults, OrderDesk, OrderDeskConfig, SEND_EMAIL, UPDATE_DELIVERY_TIME,
 };

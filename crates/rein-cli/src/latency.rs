@@ -7,6 +7,7 @@
 //! its mode, its declared p99 (or observe mode's fallback), its allowance
 //! factor, and the profile and allowance a call is planned with now.
 
+use rein_store::HealthStore;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,7 +18,7 @@ use clap::Args;
 use rein_core::LatencyProfile;
 use rein_core::latency::{AllowanceFactor, LatencyHistogram, LatencySubject};
 use rein_core::registry::{LatencySpec, Registry};
-use rein_store::{SqliteStore, Store};
+use rein_store_sqlite::SqliteStore;
 use serde_json::{Value, json};
 
 use crate::run::runtime;

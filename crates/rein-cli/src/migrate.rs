@@ -14,8 +14,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use rein_store::SqliteStore;
 use rein_store_postgres::PostgresStore;
+use rein_store_sqlite::SqliteStore;
 
 use crate::store::{Data, block_on, shown};
 
@@ -96,7 +96,7 @@ fn state(data: &Data) -> Result<State> {
     match data {
         Data::Sqlite(path) => Ok(State {
             found: SqliteStore::schema_version(path)?,
-            supported: rein_store::SCHEMA_VERSION,
+            supported: rein_store_sqlite::SCHEMA_VERSION,
         }),
         Data::Postgres(url) => {
             let state = block_on(PostgresStore::schema_state(url))??;

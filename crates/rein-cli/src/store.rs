@@ -13,8 +13,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use rein_store::{SqliteStore, Store};
+use rein_store::Store;
 use rein_store_postgres::{PostgresOptions, PostgresStore, PostgresUrl, is_postgres_url};
+use rein_store_sqlite::SqliteStore;
 
 /// What `data` names.
 pub enum Data {

@@ -12,7 +12,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use rein_core::{LedgerStatus, Outcome, RunId};
-use rein_store::{RunRecord, RunStatus, SqliteStore, Store};
+use rein_store::{RunRecord, RunStatus, RunStore};
+use rein_store_sqlite::SqliteStore;
 use rein_testkit::mock_model::{MockModel, Reply};
 use rein_testkit::order_desk::{OrderDesk, SEND_EMAIL, UPDATE_DELIVERY_TIME};
 use serde_json::{Value, json};

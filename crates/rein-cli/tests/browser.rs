@@ -18,12 +18,13 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use rein_store::{SqliteStore, Store};
+use rein_store_sqlite::SqliteStore;
 use rein_testkit::order_desk::OrderDesk;
 use serde_json::Value;
 
 mod common;
 use common::{Server, example_config_with_server};
+use rein_store::RunStore;
 
 /// How long the page may take to report (generous: two loaded cores).
 const REPORT_TIMEOUT: Duration = Duration::from_secs(90);

@@ -13,6 +13,7 @@
 //! fail.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use rein_store::{RunStore as _, StoreExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -147,7 +148,7 @@ async fn cancel_at_the_other_node(
 async fn a_cancel_at_another_node_reaches_the_driving_node_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("rein.db");
-    let store: Arc<dyn Store> = Arc::new(rein_store::SqliteStore::open(&db).unwrap());
+    let store: Arc<dyn Store> = Arc::new(rein_store_sqlite::SqliteStore::open(&db).unwrap());
     cancel_at_the_other_node(
         &db,
         store,

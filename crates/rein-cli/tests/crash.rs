@@ -5,6 +5,7 @@
 //! in reverse order.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use rein_store::StoreExt;
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -475,7 +476,8 @@ async fn reconcile_decides_records_left_in_doubt_by_a_crash() {
 /// process holds the run's claim, and taken over once that process is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_driven_by_a_live_process_cannot_be_resumed() {
-    use rein_store::{Lease, LeaseKind, SqliteStore, Store};
+    use rein_store::{Lease, LeaseKind};
+    use rein_store_sqlite::SqliteStore;
     let desk = OrderDesk::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let script = std::fs::read_to_string(example_dir().join("demo.script.json")).unwrap();

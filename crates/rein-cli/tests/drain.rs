@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use rein_core::{EventKind, RunId};
-use rein_store::{LeaseKind, RunStatus, SqliteStore, Store};
+use rein_store_sqlite::SqliteStore;
 use rein_testkit::order_desk::{
     Fault, Faults, GET_ORDER, OrderDesk, OrderDeskConfig, SEND_EMAIL, UPDATE_DELIVERY_TIME,
 };
@@ -23,6 +23,7 @@ use tokio::io::AsyncWriteExt;
 
 mod common;
 use common::{Server, example_config_with};
+use rein_store::{LeaseKind, RunStatus, RunStore, StoreExt};
 
 /// A bound that fails a test rather than measures it.
 const GENEROUS: Duration = Duration::from_secs(30);

@@ -8,13 +8,14 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Command;
 
-use rein_store::{SqliteStore, Store};
+use rein_store_sqlite::SqliteStore;
 use rein_testkit::order_desk::OrderDesk;
 use reqwest::header::{CONTENT_TYPE, HOST, ORIGIN};
 use serde_json::Value;
 
 mod common;
 use common::{Server, example_config, example_config_with_server, serve_command};
+use rein_store::RunStore;
 
 /// A bearer key of tenant `acme`.
 const KEY: &str = "exposure-key";

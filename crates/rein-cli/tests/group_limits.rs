@@ -17,6 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use rein_store::HealthStore as _;
 use rein_store_postgres::scratch::ScratchDatabase;
 use rein_testkit::order_desk::{GET_ORDER, OrderDesk};
 use serde_json::{Value, json};
@@ -243,7 +244,6 @@ async fn two_servers_on_one_postgres_database_hold_the_groups_rate_together() {
 /// if it did not).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_stops_gives_its_share_of_the_group_back() {
-    use rein_store::Store as _;
     let desk = OrderDesk::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path());
@@ -256,7 +256,7 @@ async fn a_server_that_stops_gives_its_share_of_the_group_back() {
     divided_among(&two, 2);
     two.signal(nix::sys::signal::Signal::SIGTERM);
     assert!(two.exited(Duration::from_secs(60)).await.success());
-    let store = rein_store::SqliteStore::open(&data).unwrap();
+    let store = rein_store_sqlite::SqliteStore::open(&data).unwrap();
     let now_ms = u64::try_from(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -27,6 +27,7 @@ use serde_json::Value;
 
 mod common;
 use common::{Server, example_config, example_config_with, serve_command};
+use rein_store::RunStore;
 
 /// The bound of each test as a whole: generous for two loaded cores,
 /// never a measurement.
@@ -427,8 +428,8 @@ async fn keys_settle() {
             "{record}"
         );
     }
-    let store = rein_store::SqliteStore::open(&db).unwrap();
-    use rein_store::Store;
+    let store = rein_store_sqlite::SqliteStore::open(&db).unwrap();
+
     let stored: BTreeSet<String> = store
         .list_runs(1000)
         .await

@@ -9,7 +9,6 @@
 use std::process::Command;
 use std::time::Duration;
 
-use rein_store::Store;
 use rein_store_postgres::scratch::ScratchDatabase;
 use rein_testkit::order_desk::{
     Fault, Faults, OrderDesk, OrderDeskConfig, SEND_EMAIL, UPDATE_DELIVERY_TIME,
@@ -17,6 +16,7 @@ use rein_testkit::order_desk::{
 
 mod common;
 use common::{Server, example_config};
+use rein_store::StoreExt;
 
 /// A password the test server ignores (trust auth) and no output may show.
 const PASSWORD: &str = "pg-pass-never-shown-7";

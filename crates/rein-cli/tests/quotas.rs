@@ -376,8 +376,8 @@ async fn quiet_behind_noisy(sabotage: &str, quiet_runs: usize) -> (Vec<u64>, Vec
         let server = if i % 2 == 0 { &a } else { &b };
         loaded.push(quiet_run(&client, server).await);
     }
-    let store = rein_store::SqliteStore::open(&db).unwrap();
-    let left = rein_store::Store::tenant_backlogs(
+    let store = rein_store_sqlite::SqliteStore::open(&db).unwrap();
+    let left = rein_store::RunStore::tenant_backlogs(
         &store,
         Some(&rein_core::TenantId::new("noisy").unwrap()),
         0,

@@ -19,6 +19,7 @@ use serde_json::Value;
 
 mod common;
 use common::{Server, example_config};
+use rein_store::RunStore;
 
 /// The report agrees with the ledger and with itself.
 fn assert_truthful(report: &Value, ledger: &[Value]) {
@@ -157,8 +158,8 @@ async fn an_orphaned_run_reports_the_update_it_made_and_the_email_in_doubt() {
     );
 
     let second = Server::start_async(&config, &db, desk.base_url()).await;
-    let store = rein_store::SqliteStore::open(&db).unwrap();
-    use rein_store::Store;
+    let store = rein_store_sqlite::SqliteStore::open(&db).unwrap();
+
     let run = store.list_runs(1).await.unwrap()[0].run_id.to_string();
     let (report, ledger, handoff) = ended(&client, &second, &run).await;
     assert_eq!(report["outcome"], "failed", "{report:#}");

@@ -2,6 +2,7 @@
 //! services: the testkit's order desk and mock OpenAI-compatible server.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use rein_store::RunStore;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -224,7 +225,7 @@ async fn run_with_a_bad_config_names_the_file_and_field() {
 /// default transcript; nothing is sent to the tools.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resume_from_a_corrupted_checkpoint_fails_naming_the_field() {
-    use rein_store::{Checkpoint, NewRun, RunStatus, StatusChange, StepCommit, Store};
+    use rein_store::{Checkpoint, NewRun, RunStatus, StatusChange, StepCommit};
     let desk = OrderDesk::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("rein.db");
@@ -232,7 +233,7 @@ async fn resume_from_a_corrupted_checkpoint_fails_naming_the_field() {
     {
         // A run whose process died after step 1, its checkpoint's
         // transcript damaged.
-        let store = rein_store::SqliteStore::open(&db).unwrap();
+        let store = rein_store_sqlite::SqliteStore::open(&db).unwrap();
         store
             .create_run(NewRun {
                 run_id: run_id.clone(),

@@ -11,6 +11,7 @@ use rein_testkit::order_desk::{
 
 mod common;
 use common::{Server, example_config, example_dir};
+use rein_store::{IdempotencyStore, RunStore};
 
 fn rein() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rein"));
@@ -189,8 +190,8 @@ async fn a_killed_servers_direct_run_is_closed_as_orphaned() {
     );
 
     let second = Server::start(&config, &db, desk.base_url());
-    let store = rein_store::SqliteStore::open(&db).unwrap();
-    use rein_store::Store;
+    let store = rein_store_sqlite::SqliteStore::open(&db).unwrap();
+
     let run_id = store.list_runs(1).await.unwrap()[0].run_id.clone();
     let run = until_ended(&client, &second.url(&format!("/v1/runs/{run_id}"))).await;
     assert_eq!(run["status"], "failed", "{run}");
@@ -220,11 +221,11 @@ async fn a_killed_servers_direct_run_is_closed_as_orphaned() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotency_records_are_listed_and_cleared_by_the_operator() {
-    use rein_store::{Reservation, Store};
+    use rein_store::Reservation;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("rein.db");
     {
-        let store = rein_store::SqliteStore::open(&db).unwrap();
+        let store = rein_store_sqlite::SqliteStore::open(&db).unwrap();
         let tenant = rein_core::TenantId::new("acme").unwrap();
         let fingerprint = "0".repeat(64);
         // A crash after the reservation leaves it in progress.

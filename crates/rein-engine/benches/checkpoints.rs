@@ -36,19 +36,18 @@ use rein_core::idempotency::Normalizer;
 use rein_core::loop_guard::LoopGuardConfig;
 use rein_core::registry::DEFAULT_IDEMPOTENCY_HEADER;
 use rein_core::retry::RetryPolicy;
-use rein_core::{
-    Event, IntentId, LatencyProfile, LedgerRecord, Outcome, RunId, RunReport, TenantId, ToolClass,
-};
+use rein_core::{Event, LatencyProfile, LedgerRecord, Outcome, RunId, TenantId, ToolClass};
 use rein_engine::provider::ScriptedProvider;
 use rein_engine::run::{AcceptAll, AgentBinding, Engine, RunRequest, ToolBinding};
 use rein_engine::tool_http::HttpTarget;
 use rein_store::{
-    BreakerOpening, Checkpoint, Committed, IdempotencyRecord, IdempotencySettled,
-    IdempotencySettlement, IdempotencyState, Lease, LeaseChange, LeaseFilter, LedgerMark,
-    NewReservation, NewRun, PlannedIntent, Reservation, ReservationFence, RunCursor, RunFilter,
-    RunPage, RunRecord, RunStatus, SingletonLease, SqliteStore, StepCommit, Store, StoreError,
-    StoredResponse,
+    BreakerOpening, Checkpoint, Committed, HealthStore, IdempotencyRecord, IdempotencySettled,
+    IdempotencySettlement, IdempotencyState, IdempotencyStore, Lease, LeaseChange, LeaseFilter,
+    LeaseStore, NewReservation, NewRun, PlannedIntent, Reservation, ReservationFence, RunCursor,
+    RunFilter, RunPage, RunRecord, RunStatus, RunStore, SingletonLease, SingletonStore, StepCommit,
+    Store, StoreError, StoredResponse,
 };
+use rein_store_sqlite::SqliteStore;
 use rein_testkit::order_desk::{GET_ORDER, OrderDesk, UPDATE_DELIVERY_TIME};
 use serde_json::{Value, json};
 
@@ -76,7 +75,7 @@ struct Metered {
 }
 
 #[async_trait]
-impl Store for Metered {
+impl RunStore for Metered {
     async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
         self.inner.create_run(run).await
     }
@@ -174,75 +173,16 @@ impl Store for Metered {
         }
         committed
     }
+}
 
-    async fn set_run_status(
-        &self,
-        run_id: &RunId,
-        status: RunStatus,
-        report: Option<RunReport>,
-        at_ms: u64,
-    ) -> Result<RunRecord, StoreError> {
-        self.inner
-            .set_run_status(run_id, status, report, at_ms)
-            .await
-    }
-
-    async fn append_events(
-        &self,
-        run_id: &RunId,
-        events: Vec<Event>,
-    ) -> Result<Vec<Event>, StoreError> {
-        self.inner.append_events(run_id, events).await
-    }
-
-    async fn save_intents(
-        &self,
-        run_id: &RunId,
-        step: u32,
-        intents: Vec<PlannedIntent>,
-    ) -> Result<(), StoreError> {
-        self.inner.save_intents(run_id, step, intents).await
-    }
-
-    async fn declare(&self, record: LedgerRecord) -> Result<LedgerRecord, StoreError> {
-        self.inner.declare(record).await
-    }
-
-    async fn mark(
-        &self,
-        run_id: &RunId,
-        intent_id: &IntentId,
-        mark: LedgerMark,
-    ) -> Result<LedgerRecord, StoreError> {
-        self.inner.mark(run_id, intent_id, mark).await
-    }
-
+#[async_trait]
+impl LeaseStore for Metered {
     async fn change_lease(&self, change: LeaseChange) -> Result<Option<Lease>, StoreError> {
         self.inner.change_lease(change).await
     }
 
     async fn leases(&self, filter: &LeaseFilter) -> Result<Vec<Lease>, StoreError> {
         self.inner.leases(filter).await
-    }
-
-    async fn acquire_lease(&self, lease: Lease) -> Result<Lease, StoreError> {
-        self.inner.acquire_lease(lease).await
-    }
-
-    async fn renew_lease(&self, lease_id: &str, expires_at_ms: u64) -> Result<Lease, StoreError> {
-        self.inner.renew_lease(lease_id, expires_at_ms).await
-    }
-
-    async fn release_lease(&self, lease_id: &str) -> Result<Option<Lease>, StoreError> {
-        self.inner.release_lease(lease_id).await
-    }
-
-    async fn expired_leases(&self, now_ms: u64, limit: usize) -> Result<Vec<Lease>, StoreError> {
-        self.inner.expired_leases(now_ms, limit).await
-    }
-
-    async fn leases_of_run(&self, run_id: &RunId) -> Result<Vec<Lease>, StoreError> {
-        self.inner.leases_of_run(run_id).await
     }
 
     async fn renew_lease_of(
@@ -263,11 +203,10 @@ impl Store for Metered {
     async fn take_over_lease(&self, lease: Lease, now_ms: u64) -> Result<bool, StoreError> {
         self.inner.take_over_lease(lease, now_ms).await
     }
+}
 
-    async fn write_checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StoreError> {
-        self.inner.write_checkpoint(checkpoint).await
-    }
-
+#[async_trait]
+impl IdempotencyStore for Metered {
     async fn reserve_idempotency(
         &self,
         tenant: &TenantId,
@@ -362,7 +301,10 @@ impl Store for Metered {
     async fn sweep_idempotency(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
         self.inner.sweep_idempotency(now_ms, limit).await
     }
+}
 
+#[async_trait]
+impl SingletonStore for Metered {
     async fn claim_singleton(
         &self,
         name: &str,
@@ -382,7 +324,10 @@ impl Store for Metered {
     async fn singleton(&self, name: &str) -> Result<Option<SingletonLease>, StoreError> {
         self.inner.singleton(name).await
     }
+}
 
+#[async_trait]
+impl HealthStore for Metered {
     async fn publish_breaker_open(
         &self,
         opening: BreakerOpening,

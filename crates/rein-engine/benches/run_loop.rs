@@ -29,7 +29,8 @@ use rein_core::{Event, LatencyProfile, Outcome, RunId, TenantId, ToolClass};
 use rein_engine::provider::ScriptedProvider;
 use rein_engine::run::{AcceptAll, AgentBinding, Engine, RunRequest, ToolBinding, http_client};
 use rein_engine::tool_http::HttpTarget;
-use rein_store::{NewRun, SqliteStore, StepCommit, Store};
+use rein_store::{NewRun, StepCommit, Store};
+use rein_store_sqlite::SqliteStore;
 use rein_testkit::order_desk::{GET_ORDER, OrderDesk, UPDATE_DELIVERY_TIME};
 use serde_json::{Value, json};
 

@@ -26,7 +26,8 @@ use rein_core::{Event, Outcome};
 use rein_engine::metrics::Metrics;
 use rein_engine::run::{AcceptAll, AgentBinding, Engine};
 use rein_engine::telemetry::Telemetry;
-use rein_store::{SqliteStore, Store};
+use rein_store::Store;
+use rein_store_sqlite::SqliteStore;
 use rein_testkit::order_desk::OrderDesk;
 use support::{STEPS, agent, calls, provider, request, script};
 

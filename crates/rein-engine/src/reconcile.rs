@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rein_core::event::LedgerRecorded;
 use rein_core::registry::CompensationGrade;
 use rein_core::{Clock, Event, EventData, LedgerRecord, LedgerStatus, Outcome, ToolClass};
-use rein_store::{LedgerMark, RunStatus, StepCommit, Store, StoreError};
+use rein_store::{LedgerMark, RunStatus, StepCommit, Store, StoreError, StoreExt};
 use serde::Serialize;
 
 use crate::Timer;

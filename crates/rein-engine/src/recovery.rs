@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use rein_core::registry::ReconciliationSettings;
 use rein_core::{EventData, EventKind, Outcome, RunId, RunReport};
-use rein_store::{Lease, LeaseKind, RunCursor, RunRecord, RunStatus, StoreError};
+use rein_store::{Lease, LeaseKind, RunCursor, RunRecord, RunStatus, StoreError, StoreExt};
 
 use crate::run::{Closing, End, Engine, HandOn, close_run, unix_ms};
 

@@ -17,7 +17,8 @@ use rein_engine::run::{
     AcceptAll, AgentBinding, AgentResolver, AgentTarget, CancellationToken, Engine, RunOutput,
     RunRequest, ToolBinding, ToolTarget,
 };
-use rein_store::{SqliteStore, Store};
+use rein_store::{Store, StoreExt};
+use rein_store_sqlite::SqliteStore;
 use rein_testkit::order_desk::{
     Fault, Faults, GET_ORDER, OrderDesk, OrderDeskConfig, RESTORE_DELIVERY_TIME, SEND_EMAIL,
     UPDATE_DELIVERY_TIME,

@@ -20,9 +20,11 @@ use rein_engine::lease::{Reaper, Reclamation, SkipReason};
 use rein_engine::tool_command::{CommandTarget, CommandToolAdapter};
 use rein_engine::tool_http::{Attempt, ToolOutput};
 use rein_store::{
-    Checkpoint, Committed, Lease, LeaseChange, LeaseFilter, LeaseKind, NewRun, PlannedIntent,
-    RunRecord, SqliteStore, StepCommit, Store, StoreError,
+    Checkpoint, Committed, HealthStore, IdempotencyStore, Lease, LeaseChange, LeaseFilter,
+    LeaseKind, LeaseStore, NewRun, PlannedIntent, RunRecord, RunStore, SingletonStore, StepCommit,
+    StoreError, StoreExt,
 };
+use rein_store_sqlite::SqliteStore;
 use serde_json::{Value, json};
 
 /// The env var that turns `crash_helper_holds_a_command_lease` into the
@@ -573,7 +575,7 @@ async fn processes_left_in_the_background_are_ended_when_the_command_exits() {
 struct RefuseGroupLeases(Arc<SqliteStore>);
 
 #[async_trait]
-impl Store for RefuseGroupLeases {
+impl RunStore for RefuseGroupLeases {
     async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
         self.0.create_run(run).await
     }
@@ -616,70 +618,6 @@ impl Store for RefuseGroupLeases {
     async fn commit_step(&self, id: &RunId, commit: StepCommit) -> Result<Committed, StoreError> {
         self.0.commit_step(id, commit).await
     }
-    async fn change_lease(&self, change: LeaseChange) -> Result<Option<Lease>, StoreError> {
-        if let LeaseChange::Acquire(lease) = &change
-            && lease.kind == LeaseKind::ProcessGroup
-        {
-            return Err(StoreError::Unavailable("injected: lease table busy".into()));
-        }
-        self.0.change_lease(change).await
-    }
-    async fn leases(&self, filter: &LeaseFilter) -> Result<Vec<Lease>, StoreError> {
-        self.0.leases(filter).await
-    }
-
-    async fn merge_latency(
-        &self,
-        deltas: &[(String, rein_core::latency::LatencyHistogram)],
-        now_ms: u64,
-    ) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
-        self.0.merge_latency(deltas, now_ms).await
-    }
-
-    async fn latency_histograms(&self) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
-        self.0.latency_histograms().await
-    }
-
-    async fn run_stats(
-        &self,
-        query: &rein_store::StatsQuery,
-    ) -> Result<rein_store::RunStats, rein_store::StoreError> {
-        self.0.run_stats(query).await
-    }
-
-    async fn renew_share_lease(
-        &self,
-        group: &str,
-        node: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
-    ) -> Result<Vec<String>, rein_store::StoreError> {
-        self.0
-            .renew_share_lease(group, node, now_ms, expires_at_ms)
-            .await
-    }
-
-    async fn release_share_lease(
-        &self,
-        group: &str,
-        node: &str,
-    ) -> Result<bool, rein_store::StoreError> {
-        self.0.release_share_lease(group, node).await
-    }
-
-    async fn request_cancel(
-        &self,
-        request: rein_store::CancelRequest,
-    ) -> Result<rein_store::CancelRequest, rein_store::StoreError> {
-        self.0.request_cancel(request).await
-    }
-
-    async fn cancel_request(
-        &self,
-        run_id: &rein_core::RunId,
-    ) -> Result<Option<rein_store::CancelRequest>, rein_store::StoreError> {
-        self.0.cancel_request(run_id).await
-    }
 
     // Forwarded as they are: the store under test keeps its semantics.
     async fn runs_with_status(
@@ -712,6 +650,21 @@ impl Store for RefuseGroupLeases {
     ) -> Result<Vec<rein_store::RunRecord>, rein_store::StoreError> {
         self.0.children_of(parent).await
     }
+}
+
+#[async_trait]
+impl LeaseStore for RefuseGroupLeases {
+    async fn change_lease(&self, change: LeaseChange) -> Result<Option<Lease>, StoreError> {
+        if let LeaseChange::Acquire(lease) = &change
+            && lease.kind == LeaseKind::ProcessGroup
+        {
+            return Err(StoreError::Unavailable("injected: lease table busy".into()));
+        }
+        self.0.change_lease(change).await
+    }
+    async fn leases(&self, filter: &LeaseFilter) -> Result<Vec<Lease>, StoreError> {
+        self.0.leases(filter).await
+    }
 
     async fn renew_lease_of(
         &self,
@@ -737,7 +690,10 @@ impl Store for RefuseGroupLeases {
     ) -> Result<bool, rein_store::StoreError> {
         self.0.take_over_lease(lease, now_ms).await
     }
+}
 
+#[async_trait]
+impl IdempotencyStore for RefuseGroupLeases {
     async fn reserve_idempotency(
         &self,
         tenant: &rein_core::TenantId,
@@ -842,7 +798,10 @@ impl Store for RefuseGroupLeases {
     ) -> Result<usize, rein_store::StoreError> {
         self.0.sweep_idempotency(now_ms, limit).await
     }
+}
 
+#[async_trait]
+impl SingletonStore for RefuseGroupLeases {
     async fn claim_singleton(
         &self,
         name: &str,
@@ -868,6 +827,62 @@ impl Store for RefuseGroupLeases {
         name: &str,
     ) -> Result<Option<rein_store::SingletonLease>, rein_store::StoreError> {
         self.0.singleton(name).await
+    }
+}
+
+#[async_trait]
+impl HealthStore for RefuseGroupLeases {
+    async fn run_stats(
+        &self,
+        query: &rein_store::StatsQuery,
+    ) -> Result<rein_store::RunStats, rein_store::StoreError> {
+        self.0.run_stats(query).await
+    }
+
+    async fn renew_share_lease(
+        &self,
+        group: &str,
+        node: &str,
+        now_ms: u64,
+        expires_at_ms: u64,
+    ) -> Result<Vec<String>, rein_store::StoreError> {
+        self.0
+            .renew_share_lease(group, node, now_ms, expires_at_ms)
+            .await
+    }
+
+    async fn release_share_lease(
+        &self,
+        group: &str,
+        node: &str,
+    ) -> Result<bool, rein_store::StoreError> {
+        self.0.release_share_lease(group, node).await
+    }
+
+    async fn request_cancel(
+        &self,
+        request: rein_store::CancelRequest,
+    ) -> Result<rein_store::CancelRequest, rein_store::StoreError> {
+        self.0.request_cancel(request).await
+    }
+
+    async fn cancel_request(
+        &self,
+        run_id: &rein_core::RunId,
+    ) -> Result<Option<rein_store::CancelRequest>, rein_store::StoreError> {
+        self.0.cancel_request(run_id).await
+    }
+
+    async fn merge_latency(
+        &self,
+        deltas: &[(String, rein_core::latency::LatencyHistogram)],
+        now_ms: u64,
+    ) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
+        self.0.merge_latency(deltas, now_ms).await
+    }
+
+    async fn latency_histograms(&self) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
+        self.0.latency_histograms().await
     }
 
     async fn publish_breaker_open(

@@ -15,7 +15,8 @@ use rein_core::{Event, EventData, Outcome};
 use rein_engine::bind::{bind_agent, process_env};
 use rein_engine::config::{CompiledSchemas, Loader, Registry};
 use rein_engine::run::{Engine, Observer, RunRequest};
-use rein_store::{SqliteStore, Store};
+use rein_store::{HealthStore, Store};
+use rein_store_sqlite::SqliteStore;
 use rein_testkit::order_desk::{Fault, Faults, GET_ORDER, OrderDesk, OrderDeskConfig};
 use serde_json::{Value, json};
 

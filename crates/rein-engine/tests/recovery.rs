@@ -19,9 +19,10 @@ use rein_engine::Timer;
 use rein_engine::recovery::{OrphanScan, Standing};
 use rein_engine::run::Engine;
 use rein_store::{
-    Checkpoint, Lease, LeaseKind, LedgerMark, NewRun, RunStatus, SqliteStore, StatusChange,
-    StepCommit, Store,
+    Checkpoint, Lease, LeaseKind, LedgerMark, NewRun, RunStatus, StatusChange, StepCommit, Store,
+    StoreExt,
 };
+use rein_store_sqlite::SqliteStore;
 use serde_json::{Value, json};
 
 const SCAN: OrphanScan = OrphanScan {

@@ -16,7 +16,11 @@ use rein_core::report::awaits_human;
 use rein_core::{LedgerStatus, Outcome, RunReport};
 use rein_engine::reconcile::{ReconcileConfig, Reconciler, SweepClasses};
 use rein_engine::run::RunOutput;
-use rein_store::{NewRun, RunRecord, RunStatus, SqliteStore, StepCommit, Store, StoreError};
+use rein_store::{
+    HealthStore, IdempotencyStore, LeaseStore, NewRun, RunRecord, RunStatus, RunStore,
+    SingletonStore, StepCommit, Store, StoreError, StoreExt,
+};
+use rein_store_sqlite::SqliteStore;
 use rein_testkit::order_desk::{
     Fault, Faults, GET_ORDER, RESTORE_DELIVERY_TIME, SEND_EMAIL, UPDATE_DELIVERY_TIME,
 };
@@ -268,7 +272,7 @@ impl Meddling {
 }
 
 #[async_trait::async_trait]
-impl Store for Meddling {
+impl RunStore for Meddling {
     async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
         self.inner.create_run(run).await
     }
@@ -358,71 +362,6 @@ impl Store for Meddling {
         }
         self.inner.commit_step(id, commit).await
     }
-    async fn change_lease(
-        &self,
-        change: rein_store::LeaseChange,
-    ) -> Result<Option<rein_store::Lease>, StoreError> {
-        self.inner.change_lease(change).await
-    }
-    async fn leases(
-        &self,
-        filter: &rein_store::LeaseFilter,
-    ) -> Result<Vec<rein_store::Lease>, StoreError> {
-        self.inner.leases(filter).await
-    }
-
-    async fn merge_latency(
-        &self,
-        deltas: &[(String, rein_core::latency::LatencyHistogram)],
-        now_ms: u64,
-    ) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
-        self.inner.merge_latency(deltas, now_ms).await
-    }
-
-    async fn latency_histograms(&self) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
-        self.inner.latency_histograms().await
-    }
-
-    async fn run_stats(
-        &self,
-        query: &rein_store::StatsQuery,
-    ) -> Result<rein_store::RunStats, rein_store::StoreError> {
-        self.inner.run_stats(query).await
-    }
-
-    async fn renew_share_lease(
-        &self,
-        group: &str,
-        node: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
-    ) -> Result<Vec<String>, rein_store::StoreError> {
-        self.inner
-            .renew_share_lease(group, node, now_ms, expires_at_ms)
-            .await
-    }
-
-    async fn release_share_lease(
-        &self,
-        group: &str,
-        node: &str,
-    ) -> Result<bool, rein_store::StoreError> {
-        self.inner.release_share_lease(group, node).await
-    }
-
-    async fn request_cancel(
-        &self,
-        request: rein_store::CancelRequest,
-    ) -> Result<rein_store::CancelRequest, rein_store::StoreError> {
-        self.inner.request_cancel(request).await
-    }
-
-    async fn cancel_request(
-        &self,
-        run_id: &rein_core::RunId,
-    ) -> Result<Option<rein_store::CancelRequest>, rein_store::StoreError> {
-        self.inner.cancel_request(run_id).await
-    }
 
     // Forwarded as they are: the store under test keeps its semantics.
     async fn runs_with_status(
@@ -449,6 +388,22 @@ impl Store for Meddling {
         status: rein_store::RunStatus,
     ) -> Result<u64, rein_store::StoreError> {
         self.inner.count_runs_with_status(status).await
+    }
+}
+
+#[async_trait::async_trait]
+impl LeaseStore for Meddling {
+    async fn change_lease(
+        &self,
+        change: rein_store::LeaseChange,
+    ) -> Result<Option<rein_store::Lease>, StoreError> {
+        self.inner.change_lease(change).await
+    }
+    async fn leases(
+        &self,
+        filter: &rein_store::LeaseFilter,
+    ) -> Result<Vec<rein_store::Lease>, StoreError> {
+        self.inner.leases(filter).await
     }
 
     async fn renew_lease_of(
@@ -477,7 +432,10 @@ impl Store for Meddling {
     ) -> Result<bool, rein_store::StoreError> {
         self.inner.take_over_lease(lease, now_ms).await
     }
+}
 
+#[async_trait::async_trait]
+impl IdempotencyStore for Meddling {
     async fn reserve_idempotency(
         &self,
         tenant: &rein_core::TenantId,
@@ -584,7 +542,10 @@ impl Store for Meddling {
     ) -> Result<usize, rein_store::StoreError> {
         self.inner.sweep_idempotency(now_ms, limit).await
     }
+}
 
+#[async_trait::async_trait]
+impl SingletonStore for Meddling {
     async fn claim_singleton(
         &self,
         name: &str,
@@ -610,6 +571,62 @@ impl Store for Meddling {
         name: &str,
     ) -> Result<Option<rein_store::SingletonLease>, rein_store::StoreError> {
         self.inner.singleton(name).await
+    }
+}
+
+#[async_trait::async_trait]
+impl HealthStore for Meddling {
+    async fn run_stats(
+        &self,
+        query: &rein_store::StatsQuery,
+    ) -> Result<rein_store::RunStats, rein_store::StoreError> {
+        self.inner.run_stats(query).await
+    }
+
+    async fn renew_share_lease(
+        &self,
+        group: &str,
+        node: &str,
+        now_ms: u64,
+        expires_at_ms: u64,
+    ) -> Result<Vec<String>, rein_store::StoreError> {
+        self.inner
+            .renew_share_lease(group, node, now_ms, expires_at_ms)
+            .await
+    }
+
+    async fn release_share_lease(
+        &self,
+        group: &str,
+        node: &str,
+    ) -> Result<bool, rein_store::StoreError> {
+        self.inner.release_share_lease(group, node).await
+    }
+
+    async fn request_cancel(
+        &self,
+        request: rein_store::CancelRequest,
+    ) -> Result<rein_store::CancelRequest, rein_store::StoreError> {
+        self.inner.request_cancel(request).await
+    }
+
+    async fn cancel_request(
+        &self,
+        run_id: &rein_core::RunId,
+    ) -> Result<Option<rein_store::CancelRequest>, rein_store::StoreError> {
+        self.inner.cancel_request(run_id).await
+    }
+
+    async fn merge_latency(
+        &self,
+        deltas: &[(String, rein_core::latency::LatencyHistogram)],
+        now_ms: u64,
+    ) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
+        self.inner.merge_latency(deltas, now_ms).await
+    }
+
+    async fn latency_histograms(&self) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
+        self.inner.latency_histograms().await
     }
 
     async fn publish_breaker_open(

@@ -12,7 +12,7 @@ use common::{agent, answer, call, harness, run, script};
 use rein_core::deadline::BudgetLimits;
 use rein_core::{Outcome, RunId};
 use rein_engine::run::{AcceptAll, AgentBinding, EngineError};
-use rein_store::{LeaseKind, RunStatus, StepCommit, Store};
+use rein_store::{LeaseKind, RunStatus, StepCommit, Store, StoreExt};
 use rein_testkit::order_desk::{Faults, GET_ORDER};
 use serde_json::{Value, json};
 

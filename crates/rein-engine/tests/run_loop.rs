@@ -20,7 +20,9 @@ use rein_core::registry::{CompensationGrade, Price};
 use rein_core::{Category, EventData, EventKind, LatencyProfile, LedgerStatus, Outcome, ToolClass};
 use rein_engine::provider::OpenAiProvider;
 use rein_engine::run::{AgentBinding, ArgValidator, Engine, HandOn, RunOutput, ToolBinding};
-use rein_store::Store;
+use rein_store::{
+    HealthStore, IdempotencyStore, LeaseStore, RunStore, SingletonStore, Store, StoreExt,
+};
 use rein_testkit::RetryAfter;
 use rein_testkit::mock_model::{MockModel, Reply};
 use rein_testkit::order_desk::{
@@ -889,7 +891,7 @@ async fn executed_but_reported_failure_on_an_idempotent_write_is_found_by_key() 
 struct NoDeclares(Arc<dyn Store>);
 
 #[async_trait::async_trait]
-impl Store for NoDeclares {
+impl RunStore for NoDeclares {
     async fn create_run(
         &self,
         run: rein_store::NewRun,
@@ -966,71 +968,6 @@ impl Store for NoDeclares {
         }
         self.0.commit_step(id, commit).await
     }
-    async fn change_lease(
-        &self,
-        change: rein_store::LeaseChange,
-    ) -> Result<Option<rein_store::Lease>, rein_store::StoreError> {
-        self.0.change_lease(change).await
-    }
-    async fn leases(
-        &self,
-        filter: &rein_store::LeaseFilter,
-    ) -> Result<Vec<rein_store::Lease>, rein_store::StoreError> {
-        self.0.leases(filter).await
-    }
-
-    async fn merge_latency(
-        &self,
-        deltas: &[(String, rein_core::latency::LatencyHistogram)],
-        now_ms: u64,
-    ) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
-        self.0.merge_latency(deltas, now_ms).await
-    }
-
-    async fn latency_histograms(&self) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
-        self.0.latency_histograms().await
-    }
-
-    async fn run_stats(
-        &self,
-        query: &rein_store::StatsQuery,
-    ) -> Result<rein_store::RunStats, rein_store::StoreError> {
-        self.0.run_stats(query).await
-    }
-
-    async fn renew_share_lease(
-        &self,
-        group: &str,
-        node: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
-    ) -> Result<Vec<String>, rein_store::StoreError> {
-        self.0
-            .renew_share_lease(group, node, now_ms, expires_at_ms)
-            .await
-    }
-
-    async fn release_share_lease(
-        &self,
-        group: &str,
-        node: &str,
-    ) -> Result<bool, rein_store::StoreError> {
-        self.0.release_share_lease(group, node).await
-    }
-
-    async fn request_cancel(
-        &self,
-        request: rein_store::CancelRequest,
-    ) -> Result<rein_store::CancelRequest, rein_store::StoreError> {
-        self.0.request_cancel(request).await
-    }
-
-    async fn cancel_request(
-        &self,
-        run_id: &rein_core::RunId,
-    ) -> Result<Option<rein_store::CancelRequest>, rein_store::StoreError> {
-        self.0.cancel_request(run_id).await
-    }
 
     // Forwarded as they are: the store under test keeps its semantics.
     async fn runs_with_status(
@@ -1063,6 +1000,22 @@ impl Store for NoDeclares {
     ) -> Result<Vec<rein_store::RunRecord>, rein_store::StoreError> {
         self.0.children_of(parent).await
     }
+}
+
+#[async_trait::async_trait]
+impl LeaseStore for NoDeclares {
+    async fn change_lease(
+        &self,
+        change: rein_store::LeaseChange,
+    ) -> Result<Option<rein_store::Lease>, rein_store::StoreError> {
+        self.0.change_lease(change).await
+    }
+    async fn leases(
+        &self,
+        filter: &rein_store::LeaseFilter,
+    ) -> Result<Vec<rein_store::Lease>, rein_store::StoreError> {
+        self.0.leases(filter).await
+    }
 
     async fn renew_lease_of(
         &self,
@@ -1088,7 +1041,10 @@ impl Store for NoDeclares {
     ) -> Result<bool, rein_store::StoreError> {
         self.0.take_over_lease(lease, now_ms).await
     }
+}
 
+#[async_trait::async_trait]
+impl IdempotencyStore for NoDeclares {
     async fn reserve_idempotency(
         &self,
         tenant: &rein_core::TenantId,
@@ -1193,7 +1149,10 @@ impl Store for NoDeclares {
     ) -> Result<usize, rein_store::StoreError> {
         self.0.sweep_idempotency(now_ms, limit).await
     }
+}
 
+#[async_trait::async_trait]
+impl SingletonStore for NoDeclares {
     async fn claim_singleton(
         &self,
         name: &str,
@@ -1219,6 +1178,62 @@ impl Store for NoDeclares {
         name: &str,
     ) -> Result<Option<rein_store::SingletonLease>, rein_store::StoreError> {
         self.0.singleton(name).await
+    }
+}
+
+#[async_trait::async_trait]
+impl HealthStore for NoDeclares {
+    async fn run_stats(
+        &self,
+        query: &rein_store::StatsQuery,
+    ) -> Result<rein_store::RunStats, rein_store::StoreError> {
+        self.0.run_stats(query).await
+    }
+
+    async fn renew_share_lease(
+        &self,
+        group: &str,
+        node: &str,
+        now_ms: u64,
+        expires_at_ms: u64,
+    ) -> Result<Vec<String>, rein_store::StoreError> {
+        self.0
+            .renew_share_lease(group, node, now_ms, expires_at_ms)
+            .await
+    }
+
+    async fn release_share_lease(
+        &self,
+        group: &str,
+        node: &str,
+    ) -> Result<bool, rein_store::StoreError> {
+        self.0.release_share_lease(group, node).await
+    }
+
+    async fn request_cancel(
+        &self,
+        request: rein_store::CancelRequest,
+    ) -> Result<rein_store::CancelRequest, rein_store::StoreError> {
+        self.0.request_cancel(request).await
+    }
+
+    async fn cancel_request(
+        &self,
+        run_id: &rein_core::RunId,
+    ) -> Result<Option<rein_store::CancelRequest>, rein_store::StoreError> {
+        self.0.cancel_request(run_id).await
+    }
+
+    async fn merge_latency(
+        &self,
+        deltas: &[(String, rein_core::latency::LatencyHistogram)],
+        now_ms: u64,
+    ) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
+        self.0.merge_latency(deltas, now_ms).await
+    }
+
+    async fn latency_histograms(&self) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
+        self.0.latency_histograms().await
     }
 
     async fn publish_breaker_open(

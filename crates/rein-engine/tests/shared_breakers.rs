@@ -14,7 +14,8 @@ use rein_engine::provider::{Message, ModelProvider, ModelRequest, OpenAiProvider
 use rein_engine::run::{
     CancellationToken, Engine, ModelAsk, ModelBinding, ModelError, ModelLink, Observer,
 };
-use rein_store::{SqliteStore, Store};
+use rein_store::Store;
+use rein_store_sqlite::SqliteStore;
 use rein_testkit::mock_model::{MockModel, MockModelConfig, Reply};
 use serde_json::Value;
 

@@ -16,7 +16,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use rein_core::Outcome;
-use rein_store::{RunStatus, StoreError};
+use rein_store::{RunStatus, StoreError, StoreExt};
 use serde_json::json;
 
 use crate::auth::Tenant;

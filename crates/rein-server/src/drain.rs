@@ -69,7 +69,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rein_core::{EventKind, RunId};
 use rein_engine::run::HandOn;
-use rein_store::{LeaseKind, RunStatus};
+use rein_store::{LeaseKind, RunStatus, StoreExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

@@ -24,7 +24,8 @@ use rein_engine::config::Loader;
 use rein_engine::run::{RunRequest, http_client};
 use rein_engine::startup::{self, Purpose};
 use rein_server::AppState;
-use rein_store::{SqliteStore, Store};
+use rein_store::Store;
+use rein_store_sqlite::SqliteStore;
 use rein_testkit::order_desk::OrderDesk;
 use tokio_util::sync::CancellationToken;
 

@@ -19,9 +19,10 @@ use rein_core::deadline::{Cost, Usage};
 use rein_core::{
     Event, EventData, EventKind, IntentId, LedgerRecord, LedgerStatus, RunId, TenantId, ToolClass,
 };
-use rein_store::{Checkpoint, NewRun, SqliteStore, StepCommit, Store};
+use rein_store::{Checkpoint, NewRun, StepCommit, Store};
 use rein_store_postgres::scratch::ScratchDatabase;
 use rein_store_postgres::{PostgresOptions, PostgresStore};
+use rein_store_sqlite::SqliteStore;
 use serde_json::json;
 
 /// Commits per writer per round.

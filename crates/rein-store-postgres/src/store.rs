@@ -8,10 +8,11 @@ use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use rein_core::{Event, LedgerRecord, RunId, TenantId};
 use rein_store::{
-    BreakerOpening, Checkpoint, Committed, IdempotencyRecord, IdempotencySettled,
-    IdempotencySettlement, IdempotencyState, Lease, LeaseChange, LeaseFilter, NewReservation,
-    NewRun, PlannedIntent, Reservation, ReservationFence, RunCursor, RunFilter, RunPage, RunRecord,
-    RunStatus, SingletonLease, StepCommit, Store, StoreError, StoredResponse, TenantBacklog,
+    BreakerOpening, Checkpoint, Committed, HealthStore, IdempotencyRecord, IdempotencySettled,
+    IdempotencySettlement, IdempotencyState, IdempotencyStore, Lease, LeaseChange, LeaseFilter,
+    LeaseStore, NewReservation, NewRun, PlannedIntent, Reservation, ReservationFence, RunCursor,
+    RunFilter, RunPage, RunRecord, RunStatus, RunStore, SingletonLease, SingletonStore, StepCommit,
+    StoreError, StoredResponse, TenantBacklog,
 };
 use tokio_postgres::NoTls;
 
@@ -225,7 +226,7 @@ macro_rules! read {
 }
 
 #[async_trait]
-impl Store for PostgresStore {
+impl RunStore for PostgresStore {
     async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
         read!(self, runs::create_run, run)
     }
@@ -308,7 +309,10 @@ impl Store for PostgresStore {
     ) -> Result<Committed, StoreError> {
         write!(self, commit::commit_step, run_id, commit)
     }
+}
 
+#[async_trait]
+impl LeaseStore for PostgresStore {
     async fn change_lease(&self, change: LeaseChange) -> Result<Option<Lease>, StoreError> {
         write!(self, leases::change_lease, change)
     }
@@ -333,7 +337,10 @@ impl Store for PostgresStore {
     async fn take_over_lease(&self, lease: Lease, now_ms: u64) -> Result<bool, StoreError> {
         write!(self, leases::take_over_lease, &lease, now_ms)
     }
+}
 
+#[async_trait]
+impl IdempotencyStore for PostgresStore {
     async fn reserve_idempotency(
         &self,
         tenant: &TenantId,
@@ -432,7 +439,10 @@ impl Store for PostgresStore {
     async fn sweep_idempotency(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
         write!(self, idempotency::sweep, now_ms, limit)
     }
+}
 
+#[async_trait]
+impl SingletonStore for PostgresStore {
     async fn claim_singleton(
         &self,
         name: &str,
@@ -454,7 +464,10 @@ impl Store for PostgresStore {
     async fn singleton(&self, name: &str) -> Result<Option<SingletonLease>, StoreError> {
         read!(self, shared::singleton, name)
     }
+}
 
+#[async_trait]
+impl HealthStore for PostgresStore {
     async fn publish_breaker_open(
         &self,
         opening: BreakerOpening,

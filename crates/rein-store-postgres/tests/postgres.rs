@@ -3,10 +3,11 @@
 //! two nodes; and migrations.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use rein_store::RunStore;
 use std::sync::Arc;
 
+use rein_store::StoreError;
 use rein_store::conformance::Subject;
-use rein_store::{Store, StoreError};
 use rein_store_postgres::scratch::ScratchDatabase;
 use rein_store_postgres::{PostgresOptions, PostgresStore, SCHEMA_VERSION};
 

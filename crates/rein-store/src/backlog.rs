@@ -1,6 +1,6 @@
 //! What a queue worker needs to pick fairly between tenants: per tenant,
 //! its queued and running root runs and its oldest queued ones
-//! ([`Store::tenant_backlogs`](crate::Store::tenant_backlogs)).
+//! ([`RunStore::tenant_backlogs`](crate::RunStore::tenant_backlogs)).
 
 use rein_core::TenantId;
 

@@ -18,13 +18,13 @@
 //!
 //! | operation | effect |
 //! | --- | --- |
-//! | [`Store::publish_breaker_open`] | upsert an opening of an arm; the later `open_until_ms` wins |
-//! | [`Store::breaker_openings`] | the openings still in force at `now_ms` |
-//! | [`Store::clear_breaker_open`] | delete an arm's opening, only by the node that published it |
+//! | [`HealthStore::publish_breaker_open`] | upsert an opening of an arm; the later `open_until_ms` wins |
+//! | [`HealthStore::breaker_openings`] | the openings still in force at `now_ms` |
+//! | [`HealthStore::clear_breaker_open`] | delete an arm's opening, only by the node that published it |
 //!
-//! [`Store::publish_breaker_open`]: crate::Store::publish_breaker_open
-//! [`Store::breaker_openings`]: crate::Store::breaker_openings
-//! [`Store::clear_breaker_open`]: crate::Store::clear_breaker_open
+//! [`HealthStore::publish_breaker_open`]: crate::HealthStore::publish_breaker_open
+//! [`HealthStore::breaker_openings`]: crate::HealthStore::breaker_openings
+//! [`HealthStore::clear_breaker_open`]: crate::HealthStore::clear_breaker_open
 
 use serde::{Deserialize, Serialize};
 

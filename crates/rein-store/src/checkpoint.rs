@@ -54,7 +54,7 @@ use crate::error::StoreError;
 /// The state of a run after a step, from which a resume continues.
 ///
 /// Written whole, one per (run, step): writing the same step again
-/// replaces it. This is also what [`Store::latest_checkpoint`] returns,
+/// replaces it. This is also what [`RunStore::latest_checkpoint`] returns,
 /// rebuilt from the latest whole checkpoint and the [`CheckpointDelta`]s
 /// after it (see the [module docs](self)).
 ///
@@ -65,7 +65,7 @@ use crate::error::StoreError;
 /// completed, and the budget consumed so far. `messages` and `state` are
 /// opaque to the store; the engine owns their shape.
 ///
-/// [`Store::latest_checkpoint`]: crate::Store::latest_checkpoint
+/// [`RunStore::latest_checkpoint`]: crate::RunStore::latest_checkpoint
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Checkpoint {
     /// The run.

@@ -39,7 +39,7 @@ use crate::{
     IdempotencySettled, IdempotencySettlement, IdempotencyState, Lease, LeaseChange, LeaseFilter,
     LeaseKind, LedgerMark, MAX_SINGLETON_LEN, NewReservation, NewRun, PlannedIntent, Reservation,
     ReservationFence, RunCursor, RunFilter, RunPage, RunStatus, SingletonLease, StatusChange,
-    StepCommit, Store, StoreError, StoredResponse,
+    StepCommit, Store, StoreError, StoreExt, StoredResponse,
 };
 
 mod cancel;

@@ -79,7 +79,7 @@ pub enum StoreError {
         /// The run whose ledger changed.
         run_id: String,
     },
-    /// [`Store::create_run_held`](crate::Store::create_run_held): the
+    /// [`IdempotencyStore::create_run_held`](crate::IdempotencyStore::create_run_held): the
     /// idempotency reservation the run's creation is fenced on is no longer
     /// the caller's (another request took it over).
     #[error(

@@ -12,7 +12,7 @@
 //! atomically before the endpoint runs, and the response is stored when it
 //! succeeds.
 //!
-//! | condition | [`Store::reserve_idempotency`] | the server answers |
+//! | condition | [`IdempotencyStore::reserve_idempotency`] | the server answers |
 //! | --- | --- | --- |
 //! | no record, or an expired one (replaced) | [`Reservation::Reserved`] | runs the endpoint |
 //! | same fingerprint, [`Completed`] | [`Reservation::Replay`] | the stored status, body, `Content-Type`, `Location` |
@@ -22,7 +22,7 @@
 //! On 2xx the holder completes its record; when the endpoint fails or
 //! answers other than 2xx it releases it so a retry can run — unless the
 //! run the record names exists, which a release refuses (see below).
-//! [`Store::release_idempotency`] and [`Store::complete_idempotency`] do
+//! [`IdempotencyStore::release_idempotency`] and [`IdempotencyStore::complete_idempotency`] do
 //! the same without a holder to fence on.
 //!
 //! # Holders: no key blocked by a process that died
@@ -30,14 +30,14 @@
 //! A reservation names its [`Holder`] (the process executing the request,
 //! for a run the run's id, and until when the holder is taken for alive)
 //! in the same write. The holder renews it while it works
-//! ([`Store::renew_idempotency`]); a sync submission's run is created only
-//! while the reservation is still its holder's ([`Store::create_run_held`]).
+//! ([`IdempotencyStore::renew_idempotency`]); a sync submission's run is created only
+//! while the reservation is still its holder's ([`IdempotencyStore::create_run_held`]).
 //! A process killed between reserving and completing leaves an
 //! `in_progress` record whose holder stops renewing; the server resolves
-//! it with [`Store::settle_idempotency`], fenced on that holder: completed
+//! it with [`IdempotencyStore::settle_idempotency`], fenced on that holder: completed
 //! with an answer from the run when the run exists, released when nothing
 //! ran (refused, in the same write, when the run exists after all). A
-//! queued submission never leaves one at all: [`Store::submit_queued`]
+//! queued submission never leaves one at all: [`IdempotencyStore::submit_queued`]
 //! reserves the key, creates the run and stores the answer in one write.
 //!
 //! ```text
@@ -58,27 +58,27 @@
 //! Each record carries `expires_at_ms`, set at reservation from a retention
 //! ([`DEFAULT_IDEMPOTENCY_RETENTION`] unless configured). An expired record
 //! (`expires_at_ms <= now`) is treated as absent by a reservation, which
-//! replaces it, and is deleted by [`Store::sweep_idempotency`]. A record
+//! replaces it, and is deleted by [`IdempotencyStore::sweep_idempotency`]. A record
 //! reserved without a holder that its process left behind blocks its key
 //! (409) until it expires, or until an operator finds it with
-//! [`Store::idempotency_records`] and deletes it with
-//! [`Store::clear_idempotency`].
+//! [`IdempotencyStore::idempotency_records`] and deletes it with
+//! [`IdempotencyStore::clear_idempotency`].
 //!
 //! | default | value |
 //! | --- | --- |
 //! | [`DEFAULT_IDEMPOTENCY_RETENTION`] | 24 h |
 //! | [`MAX_IDEMPOTENCY_KEY_LEN`] | 1024 bytes |
 //!
-//! [`Store::reserve_idempotency`]: crate::Store::reserve_idempotency
-//! [`Store::release_idempotency`]: crate::Store::release_idempotency
-//! [`Store::complete_idempotency`]: crate::Store::complete_idempotency
-//! [`Store::sweep_idempotency`]: crate::Store::sweep_idempotency
-//! [`Store::idempotency_records`]: crate::Store::idempotency_records
-//! [`Store::clear_idempotency`]: crate::Store::clear_idempotency
-//! [`Store::settle_idempotency`]: crate::Store::settle_idempotency
-//! [`Store::submit_queued`]: crate::Store::submit_queued
-//! [`Store::renew_idempotency`]: crate::Store::renew_idempotency
-//! [`Store::create_run_held`]: crate::Store::create_run_held
+//! [`IdempotencyStore::reserve_idempotency`]: crate::IdempotencyStore::reserve_idempotency
+//! [`IdempotencyStore::release_idempotency`]: crate::IdempotencyStore::release_idempotency
+//! [`IdempotencyStore::complete_idempotency`]: crate::IdempotencyStore::complete_idempotency
+//! [`IdempotencyStore::sweep_idempotency`]: crate::IdempotencyStore::sweep_idempotency
+//! [`IdempotencyStore::idempotency_records`]: crate::IdempotencyStore::idempotency_records
+//! [`IdempotencyStore::clear_idempotency`]: crate::IdempotencyStore::clear_idempotency
+//! [`IdempotencyStore::settle_idempotency`]: crate::IdempotencyStore::settle_idempotency
+//! [`IdempotencyStore::submit_queued`]: crate::IdempotencyStore::submit_queued
+//! [`IdempotencyStore::renew_idempotency`]: crate::IdempotencyStore::renew_idempotency
+//! [`IdempotencyStore::create_run_held`]: crate::IdempotencyStore::create_run_held
 //! [`Completed`]: IdempotencyState::Completed
 //! [`InProgress`]: IdempotencyState::InProgress
 
@@ -210,10 +210,10 @@ pub struct IdempotencyRecord {
     /// written before holders renewed their reservations (schema 7).
     pub holder_since_ms: Option<u64>,
     /// Until when the holder is taken for alive: set at reservation and
-    /// pushed forward by [`Store::renew_idempotency`] while it works;
+    /// pushed forward by [`IdempotencyStore::renew_idempotency`] while it works;
     /// `None` as for `holder_since_ms`.
     ///
-    /// [`Store::renew_idempotency`]: crate::Store::renew_idempotency
+    /// [`IdempotencyStore::renew_idempotency`]: crate::IdempotencyStore::renew_idempotency
     pub holder_until_ms: Option<u64>,
 }
 
@@ -256,17 +256,17 @@ pub struct Holder {
     /// The run the request starts, when its id is known before it starts.
     pub run_id: Option<RunId>,
     /// Until when the holder is taken for alive unless it renews
-    /// ([`Store::renew_idempotency`]), ms since the Unix epoch.
+    /// ([`IdempotencyStore::renew_idempotency`]), ms since the Unix epoch.
     ///
-    /// [`Store::renew_idempotency`]: crate::Store::renew_idempotency
+    /// [`IdempotencyStore::renew_idempotency`]: crate::IdempotencyStore::renew_idempotency
     pub until_ms: u64,
 }
 
 /// The reservation a run's creation is fenced on
-/// ([`Store::create_run_held`]): the run is created only while the record
+/// ([`IdempotencyStore::create_run_held`]): the run is created only while the record
 /// of `key` in `tenant` is `owner`'s reservation in progress.
 ///
-/// [`Store::create_run_held`]: crate::Store::create_run_held
+/// [`IdempotencyStore::create_run_held`]: crate::IdempotencyStore::create_run_held
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReservationFence {
     /// The tenant whose key it is.
@@ -277,11 +277,11 @@ pub struct ReservationFence {
     pub owner: String,
 }
 
-/// A reservation to make: [`Store::reserve_idempotency_as`] and
-/// [`Store::submit_queued`] take it.
+/// A reservation to make: [`IdempotencyStore::reserve_idempotency_as`] and
+/// [`IdempotencyStore::submit_queued`] take it.
 ///
-/// [`Store::reserve_idempotency_as`]: crate::Store::reserve_idempotency_as
-/// [`Store::submit_queued`]: crate::Store::submit_queued
+/// [`IdempotencyStore::reserve_idempotency_as`]: crate::IdempotencyStore::reserve_idempotency_as
+/// [`IdempotencyStore::submit_queued`]: crate::IdempotencyStore::submit_queued
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewReservation {
     /// The tenant whose key it is.
@@ -299,7 +299,7 @@ pub struct NewReservation {
 }
 
 /// How an `in_progress` record whose holder is gone is resolved
-/// ([`Store::settle_idempotency`](crate::Store::settle_idempotency)).
+/// ([`IdempotencyStore::settle_idempotency`](crate::IdempotencyStore::settle_idempotency)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IdempotencySettlement {
     /// The request's run exists: store this answer for replays.
@@ -308,7 +308,7 @@ pub enum IdempotencySettlement {
     Release,
 }
 
-/// What [`Store::settle_idempotency`](crate::Store::settle_idempotency)
+/// What [`IdempotencyStore::settle_idempotency`](crate::IdempotencyStore::settle_idempotency)
 /// did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum IdempotencySettled {

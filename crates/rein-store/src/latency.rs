@@ -18,8 +18,8 @@
 //!
 //! | operation | effect |
 //! | --- | --- |
-//! | [`Store::merge_latency`] | adds deltas to their subjects' histograms in one transaction; returns the sums |
-//! | [`Store::latency_histograms`] | every stored histogram, with the rows that cannot be read listed apart |
+//! | [`HealthStore::merge_latency`] | adds deltas to their subjects' histograms in one transaction; returns the sums |
+//! | [`HealthStore::latency_histograms`] | every stored histogram, with the rows that cannot be read listed apart |
 //!
 //! # Corruption
 //!
@@ -29,8 +29,8 @@
 //! into such a row replaces it with the delta (the damaged counts are
 //! lost, the new ones are not) and reports it the same way.
 //!
-//! [`Store::merge_latency`]: crate::Store::merge_latency
-//! [`Store::latency_histograms`]: crate::Store::latency_histograms
+//! [`HealthStore::merge_latency`]: crate::HealthStore::merge_latency
+//! [`HealthStore::latency_histograms`]: crate::HealthStore::latency_histograms
 
 use rein_core::latency::LatencyHistogram;
 

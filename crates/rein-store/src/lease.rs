@@ -204,7 +204,7 @@ pub fn validate_owner(owner: &str) -> Result<(), StoreError> {
 }
 
 /// A change to the lease table: the one write path of leases
-/// ([`Store::change_lease`](crate::Store::change_lease)).
+/// ([`LeaseStore::change_lease`](crate::LeaseStore::change_lease)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LeaseChange {

@@ -1,5 +1,8 @@
-//! rein-store: rein's durable state behind the [`Store`] trait, with the
-//! embedded SQLite backend [`SqliteStore`].
+//! rein-store: the API of rein's durable state, the [`Store`] trait, with
+//! its types, the rules every backend applies, and the conformance suite
+//! every backend passes. The backends are crates of their own:
+//! `rein-store-sqlite` (embedded, the default for one node) and
+//! `rein-store-postgres` (several nodes sharing the work).
 //!
 //! # Why a separate crate
 //!
@@ -11,7 +14,8 @@
 //!
 //! | module | concept |
 //! | --- | --- |
-//! | [`Store`] | the trait: runs, events, intents, ledger, checkpoints, leases, idempotency records, singleton leases, breaker openings, latency histograms, share leases |
+//! | [`Store`] | the store API: [`RunStore`] (runs, events, intents, ledger, checkpoints, step commits), [`LeaseStore`] (leases and their fenced claims), [`IdempotencyStore`], [`SingletonStore`], [`HealthStore`] (breaker openings, latency histograms, share leases, run statistics, cancel requests, notifications), all together |
+//! | [`StoreExt`] | conveniences composed of one atomic call each, for every [`Store`] |
 //! | [`StepCommit`], [`ClaimFence`] | one atomic write per step (group-committed), optionally fenced by a run claim |
 //! | [`RunStatus`], [`NewRun`], [`RunRecord`] | runs and their final outcome |
 //! | [`RunFilter`], [`RunCursor`], [`RunPage`] | listing runs, newest first, a page at a time |
@@ -26,37 +30,13 @@
 //! | [`StatsQuery`], [`RunStats`] | runs by agent, status and model, and guardrails fired, counted by the store over a window |
 //! | share leases ([`MAX_SHARE_LEASE_LEN`]) | which nodes divide a resource group's limits among them |
 //! | [`StoreError`] | refusals and failures, classified by `is_transient` |
-//! | [`SqliteStore`], [`SqliteOptions`] | the SQLite backend |
+//! | [`codec`] | the row codec every backend shares: the `*_COLUMNS` lists and `decode_*` functions over a driver's [`Columns`](codec::Columns) |
 //!
-//! # Example
+//! # Backends
 //!
-//! ```
-//! use rein_core::{RunId, TenantId};
-//! use rein_store::{NewRun, RunStatus, SqliteStore, Store};
-//!
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! # let dir = std::env::temp_dir().join(format!("rein-store-doc-{}", std::process::id()));
-//! let store = SqliteStore::open(dir.join("rein.db"))?;
-//! # let runtime = tokio::runtime::Builder::new_current_thread().build()?;
-//! # runtime.block_on(async {
-//! let run = store
-//!     .create_run(NewRun {
-//!         run_id: RunId::new("run-1")?,
-//!         tenant: TenantId::new("acme")?,
-//!         agent: "order-desk".to_owned(),
-//!         input: "move order 42 to Friday".to_owned(),
-//!         parent_run_id: None,
-//!         budget: serde_json::json!({ "max_steps": 10 }),
-//!         created_at_ms: 1_700_000_000_000,
-//!     })
-//!     .await?;
-//! assert_eq!(run.status, RunStatus::Queued);
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! # })?;
-//! # std::fs::remove_dir_all(&dir)?;
-//! # Ok(())
-//! # }
-//! ```
+//! This crate depends on no database driver: an embedder that runs on
+//! PostgreSQL only never compiles SQLite. See `rein-store-sqlite`'s crate
+//! docs for an example of opening a store and creating a run.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -64,8 +44,10 @@ mod backlog;
 mod breaker;
 mod cancel;
 mod checkpoint;
+pub mod codec;
 mod commit;
 mod error;
+mod ext;
 mod idempotency;
 mod intent;
 mod latency;
@@ -75,7 +57,6 @@ mod notify;
 mod run;
 mod share;
 mod singleton;
-mod sqlite;
 mod stats;
 mod store;
 
@@ -108,6 +89,7 @@ pub use cancel::{CancelRequest, MAX_CANCEL_REQUESTER_LEN};
 pub use checkpoint::{Checkpoint, CheckpointDelta};
 pub use commit::{ClaimFence, Committed, StepCommit};
 pub use error::StoreError;
+pub use ext::StoreExt;
 pub use idempotency::{
     DEFAULT_IDEMPOTENCY_RETENTION, Holder, IdempotencyRecord, IdempotencySettled,
     IdempotencySettlement, IdempotencyState, MAX_IDEMPOTENCY_KEY_LEN, NewReservation, Reservation,
@@ -121,9 +103,5 @@ pub use notify::Notification;
 pub use run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus, StatusChange};
 pub use share::MAX_SHARE_LEASE_LEN;
 pub use singleton::{MAX_SINGLETON_LEN, SingletonLease};
-pub use sqlite::{
-    DEFAULT_BUSY_TIMEOUT, DEFAULT_SYNCHRONOUS_FULL, DIRECTORY_MODE, FILE_MODE, MAX_BUSY_TIMEOUT,
-    SCHEMA_VERSION, SqliteOptions, SqliteStore, is_world_readable, world_readable_files,
-};
 pub use stats::{GuardrailCount, ModelCount, RunStats, StatsQuery, StatusCount};
-pub use store::Store;
+pub use store::{HealthStore, IdempotencyStore, LeaseStore, RunStore, SingletonStore, Store};

@@ -109,15 +109,15 @@ pub struct NewRun {
 }
 
 /// A place in a list of runs ordered by (`created_at_ms`, run id): where
-/// the next page starts. Oldest first in [`Store::runs_with_status`] order
-/// (the next page of [`Store::runs_with_status_after`] holds the runs it
+/// the next page starts. Oldest first in [`RunStore::runs_with_status`] order
+/// (the next page of [`RunStore::runs_with_status_after`] holds the runs it
 /// [`precedes`](RunCursor::precedes)); newest first in a listing (the next
-/// page of [`Store::list_runs_page`] holds the runs it
+/// page of [`RunStore::list_runs_page`] holds the runs it
 /// [`is_newer_than`](RunCursor::is_newer_than)).
 ///
-/// [`Store::runs_with_status`]: crate::Store::runs_with_status
-/// [`Store::runs_with_status_after`]: crate::Store::runs_with_status_after
-/// [`Store::list_runs_page`]: crate::Store::list_runs_page
+/// [`RunStore::runs_with_status`]: crate::RunStore::runs_with_status
+/// [`RunStore::runs_with_status_after`]: crate::RunStore::runs_with_status_after
+/// [`RunStore::list_runs_page`]: crate::RunStore::list_runs_page
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct RunCursor {
     /// The last run's creation time.
@@ -143,10 +143,10 @@ impl RunCursor {
 
 impl RunCursor {
     /// Whether `run` comes after this cursor in a newest-first listing
-    /// ([`Store::list_runs_page`]): it is older, ties on the creation time
+    /// ([`RunStore::list_runs_page`]): it is older, ties on the creation time
     /// broken by the run id, descending.
     ///
-    /// [`Store::list_runs_page`]: crate::Store::list_runs_page
+    /// [`RunStore::list_runs_page`]: crate::RunStore::list_runs_page
     pub fn is_newer_than(&self, run: &RunRecord) -> bool {
         (run.created_at_ms, run.run_id.as_str()) < (self.created_at_ms, self.run_id.as_str())
     }
@@ -206,7 +206,7 @@ impl RunCursor {
 /// The version prefix of a [`RunCursor::to_token`] token.
 const CURSOR_VERSION: &str = "v1";
 
-/// Which runs [`Store::list_runs_page`] lists. The default lists every run
+/// Which runs [`RunStore::list_runs_page`] lists. The default lists every run
 /// of every tenant; each setting narrows it, and all of them hold together.
 ///
 /// # Why the tenant is a filter, not a parameter
@@ -215,16 +215,16 @@ const CURSOR_VERSION: &str = "v1";
 /// sets it to the caller's tenant ([`RunFilter::of_tenant`]), so a page
 /// never holds another tenant's run whatever else the request asks.
 ///
-/// [`Store::list_runs_page`]: crate::Store::list_runs_page
+/// [`RunStore::list_runs_page`]: crate::RunStore::list_runs_page
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RunFilter {
     /// Only this tenant's runs.
     pub tenant: Option<TenantId>,
     /// Only runs with this status (a finished status matches its outcome
-    /// only, as in [`Store::runs_with_status`]).
+    /// only, as in [`RunStore::runs_with_status`]).
     ///
-    /// [`Store::runs_with_status`]: crate::Store::runs_with_status
+    /// [`RunStore::runs_with_status`]: crate::RunStore::runs_with_status
     pub status: Option<RunStatus>,
     /// Only this agent's runs (its exact name).
     pub agent: Option<String>,

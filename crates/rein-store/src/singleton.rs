@@ -17,13 +17,13 @@
 //!
 //! | operation | effect |
 //! | --- | --- |
-//! | [`Store::claim_singleton`] | take (free or expired) or renew (own, live) the lease; `None` while another owner holds it |
-//! | [`Store::release_singleton`] | give it up, only by its holder |
-//! | [`Store::singleton`] | read the current holder, expired or not |
+//! | [`SingletonStore::claim_singleton`] | take (free or expired) or renew (own, live) the lease; `None` while another owner holds it |
+//! | [`SingletonStore::release_singleton`] | give it up, only by its holder |
+//! | [`SingletonStore::singleton`] | read the current holder, expired or not |
 //!
-//! [`Store::claim_singleton`]: crate::Store::claim_singleton
-//! [`Store::release_singleton`]: crate::Store::release_singleton
-//! [`Store::singleton`]: crate::Store::singleton
+//! [`SingletonStore::claim_singleton`]: crate::SingletonStore::claim_singleton
+//! [`SingletonStore::release_singleton`]: crate::SingletonStore::release_singleton
+//! [`SingletonStore::singleton`]: crate::SingletonStore::singleton
 
 use serde::{Deserialize, Serialize};
 

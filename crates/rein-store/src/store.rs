@@ -1,11 +1,24 @@
-//! The [`Store`] trait: rein's durable state, independent of the backend.
+//! The store API: one capability trait per kind of durable state, and
+//! [`Store`], all of them together, which the engine holds.
+//!
+//! # Why capability traits
+//!
+//! Following restate's `storage-api`, each trait is one capability a backend
+//! provides: [`RunStore`] (runs and step commits), [`LeaseStore`] (resource
+//! leases and their fenced claims), [`IdempotencyStore`] (HTTP
+//! `Idempotency-Key` records), [`SingletonStore`] (the election of a
+//! periodic service's owner) and [`HealthStore`] (breaker openings and
+//! latency histograms shared by every process). A backend implements each;
+//! [`Store`] is blanket-implemented for every type that implements them all,
+//! so callers keep writing `Arc<dyn Store>`. The conveniences composed of
+//! these methods are in [`StoreExt`](crate::StoreExt).
 
 use async_trait::async_trait;
-use rein_core::{Event, IntentId, LedgerRecord, RunId, RunReport, TenantId};
+use rein_core::{Event, LedgerRecord, RunId, TenantId};
 
 use crate::breaker::BreakerOpening;
 use crate::cancel::CancelRequest;
-use crate::checkpoint::{Checkpoint, CheckpointDelta};
+use crate::checkpoint::Checkpoint;
 use crate::commit::{Committed, StepCommit};
 use crate::error::StoreError;
 use crate::idempotency::{
@@ -15,29 +28,22 @@ use crate::idempotency::{
 use crate::intent::PlannedIntent;
 use crate::latency::LatencyRows;
 use crate::lease::{Lease, LeaseChange, LeaseFilter};
-use crate::ledger::LedgerMark;
-use crate::run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus, StatusChange};
+use crate::run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus};
 use crate::singleton::SingletonLease;
 use rein_core::latency::LatencyHistogram;
 
 /// Durable state of runs: the runs themselves, their event streams, planned
 /// intents, the side-effect ledger, checkpoints and resource leases; and
-/// the HTTP idempotency records and singleton leases of `rein serve`.
+/// the HTTP idempotency records, singleton leases and shared health of
+/// `rein serve`: every capability trait of this module together.
 ///
 /// # Why a trait
 ///
 /// The engine holds an `Arc<dyn Store>` and never sees SQL: the embedded
-/// SQLite backend ([`SqliteStore`](crate::SqliteStore)) serves one node, a
-/// PostgreSQL backend will serve several, and both must pass the same
-/// conformance suite (`rein_store::conformance`, feature `conformance`).
-///
-/// # Writes
-///
-/// Every write goes through [`Store::commit_step`], which applies a whole
-/// [`StepCommit`] atomically. The single-purpose writers ([`append_events`],
-/// [`declare`], [`mark`], ...) are provided methods that commit one part,
-/// so a backend implements the write path once and gets them all with the
-/// same semantics.
+/// SQLite backend (`rein_store_sqlite::SqliteStore`) serves one node, the
+/// PostgreSQL one (`rein_store_postgres::PostgresStore`) several, and both
+/// must pass the same conformance suite (`rein_store::conformance`, feature
+/// `conformance`).
 ///
 /// # Contract
 ///
@@ -49,79 +55,44 @@ use rein_core::latency::LatencyHistogram;
 /// - A stored value that cannot be decoded is a [`StoreError::Corrupt`],
 ///   never a panic.
 ///
-/// # Required and provided methods
+/// # No defaults
 ///
-/// Every method whose semantics a backend must supply is required: there
-/// is no provided fallback that fails, scans only part of the data, or
+/// `Store` has no methods of its own and is implemented for every type that
+/// implements the five capability traits; those have no provided methods
+/// at all: there is no fallback that fails, scans only part of the data, or
 /// does in two steps what must be one atomic write, so a backend (or a
 /// store wrapping another) that forgets one does not compile, instead of
-/// silently breaking a take-over or an idempotency key. The provided
-/// methods are conveniences, each one call of a required atomic method
-/// ([`Store::commit_step`], [`Store::change_lease`], [`Store::leases`]).
+/// silently breaking a take-over or an idempotency key. The conveniences
+/// (each one call of an atomic method: [`RunStore::commit_step`],
+/// [`LeaseStore::change_lease`], [`LeaseStore::leases`]) are in
+/// [`StoreExt`](crate::StoreExt), blanket-implemented, so a wrapper cannot
+/// override one to mean something else.
+pub trait Store: RunStore + LeaseStore + IdempotencyStore + SingletonStore + HealthStore {}
+
+impl<S> Store for S where
+    S: RunStore + LeaseStore + IdempotencyStore + SingletonStore + HealthStore + ?Sized
+{
+}
+
+/// Runs and their step commits: creating, reading and listing runs, their
+/// events, planned intents, ledger and checkpoints, and the one write path,
+/// [`RunStore::commit_step`].
 ///
-/// # Leases
+/// # Writes
 ///
-/// Resource leases ([`Lease`]) have their own write path,
-/// [`Store::change_lease`], with [`acquire_lease`], [`renew_lease`] and
-/// [`release_lease`] provided on top, and the fenced
-/// [`renew_lease_of`], [`release_lease_of`] and [`take_over_lease`], which
-/// act only for the lease's holder (or on an expired lease) so that a
-/// stalled holder cannot renew or release a lease another process took
-/// over. They are not part of a
-/// [`StepCommit`]: a lease is taken and released by a tool adapter around
-/// one call (and by the reaper after a crash), not at a step boundary, and
-/// it must be durable before the resource exists, not when the step ends.
+/// Every write of a run's state goes through [`RunStore::commit_step`],
+/// which applies a whole [`StepCommit`] atomically. The single-purpose
+/// writers ([`set_run_status`], [`append_events`], [`declare`], [`mark`],
+/// ...) are conveniences of [`StoreExt`](crate::StoreExt) that commit one
+/// part, so a backend implements the write path once and gets them all
+/// with the same semantics.
 ///
-/// # Idempotency records
-///
-/// [`IdempotencyRecord`]s (see [`Reservation`] for the decision table) are
-/// not tied to a run either: [`reserve_idempotency`] runs before the run
-/// exists. Each method is one atomic operation of its own; a reservation in
-/// particular reads and writes in one transaction that excludes every other
-/// writer of the store, across processes sharing it, so of any number of
-/// concurrent reservations of one key exactly one is
-/// [`Reservation::Reserved`].
-///
-///
-/// [`reserve_idempotency`]: Store::reserve_idempotency
-///
-/// # Singleton leases
-///
-/// A [`SingletonLease`] elects the one process, among those sharing the
-/// store, that runs a periodic service. [`claim_singleton`] is one atomic
-/// operation that excludes every other writer of the store, across
-/// processes, so of any number of concurrent claims of a free lease exactly
-/// one wins.
-///
-/// [`claim_singleton`]: Store::claim_singleton
-///
-/// # Breaker openings
-///
-/// A [`BreakerOpening`] shares one node's open circuit breaker arm with
-/// every process sharing the store (see the `breaker` module docs of this
-/// crate).
-///
-/// # Latency histograms
-///
-/// Observed latency (see the `latency` module docs of this crate): each
-/// process adds the samples it recorded since its last merge to the stored
-/// histogram of each subject ([`Store::merge_latency`], one transaction),
-/// and any process reads the sums ([`Store::latency_histograms`]). Both
-/// are required: a wrapping store must forward them, and every backend
-/// passes the conformance checks of them.
-///
-/// [`acquire_lease`]: Store::acquire_lease
-/// [`renew_lease`]: Store::renew_lease
-/// [`release_lease`]: Store::release_lease
-/// [`renew_lease_of`]: Store::renew_lease_of
-/// [`release_lease_of`]: Store::release_lease_of
-/// [`take_over_lease`]: Store::take_over_lease
-///
-/// [`append_events`]: Store::append_events
-/// [`declare`]: Store::declare
-/// [`mark`]: Store::mark
+/// [`set_run_status`]: crate::StoreExt::set_run_status
+/// [`append_events`]: crate::StoreExt::append_events
+/// [`declare`]: crate::StoreExt::declare
+/// [`mark`]: crate::StoreExt::mark
 #[async_trait]
-pub trait Store: Send + Sync {
+pub trait RunStore: Send + Sync {
     /// Creates a run, `queued`.
     ///
     /// # Errors
@@ -153,7 +124,7 @@ pub trait Store: Send + Sync {
     // and its drain) -----
 
     /// Up to `limit` runs with `status` that come after `after` (all of
-    /// them when `None`), in the order of [`Store::runs_with_status`]: the
+    /// them when `None`), in the order of [`RunStore::runs_with_status`]: the
     /// next page of a scan that must see every such run, however many of
     /// the oldest ones it passes over.
     async fn runs_with_status_after(
@@ -228,7 +199,7 @@ pub trait Store: Send + Sync {
     async fn pending_ledger(&self, limit: usize) -> Result<Vec<LedgerRecord>, StoreError>;
 
     /// The checkpoint of the run's highest step, if any: its latest whole
-    /// checkpoint with every [`CheckpointDelta`] after it applied
+    /// checkpoint with every [`CheckpointDelta`](crate::CheckpointDelta) after it applied
     /// ([`Checkpoint::rebuild`]).
     ///
     /// # Errors
@@ -255,103 +226,28 @@ pub trait Store: Send + Sync {
         run_id: &RunId,
         commit: StepCommit,
     ) -> Result<Committed, StoreError>;
+}
 
-    /// Sets the run's status, with its report when it finishes.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::FinishedRun`] when the run already finished: outcomes
-    /// are final.
-    async fn set_run_status(
-        &self,
-        run_id: &RunId,
-        status: RunStatus,
-        report: Option<RunReport>,
-        at_ms: u64,
-    ) -> Result<RunRecord, StoreError> {
-        let commit = StepCommit {
-            status: Some(StatusChange {
-                status,
-                report,
-                at_ms,
-            }),
-            ..StepCommit::default()
-        };
-        self.commit_step(run_id, commit)
-            .await?
-            .run
-            .ok_or_else(|| missing("run", "a status change"))
-    }
-
-    /// Appends events in one transaction (one durable commit for the batch)
-    /// and returns them with their assigned `seq`.
-    async fn append_events(
-        &self,
-        run_id: &RunId,
-        events: Vec<Event>,
-    ) -> Result<Vec<Event>, StoreError> {
-        let commit = StepCommit {
-            events,
-            ..StepCommit::default()
-        };
-        Ok(self.commit_step(run_id, commit).await?.events)
-    }
-
-    /// Saves the intents planned at `step`. An intent already saved for the
-    /// run is left as it is: a resume re-saves the intents it reuses.
-    async fn save_intents(
-        &self,
-        run_id: &RunId,
-        step: u32,
-        intents: Vec<PlannedIntent>,
-    ) -> Result<(), StoreError> {
-        let commit = StepCommit {
-            intents: intents.into_iter().map(|intent| (step, intent)).collect(),
-            ..StepCommit::default()
-        };
-        self.commit_step(run_id, commit).await.map(drop)
-    }
-
-    /// Declares a side effect `pending` before its call, assigning the next
-    /// `seq` of the run. If the intent was declared before (a resumed run
-    /// re-declares), returns that record unchanged.
-    async fn declare(&self, record: LedgerRecord) -> Result<LedgerRecord, StoreError> {
-        let run_id = record.run_id.clone();
-        let commit = StepCommit {
-            declares: vec![record],
-            ..StepCommit::default()
-        };
-        self.commit_step(&run_id, commit)
-            .await?
-            .declared
-            .pop()
-            .ok_or_else(|| missing("ledger record", "a declaration"))
-    }
-
-    /// Marks a declared side effect and returns the updated record.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::NotFound`] when the intent was never declared;
-    /// [`StoreError::InvalidTransition`] when the ledger state machine
-    /// refuses the change.
-    async fn mark(
-        &self,
-        run_id: &RunId,
-        intent_id: &IntentId,
-        mark: LedgerMark,
-    ) -> Result<LedgerRecord, StoreError> {
-        let commit = StepCommit {
-            marks: vec![(intent_id.clone(), mark)],
-            ..StepCommit::default()
-        };
-        self.commit_step(run_id, commit)
-            .await?
-            .marked
-            .pop()
-            .ok_or_else(|| missing("ledger record", "a mark"))
-    }
-
+/// Resource leases ([`Lease`]) held for a run until released or reaped.
+///
+/// # Why their own write path
+///
+/// Leases have their own write path, [`LeaseStore::change_lease`] (with
+/// `acquire_lease`, `renew_lease` and `release_lease` on top, in
+/// [`StoreExt`](crate::StoreExt)), and the fenced
+/// [`renew_lease_of`], [`release_lease_of`] and [`take_over_lease`], which
+/// act only for the lease's holder (or on an expired lease) so that a
+/// stalled holder cannot renew or release a lease another process took
+/// over. They are not part of a
+/// [`StepCommit`]: a lease is taken and released by a tool adapter around
+/// one call (and by the reaper after a crash), not at a step boundary, and
+/// it must be durable before the resource exists, not when the step ends.
+///
+/// [`renew_lease_of`]: LeaseStore::renew_lease_of
+/// [`release_lease_of`]: LeaseStore::release_lease_of
+/// [`take_over_lease`]: LeaseStore::take_over_lease
+#[async_trait]
+pub trait LeaseStore: Send + Sync {
     /// Applies one lease change durably and returns the lease as stored
     /// (`None` for a release of a lease that was not held).
     ///
@@ -370,66 +266,12 @@ pub trait Store: Send + Sync {
     /// exist.
     async fn leases(&self, filter: &LeaseFilter) -> Result<Vec<Lease>, StoreError>;
 
-    /// Registers `lease` before its resource is created.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::Conflict`] when the lease id is held;
-    /// [`StoreError::NotFound`] for an unknown run; [`StoreError::Invalid`]
-    /// for a lease that breaks [`Lease::validate`].
-    async fn acquire_lease(&self, lease: Lease) -> Result<Lease, StoreError> {
-        self.change_lease(LeaseChange::Acquire(lease))
-            .await?
-            .ok_or_else(|| missing("lease", "an acquire"))
-    }
-
-    /// Moves a held lease's expiry to `expires_at_ms`.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::NotFound`] when the lease is not held;
-    /// [`StoreError::Invalid`] for an expiry before its acquisition.
-    async fn renew_lease(&self, lease_id: &str, expires_at_ms: u64) -> Result<Lease, StoreError> {
-        let change = LeaseChange::Renew {
-            lease_id: lease_id.to_owned(),
-            expires_at_ms,
-        };
-        self.change_lease(change)
-            .await?
-            .ok_or_else(|| missing("lease", "a renewal"))
-    }
-
-    /// Releases a lease: idempotent. Returns the lease if it was held.
-    async fn release_lease(&self, lease_id: &str) -> Result<Option<Lease>, StoreError> {
-        let change = LeaseChange::Release {
-            lease_id: lease_id.to_owned(),
-        };
-        self.change_lease(change).await
-    }
-
-    /// Up to `limit` leases expired at `now_ms`, soonest expiry first: the
-    /// reaper's work list.
-    async fn expired_leases(&self, now_ms: u64, limit: usize) -> Result<Vec<Lease>, StoreError> {
-        self.leases(&LeaseFilter::all().expired_at(now_ms).limit(limit))
-            .await
-    }
-
-    /// The run's held leases.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::NotFound`] when the run does not exist.
-    async fn leases_of_run(&self, run_id: &RunId) -> Result<Vec<Lease>, StoreError> {
-        self.leases(&LeaseFilter::all().of_run(run_id.clone()))
-            .await
-    }
-
     /// Renews `lease_id` to `expires_at_ms` only if `owner` holds it;
     /// `Ok(false)` when the lease is missing or held by another owner (the
     /// caller lost it), and nothing changed.
     ///
     /// This fences a stalled holder: after another process took the lease
-    /// over ([`Store::take_over_lease`]), the old holder's renewal is
+    /// over ([`LeaseStore::take_over_lease`]), the old holder's renewal is
     /// refused instead of extending the new holder's lease.
     ///
     /// One atomic write (the owner check and the renewal together): a
@@ -449,7 +291,7 @@ pub trait Store: Send + Sync {
     /// Releases `lease_id` only if `owner` holds it (expired or not);
     /// `Ok(false)` otherwise, and nothing changed.
     ///
-    /// One atomic write, as [`Store::renew_lease_of`].
+    /// One atomic write, as [`LeaseStore::renew_lease_of`].
     ///
     /// # Errors
     ///
@@ -469,32 +311,19 @@ pub trait Store: Send + Sync {
     /// [`StoreError::Invalid`] for a lease that breaks
     /// [`Lease::validate`]; [`StoreError::NotFound`] for an unknown run.
     async fn take_over_lease(&self, lease: Lease, now_ms: u64) -> Result<bool, StoreError>;
+}
 
-    /// Writes the checkpoint of a step, replacing one of the same step.
-    async fn write_checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StoreError> {
-        let run_id = checkpoint.run_id.clone();
-        let commit = StepCommit {
-            checkpoint: Some(checkpoint),
-            ..StepCommit::default()
-        };
-        self.commit_step(&run_id, commit).await.map(drop)
-    }
-
-    /// Appends what a step added to the run's checkpoint.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::Invalid`] when `delta` does not follow the run's
-    /// latest checkpoint (see [`CheckpointDelta`]).
-    async fn append_checkpoint(&self, delta: CheckpointDelta) -> Result<(), StoreError> {
-        let run_id = delta.run_id.clone();
-        let commit = StepCommit {
-            checkpoint_delta: Some(delta),
-            ..StepCommit::default()
-        };
-        self.commit_step(&run_id, commit).await.map(drop)
-    }
-
+/// HTTP `Idempotency-Key` records ([`IdempotencyRecord`]; see
+/// [`Reservation`] for the decision table), per tenant, until they expire.
+///
+/// They are not tied to a run: [`IdempotencyStore::reserve_idempotency`]
+/// runs before the run exists. Each method is one atomic operation of its
+/// own; a reservation in particular reads and writes in one transaction
+/// that excludes every other writer of the store, across processes sharing
+/// it, so of any number of concurrent reservations of one key exactly one
+/// is [`Reservation::Reserved`].
+#[async_trait]
+pub trait IdempotencyStore: Send + Sync {
     /// Reserves `key` of `tenant` for the request with `fingerprint`, or
     /// says why not, in one atomic step:
     ///
@@ -521,14 +350,14 @@ pub trait Store: Send + Sync {
         expires_at_ms: u64,
     ) -> Result<Reservation, StoreError>;
 
-    /// [`Store::reserve_idempotency`] for `reservation`, recording its
+    /// [`IdempotencyStore::reserve_idempotency`] for `reservation`, recording its
     /// holder (the process executing the request, the run it starts) in
     /// the same atomic write, so that a holder that dies can be told apart
-    /// from one still working ([`Store::settle_idempotency`]).
+    /// from one still working ([`IdempotencyStore::settle_idempotency`]).
     ///
     /// # Errors
     ///
-    /// As [`Store::reserve_idempotency`]; [`StoreError::Invalid`] for an
+    /// As [`IdempotencyStore::reserve_idempotency`]; [`StoreError::Invalid`] for an
     /// empty holder owner.
     async fn reserve_idempotency_as(
         &self,
@@ -536,7 +365,7 @@ pub trait Store: Send + Sync {
     ) -> Result<Reservation, StoreError>;
 
     /// A queued submission under an `Idempotency-Key`, in one atomic write:
-    /// the reservation decides as [`Store::reserve_idempotency_as`] does;
+    /// the reservation decides as [`IdempotencyStore::reserve_idempotency_as`] does;
     /// when it is [`Reservation::Reserved`], `run` is created (`queued`)
     /// and the record is completed at once with `response` and the run's
     /// id. Otherwise nothing is written and the decision is returned.
@@ -551,7 +380,7 @@ pub trait Store: Send + Sync {
     ///
     /// # Errors
     ///
-    /// As [`Store::reserve_idempotency_as`]; [`StoreError::Conflict`] when
+    /// As [`IdempotencyStore::reserve_idempotency_as`]; [`StoreError::Conflict`] when
     /// the run id is taken, [`StoreError::Invalid`] for a response that is
     /// not 2xx — and then nothing is written.
     async fn submit_queued(
@@ -605,7 +434,7 @@ pub trait Store: Send + Sync {
         until_ms: u64,
     ) -> Result<bool, StoreError>;
 
-    /// Creates `run` (`queued`, as [`Store::create_run`]) only while the
+    /// Creates `run` (`queued`, as [`RunStore::create_run`]) only while the
     /// `in_progress` record of the fence's key is held by its owner, in one
     /// atomic write: the run of a sync submission, fenced on the
     /// reservation that names it.
@@ -621,7 +450,7 @@ pub trait Store: Send + Sync {
     ///
     /// [`StoreError::ReservationLost`] when the record is not `owner`'s
     /// reservation in progress, and nothing is written; as
-    /// [`Store::create_run`] otherwise.
+    /// [`RunStore::create_run`] otherwise.
     async fn create_run_held(
         &self,
         run: NewRun,
@@ -672,7 +501,16 @@ pub trait Store: Send + Sync {
     /// (`expires_at_ms <= now_ms`), in any state, soonest expiry first, and
     /// returns how many it deleted: the sweeper's step.
     async fn sweep_idempotency(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError>;
+}
 
+/// Singleton leases ([`SingletonLease`]): elects the one process, among
+/// those sharing the store, that runs a periodic service.
+///
+/// [`SingletonStore::claim_singleton`] is one atomic operation that
+/// excludes every other writer of the store, across processes, so of any
+/// number of concurrent claims of a free lease exactly one wins.
+#[async_trait]
+pub trait SingletonStore: Send + Sync {
     /// Takes or renews the singleton lease `name` for `owner` until
     /// `expires_at_ms`, in one atomic step across every process sharing the
     /// store. Returns the lease as stored when:
@@ -705,7 +543,7 @@ pub trait Store: Send + Sync {
     /// # Errors
     ///
     /// [`StoreError::Invalid`] for a malformed name or owner (as for
-    /// [`Store::claim_singleton`]).
+    /// [`SingletonStore::claim_singleton`]).
     async fn release_singleton(&self, name: &str, owner: &str) -> Result<bool, StoreError>;
 
     /// The current holder of the singleton lease `name`, expired or not
@@ -714,9 +552,28 @@ pub trait Store: Send + Sync {
     /// # Errors
     ///
     /// [`StoreError::Invalid`] for a malformed name (as for
-    /// [`Store::claim_singleton`]).
+    /// [`SingletonStore::claim_singleton`]).
     async fn singleton(&self, name: &str) -> Result<Option<SingletonLease>, StoreError>;
+}
 
+/// Health shared by every process sharing the store: open circuit breaker
+/// arms and observed latency.
+///
+/// # Breaker openings
+///
+/// A [`BreakerOpening`] shares one node's open circuit breaker arm with
+/// every process sharing the store (see the `breaker` module docs of this
+/// crate).
+///
+/// # Latency histograms
+///
+/// Observed latency (see the `latency` module docs of this crate): each
+/// process adds the samples it recorded since its last merge to the stored
+/// histogram of each subject ([`HealthStore::merge_latency`], one
+/// transaction), and any process reads the sums
+/// ([`HealthStore::latency_histograms`]).
+#[async_trait]
+pub trait HealthStore: Send + Sync {
     /// Publishes that `opening.arm` refuses calls until
     /// `opening.open_until_ms`, in one atomic step across every process
     /// sharing the store. An opening of the arm already stored that stays
@@ -748,7 +605,7 @@ pub trait Store: Send + Sync {
     /// # Errors
     ///
     /// [`StoreError::Invalid`] for a malformed arm or node (as for
-    /// [`Store::publish_breaker_open`]).
+    /// [`HealthStore::publish_breaker_open`]).
     async fn clear_breaker_open(&self, arm: &str, opened_by: &str) -> Result<bool, StoreError>;
 
     /// Adds each `(subject, delta)` to its subject's stored histogram, all
@@ -855,11 +712,4 @@ pub trait Store: Send + Sync {
     fn notifications(&self) -> Option<tokio::sync::broadcast::Receiver<crate::Notification>> {
         None
     }
-}
-
-/// A backend that did not return what its commit must return.
-fn missing(what: &str, after: &str) -> StoreError {
-    StoreError::Backend(format!(
-        "backend returned no {what} after {after}; expected exactly one"
-    ))
 }

@@ -13,7 +13,8 @@ use anyhow::{Context, Result, anyhow, bail};
 use rein_core::{Event, LedgerRecord, RunId, RunReport, TenantId};
 use rein_server::listing::{RunList, RunSummary};
 use rein_server::stats::Stats;
-use rein_store::{RunCursor, RunFilter, SqliteStore, Store};
+use rein_store::{RunCursor, RunFilter, Store};
+use rein_store_sqlite::SqliteStore;
 use serde_json::Value;
 
 /// A run as `rein runs show` prints it.

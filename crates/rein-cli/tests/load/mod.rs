@@ -56,6 +56,7 @@
 //! the desk applied; and which server finished how many runs, read from
 //! each process's log lines.
 
+use rein_store::RunStore;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::io::{BufRead, BufReader, Write};
@@ -67,7 +68,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use rein_store::Store;
 use rein_testkit::order_desk::{
     EffectKind, Fault, Faults, GET_ORDER, OrderDesk, OrderDeskConfig, RESTORE_DELIVERY_TIME,
     SEND_EMAIL, UPDATE_DELIVERY_TIME,
@@ -892,7 +892,8 @@ async fn verify(
             n
         }
         None => {
-            let store = rein_store::SqliteStore::open(db).context("cannot open the store")?;
+            let store =
+                rein_store_sqlite::SqliteStore::open(db).context("cannot open the store")?;
             store.list_runs(submitted.len() + 1000).await?.len()
         }
     };

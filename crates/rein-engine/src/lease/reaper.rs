@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rein_store::{Lease, LeaseKind, Store, StoreError};
+use rein_store::{Lease, LeaseKind, Store, StoreError, StoreExt};
 use serde::Serialize;
 
 use super::owner::{Owner, local_host};
@@ -115,7 +115,7 @@ pub struct ReapReport {
 /// ```no_run
 /// # use std::sync::Arc;
 /// # use rein_engine::lease::Reaper;
-/// # use rein_store::SqliteStore;
+/// # use rein_store_sqlite::SqliteStore;
 /// # async fn demo(now_ms: u64) -> Result<(), Box<dyn std::error::Error>> {
 /// let store = SqliteStore::open("rein.db")?;
 /// let report = Reaper::new().reap(&store, now_ms).await?;

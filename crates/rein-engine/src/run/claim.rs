@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use rein_core::{Clock, RunId};
-use rein_store::{Store, StoreError};
+use rein_store::{Store, StoreError, StoreExt};
 use tokio_util::sync::CancellationToken;
 
 use super::AgentBinding;

@@ -33,7 +33,7 @@ use rein_core::deadline::Deadline;
 use rein_core::event::RunFailed;
 use rein_core::report::{End, INTERNAL};
 use rein_core::{Clock, Outcome, RunId, RunReport};
-use rein_store::{LeaseKind, RunRecord, RunStatus};
+use rein_store::{LeaseKind, RunRecord, RunStatus, StoreExt};
 
 use super::close::{Closing, close_run, closing_commit};
 use super::emitter::{Correlation, Emitter, unix_ms};

@@ -11,7 +11,8 @@ use rein_core::idempotency::Normalizer;
 use rein_core::loop_guard::LoopGuardConfig;
 use rein_core::retry::RetryPolicy;
 use rein_core::{Event, EventData, Instant, LatencyProfile, RunId, TenantId, ToolClass};
-use rein_store::{Checkpoint, NewRun, RunRecord, SqliteStore, Store};
+use rein_store::{Checkpoint, NewRun, RunRecord, Store};
+use rein_store_sqlite::SqliteStore;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 

@@ -394,7 +394,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use rein_core::ManualClock;
-    use rein_store::SqliteStore;
+    use rein_store_sqlite::SqliteStore;
 
     use super::*;
     use crate::run::fixture;

@@ -228,7 +228,8 @@ mod tests {
     };
     use rein_core::model::{FinishReason, TokenUsage};
     use rein_core::{Category, Event, TenantId};
-    use rein_store::{NewRun, SqliteStore, StepCommit, Store};
+    use rein_store::{NewRun, StepCommit, Store};
+    use rein_store_sqlite::SqliteStore;
     use serde_json::json;
 
     /// A run of `agent` under `parent` whose model calls used `tokens`

@@ -25,7 +25,8 @@ use rein_engine::run::{
     RunRequest, ToolBinding,
 };
 use rein_engine::tool_http::HttpTarget;
-use rein_store::{SqliteStore, Store};
+use rein_store::Store;
+use rein_store_sqlite::SqliteStore;
 use rein_testkit::order_desk::{
     Fault, Faults, GET_ORDER, OrderDesk, OrderDeskConfig, RESTORE_DELIVERY_TIME, SEND_EMAIL,
     UPDATE_DELIVERY_TIME,

@@ -15,12 +15,13 @@ use std::future::Future;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use rein_core::{Event, IntentId, LedgerRecord, RunId, RunReport, TenantId};
+use rein_core::{Event, LedgerRecord, RunId, TenantId};
 use rein_store::{
-    BreakerOpening, Checkpoint, Committed, IdempotencyRecord, IdempotencySettled,
-    IdempotencySettlement, IdempotencyState, Lease, LeaseChange, LeaseFilter, LedgerMark,
-    NewReservation, NewRun, PlannedIntent, Reservation, ReservationFence, RunCursor, RunFilter,
-    RunPage, RunRecord, RunStatus, SingletonLease, StepCommit, Store, StoreError, StoredResponse,
+    BreakerOpening, Checkpoint, Committed, HealthStore, IdempotencyRecord, IdempotencySettled,
+    IdempotencySettlement, IdempotencyState, IdempotencyStore, Lease, LeaseChange, LeaseFilter,
+    LeaseStore, NewReservation, NewRun, PlannedIntent, Reservation, ReservationFence, RunCursor,
+    RunFilter, RunPage, RunRecord, RunStatus, RunStore, SingletonLease, SingletonStore, StepCommit,
+    Store, StoreError, StoredResponse,
 };
 
 /// Forwards every call to the store it wraps, holding paused time still
@@ -40,7 +41,7 @@ async fn held<T>(op: impl Future<Output = T>) -> T {
 }
 
 #[async_trait]
-impl Store for PauseSafeStore {
+impl RunStore for PauseSafeStore {
     async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
         held(self.0.create_run(run)).await
     }
@@ -122,73 +123,16 @@ impl Store for PauseSafeStore {
     ) -> Result<Committed, StoreError> {
         held(self.0.commit_step(run_id, commit)).await
     }
+}
 
-    async fn set_run_status(
-        &self,
-        run_id: &RunId,
-        status: RunStatus,
-        report: Option<RunReport>,
-        at_ms: u64,
-    ) -> Result<RunRecord, StoreError> {
-        held(self.0.set_run_status(run_id, status, report, at_ms)).await
-    }
-
-    async fn append_events(
-        &self,
-        run_id: &RunId,
-        events: Vec<Event>,
-    ) -> Result<Vec<Event>, StoreError> {
-        held(self.0.append_events(run_id, events)).await
-    }
-
-    async fn save_intents(
-        &self,
-        run_id: &RunId,
-        step: u32,
-        intents: Vec<PlannedIntent>,
-    ) -> Result<(), StoreError> {
-        held(self.0.save_intents(run_id, step, intents)).await
-    }
-
-    async fn declare(&self, record: LedgerRecord) -> Result<LedgerRecord, StoreError> {
-        held(self.0.declare(record)).await
-    }
-
-    async fn mark(
-        &self,
-        run_id: &RunId,
-        intent_id: &IntentId,
-        mark: LedgerMark,
-    ) -> Result<LedgerRecord, StoreError> {
-        held(self.0.mark(run_id, intent_id, mark)).await
-    }
-
+#[async_trait]
+impl LeaseStore for PauseSafeStore {
     async fn change_lease(&self, change: LeaseChange) -> Result<Option<Lease>, StoreError> {
         held(self.0.change_lease(change)).await
     }
 
     async fn leases(&self, filter: &LeaseFilter) -> Result<Vec<Lease>, StoreError> {
         held(self.0.leases(filter)).await
-    }
-
-    async fn acquire_lease(&self, lease: Lease) -> Result<Lease, StoreError> {
-        held(self.0.acquire_lease(lease)).await
-    }
-
-    async fn renew_lease(&self, lease_id: &str, expires_at_ms: u64) -> Result<Lease, StoreError> {
-        held(self.0.renew_lease(lease_id, expires_at_ms)).await
-    }
-
-    async fn release_lease(&self, lease_id: &str) -> Result<Option<Lease>, StoreError> {
-        held(self.0.release_lease(lease_id)).await
-    }
-
-    async fn expired_leases(&self, now_ms: u64, limit: usize) -> Result<Vec<Lease>, StoreError> {
-        held(self.0.expired_leases(now_ms, limit)).await
-    }
-
-    async fn leases_of_run(&self, run_id: &RunId) -> Result<Vec<Lease>, StoreError> {
-        held(self.0.leases_of_run(run_id)).await
     }
 
     async fn renew_lease_of(
@@ -207,11 +151,10 @@ impl Store for PauseSafeStore {
     async fn take_over_lease(&self, lease: Lease, now_ms: u64) -> Result<bool, StoreError> {
         held(self.0.take_over_lease(lease, now_ms)).await
     }
+}
 
-    async fn write_checkpoint(&self, checkpoint: Checkpoint) -> Result<(), StoreError> {
-        held(self.0.write_checkpoint(checkpoint)).await
-    }
-
+#[async_trait]
+impl IdempotencyStore for PauseSafeStore {
     async fn reserve_idempotency(
         &self,
         tenant: &TenantId,
@@ -306,7 +249,10 @@ impl Store for PauseSafeStore {
     async fn sweep_idempotency(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
         held(self.0.sweep_idempotency(now_ms, limit)).await
     }
+}
 
+#[async_trait]
+impl SingletonStore for PauseSafeStore {
     async fn claim_singleton(
         &self,
         name: &str,
@@ -324,7 +270,10 @@ impl Store for PauseSafeStore {
     async fn singleton(&self, name: &str) -> Result<Option<SingletonLease>, StoreError> {
         held(self.0.singleton(name)).await
     }
+}
 
+#[async_trait]
+impl HealthStore for PauseSafeStore {
     async fn publish_breaker_open(
         &self,
         opening: BreakerOpening,

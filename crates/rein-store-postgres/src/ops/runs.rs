@@ -348,7 +348,7 @@ pub(crate) async fn tenant_backlogs(
         .pg()?;
     let mut out = Vec::with_capacity(rows.len());
     for row in &rows {
-        let r = crate::codec::RowReader::new(row, "runs", &[0]);
+        let r = crate::codec::reader(row, "runs", &[0]);
         let tenant: TenantId = r.id(0, "tenant")?;
         let (queued, running) = (r.u64(1, "status")?, r.u64(2, "status")?);
         let heads = if queued > 0 && oldest > 0 {

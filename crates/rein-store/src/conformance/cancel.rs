@@ -1,6 +1,7 @@
 //! Conformance checks of cancel requests ([`Store::request_cancel`],
 //! [`Store::cancel_request`]).
 
+use crate::StoreExt as _;
 use rein_core::{Outcome, RunId};
 
 use super::{BASE_MS, created, report};

@@ -1,5 +1,5 @@
-//! Conformance checks of the latency histograms ([`Store::merge_latency`],
-//! [`Store::latency_histograms`]).
+//! Conformance checks of the latency histograms ([`HealthStore::merge_latency`],
+//! [`HealthStore::latency_histograms`]).
 
 use std::future::Future;
 use std::pin::Pin;

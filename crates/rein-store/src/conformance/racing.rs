@@ -18,7 +18,7 @@ use super::{BASE_MS, SINGLETON_TTL_MS, created, event, fingerprint, join_all, un
 use super::{reservation, unique_tenant};
 use crate::{
     ClaimFence, Lease, LeaseKind, Reservation, RunStatus, SingletonLease, StatusChange, StepCommit,
-    Store, StoreError,
+    Store, StoreError, StoreExt,
 };
 
 /// Racers per handle.

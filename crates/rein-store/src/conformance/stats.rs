@@ -1,6 +1,7 @@
 //! Conformance checks of [`Store::run_stats`]: counts by agent, status and
 //! model, and guardrails fired, over a window and a tenant.
 
+use crate::StoreExt as _;
 use rein_core::event::Guardrail;
 use rein_core::{EventData, EventKind, Outcome, RunId, TenantId};
 use serde_json::{Value, json};

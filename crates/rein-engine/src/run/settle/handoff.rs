@@ -6,6 +6,7 @@ use rein_core::handoff::InFlight;
 use rein_core::outcome::CompensationResult;
 use rein_core::report::Settled;
 use rein_core::{LedgerRecord, LedgerStatus};
+use rein_store::StoreExt;
 
 use super::super::emitter::Correlation;
 use super::super::{Engine, RunCtx};

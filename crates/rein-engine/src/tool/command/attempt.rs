@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rein_core::{Category, Clock, Failure, Instant};
-use rein_store::{Lease, LeaseKind};
+use rein_store::{Lease, LeaseKind, StoreExt};
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin, Command};

@@ -73,7 +73,8 @@
 //! # use rein_core::{AttemptId, IntentId, RunId};
 //! # use rein_engine::tool::command::{CommandTarget, CommandToolAdapter};
 //! # use rein_engine::tool::Attempt;
-//! # use rein_store::{SqliteStore, Store};
+//! # use rein_store::Store;
+//! # use rein_store_sqlite::SqliteStore;
 //! # async fn demo(run_id: RunId) -> Result<(), Box<dyn std::error::Error>> {
 //! let store: Arc<dyn Store> = Arc::new(SqliteStore::open("rein.db")?);
 //! let adapter = CommandToolAdapter::new(store);

@@ -1,4 +1,5 @@
-//! The embedded SQLite backend: [`SqliteStore`].
+//! rein-store-sqlite: the embedded SQLite backend of rein's [`Store`](rein_store::Store)
+//! trait, [`SqliteStore`].
 //!
 //! # Why SQLite by default
 //!
@@ -24,6 +25,45 @@
 //! | `share_leases` | `resource_group, node` | the nodes dividing a resource group's limits (schema v13) |
 //! | `cancel_requests` | `run_id` | cancels taken by any process for the one driving the run (schema v14) |
 //! | `rein_schema` | `version` | migrations applied |
+//!
+//! # Why its own crate
+//!
+//! `rein-store` is the store API alone (restate's `storage-api` beside its
+//! partition store): an embedder that runs on PostgreSQL only depends on
+//! `rein-store-postgres` and never compiles the bundled SQLite library.
+//!
+//! # Example
+//!
+//! ```
+//! use rein_core::{RunId, TenantId};
+//! use rein_store::{NewRun, RunStatus, RunStore};
+//! use rein_store_sqlite::SqliteStore;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = std::env::temp_dir().join(format!("rein-store-doc-{}", std::process::id()));
+//! let store = SqliteStore::open(dir.join("rein.db"))?;
+//! # let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+//! # runtime.block_on(async {
+//! let run = store
+//!     .create_run(NewRun {
+//!         run_id: RunId::new("run-1")?,
+//!         tenant: TenantId::new("acme")?,
+//!         agent: "order-desk".to_owned(),
+//!         input: "move order 42 to Friday".to_owned(),
+//!         parent_run_id: None,
+//!         budget: serde_json::json!({ "max_steps": 10 }),
+//!         created_at_ms: 1_700_000_000_000,
+//!     })
+//!     .await?;
+//! assert_eq!(run.status, RunStatus::Queued);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # })?;
+//! # std::fs::remove_dir_all(&dir)?;
+//! # Ok(())
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod backlog;
 mod cancel_ops;
@@ -49,26 +89,28 @@ use rusqlite::Connection;
 
 use self::codec::SqlResult;
 use self::worker::Worker;
-use crate::breaker::BreakerOpening;
-use crate::checkpoint::Checkpoint;
-use crate::commit::{Committed, StepCommit};
-use crate::error::StoreError;
-use crate::idempotency::{
+use rein_store::BreakerOpening;
+use rein_store::Checkpoint;
+use rein_store::LatencyRows;
+use rein_store::PlannedIntent;
+use rein_store::SingletonLease;
+use rein_store::StoreError;
+use rein_store::TenantBacklog;
+use rein_store::{
+    Committed, HealthStore, IdempotencyStore, LeaseStore, RunStore, SingletonStore, StepCommit,
+};
+use rein_store::{
     IdempotencyRecord, IdempotencySettled, IdempotencySettlement, IdempotencyState, NewReservation,
     Reservation, ReservationFence, StoredResponse,
 };
-use crate::intent::PlannedIntent;
-use crate::latency::LatencyRows;
-use crate::lease::{Lease, LeaseChange, LeaseFilter};
-use crate::run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus};
-use crate::singleton::SingletonLease;
-use crate::store::Store;
+use rein_store::{Lease, LeaseChange, LeaseFilter};
+use rein_store::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus};
 
 /// Prepared statements kept per connection; above the number of distinct
 /// statements the store issues, so none is ever re-prepared.
 const STATEMENT_CACHE: usize = 64;
 
-/// A [`Store`] on one SQLite file.
+/// A [`Store`](rein_store::Store) on one SQLite file.
 ///
 /// Cloning is cheap and shares the connection's thread; the thread and its
 /// connection close when the last clone is dropped.
@@ -198,7 +240,7 @@ fn configure(conn: &Connection, options: &SqliteOptions) -> Result<(), StoreErro
 }
 
 #[async_trait]
-impl Store for SqliteStore {
+impl RunStore for SqliteStore {
     async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
         self.worker
             .write(move |conn| ops::create_run(conn, run))
@@ -320,7 +362,10 @@ impl Store for SqliteStore {
             .write(move |conn| ops::commit_step(conn, &run_id, commit))
             .await
     }
+}
 
+#[async_trait]
+impl LeaseStore for SqliteStore {
     async fn change_lease(&self, change: LeaseChange) -> Result<Option<Lease>, StoreError> {
         self.worker
             .write(move |conn| ops::change_lease(conn, change))
@@ -364,7 +409,10 @@ impl Store for SqliteStore {
             .write(move |conn| ops::take_over_lease(conn, &lease, now_ms))
             .await
     }
+}
 
+#[async_trait]
+impl IdempotencyStore for SqliteStore {
     async fn reserve_idempotency(
         &self,
         tenant: &TenantId,
@@ -498,7 +546,10 @@ impl Store for SqliteStore {
             .write(move |conn| ops::sweep_idempotency(conn, now_ms, limit))
             .await
     }
+}
 
+#[async_trait]
+impl SingletonStore for SqliteStore {
     async fn claim_singleton(
         &self,
         name: &str,
@@ -528,7 +579,10 @@ impl Store for SqliteStore {
             .read(move |conn| ops::singleton(conn, &name))
             .await
     }
+}
 
+#[async_trait]
+impl HealthStore for SqliteStore {
     async fn publish_breaker_open(
         &self,
         opening: BreakerOpening,
@@ -571,7 +625,10 @@ impl Store for SqliteStore {
         self.worker.read(latency_ops::latency_histograms).await
     }
 
-    async fn run_stats(&self, query: &crate::StatsQuery) -> Result<crate::RunStats, StoreError> {
+    async fn run_stats(
+        &self,
+        query: &rein_store::StatsQuery,
+    ) -> Result<rein_store::RunStats, StoreError> {
         let query = query.clone();
         self.worker
             .read(move |conn| stats_ops::run_stats(conn, &query))
@@ -604,8 +661,8 @@ impl Store for SqliteStore {
 
     async fn request_cancel(
         &self,
-        request: crate::CancelRequest,
-    ) -> Result<crate::CancelRequest, StoreError> {
+        request: rein_store::CancelRequest,
+    ) -> Result<rein_store::CancelRequest, StoreError> {
         self.worker
             .write(move |conn| cancel_ops::request_cancel(conn, &request))
             .await
@@ -614,7 +671,7 @@ impl Store for SqliteStore {
     async fn cancel_request(
         &self,
         run_id: &RunId,
-    ) -> Result<Option<crate::CancelRequest>, StoreError> {
+    ) -> Result<Option<rein_store::CancelRequest>, StoreError> {
         let run_id = run_id.clone();
         self.worker
             .read(move |conn| cancel_ops::cancel_request(conn, &run_id))

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::StoreError;
+use rein_store::StoreError;
 
 /// Default of [`SqliteOptions::synchronous_full`]: `false`
 /// (`synchronous = NORMAL`).

@@ -4,8 +4,12 @@ use rein_core::latency::LatencyHistogram;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::codec::{SqlResult, int};
-use crate::error::StoreError;
-use crate::latency::{LatencyRecord, LatencyRows, decoded, merged, validate_subject};
+use rein_store::StoreError;
+use rein_store::rules::{
+    latency_decoded as decoded, latency_merged as merged,
+    validate_latency_subject as validate_subject,
+};
+use rein_store::{LatencyRecord, LatencyRows};
 
 /// Adds each delta to its subject's row (see [`Store::merge_latency`]).
 /// The caller provides the transaction: its `IMMEDIATE` write lock makes

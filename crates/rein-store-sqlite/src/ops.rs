@@ -15,19 +15,23 @@ use super::codec::{
     decode_checkpoint_delta, decode_event, decode_idempotency, decode_intent, decode_lease,
     decode_ledger, decode_run, decode_singleton, event_data_text, int, json_text, serde_name,
 };
-use crate::breaker::{BreakerOpening, published, validate_breaker_text, validate_opening};
-use crate::checkpoint::{Checkpoint, CheckpointDelta};
-use crate::commit::{ClaimFence, Committed, StepCommit};
-use crate::error::StoreError;
-use crate::idempotency::{
+use rein_store::BreakerOpening;
+use rein_store::LedgerMark;
+use rein_store::PlannedIntent;
+use rein_store::SingletonLease;
+use rein_store::StoreError;
+use rein_store::rules::validate_owner;
+use rein_store::rules::{claimed, validate_claim, validate_singleton_text};
+use rein_store::rules::{published, validate_breaker_text, validate_opening};
+use rein_store::rules::{record_not_found, validate_reservation};
+use rein_store::{Checkpoint, CheckpointDelta};
+use rein_store::{ClaimFence, Committed, StepCommit};
+use rein_store::{
     IdempotencyRecord, IdempotencySettled, IdempotencySettlement, IdempotencyState, NewReservation,
-    Reservation, ReservationFence, StoredResponse, record_not_found, validate_reservation,
+    Reservation, ReservationFence, StoredResponse,
 };
-use crate::intent::PlannedIntent;
-use crate::lease::{Lease, LeaseChange, LeaseFilter, validate_owner};
-use crate::ledger::LedgerMark;
-use crate::run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus, StatusChange};
-use crate::singleton::{SingletonLease, claimed, validate_claim, validate_singleton_text};
+use rein_store::{Lease, LeaseChange, LeaseFilter};
+use rein_store::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus, StatusChange};
 
 /// Runs a cached statement and decodes every row.
 fn query_all<T>(
@@ -1059,6 +1063,12 @@ pub fn change_lease(conn: &Connection, change: LeaseChange) -> Result<Option<Lea
             delete_lease(conn, &lease_id)?;
             Ok(Some(held))
         }
+        // `LeaseChange` is `#[non_exhaustive]` outside rein-store.
+        other => Err(StoreError::Invalid {
+            what: "lease change",
+            expected: "an acquire, a renewal or a release".to_owned(),
+            found: format!("{other:?}"),
+        }),
     }
 }
 

@@ -11,11 +11,9 @@ use rusqlite::Connection;
 use rusqlite::types::Value as Sql;
 
 use super::codec::{SqlResult, int};
-use crate::error::StoreError;
-use crate::stats::{
-    GuardrailCount, ModelCount, RunStats, StatsQuery, StatusCount, stored_count, stored_guardrail,
-    stored_status,
-};
+use rein_store::StoreError;
+use rein_store::rules::{stored_count, stored_guardrail, stored_status};
+use rein_store::{GuardrailCount, ModelCount, RunStats, StatsQuery, StatusCount};
 
 /// The runs' `WHERE` for `query` (on the alias `r`) and its parameters:
 /// only the conditions it sets, so the planner picks the index serving

@@ -5,8 +5,11 @@ use rusqlite::{Connection, OptionalExtension};
 
 use super::codec::{SqlResult, int};
 use super::ops;
-use crate::cancel::{CancelRequest, requestable, validate_request};
-use crate::error::StoreError;
+use rein_store::CancelRequest;
+use rein_store::StoreError;
+use rein_store::rules::{
+    cancel_requestable as requestable, validate_cancel_request as validate_request,
+};
 
 /// Records a cancel request (see [`Store::request_cancel`]). The caller
 /// provides the transaction: its `IMMEDIATE` write lock makes the status

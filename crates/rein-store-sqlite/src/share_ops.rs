@@ -3,8 +3,8 @@
 use rusqlite::{Connection, params};
 
 use super::codec::{SqlResult, int};
-use crate::error::StoreError;
-use crate::share::{validate_share_renewal, validate_share_text};
+use rein_store::StoreError;
+use rein_store::rules::{validate_share_renewal, validate_share_text};
 
 /// Renews `node`'s lease and lists the live holders (see
 /// [`Store::renew_share_lease`]). The caller provides the transaction: its

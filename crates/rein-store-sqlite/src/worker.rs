@@ -33,7 +33,7 @@ use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use super::codec::SqlResult;
-use crate::error::StoreError;
+use rein_store::StoreError;
 
 /// The most jobs one group commit takes from the queue.
 pub const MAX_BATCH: usize = 256;

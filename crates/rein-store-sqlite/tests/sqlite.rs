@@ -15,10 +15,12 @@ use rein_core::{
     RunId, TenantId, ToolClass,
 };
 use rein_store::{
-    Checkpoint, CheckpointDelta, IdempotencyState, Lease, LeaseKind, LedgerMark, NewRun,
-    PlannedIntent, Reservation, RunStatus, SCHEMA_VERSION, SingletonLease, SqliteOptions,
-    SqliteStore, StepCommit, Store, StoreError, StoredResponse, conformance,
+    Checkpoint, CheckpointDelta, HealthStore, IdempotencyState, IdempotencyStore, Lease, LeaseKind,
+    LeaseStore, LedgerMark, NewRun, PlannedIntent, Reservation, RunStatus, RunStore,
+    SingletonLease, SingletonStore, StepCommit, Store, StoreError, StoreExt, StoredResponse,
+    conformance,
 };
+use rein_store_sqlite::{SCHEMA_VERSION, SqliteOptions, SqliteStore};
 use serde_json::json;
 
 fn run_id(id: &str) -> RunId {
@@ -129,8 +131,8 @@ fn raw(path: &Path) -> rusqlite::Connection {
 mod conformance_checks {
     use std::sync::Arc;
 
-    use rein_store::SqliteStore;
     use rein_store::conformance::Subject;
+    use rein_store_sqlite::SqliteStore;
 
     async fn subject() -> Option<Subject> {
         let dir = tempfile::tempdir().unwrap();

@@ -18,7 +18,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 use super::codec::SqlResult;
-use crate::error::StoreError;
+use rein_store::StoreError;
 
 /// The schema version this binary writes: the number of migrations.
 pub const SCHEMA_VERSION: u32 = 14;
@@ -824,7 +824,7 @@ mod tests {
             [],
         )
         .unwrap();
-        let fixture = include_str!("../../../rein-core/tests/fixtures/events-v1.jsonl");
+        let fixture = include_str!("../../rein-core/tests/fixtures/events-v1.jsonl");
         for (seq, line) in fixture.lines().enumerate() {
             let event: serde_json::Value = serde_json::from_str(line).unwrap();
             conn.execute(

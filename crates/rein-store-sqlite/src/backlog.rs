@@ -4,8 +4,8 @@ use rein_core::TenantId;
 use rusqlite::{Connection, params};
 
 use super::codec::{RUN_COLUMNS, SqlResult, decode_run};
-use crate::backlog::TenantBacklog;
-use crate::error::StoreError;
+use rein_store::StoreError;
+use rein_store::TenantBacklog;
 
 /// Every tenant with queued or running root runs (only `tenant`'s when
 /// given), tenant id order, each with up to `oldest` of its oldest queued

@@ -1,0 +1,65 @@
+//! Values as rein stores them in columns: integers, JSON text, names.
+
+use rein_core::Event;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::StoreError;
+
+/// A `u64` as a signed 64-bit integer column (SQLite's `INTEGER`,
+/// PostgreSQL's `BIGINT`).
+pub fn int(value: u64, what: &'static str) -> Result<i64, StoreError> {
+    i64::try_from(value).map_err(|_| StoreError::Invalid {
+        what,
+        expected: format!("at most {}", i64::MAX),
+        found: value.to_string(),
+    })
+}
+
+/// A value as JSON text.
+pub fn json_text<T: Serialize + ?Sized>(
+    value: &T,
+    what: &'static str,
+) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|error| StoreError::Invalid {
+        what,
+        expected: "a value serializable as JSON".to_owned(),
+        found: error.to_string(),
+    })
+}
+
+/// A name stored through serde (`snake_case` enums such as `EventKind`).
+pub fn serde_name<T: Serialize>(value: &T, what: &'static str) -> Result<String, StoreError> {
+    match serde_json::to_value(value) {
+        Ok(Value::String(name)) => Ok(name),
+        Ok(other) => Err(StoreError::Invalid {
+            what,
+            expected: "a value that serializes as a name".to_owned(),
+            found: other.to_string(),
+        }),
+        Err(error) => Err(StoreError::Invalid {
+            what,
+            expected: "a value that serializes as a name".to_owned(),
+            found: error.to_string(),
+        }),
+    }
+}
+
+/// An optional value as JSON text.
+pub fn opt_json_text<T: Serialize>(
+    value: Option<&T>,
+    what: &'static str,
+) -> Result<Option<String>, StoreError> {
+    value.map(|value| json_text(value, what)).transpose()
+}
+
+/// An event's `data` column: its payload's JSON form
+/// ([`EventData::to_value`](rein_core::EventData::to_value)), keys sorted, as events were always stored.
+pub fn event_data_text(event: &Event) -> Result<String, StoreError> {
+    let data = event.data.to_value().map_err(|error| StoreError::Invalid {
+        what: "event data",
+        expected: "a payload serializable as JSON".to_owned(),
+        found: error.to_string(),
+    })?;
+    json_text(&data, "event data")
+}
