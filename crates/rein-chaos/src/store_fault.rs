@@ -207,6 +207,31 @@ impl RunStore for FaultyStore {
     async fn children_of(&self, parent: &RunId) -> Result<Vec<RunRecord>, StoreError> {
         self.inner.children_of(parent).await
     }
+
+    async fn run_stats(
+        &self,
+        query: &rein_store::StatsQuery,
+    ) -> Result<rein_store::RunStats, rein_store::StoreError> {
+        self.inner.run_stats(query).await
+    }
+
+    async fn request_cancel(
+        &self,
+        request: rein_store::CancelRequest,
+    ) -> Result<rein_store::CancelRequest, rein_store::StoreError> {
+        self.inner.request_cancel(request).await
+    }
+
+    async fn cancel_request(
+        &self,
+        run_id: &rein_core::RunId,
+    ) -> Result<Option<rein_store::CancelRequest>, rein_store::StoreError> {
+        self.inner.cancel_request(run_id).await
+    }
+
+    fn notifications(&self) -> Option<tokio::sync::broadcast::Receiver<rein_store::Notification>> {
+        self.inner.notifications()
+    }
 }
 
 #[async_trait]
@@ -389,13 +414,6 @@ impl HealthStore for FaultyStore {
         self.inner.latency_histograms().await
     }
 
-    async fn run_stats(
-        &self,
-        query: &rein_store::StatsQuery,
-    ) -> Result<rein_store::RunStats, rein_store::StoreError> {
-        self.inner.run_stats(query).await
-    }
-
     async fn renew_share_lease(
         &self,
         group: &str,
@@ -414,23 +432,5 @@ impl HealthStore for FaultyStore {
         node: &str,
     ) -> Result<bool, rein_store::StoreError> {
         self.inner.release_share_lease(group, node).await
-    }
-
-    async fn request_cancel(
-        &self,
-        request: rein_store::CancelRequest,
-    ) -> Result<rein_store::CancelRequest, rein_store::StoreError> {
-        self.inner.request_cancel(request).await
-    }
-
-    async fn cancel_request(
-        &self,
-        run_id: &rein_core::RunId,
-    ) -> Result<Option<rein_store::CancelRequest>, rein_store::StoreError> {
-        self.inner.cancel_request(run_id).await
-    }
-
-    fn notifications(&self) -> Option<tokio::sync::broadcast::Receiver<rein_store::Notification>> {
-        self.inner.notifications()
     }
 }

@@ -173,6 +173,27 @@ impl RunStore for Metered {
         }
         committed
     }
+
+    async fn run_stats(
+        &self,
+        query: &rein_store::StatsQuery,
+    ) -> Result<rein_store::RunStats, rein_store::StoreError> {
+        self.inner.run_stats(query).await
+    }
+
+    async fn request_cancel(
+        &self,
+        request: rein_store::CancelRequest,
+    ) -> Result<rein_store::CancelRequest, rein_store::StoreError> {
+        self.inner.request_cancel(request).await
+    }
+
+    async fn cancel_request(
+        &self,
+        run_id: &rein_core::RunId,
+    ) -> Result<Option<rein_store::CancelRequest>, rein_store::StoreError> {
+        self.inner.cancel_request(run_id).await
+    }
 }
 
 #[async_trait]
@@ -355,13 +376,6 @@ impl HealthStore for Metered {
         self.inner.latency_histograms().await
     }
 
-    async fn run_stats(
-        &self,
-        query: &rein_store::StatsQuery,
-    ) -> Result<rein_store::RunStats, rein_store::StoreError> {
-        self.inner.run_stats(query).await
-    }
-
     async fn renew_share_lease(
         &self,
         group: &str,
@@ -380,20 +394,6 @@ impl HealthStore for Metered {
         node: &str,
     ) -> Result<bool, rein_store::StoreError> {
         self.inner.release_share_lease(group, node).await
-    }
-
-    async fn request_cancel(
-        &self,
-        request: rein_store::CancelRequest,
-    ) -> Result<rein_store::CancelRequest, rein_store::StoreError> {
-        self.inner.request_cancel(request).await
-    }
-
-    async fn cancel_request(
-        &self,
-        run_id: &rein_core::RunId,
-    ) -> Result<Option<rein_store::CancelRequest>, rein_store::StoreError> {
-        self.inner.cancel_request(run_id).await
     }
 }
 

@@ -650,6 +650,27 @@ impl RunStore for RefuseGroupLeases {
     ) -> Result<Vec<rein_store::RunRecord>, rein_store::StoreError> {
         self.0.children_of(parent).await
     }
+
+    async fn run_stats(
+        &self,
+        query: &rein_store::StatsQuery,
+    ) -> Result<rein_store::RunStats, rein_store::StoreError> {
+        self.0.run_stats(query).await
+    }
+
+    async fn request_cancel(
+        &self,
+        request: rein_store::CancelRequest,
+    ) -> Result<rein_store::CancelRequest, rein_store::StoreError> {
+        self.0.request_cancel(request).await
+    }
+
+    async fn cancel_request(
+        &self,
+        run_id: &rein_core::RunId,
+    ) -> Result<Option<rein_store::CancelRequest>, rein_store::StoreError> {
+        self.0.cancel_request(run_id).await
+    }
 }
 
 #[async_trait]
@@ -832,13 +853,6 @@ impl SingletonStore for RefuseGroupLeases {
 
 #[async_trait]
 impl HealthStore for RefuseGroupLeases {
-    async fn run_stats(
-        &self,
-        query: &rein_store::StatsQuery,
-    ) -> Result<rein_store::RunStats, rein_store::StoreError> {
-        self.0.run_stats(query).await
-    }
-
     async fn renew_share_lease(
         &self,
         group: &str,
@@ -857,20 +871,6 @@ impl HealthStore for RefuseGroupLeases {
         node: &str,
     ) -> Result<bool, rein_store::StoreError> {
         self.0.release_share_lease(group, node).await
-    }
-
-    async fn request_cancel(
-        &self,
-        request: rein_store::CancelRequest,
-    ) -> Result<rein_store::CancelRequest, rein_store::StoreError> {
-        self.0.request_cancel(request).await
-    }
-
-    async fn cancel_request(
-        &self,
-        run_id: &rein_core::RunId,
-    ) -> Result<Option<rein_store::CancelRequest>, rein_store::StoreError> {
-        self.0.cancel_request(run_id).await
     }
 
     async fn merge_latency(

@@ -389,6 +389,27 @@ impl RunStore for Meddling {
     ) -> Result<u64, rein_store::StoreError> {
         self.inner.count_runs_with_status(status).await
     }
+
+    async fn run_stats(
+        &self,
+        query: &rein_store::StatsQuery,
+    ) -> Result<rein_store::RunStats, rein_store::StoreError> {
+        self.inner.run_stats(query).await
+    }
+
+    async fn request_cancel(
+        &self,
+        request: rein_store::CancelRequest,
+    ) -> Result<rein_store::CancelRequest, rein_store::StoreError> {
+        self.inner.request_cancel(request).await
+    }
+
+    async fn cancel_request(
+        &self,
+        run_id: &rein_core::RunId,
+    ) -> Result<Option<rein_store::CancelRequest>, rein_store::StoreError> {
+        self.inner.cancel_request(run_id).await
+    }
 }
 
 #[async_trait::async_trait]
@@ -576,13 +597,6 @@ impl SingletonStore for Meddling {
 
 #[async_trait::async_trait]
 impl HealthStore for Meddling {
-    async fn run_stats(
-        &self,
-        query: &rein_store::StatsQuery,
-    ) -> Result<rein_store::RunStats, rein_store::StoreError> {
-        self.inner.run_stats(query).await
-    }
-
     async fn renew_share_lease(
         &self,
         group: &str,
@@ -601,20 +615,6 @@ impl HealthStore for Meddling {
         node: &str,
     ) -> Result<bool, rein_store::StoreError> {
         self.inner.release_share_lease(group, node).await
-    }
-
-    async fn request_cancel(
-        &self,
-        request: rein_store::CancelRequest,
-    ) -> Result<rein_store::CancelRequest, rein_store::StoreError> {
-        self.inner.request_cancel(request).await
-    }
-
-    async fn cancel_request(
-        &self,
-        run_id: &rein_core::RunId,
-    ) -> Result<Option<rein_store::CancelRequest>, rein_store::StoreError> {
-        self.inner.cancel_request(run_id).await
     }
 
     async fn merge_latency(

@@ -309,6 +309,37 @@ impl RunStore for PostgresStore {
     ) -> Result<Committed, StoreError> {
         write!(self, commit::commit_step, run_id, commit)
     }
+
+    async fn run_stats(
+        &self,
+        query: &rein_store::StatsQuery,
+    ) -> Result<rein_store::RunStats, StoreError> {
+        read!(self, stats::run_stats, query)
+    }
+
+    async fn request_cancel(
+        &self,
+        request: rein_store::CancelRequest,
+    ) -> Result<rein_store::CancelRequest, StoreError> {
+        write!(self, cancel::request_cancel, &request)
+    }
+
+    async fn cancel_request(
+        &self,
+        run_id: &RunId,
+    ) -> Result<Option<rein_store::CancelRequest>, StoreError> {
+        read!(self, cancel::cancel_request, run_id)
+    }
+
+    /// Starts the `LISTEN` connection on the first call (on the current
+    /// tokio runtime; `None` outside one).
+    fn notifications(&self) -> Option<tokio::sync::broadcast::Receiver<rein_store::Notification>> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let listener = self
+            .listener
+            .get_or_init(|| crate::listen::Listener::spawn(self.url.config().clone(), &runtime));
+        Some(listener.subscribe())
+    }
 }
 
 #[async_trait]
@@ -495,13 +526,6 @@ impl HealthStore for PostgresStore {
         read!(self, latency::latency_histograms)
     }
 
-    async fn run_stats(
-        &self,
-        query: &rein_store::StatsQuery,
-    ) -> Result<rein_store::RunStats, StoreError> {
-        read!(self, stats::run_stats, query)
-    }
-
     async fn renew_share_lease(
         &self,
         group: &str,
@@ -518,29 +542,5 @@ impl HealthStore for PostgresStore {
 
     async fn release_share_lease(&self, group: &str, node: &str) -> Result<bool, StoreError> {
         write!(self, share::release_share_lease, group, node)
-    }
-
-    async fn request_cancel(
-        &self,
-        request: rein_store::CancelRequest,
-    ) -> Result<rein_store::CancelRequest, StoreError> {
-        write!(self, cancel::request_cancel, &request)
-    }
-
-    async fn cancel_request(
-        &self,
-        run_id: &RunId,
-    ) -> Result<Option<rein_store::CancelRequest>, StoreError> {
-        read!(self, cancel::cancel_request, run_id)
-    }
-
-    /// Starts the `LISTEN` connection on the first call (on the current
-    /// tokio runtime; `None` outside one).
-    fn notifications(&self) -> Option<tokio::sync::broadcast::Receiver<rein_store::Notification>> {
-        let runtime = tokio::runtime::Handle::try_current().ok()?;
-        let listener = self
-            .listener
-            .get_or_init(|| crate::listen::Listener::spawn(self.url.config().clone(), &runtime));
-        Some(listener.subscribe())
     }
 }

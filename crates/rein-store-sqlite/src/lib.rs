@@ -362,6 +362,35 @@ impl RunStore for SqliteStore {
             .write(move |conn| ops::commit_step(conn, &run_id, commit))
             .await
     }
+
+    async fn run_stats(
+        &self,
+        query: &rein_store::StatsQuery,
+    ) -> Result<rein_store::RunStats, StoreError> {
+        let query = query.clone();
+        self.worker
+            .read(move |conn| stats_ops::run_stats(conn, &query))
+            .await
+    }
+
+    async fn request_cancel(
+        &self,
+        request: rein_store::CancelRequest,
+    ) -> Result<rein_store::CancelRequest, StoreError> {
+        self.worker
+            .write(move |conn| cancel_ops::request_cancel(conn, &request))
+            .await
+    }
+
+    async fn cancel_request(
+        &self,
+        run_id: &RunId,
+    ) -> Result<Option<rein_store::CancelRequest>, StoreError> {
+        let run_id = run_id.clone();
+        self.worker
+            .read(move |conn| cancel_ops::cancel_request(conn, &run_id))
+            .await
+    }
 }
 
 #[async_trait]
@@ -625,16 +654,6 @@ impl HealthStore for SqliteStore {
         self.worker.read(latency_ops::latency_histograms).await
     }
 
-    async fn run_stats(
-        &self,
-        query: &rein_store::StatsQuery,
-    ) -> Result<rein_store::RunStats, StoreError> {
-        let query = query.clone();
-        self.worker
-            .read(move |conn| stats_ops::run_stats(conn, &query))
-            .await
-    }
-
     async fn renew_share_lease(
         &self,
         group: &str,
@@ -656,25 +675,6 @@ impl HealthStore for SqliteStore {
         let (group, node) = (group.to_owned(), node.to_owned());
         self.worker
             .write(move |conn| share_ops::release_share_lease(conn, &group, &node))
-            .await
-    }
-
-    async fn request_cancel(
-        &self,
-        request: rein_store::CancelRequest,
-    ) -> Result<rein_store::CancelRequest, StoreError> {
-        self.worker
-            .write(move |conn| cancel_ops::request_cancel(conn, &request))
-            .await
-    }
-
-    async fn cancel_request(
-        &self,
-        run_id: &RunId,
-    ) -> Result<Option<rein_store::CancelRequest>, StoreError> {
-        let run_id = run_id.clone();
-        self.worker
-            .read(move |conn| cancel_ops::cancel_request(conn, &run_id))
             .await
     }
 }

@@ -14,7 +14,7 @@
 //!
 //! | module | concept |
 //! | --- | --- |
-//! | [`Store`] | the store API: [`RunStore`] (runs, events, intents, ledger, checkpoints, step commits), [`LeaseStore`] (leases and their fenced claims), [`IdempotencyStore`], [`SingletonStore`], [`HealthStore`] (breaker openings, latency histograms, share leases, run statistics, cancel requests, notifications), all together |
+//! | [`Store`] | the store API: [`RunStore`] (runs, events, intents, ledger, checkpoints, step commits, run statistics, cancel requests, notifications), [`LeaseStore`] (leases and their fenced claims), [`IdempotencyStore`], [`SingletonStore`], [`HealthStore`] (breaker openings, latency histograms, governor share leases), all together |
 //! | [`StoreExt`] | conveniences composed of one atomic call each, for every [`Store`] |
 //! | [`StepCommit`], [`ClaimFence`] | one atomic write per step (group-committed), optionally fenced by a run claim |
 //! | [`RunStatus`], [`NewRun`], [`RunRecord`] | runs and their final outcome |

@@ -4,11 +4,13 @@
 //! # Why capability traits
 //!
 //! Following restate's `storage-api`, each trait is one capability a backend
-//! provides: [`RunStore`] (runs and step commits), [`LeaseStore`] (resource
+//! provides: [`RunStore`] (runs and step commits, run statistics, cancel
+//! requests and change notifications), [`LeaseStore`] (resource
 //! leases and their fenced claims), [`IdempotencyStore`] (HTTP
 //! `Idempotency-Key` records), [`SingletonStore`] (the election of a
-//! periodic service's owner) and [`HealthStore`] (breaker openings and
-//! latency histograms shared by every process). A backend implements each;
+//! periodic service's owner) and [`HealthStore`] (breaker openings, latency
+//! histograms and the governor's share leases, shared by every process). A
+//! backend implements each;
 //! [`Store`] is blanket-implemented for every type that implements them all,
 //! so callers keep writing `Arc<dyn Store>`. The conveniences composed of
 //! these methods are in [`StoreExt`](crate::StoreExt).
@@ -226,6 +228,57 @@ pub trait RunStore: Send + Sync {
         run_id: &RunId,
         commit: StepCommit,
     ) -> Result<Committed, StoreError>;
+
+    /// The runs `query` selects, counted in the store: by agent and
+    /// status, by model, and the guardrails fired by agent
+    /// ([`RunStats`](crate::RunStats)). Tokens and cost are those of each
+    /// run's report as it stands (revisions included).
+    ///
+    /// Required, not provided: the point is that the store aggregates;
+    /// a default that listed every run would be the scan this replaces.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a time beyond what the backend can
+    /// store; [`StoreError::Corrupt`] for a stored status or guardrail it
+    /// does not know.
+    async fn run_stats(&self, query: &crate::StatsQuery) -> Result<crate::RunStats, StoreError>;
+
+    // ----- cancel requests (a cancel that reaches the driving process
+    // through the store; see the `cancel` module docs of this crate) -----
+
+    /// Records a request to cancel `request.run_id`, in one atomic step
+    /// against the run finishing, and returns the request as stored: the
+    /// first one of the run, kept whole when another arrives.
+    ///
+    /// Required: a store that dropped it would answer a cancel with 202
+    /// and never stop the run.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] (`what = "run"`) for an unknown run;
+    /// [`StoreError::FinishedRun`] when the run already ended;
+    /// [`StoreError::Invalid`] for a malformed `requested_by`
+    /// ([`MAX_CANCEL_REQUESTER_LEN`](crate::MAX_CANCEL_REQUESTER_LEN)).
+    async fn request_cancel(&self, request: CancelRequest) -> Result<CancelRequest, StoreError>;
+
+    /// The cancel request of `run_id`, if one was recorded (an unknown run
+    /// has none): what the driving process reads at each claim renewal.
+    async fn cancel_request(&self, run_id: &RunId) -> Result<Option<CancelRequest>, StoreError>;
+
+    // ----- notifications (see the `notify` module docs of this crate) -----
+
+    /// A receiver of the [`Notification`]s of every process sharing the
+    /// store, from now on; `None` when the backend does not notify (the
+    /// embedded SQLite one: readers poll).
+    ///
+    /// Provided, returning `None`, unlike the methods above: a
+    /// notification is only a hint to read again sooner, and every reader
+    /// polls as well, so a store without them is slower, never wrong. A
+    /// wrapping store should still forward it.
+    fn notifications(&self) -> Option<tokio::sync::broadcast::Receiver<crate::Notification>> {
+        None
+    }
 }
 
 /// Resource leases ([`Lease`]) held for a run until released or reaped.
@@ -632,20 +685,6 @@ pub trait HealthStore: Send + Sync {
     /// of the whole read.
     async fn latency_histograms(&self) -> Result<LatencyRows, StoreError>;
 
-    /// The runs `query` selects, counted in the store: by agent and
-    /// status, by model, and the guardrails fired by agent
-    /// ([`RunStats`](crate::RunStats)). Tokens and cost are those of each
-    /// run's report as it stands (revisions included).
-    ///
-    /// Required, not provided: the point is that the store aggregates;
-    /// a default that listed every run would be the scan this replaces.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::Invalid`] for a time beyond what the backend can
-    /// store; [`StoreError::Corrupt`] for a stored status or guardrail it
-    /// does not know.
-    async fn run_stats(&self, query: &crate::StatsQuery) -> Result<crate::RunStats, StoreError>;
     // ----- share leases: the nodes dividing a resource group's limits -----
 
     /// Takes or renews `node`'s share lease of `group` until
@@ -677,39 +716,4 @@ pub trait HealthStore: Send + Sync {
     /// [`StoreError::Invalid`] for a malformed group or node (as for
     /// [`Store::renew_share_lease`]).
     async fn release_share_lease(&self, group: &str, node: &str) -> Result<bool, StoreError>;
-    // ----- cancel requests (a cancel that reaches the driving process
-    // through the store; see the `cancel` module docs of this crate) -----
-
-    /// Records a request to cancel `request.run_id`, in one atomic step
-    /// against the run finishing, and returns the request as stored: the
-    /// first one of the run, kept whole when another arrives.
-    ///
-    /// Required: a store that dropped it would answer a cancel with 202
-    /// and never stop the run.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::NotFound`] (`what = "run"`) for an unknown run;
-    /// [`StoreError::FinishedRun`] when the run already ended;
-    /// [`StoreError::Invalid`] for a malformed `requested_by`
-    /// ([`MAX_CANCEL_REQUESTER_LEN`](crate::MAX_CANCEL_REQUESTER_LEN)).
-    async fn request_cancel(&self, request: CancelRequest) -> Result<CancelRequest, StoreError>;
-
-    /// The cancel request of `run_id`, if one was recorded (an unknown run
-    /// has none): what the driving process reads at each claim renewal.
-    async fn cancel_request(&self, run_id: &RunId) -> Result<Option<CancelRequest>, StoreError>;
-
-    // ----- notifications (see the `notify` module docs of this crate) -----
-
-    /// A receiver of the [`Notification`]s of every process sharing the
-    /// store, from now on; `None` when the backend does not notify (the
-    /// embedded SQLite one: readers poll).
-    ///
-    /// Provided, returning `None`, unlike the methods above: a
-    /// notification is only a hint to read again sooner, and every reader
-    /// polls as well, so a store without them is slower, never wrong. A
-    /// wrapping store should still forward it.
-    fn notifications(&self) -> Option<tokio::sync::broadcast::Receiver<crate::Notification>> {
-        None
-    }
 }

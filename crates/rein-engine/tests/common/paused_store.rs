@@ -123,6 +123,27 @@ impl RunStore for PauseSafeStore {
     ) -> Result<Committed, StoreError> {
         held(self.0.commit_step(run_id, commit)).await
     }
+
+    async fn run_stats(
+        &self,
+        query: &rein_store::StatsQuery,
+    ) -> Result<rein_store::RunStats, rein_store::StoreError> {
+        held(self.0.run_stats(query)).await
+    }
+
+    async fn request_cancel(
+        &self,
+        request: rein_store::CancelRequest,
+    ) -> Result<rein_store::CancelRequest, rein_store::StoreError> {
+        held(self.0.request_cancel(request)).await
+    }
+
+    async fn cancel_request(
+        &self,
+        run_id: &rein_core::RunId,
+    ) -> Result<Option<rein_store::CancelRequest>, rein_store::StoreError> {
+        held(self.0.cancel_request(run_id)).await
+    }
 }
 
 #[async_trait]
@@ -301,13 +322,6 @@ impl HealthStore for PauseSafeStore {
         held(self.0.latency_histograms()).await
     }
 
-    async fn run_stats(
-        &self,
-        query: &rein_store::StatsQuery,
-    ) -> Result<rein_store::RunStats, rein_store::StoreError> {
-        held(self.0.run_stats(query)).await
-    }
-
     async fn renew_share_lease(
         &self,
         group: &str,
@@ -324,19 +338,5 @@ impl HealthStore for PauseSafeStore {
         node: &str,
     ) -> Result<bool, rein_store::StoreError> {
         held(self.0.release_share_lease(group, node)).await
-    }
-
-    async fn request_cancel(
-        &self,
-        request: rein_store::CancelRequest,
-    ) -> Result<rein_store::CancelRequest, rein_store::StoreError> {
-        held(self.0.request_cancel(request)).await
-    }
-
-    async fn cancel_request(
-        &self,
-        run_id: &rein_core::RunId,
-    ) -> Result<Option<rein_store::CancelRequest>, rein_store::StoreError> {
-        held(self.0.cancel_request(run_id)).await
     }
 }
