@@ -12,143 +12,29 @@
 //! prints runs/s and the per-step overhead from criterion's medians.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
+mod support;
+
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use rein_core::deadline::{BudgetLimits, DEADLINE_HEADER};
+use rein_core::deadline::DEADLINE_HEADER;
 use rein_core::header::{ATTEMPT_HEADER, ATTEMPT_ID_HEADER, INTENT_ID_HEADER, RUN_ID_HEADER};
-use rein_core::idempotency::Normalizer;
-use rein_core::loop_guard::LoopGuardConfig;
 use rein_core::registry::DEFAULT_IDEMPOTENCY_HEADER;
-use rein_core::retry::RetryPolicy;
-use rein_core::{Event, LatencyProfile, Outcome, RunId, TenantId, ToolClass};
-use rein_engine::provider::ScriptedProvider;
-use rein_engine::run::{AcceptAll, AgentBinding, Engine, RunRequest, ToolBinding, http_client};
-use rein_engine::tool_http::HttpTarget;
+use rein_core::{Event, Outcome, RunId, TenantId, ToolClass};
+use rein_engine::run::{AcceptAll, AgentBinding, Engine, http_client};
 use rein_store::{NewRun, StepCommit, Store};
 use rein_store_sqlite::SqliteStore;
 use rein_testkit::order_desk::{GET_ORDER, OrderDesk, UPDATE_DELIVERY_TIME};
 use serde_json::{Value, json};
+use support::{INPUT, STEPS, agent, calls, provider, request, script};
 
 const GROUP: &str = "run_loop";
 const RUN: &str = "run_10_steps";
 const DIRECT: &str = "direct_9_calls";
 const COMMIT: &str = "store_commit_one_event";
-/// Model turns per run: nine tool calls, then the answer.
-const STEPS: u32 = 10;
-const INPUT: &str = "Check orders A-1001..A-1003 and move their delivery dates.";
-
-fn ms(v: u64) -> Duration {
-    Duration::from_millis(v)
-}
-
-/// The nine calls: reads and idempotent writes alternating, all arguments
-/// distinct, so every call adds a new fact and the loop guard never trips.
-fn calls() -> Vec<(&'static str, Value)> {
-    let orders = ["A-1001", "A-1002", "A-1003"];
-    (0..STEPS as usize - 1)
-        .map(|i| {
-            let order = orders[i % orders.len()];
-            if i % 2 == 0 {
-                (GET_ORDER, json!({"order_id": order}))
-            } else {
-                let date = format!("2026-12-{:02}T10:00:00Z", 10 + i);
-                (
-                    UPDATE_DELIVERY_TIME,
-                    json!({"order_id": order, "delivery_date": date}),
-                )
-            }
-        })
-        .collect()
-}
-
-fn script(calls: &[(&str, Value)]) -> String {
-    let mut turns: Vec<Value> = calls
-        .iter()
-        .map(|(name, args)| json!({"tool_calls": [{"name": name, "arguments": args}]}))
-        .collect();
-    turns.push(json!({"text": "Done: three orders checked, four dates moved."}));
-    json!({ "turns": turns }).to_string()
-}
-
-fn tool(desk: &OrderDesk, name: &str, class: ToolClass) -> ToolBinding {
-    ToolBinding {
-        name: name.to_owned(),
-        class,
-        latency: LatencyProfile::new(ms(10), ms(100), ms(250), 100).unwrap(),
-        normalizer: Normalizer::default(),
-        target: HttpTarget {
-            name: name.to_owned(),
-            url: desk.tool_url(name),
-            method: reqwest::Method::POST,
-            headers: BTreeMap::new(),
-            idempotency_header: DEFAULT_IDEMPOTENCY_HEADER.to_owned(),
-            status_url: Some(format!("{}/tools/{name}/status", desk.base_url())),
-            max_result_bytes: 16 * 1024,
-        }
-        .into(),
-        resource_group: Some("order_api".to_owned()),
-        self_heal_allowance: None,
-        declared: Default::default(),
-    }
-}
-
-/// The agent without its provider (a placeholder one, replaced per run).
-fn agent(desk: &OrderDesk, script: &str) -> AgentBinding {
-    let tools: BTreeMap<String, ToolBinding> = [
-        tool(desk, GET_ORDER, ToolClass::Read),
-        tool(desk, UPDATE_DELIVERY_TIME, ToolClass::IdempotentWrite),
-    ]
-    .into_iter()
-    .map(|t| (t.name.clone(), t))
-    .collect();
-    AgentBinding {
-        name: "order_desk".into(),
-        model: "scripted".into(),
-        system_prompt: "You adjust orders.".into(),
-        provider: provider(script),
-        price: None,
-        max_output_tokens: None,
-        tool_definitions: vec![],
-        tools,
-        budget: BudgetLimits::new(Duration::from_secs(60))
-            .unwrap()
-            .with_steps(20)
-            .unwrap(),
-        retry: RetryPolicy::default(),
-        loop_guard: LoopGuardConfig::default(),
-        model_latency: LatencyProfile::new(ms(5), ms(50), ms(100), 0).unwrap(),
-        on_failure: rein_core::FailurePolicy::default(),
-        compensation_reserve: rein_core::Ratio::new("r", 0.2).unwrap(),
-        compensations: Default::default(),
-        group_limits: Default::default(),
-        group_rates: Default::default(),
-        fallbacks: Vec::new(),
-        context_fallbacks: Vec::new(),
-        provider_limits: Default::default(),
-        model_retry: Default::default(),
-        fan_out: Default::default(),
-        planner: Default::default(),
-    }
-}
-
-/// A fresh scripted model: it is stateful (its cursor is the run's place in
-/// the script), so each run needs its own.
-fn provider(script: &str) -> Arc<ScriptedProvider> {
-    Arc::new(ScriptedProvider::from_json("scripted", script).unwrap())
-}
-
-fn request() -> RunRequest {
-    RunRequest {
-        input: INPUT.into(),
-        ..RunRequest::default()
-    }
-}
-
 fn bench(c: &mut Criterion) {
     let started = SystemTime::now();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -165,7 +51,7 @@ fn bench(c: &mut Criterion) {
 
     // Check once, outside the measurement, that a run is what we think.
     let out = runtime
-        .block_on(engine.run(&template, &AcceptAll, request()))
+        .block_on(engine.run(&template, &AcceptAll, request(None)))
         .unwrap();
     assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
     assert_eq!(out.report.steps, STEPS);
@@ -189,7 +75,7 @@ fn bench(c: &mut Criterion) {
             runtime.block_on(async {
                 let start = Instant::now();
                 for agent in &agents {
-                    let out = engine.run(agent, &AcceptAll, request()).await.unwrap();
+                    let out = engine.run(agent, &AcceptAll, request(None)).await.unwrap();
                     assert_eq!(out.report.outcome, Outcome::Succeeded);
                     black_box(out);
                 }
