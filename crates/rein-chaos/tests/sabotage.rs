@@ -174,13 +174,19 @@ async fn a_fixed_concurrency_limit_is_reported_as_not_shrinking() {
         fixed_concurrency: true,
         ..Sabotage::default()
     };
-    assert_caught(98, s, Invariant::ConcurrencyCeiling).await;
+    let control = run(98, None).await;
+    assert!(
+        control.violations.is_empty(),
+        "C098 must hold without sabotage: {:?}",
+        control.violations
+    );
     let sabotaged = run(98, Some(s)).await;
     assert!(
         sabotaged
             .violations
             .iter()
-            .any(|v| v.detail.contains("did not shrink")),
+            .any(|v| v.invariant == Invariant::ConcurrencyCeiling
+                && v.detail.contains("did not shrink")),
         "{:?}",
         sabotaged.violations
     );

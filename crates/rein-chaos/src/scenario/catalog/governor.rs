@@ -28,21 +28,19 @@ pub(super) fn governor() -> Vec<Scenario> {
     use Layer::Orchestration as L;
     vec![
         Scenario::new(98, L, "adaptive-limit-shrinks-under-overload-and-recovers",
-            "Turns of sixteen reads against order_api (ceiling 8, the desk answering in 20 ms): the 17th to 22nd requests get 429, the 17th to 56th take 150 ms more at the proxy, then the desk is healthy again for four turns. Measured at the proxy, the reads in flight late in the overload are fewer than before it, and rise again after it.",
-            Plan::script(vec![
-                reads(16), reads(16), reads(16), reads(16),
-                reads(16), reads(16), reads(16), reads(16),
-                answer("Looked them all up, slowly at times."),
-            ])
+            "Three turns of reads against order_api (ceiling 8), the desk answering each in 20 ms: thirty-two healthy reads; thirty-two more whose first two requests get 429 and whose requests (the 33rd to the 64th) take 120 ms more at the proxy; then sixty-four healthy reads. Measured at the proxy, the reads in flight late in the overload are fewer than before it, and rise again after it.",
+            Plan::script(vec![reads(32), reads(32), reads(64), answer("Looked them all up, slowly at times.")])
             .desk(Faults::none().always(GET_ORDER, Fault::Delay(Duration::from_millis(20))))
-            .tool_rule(Rule::new(on(GET), status(429)).skip(16).times(6))
-            .tool_rule(Rule::new(on(GET), Injection::Delay { ms: 150 }).skip(16).times(40))
+            .tool_rule(Rule::new(on(GET), status(429)).skip(32).times(2))
+            .tool_rule(Rule::new(on(GET), Injection::Delay { ms: 120 }).skip(32).times(32))
             .tune(|t| {
                 t.group_limit = Some(8);
-                t.fan_out_cap = Some(16);
-                t.steps = Some(12);
+                t.fan_out_cap = Some(64);
                 t.max_repeats = Some(1000);
-                t.wall_ms = Some(60_000);
+                // Parallel calls share the run's remaining time: a long
+                // wall clock keeps sixty-four reads behind a limit shrunk
+                // to one from being shed before they are sent.
+                t.wall_ms = Some(600_000);
                 t.adaptive_probe = true;
             }))
             .risks([I::ConcurrencyCeiling])
