@@ -68,6 +68,14 @@ pub(super) fn limit_follows_load(evidence: &Evidence, out: &mut Vec<Violation>) 
         }
         let late_start = profile.fault.len() - ceiling;
         let late = profile.peak(&profile.fault[late_start..]);
+        tracing::debug!(
+            group,
+            before = profile.before,
+            late,
+            after = profile.after,
+            injected = profile.fault.len(),
+            "in flight at the proxy around the overload"
+        );
         if late >= profile.before.max(1) {
             violation(
                 out,

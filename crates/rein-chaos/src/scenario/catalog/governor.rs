@@ -28,11 +28,14 @@ pub(super) fn governor() -> Vec<Scenario> {
     use Layer::Orchestration as L;
     vec![
         Scenario::new(98, L, "adaptive-limit-shrinks-under-overload-and-recovers",
-            "Three turns of reads against order_api (ceiling 8), the desk answering each in 20 ms: thirty-two healthy reads; thirty-two more whose first two requests get 429 and whose requests (the 33rd to the 64th) take 120 ms more at the proxy; then sixty-four healthy reads. Measured at the proxy, the reads in flight late in the overload are fewer than before it, and rise again after it.",
+            "Three turns of reads against order_api (ceiling 8), the desk answering each in 20 ms: thirty-two healthy reads; thirty-two more whose requests (the 33rd to the 64th) take 60 ms more at the proxy (still within the reads' allowance: a timed-out request would stay in flight at the proxy after rein let it go) and two of every ten of which get 429; then sixty-four healthy reads. Measured at the proxy, the reads in flight late in the overload are fewer than before it, and rise again after it.",
             Plan::script(vec![reads(32), reads(32), reads(64), answer("Looked them all up, slowly at times.")])
             .desk(Faults::none().always(GET_ORDER, Fault::Delay(Duration::from_millis(20))))
             .tool_rule(Rule::new(on(GET), status(429)).skip(32).times(2))
-            .tool_rule(Rule::new(on(GET), Injection::Delay { ms: 120 }).skip(32).times(32))
+            .tool_rule(Rule::new(on(GET), status(429)).skip(42).times(2))
+            .tool_rule(Rule::new(on(GET), status(429)).skip(52).times(2))
+            .tool_rule(Rule::new(on(GET), status(429)).skip(62).times(2))
+            .tool_rule(Rule::new(on(GET), Injection::Delay { ms: 60 }).skip(32).times(32))
             .tune(|t| {
                 t.group_limit = Some(8);
                 t.fan_out_cap = Some(64);
