@@ -28,10 +28,10 @@ use crate::proxy::TraceRecord;
 /// fault was too short to judge a limit that shrinks once per round.
 pub(crate) const MIN_FAULT_ROUNDS: usize = 3;
 
-/// In every group with a ceiling, under a probe: the most calls in flight
-/// among the fault's last `ceiling` arrivals is below the most before the
-/// fault (the limit shrank), and the most after the fault is above that
-/// (it grew back).
+/// In every group with a ceiling, under a probe: the calls in flight late
+/// in the fault (the median over the second half of its arrivals) are
+/// fewer than the most before the fault (the limit shrank), and the most
+/// after the fault are more than that (it grew back).
 pub(super) fn limit_follows_load(evidence: &Evidence, out: &mut Vec<Violation>) {
     if !evidence.adaptive_probe {
         return;
@@ -66,8 +66,7 @@ pub(super) fn limit_follows_load(evidence: &Evidence, out: &mut Vec<Violation>) 
             );
             continue;
         }
-        let late_start = profile.fault.len() - ceiling;
-        let late = profile.peak(&profile.fault[late_start..]);
+        let late = profile.settled();
         tracing::debug!(
             group,
             before = profile.before,
@@ -82,8 +81,9 @@ pub(super) fn limit_follows_load(evidence: &Evidence, out: &mut Vec<Violation>) 
                 Invariant::ConcurrencyCeiling,
                 None,
                 format!(
-                    "late in the overload {late} requests of {group} were in flight at the desk, \
-                     as many as the {} before it: its concurrency limit did not shrink",
+                    "late in the overload {late} requests of {group} were in flight at the desk \
+                     (the median over its second half), as many as the {} before it: its \
+                     concurrency limit did not shrink",
                     profile.before
                 ),
             );
@@ -149,18 +149,33 @@ impl<'t> Profile<'t> {
         profile
     }
 
+    /// The requests in flight when `arrival` arrived, itself included.
+    fn in_flight_at(&self, arrival: &TraceRecord) -> usize {
+        self.all
+            .iter()
+            .filter(|r| r.at_ms <= arrival.at_ms && r.finished_ms > arrival.at_ms)
+            .count()
+    }
+
     /// The most requests in flight when one of `arrivals` arrived.
     fn peak(&self, arrivals: &[&TraceRecord]) -> usize {
         arrivals
             .iter()
-            .map(|a| {
-                self.all
-                    .iter()
-                    .filter(|r| r.at_ms <= a.at_ms && r.finished_ms > a.at_ms)
-                    .count()
-            })
+            .map(|a| self.in_flight_at(a))
             .max()
             .unwrap_or(0)
+    }
+
+    /// Where the limit settled under the fault: the median of the requests
+    /// in flight at the arrivals of the fault's second half. A median, not
+    /// a peak: a limit that shrank and then grew by one for a moment still
+    /// shrank, while a limit that never moved shows its ceiling at almost
+    /// every arrival.
+    fn settled(&self) -> usize {
+        let half = &self.fault[self.fault.len() / 2..];
+        let mut counts: Vec<usize> = half.iter().map(|a| self.in_flight_at(a)).collect();
+        counts.sort_unstable();
+        counts.get(counts.len() / 2).copied().unwrap_or(0)
     }
 }
 
@@ -213,8 +228,7 @@ mod tests {
     fn profile_of(trace: &[TraceRecord]) -> (usize, usize, usize) {
         let refs: Vec<&TraceRecord> = trace.iter().collect();
         let p = Profile::of(&refs);
-        let late = p.peak(&p.fault[p.fault.len() - 4..]);
-        (p.before, late, p.after)
+        (p.before, p.settled(), p.after)
     }
 
     #[test]
