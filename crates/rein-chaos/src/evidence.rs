@@ -109,6 +109,10 @@ pub struct Evidence {
     pub groups: BTreeMap<String, String>,
     /// The tools that declare the resource their writes change, by name.
     pub write_keys: BTreeMap<String, WriteKey>,
+    /// Whether the scenario probes adaptive concurrency: the calls of each
+    /// group with a ceiling must fall under the injected fault and rise
+    /// back after it.
+    pub adaptive_probe: bool,
 }
 
 /// Where a tool's writes name their resource: its resource group and the

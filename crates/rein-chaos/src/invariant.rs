@@ -27,6 +27,7 @@ use serde_json::Value;
 
 use crate::evidence::{Evidence, RunEvidence};
 
+mod adaptive;
 mod fan_out;
 mod model_side;
 
@@ -178,6 +179,7 @@ pub fn check(evidence: &Evidence) -> Vec<Violation> {
     fan_out::fan_out_capped(evidence, &mut out);
     fan_out::same_resource_serial(evidence, &mut out);
     fan_out::rate_holds(evidence, &mut out);
+    adaptive::limit_follows_load(evidence, &mut out);
     irreversible_not_retried(evidence, &mut out);
     out
 }

@@ -425,6 +425,7 @@ async fn drive(
         concurrent_runs: plan.concurrent,
         submissions,
         fan_out_cap: Services::fan_out_cap(&world.registry, plan),
+        adaptive_probe: plan.tune.adaptive_probe,
         rates: Services::rates(&world.registry, plan),
         groups: world
             .registry

@@ -162,3 +162,32 @@ async fn declaring_before_the_governor_sheds_breaks_invariant_3() {
         control.activated
     );
 }
+
+/// `fixed_concurrency`: C098's overload (429s, then latency rising past
+/// its baseline) no longer shrinks order_api's limit, so the desk gets the
+/// whole ceiling late in the overload as before it, and the adaptive check
+/// reports it (invariant 7). Without the sabotage the same scenario shows
+/// the limit falling under the fault and rising after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_concurrency_limit_is_reported_as_not_shrinking() {
+    let s = Sabotage {
+        fixed_concurrency: true,
+        ..Sabotage::default()
+    };
+    let control = run(98, None).await;
+    assert!(
+        control.violations.is_empty(),
+        "C098 must hold without sabotage: {:?}",
+        control.violations
+    );
+    let sabotaged = run(98, Some(s)).await;
+    assert!(
+        sabotaged
+            .violations
+            .iter()
+            .any(|v| v.invariant == Invariant::ConcurrencyCeiling
+                && v.detail.contains("did not shrink")),
+        "{:?}",
+        sabotaged.violations
+    );
+}

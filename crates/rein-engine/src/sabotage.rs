@@ -20,6 +20,7 @@
 //! | `uncapped_fan_out` | a turn over `max_calls_per_turn` runs all its calls | 7 |
 //! | `parallel_same_resource` | writes of one turn to the same `resource_key` value run in parallel | 7 |
 //! | `declare_before_shed` | a write is declared `pending` before the governor decides, and a shed leaves that record as it is | 3 |
+//! | `fixed_concurrency` | a resource group's adaptive limit stays at its ceiling: neither 429s nor rising latency shrink it | 7 |
 //!
 //! The hooks are marked `Sabotage hook` in the engine's `run/` modules
 //! (`guarded/`, `settle/`, `model_chain/ceiling.rs`, …).
@@ -67,6 +68,11 @@ pub struct Sabotage {
     /// left as it is: a write that never went out stays `pending`, in
     /// doubt, for reconciliation or a human to settle.
     pub declare_before_shed: bool,
+    /// Every resource group's concurrency limit is fixed at its ceiling
+    /// (`max_concurrency`): 429s, overload, timeouts and rising latency
+    /// never shrink it, so an overloaded backend keeps getting the whole
+    /// ceiling.
+    pub fixed_concurrency: bool,
 }
 
 /// A key different from `key` for attempt `attempt`: the original with the

@@ -105,6 +105,11 @@ pub struct Tune {
     /// Request bucket of the order desk's resource group: (calls per
     /// second, burst).
     pub group_rate: Option<(f64, u32)>,
+    /// The scenario probes the order desk group's adaptive concurrency
+    /// limit: the checker requires the calls in flight at the proxy to
+    /// fall under the injected fault and rise back after it
+    /// (`invariant/adaptive.rs`).
+    pub adaptive_probe: bool,
 }
 
 /// What a scenario does.

@@ -158,6 +158,25 @@ impl GroupSlots {
         Some(self.gate_with(group, limits, true, || limits.config()))
     }
 
+    /// The gate of `group` as [`GroupSlots::governed`] makes it, but with
+    /// its concurrency limit fixed at the ceiling (the `fixed_concurrency`
+    /// sabotage: the adaptive limit that never adapts).
+    #[cfg(feature = "sabotage")]
+    pub(super) fn governed_fixed<'g>(
+        &self,
+        group: &'g str,
+        limits: GroupLimits,
+    ) -> Option<Gate<'g>> {
+        if !limits.is_governed() {
+            return None;
+        }
+        Some(self.gate_with(group, limits, true, || {
+            let mut config = limits.config();
+            config.concurrency = fixed(config.concurrency.max);
+            config
+        }))
+    }
+
     /// The gate of `group` under a fixed ceiling of `limit` (a provider's
     /// `max_concurrency`).
     pub(super) fn gate<'g>(&self, group: &'g str, limit: NonZeroU32) -> Gate<'g> {

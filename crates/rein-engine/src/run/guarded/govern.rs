@@ -36,6 +36,11 @@ impl Engine {
             rate: ctx.agent.group_rates.get(group).copied(),
             max_concurrency: ctx.agent.group_limits.get(group).copied(),
         };
+        // Sabotage hook `fixed_concurrency`: the limit never adapts.
+        #[cfg(feature = "sabotage")]
+        if self.sabotage.fixed_concurrency {
+            return self.shared.slots.governed_fixed(group, limits);
+        }
         self.shared.slots.governed(group, limits)
     }
 
@@ -170,6 +175,24 @@ pub(in crate::run) fn caller<'a>(ctx: &'a RunCtx<'_>) -> Caller<'a> {
     Caller {
         tenant: &ctx.tenant,
         run: &ctx.run_id,
-        class: ctx.lineage.tree.class,
+        class: class_of(ctx),
     }
 }
+
+/// The class a run's calls are admitted in: its tree's, unless a test
+/// build runs with the `no_class_priority` sabotage (`REIN_SABOTAGE`, see
+/// `crash.rs`), which admits every call as batch so interactive work gets
+/// no priority and no reserved share at a busy group.
+fn class_of(ctx: &RunCtx<'_>) -> rein_core::governor::Class {
+    static NO_CLASS_PRIORITY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if crate::crash::ENABLED
+        && *NO_CLASS_PRIORITY.get_or_init(|| crate::crash::sabotaged(NO_CLASS_PRIORITY_SWITCH))
+    {
+        return rein_core::governor::Class::Batch;
+    }
+    ctx.lineage.tree.class
+}
+
+/// The [`crate::crash::SABOTAGE_ENV`] switch that takes class priority
+/// away from the governor's queues.
+pub(crate) const NO_CLASS_PRIORITY_SWITCH: &str = "no_class_priority";
