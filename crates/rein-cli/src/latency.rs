@@ -5,7 +5,11 @@
 //! Reads the store file directly, like `rein runs --data`. With
 //! `--config`, each tool of the config is listed (with no samples too) with
 //! its mode, its declared p99 (or observe mode's fallback), its allowance
-//! factor, and the profile and allowance a call is planned with now.
+//! factor, and the profile and allowance a call is planned with now; and
+//! each model its agents call, with the configured `model_latency` and
+//! whether a call is planned with it or with the observed profile (from
+//! [`DEFAULT_OBSERVE_MIN_SAMPLES`] calls on, as `rein run` and `rein
+//! serve` plan).
 
 use rein_store::HealthStore;
 use std::collections::BTreeMap;
@@ -16,8 +20,10 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use rein_core::LatencyProfile;
-use rein_core::latency::{AllowanceFactor, LatencyHistogram, LatencySubject};
-use rein_core::registry::{LatencySpec, Registry};
+use rein_core::latency::{
+    AllowanceFactor, LatencyHistogram, LatencySubject, ModelLatencySource, plan_model,
+};
+use rein_core::registry::{DEFAULT_OBSERVE_MIN_SAMPLES, LatencySpec, Registry};
 use rein_store_sqlite::SqliteStore;
 use serde_json::{Value, json};
 
@@ -49,6 +55,20 @@ struct Row {
     subject: String,
     observed: Option<LatencyHistogram>,
     tool: Option<ToolPlan>,
+    model: Option<ModelRow>,
+}
+
+/// A configured model's side: what its agents configure and what a call
+/// of it is planned with now.
+struct ModelRow {
+    /// The first agent (in name order) that calls it, whose
+    /// `model_latency` is shown.
+    agent: String,
+    /// That agent's configured profile (p95 4 ×, p99 10 × its median).
+    configured: LatencyProfile,
+    /// `configured` or `observed`.
+    in_use: &'static str,
+    profile: LatencyProfile,
 }
 
 /// A configured tool's declared side and the plan it gives now.
@@ -153,6 +173,7 @@ fn rows_of(
             rows.push(Row {
                 subject,
                 observed: seen,
+                model: None,
                 tool: Some(ToolPlan {
                     mode,
                     declared_p99,
@@ -165,12 +186,68 @@ fn rows_of(
             });
         }
     }
+    if let Some(registry) = registry {
+        rows.extend(model_rows(&mut observed, registry));
+    }
     rows.extend(observed.into_iter().map(|(subject, histogram)| Row {
         subject,
         observed: Some(histogram),
         tool: None,
+        model: None,
     }));
     rows
+}
+
+/// One row per model the agents of `registry` call (primary and
+/// fallbacks), taking its observed histogram out of `observed`.
+fn model_rows(observed: &mut BTreeMap<String, LatencyHistogram>, registry: &Registry) -> Vec<Row> {
+    let mut rows: BTreeMap<String, Row> = BTreeMap::new();
+    for (name, agent) in registry.agents() {
+        let p50 = agent.model_latency.max(Duration::from_millis(1));
+        let Ok(configured) =
+            LatencyProfile::new(p50, p50.saturating_mul(4), p50.saturating_mul(10), 0)
+        else {
+            continue;
+        };
+        let links = std::iter::once((agent.provider.as_str(), agent.model.as_str())).chain(
+            agent
+                .fallbacks
+                .iter()
+                .chain(&agent.context_fallbacks)
+                .map(|l| (l.provider.as_str(), l.model.as_str())),
+        );
+        for (provider, model) in links {
+            let subject = LatencySubject::Model {
+                provider: provider.to_owned(),
+                model: model.to_owned(),
+            }
+            .key();
+            if rows.contains_key(&subject) {
+                continue;
+            }
+            let seen = observed.remove(&subject);
+            let plan = plan_model(configured, seen.as_ref(), DEFAULT_OBSERVE_MIN_SAMPLES);
+            let in_use = match plan.source {
+                ModelLatencySource::Observed => "observed",
+                ModelLatencySource::Configured => "configured",
+            };
+            rows.insert(
+                subject.clone(),
+                Row {
+                    subject,
+                    observed: seen,
+                    tool: None,
+                    model: Some(ModelRow {
+                        agent: name.clone(),
+                        configured,
+                        in_use,
+                        profile: plan.profile,
+                    }),
+                },
+            );
+        }
+    }
+    rows.into_values().collect()
 }
 
 /// A duration in human units: `850µs`, `12.3ms`, `1.25s`, `2m5s`.
@@ -248,7 +325,21 @@ fn print_table(rows: &[Row]) {
                 },
                 human(t.factor.apply(t.profile.p99())),
             ),
-            None => ("-".into(), "-".into(), "-".into(), "-".into(), "-".into()),
+            None => match &row.model {
+                Some(m) => (
+                    "model".into(),
+                    human(m.configured.p99()),
+                    "-".into(),
+                    match m.in_use {
+                        "configured" => {
+                            format!("configured ({samples}/{DEFAULT_OBSERVE_MIN_SAMPLES})")
+                        }
+                        in_use => in_use.to_owned(),
+                    },
+                    "-".into(),
+                ),
+                None => ("-".into(), "-".into(), "-".into(), "-".into(), "-".into()),
+            },
         };
         println!(
             "{:<40} {:>8} {:>14} {:>14} {:>14}  {:<10} {:>10} {:>7}  {:<9} {:>10}",
@@ -282,7 +373,13 @@ fn row_json(row: &Row) -> Value {
                "planned_p99_us": micros(t.profile.p99()),
                "allowance_us": micros(t.factor.apply(t.profile.p99()))})
     });
-    json!({"subject": row.subject, "observed": observed, "tool": tool})
+    let model = row.model.as_ref().map(|m| {
+        json!({"agent": m.agent, "configured_p50_us": micros(m.configured.p50()),
+               "min_samples": DEFAULT_OBSERVE_MIN_SAMPLES, "planned": m.in_use,
+               "planned_p50_us": micros(m.profile.p50()),
+               "planned_p99_us": micros(m.profile.p99())})
+    });
+    json!({"subject": row.subject, "observed": observed, "tool": tool, "model": model})
 }
 
 #[cfg(test)]
@@ -330,5 +427,49 @@ mod tests {
         let observed = doc("send_email");
         assert_eq!(observed["tool"]["mode"], "observe", "{observed}");
         assert!(observed["tool"]["declared_samples"].is_null());
+    }
+
+    /// Each model the example's agents call is listed with its configured
+    /// latency until enough calls were observed, then with the observed.
+    #[test]
+    fn a_models_observed_latency_replaces_the_configured_one_from_min_samples_on() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/order-desk");
+        let loader = rein_engine::config::Loader::with_env(|name| {
+            matches!(name, "ORDER_DESK_URL" | "MOCK_MODEL_URL")
+                .then(|| "http://127.0.0.1:9".to_owned())
+        });
+        let registry = match loader.load(std::path::Path::new(dir)) {
+            Ok(registry) => registry,
+            Err(e) => panic!("the example config loads: {e}"),
+        };
+        let Some(agent) = registry.agents().values().next() else {
+            panic!("the example has an agent");
+        };
+        let subject = LatencySubject::Model {
+            provider: agent.provider.clone(),
+            model: agent.model.clone(),
+        }
+        .key();
+        let doc = |observed: BTreeMap<String, LatencyHistogram>| {
+            rows_of(observed, Some(&registry))
+                .iter()
+                .find(|r| r.subject == subject)
+                .map(row_json)
+                .unwrap_or_default()
+        };
+        let mut seen = LatencyHistogram::new();
+        for _ in 1..DEFAULT_OBSERVE_MIN_SAMPLES {
+            seen.record(Duration::from_secs(3));
+        }
+        let few = doc(BTreeMap::from([(subject.clone(), seen.clone())]));
+        assert_eq!(few["model"]["planned"], "configured", "{few}");
+        seen.record(Duration::from_secs(3));
+        let enough = doc(BTreeMap::from([(subject.clone(), seen)]));
+        assert_eq!(enough["model"]["planned"], "observed", "{enough}");
+        let p50 = enough["model"]["planned_p50_us"]
+            .as_u64()
+            .unwrap_or_default();
+        // Within the histogram's precision.
+        assert!((3_000_000..3_050_000).contains(&p50), "{enough}");
     }
 }

@@ -21,6 +21,7 @@
 //! | `parallel_same_resource` | writes of one turn to the same `resource_key` value run in parallel | 7 |
 //! | `declare_before_shed` | a write is declared `pending` before the governor decides, and a shed leaves that record as it is | 3 |
 //! | `fixed_concurrency` | a resource group's adaptive limit stays at its ceiling: neither 429s nor rising latency shrink it | 7 |
+//! | `unreserved_final_turn` | a model call offered no tools (the last, minimal-output turn) reserves nothing: its `max_tokens` is the model's output cap | 2 |
 //!
 //! The hooks are marked `Sabotage hook` in the engine's `run/` modules
 //! (`guarded/`, `settle/`, `model_chain/ceiling.rs`, …).
@@ -73,6 +74,11 @@ pub struct Sabotage {
     /// never shrink it, so an overloaded backend keeps getting the whole
     /// ceiling.
     pub fixed_concurrency: bool,
+    /// A model call offered no tools — the last, minimal-output turn of a
+    /// run short of budget — reserves nothing before it is sent: its
+    /// `max_tokens` is the model's output cap instead of what the budget
+    /// leaves, so its answer can overrun the token or cost ceiling.
+    pub unreserved_final_turn: bool,
 }
 
 /// A key different from `key` for attempt `attempt`: the original with the

@@ -157,6 +157,7 @@ pub fn catalog() -> Vec<Scenario> {
     all.extend(fan_out::fan_out_control());
     all.extend(super::ceilings::ceilings());
     all.extend(fan_out::shedding());
+    all.extend(super::ceilings::last_turn());
     all.extend(governor::governor());
     all
 }

@@ -2,6 +2,11 @@
 //! a provider does (a prompt token per four bytes of the request, answers
 //! stopped at `max_tokens`) and refuse a `max_tokens` above a model's cap,
 //! and the checker sums what they counted against the run's limits.
+//!
+//! The last-turn scenarios (C094, C095): a run too short of tokens or time
+//! for another tool round trip gets one last turn without tools, whose
+//! `max_tokens` is what the budget leaves; the model's answer is long
+//! (3000 tokens), so only the reservation keeps it within the ceiling.
 
 use rein_testkit::mock_model::{Reply, ToolCall};
 use serde_json::json;
@@ -62,5 +67,34 @@ pub(super) fn ceilings() -> Vec<Scenario> {
             }))
             .risks([I::BudgetsHold])
             .expects([M::BudgetExhausted, M::ModelFallback]),
+    ]
+}
+
+/// The answer of a last turn: longer than what any of the last-turn
+/// scenarios leaves, so that the reservation has to cut it.
+fn long_answer() -> Reply {
+    Reply::text("A-1001 was not checked: the budget ran out before any lookup.").with_usage(0, 3000)
+}
+
+pub(super) fn last_turn() -> Vec<Scenario> {
+    use Layer::ModelGateway as L;
+    vec![
+        Scenario::new(94, L, "tokens-short-last-turn-within-ceiling",
+            "1200 tokens are less than two turns with the three tools' definitions need, so the first turn is the last: no tools, a minimal-output instruction, max_tokens what the 1200 leave after its prompt. The model would write 3000 tokens; it is cut at max_tokens, the run ends budget_exhausted with that answer, and what the mock model counted stays within 1200.",
+            Plan::mock(vec![long_answer()])
+                .metered()
+                .tune(|t| t.tokens = Some(1200)))
+            .risks([I::BudgetsHold])
+            .expects([M::BudgetExhausted]),
+        Scenario::new(95, L, "time-short-last-turn-within-ceiling",
+            "A 1 s wall clock (800 ms forward) is less than a model turn, a lookup and the turn reading it need (2 × 500 ms + 5 ms), so the first turn is the last, under a 2000-token ceiling: max_tokens is what the 2000 leave after its prompt, the 3000-token answer is cut to it, the run ends budget_exhausted with that answer, and what the mock model counted stays within 2000.",
+            Plan::mock(vec![long_answer()])
+                .metered()
+                .tune(|t| {
+                    t.wall_ms = Some(1000);
+                    t.tokens = Some(2000);
+                }))
+            .risks([I::BudgetsHold])
+            .expects([M::BudgetExhausted]),
     ]
 }

@@ -197,6 +197,12 @@ pub struct ModelFallbackUsed {
     pub answered: LinkName,
     /// The links that failed before it, in order.
     pub after: Vec<MovedOn>,
+    /// The answering link's expected value and cost when it was tried,
+    /// when the run has a `value_of_success_usd`: the rationale of trying
+    /// it (a fallback below its cost is not tried; `retry_abandoned` says
+    /// so then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worth: Option<crate::retry::Worth>,
 }
 
 /// What rein did with a turn whose output was cut.

@@ -10,6 +10,7 @@ use std::fmt;
 /// | a tool's attempts | `tool:NAME` | the attempt's latency |
 /// | a model's calls | `model:PROVIDER/MODEL` | the call's latency |
 /// | a model's output | `model_per_token:PROVIDER/MODEL` | the call's latency per output token |
+/// | a model's streamed answers | `model_first_token:PROVIDER/MODEL` | the time from sending to the stream's first event |
 ///
 /// # Why per output token
 ///
@@ -32,6 +33,14 @@ pub enum LatencySubject {
     },
     /// A model's latency per output token.
     ModelPerToken {
+        /// The provider's name in config.
+        provider: String,
+        /// The model, as the provider names it.
+        model: String,
+    },
+    /// A model's time to the first event of a streamed answer (its whole
+    /// answer is recorded as [`LatencySubject::Model`] too).
+    ModelFirstToken {
         /// The provider's name in config.
         provider: String,
         /// The model, as the provider names it.
@@ -67,6 +76,9 @@ impl LatencySubject {
             "model_per_token" => {
                 model().map(|(provider, model)| LatencySubject::ModelPerToken { provider, model })
             }
+            "model_first_token" => {
+                model().map(|(provider, model)| LatencySubject::ModelFirstToken { provider, model })
+            }
             _ => None,
         }
     }
@@ -79,6 +91,9 @@ impl fmt::Display for LatencySubject {
             LatencySubject::Model { provider, model } => write!(f, "model:{provider}/{model}"),
             LatencySubject::ModelPerToken { provider, model } => {
                 write!(f, "model_per_token:{provider}/{model}")
+            }
+            LatencySubject::ModelFirstToken { provider, model } => {
+                write!(f, "model_first_token:{provider}/{model}")
             }
         }
     }
@@ -97,6 +112,10 @@ mod tests {
                 model: "gpt-4o/mini".into(),
             },
             LatencySubject::ModelPerToken {
+                provider: "openai".into(),
+                model: "m".into(),
+            },
+            LatencySubject::ModelFirstToken {
                 provider: "openai".into(),
                 model: "m".into(),
             },

@@ -79,6 +79,9 @@ pub struct EngineBuilder {
     pub(super) tool_latency: std::collections::BTreeMap<String, ToolLatency>,
     /// How often observed latency is flushed to the store at most.
     pub(super) latency_flush: std::time::Duration,
+    /// Calls of a provider and model observed before their latency
+    /// replaces the configured `model_latency`.
+    pub(super) model_min_samples: u64,
     pub(super) telemetry: Option<crate::telemetry::Telemetry>,
     /// Traces to set up at build, from `[telemetry]`.
     pub(super) traces: Option<rein_core::registry::TelemetrySpec>,
@@ -196,6 +199,16 @@ impl EngineBuilder {
         self
     }
 
+    /// Plans a model call with its observed latency once `n` calls of its
+    /// provider and model were observed (by any process on the store); the
+    /// configured `model_latency` until then. Default
+    /// [`DEFAULT_OBSERVE_MIN_SAMPLES`](rein_core::registry::DEFAULT_OBSERVE_MIN_SAMPLES)
+    /// (50), as a tool's `mode = "observe"`.
+    pub fn model_latency_min_samples(mut self, n: u64) -> Self {
+        self.model_min_samples = n;
+        self
+    }
+
     /// Seeds the jitter source, for reproducible runs.
     pub fn rng_seed(mut self, seed: u64) -> Self {
         self.rng_seed = Some(seed);
@@ -255,12 +268,15 @@ impl EngineBuilder {
                 renew,
             ))
         });
-        let latency = Arc::new(LatencyBook::new(
-            self.tool_latency,
-            self.latency_flush,
-            self.store.clone(),
-            self.clock.clone() as Arc<dyn Clock>,
-        ));
+        let latency = Arc::new(
+            LatencyBook::new(
+                self.tool_latency,
+                self.latency_flush,
+                self.store.clone(),
+                self.clock.clone() as Arc<dyn Clock>,
+            )
+            .with_model_min_samples(self.model_min_samples),
+        );
         Ok(Engine {
             node,
             command: crate::tool_command::CommandToolAdapter::new(self.store.clone())
@@ -354,6 +370,7 @@ impl Engine {
             shared_limits: None,
             tool_latency: std::collections::BTreeMap::new(),
             latency_flush: DEFAULT_LATENCY_FLUSH,
+            model_min_samples: rein_core::registry::DEFAULT_OBSERVE_MIN_SAMPLES,
             telemetry: None,
             traces: None,
             #[cfg(feature = "sabotage")]

@@ -51,6 +51,8 @@ impl Engine {
         state: &mut LoopState,
     ) -> Result<Asked, End> {
         let agent = ctx.agent;
+        // The stored latency, before the model's profile is read.
+        self.shared.latency.load().await;
         let now = self.clock.now();
         let left = state.budget.remaining(now);
         let note = BudgetView::new(left).note();
@@ -63,7 +65,13 @@ impl Engine {
         }
         let short = if agent.planner.final_turn && !tools.is_empty() {
             let needs = TurnNeeds {
-                model_p50: agent.model_latency.p50(),
+                // The primary's observed latency once trusted.
+                model_p50: self
+                    .shared
+                    .latency
+                    .plan_model(agent.provider.name(), &agent.model, agent.model_latency)
+                    .profile
+                    .p50(),
                 fastest_tool_p50: agent
                     .tools
                     .values()

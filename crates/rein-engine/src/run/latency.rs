@@ -17,9 +17,24 @@
 //! | `tool:NAME` | one attempt, from sending to its outcome | it was sent and ended with a success or a failure from the target (timeouts included: a lower bound of the true latency, and leaving them out would hide a tool that degrades into timeouts); not a cancelled one, nor a refusal of rein's own (open arm, budget) |
 //! | `model:PROVIDER/MODEL` | one whole (unstreamed) answer | it answered |
 //! | `model_per_token:PROVIDER/MODEL` | that answer's latency / its output tokens | it answered with at least one output token |
+//! | `model:PROVIDER/MODEL` | one streamed answer, from sending to its last event | the stream ended with its answer |
+//! | `model_first_token:PROVIDER/MODEL` | one streamed answer's first event | the stream ended with its answer |
 //!
-//! Streamed answers are not recorded: their latency is the stream's, which
-//! the caller consumes at its own pace.
+//! A streamed answer is recorded when its stream ends with the answer (a
+//! stream cut or dropped midway is not an answer); its total is
+//! normalised by its output tokens as a whole answer's is. Its total
+//! includes the pace at which the caller read it: rein never buffers a
+//! chunk, so a slow reader slows the stream — the latency its caller saw.
+//!
+//! # Model calls are planned with what was observed
+//!
+//! A model call's profile (the time a turn needs left before it is sent,
+//! a retry's worth) is the agent's configured `model_latency` until
+//! `min_samples` calls of its provider and model were observed
+//! ([`EngineBuilder::model_latency_min_samples`], default 50), then the
+//! observed `model:PROVIDER/MODEL` profile ([`plan_model`]).
+//!
+//! [`EngineBuilder::model_latency_min_samples`]: super::EngineBuilder::model_latency_min_samples
 //!
 //! # Shared through the store
 //!
@@ -49,7 +64,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use rein_core::event::{BaselineSource, LatencyDegraded};
-use rein_core::latency::{AllowanceFactor, DegradationWatch, LatencyHistogram, LatencySubject};
+use rein_core::latency::{
+    AllowanceFactor, DegradationWatch, LatencyHistogram, LatencySubject, ModelPlan, plan_model,
+};
 use rein_core::registry::{DEFAULT_OBSERVE_MIN_SAMPLES, LatencySpec};
 use rein_core::{Clock, Instant, LatencyProfile, ToolClass};
 use rein_store::{LatencyRows, Store};
@@ -121,6 +138,9 @@ struct State {
 /// The observed latency of one engine: see the module docs.
 pub(crate) struct LatencyBook {
     tools: BTreeMap<String, ToolLatency>,
+    /// Calls of a model observed before its profile replaces the
+    /// configured one.
+    model_min_samples: u64,
     flush_every: Duration,
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
@@ -157,6 +177,7 @@ impl LatencyBook {
         };
         LatencyBook {
             tools,
+            model_min_samples: DEFAULT_OBSERVE_MIN_SAMPLES,
             flush_every,
             store,
             clock,
@@ -165,6 +186,34 @@ impl LatencyBook {
             flushing: AtomicBool::new(false),
             flush_lock: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// Trusts a model's observed latency from `n` calls on.
+    pub(crate) fn with_model_min_samples(mut self, n: u64) -> Self {
+        self.model_min_samples = n;
+        self
+    }
+
+    /// The profile a call of `provider`'s `model` is planned with now: its
+    /// observed call latency once `min_samples` calls exist, `configured`
+    /// until then.
+    pub(crate) fn plan_model(
+        &self,
+        provider: &str,
+        model: &str,
+        configured: LatencyProfile,
+    ) -> ModelPlan {
+        let key = LatencySubject::Model {
+            provider: provider.to_owned(),
+            model: model.to_owned(),
+        }
+        .key();
+        let state = self.state();
+        plan_model(
+            configured,
+            state.entries.get(&key).map(|e| &e.total),
+            self.model_min_samples,
+        )
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -254,7 +303,7 @@ impl LatencyBook {
 
     /// Records one whole model answer of `output_tokens`; a degradation of
     /// the model's call latency it reveals, if any (its baseline is the
-    /// observed p99 once [`DEFAULT_OBSERVE_MIN_SAMPLES`] calls exist).
+    /// observed p99 once `min_samples` calls exist).
     pub(crate) fn record_model(
         self: &Arc<Self>,
         provider: &str,
@@ -270,7 +319,7 @@ impl LatencyBook {
         let degraded = self.record(
             &call,
             latency,
-            Baseline::ObservedAfter(DEFAULT_OBSERVE_MIN_SAMPLES),
+            Baseline::ObservedAfter(self.model_min_samples),
         );
         if output_tokens > 0 {
             let per_token = LatencySubject::ModelPerToken { provider, model };
@@ -281,6 +330,24 @@ impl LatencyBook {
         }
         self.flush_if_due();
         degraded
+    }
+
+    /// Records one streamed answer: its time to the first event, and its
+    /// whole latency as [`record_model`](Self::record_model) does.
+    pub(crate) fn record_stream(
+        self: &Arc<Self>,
+        provider: &str,
+        model: &str,
+        (first_event, latency): (Duration, Duration),
+        output_tokens: u64,
+    ) -> Option<LatencyDegraded> {
+        let first = LatencySubject::ModelFirstToken {
+            provider: provider.to_owned(),
+            model: model.to_owned(),
+        };
+        // Watched through the call latency only: one event per cause.
+        self.record(&first, first_event, Baseline::Unwatched);
+        self.record_model(provider, model, latency, output_tokens)
     }
 
     fn record(

@@ -10,6 +10,17 @@
 //! They are not written to the store: unlike latency, a retry's success
 //! rate moves with the fault of the moment, and a fresh process that starts
 //! from the prior (½) learns it again within a few retries.
+//!
+//! # Fallbacks
+//!
+//! A model fallback is weighed the same way before it is tried: its
+//! expected value (`value_of_success_usd` × the measured success rate of
+//! that arm as a fallback, target `fallback:PROVIDER/MODEL`) against its
+//! expected cost (its price × the prompt and the most output it may give,
+//! plus its median's share of the remaining time). Every call a link makes
+//! as a fallback is counted there as it ends, answered or not.
+
+use std::time::Duration;
 
 use rein_core::deadline::Cost;
 use rein_core::retry::{Worth, WorthInput};
@@ -56,6 +67,44 @@ impl Engine {
             .rate(failed.saturating_add(1));
         Some(WorthInput { value, rate, money })
     }
+}
+
+/// The target a link's outcomes as a fallback are counted under.
+pub(crate) fn fallback_target(provider: &str, model: &str) -> String {
+    format!("fallback:{provider}/{model}")
+}
+
+impl Engine {
+    /// Counts how a call of `provider`'s `model` made as a fallback ended.
+    pub(super) fn record_fallback(&self, provider: &str, model: &str, answered: bool) {
+        // One ordinal for fallbacks: the first retry's slot.
+        self.record_retry(&fallback_target(provider, model), 2, answered);
+    }
+
+    /// The worth of trying `provider`'s `model` as a fallback, which
+    /// spends `money` and takes `time` of the `remaining` deadline, when a
+    /// success is worth `value`; `None` without a value.
+    pub(super) fn fallback_worth(
+        &self,
+        (provider, model): (&str, &str),
+        value: Option<Cost>,
+        money: Cost,
+        (time, remaining): (Duration, Duration),
+    ) -> Option<Worth> {
+        let input = self.worth_input(&fallback_target(provider, model), value, 1, money)?;
+        Some(Worth::of(&input, time, remaining))
+    }
+}
+
+/// Why a fallback was not tried, for the report: its numbers, in dollars.
+pub(crate) fn fallback_not_worth_it(provider: &str, model: &str, worth: &Worth) -> String {
+    format!(
+        "fallback {provider}/{model} not tried: expected value {} ({} of {} of its calls as a fallback answered) is below its expected cost {}",
+        Cost::from_micros(worth.expected_value_micros),
+        worth.rate.successes,
+        worth.rate.tries,
+        Cost::from_micros(worth.expected_cost_micros)
+    )
 }
 
 /// Why a retry was not made, for the report: its numbers, in dollars.

@@ -259,6 +259,18 @@ impl Engine {
         } else {
             decided
         };
+        // Sabotage hook `unreserved_final_turn`: a call offered no tools
+        // (the last turn) reserves nothing and asks for the model's cap.
+        #[cfg(feature = "sabotage")]
+        let decided = if self.sabotage.unreserved_final_turn && request.tools.is_empty() {
+            Ok(Ceiling {
+                max_tokens: link.max_output.map(u64::from),
+                limited_by: None,
+                reserve: Usage::default(),
+            })
+        } else {
+            decided
+        };
         match decided {
             Ok(ceiling) => Ok((
                 ModelRequest {

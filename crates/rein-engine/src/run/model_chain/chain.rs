@@ -3,15 +3,20 @@
 
 use std::collections::VecDeque;
 
-use rein_core::deadline::Budget;
-use rein_core::event::{LinkName, ModelFallbackUsed, MovedOn};
+use rein_core::deadline::{Budget, Cost};
+use rein_core::event::{
+    AbandonReason, LinkName, ModelFallbackUsed, MovedOn, RetryAbandoned, RetryTarget,
+};
+use rein_core::retry::{GiveUpReason, Worth};
 use rein_core::{Category, Failure};
 
 use super::{Answered, Chain, LinkRef, Mode, TurnHost};
 use crate::provider::ModelRequest;
 use crate::run::Engine;
+use crate::run::MIN_OUTPUT_TOKENS;
 use crate::run::emitter::Correlation;
 use crate::run::report::End;
+use crate::run::retry_worth::fallback_not_worth_it;
 
 /// How one link ended without an answer.
 pub(super) enum LinkEnd {
@@ -66,6 +71,34 @@ fn surface_first(end: End, moved_on: &[(String, String, Failure)], last: LinkRef
 }
 
 impl Engine {
+    /// The worth of trying `next` as a fallback with a prompt of at most
+    /// `prompt` tokens: the host's value of success × the arm's measured
+    /// success rate as a fallback, against the most it may spend at its
+    /// price (the prompt and its output cap, a minimal answer's worth
+    /// without one) and its median's share of what is left. `None` when
+    /// the host has no value of success.
+    fn weigh_fallback(
+        &self,
+        host: &dyn TurnHost,
+        next: LinkRef<'_>,
+        prompt: u64,
+        budget: &Budget,
+    ) -> Option<Worth> {
+        let value = host.value_of_success()?;
+        let (provider, model) = (next.provider.name(), next.model);
+        let money = next.price.map_or(Cost::ZERO, |p| {
+            p.cost(prompt, next.max_output.map_or(MIN_OUTPUT_TOKENS, u64::from))
+        });
+        let p50 = self
+            .shared
+            .latency
+            .plan_model(provider, model, host.model_latency())
+            .profile
+            .p50();
+        let remaining = budget.deadline().remaining(self.clock.now());
+        self.fallback_worth((provider, model), Some(value), money, (p50, remaining))
+    }
+
     /// Asks one turn along `chain`. `base.model` is replaced by each link's.
     pub(crate) async fn ask_chain(
         &self,
@@ -85,6 +118,8 @@ impl Engine {
             super::ceiling::prompt_estimate(&base.messages, &base.tools, host.last_input_tokens());
         // Each link that failed, and the failure that moved the turn on.
         let mut moved_on: Vec<(String, String, Failure)> = Vec::new();
+        // The worth of the link being tried, when it is a fallback.
+        let mut tried_worth: Option<Worth> = None;
         loop {
             let request = ModelRequest {
                 model: link.model.to_owned(),
@@ -101,6 +136,17 @@ impl Engine {
                     mode,
                 )
                 .await;
+            if !moved_on.is_empty() {
+                let answered = outcome.is_ok();
+                let counted = answered
+                    || matches!(
+                        outcome,
+                        Err(LinkEnd::MoveOn(_) | LinkEnd::Stop(End::ModelFailed(..)))
+                    );
+                if counted {
+                    self.record_fallback(link.provider.name(), link.model, answered);
+                }
+            }
             let failure = match outcome {
                 Ok((reply, reservation)) => {
                     if !moved_on.is_empty() {
@@ -124,6 +170,7 @@ impl Engine {
                                         reason: f.human_message().to_owned(),
                                     })
                                     .collect(),
+                                worth: tried_worth,
                             },
                         );
                     }
@@ -155,7 +202,35 @@ impl Engine {
                 transient.pop_front()
             };
             match next {
-                Some(next) => link = next,
+                Some(next) => {
+                    let worth = self.weigh_fallback(host, next, prompt, budget);
+                    if let Some(worth) = worth.filter(|w| !w.worth_it()) {
+                        let (p, m) = (next.provider.name(), next.model);
+                        host.emitter().emit(
+                            c,
+                            RetryAbandoned {
+                                target: RetryTarget::Provider(p.to_owned()),
+                                attempts: u32::try_from(moved_on.len()).unwrap_or(u32::MAX),
+                                reason: AbandonReason::GaveUp(GiveUpReason::NotWorthItsCost {
+                                    worth,
+                                }),
+                                detail: Some(fallback_not_worth_it(p, m, &worth)),
+                                category,
+                            },
+                        );
+                        let end =
+                            surface_first(End::ModelFailed(category, message), &moved_on, link);
+                        return Err(match end {
+                            End::ModelFailed(category, message) => End::ModelFailed(
+                                category,
+                                format!("{message}; {}", fallback_not_worth_it(p, m, &worth)),
+                            ),
+                            other => other,
+                        });
+                    }
+                    tried_worth = worth;
+                    link = next;
+                }
                 None => {
                     return Err(surface_first(
                         End::ModelFailed(category, message),

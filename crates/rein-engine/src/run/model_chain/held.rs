@@ -91,6 +91,8 @@ pub(super) struct StreamEnd {
     pub(super) sent: rein_core::Instant,
     /// How long the first event took.
     pub(super) first_event: Duration,
+    /// Where an answered stream's latency is recorded.
+    pub(super) latency: Arc<crate::run::latency::LatencyBook>,
 }
 
 impl StreamEnd {
@@ -98,6 +100,16 @@ impl StreamEnd {
     /// cut it.
     fn announce(self, outcome: Result<&ModelResponse, &Failure>) {
         let elapsed = self.clock.now().saturating_duration_since(self.sent);
+        if let Ok(response) = outcome
+            && let Some(degraded) = self.latency.record_stream(
+                &self.provider,
+                &self.model,
+                (self.first_event, elapsed),
+                response.usage.output,
+            )
+        {
+            self.announcer.announce(&self.c, degraded);
+        }
         let (cost, result) = match outcome {
             Ok(response) => (
                 self.price

@@ -178,6 +178,9 @@ impl Engine {
         next_links: usize,
         mode: Mode,
     ) -> Result<(Reply, Reservation), LinkEnd> {
+        // The stored latency first: a new process plans its first call
+        // with what every process observed.
+        self.shared.latency.load().await;
         let call = LinkCall {
             host,
             c,
@@ -189,7 +192,13 @@ impl Engine {
             ready: next_links > 0,
             deadline: link_deadline(budget, self.clock.now(), next_links),
             policy: *host.retry(),
-            latency: host.model_latency(),
+            // The configured profile until this link's own calls were
+            // observed `min_samples` times.
+            latency: self
+                .shared
+                .latency
+                .plan_model(link.provider.name(), link.model, host.model_latency())
+                .profile,
         };
         let gate = host
             .provider_limits()
@@ -447,6 +456,7 @@ impl Engine {
                     clock: held.clock.clone(),
                     sent: sent.at,
                     first_event: self.clock.now().saturating_duration_since(sent.at),
+                    latency: self.shared.latency.clone(),
                 };
                 return Reply::Stream {
                     first,
