@@ -76,6 +76,18 @@ wall_clock = "60s"
 max_steps = 5
 max_tokens = 100000
 
+# The same, with a token budget far below the cap: the budget sets the
+# ceiling of every call.
+[agents.desk_on_claude_tight]
+provider = "claude"
+model = "claude-sonnet-4"
+system_prompt = "You are the order desk."
+tools = ["get_order"]
+[agents.desk_on_claude_tight.budget]
+wall_clock = "60s"
+max_steps = 5
+max_tokens = 4000
+
 [agents.desk_on_o3]
 provider = "oai"
 model = "o3-mini"
@@ -451,6 +463,31 @@ async fn anthropic_models_are_asked_within_their_cap_and_metered_by_the_mock() {
     assert_eq!(requests[4].body["max_tokens"], 64_000, "no ask: the cap");
     assert_eq!(requests[5].body["max_tokens"], 700);
     assert_eq!(s.anthropic.usage_log().len(), 6, "none was refused");
+
+    // Under a budget far below the cap, each call's ceiling is what the
+    // budget leaves, and its event says the budget set it.
+    s.anthropic.push_replies([
+        Reply::tool_call("get_order", &json!({"order_id": "A-1002"})),
+        Reply::text("A-1002 arrives on 7 January."),
+    ]);
+    let view = run(
+        &s.server,
+        "desk_on_claude_tight",
+        "When does A-1002 arrive?",
+    )
+    .await;
+    assert_eq!(view["report"]["outcome"], "succeeded", "{view}");
+    let started = calls_started(&s.server, view["run_id"].as_str().unwrap()).await;
+    assert_eq!(started.len(), 2, "{started:?}");
+    let sent: Vec<u64> = s.anthropic.requests()[6..]
+        .iter()
+        .map(|r| r.body["max_tokens"].as_u64().unwrap())
+        .collect();
+    for (event, sent) in started.iter().zip(&sent) {
+        assert_eq!(event["data"]["max_tokens_limited_by"], "tokens", "{event}");
+        assert_eq!(event["data"]["max_tokens"].as_u64(), Some(*sent), "{event}");
+        assert!(*sent < 4_000, "{sent}");
+    }
 }
 
 /// `rein check --json` on the example config with `extra` appended.

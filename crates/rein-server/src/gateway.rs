@@ -73,8 +73,9 @@ pub const DEFAULT_GATEWAY_DEADLINE: Duration = Duration::from_secs(120);
     responses(
         (status = 200, description = "the completion (JSON), or its chunks (`text/event-stream` when `stream: true`)", body = Object,
          headers(("Rein-Model" = String, description = "provider/model that answered"),
-                 ("Rein-Fallback" = String, description = "true when a fallback link answered"))),
-        (status = 400, description = "invalid request, or the input does not fit any configured context window", body = Problem),
+                 ("Rein-Fallback" = String, description = "true when a fallback link answered"),
+                 ("Rein-Max-Tokens" = String, description = "`<sent>; reason=cap|budget`: the output ceiling sent was below the client's max_tokens"))),
+        (status = 400, description = "invalid request, a max_tokens above the primary model's output cap, or the input does not fit any configured context window", body = Problem),
         (status = 401, description = "missing or invalid API key", body = Problem),
         (status = 404, description = "unknown model binding", body = Problem),
         (status = 409, description = "the same Idempotency-Key is still in progress", body = Problem),
