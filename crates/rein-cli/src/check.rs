@@ -72,11 +72,16 @@ pub fn run(args: CheckArgs) -> ExitCode {
     };
     let problems: Vec<&ConfigProblem> = config_problems.iter().chain(&data_problem).collect();
     let ok = problems.is_empty();
+    let fields = match &loaded {
+        Ok(startup) => crate::output_fields::lines(&startup.registry),
+        Err(_) => Vec::new(),
+    };
     if args.json {
         let doc = json!({
             "ok": ok,
             "problems": problems.iter().map(|p| problem_json(p)).collect::<Vec<Value>>(),
             "warnings": warnings.iter().map(problem_json).collect::<Vec<Value>>(),
+            "output_fields": fields.iter().map(crate::output_fields::OutputFieldLine::json).collect::<Vec<Value>>(),
         });
         println!("{doc}");
     } else {
@@ -84,7 +89,12 @@ pub fn run(args: CheckArgs) -> ExitCode {
             note(Level::Warn, &format!("warning: {warning}"));
         }
         match &loaded {
-            Ok(startup) if ok => println!("ok: {}", summary(&startup.registry)),
+            Ok(startup) if ok => {
+                println!("ok: {}", summary(&startup.registry));
+                for line in &fields {
+                    println!("{}", line.text());
+                }
+            }
             _ => {
                 for problem in &problems {
                     note(Level::Error, &problem.to_string());

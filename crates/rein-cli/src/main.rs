@@ -14,6 +14,7 @@ mod key;
 mod latency;
 mod log;
 mod migrate;
+mod output_fields;
 mod reconcile;
 mod resume;
 mod run;

@@ -147,7 +147,8 @@ fn check_passes_the_example_config() {
     );
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
-        "ok: 4 tools, 2 agents, 2 providers, 1 resource group"
+        "ok: 4 tools, 2 agents, 2 providers, 1 resource group\n\
+         model mock/gpt-4o-mini: output ceiling in max_tokens (known model), at most 16384"
     );
     let out = rein_check(
         &[example().to_str().unwrap(), "--json"],
@@ -160,7 +161,9 @@ fn check_passes_the_example_config() {
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         doc,
-        serde_json::json!({"ok": true, "problems": [], "warnings": []})
+        serde_json::json!({"ok": true, "problems": [], "warnings": [],
+            "output_fields": [{"provider": "mock", "model": "gpt-4o-mini",
+                "field": "max_tokens", "source": "known model", "max_output_tokens": 16384}]})
     );
 }
 

@@ -53,6 +53,13 @@ pub const MODEL_HEADER: &str = "Rein-Model";
 /// The gateway's response header saying whether a fallback link answered.
 pub const FALLBACK_HEADER: &str = "Rein-Fallback";
 
+/// The gateway's response header saying that the output ceiling sent to
+/// the model is below the client's `max_tokens`, and why:
+/// `<sent>; reason=cap` (the answering model's cap, a fallback's smaller
+/// one) or `<sent>; reason=budget` (what the budget left). Absent when the
+/// client's ask was sent as it was.
+pub const MAX_TOKENS_HEADER: &str = "Rein-Max-Tokens";
+
 /// The W3C Trace Context header (`00-TRACEID-SPANID-FLAGS`): sent to a
 /// tool or provider with the span of the attempt, read from a client of
 /// `rein serve` as the parent of its run (or gateway call).

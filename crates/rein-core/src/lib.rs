@@ -54,6 +54,7 @@ pub mod loop_guard;
 pub mod model;
 pub mod outcome;
 pub mod output_cap;
+pub mod output_field;
 pub mod redact;
 pub mod registry;
 pub mod report;

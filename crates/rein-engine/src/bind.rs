@@ -544,7 +544,8 @@ fn bind_provider(
             let api_key = api_key_env.as_deref().and_then(env);
             let provider =
                 OpenAiProvider::new(&spec.name, base_url, api_key, *timeout, client.clone())
-                    .with_key_env(api_key_env.as_deref());
+                    .with_key_env(api_key_env.as_deref())
+                    .with_output_fields(spec.output_fields.clone());
             Arc::new(match streaming {
                 Some(settings) => provider.with_streaming(settings),
                 None => provider,

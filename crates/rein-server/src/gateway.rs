@@ -10,6 +10,18 @@
 //! `model` names a `[models.*]` binding; the response says which model
 //! really answered (`Rein-Model`, `Rein-Fallback`, and the body's `model`).
 //!
+//! # Output ceilings
+//!
+//! The client's `max_tokens` (or `max_completion_tokens`) is never lowered
+//! silently. Above the documented output cap of the binding's primary
+//! model it is refused with the 400 the real API sends (`param` the
+//! member, `code: "invalid_value"`, the cap in the message), before any
+//! call. Sent lower than asked — to a fallback with a smaller cap, or
+//! because the budget left less — the answer says so in
+//! [`MAX_TOKENS_HEADER`] (`Rein-Max-Tokens: 1000; reason=cap`), as the
+//! call's `model_call_started` event does in `max_tokens` and
+//! `max_tokens_limited_by`.
+//!
 //! # Errors
 //!
 //! Errors are problem+json like the rest of the API, with an `error` member
@@ -44,7 +56,7 @@ use crate::runs::Answer;
 use crate::state::AppState;
 
 // The gateway's response headers, defined with every other rein header.
-pub use rein_core::header::{FALLBACK_HEADER, MODEL_HEADER};
+pub use rein_core::header::{FALLBACK_HEADER, MAX_TOKENS_HEADER, MODEL_HEADER};
 
 /// How long a gateway call may take when the client sets no
 /// `Rein-Deadline-Ms`.
@@ -61,8 +73,9 @@ pub const DEFAULT_GATEWAY_DEADLINE: Duration = Duration::from_secs(120);
     responses(
         (status = 200, description = "the completion (JSON), or its chunks (`text/event-stream` when `stream: true`)", body = Object,
          headers(("Rein-Model" = String, description = "provider/model that answered"),
-                 ("Rein-Fallback" = String, description = "true when a fallback link answered"))),
-        (status = 400, description = "invalid request, or the input does not fit any configured context window", body = Problem),
+                 ("Rein-Fallback" = String, description = "true when a fallback link answered"),
+                 ("Rein-Max-Tokens" = String, description = "`<sent>; reason=cap|budget`: the output ceiling sent was below the client's max_tokens"))),
+        (status = 400, description = "invalid request, a max_tokens above the primary model's output cap, or the input does not fit any configured context window", body = Problem),
         (status = 401, description = "missing or invalid API key", body = Problem),
         (status = 404, description = "unknown model binding", body = Problem),
         (status = 409, description = "the same Idempotency-Key is still in progress", body = Problem),
@@ -128,6 +141,9 @@ struct Chat {
     /// The caller's tenant (its key's), for the metrics.
     tenant: Option<TenantId>,
     request: ModelRequest,
+    /// The member the client's output ceiling came in (`max_tokens` or
+    /// `max_completion_tokens`), for the `param` of a refusal.
+    max_tokens_param: &'static str,
     stream: bool,
     include_usage: bool,
     /// The caller's `traceparent`: the parent of the call's span.
@@ -552,6 +568,11 @@ fn parse(body: &[u8]) -> Result<Chat, Problem> {
             max_tokens,
             options,
         },
+        max_tokens_param: if chat.max_completion_tokens.is_some() {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        },
         stream: chat.stream.unwrap_or(false),
         include_usage: chat
             .stream_options
@@ -592,6 +613,9 @@ async fn ask(
             "known_models": known,
         })));
     };
+    if let Some(refused) = over_cap(binding, chat) {
+        return Err(refused);
+    }
     let ask = ModelAsk {
         request: chat.request.clone(),
         deadline,
@@ -606,6 +630,56 @@ async fn ask(
         .ask_model(binding, ask)
         .await
         .map_err(|e| failed(&e))
+}
+
+/// The 400 for a client's output ceiling above the documented cap of the
+/// binding's primary model, in the real API's words; `None` when it fits
+/// (or the model has no cap).
+///
+/// # Why not lower it
+///
+/// A client that asks for 50,000 tokens of gpt-4o-mini and silently gets
+/// 16,384 reads a `length` finish as its own ceiling; the real API refuses
+/// the request, so rein does too, and the client learns the cap.
+fn over_cap(binding: &rein_engine::run::ModelBinding, chat: &Chat) -> Option<Problem> {
+    let asked = chat.request.max_tokens?;
+    let cap = binding.primary.max_output_tokens?;
+    if asked <= u64::from(cap) {
+        return None;
+    }
+    let param = chat.max_tokens_param;
+    let message = format!(
+        "{param} is too large: {asked}. This model ({}) supports at most {cap} completion tokens, whereas you provided {asked}.",
+        binding.primary.model
+    );
+    let mut problem = openai_problem(
+        StatusCode::BAD_REQUEST,
+        "invalid_request_error",
+        "invalid_value",
+        message,
+    );
+    if let Some(extra) = problem.extra.as_mut() {
+        extra["field"] = json!(format!("/{param}"));
+        extra["error"]["param"] = json!(param);
+        extra["max_output_tokens"] = json!(cap);
+    }
+    Some(problem)
+}
+
+/// The [`MAX_TOKENS_HEADER`] value when the ceiling sent to the answering
+/// model is below what the client asked: `<sent>; reason=budget` when the
+/// budget set it, `<sent>; reason=cap` when the answering model's cap did.
+fn lowered(chat: &Chat, answer: &ModelAnswer) -> Option<String> {
+    let asked = chat.request.max_tokens?;
+    let sent = answer.max_tokens?;
+    (sent < asked).then(|| {
+        let reason = if answer.max_tokens_limited_by.is_some() {
+            "budget"
+        } else {
+            "cap"
+        };
+        format!("{sent}; reason={reason}")
+    })
 }
 
 /// The problem of a binding that gave no answer.
@@ -663,23 +737,28 @@ fn tool_calls_json(calls: &[ToolCall]) -> Vec<Value> {
 /// A non-streaming completion, whole (so it can be stored and replayed).
 async fn complete(state: Arc<AppState>, chat: Chat, deadline: Duration) -> Result<Answer, Problem> {
     let answer = ask(&state, &chat, deadline, false).await?;
+    let lowered = lowered(&chat, &answer);
     let ModelReply::Complete(response) = answer.reply else {
         return Err(Problem::internal(
             "a stream where a whole answer was asked for",
         ));
     };
     let body = completion_body(&answer.model, &response);
+    let mut headers = vec![
+        (
+            MODEL_HEADER,
+            format!("{}/{}", answer.provider, answer.model),
+        ),
+        (FALLBACK_HEADER, answer.fell_back.to_string()),
+    ];
+    if let Some(lowered) = lowered {
+        headers.push((MAX_TOKENS_HEADER, lowered));
+    }
     Ok(Answer {
         status: StatusCode::OK,
         body: serde_json::to_vec(&body).unwrap_or_default(),
         location: None,
-        headers: vec![
-            (
-                MODEL_HEADER,
-                format!("{}/{}", answer.provider, answer.model),
-            ),
-            (FALLBACK_HEADER, answer.fell_back.to_string()),
-        ],
+        headers,
         provisional: false,
     })
 }
@@ -708,6 +787,7 @@ async fn stream(state: Arc<AppState>, chat: Chat, deadline: Duration) -> Respons
         Ok(a) => a,
         Err(problem) => return problem.into_response(),
     };
+    let lowered = lowered(&chat, &answer);
     let ModelReply::Stream(turn) = answer.reply else {
         return Problem::internal("a whole answer where a stream was asked for").into_response();
     };
@@ -738,6 +818,9 @@ async fn stream(state: Arc<AppState>, chat: Chat, deadline: Duration) -> Respons
         FALLBACK_HEADER,
         HeaderValue::from_static(if answer.fell_back { "true" } else { "false" }),
     );
+    if let Some(v) = lowered.and_then(|v| HeaderValue::from_str(&v).ok()) {
+        headers.insert(MAX_TOKENS_HEADER, v);
+    }
     response
 }
 

@@ -928,3 +928,88 @@ async fn in_flight_counts_concurrent_requests_and_streams_until_their_end() {
     assert_eq!(model.peak_in_flight(), 4);
     assert_eq!(model.in_flight(), 0);
 }
+
+#[tokio::test]
+async fn a_reasoning_model_refuses_max_tokens_and_over_cap_asks_name_their_member() {
+    let model = MockModel::start_with(
+        MockModelConfig::default()
+            .with_max_completion_tokens_only("o3-mini")
+            .with_output_cap("o3-mini", 100_000),
+    )
+    .await
+    .unwrap();
+    let client = Client::new();
+    let mut body = request("hi");
+    body["model"] = json!("o3-mini");
+    body["max_tokens"] = json!(10);
+    let refused = complete(&client, &model, &body).await;
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    let error: Value = refused.json().await.unwrap();
+    assert_eq!(
+        error,
+        json!({"error": {
+            "message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+            "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}})
+    );
+    body.as_object_mut().unwrap().remove("max_tokens");
+    body["max_completion_tokens"] = json!(100_001);
+    let over: Value = complete(&client, &model, &body).await.json().await.unwrap();
+    assert_eq!(over["error"]["param"], "max_completion_tokens", "{over}");
+    assert_eq!(over["error"]["code"], "invalid_value", "{over}");
+    assert!(model.usage_log().is_empty(), "refusals consume nothing");
+    body["max_completion_tokens"] = json!(100_000);
+    let ok = complete(&client, &model, &body).await;
+    assert_eq!(ok.status(), StatusCode::OK);
+    let log = model.usage_log();
+    assert_eq!(log.len(), 1);
+    assert_eq!(
+        (log[0].path.as_str(), log[0].max_tokens),
+        ("/v1/chat/completions", Some(100_000))
+    );
+}
+
+#[tokio::test]
+async fn the_messages_api_refuses_max_tokens_above_the_cap_and_meters_usage() {
+    let model = MockModel::start_with(
+        MockModelConfig::new([Reply::text(&"x".repeat(40)).with_usage(10, 500)])
+            .with_output_cap("claude-sonnet-4", 64_000)
+            .with_metered_usage(),
+    )
+    .await
+    .unwrap();
+    let client = Client::new();
+    let post = |max_tokens: u64| {
+        client
+            .post(model.messages_url())
+            .header("anthropic-version", "2023-06-01")
+            .json(
+                &json!({"model": "claude-sonnet-4", "max_tokens": max_tokens,
+                          "system": "s".repeat(40),
+                          "messages": [{"role": "user", "content": "hi"}]}),
+            )
+            .send()
+    };
+    let refused = post(64_001).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    let error: Value = refused.json().await.unwrap();
+    assert_eq!(
+        error,
+        json!({"type": "error", "error": {"type": "invalid_request_error",
+            "message": "max_tokens: 64001 > 64000, which is the maximum allowed number of output tokens for claude-sonnet-4"}})
+    );
+    assert_eq!(model.pending(), 1, "a refusal consumes no reply");
+    // Metered: the answer stops at max_tokens, and the system prompt counts.
+    let answer: Value = post(100).await.unwrap().json().await.unwrap();
+    assert_eq!(answer["stop_reason"], "max_tokens", "{answer}");
+    assert_eq!(answer["usage"]["output_tokens"], 100);
+    let log = model.usage_log();
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].path, "/v1/messages");
+    assert_eq!(log[0].max_tokens, Some(100));
+    assert_eq!(log[0].completion_tokens, 100);
+    assert!(log[0].prompt_tokens >= 10, "{:?}", log[0]);
+    assert_eq!(
+        answer["usage"]["input_tokens"].as_u64(),
+        Some(log[0].prompt_tokens)
+    );
+}

@@ -26,6 +26,18 @@ pub struct ModelCallStarted {
     pub messages: usize,
     /// Whether the answer streams.
     pub stream: bool,
+    /// The output ceiling sent (`max_tokens` or `max_completion_tokens`):
+    /// the least of the model's cap, the caller's ask and what the budget
+    /// leaves. Absent when nothing limited the output, and in events
+    /// written before calls recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// The budget dimension (`tokens` or `cost`) that set `max_tokens`
+    /// below both the model's cap and the caller's ask; absent when the
+    /// cap or the caller set it. A gateway answer says the same in
+    /// `Rein-Max-Tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens_limited_by: Option<crate::deadline::Dimension>,
 }
 
 /// `model_call_finished`: one attempt of a model call ended.

@@ -41,6 +41,7 @@ use super::constants::{
 use super::problem::{ConfigProblem, SchemaIssue};
 
 mod output_caps;
+mod output_fields;
 use super::server::ConnectionLimits;
 use super::server::{ApiKeySpec, ServerSpec, empty_key_digest, parse_byte_size, parse_sha256_hex};
 use super::spec::{
@@ -441,11 +442,23 @@ impl<'a> Checker<'a> {
                 ),
             }
         }
+        if !c.output_tokens_field.is_empty()
+            && !matches!(c.kind, Some(ProviderKindName::Openai) | None)
+        {
+            self.report(
+                file,
+                format!("{p}.output_tokens_field"),
+                "is only for openai providers: the Anthropic Messages API takes its output \
+                 ceiling in max_tokens alone, and a scripted provider sends nothing; remove \
+                 output_tokens_field",
+            );
+        }
         Some(ProviderSpec {
             name: name.to_owned(),
             kind: kind?,
             prices,
             output_caps,
+            output_fields: c.output_tokens_field.clone(),
             max_concurrency,
             stream,
             source: file.to_path_buf(),

@@ -97,8 +97,8 @@ pub enum ProviderKindName {
 /// A model provider as written in config (`[providers.NAME]`).
 ///
 /// `base_url`, `api_key_env`, `timeout` and `stream` belong to `openai` and
-/// `anthropic`; `script` to `scripted`; `prices`, `max_output_tokens` and
-/// `max_concurrency` to every kind.
+/// `anthropic`; `output_tokens_field` to `openai`; `script` to `scripted`;
+/// `prices`, `max_output_tokens` and `max_concurrency` to every kind.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
@@ -122,6 +122,12 @@ pub struct ProviderConfig {
     /// model name (`[providers.NAME.max_output_tokens]`); a model not
     /// named here takes its cap from rein's table of well-known models.
     pub max_output_tokens: BTreeMap<String, u32>,
+    /// The request member each model takes its output ceiling in
+    /// (`max_tokens` or `max_completion_tokens`), by model name
+    /// (`[providers.NAME.output_tokens_field]`); `openai` providers only.
+    /// A model not named here takes the field of rein's table of
+    /// well-known models ([`output_field`](crate::output_field)).
+    pub output_tokens_field: BTreeMap<String, crate::output_field::OutputField>,
     /// Calls to this provider in flight at once, across every agent bound
     /// to it; unlimited if unset.
     pub max_concurrency: Option<u32>,

@@ -402,6 +402,10 @@ pub struct ProviderSpec {
     /// Output caps by model, as configured (`max_output_tokens`); see
     /// [`output_cap`](Self::output_cap).
     pub output_caps: BTreeMap<String, NonZeroU32>,
+    /// Output-ceiling fields by model, as configured
+    /// (`output_tokens_field`, `openai` providers only); see
+    /// [`output_field`](Self::output_field).
+    pub output_fields: BTreeMap<String, crate::output_field::OutputField>,
     /// Calls to this provider in flight at once, across every agent (and
     /// every model binding) that uses it; unlimited when `None`.
     ///
@@ -431,6 +435,20 @@ impl ProviderSpec {
             .get(model)
             .copied()
             .or_else(|| crate::output_cap::known_output_cap(model).and_then(NonZeroU32::new))
+    }
+
+    /// The request member a call to `model` carries its output ceiling
+    /// in, and how that was decided
+    /// ([`output_field`](crate::output_field::output_field)); only an
+    /// `openai` provider sends it by this name.
+    pub fn output_field(
+        &self,
+        model: &str,
+    ) -> (
+        crate::output_field::OutputField,
+        crate::output_field::FieldSource,
+    ) {
+        crate::output_field::output_field(&self.output_fields, model)
     }
 }
 

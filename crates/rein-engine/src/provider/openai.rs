@@ -1,11 +1,13 @@
 //! The OpenAI-compatible provider: Chat Completions with tools, streamed
 //! or not.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use rein_core::Failure;
+use rein_core::output_field::{OutputField, output_field};
 use serde_json::{Value, json};
 
 use super::endpoint::{Api, Endpoint, KeyHeader};
@@ -30,9 +32,18 @@ use crate::Timer;
 /// sends one non-streamed request, unless
 /// [`with_streaming`](Self::with_streaming) made it stream and assemble, so
 /// that agent runs get the first-byte and idle limits too.
+///
+/// The output ceiling goes in the member the model takes: `max_tokens`, or
+/// `max_completion_tokens` for OpenAI's reasoning models, as
+/// [`rein_core::output_field::output_field`] decides from the provider's
+/// configured fields ([`with_output_fields`](Self::with_output_fields))
+/// and rein's table.
 #[derive(Clone)]
 pub struct OpenAiProvider {
     endpoint: Endpoint,
+    /// `[providers.NAME.output_tokens_field]`: shared, never copied per
+    /// request.
+    output_fields: Arc<BTreeMap<String, OutputField>>,
 }
 
 /// The Chat Completions path and key header.
@@ -62,7 +73,21 @@ impl OpenAiProvider {
     ) -> Self {
         OpenAiProvider {
             endpoint: Endpoint::new(name, base_url, api_key, timeout, client, CHAT_COMPLETIONS),
+            output_fields: Arc::default(),
         }
+    }
+
+    /// Sends the output ceiling of each model named in `fields` in the
+    /// member given there (`[providers.NAME.output_tokens_field]`); other
+    /// models take rein's table's.
+    pub fn with_output_fields(mut self, fields: BTreeMap<String, OutputField>) -> Self {
+        self.output_fields = Arc::new(fields);
+        self
+    }
+
+    /// The member `model`'s output ceiling is sent in.
+    pub fn output_field(&self, model: &str) -> OutputField {
+        output_field(&self.output_fields, model).0
     }
 
     /// Times the first-byte, idle and overall limits on `clock` instead of
@@ -93,7 +118,7 @@ impl OpenAiProvider {
         self
     }
 
-    fn body(request: &ModelRequest) -> Value {
+    fn body(&self, request: &ModelRequest) -> Value {
         let messages: Vec<Value> = request.messages.iter().map(wire_message).collect();
         let mut body = json!({
             "model": request.model,
@@ -105,7 +130,7 @@ impl OpenAiProvider {
             body["tool_choice"] = json!("auto");
         }
         if let Some(max) = request.max_tokens {
-            body["max_tokens"] = json!(max);
+            body[self.output_field(&request.model).as_str()] = json!(max);
         }
         // The caller's options are already in this API's names; the fields
         // rein owns (the model, the transcript, streaming, the tools and the
@@ -114,7 +139,13 @@ impl OpenAiProvider {
         for (key, value) in &request.options {
             let owned = matches!(
                 key.as_str(),
-                "model" | "messages" | "stream" | "stream_options" | "tools" | "max_tokens"
+                "model"
+                    | "messages"
+                    | "stream"
+                    | "stream_options"
+                    | "tools"
+                    | "max_tokens"
+                    | "max_completion_tokens"
             );
             if owned || (key == "tool_choice" && request.tools.is_empty()) {
                 continue;
@@ -124,8 +155,8 @@ impl OpenAiProvider {
         body
     }
 
-    fn stream_body(request: &ModelRequest) -> Value {
-        let mut body = Self::body(request);
+    fn stream_body(&self, request: &ModelRequest) -> Value {
+        let mut body = self.body(request);
         body["stream"] = json!(true);
         body["stream_options"] = json!({"include_usage": true});
         body
@@ -184,7 +215,7 @@ impl ModelProvider for OpenAiProvider {
             let stream = self.stream(request, settings.limits(allowance)).await?;
             return collect_turn(&self.endpoint.name, stream).await;
         }
-        let body = Self::body(request).to_string().into_bytes();
+        let body = self.body(request).to_string().into_bytes();
         let text = self.endpoint.post_json(body, allowance).await?;
         parse_response(&self.endpoint.name, &text)
     }
@@ -194,7 +225,7 @@ impl ModelProvider for OpenAiProvider {
         request: &ModelRequest,
         limits: StreamLimits,
     ) -> Result<TurnStream, Failure> {
-        let body = Self::stream_body(request).to_string().into_bytes();
+        let body = self.stream_body(request).to_string().into_bytes();
         let decoder = ChunkDecoder {
             name: self.endpoint.name.clone(),
         };
@@ -471,7 +502,14 @@ mod tests {
             max_tokens: Some(100),
             options: Default::default(),
         };
-        let body = OpenAiProvider::body(&req);
+        let provider = OpenAiProvider::new(
+            "p",
+            "http://127.0.0.1:9/v1",
+            None,
+            Duration::from_secs(1),
+            reqwest::Client::new(),
+        );
+        let body = provider.body(&req);
         assert_eq!(
             body["messages"][1]["tool_calls"][0]["function"]["name"],
             "t"
@@ -479,6 +517,48 @@ mod tests {
         assert_eq!(body["messages"][2]["tool_call_id"], "c");
         assert_eq!(body["tool_choice"], "auto");
         assert_eq!(body["max_tokens"], 100);
+        assert!(body.get("max_completion_tokens").is_none());
+    }
+
+    #[test]
+    fn the_output_ceiling_goes_in_the_member_the_model_takes() {
+        let mut req = ModelRequest {
+            model: "o3-mini".into(),
+            messages: vec![Message::User {
+                content: "hi".into(),
+            }],
+            tools: Vec::new(),
+            max_tokens: Some(100),
+            options: [("max_tokens".to_owned(), json!(5))].into_iter().collect(),
+        };
+        let provider = OpenAiProvider::new(
+            "p",
+            "http://127.0.0.1:9/v1",
+            None,
+            Duration::from_secs(1),
+            reqwest::Client::new(),
+        )
+        .with_output_fields(
+            [(
+                "local-reasoner".to_owned(),
+                OutputField::MaxCompletionTokens,
+            )]
+            .into_iter()
+            .collect(),
+        );
+        // A known reasoning model: only max_completion_tokens, and a
+        // caller's own option never adds the other name.
+        let body = provider.body(&req);
+        assert_eq!(body["max_completion_tokens"], 100);
+        assert!(body.get("max_tokens").is_none(), "{body}");
+        // Configured for a model the table does not know.
+        req.model = "local-reasoner".into();
+        assert_eq!(provider.body(&req)["max_completion_tokens"], 100);
+        // Unknown and not configured: max_tokens.
+        req.model = "llama-3-70b".into();
+        let body = provider.stream_body(&req);
+        assert_eq!(body["max_tokens"], 100);
+        assert!(body.get("max_completion_tokens").is_none(), "{body}");
     }
 
     fn decode(data: &str) -> Result<Vec<Update>, Failure> {

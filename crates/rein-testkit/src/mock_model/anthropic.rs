@@ -253,6 +253,9 @@ pub(crate) async fn messages(
         .and_then(Value::as_str)
         .unwrap_or(&model.model)
         .to_owned();
+    if let Some(refused) = model.over_cap(&model_name, &request) {
+        return invalid_request(&refused.anthropic_message(&model_name));
+    }
     let error_message = sse::error_message(
         headers
             .get(API_KEY)
@@ -262,6 +265,7 @@ pub(crate) async fn messages(
     let (number, reply) = model.next_reply();
     match settle(&model, reply).await {
         Answer::Message { message, fault } => {
+            let message = model.meter((number, MESSAGES), &model_name, &request, message);
             tracing::debug!(
                 number,
                 stream,

@@ -1,18 +1,24 @@
 //! What the mock charges, as a real provider would: output caps per model,
-//! usage counted from the request, and a log of every answer's usage.
+//! the output-ceiling member a model takes, usage counted from the
+//! request, and a log of every answer's usage — on both routes.
 //!
 //! # Why
 //!
 //! A budget that holds must be checked against the provider's own count,
 //! not rein's. With [`MockModelConfig::with_output_cap`] the mock refuses a
-//! `max_tokens` above a model's cap with the 400 OpenAI sends; with
+//! `max_tokens` above a model's cap with the 400 the provider sends
+//! (OpenAI's on Chat Completions, Anthropic's on the Messages API); with
+//! [`MockModelConfig::with_max_completion_tokens_only`] it refuses
+//! `max_tokens` for that model on Chat Completions as OpenAI does for its
+//! reasoning models (`unsupported_parameter`); with
 //! [`MockModelConfig::with_metered_usage`] it reports a prompt of one token
-//! per four bytes of the request's `messages` and `tools` and stops an
-//! answer at `max_tokens` (`finish_reason: "length"`, its tool calls cut
-//! off). [`MockModel::usage_log`] lists what every answer reported, so a
-//! checker can sum consumption from the model's side.
+//! per four bytes of the request's `system`, `messages` and `tools` and
+//! stops an answer at `max_tokens` (`finish_reason: "length"`, its tool
+//! calls cut off). [`MockModel::usage_log`] lists what every answer
+//! reported, so a checker can sum consumption from the model's side.
 //!
 //! [`MockModelConfig::with_output_cap`]: super::MockModelConfig::with_output_cap
+//! [`MockModelConfig::with_max_completion_tokens_only`]: super::MockModelConfig::with_max_completion_tokens_only
 //! [`MockModelConfig::with_metered_usage`]: super::MockModelConfig::with_metered_usage
 //! [`MockModel::usage_log`]: super::MockModel::usage_log
 
@@ -29,6 +35,9 @@ pub const BYTES_PER_TOKEN: u64 = 4;
 pub struct UsageEntry {
     /// The completion number (from 1).
     pub number: u64,
+    /// The route that answered: `/v1/chat/completions` or `/v1/messages`.
+    #[serde(default)]
+    pub path: String,
     /// The model the request named.
     pub model: String,
     /// The `max_tokens` it asked for, if any.
@@ -48,9 +57,10 @@ pub(crate) fn requested_max_tokens(request: &Value) -> Option<u64> {
 }
 
 /// The prompt tokens of `request` when metered: a token per
-/// [`BYTES_PER_TOKEN`] bytes of its `messages` and `tools`, rounded up.
+/// [`BYTES_PER_TOKEN`] bytes of its `system` (the Messages API's
+/// instructions), `messages` and `tools`, rounded up.
 pub(crate) fn prompt_tokens(request: &Value) -> u64 {
-    let bytes = ["messages", "tools"]
+    let bytes = ["system", "messages", "tools"]
         .iter()
         .filter_map(|k| request.get(*k))
         .map(|v| v.to_string().len() as u64)
@@ -58,30 +68,77 @@ pub(crate) fn prompt_tokens(request: &Value) -> u64 {
     bytes.div_ceil(BYTES_PER_TOKEN)
 }
 
+/// A request for more output than its model accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OverCap {
+    /// What it asked for.
+    pub(crate) asked: u64,
+    /// The model's cap.
+    pub(crate) cap: u64,
+    /// The member it asked in.
+    pub(crate) param: &'static str,
+}
+
+impl OverCap {
+    /// OpenAI's 400 for it.
+    pub(crate) fn openai_error(self) -> ApiError {
+        let OverCap { asked, cap, param } = self;
+        ApiError::new(
+            400,
+            "invalid_request_error",
+            &format!(
+                "{param} is too large: {asked}. This model supports at most {cap} completion tokens, whereas you provided {asked}."
+            ),
+        )
+        .with_param(param)
+        .with_code("invalid_value")
+    }
+
+    /// Anthropic's message for it (an `invalid_request_error`).
+    pub(crate) fn anthropic_message(self, model: &str) -> String {
+        format!(
+            "max_tokens: {} > {}, which is the maximum allowed number of output tokens for {model}",
+            self.asked, self.cap
+        )
+    }
+}
+
 impl Model {
-    /// The 400 a real provider answers for a `max_tokens` above the model's
-    /// cap, if `request` asks for one.
-    pub(crate) fn over_cap(&self, model: &str, request: &Value) -> Option<ApiError> {
+    /// The request's ask for more output than `model`'s cap, if it makes
+    /// one.
+    pub(crate) fn over_cap(&self, model: &str, request: &Value) -> Option<OverCap> {
         let cap = *self.output_caps.get(model)?;
-        let asked = requested_max_tokens(request)?;
-        (asked > cap).then(|| {
-            ApiError::new(
-                400,
-                "invalid_request_error",
-                &format!(
-                    "max_tokens is too large: {asked}. This model supports at most {cap} completion tokens, whereas you provided {asked}."
-                ),
-            )
-            .with_param("max_tokens")
-            .with_code("invalid_value")
-        })
+        let (param, asked) = match request.get("max_completion_tokens").and_then(Value::as_u64) {
+            Some(asked) => ("max_completion_tokens", asked),
+            None => (
+                "max_tokens",
+                request.get("max_tokens").and_then(Value::as_u64)?,
+            ),
+        };
+        (asked > cap).then_some(OverCap { asked, cap, param })
+    }
+
+    /// OpenAI's 400 for a Chat Completions request that sends `max_tokens`
+    /// to a model that takes only `max_completion_tokens`, if `request`
+    /// does.
+    pub(crate) fn unsupported_field(&self, model: &str, request: &Value) -> Option<ApiError> {
+        (self.completion_tokens_only.contains(model) && request.get("max_tokens").is_some())
+            .then(|| {
+                ApiError::new(
+                    400,
+                    "invalid_request_error",
+                    "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+                )
+                .with_param("max_tokens")
+                .with_code("unsupported_parameter")
+            })
     }
 
     /// `message` as this mock reports it for `request`: metered when so
     /// configured, and logged.
     pub(crate) fn meter(
         &self,
-        number: u64,
+        (number, path): (u64, &str),
         model: &str,
         request: &Value,
         mut message: AssistantMessage,
@@ -102,6 +159,7 @@ impl Model {
         }
         self.lock().usage.push(UsageEntry {
             number,
+            path: path.to_owned(),
             model: model.to_owned(),
             max_tokens,
             prompt_tokens: message.usage.prompt_tokens,

@@ -45,7 +45,9 @@
 //! Requests are checked in this order, and only a request that passes all
 //! checks consumes a reply: `Authorization: Bearer <key>` when a key is
 //! configured (401 `invalid_api_key`); a JSON body with a `messages` array
-//! (400). Every request is recorded, refused or not.
+//! (400); `max_tokens` for a model that takes only `max_completion_tokens`
+//! (400 `unsupported_parameter`); an output ceiling above the model's cap
+//! (400 `invalid_value`). Every request is recorded, refused or not.
 //!
 //! ## Messages API
 //!
@@ -71,7 +73,8 @@
 //!
 //! Requests are checked in this order: `x-api-key: <key>` when a key is
 //! configured (401 `authentication_error`); an `anthropic-version` header
-//! (400); a JSON body with a `messages` array (400); `max_tokens` (400).
+//! (400); a JSON body with a `messages` array (400); `max_tokens` (400),
+//! at most the model's cap (400 `invalid_request_error`).
 //!
 //! ## Faults and load
 //!
@@ -93,7 +96,7 @@ mod reply;
 mod routes;
 mod sse;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -152,6 +155,9 @@ pub struct MockModelConfig {
     /// Whether usage is counted from the request and answers stop at
     /// `max_tokens` ([`meter`](self::meter)), instead of the script's.
     pub metered: bool,
+    /// Models that refuse `max_tokens` on Chat Completions and take only
+    /// `max_completion_tokens`, as OpenAI's reasoning models do.
+    pub completion_tokens_only: BTreeSet<String>,
 }
 
 impl Default for MockModelConfig {
@@ -166,6 +172,7 @@ impl Default for MockModelConfig {
             event_interval: Duration::ZERO,
             output_caps: BTreeMap::new(),
             metered: false,
+            completion_tokens_only: BTreeSet::new(),
         }
     }
 }
@@ -211,12 +218,23 @@ impl MockModelConfig {
         self
     }
 
-    /// Answers a Chat Completions request for `model` whose `max_tokens`
-    /// (or `max_completion_tokens`) is above `cap` with OpenAI's 400
-    /// (`param: "max_tokens"`, `code: "invalid_value"`), consuming no
-    /// reply.
+    /// Answers a request for `model` whose `max_tokens` (or
+    /// `max_completion_tokens`) is above `cap` with the provider's 400,
+    /// consuming no reply: on Chat Completions OpenAI's (`param` the member
+    /// asked in, `code: "invalid_value"`), on the Messages API Anthropic's
+    /// `invalid_request_error` (`max_tokens: N > CAP, which is the maximum
+    /// allowed number of output tokens for MODEL`).
     pub fn with_output_cap(mut self, model: &str, cap: u64) -> MockModelConfig {
         self.output_caps.insert(model.to_owned(), cap);
+        self
+    }
+
+    /// Answers a Chat Completions request for `model` that carries
+    /// `max_tokens` with OpenAI's 400 for its reasoning models
+    /// (`param: "max_tokens"`, `code: "unsupported_parameter"`, "Use
+    /// 'max_completion_tokens' instead."), consuming no reply.
+    pub fn with_max_completion_tokens_only(mut self, model: &str) -> MockModelConfig {
+        self.completion_tokens_only.insert(model.to_owned());
         self
     }
 
@@ -300,6 +318,7 @@ pub(crate) struct Model {
     event_interval: Duration,
     output_caps: BTreeMap<String, u64>,
     metered: bool,
+    completion_tokens_only: BTreeSet<String>,
     in_flight: AtomicUsize,
     peak_in_flight: AtomicUsize,
 }
@@ -417,6 +436,7 @@ impl MockModel {
             event_interval: config.event_interval,
             output_caps: config.output_caps,
             metered: config.metered,
+            completion_tokens_only: config.completion_tokens_only,
             in_flight: AtomicUsize::new(0),
             peak_in_flight: AtomicUsize::new(0),
         });
@@ -468,8 +488,8 @@ impl MockModel {
         self.model.lock().requests.clone()
     }
 
-    /// The usage every Chat Completions answer reported, in order: what
-    /// the model side counts, for checking budgets against it.
+    /// The usage every answer (both routes) reported, in order: what the
+    /// model side counts, for checking budgets against it.
     pub fn usage_log(&self) -> Vec<UsageEntry> {
         self.model.lock().usage.clone()
     }

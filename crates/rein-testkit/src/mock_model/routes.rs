@@ -326,8 +326,11 @@ async fn chat_completions(
         .and_then(Value::as_str)
         .unwrap_or(&model.model)
         .to_owned();
-    if let Some(refused) = model.over_cap(&model_name, &request) {
+    if let Some(refused) = model.unsupported_field(&model_name, &request) {
         return error_response(&refused);
+    }
+    if let Some(refused) = model.over_cap(&model_name, &request) {
+        return error_response(&refused.openai_error());
     }
     let stream = wants_stream(&request);
     let include_usage = request
@@ -342,7 +345,7 @@ async fn chat_completions(
     let (number, reply) = model.next_reply();
     match settle(&model, reply).await {
         Answer::Message { message, fault } => {
-            let message = model.meter(number, &model_name, &request, message);
+            let message = model.meter((number, CHAT_COMPLETIONS), &model_name, &request, message);
             tracing::debug!(
                 number,
                 stream,

@@ -33,6 +33,9 @@ impl<'a> Checker<'a> {
                 let Some(entry) = merged.providers.get(link.provider.as_str()) else {
                     continue;
                 };
+                if matches!(entry.config.kind, Some(ProviderKindName::Openai)) {
+                    self.output_field(entry, file, &format!("{p}.{field}"), link);
+                }
                 let networked = !matches!(entry.config.kind, Some(ProviderKindName::Scripted));
                 if !networked
                     || entry.config.max_output_tokens.contains_key(&link.model)

@@ -73,6 +73,13 @@ pub struct ModelAnswer {
     pub fell_back: bool,
     /// Its price, when known.
     pub price: Option<Price>,
+    /// The output ceiling sent to the answering link: the least of its
+    /// model's cap, the caller's `max_tokens` and what the budget left;
+    /// `None` when nothing limited it.
+    pub max_tokens: Option<u64>,
+    /// The budget dimension that set [`max_tokens`](Self::max_tokens)
+    /// below the model's cap and the caller's ask, if one did.
+    pub max_tokens_limited_by: Option<rein_core::deadline::Dimension>,
     /// The answer.
     pub reply: ModelReply,
 }
@@ -240,6 +247,10 @@ impl Engine {
                 retry_after,
             }
         })?;
+        let (max_tokens, max_tokens_limited_by) = (
+            answered.reservation.max_tokens,
+            answered.reservation.limited_by,
+        );
         let _unsettled = answered.reservation;
         let reply = match answered.reply {
             Reply::Complete(response) => ModelReply::Complete(response),
@@ -252,6 +263,8 @@ impl Engine {
             model: answered.model,
             fell_back: answered.fell_back,
             price: answered.price,
+            max_tokens,
+            max_tokens_limited_by,
             reply,
         })
     }

@@ -103,6 +103,8 @@ pub(crate) struct Reservation {
     pub(crate) grant: Grant,
     /// [`Ceiling::limited_by`] of the attempt.
     pub(crate) limited_by: Option<Dimension>,
+    /// [`Ceiling::max_tokens`] of the attempt: the ceiling sent.
+    pub(crate) max_tokens: Option<u64>,
 }
 
 /// The largest output whose cost, after a prompt costing `prompt_cost`,
@@ -280,6 +282,7 @@ impl Engine {
                 Reservation {
                     grant: budget.reserve(ceiling.reserve),
                     limited_by: ceiling.limited_by,
+                    max_tokens: ceiling.max_tokens,
                 },
             )),
             Err(exhausted) => {

@@ -270,6 +270,8 @@ impl Engine {
                 allowance,
                 messages: call.request.messages.len(),
                 stream: matches!(call.mode, Mode::Stream(_)),
+                max_tokens: reservation.max_tokens,
+                max_tokens_limited_by: reservation.limited_by,
             },
         );
         call.host.calling();
