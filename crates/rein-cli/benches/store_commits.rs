@@ -33,7 +33,7 @@ use rein_core::deadline::{Cost, Usage};
 use rein_core::{
     Event, EventData, EventKind, IntentId, LedgerRecord, LedgerStatus, RunId, TenantId, ToolClass,
 };
-use rein_store::{Checkpoint, NewRun, RunStore as _, StepCommit, Store};
+use rein_store::{Checkpoint, NewRun, StepCommit, Store};
 use rein_store_postgres::scratch::ScratchDatabase;
 use rein_store_postgres::{PostgresOptions, PostgresStore};
 use rein_store_sqlite::SqliteStore;
