@@ -15,6 +15,7 @@
 //!
 //! | module | job |
 //! | --- | --- |
+//! | [`backend`] | each scenario's store: a SQLite file, or a PostgreSQL database of its own |
 //! | [`proxy`] | programmable HTTP fault proxy with a call trace |
 //! | [`store_fault`] | a store whose writes fail on a plan |
 //! | [`model_fault`] | model faults for the scripted and OpenAI-compatible providers |
@@ -29,6 +30,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod backend;
 pub mod evidence;
 pub mod invariant;
 pub mod mechanism;
@@ -42,6 +44,7 @@ pub mod submission;
 pub mod worker;
 pub mod world;
 
+pub use backend::StoreBackend;
 pub use invariant::{Invariant, Violation};
 pub use mechanism::Mechanism;
 pub use runner::{RunnerOptions, ScenarioResult, Summary, run_scenario};

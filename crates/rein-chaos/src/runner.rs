@@ -14,10 +14,10 @@ use rein_engine::crash::CRASH_ENV;
 use rein_engine::reconcile::{ReconcileConfig, Reconciler, SweepClasses};
 use rein_engine::run::{Engine, EngineBuilder, Observer, RunRequest, http_client};
 use rein_store::Store;
-use rein_store_sqlite::SqliteStore;
 use serde::Serialize;
 
 use crate::ChaosError;
+use crate::backend::{ScenarioStore, StoreBackend};
 use crate::evidence::{Evidence, RunEvidence};
 use crate::invariant::{self, Violation};
 use crate::mechanism::{self, Mechanism};
@@ -46,9 +46,13 @@ pub struct RunnerOptions {
     pub rein_exe: Option<PathBuf>,
     /// Applied to every engine built in this process.
     pub engine_hook: Option<EngineHook>,
-    /// Keeps each scenario's directory (config, SQLite file) for a post
-    /// mortem, and says where in the result.
+    /// Keeps each scenario's directory (config, SQLite file) and, on
+    /// PostgreSQL, its database for a post mortem, and says where in the
+    /// result.
     pub keep_dirs: bool,
+    /// Where each scenario's store lives: a SQLite file in its directory
+    /// by default.
+    pub store: StoreBackend,
 }
 
 /// What became of one scenario.
@@ -82,6 +86,10 @@ pub struct ScenarioResult {
     pub elapsed_ms: u64,
     /// Its directory, when kept.
     pub dir: Option<PathBuf>,
+    /// The backend its store was on: `sqlite` or `postgres`.
+    pub store: &'static str,
+    /// Its database, on PostgreSQL (dropped at the end unless kept).
+    pub database: Option<String>,
     /// Everything it left behind (not serialized by default: large).
     #[serde(skip)]
     pub evidence: Option<Evidence>,
@@ -103,6 +111,8 @@ impl ScenarioResult {
             error: None,
             elapsed_ms: 0,
             dir: None,
+            store: "sqlite",
+            database: None,
             evidence: None,
         }
     }
@@ -139,7 +149,18 @@ pub async fn run_scenario(scenario: &Scenario, options: &RunnerOptions) -> Scena
             return result;
         }
     };
-    match drive(scenario, options, dir.path()).await {
+    result.store = options.store.name();
+    let store = match ScenarioStore::open(&options.store, dir.path(), &scenario.label()).await {
+        Ok(store) => store,
+        Err(e) => {
+            result.error = Some(e.to_string());
+            return result;
+        }
+    };
+    result.database = store.database();
+    let driven = drive(scenario, options, dir.path(), &store).await;
+    store.close(options.keep_dirs).await;
+    match driven {
         Ok(evidence) => {
             result.violations = invariant::check(&evidence);
             result.activated = mechanism::activated(&evidence);
@@ -234,14 +255,16 @@ async fn drive(
     scenario: &Scenario,
     options: &RunnerOptions,
     dir: &Path,
+    scenario_store: &ScenarioStore,
 ) -> Result<Evidence, ChaosError> {
     let plan = &scenario.plan;
     let services = Services::start(plan).await?;
     let world = Arc::new(WorldConfig::write(dir, services.endpoints(), plan)?);
     let client = http_client().map_err(|e| ChaosError::Setup(format!("HTTP client: {e}")))?;
-    let db = dir.join("rein.db");
-    let sqlite: Arc<dyn Store> =
-        Arc::new(SqliteStore::open(&db).map_err(|e| ChaosError::Setup(format!("the store: {e}")))?);
+    // The worker of a crash scenario opens the same store from this.
+    let db = scenario_store.data.clone();
+    // SQLite or PostgreSQL: the durable record every part writes to.
+    let durable: Arc<dyn Store> = scenario_store.store.clone();
     let seed = u64::from(scenario.id);
 
     let mut driven = Vec::new();
@@ -249,7 +272,8 @@ async fn drive(
     if let Some(submission) = plan.submission {
         let key = format!("chaos-{}", scenario.label());
         let (attempts, runs) =
-            crate::submission::submit(plan, submission, &world, sqlite.clone(), seed, &key).await?;
+            crate::submission::submit(plan, submission, &world, durable.clone(), seed, &key)
+                .await?;
         submissions = attempts;
         let (agent, _) = world.bind(plan, &client, None)?;
         for record in runs {
@@ -273,13 +297,13 @@ async fn drive(
             .as_ref()
             .ok_or_else(|| ChaosError::Setup("no rein binary".into()))?;
         driven.push(
-            crash_and_resume(scenario, crash, exe, dir, &db, &world, &sqlite, &client).await?,
+            crash_and_resume(scenario, crash, exe, dir, &db, &world, &durable, &client).await?,
         );
     } else {
         let store: Arc<dyn Store> = if plan.store_faults.is_empty() {
-            sqlite.clone()
+            durable.clone()
         } else {
-            Arc::new(FaultyStore::new(sqlite.clone(), plan.store_faults.clone()))
+            Arc::new(FaultyStore::new(durable.clone(), plan.store_faults.clone()))
         };
         let engine = Arc::new(engine(
             store,
@@ -331,7 +355,7 @@ async fn drive(
     let desk_reconcile_from = services.desk.requests().last().map_or(0, |r| r.seq);
     if plan.reconcile {
         let reconciler = Reconciler::new(
-            sqlite.clone(),
+            durable.clone(),
             Arc::new(SystemClock::new()),
             client.clone(),
             bind_tools(&world.registry).map_err(|e| ChaosError::Setup(e.to_string()))?,
@@ -357,8 +381,8 @@ async fn drive(
         let read = |e: rein_store::StoreError| ChaosError::Setup(format!("reading the store: {e}"));
         // The durable record is the evidence: what the store holds is what
         // an operator, a resume or a reconciler would see.
-        let stored = sqlite.get_run(&d.run_id).await.map_err(read)?;
-        let stored_events = sqlite.events(&d.run_id, 0).await.map_err(read)?;
+        let stored = durable.get_run(&d.run_id).await.map_err(read)?;
+        let stored_events = durable.events(&d.run_id, 0).await.map_err(read)?;
         let lost_events = d.events.len().saturating_sub(stored_events.len());
         if !stored_events.is_empty() {
             d.events = stored_events;
@@ -366,8 +390,8 @@ async fn drive(
         runs.push(RunEvidence {
             stored_status: stored.map(|r| r.status.as_str().to_owned()),
             lost_events,
-            ledger: sqlite.ledger(&d.run_id).await.map_err(read)?,
-            intents: sqlite.intents(&d.run_id).await.map_err(read)?,
+            ledger: durable.ledger(&d.run_id).await.map_err(read)?,
+            intents: durable.intents(&d.run_id).await.map_err(read)?,
             run_id: d.run_id,
             tenant: d.tenant,
             limits: d.limits,

@@ -15,7 +15,6 @@ use std::sync::Arc;
 use rein_core::{RunId, TenantId};
 use rein_engine::run::{RunRequest, http_client};
 use rein_store::Store;
-use rein_store_sqlite::SqliteStore;
 
 use crate::ChaosError;
 use crate::runner::INPUT;
@@ -24,7 +23,8 @@ use crate::store_fault::FaultyStore;
 use crate::world::WorldConfig;
 
 /// Drives scenario `id`'s run `run_id` in this process, over the world
-/// config in `dir` and the SQLite file `data`. Returns when the run ends
+/// config in `dir` and the store `data` (a SQLite file, or the scenario
+/// database's URL on PostgreSQL). Returns when the run ends
 /// (if the crash point was never reached).
 ///
 /// # Errors
@@ -38,13 +38,11 @@ pub async fn work(id: u32, dir: &Path, run_id: &str, data: &Path) -> Result<Stri
     let plan = &scenario.plan;
     let world = WorldConfig::load(dir)?;
     let client = http_client().map_err(|e| ChaosError::Setup(format!("HTTP client: {e}")))?;
-    let sqlite: Arc<dyn Store> = Arc::new(
-        SqliteStore::open(data).map_err(|e| ChaosError::Setup(format!("the store: {e}")))?,
-    );
+    let durable = crate::backend::open_data(data).await?;
     let store: Arc<dyn Store> = if plan.store_faults.is_empty() {
-        sqlite
+        durable
     } else {
-        Arc::new(FaultyStore::new(sqlite, plan.store_faults.clone()))
+        Arc::new(FaultyStore::new(durable, plan.store_faults.clone()))
     };
     let engine = crate::runner::engine(store, &world, plan, u64::from(id), &client, None)?;
     let (agent, _) = world.bind(plan, &client, Some(dir.join("model-inputs.jsonl")))?;

@@ -9,7 +9,9 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use rein_chaos::invariant::Invariant;
-use rein_chaos::{RunnerOptions, Scenario, ScenarioResult, Summary, catalog, run_scenario};
+use rein_chaos::{
+    RunnerOptions, Scenario, ScenarioResult, StoreBackend, Summary, catalog, run_scenario,
+};
 use serde_json::json;
 
 use crate::run::runtime;
@@ -36,9 +38,16 @@ pub struct ChaosArgs {
     /// List the catalog and exit.
     #[arg(long)]
     list: bool,
-    /// Keep each scenario's directory (config, SQLite file) for a post mortem.
+    /// Keep each scenario's directory (config, SQLite file) for a post
+    /// mortem, and with --store postgres://… its database.
     #[arg(long)]
     keep: bool,
+    /// Where each scenario's store lives: `sqlite` (a file in its
+    /// directory), or `postgres://…` naming a server on which each scenario
+    /// gets a database of its own, created for it and dropped after it
+    /// (the URL's database is only where the suite connects to do that).
+    #[arg(long, value_name = "sqlite|URL", default_value = "sqlite")]
+    store: String,
     /// Print one JSON document instead of tables.
     #[arg(long)]
     json: bool,
@@ -48,7 +57,7 @@ pub struct ChaosArgs {
     /// Internal: the run id of --worker.
     #[arg(long, hide = true, requires = "worker")]
     run_id: Option<String>,
-    /// Internal: the SQLite file of --worker.
+    /// Internal: the store of --worker (a SQLite file, or a database URL).
     #[arg(long, hide = true, requires = "worker")]
     data: Option<PathBuf>,
 }
@@ -110,6 +119,7 @@ pub fn run(args: ChaosArgs) -> Result<ExitCode> {
         rein_exe: Some(std::env::current_exe().context("cannot locate the rein binary")?),
         engine_hook: None,
         keep_dirs: args.keep,
+        store: StoreBackend::parse(&args.store)?,
     };
     let progress = if args.json || !std::io::stderr().is_terminal() {
         ProgressBar::hidden()

@@ -42,6 +42,15 @@ pub struct PostgresOptions {
     ///
     /// [`SCHEMA_VERSION`]: crate::SCHEMA_VERSION
     pub migrate: bool,
+    /// Announce each step commit that adds events or changes a run's
+    /// status (`NOTIFY rein_events`, the default). Off, live event streams
+    /// of other nodes see such a commit at their next poll instead: slower,
+    /// never wrong (see `Store::notifications`). Every transaction that
+    /// notifies takes PostgreSQL's one notification-queue lock at commit;
+    /// `benches/store_commits.rs` in rein-cli measures what that costs.
+    /// Cancel requests are announced either way (they are rare, and the
+    /// driving node's claim renewal is their only other path).
+    pub notify: bool,
 }
 
 impl Default for PostgresOptions {
@@ -49,6 +58,7 @@ impl Default for PostgresOptions {
         PostgresOptions {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             migrate: true,
+            notify: true,
         }
     }
 }
@@ -63,6 +73,8 @@ pub struct PostgresStore {
     /// The `LISTEN` connection, started by the first
     /// [`Store::notifications`] call and shared by every clone.
     listener: std::sync::Arc<std::sync::OnceLock<crate::listen::Listener>>,
+    /// [`PostgresOptions::notify`].
+    notify: bool,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -99,7 +111,8 @@ impl PostgresStore {
         url: &PostgresUrl,
         options: PostgresOptions,
     ) -> Result<PostgresStore, StoreError> {
-        let store = PostgresStore::open_pool(url, options.max_connections)?;
+        let mut store = PostgresStore::open_pool(url, options.max_connections)?;
+        store.notify = options.notify;
         let at = |error: StoreError| store.at(error);
         let mut client = store.client().await.map_err(at)?;
         let state = if options.migrate {
@@ -168,6 +181,7 @@ impl PostgresStore {
             pool,
             url: url.clone(),
             listener: Default::default(),
+            notify: true,
         })
     }
 
@@ -307,7 +321,7 @@ impl RunStore for PostgresStore {
         run_id: &RunId,
         commit: StepCommit,
     ) -> Result<Committed, StoreError> {
-        write!(self, commit::commit_step, run_id, commit)
+        write!(self, commit::commit_step, run_id, commit, self.notify)
     }
 
     async fn run_stats(

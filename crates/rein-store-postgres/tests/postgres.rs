@@ -248,3 +248,66 @@ async fn the_guardrail_backfill_names_what_guardrail_of_names() {
     store.close();
     database.drop_database().await;
 }
+
+/// Issue 17: with `PostgresOptions::notify` off a step commit is not
+/// announced, with it on (the default) it is. Notifications arrive in
+/// commit order, so the first one after the listener is up, once a quiet
+/// commit and then a loud one are made, must be the loud one's.
+#[tokio::test]
+async fn a_store_without_notify_announces_no_step_commit() {
+    use rein_store::{NewRun, RunStatus, StatusChange, StepCommit};
+    let Some(database) = ScratchDatabase::create("notify").await else {
+        return;
+    };
+    let loud = PostgresStore::connect_with(database.url(), PostgresOptions::default())
+        .await
+        .unwrap();
+    let quiet = PostgresStore::connect_with(
+        database.url(),
+        PostgresOptions {
+            notify: false,
+            ..PostgresOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut notified = loud.notifications().unwrap();
+    // The listener announces that it listens with a resync.
+    let first = notified.recv().await.unwrap();
+    assert_eq!(first, rein_store::Notification::Resync);
+    let start = |store: &PostgresStore, id: &'static str| {
+        let store = store.clone();
+        async move {
+            let run_id = rein_core::RunId::new(id).unwrap();
+            store
+                .create_run(NewRun {
+                    run_id: run_id.clone(),
+                    tenant: rein_core::TenantId::new("t").unwrap(),
+                    agent: "a".to_owned(),
+                    input: "x".to_owned(),
+                    parent_run_id: None,
+                    budget: serde_json::json!({}),
+                    created_at_ms: 1,
+                })
+                .await
+                .unwrap();
+            let commit = StepCommit {
+                status: Some(StatusChange {
+                    status: RunStatus::Running,
+                    report: None,
+                    at_ms: 2,
+                }),
+                ..StepCommit::default()
+            };
+            store.commit_step(&run_id, commit).await.unwrap();
+            run_id
+        }
+    };
+    start(&quiet, "quiet").await;
+    let announced = start(&loud, "loud").await;
+    let next = notified.recv().await.unwrap();
+    assert_eq!(next, rein_store::Notification::RunChanged(announced));
+    loud.close();
+    quiet.close();
+    database.drop_database().await;
+}

@@ -56,11 +56,13 @@ pub(crate) async fn lock_run(
     Ok((status, revision))
 }
 
-/// Applies a [`StepCommit`] in the order it documents, in `tx`.
+/// Applies a [`StepCommit`] in the order it documents, in `tx`; announces
+/// it on [`EVENTS_CHANNEL`] when `notify` (`PostgresOptions::notify`).
 pub(crate) async fn commit_step(
     tx: &Transaction<'_>,
     run_id: &RunId,
     commit: StepCommit,
+    notify: bool,
 ) -> Result<Committed, StoreError> {
     let (mut status, revision) = lock_run(tx, run_id).await?;
     if let Some(expected) = commit.expect_status
@@ -129,7 +131,7 @@ pub(crate) async fn commit_step(
         stamp_revision(Some(&mut report), revision);
         committed.run = Some(revise_report(tx, run_id, status, &report).await?);
     }
-    if !committed.events.is_empty() || committed.run.is_some() {
+    if notify && (!committed.events.is_empty() || committed.run.is_some()) {
         // Delivered at commit (never for a rolled-back commit): live event
         // streams of every node read the run again.
         execute(
