@@ -66,11 +66,28 @@ pub fn run(args: CheckArgs) -> ExitCode {
             ConfigProblem::new(crate::store::shown(data), "--data", format!("{error:#}"))
         })
     });
+    // `[store] url` as a start opens it, without connecting: a
+    // PostgreSQL URL's form (the table's own fields rein-core checked).
+    let store_problem = match &loaded {
+        Ok(startup) => startup.registry.store().and_then(|spec| match &spec.url {
+            rein_core::registry::StoreUrl::Postgres(url) => {
+                rein_store_postgres::PostgresUrl::parse(url)
+                    .err()
+                    .map(|error| ConfigProblem::new(&spec.file, "store.url", format!("{error:#}")))
+            }
+            _ => None,
+        }),
+        Err(_) => None,
+    };
     let (config_problems, warnings): (&[ConfigProblem], &[ConfigProblem]) = match &loaded {
         Ok(startup) => (&[], &startup.warnings),
         Err(errors) => (errors.problems(), errors.warnings()),
     };
-    let problems: Vec<&ConfigProblem> = config_problems.iter().chain(&data_problem).collect();
+    let problems: Vec<&ConfigProblem> = config_problems
+        .iter()
+        .chain(&data_problem)
+        .chain(&store_problem)
+        .collect();
     let ok = problems.is_empty();
     let fields = match &loaded {
         Ok(startup) => crate::output_fields::lines(&startup.registry),

@@ -36,8 +36,9 @@ pub struct RunArgs {
     input: String,
     /// The SQLite file runs are recorded in (created on first use).
     /// Or a PostgreSQL database: `postgres://user[:password]@host[:port]/db`.
-    #[arg(long, default_value = "rein-data/rein.db")]
-    data: PathBuf,
+    /// Overrides `[store] url`; without either, `rein-data/rein.db`.
+    #[arg(long)]
+    data: Option<PathBuf>,
     /// The tenant the run belongs to.
     #[arg(long, default_value = "default")]
     tenant: String,
@@ -65,9 +66,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             Some(id) => RunId::new(id).context("invalid --run-id")?,
             None => RunId::new(uuid::Uuid::now_v7().to_string()).context("no run id")?,
         };
-        let mut session = Session::open(startup, &args.data)?;
+        let data = crate::store::chosen(args.data.as_deref(), startup.registry.store());
+        let mut session = Session::open(startup, &data)?;
         let binding = session.bind(&args.agent)?;
-        let resume = resume_command(&run_id, &args.config, &args.data);
+        let resume = resume_command(&run_id, &args.config, &data);
         crate::log::note(
             crate::log::Level::Info,
             &format!("rein run: run {run_id} started (if it stops: {resume})"),
@@ -225,7 +227,7 @@ impl Session {
     /// config.
     pub fn open(startup: Startup, data: &Path) -> Result<Session> {
         let client = http_client().context("cannot build the HTTP client")?;
-        let store: Arc<dyn Store> = crate::store::open(data)?;
+        let store: Arc<dyn Store> = crate::store::open_configured(data, startup.registry.store())?;
         // Configured as `rein serve` configures its engine, so that agent
         // tools start their child runs here too.
         // Breaker openings and Retry-After cooldowns are shared with every

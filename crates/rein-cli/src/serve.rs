@@ -27,9 +27,10 @@ pub struct ServeArgs {
     /// Where runs are recorded: a SQLite file (created on first start,
     /// 0600 in a 0700 directory: it holds prompts and tool results), or a
     /// PostgreSQL database, `postgres://user[:password]@host[:port]/db`,
-    /// shared by every node serving it (migrated at start).
-    #[arg(long, default_value = "rein-data/rein.db")]
-    data: PathBuf,
+    /// shared by every node serving it (migrated at start). Overrides
+    /// `[store] url`; without either, `rein-data/rein.db`.
+    #[arg(long)]
+    data: Option<PathBuf>,
 }
 
 /// Runs `rein serve` until SIGTERM or SIGINT, then drains (see
@@ -59,7 +60,8 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             rein_server::exposure::listen_hosts(&settings.allowed_hosts, listen);
         // The store creates its directory 0700 and the file 0600, and warns
         // when an existing one is readable by every local user.
-        let store: Arc<dyn Store> = crate::store::open(&args.data)?;
+        let data = crate::store::chosen(args.data.as_deref(), registry.store());
+        let store: Arc<dyn Store> = crate::store::open_configured(&data, registry.store())?;
         let client = http_client().context("cannot build the HTTP client")?;
         let engine = rein_server::build_engine(&registry, store.clone(), client.clone(), None)?;
         // Answers name this process by its node id only; the log says
@@ -90,7 +92,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             crate::log::Level::Info,
             &format!(
             "rein serve: listening on http://{addr} ({auth}); runs in {}; OpenAPI at /openapi.json",
-            crate::store::shown(&args.data)
+            crate::store::shown(&data)
             ),
         );
         // A second signal skips what is left of the finish phase: the runs

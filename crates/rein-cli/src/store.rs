@@ -9,10 +9,11 @@
 //! Here that is done once: [`open`] picks the backend, [`shown`] is the
 //! form every message prints.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use rein_core::registry::{StoreSpec, StoreUrl};
 use rein_store::Store;
 use rein_store_postgres::{PostgresOptions, PostgresStore, PostgresUrl, is_postgres_url};
 use rein_store_sqlite::SqliteStore;
@@ -46,6 +47,47 @@ pub fn shown(data: &Path) -> String {
     rein_core::redact::scrub_urls(&data.display().to_string()).into_owned()
 }
 
+/// Where `rein serve` and `rein run` record runs without `--data` or
+/// `[store]`.
+pub const DEFAULT_DATA: &str = "rein-data/rein.db";
+
+/// The store a command uses: `--data` when given (it overrides the
+/// config), else `[store].url`, else [`DEFAULT_DATA`].
+pub fn chosen(data: Option<&Path>, spec: Option<&StoreSpec>) -> PathBuf {
+    match (data, spec.map(|spec| &spec.url)) {
+        (Some(data), _) => data.to_path_buf(),
+        (None, Some(StoreUrl::Sqlite(path))) => path.clone(),
+        (None, Some(StoreUrl::Postgres(url))) => PathBuf::from(url),
+        // `StoreUrl` may grow a backend this build does not know.
+        (None, Some(_)) | (None, None) => PathBuf::from(DEFAULT_DATA),
+    }
+}
+
+/// How a PostgreSQL store connects under `[store]` (its pool size,
+/// connect timeout and migration setting; the defaults without the table),
+/// whichever URL `--data` or `[store].url` gives.
+pub fn postgres_options(spec: Option<&StoreSpec>, migrate: bool) -> PostgresOptions {
+    let mut options = PostgresOptions {
+        migrate,
+        ..PostgresOptions::default()
+    };
+    if let Some(spec) = spec {
+        options.max_connections = usize::try_from(spec.pool_size.get()).unwrap_or(usize::MAX);
+        options.connect_timeout = spec.connect_timeout;
+        options.migrate = migrate && spec.migrate;
+    }
+    options
+}
+
+/// [`open`] with the `[store]` table's PostgreSQL settings.
+///
+/// # Errors
+///
+/// As [`open`].
+pub fn open_configured(data: &Path, spec: Option<&StoreSpec>) -> Result<Arc<dyn Store>> {
+    open_options(data, postgres_options(spec, true))
+}
+
 /// Opens (creating or migrating as needed) the store `data` names.
 ///
 /// Blocks the calling thread while connecting: call it at startup, from
@@ -70,14 +112,14 @@ pub fn open_existing(data: &Path) -> Result<Arc<dyn Store>> {
 }
 
 fn open_with(data: &Path, migrate: bool) -> Result<Arc<dyn Store>> {
+    open_options(data, postgres_options(None, migrate))
+}
+
+fn open_options(data: &Path, options: PostgresOptions) -> Result<Arc<dyn Store>> {
     let context = || format!("cannot open the run store {}", shown(data));
     match Data::parse(data).with_context(context)? {
         Data::Sqlite(path) => Ok(Arc::new(SqliteStore::open(&path).with_context(context)?)),
         Data::Postgres(url) => {
-            let options = PostgresOptions {
-                migrate,
-                ..PostgresOptions::default()
-            };
             let store =
                 block_on(PostgresStore::connect_with(&url, options))?.with_context(context)?;
             Ok(Arc::new(store))
@@ -98,5 +140,70 @@ pub fn block_on<T>(future: impl std::future::Future<Output = T>) -> Result<T> {
                 .context("cannot start a runtime to open the store")?;
             Ok(runtime.block_on(future))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use rein_core::registry::{ConfigFile, ConfigSource, StoreConfig, check};
+    use std::time::Duration;
+
+    /// `[store]` of `conf/rein.toml`, checked.
+    fn spec(edit: impl FnOnce(&mut StoreConfig)) -> StoreSpec {
+        let mut store = StoreConfig::default();
+        edit(&mut store);
+        let mut file = ConfigFile::default();
+        file.store = Some(store);
+        let registry = check(&[ConfigSource::new("conf/rein.toml", file)], &|_| {
+            Vec::new()
+        })
+        .unwrap();
+        registry.store().unwrap().clone()
+    }
+
+    fn postgres(c: &mut StoreConfig) {
+        c.url = Some("postgres://rein@db/rein".to_owned());
+    }
+
+    #[test]
+    fn data_overrides_the_store_table_which_overrides_the_default() {
+        let pg = spec(postgres);
+        assert_eq!(chosen(None, None), PathBuf::from(DEFAULT_DATA));
+        assert_eq!(
+            chosen(None, Some(&pg)),
+            PathBuf::from("postgres://rein@db/rein")
+        );
+        assert_eq!(
+            chosen(Some(Path::new("other.db")), Some(&pg)),
+            PathBuf::from("other.db")
+        );
+        let file = spec(|c| c.url = Some("data/rein.db".to_owned()));
+        assert_eq!(
+            chosen(None, Some(&file)),
+            PathBuf::from("conf/data/rein.db")
+        );
+    }
+
+    #[test]
+    fn the_tables_postgres_settings_reach_the_pool() {
+        let defaults = postgres_options(None, true);
+        assert_eq!(
+            defaults.max_connections,
+            rein_store_postgres::DEFAULT_MAX_CONNECTIONS
+        );
+        let pg = spec(|c| {
+            postgres(c);
+            c.pool_size = Some(3);
+            c.connect_timeout = Some(Duration::from_secs(2));
+            c.migrate = Some(false);
+        });
+        let options = postgres_options(Some(&pg), true);
+        assert_eq!(options.max_connections, 3);
+        assert_eq!(options.connect_timeout, Duration::from_secs(2));
+        assert!(!options.migrate, "migrate = false: refuse an old schema");
+        // A reading command never migrates, whatever the table says.
+        assert!(!postgres_options(Some(&spec(postgres)), false).migrate);
     }
 }

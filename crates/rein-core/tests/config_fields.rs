@@ -127,6 +127,7 @@ const TABLES: &[(&str, &str)] = &[
         "[server.quotas.tenants.t]\n__probe = 1",
     ),
     ("telemetry", "[telemetry]\n__probe = 1"),
+    ("store", "[store]\n__probe = 1"),
 ];
 
 /// The fields another piece of work owes an effect. None now; an `Owed`

@@ -106,9 +106,10 @@ async fn through_store(
 
 /// Delivers the cancels other nodes record for runs this process drives,
 /// as the store notifies them (PostgreSQL `NOTIFY`), until the server
-/// stops: the fast path of [`through_store`]. A notification lost (lag,
-/// a listener reconnecting) only delays the cancel to the run's next
-/// claim renewal, which reads the request itself.
+/// stops: the fast path of [`through_store`]. After a gap (the listener
+/// reconnected, say after a database restart, or this receiver lagged)
+/// the cancel requests of every run driven here are read again, so a
+/// cancel recorded meanwhile is not left to the next claim renewal.
 pub async fn deliver_notified(
     state: Arc<AppState>,
     mut notified: tokio::sync::broadcast::Receiver<rein_store::Notification>,
@@ -121,14 +122,35 @@ pub async fn deliver_notified(
                     tracing::info!(run = %run_id, "cancel notified through the store; cancelling the run");
                 }
             }
+            Ok(rein_store::Notification::Resync) => deliver_missed(&state).await,
             Ok(_) => {}
             Err(RecvError::Lagged(missed)) => {
                 tracing::warn!(
                     missed,
-                    "cancel notifications lagged; claim renewals deliver the rest"
+                    "cancel notifications lagged; reading the cancel requests of the runs driven here"
                 );
+                deliver_missed(&state).await;
             }
             Err(RecvError::Closed) => return,
+        }
+    }
+}
+
+/// Cancels every run driven here whose cancel request is recorded: what
+/// notifications missed during a gap would have delivered. A store that
+/// cannot be read leaves it to the claim renewals.
+async fn deliver_missed(state: &AppState) {
+    for run_id in state.engine.live_runs() {
+        match state.store.cancel_request(&run_id).await {
+            Ok(Some(_)) => {
+                if state.engine.cancel(&run_id) {
+                    tracing::info!(run = %run_id, "cancel found through the store after a notification gap; cancelling the run");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(run = %run_id, "cannot read the cancel request after a notification gap; the claim renewal reads it: {e}");
+            }
         }
     }
 }

@@ -49,7 +49,7 @@ mod url;
 pub mod scratch;
 
 pub use migrate::{SCHEMA_VERSION, SchemaState};
-pub use store::{DEFAULT_MAX_CONNECTIONS, PostgresOptions, PostgresStore};
+pub use store::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, PostgresOptions, PostgresStore};
 pub use url::{PostgresUrl, is_postgres_url};
 
 #[doc(no_inline)]

@@ -14,6 +14,7 @@
 //! | --- | --- | --- |
 //! | [`CANCEL_CHANNEL`] | run id | [`Notification::CancelRequested`] |
 //! | [`EVENTS_CHANNEL`] | run id | [`Notification::RunChanged`] |
+//! | [`HEALTH_CHANNEL`] | breaker arm | [`Notification::HealthChanged`] |
 
 use std::time::Duration;
 
@@ -24,6 +25,7 @@ use tokio_postgres::{AsyncMessage, NoTls};
 
 use crate::ops::cancel::CANCEL_CHANNEL;
 use crate::ops::commit::EVENTS_CHANNEL;
+use crate::ops::shared::HEALTH_CHANNEL;
 
 /// How many notifications a receiver may fall behind by before it is told
 /// to resync (`broadcast` lag).
@@ -72,6 +74,9 @@ fn decode(channel: &str, payload: &str) -> Option<Notification> {
     match channel {
         CANCEL_CHANNEL => RunId::new(payload).ok().map(Notification::CancelRequested),
         EVENTS_CHANNEL => RunId::new(payload).ok().map(Notification::RunChanged),
+        HEALTH_CHANNEL if !payload.is_empty() => {
+            Some(Notification::HealthChanged(payload.to_owned()))
+        }
         _ => None,
     }
 }
@@ -128,7 +133,9 @@ async fn listen_once(
         }
     });
     let listening = client
-        .batch_execute(&format!("LISTEN {CANCEL_CHANNEL}; LISTEN {EVENTS_CHANNEL}"))
+        .batch_execute(&format!(
+            "LISTEN {CANCEL_CHANNEL}; LISTEN {EVENTS_CHANNEL}; LISTEN {HEALTH_CHANNEL}"
+        ))
         .await;
     if let Err(e) = listening {
         driver.abort();
@@ -165,6 +172,11 @@ mod tests {
                 RunId::new("r-1").unwrap_or_else(|_| unreachable!())
             ))
         );
+        assert_eq!(
+            decode(HEALTH_CHANNEL, "provider.primary"),
+            Some(Notification::HealthChanged("provider.primary".to_owned()))
+        );
+        assert_eq!(decode(HEALTH_CHANNEL, ""), None);
         assert_eq!(decode("other", "r-1"), None);
         assert_eq!(decode(CANCEL_CHANNEL, ""), None);
     }

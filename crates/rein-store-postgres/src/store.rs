@@ -27,9 +27,11 @@ use crate::url::PostgresUrl;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 16;
 
 /// How long a call waits for a connection (from the pool, or a new one)
-/// before it fails as [`StoreError::Unavailable`]: a database that is
-/// restarting is a transient failure, not a hang.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// before it fails as [`StoreError::Unavailable`], by default: a database
+/// that is restarting is a transient failure, not a hang.
+///
+/// NOTE: must match `rein_core::registry::DEFAULT_CONNECT_TIMEOUT`.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How a [`PostgresStore`] connects.
 #[derive(Debug, Clone)]
@@ -51,6 +53,11 @@ pub struct PostgresOptions {
     /// Cancel requests are announced either way (they are rare, and the
     /// driving node's claim renewal is their only other path).
     pub notify: bool,
+    /// How long a call waits for a connection, from the pool or a new one
+    /// (also the driver's connect timeout), before it fails as
+    /// [`StoreError::Unavailable`] (`[store] connect_timeout`; it replaces
+    /// a `connect_timeout` parameter of the URL).
+    pub connect_timeout: Duration,
 }
 
 impl Default for PostgresOptions {
@@ -59,6 +66,7 @@ impl Default for PostgresOptions {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             migrate: true,
             notify: true,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
 }
@@ -111,8 +119,7 @@ impl PostgresStore {
         url: &PostgresUrl,
         options: PostgresOptions,
     ) -> Result<PostgresStore, StoreError> {
-        let mut store = PostgresStore::open_pool(url, options.max_connections)?;
-        store.notify = options.notify;
+        let store = PostgresStore::open_pool(url, &options)?;
         let at = |error: StoreError| store.at(error);
         let mut client = store.client().await.map_err(at)?;
         let state = if options.migrate {
@@ -143,7 +150,13 @@ impl PostgresStore {
     ///
     /// [`StoreError::Unavailable`] when the database cannot be reached.
     pub async fn schema_state(url: &PostgresUrl) -> Result<SchemaState, StoreError> {
-        let store = PostgresStore::open_pool(url, 1)?;
+        let store = PostgresStore::open_pool(
+            url,
+            &PostgresOptions {
+                max_connections: 1,
+                ..PostgresOptions::default()
+            },
+        )?;
         let client = store.client().await.map_err(|error| store.at(error))?;
         let state = migrate::state(&client).await;
         store.close();
@@ -151,7 +164,11 @@ impl PostgresStore {
     }
 
     /// The pool, not yet connected (connections are made on demand).
-    fn open_pool(url: &PostgresUrl, max_connections: usize) -> Result<PostgresStore, StoreError> {
+    fn open_pool(
+        url: &PostgresUrl,
+        options: &PostgresOptions,
+    ) -> Result<PostgresStore, StoreError> {
+        let max_connections = options.max_connections;
         if max_connections == 0 {
             return Err(StoreError::Invalid {
                 what: "postgres max_connections",
@@ -159,10 +176,15 @@ impl PostgresStore {
                 found: "0".to_owned(),
             });
         }
-        let mut config = url.config().clone();
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
+        if options.connect_timeout.is_zero() {
+            return Err(StoreError::Invalid {
+                what: "postgres connect_timeout",
+                expected: "more than 0s".to_owned(),
+                found: "0s".to_owned(),
+            });
         }
+        let mut config = url.config().clone();
+        config.connect_timeout(options.connect_timeout);
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -173,15 +195,15 @@ impl PostgresStore {
         let pool = Pool::builder(manager)
             .max_size(max_connections)
             .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(CONNECT_TIMEOUT))
-            .create_timeout(Some(CONNECT_TIMEOUT))
+            .wait_timeout(Some(options.connect_timeout))
+            .create_timeout(Some(options.connect_timeout))
             .build()
             .map_err(|error| StoreError::Backend(format!("postgres pool: {error}")))?;
         Ok(PostgresStore {
             pool,
             url: url.clone(),
             listener: Default::default(),
-            notify: true,
+            notify: options.notify,
         })
     }
 

@@ -24,6 +24,11 @@ pub enum Notification {
     /// A commit added events to the run or changed its status: a live
     /// event stream of it reads the store again.
     RunChanged(RunId),
+    /// A shared breaker opening or Retry-After cooldown of this arm was
+    /// published or cleared ([`HealthStore`](crate::HealthStore)): an
+    /// engine sharing breakers reads the openings again at its next call
+    /// instead of waiting out its refresh interval.
+    HealthChanged(String),
     /// Notifications may have been missed (the listener reconnected, or
     /// this receiver lagged): read again whatever you wait on.
     Resync,

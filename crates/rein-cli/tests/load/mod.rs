@@ -56,7 +56,7 @@
 //! the desk applied; and which server finished how many runs, read from
 //! each process's log lines.
 
-use rein_store::RunStore;
+use rein_store::IdempotencyState;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::io::{BufRead, BufReader, Write};
@@ -131,6 +131,30 @@ pub struct LoadConfig {
     /// SIGKILL the first process once this many runs are terminal, and
     /// start it again on the same store (its runs are taken over).
     pub kill_first_after: Option<usize>,
+    /// Restart the database once this many runs are terminal (a private
+    /// PostgreSQL server of the test: see `tests/pg_restart.rs`).
+    #[serde(skip)]
+    pub restart_database: Option<DatabaseRestart>,
+    /// Send every submission with an `Idempotency-Key` (`load-N`), and
+    /// count the keys the store did not resolve at the end.
+    pub idempotency_keys: bool,
+}
+
+/// When and how [`LoadConfig::restart_database`] restarts the database.
+#[derive(Clone)]
+pub struct DatabaseRestart {
+    /// Restart once this many runs are terminal.
+    pub after: usize,
+    /// Restarts it; returns when the server accepts connections again.
+    pub restart: Arc<dyn Fn() -> Result<()> + Send + Sync>,
+}
+
+impl fmt::Debug for DatabaseRestart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DatabaseRestart")
+            .field("after", &self.after)
+            .finish_non_exhaustive()
+    }
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -148,6 +172,8 @@ impl Default for LoadConfig {
             timeout: Duration::from_secs(300),
             postgres: None,
             kill_first_after: None,
+            restart_database: None,
+            idempotency_keys: false,
         }
     }
 }
@@ -195,6 +221,9 @@ pub struct ServerTally {
     pub errors: usize,
     /// The last few WARN/ERROR lines.
     pub last_problems: Vec<String>,
+    /// How the process ended, if it did before the harness stopped it
+    /// (a crash: no process is meant to exit on its own).
+    pub exited: Option<String>,
 }
 
 /// What the desk saw.
@@ -250,6 +279,17 @@ pub struct LoadReport {
     pub failed_but_applied: usize,
     /// Ledger records by tool and status, over all runs.
     pub ledger: BTreeMap<String, BTreeMap<String, usize>>,
+    /// Ledger records still `pending` in a terminal run: an effect whose
+    /// fate rein never settled.
+    pub pending_effects: usize,
+    /// With [`LoadConfig::idempotency_keys`]: submission keys the store
+    /// holds `in_progress`, or not at all, at the end.
+    pub unresolved_keys: usize,
+    /// Status polls that failed while the runs went on (a database
+    /// restarting answers 503 for a moment); retried, never fatal.
+    pub poll_errors: usize,
+    /// When the database was restarted: the runs terminal by then.
+    pub database_restarted_after: Option<usize>,
     /// The desk's side of the story.
     pub desk: DeskTally,
     /// Each server's log tally, in start order.
@@ -376,15 +416,37 @@ impl fmt::Display for LoadReport {
             "  failed but applied: {} (ledger `failed`, desk applied)",
             self.failed_but_applied
         )?;
+        writeln!(
+            f,
+            "  unresolved:  {} effects still pending, {} submission keys not completed{}",
+            self.pending_effects,
+            self.unresolved_keys,
+            if c.idempotency_keys {
+                ""
+            } else {
+                " (no keys sent)"
+            }
+        )?;
+        if let Some(after) = self.database_restarted_after {
+            writeln!(
+                f,
+                "  database:    restarted once {after} runs had ended; {} status polls failed meanwhile",
+                self.poll_errors
+            )?;
+        }
         for (i, s) in self.servers.iter().enumerate() {
             writeln!(
                 f,
-                "  server {}:    finished {} runs, took over {}, {} warnings, {} errors",
+                "  server {}:    finished {} runs, took over {}, {} warnings, {} errors{}",
                 i + 1,
                 s.finished,
                 s.taken_over,
                 s.warnings,
-                s.errors
+                s.errors,
+                s.exited
+                    .as_ref()
+                    .map(|how| format!(", exited on its own: {how}"))
+                    .unwrap_or_default()
             )?;
             for line in &s.last_problems {
                 writeln!(f, "    {line}")?;
@@ -517,6 +579,17 @@ impl Server {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
+
+    /// [`tally`](Self::tally), with how the process ended if it did.
+    fn final_tally(&mut self) -> ServerTally {
+        let mut tally = self.tally();
+        tally.exited = match self.child.try_wait() {
+            Ok(Some(status)) => Some(status.to_string()),
+            Ok(None) => None,
+            Err(e) => Some(format!("cannot tell: {e}")),
+        };
+        tally
+    }
 }
 
 impl Drop for Server {
@@ -579,7 +652,7 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport> {
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..config.client_concurrency.max(1) {
         let (client, bases, next) = (client.clone(), Arc::clone(&bases), Arc::clone(&next));
-        let runs = config.runs;
+        let (runs, keys) = (config.runs, config.idempotency_keys);
         tasks.spawn(async move {
             let mut done = Vec::new();
             loop {
@@ -593,9 +666,13 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport> {
                     "mode": "queued",
                 });
                 let t0 = Instant::now();
-                let response = client
+                let mut request = client
                     .post(format!("{}/v1/agents/{AGENT}/runs", bases[server]))
-                    .json(&body)
+                    .json(&body);
+                if keys {
+                    request = request.header("idempotency-key", format!("load-{i}"));
+                }
+                let response = request
                     .send()
                     .await
                     .with_context(|| format!("submission {i} to server {}", server + 1))?;
@@ -630,6 +707,8 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport> {
     // the load.
     let mut pending: VecDeque<Submitted> = submitted.iter().cloned().collect();
     let mut killed: Option<ServerTally> = None;
+    let mut poll_errors = 0;
+    let mut database_restarted_after = None;
     let deadline = started + config.timeout;
     const WINDOW: usize = 32;
     while !pending.is_empty() {
@@ -650,9 +729,17 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport> {
                 still.push_back(s);
                 continue;
             }
-            let status = run_status(&client, &bases[s.server], &s.run_id).await?;
-            if status.as_deref().is_some_and(is_terminal) {
-                continue;
+            // A failed poll is retried at the next sweep: while the
+            // database restarts, a node answers 503 for a moment.
+            match run_status(&client, &bases[s.server], &s.run_id).await {
+                Ok(status) if status.as_deref().is_some_and(is_terminal) => continue,
+                Ok(_) => {}
+                Err(e) => {
+                    poll_errors += 1;
+                    if poll_errors <= 3 {
+                        eprintln!("serve_load: a status poll failed, retried: {e:#}");
+                    }
+                }
             }
             running_seen += 1;
             still.push_back(s);
@@ -664,9 +751,11 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport> {
         {
             // SIGKILL mid-run, then the same node again on the same store.
             let mut first = servers.remove(0);
+            let mut tally = first.final_tally();
             first.child.kill()?;
             first.child.wait()?;
-            killed = Some(first.tally());
+            tally.finished = first.tally().finished;
+            killed = Some(tally);
             let (toml, db, desk_url) = (toml.clone(), db.clone(), desk.base_url().to_owned());
             let log_file = dir.path().join("server-1-restarted.log");
             let restarted = tokio::task::spawn_blocking(move || {
@@ -675,6 +764,17 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport> {
             .await??;
             servers.insert(0, restarted);
             bases = Arc::new(servers.iter().map(|s| s.base.clone()).collect());
+        }
+        if let Some(restart) = &config.restart_database
+            && database_restarted_after.is_none()
+            && submitted.len() - pending.len() >= restart.after
+        {
+            let ended = submitted.len() - pending.len();
+            let restart = Arc::clone(&restart.restart);
+            tokio::task::spawn_blocking(move || restart())
+                .await?
+                .context("cannot restart the database")?;
+            database_restarted_after = Some(ended);
         }
         if !pending.is_empty() {
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -687,9 +787,11 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport> {
     report.wall_secs = wall_secs;
     report.throughput_runs_per_sec = submitted.len() as f64 / wall_secs;
     report.submit_latency = Latency::of(submitted.iter().map(|s| s.latency).collect());
+    report.poll_errors = poll_errors;
+    report.database_restarted_after = database_restarted_after;
     report.servers = killed
         .into_iter()
-        .chain(servers.iter().map(Server::tally))
+        .chain(servers.iter_mut().map(Server::final_tally))
         .collect();
     drop(servers);
     if std::env::var_os(KEEP_ENV).is_some() {
@@ -826,6 +928,7 @@ async fn verify(
     let mut reopened_runs = 0;
     let mut resumed_runs = 0;
     let mut repeated_intents = 0;
+    let mut pending_effects = 0;
     let mut ledger_tally: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
     // run id → intent id → (tool, ledger status)
     let mut intents: HashMap<String, HashMap<String, (String, String)>> = HashMap::new();
@@ -859,6 +962,15 @@ async fn verify(
         }
         resumed_runs += usize::from(f.resumed > 0);
         let mut per_tool: HashMap<String, usize> = HashMap::new();
+        for record in &f.ledger {
+            if record["status"] == "pending" {
+                pending_effects += 1;
+                note(format!(
+                    "run {} ended with {} still pending",
+                    s.run_id, record["intent_id"]
+                ));
+            }
+        }
         let run_intents = intents.entry(s.run_id.clone()).or_default();
         for record in &f.ledger {
             let tool = record["tool"].as_str().unwrap_or("?").to_owned();
@@ -881,22 +993,41 @@ async fn verify(
         }
     }
 
-    // The store: exactly the accepted runs, no more.
-    let stored_runs = match &config.postgres {
-        Some(url) => {
-            let store = rein_store_postgres::PostgresStore::connect(url)
+    // The store: exactly the accepted runs, no more; and every
+    // submission key completed.
+    let store: Arc<dyn rein_store::Store> = match &config.postgres {
+        Some(url) => Arc::new(
+            rein_store_postgres::PostgresStore::connect(url)
                 .await
-                .context("cannot connect to the store")?;
-            let n = store.list_runs(submitted.len() + 1000).await?.len();
-            store.close();
-            n
-        }
+                .context("cannot connect to the store")?,
+        ),
         None => {
-            let store =
-                rein_store_sqlite::SqliteStore::open(db).context("cannot open the store")?;
-            store.list_runs(submitted.len() + 1000).await?.len()
+            Arc::new(rein_store_sqlite::SqliteStore::open(db).context("cannot open the store")?)
         }
     };
+    let stored_runs = store.list_runs(submitted.len() + 1000).await?.len();
+    let unresolved_keys = if config.idempotency_keys {
+        let completed = store
+            .idempotency_records(
+                None,
+                Some(IdempotencyState::Completed),
+                submitted.len() + 1000,
+            )
+            .await?;
+        let completed: HashSet<&str> = completed.iter().map(|r| r.key.as_str()).collect();
+        let unresolved = (0..submitted.len())
+            .filter(|i| !completed.contains(format!("load-{i}").as_str()))
+            .count();
+        if unresolved > 0 {
+            note(format!(
+                "{unresolved} submission keys are not completed in the store"
+            ));
+        }
+        unresolved
+    } else {
+        0
+    };
+    drop(store);
 
     // The desk's ground truth.
     let log = desk.log();
@@ -982,6 +1113,10 @@ async fn verify(
         repeated_intents,
         failed_but_applied,
         ledger: ledger_tally,
+        pending_effects,
+        unresolved_keys,
+        poll_errors: 0,
+        database_restarted_after: None,
         desk: desk_tally,
         servers: Vec::new(),
         problems,

@@ -115,6 +115,7 @@ struct Merged<'a> {
     breakers: Option<Entry<'a, BreakersConfig>>,
     server: Option<Entry<'a, ServerConfig>>,
     telemetry: Option<Entry<'a, TelemetryConfig>>,
+    store: Option<Entry<'a, super::store::StoreConfig>>,
     /// `section.name` of entries that failed to parse (already reported).
     broken: BTreeSet<&'a str>,
 }
@@ -190,6 +191,15 @@ impl<'a> Checker<'a> {
             .telemetry
             .as_ref()
             .and_then(|entry| self.telemetry(entry.file, entry.config));
+        let store = merged.store.as_ref().and_then(|entry| {
+            super::store::check_store(entry.file, entry.config)
+                .map_err(|problems| {
+                    for (field, message) in problems {
+                        self.report(entry.file, field, message);
+                    }
+                })
+                .ok()
+        });
         Registry {
             providers,
             models,
@@ -199,6 +209,7 @@ impl<'a> Checker<'a> {
             breakers,
             server,
             telemetry,
+            store,
         }
     }
 
@@ -213,6 +224,7 @@ impl<'a> Checker<'a> {
             breakers: None,
             server: None,
             telemetry: None,
+            store: None,
             broken: BTreeSet::new(),
         };
         let mut first: BTreeMap<String, &'a Path> = BTreeMap::new();
@@ -238,6 +250,9 @@ impl<'a> Checker<'a> {
             }
             if c.telemetry.is_some() {
                 defined.push("telemetry".to_owned());
+            }
+            if c.store.is_some() {
+                defined.push("store".to_owned());
             }
             defined.extend(source.broken.iter().cloned());
             let mut fresh: BTreeSet<String> = BTreeSet::new();
@@ -292,6 +307,9 @@ impl<'a> Checker<'a> {
             }
             if let (Some(config), true) = (&c.telemetry, fresh.contains("telemetry")) {
                 merged.telemetry = Some(Entry { file, config });
+            }
+            if let (Some(config), true) = (&c.store, fresh.contains("store")) {
+                merged.store = Some(Entry { file, config });
             }
             merged
                 .broken

@@ -47,6 +47,8 @@ pub struct ConfigFile {
     pub server: Option<ServerConfig>,
     /// Traces (`[telemetry]`); at most one file may hold them.
     pub telemetry: Option<super::telemetry::TelemetryConfig>,
+    /// The run store (`[store]`); at most one file may hold it.
+    pub store: Option<super::store::StoreConfig>,
 }
 
 /// A parsed file and where it came from.

@@ -126,6 +126,7 @@ mod problem;
 mod quotas;
 mod server;
 mod spec;
+mod store;
 mod telemetry;
 
 pub use approval::ApprovalConfig;
@@ -180,6 +181,10 @@ pub use spec::{
     SideEffectTier, StreamSpec, ToolSpec,
 };
 
+pub use store::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, MAX_CONNECT_TIMEOUT, MAX_POOL_SIZE, StoreConfig,
+    StoreSpec, StoreUrl,
+};
 pub use telemetry::{DEFAULT_SERVICE_NAME, OTLP_TRACES_PATH, TelemetryConfig, TelemetrySpec};
 
 #[cfg(test)]

@@ -681,6 +681,7 @@ pub struct Registry {
     pub(super) breakers: BreakersConfig,
     pub(super) server: ServerSpec,
     pub(super) telemetry: Option<super::telemetry::TelemetrySpec>,
+    pub(super) store: Option<super::store::StoreSpec>,
 }
 
 impl Registry {
@@ -725,6 +726,12 @@ impl Registry {
     /// no file has one.
     pub fn telemetry(&self) -> Option<&super::telemetry::TelemetrySpec> {
         self.telemetry.as_ref()
+    }
+
+    /// The run store: the `[store]` table, checked; `None` when no file
+    /// has one (`--data` or its default decides).
+    pub fn store(&self) -> Option<&super::store::StoreSpec> {
+        self.store.as_ref()
     }
 
     /// The tool called `name`.

@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use toml::Spanned;
 
 /// The sections a config file may hold.
-const SECTIONS: [&str; 8] = [
+const SECTIONS: [&str; 9] = [
     "providers",
     "models",
     "resource_groups",
@@ -24,6 +24,7 @@ const SECTIONS: [&str; 8] = [
     "breakers",
     "server",
     "telemetry",
+    "store",
 ];
 
 /// What reading a config path produced.
@@ -115,7 +116,7 @@ pub(super) fn parse_file(file: &Path, text: &str, parsed: &mut Parsed) {
             parsed.problems.push(ConfigProblem::new(
                 file,
                 key.clone(),
-                "is not a section; expected providers, models, resource_groups, tools, agents, breakers, server or telemetry",
+                "is not a section; expected providers, models, resource_groups, tools, agents, breakers, server, telemetry or store",
             ));
             // The entry reading below needs every top-level value a table.
             shaped &= value.is_table();
@@ -176,6 +177,12 @@ pub(super) fn parse_file(file: &Path, text: &str, parsed: &mut Parsed) {
                 let start = entries.values().map(|v| v.span().start).min().unwrap_or(0);
                 if let Some(value) = top.get("telemetry") {
                     config.telemetry = reader.entry("telemetry", start, value.clone());
+                }
+            }
+            "store" => {
+                let start = entries.values().map(|v| v.span().start).min().unwrap_or(0);
+                if let Some(value) = top.get("store") {
+                    config.store = reader.entry("store", start, value.clone());
                 }
             }
             _ => {}

@@ -49,6 +49,19 @@
 //! which is rare by design. So a node learns of another's opening within
 //! `refresh` plus the store's latency.
 //!
+//! # Pushed where the store notifies
+//!
+//! On a store that notifies (PostgreSQL's `LISTEN`/`NOTIFY`, see
+//! `rein_store::Notification`), every publish and clear is announced to
+//! every node as [`Notification::HealthChanged`]; a node then re-reads the
+//! openings at its next call, however young its view, so an opening on
+//! node A is honoured on node B as soon as the notification arrives rather
+//! than after B's `refresh`. The announcement is only a hint: the view is
+//! still read from the store, a `Resync` or a lagging receiver also
+//! forces a read, and the `refresh` poll stays as the fallback (SQLite,
+//! which does not notify, polls alone). Draining the receiver costs each
+//! call a `try_recv` loop, and only while sharing is on.
+//!
 //! # Failures of the store
 //!
 //! A failed read or write is logged and otherwise ignored: the local arms
@@ -60,14 +73,15 @@
 //! [`Failure`]: rein_core::Failure
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rein_core::breaker::{ArmKey, ArmKind, Transition};
 use rein_core::event::{CallRejected, CircuitOpen, CircuitRejected};
 use rein_core::{Clock, ConfigError, Failure, Instant};
-use rein_store::{BreakerOpening, MAX_BREAKER_ARM_LEN, Store};
+use rein_store::{BreakerOpening, MAX_BREAKER_ARM_LEN, Notification, Store};
+use tokio::sync::broadcast::{self, error::TryRecvError};
 
 use super::emitter::{Correlation, Emitter, unix_ms};
 use super::{Engine, EngineBuilder, millis};
@@ -117,12 +131,29 @@ pub(super) struct SharedBreakers {
     view: Mutex<View>,
     /// Set while one call refreshes the view, so the others do not.
     refreshing: AtomicBool,
+    /// The store's notifications, subscribed at the first refresh.
+    notified: Mutex<Notified>,
+    /// Bumped for every health change notified: a view read before the
+    /// latest bump is stale, whatever its age.
+    changes: AtomicU64,
+}
+
+/// Whether the store pushes health changes to this engine.
+enum Notified {
+    /// Not asked yet (the first refresh asks, on the runtime).
+    Unsubscribed,
+    /// The store notifies: changes arrive here.
+    Listening(broadcast::Receiver<Notification>),
+    /// The store does not notify (or stopped): the `refresh` poll alone.
+    Polling,
 }
 
 /// The openings last read, other nodes' only, by arm.
 #[derive(Default)]
 struct View {
     read_at: Option<Instant>,
+    /// [`SharedBreakers::changes`] when this view was read.
+    read_after: u64,
     openings: HashMap<String, BreakerOpening>,
 }
 
@@ -173,6 +204,8 @@ pub(super) fn from_settings(
         clock: clock.clone(),
         view: Mutex::default(),
         refreshing: AtomicBool::new(false),
+        notified: Mutex::new(Notified::Unsubscribed),
+        changes: AtomicU64::new(0),
     })))
 }
 
@@ -193,14 +226,59 @@ impl SharedBreakers {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Re-reads the openings if the view is older than `refresh` and no
-    /// other call is re-reading them already.
+    /// Takes the notifications that arrived since the last call (the first
+    /// call subscribes) and counts a health change among them in
+    /// [`changes`](Self::changes).
+    fn take_notified(&self) {
+        let mut notified = self
+            .notified
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if matches!(*notified, Notified::Unsubscribed) {
+            // Whatever changed before is read by this first refresh: the
+            // view has never been read.
+            *notified = match self.store.notifications() {
+                Some(receiver) => Notified::Listening(receiver),
+                None => Notified::Polling,
+            };
+        }
+        let Notified::Listening(receiver) = &mut *notified else {
+            return;
+        };
+        let mut changed = false;
+        loop {
+            match receiver.try_recv() {
+                // A missed notification may have been a health change.
+                Ok(Notification::HealthChanged(_) | Notification::Resync)
+                | Err(TryRecvError::Lagged(_)) => changed = true,
+                Ok(_) => {}
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Closed) => {
+                    tracing::warn!(node = %self.node, "the store stopped notifying; shared breakers poll every {:?}", self.refresh);
+                    *notified = Notified::Polling;
+                    break;
+                }
+            }
+        }
+        if changed {
+            self.changes.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Re-reads the openings if the view is older than `refresh`, or a
+    /// health change was notified since it was read, and no other call is
+    /// re-reading them already.
     pub(super) async fn refresh(&self) {
+        self.take_notified();
         let now = self.clock.now();
-        let stale = self
-            .view()
-            .read_at
-            .is_none_or(|at| now.saturating_duration_since(at) >= self.refresh);
+        let changes = self.changes.load(Ordering::Acquire);
+        let stale = {
+            let view = self.view();
+            view.read_after != changes
+                || view
+                    .read_at
+                    .is_none_or(|at| now.saturating_duration_since(at) >= self.refresh)
+        };
         if !stale || self.refreshing.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -208,9 +286,12 @@ impl SharedBreakers {
         let now_ms = unix_ms(self.clock.system_now());
         let read = self.store.breaker_openings(now_ms).await;
         let mut view = self.view();
-        // Read or not, the next try waits a whole interval: a store that is
-        // down is not asked on every call.
+        // Read or not, the next try waits a whole interval (or the next
+        // change notified): a store that is down is not asked on every
+        // call. A change notified during the read bumped the counter past
+        // the value this read started from, so the next call reads again.
         view.read_at = Some(now);
+        view.read_after = changes;
         match read {
             Ok(openings) => {
                 // Another node's openings; and every cooldown, this node's

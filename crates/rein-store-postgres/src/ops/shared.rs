@@ -1,6 +1,6 @@
 //! What nodes share besides runs: singleton leases (one owner of each
 //! periodic service) and breaker openings, each changed under its name's
-//! advisory lock.
+//! advisory lock; a changed opening is announced on [`HEALTH_CHANNEL`].
 
 use deadpool_postgres::{GenericClient, Transaction};
 use rein_store::rules::{
@@ -14,6 +14,19 @@ use crate::codec::{
     BREAKER_OPENING_COLUMNS, SINGLETON_COLUMNS, at_most_max, decode_breaker_opening,
     decode_singleton, int,
 };
+
+/// The `NOTIFY` channel a published or cleared breaker opening (or
+/// cooldown) is announced on when its transaction commits; the payload is
+/// the arm's name (at most `MAX_BREAKER_ARM_LEN` bytes, well under
+/// PostgreSQL's 8000-byte payload limit).
+pub const HEALTH_CHANNEL: &str = "rein_health";
+
+/// Announces a change of `arm`'s opening (delivered at commit, never for a
+/// rolled-back transaction).
+async fn notify_health(tx: &Transaction<'_>, arm: &str) -> Result<(), StoreError> {
+    execute(tx, "SELECT pg_notify($1, $2)", &[&HEALTH_CHANNEL, &arm]).await?;
+    Ok(())
+}
 
 /// The singleton lease `name`, expired or not.
 pub(crate) async fn singleton(
@@ -113,6 +126,7 @@ pub(crate) async fn publish_breaker_open(
             ],
         )
         .await?;
+        notify_health(tx, &kept.arm).await?;
     }
     Ok(kept)
 }
@@ -149,5 +163,8 @@ pub(crate) async fn clear_breaker_open(
         &[&arm, &opened_by],
     )
     .await?;
+    if deleted > 0 {
+        notify_health(tx, arm).await?;
+    }
     Ok(deleted > 0)
 }

@@ -1,0 +1,260 @@
+//! `[store]`: where runs are recorded, and how the PostgreSQL backend
+//! connects, written once in the config instead of on every command line.
+//!
+//! Optional: without the table, `rein serve` and `rein run` use `--data`
+//! (or its default, `rein-data/rein.db`). With it, `url` is the store and
+//! `--data` still overrides it (an operator's one-off beats the file).
+//!
+//! | field | default | range | backend |
+//! | --- | --- | --- | --- |
+//! | `url` | required | a SQLite path (relative to the config file's directory) or `postgres://user[:password]@host[:port]/db` | both |
+//! | `pool_size` | [`DEFAULT_POOL_SIZE`] | 1 to [`MAX_POOL_SIZE`] connections per process | PostgreSQL |
+//! | `connect_timeout` | [`DEFAULT_CONNECT_TIMEOUT`] | (0, [`MAX_CONNECT_TIMEOUT`]]: how long a call waits for a connection before the store counts as unavailable | PostgreSQL |
+//! | `migrate` | `true` | `false`: refuse to start on a database that is not at this rein's schema (`rein migrate` applies it) | PostgreSQL |
+//!
+//! A PostgreSQL-only field with a SQLite `url` is refused with the reason:
+//! the embedded store has no pool, connects to nothing and always creates
+//! its own schema, so the setting would have no effect.
+
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Connections one process keeps at most when `pool_size` is not given.
+///
+/// NOTE: must match `rein_store_postgres::DEFAULT_MAX_CONNECTIONS`.
+pub const DEFAULT_POOL_SIZE: u32 = 16;
+
+/// The largest `pool_size`: PostgreSQL's own default `max_connections` is
+/// 100 for every node together.
+pub const MAX_POOL_SIZE: u32 = 1000;
+
+/// How long a call waits for a connection when `connect_timeout` is not
+/// given.
+///
+/// NOTE: must match the PostgreSQL backend's `CONNECT_TIMEOUT`.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest `connect_timeout`: beyond it a restarting database looks
+/// like a hang to every caller.
+pub const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// `[store]` as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct StoreConfig {
+    /// A SQLite path or a `postgres://` URL.
+    pub url: Option<String>,
+    /// PostgreSQL: connections per process.
+    pub pool_size: Option<u32>,
+    /// PostgreSQL: how long a call waits for a connection.
+    #[serde(with = "crate::config::duration")]
+    pub connect_timeout: Option<Duration>,
+    /// PostgreSQL: apply pending migrations at start.
+    pub migrate: Option<bool>,
+}
+
+/// Which backend `[store].url` names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreUrl {
+    /// A SQLite file, resolved against the config file's directory.
+    Sqlite(PathBuf),
+    /// A PostgreSQL URL, as written (its form is checked where the backend
+    /// is, in `rein check` and at start).
+    Postgres(String),
+}
+
+/// `[store]`, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreSpec {
+    /// The file holding the table, for messages about it.
+    pub file: PathBuf,
+    /// The store.
+    pub url: StoreUrl,
+    /// PostgreSQL: connections per process.
+    pub pool_size: NonZeroU32,
+    /// PostgreSQL: how long a call waits for a connection.
+    pub connect_timeout: Duration,
+    /// PostgreSQL: apply pending migrations at start.
+    pub migrate: bool,
+}
+
+/// Whether `url` names a PostgreSQL database.
+fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// Checks `[store]` of `file`: the spec, or every problem as
+/// `(field, message)`.
+pub(super) fn check_store(
+    file: &Path,
+    c: &StoreConfig,
+) -> Result<StoreSpec, Vec<(&'static str, String)>> {
+    let mut problems = Vec::new();
+    let url = match c.url.as_deref().map(str::trim) {
+        None => {
+            problems.push((
+                "store.url",
+                "is required: a SQLite path (\"rein-data/rein.db\") or a postgres:// URL"
+                    .to_owned(),
+            ));
+            None
+        }
+        Some("") => {
+            problems.push(("store.url", "must not be empty".to_owned()));
+            None
+        }
+        Some(url) if is_postgres(url) => Some(StoreUrl::Postgres(url.to_owned())),
+        Some(path) => {
+            let dir = file.parent().unwrap_or_else(|| Path::new(""));
+            Some(StoreUrl::Sqlite(dir.join(path)))
+        }
+    };
+    if matches!(url, Some(StoreUrl::Sqlite(_))) {
+        for (field, given) in [
+            ("store.pool_size", c.pool_size.is_some()),
+            ("store.connect_timeout", c.connect_timeout.is_some()),
+            ("store.migrate", c.migrate.is_some()),
+        ] {
+            if given {
+                problems.push((
+                    field,
+                    "has no effect on a SQLite store (store.url is a file path): only the \
+                     PostgreSQL backend has a pool, connects and may be left unmigrated; \
+                     remove it or use a postgres:// URL"
+                        .to_owned(),
+                ));
+            }
+        }
+    }
+    let pool_size = match c.pool_size {
+        None => NonZeroU32::new(DEFAULT_POOL_SIZE),
+        Some(n) if (1..=MAX_POOL_SIZE).contains(&n) => NonZeroU32::new(n),
+        Some(n) => {
+            problems.push((
+                "store.pool_size",
+                format!("must be 1 to {MAX_POOL_SIZE} connections, but is {n}"),
+            ));
+            None
+        }
+    };
+    let connect_timeout = match c.connect_timeout {
+        None => Some(DEFAULT_CONNECT_TIMEOUT),
+        Some(d) if !d.is_zero() && d <= MAX_CONNECT_TIMEOUT => Some(d),
+        Some(d) => {
+            problems.push((
+                "store.connect_timeout",
+                format!(
+                    "must be more than 0s and at most {}s, but is {d:?}",
+                    MAX_CONNECT_TIMEOUT.as_secs()
+                ),
+            ));
+            None
+        }
+    };
+    match (url, pool_size, connect_timeout) {
+        (Some(url), Some(pool_size), Some(connect_timeout)) if problems.is_empty() => {
+            Ok(StoreSpec {
+                file: file.to_path_buf(),
+                url,
+                pool_size,
+                connect_timeout,
+                migrate: c.migrate.unwrap_or(true),
+            })
+        }
+        _ => Err(problems),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::registry::{ConfigFile, ConfigProblem, ConfigSource, Registry, check};
+
+    fn build(text: &str) -> Result<Registry, Vec<ConfigProblem>> {
+        let source = ConfigSource::new(
+            "conf/store.toml",
+            toml::from_str::<ConfigFile>(text).unwrap(),
+        );
+        check(&[source], &|_| Vec::new())
+    }
+
+    fn fields(text: &str) -> Vec<(String, String)> {
+        build(text)
+            .unwrap_err()
+            .into_iter()
+            .map(|p| {
+                assert_eq!(p.file, Path::new("conf/store.toml"));
+                (p.field, p.message)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn without_the_table_there_is_no_store_and_with_it_defaults_apply() {
+        assert_eq!(build("").unwrap().store(), None);
+        let registry = build("[store]\nurl = \"postgres://rein@db/rein\"\n").unwrap();
+        let spec = registry.store().unwrap();
+        assert_eq!(
+            spec.url,
+            StoreUrl::Postgres("postgres://rein@db/rein".into())
+        );
+        assert_eq!(spec.pool_size.get(), DEFAULT_POOL_SIZE);
+        assert_eq!(spec.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
+        assert!(spec.migrate);
+    }
+
+    #[test]
+    fn a_sqlite_path_resolves_against_the_config_files_directory() {
+        let registry = build("[store]\nurl = \"data/rein.db\"\n").unwrap();
+        assert_eq!(
+            registry.store().unwrap().url,
+            StoreUrl::Sqlite(PathBuf::from("conf/data/rein.db"))
+        );
+    }
+
+    #[test]
+    fn postgres_settings_are_read() {
+        let registry = build(
+            "[store]\nurl = \"postgres://rein@db/rein\"\npool_size = 4\n\
+             connect_timeout = \"3s\"\nmigrate = false\n",
+        )
+        .unwrap();
+        let spec = registry.store().unwrap();
+        assert_eq!(spec.pool_size.get(), 4);
+        assert_eq!(spec.connect_timeout, Duration::from_secs(3));
+        assert!(!spec.migrate);
+    }
+
+    #[test]
+    fn postgres_only_fields_with_a_sqlite_url_are_refused_with_the_reason() {
+        let problems = fields(
+            "[store]\nurl = \"rein.db\"\npool_size = 4\nconnect_timeout = \"3s\"\nmigrate = true\n",
+        );
+        let named: Vec<&str> = problems.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(
+            named,
+            ["store.pool_size", "store.connect_timeout", "store.migrate"]
+        );
+        assert!(problems[0].1.contains("has no effect on a SQLite store"));
+    }
+
+    #[test]
+    fn out_of_range_values_and_a_missing_url_name_their_field() {
+        let problems = fields("[store]\npool_size = 0\nconnect_timeout = \"0s\"\n");
+        let named: Vec<&str> = problems.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(
+            named,
+            ["store.url", "store.pool_size", "store.connect_timeout"]
+        );
+        assert!(problems[1].1.contains("but is 0"), "{problems:?}");
+        let problems = fields("[store]\nurl = \"postgres://db/rein\"\npool_size = 1001\n");
+        assert_eq!(problems[0].0, "store.pool_size");
+    }
+}
