@@ -260,7 +260,7 @@ async fn a_run_resumed_after_its_server_died_links_to_its_first_run_span() {
         "{}",
         String::from_utf8_lossy(&resumed.stderr)
     );
-    let spans = spans.lock().unwrap();
+    let spans = spans.lock().unwrap().clone();
     let span = run_span(&spans, &run_id);
     // The stored caller's context is the parent after the takeover too.
     assert_eq!(hex(&span.trace_id), TRACE);
