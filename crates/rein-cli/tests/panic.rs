@@ -15,15 +15,20 @@ use serde_json::Value;
 mod common;
 use common::{Server, example_config};
 
-/// The example config plus agent `bad`, whose first step is an update, on
-/// `workers` queue workers.
-fn config(dir: &std::path::Path, workers: u32) -> std::path::PathBuf {
+/// The first call of agent `bad`: an update, undone after a failure.
+const UPDATE: &str = r#"{"name": "update_delivery_time", "arguments": {"order_id": "A-1002", "delivery_date": "2026-03-01T10:00:00Z"}}"#;
+
+/// The example config plus agent `bad`, whose first step makes `first_call`,
+/// on `workers` queue workers.
+fn config(
+    dir: &std::path::Path,
+    workers: u32,
+    first_call: &str,
+    max_steps: u32,
+) -> std::path::PathBuf {
     std::fs::write(
         dir.join("bad.script.json"),
-        r#"{"turns": [
-          {"tool_calls": [{"name": "update_delivery_time", "arguments": {"order_id": "A-1002", "delivery_date": "2026-03-01T10:00:00Z"}}]},
-          {"text": "moved"}
-        ]}"#,
+        format!(r#"{{"turns": [{{"tool_calls": [{first_call}]}}, {{"text": "moved"}}]}}"#),
     )
     .unwrap();
     example_config(
@@ -41,7 +46,7 @@ system_prompt = "You move orders."
 tools = ["get_order", "update_delivery_time", "send_email"]
 [agents.bad.budget]
 wall_clock = "30s"
-max_steps = 10
+max_steps = {max_steps}
 
 [server.queue]
 lease = "3s"
@@ -54,7 +59,22 @@ workers = {workers}
 /// A server whose runs panic at `panic_at`; started off the runtime's
 /// workers (it waits for the process's address).
 async fn start(dir: &std::path::Path, desk: &OrderDesk, workers: u32, panic_at: &str) -> Server {
-    let (config, db) = (config(dir, workers), dir.join("rein.db"));
+    start_calling(dir, desk, workers, panic_at, UPDATE, 10).await
+}
+
+/// [`start`] with agent `bad` making `first_call`, with `max_steps`.
+async fn start_calling(
+    dir: &std::path::Path,
+    desk: &OrderDesk,
+    workers: u32,
+    panic_at: &str,
+    first_call: &str,
+    max_steps: u32,
+) -> Server {
+    let (config, db) = (
+        config(dir, workers, first_call, max_steps),
+        dir.join("rein.db"),
+    );
     let (desk, panic_at) = (desk.base_url().to_owned(), panic_at.to_owned());
     tokio::task::spawn_blocking(move || {
         Server::start_with_env(
@@ -202,4 +222,52 @@ async fn readyz_says_not_ready_once_a_queue_worker_ended() {
             .contains("queue workers ended"),
         "{body}"
     );
+}
+
+/// Regression (issue 18, item 3): a run whose settlement panicked, and
+/// panicked again when the contained run settled, is closed as it stands;
+/// the email it sent awaits a human (a handoff package). That handoff is
+/// counted in `rein_handoffs_total` like any other: the close is written
+/// past the run's emitter, which used to be the only one that counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_after_a_panic_is_counted() {
+    let desk = OrderDesk::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let email = r#"{"name": "send_email", "arguments": {"to": "buyer-a1002@example.com", "subject": "Moved", "body": "Your order A-1002 moved."}}"#;
+    // One step: the email, then the budget ends the run and it settles.
+    let server = start_calling(dir.path(), &desk, 1, "after_settlement@bad", email, 1).await;
+    let client = reqwest::Client::new();
+    let location = submit(&client, &server, "bad").await;
+    let run = until_ended(&client, &server.url(&location)).await;
+    assert_eq!(desk.applied_count(SEND_EMAIL), 1);
+    let summary = run["report"]["summary"].as_str().unwrap();
+    assert!(summary.contains("settling it failed too"), "{run}");
+    assert!(
+        run["report"]["handoff"].is_object(),
+        "a human has the email: {run}"
+    );
+    let metrics = client
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let handoffs: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("rein_handoffs_total{") && l.contains("agent=\"bad\""))
+        .collect();
+    assert_eq!(handoffs.len(), 1, "{metrics}");
+    assert!(handoffs[0].ends_with(" 1"), "{}", handoffs[0]);
+    let stats: Value = client
+        .get(server.url("/v1/stats"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let outcome = run["status"].as_str().unwrap();
+    assert_eq!(stats["by_agent"]["bad"]["outcomes"][outcome], 1, "{stats}");
 }

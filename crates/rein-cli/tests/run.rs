@@ -245,6 +245,7 @@ async fn resume_from_a_corrupted_checkpoint_fails_naming_the_field() {
                 parent_run_id: None,
                 budget: json!({}),
                 created_at_ms: 1,
+                trace_parent: None,
             })
             .await
             .unwrap();

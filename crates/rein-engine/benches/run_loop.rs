@@ -135,6 +135,7 @@ fn bench(c: &mut Criterion) {
             parent_run_id: None,
             budget: json!({}),
             created_at_ms: 0,
+            trace_parent: None,
         }))
         .unwrap();
     let event = Event {

@@ -33,6 +33,7 @@
 //! | `run_start` | a new run, before it is recorded or claimed |
 //! | `during_checkpoint` | before a step's checkpoint is written (its calls' effects are in the ledger) |
 //! | `queue_worker` | `rein serve`'s queue worker, before it drives a queued run: outside the run's boundary, so the worker ends |
+//! | `after_settlement` | a run that did not succeed, after its settlement and before its end is recorded: the contained run settles again, and that settlement panics too |
 
 /// The environment variable naming the server mechanisms a test build
 /// breaks on purpose (comma-separated), so a test can show its checker
@@ -62,7 +63,12 @@ pub const CRASH_ENV: &str = "REIN_CRASH_AT";
 pub const PANIC_ENV: &str = "REIN_PANIC_AT";
 
 /// Every panic point, as named in [`PANIC_ENV`].
-pub const PANIC_POINTS: [&str; 3] = ["run_start", "during_checkpoint", "queue_worker"];
+pub const PANIC_POINTS: [&str; 4] = [
+    "run_start",
+    "during_checkpoint",
+    "queue_worker",
+    "after_settlement",
+];
 
 /// Every crash point, as named in [`CRASH_ENV`].
 pub const CRASH_POINTS: [&str; 6] = [

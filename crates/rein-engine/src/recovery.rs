@@ -403,6 +403,8 @@ mod tests {
             created_at_ms: 0,
             updated_at_ms,
             ledger_revision: 0,
+            trace_parent: None,
+            first_span: None,
         }
     }
 

@@ -502,6 +502,7 @@ async fn recorded_run(t: &Tree, id: &str, agent: &str, parent: Option<&RunId>) -
             parent_run_id: parent.cloned(),
             budget: json!({}),
             created_at_ms: 1,
+            trace_parent: None,
         })
         .await
         .unwrap();

@@ -93,6 +93,7 @@ async fn store_with_run(path: &Path, run: &str) -> (Arc<SqliteStore>, RunId) {
             parent_run_id: None,
             budget: json!({}),
             created_at_ms: unix_ms(),
+            trace_parent: None,
         })
         .await
         .unwrap();

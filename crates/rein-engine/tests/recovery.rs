@@ -68,6 +68,7 @@ async fn abandoned_run(store: &Arc<dyn Store>, id: &str, t0: u64, calls: Value) 
             parent_run_id: None,
             budget: json!({}),
             created_at_ms: t0,
+            trace_parent: None,
         })
         .await
         .unwrap()

@@ -669,6 +669,7 @@ async fn a_record_marked_while_the_run_is_closed_is_in_its_closed_report() {
         parent_run_id: None,
         budget: json!({}),
         created_at_ms: 1_000,
+        trace_parent: None,
     };
     let run_id = inner.create_run(run).await.unwrap().run_id;
     let intent = rein_core::IntentId::new("i-update").unwrap();

@@ -156,6 +156,8 @@ mod tests {
             created_at_ms: n,
             updated_at_ms: n,
             ledger_revision: 0,
+            trace_parent: None,
+            first_span: None,
         }
     }
 

@@ -436,8 +436,8 @@ pub async fn create_run(
         Ok(id) => id,
         Err(problem) => return problem.into_response(),
     };
-    // The parent of a sync run's span; a queued run, started later by any
-    // worker, starts its own trace.
+    // The parent of the run's span: a queued run keeps it in the store for
+    // the worker, in any process, that drives it later.
     let parent = crate::trace_context::from_headers(&headers);
     // Its own task: a client that hangs up abandons neither the run
     // half-way through its side effects nor the idempotency record. The
@@ -457,7 +457,8 @@ pub async fn create_run(
                 let quota = state.settings.quotas.of(&tenant);
                 let checked = quota.submissions.is_some() || quota.max_queued.is_some();
                 if let Some(queued) =
-                    prepare_queued(&state, &tenant, &name, &body, &run_id).filter(|_| !checked)
+                    prepare_queued(&state, &tenant, &name, &body, &run_id, parent.as_ref())
+                        .filter(|_| !checked)
                 {
                     return submit_queued_keyed(&state, &tenant, &key, &path, &body, queued).await;
                 }
@@ -499,19 +500,22 @@ fn prepare_queued(
     name: &str,
     body: &[u8],
     run_id: &RunId,
+    parent: Option<&rein_engine::telemetry::TraceParent>,
 ) -> Option<Queued> {
     let request = parse(body).ok().filter(|r| r.mode == Mode::Queued)?;
     let mut agent = state.bind(name).ok()?;
     if let Some(o) = &request.budgets {
         lower(&mut agent, o).ok()?;
     }
+    let mut run = state.engine.queued_run(
+        &agent,
+        tenant.clone(),
+        request.input.clone(),
+        Some(run_id.clone()),
+    );
+    run.trace_parent = parent.and_then(|p| p.to_span());
     Some(Queued {
-        run: state.engine.queued_run(
-            &agent,
-            tenant.clone(),
-            request.input.clone(),
-            Some(run_id.clone()),
-        ),
+        run,
         answer: queued_answer(&agent.name, run_id, request.metadata),
     })
 }
@@ -615,9 +619,13 @@ async fn submit(
     match request.mode {
         Mode::Queued => {
             crate::admit::queued(&state, &tenant).await?;
+            let mut run = state
+                .engine
+                .queued_run(&agent, tenant, request.input, Some(run_id));
+            run.trace_parent = trace_parent.as_ref().and_then(|p| p.to_span());
             let run_id = state
                 .engine
-                .enqueue(&agent, tenant, request.input, Some(run_id))
+                .enqueue_run(run)
                 .await
                 .map_err(engine_problem)?;
             state.queue.notify_one();

@@ -1014,6 +1014,7 @@ async fn a_run_driven_elsewhere_is_cancelled_through_the_store() {
             parent_run_id: None,
             budget: json!({}),
             created_at_ms: 1,
+            trace_parent: None,
         })
         .await
         .unwrap();
@@ -1084,6 +1085,7 @@ async fn abandoned(store: &dyn Store, id: &str) -> rein_core::RunId {
             parent_run_id: None,
             budget: json!({}),
             created_at_ms: 1,
+            trace_parent: None,
         })
         .await
         .unwrap();
@@ -1140,6 +1142,7 @@ async fn kept_for_caller(store: &dyn Store, id: &str) -> rein_core::RunId {
             parent_run_id: None,
             budget: json!({}),
             created_at_ms: 0,
+            trace_parent: None,
         })
         .await
         .unwrap();
@@ -1352,6 +1355,7 @@ async fn listing_pages_a_thousand_runs_per_tenant_never_across_tenants() {
                 parent_run_id: None,
                 budget: json!({}),
                 created_at_ms: at,
+                trace_parent: None,
             })
             .await
             .unwrap();

@@ -98,6 +98,7 @@ async fn round(store: Arc<dyn Store>, round: usize, writers: usize) -> f64 {
                 parent_run_id: None,
                 budget: json!({}),
                 created_at_ms: 1,
+                trace_parent: None,
             })
             .await
             .unwrap();

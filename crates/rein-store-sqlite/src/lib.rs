@@ -53,6 +53,7 @@
 //!         parent_run_id: None,
 //!         budget: serde_json::json!({ "max_steps": 10 }),
 //!         created_at_ms: 1_700_000_000_000,
+//!         trace_parent: None,
 //!     })
 //!     .await?;
 //! assert_eq!(run.status, RunStatus::Queued);

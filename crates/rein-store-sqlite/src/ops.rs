@@ -19,6 +19,7 @@ use rein_store::BreakerOpening;
 use rein_store::LedgerMark;
 use rein_store::PlannedIntent;
 use rein_store::SingletonLease;
+use rein_store::SpanRef;
 use rein_store::StoreError;
 use rein_store::rules::validate_owner;
 use rein_store::rules::{claimed, validate_claim, validate_singleton_text};
@@ -118,7 +119,8 @@ pub fn create_run(conn: &Connection, run: NewRun) -> Result<RunRecord, StoreErro
     let record = RunRecord::new(run);
     conn.prepare_cached(
         "INSERT INTO runs (run_id, tenant, agent, input, parent_run_id, budget, status, report, \
-         created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, ?8, ?9)",
+         created_at_ms, updated_at_ms, trace_parent) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, ?8, ?9, ?10)",
     )
     .sql()?
     .execute(params![
@@ -131,6 +133,7 @@ pub fn create_run(conn: &Connection, run: NewRun) -> Result<RunRecord, StoreErro
         record.status.as_str(),
         int(record.created_at_ms, "run created_at_ms")?,
         int(record.updated_at_ms, "run updated_at_ms")?,
+        record.trace_parent.as_ref().map(SpanRef::to_traceparent),
     ])
     .sql()?;
     Ok(record)
@@ -469,6 +472,15 @@ pub fn commit_step(
     if commit.reopen {
         reopen(conn, run_id, status)?;
         status = RunStatus::Running;
+    }
+    if let Some(span) = &commit.first_span {
+        // Set once: the first drive's span stays what later drives link to.
+        conn.prepare_cached(
+            "UPDATE runs SET first_span = COALESCE(first_span, ?2) WHERE run_id = ?1",
+        )
+        .sql()?
+        .execute(params![run_id.as_str(), span.to_traceparent()])
+        .sql()?;
     }
     let ledger_written = !commit.declares.is_empty() || !commit.marks.is_empty();
     let mut committed = Committed::default();

@@ -21,7 +21,7 @@ use super::codec::SqlResult;
 use rein_store::StoreError;
 
 /// The schema version this binary writes: the number of migrations.
-pub const SCHEMA_VERSION: u32 = 14;
+pub const SCHEMA_VERSION: u32 = 15;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
 ///
@@ -304,6 +304,13 @@ CREATE TABLE cancel_requests (
     requested_by    TEXT NOT NULL,
     requested_at_ms INTEGER NOT NULL
 ) STRICT;
+"#,
+    // 15: a run's trace: the caller's `traceparent` it was created with
+    // (the parent of the span of whichever process drives it), and the
+    // span of its first drive (what a resume's span links to).
+    r#"
+ALTER TABLE runs ADD COLUMN trace_parent TEXT;
+ALTER TABLE runs ADD COLUMN first_span TEXT;
 "#,
 ];
 
@@ -811,6 +818,30 @@ mod tests {
         assert!(strict.is_err(), "STRICT refuses a text step count");
         migrate(&mut conn).unwrap();
         assert_eq!(version(&conn), i64::from(SCHEMA_VERSION));
+    }
+
+    #[test]
+    fn a_version_14_file_upgrades_to_15_and_its_runs_have_no_trace() {
+        let mut conn = at_version(14);
+        conn.execute(
+            "INSERT INTO runs VALUES ('r-1', 't', 'a', 'in', NULL, '{}', 'running', NULL, 1, 1, 0)",
+            [],
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        assert_eq!(version(&conn), i64::from(SCHEMA_VERSION));
+        let (parent, first): (Option<String>, Option<String>) = conn
+            .query_row(
+                "SELECT trace_parent, first_span FROM runs WHERE run_id = 'r-1'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(
+            (parent, first),
+            (None, None),
+            "a run from before has no trace"
+        );
     }
 
     #[test]

@@ -36,6 +36,7 @@ fn new_run(id: &str, created_at_ms: u64) -> NewRun {
         parent_run_id: None,
         budget: json!({ "max_steps": 8 }),
         created_at_ms,
+        trace_parent: None,
     }
 }
 

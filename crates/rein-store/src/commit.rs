@@ -115,6 +115,12 @@ pub struct StepCommit {
     ///
     /// [`StoreError::LedgerChanged`]: crate::StoreError::LedgerChanged
     pub expect_ledger_revision: Option<u64>,
+    /// The run span of the run's first drive: stored only while the run
+    /// has none ([`RunRecord::first_span`] is set once; a later drive's
+    /// span links to it).
+    ///
+    /// [`RunRecord::first_span`]: crate::RunRecord::first_span
+    pub first_span: Option<crate::SpanRef>,
 }
 
 /// The claim a commit must still hold: the lease `lease_id` owned by `owner`.
@@ -144,6 +150,7 @@ impl StepCommit {
             && self.status.is_none()
             && self.revised_report.is_none()
             && !self.reopen
+            && self.first_span.is_none()
     }
 }
 

@@ -48,6 +48,7 @@ mod latency;
 mod racing;
 mod share;
 mod stats;
+mod trace;
 
 pub use cancel::{
     cancel_request_is_recorded_once_and_read_back, cancel_request_refusals_write_nothing,
@@ -67,6 +68,7 @@ pub use share::{
     two_handles_renewing_share_leases_see_each_other,
 };
 pub use stats::run_stats_count_a_tenants_window_by_agent_model_and_guardrail;
+pub use trace::run_trace_context_is_stored_and_its_first_span_set_once;
 
 /// A base time far from the present, so runs made here sort first.
 const BASE_MS: u64 = 4_000_000_000_000;
@@ -158,7 +160,8 @@ macro_rules! conformance_checks {
             share_release_removes_only_its_own_lease,
             share_lease_refusals,
             cancel_request_is_recorded_once_and_read_back,
-            cancel_request_refusals_write_nothing
+            cancel_request_refusals_write_nothing,
+            run_trace_context_is_stored_and_its_first_span_set_once
             ];
             racing: [
             two_handles_race_for_a_run_claim,
@@ -223,6 +226,7 @@ pub fn new_run(prefix: &str, created_at_ms: u64) -> NewRun {
         parent_run_id: None,
         budget: json!({ "max_steps": 10, "wall_clock": "30s" }),
         created_at_ms,
+        trace_parent: None,
     }
 }
 
@@ -1296,6 +1300,7 @@ pub async fn step_commit_is_atomic(store: &dyn Store) {
                 expect_status: None,
                 expect_claim: None,
                 expect_ledger_revision: None,
+                first_span: None,
                 revised_report: None,
             },
         )
@@ -1351,6 +1356,7 @@ pub async fn step_commit_is_atomic(store: &dyn Store) {
                 expect_status: None,
                 expect_claim: None,
                 expect_ledger_revision: None,
+                first_span: None,
                 revised_report: None,
             },
         )

@@ -59,6 +59,7 @@ mod share;
 mod singleton;
 mod stats;
 mod store;
+mod trace;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -105,3 +106,4 @@ pub use share::MAX_SHARE_LEASE_LEN;
 pub use singleton::{MAX_SINGLETON_LEN, SingletonLease};
 pub use stats::{GuardrailCount, ModelCount, RunStats, StatsQuery, StatusCount};
 pub use store::{HealthStore, IdempotencyStore, LeaseStore, RunStore, SingletonStore, Store};
+pub use trace::SpanRef;

@@ -7,6 +7,8 @@ use rein_core::{Outcome, RunId, RunReport, TenantId};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
+use crate::trace::SpanRef;
+
 /// Where a run stands.
 ///
 /// Stored and serialized as one name: `queued`, `running`, or the
@@ -106,6 +108,11 @@ pub struct NewRun {
     pub budget: Value,
     /// When it was created, ms since the Unix epoch.
     pub created_at_ms: u64,
+    /// The caller's trace context (its `traceparent`), for a run accepted
+    /// now and driven later: the parent of the run span of whichever
+    /// process drives it.
+    #[serde(default)]
+    pub trace_parent: Option<SpanRef>,
 }
 
 /// A place in a list of runs ordered by (`created_at_ms`, run id): where
@@ -339,6 +346,16 @@ pub struct RunRecord {
     /// [`StepCommit::expect_ledger_revision`]: crate::StepCommit::expect_ledger_revision
     #[serde(default)]
     pub ledger_revision: u64,
+    /// The caller's trace context it was created with ([`NewRun::trace_parent`]).
+    #[serde(default)]
+    pub trace_parent: Option<SpanRef>,
+    /// The run span of its first drive, set once
+    /// ([`StepCommit::first_span`]): what the span of each later drive (a
+    /// resume, a takeover) links to.
+    ///
+    /// [`StepCommit::first_span`]: crate::StepCommit::first_span
+    #[serde(default)]
+    pub first_span: Option<SpanRef>,
 }
 
 impl RunRecord {
@@ -356,6 +373,8 @@ impl RunRecord {
             created_at_ms: run.created_at_ms,
             updated_at_ms: run.created_at_ms,
             ledger_revision: 0,
+            trace_parent: run.trace_parent,
+            first_span: None,
         }
     }
 }
@@ -415,6 +434,7 @@ mod tests {
             parent_run_id: None,
             budget: Value::Null,
             created_at_ms,
+            trace_parent: None,
         })
     }
 

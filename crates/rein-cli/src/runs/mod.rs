@@ -3,7 +3,7 @@
 //!
 //! | command | shows |
 //! | --- | --- |
-//! | `list` | runs, newest first, a page at a time (`--status`, `--agent`, `--limit`, `--cursor`) |
+//! | `list` | runs, newest first, a page at a time (`--status`, `--agent`, `--limit`, `--cursor`); `--follow` keeps it live ([`follow`]) |
 //! | `show RUN_ID` | the run and its report |
 //! | `events RUN_ID` | its events: kind, time, step and data as stored; `--follow` waits for more |
 //! | `ledger RUN_ID` | its side-effect ledger in execution order |
@@ -11,6 +11,7 @@
 //! Tables go to stdout, with `--json` one JSON document instead; a note
 //! (the next page's cursor) goes to stderr, so a pipe reads data only.
 
+pub(crate) mod follow;
 pub(crate) mod render;
 pub(crate) mod source;
 
@@ -36,7 +37,8 @@ pub const DEFAULT_LIST_LIMIT: usize = 20;
 /// The largest `--limit` (the API's own bound).
 pub const MAX_LIST_LIMIT: usize = rein_server::listing::MAX_LIMIT;
 
-/// How often `rein runs events --follow` looks for new events.
+/// How often `rein runs events --follow` looks for new events, and
+/// `rein runs list --follow` for new runs and changes.
 pub const FOLLOW_POLL: Duration = Duration::from_millis(500);
 
 /// Arguments of `rein runs`.
@@ -45,6 +47,7 @@ pub const FOLLOW_POLL: Duration = Duration::from_millis(500);
 Examples:
   rein runs list                                  # newest runs in rein-data/rein.db
   rein runs list --status running --agent order_desk
+  rein runs list --follow                         # new runs and status changes, live
   rein runs list --data /var/lib/rein/rein.db --limit 100 --json
   rein runs show 0193c1d2-…                       # the run and its report
   rein runs events 0193c1d2-… --follow            # its events, then new ones live
@@ -99,6 +102,11 @@ enum RunsCommand {
         /// Where the page starts: the next cursor a previous listing printed.
         #[arg(long)]
         cursor: Option<String>,
+        /// Keep the listing live: the newest runs, then a line for each new
+        /// run and each status change as it happens (one JSON object per
+        /// line with --json), until Ctrl-C.
+        #[arg(long, conflicts_with = "cursor")]
+        follow: bool,
     },
     /// Show one run: its status, times, parent and children, and its report.
     Show {
@@ -152,6 +160,7 @@ pub fn run(args: RunsArgs) -> Result<ExitCode> {
                 since,
                 limit,
                 cursor,
+                follow,
             } => {
                 if !(1..=MAX_LIST_LIMIT).contains(&limit) {
                     bail!("--limit must be from 1 to {MAX_LIST_LIMIT}, but it is {limit}");
@@ -172,6 +181,10 @@ pub fn run(args: RunsArgs) -> Result<ExitCode> {
                 if let Some(since) = since {
                     let since_ms = u64::try_from(since.as_millis()).unwrap_or(u64::MAX);
                     filter = filter.created_after(now_ms().saturating_sub(since_ms));
+                }
+                if follow {
+                    follow::follow(&source, filter, limit, args.json).await?;
+                    return Ok(ExitCode::SUCCESS);
                 }
                 let page = source.list(&filter, cursor.as_deref(), limit).await?;
                 if args.json {

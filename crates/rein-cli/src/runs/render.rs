@@ -111,6 +111,44 @@ pub fn runs(runs: &[RunSummary], now_ms: u64) -> String {
     )
 }
 
+/// The widths of `rein runs list --follow`'s columns but the last: fixed,
+/// since its rows are printed one at a time (a run id is 36 characters).
+const FOLLOW_WIDTHS: [usize; 5] = [36, 12, 16, 16, 19];
+
+/// One line of `--follow`'s columns, each padded to its width.
+fn follow_line(cells: [&str; 6]) -> String {
+    let mut text = String::new();
+    for (cell, width) in cells.iter().zip(FOLLOW_WIDTHS) {
+        let _ = write!(text, "{cell:<width$}  ");
+    }
+    text.push_str(cells[5]);
+    format!("{}\n", text.trim_end())
+}
+
+/// The header of `rein runs list --follow`.
+pub fn follow_header() -> String {
+    follow_line([
+        "RUN",
+        "TENANT",
+        "AGENT",
+        "STATUS",
+        "CREATED (UTC)",
+        "CHANGED (UTC)",
+    ])
+}
+
+/// One run of `rein runs list --follow`: as it is now, on a line of its own.
+pub fn follow_row(run: &RunSummary) -> String {
+    follow_line([
+        &run.run_id,
+        &run.tenant,
+        &run.agent,
+        &run.status,
+        &time(run.created_at_ms),
+        &time(run.updated_at_ms),
+    ])
+}
+
 /// One run, field by field, then its report.
 pub fn run(detail: &RunDetail, now_ms: u64) -> String {
     let run = &detail.summary;

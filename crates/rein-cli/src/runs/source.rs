@@ -300,6 +300,44 @@ impl Source {
         }
     }
 
+    /// The run `id` as a listing shows it (for `list --follow`).
+    pub async fn summary(&self, id: &str) -> Result<RunSummary> {
+        match self {
+            Source::Store { store, path } => {
+                let run_id = Source::run_id(id)?;
+                let record = store
+                    .get_run(&run_id)
+                    .await?
+                    .ok_or_else(|| anyhow!("no run {run_id} in {path}"))?;
+                Ok(RunSummary::of(&record))
+            }
+            Source::Server { .. } => Ok(self.show(id).await?.summary),
+        }
+    }
+
+    /// The store's change notifications, when it has them (PostgreSQL):
+    /// a hint to read again sooner, never instead of reading.
+    pub fn notifications(
+        &self,
+    ) -> Option<tokio::sync::broadcast::Receiver<rein_store::Notification>> {
+        match self {
+            Source::Store { store, .. } => store.notifications(),
+            Source::Server { .. } => None,
+        }
+    }
+
+    /// Whether `error` says the server is gone (it refused the connection,
+    /// or broke off its answer): the end of what a follower reads, not a
+    /// failure of it. Never for a store.
+    pub fn is_gone(&self, error: &anyhow::Error) -> bool {
+        matches!(self, Source::Server { .. })
+            && error.chain().any(|cause| {
+                cause
+                    .downcast_ref::<reqwest::Error>()
+                    .is_some_and(|e| e.is_connect() || e.is_body())
+            })
+    }
+
     /// Whether the run `id` has ended (for `events --follow`).
     pub async fn is_finished(&self, id: &str) -> Result<bool> {
         let detail = self.show(id).await?;

@@ -68,6 +68,7 @@ impl Engine {
         };
         let before = rein_core::report::derive(&facts, &ledger);
         let settlement = self.settle(ctx, &end, &before, full_deadline, step).await;
+        crate::crash::panic_point("after_settlement", &ctx.agent.name);
         if settlement.lost {
             return Ok(lost(before));
         }

@@ -234,10 +234,15 @@ impl Engine {
                 .ok_or_else(|| internal(run_id, message.to_owned()));
         }
         let (commit, report) = closing_commit(self.store.as_ref(), &record, closing, at_ms).await?;
+        let events = commit.events.clone();
         let closed = ctx.commit(commit).await;
         self.release_own_claim(run_id).await;
         closed
             .map_err(|e| internal(run_id, format!("{message}; its end was not recorded: {e}")))?;
+        // Stored, so announced: the metrics count its handoff package
+        // (`rein_handoffs_total`) and its end like any run's; the closing
+        // commit is written past the emitter, which alone counts.
+        ctx.emitter.announce(&events);
         Ok(output(run_id, report))
     }
 

@@ -421,6 +421,29 @@ impl Engine {
             .map(|t| t.run(parent, tenant, agent))
     }
 
+    /// The spans of a run driven again, when traces are on: under the
+    /// caller's context `record` kept, linked to its first run span.
+    pub(crate) fn resumed_run_trace(
+        &self,
+        record: &rein_store::RunRecord,
+        agent: &str,
+    ) -> Option<Arc<crate::telemetry::RunTrace>> {
+        use crate::telemetry::TraceParent;
+        let parent = record
+            .trace_parent
+            .as_ref()
+            .and_then(TraceParent::from_span);
+        let first = record.first_span.as_ref().and_then(TraceParent::from_span);
+        self.shared.telemetry.as_ref().map(|t| {
+            t.resumed_run(
+                parent.as_ref(),
+                first.as_ref(),
+                record.tenant.as_str(),
+                agent,
+            )
+        })
+    }
+
     /// Calls waiting in the governor of resource group `group` (0 for a
     /// group not governed, or not called yet): what an operator's gauge
     /// shows, and what a test synchronises on instead of sleeping.

@@ -121,6 +121,7 @@ pub(super) fn record() -> RunRecord {
         parent_run_id: None,
         budget: json!({}),
         created_at_ms: 1_000,
+        trace_parent: None,
     })
 }
 

@@ -219,7 +219,7 @@ impl Engine {
                         .metrics
                         .scope(record.tenant.as_str(), &agent.name),
                 )
-                .with_trace(self.run_trace(None, record.tenant.as_str(), &agent.name)),
+                .with_trace(self.resumed_run_trace(&record, &agent.name)),
             provider_calls: std::sync::atomic::AtomicU32::new(
                 u32::try_from(served).unwrap_or(u32::MAX),
             ),
@@ -283,6 +283,9 @@ impl Engine {
                 at_ms: unix_ms(self.clock.system_now()),
             }),
             events: ctx.emitter.drain(),
+            // The run's first span, unless an earlier drive stored one (a
+            // run first driven with traces off, or by an older rein).
+            first_span: ctx.emitter.trace().and_then(|t| t.root_span()),
             ..StepCommit::default()
         };
         match self.store.commit_step(&ctx.run_id, commit).await {

@@ -81,7 +81,18 @@ impl Engine {
         input: String,
         run_id: Option<RunId>,
     ) -> Result<RunId, EngineError> {
-        let run = self.queued_run(agent, tenant, input, run_id);
+        self.enqueue_run(self.queued_run(agent, tenant, input, run_id))
+            .await
+    }
+
+    /// Records `run` (made by [`Engine::queued_run`], maybe with its
+    /// caller's [`NewRun::trace_parent`] set) as `queued`, as
+    /// [`Engine::enqueue`] does.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::Store`] when the store refuses the record.
+    pub async fn enqueue_run(&self, run: NewRun) -> Result<RunId, EngineError> {
         let run_id = run.run_id.clone();
         self.store.create_run(run).await?;
         Ok(run_id)
@@ -106,6 +117,7 @@ impl Engine {
             parent_run_id: None,
             budget: json!(agent.budget),
             created_at_ms: unix_ms(self.clock.system_now()),
+            trace_parent: None,
         }
     }
 
@@ -213,14 +225,22 @@ impl Engine {
                 reason: "this process is stopping; it stays queued".into(),
             });
         }
-        self.record_start(agent, &request, &run_id, &tenant, &lineage, at_ms)
+        let stored_parent = self
+            .record_start(agent, &request, &run_id, &tenant, &lineage, at_ms)
             .await?;
+        // A queued run's caller's context, kept with it: whichever process
+        // drives it now parents the run span by it.
+        let parent = request.trace_parent.clone().or_else(|| {
+            stored_parent
+                .as_ref()
+                .and_then(crate::telemetry::TraceParent::from_span)
+        });
         let owner = self.claim(&run_id, self.claim_hold(agent)).await?;
         let lost = CancellationToken::new();
         let cancel = request.cancel.unwrap_or_default();
         let _heartbeat = self.heartbeat(&run_id, &owner, &lost, Some(&cancel));
         let scope = self.shared.metrics.scope(tenant.as_str(), &agent.name);
-        let trace = self.run_trace(request.trace_parent.as_ref(), tenant.as_str(), &agent.name);
+        let trace = self.run_trace(parent.as_ref(), tenant.as_str(), &agent.name);
         let ctx = RunCtx {
             run_id: run_id.clone(),
             tenant,
@@ -264,6 +284,8 @@ impl Engine {
                 at_ms,
             }),
             events: ctx.emitter.drain(),
+            // What a resume's run span links back to.
+            first_span: ctx.emitter.trace().and_then(|t| t.root_span()),
             // Only a run still queued starts: a cancellation (or another
             // starter) that got there first wins, atomically.
             expect_status: Some(RunStatus::Queued),
@@ -311,7 +333,8 @@ impl Engine {
     }
 
     /// A new run's record, created (fenced on its reservation when it has
-    /// one), or an enqueued run's, checked to be a queued run of `agent`.
+    /// one), or an enqueued run's, checked to be a queued run of `agent`;
+    /// the caller's trace context an enqueued run was stored with.
     async fn record_start(
         &self,
         agent: &AgentBinding,
@@ -320,11 +343,14 @@ impl Engine {
         tenant: &TenantId,
         lineage: &Lineage,
         at_ms: u64,
-    ) -> Result<(), EngineError> {
+    ) -> Result<Option<rein_store::SpanRef>, EngineError> {
         if request.enqueued {
             match self.store.get_run(run_id).await? {
                 Some(record)
-                    if record.status == RunStatus::Queued && record.agent == agent.name => {}
+                    if record.status == RunStatus::Queued && record.agent == agent.name =>
+                {
+                    return Ok(record.trace_parent);
+                }
                 Some(record) => {
                     return Err(EngineError::NotResumable {
                         run_id: run_id.clone(),
@@ -352,12 +378,13 @@ impl Engine {
                 parent_run_id: lineage.parent.clone(),
                 budget: json!(agent.budget),
                 created_at_ms: at_ms,
+                trace_parent: request.trace_parent.as_ref().and_then(|p| p.to_span()),
             };
             match &request.reservation {
                 Some(fence) => self.store.create_run_held(new, fence).await?,
                 None => self.store.create_run(new).await?,
             };
         }
-        Ok(())
+        Ok(None)
     }
 }

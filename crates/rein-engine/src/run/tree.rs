@@ -250,6 +250,7 @@ mod tests {
                 parent_run_id: parent.map(|p| RunId::new(p).unwrap()),
                 budget: json!({}),
                 created_at_ms: 1,
+                trace_parent: None,
             })
             .await
             .unwrap();

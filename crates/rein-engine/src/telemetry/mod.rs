@@ -37,9 +37,13 @@
 //!
 //! # Propagation
 //!
-//! A client's `traceparent` on `POST /v1/runs` (a sync run) or on the
-//! gateway is the parent of the run (or gateway call) span
-//! ([`TraceParent`]). Each tool attempt and model call is sent with its
+//! A client's `traceparent` on `POST /v1/runs` or on the gateway is the
+//! parent of the run (or gateway call) span ([`TraceParent`]). A queued
+//! run keeps it in the store ([`rein_store::NewRun::trace_parent`]), so the
+//! worker that drives it later, in any process, parents its run span the
+//! same way. The run span of a run's first drive is stored with it too
+//! ([`rein_store::RunRecord::first_span`]): a resumed or taken-over run's
+//! new run span carries a span link to it. Each tool attempt and model call is sent with its
 //! own span as `traceparent` ([`inject`]), beside `Rein-Deadline-Ms`.
 //!
 //! # Sampling
@@ -150,6 +154,23 @@ impl Telemetry {
     /// `traceparent`) when given.
     pub fn run(&self, parent: Option<&TraceParent>, tenant: &str, agent: &str) -> Arc<RunTrace> {
         Arc::new(RunTrace::new(self.tracer.clone(), parent, tenant, agent))
+    }
+
+    /// The spans of a run driven again (resumed, taken over): children of
+    /// `parent` when given, the run span linked to `first`, the run span of
+    /// its first drive, when the store kept one.
+    pub fn resumed_run(
+        &self,
+        parent: Option<&TraceParent>,
+        first: Option<&TraceParent>,
+        tenant: &str,
+        agent: &str,
+    ) -> Arc<RunTrace> {
+        let trace = RunTrace::new(self.tracer.clone(), parent, tenant, agent);
+        Arc::new(match first {
+            Some(first) => trace.linked_to(first),
+            None => trace,
+        })
     }
 
     /// The spans of one gateway call: a root span for the call, with the

@@ -80,10 +80,38 @@ impl TraceParent {
         self.0.span_id().to_string()
     }
 
+    /// This context as the store keeps it with a run.
+    pub fn to_span(&self) -> Option<rein_store::SpanRef> {
+        span_ref(&self.0)
+    }
+
+    /// A context the store kept with a run ([`TraceParent::to_span`]).
+    pub fn from_span(span: &rein_store::SpanRef) -> Option<TraceParent> {
+        TraceParent::parse(&span.to_traceparent()).ok()
+    }
+
+    /// The span this context names, as a link from another span.
+    pub(super) fn span_context(&self) -> SpanContext {
+        self.0.clone()
+    }
+
     /// The context a run starts its root span in.
     pub(super) fn context(&self) -> Context {
         Context::new().with_remote_span_context(self.0.clone())
     }
+}
+
+/// `span` as the store keeps it; `None` for an invalid span.
+pub(super) fn span_ref(span: &SpanContext) -> Option<rein_store::SpanRef> {
+    if !span.is_valid() {
+        return None;
+    }
+    rein_store::SpanRef::new(
+        &span.trace_id().to_string(),
+        &span.span_id().to_string(),
+        span.is_sampled(),
+    )
+    .ok()
 }
 
 /// The headers of [`inject`], collected for a request builder.
@@ -126,6 +154,12 @@ mod tests {
             TraceParent::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
         assert_eq!(p.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
         assert_eq!(p.span_id(), "00f067aa0ba902b7");
+        let stored = p.to_span().unwrap();
+        assert_eq!(
+            stored.to_traceparent(),
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        );
+        assert_eq!(TraceParent::from_span(&stored), Some(p));
     }
 
     #[test]

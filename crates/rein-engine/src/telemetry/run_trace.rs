@@ -40,6 +40,8 @@ pub struct RunTrace {
 struct State {
     /// The caller's context: the parent of the root span.
     parent: Context,
+    /// The spans the root span links to: a resumed run's first run span.
+    links: Vec<opentelemetry::trace::Link>,
     /// The run (or gateway call) span and its context.
     root: Option<Open>,
     /// The open step.
@@ -125,6 +127,7 @@ impl RunTrace {
             agent: agent.to_owned(),
             state: Mutex::new(State {
                 parent: parent.map_or_else(Context::new, TraceParent::context),
+                links: Vec::new(),
                 root: None,
                 step: None,
                 models: Vec::new(),
@@ -158,6 +161,26 @@ impl RunTrace {
             state.root = Some(root);
         }
         trace
+    }
+
+    /// This trace, its root span linked to `first`: the run span of the
+    /// run's first drive, for a run resumed or taken over (its new run
+    /// span is in a new trace, or its caller's; the link leads back).
+    pub(super) fn linked_to(self, first: &TraceParent) -> Self {
+        self.lock()
+            .links
+            .push(opentelemetry::trace::Link::with_context(
+                first.span_context(),
+            ));
+        self
+    }
+
+    /// The run span, as the store keeps it with the run
+    /// ([`rein_store::RunRecord::first_span`]); `None` before it opened.
+    pub fn root_span(&self) -> Option<rein_store::SpanRef> {
+        let state = self.lock();
+        let root = state.root.as_ref()?;
+        super::propagate::span_ref(root.span.span_context())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -243,6 +266,7 @@ impl RunTrace {
             .with_kind(SpanKind::Internal)
             .with_start_time(at)
             .with_attributes(attributes)
+            .with_links(state.links.clone())
             .start_with_context(&self.tracer, &state.parent);
         state.root = Some(self.open(span));
     }

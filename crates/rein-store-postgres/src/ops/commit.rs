@@ -90,6 +90,15 @@ pub(crate) async fn commit_step(
         reopen(tx, run_id, status).await?;
         status = RunStatus::Running;
     }
+    if let Some(span) = &commit.first_span {
+        // Set once: the first drive's span stays what later drives link to.
+        execute(
+            tx,
+            "UPDATE runs SET first_span = COALESCE(first_span, $2) WHERE run_id = $1",
+            &[&run_id.as_str(), &span.to_traceparent()],
+        )
+        .await?;
+    }
     let ledger_written = !commit.declares.is_empty() || !commit.marks.is_empty();
     let mut committed = Committed::default();
     for (step, intent) in &commit.intents {

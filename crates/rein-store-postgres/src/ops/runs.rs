@@ -25,7 +25,8 @@ pub(crate) async fn create_run(
     let inserted = execute(
         client,
         "INSERT INTO runs (run_id, tenant, agent, input, parent_run_id, budget, status, report, \
-         created_at_ms, updated_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL, $8, $9) \
+         created_at_ms, updated_at_ms, trace_parent) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, NULL, $8, $9, $10) \
          ON CONFLICT (run_id) DO NOTHING",
         &[
             &record.run_id.as_str(),
@@ -37,6 +38,10 @@ pub(crate) async fn create_run(
             &record.status.as_str(),
             &int(record.created_at_ms, "run created_at_ms")?,
             &int(record.updated_at_ms, "run updated_at_ms")?,
+            &record
+                .trace_parent
+                .as_ref()
+                .map(rein_store::SpanRef::to_traceparent),
         ],
     )
     .await?;

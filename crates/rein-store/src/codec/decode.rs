@@ -15,7 +15,8 @@ use crate::singleton::SingletonLease;
 
 /// The columns [`decode_run`] reads, in order.
 pub const RUN_COLUMNS: &str = "run_id, tenant, agent, input, parent_run_id, budget, status, \
-                               report, created_at_ms, updated_at_ms, ledger_revision";
+                               report, created_at_ms, updated_at_ms, ledger_revision, \
+                               trace_parent, first_span";
 
 /// A `runs` row selected with [`RUN_COLUMNS`].
 pub fn decode_run<R: Columns>(row: R) -> Result<RunRecord, StoreError> {
@@ -32,7 +33,20 @@ pub fn decode_run<R: Columns>(row: R) -> Result<RunRecord, StoreError> {
         created_at_ms: r.u64(8, "created_at_ms")?,
         updated_at_ms: r.u64(9, "updated_at_ms")?,
         ledger_revision: r.u64(10, "ledger_revision")?,
+        trace_parent: span(&r, 11, "trace_parent")?,
+        first_span: span(&r, 12, "first_span")?,
     })
+}
+
+/// A nullable `traceparent` column.
+fn span<R: Columns>(
+    r: &RowReader<R>,
+    index: usize,
+    column: &'static str,
+) -> Result<Option<crate::SpanRef>, StoreError> {
+    r.opt_text(index, column)?
+        .map(|text| crate::SpanRef::parse_traceparent(&text).map_err(|e| r.corrupt(column, e)))
+        .transpose()
 }
 
 /// The columns [`decode_event`] reads, in order.
