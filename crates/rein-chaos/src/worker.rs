@@ -20,7 +20,7 @@ use rein_store_sqlite::SqliteStore;
 use crate::ChaosError;
 use crate::runner::INPUT;
 use crate::scenario::catalog;
-use crate::store_fault::FaultyStore;
+use crate::store_fault::faulty;
 use crate::world::WorldConfig;
 
 /// Drives scenario `id`'s run `run_id` in this process, over the world
@@ -44,7 +44,7 @@ pub async fn work(id: u32, dir: &Path, run_id: &str, data: &Path) -> Result<Stri
     let store: Arc<dyn Store> = if plan.store_faults.is_empty() {
         sqlite
     } else {
-        Arc::new(FaultyStore::new(sqlite, plan.store_faults.clone()))
+        Arc::new(faulty(sqlite, plan.store_faults.clone()))
     };
     let engine = crate::runner::engine(store, &world, plan, u64::from(id), &client, None)?;
     let (agent, _) = world.bind(plan, &client, Some(dir.join("model-inputs.jsonl")))?;
