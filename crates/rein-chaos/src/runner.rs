@@ -23,7 +23,7 @@ use crate::invariant::{self, Violation};
 use crate::mechanism::{self, Mechanism};
 use crate::recording::RecordingProvider;
 use crate::scenario::{Plan, Scenario};
-use crate::store_fault::FaultyStore;
+use crate::store_fault::faulty;
 use crate::world::{Services, WorldConfig};
 
 /// How long past its wall-clock budget a run (or a worker process) may
@@ -303,7 +303,7 @@ async fn drive(
         let store: Arc<dyn Store> = if plan.store_faults.is_empty() {
             durable.clone()
         } else {
-            Arc::new(FaultyStore::new(durable.clone(), plan.store_faults.clone()))
+            Arc::new(faulty(durable.clone(), plan.store_faults.clone()))
         };
         let engine = Arc::new(engine(
             store,

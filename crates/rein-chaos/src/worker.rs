@@ -19,7 +19,7 @@ use rein_store::Store;
 use crate::ChaosError;
 use crate::runner::INPUT;
 use crate::scenario::catalog;
-use crate::store_fault::FaultyStore;
+use crate::store_fault::faulty;
 use crate::world::WorldConfig;
 
 /// Drives scenario `id`'s run `run_id` in this process, over the world
@@ -42,7 +42,7 @@ pub async fn work(id: u32, dir: &Path, run_id: &str, data: &Path) -> Result<Stri
     let store: Arc<dyn Store> = if plan.store_faults.is_empty() {
         durable
     } else {
-        Arc::new(FaultyStore::new(durable, plan.store_faults.clone()))
+        Arc::new(faulty(durable, plan.store_faults.clone()))
     };
     let engine = crate::runner::engine(store, &world, plan, u64::from(id), &client, None)?;
     let (agent, _) = world.bind(plan, &client, Some(dir.join("model-inputs.jsonl")))?;

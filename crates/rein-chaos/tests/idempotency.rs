@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rein_chaos::store_fault::{FaultyStore, StoreFault};
+use rein_chaos::store_fault::{StoreFault, faulty};
 use rein_core::TenantId;
 use rein_engine::config::{CompiledSchemas, Loader};
 use rein_server::AppState;
@@ -82,7 +82,7 @@ async fn serve(desk_faults: Faults, faults: Vec<StoreFault>, lease: Duration) ->
     settings.queue.lease = lease;
     settings.reconciliation.orphan_threshold = Duration::from_millis(1);
     let sqlite: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("rein.db")).unwrap());
-    let store: Arc<dyn Store> = Arc::new(FaultyStore::new(sqlite.clone(), faults));
+    let store: Arc<dyn Store> = Arc::new(faulty(sqlite.clone(), faults));
     let client = rein_engine::run::http_client().unwrap();
     let engine =
         rein_server::build_engine(&registry, store.clone(), client.clone(), Some(5)).unwrap();

@@ -36,17 +36,11 @@ use rein_core::idempotency::Normalizer;
 use rein_core::loop_guard::LoopGuardConfig;
 use rein_core::registry::DEFAULT_IDEMPOTENCY_HEADER;
 use rein_core::retry::RetryPolicy;
-use rein_core::{Event, LatencyProfile, LedgerRecord, Outcome, RunId, TenantId, ToolClass};
+use rein_core::{LatencyProfile, Outcome, RunId, ToolClass};
 use rein_engine::provider::ScriptedProvider;
 use rein_engine::run::{AcceptAll, AgentBinding, Engine, RunRequest, ToolBinding};
 use rein_engine::tool_http::HttpTarget;
-use rein_store::{
-    BreakerOpening, Checkpoint, Committed, HealthStore, IdempotencyRecord, IdempotencySettled,
-    IdempotencySettlement, IdempotencyState, IdempotencyStore, Lease, LeaseChange, LeaseFilter,
-    LeaseStore, NewReservation, NewRun, PlannedIntent, Reservation, ReservationFence, RunCursor,
-    RunFilter, RunPage, RunRecord, RunStatus, RunStore, SingletonLease, SingletonStore, StepCommit,
-    Store, StoreError, StoredResponse,
-};
+use rein_store::{Checkpoint, Committed, Intercept, Intercepted, StepCommit, Store, StoreError};
 use rein_store_sqlite::SqliteStore;
 use rein_testkit::order_desk::{GET_ORDER, OrderDesk, UPDATE_DELIVERY_TIME};
 use serde_json::{Value, json};
@@ -66,7 +60,6 @@ enum Form {
 /// Forwards every call to the SQLite store; records when each step's
 /// checkpoint became durable, and writes it whole under [`Form::Whole`].
 struct Metered {
-    inner: Arc<dyn Store>,
     form: Form,
     /// The run's latest checkpoint, for [`Form::Whole`].
     whole: Mutex<Option<Checkpoint>>,
@@ -75,85 +68,10 @@ struct Metered {
 }
 
 #[async_trait]
-impl RunStore for Metered {
-    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
-        self.inner.create_run(run).await
-    }
-
-    async fn get_run(&self, run_id: &RunId) -> Result<Option<RunRecord>, StoreError> {
-        self.inner.get_run(run_id).await
-    }
-
-    async fn list_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
-        self.inner.list_runs(limit).await
-    }
-
-    async fn tenant_backlogs(
-        &self,
-        tenant: Option<&rein_core::TenantId>,
-        oldest: usize,
-    ) -> Result<Vec<rein_store::TenantBacklog>, rein_store::StoreError> {
-        self.inner.tenant_backlogs(tenant, oldest).await
-    }
-
-    async fn list_runs_page(
-        &self,
-        filter: &RunFilter,
-        after: Option<&RunCursor>,
-        limit: usize,
-    ) -> Result<RunPage, StoreError> {
-        self.inner.list_runs_page(filter, after, limit).await
-    }
-
-    async fn runs_with_status(
-        &self,
-        status: RunStatus,
-        limit: usize,
-    ) -> Result<Vec<RunRecord>, StoreError> {
-        self.inner.runs_with_status(status, limit).await
-    }
-
-    async fn runs_with_status_after(
-        &self,
-        status: RunStatus,
-        after: Option<&RunCursor>,
-        limit: usize,
-    ) -> Result<Vec<RunRecord>, StoreError> {
-        self.inner
-            .runs_with_status_after(status, after, limit)
-            .await
-    }
-
-    async fn count_runs_with_status(&self, status: RunStatus) -> Result<u64, StoreError> {
-        self.inner.count_runs_with_status(status).await
-    }
-
-    async fn children_of(&self, parent: &RunId) -> Result<Vec<RunRecord>, StoreError> {
-        self.inner.children_of(parent).await
-    }
-
-    async fn events(&self, run_id: &RunId, after_seq: u64) -> Result<Vec<Event>, StoreError> {
-        self.inner.events(run_id, after_seq).await
-    }
-
-    async fn intents(&self, run_id: &RunId) -> Result<Vec<(u32, PlannedIntent)>, StoreError> {
-        self.inner.intents(run_id).await
-    }
-
-    async fn ledger(&self, run_id: &RunId) -> Result<Vec<LedgerRecord>, StoreError> {
-        self.inner.ledger(run_id).await
-    }
-
-    async fn pending_ledger(&self, limit: usize) -> Result<Vec<LedgerRecord>, StoreError> {
-        self.inner.pending_ledger(limit).await
-    }
-
-    async fn latest_checkpoint(&self, run_id: &RunId) -> Result<Option<Checkpoint>, StoreError> {
-        self.inner.latest_checkpoint(run_id).await
-    }
-
+impl Intercept for Metered {
     async fn commit_step(
         &self,
+        inner: &dyn Store,
         run_id: &RunId,
         mut commit: StepCommit,
     ) -> Result<Committed, StoreError> {
@@ -167,233 +85,11 @@ impl RunStore for Metered {
             latest.apply(delta)?;
             commit.checkpoint = Some(latest.clone());
         }
-        let committed = self.inner.commit_step(run_id, commit).await;
+        let committed = inner.commit_step(run_id, commit).await;
         if let Some(step) = step {
             self.steps.lock().unwrap().push((step, Instant::now()));
         }
         committed
-    }
-
-    async fn run_stats(
-        &self,
-        query: &rein_store::StatsQuery,
-    ) -> Result<rein_store::RunStats, rein_store::StoreError> {
-        self.inner.run_stats(query).await
-    }
-
-    async fn request_cancel(
-        &self,
-        request: rein_store::CancelRequest,
-    ) -> Result<rein_store::CancelRequest, rein_store::StoreError> {
-        self.inner.request_cancel(request).await
-    }
-
-    async fn cancel_request(
-        &self,
-        run_id: &rein_core::RunId,
-    ) -> Result<Option<rein_store::CancelRequest>, rein_store::StoreError> {
-        self.inner.cancel_request(run_id).await
-    }
-}
-
-#[async_trait]
-impl LeaseStore for Metered {
-    async fn change_lease(&self, change: LeaseChange) -> Result<Option<Lease>, StoreError> {
-        self.inner.change_lease(change).await
-    }
-
-    async fn leases(&self, filter: &LeaseFilter) -> Result<Vec<Lease>, StoreError> {
-        self.inner.leases(filter).await
-    }
-
-    async fn renew_lease_of(
-        &self,
-        lease_id: &str,
-        owner: &str,
-        expires_at_ms: u64,
-    ) -> Result<bool, StoreError> {
-        self.inner
-            .renew_lease_of(lease_id, owner, expires_at_ms)
-            .await
-    }
-
-    async fn release_lease_of(&self, lease_id: &str, owner: &str) -> Result<bool, StoreError> {
-        self.inner.release_lease_of(lease_id, owner).await
-    }
-
-    async fn take_over_lease(&self, lease: Lease, now_ms: u64) -> Result<bool, StoreError> {
-        self.inner.take_over_lease(lease, now_ms).await
-    }
-}
-
-#[async_trait]
-impl IdempotencyStore for Metered {
-    async fn reserve_idempotency(
-        &self,
-        tenant: &TenantId,
-        key: &str,
-        fingerprint: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
-    ) -> Result<Reservation, StoreError> {
-        self.inner
-            .reserve_idempotency(tenant, key, fingerprint, now_ms, expires_at_ms)
-            .await
-    }
-
-    async fn reserve_idempotency_as(
-        &self,
-        reservation: NewReservation,
-    ) -> Result<Reservation, StoreError> {
-        self.inner.reserve_idempotency_as(reservation).await
-    }
-
-    async fn submit_queued(
-        &self,
-        reservation: NewReservation,
-        run: NewRun,
-        response: StoredResponse,
-    ) -> Result<Reservation, StoreError> {
-        self.inner.submit_queued(reservation, run, response).await
-    }
-
-    async fn settle_idempotency(
-        &self,
-        tenant: &TenantId,
-        key: &str,
-        owner: &str,
-        settlement: IdempotencySettlement,
-        now_ms: u64,
-    ) -> Result<IdempotencySettled, StoreError> {
-        self.inner
-            .settle_idempotency(tenant, key, owner, settlement, now_ms)
-            .await
-    }
-
-    async fn renew_idempotency(
-        &self,
-        tenant: &TenantId,
-        key: &str,
-        owner: &str,
-        until_ms: u64,
-    ) -> Result<bool, StoreError> {
-        self.inner
-            .renew_idempotency(tenant, key, owner, until_ms)
-            .await
-    }
-
-    async fn create_run_held(
-        &self,
-        run: NewRun,
-        fence: &ReservationFence,
-    ) -> Result<RunRecord, StoreError> {
-        self.inner.create_run_held(run, fence).await
-    }
-
-    async fn complete_idempotency(
-        &self,
-        tenant: &TenantId,
-        key: &str,
-        response: StoredResponse,
-        now_ms: u64,
-    ) -> Result<(), StoreError> {
-        self.inner
-            .complete_idempotency(tenant, key, response, now_ms)
-            .await
-    }
-
-    async fn release_idempotency(&self, tenant: &TenantId, key: &str) -> Result<bool, StoreError> {
-        self.inner.release_idempotency(tenant, key).await
-    }
-
-    async fn idempotency_records(
-        &self,
-        tenant: Option<&TenantId>,
-        state: Option<IdempotencyState>,
-        limit: usize,
-    ) -> Result<Vec<IdempotencyRecord>, StoreError> {
-        self.inner.idempotency_records(tenant, state, limit).await
-    }
-
-    async fn clear_idempotency(&self, tenant: &TenantId, key: &str) -> Result<bool, StoreError> {
-        self.inner.clear_idempotency(tenant, key).await
-    }
-
-    async fn sweep_idempotency(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
-        self.inner.sweep_idempotency(now_ms, limit).await
-    }
-}
-
-#[async_trait]
-impl SingletonStore for Metered {
-    async fn claim_singleton(
-        &self,
-        name: &str,
-        owner: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
-    ) -> Result<Option<SingletonLease>, StoreError> {
-        self.inner
-            .claim_singleton(name, owner, now_ms, expires_at_ms)
-            .await
-    }
-
-    async fn release_singleton(&self, name: &str, owner: &str) -> Result<bool, StoreError> {
-        self.inner.release_singleton(name, owner).await
-    }
-
-    async fn singleton(&self, name: &str) -> Result<Option<SingletonLease>, StoreError> {
-        self.inner.singleton(name).await
-    }
-}
-
-#[async_trait]
-impl HealthStore for Metered {
-    async fn publish_breaker_open(
-        &self,
-        opening: BreakerOpening,
-    ) -> Result<BreakerOpening, StoreError> {
-        self.inner.publish_breaker_open(opening).await
-    }
-
-    async fn breaker_openings(&self, now_ms: u64) -> Result<Vec<BreakerOpening>, StoreError> {
-        self.inner.breaker_openings(now_ms).await
-    }
-
-    async fn clear_breaker_open(&self, arm: &str, opened_by: &str) -> Result<bool, StoreError> {
-        self.inner.clear_breaker_open(arm, opened_by).await
-    }
-
-    async fn merge_latency(
-        &self,
-        deltas: &[(String, rein_core::latency::LatencyHistogram)],
-        now_ms: u64,
-    ) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
-        self.inner.merge_latency(deltas, now_ms).await
-    }
-
-    async fn latency_histograms(&self) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
-        self.inner.latency_histograms().await
-    }
-
-    async fn renew_share_lease(
-        &self,
-        group: &str,
-        node: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
-    ) -> Result<Vec<String>, rein_store::StoreError> {
-        self.inner
-            .renew_share_lease(group, node, now_ms, expires_at_ms)
-            .await
-    }
-
-    async fn release_share_lease(
-        &self,
-        group: &str,
-        node: &str,
-    ) -> Result<bool, rein_store::StoreError> {
-        self.inner.release_share_lease(group, node).await
     }
 }
 
@@ -519,12 +215,14 @@ async fn measure(desk: &OrderDesk, form: Form, steps: u32) -> Measured {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("rein.db");
     let sqlite: Arc<dyn Store> = Arc::new(SqliteStore::open(&db).unwrap());
-    let metered = Arc::new(Metered {
-        inner: sqlite.clone(),
-        form,
-        whole: Mutex::new(None),
-        steps: Mutex::new(Vec::new()),
-    });
+    let metered = Arc::new(Intercepted::new(
+        sqlite.clone(),
+        Metered {
+            form,
+            whole: Mutex::new(None),
+            steps: Mutex::new(Vec::new()),
+        },
+    ));
     let engine = Engine::builder(metered.clone())
         .rng_seed(7)
         .build()
@@ -541,7 +239,7 @@ async fn measure(desk: &OrderDesk, form: Form, steps: u32) -> Measured {
     assert_eq!(out.report.steps, steps + 1);
     let bytes = stored_bytes(&db, &out.run_id, form);
     assert_eq!(bytes.len(), steps as usize, "one checkpoint per tool step");
-    let times = metered.steps.lock().unwrap().clone();
+    let times = metered.hooks().steps.lock().unwrap().clone();
     assert_eq!(times.len(), steps as usize);
     let step_us = times
         .windows(2)

@@ -77,7 +77,7 @@ async fn tree(faults: Faults, child_turns: Value, limits: AgentGraphLimits) -> T
     );
     let dir = tempfile::tempdir().unwrap();
     let sqlite: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("rein.db")).unwrap());
-    let store: Arc<dyn Store> = Arc::new(common::PauseSafeStore(sqlite));
+    let store: Arc<dyn Store> = Arc::new(common::pause_safe(sqlite));
     let for_children = desk.clone();
     let resolve: AgentResolver = Arc::new(move |name: &str| {
         (name == "child").then(|| {

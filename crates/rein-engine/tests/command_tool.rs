@@ -13,16 +13,13 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use rein_core::idempotency::IdempotencyKey;
-use rein_core::{
-    AttemptId, Category, Effect, Event, Failure, IntentId, LedgerRecord, RunId, TenantId,
-};
+use rein_core::{AttemptId, Category, Effect, Failure, IntentId, RunId, TenantId};
 use rein_engine::lease::{Reaper, Reclamation, SkipReason};
 use rein_engine::tool_command::{CommandTarget, CommandToolAdapter};
 use rein_engine::tool_http::{Attempt, ToolOutput};
 use rein_store::{
-    Checkpoint, Committed, HealthStore, IdempotencyStore, Lease, LeaseChange, LeaseFilter,
-    LeaseKind, LeaseStore, NewRun, PlannedIntent, RunRecord, RunStore, SingletonStore, StepCommit,
-    StoreError, StoreExt,
+    Intercept, Intercepted, Lease, LeaseChange, LeaseKind, NewRun, RunStore, Store, StoreError,
+    StoreExt,
 };
 use rein_store_sqlite::SqliteStore;
 use serde_json::{Value, json};
@@ -573,347 +570,32 @@ async fn processes_left_in_the_background_are_ended_when_the_command_exits() {
 
 /// A store that refuses to lease process groups: the start gate must then
 /// never let the program run.
-struct RefuseGroupLeases(Arc<SqliteStore>);
+struct RefuseGroupLeases;
 
 #[async_trait]
-impl RunStore for RefuseGroupLeases {
-    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
-        self.0.create_run(run).await
-    }
-    async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
-        self.0.get_run(id).await
-    }
-    async fn list_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
-        self.0.list_runs(limit).await
-    }
-    async fn tenant_backlogs(
+impl Intercept for RefuseGroupLeases {
+    async fn change_lease(
         &self,
-        tenant: Option<&rein_core::TenantId>,
-        oldest: usize,
-    ) -> Result<Vec<rein_store::TenantBacklog>, rein_store::StoreError> {
-        self.0.tenant_backlogs(tenant, oldest).await
-    }
-    async fn list_runs_page(
-        &self,
-        filter: &rein_store::RunFilter,
-        after: Option<&rein_store::RunCursor>,
-        limit: usize,
-    ) -> Result<rein_store::RunPage, StoreError> {
-        self.0.list_runs_page(filter, after, limit).await
-    }
-    async fn events(&self, id: &RunId, after: u64) -> Result<Vec<Event>, StoreError> {
-        self.0.events(id, after).await
-    }
-    async fn intents(&self, id: &RunId) -> Result<Vec<(u32, PlannedIntent)>, StoreError> {
-        self.0.intents(id).await
-    }
-    async fn ledger(&self, id: &RunId) -> Result<Vec<LedgerRecord>, StoreError> {
-        self.0.ledger(id).await
-    }
-    async fn pending_ledger(&self, limit: usize) -> Result<Vec<LedgerRecord>, StoreError> {
-        self.0.pending_ledger(limit).await
-    }
-    async fn latest_checkpoint(&self, id: &RunId) -> Result<Option<Checkpoint>, StoreError> {
-        self.0.latest_checkpoint(id).await
-    }
-    async fn commit_step(&self, id: &RunId, commit: StepCommit) -> Result<Committed, StoreError> {
-        self.0.commit_step(id, commit).await
-    }
-
-    // Forwarded as they are: the store under test keeps its semantics.
-    async fn runs_with_status(
-        &self,
-        status: rein_store::RunStatus,
-        limit: usize,
-    ) -> Result<Vec<rein_store::RunRecord>, rein_store::StoreError> {
-        self.0.runs_with_status(status, limit).await
-    }
-
-    async fn runs_with_status_after(
-        &self,
-        status: rein_store::RunStatus,
-        after: Option<&rein_store::RunCursor>,
-        limit: usize,
-    ) -> Result<Vec<rein_store::RunRecord>, rein_store::StoreError> {
-        self.0.runs_with_status_after(status, after, limit).await
-    }
-
-    async fn count_runs_with_status(
-        &self,
-        status: rein_store::RunStatus,
-    ) -> Result<u64, rein_store::StoreError> {
-        self.0.count_runs_with_status(status).await
-    }
-
-    async fn children_of(
-        &self,
-        parent: &rein_core::RunId,
-    ) -> Result<Vec<rein_store::RunRecord>, rein_store::StoreError> {
-        self.0.children_of(parent).await
-    }
-
-    async fn run_stats(
-        &self,
-        query: &rein_store::StatsQuery,
-    ) -> Result<rein_store::RunStats, rein_store::StoreError> {
-        self.0.run_stats(query).await
-    }
-
-    async fn request_cancel(
-        &self,
-        request: rein_store::CancelRequest,
-    ) -> Result<rein_store::CancelRequest, rein_store::StoreError> {
-        self.0.request_cancel(request).await
-    }
-
-    async fn cancel_request(
-        &self,
-        run_id: &rein_core::RunId,
-    ) -> Result<Option<rein_store::CancelRequest>, rein_store::StoreError> {
-        self.0.cancel_request(run_id).await
-    }
-}
-
-#[async_trait]
-impl LeaseStore for RefuseGroupLeases {
-    async fn change_lease(&self, change: LeaseChange) -> Result<Option<Lease>, StoreError> {
+        inner: &dyn Store,
+        change: LeaseChange,
+    ) -> Result<Option<Lease>, StoreError> {
         if let LeaseChange::Acquire(lease) = &change
             && lease.kind == LeaseKind::ProcessGroup
         {
             return Err(StoreError::Unavailable("injected: lease table busy".into()));
         }
-        self.0.change_lease(change).await
-    }
-    async fn leases(&self, filter: &LeaseFilter) -> Result<Vec<Lease>, StoreError> {
-        self.0.leases(filter).await
-    }
-
-    async fn renew_lease_of(
-        &self,
-        lease_id: &str,
-        owner: &str,
-        expires_at_ms: u64,
-    ) -> Result<bool, rein_store::StoreError> {
-        self.0.renew_lease_of(lease_id, owner, expires_at_ms).await
-    }
-
-    async fn release_lease_of(
-        &self,
-        lease_id: &str,
-        owner: &str,
-    ) -> Result<bool, rein_store::StoreError> {
-        self.0.release_lease_of(lease_id, owner).await
-    }
-
-    async fn take_over_lease(
-        &self,
-        lease: rein_store::Lease,
-        now_ms: u64,
-    ) -> Result<bool, rein_store::StoreError> {
-        self.0.take_over_lease(lease, now_ms).await
-    }
-}
-
-#[async_trait]
-impl IdempotencyStore for RefuseGroupLeases {
-    async fn reserve_idempotency(
-        &self,
-        tenant: &rein_core::TenantId,
-        key: &str,
-        fingerprint: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
-    ) -> Result<rein_store::Reservation, rein_store::StoreError> {
-        self.0
-            .reserve_idempotency(tenant, key, fingerprint, now_ms, expires_at_ms)
-            .await
-    }
-
-    async fn reserve_idempotency_as(
-        &self,
-        reservation: rein_store::NewReservation,
-    ) -> Result<rein_store::Reservation, rein_store::StoreError> {
-        self.0.reserve_idempotency_as(reservation).await
-    }
-
-    async fn submit_queued(
-        &self,
-        reservation: rein_store::NewReservation,
-        run: rein_store::NewRun,
-        response: rein_store::StoredResponse,
-    ) -> Result<rein_store::Reservation, rein_store::StoreError> {
-        self.0.submit_queued(reservation, run, response).await
-    }
-
-    async fn settle_idempotency(
-        &self,
-        tenant: &rein_core::TenantId,
-        key: &str,
-        owner: &str,
-        settlement: rein_store::IdempotencySettlement,
-        now_ms: u64,
-    ) -> Result<rein_store::IdempotencySettled, rein_store::StoreError> {
-        self.0
-            .settle_idempotency(tenant, key, owner, settlement, now_ms)
-            .await
-    }
-
-    async fn renew_idempotency(
-        &self,
-        tenant: &rein_core::TenantId,
-        key: &str,
-        owner: &str,
-        until_ms: u64,
-    ) -> Result<bool, rein_store::StoreError> {
-        self.0.renew_idempotency(tenant, key, owner, until_ms).await
-    }
-
-    async fn create_run_held(
-        &self,
-        run: rein_store::NewRun,
-        fence: &rein_store::ReservationFence,
-    ) -> Result<rein_store::RunRecord, rein_store::StoreError> {
-        self.0.create_run_held(run, fence).await
-    }
-
-    async fn complete_idempotency(
-        &self,
-        tenant: &rein_core::TenantId,
-        key: &str,
-        response: rein_store::StoredResponse,
-        now_ms: u64,
-    ) -> Result<(), rein_store::StoreError> {
-        self.0
-            .complete_idempotency(tenant, key, response, now_ms)
-            .await
-    }
-
-    async fn release_idempotency(
-        &self,
-        tenant: &rein_core::TenantId,
-        key: &str,
-    ) -> Result<bool, rein_store::StoreError> {
-        self.0.release_idempotency(tenant, key).await
-    }
-
-    async fn idempotency_records(
-        &self,
-        tenant: Option<&rein_core::TenantId>,
-        state: Option<rein_store::IdempotencyState>,
-        limit: usize,
-    ) -> Result<Vec<rein_store::IdempotencyRecord>, rein_store::StoreError> {
-        self.0.idempotency_records(tenant, state, limit).await
-    }
-
-    async fn clear_idempotency(
-        &self,
-        tenant: &rein_core::TenantId,
-        key: &str,
-    ) -> Result<bool, rein_store::StoreError> {
-        self.0.clear_idempotency(tenant, key).await
-    }
-
-    async fn sweep_idempotency(
-        &self,
-        now_ms: u64,
-        limit: usize,
-    ) -> Result<usize, rein_store::StoreError> {
-        self.0.sweep_idempotency(now_ms, limit).await
-    }
-}
-
-#[async_trait]
-impl SingletonStore for RefuseGroupLeases {
-    async fn claim_singleton(
-        &self,
-        name: &str,
-        owner: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
-    ) -> Result<Option<rein_store::SingletonLease>, rein_store::StoreError> {
-        self.0
-            .claim_singleton(name, owner, now_ms, expires_at_ms)
-            .await
-    }
-
-    async fn release_singleton(
-        &self,
-        name: &str,
-        owner: &str,
-    ) -> Result<bool, rein_store::StoreError> {
-        self.0.release_singleton(name, owner).await
-    }
-
-    async fn singleton(
-        &self,
-        name: &str,
-    ) -> Result<Option<rein_store::SingletonLease>, rein_store::StoreError> {
-        self.0.singleton(name).await
-    }
-}
-
-#[async_trait]
-impl HealthStore for RefuseGroupLeases {
-    async fn renew_share_lease(
-        &self,
-        group: &str,
-        node: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
-    ) -> Result<Vec<String>, rein_store::StoreError> {
-        self.0
-            .renew_share_lease(group, node, now_ms, expires_at_ms)
-            .await
-    }
-
-    async fn release_share_lease(
-        &self,
-        group: &str,
-        node: &str,
-    ) -> Result<bool, rein_store::StoreError> {
-        self.0.release_share_lease(group, node).await
-    }
-
-    async fn merge_latency(
-        &self,
-        deltas: &[(String, rein_core::latency::LatencyHistogram)],
-        now_ms: u64,
-    ) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
-        self.0.merge_latency(deltas, now_ms).await
-    }
-
-    async fn latency_histograms(&self) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
-        self.0.latency_histograms().await
-    }
-
-    async fn publish_breaker_open(
-        &self,
-        opening: rein_store::BreakerOpening,
-    ) -> Result<rein_store::BreakerOpening, rein_store::StoreError> {
-        self.0.publish_breaker_open(opening).await
-    }
-
-    async fn breaker_openings(
-        &self,
-        now_ms: u64,
-    ) -> Result<Vec<rein_store::BreakerOpening>, rein_store::StoreError> {
-        self.0.breaker_openings(now_ms).await
-    }
-
-    async fn clear_breaker_open(
-        &self,
-        arm: &str,
-        opened_by: &str,
-    ) -> Result<bool, rein_store::StoreError> {
-        self.0.clear_breaker_open(arm, opened_by).await
+        inner.change_lease(change).await
     }
 }
 
 #[tokio::test]
 async fn without_a_durable_group_lease_the_program_never_starts() {
     let f = fixture().await;
-    let refusing = CommandToolAdapter::new(Arc::new(RefuseGroupLeases(f.store.clone())))
-        .with_temp_root(&f.tmp);
+    let refusing = CommandToolAdapter::new(Arc::new(Intercepted::new(
+        f.store.clone(),
+        RefuseGroupLeases,
+    )))
+    .with_temp_root(&f.tmp);
     let marker = f.tmp.join("ran");
     let target = sh("effect", "touch \"$MARKER\"").with_env("MARKER", marker.to_str().unwrap());
     let failed = call(

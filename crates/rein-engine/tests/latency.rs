@@ -9,7 +9,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{PauseSafeStore, answer, call};
+use common::{answer, call, pause_safe};
 use rein_core::event::{BaselineSource, ToolCallStarted};
 use rein_core::{Event, EventData, Outcome};
 use rein_engine::bind::{bind_agent, process_env};
@@ -82,7 +82,7 @@ fn registry(path: &std::path::Path, desk: &OrderDesk) -> Registry {
 /// One process: its own store handle on the shared file, its engine.
 fn engine(db: &std::path::Path, registry: &Registry) -> Engine {
     let sqlite: Arc<dyn Store> = Arc::new(SqliteStore::open(db).unwrap());
-    let store: Arc<dyn Store> = Arc::new(PauseSafeStore(sqlite));
+    let store: Arc<dyn Store> = Arc::new(pause_safe(sqlite));
     let client = rein_engine::run::http_client().unwrap();
     Engine::builder(store)
         .rng_seed(7)

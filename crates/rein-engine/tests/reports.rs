@@ -17,8 +17,7 @@ use rein_core::{LedgerStatus, Outcome, RunReport};
 use rein_engine::reconcile::{ReconcileConfig, Reconciler, SweepClasses};
 use rein_engine::run::RunOutput;
 use rein_store::{
-    HealthStore, IdempotencyStore, LeaseStore, NewRun, RunRecord, RunStatus, RunStore,
-    SingletonStore, StepCommit, Store, StoreError, StoreExt,
+    Intercept, Intercepted, NewRun, RunStatus, StepCommit, Store, StoreError, StoreExt,
 };
 use rein_store_sqlite::SqliteStore;
 use rein_testkit::order_desk::{
@@ -256,60 +255,29 @@ async fn the_reconciler_revises_the_report_of_a_run_whose_record_it_hands_off() 
 /// or another writer's mark landing just before a run's end is committed.
 /// Everything else goes to the real SQLite store.
 struct Meddling {
-    inner: Arc<dyn Store>,
     unreadable_ledger: std::sync::atomic::AtomicBool,
     mark_before_end: std::sync::Mutex<Option<(rein_core::IntentId, rein_store::LedgerMark)>>,
 }
 
 impl Meddling {
-    fn new(inner: Arc<dyn Store>) -> Meddling {
-        Meddling {
+    fn new(inner: Arc<dyn Store>) -> Intercepted<Meddling> {
+        Intercepted::new(
             inner,
-            unreadable_ledger: std::sync::atomic::AtomicBool::new(false),
-            mark_before_end: std::sync::Mutex::new(None),
-        }
+            Meddling {
+                unreadable_ledger: std::sync::atomic::AtomicBool::new(false),
+                mark_before_end: std::sync::Mutex::new(None),
+            },
+        )
     }
 }
 
 #[async_trait::async_trait]
-impl RunStore for Meddling {
-    async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
-        self.inner.create_run(run).await
-    }
-    async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
-        self.inner.get_run(id).await
-    }
-    async fn list_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
-        self.inner.list_runs(limit).await
-    }
-    async fn tenant_backlogs(
+impl Intercept for Meddling {
+    async fn ledger(
         &self,
-        tenant: Option<&rein_core::TenantId>,
-        oldest: usize,
-    ) -> Result<Vec<rein_store::TenantBacklog>, rein_store::StoreError> {
-        self.inner.tenant_backlogs(tenant, oldest).await
-    }
-    async fn list_runs_page(
-        &self,
-        filter: &rein_store::RunFilter,
-        after: Option<&rein_store::RunCursor>,
-        limit: usize,
-    ) -> Result<rein_store::RunPage, StoreError> {
-        self.inner.list_runs_page(filter, after, limit).await
-    }
-    async fn children_of(&self, parent: &RunId) -> Result<Vec<RunRecord>, StoreError> {
-        self.inner.children_of(parent).await
-    }
-    async fn events(&self, id: &RunId, after: u64) -> Result<Vec<rein_core::Event>, StoreError> {
-        self.inner.events(id, after).await
-    }
-    async fn intents(
-        &self,
+        inner: &dyn Store,
         id: &RunId,
-    ) -> Result<Vec<(u32, rein_store::PlannedIntent)>, StoreError> {
-        self.inner.intents(id).await
-    }
-    async fn ledger(&self, id: &RunId) -> Result<Vec<rein_core::LedgerRecord>, StoreError> {
+    ) -> Result<Vec<rein_core::LedgerRecord>, StoreError> {
         if self
             .unreadable_ledger
             .load(std::sync::atomic::Ordering::SeqCst)
@@ -318,22 +286,12 @@ impl RunStore for Meddling {
                 "injected: the ledger cannot be read".into(),
             ));
         }
-        self.inner.ledger(id).await
+        inner.ledger(id).await
     }
-    async fn pending_ledger(
-        &self,
-        limit: usize,
-    ) -> Result<Vec<rein_core::LedgerRecord>, StoreError> {
-        self.inner.pending_ledger(limit).await
-    }
-    async fn latest_checkpoint(
-        &self,
-        id: &RunId,
-    ) -> Result<Option<rein_store::Checkpoint>, StoreError> {
-        self.inner.latest_checkpoint(id).await
-    }
+
     async fn commit_step(
         &self,
+        inner: &dyn Store,
         id: &RunId,
         commit: StepCommit,
     ) -> Result<rein_store::Committed, StoreError> {
@@ -349,7 +307,7 @@ impl RunStore for Meddling {
         if let Some((intent, mark)) = meddle {
             // Another writer (a reconciler) marks the record after the
             // closer read the ledger, before its commit lands.
-            self.inner
+            inner
                 .commit_step(
                     id,
                     StepCommit {
@@ -360,295 +318,7 @@ impl RunStore for Meddling {
                 .await
                 .unwrap();
         }
-        self.inner.commit_step(id, commit).await
-    }
-
-    // Forwarded as they are: the store under test keeps its semantics.
-    async fn runs_with_status(
-        &self,
-        status: rein_store::RunStatus,
-        limit: usize,
-    ) -> Result<Vec<rein_store::RunRecord>, rein_store::StoreError> {
-        self.inner.runs_with_status(status, limit).await
-    }
-
-    async fn runs_with_status_after(
-        &self,
-        status: rein_store::RunStatus,
-        after: Option<&rein_store::RunCursor>,
-        limit: usize,
-    ) -> Result<Vec<rein_store::RunRecord>, rein_store::StoreError> {
-        self.inner
-            .runs_with_status_after(status, after, limit)
-            .await
-    }
-
-    async fn count_runs_with_status(
-        &self,
-        status: rein_store::RunStatus,
-    ) -> Result<u64, rein_store::StoreError> {
-        self.inner.count_runs_with_status(status).await
-    }
-
-    async fn run_stats(
-        &self,
-        query: &rein_store::StatsQuery,
-    ) -> Result<rein_store::RunStats, rein_store::StoreError> {
-        self.inner.run_stats(query).await
-    }
-
-    async fn request_cancel(
-        &self,
-        request: rein_store::CancelRequest,
-    ) -> Result<rein_store::CancelRequest, rein_store::StoreError> {
-        self.inner.request_cancel(request).await
-    }
-
-    async fn cancel_request(
-        &self,
-        run_id: &rein_core::RunId,
-    ) -> Result<Option<rein_store::CancelRequest>, rein_store::StoreError> {
-        self.inner.cancel_request(run_id).await
-    }
-}
-
-#[async_trait::async_trait]
-impl LeaseStore for Meddling {
-    async fn change_lease(
-        &self,
-        change: rein_store::LeaseChange,
-    ) -> Result<Option<rein_store::Lease>, StoreError> {
-        self.inner.change_lease(change).await
-    }
-    async fn leases(
-        &self,
-        filter: &rein_store::LeaseFilter,
-    ) -> Result<Vec<rein_store::Lease>, StoreError> {
-        self.inner.leases(filter).await
-    }
-
-    async fn renew_lease_of(
-        &self,
-        lease_id: &str,
-        owner: &str,
-        expires_at_ms: u64,
-    ) -> Result<bool, rein_store::StoreError> {
-        self.inner
-            .renew_lease_of(lease_id, owner, expires_at_ms)
-            .await
-    }
-
-    async fn release_lease_of(
-        &self,
-        lease_id: &str,
-        owner: &str,
-    ) -> Result<bool, rein_store::StoreError> {
-        self.inner.release_lease_of(lease_id, owner).await
-    }
-
-    async fn take_over_lease(
-        &self,
-        lease: rein_store::Lease,
-        now_ms: u64,
-    ) -> Result<bool, rein_store::StoreError> {
-        self.inner.take_over_lease(lease, now_ms).await
-    }
-}
-
-#[async_trait::async_trait]
-impl IdempotencyStore for Meddling {
-    async fn reserve_idempotency(
-        &self,
-        tenant: &rein_core::TenantId,
-        key: &str,
-        fingerprint: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
-    ) -> Result<rein_store::Reservation, rein_store::StoreError> {
-        self.inner
-            .reserve_idempotency(tenant, key, fingerprint, now_ms, expires_at_ms)
-            .await
-    }
-
-    async fn reserve_idempotency_as(
-        &self,
-        reservation: rein_store::NewReservation,
-    ) -> Result<rein_store::Reservation, rein_store::StoreError> {
-        self.inner.reserve_idempotency_as(reservation).await
-    }
-
-    async fn submit_queued(
-        &self,
-        reservation: rein_store::NewReservation,
-        run: rein_store::NewRun,
-        response: rein_store::StoredResponse,
-    ) -> Result<rein_store::Reservation, rein_store::StoreError> {
-        self.inner.submit_queued(reservation, run, response).await
-    }
-
-    async fn settle_idempotency(
-        &self,
-        tenant: &rein_core::TenantId,
-        key: &str,
-        owner: &str,
-        settlement: rein_store::IdempotencySettlement,
-        now_ms: u64,
-    ) -> Result<rein_store::IdempotencySettled, rein_store::StoreError> {
-        self.inner
-            .settle_idempotency(tenant, key, owner, settlement, now_ms)
-            .await
-    }
-
-    async fn renew_idempotency(
-        &self,
-        tenant: &rein_core::TenantId,
-        key: &str,
-        owner: &str,
-        until_ms: u64,
-    ) -> Result<bool, rein_store::StoreError> {
-        self.inner
-            .renew_idempotency(tenant, key, owner, until_ms)
-            .await
-    }
-
-    async fn create_run_held(
-        &self,
-        run: rein_store::NewRun,
-        fence: &rein_store::ReservationFence,
-    ) -> Result<rein_store::RunRecord, rein_store::StoreError> {
-        self.inner.create_run_held(run, fence).await
-    }
-
-    async fn complete_idempotency(
-        &self,
-        tenant: &rein_core::TenantId,
-        key: &str,
-        response: rein_store::StoredResponse,
-        now_ms: u64,
-    ) -> Result<(), rein_store::StoreError> {
-        self.inner
-            .complete_idempotency(tenant, key, response, now_ms)
-            .await
-    }
-
-    async fn release_idempotency(
-        &self,
-        tenant: &rein_core::TenantId,
-        key: &str,
-    ) -> Result<bool, rein_store::StoreError> {
-        self.inner.release_idempotency(tenant, key).await
-    }
-
-    async fn idempotency_records(
-        &self,
-        tenant: Option<&rein_core::TenantId>,
-        state: Option<rein_store::IdempotencyState>,
-        limit: usize,
-    ) -> Result<Vec<rein_store::IdempotencyRecord>, rein_store::StoreError> {
-        self.inner.idempotency_records(tenant, state, limit).await
-    }
-
-    async fn clear_idempotency(
-        &self,
-        tenant: &rein_core::TenantId,
-        key: &str,
-    ) -> Result<bool, rein_store::StoreError> {
-        self.inner.clear_idempotency(tenant, key).await
-    }
-
-    async fn sweep_idempotency(
-        &self,
-        now_ms: u64,
-        limit: usize,
-    ) -> Result<usize, rein_store::StoreError> {
-        self.inner.sweep_idempotency(now_ms, limit).await
-    }
-}
-
-#[async_trait::async_trait]
-impl SingletonStore for Meddling {
-    async fn claim_singleton(
-        &self,
-        name: &str,
-        owner: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
-    ) -> Result<Option<rein_store::SingletonLease>, rein_store::StoreError> {
-        self.inner
-            .claim_singleton(name, owner, now_ms, expires_at_ms)
-            .await
-    }
-
-    async fn release_singleton(
-        &self,
-        name: &str,
-        owner: &str,
-    ) -> Result<bool, rein_store::StoreError> {
-        self.inner.release_singleton(name, owner).await
-    }
-
-    async fn singleton(
-        &self,
-        name: &str,
-    ) -> Result<Option<rein_store::SingletonLease>, rein_store::StoreError> {
-        self.inner.singleton(name).await
-    }
-}
-
-#[async_trait::async_trait]
-impl HealthStore for Meddling {
-    async fn renew_share_lease(
-        &self,
-        group: &str,
-        node: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
-    ) -> Result<Vec<String>, rein_store::StoreError> {
-        self.inner
-            .renew_share_lease(group, node, now_ms, expires_at_ms)
-            .await
-    }
-
-    async fn release_share_lease(
-        &self,
-        group: &str,
-        node: &str,
-    ) -> Result<bool, rein_store::StoreError> {
-        self.inner.release_share_lease(group, node).await
-    }
-
-    async fn merge_latency(
-        &self,
-        deltas: &[(String, rein_core::latency::LatencyHistogram)],
-        now_ms: u64,
-    ) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
-        self.inner.merge_latency(deltas, now_ms).await
-    }
-
-    async fn latency_histograms(&self) -> Result<rein_store::LatencyRows, rein_store::StoreError> {
-        self.inner.latency_histograms().await
-    }
-
-    async fn publish_breaker_open(
-        &self,
-        opening: rein_store::BreakerOpening,
-    ) -> Result<rein_store::BreakerOpening, rein_store::StoreError> {
-        self.inner.publish_breaker_open(opening).await
-    }
-
-    async fn breaker_openings(
-        &self,
-        now_ms: u64,
-    ) -> Result<Vec<rein_store::BreakerOpening>, rein_store::StoreError> {
-        self.inner.breaker_openings(now_ms).await
-    }
-
-    async fn clear_breaker_open(
-        &self,
-        arm: &str,
-        opened_by: &str,
-    ) -> Result<bool, rein_store::StoreError> {
-        self.inner.clear_breaker_open(arm, opened_by).await
+        inner.commit_step(id, commit).await
     }
 }
 
@@ -704,7 +374,7 @@ async fn a_record_marked_while_the_run_is_closed_is_in_its_closed_report() {
         .await
         .unwrap();
     // The reconciler finds the update by its key meanwhile: it took effect.
-    *store.mark_before_end.lock().unwrap() = Some((
+    *store.hooks().mark_before_end.lock().unwrap() = Some((
         intent,
         rein_store::LedgerMark {
             status: LedgerStatus::Succeeded,
@@ -763,6 +433,7 @@ async fn a_run_whose_ledger_cannot_be_read_at_its_end_is_not_recorded_as_ended()
             && a.tool_calls.is_empty()
         {
             on_answer
+                .hooks()
                 .unreadable_ledger
                 .store(true, std::sync::atomic::Ordering::SeqCst);
         }

@@ -29,6 +29,7 @@
 //! | [`LatencyRecord`], [`LatencyRows`], [`CorruptLatency`] | observed latency histograms, summed over every process sharing the store |
 //! | [`StatsQuery`], [`RunStats`] | runs by agent, status and model, and guardrails fired, counted by the store over a window |
 //! | share leases ([`MAX_SHARE_LEASE_LEN`]) | which nodes divide a resource group's limits among them |
+//! | [`Intercepted`], [`Intercept`] | a store wrapping another (fault injection, metering, test doubles): the calls it changes, every other forwarded |
 //! | [`StoreError`] | refusals and failures, classified by `is_transient` |
 //! | [`codec`] | the row codec every backend shares: the `*_COLUMNS` lists and `decode_*` functions over a driver's [`Columns`](codec::Columns) |
 //!
@@ -50,6 +51,7 @@ mod error;
 mod ext;
 mod idempotency;
 mod intent;
+pub mod intercept;
 mod latency;
 mod lease;
 mod ledger;
@@ -97,6 +99,7 @@ pub use idempotency::{
     ReservationFence, StoredResponse,
 };
 pub use intent::PlannedIntent;
+pub use intercept::{Intercept, Intercepted};
 pub use latency::{CorruptLatency, LatencyRecord, LatencyRows, MAX_LATENCY_SUBJECT_LEN};
 pub use lease::{Lease, LeaseChange, LeaseFilter, LeaseKind, MAX_LEASE_ID_LEN};
 pub use ledger::LedgerMark;

@@ -6,7 +6,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 mod paused_store;
-pub use paused_store::PauseSafeStore;
+pub use paused_store::pause_safe;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -42,7 +42,7 @@ pub struct Harness {
 
 /// A desk with `faults`, a fresh SQLite store and an engine seeded with 7.
 ///
-/// The store is wrapped in a [`PauseSafeStore`], so a test may run under
+/// The store is wrapped in a pause-safe store ([`pause_safe`]), so a test may run under
 /// `start_paused`: the engine's clock follows tokio's time, and time moves
 /// only while nothing (no store call, no loopback I/O) is pending.
 pub async fn harness(faults: Faults) -> Harness {
@@ -60,7 +60,7 @@ pub async fn harness_with(
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let sqlite: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("rein.db")).unwrap());
-    let store: Arc<dyn Store> = Arc::new(PauseSafeStore(sqlite));
+    let store: Arc<dyn Store> = Arc::new(pause_safe(sqlite));
     let engine = configure(Engine::builder(store.clone()).rng_seed(7))
         .build()
         .unwrap();
