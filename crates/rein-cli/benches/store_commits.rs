@@ -188,6 +188,7 @@ async fn committer(spec: &str) -> Result<()> {
                 parent_run_id: None,
                 budget: json!({}),
                 created_at_ms: 1,
+                trace_parent: None,
             })
             .await?;
     }

@@ -11,7 +11,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{PauseSafeStore, agent, harness_with, ms, run};
+use common::{agent, harness_with, ms, pause_safe, run};
 use futures_util::StreamExt;
 use rein_core::deadline::BudgetLimits;
 use rein_core::latency::LatencyHistogram;
@@ -42,7 +42,7 @@ fn openai(model: &MockModel) -> Arc<dyn ModelProvider> {
 /// One more process on the SQLite file `db`.
 fn process(db: &std::path::Path) -> Engine {
     let sqlite: Arc<dyn Store> = Arc::new(SqliteStore::open(db).unwrap());
-    Engine::builder(Arc::new(PauseSafeStore(sqlite)))
+    Engine::builder(Arc::new(pause_safe(sqlite)))
         .rng_seed(7)
         .model_latency_min_samples(MIN_SAMPLES)
         .build()

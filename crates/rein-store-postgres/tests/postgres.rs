@@ -288,6 +288,7 @@ async fn a_store_without_notify_announces_no_step_commit() {
                     parent_run_id: None,
                     budget: serde_json::json!({}),
                     created_at_ms: 1,
+                    trace_parent: None,
                 })
                 .await
                 .unwrap();
