@@ -20,6 +20,8 @@
 //! | `uncapped_fan_out` | a turn over `max_calls_per_turn` runs all its calls | 7 |
 //! | `parallel_same_resource` | writes of one turn to the same `resource_key` value run in parallel | 7 |
 //! | `declare_before_shed` | a write is declared `pending` before the governor decides, and a shed leaves that record as it is | 3 |
+//! | `uncharged_model_tokens` | a model call charges nothing to its provider's `tokens_per_minute` bucket | 7 |
+//! | `ignore_provider_retry_after` | a provider's 429 with a time to wait does not pause the provider for the other calls | 7 |
 //!
 //! The hooks are marked `Sabotage hook` in the engine's `run/` modules
 //! (`guarded/`, `settle/`, `model_chain/ceiling.rs`, …).
@@ -67,6 +69,14 @@ pub struct Sabotage {
     /// left as it is: a write that never went out stays `pending`, in
     /// doubt, for reconciliation or a human to settle.
     pub declare_before_shed: bool,
+    /// A model call charges nothing to its provider's token bucket
+    /// (`tokens_per_minute`): every call goes out whatever the tokens
+    /// already sent this minute.
+    pub uncharged_model_tokens: bool,
+    /// A provider's 429 with `Retry-After` is only its own call's retry
+    /// delay: the provider is not paused, so every other run keeps sending
+    /// into the provider's empty bucket.
+    pub ignore_provider_retry_after: bool,
 }
 
 /// A key different from `key` for attempt `attempt`: the original with the

@@ -83,6 +83,31 @@ impl GovernorConfig {
     }
 }
 
+impl GovernorConfig {
+    /// The governor of a model provider from the registry's
+    /// `[providers.NAME]` settings: `max_concurrency = N` a fixed ceiling
+    /// of `N` (model calls do not adapt it), none a ceiling of
+    /// [`MAX_CONCURRENCY_CEILING`]; `tokens_per_minute` and `token_burst`
+    /// the token bucket. One mapping, used by the engine to build the
+    /// provider's governor and by the registry check to refuse what that
+    /// governor would refuse.
+    pub fn provider(
+        max_concurrency: Option<std::num::NonZeroU32>,
+        tokens: Option<crate::registry::TokenLimit>,
+    ) -> GovernorConfig {
+        let mut config = GovernorConfig::default();
+        if let Some(tokens) = tokens {
+            config.tokens_per_minute = Some(tokens.per_minute.get());
+            config.token_burst = Some(tokens.burst.get());
+        }
+        let n = max_concurrency.map_or(MAX_CONCURRENCY_CEILING, std::num::NonZeroU32::get);
+        config.concurrency.min = n;
+        config.concurrency.max = n;
+        config.concurrency.initial = Some(n);
+        config
+    }
+}
+
 impl Default for GovernorConfig {
     fn default() -> Self {
         GovernorConfig {

@@ -177,7 +177,7 @@ pub use server::{
 pub use spec::{
     AdapterSpec, AgentSpec, HttpMethod, IdempotencySpec, LatencySpec, ModelBindingSpec, ModelLink,
     ModelRetryLimits, Price, ProviderKind, ProviderSpec, RateLimit, Registry, ResourceGroupSpec,
-    SideEffectTier, StreamSpec, ToolSpec,
+    SideEffectTier, StreamSpec, TokenLimit, ToolSpec,
 };
 
 pub use telemetry::{DEFAULT_SERVICE_NAME, OTLP_TRACES_PATH, TelemetryConfig, TelemetrySpec};

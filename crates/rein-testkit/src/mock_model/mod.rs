@@ -152,6 +152,12 @@ pub struct MockModelConfig {
     /// Whether usage is counted from the request and answers stop at
     /// `max_tokens` ([`meter`](self::meter)), instead of the script's.
     pub metered: bool,
+    /// Whether a scripted 429 with `Retry-After: N` (seconds) holds for
+    /// the whole account, as a real provider's does: every request that
+    /// arrives within those `N` seconds is answered 429 too (with what is
+    /// left of the wait), without consuming the script, and counted in
+    /// [`MockModel::hammered`].
+    pub enforce_retry_after: bool,
 }
 
 impl Default for MockModelConfig {
@@ -166,6 +172,7 @@ impl Default for MockModelConfig {
             event_interval: Duration::ZERO,
             output_caps: BTreeMap::new(),
             metered: false,
+            enforce_retry_after: false,
         }
     }
 }
@@ -229,6 +236,13 @@ impl MockModelConfig {
         self
     }
 
+    /// Holds a scripted 429's `Retry-After` for every request, as a real
+    /// provider does (see [`MockModelConfig::enforce_retry_after`]).
+    pub fn with_enforced_retry_after(mut self) -> MockModelConfig {
+        self.enforce_retry_after = true;
+        self
+    }
+
     /// Makes a stream wait `interval` between two events: a slow stream
     /// rather than a late one.
     pub fn with_event_interval(mut self, interval: Duration) -> MockModelConfig {
@@ -286,6 +300,12 @@ struct ModelState {
     requests: Vec<RecordedRequest>,
     answered: u64,
     usage: Vec<UsageEntry>,
+    /// Until when a 429's `Retry-After` holds (`enforce_retry_after`).
+    paused_until: Option<tokio::time::Instant>,
+    /// Requests that arrived while it held.
+    hammered: usize,
+    /// When each request arrived, on tokio's clock, in arrival order.
+    arrivals: Vec<tokio::time::Instant>,
 }
 
 /// The shared state of one mock model.
@@ -300,6 +320,7 @@ pub(crate) struct Model {
     event_interval: Duration,
     output_caps: BTreeMap<String, u64>,
     metered: bool,
+    enforce_retry_after: bool,
     in_flight: AtomicUsize,
     peak_in_flight: AtomicUsize,
 }
@@ -340,6 +361,7 @@ impl Model {
 
     fn record(&self, arrival: Arrival) {
         let mut st = self.lock();
+        st.arrivals.push(tokio::time::Instant::now());
         let seq = st.requests.len() as u64 + 1;
         st.requests.push(RecordedRequest {
             seq,
@@ -355,10 +377,28 @@ impl Model {
     fn next_reply(&self) -> (u64, Reply) {
         let mut st = self.lock();
         st.answered += 1;
+        let now = tokio::time::Instant::now();
+        if self.enforce_retry_after
+            && let Some(until) = st.paused_until.filter(|u| *u > now)
+        {
+            st.hammered += 1;
+            let left = until.saturating_duration_since(now).as_secs_f64().ceil() as u64;
+            return (
+                st.answered,
+                Reply::rate_limited(Some(crate::RetryAfter::Seconds(left.max(1)))),
+            );
+        }
         let reply = st
             .replies
             .pop_front()
             .unwrap_or_else(|| Reply::Message(self.fallback_message()));
+        if self.enforce_retry_after
+            && let Reply::Error(e) = &reply
+            && e.status == 429
+            && let Some(crate::RetryAfter::Seconds(secs)) = e.retry_after
+        {
+            st.paused_until = Some(now + Duration::from_secs(secs));
+        }
         (st.answered, reply)
     }
 
@@ -408,6 +448,9 @@ impl MockModel {
                 requests: Vec::new(),
                 answered: 0,
                 usage: Vec::new(),
+                paused_until: None,
+                hammered: 0,
+                arrivals: Vec::new(),
             }),
             api_key: config.api_key,
             echo_authorization: config.echo_authorization,
@@ -417,6 +460,7 @@ impl MockModel {
             event_interval: config.event_interval,
             output_caps: config.output_caps,
             metered: config.metered,
+            enforce_retry_after: config.enforce_retry_after,
             in_flight: AtomicUsize::new(0),
             peak_in_flight: AtomicUsize::new(0),
         });
@@ -488,6 +532,18 @@ impl MockModel {
     /// their body ends or is dropped.
     pub fn in_flight(&self) -> usize {
         self.model.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Requests that arrived while a 429's `Retry-After` held, answered
+    /// 429 again ([`MockModelConfig::with_enforced_retry_after`]): each is
+    /// a client that did not wait as it was told.
+    pub fn hammered(&self) -> usize {
+        self.model.lock().hammered
+    }
+
+    /// When each request arrived, on tokio's clock, in arrival order.
+    pub fn arrivals(&self) -> Vec<tokio::time::Instant> {
+        self.model.lock().arrivals.clone()
     }
 
     /// The most model requests ever served at once.
