@@ -28,6 +28,7 @@ use serde_json::Value;
 use crate::evidence::{Evidence, RunEvidence};
 
 mod fan_out;
+mod model_rate;
 mod model_side;
 
 /// Text that only ever appears in raw error bodies: a model that receives
@@ -178,6 +179,8 @@ pub fn check(evidence: &Evidence) -> Vec<Violation> {
     fan_out::fan_out_capped(evidence, &mut out);
     fan_out::same_resource_serial(evidence, &mut out);
     fan_out::rate_holds(evidence, &mut out);
+    model_rate::tokens_hold(evidence, &mut out);
+    model_rate::provider_wait_honoured(evidence, &mut out);
     irreversible_not_retried(evidence, &mut out);
     out
 }

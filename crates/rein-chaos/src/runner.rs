@@ -426,6 +426,8 @@ async fn drive(
         submissions,
         fan_out_cap: Services::fan_out_cap(&world.registry, plan),
         rates: Services::rates(&world.registry, plan),
+        model_tokens: plan.tune.provider_tokens,
+        model_hammered: services.model.as_ref().map_or(0, |m| m.hammered()),
         groups: world
             .registry
             .tools()

@@ -17,6 +17,7 @@ use crate::proxy::{Injection, Match, Rule};
 use crate::store_fault::StoreFault;
 
 mod fan_out;
+mod model_rate;
 
 const GET: &str = "get_order";
 const UPDATE: &str = UPDATE_DELIVERY_TIME;
@@ -156,6 +157,7 @@ pub fn catalog() -> Vec<Scenario> {
     all.extend(fan_out::fan_out_control());
     all.extend(super::ceilings::ceilings());
     all.extend(fan_out::shedding());
+    all.extend(model_rate::provider_limits());
     all
 }
 

@@ -105,6 +105,9 @@ pub struct Tune {
     /// Request bucket of the order desk's resource group: (calls per
     /// second, burst).
     pub group_rate: Option<(f64, u32)>,
+    /// Token bucket of the agent's model provider: (tokens per minute,
+    /// token burst).
+    pub provider_tokens: Option<(u64, u64)>,
 }
 
 /// What a scenario does.
@@ -152,6 +155,9 @@ pub struct Plan {
     /// stop answers at `max_tokens`, as a provider does, instead of
     /// reporting the script's usage.
     pub metered: bool,
+    /// Whether the mock model servers hold a 429's `Retry-After` for every
+    /// request ([`Plan::enforced_retry_after`]).
+    pub enforce_retry_after: bool,
 }
 
 /// A run submitted over HTTP by a client that retries.
@@ -195,12 +201,21 @@ impl Plan {
             agent: None,
             backup: None,
             metered: false,
+            enforce_retry_after: false,
         }
     }
 
     /// Makes the mock model servers count usage as a provider does.
     pub fn metered(mut self) -> Plan {
         self.metered = true;
+        self
+    }
+
+    /// The mock model servers hold a scripted 429's `Retry-After` for the
+    /// whole account, as a provider does: a request within it is answered
+    /// 429 again and counted (`Evidence::model_hammered`).
+    pub fn enforced_retry_after(mut self) -> Plan {
+        self.enforce_retry_after = true;
         self
     }
 

@@ -259,6 +259,22 @@ fn a_provider_pause_holds_every_call_until_it_ends_then_the_queue_moves() {
 }
 
 #[test]
+fn a_providers_ceiling_is_divided_among_nodes() {
+    let two = std::num::NonZeroU32::new(2);
+    let mut g = Governor::new(GovernorConfig::provider(two, None)).unwrap();
+    assert_eq!(g.concurrency().limit(), 2);
+    let share = g.share_among(
+        Members::new(std::num::NonZeroU32::new(2).unwrap(), 1).unwrap(),
+        at(0),
+    );
+    assert_eq!(share.max_concurrency, 1);
+    assert_eq!(g.concurrency().limit(), 1, "the part, not the whole");
+    let (a, r1) = (tenant("a"), run("r1"));
+    let _held = granted(ask(&mut g, &a, &r1, at(0)));
+    let _ = queued(ask(&mut g, &a, &r1, at(0)));
+}
+
+#[test]
 fn the_token_bucket_is_divided_among_nodes() {
     let mut g = governor(|c| c.tokens_per_minute = Some(60_000));
     let share = g.share_among(

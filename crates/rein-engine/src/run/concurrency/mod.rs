@@ -44,8 +44,13 @@
 //! | `max_concurrency = N` | adaptive limit in `[1, N]`, starting at `N` | the operator's ceiling is where a healthy backend runs; the limit only goes below it on evidence (429, overload, timeouts, latency rising past 1.5 × its baseline) and grows back by one per round of successes |
 //! | `max_concurrency` unset | no ceiling (a fixed limit of 100 000) | as before the governor: the governor's own default of 64, or a start at 8, would silently cap every fan-out of a group that only asked for a rate |
 //!
-//! A provider's `max_concurrency` is a fixed ceiling (no adaptation: model
-//! calls are a later slice of the governor) served in arrival order.
+//! Every provider has a gate too ([`GroupSlots::provider_gate`]): its
+//! `max_concurrency` as a fixed ceiling (no adaptation), its
+//! `tokens_per_minute` bucket charged with each call's prompt bound and
+//! reserved output and settled with the usage ([`Slot::settle`]), and the
+//! pause a 429 with `Retry-After` sets ([`Gate::pause_until`]); callers are
+//! served in arrival order. With a cluster, a provider with limits shares
+//! them through the lease `provider:NAME`.
 //!
 //! Tenant and class: a tool call is admitted for its run's tenant, in its
 //! agent tree's class: [`Class::Batch`] when the root run was queued
