@@ -105,6 +105,13 @@ pub struct Evidence {
     pub fan_out_cap: u32,
     /// Request buckets per resource group: (calls per second, burst).
     pub rates: BTreeMap<String, (f64, u32)>,
+    /// The token bucket of the agent's model provider: (tokens per minute,
+    /// token burst), when the scenario gives it one.
+    pub model_tokens: Option<(u64, u64)>,
+    /// Requests the primary mock model received while a 429 of its own
+    /// still held (`Plan::enforced_retry_after`): sent into an empty
+    /// provider bucket.
+    pub model_hammered: usize,
     /// The resource group of every tool of the world.
     pub groups: BTreeMap<String, String>,
     /// The tools that declare the resource their writes change, by name.

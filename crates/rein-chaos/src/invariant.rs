@@ -29,6 +29,7 @@ use crate::evidence::{Evidence, RunEvidence};
 
 mod adaptive;
 mod fan_out;
+mod model_rate;
 mod model_side;
 
 /// Text that only ever appears in raw error bodies: a model that receives
@@ -180,6 +181,8 @@ pub fn check(evidence: &Evidence) -> Vec<Violation> {
     fan_out::same_resource_serial(evidence, &mut out);
     fan_out::rate_holds(evidence, &mut out);
     adaptive::limit_follows_load(evidence, &mut out);
+    model_rate::tokens_hold(evidence, &mut out);
+    model_rate::provider_wait_honoured(evidence, &mut out);
     irreversible_not_retried(evidence, &mut out);
     out
 }

@@ -451,6 +451,8 @@ async fn drive(
         fan_out_cap: Services::fan_out_cap(&world.registry, plan),
         adaptive_probe: plan.tune.adaptive_probe,
         rates: Services::rates(&world.registry, plan),
+        model_tokens: plan.tune.provider_tokens,
+        model_hammered: services.model.as_ref().map_or(0, |m| m.hammered()),
         groups: world
             .registry
             .tools()

@@ -189,6 +189,11 @@ fn mock_config(plan: &Plan, replies: &[rein_testkit::mock_model::Reply]) -> Mock
         .with_model(MODEL)
         .with_output_cap(MODEL, MODEL_OUTPUT_CAP)
         .with_output_cap(LARGE_MODEL, LARGE_MODEL_OUTPUT_CAP);
+    let config = if plan.enforce_retry_after {
+        config.with_enforced_retry_after()
+    } else {
+        config
+    };
     if plan.metered {
         config.with_metered_usage()
     } else {
@@ -247,6 +252,18 @@ fn tune(agent: &mut AgentBinding, tune: &Tune) -> Result<(), ChaosError> {
         agent.group_rates.insert(
             GROUP.to_owned(),
             rein_core::registry::RateLimit::new(per_sec, burst),
+        );
+    }
+    if let Some((per_minute, burst)) = tune.provider_tokens {
+        let (Some(per_minute), Some(burst)) = (
+            std::num::NonZeroU64::new(per_minute),
+            std::num::NonZeroU64::new(burst),
+        ) else {
+            return Err(setting("provider_tokens must be positive"));
+        };
+        agent.provider_tokens.insert(
+            agent.provider.name().to_owned(),
+            rein_core::registry::TokenLimit::new(per_minute, burst),
         );
     }
     if let Some(cap) = tune.fan_out_cap.and_then(NonZeroU32::new) {

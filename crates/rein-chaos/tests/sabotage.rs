@@ -197,3 +197,26 @@ async fn a_fixed_concurrency_limit_is_reported_as_not_shrinking() {
         sabotaged.violations
     );
 }
+
+/// A model call that charges nothing to its provider's token bucket before
+/// it is sent: four concurrent calls go at once, and the tokens the model
+/// counts in one window pass the bucket's bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uncharged_model_tokens_break_invariant_7_at_the_model() {
+    let s = Sabotage {
+        uncharged_model_tokens: true,
+        ..Sabotage::default()
+    };
+    assert_caught(96, s, Invariant::ConcurrencyCeiling).await;
+}
+
+/// A provider's 429 that pauses only its own call's retry: the other runs
+/// keep sending while it holds, and the model counts them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ignoring_the_providers_retry_after_breaks_invariant_7_at_the_model() {
+    let s = Sabotage {
+        ignore_provider_retry_after: true,
+        ..Sabotage::default()
+    };
+    assert_caught(97, s, Invariant::ConcurrencyCeiling).await;
+}

@@ -126,20 +126,36 @@ pub fn line(event: &Event, started_ms: u64) -> String {
             "{} calls proposed, at most {} per turn: none ran, the model is told to batch or narrow",
             d.proposed, d.cap
         ),
-        EventData::RateLimited(d) => format!(
-            "{} waited {} for resource group {}'s {} bucket",
-            d.tool,
-            human(d.waited),
-            d.resource_group,
-            d.bucket
-        ),
-        EventData::CallShed(d) => format!(
-            "{} shed unsent by resource group {} ({}) after waiting {}: never declared, never sent",
-            d.tool,
-            d.resource_group,
-            shed_reason(&d.reason),
-            human(d.waited)
-        ),
+        EventData::RateLimited(d) => match &d.model {
+            Some(model) => format!(
+                "model call to {model} waited {} for provider {}'s {} bucket",
+                human(d.waited),
+                d.resource_group,
+                d.bucket
+            ),
+            None => format!(
+                "{} waited {} for resource group {}'s {} bucket",
+                d.tool,
+                human(d.waited),
+                d.resource_group,
+                d.bucket
+            ),
+        },
+        EventData::CallShed(d) => match &d.model {
+            Some(model) => format!(
+                "model call to {model} shed unsent by provider {} ({}) after waiting {}: never sent",
+                d.resource_group,
+                shed_reason(&d.reason),
+                human(d.waited)
+            ),
+            None => format!(
+                "{} shed unsent by resource group {} ({}) after waiting {}: never declared, never sent",
+                d.tool,
+                d.resource_group,
+                shed_reason(&d.reason),
+                human(d.waited)
+            ),
+        },
         EventData::ConcurrencyAdjusted(d) => format!(
             "resource group {} concurrency limit {} → {}: {}",
             d.resource_group, d.old, d.new, d.reason
@@ -185,6 +201,8 @@ fn shed_reason(reason: &str) -> &str {
         "no_time" => "admitted only after its latest start",
         "wait_expired" => "no slot before its latest start",
         "rejected" => "never admissible",
+        "share_unknown" => "its node's part of the shared limit unknown in time",
+        "budget_after_wait" => "the wait left less than the call needs",
         other => other,
     }
 }
@@ -318,6 +336,7 @@ mod tests {
         let waited = line(
             &event(EventData::RateLimited(RateLimited {
                 tool: "get_order".into(),
+                model: None,
                 resource_group: "order_api".into(),
                 bucket: "requests".into(),
                 waited: Duration::from_millis(350),
@@ -333,6 +352,7 @@ mod tests {
         let shed = line(
             &event(EventData::CallShed(CallShed {
                 tool: "update_delivery_time".into(),
+                model: None,
                 resource_group: "order_api".into(),
                 reason: "no_time".into(),
                 waited: Duration::ZERO,

@@ -174,6 +174,7 @@ fn agent(desk: &OrderDesk, steps: u32) -> AgentBinding {
         fallbacks: Vec::new(),
         context_fallbacks: Vec::new(),
         provider_limits: Default::default(),
+        provider_tokens: Default::default(),
         model_retry: Default::default(),
         fan_out: Default::default(),
         planner: Default::default(),

@@ -129,6 +129,11 @@ pub fn bind_agent_using(
             Some((name.clone(), limit))
         })
         .collect();
+    let provider_tokens = std::iter::once(&agent.provider)
+        .chain(agent.fallbacks.iter().map(|l| &l.provider))
+        .chain(agent.context_fallbacks.iter().map(|l| &l.provider))
+        .filter_map(|name| Some((name.clone(), registry.provider(name)?.tokens?)))
+        .collect();
     let mut tools = BTreeMap::new();
     for spec in registry.agent_tools(agent) {
         tools.insert(spec.name.clone(), bind_tool(spec)?);
@@ -182,6 +187,7 @@ pub fn bind_agent_using(
         fallbacks,
         context_fallbacks,
         provider_limits,
+        provider_tokens,
         model_retry: agent.model_retry,
         fan_out: agent.fan_out,
         planner: agent.planner,
@@ -337,10 +343,14 @@ pub fn bind_model_using(
         .chain(&spec.fallbacks)
         .chain(&spec.context_fallbacks);
     let provider_limits = links
+        .clone()
         .filter_map(|l| {
             let limit = registry.provider(&l.provider)?.max_concurrency?;
             Some((l.provider.clone(), limit))
         })
+        .collect();
+    let provider_tokens = links
+        .filter_map(|l| Some((l.provider.clone(), registry.provider(&l.provider)?.tokens?)))
         .collect();
     let stream = registry
         .provider(&spec.primary.provider)
@@ -357,6 +367,7 @@ pub fn bind_model_using(
             .map(link)
             .collect::<Result<_, _>>()?,
         provider_limits,
+        provider_tokens,
         retry: rein_core::retry::RetryPolicy::default(),
         model_latency: default_model_latency(),
         stream,

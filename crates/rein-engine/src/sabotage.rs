@@ -22,6 +22,8 @@
 //! | `declare_before_shed` | a write is declared `pending` before the governor decides, and a shed leaves that record as it is | 3 |
 //! | `fixed_concurrency` | a resource group's adaptive limit stays at its ceiling: neither 429s nor rising latency shrink it | 7 |
 //! | `unreserved_final_turn` | a model call offered no tools (the last, minimal-output turn) reserves nothing: its `max_tokens` is the model's output cap | 2 |
+//! | `uncharged_model_tokens` | a model call charges nothing to its provider's `tokens_per_minute` bucket | 7 |
+//! | `ignore_provider_retry_after` | a provider's 429 with a time to wait does not pause the provider for the other calls | 7 |
 //!
 //! The hooks are marked `Sabotage hook` in the engine's `run/` modules
 //! (`guarded/`, `settle/`, `model_chain/ceiling.rs`, …).
@@ -79,6 +81,14 @@ pub struct Sabotage {
     /// `max_tokens` is the model's output cap instead of what the budget
     /// leaves, so its answer can overrun the token or cost ceiling.
     pub unreserved_final_turn: bool,
+    /// A model call charges nothing to its provider's token bucket
+    /// (`tokens_per_minute`): every call goes out whatever the tokens
+    /// already sent this minute.
+    pub uncharged_model_tokens: bool,
+    /// A provider's 429 with `Retry-After` is only its own call's retry
+    /// delay: the provider is not paused, so every other run keeps sending
+    /// into the provider's empty bucket.
+    pub ignore_provider_retry_after: bool,
 }
 
 /// A key different from `key` for attempt `attempt`: the original with the

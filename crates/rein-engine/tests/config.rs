@@ -419,6 +419,8 @@ large = 8000
 kind = "anthropic"
 base_url = "http://127.0.0.1:2/v1"
 max_output_tokens = { claude = 2000 }
+tokens_per_minute = 90000
+token_burst = 30000
 
 [models.smart]
 provider = "main"
@@ -459,4 +461,11 @@ wall_clock = "30s"
         .map(|(p, n)| (p.as_str(), n.get()))
         .collect();
     assert_eq!(ceilings, vec![("main", 4)], "backup is unlimited");
+    // The token bucket of every provider the agent may ask goes with it.
+    let buckets: Vec<(&str, u64, u64)> = agent
+        .provider_tokens
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.per_minute.get(), t.burst.get()))
+        .collect();
+    assert_eq!(buckets, vec![("backup", 90_000, 30_000)], "main has none");
 }

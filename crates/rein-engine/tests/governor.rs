@@ -114,13 +114,16 @@ async fn a_write_shed_for_lack_of_time_is_never_sent_and_leaves_no_pending_recor
         .filter(|(k, _)| *k == EventKind::ToolCallStarted)
         .count();
     assert_eq!(started, 1, "the shed call made no attempt");
-    let expired = events
+    let shed = events
         .iter()
-        .find(|(k, _)| *k == EventKind::ConcurrencyWaitExpired)
+        .find(|(k, _)| *k == EventKind::CallShed)
         .expect("the shed is recorded");
-    assert_eq!(
-        expired.1["queue_wait_ms"], 0,
-        "shed at once, without waiting"
+    assert_eq!(shed.1["waited_ms"], 0, "shed at once, without waiting");
+    assert!(
+        !events
+            .iter()
+            .any(|(k, _)| *k == EventKind::ConcurrencyWaitExpired),
+        "one event per shed: call_shed"
     );
 }
 

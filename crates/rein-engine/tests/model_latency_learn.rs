@@ -176,6 +176,7 @@ async fn a_streamed_answer_is_sampled_to_its_first_event_and_to_its_end() {
         fallbacks: Vec::new(),
         context_fallbacks: Vec::new(),
         provider_limits: Default::default(),
+        provider_tokens: Default::default(),
         retry: rein_core::retry::RetryPolicy::default(),
         model_latency: rein_core::LatencyProfile::new(ms(5), ms(50), ms(100), 0).unwrap(),
         stream: rein_engine::provider::StreamSettings::default(),

@@ -1247,16 +1247,13 @@ async fn a_ceiling_is_shared_across_runs_and_a_slot_not_free_before_the_deadline
     );
     let events = kinds(&h, &second).await;
     assert!(!events.iter().any(|(k, _)| *k == EventKind::ToolCallStarted));
-    let expired = events
+    let shed = events
         .iter()
-        .find(|(k, _)| *k == EventKind::ConcurrencyWaitExpired)
+        .find(|(k, _)| *k == EventKind::CallShed)
         .expect("the wait is recorded");
-    assert_eq!(expired.1["resource_group"], "order_api");
-    assert_eq!(expired.1["max_concurrency"], 1);
-    assert!(
-        expired.1["queue_wait_ms"].as_u64().unwrap() >= 500,
-        "{expired:?}"
-    );
+    assert_eq!(shed.1["resource_group"], "order_api");
+    assert_eq!(shed.1["reason"], "wait_expired");
+    assert!(shed.1["waited_ms"].as_u64().unwrap() >= 500, "{shed:?}");
     // A structured, not-applied timeout, shed by the governor at step 4
     // (before any attempt, so there is nothing to retry).
     assert!(

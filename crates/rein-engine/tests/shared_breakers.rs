@@ -43,6 +43,7 @@ fn binding(base_url: &str) -> ModelBinding {
         fallbacks: Vec::new(),
         context_fallbacks: Vec::new(),
         provider_limits: std::collections::BTreeMap::new(),
+        provider_tokens: Default::default(),
         retry: rein_core::retry::RetryPolicy::default(),
         model_latency: rein_core::LatencyProfile::new(ms(5), ms(50), ms(100), 0).unwrap(),
         stream: StreamSettings::default(),

@@ -18,6 +18,7 @@ use crate::store_fault::StoreFault;
 
 mod fan_out;
 mod governor;
+mod model_rate;
 
 const GET: &str = "get_order";
 const UPDATE: &str = UPDATE_DELIVERY_TIME;
@@ -158,6 +159,7 @@ pub fn catalog() -> Vec<Scenario> {
     all.extend(super::ceilings::ceilings());
     all.extend(fan_out::shedding());
     all.extend(super::ceilings::last_turn());
+    all.extend(model_rate::provider_limits());
     all.extend(governor::governor());
     all
 }

@@ -26,7 +26,7 @@ pub use catalog::catalog;
 
 /// The catalog's version: bumped whenever a scenario's parameters or the
 /// chaos world change.
-pub const CATALOG_VERSION: u32 = 3;
+pub const CATALOG_VERSION: u32 = 4;
 
 /// Where a scenario injects its faults (seed 000's four layers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -110,6 +110,9 @@ pub struct Tune {
     /// fall under the injected fault and rise back after it
     /// (`invariant/adaptive.rs`).
     pub adaptive_probe: bool,
+    /// Token bucket of the agent's model provider: (tokens per minute,
+    /// token burst).
+    pub provider_tokens: Option<(u64, u64)>,
 }
 
 /// What a scenario does.
@@ -157,6 +160,9 @@ pub struct Plan {
     /// stop answers at `max_tokens`, as a provider does, instead of
     /// reporting the script's usage.
     pub metered: bool,
+    /// Whether the mock model servers hold a 429's `Retry-After` for every
+    /// request ([`Plan::enforced_retry_after`]).
+    pub enforce_retry_after: bool,
 }
 
 /// A run submitted over HTTP by a client that retries.
@@ -200,12 +206,21 @@ impl Plan {
             agent: None,
             backup: None,
             metered: false,
+            enforce_retry_after: false,
         }
     }
 
     /// Makes the mock model servers count usage as a provider does.
     pub fn metered(mut self) -> Plan {
         self.metered = true;
+        self
+    }
+
+    /// The mock model servers hold a scripted 429's `Retry-After` for the
+    /// whole account, as a provider does: a request within it is answered
+    /// 429 again and counted (`Evidence::model_hammered`).
+    pub fn enforced_retry_after(mut self) -> Plan {
+        self.enforce_retry_after = true;
         self
     }
 

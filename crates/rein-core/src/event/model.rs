@@ -164,7 +164,10 @@ pub struct ModelCallFailed {
     pub key_env: Option<String>,
 }
 
-/// `model_queue_waited`: a model call waited for a slot of its provider.
+/// `model_queue_waited`: a model call waited for a slot of its provider
+/// (its `max_concurrency`) and then went. A wait for the provider's token
+/// bucket or for the end of its pause after a 429 is `rate_limited`; a call
+/// that did not go is `call_shed`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelQueueWaited {
     /// The provider.
@@ -174,7 +177,9 @@ pub struct ModelQueueWaited {
     /// How long the call waited.
     #[serde(rename = "queue_wait_ms", with = "super::millis")]
     pub queue_wait: Duration,
-    /// Whether it gave up waiting (at its deadline).
+    /// Whether it gave up waiting (at its deadline). Always `false` as
+    /// written now (a call that gave up is `call_shed`); `true` only in
+    /// event logs of earlier versions.
     pub expired: bool,
 }
 

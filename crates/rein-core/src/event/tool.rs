@@ -244,6 +244,10 @@ impl ToolCallFinished {
 
 /// `concurrency_wait_expired`: an attempt waited for a slot of its
 /// resource group until its deadline and was not made.
+///
+/// No longer written: a call the governor does not let through is a
+/// `call_shed` (reason `wait_expired`), whichever attempt it is. Kept so
+/// that event logs written by earlier versions still read.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConcurrencyWaitExpired {
     /// The tool.

@@ -83,6 +83,39 @@ impl GovernorConfig {
     }
 }
 
+impl GovernorConfig {
+    /// The governor of a model provider from the registry's
+    /// `[providers.NAME]` settings: `max_concurrency = N` a ceiling of `N`
+    /// that stays there (model calls do not adapt it; `min = 1` so that a
+    /// cluster can divide it), none a ceiling of
+    /// [`MAX_CONCURRENCY_CEILING`]; `tokens_per_minute` and `token_burst`
+    /// the token bucket. One mapping, used by the engine to build the
+    /// provider's governor and by the registry check to refuse what that
+    /// governor would refuse.
+    pub fn provider(
+        max_concurrency: Option<std::num::NonZeroU32>,
+        tokens: Option<crate::registry::TokenLimit>,
+    ) -> GovernorConfig {
+        let mut config = GovernorConfig::default();
+        if let Some(tokens) = tokens {
+            config.tokens_per_minute = Some(tokens.per_minute.get());
+            config.token_burst = Some(tokens.burst.get());
+        }
+        // `min = 1`, not `N`: the limit never adapts (model calls release
+        // their slots teaching it nothing), but a cluster divides the
+        // ceiling, and a node's part may be below `N` (the adaptive
+        // limit never goes below its `min`).
+        let (min, max) = match max_concurrency {
+            Some(n) => (1, n.get()),
+            None => (MAX_CONCURRENCY_CEILING, MAX_CONCURRENCY_CEILING),
+        };
+        config.concurrency.min = min;
+        config.concurrency.max = max;
+        config.concurrency.initial = Some(max);
+        config
+    }
+}
+
 impl Default for GovernorConfig {
     fn default() -> Self {
         GovernorConfig {

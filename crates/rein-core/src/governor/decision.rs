@@ -41,6 +41,10 @@ pub enum BucketKind {
     Requests,
     /// Model tokens per minute (`tokens_per_minute`, `token_burst`).
     Tokens,
+    /// The provider's own limit: it answered 429 with a time to wait
+    /// (`Retry-After`, or a rate-limit reset header), and the group holds
+    /// every call until then ([`Governor::pause_until`](super::Governor::pause_until)).
+    Provider,
 }
 
 impl BucketKind {
@@ -49,6 +53,7 @@ impl BucketKind {
         match self {
             BucketKind::Requests => "requests",
             BucketKind::Tokens => "tokens",
+            BucketKind::Provider => "provider",
         }
     }
 }

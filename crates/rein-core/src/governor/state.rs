@@ -189,12 +189,16 @@ pub struct Governor {
     whole: Whole,
     /// The nodes the limits are divided among now.
     members: Members,
+    /// Until when the provider behind the group asked not to be called
+    /// (its 429's `Retry-After`): nothing is granted before.
+    paused_until: Option<Instant>,
 }
 
 /// A group's limits before any division among nodes.
 #[derive(Debug, Clone, Copy)]
 struct Whole {
     requests: Option<(Rate, u64)>,
+    tokens: Option<(Rate, u64)>,
     max_concurrency: u32,
 }
 
@@ -220,6 +224,7 @@ impl Governor {
         let s = Settings::validate(&config)?;
         let whole = Whole {
             requests: s.requests.as_ref().map(|b| (b.rate(), b.burst())),
+            tokens: s.tokens.as_ref().map(|b| (b.rate(), b.burst())),
             max_concurrency: s.limit.max,
         };
         Ok(Governor {
@@ -232,6 +237,7 @@ impl Governor {
             queue: FairQueue::new(s.quotas.weights, s.batch_share),
             next: None,
             next_ticket: 0,
+            paused_until: None,
         })
     }
 
@@ -239,9 +245,9 @@ impl Governor {
     /// `now`: this node keeps its [part](Members::part) of the burst and
     /// the ceiling and its [part](Members::rate_part) of the rate (see
     /// `share.rs` for the accuracy this gives a cluster). The buckets keep
-    /// their level in proportion, so a change never grants a fresh burst;
-    /// the token bucket of a model group is not divided (tokens per minute
-    /// are a provider account's, counted where the usage is known).
+    /// their level in proportion, so a change never grants a fresh burst.
+    /// The token bucket of a model group is divided the same way: the
+    /// account's tokens per minute are the cluster's, not each node's.
     /// [`Members::ALONE`] restores the whole limits. Call
     /// [`poll`](Governor::poll) afterwards: a larger part may let waiters
     /// go.
@@ -255,6 +261,9 @@ impl Governor {
             }
             part
         });
+        if let (Some((rate, burst)), Some(bucket)) = (self.whole.tokens, &mut self.tokens) {
+            let _ = bucket.reshape(members.rate_part(rate), members.part(burst), now);
+        }
         let max = members.part(u64::from(self.whole.max_concurrency));
         self.limit
             .reshape_ceiling(u32::try_from(max).unwrap_or(u32::MAX));
@@ -283,6 +292,33 @@ impl Governor {
     /// The token bucket, if the group has one.
     pub fn tokens_bucket(&self) -> Option<&TokenBucket> {
         self.tokens.as_ref()
+    }
+
+    /// Holds every call until `until`: the provider behind the group
+    /// answered 429 and said when to come back (`Retry-After`, or a
+    /// rate-limit reset header). Calls admitted meanwhile queue with
+    /// [`Cause::RateLimited`] on [`BucketKind::Provider`], and the queue
+    /// moves again at `until`. A pause only ever extends (an earlier
+    /// `until` than the one held changes nothing); `true` when it did.
+    ///
+    /// # Why
+    ///
+    /// A 429 is the provider's own bucket speaking: it is empty for the
+    /// whole account, so every run calling the provider would get the
+    /// same answer. Holding the group stops rein from hammering it (and
+    /// from spending retries that cannot succeed) instead of each run
+    /// learning it alone.
+    pub fn pause_until(&mut self, until: Instant, now: Instant) -> bool {
+        if until <= now || self.paused_until.is_some_and(|p| p >= until) {
+            return false;
+        }
+        self.paused_until = Some(until);
+        true
+    }
+
+    /// Until when the group holds every call, if it does at `now`.
+    pub fn paused(&self, now: Instant) -> Option<Instant> {
+        self.paused_until.filter(|p| *p > now)
     }
 
     /// Requests waiting.
@@ -484,6 +520,9 @@ impl Governor {
     /// Takes one call from the request bucket and `tokens` from the token
     /// bucket, both or neither.
     fn take_tokens(&mut self, tokens: u64, now: Instant) -> Result<(), (BucketKind, Instant)> {
+        if let Some(until) = self.paused(now) {
+            return Err((BucketKind::Provider, until));
+        }
         if let Some(bucket) = &mut self.requests {
             if let Some(until) = waits(bucket.try_acquire(1, now)) {
                 return Err((BucketKind::Requests, until));
@@ -518,7 +557,11 @@ impl Governor {
     fn ready_at(&self, tokens: u64, now: Instant) -> Instant {
         let requests = self.requests.as_ref().and_then(|b| b.ready_at(1, now));
         let tokens = self.tokens.as_ref().and_then(|b| b.ready_at(tokens, now));
-        requests.into_iter().chain(tokens).fold(now, Instant::max)
+        requests
+            .into_iter()
+            .chain(tokens)
+            .chain(self.paused(now))
+            .fold(now, Instant::max)
     }
 }
 

@@ -47,7 +47,7 @@ use super::server::{ApiKeySpec, ServerSpec, empty_key_digest, parse_byte_size, p
 use super::spec::{
     AdapterSpec, AgentSpec, IdempotencySpec, LatencySpec, ModelBindingSpec, ModelLink,
     ModelRetryLimits, Price, ProviderKind, ProviderSpec, RateLimit, Registry, ResourceGroupSpec,
-    StreamSpec, ToolSpec,
+    StreamSpec, TokenLimit, ToolSpec,
 };
 use super::telemetry::{DEFAULT_SERVICE_NAME, TelemetryConfig, TelemetrySpec};
 use crate::breaker::{Breakers, BreakersConfig};
@@ -412,6 +412,7 @@ impl<'a> Checker<'a> {
                 limit
             }
         };
+        let tokens = self.provider_tokens(file, &p, c, max_concurrency);
         let stream = match (&c.stream, kind.as_ref().and_then(ProviderKind::timeout)) {
             (Some(stream), Some(timeout)) => {
                 // A zero timeout is already reported; compare against the
@@ -478,9 +479,67 @@ impl<'a> Checker<'a> {
             output_caps,
             output_fields: c.output_tokens_field.clone(),
             max_concurrency,
+            tokens,
             stream,
             source: file.to_path_buf(),
         })
+    }
+
+    /// A provider's token bucket (`tokens_per_minute`, `token_burst`),
+    /// refused where the provider's governor would refuse it.
+    fn provider_tokens(
+        &mut self,
+        file: &Path,
+        p: &str,
+        c: &ProviderConfig,
+        max_concurrency: Option<NonZeroU32>,
+    ) -> Option<TokenLimit> {
+        let per_minute = match (c.tokens_per_minute, c.token_burst) {
+            (None, None) => return None,
+            (None, Some(_)) => {
+                self.report(
+                    file,
+                    format!("{p}.token_burst"),
+                    "has no effect without tokens_per_minute: set both, or leave both out",
+                );
+                return None;
+            }
+            (Some(tpm), _) => match NonZeroU64::new(tpm) {
+                Some(tpm) => tpm,
+                None => {
+                    self.report(
+                        file,
+                        format!("{p}.tokens_per_minute"),
+                        "must be greater than zero; leave it out for no token bucket",
+                    );
+                    return None;
+                }
+            },
+        };
+        let burst = match c.token_burst.map(NonZeroU64::new) {
+            None => per_minute,
+            Some(Some(burst)) => burst,
+            Some(None) => {
+                self.report(
+                    file,
+                    format!("{p}.token_burst"),
+                    "must be greater than zero; leave it out for a bucket of tokens_per_minute",
+                );
+                return None;
+            }
+        };
+        let tokens = TokenLimit::new(per_minute, burst);
+        let config = crate::governor::GovernorConfig::provider(max_concurrency, Some(tokens));
+        if let Err(e) = crate::governor::Governor::new(config) {
+            let field = if e.field().contains("token_burst") {
+                "token_burst"
+            } else {
+                "tokens_per_minute"
+            };
+            self.report(file, format!("{p}.{field}"), e.to_string());
+            return None;
+        }
+        Some(tokens)
     }
 
     /// The settings shared by providers that call an HTTP API (`openai`,

@@ -133,6 +133,14 @@ pub struct ProviderConfig {
     /// Calls to this provider in flight at once, across every agent bound
     /// to it; unlimited if unset.
     pub max_concurrency: Option<u32>,
+    /// Model tokens per minute across every caller of this provider: each
+    /// call is charged its prompt estimate plus its reserved output before
+    /// it is sent, and settled with the usage the provider counted;
+    /// unlimited if unset.
+    pub tokens_per_minute: Option<u64>,
+    /// The token bucket's size; `tokens_per_minute` if unset. Needs
+    /// `tokens_per_minute`.
+    pub token_burst: Option<u64>,
     /// Stream every call, with these limits (`[providers.NAME.stream]`);
     /// calls are not streamed when absent.
     pub stream: Option<StreamConfig>,

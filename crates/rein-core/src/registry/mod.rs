@@ -35,6 +35,7 @@
 //! | an agent names an unknown tool or provider; a tool an unknown resource group | the reference |
 //! | a provider field of another kind (`script` on `openai`/`anthropic`; `base_url`, `api_key_env`, `timeout` or `[stream]` on `scripted`); an `api_key_env` that is not a variable name; a zero `timeout` | `providers.NAME.*` |
 //! | a provider `max_concurrency` of 0 | `providers.NAME.max_concurrency` |
+//! | a provider `tokens_per_minute` or `token_burst` of 0 or above 10^12; a `token_burst` without `tokens_per_minute` | `providers.NAME.tokens_per_minute`, `providers.NAME.token_burst` |
 //! | a `[stream]` timeout of zero, or longer than the provider's `timeout` (default included), which bounds the whole call | `providers.NAME.stream.first_byte_timeout`, `….idle_timeout` |
 //! | a model binding without `provider` or `model`, or naming an unknown provider | `models.NAME.provider`, `models.NAME.model` |
 //! | a fallback without `provider` or `model`, or naming an unknown provider (of a binding or an agent) | `models.NAME.fallbacks[N].provider`, `agents.NAME.context_fallbacks[N].model`, … |
@@ -80,6 +81,8 @@
 //! | `agents.*.model_latency` (more than 0, at most [`MAX_MODEL_LATENCY`], 10 min) | [`DEFAULT_MODEL_LATENCY`] (500 ms; p95 4 ×, p99 10 ×) |
 //! | `providers.*.timeout` (openai, anthropic) | [`DEFAULT_PROVIDER_TIMEOUT`] (60 s) |
 //! | `providers.*.max_concurrency` | unlimited |
+//! | `providers.*.tokens_per_minute` | unlimited (no token bucket) |
+//! | `providers.*.token_burst` | `tokens_per_minute` |
 //! | `providers.*.stream` | absent: calls are not streamed |
 //! | `providers.*.stream.first_byte_timeout` | [`DEFAULT_STREAM_FIRST_BYTE_TIMEOUT`] (20 s) |
 //! | `providers.*.stream.idle_timeout` | [`DEFAULT_STREAM_IDLE_TIMEOUT`] (10 s) |
@@ -178,7 +181,7 @@ pub use server::{
 pub use spec::{
     AdapterSpec, AgentSpec, HttpMethod, IdempotencySpec, LatencySpec, ModelBindingSpec, ModelLink,
     ModelRetryLimits, Price, ProviderKind, ProviderSpec, RateLimit, Registry, ResourceGroupSpec,
-    SideEffectTier, StreamSpec, ToolSpec,
+    SideEffectTier, StreamSpec, TokenLimit, ToolSpec,
 };
 
 pub use store::{

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::num::NonZeroU32;
+use std::num::{NonZeroU32, NonZeroU64};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -412,6 +412,9 @@ pub struct ProviderSpec {
     /// A provider's rate limits and capacity are the account's, not one
     /// agent's, so the limit is shared by everything that calls it.
     pub max_concurrency: Option<NonZeroU32>,
+    /// Tokens per minute across every caller of the provider
+    /// (`tokens_per_minute`, `token_burst`); unlimited when `None`.
+    pub tokens: Option<TokenLimit>,
     /// When set, every call streams and these limits apply; never set on a
     /// scripted provider.
     pub stream: Option<StreamSpec>,
@@ -512,6 +515,26 @@ pub struct ModelBindingSpec {
     pub context_fallbacks: Vec<ModelLink>,
     /// The config file it was defined in.
     pub source: PathBuf,
+}
+
+/// A model provider's token bucket (`tokens_per_minute`, `token_burst`):
+/// what its account lets rein send per minute, charged with each call's
+/// prompt estimate and reserved output before it is sent and settled with
+/// the usage the provider counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TokenLimit {
+    /// Tokens refilled per minute.
+    pub per_minute: NonZeroU64,
+    /// The bucket's size; `per_minute` unless set.
+    pub burst: NonZeroU64,
+}
+
+impl TokenLimit {
+    /// A bucket of `burst` tokens refilled at `per_minute`.
+    pub fn new(per_minute: NonZeroU64, burst: NonZeroU64) -> TokenLimit {
+        TokenLimit { per_minute, burst }
+    }
 }
 
 /// A token bucket: `per_sec` sustained, `burst` at once.

@@ -1992,6 +1992,64 @@ base_url = "api.anthropic.com"
 }
 
 #[test]
+fn provider_token_bucket_is_read_and_refused_where_it_could_not_hold() {
+    let text = r#"
+[providers.fast]
+kind = "openai"
+base_url = "http://127.0.0.1:9/v1"
+tokens_per_minute = 90000
+[providers.wide]
+kind = "scripted"
+script = "s.json"
+tokens_per_minute = 60000
+token_burst = 15000
+"#;
+    let reg = build(&[("rein.toml", text)]).unwrap();
+    let fast = reg.provider("fast").unwrap().tokens.unwrap();
+    assert_eq!((fast.per_minute.get(), fast.burst.get()), (90_000, 90_000));
+    let wide = reg.provider("wide").unwrap().tokens.unwrap();
+    assert_eq!((wide.per_minute.get(), wide.burst.get()), (60_000, 15_000));
+    assert_eq!(reg.provider("fast").unwrap().max_concurrency, None);
+
+    let bad = r#"
+[providers.a]
+kind = "openai"
+base_url = "http://x/v1"
+tokens_per_minute = 0
+[providers.b]
+kind = "openai"
+base_url = "http://x/v1"
+token_burst = 100
+[providers.c]
+kind = "openai"
+base_url = "http://x/v1"
+tokens_per_minute = 1000
+token_burst = 0
+[providers.d]
+kind = "openai"
+base_url = "http://x/v1"
+tokens_per_minute = 2000000000000
+"#;
+    assert_eq!(
+        fields(bad),
+        vec![
+            "providers.a.tokens_per_minute",
+            "providers.b.token_burst",
+            "providers.c.token_burst",
+            "providers.d.tokens_per_minute",
+        ]
+    );
+    assert_eq!(
+        message_of(bad, "providers.a.tokens_per_minute"),
+        "must be greater than zero; leave it out for no token bucket"
+    );
+    assert_eq!(
+        message_of(bad, "providers.b.token_burst"),
+        "has no effect without tokens_per_minute: set both, or leave both out"
+    );
+}
+
+#[test]
 fn provider_settings_out_of_range_name_their_field() {
     let text = r#"
 [providers.a]

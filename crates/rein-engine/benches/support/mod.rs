@@ -111,6 +111,7 @@ pub fn agent(desk: &OrderDesk, script: &str) -> AgentBinding {
         fallbacks: Vec::new(),
         context_fallbacks: Vec::new(),
         provider_limits: Default::default(),
+        provider_tokens: Default::default(),
         model_retry: Default::default(),
         fan_out: Default::default(),
         planner: Default::default(),

@@ -236,6 +236,16 @@ impl Metrics {
                     .inc();
             }
             EventData::CallShed(d) => {
+                // `concurrency_wait_expired` is no longer written: a tool
+                // call that found no slot in time is this shed, and keeps
+                // the counter it always had.
+                if d.reason == "wait_expired" && !d.tool.is_empty() {
+                    f.tool_queue_expired
+                        .get_or_create(&Group {
+                            group: d.resource_group.clone(),
+                        })
+                        .inc();
+                }
                 f.shed
                     .get_or_create(&Shed {
                         group: d.resource_group.clone(),

@@ -276,6 +276,7 @@ fn governor_decisions_are_counted_by_group_and_cause() {
     let s = scope();
     let waited = RateLimited {
         tool: "get_order".into(),
+        model: None,
         resource_group: "order_api".into(),
         bucket: "requests".into(),
         waited: Duration::from_millis(40),
@@ -285,6 +286,7 @@ fn governor_decisions_are_counted_by_group_and_cause() {
     m.record(
         &event(CallShed {
             tool: "update".into(),
+            model: None,
             resource_group: "order_api".into(),
             reason: "no_time".into(),
             waited: Duration::ZERO,

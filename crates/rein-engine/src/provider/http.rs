@@ -75,13 +75,61 @@ pub(super) async fn post_json(
     Ok(text)
 }
 
-/// The `Retry-After` header of a response, as text.
+/// The `Retry-After` header of a response, as text; for a 429 without
+/// one, the later of OpenAI's `x-ratelimit-reset-requests` and
+/// `x-ratelimit-reset-tokens` (when the account's buckets refill), as
+/// whole seconds rounded up.
+///
+/// # Why the reset headers
+///
+/// An OpenAI-compatible server that answers 429 often says *when* in its
+/// rate-limit headers instead of `Retry-After`. They are read on a 429
+/// only: on other answers they describe buckets that are not empty.
 pub(super) fn retry_after(response: &reqwest::Response) -> Option<String> {
-    response
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
+    let headers = response.headers();
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(value) = header(reqwest::header::RETRY_AFTER.as_str()) {
+        return Some(value.to_owned());
+    }
+    if response.status() != reqwest::StatusCode::TOO_MANY_REQUESTS {
+        return None;
+    }
+    ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"]
+        .into_iter()
+        .filter_map(|name| header(name).and_then(parse_reset))
+        .max()
+        .map(|reset| reset.as_secs_f64().ceil().max(1.0).to_string())
+}
+
+/// An OpenAI rate-limit reset (`1s`, `6m0s`, `20ms`, `1.5s`, `1h2m3s`);
+/// `None` for anything else.
+fn parse_reset(text: &str) -> Option<Duration> {
+    let mut total = Duration::ZERO;
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let number: f64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let (unit, len) = if rest.starts_with("ms") {
+            (0.001, 2)
+        } else if rest.starts_with('s') {
+            (1.0, 1)
+        } else if rest.starts_with('m') {
+            (60.0, 1)
+        } else if rest.starts_with('h') {
+            (3600.0, 1)
+        } else {
+            return None;
+        };
+        rest = &rest[len..];
+        total = total.checked_add(Duration::try_from_secs_f64(number * unit).ok()?)?;
+    }
+    Some(total)
 }
 
 /// Classifies a transport error: refused before sending, timed out, or
@@ -226,6 +274,19 @@ pub(super) fn malformed(name: &str, why: &str, text: &str) -> Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rate_limit_resets_read_as_openai_writes_them() {
+        let ms = Duration::from_millis;
+        assert_eq!(parse_reset("1s"), Some(ms(1_000)));
+        assert_eq!(parse_reset("6m0s"), Some(ms(360_000)));
+        assert_eq!(parse_reset("20ms"), Some(ms(20)));
+        assert_eq!(parse_reset("1.5s"), Some(ms(1_500)));
+        assert_eq!(parse_reset("1h2m3s"), Some(ms(3_723_000)));
+        assert_eq!(parse_reset(""), None);
+        assert_eq!(parse_reset("soon"), None);
+        assert_eq!(parse_reset("5"), None);
+    }
 
     /// The wall clock of an error answer; only relative `Retry-After`
     /// values occur here.

@@ -197,6 +197,12 @@ pub struct AgentBinding {
     /// slot within its deadline. A provider not named here is unlimited and
     /// costs nothing extra.
     pub provider_limits: BTreeMap<String, NonZeroU32>,
+    /// Token buckets per provider name (`tokens_per_minute`), shared by
+    /// every run of the engine and the gateway: each model call is charged
+    /// its prompt estimate and reserved output before it is sent, and
+    /// settled with the usage the provider counted. A provider not named
+    /// here has no token bucket.
+    pub provider_tokens: BTreeMap<String, rein_core::registry::TokenLimit>,
     /// The run's own ceiling on model retries, apart from tool retries and
     /// from the model's self-healing.
     pub model_retry: rein_core::registry::ModelRetryLimits,

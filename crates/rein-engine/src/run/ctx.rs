@@ -148,6 +148,12 @@ impl model_chain::TurnHost for RunCtx<'_> {
         &self.agent.provider_limits
     }
 
+    fn provider_tokens(
+        &self,
+    ) -> &std::collections::BTreeMap<String, rein_core::registry::TokenLimit> {
+        &self.agent.provider_tokens
+    }
+
     fn cost_account(&self) -> Option<String> {
         Some(format!("{}/{}", self.tenant, self.agent.name))
     }

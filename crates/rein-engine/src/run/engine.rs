@@ -33,7 +33,8 @@ pub(super) struct Shared {
     pub(super) retry_records: Mutex<HashMap<String, rein_core::retry::RetryRecord>>,
     pub(super) rng: Mutex<StdRng>,
     pub(super) slots: concurrency::GroupSlots,
-    /// Concurrency slots per provider (`max_concurrency`), by name.
+    /// The gate of every provider, by name: its `max_concurrency`,
+    /// `tokens_per_minute` and pause after a 429.
     pub(super) provider_slots: concurrency::GroupSlots,
     /// Counters of every decision, per target.
     pub(super) metrics: Arc<crate::metrics::Metrics>,
@@ -289,8 +290,11 @@ impl EngineBuilder {
                 retry_budgets: Mutex::new(HashMap::new()),
                 retry_records: Mutex::new(HashMap::new()),
                 rng: Mutex::new(rng),
-                slots: concurrency::GroupSlots::shared(self.clock.clone(), cluster),
-                provider_slots: concurrency::GroupSlots::new(self.clock.clone()),
+                slots: concurrency::GroupSlots::shared(self.clock.clone(), cluster.clone()),
+                // Providers' ceilings and token buckets are the account's:
+                // divided with the cluster like the groups' (leases
+                // `provider:NAME`).
+                provider_slots: concurrency::GroupSlots::shared(self.clock.clone(), cluster),
                 metrics: Arc::new(crate::metrics::Metrics::new(self.metrics_labels)),
                 live: tree::LiveRegistry::default(),
                 shared_breakers,
@@ -493,6 +497,7 @@ impl Engine {
     /// of `rein run`). Calls made afterwards keep this node's last part.
     pub async fn leave_shared_limits(&self) {
         self.shared.slots.leave_cluster().await;
+        self.shared.provider_slots.leave_cluster().await;
     }
 
     /// Whether [`Engine::interrupt`] was called.

@@ -100,6 +100,7 @@ pub(super) fn agent() -> AgentBinding {
         fallbacks: Vec::new(),
         context_fallbacks: Vec::new(),
         provider_limits: BTreeMap::new(),
+        provider_tokens: BTreeMap::new(),
         model_retry: Default::default(),
         fan_out: Default::default(),
         planner: Default::default(),

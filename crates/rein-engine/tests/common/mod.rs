@@ -141,6 +141,7 @@ pub fn agent(desk: &OrderDesk, provider: Arc<dyn ModelProvider>, status_url: boo
         fallbacks: Vec::new(),
         context_fallbacks: Vec::new(),
         provider_limits: BTreeMap::new(),
+        provider_tokens: BTreeMap::new(),
         model_retry: Default::default(),
         fan_out: Default::default(),
         planner: Default::default(),

@@ -158,6 +158,12 @@ pub struct MockModelConfig {
     /// Models that refuse `max_tokens` on Chat Completions and take only
     /// `max_completion_tokens`, as OpenAI's reasoning models do.
     pub completion_tokens_only: BTreeSet<String>,
+    /// Whether a scripted 429 with `Retry-After: N` (seconds) holds for
+    /// the whole account, as a real provider's does: every request that
+    /// arrives within those `N` seconds is answered 429 too (with what is
+    /// left of the wait), without consuming the script, and counted in
+    /// [`MockModel::hammered`].
+    pub enforce_retry_after: bool,
 }
 
 impl Default for MockModelConfig {
@@ -173,6 +179,7 @@ impl Default for MockModelConfig {
             output_caps: BTreeMap::new(),
             metered: false,
             completion_tokens_only: BTreeSet::new(),
+            enforce_retry_after: false,
         }
     }
 }
@@ -247,6 +254,13 @@ impl MockModelConfig {
         self
     }
 
+    /// Holds a scripted 429's `Retry-After` for every request, as a real
+    /// provider does (see [`MockModelConfig::enforce_retry_after`]).
+    pub fn with_enforced_retry_after(mut self) -> MockModelConfig {
+        self.enforce_retry_after = true;
+        self
+    }
+
     /// Makes a stream wait `interval` between two events: a slow stream
     /// rather than a late one.
     pub fn with_event_interval(mut self, interval: Duration) -> MockModelConfig {
@@ -304,6 +318,12 @@ struct ModelState {
     requests: Vec<RecordedRequest>,
     answered: u64,
     usage: Vec<UsageEntry>,
+    /// Until when a 429's `Retry-After` holds (`enforce_retry_after`).
+    paused_until: Option<tokio::time::Instant>,
+    /// Requests that arrived while it held.
+    hammered: usize,
+    /// When each request arrived, on tokio's clock, in arrival order.
+    arrivals: Vec<tokio::time::Instant>,
 }
 
 /// The shared state of one mock model.
@@ -319,6 +339,7 @@ pub(crate) struct Model {
     output_caps: BTreeMap<String, u64>,
     metered: bool,
     completion_tokens_only: BTreeSet<String>,
+    enforce_retry_after: bool,
     in_flight: AtomicUsize,
     peak_in_flight: AtomicUsize,
 }
@@ -359,6 +380,7 @@ impl Model {
 
     fn record(&self, arrival: Arrival) {
         let mut st = self.lock();
+        st.arrivals.push(tokio::time::Instant::now());
         let seq = st.requests.len() as u64 + 1;
         st.requests.push(RecordedRequest {
             seq,
@@ -374,10 +396,28 @@ impl Model {
     fn next_reply(&self) -> (u64, Reply) {
         let mut st = self.lock();
         st.answered += 1;
+        let now = tokio::time::Instant::now();
+        if self.enforce_retry_after
+            && let Some(until) = st.paused_until.filter(|u| *u > now)
+        {
+            st.hammered += 1;
+            let left = until.saturating_duration_since(now).as_secs_f64().ceil() as u64;
+            return (
+                st.answered,
+                Reply::rate_limited(Some(crate::RetryAfter::Seconds(left.max(1)))),
+            );
+        }
         let reply = st
             .replies
             .pop_front()
             .unwrap_or_else(|| Reply::Message(self.fallback_message()));
+        if self.enforce_retry_after
+            && let Reply::Error(e) = &reply
+            && e.status == 429
+            && let Some(crate::RetryAfter::Seconds(secs)) = e.retry_after
+        {
+            st.paused_until = Some(now + Duration::from_secs(secs));
+        }
         (st.answered, reply)
     }
 
@@ -427,6 +467,9 @@ impl MockModel {
                 requests: Vec::new(),
                 answered: 0,
                 usage: Vec::new(),
+                paused_until: None,
+                hammered: 0,
+                arrivals: Vec::new(),
             }),
             api_key: config.api_key,
             echo_authorization: config.echo_authorization,
@@ -437,6 +480,7 @@ impl MockModel {
             output_caps: config.output_caps,
             metered: config.metered,
             completion_tokens_only: config.completion_tokens_only,
+            enforce_retry_after: config.enforce_retry_after,
             in_flight: AtomicUsize::new(0),
             peak_in_flight: AtomicUsize::new(0),
         });
@@ -508,6 +552,18 @@ impl MockModel {
     /// their body ends or is dropped.
     pub fn in_flight(&self) -> usize {
         self.model.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Requests that arrived while a 429's `Retry-After` held, answered
+    /// 429 again ([`MockModelConfig::with_enforced_retry_after`]): each is
+    /// a client that did not wait as it was told.
+    pub fn hammered(&self) -> usize {
+        self.model.lock().hammered
+    }
+
+    /// When each request arrived, on tokio's clock, in arrival order.
+    pub fn arrivals(&self) -> Vec<tokio::time::Instant> {
+        self.model.lock().arrivals.clone()
     }
 
     /// The most model requests ever served at once.

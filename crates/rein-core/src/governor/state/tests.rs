@@ -221,6 +221,74 @@ fn unknown_usage_keeps_the_estimate_charged() {
 }
 
 #[test]
+fn a_provider_pause_holds_every_call_until_it_ends_then_the_queue_moves() {
+    let mut g = governor(|c| c.tokens_per_minute = Some(60_000));
+    let (a, r1) = (tenant("a"), run("r1"));
+    assert!(g.pause_until(at(2_000), at(0)));
+    assert!(!g.pause_until(at(1_000), at(0)), "a pause only extends");
+    let Admit::Queued {
+        ticket,
+        cause,
+        not_before,
+    } = g.admit(Request::new(&a, &r1).tokens(10), at(0))
+    else {
+        panic!("a paused group grants nothing");
+    };
+    assert_eq!(
+        cause,
+        Cause::RateLimited {
+            bucket: BucketKind::Provider,
+            until: at(2_000)
+        }
+    );
+    assert_eq!(not_before, at(2_000));
+    assert_eq!(
+        g.poll(at(1_999)),
+        Poll::Blocked(Blocked::Until {
+            bucket: BucketKind::Provider,
+            at: at(2_000)
+        })
+    );
+    let grant = polled(g.poll(at(2_000)));
+    assert_eq!(grant.ticket, ticket);
+    assert_eq!(g.paused(at(2_000)), None);
+    assert!(
+        !g.pause_until(at(1_000), at(3_000)),
+        "a pause in the past is none"
+    );
+}
+
+#[test]
+fn a_providers_ceiling_is_divided_among_nodes() {
+    let two = std::num::NonZeroU32::new(2);
+    let mut g = Governor::new(GovernorConfig::provider(two, None)).unwrap();
+    assert_eq!(g.concurrency().limit(), 2);
+    let share = g.share_among(
+        Members::new(std::num::NonZeroU32::new(2).unwrap(), 1).unwrap(),
+        at(0),
+    );
+    assert_eq!(share.max_concurrency, 1);
+    assert_eq!(g.concurrency().limit(), 1, "the part, not the whole");
+    let (a, r1) = (tenant("a"), run("r1"));
+    let _held = granted(ask(&mut g, &a, &r1, at(0)));
+    let _ = queued(ask(&mut g, &a, &r1, at(0)));
+}
+
+#[test]
+fn the_token_bucket_is_divided_among_nodes() {
+    let mut g = governor(|c| c.tokens_per_minute = Some(60_000));
+    let share = g.share_among(
+        Members::new(std::num::NonZeroU32::new(2).unwrap(), 0).unwrap(),
+        at(0),
+    );
+    assert_eq!(share.members.count().get(), 2);
+    assert_eq!(g.tokens_bucket().unwrap().burst(), 30_000);
+    assert_eq!(g.tokens_bucket().unwrap().available(at(0)), 30_000);
+    let _ = g.share_among(Members::ALONE, at(0));
+    assert_eq!(g.tokens_bucket().unwrap().burst(), 60_000);
+}
+
+#[test]
 fn tokens_and_requests_are_taken_both_or_neither() {
     let mut g = governor(|c| {
         c.rate_per_sec = Some(1.0);

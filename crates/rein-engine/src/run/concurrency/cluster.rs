@@ -144,7 +144,7 @@ impl Cluster {
             let until = now_ms.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
             let renewed = self
                 .store
-                .renew_share_lease(&group.name, &self.node, now_ms, until.max(now_ms + 1))
+                .renew_share_lease(&group.lease, &self.node, now_ms, until.max(now_ms + 1))
                 .await;
             match renewed {
                 Ok(holders) => {

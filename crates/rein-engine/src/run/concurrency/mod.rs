@@ -44,8 +44,13 @@
 //! | `max_concurrency = N` | adaptive limit in `[1, N]`, starting at `N` | the operator's ceiling is where a healthy backend runs; the limit only goes below it on evidence (429, overload, timeouts, latency rising past 1.5 × its baseline) and grows back by one per round of successes |
 //! | `max_concurrency` unset | no ceiling (a fixed limit of 100 000) | as before the governor: the governor's own default of 64, or a start at 8, would silently cap every fan-out of a group that only asked for a rate |
 //!
-//! A provider's `max_concurrency` is a fixed ceiling (no adaptation: model
-//! calls are a later slice of the governor) served in arrival order.
+//! Every provider has a gate too ([`GroupSlots::provider_gate`]): its
+//! `max_concurrency` as a fixed ceiling (no adaptation), its
+//! `tokens_per_minute` bucket charged with each call's prompt bound and
+//! reserved output and settled with the usage ([`Slot::settle`]), and the
+//! pause a 429 with `Retry-After` sets ([`Gate::pause_until`]); callers are
+//! served in arrival order. With a cluster, a provider with limits shares
+//! them through the lease `provider:NAME`.
 //!
 //! Tenant and class: a tool call is admitted for its run's tenant, in its
 //! agent tree's class: [`Class::Batch`] when the root run was queued
@@ -66,11 +71,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rein_core::deadline::Deadline;
+use rein_core::governor::Settled;
 use rein_core::governor::{
     Adjustment, Admit, Blocked, Cause, Class, Completion, ConcurrencyConfig, Governor,
     GovernorConfig, MAX_CONCURRENCY_CEILING, Permit, Poll, Rejection, Request, Ticket,
 };
-use rein_core::registry::RateLimit;
+use rein_core::registry::{RateLimit, TokenLimit};
 use rein_core::{Category, Failure, Instant, RunId, TenantId};
 use tokio::sync::{oneshot, watch};
 
@@ -155,7 +161,7 @@ impl GroupSlots {
         if !limits.is_governed() {
             return None;
         }
-        Some(self.gate_with(group, limits, true, || limits.config()))
+        Some(self.gate_with(group, limits, Some(group.to_owned()), || limits.config()))
     }
 
     /// The gate of `group` as [`GroupSlots::governed`] makes it, but with
@@ -170,24 +176,34 @@ impl GroupSlots {
         if !limits.is_governed() {
             return None;
         }
-        Some(self.gate_with(group, limits, true, || {
+        Some(self.gate_with(group, limits, Some(group.to_owned()), || {
             let mut config = limits.config();
             config.concurrency = fixed(config.concurrency.max);
             config
         }))
     }
 
-    /// The gate of `group` under a fixed ceiling of `limit` (a provider's
-    /// `max_concurrency`).
-    pub(super) fn gate<'g>(&self, group: &'g str, limit: NonZeroU32) -> Gate<'g> {
+    /// The gate of provider `provider`: a fixed ceiling of its
+    /// `max_concurrency` (none: unlimited), its token bucket
+    /// (`tokens_per_minute`), and its pause after a 429. Every provider has
+    /// one, so a 429 holds the provider for every run of the engine. Its
+    /// share lease (when limits are shared with a cluster) is named
+    /// `provider:NAME`, apart from any resource group of the same name.
+    pub(super) fn provider_gate<'g>(
+        &self,
+        provider: &'g str,
+        limit: Option<NonZeroU32>,
+        tokens: Option<TokenLimit>,
+    ) -> Gate<'g> {
         let limits = GroupLimits {
             rate: None,
-            max_concurrency: Some(limit),
+            max_concurrency: limit,
         };
-        self.gate_with(group, limits, false, || {
-            let mut config = GovernorConfig::default();
-            config.concurrency = fixed(limit.get());
-            config
+        // A provider without limits has nothing to divide: only its pause,
+        // which is this process's.
+        let lease = (limit.is_some() || tokens.is_some()).then(|| format!("provider:{provider}"));
+        self.gate_with(provider, limits, lease, || {
+            GovernorConfig::provider(limit, tokens)
         })
     }
 
@@ -199,7 +215,7 @@ impl GroupSlots {
         };
         let names: Vec<String> = {
             let groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
-            groups.keys().cloned().collect()
+            groups.values().map(|g| g.lease.clone()).collect()
         };
         cluster.leave(&names).await;
     }
@@ -222,17 +238,20 @@ impl GroupSlots {
         &self,
         group: &'g str,
         limits: GroupLimits,
-        shared: bool,
+        lease: Option<String>,
         config: impl FnOnce() -> GovernorConfig,
     ) -> Gate<'g> {
         let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
         let governed = match groups.get(group) {
             Some(governed) => governed.clone(),
             None => {
-                let cluster = self.cluster.as_ref().filter(|_| shared);
+                let cluster = self.cluster.as_ref().filter(|_| lease.is_some());
                 let (joiner, joined) = watch::channel(cluster.is_none());
-                let governed =
-                    Arc::new(Governed::new(group, limits, config(), &self.clock, joined));
+                let mut governed = Governed::new(group, limits, config(), &self.clock, joined);
+                if let Some(lease) = lease {
+                    governed.lease = lease;
+                }
+                let governed = Arc::new(governed);
                 if let Some(cluster) = cluster {
                     cluster.join(&governed, joiner);
                 }
@@ -256,6 +275,9 @@ impl GroupSlots {
 /// One group's governor and the waiters it will hand permits to.
 struct Governed {
     name: String,
+    /// The name of its share lease in the store (`cluster.rs`): the
+    /// group's, or `provider:NAME` for a provider.
+    lease: String,
     limits: GroupLimits,
     clock: Arc<dyn Timer>,
     /// The caller of a gate entered without one (a provider's slot): one
@@ -298,6 +320,7 @@ impl Governed {
         });
         Governed {
             name: group.to_owned(),
+            lease: group.to_owned(),
             limits,
             clock: clock.clone(),
             anonymous: TenantId::new("anonymous")
@@ -366,11 +389,22 @@ impl Governed {
     }
 
     fn release(self: &Arc<Self>, permit: Permit, completion: Completion) -> Adjustment {
+        self.release_used(permit, completion, None).adjustment
+    }
+
+    /// Releases `permit`, settling its token charge with `used` tokens
+    /// when known.
+    fn release_used(
+        self: &Arc<Self>,
+        permit: Permit,
+        completion: Completion,
+        used: Option<u64>,
+    ) -> rein_core::governor::Released {
         let now = self.clock.now();
         let mut state = self.lock();
-        let released = state.governor.release(permit, completion, None, now);
+        let released = state.governor.release(permit, completion, used, now);
         self.pump(&mut state, now);
-        released.adjustment
+        released
     }
 
     /// Takes `ticket` out of the queue; a permit granted to it meanwhile
@@ -424,6 +458,21 @@ impl Slot {
         self.held.as_ref().map_or("", |(g, _)| g.name.as_str())
     }
 
+    /// Releases a model call's slot with the tokens the provider counted
+    /// (`None`: unknown, the estimate stays charged): how the token
+    /// bucket's charge was corrected, for a provider with one.
+    pub(super) fn settle(mut self, used: Option<u64>) -> Option<Settled> {
+        let (governed, permit) = self.held.take()?;
+        governed
+            .release_used(permit, Completion::Ignored, used)
+            .settled
+    }
+
+    /// The tokens the slot's admission charged (its estimate).
+    pub(super) fn charged(&self) -> u64 {
+        self.held.as_ref().map_or(0, |(_, p)| p.tokens())
+    }
+
     /// Releases the slot now with how its call ended; the adjustment of
     /// the group's limit is what `concurrency_adjusted` records.
     pub(super) fn finish(mut self, completion: Completion) -> Adjustment {
@@ -441,6 +490,11 @@ impl Drop for Slot {
         }
     }
 }
+
+/// The `call_shed` reason of a call admitted after a wait that left it
+/// less than it needs (the check is the caller's: the gate does not know
+/// the budget).
+pub(super) const BUDGET_AFTER_WAIT: &str = "budget_after_wait";
 
 /// Why a call was not let through: it is shed, never sent.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -533,6 +587,17 @@ impl<'g> Gate<'g> {
         self.governed.limits.rate
     }
 
+    /// Holds every call of the group until `until` (the provider answered
+    /// 429 and said when to come back); `true` when that extended the
+    /// pause. See [`Governor::pause_until`].
+    pub(super) fn pause_until(&self, until: Instant) -> bool {
+        let now = self.governed.clock.now();
+        let mut state = self.governed.lock();
+        let paused = state.governor.pause_until(until, now);
+        self.governed.pump(&mut state, now);
+        paused
+    }
+
     /// The current concurrency limit (at most the ceiling).
     #[cfg(test)]
     pub(super) fn limit(&self) -> u32 {
@@ -540,13 +605,19 @@ impl<'g> Gate<'g> {
     }
 
     /// Takes a slot for a caller the gate does not tell apart from others
-    /// (a provider's), queueing in arrival order until one is free or
-    /// `deadline` passes.
+    /// (a provider's), charging `tokens` to its token bucket, queueing in
+    /// arrival order until it is admitted or until the latest instant the
+    /// call can start and still have `need` before `deadline`.
     ///
     /// # Errors
     ///
     /// [`Shed`] when no slot came before the deadline.
-    pub(super) async fn enter(&self, deadline: Deadline) -> Result<Slot, Shed> {
+    pub(super) async fn enter(
+        &self,
+        deadline: Deadline,
+        need: Duration,
+        tokens: u64,
+    ) -> Result<Slot, Shed> {
         match &self.governed.anonymous {
             Some((tenant, run)) => {
                 let caller = Caller {
@@ -554,7 +625,7 @@ impl<'g> Gate<'g> {
                     run,
                     class: Class::Interactive,
                 };
-                self.enter_for(caller, deadline, Duration::ZERO).await
+                self.enter_charged(caller, deadline, need, tokens).await
             }
             None => Err(Shed {
                 waited: Duration::ZERO,
@@ -567,9 +638,17 @@ impl<'g> Gate<'g> {
 
     /// The decision at `now`, under the lock: a slot at once, a shed, or a
     /// waiter parked on its ticket.
-    fn admit(&self, caller: Caller<'_>, now: Instant, latest: Instant) -> Result<Admitted, Shed> {
+    fn admit(
+        &self,
+        caller: Caller<'_>,
+        tokens: u64,
+        now: Instant,
+        latest: Instant,
+    ) -> Result<Admitted, Shed> {
         let governed = &self.governed;
-        let request = Request::new(caller.tenant, caller.run).class(caller.class);
+        let request = Request::new(caller.tenant, caller.run)
+            .class(caller.class)
+            .tokens(tokens);
         let mut state = governed.lock();
         let (ticket, cause) = match state.governor.admit(request, now) {
             Admit::Granted(permit) => {
@@ -624,6 +703,18 @@ impl<'g> Gate<'g> {
         deadline: Deadline,
         need: Duration,
     ) -> Result<Slot, Shed> {
+        self.enter_charged(caller, deadline, need, 0).await
+    }
+
+    /// [`enter_for`](Gate::enter_for) charging `tokens` to the group's
+    /// token bucket (a model call's prompt estimate and reserved output).
+    async fn enter_charged(
+        &self,
+        caller: Caller<'_>,
+        deadline: Deadline,
+        need: Duration,
+        tokens: u64,
+    ) -> Result<Slot, Shed> {
         let governed = &self.governed;
         let mut now = governed.clock.now();
         let latest = Instant::from_origin(deadline.instant().since_origin().saturating_sub(need));
@@ -645,7 +736,7 @@ impl<'g> Gate<'g> {
                 });
             }
         }
-        let (mut waiting, cause) = match self.admit(caller, now, latest)? {
+        let (mut waiting, cause) = match self.admit(caller, tokens, now, latest)? {
             Admitted::Granted(slot) => return Ok(slot),
             Admitted::Parked(waiting, cause) => (waiting, cause),
         };

@@ -36,21 +36,21 @@ fn rate(per_sec: f64, burst: u32) -> GroupLimits {
 #[tokio::test(start_paused = true)]
 async fn enter_with_a_free_slot_does_not_wait() {
     let (clock, slots) = slots();
-    let gate = slots.gate("api", two());
+    let gate = slots.provider_gate("api", Some(two()), None);
     let deadline = Deadline::after(clock.now(), Duration::from_secs(1));
-    let slot = gate.enter(deadline).await;
+    let slot = gate.enter(deadline, Duration::ZERO, 0).await;
     assert!(slot.is_ok_and(|s| s.waited.is_zero()));
 }
 
 #[tokio::test(start_paused = true)]
 async fn enter_when_full_until_the_deadline_expires_with_the_wait() {
     let (clock, slots) = slots();
-    let gate = slots.gate("api", two());
+    let gate = slots.provider_gate("api", Some(two()), None);
     let far = Deadline::after(clock.now(), Duration::from_secs(60));
-    let _a = gate.enter(far).await;
-    let _b = gate.enter(far).await;
+    let _a = gate.enter(far, Duration::ZERO, 0).await;
+    let _b = gate.enter(far, Duration::ZERO, 0).await;
     let near = Deadline::after(clock.now(), Duration::from_millis(250));
-    let expired = gate.enter(near).await.err();
+    let expired = gate.enter(near, Duration::ZERO, 0).await.err();
     assert_eq!(expired.map(|e| e.waited), Some(Duration::from_millis(250)));
     let failure = expired
         .map(|e| e.failure("get_order", &gate))
@@ -63,7 +63,7 @@ async fn enter_when_full_until_the_deadline_expires_with_the_wait() {
     // The expired waiter left the queue: a release goes to nobody, and
     // the next caller gets the slot at once.
     drop(_a);
-    let again = gate.enter(far).await;
+    let again = gate.enter(far, Duration::ZERO, 0).await;
     assert!(again.is_ok_and(|s| s.waited.is_zero()));
 }
 
@@ -72,16 +72,16 @@ async fn a_released_slot_goes_to_the_first_waiter() {
     let (clock, slots) = slots();
     let slots = Arc::new(slots);
     let one = NonZeroU32::MIN;
-    let held = slots.gate("api", one);
+    let held = slots.provider_gate("api", Some(one), None);
     let far = Deadline::after(clock.now(), Duration::from_secs(60));
-    let first = held.enter(far).await;
+    let first = held.enter(far, Duration::ZERO, 0).await;
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     for n in 0..3u32 {
         let (slots, own, order) = (slots.clone(), clock.clone(), order.clone());
         waiters.push(tokio::spawn(async move {
-            let gate = slots.gate("api", one);
-            let slot = gate.enter(far).await;
+            let gate = slots.provider_gate("api", Some(one), None);
+            let slot = gate.enter(far, Duration::ZERO, 0).await;
             order.lock().unwrap_or_else(|p| p.into_inner()).push(n);
             own.sleep(Duration::from_millis(10)).await;
             drop(slot);
@@ -100,8 +100,8 @@ async fn a_released_slot_goes_to_the_first_waiter() {
 #[test]
 fn a_second_ceiling_for_a_known_group_keeps_the_first() {
     let (_, slots) = slots();
-    let first = slots.gate("api", two());
-    let second = slots.gate("api", NonZeroU32::MIN);
+    let first = slots.provider_gate("api", Some(two()), None);
+    let second = slots.provider_gate("api", Some(NonZeroU32::MIN), None);
     assert_eq!(second.ceiling(), two());
     assert!(Arc::ptr_eq(&first.governed, &second.governed));
 }

@@ -14,8 +14,8 @@ use opentelemetry::context::FutureExt as _;
 
 use rein_core::deadline::{Budget, Deadline};
 use rein_core::event::{
-    AbandonReason, ConcurrencyWaitExpired, Flag, IdempotencyLookup, RetryAbandoned, RetryScheduled,
-    RetryTarget, StopReason, ToolCallFailed, ToolCallFinished, ToolCallNotSent, ToolCallStarted,
+    AbandonReason, Flag, IdempotencyLookup, RetryAbandoned, RetryScheduled, RetryTarget,
+    StopReason, ToolCallFailed, ToolCallFinished, ToolCallNotSent, ToolCallStarted,
     ToolCallSucceeded,
 };
 use rein_core::governor::Completion;
@@ -209,30 +209,21 @@ impl Engine {
         let slot = match (gate, admitted) {
             (_, Some(slot)) => Some(slot),
             (None, None) => None,
-            (Some(gate), None) => match tokio::select! {
-                entered = gate.enter_for(super::caller(ctx), call.deadline, Duration::ZERO) => entered,
-                () = ctx.interrupted(), if first => {
-                    return AttemptEnd::Ended(self.not_sent(ctx, c, tool));
+            (Some(gate), None) => {
+                let need = call.plan.need(tool.class);
+                let entered = tokio::select! {
+                    entered = gate.enter_for(super::caller(ctx), call.deadline, need) => entered,
+                    () = ctx.interrupted(), if first => {
+                        return AttemptEnd::Ended(self.not_sent(ctx, c, tool));
+                    }
+                };
+                match self.admitted(ctx, c, tool, gate, entered, call.budget, need) {
+                    Ok(slot) => Some(slot),
+                    Err(failure) => {
+                        return AttemptEnd::Failed(failure.with_attempt(attempt_id.clone()), None);
+                    }
                 }
-            } {
-                Ok(slot) => Some(slot),
-                Err(expired) => {
-                    ctx.emitter.emit(
-                        c,
-                        ConcurrencyWaitExpired {
-                            tool: tool.name.clone(),
-                            attempt,
-                            resource_group: gate.group().to_owned(),
-                            max_concurrency: gate.ceiling(),
-                            queue_wait: expired.waited,
-                        },
-                    );
-                    let failure = expired
-                        .failure(&tool.name, gate)
-                        .with_attempt(attempt_id.clone());
-                    return AttemptEnd::Failed(failure, None);
-                }
-            },
+            }
         };
         let queue_wait = slot.as_ref().map_or(Duration::ZERO, |s| s.waited);
         let now = self.clock.now();

@@ -6,15 +6,12 @@
 use std::time::Duration;
 
 use rein_core::deadline::{Budget, Need};
-use rein_core::event::{
-    BudgetExhausted, BudgetScope, CallShed, ConcurrencyAdjusted, ConcurrencyWaitExpired,
-    RateLimited,
-};
+use rein_core::event::{BudgetExhausted, BudgetScope, CallShed, ConcurrencyAdjusted, RateLimited};
 use rein_core::governor::{Adjustment, Cause, Completion};
 use rein_core::{Category, Clock, Effect, Failure};
 
 use crate::run::binding::ToolBinding;
-use crate::run::concurrency::{Caller, Gate, GroupLimits, Slot};
+use crate::run::concurrency::{BUDGET_AFTER_WAIT, Caller, Gate, GroupLimits, Shed, Slot};
 use crate::run::emitter::Correlation;
 use crate::run::{Engine, RunCtx};
 
@@ -77,39 +74,57 @@ impl Engine {
                     )));
             }
         };
+        self.admitted(ctx, c, tool, &gate, entered, budget, need)
+            .map(Some)
+    }
+
+    /// What an attempt's entry at its group's gate gave, made visible and
+    /// checked: a shed is `call_shed` and its structured failure; a slot
+    /// that came after a wait is `rate_limited` when a bucket made it wait,
+    /// and the budget is checked again (the wait spent time): a call that
+    /// no longer fits is shed too (`budget_exhausted`, then `call_shed`
+    /// with reason `budget_after_wait`), so it never goes out without its
+    /// allowance. The same for every attempt, a retry's included.
+    ///
+    /// # Errors
+    ///
+    /// The structured failure of the call that was not sent.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn admitted(
+        &self,
+        ctx: &RunCtx<'_>,
+        c: &Correlation,
+        tool: &ToolBinding,
+        gate: &Gate<'_>,
+        entered: Result<Slot, Shed>,
+        budget: &Budget,
+        need: Duration,
+    ) -> Result<Slot, Failure> {
         let slot = match entered {
             Ok(slot) => slot,
             Err(shed) => {
                 ctx.emitter.emit(
                     c,
-                    ConcurrencyWaitExpired {
-                        tool: tool.name.clone(),
-                        attempt: 1,
-                        resource_group: gate.group().to_owned(),
-                        max_concurrency: gate.ceiling(),
-                        queue_wait: shed.waited,
-                    },
-                );
-                ctx.emitter.emit(
-                    c,
                     CallShed {
                         tool: tool.name.clone(),
+                        model: None,
                         resource_group: gate.group().to_owned(),
                         reason: shed.reason.as_str().to_owned(),
                         waited: shed.waited,
                     },
                 );
-                return Err(shed.failure(&tool.name, &gate));
+                return Err(shed.failure(&tool.name, gate));
             }
         };
         if slot.waited.is_zero() {
-            return Ok(Some(slot));
+            return Ok(slot);
         }
         if let Some(Cause::RateLimited { bucket, .. }) = slot.cause {
             ctx.emitter.emit(
                 c,
                 RateLimited {
                     tool: tool.name.clone(),
+                    model: None,
                     resource_group: gate.group().to_owned(),
                     bucket: bucket.as_str().to_owned(),
                     waited: slot.waited,
@@ -125,6 +140,16 @@ impl Engine {
                     ..BudgetExhausted::new(BudgetScope::ToolCall, exhausted)
                 },
             );
+            ctx.emitter.emit(
+                c,
+                CallShed {
+                    tool: tool.name.clone(),
+                    model: None,
+                    resource_group: gate.group().to_owned(),
+                    reason: BUDGET_AFTER_WAIT.to_owned(),
+                    waited: slot.waited,
+                },
+            );
             return Err(
                 Failure::new(&tool.name, Category::BudgetExhausted).with_human_message(format!(
                     "{} not started: after waiting {:?} for resource group `{}`, {exhausted}",
@@ -134,7 +159,7 @@ impl Engine {
                 )),
             );
         }
-        Ok(Some(slot))
+        Ok(slot)
     }
 
     /// Releases an attempt's slot with how it ended.

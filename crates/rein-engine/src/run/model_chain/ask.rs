@@ -34,6 +34,9 @@ pub struct ModelBinding {
     pub context_fallbacks: Vec<ModelLink>,
     /// Calls in flight at once per provider name, shared with runs.
     pub provider_limits: BTreeMap<String, NonZeroU32>,
+    /// Token buckets per provider name (`tokens_per_minute`), shared with
+    /// runs.
+    pub provider_tokens: BTreeMap<String, rein_core::registry::TokenLimit>,
     /// The retry policy of its calls.
     pub retry: RetryPolicy,
     /// The latency profile of a call, for retry and deadline decisions.
@@ -133,6 +136,10 @@ impl TurnHost for AskHost<'_> {
 
     fn provider_limits(&self) -> &BTreeMap<String, NonZeroU32> {
         &self.binding.provider_limits
+    }
+
+    fn provider_tokens(&self) -> &BTreeMap<String, rein_core::registry::TokenLimit> {
+        &self.binding.provider_tokens
     }
 }
 

@@ -25,7 +25,8 @@ pub(super) struct Held {
     pub(super) clock: Arc<dyn rein_core::Clock>,
     pub(super) provider: String,
     pub(super) permit: HeldPermit,
-    pub(super) _slot: Option<crate::run::concurrency::Slot>,
+    /// The provider's slot: its release settles the token charge.
+    pub(super) slot: Option<crate::run::concurrency::Slot>,
     /// Where a transition of the arm is published, when breakers are
     /// shared across nodes.
     pub(super) shared: Option<Arc<crate::run::shared_breakers::SharedBreakers>>,
@@ -35,6 +36,23 @@ pub(super) struct Held {
 }
 
 impl Held {
+    /// Gives the provider's slot back, settling its token charge with the
+    /// `used` tokens the provider counted (`None`: unknown, the estimate
+    /// stays charged).
+    pub(super) fn settle_tokens(&mut self, used: Option<u64>) {
+        let Some(slot) = self.slot.take() else { return };
+        let charged = slot.charged();
+        if let Some(settled) = slot.settle(used) {
+            tracing::debug!(
+                provider = %self.provider,
+                charged,
+                used = ?used,
+                ?settled,
+                "provider token bucket settled with the usage counted"
+            );
+        }
+    }
+
     /// Reports the call's outcome to the provider's arm, and to the cost
     /// arm: an answer is a success, a failure that consumed tokens is
     /// spending that bought nothing (a counted failure), and a failure
@@ -191,6 +209,10 @@ impl futures_util::Stream for GuardedStream {
         };
         match &item {
             Some(Ok(StreamEvent::Done(response))) => {
+                let used = response.usage.total();
+                if let Some(held) = self.held.as_mut() {
+                    held.settle_tokens(Some(used));
+                }
                 if let Some(end) = self.end.take() {
                     end.announce(Ok(response));
                 }

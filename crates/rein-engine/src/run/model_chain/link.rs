@@ -14,10 +14,11 @@ use opentelemetry::context::FutureExt as _;
 use rein_core::breaker::ArmKind;
 use rein_core::deadline::{Budget, Cost, Deadline, Dimension, Exhausted, Grant, Need, Usage};
 use rein_core::event::{
-    AbandonReason, AbortedWork, BudgetExhausted, BudgetScope, Flag, ModelAnswered, ModelCallFailed,
-    ModelCallFinished, ModelCallResult, ModelCallStarted, ModelQueueWaited, RetryAbandoned,
-    RetryScheduled, RetryTarget, RunCancelled, RunModelRetryBudget,
+    AbandonReason, AbortedWork, BudgetExhausted, BudgetScope, CallShed, Flag, ModelAnswered,
+    ModelCallFailed, ModelCallFinished, ModelCallResult, ModelCallStarted, ModelQueueWaited,
+    RateLimited, RetryAbandoned, RetryScheduled, RetryTarget, RunCancelled, RunModelRetryBudget,
 };
+use rein_core::governor::Cause;
 use rein_core::retry::{GiveUpReason, RetryDecision, RetryInput, RetryPolicy};
 use rein_core::{Category, Failure, Instant, LatencyProfile, ToolClass};
 
@@ -26,7 +27,7 @@ use super::chain::LinkEnd;
 use super::held::{GuardedStream, Held, StreamEnd, record_cost, record_transition};
 use super::{LinkRef, Mode, Reply, TurnHost};
 use crate::provider::ModelRequest;
-use crate::run::concurrency::{Gate, Slot};
+use crate::run::concurrency::{BUDGET_AFTER_WAIT, Gate, ShedReason, Slot};
 use crate::run::emitter::Correlation;
 use crate::run::report::End;
 use crate::run::{Engine, MIN_OUTPUT_TOKENS, millis, provider_target};
@@ -200,10 +201,13 @@ impl Engine {
                 .plan_model(link.provider.name(), link.model, host.model_latency())
                 .profile,
         };
-        let gate = host
-            .provider_limits()
-            .get(&call.provider)
-            .map(|limit| self.shared.provider_slots.gate(&call.provider, *limit));
+        // Every provider has a gate: its ceiling and token bucket when it
+        // has them, and always its pause after a 429 (shared by every run).
+        let gate = Some(self.shared.provider_slots.provider_gate(
+            &call.provider,
+            host.provider_limits().get(&call.provider).copied(),
+            host.provider_tokens().get(&call.provider).copied(),
+        ));
         let mut attempt = 0u32;
         self.deposit_request(&provider_target(&call.provider), &call.policy);
         loop {
@@ -243,7 +247,7 @@ impl Engine {
             emitter.emit(c, BudgetExhausted::new(BudgetScope::ModelCall, exhausted));
             return Err(LinkEnd::Stop(End::Budget(exhausted)));
         }
-        let held = self.hold_link(call, gate).await?;
+        let held = self.hold_link(call, budget, gate).await?;
         let now = self.clock.now();
         // Reserved before the call, at this link's price and cap; a call
         // that cannot fit is not sent (the permit and slot go back unused).
@@ -323,6 +327,7 @@ impl Engine {
                 reservation,
             )),
             Err(failure) => {
+                self.pause_provider(call, gate, &failure);
                 self.link_failed(call, held, sent, &failure, (budget, reservation.grant), now)
                     .await?;
                 Ok(Tried::Failed { failure, at: now })
@@ -341,12 +346,13 @@ impl Engine {
     async fn hold_link(
         &self,
         call: &LinkCall<'_>,
+        budget: &Budget,
         gate: Option<&Gate<'_>>,
     ) -> Result<Held, LinkEnd> {
         let (emitter, c, provider) = (call.host.emitter(), call.c, &call.provider);
         let slot = match gate {
             None => None,
-            Some(gate) => Some(self.link_slot(call, gate).await?),
+            Some(gate) => Some(self.link_slot(call, budget, gate).await?),
         };
         // Another node's opening of this provider, when breakers are
         // shared: refused like an open local arm, before the local arm.
@@ -378,57 +384,152 @@ impl Engine {
             clock: self.clock.clone(),
             provider: provider.clone(),
             permit,
-            _slot: slot,
+            slot,
             shared: self.shared_breakers().cloned(),
             cost,
         })
     }
 
-    /// Waits in line for a slot of the provider's `max_concurrency`, within
-    /// the link's deadline and the caller's cancellation.
-    async fn link_slot(&self, call: &LinkCall<'_>, gate: &Gate<'_>) -> Result<Slot, LinkEnd> {
+    /// The tokens an attempt charges to its provider's token bucket before
+    /// it is sent: the prompt's upper bound and the most output the
+    /// ceiling would reserve under what the budget leaves now (the
+    /// reservation made after the wait can only be smaller, the budget
+    /// only shrinks); settled with the usage the provider counts.
+    fn token_charge(&self, call: &LinkCall<'_>, budget: &Budget) -> u64 {
+        // Sabotage hook `uncharged_model_tokens`: nothing is charged.
+        #[cfg(feature = "sabotage")]
+        if self.sabotage.uncharged_model_tokens {
+            return 0;
+        }
+        let output = super::ceiling::ceiling(
+            budget,
+            self.clock.now(),
+            call.prompt,
+            call.link.max_output,
+            call.link.price,
+            call.request.max_tokens,
+        )
+        .ok()
+        .and_then(|c| c.max_tokens)
+        .unwrap_or(MIN_OUTPUT_TOKENS);
+        call.prompt.saturating_add(output)
+    }
+
+    /// Waits in line for the provider's gate — a slot of its
+    /// `max_concurrency`, its `tokens_per_minute` bucket charged with the
+    /// attempt's [token charge](Engine::token_charge), and the end of a
+    /// pause after its 429 — within the link's deadline and the caller's
+    /// cancellation. After a wait the budget is checked again: a call that
+    /// no longer fits is shed (`call_shed`, reason `budget_after_wait`)
+    /// before it goes out.
+    async fn link_slot(
+        &self,
+        call: &LinkCall<'_>,
+        budget: &Budget,
+        gate: &Gate<'_>,
+    ) -> Result<Slot, LinkEnd> {
         let (emitter, c, provider) = (call.host.emitter(), call.c, &call.provider);
+        let tokens = self.token_charge(call, budget);
         let entered = tokio::select! {
-            r = gate.enter(call.deadline) => r,
+            r = gate.enter(call.deadline, call.latency.p50(), tokens) => r,
             () = call.host.cancelled() => {
                 return Err(LinkEnd::Stop(End::Cancelled(
                     "cancelled by the caller while a model call waited for a slot".into(),
                 )));
             }
         };
-        match entered {
-            Ok(slot) => {
-                if !slot.waited.is_zero() {
-                    emitter.emit(
-                        c,
-                        ModelQueueWaited {
-                            provider: provider.to_owned(),
-                            max_concurrency: gate.ceiling(),
-                            queue_wait: slot.waited,
-                            expired: false,
-                        },
-                    );
-                }
-                Ok(slot)
-            }
-            Err(expired) => {
+        let model = format!("{provider}/{}", call.link.model);
+        let slot = match entered {
+            Ok(slot) => slot,
+            Err(shed) => {
                 emitter.emit(
                     c,
-                    ModelQueueWaited {
-                        provider: provider.to_owned(),
-                        max_concurrency: gate.ceiling(),
-                        queue_wait: expired.waited,
-                        expired: true,
+                    CallShed {
+                        tool: String::new(),
+                        model: Some(model),
+                        resource_group: provider.to_owned(),
+                        reason: shed.reason.as_str().to_owned(),
+                        waited: shed.waited,
                     },
                 );
-                Err(call.stop_or_move(
-                    Failure::new(provider, Category::Timeout).with_human_message(format!(
-                        "{provider} was not asked: no slot of its max_concurrency ({}) came within the call's deadline (waited {:?})",
-                        gate.ceiling(),
-                        expired.waited
-                    )),
-                ))
+                let why = match shed.reason {
+                    ShedReason::Rejected(rejection) => rejection.to_string(),
+                    _ => format!(
+                        "its limits (max_concurrency, tokens_per_minute, or a pause after its 429) \
+                         admitted the call too late to finish within the call's deadline (waited {:?})",
+                        shed.waited
+                    ),
+                };
+                return Err(call.stop_or_move(
+                    Failure::new(provider, Category::Timeout)
+                        .with_human_message(format!("{provider} was not asked: {why}")),
+                ));
             }
+        };
+        if slot.waited.is_zero() {
+            return Ok(slot);
+        }
+        match slot.cause {
+            Some(Cause::RateLimited { bucket, .. }) => emitter.emit(
+                c,
+                RateLimited {
+                    tool: String::new(),
+                    model: Some(model.clone()),
+                    resource_group: provider.to_owned(),
+                    bucket: bucket.as_str().to_owned(),
+                    waited: slot.waited,
+                },
+            ),
+            _ => emitter.emit(
+                c,
+                ModelQueueWaited {
+                    provider: provider.to_owned(),
+                    max_concurrency: gate.ceiling(),
+                    queue_wait: slot.waited,
+                    expired: false,
+                },
+            ),
+        }
+        // The wait spent time: what is left must still cover the call.
+        if let Err(exhausted) = budget.check(&Need::time(call.latency.p50()), self.clock.now()) {
+            emitter.emit(c, BudgetExhausted::new(BudgetScope::ModelCall, exhausted));
+            emitter.emit(
+                c,
+                CallShed {
+                    tool: String::new(),
+                    model: Some(model),
+                    resource_group: provider.to_owned(),
+                    reason: BUDGET_AFTER_WAIT.to_owned(),
+                    waited: slot.waited,
+                },
+            );
+            return Err(LinkEnd::Stop(End::Budget(exhausted)));
+        }
+        Ok(slot)
+    }
+
+    /// A provider's 429 that says when to come back (`Retry-After`) pauses
+    /// the provider's gate until then, for every run and gateway request of
+    /// the engine: they queue instead of each sending into the provider's
+    /// empty bucket.
+    fn pause_provider(&self, call: &LinkCall<'_>, gate: Option<&Gate<'_>>, failure: &Failure) {
+        // Sabotage hook `ignore_provider_retry_after`: no pause.
+        #[cfg(feature = "sabotage")]
+        if self.sabotage.ignore_provider_retry_after {
+            return;
+        }
+        let (Some(gate), Category::RateLimited, Some(wait)) =
+            (gate, failure.category(), failure.retry_after())
+        else {
+            return;
+        };
+        let until = self.clock.now() + wait;
+        if gate.pause_until(until) {
+            tracing::info!(
+                provider = %call.provider,
+                retry_after_ms = millis(wait),
+                "provider answered 429: every call to it waits until its Retry-After"
+            );
         }
     }
 
@@ -472,6 +573,7 @@ impl Engine {
             Reply::Complete(response) => response,
         };
         let elapsed = self.clock.now().saturating_duration_since(sent.at);
+        held.settle_tokens(Some(response.usage.total()));
         let (transition, cost) = held.finish(Ok(()));
         record_transition(emitter, c, provider, &transition);
         record_cost(emitter, c, cost.as_ref());
@@ -527,6 +629,13 @@ impl Engine {
         let (emitter, c, provider, model) =
             (call.host.emitter(), call.c, &call.provider, call.link.model);
         let attempt = sent.number;
+        // What the provider counted: the tokens it says a failure spent, none
+        // for a call it refused unread; unknown otherwise (the estimate
+        // stays charged).
+        let used = (failure.tokens_spent() > 0
+            || failure.effect() == rein_core::Effect::NotApplied)
+            .then(|| failure.tokens_spent());
+        held.settle_tokens(used);
         let (transition, cost) = held.finish(Err(failure));
         record_transition(emitter, c, provider, &transition);
         record_cost(emitter, c, cost.as_ref());

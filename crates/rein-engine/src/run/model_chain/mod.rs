@@ -69,6 +69,8 @@ pub(crate) trait TurnHost: Send + Sync {
     fn model_latency(&self) -> LatencyProfile;
     /// Calls in flight at once per provider name.
     fn provider_limits(&self) -> &BTreeMap<String, NonZeroU32>;
+    /// Token buckets per provider name (`tokens_per_minute`).
+    fn provider_tokens(&self) -> &BTreeMap<String, rein_core::registry::TokenLimit>;
     /// A call is about to be sent.
     fn calling(&self) {}
     /// Whether one more model retry, waiting `delay`, fits the host's own
