@@ -279,9 +279,14 @@ pub struct LoadReport {
     pub failed_but_applied: usize,
     /// Ledger records by tool and status, over all runs.
     pub ledger: BTreeMap<String, BTreeMap<String, usize>>,
-    /// Ledger records still `pending` in a terminal run: an effect whose
-    /// fate rein never settled.
+    /// Ledger records still `pending` in a terminal run that did not hand
+    /// them to a human: an effect whose fate rein never settled.
     pub pending_effects: usize,
+    /// Ledger records still `pending` (in doubt) in a run that ended
+    /// `handed_off`: its handoff package holds them for a human, and the
+    /// ledger reconciler decides them from the tool's state. A write whose
+    /// outcome commit fell into a database restart ends so.
+    pub handed_off_in_doubt: usize,
     /// With [`LoadConfig::idempotency_keys`]: submission keys the store
     /// holds `in_progress`, or not at all, at the end.
     pub unresolved_keys: usize,
@@ -418,8 +423,9 @@ impl fmt::Display for LoadReport {
         )?;
         writeln!(
             f,
-            "  unresolved:  {} effects still pending, {} submission keys not completed{}",
+            "  unresolved:  {} effects still pending ({} more in doubt, handed off), {} submission keys not completed{}",
             self.pending_effects,
+            self.handed_off_in_doubt,
             self.unresolved_keys,
             if c.idempotency_keys {
                 ""
@@ -929,6 +935,7 @@ async fn verify(
     let mut resumed_runs = 0;
     let mut repeated_intents = 0;
     let mut pending_effects = 0;
+    let mut handed_off_in_doubt = 0;
     let mut ledger_tally: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
     // run id → intent id → (tool, ledger status)
     let mut intents: HashMap<String, HashMap<String, (String, String)>> = HashMap::new();
@@ -963,7 +970,9 @@ async fn verify(
         resumed_runs += usize::from(f.resumed > 0);
         let mut per_tool: HashMap<String, usize> = HashMap::new();
         for record in &f.ledger {
-            if record["status"] == "pending" {
+            if record["status"] == "pending" && f.status.as_deref() == Some("handed_off") {
+                handed_off_in_doubt += 1;
+            } else if record["status"] == "pending" {
                 pending_effects += 1;
                 note(format!(
                     "run {} ended with {} still pending",
@@ -1114,6 +1123,7 @@ async fn verify(
         failed_but_applied,
         ledger: ledger_tally,
         pending_effects,
+        handed_off_in_doubt,
         unresolved_keys,
         poll_errors: 0,
         database_restarted_after: None,
