@@ -87,51 +87,10 @@ async fn serve(dir: &Path, data: &Path, desk: &OrderDesk, sabotage: &str) -> Ser
     Server::spawn_async(command).await
 }
 
-/// One synchronous run of the desk agent on `server`; its status (the
-/// whole answer when it did not succeed).
+/// One synchronous run of the desk agent on `server`: its status, or the
+/// whole answer when it did not succeed.
 async fn run(client: reqwest::Client, server: String) -> String {
-    let answer: Value = client
-        .post(format!("{server}/v1/agents/desk/runs"))
-        .json(&json!({"input": "Look the orders up."}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    match answer["status"].as_str() {
-        Some("succeeded") => "succeeded".to_owned(),
-        _ => answer.to_string(),
-    }
-}
-
-/// The first run on `server`, which joins it to the group. Retried on a
-/// `409 not-resumable`: a run submitted while the *other* server's
-/// start-up scan looks for orphaned runs is sometimes refused that way (a
-/// race of `rein serve`'s takeover scan with a new sync run, not of the
-/// governor; seen in 2 of about 10 runs of this file). The load itself is
-/// never retried.
-async fn warm_up(client: &reqwest::Client, server: &Server) {
-    let mut last = String::new();
-    for _ in 0..5 {
-        last = run(client.clone(), server.url("")).await;
-        if !last.contains("not-resumable") {
-            break;
-        }
-    }
-    assert_eq!(last, "succeeded");
-}
-
-/// Waits until `server` logged that it divides `order_api` among `nodes`.
-fn divided_among(server: &Server, nodes: u32) {
-    let needle = format!("nodes={nodes}");
-    tokio::task::block_in_place(|| {
-        server.wait_for_line(|line| {
-            line.contains("divided among the nodes")
-                && line.contains("group=order_api")
-                && line.contains(&needle)
-        })
-    });
+    common::limits::sync_run(client, server, "desk", "Look the orders up.").await
 }
 
 /// The most calls of `get_order` the desk received in any window of
@@ -164,11 +123,11 @@ async fn busiest_second(data: Option<PathBuf>, sabotage: &str) -> usize {
         .unwrap();
     // A run on each joins both to the group (each waits for its first
     // share lease renewal), and each has seen the other before the load.
-    warm_up(&client, &one).await;
-    warm_up(&client, &two).await;
+    common::limits::warm_up(&client, &one, "desk", "Look the orders up.").await;
+    common::limits::warm_up(&client, &two, "desk", "Look the orders up.").await;
     if sabotage.is_empty() {
-        divided_among(&one, 2);
-        divided_among(&two, 2);
+        common::limits::divided_among(&one, "order_api", 2);
+        common::limits::divided_among(&two, "order_api", 2);
     }
     let before = desk.request_count(GET_ORDER);
     let runs: Vec<_> = [&one, &two]
@@ -251,9 +210,9 @@ async fn a_server_that_stops_gives_its_share_of_the_group_back() {
     let one = serve(dir.path(), &data, &desk, "").await;
     let mut two = serve(dir.path(), &data, &desk, "").await;
     let client = reqwest::Client::new();
-    warm_up(&client, &one).await;
-    warm_up(&client, &two).await;
-    divided_among(&two, 2);
+    common::limits::warm_up(&client, &one, "desk", "Look the orders up.").await;
+    common::limits::warm_up(&client, &two, "desk", "Look the orders up.").await;
+    common::limits::divided_among(&two, "order_api", 2);
     two.signal(nix::sys::signal::Signal::SIGTERM);
     assert!(two.exited(Duration::from_secs(60)).await.success());
     let store = rein_store_sqlite::SqliteStore::open(&data).unwrap();

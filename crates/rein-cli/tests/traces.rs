@@ -6,68 +6,22 @@
 //! flush can have sent them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::routing::post;
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
-use opentelemetry_proto::tonic::trace::v1::Span;
-use prost::Message as _;
 use rein_testkit::mock_model::{MockModel, MockModelConfig, Reply};
 use rein_testkit::order_desk::{Faults, OrderDesk, OrderDeskConfig};
 use serde_json::Value;
 
 mod common;
+mod otlp;
 use common::Server;
+use otlp::{attr, hex, receiver};
 
 const KEY: &str = "rein-gateway-key";
 const KEY_SHA256: &str = "5266a8d2b07490eb2852a8a32974e26c4c24a59701709187f794d75d1b323310";
 const TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
 const RUN_PARENT: &str = "b7ad6b7169203331";
 const CHAT_PARENT: &str = "c7ad6b7169203332";
-
-/// An OTLP/HTTP traces receiver on loopback: its base URL and the spans.
-async fn receiver() -> (String, Arc<Mutex<Vec<Span>>>) {
-    let spans = Arc::new(Mutex::new(Vec::new()));
-    let sink = spans.clone();
-    let app = axum::Router::new().route(
-        "/v1/traces",
-        post(move |body: Bytes| {
-            let sink = sink.clone();
-            async move {
-                let request = ExportTraceServiceRequest::decode(body).unwrap();
-                let mut got = sink.lock().unwrap();
-                for resource in request.resource_spans {
-                    for scope in resource.scope_spans {
-                        got.extend(scope.spans);
-                    }
-                }
-                ExportTraceServiceResponse::default().encode_to_vec()
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (url, spans)
-}
-
-fn attr(span: &Span, key: &str) -> Option<String> {
-    let kv = span.attributes.iter().find(|kv| kv.key == key)?;
-    match kv.value.as_ref()?.value.as_ref()? {
-        Any::StringValue(s) => Some(s.clone()),
-        Any::IntValue(i) => Some(i.to_string()),
-        other => Some(format!("{other:?}")),
-    }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_traces_runs_and_gateway_calls_under_the_callers_traceparent_and_flushes_on_sigterm()

@@ -9,23 +9,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::routing::post;
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
-use opentelemetry_proto::tonic::trace::v1::Span;
-use prost::Message as _;
 use rein_store::{RunStore as _, StoreExt as _};
 use rein_testkit::order_desk::{Fault, Faults, OrderDesk, OrderDeskConfig, UPDATE_DELIVERY_TIME};
 use serde_json::Value;
 
 mod common;
+mod otlp;
 use common::Server;
+use otlp::{Span, attr, hex, receiver};
 
 const TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
 const QUEUED_PARENT: &str = "b7ad6b7169203331";
@@ -33,45 +26,6 @@ const HELD_PARENT: &str = "d7ad6b7169203334";
 
 /// A bound that fails a test rather than measures it.
 const GENEROUS: Duration = Duration::from_secs(60);
-
-/// An OTLP/HTTP traces receiver on loopback: its base URL and the spans.
-async fn receiver() -> (String, Arc<Mutex<Vec<Span>>>) {
-    let spans = Arc::new(Mutex::new(Vec::new()));
-    let sink = spans.clone();
-    let app = axum::Router::new().route(
-        "/v1/traces",
-        post(move |body: Bytes| {
-            let sink = sink.clone();
-            async move {
-                let request = ExportTraceServiceRequest::decode(body).unwrap();
-                let mut got = sink.lock().unwrap();
-                for resource in request.resource_spans {
-                    for scope in resource.scope_spans {
-                        got.extend(scope.spans);
-                    }
-                }
-                ExportTraceServiceResponse::default().encode_to_vec()
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (url, spans)
-}
-
-fn attr(span: &Span, key: &str) -> Option<String> {
-    let kv = span.attributes.iter().find(|kv| kv.key == key)?;
-    match kv.value.as_ref()?.value.as_ref()? {
-        Any::StringValue(s) => Some(s.clone()),
-        Any::IntValue(i) => Some(i.to_string()),
-        other => Some(format!("{other:?}")),
-    }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 /// The example config exporting traces to `otlp`, where an update may take
 /// up to 5 s (p99): a call the desk holds stays in flight, not timed out.

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 
+pub mod limits;
+
 /// The order-desk example: `rein.toml` and its `demo.script.json`.
 pub fn example_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/order-desk")

@@ -571,6 +571,15 @@ impl MockModel {
         self.model.peak_in_flight.load(Ordering::SeqCst)
     }
 
+    /// Starts the peak count again from the requests in flight now, so
+    /// that a test measures one phase (a load after its warm-up).
+    pub fn reset_peak_in_flight(&self) {
+        self.model.peak_in_flight.store(
+            self.model.in_flight.load(Ordering::SeqCst),
+            Ordering::SeqCst,
+        );
+    }
+
     /// Stops accepting connections and waits (bounded) for in-flight
     /// requests.
     ///
