@@ -72,6 +72,17 @@ async fn cancel_at_the_other_node(
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let config = example_config(dir.path(), server);
+    // The update's first-byte limit (twice its p99) far beyond any
+    // delivery of the cancel, so the call in flight ends by the cancel and
+    // never by its own limit: the example's 400 ms p99 gives 800 ms, which
+    // a claim renewal every second can miss on a loaded machine.
+    let text = std::fs::read_to_string(&config).unwrap().replacen(
+        "p99 = \"400ms\"\nsamples = 1000\n[tools.update_delivery_time.adapter]",
+        "p99 = \"5s\"\nsamples = 1000\n[tools.update_delivery_time.adapter]",
+        1,
+    );
+    assert!(text.contains("p99 = \"5s\""), "the update's latency profile");
+    std::fs::write(&config, text).unwrap();
     let client = reqwest::Client::new();
     let first = Server::start_async(&config, data, desk.base_url()).await;
     let second = Server::start_async(&config, data, desk.base_url()).await;
