@@ -81,7 +81,10 @@ async fn cancel_at_the_other_node(
         "p99 = \"5s\"\nsamples = 1000\n[tools.update_delivery_time.adapter]",
         1,
     );
-    assert!(text.contains("p99 = \"5s\""), "the update's latency profile");
+    assert!(
+        text.contains("p99 = \"5s\""),
+        "the update's latency profile"
+    );
     std::fs::write(&config, text).unwrap();
     let client = reqwest::Client::new();
     let first = Server::start_async(&config, data, desk.base_url()).await;
