@@ -259,11 +259,18 @@ async fn a_sync_runs_call_goes_before_queued_runs_calls_at_a_busy_group() {
         .iter()
         .map(|r| r.args["order_id"].as_str().unwrap_or("?"))
         .collect();
-    assert_eq!(
-        order,
-        ["A-1001", "A-1002", "A-1001", "A-1001", "A-1001"],
-        "the sync run's read goes first of those that waited"
+    // Which run reaches the free slot first is the scheduler's choice
+    // (either a queued run, or the sync run itself); what the class
+    // priority decides is that no queued read *waiting* with it goes
+    // first: at most the one read that held the slot precedes the sync
+    // run's. (`rein-cli/tests/classes.rs` proves the order against a
+    // flood with the desk holding every call, and its sabotage.)
+    let sync_at = order.iter().position(|o| *o == "A-1002");
+    assert!(
+        sync_at.is_some_and(|at| at <= 1),
+        "the sync run's read goes first of those that waited: {order:?}"
     );
+    assert_eq!(order.len(), 5, "{order:?}");
 }
 
 /// The shipped example's `order_api` limits hold where the calls arrive:
