@@ -214,12 +214,16 @@ async fn take_over(state: &Arc<AppState>, cursor: &mut Option<RunCursor>) -> boo
         let Some(_admission) = state.drain.admit() else {
             return false;
         };
+        // Every live node may find the same abandoned run: each one asks,
+        // the engine's claim lets one win, and the others log "not taken
+        // over" below. So this line says it asks (info), not that it took
+        // the run over; the winner's end is logged as a "taken-over run".
         let why = if standing.interrupted.is_some() {
-            "taking over a run a draining server handed on"
+            "claiming a run a draining server handed on"
         } else {
-            "taking over a run whose worker stopped"
+            "claiming a run whose worker stopped"
         };
-        tracing::warn!(run = %record.run_id, attempt = attempts + 1, "{why}");
+        tracing::info!(run = %record.run_id, attempt = attempts + 1, "{why}");
         match state
             .engine
             .resume_cancellable(&agent, &state.schemas, &record.run_id, None, None)

@@ -553,10 +553,12 @@ impl Server {
             for line in lines.map_while(Result::ok) {
                 let _ = writeln!(file, "{line}");
                 let mut t = tally.lock().unwrap_or_else(PoisonError::into_inner);
-                if line.contains("queued run ended") || line.contains("taken-over run ended") {
+                if line.contains("queued run ended") {
                     t.finished += 1;
                 }
-                if line.contains("taking over a run") {
+                // Counted where the takeover won (several nodes may claim).
+                if line.contains("taken-over run ended") {
+                    t.finished += 1;
                     t.taken_over += 1;
                 }
                 let problem = if line.contains(" WARN ") {
