@@ -94,9 +94,8 @@ async fn peak_at_the_model(sabotage: &str) -> usize {
         common::limits::divided_among(&one, "primary", 2);
         common::limits::divided_among(&two, "primary", 2);
     }
-    // The load's peak is what counts, and its requests. The warm-ups went
-    // one after the other, but a run refused 409 is driven on by the other
-    // server (the takeover race `warm_up` retries), so they may overlap.
+    // The load's peak is what counts, and its requests: the warm-ups went
+    // one after the other, each driven by the server it was sent to.
     let warm_requests = mock.request_count();
     mock.reset_peak_in_flight();
     let runs: Vec<_> = [&one, &two]

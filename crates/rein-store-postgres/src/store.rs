@@ -267,6 +267,15 @@ impl RunStore for PostgresStore {
         read!(self, runs::create_run, run)
     }
 
+    async fn create_run_claimed(
+        &self,
+        run: NewRun,
+        claim: Lease,
+        fence: Option<&ReservationFence>,
+    ) -> Result<RunRecord, StoreError> {
+        write!(self, leases::create_run_claimed, run, claim, fence)
+    }
+
     async fn get_run(&self, run_id: &RunId) -> Result<Option<RunRecord>, StoreError> {
         read!(self, runs::get_run, run_id)
     }

@@ -248,6 +248,21 @@ impl RunStore for SqliteStore {
             .await
     }
 
+    async fn create_run_claimed(
+        &self,
+        run: NewRun,
+        claim: Lease,
+        fence: Option<&ReservationFence>,
+    ) -> Result<RunRecord, StoreError> {
+        let fence = fence.cloned();
+        // One write: the insert and the claim run in one savepoint of a
+        // `BEGIN IMMEDIATE`, so no other handle sees the run unclaimed, and
+        // a refused claim undoes the insert.
+        self.worker
+            .write(move |conn| ops::create_run_claimed(conn, run, claim, fence.as_ref()))
+            .await
+    }
+
     async fn get_run(&self, run_id: &RunId) -> Result<Option<RunRecord>, StoreError> {
         let run_id = run_id.clone();
         self.worker

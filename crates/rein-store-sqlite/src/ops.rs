@@ -139,6 +139,27 @@ pub fn create_run(conn: &Connection, run: NewRun) -> Result<RunRecord, StoreErro
     Ok(record)
 }
 
+/// Creates `run` (fenced on its reservation when `fence` is set) and
+/// acquires `claim` on it (see [`Store::create_run_claimed`]). The caller
+/// provides the transaction: a claim refused rolls the run back with it.
+///
+/// [`Store::create_run_claimed`]: crate::Store::create_run_claimed
+pub fn create_run_claimed(
+    conn: &Connection,
+    run: NewRun,
+    claim: Lease,
+    fence: Option<&ReservationFence>,
+) -> Result<RunRecord, StoreError> {
+    same_run("run claim", &run.run_id, &claim.run_id)?;
+    claim.validate()?;
+    let record = match fence {
+        Some(fence) => create_run_held(conn, run, fence)?,
+        None => create_run(conn, run)?,
+    };
+    change_lease(conn, LeaseChange::Acquire(claim))?;
+    Ok(record)
+}
+
 pub fn get_run(conn: &Connection, run_id: &RunId) -> Result<Option<RunRecord>, StoreError> {
     query_one(
         conn,

@@ -43,6 +43,7 @@ use crate::{
 };
 
 mod cancel;
+mod claimed;
 mod harness;
 mod latency;
 mod racing;
@@ -52,6 +53,9 @@ mod trace;
 
 pub use cancel::{
     cancel_request_is_recorded_once_and_read_back, cancel_request_refusals_write_nothing,
+};
+pub use claimed::{
+    run_created_with_its_claim_is_held_at_once, two_handles_race_for_a_run_created_claimed,
 };
 pub use harness::{CheckFuture, Subject, Teardown};
 pub use latency::{
@@ -141,6 +145,7 @@ macro_rules! conformance_checks {
             idempotency_release_is_refused_while_its_run_exists,
             idempotency_holder_renews_its_reservation,
             idempotency_run_creation_is_fenced_on_the_holder,
+            run_created_with_its_claim_is_held_at_once,
             singleton_first_claim_wins_and_others_are_refused_while_live,
             singleton_holder_renews_keeping_its_acquisition,
             singleton_expired_lease_is_taken_by_another_owner,
@@ -165,6 +170,7 @@ macro_rules! conformance_checks {
             ];
             racing: [
             two_handles_race_for_a_run_claim,
+            two_handles_race_for_a_run_created_claimed,
             two_handles_race_for_an_idempotency_key,
             two_handles_race_for_a_singleton,
             two_handles_race_to_change_a_queued_run,

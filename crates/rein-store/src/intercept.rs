@@ -101,6 +101,18 @@ pub trait Intercept: Send + Sync + 'static {
         inner.ledger(run_id).await
     }
 
+    /// [`RunStore::create_run_claimed`]: a test holds the run between its
+    /// creation and the caller's next step here.
+    async fn create_run_claimed(
+        &self,
+        inner: &dyn Store,
+        run: NewRun,
+        claim: Lease,
+        fence: Option<&ReservationFence>,
+    ) -> Result<RunRecord, StoreError> {
+        inner.create_run_claimed(run, claim, fence).await
+    }
+
     /// [`LeaseStore::change_lease`].
     async fn change_lease(
         &self,
@@ -138,6 +150,17 @@ impl<I: Intercept> Intercepted<I> {
 impl<I: Intercept> RunStore for Intercepted<I> {
     async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
         self.hooks.around(self.inner.create_run(run)).await
+    }
+
+    async fn create_run_claimed(
+        &self,
+        run: NewRun,
+        claim: Lease,
+        fence: Option<&ReservationFence>,
+    ) -> Result<RunRecord, StoreError> {
+        self.hooks
+            .around(self.hooks.create_run_claimed(&*self.inner, run, claim, fence))
+            .await
     }
 
     async fn get_run(&self, run_id: &RunId) -> Result<Option<RunRecord>, StoreError> {

@@ -102,6 +102,33 @@ pub trait RunStore: Send + Sync {
     /// [`StoreError::Conflict`] when the run id is taken.
     async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError>;
 
+    /// Creates `run` (`queued`, as [`RunStore::create_run`]) and acquires
+    /// `claim`, the lease of the process that drives it, in one atomic
+    /// write; with a `fence`, only while its reservation is held (as
+    /// [`IdempotencyStore::create_run_held`]).
+    ///
+    /// # Why one write
+    ///
+    /// A run created first and claimed next is `queued` and unclaimed in
+    /// between: a queue worker of any process sharing the store could pick
+    /// it as queued work and win the claim, and the caller that created it
+    /// (a sync submission) was then refused its own run. Created with its
+    /// claim, the run is never visible unclaimed. The claim cannot come
+    /// first: a lease names a run that exists.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a claim that breaks [`Lease::validate`]
+    /// or names another run; [`StoreError::Conflict`] when the run id or
+    /// the claim's lease id is taken; [`StoreError::ReservationLost`] as
+    /// [`IdempotencyStore::create_run_held`]. Nothing is written then.
+    async fn create_run_claimed(
+        &self,
+        run: NewRun,
+        claim: Lease,
+        fence: Option<&ReservationFence>,
+    ) -> Result<RunRecord, StoreError>;
+
     /// The run, if it exists.
     async fn get_run(&self, run_id: &RunId) -> Result<Option<RunRecord>, StoreError>;
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use rein_core::{Clock, RunId};
-use rein_store::{Store, StoreError, StoreExt};
+use rein_store::{Lease, LeaseKind, Store, StoreError, StoreExt};
 use tokio_util::sync::CancellationToken;
 
 use super::AgentBinding;
@@ -61,21 +61,17 @@ pub(super) fn claim_id(run_id: &RunId) -> String {
     format!("run:{run_id}")
 }
 
+/// How long a claim outlives the run's wall clock (the reconciler treats an
 /// expired claim of a dead owner as abandoned).
 pub(super) const CLAIM_MARGIN: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Engine {
-    /// Claims `run_id` for this process: only one process drives a run at a
-    /// time, so two resumes (or a resume while the original process still
-    /// lives) cannot both replay its step. A claim whose owner is dead is
-    /// taken over.
-    pub(super) async fn claim(
-        &self,
-        run_id: &RunId,
-        hold: std::time::Duration,
-    ) -> Result<String, EngineError> {
+    /// The claim this process makes on `run_id`, held for `hold` from now:
+    /// built apart from taking it, so a new run is created together with
+    /// this very lease ([`Engine::claim_new`]) and an existing one claimed
+    /// with it ([`Engine::claim`]).
+    pub(super) fn new_claim(&self, run_id: &RunId, hold: std::time::Duration) -> Lease {
         use crate::lease::Owner;
-        use rein_store::{Lease, LeaseKind};
         let now_ms = unix_ms(self.clock.system_now());
         // The claim's own identity: this process, the public node id and a
         // token, so renewals and the release are fenced to this claim, not
@@ -87,17 +83,54 @@ impl Engine {
             self.node,
             uuid::Uuid::now_v7().simple()
         );
-        let lease = Lease {
+        Lease {
             lease_id: claim_id(run_id),
             run_id: run_id.clone(),
             intent_id: None,
             kind: LeaseKind::Run,
             pgid: None,
             path: None,
-            owner: owner.clone(),
+            owner,
             acquired_at_ms: now_ms,
             expires_at_ms: now_ms.saturating_add(millis(hold)),
-        };
+        }
+    }
+
+    /// Creates `run` already claimed by `claim` (made by
+    /// [`Engine::new_claim`]), fenced on `fence` when set; the claim's
+    /// owner.
+    ///
+    /// One write ([`Store::create_run_claimed`]): a run created `queued`
+    /// and claimed next could be picked in between by a queue worker of
+    /// any process, which then drove it while its creator was refused
+    /// (`409 not-resumable` to a sync caller). A queued run stays the
+    /// status a new run starts in (the start's `expect_status` and every
+    /// reader of it stay as they are); the held claim is what keeps every
+    /// other process off it.
+    pub(super) async fn claim_new(
+        &self,
+        run: rein_store::NewRun,
+        claim: Lease,
+        fence: Option<&rein_store::ReservationFence>,
+    ) -> Result<String, EngineError> {
+        let owner = claim.owner.clone();
+        self.store.create_run_claimed(run, claim, fence).await?;
+        Ok(owner)
+    }
+
+    /// Claims `run_id` for this process: only one process drives a run at a
+    /// time, so two resumes (or a resume while the original process still
+    /// lives) cannot both replay its step. A claim whose owner is dead is
+    /// taken over.
+    pub(super) async fn claim(
+        &self,
+        run_id: &RunId,
+        hold: std::time::Duration,
+    ) -> Result<String, EngineError> {
+        use crate::lease::Owner;
+        let lease = self.new_claim(run_id, hold);
+        let owner = lease.owner.clone();
+        let now_ms = lease.acquired_at_ms;
         match self.store.acquire_lease(lease.clone()).await {
             Ok(_) => return Ok(owner),
             Err(StoreError::Conflict { .. }) => {}

@@ -43,7 +43,7 @@ pub struct RunRequest {
     /// The idempotency reservation the run's creation is fenced on (a sync
     /// submission under an `Idempotency-Key`): the run is created only
     /// while the reservation is still its holder's
-    /// ([`Store::create_run_held`]), else the run fails to start with
+    /// ([`Store::create_run_claimed`]), else the run fails to start with
     /// [`StoreError::ReservationLost`] and
     /// nothing ran. Ignored for an `enqueued` run, which exists already.
     pub reservation: Option<rein_store::ReservationFence>,
@@ -225,7 +225,7 @@ impl Engine {
                 reason: "this process is stopping; it stays queued".into(),
             });
         }
-        let stored_parent = self
+        let (stored_parent, owner) = self
             .record_start(agent, &request, &run_id, &tenant, &lineage, at_ms)
             .await?;
         // A queued run's caller's context, kept with it: whichever process
@@ -235,7 +235,6 @@ impl Engine {
                 .as_ref()
                 .and_then(crate::telemetry::TraceParent::from_span)
         });
-        let owner = self.claim(&run_id, self.claim_hold(agent)).await?;
         let lost = CancellationToken::new();
         let cancel = request.cancel.unwrap_or_default();
         let _heartbeat = self.heartbeat(&run_id, &owner, &lost, Some(&cancel));
@@ -332,9 +331,16 @@ impl Engine {
         self.drive(&ctx, validator, state, None, None).await
     }
 
-    /// A new run's record, created (fenced on its reservation when it has
-    /// one), or an enqueued run's, checked to be a queued run of `agent`;
-    /// the caller's trace context an enqueued run was stored with.
+    /// A new run's record, created with this process's claim on it in one
+    /// write (fenced on its reservation when it has one), or an enqueued
+    /// run's, checked to be a queued run of `agent` and then claimed; the
+    /// caller's trace context an enqueued run was stored with, and the
+    /// claim's owner.
+    ///
+    /// A new run is created claimed ([`Engine::claim_new`]) because it is
+    /// created `queued`: unclaimed, even for a moment, it is queued work
+    /// to every queue worker sharing the store. An enqueued run is that
+    /// work, and is claimed as it is (whoever claims it first drives it).
     async fn record_start(
         &self,
         agent: &AgentBinding,
@@ -343,13 +349,14 @@ impl Engine {
         tenant: &TenantId,
         lineage: &Lineage,
         at_ms: u64,
-    ) -> Result<Option<rein_store::SpanRef>, EngineError> {
+    ) -> Result<(Option<rein_store::SpanRef>, String), EngineError> {
         if request.enqueued {
             match self.store.get_run(run_id).await? {
                 Some(record)
                     if record.status == RunStatus::Queued && record.agent == agent.name =>
                 {
-                    return Ok(record.trace_parent);
+                    let owner = self.claim(run_id, self.claim_hold(agent)).await?;
+                    return Ok((record.trace_parent, owner));
                 }
                 Some(record) => {
                     return Err(EngineError::NotResumable {
@@ -380,11 +387,11 @@ impl Engine {
                 created_at_ms: at_ms,
                 trace_parent: request.trace_parent.as_ref().and_then(|p| p.to_span()),
             };
-            match &request.reservation {
-                Some(fence) => self.store.create_run_held(new, fence).await?,
-                None => self.store.create_run(new).await?,
-            };
+            let claim = self.new_claim(run_id, self.claim_hold(agent));
+            let owner = self
+                .claim_new(new, claim, request.reservation.as_ref())
+                .await?;
+            Ok((None, owner))
         }
-        Ok(None)
     }
 }

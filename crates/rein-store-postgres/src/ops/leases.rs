@@ -4,7 +4,9 @@
 use deadpool_postgres::{GenericClient, Transaction};
 use rein_core::{IntentId, RunId};
 use rein_store::rules::validate_owner;
-use rein_store::{Lease, LeaseChange, LeaseFilter, StoreError};
+use rein_store::{
+    Lease, LeaseChange, LeaseFilter, NewRun, ReservationFence, RunRecord, StoreError,
+};
 
 use super::{LockSpace, execute, lock, query_all, query_opt, require_run};
 use crate::codec::{LEASE_COLUMNS, decode_lease, int, limit};
@@ -106,6 +108,32 @@ pub(crate) async fn take_over_lease(
     }
     insert_lease(tx, new).await?;
     Ok(true)
+}
+
+/// Creates `run` (fenced on its reservation when `fence` is set) and
+/// acquires `claim` on it, in the caller's transaction: no other
+/// transaction sees the run before its claim (both commit together), and
+/// a refused claim rolls the run back.
+pub(crate) async fn create_run_claimed(
+    tx: &Transaction<'_>,
+    run: NewRun,
+    claim: Lease,
+    fence: Option<&ReservationFence>,
+) -> Result<RunRecord, StoreError> {
+    if claim.run_id != run.run_id {
+        return Err(StoreError::Invalid {
+            what: "run claim",
+            expected: format!("run {}", run.run_id),
+            found: format!("run {}", claim.run_id),
+        });
+    }
+    claim.validate()?;
+    let record = match fence {
+        Some(fence) => super::idempotency::create_run_held(tx, run, fence).await?,
+        None => super::runs::create_run(tx, run).await?,
+    };
+    change_lease(tx, LeaseChange::Acquire(claim)).await?;
+    Ok(record)
 }
 
 /// Applies one [`LeaseChange`] under the lease's lock.
