@@ -9,7 +9,10 @@
 //! and the worker serves the lanes in turn: a quiet tenant's run waits for
 //! the next free worker, not for the noisy tenant's backlog. A tenant at
 //! its `max_running` is passed over (and, as deficit round robin does with
-//! a flow that ran empty, banks no credit meanwhile).
+//! a flow that ran empty, banks no credit meanwhile), and so is a tenant
+//! the tenant floor holds back ([`crate::floor`]: the last free worker is
+//! kept for a tenant with nothing running). Order alone leaves the quiet
+//! run waiting for a worker to finish; the floor removes that wait.
 //!
 //! # Across processes
 //!
@@ -32,11 +35,20 @@ use rein_core::registry::ServerQuotas;
 use rein_core::{Instant, RunId, TenantId};
 use rein_store::{RunRecord, TenantBacklog};
 
+use crate::floor::{Seat, TenantFloor};
 use crate::quota::{Quotas, Running};
 
 /// How many of each tenant's oldest queued runs a pick looks at: enough
 /// for a weight up to this many runs per round.
 pub const PICK_WINDOW: usize = 8;
+
+/// What a picked run holds while it is driven: its count against its
+/// tenant's `max_running` and its worker of the tenant floor.
+#[derive(Debug)]
+pub struct Started {
+    _running: Running,
+    _seat: Seat,
+}
 
 /// A process's round between tenants.
 #[derive(Debug)]
@@ -66,16 +78,18 @@ impl FairPick {
     }
 
     /// The next run to start from `backlogs` (the store's, just read), in
-    /// fair order among tenants below their `max_running`, counted as
-    /// running in `counts` (its tenant's slot is taken before the lock is
-    /// let go, so two workers of this process never overshoot the cap).
+    /// fair order among tenants below their `max_running` that `floor`
+    /// admits, counted as running in `counts` and seated in `floor` (both
+    /// taken before the lock is let go, so two workers of this process
+    /// never overshoot the cap nor take the floor).
     pub fn next(
         &self,
         backlogs: &[TenantBacklog],
         config: &ServerQuotas,
         counts: &Quotas,
+        floor: &TenantFloor,
         now: Instant,
-    ) -> Option<(RunRecord, Running)> {
+    ) -> Option<(RunRecord, Started)> {
         let mut round = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let Round { queue, known } = &mut *round;
         let claimable: HashSet<&RunId> = backlogs
@@ -95,7 +109,7 @@ impl FairPick {
             backlogs.iter().map(|b| (&b.tenant, b.running)).collect();
         let open = |tenant: &TenantId| {
             let store = running.get(tenant).copied().unwrap_or(0);
-            counts.may_start(config.of(tenant), tenant, store)
+            counts.may_start(config.of(tenant), tenant, store) && floor.admits(tenant)
         };
         let run = if self.fifo {
             // The oldest, whoever's; a tenant at its cap blocks the line.
@@ -113,7 +127,14 @@ impl FairPick {
         known.remove(&run.run_id);
         let store = running.get(&run.tenant).copied().unwrap_or(0);
         let counted = counts.start_quietly(config.of(&run.tenant), &run.tenant, store)?;
-        Some((run, counted))
+        let seat = floor.seat(&run.tenant)?;
+        Some((
+            run,
+            Started {
+                _running: counted,
+                _seat: seat,
+            },
+        ))
     }
 }
 
@@ -142,6 +163,9 @@ mod tests {
         .quotas
         .clone()
     }
+
+    /// Worker loops enough that the floor holds no test's tenant back.
+    const LOOPS: usize = 64;
 
     fn run(tenant: &str, n: u64) -> RunRecord {
         RunRecord {
@@ -202,6 +226,7 @@ mod tests {
         let config = config("");
         let counts = Quotas::default();
         let pick = FairPick::new(&config);
+        let floor = TenantFloor::new(LOOPS);
         let mut store = Store {
             queued: (0..300).map(|n| run("noisy", n)).collect(),
             running: HashMap::new(),
@@ -210,7 +235,7 @@ mod tests {
         let mut order = Vec::new();
         for _ in 0..4 {
             let (next, _running) = pick
-                .next(&store.backlogs(), &config, &counts, Instant::ORIGIN)
+                .next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
                 .unwrap();
             store.take(&next.run_id);
             order.push(next.tenant.to_string());
@@ -223,6 +248,7 @@ mod tests {
         let config = config("[server.quotas.tenants.gold]\nweight = 3.0\n");
         let counts = Quotas::default();
         let pick = FairPick::new(&config);
+        let floor = TenantFloor::new(LOOPS);
         let mut store = Store {
             queued: (0..100)
                 .flat_map(|n| [run("gold", n), run("base", n)])
@@ -232,7 +258,7 @@ mod tests {
         let mut gold = 0;
         for _ in 0..40 {
             let (next, _running) = pick
-                .next(&store.backlogs(), &config, &counts, Instant::ORIGIN)
+                .next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
                 .unwrap();
             store.take(&next.run_id);
             gold += usize::from(next.tenant.as_str() == "gold");
@@ -245,6 +271,7 @@ mod tests {
         let config = config("max_running = 2\n");
         let counts = Quotas::default();
         let pick = FairPick::new(&config);
+        let floor = TenantFloor::new(LOOPS);
         let mut store = Store {
             queued: (0..10).map(|n| run("noisy", n)).collect(),
             running: HashMap::from([("noisy".to_owned(), 1)]),
@@ -252,12 +279,12 @@ mod tests {
         // One more may start (one runs elsewhere), then none: the store
         // counts the one started here once it runs.
         let (first, held) = pick
-            .next(&store.backlogs(), &config, &counts, Instant::ORIGIN)
+            .next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
             .unwrap();
         store.take(&first.run_id);
         store.running.insert("noisy".to_owned(), 2);
         assert!(
-            pick.next(&store.backlogs(), &config, &counts, Instant::ORIGIN)
+            pick.next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
                 .is_none(),
             "2 running in the store = max_running"
         );
@@ -267,21 +294,66 @@ mod tests {
             .unwrap();
         store.running.insert("noisy".to_owned(), 0);
         assert!(
-            pick.next(&store.backlogs(), &config, &counts, Instant::ORIGIN)
+            pick.next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
                 .is_none(),
             "2 started here = max_running"
         );
         store.queued.push(run("quiet", 50));
         let (next, _q) = pick
-            .next(&store.backlogs(), &config, &counts, Instant::ORIGIN)
+            .next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
             .unwrap();
         assert_eq!(next.tenant.as_str(), "quiet");
         drop((held, _second_here));
         store.running.clear();
         let (again, _n) = pick
-            .next(&store.backlogs(), &config, &counts, Instant::ORIGIN)
+            .next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
             .unwrap();
         assert_eq!(again.tenant.as_str(), "noisy", "free again once a run ends");
+    }
+
+    #[test]
+    fn the_floor_keeps_the_last_worker_for_a_tenant_with_nothing_running() {
+        let config = config("");
+        let counts = Quotas::default();
+        let pick = FairPick::new(&config);
+        // Two shared workers and the floor.
+        let floor = TenantFloor::new(crate::floor::loops(2));
+        let mut store = Store {
+            queued: (0..300).map(|n| run("noisy", n)).collect(),
+            running: HashMap::new(),
+        };
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            let (next, started) = pick
+                .next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
+                .unwrap();
+            store.take(&next.run_id);
+            held.push(started);
+        }
+        assert!(
+            pick.next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
+                .is_none(),
+            "noisy holds the shared tier: the floor stays free"
+        );
+        store.queued.push(run("quiet", 1000));
+        let (next, quiet) = pick
+            .next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
+            .unwrap();
+        assert_eq!(next.tenant.as_str(), "quiet");
+        // A noisy run ends: the worker it frees is the floor now (quiet's
+        // run holds the other), kept for the next tenant with nothing
+        // running.
+        held.pop();
+        assert!(
+            pick.next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
+                .is_none()
+        );
+        // Quiet's run ends: noisy has its shared workers back.
+        drop(quiet);
+        let (next, _noisy) = pick
+            .next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
+            .unwrap();
+        assert_eq!(next.tenant.as_str(), "noisy");
     }
 
     #[test]
@@ -289,18 +361,19 @@ mod tests {
         let config = config("");
         let counts = Quotas::default();
         let pick = FairPick::new(&config);
+        let floor = TenantFloor::new(LOOPS);
         let mut store = Store {
             queued: vec![run("a", 1), run("a", 2)],
             running: HashMap::new(),
         };
         assert!(
-            pick.next(&store.backlogs(), &config, &counts, Instant::ORIGIN)
+            pick.next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
                 .is_some()
         );
         // Another process took a-0002 meanwhile (a-0001 was ours).
         store.queued.clear();
         assert!(
-            pick.next(&store.backlogs(), &config, &counts, Instant::ORIGIN)
+            pick.next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
                 .is_none()
         );
         assert!(pick.inner.lock().unwrap().known.is_empty());

@@ -21,6 +21,7 @@
 //! | [`worker`] | queue workers: queued runs, takeover of expired claims, dead letters |
 //! | [`quota`] | per-tenant quotas: submission rate, running and queued caps, 429 |
 //! | [`fair`] | which queued run starts next: deficit round robin between tenants |
+//! | [`floor`] | the tenant floor: a worker kept for a tenant with nothing running |
 //! | [`slots`] | run slots shared by interactive (sync) and batch (queued) runs |
 //! | [`admit`] | a submission's quota and slot checks |
 //! | [`recovery`] | runs whose process died: takeover, dead letter, orphans |
@@ -52,6 +53,7 @@ pub mod events;
 pub mod exposure;
 pub mod extract;
 pub mod fair;
+pub mod floor;
 pub mod gateway;
 pub mod idempotency;
 pub mod listing;
@@ -315,11 +317,11 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     }
     let ended = state.health.workers_ended();
     if ended > 0 {
+        let loops = floor::loops(state.workers);
         return Problem::unavailable(format!(
-            "{ended} of this process's {} queue workers ended; queued work is not driven here (restart the process)",
-            state.workers
+            "{ended} of this process's {loops} queue workers ended; queued work is not driven here (restart the process)",
         ))
-        .with(json!({"workers": state.workers, "workers_alive": state.health.workers_alive()}))
+        .with(json!({"workers": loops, "workers_alive": state.health.workers_alive()}))
         .into_response();
     }
     match state.store.list_runs(1).await {
@@ -462,7 +464,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// Serves the API on `listener` with `state.workers` queue workers, until
+/// Serves the API on `listener` with `state.workers` queue workers and the
+/// tenant floor's ([`floor`]), until
 /// `shutdown` resolves; then drains ([`drain`]), all of it within
 /// `server.shutdown_grace`: new work is refused, the work in flight gets
 /// the first part of the grace to finish, what is left is interrupted and
@@ -479,7 +482,9 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let mut background = Vec::new();
-    for _ in 0..state.workers {
+    let loops = floor::loops(state.workers);
+    state.floor.spawned(loops);
+    for _ in 0..loops {
         background.push(tokio::spawn(worker::work(state.clone())));
     }
     background.push(tokio::spawn(idempotency::sweep_forever(state.clone())));

@@ -49,6 +49,8 @@ pub struct AppState {
     pub slots: Arc<crate::slots::RunSlots>,
     /// The queue workers' round between tenants ([`crate::fair`]).
     pub fair: crate::fair::FairPick,
+    /// The runs the queue workers hold, by tenant ([`crate::floor`]).
+    pub floor: crate::floor::TenantFloor,
 }
 
 impl AppState {
@@ -79,8 +81,9 @@ impl AppState {
             .metrics()
             .register_collector(Box::new(quotas.clone()));
         let settings_quotas = settings.quotas.clone();
+        let workers = usize::try_from(settings.queue.workers.get()).unwrap_or(1);
         AppState {
-            workers: usize::try_from(settings.queue.workers.get()).unwrap_or(1),
+            workers,
             settings,
             registry,
             schemas,
@@ -99,6 +102,7 @@ impl AppState {
                 settings_quotas.weights(),
             )),
             fair: crate::fair::FairPick::new(&settings_quotas),
+            floor: crate::floor::TenantFloor::new(crate::floor::loops(workers)),
         }
     }
 

@@ -7,7 +7,10 @@
 //! two workers racing for one run cannot both drive it; the loser moves on.
 //! Which run a worker tries next is the fair pick's ([`crate::fair`]):
 //! deficit round robin between the tenants with queued runs, passing over
-//! a tenant at its `max_running`.
+//! a tenant at its `max_running`, and a tenant already running here when
+//! only the tenant floor is free ([`crate::floor`]: `queue.workers` +
+//! [`FLOOR`](crate::floor::FLOOR) workers loop, the floor kept for a
+//! tenant with nothing running).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +22,7 @@ use rein_engine::recovery::{DEAD_LETTER, Standing};
 use rein_engine::run::{EngineError, HandOn, RunOutput, RunRequest};
 use rein_store::{RunCursor, RunRecord, RunStatus};
 
-use crate::quota::Running;
+use crate::fair::Started;
 use crate::state::AppState;
 
 /// How often an idle worker looks for queued work without being woken.
@@ -34,8 +37,9 @@ pub const TAKEOVER_PAGE: usize = 16;
 pub const PICK_TRIES: usize = 8;
 
 /// The next queued run in fair order between tenants ([`crate::fair`]),
-/// counted against its tenant's `max_running` while it is driven.
-async fn next_queued(state: &AppState) -> Option<(RunRecord, Running)> {
+/// counted against its tenant's `max_running` and seated in the tenant
+/// floor ([`crate::floor`]) while it is driven.
+async fn next_queued(state: &AppState) -> Option<(RunRecord, Started)> {
     let backlogs = match state
         .store
         .tenant_backlogs(None, crate::fair::PICK_WINDOW)
@@ -48,9 +52,13 @@ async fn next_queued(state: &AppState) -> Option<(RunRecord, Running)> {
         }
     };
     let now = state.engine.clock().now();
-    state
-        .fair
-        .next(&backlogs, &state.settings.quotas, &state.quotas, now)
+    state.fair.next(
+        &backlogs,
+        &state.settings.quotas,
+        &state.quotas,
+        &state.floor,
+        now,
+    )
 }
 
 /// The tenant a worker's batch slot is asked under: which tenant's run it
@@ -214,6 +222,8 @@ async fn take_over(state: &Arc<AppState>, cursor: &mut Option<RunCursor>) -> boo
         let Some(_admission) = state.drain.admit() else {
             return false;
         };
+        // It holds this worker: counted, never refused by the floor.
+        let _seat = state.floor.seat_anyway(&record.tenant);
         // Every live node may find the same abandoned run: each one asks,
         // the engine's claim lets one win, and the others log "not taken
         // over" below. So this line says it asks (info), not that it took
@@ -267,7 +277,7 @@ pub async fn work(state: Arc<AppState>) {
             () = state.drain.started() => return,
         };
         for _ in 0..PICK_TRIES {
-            let Some((record, _running)) = next_queued(&state).await else {
+            let Some((record, _started)) = next_queued(&state).await else {
                 break;
             };
             // Taken, then checked: a drain that began in between refuses.
