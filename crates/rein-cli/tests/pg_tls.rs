@@ -348,18 +348,30 @@ async fn serve_runs_over_verify_full_with_the_store_tables_ca_file() {
         .arg(&config)
         .args(["--listen", "127.0.0.1:0"]);
     let node = Server::spawn_async(command).await;
-    let run: Value = reqwest::Client::new()
+    // Queued: accepted, then driven by the node's worker (every step
+    // commit over the TLS session).
+    let client = reqwest::Client::new();
+    let accepted = client
         .post(node.url("/v1/agents/order_desk/runs"))
         .header("content-type", "application/json")
-        .body(r#"{"input": "Move order A-1001 to 2026-12-24.", "mode": "sync"}"#)
+        .body(r#"{"input": "Move order A-1001 to 2026-12-24.", "mode": "queued"}"#)
         .send()
         .await
-        .unwrap()
-        .json()
-        .await
         .unwrap();
-    let run_id = rein_core::RunId::new(run["run_id"].as_str().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("{e}: {run}\n{}", node.log_tail()));
+    assert_eq!(accepted.status(), 202, "{}", node.log_tail());
+    let location = accepted.headers()["location"].to_str().unwrap().to_owned();
+    let run_id = rein_core::RunId::new(location.rsplit('/').next().unwrap_or_default()).unwrap();
+    let mut run = Value::Null;
+    for _ in 0..1200 {
+        if let Ok(r) = client.get(node.url(&location)).send().await
+            && let Ok(view) = r.json::<Value>().await
+            && !matches!(view["status"].as_str(), Some("queued" | "running") | None)
+        {
+            run = view;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(run["status"], "succeeded", "{run}\n{}", node.log_tail());
     node.kill_async().await;
 
