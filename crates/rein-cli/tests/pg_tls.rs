@@ -9,7 +9,8 @@
 //! - `verify-full` against another CA fails with a certificate error, and
 //!   against a host name the certificate does not list fails too, where
 //!   `verify-ca` (which checks the chain, not the name) connects;
-//! - `require` (and the default, `prefer`) connect without a CA;
+//! - `require` (and the default, `prefer`) connect without a CA; `require`
+//!   given a CA verifies the chain (as libpq does);
 //! - `disable` is refused by the server, with its own message;
 //! - `rein check` refuses a CA that a URL's `sslmode` would ignore, naming
 //!   `store.ca_file`.
@@ -275,6 +276,21 @@ async fn each_sslmode_connects_or_fails_as_libpq_does_on_a_tls_only_server() {
         !error.contains("other-ca.pem"),
         "the query is not shown: {error}"
     );
+
+    // require with a CA verifies the chain, as libpq does: another CA
+    // is refused.
+    let error = connect(
+        &url(
+            &server,
+            CERT_HOST,
+            &format!("sslmode=require&sslrootcert={other_ca}"),
+        ),
+        None,
+    )
+    .await
+    .map(|_| ())
+    .unwrap_err();
+    assert!(error.contains("UnknownIssuer"), "{error}");
 
     // A host name the certificate does not list: verify-full refuses it,
     // verify-ca (the chain only) connects.
