@@ -43,6 +43,34 @@ pub struct CheckArgs {
     data: Option<PathBuf>,
 }
 
+/// The TLS settings of the PostgreSQL store a start would open (`--data`
+/// or `[store] url`, with `[store] ca_file`), as the start builds them:
+/// the CA read and parsed, its combination with `sslmode` checked, nothing
+/// connected to. A URL whose form is wrong is reported by the callers'
+/// other checks, not here.
+fn tls_problem(
+    data: Option<&Path>,
+    spec: Option<&rein_core::registry::StoreSpec>,
+) -> Option<ConfigProblem> {
+    let chosen = crate::store::chosen(data, spec);
+    let Ok(crate::store::Data::Postgres(url)) = crate::store::Data::parse(&chosen) else {
+        return None;
+    };
+    let ca_file = spec.and_then(|spec| spec.ca_file.as_deref());
+    let error = url.connector(ca_file).err()?;
+    let (file, field) = match (spec, data) {
+        // The config's CA, the URL naming none: the CA (or its pairing
+        // with the URL's sslmode) is the problem.
+        (Some(spec), _) if ca_file.is_some() && url.tls().root_certs.is_none() => {
+            (spec.file.display().to_string(), "store.ca_file")
+        }
+        (_, Some(data)) => (crate::store::shown(data), "--data"),
+        (Some(spec), None) => (spec.file.display().to_string(), "store.url"),
+        (None, None) => return None,
+    };
+    Some(ConfigProblem::new(file, field, format!("{error:#}")))
+}
+
 /// Checks the config; exit 0 when it starts, 1 when it has problems.
 ///
 /// The problems are data when `--json` is given (stdout) and diagnostics
@@ -79,6 +107,10 @@ pub fn run(args: CheckArgs) -> ExitCode {
         }),
         Err(_) => None,
     };
+    let tls_problem = match &loaded {
+        Ok(startup) => tls_problem(args.data.as_deref(), startup.registry.store()),
+        Err(_) => None,
+    };
     let (config_problems, warnings): (&[ConfigProblem], &[ConfigProblem]) = match &loaded {
         Ok(startup) => (&[], &startup.warnings),
         Err(errors) => (errors.problems(), errors.warnings()),
@@ -87,6 +119,7 @@ pub fn run(args: CheckArgs) -> ExitCode {
         .iter()
         .chain(&data_problem)
         .chain(&store_problem)
+        .chain(&tls_problem)
         .collect();
     let ok = problems.is_empty();
     let fields = match &loaded {

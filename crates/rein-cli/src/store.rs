@@ -32,7 +32,8 @@ impl Data {
     /// # Errors
     ///
     /// A `postgres://` URL that does not parse or asks for what this build
-    /// cannot do (TLS), named without its credentials.
+    /// cannot do (client certificates, `sslmode=allow`, …), named without
+    /// its credentials.
     pub fn parse(data: &Path) -> Result<Data> {
         match data.to_str().filter(|text| is_postgres_url(text)) {
             Some(url) => Ok(Data::Postgres(Box::new(PostgresUrl::parse(url)?))),
@@ -64,7 +65,8 @@ pub fn chosen(data: Option<&Path>, spec: Option<&StoreSpec>) -> PathBuf {
 }
 
 /// How a PostgreSQL store connects under `[store]` (its pool size,
-/// connect timeout and migration setting; the defaults without the table),
+/// connect timeout, migration setting and TLS CA; the defaults without the
+/// table),
 /// whichever URL `--data` or `[store].url` gives.
 pub fn postgres_options(spec: Option<&StoreSpec>, migrate: bool) -> PostgresOptions {
     let mut options = PostgresOptions {
@@ -75,6 +77,7 @@ pub fn postgres_options(spec: Option<&StoreSpec>, migrate: bool) -> PostgresOpti
         options.max_connections = usize::try_from(spec.pool_size.get()).unwrap_or(usize::MAX);
         options.connect_timeout = spec.connect_timeout;
         options.migrate = migrate && spec.migrate;
+        options.ca_file.clone_from(&spec.ca_file);
     }
     options
 }
@@ -198,8 +201,11 @@ mod tests {
             c.pool_size = Some(3);
             c.connect_timeout = Some(Duration::from_secs(2));
             c.migrate = Some(false);
+            c.ca_file = Some(PathBuf::from("tls/ca.pem"));
         });
         let options = postgres_options(Some(&pg), true);
+        assert_eq!(options.ca_file, Some(PathBuf::from("conf/tls/ca.pem")));
+        assert_eq!(postgres_options(None, true).ca_file, None);
         assert_eq!(options.max_connections, 3);
         assert_eq!(options.connect_timeout, Duration::from_secs(2));
         assert!(!options.migrate, "migrate = false: refuse an old schema");

@@ -429,8 +429,16 @@ fn check_refuses_a_data_url_serve_would_refuse_without_showing_its_password() {
     );
     for (data, reason) in [
         (
-            "postgres://rein:pw-kept-secret-3@db.internal/rein?sslmode=require",
-            "without TLS",
+            "postgres://rein:pw-kept-secret-3@db.internal/rein?sslmode=require&sslcert=/c.pem",
+            "sslcert: client certificates are not supported",
+        ),
+        (
+            "postgres://rein:pw-kept-secret-3@db.internal/rein?sslmode=verify-full",
+            "sslrootcert=PATH",
+        ),
+        (
+            "postgres://rein:pw-kept-secret-3@db.internal/rein?sslmode=verify-ca&sslrootcert=/nonexistent/ca.pem",
+            "/nonexistent/ca.pem",
         ),
         (
             "postgres://rein:pw-kept-secret-3@db.internal:99999/rein",

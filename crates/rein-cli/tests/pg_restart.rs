@@ -12,17 +12,11 @@
 //! # Why a private server
 //!
 //! The machine's PostgreSQL is shared by every other test; restarting it
-//! would fail theirs. This test makes its own: `initdb` into a temporary
-//! directory, `pg_ctl start` on a free port, the binaries found at run
-//! time under `/usr/lib/postgresql/*/bin` (or `REIN_PG_BIN`). initdb
-//! refuses to run as root, so as root the directory is handed to the
-//! `postgres` user and the binaries run through `runuser -u postgres`.
-//! Without the binaries the test skips with a message, except under
-//! `CI=true`, where it fails.
+//! would fail theirs. This test makes its own ([`PrivatePostgres`], shared
+//! with `pg_tls.rs`). Without the binaries the test skips with a message,
+//! except under `CI=true`, where it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::os::unix::fs::MetadataExt as _;
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,175 +31,13 @@ mod load;
 mod common;
 use common::{Server, example_config};
 
-/// A PostgreSQL server of this test alone; stopped (and its directory
-/// removed) on drop.
-struct PrivatePostgres {
-    bin: PathBuf,
-    /// Holds `data/`, `sock/` and `server.log`; owned by the user the
-    /// server runs as.
-    dir: tempfile::TempDir,
-    port: u16,
-    /// `runuser -u postgres --` when this process is root.
-    as_postgres: bool,
-}
-
-impl PrivatePostgres {
-    /// The newest `/usr/lib/postgresql/*/bin` holding `initdb` and
-    /// `pg_ctl`, or `REIN_PG_BIN`.
-    fn binaries() -> Option<PathBuf> {
-        if let Some(bin) = std::env::var_os("REIN_PG_BIN") {
-            return Some(PathBuf::from(bin));
-        }
-        let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-            .ok()?
-            .filter_map(Result::ok)
-            .filter_map(|entry| {
-                let version = entry.file_name().to_str()?.parse::<u32>().ok()?;
-                let bin = entry.path().join("bin");
-                (bin.join("initdb").is_file() && bin.join("pg_ctl").is_file())
-                    .then_some((version, bin))
-            })
-            .collect();
-        found.sort();
-        found.pop().map(|(_, bin)| bin)
-    }
-
-    /// Initializes and starts a server; `None` (skip) without binaries
-    /// outside CI.
-    fn start() -> Option<PrivatePostgres> {
-        let Some(bin) = PrivatePostgres::binaries() else {
-            let why = "no PostgreSQL binaries under /usr/lib/postgresql/*/bin (set REIN_PG_BIN)";
-            if std::env::var("CI").is_ok_and(|ci| ci == "true") {
-                panic!("{why}: CI must run the database restart test");
-            }
-            eprintln!("skipped: {why}");
-            return None;
-        };
-        let as_postgres = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("sock")).unwrap();
-        if as_postgres {
-            let owned = Command::new("chown")
-                .args(["-R", "postgres"])
-                .arg(dir.path())
-                .status()
-                .unwrap();
-            assert!(owned.success(), "chown the server's directory to postgres");
-        }
-        // A port nobody listens on now (the server binds it a moment later).
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let server = PrivatePostgres {
-            bin,
-            dir,
-            port,
-            as_postgres,
-        };
-        server
-            .run(
-                "initdb",
-                &[
-                    "-D",
-                    &server.data(),
-                    "-A",
-                    "trust",
-                    "-U",
-                    "root",
-                    "--no-sync",
-                ],
-            )
-            .unwrap();
-        server.pg_ctl("start").unwrap();
-        Some(server)
-    }
-
-    fn data(&self) -> String {
-        self.dir.path().join("data").display().to_string()
-    }
-
-    /// `tool args…` as the server's user.
-    fn run(&self, tool: &str, args: &[&str]) -> Result<()> {
-        let program = self.bin.join(tool);
-        let mut command = if self.as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&program);
-            c
-        } else {
-            Command::new(&program)
-        };
-        let out = command
-            .args(args)
-            .output()
-            .with_context(|| format!("cannot run {}", program.display()))?;
-        ensure!(
-            out.status.success(),
-            "{tool} {args:?}: {}\n{}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(())
-    }
-
-    /// `pg_ctl ACTION`, waiting until it is done. `fsync` is off: the
-    /// test restarts the server cleanly (a fast shutdown still writes a
-    /// checkpoint), it never loses the machine, and a loaded CI machine
-    /// spends its time on rein rather than on flushes.
-    fn pg_ctl(&self, action: &str) -> Result<()> {
-        let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
-            self.port,
-            self.dir.path().join("sock").display()
-        );
-        let log = self.dir.path().join("server.log").display().to_string();
-        let data = self.data();
-        let mut args = vec!["-D", data.as_str(), "-w", "-t", "60", "-l", log.as_str()];
-        if action != "start" {
-            args.extend(["-m", "fast"]);
-        }
-        args.extend(["-o", options.as_str(), action]);
-        self.run("pg_ctl", &args)
-    }
-
-    /// The server's URL for `database`.
-    fn url(&self, database: &str) -> String {
-        format!("postgres://root@127.0.0.1:{}/{database}", self.port)
-    }
-
-    /// Creates `database`.
-    async fn create_database(&self, database: &str) {
-        let (client, connection) =
-            tokio_postgres::connect(&self.url("postgres"), tokio_postgres::NoTls)
-                .await
-                .unwrap();
-        tokio::spawn(connection);
-        client
-            .batch_execute(&format!("CREATE DATABASE {database}"))
-            .await
-            .unwrap();
-    }
-
-    fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
-    }
-}
-
-impl Drop for PrivatePostgres {
-    fn drop(&mut self) {
-        if let Err(e) = self.pg_ctl("stop") {
-            eprintln!("cannot stop the private PostgreSQL: {e:#}");
-        }
-    }
-}
+#[path = "common/postgres.rs"]
+mod private_postgres;
+use private_postgres::PrivatePostgres;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_nodes_survive_a_node_kill_and_a_database_restart() {
-    let Some(postgres) = PrivatePostgres::start() else {
+    let Some(postgres) = PrivatePostgres::start("the database restart test") else {
         return;
     };
     let postgres = Arc::new(postgres);

@@ -71,7 +71,7 @@ pub(crate) fn pg_error(error: tokio_postgres::Error) -> StoreError {
     // echoed); the database error's detail is kept for the operator.
     let message = match error.as_db_error() {
         Some(db) => format!("postgres: {} ({})", db.message(), db.code().code()),
-        None => format!("postgres: {error}"),
+        None => format!("postgres: {}", with_causes(&error)),
     };
     if transient {
         StoreError::Unavailable(message)
@@ -99,12 +99,19 @@ pub(crate) fn pool_error(error: deadpool_postgres::PoolError) -> StoreError {
 }
 
 /// A connection the server refuses whatever the wait: the database does
-/// not exist, or the credentials are wrong. Permanent, so that `rein
+/// not exist, the credentials are wrong, or TLS cannot be agreed on. Permanent, so that `rein
 /// serve` stops with the reason instead of retrying forever; the message
 /// says how to fix it (the store adds which database).
 fn refused_for_good(error: &tokio_postgres::Error) -> Option<StoreError> {
+    if let Some(refusal) = tls_refused(error) {
+        return Some(refusal);
+    }
     let db = error.as_db_error()?;
     let fix = match *db.code() {
+        // `hostssl`-only: a plain connection has no pg_hba.conf entry.
+        SqlState::INVALID_AUTHORIZATION_SPECIFICATION if db.message().contains("no encryption") => {
+            "the server takes only TLS connections: set sslmode=verify-full (or require) in the URL"
+        }
         SqlState::INVALID_CATALOG_NAME => {
             "create it (`createdb NAME`) and run `rein migrate --data URL`, or fix the database name in `--data`"
         }
@@ -201,4 +208,52 @@ decoders! {
     decode_idempotency -> IdempotencyRecord,
     decode_singleton -> SingletonLease,
     decode_breaker_opening -> BreakerOpening,
+}
+
+/// `error` and the errors under it, `: `-joined: the driver's own text
+/// for a failed TLS handshake is only "error performing TLS handshake",
+/// the reason (`invalid peer certificate: UnknownIssuer`) is its cause.
+fn with_causes(error: &tokio_postgres::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = std::error::Error::source(error);
+    while let Some(next) = cause {
+        text.push_str(": ");
+        text.push_str(&next.to_string());
+        cause = next.source();
+    }
+    text
+}
+
+/// A TLS handshake that failed on what a retry cannot change: a
+/// certificate that does not verify, a server without TLS under a mode
+/// that requires it. Permanent, so that a node stops with the reason
+/// instead of retrying the same handshake forever; a handshake cut by the
+/// network (an I/O error of its own) stays transient.
+fn tls_refused(error: &tokio_postgres::Error) -> Option<StoreError> {
+    let mut cause = std::error::Error::source(error);
+    while let Some(next) = cause {
+        let tls = next
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+        let fix = match tls {
+            Some(rustls::Error::InvalidCertificate(_)) => {
+                "the server's certificate does not verify: give the CA that signed it \
+                 (sslrootcert= in the URL or [store] ca_file), or connect by a host name it lists"
+            }
+            Some(_) => "TLS could not be agreed on with the server",
+            None if next.to_string() == "server does not support TLS" => {
+                "the server does not speak TLS: enable ssl on it, or use sslmode=prefer or disable"
+            }
+            None => {
+                cause = next.source();
+                continue;
+            }
+        };
+        return Some(StoreError::Backend(format!(
+            "postgres refused the connection: {}; {fix}",
+            with_causes(error)
+        )));
+    }
+    None
 }

@@ -33,8 +33,12 @@
 //! may not exist yet. Schema changes are versioned migrations
 //! ([`SCHEMA_VERSION`]), applied at connect or by `rein migrate`.
 //!
-//! TLS is not spoken: connect over a local socket or a trusted network
-//! (a URL asking for `sslmode=require` is refused, not silently downgraded).
+//! # TLS
+//!
+//! libpq's `sslmode` values on rustls (see [`tls`]): `disable`, `prefer`
+//! (the default), `require`, `verify-ca` and `verify-full` against the CA of
+//! `sslrootcert=` in the URL or [`PostgresOptions::ca_file`]. What rein does
+//! not do (client certificates, `sslmode=allow`, …) is refused by name.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -43,6 +47,7 @@ mod listen;
 mod migrate;
 pub(crate) mod ops;
 mod store;
+pub mod tls;
 mod url;
 
 #[cfg(feature = "scratch")]

@@ -21,7 +21,9 @@ use std::time::Duration;
 use rein_core::RunId;
 use rein_store::Notification;
 use tokio::sync::{broadcast, mpsc};
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
+
+use crate::tls::Connector;
 
 use crate::ops::cancel::CANCEL_CHANNEL;
 use crate::ops::commit::EVENTS_CHANNEL;
@@ -46,9 +48,13 @@ pub(crate) struct Listener {
 
 impl Listener {
     /// Starts listening on the runtime of `runtime`.
-    pub(crate) fn spawn(config: tokio_postgres::Config, runtime: &tokio::runtime::Handle) -> Self {
+    pub(crate) fn spawn(
+        config: tokio_postgres::Config,
+        tls: Connector,
+        runtime: &tokio::runtime::Handle,
+    ) -> Self {
         let (sender, _) = broadcast::channel(CAPACITY);
-        let task = runtime.spawn(listen_forever(config, sender.clone()));
+        let task = runtime.spawn(listen_forever(config, tls, sender.clone()));
         Listener { sender, task }
     }
 
@@ -81,10 +87,14 @@ fn decode(channel: &str, payload: &str) -> Option<Notification> {
     }
 }
 
-async fn listen_forever(config: tokio_postgres::Config, sender: broadcast::Sender<Notification>) {
+async fn listen_forever(
+    config: tokio_postgres::Config,
+    tls: Connector,
+    sender: broadcast::Sender<Notification>,
+) {
     let mut pause = FIRST_PAUSE;
     loop {
-        match listen_once(&config, &sender).await {
+        match listen_once(&config, &tls, &sender).await {
             // It listened, then broke: start again from the first pause.
             Ok(()) => {
                 tracing::warn!("postgres listener connection lost; reconnecting");
@@ -105,9 +115,10 @@ async fn listen_forever(config: tokio_postgres::Config, sender: broadcast::Sende
 /// One session: connects, listens, forwards until the connection ends.
 async fn listen_once(
     config: &tokio_postgres::Config,
+    tls: &Connector,
     sender: &broadcast::Sender<Notification>,
 ) -> Result<(), tokio_postgres::Error> {
-    let (client, mut connection) = config.connect(NoTls).await?;
+    let (client, mut connection) = config.connect(tls.clone()).await?;
     // The connection must be polled for the client's queries to run, and
     // its notifications arrive on it: one task drives it and hands them
     // over.

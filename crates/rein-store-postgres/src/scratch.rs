@@ -22,8 +22,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use tokio_postgres::NoTls;
-
 use crate::url::PostgresUrl;
 
 /// The server tests use when `REIN_TEST_POSTGRES_URL` is not set.
@@ -49,7 +47,10 @@ impl ScratchDatabase {
         let server = std::env::var("REIN_TEST_POSTGRES_URL")
             .unwrap_or_else(|_| DEFAULT_TEST_SERVER.to_owned());
         let server = PostgresUrl::parse(&server).expect("REIN_TEST_POSTGRES_URL is a postgres URL");
-        let admin = match server.config().connect(NoTls).await {
+        let tls = server
+            .connector(None)
+            .expect("REIN_TEST_POSTGRES_URL's TLS parameters are usable");
+        let admin = match server.config().connect(tls).await {
             Ok((client, connection)) => {
                 tokio::spawn(connection);
                 client
@@ -101,7 +102,11 @@ impl ScratchDatabase {
         let (admin, connection) = self
             .server
             .config()
-            .connect(NoTls)
+            .connect(
+                self.server
+                    .connector(None)
+                    .expect("the test server's TLS parameters were usable at create"),
+            )
             .await
             .expect("the test server answers to drop a scratch database");
         tokio::spawn(connection);

@@ -14,11 +14,11 @@ use rein_store::{
     RunFilter, RunPage, RunRecord, RunStatus, RunStore, SingletonLease, SingletonStore, StepCommit,
     StoreError, StoredResponse, TenantBacklog,
 };
-use tokio_postgres::NoTls;
 
 use crate::codec::PgResult;
 use crate::migrate::{self, SchemaState};
 use crate::ops::{cancel, commit, idempotency, latency, leases, runs, share, shared, stats};
+use crate::tls::Connector;
 use crate::url::PostgresUrl;
 
 /// Connections one store keeps at most, by default: enough for a node's
@@ -58,6 +58,11 @@ pub struct PostgresOptions {
     /// [`StoreError::Unavailable`] (`[store] connect_timeout`; it replaces
     /// a `connect_timeout` parameter of the URL).
     pub connect_timeout: Duration,
+    /// The CA a server's certificate must chain to under
+    /// `sslmode=verify-ca` or `verify-full` (or `require`, which then
+    /// verifies as `verify-ca`), when the URL names none with `sslrootcert`
+    /// (`[store] ca_file`; the URL's wins). A PEM file, read at connect.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl Default for PostgresOptions {
@@ -67,6 +72,7 @@ impl Default for PostgresOptions {
             migrate: true,
             notify: true,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            ca_file: None,
         }
     }
 }
@@ -83,6 +89,8 @@ pub struct PostgresStore {
     listener: std::sync::Arc<std::sync::OnceLock<crate::listen::Listener>>,
     /// [`PostgresOptions::notify`].
     notify: bool,
+    /// The TLS connector of the pool, for the listener's connection too.
+    tls: Connector,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -183,11 +191,12 @@ impl PostgresStore {
                 found: "0s".to_owned(),
             });
         }
+        let tls = url.connector(options.ca_file.as_deref())?;
         let mut config = url.config().clone();
         config.connect_timeout(options.connect_timeout);
         let manager = Manager::from_config(
             config,
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -204,6 +213,7 @@ impl PostgresStore {
             url: url.clone(),
             listener: Default::default(),
             notify: options.notify,
+            tls,
         })
     }
 
@@ -380,9 +390,9 @@ impl RunStore for PostgresStore {
     /// tokio runtime; `None` outside one).
     fn notifications(&self) -> Option<tokio::sync::broadcast::Receiver<rein_store::Notification>> {
         let runtime = tokio::runtime::Handle::try_current().ok()?;
-        let listener = self
-            .listener
-            .get_or_init(|| crate::listen::Listener::spawn(self.url.config().clone(), &runtime));
+        let listener = self.listener.get_or_init(|| {
+            crate::listen::Listener::spawn(self.url.config().clone(), self.tls.clone(), &runtime)
+        });
         Some(listener.subscribe())
     }
 }

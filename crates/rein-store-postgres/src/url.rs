@@ -5,7 +5,8 @@ use std::fmt;
 
 use rein_core::redact::{Secrets, register, scrub_urls};
 use rein_store::StoreError;
-use tokio_postgres::config::SslMode;
+
+use crate::tls::{Connector, TlsParams};
 
 /// Whether `data` names a PostgreSQL database (`postgres://…` or
 /// `postgresql://…`) rather than a SQLite file.
@@ -22,6 +23,7 @@ pub fn is_postgres_url(data: &str) -> bool {
 pub struct PostgresUrl {
     url: String,
     config: tokio_postgres::Config,
+    tls: TlsParams,
 }
 
 impl PostgresUrl {
@@ -31,10 +33,9 @@ impl PostgresUrl {
     ///
     /// [`StoreError::Invalid`] (naming the URL without its credentials)
     /// for a URL that is not `postgres://…`, that the driver cannot parse,
-    /// that names no database, or that asks for TLS (`sslmode=require`),
-    /// which this backend does not speak: rein connects without TLS
-    /// (`sslmode=disable` or `prefer`), so run it on a local socket or a
-    /// trusted network.
+    /// that names no database, or whose `ssl…` parameters ask for what
+    /// rein does not do (see [`crate::tls`]: `sslmode=allow`, client
+    /// certificates, …), naming the parameter.
     pub fn parse(url: &str) -> Result<PostgresUrl, StoreError> {
         let shown = scrub_urls(url).into_owned();
         let invalid = |expected: &str, found: String| StoreError::Invalid {
@@ -48,7 +49,18 @@ impl PostgresUrl {
                 shown,
             ));
         }
-        let config: tokio_postgres::Config = url.parse().map_err(|error| {
+        // The driver knows neither `verify-ca`/`verify-full` nor
+        // `sslrootcert`: it is given the URL without them.
+        let (head, query) = url.split_once('?').unwrap_or((url, ""));
+        let (tls, query) = TlsParams::split(query).map_err(|why| {
+            invalid(
+                "TLS parameters rein speaks: sslmode (disable, prefer, require, verify-ca, \
+                 verify-full) and sslrootcert",
+                format!("{shown} ({why})"),
+            )
+        })?;
+        let driver_url = format!("{head}?{query}");
+        let config: tokio_postgres::Config = driver_url.parse().map_err(|error| {
             invalid(
                 "a postgres:// or postgresql:// URL with a host, an optional port and a database",
                 format!("{shown} ({error})"),
@@ -56,12 +68,6 @@ impl PostgresUrl {
         })?;
         if config.get_dbname().is_none_or(str::is_empty) {
             return Err(invalid("a URL naming its database (…/rein)", shown));
-        }
-        if config.get_ssl_mode() == SslMode::Require {
-            return Err(invalid(
-                "sslmode=disable or prefer: this build connects to PostgreSQL without TLS",
-                shown,
-            ));
         }
         if let Some(password) = config.get_password() {
             // Taught to the process's redactor, so that a driver error
@@ -74,12 +80,28 @@ impl PostgresUrl {
         Ok(PostgresUrl {
             url: url.to_owned(),
             config,
+            tls,
         })
     }
 
     /// The driver's configuration.
     pub(crate) fn config(&self) -> &tokio_postgres::Config {
         &self.config
+    }
+
+    /// The URL's TLS parameters (`sslmode`, `sslrootcert`).
+    pub fn tls(&self) -> &TlsParams {
+        &self.tls
+    }
+
+    /// The driver's TLS connector for this URL, with `ca_file` (`[store]
+    /// ca_file`) as the CA when the URL names none. Connects to nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`TlsParams::connector`].
+    pub fn connector(&self, ca_file: Option<&std::path::Path>) -> Result<Connector, StoreError> {
+        self.tls.connector(ca_file)
     }
 
     /// The database's name.
@@ -143,8 +165,12 @@ mod tests {
             ("postgres://u:pw-secret-1@h:notaport/db", "invalid"),
             ("postgres://u:pw-secret-1@h:5432/", "naming its database"),
             (
-                "postgres://u:pw-secret-1@h/db?sslmode=require",
-                "without TLS",
+                "postgres://u:pw-secret-1@h/db?sslmode=require&sslcert=/c.pem",
+                "sslcert: client certificates are not supported",
+            ),
+            (
+                "postgres://u:pw-secret-1@h/db?sslmode=allow",
+                "sslmode=allow is not supported",
             ),
         ] {
             let error = PostgresUrl::parse(url).unwrap_err().to_string();

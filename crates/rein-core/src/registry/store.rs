@@ -11,6 +11,7 @@
 //! | `pool_size` | [`DEFAULT_POOL_SIZE`] | 1 to [`MAX_POOL_SIZE`] connections per process | PostgreSQL |
 //! | `connect_timeout` | [`DEFAULT_CONNECT_TIMEOUT`] | (0, [`MAX_CONNECT_TIMEOUT`]]: how long a call waits for a connection before the store counts as unavailable | PostgreSQL |
 //! | `migrate` | `true` | `false`: refuse to start on a database that is not at this rein's schema (`rein migrate` applies it) | PostgreSQL |
+//! | `ca_file` | none | a PEM file of CA certificates (relative to the config file's directory) that the server's certificate must chain to under `sslmode=verify-full`, `verify-ca` or `require`, when the URL has no `sslrootcert` | PostgreSQL |
 //!
 //! A PostgreSQL-only field with a SQLite `url` is refused with the reason:
 //! the embedded store has no pool, connects to nothing and always creates
@@ -55,6 +56,8 @@ pub struct StoreConfig {
     pub connect_timeout: Option<Duration>,
     /// PostgreSQL: apply pending migrations at start.
     pub migrate: Option<bool>,
+    /// PostgreSQL: the CA file TLS verifies the server against.
+    pub ca_file: Option<PathBuf>,
 }
 
 /// Which backend `[store].url` names.
@@ -82,6 +85,11 @@ pub struct StoreSpec {
     pub connect_timeout: Duration,
     /// PostgreSQL: apply pending migrations at start.
     pub migrate: bool,
+    /// PostgreSQL: the CA file TLS verifies the server against, resolved
+    /// against the config file's directory (whether the URL's `sslmode`
+    /// verifies is checked where the backend is, in `rein check` and at
+    /// start).
+    pub ca_file: Option<PathBuf>,
 }
 
 /// Whether `url` names a PostgreSQL database.
@@ -120,12 +128,14 @@ pub(super) fn check_store(
             ("store.pool_size", c.pool_size.is_some()),
             ("store.connect_timeout", c.connect_timeout.is_some()),
             ("store.migrate", c.migrate.is_some()),
+            ("store.ca_file", c.ca_file.is_some()),
         ] {
             if given {
                 problems.push((
                     field,
                     "has no effect on a SQLite store (store.url is a file path): only the \
-                     PostgreSQL backend has a pool, connects and may be left unmigrated; \
+                     PostgreSQL backend has a pool, connects (over TLS) and may be left \
+                     unmigrated; \
                      remove it or use a postgres:// URL"
                         .to_owned(),
                 ));
@@ -157,6 +167,15 @@ pub(super) fn check_store(
             None
         }
     };
+    let dir = file.parent().unwrap_or_else(|| Path::new(""));
+    let ca_file = match c.ca_file.as_deref() {
+        Some(path) if path.as_os_str().is_empty() => {
+            problems.push(("store.ca_file", "must not be empty".to_owned()));
+            None
+        }
+        Some(path) => Some(dir.join(path)),
+        None => None,
+    };
     match (url, pool_size, connect_timeout) {
         (Some(url), Some(pool_size), Some(connect_timeout)) if problems.is_empty() => {
             Ok(StoreSpec {
@@ -165,6 +184,7 @@ pub(super) fn check_store(
                 pool_size,
                 connect_timeout,
                 migrate: c.migrate.unwrap_or(true),
+                ca_file,
             })
         }
         _ => Err(problems),
@@ -230,17 +250,33 @@ mod tests {
         assert_eq!(spec.pool_size.get(), 4);
         assert_eq!(spec.connect_timeout, Duration::from_secs(3));
         assert!(!spec.migrate);
+        assert_eq!(spec.ca_file, None);
+        let registry = build(
+            "[store]\nurl = \"postgres://rein@db/rein?sslmode=verify-full\"\n\
+             ca_file = \"tls/ca.pem\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            registry.store().unwrap().ca_file,
+            Some(PathBuf::from("conf/tls/ca.pem"))
+        );
     }
 
     #[test]
     fn postgres_only_fields_with_a_sqlite_url_are_refused_with_the_reason() {
         let problems = fields(
-            "[store]\nurl = \"rein.db\"\npool_size = 4\nconnect_timeout = \"3s\"\nmigrate = true\n",
+            "[store]\nurl = \"rein.db\"\npool_size = 4\nconnect_timeout = \"3s\"\nmigrate = true\n\
+             ca_file = \"ca.pem\"\n",
         );
         let named: Vec<&str> = problems.iter().map(|(f, _)| f.as_str()).collect();
         assert_eq!(
             named,
-            ["store.pool_size", "store.connect_timeout", "store.migrate"]
+            [
+                "store.pool_size",
+                "store.connect_timeout",
+                "store.migrate",
+                "store.ca_file"
+            ]
         );
         assert!(problems[0].1.contains("has no effect on a SQLite store"));
     }
