@@ -72,6 +72,10 @@ max_output_tokens = {{ gone = 4096 }}
 provider = "mock"
 model = "mock-model"
 
+[models.sonnet]
+provider = "claude"
+model = "mock-claude"
+
 # A primary nobody answers: every call falls back to the mock.
 [models.resilient]
 provider = "dead"
@@ -114,9 +118,10 @@ async fn the_official_anthropic_client_messages_streams_and_uses_tools_through_t
         // The connection dies after three events: the first text is out.
         Reply::text("This answer is cut off somewhere in the middle.")
             .with_stream_fault(StreamFault::Drop { after: 3 }),
-        // An in-band overloaded error after three events.
+        // Through the Messages API provider: its in-band overloaded_error
+        // after five events (message_start, ping, a block and two deltas).
         Reply::text("This answer overloads somewhere in the middle.")
-            .with_stream_fault(StreamFault::Error { after: 3 }),
+            .with_stream_fault(StreamFault::Error { after: 5 }),
     ]);
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), &model.openai_base_url());
@@ -129,6 +134,7 @@ async fn the_official_anthropic_client_messages_streams_and_uses_tools_through_t
         .env("REIN_API_KEY", KEY)
         .env("REIN_MODEL", "chat")
         .env("REIN_FALLBACK_MODEL", "resilient")
+        .env("REIN_CLAUDE_MODEL", "sonnet")
         .env("REIN_CAP", CAP.to_string())
         .output()
         .unwrap();

@@ -3,7 +3,8 @@
 Run by crates/rein-cli/tests/gateway_messages.rs with REIN_GATEWAY_URL (the
 server's base URL, without /v1: the SDK adds it), REIN_API_KEY and
 REIN_MODEL (a [models.*] binding), REIN_FALLBACK_MODEL (a binding whose
-primary never answers) and REIN_CAP (the primary's output cap). Only the
+primary never answers), REIN_CLAUDE_MODEL (a binding on a Messages API
+provider) and REIN_CAP (the primary's output cap). Only the
 base URL differs from a plain Anthropic setup. Prints one JSON line per
 check; exits non-zero on the first unexpected failure.
 """
@@ -125,10 +126,10 @@ def main() -> int:
         raised("above_cap", e)
 
     # 7. Cut streams raise: the text so far is never a whole message.
-    for check in ["cut_stream", "overloaded_stream"]:
+    for check, binding in [("cut_stream", model), ("overloaded_stream", os.environ["REIN_CLAUDE_MODEL"])]:
         pieces = []
         try:
-            with client.messages.stream(model=model, max_tokens=200, messages=hello) as stream:
+            with client.messages.stream(model=binding, max_tokens=200, messages=hello) as stream:
                 for text in stream.text_stream:
                     pieces.append(text)
                 final = stream.get_final_message()
