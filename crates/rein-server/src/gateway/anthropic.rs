@@ -233,7 +233,6 @@ impl AnthropicError {
 /// The `error.type` Anthropic sends with `status`.
 pub fn error_type(status: u16) -> &'static str {
     match status {
-        400 => "invalid_request_error",
         401 => "authentication_error",
         402 => "billing_error",
         403 => "permission_error",
