@@ -85,6 +85,8 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 pub use rein_core::registry::ServerSpec;
 pub use state::AppState;
 
+// `POST /v1/messages` documents Anthropic's error shape, not problems.
+use crate::gateway::anthropic::ErrorShape as AnthropicErrors;
 use crate::problem::Problem;
 
 /// The OpenAPI document, generated from the handlers' annotations.
@@ -100,9 +102,6 @@ use crate::problem::Problem;
     tags((name = "runs", description = "Agent runs"), (name = "gateway", description = "OpenAI- and Anthropic-compatible model calls through rein's breakers, fallbacks and limits"), (name = "health", description = "Liveness and readiness"))
 )]
 pub struct ApiDoc;
-
-/// `POST /v1/messages` answers Anthropic's error shape, not problems.
-use gateway::anthropic::ErrorShape as AnthropicErrors;
 
 struct Bearer;
 
