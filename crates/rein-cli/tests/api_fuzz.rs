@@ -105,6 +105,11 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401"]
 [[operations]]
 include-operation-id = "chat_completions"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404", "409", "422", "429", "5xx"]
+
+# The Anthropic-compatible gateway: the same reasons.
+[[operations]]
+include-operation-id = "messages"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404", "409", "422", "429", "5xx"]
 "#;
 
 /// How schemathesis is started: a program and the arguments before `run`.

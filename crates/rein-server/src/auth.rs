@@ -1,4 +1,5 @@
-//! Bearer API keys mapped to tenants.
+//! API keys mapped to tenants, presented as `Authorization: Bearer <key>`
+//! or, as Anthropic's SDKs send them, `x-api-key: <key>`.
 //!
 //! # Why hashed, constant-time
 //!
@@ -19,6 +20,10 @@ use crate::access::TenantSlot;
 use crate::problem::{Challenge, Problem};
 use crate::state::AppState;
 
+/// The header Anthropic's SDKs send the key in; `Authorization` wins when
+/// both are sent.
+pub const API_KEY_HEADER: &str = "x-api-key";
+
 /// The tenant a request acts for.
 #[derive(Debug, Clone)]
 pub struct Tenant(pub TenantId);
@@ -27,10 +32,12 @@ pub struct Tenant(pub TenantId);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum AuthFailure {
-    /// No `Authorization` header.
+    /// Neither an `Authorization` nor an `x-api-key` header.
     Missing,
     /// An `Authorization` header of another scheme than `Bearer`, or empty.
     NotBearer,
+    /// An empty `x-api-key`.
+    EmptyApiKey,
     /// A bearer key that no `[[server.api_keys]]` entry has the digest of.
     UnknownKey,
 }
@@ -39,7 +46,8 @@ impl AuthFailure {
     /// The reason, for the log.
     pub fn as_str(self) -> &'static str {
         match self {
-            AuthFailure::Missing => "no Authorization header",
+            AuthFailure::Missing => "no Authorization or x-api-key header",
+            AuthFailure::EmptyApiKey => "x-api-key is empty",
             AuthFailure::NotBearer => "Authorization is not a bearer key",
             AuthFailure::UnknownKey => "the bearer key matches no configured key",
         }
@@ -48,10 +56,12 @@ impl AuthFailure {
     /// The 401 answered.
     pub fn problem(self) -> Problem {
         match self {
-            AuthFailure::Missing | AuthFailure::NotBearer => Problem::unauthorized(
-                "send an API key as `Authorization: Bearer <key>`",
-                Challenge::Missing,
-            ),
+            AuthFailure::Missing | AuthFailure::NotBearer | AuthFailure::EmptyApiKey => {
+                Problem::unauthorized(
+                    "send an API key as `Authorization: Bearer <key>` (or `x-api-key: <key>`)",
+                    Challenge::Missing,
+                )
+            }
             AuthFailure::UnknownKey => {
                 Problem::unauthorized("the API key is not valid", Challenge::InvalidToken)
             }
@@ -59,7 +69,8 @@ impl AuthFailure {
     }
 }
 
-/// The tenant of the bearer key in `headers`, among `keys`.
+/// The tenant of the key in `headers` (`Authorization: Bearer`, else
+/// `x-api-key`), among `keys`.
 ///
 /// # Errors
 ///
@@ -68,8 +79,26 @@ pub fn tenant_of(
     settings: &rein_core::registry::ServerSpec,
     headers: &axum::http::HeaderMap,
 ) -> Result<TenantId, AuthFailure> {
-    let value = headers.get(AUTHORIZATION).ok_or(AuthFailure::Missing)?;
-    let presented = value
+    let presented = presented_key(headers)?;
+    settings
+        .tenant_for(presented)
+        .map(|key| key.tenant.clone())
+        .ok_or(AuthFailure::UnknownKey)
+}
+
+/// The key a request presents: its bearer key, or its `x-api-key` when it
+/// sends no `Authorization`.
+fn presented_key(headers: &axum::http::HeaderMap) -> Result<&str, AuthFailure> {
+    let Some(value) = headers.get(AUTHORIZATION) else {
+        let value = headers.get(API_KEY_HEADER).ok_or(AuthFailure::Missing)?;
+        return value
+            .to_str()
+            .ok()
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .ok_or(AuthFailure::EmptyApiKey);
+    };
+    value
         .to_str()
         .ok()
         .and_then(|v| {
@@ -79,11 +108,7 @@ pub fn tenant_of(
         })
         .map(str::trim)
         .filter(|k| !k.is_empty())
-        .ok_or(AuthFailure::NotBearer)?;
-    settings
-        .tenant_for(presented)
-        .map(|key| key.tenant.clone())
-        .ok_or(AuthFailure::UnknownKey)
+        .ok_or(AuthFailure::NotBearer)
 }
 
 /// Authenticates the request of `parts` against the configured keys: the
@@ -200,6 +225,37 @@ mod tests {
             headers.insert(AUTHORIZATION, value.parse().unwrap());
         }
         headers
+    }
+
+    fn with_api_key(key: &str) -> axum::http::HeaderMap {
+        let mut headers = axum::http::HeaderMap::new();
+        headers.insert(API_KEY_HEADER, key.parse().unwrap());
+        headers
+    }
+
+    #[test]
+    fn an_x_api_key_is_a_key_and_authorization_wins_over_it() {
+        let settings = settings();
+        assert_eq!(
+            tenant_of(&settings, &with_api_key("test"))
+                .unwrap()
+                .as_str(),
+            "acme"
+        );
+        assert_eq!(
+            tenant_of(&settings, &with_api_key("nope")).unwrap_err(),
+            AuthFailure::UnknownKey
+        );
+        assert_eq!(
+            tenant_of(&settings, &with_api_key(" ")).unwrap_err(),
+            AuthFailure::EmptyApiKey
+        );
+        let mut both = with(Some("Bearer nope"));
+        both.insert(API_KEY_HEADER, "test".parse().unwrap());
+        assert_eq!(
+            tenant_of(&settings, &both).unwrap_err(),
+            AuthFailure::UnknownKey
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! | --- | --- |
 //! | [`runs`] | submit (sync or queued), status, ledger, handoff, resume |
 //! | [`listing`] | the caller's runs, filtered, newest first, a cursor page at a time |
-//! | [`gateway`] | the OpenAI-compatible `POST /v1/chat/completions` over model bindings |
+//! | [`gateway`] | the OpenAI-compatible `POST /v1/chat/completions` and Anthropic-compatible `POST /v1/messages` over model bindings |
 //! | [`idempotency`] | seed 004's `Idempotency-Key` table, in the store |
 //! | [`submission`] | resolving a key whose holding process died |
 //! | [`events`] | the event list and the live SSE stream |
@@ -82,11 +82,13 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 use utoipa::OpenApi;
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 
 pub use rein_core::registry::ServerSpec;
 pub use state::AppState;
 
+// `POST /v1/messages` documents Anthropic's error shape, not problems.
+use crate::gateway::anthropic::ErrorShape as AnthropicErrors;
 use crate::problem::Problem;
 
 /// The OpenAPI document, generated from the handlers' annotations.
@@ -95,11 +97,11 @@ use crate::problem::Problem;
     info(title = "rein", description = "Runs LLM agents safely against the real world."),
     paths(
         runs::create_run, listing::list_runs, runs::get_run, runs::get_ledger, runs::get_handoff, runs::resume_run,
-        events::get_events, cancel::cancel_run, breakers::list_breakers, stats::get_stats, gateway::chat_completions, healthz, readyz, metrics,
+        events::get_events, cancel::cancel_run, breakers::list_breakers, stats::get_stats, gateway::openai::chat_completions, gateway::anthropic::messages, healthz, readyz, metrics,
     ),
-    components(schemas(stats::Stats, stats::Tally, stats::Fired, stats::GuardrailTally, breakers::BreakerList, breakers::ArmState, breakers::SharedOpening, listing::RunList, listing::RunSummary, runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, runs::NoBody, problem::Problem, gateway::ChatRequest)),
-    modifiers(&Bearer, &Refusals, &ProblemJson),
-    tags((name = "runs", description = "Agent runs"), (name = "gateway", description = "OpenAI-compatible model calls through rein's breakers, fallbacks and limits"), (name = "health", description = "Liveness and readiness"))
+    components(schemas(stats::Stats, stats::Tally, stats::Fired, stats::GuardrailTally, breakers::BreakerList, breakers::ArmState, breakers::SharedOpening, listing::RunList, listing::RunSummary, runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, runs::NoBody, problem::Problem, gateway::openai::ChatRequest, gateway::anthropic::MessagesRequest, gateway::anthropic::AnthropicError)),
+    modifiers(&Bearer, &Refusals, &ProblemJson, &AnthropicErrors),
+    tags((name = "runs", description = "Agent runs"), (name = "gateway", description = "OpenAI- and Anthropic-compatible model calls through rein's breakers, fallbacks and limits"), (name = "health", description = "Liveness and readiness"))
 )]
 pub struct ApiDoc;
 
@@ -111,6 +113,11 @@ impl utoipa::Modify for Bearer {
             components.add_security_scheme(
                 "bearer",
                 SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+            );
+            // The same key as Anthropic's SDKs send it.
+            components.add_security_scheme(
+                "api_key",
+                SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new(auth::API_KEY_HEADER))),
             );
         }
     }
@@ -413,7 +420,7 @@ where
 /// | --- | --- | --- |
 /// | `RequestBodyTimeoutLayer` ([`serve`]) | every request the router gets | nothing: cuts a stalled body |
 /// | [`access::record`] | every request the router gets | nothing: the `Request-Id` and access line of every answer below |
-/// | [`problem::plain_errors_as_problems`] | every answer below | turns axum's plain errors (405, a rejection) into problems; adds OpenAI's `error` on [`problem::OPENAI_ROUTES`] |
+/// | [`problem::plain_errors_as_problems`] | every answer below | turns axum's plain errors (405, a rejection) into problems; adds OpenAI's `error` on [`problem::OPENAI_ROUTES`]; answers Anthropic's error shape on [`problem::ANTHROPIC_ROUTES`] |
 /// | [`exposure::guard`] | every request | 400/403/421 for a host or origin not admitted, before CORS may answer a preflight |
 /// | CORS ([`exposure::cors_layer`], with `[server.cors]`) | admitted requests | preflights; adds `Access-Control-*` to every answer below, the drain's 503 included, so a listed page can read it |
 /// | [`drain::refuse_new_work`] | admitted requests | 503 for new work while draining |
@@ -434,6 +441,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/runs/{id}/resume", post_json(runs::resume_run))
         .route("/v1/runs/{id}/cancel", post_json(cancel::cancel_run))
         .route("/v1/chat/completions", post_json(gateway::chat_completions))
+        .route(gateway::anthropic::PATH, post_json(gateway::messages))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .route("/readyz", get(readyz))

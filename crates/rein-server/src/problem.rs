@@ -181,9 +181,12 @@ pub async fn plain_errors_as_problems(
         return response;
     }
     let openai = OPENAI_ROUTES.contains(&uri.path());
+    let anthropic = ANTHROPIC_ROUTES.contains(&uri.path());
     if is_problem {
         return if openai {
             with_openai_error(response).await
+        } else if anthropic {
+            as_anthropic_error(response).await
         } else {
             response
         };
@@ -215,6 +218,8 @@ pub async fn plain_errors_as_problems(
     let response = Response::from_parts(parts, body);
     if openai {
         with_openai_error(response).await
+    } else if anthropic {
+        as_anthropic_error(response).await
     } else {
         response
     }
@@ -225,6 +230,13 @@ pub async fn plain_errors_as_problems(
 ///
 /// NOTE: `crate::router` routes the gateway under this path.
 pub const OPENAI_ROUTES: [&str; 1] = ["/v1/chat/completions"];
+
+/// The routes that answer like Anthropic's API: their errors are
+/// Anthropic's `{"type": "error", "error": {…}}` instead of problems (its
+/// SDKs read nothing else).
+///
+/// NOTE: `crate::router` routes the gateway under this path.
+pub const ANTHROPIC_ROUTES: [&str; 1] = [crate::gateway::anthropic::PATH];
 
 /// The largest problem body [`with_openai_error`] reads.
 const MAX_PROBLEM_BYTES: usize = 64 * 1024;
@@ -292,6 +304,28 @@ async fn with_openai_error(response: Response) -> Response {
         }
         Err(_) => Response::from_parts(parts, axum::body::Body::from(bytes)),
     }
+}
+
+/// `response` (a problem) as Anthropic's error body
+/// ([`crate::gateway::anthropic::reshape`]), status and headers kept. A
+/// body that cannot be read whole (over [`MAX_PROBLEM_BYTES`], or failing)
+/// still answers in Anthropic's shape, with what is known: its status.
+async fn as_anthropic_error(response: Response) -> Response {
+    let (mut parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, MAX_PROBLEM_BYTES)
+        .await
+        .unwrap_or_default();
+    let problem = serde_json::from_slice::<serde_json::Value>(&bytes).unwrap_or_else(
+        |_| serde_json::json!({"title": parts.status.canonical_reason().unwrap_or("Error")}),
+    );
+    let error = crate::gateway::anthropic::reshape(parts.status.as_u16(), &problem);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    let body = serde_json::to_vec(&error).unwrap_or_default();
+    Response::from_parts(parts, axum::body::Body::from(body))
 }
 
 /// `problem` answered with its OpenAI `error` member.

@@ -822,11 +822,22 @@ async fn the_openapi_document_says_what_the_server_does() {
         .unwrap();
     assert_eq!(after["in"], "query");
     assert_eq!(after["required"], false);
-    // Every error is problem+json, every authenticated operation can be 401.
+    // Every error is problem+json (Anthropic's error object on its
+    // Messages API route), every authenticated operation can be 401.
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, op) in item.as_object().unwrap() {
             for (status, response) in op["responses"].as_object().unwrap() {
-                if status.starts_with('4') || status.starts_with('5') {
+                if !(status.starts_with('4') || status.starts_with('5')) {
+                    continue;
+                }
+                if path == "/v1/messages" {
+                    assert_eq!(
+                        response["content"]["application/json"]["schema"]["$ref"],
+                        "#/components/schemas/AnthropicError",
+                        "{method} {path} {status}: {response}"
+                    );
+                    assert!(response["content"]["application/problem+json"].is_null());
+                } else {
                     assert!(
                         response["content"]["application/problem+json"].is_object(),
                         "{method} {path} {status}: {response}"

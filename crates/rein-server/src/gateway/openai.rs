@@ -1,66 +1,37 @@
-//! The OpenAI-compatible gateway: `POST /v1/chat/completions`, answered by
-//! a configured model binding through the same breakers, fallback chains,
-//! provider slots and retry budgets as runs.
-//!
-//! # Why
-//!
-//! Teams want rein's guarantees for plain model calls too, from the
-//! clients they already use: an OpenAI SDK pointed at `rein serve` (only
-//! its base URL changed) gets a provider that stays up. The request's
-//! `model` names a `[models.*]` binding; the response says which model
-//! really answered (`Rein-Model`, `Rein-Fallback`, and the body's `model`).
-//!
-//! # Output ceilings
-//!
-//! The client's `max_tokens` (or `max_completion_tokens`) is never lowered
-//! silently. Above the documented output cap of the binding's primary
-//! model it is refused with the 400 the real API sends (`param` the
-//! member, `code: "invalid_value"`, the cap in the message), before any
-//! call. Sent lower than asked — to a fallback with a smaller cap, or
-//! because the budget left less — the answer says so in
-//! [`MAX_TOKENS_HEADER`] (`Rein-Max-Tokens: 1000; reason=cap`), as the
-//! call's `model_call_started` event does in `max_tokens` and
-//! `max_tokens_limited_by`.
+//! OpenAI's wire format: `POST /v1/chat/completions`.
 //!
 //! # Errors
 //!
 //! Errors are problem+json like the rest of the API, with an `error` member
 //! in OpenAI's shape (`message`, `type`, `code`) so the SDKs raise them
 //! with their message. A streamed answer that fails after its first event
-//! ends with an in-band `{"error": …}` event and no `[DONE]`: a truncated
-//! stream is never passed off as a complete answer.
+//! ends with an in-band `{"error": …}` event and no `[DONE]`.
+//!
+//! A client's `max_tokens` (or `max_completion_tokens`) above the primary
+//! model's cap is refused with the 400 OpenAI sends: `param` the member,
+//! `code: "invalid_value"`, the cap in the message.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 use futures_util::StreamExt;
-use rein_core::header::DEADLINE_HEADER;
-use rein_core::{Category, TenantId};
+use rein_core::Category;
 use rein_engine::provider::{
-    FinishReason, Message, ModelRequest, ModelResponse, StreamEvent, ToolCall,
+    FinishReason, Message, ModelRequest, ModelResponse, StreamEvent, ToolCall, TurnStream,
 };
-use rein_engine::run::{ModelAnswer, ModelAsk, ModelError, ModelReply};
+use rein_engine::run::ModelError;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
+use super::{Call, EventStream, OverCap, Wire};
 use crate::auth::Tenant;
-use crate::idempotency;
 use crate::problem::Problem;
-use crate::runs::Answer;
 use crate::state::AppState;
-
-// The gateway's response headers, defined with every other rein header.
-pub use rein_core::header::{FALLBACK_HEADER, MAX_TOKENS_HEADER, MODEL_HEADER};
-
-/// How long a gateway call may take when the client sets no
-/// `Rein-Deadline-Ms`.
-pub const DEFAULT_GATEWAY_DEADLINE: Duration = Duration::from_secs(120);
 
 /// An OpenAI-compatible chat completion.
 #[utoipa::path(
@@ -96,78 +67,61 @@ pub async fn chat_completions(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let body = match crate::runs::raw_body(&state, body) {
-        Ok(b) => b,
-        Err(problem) => return problem.into_response(),
-    };
-    let key = match idempotency::key(&state, &headers, &body) {
-        Ok(key) => key,
-        Err(problem) => return problem.into_response(),
-    };
-    let deadline = match deadline(&headers) {
-        Ok(d) => d,
-        Err(problem) => return problem.into_response(),
-    };
-    let mut chat = match parse(&body) {
-        Ok(chat) => chat,
-        Err(problem) => return problem.into_response(),
-    };
-    chat.tenant = Some(tenant.clone());
-    chat.trace_parent = crate::trace_context::from_headers(&headers);
-    if chat.stream {
-        // Dropped with the response when the client goes away: the
-        // provider call is aborted with it.
-        return stream(state, chat, deadline).await;
-    }
-    match key {
-        None => match complete(state, chat, deadline).await {
-            Ok(answer) => answer.into_response(),
-            Err(problem) => problem.into_response(),
-        },
-        Some(key) => {
-            let path = "/v1/chat/completions";
-            let s = state.clone();
-            idempotency::guarded(&state, &tenant, &key, "POST", path, &body, move || {
-                complete(s, chat, deadline)
-            })
-            .await
-        }
-    }
+    super::handle::<OpenAi>(state, tenant, headers, body).await
 }
 
-/// A parsed request.
-struct Chat {
-    binding: String,
-    /// The caller's tenant (its key's), for the metrics.
-    tenant: Option<TenantId>,
-    request: ModelRequest,
-    /// The member the client's output ceiling came in (`max_tokens` or
-    /// `max_completion_tokens`), for the `param` of a refusal.
-    max_tokens_param: &'static str,
-    stream: bool,
+/// What OpenAI's wire format needs beyond the [`Call`].
+struct OpenAi {
+    /// `stream_options.include_usage`: a last chunk with the usage.
     include_usage: bool,
-    /// The caller's `traceparent`: the parent of the call's span.
-    trace_parent: Option<rein_engine::telemetry::TraceParent>,
 }
 
-fn deadline(headers: &HeaderMap) -> Result<Duration, Problem> {
-    let Some(value) = headers.get(DEADLINE_HEADER) else {
-        return Ok(DEFAULT_GATEWAY_DEADLINE);
-    };
-    value
-        .to_str()
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .filter(|ms| *ms > 0)
-        .map(Duration::from_millis)
-        .ok_or_else(|| {
-            openai_problem(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                "invalid_deadline",
-                format!("{DEADLINE_HEADER} must be a positive number of milliseconds"),
-            )
-        })
+impl Wire for OpenAi {
+    const PATH: &'static str = "/v1/chat/completions";
+
+    fn parse(body: &[u8]) -> Result<Call<OpenAi>, Problem> {
+        parse(body)
+    }
+
+    fn over_cap(over: &OverCap) -> Problem {
+        over_cap(over)
+    }
+
+    fn failed(e: &ModelError) -> Problem {
+        failed(e)
+    }
+
+    fn bad_deadline(message: String) -> Problem {
+        openai_problem(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "invalid_deadline",
+            message,
+        )
+    }
+
+    fn body(_call: &Call<OpenAi>, model: &str, response: &ModelResponse) -> Value {
+        completion_body(model, response)
+    }
+
+    fn events(call: Call<OpenAi>, model: String, turn: TurnStream) -> EventStream {
+        let relay = Relay {
+            turn,
+            id: completion_id(),
+            created: unix_secs(),
+            model,
+            include_usage: call.wire.include_usage,
+            started: false,
+            ended: false,
+        };
+        Box::pin(futures_util::stream::unfold(
+            relay,
+            |mut relay| async move {
+                let bytes = relay.next().await?;
+                Some((bytes, relay))
+            },
+        ))
+    }
 }
 
 /// An error both problem+json readers and OpenAI SDKs understand.
@@ -475,7 +429,7 @@ impl From<ChatMessage> for Message {
 }
 
 /// Reads OpenAI's request shape into rein's, naming the offending field.
-fn parse(body: &[u8]) -> Result<Chat, Problem> {
+fn parse(body: &[u8]) -> Result<Call<OpenAi>, Problem> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let chat: ChatRequest = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let pointer = crate::pointer::of_path(e.path());
@@ -557,7 +511,7 @@ fn parse(body: &[u8]) -> Result<Chat, Problem> {
         .iter()
         .map(|t| serde_json::to_value(t).unwrap_or(Value::Null))
         .collect();
-    Ok(Chat {
+    Ok(Call {
         binding: chat.model,
         // The caller's, set once the body is parsed.
         tenant: None,
@@ -574,83 +528,27 @@ fn parse(body: &[u8]) -> Result<Chat, Problem> {
             "max_tokens"
         },
         stream: chat.stream.unwrap_or(false),
-        include_usage: chat
-            .stream_options
-            .and_then(|o| o.include_usage)
-            .unwrap_or(false),
         // The caller's, read from the headers.
         trace_parent: None,
+        wire: OpenAi {
+            include_usage: chat
+                .stream_options
+                .and_then(|o| o.include_usage)
+                .unwrap_or(false),
+        },
     })
 }
 
-/// Asks the binding; the unknown-binding and failure problems.
-async fn ask(
-    state: &AppState,
-    chat: &Chat,
-    deadline: Duration,
-    stream: bool,
-) -> Result<ModelAnswer, Problem> {
-    let Some(binding) = state.models.get(&chat.binding) else {
-        let known: Vec<&str> = state.models.keys().map(String::as_str).collect();
-        let message = format!(
-            "there is no model binding `{}`; known: {}",
-            chat.binding,
-            if known.is_empty() {
-                "none (define [models.NAME] in the config)".to_owned()
-            } else {
-                known.join(", ")
-            }
-        );
-        return Err(Problem::new(
-            StatusCode::NOT_FOUND,
-            "model-not-found",
-            "Unknown model binding",
-            message.clone(),
-        )
-        .with(json!({
-            "error": {"message": message, "type": "invalid_request_error",
-                      "param": "model", "code": "model_not_found"},
-            "known_models": known,
-        })));
-    };
-    if let Some(refused) = over_cap(binding, chat) {
-        return Err(refused);
-    }
-    let ask = ModelAsk {
-        request: chat.request.clone(),
-        deadline,
-        stream,
-        cancel: rein_engine::run::CancellationToken::new(),
-        observer: None,
-        tenant: chat.tenant.clone(),
-        trace_parent: chat.trace_parent.clone(),
-    };
-    state
-        .engine
-        .ask_model(binding, ask)
-        .await
-        .map_err(|e| failed(&e))
-}
-
-/// The 400 for a client's output ceiling above the documented cap of the
-/// binding's primary model, in the real API's words; `None` when it fits
-/// (or the model has no cap).
-///
-/// # Why not lower it
-///
-/// A client that asks for 50,000 tokens of gpt-4o-mini and silently gets
-/// 16,384 reads a `length` finish as its own ceiling; the real API refuses
-/// the request, so rein does too, and the client learns the cap.
-fn over_cap(binding: &rein_engine::run::ModelBinding, chat: &Chat) -> Option<Problem> {
-    let asked = chat.request.max_tokens?;
-    let cap = binding.primary.max_output_tokens?;
-    if asked <= u64::from(cap) {
-        return None;
-    }
-    let param = chat.max_tokens_param;
+/// The 400 OpenAI sends for a ceiling above the model's cap.
+fn over_cap(over: &OverCap) -> Problem {
+    let OverCap {
+        param,
+        asked,
+        cap,
+        model,
+    } = over;
     let message = format!(
-        "{param} is too large: {asked}. This model ({}) supports at most {cap} completion tokens, whereas you provided {asked}.",
-        binding.primary.model
+        "{param} is too large: {asked}. This model ({model}) supports at most {cap} completion tokens, whereas you provided {asked}."
     );
     let mut problem = openai_problem(
         StatusCode::BAD_REQUEST,
@@ -663,23 +561,7 @@ fn over_cap(binding: &rein_engine::run::ModelBinding, chat: &Chat) -> Option<Pro
         extra["error"]["param"] = json!(param);
         extra["max_output_tokens"] = json!(cap);
     }
-    Some(problem)
-}
-
-/// The [`MAX_TOKENS_HEADER`] value when the ceiling sent to the answering
-/// model is below what the client asked: `<sent>; reason=budget` when the
-/// budget set it, `<sent>; reason=cap` when the answering model's cap did.
-fn lowered(chat: &Chat, answer: &ModelAnswer) -> Option<String> {
-    let asked = chat.request.max_tokens?;
-    let sent = answer.max_tokens?;
-    (sent < asked).then(|| {
-        let reason = if answer.max_tokens_limited_by.is_some() {
-            "budget"
-        } else {
-            "cap"
-        };
-        format!("{sent}; reason={reason}")
-    })
+    problem
 }
 
 /// The problem of a binding that gave no answer.
@@ -698,12 +580,7 @@ fn failed(e: &ModelError) -> Problem {
         _ => (StatusCode::BAD_GATEWAY, "upstream_error"),
     };
     let mut problem = openai_problem(status, kind, e.category.as_str(), e.message.clone());
-    // Whole seconds, rounded up: when the first open circuit admits again.
-    problem.retry_after = e.retry_after.map(|d| {
-        u32::try_from(d.as_millis().div_ceil(1000))
-            .unwrap_or(u32::MAX)
-            .max(1)
-    });
+    problem.retry_after = super::retry_after(e);
     problem
 }
 
@@ -734,35 +611,6 @@ fn tool_calls_json(calls: &[ToolCall]) -> Vec<Value> {
         .collect()
 }
 
-/// A non-streaming completion, whole (so it can be stored and replayed).
-async fn complete(state: Arc<AppState>, chat: Chat, deadline: Duration) -> Result<Answer, Problem> {
-    let answer = ask(&state, &chat, deadline, false).await?;
-    let lowered = lowered(&chat, &answer);
-    let ModelReply::Complete(response) = answer.reply else {
-        return Err(Problem::internal(
-            "a stream where a whole answer was asked for",
-        ));
-    };
-    let body = completion_body(&answer.model, &response);
-    let mut headers = vec![
-        (
-            MODEL_HEADER,
-            format!("{}/{}", answer.provider, answer.model),
-        ),
-        (FALLBACK_HEADER, answer.fell_back.to_string()),
-    ];
-    if let Some(lowered) = lowered {
-        headers.push((MAX_TOKENS_HEADER, lowered));
-    }
-    Ok(Answer {
-        status: StatusCode::OK,
-        body: serde_json::to_vec(&body).unwrap_or_default(),
-        location: None,
-        headers,
-        provisional: false,
-    })
-}
-
 fn completion_body(model: &str, response: &ModelResponse) -> Value {
     let mut message = json!({"role": "assistant", "content": response.text});
     if !response.tool_calls.is_empty() {
@@ -779,49 +627,6 @@ fn completion_body(model: &str, response: &ModelResponse) -> Value {
                   "completion_tokens": response.usage.output,
                   "total_tokens": response.usage.total()},
     })
-}
-
-/// A streamed completion: OpenAI's chunks as server-sent events.
-async fn stream(state: Arc<AppState>, chat: Chat, deadline: Duration) -> Response {
-    let answer = match ask(&state, &chat, deadline, true).await {
-        Ok(a) => a,
-        Err(problem) => return problem.into_response(),
-    };
-    let lowered = lowered(&chat, &answer);
-    let ModelReply::Stream(turn) = answer.reply else {
-        return Problem::internal("a whole answer where a stream was asked for").into_response();
-    };
-    let state = Relay {
-        turn,
-        id: completion_id(),
-        created: unix_secs(),
-        model: answer.model.clone(),
-        include_usage: chat.include_usage,
-        started: false,
-        ended: false,
-    };
-    let events = futures_util::stream::unfold(state, |mut relay| async move {
-        let bytes = relay.next().await?;
-        Some((Ok::<_, std::convert::Infallible>(bytes), relay))
-    });
-    let mut response = Response::new(Body::from_stream(events));
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    if let Ok(v) = HeaderValue::from_str(&format!("{}/{}", answer.provider, answer.model)) {
-        headers.insert(MODEL_HEADER, v);
-    }
-    headers.insert(
-        FALLBACK_HEADER,
-        HeaderValue::from_static(if answer.fell_back { "true" } else { "false" }),
-    );
-    if let Some(v) = lowered.and_then(|v| HeaderValue::from_str(&v).ok()) {
-        headers.insert(MAX_TOKENS_HEADER, v);
-    }
-    response
 }
 
 fn sse(value: &Value) -> String {

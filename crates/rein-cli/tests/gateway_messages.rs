@@ -1,0 +1,427 @@
+//! The Anthropic-compatible gateway, `POST /v1/messages`, driven by the
+//! official `anthropic` Python package with only its base URL changed: a
+//! message, a streamed one, a tool-use round trip (whole and streamed), a
+//! fallback, an ask above the cap, cut streams, a wrong key — through a
+//! real `rein serve` whose bindings point at the testkit's mock model over
+//! loopback. The wire details the SDK hides (the event sequence, the error
+//! shape of every refusal, `x-api-key`, idempotent replays) are checked
+//! with plain HTTP.
+//!
+//! The package comes from `.ci/run`'s venv (`$REIN_PYTHON`); without it the
+//! SDK test says how to install it and passes, except under CI
+//! (`CI=true`), where a missing package fails it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+
+use rein_testkit::mock_model::{MockModel, MockModelConfig, Reply, StreamFault};
+use serde_json::{Value, json};
+
+mod common;
+use common::Server;
+
+/// The gateway's key and its SHA-256 (`printf %s KEY | sha256sum`).
+const KEY: &str = "rein-gateway-key";
+const KEY_SHA256: &str = "5266a8d2b07490eb2852a8a32974e26c4c24a59701709187f794d75d1b323310";
+
+/// The output cap of the `chat` binding's model.
+const CAP: u64 = 4096;
+
+/// A Python that can `import anthropic`, or why there is none.
+fn python() -> Result<String, String> {
+    let candidates = std::env::var("REIN_PYTHON")
+        .ok()
+        .into_iter()
+        .chain(["python3".to_owned()]);
+    for python in candidates {
+        let ok = Command::new(&python)
+            .args(["-c", "import anthropic"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ok {
+            return Ok(python);
+        }
+    }
+    Err(
+        "no Python with the `anthropic` package: run .ci/run (it installs it into \
+         ~/.cache/rein-venv and sets REIN_PYTHON), or `pip install anthropic`"
+            .into(),
+    )
+}
+
+fn config(dir: &std::path::Path, model_url: &str) -> std::path::PathBuf {
+    let text = format!(
+        r#"
+[providers.mock]
+kind = "openai"
+base_url = "{model_url}"
+max_output_tokens = {{ "mock-model" = {CAP} }}
+
+# The same mock, spoken to in the Messages API.
+[providers.claude]
+kind = "anthropic"
+base_url = "{model_url}"
+max_output_tokens = {{ "mock-claude" = 8192 }}
+
+[providers.dead]
+kind = "openai"
+base_url = "http://127.0.0.1:9/v1"
+max_output_tokens = {{ gone = 4096 }}
+
+[models.chat]
+provider = "mock"
+model = "mock-model"
+
+[models.sonnet]
+provider = "claude"
+model = "mock-claude"
+
+# A primary nobody answers: every call falls back to the mock.
+[models.resilient]
+provider = "dead"
+model = "gone"
+fallbacks = [{{ provider = "claude", model = "mock-claude" }}]
+
+[[server.api_keys]]
+tenant = "acme"
+sha256 = "{KEY_SHA256}"
+name = "gateway-test"
+"#
+    );
+    std::fs::write(dir.join("rein.toml"), text).unwrap();
+    dir.join("rein.toml")
+}
+
+async fn mock() -> MockModel {
+    MockModel::start_with(MockModelConfig::default().with_fallback_text("fallback text"))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_anthropic_client_messages_streams_and_uses_tools_through_the_gateway() {
+    let python = match python() {
+        Ok(p) => p,
+        Err(why) => {
+            common::missing_part(&why);
+            return;
+        }
+    };
+    let model = mock().await;
+    model.push_replies([
+        Reply::text("Hello from the mock."),
+        Reply::text("Streamed hello, in pieces."),
+        Reply::tool_call("get_order", &json!({"order_id": "A-1001"})),
+        Reply::text("A-1001 has shipped."),
+        Reply::tool_call("get_order", &json!({"order_id": "A-1002"})),
+        Reply::text("Answered by the fallback."),
+        // The connection dies after three events: the first text is out.
+        Reply::text("This answer is cut off somewhere in the middle.")
+            .with_stream_fault(StreamFault::Drop { after: 3 }),
+        // Through the Messages API provider: its in-band overloaded_error
+        // after five events (message_start, ping, a block and two deltas).
+        Reply::text("This answer overloads somewhere in the middle.")
+            .with_stream_fault(StreamFault::Error { after: 5 }),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &model.openai_base_url());
+    let server = Server::start_with_env(&config, &dir.path().join("rein.db"), &[]);
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gateway_messages_client.py");
+    let out = Command::new(&python)
+        .arg(&script)
+        .env("REIN_GATEWAY_URL", server.url(""))
+        .env("REIN_API_KEY", KEY)
+        .env("REIN_MODEL", "chat")
+        .env("REIN_FALLBACK_MODEL", "resilient")
+        .env("REIN_CLAUDE_MODEL", "sonnet")
+        .env("REIN_CAP", CAP.to_string())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the client failed:\n{stdout}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.log_tail()
+    );
+    let checks: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let check = |name: &str| -> &Value {
+        checks
+            .iter()
+            .find(|c| c["check"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {stdout}"))
+    };
+    let message = check("message");
+    assert_eq!(message["type"], "message");
+    assert_eq!(message["text"], "Hello from the mock.");
+    assert_eq!(message["model"], "mock-model");
+    assert_eq!(message["stop_reason"], "end_turn");
+    assert_eq!(message["rein_model"], "mock/mock-model");
+    assert_eq!(message["rein_fallback"], "false");
+    assert!(message["input_tokens"].as_u64().unwrap() > 0, "{message}");
+    assert!(message["output_tokens"].as_u64().unwrap() > 0, "{message}");
+
+    let stream = check("stream");
+    assert_eq!(stream["text"], "Streamed hello, in pieces.");
+    assert_eq!(stream["final_text"], "Streamed hello, in pieces.");
+    assert!(
+        stream["pieces"].as_u64().unwrap() > 1,
+        "in pieces: {stream}"
+    );
+    assert_eq!(stream["stop_reason"], "end_turn");
+    assert!(stream["output_tokens"].as_u64().unwrap() > 0, "{stream}");
+    let streamed = model
+        .requests()
+        .into_iter()
+        .find(|r| r.stream())
+        .expect("the provider was asked to stream");
+    assert_eq!(
+        streamed.messages()[0],
+        json!({"role": "system", "content": "Be brief."}),
+        "the system prompt reached the model"
+    );
+
+    let tool = check("tool_use");
+    assert_eq!(tool["name"], "get_order");
+    assert_eq!(tool["input"], json!({"order_id": "A-1001"}));
+    assert_eq!(tool["stop_reason"], "tool_use");
+    let result = check("tool_result");
+    assert_eq!(result["text"], "A-1001 has shipped.");
+    assert_eq!(result["stop_reason"], "end_turn");
+    // The result reached the model as a tool message answering the call.
+    let round_trip = model.requests()[3].clone();
+    let tool_message = round_trip
+        .messages()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .cloned()
+        .unwrap_or_else(|| panic!("{:?}", round_trip.messages()));
+    assert_eq!(tool_message["tool_call_id"], tool["id"]);
+    assert_eq!(tool_message["content"], r#"{"status": "shipped"}"#);
+    assert_eq!(round_trip.tools()[0]["function"]["name"], "get_order");
+
+    let streamed_tool = check("stream_tool_use");
+    assert_eq!(streamed_tool["name"], "get_order");
+    assert_eq!(streamed_tool["input"], json!({"order_id": "A-1002"}));
+    assert_eq!(streamed_tool["stop_reason"], "tool_use");
+
+    let fallback = check("fallback");
+    assert_eq!(fallback["text"], "Answered by the fallback.");
+    assert_eq!(fallback["rein_model"], "claude/mock-claude");
+    assert_eq!(fallback["rein_fallback"], "true");
+
+    let above = check("above_cap");
+    assert_eq!(above["raised"], true, "{above}");
+    assert_eq!(above["exception"], "BadRequestError", "{above}");
+    assert_eq!(above["status"], 400);
+    assert_eq!(above["error_type"], "invalid_request_error");
+    let words = above["message"].as_str().unwrap();
+    assert!(
+        words.contains(&CAP.to_string()) && words.contains("max_tokens"),
+        "{above}"
+    );
+
+    // Cut streams raise in the SDK, after the text that did arrive.
+    let cut = check("cut_stream");
+    assert_eq!(cut["raised"], true, "a cut stream passed for whole: {cut}");
+    assert_eq!(cut["error_type"], "api_error", "{cut}");
+    let overloaded = check("overloaded_stream");
+    assert_eq!(overloaded["raised"], true, "{overloaded}");
+    assert_eq!(overloaded["error_type"], "overloaded_error", "{overloaded}");
+    for c in [cut, overloaded] {
+        let pieces = c["pieces"].as_str().unwrap();
+        assert!(!pieces.is_empty(), "the stream had begun: {c}");
+        assert!(!pieces.ends_with("middle."), "only part of the text: {c}");
+    }
+
+    let wrong = check("wrong_key");
+    assert_eq!(wrong["exception"], "AuthenticationError", "{wrong}");
+    assert_eq!(wrong["status"], 401);
+    assert_eq!(wrong["error_type"], "authentication_error");
+    let unknown = check("unknown_model");
+    assert_eq!(unknown["exception"], "NotFoundError", "{unknown}");
+    assert_eq!(unknown["error_type"], "not_found_error");
+    assert!(
+        unknown["message"].as_str().unwrap().contains("chat"),
+        "the error lists the known bindings: {unknown}"
+    );
+    // Every reply was asked for once; the refusals asked nothing.
+    assert_eq!(model.pending(), 0);
+    assert_eq!(model.request_count(), 8);
+}
+
+async fn post(server: &Server, auth: Option<(&str, &str)>, body: &str) -> reqwest::Response {
+    let mut request = reqwest::Client::new()
+        .post(server.url("/v1/messages"))
+        .header("content-type", "application/json")
+        .body(body.to_owned());
+    if let Some((name, value)) = auth {
+        request = request.header(name, value);
+    }
+    request.send().await.unwrap()
+}
+
+/// The status, and the body, which must be Anthropic's error shape.
+async fn anthropic_error(response: reqwest::Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/json",
+        "{status}"
+    );
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["type"], "error", "{body}");
+    assert!(body["error"]["message"].is_string(), "{body}");
+    (status, body)
+}
+
+/// The event names of a Messages API stream, in order.
+fn event_names(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_of_the_route_is_in_anthropics_shape() {
+    let model = mock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &model.openai_base_url());
+    let server = Server::start_with_env(&config, &dir.path().join("rein.db"), &[]);
+    let key = Some(("x-api-key", KEY));
+    let hi =
+        r#"{"model": "chat", "max_tokens": 100, "messages": [{"role": "user", "content": "Hi."}]}"#;
+
+    // No key: 401, with the challenge.
+    let anonymous = post(&server, None, hi).await;
+    assert!(anonymous.headers().contains_key("www-authenticate"));
+    let (status, body) = anthropic_error(anonymous).await;
+    assert_eq!(status, 401);
+    assert_eq!(body["error"]["type"], "authentication_error");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("x-api-key"),
+        "{body}"
+    );
+    // A wrong key, in either header.
+    for auth in [("x-api-key", "nope"), ("authorization", "Bearer nope")] {
+        let (status, body) = anthropic_error(post(&server, Some(auth), hi).await).await;
+        assert_eq!(status, 401, "{auth:?}");
+        assert_eq!(body["error"]["type"], "authentication_error");
+    }
+    assert!(
+        !server.log_tail().contains("nope"),
+        "a presented key is never logged"
+    );
+
+    // Anthropic's required max_tokens; a block the engine cannot carry.
+    let (status, body) = anthropic_error(
+        post(
+            &server,
+            key,
+            r#"{"model": "chat", "messages": [{"role": "user", "content": "Hi."}]}"#,
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(
+        body["error"],
+        json!({"type": "invalid_request_error", "message": "max_tokens: Field required"})
+    );
+    let image = json!({"model": "chat", "max_tokens": 100, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]}]});
+    let (status, body) = anthropic_error(post(&server, key, &image.to_string()).await).await;
+    assert_eq!(status, 400);
+    let words = body["error"]["message"].as_str().unwrap();
+    assert!(
+        words.contains("image") && words.contains("/messages/0/content/0"),
+        "{body}"
+    );
+    // The router's own refusals too.
+    let get = reqwest::Client::new()
+        .get(server.url("/v1/messages"))
+        .header("x-api-key", KEY)
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = anthropic_error(get).await;
+    assert_eq!(status, 405);
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    assert_eq!(model.request_count(), 0, "no refusal asked the model");
+
+    // A bearer key works as well; an idempotent request replays.
+    let idempotent = || {
+        reqwest::Client::new()
+            .post(server.url("/v1/messages"))
+            .header("content-type", "application/json")
+            .bearer_auth(KEY)
+            .header("Idempotency-Key", "message-1")
+            .body(hi)
+            .send()
+    };
+    let first = idempotent().await.unwrap();
+    assert_eq!(first.status(), 200);
+    assert_eq!(first.headers()["rein-model"], "mock/mock-model");
+    let first: Value = first.json().await.unwrap();
+    assert_eq!(first["type"], "message");
+    assert_eq!(first["content"][0]["text"], "fallback text");
+    let again = idempotent().await.unwrap();
+    assert_eq!(again.headers()["idempotency-replayed"], "true");
+    assert_eq!(again.json::<Value>().await.unwrap(), first);
+    assert_eq!(model.request_count(), 1, "the model was asked once");
+
+    // The stream's events, in Anthropic's order.
+    model.push_reply(Reply::text("One, two, three."));
+    let streamed = post(
+        &server,
+        key,
+        r#"{"model": "chat", "max_tokens": 100, "stream": true, "messages": [{"role": "user", "content": "Count."}]}"#,
+    )
+    .await;
+    assert_eq!(streamed.status(), 200);
+    assert_eq!(streamed.headers()["content-type"], "text/event-stream");
+    let text = streamed.text().await.unwrap();
+    let names = event_names(&text);
+    assert_eq!(
+        names[..4],
+        [
+            "message_start",
+            "ping",
+            "content_block_start",
+            "content_block_delta"
+        ],
+        "{text}"
+    );
+    assert_eq!(
+        names[names.len() - 3..],
+        ["content_block_stop", "message_delta", "message_stop"],
+        "{text}"
+    );
+    assert!(text.contains(r#""stop_reason":"end_turn""#), "{text}");
+
+    // A cut one ends with an error event, and no message_stop.
+    model.push_reply(
+        Reply::text("One, two, and then nothing more.")
+            .with_stream_fault(StreamFault::Drop { after: 3 }),
+    );
+    let cut = post(
+        &server,
+        key,
+        r#"{"model": "chat", "max_tokens": 100, "stream": true, "messages": [{"role": "user", "content": "Count."}]}"#,
+    )
+    .await
+    .text()
+    .await
+    .unwrap();
+    let names = event_names(&cut);
+    assert_eq!(names.last().map(String::as_str), Some("error"), "{cut}");
+    assert!(!names.iter().any(|n| n == "message_stop"), "{cut}");
+}

@@ -1,0 +1,1094 @@
+//! Anthropic's wire format: `POST /v1/messages`, the Messages API.
+//!
+//! # Why
+//!
+//! A team using the Anthropic SDK points it at `rein serve` (only its base
+//! URL changed) and gets the gateway's breakers, fallbacks and ceilings,
+//! whatever provider the binding's links really call.
+//!
+//! # What maps, what is refused
+//!
+//! | Messages API | rein's [`ModelRequest`] |
+//! | --- | --- |
+//! | `system` (a string or text blocks) | one system message per block |
+//! | a user `text` block | a user message |
+//! | a user `tool_result` block | a tool message (`is_error` prefixes its content with `[error] `) |
+//! | assistant `text` and `tool_use` blocks | one assistant message with its tool calls |
+//! | `tools` (`name`, `description`, `input_schema`) | function definitions |
+//! | `tool_choice` `auto`/`any`/`tool`/`none` | `auto`/`required`/the named function/`none`; `disable_parallel_tool_use` as `parallel_tool_calls: false` |
+//! | `stop_sequences`, `temperature`, `top_p` | `stop`, `temperature`, `top_p` |
+//! | `metadata.user_id` | `user` |
+//!
+//! Blocks the engine has no content for (`image`, `document`, `thinking`,
+//! …) are refused with a 400 naming the block, never dropped: a model that
+//! silently never saw the image answers about something else. Other
+//! members (`top_k`, `thinking`, …) are allowed and ignored, as on the
+//! OpenAI endpoint.
+//!
+//! `max_tokens` is required, as in Anthropic's API. The answer's
+//! `stop_reason` is `end_turn`, `tool_use`, `max_tokens` or `refusal`: the
+//! engine's finish reasons do not tell a stop sequence from a natural end,
+//! so `stop_sequence` is never claimed.
+//!
+//! # Errors
+//!
+//! Every error of this route, whoever answered it (the gateway, the key
+//! check, the router, a guard before it), is Anthropic's
+//! `{"type": "error", "error": {"type", "message"}}`
+//! ([`crate::problem::plain_errors_as_problems`] reshapes the problem), with
+//! the statuses the SDKs map to their exceptions: 400
+//! `invalid_request_error`, 401 `authentication_error`, 404
+//! `not_found_error`, 429 `rate_limit_error` (with `retry-after`), 529
+//! `overloaded_error` (every link overloaded or its circuit open), 503
+//! `overloaded_error` (draining), 504 `timeout_error`, 502 and 500
+//! `api_error`. A stream cut after its first event ends with `event:
+//! error` (`overloaded_error` or `api_error`) and no `message_stop`, so the
+//! SDK raises instead of returning the text so far.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use futures_util::StreamExt;
+use rein_core::Category;
+use rein_engine::provider::{
+    FinishReason, Message, ModelRequest, ModelResponse, StreamEvent, ToolCall, TurnStream,
+};
+use rein_engine::run::ModelError;
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use utoipa::ToSchema;
+
+use super::{Call, EventStream, OverCap, Wire};
+use crate::auth::Tenant;
+use crate::problem::Problem;
+use crate::state::AppState;
+
+/// The route, for the error reshaping of [`crate::problem`].
+pub const PATH: &str = "/v1/messages";
+
+/// The status Anthropic answers when it is overloaded (its SDKs raise
+/// `OverloadedError`).
+pub const OVERLOADED: u16 = 529;
+
+/// An Anthropic-compatible message (the Messages API).
+#[utoipa::path(
+    post, path = "/v1/messages", tag = "gateway",
+    params(("Idempotency-Key" = Option<String>, Header, nullable = false, min_length = 1, pattern = "^[!-~]+$",
+            description = "Non-streaming requests only: makes the request safe to retry"),
+           ("Rein-Deadline-Ms" = Option<u64>, Header, nullable = false, minimum = 1,
+            description = "How long the call may take, fallbacks and retries included (default 120000)")),
+    request_body(content = MessagesRequest, description = "Anthropic's Messages API request; `model` names a [models.*] binding"),
+    responses(
+        (status = 200, description = "the message (JSON), or its events (`text/event-stream` when `stream: true`)", body = Object,
+         headers(("Rein-Model" = String, description = "provider/model that answered"),
+                 ("Rein-Fallback" = String, description = "true when a fallback link answered"),
+                 ("Rein-Max-Tokens" = String, description = "`<sent>; reason=cap|budget`: the output ceiling sent was below the client's max_tokens"))),
+        (status = 400, description = "invalid request (`invalid_request_error`), a max_tokens above the primary model's output cap, a content block that cannot be mapped, or input that fits no configured context window", body = AnthropicError),
+        (status = 401, description = "missing or invalid API key (`x-api-key` or `Authorization: Bearer`)", body = AnthropicError),
+        (status = 404, description = "unknown model binding", body = AnthropicError),
+        (status = 408, description = "the body stopped arriving (server.limits.body_timeout)", body = AnthropicError),
+        (status = 409, description = "the same Idempotency-Key is still in progress", body = AnthropicError),
+        (status = 413, description = "body over the limit", body = AnthropicError),
+        (status = 422, description = "the same Idempotency-Key with another request", body = AnthropicError),
+        (status = 429, description = "every link is rate limited (`rate_limit_error`, with `retry-after`)", body = AnthropicError),
+        (status = 501, description = "Idempotency-Key sent while idempotency is disabled", body = AnthropicError),
+        (status = 502, description = "every link failed (`api_error`)", body = AnthropicError),
+        (status = 503, description = "the server is draining (`overloaded_error`, with `retry-after`)", body = AnthropicError),
+        (status = 504, description = "the deadline ran out (`timeout_error`)", body = AnthropicError),
+        (status = 529, description = "every link is overloaded or its circuit is open (`overloaded_error`)", body = AnthropicError),
+    ),
+    security(("bearer" = []), ("api_key" = []))
+)]
+pub async fn messages(
+    State(state): State<Arc<AppState>>,
+    Tenant(tenant): Tenant,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    super::handle::<Anthropic>(state, tenant, headers, body).await
+}
+
+/// Anthropic's wire format needs nothing beyond the [`Call`].
+struct Anthropic;
+
+impl Wire for Anthropic {
+    const PATH: &'static str = PATH;
+
+    fn parse(body: &[u8]) -> Result<Call<Anthropic>, Problem> {
+        parse(body)
+    }
+
+    fn over_cap(over: &OverCap) -> Problem {
+        let OverCap {
+            param,
+            asked,
+            cap,
+            model,
+        } = over;
+        invalid_at(
+            format!(
+                "{param}: {asked} > {cap}, which is the maximum allowed number of output tokens for {model}"
+            ),
+            Some(format!("/{param}")),
+        )
+    }
+
+    fn failed(e: &ModelError) -> Problem {
+        let (status, kind) = match e.category {
+            Category::ContextOverflow | Category::InvalidArguments | Category::ContentBlocked => {
+                (StatusCode::BAD_REQUEST, "invalid-request")
+            }
+            Category::RateLimited => (StatusCode::TOO_MANY_REQUESTS, "rate-limited"),
+            Category::CircuitOpen | Category::Overloaded => (
+                StatusCode::from_u16(OVERLOADED).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
+                "overloaded",
+            ),
+            Category::BudgetExhausted | Category::Timeout => {
+                (StatusCode::GATEWAY_TIMEOUT, "timeout")
+            }
+            // The provider refused rein's own credentials: a gateway
+            // misconfiguration, not the client's.
+            _ => (StatusCode::BAD_GATEWAY, "upstream-error"),
+        };
+        let mut problem = Problem::new(status, kind, "Message failed", e.message.clone());
+        problem.retry_after = super::retry_after(e);
+        problem
+    }
+
+    fn bad_deadline(message: String) -> Problem {
+        invalid_at(message, None)
+    }
+
+    fn body(_call: &Call<Anthropic>, model: &str, response: &ModelResponse) -> Value {
+        message_body(model, response)
+    }
+
+    fn events(_call: Call<Anthropic>, model: String, turn: TurnStream) -> EventStream {
+        let relay = Relay {
+            turn,
+            id: message_id(),
+            model,
+            started: false,
+            ended: false,
+            open: None,
+            blocks: 0,
+        };
+        Box::pin(futures_util::stream::unfold(
+            relay,
+            |mut relay| async move {
+                let bytes = relay.next().await?;
+                Some((bytes, relay))
+            },
+        ))
+    }
+}
+
+/// Anthropic's error body: what its SDKs read the exception from.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AnthropicError {
+    /// Always `error`.
+    #[serde(rename = "type")]
+    pub kind: ErrorTag,
+    /// What went wrong.
+    pub error: ErrorDetail,
+}
+
+/// The tag of [`AnthropicError`].
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ErrorTag {
+    /// An error.
+    Error,
+}
+
+/// The error of an [`AnthropicError`].
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// `invalid_request_error`, `authentication_error`, `rate_limit_error`,
+    /// `overloaded_error`, `api_error`, …
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// For a human.
+    pub message: String,
+}
+
+impl AnthropicError {
+    /// The error answered with `status`, saying `message`.
+    pub fn new(status: u16, message: String) -> AnthropicError {
+        AnthropicError {
+            kind: ErrorTag::Error,
+            error: ErrorDetail {
+                kind: error_type(status).to_owned(),
+                message,
+            },
+        }
+    }
+}
+
+/// The `error.type` Anthropic sends with `status`.
+pub fn error_type(status: u16) -> &'static str {
+    match status {
+        401 => "authentication_error",
+        402 => "billing_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        503 | OVERLOADED => "overloaded_error",
+        504 => "timeout_error",
+        400..=499 => "invalid_request_error",
+        _ => "api_error",
+    }
+}
+
+/// A 400 about the member `pointer` names (a JSON pointer), if any.
+fn invalid_at(message: String, pointer: Option<String>) -> Problem {
+    let problem = Problem::new(
+        StatusCode::BAD_REQUEST,
+        "invalid-request",
+        "Invalid message request",
+        message,
+    );
+    match pointer {
+        Some(pointer) => problem.with(json!({"field": pointer})),
+        None => problem,
+    }
+}
+
+/// Anthropic's Messages API request, as far as the gateway reads it. The
+/// parser and the OpenAPI document are this one type; members it does not
+/// name (`top_k`, `thinking`, …) are allowed and ignored.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct MessagesRequest {
+    /// A `[models.*]` binding.
+    #[schema(min_length = 1)]
+    pub model: String,
+    /// The output ceiling (required, as in Anthropic's API).
+    #[serde(default)]
+    #[schema(required = true, nullable = false, minimum = 1)]
+    pub max_tokens: Option<u64>,
+    /// The conversation so far, user and assistant turns.
+    #[schema(min_items = 1)]
+    pub messages: Vec<InputMessage>,
+    /// Instructions: a string or text blocks.
+    #[serde(default)]
+    pub system: Option<SystemPrompt>,
+    /// Tools the model may call (the caller runs them).
+    #[serde(default)]
+    pub tools: Option<Vec<ToolDef>>,
+    /// Which tool the model must (or must not) call.
+    #[serde(default)]
+    pub tool_choice: Option<MessagesToolChoice>,
+    /// Where to stop generating.
+    #[serde(default)]
+    pub stop_sequences: Option<Vec<String>>,
+    /// Sampling temperature.
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 1)]
+    pub temperature: Option<f64>,
+    /// Nucleus sampling.
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 1)]
+    pub top_p: Option<f64>,
+    /// Whether to answer as server-sent events.
+    #[serde(default)]
+    pub stream: Option<bool>,
+    /// About the request.
+    #[serde(default)]
+    pub metadata: Option<Metadata>,
+}
+
+/// `metadata`.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct Metadata {
+    /// An opaque id of the end user, passed on as OpenAI's `user`.
+    #[serde(default)]
+    pub user_id: Option<String>,
+}
+
+/// One turn of the conversation. A struct rather than an enum tagged by
+/// `role`, so an error inside its content keeps its exact path.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct InputMessage {
+    /// Who speaks.
+    pub role: Role,
+    /// A string or blocks.
+    pub content: MessageContent,
+}
+
+/// A turn's speaker.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The user: text and tool results.
+    User,
+    /// An earlier answer: text and tool calls.
+    Assistant,
+}
+
+/// A message's content: a string, or blocks.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum MessageContent {
+    /// Plain text.
+    Text(String),
+    /// Blocks.
+    Blocks(Vec<ContentBlock>),
+}
+
+/// One content block. Any other type (`image`, `document`, …) is refused:
+/// the engine has no content to carry it.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentBlock {
+    /// Text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// A tool call of an earlier answer.
+    ToolUse {
+        /// The call's id.
+        id: String,
+        /// The tool.
+        name: String,
+        /// Its arguments.
+        #[schema(value_type = Object)]
+        input: Map<String, Value>,
+    },
+    /// A tool's result.
+    ToolResult {
+        /// The call it answers.
+        tool_use_id: String,
+        /// The result: a string or text blocks.
+        #[serde(default)]
+        content: Option<TextContent>,
+        /// Whether the tool failed.
+        #[serde(default)]
+        is_error: Option<bool>,
+    },
+}
+
+/// Text: a string, or text blocks (concatenated).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum TextContent {
+    /// Plain text.
+    Text(String),
+    /// Text blocks.
+    Blocks(Vec<TextBlock>),
+}
+
+/// `system`: a string, or text blocks.
+pub type SystemPrompt = TextContent;
+
+/// A text block.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+pub struct TextBlock {
+    /// Always `text`.
+    #[serde(rename = "type")]
+    pub kind: TextTag,
+    /// The text.
+    pub text: String,
+}
+
+/// The tag of a [`TextBlock`].
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TextTag {
+    /// Text.
+    Text,
+}
+
+/// A tool the model may call.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct ToolDef {
+    /// Its name.
+    #[schema(min_length = 1)]
+    pub name: String,
+    /// What it does.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Its input's JSON Schema.
+    #[schema(value_type = Object)]
+    pub input_schema: Map<String, Value>,
+}
+
+/// `tool_choice`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum MessagesToolChoice {
+    /// The model decides.
+    Auto {
+        /// At most one tool call.
+        #[serde(default)]
+        disable_parallel_tool_use: Option<bool>,
+    },
+    /// Some tool.
+    Any {
+        /// At most one tool call.
+        #[serde(default)]
+        disable_parallel_tool_use: Option<bool>,
+    },
+    /// This tool.
+    Tool {
+        /// Its name.
+        name: String,
+        /// At most one tool call.
+        #[serde(default)]
+        disable_parallel_tool_use: Option<bool>,
+    },
+    /// No tool.
+    None {},
+}
+
+/// A string, or a sequence of `B`: read by hand rather than as an
+/// untagged enum, so an error inside a block (an unknown block type) keeps
+/// its words and its path instead of "did not match any variant".
+fn string_or_seq<'de, D, B>(deserializer: D) -> Result<Result<String, Vec<B>>, D::Error>
+where
+    D: Deserializer<'de>,
+    B: Deserialize<'de>,
+{
+    struct Either<B>(std::marker::PhantomData<B>);
+    impl<'de, B: Deserialize<'de>> Visitor<'de> for Either<B> {
+        type Value = Result<String, Vec<B>>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a string or an array of content blocks")
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Ok(v.to_owned()))
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut blocks = Vec::new();
+            while let Some(block) = seq.next_element()? {
+                blocks.push(block);
+            }
+            Ok(Err(blocks))
+        }
+    }
+    deserializer.deserialize_any(Either(std::marker::PhantomData))
+}
+
+impl<'de> Deserialize<'de> for MessageContent {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(match string_or_seq(deserializer)? {
+            Ok(text) => MessageContent::Text(text),
+            Err(blocks) => MessageContent::Blocks(blocks),
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for TextContent {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(match string_or_seq(deserializer)? {
+            Ok(text) => TextContent::Text(text),
+            Err(blocks) => TextContent::Blocks(blocks),
+        })
+    }
+}
+
+impl TextContent {
+    fn text(self) -> String {
+        match self {
+            TextContent::Text(text) => text,
+            TextContent::Blocks(blocks) => blocks.into_iter().map(|b| b.text).collect(),
+        }
+    }
+}
+
+/// Reads Anthropic's request shape into rein's, naming the offending field.
+fn parse(body: &[u8]) -> Result<Call<Anthropic>, Problem> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let request: MessagesRequest = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let pointer = crate::pointer::of_path(e.path());
+        let inner = e.inner().to_string();
+        // An unknown block type is a block the engine cannot carry.
+        let note = if inner.starts_with("unknown variant") && pointer.is_some() {
+            " (rein's gateway carries text, tool_use and tool_result blocks; images, documents and other blocks cannot be mapped)"
+        } else {
+            ""
+        };
+        let message = match &pointer {
+            Some(pointer) => format!(
+                "the body is not a Messages API request: at {pointer}: {inner}{note}"
+            ),
+            None => format!("the body is not a Messages API request: {inner}"),
+        };
+        invalid_at(message, pointer)
+    })?;
+    if request.model.is_empty() {
+        return Err(invalid_at(
+            "model: must name a [models.*] binding; it is empty".into(),
+            Some("/model".into()),
+        ));
+    }
+    let Some(max_tokens) = request.max_tokens else {
+        return Err(invalid_at(
+            "max_tokens: Field required".into(),
+            Some("/max_tokens".into()),
+        ));
+    };
+    if max_tokens == 0 {
+        return Err(invalid_at(
+            "max_tokens: must be at least 1".into(),
+            Some("/max_tokens".into()),
+        ));
+    }
+    if request.messages.is_empty() {
+        return Err(invalid_at(
+            "messages: at least one message is required".into(),
+            Some("/messages".into()),
+        ));
+    }
+    for (field, value) in [
+        ("temperature", request.temperature),
+        ("top_p", request.top_p),
+    ] {
+        if let Some(v) = value
+            && !(0.0..=1.0).contains(&v)
+        {
+            return Err(invalid_at(
+                format!("{field}: must be between 0 and 1"),
+                Some(crate::pointer::of_keys(&[field])),
+            ));
+        }
+    }
+    let tools: Vec<Value> = request
+        .tools
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| {
+            let mut function = json!({"name": t.name, "parameters": Value::Object(t.input_schema)});
+            if let Some(description) = t.description {
+                function["description"] = json!(description);
+            }
+            json!({"type": "function", "function": function})
+        })
+        .collect();
+    let mut options = Map::new();
+    if let Some(v) = request.temperature {
+        options.insert("temperature".into(), json!(v));
+    }
+    if let Some(v) = request.top_p {
+        options.insert("top_p".into(), json!(v));
+    }
+    if let Some(stop) = request.stop_sequences.filter(|s| !s.is_empty()) {
+        options.insert("stop".into(), json!(stop));
+    }
+    if let Some(user) = request.metadata.and_then(|m| m.user_id) {
+        options.insert("user".into(), json!(user));
+    }
+    if let Some(choice) = request.tool_choice {
+        let (choice, single) = match choice {
+            MessagesToolChoice::Auto {
+                disable_parallel_tool_use,
+            } => (json!("auto"), disable_parallel_tool_use),
+            MessagesToolChoice::Any {
+                disable_parallel_tool_use,
+            } => (json!("required"), disable_parallel_tool_use),
+            MessagesToolChoice::Tool {
+                name,
+                disable_parallel_tool_use,
+            } => (
+                json!({"type": "function", "function": {"name": name}}),
+                disable_parallel_tool_use,
+            ),
+            MessagesToolChoice::None {} => (json!("none"), None),
+        };
+        options.insert("tool_choice".into(), choice);
+        if single == Some(true) && !tools.is_empty() {
+            options.insert("parallel_tool_calls".into(), json!(false));
+        }
+    }
+    let mut messages: Vec<Message> = match request.system {
+        None => Vec::new(),
+        Some(TextContent::Text(text)) => vec![Message::System { content: text }],
+        Some(TextContent::Blocks(blocks)) => blocks
+            .into_iter()
+            .map(|b| Message::System { content: b.text })
+            .collect(),
+    };
+    for (i, message) in request.messages.into_iter().enumerate() {
+        transcribe(i, message, &mut messages)?;
+    }
+    Ok(Call {
+        binding: request.model,
+        // The caller's, set once the body is parsed.
+        tenant: None,
+        request: ModelRequest {
+            model: String::new(),
+            messages,
+            tools,
+            max_tokens: Some(max_tokens),
+            options,
+        },
+        max_tokens_param: "max_tokens",
+        stream: request.stream.unwrap_or(false),
+        // The caller's, read from the headers.
+        trace_parent: None,
+        wire: Anthropic,
+    })
+}
+
+/// Appends the rein messages of `message`, the `i`-th of the request.
+fn transcribe(i: usize, message: InputMessage, out: &mut Vec<Message>) -> Result<(), Problem> {
+    let misplaced = |j: usize, block: &str, role: &str| {
+        invalid_at(
+            format!("messages.{i}.content.{j}: a {block} block cannot be in a {role} message"),
+            Some(format!("/messages/{i}/content/{j}")),
+        )
+    };
+    match (message.role, message.content) {
+        (Role::User, MessageContent::Text(text)) => out.push(Message::User { content: text }),
+        (Role::User, MessageContent::Blocks(blocks)) => {
+            for (j, block) in blocks.into_iter().enumerate() {
+                match block {
+                    ContentBlock::Text { text } => out.push(Message::User { content: text }),
+                    ContentBlock::ToolResult {
+                        tool_use_id,
+                        content,
+                        is_error,
+                    } => {
+                        let text = content.map(TextContent::text).unwrap_or_default();
+                        // The transcript has no error flag: the model reads
+                        // it in the content.
+                        let content = if is_error == Some(true) {
+                            format!("[error] {text}")
+                        } else {
+                            text
+                        };
+                        out.push(Message::Tool {
+                            call_id: tool_use_id,
+                            content,
+                        });
+                    }
+                    ContentBlock::ToolUse { .. } => return Err(misplaced(j, "tool_use", "user")),
+                }
+            }
+        }
+        (Role::Assistant, MessageContent::Text(text)) => out.push(Message::Assistant {
+            content: Some(text),
+            tool_calls: Vec::new(),
+        }),
+        (Role::Assistant, MessageContent::Blocks(blocks)) => {
+            let mut text: Option<String> = None;
+            let mut tool_calls = Vec::new();
+            for (j, block) in blocks.into_iter().enumerate() {
+                match block {
+                    ContentBlock::Text { text: piece } => {
+                        text.get_or_insert_with(String::new).push_str(&piece);
+                    }
+                    ContentBlock::ToolUse { id, name, input } => tool_calls.push(ToolCall {
+                        id,
+                        name,
+                        arguments: Value::Object(input).to_string(),
+                    }),
+                    ContentBlock::ToolResult { .. } => {
+                        return Err(misplaced(j, "tool_result", "assistant"));
+                    }
+                }
+            }
+            out.push(Message::Assistant {
+                content: text,
+                tool_calls,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn stop_reason(response: &ModelResponse) -> &'static str {
+    match response.finish {
+        FinishReason::Length => "max_tokens",
+        FinishReason::ContentFilter => "refusal",
+        FinishReason::ToolCalls => "tool_use",
+        _ if !response.tool_calls.is_empty() => "tool_use",
+        _ => "end_turn",
+    }
+}
+
+fn message_id() -> String {
+    format!("msg_{}", uuid::Uuid::now_v7().simple())
+}
+
+/// A tool call's arguments as the object `input` must be: arguments that
+/// are not a JSON object (cut at the output limit, or malformed by the
+/// model) become `{}`, and the stop reason says `max_tokens` for a cut.
+fn tool_input(arguments: &str) -> Value {
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(Value::Object(map)) => Value::Object(map),
+        _ => Value::Object(Map::new()),
+    }
+}
+
+fn usage(response: &ModelResponse) -> Value {
+    json!({"input_tokens": response.usage.input, "output_tokens": response.usage.output})
+}
+
+fn message_body(model: &str, response: &ModelResponse) -> Value {
+    let mut content: Vec<Value> = response
+        .text
+        .as_deref()
+        .filter(|t| !t.is_empty())
+        .map(|text| json!({"type": "text", "text": text}))
+        .into_iter()
+        .collect();
+    content.extend(response.tool_calls.iter().map(|c| {
+        json!({"type": "tool_use", "id": c.id, "name": c.name, "input": tool_input(&c.arguments)})
+    }));
+    json!({
+        "id": message_id(),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop_reason(response),
+        "stop_sequence": null,
+        "usage": usage(response),
+    })
+}
+
+/// One server-sent event of the Messages API: its name and its data.
+fn event(name: &str, data: &Value) -> String {
+    format!("event: {name}\ndata: {data}\n\n")
+}
+
+/// The content block a stream has open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Open {
+    /// Text, at this block index.
+    Text(usize),
+    /// The tool call of this (provider) index, at this block index.
+    Tool { call: usize, block: usize },
+}
+
+/// Turns a provider-neutral turn stream into the Messages API's events:
+/// text and tool calls as consecutive content blocks.
+struct Relay {
+    turn: TurnStream,
+    id: String,
+    model: String,
+    started: bool,
+    ended: bool,
+    open: Option<Open>,
+    /// Blocks started so far (the next block's index).
+    blocks: usize,
+}
+
+impl Relay {
+    /// Closes the open block, if any.
+    fn close(&mut self, out: &mut String) {
+        let index = match self.open.take() {
+            Some(Open::Text(index) | Open::Tool { block: index, .. }) => index,
+            None => return,
+        };
+        out.push_str(&event(
+            "content_block_stop",
+            &json!({"type": "content_block_stop", "index": index}),
+        ));
+    }
+
+    /// Starts the next block with `block`.
+    fn start(&mut self, block: Value, out: &mut String) -> usize {
+        let index = self.blocks;
+        self.blocks += 1;
+        out.push_str(&event(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": index, "content_block": block}),
+        ));
+        index
+    }
+
+    /// The events of one delta (possibly none).
+    fn delta(&mut self, delta: &rein_engine::provider::Delta) -> String {
+        let mut out = String::new();
+        if let Some(text) = delta.text.as_deref().filter(|t| !t.is_empty()) {
+            let index = match self.open {
+                Some(Open::Text(index)) => index,
+                _ => {
+                    self.close(&mut out);
+                    let index = self.start(json!({"type": "text", "text": ""}), &mut out);
+                    self.open = Some(Open::Text(index));
+                    index
+                }
+            };
+            out.push_str(&event(
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": index,
+                        "delta": {"type": "text_delta", "text": text}}),
+            ));
+        }
+        for call in &delta.tool_calls {
+            let index = match self.open {
+                Some(Open::Tool { call: c, block }) if c == call.index => block,
+                _ => {
+                    self.close(&mut out);
+                    let id = call
+                        .id
+                        .clone()
+                        .unwrap_or_else(|| format!("toolu_{}", uuid::Uuid::now_v7().simple()));
+                    let block = self.start(
+                        json!({"type": "tool_use", "id": id,
+                               "name": call.name.as_deref().unwrap_or_default(), "input": {}}),
+                        &mut out,
+                    );
+                    self.open = Some(Open::Tool {
+                        call: call.index,
+                        block,
+                    });
+                    block
+                }
+            };
+            if !call.arguments.is_empty() {
+                out.push_str(&event(
+                    "content_block_delta",
+                    &json!({"type": "content_block_delta", "index": index,
+                            "delta": {"type": "input_json_delta", "partial_json": call.arguments}}),
+                ));
+            }
+        }
+        out
+    }
+
+    /// The in-band error that ends a cut stream: no `message_stop` after
+    /// it, so the client cannot take the text so far for a whole answer.
+    fn error(&mut self, kind: &str, message: &str) -> String {
+        self.ended = true;
+        event(
+            "error",
+            &json!({"type": "error", "error": {"type": kind, "message": message}}),
+        )
+    }
+
+    /// The next bytes to send; `None` once the stream ended.
+    async fn next(&mut self) -> Option<Bytes> {
+        if self.ended {
+            return None;
+        }
+        if !self.started {
+            self.started = true;
+            let start = json!({"type": "message_start", "message": {
+                "id": self.id, "type": "message", "role": "assistant", "model": self.model,
+                "content": [], "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": 0, "output_tokens": 0}}});
+            let mut out = event("message_start", &start);
+            out.push_str(&event("ping", &json!({"type": "ping"})));
+            return Some(Bytes::from(out));
+        }
+        loop {
+            let text = match self.turn.next().await {
+                Some(Ok(StreamEvent::Delta(delta))) => self.delta(&delta),
+                Some(Ok(StreamEvent::Done(response))) => {
+                    self.ended = true;
+                    let mut out = String::new();
+                    self.close(&mut out);
+                    out.push_str(&event(
+                        "message_delta",
+                        &json!({"type": "message_delta",
+                                "delta": {"stop_reason": stop_reason(&response), "stop_sequence": null},
+                                "usage": usage(&response)}),
+                    ));
+                    out.push_str(&event("message_stop", &json!({"type": "message_stop"})));
+                    out
+                }
+                Some(Err(failure)) => {
+                    let kind = match failure.category() {
+                        Category::Overloaded | Category::RateLimited | Category::CircuitOpen => {
+                            "overloaded_error"
+                        }
+                        _ => "api_error",
+                    };
+                    self.error(kind, failure.human_message())
+                }
+                None => self.error("api_error", "the stream ended without a complete answer"),
+            };
+            if !text.is_empty() {
+                return Some(Bytes::from(text));
+            }
+        }
+    }
+}
+
+/// Every error answer of [`PATH`] in Anthropic's shape: what
+/// [`crate::problem::plain_errors_as_problems`] makes of a problem there.
+/// The problem's `detail` is the message, the answer's `status` picks the
+/// type;
+/// headers (`retry-after`, `www-authenticate`, `request-id`) stay.
+pub fn reshape(status: u16, problem: &Value) -> AnthropicError {
+    let message = problem["detail"]
+        .as_str()
+        .or_else(|| problem["title"].as_str())
+        .unwrap_or("error")
+        .to_owned();
+    AnthropicError::new(status, message)
+}
+
+/// The OpenAPI document's errors of [`PATH`] are [`AnthropicError`]s in
+/// `application/json`, including the refusals every operation may answer
+/// (added as problems by the document's other modifiers, which run first).
+pub struct ErrorShape;
+
+impl utoipa::Modify for ErrorShape {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, RefOr};
+        let Some(post) = openapi
+            .paths
+            .paths
+            .get_mut(PATH)
+            .and_then(|item| item.post.as_mut())
+        else {
+            return;
+        };
+        for response in post.responses.responses.values_mut() {
+            let RefOr::T(response) = response else {
+                continue;
+            };
+            let is_problem = response.content.values().any(|c| {
+                matches!(&c.schema, Some(RefOr::Ref(r)) if r.ref_location.ends_with("/Problem"))
+            });
+            if is_problem {
+                response.content.clear();
+                response.content.insert(
+                    "application/json".to_owned(),
+                    ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name("AnthropicError")))
+                        .build(),
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(body: Value) -> Call<Anthropic> {
+        match parse(body.to_string().as_bytes()) {
+            Ok(call) => call,
+            Err(p) => panic!("{body} does not parse: {}", p.detail),
+        }
+    }
+
+    fn refused(body: Value) -> Problem {
+        let Err(problem) = parse(body.to_string().as_bytes()) else {
+            panic!("{body} parses");
+        };
+        problem
+    }
+
+    #[test]
+    fn blocks_map_to_the_transcript_in_order() {
+        let call = parsed(json!({
+            "model": "m", "max_tokens": 100,
+            "system": [{"type": "text", "text": "be brief"}],
+            "messages": [
+                {"role": "user", "content": "Where is A-1?"},
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": "Looking."},
+                    {"type": "tool_use", "id": "t1", "name": "get_order", "input": {"id": "A-1"}}]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "gone"}], "is_error": true},
+                    {"type": "text", "text": "And now?"}]}],
+            "tools": [{"name": "get_order", "description": "d", "input_schema": {"type": "object"}}],
+            "tool_choice": {"type": "any", "disable_parallel_tool_use": true},
+            "stop_sequences": ["END"], "temperature": 0.5, "metadata": {"user_id": "u-1"}
+        }));
+        let r = &call.request;
+        assert_eq!(
+            r.messages,
+            vec![
+                Message::System {
+                    content: "be brief".into()
+                },
+                Message::User {
+                    content: "Where is A-1?".into()
+                },
+                Message::Assistant {
+                    content: Some("Looking.".into()),
+                    tool_calls: vec![ToolCall {
+                        id: "t1".into(),
+                        name: "get_order".into(),
+                        arguments: r#"{"id":"A-1"}"#.into()
+                    }]
+                },
+                Message::Tool {
+                    call_id: "t1".into(),
+                    content: "[error] gone".into()
+                },
+                Message::User {
+                    content: "And now?".into()
+                },
+            ]
+        );
+        assert_eq!(r.max_tokens, Some(100));
+        assert_eq!(
+            r.tools,
+            vec![
+                json!({"type": "function", "function": {"name": "get_order", "description": "d", "parameters": {"type": "object"}}})
+            ]
+        );
+        assert_eq!(r.options["tool_choice"], "required");
+        assert_eq!(r.options["parallel_tool_calls"], false);
+        assert_eq!(r.options["stop"], json!(["END"]));
+        assert_eq!(r.options["temperature"], 0.5);
+        assert_eq!(r.options["user"], "u-1");
+    }
+
+    #[test]
+    fn what_cannot_be_mapped_is_refused_naming_the_block() {
+        let p = refused(json!({"model": "m", "messages": [{"role": "user", "content": "a"}]}));
+        assert_eq!(p.status, 400);
+        assert_eq!(p.detail, "max_tokens: Field required");
+        let p = refused(
+            json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "what is this?"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}]}]}),
+        );
+        assert_eq!(p.status, 400);
+        assert!(p.detail.contains("/messages/0/content/1"), "{}", p.detail);
+        assert!(p.detail.contains("`image`"), "{}", p.detail);
+        assert!(p.detail.contains("cannot be mapped"), "{}", p.detail);
+        let p = refused(json!({"model": "m", "max_tokens": 5, "temperature": 1.5,
+                               "messages": [{"role": "user", "content": "a"}]}));
+        assert_eq!(p.extra.unwrap()["field"], "/temperature");
+        let p = refused(json!({"model": "m", "max_tokens": 5, "messages": [
+            {"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "x", "content": "r"}]}]}));
+        assert!(p.detail.contains("messages.0.content.0"), "{}", p.detail);
+    }
+
+    #[test]
+    fn each_status_has_the_error_type_the_sdks_map() {
+        for (status, kind) in [
+            (400, "invalid_request_error"),
+            (401, "authentication_error"),
+            (404, "not_found_error"),
+            (409, "invalid_request_error"),
+            (429, "rate_limit_error"),
+            (500, "api_error"),
+            (502, "api_error"),
+            (503, "overloaded_error"),
+            (504, "timeout_error"),
+            (529, "overloaded_error"),
+        ] {
+            assert_eq!(error_type(status), kind, "{status}");
+        }
+        let e = reshape(
+            401,
+            &json!({"type": "https://rein.dev/problems/x", "status": 401, "detail": "no key"}),
+        );
+        assert_eq!(
+            serde_json::to_value(e).unwrap(),
+            json!({"type": "error", "error": {"type": "authentication_error", "message": "no key"}})
+        );
+    }
+}

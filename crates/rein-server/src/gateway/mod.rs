@@ -1,0 +1,356 @@
+//! The model gateway: `POST /v1/chat/completions` (OpenAI's wire format,
+//! [`openai`]) and `POST /v1/messages` (Anthropic's, [`anthropic`]),
+//! answered by a configured model binding through the same breakers,
+//! fallback chains, provider slots and retry budgets as runs.
+//!
+//! # Why
+//!
+//! Teams want rein's guarantees for plain model calls too, from the
+//! clients they already use: an OpenAI or Anthropic SDK pointed at
+//! `rein serve` (only its base URL changed) gets a provider that stays up.
+//! The request's `model` names a `[models.*]` binding; the response says
+//! which model really answered (`Rein-Model`, `Rein-Fallback`, and the
+//! body's `model`).
+//!
+//! # One call, two wire formats
+//!
+//! Everything but the shape of the bytes is here, once: reading the body
+//! and the deadline, the idempotency key, the binding lookup, the output
+//! ceiling, the model chain, the answer's headers. A [`Wire`] only parses
+//! its request into a [`Call`] and renders the answer (whole, or as its
+//! server-sent events), so both endpoints keep the same guarantees by
+//! construction rather than by two copies kept in step.
+//!
+//! # Output ceilings
+//!
+//! The client's output ceiling is never lowered silently. Above the
+//! documented output cap of the binding's primary model it is refused with
+//! the 400 the real API sends, before any call. Sent lower than asked — to
+//! a fallback with a smaller cap, or because the budget left less — the
+//! answer says so in [`MAX_TOKENS_HEADER`] (`Rein-Max-Tokens: 1000;
+//! reason=cap`), as the call's `model_call_started` event does in
+//! `max_tokens` and `max_tokens_limited_by`.
+//!
+//! # Cut streams
+//!
+//! A streamed answer that fails after its first event ends with the wire
+//! format's in-band error event and without its terminator (`[DONE]`,
+//! `message_stop`): a truncated stream is never passed off as a complete
+//! answer, and the SDKs raise instead of returning the text so far.
+
+pub mod anthropic;
+pub mod openai;
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::Stream;
+use rein_core::TenantId;
+use rein_core::header::DEADLINE_HEADER;
+use rein_engine::provider::{ModelRequest, ModelResponse, TurnStream};
+use rein_engine::run::{ModelAnswer, ModelAsk, ModelBinding, ModelError, ModelReply};
+use serde_json::json;
+
+pub use anthropic::messages;
+pub use openai::chat_completions;
+// The gateway's response headers, defined with every other rein header.
+pub use rein_core::header::{FALLBACK_HEADER, MAX_TOKENS_HEADER, MODEL_HEADER};
+
+use crate::idempotency;
+use crate::problem::Problem;
+use crate::runs::Answer;
+use crate::state::AppState;
+
+/// How long a gateway call may take when the client sets no
+/// `Rein-Deadline-Ms`.
+pub const DEFAULT_GATEWAY_DEADLINE: Duration = Duration::from_secs(120);
+
+/// A wire format's server-sent events, as the response body streams them.
+type EventStream = Pin<Box<dyn Stream<Item = Bytes> + Send>>;
+
+/// A request of either wire format, read into rein's terms.
+struct Call<W> {
+    /// The `[models.*]` binding asked.
+    binding: String,
+    /// The caller's tenant (its key's), for the metrics.
+    tenant: Option<TenantId>,
+    request: ModelRequest,
+    /// The member the client's output ceiling came in, for the words of a
+    /// refusal.
+    max_tokens_param: &'static str,
+    stream: bool,
+    /// The caller's `traceparent`: the parent of the call's span.
+    trace_parent: Option<rein_engine::telemetry::TraceParent>,
+    /// What only this wire format needs to render the answer.
+    wire: W,
+}
+
+/// A client's output ceiling above the documented cap of the binding's
+/// primary model.
+struct OverCap {
+    /// The member it came in (`max_tokens`, …).
+    param: &'static str,
+    asked: u64,
+    cap: u32,
+    /// The primary's model name.
+    model: String,
+}
+
+/// One wire format of the gateway: how its requests parse and its answers
+/// and errors look. The call between them is [`handle`]'s.
+trait Wire: Sized + Send + Sync + 'static {
+    /// The route (part of an idempotency key's fingerprint).
+    const PATH: &'static str;
+
+    /// Reads the body, naming the offending member of a bad one.
+    fn parse(body: &[u8]) -> Result<Call<Self>, Problem>;
+
+    /// The 400 for a ceiling above the primary's cap, in the real API's
+    /// words.
+    fn over_cap(over: &OverCap) -> Problem;
+
+    /// The problem of a binding that gave no answer.
+    fn failed(e: &ModelError) -> Problem;
+
+    /// The problem of a `Rein-Deadline-Ms` that is not a positive number.
+    fn bad_deadline(message: String) -> Problem;
+
+    /// The whole answer's body.
+    fn body(call: &Call<Self>, model: &str, response: &ModelResponse) -> serde_json::Value;
+
+    /// The answer as server-sent events, ending with the wire's in-band
+    /// error event (and no terminator) when `turn` fails.
+    fn events(call: Call<Self>, model: String, turn: TurnStream) -> EventStream;
+}
+
+/// A gateway request of wire format `W`, from its raw body to its answer.
+async fn handle<W: Wire>(
+    state: Arc<AppState>,
+    tenant: TenantId,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match crate::runs::raw_body(&state, body) {
+        Ok(b) => b,
+        Err(problem) => return problem.into_response(),
+    };
+    let key = match idempotency::key(&state, &headers, &body) {
+        Ok(key) => key,
+        Err(problem) => return problem.into_response(),
+    };
+    let deadline = match deadline::<W>(&headers) {
+        Ok(d) => d,
+        Err(problem) => return problem.into_response(),
+    };
+    let mut call = match W::parse(&body) {
+        Ok(call) => call,
+        Err(problem) => return problem.into_response(),
+    };
+    call.tenant = Some(tenant.clone());
+    call.trace_parent = crate::trace_context::from_headers(&headers);
+    if call.stream {
+        // Dropped with the response when the client goes away: the
+        // provider call is aborted with it.
+        return stream(state, call, deadline).await;
+    }
+    match key {
+        None => match complete(state, call, deadline).await {
+            Ok(answer) => answer.into_response(),
+            Err(problem) => problem.into_response(),
+        },
+        Some(key) => {
+            let s = state.clone();
+            idempotency::guarded(&state, &tenant, &key, "POST", W::PATH, &body, move || {
+                complete(s, call, deadline)
+            })
+            .await
+        }
+    }
+}
+
+fn deadline<W: Wire>(headers: &HeaderMap) -> Result<Duration, Problem> {
+    let Some(value) = headers.get(DEADLINE_HEADER) else {
+        return Ok(DEFAULT_GATEWAY_DEADLINE);
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map(Duration::from_millis)
+        .ok_or_else(|| {
+            W::bad_deadline(format!(
+                "{DEADLINE_HEADER} must be a positive number of milliseconds"
+            ))
+        })
+}
+
+/// The 404 of a binding that is not configured, listing those that are.
+fn unknown_binding(state: &AppState, binding: &str) -> Problem {
+    let known: Vec<&str> = state.models.keys().map(String::as_str).collect();
+    let message = format!(
+        "there is no model binding `{binding}`; known: {}",
+        if known.is_empty() {
+            "none (define [models.NAME] in the config)".to_owned()
+        } else {
+            known.join(", ")
+        }
+    );
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "model-not-found",
+        "Unknown model binding",
+        message.clone(),
+    )
+    .with(json!({
+        "error": {"message": message, "type": "invalid_request_error",
+                  "param": "model", "code": "model_not_found"},
+        "known_models": known,
+    }))
+}
+
+/// Asks the binding; the unknown-binding and failure problems.
+async fn ask<W: Wire>(
+    state: &AppState,
+    call: &Call<W>,
+    deadline: Duration,
+    stream: bool,
+) -> Result<ModelAnswer, Problem> {
+    let Some(binding) = state.models.get(&call.binding) else {
+        return Err(unknown_binding(state, &call.binding));
+    };
+    if let Some(over) = over_cap(binding, call) {
+        return Err(W::over_cap(&over));
+    }
+    let ask = ModelAsk {
+        request: call.request.clone(),
+        deadline,
+        stream,
+        cancel: rein_engine::run::CancellationToken::new(),
+        observer: None,
+        tenant: call.tenant.clone(),
+        trace_parent: call.trace_parent.clone(),
+    };
+    state
+        .engine
+        .ask_model(binding, ask)
+        .await
+        .map_err(|e| W::failed(&e))
+}
+
+/// The client's output ceiling when it is above the documented cap of the
+/// binding's primary model; `None` when it fits (or the model has no cap).
+///
+/// # Why not lower it
+///
+/// A client that asks for 50,000 tokens of gpt-4o-mini and silently gets
+/// 16,384 reads a `length` finish as its own ceiling; the real API refuses
+/// the request, so rein does too, and the client learns the cap.
+fn over_cap<W>(binding: &ModelBinding, call: &Call<W>) -> Option<OverCap> {
+    let asked = call.request.max_tokens?;
+    let cap = binding.primary.max_output_tokens?;
+    (asked > u64::from(cap)).then(|| OverCap {
+        param: call.max_tokens_param,
+        asked,
+        cap,
+        model: binding.primary.model.clone(),
+    })
+}
+
+/// The [`MAX_TOKENS_HEADER`] value when the ceiling sent to the answering
+/// model is below what the client asked: `<sent>; reason=budget` when the
+/// budget set it, `<sent>; reason=cap` when the answering model's cap did.
+fn lowered<W>(call: &Call<W>, answer: &ModelAnswer) -> Option<String> {
+    let asked = call.request.max_tokens?;
+    let sent = answer.max_tokens?;
+    (sent < asked).then(|| {
+        let reason = if answer.max_tokens_limited_by.is_some() {
+            "budget"
+        } else {
+            "cap"
+        };
+        format!("{sent}; reason={reason}")
+    })
+}
+
+/// `Retry-After` for a failure: whole seconds, rounded up, until the first
+/// open circuit admits again.
+fn retry_after(e: &ModelError) -> Option<u32> {
+    e.retry_after.map(|d| {
+        u32::try_from(d.as_millis().div_ceil(1000))
+            .unwrap_or(u32::MAX)
+            .max(1)
+    })
+}
+
+/// The headers that say who answered, and a lowered ceiling.
+fn answer_headers<W>(call: &Call<W>, answer: &ModelAnswer) -> Vec<(&'static str, String)> {
+    let mut headers = vec![
+        (
+            MODEL_HEADER,
+            format!("{}/{}", answer.provider, answer.model),
+        ),
+        (FALLBACK_HEADER, answer.fell_back.to_string()),
+    ];
+    if let Some(lowered) = lowered(call, answer) {
+        headers.push((MAX_TOKENS_HEADER, lowered));
+    }
+    headers
+}
+
+/// A non-streaming answer, whole (so it can be stored and replayed).
+async fn complete<W: Wire>(
+    state: Arc<AppState>,
+    call: Call<W>,
+    deadline: Duration,
+) -> Result<Answer, Problem> {
+    let answer = ask(&state, &call, deadline, false).await?;
+    let headers = answer_headers(&call, &answer);
+    let ModelReply::Complete(response) = &answer.reply else {
+        return Err(Problem::internal(
+            "a stream where a whole answer was asked for",
+        ));
+    };
+    let body = W::body(&call, &answer.model, response);
+    Ok(Answer {
+        status: StatusCode::OK,
+        body: serde_json::to_vec(&body).unwrap_or_default(),
+        location: None,
+        headers,
+        provisional: false,
+    })
+}
+
+/// A streamed answer: the wire's server-sent events.
+async fn stream<W: Wire>(state: Arc<AppState>, call: Call<W>, deadline: Duration) -> Response {
+    let answer = match ask(&state, &call, deadline, true).await {
+        Ok(a) => a,
+        Err(problem) => return problem.into_response(),
+    };
+    let answer_headers = answer_headers(&call, &answer);
+    let ModelReply::Stream(turn) = answer.reply else {
+        return Problem::internal("a whole answer where a stream was asked for").into_response();
+    };
+    let events = W::events(call, answer.model, turn);
+    let mut response = Response::new(Body::from_stream(futures_util::StreamExt::map(
+        events,
+        Ok::<_, std::convert::Infallible>,
+    )));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    for (name, value) in answer_headers {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
+    }
+    response
+}
