@@ -73,7 +73,11 @@ pub fn run(args: CheckArgs) -> ExitCode {
             rein_core::registry::StoreUrl::Postgres(url) => {
                 rein_store_postgres::PostgresUrl::parse(url)
                     .err()
-                    .map(|error| ConfigProblem::new(&spec.file, "store.url", format!("{error:#}")))
+                    .map(|error| {
+                        let problem =
+                            ConfigProblem::new(&spec.file, "store.url", format!("{error:#}"));
+                        startup.sources.place(problem)
+                    })
             }
             _ => None,
         }),
