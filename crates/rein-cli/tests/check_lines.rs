@@ -94,7 +94,10 @@ fn check_names_the_line_of_each_problem_in_tables_inline_tables_and_arrays_of_ta
     let mut got = places(&stderr);
     got.sort();
     let mut want = vec![
-        // A bad value under a `[tools.lookup.latency]` header.
+        // Missing fields of a declared profile: the sub-table's header.
+        format!("{file}:16:1: tools.lookup.latency.p50"),
+        format!("{file}:16:1: tools.lookup.latency.p95"),
+        // A bad value under the `[tools.lookup.latency]` header.
         format!("{file}:19:1: tools.lookup.latency.allowance_factor"),
         // A missing required field: its table's header.
         format!("{file}:21:1: tools.notify.owner"),
@@ -166,6 +169,8 @@ budget = { max_steps = 0 }
     let mut got = places(&stderr);
     got.sort();
     let mut want = vec![
+        // A missing table: the header of the table it belongs in.
+        format!("{tools}:3:1: tools.lookup.latency"),
         // An unset variable, in an inline table: where `url` is written.
         format!("{tools}:10:28: tools.lookup.adapter.url"),
         // A type error, under an indented header: at its key.
@@ -197,6 +202,7 @@ budget = { max_steps = 0 }
         vec![
             ("agents.a.budget.max_steps".to_owned(), 9, 12),
             ("tools.lookup.adapter.url".to_owned(), 10, 28),
+            ("tools.lookup.latency".to_owned(), 3, 1),
             ("tools.other.latency.samples".to_owned(), 22, 3),
         ],
         "{doc:#}"
