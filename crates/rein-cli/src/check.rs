@@ -49,8 +49,10 @@ pub struct CheckArgs {
 /// otherwise (stderr, one `FILE[:LINE:COLUMN]: FIELD: MESSAGE` per line).
 /// Warnings (a secret too short to be redacted; without `--serve`, what
 /// only `rein serve` would refuse) do not fail the check; they are printed
-/// as `warning: FILE: FIELD: MESSAGE`, or listed under `"warnings"`, with
-/// the problems or without.
+/// as `warning: FILE[:LINE:COLUMN]: FIELD: MESSAGE`, or listed under
+/// `"warnings"`, with the problems or without. A problem has a line when
+/// its field is written in its file (a missing field: its table's header);
+/// what a flag gave (`--data`, `--listen`) has none.
 pub fn run(args: CheckArgs) -> ExitCode {
     let purpose = if args.serve || args.listen.is_some() {
         Purpose::Serve {

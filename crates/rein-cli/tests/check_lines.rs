@@ -86,7 +86,11 @@ fn write(dir: &Path, name: &str, text: &str) -> String {
 #[test]
 fn check_names_the_line_of_each_problem_in_tables_inline_tables_and_arrays_of_tables() {
     let dir = tempfile::tempdir().unwrap();
-    fs::write(dir.path().join("s.json"), r#"{"turns": [{"text": "done"}]}"#).unwrap();
+    fs::write(
+        dir.path().join("s.json"),
+        r#"{"turns": [{"text": "done"}]}"#,
+    )
+    .unwrap();
     let file = write(dir.path(), "rein.toml", ONE_FILE);
     let out = rein_check(&[&file]);
     assert_eq!(out.status.code(), Some(1));
@@ -119,7 +123,11 @@ fn check_names_the_line_of_each_problem_in_tables_inline_tables_and_arrays_of_ta
 #[test]
 fn check_names_lines_across_files_and_json_carries_line_and_column() {
     let dir = tempfile::tempdir().unwrap();
-    fs::write(dir.path().join("s.json"), r#"{"turns": [{"text": "done"}]}"#).unwrap();
+    fs::write(
+        dir.path().join("s.json"),
+        r#"{"turns": [{"text": "done"}]}"#,
+    )
+    .unwrap();
     let tools = write(
         dir.path(),
         "10-tools.toml",
@@ -192,7 +200,9 @@ budget = { max_steps = 0 }
             (
                 p["field"].as_str().unwrap().to_owned(),
                 p["line"].as_u64().unwrap_or_else(|| panic!("a line: {p}")),
-                p["column"].as_u64().unwrap_or_else(|| panic!("a column: {p}")),
+                p["column"]
+                    .as_u64()
+                    .unwrap_or_else(|| panic!("a column: {p}")),
             )
         })
         .collect();
@@ -214,7 +224,11 @@ budget = { max_steps = 0 }
 #[test]
 fn check_gives_no_line_to_what_a_flag_gave() {
     let dir = tempfile::tempdir().unwrap();
-    fs::write(dir.path().join("s.json"), r#"{"turns": [{"text": "done"}]}"#).unwrap();
+    fs::write(
+        dir.path().join("s.json"),
+        r#"{"turns": [{"text": "done"}]}"#,
+    )
+    .unwrap();
     let file = write(
         dir.path(),
         "rein.toml",

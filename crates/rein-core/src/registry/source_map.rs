@@ -167,9 +167,7 @@ fn steps<'i>(node: Node<'i>, segments: &[Segment<'_>]) -> Vec<(usize, Node<'i>, 
             keyed(segments, |key| table.get_key_value(key))
         }
         Node::Item(Item::Value(Value::InlineTable(table)))
-        | Node::Value(Value::InlineTable(table)) => {
-            keyed(segments, |key| table.get_key_value(key))
-        }
+        | Node::Value(Value::InlineTable(table)) => keyed(segments, |key| table.get_key_value(key)),
         Node::Item(Item::ArrayOfTables(tables)) => index
             .and_then(|i| tables.get(i))
             .and_then(|table| Some((1, Node::Table(table), start(table.span())?)))
@@ -323,10 +321,22 @@ sha256 = "00"
     #[test]
     fn position_counts_lines_and_characters_from_one() {
         let text = "a\nbé = 1\n";
-        assert_eq!(Position::at_offset(text, 0), Position { line: 1, column: 1 });
-        assert_eq!(Position::at_offset(text, 2), Position { line: 2, column: 1 });
-        assert_eq!(Position::at_offset(text, 5), Position { line: 2, column: 3 });
-        assert_eq!(Position::at_offset(text, 99), Position { line: 3, column: 1 });
+        assert_eq!(
+            Position::at_offset(text, 0),
+            Position { line: 1, column: 1 }
+        );
+        assert_eq!(
+            Position::at_offset(text, 2),
+            Position { line: 2, column: 1 }
+        );
+        assert_eq!(
+            Position::at_offset(text, 5),
+            Position { line: 2, column: 3 }
+        );
+        assert_eq!(
+            Position::at_offset(text, 99),
+            Position { line: 3, column: 1 }
+        );
     }
 
     /// How a generated setting is written.

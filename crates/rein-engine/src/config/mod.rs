@@ -174,10 +174,10 @@ impl<'e> Loader<'e> {
                 warnings: maps.place_all(found.too_short),
                 sources: maps,
             }),
-            _ => Err(ConfigErrors::new(
-                maps.place_all(group_by_file(&parsed.sources, problems)),
-            )
-            .with_warnings(maps.place_all(found.too_short))),
+            _ => Err(
+                ConfigErrors::new(maps.place_all(group_by_file(&parsed.sources, problems)))
+                    .with_warnings(maps.place_all(found.too_short)),
+            ),
         }
     }
 
