@@ -37,15 +37,19 @@
 //! hold.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use toml_edit::{ImDocument, Item, Key, Table, Value};
 
 use super::Position;
 
 /// The spans of one config file's text, for locating field paths in it.
+///
+/// Cheap to clone (shared): the loader reads entries with it while the
+/// loaded config keeps it for the problems found at start.
 #[derive(Debug, Clone)]
 pub struct SourceMap {
-    doc: ImDocument<String>,
+    doc: Arc<ImDocument<String>>,
 }
 
 /// One step of a field path.
@@ -65,7 +69,7 @@ impl SourceMap {
     /// The text is not valid TOML (the loader reports that as a syntax
     /// error with its own position; a file that does not parse has no map).
     pub fn parse(text: impl Into<String>) -> Result<SourceMap, toml_edit::TomlError> {
-        ImDocument::parse(text.into()).map(|doc| SourceMap { doc })
+        ImDocument::parse(text.into()).map(|doc| SourceMap { doc: Arc::new(doc) })
     }
 
     /// The line and column where the setting `path` is written, or where
