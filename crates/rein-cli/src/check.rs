@@ -77,8 +77,10 @@ fn tls_problem(
 /// otherwise (stderr, one `FILE[:LINE:COLUMN]: FIELD: MESSAGE` per line).
 /// Warnings (a secret too short to be redacted; without `--serve`, what
 /// only `rein serve` would refuse) do not fail the check; they are printed
-/// as `warning: FILE: FIELD: MESSAGE`, or listed under `"warnings"`, with
-/// the problems or without.
+/// as `warning: FILE[:LINE:COLUMN]: FIELD: MESSAGE`, or listed under
+/// `"warnings"`, with the problems or without. A problem has a line when
+/// its field is written in its file (a missing field: its table's header);
+/// what a flag gave (`--data`, `--listen`) has none.
 pub fn run(args: CheckArgs) -> ExitCode {
     let purpose = if args.serve || args.listen.is_some() {
         Purpose::Serve {
@@ -101,7 +103,11 @@ pub fn run(args: CheckArgs) -> ExitCode {
             rein_core::registry::StoreUrl::Postgres(url) => {
                 rein_store_postgres::PostgresUrl::parse(url)
                     .err()
-                    .map(|error| ConfigProblem::new(&spec.file, "store.url", format!("{error:#}")))
+                    .map(|error| {
+                        let problem =
+                            ConfigProblem::new(&spec.file, "store.url", format!("{error:#}"));
+                        startup.sources.place(problem)
+                    })
             }
             _ => None,
         }),

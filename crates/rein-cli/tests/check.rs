@@ -59,7 +59,7 @@ max_steps = 0
 }
 
 #[test]
-fn check_lists_every_problem_across_files_with_file_and_field() {
+fn check_lists_every_problem_across_files_with_file_line_and_field() {
     let dir = bad_config();
     let out = rein_check(
         &[dir.path().to_str().unwrap()],
@@ -71,13 +71,13 @@ fn check_lists_every_problem_across_files_with_file_and_field() {
     let tools = dir.path().join("tools.toml").display().to_string();
     let agents = dir.path().join("agents.toml").display().to_string();
     let expected = [
-        format!("{agents}: agents.support.provider: names `openai`, which is not a provider"),
-        format!("{agents}: agents.support.tools: names `lookup_order`, which is not a tool"),
-        format!("{agents}: agents.support.budget.max_steps: must be greater than zero"),
-        format!("{tools}: tools.send_email.schema.properties.to.description: is required"),
-        format!("{tools}: tools.send_email.resource_group: names `mail`"),
+        format!("{agents}:3:1: agents.support.provider: names `openai`, which is not a provider"),
+        format!("{agents}:5:1: agents.support.tools: names `lookup_order`, which is not a tool"),
+        format!("{agents}:7:1: agents.support.budget.max_steps: must be greater than zero"),
+        format!("{tools}:12:44: tools.send_email.schema.properties.to.description: is required"),
+        format!("{tools}:7:1: tools.send_email.resource_group: names `mail`"),
         format!(
-            "{tools}: tools.send_email.compensation.tool: names `unsend_email`, which is not a tool"
+            "{tools}:14:1: tools.send_email.compensation.tool: names `unsend_email`, which is not a tool"
         ),
     ];
     let lines: Vec<&str> = stderr.lines().collect();
@@ -215,7 +215,7 @@ fn r13_check_and_run_refuse_an_overflowing_wall_clock_alike() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     let expected = format!(
-        "{}:4:1: agents.a.budget.wall_clock: must be at most 366d",
+        "{}:8:1: agents.a.budget.wall_clock: must be at most 366d",
         config.display()
     );
     assert!(stderr.contains(&expected), "{stderr}");
@@ -340,7 +340,7 @@ fn a_public_listen_without_keys_is_a_serve_only_problem() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(&format!(
-            "warning: {path}: server.listen: rein serve would refuse"
+            "warning: {path}:8:1: server.listen: rein serve would refuse"
         )),
         "{stderr}"
     );
@@ -349,7 +349,7 @@ fn a_public_listen_without_keys_is_a_serve_only_problem() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(&format!(
-            "{path}: server.listen: is 0.0.0.0:8787, not a loopback"
+            "{path}:8:1: server.listen: is 0.0.0.0:8787, not a loopback"
         )),
         "{stderr}"
     );

@@ -41,7 +41,7 @@ use std::sync::Arc;
 use rein_core::registry::ConfigProblem;
 
 use crate::bind::{self, BindError};
-use crate::config::{CompiledSchemas, ConfigErrors, Loader, Registry};
+use crate::config::{CompiledSchemas, ConfigErrors, Loader, Registry, SourceMaps};
 use crate::provider::ModelProvider;
 use crate::run::{AgentBinding, ModelBinding};
 
@@ -78,6 +78,9 @@ pub struct Startup {
     /// redacted; for [`Purpose::Check`], what `rein serve` would refuse),
     /// each naming its field.
     pub warnings: Vec<ConfigProblem>,
+    /// Where each setting is written: a caller refusing more
+    /// ([`SourceMaps::place`]) names the line too.
+    pub sources: SourceMaps,
 }
 
 impl std::fmt::Debug for Startup {
@@ -108,13 +111,16 @@ pub fn prepare(
 ) -> Result<Startup, ConfigErrors> {
     let loaded = loader.load_with_warnings(path)?;
     let registry = loaded.registry;
+    let sources = loaded.sources;
     let mut warnings = loaded.warnings;
+    // Every problem and warning of the steps below is placed at its line
+    // (`sources`) as it is found; what `--listen` gave has none.
     let refuse = |problems: Vec<ConfigProblem>, warnings: Vec<ConfigProblem>| {
-        ConfigErrors::new(problems).with_warnings(warnings)
+        ConfigErrors::new(problems).with_warnings(sources.place_all(warnings))
     };
     let schemas = match CompiledSchemas::compile(&registry) {
         Ok(schemas) => schemas,
-        Err(errors) => return Err(errors.with_warnings(warnings)),
+        Err(errors) => return Err(refuse(sources.place_all(errors.into_problems()), warnings)),
     };
     let mut problems = Vec::new();
     let mut providers: BTreeMap<String, Arc<dyn ModelProvider>> = BTreeMap::new();
@@ -169,17 +175,20 @@ pub fn prepare(
             }
         }
     }
+    let mut problems = sources.place_all(problems);
     // The engine's own refusals, on the same inputs `Engine::build` is
     // given (NOTE: keep in step with `EngineBuilder::build`; the node id
     // is generated, not configured, so only the breakers can be refused).
     if let Err(e) = rein_core::breaker::Breakers::new(registry.breakers().clone()) {
         let field = e.field().replacen("breaker.", "breakers.", 1);
         let file = registry_file(&registry, path);
-        problems.push(ConfigProblem::new(file, field, e.to_string()));
+        problems.push(sources.place(ConfigProblem::new(file, field, e.to_string())));
     }
     if let Some(listen_problem) = listen_problem(&registry, path, purpose) {
         match purpose {
-            Purpose::Serve { .. } => problems.push(listen_problem),
+            // The address `--listen` gave is not written in the file.
+            Purpose::Serve { listen: Some(_) } => problems.push(listen_problem),
+            Purpose::Serve { listen: None } => problems.push(sources.place(listen_problem)),
             Purpose::Check => warnings.push(ConfigProblem::new(
                 &listen_problem.file,
                 &listen_problem.field,
@@ -194,12 +203,14 @@ pub fn prepare(
     if !problems.is_empty() {
         return Err(refuse(problems, warnings));
     }
+    let warnings = sources.place_all(warnings);
     Ok(Startup {
         registry,
         schemas,
         agents,
         models,
         warnings,
+        sources,
     })
 }
 

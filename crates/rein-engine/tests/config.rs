@@ -161,7 +161,7 @@ fn unset_env_variable_is_reported_once_with_file_and_field() {
     );
     assert!(
         errors.to_string().ends_with(
-            "rein.toml: providers.mock.base_url: uses ${MOCK_MODEL_URL}, but the environment variable MOCK_MODEL_URL is not set"
+            "rein.toml:16:1: providers.mock.base_url: uses ${MOCK_MODEL_URL}, but the environment variable MOCK_MODEL_URL is not set"
         ),
         "{errors}"
     );
@@ -239,7 +239,7 @@ fn directory_reports_every_problem_across_files_with_file_and_field() {
     assert_eq!(text.lines().count(), 7);
     assert!(
         text.lines()
-            .all(|l| l.contains("20-tools.toml: ") || l.contains("30-dup.toml: ")),
+            .all(|l| l.contains("20-tools.toml:") || l.contains("30-dup.toml:")),
         "{text}"
     );
 }
@@ -263,7 +263,7 @@ fn entry_type_errors_do_not_hide_other_files_problems() {
         ]
     );
     let first = &errors.problems()[0];
-    assert_eq!(first.position.map(|p| p.line), Some(1));
+    assert_eq!(first.position.map(|p| p.line), Some(2));
     assert!(
         first.message.starts_with("unknown variant `sometimes`"),
         "{}",

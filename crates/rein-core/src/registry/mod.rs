@@ -128,6 +128,7 @@ mod planner;
 mod problem;
 mod quotas;
 mod server;
+mod source_map;
 mod spec;
 mod store;
 mod telemetry;
@@ -178,6 +179,7 @@ pub use server::{
     AgentGraphLimits, ApiKeySpec, ConnectionLimits, IdempotencySettings, QueueSettings,
     ReconciliationSettings, ServerSpec,
 };
+pub use source_map::SourceMap;
 pub use spec::{
     AdapterSpec, AgentSpec, HttpMethod, IdempotencySpec, LatencySpec, ModelBindingSpec, ModelLink,
     ModelRetryLimits, Price, ProviderKind, ProviderSpec, RateLimit, Registry, ResourceGroupSpec,

@@ -21,7 +21,7 @@ pub struct Position {
 /// An operator fixes a config file by going to a place in it. Every problem,
 /// whatever its cause, therefore carries the same three things — the file,
 /// the dotted field path (`tools.send_email.compensation.tool`) and a short
-/// message — and, for syntax errors, a position. `Display` is
+/// message — and, once the loader has placed it, a position. `Display` is
 /// `FILE[:LINE:COLUMN]: FIELD: MESSAGE`, the shape compilers use, so editors
 /// can jump to it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -35,7 +35,10 @@ pub struct ConfigProblem {
     pub field: String,
     /// What is wrong and what was expected, lowercase, no trailing period.
     pub message: String,
-    /// Where in the file, when known (syntax and type errors).
+    /// Where in the file, when known: the field's line and column, or its
+    /// table's header when the field is missing (the loader places every
+    /// problem whose field is written in its file; see
+    /// [`SourceMap`](super::SourceMap)).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub position: Option<Position>,
 }

@@ -8,7 +8,13 @@
 //! with their line and column, interpolating `${ENV}` in the values that
 //! differ per deployment (rules below), and compiling each tool's JSON
 //! Schema — then it hands everything to [`rein_core::registry::check`] and
-//! returns its [`Registry`] or **every** problem found as [`ConfigErrors`].
+//! returns its [`Registry`] or **every** problem found as [`ConfigErrors`],
+//! each placed at its file, line and column ([`SourceMaps`]): the line of
+//! the field, or of its table's header when the field is missing.
+//!
+//! A config is one file or a directory of files; nothing else feeds it (no
+//! includes, no environment overrides of settings: `${ENV}` is written in
+//! the file, so a problem with it has the line it is written on).
 //!
 //! # Pipeline
 //!
@@ -58,6 +64,7 @@ mod env;
 mod error;
 mod parse;
 mod schema;
+mod source_maps;
 
 use std::path::Path;
 
@@ -67,6 +74,7 @@ pub use env::EnvLookup;
 pub use error::ConfigErrors;
 pub use rein_core::registry::{ConfigProblem, Position, Registry};
 pub use schema::{ArgProblem, CompiledSchemas, MAX_ARG_PROBLEMS};
+pub use source_maps::SourceMaps;
 
 /// Loads the config at `path` (a file or a directory of `*.toml` files),
 /// interpolating `${ENV}` from the process environment.
@@ -138,8 +146,9 @@ impl<'e> Loader<'e> {
     /// ([`ConfigErrors::warnings`]).
     pub fn load_with_warnings(&self, path: &Path) -> Result<Loaded, ConfigErrors> {
         let mut parsed = parse::read(path);
+        let maps = std::mem::take(&mut parsed.maps);
         if parsed.incomplete {
-            return Err(ConfigErrors::new(parsed.problems));
+            return Err(ConfigErrors::new(maps.place_all(parsed.problems)));
         }
         let mut env_problems = Vec::new();
         let mut found = env::FoundSecrets::default();
@@ -162,10 +171,13 @@ impl<'e> Loader<'e> {
         match checked {
             Ok(registry) if problems.is_empty() => Ok(Loaded {
                 registry,
-                warnings: found.too_short,
+                warnings: maps.place_all(found.too_short),
+                sources: maps,
             }),
-            _ => Err(ConfigErrors::new(group_by_file(&parsed.sources, problems))
-                .with_warnings(found.too_short)),
+            _ => Err(
+                ConfigErrors::new(maps.place_all(group_by_file(&parsed.sources, problems)))
+                    .with_warnings(maps.place_all(found.too_short)),
+            ),
         }
     }
 
@@ -200,6 +212,9 @@ pub struct Loaded {
     /// What a start should say but not refuse: values too short to be
     /// redacted, each naming its field.
     pub warnings: Vec<ConfigProblem>,
+    /// Where each setting is written, to place problems found later (at
+    /// start, by `rein check`) at their lines.
+    pub sources: SourceMaps,
 }
 
 impl std::fmt::Debug for Loaded {

@@ -4,15 +4,18 @@
 //! Each entry (`[tools.NAME]`, …) is deserialized on its own, so one bad
 //! entry is reported with its dotted field path and line while the other
 //! entries are still checked; the bad entry is marked broken so references
-//! to it do not cascade into "unknown tool" problems.
+//! to it do not cascade into "unknown tool" problems. Each file's spans are
+//! kept ([`SourceMaps`]) so that every later problem gets its line too.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use rein_core::registry::{ConfigFile, ConfigProblem, ConfigSource, Position};
+use rein_core::registry::{ConfigFile, ConfigProblem, ConfigSource, Position, SourceMap};
 use serde::de::DeserializeOwned;
 use toml::Spanned;
+
+use super::SourceMaps;
 
 /// The sections a config file may hold.
 const SECTIONS: [&str; 9] = [
@@ -34,6 +37,8 @@ pub(super) struct Parsed {
     pub(super) sources: Vec<ConfigSource>,
     /// Problems found while reading and deserializing.
     pub(super) problems: Vec<ConfigProblem>,
+    /// The spans of every file that parsed as TOML.
+    pub(super) maps: SourceMaps,
     /// Some file could not be read or is not valid TOML: its content is
     /// unknown, so cross-file checks would only report noise.
     pub(super) incomplete: bool,
@@ -103,13 +108,15 @@ pub(super) fn parse_file(file: &Path, text: &str, parsed: &mut Parsed) {
         Err(err) => {
             let mut problem = ConfigProblem::new(file, "", err.message().to_owned());
             if let Some(span) = err.span() {
-                problem = problem.at(position(text, span.start));
+                problem = problem.at(Position::at_offset(text, span.start));
             }
             parsed.problems.push(problem);
             parsed.incomplete = true;
             return;
         }
     };
+    // The same text parsed by `toml` just now: it parses again.
+    let map = SourceMap::parse(text).ok();
     let mut shaped = true;
     for (key, value) in &top {
         if !SECTIONS.contains(&key.as_str()) {
@@ -126,6 +133,9 @@ pub(super) fn parse_file(file: &Path, text: &str, parsed: &mut Parsed) {
                 .push(ConfigProblem::new(file, key.clone(), "must be a table"));
             shaped = false;
         }
+    }
+    if let Some(map) = &map {
+        parsed.maps.insert(file, map.clone());
     }
     if !shaped {
         parsed.incomplete = true;
@@ -149,6 +159,7 @@ pub(super) fn parse_file(file: &Path, text: &str, parsed: &mut Parsed) {
     let mut reader = EntryReader {
         file,
         text,
+        map: map.as_ref(),
         problems: &mut parsed.problems,
         broken: &mut source_broken,
     };
@@ -199,6 +210,7 @@ pub(super) fn parse_file(file: &Path, text: &str, parsed: &mut Parsed) {
 struct EntryReader<'a> {
     file: &'a Path,
     text: &'a str,
+    map: Option<&'a SourceMap>,
     problems: &'a mut Vec<ConfigProblem>,
     broken: &'a mut Vec<String>,
 }
@@ -219,7 +231,8 @@ impl EntryReader<'_> {
         }
     }
 
-    /// Deserializes `value`, the entry `entry` starting at byte `start`.
+    /// Deserializes `value`, the entry `entry` starting at byte `start`; a
+    /// failure is placed at its field, else at the entry.
     fn entry<T: DeserializeOwned>(
         &mut self,
         entry: &str,
@@ -235,26 +248,18 @@ impl EntryReader<'_> {
                 } else {
                     format!("{entry}.{path}")
                 };
+                let position = self
+                    .map
+                    .and_then(|map| map.locate(&field))
+                    .unwrap_or_else(|| Position::at_offset(self.text, start));
                 self.problems.push(
                     ConfigProblem::new(self.file, field, err.inner().message().to_owned())
-                        .at(position(self.text, start)),
+                        .at(position),
                 );
                 self.broken.push(entry.to_owned());
                 None
             }
         }
-    }
-}
-
-/// The line and column (from 1, column in characters) of byte `offset`.
-fn position(text: &str, offset: usize) -> Position {
-    let before = text.get(..offset).unwrap_or(text);
-    let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let column = before[line_start..].chars().count() + 1;
-    Position {
-        line: u32::try_from(line).unwrap_or(u32::MAX),
-        column: u32::try_from(column).unwrap_or(u32::MAX),
     }
 }
 
@@ -266,14 +271,6 @@ mod tests {
         let mut parsed = Parsed::default();
         parse_file(Path::new("rein.toml"), text, &mut parsed);
         parsed
-    }
-
-    #[test]
-    fn position_counts_lines_and_characters_from_one() {
-        let text = "a\nbé = 1\n";
-        assert_eq!(position(text, 0), Position { line: 1, column: 1 });
-        assert_eq!(position(text, 2), Position { line: 2, column: 1 });
-        assert_eq!(position(text, 5), Position { line: 2, column: 3 });
     }
 
     #[test]
@@ -312,8 +309,9 @@ class = \"read\"
             "{}",
             parsed.problems[0].message
         );
-        assert_eq!(parsed.problems[0].position.map(|p| p.line), Some(1));
-        assert_eq!(parsed.problems[1].position.map(|p| p.line), Some(4));
+        // At the misspelt key, and at the bad value under the sub-table.
+        assert_eq!(parsed.problems[0].position.map(|p| p.line), Some(2));
+        assert_eq!(parsed.problems[1].position.map(|p| p.line), Some(7));
         let source = &parsed.sources[0];
         assert_eq!(source.config.tools.keys().collect::<Vec<_>>(), vec!["c"]);
         assert!(source.broken.contains("tools.a"));
