@@ -118,8 +118,16 @@ async fn a_fresh_sync_run_cannot_be_taken_by_a_queue_worker() {
         .rng_seed(8)
         .build()
         .unwrap();
-    let agent_a = agent(&desk, script(serde_json::json!([answer("done by A")])), false);
-    let agent_b = agent(&desk, script(serde_json::json!([answer("done by B")])), false);
+    let agent_a = agent(
+        &desk,
+        script(serde_json::json!([answer("done by A")])),
+        false,
+    );
+    let agent_b = agent(
+        &desk,
+        script(serde_json::json!([answer("done by B")])),
+        false,
+    );
 
     let competitor = tokio::spawn(async move {
         let (run_id, tried) = windows.recv().await.unwrap();

@@ -159,7 +159,10 @@ impl<I: Intercept> RunStore for Intercepted<I> {
         fence: Option<&ReservationFence>,
     ) -> Result<RunRecord, StoreError> {
         self.hooks
-            .around(self.hooks.create_run_claimed(&*self.inner, run, claim, fence))
+            .around(
+                self.hooks
+                    .create_run_claimed(&*self.inner, run, claim, fence),
+            )
             .await
     }
 

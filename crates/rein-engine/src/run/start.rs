@@ -356,25 +356,21 @@ impl Engine {
                     if record.status == RunStatus::Queued && record.agent == agent.name =>
                 {
                     let owner = self.claim(run_id, self.claim_hold(agent)).await?;
-                    return Ok((record.trace_parent, owner));
+                    Ok((record.trace_parent, owner))
                 }
-                Some(record) => {
-                    return Err(EngineError::NotResumable {
-                        run_id: run_id.clone(),
-                        reason: format!(
-                            "it is {} (agent `{}`), not a queued run of `{}`",
-                            record.status.as_str(),
-                            record.agent,
-                            agent.name
-                        ),
-                    });
-                }
-                None => {
-                    return Err(EngineError::NotResumable {
-                        run_id: run_id.clone(),
-                        reason: "no such queued run".into(),
-                    });
-                }
+                Some(record) => Err(EngineError::NotResumable {
+                    run_id: run_id.clone(),
+                    reason: format!(
+                        "it is {} (agent `{}`), not a queued run of `{}`",
+                        record.status.as_str(),
+                        record.agent,
+                        agent.name
+                    ),
+                }),
+                None => Err(EngineError::NotResumable {
+                    run_id: run_id.clone(),
+                    reason: "no such queued run".into(),
+                }),
             }
         } else {
             let new = NewRun {
