@@ -97,7 +97,9 @@ async fn rein_check_refuses_a_scale_that_cannot_work_naming_file_and_field() {
     let cases = [
         (
             SCALED.replace("[100, 1000]", "[1000, 100]"),
-            format!("{field}.buckets: must be strictly ascending upper bounds, but 1000 is followed by 100"),
+            format!(
+                "{field}.buckets: must be strictly ascending upper bounds, but 1000 is followed by 100"
+            ),
         ),
         (
             SCALED.replace("[100, 1000]", "[]"),
@@ -109,7 +111,9 @@ async fn rein_check_refuses_a_scale_that_cannot_work_naming_file_and_field() {
         ),
         (
             SCALED.replace("\"args.rows\"", "\"args.limit\""),
-            format!("{field}.arg: reads `args.limit`, but the tool's schema has no argument `limit`"),
+            format!(
+                "{field}.arg: reads `args.limit`, but the tool's schema has no argument `limit`"
+            ),
         ),
         (
             SCALED.replace("arg = \"args.rows\"\n", ""),

@@ -256,11 +256,7 @@ async fn a_slowing_of_the_large_calls_alone_is_reported_for_their_bucket() {
     let db = dir.path().join("rein.db");
 
     // Baselines: three calls of each size (1 s and 20 ms).
-    let path = config(
-        dir.path(),
-        4,
-        &[LARGE, LARGE, LARGE, SMALL, SMALL, SMALL],
-    );
+    let path = config(dir.path(), 4, &[LARGE, LARGE, LARGE, SMALL, SMALL, SMALL]);
     let reg = registry(&path, &desk);
     let engine = engine(&db, &reg);
     let (outcome, _) = run(&engine, &reg).await;
@@ -298,9 +294,8 @@ async fn a_slowing_of_the_large_calls_alone_is_reported_for_their_bucket() {
     );
     let metrics = engine.metrics().render();
     assert!(
-        metrics.contains(
-            "rein_latency_degraded_total{subject=\"tool_scale:get_order/101-1000\"} 1"
-        ),
+        metrics
+            .contains("rein_latency_degraded_total{subject=\"tool_scale:get_order/101-1000\"} 1"),
         "{metrics}"
     );
 }

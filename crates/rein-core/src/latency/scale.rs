@@ -200,9 +200,8 @@ impl TryFrom<String> for ScaleBucket {
     type Error = String;
 
     fn try_from(label: String) -> Result<ScaleBucket, String> {
-        ScaleBucket::parse(&label).ok_or_else(|| {
-            format!("`{label}` is no argument-scale bucket (`LOW-HIGH` or `LOW+`)")
-        })
+        ScaleBucket::parse(&label)
+            .ok_or_else(|| format!("`{label}` is no argument-scale bucket (`LOW-HIGH` or `LOW+`)"))
     }
 }
 
@@ -274,7 +273,11 @@ mod tests {
         assert_eq!(err("result.rows", vec![1]).field, "arg");
         assert_eq!(err("args.", vec![1]).field, "arg");
         assert!(err("args.n", vec![]).reason.contains("at least one"));
-        assert!(err("args.n", vec![10, 10]).reason.contains("10 is followed by 10"));
+        assert!(
+            err("args.n", vec![10, 10])
+                .reason
+                .contains("10 is followed by 10")
+        );
         assert!(err("args.n", vec![100, 10]).reason.contains("ascending"));
         let many = (1..=MAX_SCALE_BUCKETS as u64 + 1).collect();
         assert!(err("args.n", many).reason.contains("at most"));

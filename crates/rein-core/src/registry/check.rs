@@ -1192,8 +1192,16 @@ impl<'a> Checker<'a> {
         }
         let (Some(arg), Some(buckets)) = (&scale.arg, &scale.buckets) else {
             for (missing, field, what) in [
-                (scale.arg.is_none(), "arg", "the argument whose size picks a call's bucket, e.g. \"args.limit\""),
-                (scale.buckets.is_none(), "buckets", "ascending upper bounds, e.g. [100, 1000, 10000]"),
+                (
+                    scale.arg.is_none(),
+                    "arg",
+                    "the argument whose size picks a call's bucket, e.g. \"args.limit\"",
+                ),
+                (
+                    scale.buckets.is_none(),
+                    "buckets",
+                    "ascending upper bounds, e.g. [100, 1000, 10000]",
+                ),
             ] {
                 if missing {
                     self.report(file, format!("{f}.{field}"), format!("is required: {what}"));

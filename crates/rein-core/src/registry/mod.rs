@@ -141,9 +141,10 @@ pub use compensation::{
 pub use config::{
     AdapterConfig, AdapterKind, AgentConfig, AgentGraphConfig, ApiKeyConfig, ByteSizeConfig,
     CompensationConfig, ConfigFile, ConfigSource, CorsConfig, IdempotencyConfig, LatencyConfig,
-    LatencyMode, LatencyScaleConfig, ModelBindingConfig, ModelLinkConfig, ModelRetryConfig, PriceConfig,
-    ProviderConfig, ProviderKindName, QueueConfig, ReconciliationConfig, ResourceGroupConfig,
-    ServerConfig, ServerIdempotencyConfig, ServerLimitsConfig, StreamConfig, ToolConfig,
+    LatencyMode, LatencyScaleConfig, ModelBindingConfig, ModelLinkConfig, ModelRetryConfig,
+    PriceConfig, ProviderConfig, ProviderKindName, QueueConfig, ReconciliationConfig,
+    ResourceGroupConfig, ServerConfig, ServerIdempotencyConfig, ServerLimitsConfig, StreamConfig,
+    ToolConfig,
 };
 pub use constants::{
     DEFAULT_AGENT_BUDGET_RATIO, DEFAULT_AGENT_GRAPH_MAX_DEPTH, DEFAULT_AGENT_GRAPH_MAX_TOTAL_RUNS,

@@ -626,7 +626,11 @@ mod tests {
         one.record_tool(&read, &Value::Null, ms(100));
         one.flush_now().await;
         assert_eq!(one.plan(&read, None).profile.samples(), 4, "2 + 1 + 1");
-        assert_eq!(two.plan(&read, None).profile.samples(), 3, "not yet the last one");
+        assert_eq!(
+            two.plan(&read, None).profile.samples(),
+            3,
+            "not yet the last one"
+        );
         let rows = store.latency_histograms().await.unwrap();
         assert_eq!(rows.records[0].histogram.samples(), 4);
         // A fresh book (a new process) starts from the sum.
