@@ -451,8 +451,19 @@ mod tests {
         let faults = Faults::demo()
             .then("get_order", Fault::Delay(Duration::from_millis(1500)))
             .always("send_email", Fault::ApplyThenStatus { code: 500 })
-            .then("restore_delivery_time", Fault::Hold);
+            .then("restore_delivery_time", Fault::Hold)
+            .always(
+                "get_order",
+                Fault::DelayPerUnit {
+                    arg: "rows".into(),
+                    per_unit: Duration::from_micros(200),
+                },
+            );
         let json = serde_json::to_value(&faults).unwrap();
+        assert_eq!(
+            json["get_order"]["always"],
+            serde_json::json!({"kind": "delay_per_unit", "arg": "rows", "per_unit_us": 200})
+        );
         assert_eq!(
             json["restore_delivery_time"]["queue"][0],
             serde_json::json!({"kind": "hold"})
