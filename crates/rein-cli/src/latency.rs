@@ -9,7 +9,9 @@
 //! each model its agents call, with the configured `model_latency` and
 //! whether a call is planned with it or with the observed profile (from
 //! [`DEFAULT_OBSERVE_MIN_SAMPLES`] calls on, as `rein run` and `rein
-//! serve` plan).
+//! serve` plan). A tool with a `latency.scale` has a row per
+//! argument-scale bucket (`tool_scale:NAME/101-1000`) besides its
+//! tool-wide row: a call is planned with its bucket's row.
 
 use rein_store::HealthStore;
 use std::collections::BTreeMap;
@@ -21,9 +23,9 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use rein_core::LatencyProfile;
 use rein_core::latency::{
-    AllowanceFactor, LatencyHistogram, LatencySubject, ModelLatencySource, plan_model,
+    AllowanceFactor, LatencyHistogram, LatencySubject, ModelLatencySource, ScaleBucket, plan_model,
 };
-use rein_core::registry::{DEFAULT_OBSERVE_MIN_SAMPLES, LatencySpec, Registry};
+use rein_core::registry::{DEFAULT_OBSERVE_MIN_SAMPLES, LatencySpec, Registry, ToolSpec};
 use rein_store_sqlite::SqliteStore;
 use serde_json::{Value, json};
 
@@ -86,6 +88,16 @@ struct ToolPlan {
     /// What a call is planned with now: `declared`, `fallback` or `observed`.
     in_use: &'static str,
     profile: LatencyProfile,
+    /// The tool's argument-scale buckets, when it declares them.
+    scale: Option<ScaleColumn>,
+}
+
+/// A scaled tool's `latency.scale`, and the bucket a row is of (`None`:
+/// the tool-wide row, which plans only calls of no argument in particular).
+struct ScaleColumn {
+    arg: String,
+    bounds: Vec<u64>,
+    bucket: Option<ScaleBucket>,
 }
 
 /// Runs `rein latency`.
@@ -152,38 +164,33 @@ fn rows_of(
         for spec in registry.tools().values() {
             let subject = LatencySubject::tool(&spec.name).key();
             let seen = observed.remove(&subject);
-            let profile = spec
-                .latency
-                .profile(seen.as_ref().and_then(|h| h.profile()).as_ref());
-            let (mode, declared_p99, declared_samples, min_samples, in_use) = match spec.latency {
-                LatencySpec::Observe {
-                    fallback,
-                    min_samples,
-                } => {
-                    let trusted = seen.as_ref().is_some_and(|h| h.samples() >= min_samples);
-                    let in_use = if trusted { "observed" } else { "fallback" };
-                    ("observe", fallback.p99(), None, Some(min_samples), in_use)
-                }
-                declared => {
-                    let profile = declared.profile(None);
-                    let samples = Some(profile.samples());
-                    ("declared", profile.p99(), samples, None, "declared")
-                }
-            };
+            let plan = tool_plan(spec, seen.as_ref(), None);
             rows.push(Row {
                 subject,
                 observed: seen,
                 model: None,
-                tool: Some(ToolPlan {
-                    mode,
-                    declared_p99,
-                    declared_samples,
-                    min_samples,
-                    factor: spec.allowance_factor,
-                    in_use,
-                    profile,
-                }),
+                tool: Some(plan),
             });
+            // A scaled tool's calls are planned per bucket: one row each,
+            // observed or not yet.
+            let Some(scale) = &spec.latency_scale else {
+                continue;
+            };
+            for bucket in scale.buckets() {
+                let subject = LatencySubject::ToolScale {
+                    tool: spec.name.clone(),
+                    bucket,
+                }
+                .key();
+                let seen = observed.remove(&subject);
+                let plan = tool_plan(spec, seen.as_ref(), Some(bucket));
+                rows.push(Row {
+                    subject,
+                    observed: seen,
+                    model: None,
+                    tool: Some(plan),
+                });
+            }
         }
     }
     if let Some(registry) = registry {
@@ -196,6 +203,47 @@ fn rows_of(
         model: None,
     }));
     rows
+}
+
+/// What a call of `spec` (in `bucket`, for a scaled tool) is planned with,
+/// given what was `seen`.
+fn tool_plan(
+    spec: &ToolSpec,
+    seen: Option<&LatencyHistogram>,
+    bucket: Option<ScaleBucket>,
+) -> ToolPlan {
+    let profile = spec
+        .latency
+        .profile(seen.and_then(LatencyHistogram::profile).as_ref());
+    let (mode, declared_p99, declared_samples, min_samples, in_use) = match spec.latency {
+        LatencySpec::Observe {
+            fallback,
+            min_samples,
+        } => {
+            let trusted = seen.is_some_and(|h| h.samples() >= min_samples);
+            let in_use = if trusted { "observed" } else { "fallback" };
+            ("observe", fallback.p99(), None, Some(min_samples), in_use)
+        }
+        declared => {
+            let profile = declared.profile(None);
+            let samples = Some(profile.samples());
+            ("declared", profile.p99(), samples, None, "declared")
+        }
+    };
+    ToolPlan {
+        mode,
+        declared_p99,
+        declared_samples,
+        min_samples,
+        factor: spec.allowance_factor,
+        in_use,
+        profile,
+        scale: spec.latency_scale.as_ref().map(|scale| ScaleColumn {
+            arg: scale.arg(),
+            bounds: scale.bounds().to_vec(),
+            bucket,
+        }),
+    }
 }
 
 /// One row per model the agents of `registry` call (primary and
@@ -371,7 +419,9 @@ fn row_json(row: &Row) -> Value {
         json!({"mode": t.mode, "declared_p99_us": micros(t.declared_p99),
                "declared_samples": t.declared_samples, "min_samples": t.min_samples, "allowance_factor": t.factor.get(), "planned": t.in_use,
                "planned_p99_us": micros(t.profile.p99()),
-               "allowance_us": micros(t.factor.apply(t.profile.p99()))})
+               "allowance_us": micros(t.factor.apply(t.profile.p99())),
+               "scale": t.scale.as_ref().map(|s| json!({"arg": s.arg, "buckets": s.bounds,
+                   "bucket": s.bucket}))})
     });
     let model = row.model.as_ref().map(|m| {
         json!({"agent": m.agent, "configured_p50_us": micros(m.configured.p50()),

@@ -88,6 +88,10 @@ const TABLES: &[(&str, &str)] = &[
         "[tools.t.compensation]\n__probe = 1",
     ),
     ("tools.*.latency", "[tools.t.latency]\n__probe = 1"),
+    (
+        "tools.*.latency.scale",
+        "[tools.t.latency.scale]\n__probe = 1",
+    ),
     ("tools.*.adapter", "[tools.t.adapter]\n__probe = 1"),
     ("agents.*", "[agents.a]\n__probe = 1"),
     ("agents.*.budget", "[agents.a.budget]\n__probe = 1"),

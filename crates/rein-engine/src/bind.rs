@@ -246,7 +246,8 @@ impl EngineBuilder {
     }
 }
 
-/// How each tool of `registry` is planned: its latency spec and factor.
+/// How each tool of `registry` is planned: its latency spec, factor and
+/// argument-scale buckets.
 pub fn tool_latency(registry: &Registry) -> BTreeMap<String, ToolLatency> {
     registry
         .tools()
@@ -257,6 +258,7 @@ pub fn tool_latency(registry: &Registry) -> BTreeMap<String, ToolLatency> {
                 ToolLatency {
                     spec: spec.latency,
                     factor: spec.allowance_factor,
+                    scale: spec.latency_scale.clone(),
                 },
             )
         })

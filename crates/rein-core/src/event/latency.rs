@@ -19,7 +19,8 @@ pub enum BaselineSource {
 /// historical baseline usually means the downstream is degrading").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LatencyDegraded {
-    /// What degraded: `tool:NAME` or `model:PROVIDER/MODEL`.
+    /// What degraded: `tool:NAME`, `tool_scale:NAME/BUCKET` or
+    /// `model:PROVIDER/MODEL`.
     pub subject: String,
     /// The window's p99.
     #[serde(rename = "p99_ms", with = "super::millis")]

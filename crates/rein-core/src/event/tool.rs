@@ -112,6 +112,10 @@ pub struct ToolCallStarted {
     /// How long it waited for a slot of its resource group.
     #[serde(rename = "queue_wait_ms", with = "super::millis")]
     pub queue_wait: Duration,
+    /// The argument-scale bucket whose profile the allowance follows
+    /// (`101-1000`, `10001+`), when the tool declares a `latency.scale`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_bucket: Option<crate::latency::ScaleBucket>,
     /// Who answers for the tool (its `owner`), when it declares one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,

@@ -15,6 +15,7 @@
 //! | --- | --- |
 //! | [`LatencyHistogram`] | a streaming histogram (`hdrhistogram`), mergeable, with a versioned text form robust to corruption |
 //! | [`LatencySubject`] | what a histogram measures, and its stored key |
+//! | [`LatencyScale`] | a tool's argument-scale buckets (`latency.scale`): which [`ScaleBucket`] a call's size falls in |
 //! | [`AllowanceFactor`] | p99 × factor = one attempt's allowance, in [1, 10] |
 //! | [`plan_model`] | a model call's profile: the configured `model_latency` until `min_samples` calls were observed, then the observed one |
 //! | [`DegradationWatch`] | p99 of the last window of samples above 2 × its baseline → [`Degraded`] |
@@ -32,6 +33,7 @@ mod constants;
 mod factor;
 mod histogram;
 mod model;
+mod scale;
 mod subject;
 mod watch;
 
@@ -42,5 +44,6 @@ pub use constants::{
 pub use factor::AllowanceFactor;
 pub use histogram::{HistogramError, LatencyHistogram};
 pub use model::{ModelLatencySource, ModelPlan, plan_model};
+pub use scale::{LatencyScale, MAX_SCALE_BUCKETS, ScaleBucket, ScaleError};
 pub use subject::LatencySubject;
 pub use watch::{DegradationWatch, Degraded};

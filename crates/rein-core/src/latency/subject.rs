@@ -2,12 +2,15 @@
 
 use std::fmt;
 
+use super::scale::ScaleBucket;
+
 /// What a [`LatencyHistogram`](super::LatencyHistogram) measures, and the
 /// key it is stored under.
 ///
 /// | subject | key | unit of a sample |
 /// | --- | --- | --- |
 /// | a tool's attempts | `tool:NAME` | the attempt's latency |
+/// | a tool's attempts of one argument-scale bucket | `tool_scale:NAME/LOW-HIGH` (`/LOW+` for the overflow) | the attempt's latency |
 /// | a model's calls | `model:PROVIDER/MODEL` | the call's latency |
 /// | a model's output | `model_per_token:PROVIDER/MODEL` | the call's latency per output token |
 /// | a model's streamed answers | `model_first_token:PROVIDER/MODEL` | the time from sending to the stream's first event |
@@ -24,6 +27,16 @@ use std::fmt;
 pub enum LatencySubject {
     /// A tool's attempts, by tool name.
     Tool(String),
+    /// A tool's attempts whose measured argument falls in one bucket of
+    /// its `latency.scale` (each is also counted under [`Tool`](Self::Tool)).
+    /// A kind of its own, so a `tool:NAME` key keeps meaning every
+    /// attempt of the tool.
+    ToolScale {
+        /// The tool's name.
+        tool: String,
+        /// The bucket.
+        bucket: ScaleBucket,
+    },
     /// A model's calls.
     Model {
         /// The provider's name in config.
@@ -72,6 +85,14 @@ impl LatencySubject {
         };
         match kind {
             "tool" => Some(LatencySubject::Tool(rest.to_owned())),
+            "tool_scale" => {
+                let (tool, bucket) = rest.rsplit_once('/')?;
+                let bucket = ScaleBucket::parse(bucket)?;
+                (!tool.is_empty()).then(|| LatencySubject::ToolScale {
+                    tool: tool.to_owned(),
+                    bucket,
+                })
+            }
             "model" => model().map(|(provider, model)| LatencySubject::Model { provider, model }),
             "model_per_token" => {
                 model().map(|(provider, model)| LatencySubject::ModelPerToken { provider, model })
@@ -88,6 +109,7 @@ impl fmt::Display for LatencySubject {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LatencySubject::Tool(name) => write!(f, "tool:{name}"),
+            LatencySubject::ToolScale { tool, bucket } => write!(f, "tool_scale:{tool}/{bucket}"),
             LatencySubject::Model { provider, model } => write!(f, "model:{provider}/{model}"),
             LatencySubject::ModelPerToken { provider, model } => {
                 write!(f, "model_per_token:{provider}/{model}")
@@ -107,6 +129,20 @@ mod tests {
     fn keys_round_trip() {
         for s in [
             LatencySubject::tool("get_order"),
+            LatencySubject::ToolScale {
+                tool: "search".into(),
+                bucket: ScaleBucket {
+                    low: 101,
+                    high: Some(1000),
+                },
+            },
+            LatencySubject::ToolScale {
+                tool: "search".into(),
+                bucket: ScaleBucket {
+                    low: 10_001,
+                    high: None,
+                },
+            },
             LatencySubject::Model {
                 provider: "openai".into(),
                 model: "gpt-4o/mini".into(),
@@ -122,7 +158,22 @@ mod tests {
         ] {
             assert_eq!(LatencySubject::parse(&s.key()), Some(s));
         }
-        for bad in ["", "tool:", "model:x", "model:/m", "other:x", "nocolon"] {
+        assert_eq!(
+            LatencySubject::parse("tool:search/0-100"),
+            Some(LatencySubject::tool("search/0-100")),
+            "an old `tool:` key keeps its meaning"
+        );
+        for bad in [
+            "",
+            "tool:",
+            "model:x",
+            "model:/m",
+            "other:x",
+            "nocolon",
+            "tool_scale:search",
+            "tool_scale:/0-100",
+            "tool_scale:search/9-1",
+        ] {
             assert_eq!(LatencySubject::parse(bad), None, "{bad}");
         }
     }

@@ -55,7 +55,7 @@ use crate::config::{ConfigError, Ratio};
 use crate::deadline::{BudgetLimits, ChildCaps, Cost};
 use crate::idempotency::NormalizerConfig;
 use crate::ids::TenantId;
-use crate::latency::{AllowanceFactor, MAX_ALLOWANCE_FACTOR, MIN_ALLOWANCE_FACTOR};
+use crate::latency::{AllowanceFactor, LatencyScale, MAX_ALLOWANCE_FACTOR, MIN_ALLOWANCE_FACTOR};
 use crate::loop_guard::LoopGuard;
 use crate::retry::RetryPolicy;
 use crate::tool::{LatencyProfile, ToolClass};
@@ -1001,6 +1001,7 @@ impl<'a> Checker<'a> {
             (Some(latency), _) => self.latency(file, &p, latency),
         };
         let allowance_factor = self.allowance_factor(file, &p, c.latency.as_ref());
+        let latency_scale = self.latency_scale(file, &p, c);
         let idempotency = self.idempotency(file, &p, &c.idempotency);
         let adapter = match &c.adapter {
             None => {
@@ -1036,6 +1037,7 @@ impl<'a> Checker<'a> {
             compensation: compensation?,
             latency: latency?,
             allowance_factor: allowance_factor?,
+            latency_scale: latency_scale?,
             resource_group: resource_group?,
             side_effect_tier: side_effect_tier?,
             owner: owner?,
@@ -1161,6 +1163,74 @@ impl<'a> Checker<'a> {
                 None
             }
         }
+    }
+
+    /// `latency.scale`: observe mode only (a declared profile is one
+    /// profile whatever the size, so buckets would change nothing), its
+    /// `arg` a path to an argument of the schema, its `buckets` ascending.
+    /// `Some(None)` when there is none.
+    fn latency_scale(
+        &mut self,
+        file: &Path,
+        p: &str,
+        c: &ToolConfig,
+    ) -> Option<Option<LatencyScale>> {
+        let Some(latency) = &c.latency else {
+            return Some(None);
+        };
+        let Some(scale) = &latency.scale else {
+            return Some(None);
+        };
+        let f = format!("{p}.latency.scale");
+        if latency.mode != LatencyMode::Observe {
+            self.report(
+                file,
+                f,
+                "is only for mode = \"observe\": a declared profile is one profile for every call, so buckets would change nothing",
+            );
+            return None;
+        }
+        let (Some(arg), Some(buckets)) = (&scale.arg, &scale.buckets) else {
+            for (missing, field, what) in [
+                (
+                    scale.arg.is_none(),
+                    "arg",
+                    "the argument whose size picks a call's bucket, e.g. \"args.limit\"",
+                ),
+                (
+                    scale.buckets.is_none(),
+                    "buckets",
+                    "ascending upper bounds, e.g. [100, 1000, 10000]",
+                ),
+            ] {
+                if missing {
+                    self.report(file, format!("{f}.{field}"), format!("is required: {what}"));
+                }
+            }
+            return None;
+        };
+        let scale = match LatencyScale::new(arg, buckets.clone()) {
+            Ok(scale) => scale,
+            Err(e) => {
+                self.report(file, format!("{f}.{}", e.field), e.reason);
+                return None;
+            }
+        };
+        if let Some(props) = c.schema.as_ref().and_then(properties)
+            && !props.contains_key(scale.argument())
+        {
+            self.report(
+                file,
+                format!("{f}.arg"),
+                format!(
+                    "reads `{}`, but the tool's schema has no argument `{}`",
+                    scale.arg(),
+                    scale.argument()
+                ),
+            );
+            return None;
+        }
+        Some(Some(scale))
     }
 
     fn latency(&mut self, file: &Path, p: &str, c: &LatencyConfig) -> Option<LatencySpec> {

@@ -332,6 +332,23 @@ pub struct LatencyConfig {
     /// One attempt's allowance is p99 × this, in [1, 10]; default 2.
     /// Either mode.
     pub allowance_factor: Option<f64>,
+    /// Observe mode: a profile per argument-scale bucket instead of one
+    /// for every call (`[tools.NAME.latency.scale]`).
+    pub scale: Option<LatencyScaleConfig>,
+}
+
+/// `[tools.NAME.latency.scale]` as written in config: the argument whose
+/// size picks the call's bucket, and the buckets' ascending upper bounds
+/// (see [`LatencyScale`](crate::latency::LatencyScale)).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct LatencyScaleConfig {
+    /// `args.<path>`, as `resource_key` writes it.
+    pub arg: Option<String>,
+    /// Ascending upper bounds, e.g. `[100, 1000, 10000]`; a size above
+    /// the last falls in an overflow bucket.
+    pub buckets: Option<Vec<u64>>,
 }
 
 /// Which adapter calls a tool.

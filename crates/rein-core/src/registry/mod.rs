@@ -77,6 +77,7 @@
 //! | `tools.*.adapter.budget_ratio` (agent) | [`DEFAULT_AGENT_BUDGET_RATIO`] (0.5) |
 //! | `tools.*.latency` (agent adapter only; required otherwise) | [`DEFAULT_AGENT_TOOL_LATENCY`] (5 s / 20 s / 60 s), each at most the adapter's `wall_clock` |
 //! | `tools.*.latency.min_samples` (observe mode) | [`DEFAULT_OBSERVE_MIN_SAMPLES`] (50) |
+//! | `tools.*.latency.scale` (observe mode only) | none: one profile for every call of the tool |
 //! | `tools.*.latency.allowance_factor` (either mode, in [1, 10]) | [`DEFAULT_ALLOWANCE_FACTOR`](crate::latency::DEFAULT_ALLOWANCE_FACTOR) (2) |
 //! | `agents.*.model_latency` (more than 0, at most [`MAX_MODEL_LATENCY`], 10 min) | [`DEFAULT_MODEL_LATENCY`] (500 ms; p95 4 ×, p99 10 ×) |
 //! | `providers.*.timeout` (openai, anthropic) | [`DEFAULT_PROVIDER_TIMEOUT`] (60 s) |
@@ -141,9 +142,10 @@ pub use compensation::{
 pub use config::{
     AdapterConfig, AdapterKind, AgentConfig, AgentGraphConfig, ApiKeyConfig, ByteSizeConfig,
     CompensationConfig, ConfigFile, ConfigSource, CorsConfig, IdempotencyConfig, LatencyConfig,
-    LatencyMode, ModelBindingConfig, ModelLinkConfig, ModelRetryConfig, PriceConfig,
-    ProviderConfig, ProviderKindName, QueueConfig, ReconciliationConfig, ResourceGroupConfig,
-    ServerConfig, ServerIdempotencyConfig, ServerLimitsConfig, StreamConfig, ToolConfig,
+    LatencyMode, LatencyScaleConfig, ModelBindingConfig, ModelLinkConfig, ModelRetryConfig,
+    PriceConfig, ProviderConfig, ProviderKindName, QueueConfig, ReconciliationConfig,
+    ResourceGroupConfig, ServerConfig, ServerIdempotencyConfig, ServerLimitsConfig, StreamConfig,
+    ToolConfig,
 };
 pub use constants::{
     DEFAULT_AGENT_BUDGET_RATIO, DEFAULT_AGENT_GRAPH_MAX_DEPTH, DEFAULT_AGENT_GRAPH_MAX_TOTAL_RUNS,

@@ -221,6 +221,9 @@ pub struct ToolSpec {
     pub latency: LatencySpec,
     /// One attempt's allowance is the profile's p99 × this.
     pub allowance_factor: AllowanceFactor,
+    /// Observe mode: the argument-scale buckets a call is measured and
+    /// planned in (`latency.scale`); `None`: one profile for every call.
+    pub latency_scale: Option<crate::latency::LatencyScale>,
     /// The resource group it draws on.
     pub resource_group: String,
     /// How visible its effect is.

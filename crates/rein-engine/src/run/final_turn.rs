@@ -75,7 +75,7 @@ impl Engine {
                 fastest_tool_p50: agent
                     .tools
                     .values()
-                    .map(|t| self.shared.latency.plan(t).profile.p50())
+                    .map(|t| self.shared.latency.plan(t, None).profile.p50())
                     .min(),
                 prompt_tokens: prompt_estimate(&messages, &tools, ctx.last_input_tokens()),
                 price: agent.price,

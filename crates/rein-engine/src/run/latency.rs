@@ -15,6 +15,7 @@
 //! | subject | sample | counted when |
 //! | --- | --- | --- |
 //! | `tool:NAME` | one attempt, from sending to its outcome | it was sent and ended with a success or a failure from the target (timeouts included: a lower bound of the true latency, and leaving them out would hide a tool that degrades into timeouts); not a cancelled one, nor a refusal of rein's own (open arm, budget) |
+//! | `tool_scale:NAME/BUCKET` | the same attempt, in the bucket of its measured argument | the tool has a `latency.scale` |
 //! | `model:PROVIDER/MODEL` | one whole (unstreamed) answer | it answered |
 //! | `model_per_token:PROVIDER/MODEL` | that answer's latency / its output tokens | it answered with at least one output token |
 //! | `model:PROVIDER/MODEL` | one streamed answer, from sending to its last event | the stream ended with its answer |
@@ -35,6 +36,17 @@
 //! observed `model:PROVIDER/MODEL` profile ([`plan_model`]).
 //!
 //! [`EngineBuilder::model_latency_min_samples`]: super::EngineBuilder::model_latency_min_samples
+//!
+//! # Argument-scale buckets
+//!
+//! A tool with a `latency.scale` (`arg`, ascending `buckets`) is measured
+//! and planned per bucket of its call's argument size
+//! ([`LatencyScale::bucket_of`]): a call's allowance follows its own
+//! bucket's observed profile once that bucket has `min_samples`, and the
+//! fallback until then (see [`LatencyBook::plan`] for why not the
+//! tool-wide profile). Each bucket has its own degradation watch, so a
+//! slowing of the large calls is seen even while the small ones are fine.
+//! `tool_call_started` names the bucket (`latency_bucket`).
 //!
 //! # Shared through the store
 //!
@@ -65,11 +77,13 @@ use std::time::Duration;
 
 use rein_core::event::{BaselineSource, LatencyDegraded};
 use rein_core::latency::{
-    AllowanceFactor, DegradationWatch, LatencyHistogram, LatencySubject, ModelPlan, plan_model,
+    AllowanceFactor, DegradationWatch, LatencyHistogram, LatencyScale, LatencySubject, ModelPlan,
+    ScaleBucket, plan_model,
 };
 use rein_core::registry::{DEFAULT_OBSERVE_MIN_SAMPLES, LatencySpec};
 use rein_core::{Clock, Instant, LatencyProfile, ToolClass};
 use rein_store::{LatencyRows, Store};
+use serde_json::Value;
 use tokio::sync::OnceCell;
 
 use super::binding::ToolBinding;
@@ -83,12 +97,15 @@ pub const DEFAULT_LATENCY_FLUSH: Duration = Duration::from_secs(10);
 /// factor, as the registry says ([`EngineBuilder::registry`] sets them).
 ///
 /// [`EngineBuilder::registry`]: super::EngineBuilder::registry
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ToolLatency {
     /// Declared, or observed with its fallback and `min_samples`.
     pub spec: LatencySpec,
     /// One attempt's allowance is p99 × this.
     pub factor: AllowanceFactor,
+    /// The argument-scale buckets its calls are measured and planned in
+    /// (`latency.scale`); `None`: one profile for every call.
+    pub scale: Option<LatencyScale>,
 }
 
 /// The profile a call is planned with, and its factor.
@@ -98,6 +115,9 @@ pub(crate) struct Plan {
     pub(crate) profile: LatencyProfile,
     /// The allowance factor.
     pub(crate) factor: AllowanceFactor,
+    /// The argument-scale bucket the call was planned in, when the tool
+    /// declares a scale.
+    pub(crate) bucket: Option<ScaleBucket>,
 }
 
 impl Plan {
@@ -257,18 +277,42 @@ impl LatencyBook {
         }
     }
 
-    /// The plan of a call to `tool` now: its declared profile, or its
-    /// observed one once it rests on `min_samples` (the fallback before).
-    pub(crate) fn plan(&self, tool: &ToolBinding) -> Plan {
+    /// The plan of a call to `tool` with `args` now: its declared
+    /// profile, or its observed one once it rests on `min_samples` (the
+    /// fallback before).
+    ///
+    /// A tool with a `latency.scale` is planned in the bucket of `args`:
+    /// with that bucket's observed profile once the bucket alone has
+    /// `min_samples`, else with the fallback — never with the tool-wide
+    /// profile. The tool-wide p99 is a mixture dominated by the common
+    /// size: a rare large call planned with it would be cut off, which is
+    /// the very error the buckets exist to avoid; the fallback errs on the
+    /// long side instead. `args` of `None` (a plan for no call in
+    /// particular: the last turn's fastest tool, a lookup by key) plans
+    /// with the tool-wide profile.
+    pub(crate) fn plan(&self, tool: &ToolBinding, args: Option<&Value>) -> Plan {
         let Some(config) = self.tools.get(&tool.name) else {
             return Plan {
                 profile: tool.latency,
                 factor: AllowanceFactor::default(),
+                bucket: None,
             };
         };
+        let bucket = config
+            .scale
+            .as_ref()
+            .zip(args)
+            .map(|(scale, args)| scale.bucket_of(args));
         let profile = match config.spec {
             LatencySpec::Observe { .. } => {
-                let key = LatencySubject::tool(&tool.name).key();
+                let key = match bucket {
+                    Some(bucket) => LatencySubject::ToolScale {
+                        tool: tool.name.clone(),
+                        bucket,
+                    },
+                    None => LatencySubject::tool(&tool.name),
+                }
+                .key();
                 let observed = self
                     .state()
                     .entries
@@ -281,22 +325,40 @@ impl LatencyBook {
         Plan {
             profile,
             factor: config.factor,
+            bucket,
         }
     }
 
-    /// Records one sample of `tool`; a degradation it reveals, if any.
+    /// Records one sample of `tool` called with `args`; a degradation it
+    /// reveals, if any.
+    ///
+    /// A tool with a `latency.scale` is recorded twice: in the bucket of
+    /// `args` (watched for degradation: a bucket's baseline is its own)
+    /// and tool-wide (not watched: one event per cause).
     pub(crate) fn record_tool(
         self: &Arc<Self>,
         tool: &ToolBinding,
+        args: &Value,
         latency: Duration,
     ) -> Option<LatencyDegraded> {
-        let subject = LatencySubject::tool(&tool.name);
-        let baseline = match self.tools.get(&tool.name).map(|c| c.spec) {
+        let config = self.tools.get(&tool.name);
+        let baseline = match config.map(|c| c.spec) {
             Some(LatencySpec::Observe { min_samples, .. }) => Baseline::ObservedAfter(min_samples),
             Some(spec) => Baseline::Declared(spec.profile(None).p99()),
             None => Baseline::Declared(tool.latency.p99()),
         };
-        let degraded = self.record(&subject, latency, baseline);
+        let tool_wide = LatencySubject::tool(&tool.name);
+        let degraded = match config.and_then(|c| c.scale.as_ref()) {
+            Some(scale) => {
+                let bucket = LatencySubject::ToolScale {
+                    tool: tool.name.clone(),
+                    bucket: scale.bucket_of(args),
+                };
+                self.record(&tool_wide, latency, Baseline::Unwatched);
+                self.record(&bucket, latency, baseline)
+            }
+            None => self.record(&tool_wide, latency, baseline),
+        };
         self.flush_if_due();
         degraded
     }
@@ -477,6 +539,7 @@ mod tests {
                 min_samples,
             },
             factor: AllowanceFactor::new(1.5).unwrap(),
+            scale: None,
         }
     }
 
@@ -501,16 +564,16 @@ mod tests {
         let read = fixture::agent().tools[fixture::READ].clone();
         book.load().await;
         for _ in 0..2 {
-            assert_eq!(book.plan(&read).profile.p99(), ms(5_000));
-            assert!(book.record_tool(&read, ms(200)).is_none());
+            assert_eq!(book.plan(&read, None).profile.p99(), ms(5_000));
+            assert!(book.record_tool(&read, &Value::Null, ms(200)).is_none());
         }
         assert_eq!(
-            book.plan(&read).allowance(Duration::MAX),
+            book.plan(&read, None).allowance(Duration::MAX),
             ms(7_500),
             "5 s × 1.5"
         );
-        book.record_tool(&read, ms(200));
-        let plan = book.plan(&read);
+        book.record_tool(&read, &Value::Null, ms(200));
+        let plan = book.plan(&read, None);
         assert_eq!(plan.profile.samples(), 3);
         assert!(
             (ms(200)..=ms(202)).contains(&plan.profile.p99()),
@@ -530,14 +593,15 @@ mod tests {
             ToolLatency {
                 spec: LatencySpec::Declared(declared),
                 factor: AllowanceFactor::default(),
+                scale: None,
             },
         );
         let read = fixture::agent().tools[fixture::READ].clone();
         let mut degraded = None;
         for _ in 0..rein_core::latency::DEGRADATION_WINDOW {
-            degraded = degraded.or(book.record_tool(&read, ms(600)));
+            degraded = degraded.or(book.record_tool(&read, &Value::Null, ms(600)));
         }
-        assert_eq!(book.plan(&read).profile, declared);
+        assert_eq!(book.plan(&read, None).profile, declared);
         let degraded = degraded.expect("600 ms is above twice the declared 250 ms");
         assert_eq!(degraded.baseline, ms(250));
         assert_eq!(degraded.baseline_source, BaselineSource::Declared);
@@ -551,24 +615,28 @@ mod tests {
         let (one, two) = (book(&store, observe(1)), book(&store, observe(1)));
         one.load().await;
         two.load().await;
-        one.record_tool(&read, ms(100));
-        one.record_tool(&read, ms(100));
-        two.record_tool(&read, ms(300));
+        one.record_tool(&read, &Value::Null, ms(100));
+        one.record_tool(&read, &Value::Null, ms(100));
+        two.record_tool(&read, &Value::Null, ms(300));
         one.flush_now().await;
         two.flush_now().await;
         // A flush with nothing new changes nothing; a second flush of one
         // takes the other's samples in.
         two.flush_now().await;
-        one.record_tool(&read, ms(100));
+        one.record_tool(&read, &Value::Null, ms(100));
         one.flush_now().await;
-        assert_eq!(one.plan(&read).profile.samples(), 4, "2 + 1 + 1");
-        assert_eq!(two.plan(&read).profile.samples(), 3, "not yet the last one");
+        assert_eq!(one.plan(&read, None).profile.samples(), 4, "2 + 1 + 1");
+        assert_eq!(
+            two.plan(&read, None).profile.samples(),
+            3,
+            "not yet the last one"
+        );
         let rows = store.latency_histograms().await.unwrap();
         assert_eq!(rows.records[0].histogram.samples(), 4);
         // A fresh book (a new process) starts from the sum.
         let three = book(&store, observe(1));
         three.load().await;
-        assert_eq!(three.plan(&read).profile.samples(), 4);
+        assert_eq!(three.plan(&read, None).profile.samples(), 4);
     }
 
     #[tokio::test]
@@ -589,15 +657,15 @@ mod tests {
         let book = book(&store, observe(1));
         book.load().await;
         assert_eq!(
-            book.plan(&read).profile.p99(),
+            book.plan(&read, None).profile.p99(),
             ms(5_000),
             "nothing trusted from it"
         );
-        book.record_tool(&read, ms(40));
+        book.record_tool(&read, &Value::Null, ms(40));
         book.flush_now().await;
         let rows = store.latency_histograms().await.unwrap();
         assert!(rows.corrupt.is_empty(), "{rows:?}");
         assert_eq!(rows.records[0].histogram.samples(), 1);
-        assert_eq!(book.plan(&read).profile.samples(), 1);
+        assert_eq!(book.plan(&read, None).profile.samples(), 1);
     }
 }

@@ -20,12 +20,15 @@ pub const DEMO_EMAIL_RETRY_AFTER: RetryAfter = RetryAfter::Seconds(3600);
 /// | `LoseResponse` | yes (as normal) | status and headers, then the connection aborts mid-body |
 /// | `Status { code, retry_after }` | no | `code` with a structured error body (`effect: not_applied`) and `Retry-After` when set |
 /// | `Delay(d)` | as normal, after `d` | the normal answer, late |
+/// | `DelayPerUnit { arg, per_unit }` | as normal, after `per_unit` × the number in argument `arg` | the normal answer, later the larger the request |
 /// | `ApplyThenStatus { code }` | yes | `code` with a structured error body (`effect: maybe_applied` for writes) |
 /// | `Hold` | as normal, once released | the normal answer, once the test releases it |
 ///
 /// JSON form (`POST /_faults`): `{"kind": "lose_response"}`,
 /// `{"kind": "status", "code": 429, "retry_after": {"seconds": 3600}}`,
-/// `{"kind": "delay", "ms": 1500}`, `{"kind": "apply_then_status", "code": 500}`,
+/// `{"kind": "delay", "ms": 1500}`,
+/// `{"kind": "delay_per_unit", "arg": "rows", "per_unit_us": 200}`,
+/// `{"kind": "apply_then_status", "code": 500}`,
 /// `{"kind": "hold"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(into = "FaultSpec", from = "FaultSpec")]
@@ -46,6 +49,17 @@ pub enum Fault {
     /// Sleep (tokio time, so paused-time tests stay instant) before handling
     /// the request normally.
     Delay(Duration),
+    /// Sleep (tokio time) `per_unit` × the number in the top-level
+    /// argument `arg` (0 when it is missing or not a whole number), then
+    /// handle the request normally: a tool whose latency grows with the
+    /// size of what it is asked for (rows, items), as a search does. Set
+    /// it with [`Faults::always`] to slow every request by its own size.
+    DelayPerUnit {
+        /// The argument holding the size.
+        arg: String,
+        /// The delay per unit of size.
+        per_unit: Duration,
+    },
     /// Apply the effect, then answer `code`: "executed but reported
     /// failure". The error path does not know the write landed, so it says
     /// `maybe_applied` — the gray zone a lookup by key must resolve.
@@ -92,6 +106,7 @@ impl Fault {
             Fault::LoseResponse => "lose_response",
             Fault::Status { .. } => "status",
             Fault::Delay(_) => "delay",
+            Fault::DelayPerUnit { .. } => "delay_per_unit",
             Fault::ApplyThenStatus { .. } => "apply_then_status",
             Fault::Hold => "hold",
         }
@@ -125,6 +140,10 @@ enum FaultSpec {
     Delay {
         ms: u64,
     },
+    DelayPerUnit {
+        arg: String,
+        per_unit_us: u64,
+    },
     ApplyThenStatus {
         code: u16,
     },
@@ -139,6 +158,10 @@ impl From<Fault> for FaultSpec {
             Fault::Delay(d) => FaultSpec::Delay {
                 ms: u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
             },
+            Fault::DelayPerUnit { arg, per_unit } => FaultSpec::DelayPerUnit {
+                arg,
+                per_unit_us: u64::try_from(per_unit.as_micros()).unwrap_or(u64::MAX),
+            },
             Fault::ApplyThenStatus { code } => FaultSpec::ApplyThenStatus { code },
             Fault::Hold => FaultSpec::Hold,
         }
@@ -151,6 +174,10 @@ impl From<FaultSpec> for Fault {
             FaultSpec::LoseResponse => Fault::LoseResponse,
             FaultSpec::Status { code, retry_after } => Fault::Status { code, retry_after },
             FaultSpec::Delay { ms } => Fault::Delay(Duration::from_millis(ms)),
+            FaultSpec::DelayPerUnit { arg, per_unit_us } => Fault::DelayPerUnit {
+                arg,
+                per_unit: Duration::from_micros(per_unit_us),
+            },
             FaultSpec::ApplyThenStatus { code } => Fault::ApplyThenStatus { code },
             FaultSpec::Hold => Fault::Hold,
         }
@@ -424,8 +451,19 @@ mod tests {
         let faults = Faults::demo()
             .then("get_order", Fault::Delay(Duration::from_millis(1500)))
             .always("send_email", Fault::ApplyThenStatus { code: 500 })
-            .then("restore_delivery_time", Fault::Hold);
+            .then("restore_delivery_time", Fault::Hold)
+            .always(
+                "get_order",
+                Fault::DelayPerUnit {
+                    arg: "rows".into(),
+                    per_unit: Duration::from_micros(200),
+                },
+            );
         let json = serde_json::to_value(&faults).unwrap();
+        assert_eq!(
+            json["get_order"]["always"],
+            serde_json::json!({"kind": "delay_per_unit", "arg": "rows", "per_unit_us": 200})
+        );
         assert_eq!(
             json["restore_delivery_time"]["queue"][0],
             serde_json::json!({"kind": "hold"})

@@ -122,12 +122,18 @@ async fn handle(
     args: Value,
     op: impl FnOnce(&Desk, u64) -> Result<Success, ToolError>,
 ) -> Response {
-    let (seq, fault) = desk.arrive(method, target, headers, args);
+    // The log keeps the arguments; a delay by size reads them too.
+    let (seq, fault) = desk.arrive(method, target, headers, args.clone());
     if let Some(fault) = &fault {
         tracing::info!(target, seq, fault = fault.kind(), "injecting fault");
     }
     match &fault {
         Some(Fault::Delay(delay)) => tokio::time::sleep(*delay).await,
+        Some(Fault::DelayPerUnit { arg, per_unit }) => {
+            let units = args.get(arg).and_then(Value::as_u64).unwrap_or(0);
+            let units = u32::try_from(units).unwrap_or(u32::MAX);
+            tokio::time::sleep(per_unit.saturating_mul(units)).await;
+        }
         Some(Fault::Hold) => desk.hold().await,
         _ => {}
     }

@@ -103,7 +103,7 @@ impl Engine {
             policy,
             deadline: budget.deadline(),
             decide_class,
-            plan: self.shared.latency.plan(tool),
+            plan: self.shared.latency.plan(tool, Some(&planned.args)),
         };
         // The resource group's concurrency ceiling, resolved once per call:
         // `None` (no ceiling) costs nothing per attempt.
@@ -238,6 +238,7 @@ impl Engine {
                 allowance,
                 remaining,
                 queue_wait,
+                latency_bucket: call.plan.bucket,
                 owner: tool.declared.owner.clone(),
                 side_effect_tier: tool.declared.side_effect_tier,
             },
@@ -266,7 +267,7 @@ impl Engine {
         let result = self.invoke(call, &request).with_context(span).await;
         crate::crash::point("after_call");
         let elapsed = self.clock.now().saturating_duration_since(started);
-        self.observe_attempt(ctx, c, tool, &result, elapsed);
+        self.observe_attempt(ctx, c, tool, &call.planned.args, &result, elapsed);
         self.record_retry(
             &crate::run::tool_target(&tool.name),
             attempt,
@@ -319,6 +320,7 @@ impl Engine {
         ctx: &RunCtx<'_>,
         c: &Correlation,
         tool: &ToolBinding,
+        args: &Value,
         result: &Result<ToolOutput, Failure>,
         elapsed: Duration,
     ) {
@@ -332,7 +334,7 @@ impl Engine {
         if !counts {
             return;
         }
-        if let Some(degraded) = self.shared.latency.record_tool(tool, elapsed) {
+        if let Some(degraded) = self.shared.latency.record_tool(tool, args, elapsed) {
             ctx.emitter.emit(c, degraded);
         }
     }

@@ -346,7 +346,7 @@ impl Engine {
                 let allowance = self
                     .shared
                     .latency
-                    .plan(tool)
+                    .plan(tool, None)
                     .allowance(deadline.remaining(self.clock.now()));
                 match (tool.target.http(), slot) {
                     (Some(target), Ok(_slot)) => {
