@@ -71,7 +71,8 @@ pub async fn retry_merges_add_deltas_and_are_listed(store: &dyn Store) {
     assert_eq!(read.record, first_retries(5, 1));
     assert_eq!(read.updated_at_ms, start() + 5);
     let other = stored(store, &b, start() + 6).await.expect("listed");
-    assert_eq!(other.record.rate(3).tries, 1, "the third-and-later slot");
+    assert_eq!(other.record.rate(4).tries, 1, "the third-and-later slot");
+    assert_eq!(other.record.rate(3).tries, 0);
     assert_eq!(other.record.rate(2).tries, 0);
     let again = store
         .merge_retry_outcomes(&[(a.clone(), RetryRecord::default())], start() + 9)
