@@ -372,10 +372,11 @@ pub async fn drain_work(state: &AppState, began: Instant) -> Drained {
             "runs still settling (or with a write in flight) are cut at exit"
         );
     }
-    // What this process observed of its tools' and models' latency is
-    // shared before it exits (every run's end flushed too; this catches
-    // gateway calls and runs still cut).
+    // What this process observed of its tools' and models' latency, and
+    // how their retries ended, is shared before it exits (every run's end
+    // flushed too; this catches gateway calls and runs still cut).
     state.engine.flush_latency().await;
+    state.engine.flush_retry_outcomes().await;
     // The other nodes take this one's part of each group's limits back.
     state.engine.leave_shared_limits().await;
     // The spans of every run and gateway call ended here are exported

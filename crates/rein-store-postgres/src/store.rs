@@ -17,7 +17,7 @@ use rein_store::{
 
 use crate::codec::PgResult;
 use crate::migrate::{self, SchemaState};
-use crate::ops::{cancel, commit, idempotency, latency, leases, runs, share, shared, stats};
+use crate::ops::{cancel, commit, idempotency, latency, leases, retry, runs, share, shared, stats};
 use crate::tls::Connector;
 use crate::url::PostgresUrl;
 
@@ -579,6 +579,21 @@ impl HealthStore for PostgresStore {
 
     async fn latency_histograms(&self) -> Result<rein_store::LatencyRows, StoreError> {
         read!(self, latency::latency_histograms)
+    }
+
+    async fn merge_retry_outcomes(
+        &self,
+        deltas: &[(String, rein_core::retry::RetryRecord)],
+        now_ms: u64,
+    ) -> Result<Vec<rein_store::RetryOutcomes>, StoreError> {
+        write!(self, retry::merge_retry_outcomes, deltas, now_ms)
+    }
+
+    async fn retry_outcomes(
+        &self,
+        now_ms: u64,
+    ) -> Result<Vec<rein_store::RetryOutcomes>, StoreError> {
+        read!(self, retry::retry_outcomes, now_ms)
     }
 
     async fn renew_share_lease(

@@ -23,6 +23,7 @@
 //! | `breaker_openings` | `arm` | breaker arms opened by a node, shared with the others (schema v6) |
 //! | `latency_histograms` | `subject` | observed latency, summed over every process (schema v11) |
 //! | `share_leases` | `resource_group, node` | the nodes dividing a resource group's limits (schema v13) |
+//! | `retry_outcomes` | `target, ordinal` | retry outcomes, summed over every process and halved per window (schema v16) |
 //! | `cancel_requests` | `run_id` | cancels taken by any process for the one driving the run (schema v14) |
 //! | `rein_schema` | `version` | migrations applied |
 //!
@@ -73,6 +74,7 @@ mod config;
 mod files;
 mod latency_ops;
 mod ops;
+mod retry_ops;
 mod schema;
 mod share_ops;
 mod stats_ops;
@@ -668,6 +670,28 @@ impl HealthStore for SqliteStore {
 
     async fn latency_histograms(&self) -> Result<LatencyRows, StoreError> {
         self.worker.read(latency_ops::latency_histograms).await
+    }
+
+    async fn merge_retry_outcomes(
+        &self,
+        deltas: &[(String, rein_core::retry::RetryRecord)],
+        now_ms: u64,
+    ) -> Result<Vec<rein_store::RetryOutcomes>, StoreError> {
+        // A write: each read-decay-add-write runs inside the worker's
+        // `BEGIN IMMEDIATE`, so two processes merging at once both count.
+        let deltas = deltas.to_vec();
+        self.worker
+            .write(move |conn| retry_ops::merge_retry_outcomes(conn, &deltas, now_ms))
+            .await
+    }
+
+    async fn retry_outcomes(
+        &self,
+        now_ms: u64,
+    ) -> Result<Vec<rein_store::RetryOutcomes>, StoreError> {
+        self.worker
+            .read(move |conn| retry_ops::retry_outcomes(conn, now_ms))
+            .await
     }
 
     async fn renew_share_lease(

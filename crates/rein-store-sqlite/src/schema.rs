@@ -21,7 +21,7 @@ use super::codec::SqlResult;
 use rein_store::StoreError;
 
 /// The schema version this binary writes: the number of migrations.
-pub const SCHEMA_VERSION: u32 = 15;
+pub const SCHEMA_VERSION: u32 = 16;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
 ///
@@ -311,6 +311,21 @@ CREATE TABLE cancel_requests (
     r#"
 ALTER TABLE runs ADD COLUMN trace_parent TEXT;
 ALTER TABLE runs ADD COLUMN first_span TEXT;
+"#,
+    // 16: retry outcomes, one row per target (`tool:NAME`,
+    // `provider:NAME`, `fallback:PROVIDER/MODEL`) and retry ordinal (1:
+    // the first retry, 3: the third and later), summed over every process
+    // and halved per window of `RETRY_RATE_HALF_LIFE` since
+    // `updated_at_ms` (a merge writes the decayed sum). Not tied to a run.
+    r#"
+CREATE TABLE retry_outcomes (
+    target        TEXT NOT NULL,
+    ordinal       INTEGER NOT NULL CHECK (ordinal BETWEEN 1 AND 3),
+    tries         INTEGER NOT NULL CHECK (tries >= 0),
+    successes     INTEGER NOT NULL CHECK (successes >= 0 AND successes <= tries),
+    updated_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (target, ordinal)
+) STRICT;
 "#,
 ];
 

@@ -47,6 +47,7 @@ mod claimed;
 mod harness;
 mod latency;
 mod racing;
+mod retry;
 mod share;
 mod stats;
 mod trace;
@@ -65,6 +66,10 @@ pub use latency::{
 pub use racing::{
     two_handles_race_for_a_run_claim, two_handles_race_for_a_singleton,
     two_handles_race_for_an_idempotency_key, two_handles_race_to_change_a_queued_run,
+};
+pub use retry::{
+    retry_concurrent_merges_all_count, retry_merge_refusals_write_nothing,
+    retry_merges_add_deltas_and_are_listed, retry_outcomes_fade_per_window,
 };
 pub use share::{
     share_lease_refusals, share_release_removes_only_its_own_lease,
@@ -160,6 +165,10 @@ macro_rules! conformance_checks {
             latency_merges_add_deltas_and_are_listed,
             latency_merge_refusals_write_nothing,
             latency_concurrent_merges_all_count,
+            retry_merges_add_deltas_and_are_listed,
+            retry_outcomes_fade_per_window,
+            retry_merge_refusals_write_nothing,
+            retry_concurrent_merges_all_count,
             run_stats_count_a_tenants_window_by_agent_model_and_guardrail,
             share_renewals_list_the_live_holders_of_their_group,
             share_release_removes_only_its_own_lease,

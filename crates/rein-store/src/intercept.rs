@@ -51,6 +51,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use rein_core::latency::LatencyHistogram;
+use rein_core::retry::RetryRecord;
 use rein_core::{Event, LedgerRecord, RunId, TenantId};
 
 use crate::breaker::BreakerOpening;
@@ -65,6 +66,7 @@ use crate::idempotency::{
 use crate::intent::PlannedIntent;
 use crate::latency::LatencyRows;
 use crate::lease::{Lease, LeaseChange, LeaseFilter};
+use crate::retry_outcome::RetryOutcomes;
 use crate::run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus};
 use crate::singleton::SingletonLease;
 use crate::store::{HealthStore, IdempotencyStore, LeaseStore, RunStore, SingletonStore, Store};
@@ -497,6 +499,20 @@ impl<I: Intercept> HealthStore for Intercepted<I> {
 
     async fn latency_histograms(&self) -> Result<LatencyRows, StoreError> {
         self.hooks.around(self.inner.latency_histograms()).await
+    }
+
+    async fn merge_retry_outcomes(
+        &self,
+        deltas: &[(String, RetryRecord)],
+        now_ms: u64,
+    ) -> Result<Vec<RetryOutcomes>, StoreError> {
+        self.hooks
+            .around(self.inner.merge_retry_outcomes(deltas, now_ms))
+            .await
+    }
+
+    async fn retry_outcomes(&self, now_ms: u64) -> Result<Vec<RetryOutcomes>, StoreError> {
+        self.hooks.around(self.inner.retry_outcomes(now_ms)).await
     }
 
     async fn renew_share_lease(

@@ -14,7 +14,7 @@
 //!
 //! | module | concept |
 //! | --- | --- |
-//! | [`Store`] | the store API: [`RunStore`] (runs, events, intents, ledger, checkpoints, step commits, run statistics, cancel requests, notifications), [`LeaseStore`] (leases and their fenced claims), [`IdempotencyStore`], [`SingletonStore`], [`HealthStore`] (breaker openings, latency histograms, governor share leases), all together |
+//! | [`Store`] | the store API: [`RunStore`] (runs, events, intents, ledger, checkpoints, step commits, run statistics, cancel requests, notifications), [`LeaseStore`] (leases and their fenced claims), [`IdempotencyStore`], [`SingletonStore`], [`HealthStore`] (breaker openings, latency histograms, retry outcomes, governor share leases), all together |
 //! | [`StoreExt`] | conveniences composed of one atomic call each, for every [`Store`] |
 //! | [`StepCommit`], [`ClaimFence`] | one atomic write per step (group-committed), optionally fenced by a run claim |
 //! | [`RunStatus`], [`NewRun`], [`RunRecord`] | runs and their final outcome |
@@ -27,6 +27,7 @@
 //! | [`SingletonLease`] | elects one owner of each periodic service among processes sharing the store |
 //! | [`BreakerOpening`] | a node's open circuit breaker arm, shared with every process sharing the store |
 //! | [`LatencyRecord`], [`LatencyRows`], [`CorruptLatency`] | observed latency histograms, summed over every process sharing the store |
+//! | [`RetryOutcomes`] | retry outcomes per target and ordinal, summed over every process sharing the store and fading with time |
 //! | [`StatsQuery`], [`RunStats`] | runs by agent, status and model, and guardrails fired, counted by the store over a window |
 //! | share leases ([`MAX_SHARE_LEASE_LEN`]) | which nodes divide a resource group's limits among them |
 //! | [`Intercepted`], [`Intercept`] | a store wrapping another (fault injection, metering, test doubles): the calls it changes, every other forwarded |
@@ -56,6 +57,7 @@ mod latency;
 mod lease;
 mod ledger;
 mod notify;
+mod retry_outcome;
 mod run;
 mod share;
 mod singleton;
@@ -81,6 +83,10 @@ pub mod rules {
         validate_subject as validate_latency_subject,
     };
     pub use crate::lease::validate_owner;
+    pub use crate::retry_outcome::{
+        aged as retry_aged, from_stored as retry_from_stored, merged as retry_merged,
+        validate_target as validate_retry_target,
+    };
     pub use crate::share::{validate_share_renewal, validate_share_text};
     pub use crate::singleton::{claimed, validate_claim, validate_singleton_text};
     pub use crate::stats::{stored_count, stored_guardrail, stored_status};
@@ -104,6 +110,7 @@ pub use latency::{CorruptLatency, LatencyRecord, LatencyRows, MAX_LATENCY_SUBJEC
 pub use lease::{Lease, LeaseChange, LeaseFilter, LeaseKind, MAX_LEASE_ID_LEN};
 pub use ledger::LedgerMark;
 pub use notify::Notification;
+pub use retry_outcome::{MAX_RETRY_TARGET_LEN, RetryOutcomes};
 pub use run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus, StatusChange};
 pub use share::MAX_SHARE_LEASE_LEN;
 pub use singleton::{MAX_SINGLETON_LEN, SingletonLease};

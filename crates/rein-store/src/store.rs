@@ -30,9 +30,11 @@ use crate::idempotency::{
 use crate::intent::PlannedIntent;
 use crate::latency::LatencyRows;
 use crate::lease::{Lease, LeaseChange, LeaseFilter};
+use crate::retry_outcome::RetryOutcomes;
 use crate::run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus};
 use crate::singleton::SingletonLease;
 use rein_core::latency::LatencyHistogram;
+use rein_core::retry::RetryRecord;
 
 /// Durable state of runs: the runs themselves, their event streams, planned
 /// intents, the side-effect ledger, checkpoints and resource leases; and
@@ -637,7 +639,7 @@ pub trait SingletonStore: Send + Sync {
 }
 
 /// Health shared by every process sharing the store: open circuit breaker
-/// arms and observed latency.
+/// arms, observed latency and retry outcomes.
 ///
 /// # Breaker openings
 ///
@@ -711,6 +713,30 @@ pub trait HealthStore: Send + Sync {
     /// listed in [`LatencyRows::corrupt`] with the reason, never a failure
     /// of the whole read.
     async fn latency_histograms(&self) -> Result<LatencyRows, StoreError>;
+
+    /// Decays each `(target, delta)`'s stored retry outcomes to `now_ms`
+    /// (see the `retry_outcome` module docs of this crate) and adds the
+    /// delta, all in one transaction across every process sharing the
+    /// store (two processes merging at once both count), and returns the
+    /// sums of those targets. A target listed twice counts twice. An empty
+    /// delta writes nothing (its target is still returned, decayed to
+    /// `now_ms`, if stored).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a target of 0 or more than
+    /// [`MAX_RETRY_TARGET_LEN`](crate::MAX_RETRY_TARGET_LEN) bytes or with
+    /// control characters (nothing is written then).
+    async fn merge_retry_outcomes(
+        &self,
+        deltas: &[(String, RetryRecord)],
+        now_ms: u64,
+    ) -> Result<Vec<RetryOutcomes>, StoreError>;
+
+    /// Every stored target's retry outcomes decayed to `now_ms`, by
+    /// target; targets whose counts decayed to nothing are left out.
+    /// Nothing is written.
+    async fn retry_outcomes(&self, now_ms: u64) -> Result<Vec<RetryOutcomes>, StoreError>;
 
     // ----- share leases: the nodes dividing a resource group's limits -----
 

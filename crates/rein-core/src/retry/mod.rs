@@ -40,4 +40,7 @@ pub use constants::{
     DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_DELAY,
 };
 pub use decision::{GiveUpReason, RetryDecision, RetryInput};
-pub use worth::{RETRY_ORDINALS, RetryRecord, SuccessRate, Worth, WorthInput};
+pub use worth::{
+    ImpossibleCounts, RETRY_ORDINALS, RETRY_RATE_HALF_LIFE, RetryRecord, SuccessRate, Worth,
+    WorthInput,
+};

@@ -30,6 +30,16 @@
 //!
 //! Without `value_of_success_usd` nothing here applies: retries are
 //! decided as before.
+//!
+//! # Old outcomes fade
+//!
+//! A retry's success rate moves with the fault of the moment: a provider
+//! that failed every retry during an outage an hour ago is no evidence
+//! now. So the counts are halved once per window of
+//! [`RETRY_RATE_HALF_LIFE`] ([`RetryRecord::decayed`]), the windows
+//! aligned on the Unix epoch so that every process sharing the counts
+//! halves them at the same instants. After six windows (an hour) an
+//! outcome weighs 1/64 and the estimate is back near the prior.
 
 use std::time::Duration;
 
@@ -41,12 +51,35 @@ use crate::deadline::Cost;
 /// later together.
 pub const RETRY_ORDINALS: usize = 3;
 
+/// How long a retry outcome counts whole: counts are halved at every
+/// multiple of this since the Unix epoch ([`RetryRecord::decayed`]).
+/// Ten minutes: a fault of the moment (an outage, a rate limit) lasts
+/// minutes, and a retry's rate learnt during one must not outlive it by
+/// hours.
+pub const RETRY_RATE_HALF_LIFE: Duration = Duration::from_secs(600);
+
 /// The observed outcomes of the retries of one target (a tool, or a
 /// provider), by retry ordinal.
+///
+/// # Invariants
+///
+/// At every ordinal, `successes <= tries`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RetryRecord {
     tries: [u32; RETRY_ORDINALS],
     successes: [u32; RETRY_ORDINALS],
+}
+
+/// Counts of one retry ordinal that break [`RetryRecord`]'s invariant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{successes} successes of {tries} retries at ordinal {ordinal}: more successes than tries")]
+pub struct ImpossibleCounts {
+    /// The slot (0: the first retry).
+    pub ordinal: usize,
+    /// The tries counted.
+    pub tries: u32,
+    /// The successes counted.
+    pub successes: u32,
 }
 
 impl RetryRecord {
@@ -73,6 +106,66 @@ impl RetryRecord {
         SuccessRate {
             successes: self.successes[i],
             tries: self.tries[i],
+        }
+    }
+
+    /// The counts of every ordinal (index 0: the first retry; the last
+    /// holds the third and later), as `(tries, successes)`: what a store
+    /// keeps.
+    pub fn counts(&self) -> [(u32, u32); RETRY_ORDINALS] {
+        std::array::from_fn(|i| (self.tries[i], self.successes[i]))
+    }
+
+    /// The record of these counts (as [`counts`](Self::counts) gives them).
+    ///
+    /// # Errors
+    ///
+    /// [`ImpossibleCounts`] for an ordinal with more successes than tries.
+    pub fn from_counts(counts: [(u32, u32); RETRY_ORDINALS]) -> Result<Self, ImpossibleCounts> {
+        let mut record = RetryRecord::default();
+        for (ordinal, (tries, successes)) in counts.into_iter().enumerate() {
+            if successes > tries {
+                return Err(ImpossibleCounts {
+                    ordinal,
+                    tries,
+                    successes,
+                });
+            }
+            record.tries[ordinal] = tries;
+            record.successes[ordinal] = successes;
+        }
+        Ok(record)
+    }
+
+    /// Whether nothing is counted.
+    pub fn is_empty(&self) -> bool {
+        self.tries.iter().all(|&t| t == 0)
+    }
+
+    /// Adds `other`'s counts to these.
+    pub fn merge(&mut self, other: &RetryRecord) {
+        for i in 0..RETRY_ORDINALS {
+            self.tries[i] = self.tries[i].saturating_add(other.tries[i]);
+            self.successes[i] = self.successes[i].saturating_add(other.successes[i]);
+        }
+    }
+
+    /// These counts, as kept at `from_ms`, seen at `to_ms` (ms since the
+    /// Unix epoch): halved (rounding down) once per multiple of
+    /// [`RETRY_RATE_HALF_LIFE`] passed between them. Halving both counts
+    /// keeps `successes <= tries`; a time before `from_ms` decays nothing.
+    pub fn decayed(&self, from_ms: u64, to_ms: u64) -> RetryRecord {
+        let window = u64::try_from(RETRY_RATE_HALF_LIFE.as_millis()).unwrap_or(u64::MAX);
+        let halvings = (to_ms / window).saturating_sub(from_ms / window);
+        let halve = |n: u32| {
+            u32::try_from(halvings)
+                .ok()
+                .and_then(|h| n.checked_shr(h))
+                .unwrap_or(0)
+        };
+        RetryRecord {
+            tries: self.tries.map(halve),
+            successes: self.successes.map(halve),
         }
     }
 }
@@ -178,6 +271,32 @@ mod tests {
         assert_eq!(r.rate(4).tries, 1);
         assert_eq!(SuccessRate::default().per_million(), 500_000);
         assert_eq!(r.rate(2).per_million(), 750_000);
+    }
+
+    #[test]
+    fn counts_halve_per_window_and_round_trip() {
+        let mut r = RetryRecord::default();
+        for _ in 0..8 {
+            r.record(2, false);
+        }
+        r.record(3, true);
+        let window = u64::try_from(RETRY_RATE_HALF_LIFE.as_millis()).unwrap();
+        let start = 10 * window + 5;
+        assert_eq!(r.decayed(start, start + window - 6), r, "same window");
+        let one = r.decayed(start, 11 * window);
+        assert_eq!(one.rate(2).tries, 4);
+        assert_eq!(
+            one.rate(3),
+            SuccessRate::default(),
+            "1 of 1 halves to 0 of 0"
+        );
+        assert!(r.decayed(start, start + 40 * window).is_empty());
+        assert_eq!(r.decayed(start, 0), r, "the past decays nothing");
+        assert_eq!(RetryRecord::from_counts(r.counts()), Ok(r));
+        assert!(RetryRecord::from_counts([(1, 2), (0, 0), (0, 0)]).is_err());
+        let mut sum = r;
+        sum.merge(&r);
+        assert_eq!(sum.rate(2).tries, 16);
     }
 
     #[test]

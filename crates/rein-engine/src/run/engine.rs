@@ -20,6 +20,7 @@ use crate::{SystemClock, Timer};
 use super::error::EngineError;
 use super::hand_on::HandOn;
 use super::latency::{DEFAULT_LATENCY_FLUSH, LatencyBook, ToolLatency};
+use super::retry_memory::{DEFAULT_RETRY_FLUSH, RetryMemory};
 use super::{concurrency, shared_breakers, tree};
 
 /// State shared by all runs of an engine: breaker arms (health memory
@@ -28,9 +29,10 @@ use super::{concurrency, shared_breakers, tree};
 pub(super) struct Shared {
     pub(super) breakers: Arc<Mutex<Breakers>>,
     pub(super) retry_budgets: Mutex<HashMap<String, RetryBudget>>,
-    /// How the retries of each target ended, by ordinal: the success rate
-    /// a retry's worth is decided on (`retry_worth`).
-    pub(super) retry_records: Mutex<HashMap<String, rein_core::retry::RetryRecord>>,
+    /// How the retries of each target ended, by ordinal, here and in
+    /// every process on the store: the success rate a retry's worth is
+    /// decided on (`retry_worth`, `retry_memory`).
+    pub(super) retry_memory: Arc<RetryMemory>,
     pub(super) rng: Mutex<StdRng>,
     pub(super) slots: concurrency::GroupSlots,
     /// The gate of every provider, by name: its `max_concurrency`,
@@ -80,6 +82,8 @@ pub struct EngineBuilder {
     pub(super) tool_latency: std::collections::BTreeMap<String, ToolLatency>,
     /// How often observed latency is flushed to the store at most.
     pub(super) latency_flush: std::time::Duration,
+    /// How often at most counted retry outcomes are added to the store.
+    pub(super) retry_flush: std::time::Duration,
     /// Calls of a provider and model observed before their latency
     /// replaces the configured `model_latency`.
     pub(super) model_min_samples: u64,
@@ -200,6 +204,15 @@ impl EngineBuilder {
         self
     }
 
+    /// Adds the retry outcomes counted since the last time to the store at
+    /// most every `every` in the background (default
+    /// [`DEFAULT_RETRY_FLUSH`]; also at every run's end and on
+    /// [`Engine::flush_retry_outcomes`]).
+    pub fn retry_flush(mut self, every: std::time::Duration) -> Self {
+        self.retry_flush = every;
+        self
+    }
+
     /// Plans a model call with its observed latency once `n` calls of its
     /// provider and model were observed (by any process on the store); the
     /// configured `model_latency` until then. Default
@@ -278,6 +291,11 @@ impl EngineBuilder {
             )
             .with_model_min_samples(self.model_min_samples),
         );
+        let retry_memory = Arc::new(RetryMemory::new(
+            self.retry_flush,
+            self.store.clone(),
+            self.clock.clone() as Arc<dyn Clock>,
+        ));
         Ok(Engine {
             node,
             command: crate::tool_command::CommandToolAdapter::new(self.store.clone())
@@ -288,7 +306,7 @@ impl EngineBuilder {
             shared: Shared {
                 breakers: Arc::new(Mutex::new(Breakers::new(self.breakers)?)),
                 retry_budgets: Mutex::new(HashMap::new()),
-                retry_records: Mutex::new(HashMap::new()),
+                retry_memory,
                 rng: Mutex::new(rng),
                 slots: concurrency::GroupSlots::shared(self.clock.clone(), cluster.clone()),
                 // Providers' ceilings and token buckets are the account's:
@@ -374,6 +392,7 @@ impl Engine {
             shared_limits: None,
             tool_latency: std::collections::BTreeMap::new(),
             latency_flush: DEFAULT_LATENCY_FLUSH,
+            retry_flush: DEFAULT_RETRY_FLUSH,
             model_min_samples: rein_core::registry::DEFAULT_OBSERVE_MIN_SAMPLES,
             telemetry: None,
             traces: None,
@@ -488,6 +507,28 @@ impl Engine {
     /// that refuses is logged, and the samples are kept for the next try.
     pub async fn flush_latency(&self) {
         self.shared.latency.flush_now().await;
+    }
+
+    /// Adds the retry outcomes this engine counted since its last flush to
+    /// the store (a server's shutdown; every run's end does it too). A
+    /// store that refuses is logged, and the counts are kept for the next
+    /// try.
+    pub async fn flush_retry_outcomes(&self) {
+        self.shared.retry_memory.flush_now().await;
+    }
+
+    /// Reads what every process on the store learnt (observed latency,
+    /// retry outcomes) once, before this engine's first decision on it.
+    pub(super) async fn load_learned(&self) {
+        self.shared.latency.load().await;
+        self.shared.retry_memory.load().await;
+    }
+
+    /// Shares what this engine learnt since its last flush (observed
+    /// latency, retry outcomes) with every process on the store.
+    pub(super) async fn flush_learned(&self) {
+        self.shared.latency.flush_now().await;
+        self.shared.retry_memory.flush_now().await;
     }
 
     /// Gives up this engine's share leases of its resource groups

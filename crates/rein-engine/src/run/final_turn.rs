@@ -52,7 +52,7 @@ impl Engine {
     ) -> Result<Asked, End> {
         let agent = ctx.agent;
         // The stored latency, before the model's profile is read.
-        self.shared.latency.load().await;
+        self.load_learned().await;
         let now = self.clock.now();
         let left = state.budget.remaining(now);
         let note = BudgetView::new(left).note();

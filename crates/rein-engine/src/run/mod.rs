@@ -71,6 +71,7 @@ mod progress;
 mod report;
 mod restore;
 mod resume;
+mod retry_memory;
 mod retry_worth;
 mod settle;
 mod shared_breakers;
@@ -99,6 +100,7 @@ pub use model_chain::{ModelAnswer, ModelAsk, ModelBinding, ModelError, ModelRepl
 pub use report::{
     End, REPORT_WRITE_TRIES, is_revision_conflict, revise, revise_stored, tree_records,
 };
+pub use retry_memory::DEFAULT_RETRY_FLUSH;
 pub(crate) use retry_worth::not_worth_it;
 pub use settle::{CompensationBinding, STRONG_COMPENSATION_ATTEMPTS};
 pub use shared_breakers::DEFAULT_SHARED_BREAKERS_REFRESH;

@@ -45,7 +45,7 @@ impl Engine {
         let output = self
             .resume_in(agent, validator, run_id, observer, None, lineage)
             .await;
-        self.shared.latency.flush_now().await;
+        self.flush_learned().await;
         output
     }
 
@@ -67,7 +67,7 @@ impl Engine {
         let output = self
             .resume_in(agent, validator, run_id, observer, cancel, lineage)
             .await;
-        self.shared.latency.flush_now().await;
+        self.flush_learned().await;
         output
     }
 

@@ -5,11 +5,15 @@
 //!
 //! Every attempt after the first of a tool call (`tool:NAME`) or a model
 //! call (`provider:NAME`) is counted, by retry ordinal, as it ends: a
-//! success, or a failure of any kind. The counts live in the engine, beside
-//! the targets' retry budgets, and are shared by every run of the process.
-//! They are not written to the store: unlike latency, a retry's success
-//! rate moves with the fault of the moment, and a fresh process that starts
-//! from the prior (½) learns it again within a few retries.
+//! success, or a failure of any kind. The counts are kept with every
+//! process on the store (`retry_memory`): a process starts from what all
+//! of them counted, and adds its own at every run's end and periodically,
+//! so a `rein run` learns what the previous ones saw and a cluster learns
+//! a failing target once. The rate moves with the fault of the moment, so
+//! old outcomes fade: the counts are halved every
+//! [`RETRY_RATE_HALF_LIFE`](rein_core::retry::RETRY_RATE_HALF_LIFE) (ten
+//! minutes), and after an hour a target is judged from (almost) the prior
+//! (½) again.
 //!
 //! # Fallbacks
 //!
@@ -31,18 +35,7 @@ impl Engine {
     /// Counts how attempt `attempt` of `target` ended (first attempts are
     /// not retries and are not counted).
     pub(super) fn record_retry(&self, target: &str, attempt: u32, succeeded: bool) {
-        if attempt < 2 {
-            return;
-        }
-        let mut records = self
-            .shared
-            .retry_records
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        records
-            .entry(target.to_owned())
-            .or_default()
-            .record(attempt, succeeded);
+        self.shared.retry_memory.record(target, attempt, succeeded);
     }
 
     /// The worth input of attempt `failed + 1` of `target`, which spends
@@ -55,16 +48,10 @@ impl Engine {
         money: Cost,
     ) -> Option<WorthInput> {
         let value = value?;
-        let records = self
+        let rate = self
             .shared
-            .retry_records
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let rate = records
-            .get(target)
-            .copied()
-            .unwrap_or_default()
-            .rate(failed.saturating_add(1));
+            .retry_memory
+            .rate(target, failed.saturating_add(1));
         Some(WorthInput { value, rate, money })
     }
 }

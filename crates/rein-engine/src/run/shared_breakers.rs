@@ -24,6 +24,13 @@
 //!   ten). A tool's **Retry-After** is shared too, as a cooldown
 //!   (`cooldown.tool.NAME`) that every run of every process honours, this
 //!   one's included (no local arm holds it), until it ends.
+//! - A provider's **429 pause** (its `Retry-After` or
+//!   `x-ratelimit-reset-*`, which pauses the provider's gate in this
+//!   process) is published as `pause.provider.NAME`; every other process
+//!   reads it before its next call to that provider and pauses its own
+//!   gate until the same instant (`rein run` at its first call). A pause
+//!   only lengthens (the store keeps the later end, and so does a gate),
+//!   never shortens, and ends by itself: nothing clears it.
 //! - The model is told: a tool refused now carries "unavailable until
 //!   HH:MM UTC; choose another way" in the description it sees, and one
 //!   whose local arm is half-open "recently unstable" (`run::health`).
@@ -83,6 +90,7 @@ use rein_core::{Clock, ConfigError, Failure, Instant};
 use rein_store::{BreakerOpening, MAX_BREAKER_ARM_LEN, Notification, Store};
 use tokio::sync::broadcast::{self, error::TryRecvError};
 
+use super::concurrency::Gate;
 use super::emitter::{Correlation, Emitter, unix_ms};
 use super::{Engine, EngineBuilder, millis};
 
@@ -175,6 +183,20 @@ const COOLDOWN: &str = "cooldown.";
 fn cooldown_of(kind: ArmKind, name: &str) -> String {
     format!("{COOLDOWN}{}", arm_name(kind, name))
 }
+
+/// The prefix of a provider pause's store name (`pause.provider.openai`).
+const PAUSE: &str = "pause.";
+
+/// The store name of `provider`'s pause after a 429 that said when to
+/// come back.
+fn pause_of(provider: &str) -> String {
+    format!("{PAUSE}{}", arm_of(provider))
+}
+
+/// The sabotage switch (`REIN_SABOTAGE`, `crash-points` builds only) under
+/// which a provider's 429 pause stays this process's: it is not
+/// published, so the other processes keep calling the provider.
+const UNSHARED_PROVIDER_PAUSE: &str = "unshared_provider_pause";
 
 /// The shared view a builder's `(node, refresh)` setting asks for, if
 /// any, over the engine's store and clock.
@@ -367,6 +389,44 @@ impl SharedBreakers {
         }
     }
 
+    /// Another node's pause of `provider` in force now, with the time left
+    /// (this node's own pause is its gate's already).
+    pub(super) fn pause(&self, provider: &str) -> Option<(BreakerOpening, Duration)> {
+        self.open_named(&pause_of(provider))
+    }
+
+    /// Publishes that `provider` answered 429 and asked to wait
+    /// `retry_after`: every process on the store holds its calls to it
+    /// until then. A publish never shortens a longer pause already stored
+    /// (the store keeps the later end), and the pause ends by itself.
+    pub(super) async fn publish_pause(&self, provider: &str, retry_after: Duration) {
+        if crate::crash::sabotaged(UNSHARED_PROVIDER_PAUSE) {
+            return;
+        }
+        let now_ms = unix_ms(self.clock.system_now());
+        let opening = BreakerOpening {
+            arm: pause_of(provider),
+            open_until_ms: now_ms.saturating_add(millis(retry_after)),
+            opened_by: self.node.clone(),
+            reason: format!(
+                "the provider answered 429 and asked to wait {} ms",
+                millis(retry_after)
+            ),
+            updated_at_ms: now_ms,
+        };
+        match self.store.publish_breaker_open(opening).await {
+            Ok(stored) => tracing::info!(
+                node = %self.node,
+                provider,
+                until_ms = stored.open_until_ms,
+                "published a provider's 429 pause: every process on the store holds its calls to it until then"
+            ),
+            Err(e) => {
+                tracing::warn!(node = %self.node, provider, "cannot publish a provider's 429 pause: {e}");
+            }
+        }
+    }
+
     /// Publishes (opened) or clears (closed) `provider`'s arm after a
     /// transition of this node's arm; other transitions change nothing.
     pub(super) async fn share(&self, provider: &str, transition: &Transition) {
@@ -476,6 +536,31 @@ impl Engine {
             }),
         );
         Some(Failure::circuit_open(provider, retry_after))
+    }
+
+    /// Holds `gate` (`provider`'s) until another node's pause of the
+    /// provider ends, if one is in force: read from the store (at most
+    /// every `refresh`, or at once on a notified change) before each call
+    /// to the provider, so no call goes out into a pause another process
+    /// was told of. `false` when sharing is off or nothing holds it.
+    pub(super) async fn honour_shared_pause(&self, provider: &str, gate: &Gate<'_>) -> bool {
+        let Some(shared) = self.shared_breakers() else {
+            return false;
+        };
+        shared.refresh().await;
+        let Some((opening, left)) = shared.pause(provider) else {
+            return false;
+        };
+        let extended = gate.pause_until(self.clock.now() + left);
+        if extended {
+            tracing::info!(
+                provider,
+                opened_by = %opening.opened_by,
+                pause_ms = millis(left),
+                "another process was told to wait by this provider (429): every call to it waits until then"
+            );
+        }
+        extended
     }
 
     /// How long until another node's opening of `provider` ends, as last

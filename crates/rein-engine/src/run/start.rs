@@ -142,7 +142,7 @@ impl Engine {
         let output = self.run_in(agent, validator, request, lineage).await;
         // What the run observed is shared before its caller moves on (a
         // `rein run` exits right after).
-        self.shared.latency.flush_now().await;
+        self.flush_learned().await;
         output
     }
 

@@ -26,6 +26,7 @@ pub(crate) mod commit;
 pub(crate) mod idempotency;
 pub(crate) mod latency;
 pub(crate) mod leases;
+pub(crate) mod retry;
 pub(crate) mod runs;
 pub(crate) mod share;
 pub(crate) mod shared;
@@ -48,6 +49,7 @@ pub(crate) enum LockSpace {
     Breaker = 0x7265_0004,
     Latency = 0x7265_0005,
     Share = 0x7265_0006,
+    Retry = 0x7265_0007,
 }
 
 /// Takes the transaction-scoped advisory lock of `key` in `space`: held

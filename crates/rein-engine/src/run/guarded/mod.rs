@@ -67,7 +67,7 @@ impl Engine {
 
         // 2. Budget: refuse before sending what cannot finish, by the
         // latency profile in force now (observed once trusted).
-        self.shared.latency.load().await;
+        self.load_learned().await;
         let plan = self.shared.latency.plan(tool, Some(&planned.args));
         if let Err(failure) = self.check_call_budget(ctx, &c, tool, budget, plan.need(tool.class)) {
             return CallResult::refused(planned, tool.class, failure);

@@ -181,7 +181,7 @@ impl Engine {
     ) -> Result<(Reply, Reservation), LinkEnd> {
         // The stored latency first: a new process plans its first call
         // with what every process observed.
-        self.shared.latency.load().await;
+        self.load_learned().await;
         let call = LinkCall {
             host,
             c,
@@ -327,7 +327,7 @@ impl Engine {
                 reservation,
             )),
             Err(failure) => {
-                self.pause_provider(call, gate, &failure);
+                self.pause_provider(call, gate, &failure).await;
                 self.link_failed(call, held, sent, &failure, (budget, reservation.grant), now)
                     .await?;
                 Ok(Tried::Failed { failure, at: now })
@@ -352,7 +352,12 @@ impl Engine {
         let (emitter, c, provider) = (call.host.emitter(), call.c, &call.provider);
         let slot = match gate {
             None => None,
-            Some(gate) => Some(self.link_slot(call, budget, gate).await?),
+            Some(gate) => {
+                // Another process's 429 pause of this provider holds the
+                // gate first: the call waits in line as for a local one.
+                self.honour_shared_pause(provider, gate).await;
+                Some(self.link_slot(call, budget, gate).await?)
+            }
         };
         // Another node's opening of this provider, when breakers are
         // shared: refused like an open local arm, before the local arm.
@@ -511,8 +516,14 @@ impl Engine {
     /// A provider's 429 that says when to come back (`Retry-After`) pauses
     /// the provider's gate until then, for every run and gateway request of
     /// the engine: they queue instead of each sending into the provider's
-    /// empty bucket.
-    fn pause_provider(&self, call: &LinkCall<'_>, gate: Option<&Gate<'_>>, failure: &Failure) {
+    /// empty bucket. With breakers shared, the pause is published to every
+    /// process on the store before this call goes on (its retry included).
+    async fn pause_provider(
+        &self,
+        call: &LinkCall<'_>,
+        gate: Option<&Gate<'_>>,
+        failure: &Failure,
+    ) {
         // Sabotage hook `ignore_provider_retry_after`: no pause.
         #[cfg(feature = "sabotage")]
         if self.sabotage.ignore_provider_retry_after {
@@ -530,6 +541,9 @@ impl Engine {
                 retry_after_ms = millis(wait),
                 "provider answered 429: every call to it waits until its Retry-After"
             );
+            if let Some(shared) = self.shared_breakers() {
+                shared.publish_pause(&call.provider, wait).await;
+            }
         }
     }
 

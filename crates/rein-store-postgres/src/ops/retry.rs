@@ -1,0 +1,152 @@
+//! Retry outcomes: each target's stored counts decayed and its delta
+//! added under its advisory lock, so concurrent merges of every node all
+//! count.
+
+use std::collections::BTreeMap;
+
+use deadpool_postgres::{GenericClient, Transaction};
+use rein_core::retry::{RETRY_ORDINALS, RetryRecord};
+use rein_store::rules::{retry_aged, retry_from_stored, retry_merged, validate_retry_target};
+use rein_store::{RetryOutcomes, StoreError};
+
+use super::{LockSpace, execute, lock};
+use crate::codec::{PgResult, int};
+
+const TABLE: &str = "retry_outcomes";
+
+/// Folds rows of `(target, ordinal, tries, successes, updated_at_ms)`
+/// into each target's counts and the time they were last written.
+fn folded(
+    rows: &[tokio_postgres::Row],
+) -> Result<BTreeMap<String, (RetryRecord, u64)>, StoreError> {
+    let mut counts: BTreeMap<String, ([(i64, i64); RETRY_ORDINALS], i64)> = BTreeMap::new();
+    for row in rows {
+        let target: String = row.try_get(0).pg()?;
+        let ordinal: i32 = row.try_get(1).pg()?;
+        let slot = usize::try_from(ordinal)
+            .ok()
+            .and_then(|o| o.checked_sub(1))
+            .filter(|&s| s < RETRY_ORDINALS)
+            .ok_or_else(|| StoreError::Corrupt {
+                table: TABLE,
+                column: "ordinal",
+                reason: format!("expected 1 to {RETRY_ORDINALS}, found {ordinal}"),
+            })?;
+        let at: i64 = row.try_get(4).pg()?;
+        let entry = counts
+            .entry(target)
+            .or_insert(([(0, 0); RETRY_ORDINALS], at));
+        entry.0[slot] = (row.try_get(2).pg()?, row.try_get(3).pg()?);
+        entry.1 = entry.1.max(at);
+    }
+    counts
+        .into_iter()
+        .map(|(target, (c, at))| {
+            Ok((
+                target,
+                (retry_from_stored(TABLE, c)?, u64::try_from(at).unwrap_or(0)),
+            ))
+        })
+        .collect()
+}
+
+/// Decays and adds each delta to its target's rows (see
+/// `Store::merge_retry_outcomes`).
+pub(crate) async fn merge_retry_outcomes(
+    tx: &Transaction<'_>,
+    deltas: &[(String, RetryRecord)],
+    now_ms: u64,
+) -> Result<Vec<RetryOutcomes>, StoreError> {
+    for (target, _) in deltas {
+        validate_retry_target(target)?;
+    }
+    let now = int(now_ms, "retry updated_at_ms")?;
+    // Every target's lock first, in one order for every process (as the
+    // latency merge does: locked in each caller's order, two nodes
+    // deadlock).
+    let mut targets: Vec<&str> = deltas.iter().map(|(t, _)| t.as_str()).collect();
+    targets.sort_unstable();
+    targets.dedup();
+    for target in &targets {
+        lock(tx, LockSpace::Retry, target).await?;
+    }
+    let mut sums: BTreeMap<String, RetryOutcomes> = BTreeMap::new();
+    for (target, delta) in deltas {
+        let rows = tx
+            .query(
+                "SELECT target, ordinal, tries, successes, updated_at_ms FROM retry_outcomes \
+                 WHERE target = $1",
+                &[target],
+            )
+            .await
+            .pg()?;
+        let found = folded(&rows)?.remove(target);
+        if delta.is_empty() {
+            if let Some((record, at)) = found {
+                sums.insert(
+                    target.clone(),
+                    RetryOutcomes {
+                        target: target.clone(),
+                        record: retry_aged(&record, at, now_ms),
+                        updated_at_ms: at,
+                    },
+                );
+            }
+            continue;
+        }
+        let sum = retry_merged(found, delta, now_ms);
+        for (slot, (tries, successes)) in sum.counts().into_iter().enumerate() {
+            let ordinal = i32::try_from(slot + 1).unwrap_or(i32::MAX);
+            execute(
+                tx,
+                "INSERT INTO retry_outcomes (target, ordinal, tries, successes, updated_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (target, ordinal) DO UPDATE SET tries = excluded.tries, \
+                 successes = excluded.successes, updated_at_ms = excluded.updated_at_ms",
+                &[
+                    target,
+                    &ordinal,
+                    &i64::from(tries),
+                    &i64::from(successes),
+                    &now,
+                ],
+            )
+            .await?;
+        }
+        sums.insert(
+            target.clone(),
+            RetryOutcomes {
+                target: target.clone(),
+                record: sum,
+                updated_at_ms: now_ms,
+            },
+        );
+    }
+    Ok(sums.into_values().collect())
+}
+
+/// Every stored target's counts, decayed to `now_ms`.
+pub(crate) async fn retry_outcomes(
+    client: &impl GenericClient,
+    now_ms: u64,
+) -> Result<Vec<RetryOutcomes>, StoreError> {
+    let rows = client
+        .query(
+            "SELECT target, ordinal, tries, successes, updated_at_ms FROM retry_outcomes \
+             ORDER BY target",
+            &[],
+        )
+        .await
+        .pg()?;
+    Ok(folded(&rows)?
+        .into_iter()
+        .filter_map(|(target, (record, at))| {
+            let record = retry_aged(&record, at, now_ms);
+            (!record.is_empty()).then_some(RetryOutcomes {
+                target,
+                record,
+                updated_at_ms: at,
+            })
+        })
+        .collect())
+}

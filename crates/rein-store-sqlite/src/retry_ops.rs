@@ -1,0 +1,130 @@
+//! The SQL of the retry outcome operations (schema v16).
+
+use std::collections::BTreeMap;
+
+use rein_core::retry::{RETRY_ORDINALS, RetryRecord};
+use rusqlite::{Connection, params};
+
+use super::codec::{SqlResult, int};
+use rein_store::rules::{retry_aged, retry_from_stored, retry_merged, validate_retry_target};
+use rein_store::{RetryOutcomes, StoreError};
+
+const TABLE: &str = "retry_outcomes";
+
+/// The stored counts of `target` and when they were written, if any.
+fn stored(conn: &Connection, target: &str) -> Result<Option<(RetryRecord, u64)>, StoreError> {
+    let mut statement = conn
+        .prepare_cached(
+            "SELECT ordinal, tries, successes, updated_at_ms FROM retry_outcomes WHERE target = ?1",
+        )
+        .sql()?;
+    let mut query = statement.query([target]).sql()?;
+    let mut counts = [(0i64, 0i64); RETRY_ORDINALS];
+    let mut at: Option<i64> = None;
+    while let Some(row) = query.next().sql()? {
+        let ordinal: i64 = row.get(0).sql()?;
+        let slot = slot_of(ordinal)?;
+        counts[slot] = (row.get(1).sql()?, row.get(2).sql()?);
+        let written: i64 = row.get(3).sql()?;
+        at = Some(at.map_or(written, |a| a.max(written)));
+    }
+    let Some(at) = at else {
+        return Ok(None);
+    };
+    Ok(Some((
+        retry_from_stored(TABLE, counts)?,
+        u64::try_from(at).unwrap_or(0),
+    )))
+}
+
+/// The slot of a stored ordinal (1-based).
+fn slot_of(ordinal: i64) -> Result<usize, StoreError> {
+    usize::try_from(ordinal)
+        .ok()
+        .and_then(|o| o.checked_sub(1))
+        .filter(|&s| s < RETRY_ORDINALS)
+        .ok_or_else(|| StoreError::Corrupt {
+            table: TABLE,
+            column: "ordinal",
+            reason: format!("expected 1 to {RETRY_ORDINALS}, found {ordinal}"),
+        })
+}
+
+/// Decays and adds each delta to its target's rows (see
+/// `HealthStore::merge_retry_outcomes`). The caller provides the
+/// transaction: its `IMMEDIATE` write lock makes each read-add-write
+/// atomic across processes.
+pub fn merge_retry_outcomes(
+    conn: &Connection,
+    deltas: &[(String, RetryRecord)],
+    now_ms: u64,
+) -> Result<Vec<RetryOutcomes>, StoreError> {
+    for (target, _) in deltas {
+        validate_retry_target(target)?;
+    }
+    let now = int(now_ms, "retry updated_at_ms")?;
+    let mut sums: BTreeMap<String, RetryOutcomes> = BTreeMap::new();
+    for (target, delta) in deltas {
+        let found = stored(conn, target)?;
+        if delta.is_empty() {
+            if let Some((record, at)) = found {
+                sums.insert(
+                    target.clone(),
+                    RetryOutcomes {
+                        target: target.clone(),
+                        record: retry_aged(&record, at, now_ms),
+                        updated_at_ms: at,
+                    },
+                );
+            }
+            continue;
+        }
+        let sum = retry_merged(found, delta, now_ms);
+        for (slot, (tries, successes)) in sum.counts().into_iter().enumerate() {
+            conn.prepare_cached(
+                "INSERT INTO retry_outcomes (target, ordinal, tries, successes, updated_at_ms) \
+                 VALUES (?1, ?2, ?3, ?4, ?5) \
+                 ON CONFLICT (target, ordinal) DO UPDATE SET tries = excluded.tries, \
+                 successes = excluded.successes, updated_at_ms = excluded.updated_at_ms",
+            )
+            .sql()?
+            .execute(params![target, slot + 1, tries, successes, now])
+            .sql()?;
+        }
+        sums.insert(
+            target.clone(),
+            RetryOutcomes {
+                target: target.clone(),
+                record: sum,
+                updated_at_ms: now_ms,
+            },
+        );
+    }
+    Ok(sums.into_values().collect())
+}
+
+/// Every stored target's counts, decayed to `now_ms`.
+pub fn retry_outcomes(conn: &Connection, now_ms: u64) -> Result<Vec<RetryOutcomes>, StoreError> {
+    let targets: Vec<String> = {
+        let mut statement = conn
+            .prepare_cached("SELECT DISTINCT target FROM retry_outcomes ORDER BY target")
+            .sql()?;
+        let rows = statement.query_map([], |row| row.get(0)).sql()?;
+        rows.collect::<Result<_, _>>().sql()?
+    };
+    let mut all = Vec::with_capacity(targets.len());
+    for target in targets {
+        let Some((record, at)) = stored(conn, &target)? else {
+            continue;
+        };
+        let record = retry_aged(&record, at, now_ms);
+        if !record.is_empty() {
+            all.push(RetryOutcomes {
+                target,
+                record,
+                updated_at_ms: at,
+            });
+        }
+    }
+    Ok(all)
+}
