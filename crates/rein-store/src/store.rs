@@ -16,6 +16,7 @@
 //! these methods are in [`StoreExt`](crate::StoreExt).
 
 use async_trait::async_trait;
+use rein_core::Timestamp;
 use rein_core::{Event, LedgerRecord, RunId, TenantId};
 
 use crate::breaker::BreakerOpening;
@@ -338,7 +339,7 @@ pub trait LeaseStore: Send + Sync {
         &self,
         lease_id: &str,
         owner: &str,
-        expires_at_ms: u64,
+        expires_at_ms: Timestamp,
     ) -> Result<bool, StoreError>;
 
     /// Releases `lease_id` only if `owner` holds it (expired or not);
@@ -363,7 +364,7 @@ pub trait LeaseStore: Send + Sync {
     ///
     /// [`StoreError::Invalid`] for a lease that breaks
     /// [`Lease::validate`]; [`StoreError::NotFound`] for an unknown run.
-    async fn take_over_lease(&self, lease: Lease, now_ms: u64) -> Result<bool, StoreError>;
+    async fn take_over_lease(&self, lease: Lease, now_ms: Timestamp) -> Result<bool, StoreError>;
 }
 
 /// HTTP `Idempotency-Key` records ([`IdempotencyRecord`]; see
@@ -399,8 +400,8 @@ pub trait IdempotencyStore: Send + Sync {
         tenant: &TenantId,
         key: &str,
         fingerprint: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
+        now_ms: Timestamp,
+        expires_at_ms: Timestamp,
     ) -> Result<Reservation, StoreError>;
 
     /// [`IdempotencyStore::reserve_idempotency`] for `reservation`, recording its
@@ -467,7 +468,7 @@ pub trait IdempotencyStore: Send + Sync {
         key: &str,
         owner: &str,
         settlement: IdempotencySettlement,
-        now_ms: u64,
+        now_ms: Timestamp,
     ) -> Result<IdempotencySettled, StoreError>;
 
     /// The heartbeat of a reservation's holder: sets the `in_progress`
@@ -484,7 +485,7 @@ pub trait IdempotencyStore: Send + Sync {
         tenant: &TenantId,
         key: &str,
         owner: &str,
-        until_ms: u64,
+        until_ms: Timestamp,
     ) -> Result<bool, StoreError>;
 
     /// Creates `run` (`queued`, as [`RunStore::create_run`]) only while the
@@ -527,7 +528,7 @@ pub trait IdempotencyStore: Send + Sync {
         tenant: &TenantId,
         key: &str,
         response: StoredResponse,
-        now_ms: u64,
+        now_ms: Timestamp,
     ) -> Result<(), StoreError>;
 
     /// Releases the reservation of `key` after the endpoint failed, so a
@@ -553,7 +554,8 @@ pub trait IdempotencyStore: Send + Sync {
     /// Deletes up to `limit` records expired at `now_ms`
     /// (`expires_at_ms <= now_ms`), in any state, soonest expiry first, and
     /// returns how many it deleted: the sweeper's step.
-    async fn sweep_idempotency(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError>;
+    async fn sweep_idempotency(&self, now_ms: Timestamp, limit: usize)
+    -> Result<usize, StoreError>;
 }
 
 /// Singleton leases ([`SingletonLease`]): elects the one process, among
@@ -586,8 +588,8 @@ pub trait SingletonStore: Send + Sync {
         &self,
         name: &str,
         owner: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
+        now_ms: Timestamp,
+        expires_at_ms: Timestamp,
     ) -> Result<Option<SingletonLease>, StoreError>;
 
     /// Gives the singleton lease `name` up if `owner` holds it (expired or
@@ -648,7 +650,7 @@ pub trait HealthStore: Send + Sync {
     /// The openings still in force at `now_ms` (`open_until_ms > now_ms`),
     /// by arm name. Ended ones stay stored until cleared or replaced, but
     /// are never listed.
-    async fn breaker_openings(&self, now_ms: u64) -> Result<Vec<BreakerOpening>, StoreError>;
+    async fn breaker_openings(&self, now_ms: Timestamp) -> Result<Vec<BreakerOpening>, StoreError>;
 
     /// Deletes `arm`'s opening if `opened_by` published it (the node's arm
     /// closed after a successful probe); returns whether it did. An opening
@@ -677,7 +679,7 @@ pub trait HealthStore: Send + Sync {
     async fn merge_latency(
         &self,
         deltas: &[(String, LatencyHistogram)],
-        now_ms: u64,
+        now_ms: Timestamp,
     ) -> Result<LatencyRows, StoreError>;
 
     /// Every stored histogram, by subject; rows that cannot be read are
@@ -704,8 +706,8 @@ pub trait HealthStore: Send + Sync {
         &self,
         group: &str,
         node: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
+        now_ms: Timestamp,
+        expires_at_ms: Timestamp,
     ) -> Result<Vec<String>, StoreError>;
 
     /// Gives `node`'s share lease of `group` up; returns whether it held

@@ -84,7 +84,7 @@ use rein_store::{BreakerOpening, MAX_BREAKER_ARM_LEN, Notification, Store};
 use tokio::sync::broadcast::{self, error::TryRecvError};
 
 use super::emitter::{Correlation, Emitter, unix_ms};
-use super::{Engine, EngineBuilder, millis};
+use super::{Engine, EngineBuilder};
 
 /// A sensible refresh interval for [`EngineBuilder::shared_breakers`]: how
 /// stale a node's view of the other nodes' openings may be (`rein serve`
@@ -322,7 +322,7 @@ impl SharedBreakers {
         opening.is_open(now_ms).then(|| {
             (
                 opening.clone(),
-                Duration::from_millis(opening.open_until_ms - now_ms),
+                opening.open_until_ms.saturating_duration_since(now_ms),
             )
         })
     }
@@ -345,7 +345,7 @@ impl SharedBreakers {
         let now_ms = unix_ms(self.clock.system_now());
         let opening = BreakerOpening {
             arm: cooldown_of(kind, name),
-            open_until_ms: now_ms.saturating_add(millis(retry_after)),
+            open_until_ms: now_ms.saturating_add(retry_after),
             opened_by: self.node.clone(),
             reason: format!(
                 "the target asked to wait {}s (Retry-After)",
@@ -383,7 +383,7 @@ impl SharedBreakers {
                 let left = until.saturating_duration_since(self.clock.now());
                 let opening = BreakerOpening {
                     arm,
-                    open_until_ms: now_ms.saturating_add(millis(left)),
+                    open_until_ms: now_ms.saturating_add(left),
                     opened_by: self.node.clone(),
                     reason: reason.to_string(),
                     updated_at_ms: now_ms,
