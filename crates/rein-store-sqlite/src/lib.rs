@@ -52,7 +52,7 @@
 //!         input: "move order 42 to Friday".to_owned(),
 //!         parent_run_id: None,
 //!         budget: serde_json::json!({ "max_steps": 10 }),
-//!         created_at_ms: 1_700_000_000_000,
+//!         created_at_ms: rein_store::Timestamp::from_millis(1_700_000_000_000),
 //!         trace_parent: None,
 //!     })
 //!     .await?;

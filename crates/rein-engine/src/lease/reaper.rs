@@ -117,7 +117,7 @@ pub struct ReapReport {
 /// # use std::sync::Arc;
 /// # use rein_engine::lease::Reaper;
 /// # use rein_store_sqlite::SqliteStore;
-/// # async fn demo(now_ms: Timestamp) -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn demo(now_ms: rein_store::Timestamp) -> Result<(), Box<dyn std::error::Error>> {
 /// let store = SqliteStore::open("rein.db")?;
 /// let report = Reaper::new().reap(&store, now_ms).await?;
 /// for reclaimed in &report.reclaimed {
