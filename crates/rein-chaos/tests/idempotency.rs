@@ -10,6 +10,7 @@
 //!   lease: retries get 409 the whole time, never a release.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use rein_store::Timestamp;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -248,7 +249,7 @@ async fn a_holder_that_works_longer_than_a_lease_keeps_its_key_by_renewing_it() 
         assert_eq!(status, 409, "{body}");
         conflicts += 1;
         if let Some(record) = served.in_progress("slow").await {
-            let renewed = record.holder_until_ms.unwrap_or(0);
+            let renewed = record.holder_until_ms.unwrap_or(Timestamp::from_millis(0));
             past_first_lease |=
                 rein_server::recovery::now_ms() > first_until && renewed > first_until;
         }

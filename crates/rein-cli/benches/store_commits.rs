@@ -23,6 +23,7 @@
 //! database per shape); without one only SQLite is measured.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use rein_store::Timestamp;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -112,7 +113,7 @@ fn commit(run: &RunId, step: u32) -> StepCommit {
         intent_id: None,
         attempt_id: None,
         idempotency_key: None,
-        at_ms: 1_000 + u64::from(step),
+        at_ms: Timestamp::from_millis(1_000 + u64::from(step)),
         data: EventData::decode(kind, data).unwrap(),
     };
     let finished = json!({"tool": "t", "attempt": 1, "ok": true, "replayed": false,
@@ -131,8 +132,8 @@ fn commit(run: &RunId, step: u32) -> StepCommit {
             result: None,
             failure: None,
             attempts: 0,
-            created_at_ms: 1_000,
-            updated_at_ms: 1_000,
+            created_at_ms: Timestamp::from_millis(1_000),
+            updated_at_ms: Timestamp::from_millis(1_000),
         }],
         events: vec![
             event(EventKind::ToolCallFinished, finished.clone()),
@@ -150,7 +151,7 @@ fn commit(run: &RunId, step: u32) -> StepCommit {
             },
             elapsed_ms: 900,
             state: json!({}),
-            at_ms: 2_000,
+            at_ms: Timestamp::from_millis(2_000),
         }),
         ..StepCommit::default()
     }
@@ -187,7 +188,7 @@ async fn committer(spec: &str) -> Result<()> {
                 input: "x".to_owned(),
                 parent_run_id: None,
                 budget: json!({}),
-                created_at_ms: 1,
+                created_at_ms: Timestamp::from_millis(1),
                 trace_parent: None,
             })
             .await?;

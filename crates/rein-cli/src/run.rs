@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use rein_core::{Outcome, RunId, RunReport, TenantId};
+use rein_core::{Outcome, RunId, RunReport, TenantId, Timestamp};
 use rein_engine::bind::{bind_agent, process_env};
 use rein_engine::config::{CompiledSchemas, Loader, Registry};
 use rein_engine::run::{
@@ -393,8 +393,10 @@ pub fn observer(json_output: bool) -> Option<Observer> {
     }
     let started = Arc::new(AtomicU64::new(0));
     Some(Arc::new(move |event: &rein_core::Event| {
-        let _ = started.compare_exchange(0, event.at_ms, Ordering::AcqRel, Ordering::Acquire);
-        println!("{}", timeline::line(event, started.load(Ordering::Acquire)));
+        let at_ms = event.at_ms.as_millis();
+        let _ = started.compare_exchange(0, at_ms, Ordering::AcqRel, Ordering::Acquire);
+        let started = Timestamp::from_millis(started.load(Ordering::Acquire));
+        println!("{}", timeline::line(event, started));
     }))
 }
 

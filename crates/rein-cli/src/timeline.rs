@@ -8,13 +8,13 @@ use rein_core::event::{
     AbandonReason, CallRejected, ModelCallResult, StopReason, ToolCallFinished,
 };
 use rein_core::retry::GiveUpReason;
-use rein_core::{Category, Effect, Event, EventData, Outcome, RunReport};
+use rein_core::{Category, Effect, Event, EventData, Outcome, RunReport, Timestamp};
 use serde_json::Value;
 
 /// One readable line for an event: time since the run started, step, kind,
 /// and what the decision was and why.
-pub fn line(event: &Event, started_ms: u64) -> String {
-    let offset = event.at_ms.saturating_sub(started_ms);
+pub fn line(event: &Event, started: Timestamp) -> String {
+    let offset = event.at_ms.as_millis().saturating_sub(started.as_millis());
     let detail = match &event.data {
         EventData::RunStarted(d) => {
             format!("agent {} on {} ({})", d.agent, d.provider, d.model)
@@ -326,7 +326,7 @@ mod tests {
             intent_id: None,
             attempt_id: None,
             idempotency_key: None,
-            at_ms: 1_250,
+            at_ms: Timestamp::from_millis(1_250),
             data,
         }
     }
@@ -341,7 +341,7 @@ mod tests {
                 bucket: "requests".into(),
                 waited: Duration::from_millis(350),
             })),
-            1_000,
+            Timestamp::from_millis(1_000),
         );
         assert!(waited.contains("rate_limited"), "{waited}");
         assert!(
@@ -357,7 +357,7 @@ mod tests {
                 reason: "no_time".into(),
                 waited: Duration::ZERO,
             })),
-            1_000,
+            Timestamp::from_millis(1_000),
         );
         assert!(shed.contains("call_shed"), "{shed}");
         assert!(
@@ -371,7 +371,7 @@ mod tests {
                 new: 3,
                 reason: "the target signalled overload".into(),
             })),
-            1_000,
+            Timestamp::from_millis(1_000),
         );
         assert!(
             adjusted.contains(

@@ -21,6 +21,7 @@
 //! explore further.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use rein_store::Timestamp;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -173,7 +174,7 @@ fn cursors() -> String {
         .iter()
         .map(|(created_at_ms, run_id)| {
             let cursor = rein_store::RunCursor {
-                created_at_ms: *created_at_ms,
+                created_at_ms: Timestamp::from_millis(*created_at_ms),
                 run_id: rein_core::RunId::new(*run_id).unwrap(),
             };
             format!("\"{}\"", cursor.to_token())

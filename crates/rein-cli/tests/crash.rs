@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use rein_store::StoreExt;
+use rein_store::Timestamp;
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -526,8 +527,8 @@ async fn a_run_driven_by_a_live_process_cannot_be_resumed() {
             pgid: None,
             path: None,
             owner: rein_engine::lease::Owner::current().to_string(),
-            acquired_at_ms: 0,
-            expires_at_ms: u64::MAX / 2,
+            acquired_at_ms: Timestamp::from_millis(0),
+            expires_at_ms: Timestamp::from_millis(u64::MAX / 2),
         })
         .await
         .unwrap();

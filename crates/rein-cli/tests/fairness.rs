@@ -21,6 +21,7 @@
 //! quiet run overtaken by most of the backlog.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use rein_store::Timestamp;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -243,7 +244,9 @@ async fn observe(sabotage: &str, quiet_runs: usize, backlog: usize) -> Observed 
         .map(|&(queued, started)| {
             noisy_started
                 .iter()
-                .filter(|&&at| at > queued && at < started)
+                .filter(|&&at| {
+                    at > Timestamp::from_millis(queued) && at < Timestamp::from_millis(started)
+                })
                 .count()
         })
         .collect();

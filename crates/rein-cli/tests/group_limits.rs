@@ -216,15 +216,14 @@ async fn a_server_that_stops_gives_its_share_of_the_group_back() {
     two.signal(nix::sys::signal::Signal::SIGTERM);
     assert!(two.exited(Duration::from_secs(60)).await.success());
     let store = rein_store_sqlite::SqliteStore::open(&data).unwrap();
-    let now_ms = u64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis(),
-    )
-    .unwrap();
+    let now_ms = rein_store::Timestamp::from_system_time(std::time::SystemTime::now());
     let holders = store
-        .renew_share_lease("order_api", "probe", now_ms, now_ms + 1)
+        .renew_share_lease(
+            "order_api",
+            "probe",
+            now_ms,
+            now_ms + Duration::from_millis(1),
+        )
         .await
         .unwrap();
     assert_eq!(

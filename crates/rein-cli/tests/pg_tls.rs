@@ -234,7 +234,7 @@ async fn each_sslmode_connects_or_fails_as_libpq_does_on_a_tls_only_server() {
             input: "over TLS".to_owned(),
             parent_run_id: None,
             budget: serde_json::json!({}),
-            created_at_ms: 1,
+            created_at_ms: rein_store::Timestamp::from_millis(1),
             trace_parent: None,
         })
         .await

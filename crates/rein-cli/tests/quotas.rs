@@ -11,6 +11,7 @@
 //! held requests), never by sleeping.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use rein_store::Timestamp;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -430,7 +431,9 @@ async fn quiet_behind_noisy(sabotage: &str, quiet_runs: usize) -> QuietBehindNoi
         .map(|&(queued, started)| {
             noisy_started
                 .iter()
-                .filter(|&&at| at > queued && at < started)
+                .filter(|&&at| {
+                    at > Timestamp::from_millis(queued) && at < Timestamp::from_millis(started)
+                })
                 .count() as u64
         })
         .collect();

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use rein_store::RunStore;
+use rein_store::Timestamp;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -244,7 +245,7 @@ async fn resume_from_a_corrupted_checkpoint_fails_naming_the_field() {
                 input: "Move A-1001 to 8 January.".into(),
                 parent_run_id: None,
                 budget: json!({}),
-                created_at_ms: 1,
+                created_at_ms: Timestamp::from_millis(1),
                 trace_parent: None,
             })
             .await
@@ -256,7 +257,7 @@ async fn resume_from_a_corrupted_checkpoint_fails_naming_the_field() {
                     status: Some(StatusChange {
                         status: RunStatus::Running,
                         report: None,
-                        at_ms: 2,
+                        at_ms: Timestamp::from_millis(2),
                     }),
                     checkpoint: Some(Checkpoint {
                         run_id: run_id.clone(),
@@ -267,7 +268,7 @@ async fn resume_from_a_corrupted_checkpoint_fails_naming_the_field() {
                         elapsed_ms: 10,
                         state: json!({"calls": [], "facts": [], "tools_tried": [],
                                       "provider_calls": 1}),
-                        at_ms: 3,
+                        at_ms: Timestamp::from_millis(3),
                     }),
                     ..StepCommit::default()
                 },

@@ -2,6 +2,7 @@
 //! refuses to expose an unauthenticated API beyond loopback.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use rein_store::Timestamp;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -230,7 +231,13 @@ async fn idempotency_records_are_listed_and_cleared_by_the_operator() {
         let fingerprint = "0".repeat(64);
         // A crash after the reservation leaves it in progress.
         let r = store
-            .reserve_idempotency(&tenant, "order-7", &fingerprint, 1_000, u64::MAX / 2)
+            .reserve_idempotency(
+                &tenant,
+                "order-7",
+                &fingerprint,
+                Timestamp::from_millis(1_000),
+                Timestamp::from_millis(u64::MAX / 2),
+            )
             .await
             .unwrap();
         assert!(matches!(r, Reservation::Reserved));

@@ -168,7 +168,7 @@ async fn at_ms(store: &dyn RunStore, id: &RunId, kind: EventKind) -> Option<u64>
         .unwrap()
         .iter()
         .find(|e| e.kind() == kind)
-        .map(|e| e.at_ms)
+        .map(|e| e.at_ms.as_millis())
 }
 
 /// When each of `tenant`'s runs was created and started, and when each of
@@ -187,7 +187,7 @@ async fn times(db: &Path, quiet: &[String]) -> Times {
         let id = RunId::new(id).unwrap();
         let run = store.get_run(&id).await.unwrap().unwrap();
         let started = at_ms(&store, &id, EventKind::RunStarted).await.unwrap();
-        quiet_times.push((run.created_at_ms, started));
+        quiet_times.push((run.created_at_ms.as_millis(), started));
     }
     let mut noisy_finished = Vec::new();
     for run in store.list_runs(10_000).await.unwrap() {

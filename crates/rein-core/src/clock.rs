@@ -18,6 +18,8 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use crate::Timestamp;
+
 /// A point on a monotonic time line, measured from an origin the clock chose.
 ///
 /// # Why not `std::time::Instant`
@@ -86,6 +88,13 @@ pub trait Clock: Send + Sync {
 
     /// The current wall-clock time.
     fn system_now(&self) -> SystemTime;
+
+    /// The current wall-clock time as the store records it. `now` stays the
+    /// monotonic [`Instant`]: deadlines must not jump with the wall clock,
+    /// while stored times must be comparable across processes.
+    fn timestamp(&self) -> Timestamp {
+        Timestamp::from_system_time(self.system_now())
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for Arc<C> {
@@ -213,6 +222,16 @@ mod tests {
         assert_eq!(
             clock.system_now().duration_since(before).unwrap(),
             Duration::from_secs(3)
+        );
+    }
+
+    #[test]
+    fn manual_clock_timestamp_is_its_wall_time() {
+        let clock = ManualClock::new();
+        clock.advance(Duration::from_millis(1_500));
+        assert_eq!(
+            clock.timestamp(),
+            Timestamp::from_millis(MANUAL_CLOCK_WALL_ORIGIN_UNIX_SECS * 1_000 + 1_500)
         );
     }
 

@@ -34,6 +34,7 @@ use serde_json::Value;
 use crate::failure::Failure;
 use crate::idempotency::IdempotencyKey;
 use crate::ids::{IntentId, RunId};
+use crate::timestamp::Timestamp;
 use crate::tool::ToolClass;
 
 /// Where a side effect stands.
@@ -153,10 +154,10 @@ pub struct LedgerRecord {
     pub failure: Option<Failure>,
     /// Attempts made.
     pub attempts: u32,
-    /// When declared, ms since the Unix epoch.
-    pub created_at_ms: u64,
-    /// When last changed, ms since the Unix epoch.
-    pub updated_at_ms: u64,
+    /// When declared.
+    pub created_at_ms: Timestamp,
+    /// When last changed.
+    pub updated_at_ms: Timestamp,
 }
 
 #[cfg(test)]

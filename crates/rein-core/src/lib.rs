@@ -10,6 +10,7 @@
 //! | module | concept |
 //! | --- | --- |
 //! | [`clock`] | time as an input: `Clock`, `Instant`, `ManualClock` |
+//! | [`timestamp`] | wall-clock points in time as stored: `Timestamp` (ms since the epoch) |
 //! | [`config`] | validated settings: `ConfigError`, `Ratio`, `Weight` |
 //! | [`ids`] | `TenantId`, `RunId`, `IntentId`, `AttemptId` |
 //! | [`tool`] | `ToolClass`, `LatencyProfile` |
@@ -60,6 +61,7 @@ pub mod registry;
 pub mod report;
 pub mod retry;
 pub mod submission;
+pub mod timestamp;
 pub mod tool;
 
 pub use clock::{Clock, Instant, ManualClock};
@@ -69,4 +71,5 @@ pub use failure::{Category, Effect, Failure};
 pub use ids::{AttemptId, IntentId, RunId, TenantId};
 pub use ledger::{LedgerRecord, LedgerStatus};
 pub use outcome::{FailurePolicy, Outcome, ReportNote, RunReport};
+pub use timestamp::Timestamp;
 pub use tool::{LatencyProfile, ToolClass};

@@ -890,6 +890,7 @@ mod tests {
     use super::*;
     use crate::call::Planned;
     use crate::failure::Failure;
+    use crate::timestamp::Timestamp;
 
     fn run_id() -> RunId {
         RunId::new("r-1").unwrap()
@@ -935,8 +936,8 @@ mod tests {
             .then(|| json!({"ok": n})),
             failure: None,
             attempts: 1,
-            created_at_ms: 1,
-            updated_at_ms: 1,
+            created_at_ms: Timestamp::from_millis(1),
+            updated_at_ms: Timestamp::from_millis(1),
         }
     }
 

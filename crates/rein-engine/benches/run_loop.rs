@@ -14,6 +14,7 @@
 
 mod support;
 
+use rein_core::Timestamp;
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -134,7 +135,7 @@ fn bench(c: &mut Criterion) {
             input: INPUT.into(),
             parent_run_id: None,
             budget: json!({}),
-            created_at_ms: 0,
+            created_at_ms: Timestamp::from_millis(0),
             trace_parent: None,
         }))
         .unwrap();
@@ -145,7 +146,7 @@ fn bench(c: &mut Criterion) {
         intent_id: None,
         attempt_id: None,
         idempotency_key: None,
-        at_ms: 0,
+        at_ms: Timestamp::from_millis(0),
         data: rein_core::event::PlanCreated {
             intents: vec![rein_core::event::PlannedIntentSummary {
                 intent_id: rein_core::IntentId::new("intent-1").unwrap(),

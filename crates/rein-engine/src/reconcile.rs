@@ -14,11 +14,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use rein_core::event::LedgerRecorded;
 use rein_core::registry::CompensationGrade;
-use rein_core::{Clock, Event, EventData, LedgerRecord, LedgerStatus, Outcome, ToolClass};
+use rein_core::{
+    Clock, Event, EventData, LedgerRecord, LedgerStatus, Outcome, Timestamp, ToolClass,
+};
 use rein_store::{LedgerMark, RunStatus, StepCommit, Store, StoreError, StoreExt};
 use serde::Serialize;
 
@@ -165,13 +167,13 @@ impl Reconciler {
     pub async fn sweep(&self, classes: SweepClasses) -> Result<ReconcileReport, StoreError> {
         let mut report = ReconcileReport::default();
         let now_ms = unix_ms(self.clock.system_now());
-        let timeout_ms = u64::try_from(self.config.pending_timeout.as_millis()).unwrap_or(u64::MAX);
+        let timeout = self.config.pending_timeout;
 
         // 1. Pending past the timeout: the process that declared it is gone.
         let mut driven: BTreeMap<String, bool> = BTreeMap::new();
         for record in self.store.pending_ledger(self.config.batch).await? {
             if !classes.covers(record.class)
-                || now_ms.saturating_sub(record.updated_at_ms) < timeout_ms
+                || now_ms.saturating_duration_since(record.updated_at_ms) < timeout
             {
                 report.skipped += 1;
                 continue;
@@ -263,7 +265,7 @@ impl Reconciler {
     /// machine or container, whose processes cannot be seen from here)
     /// until its lease expires, and one whose id cannot be read. Only a
     /// provably gone owner drives nothing.
-    async fn is_driven(&self, run_id: &rein_core::RunId, now_ms: u64) -> bool {
+    async fn is_driven(&self, run_id: &rein_core::RunId, now_ms: Timestamp) -> bool {
         use crate::lease::Owner;
         let Ok(leases) = self.store.leases_of_run(run_id).await else {
             // Unknown: leave the run alone this sweep.
@@ -281,14 +283,11 @@ impl Reconciler {
     }
 
     /// Whether a record's compensation window has passed.
-    fn past_window(&self, record: &LedgerRecord, now_ms: u64) -> bool {
+    fn past_window(&self, record: &LedgerRecord, now_ms: Timestamp) -> bool {
         self.compensations
             .get(&record.tool)
             .and_then(|b| b.spec.window)
-            .is_some_and(|window| {
-                let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
-                now_ms > record.created_at_ms.saturating_add(window_ms)
-            })
+            .is_some_and(|window| now_ms > record.created_at_ms.saturating_add(window))
     }
 
     /// Whether the tool's own state contradicts a `succeeded` record: its
@@ -637,8 +636,6 @@ fn failed_strong_compensation(events: &[Event], record: &LedgerRecord) -> bool {
     started_strong && failed
 }
 
-fn unix_ms(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
+fn unix_ms(time: SystemTime) -> Timestamp {
+    Timestamp::from_system_time(time)
 }

@@ -25,6 +25,7 @@
 //! | a direct run's claim went silent | [`Standing::orphaned`], [`Engine::scan_orphans`] | `failed`, `orphaned` |
 //! | queued work's workers died too often | [`Standing::dead_letter`], [`Engine::close_dead_letter`] | `failed`, `dead_letter` |
 
+use rein_core::Timestamp;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
@@ -202,15 +203,19 @@ impl Standing {
     /// expiry minus one lease), or the run's last change when it holds no
     /// claim. Queued work and interrupted runs are resumed, never closed
     /// as orphans.
-    pub fn orphaned(&self, record: &RunRecord, now_ms: u64, scan: &OrphanScan) -> Option<Orphaned> {
+    pub fn orphaned(
+        &self,
+        record: &RunRecord,
+        now_ms: Timestamp,
+        scan: &OrphanScan,
+    ) -> Option<Orphaned> {
         if self.enqueued || self.interrupted.is_some() {
             return None;
         }
-        let lease = millis(scan.lease);
         let last_beat = self.claim.as_ref().map_or(record.updated_at_ms, |c| {
-            c.expires_at_ms.saturating_sub(lease)
+            c.expires_at_ms.saturating_sub(scan.lease)
         });
-        let silent_for = Duration::from_millis(now_ms.saturating_sub(last_beat));
+        let silent_for = now_ms.saturating_duration_since(last_beat);
         (silent_for >= scan.threshold).then_some(Orphaned {
             silent_for,
             threshold: scan.threshold,
@@ -264,7 +269,7 @@ impl Engine {
     /// Counts in the metrics what closing `record` from outside decided:
     /// its handoff package, as a run's own emitter counts one (no run
     /// process saw this close, so no emitter did).
-    fn count_closed(&self, record: &RunRecord, report: &RunReport, at_ms: u64) {
+    fn count_closed(&self, record: &RunRecord, report: &RunReport, at_ms: Timestamp) {
         let Some(package) = &report.handoff else {
             return;
         };
@@ -380,17 +385,13 @@ impl Engine {
     }
 }
 
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use rein_core::TenantId;
 
-    fn record(updated_at_ms: u64) -> RunRecord {
+    fn record(updated_at_ms: Timestamp) -> RunRecord {
         RunRecord {
             run_id: RunId::new("r").unwrap(),
             tenant: TenantId::new("t").unwrap(),
@@ -400,7 +401,7 @@ mod tests {
             parent_run_id: None,
             budget: serde_json::Value::Null,
             report: None,
-            created_at_ms: 0,
+            created_at_ms: Timestamp::from_millis(0),
             updated_at_ms,
             ledger_revision: 0,
             trace_parent: None,
@@ -408,7 +409,7 @@ mod tests {
         }
     }
 
-    fn claim(expires_at_ms: u64) -> Lease {
+    fn claim(expires_at_ms: Timestamp) -> Lease {
         Lease {
             lease_id: "run:r".into(),
             run_id: RunId::new("r").unwrap(),
@@ -417,7 +418,7 @@ mod tests {
             pgid: None,
             path: None,
             owner: "node#1.h".into(),
-            acquired_at_ms: 0,
+            acquired_at_ms: Timestamp::from_millis(0),
             expires_at_ms,
         }
     }
@@ -440,10 +441,21 @@ mod tests {
     #[test]
     fn orphaned_when_the_claim_was_last_renewed_a_threshold_ago() {
         // Renewed at 100 s (expiry 160 s minus the 60 s lease).
-        let standing = direct(Some(claim(160_000)));
-        assert_eq!(standing.orphaned(&record(0), 129_999, &SCAN), None);
+        let standing = direct(Some(claim(Timestamp::from_millis(160_000))));
         assert_eq!(
-            standing.orphaned(&record(0), 130_000, &SCAN),
+            standing.orphaned(
+                &record(Timestamp::from_millis(0)),
+                Timestamp::from_millis(129_999),
+                &SCAN
+            ),
+            None
+        );
+        assert_eq!(
+            standing.orphaned(
+                &record(Timestamp::from_millis(0)),
+                Timestamp::from_millis(130_000),
+                &SCAN
+            ),
             Some(Orphaned {
                 silent_for: Duration::from_secs(30),
                 threshold: Duration::from_secs(30),
@@ -454,8 +466,23 @@ mod tests {
     #[test]
     fn orphaned_without_a_claim_counts_from_the_runs_last_change() {
         let standing = direct(None);
-        assert_eq!(standing.orphaned(&record(5_000), 34_999, &SCAN), None);
-        assert!(standing.orphaned(&record(5_000), 35_000, &SCAN).is_some());
+        assert_eq!(
+            standing.orphaned(
+                &record(Timestamp::from_millis(5_000)),
+                Timestamp::from_millis(34_999),
+                &SCAN
+            ),
+            None
+        );
+        assert!(
+            standing
+                .orphaned(
+                    &record(Timestamp::from_millis(5_000)),
+                    Timestamp::from_millis(35_000),
+                    &SCAN
+                )
+                .is_some()
+        );
     }
 
     #[test]
@@ -469,7 +496,14 @@ mod tests {
             ..direct(None)
         };
         for standing in [queued, stopped] {
-            assert_eq!(standing.orphaned(&record(0), u64::MAX, &SCAN), None);
+            assert_eq!(
+                standing.orphaned(
+                    &record(Timestamp::from_millis(0)),
+                    Timestamp::from_millis(u64::MAX),
+                    &SCAN
+                ),
+                None
+            );
         }
     }
 

@@ -5,6 +5,7 @@
 
 mod common;
 
+use rein_core::Timestamp;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
@@ -501,7 +502,7 @@ async fn recorded_run(t: &Tree, id: &str, agent: &str, parent: Option<&RunId>) -
             input: "Move A-1002.".into(),
             parent_run_id: parent.cloned(),
             budget: json!({}),
-            created_at_ms: 1,
+            created_at_ms: Timestamp::from_millis(1),
             trace_parent: None,
         })
         .await
@@ -510,7 +511,7 @@ async fn recorded_run(t: &Tree, id: &str, agent: &str, parent: Option<&RunId>) -
         status: Some(rein_store::StatusChange {
             status: rein_store::RunStatus::Running,
             report: None,
-            at_ms: 2,
+            at_ms: Timestamp::from_millis(2),
         }),
         ..rein_store::StepCommit::default()
     };
@@ -538,8 +539,8 @@ fn record(
         result: None,
         failure: None,
         attempts: 0,
-        created_at_ms: 3,
-        updated_at_ms: 3,
+        created_at_ms: Timestamp::from_millis(3),
+        updated_at_ms: Timestamp::from_millis(3),
     }
 }
 
@@ -587,7 +588,7 @@ async fn a_child_call_left_in_doubt_is_settled_by_whether_its_child_exists() {
         intent_id: None,
         attempt_id: None,
         idempotency_key: None,
-        at_ms: 4,
+        at_ms: Timestamp::from_millis(4),
         data: rein_core::event::SettlementStarted {
             policy: rein_core::FailurePolicy::default(),
             irreversible_open: false,
@@ -633,7 +634,7 @@ async fn a_child_call_left_in_doubt_is_settled_by_whether_its_child_exists() {
                 result: Some(moved),
                 failure: None,
                 attempts: 1,
-                at_ms: 5,
+                at_ms: Timestamp::from_millis(5),
             },
         )],
         ..rein_store::StepCommit::default()

@@ -6,6 +6,7 @@
 #![cfg(unix)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use rein_core::Timestamp;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -89,7 +90,7 @@ async fn store_with_run(path: &Path, run: &str) -> (Arc<SqliteStore>, RunId) {
             input: "run the report".to_owned(),
             parent_run_id: None,
             budget: json!({}),
-            created_at_ms: unix_ms(),
+            created_at_ms: Timestamp::from_millis(unix_ms()),
             trace_parent: None,
         })
         .await
@@ -675,7 +676,8 @@ async fn the_reaper_kills_the_group_left_by_a_crashed_process() {
     let run_id = RunId::new(HELPER_RUN).unwrap();
     let leases = store.leases_of_run(&run_id).await.unwrap();
     assert_eq!(leases.len(), 2, "{leases:?}");
-    let past_expiry = leases.iter().map(|l| l.expires_at_ms).max().unwrap() + 1;
+    let past_expiry =
+        leases.iter().map(|l| l.expires_at_ms).max().unwrap() + Duration::from_millis(1);
     let helper_pid = i32::try_from(helper.id()).unwrap();
     assert!(
         leases
@@ -711,7 +713,10 @@ async fn the_reaper_kills_the_group_left_by_a_crashed_process() {
 
     // Not expired yet: nothing to do.
     let first_expiry = leases.iter().map(|l| l.expires_at_ms).min().unwrap();
-    let not_yet = reaper.reap(&store, first_expiry - 1).await.unwrap();
+    let not_yet = reaper
+        .reap(&store, first_expiry - Duration::from_millis(1))
+        .await
+        .unwrap();
     assert!(not_yet.reclaimed.is_empty() && not_yet.skipped.is_empty());
 
     let report = reaper.reap(&store, past_expiry).await.unwrap();
@@ -739,7 +744,10 @@ async fn the_reaper_kills_the_group_left_by_a_crashed_process() {
     assert_eq!(leased_dirs(&tmp), Vec::<PathBuf>::new());
 
     // Reaping again finds nothing.
-    let again = reaper.reap(&store, u64::MAX).await.unwrap();
+    let again = reaper
+        .reap(&store, Timestamp::from_millis(u64::MAX))
+        .await
+        .unwrap();
     assert!(again.reclaimed.is_empty() && again.skipped.is_empty());
 }
 
@@ -756,8 +764,8 @@ async fn the_reaper_releases_leases_whose_resources_are_already_gone_and_refuses
         pgid: Some(i32::MAX - 7),
         path: None,
         owner: "pid:999999999@elsewhere".to_owned(),
-        acquired_at_ms: 1,
-        expires_at_ms: 2,
+        acquired_at_ms: Timestamp::from_millis(1),
+        expires_at_ms: Timestamp::from_millis(2),
     };
     // This machine and pid namespace (what follows the `@` of this
     // process's id), a pid that runs nothing.
@@ -807,7 +815,10 @@ async fn the_reaper_releases_leases_whose_resources_are_already_gone_and_refuses
     for lease in [&gone_group, &foreign, &odd_path, &gone_path, &not_ours] {
         f.store.acquire_lease(lease.clone()).await.unwrap();
     }
-    let report = Reaper::new().reap(f.store.as_ref(), 10).await.unwrap();
+    let report = Reaper::new()
+        .reap(f.store.as_ref(), Timestamp::from_millis(10))
+        .await
+        .unwrap();
     let reclaimed: Vec<(&str, &Reclamation)> = report
         .reclaimed
         .iter()

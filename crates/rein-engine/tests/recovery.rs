@@ -5,6 +5,7 @@
 //! calls [`Engine::scan_orphans`]).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use rein_core::Timestamp;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -49,8 +50,8 @@ fn declared(run_id: &RunId, intent: &str, seq: u64, tool: &str, at_ms: u64) -> L
         result: None,
         failure: None,
         attempts: 1,
-        created_at_ms: at_ms,
-        updated_at_ms: at_ms,
+        created_at_ms: Timestamp::from_millis(at_ms),
+        updated_at_ms: Timestamp::from_millis(at_ms),
     }
 }
 
@@ -67,7 +68,7 @@ async fn abandoned_run(store: &Arc<dyn Store>, id: &str, t0: u64, calls: Value) 
             input: "Move order A-1001 and tell the buyer.".into(),
             parent_run_id: None,
             budget: json!({}),
-            created_at_ms: t0,
+            created_at_ms: Timestamp::from_millis(t0),
             trace_parent: None,
         })
         .await
@@ -81,7 +82,7 @@ async fn abandoned_run(store: &Arc<dyn Store>, id: &str, t0: u64, calls: Value) 
                 status: Some(StatusChange {
                     status: RunStatus::Running,
                     report: None,
-                    at_ms: t0,
+                    at_ms: Timestamp::from_millis(t0),
                 }),
                 declares: vec![
                     declared(&run_id, update.as_str(), 0, "update_delivery_time", t0),
@@ -103,7 +104,7 @@ async fn abandoned_run(store: &Arc<dyn Store>, id: &str, t0: u64, calls: Value) 
                         result: Some(json!({"order_id": "A-1001", "delivery": "friday"})),
                         failure: None,
                         attempts: 1,
-                        at_ms: t0 + 1,
+                        at_ms: Timestamp::from_millis(t0 + 1),
                     },
                 )],
                 checkpoint: Some(Checkpoint {
@@ -119,7 +120,7 @@ async fn abandoned_run(store: &Arc<dyn Store>, id: &str, t0: u64, calls: Value) 
                     elapsed_ms: 1,
                     state: json!({"calls": calls, "facts": [], "tools_tried": [],
                                   "provider_calls": 1}),
-                    at_ms: t0 + 1,
+                    at_ms: Timestamp::from_millis(t0 + 1),
                 }),
                 ..StepCommit::default()
             },
@@ -135,8 +136,8 @@ async fn abandoned_run(store: &Arc<dyn Store>, id: &str, t0: u64, calls: Value) 
             pgid: None,
             path: None,
             owner: "gone#pid:999999@elsewhere".into(),
-            acquired_at_ms: t0,
-            expires_at_ms: t0 + 60_000,
+            acquired_at_ms: Timestamp::from_millis(t0),
+            expires_at_ms: Timestamp::from_millis(t0 + 60_000),
         })
         .await
         .unwrap();
@@ -196,7 +197,7 @@ async fn an_embedder_closes_an_orphaned_run_with_its_effects_in_the_report() {
                 intent_id: None,
                 attempt_id: None,
                 idempotency_key: None,
-                at_ms: now - 20_000,
+                at_ms: Timestamp::from_millis(now - 20_000),
                 data: started,
             }],
         )
@@ -301,7 +302,7 @@ async fn an_orphan_scan_leaves_queued_work_to_its_workers() {
                 intent_id: None,
                 attempt_id: None,
                 idempotency_key: None,
-                at_ms: now - 600_000,
+                at_ms: Timestamp::from_millis(now - 600_000),
                 data: RunStarted {
                     agent: "desk".into(),
                     model: "m".into(),

@@ -7,6 +7,7 @@
 
 mod common;
 
+use rein_core::Timestamp;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -338,7 +339,7 @@ async fn a_record_marked_while_the_run_is_closed_is_in_its_closed_report() {
         input: "Move order A-1001.".into(),
         parent_run_id: None,
         budget: json!({}),
-        created_at_ms: 1_000,
+        created_at_ms: Timestamp::from_millis(1_000),
         trace_parent: None,
     };
     let run_id = inner.create_run(run).await.unwrap().run_id;
@@ -350,7 +351,7 @@ async fn a_record_marked_while_the_run_is_closed_is_in_its_closed_report() {
                 status: Some(rein_store::StatusChange {
                     status: RunStatus::Running,
                     report: None,
-                    at_ms: 1_001,
+                    at_ms: Timestamp::from_millis(1_001),
                 }),
                 declares: vec![rein_core::LedgerRecord {
                     run_id: run_id.clone(),
@@ -365,8 +366,8 @@ async fn a_record_marked_while_the_run_is_closed_is_in_its_closed_report() {
                     result: None,
                     failure: None,
                     attempts: 1,
-                    created_at_ms: 1_001,
-                    updated_at_ms: 1_001,
+                    created_at_ms: Timestamp::from_millis(1_001),
+                    updated_at_ms: Timestamp::from_millis(1_001),
                 }],
                 ..StepCommit::default()
             },
@@ -381,7 +382,7 @@ async fn a_record_marked_while_the_run_is_closed_is_in_its_closed_report() {
             result: Some(json!({"order_id": "A-1001"})),
             failure: None,
             attempts: 0,
-            at_ms: 1_500,
+            at_ms: Timestamp::from_millis(1_500),
         },
     ));
     let record = inner.get_run(&run_id).await.unwrap().unwrap();
@@ -394,9 +395,10 @@ async fn a_record_marked_while_the_run_is_closed_is_in_its_closed_report() {
         events: Vec::new(),
         expect: Some(RunStatus::Running),
     };
-    let report = rein_engine::run::close_run(&store, &record, closing, 2_000)
-        .await
-        .unwrap();
+    let report =
+        rein_engine::run::close_run(&store, &record, closing, Timestamp::from_millis(2_000))
+            .await
+            .unwrap();
     assert_eq!(
         report.completed[0].ledger,
         Some(LedgerStatus::Succeeded),

@@ -5,6 +5,7 @@
 
 mod common;
 
+use rein_core::Timestamp;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -1774,8 +1775,8 @@ async fn a_claim_of_a_live_or_stopped_process_is_never_taken_early_and_a_dead_on
         pgid: None,
         path: None,
         owner: owner.owner(),
-        acquired_at_ms: 0,
-        expires_at_ms: u64::MAX / 2,
+        acquired_at_ms: Timestamp::from_millis(0),
+        expires_at_ms: Timestamp::from_millis(u64::MAX / 2),
     };
     h.store.acquire_lease(lease).await.unwrap();
     let start = || {

@@ -5,6 +5,7 @@
 //! calling it, until the opening ends.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use rein_core::Timestamp;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -169,13 +170,18 @@ async fn a_provider_one_node_opened_is_refused_by_another_until_the_break_ends()
     a.fail_until_open(&bind).await;
     assert_eq!(model.request_count(), 5, "A's arm opened after 5 failures");
     let store = a.engine.store();
-    let openings = store.breaker_openings(a.now_ms()).await.unwrap();
+    let openings = store
+        .breaker_openings(Timestamp::from_millis(a.now_ms()))
+        .await
+        .unwrap();
     assert_eq!(openings.len(), 1, "{openings:?}");
     assert_eq!(openings[0].arm, "provider.primary");
     assert_eq!(openings[0].opened_by, "node-a");
     assert_eq!(
         openings[0].open_until_ms,
-        a.now_ms() + u64::try_from(DEFAULT_BREAK_DURATION.as_millis()).unwrap()
+        Timestamp::from_millis(
+            a.now_ms() + u64::try_from(DEFAULT_BREAK_DURATION.as_millis()).unwrap()
+        )
     );
 
     // B never saw a failure, yet refuses at once, without a request.
@@ -215,7 +221,11 @@ async fn a_provider_one_node_opened_is_refused_by_another_until_the_break_ends()
 
     // A's own probes close its arm, and it clears its opening.
     assert_eq!(
-        store.breaker_openings(0).await.unwrap().len(),
+        store
+            .breaker_openings(Timestamp::from_millis(0))
+            .await
+            .unwrap()
+            .len(),
         1,
         "an ended opening stays stored until cleared"
     );
@@ -223,7 +233,11 @@ async fn a_provider_one_node_opened_is_refused_by_another_until_the_break_ends()
         a.ask(&bind).await.0.expect("A's probe succeeds");
     }
     assert!(
-        store.breaker_openings(0).await.unwrap().is_empty(),
+        store
+            .breaker_openings(Timestamp::from_millis(0))
+            .await
+            .unwrap()
+            .is_empty(),
         "A cleared its opening when its arm closed"
     );
 }
@@ -288,7 +302,14 @@ async fn without_shared_breakers_another_node_calls_the_provider() {
     model.push_replies((0..5).map(|_| Reply::server_error()));
     let bind = binding(&model.openai_base_url());
     a.fail_until_open(&bind).await;
-    assert_eq!(store.breaker_openings(0).await.unwrap().len(), 1);
+    assert_eq!(
+        store
+            .breaker_openings(Timestamp::from_millis(0))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     let (ask, _) = question();
     b.ask_model(&bind, ask)
         .await

@@ -99,11 +99,7 @@ pub async fn list_breakers(
             consecutive_failures: arm.consecutive_failures,
         })
         .collect();
-    let now_ms = engine
-        .clock()
-        .system_now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let now_ms = engine.clock().timestamp();
     let shared = state
         .store
         .breaker_openings(now_ms)
@@ -111,10 +107,10 @@ pub async fn list_breakers(
         .into_iter()
         .map(|o| SharedOpening {
             arm: o.arm,
-            open_until_ms: o.open_until_ms,
+            open_until_ms: o.open_until_ms.as_millis(),
             opened_by: o.opened_by,
             reason: o.reason,
-            updated_at_ms: o.updated_at_ms,
+            updated_at_ms: o.updated_at_ms.as_millis(),
         })
         .collect();
     Ok(Json(BreakerList {

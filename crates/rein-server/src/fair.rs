@@ -141,6 +141,7 @@ impl FairPick {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rein_store::Timestamp;
 
     /// Keys for the tenants the tests name in overrides (a tenant no key
     /// acts for is refused).
@@ -177,8 +178,8 @@ mod tests {
             parent_run_id: None,
             budget: serde_json::Value::Null,
             report: None,
-            created_at_ms: n,
-            updated_at_ms: n,
+            created_at_ms: Timestamp::from_millis(n),
+            updated_at_ms: Timestamp::from_millis(n),
             ledger_revision: 0,
             trace_parent: None,
             first_span: None,

@@ -170,8 +170,8 @@ pub fn holder_id() -> String {
 /// The lease of a reservation's holder, in ms: `server.queue.lease`, the
 /// lease of run claims. The holder renews its reservation every third of
 /// it while it works ([`Renewal`]).
-fn lease_ms(state: &AppState) -> u64 {
-    u64::try_from(state.settings.queue.lease.as_millis()).unwrap_or(u64::MAX)
+fn lease(state: &AppState) -> std::time::Duration {
+    state.settings.queue.lease
 }
 
 /// The reservation of `key` for the request with fingerprint `print`, held
@@ -185,8 +185,7 @@ pub fn new_reservation(
     run: Option<RunId>,
 ) -> (NewReservation, String) {
     let now = now_ms();
-    let retention =
-        u64::try_from(state.settings.idempotency.retention.as_millis()).unwrap_or(u64::MAX);
+    let retention = state.settings.idempotency.retention;
     let owner = holder_id();
     let reservation = NewReservation {
         tenant: tenant.clone(),
@@ -195,7 +194,7 @@ pub fn new_reservation(
         holder: Some(Holder {
             owner: owner.clone(),
             run_id: run,
-            until_ms: now.saturating_add(lease_ms(state)),
+            until_ms: now.saturating_add(lease(state)),
         }),
         now_ms: now,
         expires_at_ms: now.saturating_add(retention),
@@ -500,7 +499,7 @@ impl Renewal {
     fn start(state: &Arc<AppState>, fence: ReservationFence) -> Renewal {
         let store = state.store.clone();
         let clock = state.engine.clock().clone();
-        let lease = lease_ms(state);
+        let lease = state.settings.queue.lease;
         let every = state.settings.queue.lease / 3;
         Renewal(tokio::spawn(async move {
             loop {

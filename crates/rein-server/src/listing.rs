@@ -29,7 +29,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use rein_store::{RunCursor, RunFilter, RunRecord, RunStatus};
+use rein_store::{RunCursor, RunFilter, RunRecord, RunStatus, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
@@ -137,8 +137,8 @@ impl RunSummary {
             status: record.status.as_str().to_owned(),
             outcome: record.status.outcome().map(|o| o.as_str().to_owned()),
             parent_run_id: record.parent_run_id.as_ref().map(ToString::to_string),
-            created_at_ms: record.created_at_ms,
-            updated_at_ms: record.updated_at_ms,
+            created_at_ms: record.created_at_ms.as_millis(),
+            updated_at_ms: record.updated_at_ms.as_millis(),
         }
     }
 }
@@ -170,11 +170,12 @@ fn invalid(parameter: &str, detail: String) -> Problem {
 }
 
 /// A time parameter: whole milliseconds from 0 to [`MAX_CREATED_MS`].
-fn millis(parameter: &str, value: &str) -> Result<u64, Problem> {
+fn millis(parameter: &str, value: &str) -> Result<Timestamp, Problem> {
     value
         .parse::<u64>()
         .ok()
         .filter(|ms| *ms <= MAX_CREATED_MS)
+        .map(Timestamp::from_millis)
         .ok_or_else(|| {
             invalid(
                 parameter,
@@ -314,7 +315,7 @@ mod tests {
     #[test]
     fn valid_parameters_make_the_filter_and_the_page() {
         let cursor = RunCursor {
-            created_at_ms: 5,
+            created_at_ms: Timestamp::from_millis(5),
             run_id: rein_core::RunId::new("r-1").unwrap(),
         };
         let listing = parse(&pairs(&[
@@ -332,8 +333,8 @@ mod tests {
                 filter: RunFilter::all()
                     .with_status(RunStatus::Finished(rein_core::Outcome::PartialSuccess))
                     .of_agent("order_desk")
-                    .created_after(0)
-                    .created_before(MAX_CREATED_MS),
+                    .created_after(Timestamp::from_millis(0))
+                    .created_before(Timestamp::from_millis(MAX_CREATED_MS)),
                 cursor: Some(cursor),
                 limit: 500,
             }

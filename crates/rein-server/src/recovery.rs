@@ -5,20 +5,17 @@
 //! server closes its orphans with the same report.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use rein_core::RunId;
 use rein_engine::recovery::{OrphanScan, Standing};
-use rein_store::RunCursor;
+use rein_store::{RunCursor, Timestamp};
 
 use crate::state::AppState;
 
-/// Unix milliseconds now.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
+/// The wall-clock time now, as the store records it.
+pub fn now_ms() -> Timestamp {
+    Timestamp::from_system_time(SystemTime::now())
 }
 
 /// Reads what the store says of `run_id` for deciding about it (see

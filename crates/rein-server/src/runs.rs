@@ -166,8 +166,8 @@ impl RunView {
             consumed,
             parent_run_id: record.parent_run_id.map(|p| p.to_string()),
             children: Vec::new(),
-            created_at_ms: record.created_at_ms,
-            updated_at_ms: record.updated_at_ms,
+            created_at_ms: record.created_at_ms.as_millis(),
+            updated_at_ms: record.updated_at_ms.as_millis(),
         }
     }
 }
@@ -527,7 +527,7 @@ fn queued_answer(
     run_id: &RunId,
     metadata: Option<serde_json::Map<String, Value>>,
 ) -> Answer {
-    let now = crate::recovery::now_ms();
+    let now = crate::recovery::now_ms().as_millis();
     let mut view = json!(RunView {
         run_id: run_id.to_string(),
         agent: agent.to_owned(),

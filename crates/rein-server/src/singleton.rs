@@ -28,7 +28,7 @@ pub const LEASE_PASSES: u32 = 3;
 pub async fn holds(state: &AppState, name: &str, every: Duration) -> bool {
     let now = now_ms();
     let lease = every.saturating_mul(LEASE_PASSES);
-    let until = now.saturating_add(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX).max(1));
+    let until = now.saturating_add(lease.max(Duration::from_millis(1)));
     match state
         .store
         .claim_singleton(name, state.engine.node(), now, until)

@@ -38,7 +38,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use rein_core::event::Guardrail;
 use rein_core::{Outcome, TenantId};
-use rein_store::{RunStats, RunStatus, Store, StoreError};
+use rein_store::{RunStats, RunStatus, Store, StoreError, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
@@ -251,7 +251,7 @@ pub async fn get_stats(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Json<Stats>, Problem> {
     let Query(pairs) = query.map_err(|e| Problem::bad_request(format!("invalid query: {e}")))?;
-    let window = parse(&pairs, crate::recovery::now_ms())?;
+    let window = parse(&pairs, crate::recovery::now_ms().as_millis())?;
     // The caller's tenant, whatever the query.
     Ok(Json(
         compute(state.store.as_ref(), Some(tenant), &window).await?,
@@ -275,8 +275,8 @@ pub async fn compute(
             .run_stats(&rein_store::StatsQuery {
                 tenant,
                 agent: window.agent.clone(),
-                since_ms: window.since_ms,
-                until_ms: window.until_ms,
+                since_ms: Timestamp::from_millis(window.since_ms),
+                until_ms: Timestamp::from_millis(window.until_ms),
             })
             .await?
     } else {

@@ -19,6 +19,7 @@
 //! stays blocked (409) longer than that lease after its last renewal.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -26,6 +27,7 @@ use rein_core::submission::{Liveness, Resolution, RunState, Submission, resolve}
 use rein_engine::lease::Owner;
 use rein_store::{
     IdempotencyRecord, IdempotencySettled, IdempotencySettlement, RunRecord, StoredResponse,
+    Timestamp,
 };
 use serde_json::{Value, json};
 
@@ -51,11 +53,10 @@ pub async fn resolve_in_progress(
     record: &IdempotencyRecord,
     body: &[u8],
 ) -> Resolved {
-    let lease_ms = u64::try_from(state.settings.queue.lease.as_millis()).unwrap_or(u64::MAX);
-    let (Some(owner), Some(liveness)) = (
-        record.owner.as_deref(),
-        liveness(record, now_ms(), lease_ms),
-    ) else {
+    let lease = state.settings.queue.lease;
+    let (Some(owner), Some(liveness)) =
+        (record.owner.as_deref(), liveness(record, now_ms(), lease))
+    else {
         // Nobody to ask about: the record blocks its key until it expires.
         return Resolved::Answer(in_progress());
     };
@@ -124,7 +125,7 @@ pub async fn resolve_in_progress(
 
 /// Whether the reservation's holder can still answer (see the module's
 /// table); `None` when the record names no holder it can be judged by.
-fn liveness(record: &IdempotencyRecord, now_ms: u64, lease_ms: u64) -> Option<Liveness> {
+fn liveness(record: &IdempotencyRecord, now_ms: Timestamp, lease: Duration) -> Option<Liveness> {
     let owner = record.owner.as_deref()?;
     if !record.holder_is_trusted() {
         return None;
@@ -134,7 +135,7 @@ fn liveness(record: &IdempotencyRecord, now_ms: u64, lease_ms: u64) -> Option<Li
     }
     let until = record
         .holder_until_ms
-        .unwrap_or(record.updated_at_ms.saturating_add(lease_ms));
+        .unwrap_or(record.updated_at_ms.saturating_add(lease));
     Some(if until > now_ms {
         Liveness::Alive
     } else {
@@ -208,13 +209,13 @@ mod tests {
             fingerprint: "0".repeat(64),
             state: rein_store::IdempotencyState::InProgress,
             response: None,
-            created_at_ms: 1_000,
-            updated_at_ms,
-            expires_at_ms: u64::MAX,
+            created_at_ms: Timestamp::from_millis(1_000),
+            updated_at_ms: Timestamp::from_millis(updated_at_ms),
+            expires_at_ms: Timestamp::from_millis(u64::MAX),
             owner: Some(owner.to_owned()),
             run_id: None,
-            holder_since_ms: until.map(|_| 1_000),
-            holder_until_ms: until,
+            holder_since_ms: until.map(|_| Timestamp::from_millis(1_000)),
+            holder_until_ms: until.map(Timestamp::from_millis),
         }
     }
 
@@ -223,11 +224,19 @@ mod tests {
         let me = format!("{}#token", Owner::current());
         // Renewed until 9 s: alive at 8.999 s, whatever the lease.
         assert_eq!(
-            liveness(&record(&me, 1_000, Some(9_000)), 8_999, 3_000),
+            liveness(
+                &record(&me, 1_000, Some(9_000)),
+                Timestamp::from_millis(8_999),
+                Duration::from_millis(3_000)
+            ),
             Some(Liveness::Alive)
         );
         assert_eq!(
-            liveness(&record(&me, 1_000, Some(9_000)), 9_000, 3_000),
+            liveness(
+                &record(&me, 1_000, Some(9_000)),
+                Timestamp::from_millis(9_000),
+                Duration::from_millis(3_000)
+            ),
             Some(Liveness::Gone),
             "a holder alive here that stopped renewing (stalled) is gone too"
         );
@@ -239,11 +248,19 @@ mod tests {
         // renewed, its holder at another node is never taken for dead.
         let elsewhere = "pid:1@some-other-host#token";
         assert_eq!(
-            liveness(&record(elsewhere, 1_000, Some(121_000)), 120_000, 60_000),
+            liveness(
+                &record(elsewhere, 1_000, Some(121_000)),
+                Timestamp::from_millis(120_000),
+                Duration::from_millis(60_000)
+            ),
             Some(Liveness::Alive)
         );
         assert_eq!(
-            liveness(&record(elsewhere, 1_000, Some(121_000)), 121_000, 60_000),
+            liveness(
+                &record(elsewhere, 1_000, Some(121_000)),
+                Timestamp::from_millis(121_000),
+                Duration::from_millis(60_000)
+            ),
             Some(Liveness::Gone)
         );
     }
@@ -255,7 +272,11 @@ mod tests {
         let gone = me.replacen(&format!("pid:{}", std::process::id()), "pid:999999999", 1);
         let is_local = Owner::parse(&gone).is_some_and(|o| o.is_local());
         assert_eq!(
-            liveness(&record(&gone, 1_000, Some(u64::MAX)), 2_000, 3_000),
+            liveness(
+                &record(&gone, 1_000, Some(u64::MAX)),
+                Timestamp::from_millis(2_000),
+                Duration::from_millis(3_000)
+            ),
             Some(if is_local {
                 Liveness::Gone
             } else {
@@ -270,11 +291,19 @@ mod tests {
     fn a_holder_from_before_renewals_is_alive_for_a_lease_after_its_last_change() {
         let elsewhere = "pid:1@some-other-host#token";
         assert_eq!(
-            liveness(&record(elsewhere, 1_000, None), 3_999, 3_000),
+            liveness(
+                &record(elsewhere, 1_000, None),
+                Timestamp::from_millis(3_999),
+                Duration::from_millis(3_000)
+            ),
             Some(Liveness::Alive)
         );
         assert_eq!(
-            liveness(&record(elsewhere, 1_000, None), 4_000, 3_000),
+            liveness(
+                &record(elsewhere, 1_000, None),
+                Timestamp::from_millis(4_000),
+                Duration::from_millis(3_000)
+            ),
             Some(Liveness::Gone)
         );
     }
@@ -284,10 +313,24 @@ mod tests {
         let mut replaced = record("pid:1@some-other-host#token", 50_000, Some(1_500));
         // Reserved again at 50 s by a rein that does not know the holder
         // columns: they belong to the reservation at 1 s.
-        replaced.created_at_ms = 50_000;
-        assert_eq!(liveness(&replaced, 60_000, 3_000), None);
+        replaced.created_at_ms = Timestamp::from_millis(50_000);
+        assert_eq!(
+            liveness(
+                &replaced,
+                Timestamp::from_millis(60_000),
+                Duration::from_millis(3_000)
+            ),
+            None
+        );
         let mut nobody = record("x", 1_000, None);
         nobody.owner = None;
-        assert_eq!(liveness(&nobody, 60_000, 3_000), None);
+        assert_eq!(
+            liveness(
+                &nobody,
+                Timestamp::from_millis(60_000),
+                Duration::from_millis(3_000)
+            ),
+            None
+        );
     }
 }

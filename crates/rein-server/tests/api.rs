@@ -2,6 +2,7 @@
 //! keys for two tenants, the testkit's order desk, a real SQLite file.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use rein_store::Timestamp;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -1024,13 +1025,18 @@ async fn a_run_driven_elsewhere_is_cancelled_through_the_store() {
             input: "x".into(),
             parent_run_id: None,
             budget: json!({}),
-            created_at_ms: 1,
+            created_at_ms: Timestamp::from_millis(1),
             trace_parent: None,
         })
         .await
         .unwrap();
     api.store
-        .set_run_status(&run_id, rein_store::RunStatus::Running, None, 2)
+        .set_run_status(
+            &run_id,
+            rein_store::RunStatus::Running,
+            None,
+            Timestamp::from_millis(2),
+        )
         .await
         .unwrap();
     // Its claim, as the driving process wrote it: that process's pid and
@@ -1047,7 +1053,7 @@ async fn a_run_driven_elsewhere_is_cancelled_through_the_store() {
             path: None,
             owner: owner.into(),
             acquired_at_ms: now,
-            expires_at_ms: now + 600_000,
+            expires_at_ms: now + Duration::from_millis(600_000),
         })
         .await
         .unwrap();
@@ -1095,7 +1101,7 @@ async fn abandoned(store: &dyn Store, id: &str) -> rein_core::RunId {
             input: "Move order A-1001.".into(),
             parent_run_id: None,
             budget: json!({}),
-            created_at_ms: 1,
+            created_at_ms: Timestamp::from_millis(1),
             trace_parent: None,
         })
         .await
@@ -1107,7 +1113,7 @@ async fn abandoned(store: &dyn Store, id: &str) -> rein_core::RunId {
         intent_id: None,
         attempt_id: None,
         idempotency_key: None,
-        at_ms: 2,
+        at_ms: Timestamp::from_millis(2),
         data: run_started(true),
     };
     store
@@ -1117,7 +1123,7 @@ async fn abandoned(store: &dyn Store, id: &str) -> rein_core::RunId {
                 status: Some(rein_store::StatusChange {
                     status: rein_store::RunStatus::Running,
                     report: None,
-                    at_ms: 2,
+                    at_ms: Timestamp::from_millis(2),
                 }),
                 events: vec![started],
                 ..rein_store::StepCommit::default()
@@ -1152,7 +1158,7 @@ async fn kept_for_caller(store: &dyn Store, id: &str) -> rein_core::RunId {
             input: "Move order A-1001.".into(),
             parent_run_id: None,
             budget: json!({}),
-            created_at_ms: 0,
+            created_at_ms: Timestamp::from_millis(0),
             trace_parent: None,
         })
         .await
@@ -1164,7 +1170,7 @@ async fn kept_for_caller(store: &dyn Store, id: &str) -> rein_core::RunId {
         intent_id: None,
         attempt_id: None,
         idempotency_key: None,
-        at_ms: 1,
+        at_ms: Timestamp::from_millis(1),
         data: rein_core::EventData::decode(kind, data).unwrap(),
     };
     store
@@ -1174,7 +1180,7 @@ async fn kept_for_caller(store: &dyn Store, id: &str) -> rein_core::RunId {
                 status: Some(rein_store::StatusChange {
                     status: rein_store::RunStatus::Running,
                     report: None,
-                    at_ms: 1,
+                    at_ms: Timestamp::from_millis(1),
                 }),
                 events: vec![
                     event(
@@ -1365,7 +1371,7 @@ async fn listing_pages_a_thousand_runs_per_tenant_never_across_tenants() {
                 input: "Move order A-1001.".into(),
                 parent_run_id: None,
                 budget: json!({}),
-                created_at_ms: at,
+                created_at_ms: Timestamp::from_millis(at),
                 trace_parent: None,
             })
             .await
@@ -1376,7 +1382,7 @@ async fn listing_pages_a_thousand_runs_per_tenant_never_across_tenants() {
                     &rein_core::RunId::new(run_id.clone()).unwrap(),
                     rein_store::RunStatus::Finished(rein_core::Outcome::Succeeded),
                     None,
-                    at + 1,
+                    Timestamp::from_millis(at + 1),
                 )
                 .await
                 .unwrap();
@@ -1537,7 +1543,7 @@ async fn a_resume_from_a_corrupted_checkpoint_is_refused_naming_the_field() {
                     elapsed_ms: 10,
                     state: json!({"calls": "not a list", "facts": [], "tools_tried": [],
                                   "provider_calls": 1}),
-                    at_ms: 2,
+                    at_ms: Timestamp::from_millis(2),
                 }),
                 ..rein_store::StepCommit::default()
             },

@@ -12,6 +12,7 @@
 //! one only SQLite is measured.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use rein_store::Timestamp;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,7 +42,7 @@ fn commit(run: &RunId, step: u32) -> StepCommit {
         intent_id: None,
         attempt_id: None,
         idempotency_key: None,
-        at_ms: 1_000 + u64::from(step),
+        at_ms: Timestamp::from_millis(1_000 + u64::from(step)),
         data: EventData::decode(kind, data).unwrap(),
     };
     let finished = json!({"tool": "t", "attempt": 1, "ok": true, "replayed": false,
@@ -60,8 +61,8 @@ fn commit(run: &RunId, step: u32) -> StepCommit {
             result: None,
             failure: None,
             attempts: 0,
-            created_at_ms: 1_000,
-            updated_at_ms: 1_000,
+            created_at_ms: Timestamp::from_millis(1_000),
+            updated_at_ms: Timestamp::from_millis(1_000),
         }],
         events: vec![
             event(EventKind::ToolCallFinished, finished.clone()),
@@ -79,7 +80,7 @@ fn commit(run: &RunId, step: u32) -> StepCommit {
             },
             elapsed_ms: 900,
             state: json!({}),
-            at_ms: 2_000,
+            at_ms: Timestamp::from_millis(2_000),
         }),
         ..StepCommit::default()
     }
@@ -97,7 +98,7 @@ async fn round(store: Arc<dyn Store>, round: usize, writers: usize) -> f64 {
                 input: "x".to_owned(),
                 parent_run_id: None,
                 budget: json!({}),
-                created_at_ms: 1,
+                created_at_ms: Timestamp::from_millis(1),
                 trace_parent: None,
             })
             .await

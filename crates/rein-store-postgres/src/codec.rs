@@ -6,6 +6,7 @@
 //! `migrations/`.
 
 use rein_core::{Event, LedgerRecord};
+use rein_store::Timestamp;
 use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
@@ -127,10 +128,10 @@ fn refused_for_good(error: &tokio_postgres::Error) -> Option<StoreError> {
     )))
 }
 
-/// A `u64` compared against stored times: beyond `i64::MAX` compares as
+/// A time compared against stored times: beyond `i64::MAX` compares as
 /// `i64::MAX`, after every storable time.
-pub(crate) fn at_most_max(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
+pub(crate) fn at_most_max(at: Timestamp) -> i64 {
+    i64::try_from(at.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// A count or limit as `BIGINT`.

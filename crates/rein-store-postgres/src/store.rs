@@ -2,6 +2,7 @@
 //! [`Store`] methods, each one pooled connection and (for a write) one
 //! transaction.
 
+use rein_store::Timestamp;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -411,7 +412,7 @@ impl LeaseStore for PostgresStore {
         &self,
         lease_id: &str,
         owner: &str,
-        expires_at_ms: u64,
+        expires_at_ms: Timestamp,
     ) -> Result<bool, StoreError> {
         write!(self, leases::renew_lease_of, lease_id, owner, expires_at_ms)
     }
@@ -420,7 +421,7 @@ impl LeaseStore for PostgresStore {
         write!(self, leases::release_lease_of, lease_id, owner)
     }
 
-    async fn take_over_lease(&self, lease: Lease, now_ms: u64) -> Result<bool, StoreError> {
+    async fn take_over_lease(&self, lease: Lease, now_ms: Timestamp) -> Result<bool, StoreError> {
         write!(self, leases::take_over_lease, &lease, now_ms)
     }
 }
@@ -432,8 +433,8 @@ impl IdempotencyStore for PostgresStore {
         tenant: &TenantId,
         key: &str,
         fingerprint: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
+        now_ms: Timestamp,
+        expires_at_ms: Timestamp,
     ) -> Result<Reservation, StoreError> {
         let reservation = NewReservation {
             tenant: tenant.clone(),
@@ -468,7 +469,7 @@ impl IdempotencyStore for PostgresStore {
         key: &str,
         owner: &str,
         settlement: IdempotencySettlement,
-        now_ms: u64,
+        now_ms: Timestamp,
     ) -> Result<IdempotencySettled, StoreError> {
         write!(
             self,
@@ -482,7 +483,7 @@ impl IdempotencyStore for PostgresStore {
         tenant: &TenantId,
         key: &str,
         owner: &str,
-        until_ms: u64,
+        until_ms: Timestamp,
     ) -> Result<bool, StoreError> {
         write!(self, idempotency::renew, tenant, key, owner, until_ms)
     }
@@ -500,7 +501,7 @@ impl IdempotencyStore for PostgresStore {
         tenant: &TenantId,
         key: &str,
         response: StoredResponse,
-        now_ms: u64,
+        now_ms: Timestamp,
     ) -> Result<(), StoreError> {
         write!(self, idempotency::complete, tenant, key, response, now_ms)
     }
@@ -522,7 +523,11 @@ impl IdempotencyStore for PostgresStore {
         write!(self, idempotency::clear, tenant, key)
     }
 
-    async fn sweep_idempotency(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
+    async fn sweep_idempotency(
+        &self,
+        now_ms: Timestamp,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
         write!(self, idempotency::sweep, now_ms, limit)
     }
 }
@@ -533,8 +538,8 @@ impl SingletonStore for PostgresStore {
         &self,
         name: &str,
         owner: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
+        now_ms: Timestamp,
+        expires_at_ms: Timestamp,
     ) -> Result<Option<SingletonLease>, StoreError> {
         write!(
             self,
@@ -561,7 +566,7 @@ impl HealthStore for PostgresStore {
         write!(self, shared::publish_breaker_open, &opening)
     }
 
-    async fn breaker_openings(&self, now_ms: u64) -> Result<Vec<BreakerOpening>, StoreError> {
+    async fn breaker_openings(&self, now_ms: Timestamp) -> Result<Vec<BreakerOpening>, StoreError> {
         read!(self, shared::breaker_openings, now_ms)
     }
 
@@ -572,7 +577,7 @@ impl HealthStore for PostgresStore {
     async fn merge_latency(
         &self,
         deltas: &[(String, rein_core::latency::LatencyHistogram)],
-        now_ms: u64,
+        now_ms: Timestamp,
     ) -> Result<rein_store::LatencyRows, StoreError> {
         write!(self, latency::merge_latency, deltas, now_ms)
     }
@@ -584,14 +589,14 @@ impl HealthStore for PostgresStore {
     async fn merge_retry_outcomes(
         &self,
         deltas: &[(String, rein_core::retry::RetryRecord)],
-        now_ms: u64,
+        now_ms: Timestamp,
     ) -> Result<Vec<rein_store::RetryOutcomes>, StoreError> {
         write!(self, retry::merge_retry_outcomes, deltas, now_ms)
     }
 
     async fn retry_outcomes(
         &self,
-        now_ms: u64,
+        now_ms: Timestamp,
     ) -> Result<Vec<rein_store::RetryOutcomes>, StoreError> {
         read!(self, retry::retry_outcomes, now_ms)
     }
@@ -600,8 +605,8 @@ impl HealthStore for PostgresStore {
         &self,
         group: &str,
         node: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
+        now_ms: Timestamp,
+        expires_at_ms: Timestamp,
     ) -> Result<Vec<String>, StoreError> {
         write!(
             self,

@@ -7,6 +7,7 @@
 //! of the machine's PostgreSQL; skips without a server, fails under CI.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use rein_store::Timestamp;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -62,10 +63,10 @@ async fn openings_published_and_cleared_on_one_store_are_notified_to_another() {
 
     let opening = BreakerOpening {
         arm: "tool.get_order".to_owned(),
-        open_until_ms: 2_000_000,
+        open_until_ms: Timestamp::from_millis(2_000_000),
         opened_by: "node-a".to_owned(),
         reason: "5 consecutive failures".to_owned(),
-        updated_at_ms: 1_000_000,
+        updated_at_ms: Timestamp::from_millis(1_000_000),
     };
     a.publish_breaker_open(opening.clone()).await.unwrap();
     next(&mut notified, changed("tool.get_order")).await;
@@ -90,7 +91,7 @@ async fn openings_published_and_cleared_on_one_store_are_notified_to_another() {
     );
     next(&mut notified, changed("tool.get_order")).await;
     assert!(
-        b.breaker_openings(1_500_000)
+        b.breaker_openings(Timestamp::from_millis(1_500_000))
             .await
             .unwrap()
             .iter()

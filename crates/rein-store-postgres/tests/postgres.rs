@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use rein_store::RunStore;
+use rein_store::Timestamp;
 use std::sync::Arc;
 
 use rein_store::StoreError;
@@ -140,7 +141,7 @@ async fn a_row_another_writer_damaged_is_corrupt_not_a_panic() {
     let store = PostgresStore::connect_with(database.url(), PostgresOptions::default())
         .await
         .unwrap();
-    let run = rein_store::conformance::new_run("corrupt", 1_000);
+    let run = rein_store::conformance::new_run("corrupt", Timestamp::from_millis(1_000));
     let run_id = run.run_id.clone();
     store.create_run(run).await.unwrap();
     let (client, connection) = tokio_postgres::connect(&database.url_text(), tokio_postgres::NoTls)
@@ -287,7 +288,7 @@ async fn a_store_without_notify_announces_no_step_commit() {
                     input: "x".to_owned(),
                     parent_run_id: None,
                     budget: serde_json::json!({}),
-                    created_at_ms: 1,
+                    created_at_ms: Timestamp::from_millis(1),
                     trace_parent: None,
                 })
                 .await
@@ -296,7 +297,7 @@ async fn a_store_without_notify_announces_no_step_commit() {
                 status: Some(StatusChange {
                     status: RunStatus::Running,
                     report: None,
-                    at_ms: 2,
+                    at_ms: Timestamp::from_millis(2),
                 }),
                 ..StepCommit::default()
             };

@@ -5,11 +5,11 @@ use rusqlite::{Connection, OptionalExtension};
 
 use super::codec::{SqlResult, int};
 use super::ops;
-use rein_store::CancelRequest;
 use rein_store::StoreError;
 use rein_store::rules::{
     cancel_requestable as requestable, validate_cancel_request as validate_request,
 };
+use rein_store::{CancelRequest, Timestamp};
 
 /// Records a cancel request (see [`Store::request_cancel`]). The caller
 /// provides the transaction: its `IMMEDIATE` write lock makes the status
@@ -56,11 +56,14 @@ pub fn cancel_request(
         .optional()
         .sql()?;
     row.map(|(requested_by, at)| {
-        let requested_at_ms = u64::try_from(at).map_err(|_| StoreError::Corrupt {
-            table: "cancel_requests",
-            column: "requested_at_ms",
-            reason: format!("expected milliseconds from 0, found {at}"),
-        })?;
+        let requested_at_ms =
+            u64::try_from(at)
+                .map(Timestamp::from_millis)
+                .map_err(|_| StoreError::Corrupt {
+                    table: "cancel_requests",
+                    column: "requested_at_ms",
+                    reason: format!("expected milliseconds from 0, found {at}"),
+                })?;
         Ok(CancelRequest {
             run_id: run_id.clone(),
             requested_by,

@@ -1,6 +1,7 @@
 //! The SQL of the latency histogram operations (schema v11).
 
 use rein_core::latency::LatencyHistogram;
+use rein_store::Timestamp;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::codec::{SqlResult, int};
@@ -19,7 +20,7 @@ use rein_store::{LatencyRecord, LatencyRows};
 pub fn merge_latency(
     conn: &Connection,
     deltas: &[(String, LatencyHistogram)],
-    now_ms: u64,
+    now_ms: Timestamp,
 ) -> Result<LatencyRows, StoreError> {
     for (subject, _) in deltas {
         validate_subject(subject)?;
@@ -39,7 +40,11 @@ pub fn merge_latency(
             // Nothing to add: report the stored sum as it is.
             if let Some((text, at)) = stored {
                 rows.records.retain(|r| r.subject != *subject);
-                match decoded(subject.clone(), &text, u64::try_from(at).unwrap_or(0)) {
+                match decoded(
+                    subject.clone(),
+                    &text,
+                    Timestamp::from_millis(u64::try_from(at).unwrap_or(0)),
+                ) {
                     Ok(record) => rows.records.push(record),
                     Err(corrupt) => rows.corrupt.push(corrupt),
                 }
@@ -86,7 +91,11 @@ pub fn latency_histograms(conn: &Connection) -> Result<LatencyRows, StoreError> 
         let subject: String = row.get(0).sql()?;
         let text: String = row.get(1).sql()?;
         let at: i64 = row.get(2).sql()?;
-        match decoded(subject, &text, u64::try_from(at).unwrap_or(0)) {
+        match decoded(
+            subject,
+            &text,
+            Timestamp::from_millis(u64::try_from(at).unwrap_or(0)),
+        ) {
             Ok(record) => rows.records.push(record),
             Err(corrupt) => rows.corrupt.push(corrupt),
         }

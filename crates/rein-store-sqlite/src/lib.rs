@@ -53,7 +53,7 @@
 //!         input: "move order 42 to Friday".to_owned(),
 //!         parent_run_id: None,
 //!         budget: serde_json::json!({ "max_steps": 10 }),
-//!         created_at_ms: 1_700_000_000_000,
+//!         created_at_ms: rein_store::Timestamp::from_millis(1_700_000_000_000),
 //!         trace_parent: None,
 //!     })
 //!     .await?;
@@ -84,6 +84,7 @@ pub use config::{DEFAULT_BUSY_TIMEOUT, DEFAULT_SYNCHRONOUS_FULL, MAX_BUSY_TIMEOU
 pub use files::{DIRECTORY_MODE, FILE_MODE, is_world_readable, world_readable_files};
 pub use schema::SCHEMA_VERSION;
 
+use rein_store::Timestamp;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
@@ -430,7 +431,7 @@ impl LeaseStore for SqliteStore {
         &self,
         lease_id: &str,
         owner: &str,
-        expires_at_ms: u64,
+        expires_at_ms: Timestamp,
     ) -> Result<bool, StoreError> {
         let (lease_id, owner) = (lease_id.to_owned(), owner.to_owned());
         // A write: the owner check and the renewal run in one `BEGIN
@@ -448,7 +449,7 @@ impl LeaseStore for SqliteStore {
             .await
     }
 
-    async fn take_over_lease(&self, lease: Lease, now_ms: u64) -> Result<bool, StoreError> {
+    async fn take_over_lease(&self, lease: Lease, now_ms: Timestamp) -> Result<bool, StoreError> {
         // A write: the expiry check and the replacement run in one `BEGIN
         // IMMEDIATE`, so of concurrent take-overs (across processes) at most
         // one wins.
@@ -465,8 +466,8 @@ impl IdempotencyStore for SqliteStore {
         tenant: &TenantId,
         key: &str,
         fingerprint: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
+        now_ms: Timestamp,
+        expires_at_ms: Timestamp,
     ) -> Result<Reservation, StoreError> {
         let (tenant, key, fingerprint) = (tenant.clone(), key.to_owned(), fingerprint.to_owned());
         // A write: it runs inside the worker's `BEGIN IMMEDIATE`, so no
@@ -513,7 +514,7 @@ impl IdempotencyStore for SqliteStore {
         key: &str,
         owner: &str,
         settlement: IdempotencySettlement,
-        now_ms: u64,
+        now_ms: Timestamp,
     ) -> Result<IdempotencySettled, StoreError> {
         let (tenant, key, owner) = (tenant.clone(), key.to_owned(), owner.to_owned());
         self.worker
@@ -528,7 +529,7 @@ impl IdempotencyStore for SqliteStore {
         tenant: &TenantId,
         key: &str,
         owner: &str,
-        until_ms: u64,
+        until_ms: Timestamp,
     ) -> Result<bool, StoreError> {
         let (tenant, key, owner) = (tenant.clone(), key.to_owned(), owner.to_owned());
         self.worker
@@ -554,7 +555,7 @@ impl IdempotencyStore for SqliteStore {
         tenant: &TenantId,
         key: &str,
         response: StoredResponse,
-        now_ms: u64,
+        now_ms: Timestamp,
     ) -> Result<(), StoreError> {
         let (tenant, key) = (tenant.clone(), key.to_owned());
         self.worker
@@ -588,7 +589,11 @@ impl IdempotencyStore for SqliteStore {
             .await
     }
 
-    async fn sweep_idempotency(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
+    async fn sweep_idempotency(
+        &self,
+        now_ms: Timestamp,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
         self.worker
             .write(move |conn| ops::sweep_idempotency(conn, now_ms, limit))
             .await
@@ -601,8 +606,8 @@ impl SingletonStore for SqliteStore {
         &self,
         name: &str,
         owner: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
+        now_ms: Timestamp,
+        expires_at_ms: Timestamp,
     ) -> Result<Option<SingletonLease>, StoreError> {
         let (name, owner) = (name.to_owned(), owner.to_owned());
         // A write: it runs inside the worker's `BEGIN IMMEDIATE`, so no
@@ -642,7 +647,7 @@ impl HealthStore for SqliteStore {
             .await
     }
 
-    async fn breaker_openings(&self, now_ms: u64) -> Result<Vec<BreakerOpening>, StoreError> {
+    async fn breaker_openings(&self, now_ms: Timestamp) -> Result<Vec<BreakerOpening>, StoreError> {
         self.worker
             .read(move |conn| ops::breaker_openings(conn, now_ms))
             .await
@@ -658,7 +663,7 @@ impl HealthStore for SqliteStore {
     async fn merge_latency(
         &self,
         deltas: &[(String, rein_core::latency::LatencyHistogram)],
-        now_ms: u64,
+        now_ms: Timestamp,
     ) -> Result<LatencyRows, StoreError> {
         // A write: each read-add-write runs inside the worker's `BEGIN
         // IMMEDIATE`, so two processes merging at once both count.
@@ -675,7 +680,7 @@ impl HealthStore for SqliteStore {
     async fn merge_retry_outcomes(
         &self,
         deltas: &[(String, rein_core::retry::RetryRecord)],
-        now_ms: u64,
+        now_ms: Timestamp,
     ) -> Result<Vec<rein_store::RetryOutcomes>, StoreError> {
         // A write: each read-decay-add-write runs inside the worker's
         // `BEGIN IMMEDIATE`, so two processes merging at once both count.
@@ -687,7 +692,7 @@ impl HealthStore for SqliteStore {
 
     async fn retry_outcomes(
         &self,
-        now_ms: u64,
+        now_ms: Timestamp,
     ) -> Result<Vec<rein_store::RetryOutcomes>, StoreError> {
         self.worker
             .read(move |conn| retry_ops::retry_outcomes(conn, now_ms))
@@ -698,8 +703,8 @@ impl HealthStore for SqliteStore {
         &self,
         group: &str,
         node: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
+        now_ms: Timestamp,
+        expires_at_ms: Timestamp,
     ) -> Result<Vec<String>, StoreError> {
         // A write: the renewal and the listing run inside the worker's
         // `BEGIN IMMEDIATE`, so a node renewing after another lists it.

@@ -6,6 +6,7 @@
 
 use rein_core::event::Guardrail;
 use rein_core::{Event, IntentId, LedgerRecord, LedgerStatus, RunId, RunReport, TenantId};
+use rein_store::Timestamp;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::codec::{
@@ -1005,7 +1006,7 @@ pub fn renew_lease_of(
     conn: &Connection,
     lease_id: &str,
     owner: &str,
-    expires_at_ms: u64,
+    expires_at_ms: Timestamp,
 ) -> Result<bool, StoreError> {
     if lease_of(conn, lease_id, owner)?.is_none() {
         return Ok(false);
@@ -1039,7 +1040,11 @@ pub fn release_lease_of(
 /// concurrent take-overs at most one finds the lease expired.
 ///
 /// [`Store::take_over_lease`]: crate::Store::take_over_lease
-pub fn take_over_lease(conn: &Connection, new: &Lease, now_ms: u64) -> Result<bool, StoreError> {
+pub fn take_over_lease(
+    conn: &Connection,
+    new: &Lease,
+    now_ms: Timestamp,
+) -> Result<bool, StoreError> {
     new.validate()?;
     require_run(conn, &new.run_id)?;
     if let Some(held) = lease(conn, &new.lease_id)? {
@@ -1111,9 +1116,7 @@ pub fn leases(conn: &Connection, filter: &LeaseFilter) -> Result<Vec<Lease>, Sto
         require_run(conn, run_id)?;
     }
     // An expiry cursor beyond i64::MAX selects every lease.
-    let expired_at = filter
-        .expired_at_ms
-        .map(|now| i64::try_from(now).unwrap_or(i64::MAX));
+    let expired_at = filter.expired_at_ms.map(at_most_max);
     query_all(
         conn,
         &format!(
@@ -1132,8 +1135,8 @@ pub fn leases(conn: &Connection, filter: &LeaseFilter) -> Result<Vec<Lease>, Sto
 
 /// A time as SQLite's integer for comparisons: beyond `i64::MAX` compares
 /// as `i64::MAX`, after every storable time.
-fn at_most_max(ms: u64) -> i64 {
-    i64::try_from(ms).unwrap_or(i64::MAX)
+fn at_most_max(at: Timestamp) -> i64 {
+    i64::try_from(at.as_millis()).unwrap_or(i64::MAX)
 }
 
 fn idempotency_record(
@@ -1294,7 +1297,7 @@ pub fn renew_idempotency(
     tenant: &TenantId,
     key: &str,
     owner: &str,
-    until_ms: u64,
+    until_ms: Timestamp,
 ) -> Result<bool, StoreError> {
     let renewed = conn
         .prepare_cached(
@@ -1323,7 +1326,7 @@ pub fn settle_idempotency(
     key: &str,
     owner: &str,
     settlement: IdempotencySettlement,
-    now_ms: u64,
+    now_ms: Timestamp,
 ) -> Result<IdempotencySettled, StoreError> {
     let Some(record) = idempotency_record(conn, tenant, key)? else {
         return Ok(IdempotencySettled::Superseded);
@@ -1356,7 +1359,7 @@ pub fn complete_idempotency(
     tenant: &TenantId,
     key: &str,
     response: StoredResponse,
-    now_ms: u64,
+    now_ms: Timestamp,
 ) -> Result<(), StoreError> {
     response.validate()?;
     let record =
@@ -1423,7 +1426,11 @@ pub fn clear_idempotency(
 
 /// Deletes up to `max` idempotency records expired at `now_ms`, soonest
 /// expiry first; how many.
-pub fn sweep_idempotency(conn: &Connection, now_ms: u64, max: usize) -> Result<usize, StoreError> {
+pub fn sweep_idempotency(
+    conn: &Connection,
+    now_ms: Timestamp,
+    max: usize,
+) -> Result<usize, StoreError> {
     conn.prepare_cached(
         "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency \
          WHERE expires_at_ms <= ?1 ORDER BY expires_at_ms LIMIT ?2)",
@@ -1476,8 +1483,8 @@ pub fn claim_singleton(
     conn: &Connection,
     name: &str,
     owner: &str,
-    now_ms: u64,
-    expires_at_ms: u64,
+    now_ms: Timestamp,
+    expires_at_ms: Timestamp,
 ) -> Result<Option<SingletonLease>, StoreError> {
     validate_claim(name, owner, now_ms, expires_at_ms)?;
     let Some(lease) = claimed(singleton(conn, name)?, name, owner, now_ms, expires_at_ms) else {
@@ -1552,9 +1559,12 @@ pub fn publish_breaker_open(
 }
 
 /// The breaker openings in force at `now_ms`, by arm.
-pub fn breaker_openings(conn: &Connection, now_ms: u64) -> Result<Vec<BreakerOpening>, StoreError> {
+pub fn breaker_openings(
+    conn: &Connection,
+    now_ms: Timestamp,
+) -> Result<Vec<BreakerOpening>, StoreError> {
     // An instant past i64::MAX ends every opening.
-    let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
+    let now = at_most_max(now_ms);
     query_all(
         conn,
         &format!(
@@ -1594,7 +1604,7 @@ mod tests {
         let mut conn = Connection::open_in_memory().unwrap();
         super::super::schema::migrate(&mut conn).unwrap();
         let cursor = RunCursor {
-            created_at_ms: 10,
+            created_at_ms: Timestamp::from_millis(10),
             run_id: RunId::new("r").unwrap(),
         };
         let (sql, values) = list_runs_sql(filter, Some(&cursor), 50).unwrap();
@@ -1621,8 +1631,8 @@ mod tests {
                 RunFilter::all()
                     .of_tenant(tenant())
                     .of_agent("a")
-                    .created_after(1)
-                    .created_before(99),
+                    .created_after(Timestamp::from_millis(1))
+                    .created_before(Timestamp::from_millis(99)),
                 "runs_by_tenant_created",
             ),
             (

@@ -1,5 +1,6 @@
 //! The SQL of the retry outcome operations (schema v16).
 
+use rein_store::Timestamp;
 use std::collections::BTreeMap;
 
 use rein_core::retry::{RETRY_ORDINALS, RetryRecord};
@@ -57,8 +58,9 @@ fn slot_of(ordinal: i64) -> Result<usize, StoreError> {
 pub fn merge_retry_outcomes(
     conn: &Connection,
     deltas: &[(String, RetryRecord)],
-    now_ms: u64,
+    at: Timestamp,
 ) -> Result<Vec<RetryOutcomes>, StoreError> {
+    let now_ms = at.as_millis();
     for (target, _) in deltas {
         validate_retry_target(target)?;
     }
@@ -73,7 +75,7 @@ pub fn merge_retry_outcomes(
                     RetryOutcomes {
                         target: target.clone(),
                         record: retry_aged(&record, at, now_ms),
-                        updated_at_ms: at,
+                        updated_at_ms: Timestamp::from_millis(at),
                     },
                 );
             }
@@ -96,7 +98,7 @@ pub fn merge_retry_outcomes(
             RetryOutcomes {
                 target: target.clone(),
                 record: sum,
-                updated_at_ms: now_ms,
+                updated_at_ms: at,
             },
         );
     }
@@ -104,7 +106,8 @@ pub fn merge_retry_outcomes(
 }
 
 /// Every stored target's counts, decayed to `now_ms`.
-pub fn retry_outcomes(conn: &Connection, now_ms: u64) -> Result<Vec<RetryOutcomes>, StoreError> {
+pub fn retry_outcomes(conn: &Connection, at: Timestamp) -> Result<Vec<RetryOutcomes>, StoreError> {
+    let now_ms = at.as_millis();
     let targets: Vec<String> = {
         let mut statement = conn
             .prepare_cached("SELECT DISTINCT target FROM retry_outcomes ORDER BY target")
@@ -122,7 +125,7 @@ pub fn retry_outcomes(conn: &Connection, now_ms: u64) -> Result<Vec<RetryOutcome
             all.push(RetryOutcomes {
                 target,
                 record,
-                updated_at_ms: at,
+                updated_at_ms: Timestamp::from_millis(at),
             });
         }
     }

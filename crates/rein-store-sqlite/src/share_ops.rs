@@ -1,5 +1,6 @@
 //! The SQL of the share lease operations (schema v12).
 
+use rein_store::Timestamp;
 use rusqlite::{Connection, params};
 
 use super::codec::{SqlResult, int};
@@ -16,8 +17,8 @@ pub fn renew_share_lease(
     conn: &Connection,
     group: &str,
     node: &str,
-    now_ms: u64,
-    expires_at_ms: u64,
+    now_ms: Timestamp,
+    expires_at_ms: Timestamp,
 ) -> Result<Vec<String>, StoreError> {
     validate_share_renewal(group, node, now_ms, expires_at_ms)?;
     let now = int(now_ms, "share lease now_ms")?;

@@ -3,6 +3,7 @@
 //! reservations and singleton elections included), schema versions.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use rein_store::Timestamp;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +36,7 @@ fn new_run(id: &str, created_at_ms: u64) -> NewRun {
         input: "move order 42 to Friday".to_owned(),
         parent_run_id: None,
         budget: json!({ "max_steps": 8 }),
-        created_at_ms,
+        created_at_ms: Timestamp::from_millis(created_at_ms),
         trace_parent: None,
     }
 }
@@ -48,7 +49,7 @@ fn event(run: &RunId, kind: EventKind, step: u32) -> Event {
         intent_id: Some(IntentId::new("i-1").unwrap()),
         attempt_id: Some(AttemptId::new("i-1/1").unwrap()),
         idempotency_key: Some(IdempotencyKey::parse("k-1").unwrap()),
-        at_ms: 1_000 + u64::from(step),
+        at_ms: Timestamp::from_millis(1_000 + u64::from(step)),
         data: payload(kind, step),
     }
 }
@@ -101,8 +102,8 @@ fn declaration(run: &RunId, intent: &str) -> LedgerRecord {
         result: None,
         failure: None,
         attempts: 0,
-        created_at_ms: 1_000,
-        updated_at_ms: 1_000,
+        created_at_ms: Timestamp::from_millis(1_000),
+        updated_at_ms: Timestamp::from_millis(1_000),
     }
 }
 
@@ -119,7 +120,7 @@ fn checkpoint(run: &RunId, step: u32) -> Checkpoint {
         },
         elapsed_ms: 900,
         state: json!({ "loop_guard": [1, 2] }),
-        at_ms: 2_000,
+        at_ms: Timestamp::from_millis(2_000),
     }
 }
 
@@ -383,7 +384,7 @@ async fn reopened_file_reads_everything_back() {
                             .with_retry_after(Duration::from_millis(1500)),
                     ),
                     attempts: 3,
-                    at_ms: 1_500,
+                    at_ms: Timestamp::from_millis(1_500),
                 },
             )
             .await
@@ -400,7 +401,12 @@ async fn reopened_file_reads_everything_back() {
             .await
             .unwrap();
         let record = store
-            .set_run_status(&run, RunStatus::Finished(Outcome::Failed), None, 3_000)
+            .set_run_status(
+                &run,
+                RunStatus::Finished(Outcome::Failed),
+                None,
+                Timestamp::from_millis(3_000),
+            )
             .await
             .unwrap();
         let ledger = store.ledger(&run).await.unwrap();
@@ -643,7 +649,7 @@ fn delta(run: &RunId, step: u32) -> CheckpointDelta {
             ..Usage::default()
         },
         elapsed_ms: 10,
-        at_ms: 2_000,
+        at_ms: Timestamp::from_millis(2_000),
     }
 }
 
@@ -731,8 +737,8 @@ async fn leases_survive_reopen_and_a_bad_lease_row_is_corrupt() {
         pgid: Some(4321),
         path: None,
         owner: "pid:77@host-a".to_owned(),
-        acquired_at_ms: 1_000,
-        expires_at_ms: 2_000,
+        acquired_at_ms: Timestamp::from_millis(1_000),
+        expires_at_ms: Timestamp::from_millis(2_000),
     };
     {
         let store = SqliteStore::open(&path).unwrap();
@@ -745,7 +751,10 @@ async fn leases_survive_reopen_and_a_bad_lease_row_is_corrupt() {
         vec![lease.clone()]
     );
     assert_eq!(
-        store.expired_leases(2_000, 10).await.unwrap(),
+        store
+            .expired_leases(Timestamp::from_millis(2_000), 10)
+            .await
+            .unwrap(),
         vec![lease.clone()]
     );
     raw(&path)
@@ -763,7 +772,9 @@ async fn leases_survive_reopen_and_a_bad_lease_row_is_corrupt() {
         .execute("UPDATE leases SET pgid = 4321, kind = 'socket'", [])
         .unwrap();
     assert!(matches!(
-        store.expired_leases(u64::MAX, 10).await,
+        store
+            .expired_leases(Timestamp::from_millis(u64::MAX), 10)
+            .await,
         Err(StoreError::Corrupt { column: "kind", .. })
     ));
 }
@@ -891,7 +902,13 @@ async fn two_handles_on_one_file_never_both_reserve_a_key() {
             let (key, fingerprint) = (key.clone(), fingerprint.clone());
             tasks.push(tokio::spawn(async move {
                 store
-                    .reserve_idempotency(&tenant("acme"), &key, &fingerprint, 1_000 + caller, 9_000)
+                    .reserve_idempotency(
+                        &tenant("acme"),
+                        &key,
+                        &fingerprint,
+                        Timestamp::from_millis(1_000 + caller),
+                        Timestamp::from_millis(9_000),
+                    )
                     .await
                     .unwrap()
             }));
@@ -917,13 +934,19 @@ async fn two_handles_on_one_file_never_both_reserve_a_key() {
                 location: Some("/v1/runs/r-1".to_owned()),
                 body: b"{}".to_vec(),
             },
-            2_000,
+            Timestamp::from_millis(2_000),
         )
         .await
         .unwrap();
     assert!(matches!(
         handles[1]
-            .reserve_idempotency(&tenant("acme"), "key-0", &fingerprint, 2_001, 9_000)
+            .reserve_idempotency(
+                &tenant("acme"),
+                "key-0",
+                &fingerprint,
+                Timestamp::from_millis(2_001),
+                Timestamp::from_millis(9_000)
+            )
             .await
             .unwrap(),
         Reservation::Replay(_)
@@ -945,7 +968,13 @@ async fn two_handles_racing_on_a_multi_threaded_runtime_admit_one() {
         tasks.push(tokio::spawn(async move {
             barrier.wait().await;
             store
-                .reserve_idempotency(&tenant("acme"), "race", &fingerprint, 1_000, 9_000)
+                .reserve_idempotency(
+                    &tenant("acme"),
+                    "race",
+                    &fingerprint,
+                    Timestamp::from_millis(1_000),
+                    Timestamp::from_millis(9_000),
+                )
                 .await
                 .unwrap()
         }));
@@ -968,7 +997,13 @@ async fn a_reservation_left_by_a_crash_is_listed_and_cleared_after_reopen() {
         let store = SqliteStore::open(&path).unwrap();
         assert_eq!(
             store
-                .reserve_idempotency(&tenant("acme"), "order-42", &fingerprint, 1_000, 90_000)
+                .reserve_idempotency(
+                    &tenant("acme"),
+                    "order-42",
+                    &fingerprint,
+                    Timestamp::from_millis(1_000),
+                    Timestamp::from_millis(90_000)
+                )
                 .await
                 .unwrap(),
             Reservation::Reserved
@@ -978,7 +1013,13 @@ async fn a_reservation_left_by_a_crash_is_listed_and_cleared_after_reopen() {
     let store = SqliteStore::open(&path).unwrap();
     assert!(matches!(
         store
-            .reserve_idempotency(&tenant("acme"), "order-42", &fingerprint, 2_000, 92_000)
+            .reserve_idempotency(
+                &tenant("acme"),
+                "order-42",
+                &fingerprint,
+                Timestamp::from_millis(2_000),
+                Timestamp::from_millis(92_000)
+            )
             .await
             .unwrap(),
         Reservation::InProgress(_)
@@ -990,7 +1031,7 @@ async fn a_reservation_left_by_a_crash_is_listed_and_cleared_after_reopen() {
     assert_eq!(stuck.len(), 1);
     assert_eq!(stuck[0].tenant, tenant("acme"));
     assert_eq!(stuck[0].key, "order-42");
-    assert_eq!(stuck[0].created_at_ms, 1_000);
+    assert_eq!(stuck[0].created_at_ms, Timestamp::from_millis(1_000));
     assert!(
         store
             .clear_idempotency(&tenant("acme"), "order-42")
@@ -999,7 +1040,13 @@ async fn a_reservation_left_by_a_crash_is_listed_and_cleared_after_reopen() {
     );
     assert_eq!(
         store
-            .reserve_idempotency(&tenant("acme"), "order-42", &fingerprint, 3_000, 93_000)
+            .reserve_idempotency(
+                &tenant("acme"),
+                "order-42",
+                &fingerprint,
+                Timestamp::from_millis(3_000),
+                Timestamp::from_millis(93_000)
+            )
             .await
             .unwrap(),
         Reservation::Reserved,
@@ -1014,7 +1061,13 @@ async fn a_bad_idempotency_row_is_corrupt_not_panicked() {
     let store = SqliteStore::open(&path).unwrap();
     let fingerprint = conformance::fingerprint(4);
     store
-        .reserve_idempotency(&tenant("acme"), "k-1", &fingerprint, 1_000, 9_000)
+        .reserve_idempotency(
+            &tenant("acme"),
+            "k-1",
+            &fingerprint,
+            Timestamp::from_millis(1_000),
+            Timestamp::from_millis(9_000),
+        )
         .await
         .unwrap();
     let corrupt = |sql: &str| raw(&path).execute(sql, []).unwrap();
@@ -1029,7 +1082,13 @@ async fn a_bad_idempotency_row_is_corrupt_not_panicked() {
     }
     corrupt("UPDATE idempotency SET state = 'completed'");
     match store
-        .reserve_idempotency(&tenant("acme"), "k-1", &fingerprint, 1_001, 9_000)
+        .reserve_idempotency(
+            &tenant("acme"),
+            "k-1",
+            &fingerprint,
+            Timestamp::from_millis(1_001),
+            Timestamp::from_millis(9_000),
+        )
         .await
     {
         Err(StoreError::Corrupt {
@@ -1047,7 +1106,13 @@ async fn a_bad_idempotency_row_is_corrupt_not_panicked() {
     ));
     corrupt("UPDATE idempotency SET status = 200, body = X'7b7d'");
     match store
-        .reserve_idempotency(&tenant("acme"), "k-1", &fingerprint, 1_002, 9_000)
+        .reserve_idempotency(
+            &tenant("acme"),
+            "k-1",
+            &fingerprint,
+            Timestamp::from_millis(1_002),
+            Timestamp::from_millis(9_000),
+        )
         .await
         .unwrap()
     {
@@ -1088,7 +1153,12 @@ async fn two_handles_on_one_file_never_both_hold_a_singleton() {
             let name = name.clone();
             tasks.push(tokio::spawn(async move {
                 store
-                    .claim_singleton(&name, &format!("pid:{caller}@h"), 1_000, 61_000)
+                    .claim_singleton(
+                        &name,
+                        &format!("pid:{caller}@h"),
+                        Timestamp::from_millis(1_000),
+                        Timestamp::from_millis(61_000),
+                    )
                     .await
                     .unwrap()
             }));
@@ -1111,7 +1181,12 @@ async fn two_handles_on_one_file_never_both_hold_a_singleton() {
     // while it lives and takes over once it lapses.
     let name = "idempotency-sweeper";
     let first = handles[0]
-        .claim_singleton(name, "pid:1@a", 1_000, 61_000)
+        .claim_singleton(
+            name,
+            "pid:1@a",
+            Timestamp::from_millis(1_000),
+            Timestamp::from_millis(61_000),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -1119,41 +1194,64 @@ async fn two_handles_on_one_file_never_both_hold_a_singleton() {
         Some(SingletonLease {
             name: name.to_owned(),
             owner: "pid:1@a".to_owned(),
-            acquired_at_ms: 1_000,
-            expires_at_ms: 61_000,
+            acquired_at_ms: Timestamp::from_millis(1_000),
+            expires_at_ms: Timestamp::from_millis(61_000),
         })
     );
     assert_eq!(
         handles[1]
-            .claim_singleton(name, "pid:2@b", 20_000, 80_000)
+            .claim_singleton(
+                name,
+                "pid:2@b",
+                Timestamp::from_millis(20_000),
+                Timestamp::from_millis(80_000)
+            )
             .await
             .unwrap(),
         None
     );
     let renewed = handles[0]
-        .claim_singleton(name, "pid:1@a", 21_000, 81_000)
+        .claim_singleton(
+            name,
+            "pid:1@a",
+            Timestamp::from_millis(21_000),
+            Timestamp::from_millis(81_000),
+        )
         .await
         .unwrap()
         .unwrap();
     assert_eq!(
-        (renewed.acquired_at_ms, renewed.expires_at_ms),
+        (
+            renewed.acquired_at_ms.as_millis(),
+            renewed.expires_at_ms.as_millis()
+        ),
         (1_000, 81_000)
     );
     assert_eq!(
         handles[1]
-            .claim_singleton(name, "pid:2@b", 80_999, 140_999)
+            .claim_singleton(
+                name,
+                "pid:2@b",
+                Timestamp::from_millis(80_999),
+                Timestamp::from_millis(140_999)
+            )
             .await
             .unwrap(),
         None,
         "the renewal counts across handles"
     );
     let taken = handles[1]
-        .claim_singleton(name, "pid:2@b", 81_000, 141_000)
+        .claim_singleton(
+            name,
+            "pid:2@b",
+            Timestamp::from_millis(81_000),
+            Timestamp::from_millis(141_000),
+        )
         .await
         .unwrap()
         .unwrap();
     assert_eq!(
-        (taken.owner.as_str(), taken.acquired_at_ms),
+        (taken.owner.as_str(), taken.acquired_at_ms.as_millis()),
         ("pid:2@b", 81_000)
     );
     assert!(!handles[0].release_singleton(name, "pid:1@a").await.unwrap());
@@ -1169,7 +1267,12 @@ async fn singleton_claims_racing_on_a_multi_threaded_runtime_elect_one() {
     let second = Arc::new(SqliteStore::open(&path).unwrap());
     // A lapsed lease: everyone races to take it over.
     first
-        .claim_singleton("run-reconciler", "pid:0@gone", 0, 500)
+        .claim_singleton(
+            "run-reconciler",
+            "pid:0@gone",
+            Timestamp::from_millis(0),
+            Timestamp::from_millis(500),
+        )
         .await
         .unwrap()
         .unwrap();
@@ -1181,7 +1284,12 @@ async fn singleton_claims_racing_on_a_multi_threaded_runtime_elect_one() {
         tasks.push(tokio::spawn(async move {
             barrier.wait().await;
             store
-                .claim_singleton("run-reconciler", &format!("pid:{caller}@h"), 1_000, 61_000)
+                .claim_singleton(
+                    "run-reconciler",
+                    &format!("pid:{caller}@h"),
+                    Timestamp::from_millis(1_000),
+                    Timestamp::from_millis(61_000),
+                )
                 .await
                 .unwrap()
         }));
@@ -1191,7 +1299,7 @@ async fn singleton_claims_racing_on_a_multi_threaded_runtime_elect_one() {
         winners.extend(task.await.unwrap());
     }
     assert_eq!(winners.len(), 1, "{winners:?}");
-    assert_eq!(winners[0].acquired_at_ms, 1_000);
+    assert_eq!(winners[0].acquired_at_ms, Timestamp::from_millis(1_000));
     assert_eq!(
         second.singleton("run-reconciler").await.unwrap().as_ref(),
         Some(&winners[0])
@@ -1205,7 +1313,12 @@ async fn singletons_survive_reopen_and_a_bad_row_is_corrupt() {
     {
         let store = SqliteStore::open(&path).unwrap();
         store
-            .claim_singleton("ledger-reconciler", "pid:1@a", 1_000, 61_000)
+            .claim_singleton(
+                "ledger-reconciler",
+                "pid:1@a",
+                Timestamp::from_millis(1_000),
+                Timestamp::from_millis(61_000),
+            )
             .await
             .unwrap()
             .unwrap();
@@ -1214,7 +1327,12 @@ async fn singletons_survive_reopen_and_a_bad_row_is_corrupt() {
     let store = SqliteStore::open(&path).unwrap();
     assert_eq!(
         store
-            .claim_singleton("ledger-reconciler", "pid:2@b", 2_000, 62_000)
+            .claim_singleton(
+                "ledger-reconciler",
+                "pid:2@b",
+                Timestamp::from_millis(2_000),
+                Timestamp::from_millis(62_000)
+            )
             .await
             .unwrap(),
         None,
@@ -1233,7 +1351,12 @@ async fn singletons_survive_reopen_and_a_bad_row_is_corrupt() {
     }
     assert!(matches!(
         store
-            .claim_singleton("ledger-reconciler", "pid:2@b", 2_000, 62_000)
+            .claim_singleton(
+                "ledger-reconciler",
+                "pid:2@b",
+                Timestamp::from_millis(2_000),
+                Timestamp::from_millis(62_000)
+            )
             .await,
         Err(StoreError::Corrupt { .. })
     ));
@@ -1245,7 +1368,12 @@ async fn singleton_expiry_beyond_sqlite_integers_is_invalid() {
     let store = SqliteStore::open(dir.path().join("rein.db")).unwrap();
     assert!(matches!(
         store
-            .claim_singleton("sweeper", "pid:1@a", 1_000, u64::MAX)
+            .claim_singleton(
+                "sweeper",
+                "pid:1@a",
+                Timestamp::from_millis(1_000),
+                Timestamp::from_millis(u64::MAX)
+            )
             .await,
         Err(StoreError::Invalid {
             what: "singleton expires_at_ms",
@@ -1288,7 +1416,7 @@ async fn two_handles_racing_to_change_a_queued_run_admit_one() {
                     status: Some(rein_store::StatusChange {
                         status,
                         report: None,
-                        at_ms: 2_000 + caller,
+                        at_ms: Timestamp::from_millis(2_000 + caller),
                     }),
                     ..StepCommit::default()
                 };
@@ -1325,8 +1453,8 @@ fn run_lease(run: &RunId, lease_id: &str, owner: &str, acquired_at_ms: u64, ttl_
         pgid: None,
         path: None,
         owner: owner.to_owned(),
-        acquired_at_ms,
-        expires_at_ms: acquired_at_ms + ttl_ms,
+        acquired_at_ms: Timestamp::from_millis(acquired_at_ms),
+        expires_at_ms: Timestamp::from_millis(acquired_at_ms + ttl_ms),
     }
 }
 
@@ -1363,7 +1491,10 @@ async fn two_handles_racing_to_take_over_a_run_claim_admit_one() {
             tasks.push(tokio::spawn(async move {
                 let lease = run_lease(&run, lease_id, &owner, now, 100);
                 barrier.wait().await;
-                let won = store.take_over_lease(lease, now).await.unwrap();
+                let won = store
+                    .take_over_lease(lease, Timestamp::from_millis(now))
+                    .await
+                    .unwrap();
                 (owner, won)
             }));
         }
@@ -1382,12 +1513,12 @@ async fn two_handles_racing_to_take_over_a_run_claim_admit_one() {
         let held = handles[1].leases_of_run(&run).await.unwrap();
         assert_eq!(held.len(), 1);
         assert_eq!(held[0].owner, winners[0]);
-        assert_eq!(held[0].expires_at_ms, now + 100);
+        assert_eq!(held[0].expires_at_ms, Timestamp::from_millis(now + 100));
         // The stalled former holder is fenced off through either handle.
         for handle in &handles {
             assert!(
                 !handle
-                    .renew_lease_of(lease_id, &holder, now + 10_000)
+                    .renew_lease_of(lease_id, &holder, Timestamp::from_millis(now + 10_000))
                     .await
                     .unwrap()
             );
@@ -1397,12 +1528,17 @@ async fn two_handles_racing_to_take_over_a_run_claim_admit_one() {
         // live lease.
         assert!(
             handles[round as usize % 2]
-                .renew_lease_of(lease_id, &winners[0], now + 100)
+                .renew_lease_of(lease_id, &winners[0], Timestamp::from_millis(now + 100))
                 .await
                 .unwrap()
         );
         let live = run_lease(&run, lease_id, "pid:99@late", now + 50, 100);
-        assert!(!handles[0].take_over_lease(live, now + 50).await.unwrap());
+        assert!(
+            !handles[0]
+                .take_over_lease(live, Timestamp::from_millis(now + 50))
+                .await
+                .unwrap()
+        );
         holder = winners.pop().unwrap();
     }
     assert!(
@@ -1478,11 +1614,11 @@ async fn a_corrupt_latency_row_is_reported_and_never_poisons_the_merge() {
     };
     one.merge_latency(
         &[("tool:a".into(), sample(10)), ("tool:b".into(), sample(20))],
-        1,
+        Timestamp::from_millis(1),
     )
     .await
     .unwrap();
-    two.merge_latency(&[("tool:a".into(), sample(30))], 2)
+    two.merge_latency(&[("tool:a".into(), sample(30))], Timestamp::from_millis(2))
         .await
         .unwrap();
     let conn = rusqlite::Connection::open(&path).unwrap();
@@ -1510,7 +1646,7 @@ async fn a_corrupt_latency_row_is_reported_and_never_poisons_the_merge() {
     let merged = two
         .merge_latency(
             &[("tool:b".into(), sample(40)), ("tool:a".into(), sample(50))],
-            4,
+            Timestamp::from_millis(4),
         )
         .await
         .unwrap();

@@ -26,6 +26,7 @@
 //! [`HealthStore::breaker_openings`]: crate::HealthStore::breaker_openings
 //! [`HealthStore::clear_breaker_open`]: crate::HealthStore::clear_breaker_open
 
+use rein_core::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
@@ -50,18 +51,18 @@ pub struct BreakerOpening {
     pub arm: String,
     /// Until when the arm refuses calls (ms since the Unix epoch,
     /// exclusive: at this time calls may go through again).
-    pub open_until_ms: u64,
+    pub open_until_ms: Timestamp,
     /// The node that opened it.
     pub opened_by: String,
     /// Why it opened, for humans (`5 consecutive failures`).
     pub reason: String,
     /// When it was published (ms since the Unix epoch).
-    pub updated_at_ms: u64,
+    pub updated_at_ms: Timestamp,
 }
 
 impl BreakerOpening {
     /// Whether the opening still refuses calls at `now_ms`.
-    pub fn is_open(&self, now_ms: u64) -> bool {
+    pub fn is_open(&self, now_ms: Timestamp) -> bool {
         self.open_until_ms > now_ms
     }
 }
@@ -121,10 +122,10 @@ mod tests {
     fn opening(by: &str, until: u64) -> BreakerOpening {
         BreakerOpening {
             arm: "provider.openai".to_owned(),
-            open_until_ms: until,
+            open_until_ms: Timestamp::from_millis(until),
             opened_by: by.to_owned(),
             reason: "5 consecutive failures".to_owned(),
-            updated_at_ms: 1,
+            updated_at_ms: Timestamp::from_millis(1),
         }
     }
 
@@ -169,7 +170,7 @@ mod tests {
 
     #[test]
     fn an_opening_ends_at_its_until() {
-        assert!(opening("a", 10).is_open(9));
-        assert!(!opening("a", 10).is_open(10));
+        assert!(opening("a", 10).is_open(Timestamp::from_millis(9)));
+        assert!(!opening("a", 10).is_open(Timestamp::from_millis(10)));
     }
 }

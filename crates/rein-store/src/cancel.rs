@@ -19,6 +19,7 @@
 //! [`Store::cancel_request`]: crate::Store::cancel_request
 
 use rein_core::RunId;
+use rein_core::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
@@ -42,7 +43,7 @@ pub struct CancelRequest {
     /// The node that took the request (its public node id).
     pub requested_by: String,
     /// When it was recorded (ms since the Unix epoch).
-    pub requested_at_ms: u64,
+    pub requested_at_ms: Timestamp,
 }
 
 /// Checks a request before a backend writes it.
@@ -90,7 +91,7 @@ mod tests {
         CancelRequest {
             run_id: RunId::new("r-1").unwrap(),
             requested_by: by.into(),
-            requested_at_ms: 1,
+            requested_at_ms: Timestamp::from_millis(1),
         }
     }
 

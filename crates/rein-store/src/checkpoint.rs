@@ -42,6 +42,7 @@
 //! | `state.<name>` | `state.<name>` | replaced |
 //! | `step`, `consumed`, `elapsed_ms`, `at_ms` | the same | replaced |
 
+use rein_core::Timestamp;
 use std::collections::BTreeMap;
 
 use rein_core::deadline::Usage;
@@ -83,7 +84,7 @@ pub struct Checkpoint {
     /// Engine-opaque extras (loop-guard state, breaker snapshots, ...).
     pub state: Value,
     /// When written, ms since the Unix epoch.
-    pub at_ms: u64,
+    pub at_ms: Timestamp,
 }
 
 /// What one step adds to its run's checkpoint: the checkpoint of step
@@ -122,7 +123,7 @@ pub struct CheckpointDelta {
     /// Wall-clock time consumed so far, in milliseconds (the run's total).
     pub elapsed_ms: u64,
     /// When written, ms since the Unix epoch.
-    pub at_ms: u64,
+    pub at_ms: Timestamp,
 }
 
 impl Checkpoint {
@@ -137,7 +138,7 @@ impl Checkpoint {
             consumed: Usage::default(),
             elapsed_ms: 0,
             state: Value::Object(Map::new()),
-            at_ms: 0,
+            at_ms: Timestamp::from_millis(0),
         }
     }
 
@@ -249,7 +250,7 @@ mod tests {
                 ..Usage::default()
             },
             elapsed_ms: u64::from(step) * 10,
-            at_ms: u64::from(step) * 100,
+            at_ms: Timestamp::from_millis(u64::from(step) * 100),
         }
     }
 
@@ -268,7 +269,7 @@ mod tests {
         assert_eq!(rebuilt.completed_intents.len(), 2);
         assert_eq!(
             (rebuilt.consumed.steps, rebuilt.elapsed_ms, rebuilt.at_ms),
-            (2, 20, 200)
+            (2, 20, Timestamp::from_millis(200))
         );
     }
 

@@ -17,6 +17,7 @@
     reason = "conformance checks are assertions: a broken expectation panics"
 )]
 
+use rein_core::Timestamp;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -80,7 +81,17 @@ pub use stats::run_stats_count_a_tenants_window_by_agent_model_and_guardrail;
 pub use trace::run_trace_context_is_stored_and_its_first_span_set_once;
 
 /// A base time far from the present, so runs made here sort first.
-const BASE_MS: u64 = 4_000_000_000_000;
+const BASE_MS: Timestamp = Timestamp::from_millis(4_000_000_000_000);
+
+/// `n` milliseconds: the offsets from [`BASE_MS`] the checks write.
+pub(crate) const fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// [`BASE_MS`] times `k`: a time window of its own for one check.
+pub(crate) const fn scaled(k: u64) -> Timestamp {
+    Timestamp::from_millis(BASE_MS.as_millis() * k)
+}
 
 /// Runs every check in turn on one store (the racing checks race its
 /// handle against itself). Stops at the first failure: a backend's tests
@@ -232,7 +243,7 @@ fn unique(prefix: &str) -> String {
 }
 
 /// A new run description with a unique id.
-pub fn new_run(prefix: &str, created_at_ms: u64) -> NewRun {
+pub fn new_run(prefix: &str, created_at_ms: Timestamp) -> NewRun {
     NewRun {
         run_id: RunId::new(unique(prefix)).unwrap(),
         tenant: TenantId::new("tenant-a").unwrap(),
@@ -258,7 +269,7 @@ fn event(run_id: &RunId, kind: EventKind, step: u32) -> Event {
         intent_id: Some(IntentId::new("intent-1").unwrap()),
         attempt_id: Some(AttemptId::new("intent-1/1").unwrap()),
         idempotency_key: Some(IdempotencyKey::parse("key-abc").unwrap()),
-        at_ms: BASE_MS + u64::from(step),
+        at_ms: BASE_MS + ms(u64::from(step)),
         data: payload(kind),
     }
 }
@@ -329,7 +340,7 @@ fn declaration(run_id: &RunId, intent_id: &str, tool: &str, class: ToolClass) ->
     }
 }
 
-fn mark(status: LedgerStatus, attempts: u32, at_ms: u64) -> LedgerMark {
+fn mark(status: LedgerStatus, attempts: u32, at_ms: Timestamp) -> LedgerMark {
     LedgerMark {
         status,
         result: None,
@@ -389,7 +400,7 @@ fn checkpoint(run_id: &RunId, step: u32, note: &str) -> Checkpoint {
         },
         elapsed_ms: 1000 * u64::from(step),
         state: json!({ "note": note }),
-        at_ms: BASE_MS + u64::from(step),
+        at_ms: BASE_MS + ms(u64::from(step)),
     }
 }
 
@@ -414,7 +425,7 @@ fn delta(run_id: &RunId, step: u32, note: &str) -> CheckpointDelta {
             cost: Cost::from_micros(10 * u64::from(step)),
         },
         elapsed_ms: 1000 * u64::from(step),
-        at_ms: BASE_MS + u64::from(step),
+        at_ms: BASE_MS + ms(u64::from(step)),
     }
 }
 
@@ -450,14 +461,14 @@ pub async fn run_lifecycle(store: &dyn Store) {
     }
 
     let running = store
-        .set_run_status(&new.run_id, RunStatus::Running, None, BASE_MS + 5)
+        .set_run_status(&new.run_id, RunStatus::Running, None, BASE_MS + ms(5))
         .await
         .unwrap();
     assert_eq!(running.status, RunStatus::Running);
-    assert_eq!(running.updated_at_ms, BASE_MS + 5);
+    assert_eq!(running.updated_at_ms, BASE_MS + ms(5));
 
     let queued = store
-        .set_run_status(&new.run_id, RunStatus::Queued, None, BASE_MS + 6)
+        .set_run_status(&new.run_id, RunStatus::Queued, None, BASE_MS + ms(6))
         .await
         .unwrap();
     assert_eq!(queued.status, RunStatus::Queued, "a run may be requeued");
@@ -467,7 +478,7 @@ pub async fn run_lifecycle(store: &dyn Store) {
             &new.run_id,
             RunStatus::Finished(Outcome::Failed),
             Some(report(Outcome::PartialSuccess)),
-            BASE_MS + 7,
+            BASE_MS + ms(7),
         )
         .await;
     assert!(
@@ -486,7 +497,7 @@ pub async fn run_lifecycle(store: &dyn Store) {
             &new.run_id,
             RunStatus::Finished(Outcome::PartialSuccess),
             Some(report(Outcome::PartialSuccess)),
-            BASE_MS + 9,
+            BASE_MS + ms(9),
         )
         .await
         .unwrap();
@@ -501,7 +512,7 @@ pub async fn run_lifecycle(store: &dyn Store) {
         "the finished run reads back with its report"
     );
     assert_eq!(read.created_at_ms, new.created_at_ms);
-    assert_eq!(read.updated_at_ms, BASE_MS + 9);
+    assert_eq!(read.updated_at_ms, BASE_MS + ms(9));
 }
 
 /// `reopen` turns a finished run whose report says recoverable back into a
@@ -523,7 +534,7 @@ pub async fn only_a_recoverable_finished_run_reopens(store: &dyn Store) {
             &recoverable,
             RunStatus::Finished(Outcome::PartialSuccess),
             Some(partial),
-            BASE_MS + 1,
+            BASE_MS + ms(1),
         )
         .await
         .unwrap();
@@ -543,7 +554,7 @@ pub async fn only_a_recoverable_finished_run_reopens(store: &dyn Store) {
             &final_run,
             RunStatus::Finished(Outcome::Failed),
             Some(failed),
-            BASE_MS + 1,
+            BASE_MS + ms(1),
         )
         .await
         .unwrap();
@@ -563,7 +574,7 @@ pub async fn finished_run_status_is_final(store: &dyn Store) {
             &run_id,
             RunStatus::Finished(Outcome::Succeeded),
             None,
-            BASE_MS + 1,
+            BASE_MS + ms(1),
         )
         .await
         .unwrap();
@@ -574,7 +585,7 @@ pub async fn finished_run_status_is_final(store: &dyn Store) {
         RunStatus::Finished(Outcome::Failed),
     ] {
         match store
-            .set_run_status(&run_id, requested, None, BASE_MS + 2)
+            .set_run_status(&run_id, requested, None, BASE_MS + ms(2))
             .await
         {
             Err(StoreError::FinishedRun {
@@ -589,7 +600,7 @@ pub async fn finished_run_status_is_final(store: &dyn Store) {
     assert_eq!(read.status, RunStatus::Finished(Outcome::Succeeded));
     assert_eq!(
         read.updated_at_ms,
-        BASE_MS + 1,
+        BASE_MS + ms(1),
         "a refused change writes nothing"
     );
 }
@@ -597,11 +608,11 @@ pub async fn finished_run_status_is_final(store: &dyn Store) {
 /// `list_runs` gives the newest runs first and honours its limit.
 pub async fn list_runs_newest_first(store: &dyn Store) {
     // Later than every other run of the suite, so these three lead the list.
-    let base = BASE_MS * 2;
+    let base = scaled(2);
     let mut ids = Vec::new();
     for offset in [10, 30, 20] {
         let run = store
-            .create_run(new_run("list", base + offset))
+            .create_run(new_run("list", base + ms(offset)))
             .await
             .unwrap();
         ids.push(run.run_id);
@@ -845,13 +856,13 @@ pub async fn ledger_marks_follow_the_state_machine(store: &dyn Store) {
         .await
         .unwrap();
 
-    let mut succeeded = mark(LedgerStatus::Succeeded, 2, BASE_MS + 10);
+    let mut succeeded = mark(LedgerStatus::Succeeded, 2, BASE_MS + ms(10));
     succeeded.result = Some(json!({ "order_id": 42, "delivery": "friday" }));
     let record = store.mark(&run_id, &a, succeeded.clone()).await.unwrap();
     assert_eq!(record.status, LedgerStatus::Succeeded);
     assert_eq!(record.result, succeeded.result);
     assert_eq!(record.attempts, 2);
-    assert_eq!(record.updated_at_ms, BASE_MS + 10);
+    assert_eq!(record.updated_at_ms, BASE_MS + ms(10));
     assert_eq!(record.created_at_ms, BASE_MS);
 
     let again = store.mark(&run_id, &a, succeeded.clone()).await.unwrap();
@@ -865,7 +876,7 @@ pub async fn ledger_marks_follow_the_state_machine(store: &dyn Store) {
         .mark(
             &run_id,
             &a,
-            mark(LedgerStatus::Compensated, 1, BASE_MS + 20),
+            mark(LedgerStatus::Compensated, 1, BASE_MS + ms(20)),
         )
         .await
         .unwrap();
@@ -877,7 +888,11 @@ pub async fn ledger_marks_follow_the_state_machine(store: &dyn Store) {
     assert_eq!(compensated.attempts, 2, "attempts only grow");
 
     match store
-        .mark(&run_id, &a, mark(LedgerStatus::Pending, 3, BASE_MS + 30))
+        .mark(
+            &run_id,
+            &a,
+            mark(LedgerStatus::Pending, 3, BASE_MS + ms(30)),
+        )
         .await
     {
         Err(StoreError::InvalidTransition(LedgerTransitionError { from, to })) => {
@@ -894,7 +909,7 @@ pub async fn ledger_marks_follow_the_state_machine(store: &dyn Store) {
         .with_effect(Effect::NotApplied)
         .with_human_message("429 Too Many Requests")
         .with_attempt(AttemptId::new("intent-b/1").unwrap());
-    let mut failed = mark(LedgerStatus::Failed, 1, BASE_MS + 40);
+    let mut failed = mark(LedgerStatus::Failed, 1, BASE_MS + ms(40));
     failed.failure = Some(failure.clone());
     let record = store.mark(&run_id, &b, failed).await.unwrap();
     assert_eq!(
@@ -903,7 +918,11 @@ pub async fn ledger_marks_follow_the_state_machine(store: &dyn Store) {
         "the failure round-trips"
     );
     match store
-        .mark(&run_id, &b, mark(LedgerStatus::Succeeded, 1, BASE_MS + 50))
+        .mark(
+            &run_id,
+            &b,
+            mark(LedgerStatus::Succeeded, 1, BASE_MS + ms(50)),
+        )
         .await
     {
         Err(StoreError::InvalidTransition(LedgerTransitionError { from, to })) => {
@@ -951,7 +970,7 @@ pub async fn pending_ledger_lists_only_pending(store: &dyn Store) {
         .mark(
             &first,
             &IntentId::new("intent-a").unwrap(),
-            mark(LedgerStatus::Succeeded, 1, BASE_MS + 1),
+            mark(LedgerStatus::Succeeded, 1, BASE_MS + ms(1)),
         )
         .await
         .unwrap();
@@ -1062,7 +1081,7 @@ pub async fn checkpoint_deltas_append_and_rebuild(store: &dyn Store) {
             "calls": [{ "step": 1, "note": "one" }, { "step": 2, "note": second }],
             "served": 2,
         }),
-        at_ms: BASE_MS + 2,
+        at_ms: BASE_MS + ms(2),
     };
     assert_eq!(
         store.latest_checkpoint(&run_id).await.unwrap(),
@@ -1227,7 +1246,7 @@ pub async fn finished_run_report_is_revised_with_its_marks(store: &dyn Store) {
         .mark(
             &run_id,
             &IntentId::new("intent-1").unwrap(),
-            mark(LedgerStatus::Succeeded, 1, BASE_MS + 1),
+            mark(LedgerStatus::Succeeded, 1, BASE_MS + ms(1)),
         )
         .await
         .unwrap();
@@ -1236,7 +1255,7 @@ pub async fn finished_run_report_is_revised_with_its_marks(store: &dyn Store) {
             &run_id,
             RunStatus::Finished(Outcome::PartialSuccess),
             Some(report(Outcome::PartialSuccess)),
-            BASE_MS + 2,
+            BASE_MS + ms(2),
         )
         .await
         .unwrap();
@@ -1246,7 +1265,7 @@ pub async fn finished_run_report_is_revised_with_its_marks(store: &dyn Store) {
     let other = StepCommit {
         marks: vec![(
             IntentId::new("intent-1").unwrap(),
-            mark(LedgerStatus::Manual, 1, BASE_MS + 3),
+            mark(LedgerStatus::Manual, 1, BASE_MS + ms(3)),
         )],
         revised_report: Some(report(Outcome::Failed)),
         ..StepCommit::default()
@@ -1266,7 +1285,7 @@ pub async fn finished_run_report_is_revised_with_its_marks(store: &dyn Store) {
     let commit = StepCommit {
         marks: vec![(
             IntentId::new("intent-1").unwrap(),
-            mark(LedgerStatus::Manual, 1, BASE_MS + 3),
+            mark(LedgerStatus::Manual, 1, BASE_MS + ms(3)),
         )],
         revised_report: Some(revised.clone()),
         ..StepCommit::default()
@@ -1298,7 +1317,7 @@ pub async fn step_commit_is_atomic(store: &dyn Store) {
                 )],
                 marks: vec![(
                     IntentId::new("intent-a").unwrap(),
-                    mark(LedgerStatus::Succeeded, 1, BASE_MS + 3),
+                    mark(LedgerStatus::Succeeded, 1, BASE_MS + ms(3)),
                 )],
                 checkpoint: Some(checkpoint(&run_id, 1, "after step one")),
                 checkpoint_delta: None,
@@ -1309,7 +1328,7 @@ pub async fn step_commit_is_atomic(store: &dyn Store) {
                 status: Some(StatusChange {
                     status: RunStatus::Running,
                     report: None,
-                    at_ms: BASE_MS + 4,
+                    at_ms: BASE_MS + ms(4),
                 }),
                 reopen: false,
                 expect_status: None,
@@ -1357,7 +1376,7 @@ pub async fn step_commit_is_atomic(store: &dyn Store) {
                 )],
                 marks: vec![(
                     IntentId::new("intent-a").unwrap(),
-                    mark(LedgerStatus::Pending, 1, BASE_MS + 5),
+                    mark(LedgerStatus::Pending, 1, BASE_MS + ms(5)),
                 )],
                 checkpoint: Some(checkpoint(&run_id, 2, "never stored")),
                 checkpoint_delta: Some(delta(&run_id, 3, "never stored")),
@@ -1365,7 +1384,7 @@ pub async fn step_commit_is_atomic(store: &dyn Store) {
                 status: Some(StatusChange {
                     status: RunStatus::Finished(Outcome::Failed),
                     report: Some(report(Outcome::Failed)),
-                    at_ms: BASE_MS + 6,
+                    at_ms: BASE_MS + ms(6),
                 }),
                 reopen: false,
                 expect_status: None,
@@ -1481,14 +1500,14 @@ pub async fn unknown_run_is_not_found(store: &dyn Store) {
     assert_not_found(store.leases_of_run(&run_id).await, "run", "leases_of_run");
     assert_not_found(
         store
-            .acquire_lease(temp_lease(&run_id, &unique("lease"), BASE_MS + 10))
+            .acquire_lease(temp_lease(&run_id, &unique("lease"), BASE_MS + ms(10)))
             .await,
         "run",
         "acquire_lease",
     );
 }
 
-fn temp_lease(run_id: &RunId, lease_id: &str, expires_at_ms: u64) -> Lease {
+fn temp_lease(run_id: &RunId, lease_id: &str, expires_at_ms: Timestamp) -> Lease {
     Lease {
         lease_id: lease_id.to_owned(),
         run_id: run_id.clone(),
@@ -1504,7 +1523,7 @@ fn temp_lease(run_id: &RunId, lease_id: &str, expires_at_ms: u64) -> Lease {
     }
 }
 
-fn group_lease(run_id: &RunId, lease_id: &str, pgid: i32, expires_at_ms: u64) -> Lease {
+fn group_lease(run_id: &RunId, lease_id: &str, pgid: i32, expires_at_ms: Timestamp) -> Lease {
     Lease {
         lease_id: lease_id.to_owned(),
         run_id: run_id.clone(),
@@ -1523,8 +1542,8 @@ fn group_lease(run_id: &RunId, lease_id: &str, pgid: i32, expires_at_ms: u64) ->
 pub async fn lease_lifecycle(store: &dyn Store) {
     let run_id = created(store, "lease-life").await;
     assert_eq!(store.leases_of_run(&run_id).await.unwrap(), Vec::new());
-    let temp = temp_lease(&run_id, &unique("lease-tmp"), BASE_MS + 1_000);
-    let group = group_lease(&run_id, &unique("lease-pg"), 31_337, BASE_MS + 500);
+    let temp = temp_lease(&run_id, &unique("lease-tmp"), BASE_MS + ms(1_000));
+    let group = group_lease(&run_id, &unique("lease-pg"), 31_337, BASE_MS + ms(500));
     assert_eq!(store.acquire_lease(temp.clone()).await.unwrap(), temp);
     assert_eq!(store.acquire_lease(group.clone()).await.unwrap(), group);
     assert_eq!(
@@ -1534,22 +1553,22 @@ pub async fn lease_lifecycle(store: &dyn Store) {
     );
 
     let renewed = store
-        .renew_lease(&group.lease_id, BASE_MS + 2_000)
+        .renew_lease(&group.lease_id, BASE_MS + ms(2_000))
         .await
         .unwrap();
-    assert_eq!(renewed.expires_at_ms, BASE_MS + 2_000);
+    assert_eq!(renewed.expires_at_ms, BASE_MS + ms(2_000));
     assert_eq!(
         store.leases_of_run(&run_id).await.unwrap(),
         vec![temp.clone(), renewed.clone()],
         "a renewal moves the expiry"
     );
-    match store.renew_lease(&group.lease_id, BASE_MS - 1).await {
+    match store.renew_lease(&group.lease_id, BASE_MS - ms(1)).await {
         Err(StoreError::Invalid { .. }) => {}
         other => panic!("renewal to before acquisition: expected Invalid, found {other:?}"),
     }
     assert_not_found(
         store
-            .renew_lease(&unique("lease-missing"), BASE_MS + 1)
+            .renew_lease(&unique("lease-missing"), BASE_MS + ms(1))
             .await,
         "lease",
         "renew of a lease that is not held",
@@ -1570,7 +1589,7 @@ pub async fn lease_lifecycle(store: &dyn Store) {
         vec![temp.clone()]
     );
     assert_not_found(
-        store.renew_lease(&group.lease_id, BASE_MS + 1).await,
+        store.renew_lease(&group.lease_id, BASE_MS + ms(1)).await,
         "lease",
         "renew of a released lease",
     );
@@ -1590,29 +1609,29 @@ pub async fn lease_lifecycle(store: &dyn Store) {
 /// `Invalid` and nothing is stored.
 pub async fn lease_acquire_refusals(store: &dyn Store) {
     let run_id = created(store, "lease-refusals").await;
-    let held = temp_lease(&run_id, &unique("lease-held"), BASE_MS + 10);
+    let held = temp_lease(&run_id, &unique("lease-held"), BASE_MS + ms(10));
     store.acquire_lease(held.clone()).await.unwrap();
     match store.acquire_lease(held.clone()).await {
         Err(StoreError::Conflict { what: "lease", .. }) => {}
         other => panic!("a held lease id: expected Conflict, found {other:?}"),
     }
     let mut bad = Vec::new();
-    let mut no_pgid = group_lease(&run_id, &unique("lease-bad"), 2, BASE_MS + 10);
+    let mut no_pgid = group_lease(&run_id, &unique("lease-bad"), 2, BASE_MS + ms(10));
     no_pgid.pgid = None;
     bad.push(("process group without pgid", no_pgid));
     bad.push((
         "process group 1",
-        group_lease(&run_id, &unique("lease-bad"), 1, BASE_MS + 10),
+        group_lease(&run_id, &unique("lease-bad"), 1, BASE_MS + ms(10)),
     ));
-    let mut relative = temp_lease(&run_id, &unique("lease-bad"), BASE_MS + 10);
+    let mut relative = temp_lease(&run_id, &unique("lease-bad"), BASE_MS + ms(10));
     relative.path = Some(std::path::PathBuf::from("relative/dir"));
     bad.push(("relative temp path", relative));
     bad.push((
         "expiry before acquisition",
-        temp_lease(&run_id, &unique("lease-bad"), BASE_MS - 1),
+        temp_lease(&run_id, &unique("lease-bad"), BASE_MS - ms(1)),
     ));
-    bad.push(("empty id", temp_lease(&run_id, "", BASE_MS + 10)));
-    let mut no_owner = temp_lease(&run_id, &unique("lease-bad"), BASE_MS + 10);
+    bad.push(("empty id", temp_lease(&run_id, "", BASE_MS + ms(10))));
+    let mut no_owner = temp_lease(&run_id, &unique("lease-bad"), BASE_MS + ms(10));
     no_owner.owner = String::new();
     bad.push(("empty owner", no_owner));
     for (what, lease) in bad {
@@ -1633,9 +1652,9 @@ pub async fn lease_acquire_refusals(store: &dyn Store) {
 /// soonest first, up to the limit; the filter combines run and expiry.
 pub async fn expired_leases_soonest_first(store: &dyn Store) {
     let run_id = created(store, "lease-expiry").await;
-    let late = temp_lease(&run_id, &unique("lease-late"), BASE_MS + 300);
-    let early = group_lease(&run_id, &unique("lease-early"), 4_000, BASE_MS + 100);
-    let middle = temp_lease(&run_id, &unique("lease-middle"), BASE_MS + 200);
+    let late = temp_lease(&run_id, &unique("lease-late"), BASE_MS + ms(300));
+    let early = group_lease(&run_id, &unique("lease-early"), 4_000, BASE_MS + ms(100));
+    let middle = temp_lease(&run_id, &unique("lease-middle"), BASE_MS + ms(200));
     for lease in [&late, &early, &middle] {
         store.acquire_lease(lease.clone()).await.unwrap();
     }
@@ -1651,7 +1670,7 @@ pub async fn expired_leases_soonest_first(store: &dyn Store) {
     assert_eq!(
         ours(
             store
-                .expired_leases(BASE_MS + 200, usize::MAX)
+                .expired_leases(BASE_MS + ms(200), usize::MAX)
                 .await
                 .unwrap()
         ),
@@ -1659,7 +1678,12 @@ pub async fn expired_leases_soonest_first(store: &dyn Store) {
         "expiry is inclusive and ordered soonest first"
     );
     assert_eq!(
-        ours(store.expired_leases(u64::MAX, usize::MAX).await.unwrap()),
+        ours(
+            store
+                .expired_leases(Timestamp::from_millis(u64::MAX), usize::MAX)
+                .await
+                .unwrap()
+        ),
         vec![
             early.lease_id.clone(),
             middle.lease_id.clone(),
@@ -1670,7 +1694,7 @@ pub async fn expired_leases_soonest_first(store: &dyn Store) {
         .leases(
             &LeaseFilter::all()
                 .of_run(run_id.clone())
-                .expired_at(BASE_MS + 300)
+                .expired_at(BASE_MS + ms(300))
                 .limit(2),
         )
         .await
@@ -1685,7 +1709,7 @@ pub async fn expired_leases_soonest_first(store: &dyn Store) {
             .leases(
                 &LeaseFilter::all()
                     .of_run(run_id.clone())
-                    .expired_at(BASE_MS + 99)
+                    .expired_at(BASE_MS + ms(99))
             )
             .await
             .unwrap(),
@@ -1695,7 +1719,7 @@ pub async fn expired_leases_soonest_first(store: &dyn Store) {
         store.release_lease(&lease.lease_id).await.unwrap();
     }
     assert_eq!(
-        store.expired_leases(BASE_MS + 300, 0).await.unwrap(),
+        store.expired_leases(BASE_MS + ms(300), 0).await.unwrap(),
         Vec::new()
     );
 }
@@ -1724,7 +1748,7 @@ fn response(status: u16, body: &str) -> StoredResponse {
 /// one on a missing lease.
 pub async fn lease_renew_and_release_only_by_holder(store: &dyn Store) {
     let run_id = created(store, "lease-fenced").await;
-    let held = temp_lease(&run_id, &unique("lease-fenced"), BASE_MS + 100);
+    let held = temp_lease(&run_id, &unique("lease-fenced"), BASE_MS + ms(100));
     let holder = held.owner.clone();
     let other = "pid:9999@other-host";
     store.acquire_lease(held.clone()).await.unwrap();
@@ -1732,13 +1756,13 @@ pub async fn lease_renew_and_release_only_by_holder(store: &dyn Store) {
 
     assert!(
         store
-            .renew_lease_of(&held.lease_id, &holder, BASE_MS + 200)
+            .renew_lease_of(&held.lease_id, &holder, BASE_MS + ms(200))
             .await
             .unwrap(),
         "the holder renews its lease"
     );
     let mut renewed = held.clone();
-    renewed.expires_at_ms = BASE_MS + 200;
+    renewed.expires_at_ms = BASE_MS + ms(200);
     assert_eq!(
         stored().await,
         vec![renewed.clone()],
@@ -1747,7 +1771,7 @@ pub async fn lease_renew_and_release_only_by_holder(store: &dyn Store) {
 
     assert!(
         !store
-            .renew_lease_of(&held.lease_id, other, BASE_MS + 900)
+            .renew_lease_of(&held.lease_id, other, BASE_MS + ms(900))
             .await
             .unwrap(),
         "another owner's renewal is refused"
@@ -1759,13 +1783,13 @@ pub async fn lease_renew_and_release_only_by_holder(store: &dyn Store) {
     );
     assert!(
         !store
-            .renew_lease_of(&unique("lease-missing"), &holder, BASE_MS + 1)
+            .renew_lease_of(&unique("lease-missing"), &holder, BASE_MS + ms(1))
             .await
             .unwrap(),
         "renewing a missing lease returns false"
     );
     match store
-        .renew_lease_of(&held.lease_id, &holder, BASE_MS - 1)
+        .renew_lease_of(&held.lease_id, &holder, BASE_MS - ms(1))
         .await
     {
         Err(StoreError::Invalid { .. }) => {}
@@ -1773,7 +1797,7 @@ pub async fn lease_renew_and_release_only_by_holder(store: &dyn Store) {
     }
     for owner in ["", "  "] {
         match store
-            .renew_lease_of(&held.lease_id, owner, BASE_MS + 300)
+            .renew_lease_of(&held.lease_id, owner, BASE_MS + ms(300))
             .await
         {
             Err(StoreError::Invalid {
@@ -1826,7 +1850,7 @@ pub async fn lease_renew_and_release_only_by_holder(store: &dyn Store) {
 pub async fn lease_take_over_only_when_absent_or_expired(store: &dyn Store) {
     let run_id = created(store, "lease-take-over").await;
     let lease_id = unique("lease-claim");
-    let claim = |owner: &str, acquired_at_ms: u64, expires_at_ms: u64| Lease {
+    let claim = |owner: &str, acquired_at_ms: Timestamp, expires_at_ms: Timestamp| Lease {
         lease_id: lease_id.clone(),
         run_id: run_id.clone(),
         intent_id: None,
@@ -1837,7 +1861,7 @@ pub async fn lease_take_over_only_when_absent_or_expired(store: &dyn Store) {
         acquired_at_ms,
         expires_at_ms,
     };
-    let first = claim("pid:1@host-a", BASE_MS, BASE_MS + 100);
+    let first = claim("pid:1@host-a", BASE_MS, BASE_MS + ms(100));
     assert!(
         store.take_over_lease(first.clone(), BASE_MS).await.unwrap(),
         "taking over an absent lease acquires it"
@@ -1847,10 +1871,10 @@ pub async fn lease_take_over_only_when_absent_or_expired(store: &dyn Store) {
         vec![first.clone()]
     );
 
-    let second = claim("pid:2@host-b", BASE_MS + 50, BASE_MS + 300);
+    let second = claim("pid:2@host-b", BASE_MS + ms(50), BASE_MS + ms(300));
     assert!(
         !store
-            .take_over_lease(second.clone(), BASE_MS + 99)
+            .take_over_lease(second.clone(), BASE_MS + ms(99))
             .await
             .unwrap(),
         "a live lease is not taken over"
@@ -1861,10 +1885,10 @@ pub async fn lease_take_over_only_when_absent_or_expired(store: &dyn Store) {
         "a refused take-over changes nothing"
     );
 
-    let second = claim("pid:2@host-b", BASE_MS + 100, BASE_MS + 300);
+    let second = claim("pid:2@host-b", BASE_MS + ms(100), BASE_MS + ms(300));
     assert!(
         store
-            .take_over_lease(second.clone(), BASE_MS + 100)
+            .take_over_lease(second.clone(), BASE_MS + ms(100))
             .await
             .unwrap(),
         "a lease expired at now (expiry inclusive) is taken over"
@@ -1876,7 +1900,7 @@ pub async fn lease_take_over_only_when_absent_or_expired(store: &dyn Store) {
     );
     assert!(
         !store
-            .renew_lease_of(&lease_id, &first.owner, BASE_MS + 1_000)
+            .renew_lease_of(&lease_id, &first.owner, BASE_MS + ms(1_000))
             .await
             .unwrap(),
         "the old holder cannot renew after a take-over"
@@ -1894,17 +1918,17 @@ pub async fn lease_take_over_only_when_absent_or_expired(store: &dyn Store) {
         "the old holder's calls leave the new lease alone"
     );
 
-    let mut bad = claim("pid:3@host-c", BASE_MS + 400, BASE_MS + 500);
+    let mut bad = claim("pid:3@host-c", BASE_MS + ms(400), BASE_MS + ms(500));
     bad.owner = String::new();
-    match store.take_over_lease(bad, BASE_MS + 1_000).await {
+    match store.take_over_lease(bad, BASE_MS + ms(1_000)).await {
         Err(StoreError::Invalid {
             what: "lease owner",
             ..
         }) => {}
         other => panic!("a take-over with no owner: expected Invalid, found {other:?}"),
     }
-    let backwards = claim("pid:3@host-c", BASE_MS + 400, BASE_MS + 399);
-    match store.take_over_lease(backwards, BASE_MS + 1_000).await {
+    let backwards = claim("pid:3@host-c", BASE_MS + ms(400), BASE_MS + ms(399));
+    match store.take_over_lease(backwards, BASE_MS + ms(1_000)).await {
         Err(StoreError::Invalid { .. }) => {}
         other => {
             panic!("a take-over expiring before acquisition: expected Invalid, found {other:?}")
@@ -1929,7 +1953,7 @@ pub async fn lease_concurrent_take_overs_admit_exactly_one(store: &dyn Store) {
     const TAKERS: usize = 16;
     let run_id = created(store, "lease-take-over-race").await;
     let lease_id = unique("lease-race");
-    let claim = |owner: String, acquired_at_ms: u64, expires_at_ms: u64| Lease {
+    let claim = |owner: String, acquired_at_ms: Timestamp, expires_at_ms: Timestamp| Lease {
         lease_id: lease_id.clone(),
         run_id: run_id.clone(),
         intent_id: None,
@@ -1941,13 +1965,13 @@ pub async fn lease_concurrent_take_overs_admit_exactly_one(store: &dyn Store) {
         expires_at_ms,
     };
     store
-        .acquire_lease(claim("pid:0@stalled".to_owned(), BASE_MS, BASE_MS + 10))
+        .acquire_lease(claim("pid:0@stalled".to_owned(), BASE_MS, BASE_MS + ms(10)))
         .await
         .unwrap();
-    let now_ms = BASE_MS + 10;
+    let now_ms = BASE_MS + ms(10);
     let futures = (1..=TAKERS)
         .map(|n| {
-            let lease = claim(format!("pid:{n}@host"), now_ms, now_ms + 1_000);
+            let lease = claim(format!("pid:{n}@host"), now_ms, now_ms + ms(1_000));
             Box::pin(async move {
                 let owner = lease.owner.clone();
                 (owner, store.take_over_lease(lease, now_ms).await.unwrap())
@@ -1999,7 +2023,7 @@ pub async fn idempotency_first_request_executes_then_replays(store: &dyn Store) 
     let tenant = unique_tenant("idem-replay");
     let key = unique("key");
     let fp = fingerprint(1);
-    let expires = BASE_MS + 86_400_000;
+    let expires = BASE_MS + ms(86_400_000);
     assert_eq!(
         store
             .reserve_idempotency(&tenant, &key, &fp, BASE_MS, expires)
@@ -2024,7 +2048,7 @@ pub async fn idempotency_first_request_executes_then_replays(store: &dyn Store) 
     };
     assert_eq!(
         store
-            .reserve_idempotency(&tenant, &key, &fp, BASE_MS + 5, expires + 5)
+            .reserve_idempotency(&tenant, &key, &fp, BASE_MS + ms(5), expires + ms(5))
             .await
             .unwrap(),
         Reservation::InProgress(in_progress.clone()),
@@ -2032,19 +2056,19 @@ pub async fn idempotency_first_request_executes_then_replays(store: &dyn Store) 
     );
     let stored = response(201, r#"{"run_id":"run-42"}"#);
     store
-        .complete_idempotency(&tenant, &key, stored.clone(), BASE_MS + 10)
+        .complete_idempotency(&tenant, &key, stored.clone(), BASE_MS + ms(10))
         .await
         .unwrap();
     let completed = IdempotencyRecord {
         state: IdempotencyState::Completed,
         response: Some(stored),
-        updated_at_ms: BASE_MS + 10,
+        updated_at_ms: BASE_MS + ms(10),
         ..in_progress
     };
-    for at in [BASE_MS + 11, expires - 1] {
+    for at in [BASE_MS + ms(11), expires - ms(1)] {
         assert_eq!(
             store
-                .reserve_idempotency(&tenant, &key, &fp, at, at + 1_000)
+                .reserve_idempotency(&tenant, &key, &fp, at, at + ms(1_000))
                 .await
                 .unwrap(),
             Reservation::Replay(completed.clone()),
@@ -2064,11 +2088,11 @@ pub async fn idempotency_first_request_executes_then_replays(store: &dyn Store) 
         body: Vec::new(),
     };
     store
-        .complete_idempotency(&tenant, &bare, empty.clone(), BASE_MS + 1)
+        .complete_idempotency(&tenant, &bare, empty.clone(), BASE_MS + ms(1))
         .await
         .unwrap();
     match store
-        .reserve_idempotency(&tenant, &bare, &fp, BASE_MS + 2, expires)
+        .reserve_idempotency(&tenant, &bare, &fp, BASE_MS + ms(2), expires)
         .await
         .unwrap()
     {
@@ -2085,13 +2109,13 @@ pub async fn idempotency_first_request_executes_then_replays(store: &dyn Store) 
 pub async fn idempotency_other_fingerprint_is_a_mismatch_in_any_state(store: &dyn Store) {
     let tenant = unique_tenant("idem-mismatch");
     let key = unique("key");
-    let expires = BASE_MS + 1_000;
+    let expires = BASE_MS + ms(1_000);
     store
         .reserve_idempotency(&tenant, &key, &fingerprint(1), BASE_MS, expires)
         .await
         .unwrap();
     match store
-        .reserve_idempotency(&tenant, &key, &fingerprint(2), BASE_MS + 1, expires)
+        .reserve_idempotency(&tenant, &key, &fingerprint(2), BASE_MS + ms(1), expires)
         .await
         .unwrap()
     {
@@ -2104,11 +2128,11 @@ pub async fn idempotency_other_fingerprint_is_a_mismatch_in_any_state(store: &dy
         }
     }
     store
-        .complete_idempotency(&tenant, &key, response(200, "ok"), BASE_MS + 2)
+        .complete_idempotency(&tenant, &key, response(200, "ok"), BASE_MS + ms(2))
         .await
         .unwrap();
     match store
-        .reserve_idempotency(&tenant, &key, &fingerprint(2), BASE_MS + 3, expires)
+        .reserve_idempotency(&tenant, &key, &fingerprint(2), BASE_MS + ms(3), expires)
         .await
         .unwrap()
     {
@@ -2122,7 +2146,7 @@ pub async fn idempotency_other_fingerprint_is_a_mismatch_in_any_state(store: &dy
     assert!(
         matches!(
             store
-                .reserve_idempotency(&tenant, &key, &fingerprint(1), BASE_MS + 4, expires)
+                .reserve_idempotency(&tenant, &key, &fingerprint(1), BASE_MS + ms(4), expires)
                 .await
                 .unwrap(),
             Reservation::Replay(_)
@@ -2138,7 +2162,7 @@ pub async fn idempotency_release_deletes_only_in_progress(store: &dyn Store) {
     let tenant = unique_tenant("idem-release");
     let key = unique("key");
     let fp = fingerprint(3);
-    let expires = BASE_MS + 1_000;
+    let expires = BASE_MS + ms(1_000);
     store
         .reserve_idempotency(&tenant, &key, &fp, BASE_MS, expires)
         .await
@@ -2159,14 +2183,14 @@ pub async fn idempotency_release_deletes_only_in_progress(store: &dyn Store) {
     );
     assert_eq!(
         store
-            .reserve_idempotency(&tenant, &key, &fp, BASE_MS + 1, expires)
+            .reserve_idempotency(&tenant, &key, &fp, BASE_MS + ms(1), expires)
             .await
             .unwrap(),
         Reservation::Reserved,
         "a retry after a release executes"
     );
     store
-        .complete_idempotency(&tenant, &key, response(202, "accepted"), BASE_MS + 2)
+        .complete_idempotency(&tenant, &key, response(202, "accepted"), BASE_MS + ms(2))
         .await
         .unwrap();
     assert!(
@@ -2175,7 +2199,7 @@ pub async fn idempotency_release_deletes_only_in_progress(store: &dyn Store) {
     );
     assert!(matches!(
         store
-            .reserve_idempotency(&tenant, &key, &fp, BASE_MS + 3, expires)
+            .reserve_idempotency(&tenant, &key, &fp, BASE_MS + ms(3), expires)
             .await
             .unwrap(),
         Reservation::Replay(_)
@@ -2196,12 +2220,12 @@ pub async fn idempotency_complete_refusals(store: &dyn Store) {
         "complete of a key never reserved",
     );
     store
-        .reserve_idempotency(&tenant, &key, &fingerprint(4), BASE_MS, BASE_MS + 100)
+        .reserve_idempotency(&tenant, &key, &fingerprint(4), BASE_MS, BASE_MS + ms(100))
         .await
         .unwrap();
     for status in [199, 302, 409, 500] {
         match store
-            .complete_idempotency(&tenant, &key, response(status, "no"), BASE_MS + 1)
+            .complete_idempotency(&tenant, &key, response(status, "no"), BASE_MS + ms(1))
             .await
         {
             Err(StoreError::Invalid { .. }) => {}
@@ -2209,18 +2233,24 @@ pub async fn idempotency_complete_refusals(store: &dyn Store) {
         }
     }
     store
-        .complete_idempotency(&tenant, &key, response(200, "first"), BASE_MS + 1)
+        .complete_idempotency(&tenant, &key, response(200, "first"), BASE_MS + ms(1))
         .await
         .unwrap();
     match store
-        .complete_idempotency(&tenant, &key, response(200, "second"), BASE_MS + 2)
+        .complete_idempotency(&tenant, &key, response(200, "second"), BASE_MS + ms(2))
         .await
     {
         Err(StoreError::Invalid { .. }) => {}
         other => panic!("a second completion: expected Invalid, found {other:?}"),
     }
     match store
-        .reserve_idempotency(&tenant, &key, &fingerprint(4), BASE_MS + 3, BASE_MS + 100)
+        .reserve_idempotency(
+            &tenant,
+            &key,
+            &fingerprint(4),
+            BASE_MS + ms(3),
+            BASE_MS + ms(100),
+        )
         .await
         .unwrap()
     {
@@ -2230,30 +2260,35 @@ pub async fn idempotency_complete_refusals(store: &dyn Store) {
         other => panic!("expected Replay, found {other:?}"),
     }
     let bad = [
-        ("empty key", String::new(), fingerprint(4), BASE_MS + 100),
+        (
+            "empty key",
+            String::new(),
+            fingerprint(4),
+            BASE_MS + ms(100),
+        ),
         (
             "control key",
             "a\nb".to_owned(),
             fingerprint(4),
-            BASE_MS + 100,
+            BASE_MS + ms(100),
         ),
         (
             "long key",
             "k".repeat(crate::MAX_IDEMPOTENCY_KEY_LEN + 1),
             fingerprint(4),
-            BASE_MS + 100,
+            BASE_MS + ms(100),
         ),
         (
             "short fingerprint",
             unique("key"),
             "abc".to_owned(),
-            BASE_MS + 100,
+            BASE_MS + ms(100),
         ),
         (
             "uppercase fingerprint",
             unique("key"),
             "AB".repeat(32),
-            BASE_MS + 100,
+            BASE_MS + ms(100),
         ),
         ("expiry at now", unique("key"), fingerprint(4), BASE_MS),
     ];
@@ -2280,12 +2315,18 @@ pub async fn idempotency_expired_record_is_replaced(store: &dyn Store) {
     let tenant = unique_tenant("idem-expiry");
     let key = unique("key");
     store
-        .reserve_idempotency(&tenant, &key, &fingerprint(5), BASE_MS, BASE_MS + 100)
+        .reserve_idempotency(&tenant, &key, &fingerprint(5), BASE_MS, BASE_MS + ms(100))
         .await
         .unwrap();
     assert!(matches!(
         store
-            .reserve_idempotency(&tenant, &key, &fingerprint(6), BASE_MS + 99, BASE_MS + 200)
+            .reserve_idempotency(
+                &tenant,
+                &key,
+                &fingerprint(6),
+                BASE_MS + ms(99),
+                BASE_MS + ms(200)
+            )
             .await
             .unwrap(),
         Reservation::Mismatch(_)
@@ -2293,7 +2334,13 @@ pub async fn idempotency_expired_record_is_replaced(store: &dyn Store) {
     // A crashed reservation with another request's fingerprint: expired.
     assert_eq!(
         store
-            .reserve_idempotency(&tenant, &key, &fingerprint(6), BASE_MS + 100, BASE_MS + 300)
+            .reserve_idempotency(
+                &tenant,
+                &key,
+                &fingerprint(6),
+                BASE_MS + ms(100),
+                BASE_MS + ms(300)
+            )
             .await
             .unwrap(),
         Reservation::Reserved,
@@ -2311,9 +2358,9 @@ pub async fn idempotency_expired_record_is_replaced(store: &dyn Store) {
             fingerprint: fingerprint(6),
             state: IdempotencyState::InProgress,
             response: None,
-            created_at_ms: BASE_MS + 100,
-            updated_at_ms: BASE_MS + 100,
-            expires_at_ms: BASE_MS + 300,
+            created_at_ms: BASE_MS + ms(100),
+            updated_at_ms: BASE_MS + ms(100),
+            expires_at_ms: BASE_MS + ms(300),
             owner: None,
             run_id: None,
             holder_since_ms: None,
@@ -2323,12 +2370,18 @@ pub async fn idempotency_expired_record_is_replaced(store: &dyn Store) {
     );
     // A completed record expires too, and its response is gone.
     store
-        .complete_idempotency(&tenant, &key, response(201, "old"), BASE_MS + 150)
+        .complete_idempotency(&tenant, &key, response(201, "old"), BASE_MS + ms(150))
         .await
         .unwrap();
     assert_eq!(
         store
-            .reserve_idempotency(&tenant, &key, &fingerprint(6), BASE_MS + 300, BASE_MS + 400)
+            .reserve_idempotency(
+                &tenant,
+                &key,
+                &fingerprint(6),
+                BASE_MS + ms(300),
+                BASE_MS + ms(400)
+            )
             .await
             .unwrap(),
         Reservation::Reserved,
@@ -2341,7 +2394,7 @@ pub async fn idempotency_expired_record_is_replaced(store: &dyn Store) {
     assert_eq!(renewed.len(), 1);
     assert_eq!(renewed[0].state, IdempotencyState::InProgress);
     assert_eq!(renewed[0].response, None);
-    assert_eq!(renewed[0].created_at_ms, BASE_MS + 300);
+    assert_eq!(renewed[0].created_at_ms, BASE_MS + ms(300));
     assert!(store.clear_idempotency(&tenant, &key).await.unwrap());
 }
 
@@ -2350,7 +2403,7 @@ pub async fn idempotency_tenants_are_independent(store: &dyn Store) {
     let first = unique_tenant("idem-tenant-a");
     let second = unique_tenant("idem-tenant-b");
     let key = unique("shared-key");
-    let expires = BASE_MS + 1_000;
+    let expires = BASE_MS + ms(1_000);
     for tenant in [&first, &second] {
         assert_eq!(
             store
@@ -2362,12 +2415,12 @@ pub async fn idempotency_tenants_are_independent(store: &dyn Store) {
         );
     }
     store
-        .complete_idempotency(&first, &key, response(201, "first"), BASE_MS + 1)
+        .complete_idempotency(&first, &key, response(201, "first"), BASE_MS + ms(1))
         .await
         .unwrap();
     assert!(matches!(
         store
-            .reserve_idempotency(&second, &key, &fingerprint(7), BASE_MS + 2, expires)
+            .reserve_idempotency(&second, &key, &fingerprint(7), BASE_MS + ms(2), expires)
             .await
             .unwrap(),
         Reservation::InProgress(_)
@@ -2375,14 +2428,14 @@ pub async fn idempotency_tenants_are_independent(store: &dyn Store) {
     assert!(store.release_idempotency(&second, &key).await.unwrap());
     assert!(matches!(
         store
-            .reserve_idempotency(&first, &key, &fingerprint(7), BASE_MS + 3, expires)
+            .reserve_idempotency(&first, &key, &fingerprint(7), BASE_MS + ms(3), expires)
             .await
             .unwrap(),
         Reservation::Replay(_)
     ));
     assert_eq!(
         store
-            .reserve_idempotency(&second, &key, &fingerprint(8), BASE_MS + 4, expires)
+            .reserve_idempotency(&second, &key, &fingerprint(8), BASE_MS + ms(4), expires)
             .await
             .unwrap(),
         Reservation::Reserved,
@@ -2407,12 +2460,12 @@ pub async fn idempotency_list_and_clear(store: &dyn Store) {
     let tenant = unique_tenant("idem-list");
     let other = unique_tenant("idem-list-other");
     let keys: Vec<String> = (0..3).map(|n| format!("{}-{n}", unique("key"))).collect();
-    let expires = BASE_MS + 10_000;
+    let expires = BASE_MS + ms(10_000);
     // Reserved out of order: key 2 first, then 0, then 1.
     for (at, key) in [
-        (BASE_MS + 2, &keys[2]),
+        (BASE_MS + ms(2), &keys[2]),
         (BASE_MS, &keys[0]),
-        (BASE_MS + 1, &keys[1]),
+        (BASE_MS + ms(1), &keys[1]),
     ] {
         store
             .reserve_idempotency(&tenant, key, &fingerprint(9), at, expires)
@@ -2424,7 +2477,7 @@ pub async fn idempotency_list_and_clear(store: &dyn Store) {
         .await
         .unwrap();
     store
-        .complete_idempotency(&tenant, &keys[1], response(201, "done"), BASE_MS + 3)
+        .complete_idempotency(&tenant, &keys[1], response(201, "done"), BASE_MS + ms(3))
         .await
         .unwrap();
     let list = |records: Vec<IdempotencyRecord>| -> Vec<String> {
@@ -2512,7 +2565,13 @@ pub async fn idempotency_list_and_clear(store: &dyn Store) {
     );
     assert_eq!(
         store
-            .reserve_idempotency(&tenant, &keys[0], &fingerprint(10), BASE_MS + 5, expires)
+            .reserve_idempotency(
+                &tenant,
+                &keys[0],
+                &fingerprint(10),
+                BASE_MS + ms(5),
+                expires
+            )
             .await
             .unwrap(),
         Reservation::Reserved,
@@ -2532,17 +2591,31 @@ pub async fn idempotency_list_and_clear(store: &dyn Store) {
 /// check, all of which use times from `BASE_MS`) still holds.
 pub async fn idempotency_sweep_deletes_expired_up_to_limit(store: &dyn Store) {
     // Leftovers of an interrupted earlier run of this check.
-    store.sweep_idempotency(1_000, usize::MAX).await.unwrap();
+    store
+        .sweep_idempotency(Timestamp::from_millis(1_000), usize::MAX)
+        .await
+        .unwrap();
     let tenant = unique_tenant("idem-sweep");
     let key = |n: u64| format!("sweep-{n}");
     for n in 1..=3 {
         store
-            .reserve_idempotency(&tenant, &key(n), &fingerprint(11), 0, n * 100)
+            .reserve_idempotency(
+                &tenant,
+                &key(n),
+                &fingerprint(11),
+                Timestamp::from_millis(0),
+                Timestamp::from_millis(n * 100),
+            )
             .await
             .unwrap();
     }
     store
-        .complete_idempotency(&tenant, &key(1), response(200, "ok"), 10)
+        .complete_idempotency(
+            &tenant,
+            &key(1),
+            response(200, "ok"),
+            Timestamp::from_millis(10),
+        )
         .await
         .unwrap();
     let remaining = || async {
@@ -2554,10 +2627,25 @@ pub async fn idempotency_sweep_deletes_expired_up_to_limit(store: &dyn Store) {
             .map(|record| record.key)
             .collect::<Vec<_>>()
     };
-    assert_eq!(store.sweep_idempotency(99, usize::MAX).await.unwrap(), 0);
-    assert_eq!(store.sweep_idempotency(200, 0).await.unwrap(), 0);
     assert_eq!(
-        store.sweep_idempotency(200, 1).await.unwrap(),
+        store
+            .sweep_idempotency(Timestamp::from_millis(99), usize::MAX)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        store
+            .sweep_idempotency(Timestamp::from_millis(200), 0)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        store
+            .sweep_idempotency(Timestamp::from_millis(200), 1)
+            .await
+            .unwrap(),
         1,
         "the limit bounds one sweep"
     );
@@ -2567,12 +2655,21 @@ pub async fn idempotency_sweep_deletes_expired_up_to_limit(store: &dyn Store) {
         "the soonest expiry goes first, completed or not"
     );
     assert_eq!(
-        store.sweep_idempotency(200, usize::MAX).await.unwrap(),
+        store
+            .sweep_idempotency(Timestamp::from_millis(200), usize::MAX)
+            .await
+            .unwrap(),
         1,
         "expiry is inclusive"
     );
     assert_eq!(remaining().await, vec![key(3)]);
-    assert_eq!(store.sweep_idempotency(u64::MAX, 1).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .sweep_idempotency(Timestamp::from_millis(u64::MAX), 1)
+            .await
+            .unwrap(),
+        1
+    );
     assert_eq!(remaining().await, Vec::<String>::new());
 }
 
@@ -2588,7 +2685,13 @@ pub async fn idempotency_concurrent_reserves_admit_exactly_one(store: &dyn Store
             let (tenant, key, fp) = (&tenant, &key, &fp);
             Box::pin(async move {
                 store
-                    .reserve_idempotency(tenant, key, fp, BASE_MS + n as u64, BASE_MS + 10_000)
+                    .reserve_idempotency(
+                        tenant,
+                        key,
+                        fp,
+                        BASE_MS + ms(n as u64),
+                        BASE_MS + ms(10_000),
+                    )
                     .await
                     .unwrap()
             }) as Pin<Box<dyn Future<Output = Reservation> + Send + '_>>
@@ -2629,7 +2732,7 @@ pub async fn expect_status_applies_only_on_a_match(store: &dyn Store) {
         status: Some(StatusChange {
             status: RunStatus::Running,
             report: None,
-            at_ms: BASE_MS + 1,
+            at_ms: BASE_MS + ms(1),
         }),
         ..StepCommit::default()
     };
@@ -2654,7 +2757,7 @@ pub async fn expect_status_applies_only_on_a_match(store: &dyn Store) {
         status: Some(StatusChange {
             status: RunStatus::Finished(Outcome::Cancelled),
             report: Some(report(Outcome::Cancelled)),
-            at_ms: BASE_MS + 2,
+            at_ms: BASE_MS + ms(2),
         }),
         ..StepCommit::default()
     };
@@ -2665,7 +2768,7 @@ pub async fn expect_status_applies_only_on_a_match(store: &dyn Store) {
     );
     let read = store.get_run(&run_id).await.unwrap().unwrap();
     assert_eq!(read.status, RunStatus::Running, "no status stored");
-    assert_eq!(read.updated_at_ms, BASE_MS + 1);
+    assert_eq!(read.updated_at_ms, BASE_MS + ms(1));
     assert_eq!(read.report, None);
     assert_eq!(
         store.events(&run_id, 0).await.unwrap().len(),
@@ -2693,7 +2796,7 @@ pub async fn expect_status_applies_only_on_a_match(store: &dyn Store) {
             &run_id,
             RunStatus::Finished(Outcome::PartialSuccess),
             Some(report(Outcome::PartialSuccess)),
-            BASE_MS + 3,
+            BASE_MS + ms(3),
         )
         .await
         .unwrap();
@@ -2749,7 +2852,7 @@ pub async fn expect_status_admits_exactly_one_concurrent_change(store: &dyn Stor
                 status: Some(StatusChange {
                     status,
                     report: status.outcome().map(report),
-                    at_ms: BASE_MS + n as u64,
+                    at_ms: BASE_MS + ms(n as u64),
                 }),
                 ..StepCommit::default()
             }
@@ -2780,7 +2883,7 @@ pub async fn expect_status_admits_exactly_one_concurrent_change(store: &dyn Stor
     let winner = winners[0];
     let read = store.get_run(&run_id).await.unwrap().unwrap();
     assert_eq!(read.status, targets[winner % targets.len()]);
-    assert_eq!(read.updated_at_ms, BASE_MS + winner as u64);
+    assert_eq!(read.updated_at_ms, BASE_MS + ms(winner as u64));
     let events = store.events(&run_id, 0).await.unwrap();
     assert_eq!(events.len(), 1, "only the winner's event is stored");
     assert_eq!(events[0].step, winner as u32);
@@ -2803,7 +2906,7 @@ pub async fn expect_claim_applies_only_while_the_claim_holds(store: &dyn Store) 
     let run_id = created(store, "claim").await;
     let lease_id = unique("claim-lease");
     // Already expired: a lapsed lease that nobody took over still fences.
-    let mut claim = temp_lease(&run_id, &lease_id, BASE_MS + 1);
+    let mut claim = temp_lease(&run_id, &lease_id, BASE_MS + ms(1));
     claim.owner = "pid:1@claim-host".to_owned();
     store.acquire_lease(claim.clone()).await.unwrap();
     let fence = ClaimFence {
@@ -2824,7 +2927,7 @@ pub async fn expect_claim_applies_only_while_the_claim_holds(store: &dyn Store) 
         status: Some(StatusChange {
             status: RunStatus::Running,
             report: None,
-            at_ms: BASE_MS + 1,
+            at_ms: BASE_MS + ms(1),
         }),
         ..StepCommit::default()
     };
@@ -2850,7 +2953,7 @@ pub async fn expect_claim_applies_only_while_the_claim_holds(store: &dyn Store) 
         intents: vec![(step, intent("intent-claim-late", 0, "send_email"))],
         marks: vec![(
             IntentId::new("intent-claim").unwrap(),
-            mark(LedgerStatus::Succeeded, 1, BASE_MS + 10),
+            mark(LedgerStatus::Succeeded, 1, BASE_MS + ms(10)),
         )],
         checkpoint: Some(checkpoint(&run_id, step, "lost the claim")),
         checkpoint_delta: Some(delta(&run_id, step + 1, "lost the claim")),
@@ -2858,7 +2961,7 @@ pub async fn expect_claim_applies_only_while_the_claim_holds(store: &dyn Store) 
         status: Some(StatusChange {
             status: RunStatus::Finished(Outcome::Failed),
             report: Some(report(Outcome::Failed)),
-            at_ms: BASE_MS + 10,
+            at_ms: BASE_MS + ms(10),
         }),
         ..StepCommit::default()
     };
@@ -2868,7 +2971,7 @@ pub async fn expect_claim_applies_only_while_the_claim_holds(store: &dyn Store) 
         async move {
             let read = store.get_run(&run_id).await.unwrap().unwrap();
             assert_eq!(read.status, RunStatus::Running, "{what}: no status stored");
-            assert_eq!(read.updated_at_ms, BASE_MS + 1, "{what}");
+            assert_eq!(read.updated_at_ms, BASE_MS + ms(1), "{what}");
             assert_eq!(read.report, None, "{what}");
             assert_eq!(
                 store.events(&run_id, 0).await.unwrap().len(),
@@ -2945,7 +3048,7 @@ async fn create_all(store: &dyn Store, runs: Vec<NewRun>) {
 }
 
 /// Sets each run's status concurrently.
-async fn set_all(store: &dyn Store, runs: &[RunId], status: RunStatus, at_ms: u64) {
+async fn set_all(store: &dyn Store, runs: &[RunId], status: RunStatus, at_ms: Timestamp) {
     let futures = runs
         .iter()
         .map(|run_id| {
@@ -2974,7 +3077,7 @@ fn ids(runs: &[crate::RunRecord]) -> Vec<&str> {
 
 /// Early creation times, before any run a real store holds, so the runs of
 /// [`runs_with_status_oldest_first_across_many`] lead the queue.
-const EARLY_MS: u64 = 1_000_000;
+const EARLY_MS: Timestamp = Timestamp::from_millis(1_000_000);
 
 /// `runs_with_status` gives the oldest runs first (`created_at_ms`, ties by
 /// run id) up to its limit, across more runs than one page of 200.
@@ -2985,7 +3088,7 @@ pub async fn runs_with_status_oldest_first_across_many(store: &dyn Store) {
     // times, and in reverse of their ids, so that neither the insertion
     // order nor the creation time alone gives the expected order.
     let mut runs: Vec<NewRun> = (0..RUNS)
-        .map(|n| new_run("oldest", EARLY_MS + (n * 7 % RUNS) / 2))
+        .map(|n| new_run("oldest", EARLY_MS + ms((n * 7 % RUNS) / 2)))
         .collect();
     create_all(store, runs.iter().rev().cloned().collect()).await;
     oldest_first(&mut runs);
@@ -3042,7 +3145,7 @@ pub async fn runs_with_status_oldest_first_across_many(store: &dyn Store) {
 /// `runs_with_status` lists only runs of that exact status: a finished
 /// status matches its outcome, not every finished run.
 pub async fn runs_with_status_filters_by_status(store: &dyn Store) {
-    let base = BASE_MS * 3;
+    let base = scaled(3);
     let statuses = [
         RunStatus::Queued,
         RunStatus::Running,
@@ -3054,7 +3157,7 @@ pub async fn runs_with_status_filters_by_status(store: &dyn Store) {
     // Created newest first, so the order below comes from the query.
     let runs: Vec<NewRun> = (0..statuses.len() as u64)
         .rev()
-        .map(|n| new_run("by-status", base + n))
+        .map(|n| new_run("by-status", base + ms(n)))
         .collect();
     for run in &runs {
         store.create_run(run.clone()).await.unwrap();
@@ -3064,7 +3167,7 @@ pub async fn runs_with_status_filters_by_status(store: &dyn Store) {
         if *status != RunStatus::Queued {
             let report = status.outcome().map(report);
             store
-                .set_run_status(by_time(n), *status, report, base + 10)
+                .set_run_status(by_time(n), *status, report, base + ms(10))
                 .await
                 .unwrap();
         }
@@ -3120,12 +3223,12 @@ pub async fn runs_with_status_after_pages_through_every_run_once(store: &dyn Sto
     // In pairs of equal times, created in reverse, so that neither the
     // insertion order nor the time alone gives the order.
     let mut runs: Vec<NewRun> = (0..RUNS)
-        .map(|n| new_run("paged", BASE_MS * 5 + n / 2))
+        .map(|n| new_run("paged", scaled(5) + ms(n / 2)))
         .collect();
     create_all(store, runs.iter().rev().cloned().collect()).await;
     oldest_first(&mut runs);
     let ours: Vec<RunId> = runs.iter().map(|run| run.run_id.clone()).collect();
-    set_all(store, &ours, RunStatus::Running, BASE_MS * 5 + 100).await;
+    set_all(store, &ours, RunStatus::Running, scaled(5) + ms(100)).await;
     assert_eq!(
         store
             .count_runs_with_status(RunStatus::Running)
@@ -3190,7 +3293,7 @@ pub async fn runs_with_status_after_pages_through_every_run_once(store: &dyn Sto
         store,
         &ours,
         RunStatus::Finished(Outcome::Cancelled),
-        BASE_MS * 5 + 200,
+        scaled(5) + ms(200),
     )
     .await;
     assert_eq!(
@@ -3205,7 +3308,7 @@ pub async fn runs_with_status_after_pages_through_every_run_once(store: &dyn Sto
 /// `children_of` lists a parent's direct children, of any status, oldest
 /// first; a childless or unknown parent has none.
 pub async fn children_of_lists_children_oldest_first(store: &dyn Store) {
-    let base = BASE_MS * 3;
+    let base = scaled(3);
     let parent = store
         .create_run(new_run("parent", base))
         .await
@@ -3213,14 +3316,14 @@ pub async fn children_of_lists_children_oldest_first(store: &dyn Store) {
         .run_id;
     let mut children = Vec::new();
     for offset in [30, 10, 20, 20] {
-        let mut child = new_run("child", base + offset);
+        let mut child = new_run("child", base + ms(offset));
         child.parent_run_id = Some(parent.clone());
         children.push(store.create_run(child).await.unwrap());
     }
-    let mut grandchild = new_run("grandchild", base + 5);
+    let mut grandchild = new_run("grandchild", base + ms(5));
     grandchild.parent_run_id = Some(children[0].run_id.clone());
     let grandchild = store.create_run(grandchild).await.unwrap();
-    let mut other = new_run("other-child", base + 1);
+    let mut other = new_run("other-child", base + ms(1));
     other.parent_run_id = Some(RunId::new(unique("other-parent")).unwrap());
     store.create_run(other).await.unwrap();
     // A child's status does not matter.
@@ -3229,7 +3332,7 @@ pub async fn children_of_lists_children_oldest_first(store: &dyn Store) {
             &children[2].run_id,
             RunStatus::Finished(Outcome::Succeeded),
             None,
-            base + 40,
+            base + ms(40),
         )
         .await
         .unwrap();
@@ -3265,13 +3368,13 @@ pub async fn children_of_lists_children_oldest_first(store: &dyn Store) {
 }
 
 /// The default singleton lease of seed 004: 60 s.
-const SINGLETON_TTL_MS: u64 = 60_000;
+const SINGLETON_TTL: Duration = Duration::from_secs(60);
 
 fn singleton_lease(
     name: &str,
     owner: &str,
-    acquired_at_ms: u64,
-    expires_at_ms: u64,
+    acquired_at_ms: Timestamp,
+    expires_at_ms: Timestamp,
 ) -> SingletonLease {
     SingletonLease {
         name: name.to_owned(),
@@ -3286,7 +3389,7 @@ fn singleton_lease(
 pub async fn singleton_first_claim_wins_and_others_are_refused_while_live(store: &dyn Store) {
     let name = unique("singleton-first");
     assert_eq!(store.singleton(&name).await.unwrap(), None, "never claimed");
-    let expires = BASE_MS + SINGLETON_TTL_MS;
+    let expires = BASE_MS + SINGLETON_TTL;
     let won = store
         .claim_singleton(&name, "pid:1@host-a", BASE_MS, expires)
         .await
@@ -3297,10 +3400,10 @@ pub async fn singleton_first_claim_wins_and_others_are_refused_while_live(store:
         store.singleton(&name).await.unwrap(),
         Some(expected.clone())
     );
-    for now in [BASE_MS, BASE_MS + 1, expires - 1] {
+    for now in [BASE_MS, BASE_MS + ms(1), expires - ms(1)] {
         assert_eq!(
             store
-                .claim_singleton(&name, "pid:2@host-b", now, now + SINGLETON_TTL_MS)
+                .claim_singleton(&name, "pid:2@host-b", now, now + SINGLETON_TTL)
                 .await
                 .unwrap(),
             None,
@@ -3326,19 +3429,19 @@ pub async fn singleton_holder_renews_keeping_its_acquisition(store: &dyn Store) 
     let name = unique("singleton-renew");
     let owner = "pid:1@host-a";
     store
-        .claim_singleton(&name, owner, BASE_MS, BASE_MS + SINGLETON_TTL_MS)
+        .claim_singleton(&name, owner, BASE_MS, BASE_MS + SINGLETON_TTL)
         .await
         .unwrap()
         .expect("a free singleton is claimed");
     // Renewed every third of the lease, as `rein serve` does.
     let mut now = BASE_MS;
     for _ in 0..3 {
-        now += SINGLETON_TTL_MS / 3;
+        now += SINGLETON_TTL / 3;
         let renewed = store
-            .claim_singleton(&name, owner, now, now + SINGLETON_TTL_MS)
+            .claim_singleton(&name, owner, now, now + SINGLETON_TTL)
             .await
             .unwrap();
-        let expected = singleton_lease(&name, owner, BASE_MS, now + SINGLETON_TTL_MS);
+        let expected = singleton_lease(&name, owner, BASE_MS, now + SINGLETON_TTL);
         assert_eq!(
             renewed,
             Some(expected.clone()),
@@ -3347,12 +3450,12 @@ pub async fn singleton_holder_renews_keeping_its_acquisition(store: &dyn Store) 
         assert_eq!(store.singleton(&name).await.unwrap(), Some(expected));
     }
     let shorter = store
-        .claim_singleton(&name, owner, now, now + 1)
+        .claim_singleton(&name, owner, now, now + ms(1))
         .await
         .unwrap();
     assert_eq!(
         shorter,
-        Some(singleton_lease(&name, owner, BASE_MS, now + 1)),
+        Some(singleton_lease(&name, owner, BASE_MS, now + ms(1))),
         "a renewal may also shorten the lease"
     );
     assert!(store.release_singleton(&name, owner).await.unwrap());
@@ -3363,19 +3466,19 @@ pub async fn singleton_holder_renews_keeping_its_acquisition(store: &dyn Store) 
 /// expired lease won back by its old holder is a new tenure too.
 pub async fn singleton_expired_lease_is_taken_by_another_owner(store: &dyn Store) {
     let name = unique("singleton-expire");
-    let expires = BASE_MS + SINGLETON_TTL_MS;
+    let expires = BASE_MS + SINGLETON_TTL;
     store
         .claim_singleton(&name, "pid:1@host-a", BASE_MS, expires)
         .await
         .unwrap()
         .expect("a free singleton is claimed");
     let held = store.singleton(&name).await.unwrap().unwrap();
-    assert!(held.is_expired(expires) && !held.is_expired(expires - 1));
+    assert!(held.is_expired(expires) && !held.is_expired(expires - ms(1)));
     let taken = store
-        .claim_singleton(&name, "pid:2@host-b", expires, expires + SINGLETON_TTL_MS)
+        .claim_singleton(&name, "pid:2@host-b", expires, expires + SINGLETON_TTL)
         .await
         .unwrap();
-    let expected = singleton_lease(&name, "pid:2@host-b", expires, expires + SINGLETON_TTL_MS);
+    let expected = singleton_lease(&name, "pid:2@host-b", expires, expires + SINGLETON_TTL);
     assert_eq!(
         taken,
         Some(expected.clone()),
@@ -3387,8 +3490,8 @@ pub async fn singleton_expired_lease_is_taken_by_another_owner(store: &dyn Store
             .claim_singleton(
                 &name,
                 "pid:1@host-a",
-                expires + 1,
-                expires + 1 + SINGLETON_TTL_MS
+                expires + ms(1),
+                expires + ms(1) + SINGLETON_TTL
             )
             .await
             .unwrap(),
@@ -3397,9 +3500,9 @@ pub async fn singleton_expired_lease_is_taken_by_another_owner(store: &dyn Store
     );
     // The new holder fails to renew; its lease lapses and the old holder
     // wins it back as a new tenure.
-    let later = expires + SINGLETON_TTL_MS;
+    let later = expires + SINGLETON_TTL;
     let back = store
-        .claim_singleton(&name, "pid:1@host-a", later, later + SINGLETON_TTL_MS)
+        .claim_singleton(&name, "pid:1@host-a", later, later + SINGLETON_TTL)
         .await
         .unwrap();
     assert_eq!(
@@ -3408,21 +3511,21 @@ pub async fn singleton_expired_lease_is_taken_by_another_owner(store: &dyn Store
             &name,
             "pid:1@host-a",
             later,
-            later + SINGLETON_TTL_MS
+            later + SINGLETON_TTL
         ))
     );
     // Its own lease, expired and claimed again: acquired anew.
-    let last = later + SINGLETON_TTL_MS;
+    let last = later + SINGLETON_TTL;
     assert_eq!(
         store
-            .claim_singleton(&name, "pid:1@host-a", last, last + SINGLETON_TTL_MS)
+            .claim_singleton(&name, "pid:1@host-a", last, last + SINGLETON_TTL)
             .await
             .unwrap(),
         Some(singleton_lease(
             &name,
             "pid:1@host-a",
             last,
-            last + SINGLETON_TTL_MS
+            last + SINGLETON_TTL
         )),
         "an expired lease of one's own is a new tenure, not a renewal"
     );
@@ -3445,7 +3548,7 @@ pub async fn singleton_release_only_by_its_holder(store: &dyn Store) {
             .unwrap(),
         "nothing to release"
     );
-    let expires = BASE_MS + SINGLETON_TTL_MS;
+    let expires = BASE_MS + SINGLETON_TTL;
     store
         .claim_singleton(&name, "pid:1@host-a", BASE_MS, expires)
         .await
@@ -3482,10 +3585,15 @@ pub async fn singleton_release_only_by_its_holder(store: &dyn Store) {
     );
     assert_eq!(
         store
-            .claim_singleton(&name, "pid:2@host-b", BASE_MS + 1, expires)
+            .claim_singleton(&name, "pid:2@host-b", BASE_MS + ms(1), expires)
             .await
             .unwrap(),
-        Some(singleton_lease(&name, "pid:2@host-b", BASE_MS + 1, expires)),
+        Some(singleton_lease(
+            &name,
+            "pid:2@host-b",
+            BASE_MS + ms(1),
+            expires
+        )),
         "a released lease is free before its old expiry"
     );
     // The holder of an expired lease may still release it.
@@ -3496,7 +3604,7 @@ pub async fn singleton_release_only_by_its_holder(store: &dyn Store) {
             .unwrap()
     );
     store
-        .claim_singleton(&name, "pid:3@host-c", BASE_MS, BASE_MS + 1)
+        .claim_singleton(&name, "pid:3@host-c", BASE_MS, BASE_MS + ms(1))
         .await
         .unwrap()
         .expect("a free singleton is claimed");
@@ -3551,7 +3659,7 @@ pub async fn singleton_claim_refusals(store: &dyn Store) {
         assert!(
             matches!(
                 store
-                    .claim_singleton(bad, "pid:1@host-a", BASE_MS, BASE_MS + 1)
+                    .claim_singleton(bad, "pid:1@host-a", BASE_MS, BASE_MS + ms(1))
                     .await,
                 Err(StoreError::Invalid {
                     what: "singleton name",
@@ -3563,7 +3671,7 @@ pub async fn singleton_claim_refusals(store: &dyn Store) {
         assert!(
             matches!(
                 store
-                    .claim_singleton(&name, bad, BASE_MS, BASE_MS + 1)
+                    .claim_singleton(&name, bad, BASE_MS, BASE_MS + ms(1))
                     .await,
                 Err(StoreError::Invalid {
                     what: "singleton owner",
@@ -3584,7 +3692,7 @@ pub async fn singleton_claim_refusals(store: &dyn Store) {
             "read of {bad:?}"
         );
     }
-    for expires in [BASE_MS - 1, BASE_MS] {
+    for expires in [BASE_MS - ms(1), BASE_MS] {
         assert!(
             matches!(
                 store
@@ -3609,10 +3717,10 @@ pub async fn singleton_claim_refusals(store: &dyn Store) {
     assert_eq!(longest.len(), MAX_SINGLETON_LEN);
     assert_eq!(
         store
-            .claim_singleton(&longest, &owner, BASE_MS, BASE_MS + 1)
+            .claim_singleton(&longest, &owner, BASE_MS, BASE_MS + ms(1))
             .await
             .unwrap(),
-        Some(singleton_lease(&longest, &owner, BASE_MS, BASE_MS + 1))
+        Some(singleton_lease(&longest, &owner, BASE_MS, BASE_MS + ms(1)))
     );
     assert!(store.release_singleton(&longest, &owner).await.unwrap());
 }
@@ -3629,7 +3737,7 @@ pub async fn singleton_concurrent_claims_elect_exactly_one(store: &dyn Store) {
             let name = &name;
             Box::pin(async move {
                 store
-                    .claim_singleton(name, owner, BASE_MS, BASE_MS + SINGLETON_TTL_MS)
+                    .claim_singleton(name, owner, BASE_MS, BASE_MS + SINGLETON_TTL)
                     .await
                     .unwrap()
             }) as Pin<Box<dyn Future<Output = Option<SingletonLease>> + Send + '_>>
@@ -3651,22 +3759,22 @@ pub async fn singleton_concurrent_claims_elect_exactly_one(store: &dyn Store) {
     );
 }
 
-/// An opening of `arm` by `by` until `BASE_MS + until`.
+/// An opening of `arm` by `by` until `BASE_MS + ms(until)`.
 fn opening(arm: &str, by: &str, until: u64) -> BreakerOpening {
     BreakerOpening {
         arm: arm.to_owned(),
-        open_until_ms: BASE_MS + until,
+        open_until_ms: BASE_MS + ms(until),
         opened_by: by.to_owned(),
         reason: format!("5 consecutive failures seen by {by}"),
         updated_at_ms: BASE_MS,
     }
 }
 
-/// The opening of `arm` the store lists at `BASE_MS + at`, if any (other
+/// The opening of `arm` the store lists at ``BASE_MS + at` ms`, if any (other
 /// checks' arms are ignored: the store may be shared).
 async fn listed(store: &dyn Store, arm: &str, at: u64) -> Option<BreakerOpening> {
     store
-        .breaker_openings(BASE_MS + at)
+        .breaker_openings(BASE_MS + ms(at))
         .await
         .unwrap()
         .into_iter()
@@ -3830,7 +3938,7 @@ fn reservation(tenant: &TenantId, key: &str, seed: u8, holder: Option<Holder>) -
         fingerprint: fingerprint(seed),
         holder,
         now_ms: BASE_MS,
-        expires_at_ms: BASE_MS + 60_000,
+        expires_at_ms: BASE_MS + ms(60_000),
     }
 }
 
@@ -3838,7 +3946,7 @@ fn holder(owner: &str, run: Option<&RunId>) -> Holder {
     Holder {
         owner: owner.to_owned(),
         run_id: run.cloned(),
-        until_ms: BASE_MS + 3_000,
+        until_ms: BASE_MS + ms(3_000),
     }
 }
 
@@ -3888,7 +3996,7 @@ pub async fn idempotency_holder_is_recorded_with_the_reservation(store: &dyn Sto
     ));
     let bare = unique("bare");
     store
-        .reserve_idempotency(&tenant, &bare, &fingerprint(20), BASE_MS, BASE_MS + 10)
+        .reserve_idempotency(&tenant, &bare, &fingerprint(20), BASE_MS, BASE_MS + ms(10))
         .await
         .unwrap();
     let listed = store
@@ -4009,7 +4117,7 @@ pub async fn idempotency_settle_applies_only_for_the_holder(store: &dyn Store) {
                 &key,
                 "pid:2@host#other",
                 IdempotencySettlement::Release,
-                BASE_MS + 1
+                BASE_MS + ms(1)
             )
             .await
             .unwrap(),
@@ -4023,7 +4131,7 @@ pub async fn idempotency_settle_applies_only_for_the_holder(store: &dyn Store) {
                 &key,
                 dead,
                 IdempotencySettlement::Release,
-                BASE_MS + 1
+                BASE_MS + ms(1)
             )
             .await
             .unwrap(),
@@ -4046,7 +4154,7 @@ pub async fn idempotency_settle_applies_only_for_the_holder(store: &dyn Store) {
                 &key,
                 dead,
                 IdempotencySettlement::Release,
-                BASE_MS + 2
+                BASE_MS + ms(2)
             )
             .await
             .unwrap(),
@@ -4061,7 +4169,7 @@ pub async fn idempotency_settle_applies_only_for_the_holder(store: &dyn Store) {
                 &key,
                 live,
                 IdempotencySettlement::Complete(answer.clone()),
-                BASE_MS + 3
+                BASE_MS + ms(3)
             )
             .await
             .unwrap(),
@@ -4082,7 +4190,7 @@ pub async fn idempotency_settle_applies_only_for_the_holder(store: &dyn Store) {
                 &key,
                 live,
                 IdempotencySettlement::Release,
-                BASE_MS + 4
+                BASE_MS + ms(4)
             )
             .await
             .unwrap(),
@@ -4131,7 +4239,7 @@ pub async fn idempotency_release_is_refused_while_its_run_exists(store: &dyn Sto
                 &key,
                 owner,
                 IdempotencySettlement::Release,
-                BASE_MS + 1
+                BASE_MS + ms(1)
             )
             .await
             .unwrap(),
@@ -4155,7 +4263,7 @@ pub async fn idempotency_release_is_refused_while_its_run_exists(store: &dyn Sto
                 &key,
                 owner,
                 IdempotencySettlement::Complete(response(200, "the run's view")),
-                BASE_MS + 2
+                BASE_MS + ms(2)
             )
             .await
             .unwrap(),
@@ -4180,7 +4288,7 @@ pub async fn idempotency_release_is_refused_while_its_run_exists(store: &dyn Sto
                 &absent,
                 owner,
                 IdempotencySettlement::Release,
-                BASE_MS + 1
+                BASE_MS + ms(1)
             )
             .await
             .unwrap(),
@@ -4213,41 +4321,41 @@ pub async fn idempotency_holder_renews_its_reservation(store: &dyn Store) {
     };
     let first = record(key.clone()).await;
     assert_eq!(first.holder_since_ms, Some(BASE_MS), "reserved at now_ms");
-    assert_eq!(first.holder_until_ms, Some(BASE_MS + 3_000));
+    assert_eq!(first.holder_until_ms, Some(BASE_MS + ms(3_000)));
     assert!(first.holder_is_trusted());
     assert!(
         store
-            .renew_idempotency(&tenant, &key, owner, BASE_MS + 9_000)
+            .renew_idempotency(&tenant, &key, owner, BASE_MS + ms(9_000))
             .await
             .unwrap()
     );
     let renewed = record(key.clone()).await;
-    assert_eq!(renewed.holder_until_ms, Some(BASE_MS + 9_000));
+    assert_eq!(renewed.holder_until_ms, Some(BASE_MS + ms(9_000)));
     assert_eq!(
         renewed.created_at_ms, first.created_at_ms,
         "a renewal is not a new reservation"
     );
     assert!(
         !store
-            .renew_idempotency(&tenant, &key, "pid:2@host#other", BASE_MS + 99_000)
+            .renew_idempotency(&tenant, &key, "pid:2@host#other", BASE_MS + ms(99_000))
             .await
             .unwrap(),
         "only the holder renews"
     );
     assert_eq!(
         record(key.clone()).await.holder_until_ms,
-        Some(BASE_MS + 9_000)
+        Some(BASE_MS + ms(9_000))
     );
     // Given up: held until now.
     assert!(
         store
-            .renew_idempotency(&tenant, &key, owner, BASE_MS + 10)
+            .renew_idempotency(&tenant, &key, owner, BASE_MS + ms(10))
             .await
             .unwrap()
     );
     assert_eq!(
         record(key.clone()).await.holder_until_ms,
-        Some(BASE_MS + 10)
+        Some(BASE_MS + ms(10))
     );
     store
         .settle_idempotency(
@@ -4255,13 +4363,13 @@ pub async fn idempotency_holder_renews_its_reservation(store: &dyn Store) {
             &key,
             owner,
             IdempotencySettlement::Complete(response(200, "done")),
-            BASE_MS + 11,
+            BASE_MS + ms(11),
         )
         .await
         .unwrap();
     assert!(
         !store
-            .renew_idempotency(&tenant, &key, owner, BASE_MS + 20_000)
+            .renew_idempotency(&tenant, &key, owner, BASE_MS + ms(20_000))
             .await
             .unwrap(),
         "a completed record has no holder to renew"
@@ -4336,7 +4444,7 @@ pub async fn idempotency_run_creation_is_fenced_on_the_holder(store: &dyn Store)
                 &released,
                 owner,
                 IdempotencySettlement::Release,
-                BASE_MS + 1
+                BASE_MS + ms(1)
             )
             .await
             .unwrap(),
@@ -4384,7 +4492,7 @@ pub async fn ledger_revision_fences_report_writes(store: &dyn Store) {
     let stale = StepCommit {
         marks: vec![(
             IntentId::new("intent-1").unwrap(),
-            mark(LedgerStatus::Succeeded, 1, BASE_MS + 1),
+            mark(LedgerStatus::Succeeded, 1, BASE_MS + ms(1)),
         )],
         events: vec![event(&child, EventKind::LedgerRecorded, 1)],
         expect_ledger_revision: Some(0),
@@ -4404,7 +4512,7 @@ pub async fn ledger_revision_fences_report_writes(store: &dyn Store) {
     let current = StepCommit {
         marks: vec![(
             IntentId::new("intent-1").unwrap(),
-            mark(LedgerStatus::Succeeded, 1, BASE_MS + 1),
+            mark(LedgerStatus::Succeeded, 1, BASE_MS + ms(1)),
         )],
         expect_ledger_revision: Some(1),
         ..StepCommit::default()
@@ -4427,7 +4535,7 @@ pub async fn ledger_revision_fences_report_writes(store: &dyn Store) {
         status: Some(StatusChange {
             status: RunStatus::Finished(Outcome::PartialSuccess),
             report: Some(report.clone()),
-            at_ms: BASE_MS + 2,
+            at_ms: BASE_MS + ms(2),
         }),
         events: vec![event(&child, EventKind::RunFinished, 1)],
         expect_ledger_revision: Some(2),
@@ -4448,7 +4556,7 @@ pub async fn ledger_revision_fences_report_writes(store: &dyn Store) {
     let revise = StepCommit {
         marks: vec![(
             IntentId::new("intent-1").unwrap(),
-            mark(LedgerStatus::Manual, 1, BASE_MS + 3),
+            mark(LedgerStatus::Manual, 1, BASE_MS + ms(3)),
         )],
         revised_report: Some(report.clone()),
         expect_ledger_revision: Some(2),
@@ -4479,7 +4587,7 @@ pub async fn ledger_revision_fences_report_writes(store: &dyn Store) {
 // ----- listing runs, newest first ----------------------------------------
 
 /// `run` of `tenant` and `agent`, created at `created_at_ms`.
-fn run_of(tenant: &TenantId, agent: &str, prefix: &str, created_at_ms: u64) -> NewRun {
+fn run_of(tenant: &TenantId, agent: &str, prefix: &str, created_at_ms: Timestamp) -> NewRun {
     NewRun {
         tenant: tenant.clone(),
         agent: agent.to_owned(),
@@ -4545,7 +4653,7 @@ pub async fn list_runs_page_visits_every_run_once_newest_first_under_inserts(sto
     const RUNS: u64 = 23;
     const PAGE: usize = 4;
     let tenant = unique_tenant("paging");
-    let base = BASE_MS * 7;
+    let base = scaled(7);
     // In pairs of equal times, created out of order, so that neither the
     // insertion order nor the time alone gives the order.
     let mut runs: Vec<NewRun> = (0..RUNS)
@@ -4554,7 +4662,7 @@ pub async fn list_runs_page_visits_every_run_once_newest_first_under_inserts(sto
                 &tenant,
                 "order-desk",
                 "listed",
-                base + 1_000 + (n * 7 % RUNS) / 2,
+                base + ms(1_000) + ms((n * 7 % RUNS) / 2),
             )
         })
         .collect();
@@ -4569,14 +4677,14 @@ pub async fn list_runs_page_visits_every_run_once_newest_first_under_inserts(sto
         // Alternately a run newer than every page, and one older than the
         // cursor (listed on a later page).
         let run = if round % 2 == 1 {
-            run_of(&tenant, "order-desk", "newer", base + 5_000 + round)
+            run_of(&tenant, "order-desk", "newer", base + ms(5_000) + ms(round))
         } else {
             let last = page.runs.last()?;
             run_of(
                 &tenant,
                 "order-desk",
                 "older",
-                last.created_at_ms.saturating_sub(1),
+                last.created_at_ms.saturating_sub(ms(1)),
             )
         };
         inserted.push(run.clone());
@@ -4604,7 +4712,7 @@ pub async fn list_runs_page_visits_every_run_once_newest_first_under_inserts(sto
     );
     for run in &inserted {
         let listed = seen.iter().any(|r| r.run_id == run.run_id);
-        let newer = run.created_at_ms > base + 5_000;
+        let newer = run.created_at_ms > base + ms(5_000);
         assert_eq!(
             listed, !newer,
             "a run created meanwhile is listed iff it sorts after the cursor ({})",
@@ -4629,7 +4737,7 @@ pub async fn list_runs_page_visits_every_run_once_newest_first_under_inserts(sto
 /// agent and a creation-time range (both ends exclusive), all together.
 pub async fn list_runs_page_filters_by_status_agent_and_time(store: &dyn Store) {
     let tenant = unique_tenant("filters");
-    let base = BASE_MS * 8;
+    let base = scaled(8);
     let statuses = [
         RunStatus::Queued,
         RunStatus::Running,
@@ -4639,7 +4747,7 @@ pub async fn list_runs_page_filters_by_status_agent_and_time(store: &dyn Store) 
     let mut runs = Vec::new();
     for n in 0..16u64 {
         let agent = if n % 3 == 0 { "billing" } else { "order-desk" };
-        let run = run_of(&tenant, agent, "filtered", base + n);
+        let run = run_of(&tenant, agent, "filtered", base + ms(n));
         store.create_run(run.clone()).await.unwrap();
         let status = statuses[(n % 4) as usize];
         if status != RunStatus::Queued {
@@ -4648,7 +4756,7 @@ pub async fn list_runs_page_filters_by_status_agent_and_time(store: &dyn Store) 
                     &run.run_id,
                     status,
                     status.outcome().map(report),
-                    base + 100,
+                    base + ms(100),
                 )
                 .await
                 .unwrap();
@@ -4661,20 +4769,20 @@ pub async fn list_runs_page_filters_by_status_agent_and_time(store: &dyn Store) 
         mine.clone(),
         mine.clone().of_agent("billing"),
         mine.clone().of_agent("nobody"),
-        mine.clone().created_after(base + 3),
-        mine.clone().created_before(base + 3),
+        mine.clone().created_after(base + ms(3)),
+        mine.clone().created_before(base + ms(3)),
         mine.clone()
-            .created_after(base + 3)
-            .created_before(base + 9),
+            .created_after(base + ms(3))
+            .created_before(base + ms(9)),
         mine.clone()
-            .created_after(base + 9)
-            .created_before(base + 3),
+            .created_after(base + ms(9))
+            .created_before(base + ms(3)),
         mine.clone()
             .with_status(RunStatus::Finished(Outcome::Cancelled)),
         mine.clone()
             .with_status(RunStatus::Running)
             .of_agent("order-desk")
-            .created_after(base + 1),
+            .created_after(base + ms(1)),
     ];
     filters.extend(statuses.iter().map(|s| mine.clone().with_status(*s)));
     for filter in filters {
@@ -4699,12 +4807,12 @@ pub async fn list_runs_page_filters_by_status_agent_and_time(store: &dyn Store) 
 /// holds both.
 pub async fn list_runs_page_never_shows_another_tenants_run(store: &dyn Store) {
     let (a, b) = (unique_tenant("isolated-a"), unique_tenant("isolated-b"));
-    let base = BASE_MS * 9;
+    let base = scaled(9);
     let mut all = Vec::new();
     for n in 0..12u64 {
         let tenant = if n % 2 == 0 { &a } else { &b };
         // Equal times across the two tenants.
-        let run = run_of(tenant, "order-desk", "tenant", base + n / 2);
+        let run = run_of(tenant, "order-desk", "tenant", base + ms(n / 2));
         all.push(run.clone());
         store.create_run(run).await.unwrap();
     }
@@ -4743,8 +4851,8 @@ pub async fn list_runs_page_never_shows_another_tenants_run(store: &dyn Store) {
     let everyone = all_pages(
         store,
         &RunFilter::all()
-            .created_after(base - 1)
-            .created_before(base + 6),
+            .created_after(base - ms(1))
+            .created_before(base + ms(6)),
         5,
         |_| None,
     )
@@ -4765,7 +4873,7 @@ pub async fn tenant_backlogs_count_roots_and_list_each_tenants_oldest(store: &dy
     let (busy, quiet) = (unique_tenant("busy"), unique_tenant("quiet"));
     let of = |tenant: &TenantId, prefix: &str, at: u64| NewRun {
         tenant: tenant.clone(),
-        ..new_run(prefix, EARLY_MS + at)
+        ..new_run(prefix, EARLY_MS + ms(at))
     };
     // Created out of time order, two with equal times.
     let busy_runs = vec![

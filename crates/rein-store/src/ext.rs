@@ -2,6 +2,7 @@
 //! atomic method of a capability trait.
 
 use async_trait::async_trait;
+use rein_core::Timestamp;
 use rein_core::{Event, IntentId, LedgerRecord, RunId, RunReport};
 
 use crate::checkpoint::{Checkpoint, CheckpointDelta};
@@ -39,7 +40,7 @@ pub trait StoreExt: Store {
         run_id: &RunId,
         status: RunStatus,
         report: Option<RunReport>,
-        at_ms: u64,
+        at_ms: Timestamp,
     ) -> Result<RunRecord, StoreError> {
         let commit = StepCommit {
             status: Some(StatusChange {
@@ -143,7 +144,11 @@ pub trait StoreExt: Store {
     ///
     /// [`StoreError::NotFound`] when the lease is not held;
     /// [`StoreError::Invalid`] for an expiry before its acquisition.
-    async fn renew_lease(&self, lease_id: &str, expires_at_ms: u64) -> Result<Lease, StoreError> {
+    async fn renew_lease(
+        &self,
+        lease_id: &str,
+        expires_at_ms: Timestamp,
+    ) -> Result<Lease, StoreError> {
         let change = LeaseChange::Renew {
             lease_id: lease_id.to_owned(),
             expires_at_ms,
@@ -163,7 +168,11 @@ pub trait StoreExt: Store {
 
     /// Up to `limit` leases expired at `now_ms`, soonest expiry first: the
     /// reaper's work list.
-    async fn expired_leases(&self, now_ms: u64, limit: usize) -> Result<Vec<Lease>, StoreError> {
+    async fn expired_leases(
+        &self,
+        now_ms: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Lease>, StoreError> {
         self.leases(&LeaseFilter::all().expired_at(now_ms).limit(limit))
             .await
     }

@@ -82,6 +82,7 @@
 //! [`Completed`]: IdempotencyState::Completed
 //! [`InProgress`]: IdempotencyState::InProgress
 
+use rein_core::Timestamp;
 use std::fmt;
 
 use rein_core::{RunId, TenantId};
@@ -192,12 +193,12 @@ pub struct IdempotencyRecord {
     /// The stored response, once completed.
     pub response: Option<StoredResponse>,
     /// When the key was reserved (ms since the Unix epoch).
-    pub created_at_ms: u64,
+    pub created_at_ms: Timestamp,
     /// When the record last changed.
-    pub updated_at_ms: u64,
+    pub updated_at_ms: Timestamp,
     /// When the record stops counting: a reservation at or after this time
     /// replaces it, and the sweeper deletes it.
-    pub expires_at_ms: u64,
+    pub expires_at_ms: Timestamp,
     /// The process executing the request (a lease owner id, unique per
     /// reservation), when the reservation named one: if it dies, the
     /// record is resolved instead of blocking its key.
@@ -208,18 +209,18 @@ pub struct IdempotencyRecord {
     /// When the holder reserved the key (the `created_at_ms` of the
     /// reservation that wrote `owner` and `run_id`); `None` in records
     /// written before holders renewed their reservations (schema 7).
-    pub holder_since_ms: Option<u64>,
+    pub holder_since_ms: Option<Timestamp>,
     /// Until when the holder is taken for alive: set at reservation and
     /// pushed forward by [`IdempotencyStore::renew_idempotency`] while it works;
     /// `None` as for `holder_since_ms`.
     ///
     /// [`IdempotencyStore::renew_idempotency`]: crate::IdempotencyStore::renew_idempotency
-    pub holder_until_ms: Option<u64>,
+    pub holder_until_ms: Option<Timestamp>,
 }
 
 impl IdempotencyRecord {
     /// Whether the record has expired at `now_ms` (expiry is inclusive).
-    pub fn is_expired(&self, now_ms: u64) -> bool {
+    pub fn is_expired(&self, now_ms: Timestamp) -> bool {
         self.expires_at_ms <= now_ms
     }
 
@@ -259,7 +260,7 @@ pub struct Holder {
     /// ([`IdempotencyStore::renew_idempotency`]), ms since the Unix epoch.
     ///
     /// [`IdempotencyStore::renew_idempotency`]: crate::IdempotencyStore::renew_idempotency
-    pub until_ms: u64,
+    pub until_ms: Timestamp,
 }
 
 /// The reservation a run's creation is fenced on
@@ -293,9 +294,9 @@ pub struct NewReservation {
     /// Who holds it, if known.
     pub holder: Option<Holder>,
     /// Now, ms since the Unix epoch.
-    pub now_ms: u64,
+    pub now_ms: Timestamp,
     /// When the record stops counting; after `now_ms`.
-    pub expires_at_ms: u64,
+    pub expires_at_ms: Timestamp,
 }
 
 /// How an `in_progress` record whose holder is gone is resolved
@@ -349,8 +350,8 @@ pub enum Reservation {
 pub fn validate_reservation(
     key: &str,
     fingerprint: &str,
-    now_ms: u64,
-    expires_at_ms: u64,
+    now_ms: Timestamp,
+    expires_at_ms: Timestamp,
 ) -> Result<(), StoreError> {
     if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_LEN || key.chars().any(char::is_control) {
         return Err(StoreError::Invalid {
@@ -409,11 +410,24 @@ mod tests {
 
     #[test]
     fn validate_reservation_wants_a_sane_key_a_hex_sha256_and_a_later_expiry() {
-        assert_eq!(validate_reservation("order-42", SHA, 10, 11), Ok(()));
+        assert_eq!(
+            validate_reservation(
+                "order-42",
+                SHA,
+                Timestamp::from_millis(10),
+                Timestamp::from_millis(11)
+            ),
+            Ok(())
+        );
         for key in ["", "a\nb", &"k".repeat(MAX_IDEMPOTENCY_KEY_LEN + 1)] {
             assert!(
                 matches!(
-                    validate_reservation(key, SHA, 10, 11),
+                    validate_reservation(
+                        key,
+                        SHA,
+                        Timestamp::from_millis(10),
+                        Timestamp::from_millis(11)
+                    ),
                     Err(StoreError::Invalid {
                         what: "idempotency key",
                         ..
@@ -425,7 +439,12 @@ mod tests {
         for fingerprint in ["", "abc", &SHA.to_uppercase(), &format!("{}g", &SHA[1..])] {
             assert!(
                 matches!(
-                    validate_reservation("k", fingerprint, 10, 11),
+                    validate_reservation(
+                        "k",
+                        fingerprint,
+                        Timestamp::from_millis(10),
+                        Timestamp::from_millis(11)
+                    ),
                     Err(StoreError::Invalid {
                         what: "idempotency fingerprint",
                         ..
@@ -435,7 +454,12 @@ mod tests {
             );
         }
         assert!(matches!(
-            validate_reservation("k", SHA, 10, 10),
+            validate_reservation(
+                "k",
+                SHA,
+                Timestamp::from_millis(10),
+                Timestamp::from_millis(10)
+            ),
             Err(StoreError::Invalid {
                 what: "idempotency expires_at_ms",
                 ..
@@ -466,16 +490,16 @@ mod tests {
             fingerprint: SHA.to_owned(),
             state: IdempotencyState::InProgress,
             response: None,
-            created_at_ms: 1,
-            updated_at_ms: 1,
-            expires_at_ms: 10,
+            created_at_ms: Timestamp::from_millis(1),
+            updated_at_ms: Timestamp::from_millis(1),
+            expires_at_ms: Timestamp::from_millis(10),
             owner: None,
             run_id: None,
             holder_since_ms: None,
             holder_until_ms: None,
         };
-        assert!(record.is_expired(10));
-        assert!(!record.is_expired(9));
+        assert!(record.is_expired(Timestamp::from_millis(10)));
+        assert!(!record.is_expired(Timestamp::from_millis(9)));
     }
 
     #[test]
@@ -486,18 +510,18 @@ mod tests {
             fingerprint: SHA.to_owned(),
             state: IdempotencyState::InProgress,
             response: None,
-            created_at_ms: 5_000,
-            updated_at_ms: 5_000,
-            expires_at_ms: 10_000,
+            created_at_ms: Timestamp::from_millis(5_000),
+            updated_at_ms: Timestamp::from_millis(5_000),
+            expires_at_ms: Timestamp::from_millis(10_000),
             owner: Some("pid:1@h#t".to_owned()),
             run_id: None,
-            holder_since_ms: Some(5_000),
-            holder_until_ms: Some(6_000),
+            holder_since_ms: Some(Timestamp::from_millis(5_000)),
+            holder_until_ms: Some(Timestamp::from_millis(6_000)),
         };
         assert!(record.holder_is_trusted());
         // An older rein replaced the expired record, keeping the columns
         // it does not know.
-        record.holder_since_ms = Some(1_000);
+        record.holder_since_ms = Some(Timestamp::from_millis(1_000));
         assert!(!record.holder_is_trusted());
         // Written by schema 7, which had no such column: believed.
         record.holder_since_ms = None;

@@ -45,6 +45,7 @@
 //! }
 //! ```
 
+use rein_core::Timestamp;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -297,7 +298,7 @@ impl<I: Intercept> LeaseStore for Intercepted<I> {
         &self,
         lease_id: &str,
         owner: &str,
-        expires_at_ms: u64,
+        expires_at_ms: Timestamp,
     ) -> Result<bool, StoreError> {
         self.hooks
             .around(self.inner.renew_lease_of(lease_id, owner, expires_at_ms))
@@ -310,7 +311,7 @@ impl<I: Intercept> LeaseStore for Intercepted<I> {
             .await
     }
 
-    async fn take_over_lease(&self, lease: Lease, now_ms: u64) -> Result<bool, StoreError> {
+    async fn take_over_lease(&self, lease: Lease, now_ms: Timestamp) -> Result<bool, StoreError> {
         self.hooks
             .around(self.inner.take_over_lease(lease, now_ms))
             .await
@@ -324,8 +325,8 @@ impl<I: Intercept> IdempotencyStore for Intercepted<I> {
         tenant: &TenantId,
         key: &str,
         fingerprint: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
+        now_ms: Timestamp,
+        expires_at_ms: Timestamp,
     ) -> Result<Reservation, StoreError> {
         self.hooks
             .around(
@@ -361,7 +362,7 @@ impl<I: Intercept> IdempotencyStore for Intercepted<I> {
         key: &str,
         owner: &str,
         settlement: IdempotencySettlement,
-        now_ms: u64,
+        now_ms: Timestamp,
     ) -> Result<IdempotencySettled, StoreError> {
         self.hooks
             .around(
@@ -376,7 +377,7 @@ impl<I: Intercept> IdempotencyStore for Intercepted<I> {
         tenant: &TenantId,
         key: &str,
         owner: &str,
-        until_ms: u64,
+        until_ms: Timestamp,
     ) -> Result<bool, StoreError> {
         self.hooks
             .around(self.inner.renew_idempotency(tenant, key, owner, until_ms))
@@ -398,7 +399,7 @@ impl<I: Intercept> IdempotencyStore for Intercepted<I> {
         tenant: &TenantId,
         key: &str,
         response: StoredResponse,
-        now_ms: u64,
+        now_ms: Timestamp,
     ) -> Result<(), StoreError> {
         self.hooks
             .around(
@@ -431,7 +432,11 @@ impl<I: Intercept> IdempotencyStore for Intercepted<I> {
             .await
     }
 
-    async fn sweep_idempotency(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
+    async fn sweep_idempotency(
+        &self,
+        now_ms: Timestamp,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
         self.hooks
             .around(self.inner.sweep_idempotency(now_ms, limit))
             .await
@@ -444,8 +449,8 @@ impl<I: Intercept> SingletonStore for Intercepted<I> {
         &self,
         name: &str,
         owner: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
+        now_ms: Timestamp,
+        expires_at_ms: Timestamp,
     ) -> Result<Option<SingletonLease>, StoreError> {
         self.hooks
             .around(
@@ -477,7 +482,7 @@ impl<I: Intercept> HealthStore for Intercepted<I> {
             .await
     }
 
-    async fn breaker_openings(&self, now_ms: u64) -> Result<Vec<BreakerOpening>, StoreError> {
+    async fn breaker_openings(&self, now_ms: Timestamp) -> Result<Vec<BreakerOpening>, StoreError> {
         self.hooks.around(self.inner.breaker_openings(now_ms)).await
     }
 
@@ -490,7 +495,7 @@ impl<I: Intercept> HealthStore for Intercepted<I> {
     async fn merge_latency(
         &self,
         deltas: &[(String, LatencyHistogram)],
-        now_ms: u64,
+        now_ms: Timestamp,
     ) -> Result<LatencyRows, StoreError> {
         self.hooks
             .around(self.inner.merge_latency(deltas, now_ms))
@@ -504,14 +509,14 @@ impl<I: Intercept> HealthStore for Intercepted<I> {
     async fn merge_retry_outcomes(
         &self,
         deltas: &[(String, RetryRecord)],
-        now_ms: u64,
+        now_ms: Timestamp,
     ) -> Result<Vec<RetryOutcomes>, StoreError> {
         self.hooks
             .around(self.inner.merge_retry_outcomes(deltas, now_ms))
             .await
     }
 
-    async fn retry_outcomes(&self, now_ms: u64) -> Result<Vec<RetryOutcomes>, StoreError> {
+    async fn retry_outcomes(&self, now_ms: Timestamp) -> Result<Vec<RetryOutcomes>, StoreError> {
         self.hooks.around(self.inner.retry_outcomes(now_ms)).await
     }
 
@@ -519,8 +524,8 @@ impl<I: Intercept> HealthStore for Intercepted<I> {
         &self,
         group: &str,
         node: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
+        now_ms: Timestamp,
+        expires_at_ms: Timestamp,
     ) -> Result<Vec<String>, StoreError> {
         self.hooks
             .around(

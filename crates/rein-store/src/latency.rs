@@ -32,6 +32,7 @@
 //! [`HealthStore::merge_latency`]: crate::HealthStore::merge_latency
 //! [`HealthStore::latency_histograms`]: crate::HealthStore::latency_histograms
 
+use rein_core::Timestamp;
 use rein_core::latency::LatencyHistogram;
 
 use crate::error::StoreError;
@@ -47,7 +48,7 @@ pub struct LatencyRecord {
     /// Every process's samples, summed.
     pub histogram: LatencyHistogram,
     /// When a delta was last added (ms since the Unix epoch).
-    pub updated_at_ms: u64,
+    pub updated_at_ms: Timestamp,
 }
 
 /// A stored histogram that could not be read.
@@ -119,7 +120,7 @@ pub fn merged(
 pub fn decoded(
     subject: String,
     text: &str,
-    updated_at_ms: u64,
+    updated_at_ms: Timestamp,
 ) -> Result<LatencyRecord, CorruptLatency> {
     match LatencyHistogram::decode(text) {
         Ok(histogram) => Ok(LatencyRecord {

@@ -14,6 +14,7 @@
 //! deletes it, so the table is the list of resources that may still need
 //! reclaiming.
 
+use rein_core::Timestamp;
 use std::fmt;
 use std::path::PathBuf;
 
@@ -95,9 +96,9 @@ pub struct Lease {
     /// leaves a lease alone while its owner lives.
     pub owner: String,
     /// When it was acquired (ms since the Unix epoch).
-    pub acquired_at_ms: u64,
+    pub acquired_at_ms: Timestamp,
     /// When it stops protecting its resource from the reaper.
-    pub expires_at_ms: u64,
+    pub expires_at_ms: Timestamp,
 }
 
 impl Lease {
@@ -182,7 +183,7 @@ impl Lease {
     }
 
     /// Whether the lease has expired at `now_ms` (expiry is inclusive).
-    pub fn is_expired(&self, now_ms: u64) -> bool {
+    pub fn is_expired(&self, now_ms: Timestamp) -> bool {
         self.expires_at_ms <= now_ms
     }
 }
@@ -217,7 +218,7 @@ pub enum LeaseChange {
         /// The lease.
         lease_id: String,
         /// Its new expiry; not before its acquisition.
-        expires_at_ms: u64,
+        expires_at_ms: Timestamp,
     },
     /// Releases a lease; releasing one that is not held is a no-op.
     Release {
@@ -235,7 +236,7 @@ pub struct LeaseFilter {
     /// Only this run's leases; the run must exist.
     pub run_id: Option<RunId>,
     /// Only leases expired at this time (`expires_at_ms <= t`).
-    pub expired_at_ms: Option<u64>,
+    pub expired_at_ms: Option<Timestamp>,
     /// At most this many.
     pub limit: Option<usize>,
 }
@@ -253,7 +254,7 @@ impl LeaseFilter {
     }
 
     /// Only leases expired at `now_ms`.
-    pub fn expired_at(mut self, now_ms: u64) -> LeaseFilter {
+    pub fn expired_at(mut self, now_ms: Timestamp) -> LeaseFilter {
         self.expired_at_ms = Some(now_ms);
         self
     }
@@ -278,8 +279,8 @@ mod tests {
             pgid: None,
             path: None,
             owner: "pid:1@host".to_owned(),
-            acquired_at_ms: 10,
-            expires_at_ms: 20,
+            acquired_at_ms: Timestamp::from_millis(10),
+            expires_at_ms: Timestamp::from_millis(20),
         }
     }
 
@@ -327,12 +328,12 @@ mod tests {
     fn validate_refuses_expiry_before_acquisition_and_bad_ids() {
         let mut l = lease(LeaseKind::TempPath);
         l.path = Some(PathBuf::from("/tmp/x"));
-        l.expires_at_ms = 9;
+        l.expires_at_ms = Timestamp::from_millis(9);
         assert!(l.validate().is_err());
-        l.expires_at_ms = 10;
+        l.expires_at_ms = Timestamp::from_millis(10);
         assert_eq!(l.validate(), Ok(()));
-        assert!(l.is_expired(10));
-        assert!(!l.is_expired(9));
+        assert!(l.is_expired(Timestamp::from_millis(10)));
+        assert!(!l.is_expired(Timestamp::from_millis(9)));
         l.lease_id = "a\nb".to_owned();
         assert!(l.validate().is_err());
         l.lease_id = String::new();

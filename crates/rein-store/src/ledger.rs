@@ -1,5 +1,6 @@
 //! Ledger marks: [`LedgerMark`].
 
+use rein_core::Timestamp;
 use rein_core::{Failure, LedgerStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -27,5 +28,5 @@ pub struct LedgerMark {
     /// Attempts made so far.
     pub attempts: u32,
     /// When, ms since the Unix epoch.
-    pub at_ms: u64,
+    pub at_ms: Timestamp,
 }

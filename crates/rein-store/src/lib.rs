@@ -110,6 +110,8 @@ pub use latency::{CorruptLatency, LatencyRecord, LatencyRows, MAX_LATENCY_SUBJEC
 pub use lease::{Lease, LeaseChange, LeaseFilter, LeaseKind, MAX_LEASE_ID_LEN};
 pub use ledger::LedgerMark;
 pub use notify::Notification;
+/// Points in time in the store API (see [`rein_core::timestamp`] for the rule).
+pub use rein_core::Timestamp;
 pub use retry_outcome::{MAX_RETRY_TARGET_LEN, RetryOutcomes};
 pub use run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus, StatusChange};
 pub use share::MAX_SHARE_LEASE_LEN;

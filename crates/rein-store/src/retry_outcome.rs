@@ -32,6 +32,7 @@
 use rein_core::retry::{RETRY_ORDINALS, RetryRecord};
 
 use crate::error::StoreError;
+use rein_core::Timestamp;
 
 /// The longest target key accepted, in bytes.
 pub const MAX_RETRY_TARGET_LEN: usize = 400;
@@ -44,8 +45,8 @@ pub struct RetryOutcomes {
     pub target: String,
     /// Every process's counts, decayed to the time of the read or merge.
     pub record: RetryRecord,
-    /// When a delta was last added (ms since the Unix epoch).
-    pub updated_at_ms: u64,
+    /// When a delta was last added.
+    pub updated_at_ms: Timestamp,
 }
 
 /// Checks a target key: 1 to [`MAX_RETRY_TARGET_LEN`] bytes without

@@ -1,6 +1,7 @@
 //! Runs: [`NewRun`], [`RunRecord`], [`RunStatus`] and [`StatusChange`];
 //! listing them: [`RunFilter`], [`RunCursor`] and [`RunPage`].
 
+use rein_core::Timestamp;
 use std::fmt;
 
 use rein_core::{Outcome, RunId, RunReport, TenantId};
@@ -107,7 +108,7 @@ pub struct NewRun {
     /// the store never has to change when a budget dimension is added.
     pub budget: Value,
     /// When it was created, ms since the Unix epoch.
-    pub created_at_ms: u64,
+    pub created_at_ms: Timestamp,
     /// The caller's trace context (its `traceparent`), for a run accepted
     /// now and driven later: the parent of the run span of whichever
     /// process drives it.
@@ -128,7 +129,7 @@ pub struct NewRun {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct RunCursor {
     /// The last run's creation time.
-    pub created_at_ms: u64,
+    pub created_at_ms: Timestamp,
     /// The last run's id.
     pub run_id: RunId,
 }
@@ -196,8 +197,8 @@ impl RunCursor {
         }
         let created_at_ms = parts
             .next()
-            .and_then(|ms| ms.parse::<u64>().ok())
-            .filter(|ms| i64::try_from(*ms).is_ok())
+            .and_then(|ms| ms.parse::<Timestamp>().ok())
+            .filter(|at| i64::try_from(at.as_millis()).is_ok())
             .ok_or_else(|| invalid("no creation time"))?;
         let run_id = parts
             .next()
@@ -235,10 +236,10 @@ pub struct RunFilter {
     pub status: Option<RunStatus>,
     /// Only this agent's runs (its exact name).
     pub agent: Option<String>,
-    /// Only runs created strictly after this time, ms since the epoch.
-    pub created_after_ms: Option<u64>,
-    /// Only runs created strictly before this time, ms since the epoch.
-    pub created_before_ms: Option<u64>,
+    /// Only runs created strictly after this time.
+    pub created_after_ms: Option<Timestamp>,
+    /// Only runs created strictly before this time.
+    pub created_before_ms: Option<Timestamp>,
 }
 
 impl RunFilter {
@@ -265,15 +266,15 @@ impl RunFilter {
         self
     }
 
-    /// Only runs created strictly after `ms`.
-    pub fn created_after(mut self, ms: u64) -> RunFilter {
-        self.created_after_ms = Some(ms);
+    /// Only runs created strictly after `at`.
+    pub fn created_after(mut self, at: Timestamp) -> RunFilter {
+        self.created_after_ms = Some(at);
         self
     }
 
-    /// Only runs created strictly before `ms`.
-    pub fn created_before(mut self, ms: u64) -> RunFilter {
-        self.created_before_ms = Some(ms);
+    /// Only runs created strictly before `at`.
+    pub fn created_before(mut self, at: Timestamp) -> RunFilter {
+        self.created_before_ms = Some(at);
         self
     }
 
@@ -333,9 +334,9 @@ pub struct RunRecord {
     /// The report, once finished (every outcome but success carries one).
     pub report: Option<RunReport>,
     /// When it was created, ms since the Unix epoch.
-    pub created_at_ms: u64,
+    pub created_at_ms: Timestamp,
     /// When its status last changed, ms since the Unix epoch.
-    pub updated_at_ms: u64,
+    pub updated_at_ms: Timestamp,
     /// Its ledger's revision: bumped by every commit that declares or marks
     /// a record of this run or of a run below it in its agent tree (whose
     /// records its report also reflects). A report derived from a ledger
@@ -387,7 +388,7 @@ pub struct StatusChange {
     /// The report; only for a finished status, and its outcome must match.
     pub report: Option<RunReport>,
     /// When, ms since the Unix epoch.
-    pub at_ms: u64,
+    pub at_ms: Timestamp,
 }
 
 #[cfg(test)]
@@ -425,7 +426,7 @@ mod tests {
         assert_eq!(RunStatus::parse("paused"), None);
     }
 
-    fn record(id: &str, created_at_ms: u64) -> RunRecord {
+    fn record(id: &str, created_at_ms: Timestamp) -> RunRecord {
         RunRecord::new(NewRun {
             run_id: RunId::new(id.to_owned()).unwrap(),
             tenant: TenantId::new("t").unwrap(),
@@ -440,7 +441,10 @@ mod tests {
 
     #[test]
     fn cursor_tokens_round_trip_and_foreign_tokens_are_invalid() {
-        let cursor = RunCursor::after(&record("run:with:colons", 1_700_000_000_123));
+        let cursor = RunCursor::after(&record(
+            "run:with:colons",
+            Timestamp::from_millis(1_700_000_000_123),
+        ));
         let token = cursor.to_token();
         assert!(
             token
@@ -475,17 +479,21 @@ mod tests {
 
     #[test]
     fn newest_first_cursor_orders_by_time_then_id_descending() {
-        let cursor = RunCursor::after(&record("b", 10));
-        assert!(cursor.is_newer_than(&record("a", 10)));
-        assert!(cursor.is_newer_than(&record("z", 9)));
-        assert!(!cursor.is_newer_than(&record("b", 10)));
-        assert!(!cursor.is_newer_than(&record("c", 10)));
-        assert!(!cursor.is_newer_than(&record("a", 11)));
+        let cursor = RunCursor::after(&record("b", Timestamp::from_millis(10)));
+        assert!(cursor.is_newer_than(&record("a", Timestamp::from_millis(10))));
+        assert!(cursor.is_newer_than(&record("z", Timestamp::from_millis(9))));
+        assert!(!cursor.is_newer_than(&record("b", Timestamp::from_millis(10))));
+        assert!(!cursor.is_newer_than(&record("c", Timestamp::from_millis(10))));
+        assert!(!cursor.is_newer_than(&record("a", Timestamp::from_millis(11))));
     }
 
     #[test]
     fn a_page_has_a_next_cursor_only_when_a_row_is_left_over() {
-        let rows = vec![record("c", 3), record("b", 2), record("a", 1)];
+        let rows = vec![
+            record("c", Timestamp::from_millis(3)),
+            record("b", Timestamp::from_millis(2)),
+            record("a", Timestamp::from_millis(1)),
+        ];
         let page = RunPage::of(rows.clone(), 2);
         assert_eq!(page.runs.len(), 2);
         assert_eq!(page.next, Some(RunCursor::after(&rows[1])));
@@ -495,16 +503,24 @@ mod tests {
 
     #[test]
     fn filter_matches_every_setting_together() {
-        let run = record("r", 10);
+        let run = record("r", Timestamp::from_millis(10));
         assert!(RunFilter::all().matches(&run));
         assert!(
             RunFilter::all()
-                .created_after(9)
-                .created_before(11)
+                .created_after(Timestamp::from_millis(9))
+                .created_before(Timestamp::from_millis(11))
                 .matches(&run)
         );
-        assert!(!RunFilter::all().created_after(10).matches(&run));
-        assert!(!RunFilter::all().created_before(10).matches(&run));
+        assert!(
+            !RunFilter::all()
+                .created_after(Timestamp::from_millis(10))
+                .matches(&run)
+        );
+        assert!(
+            !RunFilter::all()
+                .created_before(Timestamp::from_millis(10))
+                .matches(&run)
+        );
         assert!(!RunFilter::all().of_agent("b").matches(&run));
         assert!(
             !RunFilter::all()

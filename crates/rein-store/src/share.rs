@@ -26,6 +26,7 @@
 //! [`Store::release_share_lease`]: crate::Store::release_share_lease
 
 use crate::error::StoreError;
+use rein_core::Timestamp;
 
 /// The longest group name or node id of a share lease, in bytes.
 pub const MAX_SHARE_LEASE_LEN: usize = 200;
@@ -57,8 +58,8 @@ pub fn validate_share_text(what: &'static str, value: &str) -> Result<(), StoreE
 pub fn validate_share_renewal(
     group: &str,
     node: &str,
-    now_ms: u64,
-    expires_at_ms: u64,
+    now_ms: Timestamp,
+    expires_at_ms: Timestamp,
 ) -> Result<(), StoreError> {
     validate_share_text("share lease group", group)?;
     validate_share_text("share lease node", node)?;
@@ -78,10 +79,50 @@ mod tests {
 
     #[test]
     fn renewal_refuses_bad_text_and_an_expiry_not_after_now() {
-        assert!(validate_share_renewal("g", "n", 1, 2).is_ok());
-        assert!(validate_share_renewal("", "n", 1, 2).is_err());
-        assert!(validate_share_renewal("g", "a\nb", 1, 2).is_err());
-        assert!(validate_share_renewal("g", &"x".repeat(201), 1, 2).is_err());
-        assert!(validate_share_renewal("g", "n", 2, 2).is_err());
+        assert!(
+            validate_share_renewal(
+                "g",
+                "n",
+                Timestamp::from_millis(1),
+                Timestamp::from_millis(2)
+            )
+            .is_ok()
+        );
+        assert!(
+            validate_share_renewal(
+                "",
+                "n",
+                Timestamp::from_millis(1),
+                Timestamp::from_millis(2)
+            )
+            .is_err()
+        );
+        assert!(
+            validate_share_renewal(
+                "g",
+                "a\nb",
+                Timestamp::from_millis(1),
+                Timestamp::from_millis(2)
+            )
+            .is_err()
+        );
+        assert!(
+            validate_share_renewal(
+                "g",
+                &"x".repeat(201),
+                Timestamp::from_millis(1),
+                Timestamp::from_millis(2)
+            )
+            .is_err()
+        );
+        assert!(
+            validate_share_renewal(
+                "g",
+                "n",
+                Timestamp::from_millis(2),
+                Timestamp::from_millis(2)
+            )
+            .is_err()
+        );
     }
 }

@@ -25,6 +25,7 @@
 //! [`SingletonStore::release_singleton`]: crate::SingletonStore::release_singleton
 //! [`SingletonStore::singleton`]: crate::SingletonStore::singleton
 
+use rein_core::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
@@ -47,15 +48,15 @@ pub struct SingletonLease {
     pub owner: String,
     /// When `owner` won the lease (ms since the Unix epoch); renewals keep
     /// it.
-    pub acquired_at_ms: u64,
+    pub acquired_at_ms: Timestamp,
     /// When the lease stops counting: at or after this time anyone may take
     /// it, and its holder must stop acting as owner.
-    pub expires_at_ms: u64,
+    pub expires_at_ms: Timestamp,
 }
 
 impl SingletonLease {
     /// Whether the lease has expired at `now_ms` (expiry is inclusive).
-    pub fn is_expired(&self, now_ms: u64) -> bool {
+    pub fn is_expired(&self, now_ms: Timestamp) -> bool {
         self.expires_at_ms <= now_ms
     }
 }
@@ -87,8 +88,8 @@ pub fn validate_singleton_text(what: &'static str, value: &str) -> Result<(), St
 pub fn validate_claim(
     name: &str,
     owner: &str,
-    now_ms: u64,
-    expires_at_ms: u64,
+    now_ms: Timestamp,
+    expires_at_ms: Timestamp,
 ) -> Result<(), StoreError> {
     validate_singleton_text("singleton name", name)?;
     validate_singleton_text("singleton owner", owner)?;
@@ -109,8 +110,8 @@ pub fn claimed(
     current: Option<SingletonLease>,
     name: &str,
     owner: &str,
-    now_ms: u64,
-    expires_at_ms: u64,
+    now_ms: Timestamp,
+    expires_at_ms: Timestamp,
 ) -> Option<SingletonLease> {
     match current {
         // The holder renews its live lease: its tenure continues.
@@ -133,7 +134,7 @@ pub fn claimed(
 mod tests {
     use super::*;
 
-    fn lease(owner: &str, acquired_at_ms: u64, expires_at_ms: u64) -> SingletonLease {
+    fn lease(owner: &str, acquired_at_ms: Timestamp, expires_at_ms: Timestamp) -> SingletonLease {
         SingletonLease {
             name: "sweeper".to_owned(),
             owner: owner.to_owned(),
@@ -144,14 +145,35 @@ mod tests {
 
     #[test]
     fn validate_claim_wants_sane_names_and_a_later_expiry() {
-        assert_eq!(validate_claim("sweeper", "pid:1@h", 10, 11), Ok(()));
+        assert_eq!(
+            validate_claim(
+                "sweeper",
+                "pid:1@h",
+                Timestamp::from_millis(10),
+                Timestamp::from_millis(11)
+            ),
+            Ok(())
+        );
         let longest = "n".repeat(MAX_SINGLETON_LEN);
-        assert_eq!(validate_claim(&longest, &longest, 10, 11), Ok(()));
+        assert_eq!(
+            validate_claim(
+                &longest,
+                &longest,
+                Timestamp::from_millis(10),
+                Timestamp::from_millis(11)
+            ),
+            Ok(())
+        );
         let too_long = "n".repeat(MAX_SINGLETON_LEN + 1);
         for bad in ["", "a\nb", "tab\there", "\u{7f}", too_long.as_str()] {
             assert!(
                 matches!(
-                    validate_claim(bad, "pid:1@h", 10, 11),
+                    validate_claim(
+                        bad,
+                        "pid:1@h",
+                        Timestamp::from_millis(10),
+                        Timestamp::from_millis(11)
+                    ),
                     Err(StoreError::Invalid {
                         what: "singleton name",
                         ..
@@ -161,7 +183,12 @@ mod tests {
             );
             assert!(
                 matches!(
-                    validate_claim("sweeper", bad, 10, 11),
+                    validate_claim(
+                        "sweeper",
+                        bad,
+                        Timestamp::from_millis(10),
+                        Timestamp::from_millis(11)
+                    ),
                     Err(StoreError::Invalid {
                         what: "singleton owner",
                         ..
@@ -172,7 +199,12 @@ mod tests {
         }
         for expires in [0, 9, 10] {
             assert!(matches!(
-                validate_claim("sweeper", "pid:1@h", 10, expires),
+                validate_claim(
+                    "sweeper",
+                    "pid:1@h",
+                    Timestamp::from_millis(10),
+                    Timestamp::from_millis(expires)
+                ),
                 Err(StoreError::Invalid {
                     what: "singleton expires_at_ms",
                     ..
@@ -184,31 +216,90 @@ mod tests {
     #[test]
     fn claims_take_free_or_expired_leases_and_renew_their_own() {
         assert_eq!(
-            claimed(None, "sweeper", "a", 10, 70),
-            Some(lease("a", 10, 70))
+            claimed(
+                None,
+                "sweeper",
+                "a",
+                Timestamp::from_millis(10),
+                Timestamp::from_millis(70)
+            ),
+            Some(lease(
+                "a",
+                Timestamp::from_millis(10),
+                Timestamp::from_millis(70)
+            ))
         );
-        let held = Some(lease("a", 10, 70));
+        let held = Some(lease(
+            "a",
+            Timestamp::from_millis(10),
+            Timestamp::from_millis(70),
+        ));
         assert_eq!(
-            claimed(held.clone(), "sweeper", "a", 30, 90),
-            Some(lease("a", 10, 90)),
+            claimed(
+                held.clone(),
+                "sweeper",
+                "a",
+                Timestamp::from_millis(30),
+                Timestamp::from_millis(90)
+            ),
+            Some(lease(
+                "a",
+                Timestamp::from_millis(10),
+                Timestamp::from_millis(90)
+            )),
             "a renewal keeps acquired_at"
         );
-        assert_eq!(claimed(held.clone(), "sweeper", "b", 69, 129), None);
         assert_eq!(
-            claimed(held.clone(), "sweeper", "b", 70, 130),
-            Some(lease("b", 70, 130)),
+            claimed(
+                held.clone(),
+                "sweeper",
+                "b",
+                Timestamp::from_millis(69),
+                Timestamp::from_millis(129)
+            ),
+            None
+        );
+        assert_eq!(
+            claimed(
+                held.clone(),
+                "sweeper",
+                "b",
+                Timestamp::from_millis(70),
+                Timestamp::from_millis(130)
+            ),
+            Some(lease(
+                "b",
+                Timestamp::from_millis(70),
+                Timestamp::from_millis(130)
+            )),
             "expiry is inclusive"
         );
         assert_eq!(
-            claimed(held, "sweeper", "a", 80, 140),
-            Some(lease("a", 80, 140)),
+            claimed(
+                held,
+                "sweeper",
+                "a",
+                Timestamp::from_millis(80),
+                Timestamp::from_millis(140)
+            ),
+            Some(lease(
+                "a",
+                Timestamp::from_millis(80),
+                Timestamp::from_millis(140)
+            )),
             "an expired lease won again is a new tenure"
         );
     }
 
     #[test]
     fn expiry_is_inclusive() {
-        assert!(lease("a", 1, 10).is_expired(10));
-        assert!(!lease("a", 1, 10).is_expired(9));
+        assert!(
+            lease("a", Timestamp::from_millis(1), Timestamp::from_millis(10))
+                .is_expired(Timestamp::from_millis(10))
+        );
+        assert!(
+            !lease("a", Timestamp::from_millis(1), Timestamp::from_millis(10))
+                .is_expired(Timestamp::from_millis(9))
+        );
     }
 }

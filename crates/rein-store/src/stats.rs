@@ -15,6 +15,7 @@
 //! [`Store::run_stats`]: crate::Store::run_stats
 
 use rein_core::TenantId;
+use rein_core::Timestamp;
 use rein_core::event::Guardrail;
 
 use crate::error::StoreError;
@@ -31,9 +32,9 @@ pub struct StatsQuery {
     /// Only this agent's runs.
     pub agent: Option<String>,
     /// Runs created at or after, Unix ms.
-    pub since_ms: u64,
+    pub since_ms: Timestamp,
     /// Runs created before, Unix ms.
-    pub until_ms: u64,
+    pub until_ms: Timestamp,
 }
 
 /// Runs of one agent with one status.

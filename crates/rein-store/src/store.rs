@@ -16,6 +16,7 @@
 //! these methods are in [`StoreExt`](crate::StoreExt).
 
 use async_trait::async_trait;
+use rein_core::Timestamp;
 use rein_core::{Event, LedgerRecord, RunId, TenantId};
 
 use crate::breaker::BreakerOpening;
@@ -367,7 +368,7 @@ pub trait LeaseStore: Send + Sync {
         &self,
         lease_id: &str,
         owner: &str,
-        expires_at_ms: u64,
+        expires_at_ms: Timestamp,
     ) -> Result<bool, StoreError>;
 
     /// Releases `lease_id` only if `owner` holds it (expired or not);
@@ -392,7 +393,7 @@ pub trait LeaseStore: Send + Sync {
     ///
     /// [`StoreError::Invalid`] for a lease that breaks
     /// [`Lease::validate`]; [`StoreError::NotFound`] for an unknown run.
-    async fn take_over_lease(&self, lease: Lease, now_ms: u64) -> Result<bool, StoreError>;
+    async fn take_over_lease(&self, lease: Lease, now_ms: Timestamp) -> Result<bool, StoreError>;
 }
 
 /// HTTP `Idempotency-Key` records ([`IdempotencyRecord`]; see
@@ -428,8 +429,8 @@ pub trait IdempotencyStore: Send + Sync {
         tenant: &TenantId,
         key: &str,
         fingerprint: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
+        now_ms: Timestamp,
+        expires_at_ms: Timestamp,
     ) -> Result<Reservation, StoreError>;
 
     /// [`IdempotencyStore::reserve_idempotency`] for `reservation`, recording its
@@ -496,7 +497,7 @@ pub trait IdempotencyStore: Send + Sync {
         key: &str,
         owner: &str,
         settlement: IdempotencySettlement,
-        now_ms: u64,
+        now_ms: Timestamp,
     ) -> Result<IdempotencySettled, StoreError>;
 
     /// The heartbeat of a reservation's holder: sets the `in_progress`
@@ -513,7 +514,7 @@ pub trait IdempotencyStore: Send + Sync {
         tenant: &TenantId,
         key: &str,
         owner: &str,
-        until_ms: u64,
+        until_ms: Timestamp,
     ) -> Result<bool, StoreError>;
 
     /// Creates `run` (`queued`, as [`RunStore::create_run`]) only while the
@@ -556,7 +557,7 @@ pub trait IdempotencyStore: Send + Sync {
         tenant: &TenantId,
         key: &str,
         response: StoredResponse,
-        now_ms: u64,
+        now_ms: Timestamp,
     ) -> Result<(), StoreError>;
 
     /// Releases the reservation of `key` after the endpoint failed, so a
@@ -582,7 +583,8 @@ pub trait IdempotencyStore: Send + Sync {
     /// Deletes up to `limit` records expired at `now_ms`
     /// (`expires_at_ms <= now_ms`), in any state, soonest expiry first, and
     /// returns how many it deleted: the sweeper's step.
-    async fn sweep_idempotency(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError>;
+    async fn sweep_idempotency(&self, now_ms: Timestamp, limit: usize)
+    -> Result<usize, StoreError>;
 }
 
 /// Singleton leases ([`SingletonLease`]): elects the one process, among
@@ -615,8 +617,8 @@ pub trait SingletonStore: Send + Sync {
         &self,
         name: &str,
         owner: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
+        now_ms: Timestamp,
+        expires_at_ms: Timestamp,
     ) -> Result<Option<SingletonLease>, StoreError>;
 
     /// Gives the singleton lease `name` up if `owner` holds it (expired or
@@ -677,7 +679,7 @@ pub trait HealthStore: Send + Sync {
     /// The openings still in force at `now_ms` (`open_until_ms > now_ms`),
     /// by arm name. Ended ones stay stored until cleared or replaced, but
     /// are never listed.
-    async fn breaker_openings(&self, now_ms: u64) -> Result<Vec<BreakerOpening>, StoreError>;
+    async fn breaker_openings(&self, now_ms: Timestamp) -> Result<Vec<BreakerOpening>, StoreError>;
 
     /// Deletes `arm`'s opening if `opened_by` published it (the node's arm
     /// closed after a successful probe); returns whether it did. An opening
@@ -706,7 +708,7 @@ pub trait HealthStore: Send + Sync {
     async fn merge_latency(
         &self,
         deltas: &[(String, LatencyHistogram)],
-        now_ms: u64,
+        now_ms: Timestamp,
     ) -> Result<LatencyRows, StoreError>;
 
     /// Every stored histogram, by subject; rows that cannot be read are
@@ -730,13 +732,13 @@ pub trait HealthStore: Send + Sync {
     async fn merge_retry_outcomes(
         &self,
         deltas: &[(String, RetryRecord)],
-        now_ms: u64,
+        now_ms: Timestamp,
     ) -> Result<Vec<RetryOutcomes>, StoreError>;
 
     /// Every stored target's retry outcomes decayed to `now_ms`, by
     /// target; targets whose counts decayed to nothing are left out.
     /// Nothing is written.
-    async fn retry_outcomes(&self, now_ms: u64) -> Result<Vec<RetryOutcomes>, StoreError>;
+    async fn retry_outcomes(&self, now_ms: Timestamp) -> Result<Vec<RetryOutcomes>, StoreError>;
 
     // ----- share leases: the nodes dividing a resource group's limits -----
 
@@ -757,8 +759,8 @@ pub trait HealthStore: Send + Sync {
         &self,
         group: &str,
         node: &str,
-        now_ms: u64,
-        expires_at_ms: u64,
+        now_ms: Timestamp,
+        expires_at_ms: Timestamp,
     ) -> Result<Vec<String>, StoreError>;
 
     /// Gives `node`'s share lease of `group` up; returns whether it held

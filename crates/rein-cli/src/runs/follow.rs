@@ -30,7 +30,7 @@ use std::collections::HashMap;
 
 use anyhow::Result;
 use rein_server::listing::RunSummary;
-use rein_store::{RunFilter, RunStatus};
+use rein_store::{RunFilter, RunStatus, Timestamp};
 
 use super::render;
 use super::source::Source;
@@ -157,7 +157,7 @@ async fn poll(source: &Source, followed: &mut Followed) -> Result<Vec<RunSummary
     let mut shown = Vec::new();
     // New runs, every page of them, oldest first.
     let mut since = followed.filter.clone();
-    let floor = followed.newest_ms.saturating_sub(1);
+    let floor = Timestamp::from_millis(followed.newest_ms.saturating_sub(1));
     since.created_after_ms = Some(since.created_after_ms.map_or(floor, |ms| ms.max(floor)));
     let mut fresh = Vec::new();
     let mut cursor = None;

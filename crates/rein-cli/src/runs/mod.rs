@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use rein_core::TenantId;
-use rein_store::{RunFilter, RunStatus};
+use rein_store::{RunFilter, RunStatus, Timestamp};
 use serde_json::json;
 
 use crate::run::runtime;
@@ -179,8 +179,7 @@ pub fn run(args: RunsArgs) -> Result<ExitCode> {
                     filter = filter.of_agent(agent);
                 }
                 if let Some(since) = since {
-                    let since_ms = u64::try_from(since.as_millis()).unwrap_or(u64::MAX);
-                    filter = filter.created_after(now_ms().saturating_sub(since_ms));
+                    filter = filter.created_after(Timestamp::from_millis(now_ms()) - since);
                 }
                 if follow {
                     follow::follow(&source, filter, limit, args.json).await?;
@@ -252,7 +251,8 @@ async fn events(
         if let Some(last) = batch.last() {
             after = last.seq;
         }
-        let started = *started_ms.get_or_insert_with(|| batch.first().map_or(0, |e| e.at_ms));
+        let started = *started_ms
+            .get_or_insert_with(|| batch.first().map_or(Timestamp::UNIX_EPOCH, |e| e.at_ms));
         if as_json && !follow {
             println!("{}", serde_json::to_string_pretty(&batch)?);
             return Ok(());

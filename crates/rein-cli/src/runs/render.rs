@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
-use rein_core::{Event, LedgerRecord};
+use rein_core::{Event, LedgerRecord, Timestamp};
 use rein_server::listing::RunSummary;
 
 use super::source::RunDetail;
@@ -185,14 +185,17 @@ pub fn run(detail: &RunDetail, now_ms: u64) -> String {
 
 /// One line per event: its time, the offset since the run's first event,
 /// its step and kind, and its data as stored.
-pub fn events(events: &[Event], started_ms: u64) -> String {
+pub fn events(events: &[Event], started: Timestamp) -> String {
     let rows: Vec<Vec<String>> = events
         .iter()
         .map(|event| {
             vec![
                 event.seq.to_string(),
-                clock(event.at_ms),
-                format!("+{}", duration(event.at_ms.saturating_sub(started_ms))),
+                clock(event.at_ms.as_millis()),
+                format!(
+                    "+{}",
+                    duration(event.at_ms.as_millis().saturating_sub(started.as_millis()))
+                ),
                 event.step.to_string(),
                 event.kind().as_str().to_owned(),
                 // As stored: the payload's JSON form, keys sorted.
@@ -221,7 +224,7 @@ pub fn ledger(records: &[LedgerRecord]) -> String {
                 record.class.as_str().to_owned(),
                 record.status.as_str().to_owned(),
                 record.attempts.to_string(),
-                time(record.updated_at_ms),
+                time(record.updated_at_ms.as_millis()),
                 record
                     .idempotency_key
                     .as_ref()

@@ -45,6 +45,7 @@ use serde_json::Value;
 
 use crate::idempotency::IdempotencyKey;
 use crate::ids::{AttemptId, IntentId, RunId};
+use crate::timestamp::Timestamp;
 
 mod data;
 mod effect;
@@ -278,8 +279,8 @@ pub struct Event {
     pub attempt_id: Option<AttemptId>,
     /// The idempotency key of the action, when it has one.
     pub idempotency_key: Option<IdempotencyKey>,
-    /// Wall-clock time, milliseconds since the Unix epoch.
-    pub at_ms: u64,
+    /// Wall-clock time of the event.
+    pub at_ms: Timestamp,
     /// What happened, with its rationale: counts, remaining budget,
     /// delays, reasons.
     pub data: EventData,
@@ -301,7 +302,7 @@ struct WireRef<'a> {
     intent_id: &'a Option<IntentId>,
     attempt_id: &'a Option<AttemptId>,
     idempotency_key: &'a Option<IdempotencyKey>,
-    at_ms: u64,
+    at_ms: Timestamp,
     kind: EventKind,
     data: Value,
 }
@@ -315,7 +316,7 @@ struct Wire {
     intent_id: Option<IntentId>,
     attempt_id: Option<AttemptId>,
     idempotency_key: Option<IdempotencyKey>,
-    at_ms: u64,
+    at_ms: Timestamp,
     kind: EventKind,
     data: Value,
 }

@@ -1,6 +1,7 @@
 //! The [`Reaper`]: reclaims what expired leases of dead processes still
 //! hold, and reports what it did and what it left alone.
 
+use rein_core::Timestamp;
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
@@ -116,7 +117,7 @@ pub struct ReapReport {
 /// # use std::sync::Arc;
 /// # use rein_engine::lease::Reaper;
 /// # use rein_store_sqlite::SqliteStore;
-/// # async fn demo(now_ms: u64) -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn demo(now_ms: rein_store::Timestamp) -> Result<(), Box<dyn std::error::Error>> {
 /// let store = SqliteStore::open("rein.db")?;
 /// let report = Reaper::new().reap(&store, now_ms).await?;
 /// for reclaimed in &report.reclaimed {
@@ -183,7 +184,11 @@ impl Reaper {
     ///
     /// A [`StoreError`] when the expired leases cannot be listed; a failure
     /// with one lease is reported in [`ReapReport::skipped`] instead.
-    pub async fn reap(&self, store: &dyn Store, now_ms: u64) -> Result<ReapReport, StoreError> {
+    pub async fn reap(
+        &self,
+        store: &dyn Store,
+        now_ms: Timestamp,
+    ) -> Result<ReapReport, StoreError> {
         let mut expired = store.expired_leases(now_ms, self.batch).await?;
         expired.sort_by_key(|lease| lease.kind != LeaseKind::ProcessGroup);
         let report = self.reclaim_all(store, expired).await;
@@ -330,7 +335,7 @@ impl Reaper {
 /// # Errors
 ///
 /// See [`Reaper::reap`].
-pub async fn reap_expired(store: &dyn Store, now_ms: u64) -> Result<ReapReport, StoreError> {
+pub async fn reap_expired(store: &dyn Store, now_ms: Timestamp) -> Result<ReapReport, StoreError> {
     Reaper::new().reap(store, now_ms).await
 }
 

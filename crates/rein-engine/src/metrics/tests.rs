@@ -1,4 +1,5 @@
 #![allow(clippy::unwrap_used)]
+use rein_core::Timestamp;
 use std::time::Duration;
 
 use super::*;
@@ -19,7 +20,7 @@ fn event(data: impl Into<EventData>) -> Event {
         intent_id: None,
         attempt_id: None,
         idempotency_key: None,
-        at_ms: 0,
+        at_ms: Timestamp::from_millis(0),
         data: data.into(),
     }
 }

@@ -16,6 +16,7 @@
 //!
 //! [`Checkpoint`]: rein_store::Checkpoint
 
+use rein_core::Timestamp;
 use std::collections::BTreeMap;
 
 use rein_core::{Instant, RunId};
@@ -61,7 +62,7 @@ pub(super) fn delta(
     tried: &[String],
     provider_calls: u32,
     now: Instant,
-    at_ms: u64,
+    at_ms: Timestamp,
 ) -> CheckpointDelta {
     let since = state.checkpointed;
     let messages = state.messages.get(since.messages..).unwrap_or_default();

@@ -12,7 +12,6 @@ use super::ctx::RunCtx;
 use super::emitter::unix_ms;
 use super::engine::Engine;
 use super::error::EngineError;
-use super::guarded::millis;
 
 /// Releases a run's claim when dropped while armed: a resume that stopped
 /// before it was recorded must not keep the run locked until the claim
@@ -92,7 +91,7 @@ impl Engine {
             path: None,
             owner,
             acquired_at_ms: now_ms,
-            expires_at_ms: now_ms.saturating_add(millis(hold)),
+            expires_at_ms: now_ms.saturating_add(hold),
         }
     }
 
@@ -224,7 +223,7 @@ impl Engine {
                     cancel_if_requested(store.as_ref(), &run, cancel).await;
                 }
                 clock.sleep(every).await;
-                let until = unix_ms(clock.system_now()).saturating_add(millis(lease));
+                let until = unix_ms(clock.system_now()).saturating_add(lease);
                 match store.renew_lease_of(&lease_id, &owner, until).await {
                     Ok(true) => {}
                     // Taken over after a stall: another process drives the

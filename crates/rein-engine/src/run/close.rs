@@ -15,6 +15,7 @@
 //! is gone, and the reconciler settles what is left (and revises the
 //! report when it does).
 
+use rein_core::Timestamp;
 use rein_core::event::{HandoffCreated, HandoffSummary, RunFailed, RunFinished};
 use rein_core::report::{End, derive};
 use rein_core::{Event, EventData, Outcome, RunReport};
@@ -56,7 +57,7 @@ pub async fn close_run(
     store: &dyn Store,
     record: &RunRecord,
     closing: Closing,
-    at_ms: u64,
+    at_ms: Timestamp,
 ) -> Result<RunReport, StoreError> {
     let mut current = record.clone();
     let mut tries = 0;
@@ -92,7 +93,7 @@ pub(super) async fn closing_commit(
     store: &dyn Store,
     record: &RunRecord,
     closing: Closing,
-    at_ms: u64,
+    at_ms: Timestamp,
 ) -> Result<(StepCommit, RunReport), StoreError> {
     let mut facts = stored_facts(store, record, closing.end, at_ms).await?;
     facts.outcome = Some(closing.outcome);

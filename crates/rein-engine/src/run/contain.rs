@@ -25,6 +25,7 @@
 //! its wall clock, at least [`MIN_CONTAINED_SETTLEMENT`]: the run's own
 //! deadline was lost with the panic.
 
+use rein_core::Timestamp;
 use std::any::Any;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -136,7 +137,7 @@ impl Engine {
         &self,
         record: &RunRecord,
         message: &str,
-        at_ms: u64,
+        at_ms: Timestamp,
     ) -> Option<Result<RunOutput, EngineError>> {
         let run_id = &record.run_id;
         match record.status {

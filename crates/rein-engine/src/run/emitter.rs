@@ -2,10 +2,10 @@
 //! observer at once and to the store in batches.
 
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use rein_core::idempotency::IdempotencyKey;
-use rein_core::{AttemptId, Clock, Event, EventData, IntentId, RunId};
+use rein_core::{AttemptId, Clock, Event, EventData, IntentId, RunId, Timestamp};
 
 /// Receives every event as it happens (e.g. the CLI's live timeline).
 pub type Observer = Arc<dyn Fn(&Event) + Send + Sync>;
@@ -117,12 +117,7 @@ impl Emitter {
     /// [`Emitter::announce`] it once it is stored.
     pub fn event(&self, c: &Correlation, data: impl Into<EventData>) -> Event {
         let data = data.into().redacted();
-        let at_ms = self
-            .clock
-            .system_now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(0);
+        let at_ms = self.clock.timestamp();
         Event {
             run_id: self.run_id.clone(),
             seq: 0,
@@ -201,9 +196,7 @@ impl Announcer {
     }
 }
 
-/// Milliseconds since the Unix epoch for `time`.
-pub fn unix_ms(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
+/// `time` as the store records it (milliseconds since the Unix epoch).
+pub fn unix_ms(time: SystemTime) -> Timestamp {
+    Timestamp::from_system_time(time)
 }

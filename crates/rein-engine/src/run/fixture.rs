@@ -2,6 +2,7 @@
 //! and a run context over a real SQLite store in a temp dir.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use rein_core::Timestamp;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -121,13 +122,13 @@ pub(super) fn record() -> RunRecord {
         input: "Move order A-1.".into(),
         parent_run_id: None,
         budget: json!({}),
-        created_at_ms: 1_000,
+        created_at_ms: Timestamp::from_millis(1_000),
         trace_parent: None,
     })
 }
 
 /// An event of the fixtures' run.
-pub(super) fn event(step: u32, at_ms: u64, data: impl Into<EventData>) -> Event {
+pub(super) fn event(step: u32, at_ms: Timestamp, data: impl Into<EventData>) -> Event {
     Event {
         run_id: run_id(),
         seq: 0,
@@ -148,7 +149,7 @@ pub(super) fn whole_checkpoint(
     state: &LoopState,
     provider_calls: u32,
     now: Instant,
-    at_ms: u64,
+    at_ms: Timestamp,
 ) -> Checkpoint {
     Checkpoint {
         run_id: run_id.clone(),

@@ -521,6 +521,7 @@ enum Baseline {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use rein_core::Timestamp;
 
     use rein_core::ManualClock;
     use rein_store_sqlite::SqliteStore;
@@ -644,7 +645,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = sqlite(&dir);
         store
-            .merge_latency(&[("tool:get_order".into(), LatencyHistogram::new())], 1)
+            .merge_latency(
+                &[("tool:get_order".into(), LatencyHistogram::new())],
+                Timestamp::from_millis(1),
+            )
             .await
             .unwrap();
         let conn = rusqlite::Connection::open(dir.path().join("rein.db")).unwrap();

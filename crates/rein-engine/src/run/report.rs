@@ -8,6 +8,7 @@
 //! | closed from outside ([`super::close`]) | its last checkpoint and events | as it stands |
 //! | finished, a record changed since ([`revise`]) | its stored report's basis and its last checkpoint | with the change |
 
+use rein_core::Timestamp;
 use std::collections::BTreeMap;
 
 use rein_core::FailurePolicy;
@@ -163,7 +164,7 @@ pub(super) async fn stored_facts(
     store: &dyn Store,
     run: &RunRecord,
     end: End,
-    at_ms: u64,
+    at_ms: Timestamp,
 ) -> Result<RunFacts, StoreError> {
     let Checkpointed {
         calls,
@@ -180,7 +181,7 @@ pub(super) async fn stored_facts(
         outcome: None,
         calls,
         consumed,
-        elapsed_ms: at_ms.saturating_sub(run.created_at_ms),
+        elapsed_ms: super::guarded::millis(at_ms.saturating_duration_since(run.created_at_ms)),
         steps: consumed.steps,
         models,
         compensations: Vec::new(),

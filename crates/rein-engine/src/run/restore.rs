@@ -133,7 +133,9 @@ pub(super) fn restore(
         .iter()
         .map(|e| e.at_ms)
         .max()
-        .map_or(0, |last| last.saturating_sub(since_ms));
+        .map_or(0, |last| {
+            super::guarded::millis(last.saturating_duration_since(since_ms))
+        });
     let elapsed_before_ms = checkpoint.map_or(0, |c| c.elapsed_ms) + interrupted_ms;
     let mut consumed = checkpoint.map(|c| c.consumed).unwrap_or_default();
     let (tokens, cost) = interrupted_usage(&after_checkpoint, agent);

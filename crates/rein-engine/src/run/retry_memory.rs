@@ -45,7 +45,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use rein_core::retry::{RetryRecord, SuccessRate};
-use rein_core::{Clock, Instant};
+use rein_core::{Clock, Instant, Timestamp};
 use rein_store::{RetryOutcomes, Store};
 use tokio::sync::OnceCell;
 
@@ -129,7 +129,7 @@ impl RetryMemory {
     }
 
     fn now_ms(&self) -> u64 {
-        unix_ms(self.clock.system_now())
+        unix_ms(self.clock.system_now()).as_millis()
     }
 
     /// Reads the stored sums, once per engine (later calls return at once).
@@ -137,7 +137,11 @@ impl RetryMemory {
         self.loaded
             .get_or_init(|| async {
                 let now_ms = self.now_ms();
-                match self.store.retry_outcomes(now_ms).await {
+                match self
+                    .store
+                    .retry_outcomes(Timestamp::from_millis(now_ms))
+                    .await
+                {
                     Ok(rows) => self.absorb(rows, now_ms),
                     Err(e) => tracing::warn!(
                         "cannot read the stored retry outcomes; starting from the prior: {e}"
@@ -230,7 +234,11 @@ impl RetryMemory {
             return;
         }
         let now_ms = self.now_ms();
-        match self.store.merge_retry_outcomes(&deltas, now_ms).await {
+        match self
+            .store
+            .merge_retry_outcomes(&deltas, Timestamp::from_millis(now_ms))
+            .await
+        {
             Ok(rows) => self.absorb(rows, now_ms),
             Err(e) => {
                 tracing::warn!(

@@ -92,7 +92,7 @@ use tokio::sync::broadcast::{self, error::TryRecvError};
 
 use super::concurrency::Gate;
 use super::emitter::{Correlation, Emitter, unix_ms};
-use super::{Engine, EngineBuilder, millis};
+use super::{Engine, EngineBuilder};
 
 /// A sensible refresh interval for [`EngineBuilder::shared_breakers`]: how
 /// stale a node's view of the other nodes' openings may be (`rein serve`
@@ -344,7 +344,7 @@ impl SharedBreakers {
         opening.is_open(now_ms).then(|| {
             (
                 opening.clone(),
-                Duration::from_millis(opening.open_until_ms - now_ms),
+                opening.open_until_ms.saturating_duration_since(now_ms),
             )
         })
     }
@@ -367,7 +367,7 @@ impl SharedBreakers {
         let now_ms = unix_ms(self.clock.system_now());
         let opening = BreakerOpening {
             arm: cooldown_of(kind, name),
-            open_until_ms: now_ms.saturating_add(millis(retry_after)),
+            open_until_ms: now_ms.saturating_add(retry_after),
             opened_by: self.node.clone(),
             reason: format!(
                 "the target asked to wait {}s (Retry-After)",
@@ -406,11 +406,11 @@ impl SharedBreakers {
         let now_ms = unix_ms(self.clock.system_now());
         let opening = BreakerOpening {
             arm: pause_of(provider),
-            open_until_ms: now_ms.saturating_add(millis(retry_after)),
+            open_until_ms: now_ms.saturating_add(retry_after),
             opened_by: self.node.clone(),
             reason: format!(
                 "the provider answered 429 and asked to wait {} ms",
-                millis(retry_after)
+                retry_after.as_millis()
             ),
             updated_at_ms: now_ms,
         };
@@ -418,7 +418,7 @@ impl SharedBreakers {
             Ok(stored) => tracing::info!(
                 node = %self.node,
                 provider,
-                until_ms = stored.open_until_ms,
+                until_ms = stored.open_until_ms.as_millis(),
                 "published a provider's 429 pause: every process on the store holds its calls to it until then"
             ),
             Err(e) => {
@@ -443,7 +443,7 @@ impl SharedBreakers {
                 let left = until.saturating_duration_since(self.clock.now());
                 let opening = BreakerOpening {
                     arm,
-                    open_until_ms: now_ms.saturating_add(millis(left)),
+                    open_until_ms: now_ms.saturating_add(left),
                     opened_by: self.node.clone(),
                     reason: reason.to_string(),
                     updated_at_ms: now_ms,
@@ -556,7 +556,7 @@ impl Engine {
             tracing::info!(
                 provider,
                 opened_by = %opening.opened_by,
-                pause_ms = millis(left),
+                pause_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
                 "another process was told to wait by this provider (429): every call to it waits until then"
             );
         }

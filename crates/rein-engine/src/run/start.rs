@@ -1,5 +1,6 @@
 //! Starting a run: its record, its claim, its first state.
 
+use rein_core::Timestamp;
 use std::collections::HashMap;
 
 use rein_core::deadline::Budget;
@@ -348,7 +349,7 @@ impl Engine {
         run_id: &RunId,
         tenant: &TenantId,
         lineage: &Lineage,
-        at_ms: u64,
+        at_ms: Timestamp,
     ) -> Result<(Option<rein_store::SpanRef>, String), EngineError> {
         if request.enqueued {
             match self.store.get_run(run_id).await? {

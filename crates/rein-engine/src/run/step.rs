@@ -21,6 +21,7 @@
 //!                                                                    (a trip ends the run)
 //! ```
 
+use rein_core::Timestamp;
 use std::collections::HashMap;
 
 use rein_core::deadline::{Budget, Dimension, Exhausted, Grant, Usage};
@@ -663,7 +664,7 @@ pub(super) fn handle_observation(
     plan: &Plan,
     results: Vec<CallResult>,
     now: Instant,
-    at_ms: u64,
+    at_ms: Timestamp,
 ) -> Observation {
     let c = Correlation {
         step: state.step,

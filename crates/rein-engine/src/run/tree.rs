@@ -223,6 +223,7 @@ fn enqueued(events: &[rein_core::Event]) -> bool {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use rein_core::Timestamp;
     use rein_core::event::{
         Flag, ModelAnswered, ModelCallFailed, ModelCallFinished, ModelCallResult,
     };
@@ -249,7 +250,7 @@ mod tests {
                 input: "x".into(),
                 parent_run_id: parent.map(|p| RunId::new(p).unwrap()),
                 budget: json!({}),
-                created_at_ms: 1,
+                created_at_ms: Timestamp::from_millis(1),
                 trace_parent: None,
             })
             .await
@@ -261,7 +262,7 @@ mod tests {
             intent_id: None,
             attempt_id: None,
             idempotency_key: None,
-            at_ms: 2,
+            at_ms: Timestamp::from_millis(2),
             data: ModelCallFinished {
                 provider: "p".into(),
                 model: "m".into(),

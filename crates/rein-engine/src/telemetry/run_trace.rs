@@ -1,7 +1,8 @@
 //! One run's spans, built from its events as they are announced.
 
+use rein_core::Timestamp;
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use opentelemetry::trace::{Span as _, SpanKind, Status, TraceContextExt as _, Tracer as _};
 use opentelemetry::{Context, KeyValue};
@@ -74,8 +75,8 @@ struct ModelKey {
     attempt: u32,
 }
 
-fn time(at_ms: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(at_ms)
+fn time(at_ms: Timestamp) -> SystemTime {
+    at_ms.to_system_time()
 }
 
 fn count(n: u64) -> i64 {

@@ -598,7 +598,7 @@ fn completion_id() -> String {
 }
 
 fn unix_secs() -> u64 {
-    crate::recovery::now_ms() / 1000
+    crate::recovery::now_ms().as_millis() / 1000
 }
 
 fn tool_calls_json(calls: &[ToolCall]) -> Vec<Value> {

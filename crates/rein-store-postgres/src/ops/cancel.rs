@@ -4,6 +4,7 @@
 
 use deadpool_postgres::{GenericClient, Transaction};
 use rein_core::RunId;
+use rein_store::Timestamp;
 use rein_store::rules::{cancel_requestable, validate_cancel_request};
 use rein_store::{CancelRequest, StoreError};
 
@@ -67,12 +68,14 @@ pub(crate) async fn cancel_request(
                     reason: format!("{e} (row run_id={run_id})"),
                 })?,
                 requested_by: row.try_get(1).pg()?,
-                requested_at_ms: u64::try_from(at).map_err(|_| StoreError::Corrupt {
-                    table: "cancel_requests",
-                    column: "requested_at_ms",
-                    reason: format!(
-                        "expected milliseconds from 0, found {at} (row run_id={run_id})"
-                    ),
+                requested_at_ms: u64::try_from(at).map(Timestamp::from_millis).map_err(|_| {
+                    StoreError::Corrupt {
+                        table: "cancel_requests",
+                        column: "requested_at_ms",
+                        reason: format!(
+                            "expected milliseconds from 0, found {at} (row run_id={run_id})"
+                        ),
+                    }
                 })?,
             })
         },

@@ -4,6 +4,7 @@
 
 use deadpool_postgres::{GenericClient, Transaction};
 use rein_core::{RunId, TenantId};
+use rein_store::Timestamp;
 use rein_store::rules::{record_not_found, validate_owner, validate_reservation};
 use rein_store::{
     IdempotencyRecord, IdempotencySettled, IdempotencySettlement, IdempotencyState, NewReservation,
@@ -162,7 +163,7 @@ pub(crate) async fn renew(
     tenant: &TenantId,
     key: &str,
     owner: &str,
-    until_ms: u64,
+    until_ms: Timestamp,
 ) -> Result<bool, StoreError> {
     lock_key(tx, tenant, key).await?;
     let renewed = execute(
@@ -188,7 +189,7 @@ pub(crate) async fn settle(
     key: &str,
     owner: &str,
     settlement: IdempotencySettlement,
-    now_ms: u64,
+    now_ms: Timestamp,
 ) -> Result<IdempotencySettled, StoreError> {
     lock_key(tx, tenant, key).await?;
     let Some(record) = record(tx, tenant, key).await? else {
@@ -221,7 +222,7 @@ pub(crate) async fn complete(
     tenant: &TenantId,
     key: &str,
     response: StoredResponse,
-    now_ms: u64,
+    now_ms: Timestamp,
 ) -> Result<(), StoreError> {
     response.validate()?;
     lock_key(tx, tenant, key).await?;
@@ -298,7 +299,7 @@ pub(crate) async fn clear(
 /// condition is checked again on the row as it is when deleted.
 pub(crate) async fn sweep(
     tx: &Transaction<'_>,
-    now_ms: u64,
+    now_ms: Timestamp,
     max: usize,
 ) -> Result<usize, StoreError> {
     let deleted = execute(

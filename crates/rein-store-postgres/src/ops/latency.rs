@@ -3,6 +3,7 @@
 
 use deadpool_postgres::{GenericClient, Transaction};
 use rein_core::latency::LatencyHistogram;
+use rein_store::Timestamp;
 use rein_store::rules::{latency_decoded, latency_merged, validate_latency_subject};
 use rein_store::{LatencyRecord, LatencyRows, StoreError};
 
@@ -13,7 +14,7 @@ use crate::codec::{PgResult, int};
 pub(crate) async fn merge_latency(
     tx: &Transaction<'_>,
     deltas: &[(String, LatencyHistogram)],
-    now_ms: u64,
+    now_ms: Timestamp,
 ) -> Result<LatencyRows, StoreError> {
     for (subject, _) in deltas {
         validate_latency_subject(subject)?;
@@ -44,7 +45,11 @@ pub(crate) async fn merge_latency(
         rows.records.retain(|r| r.subject != *subject);
         if delta.is_empty() {
             if let Some((text, at)) = stored {
-                match latency_decoded(subject.clone(), &text, u64::try_from(at).unwrap_or(0)) {
+                match latency_decoded(
+                    subject.clone(),
+                    &text,
+                    Timestamp::from_millis(u64::try_from(at).unwrap_or(0)),
+                ) {
                     Ok(record) => rows.records.push(record),
                     Err(corrupt) => rows.corrupt.push(corrupt),
                 }
@@ -94,7 +99,11 @@ pub(crate) async fn latency_histograms(
         let subject: String = row.try_get(0).pg()?;
         let text: String = row.try_get(1).pg()?;
         let at: i64 = row.try_get(2).pg()?;
-        match latency_decoded(subject, &text, u64::try_from(at).unwrap_or(0)) {
+        match latency_decoded(
+            subject,
+            &text,
+            Timestamp::from_millis(u64::try_from(at).unwrap_or(0)),
+        ) {
             Ok(record) => rows.records.push(record),
             Err(corrupt) => rows.corrupt.push(corrupt),
         }

@@ -3,13 +3,14 @@
 
 use deadpool_postgres::{GenericClient, Transaction};
 use rein_core::{IntentId, RunId};
+use rein_store::Timestamp;
 use rein_store::rules::validate_owner;
 use rein_store::{
     Lease, LeaseChange, LeaseFilter, NewRun, ReservationFence, RunRecord, StoreError,
 };
 
 use super::{LockSpace, execute, lock, query_all, query_opt, require_run};
-use crate::codec::{LEASE_COLUMNS, decode_lease, int, limit};
+use crate::codec::{LEASE_COLUMNS, at_most_max, decode_lease, int, limit};
 
 async fn lease(client: &impl GenericClient, lease_id: &str) -> Result<Option<Lease>, StoreError> {
     query_opt(
@@ -65,7 +66,7 @@ pub(crate) async fn renew_lease_of(
     tx: &Transaction<'_>,
     lease_id: &str,
     owner: &str,
-    expires_at_ms: u64,
+    expires_at_ms: Timestamp,
 ) -> Result<bool, StoreError> {
     if locked_lease_of(tx, lease_id, owner).await?.is_none() {
         return Ok(false);
@@ -95,7 +96,7 @@ pub(crate) async fn release_lease_of(
 pub(crate) async fn take_over_lease(
     tx: &Transaction<'_>,
     new: &Lease,
-    now_ms: u64,
+    now_ms: Timestamp,
 ) -> Result<bool, StoreError> {
     new.validate()?;
     lock(tx, LockSpace::Lease, &new.lease_id).await?;
@@ -207,9 +208,7 @@ pub(crate) async fn leases(
         require_run(client, run_id).await?;
     }
     // An expiry cursor beyond i64::MAX selects every lease.
-    let expired_at = filter
-        .expired_at_ms
-        .map(|now| i64::try_from(now).unwrap_or(i64::MAX));
+    let expired_at = filter.expired_at_ms.map(at_most_max);
     query_all(
         client,
         &format!(

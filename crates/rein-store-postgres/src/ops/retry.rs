@@ -2,6 +2,7 @@
 //! added under its advisory lock, so concurrent merges of every node all
 //! count.
 
+use rein_store::Timestamp;
 use std::collections::BTreeMap;
 
 use deadpool_postgres::{GenericClient, Transaction};
@@ -55,8 +56,9 @@ fn folded(
 pub(crate) async fn merge_retry_outcomes(
     tx: &Transaction<'_>,
     deltas: &[(String, RetryRecord)],
-    now_ms: u64,
+    at: Timestamp,
 ) -> Result<Vec<RetryOutcomes>, StoreError> {
+    let now_ms = at.as_millis();
     for (target, _) in deltas {
         validate_retry_target(target)?;
     }
@@ -88,7 +90,7 @@ pub(crate) async fn merge_retry_outcomes(
                     RetryOutcomes {
                         target: target.clone(),
                         record: retry_aged(&record, at, now_ms),
-                        updated_at_ms: at,
+                        updated_at_ms: Timestamp::from_millis(at),
                     },
                 );
             }
@@ -118,7 +120,7 @@ pub(crate) async fn merge_retry_outcomes(
             RetryOutcomes {
                 target: target.clone(),
                 record: sum,
-                updated_at_ms: now_ms,
+                updated_at_ms: at,
             },
         );
     }
@@ -128,8 +130,9 @@ pub(crate) async fn merge_retry_outcomes(
 /// Every stored target's counts, decayed to `now_ms`.
 pub(crate) async fn retry_outcomes(
     client: &impl GenericClient,
-    now_ms: u64,
+    at: Timestamp,
 ) -> Result<Vec<RetryOutcomes>, StoreError> {
+    let now_ms = at.as_millis();
     let rows = client
         .query(
             "SELECT target, ordinal, tries, successes, updated_at_ms FROM retry_outcomes \
@@ -145,7 +148,7 @@ pub(crate) async fn retry_outcomes(
             (!record.is_empty()).then_some(RetryOutcomes {
                 target,
                 record,
-                updated_at_ms: at,
+                updated_at_ms: Timestamp::from_millis(at),
             })
         })
         .collect())

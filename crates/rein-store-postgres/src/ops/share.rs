@@ -4,6 +4,7 @@
 
 use deadpool_postgres::Transaction;
 use rein_store::StoreError;
+use rein_store::Timestamp;
 use rein_store::rules::{validate_share_renewal, validate_share_text};
 
 use super::{LockSpace, execute, lock, query_all};
@@ -15,8 +16,8 @@ pub(crate) async fn renew_share_lease(
     tx: &Transaction<'_>,
     group: &str,
     node: &str,
-    now_ms: u64,
-    expires_at_ms: u64,
+    now_ms: Timestamp,
+    expires_at_ms: Timestamp,
 ) -> Result<Vec<String>, StoreError> {
     validate_share_renewal(group, node, now_ms, expires_at_ms)?;
     let now = int(now_ms, "share lease now_ms")?;

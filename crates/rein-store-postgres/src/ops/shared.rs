@@ -3,6 +3,7 @@
 //! advisory lock; a changed opening is announced on [`HEALTH_CHANNEL`].
 
 use deadpool_postgres::{GenericClient, Transaction};
+use rein_store::Timestamp;
 use rein_store::rules::{
     claimed, published, validate_breaker_text, validate_claim, validate_opening,
     validate_singleton_text,
@@ -49,8 +50,8 @@ pub(crate) async fn claim_singleton(
     tx: &Transaction<'_>,
     name: &str,
     owner: &str,
-    now_ms: u64,
-    expires_at_ms: u64,
+    now_ms: Timestamp,
+    expires_at_ms: Timestamp,
 ) -> Result<Option<SingletonLease>, StoreError> {
     validate_claim(name, owner, now_ms, expires_at_ms)?;
     lock(tx, LockSpace::Singleton, name).await?;
@@ -134,7 +135,7 @@ pub(crate) async fn publish_breaker_open(
 /// The openings in force at `now_ms`, by arm.
 pub(crate) async fn breaker_openings(
     client: &impl GenericClient,
-    now_ms: u64,
+    now_ms: Timestamp,
 ) -> Result<Vec<BreakerOpening>, StoreError> {
     query_all(
         client,

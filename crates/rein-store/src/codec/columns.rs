@@ -3,6 +3,7 @@
 
 use std::fmt::Display;
 
+use rein_core::Timestamp;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -134,6 +135,21 @@ impl<R: Columns> RowReader<R> {
     /// A nullable non-negative integer column.
     pub fn opt_u64(&self, index: usize, column: &'static str) -> Result<Option<u64>, StoreError> {
         self.opt_int(index, column)
+    }
+
+    /// A point in time: a non-negative integer column of milliseconds
+    /// since the Unix epoch.
+    pub fn timestamp(&self, index: usize, column: &'static str) -> Result<Timestamp, StoreError> {
+        self.u64(index, column).map(Timestamp::from_millis)
+    }
+
+    /// A nullable point in time.
+    pub fn opt_timestamp(
+        &self,
+        index: usize,
+        column: &'static str,
+    ) -> Result<Option<Timestamp>, StoreError> {
+        Ok(self.opt_u64(index, column)?.map(Timestamp::from_millis))
     }
 
     /// An integer column that must fit `u32`.

@@ -30,8 +30,8 @@ pub fn decode_run<R: Columns>(row: R) -> Result<RunRecord, StoreError> {
         budget: r.json(5, "budget")?,
         status: r.name(6, "status", RunStatus::parse)?,
         report: r.opt_json(7, "report")?,
-        created_at_ms: r.u64(8, "created_at_ms")?,
-        updated_at_ms: r.u64(9, "updated_at_ms")?,
+        created_at_ms: r.timestamp(8, "created_at_ms")?,
+        updated_at_ms: r.timestamp(9, "updated_at_ms")?,
         ledger_revision: r.u64(10, "ledger_revision")?,
         trace_parent: span(&r, 11, "trace_parent")?,
         first_span: span(&r, 12, "first_span")?,
@@ -66,7 +66,7 @@ pub fn decode_event<R: Columns>(row: R) -> Result<Event, StoreError> {
         intent_id: r.opt_id(3, "intent_id")?,
         attempt_id: r.opt_id(4, "attempt_id")?,
         idempotency_key: r.opt_id(5, "idempotency_key")?,
-        at_ms: r.u64(6, "at_ms")?,
+        at_ms: r.timestamp(6, "at_ms")?,
         data,
     })
 }
@@ -111,8 +111,8 @@ pub fn decode_ledger<R: Columns>(row: R) -> Result<LedgerRecord, StoreError> {
         result: r.opt_json(9, "result")?,
         failure: r.opt_json(10, "failure")?,
         attempts: r.u32(11, "attempts")?,
-        created_at_ms: r.u64(12, "created_at_ms")?,
-        updated_at_ms: r.u64(13, "updated_at_ms")?,
+        created_at_ms: r.timestamp(12, "created_at_ms")?,
+        updated_at_ms: r.timestamp(13, "updated_at_ms")?,
     })
 }
 
@@ -136,7 +136,7 @@ pub fn decode_checkpoint<R: Columns>(row: R) -> Result<Checkpoint, StoreError> {
         },
         elapsed_ms: r.u64(7, "elapsed_ms")?,
         state: r.json(8, "state")?,
-        at_ms: r.u64(9, "at_ms")?,
+        at_ms: r.timestamp(9, "at_ms")?,
     })
 }
 
@@ -161,7 +161,7 @@ pub fn decode_checkpoint_delta<R: Columns>(row: R) -> Result<CheckpointDelta, St
             cost: Cost::from_micros(r.u64(8, "consumed_cost_micros")?),
         },
         elapsed_ms: r.u64(9, "elapsed_ms")?,
-        at_ms: r.u64(10, "at_ms")?,
+        at_ms: r.timestamp(10, "at_ms")?,
     })
 }
 
@@ -189,8 +189,8 @@ pub fn decode_lease<R: Columns>(row: R) -> Result<Lease, StoreError> {
         pgid,
         path: r.opt_text(5, "path")?.map(std::path::PathBuf::from),
         owner: r.text(6, "owner")?,
-        acquired_at_ms: r.u64(7, "acquired_at_ms")?,
-        expires_at_ms: r.u64(8, "expires_at_ms")?,
+        acquired_at_ms: r.timestamp(7, "acquired_at_ms")?,
+        expires_at_ms: r.timestamp(8, "expires_at_ms")?,
     })
 }
 
@@ -241,13 +241,13 @@ pub fn decode_idempotency<R: Columns>(row: R) -> Result<IdempotencyRecord, Store
         fingerprint: r.text(2, "fingerprint")?,
         state,
         response,
-        created_at_ms: r.u64(8, "created_at_ms")?,
-        updated_at_ms: r.u64(9, "updated_at_ms")?,
-        expires_at_ms: r.u64(10, "expires_at_ms")?,
+        created_at_ms: r.timestamp(8, "created_at_ms")?,
+        updated_at_ms: r.timestamp(9, "updated_at_ms")?,
+        expires_at_ms: r.timestamp(10, "expires_at_ms")?,
         owner: r.opt_text(11, "owner")?,
         run_id: r.opt_id(12, "run_id")?,
-        holder_since_ms: r.opt_u64(13, "holder_since_ms")?,
-        holder_until_ms: r.opt_u64(14, "holder_until_ms")?,
+        holder_since_ms: r.opt_timestamp(13, "holder_since_ms")?,
+        holder_until_ms: r.opt_timestamp(14, "holder_until_ms")?,
     })
 }
 
@@ -260,8 +260,8 @@ pub fn decode_singleton<R: Columns>(row: R) -> Result<SingletonLease, StoreError
     Ok(SingletonLease {
         name: r.text(0, "name")?,
         owner: r.text(1, "owner")?,
-        acquired_at_ms: r.u64(2, "acquired_at_ms")?,
-        expires_at_ms: r.u64(3, "expires_at_ms")?,
+        acquired_at_ms: r.timestamp(2, "acquired_at_ms")?,
+        expires_at_ms: r.timestamp(3, "expires_at_ms")?,
     })
 }
 
@@ -273,9 +273,9 @@ pub fn decode_breaker_opening<R: Columns>(row: R) -> Result<BreakerOpening, Stor
     let r = RowReader::new(row, "breaker_openings", &[0]);
     Ok(BreakerOpening {
         arm: r.text(0, "arm")?,
-        open_until_ms: r.u64(1, "open_until_ms")?,
+        open_until_ms: r.timestamp(1, "open_until_ms")?,
         opened_by: r.text(2, "opened_by")?,
         reason: r.text(3, "reason")?,
-        updated_at_ms: r.u64(4, "updated_at_ms")?,
+        updated_at_ms: r.timestamp(4, "updated_at_ms")?,
     })
 }

@@ -1,14 +1,43 @@
 //! Values as rein stores them in columns: integers, JSON text, names.
 
-use rein_core::Event;
+use rein_core::{Event, Timestamp};
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::StoreError;
 
-/// A `u64` as a signed 64-bit integer column (SQLite's `INTEGER`,
-/// PostgreSQL's `BIGINT`).
-pub fn int(value: u64, what: &'static str) -> Result<i64, StoreError> {
+/// What is stored as a non-negative integer column: counts, and points in
+/// time as milliseconds since the epoch. The one place a [`Timestamp`]
+/// becomes its integer on the way in (and
+/// [`RowReader::timestamp`](crate::codec::RowReader::timestamp) on the way
+/// out), so the SQL columns stay the integers they always were.
+pub trait StoredInt: Copy {
+    /// The value as the unsigned integer stored.
+    fn stored(self) -> u64;
+}
+
+impl StoredInt for u64 {
+    fn stored(self) -> u64 {
+        self
+    }
+}
+
+impl StoredInt for u32 {
+    fn stored(self) -> u64 {
+        u64::from(self)
+    }
+}
+
+impl StoredInt for Timestamp {
+    fn stored(self) -> u64 {
+        self.as_millis()
+    }
+}
+
+/// A count or a point in time as a signed 64-bit integer column (SQLite's
+/// `INTEGER`, PostgreSQL's `BIGINT`).
+pub fn int(value: impl StoredInt, what: &'static str) -> Result<i64, StoreError> {
+    let value = value.stored();
     i64::try_from(value).map_err(|_| StoreError::Invalid {
         what,
         expected: format!("at most {}", i64::MAX),

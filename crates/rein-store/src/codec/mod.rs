@@ -34,4 +34,4 @@ pub use decode::{
     decode_event, decode_idempotency, decode_intent, decode_lease, decode_ledger, decode_run,
     decode_singleton,
 };
-pub use encode::{event_data_text, int, json_text, opt_json_text, serde_name};
+pub use encode::{StoredInt, event_data_text, int, json_text, opt_json_text, serde_name};

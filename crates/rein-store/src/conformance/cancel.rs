@@ -2,12 +2,13 @@
 //! [`Store::cancel_request`]).
 
 use crate::StoreExt as _;
+use rein_core::Timestamp;
 use rein_core::{Outcome, RunId};
 
-use super::{BASE_MS, created, report};
+use super::{BASE_MS, created, ms, report};
 use crate::{CancelRequest, RunStatus, Store, StoreError};
 
-fn request(run_id: &RunId, by: &str, at_ms: u64) -> CancelRequest {
+fn request(run_id: &RunId, by: &str, at_ms: Timestamp) -> CancelRequest {
     CancelRequest {
         run_id: run_id.clone(),
         requested_by: by.to_owned(),
@@ -21,23 +22,23 @@ pub async fn cancel_request_is_recorded_once_and_read_back(store: &dyn Store) {
     let queued = created(store, "cancel-queued").await;
     let running = created(store, "cancel-running").await;
     store
-        .set_run_status(&running, RunStatus::Running, None, BASE_MS + 1)
+        .set_run_status(&running, RunStatus::Running, None, BASE_MS + ms(1))
         .await
         .unwrap();
     assert_eq!(store.cancel_request(&running).await.unwrap(), None);
 
-    let first = request(&running, "node-a", BASE_MS + 2);
+    let first = request(&running, "node-a", BASE_MS + ms(2));
     let stored = store.request_cancel(first.clone()).await.unwrap();
     assert_eq!(stored, first, "the request as stored");
     let again = store
-        .request_cancel(request(&running, "node-b", BASE_MS + 3))
+        .request_cancel(request(&running, "node-b", BASE_MS + ms(3)))
         .await
         .unwrap();
     assert_eq!(again, first, "a second request must keep the first whole");
     assert_eq!(store.cancel_request(&running).await.unwrap(), Some(first));
 
     // A queued run takes a request too: a process that starts it sees it.
-    let q = request(&queued, "node-c", BASE_MS + 4);
+    let q = request(&queued, "node-c", BASE_MS + ms(4));
     assert_eq!(store.request_cancel(q.clone()).await.unwrap(), q);
     assert_eq!(store.cancel_request(&queued).await.unwrap(), Some(q));
 
@@ -62,7 +63,7 @@ pub async fn cancel_request_refusals_write_nothing(store: &dyn Store) {
 
     let finished = created(store, "cancel-finished").await;
     store
-        .set_run_status(&finished, RunStatus::Running, None, BASE_MS + 1)
+        .set_run_status(&finished, RunStatus::Running, None, BASE_MS + ms(1))
         .await
         .unwrap();
     store
@@ -70,12 +71,12 @@ pub async fn cancel_request_refusals_write_nothing(store: &dyn Store) {
             &finished,
             RunStatus::Finished(Outcome::PartialSuccess),
             Some(report(Outcome::PartialSuccess)),
-            BASE_MS + 2,
+            BASE_MS + ms(2),
         )
         .await
         .unwrap();
     let err = store
-        .request_cancel(request(&finished, "node-a", BASE_MS + 3))
+        .request_cancel(request(&finished, "node-a", BASE_MS + ms(3)))
         .await
         .unwrap_err();
     assert!(

@@ -15,7 +15,7 @@ use std::pin::Pin;
 
 use rein_core::RunId;
 
-use super::{BASE_MS, fence, holder, join_all, new_run, reservation, tenant_of, unique};
+use super::{BASE_MS, fence, holder, join_all, ms, new_run, reservation, tenant_of, unique};
 use crate::{Lease, LeaseKind, RunStatus, Store, StoreError, StoreExt};
 
 /// A run claim on `run_id` held by `owner` from `BASE_MS` for a minute.
@@ -29,7 +29,7 @@ fn claim_of(run_id: &RunId, lease_id: &str, owner: &str) -> Lease {
         path: None,
         owner: owner.to_owned(),
         acquired_at_ms: BASE_MS,
-        expires_at_ms: BASE_MS + 60_000,
+        expires_at_ms: BASE_MS + ms(60_000),
     }
 }
 
@@ -67,12 +67,12 @@ pub async fn run_created_with_its_claim_is_held_at_once(store: &dyn Store) {
         "another owner's claim must conflict, got {err:?}"
     );
     assert!(
-        !store.take_over_lease(rival, BASE_MS + 1).await.unwrap(),
+        !store.take_over_lease(rival, BASE_MS + ms(1)).await.unwrap(),
         "a live claim is not taken over"
     );
     assert!(
         store
-            .renew_lease_of(&lease_id, owner, BASE_MS + 120_000)
+            .renew_lease_of(&lease_id, owner, BASE_MS + ms(120_000))
             .await
             .unwrap()
     );
@@ -92,7 +92,7 @@ pub async fn run_created_with_its_claim_is_held_at_once(store: &dyn Store) {
     );
     let held = store.leases_of_run(&run_id).await.unwrap();
     assert_eq!(held.len(), 1, "no second claim: {held:?}");
-    assert_eq!(held[0].expires_at_ms, BASE_MS + 120_000);
+    assert_eq!(held[0].expires_at_ms, BASE_MS + ms(120_000));
     assert!(store.release_lease_of(&lease_id, owner).await.unwrap());
 
     // A claim naming another run: invalid, nothing written.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rein_core::latency::LatencyHistogram;
 
-use super::{BASE_MS, join_all, unique};
+use super::{BASE_MS, join_all, ms, unique};
 use crate::{LatencyRecord, Store, StoreError};
 
 fn of(ms: &[u64]) -> LatencyHistogram {
@@ -49,7 +49,7 @@ pub async fn latency_merges_add_deltas_and_are_listed(store: &dyn Store) {
         "{got:?}"
     );
     let second = store
-        .merge_latency(&[(a.clone(), of(&[40, 2_000]))], BASE_MS + 5)
+        .merge_latency(&[(a.clone(), of(&[40, 2_000]))], BASE_MS + ms(5))
         .await
         .unwrap();
     let sum = second.records.iter().find(|r| r.subject == a).unwrap();
@@ -60,16 +60,19 @@ pub async fn latency_merges_add_deltas_and_are_listed(store: &dyn Store) {
     );
     let read = stored(store, &a).await.expect("the subject is listed");
     assert_eq!(read.histogram, of(&[10, 20, 30, 40, 2_000]));
-    assert_eq!(read.updated_at_ms, BASE_MS + 5);
+    assert_eq!(read.updated_at_ms, BASE_MS + ms(5));
     assert_eq!(stored(store, &b).await.unwrap().histogram, of(&[500]));
     // An empty delta writes nothing and still reports the sum.
     let again = store
-        .merge_latency(&[(a.clone(), LatencyHistogram::new())], BASE_MS + 9)
+        .merge_latency(&[(a.clone(), LatencyHistogram::new())], BASE_MS + ms(9))
         .await
         .unwrap();
     assert_eq!(again.records.len(), 1);
     assert_eq!(again.records[0].histogram.samples(), 5);
-    assert_eq!(stored(store, &a).await.unwrap().updated_at_ms, BASE_MS + 5);
+    assert_eq!(
+        stored(store, &a).await.unwrap().updated_at_ms,
+        BASE_MS + ms(5)
+    );
 }
 
 /// A bad subject refuses the whole merge: nothing of it is written.

@@ -9,12 +9,13 @@
 //! Here the racers go through different handles: two opens of a SQLite
 //! file, two pools on a PostgreSQL database.
 
+use rein_core::Timestamp;
 use std::future::Future;
 use std::pin::Pin;
 
 use rein_core::{EventKind, Outcome};
 
-use super::{BASE_MS, SINGLETON_TTL_MS, created, event, fingerprint, join_all, unique};
+use super::{BASE_MS, SINGLETON_TTL, created, event, fingerprint, join_all, ms, unique};
 use super::{reservation, unique_tenant};
 use crate::{
     ClaimFence, Lease, LeaseKind, Reservation, RunStatus, SingletonLease, StatusChange, StepCommit,
@@ -35,7 +36,7 @@ fn handle<'a>(n: usize, store: &'a dyn Store, other: &'a dyn Store) -> &'a dyn S
 pub async fn two_handles_race_for_a_run_claim(store: &dyn Store, other: &dyn Store) {
     let run_id = created(store, "race-claim").await;
     let lease_id = unique("race-claim-lease");
-    let claim = |owner: String, acquired_at_ms: u64, expires_at_ms: u64| Lease {
+    let claim = |owner: String, acquired_at_ms: Timestamp, expires_at_ms: Timestamp| Lease {
         lease_id: lease_id.clone(),
         run_id: run_id.clone(),
         intent_id: None,
@@ -47,13 +48,13 @@ pub async fn two_handles_race_for_a_run_claim(store: &dyn Store, other: &dyn Sto
         expires_at_ms,
     };
     store
-        .acquire_lease(claim("pid:0@stalled".to_owned(), BASE_MS, BASE_MS + 10))
+        .acquire_lease(claim("pid:0@stalled".to_owned(), BASE_MS, BASE_MS + ms(10)))
         .await
         .unwrap();
-    let now_ms = BASE_MS + 10;
+    let now_ms = BASE_MS + ms(10);
     let futures = (1..=2 * PER_HANDLE)
         .map(|n| {
-            let lease = claim(format!("pid:{n}@host"), now_ms, now_ms + 1_000);
+            let lease = claim(format!("pid:{n}@host"), now_ms, now_ms + ms(1_000));
             let racer = handle(n, store, other);
             Box::pin(async move {
                 let owner = lease.owner.clone();
@@ -107,7 +108,7 @@ pub async fn two_handles_race_for_an_idempotency_key(store: &dyn Store, other: &
                 21,
                 Some(super::holder(&format!("pid:{n}@host"), None)),
             );
-            ask.now_ms = BASE_MS + n as u64;
+            ask.now_ms = BASE_MS + ms(n as u64);
             Box::pin(async move { (n, racer.reserve_idempotency_as(ask).await.unwrap()) })
                 as Pin<Box<dyn Future<Output = (usize, Reservation)> + Send + '_>>
         })
@@ -159,7 +160,7 @@ pub async fn two_handles_race_for_a_singleton(store: &dyn Store, other: &dyn Sto
             let (name, racer) = (&name, handle(n, store, other));
             Box::pin(async move {
                 racer
-                    .claim_singleton(name, owner, BASE_MS, BASE_MS + SINGLETON_TTL_MS)
+                    .claim_singleton(name, owner, BASE_MS, BASE_MS + SINGLETON_TTL)
                     .await
                     .unwrap()
             }) as Pin<Box<dyn Future<Output = Option<SingletonLease>> + Send + '_>>
@@ -197,7 +198,7 @@ pub async fn two_handles_race_to_change_a_queued_run(store: &dyn Store, other: &
                 status: Some(StatusChange {
                     status,
                     report: status.outcome().map(super::report),
-                    at_ms: BASE_MS + n as u64,
+                    at_ms: BASE_MS + ms(n as u64),
                 }),
                 ..StepCommit::default()
             };

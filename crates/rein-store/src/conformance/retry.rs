@@ -10,6 +10,15 @@ use std::pin::Pin;
 use rein_core::retry::{RETRY_RATE_HALF_LIFE, RetryRecord, SuccessRate};
 
 use super::{BASE_MS, join_all, unique};
+use crate::Timestamp;
+
+/// [`BASE_MS`] in ms: these checks count halving windows in plain ms.
+const BASE: u64 = BASE_MS.as_millis();
+
+/// A time of these checks as the store takes it.
+fn at(ms: u64) -> Timestamp {
+    Timestamp::from_millis(ms)
+}
 use crate::{RetryOutcomes, Store, StoreError};
 
 /// One window of [`RETRY_RATE_HALF_LIFE`], in ms.
@@ -20,7 +29,7 @@ fn window() -> u64 {
 /// The start of a window, so that the checks know which halvings fall
 /// between two times.
 fn start() -> u64 {
-    BASE_MS / window() * window()
+    BASE / window() * window()
 }
 
 /// `failed` failed and `succeeded` successful first retries.
@@ -36,7 +45,7 @@ fn first_retries(failed: u32, succeeded: u32) -> RetryRecord {
 }
 
 async fn stored(store: &dyn Store, target: &str, now_ms: u64) -> Option<RetryOutcomes> {
-    let all = store.retry_outcomes(now_ms).await.unwrap();
+    let all = store.retry_outcomes(at(now_ms)).await.unwrap();
     all.into_iter().find(|o| o.target == target)
 }
 
@@ -49,13 +58,13 @@ pub async fn retry_merges_add_deltas_and_are_listed(store: &dyn Store) {
     let first = store
         .merge_retry_outcomes(
             &[(a.clone(), first_retries(3, 1)), (b.clone(), later)],
-            start() + 1,
+            at(start() + 1),
         )
         .await
         .unwrap();
     assert_eq!(first.len(), 2, "{first:?}");
     let second = store
-        .merge_retry_outcomes(&[(a.clone(), first_retries(2, 0))], start() + 5)
+        .merge_retry_outcomes(&[(a.clone(), first_retries(2, 0))], at(start() + 5))
         .await
         .unwrap();
     assert_eq!(second.len(), 1);
@@ -69,19 +78,19 @@ pub async fn retry_merges_add_deltas_and_are_listed(store: &dyn Store) {
     );
     let read = stored(store, &a, start() + 6).await.expect("listed");
     assert_eq!(read.record, first_retries(5, 1));
-    assert_eq!(read.updated_at_ms, start() + 5);
+    assert_eq!(read.updated_at_ms, at(start() + 5));
     let other = stored(store, &b, start() + 6).await.expect("listed");
     assert_eq!(other.record.rate(4).tries, 1, "the third-and-later slot");
     assert_eq!(other.record.rate(3).tries, 0);
     assert_eq!(other.record.rate(2).tries, 0);
     let again = store
-        .merge_retry_outcomes(&[(a.clone(), RetryRecord::default())], start() + 9)
+        .merge_retry_outcomes(&[(a.clone(), RetryRecord::default())], at(start() + 9))
         .await
         .unwrap();
     assert_eq!(again[0].record, first_retries(5, 1));
     assert_eq!(
         stored(store, &a, start() + 9).await.unwrap().updated_at_ms,
-        start() + 5,
+        at(start() + 5),
         "an empty delta writes nothing"
     );
 }
@@ -92,7 +101,7 @@ pub async fn retry_merges_add_deltas_and_are_listed(store: &dyn Store) {
 pub async fn retry_outcomes_fade_per_window(store: &dyn Store) {
     let target = unique("provider:fading");
     store
-        .merge_retry_outcomes(&[(target.clone(), first_retries(8, 4))], start())
+        .merge_retry_outcomes(&[(target.clone(), first_retries(8, 4))], at(start()))
         .await
         .unwrap();
     let next = start() + window();
@@ -106,7 +115,7 @@ pub async fn retry_outcomes_fade_per_window(store: &dyn Store) {
     let merged = store
         .merge_retry_outcomes(
             &[(target.clone(), first_retries(1, 0))],
-            next + 2 * window(),
+            at(next + 2 * window()),
         )
         .await
         .unwrap();
@@ -149,7 +158,7 @@ pub async fn retry_merge_refusals_write_nothing(store: &dyn Store) {
             "{bad:?}: {result:?}"
         );
     }
-    assert_eq!(stored(store, &good, BASE_MS).await, None);
+    assert_eq!(stored(store, &good, BASE).await, None);
 }
 
 /// Concurrent merges of one target all count.
@@ -161,7 +170,7 @@ pub async fn retry_concurrent_merges_all_count(store: &dyn Store) {
             let target = target.clone();
             Box::pin(async move {
                 store
-                    .merge_retry_outcomes(&[(target, first_retries(1, 1))], start())
+                    .merge_retry_outcomes(&[(target, first_retries(1, 1))], at(start()))
                     .await
                     .unwrap();
             }) as Pin<Box<dyn Future<Output = ()> + Send + '_>>

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
 
-use super::{BASE_MS, join_all, unique};
+use super::{BASE_MS, join_all, ms, unique};
 use crate::{MAX_SHARE_LEASE_LEN, Store, StoreError};
 
 /// A renewal lists every live holder of its group, itself included, sorted;
@@ -14,17 +14,17 @@ pub async fn share_renewals_list_the_live_holders_of_their_group(store: &dyn Sto
     let (group, other) = (unique("group"), unique("group"));
     let (a, b) = (unique("node-a"), unique("node-b"));
     let first = store
-        .renew_share_lease(&group, &b, BASE_MS, BASE_MS + 3_000)
+        .renew_share_lease(&group, &b, BASE_MS, BASE_MS + ms(3_000))
         .await
         .unwrap();
     assert_eq!(first, std::slice::from_ref(&b), "alone");
     let both = store
-        .renew_share_lease(&group, &a, BASE_MS + 1, BASE_MS + 3_001)
+        .renew_share_lease(&group, &a, BASE_MS + ms(1), BASE_MS + ms(3_001))
         .await
         .unwrap();
     assert_eq!(both, [a.clone(), b.clone()], "both, sorted");
     let apart = store
-        .renew_share_lease(&other, &a, BASE_MS + 1, BASE_MS + 3_001)
+        .renew_share_lease(&other, &a, BASE_MS + ms(1), BASE_MS + ms(3_001))
         .await
         .unwrap();
     assert_eq!(
@@ -34,11 +34,11 @@ pub async fn share_renewals_list_the_live_holders_of_their_group(store: &dyn Sto
     );
     // b renews: its lease now outlives a's.
     store
-        .renew_share_lease(&group, &b, BASE_MS + 2_000, BASE_MS + 9_000)
+        .renew_share_lease(&group, &b, BASE_MS + ms(2_000), BASE_MS + ms(9_000))
         .await
         .unwrap();
     let later = store
-        .renew_share_lease(&group, &b, BASE_MS + 3_001, BASE_MS + 9_000)
+        .renew_share_lease(&group, &b, BASE_MS + ms(3_001), BASE_MS + ms(9_000))
         .await
         .unwrap();
     assert_eq!(
@@ -48,7 +48,7 @@ pub async fn share_renewals_list_the_live_holders_of_their_group(store: &dyn Sto
     );
     // a comes back: a new lease, listed again.
     let back = store
-        .renew_share_lease(&group, &a, BASE_MS + 3_002, BASE_MS + 6_000)
+        .renew_share_lease(&group, &a, BASE_MS + ms(3_002), BASE_MS + ms(6_000))
         .await
         .unwrap();
     assert_eq!(back, [a, b]);
@@ -60,7 +60,7 @@ pub async fn share_release_removes_only_its_own_lease(store: &dyn Store) {
     let (a, b) = (unique("node-a"), unique("node-b"));
     for node in [&a, &b] {
         store
-            .renew_share_lease(&group, node, BASE_MS, BASE_MS + 3_000)
+            .renew_share_lease(&group, node, BASE_MS, BASE_MS + ms(3_000))
             .await
             .unwrap();
     }
@@ -77,7 +77,7 @@ pub async fn share_release_removes_only_its_own_lease(store: &dyn Store) {
         "b holds no lease of another group"
     );
     let left = store
-        .renew_share_lease(&group, &b, BASE_MS + 1, BASE_MS + 3_000)
+        .renew_share_lease(&group, &b, BASE_MS + ms(1), BASE_MS + ms(3_000))
         .await
         .unwrap();
     assert_eq!(left, [b]);
@@ -90,10 +90,10 @@ pub async fn share_lease_refusals(store: &dyn Store) {
     let node = unique("node");
     let long = "x".repeat(MAX_SHARE_LEASE_LEN + 1);
     for (g, n, now, until) in [
-        ("", node.as_str(), BASE_MS, BASE_MS + 1),
-        (group.as_str(), "", BASE_MS, BASE_MS + 1),
-        (group.as_str(), "a\nb", BASE_MS, BASE_MS + 1),
-        (long.as_str(), node.as_str(), BASE_MS, BASE_MS + 1),
+        ("", node.as_str(), BASE_MS, BASE_MS + ms(1)),
+        (group.as_str(), "", BASE_MS, BASE_MS + ms(1)),
+        (group.as_str(), "a\nb", BASE_MS, BASE_MS + ms(1)),
+        (long.as_str(), node.as_str(), BASE_MS, BASE_MS + ms(1)),
         (group.as_str(), node.as_str(), BASE_MS, BASE_MS),
     ] {
         let err = store.renew_share_lease(g, n, now, until).await.unwrap_err();
@@ -103,7 +103,7 @@ pub async fn share_lease_refusals(store: &dyn Store) {
     assert!(matches!(err, StoreError::Invalid { .. }), "{err}");
     let other = unique("node");
     let listed = store
-        .renew_share_lease(&group, &other, BASE_MS, BASE_MS + 10)
+        .renew_share_lease(&group, &other, BASE_MS, BASE_MS + ms(10))
         .await
         .unwrap();
     assert_eq!(listed, [other], "no refused renewal was written");
@@ -129,7 +129,7 @@ pub async fn two_handles_renewing_share_leases_see_each_other(
             let group = group.clone();
             Box::pin(async move {
                 let listed = handle
-                    .renew_share_lease(&group, node, BASE_MS, BASE_MS + 60_000)
+                    .renew_share_lease(&group, node, BASE_MS, BASE_MS + ms(60_000))
                     .await
                     .unwrap();
                 assert!(listed.contains(node), "a renewal lists its own node");

@@ -6,11 +6,12 @@ use rein_core::event::Guardrail;
 use rein_core::{EventData, EventKind, Outcome, RunId, TenantId};
 use serde_json::{Value, json};
 
-use super::{BASE_MS, event, report, run_of, unique_tenant};
+use super::{event, ms, report, run_of, scaled, unique_tenant};
 use crate::{GuardrailCount, ModelCount, RunStats, RunStatus, StatsQuery, StatusCount, Store};
+use rein_core::Timestamp;
 
 /// A window no other check creates runs in.
-const BASE: u64 = BASE_MS * 13;
+const BASE: Timestamp = scaled(13);
 
 fn data(kind: EventKind, data: Value) -> EventData {
     EventData::decode(kind, data).unwrap()
@@ -52,7 +53,7 @@ async fn driven(
     store: &dyn Store,
     tenant: &TenantId,
     agent: &str,
-    at_ms: u64,
+    at_ms: Timestamp,
     events: Vec<EventData>,
     end: Option<(Outcome, u64, u64, &[&str])>,
 ) -> RunId {
@@ -80,7 +81,7 @@ async fn driven(
         None => (RunStatus::Running, None),
     };
     store
-        .set_run_status(&run_id, status, report, at_ms + 1)
+        .set_run_status(&run_id, status, report, at_ms + ms(1))
         .await
         .unwrap();
     run_id
@@ -138,23 +139,23 @@ pub async fn run_stats_count_a_tenants_window_by_agent_model_and_guardrail(store
         store,
         &a,
         "desk",
-        BASE + 10,
+        BASE + ms(10),
         vec![refused()],
         Some((succeeded, 50, 3, &["p/m1"])),
     )
     .await;
-    driven(store, &a, "desk", BASE + 20, vec![], None).await;
+    driven(store, &a, "desk", BASE + ms(20), vec![], None).await;
     driven(
         store,
         &a,
         "mail",
-        BASE + 30,
+        BASE + ms(30),
         vec![exhausted("steps")],
         Some((Outcome::BudgetExhausted, 40, 11, &["p/m2"])),
     )
     .await;
     // Outside the window: at its end, and before its start.
-    for at in [BASE + 100, BASE - 1] {
+    for at in [BASE + ms(100), BASE - ms(1)] {
         driven(
             store,
             &a,
@@ -170,7 +171,7 @@ pub async fn run_stats_count_a_tenants_window_by_agent_model_and_guardrail(store
         store,
         &b,
         "desk",
-        BASE + 5,
+        BASE + ms(5),
         vec![refused(), exhausted("tokens")],
         Some((Outcome::Failed, 1_000, 1_000, &["p/m1"])),
     )
@@ -180,7 +181,7 @@ pub async fn run_stats_count_a_tenants_window_by_agent_model_and_guardrail(store
         tenant: tenant.cloned(),
         agent: agent.map(str::to_owned),
         since_ms: BASE,
-        until_ms: BASE + 100,
+        until_ms: BASE + ms(100),
     };
     let got = sorted(store.run_stats(&window(Some(&a), None)).await.unwrap());
     let done = RunStatus::Finished;
@@ -259,8 +260,8 @@ pub async fn run_stats_count_a_tenants_window_by_agent_model_and_guardrail(store
 
     let empty = store
         .run_stats(&StatsQuery {
-            since_ms: BASE + 50,
-            until_ms: BASE + 50,
+            since_ms: BASE + ms(50),
+            until_ms: BASE + ms(50),
             ..window(Some(&a), None)
         })
         .await

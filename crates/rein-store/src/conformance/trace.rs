@@ -1,7 +1,7 @@
 //! Conformance checks of a run's trace context ([`NewRun::trace_parent`],
 //! [`StepCommit::first_span`]).
 
-use super::{BASE_MS, new_run};
+use super::{BASE_MS, ms, new_run};
 use crate::{NewRun, RunFilter, SpanRef, StepCommit, Store};
 
 const CALLER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -71,7 +71,7 @@ pub async fn run_trace_context_is_stored_and_its_first_span_set_once(store: &dyn
     assert_eq!(row.trace_parent.as_ref(), Some(&caller));
     assert_eq!(row.first_span.as_ref(), Some(&first));
 
-    let plain = new_run("untraced", BASE_MS + 1);
+    let plain = new_run("untraced", BASE_MS + ms(1));
     let plain_id = plain.run_id.clone();
     store.create_run(plain).await.unwrap();
     let read = store.get_run(&plain_id).await.unwrap().unwrap();

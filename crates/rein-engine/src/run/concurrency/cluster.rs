@@ -141,10 +141,15 @@ impl Cluster {
             let clock = group.clock.clone();
             let now_ms = unix_ms(clock.system_now());
             let ttl = self.renew.saturating_mul(SHARE_LEASE_TTL_RENEWALS);
-            let until = now_ms.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+            let until = now_ms.saturating_add(ttl);
             let renewed = self
                 .store
-                .renew_share_lease(&group.lease, &self.node, now_ms, until.max(now_ms + 1))
+                .renew_share_lease(
+                    &group.lease,
+                    &self.node,
+                    now_ms,
+                    until.max(now_ms + Duration::from_millis(1)),
+                )
                 .await;
             match renewed {
                 Ok(holders) => {

@@ -2,6 +2,7 @@
 //! the field it names when something does not decode.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use rein_core::Timestamp;
 use std::time::Duration;
 
 use rein_core::call::Planned;
@@ -58,7 +59,7 @@ fn checkpoint(messages: Value, state: Value) -> Checkpoint {
         },
         elapsed_ms: 4_000,
         state,
-        at_ms: 9_000,
+        at_ms: Timestamp::from_millis(9_000),
     }
 }
 
@@ -225,14 +226,14 @@ fn the_interrupted_steps_plan_is_replayed_with_its_intents_and_its_turn_is_charg
         result: None,
         failure: None,
         attempts: 1,
-        created_at_ms: 10_000,
-        updated_at_ms: 10_000,
+        created_at_ms: Timestamp::from_millis(10_000),
+        updated_at_ms: Timestamp::from_millis(10_000),
     };
     // Step 3 was planned (two calls, out of order) and its model turn
     // used 120 + 30 tokens, 2 s after the checkpoint.
     let events = [event(
         3,
-        11_000,
+        Timestamp::from_millis(11_000),
         ModelCallFinished {
             provider: "p".into(),
             model: "m".into(),
@@ -294,7 +295,7 @@ fn a_started_settlement_is_finished_instead_of_replaying_the_plan() {
     let record = record();
     let events = [event(
         3,
-        10_000,
+        Timestamp::from_millis(10_000),
         SettlementStarted {
             policy: rein_core::FailurePolicy::default(),
             irreversible_open: false,
@@ -352,7 +353,7 @@ fn a_delta_a_step_wrote_restores_to_the_same_state() {
         &[WRITE.to_owned()],
         5,
         at(),
-        12_000,
+        Timestamp::from_millis(12_000),
     );
     assert_eq!(delta.messages.len(), 1, "only the step's message");
     assert_eq!(delta.appended["calls"].len(), 1, "only the step's call");
@@ -421,7 +422,7 @@ fn deltas_and_the_whole_form_restore_to_the_same_state_at_every_step() {
             &tried,
             provider_calls,
             at(),
-            10_000 + u64::from(step),
+            Timestamp::from_millis(10_000 + u64::from(step)),
         ));
         state.checkpointed = Checkpointed::all_of(&state);
 
@@ -430,7 +431,7 @@ fn deltas_and_the_whole_form_restore_to_the_same_state_at_every_step() {
             &state,
             provider_calls,
             at(),
-            10_000 + u64::from(step),
+            Timestamp::from_millis(10_000 + u64::from(step)),
         );
         let rebuilt = Checkpoint::rebuild(&run_id(), None, deltas.clone())
             .unwrap()
@@ -473,7 +474,7 @@ fn what_the_interrupted_step_cost_and_retried_stays_spent() {
     let events = [
         event(
             3,
-            9_500,
+            Timestamp::from_millis(9_500),
             RetryScheduled {
                 target: RetryTarget::Provider("p".into()),
                 next_attempt: 2,
@@ -489,7 +490,7 @@ fn what_the_interrupted_step_cost_and_retried_stays_spent() {
         ),
         event(
             3,
-            10_000,
+            Timestamp::from_millis(10_000),
             ModelCallFinished {
                 provider: "p".into(),
                 model: "m".into(),

@@ -116,9 +116,7 @@ impl Engine {
         };
         let now_ms = unix_ms(self.clock.system_now());
         if let Some(window) = binding.spec.window {
-            let until = record
-                .created_at_ms
-                .saturating_add(u64::try_from(window.as_millis()).unwrap_or(u64::MAX));
+            let until = record.created_at_ms.saturating_add(window);
             if now_ms > until {
                 let note = format!("past its compensatable window of {window:?}");
                 return Some(

@@ -133,6 +133,7 @@ pub(super) fn fixable_by_time(end: &End, report: &RunReport) -> bool {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use rein_core::Timestamp;
     use rein_core::deadline::{Dimension, Exhausted, Usage};
     use rein_core::report::{RunFacts, derive};
     use rein_core::{IntentId, RunId, ToolClass};
@@ -180,8 +181,8 @@ mod tests {
             result: None,
             failure: None,
             attempts: 1,
-            created_at_ms: 0,
-            updated_at_ms: 0,
+            created_at_ms: Timestamp::from_millis(0),
+            updated_at_ms: Timestamp::from_millis(0),
         }
     }
 

@@ -2,6 +2,7 @@
 //! events and ends they return.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use rein_core::Timestamp;
 use rein_core::deadline::BudgetLimits;
 use rein_core::{Event, EventData, EventKind, ToolClass};
 
@@ -334,7 +335,14 @@ fn handle_observation_records_facts_and_checkpoints_the_step() {
     );
     let plan = bench.engine.handle_plan(&ctx, &AcceptAll, &state, &turn);
     let results = vec![result(&plan.planned[0], Ok(json!({"status": "open"})))];
-    let seen = handle_observation(&ctx, &mut state, &plan, results, Instant::ORIGIN, 7);
+    let seen = handle_observation(
+        &ctx,
+        &mut state,
+        &plan,
+        results,
+        Instant::ORIGIN,
+        Timestamp::from_millis(7),
+    );
     assert!(seen.trip.is_none());
     assert_eq!(state.calls.len(), 1);
     assert!(state.progress.tools_tried().contains(READ));
@@ -343,7 +351,10 @@ fn handle_observation_records_facts_and_checkpoints_the_step() {
         .commit
         .checkpoint_delta
         .expect("the step is checkpointed");
-    assert_eq!((checkpoint.step, checkpoint.at_ms), (2, 7));
+    assert_eq!(
+        (checkpoint.step, checkpoint.at_ms),
+        (2, Timestamp::from_millis(7))
+    );
     assert_eq!(
         checkpoint.completed_intents,
         vec![plan.planned[0].intent_id.clone()]
@@ -379,7 +390,14 @@ fn handle_observation_after_a_checkpoint_writes_only_what_the_step_added() {
         bench
             .engine
             .handle_results(state, &turn.response, plan.replies.clone(), &results);
-        let seen = handle_observation(&ctx, state, &plan, results, Instant::ORIGIN, 0);
+        let seen = handle_observation(
+            &ctx,
+            state,
+            &plan,
+            results,
+            Instant::ORIGIN,
+            Timestamp::from_millis(0),
+        );
         // As `Engine::step` does once the commit is durable.
         state.checkpointed = Checkpointed::all_of(state);
         seen.commit.checkpoint_delta.expect("checkpointed")
@@ -422,7 +440,14 @@ fn handle_observation_trips_on_a_repeated_failure_and_says_so_in_the_checkpoint_
             None,
         );
         let plan = bench.engine.handle_plan(&ctx, &AcceptAll, &state, &turn);
-        let seen = handle_observation(&ctx, &mut state, &plan, Vec::new(), Instant::ORIGIN, 0);
+        let seen = handle_observation(
+            &ctx,
+            &mut state,
+            &plan,
+            Vec::new(),
+            Instant::ORIGIN,
+            Timestamp::from_millis(0),
+        );
         if seen.trip.is_some() {
             assert!(kinds(&seen.commit.events).contains(&EventKind::LoopDetected));
             assert!(

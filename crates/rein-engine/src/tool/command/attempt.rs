@@ -9,7 +9,7 @@ use std::future::Future;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use rein_core::{Category, Clock, Failure, Instant};
 use rein_store::{Lease, LeaseKind, StoreExt};
@@ -230,10 +230,9 @@ impl CommandToolAdapter {
     ) -> Result<TempDir, Failure> {
         let base = format!("cmd-{}", uuid::Uuid::now_v7());
         let path = self.temp_root.join(format!("{TEMP_DIR_PREFIX}{base}"));
-        let now = unix_ms(self.clock.system_now());
-        let expires = now.saturating_add(duration_ms(
-            limit + self.kill_grace + KILL_WAIT_BOUND + self.lease_margin,
-        ));
+        let now = self.clock.timestamp();
+        let expires =
+            now.saturating_add(limit + self.kill_grace + KILL_WAIT_BOUND + self.lease_margin);
         let lease = Lease {
             lease_id: format!("{base}-tmp"),
             run_id: attempt.run_id.clone(),
@@ -414,10 +413,6 @@ where
     };
     let ((), out, err) = tokio::join!(feed, read_capped(stdout, max), read_capped(stderr, max));
     (out, err)
-}
-
-fn unix_ms(now: SystemTime) -> u64 {
-    now.duration_since(UNIX_EPOCH).map_or(0, duration_ms)
 }
 
 pub(super) fn duration_ms(d: Duration) -> u64 {
