@@ -132,10 +132,12 @@ async fn rein_check_refuses_a_scale_that_cannot_work_naming_file_and_field() {
         let out = rein(args(&["check", &config]), "http://127.0.0.1:9".into()).await;
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{latency}\n{stderr}");
-        let want = format!("{config}: {want}");
+        // `FILE:LINE:COL: field: message`: every refusal is placed.
         assert!(
-            stderr.lines().any(|l| l.starts_with(&want)),
-            "{stderr}\n  has no line starting with\n{want}"
+            stderr
+                .lines()
+                .any(|l| placed(l, &config).is_some_and(|m| m.starts_with(&want))),
+            "{stderr}\n  has no line starting with\n{config}:LINE:COL: {want}"
         );
     }
     // The same tool with a sound scale passes.
@@ -260,4 +262,15 @@ async fn rein_latency_shows_a_row_per_bucket_with_its_own_plan() {
             .unwrap_or_else(|| panic!("no {subject} in\n{table}"));
         assert!(line.contains(planned), "{line}");
     }
+}
+
+/// What follows `FILE:LINE:COL: ` in `line`, if it names `file` with a
+/// position.
+fn placed<'a>(line: &'a str, file: &str) -> Option<&'a str> {
+    let rest = line.strip_prefix(file)?.strip_prefix(':')?;
+    let (row, rest) = rest.split_once(':')?;
+    let (col, rest) = rest.split_once(':')?;
+    row.parse::<u32>().ok()?;
+    col.parse::<u32>().ok()?;
+    rest.strip_prefix(' ')
 }
