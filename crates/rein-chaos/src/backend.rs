@@ -25,7 +25,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rein_store::Store;
 use rein_store_postgres::{PostgresStore, PostgresUrl, is_postgres_url};
 use rein_store_sqlite::SqliteStore;
-use tokio_postgres::NoTls;
 
 use crate::ChaosError;
 
@@ -79,7 +78,6 @@ pub struct PostgresServer {
     /// URLs are made from it, for the crash scenarios' worker process.
     text: String,
     url: PostgresUrl,
-    config: tokio_postgres::Config,
 }
 
 impl fmt::Debug for PostgresServer {
@@ -97,13 +95,9 @@ impl PostgresServer {
     pub fn parse(text: &str) -> Result<PostgresServer, ChaosError> {
         let url =
             PostgresUrl::parse(text).map_err(|e| ChaosError::Setup(format!("--store: {e}")))?;
-        let config = text
-            .parse()
-            .map_err(|e| ChaosError::Setup(format!("--store {url}: {e}")))?;
         Ok(PostgresServer {
             text: text.to_owned(),
             url,
-            config,
         })
     }
 
@@ -121,7 +115,13 @@ impl PostgresServer {
     /// A connection to the database the URL names, for `CREATE` and
     /// `DROP DATABASE`.
     async fn admin(&self) -> Result<tokio_postgres::Client, ChaosError> {
-        let (client, connection) = self.config.connect(NoTls).await.map_err(|e| {
+        // Over TLS as the backend would (the URL's `sslmode`): a server
+        // that takes only TLS connections is one chaos must run against.
+        let connector = self
+            .url
+            .connector(None)
+            .map_err(|e| ChaosError::Setup(format!("--store {}: {e}", self.url)))?;
+        let (client, connection) = self.url.config().connect(connector).await.map_err(|e| {
             ChaosError::Setup(format!("cannot connect to PostgreSQL at {}: {e}", self.url))
         })?;
         tokio::spawn(connection);

@@ -84,8 +84,10 @@ impl PostgresUrl {
         })
     }
 
-    /// The driver's configuration.
-    pub(crate) fn config(&self) -> &tokio_postgres::Config {
+    /// The driver's configuration: what `tokio-postgres` is given, with
+    /// the TLS parameters it does not know (`verify-ca`, `verify-full`,
+    /// `sslrootcert`) taken out; connect with [`PostgresUrl::connector`].
+    pub fn config(&self) -> &tokio_postgres::Config {
         &self.config
     }
 
