@@ -383,8 +383,15 @@ async fn a_quiet_run_never_waits_for_a_noisy_run_to_end_on_two_servers() {
     );
 }
 
-/// Quiet runs measured alone and then behind the flowing backlog.
-const QUIET_RUNS: usize = 10;
+/// Quiet runs measured alone and then behind the flowing backlog: 100, so
+/// that the 99th percentile is not simply the largest wait.
+const QUIET_RUNS: usize = 100;
+
+/// The flowing backlog submitted: a multiple of [`BACKLOG`], so that at
+/// least [`BACKLOG`] noisy runs are still queued after the last quiet run
+/// (each quiet run lets a few noisy runs end; the test prints how many
+/// were left).
+const FLOWING_BACKLOG: usize = 3 * BACKLOG;
 
 /// The largest of `waits` that at most `pct` % exceed.
 fn percentile(waits: &[u64], pct: usize) -> u64 {
@@ -395,7 +402,8 @@ fn percentile(waits: &[u64], pct: usize) -> u64 {
 }
 
 /// One server, noisy runs flowing (nothing held): quiet's queue waits
-/// alone and behind [`BACKLOG`] noisy runs, one quiet run at a time.
+/// alone and behind [`FLOWING_BACKLOG`] noisy runs, one quiet run at a
+/// time.
 async fn flowing(sabotage: &str) -> (Times, Vec<u64>) {
     let desk = OrderDesk::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -421,7 +429,8 @@ async fn flowing(sabotage: &str) -> (Times, Vec<u64>) {
     for _ in 0..QUIET_RUNS {
         idle.push(quiet_run(&client).await);
     }
-    futures_util::future::join_all((0..BACKLOG).map(|_| submit(&client, &server, "noisy"))).await;
+    futures_util::future::join_all((0..FLOWING_BACKLOG).map(|_| submit(&client, &server, "noisy")))
+        .await;
     let mut loaded = Vec::new();
     for _ in 0..QUIET_RUNS {
         loaded.push(quiet_run(&client).await);
@@ -442,15 +451,17 @@ async fn quiet_queue_wait_idle_and_behind_300_flowing_runs_is_reported() {
         let loaded_ms = loaded.waits_ms();
         let (idle99, loaded99) = (percentile(&idle_ms, 99), percentile(&loaded_ms, 99));
         println!(
-            "{mode}: quiet queue wait idle p50 {} ms p99 {idle99} ms; behind {BACKLOG} noisy runs \
-             p50 {} ms p99 {loaded99} ms (p99 ratio {:.2}, the issue's bound 2); waits idle \
-             {idle_ms:?}, loaded {loaded_ms:?}; noisy runs that ended while each waited {:?}; \
-             noisy still queued {}",
+            "{mode}: {QUIET_RUNS} quiet runs: queue wait idle p50 {} ms p99 {idle99} ms; behind \
+             a {FLOWING_BACKLOG}-run noisy backlog p50 {} ms p99 {loaded99} ms (p99 ratio {:.2}, \
+             the issue's bound 2); noisy runs that ended while quiet waited: {} in all, at most {} \
+             in one wait; noisy still queued after the last quiet run {} (at least {BACKLOG}: {})",
             percentile(&idle_ms, 50),
             percentile(&loaded_ms, 50),
             loaded99 as f64 / idle99.max(1) as f64,
-            loaded.ends_waited_for(),
+            loaded.ends_waited_for().iter().sum::<usize>(),
+            loaded.ends_waited_for().iter().max().unwrap_or(&0),
             loaded.noisy_left,
+            loaded.noisy_left >= BACKLOG as u64,
         );
         assert!(
             loaded.noisy_left > 0,
