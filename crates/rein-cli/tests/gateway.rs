@@ -20,28 +20,6 @@ use common::Server;
 const KEY: &str = "rein-gateway-key";
 const KEY_SHA256: &str = "5266a8d2b07490eb2852a8a32974e26c4c24a59701709187f794d75d1b323310";
 
-/// A Python that can `import openai`, or why there is none.
-fn python() -> Result<String, String> {
-    let candidates = std::env::var("REIN_PYTHON")
-        .ok()
-        .into_iter()
-        .chain(["python3".to_owned()]);
-    for python in candidates {
-        let ok = Command::new(&python)
-            .args(["-c", "import openai"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if ok {
-            return Ok(python);
-        }
-    }
-    Err(
-        "no Python with the `openai` package: run .ci/run (it installs it into \
-         ~/.cache/rein-venv and sets REIN_PYTHON), or `pip install openai`"
-            .into(),
-    )
-}
-
 fn config(dir: &std::path::Path, model_url: &str, key_sha256: &str) -> std::path::PathBuf {
     let text = format!(
         r#"
@@ -87,7 +65,7 @@ async fn mock() -> MockModel {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_openai_client_chats_streams_and_calls_tools_through_the_gateway() {
-    let python = match python() {
+    let python = match common::python_with("openai") {
         Ok(p) => p,
         Err(why) => {
             common::missing_part(&why);

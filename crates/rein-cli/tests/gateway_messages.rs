@@ -27,28 +27,6 @@ const KEY_SHA256: &str = "5266a8d2b07490eb2852a8a32974e26c4c24a59701709187f794d7
 /// The output cap of the `chat` binding's model.
 const CAP: u64 = 4096;
 
-/// A Python that can `import anthropic`, or why there is none.
-fn python() -> Result<String, String> {
-    let candidates = std::env::var("REIN_PYTHON")
-        .ok()
-        .into_iter()
-        .chain(["python3".to_owned()]);
-    for python in candidates {
-        let ok = Command::new(&python)
-            .args(["-c", "import anthropic"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if ok {
-            return Ok(python);
-        }
-    }
-    Err(
-        "no Python with the `anthropic` package: run .ci/run (it installs it into \
-         ~/.cache/rein-venv and sets REIN_PYTHON), or `pip install anthropic`"
-            .into(),
-    )
-}
-
 fn config(dir: &std::path::Path, model_url: &str) -> std::path::PathBuf {
     let text = format!(
         r#"
@@ -100,7 +78,7 @@ async fn mock() -> MockModel {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_anthropic_client_messages_streams_and_uses_tools_through_the_gateway() {
-    let python = match python() {
+    let python = match common::python_with("anthropic") {
         Ok(p) => p,
         Err(why) => {
             common::missing_part(&why);

@@ -74,6 +74,29 @@ pub fn missing_part(why: &str) {
     eprintln!("skipped: {why}");
 }
 
+/// A Python that can import `package`: `$REIN_PYTHON` (the venv `.ci/run`
+/// makes and pins the packages in), else `python3`; otherwise why not, for
+/// [`missing_part`].
+pub fn python_with(package: &str) -> Result<String, String> {
+    let candidates = std::env::var("REIN_PYTHON")
+        .ok()
+        .into_iter()
+        .chain(["python3".to_owned()]);
+    for python in candidates {
+        let ok = Command::new(&python)
+            .args(["-c", &format!("import {package}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ok {
+            return Ok(python);
+        }
+    }
+    Err(format!(
+        "no Python with the `{package}` package: run .ci/run (it installs it into \
+         ~/.cache/rein-venv and sets REIN_PYTHON), or `pip install {package}`"
+    ))
+}
+
 /// The stderr lines a server keeps for a failure message.
 const KEPT_LOG_LINES: usize = 200;
 
