@@ -189,7 +189,8 @@ impl SqliteStore {
         files::warn_if_world_readable(&path);
         schema::migrate(&mut conn).map_err(at)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-        let worker = Worker::start(conn)?;
+        let reader = open_reader(&path, &options).map_err(at)?;
+        let worker = Worker::start(conn, Some(reader))?;
         Ok(SqliteStore { worker, path })
     }
 
@@ -220,6 +221,19 @@ impl SqliteStore {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// The query-only connection reads go to (see the worker's "Reads on
+/// their own connection"), opened once the schema is migrated.
+fn open_reader(path: &Path, options: &SqliteOptions) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path).sql()?;
+    conn.busy_timeout(options.busy_timeout).sql()?;
+    // Any write through it is a bug of ours: refused, not committed
+    // outside the writer's group commit.
+    conn.execute_batch("PRAGMA query_only = ON; PRAGMA foreign_keys = ON;")
+        .sql()?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    Ok(conn)
 }
 
 fn configure(conn: &Connection, options: &SqliteOptions) -> Result<(), StoreError> {

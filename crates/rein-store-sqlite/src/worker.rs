@@ -23,7 +23,21 @@
 //!   callers ──jobs──► [queue] ──► worker: reads ─► BEGIN IMMEDIATE
 //!                                          SAVEPOINT job; op; RELEASE   (×N)
 //!                                          COMMIT ─► replies
+//!   callers ──reads─► [queue] ──► reader: op ─► reply        (own connection)
 //! ```
+//!
+//! # Reads on their own connection
+//!
+//! A file store also opens a second, query-only connection on a thread of
+//! its own, and every read goes there. In WAL mode a reader never waits
+//! for the writer: it sees the last committed state as the statement
+//! starts. Sharing the writer's thread, every read queued behind whatever
+//! batch was committing — under a flood of step commits a status poll, the
+//! queue workers' fair pick and a run's `get_run` each waited for a commit
+//! they had no part in (measured on the pick of a quiet tenant's run
+//! behind a noisy one's backlog: p50 1.95 ms per read against 0.44 ms
+//! idle). Read-your-writes holds: a write's caller is answered after its
+//! `COMMIT`, so any read it issues next starts after it.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc;
@@ -115,6 +129,9 @@ fn run_guarded<T>(
 #[derive(Debug, Clone)]
 pub struct Worker {
     jobs: mpsc::Sender<Job>,
+    /// The reader thread's queue, when the store has one; else reads go to
+    /// the writer's thread.
+    reads: Option<mpsc::Sender<ReadJob>>,
 }
 
 impl Worker {
@@ -123,7 +140,7 @@ impl Worker {
     /// # Errors
     ///
     /// [`StoreError::Backend`] when the thread cannot be spawned.
-    pub fn start(conn: Connection) -> Result<Worker, StoreError> {
+    pub fn start(conn: Connection, reader: Option<Connection>) -> Result<Worker, StoreError> {
         let (jobs, queue) = mpsc::channel();
         thread::Builder::new()
             .name("rein-sqlite".to_owned())
@@ -131,7 +148,26 @@ impl Worker {
             .map_err(|error| {
                 StoreError::Backend(format!("cannot start the sqlite thread: {error}"))
             })?;
-        Ok(Worker { jobs })
+        let reads = match reader {
+            Some(reader) => {
+                let (reads, queue) = mpsc::channel::<ReadJob>();
+                thread::Builder::new()
+                    .name("rein-sqlite-read".to_owned())
+                    .spawn(move || {
+                        while let Ok(read) = queue.recv() {
+                            read(&reader);
+                        }
+                    })
+                    .map_err(|error| {
+                        StoreError::Backend(format!(
+                            "cannot start the sqlite reader thread: {error}"
+                        ))
+                    })?;
+                Some(reads)
+            }
+            None => None,
+        };
+        Ok(Worker { jobs, reads })
     }
 
     /// Runs `op` outside any transaction and returns its result.
@@ -144,7 +180,15 @@ impl Worker {
         let job: ReadJob = Box::new(move |conn| {
             let _ = reply.send(run_guarded(conn, op));
         });
-        self.submit(Job::Read(job), answer).await
+        let Some(reads) = &self.reads else {
+            return self.submit(Job::Read(job), answer).await;
+        };
+        reads
+            .send(job)
+            .map_err(|_| StoreError::Backend("the sqlite reader thread has stopped".to_owned()))?;
+        answer.await.map_err(|_| {
+            StoreError::Backend("the sqlite reader thread stopped before answering".to_owned())
+        })?
     }
 
     /// Runs `op` in the next group commit and returns its result once the
@@ -222,5 +266,83 @@ fn commit_batch(conn: &Connection, writes: &mut Vec<Box<dyn WriteJob>>) {
     }
     for write in writes.drain(..) {
         write.finish(outcome.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use std::time::Duration;
+
+    /// A generous bound that fails the test instead of hanging it: not a
+    /// measurement.
+    const PATIENCE: Duration = Duration::from_secs(30);
+
+    fn wal(path: &std::path::Path) -> Connection {
+        let conn = Connection::open(path).unwrap();
+        conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))
+            .unwrap();
+        conn
+    }
+
+    /// A worker whose writer is held inside a write until the test lets it
+    /// go, and the value a read then sees.
+    async fn read_while_a_write_is_held(with_reader: bool, patience: Duration) -> Option<i64> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        let writer = wal(&path);
+        writer
+            .execute_batch("CREATE TABLE t (v INTEGER); INSERT INTO t VALUES (1);")
+            .unwrap();
+        let reader = with_reader.then(|| wal(&path));
+        let worker = Worker::start(writer, reader).unwrap();
+        let (entered, inside) = std::sync::mpsc::channel::<()>();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let held = {
+            let worker = worker.clone();
+            tokio::spawn(async move {
+                worker
+                    .write(move |conn| {
+                        conn.execute("UPDATE t SET v = 2", []).sql()?;
+                        let _ = entered.send(());
+                        let _ = released.recv();
+                        Ok(())
+                    })
+                    .await
+            })
+        };
+        tokio::task::spawn_blocking(move || inside.recv().unwrap())
+            .await
+            .unwrap();
+        let read = worker.read(|conn| {
+            conn.query_row("SELECT v FROM t", [], |r| r.get::<_, i64>(0))
+                .sql()
+        });
+        let seen = tokio::time::timeout(patience, read)
+            .await
+            .ok()
+            .map(|r| r.unwrap());
+        release.send(()).unwrap();
+        held.await.unwrap().unwrap();
+        seen
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_does_not_wait_for_the_batch_being_committed() {
+        // The last committed value, not the held write's.
+        assert_eq!(read_while_a_write_is_held(true, PATIENCE).await, Some(1));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn without_a_reader_a_read_waits_for_the_writer() {
+        // The control: the same read on the writer's thread cannot run
+        // while the writer is held, however long it is given (a short
+        // wait suffices: it never answers before the write is let go).
+        assert_eq!(
+            read_while_a_write_is_held(false, Duration::from_millis(200)).await,
+            None
+        );
     }
 }
