@@ -403,3 +403,91 @@ async fn every_answer_of_the_route_is_in_anthropics_shape() {
     assert_eq!(names.last().map(String::as_str), Some("error"), "{cut}");
     assert!(!names.iter().any(|n| n == "message_stop"), "{cut}");
 }
+
+/// The `data` of the stream's `message_delta` event.
+fn message_delta(text: &str) -> Value {
+    let data = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .find(|d| d.contains(r#""type":"message_delta""#))
+        .unwrap_or_else(|| panic!("no message_delta in {text}"));
+    serde_json::from_str(data).unwrap()
+}
+
+/// A stop sequence the provider names reaches the client as Anthropic's
+/// `stop_reason: "stop_sequence"` with the sequence (whole and streamed),
+/// and as `finish_reason: "stop"` on Chat Completions; the request's
+/// `stop_sequences` reach the provider. Through an OpenAI provider, which
+/// does not say which sequence matched, the answer is `end_turn`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_sequence_the_provider_names_is_answered_on_both_wire_formats() {
+    let model = mock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &model.openai_base_url());
+    let server = Server::start_with_env(&config, &dir.path().join("rein.db"), &[]);
+    let key = Some(("x-api-key", KEY));
+    let ask = |binding: &str, stream: bool| {
+        json!({"model": binding, "max_tokens": 100, "stream": stream,
+               "stop_sequences": ["END", "STOP"],
+               "messages": [{"role": "user", "content": "Count to three, then say END."}]})
+        .to_string()
+    };
+
+    // Through the Messages API provider, whole.
+    model.push_reply(Reply::text("1, 2, 3").with_stop_sequence("END"));
+    let whole = post(&server, key, &ask("sonnet", false)).await;
+    assert_eq!(whole.status(), 200);
+    let whole: Value = whole.json().await.unwrap();
+    assert_eq!(whole["stop_reason"], "stop_sequence", "{whole}");
+    assert_eq!(whole["stop_sequence"], "END", "{whole}");
+    assert_eq!(whole["content"][0]["text"], "1, 2, 3");
+    let sent = model.last_request().unwrap();
+    assert_eq!(
+        sent.body["stop_sequences"],
+        json!(["END", "STOP"]),
+        "the request's stop sequences reach the provider: {}",
+        sent.body
+    );
+
+    // Streamed: the sequence is in the message_delta.
+    model.push_reply(Reply::text("1, 2, 3").with_stop_sequence("STOP"));
+    let streamed = post(&server, key, &ask("sonnet", true)).await;
+    assert_eq!(streamed.status(), 200);
+    let text = streamed.text().await.unwrap();
+    let delta = message_delta(&text);
+    assert_eq!(delta["delta"]["stop_reason"], "stop_sequence", "{text}");
+    assert_eq!(delta["delta"]["stop_sequence"], "STOP", "{text}");
+    assert_eq!(
+        event_names(&text).last().map(String::as_str),
+        Some("message_stop")
+    );
+
+    // Chat Completions has no reason of its own for it: `stop`.
+    model.push_reply(Reply::text("1, 2, 3").with_stop_sequence("END"));
+    let chat = reqwest::Client::new()
+        .post(server.url("/v1/chat/completions"))
+        .bearer_auth(KEY)
+        .json(&json!({"model": "sonnet", "stop": ["END"],
+                      "messages": [{"role": "user", "content": "Count."}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(chat.status(), 200);
+    let chat: Value = chat.json().await.unwrap();
+    assert_eq!(chat["choices"][0]["finish_reason"], "stop", "{chat}");
+
+    // An OpenAI provider says `stop` for both: never claimed.
+    model.push_reply(Reply::text("1, 2, 3").with_stop_sequence("END"));
+    let openai: Value = post(&server, key, &ask("chat", false))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(openai["stop_reason"], "end_turn", "{openai}");
+    assert_eq!(openai["stop_sequence"], Value::Null, "{openai}");
+    assert_eq!(
+        model.last_request().unwrap().body["stop"],
+        json!(["END", "STOP"])
+    );
+    assert_eq!(model.pending(), 0);
+}

@@ -589,7 +589,8 @@ fn finish_reason(finish: FinishReason) -> &'static str {
         FinishReason::ToolCalls => "tool_calls",
         FinishReason::Length => "length",
         FinishReason::ContentFilter => "content_filter",
-        _ => "stop",
+        // Chat Completions has no reason of its own for a stop sequence.
+        FinishReason::Stop | FinishReason::StopSequence | FinishReason::Other => "stop",
     }
 }
 

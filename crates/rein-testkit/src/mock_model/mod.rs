@@ -54,7 +54,8 @@
 //! An answer is `{"id": "msg_mock_<n>", "type": "message", "role":
 //! "assistant", "model", "content": [{"type": "text", "text"} | {"type":
 //! "tool_use", "id", "name", "input"}], "stop_reason": "end_turn" |
-//! "tool_use" | "max_tokens" | "refusal", "stop_sequence": null, "usage":
+//! "tool_use" | "max_tokens" | "refusal" | "stop_sequence", "stop_sequence":
+//! null or the scripted sequence ([`Reply::with_stop_sequence`]), "usage":
 //! {"input_tokens", "output_tokens"}}`. Tool-call arguments that are not
 //! JSON (a script testing malformed output) are sent as a JSON string
 //! `input`. Errors are `{"type": "error", "error": {"type", "message"}}`,
@@ -426,6 +427,7 @@ impl Model {
             content: Some(self.fallback_text.clone()),
             tool_calls: Vec::new(),
             finish_reason: FinishReason::Stop,
+            stop_sequence: None,
             usage: DEFAULT_USAGE,
         }
     }
