@@ -491,3 +491,65 @@ async fn a_stop_sequence_the_provider_names_is_answered_on_both_wire_formats() {
     );
     assert_eq!(model.pending(), 0);
 }
+
+/// The `Retry-After` of a 429, in whole seconds.
+fn retry_after_secs(response: &reqwest::Response) -> u64 {
+    response
+        .headers()
+        .get("retry-after")
+        .unwrap_or_else(|| panic!("a 429 without retry-after: {:?}", response.headers()))
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A provider's 429 that says to come back in an hour, beyond the call's
+/// deadline: the gateway answers 429 with that wait in `Retry-After`, and
+/// while the provider's pause holds every request of either wire format is
+/// answered 429 with what is left of it, without asking the provider.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_429_of_the_gateway_says_when_to_come_back() {
+    const HOUR: u64 = 3600;
+    let model = mock().await;
+    model.push_reply(Reply::rate_limited(Some(
+        rein_testkit::RetryAfter::Seconds(HOUR),
+    )));
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &model.openai_base_url());
+    let server = Server::start_with_env(&config, &dir.path().join("rein.db"), &[]);
+    let hi = json!({"model": "chat", "max_tokens": 100,
+                    "messages": [{"role": "user", "content": "Hi."}]});
+    let ask = |path: &str| {
+        reqwest::Client::new()
+            .post(server.url(path))
+            .bearer_auth(KEY)
+            .header("Rein-Deadline-Ms", "2000")
+            .json(&hi)
+            .send()
+    };
+    // The provider's own 429: its wait is beyond the deadline.
+    let told = ask("/v1/messages").await.unwrap();
+    assert_eq!(told.status(), 429, "{:?}", told.text().await);
+    let wait = retry_after_secs(&told);
+    assert!(
+        (1..=HOUR).contains(&wait) && wait > HOUR - 600,
+        "the provider's wait, not a guess: {wait}"
+    );
+    let (_, body) = anthropic_error(told).await;
+    assert_eq!(body["error"]["type"], "rate_limit_error", "{body}");
+    assert_eq!(model.request_count(), 1);
+
+    // The provider is paused: both wire formats answer 429 at once with
+    // what is left of the pause.
+    for path in ["/v1/chat/completions", "/v1/messages"] {
+        let paused = ask(path).await.unwrap();
+        assert_eq!(paused.status(), 429, "{path}: {:?}", paused.text().await);
+        let left = retry_after_secs(&paused);
+        assert!(
+            (1..=wait).contains(&left) && left > HOUR - 600,
+            "{path}: what is left of the pause: {left}"
+        );
+    }
+    assert_eq!(model.request_count(), 1, "nobody called into the pause");
+}

@@ -99,7 +99,7 @@ pub const OVERLOADED: u16 = 529;
         (status = 409, description = "the same Idempotency-Key is still in progress", body = AnthropicError),
         (status = 413, description = "body over the limit", body = AnthropicError),
         (status = 422, description = "the same Idempotency-Key with another request", body = AnthropicError),
-        (status = 429, description = "every link is rate limited (`rate_limit_error`, with `retry-after`)", body = AnthropicError),
+        (status = 429, description = "every link is rate limited: the provider said so, its pause after a 429 holds, or rein's limits on it admit no call within the deadline (`rate_limit_error`, with `retry-after`, the wait in whole seconds, when rein knows it)", body = AnthropicError),
         (status = 501, description = "Idempotency-Key sent while idempotency is disabled", body = AnthropicError),
         (status = 502, description = "every link failed (`api_error`)", body = AnthropicError),
         (status = 503, description = "the server is draining (`overloaded_error`, with `retry-after`)", body = AnthropicError),

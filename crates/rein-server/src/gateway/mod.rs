@@ -278,8 +278,10 @@ fn lowered<W>(call: &Call<W>, answer: &ModelAnswer) -> Option<String> {
     })
 }
 
-/// `Retry-After` for a failure: whole seconds, rounded up, until the first
-/// open circuit admits again.
+/// `Retry-After` for a failure: whole seconds, rounded up, at least 1,
+/// until the first open circuit admits again or the first rate-limited
+/// link admits a call ([`ModelError::retry_after`]); `None` when rein does
+/// not know (a provider's 429 that said nothing about when).
 fn retry_after(e: &ModelError) -> Option<u32> {
     e.retry_after.map(|d| {
         u32::try_from(d.as_millis().div_ceil(1000))
