@@ -16,8 +16,8 @@
 //!
 //! Everything but the shape of the bytes is here, once: reading the body
 //! and the deadline, the idempotency key, the binding lookup, the output
-//! ceiling, the model chain, the answer's headers. A [`Wire`] only parses
-//! its request into a [`Call`] and renders the answer (whole, or as its
+//! ceiling, the model chain, the answer's headers. A `Wire` only parses
+//! its request into a `Call` and renders the answer (whole, or as its
 //! server-sent events), so both endpoints keep the same guarantees by
 //! construction rather than by two copies kept in step.
 //!

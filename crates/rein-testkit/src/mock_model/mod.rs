@@ -154,7 +154,7 @@ pub struct MockModelConfig {
     /// `max_tokens` above it is answered 400, as OpenAI does.
     pub output_caps: BTreeMap<String, u64>,
     /// Whether usage is counted from the request and answers stop at
-    /// `max_tokens` ([`meter`](self::meter)), instead of the script's.
+    /// `max_tokens` (`meter`), instead of the script's.
     pub metered: bool,
     /// Models that refuse `max_tokens` on Chat Completions and take only
     /// `max_completion_tokens`, as OpenAI's reasoning models do.
