@@ -117,10 +117,26 @@ pub fn run(args: CheckArgs) -> ExitCode {
         Ok(startup) => tls_problem(args.data.as_deref(), startup.registry.store()),
         Err(_) => None,
     };
-    let (config_problems, warnings): (&[ConfigProblem], &[ConfigProblem]) = match &loaded {
-        Ok(startup) => (&[], &startup.warnings),
-        Err(errors) => (errors.problems(), errors.warnings()),
+    let (config_problems, mut warnings): (&[ConfigProblem], Vec<ConfigProblem>) = match &loaded {
+        Ok(startup) => (&[], startup.warnings.clone()),
+        Err(errors) => (errors.problems(), errors.warnings().to_vec()),
     };
+    // What `rein serve` warns about at start that a file sets: slots too
+    // few for the workers and their tenant floor.
+    if let Ok(startup) = &loaded {
+        let server = startup.registry.server();
+        if let (Some(warning), Some(file)) = (
+            rein_server::floor::slots_warning(server),
+            server.source.as_deref(),
+        ) {
+            let field = rein_server::floor::RUN_SLOTS_FIELD;
+            warnings.push(
+                startup
+                    .sources
+                    .place(ConfigProblem::new(file, field, warning)),
+            );
+        }
+    }
     let problems: Vec<&ConfigProblem> = config_problems
         .iter()
         .chain(&data_problem)
@@ -141,7 +157,7 @@ pub fn run(args: CheckArgs) -> ExitCode {
         });
         println!("{doc}");
     } else {
-        for warning in warnings {
+        for warning in &warnings {
             note(Level::Warn, &format!("warning: {warning}"));
         }
         match &loaded {

@@ -96,7 +96,7 @@ enum Command {
     Chaos(chaos::ChaosArgs),
     /// Serve the HTTP API: submit runs (sync or queued) with exact
     /// Idempotency-Key semantics, follow their events live, resume and
-    /// cancel them. Tenants and API keys come from the config's [server].
+    /// cancel them. Tenants and API keys come from the config's `[server]`.
     ///
     /// SIGTERM or SIGINT drains within server.shutdown_grace (25 s in all):
     /// /readyz answers 503, new work is refused, runs in flight get the

@@ -55,6 +55,9 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         for warning in rein_server::exposure::start_warnings(&settings, listen) {
             tracing::warn!("{warning}");
         }
+        if let Some(warning) = rein_server::floor::slots_warning(&settings) {
+            tracing::warn!("{}: {warning}", rein_server::floor::RUN_SLOTS_FIELD);
+        }
         // A client reaching the specific address this listens on names it.
         settings.allowed_hosts =
             rein_server::exposure::listen_hosts(&settings.allowed_hosts, listen);

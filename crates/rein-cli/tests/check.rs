@@ -468,3 +468,42 @@ fn check_refuses_a_data_url_serve_would_refuse_without_showing_its_password() {
         );
     }
 }
+
+/// `server.quotas.run_slots` that leave batch work fewer slots than the
+/// queue workers and their tenant floor: a warning naming the field, its
+/// line and the numbers; the check still passes (the server works, with
+/// less). Enough slots: no warning.
+#[test]
+fn too_few_batch_slots_for_the_workers_and_the_floor_is_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = answering_config(
+        dir.path(),
+        "[server.queue]\nworkers = 3\n[server.quotas]\nrun_slots = 4\n",
+    );
+    let path = config.to_str().unwrap();
+    let out = rein_check(&[path], &[]);
+    assert!(out.status.success(), "a warning, not a refusal");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "warning: {path}:10:1: server.quotas.run_slots: 3 batch slots (run_slots 4 - \
+             interactive_reserve 1) for 4 queue workers (queue.workers 3 + the tenant floor 1): \
+             the floor is not kept"
+        )),
+        "{stderr}"
+    );
+    let out = rein_check(&[path, "--json"], &[]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["ok"], true);
+    assert_eq!(doc["warnings"][0]["field"], "server.quotas.run_slots");
+    assert_eq!(doc["warnings"][0]["line"], 10);
+
+    let dir = tempfile::tempdir().unwrap();
+    let enough = answering_config(
+        dir.path(),
+        "[server.queue]\nworkers = 3\n[server.quotas]\nrun_slots = 5\n",
+    );
+    let out = rein_check(&[enough.to_str().unwrap(), "--json"], &[]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["warnings"], serde_json::json!([]), "{doc}");
+}

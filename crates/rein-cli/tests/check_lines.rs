@@ -253,3 +253,35 @@ fn check_gives_no_line_to_what_a_flag_gave() {
         "{stderr}"
     );
 }
+
+/// In a directory config whose `[breakers]` is not in the `[server]`
+/// file, a refused breaker setting names the breakers' file and line.
+#[test]
+fn a_breakers_refusal_names_its_own_file_in_a_directory_config() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("s.json"),
+        r#"{"turns": [{"text": "done"}]}"#,
+    )
+    .unwrap();
+    write(
+        dir.path(),
+        "10-main.toml",
+        "[providers.s]\nkind = \"scripted\"\nscript = \"s.json\"\n\
+         [agents.a]\nprovider = \"s\"\nmodel = \"m\"\n\
+         [server]\nlisten = \"127.0.0.1:8787\"\n",
+    );
+    let breakers = write(
+        dir.path(),
+        "20-breakers.toml",
+        "# breakers\n\n[breakers.provider]\nconsecutive_failures = 3\nbreak_duration = \"0s\"\n",
+    );
+    let out = rein_check(&[dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        places(&stderr),
+        vec![format!("{breakers}:5:1: breakers.provider.break_duration")],
+        "{stderr}"
+    );
+}

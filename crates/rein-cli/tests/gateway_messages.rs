@@ -403,3 +403,153 @@ async fn every_answer_of_the_route_is_in_anthropics_shape() {
     assert_eq!(names.last().map(String::as_str), Some("error"), "{cut}");
     assert!(!names.iter().any(|n| n == "message_stop"), "{cut}");
 }
+
+/// The `data` of the stream's `message_delta` event.
+fn message_delta(text: &str) -> Value {
+    let data = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .find(|d| d.contains(r#""type":"message_delta""#))
+        .unwrap_or_else(|| panic!("no message_delta in {text}"));
+    serde_json::from_str(data).unwrap()
+}
+
+/// A stop sequence the provider names reaches the client as Anthropic's
+/// `stop_reason: "stop_sequence"` with the sequence (whole and streamed),
+/// and as `finish_reason: "stop"` on Chat Completions; the request's
+/// `stop_sequences` reach the provider. Through an OpenAI provider, which
+/// does not say which sequence matched, the answer is `end_turn`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_sequence_the_provider_names_is_answered_on_both_wire_formats() {
+    let model = mock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &model.openai_base_url());
+    let server = Server::start_with_env(&config, &dir.path().join("rein.db"), &[]);
+    let key = Some(("x-api-key", KEY));
+    let ask = |binding: &str, stream: bool| {
+        json!({"model": binding, "max_tokens": 100, "stream": stream,
+               "stop_sequences": ["END", "STOP"],
+               "messages": [{"role": "user", "content": "Count to three, then say END."}]})
+        .to_string()
+    };
+
+    // Through the Messages API provider, whole.
+    model.push_reply(Reply::text("1, 2, 3").with_stop_sequence("END"));
+    let whole = post(&server, key, &ask("sonnet", false)).await;
+    assert_eq!(whole.status(), 200);
+    let whole: Value = whole.json().await.unwrap();
+    assert_eq!(whole["stop_reason"], "stop_sequence", "{whole}");
+    assert_eq!(whole["stop_sequence"], "END", "{whole}");
+    assert_eq!(whole["content"][0]["text"], "1, 2, 3");
+    let sent = model.last_request().unwrap();
+    assert_eq!(
+        sent.body["stop_sequences"],
+        json!(["END", "STOP"]),
+        "the request's stop sequences reach the provider: {}",
+        sent.body
+    );
+
+    // Streamed: the sequence is in the message_delta.
+    model.push_reply(Reply::text("1, 2, 3").with_stop_sequence("STOP"));
+    let streamed = post(&server, key, &ask("sonnet", true)).await;
+    assert_eq!(streamed.status(), 200);
+    let text = streamed.text().await.unwrap();
+    let delta = message_delta(&text);
+    assert_eq!(delta["delta"]["stop_reason"], "stop_sequence", "{text}");
+    assert_eq!(delta["delta"]["stop_sequence"], "STOP", "{text}");
+    assert_eq!(
+        event_names(&text).last().map(String::as_str),
+        Some("message_stop")
+    );
+
+    // Chat Completions has no reason of its own for it: `stop`.
+    model.push_reply(Reply::text("1, 2, 3").with_stop_sequence("END"));
+    let chat = reqwest::Client::new()
+        .post(server.url("/v1/chat/completions"))
+        .bearer_auth(KEY)
+        .json(&json!({"model": "sonnet", "stop": ["END"],
+                      "messages": [{"role": "user", "content": "Count."}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(chat.status(), 200);
+    let chat: Value = chat.json().await.unwrap();
+    assert_eq!(chat["choices"][0]["finish_reason"], "stop", "{chat}");
+
+    // An OpenAI provider says `stop` for both: never claimed.
+    model.push_reply(Reply::text("1, 2, 3").with_stop_sequence("END"));
+    let openai: Value = post(&server, key, &ask("chat", false))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(openai["stop_reason"], "end_turn", "{openai}");
+    assert_eq!(openai["stop_sequence"], Value::Null, "{openai}");
+    assert_eq!(
+        model.last_request().unwrap().body["stop"],
+        json!(["END", "STOP"])
+    );
+    assert_eq!(model.pending(), 0);
+}
+
+/// The `Retry-After` of a 429, in whole seconds.
+fn retry_after_secs(response: &reqwest::Response) -> u64 {
+    response
+        .headers()
+        .get("retry-after")
+        .unwrap_or_else(|| panic!("a 429 without retry-after: {:?}", response.headers()))
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A provider's 429 that says to come back in an hour, beyond the call's
+/// deadline: the gateway answers 429 with that wait in `Retry-After`, and
+/// while the provider's pause holds every request of either wire format is
+/// answered 429 with what is left of it, without asking the provider.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_429_of_the_gateway_says_when_to_come_back() {
+    const HOUR: u64 = 3600;
+    let model = mock().await;
+    model.push_reply(Reply::rate_limited(Some(
+        rein_testkit::RetryAfter::Seconds(HOUR),
+    )));
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &model.openai_base_url());
+    let server = Server::start_with_env(&config, &dir.path().join("rein.db"), &[]);
+    let hi = json!({"model": "chat", "max_tokens": 100,
+                    "messages": [{"role": "user", "content": "Hi."}]});
+    let ask = |path: &str| {
+        reqwest::Client::new()
+            .post(server.url(path))
+            .bearer_auth(KEY)
+            .header("Rein-Deadline-Ms", "2000")
+            .json(&hi)
+            .send()
+    };
+    // The provider's own 429: its wait is beyond the deadline.
+    let told = ask("/v1/messages").await.unwrap();
+    assert_eq!(told.status(), 429, "{:?}", told.text().await);
+    let wait = retry_after_secs(&told);
+    assert!(
+        (1..=HOUR).contains(&wait) && wait > HOUR - 600,
+        "the provider's wait, not a guess: {wait}"
+    );
+    let (_, body) = anthropic_error(told).await;
+    assert_eq!(body["error"]["type"], "rate_limit_error", "{body}");
+    assert_eq!(model.request_count(), 1);
+
+    // The provider is paused: both wire formats answer 429 at once with
+    // what is left of the pause.
+    for path in ["/v1/chat/completions", "/v1/messages"] {
+        let paused = ask(path).await.unwrap();
+        assert_eq!(paused.status(), 429, "{path}: {:?}", paused.text().await);
+        let left = retry_after_secs(&paused);
+        assert!(
+            (1..=wait).contains(&left) && left > HOUR - 600,
+            "{path}: what is left of the pause: {left}"
+        );
+    }
+    assert_eq!(model.request_count(), 1, "nobody called into the pause");
+}

@@ -21,6 +21,14 @@ use serde::{Deserialize, Serialize};
 pub enum FinishReason {
     /// A natural end.
     Stop,
+    /// It wrote one of the request's stop sequences (Anthropic
+    /// `stop_reason: "stop_sequence"`; an OpenAI-compatible server that
+    /// names the match, as vLLM does in `stop_reason`). OpenAI's own API
+    /// says `stop` for a natural end and a stop sequence alike, so a turn
+    /// from it is [`Stop`](Self::Stop) either way: rein claims a stop
+    /// sequence only when the provider said so. The answer is complete,
+    /// as for `Stop`.
+    StopSequence,
     /// It proposed tool calls.
     ToolCalls,
     /// It hit the output-token limit: the output may be truncated.

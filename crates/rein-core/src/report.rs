@@ -1,4 +1,4 @@
-//! The run report, derived from the ledger as it stands: [`derive`].
+//! The run report, derived from the ledger as it stands: [`derive()`].
 //!
 //! # Why one function
 //!

@@ -1,7 +1,7 @@
 //! Runs whose process died: what the store says of a `running` run nobody
 //! may be driving ([`Standing`]), the decision to close it from outside
 //! (orphaned, dead-lettered), and the close itself, through
-//! [`close_run`](crate::run::close_run) like every close.
+//! [`crate::run::close_run`] like every close.
 //!
 //! # Why two answers
 //!

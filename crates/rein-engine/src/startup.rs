@@ -179,11 +179,11 @@ pub fn prepare(
     // The engine's own refusals, on the same inputs `Engine::build` is
     // given (NOTE: keep in step with `EngineBuilder::build`; the node id
     // is generated, not configured, so only the breakers can be refused).
-    if let Err(e) = rein_core::breaker::Breakers::new(registry.breakers().clone()) {
-        let field = e.field().replacen("breaker.", "breakers.", 1);
-        let file = registry_file(&registry, path);
-        problems.push(sources.place(ConfigProblem::new(file, field, e.to_string())));
-    }
+    problems.extend(breakers_problem(
+        registry.breakers(),
+        &sources,
+        &registry_file(&registry, path),
+    ));
     if let Some(listen_problem) = listen_problem(&registry, path, purpose) {
         match purpose {
             // The address `--listen` gave is not written in the file.
@@ -212,6 +212,21 @@ pub fn prepare(
         warnings,
         sources,
     })
+}
+
+/// The engine's refusal of the `[breakers]` settings, if it refuses them,
+/// filed under the file (and at the line) that writes the refused field:
+/// in a directory config `[breakers]` need not sit beside `[server]`.
+/// `fallback` is for a field no file writes (a default).
+fn breakers_problem(
+    breakers: &rein_core::breaker::BreakersConfig,
+    sources: &SourceMaps,
+    fallback: &Path,
+) -> Option<ConfigProblem> {
+    let e = rein_core::breaker::Breakers::new(breakers.clone()).err()?;
+    let field = e.field().replacen("breaker.", "breakers.", 1);
+    let file = sources.holding(&field).unwrap_or(fallback);
+    Some(sources.place(ConfigProblem::new(file, field, e.to_string())))
 }
 
 /// The file a problem with a setting of no table of its own is filed
@@ -256,4 +271,44 @@ fn listen_problem(registry: &Registry, path: &Path, purpose: Purpose) -> Option<
              loopback address"
         ),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use rein_core::registry::{Position, SourceMap};
+
+    use super::*;
+
+    /// A directory config whose `[breakers]` is not in the `[server]`
+    /// file: the refusal names the breakers' file and line, not the
+    /// server's file.
+    #[test]
+    fn a_breakers_refusal_names_the_file_and_line_of_the_field() {
+        let breakers_text = "# breakers\n\n[breakers.provider]\nbreak_duration = \"0s\"\n";
+        let mut sources = SourceMaps::default();
+        sources.insert(
+            Path::new("10-server.toml"),
+            SourceMap::parse("[server]\nlisten = \"127.0.0.1:8787\"\n").unwrap(),
+        );
+        sources.insert(
+            Path::new("20-breakers.toml"),
+            SourceMap::parse(breakers_text).unwrap(),
+        );
+        let config: toml::Table = toml::from_str(breakers_text).unwrap();
+        let breakers: rein_core::breaker::BreakersConfig =
+            config["breakers"].clone().try_into().unwrap();
+        let problem = breakers_problem(&breakers, &sources, Path::new("10-server.toml"))
+            .expect("a zero break_duration is refused");
+        assert_eq!(problem.file, Path::new("20-breakers.toml"));
+        assert_eq!(problem.field, "breakers.provider.break_duration");
+        assert_eq!(problem.position, Some(Position { line: 4, column: 1 }));
+        assert!(
+            breakers_problem(
+                &rein_core::breaker::BreakersConfig::default(),
+                &sources,
+                Path::new("10-server.toml")
+            )
+            .is_none()
+        );
+    }
 }

@@ -3,7 +3,7 @@
 //! A queued run is cancelled through the store, from any node: it never
 //! starts. A running run is cancelled by the process driving it: when
 //! that is this process, at once; otherwise the request is recorded in
-//! the store ([`rein_store::Store::request_cancel`]) and the driving
+//! the store ([`rein_store::RunStore::request_cancel`]) and the driving
 //! process, wherever it runs, sees it at its next claim renewal and
 //! cancels the run as a local cancel does. Either way the answer is 202
 //! `cancelling`, a promise of delivery, not that the run already stopped:
@@ -106,7 +106,7 @@ async fn through_store(
 
 /// Delivers the cancels other nodes record for runs this process drives,
 /// as the store notifies them (PostgreSQL `NOTIFY`), until the server
-/// stops: the fast path of [`through_store`]. After a gap (the listener
+/// stops: the fast path of `through_store`. After a gap (the listener
 /// reconnected, say after a database restart, or this receiver lagged)
 /// the cancel requests of every run driven here are read again, so a
 /// cancel recorded meanwhile is not left to the next claim renewal.

@@ -6,7 +6,7 @@
 //! The stream must work whichever process drives the run (a queue worker
 //! on another node, a resume): the store is the one place every event
 //! reaches, so the stream follows it rather than an in-process channel.
-//! Where the store notifies ([`rein_store::Store::notifications`]:
+//! Where the store notifies ([`rein_store::RunStore::notifications`]:
 //! PostgreSQL), the stream reads again when a commit of its run is
 //! announced, or after a [`Notification::Resync`] (the listener
 //! reconnected: it re-reads from the last `seq` it sent, so nothing is

@@ -25,7 +25,7 @@
 //! `P` processes together, to within `P` of each. The running cap reads the
 //! store's count of every process's runs plus this process's own starts.
 //!
-//! [`Store::tenant_backlogs`]: rein_store::Store::tenant_backlogs
+//! [`Store::tenant_backlogs`]: rein_store::RunStore::tenant_backlogs
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};

@@ -65,6 +65,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use rein_core::TenantId;
+use rein_core::registry::ServerSpec;
 
 /// The workers of each process kept for tenants with nothing running
 /// there.
@@ -75,6 +76,38 @@ pub const FLOOR: usize = 1;
 /// queued).
 pub fn loops(workers: usize) -> usize {
     if workers == 0 { 0 } else { workers + FLOOR }
+}
+
+/// The field [`slots_warning`] is about.
+pub const RUN_SLOTS_FIELD: &str = "server.quotas.run_slots";
+
+/// What `rein check` and `rein serve` warn about when
+/// `server.quotas.run_slots` leaves batch work fewer slots than this
+/// process runs worker loops (`queue.workers` + [`FLOOR`]); `None` when
+/// the slots cover them, or there are none.
+///
+/// # Why a warning, not a refusal
+///
+/// The server works: every worker that gets a slot runs. But the workers
+/// beyond the batch slots wait for one, so the floor kept free for a
+/// quiet tenant may be a worker that cannot start (see the module docs,
+/// "The bound"): its guarantee is lost without anything failing.
+pub fn slots_warning(settings: &ServerSpec) -> Option<String> {
+    let slots = settings.quotas.run_slots?;
+    let batch = slots.total.get().saturating_sub(slots.interactive_reserve);
+    let workers = settings.queue.workers.get();
+    let loops = loops(usize::try_from(workers).unwrap_or(usize::MAX));
+    if usize::try_from(batch).unwrap_or(usize::MAX) >= loops {
+        return None;
+    }
+    Some(format!(
+        "{batch} batch slots (run_slots {} - interactive_reserve {}) for {loops} queue workers \
+         (queue.workers {workers} + the tenant floor {FLOOR}): the floor is not kept, a tenant \
+         with nothing running may wait for a slot; set run_slots to at least {}",
+        slots.total,
+        slots.interactive_reserve,
+        u64::try_from(loops).unwrap_or(u64::MAX) + u64::from(slots.interactive_reserve),
+    ))
 }
 
 /// The runs this process's queue workers hold, by tenant.

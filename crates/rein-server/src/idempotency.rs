@@ -27,7 +27,7 @@
 //! Every reservation names its holder (this process, with a token of its
 //! own) and, for a run submission, the run it starts; the holder renews it
 //! every third of `server.queue.lease` while the request executes
-//! ([`Renewal`]). A queued submission is reserved, enqueued and answered in
+//! (`Renewal`). A queued submission is reserved, enqueued and answered in
 //! one write (`Store::submit_queued`), so it is never left in progress. A
 //! sync submission's record outlives a process killed mid-run; a retry
 //! then resolves it ([`crate::submission`]): a 409 only while the holder

@@ -30,7 +30,7 @@
 //! | [`exposure`] | `Host` and `Origin` checks, `[server.cors]` |
 //! | [`media`] | every POST is `application/json` |
 //! | [`access`] | `Request-Id` and one access line per request |
-//! | [`pointer`] | JSON pointers for the `field` of a 400 |
+//! | [`pointer`](mod@pointer) | JSON pointers for the `field` of a 400 |
 //! | [`problem`] | problem+json, also for the router's own errors |
 //! | [`readiness`] | whether the queue workers still loop, for `/readyz` |
 //! | [`extract`] | extractors whose rejections are problems |

@@ -5,7 +5,7 @@
 //! Runs are created while a client pages. An offset shifts under every
 //! insert (a run listed twice, another skipped); a cursor names the last
 //! run seen by its (creation time, id), so each page starts exactly after
-//! it ([`rein_store::Store::list_runs_page`]) and every run that existed
+//! it ([`rein_store::RunStore::list_runs_page`]) and every run that existed
 //! when the listing began is listed once.
 //!
 //! # Parameters

@@ -4,7 +4,7 @@
 //!
 //! # Why the store counts
 //!
-//! The numbers come from [`rein_store::Store::run_stats`], grouped in SQL
+//! The numbers come from [`rein_store::RunStore::run_stats`], grouped in SQL
 //! by each backend: a request costs a few rows per agent and model
 //! however many runs the window holds, where reading the runs' reports
 //! once cost a row (and a report) per run. The window is still bounded
@@ -264,7 +264,7 @@ pub async fn get_stats(
 ///
 /// # Errors
 ///
-/// What [`Store::run_stats`] fails with.
+/// What [`RunStore::run_stats`](rein_store::RunStore::run_stats) fails with.
 pub async fn compute(
     store: &dyn Store,
     tenant: Option<TenantId>,

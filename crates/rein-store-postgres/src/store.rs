@@ -78,7 +78,7 @@ impl Default for PostgresOptions {
     }
 }
 
-/// A [`Store`] on one PostgreSQL database.
+/// A [`Store`](rein_store::Store) on one PostgreSQL database.
 ///
 /// Cloning is cheap and shares the pool.
 #[derive(Clone)]

@@ -57,7 +57,7 @@ use crate::error::StoreError;
 /// Written whole, one per (run, step): writing the same step again
 /// replaces it. This is also what [`RunStore::latest_checkpoint`] returns,
 /// rebuilt from the latest whole checkpoint and the [`CheckpointDelta`]s
-/// after it (see the [module docs](self)).
+/// after it (see [`CheckpointDelta`]).
 ///
 /// # Why it holds what it holds
 ///
@@ -143,7 +143,7 @@ impl Checkpoint {
     }
 
     /// Applies `delta`, the next step's additions: this becomes the
-    /// checkpoint of `delta.step` (see the [module docs](self) for the
+    /// checkpoint of `delta.step` (see [`CheckpointDelta`] for the
     /// rule).
     ///
     /// # Errors

@@ -72,7 +72,7 @@ pub struct StepCommit {
     pub reopen: bool,
     /// When set, the commit applies only if the run's current status equals
     /// it; otherwise nothing is stored and the commit fails with
-    /// [`StoreError::StatusChanged`].
+    /// [`StoreError::StatusChanged`](crate::StoreError::StatusChanged).
     ///
     /// Checked first, in the commit's own transaction: when concurrent
     /// commits expect the same status and each changes it (a cancel moving

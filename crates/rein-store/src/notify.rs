@@ -19,7 +19,7 @@ use rein_core::RunId;
 #[non_exhaustive]
 pub enum Notification {
     /// A cancel request of the run was recorded
-    /// ([`Store::request_cancel`](crate::Store::request_cancel)).
+    /// ([`RunStore::request_cancel`](crate::RunStore::request_cancel)).
     CancelRequested(RunId),
     /// A commit added events to the run or changed its status: a live
     /// event stream of it reads the store again.

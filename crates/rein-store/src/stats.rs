@@ -21,7 +21,7 @@ use rein_core::event::Guardrail;
 use crate::error::StoreError;
 use crate::run::RunStatus;
 
-/// Which runs [`Store::run_stats`](crate::Store::run_stats) counts: those
+/// Which runs [`RunStore::run_stats`](crate::RunStore::run_stats) counts: those
 /// created in `[since_ms, until_ms)`, of one tenant (or every tenant) and
 /// one agent (or every agent).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,7 +81,7 @@ pub struct GuardrailCount {
     pub runs: u64,
 }
 
-/// What [`Store::run_stats`](crate::Store::run_stats) answers: rows in no
+/// What [`RunStore::run_stats`](crate::RunStore::run_stats) answers: rows in no
 /// particular order, each group once.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunStats {

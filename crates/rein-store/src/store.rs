@@ -298,7 +298,7 @@ pub trait RunStore: Send + Sync {
 
     // ----- notifications (see the `notify` module docs of this crate) -----
 
-    /// A receiver of the [`Notification`]s of every process sharing the
+    /// A receiver of the [`Notification`](crate::Notification)s of every process sharing the
     /// store, from now on; `None` when the backend does not notify (the
     /// embedded SQLite one: readers poll).
     ///
@@ -769,6 +769,6 @@ pub trait HealthStore: Send + Sync {
     /// # Errors
     ///
     /// [`StoreError::Invalid`] for a malformed group or node (as for
-    /// [`Store::renew_share_lease`]).
+    /// [`HealthStore::renew_share_lease`]).
     async fn release_share_lease(&self, group: &str, node: &str) -> Result<bool, StoreError>;
 }

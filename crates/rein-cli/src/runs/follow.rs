@@ -24,7 +24,7 @@
 //! status; `--agent`, `--tenant` and `--since` narrow which runs are
 //! followed at all.
 //!
-//! [`Store::notifications`]: rein_store::Store::notifications
+//! [`Store::notifications`]: rein_store::RunStore::notifications
 
 use std::collections::HashMap;
 

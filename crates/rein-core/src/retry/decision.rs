@@ -26,7 +26,7 @@ pub struct RetryInput<'a> {
     /// When the failure was observed.
     pub now: Instant,
     /// What a success is worth, the measured success rate of this retry
-    /// and its money ([`super::worth`]); `None`: the retry is decided
+    /// and its money ([`WorthInput`]); `None`: the retry is decided
     /// without its worth (no `value_of_success_usd`).
     pub worth: Option<WorthInput>,
 }

@@ -26,7 +26,7 @@ pub struct SourceMaps {
 
 impl SourceMaps {
     /// Notes `map`, the spans of `file`.
-    pub(super) fn insert(&mut self, file: &Path, map: SourceMap) {
+    pub(crate) fn insert(&mut self, file: &Path, map: SourceMap) {
         self.files.push((file.to_path_buf(), map));
     }
 
@@ -47,6 +47,17 @@ impl SourceMaps {
         }
     }
 
+    /// The file that writes `field`, or the table it is in (the first
+    /// file, in load order, holding its first key): where a problem found
+    /// on the merged registry, which no longer says which file each
+    /// setting came from, is filed. `None` when no file writes any of it.
+    pub fn holding(&self, field: &str) -> Option<&Path> {
+        self.files
+            .iter()
+            .find(|(_, map)| map.locate(field).is_some())
+            .map(|(file, _)| file.as_path())
+    }
+
     /// Each of `problems`, [placed](SourceMaps::place).
     pub fn place_all(&self, problems: Vec<ConfigProblem>) -> Vec<ConfigProblem> {
         problems.into_iter().map(|p| self.place(p)).collect()
@@ -64,6 +75,18 @@ mod tests {
         let map = SourceMap::parse("[tools.a]\nclass = \"rea\"\n").unwrap();
         maps.insert(Path::new("a.toml"), map);
         maps
+    }
+
+    #[test]
+    fn holding_names_the_file_that_writes_the_field_or_its_table() {
+        let mut maps = maps();
+        let server = SourceMap::parse("[server]\nlisten = \"127.0.0.1:1\"\n").unwrap();
+        maps.insert(Path::new("b.toml"), server);
+        assert_eq!(maps.holding("tools.a.class"), Some(Path::new("a.toml")));
+        // Not written itself: the file of its table.
+        assert_eq!(maps.holding("tools.a.latency"), Some(Path::new("a.toml")));
+        assert_eq!(maps.holding("server.listen"), Some(Path::new("b.toml")));
+        assert_eq!(maps.holding("breakers.tool"), None);
     }
 
     #[test]

@@ -77,6 +77,12 @@ pub struct ModelResponse {
     pub tool_calls: Vec<ToolCall>,
     /// Why it stopped.
     pub finish: FinishReason,
+    /// The stop sequence it wrote, when `finish` is
+    /// [`FinishReason::StopSequence`] and the provider named it (Anthropic's
+    /// `stop_sequence`, vLLM's `stop_reason`): the gateway answers it to a
+    /// client that asked for several. Not recorded in the run's events: a
+    /// resumed turn has `None`.
+    pub stop_sequence: Option<String>,
     /// What it consumed.
     pub usage: TokenUsage,
 }

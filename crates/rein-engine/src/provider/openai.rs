@@ -277,7 +277,11 @@ impl Decoder for ChunkDecoder {
                 .and_then(Value::as_str)
                 .filter(|r| !r.is_empty())
             {
-                updates.push(Update::Finish(finish_reason(reason)));
+                let (finish, sequence) = finish_of(reason, choice);
+                updates.push(Update::Finish(finish));
+                if let Some(sequence) = sequence {
+                    updates.push(Update::StopSequence(sequence));
+                }
             }
         }
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
@@ -323,6 +327,19 @@ fn finish_reason(reason: &str) -> FinishReason {
     }
 }
 
+/// A choice's finish, and the stop sequence it names: OpenAI says `stop`
+/// for a natural end and a stop sequence alike, but a compatible server
+/// that names the match (vLLM's `stop_reason`, a string; a number there is
+/// a stop *token*, not one of the request's sequences) tells them apart.
+fn finish_of(reason: &str, choice: &Value) -> (FinishReason, Option<String>) {
+    match (finish_reason(reason), choice.get("stop_reason")) {
+        (FinishReason::Stop, Some(Value::String(sequence))) => {
+            (FinishReason::StopSequence, Some(sequence.clone()))
+        }
+        (finish, _) => (finish, None),
+    }
+}
+
 /// Reads a Chat Completions answer. A body that is not one is a retryable
 /// failure (a proxy in between may have mangled it), never a panic.
 fn parse_response(name: &str, text: &str) -> Result<ModelResponse, Failure> {
@@ -363,14 +380,16 @@ fn parse_response(name: &str, text: &str) -> Result<ModelResponse, Failure> {
             });
         }
     }
-    let finish = match choice
+    let (finish, stop_sequence) = match choice
         .get("finish_reason")
         .and_then(Value::as_str)
-        .map(finish_reason)
+        .map(|reason| finish_of(reason, choice))
     {
-        Some(FinishReason::Other) | None if !tool_calls.is_empty() => FinishReason::ToolCalls,
+        Some((FinishReason::Other, _)) | None if !tool_calls.is_empty() => {
+            (FinishReason::ToolCalls, None)
+        }
         Some(finish) => finish,
-        None => FinishReason::Other,
+        None => (FinishReason::Other, None),
     };
     let usage = body.get("usage").unwrap_or(&Value::Null);
     let tokens = |field: &str| usage.get(field).and_then(Value::as_u64).unwrap_or(0);
@@ -378,6 +397,7 @@ fn parse_response(name: &str, text: &str) -> Result<ModelResponse, Failure> {
         text: content,
         tool_calls,
         finish,
+        stop_sequence,
         usage: TokenUsage {
             input: tokens("prompt_tokens"),
             output: tokens("completion_tokens"),
@@ -411,6 +431,42 @@ mod tests {
         assert_eq!(
             rein_core::redact::text(&format!("echo: Bearer {CANARY}")),
             "echo: Bearer [redacted]"
+        );
+    }
+
+    #[test]
+    fn a_stop_sequence_is_claimed_only_when_the_server_names_it() {
+        let answer = |choice: &str| {
+            parse_response(
+                "p",
+                &format!(
+                    r#"{{"choices":[{{"message":{{"role":"assistant","content":"1, 2"}},{choice}}}]}}"#
+                ),
+            )
+            .unwrap()
+        };
+        // OpenAI: `stop` for both; nothing tells a stop sequence apart.
+        let openai = answer(r#""finish_reason":"stop""#);
+        assert_eq!(
+            (openai.finish, openai.stop_sequence),
+            (FinishReason::Stop, None)
+        );
+        // vLLM names the matched string; a number is a stop token.
+        let vllm = answer(r#""finish_reason":"stop","stop_reason":"END""#);
+        assert_eq!(vllm.finish, FinishReason::StopSequence);
+        assert_eq!(vllm.stop_sequence.as_deref(), Some("END"));
+        let token = answer(r#""finish_reason":"stop","stop_reason":128009"#);
+        assert_eq!(
+            (token.finish, token.stop_sequence),
+            (FinishReason::Stop, None)
+        );
+        let streamed = decode(
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop","stop_reason":"END"}]}"#,
+        )
+        .unwrap();
+        assert!(
+            matches!(&streamed[..], [Update::Delta(_), Update::Finish(FinishReason::StopSequence), Update::StopSequence(s)] if s == "END"),
+            "{streamed:?}"
         );
     }
 

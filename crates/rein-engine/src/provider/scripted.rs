@@ -229,6 +229,7 @@ impl ModelProvider for ScriptedProvider {
                 text: turn.text,
                 tool_calls: Vec::new(),
                 finish: FinishReason::Length,
+                stop_sequence: None,
                 usage,
             });
         }
@@ -236,6 +237,7 @@ impl ModelProvider for ScriptedProvider {
             text: turn.text,
             tool_calls,
             finish,
+            stop_sequence: None,
             usage,
         })
     }

@@ -170,6 +170,8 @@ pub(super) enum Update {
     Delta(Delta),
     /// Why the model stopped.
     Finish(FinishReason),
+    /// The stop sequence that stopped it, when the provider names it.
+    StopSequence(String),
     /// Token counts the provider reported (cumulative; `None` keeps the
     /// previous value).
     Usage {
@@ -471,6 +473,7 @@ impl<D: Decoder> Wire<D> {
                     }
                 }
                 Update::Finish(finish) => self.assembly.finish = Some(finish),
+                Update::StopSequence(sequence) => self.assembly.stop_sequence = Some(sequence),
                 Update::Usage { input, output } => {
                     if input.is_some() {
                         self.assembly.input_tokens = input;

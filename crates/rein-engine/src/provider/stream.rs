@@ -232,6 +232,8 @@ pub(super) struct Assembly {
     /// sparse or huge indices cost nothing.
     calls: Vec<PartialCall>,
     pub(super) finish: Option<FinishReason>,
+    /// The stop sequence the provider said stopped the turn.
+    pub(super) stop_sequence: Option<String>,
     pub(super) input_tokens: Option<u64>,
     pub(super) output_tokens: Option<u64>,
 }
@@ -366,6 +368,7 @@ impl Assembly {
             text: (!this.text.is_empty()).then_some(this.text),
             tool_calls,
             finish,
+            stop_sequence: this.stop_sequence,
             usage,
         })
     }
@@ -500,6 +503,7 @@ mod tests {
             text: Some("hi".into()),
             tool_calls: vec![],
             finish: FinishReason::Stop,
+            stop_sequence: None,
             usage: TokenUsage::default(),
         };
         let items: Vec<_> = ready_turn(response.clone()).collect().await;

@@ -493,7 +493,7 @@ impl Engine {
     ///
     /// Each run records `run_interrupted` (with `to`: who may continue it),
     /// stays `running` and releases its claim; its
-    /// [`RunOutput::interrupted`] is true. A run already settling its
+    /// [`RunOutput::interrupted`](super::RunOutput::interrupted) is true. A run already settling its
     /// effects finishes settling and ends normally. Runs started afterwards
     /// are interrupted at once. The first call's `to` holds for the rest of
     /// the engine's life.

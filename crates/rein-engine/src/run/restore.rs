@@ -371,6 +371,7 @@ fn resumed_turn(
                 })
                 .collect(),
             finish: FinishReason::ToolCalls,
+            stop_sequence: None,
             usage: Default::default(),
         },
         intent_ids: planned.iter().map(|i| Some(i.intent_id.clone())).collect(),

@@ -50,7 +50,7 @@ impl Engine {
     }
 
     /// [`Engine::resume`], cancellable like a run started with
-    /// [`RunRequest::cancel`].
+    /// [`RunRequest::cancel`](super::RunRequest::cancel).
     ///
     /// # Errors
     ///

@@ -44,7 +44,7 @@ pub struct RunRequest {
     /// The idempotency reservation the run's creation is fenced on (a sync
     /// submission under an `Idempotency-Key`): the run is created only
     /// while the reservation is still its holder's
-    /// ([`Store::create_run_claimed`]), else the run fails to start with
+    /// ([`RunStore::create_run_claimed`](rein_store::RunStore::create_run_claimed)), else the run fails to start with
     /// [`StoreError::ReservationLost`] and
     /// nothing ran. Ignored for an `enqueued` run, which exists already.
     pub reservation: Option<rein_store::ReservationFence>,
@@ -63,7 +63,7 @@ pub struct RunOutput {
     pub report: RunReport,
     /// The run did not end: [`Engine::interrupt`] stopped it at a safe
     /// point. It is still `running` in the store with its claim released,
-    /// and resumable ([`Engine::resume`]) by whoever its [`HandOn`] names.
+    /// and resumable ([`Engine::resume`]) by whoever its [`HandOn`](super::HandOn) names.
     pub interrupted: bool,
 }
 
@@ -101,7 +101,7 @@ impl Engine {
 
     /// The record [`Engine::enqueue`] creates for a run of `agent`, for a
     /// caller that stores it together with something else in one write
-    /// (a keyed submission: [`Store::submit_queued`]). A worker starts it
+    /// (a keyed submission: [`IdempotencyStore::submit_queued`](rein_store::IdempotencyStore::submit_queued)). A worker starts it
     /// like any enqueued run.
     pub fn queued_run(
         &self,

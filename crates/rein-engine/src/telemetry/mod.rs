@@ -6,7 +6,7 @@
 //! # Why spans are built from the event stream
 //!
 //! Every decision of a run is already a typed [`Event`](rein_core::Event)
-//! with its correlation fields and its time ([`crate::run::Emitter`]); the
+//! with its correlation fields and its time (the run's emitter); the
 //! metrics count the same stream. A [`RunTrace`] turns it into spans with
 //! explicit start and end times — `model_call_started` opens a model-call
 //! span and `model_call_finished` ends it — so a trace shows exactly what
@@ -57,7 +57,7 @@
 //!
 //! A batch processor exports on its own thread; its HTTP requests go
 //! through the process's reqwest client on the tokio runtime
-//! ([`export`]). [`Telemetry::shutdown`] flushes what is left: `rein serve`
+//! (`export`). [`Telemetry::shutdown`] flushes what is left: `rein serve`
 //! calls it once it drained, `rein run` before it exits.
 
 mod attributes;

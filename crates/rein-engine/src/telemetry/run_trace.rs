@@ -107,6 +107,7 @@ fn correlation(event: &Event) -> Vec<KeyValue> {
 fn finish_reason(f: FinishReason) -> &'static str {
     match f {
         FinishReason::Stop => "stop",
+        FinishReason::StopSequence => "stop_sequence",
         FinishReason::ToolCalls => "tool_calls",
         FinishReason::Length => "length",
         FinishReason::ContentFilter => "content_filter",

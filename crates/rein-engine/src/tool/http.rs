@@ -1,6 +1,6 @@
 //! The HTTP tool adapter: one attempt of a tool call over HTTP, classified
 //! into the error contract (see [`crate::tool`] for why the adapter
-//! classifies). A tool's own structured error body ([`ErrorBody`]) wins
+//! classifies). A tool's own structured error body (`ErrorBody`) wins
 //! over inference from the status code.
 
 use std::collections::BTreeMap;

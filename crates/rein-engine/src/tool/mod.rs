@@ -1,7 +1,7 @@
 //! Tool adapters: how one attempt of a tool call reaches its tool, and
 //! what every adapter shares — the attempt's identity and limits
 //! ([`Attempt`]), a successful answer ([`ToolOutput`]), and the structured
-//! error body a tool may send ([`ErrorBody`]).
+//! error body a tool may send (`ErrorBody`).
 //!
 //! | adapter | module | reaches the tool |
 //! | --- | --- | --- |
@@ -33,7 +33,7 @@
 //! and records its end before its parent goes on). A trait over all three
 //! would need an `Attempt` carrying the run's context and an adapter that
 //! owns the engine: a contortion for a single `match` arm. So the shared
-//! parts are types ([`Attempt`], [`ToolOutput`], [`ErrorBody`]), not a
+//! parts are types ([`Attempt`], [`ToolOutput`], `ErrorBody`), not a
 //! trait.
 
 use std::time::Duration;

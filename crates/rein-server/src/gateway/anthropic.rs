@@ -26,9 +26,13 @@
 //! OpenAI endpoint.
 //!
 //! `max_tokens` is required, as in Anthropic's API. The answer's
-//! `stop_reason` is `end_turn`, `tool_use`, `max_tokens` or `refusal`: the
-//! engine's finish reasons do not tell a stop sequence from a natural end,
-//! so `stop_sequence` is never claimed.
+//! `stop_reason` is `end_turn`, `tool_use`, `max_tokens`, `refusal` or
+//! `stop_sequence` (with the sequence in `stop_sequence`) when the provider
+//! that answered said which sequence stopped it: an Anthropic provider
+//! does, as does an OpenAI-compatible one that names the match (vLLM's
+//! `stop_reason`). OpenAI's own API says `finish_reason: "stop"` for a
+//! natural end and a stop sequence alike, so through it a stop sequence is
+//! answered as `end_turn`, never guessed.
 //!
 //! # Errors
 //!
@@ -95,7 +99,7 @@ pub const OVERLOADED: u16 = 529;
         (status = 409, description = "the same Idempotency-Key is still in progress", body = AnthropicError),
         (status = 413, description = "body over the limit", body = AnthropicError),
         (status = 422, description = "the same Idempotency-Key with another request", body = AnthropicError),
-        (status = 429, description = "every link is rate limited (`rate_limit_error`, with `retry-after`)", body = AnthropicError),
+        (status = 429, description = "every link is rate limited: the provider said so, its pause after a 429 holds, or rein's limits on it admit no call within the deadline (`rate_limit_error`, with `retry-after`, the wait in whole seconds, when rein knows it)", body = AnthropicError),
         (status = 501, description = "Idempotency-Key sent while idempotency is disabled", body = AnthropicError),
         (status = 502, description = "every link failed (`api_error`)", body = AnthropicError),
         (status = 503, description = "the server is draining (`overloaded_error`, with `retry-after`)", body = AnthropicError),
@@ -708,11 +712,20 @@ fn transcribe(i: usize, message: InputMessage, out: &mut Vec<Message>) -> Result
 
 fn stop_reason(response: &ModelResponse) -> &'static str {
     match response.finish {
+        FinishReason::StopSequence => "stop_sequence",
         FinishReason::Length => "max_tokens",
         FinishReason::ContentFilter => "refusal",
         FinishReason::ToolCalls => "tool_use",
         _ if !response.tool_calls.is_empty() => "tool_use",
         _ => "end_turn",
+    }
+}
+
+/// The answer's `stop_sequence`: the sequence that stopped it, or `null`.
+fn stop_sequence(response: &ModelResponse) -> Value {
+    match (response.finish, &response.stop_sequence) {
+        (FinishReason::StopSequence, Some(sequence)) => Value::String(sequence.clone()),
+        _ => Value::Null,
     }
 }
 
@@ -752,7 +765,7 @@ fn message_body(model: &str, response: &ModelResponse) -> Value {
         "model": model,
         "content": content,
         "stop_reason": stop_reason(response),
-        "stop_sequence": null,
+        "stop_sequence": stop_sequence(response),
         "usage": usage(response),
     })
 }
@@ -894,7 +907,8 @@ impl Relay {
                     out.push_str(&event(
                         "message_delta",
                         &json!({"type": "message_delta",
-                                "delta": {"stop_reason": stop_reason(&response), "stop_sequence": null},
+                                "delta": {"stop_reason": stop_reason(&response),
+                                          "stop_sequence": stop_sequence(&response)},
                                 "usage": usage(&response)}),
                     ));
                     out.push_str(&event("message_stop", &json!({"type": "message_stop"})));

@@ -16,8 +16,8 @@
 //!
 //! Everything but the shape of the bytes is here, once: reading the body
 //! and the deadline, the idempotency key, the binding lookup, the output
-//! ceiling, the model chain, the answer's headers. A [`Wire`] only parses
-//! its request into a [`Call`] and renders the answer (whole, or as its
+//! ceiling, the model chain, the answer's headers. A `Wire` only parses
+//! its request into a `Call` and renders the answer (whole, or as its
 //! server-sent events), so both endpoints keep the same guarantees by
 //! construction rather than by two copies kept in step.
 //!
@@ -278,8 +278,10 @@ fn lowered<W>(call: &Call<W>, answer: &ModelAnswer) -> Option<String> {
     })
 }
 
-/// `Retry-After` for a failure: whole seconds, rounded up, until the first
-/// open circuit admits again.
+/// `Retry-After` for a failure: whole seconds, rounded up, at least 1,
+/// until the first open circuit admits again or the first rate-limited
+/// link admits a call ([`ModelError::retry_after`]); `None` when rein does
+/// not know (a provider's 429 that said nothing about when).
 fn retry_after(e: &ModelError) -> Option<u32> {
     e.retry_after.map(|d| {
         u32::try_from(d.as_millis().div_ceil(1000))

@@ -53,7 +53,7 @@ use crate::state::AppState;
         (status = 408, description = "the body stopped arriving (server.limits.body_timeout)", body = Problem),
         (status = 413, description = "body over the limit", body = Problem),
         (status = 422, description = "the same Idempotency-Key with another request", body = Problem),
-        (status = 429, description = "every link is rate limited", body = Problem),
+        (status = 429, description = "every link is rate limited: the provider said so, its pause after a 429 holds, or rein's limits on it admit no call within the deadline (with `Retry-After`, the wait in whole seconds, when rein knows it)", body = Problem),
         (status = 501, description = "Idempotency-Key sent while idempotency is disabled", body = Problem),
         (status = 502, description = "every link failed", body = Problem),
         (status = 503, description = "every link's circuit is open, or the server is draining (`type` ends in `/draining`, with `Retry-After`)", body = Problem),
@@ -589,7 +589,8 @@ fn finish_reason(finish: FinishReason) -> &'static str {
         FinishReason::ToolCalls => "tool_calls",
         FinishReason::Length => "length",
         FinishReason::ContentFilter => "content_filter",
-        _ => "stop",
+        // Chat Completions has no reason of its own for a stop sequence.
+        FinishReason::Stop | FinishReason::StopSequence | FinishReason::Other => "stop",
     }
 }
 

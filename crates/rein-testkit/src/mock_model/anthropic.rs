@@ -23,9 +23,10 @@ const API_KEY: &str = "x-api-key";
 /// The version header the Messages API requires.
 const VERSION: &str = "anthropic-version";
 
-/// The `stop_reason` for a finish reason.
-fn stop_reason(finish: FinishReason) -> &'static str {
-    match finish {
+/// The `stop_reason` of a message.
+fn stop_reason(message: &AssistantMessage) -> &'static str {
+    match message.finish_reason {
+        FinishReason::Stop if message.stop_sequence.is_some() => "stop_sequence",
         FinishReason::Stop => "end_turn",
         FinishReason::ToolCalls => "tool_use",
         FinishReason::Length => "max_tokens",
@@ -100,8 +101,8 @@ fn message_body(message: &AssistantMessage, number: u64, model: &str) -> Value {
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": stop_reason(message.finish_reason),
-        "stop_sequence": null,
+        "stop_reason": stop_reason(message),
+        "stop_sequence": message.stop_sequence,
         "usage": {
             "input_tokens": message.usage.prompt_tokens,
             "output_tokens": message.usage.completion_tokens,
@@ -180,7 +181,7 @@ fn message_frames(
     }
     body.push(event(json!({
         "type": "message_delta",
-        "delta": {"stop_reason": stop_reason(message.finish_reason), "stop_sequence": null},
+        "delta": {"stop_reason": stop_reason(message), "stop_sequence": message.stop_sequence},
         "usage": {"output_tokens": message.usage.completion_tokens},
     })));
     Frames {
@@ -269,7 +270,7 @@ pub(crate) async fn messages(
             tracing::debug!(
                 number,
                 stream,
-                stop = stop_reason(message.finish_reason),
+                stop = stop_reason(&message),
                 "mock model answers a message"
             );
             if stream {

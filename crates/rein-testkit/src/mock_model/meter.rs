@@ -155,6 +155,7 @@ impl Model {
                 message.usage.completion_tokens = max;
                 message.tool_calls.clear();
                 message.finish_reason = FinishReason::Length;
+                message.stop_sequence = None;
             }
         }
         self.lock().usage.push(UsageEntry {

@@ -54,7 +54,8 @@
 //! An answer is `{"id": "msg_mock_<n>", "type": "message", "role":
 //! "assistant", "model", "content": [{"type": "text", "text"} | {"type":
 //! "tool_use", "id", "name", "input"}], "stop_reason": "end_turn" |
-//! "tool_use" | "max_tokens" | "refusal", "stop_sequence": null, "usage":
+//! "tool_use" | "max_tokens" | "refusal" | "stop_sequence", "stop_sequence":
+//! null or the scripted sequence ([`Reply::with_stop_sequence`]), "usage":
 //! {"input_tokens", "output_tokens"}}`. Tool-call arguments that are not
 //! JSON (a script testing malformed output) are sent as a JSON string
 //! `input`. Errors are `{"type": "error", "error": {"type", "message"}}`,
@@ -153,7 +154,7 @@ pub struct MockModelConfig {
     /// `max_tokens` above it is answered 400, as OpenAI does.
     pub output_caps: BTreeMap<String, u64>,
     /// Whether usage is counted from the request and answers stop at
-    /// `max_tokens` ([`meter`](self::meter)), instead of the script's.
+    /// `max_tokens` (`meter`), instead of the script's.
     pub metered: bool,
     /// Models that refuse `max_tokens` on Chat Completions and take only
     /// `max_completion_tokens`, as OpenAI's reasoning models do.
@@ -426,6 +427,7 @@ impl Model {
             content: Some(self.fallback_text.clone()),
             tool_calls: Vec::new(),
             finish_reason: FinishReason::Stop,
+            stop_sequence: None,
             usage: DEFAULT_USAGE,
         }
     }

@@ -126,6 +126,7 @@ impl Reply {
             content: Some(text.to_owned()),
             tool_calls: Vec::new(),
             finish_reason: FinishReason::Stop,
+            stop_sequence: None,
             usage: DEFAULT_USAGE,
         })
     }
@@ -147,6 +148,7 @@ impl Reply {
             content: None,
             tool_calls: calls.into_iter().collect(),
             finish_reason: FinishReason::ToolCalls,
+            stop_sequence: None,
             usage: DEFAULT_USAGE,
         })
     }
@@ -265,6 +267,19 @@ impl Reply {
         self
     }
 
+    /// Stops the answer at the stop sequence `sequence` (messages only):
+    /// the Messages API says `stop_reason: "stop_sequence"` with
+    /// `stop_sequence`, Chat Completions `finish_reason: "stop"` (OpenAI
+    /// does not say which sequence matched). The text is sent as scripted:
+    /// like the real APIs, without the sequence.
+    pub fn with_stop_sequence(mut self, sequence: &str) -> Reply {
+        if let Some(message) = self.message_mut() {
+            message.finish_reason = FinishReason::Stop;
+            message.stop_sequence = Some(sequence.to_owned());
+        }
+        self
+    }
+
     fn message_mut(&mut self) -> Option<&mut AssistantMessage> {
         match self {
             Reply::Message(message) => Some(message),
@@ -283,6 +298,9 @@ pub struct AssistantMessage {
     pub tool_calls: Vec<ToolCall>,
     /// Why the model stopped.
     pub finish_reason: FinishReason,
+    /// The stop sequence it stopped at, with `finish_reason` `Stop` (see
+    /// [`Reply::with_stop_sequence`]).
+    pub stop_sequence: Option<String>,
     /// The token usage to report.
     pub usage: Usage,
 }

@@ -9,13 +9,23 @@ use crate::provider::{FinishReason, ModelResponse, TokenUsage, ToolCall};
 /// A Messages API `stop_reason`.
 pub(super) fn stop_reason(reason: &str) -> FinishReason {
     match reason {
-        "end_turn" | "stop_sequence" => FinishReason::Stop,
+        "end_turn" => FinishReason::Stop,
+        "stop_sequence" => FinishReason::StopSequence,
         "tool_use" => FinishReason::ToolCalls,
         // Both cut the output short of what the model meant to write.
         "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
         "refusal" => FinishReason::ContentFilter,
         _ => FinishReason::Other,
     }
+}
+
+/// The `stop_sequence` member of a message (or of a stream's
+/// `message_delta` delta): the sequence that stopped it, if one did.
+pub(super) fn stop_sequence(value: &Value) -> Option<String> {
+    value
+        .get("stop_sequence")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
 }
 
 /// Input tokens of a `usage` object: uncached plus cache writes and reads,
@@ -79,6 +89,7 @@ pub(super) fn parse_message(name: &str, text: &str) -> Result<ModelResponse, Fai
         text: (!answer.is_empty()).then_some(answer),
         tool_calls,
         finish,
+        stop_sequence: stop_sequence(&body),
         usage: TokenUsage {
             input: input_tokens(usage).unwrap_or(0),
             output: usage
@@ -123,6 +134,25 @@ mod tests {
         )
         .unwrap();
         assert!(cut.is_truncated());
+    }
+
+    #[test]
+    fn a_stop_sequence_is_its_own_finish_with_the_sequence_it_wrote() {
+        let r = parse_message(
+            "claude",
+            r#"{"content":[{"type":"text","text":"1, 2, 3"}],"stop_reason":"stop_sequence","stop_sequence":"END"}"#,
+        )
+        .unwrap();
+        assert_eq!(r.finish, FinishReason::StopSequence);
+        assert_eq!(r.stop_sequence.as_deref(), Some("END"));
+        assert!(!r.is_truncated());
+        let natural = parse_message(
+            "claude",
+            r#"{"content":[{"type":"text","text":"done"}],"stop_reason":"end_turn","stop_sequence":null}"#,
+        )
+        .unwrap();
+        assert_eq!(natural.finish, FinishReason::Stop);
+        assert_eq!(natural.stop_sequence, None);
     }
 
     #[test]

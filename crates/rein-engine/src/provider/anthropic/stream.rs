@@ -3,7 +3,7 @@
 use rein_core::Failure;
 use serde_json::Value;
 
-use super::message::{input_tokens, parse_message, stop_reason};
+use super::message::{input_tokens, parse_message, stop_reason, stop_sequence};
 use crate::provider::ModelResponse;
 use crate::provider::http::stream_error_failure;
 use crate::provider::sse::{Decoder, SseEvent, Update, unparseable};
@@ -125,8 +125,12 @@ impl Decoder for EventDecoder {
                 }
             }
             "message_delta" => {
-                if let Some(reason) = data.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                let delta = data.get("delta").unwrap_or(&Value::Null);
+                if let Some(reason) = delta.get("stop_reason").and_then(Value::as_str) {
                     updates.push(Update::Finish(stop_reason(reason)));
+                }
+                if let Some(sequence) = stop_sequence(delta) {
+                    updates.push(Update::StopSequence(sequence));
                 }
                 if let Some(usage) = data.get("usage") {
                     updates.push(Update::Usage {

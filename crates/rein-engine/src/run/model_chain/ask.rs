@@ -105,8 +105,11 @@ pub struct ModelError {
     pub category: Category,
     /// For a human; names every link tried when all failed.
     pub message: String,
-    /// When every link's circuit is open: how long until the first of them
-    /// admits a probe again (for the caller's `Retry-After`).
+    /// How long until the caller may try again, when rein knows (for its
+    /// `Retry-After`): with every link's circuit open, until the first of
+    /// them admits a probe again; rate limited, until the first link's
+    /// provider said to come back or rein's limit on it admits a call.
+    /// `None` otherwise (a 429 that said nothing about when).
     pub retry_after: Option<std::time::Duration>,
 }
 
@@ -115,6 +118,8 @@ struct AskHost<'a> {
     binding: &'a ModelBinding,
     emitter: Emitter,
     cancel: &'a tokio_util::sync::CancellationToken,
+    /// The earliest instant a rate-limited link admits a call again.
+    limited_until: std::sync::Mutex<Option<rein_core::Instant>>,
 }
 
 impl TurnHost for AskHost<'_> {
@@ -140,6 +145,14 @@ impl TurnHost for AskHost<'_> {
 
     fn provider_tokens(&self) -> &BTreeMap<String, rein_core::registry::TokenLimit> {
         &self.binding.provider_tokens
+    }
+
+    fn rate_limited_until(&self, until: rein_core::Instant) {
+        let mut earliest = self
+            .limited_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *earliest = Some(earliest.map_or(until, |e| e.min(until)));
     }
 }
 
@@ -211,6 +224,7 @@ impl Engine {
             .with_trace(trace)
             .without_run_in_logs(),
             cancel: &ask.cancel,
+            limited_until: std::sync::Mutex::new(None),
         };
         let chain = Chain {
             primary: LinkRef::from(&binding.primary),
@@ -235,9 +249,29 @@ impl Engine {
         // Nothing of a call outside a run is stored: the observer saw it,
         // and its budget is the call's own (a deadline): nothing to settle.
         drop(host.emitter.drain());
+        let now = self.clock.now();
+        // The earliest a rate-limited link admits a call again, if that is
+        // still ahead.
+        let limited = host
+            .limited_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .filter(|until| *until > now)
+            .map(|until| until.saturating_duration_since(now));
         let answered = answered.map_err(|end| {
             let (category, message) = match end {
                 End::ModelFailed(category, message) => (category, message),
+                // The deadline ran out because a rate limit outlasts it (a
+                // provider's Retry-After beyond it): the caller is told
+                // when to come back (429 with Retry-After), not that time
+                // ran out.
+                End::Budget(exhausted) if limited.is_some() => (
+                    Category::RateLimited,
+                    format!(
+                        "rate limited beyond the call's deadline (the provider admits a call \
+                         again only after it ran out): {exhausted}"
+                    ),
+                ),
                 End::Budget(exhausted) => (
                     Category::BudgetExhausted,
                     format!("the call's deadline ran out: {exhausted}"),
@@ -245,9 +279,18 @@ impl Engine {
                 End::Cancelled(message) => (Category::Cancelled, message),
                 other => (Category::Unknown, format!("{other:?}")),
             };
-            let retry_after = (category == Category::CircuitOpen)
-                .then(|| self.reopens_in(&chain))
-                .flatten();
+            let retry_after = match category {
+                Category::CircuitOpen => self.reopens_in(&chain),
+                // A limit that lifted already: try again at once (the
+                // gateway's header says at least 1 s).
+                Category::RateLimited => limited.or_else(|| {
+                    host.limited_until
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .map(|_| std::time::Duration::ZERO)
+                }),
+                _ => None,
+            };
             ModelError {
                 category,
                 message,

@@ -327,6 +327,11 @@ impl Engine {
                 reservation,
             )),
             Err(failure) => {
+                if let (Category::RateLimited, Some(wait)) =
+                    (failure.category(), failure.retry_after())
+                {
+                    call.host.rate_limited_until(now + wait);
+                }
                 self.pause_provider(call, gate, &failure).await;
                 self.link_failed(call, held, sent, &failure, (budget, reservation.grant), now)
                     .await?;
@@ -457,6 +462,20 @@ impl Engine {
                         waited: shed.waited,
                     },
                 );
+                // A rate limit that admits it only later (the provider's
+                // pause after its 429, or its token or request bucket) is
+                // that, with the instant it lifts: the caller learns when
+                // to come back, not that time ran out.
+                let limited_until = match shed.reason {
+                    ShedReason::NoTime {
+                        not_before,
+                        cause: Cause::RateLimited { .. },
+                    } => Some(not_before),
+                    ShedReason::WaitExpired {
+                        cause: Cause::RateLimited { until, .. },
+                    } => Some(until),
+                    _ => None,
+                };
                 let why = match shed.reason {
                     ShedReason::Rejected(rejection) => rejection.to_string(),
                     _ => format!(
@@ -465,9 +484,16 @@ impl Engine {
                         shed.waited
                     ),
                 };
+                let failure = match limited_until {
+                    Some(until) => {
+                        call.host.rate_limited_until(until);
+                        Failure::new(provider, Category::RateLimited)
+                            .with_retry_after(until.saturating_duration_since(self.clock.now()))
+                    }
+                    None => Failure::new(provider, Category::Timeout),
+                };
                 return Err(call.stop_or_move(
-                    Failure::new(provider, Category::Timeout)
-                        .with_human_message(format!("{provider} was not asked: {why}")),
+                    failure.with_human_message(format!("{provider} was not asked: {why}")),
                 ));
             }
         };

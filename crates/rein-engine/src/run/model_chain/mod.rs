@@ -73,6 +73,13 @@ pub(crate) trait TurnHost: Send + Sync {
     fn provider_tokens(&self) -> &BTreeMap<String, rein_core::registry::TokenLimit>;
     /// A call is about to be sent.
     fn calling(&self) {}
+    /// A link is rate limited until `until`: its provider said when to
+    /// come back (a 429's `Retry-After`, or the pause it set), or rein's
+    /// own limit on it admits no call before then. A host answering a
+    /// caller (the gateway's `Retry-After`) keeps the earliest.
+    fn rate_limited_until(&self, until: rein_core::Instant) {
+        let _ = until;
+    }
     /// Whether one more model retry, waiting `delay`, fits the host's own
     /// ceiling on model retries (it is counted when it does); `Err` says
     /// why not.

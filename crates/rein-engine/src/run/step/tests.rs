@@ -42,6 +42,7 @@ fn response(calls: Vec<ToolCall>, finish: FinishReason) -> ModelResponse {
         text: Some("done".into()),
         tool_calls: calls,
         finish,
+        stop_sequence: None,
         usage: TokenUsage {
             input: 100,
             output: 20,
