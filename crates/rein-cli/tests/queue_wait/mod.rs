@@ -42,6 +42,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
+use futures_util::StreamExt as _;
 use rein_core::event::EventKind;
 use rein_core::{RunId, TenantId};
 use rein_store::RunStore;
@@ -60,6 +61,9 @@ const EXAMPLE_LIMITS: &str = "rate_per_sec = 20.0\nburst = 40\nmax_concurrency =
 /// No concurrency limit: an adaptive one shrinks as calls come back late,
 /// and the pace would be the governor's.
 const RAISED_LIMITS: &str = "rate_per_sec = 100000.0\nburst = 100000";
+
+/// Noisy's submissions in flight at once.
+const SUBMITTING: usize = 32;
 
 /// How long one quiet run may take to end before the harness gives up.
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -186,9 +190,13 @@ pub async fn run(rein: &Path, config: QueueWaitConfig) -> Result<QueueWaitReport
     for _ in 0..config.quiet_runs {
         idle.push(quiet_run(&client, &server.base).await?);
     }
-    let noisy = futures_util::future::join_all(
+    // At most [`SUBMITTING`] at once: more open connections than the
+    // server admits would be refused, not queued.
+    let noisy: Vec<Result<String>> = futures_util::stream::iter(
         (0..config.backlog).map(|_| submit(&client, &server.base, "noisy")),
     )
+    .buffer_unordered(SUBMITTING)
+    .collect()
     .await;
     for submitted in noisy {
         submitted?;
