@@ -248,6 +248,22 @@ fn tune(agent: &mut AgentBinding, tune: &Tune) -> Result<(), ChaosError> {
     if let Some(limit) = tune.group_limit.and_then(NonZeroU32::new) {
         agent.group_limits.insert(GROUP.to_owned(), limit);
     }
+    if let Some(p99) = tune.read_p99_ms.map(Duration::from_millis) {
+        let read = agent
+            .tools
+            .get_mut(rein_testkit::order_desk::GET_ORDER)
+            .ok_or_else(|| setting("read_p99_ms: the world has no get_order"))?;
+        // The declared p50 and p95 stay (a read needs its p50 left before
+        // it is sent); only the tail, hence the allowance, moves.
+        let declared = read.latency;
+        read.latency = rein_core::LatencyProfile::new(
+            declared.p50().min(p99),
+            declared.p95().min(p99),
+            p99,
+            declared.samples(),
+        )
+        .map_err(setting)?;
+    }
     if let Some((per_sec, burst)) = tune.group_rate {
         agent.group_rates.insert(
             GROUP.to_owned(),

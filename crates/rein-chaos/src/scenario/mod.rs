@@ -105,6 +105,14 @@ pub struct Tune {
     /// Request bucket of the order desk's resource group: (calls per
     /// second, burst).
     pub group_rate: Option<(f64, u32)>,
+    /// The declared p99 of the order desk's read (`get_order`), in
+    /// milliseconds, instead of the world's 100 ms: a scenario that makes
+    /// its reads slow on purpose raises it, so that their allowance (p99 ×
+    /// the default factor 2) covers the injected delay plus rein's own
+    /// overhead on a loaded machine. A read cut at its allowance is a
+    /// timeout the scenario did not mean, and stays in flight at the proxy
+    /// after rein let it go.
+    pub read_p99_ms: Option<u64>,
     /// The scenario probes the order desk group's adaptive concurrency
     /// limit: the checker requires the calls in flight at the proxy to
     /// fall under the injected fault and rise back after it
