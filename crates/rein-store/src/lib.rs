@@ -89,8 +89,9 @@ pub mod rules {
     };
     pub use crate::lease::validate_owner;
     pub use crate::retry_outcome::{
-        aged as retry_aged, from_stored as retry_from_stored, merged as retry_merged,
-        validate_target as validate_retry_target,
+        RetryMerge, aged as retry_aged, from_stored as retry_from_stored,
+        merge_step as retry_merge_step, merged as retry_merged, seen as retry_seen,
+        slot_of as retry_slot, validate_target as validate_retry_target,
     };
     pub use crate::share::{validate_share_renewal, validate_share_text};
     pub use crate::singleton::{claimed, validate_claim, validate_singleton_text};
