@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 
+pub mod latency;
 pub mod limits;
 
 /// The order-desk example: `rein.toml` and its `demo.script.json`.
