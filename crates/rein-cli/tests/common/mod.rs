@@ -11,6 +11,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 pub mod latency;
 pub mod limits;
+pub mod tenants;
 
 /// The order-desk example: `rein.toml` and its `demo.script.json`.
 pub fn example_dir() -> PathBuf {
