@@ -26,7 +26,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rein_testkit::order_desk::OrderDesk;
-use serde_json::{Value, json};
 
 mod common;
 use common::Server;

@@ -31,7 +31,6 @@ use rein_core::event::EventKind;
 use rein_core::{RunId, TenantId};
 use rein_store::RunStore;
 use rein_testkit::order_desk::{Fault, Faults, GET_ORDER, OrderDesk, OrderDeskConfig};
-use serde_json::{Value, json};
 
 mod common;
 use common::Server;
