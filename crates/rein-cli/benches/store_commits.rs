@@ -23,22 +23,18 @@
 //! database per shape); without one only SQLite is measured.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use rein_store::Timestamp;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use rein_core::deadline::{Cost, Usage};
-use rein_core::{
-    Event, EventData, EventKind, IntentId, LedgerRecord, LedgerStatus, RunId, TenantId, ToolClass,
-};
-use rein_store::{Checkpoint, NewRun, StepCommit, Store};
+use rein_core::RunId;
+use rein_store::Store;
+use rein_store::conformance::{workload_run, workload_step};
 use rein_store_postgres::scratch::ScratchDatabase;
 use rein_store_postgres::{PostgresOptions, PostgresStore};
 use rein_store_sqlite::SqliteStore;
-use serde_json::json;
 
 /// Set in a committer process: `<data> <writers> <commits> <tag> <notify>`.
 const COMMITTER_ENV: &str = "REIN_BENCH_COMMITTER";
@@ -103,60 +99,6 @@ fn run_id(tag: &str, writer: usize) -> RunId {
     RunId::new(format!("bench-{tag}-{writer}")).unwrap()
 }
 
-/// What a step of a run writes (as `rein-store-postgres`'s `commits`
-/// bench does): a ledger declaration, two events and a checkpoint.
-fn commit(run: &RunId, step: u32) -> StepCommit {
-    let event = |kind: EventKind, data: serde_json::Value| Event {
-        run_id: run.clone(),
-        seq: 0,
-        step,
-        intent_id: None,
-        attempt_id: None,
-        idempotency_key: None,
-        at_ms: Timestamp::from_millis(1_000 + u64::from(step)),
-        data: EventData::decode(kind, data).unwrap(),
-    };
-    let finished = json!({"tool": "t", "attempt": 1, "ok": true, "replayed": false,
-                          "truncated": false, "elapsed_ms": 5});
-    StepCommit {
-        declares: vec![LedgerRecord {
-            run_id: run.clone(),
-            intent_id: IntentId::new(format!("i-{step}")).unwrap(),
-            seq: 0,
-            step,
-            tool: "update_delivery_time".to_owned(),
-            class: ToolClass::IdempotentWrite,
-            idempotency_key: None,
-            args: json!({"order_id": 42, "delivery": "friday"}),
-            status: LedgerStatus::Pending,
-            result: None,
-            failure: None,
-            attempts: 0,
-            created_at_ms: Timestamp::from_millis(1_000),
-            updated_at_ms: Timestamp::from_millis(1_000),
-        }],
-        events: vec![
-            event(EventKind::ToolCallFinished, finished.clone()),
-            event(EventKind::ToolCallFinished, finished),
-        ],
-        checkpoint: Some(Checkpoint {
-            run_id: run.clone(),
-            step,
-            messages: json!([{"role": "assistant", "content": "moved to friday"}]),
-            completed_intents: vec![],
-            consumed: Usage {
-                steps: step,
-                tokens: 300,
-                cost: Cost::from_micros(42),
-            },
-            elapsed_ms: 900,
-            state: json!({}),
-            at_ms: Timestamp::from_millis(2_000),
-        }),
-        ..StepCommit::default()
-    }
-}
-
 async fn open(data: &str, notify: bool) -> Result<Arc<dyn Store>> {
     if rein_store_postgres::is_postgres_url(data) {
         let url = rein_store_postgres::PostgresUrl::parse(data)?;
@@ -180,23 +122,12 @@ async fn committer(spec: &str) -> Result<()> {
     let (writers, commits): (usize, u32) = (writers.parse()?, commits.parse()?);
     let store = open(data, *notify == "on").await?;
     for writer in 0..writers {
-        store
-            .create_run(NewRun {
-                run_id: run_id(tag, writer),
-                tenant: TenantId::new("bench").unwrap(),
-                agent: "a".to_owned(),
-                input: "x".to_owned(),
-                parent_run_id: None,
-                budget: json!({}),
-                created_at_ms: Timestamp::from_millis(1),
-                trace_parent: None,
-            })
-            .await?;
+        store.create_run(workload_run(run_id(tag, writer))).await?;
     }
     // One commit per writer first, so every pooled connection is open.
     for writer in 0..writers {
         let run = run_id(tag, writer);
-        store.commit_step(&run, commit(&run, 1)).await?;
+        store.commit_step(&run, workload_step(&run, 1)).await?;
     }
     println!("ready");
     let mut line = String::new();
@@ -207,7 +138,7 @@ async fn committer(spec: &str) -> Result<()> {
             let run = run_id(tag, writer);
             tokio::spawn(async move {
                 for step in 2..=commits + 1 {
-                    store.commit_step(&run, commit(&run, step)).await?;
+                    store.commit_step(&run, workload_step(&run, step)).await?;
                 }
                 Ok::<_, rein_store::StoreError>(())
             })

@@ -25,7 +25,8 @@ use rein_testkit::order_desk::{Fault, Faults, GET_ORDER, OrderDesk, OrderDeskCon
 use serde_json::{Value, json};
 
 mod common;
-use common::{Server, example_dir, serve_command};
+use common::Server;
+use common::tenants::{EXAMPLE_LIMITS, HOLDABLE, patient_client, serve, tenant_config, until};
 
 /// How long a condition may take to come true before the test fails (a
 /// bound that fails, not a measurement).
@@ -50,36 +51,20 @@ const OVERTAKE_BOUND: usize = 2;
 /// speak of), `get_order` allowed to be held longer than the test waits,
 /// and `workers` queue workers.
 fn config(dir: &Path, workers: usize) -> PathBuf {
-    let mut text = std::fs::read_to_string(example_dir().join("rein.toml")).unwrap();
-    for (from, to) in [
-        (
-            "rate_per_sec = 20.0\nburst = 40\nmax_concurrency = 8",
-            "rate_per_sec = 100000.0\nburst = 100000\nmax_concurrency = 1",
-        ),
-        (
-            "p50 = \"20ms\"\np95 = \"60ms\"\np99 = \"120ms\"",
-            "p50 = \"20ms\"\np95 = \"60ms\"\np99 = \"100s\"",
-        ),
-        ("wall_clock = \"30s\"", "wall_clock = \"300s\""),
-    ] {
-        assert!(text.contains(from), "the example config still has {from:?}");
-        text = text.replace(from, to);
-    }
-    text.push_str(&format!("\n[server.queue]\nworkers = {workers}\n"));
-    std::fs::write(dir.join("rein.toml"), text).unwrap();
-    std::fs::copy(
-        example_dir().join("demo.script.json"),
-        dir.join("demo.script.json"),
+    let [latency, wall_clock] = HOLDABLE;
+    tenant_config(
+        dir,
+        &[],
+        &[
+            (
+                EXAMPLE_LIMITS,
+                "rate_per_sec = 100000.0\nburst = 100000\nmax_concurrency = 1",
+            ),
+            latency,
+            wall_clock,
+        ],
+        &format!("[server.queue]\nworkers = {workers}\n"),
     )
-    .unwrap();
-    dir.join("rein.toml")
-}
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(PATIENCE)
-        .build()
-        .unwrap()
 }
 
 async fn get(client: &reqwest::Client, server: &Server, path: &str) -> Value {
@@ -91,15 +76,6 @@ async fn get(client: &reqwest::Client, server: &Server, path: &str) -> Value {
         .json()
         .await
         .unwrap()
-}
-
-/// Polls `check` until it holds (at most [`PATIENCE`]).
-async fn until<F: std::future::Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
-    let end = tokio::time::Instant::now() + PATIENCE;
-    while !check().await {
-        assert!(tokio::time::Instant::now() < end, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// What the desk saw of one flood.
@@ -136,18 +112,8 @@ async fn flood(sabotage: &str) -> Flood {
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = config(dir.path(), FLOOD + INTERACTIVE);
-    let command = serve_command(
-        std::process::Command::new(env!("CARGO_BIN_EXE_rein")),
-        &path,
-        &dir.path().join("rein.db"),
-        &[
-            ("ORDER_DESK_URL", desk.base_url()),
-            ("MOCK_MODEL_URL", "http://127.0.0.1:2"),
-            ("REIN_SABOTAGE", sabotage),
-        ],
-    );
-    let server = Server::spawn_async(command).await;
-    let client = client();
+    let server = serve(&path, &dir.path().join("rein.db"), &desk, sabotage).await;
+    let client = patient_client(PATIENCE);
     let url = server.url("/v1/agents/order_desk/runs");
 
     let mut batch = HashSet::new();
@@ -163,14 +129,18 @@ async fn flood(sabotage: &str) -> Flood {
             .unwrap();
         batch.insert(answer["run_id"].as_str().unwrap().to_owned());
     }
-    until("one batch call holds the slot at the desk", || async {
-        desk.held_count() == 1
-    })
+    until(
+        PATIENCE,
+        "one batch call holds the slot at the desk",
+        || async { desk.held_count() == 1 },
+    )
     .await;
     for id in &batch {
-        until("every batch run's first call waits at the governor", || {
-            planned(&client, &server, id)
-        })
+        until(
+            PATIENCE,
+            "every batch run's first call waits at the governor",
+            || planned(&client, &server, id),
+        )
         .await;
     }
 
@@ -207,9 +177,11 @@ async fn flood(sabotage: &str) -> Flood {
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     for id in &interactive {
-        until("every sync run's first call waits at the governor", || {
-            planned(&client, &server, id)
-        })
+        until(
+            PATIENCE,
+            "every sync run's first call waits at the governor",
+            || planned(&client, &server, id),
+        )
         .await;
     }
 
@@ -223,9 +195,11 @@ async fn flood(sabotage: &str) -> Flood {
             .iter()
             .any(|r| r.headers.run_id.as_deref() == Some(id))
     };
-    until("every sync run's first call reached the desk", || async {
-        interactive.iter().all(|id| arrived(id))
-    })
+    until(
+        PATIENCE,
+        "every sync run's first call reached the desk",
+        || async { interactive.iter().all(|id| arrived(id)) },
+    )
     .await;
     for sync in syncs {
         let status = sync.await.unwrap().unwrap();

@@ -26,10 +26,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rein_testkit::order_desk::OrderDesk;
-use serde_json::{Value, json};
 
 mod common;
-use common::{Server, example_dir, serve_command};
+use common::Server;
+use common::tenants::{
+    EXAMPLE_LIMITS, get_as, patient_client, serve, submit_queued, tenant_config,
+};
 
 /// The tenants and their bearer keys.
 const TENANTS: [(&str, &str); 2] = [("noisy", "key-noisy"), ("quiet", "key-quiet")];
@@ -59,72 +61,24 @@ fn key_of(tenant: &str) -> &'static str {
 /// The example config with the order API's limits raised (the governor
 /// must not set the pace), a key per tenant and [`WORKERS`] workers.
 fn config(dir: &Path) -> PathBuf {
-    use sha2::Digest as _;
-    let mut text = std::fs::read_to_string(example_dir().join("rein.toml")).unwrap();
-    let from = "rate_per_sec = 20.0\nburst = 40\nmax_concurrency = 8";
-    assert!(text.contains(from), "the example config still has {from:?}");
-    text = text.replace(
-        from,
-        "rate_per_sec = 100000.0\nburst = 100000\nmax_concurrency = 64",
-    );
-    for (tenant, key) in TENANTS {
-        let sha: String = sha2::Sha256::digest(key.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        text.push_str(&format!(
-            "\n[[server.api_keys]]\ntenant = \"{tenant}\"\nsha256 = \"{sha}\"\n"
-        ));
-    }
-    text.push_str(&format!("\n[server.queue]\nworkers = {WORKERS}\n"));
-    std::fs::write(dir.join("rein.toml"), text).unwrap();
-    std::fs::copy(
-        example_dir().join("demo.script.json"),
-        dir.join("demo.script.json"),
+    tenant_config(
+        dir,
+        &TENANTS,
+        &[(
+            EXAMPLE_LIMITS,
+            "rate_per_sec = 100000.0\nburst = 100000\nmax_concurrency = 64",
+        )],
+        &format!("[server.queue]\nworkers = {WORKERS}\n"),
     )
-    .unwrap();
-    dir.join("rein.toml")
-}
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(PATIENCE)
-        .build()
-        .unwrap()
-}
-
-async fn submit(client: &reqwest::Client, server: &Server, tenant: &str) -> String {
-    let response = client
-        .post(server.url("/v1/agents/order_desk/runs"))
-        .bearer_auth(key_of(tenant))
-        .json(&json!({"input": "Move order A-1001.", "mode": "queued"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 202);
-    let body: Value = response.json().await.unwrap();
-    body["run_id"].as_str().unwrap().to_owned()
-}
-
-async fn get(client: &reqwest::Client, server: &Server, tenant: &str, path: &str) -> Value {
-    client
-        .get(server.url(path))
-        .bearer_auth(key_of(tenant))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
 }
 
 /// Queues one quiet run and waits for it to end; when it was queued and
 /// when it started (unix ms, the store's own times).
 async fn quiet_run(client: &reqwest::Client, server: &Server) -> (u64, u64) {
-    let id = submit(client, server, "quiet").await;
+    let id = submit_queued(client, server, key_of("quiet")).await;
     let end = tokio::time::Instant::now() + PATIENCE;
     loop {
-        let run = get(client, server, "quiet", &format!("/v1/runs/{id}")).await;
+        let run = get_as(client, server, key_of("quiet"), &format!("/v1/runs/{id}")).await;
         if run["status"] != "queued" && run["status"] != "running" {
             break;
         }
@@ -134,9 +88,15 @@ async fn quiet_run(client: &reqwest::Client, server: &Server) -> (u64, u64) {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let run = get(client, server, "quiet", &format!("/v1/runs/{id}")).await;
+    let run = get_as(client, server, key_of("quiet"), &format!("/v1/runs/{id}")).await;
     let created = run["created_at_ms"].as_u64().unwrap();
-    let events = get(client, server, "quiet", &format!("/v1/runs/{id}/events")).await;
+    let events = get_as(
+        client,
+        server,
+        key_of("quiet"),
+        &format!("/v1/runs/{id}/events"),
+    )
+    .await;
     let started = events
         .as_array()
         .or_else(|| events["events"].as_array())
@@ -195,25 +155,16 @@ async fn observe(sabotage: &str, quiet_runs: usize, backlog: usize) -> Observed 
     let dir = tempfile::tempdir().unwrap();
     let path = config(dir.path());
     let db = dir.path().join("rein.db");
-    let command = serve_command(
-        std::process::Command::new(env!("CARGO_BIN_EXE_rein")),
-        &path,
-        &db,
-        &[
-            ("ORDER_DESK_URL", desk.base_url()),
-            ("MOCK_MODEL_URL", "http://127.0.0.1:2"),
-            ("REIN_SABOTAGE", sabotage),
-        ],
-    );
-    let server = Server::spawn_async(command).await;
-    let client = client();
+    let server = serve(&path, &db, &desk, sabotage).await;
+    let client = patient_client(PATIENCE);
     let mut idle = Vec::new();
     for _ in 0..quiet_runs {
         idle.push(quiet_run(&client, &server).await);
     }
-    let noisy: Vec<String> =
-        futures_util::future::join_all((0..backlog).map(|_| submit(&client, &server, "noisy")))
-            .await;
+    let noisy: Vec<String> = futures_util::future::join_all(
+        (0..backlog).map(|_| submit_queued(&client, &server, key_of("noisy"))),
+    )
+    .await;
     let mut loaded = Vec::new();
     for _ in 0..quiet_runs {
         loaded.push(quiet_run(&client, &server).await);

@@ -4,12 +4,15 @@
 //! shows the sum of both.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
-use std::process::{Command, Output};
+use std::path::{Path, PathBuf};
+use std::process::Output;
 use std::time::Duration;
 
 use rein_testkit::order_desk::{Fault, Faults, GET_ORDER, OrderDesk, OrderDeskConfig};
 use serde_json::{Value, json};
+
+mod common;
+use common::latency::{self, latency_json, lookup, rein, subject};
 
 /// Calls per run; also `min_samples`.
 const LOOKUPS: usize = 3;
@@ -47,36 +50,12 @@ max_repeats = 10
 no_progress_window = 10
 "#;
 
-fn write_config(dir: &Path) {
+fn write_config(dir: &Path) -> PathBuf {
     let ids = ["A-1001", "A-1002", "A-1003"];
-    let mut turns: Vec<Value> = (0..LOOKUPS)
-        .map(|n| json!({"tool_calls": [{"name": GET_ORDER, "arguments": {"order_id": ids[n]}}]}))
+    let turns = (0..LOOKUPS)
+        .map(|n| lookup(json!({"order_id": ids[n]})))
         .collect();
-    turns.push(json!({"text": "Looked them up."}));
-    std::fs::write(
-        dir.join("script.json"),
-        json!({ "turns": turns }).to_string(),
-    )
-    .unwrap();
-    std::fs::write(dir.join("rein.toml"), CONFIG).unwrap();
-}
-
-/// Runs the binary off the async runtime, so the desk keeps answering.
-async fn rein(args: Vec<String>, desk: &OrderDesk) -> Output {
-    let url = desk.base_url().to_owned();
-    tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_rein"))
-            .args(&args)
-            .env("ORDER_DESK_URL", url)
-            .output()
-            .expect("the rein binary runs")
-    })
-    .await
-    .unwrap()
-}
-
-fn args(list: &[&str]) -> Vec<String> {
-    list.iter().map(|s| (*s).to_owned()).collect()
+    latency::write_config(dir, CONFIG, turns)
 }
 
 /// The allowance of every tool attempt of a `rein run --json` document.
@@ -104,22 +83,22 @@ async fn a_second_rein_run_plans_with_what_the_first_observed_and_rein_latency_s
     let desk = OrderDesk::start_with(OrderDeskConfig::default().with_faults(faults))
         .await
         .unwrap();
+    let url = desk.base_url();
     let dir = tempfile::tempdir().unwrap();
-    write_config(dir.path());
-    let config = dir.path().join("rein.toml").display().to_string();
+    let config = write_config(dir.path()).display().to_string();
     let db = dir.path().join("data/rein.db").display().to_string();
-    let run = args(&[
+    let run = [
         "run", "--config", &config, "--agent", "desk", "--input", "Look.", "--data", &db, "--json",
-    ]);
+    ];
     let fallback_allowance = 3 * 5_000;
 
     // The first process has fewer than min_samples before each call: the
     // fallback throughout.
-    let first = allowances(&rein(run.clone(), &desk).await);
+    let first = allowances(&rein(&run, url).await);
     assert_eq!(first, vec![fallback_allowance; LOOKUPS]);
 
     // The second process starts from the stored profile.
-    let second = allowances(&rein(run, &desk).await);
+    let second = allowances(&rein(&run, url).await);
     assert_eq!(second.len(), LOOKUPS);
     let least = 3 * u64::try_from(DELAY.as_millis()).unwrap();
     assert!(
@@ -128,28 +107,8 @@ async fn a_second_rein_run_plans_with_what_the_first_observed_and_rein_latency_s
     );
 
     // `rein latency` reads the store: both processes' samples.
-    let out = rein(
-        args(&["latency", "--data", &db, "--config", &config, "--json"]),
-        &desk,
-    )
-    .await;
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let subject = |name: &str| {
-        doc["subjects"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["subject"] == name)
-            .cloned()
-            .unwrap_or_else(|| panic!("no {name} in {doc:#}"))
-    };
-    let tool = subject("tool:get_order");
+    let doc = latency_json(&db, &config, url).await;
+    let tool = subject(&doc, "tool:get_order");
     assert_eq!(tool["observed"]["samples"], 2 * LOOKUPS as u64);
     let delay_us = u64::try_from(DELAY.as_micros()).unwrap();
     assert!(
@@ -160,16 +119,12 @@ async fn a_second_rein_run_plans_with_what_the_first_observed_and_rein_latency_s
     assert_eq!(tool["tool"]["planned"], "observed");
     assert_eq!(tool["tool"]["declared_p99_us"], 5_000_000);
     assert_eq!(tool["tool"]["allowance_factor"], 3.0);
-    let model = subject("model:replay/m");
+    let model = subject(&doc, "model:replay/m");
     assert_eq!(model["observed"]["samples"], 2 * (LOOKUPS as u64 + 1));
     assert_eq!(doc["corrupt"], json!([]));
 
     // The table, in human units.
-    let out = rein(
-        args(&["latency", "--data", &db, "--config", &config]),
-        &desk,
-    )
-    .await;
+    let out = rein(&["latency", "--data", &db, "--config", &config], url).await;
     let table = String::from_utf8_lossy(&out.stdout);
     let line = table
         .lines()
@@ -186,7 +141,7 @@ async fn rein_latency_without_a_store_says_so() {
     let desk = OrderDesk::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("none.db").display().to_string();
-    let out = rein(args(&["latency", "--data", &db]), &desk).await;
+    let out = rein(&["latency", "--data", &db], desk.base_url()).await;
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no run store at"));
     assert!(

@@ -6,11 +6,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
-use std::process::{Command, Output};
 use std::time::Duration;
 
 use rein_testkit::order_desk::{Fault, Faults, GET_ORDER, OrderDesk, OrderDeskConfig};
 use serde_json::{Value, json};
+
+mod common;
+use common::latency::{self, latency_json, lookup, rein, subject};
 
 const TOOL: &str = r#"
 [resource_groups.order_api]
@@ -54,41 +56,16 @@ arg = "args.rows"
 buckets = [100, 1000]
 "#;
 
-/// Runs the binary off the async runtime, so the desk keeps answering.
-async fn rein(args: Vec<String>, desk_url: String) -> Output {
-    tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_rein"))
-            .args(&args)
-            .env("ORDER_DESK_URL", desk_url)
-            .output()
-            .expect("the rein binary runs")
-    })
-    .await
-    .unwrap()
-}
-
-fn args(list: &[&str]) -> Vec<String> {
-    list.iter().map(|s| (*s).to_owned()).collect()
-}
-
 /// Writes `rein.toml` (the tool with `latency`, the agent) and a script
 /// looking up one order per entry of `rows`.
 fn write_config(dir: &Path, latency: &str, rows: &[u64]) -> String {
-    let mut turns: Vec<Value> = rows
+    let turns = rows
         .iter()
-        .map(|n| {
-            json!({"tool_calls": [{"name": GET_ORDER, "arguments": {"order_id": "A-1001", "rows": n}}]})
-        })
+        .map(|n| lookup(json!({"order_id": "A-1001", "rows": n})))
         .collect();
-    turns.push(json!({"text": "Looked them up."}));
-    std::fs::write(
-        dir.join("script.json"),
-        json!({ "turns": turns }).to_string(),
-    )
-    .unwrap();
-    let path = dir.join("rein.toml");
-    std::fs::write(&path, format!("{TOOL}{latency}{AGENT}")).unwrap();
-    path.display().to_string()
+    latency::write_config(dir, &format!("{TOOL}{latency}{AGENT}"), turns)
+        .display()
+        .to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -129,7 +106,7 @@ async fn rein_check_refuses_a_scale_that_cannot_work_naming_file_and_field() {
     for (latency, want) in cases {
         let dir = tempfile::tempdir().unwrap();
         let config = write_config(dir.path(), &latency, &[1]);
-        let out = rein(args(&["check", &config]), "http://127.0.0.1:9".into()).await;
+        let out = rein(&["check", &config], "http://127.0.0.1:9").await;
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{latency}\n{stderr}");
         // `FILE:LINE:COL: field: message`: every refusal is placed.
@@ -143,7 +120,7 @@ async fn rein_check_refuses_a_scale_that_cannot_work_naming_file_and_field() {
     // The same tool with a sound scale passes.
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), SCALED, &[1]);
-    let out = rein(args(&["check", &config]), "http://127.0.0.1:9".into()).await;
+    let out = rein(&["check", &config], "http://127.0.0.1:9").await;
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -164,17 +141,17 @@ async fn rein_latency_shows_a_row_per_bucket_with_its_own_plan() {
     let desk = OrderDesk::start_with(OrderDeskConfig::default().with_faults(faults))
         .await
         .unwrap();
-    let url = desk.base_url().to_owned();
+    let url = desk.base_url();
     let dir = tempfile::tempdir().unwrap();
     // Two small calls (20 ms at the desk) and a large one (400 ms) per
     // process, three processes.
     let config = write_config(dir.path(), SCALED, &[10, 200, 10]);
     let db = dir.path().join("data/rein.db").display().to_string();
-    let run = args(&[
+    let run = [
         "run", "--config", &config, "--agent", "desk", "--input", "Look.", "--data", &db, "--json",
-    ]);
+    ];
     for _ in 0..2 {
-        let out = rein(run.clone(), url.clone()).await;
+        let out = rein(&run, url).await;
         assert_eq!(
             out.status.code(),
             Some(0),
@@ -183,7 +160,7 @@ async fn rein_latency_shows_a_row_per_bucket_with_its_own_plan() {
         );
     }
     // Each call's event names its bucket.
-    let out = rein(run.clone(), url.clone()).await;
+    let out = rein(&run, url).await;
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     let buckets: Vec<&str> = doc["events"]
         .as_array()
@@ -194,36 +171,16 @@ async fn rein_latency_shows_a_row_per_bucket_with_its_own_plan() {
         .collect();
     assert_eq!(buckets, ["0-100", "101-1000", "0-100"]);
 
-    let out = rein(
-        args(&["latency", "--data", &db, "--config", &config, "--json"]),
-        url.clone(),
-    )
-    .await;
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let subject = |name: &str| {
-        doc["subjects"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["subject"] == name)
-            .cloned()
-            .unwrap_or_else(|| panic!("no {name} in {doc:#}"))
-    };
+    let doc = latency_json(&db, &config, url).await;
     // Six small calls: the small bucket is observed (2 × ~20 ms).
-    let small = subject("tool_scale:get_order/0-100");
+    let small = subject(&doc, "tool_scale:get_order/0-100");
     assert_eq!(small["observed"]["samples"], 6, "{small:#}");
     assert_eq!(small["tool"]["planned"], "observed", "{small:#}");
     assert_eq!(small["tool"]["scale"]["bucket"], "0-100");
     let small_allowance = small["tool"]["allowance_us"].as_u64().unwrap();
     assert!(small_allowance >= 40_000, "{small:#}");
     // Three large calls: observed too, with its own, larger, profile.
-    let large = subject("tool_scale:get_order/101-1000");
+    let large = subject(&doc, "tool_scale:get_order/101-1000");
     assert_eq!(large["observed"]["samples"], 3, "{large:#}");
     assert_eq!(large["tool"]["planned"], "observed");
     let large_allowance = large["tool"]["allowance_us"].as_u64().unwrap();
@@ -233,23 +190,19 @@ async fn rein_latency_shows_a_row_per_bucket_with_its_own_plan() {
         "a small call is not planned like a large one: {small:#} {large:#}"
     );
     // The overflow bucket was never called: the fallback.
-    let overflow = subject("tool_scale:get_order/1001+");
+    let overflow = subject(&doc, "tool_scale:get_order/1001+");
     assert!(overflow["observed"].is_null(), "{overflow:#}");
     assert_eq!(overflow["tool"]["planned"], "fallback");
     assert_eq!(overflow["tool"]["allowance_us"], 10_000_000);
     // The tool-wide row sums them and names the scale.
-    let tool = subject("tool:get_order");
+    let tool = subject(&doc, "tool:get_order");
     assert_eq!(tool["observed"]["samples"], 9);
     assert_eq!(tool["tool"]["scale"]["arg"], "args.rows");
     assert_eq!(tool["tool"]["scale"]["buckets"], json!([100, 1000]));
     assert!(tool["tool"]["scale"]["bucket"].is_null());
 
     // The table: a line per bucket.
-    let out = rein(
-        args(&["latency", "--data", &db, "--config", &config]),
-        url.clone(),
-    )
-    .await;
+    let out = rein(&["latency", "--data", &db, "--config", &config], url).await;
     let table = String::from_utf8_lossy(&out.stdout);
     for (subject, planned) in [
         ("tool_scale:get_order/0-100", "observed"),

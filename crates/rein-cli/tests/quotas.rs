@@ -19,7 +19,10 @@ use rein_testkit::order_desk::{Fault, Faults, GET_ORDER, OrderDesk, OrderDeskCon
 use serde_json::{Value, json};
 
 mod common;
-use common::{Server, example_dir, serve_command};
+use common::Server;
+use common::tenants::{
+    EXAMPLE_LIMITS, HOLDABLE, get_as, patient_client, serve, tenant_config, until,
+};
 
 /// The tenants and their bearer keys.
 const TENANTS: [(&str, &str); 3] = [
@@ -32,15 +35,6 @@ const TENANTS: [(&str, &str); 3] = [
 /// bound that fails, not a measurement).
 const PATIENCE: Duration = Duration::from_secs(60);
 
-/// A client that gives up after [`PATIENCE`]: a request a broken
-/// mechanism leaves hanging fails the test instead of hanging it.
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(PATIENCE)
-        .build()
-        .unwrap()
-}
-
 fn key_of(tenant: &str) -> &'static str {
     TENANTS.iter().find(|(t, _)| *t == tenant).unwrap().1
 }
@@ -51,58 +45,22 @@ fn key_of(tenant: &str) -> &'static str {
 /// timeout), a key per tenant, and `server`
 /// appended (`[server.queue]`, `[server.quotas]` …).
 fn config(dir: &Path, server: &str) -> PathBuf {
-    use sha2::Digest as _;
-    let mut text = std::fs::read_to_string(example_dir().join("rein.toml")).unwrap();
-    for (from, to) in [
-        (
-            "rate_per_sec = 20.0\nburst = 40\nmax_concurrency = 8",
-            "rate_per_sec = 100000.0\nburst = 100000\nmax_concurrency = 64",
-        ),
-        (
-            "p50 = \"20ms\"\np95 = \"60ms\"\np99 = \"120ms\"",
-            "p50 = \"20ms\"\np95 = \"60ms\"\np99 = \"100s\"",
-        ),
-        // A held call outlasts the test's patience: nothing ends or frees
-        // a slot unless the test releases it.
-        ("wall_clock = \"30s\"", "wall_clock = \"300s\""),
-    ] {
-        assert!(text.contains(from), "the example config still has {from:?}");
-        text = text.replace(from, to);
-    }
-    for (tenant, key) in TENANTS {
-        let sha: String = sha2::Sha256::digest(key.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        text.push_str(&format!(
-            "\n[[server.api_keys]]\ntenant = \"{tenant}\"\nsha256 = \"{sha}\"\n"
-        ));
-    }
-    // `/metrics` without a key, so the test reads the counters.
-    text = text.replacen("\n[server]\n", "\n[server]\nmetrics = \"open\"\n", 1);
-    text.push('\n');
-    text.push_str(server);
-    std::fs::write(dir.join("rein.toml"), text).unwrap();
-    std::fs::copy(
-        example_dir().join("demo.script.json"),
-        dir.join("demo.script.json"),
-    )
-    .unwrap();
-    dir.join("rein.toml")
-}
-
-async fn serve(config: &Path, db: &Path, desk: &OrderDesk, sabotage: &str) -> Server {
-    let command = serve_command(
-        std::process::Command::new(env!("CARGO_BIN_EXE_rein")),
-        config,
-        db,
+    let [latency, wall_clock] = HOLDABLE;
+    tenant_config(
+        dir,
+        &TENANTS,
         &[
-            ("ORDER_DESK_URL", desk.base_url()),
-            ("MOCK_MODEL_URL", "http://127.0.0.1:2"),
-            ("REIN_SABOTAGE", sabotage),
+            (
+                EXAMPLE_LIMITS,
+                "rate_per_sec = 100000.0\nburst = 100000\nmax_concurrency = 64",
+            ),
+            latency,
+            wall_clock,
+            // `/metrics` without a key, so the test reads the counters.
+            ("\n[server]\n", "\n[server]\nmetrics = \"open\"\n"),
         ],
-    );
-    Server::spawn_async(command).await
+        server,
+    )
 }
 
 /// A submission's answer: status, `Retry-After`, body.
@@ -141,27 +99,6 @@ fn sync() -> Value {
     json!({"input": "Move order A-1001."})
 }
 
-async fn get(client: &reqwest::Client, server: &Server, tenant: &str, path: &str) -> Value {
-    client
-        .get(server.url(path))
-        .bearer_auth(key_of(tenant))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
-/// Polls `check` until it holds (at most [`PATIENCE`]).
-async fn until<F: std::future::Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
-    let end = tokio::time::Instant::now() + PATIENCE;
-    while !check().await {
-        assert!(tokio::time::Instant::now() < end, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tenant_over_its_submission_rate_gets_429_with_the_buckets_retry_after() {
     let desk = OrderDesk::start().await.unwrap();
@@ -172,7 +109,7 @@ async fn a_tenant_over_its_submission_rate_gets_429_with_the_buckets_retry_after
          [server.quotas.tenants.gold]\nsubmissions_per_sec = 0.1\nsubmission_burst = 1\n",
     );
     let server = serve(&limited, &dir.path().join("rein.db"), &desk, "").await;
-    let client = client();
+    let client = patient_client(PATIENCE);
     for _ in 0..2 {
         assert_eq!(
             submit(&client, &server, "noisy", queued()).await.status,
@@ -246,7 +183,7 @@ async fn a_tenant_at_max_running_gets_429_for_sync_and_its_queued_runs_wait() {
         "[server.queue]\nworkers = 2\n[server.quotas]\nmax_running = 2\nmax_queued = 1\n",
     );
     let server = serve(&path, &dir.path().join("rein.db"), &desk, "").await;
-    let client = client();
+    let client = patient_client(PATIENCE);
     // Two sync runs of noisy, each held at the desk in its first call.
     let mut held = Vec::new();
     for _ in 0..2 {
@@ -263,7 +200,7 @@ async fn a_tenant_at_max_running_gets_429_for_sync_and_its_queued_runs_wait() {
                 .as_u16()
         }));
     }
-    until("two runs held at the desk", || async {
+    until(PATIENCE, "two runs held at the desk", || async {
         desk.held_count() == 2
     })
     .await;
@@ -281,12 +218,18 @@ async fn a_tenant_at_max_running_gets_429_for_sync_and_its_queued_runs_wait() {
     // worker passes noisy over at its cap.
     let quiet = submit(&client, &server, "quiet", queued()).await;
     assert_eq!(quiet.status, 202);
-    until("quiet's run held at the desk", || async {
+    until(PATIENCE, "quiet's run held at the desk", || async {
         desk.held_count() == 3
     })
     .await;
     let noisy_id = waiting.body["run_id"].as_str().unwrap().to_owned();
-    let noisy_run = get(&client, &server, "noisy", &format!("/v1/runs/{noisy_id}")).await;
+    let noisy_run = get_as(
+        &client,
+        &server,
+        key_of("noisy"),
+        &format!("/v1/runs/{noisy_id}"),
+    )
+    .await;
     assert_eq!(noisy_run["status"], "queued", "{noisy_run}");
 
     // Released, everything ends, noisy's queued run too.
@@ -295,10 +238,10 @@ async fn a_tenant_at_max_running_gets_429_for_sync_and_its_queued_runs_wait() {
     for task in held {
         assert_eq!(task.await.unwrap(), 200);
     }
-    until("noisy's queued run ended", || {
+    until(PATIENCE, "noisy's queued run ended", || {
         let (client, server, path) = (&client, &server, format!("/v1/runs/{noisy_id}"));
         async move {
-            let run = get(client, server, "noisy", &path).await;
+            let run = get_as(client, server, key_of("noisy"), &path).await;
             run["status"] != "queued" && run["status"] != "running"
         }
     })
@@ -314,9 +257,15 @@ async fn queued_and_started(
     tenant: &str,
     id: &str,
 ) -> (u64, u64) {
-    let run = get(client, server, tenant, &format!("/v1/runs/{id}")).await;
+    let run = get_as(client, server, key_of(tenant), &format!("/v1/runs/{id}")).await;
     let created = run["created_at_ms"].as_u64().unwrap();
-    let events = get(client, server, tenant, &format!("/v1/runs/{id}/events")).await;
+    let events = get_as(
+        client,
+        server,
+        key_of(tenant),
+        &format!("/v1/runs/{id}/events"),
+    )
+    .await;
     let list = events
         .as_array()
         .or_else(|| events["events"].as_array())
@@ -335,10 +284,10 @@ async fn quiet_run(client: &reqwest::Client, server: &Server) -> (u64, u64) {
     let answer = submit(client, server, "quiet", queued()).await;
     assert_eq!(answer.status, 202, "{}", answer.body);
     let id = answer.body["run_id"].as_str().unwrap().to_owned();
-    until("quiet's run ended", || {
+    until(PATIENCE, "quiet's run ended", || {
         let path = format!("/v1/runs/{id}");
         async move {
-            let run = get(client, server, "quiet", &path).await;
+            let run = get_as(client, server, key_of("quiet"), &path).await;
             run["status"] != "queued" && run["status"] != "running"
         }
     })
@@ -384,7 +333,7 @@ async fn quiet_behind_noisy(sabotage: &str, quiet_runs: usize) -> QuietBehindNoi
     let db = dir.path().join("rein.db");
     let a = serve(&path, &db, &desk, sabotage).await;
     let b = serve(&path, &db, &desk, sabotage).await;
-    let client = client();
+    let client = patient_client(PATIENCE);
     let mut idle = Vec::new();
     for i in 0..quiet_runs {
         let server = if i % 2 == 0 { &a } else { &b };
@@ -494,7 +443,7 @@ async fn a_sync_run_gets_the_interactive_reserve_under_a_batch_flood() {
     )
     .await
     .unwrap();
-    let client = client();
+    let client = patient_client(PATIENCE);
     for reserve in [1, 0] {
         let dir = tempfile::tempdir().unwrap();
         let path = config(
@@ -511,7 +460,7 @@ async fn a_sync_run_gets_the_interactive_reserve_under_a_batch_flood() {
             );
         }
         let batch = 3 - reserve;
-        until("the batch runs hold their slots", || async {
+        until(PATIENCE, "the batch runs hold their slots", || async {
             desk.held_count() == batch
         })
         .await;
@@ -537,8 +486,8 @@ async fn a_sync_run_gets_the_interactive_reserve_under_a_batch_flood() {
         if reserve == 1 {
             // Its run exists and its call arrived at the desk while the
             // batch runs hold theirs (none can end: every call is held).
-            until("the sync run's call at the desk", || async {
-                let page = get(&client, &server, "quiet", "/v1/runs").await;
+            until(PATIENCE, "the sync run's call at the desk", || async {
+                let page = get_as(&client, &server, key_of("quiet"), "/v1/runs").await;
                 let id = page["runs"][0]["run_id"].as_str().map(str::to_owned);
                 id.is_some_and(|id| {
                     desk.requests()

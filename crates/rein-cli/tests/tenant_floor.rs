@@ -28,11 +28,13 @@ use rein_core::event::EventKind;
 use rein_core::{RunId, TenantId};
 use rein_store::RunStore;
 use rein_testkit::order_desk::{Fault, Faults, GET_ORDER, OrderDesk, OrderDeskConfig};
-use serde_json::{Value, json};
 
 mod common;
 mod queue_wait;
-use common::{Server, example_dir, serve_command};
+use common::Server;
+use common::tenants::{
+    EXAMPLE_LIMITS, HOLDABLE, get_as, patient_client, serve, submit_queued, tenant_config, until,
+};
 
 /// The tenants and their bearer keys.
 const TENANTS: [(&str, &str); 2] = [("noisy", "key-noisy"), ("quiet", "key-quiet")];
@@ -59,103 +61,26 @@ fn key_of(tenant: &str) -> &'static str {
 /// `held`, `get_order` allowed to be held for longer than the test waits
 /// (its latency profile and the run's wall clock bound its timeout).
 fn config(dir: &Path, held: bool) -> PathBuf {
-    use sha2::Digest as _;
-    let mut text = std::fs::read_to_string(example_dir().join("rein.toml")).unwrap();
     let mut edits = vec![(
-        "rate_per_sec = 20.0\nburst = 40\nmax_concurrency = 8",
+        EXAMPLE_LIMITS,
         // No concurrency limit: an adaptive one shrinks as held calls
         // come back late, and the pace would be the governor's.
         "rate_per_sec = 100000.0\nburst = 100000",
     )];
     if held {
-        edits.push((
-            "p50 = \"20ms\"\np95 = \"60ms\"\np99 = \"120ms\"",
-            "p50 = \"20ms\"\np95 = \"60ms\"\np99 = \"100s\"",
-        ));
-        edits.push(("wall_clock = \"30s\"", "wall_clock = \"300s\""));
+        edits.extend(HOLDABLE);
     }
-    for (from, to) in edits {
-        assert!(text.contains(from), "the example config still has {from:?}");
-        text = text.replace(from, to);
-    }
-    for (tenant, key) in TENANTS {
-        let sha: String = sha2::Sha256::digest(key.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        text.push_str(&format!(
-            "\n[[server.api_keys]]\ntenant = \"{tenant}\"\nsha256 = \"{sha}\"\n"
-        ));
-    }
-    text.push_str(&format!("\n[server.queue]\nworkers = {WORKERS}\n"));
-    std::fs::write(dir.join("rein.toml"), text).unwrap();
-    std::fs::copy(
-        example_dir().join("demo.script.json"),
-        dir.join("demo.script.json"),
+    tenant_config(
+        dir,
+        &TENANTS,
+        &edits,
+        &format!("[server.queue]\nworkers = {WORKERS}\n"),
     )
-    .unwrap();
-    dir.join("rein.toml")
-}
-
-async fn serve(config: &Path, db: &Path, desk: &OrderDesk, sabotage: &str) -> Server {
-    let command = serve_command(
-        std::process::Command::new(env!("CARGO_BIN_EXE_rein")),
-        config,
-        db,
-        &[
-            ("ORDER_DESK_URL", desk.base_url()),
-            ("MOCK_MODEL_URL", "http://127.0.0.1:2"),
-            ("REIN_SABOTAGE", sabotage),
-        ],
-    );
-    Server::spawn_async(command).await
-}
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(PATIENCE)
-        .build()
-        .unwrap()
-}
-
-/// Queues a run of `tenant`; its id.
-async fn submit(client: &reqwest::Client, server: &Server, tenant: &str) -> String {
-    let response = client
-        .post(server.url("/v1/agents/order_desk/runs"))
-        .bearer_auth(key_of(tenant))
-        .json(&json!({"input": "Move order A-1001.", "mode": "queued"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 202);
-    let body: Value = response.json().await.unwrap();
-    body["run_id"].as_str().unwrap().to_owned()
-}
-
-async fn get(client: &reqwest::Client, server: &Server, tenant: &str, path: &str) -> Value {
-    client
-        .get(server.url(path))
-        .bearer_auth(key_of(tenant))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
 }
 
 async fn status(client: &reqwest::Client, server: &Server, tenant: &str, id: &str) -> String {
-    let run = get(client, server, tenant, &format!("/v1/runs/{id}")).await;
+    let run = get_as(client, server, key_of(tenant), &format!("/v1/runs/{id}")).await;
     run["status"].as_str().unwrap_or_default().to_owned()
-}
-
-/// Polls `check` until it holds (at most [`PATIENCE`]).
-async fn until<F: std::future::Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
-    let end = tokio::time::Instant::now() + PATIENCE;
-    while !check().await {
-        assert!(tokio::time::Instant::now() < end, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// The first event of `kind` of run `id` in the store (unix ms).
@@ -269,21 +194,21 @@ async fn behind_held_backlog(sabotage: &str, saturated: usize) -> Held {
         serve(&path, &db, &desk, sabotage).await,
         serve(&path, &db, &desk, sabotage).await,
     ];
-    let client = client();
+    let client = patient_client(PATIENCE);
     // Alone first: quiet's idle queue wait on the same servers.
     let mut idle = Vec::new();
     for i in 0..QUIET_HELD {
         idle.push(quiet_run_held(&client, &servers[i % 2], &desk).await.0);
     }
     let flood = futures_util::future::join_all(
-        (0..BACKLOG).map(|i| submit(&client, &servers[i % 2], "noisy")),
+        (0..BACKLOG).map(|i| submit_queued(&client, &servers[i % 2], key_of("noisy"))),
     )
     .await;
     assert_eq!(flood.len(), BACKLOG);
     let mut quiet = Vec::new();
     let mut releases = Vec::new();
     for i in 0..QUIET_HELD {
-        until("noisy holds every worker it may", || async {
+        until(PATIENCE, "noisy holds every worker it may", || async {
             desk.held_count() >= saturated
         })
         .await;
@@ -316,7 +241,7 @@ async fn quiet_run_held(
     server: &Server,
     desk: &OrderDesk,
 ) -> (String, usize) {
-    let id = submit(client, server, "quiet").await;
+    let id = submit_queued(client, server, key_of("quiet")).await;
     let mut released = 0;
     let end = tokio::time::Instant::now() + PATIENCE;
     while status(client, server, "quiet", &id).await == "queued" {
@@ -334,7 +259,7 @@ async fn quiet_run_held(
     }
     // Started: let it (and the noisy runs held with it) go on, and wait
     // for its end, so the next quiet run finds quiet with nothing running.
-    until("quiet's run ended", || async {
+    until(PATIENCE, "quiet's run ended", || async {
         desk.release_held();
         !matches!(
             status(client, server, "quiet", &id).await.as_str(),

@@ -25,6 +25,8 @@ pub mod sabotage;
 mod secrets;
 pub mod startup;
 pub mod telemetry;
+#[cfg(feature = "test-util")]
+pub mod testing;
 pub mod tool;
 
 // The adapters under their former paths, for embedders that import them.

@@ -10,20 +10,17 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{answer, call, pause_safe};
+use common::call;
+use common::configured::{degradations, engine, registry, run, write_config};
 use rein_core::event::{BaselineSource, ToolCallStarted};
 use rein_core::latency::ScaleBucket;
 use rein_core::{Event, EventData, Outcome};
-use rein_engine::bind::{bind_agent, process_env};
-use rein_engine::config::{CompiledSchemas, Loader, Registry};
-use rein_engine::run::{Engine, Observer, RunRequest};
-use rein_store::{HealthStore, Store};
+use rein_store::HealthStore;
 use rein_store_sqlite::SqliteStore;
 use rein_testkit::order_desk::{Fault, Faults, GET_ORDER, OrderDesk, OrderDeskConfig};
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// Rows of a small call: 20 ms at the desk, bucket `0-100`.
 const SMALL: u64 = 10;
@@ -74,26 +71,11 @@ no_progress_window = 100
 /// A config directory (allowance factor `factor`) whose script looks up
 /// one order per entry of `rows`, asking for that many rows, then answers.
 fn config(dir: &std::path::Path, factor: u32, rows: &[u64]) -> std::path::PathBuf {
-    let mut turns: Vec<Value> = rows
+    let turns = rows
         .iter()
         .map(|n| call(GET_ORDER, json!({ "order_id": "A-1001", "rows": n })))
         .collect();
-    turns.push(answer("Looked them up."));
-    std::fs::write(
-        dir.join("script.json"),
-        json!({ "turns": turns }).to_string(),
-    )
-    .unwrap();
-    let path = dir.join("rein.toml");
-    std::fs::write(&path, CONFIG.replace("FACTOR", &factor.to_string())).unwrap();
-    path
-}
-
-fn registry(path: &std::path::Path, desk: &OrderDesk) -> Registry {
-    let url = desk.base_url().to_owned();
-    Loader::with_env(move |name| (name == "ORDER_DESK_URL").then(|| url.clone()))
-        .load(path)
-        .unwrap_or_else(|e| panic!("{e}"))
+    write_config(dir, &CONFIG.replace("FACTOR", &factor.to_string()), turns)
 }
 
 /// A desk that sleeps `per_row` for every row a lookup asks for.
@@ -111,42 +93,6 @@ fn slow_by(per_row: Duration) -> Faults {
             per_unit: per_row,
         },
     )
-}
-
-/// One process: its own store handle on the shared file, its engine.
-fn engine(db: &std::path::Path, registry: &Registry) -> Engine {
-    let sqlite: Arc<dyn Store> = Arc::new(SqliteStore::open(db).unwrap());
-    let store: Arc<dyn Store> = Arc::new(pause_safe(sqlite));
-    let client = rein_engine::run::http_client().unwrap();
-    Engine::builder(store)
-        .rng_seed(7)
-        .registry(registry, &client, process_env())
-        .build()
-        .unwrap()
-}
-
-/// Runs the agent `desk` of `registry` on `engine`; its events.
-async fn run(engine: &Engine, registry: &Registry) -> (Outcome, Vec<Event>) {
-    let client = rein_engine::run::http_client().unwrap();
-    let agent = bind_agent(registry, "desk", &client, &|_| None).unwrap();
-    let schemas = CompiledSchemas::compile(registry).unwrap();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let sink = seen.clone();
-    let observer: Observer = Arc::new(move |e: &Event| sink.lock().unwrap().push(e.clone()));
-    let out = engine
-        .run(
-            &agent,
-            &schemas,
-            RunRequest {
-                input: "Look the orders up.".into(),
-                observer: Some(observer),
-                ..RunRequest::default()
-            },
-        )
-        .await
-        .unwrap();
-    let events = seen.lock().unwrap().clone();
-    (out.report.outcome, events)
 }
 
 /// Every tool attempt's allowance and bucket, in order.
@@ -274,13 +220,7 @@ async fn a_slowing_of_the_large_calls_alone_is_reported_for_their_bucket() {
     let reg = registry(&path, &desk);
     let (outcome, events) = run(&engine, &reg).await;
     assert_eq!(outcome, Outcome::Succeeded, "{events:#?}");
-    let degraded: Vec<_> = events
-        .iter()
-        .filter_map(|e| match &e.data {
-            EventData::LatencyDegraded(d) => Some(d.clone()),
-            _ => None,
-        })
-        .collect();
+    let degraded = degradations(&events);
     assert_eq!(degraded.len(), 1, "{degraded:?}");
     assert_eq!(degraded[0].subject, "tool_scale:get_order/101-1000");
     assert_eq!(degraded[0].baseline_source, BaselineSource::Observed);

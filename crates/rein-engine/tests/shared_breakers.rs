@@ -6,15 +6,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use rein_core::Timestamp;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rein_core::breaker::{DEFAULT_BREAK_DURATION, DEFAULT_CLOSE_AFTER_SUCCESSES};
 use rein_core::{Category, Clock, EventKind, ManualClock};
-use rein_engine::provider::{Message, ModelProvider, ModelRequest, OpenAiProvider, StreamSettings};
-use rein_engine::run::{
-    CancellationToken, Engine, ModelAsk, ModelBinding, ModelError, ModelLink, Observer,
-};
+use rein_engine::run::{Engine, ModelBinding, ModelError};
+use rein_engine::testing::{openai_binding as binding, question};
 use rein_store::Store;
 use rein_store_sqlite::SqliteStore;
 use rein_testkit::mock_model::{MockModel, MockModelConfig, Reply};
@@ -22,65 +20,6 @@ use serde_json::Value;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
-}
-
-/// A binding of the provider `primary` at `base_url` alone.
-fn binding(base_url: &str) -> ModelBinding {
-    let provider: Arc<dyn ModelProvider> = Arc::new(OpenAiProvider::new(
-        "primary",
-        base_url,
-        None,
-        Duration::from_secs(5),
-        rein_engine::run::http_client().unwrap(),
-    ));
-    ModelBinding {
-        name: "b".into(),
-        primary: ModelLink {
-            provider,
-            model: "primary-model".into(),
-            price: None,
-            max_output_tokens: None,
-        },
-        fallbacks: Vec::new(),
-        context_fallbacks: Vec::new(),
-        provider_limits: std::collections::BTreeMap::new(),
-        provider_tokens: Default::default(),
-        retry: rein_core::retry::RetryPolicy::default(),
-        model_latency: rein_core::LatencyProfile::new(ms(5), ms(50), ms(100), 0).unwrap(),
-        stream: StreamSettings::default(),
-    }
-}
-
-/// The events an observer kept.
-type Seen = Arc<Mutex<Vec<(EventKind, Value)>>>;
-
-/// A question, with an observer that keeps its events.
-fn question() -> (ModelAsk, Seen) {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let sink = seen.clone();
-    let observer: Observer = Arc::new(move |e: &rein_core::Event| {
-        sink.lock()
-            .unwrap()
-            .push((e.kind(), e.data.to_value().unwrap()));
-    });
-    let ask = ModelAsk {
-        request: ModelRequest {
-            model: String::new(),
-            messages: vec![Message::User {
-                content: "Hi.".into(),
-            }],
-            tools: Vec::new(),
-            max_tokens: None,
-            options: Default::default(),
-        },
-        deadline: Duration::from_secs(10),
-        stream: false,
-        cancel: CancellationToken::new(),
-        observer: Some(observer),
-        tenant: None,
-        trace_parent: None,
-    };
-    (ask, seen)
 }
 
 /// One node: its own store handle on the shared file, its own clock.

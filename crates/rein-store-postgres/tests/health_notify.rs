@@ -8,12 +8,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use rein_store::Timestamp;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rein_core::{Category, EventKind, ManualClock};
-use rein_engine::provider::{Message, ModelProvider, ModelRequest, OpenAiProvider, StreamSettings};
-use rein_engine::run::{CancellationToken, Engine, ModelAsk, ModelBinding, ModelLink, Observer};
+use rein_engine::run::{Engine, ModelBinding};
+use rein_engine::testing::{openai_binding as binding, question};
 use rein_store::{BreakerOpening, HealthStore as _, Notification, RunStore as _, Store};
 use rein_store_postgres::scratch::ScratchDatabase;
 use rein_store_postgres::{PostgresOptions, PostgresStore};
@@ -110,67 +110,9 @@ async fn openings_published_and_cleared_on_one_store_are_notified_to_another() {
     database.drop_database().await;
 }
 
-/// A binding of the provider `primary` at `base_url` alone.
-fn binding(base_url: &str) -> ModelBinding {
-    let provider: Arc<dyn ModelProvider> = Arc::new(OpenAiProvider::new(
-        "primary",
-        base_url,
-        None,
-        Duration::from_secs(5),
-        rein_engine::run::http_client().unwrap(),
-    ));
-    ModelBinding {
-        name: "b".into(),
-        primary: ModelLink {
-            provider,
-            model: "primary-model".into(),
-            price: None,
-            max_output_tokens: None,
-        },
-        fallbacks: Vec::new(),
-        context_fallbacks: Vec::new(),
-        provider_limits: std::collections::BTreeMap::new(),
-        provider_tokens: Default::default(),
-        retry: rein_core::retry::RetryPolicy::default(),
-        model_latency: rein_core::LatencyProfile::new(
-            Duration::from_millis(5),
-            Duration::from_millis(50),
-            Duration::from_millis(100),
-            0,
-        )
-        .unwrap(),
-        stream: StreamSettings::default(),
-    }
-}
-
-type Seen = Arc<Mutex<Vec<(EventKind, Value)>>>;
-
 /// Asks once through `engine`; the events it emitted.
 async fn ask(engine: &Engine, b: &ModelBinding) -> (Option<Category>, Vec<(EventKind, Value)>) {
-    let seen: Seen = Arc::new(Mutex::new(Vec::new()));
-    let sink = seen.clone();
-    let observer: Observer = Arc::new(move |e: &rein_core::Event| {
-        sink.lock()
-            .unwrap()
-            .push((e.kind(), e.data.to_value().unwrap()));
-    });
-    let request = ModelAsk {
-        request: ModelRequest {
-            model: String::new(),
-            messages: vec![Message::User {
-                content: "Hi.".into(),
-            }],
-            tools: Vec::new(),
-            max_tokens: None,
-            options: Default::default(),
-        },
-        deadline: Duration::from_secs(10),
-        stream: false,
-        cancel: CancellationToken::new(),
-        observer: Some(observer),
-        tenant: None,
-        trace_parent: None,
-    };
+    let (request, seen) = question();
     let failed = engine.ask_model(b, request).await.err().map(|e| e.category);
     let events = seen.lock().unwrap().clone();
     (failed, events)

@@ -24,6 +24,10 @@ use rein_store::SpanRef;
 use rein_store::StoreError;
 use rein_store::rules::validate_owner;
 use rein_store::rules::{claimed, validate_claim, validate_singleton_text};
+use rein_store::rules::{
+    marked, next_seq as seq_after, reopened_outcome, same_run, stamp_revision as stamp,
+    validate_delta_step, validate_reopen, validate_revised_report, validate_status_change,
+};
 use rein_store::rules::{published, validate_breaker_text, validate_opening};
 use rein_store::rules::{record_not_found, validate_reservation};
 use rein_store::{Checkpoint, CheckpointDelta};
@@ -96,18 +100,6 @@ fn require_run(conn: &Connection, run_id: &RunId) -> Result<(), StoreError> {
     found
         .map(drop)
         .ok_or_else(|| StoreError::run_not_found(run_id))
-}
-
-fn same_run(what: &'static str, expected: &RunId, found: &RunId) -> Result<(), StoreError> {
-    if expected == found {
-        Ok(())
-    } else {
-        Err(StoreError::Invalid {
-            what,
-            expected: format!("run {expected}"),
-            found: format!("run {found}"),
-        })
-    }
 }
 
 pub fn create_run(conn: &Connection, run: NewRun) -> Result<RunRecord, StoreError> {
@@ -449,14 +441,7 @@ fn next_seq(conn: &Connection, table: &'static str, run_id: &RunId) -> Result<u6
         .sql()?
         .query_row([run_id.as_str()], |row| row.get(0))
         .sql()?;
-    u64::try_from(max)
-        .ok()
-        .and_then(|max| max.checked_add(1))
-        .ok_or_else(|| StoreError::Corrupt {
-            table,
-            column: "seq",
-            reason: format!("expected a sequence from 1, found maximum {max} (run {run_id})"),
-        })
+    seq_after(table, run_id, max)
 }
 
 /// Applies a [`StepCommit`] in the order it documents. The caller provides
@@ -592,8 +577,8 @@ fn stamp_revision(
     run_id: &RunId,
     report: &mut RunReport,
 ) -> Result<(), StoreError> {
-    if let Some(basis) = report.basis.as_mut() {
-        basis.ledger_revision = Some(ledger_revision(conn, run_id)?);
+    if report.basis.is_some() {
+        stamp(Some(report), ledger_revision(conn, run_id)?);
     }
     Ok(())
 }
@@ -606,16 +591,7 @@ fn revise_report(
     current: RunStatus,
     report: &RunReport,
 ) -> Result<RunRecord, StoreError> {
-    if current.outcome() != Some(report.outcome) {
-        return Err(StoreError::Invalid {
-            what: "revised report outcome",
-            expected: match current.outcome() {
-                Some(outcome) => format!("{outcome} (the run's final outcome)"),
-                None => format!("a finished run, not a {current} one"),
-            },
-            found: report.outcome.to_string(),
-        });
-    }
+    validate_revised_report(current, report)?;
     conn.prepare_cached("UPDATE runs SET report = ?2 WHERE run_id = ?1")
         .sql()?
         .execute(params![run_id.as_str(), json_text(report, "run report")?])
@@ -704,20 +680,11 @@ fn apply_mark(
     intent_id: &IntentId,
     mark: LedgerMark,
 ) -> Result<LedgerRecord, StoreError> {
-    let mut record =
-        ledger_record(conn, run_id, intent_id)?.ok_or_else(|| StoreError::NotFound {
-            what: "ledger record",
-            id: format!("{run_id}/{intent_id}"),
-        })?;
-    record.status = record.status.transition(mark.status)?;
-    if mark.result.is_some() {
-        record.result = mark.result;
-    }
-    if mark.failure.is_some() {
-        record.failure = mark.failure;
-    }
-    record.attempts = record.attempts.max(mark.attempts);
-    record.updated_at_ms = mark.at_ms;
+    let record = ledger_record(conn, run_id, intent_id)?.ok_or_else(|| StoreError::NotFound {
+        what: "ledger record",
+        id: format!("{run_id}/{intent_id}"),
+    })?;
+    let record = marked(record, mark)?;
     conn.prepare_cached(
         "UPDATE ledger SET status = ?3, result = ?4, failure = ?5, attempts = ?6, \
          updated_at_ms = ?7 WHERE run_id = ?1 AND intent_id = ?2",
@@ -788,14 +755,7 @@ fn write_checkpoint(conn: &Connection, checkpoint: &Checkpoint) -> Result<(), St
 /// delta of that step; refuses any other step (see [`CheckpointDelta`]).
 fn write_checkpoint_delta(conn: &Connection, delta: &CheckpointDelta) -> Result<(), StoreError> {
     let (latest, is_delta) = latest_checkpoint_step(conn, &delta.run_id)?;
-    let next = latest.saturating_add(1);
-    if delta.step != next && !(is_delta && delta.step == latest) {
-        return Err(StoreError::Invalid {
-            what: "checkpoint delta step",
-            expected: format!("{next}, the step after the run's latest checkpoint"),
-            found: delta.step.to_string(),
-        });
-    }
+    validate_delta_step(latest, is_delta, delta.step)?;
     conn.prepare_cached(
         "INSERT INTO checkpoint_deltas (run_id, step, messages, completed_intents, appended, \
          state, consumed_steps, consumed_tokens, consumed_cost_micros, elapsed_ms, at_ms) \
@@ -866,34 +826,13 @@ fn append_events(
 
 /// Reopens a finished, recoverable run (see [`StepCommit::reopen`]).
 fn reopen(conn: &Connection, run_id: &RunId, current: RunStatus) -> Result<(), StoreError> {
-    let Some(outcome) = current.outcome() else {
-        return Err(StoreError::Invalid {
-            what: "reopen",
-            expected: "a finished run".to_owned(),
-            found: current.as_str().to_owned(),
-        });
-    };
+    let outcome = reopened_outcome(current)?;
     let report: Option<String> = conn
         .prepare_cached("SELECT report FROM runs WHERE run_id = ?1")
         .sql()?
         .query_row(params![run_id.as_str()], |row| row.get(0))
         .sql()?;
-    let recoverable = report
-        .as_deref()
-        .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
-        .and_then(|report| {
-            report
-                .get("recoverable")
-                .and_then(serde_json::Value::as_bool)
-        })
-        .unwrap_or(false);
-    if !recoverable {
-        return Err(StoreError::FinishedRun {
-            run_id: run_id.to_string(),
-            outcome,
-            requested: RunStatus::Running,
-        });
-    }
+    validate_reopen(run_id, outcome, report.as_deref())?;
     conn.prepare_cached("UPDATE runs SET status = 'running', report = NULL WHERE run_id = ?1")
         .sql()?
         .execute(params![run_id.as_str()])
@@ -907,26 +846,7 @@ fn set_status(
     current: RunStatus,
     change: StatusChange,
 ) -> Result<RunRecord, StoreError> {
-    if let Some(outcome) = current.outcome() {
-        return Err(StoreError::FinishedRun {
-            run_id: run_id.to_string(),
-            outcome,
-            requested: change.status,
-        });
-    }
-    if let Some(report) = &change.report {
-        let expected = change.status.outcome();
-        if expected != Some(report.outcome) {
-            return Err(StoreError::Invalid {
-                what: "report outcome",
-                expected: match expected {
-                    Some(outcome) => format!("{outcome} (the run's new status)"),
-                    None => format!("absent for a {} run", change.status),
-                },
-                found: report.outcome.to_string(),
-            });
-        }
-    }
+    validate_status_change(run_id, current, &change)?;
     conn.prepare_cached(
         "UPDATE runs SET status = ?2, report = ?3, updated_at_ms = ?4 WHERE run_id = ?1",
     )

@@ -7,7 +7,9 @@ use rein_core::retry::{RETRY_ORDINALS, RetryRecord};
 use rusqlite::{Connection, params};
 
 use super::codec::{SqlResult, int};
-use rein_store::rules::{retry_aged, retry_from_stored, retry_merged, validate_retry_target};
+use rein_store::rules::{
+    RetryMerge, retry_from_stored, retry_merge_step, retry_seen, retry_slot, validate_retry_target,
+};
 use rein_store::{RetryOutcomes, StoreError};
 
 const TABLE: &str = "retry_outcomes";
@@ -24,7 +26,7 @@ fn stored(conn: &Connection, target: &str) -> Result<Option<(RetryRecord, u64)>,
     let mut at: Option<i64> = None;
     while let Some(row) = query.next().sql()? {
         let ordinal: i64 = row.get(0).sql()?;
-        let slot = slot_of(ordinal)?;
+        let slot = retry_slot(TABLE, ordinal)?;
         counts[slot] = (row.get(1).sql()?, row.get(2).sql()?);
         let written: i64 = row.get(3).sql()?;
         at = Some(at.map_or(written, |a| a.max(written)));
@@ -38,19 +40,6 @@ fn stored(conn: &Connection, target: &str) -> Result<Option<(RetryRecord, u64)>,
     )))
 }
 
-/// The slot of a stored ordinal (1-based).
-fn slot_of(ordinal: i64) -> Result<usize, StoreError> {
-    usize::try_from(ordinal)
-        .ok()
-        .and_then(|o| o.checked_sub(1))
-        .filter(|&s| s < RETRY_ORDINALS)
-        .ok_or_else(|| StoreError::Corrupt {
-            table: TABLE,
-            column: "ordinal",
-            reason: format!("expected 1 to {RETRY_ORDINALS}, found {ordinal}"),
-        })
-}
-
 /// Decays and adds each delta to its target's rows (see
 /// `HealthStore::merge_retry_outcomes`). The caller provides the
 /// transaction: its `IMMEDIATE` write lock makes each read-add-write
@@ -60,29 +49,20 @@ pub fn merge_retry_outcomes(
     deltas: &[(String, RetryRecord)],
     at: Timestamp,
 ) -> Result<Vec<RetryOutcomes>, StoreError> {
-    let now_ms = at.as_millis();
     for (target, _) in deltas {
         validate_retry_target(target)?;
     }
-    let now = int(now_ms, "retry updated_at_ms")?;
+    let now = int(at.as_millis(), "retry updated_at_ms")?;
     let mut sums: BTreeMap<String, RetryOutcomes> = BTreeMap::new();
     for (target, delta) in deltas {
-        let found = stored(conn, target)?;
-        if delta.is_empty() {
-            if let Some((record, at)) = found {
-                sums.insert(
-                    target.clone(),
-                    RetryOutcomes {
-                        target: target.clone(),
-                        record: retry_aged(&record, at, now_ms),
-                        updated_at_ms: Timestamp::from_millis(at),
-                    },
-                );
+        let sum = match retry_merge_step(target, stored(conn, target)?, delta, at) {
+            RetryMerge::Unchanged(seen) => {
+                sums.extend(seen.map(|seen| (target.clone(), seen)));
+                continue;
             }
-            continue;
-        }
-        let sum = retry_merged(found, delta, now_ms);
-        for (slot, (tries, successes)) in sum.counts().into_iter().enumerate() {
+            RetryMerge::Write(sum) => sum,
+        };
+        for (slot, (tries, successes)) in sum.record.counts().into_iter().enumerate() {
             conn.prepare_cached(
                 "INSERT INTO retry_outcomes (target, ordinal, tries, successes, updated_at_ms) \
                  VALUES (?1, ?2, ?3, ?4, ?5) \
@@ -93,21 +73,13 @@ pub fn merge_retry_outcomes(
             .execute(params![target, slot + 1, tries, successes, now])
             .sql()?;
         }
-        sums.insert(
-            target.clone(),
-            RetryOutcomes {
-                target: target.clone(),
-                record: sum,
-                updated_at_ms: at,
-            },
-        );
+        sums.insert(target.clone(), sum);
     }
     Ok(sums.into_values().collect())
 }
 
 /// Every stored target's counts, decayed to `now_ms`.
 pub fn retry_outcomes(conn: &Connection, at: Timestamp) -> Result<Vec<RetryOutcomes>, StoreError> {
-    let now_ms = at.as_millis();
     let targets: Vec<String> = {
         let mut statement = conn
             .prepare_cached("SELECT DISTINCT target FROM retry_outcomes ORDER BY target")
@@ -117,17 +89,10 @@ pub fn retry_outcomes(conn: &Connection, at: Timestamp) -> Result<Vec<RetryOutco
     };
     let mut all = Vec::with_capacity(targets.len());
     for target in targets {
-        let Some((record, at)) = stored(conn, &target)? else {
+        let Some(found) = stored(conn, &target)? else {
             continue;
         };
-        let record = retry_aged(&record, at, now_ms);
-        if !record.is_empty() {
-            all.push(RetryOutcomes {
-                target,
-                record,
-                updated_at_ms: Timestamp::from_millis(at),
-            });
-        }
+        all.extend(retry_seen(target, found, at));
     }
     Ok(all)
 }

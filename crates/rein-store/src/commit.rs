@@ -1,8 +1,9 @@
 //! Atomic step writes: [`StepCommit`] and what it returns, [`Committed`].
 
-use rein_core::{Event, IntentId, LedgerRecord, RunReport};
+use rein_core::{Event, IntentId, LedgerRecord, Outcome, RunId, RunReport};
 
 use crate::checkpoint::{Checkpoint, CheckpointDelta};
+use crate::error::StoreError;
 use crate::intent::PlannedIntent;
 use crate::ledger::LedgerMark;
 use crate::run::{RunRecord, RunStatus, StatusChange};
@@ -167,4 +168,305 @@ pub struct Committed {
     pub events: Vec<Event>,
     /// The run after a status change.
     pub run: Option<RunRecord>,
+}
+
+// The rules of a step commit that need no SQL: each backend reads the
+// rows, asks these, and writes what they decide, so SQLite and PostgreSQL
+// refuse and merge alike (re-exported in `crate::rules`).
+
+/// Checks that an item of a commit (`what`) belongs to the run the commit
+/// is made for.
+///
+/// # Errors
+///
+/// [`StoreError::Invalid`] naming both runs otherwise.
+pub fn same_run(what: &'static str, expected: &RunId, found: &RunId) -> Result<(), StoreError> {
+    if expected == found {
+        Ok(())
+    } else {
+        Err(StoreError::Invalid {
+            what,
+            expected: format!("run {expected}"),
+            found: format!("run {found}"),
+        })
+    }
+}
+
+/// The `seq` after the largest one stored in `table` for the run (`0`:
+/// none yet), so sequences run gap-free from 1.
+///
+/// # Errors
+///
+/// [`StoreError::Corrupt`] for a negative or exhausted maximum.
+pub fn next_seq(table: &'static str, run_id: &RunId, max: i64) -> Result<u64, StoreError> {
+    u64::try_from(max)
+        .ok()
+        .and_then(|max| max.checked_add(1))
+        .ok_or_else(|| StoreError::Corrupt {
+            table,
+            column: "seq",
+            reason: format!("expected a sequence from 1, found maximum {max} (run {run_id})"),
+        })
+}
+
+/// The record `mark` leaves (see [`LedgerMark`]'s merge rules): its status
+/// moved along the ledger's state machine, `result` and `failure` replaced
+/// only by a value, `attempts` only grown.
+///
+/// # Errors
+///
+/// [`StoreError::InvalidTransition`] for a move the state machine refuses.
+pub fn marked(mut record: LedgerRecord, mark: LedgerMark) -> Result<LedgerRecord, StoreError> {
+    record.status = record.status.transition(mark.status)?;
+    if mark.result.is_some() {
+        record.result = mark.result;
+    }
+    if mark.failure.is_some() {
+        record.failure = mark.failure;
+    }
+    record.attempts = record.attempts.max(mark.attempts);
+    record.updated_at_ms = mark.at_ms;
+    Ok(record)
+}
+
+/// Checks a checkpoint delta's `step` against the run's latest checkpoint
+/// (`latest`, a delta when `is_delta`): the step after it, or the same
+/// step when that is a delta (replaced).
+///
+/// # Errors
+///
+/// [`StoreError::Invalid`] for any other step.
+pub fn validate_delta_step(latest: u32, is_delta: bool, step: u32) -> Result<(), StoreError> {
+    let next = latest.saturating_add(1);
+    if step != next && !(is_delta && step == latest) {
+        return Err(StoreError::Invalid {
+            what: "checkpoint delta step",
+            expected: format!("{next}, the step after the run's latest checkpoint"),
+            found: step.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Records in `report`'s basis (when it has one) the ledger revision it
+/// reflects: the run's, as the commit leaves it.
+pub fn stamp_revision(report: Option<&mut RunReport>, revision: u64) {
+    if let Some(basis) = report.and_then(|report| report.basis.as_mut()) {
+        basis.ledger_revision = Some(revision);
+    }
+}
+
+/// The outcome of a run a commit reopens (see [`StepCommit::reopen`]).
+///
+/// # Errors
+///
+/// [`StoreError::Invalid`] for a run that has not finished.
+pub fn reopened_outcome(current: RunStatus) -> Result<Outcome, StoreError> {
+    current.outcome().ok_or_else(|| StoreError::Invalid {
+        what: "reopen",
+        expected: "a finished run".to_owned(),
+        found: current.as_str().to_owned(),
+    })
+}
+
+/// Checks that the finished run `run_id` (its `outcome`, its stored
+/// `report` text) may be reopened: its report says it is recoverable. An
+/// absent or unreadable report is not.
+///
+/// # Errors
+///
+/// [`StoreError::FinishedRun`] otherwise.
+pub fn validate_reopen(
+    run_id: &RunId,
+    outcome: Outcome,
+    report: Option<&str>,
+) -> Result<(), StoreError> {
+    let recoverable = report
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
+        .and_then(|report| {
+            report
+                .get("recoverable")
+                .and_then(serde_json::Value::as_bool)
+        })
+        .unwrap_or(false);
+    if recoverable {
+        Ok(())
+    } else {
+        Err(StoreError::FinishedRun {
+            run_id: run_id.to_string(),
+            outcome,
+            requested: RunStatus::Running,
+        })
+    }
+}
+
+/// Checks a status change of run `run_id`, now `current`: the run has not
+/// finished, and a report comes only with a finished status, of its
+/// outcome.
+///
+/// # Errors
+///
+/// [`StoreError::FinishedRun`] for a finished run, [`StoreError::Invalid`]
+/// for a report of another outcome.
+pub fn validate_status_change(
+    run_id: &RunId,
+    current: RunStatus,
+    change: &StatusChange,
+) -> Result<(), StoreError> {
+    if let Some(outcome) = current.outcome() {
+        return Err(StoreError::FinishedRun {
+            run_id: run_id.to_string(),
+            outcome,
+            requested: change.status,
+        });
+    }
+    if let Some(report) = &change.report {
+        let expected = change.status.outcome();
+        if expected != Some(report.outcome) {
+            return Err(StoreError::Invalid {
+                what: "report outcome",
+                expected: match expected {
+                    Some(outcome) => format!("{outcome} (the run's new status)"),
+                    None => format!("absent for a {} run", change.status),
+                },
+                found: report.outcome.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Checks a revised report (see [`StepCommit::revised_report`]) against
+/// the run's status: finished, with the report's outcome.
+///
+/// # Errors
+///
+/// [`StoreError::Invalid`] otherwise.
+pub fn validate_revised_report(current: RunStatus, report: &RunReport) -> Result<(), StoreError> {
+    if current.outcome() == Some(report.outcome) {
+        return Ok(());
+    }
+    Err(StoreError::Invalid {
+        what: "revised report outcome",
+        expected: match current.outcome() {
+            Some(outcome) => format!("{outcome} (the run's final outcome)"),
+            None => format!("a finished run, not a {current} one"),
+        },
+        found: report.outcome.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use rein_core::{LedgerStatus, Timestamp, ToolClass};
+    use serde_json::json;
+
+    use super::*;
+
+    fn run(id: &str) -> RunId {
+        RunId::new(id).unwrap()
+    }
+
+    fn record(status: LedgerStatus) -> LedgerRecord {
+        LedgerRecord {
+            run_id: run("r"),
+            intent_id: IntentId::new("i").unwrap(),
+            seq: 1,
+            step: 1,
+            tool: "t".to_owned(),
+            class: ToolClass::IdempotentWrite,
+            idempotency_key: None,
+            args: json!({}),
+            status,
+            result: Some(json!({"forward": true})),
+            failure: None,
+            attempts: 3,
+            created_at_ms: Timestamp::from_millis(1),
+            updated_at_ms: Timestamp::from_millis(1),
+        }
+    }
+
+    fn mark(status: LedgerStatus, attempts: u32) -> LedgerMark {
+        LedgerMark {
+            status,
+            result: None,
+            failure: None,
+            attempts,
+            at_ms: Timestamp::from_millis(9),
+        }
+    }
+
+    #[test]
+    fn same_run_refuses_an_item_of_another_run() {
+        assert!(same_run("event run id", &run("a"), &run("a")).is_ok());
+        let err = same_run("event run id", &run("a"), &run("b")).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StoreError::Invalid {
+                    what: "event run id",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn next_seq_follows_the_maximum_and_refuses_an_impossible_one() {
+        assert_eq!(next_seq("events", &run("r"), 0).unwrap(), 1);
+        assert_eq!(next_seq("events", &run("r"), 41).unwrap(), 42);
+        assert!(matches!(
+            next_seq("ledger", &run("r"), -1),
+            Err(StoreError::Corrupt {
+                table: "ledger",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_mark_keeps_the_result_grows_attempts_and_follows_the_state_machine() {
+        let done = marked(
+            record(LedgerStatus::Pending),
+            mark(LedgerStatus::Succeeded, 1),
+        )
+        .unwrap();
+        assert_eq!(done.status, LedgerStatus::Succeeded);
+        assert_eq!(done.result, Some(json!({"forward": true})), "kept");
+        assert_eq!(done.attempts, 3, "never shrinks");
+        assert_eq!(done.updated_at_ms, Timestamp::from_millis(9));
+        let more = marked(done, mark(LedgerStatus::Succeeded, 5)).unwrap();
+        assert_eq!(more.attempts, 5, "grows");
+        assert!(matches!(
+            marked(more, mark(LedgerStatus::Pending, 5)),
+            Err(StoreError::InvalidTransition(_))
+        ));
+    }
+
+    #[test]
+    fn a_delta_goes_after_the_latest_checkpoint_or_replaces_the_latest_delta() {
+        assert!(validate_delta_step(0, false, 1).is_ok());
+        assert!(validate_delta_step(3, true, 4).is_ok());
+        assert!(validate_delta_step(3, true, 3).is_ok(), "replaces a delta");
+        assert!(validate_delta_step(3, false, 3).is_err(), "not a whole one");
+        assert!(validate_delta_step(3, true, 5).is_err(), "no gap");
+    }
+
+    #[test]
+    fn only_a_recoverable_finished_run_reopens() {
+        let failed = RunStatus::Finished(Outcome::Failed);
+        assert_eq!(reopened_outcome(failed).unwrap(), Outcome::Failed);
+        assert!(reopened_outcome(RunStatus::Running).is_err());
+        let id = run("r");
+        let ok = json!({"recoverable": true}).to_string();
+        assert!(validate_reopen(&id, Outcome::Failed, Some(&ok)).is_ok());
+        let no = json!({"recoverable": false}).to_string();
+        for report in [None, Some(no.as_str()), Some("{garbage")] {
+            assert!(matches!(
+                validate_reopen(&id, Outcome::Failed, report),
+                Err(StoreError::FinishedRun { .. })
+            ));
+        }
+    }
 }

@@ -52,6 +52,7 @@ mod retry;
 mod share;
 mod stats;
 mod trace;
+mod workload;
 
 pub use cancel::{
     cancel_request_is_recorded_once_and_read_back, cancel_request_refusals_write_nothing,
@@ -79,6 +80,7 @@ pub use share::{
 };
 pub use stats::run_stats_count_a_tenants_window_by_agent_model_and_guardrail;
 pub use trace::run_trace_context_is_stored_and_its_first_span_set_once;
+pub use workload::{workload_run, workload_step};
 
 /// A base time far from the present, so runs made here sort first.
 const BASE_MS: Timestamp = Timestamp::from_millis(4_000_000_000_000);

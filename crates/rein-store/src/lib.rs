@@ -69,13 +69,18 @@ mod trace;
 pub mod conformance;
 
 /// The backend-neutral rules every backend applies inside its own atomic
-/// write: argument checks, and the decisions a claim or a publish makes
-/// from the row it found. Shared so that SQLite and PostgreSQL decide
+/// write: argument checks, the decisions a claim or a publish makes from
+/// the row it found, and what a step commit or a merge writes over the
+/// rows it read. Shared so that SQLite and PostgreSQL decide
 /// alike; the conformance suite holds them to it.
 pub mod rules {
     pub use crate::breaker::{published, validate_breaker_text, validate_opening};
     pub use crate::cancel::{
         requestable as cancel_requestable, validate_request as validate_cancel_request,
+    };
+    pub use crate::commit::{
+        marked, next_seq, reopened_outcome, same_run, stamp_revision, validate_delta_step,
+        validate_reopen, validate_revised_report, validate_status_change,
     };
     pub use crate::idempotency::{record_not_found, validate_reservation};
     pub use crate::latency::{
@@ -84,8 +89,9 @@ pub mod rules {
     };
     pub use crate::lease::validate_owner;
     pub use crate::retry_outcome::{
-        aged as retry_aged, from_stored as retry_from_stored, merged as retry_merged,
-        validate_target as validate_retry_target,
+        RetryMerge, aged as retry_aged, from_stored as retry_from_stored,
+        merge_step as retry_merge_step, merged as retry_merged, seen as retry_seen,
+        slot_of as retry_slot, validate_target as validate_retry_target,
     };
     pub use crate::share::{validate_share_renewal, validate_share_text};
     pub use crate::singleton::{claimed, validate_claim, validate_singleton_text};

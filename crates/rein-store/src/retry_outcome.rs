@@ -111,6 +111,71 @@ pub fn merged(stored: Option<(RetryRecord, u64)>, delta: &RetryRecord, now_ms: u
     sum
 }
 
+/// The slot of a stored ordinal (they are 1-based).
+///
+/// # Errors
+///
+/// [`StoreError::Corrupt`] for an ordinal outside 1 to
+/// [`RETRY_ORDINALS`].
+pub fn slot_of(table: &'static str, ordinal: i64) -> Result<usize, StoreError> {
+    usize::try_from(ordinal)
+        .ok()
+        .and_then(|o| o.checked_sub(1))
+        .filter(|&s| s < RETRY_ORDINALS)
+        .ok_or_else(|| StoreError::Corrupt {
+            table,
+            column: "ordinal",
+            reason: format!("expected 1 to {RETRY_ORDINALS}, found {ordinal}"),
+        })
+}
+
+/// What a merge of one target's delta does, decided by [`merge_step`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetryMerge {
+    /// An empty delta: nothing is written; the stored counts as seen at
+    /// the merge, if there are any, are what the merge returns.
+    Unchanged(Option<RetryOutcomes>),
+    /// Write these counts (the stored ones decayed, plus the delta),
+    /// stamped with the merge's time, and return them.
+    Write(RetryOutcomes),
+}
+
+/// What merging `delta` into `target`'s `stored` counts (with the time
+/// they were written) at `at` does.
+pub fn merge_step(
+    target: &str,
+    stored: Option<(RetryRecord, u64)>,
+    delta: &RetryRecord,
+    at: Timestamp,
+) -> RetryMerge {
+    let now_ms = at.as_millis();
+    if delta.is_empty() {
+        return RetryMerge::Unchanged(stored.map(|(record, written)| RetryOutcomes {
+            target: target.to_owned(),
+            record: aged(&record, written, now_ms),
+            updated_at_ms: Timestamp::from_millis(written),
+        }));
+    }
+    RetryMerge::Write(RetryOutcomes {
+        target: target.to_owned(),
+        record: merged(stored, delta, now_ms),
+        updated_at_ms: at,
+    })
+}
+
+/// What a read at `at` returns of `target`'s `stored` counts (with the
+/// time they were written): decayed to `at`, or nothing once they have
+/// faded to none.
+pub fn seen(target: String, stored: (RetryRecord, u64), at: Timestamp) -> Option<RetryOutcomes> {
+    let (record, written) = stored;
+    let record = aged(&record, written, at.as_millis());
+    (!record.is_empty()).then_some(RetryOutcomes {
+        target,
+        record,
+        updated_at_ms: Timestamp::from_millis(written),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use rein_core::retry::RETRY_RATE_HALF_LIFE;
@@ -131,6 +196,52 @@ mod tests {
         let sum = merged(Some((failures(8), window)), &failures(1), 2 * window);
         assert_eq!(sum.rate(2).tries, 5, "8 halved, plus 1");
         assert_eq!(merged(None, &failures(3), 0), failures(3));
+    }
+
+    #[test]
+    fn an_empty_delta_writes_nothing_and_returns_the_stored_counts_aged() {
+        let window = u64::try_from(RETRY_RATE_HALF_LIFE.as_millis()).unwrap();
+        let at = Timestamp::from_millis(2 * window);
+        let empty = RetryRecord::default();
+        assert_eq!(
+            merge_step("t", None, &empty, at),
+            RetryMerge::Unchanged(None)
+        );
+        let RetryMerge::Unchanged(Some(kept)) =
+            merge_step("t", Some((failures(8), window)), &empty, at)
+        else {
+            panic!("an empty delta writes nothing");
+        };
+        assert_eq!(kept.record.rate(2).tries, 4, "8 halved");
+        assert_eq!(
+            kept.updated_at_ms,
+            Timestamp::from_millis(window),
+            "unchanged"
+        );
+        let RetryMerge::Write(sum) = merge_step("t", Some((failures(8), window)), &failures(1), at)
+        else {
+            panic!("a delta is written");
+        };
+        assert_eq!((sum.record.rate(2).tries, sum.updated_at_ms), (5, at));
+    }
+
+    #[test]
+    fn a_read_leaves_out_counts_faded_to_none() {
+        let window = u64::try_from(RETRY_RATE_HALF_LIFE.as_millis()).unwrap();
+        let fresh = seen("t".into(), (failures(8), 0), Timestamp::from_millis(window));
+        assert_eq!(fresh.unwrap().record.rate(2).tries, 4);
+        let long_after = Timestamp::from_millis(64 * window);
+        assert_eq!(seen("t".into(), (failures(8), 0), long_after), None);
+    }
+
+    #[test]
+    fn stored_ordinals_are_one_based() {
+        assert_eq!(slot_of("t", 1).unwrap(), 0);
+        let last = i64::try_from(RETRY_ORDINALS).unwrap();
+        assert_eq!(slot_of("t", last).unwrap(), RETRY_ORDINALS - 1);
+        for bad in [0, -1, last + 1] {
+            assert!(matches!(slot_of("t", bad), Err(StoreError::Corrupt { .. })));
+        }
     }
 
     #[test]

@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 
+pub mod latency;
 pub mod limits;
+pub mod tenants;
 
 /// The order-desk example: `rein.toml` and its `demo.script.json`.
 pub fn example_dir() -> PathBuf {

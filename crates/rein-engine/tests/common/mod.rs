@@ -5,6 +5,7 @@
 //! Each test file compiles this module on its own and uses part of it.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod configured;
 mod paused_store;
 pub use paused_store::pause_safe;
 

@@ -9,6 +9,11 @@ use rein_store::{
     RunStatus, StatusChange, StepCommit, StoreError,
 };
 
+use rein_store::rules::{
+    marked, next_seq as seq_after, reopened_outcome, same_run, stamp_revision, validate_delta_step,
+    validate_reopen, validate_revised_report, validate_status_change,
+};
+
 use super::runs::get_run;
 use super::{LockSpace, execute, lock, query_opt};
 use crate::codec::{
@@ -157,18 +162,6 @@ pub(crate) async fn commit_step(
 /// its status, is announced on; the payload is the run id.
 pub const EVENTS_CHANNEL: &str = "rein_events";
 
-fn same_run(what: &'static str, expected: &RunId, found: &RunId) -> Result<(), StoreError> {
-    if expected == found {
-        Ok(())
-    } else {
-        Err(StoreError::Invalid {
-            what,
-            expected: format!("run {expected}"),
-            found: format!("run {found}"),
-        })
-    }
-}
-
 /// Whether the lease of `fence` exists with its owner (expiry is not
 /// checked), under the lease's lock: a take-over waits for this commit, or
 /// this commit sees the take-over.
@@ -200,14 +193,6 @@ async fn bump_ledger_revision(tx: &Transaction<'_>, run_id: &RunId) -> Result<()
     Ok(())
 }
 
-/// Records in `report`'s basis (when it has one) the ledger revision it
-/// reflects: the run's, as this commit leaves it.
-fn stamp_revision(report: Option<&mut RunReport>, revision: u64) {
-    if let Some(basis) = report.and_then(|report| report.basis.as_mut()) {
-        basis.ledger_revision = Some(revision);
-    }
-}
-
 async fn run_after(tx: &Transaction<'_>, run_id: &RunId) -> Result<RunRecord, StoreError> {
     get_run(tx, run_id)
         .await?
@@ -220,16 +205,7 @@ async fn revise_report(
     current: RunStatus,
     report: &RunReport,
 ) -> Result<RunRecord, StoreError> {
-    if current.outcome() != Some(report.outcome) {
-        return Err(StoreError::Invalid {
-            what: "revised report outcome",
-            expected: match current.outcome() {
-                Some(outcome) => format!("{outcome} (the run's final outcome)"),
-                None => format!("a finished run, not a {current} one"),
-            },
-            found: report.outcome.to_string(),
-        });
-    }
+    validate_revised_report(current, report)?;
     execute(
         tx,
         "UPDATE runs SET report = $2 WHERE run_id = $1",
@@ -295,14 +271,7 @@ async fn next_seq(
         .pg()?
         .try_get(0)
         .pg()?;
-    u64::try_from(max)
-        .ok()
-        .and_then(|max| max.checked_add(1))
-        .ok_or_else(|| StoreError::Corrupt {
-            table,
-            column: "seq",
-            reason: format!("expected a sequence from 1, found maximum {max} (run {run_id})"),
-        })
+    seq_after(table, run_id, max)
 }
 
 async fn declare(
@@ -346,22 +315,14 @@ async fn apply_mark(
     intent_id: &IntentId,
     mark: LedgerMark,
 ) -> Result<LedgerRecord, StoreError> {
-    let mut record =
+    let record =
         ledger_record(tx, run_id, intent_id)
             .await?
             .ok_or_else(|| StoreError::NotFound {
                 what: "ledger record",
                 id: format!("{run_id}/{intent_id}"),
             })?;
-    record.status = record.status.transition(mark.status)?;
-    if mark.result.is_some() {
-        record.result = mark.result;
-    }
-    if mark.failure.is_some() {
-        record.failure = mark.failure;
-    }
-    record.attempts = record.attempts.max(mark.attempts);
-    record.updated_at_ms = mark.at_ms;
+    let record = marked(record, mark)?;
     execute(
         tx,
         "UPDATE ledger SET status = $3, result = $4, failure = $5, attempts = $6, \
@@ -468,14 +429,7 @@ async fn write_checkpoint_delta(
     delta: &CheckpointDelta,
 ) -> Result<(), StoreError> {
     let (latest, is_delta) = latest_checkpoint_step(tx, &delta.run_id).await?;
-    let next = latest.saturating_add(1);
-    if delta.step != next && !(is_delta && delta.step == latest) {
-        return Err(StoreError::Invalid {
-            what: "checkpoint delta step",
-            expected: format!("{next}, the step after the run's latest checkpoint"),
-            found: delta.step.to_string(),
-        });
-    }
+    validate_delta_step(latest, is_delta, delta.step)?;
     execute(
         tx,
         "INSERT INTO checkpoint_deltas (run_id, step, messages, completed_intents, appended, \
@@ -554,13 +508,7 @@ async fn reopen(
     run_id: &RunId,
     current: RunStatus,
 ) -> Result<(), StoreError> {
-    let Some(outcome) = current.outcome() else {
-        return Err(StoreError::Invalid {
-            what: "reopen",
-            expected: "a finished run".to_owned(),
-            found: current.as_str().to_owned(),
-        });
-    };
+    let outcome = reopened_outcome(current)?;
     let report = query_opt(
         tx,
         "SELECT report FROM runs WHERE run_id = $1",
@@ -569,22 +517,7 @@ async fn reopen(
     )
     .await?
     .flatten();
-    let recoverable = report
-        .as_deref()
-        .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
-        .and_then(|report| {
-            report
-                .get("recoverable")
-                .and_then(serde_json::Value::as_bool)
-        })
-        .unwrap_or(false);
-    if !recoverable {
-        return Err(StoreError::FinishedRun {
-            run_id: run_id.to_string(),
-            outcome,
-            requested: RunStatus::Running,
-        });
-    }
+    validate_reopen(run_id, outcome, report.as_deref())?;
     execute(
         tx,
         "UPDATE runs SET status = 'running', report = NULL WHERE run_id = $1",
@@ -600,26 +533,7 @@ async fn set_status(
     current: RunStatus,
     change: StatusChange,
 ) -> Result<RunRecord, StoreError> {
-    if let Some(outcome) = current.outcome() {
-        return Err(StoreError::FinishedRun {
-            run_id: run_id.to_string(),
-            outcome,
-            requested: change.status,
-        });
-    }
-    if let Some(report) = &change.report {
-        let expected = change.status.outcome();
-        if expected != Some(report.outcome) {
-            return Err(StoreError::Invalid {
-                what: "report outcome",
-                expected: match expected {
-                    Some(outcome) => format!("{outcome} (the run's new status)"),
-                    None => format!("absent for a {} run", change.status),
-                },
-                found: report.outcome.to_string(),
-            });
-        }
-    }
+    validate_status_change(run_id, current, &change)?;
     execute(
         tx,
         "UPDATE runs SET status = $2, report = $3, updated_at_ms = $4 WHERE run_id = $1",

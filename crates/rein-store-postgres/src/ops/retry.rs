@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 
 use deadpool_postgres::{GenericClient, Transaction};
 use rein_core::retry::{RETRY_ORDINALS, RetryRecord};
-use rein_store::rules::{retry_aged, retry_from_stored, retry_merged, validate_retry_target};
+use rein_store::rules::{
+    RetryMerge, retry_from_stored, retry_merge_step, retry_seen, retry_slot, validate_retry_target,
+};
 use rein_store::{RetryOutcomes, StoreError};
 
 use super::{LockSpace, execute, lock};
@@ -24,15 +26,7 @@ fn folded(
     for row in rows {
         let target: String = row.try_get(0).pg()?;
         let ordinal: i32 = row.try_get(1).pg()?;
-        let slot = usize::try_from(ordinal)
-            .ok()
-            .and_then(|o| o.checked_sub(1))
-            .filter(|&s| s < RETRY_ORDINALS)
-            .ok_or_else(|| StoreError::Corrupt {
-                table: TABLE,
-                column: "ordinal",
-                reason: format!("expected 1 to {RETRY_ORDINALS}, found {ordinal}"),
-            })?;
+        let slot = retry_slot(TABLE, i64::from(ordinal))?;
         let at: i64 = row.try_get(4).pg()?;
         let entry = counts
             .entry(target)
@@ -58,11 +52,10 @@ pub(crate) async fn merge_retry_outcomes(
     deltas: &[(String, RetryRecord)],
     at: Timestamp,
 ) -> Result<Vec<RetryOutcomes>, StoreError> {
-    let now_ms = at.as_millis();
     for (target, _) in deltas {
         validate_retry_target(target)?;
     }
-    let now = int(now_ms, "retry updated_at_ms")?;
+    let now = int(at.as_millis(), "retry updated_at_ms")?;
     // Every target's lock first, in one order for every process (as the
     // latency merge does: locked in each caller's order, two nodes
     // deadlock).
@@ -83,21 +76,14 @@ pub(crate) async fn merge_retry_outcomes(
             .await
             .pg()?;
         let found = folded(&rows)?.remove(target);
-        if delta.is_empty() {
-            if let Some((record, at)) = found {
-                sums.insert(
-                    target.clone(),
-                    RetryOutcomes {
-                        target: target.clone(),
-                        record: retry_aged(&record, at, now_ms),
-                        updated_at_ms: Timestamp::from_millis(at),
-                    },
-                );
+        let sum = match retry_merge_step(target, found, delta, at) {
+            RetryMerge::Unchanged(seen) => {
+                sums.extend(seen.map(|seen| (target.clone(), seen)));
+                continue;
             }
-            continue;
-        }
-        let sum = retry_merged(found, delta, now_ms);
-        for (slot, (tries, successes)) in sum.counts().into_iter().enumerate() {
+            RetryMerge::Write(sum) => sum,
+        };
+        for (slot, (tries, successes)) in sum.record.counts().into_iter().enumerate() {
             let ordinal = i32::try_from(slot + 1).unwrap_or(i32::MAX);
             execute(
                 tx,
@@ -115,14 +101,7 @@ pub(crate) async fn merge_retry_outcomes(
             )
             .await?;
         }
-        sums.insert(
-            target.clone(),
-            RetryOutcomes {
-                target: target.clone(),
-                record: sum,
-                updated_at_ms: at,
-            },
-        );
+        sums.insert(target.clone(), sum);
     }
     Ok(sums.into_values().collect())
 }
@@ -132,7 +111,6 @@ pub(crate) async fn retry_outcomes(
     client: &impl GenericClient,
     at: Timestamp,
 ) -> Result<Vec<RetryOutcomes>, StoreError> {
-    let now_ms = at.as_millis();
     let rows = client
         .query(
             "SELECT target, ordinal, tries, successes, updated_at_ms FROM retry_outcomes \
@@ -143,13 +121,6 @@ pub(crate) async fn retry_outcomes(
         .pg()?;
     Ok(folded(&rows)?
         .into_iter()
-        .filter_map(|(target, (record, at))| {
-            let record = retry_aged(&record, at, now_ms);
-            (!record.is_empty()).then_some(RetryOutcomes {
-                target,
-                record,
-                updated_at_ms: Timestamp::from_millis(at),
-            })
-        })
+        .filter_map(|(target, found)| retry_seen(target, found, at))
         .collect())
 }
