@@ -162,7 +162,10 @@ impl Engine {
     ) -> Result<RunOutput, EngineError> {
         request.run_id = Some(picked.run_id.clone());
         request.enqueued = true;
-        self.run_root(agent, validator, request, Some(picked)).await
+        // Boxed: the record would otherwise widen every frame of a run's
+        // future, child runs' included (a deep tree overflowed the stack).
+        self.run_root(agent, validator, request, Some(Box::new(picked)))
+            .await
     }
 
     async fn run_root(
@@ -170,7 +173,7 @@ impl Engine {
         agent: &AgentBinding,
         validator: &dyn ArgValidator,
         request: RunRequest,
-        picked: Option<RunRecord>,
+        picked: Option<Box<RunRecord>>,
     ) -> Result<RunOutput, EngineError> {
         let lineage = Lineage::root(super::ctx::class_of(request.enqueued));
         let output = self
@@ -192,7 +195,7 @@ impl Engine {
         validator: &dyn ArgValidator,
         mut request: RunRequest,
         lineage: Lineage,
-        picked: Option<RunRecord>,
+        picked: Option<Box<RunRecord>>,
     ) -> Result<RunOutput, EngineError> {
         use futures_util::FutureExt as _;
         let run_id = request.run_id.clone().unwrap_or_else(new_id::<RunId>);
@@ -238,7 +241,7 @@ impl Engine {
         validator: &dyn ArgValidator,
         request: RunRequest,
         lineage: Lineage,
-        picked: Option<RunRecord>,
+        picked: Option<Box<RunRecord>>,
     ) -> Result<RunOutput, EngineError> {
         crate::crash::panic_point("run_start", &agent.name);
         let run_id = request.run_id.clone().unwrap_or_else(new_id::<RunId>);
@@ -390,7 +393,7 @@ impl Engine {
         &self,
         agent: &AgentBinding,
         request: &RunRequest,
-        picked: Option<RunRecord>,
+        picked: Option<Box<RunRecord>>,
         run_id: &RunId,
         tenant: &TenantId,
         lineage: &Lineage,
@@ -398,7 +401,7 @@ impl Engine {
     ) -> Result<(Option<rein_store::SpanRef>, String), EngineError> {
         if request.enqueued {
             let record = match picked.filter(|p| &p.run_id == run_id) {
-                Some(picked) => Some(picked),
+                Some(picked) => Some(*picked),
                 None => self.store.get_run(run_id).await?,
             };
             match record {
