@@ -80,9 +80,8 @@ async fn drive(state: &Arc<AppState>, record: RunRecord) -> bool {
             return false;
         }
     };
-    let run_id = record.run_id.clone();
     let request = RunRequest {
-        run_id: Some(run_id.clone()),
+        run_id: Some(record.run_id.clone()),
         tenant: Some(record.tenant.clone()),
         input: record.input.clone(),
         observer: None,
@@ -92,18 +91,14 @@ async fn drive(state: &Arc<AppState>, record: RunRecord) -> bool {
         // Accepted earlier, maybe by another process: its own trace.
         trace_parent: None,
     };
-    match state
-        .engine
-        .run_picked(&agent, &state.schemas, request, record)
-        .await
-    {
+    match state.engine.run(&agent, &state.schemas, request).await {
         Ok(out) => {
             log_end(&out, "queued run");
             true
         }
         Err(EngineError::NotResumable { .. }) => false,
         Err(e) => {
-            tracing::warn!(run = %run_id, "queued run did not start: {e}");
+            tracing::warn!(run = %record.run_id, "queued run did not start: {e}");
             false
         }
     }

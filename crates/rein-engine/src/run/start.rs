@@ -7,7 +7,7 @@ use rein_core::deadline::Budget;
 use rein_core::event::RunStarted;
 use rein_core::loop_guard::LoopGuard;
 use rein_core::{Clock, RunId, RunReport, TenantId};
-use rein_store::{NewRun, RunRecord, RunStatus, StatusChange, StepCommit, StoreError};
+use rein_store::{NewRun, RunStatus, StatusChange, StepCommit, StoreError};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -139,46 +139,8 @@ impl Engine {
         validator: &dyn ArgValidator,
         request: RunRequest,
     ) -> Result<RunOutput, EngineError> {
-        self.run_root(agent, validator, request, None).await
-    }
-
-    /// [`Engine::run`] of an enqueued run its caller just read from the
-    /// store (a queue worker's pick, `picked`): the start does not read the
-    /// record again. The snapshot is checked as a fresh read would be; what
-    /// decides is unchanged, the claim and the start's commit, which only
-    /// moves a run that is still `queued`. One store round trip fewer on
-    /// the path from a run's submission to its start, which is the queue
-    /// wait of a tenant's run behind another tenant's backlog.
-    ///
-    /// # Errors
-    ///
-    /// As [`Engine::run`].
-    pub async fn run_picked(
-        &self,
-        agent: &AgentBinding,
-        validator: &dyn ArgValidator,
-        mut request: RunRequest,
-        picked: RunRecord,
-    ) -> Result<RunOutput, EngineError> {
-        request.run_id = Some(picked.run_id.clone());
-        request.enqueued = true;
-        // Boxed: the record would otherwise widen every frame of a run's
-        // future, child runs' included (a deep tree overflowed the stack).
-        self.run_root(agent, validator, request, Some(Box::new(picked)))
-            .await
-    }
-
-    async fn run_root(
-        &self,
-        agent: &AgentBinding,
-        validator: &dyn ArgValidator,
-        request: RunRequest,
-        picked: Option<Box<RunRecord>>,
-    ) -> Result<RunOutput, EngineError> {
         let lineage = Lineage::root(super::ctx::class_of(request.enqueued));
-        let output = self
-            .run_in(agent, validator, request, lineage, picked)
-            .await;
+        let output = self.run_in(agent, validator, request, lineage).await;
         // What the run observed is shared before its caller moves on (a
         // `rein run` exits right after).
         self.flush_learned().await;
@@ -195,7 +157,6 @@ impl Engine {
         validator: &dyn ArgValidator,
         mut request: RunRequest,
         lineage: Lineage,
-        picked: Option<Box<RunRecord>>,
     ) -> Result<RunOutput, EngineError> {
         use futures_util::FutureExt as _;
         let run_id = request.run_id.clone().unwrap_or_else(new_id::<RunId>);
@@ -210,15 +171,10 @@ impl Engine {
         // itself while `std::thread::panicking()` holds, so it leaves the
         // claim to `contain`; the heartbeat task is aborted with its guard;
         // and `contain` reads the run back from the store only.
-        let started = std::panic::AssertUnwindSafe(self.start_in(
-            agent,
-            validator,
-            request,
-            lineage.clone(),
-            picked,
-        ))
-        .catch_unwind()
-        .await;
+        let started =
+            std::panic::AssertUnwindSafe(self.start_in(agent, validator, request, lineage.clone()))
+                .catch_unwind()
+                .await;
         match started {
             Ok(result) => result,
             Err(panic) => {
@@ -241,7 +197,6 @@ impl Engine {
         validator: &dyn ArgValidator,
         request: RunRequest,
         lineage: Lineage,
-        picked: Option<Box<RunRecord>>,
     ) -> Result<RunOutput, EngineError> {
         crate::crash::panic_point("run_start", &agent.name);
         let run_id = request.run_id.clone().unwrap_or_else(new_id::<RunId>);
@@ -272,7 +227,7 @@ impl Engine {
             });
         }
         let (stored_parent, owner) = self
-            .record_start(agent, &request, picked, &run_id, &tenant, &lineage, at_ms)
+            .record_start(agent, &request, &run_id, &tenant, &lineage, at_ms)
             .await?;
         // A queued run's caller's context, kept with it: whichever process
         // drives it now parents the run span by it.
@@ -386,25 +341,18 @@ impl Engine {
     /// A new run is created claimed ([`Engine::claim_new`]) because it is
     /// created `queued`: unclaimed, even for a moment, it is queued work
     /// to every queue worker sharing the store. An enqueued run is that
-    /// work, and is claimed as it is (whoever claims it first drives it);
-    /// `picked` is its record when the caller just read it.
-    #[allow(clippy::too_many_arguments)]
+    /// work, and is claimed as it is (whoever claims it first drives it).
     async fn record_start(
         &self,
         agent: &AgentBinding,
         request: &RunRequest,
-        picked: Option<Box<RunRecord>>,
         run_id: &RunId,
         tenant: &TenantId,
         lineage: &Lineage,
         at_ms: Timestamp,
     ) -> Result<(Option<rein_store::SpanRef>, String), EngineError> {
         if request.enqueued {
-            let record = match picked.filter(|p| &p.run_id == run_id) {
-                Some(picked) => Some(*picked),
-                None => self.store.get_run(run_id).await?,
-            };
-            match record {
+            match self.store.get_run(run_id).await? {
                 Some(record)
                     if record.status == RunStatus::Queued && record.agent == agent.name =>
                 {

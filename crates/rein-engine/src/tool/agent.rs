@@ -130,7 +130,7 @@ impl Engine {
                 trace_parent: crate::telemetry::TraceParent::current(),
                 ..RunRequest::default()
             };
-            Box::pin(self.run_in(&agent, ctx.validator, request, lineage, None)).await
+            Box::pin(self.run_in(&agent, ctx.validator, request, lineage)).await
         };
         match out {
             // Handed on with its parent: in doubt until the parent's resume
