@@ -190,7 +190,8 @@ impl SqliteStore {
         schema::migrate(&mut conn).map_err(at)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let reader = open_reader(&path, &options).map_err(at)?;
-        let worker = Worker::start(conn, Some(reader))?;
+        let checkpointer = open_checkpointer(&path, &options).map_err(at)?;
+        let worker = Worker::start(conn, Some(reader), Some(checkpointer))?;
         Ok(SqliteStore { worker, path })
     }
 
@@ -236,6 +237,24 @@ fn open_reader(path: &Path, options: &SqliteOptions) -> Result<Connection, Store
     Ok(conn)
 }
 
+/// The connection checkpoints run on (see the worker's "Checkpoints on
+/// their own connection"): it syncs as the writer's `synchronous` says.
+fn open_checkpointer(path: &Path, options: &SqliteOptions) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path).sql()?;
+    conn.busy_timeout(options.busy_timeout).sql()?;
+    conn.execute_batch(&format!("PRAGMA synchronous = {};", synchronous(options)))
+        .sql()?;
+    Ok(conn)
+}
+
+fn synchronous(options: &SqliteOptions) -> &'static str {
+    if options.synchronous_full {
+        "FULL"
+    } else {
+        "NORMAL"
+    }
+}
+
 fn configure(conn: &Connection, options: &SqliteOptions) -> Result<(), StoreError> {
     conn.busy_timeout(options.busy_timeout).sql()?;
     let mode: String = conn
@@ -246,13 +265,9 @@ fn configure(conn: &Connection, options: &SqliteOptions) -> Result<(), StoreErro
             "journal mode must be wal, but sqlite kept {mode}"
         )));
     }
-    let synchronous = if options.synchronous_full {
-        "FULL"
-    } else {
-        "NORMAL"
-    };
     conn.execute_batch(&format!(
-        "PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON;"
+        "PRAGMA synchronous = {}; PRAGMA foreign_keys = ON;",
+        synchronous(options)
     ))
     .sql()
 }
