@@ -21,7 +21,7 @@ use super::codec::SqlResult;
 use rein_store::StoreError;
 
 /// The schema version this binary writes: the number of migrations.
-pub const SCHEMA_VERSION: u32 = 16;
+pub const SCHEMA_VERSION: u32 = 17;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
 ///
@@ -327,6 +327,15 @@ CREATE TABLE retry_outcomes (
     PRIMARY KEY (target, ordinal)
 ) STRICT;
 "#,
+    // 17: the queued and running root runs by tenant, covering the
+    // grouped count of `tenant_backlogs` (every queue worker's pick): it
+    // walked `runs_by_tenant_status` over every run ever stored, ended
+    // ones included (2.4 ms with 33,000 runs in the store, 0.17 ms through
+    // this index whatever the history).
+    r#"
+CREATE INDEX runs_root_backlog ON runs (tenant, status, parent_run_id)
+    WHERE parent_run_id IS NULL AND status IN ('queued', 'running');
+"#,
 ];
 
 /// The schema version the database holds (`0` when no migration ran),
@@ -624,9 +633,11 @@ mod tests {
                 "runs_by_parent_created",
                 "runs_by_status",
                 "runs_by_tenant_created",
-                "runs_by_tenant_status"
+                "runs_by_tenant_status",
+                "runs_root_backlog"
             ],
-            "version 5 replaces the parent index and adds the status index; 9 adds the listing's"
+            "version 5 replaces the parent index and adds the status index; 9 adds the \
+             listing's; 17 the backlog's"
         );
         let kept: i64 = conn
             .query_row(

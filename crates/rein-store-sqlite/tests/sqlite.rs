@@ -316,9 +316,10 @@ async fn schema_version_5_indexes_runs_by_status_and_by_parent() {
             "runs_by_parent_created",
             "runs_by_status",
             "runs_by_tenant_created",
-            "runs_by_tenant_status"
+            "runs_by_tenant_status",
+            "runs_root_backlog"
         ],
-        "version 9 adds the listing's indexes (checked in the store's own tests)"
+        "version 9 adds the listing's indexes, 17 the backlog's (checked in the store's own tests)"
     );
     // The queries use them: no scan of the table, no sort.
     for (sql, index) in [
