@@ -514,4 +514,48 @@ mod tests {
         assert_eq!(*count, 1);
         assert!(file() > before + 4_000_000, "{} bytes", file());
     }
+
+    // As above: the test holds the checkpointer's lock on purpose.
+    #[allow(clippy::await_holding_lock)]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn past_the_cap_the_writer_checkpoints_itself_after_the_running_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.db");
+        let writer = wal(&path);
+        writer.execute_batch("CREATE TABLE t (v BLOB);").unwrap();
+        let file = || std::fs::metadata(&path).unwrap().len();
+        let before = file();
+        let checkpoints = Checkpoints::start(wal(&path)).unwrap();
+        let done = checkpoints.done.clone();
+        let worker = Worker::serving(writer, None, Some(checkpoints)).unwrap();
+        // A checkpoint "running": the writer must wait for it at the cap.
+        let held = done.0.lock().unwrap();
+        let rows = WAL_CAP_FRAMES + 500;
+        worker
+            .write(move |conn| {
+                for _ in 0..rows {
+                    conn.execute("INSERT INTO t VALUES (zeroblob(4000))", [])
+                        .sql()?;
+                }
+                Ok(())
+            })
+            .await
+            .unwrap();
+        // Queued behind the writer, which waits at the cap.
+        let next = {
+            let worker = worker.clone();
+            tokio::spawn(async move {
+                worker
+                    .write(|conn| conn.execute("INSERT INTO t VALUES (1)", []).sql())
+                    .await
+            })
+        };
+        assert_eq!(file(), before, "nothing checkpointed while it is held");
+        drop(held);
+        next.await.unwrap().unwrap();
+        // Answered after the writer's own checkpoint: the WAL is in the
+        // file, and the checkpointer never ran (it was never asked).
+        assert!(file() > before + 60_000_000, "{} bytes", file());
+        assert_eq!(*done.0.lock().unwrap(), 0);
+    }
 }
