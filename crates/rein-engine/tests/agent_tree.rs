@@ -665,3 +665,75 @@ async fn a_child_call_left_in_doubt_is_settled_by_whether_its_child_exists() {
         ])
     );
 }
+
+/// How deep [`a_tree_deeper_than_one_threads_stack_runs_to_its_end`]
+/// goes. One level's polls take about 600 KiB of stack in a debug build
+/// and 70–100 KiB in a release one (a tree 3 deep needed more than 1.8 MB
+/// and 200 KB): 32 levels are more than the 2 MiB of a test's or a
+/// runtime worker's thread holds in either.
+const DEEP: usize = 32;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_deeper_than_one_threads_stack_runs_to_its_end() {
+    let desk = Arc::new(OrderDesk::start().await.unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("rein.db")).unwrap());
+    let for_levels = desk.clone();
+    // `level-N` asks `level-N+1` and answers; the deepest answers at once.
+    let level = move |n: usize| {
+        let turns = if n < DEEP {
+            json!([ask("Go one level down."), answer("done")])
+        } else {
+            json!([answer("the bottom")])
+        };
+        let mut a = agent(&for_levels, script(turns), false);
+        // Enough for 32 levels, each child getting its share of what its
+        // parent has left (after the parent's compensation reserve).
+        a.budget = a
+            .budget
+            .with_steps(10_000)
+            .unwrap()
+            .with_wall_clock(Duration::from_secs(3_600))
+            .unwrap();
+        a.name = format!("level-{n}");
+        let mut ask = ask_tool_of(&format!("level-{}", n + 1), ToolClass::Read);
+        // A call lasts as long as the whole tree below it.
+        ask.latency = LatencyProfile::new(ms(50), ms(500), ms(600_000), 100).unwrap();
+        if let ToolTarget::Agent(target) = &mut ask.target {
+            // Most of the budget goes down: 32 halvings would leave none.
+            target.budget_ratio = rein_core::Ratio::new("r", 0.99).unwrap();
+        }
+        a.tools.insert(ASK.into(), ask);
+        a
+    };
+    let root = level(0);
+    let resolve: AgentResolver = Arc::new(move |name: &str| {
+        let n: usize = name.strip_prefix("level-")?.parse().ok()?;
+        (n <= DEEP).then(|| level(n))
+    });
+    let engine = Engine::builder(store.clone())
+        .rng_seed(3)
+        .agents(resolve)
+        .agent_graph(
+            AgentGraphLimits::default()
+                .with_max_depth(DEEP as u32)
+                .with_max_total_runs(None)
+                .with_max_total_tokens(None),
+        )
+        .build()
+        .unwrap();
+    let out = engine
+        .run(
+            &root,
+            &AcceptAll,
+            RunRequest {
+                input: "Go down.".into(),
+                ..RunRequest::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:?}", out.report);
+    let runs = store.list_runs(100).await.unwrap();
+    assert_eq!(runs.len(), DEEP + 1, "every level ran");
+}

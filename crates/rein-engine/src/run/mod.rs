@@ -46,6 +46,7 @@ mod args;
 mod arm_view;
 mod binding;
 mod checkpoint;
+pub(crate) mod child_stack;
 mod claim;
 mod close;
 mod conclude;

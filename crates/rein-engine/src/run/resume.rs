@@ -7,6 +7,7 @@ use rein_core::{Clock, Outcome, RunId};
 use rein_store::{RunRecord, RunStatus, StatusChange, StepCommit, StoreError};
 use tokio_util::sync::CancellationToken;
 
+use super::child_stack::OnEnoughStack;
 use super::claim::{ClaimGuard, claim_id};
 use super::ctx::{Lineage, RunCtx};
 use super::emitter::{Correlation, Emitter, Observer, unix_ms};
@@ -42,9 +43,9 @@ impl Engine {
         observer: Option<Observer>,
     ) -> Result<RunOutput, EngineError> {
         let lineage = self.lineage_of(run_id).await?;
-        let output = self
-            .resume_in(agent, validator, run_id, observer, None, lineage)
-            .await;
+        let output =
+            OnEnoughStack::new(self.resume_in(agent, validator, run_id, observer, None, lineage))
+                .await;
         self.flush_learned().await;
         output
     }
@@ -64,9 +65,9 @@ impl Engine {
         cancel: Option<CancellationToken>,
     ) -> Result<RunOutput, EngineError> {
         let lineage = self.lineage_of(run_id).await?;
-        let output = self
-            .resume_in(agent, validator, run_id, observer, cancel, lineage)
-            .await;
+        let output =
+            OnEnoughStack::new(self.resume_in(agent, validator, run_id, observer, cancel, lineage))
+                .await;
         self.flush_learned().await;
         output
     }

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::provider::Message;
 
 use super::checkpoint::Checkpointed;
+use super::child_stack::OnEnoughStack;
 use super::claim::claim_id;
 use super::ctx::{Lineage, ModelRetryUse, RunCtx};
 use super::emitter::{Correlation, Emitter, Observer, unix_ms};
@@ -140,7 +141,8 @@ impl Engine {
         request: RunRequest,
     ) -> Result<RunOutput, EngineError> {
         let lineage = Lineage::root(super::ctx::class_of(request.enqueued));
-        let output = self.run_in(agent, validator, request, lineage).await;
+        // A root too, on the caller's thread, whatever stack it has left.
+        let output = OnEnoughStack::new(self.run_in(agent, validator, request, lineage)).await;
         // What the run observed is shared before its caller moves on (a
         // `rein run` exits right after).
         self.flush_learned().await;

@@ -38,6 +38,7 @@ use rein_store::RunStatus;
 use serde_json::json;
 
 use super::ToolOutput;
+use crate::run::child_stack::OnEnoughStack;
 use crate::run::{
     AgentBinding, AgentTarget, Engine, EngineError, Lineage, Planned, RunCtx, RunRequest,
     ToolBinding,
@@ -111,7 +112,9 @@ impl Engine {
         // alone leaves the parent and its siblings running.
         let cancel = ctx.cancel.child_token();
         let out = if existing.is_some() {
-            Box::pin(self.resume_in(
+            // On a stack segment of its own once the thread's runs low
+            // (see `child_stack`): a tree's depth must not overflow it.
+            OnEnoughStack::new(self.resume_in(
                 &agent,
                 ctx.validator,
                 &child_id,
@@ -130,7 +133,7 @@ impl Engine {
                 trace_parent: crate::telemetry::TraceParent::current(),
                 ..RunRequest::default()
             };
-            Box::pin(self.run_in(&agent, ctx.validator, request, lineage)).await
+            OnEnoughStack::new(self.run_in(&agent, ctx.validator, request, lineage)).await
         };
         match out {
             // Handed on with its parent: in doubt until the parent's resume
