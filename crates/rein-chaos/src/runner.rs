@@ -524,6 +524,7 @@ async fn in_process(
         cancel: None,
         reservation: None,
         trace_parent: None,
+        picked: None,
     };
     let started = Instant::now();
     let limit = limits.wall_clock() + HANG_MARGIN;

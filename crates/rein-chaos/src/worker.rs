@@ -62,6 +62,7 @@ pub async fn work(id: u32, dir: &Path, run_id: &str, data: &Path) -> Result<Stri
                 cancel: None,
                 reservation: None,
                 trace_parent: None,
+                picked: None,
             },
         )
         .await

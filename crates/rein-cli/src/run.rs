@@ -383,6 +383,7 @@ fn request(
         cancel: None,
         reservation: None,
         trace_parent: None,
+        picked: None,
     }
 }
 

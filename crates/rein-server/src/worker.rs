@@ -80,6 +80,7 @@ async fn drive(state: &Arc<AppState>, record: RunRecord) -> bool {
             return false;
         }
     };
+    let run_id = record.run_id.clone();
     let request = RunRequest {
         run_id: Some(record.run_id.clone()),
         tenant: Some(record.tenant.clone()),
@@ -90,6 +91,8 @@ async fn drive(state: &Arc<AppState>, record: RunRecord) -> bool {
         reservation: None,
         // Accepted earlier, maybe by another process: its own trace.
         trace_parent: None,
+        // Just read by the pick: the start claims it without a read.
+        picked: Some(record),
     };
     match state.engine.run(&agent, &state.schemas, request).await {
         Ok(out) => {
@@ -98,7 +101,7 @@ async fn drive(state: &Arc<AppState>, record: RunRecord) -> bool {
         }
         Err(EngineError::NotResumable { .. }) => false,
         Err(e) => {
-            tracing::warn!(run = %record.run_id, "queued run did not start: {e}");
+            tracing::warn!(run = %run_id, "queued run did not start: {e}");
             false
         }
     }

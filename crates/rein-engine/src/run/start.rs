@@ -42,6 +42,16 @@ pub struct RunRequest {
     /// started, not created (a server accepts the work durably first, a
     /// worker drives it later).
     pub enqueued: bool,
+    /// An `enqueued` run's record as the caller has just read it (a queue
+    /// worker's pick, from [`RunStore::tenant_backlogs`]): the start
+    /// claims the run without reading it again, one store round trip less
+    /// between a queued run's pick and its start. A stale record is safe:
+    /// the claim is atomic, and the start's status commit changes only a
+    /// run still `queued`. `None`: the start reads it. Ignored for a new
+    /// run.
+    ///
+    /// [`RunStore::tenant_backlogs`]: rein_store::RunStore::tenant_backlogs
+    pub picked: Option<rein_store::RunRecord>,
     /// The idempotency reservation the run's creation is fenced on (a sync
     /// submission under an `Idempotency-Key`): the run is created only
     /// while the reservation is still its holder's
@@ -354,7 +364,11 @@ impl Engine {
         at_ms: Timestamp,
     ) -> Result<(Option<rein_store::SpanRef>, String), EngineError> {
         if request.enqueued {
-            match self.store.get_run(run_id).await? {
+            let record = match &request.picked {
+                Some(picked) if picked.run_id == *run_id => Some(picked.clone()),
+                _ => self.store.get_run(run_id).await?,
+            };
+            match record {
                 Some(record)
                     if record.status == RunStatus::Queued && record.agent == agent.name =>
                 {
