@@ -478,26 +478,26 @@ mod tests {
         );
     }
 
-    // Holding the checkpointer's lock across the write is the point: the
-    // write runs on the store's thread, which never takes it below the cap.
-    #[allow(clippy::await_holding_lock)]
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_commit_past_the_threshold_does_not_wait_for_its_checkpoint() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("c.db");
+    /// A worker with a checkpointer on a fresh WAL file `c.db` in `dir`
+    /// holding a table `t`; the checkpointer's count of checkpoints done
+    /// (whose lock it holds while it checkpoints); the file's path.
+    fn checkpointed(
+        dir: &std::path::Path,
+    ) -> (Worker, Arc<(Mutex<u64>, Condvar)>, std::path::PathBuf) {
+        let path = dir.join("c.db");
         let writer = wal(&path);
         writer.execute_batch("CREATE TABLE t (v BLOB);").unwrap();
-        let file = || std::fs::metadata(&path).unwrap().len();
-        let before = file();
         let checkpoints = Checkpoints::start(wal(&path)).unwrap();
         let done = checkpoints.done.clone();
         let worker = Worker::serving(writer, None, Some(checkpoints)).unwrap();
-        // Held here, the checkpointer cannot checkpoint.
-        let held = done.0.lock().unwrap();
-        // About 1,200 pages: past CHECKPOINT_FRAMES, short of the cap.
+        (worker, done, path)
+    }
+
+    /// Commits about `n` pages to `t` in one write.
+    async fn pages(worker: &Worker, n: c_int) {
         worker
-            .write(|conn| {
-                for _ in 0..1200 {
+            .write(move |conn| {
+                for _ in 0..n {
                     conn.execute("INSERT INTO t VALUES (zeroblob(4000))", [])
                         .sql()?;
                 }
@@ -505,6 +505,21 @@ mod tests {
             })
             .await
             .unwrap();
+    }
+
+    // Holding the checkpointer's lock across the write is the point: the
+    // write runs on the store's thread, which never takes it below the cap.
+    #[allow(clippy::await_holding_lock)]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_commit_past_the_threshold_does_not_wait_for_its_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let (worker, done, path) = checkpointed(dir.path());
+        let file = || std::fs::metadata(&path).unwrap().len();
+        let before = file();
+        // Held here, the checkpointer cannot checkpoint.
+        let held = done.0.lock().unwrap();
+        // About 1,200 pages: past CHECKPOINT_FRAMES, short of the cap.
+        pages(&worker, 1200).await;
         // Committed, and nothing copied into the database file: the
         // writer's commit did not checkpoint (SQLite's automatic one
         // would have, inside it).
@@ -520,27 +535,12 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn past_the_cap_the_writer_checkpoints_itself_after_the_running_one() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("c.db");
-        let writer = wal(&path);
-        writer.execute_batch("CREATE TABLE t (v BLOB);").unwrap();
+        let (worker, done, path) = checkpointed(dir.path());
         let file = || std::fs::metadata(&path).unwrap().len();
         let before = file();
-        let checkpoints = Checkpoints::start(wal(&path)).unwrap();
-        let done = checkpoints.done.clone();
-        let worker = Worker::serving(writer, None, Some(checkpoints)).unwrap();
         // A checkpoint "running": the writer must wait for it at the cap.
         let held = done.0.lock().unwrap();
-        let rows = WAL_CAP_FRAMES + 500;
-        worker
-            .write(move |conn| {
-                for _ in 0..rows {
-                    conn.execute("INSERT INTO t VALUES (zeroblob(4000))", [])
-                        .sql()?;
-                }
-                Ok(())
-            })
-            .await
-            .unwrap();
+        pages(&worker, WAL_CAP_FRAMES + 500).await;
         // Queued behind the writer, which waits at the cap.
         let next = {
             let worker = worker.clone();
