@@ -19,13 +19,13 @@
 //! The store decides who runs what: the picked run is started through the
 //! engine's claim, and a run another process claimed first is skipped.
 //! Each process keeps its own round over the same claimable runs (every
-//! tenant's oldest [`PICK_WINDOW`], from [`Store::tenant_backlogs`]), so
+//! tenant's oldest [`PICK_WINDOW`], from [`Store::queue_heads`]), so
 //! over any stretch in which two tenants both wait, each process serves
 //! them in proportion to their weights to within one quantum and one run;
 //! `P` processes together, to within `P` of each. The running cap reads the
 //! store's count of every process's runs plus this process's own starts.
 //!
-//! [`Store::tenant_backlogs`]: rein_store::RunStore::tenant_backlogs
+//! [`Store::queue_heads`]: rein_store::RunStore::queue_heads
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
@@ -33,7 +33,7 @@ use std::sync::{Mutex, PoisonError};
 use rein_core::governor::{Class, FairQueue};
 use rein_core::registry::ServerQuotas;
 use rein_core::{Instant, RunId, TenantId};
-use rein_store::{RunRecord, TenantBacklog};
+use rein_store::{QueueHead, RunRecord};
 
 use crate::floor::{Seat, TenantFloor};
 use crate::quota::{Quotas, Running};
@@ -77,14 +77,14 @@ impl FairPick {
         }
     }
 
-    /// The next run to start from `backlogs` (the store's, just read), in
+    /// The next run to start from `heads` (the store's, just read), in
     /// fair order among tenants below their `max_running` that `floor`
     /// admits, counted as running in `counts` and seated in `floor` (both
     /// taken before the lock is let go, so two workers of this process
     /// never overshoot the cap nor take the floor).
     pub fn next(
         &self,
-        backlogs: &[TenantBacklog],
+        heads: &[QueueHead],
         config: &ServerQuotas,
         counts: &Quotas,
         floor: &TenantFloor,
@@ -92,7 +92,7 @@ impl FairPick {
     ) -> Option<(RunRecord, Started)> {
         let mut round = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let Round { queue, known } = &mut *round;
-        let claimable: HashSet<&RunId> = backlogs
+        let claimable: HashSet<&RunId> = heads
             .iter()
             .flat_map(|b| b.oldest.iter().map(|r| &r.run_id))
             .collect();
@@ -100,13 +100,13 @@ impl FairPick {
         while let Some(gone) = queue.remove(|r| !claimable.contains(&r.run_id)) {
             known.remove(&gone.run_id);
         }
-        for run in backlogs.iter().flat_map(|b| &b.oldest) {
+        for run in heads.iter().flat_map(|b| &b.oldest) {
             if known.insert(run.run_id.clone()) {
                 queue.enqueue(run.clone(), &run.tenant, Class::Batch, 1, now);
             }
         }
         let running: HashMap<&TenantId, u64> =
-            backlogs.iter().map(|b| (&b.tenant, b.running)).collect();
+            heads.iter().map(|b| (&b.tenant, b.running)).collect();
         let open = |tenant: &TenantId| {
             let store = running.get(tenant).copied().unwrap_or(0);
             counts.may_start(config.of(tenant), tenant, store) && floor.admits(tenant)
@@ -194,7 +194,7 @@ mod tests {
     }
 
     impl Store {
-        fn backlogs(&self) -> Vec<TenantBacklog> {
+        fn heads(&self) -> Vec<QueueHead> {
             let mut tenants: Vec<&TenantId> = self.queued.iter().map(|r| &r.tenant).collect();
             tenants.sort();
             tenants.dedup();
@@ -207,9 +207,8 @@ mod tests {
                         .filter(|r| &r.tenant == t)
                         .cloned()
                         .collect();
-                    TenantBacklog::new(
+                    QueueHead::new(
                         t.clone(),
-                        mine.len() as u64,
                         self.running.get(t.as_str()).copied().unwrap_or(0),
                         mine.into_iter().take(PICK_WINDOW).collect(),
                     )
@@ -236,7 +235,7 @@ mod tests {
         let mut order = Vec::new();
         for _ in 0..4 {
             let (next, _running) = pick
-                .next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
+                .next(&store.heads(), &config, &counts, &floor, Instant::ORIGIN)
                 .unwrap();
             store.take(&next.run_id);
             order.push(next.tenant.to_string());
@@ -259,7 +258,7 @@ mod tests {
         let mut gold = 0;
         for _ in 0..40 {
             let (next, _running) = pick
-                .next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
+                .next(&store.heads(), &config, &counts, &floor, Instant::ORIGIN)
                 .unwrap();
             store.take(&next.run_id);
             gold += usize::from(next.tenant.as_str() == "gold");
@@ -280,12 +279,12 @@ mod tests {
         // One more may start (one runs elsewhere), then none: the store
         // counts the one started here once it runs.
         let (first, held) = pick
-            .next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
+            .next(&store.heads(), &config, &counts, &floor, Instant::ORIGIN)
             .unwrap();
         store.take(&first.run_id);
         store.running.insert("noisy".to_owned(), 2);
         assert!(
-            pick.next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
+            pick.next(&store.heads(), &config, &counts, &floor, Instant::ORIGIN)
                 .is_none(),
             "2 running in the store = max_running"
         );
@@ -295,19 +294,19 @@ mod tests {
             .unwrap();
         store.running.insert("noisy".to_owned(), 0);
         assert!(
-            pick.next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
+            pick.next(&store.heads(), &config, &counts, &floor, Instant::ORIGIN)
                 .is_none(),
             "2 started here = max_running"
         );
         store.queued.push(run("quiet", 50));
         let (next, _q) = pick
-            .next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
+            .next(&store.heads(), &config, &counts, &floor, Instant::ORIGIN)
             .unwrap();
         assert_eq!(next.tenant.as_str(), "quiet");
         drop((held, _second_here));
         store.running.clear();
         let (again, _n) = pick
-            .next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
+            .next(&store.heads(), &config, &counts, &floor, Instant::ORIGIN)
             .unwrap();
         assert_eq!(again.tenant.as_str(), "noisy", "free again once a run ends");
     }
@@ -326,19 +325,19 @@ mod tests {
         let mut held = Vec::new();
         for _ in 0..2 {
             let (next, started) = pick
-                .next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
+                .next(&store.heads(), &config, &counts, &floor, Instant::ORIGIN)
                 .unwrap();
             store.take(&next.run_id);
             held.push(started);
         }
         assert!(
-            pick.next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
+            pick.next(&store.heads(), &config, &counts, &floor, Instant::ORIGIN)
                 .is_none(),
             "noisy holds the shared tier: the floor stays free"
         );
         store.queued.push(run("quiet", 1000));
         let (next, quiet) = pick
-            .next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
+            .next(&store.heads(), &config, &counts, &floor, Instant::ORIGIN)
             .unwrap();
         assert_eq!(next.tenant.as_str(), "quiet");
         // A noisy run ends: the worker it frees is the floor now (quiet's
@@ -346,13 +345,13 @@ mod tests {
         // running.
         held.pop();
         assert!(
-            pick.next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
+            pick.next(&store.heads(), &config, &counts, &floor, Instant::ORIGIN)
                 .is_none()
         );
         // Quiet's run ends: noisy has its shared workers back.
         drop(quiet);
         let (next, _noisy) = pick
-            .next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
+            .next(&store.heads(), &config, &counts, &floor, Instant::ORIGIN)
             .unwrap();
         assert_eq!(next.tenant.as_str(), "noisy");
     }
@@ -368,13 +367,13 @@ mod tests {
             running: HashMap::new(),
         };
         assert!(
-            pick.next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
+            pick.next(&store.heads(), &config, &counts, &floor, Instant::ORIGIN)
                 .is_some()
         );
         // Another process took a-0002 meanwhile (a-0001 was ours).
         store.queued.clear();
         assert!(
-            pick.next(&store.backlogs(), &config, &counts, &floor, Instant::ORIGIN)
+            pick.next(&store.heads(), &config, &counts, &floor, Instant::ORIGIN)
                 .is_none()
         );
         assert!(pick.inner.lock().unwrap().known.is_empty());

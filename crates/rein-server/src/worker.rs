@@ -40,12 +40,8 @@ pub const PICK_TRIES: usize = 8;
 /// counted against its tenant's `max_running` and seated in the tenant
 /// floor ([`crate::floor`]) while it is driven.
 async fn next_queued(state: &AppState) -> Option<(RunRecord, Started)> {
-    let backlogs = match state
-        .store
-        .tenant_backlogs(None, crate::fair::PICK_WINDOW)
-        .await
-    {
-        Ok(backlogs) => backlogs,
+    let heads = match state.store.queue_heads(crate::fair::PICK_WINDOW).await {
+        Ok(heads) => heads,
         Err(e) => {
             tracing::warn!("queue worker: cannot list queued runs: {e}");
             return None;
@@ -53,7 +49,7 @@ async fn next_queued(state: &AppState) -> Option<(RunRecord, Started)> {
     };
     let now = state.engine.clock().now();
     state.fair.next(
-        &backlogs,
+        &heads,
         &state.settings.quotas,
         &state.quotas,
         &state.floor,

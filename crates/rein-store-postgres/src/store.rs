@@ -337,6 +337,10 @@ impl RunStore for PostgresStore {
         read!(self, runs::tenant_backlogs, tenant, oldest)
     }
 
+    async fn queue_heads(&self, oldest: usize) -> Result<Vec<rein_store::QueueHead>, StoreError> {
+        read!(self, runs::queue_heads, oldest)
+    }
+
     async fn events(&self, run_id: &RunId, after_seq: u64) -> Result<Vec<Event>, StoreError> {
         read!(self, runs::events, run_id, after_seq)
     }

@@ -5,7 +5,7 @@ use rusqlite::{Connection, params};
 
 use super::codec::{RUN_COLUMNS, SqlResult, decode_run};
 use rein_store::StoreError;
-use rein_store::TenantBacklog;
+use rein_store::{QueueHead, TenantBacklog};
 
 /// Every tenant with queued or running root runs (only `tenant`'s when
 /// given), tenant id order, each with up to `oldest` of its oldest queued
@@ -41,6 +41,75 @@ pub fn tenant_backlogs(
             u64::try_from(running).unwrap_or(0),
         ));
     }
+    let mut out = Vec::with_capacity(found.len());
+    for (tenant, queued, running) in found {
+        let runs = if queued > 0 {
+            oldest_queued(conn, &tenant, oldest)?
+        } else {
+            Vec::new()
+        };
+        out.push(TenantBacklog::new(tenant, queued, running, runs));
+    }
+    Ok(out)
+}
+
+/// Every tenant with queued root runs, tenant id order, each with its
+/// running root runs counted and up to `oldest` of its oldest queued ones.
+///
+/// Nothing here walks the queue: the tenants come from a loose index scan
+/// of `runs_root_backlog` (one seek per tenant, for the first tenant past
+/// the last one found with a queued run: its WHERE repeats the index's,
+/// term for term), and each tenant's running count and oldest runs from
+/// `runs_by_tenant_status`, one seek each.
+pub fn queue_heads(conn: &Connection, oldest: usize) -> Result<Vec<QueueHead>, StoreError> {
+    let mut tenants = conn
+        .prepare_cached(
+            "WITH RECURSIVE queued(tenant) AS ( \
+               SELECT MIN(tenant) FROM runs WHERE status IN ('queued', 'running') \
+                 AND parent_run_id IS NULL AND status = 'queued' \
+               UNION ALL \
+               SELECT (SELECT MIN(tenant) FROM runs WHERE status IN ('queued', 'running') \
+                 AND parent_run_id IS NULL AND status = 'queued' AND tenant > queued.tenant) \
+               FROM queued WHERE queued.tenant IS NOT NULL \
+             ) SELECT tenant FROM queued WHERE tenant IS NOT NULL",
+        )
+        .sql()?;
+    let names: Vec<String> = tenants
+        .query_map([], |row| row.get(0))
+        .sql()?
+        .collect::<Result<_, _>>()
+        .sql()?;
+    let mut running = conn
+        .prepare_cached(
+            "SELECT COUNT(*) FROM runs WHERE tenant = ?1 AND status = 'running' \
+             AND parent_run_id IS NULL",
+        )
+        .sql()?;
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let tenant = TenantId::new(&name)
+            .map_err(|e| StoreError::Backend(format!("runs.tenant `{name}`: {e}")))?;
+        let count: i64 = running.query_row(params![name], |row| row.get(0)).sql()?;
+        let runs = oldest_queued(conn, &tenant, oldest)?;
+        out.push(QueueHead::new(
+            tenant,
+            u64::try_from(count).unwrap_or(0),
+            runs,
+        ));
+    }
+    Ok(out)
+}
+
+/// Up to `oldest` of `tenant`'s oldest queued root runs, one walk of
+/// `runs_by_tenant_status` in its order.
+fn oldest_queued(
+    conn: &Connection,
+    tenant: &TenantId,
+    oldest: usize,
+) -> Result<Vec<rein_store::RunRecord>, StoreError> {
+    if oldest == 0 {
+        return Ok(Vec::new());
+    }
     let mut heads = conn
         .prepare_cached(&format!(
             "SELECT {RUN_COLUMNS} FROM runs WHERE tenant = ?1 AND status = 'queued' \
@@ -48,18 +117,12 @@ pub fn tenant_backlogs(
         ))
         .sql()?;
     let take = i64::try_from(oldest).unwrap_or(i64::MAX);
-    let mut out = Vec::with_capacity(found.len());
-    for (tenant, queued, running) in found {
-        let mut runs = Vec::new();
-        if queued > 0 && oldest > 0 {
-            let mut rows = heads.query(params![tenant.as_str(), take]).sql()?;
-            while let Some(row) = rows.next().sql()? {
-                runs.push(decode_run(row)?);
-            }
-        }
-        out.push(TenantBacklog::new(tenant, queued, running, runs));
+    let mut rows = heads.query(params![tenant.as_str(), take]).sql()?;
+    let mut runs = Vec::new();
+    while let Some(row) = rows.next().sql()? {
+        runs.push(decode_run(row)?);
     }
-    Ok(out)
+    Ok(runs)
 }
 
 #[cfg(test)]
@@ -79,6 +142,49 @@ mod tests {
         .collect::<Result<Vec<_>, _>>()
         .unwrap()
         .join("; ")
+    }
+
+    #[test]
+    fn the_queue_heads_seek_once_per_tenant() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::schema::migrate(&mut conn).unwrap();
+        conn.execute_batch(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000) \
+             INSERT INTO runs (run_id, tenant, agent, input, budget, status, created_at_ms, \
+             updated_at_ms) SELECT 'r-' || i, CASE WHEN i % 1000 = 0 THEN 'quiet' ELSE 'noisy' \
+             END, 'a', '', '{}', CASE WHEN i % 7 = 0 THEN 'running' ELSE 'queued' END, i, i \
+             FROM n; ANALYZE;",
+        )
+        .unwrap();
+        let plan: Vec<String> = conn
+            .prepare(
+                "EXPLAIN QUERY PLAN WITH RECURSIVE queued(tenant) AS ( \
+                   SELECT MIN(tenant) FROM runs WHERE status IN ('queued', 'running') \
+                     AND parent_run_id IS NULL AND status = 'queued' \
+                   UNION ALL \
+                   SELECT (SELECT MIN(tenant) FROM runs WHERE status IN ('queued', 'running') \
+                     AND parent_run_id IS NULL AND status = 'queued' AND tenant > queued.tenant) \
+                   FROM queued WHERE queued.tenant IS NOT NULL \
+                 ) SELECT tenant FROM queued WHERE tenant IS NOT NULL",
+            )
+            .unwrap()
+            .query_map([], |row| row.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            plan.iter()
+                .any(|p| p.contains("COVERING INDEX runs_root_backlog (tenant>?)")),
+            "each next tenant is one seek: {plan:?}"
+        );
+        let heads = queue_heads(&conn, 2).unwrap();
+        let seen: Vec<(&str, u64, usize)> = heads
+            .iter()
+            .map(|h| (h.tenant.as_str(), h.running, h.oldest.len()))
+            .collect();
+        // Every 7th run runs: 428 of 3000, none of them quiet's (1000,
+        // 2000 and 3000 are not multiples of 7).
+        assert_eq!(seen, [("noisy", 428, 2), ("quiet", 0, 2)]);
     }
 
     #[test]

@@ -353,6 +353,12 @@ impl RunStore for SqliteStore {
             .await
     }
 
+    async fn queue_heads(&self, oldest: usize) -> Result<Vec<rein_store::QueueHead>, StoreError> {
+        self.worker
+            .read(move |conn| backlog::queue_heads(conn, oldest))
+            .await
+    }
+
     async fn count_runs_with_status(&self, status: RunStatus) -> Result<u64, StoreError> {
         self.worker
             .read(move |conn| ops::count_runs_with_status(conn, status))

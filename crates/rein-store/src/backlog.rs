@@ -1,6 +1,8 @@
 //! What a queue worker needs to pick fairly between tenants: per tenant,
-//! its queued and running root runs and its oldest queued ones
-//! ([`RunStore::tenant_backlogs`](crate::RunStore::tenant_backlogs)).
+//! its running root runs and its oldest queued ones
+//! ([`RunStore::queue_heads`](crate::RunStore::queue_heads)), and what a
+//! tenant's caps are checked against: its queued and running root runs
+//! counted ([`RunStore::tenant_backlogs`](crate::RunStore::tenant_backlogs)).
 
 use rein_core::TenantId;
 
@@ -30,6 +32,33 @@ impl TenantBacklog {
         TenantBacklog {
             tenant,
             queued,
+            running,
+            oldest,
+        }
+    }
+}
+
+/// One tenant's head of the run queue, as a queue worker picks from it
+/// ([`RunStore::queue_heads`](crate::RunStore::queue_heads)): its running
+/// root runs and its oldest queued ones, not how many it has queued, so
+/// reading it costs the tenants and the runs in flight, not the backlog.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct QueueHead {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// Its root runs `running` (on any process sharing the store).
+    pub running: u64,
+    /// Its oldest queued root runs (`created_at_ms`, then run id), at most
+    /// the number asked for; never empty when at least one was asked for.
+    pub oldest: Vec<RunRecord>,
+}
+
+impl QueueHead {
+    /// A tenant's head of the queue.
+    pub fn new(tenant: TenantId, running: u64, oldest: Vec<RunRecord>) -> Self {
+        QueueHead {
+            tenant,
             running,
             oldest,
         }

@@ -138,6 +138,7 @@ macro_rules! conformance_checks {
             runs_with_status_after_pages_through_every_run_once,
             children_of_lists_children_oldest_first,
             tenant_backlogs_count_roots_and_list_each_tenants_oldest,
+            queue_heads_list_each_queued_tenant_with_its_running_and_oldest,
             list_runs_page_visits_every_run_once_newest_first_under_inserts,
             list_runs_page_filters_by_status_agent_and_time,
             list_runs_page_never_shows_another_tenants_run,
@@ -4865,6 +4866,95 @@ pub async fn list_runs_page_never_shows_another_tenants_run(store: &dyn Store) {
             "with no tenant, every tenant's runs are listed"
         );
     }
+}
+
+/// `queue_heads` lists each tenant with queued root runs once, in tenant
+/// order, with its running roots counted (children and finished runs
+/// not) and its oldest queued roots in (`created_at_ms`, run id) order up
+/// to the number asked for; a tenant with runs running but none queued is
+/// not listed.
+pub async fn queue_heads_list_each_queued_tenant_with_its_running_and_oldest(store: &dyn Store) {
+    let (busy, quiet, idle) = (
+        unique_tenant("busy"),
+        unique_tenant("quiet"),
+        unique_tenant("idle"),
+    );
+    let of = |tenant: &TenantId, prefix: &str, at: u64| NewRun {
+        tenant: tenant.clone(),
+        ..new_run(prefix, EARLY_MS + ms(at))
+    };
+    // Created out of time order, two with equal times.
+    let busy_runs = vec![
+        of(&busy, "h3", 30),
+        of(&busy, "h1", 10),
+        of(&busy, "h2", 10),
+        of(&busy, "h4", 40),
+        of(&busy, "h5", 50),
+    ];
+    create_all(store, busy_runs.clone()).await;
+    let q1 = of(&quiet, "hq1", 5);
+    let i1 = of(&idle, "hi1", 5);
+    create_all(store, vec![q1.clone(), i1.clone()]).await;
+    // h5 and i1 run, h4 finished; a child of h5 runs too, not counted.
+    set_all(
+        store,
+        &[busy_runs[4].run_id.clone(), i1.run_id.clone()],
+        RunStatus::Running,
+        BASE_MS,
+    )
+    .await;
+    set_all(
+        store,
+        &[busy_runs[3].run_id.clone()],
+        RunStatus::Finished(Outcome::Succeeded),
+        BASE_MS,
+    )
+    .await;
+    let child = NewRun {
+        parent_run_id: Some(busy_runs[4].run_id.clone()),
+        ..of(&busy, "hchild", 60)
+    };
+    store.create_run(child.clone()).await.unwrap();
+    set_all(store, &[child.run_id], RunStatus::Running, BASE_MS).await;
+
+    let heads = store.queue_heads(2).await.unwrap();
+    assert!(
+        heads.windows(2).all(|w| w[0].tenant < w[1].tenant),
+        "tenant id order, each once"
+    );
+    assert!(
+        !heads.iter().any(|h| h.tenant == idle),
+        "nothing queued, not listed"
+    );
+    let b = heads.iter().find(|h| h.tenant == busy).unwrap();
+    assert_eq!(b.running, 1, "roots only: {b:?}");
+    let mut expected = busy_runs[..3].to_vec();
+    oldest_first(&mut expected);
+    let expected: Vec<&str> = expected[..2].iter().map(|r| r.run_id.as_str()).collect();
+    assert_eq!(
+        ids(&b.oldest),
+        expected,
+        "the 2 oldest queued, oldest first"
+    );
+    let q = heads.iter().find(|h| h.tenant == quiet).unwrap();
+    assert_eq!(q.running, 0);
+    assert_eq!(ids(&q.oldest), [q1.run_id.as_str()]);
+    let none = store.queue_heads(0).await.unwrap();
+    let b0 = none.iter().find(|h| h.tenant == busy).unwrap();
+    assert!(b0.oldest.is_empty(), "none asked for");
+
+    // Out of the queue: a later suite on the same store starts clean.
+    let mut done: Vec<RunId> = busy_runs[..3].iter().map(|r| r.run_id.clone()).collect();
+    done.push(busy_runs[4].run_id.clone());
+    done.push(q1.run_id);
+    done.push(i1.run_id);
+    set_all(
+        store,
+        &done,
+        RunStatus::Finished(Outcome::Cancelled),
+        BASE_MS,
+    )
+    .await;
 }
 
 /// `tenant_backlogs` counts each tenant's queued and running root runs

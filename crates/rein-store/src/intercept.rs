@@ -229,6 +229,10 @@ impl<I: Intercept> RunStore for Intercepted<I> {
             .await
     }
 
+    async fn queue_heads(&self, oldest: usize) -> Result<Vec<crate::QueueHead>, StoreError> {
+        self.hooks.around(self.inner.queue_heads(oldest)).await
+    }
+
     async fn events(&self, run_id: &RunId, after_seq: u64) -> Result<Vec<Event>, StoreError> {
         self.hooks
             .around(self.inner.events(run_id, after_seq))

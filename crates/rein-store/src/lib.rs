@@ -98,7 +98,7 @@ pub mod rules {
     pub use crate::stats::{stored_count, stored_guardrail, stored_status};
 }
 
-pub use backlog::TenantBacklog;
+pub use backlog::{QueueHead, TenantBacklog};
 pub use breaker::{BreakerOpening, MAX_BREAKER_ARM_LEN, MAX_BREAKER_REASON_LEN};
 pub use cancel::{CancelRequest, MAX_CANCEL_REQUESTER_LEN};
 pub use checkpoint::{Checkpoint, CheckpointDelta};

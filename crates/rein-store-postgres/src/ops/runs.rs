@@ -4,8 +4,8 @@
 use deadpool_postgres::GenericClient;
 use rein_core::{Event, LedgerRecord, RunId, TenantId};
 use rein_store::{
-    Checkpoint, NewRun, PlannedIntent, RunCursor, RunFilter, RunPage, RunRecord, RunStatus,
-    StoreError, TenantBacklog,
+    Checkpoint, NewRun, PlannedIntent, QueueHead, RunCursor, RunFilter, RunPage, RunRecord,
+    RunStatus, StoreError, TenantBacklog,
 };
 use tokio_postgres::types::ToSql;
 
@@ -329,6 +329,64 @@ impl Conditions {
     }
 }
 
+/// Up to `oldest` of `tenant`'s oldest queued root runs, one walk of
+/// `runs_by_tenant_status` in its order.
+async fn oldest_queued(
+    client: &impl GenericClient,
+    tenant: &TenantId,
+    oldest: usize,
+) -> Result<Vec<RunRecord>, StoreError> {
+    query_all(
+        client,
+        &format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE tenant = $1 AND status = 'queued' \
+             AND parent_run_id IS NULL ORDER BY created_at_ms, run_id LIMIT $2"
+        ),
+        &[&tenant.as_str(), &limit(oldest)],
+        decode_run,
+    )
+    .await
+}
+
+/// Every tenant with queued root runs, tenant id order, each with its
+/// running root runs counted and up to `oldest` of its oldest queued ones,
+/// without walking the queue: a loose index scan of `runs_by_tenant_status`
+/// finds each next tenant with a queued root in one seek (as SQLite's
+/// backend does through its partial index).
+pub(crate) async fn queue_heads(
+    client: &impl GenericClient,
+    oldest: usize,
+) -> Result<Vec<QueueHead>, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "WITH RECURSIVE queued(tenant) AS ( \
+               SELECT MIN(tenant) FROM runs WHERE status = 'queued' AND parent_run_id IS NULL \
+               UNION ALL \
+               SELECT (SELECT MIN(tenant) FROM runs WHERE status = 'queued' \
+                 AND parent_run_id IS NULL AND tenant > queued.tenant) \
+               FROM queued WHERE queued.tenant IS NOT NULL \
+             ) SELECT tenant, (SELECT COUNT(*) FROM runs r WHERE r.tenant = queued.tenant \
+                 AND r.status = 'running' AND r.parent_run_id IS NULL) \
+             FROM queued WHERE tenant IS NOT NULL ORDER BY tenant",
+        )
+        .await
+        .pg()?;
+    let rows = client.query(&statement, &[]).await.pg()?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let r = crate::codec::reader(row, "runs", &[0]);
+        let tenant: TenantId = r.id(0, "tenant")?;
+        let running = r.u64(1, "status")?;
+        let heads = if oldest > 0 {
+            oldest_queued(client, &tenant, oldest).await?
+        } else {
+            Vec::new()
+        };
+        out.push(QueueHead::new(tenant, running, heads));
+    }
+    Ok(out)
+}
+
 /// Every tenant with queued or running root runs (only `tenant`'s when
 /// given), tenant id order, each with up to `oldest` of its oldest queued
 /// root runs: one grouped count, then one walk of `runs_by_tenant_status`
@@ -357,16 +415,7 @@ pub(crate) async fn tenant_backlogs(
         let tenant: TenantId = r.id(0, "tenant")?;
         let (queued, running) = (r.u64(1, "status")?, r.u64(2, "status")?);
         let heads = if queued > 0 && oldest > 0 {
-            query_all(
-                client,
-                &format!(
-                    "SELECT {RUN_COLUMNS} FROM runs WHERE tenant = $1 AND status = 'queued' \
-                     AND parent_run_id IS NULL ORDER BY created_at_ms, run_id LIMIT $2"
-                ),
-                &[&tenant.as_str(), &limit(oldest)],
-                decode_run,
-            )
-            .await?
+            oldest_queued(client, &tenant, oldest).await?
         } else {
             Vec::new()
         };
