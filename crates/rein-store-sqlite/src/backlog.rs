@@ -7,6 +7,25 @@ use super::codec::{RUN_COLUMNS, SqlResult, decode_run};
 use rein_store::StoreError;
 use rein_store::{QueueHead, TenantBacklog};
 
+/// Each tenant's queued and running root runs counted (`?1`: one tenant,
+/// or NULL for all). Its WHERE is `runs_root_backlog`'s, term for term, so
+/// SQLite reads that partial index, and only it.
+const BACKLOG_COUNTS: &str = "SELECT tenant, SUM(status = 'queued'), SUM(status = 'running') \
+     FROM runs WHERE status IN ('queued', 'running') AND parent_run_id IS NULL \
+     AND (?1 IS NULL OR tenant = ?1) GROUP BY tenant ORDER BY tenant";
+
+/// The tenants with queued root runs, in order, by a loose index scan of
+/// `runs_root_backlog`: each next one is the first index entry past the
+/// last one found (the WHERE repeats the index's, term for term).
+const QUEUED_TENANTS: &str = "WITH RECURSIVE queued(tenant) AS ( \
+       SELECT MIN(tenant) FROM runs WHERE status IN ('queued', 'running') \
+         AND parent_run_id IS NULL AND status = 'queued' \
+       UNION ALL \
+       SELECT (SELECT MIN(tenant) FROM runs WHERE status IN ('queued', 'running') \
+         AND parent_run_id IS NULL AND status = 'queued' AND tenant > queued.tenant) \
+       FROM queued WHERE queued.tenant IS NOT NULL \
+     ) SELECT tenant FROM queued WHERE tenant IS NOT NULL";
+
 /// Every tenant with queued or running root runs (only `tenant`'s when
 /// given), tenant id order, each with up to `oldest` of its oldest queued
 /// root runs.
@@ -20,13 +39,7 @@ pub fn tenant_backlogs(
     tenant: Option<&TenantId>,
     oldest: usize,
 ) -> Result<Vec<TenantBacklog>, StoreError> {
-    let mut counts = conn
-        .prepare_cached(
-            "SELECT tenant, SUM(status = 'queued'), SUM(status = 'running') FROM runs \
-             WHERE status IN ('queued', 'running') AND parent_run_id IS NULL \
-             AND (?1 IS NULL OR tenant = ?1) GROUP BY tenant ORDER BY tenant",
-        )
-        .sql()?;
+    let mut counts = conn.prepare_cached(BACKLOG_COUNTS).sql()?;
     let mut rows = counts.query(params![tenant.map(TenantId::as_str)]).sql()?;
     let mut found = Vec::new();
     while let Some(row) = rows.next().sql()? {
@@ -62,18 +75,7 @@ pub fn tenant_backlogs(
 /// term for term), and each tenant's running count and oldest runs from
 /// `runs_by_tenant_status`, one seek each.
 pub fn queue_heads(conn: &Connection, oldest: usize) -> Result<Vec<QueueHead>, StoreError> {
-    let mut tenants = conn
-        .prepare_cached(
-            "WITH RECURSIVE queued(tenant) AS ( \
-               SELECT MIN(tenant) FROM runs WHERE status IN ('queued', 'running') \
-                 AND parent_run_id IS NULL AND status = 'queued' \
-               UNION ALL \
-               SELECT (SELECT MIN(tenant) FROM runs WHERE status IN ('queued', 'running') \
-                 AND parent_run_id IS NULL AND status = 'queued' AND tenant > queued.tenant) \
-               FROM queued WHERE queued.tenant IS NOT NULL \
-             ) SELECT tenant FROM queued WHERE tenant IS NOT NULL",
-        )
-        .sql()?;
+    let mut tenants = conn.prepare_cached(QUEUED_TENANTS).sql()?;
     let names: Vec<String> = tenants
         .query_map([], |row| row.get(0))
         .sql()?
@@ -131,17 +133,13 @@ mod tests {
 
     /// How SQLite runs the grouped count, in `EXPLAIN QUERY PLAN`'s words.
     fn count_plan(conn: &Connection) -> String {
-        conn.prepare(
-            "EXPLAIN QUERY PLAN SELECT tenant, SUM(status = 'queued'), SUM(status = 'running') \
-             FROM runs WHERE status IN ('queued', 'running') AND parent_run_id IS NULL \
-             AND (?1 IS NULL OR tenant = ?1) GROUP BY tenant ORDER BY tenant",
-        )
-        .unwrap()
-        .query_map([None::<&str>], |row| row.get::<_, String>(3))
-        .unwrap()
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap()
-        .join("; ")
+        conn.prepare(&format!("EXPLAIN QUERY PLAN {BACKLOG_COUNTS}"))
+            .unwrap()
+            .query_map([None::<&str>], |row| row.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap()
+            .join("; ")
     }
 
     #[test]
@@ -157,16 +155,7 @@ mod tests {
         )
         .unwrap();
         let plan: Vec<String> = conn
-            .prepare(
-                "EXPLAIN QUERY PLAN WITH RECURSIVE queued(tenant) AS ( \
-                   SELECT MIN(tenant) FROM runs WHERE status IN ('queued', 'running') \
-                     AND parent_run_id IS NULL AND status = 'queued' \
-                   UNION ALL \
-                   SELECT (SELECT MIN(tenant) FROM runs WHERE status IN ('queued', 'running') \
-                     AND parent_run_id IS NULL AND status = 'queued' AND tenant > queued.tenant) \
-                   FROM queued WHERE queued.tenant IS NOT NULL \
-                 ) SELECT tenant FROM queued WHERE tenant IS NOT NULL",
-            )
+            .prepare(&format!("EXPLAIN QUERY PLAN {QUEUED_TENANTS}"))
             .unwrap()
             .query_map([], |row| row.get::<_, String>(3))
             .unwrap()

@@ -4868,54 +4868,109 @@ pub async fn list_runs_page_never_shows_another_tenants_run(store: &dyn Store) {
     }
 }
 
+/// The runs both queue checks read: tenant `busy` with five roots created
+/// out of time order (two at equal times), the fifth running and the
+/// fourth finished, and a running child of the fifth; tenant `quiet` with
+/// one queued root. Run ids start with `prefix`.
+struct QueueRuns {
+    busy: TenantId,
+    quiet: TenantId,
+    busy_runs: Vec<NewRun>,
+    q1: NewRun,
+}
+
+impl QueueRuns {
+    async fn create(store: &dyn Store, prefix: &str) -> QueueRuns {
+        let (busy, quiet) = (unique_tenant("busy"), unique_tenant("quiet"));
+        let of = |tenant: &TenantId, name: &str, at: u64| NewRun {
+            tenant: tenant.clone(),
+            ..new_run(&format!("{prefix}{name}"), EARLY_MS + ms(at))
+        };
+        let busy_runs = vec![
+            of(&busy, "3", 30),
+            of(&busy, "1", 10),
+            of(&busy, "2", 10),
+            of(&busy, "4", 40),
+            of(&busy, "5", 50),
+        ];
+        create_all(store, busy_runs.clone()).await;
+        let q1 = of(&quiet, "q1", 5);
+        store.create_run(q1.clone()).await.unwrap();
+        set_all(
+            store,
+            &[busy_runs[4].run_id.clone()],
+            RunStatus::Running,
+            BASE_MS,
+        )
+        .await;
+        set_all(
+            store,
+            &[busy_runs[3].run_id.clone()],
+            RunStatus::Finished(Outcome::Succeeded),
+            BASE_MS,
+        )
+        .await;
+        let child = NewRun {
+            parent_run_id: Some(busy_runs[4].run_id.clone()),
+            ..of(&busy, "child", 60)
+        };
+        store.create_run(child.clone()).await.unwrap();
+        set_all(store, &[child.run_id], RunStatus::Running, BASE_MS).await;
+        QueueRuns {
+            busy,
+            quiet,
+            busy_runs,
+            q1,
+        }
+    }
+
+    /// `busy`'s two oldest queued runs, oldest first.
+    fn busy_oldest_two(&self) -> Vec<&str> {
+        let mut queued: Vec<&NewRun> = self.busy_runs[..3].iter().collect();
+        queued.sort_by_key(|r| (r.created_at_ms, r.run_id.as_str()));
+        queued[..2].iter().map(|r| r.run_id.as_str()).collect()
+    }
+
+    /// Takes every run, and `more`, out of the queue: a later suite on the
+    /// same store starts clean.
+    async fn finish(self, store: &dyn Store, more: Vec<RunId>) {
+        let mut done: Vec<RunId> = self.busy_runs[..3]
+            .iter()
+            .map(|r| r.run_id.clone())
+            .collect();
+        done.push(self.busy_runs[4].run_id.clone());
+        done.push(self.q1.run_id);
+        done.extend(more);
+        set_all(
+            store,
+            &done,
+            RunStatus::Finished(Outcome::Cancelled),
+            BASE_MS,
+        )
+        .await;
+    }
+}
+
 /// `queue_heads` lists each tenant with queued root runs once, in tenant
 /// order, with its running roots counted (children and finished runs
 /// not) and its oldest queued roots in (`created_at_ms`, run id) order up
 /// to the number asked for; a tenant with runs running but none queued is
 /// not listed.
 pub async fn queue_heads_list_each_queued_tenant_with_its_running_and_oldest(store: &dyn Store) {
-    let (busy, quiet, idle) = (
-        unique_tenant("busy"),
-        unique_tenant("quiet"),
-        unique_tenant("idle"),
-    );
-    let of = |tenant: &TenantId, prefix: &str, at: u64| NewRun {
-        tenant: tenant.clone(),
-        ..new_run(prefix, EARLY_MS + ms(at))
+    let runs = QueueRuns::create(store, "h").await;
+    let idle = unique_tenant("idle");
+    let i1 = NewRun {
+        tenant: idle.clone(),
+        ..new_run("hi1", EARLY_MS + ms(5))
     };
-    // Created out of time order, two with equal times.
-    let busy_runs = vec![
-        of(&busy, "h3", 30),
-        of(&busy, "h1", 10),
-        of(&busy, "h2", 10),
-        of(&busy, "h4", 40),
-        of(&busy, "h5", 50),
-    ];
-    create_all(store, busy_runs.clone()).await;
-    let q1 = of(&quiet, "hq1", 5);
-    let i1 = of(&idle, "hi1", 5);
-    create_all(store, vec![q1.clone(), i1.clone()]).await;
-    // h5 and i1 run, h4 finished; a child of h5 runs too, not counted.
+    store.create_run(i1.clone()).await.unwrap();
     set_all(
         store,
-        &[busy_runs[4].run_id.clone(), i1.run_id.clone()],
+        std::slice::from_ref(&i1.run_id),
         RunStatus::Running,
         BASE_MS,
     )
     .await;
-    set_all(
-        store,
-        &[busy_runs[3].run_id.clone()],
-        RunStatus::Finished(Outcome::Succeeded),
-        BASE_MS,
-    )
-    .await;
-    let child = NewRun {
-        parent_run_id: Some(busy_runs[4].run_id.clone()),
-        ..of(&busy, "hchild", 60)
-    };
-    store.create_run(child.clone()).await.unwrap();
-    set_all(store, &[child.run_id], RunStatus::Running, BASE_MS).await;
 
     let heads = store.queue_heads(2).await.unwrap();
     assert!(
@@ -4926,35 +4981,20 @@ pub async fn queue_heads_list_each_queued_tenant_with_its_running_and_oldest(sto
         !heads.iter().any(|h| h.tenant == idle),
         "nothing queued, not listed"
     );
-    let b = heads.iter().find(|h| h.tenant == busy).unwrap();
+    let b = heads.iter().find(|h| h.tenant == runs.busy).unwrap();
     assert_eq!(b.running, 1, "roots only: {b:?}");
-    let mut expected = busy_runs[..3].to_vec();
-    oldest_first(&mut expected);
-    let expected: Vec<&str> = expected[..2].iter().map(|r| r.run_id.as_str()).collect();
     assert_eq!(
         ids(&b.oldest),
-        expected,
+        runs.busy_oldest_two(),
         "the 2 oldest queued, oldest first"
     );
-    let q = heads.iter().find(|h| h.tenant == quiet).unwrap();
+    let q = heads.iter().find(|h| h.tenant == runs.quiet).unwrap();
     assert_eq!(q.running, 0);
-    assert_eq!(ids(&q.oldest), [q1.run_id.as_str()]);
+    assert_eq!(ids(&q.oldest), [runs.q1.run_id.as_str()]);
     let none = store.queue_heads(0).await.unwrap();
-    let b0 = none.iter().find(|h| h.tenant == busy).unwrap();
+    let b0 = none.iter().find(|h| h.tenant == runs.busy).unwrap();
     assert!(b0.oldest.is_empty(), "none asked for");
-
-    // Out of the queue: a later suite on the same store starts clean.
-    let mut done: Vec<RunId> = busy_runs[..3].iter().map(|r| r.run_id.clone()).collect();
-    done.push(busy_runs[4].run_id.clone());
-    done.push(q1.run_id);
-    done.push(i1.run_id);
-    set_all(
-        store,
-        &done,
-        RunStatus::Finished(Outcome::Cancelled),
-        BASE_MS,
-    )
-    .await;
+    runs.finish(store, vec![i1.run_id]).await;
 }
 
 /// `tenant_backlogs` counts each tenant's queued and running root runs
@@ -4962,44 +5002,8 @@ pub async fn queue_heads_list_each_queued_tenant_with_its_running_and_oldest(sto
 /// (`created_at_ms`, run id) order up to the number asked for, and with a
 /// tenant names only that tenant.
 pub async fn tenant_backlogs_count_roots_and_list_each_tenants_oldest(store: &dyn Store) {
-    let (busy, quiet) = (unique_tenant("busy"), unique_tenant("quiet"));
-    let of = |tenant: &TenantId, prefix: &str, at: u64| NewRun {
-        tenant: tenant.clone(),
-        ..new_run(prefix, EARLY_MS + ms(at))
-    };
-    // Created out of time order, two with equal times.
-    let busy_runs = vec![
-        of(&busy, "b3", 30),
-        of(&busy, "b1", 10),
-        of(&busy, "b2", 10),
-        of(&busy, "b4", 40),
-        of(&busy, "b5", 50),
-    ];
-    create_all(store, busy_runs.clone()).await;
-    let q1 = of(&quiet, "q1", 5);
-    store.create_run(q1.clone()).await.unwrap();
-    // b5 runs, b4 finished; a child of b5 runs too, and is not counted.
-    set_all(
-        store,
-        &[busy_runs[4].run_id.clone()],
-        RunStatus::Running,
-        BASE_MS,
-    )
-    .await;
-    set_all(
-        store,
-        &[busy_runs[3].run_id.clone()],
-        RunStatus::Finished(Outcome::Succeeded),
-        BASE_MS,
-    )
-    .await;
-    let child = NewRun {
-        parent_run_id: Some(busy_runs[4].run_id.clone()),
-        ..of(&busy, "child", 60)
-    };
-    store.create_run(child.clone()).await.unwrap();
-    set_all(store, &[child.run_id], RunStatus::Running, BASE_MS).await;
-
+    let runs = QueueRuns::create(store, "b").await;
+    let (busy, quiet) = (runs.busy.clone(), runs.quiet.clone());
     let all = store.tenant_backlogs(None, 2).await.unwrap();
     let mine: Vec<&crate::TenantBacklog> = all
         .iter()
@@ -5012,17 +5016,14 @@ pub async fn tenant_backlogs_count_roots_and_list_each_tenants_oldest(store: &dy
     assert_eq!(mine.len(), 2, "both tenants are listed: {mine:?}");
     let b = mine.iter().find(|b| b.tenant == busy).unwrap();
     assert_eq!((b.queued, b.running), (3, 1), "roots only: {b:?}");
-    let mut expected = busy_runs[..3].to_vec();
-    oldest_first(&mut expected);
-    let expected: Vec<&str> = expected[..2].iter().map(|r| r.run_id.as_str()).collect();
     assert_eq!(
         ids(&b.oldest),
-        expected,
+        runs.busy_oldest_two(),
         "the 2 oldest queued, oldest first"
     );
     let q = mine.iter().find(|b| b.tenant == quiet).unwrap();
     assert_eq!((q.queued, q.running), (1, 0));
-    assert_eq!(ids(&q.oldest), [q1.run_id.as_str()]);
+    assert_eq!(ids(&q.oldest), [runs.q1.run_id.as_str()]);
 
     let only = store.tenant_backlogs(Some(&quiet), 0).await.unwrap();
     assert_eq!(only.len(), 1, "one tenant asked, one listed");
@@ -5039,16 +5040,5 @@ pub async fn tenant_backlogs_count_roots_and_list_each_tenants_oldest(store: &dy
             .is_empty(),
         "a tenant with nothing queued or running is not listed"
     );
-
-    // Out of the queue: a later suite on the same store starts clean.
-    let mut done: Vec<RunId> = busy_runs[..3].iter().map(|r| r.run_id.clone()).collect();
-    done.push(busy_runs[4].run_id.clone());
-    done.push(q1.run_id);
-    set_all(
-        store,
-        &done,
-        RunStatus::Finished(Outcome::Cancelled),
-        BASE_MS,
-    )
-    .await;
+    runs.finish(store, Vec::new()).await;
 }
