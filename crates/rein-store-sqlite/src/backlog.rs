@@ -131,11 +131,15 @@ fn oldest_queued(
 mod tests {
     use super::*;
 
-    /// How SQLite runs the grouped count, in `EXPLAIN QUERY PLAN`'s words.
-    fn count_plan(conn: &Connection) -> String {
-        conn.prepare(&format!("EXPLAIN QUERY PLAN {BACKLOG_COUNTS}"))
-            .unwrap()
-            .query_map([None::<&str>], |row| row.get::<_, String>(3))
+    /// How SQLite runs `sql` (its one parameter NULL, if it has one), in
+    /// `EXPLAIN QUERY PLAN`'s words.
+    fn plan(conn: &Connection, sql: &str) -> String {
+        let mut explain = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let params = vec![None::<&str>; explain.parameter_count()];
+        explain
+            .query_map(rusqlite::params_from_iter(params), |row| {
+                row.get::<_, String>(3)
+            })
             .unwrap()
             .collect::<Result<Vec<_>, _>>()
             .unwrap()
@@ -154,17 +158,10 @@ mod tests {
              FROM n; ANALYZE;",
         )
         .unwrap();
-        let plan: Vec<String> = conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {QUEUED_TENANTS}"))
-            .unwrap()
-            .query_map([], |row| row.get::<_, String>(3))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let plan = plan(&conn, QUEUED_TENANTS);
         assert!(
-            plan.iter()
-                .any(|p| p.contains("COVERING INDEX runs_root_backlog (tenant>?)")),
-            "each next tenant is one seek: {plan:?}"
+            plan.contains("COVERING INDEX runs_root_backlog (tenant>?)"),
+            "each next tenant is one seek: {plan}"
         );
         let heads = queue_heads(&conn, 2).unwrap();
         let seen: Vec<(&str, u64, usize)> = heads
@@ -189,7 +186,7 @@ mod tests {
              CASE WHEN i % 100 = 0 THEN 'queued' ELSE 'succeeded' END, i, i FROM n; ANALYZE;",
         )
         .unwrap();
-        let plan = count_plan(&conn);
+        let plan = plan(&conn, BACKLOG_COUNTS);
         assert!(
             plan.contains("COVERING INDEX runs_root_backlog"),
             "the count walks more than the backlog: {plan}"
