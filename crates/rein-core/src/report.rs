@@ -293,7 +293,16 @@ pub fn derive(facts: &RunFacts, ledger: &[LedgerRecord]) -> RunReport {
         // behind an answer that looks complete).
         End::Budget(_) | End::FinalTurn { .. } => Outcome::BudgetExhausted,
         End::Cancelled(_) => Outcome::Cancelled,
-        End::Answer(_) if incomplete.is_empty() => Outcome::Succeeded,
+        // A record of its own still `pending` is an effect the ledger does
+        // not hold as done (its mark did not land): never a success, even
+        // when the call answered (issue 31: a store blink left `send_email`
+        // pending under a run reported `succeeded`).
+        End::Answer(_)
+            if incomplete.is_empty()
+                && !own.values().any(|r| r.status == LedgerStatus::Pending) =>
+        {
+            Outcome::Succeeded
+        }
         End::Closed { .. } | End::Internal(_) => Outcome::Failed,
         _ if completed.is_empty() => Outcome::Failed,
         _ => Outcome::PartialSuccess,
@@ -1035,6 +1044,47 @@ mod tests {
         );
         assert!(report.handoff.is_none());
         assert!(report.recoverable);
+        assert_agrees(&report);
+    }
+
+    #[test]
+    fn derive_when_a_completed_call_is_still_pending_in_the_ledger_is_no_success() {
+        // The email was sent and answered; its mark did not land.
+        let email = call(
+            3,
+            "send_email",
+            ToolClass::Irreversible,
+            Ok(json!({"sent": true})),
+        );
+        let ledger = [
+            record(
+                2,
+                "update",
+                ToolClass::IdempotentWrite,
+                LedgerStatus::Succeeded,
+            ),
+            record(
+                3,
+                "send_email",
+                ToolClass::Irreversible,
+                LedgerStatus::Pending,
+            ),
+        ];
+        let report = derive(
+            &facts(
+                End::Answer(Some("done".into())),
+                Settled::Kept,
+                vec![read(), update(), email],
+            ),
+            &ledger,
+        );
+        assert_eq!(report.outcome, Outcome::PartialSuccess);
+        assert!(!report.recoverable);
+        assert!(
+            report.summary.contains("send_email (pending)"),
+            "{}",
+            report.summary
+        );
         assert_agrees(&report);
     }
 

@@ -162,6 +162,30 @@ event_data! {
     LatencyDegraded,
 }
 
+impl EventData {
+    /// Whether the event states what a stored record holds: a ledger
+    /// status (`ledger_recorded`, `compensation_finished`), a checkpoint
+    /// (`checkpoint_written`) or the run's end (`run_finished`).
+    ///
+    /// # Why
+    ///
+    /// Such an event is true only together with its record: it is stored
+    /// in the transaction that writes the record, or not at all. The
+    /// events of a commit that did not land are put back for the next
+    /// commit, except these: a `ledger_recorded succeeded` carried by a
+    /// later commit without its mark would put the event log ahead of the
+    /// ledger.
+    pub fn states_record(&self) -> bool {
+        matches!(
+            self,
+            EventData::LedgerRecorded(_)
+                | EventData::CompensationFinished(_)
+                | EventData::CheckpointWritten(_)
+                | EventData::RunFinished(_)
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
