@@ -9,7 +9,7 @@
 //! so recovery is tested against real durable state. Reads are never
 //! faulted: the checker reads the truth through the same store.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -59,6 +59,8 @@ pub struct StoreFaults {
     commits: AtomicU32,
     checkpoints: AtomicU32,
     ends: AtomicU32,
+    /// Set once the store is back for good ([`StoreFaults::heal`]).
+    healed: AtomicBool,
     injected: Mutex<Vec<String>>,
 }
 
@@ -70,6 +72,7 @@ impl StoreFaults {
             commits: AtomicU32::new(0),
             checkpoints: AtomicU32::new(0),
             ends: AtomicU32::new(0),
+            healed: AtomicBool::new(false),
             injected: Mutex::new(Vec::new()),
         }
     }
@@ -82,6 +85,13 @@ impl StoreFaults {
             .unwrap_or_else(|p| p.into_inner().clone())
     }
 
+    /// Brings the store back: no write is refused from now on, whatever
+    /// the plan still holds. For an outage that lasts until the test says
+    /// it is over (a count would depend on how often a writer offers).
+    pub fn heal(&self) {
+        self.healed.store(true, Ordering::SeqCst);
+    }
+
     fn refuse(&self, what: String) -> StoreError {
         match self.injected.lock() {
             Ok(mut v) => v.push(what.clone()),
@@ -92,6 +102,9 @@ impl StoreFaults {
 
     /// The fault for this commit, if any.
     fn fault_for(&self, commit: &StepCommit) -> Option<String> {
+        if self.healed.load(Ordering::SeqCst) {
+            return None;
+        }
         let n = self.commits.fetch_add(1, Ordering::SeqCst) + 1;
         let checkpoint = if commit.writes_checkpoint() {
             Some(self.checkpoints.fetch_add(1, Ordering::SeqCst) + 1)

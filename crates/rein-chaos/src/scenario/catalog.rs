@@ -660,14 +660,13 @@ fn orchestration() -> Vec<Scenario> {
             .risks([I::ResumeReusesIntents, I::ReverseCompensation, I::NothingDangles])
             .expects([M::Resumed, M::CompensationExecuted]),
         Scenario::new(50, L, "store-outage",
-            "The store refuses commits 4 to 6 (the update's declaration and what follows): no call without a durable declaration, an explicit end.",
+            "The store refuses commits 4 to 6 (the update's declaration, offered three times): the run offers it again until the store takes it, makes no call before it is durable, and ends as it would have.",
             Plan::script(happy()).store(StoreFault::Unavailable { from: 4, count: 3 }))
             .risks([I::NothingDangles, I::StructuredFailures]),
         Scenario::new(51, L, "checkpoint-write-fails",
-            "The second checkpoint write fails, after the update landed: the run ends explicitly and the update is undone.",
+            "The second checkpoint write is refused once, after the update landed: it is offered again and lands, the update is not repeated and nothing is undone.",
             Plan::script(happy()).store(StoreFault::CheckpointFails { nth: 2 }))
-            .risks([I::NothingDangles, I::StructuredFailures])
-            .expects([M::CompensationExecuted]),
+            .risks([I::NothingDangles, I::StructuredFailures, I::OneEffectPerKey]),
         Scenario::new(52, L, "fan-out-under-ceiling",
             "One turn asks for four orders at once under a resource-group ceiling of 2, each read taking 100 ms: calls queue, the ceiling holds.",
             Plan::script(vec![

@@ -218,14 +218,22 @@ impl Engine {
         let run = run_id.clone();
         let every = self.claim_renewal.map_or(lease / 3, |r| r.min(lease / 3));
         let task = tokio::spawn(async move {
+            // Renewals refused in a row by a store briefly away: the next
+            // one is tried sooner than a beat, so a blink does not let the
+            // claim lapse (`durable`'s pauses, at most a beat).
+            let mut refused = 0u32;
             loop {
                 if let Some(cancel) = &cancel {
                     cancel_if_requested(store.as_ref(), &run, cancel).await;
                 }
-                clock.sleep(every).await;
+                let pause = match refused {
+                    0 => every,
+                    n => super::durable::pause_cap(n).min(every),
+                };
+                clock.sleep(pause).await;
                 let until = unix_ms(clock.system_now()).saturating_add(lease);
                 match store.renew_lease_of(&lease_id, &owner, until).await {
-                    Ok(true) => {}
+                    Ok(true) => refused = 0,
                     // Taken over after a stall: another process drives the
                     // run now. This one stops at once, without settling or
                     // recording anything more.
@@ -234,8 +242,11 @@ impl Engine {
                         lost.cancel();
                         return;
                     }
-                    // Transient: the next beat tries again.
-                    Err(e) => tracing::warn!(run = %run, "cannot renew the run's claim: {e}"),
+                    // Transient: tried again soon.
+                    Err(e) => {
+                        refused = refused.saturating_add(1);
+                        tracing::warn!(run = %run, "cannot renew the run's claim: {e}");
+                    }
                 }
             }
         });

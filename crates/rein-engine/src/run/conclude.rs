@@ -124,9 +124,11 @@ impl Engine {
                 expect_ledger_revision: Some(revision),
                 ..StepCommit::default()
             };
-            let committed = ctx.commit(commit).await;
+            // Offered again while the store is briefly away
+            // (`Engine::commit`); `pending` is kept here and the finals are
+            // derived again on a moved ledger.
+            let committed = self.commit(ctx, commit).await;
             if committed.is_err() {
-                // `pending` is kept here; the finals are derived again.
                 drop(ctx.emitter.drain());
             }
             match committed {
@@ -144,11 +146,6 @@ impl Engine {
                     tracing::info!(run = %run_id, attempt, "the ledger changed while the run ended; deriving its report again");
                 }
                 Err(StoreError::ClaimLost { .. }) => return Ok(lost(report)),
-                Err(e) if e.is_transient() && attempt < END_COMMIT_TRIES => {
-                    tracing::warn!(run = %run_id, attempt, "the run's end was not recorded yet: {e}");
-                    self.clock.sleep(pause).await;
-                    pause *= 2;
-                }
                 Err(e) => {
                     ctx.emitter.requeue(pending);
                     return Err(self.unrecorded(ctx, "its end cannot be recorded", e).await);

@@ -195,6 +195,7 @@ impl Engine {
             // Settling a run that panicked finishes even while the process
             // stops: it is never handed on half-settled.
             interrupt: CancellationToken::new(),
+            store_away: std::sync::Mutex::new(None),
             claim_owner,
             settling: std::sync::atomic::AtomicBool::new(false),
             validator,
@@ -236,7 +237,7 @@ impl Engine {
         }
         let (commit, report) = closing_commit(self.store.as_ref(), &record, closing, at_ms).await?;
         let events = commit.events.clone();
-        let closed = ctx.commit(commit).await;
+        let closed = self.commit(ctx, commit).await;
         self.release_own_claim(run_id).await;
         closed
             .map_err(|e| internal(run_id, format!("{message}; its end was not recorded: {e}")))?;

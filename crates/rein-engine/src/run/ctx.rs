@@ -41,6 +41,10 @@ pub(crate) struct RunCtx<'a> {
     /// the forward path stops at its next safe point and the run is handed
     /// on, unfinished; a settlement in progress finishes first.
     pub(super) interrupt: CancellationToken,
+    /// Why the run stopped because the store stayed away, once it did
+    /// ([`RunCtx::stop_for_store`]): it is then handed on like an
+    /// interrupted run.
+    pub(super) store_away: std::sync::Mutex<Option<String>>,
     /// The identity of this process's claim on the run.
     pub(super) claim_owner: String,
     /// Set once the run settles: from then on cancellation is ignored, so
@@ -336,9 +340,13 @@ impl RunCtx<'_> {
             && !self.settling.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// Commits `commit` for this run; when the store refuses it, its events
-    /// go back to the emitter so the next commit carries them.
-    pub(super) async fn commit(
+    /// Offers `commit` for this run to the store once, fenced by this
+    /// process's claim. Nothing is put back on failure: the caller decides
+    /// what becomes of the commit's events ([`Engine::commit`] offers it
+    /// again while the store is briefly away).
+    ///
+    /// [`Engine::commit`]: super::engine::Engine
+    pub(super) async fn commit_once(
         &self,
         mut commit: StepCommit,
     ) -> Result<rein_store::Committed, StoreError> {
@@ -348,15 +356,10 @@ impl RunCtx<'_> {
             lease_id: claim_id(&self.run_id),
             owner: self.claim_owner.clone(),
         });
-        let events = commit.events.clone();
         let result = self.store.commit_step(&self.run_id, commit).await;
-        match &result {
-            Ok(_) => {}
-            Err(StoreError::ClaimLost { .. }) => {
-                tracing::warn!(run = %self.run_id, "the run's claim was taken over; stopping here");
-                self.lost.cancel();
-            }
-            Err(_) => self.emitter.requeue(events),
+        if let Err(StoreError::ClaimLost { .. }) = &result {
+            tracing::warn!(run = %self.run_id, "the run's claim was taken over; stopping here");
+            self.lost.cancel();
         }
         result
     }

@@ -47,6 +47,8 @@ pub(super) struct Shared {
     pub(super) latency: Arc<LatencyBook>,
     /// Fires when this process stops driving runs ([`Engine::interrupt`]).
     pub(super) interrupt: CancellationToken,
+    /// Ledger marks the store would not take, written once it is back.
+    pub(super) held_marks: Arc<super::durable::HeldMarks>,
     /// Who continues the runs the interrupt stopped; set by its first call.
     pub(super) hand_on: std::sync::OnceLock<HandOn>,
     /// Where runs' spans go, when traces are on (`[telemetry]`).
@@ -68,6 +70,7 @@ pub struct EngineBuilder {
     pub(super) rng_seed: Option<u64>,
     pub(super) claim_lease: Option<std::time::Duration>,
     pub(super) claim_renewal: Option<std::time::Duration>,
+    pub(super) store_patience: std::time::Duration,
     pub(super) agents: Option<tree::AgentResolver>,
     pub(super) agent_graph: AgentGraphLimits,
     pub(super) metrics_labels: crate::metrics::LabelBounds,
@@ -99,6 +102,15 @@ impl EngineBuilder {
     /// lease if that is sooner.
     pub fn claim_renewal(mut self, every: std::time::Duration) -> Self {
         self.claim_renewal = Some(every);
+        self
+    }
+
+    /// Offers a run's commit to a store that refuses it as unavailable for
+    /// up to `patience` before the run is handed on (default
+    /// [`STORE_PATIENCE`](super::STORE_PATIENCE)): longer rides out a
+    /// slower failover, shorter frees a slot sooner.
+    pub fn store_patience(mut self, patience: std::time::Duration) -> Self {
+        self.store_patience = patience;
         self
     }
 
@@ -318,6 +330,7 @@ impl EngineBuilder {
                 shared_breakers,
                 latency,
                 interrupt: CancellationToken::new(),
+                held_marks: Arc::default(),
                 hand_on: std::sync::OnceLock::new(),
                 telemetry,
             },
@@ -325,6 +338,7 @@ impl EngineBuilder {
             agent_graph: self.agent_graph,
             claim_lease: self.claim_lease,
             claim_renewal: self.claim_renewal,
+            store_patience: self.store_patience,
             #[cfg(feature = "sabotage")]
             sabotage: self.sabotage,
         })
@@ -354,6 +368,8 @@ pub struct Engine {
     pub(super) claim_lease: Option<std::time::Duration>,
     /// How often the claim is renewed, at most a third of the lease.
     pub(super) claim_renewal: Option<std::time::Duration>,
+    /// How long a run's commit is offered to a store that is away.
+    pub(super) store_patience: std::time::Duration,
     /// Binds the agents that `agent` tools start.
     pub(crate) agents: Option<tree::AgentResolver>,
     /// Bounds of every agent tree.
@@ -384,6 +400,7 @@ impl Engine {
             rng_seed: None,
             claim_lease: None,
             claim_renewal: None,
+            store_patience: super::STORE_PATIENCE,
             agents: None,
             agent_graph: AgentGraphLimits::default(),
             metrics_labels: crate::metrics::LabelBounds::default(),

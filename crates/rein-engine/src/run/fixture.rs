@@ -212,6 +212,7 @@ impl Bench {
             cancel: CancellationToken::new(),
             lost: CancellationToken::new(),
             interrupt: CancellationToken::new(),
+            store_away: std::sync::Mutex::new(None),
             claim_owner: "test".into(),
             settling: std::sync::atomic::AtomicBool::new(false),
             validator,

@@ -35,26 +35,34 @@ impl Engine {
             .get()
             .copied()
             .unwrap_or(HandOn::AnyWorker);
+        // Stopped for the store (it stayed away), or because the process
+        // is stopping: the same safe point, said as it is.
+        let store_away = ctx.store_away();
+        let reason = match &store_away {
+            Some(_) => "the run store is unavailable".to_owned(),
+            None => "its process is stopping".to_owned(),
+        };
         ctx.emitter.emit(
             &Correlation {
                 step,
                 ..Correlation::default()
             },
             RunInterrupted {
-                reason: "its process is stopping".into(),
+                reason: reason.clone(),
                 handed_on: to == HandOn::AnyWorker,
                 continue_with: Some(to),
                 resumable: true,
                 completed_steps,
             },
         );
+        let events = ctx.emitter.drain();
         let mut pause = END_COMMIT_FIRST_PAUSE;
         for attempt in 1..=END_COMMIT_TRIES {
             let commit = StepCommit {
-                events: ctx.emitter.drain(),
+                events: events.clone(),
                 ..StepCommit::default()
             };
-            match ctx.commit(commit).await {
+            match ctx.commit_once(commit).await {
                 Ok(_) => break,
                 Err(e) if e.is_transient() && attempt < END_COMMIT_TRIES => {
                     self.clock.sleep(pause).await;
@@ -81,10 +89,16 @@ impl Engine {
             HandOn::AnyWorker => "its claim released for another process to continue it",
             HandOn::Caller => "its claim released; it continues when it is resumed",
         };
-        report.summary = format!(
-            "The run was interrupted because its process is stopping; it is not finished. It is still running in the store, resumable, {next}. So far: {}",
-            report.summary
-        );
+        report.summary = match &store_away {
+            Some(error) => format!(
+                "The run stopped at a safe point because the run store stayed unavailable ({error}); it is not finished, and nothing it did is lost: what the store did not take is written when it is back, or found by reconciliation. It is still running in the store, resumable, {next}. So far: {}",
+                report.summary
+            ),
+            None => format!(
+                "The run was interrupted because its process is stopping; it is not finished. It is still running in the store, resumable, {next}. So far: {}",
+                report.summary
+            ),
+        };
         RunOutput {
             run_id,
             report,

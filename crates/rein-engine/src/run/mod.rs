@@ -32,6 +32,8 @@
 //! conclude     the end: settlement, report, final record
 //!   settle/      partial-failure decision, compensation, handoff package
 //! hand_on      an interrupted run handed on, unfinished
+//! durable      commits offered again while the store is briefly away;
+//!              ledger marks held until it is back
 //! health       health memory in the model's view: notes on tools refused now
 //! latency      observed latency: recorded per call, planned with, shared
 //!              through the store
@@ -53,6 +55,7 @@ mod conclude;
 mod concurrency;
 mod contain;
 mod ctx;
+mod durable;
 mod emitter;
 mod engine;
 mod error;
@@ -91,6 +94,7 @@ pub use binding::{
 };
 pub use close::{Closing, close_run};
 pub use concurrency::{DEFAULT_SHARE_RENEWAL, SHARE_LEASE_TTL_RENEWALS};
+pub use durable::STORE_PATIENCE;
 pub use emitter::{Correlation, Observer};
 pub use engine::{Engine, EngineBuilder, http_client};
 pub use error::EngineError;

@@ -267,7 +267,9 @@ impl Engine {
             model_failures: Default::default(),
             cancel,
             lost,
-            interrupt: self.shared.interrupt.clone(),
+            // Its own child: a store that stays away stops this run only.
+            interrupt: self.shared.interrupt.child_token(),
+            store_away: std::sync::Mutex::new(None),
             claim_owner: owner,
             settling: std::sync::atomic::AtomicBool::new(false),
             validator,

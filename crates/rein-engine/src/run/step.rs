@@ -177,6 +177,18 @@ pub(super) enum Stepped {
     Ended(End),
 }
 
+/// How a step ends when a commit of it did not land: handed on
+/// unfinished when the store stayed away ([`RunCtx::store_away`]), or when
+/// the process is stopping; failed only for a store that refused it for
+/// good (a broken database, not a blink).
+fn store_end(ctx: &RunCtx<'_>, why: String) -> End {
+    if ctx.store_away().is_some() || ctx.is_interrupted() {
+        End::Interrupted
+    } else {
+        End::StoreFailed(why)
+    }
+}
+
 impl Engine {
     /// The loop: from `state` (fresh or restored from a checkpoint) to the
     /// run's end, its settlement and its final record (see
@@ -299,9 +311,9 @@ impl Engine {
         }
         let mut plan = self.handle_plan(ctx, validator, state, &turn);
         if let Some(commit) = plan.commit.take()
-            && let Err(e) = ctx.commit(commit).await
+            && let Err(e) = self.commit(ctx, commit).await
         {
-            return Stepped::Ended(End::StoreFailed(format!("cannot persist the plan: {e}")));
+            return Stepped::Ended(store_end(ctx, format!("cannot persist the plan: {e}")));
         }
         // Execute: independent calls concurrently on a divided budget;
         // irreversible calls after the others succeeded.
@@ -342,10 +354,8 @@ impl Engine {
         );
         crate::crash::point("during_checkpoint");
         crate::crash::panic_point("during_checkpoint", &ctx.agent.name);
-        if let Err(e) = ctx.commit(observation.commit).await {
-            return Stepped::Ended(End::StoreFailed(format!(
-                "cannot write the checkpoint: {e}"
-            )));
+        if let Err(e) = self.commit(ctx, observation.commit).await {
+            return Stepped::Ended(store_end(ctx, format!("cannot write the checkpoint: {e}")));
         }
         state.checkpointed = Checkpointed::all_of(state);
         Stepped::Checkpointed {

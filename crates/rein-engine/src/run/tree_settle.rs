@@ -221,6 +221,7 @@ impl Engine {
             lost: CancellationToken::new(),
             // A member settled with its root is never handed on.
             interrupt: CancellationToken::new(),
+            store_away: std::sync::Mutex::new(None),
             claim_owner: owner,
             settling: std::sync::atomic::AtomicBool::new(true),
             validator: root.validator,
@@ -259,7 +260,7 @@ impl Engine {
                     let mut events = ctx.emitter.drain();
                     events.append(&mut commit.events);
                     commit.events = events;
-                    if let Err(e) = ctx.commit(commit).await {
+                    if let Err(e) = self.commit(ctx, commit).await {
                         tracing::warn!(run = %ctx.run_id, "cannot close the interrupted child run: {e}");
                     }
                 }
@@ -270,11 +271,14 @@ impl Engine {
         } else {
             let rest = ctx.emitter.drain();
             if !rest.is_empty()
-                && let Err(e) = ctx
-                    .commit(StepCommit {
-                        events: rest,
-                        ..StepCommit::default()
-                    })
+                && let Err(e) = self
+                    .commit(
+                        ctx,
+                        StepCommit {
+                            events: rest,
+                            ..StepCommit::default()
+                        },
+                    )
                     .await
             {
                 tracing::warn!(run = %ctx.run_id, "cannot record the child's settlement: {e}");

@@ -72,7 +72,7 @@ impl Engine {
             events: ctx.emitter.drain(),
             ..StepCommit::default()
         };
-        if let Err(e) = ctx.commit(commit).await {
+        if let Err(e) = self.commit(ctx, commit).await {
             // Write-ahead: no durable declaration, no call (the permits go
             // back unused).
             return Err(Failure::new(&tool.name, Category::Unknown)
@@ -116,7 +116,7 @@ impl Engine {
             events: ctx.emitter.drain(),
             ..StepCommit::default()
         };
-        match ctx.commit(commit).await {
+        match self.commit_marks(ctx, commit).await {
             Ok(_) => status,
             Err(e) => {
                 tracing::error!(run = %ctx.run_id, intent = %planned.intent_id, "ledger mark failed: {e}");

@@ -218,7 +218,7 @@ impl Engine {
             events: ctx.emitter.drain(),
             ..StepCommit::default()
         };
-        if let Err(e) = ctx.commit(commit).await {
+        if let Err(e) = self.commit(ctx, commit).await {
             let note = format!("compensation not started: the store refused its start ({e})");
             return outcome_of(record, Some(binding), LedgerStatus::Succeeded, note);
         }

@@ -184,7 +184,7 @@ impl Engine {
             events: ctx.emitter.drain(),
             ..StepCommit::default()
         };
-        if let Err(e) = ctx.commit(commit).await {
+        if let Err(e) = self.commit(ctx, commit).await {
             let reason = format!("the settlement could not be recorded: {e}");
             return self.hand_off(ctx, Vec::new(), reason).await;
         }
@@ -392,7 +392,7 @@ impl Engine {
             events: ctx.emitter.drain(),
             ..StepCommit::default()
         };
-        if let Err(e) = ctx.commit(commit).await {
+        if let Err(e) = self.commit_marks(ctx, commit).await {
             tracing::error!(run = %ctx.run_id, intent = %intent, "ledger mark {status} failed: {e}");
         }
     }
