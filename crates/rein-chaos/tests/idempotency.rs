@@ -40,6 +40,7 @@ struct Served {
     base: String,
     desk: OrderDesk,
     sqlite: Arc<dyn Store>,
+    faults: Arc<rein_chaos::store_fault::FaultyStore>,
     state: Arc<AppState>,
     http: reqwest::Client,
     _stop: oneshot::Sender<()>,
@@ -83,7 +84,8 @@ async fn serve(desk_faults: Faults, faults: Vec<StoreFault>, lease: Duration) ->
     settings.queue.lease = lease;
     settings.reconciliation.orphan_threshold = Duration::from_millis(1);
     let sqlite: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("rein.db")).unwrap());
-    let store: Arc<dyn Store> = Arc::new(faulty(sqlite.clone(), faults));
+    let faults = Arc::new(faulty(sqlite.clone(), faults));
+    let store: Arc<dyn Store> = faults.clone();
     let client = rein_engine::run::http_client().unwrap();
     let engine =
         rein_server::build_engine(&registry, store.clone(), client.clone(), Some(5)).unwrap();
@@ -103,6 +105,7 @@ async fn serve(desk_faults: Faults, faults: Vec<StoreFault>, lease: Duration) ->
         base,
         desk,
         sqlite,
+        faults,
         state,
         http: reqwest::Client::builder()
             .timeout(GENEROUS)
@@ -148,17 +151,41 @@ impl Served {
     }
 }
 
-/// The run's end cannot be recorded (the store refuses it on every try):
-/// the sync request fails with 503, but its run exists and made its
-/// effects. The key is not released: a retry follows that run (202 while
-/// it is recovered), and once the orphan scan closed it, replays its final
-/// view. One run, one update, one email.
+/// The store refuses the run's end six times (a blink): the engine offers
+/// it again until it lands, and the sync request answers the finished run.
+/// One run, one update.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_whose_end_was_not_recorded_keeps_its_key_and_no_retry_runs_it_again() {
-    // The engine offers its end six times (END_COMMIT_TRIES).
+async fn a_run_whose_end_the_store_refused_briefly_ends_recorded() {
     let served = serve(
         Faults::none(),
         vec![StoreFault::EndsUnavailable { count: 6 }],
+        Duration::from_secs(60),
+    )
+    .await;
+    let (status, _, _, view) = served.submit("end-blinked").await;
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(view["status"], "succeeded", "{view}");
+    let runs = served.sqlite.list_runs(10).await.unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(
+        runs[0].status,
+        RunStatus::Finished(rein_core::Outcome::Succeeded)
+    );
+    assert_eq!(served.desk.applied_count(UPDATE_DELIVERY_TIME), 1);
+    assert!(served.in_progress("end-blinked").await.is_none());
+}
+
+/// The run's end cannot be recorded (the store refuses it for longer than
+/// the engine's patience, `STORE_PATIENCE`): the sync request fails with
+/// 503, but its run exists and made its effects. The key is not released:
+/// a retry follows that run (202 while it is recovered), and once the
+/// orphan scan closed it, replays its final view. One run, one update, one
+/// email.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_end_was_not_recorded_keeps_its_key_and_no_retry_runs_it_again() {
+    let served = serve(
+        Faults::none(),
+        vec![StoreFault::EndsUnavailable { count: u32::MAX }],
         Duration::from_secs(60),
     )
     .await;
@@ -183,8 +210,9 @@ async fn a_run_whose_end_was_not_recorded_keeps_its_key_and_no_retry_runs_it_aga
     assert_eq!(view["status"], "running");
     assert!(view["report"].is_null());
     assert!(view.get("basis").is_none());
+    served.faults.hooks().heal();
 
-    // Closed by the orphan scan (the store takes ends again): the retry
+    // Closed by the orphan scan once the store takes ends again: the retry
     // replays the run's final view, and keeps replaying it.
     assert_eq!(
         rein_server::recovery::scan_orphans(&served.state, &mut None).await,

@@ -118,6 +118,14 @@ pub fn start_with(loader: &Loader<'_>, config: &Path, purpose: Purpose) -> Resul
     Ok(startup)
 }
 
+/// How long `rein run` waits, before it exits, for ledger marks the store
+/// would not take to be written.
+const HELD_MARKS_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The exit code of a run stopped because the store stayed away
+/// (`EX_TEMPFAIL`: try again later, with the resume command).
+const STORE_AWAY_EXIT: u8 = 75;
+
 /// How a run driven from the command line ended.
 pub enum Ended {
     /// It ended; its report says how.
@@ -281,7 +289,43 @@ impl Session {
         {
             telemetry.shutdown().await;
         }
+        // Ledger marks the store would not take are written before the
+        // process exits, when it comes back in time.
+        let held = self.engine.flush_held_marks(HELD_MARKS_PATIENCE).await;
+        if held > 0 {
+            crate::log::note(
+                crate::log::Level::Warn,
+                &format!(
+                    "rein: {held} ledger mark(s) could not be written: the store is still unavailable; `rein reconcile` settles them from the tools' status once it is back"
+                ),
+            );
+        }
         match ended? {
+            // Stopped at a safe point because the store stayed away: not
+            // an outcome, and the store cannot be read for the events.
+            Ended::Finished(out) if out.interrupted => {
+                crate::log::note(
+                    crate::log::Level::Warn,
+                    &format!(
+                        "rein: run {} stopped at a safe point: the run store is unavailable. It is resumable and nothing it did will be repeated. Once the store is back, continue it with:\n  {resume}",
+                        out.run_id
+                    ),
+                );
+                if json_output {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&json!({
+                            "run_id": out.run_id, "status": "running", "handed_on": true,
+                            "resume": resume, "report": out.report,
+                        }))?
+                    );
+                } else {
+                    println!();
+                    println!("run {}", out.run_id);
+                    print!("{}", timeline::report(&out.report));
+                }
+                Ok(ExitCode::from(STORE_AWAY_EXIT))
+            }
             Ended::Finished(out) => {
                 self.print(&out, json_output).await?;
                 Ok(if out.report.outcome == Outcome::Succeeded {

@@ -332,8 +332,14 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         .into_response();
     }
     match state.store.list_runs(1).await {
-        Ok(_) => Json(json!({"status": "ready", "workers": state.health.workers_alive()}))
-            .into_response(),
+        // Marks held while the store was away are being written now: said,
+        // so an operator sees the outage's tail drain.
+        Ok(_) => Json(json!({
+            "status": "ready",
+            "workers": state.health.workers_alive(),
+            "held_ledger_marks": state.engine.held_marks(),
+        }))
+        .into_response(),
         // The probe is answered whatever the Host (`exposure::PROBES`), so
         // the store's error (a path, a server address) stays in the log.
         Err(e) => {

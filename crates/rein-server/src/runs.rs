@@ -366,14 +366,27 @@ fn is_body_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
 /// A run a draining server handed on before it ended: 202 with its
 /// location, like queued work (another server continues it), so a caller
 /// follows it instead of losing it with the connection.
-fn handed_on(record: RunRecord, metadata: Option<serde_json::Map<String, Value>>) -> Answer {
+fn handed_on(
+    record: RunRecord,
+    metadata: Option<serde_json::Map<String, Value>>,
+    draining: bool,
+) -> Answer {
     let run_id = record.run_id.clone();
     let mut view = json!(RunView::of(record));
     view["metadata"] = metadata.map_or(Value::Null, Value::Object);
-    view["handed_on"] = json!({
-        "reason": "the server that ran it is shutting down; it stopped at a safe point",
-        "next": "another server on the same store resumes it at once; follow its Location",
-    });
+    // The engine hands a run on for one of two reasons: its process is
+    // stopping, or the run store stayed unavailable past its patience.
+    view["handed_on"] = if draining {
+        json!({
+            "reason": "the server that ran it is shutting down; it stopped at a safe point",
+            "next": "another server on the same store resumes it at once; follow its Location",
+        })
+    } else {
+        json!({
+            "reason": "the run store stayed unavailable; it stopped at a safe point and nothing it did is lost",
+            "next": "a server on the same store takes it over once the store is back (or POST its resume); follow its Location",
+        })
+    };
     Answer {
         status: StatusCode::ACCEPTED,
         body: serde_json::to_vec(&view).unwrap_or_default(),
@@ -663,7 +676,11 @@ async fn submit(
                 .await?
                 .ok_or_else(|| Problem::internal("the finished run vanished"))?;
             if out.interrupted {
-                return Ok(handed_on(record, request.metadata));
+                return Ok(handed_on(
+                    record,
+                    request.metadata,
+                    state.drain.is_draining(),
+                ));
             }
             // Not ended (another process took the run over and drives it):
             // where to follow it, like a handed-on run, not a final answer.
@@ -853,7 +870,7 @@ pub async fn resume_run(
         .map_err(engine_problem)?;
     let record = owned(&state, &tenant, out.run_id.as_str()).await?;
     if out.interrupted {
-        return Ok(handed_on(record, None).into_response());
+        return Ok(handed_on(record, None, state.drain.is_draining()).into_response());
     }
     Ok(Answer {
         status: StatusCode::OK,

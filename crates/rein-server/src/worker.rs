@@ -107,7 +107,7 @@ async fn drive(state: &Arc<AppState>, record: RunRecord) -> bool {
 /// handed on (its report is then provisional, not an outcome).
 fn log_end(out: &RunOutput, what: &str) {
     if out.interrupted {
-        tracing::info!(run = %out.run_id, "{what} handed on: this process is stopping; it stopped at a safe point");
+        tracing::info!(run = %out.run_id, "{what} handed on unfinished at a safe point (this process is stopping, or the run store stayed unavailable): {}", out.report.summary);
     } else {
         tracing::info!(run = %out.run_id, outcome = out.report.outcome.as_str(), "{what} ended");
     }
