@@ -322,24 +322,11 @@ impl Reconciler {
         let Some(target) = binding.tool.target.http() else {
             return;
         };
-        let Ok(args) = binding.spec.arguments(
-            &record.args,
-            record.result.as_ref().unwrap_or(&serde_json::Value::Null),
-        ) else {
+        // The settlement's own recipe: the same call under the same key.
+        let Ok(call) = binding.call_for(&run.tenant, record, record.result.as_ref()) else {
             return;
         };
-        let Ok(intent) = rein_core::IntentId::new(format!("{}/compensation", record.intent_id))
-        else {
-            return;
-        };
-        let key = rein_core::idempotency::IdempotencyKey::derive(
-            binding.tool.class,
-            &run.tenant,
-            &intent,
-            &binding.tool.name,
-            &args,
-            &binding.tool.normalizer,
-        );
+        let (intent, args, key) = (call.intent, call.args, call.key);
         let Ok(attempt_id) =
             rein_core::AttemptId::new(format!("reconcile-{}", unix_ms(self.clock.system_now())))
         else {
