@@ -8,7 +8,10 @@
 //! state may drift from the ledger. The reconciler sweeps the ledger on its
 //! own schedule (seed 000, "Reconciliation"), fixes what is decidable —
 //! a `pending` record the tool has no trace of never executed, one it has
-//! a result for did — and hands the rest to a human as `manual`. Idempotent
+//! a result for did — and hands the rest to a human as `manual`. A record
+//! whose run's settlement started compensating it is not handed off while
+//! what became of that compensation can be learned: asked by the
+//! compensation's own key, or read from the run's events. Idempotent
 //! records are cheap to check and swept often; irreversible ones need a
 //! human anyway and are swept rarely.
 
@@ -21,12 +24,12 @@ use rein_core::registry::CompensationGrade;
 use rein_core::{
     Clock, Event, EventData, LedgerRecord, LedgerStatus, Outcome, Timestamp, ToolClass,
 };
-use rein_store::{LedgerMark, RunStatus, StepCommit, Store, StoreError, StoreExt};
+use rein_store::{LedgerMark, RunRecord, RunStatus, StepCommit, Store, StoreError, StoreExt};
 use serde::Serialize;
 
 use crate::Timer;
 use crate::lease::{ReapReport, Reaper};
-use crate::run::{CompensationBinding, ToolBinding};
+use crate::run::{CompensationBinding, CompensationCall, ToolBinding};
 use crate::tool::http::HttpToolAdapter;
 
 /// How long a `pending` record may stay pending before the reconciler
@@ -114,7 +117,9 @@ pub struct Reconciled {
 /// What one sweep did.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ReconcileReport {
-    /// Records whose state was decided from the tool's own answer.
+    /// Records whose state was decided: from the tool's own answer, or
+    /// (`to` `compensated`) from what became of the compensation their
+    /// run's settlement started or the reconciler retried.
     pub fixed: Vec<Reconciled>,
     /// Records handed to a human (`manual`).
     pub handed_off: Vec<Reconciled>,
@@ -122,6 +127,24 @@ pub struct ReconcileReport {
     pub skipped: usize,
     /// Leases of crashed processes that were reclaimed.
     pub leases: Option<ReapReport>,
+}
+
+/// What became of the compensation a run's settlement started for a
+/// record, as the reconciler learned it before handing the record off.
+enum Undone<'b> {
+    /// No settlement started compensating it.
+    NotStarted,
+    /// It ran: by which tool, and how that is known.
+    Ran { by: String, how: String },
+    /// The compensating tool has no trace of its key: it never ran.
+    DidNotRun {
+        binding: &'b CompensationBinding,
+        call: CompensationCall,
+    },
+    /// The compensating tool could not answer now: ask again next sweep.
+    AskLater,
+    /// Nobody can say (why).
+    Unknown(String),
 }
 
 /// Sweeps the ledger.
@@ -219,7 +242,7 @@ impl Reconciler {
                         let reason = format!(
                             "the run ended {outcome} and this effect was never concluded; a human decides"
                         );
-                        self.apply(&record, LedgerStatus::Manual, None, reason, &mut report)
+                        self.hand_off(&run, &events, &record, reason, &mut report)
                             .await;
                     }
                     LedgerStatus::Succeeded
@@ -228,13 +251,13 @@ impl Reconciler {
                         let reason = format!(
                             "kept by a run that ended {outcome}, and now past its compensation window: it can no longer be undone automatically"
                         );
-                        self.apply(&record, LedgerStatus::Manual, None, reason, &mut report)
+                        self.hand_off(&run, &events, &record, reason, &mut report)
                             .await;
                     }
                     LedgerStatus::Succeeded => {
                         if self.contradicted(&record).await {
                             let reason = "the ledger says it took effect, but the tool has no trace of its key".to_owned();
-                            self.apply(&record, LedgerStatus::Manual, None, reason, &mut report)
+                            self.hand_off(&run, &events, &record, reason, &mut report)
                                 .await;
                         }
                     }
@@ -319,44 +342,12 @@ impl Reconciler {
         let Some(binding) = self.compensations.get(&record.tool) else {
             return;
         };
-        let Some(target) = binding.tool.target.http() else {
+        // The settlement's own recipe: the same call under the same key.
+        let Ok(call) = binding.call_for(&run.tenant, record, record.result.as_ref()) else {
             return;
         };
-        let Ok(args) = binding.spec.arguments(
-            &record.args,
-            record.result.as_ref().unwrap_or(&serde_json::Value::Null),
-        ) else {
-            return;
-        };
-        let Ok(intent) = rein_core::IntentId::new(format!("{}/compensation", record.intent_id))
-        else {
-            return;
-        };
-        let key = rein_core::idempotency::IdempotencyKey::derive(
-            binding.tool.class,
-            &run.tenant,
-            &intent,
-            &binding.tool.name,
-            &args,
-            &binding.tool.normalizer,
-        );
-        let Ok(attempt_id) =
-            rein_core::AttemptId::new(format!("reconcile-{}", unix_ms(self.clock.system_now())))
-        else {
-            return;
-        };
-        let allowance = binding.tool.allowance(Duration::from_secs(30));
-        let attempt = crate::tool::Attempt {
-            run_id: &run.run_id,
-            intent_id: &intent,
-            attempt_id: &attempt_id,
-            number: 1,
-            key: key.as_ref(),
-            remaining: allowance,
-            allowance,
-        };
-        match self.http.invoke(target, &args, &attempt).await {
-            Ok(_) => {
+        match self.invoke_compensation(run, binding, &call).await {
+            Some(Ok(())) => {
                 let reason = format!(
                     "its strong compensation by {} failed earlier; retried with the same key and it worked",
                     binding.tool.name
@@ -364,11 +355,44 @@ impl Reconciler {
                 self.apply(record, LedgerStatus::Compensated, None, reason, report)
                     .await;
             }
-            Err(e) => {
+            Some(Err(e)) => {
                 tracing::info!(intent = %record.intent_id, "compensation retry failed: {e}");
                 report.skipped += 1;
             }
+            None => {}
         }
+    }
+
+    /// Calls `binding`'s compensating tool once with `call` (its arguments
+    /// and key) for `run`; `None` when it is not an HTTP tool, else whether
+    /// it worked (why not, when not).
+    async fn invoke_compensation(
+        &self,
+        run: &rein_store::RunRecord,
+        binding: &CompensationBinding,
+        call: &CompensationCall,
+    ) -> Option<Result<(), String>> {
+        let target = binding.tool.target.http()?;
+        let attempt_id =
+            rein_core::AttemptId::new(format!("reconcile-{}", unix_ms(self.clock.system_now())))
+                .ok()?;
+        let allowance = binding.tool.allowance(Duration::from_secs(30));
+        let attempt = crate::tool::Attempt {
+            run_id: &run.run_id,
+            intent_id: &call.intent,
+            attempt_id: &attempt_id,
+            number: 1,
+            key: call.key.as_ref(),
+            remaining: allowance,
+            allowance,
+        };
+        Some(
+            self.http
+                .invoke(target, &call.args, &attempt)
+                .await
+                .map(|_| ())
+                .map_err(|f| f.human_message().to_owned()),
+        )
     }
 
     /// Decides a `pending` record from the tool's own state, or hands it
@@ -415,15 +439,179 @@ impl Reconciler {
                     }
                     _ => "in doubt and the tool has no status lookup: a human must check",
                 };
-                self.apply(
-                    record,
-                    LedgerStatus::Manual,
-                    None,
-                    reason.to_owned(),
-                    report,
-                )
-                .await;
+                // Its run's settlement may have compensated it meanwhile:
+                // read the run and its events to learn that first.
+                let run = match self.store.get_run(&record.run_id).await {
+                    Ok(Some(run)) => run,
+                    Ok(None) => {
+                        report.skipped += 1;
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(intent = %record.intent_id, "reconciler cannot read the run: {e}");
+                        report.skipped += 1;
+                        return;
+                    }
+                };
+                let events = match self.store.events(&record.run_id, 0).await {
+                    Ok(events) => events,
+                    Err(e) => {
+                        tracing::warn!(intent = %record.intent_id, "reconciler cannot read the run's events: {e}");
+                        report.skipped += 1;
+                        return;
+                    }
+                };
+                self.hand_off(&run, &events, record, reason.to_owned(), report)
+                    .await;
             }
+        }
+    }
+
+    /// Hands `record` to a human with `reason` — unless its run's
+    /// settlement started compensating it and what became of that
+    /// compensation is known: it ran (`compensated`), or it did not and,
+    /// being strong and keyed, is run now with the same key.
+    async fn hand_off(
+        &self,
+        run: &RunRecord,
+        events: &[Event],
+        record: &LedgerRecord,
+        reason: String,
+        report: &mut ReconcileReport,
+    ) {
+        let manual = match self.compensation_outcome(run, events, record).await {
+            Undone::NotStarted => reason,
+            Undone::AskLater => {
+                report.skipped += 1;
+                return;
+            }
+            Undone::Ran { by, how } => {
+                let reason = format!("undone by {by} ({how})");
+                self.apply(record, LedgerStatus::Compensated, None, reason, report)
+                    .await;
+                return;
+            }
+            Undone::DidNotRun { binding, call } => {
+                let by = &binding.tool.name;
+                let again = binding.spec.grade == CompensationGrade::Strong && call.key.is_some();
+                if !again {
+                    format!(
+                        "{reason}; its {} compensation by {by} never ran (no trace of its key) and is not run again",
+                        binding.spec.grade.as_str()
+                    )
+                } else {
+                    match self.invoke_compensation(run, binding, &call).await {
+                        Some(Ok(())) => {
+                            let reason = format!(
+                                "undone by {by} (its settlement's compensation never ran; run again with the same key)"
+                            );
+                            self.apply(record, LedgerStatus::Compensated, None, reason, report)
+                                .await;
+                            return;
+                        }
+                        Some(Err(e)) => format!(
+                            "{reason}; its strong compensation by {by} never ran, and running it again failed: {e}"
+                        ),
+                        None => reason,
+                    }
+                }
+            }
+            Undone::Unknown(why) => format!("{reason}; {why}"),
+        };
+        self.apply(record, LedgerStatus::Manual, None, manual, report)
+            .await;
+    }
+
+    /// What became of the compensation `run`'s settlement started for
+    /// `record`: asked by the compensation's key (derived by the
+    /// settlement's own recipe, [`CompensationBinding::call_for`]) of the
+    /// compensating tool's status lookup when it declares one, else read
+    /// from the run's events (a `compensation_finished` that says
+    /// `compensated`).
+    async fn compensation_outcome<'b>(
+        &'b self,
+        run: &RunRecord,
+        events: &[Event],
+        record: &LedgerRecord,
+    ) -> Undone<'b> {
+        let mine = |e: &&Event| e.intent_id.as_ref() == Some(&record.intent_id);
+        let Some((started, used_key)) =
+            events
+                .iter()
+                .filter(mine)
+                .rev()
+                .find_map(|e| match &e.data {
+                    EventData::CompensationStarted(s) => Some((s, e.idempotency_key.as_ref())),
+                    _ => None,
+                })
+        else {
+            return Undone::NotStarted;
+        };
+        let finished = events.iter().filter(mine).any(|e| {
+            matches!(&e.data, EventData::CompensationFinished(f) if f.status == LedgerStatus::Compensated)
+        });
+        let by = started.compensation_tool.clone();
+        let Some(binding) = self
+            .compensations
+            .get(&record.tool)
+            .filter(|b| b.tool.name == started.compensation_tool)
+        else {
+            return Undone::Unknown(format!(
+                "its settlement started compensating it by {by}, which this configuration no longer binds to {}",
+                record.tool
+            ));
+        };
+        let call = binding
+            .call_for(&run.tenant, record, record.result.as_ref())
+            .ok();
+        // The key asked with: the recipe's; the one its settlement recorded
+        // when the record no longer holds what the recipe needs (a result
+        // found by its key whose mark was lost).
+        let key = match (call.as_ref().and_then(|c| c.key.as_ref()), used_key) {
+            (Some(derived), Some(used)) if derived != used => {
+                return Undone::Unknown(format!(
+                    "its compensation by {by} was started under another key than its record derives now"
+                ));
+            }
+            (Some(derived), _) => Some(derived.clone()),
+            (None, used) => used.cloned(),
+        };
+        let target = binding
+            .tool
+            .target
+            .http()
+            .filter(|t| t.status_url.is_some());
+        let event_says = || Undone::Ran {
+            by: by.clone(),
+            how: "its settlement's compensation, finished as the run's events record".to_owned(),
+        };
+        match (target, key) {
+            (Some(target), Some(key)) => {
+                let allowance = binding.tool.allowance(Duration::from_secs(30));
+                match self.http.lookup(target, &key, allowance).await {
+                    Ok(Some(_)) => Undone::Ran {
+                        by,
+                        how: "its settlement's compensation, found by its key".to_owned(),
+                    },
+                    Ok(None) => match call {
+                        Some(call) => Undone::DidNotRun { binding, call },
+                        None => Undone::Unknown(format!(
+                            "its compensation by {by} never ran (no trace of its key), and its arguments cannot be built again"
+                        )),
+                    },
+                    // The tool could not answer now: the events may say,
+                    // else ask again next sweep.
+                    Err(_) if finished => event_says(),
+                    Err(e) => {
+                        tracing::info!(intent = %record.intent_id, "compensation status lookup failed: {e}");
+                        Undone::AskLater
+                    }
+                }
+            }
+            _ if finished => event_says(),
+            _ => Undone::Unknown(format!(
+                "its settlement started compensating it by {by}, and neither that tool nor the run's events can say whether it ran"
+            )),
         }
     }
 
@@ -436,29 +624,51 @@ impl Reconciler {
         report: &mut ReconcileReport,
     ) {
         let at_ms = unix_ms(self.clock.system_now());
-        let event = Event {
-            run_id: record.run_id.clone(),
-            seq: 0,
-            step: record.step,
-            intent_id: Some(record.intent_id.clone()),
-            attempt_id: None,
-            idempotency_key: record.idempotency_key.clone(),
-            at_ms,
-            data: LedgerRecorded {
-                tool: Some(record.tool.clone()),
-                by: Some("reconciler".into()),
-                reason: Some(reason.clone()),
-                ..LedgerRecorded::new(to)
-            }
-            .into(),
-        };
-        let mark = LedgerMark {
-            status: to,
-            result: result.clone(),
-            failure: None,
-            attempts: 0,
-            at_ms,
-        };
+        // A `pending` record its settlement compensated was taken to have
+        // executed first (the ledger moves to `compensated` only from
+        // `succeeded`): both marks land in one commit, in order.
+        let mut steps = Vec::with_capacity(2);
+        if record.status == LedgerStatus::Pending && to == LedgerStatus::Compensated {
+            steps.push((
+                LedgerStatus::Succeeded,
+                "assumed executed: its settlement compensated it".to_owned(),
+            ));
+        }
+        steps.push((to, reason.clone()));
+        let events: Vec<Event> = steps
+            .iter()
+            .map(|(status, reason)| Event {
+                run_id: record.run_id.clone(),
+                seq: 0,
+                step: record.step,
+                intent_id: Some(record.intent_id.clone()),
+                attempt_id: None,
+                idempotency_key: record.idempotency_key.clone(),
+                at_ms,
+                data: LedgerRecorded {
+                    tool: Some(record.tool.clone()),
+                    by: Some("reconciler".into()),
+                    reason: Some(reason.clone()),
+                    ..LedgerRecorded::new(*status)
+                }
+                .into(),
+            })
+            .collect();
+        let marks: Vec<_> = steps
+            .iter()
+            .map(|(status, _)| {
+                (
+                    record.intent_id.clone(),
+                    LedgerMark {
+                        status: *status,
+                        result: if *status == to { result.clone() } else { None },
+                        failure: None,
+                        attempts: 0,
+                        at_ms,
+                    },
+                )
+            })
+            .collect();
         // The run's report follows its ledger: a finished run's report is
         // derived again with the change and lands with it, fenced on the
         // run's status and ledger revision as read before its ledger (so a
@@ -480,8 +690,8 @@ impl Reconciler {
                 return;
             };
             let commit = StepCommit {
-                marks: vec![(record.intent_id.clone(), mark.clone())],
-                events: vec![event.clone()],
+                marks: marks.clone(),
+                events: events.clone(),
                 revised_report: revised,
                 expect_status: Some(run.status),
                 expect_ledger_revision: Some(run.ledger_revision),

@@ -107,7 +107,7 @@ pub use report::{
 };
 pub use retry_memory::DEFAULT_RETRY_FLUSH;
 pub(crate) use retry_worth::not_worth_it;
-pub use settle::{CompensationBinding, STRONG_COMPENSATION_ATTEMPTS};
+pub use settle::{CompensationBinding, CompensationCall, STRONG_COMPENSATION_ATTEMPTS};
 pub use shared_breakers::DEFAULT_SHARED_BREAKERS_REFRESH;
 pub use start::{RunOutput, RunRequest};
 pub use tokio_util::sync::CancellationToken;

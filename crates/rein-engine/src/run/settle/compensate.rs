@@ -7,9 +7,9 @@ use rein_core::deadline::{Budget, BudgetLimits, Deadline};
 use rein_core::event::{CompensationFinished, CompensationStarted};
 use rein_core::idempotency::IdempotencyKey;
 use rein_core::outcome::CompensationResult;
-use rein_core::registry::{CompensationGrade, CompensationSpec};
+use rein_core::registry::{CompensationGrade, CompensationSpec, UnresolvedArg};
 use rein_core::retry::{RetryConfig, RetryPolicy};
-use rein_core::{Clock, EventKind, IntentId, LedgerRecord, LedgerStatus};
+use rein_core::{Clock, EventKind, IntentId, LedgerRecord, LedgerStatus, TenantId};
 use rein_store::StepCommit;
 use serde_json::Value;
 
@@ -32,6 +32,54 @@ pub struct CompensationBinding {
     pub tool: ToolBinding,
 }
 
+/// The call that undoes one forward record: its own intent, its arguments
+/// and its idempotency key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompensationCall {
+    /// The compensation's own intent: the forward intent's, with
+    /// `/compensation` appended.
+    pub intent: IntentId,
+    /// The arguments, mapped from the forward call's arguments and result.
+    pub args: Value,
+    /// The key it carries (none for an irreversible compensation tool).
+    pub key: Option<IdempotencyKey>,
+}
+
+impl CompensationBinding {
+    /// The call that undoes `record` in `tenant`'s run, `result` being the
+    /// forward call's result as known (the record's own, or found by its
+    /// key). The one recipe: the engine's settlement, a resumed settlement
+    /// and the reconciler all derive the call here, so each asks for (or
+    /// repeats) the same call under the same key, which makes repeating it
+    /// harmless.
+    ///
+    /// # Errors
+    ///
+    /// [`UnresolvedArg`] when a mapped argument's source is missing: such
+    /// a compensation would undo the wrong thing and is not attempted.
+    pub fn call_for(
+        &self,
+        tenant: &TenantId,
+        record: &LedgerRecord,
+        result: Option<&Value>,
+    ) -> Result<CompensationCall, UnresolvedArg> {
+        let args = self
+            .spec
+            .arguments(&record.args, result.unwrap_or(&Value::Null))?;
+        let intent = IntentId::new(format!("{}/compensation", record.intent_id))
+            .unwrap_or_else(|_| record.intent_id.clone());
+        let key = IdempotencyKey::derive(
+            self.tool.class,
+            tenant,
+            &intent,
+            &self.tool.name,
+            &args,
+            &self.tool.normalizer,
+        );
+        Ok(CompensationCall { intent, args, key })
+    }
+}
+
 /// What became of a call in doubt, asked by its key.
 enum Resolved {
     /// It never ran: nothing to undo (its record is marked failed).
@@ -42,13 +90,12 @@ enum Resolved {
     ForHuman(CompensationResult),
 }
 
-/// A compensation ready to run: the forward record, its binding, the
-/// compensation's arguments and its own intent.
+/// A compensation ready to run: the forward record, its binding and the
+/// compensating call.
 struct Undo<'u> {
     record: &'u LedgerRecord,
     binding: &'u CompensationBinding,
-    args: Value,
-    intent: IntentId,
+    call: CompensationCall,
 }
 
 /// The result of settling `record` with `status`.
@@ -125,11 +172,11 @@ impl Engine {
                 );
             }
         }
-        let args = match binding
-            .spec
-            .arguments(&record.args, result.as_ref().unwrap_or(&Value::Null))
-        {
-            Ok(args) => args,
+        // The compensation's own intent and key derive from the forward
+        // record, so repeating it (a retry, a resumed settlement, the
+        // reconciler) is harmless.
+        let call = match binding.call_for(&ctx.tenant, &record, result.as_ref()) {
+            Ok(call) => call,
             Err(unresolved) => {
                 let note = format!(
                     "cannot build the compensation's argument `{}` from `{}`",
@@ -140,12 +187,6 @@ impl Engine {
                         .await,
                 );
             }
-        };
-        // The compensation's own intent and key derive from the forward
-        // record, so repeating it (a retry, a resumed settlement) is harmless.
-        let intent = match IntentId::new(format!("{}/compensation", record.intent_id)) {
-            Ok(id) => id,
-            Err(_) => record.intent_id.clone(),
         };
         if binding.spec.grade == CompensationGrade::Weak
             && self.compensation_was_started(ctx, &record.intent_id).await
@@ -168,8 +209,7 @@ impl Engine {
         let undo = Undo {
             record: &record,
             binding,
-            args,
-            intent,
+            call,
         };
         Some(self.run_compensation(ctx, undo, deadline, step, &c).await)
     }
@@ -187,18 +227,9 @@ impl Engine {
         let Undo {
             record,
             binding,
-            args,
-            intent,
+            call: CompensationCall { intent, args, key },
         } = undo;
         let tool = &binding.tool;
-        let key = IdempotencyKey::derive(
-            tool.class,
-            &ctx.tenant,
-            &intent,
-            &tool.name,
-            &args,
-            &tool.normalizer,
-        );
         let grade = binding.spec.grade;
         ctx.emitter.emit(
             &Correlation {

@@ -35,7 +35,7 @@ mod compensate;
 mod decision;
 mod handoff;
 
-pub use compensate::{CompensationBinding, STRONG_COMPENSATION_ATTEMPTS};
+pub use compensate::{CompensationBinding, CompensationCall, STRONG_COMPENSATION_ATTEMPTS};
 use decision::{Decision, Situation, compensation_order, decide};
 
 /// What the settlement of a run did: its conclusion, what became of each
