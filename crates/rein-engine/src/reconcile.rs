@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use rein_core::event::LedgerRecorded;
+use rein_core::event::{LedgerRecorded, ToolCallFinished};
 use rein_core::registry::CompensationGrade;
 use rein_core::{
     Clock, Event, EventData, LedgerRecord, LedgerStatus, Outcome, Timestamp, ToolClass,
@@ -527,7 +527,8 @@ impl Reconciler {
     /// settlement's own recipe, [`CompensationBinding::call_for`]) of the
     /// compensating tool's status lookup when it declares one, else read
     /// from the run's events (a `compensation_finished` that says
-    /// `compensated`).
+    /// `compensated`, or an attempt of the compensating call that
+    /// succeeded).
     async fn compensation_outcome<'b>(
         &'b self,
         run: &RunRecord,
@@ -547,8 +548,15 @@ impl Reconciler {
         else {
             return Undone::NotStarted;
         };
+        // A `compensation_finished compensated` is stored only with its
+        // mark, so when the mark was lost the evidence is the compensating
+        // call's own answer: an attempt under the compensation's intent
+        // that succeeded (those events are not held back with a mark).
+        let compensating = |e: &&Event| e.intent_id.as_ref() == Some(&started.compensation_intent);
         let finished = events.iter().filter(mine).any(|e| {
             matches!(&e.data, EventData::CompensationFinished(f) if f.status == LedgerStatus::Compensated)
+        }) || events.iter().filter(compensating).any(|e| {
+            matches!(&e.data, EventData::ToolCallFinished(ToolCallFinished::Succeeded(_)))
         });
         let by = started.compensation_tool.clone();
         let Some(binding) = self

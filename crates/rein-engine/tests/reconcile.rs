@@ -272,8 +272,9 @@ async fn a_pending_record_whose_compensation_ran_is_compensated_not_handed_off()
 }
 
 /// As above, but the restore has no status lookup: the run's events say
-/// its compensation finished `compensated` (they became durable with a
-/// later commit, the mark did not), so the record is `compensated`.
+/// the compensating call succeeded (its attempt's events became durable
+/// with a later commit; the mark, and the `compensation_finished` stored
+/// only with it, did not), so the record is `compensated`.
 #[tokio::test(start_paused = true)]
 async fn a_pending_record_whose_compensation_the_events_record_is_compensated() {
     let s = setup(&[LedgerStatus::Succeeded]).await;
