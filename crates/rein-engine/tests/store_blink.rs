@@ -47,6 +47,9 @@ struct Blink {
     refused: Refused,
     left: AtomicU32,
     seen: AtomicU32,
+    /// Refused commits land first, and only their answer is lost: the
+    /// store cannot say whether they landed ([`StoreError::InDoubt`]).
+    landed: bool,
 }
 
 /// The interceptor of a shared [`Blink`], which the test keeps to lift it.
@@ -67,6 +70,12 @@ impl Intercept for Blinking {
                 .left
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                 .is_ok();
+            if refuse && blink.landed {
+                inner.commit_step(run_id, commit).await?;
+                return Err(StoreError::InDoubt(
+                    "injected: connection closed at commit".into(),
+                ));
+            }
             if refuse {
                 return Err(StoreError::Unavailable(
                     "injected: connection closed".into(),
@@ -80,11 +89,20 @@ impl Intercept for Blinking {
 /// `h` with its engine on the store behind a blink that refuses `times`
 /// commits of the `refused` kind.
 fn blinking(h: &mut Harness, refused: Refused, times: u32) -> Arc<Blink> {
-    let blink = Arc::new(Blink {
-        refused,
-        left: AtomicU32::new(times),
-        seen: AtomicU32::new(0),
-    });
+    install(
+        h,
+        Blink {
+            refused,
+            left: AtomicU32::new(times),
+            seen: AtomicU32::new(0),
+            landed: false,
+        },
+    )
+}
+
+/// `h` with its engine on the store behind `blink`.
+fn install(h: &mut Harness, blink: Blink) -> Arc<Blink> {
+    let blink = Arc::new(blink);
     let store: Arc<dyn Store> =
         Arc::new(Intercepted::new(h.store.clone(), Blinking(blink.clone())));
     h.engine = Engine::builder(store).rng_seed(7).build().unwrap();
@@ -233,4 +251,51 @@ async fn a_checkpoint_the_store_will_not_take_hands_the_run_on_and_a_resume_fini
         1,
         "the resume does not repeat the write"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_mark_whose_commit_is_in_doubt_is_never_offered_twice_and_the_run_is_handed_on() {
+    let mut h = harness(Faults::none()).await;
+    // The mark lands, but its answer is lost and the store cannot learn
+    // whether it landed.
+    let blink = install(
+        &mut h,
+        Blink {
+            refused: Refused::Marks,
+            left: AtomicU32::new(1),
+            seen: AtomicU32::new(0),
+            landed: true,
+        },
+    );
+    let a = agent(&h.desk, update_then_answer(), true);
+    let out = run(&h, &a).await;
+
+    assert!(out.interrupted, "{:#?}", out.report);
+    assert_eq!(
+        h.store.get_run(&out.run_id).await.unwrap().unwrap().status,
+        RunStatus::Running,
+        "handed on, never failed for a store fault"
+    );
+    // Held, then found in the ledger: not offered again.
+    assert_eq!(h.engine.flush_held_marks(Duration::from_secs(30)).await, 0);
+    assert_eq!(blink.seen.load(Ordering::SeqCst), 1, "never offered twice");
+    assert_eq!(
+        recorded(&h, &out.run_id).await,
+        [LedgerStatus::Pending, LedgerStatus::Succeeded],
+        "each statement once"
+    );
+
+    let a = agent(&h.desk, update_then_answer(), true);
+    let resumed = h
+        .engine
+        .resume(&a, &AcceptAll, &out.run_id, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        resumed.report.outcome,
+        Outcome::Succeeded,
+        "{:#?}",
+        resumed.report
+    );
+    assert_eq!(h.desk.applied_count(UPDATE_DELIVERY_TIME), 1, "made once");
 }

@@ -46,6 +46,7 @@ mod codec;
 mod listen;
 mod migrate;
 pub(crate) mod ops;
+mod settle;
 mod store;
 pub mod tls;
 mod url;

@@ -19,6 +19,7 @@ use rein_store::{
 use crate::codec::PgResult;
 use crate::migrate::{self, SchemaState};
 use crate::ops::{cancel, commit, idempotency, latency, leases, retry, runs, share, shared, stats};
+use crate::settle::{self, TxIdentity};
 use crate::tls::Connector;
 use crate::url::PostgresUrl;
 
@@ -233,7 +234,7 @@ impl PostgresStore {
     }
 
     /// A pooled connection.
-    async fn client(&self) -> Result<Object, StoreError> {
+    pub(crate) async fn client(&self) -> Result<Object, StoreError> {
         self.pool.get().await.pg()
     }
 
@@ -253,14 +254,23 @@ impl PostgresStore {
 
 /// Runs `$op(&tx, args…)` in one transaction of a pooled connection:
 /// committed when it returns `Ok`, rolled back (by dropping the
-/// transaction) otherwise.
+/// transaction) otherwise. A commit whose answer is lost is settled
+/// ([`crate::settle`]): `Ok` if it landed, transient if it did not,
+/// [`StoreError::InDoubt`] when the database cannot say.
 macro_rules! write {
     ($store:expr, $op:path $(, $arg:expr)* $(,)?) => {{
         let mut client = $store.client().await?;
         let tx = client.transaction().await.pg()?;
-        let out = $op(&tx $(, $arg)*).await?;
-        tx.commit().await.pg()?;
-        Ok(out)
+        // Pipelined: the identity query goes out first, then the write's
+        // statements, without waiting for its answer.
+        let (who, out) = tokio::join!(TxIdentity::of(&tx), $op(&tx $(, $arg)*));
+        let out = out?;
+        let who = who?;
+        match tx.commit().await {
+            Ok(()) => Ok(out),
+            Err(e) if settle::answer_lost(&e) => $store.settle(who, e).await.map(|()| out),
+            Err(e) => Err(crate::codec::pg_error(e)),
+        }
     }};
 }
 
@@ -275,7 +285,9 @@ macro_rules! read {
 #[async_trait]
 impl RunStore for PostgresStore {
     async fn create_run(&self, run: NewRun) -> Result<RunRecord, StoreError> {
-        read!(self, runs::create_run, run)
+        // A transaction, though one statement: a lost answer is settled
+        // instead of being offered again into a `Conflict`.
+        write!(self, runs::create_run, run)
     }
 
     async fn create_run_claimed(

@@ -145,11 +145,23 @@ pub enum StoreError {
     /// call is not expected to help.
     #[error("store backend failed: {0}")]
     Backend(String),
+    /// The connection was lost while the backend committed the write, and
+    /// the store could not learn afterwards whether the commit landed.
+    ///
+    /// Not transient: offering the same write again could apply it twice
+    /// (events written twice, a run claimed twice). The caller stops and
+    /// lets whoever drives the run next read what the store holds.
+    #[error("store commit outcome unknown: {0}")]
+    InDoubt(String),
 }
 
 impl StoreError {
     /// Whether retrying the same call later may succeed (a busy or briefly
     /// unreachable backend), as opposed to a refusal or a broken store.
+    ///
+    /// A transient error promises that nothing of the call was applied (a
+    /// backend that cannot promise it answers [`StoreError::InDoubt`]), so
+    /// the same write may be offered again.
     pub fn is_transient(&self) -> bool {
         matches!(self, StoreError::Unavailable(_))
     }
@@ -187,6 +199,7 @@ mod tests {
     fn only_unavailable_is_transient() {
         assert!(StoreError::Unavailable("busy".into()).is_transient());
         assert!(!StoreError::Backend("disk i/o error".into()).is_transient());
+        assert!(!StoreError::InDoubt("lost at commit".into()).is_transient());
         let transition = StoreError::from(LedgerTransitionError {
             from: LedgerStatus::Failed,
             to: LedgerStatus::Succeeded,

@@ -266,6 +266,20 @@ pub trait RunStore: Send + Sync {
     /// [`StoreError::ClaimLost`] or [`StoreError::LedgerChanged`] when
     /// [`StepCommit::expect_status`], [`StepCommit::expect_claim`] or
     /// [`StepCommit::expect_ledger_revision`] does not hold.
+    ///
+    /// [`StoreError::Unavailable`] only when nothing of the commit was
+    /// applied, so that the engine may offer it again: a backend that lost
+    /// its connection while committing first learns whether the commit
+    /// landed (returning `Ok` if it did) and answers
+    /// [`StoreError::InDoubt`] when it cannot learn it.
+    ///
+    /// # Which parts are safe to offer twice
+    ///
+    /// A planned intent and a declaration are first-write-wins; a mark to
+    /// the status a record already holds leaves the record as it is; a
+    /// checkpoint of a step replaces itself. Events and a status change
+    /// are not idempotent, which is why a commit is offered again only
+    /// after an `Unavailable`.
     async fn commit_step(
         &self,
         run_id: &RunId,

@@ -31,10 +31,13 @@
 //! A backend answers [`StoreError::Unavailable`] only when nothing of the
 //! commit was applied (the store's contract on
 //! [`RunStore::commit_step`](rein_store::RunStore::commit_step)); a commit
-//! whose outcome is unknown is another error, never repeated blindly.
-//! Its parts are idempotent besides: a planned intent and a declaration
-//! are first-write-wins, and a mark to the status a record already holds
-//! is refused by the state machine rather than applied twice.
+//! whose outcome the backend cannot learn is [`StoreError::InDoubt`],
+//! never offered again: the run stops at a safe point and is handed on,
+//! and whoever drives it next reads what the store holds.
+//! The ledger's parts are idempotent besides: a planned intent and a
+//! declaration are first-write-wins, and a mark to the status a record
+//! already holds leaves the record as it is (its events, though, would be
+//! stored again: a held mark reads the ledger before it is written).
 //!
 //! # Events never ahead of the ledger
 //!
@@ -99,6 +102,15 @@ impl Engine {
                 Err(e) => e,
             };
             let spent = self.clock.now().saturating_duration_since(began);
+            if let StoreError::InDoubt(_) = error {
+                // It may have landed: never offered again. Its events are
+                // not put back (they may be stored already), and the run
+                // stops so that whoever drives it next reads what the
+                // store holds.
+                tracing::error!(run = %ctx.run_id, "the store cannot say whether a commit landed: stopping the run at a safe point: {error}");
+                ctx.stop_for_store(&error);
+                return Err(error);
+            }
             if !error.is_transient() || ctx.lost.is_cancelled() {
                 ctx.settle_events(&commit.events);
                 return Err(error);
@@ -140,8 +152,10 @@ impl Engine {
             .cloned()
             .collect();
         let result = self.commit(ctx, commit).await;
+        // A mark in doubt is held too: the writer reads the ledger first,
+        // and writes it only if it did not land.
         if let Err(e) = &result
-            && e.is_transient()
+            && (e.is_transient() || matches!(e, StoreError::InDoubt(_)))
         {
             self.shared.held_marks.hold(
                 self.store.clone(),
@@ -190,6 +204,50 @@ pub(crate) struct HeldMark {
     events: Vec<Event>,
 }
 
+impl HeldMark {
+    /// The commit that writes what the ledger does not hold yet, `None`
+    /// when it holds every mark.
+    ///
+    /// # Why read first
+    ///
+    /// A mark whose commit was in doubt may have landed, and the ledger
+    /// takes a mark to the status a record already holds (a no-op): its
+    /// events would be stored twice. A record already at the held status
+    /// is left out with its events; one that moved on refuses the mark.
+    async fn still_owed(&self, store: &dyn Store) -> Result<Option<StepCommit>, StoreError> {
+        let ledger = store.ledger(&self.run_id).await?;
+        let landed = |intent: &IntentId, status| {
+            ledger
+                .iter()
+                .any(|r| &r.intent_id == intent && r.status == status)
+        };
+        let marks: Vec<(IntentId, LedgerMark)> = self
+            .marks
+            .iter()
+            .filter(|(intent, mark)| !landed(intent, mark.status))
+            .cloned()
+            .collect();
+        if marks.is_empty() {
+            return Ok(None);
+        }
+        let events = self
+            .events
+            .iter()
+            .filter(|e| {
+                e.intent_id
+                    .as_ref()
+                    .is_none_or(|i| marks.iter().any(|(owed, _)| owed == i))
+            })
+            .cloned()
+            .collect();
+        Ok(Some(StepCommit {
+            marks,
+            events,
+            ..StepCommit::default()
+        }))
+    }
+}
+
 /// The ledger marks this process holds because the store would not take
 /// them, written by one task as soon as it is back.
 ///
@@ -199,8 +257,9 @@ pub(crate) struct HeldMark {
 /// its mark lands. The mark is a fact about the world, not a step of
 /// whoever drives the run: the ledger's state machine applies it to a
 /// record still `pending` and refuses it once a later status was recorded
-/// (a reconciler's `manual`, a resumed run's own mark), so it is written
-/// without a claim fence.
+/// (a reconciler's `manual`, a resumed run's own mark), and a mark the
+/// ledger already holds is left out ([`HeldMark::still_owed`]), so it is
+/// written without a claim fence.
 #[derive(Default)]
 pub(crate) struct HeldMarks {
     inner: Mutex<Held>,
@@ -268,13 +327,15 @@ impl HeldMarks {
                     }
                 }
             };
-            let commit = StepCommit {
-                marks: next.marks.clone(),
-                events: next.events.clone(),
-                ..StepCommit::default()
+            let written = match next.still_owed(store.as_ref()).await {
+                Ok(None) => Ok(()),
+                Ok(Some(commit)) => store.commit_step(&next.run_id, commit).await.map(|_| ()),
+                Err(e) => Err(e),
             };
-            match store.commit_step(&next.run_id, commit).await {
-                Err(e) if e.is_transient() => {
+            match written {
+                // Away, or in doubt: the ledger is read again before the
+                // next offer, so a mark that did land is not written twice.
+                Err(e) if e.is_transient() || matches!(e, StoreError::InDoubt(_)) => {
                     offers += 1;
                     // No jitter source here: one writer per process, and
                     // its pauses are capped like a run's.
