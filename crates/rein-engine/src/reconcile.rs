@@ -29,7 +29,7 @@ use serde::Serialize;
 
 use crate::Timer;
 use crate::lease::{ReapReport, Reaper};
-use crate::run::{CompensationBinding, CompensationCall, ToolBinding};
+use crate::run::{CompensationBinding, CompensationCall, ToolBinding, ToolTarget};
 use crate::tool::http::HttpToolAdapter;
 
 /// How long a `pending` record may stay pending before the reconciler
@@ -321,13 +321,12 @@ impl Reconciler {
         else {
             return false;
         };
-        let Some(target) = tool.target.http().filter(|t| t.status_url.is_some()) else {
+        if !tool.target.has_status_lookup() {
             return false;
-        };
+        }
+        let allowance = tool.allowance(Duration::from_secs(30));
         matches!(
-            self.http
-                .lookup(target, key, tool.allowance(Duration::from_secs(30)))
-                .await,
+            crate::tool::lookup(&self.http, &tool.name, &tool.target, key, allowance).await,
             Ok(None)
         )
     }
@@ -372,7 +371,7 @@ impl Reconciler {
         binding: &CompensationBinding,
         call: &CompensationCall,
     ) -> Option<Result<(), String>> {
-        let target = binding.tool.target.http()?;
+        let target = &binding.tool.target;
         let attempt_id =
             rein_core::AttemptId::new(format!("reconcile-{}", unix_ms(self.clock.system_now())))
                 .ok()?;
@@ -386,10 +385,14 @@ impl Reconciler {
             remaining: allowance,
             allowance,
         };
+        let invoked = match target {
+            ToolTarget::Http(target) => self.http.invoke(target, &call.args, &attempt).await,
+            ToolTarget::Adapter(adapter) => adapter.invoke(&call.args, &attempt).await,
+            // A compensation by command or child run is not repeated here.
+            _ => return None,
+        };
         Some(
-            self.http
-                .invoke(target, &call.args, &attempt)
-                .await
+            invoked
                 .map(|_| ())
                 .map_err(|f| f.human_message().to_owned()),
         )
@@ -400,14 +403,12 @@ impl Reconciler {
     async fn resolve_pending(&self, record: &LedgerRecord, report: &mut ReconcileReport) {
         let tool = self.tools.get(&record.tool);
         let lookup = match (tool, &record.idempotency_key) {
-            (Some(tool), Some(key)) => match tool.target.http() {
-                Some(target) if target.status_url.is_some() => Some(
-                    self.http
-                        .lookup(target, key, tool.allowance(Duration::from_secs(30)))
-                        .await,
-                ),
-                _ => None,
-            },
+            (Some(tool), Some(key)) if tool.target.has_status_lookup() => {
+                let allowance = tool.allowance(Duration::from_secs(30));
+                Some(
+                    crate::tool::lookup(&self.http, &tool.name, &tool.target, key, allowance).await,
+                )
+            }
             _ => None,
         };
         match lookup {
@@ -584,19 +585,18 @@ impl Reconciler {
             (Some(derived), _) => Some(derived.clone()),
             (None, used) => used.cloned(),
         };
-        let target = binding
-            .tool
-            .target
-            .http()
-            .filter(|t| t.status_url.is_some());
+        let looks_up = binding.tool.target.has_status_lookup();
         let event_says = || Undone::Ran {
             by: by.clone(),
             how: "its settlement's compensation, finished as the run's events record".to_owned(),
         };
-        match (target, key) {
-            (Some(target), Some(key)) => {
-                let allowance = binding.tool.allowance(Duration::from_secs(30));
-                match self.http.lookup(target, &key, allowance).await {
+        match (looks_up, key) {
+            (true, Some(key)) => {
+                let tool = &binding.tool;
+                let allowance = tool.allowance(Duration::from_secs(30));
+                match crate::tool::lookup(&self.http, &tool.name, &tool.target, &key, allowance)
+                    .await
+                {
                     Ok(Some(_)) => Undone::Ran {
                         by,
                         how: "its settlement's compensation, found by its key".to_owned(),

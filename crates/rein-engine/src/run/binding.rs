@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use super::settle::CompensationBinding;
 use crate::provider::ModelProvider;
+use crate::tool::ToolAdapter;
 use crate::tool::command::CommandTarget;
 use crate::tool::http::HttpTarget;
 
@@ -33,6 +34,9 @@ pub enum ToolTarget {
     Command(CommandTarget),
     /// Another agent, run as a child of the calling run.
     Agent(AgentTarget),
+    /// A kind of tool the engine does not build in ([`ToolAdapter`]): an
+    /// in-process function ([`crate::tool::InProcessTool`]), …
+    Adapter(Arc<dyn ToolAdapter>),
 }
 
 /// A tool that starts a child run of another agent.
@@ -58,13 +62,17 @@ impl ToolTarget {
     pub fn http(&self) -> Option<&HttpTarget> {
         match self {
             ToolTarget::Http(t) => Some(t),
-            ToolTarget::Command(_) | ToolTarget::Agent(_) => None,
+            ToolTarget::Command(_) | ToolTarget::Agent(_) | ToolTarget::Adapter(_) => None,
         }
     }
 
     /// Whether the tool can be asked about a call by its idempotency key.
     pub fn has_status_lookup(&self) -> bool {
-        self.http().is_some_and(|t| t.status_url.is_some())
+        match self {
+            ToolTarget::Http(t) => t.status_url.is_some(),
+            ToolTarget::Adapter(a) => a.has_lookup(),
+            ToolTarget::Command(_) | ToolTarget::Agent(_) => false,
+        }
     }
 }
 
@@ -124,6 +132,29 @@ impl Declared {
 }
 
 impl ToolBinding {
+    /// A tool of a kind the engine does not build in ([`ToolAdapter`], an
+    /// [`InProcessTool`](crate::tool::InProcessTool)), for an embedder:
+    /// `latency` is its declared profile (what retries leave room for and
+    /// what bounds an attempt); no resource group, the default key
+    /// normalizer, nothing declared. Set the public fields to change them.
+    pub fn adapter(
+        name: impl Into<String>,
+        class: ToolClass,
+        latency: LatencyProfile,
+        adapter: impl ToolAdapter + 'static,
+    ) -> ToolBinding {
+        ToolBinding {
+            name: name.into(),
+            class,
+            latency,
+            normalizer: Normalizer::default(),
+            target: ToolTarget::Adapter(Arc::new(adapter)),
+            resource_group: None,
+            self_heal_allowance: None,
+            declared: Declared::default(),
+        }
+    }
+
     /// One attempt's allowance by the bound profile alone: p99 × the
     /// default factor, capped by what remains. A run plans with the
     /// engine's view instead (observed latency, the configured factor);

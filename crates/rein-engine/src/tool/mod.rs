@@ -8,6 +8,11 @@
 //! | http | [`http`] | an HTTP request, classified by status, body and transport phase |
 //! | command | [`command`] (unix) | a local program in its own process group, under a lease |
 //! | agent | `agent` (an [`Engine`](crate::run::Engine) method) | a child run of another agent, on a share of the budget |
+//! | in_process | [`in_process`] | an async Rust function of the embedding program |
+//!
+//! A kind the engine does not build in implements [`ToolAdapter`] (one
+//! module) and is bound as [`ToolTarget::Adapter`](crate::run::ToolTarget::Adapter)
+//! (one registration); [`InProcessTool`] is the first.
 //!
 //! # Why the adapter classifies
 //!
@@ -20,7 +25,7 @@
 //! whether it acted.
 
 //!
-//! # Why no common adapter trait
+//! # Why the built-in adapters are not behind the trait
 //!
 //! The http and command adapters share a shape — `invoke(target, args,
 //! &Attempt) -> Result<ToolOutput, Failure>`, a value that can be dropped
@@ -43,10 +48,43 @@ use rein_core::{AttemptId, Category, Effect, IntentId, RunId};
 use serde::Deserialize;
 use serde_json::Value;
 
+pub mod adapter;
 mod agent;
 #[cfg(unix)]
 pub mod command;
 pub mod http;
+pub mod in_process;
+
+pub use adapter::ToolAdapter;
+pub use in_process::InProcessTool;
+
+/// Looks a call to `tool` (reached through `target`) up by its key, at its
+/// HTTP status endpoint or its adapter's lookup.
+///
+/// # Errors
+///
+/// A [`rein_core::Failure`] when the lookup fails or the tool has none.
+pub(crate) async fn lookup(
+    http: &http::HttpToolAdapter,
+    tool: &str,
+    target: &crate::run::ToolTarget,
+    key: &IdempotencyKey,
+    allowance: Duration,
+) -> Result<Option<Value>, rein_core::Failure> {
+    use crate::run::ToolTarget;
+    match target {
+        ToolTarget::Http(target) => http.lookup(target, key, allowance).await,
+        ToolTarget::Adapter(adapter) => adapter.lookup(key, allowance).await,
+        #[cfg(unix)]
+        ToolTarget::Command(_) => Err(no_lookup(tool)),
+        ToolTarget::Agent(_) => Err(no_lookup(tool)),
+    }
+}
+
+fn no_lookup(tool: &str) -> rein_core::Failure {
+    rein_core::Failure::new(tool, Category::Unknown)
+        .with_human_message(format!("{tool} has no status lookup"))
+}
 
 /// One attempt's identity and limits.
 #[derive(Debug, Clone)]

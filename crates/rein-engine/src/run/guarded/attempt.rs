@@ -356,6 +356,7 @@ impl Engine {
             match &tool.target {
                 ToolTarget::Http(target) => self.http.invoke(target, args, request).await,
                 ToolTarget::Command(target) => self.command.invoke(target, args, request).await,
+                ToolTarget::Adapter(adapter) => adapter.invoke(args, request).await,
                 // A child run is never dropped mid-way: it sees the
                 // cancellation through its own (child) token, settles its
                 // effects and records its end, and its parent waits for
@@ -427,11 +428,8 @@ impl Engine {
                 continue;
             };
             let allowance = call.plan.allowance(deadline.remaining(now));
-            let lookup = match tool.target.http() {
-                Some(target) => self.http.lookup(target, key, allowance).await,
-                None => Err(Failure::new(&tool.name, Category::Unknown)
-                    .with_human_message(format!("{} has no status lookup", tool.name))),
-            };
+            let lookup =
+                crate::tool::lookup(&self.http, &tool.name, &tool.target, key, allowance).await;
             match lookup {
                 Ok(Some(result)) => {
                     ctx.emitter.emit(

@@ -377,11 +377,13 @@ impl Engine {
                     .latency
                     .plan(tool, None)
                     .allowance(deadline.remaining(self.clock.now()));
-                match (tool.target.http(), slot) {
-                    (Some(target), Ok(_slot)) => {
-                        self.http.lookup(target, key, allowance).await.ok()
+                match slot {
+                    Ok(_slot) => {
+                        crate::tool::lookup(&self.http, &tool.name, &tool.target, key, allowance)
+                            .await
+                            .ok()
                     }
-                    _ => None,
+                    Err(_) => None,
                 }
             }
             _ => None,
