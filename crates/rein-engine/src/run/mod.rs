@@ -67,6 +67,7 @@ mod final_turn;
 mod fixture;
 mod guarded;
 mod hand_on;
+mod handle;
 mod health;
 mod latency;
 mod model_chain;
@@ -100,6 +101,7 @@ pub use engine::{Engine, EngineBuilder, http_client};
 pub use error::EngineError;
 pub use guarded::{CallResult, Planned};
 pub use hand_on::HandOn;
+pub use handle::RunHandle;
 pub use latency::{DEFAULT_LATENCY_FLUSH, ToolLatency};
 pub use model_chain::{ModelAnswer, ModelAsk, ModelBinding, ModelError, ModelReply};
 pub use report::{

@@ -78,6 +78,33 @@ pub struct RunOutput {
     pub interrupted: bool,
 }
 
+/// A run's budgets from `started`: the forward path's (the wall clock
+/// minus the compensation reserve) and the whole run's deadline, which
+/// compensation may use up to.
+pub(super) fn forward_budget(
+    agent: &AgentBinding,
+    started: rein_core::Instant,
+) -> (Budget, rein_core::deadline::Deadline) {
+    let full_deadline = Budget::start(agent.budget, started).deadline();
+    let forward_wall = agent.budget.wall_clock()
+        - agent
+            .compensation_reserve
+            .of_duration(agent.budget.wall_clock());
+    let forward_limits = agent
+        .budget
+        .with_wall_clock(forward_wall)
+        .unwrap_or(agent.budget);
+    (Budget::start(forward_limits, started), full_deadline)
+}
+
+/// An opened run: its context, with the guards that keep its claim
+/// renewed and mark it live in this process while it is held.
+pub(super) struct Opened<'a> {
+    pub(super) ctx: RunCtx<'a>,
+    _heartbeat: Option<super::claim::Heartbeat>,
+    _live: super::tree::LiveEntry<'a>,
+}
+
 impl Engine {
     /// Records a run of `agent` as `queued`, durably, without starting it:
     /// [`Engine::run`] with [`RunRequest::enqueued`] starts it later, in
@@ -212,24 +239,11 @@ impl Engine {
     ) -> Result<RunOutput, EngineError> {
         crate::crash::panic_point("run_start", &agent.name);
         let run_id = request.run_id.clone().unwrap_or_else(new_id::<RunId>);
-        let tenant = match request.tenant.clone() {
-            Some(t) => t,
-            None => TenantId::new("default").map_err(|e| EngineError::Http(e.to_string()))?,
-        };
+        let mut request = request;
+        request.run_id = Some(run_id.clone());
         let guard = LoopGuard::new(agent.loop_guard.clone())?;
         let started = self.clock.now();
-        // The forward path runs on the wall clock minus the compensation
-        // reserve; compensation may use everything up to the full deadline.
-        let full_deadline = Budget::start(agent.budget, started).deadline();
-        let forward_wall = agent.budget.wall_clock()
-            - agent
-                .compensation_reserve
-                .of_duration(agent.budget.wall_clock());
-        let forward_limits = agent
-            .budget
-            .with_wall_clock(forward_wall)
-            .unwrap_or(agent.budget);
-        let budget = Budget::start(forward_limits, started);
+        let (budget, full_deadline) = forward_budget(agent, started);
         let at_ms = unix_ms(self.clock.system_now());
         // Queued work waits for a process that is not stopping.
         if request.enqueued && self.is_interrupted() {
@@ -238,6 +252,49 @@ impl Engine {
                 reason: "this process is stopping; it stays queued".into(),
             });
         }
+        let opened = self.open(agent, validator, request, lineage, at_ms).await?;
+        let ctx = &opened.ctx;
+        let state = LoopState {
+            budget,
+            full_deadline,
+            started,
+            elapsed_before_ms: 0,
+            guard,
+            messages: vec![
+                Message::System {
+                    content: agent.system_prompt.clone(),
+                },
+                Message::User {
+                    content: ctx.input.clone(),
+                },
+            ],
+            calls: Vec::new(),
+            progress: Progress::new(),
+            checkpointed: Checkpointed::default(),
+            step: 0,
+            resume: None,
+        };
+        self.drive(ctx, validator, state, None, None).await
+    }
+
+    /// Opens a run: its record and its claim (a new run created claimed,
+    /// an enqueued one claimed), its heartbeat, its context and its
+    /// `run_started`, committed while it is still `queued` (a cancellation
+    /// that got there first wins). What the engine's loop and a caller's
+    /// own loop ([`RunHandle`](super::RunHandle)) start from.
+    pub(super) async fn open<'a>(
+        &'a self,
+        agent: &'a AgentBinding,
+        validator: &'a dyn ArgValidator,
+        request: RunRequest,
+        lineage: Lineage,
+        at_ms: Timestamp,
+    ) -> Result<Opened<'a>, EngineError> {
+        let run_id = request.run_id.clone().unwrap_or_else(new_id::<RunId>);
+        let tenant = match request.tenant.clone() {
+            Some(t) => t,
+            None => TenantId::new("default").map_err(|e| EngineError::Http(e.to_string()))?,
+        };
         let (stored_parent, owner) = self
             .record_start(agent, &request, &run_id, &tenant, &lineage, at_ms)
             .await?;
@@ -250,7 +307,7 @@ impl Engine {
         });
         let lost = CancellationToken::new();
         let cancel = request.cancel.unwrap_or_default();
-        let _heartbeat = self.heartbeat(&run_id, &owner, &lost, Some(&cancel));
+        let heartbeat = self.heartbeat(&run_id, &owner, &lost, Some(&cancel));
         let scope = self.shared.metrics.scope(tenant.as_str(), &agent.name);
         let trace = self.run_trace(parent.as_ref(), tenant.as_str(), &agent.name);
         let ctx = RunCtx {
@@ -278,7 +335,7 @@ impl Engine {
             models: std::sync::Mutex::new(Vec::new()),
             model_retries: ModelRetryUse::default(),
         };
-        let _live = self.shared.live.register(&run_id, &ctx.cancel);
+        let live = self.shared.live.register(&run_id, &ctx.cancel);
         ctx.emitter.emit(
             &Correlation::default(),
             RunStarted {
@@ -323,27 +380,11 @@ impl Engine {
             Err(e) => return Err(e.into()),
         }
 
-        let state = LoopState {
-            budget,
-            full_deadline,
-            started,
-            elapsed_before_ms: 0,
-            guard,
-            messages: vec![
-                Message::System {
-                    content: agent.system_prompt.clone(),
-                },
-                Message::User {
-                    content: request.input,
-                },
-            ],
-            calls: Vec::new(),
-            progress: Progress::new(),
-            checkpointed: Checkpointed::default(),
-            step: 0,
-            resume: None,
-        };
-        self.drive(&ctx, validator, state, None, None).await
+        Ok(Opened {
+            ctx,
+            _heartbeat: heartbeat,
+            _live: live,
+        })
     }
 
     /// A new run's record, created with this process's claim on it in one

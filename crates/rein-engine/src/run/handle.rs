@@ -1,0 +1,341 @@
+//! A run driven by the caller's own loop: the public guard API.
+//!
+//! # Why
+//!
+//! Many programs already have an agent loop (their own, or a framework's)
+//! and want rein's guarantees around its tool calls without handing rein
+//! the loop. A [`RunHandle`] is a run whose steps the caller takes: it is
+//! recorded and claimed like any run ([`Engine::begin`]), each of its
+//! calls is the engine's one guarded call ([`RunHandle::call`]: validate,
+//! budget, breakers, governor, key, write-ahead ledger, invoke, classify,
+//! retry or look up, record, observe), and its end is the engine's one
+//! conclusion ([`RunHandle::finish`]: settlement and compensation by the
+//! agent's failure policy, the report derived from the ledger, the final
+//! record). The model is the caller's: the agent's provider is not asked.
+//!
+//! ```text
+//! let mut run = engine.begin(&agent, &validator, RunRequest { input, .. }).await?;
+//! let order = run.call("get_order", json!({"order_id": "A-1"}), "read-order").await;
+//! let moved = run.call("update_delivery_time", args, "move-order").await;
+//! let output = run.finish(Some("moved".into())).await?;
+//! ```
+//!
+//! Intents are the caller's names for its calls, unique in the run: the
+//! same name twice is the same action, and a call already recorded under
+//! it is not made again (its recorded result is the answer).
+
+use std::collections::HashMap;
+
+use rein_core::call::CallResult;
+use rein_core::deadline::{Budget, Deadline, Usage};
+use rein_core::event::{PlanCreated, PlannedIntentSummary};
+use rein_core::loop_guard::LoopGuard;
+use rein_core::report::End;
+use rein_core::{Category, Clock, Failure, Instant, IntentId, LedgerRecord};
+use rein_store::{PlannedIntent, StepCommit};
+use serde_json::Value;
+
+use super::ctx::{Lineage, class_of};
+use super::emitter::{Correlation, unix_ms};
+use super::engine::Engine;
+use super::error::EngineError;
+use super::guarded::millis;
+use super::start::{Opened, RunOutput, RunRequest, forward_budget};
+use super::{AgentBinding, ArgValidator, report};
+
+/// A run whose loop is the caller's; see the module docs.
+///
+/// Dropped without [`finish`](RunHandle::finish) (the caller's loop
+/// panicked, its process is stopping), the run stays `running` with its
+/// claim: once the claim expires the orphan scan of `rein serve` (or
+/// `rein reconcile`) closes it and settles its ledger.
+pub struct RunHandle<'a> {
+    engine: &'a Engine,
+    opened: Opened<'a>,
+    validator: &'a dyn ArgValidator,
+    guard: LoopGuard,
+    budget: Budget,
+    full_deadline: Deadline,
+    started: Instant,
+    step: u32,
+    calls: Vec<CallResult>,
+    /// Records of intents already made in this run, by intent.
+    prior: HashMap<IntentId, LedgerRecord>,
+    /// Why the run cannot go on, once a call found it (the budget is
+    /// spent, the run was cancelled): its end unless the caller says
+    /// otherwise.
+    stopped: Option<End>,
+}
+
+impl Engine {
+    /// Begins a run of `agent` whose loop the caller drives: recorded and
+    /// claimed as [`Engine::run`] records a run, with `run_started`. The
+    /// agent's tools, budget, retry policy, failure policy and
+    /// compensations apply; its provider is not asked.
+    ///
+    /// # Errors
+    ///
+    /// As [`Engine::run`] when the run cannot start.
+    pub async fn begin<'a>(
+        &'a self,
+        agent: &'a AgentBinding,
+        validator: &'a dyn ArgValidator,
+        request: RunRequest,
+    ) -> Result<RunHandle<'a>, EngineError> {
+        let guard = LoopGuard::new(agent.loop_guard.clone())?;
+        let started = self.clock.now();
+        let (budget, full_deadline) = forward_budget(agent, started);
+        let lineage = Lineage::root(class_of(request.enqueued));
+        let at_ms = unix_ms(self.clock.system_now());
+        let opened = self.open(agent, validator, request, lineage, at_ms).await?;
+        Ok(RunHandle {
+            engine: self,
+            opened,
+            validator,
+            guard,
+            budget,
+            full_deadline,
+            started,
+            step: 0,
+            calls: Vec::new(),
+            prior: HashMap::new(),
+            stopped: None,
+        })
+    }
+}
+
+impl RunHandle<'_> {
+    /// The run.
+    pub fn run_id(&self) -> &rein_core::RunId {
+        &self.opened.ctx.run_id
+    }
+
+    /// Calls `tool` with `args` as the action `intent` (the caller's name
+    /// for it, unique in the run): the whole guarded call. The outcome is
+    /// the fact (`Ok(result)`) or the classified failure rein gave up with;
+    /// what the model should read of a failure is
+    /// [`Failure::model_message`], never its raw text.
+    ///
+    /// A call refused before it ran (an unknown tool, arguments the tool's
+    /// schema refuses, a spent budget, a cancelled run) fails with its
+    /// category and leaves no ledger record.
+    pub async fn call(&mut self, tool: &str, args: Value, intent: &str) -> CallResult {
+        let engine = self.engine;
+        let now = engine.clock.now();
+        self.step += 1;
+        let step = self.step;
+        let intent_id = match IntentId::new(intent) {
+            Ok(id) => id,
+            Err(e) => {
+                return self.refused(
+                    tool,
+                    args,
+                    intent,
+                    Category::InvalidArguments,
+                    e.to_string(),
+                );
+            }
+        };
+        if let Some(end) = self.boundary(now) {
+            let why = match &end {
+                End::Cancelled(why) => why.clone(),
+                _ => "the run's budget is spent".to_owned(),
+            };
+            let category = match end {
+                End::Cancelled(_) => Category::Cancelled,
+                _ => Category::BudgetExhausted,
+            };
+            self.stopped.get_or_insert(end);
+            return self.refused(tool, args, intent, category, why);
+        }
+        let ctx = &self.opened.ctx;
+        let call = crate::provider::ToolCall {
+            id: intent.to_owned(),
+            name: tool.to_owned(),
+            arguments: args.to_string(),
+        };
+        let mut planned =
+            match engine.validate_call(ctx, &self.guard, self.validator, &call, step, 0) {
+                Ok(planned) => planned,
+                Err((_, _, reason)) => {
+                    return self.refused(tool, args, intent, Category::InvalidArguments, reason);
+                }
+            };
+        planned.intent_id = intent_id.clone();
+        let Some(binding) = ctx.agent.tools.get(tool) else {
+            return self.refused(
+                tool,
+                args,
+                intent,
+                Category::InvalidArguments,
+                "unknown tool".into(),
+            );
+        };
+        // The intent is durable before anything runs (write-ahead): a
+        // crash after this finds it, and the same intent is never a
+        // second action.
+        let c = Correlation {
+            step,
+            ..Correlation::default()
+        };
+        ctx.emitter.emit(
+            &c,
+            PlanCreated {
+                intents: vec![PlannedIntentSummary {
+                    intent_id: intent_id.clone(),
+                    tool: tool.to_owned(),
+                    call_id: planned.call_id.clone(),
+                    class: Some(binding.class),
+                    salvaged: false,
+                }],
+                rejected: 0,
+            },
+        );
+        let plan = StepCommit {
+            intents: vec![(
+                step,
+                PlannedIntent {
+                    intent_id: intent_id.clone(),
+                    ordinal: 0,
+                    call_id: planned.call_id.clone(),
+                    tool: tool.to_owned(),
+                    args: planned.args.clone(),
+                },
+            )],
+            events: ctx.emitter.drain(),
+            ..StepCommit::default()
+        };
+        if let Err(e) = engine.commit(ctx, plan).await {
+            return self.refused(
+                tool,
+                planned.args,
+                intent,
+                Category::Unknown,
+                format!("not run: the store refused its intent ({e})"),
+            );
+        }
+        let (child, grant) = self.budget.serial(engine.clock.now());
+        let before = self.prior.get(&intent_id);
+        let result = engine
+            .guarded_call(ctx, planned, binding, &child, before)
+            .await;
+        let _ = self
+            .budget
+            .settle(grant, ctx.take_child_usage(&intent_id), engine.clock.now());
+        if let Ok(Some(record)) = ctx
+            .store
+            .ledger(&ctx.run_id)
+            .await
+            .map(|l| l.into_iter().find(|r| r.intent_id == intent_id))
+        {
+            self.prior.insert(intent_id, record);
+        }
+        self.calls.push(result.clone());
+        result
+    }
+
+    /// Ends the run with the caller's `answer`: settled by the agent's
+    /// failure policy (effects of a failed run compensated in reverse
+    /// order), its report derived from the ledger, its end recorded, its
+    /// claim released. A run whose budget ran out or that was cancelled
+    /// during its calls ends so, whatever the answer.
+    ///
+    /// # Errors
+    ///
+    /// As [`Engine::run`] when the run's end cannot be recorded.
+    pub async fn finish(self, answer: Option<String>) -> Result<RunOutput, EngineError> {
+        let end = self.stopped.clone().unwrap_or(End::Answer(answer));
+        self.conclude(end).await
+    }
+
+    /// Ends the run as cancelled by its caller (`why`): its effects are
+    /// settled like a failed run's.
+    ///
+    /// # Errors
+    ///
+    /// As [`RunHandle::finish`].
+    pub async fn abandon(self, why: impl Into<String>) -> Result<RunOutput, EngineError> {
+        self.conclude(End::Cancelled(why.into())).await
+    }
+
+    async fn conclude(self, end: End) -> Result<RunOutput, EngineError> {
+        let engine = self.engine;
+        let ctx = &self.opened.ctx;
+        let agent = ctx.agent;
+        let elapsed_ms = millis(engine.clock.now().saturating_duration_since(self.started));
+        let facts = rein_core::report::RunFacts {
+            run_id: ctx.run_id.clone(),
+            agent: agent.name.clone(),
+            input: ctx.input.clone(),
+            end: end.clone(),
+            settled: rein_core::report::Settled::Kept,
+            outcome: None,
+            calls: self.calls,
+            consumed: self.budget.used(),
+            elapsed_ms,
+            steps: self.step,
+            models: Vec::new(),
+            compensations: Vec::new(),
+            resume: None,
+            in_flight: Vec::new(),
+            strategies_not_tried: report::strategies_not_tried(agent),
+            notes: Vec::new(),
+            hint: ctx.failure_hint(&end),
+            owners: agent.owners(),
+        };
+        engine
+            .conclude(ctx, facts, self.full_deadline, self.step, self.started, 0)
+            .await
+    }
+
+    /// Why no call may start now: the run was cancelled, or its budget is
+    /// spent. Charges the call's step otherwise.
+    fn boundary(&mut self, now: Instant) -> Option<End> {
+        let ctx = &self.opened.ctx;
+        if ctx.is_cancelled() || ctx.is_interrupted() {
+            return Some(End::Cancelled("cancelled by the caller".into()));
+        }
+        if let Some(exhausted) = self.budget.exhausted(now) {
+            return Some(End::Budget(exhausted));
+        }
+        if self.budget.charge(Usage::ONE_STEP, now).is_err() {
+            return self.budget.exhausted(now).map(End::Budget);
+        }
+        None
+    }
+
+    /// A call refused before it ran.
+    fn refused(
+        &mut self,
+        tool: &str,
+        args: Value,
+        intent: &str,
+        category: Category,
+        why: String,
+    ) -> CallResult {
+        let class = self
+            .opened
+            .ctx
+            .agent
+            .tools
+            .get(tool)
+            .map_or(rein_core::ToolClass::Read, |t| t.class);
+        let planned = rein_core::call::Planned {
+            intent_id: IntentId::new(intent)
+                .unwrap_or_else(|_| super::engine::new_id::<IntentId>()),
+            call_id: intent.to_owned(),
+            tool: tool.to_owned(),
+            args,
+            step: self.step,
+            position: 0,
+            salvaged: false,
+        };
+        let result = CallResult::refused(
+            planned,
+            class,
+            Failure::new(tool, category).with_human_message(why),
+        );
+        self.calls.push(result.clone());
+        result
+    }
+}

@@ -1,0 +1,148 @@
+//! The public guard API: a run whose loop is the caller's ([`RunHandle`]),
+//! each of its calls the engine's one guarded call, its end the engine's
+//! one conclusion. Real parts on loopback: the order desk, SQLite; paused
+//! time. The agent's scripted provider is never asked.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{agent, harness, restore, script};
+use rein_core::registry::CompensationGrade;
+use rein_core::{Category, EventKind, LedgerStatus, Outcome};
+use rein_engine::run::{AcceptAll, RunRequest};
+use rein_store::RunStatus;
+use rein_testkit::RetryAfter;
+use rein_testkit::order_desk::{
+    Fault, Faults, GET_ORDER, RESTORE_DELIVERY_TIME, SEND_EMAIL, UPDATE_DELIVERY_TIME,
+};
+use serde_json::json;
+
+fn request() -> RunRequest {
+    RunRequest {
+        input: "Move order A-1001 to Christmas Eve and tell the buyer.".into(),
+        ..RunRequest::default()
+    }
+}
+
+fn move_order() -> serde_json::Value {
+    json!({"order_id": "A-1001", "delivery_date": "2026-12-24"})
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_callers_loop_gets_the_guarded_call_and_an_honest_end() {
+    let h = harness(Faults::none()).await;
+    // The provider would fail if asked: the loop is the caller's.
+    let a = agent(&h.desk, script(json!([])), true);
+    let mut run = h.engine.begin(&a, &AcceptAll, request()).await.unwrap();
+
+    let order = run
+        .call(GET_ORDER, json!({"order_id": "A-1001"}), "read-order")
+        .await;
+    assert_eq!(order.outcome.as_ref().unwrap()["order_id"], "A-1001");
+    let moved = run
+        .call(UPDATE_DELIVERY_TIME, move_order(), "move-order")
+        .await;
+    assert!(moved.outcome.is_ok(), "{:?}", moved.outcome);
+    assert_eq!(moved.ledger, Some(LedgerStatus::Succeeded));
+    let run_id = run.run_id().clone();
+    let out = run.finish(Some("moved".into())).await.unwrap();
+
+    assert_eq!(out.run_id, run_id);
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+    let record = h.store.get_run(&run_id).await.unwrap().unwrap();
+    assert_eq!(record.status, RunStatus::Finished(Outcome::Succeeded));
+    let ledger = h.store.ledger(&run_id).await.unwrap();
+    assert_eq!(ledger.len(), 1, "the write, recorded ahead");
+    assert_eq!(ledger[0].status, LedgerStatus::Succeeded);
+    assert_eq!(ledger[0].intent_id.as_str(), "move-order");
+    assert_eq!(h.desk.applied_count(UPDATE_DELIVERY_TIME), 1);
+    // Its intents were durable before the calls ran, and the run's events
+    // read like any run's.
+    let intents = h.store.intents(&run_id).await.unwrap();
+    assert_eq!(intents.len(), 2);
+    let kinds: Vec<EventKind> = h
+        .store
+        .events(&run_id, 0)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.data.kind())
+        .collect();
+    for kind in [
+        EventKind::RunStarted,
+        EventKind::PlanCreated,
+        EventKind::LedgerRecorded,
+        EventKind::RunFinished,
+    ] {
+        assert!(kinds.contains(&kind), "{kind:?} in {kinds:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_same_intent_twice_is_one_action() {
+    let h = harness(Faults::none()).await;
+    let a = agent(&h.desk, script(json!([])), true);
+    let mut run = h.engine.begin(&a, &AcceptAll, request()).await.unwrap();
+    let first = run
+        .call(UPDATE_DELIVERY_TIME, move_order(), "move-order")
+        .await;
+    let again = run
+        .call(UPDATE_DELIVERY_TIME, move_order(), "move-order")
+        .await;
+    assert_eq!(first.outcome, again.outcome, "the recorded result");
+    assert_eq!(h.desk.applied_count(UPDATE_DELIVERY_TIME), 1);
+    assert_eq!(
+        h.desk.request_count(UPDATE_DELIVERY_TIME),
+        1,
+        "not sent again"
+    );
+    run.finish(Some("moved".into())).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_call_leaves_no_record_and_an_abandoned_run_is_compensated() {
+    let h = harness(Faults::none()).await;
+    let mut a = agent(&h.desk, script(json!([])), true);
+    a.compensations.insert(
+        UPDATE_DELIVERY_TIME.to_owned(),
+        restore(&h.desk, CompensationGrade::Strong),
+    );
+    h.desk
+        .push_fault(SEND_EMAIL, Fault::rate_limited(RetryAfter::Seconds(3600)))
+        .unwrap();
+    let mut run = h.engine.begin(&a, &AcceptAll, request()).await.unwrap();
+
+    let unknown = run.call("delete_everything", json!({}), "oops").await;
+    let failure = unknown.outcome.unwrap_err();
+    assert_eq!(failure.category(), Category::InvalidArguments);
+    assert!(
+        run.call(UPDATE_DELIVERY_TIME, move_order(), "move")
+            .await
+            .outcome
+            .is_ok()
+    );
+    let email = json!({"to": "buyer@example.com", "subject": "Moved", "body": "Christmas Eve"});
+    let mail = run.call(SEND_EMAIL, email, "tell-buyer").await;
+    assert_eq!(mail.outcome.unwrap_err().category(), Category::RateLimited);
+    assert_eq!(mail.attempts, 1, "irreversible: never repeated");
+    let run_id = run.run_id().clone();
+    let out = run.abandon("the buyer could not be told").await.unwrap();
+
+    assert_ne!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+    let ledger = h.store.ledger(&run_id).await.unwrap();
+    let statuses: Vec<(String, LedgerStatus)> =
+        ledger.iter().map(|r| (r.tool.clone(), r.status)).collect();
+    assert!(
+        statuses.contains(&(UPDATE_DELIVERY_TIME.to_owned(), LedgerStatus::Compensated)),
+        "{statuses:?}"
+    );
+    assert!(
+        !statuses.iter().any(|(t, _)| t == "delete_everything"),
+        "a refused call has no record"
+    );
+    assert_eq!(
+        h.desk.applied_count(RESTORE_DELIVERY_TIME),
+        1,
+        "undone once"
+    );
+}
