@@ -29,6 +29,7 @@
 //! | output cut at the token limit says so ([`ModelResponse::is_truncated`]) | — |
 
 mod anthropic;
+mod caller;
 mod endpoint;
 mod http;
 mod message;
@@ -38,6 +39,7 @@ mod sse;
 mod stream;
 
 pub use anthropic::{ANTHROPIC_VERSION, AnthropicProvider, DEFAULT_MAX_TOKENS};
+pub use caller::CallerDriven;
 pub use message::{FinishReason, Message, ModelRequest, ModelResponse, TokenUsage, ToolCall};
 pub use openai::OpenAiProvider;
 pub use scripted::{ScriptError, ScriptedProvider};

@@ -270,6 +270,60 @@ impl std::fmt::Debug for ModelLink {
 }
 
 impl AgentBinding {
+    /// An agent for a caller's own loop ([`Engine::begin`](super::Engine::begin)):
+    /// `budget` for each run, no tools yet ([`with_tool`](AgentBinding::with_tool)),
+    /// no model ([`CallerDriven`](crate::provider::CallerDriven)), and
+    /// rein's defaults for everything else (retries, loop guard, failure
+    /// policy, a 20 % compensation reserve). Its public fields change
+    /// them.
+    pub fn new(name: impl Into<String>, budget: BudgetLimits) -> AgentBinding {
+        let second = Duration::from_secs(1);
+        AgentBinding {
+            name: name.into(),
+            model: "caller".into(),
+            system_prompt: String::new(),
+            provider: Arc::new(crate::provider::CallerDriven),
+            price: None,
+            max_output_tokens: None,
+            tool_definitions: Vec::new(),
+            tools: BTreeMap::new(),
+            budget,
+            retry: RetryPolicy::default(),
+            loop_guard: LoopGuardConfig::default(),
+            model_latency: LatencyProfile::new(second, second * 5, second * 10, 0)
+                .unwrap_or_else(|_| unreachable!("positive, ordered latencies are a profile")),
+            on_failure: FailurePolicy::default(),
+            compensation_reserve: Ratio::new("compensation_reserve", 0.2)
+                .unwrap_or_else(|_| unreachable!("0.2 is a ratio")),
+            compensations: BTreeMap::new(),
+            group_limits: BTreeMap::new(),
+            group_rates: BTreeMap::new(),
+            fallbacks: Vec::new(),
+            context_fallbacks: Vec::new(),
+            provider_limits: BTreeMap::new(),
+            provider_tokens: BTreeMap::new(),
+            model_retry: Default::default(),
+            fan_out: Default::default(),
+            planner: Default::default(),
+        }
+    }
+
+    /// With `tool` (by its name).
+    pub fn with_tool(mut self, tool: ToolBinding) -> AgentBinding {
+        self.tools.insert(tool.name.clone(), tool);
+        self
+    }
+
+    /// With `compensation` undoing the tool `of`.
+    pub fn with_compensation(
+        mut self,
+        of: impl Into<String>,
+        compensation: CompensationBinding,
+    ) -> AgentBinding {
+        self.compensations.insert(of.into(), compensation);
+        self
+    }
+
     /// Who answers for each tool the agent may call (its compensations
     /// included), and how visible its effect is: what its handoff packages
     /// name beside each effect. Tools that declare neither are left out.

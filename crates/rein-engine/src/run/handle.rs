@@ -61,6 +61,8 @@ pub struct RunHandle<'a> {
     calls: Vec<CallResult>,
     /// Records of intents already made in this run, by intent.
     prior: HashMap<IntentId, LedgerRecord>,
+    /// How the run was taken back ([`Engine::rejoin`]), for its report.
+    resume: Option<rein_core::outcome::ResumeMarker>,
     /// Why the run cannot go on, once a call found it (the budget is
     /// spent, the run was cancelled): its end unless the caller says
     /// otherwise.
@@ -99,6 +101,103 @@ impl Engine {
             step: 0,
             calls: Vec::new(),
             prior: HashMap::new(),
+            resume: None,
+            stopped: None,
+        })
+    }
+
+    /// Takes back a run begun with [`Engine::begin`] whose process died
+    /// (or let it go) before it finished: claimed (a dead owner's claim
+    /// taken over), what that process started reaped, `run_resumed`
+    /// recorded. Its budget goes on from what it had used (the time
+    /// between its first and last recorded event, its steps), never
+    /// reset. The caller's loop runs again from its start: every intent
+    /// already recorded answers from the ledger without a second effect
+    /// (a write in doubt is sent again under its key, an irreversible
+    /// call in doubt never), the rest run.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::NotResumable`] for an unknown or finished run, one
+    /// of another agent, or one driven by a live process.
+    pub async fn rejoin<'a>(
+        &'a self,
+        agent: &'a AgentBinding,
+        validator: &'a dyn ArgValidator,
+        run_id: &rein_core::RunId,
+    ) -> Result<RunHandle<'a>, EngineError> {
+        let not = |reason: String| EngineError::NotResumable {
+            run_id: run_id.clone(),
+            reason,
+        };
+        let Some(record) = self.store.get_run(run_id).await? else {
+            return Err(not("no such run".into()));
+        };
+        if record.status.is_finished() {
+            return Err(not(format!("it ended {}", record.status.as_str())));
+        }
+        if record.agent != agent.name {
+            return Err(not(format!(
+                "it is a run of agent `{}`, not `{}`",
+                record.agent, agent.name
+            )));
+        }
+        let guard = LoopGuard::new(agent.loop_guard.clone())?;
+        let lineage = self.lineage_of(run_id).await?;
+        let opened = self.reopen(agent, validator, &record, lineage).await?;
+        let events = self.store.events(run_id, 0).await?;
+        let ledger = self.store.ledger(run_id).await?;
+        // What the run used before: active time and steps.
+        let used_ms = match (events.first(), events.last()) {
+            (Some(first), Some(last)) => last
+                .at_ms
+                .as_millis()
+                .saturating_sub(first.at_ms.as_millis()),
+            _ => 0,
+        };
+        let steps = events
+            .iter()
+            .filter(|e| e.data.kind() == rein_core::EventKind::PlanCreated)
+            .count();
+        let now = self.clock.now();
+        let started = now - std::time::Duration::from_millis(used_ms);
+        let (mut budget, full_deadline) = forward_budget(agent, started);
+        for _ in 0..steps {
+            let _ = budget.charge(Usage::ONE_STEP, now);
+        }
+        let step = u32::try_from(steps).unwrap_or(u32::MAX);
+        let prior: HashMap<IntentId, LedgerRecord> = ledger
+            .into_iter()
+            .map(|r| (r.intent_id.clone(), r))
+            .collect();
+        let marker = rein_core::outcome::ResumeMarker {
+            continued_from_step: step,
+            steps_skipped: 0,
+            reused_intents: prior.keys().cloned().collect(),
+            not_reexecuted: prior
+                .values()
+                .filter(|r| r.status != rein_core::LedgerStatus::Pending)
+                .map(|r| r.intent_id.clone())
+                .collect(),
+            reexecuted_with_same_key: Vec::new(),
+            maybe_duplicated: false,
+            note: "its caller's loop took the run back; recorded intents answer from the ledger"
+                .into(),
+        };
+        self.record_rejoin(&opened.ctx, &record, &marker, &budget)
+            .await?;
+        Ok(RunHandle {
+            engine: self,
+            opened,
+            validator,
+            guard,
+            budget,
+            full_deadline,
+            started,
+            step,
+            calls: Vec::new(),
+            prior,
+            resume: Some(marker),
             stopped: None,
         })
     }
@@ -276,7 +375,7 @@ impl RunHandle<'_> {
             steps: self.step,
             models: Vec::new(),
             compensations: Vec::new(),
-            resume: None,
+            resume: self.resume,
             in_flight: Vec::new(),
             strategies_not_tried: report::strategies_not_tried(agent),
             notes: Vec::new(),

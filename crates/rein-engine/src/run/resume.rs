@@ -329,3 +329,118 @@ fn admit(record: &RunRecord, agent: &AgentBinding) -> Result<bool, String> {
     }
     Ok(reopen)
 }
+
+impl Engine {
+    /// Opens a run begun by a caller's own loop ([`RunHandle`](super::RunHandle))
+    /// again in this process: claimed, what its dead process started
+    /// reaped, its context and guards as [`Engine::open`] makes them.
+    pub(super) async fn reopen<'a>(
+        &'a self,
+        agent: &'a AgentBinding,
+        validator: &'a dyn ArgValidator,
+        record: &RunRecord,
+        lineage: Lineage,
+    ) -> Result<super::start::Opened<'a>, EngineError> {
+        let run_id = &record.run_id;
+        if self.is_interrupted() {
+            return Err(EngineError::NotResumable {
+                run_id: run_id.clone(),
+                reason: "this process is stopping".into(),
+            });
+        }
+        let owner = self.claim(run_id, self.claim_hold(agent)).await?;
+        let mut claimed = ClaimGuard {
+            store: self.store.clone(),
+            lease_id: claim_id(run_id),
+            owner: owner.clone(),
+            armed: true,
+        };
+        let lost = CancellationToken::new();
+        let cancel = CancellationToken::new();
+        let heartbeat = self.heartbeat(run_id, &owner, &lost, Some(&cancel));
+        crate::lease::Reaper::new()
+            .with_clock(self.clock.clone())
+            .reap_run(self.store.as_ref(), run_id)
+            .await?;
+        let ctx = RunCtx {
+            run_id: run_id.clone(),
+            tenant: record.tenant.clone(),
+            input: record.input.clone(),
+            agent,
+            store: &self.store,
+            emitter: Emitter::new(run_id.clone(), self.clock.clone(), None)
+                .with_metrics(
+                    self.shared.metrics.clone(),
+                    self.shared
+                        .metrics
+                        .scope(record.tenant.as_str(), &agent.name),
+                )
+                .with_trace(self.resumed_run_trace(record, &agent.name)),
+            provider_calls: std::sync::atomic::AtomicU32::new(0),
+            last_input_tokens: std::sync::atomic::AtomicU64::new(0),
+            model_failures: Default::default(),
+            cancel,
+            lost,
+            interrupt: self.shared.interrupt.child_token(),
+            store_away: std::sync::Mutex::new(None),
+            claim_owner: owner,
+            settling: std::sync::atomic::AtomicBool::new(false),
+            validator,
+            lineage,
+            child_usage: std::sync::Mutex::new(HashMap::new()),
+            models: std::sync::Mutex::new(Vec::new()),
+            model_retries: Default::default(),
+        };
+        let live = self.shared.live.register(run_id, &ctx.cancel);
+        claimed.armed = false;
+        Ok(super::start::Opened {
+            ctx,
+            _heartbeat: heartbeat,
+            _live: live,
+        })
+    }
+
+    /// Records that a caller's loop took its run back (`run_resumed`,
+    /// status `running`), atomically with the status it was read in.
+    pub(super) async fn record_rejoin(
+        &self,
+        ctx: &RunCtx<'_>,
+        record: &RunRecord,
+        marker: &rein_core::outcome::ResumeMarker,
+        budget: &rein_core::deadline::Budget,
+    ) -> Result<(), EngineError> {
+        ctx.emitter.emit(
+            &Correlation::default(),
+            RunResumed {
+                marker: marker.clone(),
+                remaining: budget.remaining(self.clock.now()),
+                reclaimed_leases: 0,
+                leases_left: 0,
+            },
+        );
+        let commit = StepCommit {
+            expect_status: Some(record.status),
+            status: Some(StatusChange {
+                status: RunStatus::Running,
+                report: None,
+                at_ms: unix_ms(self.clock.system_now()),
+            }),
+            events: ctx.emitter.drain(),
+            ..StepCommit::default()
+        };
+        let recorded = self.store.commit_step(&ctx.run_id, commit).await;
+        match recorded {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                self.release_claim(ctx).await;
+                Err(match e {
+                    StoreError::StatusChanged { .. } => EngineError::NotResumable {
+                        run_id: ctx.run_id.clone(),
+                        reason: "it changed while it was being taken back".into(),
+                    },
+                    other => other.into(),
+                })
+            }
+        }
+    }
+}

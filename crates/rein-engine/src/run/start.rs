@@ -101,8 +101,8 @@ pub(super) fn forward_budget(
 /// renewed and mark it live in this process while it is held.
 pub(super) struct Opened<'a> {
     pub(super) ctx: RunCtx<'a>,
-    _heartbeat: Option<super::claim::Heartbeat>,
-    _live: super::tree::LiveEntry<'a>,
+    pub(super) _heartbeat: Option<super::claim::Heartbeat>,
+    pub(super) _live: super::tree::LiveEntry<'a>,
 }
 
 impl Engine {
