@@ -6,11 +6,15 @@
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
 use common::{agent, harness, restore, script};
 use rein_core::registry::CompensationGrade;
 use rein_core::{Category, EventKind, LedgerStatus, Outcome};
-use rein_engine::run::{AcceptAll, RunRequest};
-use rein_store::RunStatus;
+use rein_engine::run::{AcceptAll, Engine, RunRequest};
+use rein_store::{Committed, Intercept, Intercepted, RunStatus, StepCommit, Store, StoreError};
 use rein_testkit::RetryAfter;
 use rein_testkit::order_desk::{
     Fault, Faults, GET_ORDER, RESTORE_DELIVERY_TIME, SEND_EMAIL, UPDATE_DELIVERY_TIME,
@@ -145,4 +149,65 @@ async fn a_refused_call_leaves_no_record_and_an_abandoned_run_is_compensated() {
         1,
         "undone once"
     );
+}
+
+/// Refuses every commit that declares a ledger record while `away`.
+struct Away(Arc<AtomicBool>);
+
+#[async_trait::async_trait]
+impl Intercept for Away {
+    async fn commit_step(
+        &self,
+        inner: &dyn Store,
+        run_id: &rein_core::RunId,
+        commit: StepCommit,
+    ) -> Result<Committed, StoreError> {
+        if self.0.load(Ordering::SeqCst) && !commit.declares.is_empty() {
+            return Err(StoreError::Unavailable(
+                "injected: the database is away".into(),
+            ));
+        }
+        inner.commit_step(run_id, commit).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_stays_away_hands_the_run_on_and_rejoin_finishes_it() {
+    let mut h = harness(Faults::none()).await;
+    let away = Arc::new(AtomicBool::new(true));
+    let store: Arc<dyn Store> = Arc::new(Intercepted::new(h.store.clone(), Away(away.clone())));
+    h.engine = Engine::builder(store)
+        .store_patience(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let a = agent(&h.desk, script(json!([])), true);
+    let mut run = h.engine.begin(&a, &AcceptAll, request()).await.unwrap();
+    let run_id = run.run_id().clone();
+
+    let moved = run.call(UPDATE_DELIVERY_TIME, move_order(), "move").await;
+    assert!(
+        moved.outcome.is_err(),
+        "not made: its record could not be declared"
+    );
+    let out = run.finish(Some("moved".into())).await.unwrap();
+    assert!(
+        out.interrupted,
+        "handed on, never failed: {:#?}",
+        out.report
+    );
+    assert_eq!(h.desk.applied_count(UPDATE_DELIVERY_TIME), 0);
+    let record = h.store.get_run(&run_id).await.unwrap().unwrap();
+    assert_eq!(record.status, RunStatus::Running);
+
+    away.store(false, Ordering::SeqCst);
+    let mut run = h.engine.rejoin(&a, &AcceptAll, &run_id).await.unwrap();
+    assert!(
+        run.call(UPDATE_DELIVERY_TIME, move_order(), "move")
+            .await
+            .outcome
+            .is_ok()
+    );
+    let out = run.finish(Some("moved".into())).await.unwrap();
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+    assert_eq!(h.desk.applied_count(UPDATE_DELIVERY_TIME), 1);
 }

@@ -238,10 +238,11 @@ impl RunHandle<'_> {
         if let Some(end) = self.boundary(now) {
             let why = match &end {
                 End::Cancelled(why) => why.clone(),
+                End::Interrupted => "not started: the run is being handed on".to_owned(),
                 _ => "the run's budget is spent".to_owned(),
             };
             let category = match end {
-                End::Cancelled(_) => Category::Cancelled,
+                End::Cancelled(_) | End::Interrupted => Category::Cancelled,
                 _ => Category::BudgetExhausted,
             };
             self.stopped.get_or_insert(end);
@@ -337,7 +338,9 @@ impl RunHandle<'_> {
     /// failure policy (effects of a failed run compensated in reverse
     /// order), its report derived from the ledger, its end recorded, its
     /// claim released. A run whose budget ran out or that was cancelled
-    /// during its calls ends so, whatever the answer.
+    /// during its calls ends so, whatever the answer; one whose process is
+    /// stopping or whose store stayed away is handed on unfinished
+    /// ([`RunOutput::interrupted`], to [`Engine::rejoin`]).
     ///
     /// # Errors
     ///
@@ -382,6 +385,12 @@ impl RunHandle<'_> {
             hint: ctx.failure_hint(&end),
             owners: agent.owners(),
         };
+        if matches!(end, End::Interrupted) || ctx.is_interrupted() {
+            // Handed on unfinished, as the engine's loop hands a run on:
+            // not settled, resumable ([`Engine::rejoin`]).
+            let so_far = rein_core::report::derive(&facts, &[]);
+            return Ok(engine.hand_on(ctx, so_far, self.step, self.step).await);
+        }
         engine
             .conclude(ctx, facts, self.full_deadline, self.step, self.started, 0)
             .await
@@ -391,7 +400,12 @@ impl RunHandle<'_> {
     /// spent. Charges the call's step otherwise.
     fn boundary(&mut self, now: Instant) -> Option<End> {
         let ctx = &self.opened.ctx;
-        if ctx.is_cancelled() || ctx.is_interrupted() {
+        // The process is stopping, or the store stayed away: handed on
+        // unfinished, never failed (its caller's loop may rejoin it).
+        if ctx.is_interrupted() {
+            return Some(End::Interrupted);
+        }
+        if ctx.is_cancelled() {
             return Some(End::Cancelled("cancelled by the caller".into()));
         }
         if let Some(exhausted) = self.budget.exhausted(now) {
