@@ -61,6 +61,8 @@ pub struct RunHandle<'a> {
     calls: Vec<CallResult>,
     /// Records of intents already made in this run, by intent.
     prior: HashMap<IntentId, LedgerRecord>,
+    /// Intents with side effects this handle called.
+    called: std::collections::HashSet<IntentId>,
     /// How the run was taken back ([`Engine::rejoin`]), for its report.
     resume: Option<rein_core::outcome::ResumeMarker>,
     /// Why the run cannot go on, once a call found it (the budget is
@@ -101,6 +103,7 @@ impl Engine {
             step: 0,
             calls: Vec::new(),
             prior: HashMap::new(),
+            called: Default::default(),
             resume: None,
             stopped: None,
         })
@@ -197,6 +200,7 @@ impl Engine {
             step,
             calls: Vec::new(),
             prior,
+            called: Default::default(),
             resume: Some(marker),
             stopped: None,
         })
@@ -314,6 +318,18 @@ impl RunHandle<'_> {
                 format!("not run: the store refused its intent ({e})"),
             );
         }
+        let writes = binding.class != rein_core::ToolClass::Read;
+        if writes && self.called.contains(&intent_id) && !self.prior.contains_key(&intent_id) {
+            // Made before in this handle, but its record could not be read
+            // back: never a second action on a guess.
+            return self.refused(
+                tool,
+                planned.args,
+                intent,
+                Category::Unknown,
+                "not repeated: this intent was called before and its record cannot be read".into(),
+            );
+        }
         let (child, grant) = self.budget.serial(engine.clock.now());
         let before = self.prior.get(&intent_id);
         let result = engine
@@ -322,13 +338,18 @@ impl RunHandle<'_> {
         let _ = self
             .budget
             .settle(grant, ctx.take_child_usage(&intent_id), engine.clock.now());
-        if let Ok(Some(record)) = ctx
-            .store
-            .ledger(&ctx.run_id)
-            .await
-            .map(|l| l.into_iter().find(|r| r.intent_id == intent_id))
-        {
-            self.prior.insert(intent_id, record);
+        match ctx.store.ledger(&ctx.run_id).await {
+            Ok(ledger) => {
+                if let Some(record) = ledger.into_iter().find(|r| r.intent_id == intent_id) {
+                    self.prior.insert(intent_id.clone(), record);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(run = %ctx.run_id, intent = %intent_id, "cannot read the call's record back: {e}");
+            }
+        }
+        if writes {
+            self.called.insert(intent_id);
         }
         self.calls.push(result.clone());
         result
