@@ -60,7 +60,7 @@ use rein_store::IdempotencyState;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::io::{BufRead, BufReader, Write};
-use std::num::NonZeroU32;
+use std::num::{NonZeroU32, NonZeroUsize};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -78,6 +78,21 @@ use serde_json::Value;
 /// Set to keep the temporary directory (the store, the config, each
 /// server's log `server-N.log`) for inspection.
 pub const KEEP_ENV: &str = "REIN_LOAD_KEEP";
+
+/// Words that, in a failed run's report or `run_finished` event, blame
+/// the store rather than the run's tools or model.
+pub const STORE_WORDS: [&str; 7] = [
+    "run store",
+    "the store",
+    "database",
+    "postgres",
+    "db error",
+    "sqlite",
+    "connection closed",
+];
+
+/// The tools whose calls change the desk (reads leave no side effect).
+pub const WRITES: [&str; 2] = [UPDATE_DELIVERY_TIME, SEND_EMAIL];
 
 /// The agent every run is submitted to.
 pub const AGENT: &str = "order_desk";
@@ -136,8 +151,15 @@ pub struct LoadConfig {
     #[serde(skip)]
     pub restart_database: Option<DatabaseRestart>,
     /// Send every submission with an `Idempotency-Key` (`load-N`), and
-    /// count the keys the store did not resolve at the end.
+    /// count the keys the store did not resolve at the end. With keys, a
+    /// submission answered 503 or 409, or cut off, is sent again with its
+    /// key (counted in [`LoadReport::submit_retries`]), as a client
+    /// would: the key makes that safe.
     pub idempotency_keys: bool,
+    /// Every n-th submission (the 1st, the n+1-th, …) is a sync run
+    /// (`mode: sync`: the POST answers once the run ends, or 202 when it
+    /// was handed on) instead of a queued one.
+    pub sync_every: Option<NonZeroUsize>,
 }
 
 /// When and how [`LoadConfig::restart_database`] restarts the database.
@@ -174,6 +196,7 @@ impl Default for LoadConfig {
             kill_first_after: None,
             restart_database: None,
             idempotency_keys: false,
+            sync_every: None,
         }
     }
 }
@@ -219,6 +242,14 @@ pub struct ServerTally {
     pub warnings: usize,
     /// ERROR lines.
     pub errors: usize,
+    /// Commits the store refused and the node offered again (`the store
+    /// refused a commit; offering it again`).
+    pub commits_offered_again: usize,
+    /// Runs stopped at a safe point because the store stayed away past
+    /// the node's patience.
+    pub stopped_for_the_store: usize,
+    /// Ledger marks held because the store would not take them.
+    pub marks_held: usize,
     /// The last few WARN/ERROR lines.
     pub last_problems: Vec<String>,
     /// How the process ended, if it did before the harness stopped it
@@ -293,6 +324,35 @@ pub struct LoadReport {
     /// Status polls that failed while the runs went on (a database
     /// restarting answers 503 for a moment); retried, never fatal.
     pub poll_errors: usize,
+    /// Submissions sent again with their key after a 503, a 409 or a
+    /// cut connection (only with [`LoadConfig::idempotency_keys`]).
+    pub submit_retries: usize,
+    /// The most times one submission was sent before it was taken.
+    pub max_submit_tries: usize,
+    /// Sync submissions, by how they were answered: `ended` (200),
+    /// `handed_on` (202 with `handed_on`: stopped at a safe point, a
+    /// worker continues it), `followed` (202 without: another process
+    /// drives it).
+    pub sync_answers: BTreeMap<String, usize>,
+    /// The `handed_on.reason`s of sync runs answered 202, with counts.
+    pub handed_on_reasons: BTreeMap<String, usize>,
+    /// Runs that ended `failed` and whose report or `run_finished` event
+    /// blames the store (the database, a connection): a blink must never
+    /// fail a run.
+    pub store_failed_runs: usize,
+    /// Ledger records whose last `ledger_recorded` event states another
+    /// status than the record holds, or that no such event states at all;
+    /// and `ledger_recorded` events of an intent with no record.
+    pub events_disagree: usize,
+    /// Ledger records of a write (`update_delivery_time`, `send_email`)
+    /// that say the effect happened (`succeeded`, `compensated`,
+    /// `uncompensatable`) while the desk never applied it; and
+    /// `compensated` records whose compensation the desk never applied.
+    pub happened_not_applied: usize,
+    /// Ledger marks the nodes still held (`/readyz` `held_ledger_marks`)
+    /// when the harness stopped waiting for them to drain; the ledger is
+    /// checked after they drained.
+    pub held_marks_left: usize,
     /// When the database was restarted: the runs terminal by then.
     pub database_restarted_after: Option<usize>,
     /// The desk's side of the story.
@@ -433,6 +493,35 @@ impl fmt::Display for LoadReport {
                 " (no keys sent)"
             }
         )?;
+        if self.submit_retries > 0 || !self.sync_answers.is_empty() {
+            let sync: Vec<String> = self
+                .sync_answers
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            writeln!(
+                f,
+                "  submissions: {} sent again with their key (one of them {} times); sync answers: {}",
+                self.submit_retries,
+                self.max_submit_tries,
+                if sync.is_empty() {
+                    "none".to_owned()
+                } else {
+                    sync.join(", ")
+                }
+            )?;
+            for (reason, n) in &self.handed_on_reasons {
+                writeln!(f, "    handed on ({n}): {reason}")?;
+            }
+        }
+        writeln!(
+            f,
+            "  agreement:   {} runs failed because of the store, {} records disagreeing with their events, {} records saying an effect the desk never applied, {} ledger marks still held",
+            self.store_failed_runs,
+            self.events_disagree,
+            self.happened_not_applied,
+            self.held_marks_left
+        )?;
         if let Some(after) = self.database_restarted_after {
             writeln!(
                 f,
@@ -443,12 +532,15 @@ impl fmt::Display for LoadReport {
         for (i, s) in self.servers.iter().enumerate() {
             writeln!(
                 f,
-                "  server {}:    finished {} runs, took over {}, {} warnings, {} errors{}",
+                "  server {}:    finished {} runs, took over {}, {} warnings, {} errors; {} commits offered again, {} runs stopped for the store, {} marks held{}",
                 i + 1,
                 s.finished,
                 s.taken_over,
                 s.warnings,
                 s.errors,
+                s.commits_offered_again,
+                s.stopped_for_the_store,
+                s.marks_held,
                 s.exited
                     .as_ref()
                     .map(|how| format!(", exited on its own: {how}"))
@@ -553,6 +645,15 @@ impl Server {
             for line in lines.map_while(Result::ok) {
                 let _ = writeln!(file, "{line}");
                 let mut t = tally.lock().unwrap_or_else(PoisonError::into_inner);
+                if line.contains("the store refused a commit; offering it again") {
+                    t.commits_offered_again += 1;
+                }
+                if line.contains("the store stayed unavailable for") {
+                    t.stopped_for_the_store += 1;
+                }
+                if line.contains("holding ledger marks the store would not take") {
+                    t.marks_held += 1;
+                }
                 if line.contains("queued run ended") {
                     t.finished += 1;
                 }
@@ -607,12 +708,21 @@ impl Drop for Server {
     }
 }
 
+/// How often one submission is sent (the first time included) before
+/// its refusal is final.
+const SUBMIT_TRIES: usize = 300;
+
 /// One accepted submission.
 #[derive(Debug, Clone)]
 struct Submitted {
     run_id: String,
     server: usize,
     latency: Duration,
+    /// A sync submission's answer (`ended`, `handed_on`, `followed`) and
+    /// its `handed_on.reason`.
+    sync: Option<(String, Option<String>)>,
+    /// How often it was sent.
+    tries: usize,
 }
 
 /// Runs the load test: the desk, the servers, the submissions, the wait,
@@ -657,10 +767,12 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport> {
     // Submit.
     let started = Instant::now();
     let next = Arc::new(AtomicUsize::new(0));
+    let retries = Arc::new(AtomicUsize::new(0));
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..config.client_concurrency.max(1) {
         let (client, bases, next) = (client.clone(), Arc::clone(&bases), Arc::clone(&next));
-        let (runs, keys) = (config.runs, config.idempotency_keys);
+        let retries = Arc::clone(&retries);
+        let (runs, keys, sync_every) = (config.runs, config.idempotency_keys, config.sync_every);
         tasks.spawn(async move {
             let mut done = Vec::new();
             loop {
@@ -669,26 +781,51 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport> {
                     return Ok::<_, anyhow::Error>(done);
                 }
                 let server = i % bases.len();
+                let sync = sync_every.is_some_and(|n| i % n.get() == 0);
                 let body = serde_json::json!({
                     "input": format!("Move order A-1001. (load run {i})"),
-                    "mode": "queued",
+                    "mode": if sync { "sync" } else { "queued" },
                 });
                 let t0 = Instant::now();
-                let mut request = client
-                    .post(format!("{}/v1/agents/{AGENT}/runs", bases[server]))
-                    .json(&body);
-                if keys {
-                    request = request.header("idempotency-key", format!("load-{i}"));
-                }
-                let response = request
-                    .send()
-                    .await
-                    .with_context(|| format!("submission {i} to server {}", server + 1))?;
-                let status = response.status();
-                let body: Value = response.json().await.unwrap_or(Value::Null);
+                let mut tries = 0usize;
+                let (status, body) = loop {
+                    tries += 1;
+                    // A sync POST answers when its run ends: it may wait
+                    // out the store's patience more than once.
+                    let mut request = client
+                        .post(format!("{}/v1/agents/{AGENT}/runs", bases[server]))
+                        .timeout(if sync {
+                            Duration::from_secs(180)
+                        } else {
+                            Duration::from_secs(30)
+                        })
+                        .json(&body);
+                    if keys {
+                        request = request.header("idempotency-key", format!("load-{i}"));
+                    }
+                    let answered = request
+                        .send()
+                        .await
+                        .with_context(|| format!("submission {i} to server {}", server + 1));
+                    let retry = match &answered {
+                        Err(_) => true,
+                        Ok(r) => matches!(r.status().as_u16(), 409 | 503),
+                    };
+                    // With a key, a refused or cut submission is sent
+                    // again, as a client would: the key makes it safe.
+                    if keys && retry && tries < SUBMIT_TRIES {
+                        retries.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        continue;
+                    }
+                    let response = answered?;
+                    let status = response.status();
+                    let body: Value = response.json().await.unwrap_or(Value::Null);
+                    break (status, body);
+                };
                 let latency = t0.elapsed();
                 ensure!(
-                    status.as_u16() == 202,
+                    status.as_u16() == 202 || (sync && status.as_u16() == 200),
                     "submission {i} to server {} answered {status}: {body}",
                     server + 1
                 );
@@ -696,10 +833,21 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport> {
                     .as_str()
                     .with_context(|| format!("submission {i}: no run_id in {body}"))?
                     .to_owned();
+                let answer = match (sync, status.as_u16()) {
+                    (false, _) => None,
+                    (true, 200) => Some(("ended", None)),
+                    (true, _) if body["handed_on"].is_object() => Some((
+                        "handed_on",
+                        body["handed_on"]["reason"].as_str().map(str::to_owned),
+                    )),
+                    (true, _) => Some(("followed", None)),
+                };
                 done.push(Submitted {
                     run_id,
                     server,
                     latency,
+                    sync: answer.map(|(a, reason)| (a.to_owned(), reason)),
+                    tries,
                 });
             }
         });
@@ -789,6 +937,9 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport> {
         }
     }
     let wall_secs = started.elapsed().as_secs_f64();
+    // The ledger is read once every mark a node held while the store was
+    // away is written (`/readyz` says how many are held).
+    let held_marks_left = held_marks_drained(&client, &bases, deadline).await;
 
     let mut report = verify(&config, &client, &bases, &submitted, &desk, &db).await?;
     report.submit_secs = submit_secs;
@@ -796,6 +947,17 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport> {
     report.throughput_runs_per_sec = submitted.len() as f64 / wall_secs;
     report.submit_latency = Latency::of(submitted.iter().map(|s| s.latency).collect());
     report.poll_errors = poll_errors;
+    report.submit_retries = retries.load(Ordering::Relaxed);
+    report.held_marks_left = held_marks_left;
+    report.max_submit_tries = submitted.iter().map(|s| s.tries).max().unwrap_or(0);
+    for s in &submitted {
+        if let Some((answer, reason)) = &s.sync {
+            *report.sync_answers.entry(answer.clone()).or_insert(0) += 1;
+            if let Some(reason) = reason {
+                *report.handed_on_reasons.entry(reason.clone()).or_insert(0) += 1;
+            }
+        }
+    }
     report.database_restarted_after = database_restarted_after;
     report.servers = killed
         .into_iter()
@@ -812,6 +974,32 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport> {
     Ok(report)
 }
 
+/// Waits until no node holds a ledger mark (`held_ledger_marks` in each
+/// node's `/readyz` is 0), or `deadline`; how many were held at the last
+/// look (a node that does not answer ready counts as holding one).
+async fn held_marks_drained(
+    client: &reqwest::Client,
+    bases: &[String],
+    deadline: Instant,
+) -> usize {
+    loop {
+        let mut held = 0;
+        for base in bases {
+            let ready = match client.get(format!("{base}/readyz")).send().await {
+                Ok(r) if r.status().is_success() => r.json::<Value>().await.ok(),
+                _ => None,
+            };
+            held += ready
+                .and_then(|r| r["held_ledger_marks"].as_u64())
+                .map_or(1, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        }
+        if held == 0 || Instant::now() > deadline {
+            return held;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Whether a run status is an outcome.
 fn is_terminal(status: &str) -> bool {
     !matches!(status, "queued" | "running")
@@ -819,6 +1007,13 @@ fn is_terminal(status: &str) -> bool {
 
 /// A run's status through the API; `None` when the API does not know it.
 async fn run_status(client: &reqwest::Client, base: &str, run_id: &str) -> Result<Option<String>> {
+    Ok(run_view(client, base, run_id)
+        .await?
+        .and_then(|run| run["status"].as_str().map(str::to_owned)))
+}
+
+/// A run's view through the API; `None` when the API does not know it.
+async fn run_view(client: &reqwest::Client, base: &str, run_id: &str) -> Result<Option<Value>> {
     let response = client
         .get(format!("{base}/v1/runs/{run_id}"))
         .send()
@@ -831,13 +1026,16 @@ async fn run_status(client: &reqwest::Client, base: &str, run_id: &str) -> Resul
         "GET /v1/runs/{run_id} answered {}",
         response.status()
     );
-    let run: Value = response.json().await?;
-    Ok(run["status"].as_str().map(str::to_owned))
+    Ok(Some(response.json().await?))
 }
 
 /// What the API says about one run once everything ended.
 struct Final {
     status: Option<String>,
+    /// The run's report (`null` before it ended).
+    report: Value,
+    /// Its events, in order.
+    events: Vec<Value>,
     ledger: Vec<Value>,
     /// `run_started` events.
     started: usize,
@@ -848,10 +1046,16 @@ struct Final {
 }
 
 async fn fetch_final(client: &reqwest::Client, base: &str, run_id: &str) -> Result<Final> {
-    let status = run_status(client, base, run_id).await?;
+    let view = run_view(client, base, run_id).await?;
+    let status = view
+        .as_ref()
+        .and_then(|run| run["status"].as_str().map(str::to_owned));
+    let report = view.map_or(Value::Null, |mut run| run["report"].take());
     if status.is_none() {
         return Ok(Final {
             status,
+            report,
+            events: Vec::new(),
             ledger: Vec::new(),
             started: 0,
             finished: 0,
@@ -879,6 +1083,8 @@ async fn fetch_final(client: &reqwest::Client, base: &str, run_id: &str) -> Resu
     };
     Ok(Final {
         status,
+        report,
+        events: events["events"].as_array().cloned().unwrap_or_default(),
         ledger: ledger["records"].as_array().cloned().unwrap_or_default(),
         started: count("run_started"),
         finished: count("run_finished"),
@@ -926,7 +1132,7 @@ async fn verify(
 
     let mut problems = Vec::new();
     let mut note = |p: String| {
-        if problems.len() < 10 {
+        if problems.len() < 20 {
             problems.push(p);
         }
     };
@@ -938,6 +1144,8 @@ async fn verify(
     let mut repeated_intents = 0;
     let mut pending_effects = 0;
     let mut handed_off_in_doubt = 0;
+    let mut store_failed_runs = 0;
+    let mut events_disagree = 0;
     let mut ledger_tally: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
     // run id → intent id → (tool, ledger status)
     let mut intents: HashMap<String, HashMap<String, (String, String)>> = HashMap::new();
@@ -970,6 +1178,59 @@ async fn verify(
             ));
         }
         resumed_runs += usize::from(f.resumed > 0);
+        if f.status.as_deref() == Some("failed") {
+            let finished: Vec<&Value> = f
+                .events
+                .iter()
+                .filter(|e| e["kind"] == "run_finished")
+                .collect();
+            let said = format!("{} {finished:?}", f.report).to_lowercase();
+            if let Some(word) = STORE_WORDS.iter().find(|w| said.contains(*w)) {
+                store_failed_runs += 1;
+                note(format!(
+                    "run {} failed, its report naming the store ({word:?}): {}",
+                    s.run_id, f.report["summary"]
+                ));
+            }
+        }
+        // The ledger and the events: each record's last `ledger_recorded`
+        // (or `compensation_finished`) event states the record's status,
+        // and no such event speaks of an intent the ledger does not hold.
+        let mut stated: HashMap<String, String> = HashMap::new();
+        for e in f
+            .events
+            .iter()
+            .filter(|e| e["kind"] == "ledger_recorded" || e["kind"] == "compensation_finished")
+        {
+            let intent = e["intent_id"].as_str().unwrap_or("?");
+            let intent = intent
+                .strip_suffix("/compensation")
+                .unwrap_or(intent)
+                .to_owned();
+            let status = e["data"]["status"].as_str().unwrap_or("?").to_owned();
+            stated.insert(intent, status);
+        }
+        for record in &f.ledger {
+            let intent = record["intent_id"].as_str().unwrap_or("?");
+            let status = record["status"].as_str().unwrap_or("?");
+            match stated.remove(intent) {
+                Some(said) if said == status => {}
+                said => {
+                    events_disagree += 1;
+                    note(format!(
+                        "run {} intent {intent}: the ledger holds {status}, its last ledger_recorded event says {said:?}",
+                        s.run_id
+                    ));
+                }
+            }
+        }
+        for (intent, said) in stated {
+            events_disagree += 1;
+            note(format!(
+                "run {} intent {intent}: a ledger_recorded event says {said}, the ledger holds no record",
+                s.run_id
+            ));
+        }
         let mut per_tool: HashMap<String, usize> = HashMap::new();
         for record in &f.ledger {
             if record["status"] == "pending" && f.status.as_deref() == Some("handed_off") {
@@ -1060,6 +1321,8 @@ async fn verify(
     let mut duplicate_effects = 0;
     let mut unledgered_effects = 0;
     let mut failed_but_applied = 0;
+    // (run, intent, tool) applied at the desk.
+    let mut applied: HashSet<(String, String, String)> = HashSet::new();
     for effect in &log.side_effects {
         let counts = match effect.effect {
             EffectKind::Applied => &mut desk_tally.applied,
@@ -1074,6 +1337,7 @@ async fn verify(
         let intent = headers
             .and_then(|h| h.intent_id.clone())
             .unwrap_or_default();
+        applied.insert((run.clone(), intent.clone(), effect.tool.clone()));
         let fresh_intent = seen_intents.insert((run.clone(), intent.clone(), effect.tool.clone()));
         let fresh_key = effect
             .idempotency_key
@@ -1106,6 +1370,38 @@ async fn verify(
         }
     }
 
+    // The ledger's side: a record that says its write happened was applied
+    // at the desk, and a compensated one's compensation too.
+    let mut happened_not_applied = 0;
+    for (run, run_intents) in &intents {
+        for (intent, (tool, status)) in run_intents {
+            if !WRITES.contains(&tool.as_str()) {
+                continue;
+            }
+            let happened = matches!(
+                status.as_str(),
+                "succeeded" | "compensated" | "uncompensatable"
+            );
+            if happened && !applied.contains(&(run.clone(), intent.clone(), tool.clone())) {
+                happened_not_applied += 1;
+                note(format!(
+                    "run {run} intent {intent}: ledger `{status}`, but the desk never applied {tool}"
+                ));
+            }
+            let compensation = (
+                run.clone(),
+                format!("{intent}/compensation"),
+                RESTORE_DELIVERY_TIME.to_owned(),
+            );
+            if status == "compensated" && !applied.contains(&compensation) {
+                happened_not_applied += 1;
+                note(format!(
+                    "run {run} intent {intent}: ledger `compensated`, but the desk never applied its {RESTORE_DELIVERY_TIME}"
+                ));
+            }
+        }
+    }
+
     Ok(LoadReport {
         config: config.clone(),
         accepted: submitted.len(),
@@ -1128,6 +1424,14 @@ async fn verify(
         handed_off_in_doubt,
         unresolved_keys,
         poll_errors: 0,
+        submit_retries: 0,
+        max_submit_tries: 0,
+        sync_answers: BTreeMap::new(),
+        handed_on_reasons: BTreeMap::new(),
+        store_failed_runs,
+        events_disagree,
+        happened_not_applied,
+        held_marks_left: 0,
         database_restarted_after: None,
         desk: desk_tally,
         servers: Vec::new(),
