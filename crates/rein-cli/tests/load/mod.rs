@@ -336,6 +336,8 @@ pub struct LoadReport {
     pub sync_answers: BTreeMap<String, usize>,
     /// The `handed_on.reason`s of sync runs answered 202, with counts.
     pub handed_on_reasons: BTreeMap<String, usize>,
+    /// Sync runs answered 202 (`run id: answer`), at most 10.
+    pub sync_not_ended: Vec<String>,
     /// Runs that ended `failed` and whose report or `run_finished` event
     /// blames the store (the database, a connection): a blink must never
     /// fail a run.
@@ -512,6 +514,9 @@ impl fmt::Display for LoadReport {
             )?;
             for (reason, n) in &self.handed_on_reasons {
                 writeln!(f, "    handed on ({n}): {reason}")?;
+            }
+            for run in &self.sync_not_ended {
+                writeln!(f, "    sync run answered 202: {run}")?;
             }
         }
         writeln!(
@@ -723,6 +728,10 @@ struct Submitted {
     sync: Option<(String, Option<String>)>,
     /// How often it was sent.
     tries: usize,
+    /// Its place among the submissions (its key is `load-INDEX`).
+    index: usize,
+    /// The first answers not taken (sent again), for the report.
+    refusals: Vec<String>,
 }
 
 /// Runs the load test: the desk, the servers, the submissions, the wait,
@@ -788,6 +797,7 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport> {
                 });
                 let t0 = Instant::now();
                 let mut tries = 0usize;
+                let mut refusals = Vec::new();
                 let (status, body) = loop {
                     tries += 1;
                     // A sync POST answers when its run ends: it may wait
@@ -815,6 +825,18 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport> {
                     // again, as a client would: the key makes it safe.
                     if keys && retry && tries < SUBMIT_TRIES {
                         retries.fetch_add(1, Ordering::Relaxed);
+                        // The first answers that were not taken, for the
+                        // report.
+                        if refusals.len() < 2 {
+                            refusals.push(match answered {
+                                Err(e) => format!("{e:#}"),
+                                Ok(r) => format!(
+                                    "{} {}",
+                                    r.status().as_u16(),
+                                    r.json::<Value>().await.unwrap_or(Value::Null)["detail"]
+                                ),
+                            });
+                        }
                         tokio::time::sleep(Duration::from_millis(200)).await;
                         continue;
                     }
@@ -848,6 +870,8 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport> {
                     latency,
                     sync: answer.map(|(a, reason)| (a.to_owned(), reason)),
                     tries,
+                    index: i,
+                    refusals,
                 });
             }
         });
@@ -953,6 +977,12 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport> {
     for s in &submitted {
         if let Some((answer, reason)) = &s.sync {
             *report.sync_answers.entry(answer.clone()).or_insert(0) += 1;
+            if answer != "ended" && report.sync_not_ended.len() < 10 {
+                report.sync_not_ended.push(format!(
+                    "{}: {answer} (sent {} times, first refused with {:?})",
+                    s.run_id, s.tries, s.refusals
+                ));
+            }
             if let Some(reason) = reason {
                 *report.handed_on_reasons.entry(reason.clone()).or_insert(0) += 1;
             }
@@ -1279,21 +1309,43 @@ async fn verify(
     };
     let stored_runs = store.list_runs(submitted.len() + 1000).await?.len();
     let unresolved_keys = if config.idempotency_keys {
-        let completed = store
-            .idempotency_records(
-                None,
-                Some(IdempotencyState::Completed),
-                submitted.len() + 1000,
-            )
+        let records = store
+            .idempotency_records(None, None, submitted.len() + 1000)
             .await?;
-        let completed: HashSet<&str> = completed.iter().map(|r| r.key.as_str()).collect();
-        let unresolved = (0..submitted.len())
-            .filter(|i| !completed.contains(format!("load-{i}").as_str()))
-            .count();
-        if unresolved > 0 {
-            note(format!(
-                "{unresolved} submission keys are not completed in the store"
-            ));
+        let by_key: HashMap<&str, &rein_store::IdempotencyRecord> =
+            records.iter().map(|r| (r.key.as_str(), r)).collect();
+        let mut unresolved = 0;
+        for (s, f) in submitted.iter().zip(&finals) {
+            let key = format!("load-{}", s.index);
+            match by_key.get(key.as_str()) {
+                Some(r) if r.state == IdempotencyState::Completed => {}
+                record => {
+                    unresolved += 1;
+                    let kinds: Vec<&str> = f
+                        .iter()
+                        .flat_map(|f| &f.events)
+                        .filter_map(|e| e["kind"].as_str())
+                        .collect();
+                    note(format!(
+                        "submission key {key} (run {}, {}, sent {} times, first refused with {:?}; the run ended {:?}, its events {kinds:?}) is not completed in the store: {:?}",
+                        s.run_id,
+                        s.sync
+                            .as_ref()
+                            .map_or("queued".to_owned(), |(a, _)| format!("sync, answered {a}")),
+                        s.tries,
+                        s.refusals,
+                        f.as_ref().and_then(|f| f.status.clone()),
+                        record.map(|r| (
+                            r.state,
+                            r.owner.clone(),
+                            r.run_id.as_ref().map(ToString::to_string),
+                            r.response.as_ref().map(|resp| resp.status),
+                            r.updated_at_ms,
+                            r.expires_at_ms
+                        ))
+                    ));
+                }
+            }
         }
         unresolved
     } else {
@@ -1428,6 +1480,7 @@ async fn verify(
         max_submit_tries: 0,
         sync_answers: BTreeMap::new(),
         handed_on_reasons: BTreeMap::new(),
+        sync_not_ended: Vec::new(),
         store_failed_runs,
         events_disagree,
         happened_not_applied,
