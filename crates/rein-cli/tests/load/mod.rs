@@ -329,6 +329,8 @@ pub struct LoadReport {
     pub submit_retries: usize,
     /// The most times one submission was sent before it was taken.
     pub max_submit_tries: usize,
+    /// That submission: its key, run, and the first answers it got.
+    pub most_tried: String,
     /// Sync submissions, by how they were answered: `ended` (200),
     /// `handed_on` (202 with `handed_on`: stopped at a safe point, a
     /// worker continues it), `followed` (202 without: another process
@@ -512,6 +514,9 @@ impl fmt::Display for LoadReport {
                     sync.join(", ")
                 }
             )?;
+            if self.max_submit_tries > 1 {
+                writeln!(f, "    sent most often: {}", self.most_tried)?;
+            }
             for (reason, n) in &self.handed_on_reasons {
                 writeln!(f, "    handed on ({n}): {reason}")?;
             }
@@ -973,7 +978,21 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport> {
     report.poll_errors = poll_errors;
     report.submit_retries = retries.load(Ordering::Relaxed);
     report.held_marks_left = held_marks_left;
-    report.max_submit_tries = submitted.iter().map(|s| s.tries).max().unwrap_or(0);
+    if let Some(most) = submitted.iter().max_by_key(|s| s.tries) {
+        report.max_submit_tries = most.tries;
+        report.most_tried = format!(
+            "load-{} (run {}, {}, taken after {:.1} s, first refused with {:?})",
+            most.index,
+            most.run_id,
+            if most.sync.is_some() {
+                "sync"
+            } else {
+                "queued"
+            },
+            most.latency.as_secs_f64(),
+            most.refusals
+        );
+    }
     for s in &submitted {
         if let Some((answer, reason)) = &s.sync {
             *report.sync_answers.entry(answer.clone()).or_insert(0) += 1;
@@ -1478,6 +1497,7 @@ async fn verify(
         poll_errors: 0,
         submit_retries: 0,
         max_submit_tries: 0,
+        most_tried: String::new(),
         sync_answers: BTreeMap::new(),
         handed_on_reasons: BTreeMap::new(),
         sync_not_ended: Vec::new(),
