@@ -286,6 +286,7 @@ async fn three_nodes_ride_out_a_blinking_database() {
     assert_eq!(report.failed_but_applied, 0, "{report}");
     assert_eq!(report.happened_not_applied, 0, "{report}");
     assert_eq!(report.events_disagree, 0, "{report}");
+    assert_eq!(report.repeated_statements, 0, "{report}");
     // No effect duplicated, no run driven twice.
     assert_eq!(report.duplicated(), 0, "{report}");
     assert!(

@@ -348,6 +348,11 @@ pub struct LoadReport {
     /// status than the record holds, or that no such event states at all;
     /// and `ledger_recorded` events of an intent with no record.
     pub events_disagree: usize,
+    /// `ledger_recorded` events stating one settled status (not
+    /// `pending`) of one record again: a mark's commit stored twice. A
+    /// settlement restates a record it leaves in doubt (`pending`, with
+    /// its note), so `pending` may be stated twice.
+    pub repeated_statements: usize,
     /// Ledger records of a write (`update_delivery_time`, `send_email`)
     /// that say the effect happened (`succeeded`, `compensated`,
     /// `uncompensatable`) while the desk never applied it; and
@@ -526,9 +531,10 @@ impl fmt::Display for LoadReport {
         }
         writeln!(
             f,
-            "  agreement:   {} runs failed because of the store, {} records disagreeing with their events, {} records saying an effect the desk never applied, {} ledger marks still held",
+            "  agreement:   {} runs failed because of the store, {} records disagreeing with their events ({} statements repeated), {} records saying an effect the desk never applied, {} ledger marks still held",
             self.store_failed_runs,
             self.events_disagree,
+            self.repeated_statements,
             self.happened_not_applied,
             self.held_marks_left
         )?;
@@ -1195,6 +1201,7 @@ async fn verify(
     let mut handed_off_in_doubt = 0;
     let mut store_failed_runs = 0;
     let mut events_disagree = 0;
+    let mut repeated_statements = 0;
     let mut ledger_tally: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
     // run id → intent id → (tool, ledger status)
     let mut intents: HashMap<String, HashMap<String, (String, String)>> = HashMap::new();
@@ -1246,6 +1253,18 @@ async fn verify(
         // (or `compensation_finished`) event states the record's status,
         // and no such event speaks of an intent the ledger does not hold.
         let mut stated: HashMap<String, String> = HashMap::new();
+        let mut statements: HashSet<(String, String)> = HashSet::new();
+        for e in f.events.iter().filter(|e| e["kind"] == "ledger_recorded") {
+            let intent = e["intent_id"].as_str().unwrap_or("?").to_owned();
+            let status = e["data"]["status"].as_str().unwrap_or("?").to_owned();
+            if status != "pending" && !statements.insert((intent.clone(), status.clone())) {
+                repeated_statements += 1;
+                note(format!(
+                    "run {} intent {intent}: `ledger_recorded {status}` is stored twice (event {})",
+                    s.run_id, e["seq"]
+                ));
+            }
+        }
         for e in f
             .events
             .iter()
@@ -1503,6 +1522,7 @@ async fn verify(
         sync_not_ended: Vec::new(),
         store_failed_runs,
         events_disagree,
+        repeated_statements,
         happened_not_applied,
         held_marks_left: 0,
         database_restarted_after: None,
