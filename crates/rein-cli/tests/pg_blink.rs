@@ -14,9 +14,11 @@
 //! record, handed off or not; the ledger agrees with the order desk's own
 //! log (nothing applied that no record declares, nothing `failed` that was
 //! applied, nothing `succeeded` or `compensated` that was not) and with the
-//! run's events (each record's last `ledger_recorded` states its status);
-//! no effect is duplicated; every submission key is resolved; no node
-//! exited.
+//! run's events (each record's last `ledger_recorded` states its status,
+//! and none states a settled status twice); no effect is duplicated; every
+//! submission key is resolved; no node exited. Every submission carries an
+//! `Idempotency-Key`, and one refused (503, 409) or cut off is sent again
+//! with it, as a client would.
 //!
 //! The cuts are timed off the load's progress (after a tenth, two tenths,
 //! … of the runs reached an outcome, read from the database on the test's
@@ -24,7 +26,7 @@
 //! machine is.
 //!
 //! `REIN_BLINK_RUNS` sets the number of runs (300 by default; every
-//! fourth is sync). Like `pg_restart.rs` it uses a PostgreSQL server of
+//! fourth is sync); `REIN_LOAD_KEEP=1` keeps the nodes' logs. Like `pg_restart.rs` it uses a PostgreSQL server of
 //! its own ([`PrivatePostgres`]): without the binaries it skips with a
 //! message, except under `CI=true`, where it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
