@@ -80,8 +80,11 @@ use serde_json::Value;
 pub const KEEP_ENV: &str = "REIN_LOAD_KEEP";
 
 /// Words that, in a failed run's report or `run_finished` event, blame
-/// the store rather than the run's tools or model.
-pub const STORE_WORDS: [&str; 7] = [
+/// the store rather than the run's tools or model. A run whose end a node
+/// could not record while the store was away, and whose claim it could
+/// not release, is later failed as `orphaned` ("its process stopped
+/// signalling"): the store's doing too.
+pub const STORE_WORDS: [&str; 9] = [
     "run store",
     "the store",
     "database",
@@ -89,6 +92,8 @@ pub const STORE_WORDS: [&str; 7] = [
     "db error",
     "sqlite",
     "connection closed",
+    "orphaned",
+    "stopped signalling",
 ];
 
 /// The tools whose calls change the desk (reads leave no side effect).
