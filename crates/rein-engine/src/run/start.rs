@@ -362,7 +362,11 @@ impl Engine {
             expect_status: Some(RunStatus::Queued),
             ..StepCommit::default()
         };
-        match self.store.commit_step(&run_id, status).await {
+        // Offered again while the store is briefly away, like every later
+        // commit of the run (`Engine::commit`): a blink at a run's start
+        // must not fail its submission (a sync POST answered 503 for a run
+        // that exists) nor leave it claimed and idle for a lease.
+        match self.commit(&ctx, status).await {
             Ok(_) => {}
             Err(StoreError::StatusChanged { .. }) => {
                 if let Err(e) = self
@@ -377,7 +381,18 @@ impl Engine {
                     reason: "it stopped being queued before it started (cancelled?)".into(),
                 });
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                // Released, so that a worker on any node starts it as soon
+                // as the store is back instead of after the claim's lease.
+                if let Err(e) = self
+                    .store
+                    .release_lease_of(&claim_id(&run_id), &ctx.claim_owner)
+                    .await
+                {
+                    tracing::warn!(run = %run_id, "cannot release the run's claim: {e}");
+                }
+                return Err(e.into());
+            }
         }
 
         Ok(Opened {
