@@ -396,8 +396,9 @@ where
 
 /// How often a settlement is offered to a store that is briefly
 /// unavailable, and the first pause (doubled each time).
-const SETTLE_TRIES: u32 = 5;
+const SETTLE_PATIENCE: std::time::Duration = rein_engine::run::STORE_PATIENCE;
 const SETTLE_FIRST_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+const SETTLE_MAX_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// [`rein_store::Store::settle_idempotency`] of `fence`'s record, offered
 /// again with bounded backoff while the store is briefly unavailable.
@@ -408,6 +409,7 @@ async fn settle_retrying(
 ) -> Result<IdempotencySettled, rein_store::StoreError> {
     let mut pause = SETTLE_FIRST_PAUSE;
     let mut attempt = 1;
+    let began = std::time::Instant::now();
     loop {
         let settled = store
             .settle_idempotency(
@@ -419,10 +421,13 @@ async fn settle_retrying(
             )
             .await;
         match settled {
-            Err(e) if e.is_transient() && attempt < SETTLE_TRIES => {
+            // As long as a run's commit is offered again: a key left
+            // `in_progress` by a blink blocks its retries for a lease, or
+            // holds no answer for a run that ended.
+            Err(e) if e.is_transient() && began.elapsed() < SETTLE_PATIENCE => {
                 tracing::warn!(tenant = %fence.tenant, attempt, "the idempotency record is not settled yet: {e}");
                 tokio::time::sleep(pause).await;
-                pause *= 2;
+                pause = (pause * 2).min(SETTLE_MAX_PAUSE);
                 attempt += 1;
             }
             settled => return settled,

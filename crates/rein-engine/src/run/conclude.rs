@@ -80,8 +80,11 @@ impl Engine {
         // Events of the settlement, recorded with the end.
         let pending = ctx.emitter.drain();
         let at_ms = unix_ms(self.clock.system_now());
-        let mut pause = END_COMMIT_FIRST_PAUSE;
-        for attempt in 1..=END_COMMIT_TRIES {
+        let reading = self.clock.now();
+        let mut reads = 0u32;
+        let mut attempt = 0;
+        while attempt < END_COMMIT_TRIES {
+            attempt += 1;
             // The revision first, then the ledger as the settlement left it
             // (every effect with its status now): the end is recorded only
             // if no record changed in between (a reconciler marking one),
@@ -101,10 +104,18 @@ impl Engine {
             };
             let (revision, report) = match derived.await {
                 Ok(derived) => derived,
-                Err(e) if e.is_transient() && attempt < END_COMMIT_TRIES => {
-                    tracing::warn!(run = %run_id, attempt, "the ledger cannot be read for the report yet: {e}");
-                    self.clock.sleep(pause).await;
-                    pause *= 2;
+                // Read again for as long as a commit is offered again
+                // (`Engine::commit`): the end is not given up for a blink.
+                Err(e)
+                    if e.is_transient()
+                        && self.clock.now().saturating_duration_since(reading)
+                            < self.store_patience =>
+                {
+                    reads += 1;
+                    tracing::warn!(run = %run_id, attempt, reads, "the ledger cannot be read for the report yet: {e}");
+                    self.clock.sleep(super::durable::pause_cap(reads)).await;
+                    // A read put off is no attempt at the end commit.
+                    attempt -= 1;
                     continue;
                 }
                 Err(e) => return Err(self.unrecorded(ctx, "its ledger cannot be read", e).await),
@@ -161,14 +172,21 @@ impl Engine {
         &self,
         run_id: &RunId,
     ) -> Result<Vec<LedgerRecord>, StoreError> {
-        let mut pause = END_COMMIT_FIRST_PAUSE;
+        let began = self.clock.now();
         let mut attempt = 1;
         loop {
             match report::tree_records(self.store.as_ref(), run_id).await {
-                Err(e) if e.is_transient() && attempt < END_COMMIT_TRIES => {
+                // For as long as a commit is offered again
+                // (`Engine::commit`): the end is not given up for a blink.
+                Err(e)
+                    if e.is_transient()
+                        && self.clock.now().saturating_duration_since(began)
+                            < self.store_patience =>
+                {
                     tracing::warn!(run = %run_id, attempt, "the ledger cannot be read yet: {e}");
-                    self.clock.sleep(pause).await;
-                    pause *= 2;
+                    self.clock
+                        .sleep(super::durable::pause_cap(attempt))
+                        .await;
                     attempt += 1;
                 }
                 result => return result,
