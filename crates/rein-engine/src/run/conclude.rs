@@ -184,9 +184,7 @@ impl Engine {
                             < self.store_patience =>
                 {
                     tracing::warn!(run = %run_id, attempt, "the ledger cannot be read yet: {e}");
-                    self.clock
-                        .sleep(super::durable::pause_cap(attempt))
-                        .await;
+                    self.clock.sleep(super::durable::pause_cap(attempt)).await;
                     attempt += 1;
                 }
                 result => return result,
