@@ -394,8 +394,9 @@ where
     }
 }
 
-/// How often a settlement is offered to a store that is briefly
-/// unavailable, and the first pause (doubled each time).
+/// How long a settlement is offered to a store that is briefly
+/// unavailable (as long as a run's commit is), the first pause (doubled
+/// each time) and the largest.
 const SETTLE_PATIENCE: std::time::Duration = rein_engine::run::STORE_PATIENCE;
 const SETTLE_FIRST_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 const SETTLE_MAX_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -409,7 +410,8 @@ async fn settle_retrying(
 ) -> Result<IdempotencySettled, rein_store::StoreError> {
     let mut pause = SETTLE_FIRST_PAUSE;
     let mut attempt = 1;
-    let began = std::time::Instant::now();
+    // tokio's clock, which the pauses sleep on (paused in tests).
+    let began = tokio::time::Instant::now();
     loop {
         let settled = store
             .settle_idempotency(
