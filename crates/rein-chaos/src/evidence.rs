@@ -60,6 +60,24 @@ pub struct RunEvidence {
     /// Why the engine refused to start it (a structured error before the
     /// run existed, e.g. the store refused to record it).
     pub refused: Option<String>,
+    /// Whether its first call handed it on unfinished (the store stayed
+    /// away) and the runner resumed it once the store was back.
+    pub resumed: bool,
+    /// What the store held of it right after its first call returned,
+    /// before the store was healed, a resume or reconciliation: taken in
+    /// scenarios that fault the store.
+    pub at_return: Option<Snapshot>,
+}
+
+/// A run as the store held it at one moment.
+#[derive(Debug, Clone, Serialize)]
+pub struct Snapshot {
+    /// Its status.
+    pub stored_status: Option<String>,
+    /// Its ledger.
+    pub ledger: Vec<LedgerRecord>,
+    /// Its events.
+    pub events: Vec<Event>,
 }
 
 /// Everything a scenario left behind.

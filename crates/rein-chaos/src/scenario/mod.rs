@@ -121,6 +121,11 @@ pub struct Tune {
     /// Token bucket of the agent's model provider: (tokens per minute,
     /// token burst).
     pub provider_tokens: Option<(u64, u64)>,
+    /// How long a run offers a refused commit again before it stops at a
+    /// safe point (`EngineBuilder::store_patience`), in milliseconds,
+    /// instead of the engine's 15 s: an outage scenario outlasts it in a
+    /// fraction of a second of real time.
+    pub store_patience_ms: Option<u64>,
 }
 
 /// What a scenario does.
