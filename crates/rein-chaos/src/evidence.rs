@@ -130,6 +130,9 @@ pub struct Evidence {
     /// still held (`Plan::enforced_retry_after`): sent into an empty
     /// provider bucket.
     pub model_hammered: usize,
+    /// What the store faults injected, one line per refused (or, on
+    /// PostgreSQL, terminated) write.
+    pub store_injected: Vec<String>,
     /// The resource group of every tool of the world.
     pub groups: BTreeMap<String, String>,
     /// The tools that declare the resource their writes change, by name.

@@ -297,6 +297,7 @@ async fn drive(
 
     let mut driven = Vec::new();
     let mut submissions = Vec::new();
+    let mut store_injected = Vec::new();
     if let Some(submission) = plan.submission {
         let key = format!("chaos-{}", scenario.label());
         let (attempts, runs) =
@@ -400,6 +401,7 @@ async fn drive(
                     resume_in_process(&engine, &world, plan, &client, d).await?;
                 }
             }
+            store_injected = faulty.hooks().injected();
         }
     }
 
@@ -521,6 +523,7 @@ async fn drive(
         rates: Services::rates(&world.registry, plan),
         model_tokens: plan.tune.provider_tokens,
         model_hammered: services.model.as_ref().map_or(0, |m| m.hammered()),
+        store_injected,
         groups: world
             .registry
             .tools()

@@ -26,7 +26,7 @@ pub use catalog::catalog;
 
 /// The catalog's version: bumped whenever a scenario's parameters or the
 /// chaos world change.
-pub const CATALOG_VERSION: u32 = 4;
+pub const CATALOG_VERSION: u32 = 5;
 
 /// Where a scenario injects its faults (seed 000's four layers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -332,7 +332,7 @@ pub struct Scenario {
     /// Sustained-failure scenarios that CI skips unless asked.
     pub long: bool,
     /// The invariants its faults put at risk. Every scenario is checked
-    /// against all ten; these say what it is *for*.
+    /// against all twelve; these say what it is *for*.
     pub risks: Vec<Invariant>,
     /// Mechanisms it must activate: one that does not is a finding.
     pub expects: Vec<Mechanism>,
