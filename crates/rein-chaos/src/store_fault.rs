@@ -337,7 +337,16 @@ impl Intercept for StoreFaults {
                 // ended, and the backend says what it says.
                 (Some(terminate), Flavour::Terminated) => {
                     let ended = terminate().await;
-                    self.note(format!("{what}: backends terminated ({ended:?})"));
+                    let result = inner.commit_step(run_id, commit).await;
+                    let answer = match &result {
+                        Ok(_) => "taken on a fresh connection".to_owned(),
+                        Err(e) => format!("refused: {e}"),
+                    };
+                    self.note(format!(
+                        "{}: backends terminated ({ended:?}); the commit was {answer}",
+                        what.replace(" refused", "")
+                    ));
+                    return result;
                 }
                 _ => return Err(self.refuse(what, flavour)),
             }

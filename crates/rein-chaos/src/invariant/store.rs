@@ -65,10 +65,15 @@ fn agree(
             );
             continue;
         };
-        // The same status stated twice in a row by `ledger_recorded`: one
-        // of them was written apart from its record.
+        // The same outcome stated twice in a row by `ledger_recorded`: one
+        // of them was written apart from its mark. (`pending` is stated
+        // again on purpose: a resume declares its call again, first write
+        // wins, and a call that may have applied is marked `pending`.)
         let recorded: Vec<&(u64, LedgerStatus, bool)> = stated.iter().filter(|s| s.2).collect();
-        if let Some(w) = recorded.windows(2).find(|w| w[0].1 == w[1].1) {
+        if let Some(w) = recorded
+            .windows(2)
+            .find(|w| w[0].1 == w[1].1 && w[1].1 != LedgerStatus::Pending)
+        {
             violation(
                 out,
                 Invariant::LedgerAgreesWithEvents,
