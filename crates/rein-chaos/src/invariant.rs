@@ -141,9 +141,7 @@ impl Invariant {
             Invariant::ResumeReusesIntents => "a resume reuses intent ids and skips done steps",
             Invariant::IrreversibleNotRetried => "irreversible tools are never retried",
             Invariant::NoRawErrorText => "the model never receives raw error text",
-            Invariant::LedgerAgreesWithEvents => {
-                "the ledger, the events and the tool's log agree"
-            }
+            Invariant::LedgerAgreesWithEvents => "the ledger, the events and the tool's log agree",
             Invariant::NoTransientFailure => {
                 "no run is failed by a store that blinks or ends with a record pending"
             }

@@ -24,8 +24,8 @@ use crate::mechanism::{self, Mechanism};
 use crate::recording::RecordingProvider;
 use crate::scenario::{Plan, Scenario};
 use crate::store_fault::StoreFaults;
-use rein_store::Intercepted;
 use crate::world::{Services, WorldConfig};
+use rein_store::Intercepted;
 
 /// How long past its wall-clock budget a run (or a worker process) may
 /// take before the runner gives up on it and records a hang: generous,
@@ -447,7 +447,8 @@ async fn drive(
             // Events stating a record the store did not take are written
             // with it or not at all: of a handed-on run, only the others
             // must all be durable.
-            let others = |events: &[Event]| events.iter().filter(|e| !e.data.states_record()).count();
+            let others =
+                |events: &[Event]| events.iter().filter(|e| !e.data.states_record()).count();
             others(&d.events).saturating_sub(others(&stored_events))
         } else {
             d.events.len().saturating_sub(stored_events.len())

@@ -102,7 +102,9 @@ impl Write {
             Write::Compensation => marks(|s| {
                 matches!(
                     s,
-                    LedgerStatus::Compensated | LedgerStatus::Uncompensatable | LedgerStatus::Manual
+                    LedgerStatus::Compensated
+                        | LedgerStatus::Uncompensatable
+                        | LedgerStatus::Manual
                 )
             }),
             Write::Checkpoint => commit.writes_checkpoint(),
@@ -167,9 +169,9 @@ impl Flavour {
                 format!("connection closed (injected by rein-chaos: {what})")
             }
             Flavour::Busy => format!("sqlite: database is locked (injected by rein-chaos: {what})"),
-            Flavour::Refused => format!(
-                "postgres pool: connection refused (injected by rein-chaos: {what})"
-            ),
+            Flavour::Refused => {
+                format!("postgres pool: connection refused (injected by rein-chaos: {what})")
+            }
         })
     }
 }
@@ -307,7 +309,12 @@ impl StoreFaults {
                 flavour,
             } => offer(write)
                 .filter(|&k| k >= nth && k - nth < count)
-                .map(|k| (format!("{} offer {k} (commit {n}) refused", write.name()), flavour)),
+                .map(|k| {
+                    (
+                        format!("{} offer {k} (commit {n}) refused", write.name()),
+                        flavour,
+                    )
+                }),
             StoreFault::Outage {
                 write,
                 nth,

@@ -478,7 +478,11 @@ async fn a_ledger_and_events_that_part_break_invariant_11() {
     }
     ahead.seq = 10_000;
     at.events.push(ahead.clone());
-    assert_flags(&e, Invariant::LedgerAgreesWithEvents, "an event ahead of the ledger");
+    assert_flags(
+        &e,
+        Invariant::LedgerAgreesWithEvents,
+        "an event ahead of the ledger",
+    );
 
     // The same mark stated twice.
     let mut e = base.clone();
@@ -495,8 +499,14 @@ async fn a_ledger_and_events_that_part_break_invariant_11() {
     // A record the events never mention.
     let mut e = base.clone();
     let intent = update(&e).intent_id;
-    e.runs[0].events.retain(|x| x.intent_id.as_ref() != Some(&intent));
-    assert_flags(&e, Invariant::LedgerAgreesWithEvents, "a record no event states");
+    e.runs[0]
+        .events
+        .retain(|x| x.intent_id.as_ref() != Some(&intent));
+    assert_flags(
+        &e,
+        Invariant::LedgerAgreesWithEvents,
+        "a record no event states",
+    );
 
     // An effect the desk applied that the ledger says failed.
     let mut e = base.clone();
@@ -506,14 +516,22 @@ async fn a_ledger_and_events_that_part_break_invariant_11() {
         .find(|r| r.tool == "update_delivery_time")
         .unwrap()
         .status = LedgerStatus::Failed;
-    assert_flags(&e, Invariant::LedgerAgreesWithEvents, "a failed record the desk applied");
+    assert_flags(
+        &e,
+        Invariant::LedgerAgreesWithEvents,
+        "a failed record the desk applied",
+    );
 
     // A succeeded record the desk never saw.
     let mut e = base.clone();
     e.desk
         .side_effects
         .retain(|s| s.tool != "update_delivery_time");
-    assert_flags(&e, Invariant::LedgerAgreesWithEvents, "an effect the desk never applied");
+    assert_flags(
+        &e,
+        Invariant::LedgerAgreesWithEvents,
+        "an effect the desk never applied",
+    );
 }
 
 /// Invariant 12 from the same evidence: a run that ended with a record
@@ -528,7 +546,11 @@ async fn an_ended_run_with_a_pending_record_or_failed_by_a_blink_breaks_invarian
         "the outage left the update's record pending while the run was handed on"
     );
     at.stored_status = Some("succeeded".into());
-    assert_flags(&e, Invariant::NoTransientFailure, "ended with a record pending");
+    assert_flags(
+        &e,
+        Invariant::NoTransientFailure,
+        "ended with a record pending",
+    );
 
     let mut e = base.clone();
     let report = e.runs[0].report.as_mut().unwrap();

@@ -62,10 +62,17 @@ async fn the_store_scenarios_hold_on_sqlite() {
     // The outages were outages: each run handed on and resumed.
     for r in &results {
         let evidence = r.evidence.as_ref().unwrap();
-        assert!(!evidence.store_injected.is_empty(), "{}: no fault fired", r.label);
+        assert!(
+            !evidence.store_injected.is_empty(),
+            "{}: no fault fired",
+            r.label
+        );
         assert!(
             !r.name.starts_with("store-outage")
-                || evidence.store_injected.iter().any(|l| l.ends_with("outage")),
+                || evidence
+                    .store_injected
+                    .iter()
+                    .any(|l| l.ends_with("outage")),
             "{}: {:?}",
             r.label,
             evidence.store_injected
@@ -97,14 +104,11 @@ async fn the_store_scenarios_hold_on_postgres() {
         ..RunnerOptions::default()
     };
     let results = run_all(&options).await;
-    if results
-        .iter()
-        .all(|r| {
-            r.error
-                .as_deref()
-                .is_some_and(|e| e.contains("cannot connect") || e.contains("cannot create"))
-        })
-    {
+    if results.iter().all(|r| {
+        r.error
+            .as_deref()
+            .is_some_and(|e| e.contains("cannot connect") || e.contains("cannot create"))
+    }) {
         let why = format!("no PostgreSQL server at hand: {:?}", results[0].error);
         assert!(std::env::var("CI").map_or(true, |ci| ci != "true"), "{why}");
         eprintln!("{why}: skipped");

@@ -164,7 +164,13 @@ pub(super) fn ledger_agrees_with_events(
 ) {
     agree(run, &run.events, &run.ledger, "at the end", out);
     if let Some(at) = &run.at_return {
-        agree(run, &at.events, &at.ledger, "when the run's call returned", out);
+        agree(
+            run,
+            &at.events,
+            &at.ledger,
+            "when the run's call returned",
+            out,
+        );
     }
     // The desk's log: every write it applied for the run has its record,
     // and the record does not say it certainly did not happen.
@@ -213,9 +219,7 @@ pub(super) fn ledger_agrees_with_events(
         )
     }) {
         let seen = evidence.desk.side_effects.iter().any(|e| {
-            requests
-                .get(&e.request_seq)
-                .and_then(|r| request_intent(r))
+            requests.get(&e.request_seq).and_then(|r| request_intent(r))
                 == Some(record.intent_id.as_str())
         });
         if !seen {
@@ -246,7 +250,11 @@ pub(super) fn no_transient_failure(run: &RunEvidence, out: &mut Vec<Violation>) 
             .as_deref()
             .is_some_and(|s| s != "running" && s != "queued");
         if ended {
-            for record in at.ledger.iter().filter(|r| r.status == LedgerStatus::Pending) {
+            for record in at
+                .ledger
+                .iter()
+                .filter(|r| r.status == LedgerStatus::Pending)
+            {
                 violation(
                     out,
                     Invariant::NoTransientFailure,
@@ -279,11 +287,12 @@ pub(super) fn no_transient_failure(run: &RunEvidence, out: &mut Vec<Violation>) 
     }
     // The failure's own account: the report, and the run's end event.
     let mut told = serde_json::to_string(report).unwrap_or_default();
-    for e in run
-        .events
-        .iter()
-        .filter(|e| matches!(&e.data, EventData::RunFinished(_) | EventData::ToolCallFinished(_)))
-    {
+    for e in run.events.iter().filter(|e| {
+        matches!(
+            &e.data,
+            EventData::RunFinished(_) | EventData::ToolCallFinished(_)
+        )
+    }) {
         told.push_str(&serde_json::to_string(e).unwrap_or_default());
     }
     if let Some(marker) = STORE_REFUSAL.iter().find(|m| told.contains(*m)) {
