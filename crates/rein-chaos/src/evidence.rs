@@ -50,7 +50,9 @@ pub struct RunEvidence {
     pub observed_ms: Option<u64>,
     /// Its status as the store holds it after everything ended.
     pub stored_status: Option<String>,
-    /// Events the run emitted that never became durable.
+    /// Events the run emitted that never became durable, those stating a
+    /// record aside (written with it or not at all; invariant 11 holds
+    /// them to the ledger).
     pub lost_events: usize,
     /// Whether a process driving it was aborted at a crash point.
     pub crashed: bool,

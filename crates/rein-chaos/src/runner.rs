@@ -443,16 +443,11 @@ async fn drive(
         // an operator, a resume or a reconciler would see.
         let stored = durable.get_run(&d.run_id).await.map_err(read)?;
         let stored_events = durable.events(&d.run_id, 0).await.map_err(read)?;
-        let lost_events = if d.resumed {
-            // Events stating a record the store did not take are written
-            // with it or not at all: of a handed-on run, only the others
-            // must all be durable.
-            let others =
-                |events: &[Event]| events.iter().filter(|e| !e.data.states_record()).count();
-            others(&d.events).saturating_sub(others(&stored_events))
-        } else {
-            d.events.len().saturating_sub(stored_events.len())
-        };
+        // Events stating a record the store did not take are written with
+        // it or not at all (invariant 11 holds the statements to the
+        // ledger): every other event the run emitted must be durable.
+        let others = |events: &[Event]| events.iter().filter(|e| !e.data.states_record()).count();
+        let lost_events = others(&d.events).saturating_sub(others(&stored_events));
         if !stored_events.is_empty() {
             d.events = stored_events;
         }

@@ -160,11 +160,22 @@ pub enum Flavour {
     /// connection and the commit is then forwarded, so it meets a dead
     /// connection for real. Elsewhere: [`Flavour::Closed`].
     Terminated,
+    /// A disk I/O error (SQLite's `SQLITE_IOERR`): not transient
+    /// ([`StoreError::Backend`], as the SQLite backend maps it), so never
+    /// offered again. The run may fail, with the store's reason, and what
+    /// it says must still agree with the ledger.
+    Io,
 }
 
 impl Flavour {
     fn error(self, what: &str) -> StoreError {
+        if self == Flavour::Io {
+            return StoreError::Backend(format!(
+                "sqlite: disk I/O error (injected by rein-chaos: {what})"
+            ));
+        }
         StoreError::Unavailable(match self {
+            Flavour::Io => String::new(),
             Flavour::Closed | Flavour::Terminated => {
                 format!("connection closed (injected by rein-chaos: {what})")
             }

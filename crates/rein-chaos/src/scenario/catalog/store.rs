@@ -52,7 +52,7 @@ const AGREE: [I; 3] = [
     I::NothingDangles,
 ];
 
-/// The store scenarios, C099 to C110.
+/// The store scenarios, C099 to C109.
 pub(super) fn store() -> Vec<Scenario> {
     use Layer::Orchestration as L;
     vec![
@@ -108,5 +108,9 @@ pub(super) fn store() -> Vec<Scenario> {
             patient(Plan::script(happy()).store(outage(Write::Checkpoint, 2, Flavour::Closed))))
             .risks([I::ResumeReusesIntents, I::LedgerAgreesWithEvents, I::NoTransientFailure])
             .expects([M::Resumed]),
+        Scenario::new(109, L, "store-io-error-declares",
+            "The update's declaration meets a disk I/O error, which is not transient: the call is never made, the run ends with the store's reason in a structured outcome, and the ledger, the events and the desk agree that nothing was moved.",
+            Plan::script(happy()).store(refuses(Write::Declares, 1, 1, Flavour::Io)))
+            .risks([I::StructuredFailures, I::LedgerAgreesWithEvents, I::NoTransientFailure]),
     ]
 }
