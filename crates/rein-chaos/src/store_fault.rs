@@ -169,21 +169,19 @@ pub enum Flavour {
 
 impl Flavour {
     fn error(self, what: &str) -> StoreError {
-        if self == Flavour::Io {
-            return StoreError::Backend(format!(
-                "sqlite: disk I/O error (injected by rein-chaos: {what})"
-            ));
-        }
-        StoreError::Unavailable(match self {
-            Flavour::Io => String::new(),
+        let injected = format!("(injected by rein-chaos: {what})");
+        match self {
             Flavour::Closed | Flavour::Terminated => {
-                format!("connection closed (injected by rein-chaos: {what})")
+                StoreError::Unavailable(format!("connection closed {injected}"))
             }
-            Flavour::Busy => format!("sqlite: database is locked (injected by rein-chaos: {what})"),
+            Flavour::Busy => {
+                StoreError::Unavailable(format!("sqlite: database is locked {injected}"))
+            }
             Flavour::Refused => {
-                format!("postgres pool: connection refused (injected by rein-chaos: {what})")
+                StoreError::Unavailable(format!("postgres pool: connection refused {injected}"))
             }
-        })
+            Flavour::Io => StoreError::Backend(format!("sqlite: disk I/O error {injected}")),
+        }
     }
 }
 
