@@ -212,6 +212,21 @@ impl ScenarioStore {
         }
     }
 
+    /// On PostgreSQL, what ends every connection the scenario's store
+    /// holds to its database: `pg_terminate_backend` from a side
+    /// connection of its own, as an operator (or a failover) would. `None`
+    /// on SQLite.
+    pub(crate) fn terminator(&self) -> Option<crate::store_fault::Terminator> {
+        let database = self.database.as_ref()?;
+        let server = database.server.clone();
+        let name = database.name.clone();
+        Some(std::sync::Arc::new(move || {
+            let server = server.clone();
+            let name = name.clone();
+            Box::pin(async move { terminate_backends(&server, &name).await })
+        }))
+    }
+
     /// The database's name, on PostgreSQL.
     pub(crate) fn database(&self) -> Option<String> {
         self.database.as_ref().map(|d| d.name.clone())
@@ -226,6 +241,21 @@ impl ScenarioStore {
             }
         }
     }
+}
+
+/// Terminates every backend of database `name` but the side connection's
+/// own; how many it ended.
+async fn terminate_backends(server: &PostgresServer, name: &str) -> Result<u64, String> {
+    let admin = server.admin().await.map_err(|e| e.to_string())?;
+    let ended = admin
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = $1 AND pid <> pg_backend_pid()",
+            &[&name],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(ended.len() as u64)
 }
 
 /// Drops a scenario database; a failure is logged, not fatal (the

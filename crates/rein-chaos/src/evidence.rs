@@ -50,7 +50,9 @@ pub struct RunEvidence {
     pub observed_ms: Option<u64>,
     /// Its status as the store holds it after everything ended.
     pub stored_status: Option<String>,
-    /// Events the run emitted that never became durable.
+    /// Events the run emitted that never became durable, those stating a
+    /// record aside (written with it or not at all; invariant 11 holds
+    /// them to the ledger).
     pub lost_events: usize,
     /// Whether a process driving it was aborted at a crash point.
     pub crashed: bool,
@@ -60,6 +62,24 @@ pub struct RunEvidence {
     /// Why the engine refused to start it (a structured error before the
     /// run existed, e.g. the store refused to record it).
     pub refused: Option<String>,
+    /// Whether its first call handed it on unfinished (the store stayed
+    /// away) and the runner resumed it once the store was back.
+    pub resumed: bool,
+    /// What the store held of it right after its first call returned,
+    /// before the store was healed, a resume or reconciliation: taken in
+    /// scenarios that fault the store.
+    pub at_return: Option<Snapshot>,
+}
+
+/// A run as the store held it at one moment.
+#[derive(Debug, Clone, Serialize)]
+pub struct Snapshot {
+    /// Its status.
+    pub stored_status: Option<String>,
+    /// Its ledger.
+    pub ledger: Vec<LedgerRecord>,
+    /// Its events.
+    pub events: Vec<Event>,
 }
 
 /// Everything a scenario left behind.
@@ -112,6 +132,9 @@ pub struct Evidence {
     /// still held (`Plan::enforced_retry_after`): sent into an empty
     /// provider bucket.
     pub model_hammered: usize,
+    /// What the store faults injected, one line per refused (or, on
+    /// PostgreSQL, terminated) write.
+    pub store_injected: Vec<String>,
     /// The resource group of every tool of the world.
     pub groups: BTreeMap<String, String>,
     /// The tools that declare the resource their writes change, by name.

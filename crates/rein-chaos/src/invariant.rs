@@ -1,4 +1,5 @@
-//! The invariant checker: DESIGN.md's ten invariants as code over a
+//! The invariant checker: DESIGN.md's ten invariants, and issue 31's two
+//! about the store, as code over a
 //! scenario's [`Evidence`].
 //!
 //! # Why invariants, not pass rates
@@ -31,6 +32,7 @@ mod adaptive;
 mod fan_out;
 mod model_rate;
 mod model_side;
+mod store;
 
 /// Text that only ever appears in raw error bodies: a model that receives
 /// any of it was handed raw error text.
@@ -80,11 +82,20 @@ pub enum Invariant {
     IrreversibleNotRetried,
     /// 10. The model never receives raw error text.
     NoRawErrorText,
+    /// 11. The ledger, the events and the tool's own log agree: every
+    ///     status an event states of a record is one the record held, in
+    ///     its order, stated once, and never ahead of the ledger; every
+    ///     effect the tool applied has its record, never `failed`.
+    LedgerAgreesWithEvents,
+    /// 12. No run is failed by a transient store fault, and no run the
+    ///     store holds as ended has a record still `pending`.
+    NoTransientFailure,
 }
 
 impl Invariant {
-    /// All ten, in DESIGN.md's order.
-    pub const ALL: [Invariant; 10] = [
+    /// All twelve, in DESIGN.md's order (11 and 12 from issue 31: a
+    /// database that blinks loses nothing and misreports nothing).
+    pub const ALL: [Invariant; 12] = [
         Invariant::OneEffectPerKey,
         Invariant::BudgetsHold,
         Invariant::NothingDangles,
@@ -95,6 +106,8 @@ impl Invariant {
         Invariant::ResumeReusesIntents,
         Invariant::IrreversibleNotRetried,
         Invariant::NoRawErrorText,
+        Invariant::LedgerAgreesWithEvents,
+        Invariant::NoTransientFailure,
     ];
 
     /// Its number in DESIGN.md.
@@ -110,6 +123,8 @@ impl Invariant {
             Invariant::ResumeReusesIntents => 8,
             Invariant::IrreversibleNotRetried => 9,
             Invariant::NoRawErrorText => 10,
+            Invariant::LedgerAgreesWithEvents => 11,
+            Invariant::NoTransientFailure => 12,
         }
     }
 
@@ -126,6 +141,10 @@ impl Invariant {
             Invariant::ResumeReusesIntents => "a resume reuses intent ids and skips done steps",
             Invariant::IrreversibleNotRetried => "irreversible tools are never retried",
             Invariant::NoRawErrorText => "the model never receives raw error text",
+            Invariant::LedgerAgreesWithEvents => "the ledger, the events and the tool's log agree",
+            Invariant::NoTransientFailure => {
+                "no run is failed by a store that blinks or ends with a record pending"
+            }
         }
     }
 }
@@ -166,6 +185,8 @@ pub fn check(evidence: &Evidence) -> Vec<Violation> {
         }
         resume_reuses_intents(run, &mut out);
         no_raw_error_text(run, &mut out);
+        store::ledger_agrees_with_events(evidence, run, &mut out);
+        store::no_transient_failure(run, &mut out);
     }
     if !evidence.concurrent_runs {
         // Breakers are shared by every run of the engine: runs one after

@@ -11,7 +11,8 @@
 //! layers, runs numbered scenarios with fixed parameters against real parts
 //! on loopback (the order desk, the mock model, a real SQLite file, a real
 //! `rein` process aborted at named crash points), and checks DESIGN.md's
-//! ten invariants against three independent witnesses.
+//! ten invariants (and issue 31's two about the store) against three
+//! independent witnesses.
 //!
 //! | module | job |
 //! | --- | --- |

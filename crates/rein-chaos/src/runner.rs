@@ -23,8 +23,9 @@ use crate::invariant::{self, Violation};
 use crate::mechanism::{self, Mechanism};
 use crate::recording::RecordingProvider;
 use crate::scenario::{Plan, Scenario};
-use crate::store_fault::faulty;
+use crate::store_fault::StoreFaults;
 use crate::world::{Services, WorldConfig};
+use rein_store::Intercepted;
 
 /// How long past its wall-clock budget a run (or a worker process) may
 /// take before the runner gives up on it and records a hang: generous,
@@ -228,6 +229,9 @@ pub(crate) fn engine(
         .http_client(client.clone())
         .breakers(world.breakers(plan))
         .rng_seed(seed);
+    if let Some(ms) = plan.tune.store_patience_ms {
+        builder = builder.store_patience(std::time::Duration::from_millis(ms));
+    }
     if let Some(hook) = hook {
         builder = hook(builder);
     }
@@ -249,6 +253,30 @@ struct Driven {
     crashed: bool,
     escaped: Option<String>,
     refused: Option<String>,
+    /// Whether the driving call returned the run handed on unfinished.
+    interrupted: bool,
+    /// Whether the runner resumed it after the store was healed.
+    resumed: bool,
+    /// What the store held of it right after its driving call returned.
+    at_return: Option<crate::evidence::Snapshot>,
+}
+
+/// What the store holds of a run now, read through the durable store
+/// (never through the faults).
+async fn snapshot(
+    store: &Arc<dyn Store>,
+    run_id: &RunId,
+) -> Result<crate::evidence::Snapshot, ChaosError> {
+    let read = |e: rein_store::StoreError| ChaosError::Setup(format!("reading the store: {e}"));
+    Ok(crate::evidence::Snapshot {
+        stored_status: store
+            .get_run(run_id)
+            .await
+            .map_err(read)?
+            .map(|r| r.status.as_str().to_owned()),
+        ledger: store.ledger(run_id).await.map_err(read)?,
+        events: store.events(run_id, 0).await.map_err(read)?,
+    })
 }
 
 async fn drive(
@@ -269,6 +297,7 @@ async fn drive(
 
     let mut driven = Vec::new();
     let mut submissions = Vec::new();
+    let mut store_injected = Vec::new();
     if let Some(submission) = plan.submission {
         let key = format!("chaos-{}", scenario.label());
         let (attempts, runs) =
@@ -289,6 +318,9 @@ async fn drive(
                 crashed: false,
                 escaped: None,
                 refused: None,
+                interrupted: false,
+                resumed: false,
+                at_return: None,
             });
         }
     } else if let Some(crash) = plan.crash {
@@ -300,10 +332,16 @@ async fn drive(
             crash_and_resume(scenario, crash, exe, dir, &db, &world, &durable, &client).await?,
         );
     } else {
-        let store: Arc<dyn Store> = if plan.store_faults.is_empty() {
-            durable.clone()
-        } else {
-            Arc::new(faulty(durable.clone(), plan.store_faults.clone()))
+        let faults = (!plan.store_faults.is_empty()).then(|| {
+            let mut hooks = StoreFaults::new(plan.store_faults.clone());
+            if let Some(terminator) = scenario_store.terminator() {
+                hooks = hooks.terminator(terminator);
+            }
+            Arc::new(Intercepted::new(durable.clone(), hooks))
+        });
+        let store: Arc<dyn Store> = match &faults {
+            Some(faulty) => faulty.clone(),
+            None => durable.clone(),
         };
         let engine = Arc::new(engine(
             store,
@@ -342,6 +380,28 @@ async fn drive(
                 Ok(run) => driven.push(run?),
                 Err(e) => return Err(ChaosError::Setup(format!("a run's task failed: {e}"))),
             }
+        }
+        if let Some(faulty) = &faults {
+            // What each run left in the store when its call returned,
+            // before anything (the store back, a resume, reconciliation)
+            // repaired it: a run that ended must be whole already.
+            for d in &mut driven {
+                d.at_return = Some(snapshot(&durable, &d.run_id).await?);
+            }
+            if faulty.hooks().has_outage() {
+                // The outage ends; the marks the process held are written,
+                // and the runs it handed on are resumed, as an operator (or
+                // another node) would.
+                faulty.hooks().heal();
+                let held = engine.flush_held_marks(HANG_MARGIN).await;
+                if held > 0 {
+                    tracing::warn!("{held} held ledger marks were not written after the outage");
+                }
+                for d in driven.iter_mut().filter(|d| d.interrupted) {
+                    resume_in_process(&engine, &world, plan, &client, d).await?;
+                }
+            }
+            store_injected = faulty.hooks().injected();
         }
     }
 
@@ -383,7 +443,11 @@ async fn drive(
         // an operator, a resume or a reconciler would see.
         let stored = durable.get_run(&d.run_id).await.map_err(read)?;
         let stored_events = durable.events(&d.run_id, 0).await.map_err(read)?;
-        let lost_events = d.events.len().saturating_sub(stored_events.len());
+        // Events stating a record the store did not take are written with
+        // it or not at all (invariant 11 holds the statements to the
+        // ledger): every other event the run emitted must be durable.
+        let others = |events: &[Event]| events.iter().filter(|e| !e.data.states_record()).count();
+        let lost_events = others(&d.events).saturating_sub(others(&stored_events));
         if !stored_events.is_empty() {
             d.events = stored_events;
         }
@@ -403,6 +467,8 @@ async fn drive(
             crashed: d.crashed,
             escaped: d.escaped,
             refused: d.refused,
+            resumed: d.resumed,
+            at_return: d.at_return,
         });
     }
     services.tool_proxy.wait_idle(quiet).await;
@@ -453,6 +519,7 @@ async fn drive(
         rates: Services::rates(&world.registry, plan),
         model_tokens: plan.tune.provider_tokens,
         model_hammered: services.model.as_ref().map_or(0, |m| m.hammered()),
+        store_injected,
         groups: world
             .registry
             .tools()
@@ -530,8 +597,12 @@ async fn in_process(
     let limit = limits.wall_clock() + HANG_MARGIN;
     let mut handle =
         tokio::spawn(async move { engine.run(&agent, schemas.as_ref(), request).await });
+    let mut interrupted = false;
     let (report, escaped, refused) = match tokio::time::timeout(limit, &mut handle).await {
-        Ok(Ok(Ok(out))) => (Some(out.report), None, None),
+        Ok(Ok(Ok(out))) => {
+            interrupted = out.interrupted;
+            (Some(out.report), None, None)
+        }
         Ok(Ok(Err(e))) => (None, None, Some(e.to_string())),
         Ok(Err(e)) if e.is_panic() => (None, Some(format!("the run panicked: {e}")), None),
         Ok(Err(e)) => (None, Some(format!("the run's task ended: {e}")), None),
@@ -557,7 +628,52 @@ async fn in_process(
         crashed: false,
         escaped,
         refused,
+        interrupted,
+        resumed: false,
+        at_return: None,
     })
+}
+
+/// Resumes a run its first call handed on (the store stayed away), on the
+/// same engine once the store is back: its report becomes the resumed
+/// run's, its events are what the store holds.
+async fn resume_in_process(
+    engine: &Arc<Engine>,
+    world: &Arc<WorldConfig>,
+    plan: &Plan,
+    client: &reqwest::Client,
+    d: &mut Driven,
+) -> Result<(), ChaosError> {
+    let (agent, recording) = world.bind(plan, client, None)?;
+    let (observer, resumed) = collector();
+    let limit = agent.budget.wall_clock() + HANG_MARGIN;
+    let engine = engine.clone();
+    let schemas = world.schemas.clone();
+    let id = d.run_id.clone();
+    let mut handle = tokio::spawn(async move {
+        engine
+            .resume(&agent, schemas.as_ref(), &id, Some(observer))
+            .await
+    });
+    d.resumed = true;
+    d.observed_ms = None;
+    match tokio::time::timeout(limit, &mut handle).await {
+        Ok(Ok(Ok(out))) => {
+            d.interrupted = out.interrupted;
+            d.report = Some(out.report);
+        }
+        Ok(Ok(Err(e))) => {
+            d.escaped = Some(format!("the handed-on run could not be resumed: {e}"));
+        }
+        Ok(Err(e)) => d.escaped = Some(format!("the resume panicked: {e}")),
+        Err(_) => {
+            handle.abort();
+            d.escaped = Some(format!("the resume did not return within {limit:?}"));
+        }
+    }
+    d.events.extend(taken(&resumed));
+    d.model_inputs.extend(recording.inputs());
+    Ok(())
 }
 
 /// Runs the scenario in a `rein` worker process armed to abort at the
@@ -684,6 +800,9 @@ async fn crash_and_resume(
         crashed,
         escaped,
         refused,
+        interrupted: false,
+        resumed: false,
+        at_return: None,
     })
 }
 

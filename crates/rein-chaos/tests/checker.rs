@@ -447,3 +447,114 @@ async fn usage_the_model_servers_counted_over_a_limit_breaks_invariant_2() {
         assert_flags(&e, Invariant::BudgetsHold, "usage over the limit");
     }
 }
+
+/// Invariant 11 from a store scenario's evidence (C106: the update's mark
+/// held through an outage, written when the store was back): each way the
+/// ledger, the events and the desk's log could part is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_and_events_that_part_break_invariant_11() {
+    let base = evidence(106).await;
+    let update = |e: &Evidence| {
+        e.runs[0]
+            .ledger
+            .iter()
+            .find(|r| r.tool == "update_delivery_time")
+            .unwrap()
+            .clone()
+    };
+
+    // An event stored ahead of the ledger while the call returned.
+    let mut e = base.clone();
+    let at = e.runs[0].at_return.as_mut().unwrap();
+    let declared = at
+        .events
+        .iter()
+        .find(|x| matches!(&x.data, EventData::LedgerRecorded(r) if r.status == LedgerStatus::Pending))
+        .unwrap()
+        .clone();
+    let mut ahead = declared.clone();
+    if let EventData::LedgerRecorded(r) = &mut ahead.data {
+        r.status = LedgerStatus::Succeeded;
+    }
+    ahead.seq = 10_000;
+    at.events.push(ahead.clone());
+    assert_flags(
+        &e,
+        Invariant::LedgerAgreesWithEvents,
+        "an event ahead of the ledger",
+    );
+
+    // The same mark stated twice.
+    let mut e = base.clone();
+    let mut again = e.runs[0]
+        .events
+        .iter()
+        .find(|x| matches!(&x.data, EventData::LedgerRecorded(r) if r.status == LedgerStatus::Succeeded))
+        .unwrap()
+        .clone();
+    again.seq = 10_000;
+    e.runs[0].events.push(again);
+    assert_flags(&e, Invariant::LedgerAgreesWithEvents, "a mark stated twice");
+
+    // A record the events never mention.
+    let mut e = base.clone();
+    let intent = update(&e).intent_id;
+    e.runs[0]
+        .events
+        .retain(|x| x.intent_id.as_ref() != Some(&intent));
+    assert_flags(
+        &e,
+        Invariant::LedgerAgreesWithEvents,
+        "a record no event states",
+    );
+
+    // An effect the desk applied that the ledger says failed.
+    let mut e = base.clone();
+    e.runs[0]
+        .ledger
+        .iter_mut()
+        .find(|r| r.tool == "update_delivery_time")
+        .unwrap()
+        .status = LedgerStatus::Failed;
+    assert_flags(
+        &e,
+        Invariant::LedgerAgreesWithEvents,
+        "a failed record the desk applied",
+    );
+
+    // A succeeded record the desk never saw.
+    let mut e = base.clone();
+    e.desk
+        .side_effects
+        .retain(|s| s.tool != "update_delivery_time");
+    assert_flags(
+        &e,
+        Invariant::LedgerAgreesWithEvents,
+        "an effect the desk never applied",
+    );
+}
+
+/// Invariant 12 from the same evidence: a run that ended with a record
+/// pending, and a run failed for a store that blinked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_run_with_a_pending_record_or_failed_by_a_blink_breaks_invariant_12() {
+    let base = evidence(106).await;
+    let mut e = base.clone();
+    let at = e.runs[0].at_return.as_mut().unwrap();
+    assert!(
+        at.ledger.iter().any(|r| r.status == LedgerStatus::Pending),
+        "the outage left the update's record pending while the run was handed on"
+    );
+    at.stored_status = Some("succeeded".into());
+    assert_flags(
+        &e,
+        Invariant::NoTransientFailure,
+        "ended with a record pending",
+    );
+
+    let mut e = base.clone();
+    let report = e.runs[0].report.as_mut().unwrap();
+    report.outcome = Outcome::Failed;
+    report.summary = "store is unavailable: connection closed (injected by rein-chaos)".into();
+    assert_flags(&e, Invariant::NoTransientFailure, "failed by a blink");
+}

@@ -215,3 +215,28 @@ async fn ignoring_the_providers_retry_after_breaks_invariant_7_at_the_model() {
     };
     assert_caught(97, s, Invariant::ConcurrencyCeiling).await;
 }
+
+/// A commit offered once: the update's declaration meets a connection the
+/// store closed (C100), the write fails as if the store were broken, and
+/// the run ends failed for a store that only blinked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_offered_once_breaks_invariant_12() {
+    let s = Sabotage {
+        commit_without_retry: true,
+        ..Sabotage::default()
+    };
+    assert_caught(100, s, Invariant::NoTransientFailure).await;
+}
+
+/// Events that state a record put back for the next commit when their
+/// own did not land: the update's `ledger_recorded succeeded` is stored
+/// with the run's hand-on while the store still refuses the mark (C106),
+/// and the event log is ahead of the ledger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_ahead_of_the_ledger_break_invariant_11() {
+    let s = Sabotage {
+        events_ahead_of_ledger: true,
+        ..Sabotage::default()
+    };
+    assert_caught(106, s, Invariant::LedgerAgreesWithEvents).await;
+}

@@ -187,7 +187,7 @@ fn list(scenarios: &[Scenario], json_out: bool) {
         return;
     }
     println!(
-        "chaos catalog version {} — every scenario is checked against all ten invariants:",
+        "chaos catalog version {} — every scenario is checked against all twelve invariants:",
         rein_chaos::CATALOG_VERSION
     );
     for i in Invariant::ALL {

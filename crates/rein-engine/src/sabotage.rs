@@ -24,9 +24,11 @@
 //! | `unreserved_final_turn` | a model call offered no tools (the last, minimal-output turn) reserves nothing: its `max_tokens` is the model's output cap | 2 |
 //! | `uncharged_model_tokens` | a model call charges nothing to its provider's `tokens_per_minute` bucket | 7 |
 //! | `ignore_provider_retry_after` | a provider's 429 with a time to wait does not pause the provider for the other calls | 7 |
+//! | `commit_without_retry` | a run's commit is offered once: a store that blinks fails the write (and what hangs on it) | 12 |
+//! | `events_ahead_of_ledger` | the events of a commit the store did not take all go back for the next commit, those stating a record too | 11 |
 //!
 //! The hooks are marked `Sabotage hook` in the engine's `run/` modules
-//! (`guarded/`, `settle/`, `model_chain/ceiling.rs`, …).
+//! (`guarded/`, `settle/`, `model_chain/ceiling.rs`, `durable.rs`, …).
 //!
 //! Note for checkers: with `fresh_key_per_attempt` each key the tool sees
 //! still has at most one effect; the duplicate shows per intent (the
@@ -89,6 +91,17 @@ pub struct Sabotage {
     /// delay: the provider is not paused, so every other run keeps sending
     /// into the provider's empty bucket.
     pub ignore_provider_retry_after: bool,
+    /// A run's commit is offered to the store once: a transient refusal
+    /// (the store blinked) is not offered again, and fails the write as a
+    /// broken store would — the declaration, the mark, the checkpoint or
+    /// the end it carried, and the run with it.
+    pub commit_without_retry: bool,
+    /// The events of a commit the store did not take all go back for the
+    /// run's next commit, including those that state a record
+    /// (`ledger_recorded`, `compensation_finished`, …): they land with a
+    /// commit that does not carry their record, and the event log says
+    /// what the ledger does not.
+    pub events_ahead_of_ledger: bool,
 }
 
 /// A key different from `key` for attempt `attempt`: the original with the

@@ -19,6 +19,7 @@ use crate::store_fault::StoreFault;
 mod fan_out;
 mod governor;
 mod model_rate;
+mod store;
 
 const GET: &str = "get_order";
 const UPDATE: &str = UPDATE_DELIVERY_TIME;
@@ -161,6 +162,7 @@ pub fn catalog() -> Vec<Scenario> {
     all.extend(super::ceilings::last_turn());
     all.extend(model_rate::provider_limits());
     all.extend(governor::governor());
+    all.extend(store::store());
     all
 }
 

@@ -26,7 +26,7 @@ pub use catalog::catalog;
 
 /// The catalog's version: bumped whenever a scenario's parameters or the
 /// chaos world change.
-pub const CATALOG_VERSION: u32 = 4;
+pub const CATALOG_VERSION: u32 = 5;
 
 /// Where a scenario injects its faults (seed 000's four layers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -121,6 +121,11 @@ pub struct Tune {
     /// Token bucket of the agent's model provider: (tokens per minute,
     /// token burst).
     pub provider_tokens: Option<(u64, u64)>,
+    /// How long a run offers a refused commit again before it stops at a
+    /// safe point (`EngineBuilder::store_patience`), in milliseconds,
+    /// instead of the engine's 15 s: an outage scenario outlasts it in a
+    /// fraction of a second of real time.
+    pub store_patience_ms: Option<u64>,
 }
 
 /// What a scenario does.
@@ -327,7 +332,7 @@ pub struct Scenario {
     /// Sustained-failure scenarios that CI skips unless asked.
     pub long: bool,
     /// The invariants its faults put at risk. Every scenario is checked
-    /// against all ten; these say what it is *for*.
+    /// against all twelve; these say what it is *for*.
     pub risks: Vec<Invariant>,
     /// Mechanisms it must activate: one that does not is a finding.
     pub expects: Vec<Mechanism>,

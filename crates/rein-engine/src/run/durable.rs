@@ -111,13 +111,20 @@ impl Engine {
                 ctx.stop_for_store(&error);
                 return Err(error);
             }
+            // Sabotage hook `commit_without_retry`: offered once, as before
+            // the store could blink; a transient refusal fails the write.
+            #[cfg(feature = "sabotage")]
+            if self.sabotage.commit_without_retry {
+                self.put_back(ctx, &commit.events);
+                return Err(StoreError::Backend(error.to_string()));
+            }
             if !error.is_transient() || ctx.lost.is_cancelled() {
-                ctx.settle_events(&commit.events);
+                self.put_back(ctx, &commit.events);
                 return Err(error);
             }
             if spent >= self.store_patience {
                 tracing::error!(run = %ctx.run_id, offers, "the store stayed unavailable for {:.1?}: stopping the run at a safe point: {error}", spent);
-                ctx.settle_events(&commit.events);
+                self.put_back(ctx, &commit.events);
                 ctx.stop_for_store(&error);
                 return Err(error);
             }
@@ -128,7 +135,7 @@ impl Engine {
             tokio::select! {
                 () = self.clock.sleep(pause) => {}
                 () = ctx.lost.cancelled() => {
-                    ctx.settle_events(&commit.events);
+                    self.put_back(ctx, &commit.events);
                     return Err(error);
                 }
             }
@@ -168,6 +175,20 @@ impl Engine {
             );
         }
         result
+    }
+
+    /// Puts back the events of a commit that did not land
+    /// ([`RunCtx::settle_events`]).
+    fn put_back(&self, ctx: &RunCtx<'_>, events: &[Event]) {
+        // Sabotage hook `events_ahead_of_ledger`: every event goes back for
+        // the run's next commit, those stating a record too, so they land
+        // without it.
+        #[cfg(feature = "sabotage")]
+        if self.sabotage.events_ahead_of_ledger {
+            ctx.emitter.requeue(events.to_vec());
+            return;
+        }
+        ctx.settle_events(events);
     }
 
     /// A pause drawn in `[0, cap]` from the engine's jitter source.
