@@ -238,6 +238,55 @@ impl model_chain::TurnHost for RunCtx<'_> {
     }
 }
 
+/// What a run's context is made of when a process takes the run: the
+/// rest starts empty (no model call served, nothing settling).
+pub(super) struct Taken<'a> {
+    pub(super) run_id: RunId,
+    pub(super) tenant: TenantId,
+    pub(super) input: String,
+    pub(super) agent: &'a AgentBinding,
+    pub(super) store: &'a Arc<dyn Store>,
+    pub(super) emitter: Emitter,
+    pub(super) validator: &'a dyn ArgValidator,
+    pub(super) lineage: Lineage,
+    /// The claim this process holds on the run.
+    pub(super) claim_owner: String,
+    pub(super) cancel: CancellationToken,
+    pub(super) lost: CancellationToken,
+    /// The process's interrupt; the run gets its own child of it, so that
+    /// a store that stays away stops this run only.
+    pub(super) interrupt: &'a CancellationToken,
+}
+
+impl<'a> RunCtx<'a> {
+    /// The context of a run this process has just started, resumed or
+    /// taken back: one construction for every way in.
+    pub(super) fn taken(parts: Taken<'a>) -> RunCtx<'a> {
+        RunCtx {
+            run_id: parts.run_id,
+            tenant: parts.tenant,
+            input: parts.input,
+            agent: parts.agent,
+            store: parts.store,
+            emitter: parts.emitter,
+            provider_calls: std::sync::atomic::AtomicU32::new(0),
+            last_input_tokens: std::sync::atomic::AtomicU64::new(0),
+            model_failures: Default::default(),
+            cancel: parts.cancel,
+            lost: parts.lost,
+            interrupt: parts.interrupt.child_token(),
+            store_away: std::sync::Mutex::new(None),
+            claim_owner: parts.claim_owner,
+            settling: std::sync::atomic::AtomicBool::new(false),
+            validator: parts.validator,
+            lineage: parts.lineage,
+            child_usage: std::sync::Mutex::new(HashMap::new()),
+            models: std::sync::Mutex::new(Vec::new()),
+            model_retries: ModelRetryUse::default(),
+        }
+    }
+}
+
 impl RunCtx<'_> {
     /// What the model failure that ended the run with `end` said besides
     /// its category (nothing for any other end).

@@ -1,7 +1,5 @@
 //! Resuming a run from what the store holds of it.
 
-use std::collections::HashMap;
-
 use rein_core::event::RunResumed;
 use rein_core::{Clock, Outcome, RunId};
 use rein_store::{RunRecord, RunStatus, StatusChange, StepCommit, StoreError};
@@ -9,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::child_stack::OnEnoughStack;
 use super::claim::{ClaimGuard, claim_id};
-use super::ctx::{Lineage, RunCtx};
+use super::ctx::{Lineage, RunCtx, Taken};
 use super::emitter::{Correlation, Emitter, Observer, unix_ms};
 use super::engine::Engine;
 use super::error::EngineError;
@@ -207,38 +205,26 @@ impl Engine {
         agent
             .provider
             .resume_at(usize::try_from(served).unwrap_or(usize::MAX));
-        let ctx = RunCtx {
+        let mut ctx = RunCtx::taken(Taken {
             run_id: run_id.clone(),
             tenant: record.tenant.clone(),
             input: record.input.clone(),
             agent,
             store: &self.store,
-            emitter: Emitter::new(run_id.clone(), self.clock.clone(), observer)
-                .with_metrics(
-                    self.shared.metrics.clone(),
-                    self.shared
-                        .metrics
-                        .scope(record.tenant.as_str(), &agent.name),
-                )
-                .with_trace(self.resumed_run_trace(&record, &agent.name)),
-            provider_calls: std::sync::atomic::AtomicU32::new(
-                u32::try_from(served).unwrap_or(u32::MAX),
-            ),
-            last_input_tokens: std::sync::atomic::AtomicU64::new(last_input_tokens),
-            model_failures: Default::default(),
-            cancel,
-            lost,
-            // Its own child: a store that stays away stops this run only.
-            interrupt: self.shared.interrupt.child_token(),
-            store_away: std::sync::Mutex::new(None),
-            claim_owner: owner,
-            settling: std::sync::atomic::AtomicBool::new(false),
+            emitter: self.resumed_emitter(&record, &agent.name, observer),
             validator,
             lineage,
-            child_usage: std::sync::Mutex::new(HashMap::new()),
-            models: std::sync::Mutex::new(models),
-            model_retries,
-        };
+            claim_owner: owner,
+            cancel,
+            lost,
+            interrupt: &self.shared.interrupt,
+        });
+        // Where the restored run had got to with its models.
+        ctx.provider_calls =
+            std::sync::atomic::AtomicU32::new(u32::try_from(served).unwrap_or(u32::MAX));
+        ctx.last_input_tokens = std::sync::atomic::AtomicU64::new(last_input_tokens);
+        ctx.models = std::sync::Mutex::new(models);
+        ctx.model_retries = model_retries;
         let _live = self.shared.live.register(run_id, &ctx.cancel);
         // Not resumed on an error: the guard lets the claim go.
         self.record_resume(&ctx, &state, record.status, reopen, &reaped)
@@ -362,35 +348,20 @@ impl Engine {
             .with_clock(self.clock.clone())
             .reap_run(self.store.as_ref(), run_id)
             .await?;
-        let ctx = RunCtx {
+        let ctx = RunCtx::taken(Taken {
             run_id: run_id.clone(),
             tenant: record.tenant.clone(),
             input: record.input.clone(),
             agent,
             store: &self.store,
-            emitter: Emitter::new(run_id.clone(), self.clock.clone(), None)
-                .with_metrics(
-                    self.shared.metrics.clone(),
-                    self.shared
-                        .metrics
-                        .scope(record.tenant.as_str(), &agent.name),
-                )
-                .with_trace(self.resumed_run_trace(record, &agent.name)),
-            provider_calls: std::sync::atomic::AtomicU32::new(0),
-            last_input_tokens: std::sync::atomic::AtomicU64::new(0),
-            model_failures: Default::default(),
-            cancel,
-            lost,
-            interrupt: self.shared.interrupt.child_token(),
-            store_away: std::sync::Mutex::new(None),
-            claim_owner: owner,
-            settling: std::sync::atomic::AtomicBool::new(false),
+            emitter: self.resumed_emitter(record, &agent.name, None),
             validator,
             lineage,
-            child_usage: std::sync::Mutex::new(HashMap::new()),
-            models: std::sync::Mutex::new(Vec::new()),
-            model_retries: Default::default(),
-        };
+            claim_owner: owner,
+            cancel,
+            lost,
+            interrupt: &self.shared.interrupt,
+        });
         let live = self.shared.live.register(run_id, &ctx.cancel);
         claimed.armed = false;
         Ok(super::start::Opened {
@@ -442,5 +413,23 @@ impl Engine {
                 })
             }
         }
+    }
+}
+
+impl Engine {
+    /// The event emitter of a run this process takes back: its metrics
+    /// scope, and a run span linked to the run's first.
+    fn resumed_emitter(
+        &self,
+        record: &RunRecord,
+        agent: &str,
+        observer: Option<Observer>,
+    ) -> Emitter {
+        Emitter::new(record.run_id.clone(), self.clock.clone(), observer)
+            .with_metrics(
+                self.shared.metrics.clone(),
+                self.shared.metrics.scope(record.tenant.as_str(), agent),
+            )
+            .with_trace(self.resumed_run_trace(record, agent))
     }
 }

@@ -1,7 +1,6 @@
 //! Starting a run: its record, its claim, its first state.
 
 use rein_core::Timestamp;
-use std::collections::HashMap;
 
 use rein_core::deadline::Budget;
 use rein_core::event::RunStarted;
@@ -16,7 +15,7 @@ use crate::provider::Message;
 use super::checkpoint::Checkpointed;
 use super::child_stack::OnEnoughStack;
 use super::claim::claim_id;
-use super::ctx::{Lineage, ModelRetryUse, RunCtx};
+use super::ctx::{Lineage, RunCtx, Taken};
 use super::emitter::{Correlation, Emitter, Observer, unix_ms};
 use super::engine::{Engine, new_id};
 use super::error::EngineError;
@@ -310,7 +309,7 @@ impl Engine {
         let heartbeat = self.heartbeat(&run_id, &owner, &lost, Some(&cancel));
         let scope = self.shared.metrics.scope(tenant.as_str(), &agent.name);
         let trace = self.run_trace(parent.as_ref(), tenant.as_str(), &agent.name);
-        let ctx = RunCtx {
+        let ctx = RunCtx::taken(Taken {
             run_id: run_id.clone(),
             tenant,
             input: request.input.clone(),
@@ -319,22 +318,13 @@ impl Engine {
             emitter: Emitter::new(run_id.clone(), self.clock.clone(), request.observer)
                 .with_metrics(self.shared.metrics.clone(), scope)
                 .with_trace(trace),
-            provider_calls: std::sync::atomic::AtomicU32::new(0),
-            last_input_tokens: std::sync::atomic::AtomicU64::new(0),
-            model_failures: Default::default(),
-            cancel,
-            lost,
-            // Its own child: a store that stays away stops this run only.
-            interrupt: self.shared.interrupt.child_token(),
-            store_away: std::sync::Mutex::new(None),
-            claim_owner: owner,
-            settling: std::sync::atomic::AtomicBool::new(false),
             validator,
             lineage,
-            child_usage: std::sync::Mutex::new(HashMap::new()),
-            models: std::sync::Mutex::new(Vec::new()),
-            model_retries: ModelRetryUse::default(),
-        };
+            claim_owner: owner,
+            cancel,
+            lost,
+            interrupt: &self.shared.interrupt,
+        });
         let live = self.shared.live.register(&run_id, &ctx.cancel);
         ctx.emitter.emit(
             &Correlation::default(),
