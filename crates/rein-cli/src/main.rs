@@ -5,6 +5,7 @@
 //! errors to exit codes in one place.
 #![forbid(unsafe_code)]
 
+mod approvals;
 mod chaos;
 mod check;
 mod demo;
@@ -70,7 +71,9 @@ enum Command {
     ///
     /// The run's id is printed on stderr as it starts. Exits 0 when the run
     /// succeeded, 1 when it ended otherwise (the report says how and what to
-    /// do), 2 when it could not run. Ctrl-C (SIGINT) or SIGTERM stops it at
+    /// do), 2 when it could not run, 76 when it paused for a human's
+    /// approval (the commands that decide are printed; `rein resume`
+    /// continues it after). Ctrl-C (SIGINT) or SIGTERM stops it at
     /// a safe point, leaves it resumable, prints the exact `rein resume`
     /// command and exits 130 (SIGINT) or 143 (SIGTERM); a second signal
     /// quits at once.
@@ -83,6 +86,21 @@ enum Command {
     Resume(resume::ResumeArgs),
     /// Show the handoff package of a run that automation had to stop.
     Handoff(handoff::HandoffArgs),
+    /// List the calls waiting for a human's approval (`[tools.NAME]
+    /// approval`, `[agents.NAME.approval]`), from the store file or a
+    /// `rein serve`.
+    Approvals(approvals::ApprovalsArgs),
+    /// Approve a call a run waits for: exactly the arguments it was
+    /// requested with are then sent, once, under its intent's key.
+    ///
+    /// The run continues once every call of its turn is decided: a `rein
+    /// serve` on the store takes it at once; a run of `rein run` continues
+    /// with `rein resume`. A call decided before (or whose window closed)
+    /// is refused, naming the decision that stands (exit 2).
+    Approve(approvals::DecideArgs),
+    /// Reject a call a run waits for: it is never sent, and the model is
+    /// told "a human declined it" with --reason.
+    Reject(approvals::DecideArgs),
     /// Sweep the ledger: decide records in doubt from the tools' own state,
     /// hand off what cannot be decided, reclaim leases of crashed processes.
     Reconcile(reconcile::ReconcileArgs),
@@ -150,6 +168,9 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Resume(args) => resume::run(args),
         Command::Handoff(args) => handoff::run(args),
+        Command::Approvals(args) => approvals::run(args),
+        Command::Approve(args) => approvals::decide(args, rein_core::approval::Verdict::Approved),
+        Command::Reject(args) => approvals::decide(args, rein_core::approval::Verdict::Rejected),
         Command::Reconcile(args) => reconcile::run(args),
         Command::Chaos(args) => chaos::run(args),
         Command::Serve(args) => serve::run(args),

@@ -53,7 +53,8 @@ pub struct RunArgs {
 }
 
 /// Runs `rein run`. Exit status: 0 when the run succeeded, 1 when it ended
-/// otherwise (the report says how), 2 when it could not run, 130 (SIGINT)
+/// otherwise (the report says how), 2 when it could not run, 76 when it
+/// paused for a human's approval, 130 (SIGINT)
 /// or 143 (SIGTERM) when a signal interrupted it (it is left resumable and
 /// the command that resumes it is printed).
 pub fn run(args: RunArgs) -> Result<ExitCode> {
@@ -125,6 +126,10 @@ const HELD_MARKS_PATIENCE: std::time::Duration = std::time::Duration::from_secs(
 /// The exit code of a run stopped because the store stayed away
 /// (`EX_TEMPFAIL`: try again later, with the resume command).
 const STORE_AWAY_EXIT: u8 = 75;
+
+/// The exit status of a run that paused for a human's approval: not an
+/// outcome, and nothing failed; the decision, then `rein resume`, goes on.
+pub const AWAITING_APPROVAL_EXIT: u8 = 76;
 
 /// How a run driven from the command line ended.
 pub enum Ended {
@@ -325,6 +330,55 @@ impl Session {
                     print!("{}", timeline::report(&out.report));
                 }
                 Ok(ExitCode::from(STORE_AWAY_EXIT))
+            }
+            Ended::Finished(out) if !out.awaiting_approval.is_empty() => {
+                let data = resume
+                    .rsplit_once(" --data ")
+                    .map_or(String::new(), |(_, data)| format!(" --data {data}"));
+                let decide: Vec<String> = out
+                    .awaiting_approval
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "  {} ({}): {}
+    rein approve {} {}{data}
+    rein reject {} {} --reason …{data}",
+                            r.tool,
+                            r.intent_id,
+                            r.why,
+                            r.run_id,
+                            r.intent_id,
+                            r.run_id,
+                            r.intent_id
+                        )
+                    })
+                    .collect();
+                crate::log::note(
+                    crate::log::Level::Warn,
+                    &format!(
+                        "rein: run {} is waiting for a human's approval; nothing of its turn was sent. Decide each call:
+{}
+then continue it with:
+  {resume}",
+                        out.run_id,
+                        decide.join("\n")
+                    ),
+                );
+                if json_output {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&json!({
+                            "run_id": out.run_id, "status": "awaiting_approval",
+                            "awaiting_approval": out.awaiting_approval,
+                            "resume": resume, "report": out.report,
+                        }))?
+                    );
+                } else {
+                    println!();
+                    println!("run {}", out.run_id);
+                    print!("{}", timeline::report(&out.report));
+                }
+                Ok(ExitCode::from(AWAITING_APPROVAL_EXIT))
             }
             Ended::Finished(out) => {
                 self.print(&out, json_output).await?;

@@ -25,6 +25,7 @@
 //! | [`model`] | what a model call leaves behind: `FinishReason`, `TokenUsage` |
 //! | [`ledger`] | the side-effect ledger's record and state machine |
 //! | [`outcome`] | honest outcomes, the run report, the partial-failure policy |
+//! | [`approval`] | a human's yes before a call, bound to the arguments sent |
 //! | [`handoff`] | the package for a human when automation stops |
 //! | [`header`] | the names of the HTTP headers rein sends and reads |
 //! | [`call`] | one guarded call as a run remembers it |
@@ -36,6 +37,7 @@
 #![warn(missing_docs)]
 
 pub mod advice;
+pub mod approval;
 pub mod breaker;
 pub mod budget_view;
 pub mod call;

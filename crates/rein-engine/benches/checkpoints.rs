@@ -178,6 +178,7 @@ fn agent(desk: &OrderDesk, steps: u32) -> AgentBinding {
         model_retry: Default::default(),
         fan_out: Default::default(),
         planner: Default::default(),
+        approval: Default::default(),
     }
 }
 

@@ -191,6 +191,7 @@ pub fn bind_agent_using(
         model_retry: agent.model_retry,
         fan_out: agent.fan_out,
         planner: agent.planner,
+        approval: agent.approval,
     })
 }
 
@@ -516,6 +517,7 @@ fn bind_tool(spec: &ToolSpec) -> Result<ToolBinding, BindError> {
             owner: Some(spec.owner.clone()),
             side_effect_tier: Some(spec.side_effect_tier),
             resource_key: spec.resource_key.clone(),
+            approval: spec.approval.clone(),
         },
     })
 }

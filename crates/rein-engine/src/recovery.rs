@@ -48,13 +48,14 @@ pub struct Standing {
     /// Whether it was accepted as queued work.
     pub enqueued: bool,
     /// Whether its last process stopped it at a safe point
-    /// (`run_interrupted` after its last start or resume), and who may
-    /// continue it: it waits to be resumed, not to be closed.
+    /// (`run_interrupted`, or `approval_requested`, after its last start
+    /// or resume), and who may continue it: it waits to be resumed, not
+    /// to be closed.
     pub interrupted: Option<HandOn>,
     /// Its claim, if any.
     pub claim: Option<Lease>,
     /// How many times it was resumed after its process died (resumes of a
-    /// run a drain handed on do not count).
+    /// run a drain handed on, or that paused for a human, do not count).
     pub resumes: u32,
 }
 
@@ -157,13 +158,19 @@ impl Standing {
             .find(|e| {
                 matches!(
                     e.kind(),
-                    EventKind::RunStarted | EventKind::RunResumed | EventKind::RunInterrupted
+                    EventKind::RunStarted
+                        | EventKind::RunResumed
+                        | EventKind::RunInterrupted
+                        | EventKind::ApprovalRequested
                 )
             })
             .and_then(|e| match &e.data {
                 // An interruption that names nobody: the caller's, the safe
                 // reading (nobody takes it over, nobody closes it).
                 EventData::RunInterrupted(i) => Some(i.hand_on().unwrap_or(HandOn::Caller)),
+                // A pause for a human is a stop at a safe point too: the
+                // decision hands it to whoever it names.
+                EventData::ApprovalRequested(a) => Some(a.continue_with),
                 _ => None,
             });
         // A resume after a drain handed the run on is not a death of its
@@ -172,7 +179,7 @@ impl Standing {
         let mut after_hand_on = false;
         for e in &events {
             match e.kind() {
-                EventKind::RunInterrupted => after_hand_on = true,
+                EventKind::RunInterrupted | EventKind::ApprovalRequested => after_hand_on = true,
                 EventKind::RunResumed => {
                     if !after_hand_on {
                         resumes = resumes.saturating_add(1);

@@ -79,10 +79,17 @@ pub fn tenant_of(
     settings: &rein_core::registry::ServerSpec,
     headers: &axum::http::HeaderMap,
 ) -> Result<TenantId, AuthFailure> {
+    key_of(settings, headers).map(|key| key.tenant.clone())
+}
+
+/// The configured key `headers` present.
+fn key_of<'s>(
+    settings: &'s rein_core::registry::ServerSpec,
+    headers: &axum::http::HeaderMap,
+) -> Result<&'s rein_core::registry::ApiKeySpec, AuthFailure> {
     let presented = presented_key(headers)?;
     settings
         .tenant_for(presented)
-        .map(|key| key.tenant.clone())
         .ok_or(AuthFailure::UnknownKey)
 }
 
@@ -179,6 +186,36 @@ pub fn authorize_metrics(parts: &Parts, state: &AppState) -> Result<(), Problem>
         "Forbidden",
         detail,
     ))
+}
+
+/// Who a request acts as: its tenant, and the label of its API key
+/// (`None` in the keyless loopback mode), which is what a decision it
+/// records names as its author.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// The key's `name`, or `sha256:` and the first digits of its digest.
+    pub key: Option<String>,
+}
+
+impl FromRequestParts<Arc<AppState>> for Caller {
+    type Rejection = Problem;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Caller, Problem> {
+        let Tenant(tenant) = Tenant::from_request_parts(parts, state).await?;
+        let key = if state.settings.api_keys.is_empty() {
+            None
+        } else {
+            key_of(&state.settings, &parts.headers)
+                .ok()
+                .map(rein_core::registry::ApiKeySpec::label)
+        };
+        Ok(Caller { tenant, key })
+    }
 }
 
 impl FromRequestParts<Arc<AppState>> for Tenant {

@@ -184,37 +184,59 @@ pub async fn cancel_run(
         }
         RunStatus::Running => through_store(&state, &record, &id).await,
         RunStatus::Queued => {
-            let closing = rein_engine::run::Closing {
-                outcome: Outcome::Cancelled,
-                end: rein_engine::run::End::Closed {
-                    error_type: None,
-                    reason: "cancelled while queued: the run never started".into(),
-                },
-                events: Vec::new(),
-                // Atomic against a worker starting it at the same moment.
-                expect: Some(RunStatus::Queued),
-            };
-            match state.engine.close(&record, closing).await {
-                Ok(_) => Ok((
-                    StatusCode::ACCEPTED,
-                    axum::Json(json!({"run_id": record.run_id, "status": "cancelled"})),
-                )
-                    .into_response()),
-                // A worker started (and maybe finished) it meanwhile.
-                Err(StoreError::FinishedRun { outcome, .. }) => {
-                    Err(terminal(&id, outcome.as_str()))
-                }
-                Err(StoreError::StatusChanged { .. }) => {
-                    // It started meanwhile: deliver to its live owner,
-                    // here or through the store.
-                    if state.engine.cancel(&record.run_id) {
-                        Ok(delivered_here(&record.run_id))
-                    } else {
-                        through_store(&state, &record, &id).await
-                    }
-                }
-                Err(e) => Err(e.into()),
+            close_idle(
+                &state,
+                &record,
+                &id,
+                "cancelled while queued: the run never started",
+            )
+            .await
+        }
+        RunStatus::AwaitingApproval => close_idle(
+            &state,
+            &record,
+            &id,
+            "cancelled while awaiting approval: the calls waiting for a decision were never made",
+        )
+        .await,
+    }
+}
+
+/// Cancels a run no worker drives (queued, or paused for a decision) by
+/// closing it, atomically against a worker taking it at the same moment:
+/// then the cancel goes to that worker, here or through the store.
+async fn close_idle(
+    state: &Arc<AppState>,
+    record: &rein_store::RunRecord,
+    id: &str,
+    reason: &str,
+) -> Result<Response, Problem> {
+    let closing = rein_engine::run::Closing {
+        outcome: Outcome::Cancelled,
+        end: rein_engine::run::End::Closed {
+            error_type: None,
+            reason: reason.into(),
+        },
+        events: Vec::new(),
+        expect: Some(record.status),
+    };
+    match state.engine.close(record, closing).await {
+        Ok(_) => Ok((
+            StatusCode::ACCEPTED,
+            axum::Json(json!({"run_id": record.run_id, "status": "cancelled"})),
+        )
+            .into_response()),
+        // A worker started (and maybe finished) it meanwhile.
+        Err(StoreError::FinishedRun { outcome, .. }) => Err(terminal(id, outcome.as_str())),
+        Err(StoreError::StatusChanged { .. }) => {
+            // It started meanwhile: deliver to its live owner, here or
+            // through the store.
+            if state.engine.cancel(&record.run_id) {
+                Ok(delivered_here(&record.run_id))
+            } else {
+                through_store(state, record, id).await
             }
         }
+        Err(e) => Err(e.into()),
     }
 }

@@ -29,3 +29,23 @@ impl<S: Send + Sync> FromRequestParts<S> for Segment {
         }
     }
 }
+
+/// The two path parameters of a route (`{id}` and `{intent_id}`), decoded;
+/// a rejection is the 404 problem, as for [`Segment`].
+#[derive(Debug, Clone)]
+pub struct Segments(pub String, pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for Segments {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Segments, Problem> {
+        match Path::<(String, String)>::from_request_parts(parts, state).await {
+            Ok(Path((first, second))) => Ok(Segments(first, second)),
+            Err(e) => Err(Problem::not_found(format!(
+                "{} names nothing here: {}",
+                parts.uri.path(),
+                e.body_text()
+            ))),
+        }
+    }
+}

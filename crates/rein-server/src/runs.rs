@@ -408,7 +408,7 @@ fn handed_on(
     request_body = CreateRun,
     responses(
         (status = 200, description = "sync: the run ended; its outcome and report", body = RunView),
-        (status = 202, description = "queued: the run is recorded; poll its Location (also a sync run that has not ended: handed on by a draining server, or taken over by another process)", body = RunView,
+        (status = 202, description = "queued: the run is recorded; poll its Location (also a sync run that has not ended: handed on by a draining server, or taken over by another process, or paused for a human: `awaiting_approval` lists the calls to decide)", body = RunView,
          headers(("Location" = String, description = "The run"))),
         (status = 400, description = "invalid body or idempotency key", body = Problem),
         (status = 401, description = "missing or invalid API key", body = Problem),
@@ -687,6 +687,10 @@ async fn submit(
             let ended = record.status.is_finished();
             let mut view = json!(RunView::of(record));
             view["metadata"] = request.metadata.map_or(Value::Null, Value::Object);
+            // Paused for a human: the calls to decide, where to decide them.
+            if !out.awaiting_approval.is_empty() {
+                view["awaiting_approval"] = json!(out.awaiting_approval);
+            }
             Ok(Answer {
                 status: if ended {
                     StatusCode::OK
@@ -827,7 +831,7 @@ pub async fn get_handoff(
     params(("id" = String, Path, description = "The run")),
     request_body(content = NoBody, description = "Nothing: an empty body or `{}`, sent as `application/json`"),
     responses((status = 200, description = "The resumed run ended", body = RunView),
-              (status = 202, description = "the server began draining while the resumed run ran: it stopped at a safe point and was handed on (`handed_on` says so); another server continues it, follow its Location", body = RunView,
+              (status = 202, description = "the resumed run did not end: the server began draining and handed it on (`handed_on` says so; another server continues it), or it paused again for a human (`awaiting_approval` lists the calls); follow its Location", body = RunView,
                headers(("Location" = String, description = "The run"))),
               (status = 400, description = "a body other than nothing or `{}`", body = Problem),
               (status = 401, description = "missing or invalid API key", body = Problem),
@@ -872,12 +876,22 @@ pub async fn resume_run(
     if out.interrupted {
         return Ok(handed_on(record, None, state.drain.is_draining()).into_response());
     }
+    // Paused again for a human: not an end, where to follow it.
+    let ended = record.status.is_finished();
+    let mut view = json!(RunView::of(record));
+    if !out.awaiting_approval.is_empty() {
+        view["awaiting_approval"] = json!(out.awaiting_approval);
+    }
     Ok(Answer {
-        status: StatusCode::OK,
-        body: serde_json::to_vec(&RunView::of(record)).unwrap_or_default(),
+        status: if ended {
+            StatusCode::OK
+        } else {
+            StatusCode::ACCEPTED
+        },
+        body: serde_json::to_vec(&view).unwrap_or_default(),
         location: Some(location(&out.run_id)),
         headers: Vec::new(),
-        provisional: false,
+        provisional: !ended,
     }
     .into_response())
 }

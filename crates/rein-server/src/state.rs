@@ -42,6 +42,8 @@ pub struct AppState {
     pub connections: Arc<crate::connections::Connections>,
     /// The API request histogram ([`crate::request_metrics`]).
     pub requests: crate::request_metrics::RequestMetrics,
+    /// The approval metrics ([`crate::approvals`]).
+    pub approvals: crate::approvals::ApprovalMetrics,
     /// Per-tenant quota state: submission buckets, own running runs,
     /// refusals ([`crate::quota`]).
     pub quotas: Arc<crate::quota::Quotas>,
@@ -80,6 +82,7 @@ impl AppState {
         engine
             .metrics()
             .register_collector(Box::new(quotas.clone()));
+        let approvals = crate::approvals::ApprovalMetrics::register(engine.metrics());
         let settings_quotas = settings.quotas.clone();
         let workers = usize::try_from(settings.queue.workers.get()).unwrap_or(1);
         AppState {
@@ -96,6 +99,7 @@ impl AppState {
             drain,
             connections,
             requests,
+            approvals,
             quotas,
             slots: Arc::new(crate::slots::RunSlots::new(
                 settings_quotas.run_slots,

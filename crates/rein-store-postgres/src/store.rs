@@ -18,7 +18,9 @@ use rein_store::{
 
 use crate::codec::PgResult;
 use crate::migrate::{self, SchemaState};
-use crate::ops::{cancel, commit, idempotency, latency, leases, retry, runs, share, shared, stats};
+use crate::ops::{
+    approvals, cancel, commit, idempotency, latency, leases, retry, runs, share, shared, stats,
+};
 use crate::settle::{self, TxIdentity};
 use crate::tls::Connector;
 use crate::url::PostgresUrl;
@@ -401,6 +403,30 @@ impl RunStore for PostgresStore {
         run_id: &RunId,
     ) -> Result<Option<rein_store::CancelRequest>, StoreError> {
         read!(self, cancel::cancel_request, run_id)
+    }
+
+    async fn decide_approval(
+        &self,
+        run_id: &RunId,
+        intent_id: &rein_core::IntentId,
+        decision: rein_core::approval::Decision,
+    ) -> Result<rein_store::Decided, StoreError> {
+        write!(self, approvals::decide, run_id, intent_id, decision)?.into_result()
+    }
+
+    async fn approvals(
+        &self,
+        filter: &rein_store::ApprovalFilter,
+    ) -> Result<Vec<rein_core::approval::Approval>, StoreError> {
+        read!(self, approvals::list, filter)
+    }
+
+    async fn expire_approvals(
+        &self,
+        now_ms: rein_store::Timestamp,
+        limit: usize,
+    ) -> Result<Vec<rein_core::approval::Approval>, StoreError> {
+        write!(self, approvals::expire, now_ms, limit)
     }
 
     /// Starts the `LISTEN` connection on the first call (on the current

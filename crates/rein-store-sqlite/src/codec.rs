@@ -10,8 +10,8 @@ use rusqlite::{ErrorCode, Row};
 
 use rein_store::codec::{self, Columns};
 pub use rein_store::codec::{
-    BREAKER_OPENING_COLUMNS, CHECKPOINT_COLUMNS, CHECKPOINT_DELTA_COLUMNS, EVENT_COLUMNS,
-    IDEMPOTENCY_COLUMNS, INTENT_COLUMNS, LEASE_COLUMNS, LEDGER_COLUMNS, RUN_COLUMNS,
+    APPROVAL_COLUMNS, BREAKER_OPENING_COLUMNS, CHECKPOINT_COLUMNS, CHECKPOINT_DELTA_COLUMNS,
+    EVENT_COLUMNS, IDEMPOTENCY_COLUMNS, INTENT_COLUMNS, LEASE_COLUMNS, LEDGER_COLUMNS, RUN_COLUMNS,
     SINGLETON_COLUMNS, event_data_text, int, json_text, serde_name,
 };
 use rein_store::{
@@ -89,4 +89,5 @@ decoders! {
     decode_idempotency -> IdempotencyRecord,
     decode_singleton -> SingletonLease,
     decode_breaker_opening -> BreakerOpening,
+    decode_approval -> rein_core::approval::Approval,
 }

@@ -25,6 +25,7 @@
 //! | `share_leases` | `resource_group, node` | the nodes dividing a resource group's limits (schema v13) |
 //! | `retry_outcomes` | `target, ordinal` | retry outcomes, summed over every process and halved per window (schema v16) |
 //! | `cancel_requests` | `run_id` | cancels taken by any process for the one driving the run (schema v14) |
+//! | `approvals` | `run_id, intent_id` | calls paused for a human's decision, and the decision (schema v18) |
 //! | `rein_schema` | `version` | migrations applied |
 //!
 //! # Why its own crate
@@ -67,6 +68,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod approval_ops;
 mod backlog;
 mod cancel_ops;
 mod codec;
@@ -443,6 +445,40 @@ impl RunStore for SqliteStore {
         let run_id = run_id.clone();
         self.worker
             .read(move |conn| cancel_ops::cancel_request(conn, &run_id))
+            .await
+    }
+
+    async fn decide_approval(
+        &self,
+        run_id: &RunId,
+        intent_id: &rein_core::IntentId,
+        decision: rein_core::approval::Decision,
+    ) -> Result<rein_store::Decided, StoreError> {
+        let run_id = run_id.clone();
+        let intent_id = intent_id.clone();
+        self.worker
+            .write(move |conn| approval_ops::decide(conn, &run_id, &intent_id, decision))
+            .await?
+            .into_result()
+    }
+
+    async fn approvals(
+        &self,
+        filter: &rein_store::ApprovalFilter,
+    ) -> Result<Vec<rein_core::approval::Approval>, StoreError> {
+        let filter = filter.clone();
+        self.worker
+            .read(move |conn| approval_ops::list(conn, &filter))
+            .await
+    }
+
+    async fn expire_approvals(
+        &self,
+        now_ms: rein_store::Timestamp,
+        limit: usize,
+    ) -> Result<Vec<rein_core::approval::Approval>, StoreError> {
+        self.worker
+            .write(move |conn| approval_ops::expire(conn, now_ms, limit))
             .await
     }
 }

@@ -494,6 +494,7 @@ pub fn commit_step(
     for (step, intent) in &commit.intents {
         save_intent(conn, run_id, *step, intent)?;
     }
+    super::approval_ops::request(conn, run_id, &commit.approvals)?;
     for record in commit.declares {
         same_run("ledger record run id", run_id, &record.run_id)?;
         committed.declared.push(declare(conn, record)?);

@@ -21,7 +21,7 @@ use super::codec::SqlResult;
 use rein_store::StoreError;
 
 /// The schema version this binary writes: the number of migrations.
-pub const SCHEMA_VERSION: u32 = 17;
+pub const SCHEMA_VERSION: u32 = 18;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
 ///
@@ -335,6 +335,30 @@ CREATE TABLE retry_outcomes (
     r#"
 CREATE INDEX runs_root_backlog ON runs (tenant, status, parent_run_id)
     WHERE parent_run_id IS NULL AND status IN ('queued', 'running');
+"#,
+    // 18: approvals, one row per call a run paused for (its intent),
+    // with the arguments as the model proposed them and their digest; the
+    // decision columns are NULL until the one decision is recorded.
+    r#"
+CREATE TABLE approvals (
+    run_id          TEXT NOT NULL REFERENCES runs (run_id),
+    intent_id       TEXT NOT NULL,
+    tenant          TEXT NOT NULL,
+    step            INTEGER NOT NULL,
+    tool            TEXT NOT NULL,
+    args            TEXT NOT NULL,
+    args_digest     TEXT NOT NULL,
+    why             TEXT NOT NULL,
+    requested_at_ms INTEGER NOT NULL,
+    expires_at_ms   INTEGER NOT NULL,
+    verdict         TEXT CHECK (verdict IN ('approved', 'rejected', 'expired')),
+    decided_by      TEXT,
+    decided_at_ms   INTEGER,
+    reason          TEXT,
+    PRIMARY KEY (run_id, intent_id)
+) STRICT;
+CREATE INDEX approvals_undecided ON approvals (expires_at_ms) WHERE verdict IS NULL;
+CREATE INDEX approvals_by_request ON approvals (requested_at_ms, run_id, intent_id);
 "#,
 ];
 

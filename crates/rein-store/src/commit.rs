@@ -47,6 +47,10 @@ use crate::run::{RunRecord, RunStatus, StatusChange};
 pub struct StepCommit {
     /// Planned intents, each with the step that planned it.
     pub intents: Vec<(u32, PlannedIntent)>,
+    /// Calls the step pauses for, each waiting for a human's decision;
+    /// written after the intents (a request already stored is kept as it
+    /// is). See [`crate::approval`].
+    pub approvals: Vec<crate::approval::ApprovalRequest>,
     /// Ledger records to declare `pending` before their calls; the store
     /// assigns `seq` and `status` and ignores what they hold.
     pub declares: Vec<LedgerRecord>,
@@ -144,6 +148,7 @@ impl StepCommit {
     /// Whether the commit writes nothing.
     pub fn is_empty(&self) -> bool {
         self.intents.is_empty()
+            && self.approvals.is_empty()
             && self.declares.is_empty()
             && self.marks.is_empty()
             && !self.writes_checkpoint()

@@ -43,6 +43,7 @@ use crate::{
     StepCommit, Store, StoreError, StoreExt, StoredResponse,
 };
 
+mod approval;
 mod cancel;
 mod claimed;
 mod harness;
@@ -54,6 +55,10 @@ mod stats;
 mod trace;
 mod workload;
 
+pub use approval::{
+    approval_refusals_write_nothing, approvals_are_decided_once_and_the_last_continues_the_run,
+    approvals_expire_once_their_window_closes,
+};
 pub use cancel::{
     cancel_request_is_recorded_once_and_read_back, cancel_request_refusals_write_nothing,
 };
@@ -189,6 +194,9 @@ macro_rules! conformance_checks {
             share_lease_refusals,
             cancel_request_is_recorded_once_and_read_back,
             cancel_request_refusals_write_nothing,
+            approvals_are_decided_once_and_the_last_continues_the_run,
+            approvals_expire_once_their_window_closes,
+            approval_refusals_write_nothing,
             run_trace_context_is_stored_and_its_first_span_set_once
             ];
             racing: [
@@ -1312,6 +1320,7 @@ pub async fn step_commit_is_atomic(store: &dyn Store) {
             &run_id,
             StepCommit {
                 intents: vec![(1, intent("intent-a", 0, "update_delivery_time"))],
+                approvals: Vec::new(),
                 declares: vec![declaration(
                     &run_id,
                     "intent-a",
@@ -1371,6 +1380,7 @@ pub async fn step_commit_is_atomic(store: &dyn Store) {
             &run_id,
             StepCommit {
                 intents: vec![(2, intent("intent-b", 0, "send_email"))],
+                approvals: Vec::new(),
                 declares: vec![declaration(
                     &run_id,
                     "intent-b",

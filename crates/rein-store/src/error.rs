@@ -153,6 +153,20 @@ pub enum StoreError {
     /// lets whoever drives the run next read what the store holds.
     #[error("store commit outcome unknown: {0}")]
     InDoubt(String),
+    /// A decision on an approval that already has one: the first decision
+    /// stands (a late decision on an approval whose window closed finds it
+    /// `expired`).
+    #[error(
+        "the call {} of run {} was already decided: {} by {}",
+        approval.request.intent_id,
+        approval.request.run_id,
+        approval.decision.as_ref().map_or("undecided", |d| d.verdict.as_str()),
+        approval.decision.as_ref().map_or("nobody", |d| d.by.as_str())
+    )]
+    AlreadyDecided {
+        /// The approval as stored, with its decision.
+        approval: Box<rein_core::approval::Approval>,
+    },
 }
 
 impl StoreError {

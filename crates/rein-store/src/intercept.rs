@@ -51,10 +51,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use rein_core::approval::{Approval, Decision};
 use rein_core::latency::LatencyHistogram;
 use rein_core::retry::RetryRecord;
-use rein_core::{Event, LedgerRecord, RunId, TenantId};
+use rein_core::{Event, IntentId, LedgerRecord, RunId, TenantId};
 
+use crate::approval::{ApprovalFilter, Decided};
 use crate::breaker::BreakerOpening;
 use crate::cancel::CancelRequest;
 use crate::checkpoint::Checkpoint;
@@ -279,6 +281,31 @@ impl<I: Intercept> RunStore for Intercepted<I> {
 
     async fn cancel_request(&self, run_id: &RunId) -> Result<Option<CancelRequest>, StoreError> {
         self.hooks.around(self.inner.cancel_request(run_id)).await
+    }
+
+    async fn decide_approval(
+        &self,
+        run_id: &RunId,
+        intent_id: &IntentId,
+        decision: Decision,
+    ) -> Result<Decided, StoreError> {
+        self.hooks
+            .around(self.inner.decide_approval(run_id, intent_id, decision))
+            .await
+    }
+
+    async fn approvals(&self, filter: &ApprovalFilter) -> Result<Vec<Approval>, StoreError> {
+        self.hooks.around(self.inner.approvals(filter)).await
+    }
+
+    async fn expire_approvals(
+        &self,
+        now_ms: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Approval>, StoreError> {
+        self.hooks
+            .around(self.inner.expire_approvals(now_ms, limit))
+            .await
     }
 
     fn notifications(&self) -> Option<tokio::sync::broadcast::Receiver<Notification>> {

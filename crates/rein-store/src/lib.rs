@@ -42,6 +42,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod approval;
 mod backlog;
 mod breaker;
 mod cancel;
@@ -98,6 +99,7 @@ pub mod rules {
     pub use crate::stats::{stored_count, stored_guardrail, stored_status};
 }
 
+pub use approval::{ApprovalFilter, ApprovalRequest, Decided};
 pub use backlog::{QueueHead, TenantBacklog};
 pub use breaker::{BreakerOpening, MAX_BREAKER_ARM_LEN, MAX_BREAKER_REASON_LEN};
 pub use cancel::{CancelRequest, MAX_CANCEL_REQUESTER_LEN};

@@ -12,12 +12,16 @@ use crate::trace::SpanRef;
 
 /// Where a run stands.
 ///
-/// Stored and serialized as one name: `queued`, `running`, or the
+/// Stored and serialized as one name: `queued`, `running`,
+/// `awaiting_approval`, or the
 /// [`Outcome`] name of a finished run (`succeeded`, `partial_success`,
 /// `failed`, `budget_exhausted`, `cancelled`, `handed_off`).
 ///
 /// ```text
 ///   queued ⇄ running ──► finished(outcome)   (final: never changes again)
+///               │  ▲
+///               ▼  │ the last decision of its turn
+///        awaiting_approval ──► finished(cancelled)
 /// ```
 ///
 /// # Why one flat name
@@ -31,6 +35,10 @@ pub enum RunStatus {
     Queued,
     /// A worker is executing it.
     Running,
+    /// Paused durably before a call a human must approve: no worker, no
+    /// claim, no connection; the decision that completes its turn moves
+    /// it back to `running`.
+    AwaitingApproval,
     /// It ended; the outcome is final.
     Finished(Outcome),
 }
@@ -41,6 +49,7 @@ impl RunStatus {
         match self {
             RunStatus::Queued => "queued",
             RunStatus::Running => "running",
+            RunStatus::AwaitingApproval => "awaiting_approval",
             RunStatus::Finished(outcome) => outcome.as_str(),
         }
     }
@@ -50,6 +59,7 @@ impl RunStatus {
         match text {
             "queued" => Some(RunStatus::Queued),
             "running" => Some(RunStatus::Running),
+            "awaiting_approval" => Some(RunStatus::AwaitingApproval),
             other => Outcome::parse(other).map(RunStatus::Finished),
         }
     }
@@ -58,7 +68,7 @@ impl RunStatus {
     pub fn outcome(self) -> Option<Outcome> {
         match self {
             RunStatus::Finished(outcome) => Some(outcome),
-            RunStatus::Queued | RunStatus::Running => None,
+            RunStatus::Queued | RunStatus::Running | RunStatus::AwaitingApproval => None,
         }
     }
 
@@ -85,7 +95,7 @@ impl<'de> Deserialize<'de> for RunStatus {
         let text = String::deserialize(deserializer)?;
         RunStatus::parse(&text).ok_or_else(|| {
             serde::de::Error::custom(format!(
-                "run status must be queued, running or an outcome name, but it is {text:?}"
+                "run status must be queued, running, awaiting_approval or an outcome name, but it is {text:?}"
             ))
         })
     }
@@ -400,6 +410,7 @@ mod tests {
         let all = [
             RunStatus::Queued,
             RunStatus::Running,
+            RunStatus::AwaitingApproval,
             RunStatus::Finished(Outcome::Succeeded),
             RunStatus::Finished(Outcome::PartialSuccess),
             RunStatus::Finished(Outcome::Failed),

@@ -17,8 +17,10 @@
 
 use async_trait::async_trait;
 use rein_core::Timestamp;
-use rein_core::{Event, LedgerRecord, RunId, TenantId};
+use rein_core::approval::{Approval, Decision};
+use rein_core::{Event, IntentId, LedgerRecord, RunId, TenantId};
 
+use crate::approval::{ApprovalFilter, Decided};
 use crate::breaker::BreakerOpening;
 use crate::cancel::CancelRequest;
 use crate::checkpoint::Checkpoint;
@@ -322,6 +324,37 @@ pub trait RunStore: Send + Sync {
     /// The cancel request of `run_id`, if one was recorded (an unknown run
     /// has none): what the driving process reads at each claim renewal.
     async fn cancel_request(&self, run_id: &RunId) -> Result<Option<CancelRequest>, StoreError>;
+
+    /// Records `decision` on the call `intent_id` of `run_id`, once
+    /// (see [`crate::approval`]). A decision after the window closed
+    /// records the expiry instead and is refused with it. When it is the
+    /// last decision the run waits for and the run is `awaiting_approval`,
+    /// the run is `running` again, claim-free, in the same transaction.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] (`what = "approval"`) when the call never
+    /// waited; [`StoreError::AlreadyDecided`] with the stored approval
+    /// when it was decided (or expired) before; [`StoreError::Invalid`]
+    /// for a decision a human may not record.
+    async fn decide_approval(
+        &self,
+        run_id: &RunId,
+        intent_id: &IntentId,
+        decision: Decision,
+    ) -> Result<Decided, StoreError>;
+
+    /// The approvals `filter` selects, oldest request first.
+    async fn approvals(&self, filter: &ApprovalFilter) -> Result<Vec<Approval>, StoreError>;
+
+    /// Records `expired` on up to `limit` undecided approvals whose window
+    /// closed by `now_ms`, continuing each run none of whose calls still
+    /// waits, as [`RunStore::decide_approval`] does. Returns them, decided.
+    async fn expire_approvals(
+        &self,
+        now_ms: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Approval>, StoreError>;
 
     // ----- notifications (see the `notify` module docs of this crate) -----
 

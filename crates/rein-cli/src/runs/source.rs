@@ -10,7 +10,9 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
+use rein_core::approval::{Approval, Decision};
 use rein_core::{Event, LedgerRecord, RunId, RunReport, TenantId};
+use rein_server::approvals::ApprovalList;
 use rein_server::listing::{RunList, RunSummary};
 use rein_server::stats::Stats;
 use rein_store::{RunCursor, RunFilter, Store};
@@ -94,7 +96,16 @@ impl Source {
         key: Option<&str>,
         path: &str,
     ) -> Result<Value> {
-        let mut request = client.get(format!("{base}{path}"));
+        Source::send(client.get(format!("{base}{path}")), base, key).await
+    }
+
+    /// Sends `request` to the server at `base` with `key` and reads its
+    /// JSON, or says what the server answered (a problem's `detail`).
+    async fn send(
+        mut request: reqwest::RequestBuilder,
+        base: &str,
+        key: Option<&str>,
+    ) -> Result<Value> {
         if let Some(key) = key {
             request = request.bearer_auth(key);
         }
@@ -338,10 +349,121 @@ impl Source {
             })
     }
 
+    /// The approvals of the run `run` (or every run's), pending unless
+    /// `all`, of `tenant` (a file holds every tenant's; a server shows its
+    /// key's tenant only).
+    pub async fn approvals(
+        &self,
+        run: Option<&str>,
+        all: bool,
+        tenant: Option<TenantId>,
+        limit: usize,
+    ) -> Result<Vec<Approval>> {
+        match self {
+            Source::Store { store, .. } => {
+                let filter = rein_store::ApprovalFilter {
+                    run_id: run.map(Source::run_id).transpose()?,
+                    tenant,
+                    pending: !all,
+                    limit,
+                };
+                Ok(store.approvals(&filter).await?)
+            }
+            Source::Server { client, base, key } => {
+                if tenant.is_some() {
+                    bail!("--tenant reads a file; a server shows its API key's tenant only");
+                }
+                let mut path = format!("/v1/approvals?pending={}&limit={limit}", !all);
+                if let Some(run) = run {
+                    path.push_str(&format!("&run_id={}", encode(run)));
+                }
+                let value = Source::get(client, base, key.as_deref(), &path).await?;
+                let list: ApprovalList = serde_json::from_value(value)
+                    .with_context(|| format!("{base} answered a listing rein cannot read"))?;
+                Ok(list.approvals)
+            }
+        }
+    }
+
+    /// Records `decision` (its `by` only where no key names the decider:
+    /// a file, or a keyless server) on the call `intent` of `run`.
+    /// Returns the approval decided, and whether the run continues.
+    ///
+    /// # Errors
+    ///
+    /// A call decided before is refused, naming the decision that stands.
+    pub async fn decide(
+        &self,
+        run: &str,
+        intent: &str,
+        decision: Decision,
+    ) -> Result<(Approval, bool)> {
+        match self {
+            Source::Store { store, path } => {
+                let run_id = Source::run_id(run)?;
+                let intent_id =
+                    rein_core::IntentId::new(intent.to_owned()).context("invalid INTENT")?;
+                match store.decide_approval(&run_id, &intent_id, decision).await {
+                    Ok(decided) => Ok((decided.approval, decided.continues)),
+                    Err(rein_store::StoreError::AlreadyDecided { approval }) => {
+                        Err(anyhow!("{}", already_decided(&approval)))
+                    }
+                    Err(rein_store::StoreError::NotFound { .. }) => Err(anyhow!(
+                        "run {run} has no call {intent} waiting for approval in {path}"
+                    )),
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Source::Server { client, base, key } => {
+                let mut body = serde_json::json!({
+                    "decision": decision.verdict.as_str(),
+                    "reason": decision.reason,
+                });
+                if key.is_none() {
+                    body["by"] = Value::from(decision.by);
+                }
+                let url = format!(
+                    "{base}/v1/runs/{}/approvals/{}",
+                    encode(run),
+                    encode(intent)
+                );
+                let value =
+                    Source::send(client.post(url).json(&body), base, key.as_deref()).await?;
+                let continues = value["continues"].as_bool().unwrap_or(false);
+                let approval: Approval = serde_json::from_value(value)
+                    .with_context(|| format!("{base} answered a decision rein cannot read"))?;
+                Ok((approval, continues))
+            }
+        }
+    }
+
     /// Whether the run `id` has ended (for `events --follow`).
     pub async fn is_finished(&self, id: &str) -> Result<bool> {
         let detail = self.show(id).await?;
         Ok(rein_store::RunStatus::parse(&detail.summary.status).is_some_and(|s| s.is_finished()))
+    }
+}
+
+/// What a refused second decision says: the decision that stands.
+pub fn already_decided(approval: &Approval) -> String {
+    let r = &approval.request;
+    match &approval.decision {
+        Some(d) => format!(
+            "call {} ({}) of run {} was decided already: {} by {} at {}{}",
+            r.intent_id,
+            r.tool,
+            r.run_id,
+            d.verdict.as_str(),
+            d.by,
+            d.at_ms,
+            d.reason
+                .as_ref()
+                .map_or(String::new(), |reason| format!(" ({reason})"))
+        ),
+        None => format!(
+            "call {} ({}) of run {} cannot be decided now",
+            r.intent_id, r.tool, r.run_id
+        ),
     }
 }
 

@@ -3,6 +3,7 @@
 use serde_json::Value;
 
 use super::EventKind;
+use super::approval::*;
 use super::effect::*;
 use super::governor::*;
 use super::guard::*;
@@ -160,6 +161,8 @@ event_data! {
     RunResumed,
     RunInterrupted,
     LatencyDegraded,
+    ApprovalRequested,
+    ApprovalDecided,
 }
 
 impl EventData {

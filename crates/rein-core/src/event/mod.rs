@@ -47,6 +47,7 @@ use crate::idempotency::IdempotencyKey;
 use crate::ids::{AttemptId, IntentId, RunId};
 use crate::timestamp::Timestamp;
 
+mod approval;
 mod data;
 mod effect;
 mod flag;
@@ -60,6 +61,7 @@ mod retry;
 mod run;
 mod tool;
 
+pub use approval::{ApprovalDecided, ApprovalRequested};
 pub use data::{DecodeError, EventData};
 pub use effect::{
     CompensationFinished, CompensationStarted, HandoffCreated, HandoffSummary, LedgerRecorded,
@@ -202,6 +204,14 @@ pub enum EventKind {
     /// downstream is degrading, and allowances sized on the baseline will
     /// time out.
     LatencyDegraded,
+    /// A planned call waits for a human's approval (`tool`,
+    /// `args_digest`, `why`, `tier`, `expires_at_ms`, `continue_with`): the
+    /// run paused durably in `awaiting_approval` before its turn ran.
+    ApprovalRequested,
+    /// A call that waited was decided (`verdict` approved, rejected or
+    /// expired, `by`, `decided_at_ms`, `reason`, `waited_ms`), as the run
+    /// read it when it continued.
+    ApprovalDecided,
 }
 
 impl EventKind {
@@ -245,6 +255,8 @@ impl EventKind {
             EventKind::RunResumed => "run_resumed",
             EventKind::RunInterrupted => "run_interrupted",
             EventKind::LatencyDegraded => "latency_degraded",
+            EventKind::ApprovalRequested => "approval_requested",
+            EventKind::ApprovalDecided => "approval_decided",
         }
     }
 }

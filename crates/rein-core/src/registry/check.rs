@@ -1028,6 +1028,16 @@ impl<'a> Checker<'a> {
                 }
             }
         };
+        let approval = {
+            let props = c.schema.as_ref().and_then(properties);
+            match super::approval::check_tool_approval(&c.approval, props) {
+                Ok(approval) => Some(approval),
+                Err((field, message)) => {
+                    self.report(file, format!("{p}.{field}"), message);
+                    None
+                }
+            }
+        };
         Some(ToolSpec {
             name: name.to_owned(),
             description: description?,
@@ -1045,6 +1055,7 @@ impl<'a> Checker<'a> {
             self_heal_allowance: c.self_heal_allowance,
             adapter: adapter?,
             resource_key: resource_key?,
+            approval: approval?,
             source: file.to_path_buf(),
         })
     }
@@ -2060,10 +2071,13 @@ impl<'a> Checker<'a> {
                 None
             }
         };
-        if let Err((field, message)) = super::approval::check_approval(&c.approval) {
-            self.report(file, format!("{p}.{field}"), message);
-            ok = false;
-        }
+        let approval = match super::approval::check_approval(&c.approval) {
+            Ok(settings) => Some(settings),
+            Err((field, message)) => {
+                self.report(file, format!("{p}.{field}"), message);
+                None
+            }
+        };
         let fan_out = match super::fan_out::check_fan_out(&c.fan_out) {
             Ok(limits) => Some(limits),
             Err((field, message)) => {
@@ -2100,6 +2114,7 @@ impl<'a> Checker<'a> {
             model_latency: model_latency?,
             fan_out: fan_out?,
             planner: planner?,
+            approval: approval?,
             source: file.to_path_buf(),
         })
     }

@@ -260,6 +260,9 @@ pub struct ToolConfig {
     /// (`"args.order_id"`): writes of one turn to the same value run one
     /// at a time. Writes only.
     pub resource_key: Option<String>,
+    /// Whether a call waits for a human's approval: `"required"`,
+    /// `"never"` (the default) or `{ when = { "args.PATH" = { gt = N } } }`.
+    pub approval: super::approval::ToolApprovalConfig,
 }
 
 /// The idempotency key recipe as written in config. Unset fields take
@@ -461,8 +464,8 @@ pub struct AgentConfig {
     pub model_latency: Option<Duration>,
     /// How many calls one turn may propose (`[agents.NAME.fan_out]`).
     pub fan_out: super::fan_out::FanOutConfig,
-    /// A gate on calls by their tool's tier (`[agents.NAME.approval]`);
-    /// refused by the check until rein has approvals.
+    /// A gate on calls by their tool's tier, the approval window and what
+    /// an expiry does (`[agents.NAME.approval]`).
     pub approval: super::approval::ApprovalConfig,
     /// What the planner is told of its budget, and the last
     /// minimal-output turn (`[agents.NAME.planner]`).

@@ -134,7 +134,10 @@ mod spec;
 mod store;
 mod telemetry;
 
-pub use approval::ApprovalConfig;
+pub use approval::{
+    ApprovalConfig, ApprovalSettings, Comparison, DEFAULT_WINDOW as DEFAULT_APPROVAL_WINDOW,
+    MAX_WINDOW as MAX_APPROVAL_WINDOW, OnExpiry, Rule, ToolApproval, ToolApprovalConfig,
+};
 pub use check::{SchemaCheck, check};
 pub use compensation::{
     ArgSource, ArgSourceError, CompensationGrade, CompensationSpec, UnresolvedArg,

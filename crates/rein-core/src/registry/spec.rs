@@ -238,6 +238,9 @@ pub struct ToolSpec {
     pub adapter: AdapterSpec,
     /// The argument naming the resource its writes change, if declared.
     pub resource_key: Option<super::fan_out::ResourceKey>,
+    /// Whether a call waits for a human's approval of its own (an agent's
+    /// tier gate may add more).
+    pub approval: super::approval::ToolApproval,
     /// The config file it was defined in.
     pub source: PathBuf,
 }
@@ -622,6 +625,8 @@ pub struct AgentSpec {
     /// What the planner is told of its budget, the last minimal-output
     /// turn, and what a success is worth to a retry.
     pub planner: super::planner::PlannerSettings,
+    /// Which calls wait for a human, for how long, and what an expiry does.
+    pub approval: super::approval::ApprovalSettings,
     /// The config file it was defined in.
     pub source: PathBuf,
 }

@@ -115,6 +115,7 @@ pub fn agent(desk: &OrderDesk, script: &str) -> AgentBinding {
         model_retry: Default::default(),
         fan_out: Default::default(),
         planner: Default::default(),
+        approval: Default::default(),
     }
 }
 

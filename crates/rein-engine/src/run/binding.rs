@@ -119,6 +119,9 @@ pub struct Declared {
     /// (`resource_key`): writes of one turn to the same value of the same
     /// resource group run one at a time, in the model's order.
     pub resource_key: Option<rein_core::registry::ResourceKey>,
+    /// Whether its calls wait for a human's approval on their own account
+    /// (`approval`), beside the agent's tier gate.
+    pub approval: rein_core::registry::ToolApproval,
 }
 
 impl Declared {
@@ -244,6 +247,9 @@ pub struct AgentBinding {
     /// too short for another tool round trip gets one last turn without
     /// tools, and what a success is worth to a retry.
     pub planner: rein_core::registry::PlannerSettings,
+    /// Which calls wait for a human's approval (with the tools' own
+    /// rules), how long, and what an expiry does (`[approval]`).
+    pub approval: rein_core::registry::ApprovalSettings,
 }
 
 /// One `{provider, model}` link of a model binding's chain.
@@ -305,6 +311,7 @@ impl AgentBinding {
             model_retry: Default::default(),
             fan_out: Default::default(),
             planner: Default::default(),
+            approval: Default::default(),
         }
     }
 

@@ -53,6 +53,7 @@ impl Engine {
                 run_id: run_id.clone(),
                 report,
                 interrupted: false,
+                awaiting_approval: Vec::new(),
             }
         };
         if ctx.lost.is_cancelled() {
@@ -151,6 +152,7 @@ impl Engine {
                         // As stored: with the ledger revision it reflects.
                         report: committed.run.and_then(|r| r.report).unwrap_or(report),
                         interrupted: false,
+                        awaiting_approval: Vec::new(),
                     });
                 }
                 Err(StoreError::LedgerChanged { .. }) if attempt < END_COMMIT_TRIES => {

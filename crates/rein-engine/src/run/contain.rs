@@ -286,5 +286,6 @@ fn output(run_id: &RunId, report: RunReport) -> RunOutput {
         run_id: run_id.clone(),
         report,
         interrupted: false,
+        awaiting_approval: Vec::new(),
     }
 }

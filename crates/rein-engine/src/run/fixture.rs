@@ -105,6 +105,7 @@ pub(super) fn agent() -> AgentBinding {
         model_retry: Default::default(),
         fan_out: Default::default(),
         planner: Default::default(),
+        approval: Default::default(),
     }
 }
 

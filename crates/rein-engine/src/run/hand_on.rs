@@ -103,6 +103,7 @@ impl Engine {
             run_id,
             report,
             interrupted: true,
+            awaiting_approval: Vec::new(),
         }
     }
 }

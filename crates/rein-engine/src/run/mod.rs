@@ -44,6 +44,7 @@
 //!              `crate::tool::agent`)
 //! ```
 
+mod approval;
 mod args;
 mod arm_view;
 mod binding;

@@ -20,6 +20,7 @@
 //! [`RestoreError::NotResumable`], naming the field and what was wrong, so
 //! that an operator sees it on `rein resume` and on the API.
 
+use rein_core::Timestamp;
 use std::collections::{BTreeSet, HashMap};
 
 use rein_core::deadline::{Budget, Cost, Deadline};
@@ -54,6 +55,8 @@ pub(super) struct Stored<'a> {
     pub(super) ledger: Vec<LedgerRecord>,
     /// Its events, in order.
     pub(super) events: &'a [Event],
+    /// When the resume reads it (the wall clock, as events record time).
+    pub(super) at_ms: Timestamp,
 }
 
 /// A run's state restored: what the loop continues with, and what the
@@ -112,6 +115,7 @@ pub(super) fn restore(
         intents,
         ledger,
         events,
+        at_ms,
     } = stored;
     let guard = LoopGuard::new(agent.loop_guard.clone())?;
     let decoded = match checkpoint {
@@ -129,13 +133,12 @@ pub(super) fn restore(
     // crash never refunds budget.
     let after_checkpoint: Vec<&Event> = events.iter().filter(|e| e.step > done_step).collect();
     let since_ms = checkpoint.map_or(record.created_at_ms, |c| c.at_ms);
-    let interrupted_ms = after_checkpoint
-        .iter()
-        .map(|e| e.at_ms)
-        .max()
-        .map_or(0, |last| {
-            super::guarded::millis(last.saturating_duration_since(since_ms))
-        });
+    let interrupted_ms = active_ms(
+        &after_checkpoint,
+        since_ms,
+        agent.approval.pause_clock,
+        at_ms,
+    );
     let elapsed_before_ms = checkpoint.map_or(0, |c| c.elapsed_ms) + interrupted_ms;
     let mut consumed = checkpoint.map(|c| c.consumed).unwrap_or_default();
     let (tokens, cost) = interrupted_usage(&after_checkpoint, agent);
@@ -339,6 +342,34 @@ fn last_input_tokens(events: &[Event]) -> u64 {
             _ => None,
         })
         .unwrap_or(0)
+}
+
+/// The active time of the interrupted step: from `since` (its checkpoint)
+/// to its last event, without the waits for a human's decision when the
+/// clock pauses for them (`pause_clock`), or with them, up to `now` for
+/// the wait that just ended, when it does not.
+fn active_ms(events: &[&Event], since: Timestamp, pause_clock: bool, now: Timestamp) -> u64 {
+    let Some(last) = events.iter().map(|e| e.at_ms).max() else {
+        return 0;
+    };
+    let mut active = last.saturating_duration_since(since);
+    // The waits: from a pause's `approval_requested` to the next event,
+    // which is of the run continued.
+    let mut waits = std::time::Duration::ZERO;
+    let mut waiting_since = None;
+    for e in events {
+        if e.kind() == EventKind::ApprovalRequested {
+            waiting_since.get_or_insert(e.at_ms);
+        } else if let Some(from) = waiting_since.take() {
+            waits += e.at_ms.saturating_duration_since(from);
+        }
+    }
+    if pause_clock {
+        active = active.saturating_sub(waits);
+    } else if let Some(from) = waiting_since {
+        active += now.saturating_duration_since(from);
+    }
+    super::guarded::millis(active)
 }
 
 /// The interrupted step (the one after `done_step`): its plan, if it was

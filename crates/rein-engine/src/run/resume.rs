@@ -174,6 +174,7 @@ impl Engine {
             intents: self.store.intents(run_id).await?,
             ledger: self.store.ledger(run_id).await?,
             events: &events,
+            at_ms: unix_ms(self.clock.system_now()),
         };
         let restored = match restore(stored, agent, self.clock.now()) {
             Ok(restored) => restored,
@@ -295,6 +296,12 @@ fn admit(record: &RunRecord, agent: &AgentBinding) -> Result<bool, String> {
     // A finished run continues only when its report says a retry can
     // run without repeating side effects (partial success after a
     // rate limit, a budget raised since): its outcome is reopened.
+    if record.status == RunStatus::AwaitingApproval {
+        return Err(format!(
+            "it is waiting for a human's approval: `rein approvals list --run {run}` shows the calls, `rein approve {run} INTENT` or `rein reject {run} INTENT --reason …` decides them, and it continues once every call of its turn is decided",
+            run = record.run_id
+        ));
+    }
     let reopen = record.status.is_finished();
     // A run that succeeded has nothing left to do: reopening it would
     // drive its last step again (a second model call, a second end).

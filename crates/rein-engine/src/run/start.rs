@@ -75,6 +75,10 @@ pub struct RunOutput {
     /// point. It is still `running` in the store with its claim released,
     /// and resumable ([`Engine::resume`]) by whoever its [`HandOn`](super::HandOn) names.
     pub interrupted: bool,
+    /// The run did not end: it waits, `awaiting_approval`, for a human's
+    /// decision on these calls of its turn, holding no claim. Empty
+    /// otherwise.
+    pub awaiting_approval: Vec<rein_store::ApprovalRequest>,
 }
 
 /// A run's budgets from `started`: the forward path's (the wall clock

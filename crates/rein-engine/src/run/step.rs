@@ -175,13 +175,16 @@ pub(super) enum Stepped {
     },
     /// The run ends here, its step not checkpointed.
     Ended(End),
+    /// The step's plan is durable and some of its calls wait for a human's
+    /// decision: the run pauses before any of them is sent.
+    Paused(Vec<rein_store::ApprovalRequest>),
 }
 
 /// How a step ends when a commit of it did not land: handed on
 /// unfinished when the store stayed away ([`RunCtx::store_away`]), or when
 /// the process is stopping; failed only for a store that refused it for
 /// good (a broken database, not a blink).
-fn store_end(ctx: &RunCtx<'_>, why: String) -> End {
+pub(super) fn store_end(ctx: &RunCtx<'_>, why: String) -> End {
     if ctx.store_away().is_some() || ctx.is_interrupted() {
         End::Interrupted
     } else {
@@ -203,6 +206,7 @@ impl Engine {
     ) -> Result<RunOutput, EngineError> {
         // The steps checkpointed so far: what an interrupted run has done.
         let mut completed_steps = state.step;
+        let mut paused = None;
         let end = match settling {
             Some(end) => end,
             None => loop {
@@ -214,6 +218,10 @@ impl Engine {
                         }
                     }
                     Stepped::Ended(end) => break end,
+                    Stepped::Paused(requests) => {
+                        paused = Some(requests);
+                        break End::Interrupted;
+                    }
                 }
             },
         };
@@ -248,9 +256,12 @@ impl Engine {
             owners: ctx.agent.owners(),
         };
         if matches!(end, End::Interrupted) {
-            // Handed on unfinished: never settled (what it did so far is
-            // the report, provisional).
+            // Handed on unfinished, or paused for a human: never settled
+            // (what it did so far is the report, provisional).
             let so_far = rein_core::report::derive(&facts, &[]);
+            if let Some(requests) = paused {
+                return Ok(self.await_approval(ctx, so_far, step, requests).await);
+            }
             return Ok(self.hand_on(ctx, so_far, step, completed_steps).await);
         }
         self.conclude(
@@ -315,6 +326,13 @@ impl Engine {
         {
             return Stepped::Ended(store_end(ctx, format!("cannot persist the plan: {e}")));
         }
+        // Calls a human must approve: decided ones are applied, and the
+        // run pauses while one still waits (its plan is durable above).
+        let withheld = match self.approval_gate(ctx, &mut plan).await {
+            Ok(super::approval::Approvals::Open(withheld)) => withheld,
+            Ok(super::approval::Approvals::Pause(requests)) => return Stepped::Paused(requests),
+            Err(end) => return Stepped::Ended(end),
+        };
         // Execute: independent calls concurrently on a divided budget;
         // irreversible calls after the others succeeded.
         let any_rejected = !plan.rejected.is_empty();
@@ -344,6 +362,10 @@ impl Engine {
             std::mem::take(&mut plan.replies),
             &results,
         );
+        // The calls a human's decision withheld: their replies are given
+        // above; the report and the loop guard see them refused.
+        let mut results = results;
+        results.extend(withheld);
         let observation = handle_observation(
             ctx,
             state,

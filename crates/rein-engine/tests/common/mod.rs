@@ -146,6 +146,7 @@ pub fn agent(desk: &OrderDesk, provider: Arc<dyn ModelProvider>, status_url: boo
         model_retry: Default::default(),
         fan_out: Default::default(),
         planner: Default::default(),
+        approval: Default::default(),
     }
 }
 

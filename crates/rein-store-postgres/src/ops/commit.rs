@@ -109,6 +109,7 @@ pub(crate) async fn commit_step(
     for (step, intent) in &commit.intents {
         save_intent(tx, run_id, *step, intent).await?;
     }
+    super::approvals::request(tx, run_id, &commit.approvals).await?;
     for record in commit.declares {
         same_run("ledger record run id", run_id, &record.run_id)?;
         committed.declared.push(declare(tx, record).await?);

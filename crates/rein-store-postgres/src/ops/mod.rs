@@ -14,6 +14,7 @@
 //! | a breaker publish or clear | the arm's advisory lock |
 //! | a share lease renewal or release | the resource group's advisory lock |
 //! | a cancel request | the run's row, as a step commit |
+//! | an approval decision or expiry | the run's row, as a step commit |
 //!
 //! Transaction-scoped advisory locks stand for the row a write may be about
 //! to create: a row lock cannot be taken on a row that does not exist yet,
@@ -21,6 +22,7 @@
 //! A commit locks its run, then its claim's lease; no write locks in the
 //! other order, so the locks cannot deadlock.
 
+pub(crate) mod approvals;
 pub(crate) mod cancel;
 pub(crate) mod commit;
 pub(crate) mod idempotency;

@@ -279,3 +279,43 @@ pub fn decode_breaker_opening<R: Columns>(row: R) -> Result<BreakerOpening, Stor
         updated_at_ms: r.timestamp(4, "updated_at_ms")?,
     })
 }
+
+/// The columns [`decode_approval`] reads, in order.
+pub const APPROVAL_COLUMNS: &str = "run_id, intent_id, tenant, step, tool, args, args_digest, \
+                                    why, requested_at_ms, expires_at_ms, verdict, decided_by, \
+                                    decided_at_ms, reason";
+
+/// An `approvals` row selected with [`APPROVAL_COLUMNS`].
+pub fn decode_approval<R: Columns>(row: R) -> Result<rein_core::approval::Approval, StoreError> {
+    use rein_core::approval::{Approval, ApprovalRequest, ArgsDigest, Decision, Verdict};
+    let r = RowReader::new(row, "approvals", &[0, 1]);
+    let decision = match r.opt_text(10, "verdict")? {
+        None => None,
+        Some(name) => Some(Decision {
+            verdict: Verdict::parse(&name).ok_or_else(|| {
+                r.corrupt(
+                    "verdict",
+                    format!("expected approved, rejected or expired, found {name:?}"),
+                )
+            })?,
+            by: r.text(11, "decided_by")?,
+            at_ms: r.timestamp(12, "decided_at_ms")?,
+            reason: r.opt_text(13, "reason")?,
+        }),
+    };
+    Ok(Approval {
+        request: ApprovalRequest {
+            run_id: r.id(0, "run_id")?,
+            intent_id: r.id(1, "intent_id")?,
+            tenant: r.id(2, "tenant")?,
+            step: r.u32(3, "step")?,
+            tool: r.text(4, "tool")?,
+            args: r.json(5, "args")?,
+            args_digest: ArgsDigest::from_stored(r.text(6, "args_digest")?),
+            why: r.text(7, "why")?,
+            requested_at_ms: r.timestamp(8, "requested_at_ms")?,
+            expires_at_ms: r.timestamp(9, "expires_at_ms")?,
+        },
+        decision,
+    })
+}

@@ -28,10 +28,10 @@ mod encode;
 
 pub use columns::{Columns, RowReader};
 pub use decode::{
-    BREAKER_OPENING_COLUMNS, CHECKPOINT_COLUMNS, CHECKPOINT_DELTA_COLUMNS, EVENT_COLUMNS,
-    IDEMPOTENCY_COLUMNS, INTENT_COLUMNS, LEASE_COLUMNS, LEDGER_COLUMNS, RUN_COLUMNS,
-    SINGLETON_COLUMNS, decode_breaker_opening, decode_checkpoint, decode_checkpoint_delta,
-    decode_event, decode_idempotency, decode_intent, decode_lease, decode_ledger, decode_run,
-    decode_singleton,
+    APPROVAL_COLUMNS, BREAKER_OPENING_COLUMNS, CHECKPOINT_COLUMNS, CHECKPOINT_DELTA_COLUMNS,
+    EVENT_COLUMNS, IDEMPOTENCY_COLUMNS, INTENT_COLUMNS, LEASE_COLUMNS, LEDGER_COLUMNS, RUN_COLUMNS,
+    SINGLETON_COLUMNS, decode_approval, decode_breaker_opening, decode_checkpoint,
+    decode_checkpoint_delta, decode_event, decode_idempotency, decode_intent, decode_lease,
+    decode_ledger, decode_run, decode_singleton,
 };
 pub use encode::{StoredInt, event_data_text, int, json_text, opt_json_text, serde_name};

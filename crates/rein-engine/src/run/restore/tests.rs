@@ -92,6 +92,7 @@ fn restored(checkpoint: Option<&Checkpoint>, events: &[Event]) -> Result<Restore
             intents: vec![],
             ledger: vec![],
             events,
+            at_ms: Timestamp::from_millis(0),
         },
         &agent(),
         at(),
@@ -263,6 +264,7 @@ fn the_interrupted_steps_plan_is_replayed_with_its_intents_and_its_turn_is_charg
             ],
             ledger: vec![pending],
             events: &events,
+            at_ms: Timestamp::from_millis(0),
         },
         &agent(),
         at(),
@@ -320,6 +322,7 @@ fn a_started_settlement_is_finished_instead_of_replaying_the_plan() {
             )],
             ledger: vec![],
             events: &events,
+            at_ms: Timestamp::from_millis(0),
         },
         &agent(),
         at(),
@@ -521,4 +524,53 @@ fn what_the_interrupted_step_cost_and_retried_stays_spent() {
     assert_eq!(used(&r.model_retries.wait_ms), 250);
     assert_eq!(used(&r.model_retries.wasted_tokens), 40);
     assert!(r.models.is_empty(), "a failed call answered nothing");
+}
+
+/// The wait for a human is not active time unless the agent counts it:
+/// with `pause_clock` (the default) it is left out, without it the wait
+/// counts, up to the resume for a wait that just ended.
+#[test]
+fn a_wait_for_approval_is_active_time_only_when_the_clock_does_not_pause() {
+    use rein_core::approval::{ArgsDigest, Verdict};
+    use rein_core::event::{ApprovalDecided, ApprovalRequested};
+    let t = |ms: u64| Timestamp::from_millis(1_000_000 + ms);
+    let requested = || ApprovalRequested {
+        tool: "send_email".into(),
+        args_digest: ArgsDigest::of(&json!({})),
+        why: "the tool requires approval".into(),
+        tier: None,
+        expires_at_ms: t(86_400_000),
+        continue_with: super::super::HandOn::AnyWorker,
+    };
+    let decided = ApprovalDecided {
+        tool: "send_email".into(),
+        verdict: Verdict::Approved,
+        by: "alice".into(),
+        decided_at_ms: t(10_100),
+        reason: None,
+        waited_ms: 9_900,
+    };
+    let continued = [
+        event(1, t(200), requested()),
+        event(1, t(10_200), decided),
+        event(
+            1,
+            t(10_300),
+            rein_core::event::RunCancelled {
+                reason: "x".into(),
+                at_step_boundary: None,
+                aborted: None,
+                provider: None,
+            },
+        ),
+    ];
+    let refs: Vec<&Event> = continued.iter().collect();
+    assert_eq!(super::active_ms(&refs, t(0), true, t(20_000)), 300);
+    assert_eq!(super::active_ms(&refs, t(0), false, t(20_000)), 10_300);
+
+    // Resumed right after the decision: the wait is the time up to now.
+    let paused = [event(1, t(200), requested())];
+    let refs: Vec<&Event> = paused.iter().collect();
+    assert_eq!(super::active_ms(&refs, t(0), true, t(5_200)), 200);
+    assert_eq!(super::active_ms(&refs, t(0), false, t(5_200)), 5_200);
 }
