@@ -101,12 +101,14 @@ async fn events(client: &reqwest::Client, server: &Server, run: &str) -> Vec<Val
     body["events"].as_array().cloned().unwrap_or_default()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_approval_survives_a_killed_server_and_sends_the_approved_email_once() {
+/// A run pauses at one node, which is SIGKILLed; the decision arrives at
+/// another node on the same store (`db`: a file or a database URL), which
+/// continues the run: one email, with the approved arguments.
+async fn survives_a_killed_node(db: &std::path::Path) {
     let desk = OrderDesk::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let config = gated_config(dir.path(), "1h", "");
-    let db = dir.path().join("rein.db");
+    let db = db.to_owned();
     let client = reqwest::Client::new();
 
     let first = Server::start_async(&config, &db, desk.base_url()).await;
@@ -181,6 +183,23 @@ async fn an_approval_survives_a_killed_server_and_sends_the_approved_email_once(
     );
     assert!(kinds.contains(&"approval_decided".to_owned()), "{kinds:?}");
     second.kill_async().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_survives_a_killed_server_and_sends_the_approved_email_once() {
+    let dir = tempfile::tempdir().unwrap();
+    survives_a_killed_node(&dir.path().join("rein.db")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_an_approval_at_a_second_node_continues_the_run() {
+    let Some(database) =
+        rein_store_postgres::scratch::ScratchDatabase::create("cli_approval").await
+    else {
+        return;
+    };
+    survives_a_killed_node(&std::path::PathBuf::from(database.url_text())).await;
+    database.drop_database().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -316,4 +335,124 @@ async fn a_decision_records_the_keys_name_and_another_tenant_sees_nothing() {
     assert_eq!(view["status"], "succeeded", "{view}");
     assert_eq!(desk.applied_count(SEND_EMAIL), 1);
     server.kill_async().await;
+}
+
+/// Runs the binary off the async runtime, so the desk on it keeps
+/// answering while the child process talks to it.
+async fn rein(args: Vec<String>, desk: &OrderDesk) -> std::process::Output {
+    let desk = desk.base_url().to_owned();
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_rein"))
+            .args(&args)
+            .env("ORDER_DESK_URL", desk)
+            .env("MOCK_MODEL_URL", "http://127.0.0.1:9")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+fn args(words: &[&str], paths: &[&std::path::Path]) -> Vec<String> {
+    words
+        .iter()
+        .map(|w| (*w).to_owned())
+        .chain(paths.iter().map(|p| p.display().to_string()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rein_run_exits_76_and_the_cli_decides_then_resume_sends_once() {
+    let desk = OrderDesk::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = gated_config(dir.path(), "1h", "");
+    let db = dir.path().join("rein.db");
+    let input = "Move A-1001 to 8 January and tell the buyer.";
+
+    let out = rein(
+        args(
+            &[
+                "run",
+                "--agent",
+                "order_desk",
+                "--input",
+                input,
+                "--json",
+                "--config",
+            ],
+            &[&config],
+        )
+        .into_iter()
+        .chain(args(&["--data"], &[&db]))
+        .collect(),
+        &desk,
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(76), "{stderr}");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["status"], "awaiting_approval", "{doc}");
+    let run = doc["run_id"].as_str().unwrap().to_owned();
+    let intent = doc["awaiting_approval"][0]["intent_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        stderr.contains(&format!("rein approve {run} {intent}")),
+        "{stderr}"
+    );
+    assert_eq!(desk.applied_count(SEND_EMAIL), 0);
+
+    let listed = rein(
+        args(&["approvals", "list", "--json", "--data"], &[&db]),
+        &desk,
+    )
+    .await;
+    assert_eq!(
+        listed.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+
+    let approve = args(&["approve", &run, &intent, "--by", "bob", "--data"], &[&db]);
+    let approved = rein(approve.clone(), &desk).await;
+    let said = String::from_utf8_lossy(&approved.stdout).into_owned();
+    assert_eq!(
+        approved.status.code(),
+        Some(0),
+        "{said}{}",
+        String::from_utf8_lossy(&approved.stderr)
+    );
+    assert!(
+        said.contains("approved") && said.contains("by bob"),
+        "{said}"
+    );
+    let again = rein(approve, &desk).await;
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("decided already: approved by bob"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+
+    let resumed = rein(
+        args(&["resume", &run, "--config"], &[&config])
+            .into_iter()
+            .chain(args(&["--data"], &[&db]))
+            .collect(),
+        &desk,
+    )
+    .await;
+    let stdout = String::from_utf8_lossy(&resumed.stdout).into_owned();
+    assert_eq!(
+        resumed.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    assert!(stdout.contains("outcome: succeeded"), "{stdout}");
+    assert_eq!(desk.applied_count(SEND_EMAIL), 1, "exactly one email");
 }
