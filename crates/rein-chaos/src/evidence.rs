@@ -69,6 +69,8 @@ pub struct RunEvidence {
     /// before the store was healed, a resume or reconciliation: taken in
     /// scenarios that fault the store.
     pub at_return: Option<Snapshot>,
+    /// The approvals its calls waited for, with their decisions.
+    pub approvals: Vec<rein_core::approval::Approval>,
 }
 
 /// A run as the store held it at one moment.
@@ -143,6 +145,8 @@ pub struct Evidence {
     /// group with a ceiling must fall under the injected fault and rise
     /// back after it.
     pub adaptive_probe: bool,
+    /// The tools whose calls need a human's approval in this scenario.
+    pub gated: std::collections::BTreeSet<String>,
 }
 
 /// Where a tool's writes name their resource: its resource group and the

@@ -29,6 +29,7 @@ use serde_json::Value;
 use crate::evidence::{Evidence, RunEvidence};
 
 mod adaptive;
+mod approval;
 mod fan_out;
 mod model_rate;
 mod model_side;
@@ -90,12 +91,17 @@ pub enum Invariant {
     /// 12. No run is failed by a transient store fault, and no run the
     ///     store holds as ended has a record still `pending`.
     NoTransientFailure,
+    /// 13. A call that needs a human's approval is sent only once
+    ///     approved, at most once, with exactly the arguments approved; a
+    ///     rejected or expired call is never sent.
+    ApprovedCallsOnly,
 }
 
 impl Invariant {
-    /// All twelve, in DESIGN.md's order (11 and 12 from issue 31: a
-    /// database that blinks loses nothing and misreports nothing).
-    pub const ALL: [Invariant; 12] = [
+    /// All thirteen, in DESIGN.md's order (11 and 12 from issue 31: a
+    /// database that blinks loses nothing and misreports nothing; 13 from
+    /// issue 33: a human's decision binds what is sent).
+    pub const ALL: [Invariant; 13] = [
         Invariant::OneEffectPerKey,
         Invariant::BudgetsHold,
         Invariant::NothingDangles,
@@ -108,6 +114,7 @@ impl Invariant {
         Invariant::NoRawErrorText,
         Invariant::LedgerAgreesWithEvents,
         Invariant::NoTransientFailure,
+        Invariant::ApprovedCallsOnly,
     ];
 
     /// Its number in DESIGN.md.
@@ -125,6 +132,7 @@ impl Invariant {
             Invariant::NoRawErrorText => 10,
             Invariant::LedgerAgreesWithEvents => 11,
             Invariant::NoTransientFailure => 12,
+            Invariant::ApprovedCallsOnly => 13,
         }
     }
 
@@ -144,6 +152,9 @@ impl Invariant {
             Invariant::LedgerAgreesWithEvents => "the ledger, the events and the tool's log agree",
             Invariant::NoTransientFailure => {
                 "no run is failed by a store that blinks or ends with a record pending"
+            }
+            Invariant::ApprovedCallsOnly => {
+                "a call needing approval is sent once, as approved, or never"
             }
         }
     }
@@ -205,6 +216,7 @@ pub fn check(evidence: &Evidence) -> Vec<Violation> {
     model_rate::tokens_hold(evidence, &mut out);
     model_rate::provider_wait_honoured(evidence, &mut out);
     irreversible_not_retried(evidence, &mut out);
+    approval::approved_calls_only(evidence, &mut out);
     out
 }
 
@@ -1307,7 +1319,10 @@ fn no_raw_error_text(run: &RunEvidence, out: &mut Vec<Violation>) {
                         call + 1
                     ),
                 );
-            } else if matches!(m, Message::Tool { .. }) && !is_structured_reply(content) {
+            } else if matches!(m, Message::Tool { .. })
+                && !is_structured_reply(content)
+                && !approval::is_withheld_reply(run, content)
+            {
                 violation(
                     out,
                     Invariant::NoRawErrorText,

@@ -71,11 +71,14 @@ pub enum Mechanism {
     /// The governor shed a call it could not admit in time (`call_shed`):
     /// never declared, never sent.
     CallShed,
+    /// A call waited for a human's approval (`approval_requested`): the run
+    /// paused before anything of its turn was sent.
+    ApprovalAwaited,
 }
 
 impl Mechanism {
     /// Every mechanism, in table order.
-    pub const ALL: [Mechanism; 20] = [
+    pub const ALL: [Mechanism; 21] = [
         Mechanism::RetryScheduled,
         Mechanism::RetryBudgetExhausted,
         Mechanism::BreakerOpened,
@@ -96,6 +99,7 @@ impl Mechanism {
         Mechanism::ContextFallback,
         Mechanism::FanOutRefused,
         Mechanism::CallShed,
+        Mechanism::ApprovalAwaited,
     ];
 
     /// The ones issue 5 requires to fire at least once across the suite.
@@ -133,6 +137,7 @@ impl Mechanism {
             Mechanism::ContextFallback => "context_fallback",
             Mechanism::FanOutRefused => "fan_out_refused",
             Mechanism::CallShed => "call_shed",
+            Mechanism::ApprovalAwaited => "approval_awaited",
         }
     }
 }
@@ -152,6 +157,7 @@ pub fn activated(evidence: &Evidence) -> BTreeSet<Mechanism> {
                 EventData::RetryScheduled(_) => Some(Mechanism::RetryScheduled),
                 EventData::FanOutRefused(_) => Some(Mechanism::FanOutRefused),
                 EventData::CallShed(_) => Some(Mechanism::CallShed),
+                EventData::ApprovalRequested(_) => Some(Mechanism::ApprovalAwaited),
                 EventData::RetryAbandoned(r)
                     if r.reason == AbandonReason::GaveUp(GiveUpReason::RetryBudgetExhausted) =>
                 {

@@ -22,7 +22,7 @@ use crate::evidence::{Evidence, RunEvidence};
 use crate::invariant::{self, Violation};
 use crate::mechanism::{self, Mechanism};
 use crate::recording::RecordingProvider;
-use crate::scenario::{Plan, Scenario};
+use crate::scenario::{Approval, Decide, Plan, Scenario};
 use crate::store_fault::StoreFaults;
 use crate::world::{Services, WorldConfig};
 use rein_store::Intercepted;
@@ -323,6 +323,25 @@ async fn drive(
                 at_return: None,
             });
         }
+    } else if let Some(approval) = plan.approval {
+        let engine = Arc::new(engine(
+            durable.clone(),
+            &world,
+            plan,
+            seed,
+            &client,
+            options.engine_hook.as_ref(),
+        )?);
+        let run = Continuation {
+            scenario,
+            exe: options.rein_exe.as_deref(),
+            dir,
+            db: &db,
+            world: &world,
+            store: &durable,
+            client: &client,
+        };
+        driven.push(run.approval_flow(approval, &engine).await?);
     } else if let Some(crash) = plan.crash {
         let exe = options
             .rein_exe
@@ -451,7 +470,16 @@ async fn drive(
         if !stored_events.is_empty() {
             d.events = stored_events;
         }
+        let approvals = durable
+            .approvals(&rein_store::ApprovalFilter {
+                run_id: Some(d.run_id.clone()),
+                limit: rein_store::approval::MAX_APPROVALS_PAGE,
+                ..rein_store::ApprovalFilter::default()
+            })
+            .await
+            .map_err(read)?;
         runs.push(RunEvidence {
+            approvals,
             stored_status: stored.map(|r| r.status.as_str().to_owned()),
             lost_events,
             ledger: durable.ledger(&d.run_id).await.map_err(read)?,
@@ -513,6 +541,11 @@ async fn drive(
             .unwrap_or_default(),
         prices: model_prices(&world.registry),
         concurrent_runs: plan.concurrent,
+        gated: if plan.tune.gate_email {
+            BTreeSet::from([rein_testkit::order_desk::SEND_EMAIL.to_owned()])
+        } else {
+            BTreeSet::new()
+        },
         submissions,
         fan_out_cap: Services::fan_out_cap(&world.registry, plan),
         adaptive_probe: plan.tune.adaptive_probe,
@@ -692,45 +725,10 @@ async fn crash_and_resume(
     let plan = &scenario.plan;
     let run_id = crate::new_run_id();
     let journal = dir.join("model-inputs.jsonl");
-    let mut cmd = tokio::process::Command::new(exe);
-    cmd.arg("chaos")
-        .arg("--worker")
-        .arg(dir)
-        .arg("--scenario")
-        .arg(scenario.id.to_string())
-        .arg("--run-id")
-        .arg(run_id.as_str())
-        .arg("--data")
-        .arg(db)
-        .env(CRASH_ENV, format!("{}:{}", crash.point, crash.nth))
-        .env("RUST_LOG", "off")
-        .kill_on_drop(true);
     let (agent, recording) = world.bind(plan, client, None)?;
     let limit = agent.budget.wall_clock() + HANG_MARGIN;
-    // kill_on_drop: a worker that hangs is killed when the wait is dropped.
-    let output = match tokio::time::timeout(limit, cmd.output()).await {
-        Ok(output) => Some(
-            output
-                .map_err(|e| ChaosError::Setup(format!("cannot start {}: {e}", exe.display())))?,
-        ),
-        Err(_) => None,
-    };
-    let mut escaped = None;
-    let mut crashed = false;
-    match &output {
-        None => escaped = Some(format!("the worker did not end within {limit:?}; killed")),
-        Some(output) => {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            // Only the planned abort counts as the crash: any other abort
-            // (a double panic, a failed allocation) escaped the run.
-            let marker = format!("crash point {}:{} reached", crash.point, crash.nth);
-            crashed = aborted(&output.status) && stderr.contains(&marker);
-            if !crashed && !output.status.success() {
-                let tail: String = stderr.lines().rev().take(5).collect::<Vec<_>>().join(" / ");
-                escaped = Some(format!("the worker exited with {}: {tail}", output.status));
-            }
-        }
-    }
+    let (crashed, mut escaped) =
+        crash_worker(scenario, crash, exe, dir, db, &run_id, false, limit).await?;
     let mut events = store
         .events(&run_id, 0)
         .await
@@ -804,6 +802,227 @@ async fn crash_and_resume(
         resumed: false,
         at_return: None,
     })
+}
+
+/// What continuing a run of an approval scenario needs: the scenario, the
+/// `rein` binary for its workers, and the world and store it runs in.
+struct Continuation<'a> {
+    scenario: &'a Scenario,
+    exe: Option<&'a Path>,
+    dir: &'a Path,
+    db: &'a Path,
+    world: &'a Arc<WorldConfig>,
+    store: &'a Arc<dyn Store>,
+    client: &'a reqwest::Client,
+}
+
+impl Continuation<'_> {
+    fn exe(&self) -> Result<&Path, ChaosError> {
+        self.exe
+            .ok_or_else(|| ChaosError::Setup("no rein binary".into()))
+    }
+
+    /// Drives an approval scenario's run, as its people would: the run
+    /// pauses for a human (here, or in a worker killed while it waits at
+    /// the plan's crash point), the human decides in the store (approve,
+    /// reject, or let the window close), and the run is continued (in a
+    /// worker killed while it applies the decision, then here; or here
+    /// at once).
+    async fn approval_flow(
+        &self,
+        approval: Approval,
+        engine: &Arc<Engine>,
+    ) -> Result<Driven, ChaosError> {
+        use rein_core::approval::{Decision, Verdict};
+        let plan = &self.scenario.plan;
+        let read = |e: rein_store::StoreError| ChaosError::Setup(format!("the store: {e}"));
+        let page = rein_store::approval::MAX_APPROVALS_PAGE;
+        let mut d = match plan.crash {
+            None => {
+                in_process(
+                    engine.clone(),
+                    self.world.clone(),
+                    Arc::new(plan.clone()),
+                    self.client.clone(),
+                    "default".to_owned(),
+                )
+                .await?
+            }
+            Some(crash) => {
+                let run_id = crate::new_run_id();
+                let (agent, _) = self.world.bind(plan, self.client, None)?;
+                let limit = agent.budget.wall_clock() + HANG_MARGIN;
+                let (crashed, escaped) = crash_worker(
+                    self.scenario,
+                    crash,
+                    self.exe()?,
+                    self.dir,
+                    self.db,
+                    &run_id,
+                    false,
+                    limit,
+                )
+                .await?;
+                Driven {
+                    run_id,
+                    tenant: "default".into(),
+                    limits: agent.budget,
+                    policy: agent.on_failure,
+                    report: None,
+                    events: Vec::new(),
+                    model_inputs: RecordingProvider::read_journal(
+                        &self.dir.join("model-inputs.jsonl"),
+                    ),
+                    observed_ms: None,
+                    crashed,
+                    escaped,
+                    refused: None,
+                    interrupted: false,
+                    resumed: false,
+                    at_return: None,
+                }
+            }
+        };
+        if d.escaped.is_some() {
+            return Ok(d);
+        }
+        let waiting = self
+            .store
+            .approvals(&rein_store::ApprovalFilter {
+                run_id: Some(d.run_id.clone()),
+                pending: true,
+                limit: page,
+                ..rein_store::ApprovalFilter::default()
+            })
+            .await
+            .map_err(read)?;
+        let now = rein_core::Timestamp::from_system_time(std::time::SystemTime::now());
+        match approval.decide {
+            Decide::Expire => {
+                if let Some(closes) = waiting.iter().map(|a| a.request.expires_at_ms).max() {
+                    self.store
+                        .expire_approvals(closes, page)
+                        .await
+                        .map_err(read)?;
+                }
+            }
+            decide => {
+                let verdict = if decide == Decide::Approve {
+                    Verdict::Approved
+                } else {
+                    Verdict::Rejected
+                };
+                for a in &waiting {
+                    let decision = Decision {
+                        verdict,
+                        by: "chaos-operator".into(),
+                        at_ms: now,
+                        reason: (verdict == Verdict::Rejected)
+                            .then(|| "the chaos operator declines".to_owned()),
+                    };
+                    self.store
+                        .decide_approval(&d.run_id, &a.request.intent_id, decision)
+                        .await
+                        .map_err(read)?;
+                }
+            }
+        }
+        // Nothing waited (the gate let everything through): the run ended.
+        if waiting.is_empty() {
+            return Ok(d);
+        }
+        if let Some(crash) = approval.then_crash {
+            let limit = d.limits.wall_clock() + HANG_MARGIN;
+            let (crashed, escaped) = crash_worker(
+                self.scenario,
+                crash,
+                self.exe()?,
+                self.dir,
+                self.db,
+                &d.run_id,
+                true,
+                limit,
+            )
+            .await?;
+            d.crashed |= crashed;
+            if escaped.is_some() {
+                d.escaped = escaped;
+                return Ok(d);
+            }
+            if !crashed {
+                // It ended in the worker without reaching the crash point.
+                d.report = self
+                    .store
+                    .get_run(&d.run_id)
+                    .await
+                    .map_err(read)?
+                    .and_then(|r| r.report);
+                d.events = self.store.events(&d.run_id, 0).await.map_err(read)?;
+                return Ok(d);
+            }
+        }
+        resume_in_process(engine, self.world, plan, self.client, &mut d).await?;
+        d.events = self.store.events(&d.run_id, 0).await.map_err(read)?;
+        Ok(d)
+    }
+}
+
+/// Drives scenario `scenario`'s run `run_id` in a `rein chaos --worker`
+/// process armed to abort at `crash` (continuing it, after a human's
+/// decision, when `resume`). Whether it reached the crash point, and what
+/// escaped otherwise (a hang past `limit`, another exit).
+#[allow(clippy::too_many_arguments)]
+async fn crash_worker(
+    scenario: &Scenario,
+    crash: crate::scenario::Crash,
+    exe: &Path,
+    dir: &Path,
+    db: &Path,
+    run_id: &RunId,
+    resume: bool,
+    limit: std::time::Duration,
+) -> Result<(bool, Option<String>), ChaosError> {
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.arg("chaos")
+        .arg("--worker")
+        .arg(dir)
+        .arg("--scenario")
+        .arg(scenario.id.to_string())
+        .arg("--run-id")
+        .arg(run_id.as_str())
+        .arg("--data")
+        .arg(db)
+        .env(CRASH_ENV, format!("{}:{}", crash.point, crash.nth))
+        .env("RUST_LOG", "off")
+        .kill_on_drop(true);
+    if resume {
+        cmd.arg("--resume");
+    }
+    // kill_on_drop: a worker that hangs is killed when the wait is dropped.
+    let output = match tokio::time::timeout(limit, cmd.output()).await {
+        Ok(output) => Some(
+            output
+                .map_err(|e| ChaosError::Setup(format!("cannot start {}: {e}", exe.display())))?,
+        ),
+        Err(_) => None,
+    };
+    let mut escaped = None;
+    let mut crashed = false;
+    match &output {
+        None => escaped = Some(format!("the worker did not end within {limit:?}; killed")),
+        Some(output) => {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            // Only the planned abort counts as the crash: any other abort
+            // (a double panic, a failed allocation) escaped the run.
+            let marker = format!("crash point {}:{} reached", crash.point, crash.nth);
+            crashed = aborted(&output.status) && stderr.contains(&marker);
+            if !crashed && !output.status.success() {
+                let tail: String = stderr.lines().rev().take(5).collect::<Vec<_>>().join(" / ");
+                escaped = Some(format!("the worker exited with {}: {tail}", output.status));
+            }
+        }
+    }
+    Ok((crashed, escaped))
 }
 
 #[cfg(unix)]

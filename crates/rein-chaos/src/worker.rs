@@ -24,13 +24,20 @@ use crate::world::WorldConfig;
 
 /// Drives scenario `id`'s run `run_id` in this process, over the world
 /// config in `dir` and the store `data` (a SQLite file, or the scenario
-/// database's URL on PostgreSQL). Returns when the run ends
-/// (if the crash point was never reached).
+/// database's URL on PostgreSQL), or with `resume` continues it (after a
+/// human's decision). Returns when the run ends (if the crash point was
+/// never reached).
 ///
 /// # Errors
 ///
 /// When the scenario, its world or its store cannot be set up.
-pub async fn work(id: u32, dir: &Path, run_id: &str, data: &Path) -> Result<String, ChaosError> {
+pub async fn work(
+    id: u32,
+    dir: &Path,
+    run_id: &str,
+    data: &Path,
+    resume: bool,
+) -> Result<String, ChaosError> {
     let scenario = catalog()
         .into_iter()
         .find(|s| s.id == id)
@@ -49,6 +56,13 @@ pub async fn work(id: u32, dir: &Path, run_id: &str, data: &Path) -> Result<Stri
     let run_id =
         RunId::new(run_id.to_owned()).map_err(|e| ChaosError::Setup(format!("run id: {e}")))?;
     let tenant = TenantId::new("default").map_err(|e| ChaosError::Setup(format!("tenant: {e}")))?;
+    if resume {
+        let out = engine
+            .resume(&agent, world.schemas.as_ref(), &run_id, None)
+            .await
+            .map_err(|e| ChaosError::Setup(format!("the run could not be resumed: {e}")))?;
+        return Ok(out.report.outcome.as_str().to_owned());
+    }
     let out = engine
         .run(
             &agent,

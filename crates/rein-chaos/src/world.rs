@@ -285,6 +285,14 @@ fn tune(agent: &mut AgentBinding, tune: &Tune) -> Result<(), ChaosError> {
     if let Some(cap) = tune.fan_out_cap.and_then(NonZeroU32::new) {
         agent.fan_out = rein_core::registry::FanOutLimits::new(cap);
     }
+    if tune.gate_email {
+        agent
+            .tools
+            .get_mut(rein_testkit::order_desk::SEND_EMAIL)
+            .ok_or_else(|| setting("gate_email: the world has no send_email"))?
+            .declared
+            .approval = rein_core::registry::ToolApproval::Required;
+    }
     Ok(())
 }
 

@@ -240,3 +240,30 @@ async fn events_ahead_of_the_ledger_break_invariant_11() {
     };
     assert_caught(106, s, Invariant::LedgerAgreesWithEvents).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_that_lets_every_call_through_breaks_invariant_13() {
+    let s = Sabotage {
+        skip_approval: true,
+        ..Sabotage::default()
+    };
+    assert_caught(112, s, Invariant::ApprovedCallsOnly).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sending_a_rejected_call_breaks_invariant_13() {
+    let s = Sabotage {
+        send_declined: true,
+        ..Sabotage::default()
+    };
+    assert_caught(112, s, Invariant::ApprovedCallsOnly).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sending_an_expired_call_breaks_invariant_13() {
+    let s = Sabotage {
+        send_declined: true,
+        ..Sabotage::default()
+    };
+    assert_caught(113, s, Invariant::ApprovedCallsOnly).await;
+}

@@ -60,6 +60,10 @@ pub struct ChaosArgs {
     /// Internal: the store of --worker (a SQLite file, or a database URL).
     #[arg(long, hide = true, requires = "worker")]
     data: Option<PathBuf>,
+    /// Internal: --worker continues the run (after a human's decision)
+    /// instead of starting it.
+    #[arg(long, hide = true, requires = "worker")]
+    resume: bool,
 }
 
 fn parse_id(text: &str) -> Result<u32> {
@@ -164,7 +168,8 @@ fn worker(args: &ChaosArgs, dir: &std::path::Path) -> Result<ExitCode> {
     let id = parse_id(id)?;
     let run_id = args.run_id.as_deref().context("--worker needs --run-id")?;
     let data = args.data.as_deref().context("--worker needs --data")?;
-    let outcome = runtime()?.block_on(rein_chaos::worker::work(id, dir, run_id, data))?;
+    let outcome =
+        runtime()?.block_on(rein_chaos::worker::work(id, dir, run_id, data, args.resume))?;
     crate::log::note(
         crate::log::Level::Warn,
         &format!("worker: the run ended {outcome} without reaching its crash point"),
@@ -187,7 +192,7 @@ fn list(scenarios: &[Scenario], json_out: bool) {
         return;
     }
     println!(
-        "chaos catalog version {} — every scenario is checked against all twelve invariants:",
+        "chaos catalog version {} — every scenario is checked against all thirteen invariants:",
         rein_chaos::CATALOG_VERSION
     );
     for i in Invariant::ALL {

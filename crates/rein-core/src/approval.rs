@@ -261,35 +261,82 @@ impl Approval {
     }
 }
 
-/// What the model is told of a call a human declined: a structured
-/// placeholder, never free text posing as a tool result.
-pub fn declined_reply(tool: &str, reason: Option<&str>) -> String {
-    serde_json::json!({
-        "tool": tool,
-        "ok": false,
-        "error": "declined_by_human",
-        "message": format!(
-            "{tool} was not called: a human declined it: {}. Do not retry it; continue without it or ask the user.",
-            reason.unwrap_or("no reason given")
-        ),
-        "retryable": false,
-    })
-    .to_string()
+/// Why a call that needed approval was not sent: what the model is told
+/// (a structured placeholder, never free text posing as a tool result)
+/// and what the report says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Withheld {
+    /// A human rejected it, with their reason.
+    Declined(Option<String>),
+    /// Nobody decided within the window.
+    Expired(Duration),
+    /// It was approved, but its arguments are not the ones approved.
+    ArgsChanged,
+    /// It runs in a child run, which cannot wait for a human (its parent's
+    /// call holds it).
+    ChildCannotWait,
 }
 
-/// What the model is told of a call nobody decided in time.
-pub fn expired_reply(tool: &str, window: Duration) -> String {
-    serde_json::json!({
-        "tool": tool,
-        "ok": false,
-        "error": "approval_expired",
-        "message": format!(
-            "{tool} was not called: it needed a human's approval and nobody decided within {} s. Do not retry it; continue without it or ask the user.",
-            window.as_secs()
-        ),
-        "retryable": false,
-    })
-    .to_string()
+impl Withheld {
+    /// Its `error` name in the reply.
+    pub fn error(&self) -> &'static str {
+        match self {
+            Withheld::Declined(_) => "declined_by_human",
+            Withheld::Expired(_) => "approval_expired",
+            Withheld::ArgsChanged => "arguments_not_approved",
+            Withheld::ChildCannotWait => "approval_unavailable",
+        }
+    }
+
+    /// Why, in one clause.
+    pub fn why(&self) -> String {
+        match self {
+            Withheld::Declined(reason) => format!(
+                "a human declined it: {}",
+                reason.as_deref().unwrap_or("no reason given")
+            ),
+            Withheld::Expired(window) => format!(
+                "it needed a human's approval and nobody decided within {} s",
+                window.as_secs()
+            ),
+            Withheld::ArgsChanged => "its arguments are not the ones a human approved".to_owned(),
+            Withheld::ChildCannotWait => {
+                "it needs a human's approval, and a child run cannot wait for one".to_owned()
+            }
+        }
+    }
+
+    /// What the model is told of `tool`'s call.
+    pub fn reply(&self, tool: &str) -> String {
+        serde_json::json!({
+            "tool": tool,
+            "ok": false,
+            "error": self.error(),
+            "message": format!(
+                "{tool} was not called: {}. Do not retry it; continue without it or ask the user.",
+                self.why()
+            ),
+            "retryable": false,
+        })
+        .to_string()
+    }
+
+    /// Every reply rein could have given of `tool`'s call under
+    /// `approval`: what a checker compares a reply with.
+    pub fn possible(approval: &Approval) -> Vec<Withheld> {
+        let request = &approval.request;
+        vec![
+            Withheld::Declined(approval.decision.as_ref().and_then(|d| d.reason.clone())),
+            Withheld::Expired(
+                request
+                    .expires_at_ms
+                    .saturating_duration_since(request.requested_at_ms),
+            ),
+            Withheld::ArgsChanged,
+            Withheld::ChildCannotWait,
+        ]
+    }
 }
 
 #[cfg(test)]
@@ -378,8 +425,10 @@ mod tests {
 
     #[test]
     fn the_model_is_told_a_human_declined_with_the_reason() {
-        let reply: Value =
-            serde_json::from_str(&declined_reply("refund", Some("amount too high"))).unwrap();
+        let reply: Value = serde_json::from_str(
+            &Withheld::Declined(Some("amount too high".into())).reply("refund"),
+        )
+        .unwrap();
         assert_eq!(reply["error"], "declined_by_human");
         assert!(
             reply["message"]

@@ -19,6 +19,7 @@
 //! | `mid_compensation` | after `compensation_started` is durable, before the compensation call |
 //! | `during_checkpoint` | before a step's checkpoint is written |
 //! | `after_reservation` | `rein serve`: a request's `Idempotency-Key` is reserved, before the request executes (nothing of it ran) |
+//! | `awaiting_approval` | a run paused for a human: its requests and status are durable, its claim not yet released |
 //!
 //! # Panic points
 //!
@@ -73,13 +74,14 @@ pub const PANIC_POINTS: [&str; 4] = [
 ];
 
 /// Every crash point, as named in [`CRASH_ENV`].
-pub const CRASH_POINTS: [&str; 6] = [
+pub const CRASH_POINTS: [&str; 7] = [
     "before_pending",
     "after_pending",
     "after_call",
     "mid_compensation",
     "during_checkpoint",
     "after_reservation",
+    "awaiting_approval",
 ];
 
 #[cfg(feature = "crash-points")]

@@ -26,6 +26,8 @@
 //! | `ignore_provider_retry_after` | a provider's 429 with a time to wait does not pause the provider for the other calls | 7 |
 //! | `commit_without_retry` | a run's commit is offered once: a store that blinks fails the write (and what hangs on it) | 12 |
 //! | `events_ahead_of_ledger` | the events of a commit the store did not take all go back for the next commit, those stating a record too | 11 |
+//! | `skip_approval` | the approval gate lets every call through: a call that needs a human's approval is sent without one | 13 |
+//! | `send_declined` | a rejected or expired approval is applied as approved: the call is sent | 13 |
 //!
 //! The hooks are marked `Sabotage hook` in the engine's `run/` modules
 //! (`guarded/`, `settle/`, `model_chain/ceiling.rs`, `durable.rs`, …).
@@ -102,6 +104,12 @@ pub struct Sabotage {
     /// commit that does not carry their record, and the event log says
     /// what the ledger does not.
     pub events_ahead_of_ledger: bool,
+    /// The approval gate lets every call through, decided or not: a call
+    /// that needs a human's approval is sent without one.
+    pub skip_approval: bool,
+    /// A call a human rejected, or whose approval expired, is sent as if
+    /// approved.
+    pub send_declined: bool,
 }
 
 /// A key different from `key` for attempt `attempt`: the original with the

@@ -16,6 +16,7 @@ use crate::model_fault::ModelFault;
 use crate::proxy::{Injection, Match, Rule};
 use crate::store_fault::StoreFault;
 
+mod approval;
 mod fan_out;
 mod governor;
 mod model_rate;
@@ -163,6 +164,7 @@ pub fn catalog() -> Vec<Scenario> {
     all.extend(model_rate::provider_limits());
     all.extend(governor::governor());
     all.extend(store::store());
+    all.extend(approval::approval());
     all
 }
 

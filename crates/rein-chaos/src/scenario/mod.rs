@@ -26,7 +26,7 @@ pub use catalog::catalog;
 
 /// The catalog's version: bumped whenever a scenario's parameters or the
 /// chaos world change.
-pub const CATALOG_VERSION: u32 = 5;
+pub const CATALOG_VERSION: u32 = 6;
 
 /// Where a scenario injects its faults (seed 000's four layers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -126,6 +126,8 @@ pub struct Tune {
     /// instead of the engine's 15 s: an outage scenario outlasts it in a
     /// fraction of a second of real time.
     pub store_patience_ms: Option<u64>,
+    /// `send_email` needs a human's approval (`approval = "required"`).
+    pub gate_email: bool,
 }
 
 /// What a scenario does.
@@ -176,6 +178,33 @@ pub struct Plan {
     /// Whether the mock model servers hold a 429's `Retry-After` for every
     /// request ([`Plan::enforced_retry_after`]).
     pub enforce_retry_after: bool,
+    /// What the human decides on each call the run pauses for, and the
+    /// crash, if any, of the process that continues it after the decision
+    /// ([`Plan::decide`]).
+    pub approval: Option<Approval>,
+}
+
+/// A human's part in an approval scenario: the decision on every call the
+/// run waits for, and where the process that continues the run after it
+/// aborts, if it does (it is then resumed once more, as an operator would).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Approval {
+    /// The decision.
+    pub decide: Decide,
+    /// The crash of the continuing process.
+    pub then_crash: Option<Crash>,
+}
+
+/// What the human decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decide {
+    /// Approve: the call is sent, once, with the arguments approved.
+    Approve,
+    /// Reject: it is never sent.
+    Reject,
+    /// Nobody decides: the window closes, the sweep records `expired`.
+    Expire,
 }
 
 /// A run submitted over HTTP by a client that retries.
@@ -220,7 +249,17 @@ impl Plan {
             backup: None,
             metered: false,
             enforce_retry_after: false,
+            approval: None,
         }
+    }
+
+    /// `send_email` needs approval, and the human answers with `decide`;
+    /// the process that continues the run after the decision aborts at
+    /// `then_crash`, when given.
+    pub fn decide(mut self, decide: Decide, then_crash: Option<Crash>) -> Plan {
+        self.tune.gate_email = true;
+        self.approval = Some(Approval { decide, then_crash });
+        self
     }
 
     /// Makes the mock model servers count usage as a provider does.
@@ -332,7 +371,7 @@ pub struct Scenario {
     /// Sustained-failure scenarios that CI skips unless asked.
     pub long: bool,
     /// The invariants its faults put at risk. Every scenario is checked
-    /// against all twelve; these say what it is *for*.
+    /// against all thirteen; these say what it is *for*.
     pub risks: Vec<Invariant>,
     /// Mechanisms it must activate: one that does not is a finding.
     pub expects: Vec<Mechanism>,
@@ -386,6 +425,6 @@ impl Scenario {
 
     /// Whether it crashes a process (and so needs the `rein` binary).
     pub fn crashes(&self) -> bool {
-        self.plan.crash.is_some()
+        self.plan.crash.is_some() || self.plan.approval.is_some_and(|a| a.then_crash.is_some())
     }
 }
