@@ -41,6 +41,11 @@ pub struct CheckArgs {
     /// connected to) and shown without its credentials.
     #[arg(long, value_name = "DATA")]
     data: Option<PathBuf>,
+    /// Also print, per agent, every limit its runs get: the effective
+    /// budget (rein's defaults marked), calls per turn, retries, approval
+    /// and its resource groups' rates and ceilings (`--json`: `explain`).
+    #[arg(long)]
+    explain: bool,
 }
 
 /// The TLS settings of the PostgreSQL store a start would open (`--data`
@@ -148,13 +153,34 @@ pub fn run(args: CheckArgs) -> ExitCode {
         Ok(startup) => crate::output_fields::lines(&startup.registry),
         Err(_) => Vec::new(),
     };
+    let explained: Vec<(String, Vec<String>)> = match &loaded {
+        Ok(startup) if args.explain => startup
+            .registry
+            .agents()
+            .values()
+            .map(|agent| {
+                (
+                    agent.name.clone(),
+                    crate::limits::explain(&startup.registry, agent),
+                )
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
     if args.json {
-        let doc = json!({
+        let mut doc = json!({
             "ok": ok,
             "problems": problems.iter().map(|p| problem_json(p)).collect::<Vec<Value>>(),
             "warnings": warnings.iter().map(problem_json).collect::<Vec<Value>>(),
             "output_fields": fields.iter().map(crate::output_fields::OutputFieldLine::json).collect::<Vec<Value>>(),
         });
+        if args.explain {
+            doc["explain"] = explained
+                .iter()
+                .map(|(agent, lines)| (agent.clone(), json!(lines[1..])))
+                .collect::<serde_json::Map<String, Value>>()
+                .into();
+        }
         println!("{doc}");
     } else {
         for warning in &warnings {
@@ -165,6 +191,11 @@ pub fn run(args: CheckArgs) -> ExitCode {
                 println!("ok: {}", summary(&startup.registry));
                 for line in &fields {
                     println!("{}", line.text());
+                }
+                for (_, lines) in &explained {
+                    for line in lines {
+                        println!("{line}");
+                    }
                 }
             }
             _ => {

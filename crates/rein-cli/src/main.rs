@@ -13,6 +13,7 @@ mod handoff;
 mod idempotency;
 mod key;
 mod latency;
+mod limits;
 mod log;
 mod migrate;
 mod output_fields;

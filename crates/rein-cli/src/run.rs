@@ -75,6 +75,17 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             crate::log::Level::Info,
             &format!("rein run: run {run_id} started (if it stops: {resume})"),
         );
+        // Every ceiling the run is held to, rein's defaults included.
+        let reserved = binding
+            .compensation_reserve
+            .of_duration(binding.budget.wall_clock());
+        crate::log::note(
+            crate::log::Level::Info,
+            &format!(
+                "rein run: budget: {}",
+                crate::limits::budget_line(&binding.budget, reserved)
+            ),
+        );
         let run = session.engine.run(
             &binding,
             &session.schemas,
@@ -327,7 +338,7 @@ impl Session {
                 } else {
                     println!();
                     println!("run {}", out.run_id);
-                    print!("{}", timeline::report(&out.report));
+                    print!("{}", timeline::report(&out.report, None));
                 }
                 Ok(ExitCode::from(STORE_AWAY_EXIT))
             }
@@ -376,7 +387,8 @@ then continue it with:
                 } else {
                     println!();
                     println!("run {}", out.run_id);
-                    print!("{}", timeline::report(&out.report));
+                    let limits = self.limits(&out.run_id).await;
+                    print!("{}", timeline::report(&out.report, limits.as_ref()));
                 }
                 Ok(ExitCode::from(AWAITING_APPROVAL_EXIT))
             }
@@ -435,9 +447,17 @@ then continue it with:
         } else {
             println!();
             println!("run {}", out.run_id);
-            print!("{}", timeline::report(&out.report));
+            let limits = self.limits(&out.run_id).await;
+            print!("{}", timeline::report(&out.report, limits.as_ref()));
         }
         Ok(())
+    }
+
+    /// The budget `run_id` runs under, as its record holds it (`None` when
+    /// it cannot be read: the report is printed without its ceilings).
+    pub async fn limits(&self, run_id: &RunId) -> Option<rein_core::deadline::BudgetLimits> {
+        let record = self.store.get_run(run_id).await.ok()??;
+        serde_json::from_value(record.budget).ok()
     }
 }
 

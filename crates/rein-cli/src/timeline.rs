@@ -247,7 +247,7 @@ fn reason(r: &AbandonReason) -> String {
 }
 
 /// The report, for a terminal.
-pub fn report(report: &RunReport) -> String {
+pub fn report(report: &RunReport, limits: Option<&rein_core::deadline::BudgetLimits>) -> String {
     let mut out = String::new();
     let mark = match report.outcome {
         Outcome::Succeeded => "✔",
@@ -294,11 +294,10 @@ pub fn report(report: &RunReport) -> String {
     if let Some(answer) = &report.answer {
         let _ = writeln!(out, "  model's answer: {answer}");
     }
-    let c = &report.consumed;
     let _ = writeln!(
         out,
-        "  consumed: {} step(s), {} tokens, {} in {}ms",
-        report.steps, c.tokens, c.cost, report.elapsed_ms
+        "  consumed: {}",
+        crate::limits::consumed_line(report, limits)
     );
     out
 }

@@ -507,3 +507,61 @@ fn too_few_batch_slots_for_the_workers_and_the_floor_is_a_warning() {
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["warnings"], serde_json::json!([]), "{doc}");
 }
+
+/// An agent without a `[budget]` runs under rein's defaults: `--explain`
+/// shows them, marked, beside the limits the config sets.
+#[test]
+fn explain_shows_every_limit_an_agent_gets_with_the_defaults_marked() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = fs::read_to_string(example()).unwrap();
+    config.push_str(
+        "\n[agents.bare]\nprovider = \"replay\"\nmodel = \"gpt-4o-mini\"\n\
+         system_prompt = \"Look orders up.\"\ntools = [\"get_order\", \"send_email\"]\n\
+         [agents.bare.approval]\nfrom_tier = \"high\"\n",
+    );
+    fs::write(dir.path().join("rein.toml"), config).unwrap();
+    fs::copy(
+        example().with_file_name("demo.script.json"),
+        dir.path().join("demo.script.json"),
+    )
+    .unwrap();
+    let config = dir.path().join("rein.toml");
+    let env = [
+        ("ORDER_DESK_URL", "http://127.0.0.1:7001"),
+        ("MOCK_MODEL_URL", "http://127.0.0.1:7002"),
+    ];
+    let out = rein_check(&[config.to_str().unwrap(), "--explain"], &env);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bare: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| *l != "agent bare:")
+        .take(6)
+        .collect();
+    assert_eq!(
+        bare,
+        [
+            "agent bare:",
+            "  budget: 40 steps (default), 5m wall clock (default), 1m of it kept for compensation, 200000 tokens (default), no cost ceiling",
+            "  per turn: at most 16 calls (default); an action repeated more than 3 times ends the run",
+            "  retries: up to 4 attempts (default) per call (irreversible tools: one)",
+            "  approval: calls to tools of tier high or above wait for a human, up to 1d; the wall clock stops while they wait",
+            "  resource group order_api: 20/s, bursts of 40, at most 8 at once",
+        ],
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("  budget: 10 steps, 30 s wall clock, 6 s of it kept for compensation, 50000 tokens, no cost ceiling"),
+        "the example's own budget: {stdout}"
+    );
+    let out = rein_check(&[config.to_str().unwrap(), "--explain", "--json"], &env);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        doc["explain"]["bare"][0],
+        "  budget: 40 steps (default), 5m wall clock (default), 1m of it kept for compensation, 200000 tokens (default), no cost ceiling"
+    );
+}

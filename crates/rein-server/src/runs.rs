@@ -127,8 +127,12 @@ pub struct RunView {
     pub run_id: String,
     /// Its agent.
     pub agent: String,
-    /// `queued`, `running`, or its outcome.
+    /// `queued`, `running`, `awaiting_approval`, or its outcome.
     pub status: String,
+    /// The budget it runs under: `wall_clock`, and the `steps`, `tokens`
+    /// and `cost` ceilings (`null` for none).
+    #[schema(value_type = Option<Object>)]
+    pub budget: Option<rein_core::deadline::BudgetLimits>,
     /// The report, once it ended (`null` before). Without its `basis`
     /// (what rein derives it from again when the ledger changes: an
     /// internal record the store keeps, not part of the API).
@@ -156,6 +160,7 @@ impl RunView {
             .map(|r| json!(r.consumed))
             .unwrap_or(Value::Null);
         RunView {
+            budget: serde_json::from_value(record.budget.clone()).ok(),
             run_id: record.run_id.to_string(),
             agent: record.agent,
             status: record.status.as_str().to_owned(),
@@ -529,21 +534,22 @@ fn prepare_queued(
     run.trace_parent = parent.and_then(|p| p.to_span());
     Some(Queued {
         run,
-        answer: queued_answer(&agent.name, run_id, request.metadata),
+        answer: queued_answer(&agent, run_id, request.metadata),
     })
 }
 
 /// The 202 of a queued run: built from what is in hand, so that once the
 /// run is queued nothing can fail the answer.
 fn queued_answer(
-    agent: &str,
+    agent: &AgentBinding,
     run_id: &RunId,
     metadata: Option<serde_json::Map<String, Value>>,
 ) -> Answer {
     let now = crate::recovery::now_ms().as_millis();
     let mut view = json!(RunView {
+        budget: Some(agent.budget),
         run_id: run_id.to_string(),
-        agent: agent.to_owned(),
+        agent: agent.name.clone(),
         status: "queued".into(),
         report: None,
         consumed: Value::Null,
@@ -642,7 +648,7 @@ async fn submit(
                 .await
                 .map_err(engine_problem)?;
             state.queue.notify_one();
-            Ok(queued_answer(&agent.name, &run_id, request.metadata))
+            Ok(queued_answer(&agent, &run_id, request.metadata))
         }
         Mode::Sync => {
             let _admitted = crate::admit::sync(&state, &tenant, agent.budget.wall_clock()).await?;

@@ -169,7 +169,7 @@ pub fn run(detail: &RunDetail, now_ms: u64) -> String {
     match &detail.report {
         Some(report) => {
             out.push('\n');
-            out.push_str(&crate::timeline::report(report));
+            out.push_str(&crate::timeline::report(report, detail.limits.as_ref()));
         }
         None if run.outcome.is_none() => {
             let _ = writeln!(

@@ -28,6 +28,8 @@ pub struct RunDetail {
     pub children: Vec<String>,
     /// Its report, once it ended.
     pub report: Option<RunReport>,
+    /// The budget it runs under, when it is known.
+    pub limits: Option<rein_core::deadline::BudgetLimits>,
 }
 
 /// A source of runs.
@@ -198,6 +200,7 @@ impl Source {
                 Ok(RunDetail {
                     summary: RunSummary::of(&record),
                     children,
+                    limits: serde_json::from_value(record.budget.clone()).ok(),
                     report: record.report,
                 })
             }
@@ -243,6 +246,7 @@ impl Source {
                     summary,
                     children,
                     report,
+                    limits: serde_json::from_value(view["budget"].clone()).ok(),
                 })
             }
         }
