@@ -165,7 +165,7 @@ pub fn decide(args: DecideArgs, verdict: Verdict) -> Result<ExitCode> {
         );
         if continues {
             println!(
-                "every call of its turn is decided: a `rein serve` on this store continues it; a run started with `rein run` continues with `rein resume {}`",
+                "every call of its turn is decided: a `rein serve` on this store continues it, or `rein resume {} --config …` does",
                 r.run_id
             );
         } else {
@@ -175,15 +175,16 @@ pub fn decide(args: DecideArgs, verdict: Verdict) -> Result<ExitCode> {
     })
 }
 
-/// The approvals as a table: run, intent, tool, why, and the decision or
-/// when the window closes.
+/// The approvals as a table: run, intent, tool, state, why, and the
+/// arguments a decision binds to (cut to a line; `--json` has them whole,
+/// with their digest).
 fn table(approvals: &[Approval]) -> String {
     if approvals.is_empty() {
         return "no calls waiting for approval\n".to_owned();
     }
     let mut out = format!(
         "{:<38} {:<44} {:<16} {:<28} {}\n",
-        "run", "intent", "tool", "state", "why"
+        "run", "intent", "tool", "state", "why / arguments"
     );
     for a in approvals {
         let r = &a.request;
@@ -191,13 +192,24 @@ fn table(approvals: &[Approval]) -> String {
             Some(d) => format!("{} by {}", d.verdict.as_str(), d.by),
             None => format!("waiting until {}", r.expires_at_ms),
         };
+        let args = r.args.to_string();
+        let args = if args.chars().count() > 100 {
+            format!("{}…", args.chars().take(100).collect::<String>())
+        } else {
+            args
+        };
         out.push_str(&format!(
-            "{:<38} {:<44} {:<16} {:<28} {}\n",
+            "{:<38} {:<44} {:<16} {:<28} {}\n{:<38} {:<44} {:<16} {:<28} {}\n",
             r.run_id.as_str(),
             r.intent_id.as_str(),
             r.tool,
             state,
-            r.why
+            r.why,
+            "",
+            "",
+            "",
+            "",
+            args
         ));
     }
     out

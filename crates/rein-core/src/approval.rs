@@ -164,6 +164,11 @@ impl Decision {
         if self.verdict == Verdict::Expired && self.by != EXPIRED_BY {
             return Err("a decision is `approved` or `rejected`: `expired` is recorded by rein when the window passes".to_owned());
         }
+        if self.verdict != Verdict::Expired && self.by == EXPIRED_BY {
+            return Err(format!(
+                "`{EXPIRED_BY}` is the name rein records expiries under: a human decides under another"
+            ));
+        }
         if self.by.trim().is_empty()
             || self.by.len() > MAX_DECIDER_LEN
             || self.by.chars().any(char::is_control)

@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
@@ -268,5 +269,53 @@ async fn an_expired_approval_is_recorded_by_rein_and_told_to_the_model() {
     let events = kinds(&h, &done).await;
     let decided = of_kind(&events, EventKind::ApprovalDecided);
     assert_eq!(decided[0]["verdict"], "expired");
+    assert_eq!(decided[0]["by"], EXPIRED_BY);
+}
+
+#[tokio::test]
+async fn a_decision_holds_on_resume_even_when_the_config_no_longer_asks_for_approval() {
+    let h = harness(Faults::none()).await;
+    let gated = gated(&h);
+    let paused = run(&h, &gated).await;
+    assert!(decide(&h, &paused, Verdict::Rejected, Some("not to this buyer")).await);
+
+    // Resumed under a config whose email needs no approval any more.
+    let mut ungated = gated.clone();
+    ungated.tools.get_mut(SEND_EMAIL).unwrap().declared.approval = ToolApproval::Never;
+    let done = resume(&h, &ungated, &paused).await;
+    assert_eq!(
+        h.desk.applied_count(SEND_EMAIL),
+        0,
+        "a \"no\" stays a \"no\""
+    );
+    let replies = tool_messages(&h, &done).await;
+    let reply: Value =
+        serde_json::from_str(replies.last().unwrap()["content"].as_str().unwrap()).unwrap();
+    assert_eq!(reply["error"], "declined_by_human", "{reply}");
+}
+
+#[tokio::test]
+async fn a_resume_records_the_windows_that_closed_when_no_server_swept_them() {
+    let clock = rein_core::ManualClock::new();
+    let engine_clock = clock.clone();
+    let h = harness_with(Faults::none(), move |b| b.clock(Arc::new(engine_clock))).await;
+    let mut a = gated(&h);
+    a.approval.window = Duration::from_secs(3600);
+    let paused = run(&h, &a).await;
+    assert_eq!(status(&h, &paused).await, RunStatus::AwaitingApproval);
+
+    // Before the window closes, nothing is continued; after, the resume
+    // records the expiry itself and the model is told.
+    assert!(
+        h.engine
+            .resume(&a, &AcceptAll, &paused.run_id, None)
+            .await
+            .is_err()
+    );
+    clock.advance(Duration::from_secs(2 * 3600));
+    let done = resume(&h, &a, &paused).await;
+    assert_eq!(h.desk.applied_count(SEND_EMAIL), 0);
+    let decided = of_kind(&kinds(&h, &done).await, EventKind::ApprovalDecided);
+    assert_eq!(decided[0]["verdict"], "expired", "{decided:?}");
     assert_eq!(decided[0]["by"], EXPIRED_BY);
 }

@@ -231,7 +231,7 @@ fn parse(pairs: &[(String, String)]) -> Result<ApprovalFilter, Problem> {
               (status = 400, description = "a body that is not a decision, or `by` sent with API keys configured", body = Problem),
               (status = 401, description = "missing or invalid API key", body = Problem),
               (status = 404, description = "unknown run or call, or another tenant's run", body = Problem),
-              (status = 409, description = "the call was decided before, or its window closed (`type` ends in `/already-decided`): `approval` holds the decision that stands", body = Problem)),
+              (status = 409, description = "the call was decided before, or its window closed (`type` ends in `/already-decided`: `approval` holds the decision that stands), or the run ended while it waited (`/run-terminal`)", body = Problem)),
     security(("bearer" = []))
 )]
 pub async fn decide(
@@ -287,7 +287,6 @@ pub async fn decide(
             Ok((StatusCode::OK, Json(body)).into_response())
         }
         Err(StoreError::AlreadyDecided { approval }) => {
-            state.approvals.decided(&approval);
             let stands = approval
                 .decision
                 .as_ref()
@@ -305,6 +304,14 @@ pub async fn decide(
         Err(StoreError::NotFound {
             what: "approval", ..
         }) => Err(missing()),
+        Err(StoreError::FinishedRun { outcome, .. }) => Err(Problem::new(
+            StatusCode::CONFLICT,
+            "run-terminal",
+            "Run already ended",
+            format!(
+                "run {id} ended {outcome} while its calls waited: nothing of its turn will be sent"
+            ),
+        )),
         Err(StoreError::Invalid { found, .. }) => Err(Problem::bad_request(found)),
         Err(e) => Err(e.into()),
     }

@@ -198,7 +198,12 @@ async fn take_over(state: &Arc<AppState>, cursor: &mut Option<RunCursor>) -> boo
         if !still_running(state, &record.run_id).await {
             continue;
         }
-        if let Some(dead) = standing.dead_letter(max_attempts) {
+        // A run stopped at a safe point (a drain handed it on, or it
+        // paused for a human) did not die: continuing it is no delivery
+        // that could be one too many.
+        if standing.interrupted.is_none()
+            && let Some(dead) = standing.dead_letter(max_attempts)
+        {
             match state.engine.close_dead_letter(&record, &dead).await {
                 Ok(_) => {
                     tracing::warn!(run = %record.run_id, error_type = DEAD_LETTER, "{}", dead.reason())

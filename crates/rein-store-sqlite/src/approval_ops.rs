@@ -7,7 +7,8 @@ use rusqlite::{Connection, params};
 
 use super::codec::{APPROVAL_COLUMNS, SqlResult, decode_approval, int, json_text};
 use rein_store::approval::{
-    ApprovalFilter, Decided, MAX_APPROVALS_PAGE, decision_to_record, lapsed, validate_request,
+    ApprovalFilter, Decided, MAX_APPROVALS_PAGE, decidable, decision_to_record, lapsed,
+    validate_request,
 };
 use rein_store::{RunStatus, StoreError, Timestamp};
 
@@ -68,20 +69,29 @@ fn record(
     decision: &Decision,
 ) -> Result<Approval, StoreError> {
     let r = &stored.request;
-    conn.prepare_cached(
-        "UPDATE approvals SET verdict = ?3, decided_by = ?4, decided_at_ms = ?5, reason = ?6 \
-         WHERE run_id = ?1 AND intent_id = ?2 AND verdict IS NULL",
-    )
-    .sql()?
-    .execute(params![
-        r.run_id.as_str(),
-        r.intent_id.as_str(),
-        decision.verdict.as_str(),
-        decision.by,
-        int(decision.at_ms, "approval decided_at_ms")?,
-        decision.reason,
-    ])
-    .sql()?;
+    let changed = conn
+        .prepare_cached(
+            "UPDATE approvals SET verdict = ?3, decided_by = ?4, decided_at_ms = ?5, reason = ?6 \
+             WHERE run_id = ?1 AND intent_id = ?2 AND verdict IS NULL",
+        )
+        .sql()?
+        .execute(params![
+            r.run_id.as_str(),
+            r.intent_id.as_str(),
+            decision.verdict.as_str(),
+            decision.by,
+            int(decision.at_ms, "approval decided_at_ms")?,
+            decision.reason,
+        ])
+        .sql()?;
+    // Read undecided in this transaction, so written here: anything else
+    // is a store that does not hold what it said.
+    if changed != 1 {
+        return Err(StoreError::Backend(format!(
+            "the approval {}/{} read undecided was not updated",
+            r.run_id, r.intent_id
+        )));
+    }
     Ok(Approval {
         request: stored.request.clone(),
         decision: Some(decision.clone()),
@@ -125,6 +135,7 @@ pub fn decide(
     intent_id: &IntentId,
     decision: Decision,
 ) -> Result<Late<Decided>, StoreError> {
+    decidable(run_id, super::ops::run_status(conn, run_id)?)?;
     let stored = approval(conn, run_id, intent_id)?.ok_or_else(|| StoreError::NotFound {
         what: "approval",
         id: format!("{run_id}/{intent_id}"),
@@ -178,8 +189,16 @@ pub fn list(conn: &Connection, filter: &ApprovalFilter) -> Result<Vec<Approval>,
         values.push(tenant.to_string());
         sql.push_str(&format!(" AND tenant = ?{}", values.len()));
     }
+    if let Some(step) = filter.step {
+        values.push(step.to_string());
+        sql.push_str(&format!(" AND step = CAST(?{} AS INTEGER)", values.len()));
+    }
     if filter.pending {
-        sql.push_str(" AND verdict IS NULL");
+        values.push(RunStatus::AwaitingApproval.as_str().to_owned());
+        sql.push_str(&format!(
+            " AND verdict IS NULL AND run_id IN (SELECT run_id FROM runs WHERE status = ?{})",
+            values.len()
+        ));
     }
     let cap = filter.limit.clamp(1, MAX_APPROVALS_PAGE);
     sql.push_str(&format!(

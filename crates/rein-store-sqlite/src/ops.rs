@@ -75,7 +75,7 @@ fn limit(limit: usize) -> i64 {
 }
 
 /// The run's status, or `NotFound`.
-fn run_status(conn: &Connection, run_id: &RunId) -> Result<RunStatus, StoreError> {
+pub(crate) fn run_status(conn: &Connection, run_id: &RunId) -> Result<RunStatus, StoreError> {
     let status: Option<String> = conn
         .prepare_cached("SELECT status FROM runs WHERE run_id = ?1")
         .sql()?

@@ -28,6 +28,7 @@ use rein_core::approval::{Approval, Decision, Verdict};
 use rein_core::{RunId, TenantId, Timestamp};
 
 use crate::error::StoreError;
+use crate::run::RunStatus;
 
 pub use rein_core::approval::ApprovalRequest;
 
@@ -41,8 +42,12 @@ pub struct ApprovalFilter {
     pub run_id: Option<RunId>,
     /// Only this tenant's.
     pub tenant: Option<TenantId>,
-    /// Only those without a decision (an undecided one whose window closed
-    /// is listed too: it reads `expired` until it is recorded so).
+    /// Only this step's (the calls of one turn).
+    pub step: Option<u32>,
+    /// Only those without a decision whose run still waits for it (an
+    /// undecided one whose window closed is listed too: it reads
+    /// `expired` until it is recorded so; one of a run cancelled while it
+    /// waited is not).
     pub pending: bool,
     /// At most this many (capped at [`MAX_APPROVALS_PAGE`]).
     pub limit: usize,
@@ -58,6 +63,23 @@ pub struct Decided {
     /// Whether this decision was the last its run waited for: the run is
     /// `running` again, claim-free, for a worker to continue.
     pub continues: bool,
+}
+
+/// Refuses a decision on a call of a run that ended (cancelled while it
+/// waited): nothing of its turn will ever be sent.
+///
+/// # Errors
+///
+/// [`StoreError::FinishedRun`] naming its outcome.
+pub fn decidable(run_id: &RunId, status: RunStatus) -> Result<(), StoreError> {
+    match status.outcome() {
+        Some(outcome) => Err(StoreError::FinishedRun {
+            run_id: run_id.to_string(),
+            outcome,
+            requested: RunStatus::Running,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// What a backend records for `decision` on `stored` at `now`: the

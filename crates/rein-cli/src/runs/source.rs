@@ -368,6 +368,7 @@ impl Source {
                 let filter = rein_store::ApprovalFilter {
                     run_id: run.map(Source::run_id).transpose()?,
                     tenant,
+                    step: None,
                     pending: !all,
                     limit,
                 };

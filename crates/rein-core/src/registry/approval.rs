@@ -140,19 +140,31 @@ pub enum Comparison {
 }
 
 impl Comparison {
-    /// Whether `value` (absent: `None`) satisfies it; a numeric comparison
-    /// of a missing or non-numeric value holds (the gate fails closed).
+    /// Whether `value` (absent: `None`) satisfies it. Any comparison of a
+    /// missing argument holds, and a numeric one of a non-numeric value
+    /// (the gate fails closed); numbers compare by value (`2` = `2.0`).
     fn holds(&self, value: Option<&Value>) -> bool {
-        let number = value.and_then(Value::as_f64);
+        let Some(value) = value else {
+            return true;
+        };
+        let number = value.as_f64();
         match self {
             Comparison::Gt(c) => number.is_none_or(|n| n > *c),
             Comparison::Ge(c) => number.is_none_or(|n| n >= *c),
             Comparison::Lt(c) => number.is_none_or(|n| n < *c),
             Comparison::Le(c) => number.is_none_or(|n| n <= *c),
-            Comparison::Eq(c) => value.unwrap_or(&Value::Null) == c,
-            Comparison::Ne(c) => value.unwrap_or(&Value::Null) != c,
-            Comparison::In(cs) => cs.contains(value.unwrap_or(&Value::Null)),
+            Comparison::Eq(c) => same(value, c),
+            Comparison::Ne(c) => !same(value, c),
+            Comparison::In(cs) => cs.iter().any(|c| same(value, c)),
         }
+    }
+}
+
+/// JSON equality with numbers compared by value.
+fn same(a: &Value, b: &Value) -> bool {
+    match (a.as_f64(), b.as_f64()) {
+        (Some(x), Some(y)) => x == y,
+        _ => a == b,
     }
 }
 
@@ -444,6 +456,26 @@ mod tests {
         // Missing or not a number: the gate fails closed.
         assert!(r.matches(&json!({})).is_some());
         assert!(r.matches(&json!({"amount": "lots"})).is_some());
+    }
+
+    #[test]
+    fn equality_compares_numbers_by_value_and_a_missing_argument_needs_approval() {
+        let ToolApproval::When(r) =
+            rule(r#"approval = { when = { "args.amount" = { in = [1, 2] } } }"#).unwrap()
+        else {
+            panic!("a rule");
+        };
+        assert!(r.matches(&json!({"amount": 2.0})).is_some(), "2.0 is 2");
+        assert!(r.matches(&json!({"amount": 3})).is_none());
+        assert!(r.matches(&json!({})).is_some(), "missing: fails closed");
+        let ToolApproval::When(r) =
+            rule(r#"approval = { when = { "args.to" = { ne = "team@example.com" } } }"#).unwrap()
+        else {
+            panic!("a rule");
+        };
+        assert!(r.matches(&json!({"to": "team@example.com"})).is_none());
+        assert!(r.matches(&json!({"to": "x@evil.example"})).is_some());
+        assert!(r.matches(&json!({})).is_some(), "missing: fails closed");
     }
 
     #[test]

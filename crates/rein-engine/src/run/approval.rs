@@ -71,8 +71,9 @@ impl Engine {
         &self,
         ctx: &RunCtx<'_>,
         plan: &mut Plan,
+        replayed: bool,
     ) -> Result<Approvals, End> {
-        let needs: Vec<(usize, String)> = plan
+        let mut needs: Vec<(usize, String)> = plan
             .planned
             .iter()
             .enumerate()
@@ -93,13 +94,19 @@ impl Engine {
         if self.sabotage.skip_approval {
             return Ok(Approvals::Open(Vec::new()));
         }
-        if needs.is_empty() {
+        // A fresh turn that needs no approval has none stored; a replayed
+        // one may, whatever the config says now.
+        let Some(step) = plan.planned.first().map(|p| p.step) else {
+            return Ok(Approvals::Open(Vec::new()));
+        };
+        if needs.is_empty() && !replayed {
             return Ok(Approvals::Open(Vec::new()));
         }
         let stored = ctx
             .store
             .approvals(&ApprovalFilter {
                 run_id: Some(ctx.run_id.clone()),
+                step: Some(step),
                 limit: MAX_APPROVALS_PAGE,
                 ..ApprovalFilter::default()
             })
@@ -109,6 +116,19 @@ impl Engine {
             .into_iter()
             .map(|a| (a.request.intent_id.clone(), a))
             .collect();
+        // A call that waited keeps its approval's terms even when the
+        // config no longer asks for one (it changed before this resume):
+        // a "no" stays a "no", a wait stays a wait.
+        for (i, p) in plan.planned.iter().enumerate() {
+            if let Some(a) = stored.get(&p.intent_id)
+                && !needs.iter().any(|(n, _)| *n == i)
+            {
+                needs.push((i, a.request.why.clone()));
+            }
+        }
+        if needs.is_empty() {
+            return Ok(Approvals::Open(Vec::new()));
+        }
         let now = unix_ms(self.clock.system_now());
         let window = ctx.agent.approval.window;
         let mut waiting = Vec::new();
@@ -332,8 +352,9 @@ impl Engine {
             "The run is waiting for a human's approval of {}: nothing of its turn was sent. It holds no worker while it waits; {}. So far: {}",
             calls.join(", "),
             match continue_with {
-                HandOn::AnyWorker => "a worker continues it once the last call is decided",
-                HandOn::Caller => "resume it with `rein resume` once the last call is decided",
+                HandOn::AnyWorker =>
+                    "once the last call is decided, a `rein serve` on its store continues it, or `rein resume` does",
+                HandOn::Caller => "once the last call is decided, `rein resume` continues it",
             },
             so_far.summary
         );

@@ -118,12 +118,26 @@ impl Engine {
                 reason: "this process is stopping".into(),
             });
         }
-        let Some(record) = self.store.get_run(run_id).await? else {
+        let Some(mut record) = self.store.get_run(run_id).await? else {
             return Err(EngineError::NotResumable {
                 run_id: run_id.clone(),
                 reason: "no such run".into(),
             });
         };
+        if record.status == RunStatus::AwaitingApproval {
+            // Without a server on its store nobody swept its expiries:
+            // windows that closed are recorded now, which continues the
+            // run when none of its calls still waits.
+            self.store
+                .expire_approvals(
+                    unix_ms(self.clock.system_now()),
+                    rein_store::approval::MAX_APPROVALS_PAGE,
+                )
+                .await?;
+            if let Some(now) = self.store.get_run(run_id).await? {
+                record = now;
+            }
+        }
         let reopen = admit(&record, agent).map_err(|reason| EngineError::NotResumable {
             run_id: run_id.clone(),
             reason,

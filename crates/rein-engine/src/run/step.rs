@@ -328,14 +328,17 @@ impl Engine {
         }
         // Calls a human must approve: decided ones are applied, and the
         // run pauses while one still waits (its plan is durable above).
-        let withheld = match self.approval_gate(ctx, &mut plan).await {
+        let replayed = !turn.prior_ids.is_empty();
+        let withheld = match self.approval_gate(ctx, &mut plan, replayed).await {
             Ok(super::approval::Approvals::Open(withheld)) => withheld,
             Ok(super::approval::Approvals::Pause(requests)) => return Stepped::Paused(requests),
             Err(end) => return Stepped::Ended(end),
         };
         // Execute: independent calls concurrently on a divided budget;
         // irreversible calls after the others succeeded.
-        let any_rejected = !plan.rejected.is_empty();
+        // A call refused or withheld by a human: the turn did not go as
+        // planned, so its irreversible calls do not run after the rest.
+        let any_rejected = !plan.rejected.is_empty() || !withheld.is_empty();
         let planned = std::mem::take(&mut plan.planned);
         let results = self
             .execute(

@@ -9,7 +9,8 @@ use deadpool_postgres::{GenericClient, Transaction};
 use rein_core::approval::{Approval, ApprovalRequest, Decision};
 use rein_core::{IntentId, RunId};
 use rein_store::approval::{
-    ApprovalFilter, Decided, MAX_APPROVALS_PAGE, decision_to_record, lapsed, validate_request,
+    ApprovalFilter, Decided, MAX_APPROVALS_PAGE, decidable, decision_to_record, lapsed,
+    validate_request,
 };
 use rein_store::{RunStatus, StoreError, Timestamp};
 use tokio_postgres::types::ToSql;
@@ -71,7 +72,7 @@ async fn record(
     decision: &Decision,
 ) -> Result<Approval, StoreError> {
     let r = &stored.request;
-    execute(
+    let changed = execute(
         tx,
         "UPDATE approvals SET verdict = $3, decided_by = $4, decided_at_ms = $5, reason = $6 \
          WHERE run_id = $1 AND intent_id = $2 AND verdict IS NULL",
@@ -85,6 +86,14 @@ async fn record(
         ],
     )
     .await?;
+    // Read undecided under the run's lock, so written here: anything else
+    // is a store that does not hold what it said.
+    if changed != 1 {
+        return Err(StoreError::Backend(format!(
+            "the approval {}/{} read undecided was not updated",
+            r.run_id, r.intent_id
+        )));
+    }
     Ok(Approval {
         request: stored.request.clone(),
         decision: Some(decision.clone()),
@@ -150,7 +159,8 @@ pub(crate) async fn decide(
     intent_id: &IntentId,
     decision: Decision,
 ) -> Result<DecideOutcome, StoreError> {
-    lock_run(tx, run_id).await?;
+    let (status, _) = lock_run(tx, run_id).await?;
+    decidable(run_id, status)?;
     let stored = approval(tx, run_id, intent_id)
         .await?
         .ok_or_else(|| StoreError::NotFound {
@@ -180,13 +190,18 @@ pub(crate) async fn list(
     let run_id = filter.run_id.as_ref().map(|id| id.as_str().to_owned());
     let tenant = filter.tenant.as_ref().map(|t| t.as_str().to_owned());
     let cap = i64::try_from(filter.limit.clamp(1, MAX_APPROVALS_PAGE)).unwrap_or(1);
-    let params: [&(dyn ToSql + Sync); 4] = [&run_id, &tenant, &filter.pending, &cap];
+    let step = filter.step.map(i64::from);
+    let waiting = RunStatus::AwaitingApproval.as_str();
+    let params: [&(dyn ToSql + Sync); 6] =
+        [&run_id, &tenant, &filter.pending, &cap, &step, &waiting];
     query_all(
         client,
         &format!(
             "SELECT {APPROVAL_COLUMNS} FROM approvals \
              WHERE ($1::TEXT IS NULL OR run_id = $1) AND ($2::TEXT IS NULL OR tenant = $2) \
-             AND (NOT $3 OR verdict IS NULL) \
+             AND ($5::BIGINT IS NULL OR step = $5) \
+             AND (NOT $3 OR (verdict IS NULL AND run_id IN \
+                 (SELECT run_id FROM runs WHERE status = $6))) \
              ORDER BY requested_at_ms, run_id, intent_id LIMIT $4"
         ),
         &params,

@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use rein_core::approval::{ApprovalRequest, ArgsDigest, Decision, EXPIRED_BY, Verdict};
-use rein_core::{IntentId, RunId, TenantId, Timestamp};
+use rein_core::{IntentId, Outcome, RunId, TenantId, Timestamp};
 use serde_json::json;
 
-use super::{BASE_MS, created, ms};
+use super::{BASE_MS, created, ms, report};
 use crate::StoreExt as _;
 use crate::{ApprovalFilter, RunStatus, StatusChange, StepCommit, Store, StoreError};
 
@@ -293,6 +293,49 @@ pub async fn approval_refusals_write_nothing(store: &dyn Store) {
         .unwrap();
     assert_eq!(pending.len(), 1, "still pending after refusals");
     assert_eq!(status(store, &run_id).await, RunStatus::AwaitingApproval);
+
+    // One turn's, by its step.
+    let turn = |step| ApprovalFilter {
+        step: Some(step),
+        ..of_run(&run_id)
+    };
+    assert_eq!(store.approvals(&turn(3)).await.unwrap().len(), 1);
+    assert!(store.approvals(&turn(4)).await.unwrap().is_empty());
+
+    // A run cancelled while it waited: nothing of it is pending any more,
+    // and no decision is taken.
+    store
+        .set_run_status(
+            &run_id,
+            RunStatus::Finished(Outcome::Cancelled),
+            Some(report(Outcome::Cancelled)),
+            BASE_MS + ms(9),
+        )
+        .await
+        .unwrap();
+    let pending = store
+        .approvals(&ApprovalFilter {
+            pending: true,
+            ..of_run(&run_id)
+        })
+        .await
+        .unwrap();
+    assert!(
+        pending.is_empty(),
+        "a cancelled run waits for nothing: {pending:?}"
+    );
+    let err = store
+        .decide_approval(
+            &run_id,
+            &a.intent_id,
+            decision(Verdict::Approved, "alice", BASE_MS + ms(10)),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::FinishedRun { .. }),
+        "a decision on an ended run must be FinishedRun, got {err:?}"
+    );
 
     let other = created(store, "approval-other").await;
     let foreign = request(&run_id, "intent-f", 1500, day);
