@@ -65,6 +65,7 @@ pub mod retry;
 pub mod submission;
 pub mod timestamp;
 pub mod tool;
+pub mod webhook;
 
 pub use clock::{Clock, Instant, ManualClock};
 pub use config::{ConfigError, MAX_DURATION, Ratio, Weight};
