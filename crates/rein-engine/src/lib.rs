@@ -86,6 +86,7 @@ pub mod telemetry;
 #[cfg(feature = "test-util")]
 pub mod testing;
 pub mod tool;
+pub mod webhook;
 
 // The adapters under their former paths, for embedders that import them.
 #[cfg(unix)]

@@ -73,6 +73,27 @@ pub struct WebhookSpec {
 }
 
 impl WebhookSpec {
+    /// A webhook of `topics` to `url`, signed with the secret in
+    /// `secret_env`, with the default `max_age` and `timeout` and every
+    /// outcome: what an embedder (or a test) builds without a config file.
+    /// The fields are public to change after.
+    pub fn new(
+        name: impl Into<String>,
+        url: impl Into<String>,
+        topics: impl IntoIterator<Item = Topic>,
+        secret_env: impl Into<String>,
+    ) -> WebhookSpec {
+        WebhookSpec {
+            name: name.into(),
+            url: url.into(),
+            topics: topics.into_iter().collect(),
+            outcomes: None,
+            secret_env: secret_env.into(),
+            max_age: DEFAULT_MAX_AGE,
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
     /// Whether an event of `topic` (and `outcome`, for `run_finished`) is
     /// sent to this webhook.
     pub fn wants(&self, topic: Topic, outcome: Option<Outcome>) -> bool {
