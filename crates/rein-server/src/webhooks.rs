@@ -137,7 +137,7 @@ pub struct WebhookList {
 }
 
 /// What `GET /v1/webhooks/{name}/deliveries` answers.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct DeliveryList {
     /// The webhook.
     pub webhook: String,

@@ -32,7 +32,7 @@
 use rein_core::outcome::Outcome;
 use rein_core::webhook::Topic;
 use rein_core::{Event, RunId, Timestamp};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
 
@@ -112,7 +112,7 @@ pub fn outbox_event(event: &Event) -> Result<Option<WebhookEvent>, StoreError> {
 }
 
 /// Where a delivery stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DeliveryState {
     /// Not delivered yet; tried at `next_attempt_at_ms`.
@@ -166,7 +166,7 @@ pub fn decode_topic(table: &'static str, text: &str) -> Result<Topic, StoreError
 }
 
 /// One webhook's delivery of one event, as its log shows it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WebhookDelivery {
     /// The webhook's name.
     pub webhook: String,
