@@ -193,6 +193,74 @@ async fn a_redirect_is_a_failure_and_is_not_followed() {
     );
 }
 
+#[tokio::test]
+async fn outcomes_leave_out_the_run_finished_of_other_outcomes() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::with_wall_origin(std::time::SystemTime::now());
+    // The run finished `failed`.
+    let store = store_with_a_finished_run(&dir, &clock).await;
+    let mut webhooks = hooks("http://127.0.0.1:9/x".to_owned(), Duration::from_secs(60));
+    let mut only_failures = webhooks["ops"].clone();
+    only_failures.name = "failures".to_owned();
+    only_failures.outcomes = Some(vec![rein_core::Outcome::Failed]);
+    webhooks.get_mut("ops").unwrap().outcomes = Some(vec![rein_core::Outcome::Succeeded]);
+    webhooks.insert("failures".to_owned(), only_failures);
+    let dispatcher = Dispatcher::new(store.clone(), &webhooks, secret, Arc::new(clock)).unwrap();
+    assert_eq!(dispatcher.route(100).await.unwrap(), 1);
+    assert!(
+        store
+            .webhook_deliveries("ops", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store
+            .webhook_deliveries("failures", 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_receiver_that_does_not_answer_is_cut_at_the_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::with_wall_origin(std::time::SystemTime::now());
+    let store = store_with_a_finished_run(&dir, &clock).await;
+    // Accepts connections and never answers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let mut webhooks = hooks(url, Duration::from_secs(3600));
+    webhooks.get_mut("ops").unwrap().timeout = Duration::from_millis(200);
+    let dispatcher = Dispatcher::new(store, &webhooks, secret, Arc::new(clock)).unwrap();
+    dispatcher.route(100).await.unwrap();
+    let due = dispatcher
+        .claim(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .next()
+        .unwrap();
+    let attempt = dispatcher.deliver(due).await.unwrap();
+    assert_eq!(
+        (attempt.state, attempt.attempts),
+        (DeliveryState::Pending, 1)
+    );
+    assert_eq!(attempt.last_status, None);
+    assert_eq!(
+        attempt.last_error.as_deref(),
+        Some("no answer within 200 ms")
+    );
+}
+
 #[test]
 fn a_webhook_whose_secret_is_not_set_is_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
