@@ -144,11 +144,8 @@ impl Dispatcher {
         })
     }
 
-    /// The same dispatcher drawing its jitter from `seed` (tests).
-    ///
-    /// # Panics
-    ///
-    /// Never: the RNG is replaced before the dispatcher is shared.
+    /// The same dispatcher drawing its jitter from `seed` (tests), so a
+    /// schedule reproduces.
     #[must_use]
     pub fn seeded(self, seed: u64) -> Dispatcher {
         if let Ok(mut rng) = self.inner.rng.lock() {

@@ -203,7 +203,7 @@ impl<'a> Checker<'a> {
         });
         let mut webhooks = BTreeMap::new();
         for (name, entry) in &merged.webhooks {
-            match super::webhooks::check_webhook(entry.file, name, entry.config) {
+            match super::webhooks::check_webhook(name, entry.config) {
                 Ok(spec) => {
                     webhooks.insert((*name).to_owned(), spec);
                 }

@@ -17,7 +17,6 @@
 //! webhook, a reordered file is not.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -105,10 +104,9 @@ impl WebhookSpec {
     }
 }
 
-/// Checks `[webhooks.NAME]` of `file`: the spec, or every problem as
-/// `(field, message)`.
+/// Checks `[webhooks.NAME]`: the spec, or every problem as `(field,
+/// message)` (the caller places them in their file).
 pub(super) fn check_webhook(
-    _file: &Path,
     name: &str,
     c: &WebhookConfig,
 ) -> Result<WebhookSpec, Vec<(String, String)>> {
@@ -278,7 +276,7 @@ mod tests {
     fn checked(toml_text: &str) -> Result<WebhookSpec, Vec<(String, String)>> {
         let c: WebhookConfig =
             toml::from_str(toml_text).map_err(|e| vec![(String::new(), e.to_string())])?;
-        check_webhook(Path::new("rein.toml"), "ops", &c)
+        check_webhook("ops", &c)
     }
 
     fn fields(result: Result<WebhookSpec, Vec<(String, String)>>) -> Vec<String> {
