@@ -47,6 +47,11 @@ use crate::clock::Timer;
 /// answer before another dispatcher may take the delivery again.
 pub const CLAIM_MARGIN: Duration = Duration::from_secs(30);
 
+/// How long a delivery log outlives the longest `max_age`: what was
+/// delivered or given up stays listed for a week, then
+/// [`Dispatcher::prune`] deletes it with its event.
+pub const KEPT_PAST_MAX_AGE: Duration = Duration::from_secs(7 * 86_400);
+
 /// The header naming the event's topic (also `type` in the body).
 pub const EVENT_TYPE_HEADER: &str = "Rein-Event-Type";
 
@@ -190,6 +195,25 @@ impl Dispatcher {
                 .await?;
         }
         Ok(events.len())
+    }
+
+    /// Deletes up to `limit` events, older than the longest `max_age` and
+    /// [`KEPT_PAST_MAX_AGE`], whose deliveries are all over (delivered or
+    /// given up); returns how many. Pending deliveries are never pruned.
+    ///
+    /// # Errors
+    ///
+    /// The store's.
+    pub async fn prune(&self, limit: usize) -> Result<u64, StoreError> {
+        let longest = self
+            .inner
+            .hooks
+            .values()
+            .map(|hook| hook.spec.max_age)
+            .max()
+            .unwrap_or_default();
+        let before = self.now().saturating_sub(longest + KEPT_PAST_MAX_AGE);
+        self.inner.store.prune_webhook_outbox(before, limit).await
     }
 
     /// Claims up to `limit` due deliveries, each until the longest

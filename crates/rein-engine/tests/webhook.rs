@@ -127,6 +127,18 @@ async fn a_delivery_that_keeps_failing_is_given_up_at_its_max_age() {
         dispatcher.claim(10).await.unwrap().is_empty(),
         "never tried again"
     );
+
+    // Its log stays a week past the max age, then goes with its event.
+    assert_eq!(dispatcher.prune(100).await.unwrap(), 0);
+    clock.advance(rein_engine::webhook::KEPT_PAST_MAX_AGE);
+    assert_eq!(dispatcher.prune(100).await.unwrap(), 1);
+    assert!(
+        store
+            .webhook_deliveries("ops", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[tokio::test]

@@ -46,6 +46,9 @@ pub const DISPATCH_EVERY: Duration = Duration::from_secs(1);
 /// Deliveries in flight at once, across webhooks.
 pub const MAX_IN_FLIGHT: usize = 64;
 
+/// Passes between two prunes of the outbox (about a minute).
+pub const PRUNE_EVERY_PASSES: u32 = 60;
+
 /// Deliveries per listing when `limit` is not given.
 pub const DEFAULT_LIMIT: usize = 100;
 
@@ -53,11 +56,18 @@ pub const DEFAULT_LIMIT: usize = 100;
 /// [`DISPATCH_EVERY`] while this process holds [`WEBHOOK_DISPATCH`].
 pub async fn dispatch_forever(state: Arc<AppState>, dispatcher: Dispatcher) {
     let mut in_flight: JoinSet<()> = JoinSet::new();
+    let mut passes: u32 = 0;
     loop {
         state.engine.clock().sleep(DISPATCH_EVERY).await;
         while in_flight.try_join_next().is_some() {}
         if !crate::singleton::holds(&state, WEBHOOK_DISPATCH, DISPATCH_EVERY).await {
             continue;
+        }
+        passes = passes.wrapping_add(1);
+        if passes % PRUNE_EVERY_PASSES == 0
+            && let Err(e) = dispatcher.prune(MAX_WEBHOOK_PAGE).await
+        {
+            tracing::warn!("webhooks: cannot prune the outbox: {e}");
         }
         if let Err(e) = dispatcher.route(MAX_WEBHOOK_PAGE).await {
             tracing::warn!("webhooks: cannot route new events: {e}");

@@ -697,6 +697,14 @@ impl rein_store::WebhookStore for PostgresStore {
         write!(self, webhooks::record_attempt, attempt)
     }
 
+    async fn prune_webhook_outbox(
+        &self,
+        before_ms: rein_store::Timestamp,
+        limit: usize,
+    ) -> Result<u64, StoreError> {
+        write!(self, webhooks::prune, before_ms, limit)
+    }
+
     async fn webhook_deliveries(
         &self,
         webhook: &str,

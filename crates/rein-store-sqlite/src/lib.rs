@@ -842,6 +842,16 @@ impl rein_store::WebhookStore for SqliteStore {
             .await
     }
 
+    async fn prune_webhook_outbox(
+        &self,
+        before_ms: Timestamp,
+        limit: usize,
+    ) -> Result<u64, StoreError> {
+        self.worker
+            .write(move |conn| webhook_ops::prune(conn, before_ms, limit))
+            .await
+    }
+
     async fn webhook_deliveries(
         &self,
         webhook: &str,

@@ -201,6 +201,36 @@ pub fn record_attempt(
     delivery(conn, &attempt.webhook, &attempt.event_id)?.ok_or_else(not_found)
 }
 
+/// See [`WebhookStore::prune_webhook_outbox`](rein_store::WebhookStore::prune_webhook_outbox).
+pub fn prune(conn: &Connection, before_ms: Timestamp, limit: usize) -> Result<u64, StoreError> {
+    let before = int(before_ms, "webhook prune before")?;
+    let old: Vec<String> = {
+        let mut statement = conn
+            .prepare_cached(
+                "SELECT event_id FROM webhook_events e WHERE routed = 1 AND created_at_ms < ?1 \
+                 AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d \
+                 WHERE d.event_id = e.event_id AND d.state = 'pending') \
+                 ORDER BY created_at_ms, event_id LIMIT ?2",
+            )
+            .sql()?;
+        let rows = statement
+            .query_map(params![before, page(limit)], |row| row.get(0))
+            .sql()?;
+        rows.collect::<Result<_, _>>().sql()?
+    };
+    let mut deliveries = conn
+        .prepare_cached("DELETE FROM webhook_deliveries WHERE event_id = ?1")
+        .sql()?;
+    let mut events = conn
+        .prepare_cached("DELETE FROM webhook_events WHERE event_id = ?1")
+        .sql()?;
+    for event_id in &old {
+        deliveries.execute(params![event_id]).sql()?;
+        events.execute(params![event_id]).sql()?;
+    }
+    Ok(u64::try_from(old.len()).unwrap_or(u64::MAX))
+}
+
 /// See [`WebhookStore::webhook_deliveries`](rein_store::WebhookStore::webhook_deliveries).
 pub fn deliveries(
     conn: &Connection,

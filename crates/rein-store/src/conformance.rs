@@ -90,6 +90,7 @@ pub use webhook::{
     two_handles_race_to_claim_webhook_deliveries,
     webhook_deliveries_are_claimed_attempted_and_logged,
     webhook_events_are_recorded_with_their_events_and_routed_once,
+    webhook_outbox_prunes_what_is_over_and_keeps_what_is_not,
 };
 pub use workload::{workload_run, workload_step};
 
@@ -205,6 +206,7 @@ macro_rules! conformance_checks {
             approval_refusals_write_nothing,
             webhook_events_are_recorded_with_their_events_and_routed_once,
             webhook_deliveries_are_claimed_attempted_and_logged,
+            webhook_outbox_prunes_what_is_over_and_keeps_what_is_not,
             run_trace_context_is_stored_and_its_first_span_set_once
             ];
             racing: [

@@ -616,6 +616,16 @@ impl<I: Intercept> crate::WebhookStore for Intercepted<I> {
             .await
     }
 
+    async fn prune_webhook_outbox(
+        &self,
+        before_ms: Timestamp,
+        limit: usize,
+    ) -> Result<u64, StoreError> {
+        self.hooks
+            .around(self.inner.prune_webhook_outbox(before_ms, limit))
+            .await
+    }
+
     async fn webhook_deliveries(
         &self,
         webhook: &str,

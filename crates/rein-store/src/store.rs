@@ -904,6 +904,17 @@ pub trait WebhookStore: Send + Sync {
         attempt: &WebhookAttempt,
     ) -> Result<WebhookDelivery, StoreError>;
 
+    /// Deletes, of the events created before `before_ms`, the deliveries
+    /// that are over (delivered or given up) and then the routed events
+    /// left without a delivery, up to `limit` events; returns how many
+    /// events it deleted. A pending delivery and an unrouted event are
+    /// kept, whatever their age: nothing is dropped before it was decided.
+    async fn prune_webhook_outbox(
+        &self,
+        before_ms: Timestamp,
+        limit: usize,
+    ) -> Result<u64, StoreError>;
+
     /// Up to `limit` (at most
     /// [`MAX_WEBHOOK_PAGE`](crate::webhook::MAX_WEBHOOK_PAGE)) deliveries of
     /// `webhook`, newest event first: its delivery log.

@@ -23,11 +23,13 @@
 //! | [`WebhookStore::claim_webhook_deliveries`] | the due pending deliveries, each claimed until a time so no second dispatcher sends it meanwhile |
 //! | [`WebhookStore::record_webhook_attempt`] | the attempt's answer, and the delivery delivered, rescheduled or given up |
 //! | [`WebhookStore::webhook_deliveries`] | a webhook's delivery log, newest first |
+//! | [`WebhookStore::prune_webhook_outbox`] | the old events whose deliveries are over, deleted with them |
 //!
 //! [`WebhookStore::route_webhook_event`]: crate::WebhookStore::route_webhook_event
 //! [`WebhookStore::claim_webhook_deliveries`]: crate::WebhookStore::claim_webhook_deliveries
 //! [`WebhookStore::record_webhook_attempt`]: crate::WebhookStore::record_webhook_attempt
 //! [`WebhookStore::webhook_deliveries`]: crate::WebhookStore::webhook_deliveries
+//! [`WebhookStore::prune_webhook_outbox`]: crate::WebhookStore::prune_webhook_outbox
 
 use rein_core::outcome::Outcome;
 use rein_core::webhook::Topic;

@@ -15,6 +15,7 @@ use rein_store::{
 };
 
 use super::{execute, query_all, query_opt};
+use crate::codec::PgResult;
 use crate::codec::{
     WEBHOOK_DELIVERY_COLUMNS, WEBHOOK_EVENT_COLUMNS, decode_due_delivery, decode_webhook_delivery,
     decode_webhook_event, int,
@@ -204,6 +205,37 @@ pub(crate) async fn record_attempt(
     delivery(tx, &attempt.webhook, &attempt.event_id, false)
         .await?
         .ok_or_else(not_found)
+}
+
+/// See `WebhookStore::prune_webhook_outbox`: the events are locked
+/// (`SKIP LOCKED`) so a delivery being recorded is never pruned under it.
+pub(crate) async fn prune(
+    tx: &Transaction<'_>,
+    before_ms: Timestamp,
+    limit: usize,
+) -> Result<u64, StoreError> {
+    let old: Vec<String> = query_all(
+        tx,
+        "SELECT event_id FROM webhook_events e WHERE routed AND created_at_ms < $1 \
+         AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d \
+         WHERE d.event_id = e.event_id AND d.state = 'pending') \
+         ORDER BY created_at_ms, event_id LIMIT $2 FOR UPDATE SKIP LOCKED",
+        &[&int(before_ms, "webhook prune before")?, &page(limit)],
+        |row| row.try_get::<_, String>(0).pg(),
+    )
+    .await?;
+    execute(
+        tx,
+        "DELETE FROM webhook_deliveries WHERE event_id = ANY($1)",
+        &[&old],
+    )
+    .await?;
+    execute(
+        tx,
+        "DELETE FROM webhook_events WHERE event_id = ANY($1)",
+        &[&old],
+    )
+    .await
 }
 
 /// See `WebhookStore::webhook_deliveries`.

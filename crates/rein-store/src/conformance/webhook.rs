@@ -228,6 +228,83 @@ pub async fn webhook_deliveries_are_claimed_attempted_and_logged(store: &dyn Sto
     ));
 }
 
+/// Pruning deletes the deliveries that are over and the events left
+/// without one, before the given time only, and never a pending delivery
+/// or an unrouted event.
+pub async fn webhook_outbox_prunes_what_is_over_and_keeps_what_is_not(store: &dyn Store) {
+    let run_id = created(store, "webhook-prune").await;
+    store
+        .append_events(
+            &run_id,
+            vec![
+                event(&run_id, EventKind::RunFinished, 1),
+                event(&run_id, EventKind::RunFinished, 2),
+                event(&run_id, EventKind::RunFinished, 3),
+            ],
+        )
+        .await
+        .unwrap();
+    let recorded = unrouted_of(store, &run_id).await;
+    assert_eq!(recorded.len(), 3);
+    let (done, pending, unrouted) = (&recorded[0], &recorded[1], &recorded[2]);
+    let hook = unique("prune-hook");
+    for e in [done, pending] {
+        store
+            .route_webhook_event(&e.event_id, std::slice::from_ref(&hook), BASE_MS)
+            .await
+            .unwrap();
+    }
+    store
+        .claim_webhook_deliveries(BASE_MS, BASE_MS + ms(10), MAX_WEBHOOK_PAGE)
+        .await
+        .unwrap();
+    store
+        .record_webhook_attempt(&attempt(
+            &hook,
+            &done.event_id,
+            BASE_MS,
+            AttemptNext::Delivered,
+        ))
+        .await
+        .unwrap();
+
+    // Nothing is older than the events: nothing goes.
+    store
+        .prune_webhook_outbox(BASE_MS, MAX_WEBHOOK_PAGE)
+        .await
+        .unwrap();
+    assert_eq!(store.webhook_deliveries(&hook, 10).await.unwrap().len(), 2);
+
+    let later = BASE_MS + ms(1_000_000);
+    let pruned = store
+        .prune_webhook_outbox(later, MAX_WEBHOOK_PAGE)
+        .await
+        .unwrap();
+    assert!(pruned >= 1, "the delivered event is pruned");
+    let left = store.webhook_deliveries(&hook, 10).await.unwrap();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(
+        left[0].event_id, pending.event_id,
+        "a pending delivery stays"
+    );
+    let still: Vec<String> = unrouted_of(store, &run_id)
+        .await
+        .into_iter()
+        .map(|e| e.event_id)
+        .collect();
+    assert_eq!(
+        still,
+        vec![unrouted.event_id.clone()],
+        "an unrouted event stays"
+    );
+    assert!(matches!(
+        store
+            .route_webhook_event(&done.event_id, &[], BASE_MS)
+            .await,
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
 /// Two processes claiming due deliveries at once never both get the same
 /// one: each is sent by one dispatcher per claim.
 pub async fn two_handles_race_to_claim_webhook_deliveries(store: &dyn Store, other: &dyn Store) {
