@@ -26,6 +26,7 @@ mod signal;
 mod stats;
 mod store;
 mod timeline;
+mod webhooks;
 
 use std::process::ExitCode;
 
@@ -102,6 +103,9 @@ enum Command {
     /// Reject a call a run waits for: it is never sent, and the model is
     /// told "a human declined it" with --reason.
     Reject(approvals::DecideArgs),
+    /// List the configured webhooks (`[webhooks.NAME]`) and each one's
+    /// delivery log, from the store file or a `rein serve`.
+    Webhooks(webhooks::WebhooksArgs),
     /// Sweep the ledger: decide records in doubt from the tools' own state,
     /// hand off what cannot be decided, reclaim leases of crashed processes.
     Reconcile(reconcile::ReconcileArgs),
@@ -172,6 +176,7 @@ fn main() -> ExitCode {
         Command::Approvals(args) => approvals::run(args),
         Command::Approve(args) => approvals::decide(args, rein_core::approval::Verdict::Approved),
         Command::Reject(args) => approvals::decide(args, rein_core::approval::Verdict::Rejected),
+        Command::Webhooks(args) => webhooks::run(args),
         Command::Reconcile(args) => reconcile::run(args),
         Command::Chaos(args) => chaos::run(args),
         Command::Serve(args) => serve::run(args),

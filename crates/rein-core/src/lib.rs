@@ -14,6 +14,7 @@
 //! | [`config`] | validated settings: `ConfigError`, `Ratio`, `Weight` |
 //! | [`ids`] | `TenantId`, `RunId`, `IntentId`, `AttemptId` |
 //! | [`tool`] | `ToolClass`, `LatencyProfile` |
+//! | [`webhook`] | webhook topics, the `Rein-Signature` HMAC, the delivery retry schedule |
 //! | [`deadline`] | one deadline and one triple budget per run, inherited by children |
 //! | [`failure`] | the error contract: `Failure`, `Category`, `Effect`, classification |
 //! | [`retry`] | the retry decision, full jitter, the retry budget |
@@ -65,6 +66,7 @@ pub mod retry;
 pub mod submission;
 pub mod timestamp;
 pub mod tool;
+pub mod webhook;
 
 pub use clock::{Clock, Instant, ManualClock};
 pub use config::{ConfigError, MAX_DURATION, Ratio, Weight};

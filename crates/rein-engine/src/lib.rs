@@ -62,6 +62,7 @@
 //! | [`config`], [`bind`] | the TOML config, validated, and bound into agents |
 //! | `reconcile` (unix) | settles ledger records left in doubt from the tools' own state |
 //! | [`metrics`], [`telemetry`], [`log`] | what every decision leaves behind |
+//! | [`webhook`] | the dispatcher that sends the webhook outbox, signed, at least once |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -86,6 +87,7 @@ pub mod telemetry;
 #[cfg(feature = "test-util")]
 pub mod testing;
 pub mod tool;
+pub mod webhook;
 
 // The adapters under their former paths, for embedders that import them.
 #[cfg(unix)]

@@ -14,6 +14,7 @@
 //! | [`runs`] | submit (sync or queued), status, ledger, handoff, resume |
 //! | [`listing`] | the caller's runs, filtered, newest first, a cursor page at a time |
 //! | [`approvals`] | calls waiting for a human: listing, decisions, expiry |
+//! | [`webhooks`] | the configured webhooks, their delivery logs, and the dispatcher loop |
 //! | [`gateway`] | the OpenAI-compatible `POST /v1/chat/completions` and Anthropic-compatible `POST /v1/messages` over model bindings |
 //! | [`idempotency`] | seed 004's `Idempotency-Key` table, in the store |
 //! | [`submission`] | resolving a key whose holding process died |
@@ -73,6 +74,7 @@ pub mod state;
 pub mod stats;
 pub mod submission;
 mod trace_context;
+pub mod webhooks;
 pub mod worker;
 
 use std::sync::Arc;
@@ -99,11 +101,11 @@ use crate::problem::Problem;
     info(title = "rein", description = "Runs LLM agents safely against the real world."),
     paths(
         runs::create_run, listing::list_runs, runs::get_run, runs::get_ledger, runs::get_handoff, runs::resume_run,
-        events::get_events, cancel::cancel_run, approvals::list_approvals, approvals::decide, breakers::list_breakers, stats::get_stats, gateway::openai::chat_completions, gateway::anthropic::messages, healthz, readyz, metrics,
+        events::get_events, cancel::cancel_run, approvals::list_approvals, approvals::decide, breakers::list_breakers, webhooks::list_webhooks, webhooks::list_deliveries, stats::get_stats, gateway::openai::chat_completions, gateway::anthropic::messages, healthz, readyz, metrics,
     ),
-    components(schemas(approvals::ApprovalList, approvals::DecisionBody, approvals::HumanVerdict, stats::Stats, stats::Tally, stats::Fired, stats::GuardrailTally, breakers::BreakerList, breakers::ArmState, breakers::SharedOpening, listing::RunList, listing::RunSummary, runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, runs::NoBody, problem::Problem, gateway::openai::ChatRequest, gateway::anthropic::MessagesRequest, gateway::anthropic::AnthropicError)),
+    components(schemas(webhooks::WebhookList, webhooks::WebhookView, webhooks::DeliveryList, approvals::ApprovalList, approvals::DecisionBody, approvals::HumanVerdict, stats::Stats, stats::Tally, stats::Fired, stats::GuardrailTally, breakers::BreakerList, breakers::ArmState, breakers::SharedOpening, listing::RunList, listing::RunSummary, runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, runs::NoBody, problem::Problem, gateway::openai::ChatRequest, gateway::anthropic::MessagesRequest, gateway::anthropic::AnthropicError)),
     modifiers(&Bearer, &Refusals, &ProblemJson, &AnthropicErrors),
-    tags((name = "runs", description = "Agent runs"), (name = "approvals", description = "Calls waiting for a human's decision"), (name = "gateway", description = "OpenAI- and Anthropic-compatible model calls through rein's breakers, fallbacks and limits"), (name = "health", description = "Liveness and readiness"))
+    tags((name = "runs", description = "Agent runs"), (name = "approvals", description = "Calls waiting for a human's decision"), (name = "webhooks", description = "Signed POSTs of approvals, handoffs, finished runs and opened breakers, and their delivery logs"), (name = "gateway", description = "OpenAI- and Anthropic-compatible model calls through rein's breakers, fallbacks and limits"), (name = "health", description = "Liveness and readiness"))
 )]
 pub struct ApiDoc;
 
@@ -449,6 +451,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/runs/{id}/resume", post_json(runs::resume_run))
         .route("/v1/runs/{id}/cancel", post_json(cancel::cancel_run))
         .route("/v1/approvals", get(approvals::list_approvals))
+        .route("/v1/webhooks", get(webhooks::list_webhooks))
+        .route(
+            "/v1/webhooks/{name}/deliveries",
+            get(webhooks::list_deliveries),
+        )
         .route(
             "/v1/runs/{id}/approvals/{intent_id}",
             post_json(approvals::decide),
@@ -512,6 +519,22 @@ pub async fn serve(
     background.push(tokio::spawn(recovery::orphans_forever(state.clone())));
     background.push(tokio::spawn(recovery::ledger_forever(state.clone())));
     background.push(tokio::spawn(approvals::sweep_forever(state.clone())));
+    if !state.registry.webhooks().is_empty() {
+        // The loader refused a webhook whose secret is not set; a
+        // dispatcher that still cannot be built sends nothing, loudly.
+        match rein_engine::webhook::Dispatcher::new(
+            state.store.clone(),
+            state.registry.webhooks(),
+            |var| std::env::var(var).ok(),
+            state.engine.clock().clone(),
+        ) {
+            Ok(dispatcher) => background.push(tokio::spawn(webhooks::dispatch_forever(
+                state.clone(),
+                dispatcher,
+            ))),
+            Err(e) => tracing::error!("webhooks: not dispatching: {e}"),
+        }
+    }
     // Cancels taken by other nodes, at once where the store notifies
     // (PostgreSQL); every run's claim renewal also reads them.
     if let Some(notified) = state.store.notifications() {

@@ -20,6 +20,7 @@ use crate::codec::PgResult;
 use crate::migrate::{self, SchemaState};
 use crate::ops::{
     approvals, cancel, commit, idempotency, latency, leases, retry, runs, share, shared, stats,
+    webhooks,
 };
 use crate::settle::{self, TxIdentity};
 use crate::tls::Connector;
@@ -659,5 +660,56 @@ impl HealthStore for PostgresStore {
 
     async fn release_share_lease(&self, group: &str, node: &str) -> Result<bool, StoreError> {
         write!(self, share::release_share_lease, group, node)
+    }
+}
+
+#[async_trait]
+impl rein_store::WebhookStore for PostgresStore {
+    async fn unrouted_webhook_events(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<rein_store::WebhookEvent>, StoreError> {
+        read!(self, webhooks::unrouted, limit)
+    }
+
+    async fn route_webhook_event(
+        &self,
+        event_id: &str,
+        webhooks: &[String],
+        now_ms: rein_store::Timestamp,
+    ) -> Result<(), StoreError> {
+        write!(self, webhooks::route, event_id, webhooks, now_ms)
+    }
+
+    async fn claim_webhook_deliveries(
+        &self,
+        now_ms: rein_store::Timestamp,
+        claim_until_ms: rein_store::Timestamp,
+        limit: usize,
+    ) -> Result<Vec<rein_store::DueDelivery>, StoreError> {
+        write!(self, webhooks::claim, now_ms, claim_until_ms, limit)
+    }
+
+    async fn record_webhook_attempt(
+        &self,
+        attempt: &rein_store::WebhookAttempt,
+    ) -> Result<rein_store::WebhookDelivery, StoreError> {
+        write!(self, webhooks::record_attempt, attempt)
+    }
+
+    async fn prune_webhook_outbox(
+        &self,
+        before_ms: rein_store::Timestamp,
+        limit: usize,
+    ) -> Result<u64, StoreError> {
+        write!(self, webhooks::prune, before_ms, limit)
+    }
+
+    async fn webhook_deliveries(
+        &self,
+        webhook: &str,
+        limit: usize,
+    ) -> Result<Vec<rein_store::WebhookDelivery>, StoreError> {
+        read!(self, webhooks::deliveries, webhook, limit)
     }
 }

@@ -80,6 +80,7 @@ mod retry_ops;
 mod schema;
 mod share_ops;
 mod stats_ops;
+mod webhook_ops;
 mod worker;
 
 pub use config::{DEFAULT_BUSY_TIMEOUT, DEFAULT_SYNCHRONOUS_FULL, MAX_BUSY_TIMEOUT, SqliteOptions};
@@ -791,6 +792,74 @@ impl HealthStore for SqliteStore {
         let (group, node) = (group.to_owned(), node.to_owned());
         self.worker
             .write(move |conn| share_ops::release_share_lease(conn, &group, &node))
+            .await
+    }
+}
+
+#[async_trait]
+impl rein_store::WebhookStore for SqliteStore {
+    async fn unrouted_webhook_events(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<rein_store::WebhookEvent>, StoreError> {
+        self.worker
+            .read(move |conn| webhook_ops::unrouted(conn, limit))
+            .await
+    }
+
+    async fn route_webhook_event(
+        &self,
+        event_id: &str,
+        webhooks: &[String],
+        now_ms: Timestamp,
+    ) -> Result<(), StoreError> {
+        let (event_id, webhooks) = (event_id.to_owned(), webhooks.to_vec());
+        self.worker
+            .write(move |conn| webhook_ops::route(conn, &event_id, &webhooks, now_ms))
+            .await
+    }
+
+    async fn claim_webhook_deliveries(
+        &self,
+        now_ms: Timestamp,
+        claim_until_ms: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<rein_store::DueDelivery>, StoreError> {
+        // A write: the select and the claims run inside the worker's
+        // `BEGIN IMMEDIATE`, so two processes never claim the same one.
+        self.worker
+            .write(move |conn| webhook_ops::claim(conn, now_ms, claim_until_ms, limit))
+            .await
+    }
+
+    async fn record_webhook_attempt(
+        &self,
+        attempt: &rein_store::WebhookAttempt,
+    ) -> Result<rein_store::WebhookDelivery, StoreError> {
+        let attempt = attempt.clone();
+        self.worker
+            .write(move |conn| webhook_ops::record_attempt(conn, &attempt))
+            .await
+    }
+
+    async fn prune_webhook_outbox(
+        &self,
+        before_ms: Timestamp,
+        limit: usize,
+    ) -> Result<u64, StoreError> {
+        self.worker
+            .write(move |conn| webhook_ops::prune(conn, before_ms, limit))
+            .await
+    }
+
+    async fn webhook_deliveries(
+        &self,
+        webhook: &str,
+        limit: usize,
+    ) -> Result<Vec<rein_store::WebhookDelivery>, StoreError> {
+        let webhook = webhook.to_owned();
+        self.worker
+            .read(move |conn| webhook_ops::deliveries(conn, &webhook, limit))
             .await
     }
 }

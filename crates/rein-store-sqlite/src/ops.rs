@@ -821,6 +821,9 @@ fn append_events(
                 event.data.guardrail().map(Guardrail::as_str),
             ])
             .sql()?;
+        // The outbox row goes with its event, in this transaction: see
+        // `rein_store::webhook`.
+        super::webhook_ops::record(conn, event)?;
     }
     Ok(events)
 }

@@ -21,7 +21,7 @@ use super::codec::SqlResult;
 use rein_store::StoreError;
 
 /// The schema version this binary writes: the number of migrations.
-pub const SCHEMA_VERSION: u32 = 18;
+pub const SCHEMA_VERSION: u32 = 19;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
 ///
@@ -359,6 +359,36 @@ CREATE TABLE approvals (
 ) STRICT;
 CREATE INDEX approvals_undecided ON approvals (expires_at_ms) WHERE verdict IS NULL;
 CREATE INDEX approvals_by_request ON approvals (requested_at_ms, run_id, intent_id);
+"#,
+    // 19: the webhook outbox. An event with a webhook topic is recorded in
+    // `webhook_events` by the commit that appends it (`routed` = 0 until
+    // the dispatcher has made its deliveries); each webhook's delivery of
+    // it is a row of `webhook_deliveries`, its log. No reference to `runs`:
+    // a delivery log outlives nothing it needs from the run.
+    r#"
+CREATE TABLE webhook_events (
+    event_id      TEXT PRIMARY KEY NOT NULL,
+    run_id        TEXT NOT NULL,
+    topic         TEXT NOT NULL,
+    outcome       TEXT,
+    body          TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    routed        INTEGER NOT NULL DEFAULT 0 CHECK (routed IN (0, 1))
+) STRICT;
+CREATE INDEX webhook_events_unrouted ON webhook_events (created_at_ms, event_id) WHERE routed = 0;
+CREATE TABLE webhook_deliveries (
+    webhook            TEXT NOT NULL,
+    event_id           TEXT NOT NULL REFERENCES webhook_events (event_id),
+    state              TEXT NOT NULL CHECK (state IN ('pending', 'delivered', 'given_up')),
+    attempts           INTEGER NOT NULL,
+    next_attempt_at_ms INTEGER NOT NULL,
+    claimed_until_ms   INTEGER NOT NULL,
+    last_attempt_at_ms INTEGER,
+    last_status        INTEGER,
+    last_error         TEXT,
+    PRIMARY KEY (webhook, event_id)
+) STRICT;
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at_ms) WHERE state = 'pending';
 "#,
 ];
 

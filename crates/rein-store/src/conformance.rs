@@ -53,6 +53,7 @@ mod retry;
 mod share;
 mod stats;
 mod trace;
+mod webhook;
 mod workload;
 
 pub use approval::{
@@ -85,6 +86,12 @@ pub use share::{
 };
 pub use stats::run_stats_count_a_tenants_window_by_agent_model_and_guardrail;
 pub use trace::run_trace_context_is_stored_and_its_first_span_set_once;
+pub use webhook::{
+    two_handles_race_to_claim_webhook_deliveries,
+    webhook_deliveries_are_claimed_attempted_and_logged,
+    webhook_events_are_recorded_with_their_events_and_routed_once,
+    webhook_outbox_prunes_what_is_over_and_keeps_what_is_not,
+};
 pub use workload::{workload_run, workload_step};
 
 /// A base time far from the present, so runs made here sort first.
@@ -197,6 +204,9 @@ macro_rules! conformance_checks {
             approvals_are_decided_once_and_the_last_continues_the_run,
             approvals_expire_once_their_window_closes,
             approval_refusals_write_nothing,
+            webhook_events_are_recorded_with_their_events_and_routed_once,
+            webhook_deliveries_are_claimed_attempted_and_logged,
+            webhook_outbox_prunes_what_is_over_and_keeps_what_is_not,
             run_trace_context_is_stored_and_its_first_span_set_once
             ];
             racing: [
@@ -205,7 +215,8 @@ macro_rules! conformance_checks {
             two_handles_race_for_an_idempotency_key,
             two_handles_race_for_a_singleton,
             two_handles_race_to_change_a_queued_run,
-            two_handles_renewing_share_leases_see_each_other
+            two_handles_renewing_share_leases_see_each_other,
+            two_handles_race_to_claim_webhook_deliveries
             ]
         );
     };

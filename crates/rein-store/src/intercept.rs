@@ -73,6 +73,7 @@ use crate::retry_outcome::RetryOutcomes;
 use crate::run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus};
 use crate::singleton::SingletonLease;
 use crate::store::{HealthStore, IdempotencyStore, LeaseStore, RunStore, SingletonStore, Store};
+use crate::webhook::{DueDelivery, WebhookAttempt, WebhookDelivery, WebhookEvent};
 use crate::{Notification, RunStats, StatsQuery, TenantBacklog};
 
 /// One store call in flight, as [`Intercept::around`] receives it.
@@ -569,6 +570,69 @@ impl<I: Intercept> HealthStore for Intercepted<I> {
     async fn release_share_lease(&self, group: &str, node: &str) -> Result<bool, StoreError> {
         self.hooks
             .around(self.inner.release_share_lease(group, node))
+            .await
+    }
+}
+
+#[async_trait]
+impl<I: Intercept> crate::WebhookStore for Intercepted<I> {
+    async fn unrouted_webhook_events(&self, limit: usize) -> Result<Vec<WebhookEvent>, StoreError> {
+        self.hooks
+            .around(self.inner.unrouted_webhook_events(limit))
+            .await
+    }
+
+    async fn route_webhook_event(
+        &self,
+        event_id: &str,
+        webhooks: &[String],
+        now_ms: Timestamp,
+    ) -> Result<(), StoreError> {
+        self.hooks
+            .around(self.inner.route_webhook_event(event_id, webhooks, now_ms))
+            .await
+    }
+
+    async fn claim_webhook_deliveries(
+        &self,
+        now_ms: Timestamp,
+        claim_until_ms: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<DueDelivery>, StoreError> {
+        self.hooks
+            .around(
+                self.inner
+                    .claim_webhook_deliveries(now_ms, claim_until_ms, limit),
+            )
+            .await
+    }
+
+    async fn record_webhook_attempt(
+        &self,
+        attempt: &WebhookAttempt,
+    ) -> Result<WebhookDelivery, StoreError> {
+        self.hooks
+            .around(self.inner.record_webhook_attempt(attempt))
+            .await
+    }
+
+    async fn prune_webhook_outbox(
+        &self,
+        before_ms: Timestamp,
+        limit: usize,
+    ) -> Result<u64, StoreError> {
+        self.hooks
+            .around(self.inner.prune_webhook_outbox(before_ms, limit))
+            .await
+    }
+
+    async fn webhook_deliveries(
+        &self,
+        webhook: &str,
+        limit: usize,
+    ) -> Result<Vec<WebhookDelivery>, StoreError> {
+        self.hooks
+            .around(self.inner.webhook_deliveries(webhook, limit))
             .await
     }
 }

@@ -14,7 +14,7 @@
 //!
 //! | module | concept |
 //! | --- | --- |
-//! | [`Store`] | the store API: [`RunStore`] (runs, events, intents, ledger, checkpoints, step commits, run statistics, cancel requests, notifications), [`LeaseStore`] (leases and their fenced claims), [`IdempotencyStore`], [`SingletonStore`], [`HealthStore`] (breaker openings, latency histograms, retry outcomes, governor share leases), all together |
+//! | [`Store`] | the store API: [`RunStore`] (runs, events, intents, ledger, checkpoints, step commits, run statistics, cancel requests, notifications), [`LeaseStore`] (leases and their fenced claims), [`IdempotencyStore`], [`SingletonStore`], [`HealthStore`] (breaker openings, latency histograms, retry outcomes, governor share leases), [`WebhookStore`] (the webhook outbox), all together |
 //! | [`StoreExt`] | conveniences composed of one atomic call each, for every [`Store`] |
 //! | [`StepCommit`], [`ClaimFence`] | one atomic write per step (group-committed), optionally fenced by a run claim |
 //! | [`RunStatus`], [`NewRun`], [`RunRecord`] | runs and their final outcome |
@@ -28,6 +28,7 @@
 //! | [`BreakerOpening`] | a node's open circuit breaker arm, shared with every process sharing the store |
 //! | [`LatencyRecord`], [`LatencyRows`], [`CorruptLatency`] | observed latency histograms, summed over every process sharing the store |
 //! | [`RetryOutcomes`] | retry outcomes per target and ordinal, summed over every process sharing the store and fading with time |
+//! | [`webhook`]: [`WebhookEvent`], [`WebhookDelivery`], [`WebhookAttempt`] | the webhook outbox, written with the events it comes from, and each webhook's deliveries |
 //! | [`StatsQuery`], [`RunStats`] | runs by agent, status and model, and guardrails fired, counted by the store over a window |
 //! | share leases ([`MAX_SHARE_LEASE_LEN`]) | which nodes divide a resource group's limits among them |
 //! | [`Intercepted`], [`Intercept`] | a store wrapping another (fault injection, metering, test doubles): the calls it changes, every other forwarded |
@@ -65,6 +66,7 @@ mod singleton;
 mod stats;
 mod store;
 mod trace;
+pub mod webhook;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -125,5 +127,10 @@ pub use run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus, Statu
 pub use share::MAX_SHARE_LEASE_LEN;
 pub use singleton::{MAX_SINGLETON_LEN, SingletonLease};
 pub use stats::{GuardrailCount, ModelCount, RunStats, StatsQuery, StatusCount};
-pub use store::{HealthStore, IdempotencyStore, LeaseStore, RunStore, SingletonStore, Store};
+pub use store::{
+    HealthStore, IdempotencyStore, LeaseStore, RunStore, SingletonStore, Store, WebhookStore,
+};
 pub use trace::SpanRef;
+pub use webhook::{
+    AttemptNext, DeliveryState, DueDelivery, WebhookAttempt, WebhookDelivery, WebhookEvent,
+};

@@ -9,8 +9,9 @@
 //! leases and their fenced claims), [`IdempotencyStore`] (HTTP
 //! `Idempotency-Key` records), [`SingletonStore`] (the election of a
 //! periodic service's owner) and [`HealthStore`] (breaker openings, latency
-//! histograms and the governor's share leases, shared by every process). A
-//! backend implements each;
+//! histograms and the governor's share leases, shared by every process) and
+//! [`WebhookStore`] (the webhook outbox and its deliveries). A backend
+//! implements each;
 //! [`Store`] is blanket-implemented for every type that implements them all,
 //! so callers keep writing `Arc<dyn Store>`. The conveniences composed of
 //! these methods are in [`StoreExt`](crate::StoreExt).
@@ -36,6 +37,7 @@ use crate::lease::{Lease, LeaseChange, LeaseFilter};
 use crate::retry_outcome::RetryOutcomes;
 use crate::run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus};
 use crate::singleton::SingletonLease;
+use crate::webhook::{DueDelivery, WebhookAttempt, WebhookDelivery, WebhookEvent};
 use rein_core::latency::LatencyHistogram;
 use rein_core::retry::RetryRecord;
 
@@ -74,10 +76,19 @@ use rein_core::retry::RetryRecord;
 /// [`LeaseStore::change_lease`], [`LeaseStore::leases`]) are in
 /// [`StoreExt`](crate::StoreExt), blanket-implemented, so a wrapper cannot
 /// override one to mean something else.
-pub trait Store: RunStore + LeaseStore + IdempotencyStore + SingletonStore + HealthStore {}
+pub trait Store:
+    RunStore + LeaseStore + IdempotencyStore + SingletonStore + HealthStore + WebhookStore
+{
+}
 
 impl<S> Store for S where
-    S: RunStore + LeaseStore + IdempotencyStore + SingletonStore + HealthStore + ?Sized
+    S: RunStore
+        + LeaseStore
+        + IdempotencyStore
+        + SingletonStore
+        + HealthStore
+        + WebhookStore
+        + ?Sized
 {
 }
 
@@ -831,4 +842,85 @@ pub trait HealthStore: Send + Sync {
     /// [`StoreError::Invalid`] for a malformed group or node (as for
     /// [`HealthStore::renew_share_lease`]).
     async fn release_share_lease(&self, group: &str, node: &str) -> Result<bool, StoreError>;
+}
+
+/// The webhook outbox (see the `webhook` module docs of this crate): the
+/// events recorded for webhooks with the events themselves, routed to the
+/// configured webhooks, claimed, attempted and logged.
+///
+/// Every method is one atomic write or one read, across every process
+/// sharing the store; the dispatcher runs under a singleton, and the
+/// claims keep a second one (a node that lost its singleton mid-send)
+/// from sending a delivery again before the first attempt's claim runs
+/// out. Delivery stays at least once: a receiver deduplicates by
+/// `Rein-Event-Id`.
+#[async_trait]
+pub trait WebhookStore: Send + Sync {
+    /// Up to `limit` events not routed yet, oldest first.
+    async fn unrouted_webhook_events(&self, limit: usize) -> Result<Vec<WebhookEvent>, StoreError>;
+
+    /// Records one pending delivery of `event_id` for each of `webhooks`
+    /// (due at `now_ms`; one already there is kept as it is) and marks the
+    /// event routed, in one atomic write. An empty list only marks it: no
+    /// webhook wants it.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] (`what = "webhook event"`) for an unknown
+    /// event; [`StoreError::Invalid`] for a malformed webhook name
+    /// (nothing is written then).
+    async fn route_webhook_event(
+        &self,
+        event_id: &str,
+        webhooks: &[String],
+        now_ms: Timestamp,
+    ) -> Result<(), StoreError>;
+
+    /// Up to `limit` pending deliveries due at `now_ms` (next attempt at or
+    /// before it) and not claimed past it, oldest due first, each claimed
+    /// until `claim_until_ms` in the same atomic write.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] when `claim_until_ms <= now_ms`.
+    async fn claim_webhook_deliveries(
+        &self,
+        now_ms: Timestamp,
+        claim_until_ms: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<DueDelivery>, StoreError>;
+
+    /// Records `attempt` on its pending delivery (attempts, last answer,
+    /// the state and next attempt it leads to) and releases its claim;
+    /// returns the delivery as it stands. A delivery no longer pending
+    /// (delivered or given up by an earlier attempt) is left as it is.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] (`what = "webhook delivery"`) when there is
+    /// no such delivery.
+    async fn record_webhook_attempt(
+        &self,
+        attempt: &WebhookAttempt,
+    ) -> Result<WebhookDelivery, StoreError>;
+
+    /// Deletes, of the events created before `before_ms`, the deliveries
+    /// that are over (delivered or given up) and then the routed events
+    /// left without a delivery, up to `limit` events; returns how many
+    /// events it deleted. A pending delivery and an unrouted event are
+    /// kept, whatever their age: nothing is dropped before it was decided.
+    async fn prune_webhook_outbox(
+        &self,
+        before_ms: Timestamp,
+        limit: usize,
+    ) -> Result<u64, StoreError>;
+
+    /// Up to `limit` (at most
+    /// [`MAX_WEBHOOK_PAGE`](crate::webhook::MAX_WEBHOOK_PAGE)) deliveries of
+    /// `webhook`, newest event first: its delivery log.
+    async fn webhook_deliveries(
+        &self,
+        webhook: &str,
+        limit: usize,
+    ) -> Result<Vec<WebhookDelivery>, StoreError>;
 }

@@ -390,6 +390,40 @@ impl Source {
         }
     }
 
+    /// The delivery log of the webhook `name`, newest event first: every
+    /// tenant's from a file, the API key's tenant's from a server.
+    pub async fn webhook_deliveries(
+        &self,
+        name: &str,
+        limit: usize,
+    ) -> Result<Vec<rein_store::WebhookDelivery>> {
+        match self {
+            Source::Store { store, .. } => Ok(store.webhook_deliveries(name, limit).await?),
+            Source::Server { client, base, key } => {
+                let path = format!("/v1/webhooks/{}/deliveries?limit={limit}", encode(name));
+                let value = Source::get(client, base, key.as_deref(), &path).await?;
+                let list: rein_server::webhooks::DeliveryList = serde_json::from_value(value)
+                    .with_context(|| format!("{base} answered a listing rein cannot read"))?;
+                Ok(list.deliveries)
+            }
+        }
+    }
+
+    /// The webhooks a server is configured with.
+    pub async fn webhooks(&self) -> Result<Vec<rein_server::webhooks::WebhookView>> {
+        match self {
+            Source::Store { .. } => {
+                bail!("a store file holds no webhooks: pass --config or --server")
+            }
+            Source::Server { client, base, key } => {
+                let value = Source::get(client, base, key.as_deref(), "/v1/webhooks").await?;
+                let list: rein_server::webhooks::WebhookList = serde_json::from_value(value)
+                    .with_context(|| format!("{base} answered a listing rein cannot read"))?;
+                Ok(list.webhooks)
+            }
+        }
+    }
+
     /// Records `decision` (its `by` only where no key names the decider:
     /// a file, or a keyless server) on the call `intent` of `run`.
     /// Returns the approval decided, and whether the run continues.

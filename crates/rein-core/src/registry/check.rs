@@ -116,6 +116,7 @@ struct Merged<'a> {
     server: Option<Entry<'a, ServerConfig>>,
     telemetry: Option<Entry<'a, TelemetryConfig>>,
     store: Option<Entry<'a, super::store::StoreConfig>>,
+    webhooks: BTreeMap<&'a str, Entry<'a, super::webhooks::WebhookConfig>>,
     /// `section.name` of entries that failed to parse (already reported).
     broken: BTreeSet<&'a str>,
 }
@@ -200,6 +201,19 @@ impl<'a> Checker<'a> {
                 })
                 .ok()
         });
+        let mut webhooks = BTreeMap::new();
+        for (name, entry) in &merged.webhooks {
+            match super::webhooks::check_webhook(name, entry.config) {
+                Ok(spec) => {
+                    webhooks.insert((*name).to_owned(), spec);
+                }
+                Err(problems) => {
+                    for (field, message) in problems {
+                        self.report(entry.file, field, message);
+                    }
+                }
+            }
+        }
         Registry {
             providers,
             models,
@@ -210,6 +224,7 @@ impl<'a> Checker<'a> {
             server,
             telemetry,
             store,
+            webhooks,
         }
     }
 
@@ -225,6 +240,7 @@ impl<'a> Checker<'a> {
             server: None,
             telemetry: None,
             store: None,
+            webhooks: BTreeMap::new(),
             broken: BTreeSet::new(),
         };
         let mut first: BTreeMap<String, &'a Path> = BTreeMap::new();
@@ -242,6 +258,7 @@ impl<'a> Checker<'a> {
             );
             defined.extend(c.tools.keys().map(|n| format!("tools.{n}")));
             defined.extend(c.agents.keys().map(|n| format!("agents.{n}")));
+            defined.extend(c.webhooks.keys().map(|n| format!("webhooks.{n}")));
             if c.breakers.is_some() {
                 defined.push("breakers".to_owned());
             }
@@ -297,6 +314,11 @@ impl<'a> Checker<'a> {
             for (name, config) in &c.agents {
                 if is_fresh("agents", name) {
                     merged.agents.insert(name, Entry { file, config });
+                }
+            }
+            for (name, config) in &c.webhooks {
+                if is_fresh("webhooks", name) {
+                    merged.webhooks.insert(name, Entry { file, config });
                 }
             }
             if let (Some(config), true) = (&c.breakers, fresh.contains("breakers")) {
@@ -2991,7 +3013,7 @@ fn is_tool_name(name: &str) -> bool {
 }
 
 /// A portable environment variable name.
-fn is_env_name(name: &str) -> bool {
+pub(super) fn is_env_name(name: &str) -> bool {
     let mut bytes = name.bytes();
     bytes
         .next()

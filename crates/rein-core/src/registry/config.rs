@@ -49,6 +49,8 @@ pub struct ConfigFile {
     pub telemetry: Option<super::telemetry::TelemetryConfig>,
     /// The run store (`[store]`); at most one file may hold it.
     pub store: Option<super::store::StoreConfig>,
+    /// Webhooks by name (`[webhooks.NAME]`).
+    pub webhooks: BTreeMap<String, super::webhooks::WebhookConfig>,
 }
 
 /// A parsed file and where it came from.

@@ -58,6 +58,7 @@
 //! | `[breakers]` or `[server]` in two files | `breakers` / `server` (in the later file) |
 //! | a `listen` that is not `IP:PORT`; a `body_limit` unparsable or outside 1 KiB..=64 MiB | `server.listen`, `server.body_limit` |
 //! | a server count or duration out of range; `orphan_threshold` below `heartbeat_interval` | `server.<table>.<field>` |
+//! | a webhook without `url`, `events` or `secret_env`; a URL that is not absolute `http`/`https` or holds credentials; an unknown or repeated event; `outcomes` without `run_finished` or naming an unknown outcome; `max_age` or `timeout` out of range | `webhooks.NAME.<field>` |
 //! | an API key without a valid tenant; a `sha256` that is not 64 hex digits, hashes the empty key, or repeats an earlier entry's | `server.api_keys[N].<field>` |
 //! | an `allowed_hosts` entry with a scheme, a path, a wildcard other than a leading `*.`, or that is no host | `server.allowed_hosts[N]` |
 //! | a `[server.cors]` without origins, or with `*`, `null`, an origin with a path, a method other than GET and POST, or a header that is no header name | `server.cors.<field>[N]` |
@@ -133,6 +134,7 @@ mod source_map;
 mod spec;
 mod store;
 mod telemetry;
+mod webhooks;
 
 pub use approval::{
     ApprovalConfig, ApprovalSettings, Comparison, DEFAULT_WINDOW as DEFAULT_APPROVAL_WINDOW,
@@ -199,6 +201,7 @@ pub use store::{
     StoreSpec, StoreUrl,
 };
 pub use telemetry::{DEFAULT_SERVICE_NAME, OTLP_TRACES_PATH, TelemetryConfig, TelemetrySpec};
+pub use webhooks::{MAX_WEBHOOK_AGE, MAX_WEBHOOK_TIMEOUT, WebhookConfig, WebhookSpec};
 
 #[cfg(test)]
 mod tests;

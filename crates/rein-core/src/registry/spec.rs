@@ -713,6 +713,7 @@ pub struct Registry {
     pub(super) server: ServerSpec,
     pub(super) telemetry: Option<super::telemetry::TelemetrySpec>,
     pub(super) store: Option<super::store::StoreSpec>,
+    pub(super) webhooks: BTreeMap<String, super::webhooks::WebhookSpec>,
 }
 
 impl Registry {
@@ -739,6 +740,11 @@ impl Registry {
     /// Agents by name.
     pub fn agents(&self) -> &BTreeMap<String, AgentSpec> {
         &self.agents
+    }
+
+    /// Webhooks by name (`[webhooks.NAME]`).
+    pub fn webhooks(&self) -> &BTreeMap<String, super::webhooks::WebhookSpec> {
+        &self.webhooks
     }
 
     /// Breaker settings (defaults when no file sets them).

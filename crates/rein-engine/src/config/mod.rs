@@ -168,6 +168,7 @@ impl<'e> Loader<'e> {
                 .any(|e| env::same_place(e, &p.file, &p.field))
         }));
         problems.extend(env_problems);
+        problems.extend(self.unset_webhook_secrets(&parsed.sources));
         match checked {
             Ok(registry) if problems.is_empty() => Ok(Loaded {
                 registry,
@@ -181,11 +182,42 @@ impl<'e> Loader<'e> {
         }
     }
 
+    /// A problem for each webhook whose `secret_env` names a variable that
+    /// is not set (or is empty): its deliveries could not be signed, and a
+    /// start that waited for the first event to say so would have sent
+    /// nothing meanwhile.
+    fn unset_webhook_secrets(&self, sources: &[registry::ConfigSource]) -> Vec<ConfigProblem> {
+        let mut problems = Vec::new();
+        for source in sources {
+            for (name, webhook) in &source.config.webhooks {
+                if let Some(var) = webhook.secret_env.as_deref()
+                    && (self.env)(var).is_none_or(|value| value.is_empty())
+                {
+                    problems.push(ConfigProblem::new(
+                        &source.path,
+                        format!("webhooks.{name}.secret_env"),
+                        format!("names {var}, which is not set: deliveries could not be signed"),
+                    ));
+                }
+            }
+        }
+        problems
+    }
+
     /// Notes the provider keys and API key digests of `source` as secrets.
     fn note_keys(&self, source: &registry::ConfigSource, found: &mut env::FoundSecrets) {
         for (name, provider) in &source.config.providers {
             if let Some(key) = provider.api_key_env.as_deref().and_then(|v| (self.env)(v)) {
                 found.note(&source.path, &format!("providers.{name}.api_key_env"), &key);
+            }
+        }
+        for (name, webhook) in &source.config.webhooks {
+            if let Some(secret) = webhook.secret_env.as_deref().and_then(|v| (self.env)(v)) {
+                found.note(
+                    &source.path,
+                    &format!("webhooks.{name}.secret_env"),
+                    &secret,
+                );
             }
         }
         if let Some(server) = &source.config.server {

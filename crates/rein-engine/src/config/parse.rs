@@ -18,7 +18,7 @@ use toml::Spanned;
 use super::SourceMaps;
 
 /// The sections a config file may hold.
-const SECTIONS: [&str; 9] = [
+const SECTIONS: [&str; 10] = [
     "providers",
     "models",
     "resource_groups",
@@ -28,6 +28,7 @@ const SECTIONS: [&str; 9] = [
     "server",
     "telemetry",
     "store",
+    "webhooks",
 ];
 
 /// What reading a config path produced.
@@ -123,7 +124,7 @@ pub(super) fn parse_file(file: &Path, text: &str, parsed: &mut Parsed) {
             parsed.problems.push(ConfigProblem::new(
                 file,
                 key.clone(),
-                "is not a section; expected providers, models, resource_groups, tools, agents, breakers, server, telemetry or store",
+                "is not a section; expected providers, models, resource_groups, tools, agents, breakers, server, telemetry, store or webhooks",
             ));
             // The entry reading below needs every top-level value a table.
             shaped &= value.is_table();
@@ -170,6 +171,7 @@ pub(super) fn parse_file(file: &Path, text: &str, parsed: &mut Parsed) {
             "resource_groups" => reader.section(&section, entries, &mut config.resource_groups),
             "tools" => reader.section(&section, entries, &mut config.tools),
             "agents" => reader.section(&section, entries, &mut config.agents),
+            "webhooks" => reader.section(&section, entries, &mut config.webhooks),
             // Spans of the entries below `[breakers]` or `[server]` all lie
             // inside it; the first one locates the section well enough.
             "breakers" => {

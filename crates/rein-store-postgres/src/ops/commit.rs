@@ -499,6 +499,9 @@ async fn append_events(
         )
         .await
         .pg()?;
+        // The outbox row goes with its event, in this transaction: see
+        // `rein_store::webhook`.
+        super::webhooks::record(tx, event).await?;
     }
     Ok(events)
 }

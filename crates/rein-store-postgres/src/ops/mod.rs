@@ -33,6 +33,7 @@ pub(crate) mod runs;
 pub(crate) mod share;
 pub(crate) mod shared;
 pub(crate) mod stats;
+pub(crate) mod webhooks;
 
 use deadpool_postgres::{GenericClient, Transaction};
 use rein_core::RunId;

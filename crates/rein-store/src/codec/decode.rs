@@ -12,6 +12,7 @@ use crate::intent::PlannedIntent;
 use crate::lease::{Lease, LeaseKind};
 use crate::run::{RunRecord, RunStatus};
 use crate::singleton::SingletonLease;
+use rein_core::Timestamp;
 
 /// The columns [`decode_run`] reads, in order.
 pub const RUN_COLUMNS: &str = "run_id, tenant, agent, input, parent_run_id, budget, status, \
@@ -317,5 +318,64 @@ pub fn decode_approval<R: Columns>(row: R) -> Result<rein_core::approval::Approv
             expires_at_ms: r.timestamp(9, "expires_at_ms")?,
         },
         decision,
+    })
+}
+
+/// The columns [`decode_webhook_event`] reads, in order (`webhook_events`).
+pub const WEBHOOK_EVENT_COLUMNS: &str = "event_id, run_id, topic, outcome, body, created_at_ms";
+
+/// A `webhook_events` row selected with [`WEBHOOK_EVENT_COLUMNS`].
+pub fn decode_webhook_event<R: Columns>(row: R) -> Result<crate::WebhookEvent, StoreError> {
+    let r = RowReader::new(row, "webhook_events", &[0]);
+    let outcome = match r.opt_text(3, "outcome")? {
+        None => None,
+        Some(name) => Some(
+            rein_core::Outcome::parse(&name)
+                .ok_or_else(|| r.corrupt("outcome", format!("unknown outcome {name:?}")))?,
+        ),
+    };
+    Ok(crate::WebhookEvent {
+        event_id: r.text(0, "event_id")?,
+        run_id: r.id(1, "run_id")?,
+        topic: crate::webhook::decode_topic("webhook_events", &r.text(2, "topic")?)?,
+        outcome,
+        body: r.text(4, "body")?,
+        created_at_ms: r.timestamp(5, "created_at_ms")?,
+    })
+}
+
+/// The columns [`decode_webhook_delivery`] reads, in order, of
+/// `webhook_deliveries d JOIN webhook_events e`; the event's body follows
+/// them in a claim (index 11).
+pub const WEBHOOK_DELIVERY_COLUMNS: &str = "d.webhook, d.event_id, e.topic, e.run_id, d.state, \
+                                            d.attempts, e.created_at_ms, d.next_attempt_at_ms, \
+                                            d.last_attempt_at_ms, d.last_status, d.last_error";
+
+/// A delivery selected with [`WEBHOOK_DELIVERY_COLUMNS`].
+pub fn decode_webhook_delivery<R: Columns>(row: R) -> Result<crate::WebhookDelivery, StoreError> {
+    let r = RowReader::new(row, "webhook_deliveries", &[0, 1]);
+    Ok(crate::WebhookDelivery {
+        webhook: r.text(0, "webhook")?,
+        event_id: r.text(1, "event_id")?,
+        topic: crate::webhook::decode_topic("webhook_events", &r.text(2, "topic")?)?,
+        run_id: r.id(3, "run_id")?,
+        state: crate::DeliveryState::decode(&r.text(4, "state")?)?,
+        attempts: r.u32(5, "attempts")?,
+        created_at_ms: r.timestamp(6, "created_at_ms")?,
+        next_attempt_at_ms: r.timestamp(7, "next_attempt_at_ms")?,
+        last_attempt_at_ms: r
+            .opt_u64(8, "last_attempt_at_ms")?
+            .map(Timestamp::from_millis),
+        last_status: r.opt_int(9, "last_status")?,
+        last_error: r.opt_text(10, "last_error")?,
+    })
+}
+
+/// A claimed delivery: [`WEBHOOK_DELIVERY_COLUMNS`] and the body.
+pub fn decode_due_delivery<R: Columns + Clone>(row: R) -> Result<crate::DueDelivery, StoreError> {
+    let body = RowReader::new(row.clone(), "webhook_events", &[1]).text(11, "body")?;
+    Ok(crate::DueDelivery {
+        delivery: decode_webhook_delivery(row)?,
+        body,
     })
 }

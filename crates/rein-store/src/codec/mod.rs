@@ -30,8 +30,9 @@ pub use columns::{Columns, RowReader};
 pub use decode::{
     APPROVAL_COLUMNS, BREAKER_OPENING_COLUMNS, CHECKPOINT_COLUMNS, CHECKPOINT_DELTA_COLUMNS,
     EVENT_COLUMNS, IDEMPOTENCY_COLUMNS, INTENT_COLUMNS, LEASE_COLUMNS, LEDGER_COLUMNS, RUN_COLUMNS,
-    SINGLETON_COLUMNS, decode_approval, decode_breaker_opening, decode_checkpoint,
-    decode_checkpoint_delta, decode_event, decode_idempotency, decode_intent, decode_lease,
-    decode_ledger, decode_run, decode_singleton,
+    SINGLETON_COLUMNS, WEBHOOK_DELIVERY_COLUMNS, WEBHOOK_EVENT_COLUMNS, decode_approval,
+    decode_breaker_opening, decode_checkpoint, decode_checkpoint_delta, decode_due_delivery,
+    decode_event, decode_idempotency, decode_intent, decode_lease, decode_ledger, decode_run,
+    decode_singleton, decode_webhook_delivery, decode_webhook_event,
 };
 pub use encode::{StoredInt, event_data_text, int, json_text, opt_json_text, serde_name};
