@@ -6,7 +6,7 @@
 //! # Why the author is the key
 //!
 //! A decision's `by` is the label of the API key that sent it: a body
-//! cannot name someone else. Only the keyless loopback mode, where there
+//! cannot name someone else (its `by` is ignored). Only the keyless loopback mode, where there
 //! is no key to name, takes `by` from the body.
 //!
 //! # Why a decision wakes the queue
@@ -121,6 +121,20 @@ pub struct ApprovalList {
     pub approvals: Vec<Approval>,
 }
 
+/// The query of `GET /v1/approvals` (read by [`parse`], which refuses an
+/// unknown or repeated parameter).
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ApprovalQuery {
+    /// Only those without a decision whose run still waits (default true).
+    pub pending: Option<bool>,
+    /// Only this run's (an id no run can have lists none).
+    pub run_id: Option<String>,
+    /// At most this many (default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<usize>,
+}
+
 /// A decision, as sent.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -129,10 +143,12 @@ pub struct DecisionBody {
     pub decision: HumanVerdict,
     /// Why; a rejection's reason is what the model is told.
     #[serde(default)]
+    #[schema(max_length = 2000)]
     pub reason: Option<String>,
-    /// Who decides: only without API keys (the keyless loopback mode);
-    /// with keys it is the key's name.
+    /// Who decides, in the keyless loopback mode (default `operator`);
+    /// ignored with API keys, where the key's name is recorded.
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 200, pattern = "^[^\\x00-\\x1f\\x7f]+$")]
     pub by: Option<String>,
 }
 
@@ -149,11 +165,7 @@ pub enum HumanVerdict {
 /// The pending (or all) approvals of the caller's tenant.
 #[utoipa::path(
     get, path = "/v1/approvals", tag = "approvals",
-    params(
-        ("pending" = Option<bool>, Query, description = "Only those without a decision (default true)"),
-        ("run_id" = Option<String>, Query, description = "Only this run's"),
-        ("limit" = Option<usize>, Query, description = "At most this many (1 to 1000, default 100)"),
-    ),
+    params(ApprovalQuery),
     responses((status = 200, description = "The approvals, oldest request first", body = ApprovalList),
               (status = 400, description = "a parameter unknown, repeated or out of range (`parameter` names it)", body = Problem),
               (status = 401, description = "missing or invalid API key", body = Problem)),
@@ -168,7 +180,11 @@ pub async fn list_approvals(
     let mut filter = parse(&pairs)?;
     // The caller's tenant, whatever the query.
     filter.tenant = Some(tenant);
-    let approvals = state.store.approvals(&filter).await?;
+    let approvals = if filter.limit == 0 {
+        Vec::new()
+    } else {
+        state.store.approvals(&filter).await?
+    };
     Ok(Json(ApprovalList { approvals }))
 }
 
@@ -182,6 +198,7 @@ fn parse(pairs: &[(String, String)]) -> Result<ApprovalFilter, Problem> {
         ..ApprovalFilter::default()
     };
     let mut seen = std::collections::BTreeSet::new();
+    let mut no_such_run = false;
     for (name, value) in pairs {
         if !seen.insert(name.as_str()) {
             return Err(bad(name, format!("`{name}` is given more than once")));
@@ -192,12 +209,11 @@ fn parse(pairs: &[(String, String)]) -> Result<ApprovalFilter, Problem> {
                     .parse()
                     .map_err(|_| bad(name, format!("`pending` is true or false, not {value:?}")))?;
             }
-            "run_id" => {
-                filter.run_id = Some(
-                    rein_core::RunId::new(value.clone())
-                        .map_err(|e| bad(name, format!("`run_id` is not a run id: {e}")))?,
-                );
-            }
+            "run_id" => match rein_core::RunId::new(value.clone()) {
+                Ok(run_id) => filter.run_id = Some(run_id),
+                // No run has such an id: it has no approvals.
+                Err(_) => no_such_run = true,
+            },
             "limit" => {
                 filter.limit = value
                     .parse()
@@ -218,6 +234,9 @@ fn parse(pairs: &[(String, String)]) -> Result<ApprovalFilter, Problem> {
             }
         }
     }
+    if no_such_run {
+        filter.limit = 0;
+    }
     Ok(filter)
 }
 
@@ -228,7 +247,7 @@ fn parse(pairs: &[(String, String)]) -> Result<ApprovalFilter, Problem> {
            ("intent_id" = String, Path, description = "The call (its intent)")),
     request_body(content = DecisionBody, description = "The decision"),
     responses((status = 200, description = "recorded: the approval with its decision, and `continues`: whether it was the last its run's turn waited for (the run is `running` again, for a worker to continue)", body = Object),
-              (status = 400, description = "a body that is not a decision, or `by` sent with API keys configured", body = Problem),
+              (status = 400, description = "a body that is not a decision", body = Problem),
               (status = 401, description = "missing or invalid API key", body = Problem),
               (status = 404, description = "unknown run or call, or another tenant's run", body = Problem),
               (status = 409, description = "the call was decided before, or its window closed (`type` ends in `/already-decided`: `approval` holds the decision that stands), or the run ended while it waited (`/run-terminal`)", body = Problem)),
@@ -244,14 +263,9 @@ pub async fn decide(
     let mut de = serde_json::Deserializer::from_slice(&body);
     let sent: DecisionBody = serde_path_to_error::deserialize(&mut de)
         .map_err(|e| crate::runs::invalid_body("a decision", e.path(), e.inner()))?;
+    // With keys, the key names the decider: a body cannot name another.
     let by = match (&caller.key, sent.by) {
-        (Some(key), None) => key.clone(),
-        (Some(_), Some(_)) => {
-            return Err(Problem::bad_request(
-                "`by` is the API key's name when keys are configured: leave it out",
-            )
-            .with(json!({"field": "/by"})));
-        }
+        (Some(key), _) => key.clone(),
         (None, Some(by)) => by,
         (None, None) => "operator".to_owned(),
     };

@@ -180,11 +180,19 @@ pub async fn list_webhooks(
     })
 }
 
+/// The query of `GET /v1/webhooks/{name}/deliveries`.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DeliveryQuery {
+    /// At most this many (default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<usize>,
+}
+
 /// A webhook's delivery log: the deliveries of the caller's tenant's runs.
 #[utoipa::path(
     get, path = "/v1/webhooks/{name}/deliveries", tag = "webhooks",
-    params(("name" = String, Path, description = "The webhook"),
-           ("limit" = Option<usize>, Query, description = "At most this many (1 to 1000, default 100)")),
+    params(("name" = String, Path, description = "The webhook"), DeliveryQuery),
     responses((status = 200, description = "Its deliveries, newest event first", body = DeliveryList),
               (status = 400, description = "a parameter unknown, repeated or out of range (`parameter` names it)", body = Problem),
               (status = 401, description = "missing or invalid API key", body = Problem),
