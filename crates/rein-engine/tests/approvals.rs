@@ -319,3 +319,27 @@ async fn a_resume_records_the_windows_that_closed_when_no_server_swept_them() {
     assert_eq!(decided[0]["verdict"], "expired", "{decided:?}");
     assert_eq!(decided[0]["by"], EXPIRED_BY);
 }
+
+#[tokio::test]
+async fn a_cancel_taken_after_the_approval_stops_the_approved_call_before_it_is_sent() {
+    let h = harness(Faults::none()).await;
+    let a = gated(&h);
+    let paused = run(&h, &a).await;
+    assert!(decide(&h, &paused, Verdict::Approved, None).await);
+    // Taken by another node between the decision and the continuation.
+    h.store
+        .request_cancel(rein_store::CancelRequest {
+            run_id: paused.run_id.clone(),
+            requested_by: "node-b".into(),
+            requested_at_ms: now(),
+        })
+        .await
+        .unwrap();
+    let done = resume(&h, &a, &paused).await;
+    assert_eq!(done.report.outcome, Outcome::Cancelled, "{:?}", done.report);
+    assert_eq!(
+        h.desk.applied_count(SEND_EMAIL),
+        0,
+        "nothing sent after the cancel"
+    );
+}

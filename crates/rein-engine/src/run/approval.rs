@@ -170,6 +170,31 @@ impl Engine {
                 Some((i, Applied::Withheld(Withheld::ChildCannotWait)))
             })
             .collect();
+        // A cancel taken just after the decision that continued the run
+        // reaches this process at its first heartbeat: read it now, before
+        // an approved call goes out.
+        if decided.iter().any(|(_, a)| {
+            a.decision
+                .as_ref()
+                .is_some_and(|d| d.verdict == Verdict::Approved)
+        }) && matches!(ctx.store.cancel_request(&ctx.run_id).await, Ok(Some(_)))
+        {
+            ctx.cancel.cancel();
+            let reason = "cancelled by the caller, before its approved calls were sent";
+            ctx.emitter.emit(
+                &Correlation {
+                    step,
+                    ..Correlation::default()
+                },
+                rein_core::event::RunCancelled {
+                    reason: reason.into(),
+                    at_step_boundary: Some(true),
+                    aborted: None,
+                    provider: None,
+                },
+            );
+            return Err(End::Cancelled(reason.into()));
+        }
         for (i, approval) in decided {
             match self.apply(ctx, &plan.planned[i], &approval) {
                 Applied::Sent => {}
