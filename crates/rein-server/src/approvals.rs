@@ -121,8 +121,9 @@ pub struct ApprovalList {
     pub approvals: Vec<Approval>,
 }
 
-/// The query of `GET /v1/approvals` (read by [`parse`], which refuses an
-/// unknown or repeated parameter).
+/// The query of `GET /v1/approvals`, for its documentation: the handler
+/// reads the pairs itself, so that an unknown or repeated parameter is a
+/// 400 naming it.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ApprovalQuery {
