@@ -265,6 +265,16 @@ async fn step_ceiling_ends_the_run_budget_exhausted_with_its_report() {
     assert_eq!(h.desk.request_count(GET_ORDER), 2);
     let run = h.store.get_run(&out.run_id).await.unwrap().unwrap();
     assert_eq!(run.report.unwrap().outcome, Outcome::BudgetExhausted);
+    // The share of the ceiling used when it stopped the run: all of it.
+    let metrics = h.engine.metrics().render();
+    assert!(
+        metrics.contains(
+            "rein_budget_used_ratio_bucket{tenant=\"default\",agent=\"order_desk\",dimension=\"steps\",le=\"0.9\"} 0"
+        ) && metrics.contains(
+            "rein_budget_used_ratio_bucket{tenant=\"default\",agent=\"order_desk\",dimension=\"steps\",le=\"1\"} 1"
+        ),
+        "{metrics}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

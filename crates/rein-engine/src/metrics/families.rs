@@ -42,6 +42,13 @@ fn run_histogram() -> Histogram {
     Histogram::new(RUN_BUCKETS)
 }
 
+/// Shares of a ceiling: a tenth at a time, the top bucket all of it.
+const SHARE_BUCKETS: [f64; 10] = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0];
+
+fn share_histogram() -> Histogram {
+    Histogram::new(SHARE_BUCKETS)
+}
+
 fn step_histogram() -> Histogram {
     Histogram::new(STEP_BUCKETS)
 }
@@ -120,6 +127,8 @@ label_set! {
     WhoseTool { tenant, agent, tool }
     /// A budget ceiling reached.
     BudgetEnd { tenant, agent, scope, dimension }
+    /// The dimension whose ceiling stopped a run.
+    BudgetUse { tenant, agent, dimension }
     /// Whose latency degraded: `tool:NAME` or `model:PROVIDER/MODEL`.
     Subject { subject }
 }
@@ -162,6 +171,7 @@ pub(super) struct Families {
     pub(super) idempotency_lookups: Family<Lookup, Counter>,
     pub(super) idempotency_collapses: Family<WhoseTool, Counter>,
     pub(super) budget_exhausted: Family<BudgetEnd, Counter>,
+    pub(super) budget_used: Histograms<BudgetUse>,
 }
 
 impl Families {
@@ -204,6 +214,7 @@ impl Families {
             idempotency_lookups: Family::default(),
             idempotency_collapses: Family::default(),
             budget_exhausted: Family::default(),
+            budget_used: Family::new_with_constructor(share_histogram),
         };
         let r = registry;
         r.register(
@@ -380,6 +391,11 @@ impl Families {
             "rein_budget_exhausted",
             "Budget ceilings reached, by tenant, agent, scope (run, model_turn, model_call, tool_call) and dimension (wall_clock, steps, tokens, cost)",
             f.budget_exhausted.clone(),
+        );
+        r.register(
+            "rein_budget_used_ratio",
+            "The share of its ceiling a run had used when a budget stopped it (1: all of it), by tenant, agent and the dimension that stopped it (wall_clock, steps, tokens, cost): what a ceiling leaves unspent",
+            f.budget_used.clone(),
         );
         f
     }

@@ -84,6 +84,19 @@ impl Metrics {
         self.registry.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Observes that a run of `scope` stopped at its `dimension` ceiling
+    /// having used `share` of it (a ratio, 1 for all of it).
+    pub fn budget_used(&self, scope: &Scope, dimension: &str, share: f64) {
+        self.families
+            .budget_used
+            .get_or_create(&families::BudgetUse {
+                tenant: scope.tenant.clone(),
+                agent: scope.agent.clone(),
+                dimension: dimension.to_owned(),
+            })
+            .observe(share);
+    }
+
     /// Every metric in the Prometheus text exposition format (0.0.4).
     pub fn render(&self) -> String {
         let mut out = String::new();

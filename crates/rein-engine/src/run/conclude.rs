@@ -10,7 +10,7 @@ use super::engine::Engine;
 use super::error::EngineError;
 use super::guarded::millis;
 use super::start::RunOutput;
-use super::{close, report};
+use super::{End, close, report};
 
 /// How often the end of a run is offered to a store that is briefly
 /// unavailable, and the first pause (doubled each time): the one write
@@ -146,6 +146,7 @@ impl Engine {
             match committed {
                 Ok(committed) => {
                     ctx.emitter.announce(&finals);
+                    self.observe_budget_use(ctx, &facts);
                     self.release_claim(ctx).await;
                     return Ok(RunOutput {
                         run_id,
@@ -166,6 +167,44 @@ impl Engine {
             }
         }
         unreachable!("the last attempt returns")
+    }
+
+    /// For a run a budget stopped: the share of the ceiling that stopped
+    /// it which it had used (`rein_budget_used_ratio`), the measure of
+    /// what a cautious ceiling leaves unspent.
+    fn observe_budget_use(&self, ctx: &RunCtx<'_>, facts: &rein_core::report::RunFacts) {
+        use rein_core::deadline::Dimension;
+        let dimension = match &facts.end {
+            End::Budget(exhausted) => exhausted.dimension,
+            End::FinalTurn { short, .. } => short.dimension,
+            _ => return,
+        };
+        let limits = &ctx.agent.budget;
+        #[allow(clippy::cast_precision_loss)]
+        let share = match dimension {
+            Dimension::WallClock => {
+                let wall = limits.wall_clock().as_millis().max(1) as f64;
+                facts.elapsed_ms as f64 / wall
+            }
+            Dimension::Steps => match limits.steps() {
+                Some(n) => f64::from(facts.steps) / f64::from(n.max(1)),
+                None => return,
+            },
+            Dimension::Tokens => match limits.tokens() {
+                Some(n) => facts.consumed.tokens as f64 / n.max(1) as f64,
+                None => return,
+            },
+            Dimension::Cost => match limits.cost() {
+                Some(c) => facts.consumed.cost.micros() as f64 / c.micros().max(1) as f64,
+                None => return,
+            },
+        };
+        let metrics = self.metrics();
+        metrics.budget_used(
+            &metrics.scope(ctx.tenant.as_str(), &ctx.agent.name),
+            &dimension.to_string(),
+            share,
+        );
     }
 
     /// The ledger records of `run_id`'s tree, read again while the store
