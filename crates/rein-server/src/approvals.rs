@@ -39,6 +39,7 @@ use utoipa::ToSchema;
 use crate::auth::{Caller, Tenant};
 use crate::extract::Segments;
 use crate::problem::Problem;
+use crate::query;
 use crate::state::AppState;
 
 /// Approvals per listing when `limit` is not given.
@@ -190,49 +191,30 @@ pub async fn list_approvals(
 }
 
 fn parse(pairs: &[(String, String)]) -> Result<ApprovalFilter, Problem> {
-    let bad = |parameter: &str, detail: String| {
-        Problem::bad_request(detail).with(json!({"parameter": parameter}))
-    };
     let mut filter = ApprovalFilter {
         pending: true,
         limit: DEFAULT_LIMIT,
         ..ApprovalFilter::default()
     };
-    let mut seen = std::collections::BTreeSet::new();
+    query::once(pairs)?;
     let mut no_such_run = false;
     for (name, value) in pairs {
-        if !seen.insert(name.as_str()) {
-            return Err(bad(name, format!("`{name}` is given more than once")));
-        }
         match name.as_str() {
             "pending" => {
-                filter.pending = value
-                    .parse()
-                    .map_err(|_| bad(name, format!("`pending` is true or false, not {value:?}")))?;
+                filter.pending = value.parse().map_err(|_| {
+                    query::invalid(
+                        name,
+                        format!("pending must be true or false, but it is {value:?}"),
+                    )
+                })?;
             }
             "run_id" => match rein_core::RunId::new(value.clone()) {
                 Ok(run_id) => filter.run_id = Some(run_id),
                 // No run has such an id: it has no approvals.
                 Err(_) => no_such_run = true,
             },
-            "limit" => {
-                filter.limit = value
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=MAX_APPROVALS_PAGE).contains(n))
-                    .ok_or_else(|| {
-                        bad(
-                            name,
-                            format!("`limit` is 1 to {MAX_APPROVALS_PAGE}, not {value:?}"),
-                        )
-                    })?;
-            }
-            other => {
-                return Err(bad(
-                    other,
-                    format!("unknown parameter `{other}`: pending, run_id and limit are known"),
-                ));
-            }
+            "limit" => filter.limit = query::limit(value, MAX_APPROVALS_PAGE)?,
+            other => return Err(query::unknown(other, "pending, run_id or limit")),
         }
     }
     if no_such_run {

@@ -34,6 +34,7 @@
 //! | [`access`] | `Request-Id` and one access line per request |
 //! | [`pointer`](mod@pointer) | JSON pointers for the `field` of a 400 |
 //! | [`problem`] | problem+json, also for the router's own errors |
+//! | [`query`] | query strings read by hand: unknown, repeated and out-of-range parameters |
 //! | [`readiness`] | whether the queue workers still loop, for `/readyz` |
 //! | [`extract`] | extractors whose rejections are problems |
 //! | [`document`] | the OpenAPI document, with this server's limits |
@@ -63,6 +64,7 @@ pub mod listing;
 pub mod media;
 pub mod pointer;
 pub mod problem;
+pub mod query;
 pub mod quota;
 pub mod readiness;
 pub mod recovery;

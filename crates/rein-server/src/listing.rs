@@ -31,11 +31,11 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use rein_store::{RunCursor, RunFilter, RunRecord, RunStatus, Timestamp};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Tenant;
 use crate::problem::Problem;
+use crate::query::invalid;
 use crate::state::AppState;
 
 /// Runs per page when `limit` is not given.
@@ -165,10 +165,6 @@ pub struct Listing {
 }
 
 /// The 400 of `parameter`.
-fn invalid(parameter: &str, detail: String) -> Problem {
-    Problem::bad_request(detail).with(json!({ "parameter": parameter }))
-}
-
 /// A time parameter: whole milliseconds from 0 to [`MAX_CREATED_MS`].
 fn millis(parameter: &str, value: &str) -> Result<Timestamp, Problem> {
     value
@@ -198,12 +194,8 @@ pub fn parse(pairs: &[(String, String)]) -> Result<Listing, Problem> {
         cursor: None,
         limit: DEFAULT_LIMIT,
     };
-    let mut seen: Vec<&str> = Vec::new();
+    crate::query::once(pairs)?;
     for (name, value) in pairs {
-        if seen.contains(&name.as_str()) {
-            return Err(invalid(name, format!("{name} may be given once")));
-        }
-        seen.push(name);
         match name.as_str() {
             "status" => {
                 let status = RunStatus::parse(value).ok_or_else(|| {
@@ -228,18 +220,7 @@ pub fn parse(pairs: &[(String, String)]) -> Result<Listing, Problem> {
             "created_before" => {
                 listing.filter = listing.filter.created_before(millis(name, value)?);
             }
-            "limit" => {
-                listing.limit = value
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=MAX_LIMIT).contains(n))
-                    .ok_or_else(|| {
-                        invalid(
-                            "limit",
-                            format!("limit must be from 1 to {MAX_LIMIT}, but it is {value:?}"),
-                        )
-                    })?;
-            }
+            "limit" => listing.limit = crate::query::limit(value, MAX_LIMIT)?,
             "cursor" => {
                 let cursor = RunCursor::from_token(value).map_err(|_| {
                     invalid(

@@ -40,12 +40,12 @@ use rein_core::event::Guardrail;
 use rein_core::{Outcome, TenantId};
 use rein_store::{RunStats, RunStatus, Store, StoreError, Timestamp};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Tenant;
 use crate::listing::MAX_CREATED_MS;
 use crate::problem::Problem;
+use crate::query::invalid;
 use crate::state::AppState;
 
 /// The window when `since` is not given: a day.
@@ -176,10 +176,6 @@ pub struct Window {
     pub clamped: bool,
 }
 
-fn invalid(parameter: &str, detail: String) -> Problem {
-    Problem::bad_request(detail).with(json!({ "parameter": parameter }))
-}
-
 fn millis(parameter: &str, value: &str) -> Result<u64, Problem> {
     value
         .parse::<u64>()
@@ -202,12 +198,8 @@ fn millis(parameter: &str, value: &str) -> Result<u64, Problem> {
 /// A 400 naming the parameter that is unknown, repeated or out of range.
 pub fn parse(pairs: &[(String, String)], now_ms: u64) -> Result<Window, Problem> {
     let (mut since, mut until, mut agent) = (None, None, None);
-    let mut seen: Vec<&str> = Vec::new();
+    crate::query::once(pairs)?;
     for (name, value) in pairs {
-        if seen.contains(&name.as_str()) {
-            return Err(invalid(name, format!("{name} may be given once")));
-        }
-        seen.push(name);
         match name.as_str() {
             "since" => since = Some(millis(name, value)?),
             "until" => until = Some(millis(name, value)?),

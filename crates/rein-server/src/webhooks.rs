@@ -29,7 +29,6 @@ use rein_engine::webhook::Dispatcher;
 use rein_store::WebhookDelivery;
 use rein_store::webhook::MAX_WEBHOOK_PAGE;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use tokio::task::JoinSet;
 use utoipa::ToSchema;
 
@@ -244,38 +243,15 @@ pub async fn list_deliveries(
 }
 
 fn parse_limit(pairs: &[(String, String)]) -> Result<usize, Problem> {
-    let bad = |parameter: &str, detail: String| {
-        Problem::bad_request(detail).with(json!({"parameter": parameter}))
-    };
-    let mut limit = None;
+    crate::query::once(pairs)?;
+    let mut limit = DEFAULT_LIMIT;
     for (name, value) in pairs {
         match name.as_str() {
-            "limit" if limit.is_some() => {
-                return Err(bad(name, "`limit` is given more than once".to_owned()));
-            }
-            "limit" => {
-                limit = Some(
-                    value
-                        .parse()
-                        .ok()
-                        .filter(|n| (1..=MAX_WEBHOOK_PAGE).contains(n))
-                        .ok_or_else(|| {
-                            bad(
-                                name,
-                                format!("`limit` is 1 to {MAX_WEBHOOK_PAGE}, not {value:?}"),
-                            )
-                        })?,
-                );
-            }
-            other => {
-                return Err(bad(
-                    other,
-                    format!("unknown parameter `{other}`: limit is known"),
-                ));
-            }
+            "limit" => limit = crate::query::limit(value, MAX_WEBHOOK_PAGE)?,
+            other => return Err(crate::query::unknown(other, "limit")),
         }
     }
-    Ok(limit.unwrap_or(DEFAULT_LIMIT))
+    Ok(limit)
 }
 
 #[cfg(test)]
