@@ -119,3 +119,65 @@ pub fn input_digest(args: &Value) -> String {
         .map(|b| format!("{b:02x}"))
         .collect()
 }
+
+/// A human's decision on a ledger record that awaited one (issue 33's
+/// "handoff decisions"): what the person taking over found or did.
+///
+/// # Why four
+///
+/// A record awaits a human because automation could not conclude it
+/// (seed 000, "When You Must Hand Over to a Human"). The human either
+/// settles it from what they know (`undone` by hand, `accepted` as it
+/// stands) or asks rein to act on it with the machinery the run had: its
+/// registered compensation (`compensate`), or the call again under its
+/// original key (`retry`), which only an idempotent write can take
+/// without risking a second effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// The human undid the effect by hand: the record is `compensated`.
+    Undone,
+    /// The effect stands: the record is `accepted`.
+    Accepted,
+    /// Run the tool's registered compensation now; once it worked the
+    /// record is `compensated`.
+    Compensate,
+    /// Send the call again with its recorded arguments under its original
+    /// idempotency key (idempotent writes only); once it answered the
+    /// record is `accepted`, with the result.
+    Retry,
+}
+
+impl Decision {
+    /// Every decision, in the order help texts list them.
+    pub const ALL: [Decision; 4] = [
+        Decision::Undone,
+        Decision::Accepted,
+        Decision::Compensate,
+        Decision::Retry,
+    ];
+
+    /// The decision's name on the wire and in the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Undone => "undone",
+            Decision::Accepted => "accepted",
+            Decision::Compensate => "compensate",
+            Decision::Retry => "retry",
+        }
+    }
+
+    /// The status the record ends in once the decision is applied.
+    pub fn settles_as(self) -> LedgerStatus {
+        match self {
+            Decision::Undone | Decision::Compensate => LedgerStatus::Compensated,
+            Decision::Accepted | Decision::Retry => LedgerStatus::Accepted,
+        }
+    }
+}
+
+impl std::fmt::Display for Decision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

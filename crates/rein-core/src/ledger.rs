@@ -17,6 +17,9 @@
 //!
 //!   manual ──► compensated   (a later retry of a strong compensation worked)
 //!   failed ──► pending       (declared again: the same intent runs afresh)
+//!
+//!   pending, manual, uncompensatable ──► accepted      (a human: it stands)
+//!   pending, manual, uncompensatable ──► compensated   (a human: undone)
 //! ```
 //!
 //! `failed` is the only result a record leaves again, and only back to
@@ -25,6 +28,11 @@
 //! for a call its process declared and then never sent, because the
 //! process was stopping; nothing else reopens a record. An effect that
 //! happened, or may have, never moves back.
+//!
+//! The last two lines are a human's handoff decisions
+//! ([`crate::handoff::Decision`]): a record that awaited a human is
+//! settled by what the human found or did, and nothing automatic touches
+//! it again.
 
 use std::fmt;
 
@@ -54,6 +62,9 @@ pub enum LedgerStatus {
     Uncompensatable,
     /// A human must decide.
     Manual,
+    /// A human decided that the effect stands (it happened, or was
+    /// completed by a retry under its original key, and is kept).
+    Accepted,
 }
 
 /// A status change the state machine does not allow.
@@ -76,6 +87,7 @@ impl LedgerStatus {
             LedgerStatus::Compensated => "compensated",
             LedgerStatus::Uncompensatable => "uncompensatable",
             LedgerStatus::Manual => "manual",
+            LedgerStatus::Accepted => "accepted",
         }
     }
 
@@ -88,6 +100,7 @@ impl LedgerStatus {
             "compensated" => LedgerStatus::Compensated,
             "uncompensatable" => LedgerStatus::Uncompensatable,
             "manual" => LedgerStatus::Manual,
+            "accepted" => LedgerStatus::Accepted,
             _ => return None,
         })
     }
@@ -107,6 +120,7 @@ impl LedgerStatus {
                     | (Succeeded, Compensated | Uncompensatable | Manual)
                     | (Manual, Compensated)
                     | (Failed, Pending)
+                    | (Pending | Manual | Uncompensatable, Accepted | Compensated)
             );
         if allowed {
             Ok(to)
@@ -187,10 +201,26 @@ mod tests {
     }
 
     #[test]
+    fn a_human_settles_only_what_awaited_a_human() {
+        for from in [Pending, Manual, Uncompensatable] {
+            assert_eq!(from.transition(Accepted), Ok(Accepted), "{from}");
+            assert_eq!(from.transition(Compensated), Ok(Compensated), "{from}");
+        }
+        for from in [Succeeded, Failed, Compensated] {
+            assert!(from.transition(Accepted).is_err(), "{from} -> accepted");
+        }
+        // A decided record stays decided.
+        for to in [Pending, Succeeded, Failed, Compensated, Manual, Uncompensatable] {
+            assert!(Accepted.transition(to).is_err(), "accepted -> {to}");
+        }
+        assert!(Accepted.is_settled());
+    }
+
+    #[test]
     fn a_failed_record_may_only_be_declared_again() {
         // Nothing happened, so the intent may run afresh: pending again.
         assert_eq!(Failed.transition(Pending), Ok(Pending));
-        for to in [Succeeded, Compensated, Uncompensatable, Manual] {
+        for to in [Succeeded, Compensated, Uncompensatable, Manual, Accepted] {
             assert!(Failed.transition(to).is_err(), "failed -> {to}");
         }
     }
@@ -204,6 +234,7 @@ mod tests {
             Compensated,
             Uncompensatable,
             Manual,
+            Accepted,
         ] {
             assert_eq!(LedgerStatus::parse(s.as_str()), Some(s));
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());

@@ -178,6 +178,15 @@ pub enum ReportNote {
         /// What could not be decoded, and why.
         reason: String,
     },
+    /// The run was handed off, and closed once a human had decided every
+    /// record that awaited a decision: its outcome is what then stood,
+    /// and its `handoff_decided` events say who decided what.
+    ClosedByHuman {
+        /// Why automation had stopped.
+        handed_off: String,
+        /// The decisions that closed it.
+        decisions: u32,
+    },
 }
 
 impl std::fmt::Display for ReportNote {
@@ -186,6 +195,13 @@ impl std::fmt::Display for ReportNote {
             ReportNote::CheckpointUnreadable { step, reason } => write!(
                 f,
                 "its checkpoint of step {step} could not be read ({reason}), so its actions are listed from the ledger alone: its reads and the reasons of its failed calls are missing"
+            ),
+            ReportNote::ClosedByHuman {
+                handed_off,
+                decisions,
+            } => write!(
+                f,
+                "it was handed off ({handed_off}) and closed once a human had decided the {decisions} record(s) that awaited a decision"
             ),
         }
     }

@@ -237,7 +237,10 @@ pub fn awaits_human(record: &LedgerRecord) -> bool {
 /// Whether a record's effect took place, as far as the ledger knows.
 fn took_effect(record: &LedgerRecord) -> bool {
     match record.status {
-        LedgerStatus::Succeeded | LedgerStatus::Compensated | LedgerStatus::Uncompensatable => true,
+        LedgerStatus::Succeeded
+        | LedgerStatus::Compensated
+        | LedgerStatus::Uncompensatable
+        | LedgerStatus::Accepted => true,
         LedgerStatus::Manual => record.result.is_some(),
         LedgerStatus::Pending | LedgerStatus::Failed => false,
     }
@@ -795,6 +798,9 @@ fn package(facts: &RunFacts, ledger: &[LedgerRecord]) -> HandoffPackage {
             LedgerStatus::Failed => certain.push(state(r, "did not take effect".into())),
             LedgerStatus::Compensated => {
                 certain.push(state(r, "took effect and was undone".into()))
+            }
+            LedgerStatus::Accepted => {
+                certain.push(state(r, "stands, as a human decided".into()))
             }
             LedgerStatus::Pending => {
                 uncertain.push(state(

@@ -70,6 +70,7 @@ pub mod bind;
 mod clock;
 pub mod config;
 pub mod crash;
+pub mod handoff;
 #[cfg(unix)]
 pub mod lease;
 pub mod log;

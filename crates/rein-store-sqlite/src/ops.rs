@@ -593,9 +593,15 @@ fn revise_report(
     report: &RunReport,
 ) -> Result<RunRecord, StoreError> {
     validate_revised_report(current, report)?;
-    conn.prepare_cached("UPDATE runs SET report = ?2 WHERE run_id = ?1")
+    // The status follows the report: the same outcome, or the one a
+    // handed-off run is closed with once nothing awaits a human.
+    conn.prepare_cached("UPDATE runs SET report = ?2, status = ?3 WHERE run_id = ?1")
         .sql()?
-        .execute(params![run_id.as_str(), json_text(report, "run report")?])
+        .execute(params![
+            run_id.as_str(),
+            json_text(report, "run report")?,
+            RunStatus::Finished(report.outcome).as_str(),
+        ])
         .sql()?;
     get_run(conn, run_id)?.ok_or_else(|| StoreError::run_not_found(run_id))
 }

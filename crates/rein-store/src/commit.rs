@@ -342,23 +342,50 @@ pub fn validate_status_change(
 }
 
 /// Checks a revised report (see [`StepCommit::revised_report`]) against
-/// the run's status: finished, with the report's outcome.
+/// the run's status: finished, with the report's outcome; or handed off,
+/// with a report that no longer hands anything to a human (the last
+/// handoff decision closes the run with what happened: see
+/// [`closes_handoff`]).
 ///
 /// # Errors
 ///
 /// [`StoreError::Invalid`] otherwise.
 pub fn validate_revised_report(current: RunStatus, report: &RunReport) -> Result<(), StoreError> {
-    if current.outcome() == Some(report.outcome) {
+    if current.outcome() == Some(report.outcome) || closes_handoff(current, report) {
         return Ok(());
     }
     Err(StoreError::Invalid {
         what: "revised report outcome",
         expected: match current.outcome() {
+            Some(Outcome::HandedOff) => {
+                "handed_off, or another outcome once nothing awaits a human".to_owned()
+            }
             Some(outcome) => format!("{outcome} (the run's final outcome)"),
             None => format!("a finished run, not a {current} one"),
         },
         found: report.outcome.to_string(),
     })
+}
+
+/// Whether `report` closes a run that was handed off: the run is
+/// `handed_off`, the report says another outcome, and its handoff package
+/// (if any) awaits no decision.
+///
+/// # Why the one exception
+///
+/// Outcomes are final, with two exceptions that a human causes: a
+/// recoverable run is reopened to be resumed ([`StepCommit::reopen`]), and
+/// a handed-off run whose every awaiting record a human has decided is
+/// closed with what happened (its effects undone, or kept). The store
+/// checks the second here, so no writer can close a run that a human
+/// still has to look at.
+pub fn closes_handoff(current: RunStatus, report: &RunReport) -> bool {
+    current.outcome() == Some(Outcome::HandedOff)
+        && report.outcome != Outcome::HandedOff
+        && report
+            .handoff
+            .as_ref()
+            .is_none_or(|package| package.awaiting_decision.is_empty())
 }
 
 #[cfg(test)]

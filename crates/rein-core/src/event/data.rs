@@ -163,6 +163,7 @@ event_data! {
     LatencyDegraded,
     ApprovalRequested,
     ApprovalDecided,
+    HandoffDecided,
 }
 
 impl EventData {
@@ -183,6 +184,7 @@ impl EventData {
             self,
             EventData::LedgerRecorded(_)
                 | EventData::CompensationFinished(_)
+                | EventData::HandoffDecided(_)
                 | EventData::CheckpointWritten(_)
                 | EventData::RunFinished(_)
         )

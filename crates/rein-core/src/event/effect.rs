@@ -3,9 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::handoff::Decision;
 use crate::ids::IntentId;
 use crate::ledger::LedgerStatus;
-use crate::outcome::FailurePolicy;
+use crate::outcome::{FailurePolicy, Outcome};
 use crate::registry::CompensationGrade;
 use crate::tool::ToolClass;
 
@@ -119,4 +120,33 @@ pub struct HandoffSummary {
 pub struct HandoffCreated {
     /// The package, counted.
     pub package: Option<HandoffSummary>,
+}
+
+/// `handoff_decided`: a human decided a ledger record that awaited one.
+/// Stored in the commit that marks the record (or, when the decision asked
+/// rein to act and the action failed, alone, with `failed` set and the
+/// record unchanged).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HandoffDecided {
+    /// The tool whose effect was decided.
+    pub tool: String,
+    /// What the human decided.
+    pub decision: Decision,
+    /// Who decided: the API key's name, or the CLI's `--by`.
+    pub by: String,
+    /// Why, in the decider's words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The record's status before the decision.
+    pub from: LedgerStatus,
+    /// The record's status now (`from` again when the action failed).
+    pub status: LedgerStatus,
+    /// Why the action the decision asked for (a compensation, a retry)
+    /// failed; the record still awaits a decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
+    /// The outcome the run was closed with, when this decision was the
+    /// last one a handed-off run awaited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed: Option<Outcome>,
 }

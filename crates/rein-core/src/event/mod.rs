@@ -64,7 +64,8 @@ mod tool;
 pub use approval::{ApprovalDecided, ApprovalRequested};
 pub use data::{DecodeError, EventData};
 pub use effect::{
-    CompensationFinished, CompensationStarted, HandoffCreated, HandoffSummary, LedgerRecorded,
+    CompensationFinished, CompensationStarted, HandoffCreated, HandoffDecided, HandoffSummary,
+    LedgerRecorded,
     SettlementStarted,
 };
 pub use flag::Flag;
@@ -212,6 +213,12 @@ pub enum EventKind {
     /// expired, `by`, `decided_at_ms`, `reason`, `waited_ms`), as the run
     /// read it when it continued.
     ApprovalDecided,
+    /// A human decided a ledger record that awaited one (`tool`,
+    /// `decision` undone, accepted, compensate or retry, `by`, `reason`,
+    /// `from`, `status`; `failed` when the compensation or retry it asked
+    /// for did not work; `closed` with the run's new outcome when it was
+    /// the last decision a handed-off run awaited).
+    HandoffDecided,
 }
 
 impl EventKind {
@@ -257,6 +264,7 @@ impl EventKind {
             EventKind::LatencyDegraded => "latency_degraded",
             EventKind::ApprovalRequested => "approval_requested",
             EventKind::ApprovalDecided => "approval_decided",
+            EventKind::HandoffDecided => "handoff_decided",
         }
     }
 }

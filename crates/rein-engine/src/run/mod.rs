@@ -106,7 +106,7 @@ pub use handle::RunHandle;
 pub use latency::{DEFAULT_LATENCY_FLUSH, ToolLatency};
 pub use model_chain::{ModelAnswer, ModelAsk, ModelBinding, ModelError, ModelReply};
 pub use report::{
-    End, REPORT_WRITE_TRIES, is_revision_conflict, revise, revise_stored, tree_records,
+    End, REPORT_WRITE_TRIES, closing, is_revision_conflict, revise, revise_stored, tree_records,
 };
 pub use retry_memory::DEFAULT_RETRY_FLUSH;
 pub(crate) use retry_worth::not_worth_it;

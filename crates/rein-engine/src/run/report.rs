@@ -15,12 +15,13 @@ use rein_core::FailurePolicy;
 use rein_core::call::CallResult;
 use rein_core::deadline::Usage;
 use rein_core::handoff::ToolOwner;
-use rein_core::report::{RunFacts, Settled, derive};
+use rein_core::report::{RunFacts, derive};
 use rein_core::{EventData, LedgerRecord, ReportNote, RunId, RunReport};
 use rein_store::{RunRecord, Store, StoreError};
 use serde::Deserialize;
 
 pub use rein_core::report::End;
+use rein_core::report::Settled;
 
 use super::AgentBinding;
 
@@ -219,6 +220,70 @@ pub async fn revise(
     run: &RunRecord,
     ledger: &[LedgerRecord],
 ) -> Result<Option<RunReport>, StoreError> {
+    Ok(revision_facts(store, run)
+        .await?
+        .map(|facts| derive(&facts, ledger)))
+}
+
+/// The report that closes the handed-off `run` once a human has decided
+/// every record its tree awaited (`ledger`, as it stands with the last
+/// decision applied): its outcome is what then stands, derived as if the
+/// settlement had concluded so (every effect of its own undone: `Undone`;
+/// any of them standing: `Kept`), with a [`ReportNote::ClosedByHuman`]
+/// that keeps why it was handed off. `None` while it may not close: it is
+/// not `handed_off`, a record still awaits a human, or something may still
+/// be running (a held lease), which whoever took over must check first.
+///
+/// `decisions` is how many decisions closed it, for the note.
+///
+/// # Errors
+///
+/// The store's, when the run's checkpoint cannot be read.
+pub async fn closing(
+    store: &dyn Store,
+    run: &RunRecord,
+    ledger: &[LedgerRecord],
+    decisions: u32,
+) -> Result<Option<RunReport>, StoreError> {
+    if run.status.outcome() != Some(rein_core::Outcome::HandedOff)
+        || ledger.iter().any(rein_core::report::awaits_human)
+    {
+        return Ok(None);
+    }
+    let Some(mut facts) = revision_facts(store, run).await? else {
+        return Ok(None);
+    };
+    if !facts.in_flight.is_empty() {
+        return Ok(None);
+    }
+    let handed_off = match &facts.settled {
+        Settled::HandedOff(reason) => reason.clone(),
+        _ => "it was handed to a human".to_owned(),
+    };
+    let stands = ledger.iter().any(|r| {
+        r.run_id == run.run_id
+            && matches!(
+                r.status,
+                rein_core::LedgerStatus::Succeeded | rein_core::LedgerStatus::Accepted
+            )
+    });
+    facts.settled = if stands {
+        Settled::Kept
+    } else {
+        Settled::Undone
+    };
+    facts.outcome = None;
+    facts.notes.push(ReportNote::ClosedByHuman {
+        handed_off,
+        decisions,
+    });
+    Ok(Some(derive(&facts, ledger)))
+}
+
+/// The facts a finished run's report is derived again from: its stored
+/// report's basis, and its last checkpoint's calls. `None` when the run is
+/// not finished, or its report predates reports that keep their basis.
+async fn revision_facts(store: &dyn Store, run: &RunRecord) -> Result<Option<RunFacts>, StoreError> {
     let (Some(outcome), Some(stored)) = (run.status.outcome(), run.report.as_ref()) else {
         return Ok(None);
     };
@@ -228,7 +293,17 @@ pub async fn revise(
     let Checkpointed {
         calls, unreadable, ..
     } = checkpointed(store, &run.run_id).await?;
-    let facts = RunFacts {
+    // A closing's note stays true of the run; an unreadable checkpoint is
+    // judged afresh.
+    let mut notes: Vec<ReportNote> = unreadable.into_iter().collect();
+    notes.extend(
+        stored
+            .notes
+            .iter()
+            .filter(|n| matches!(n, ReportNote::ClosedByHuman { .. }))
+            .cloned(),
+    );
+    Ok(Some(RunFacts {
         run_id: run.run_id.clone(),
         agent: run.agent.clone(),
         input: run.input.clone(),
@@ -246,12 +321,10 @@ pub async fn revise(
         // run; calls in doubt are judged afresh from the ledger.
         in_flight: basis.in_flight,
         strategies_not_tried: basis.strategies_not_tried,
-        notes: unreadable.into_iter().collect(),
+        notes,
         hint: basis.hint,
         owners: basis.owners,
-    };
-    let revised = derive(&facts, ledger);
-    Ok(Some(revised))
+    }))
 }
 
 /// How often a report write that lost a race with a ledger write (a

@@ -207,10 +207,16 @@ async fn revise_report(
     report: &RunReport,
 ) -> Result<RunRecord, StoreError> {
     validate_revised_report(current, report)?;
+    // The status follows the report: the same outcome, or the one a
+    // handed-off run is closed with once nothing awaits a human.
     execute(
         tx,
-        "UPDATE runs SET report = $2 WHERE run_id = $1",
-        &[&run_id.as_str(), &json_text(report, "run report")?],
+        "UPDATE runs SET report = $2, status = $3 WHERE run_id = $1",
+        &[
+            &run_id.as_str(),
+            &json_text(report, "run report")?,
+            &RunStatus::Finished(report.outcome).as_str(),
+        ],
     )
     .await?;
     run_after(tx, run_id).await
