@@ -66,8 +66,9 @@ pub struct DecisionRequest {
     pub reason: Option<String>,
 }
 
-/// A decision as it was applied.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+/// A decision as it was applied (the answer of
+/// `POST /v1/runs/{id}/handoff/decisions`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Resolution {
     /// The run whose record was decided.
     pub run_id: RunId,
@@ -80,14 +81,14 @@ pub struct Resolution {
     /// Who decided.
     pub by: String,
     /// Why.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// The record's status before the decision.
     pub from: LedgerStatus,
     /// The record's status now.
     pub status: LedgerStatus,
     /// The tool's answer, for a `retry`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
     /// Whether the same decision had already been applied (a repeated
     /// request changes nothing).
@@ -98,7 +99,7 @@ pub struct Resolution {
     /// The run's status now: its new outcome when this decision closed it.
     pub run_status: RunStatus,
     /// The outcome this decision closed the run with.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub closed: Option<Outcome>,
 }
 

@@ -14,6 +14,7 @@
 //! | [`runs`] | submit (sync or queued), status, ledger, handoff, resume |
 //! | [`listing`] | the caller's runs, filtered, newest first, a cursor page at a time |
 //! | [`approvals`] | calls waiting for a human: listing, decisions, expiry |
+//! | [`handoff`] | a human's decision on each record a run left awaiting one |
 //! | [`webhooks`] | the configured webhooks, their delivery logs, and the dispatcher loop |
 //! | [`gateway`] | the OpenAI-compatible `POST /v1/chat/completions` and Anthropic-compatible `POST /v1/messages` over model bindings |
 //! | [`idempotency`] | seed 004's `Idempotency-Key` table, in the store |
@@ -59,6 +60,7 @@ pub mod extract;
 pub mod fair;
 pub mod floor;
 pub mod gateway;
+pub mod handoff;
 pub mod idempotency;
 pub mod listing;
 pub mod media;
@@ -102,10 +104,10 @@ use crate::problem::Problem;
 #[openapi(
     info(title = "rein", description = "Runs LLM agents safely against the real world."),
     paths(
-        runs::create_run, listing::list_runs, runs::get_run, runs::get_ledger, runs::get_handoff, runs::resume_run,
+        runs::create_run, listing::list_runs, runs::get_run, runs::get_ledger, runs::get_handoff, handoff::decide, runs::resume_run,
         events::get_events, cancel::cancel_run, approvals::list_approvals, approvals::decide, breakers::list_breakers, webhooks::list_webhooks, webhooks::list_deliveries, stats::get_stats, gateway::openai::chat_completions, gateway::anthropic::messages, healthz, readyz, metrics,
     ),
-    components(schemas(webhooks::WebhookList, webhooks::WebhookView, webhooks::DeliveryList, approvals::ApprovalList, approvals::DecisionBody, approvals::HumanVerdict, stats::Stats, stats::Tally, stats::Fired, stats::GuardrailTally, breakers::BreakerList, breakers::ArmState, breakers::SharedOpening, listing::RunList, listing::RunSummary, runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, runs::NoBody, problem::Problem, gateway::openai::ChatRequest, gateway::anthropic::MessagesRequest, gateway::anthropic::AnthropicError)),
+    components(schemas(webhooks::WebhookList, webhooks::WebhookView, webhooks::DeliveryList, approvals::ApprovalList, approvals::DecisionBody, approvals::HumanVerdict, handoff::HandoffDecisionBody, stats::Stats, stats::Tally, stats::Fired, stats::GuardrailTally, breakers::BreakerList, breakers::ArmState, breakers::SharedOpening, listing::RunList, listing::RunSummary, runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, runs::NoBody, problem::Problem, gateway::openai::ChatRequest, gateway::anthropic::MessagesRequest, gateway::anthropic::AnthropicError)),
     modifiers(&Bearer, &Refusals, &ProblemJson, &AnthropicErrors),
     tags((name = "runs", description = "Agent runs"), (name = "approvals", description = "Calls waiting for a human's decision"), (name = "webhooks", description = "Signed POSTs of approvals, handoffs, finished runs and opened breakers, and their delivery logs"), (name = "gateway", description = "OpenAI- and Anthropic-compatible model calls through rein's breakers, fallbacks and limits"), (name = "health", description = "Liveness and readiness"))
 )]
@@ -450,6 +452,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/runs/{id}/events", get(events::get_events))
         .route("/v1/runs/{id}/ledger", get(runs::get_ledger))
         .route("/v1/runs/{id}/handoff", get(runs::get_handoff))
+        .route(
+            "/v1/runs/{id}/handoff/decisions",
+            post_json(handoff::decide),
+        )
         .route("/v1/runs/{id}/resume", post_json(runs::resume_run))
         .route("/v1/runs/{id}/cancel", post_json(cancel::cancel_run))
         .route("/v1/approvals", get(approvals::list_approvals))

@@ -103,7 +103,7 @@ impl Source {
 
     /// Sends `request` to the server at `base` with `key` and reads its
     /// JSON, or says what the server answered (a problem's `detail`).
-    async fn send(
+    pub(crate) async fn send(
         mut request: reqwest::RequestBuilder,
         base: &str,
         key: Option<&str>,
@@ -508,7 +508,7 @@ pub fn already_decided(approval: &Approval) -> String {
 
 /// `text` percent-encoded for a URL's path segment or query value: every
 /// byte but the unreserved ones (RFC 3986).
-fn encode(text: &str) -> String {
+pub(crate) fn encode(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for byte in text.bytes() {
         if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
