@@ -128,6 +128,7 @@ macro_rules! conformance_checks {
             run_lifecycle,
             finished_run_status_is_final,
             finished_run_report_is_revised_with_its_marks,
+            handed_off_run_closes_once_nothing_awaits_a_human,
             ledger_revision_fences_report_writes,
             only_a_recoverable_finished_run_reopens,
             list_runs_newest_first,
@@ -1320,6 +1321,108 @@ pub async fn finished_run_report_is_revised_with_its_marks(store: &dyn Store) {
     assert_eq!(
         store.ledger(&run_id).await.unwrap()[0].status,
         LedgerStatus::Manual
+    );
+}
+
+/// A handed-off run is closed with another outcome by a revision whose
+/// report awaits no human (the last handoff decision), in the commit that
+/// marks the decided record; a revision that still awaits one cannot
+/// change its outcome, and once closed the outcome is final again.
+pub async fn handed_off_run_closes_once_nothing_awaits_a_human(store: &dyn Store) {
+    let run_id = created(store, "closing").await;
+    let intent = IntentId::new("intent-1").unwrap();
+    store
+        .declare(declaration(
+            &run_id,
+            "intent-1",
+            "update_delivery_time",
+            ToolClass::IdempotentWrite,
+        ))
+        .await
+        .unwrap();
+    store
+        .mark(&run_id, &intent, mark(LedgerStatus::Manual, 1, BASE_MS + ms(1)))
+        .await
+        .unwrap();
+    let awaiting = rein_core::handoff::EffectState {
+        intent_id: intent.clone(),
+        tool: "update_delivery_time".to_owned(),
+        status: LedgerStatus::Manual,
+        note: "undo it by hand or accept it".to_owned(),
+        owner: None,
+        side_effect_tier: None,
+    };
+    let mut handed_off = report(Outcome::HandedOff);
+    handed_off.handoff = Some(rein_core::handoff::HandoffPackage {
+        run_id: run_id.clone(),
+        agent: "order_desk".to_owned(),
+        input: "move the order".to_owned(),
+        reason: "its compensation failed".to_owned(),
+        timeline: Vec::new(),
+        certain: Vec::new(),
+        uncertain: Vec::new(),
+        strategies_tried: Vec::new(),
+        strategies_not_tried: Vec::new(),
+        in_flight: Vec::new(),
+        awaiting_decision: vec![awaiting],
+    });
+    store
+        .set_run_status(
+            &run_id,
+            RunStatus::Finished(Outcome::HandedOff),
+            Some(handed_off.clone()),
+            BASE_MS + ms(2),
+        )
+        .await
+        .unwrap();
+    // Still awaiting: the outcome stays.
+    let mut still = handed_off.clone();
+    still.outcome = Outcome::PartialSuccess;
+    let early = StepCommit {
+        revised_report: Some(still),
+        ..StepCommit::default()
+    };
+    assert!(
+        matches!(
+            store.commit_step(&run_id, early).await,
+            Err(StoreError::Invalid { .. })
+        ),
+        "a run with a record awaiting a human stays handed off"
+    );
+    // The last decision: the record accepted, the run closed.
+    let mut closed = report(Outcome::PartialSuccess);
+    closed.completed[0].ledger = Some(LedgerStatus::Accepted);
+    let commit = StepCommit {
+        marks: vec![(
+            intent.clone(),
+            mark(LedgerStatus::Accepted, 1, BASE_MS + ms(3)),
+        )],
+        revised_report: Some(closed.clone()),
+        ..StepCommit::default()
+    };
+    let committed = store.commit_step(&run_id, commit).await.unwrap();
+    assert_eq!(
+        committed.run.map(|r| r.status),
+        Some(RunStatus::Finished(Outcome::PartialSuccess))
+    );
+    let run = store.get_run(&run_id).await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Finished(Outcome::PartialSuccess));
+    assert_eq!(run.report.as_ref(), Some(&closed));
+    assert_eq!(
+        store.ledger(&run_id).await.unwrap()[0].status,
+        LedgerStatus::Accepted
+    );
+    // Closed, its outcome is final again.
+    let later = StepCommit {
+        revised_report: Some(report(Outcome::Failed)),
+        ..StepCommit::default()
+    };
+    assert!(
+        matches!(
+            store.commit_step(&run_id, later).await,
+            Err(StoreError::Invalid { .. })
+        ),
+        "a closed run's outcome is final"
     );
 }
 
