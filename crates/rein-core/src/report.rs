@@ -119,6 +119,10 @@ pub enum End {
     /// The process stopped driving the run (the engine was interrupted): it
     /// is handed on unfinished, never settled; its report is provisional.
     Interrupted,
+    /// A call's approval window closed before anyone decided, and the
+    /// agent's `approval.on_expiry` is `handoff`: nothing of the turn was
+    /// sent, and the run goes to a human with what it did so far (why).
+    ApprovalExpired(String),
 }
 
 impl End {
@@ -557,6 +561,10 @@ fn recommend(
             advice.push(advise(*category, Subject::Model, &facts.hint).recommendation);
         }
         End::Settling(_) | End::Answer(_) => {}
+        End::ApprovalExpired(_) => advice.push(
+            "decide what the run left (rein handoff), then submit the task again if the call is still wanted"
+                .into(),
+        ),
         End::Interrupted => advice.push("resume it; completed steps will not run again".into()),
         End::Cancelled(_) => {
             advice.push("submit the task again if it is still wanted".into());
@@ -664,7 +672,8 @@ fn summarize(
         End::ModelFailed(_, why)
         | End::StoreFailed(why)
         | End::Settling(why)
-        | End::Cancelled(why) => {
+        | End::Cancelled(why)
+        | End::ApprovalExpired(why) => {
             let _ = write!(s, " ({why})");
         }
         End::Closed {

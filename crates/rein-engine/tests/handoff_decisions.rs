@@ -284,3 +284,53 @@ async fn only_a_record_that_awaits_a_human_can_be_decided() {
         RunStatus::Finished(Outcome::Succeeded)
     );
 }
+
+/// `approval.on_expiry = "handoff"`: the email's approval expires, nothing
+/// of its turn is sent, and the run goes to a human with the update it
+/// made; a human has it undone, and the run closes `failed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_approval_under_on_expiry_handoff_hands_the_run_to_a_human() {
+    use rein_core::registry::{OnExpiry, ToolApproval};
+    let h = harness(Faults::none()).await;
+    let email = json!({"to": "buyer@example.com", "subject": "New date", "body": "8 January"});
+    let mut a = agent(
+        &h.desk,
+        script(json!([
+            update("A-1001", "2026-02-01T10:00:00Z"),
+            call(SEND_EMAIL, email),
+            answer("told the buyer"),
+        ])),
+        true,
+    );
+    a.tools.get_mut(SEND_EMAIL).unwrap().declared.approval = ToolApproval::Required;
+    a.approval.on_expiry = OnExpiry::Handoff;
+    let paused = run(&h, &a).await;
+    assert_eq!(paused.awaiting_approval.len(), 1, "{:#?}", paused.report);
+    let closes = paused.awaiting_approval[0].expires_at_ms;
+    h.store.expire_approvals(closes, 100).await.unwrap();
+
+    let done = h
+        .engine
+        .resume(&a, &rein_engine::run::AcceptAll, &paused.run_id, None)
+        .await
+        .unwrap();
+    assert_eq!(done.report.outcome, Outcome::HandedOff, "{:#?}", done.report);
+    assert_eq!(h.desk.applied_count(SEND_EMAIL), 0, "the expired email is never sent");
+    let package = done.report.handoff.clone().expect("a package");
+    assert!(
+        package.reason.contains("approval.on_expiry is handoff"),
+        "{}",
+        package.reason
+    );
+    let update = ledger(&h, &done.run_id).await[0].clone();
+    assert_eq!(update.tool, UPDATE_DELIVERY_TIME);
+    assert_eq!(update.status, LedgerStatus::Manual, "kept for a human, untouched");
+    assert_eq!(h.desk.applied_count(RESTORE_DELIVERY_TIME), 0);
+
+    let undone = resolver(&h, &a)
+        .resolve(&done.run_id, &ask(&update.intent_id, Decision::Compensate))
+        .await
+        .unwrap();
+    assert_eq!(h.desk.applied_count(RESTORE_DELIVERY_TIME), 1);
+    assert_eq!(undone.closed, Some(Outcome::Failed), "the world is as before");
+}

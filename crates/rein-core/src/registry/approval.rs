@@ -315,16 +315,6 @@ pub(super) fn check_approval(c: &ApprovalConfig) -> Result<ApprovalSettings, Fie
             ),
         ));
     }
-    if c.on_expiry == OnExpiry::Handoff {
-        // NOTE: refused until a run can end handed off at its approval gate
-        // (an end that settles its kept effects for a human, whose handoff
-        // decisions then close it): handoff decisions cover effects that
-        // happened, not a call that was never sent.
-        return Err((
-            "approval.on_expiry".to_owned(),
-            "\"handoff\" is not implemented yet: an expired call is told to the model as not approved (\"reject\", the default)".to_owned(),
-        ));
-    }
     Ok(ApprovalSettings {
         from_tier: c.from_tier,
         window,

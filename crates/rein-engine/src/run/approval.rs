@@ -26,6 +26,7 @@ use rein_core::approval::{
 use rein_core::call::CallResult;
 use rein_core::event::{ApprovalDecided, ApprovalRequested};
 use rein_core::failure::Effect;
+use rein_core::registry::OnExpiry;
 use rein_core::{Category, Clock, Failure, IntentId, RunReport};
 use rein_store::approval::MAX_APPROVALS_PAGE;
 use rein_store::{ApprovalFilter, RunStatus, StatusChange, StepCommit};
@@ -195,11 +196,30 @@ impl Engine {
             );
             return Err(End::Cancelled(reason.into()));
         }
+        let mut lapsed: Option<String> = None;
         for (i, approval) in decided {
             match self.apply(ctx, &plan.planned[i], &approval) {
                 Applied::Sent => {}
-                applied => withheld.push((i, applied)),
+                applied => {
+                    if let Applied::Withheld(expired @ Withheld::Expired(_)) = &applied {
+                        lapsed.get_or_insert_with(|| {
+                            format!(
+                                "{} was not called: {}, and the agent's approval.on_expiry is handoff (nothing of its turn was sent)",
+                                plan.planned[i].tool,
+                                expired.why()
+                            )
+                        });
+                    }
+                    withheld.push((i, applied));
+                }
             }
+        }
+        // `on_expiry = "handoff"`: the run stops here, before anything of
+        // the turn is sent, and goes to a human.
+        if ctx.agent.approval.on_expiry == OnExpiry::Handoff
+            && let Some(why) = lapsed
+        {
+            return Err(End::ApprovalExpired(why));
         }
         withheld.sort_by_key(|(i, _)| std::cmp::Reverse(*i));
         let mut refused = Vec::with_capacity(withheld.len());

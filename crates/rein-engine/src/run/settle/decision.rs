@@ -15,7 +15,7 @@ pub(super) enum Decision {
     /// is to continue. The report says partial success.
     Keep,
     /// The effects go to a human untouched, for `reason`.
-    HandOff(&'static str),
+    HandOff(String),
     /// The effects are undone in strict reverse order of execution.
     Compensate,
 }
@@ -48,6 +48,16 @@ pub(super) struct Situation<'s> {
 /// could contradict what it already told the world), as does a `handoff`
 /// policy; everything else is compensated.
 pub(super) fn decide(s: &Situation<'_>) -> Decision {
+    // An approval that expired under `on_expiry = "handoff"`: a human
+    // takes over, whatever the policy, with what the run did untouched.
+    if let End::ApprovalExpired(why) = s.end {
+        if s.open.is_empty() && !s.already_human {
+            return Decision::Nothing(Settled::HandedOff(why.clone()));
+        }
+        return Decision::HandOff(format!(
+            "{why}; its effects go to a human untouched"
+        ));
+    }
     // A read-only prefix (or writes that certainly did not happen):
     // degrade, the report already flags the gap.
     if s.open.is_empty() && !s.already_human {
@@ -68,12 +78,13 @@ pub(super) fn decide(s: &Situation<'_>) -> Decision {
     }
     if s.irreversible_open {
         return Decision::HandOff(
-            "the run failed after an irreversible effect that cannot be undone; nothing was undone automatically",
+            "the run failed after an irreversible effect that cannot be undone; nothing was undone automatically"
+                .to_owned(),
         );
     }
     if s.policy == FailurePolicy::Handoff {
         return Decision::HandOff(
-            "the run failed after changing the world and its policy is to hand off",
+            "the run failed after changing the world and its policy is to hand off".to_owned(),
         );
     }
     Decision::Compensate
@@ -115,7 +126,8 @@ pub(super) fn fixable_by_time(end: &End, report: &RunReport) -> bool {
         | End::Settling(_)
         | End::Cancelled(_)
         | End::Closed { .. }
-        | End::Internal(_) => false,
+        | End::Internal(_)
+        | End::ApprovalExpired(_) => false,
         End::Answer(_) => report.incomplete.iter().all(|a| {
             matches!(
                 a.category,

@@ -206,7 +206,7 @@ impl Engine {
         };
         let settlement = match decision {
             Decision::HandOff(reason) => {
-                self.leave_tree_for_human(&parties, &open, reason, step)
+                self.leave_tree_for_human(&parties, &open, &reason, step)
                     .await
             }
             _ => {
