@@ -325,7 +325,11 @@ async fn resolve_on_server(
 /// A decision as applied, for a human.
 fn describe(r: &Resolution) -> String {
     let mut out = String::new();
-    let again = if r.repeated { " (decided so before)" } else { "" };
+    let again = if r.repeated {
+        " (decided so before)"
+    } else {
+        ""
+    };
     let _ = writeln!(
         out,
         "{} {} ({}) of run {}: {} → {} by {}{again}",
@@ -343,7 +347,11 @@ fn describe(r: &Resolution) -> String {
             );
         }
         (None, 0) => {
-            let _ = writeln!(out, "nothing of run {} awaits a decision any more", r.run_id);
+            let _ = writeln!(
+                out,
+                "nothing of run {} awaits a decision any more",
+                r.run_id
+            );
         }
         (None, n) => {
             let _ = writeln!(

@@ -62,14 +62,24 @@ async fn a_handed_off_run_is_resolved_through_the_cli_and_the_api_and_closes() {
     let ran = tokio::task::block_in_place(|| {
         rein(
             &[
-                "run", "--config", &config_s, "--data", &db_s, "--agent", "order_desk", "--input",
-                "x", "--run-id", "r1", "--json",
+                "run",
+                "--config",
+                &config_s,
+                "--data",
+                &db_s,
+                "--agent",
+                "order_desk",
+                "--input",
+                "x",
+                "--run-id",
+                "r1",
+                "--json",
             ],
             &env,
         )
     });
-    let doc: Value = serde_json::from_slice(&ran.stdout)
-        .unwrap_or_else(|_| panic!("{}", text(&ran.stderr)));
+    let doc: Value =
+        serde_json::from_slice(&ran.stdout).unwrap_or_else(|_| panic!("{}", text(&ran.stderr)));
     assert_eq!(doc["report"]["outcome"], "handed_off", "{doc:#}");
     let ledger = doc["ledger"].as_array().unwrap();
     let statuses: Vec<&str> = ledger
@@ -84,15 +94,21 @@ async fn a_handed_off_run_is_resolved_through_the_cli_and_the_api_and_closes() {
     let shown = tokio::task::block_in_place(|| rein(&["handoff", "r1", "--data", &db_s], &env));
     assert!(shown.status.success(), "{}", text(&shown.stderr));
     let shown = text(&shown.stdout);
-    assert!(
-        shown.contains(&first) && shown.contains(&second),
-        "{shown}"
-    );
+    assert!(shown.contains(&first) && shown.contains(&second), "{shown}");
     let undone = tokio::task::block_in_place(|| {
         rein(
             &[
-                "handoff", "resolve", "r1", &first, "--undone", "--reason", "restored by hand",
-                "--by", "alice", "--data", &db_s,
+                "handoff",
+                "resolve",
+                "r1",
+                &first,
+                "--undone",
+                "--reason",
+                "restored by hand",
+                "--by",
+                "alice",
+                "--data",
+                &db_s,
             ],
             &env,
         )
@@ -100,18 +116,34 @@ async fn a_handed_off_run_is_resolved_through_the_cli_and_the_api_and_closes() {
     assert!(undone.status.success(), "{}", text(&undone.stderr));
     let said = text(&undone.stdout);
     assert!(said.contains("manual → compensated by alice"), "{said}");
-    assert!(said.contains("1 record(s) still await a decision"), "{said}");
+    assert!(
+        said.contains("1 record(s) still await a decision"),
+        "{said}"
+    );
 
     // A conflicting decision is refused, naming the one that stands.
     let conflicting = tokio::task::block_in_place(|| {
         rein(
             &[
-                "handoff", "resolve", "r1", &first, "--accepted", "--by", "bob", "--data", &db_s,
+                "handoff",
+                "resolve",
+                "r1",
+                &first,
+                "--accepted",
+                "--by",
+                "bob",
+                "--data",
+                &db_s,
             ],
             &env,
         )
     });
-    assert_eq!(conflicting.status.code(), Some(1), "{}", text(&conflicting.stderr));
+    assert_eq!(
+        conflicting.status.code(),
+        Some(1),
+        "{}",
+        text(&conflicting.stderr)
+    );
     assert!(
         text(&conflicting.stderr).contains("already decided undone by alice"),
         "{}",
@@ -120,7 +152,15 @@ async fn a_handed_off_run_is_resolved_through_the_cli_and_the_api_and_closes() {
     // A compensation on a file needs the config that knows the tool.
     let without_config = tokio::task::block_in_place(|| {
         rein(
-            &["handoff", "resolve", "r1", &second, "--compensate", "--data", &db_s],
+            &[
+                "handoff",
+                "resolve",
+                "r1",
+                &second,
+                "--compensate",
+                "--data",
+                &db_s,
+            ],
             &env,
         )
     });
@@ -174,7 +214,10 @@ async fn a_handed_off_run_is_resolved_through_the_cli_and_the_api_and_closes() {
     assert_eq!(again.status(), 409);
     let again: Value = again.json().await.unwrap();
     assert!(
-        again["type"].as_str().unwrap().ends_with("/already-decided"),
+        again["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("/already-decided"),
         "{again}"
     );
     assert_eq!(again["decision"], "compensate", "{again}");

@@ -210,7 +210,14 @@ mod tests {
             assert!(from.transition(Accepted).is_err(), "{from} -> accepted");
         }
         // A decided record stays decided.
-        for to in [Pending, Succeeded, Failed, Compensated, Manual, Uncompensatable] {
+        for to in [
+            Pending,
+            Succeeded,
+            Failed,
+            Compensated,
+            Manual,
+            Uncompensatable,
+        ] {
             assert!(Accepted.transition(to).is_err(), "accepted -> {to}");
         }
         assert!(Accepted.is_settled());

@@ -808,9 +808,7 @@ fn package(facts: &RunFacts, ledger: &[LedgerRecord]) -> HandoffPackage {
             LedgerStatus::Compensated => {
                 certain.push(state(r, "took effect and was undone".into()))
             }
-            LedgerStatus::Accepted => {
-                certain.push(state(r, "stands, as a human decided".into()))
-            }
+            LedgerStatus::Accepted => certain.push(state(r, "stands, as a human decided".into())),
             LedgerStatus::Pending => {
                 uncertain.push(state(
                     r,

@@ -174,7 +174,9 @@ pub enum ResolveError {
     },
     /// The compensation or retry the decision asked for failed; the
     /// record still awaits a decision, and the attempt is recorded.
-    #[error("the {decision} of record {intent_id} failed: {reason}; the record still awaits a decision")]
+    #[error(
+        "the {decision} of record {intent_id} failed: {reason}; the record still awaits a decision"
+    )]
     ActionFailed {
         /// The intent.
         intent_id: IntentId,
@@ -185,7 +187,9 @@ pub enum ResolveError {
     },
     /// The run's ledger kept changing under the decision (other writers
     /// on every try): nothing was stored; ask again.
-    #[error("the ledger kept changing while record {intent_id} was being decided: nothing was stored; try again")]
+    #[error(
+        "the ledger kept changing while record {intent_id} was being decided: nothing was stored; try again"
+    )]
     Contended {
         /// The intent.
         intent_id: IntentId,
@@ -244,7 +248,7 @@ impl Resolver {
     ) -> Result<Resolution, ResolveError> {
         let (run, record) = self.awaiting(run_id, request).await?;
         let record = match record {
-            Awaiting::Yes(record) => record,
+            Awaiting::Yes(record) => *record,
             Awaiting::Repeated(resolution) => return Ok(*resolution),
         };
         if let Some(why) = self.applicable(&record, request) {
@@ -272,30 +276,23 @@ impl Resolver {
                 });
             }
         };
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            let stale = match self.commit(&record, request, &applied).await {
+        for _ in 0..DECISION_TRIES {
+            match self.commit(&record, request, &applied).await {
                 Ok(Some(resolution)) => return Ok(resolution),
-                Ok(None) => true,
-                Err(ResolveError::Store(e)) => is_read_stale(&e) || return Err(e.into()),
+                Ok(None) => {}
+                Err(ResolveError::Store(e)) if is_read_stale(&e) => {}
                 Err(e) => return Err(e),
-            };
-            if stale && tries < DECISION_TRIES {
-                {
-                    // Another writer moved the ledger (maybe a second
-                    // decision on this very record): check it again.
-                    let (_, again) = self.awaiting(run_id, request).await?;
-                    if let Awaiting::Repeated(resolution) = again {
-                        return Ok(*resolution);
-                    }
-                }
-            } else {
-                return Err(ResolveError::Contended {
-                    intent_id: record.intent_id,
-                });
+            }
+            // Another writer moved the ledger (maybe a second decision on
+            // this very record): check it again.
+            let (_, again) = self.awaiting(run_id, request).await?;
+            if let Awaiting::Repeated(resolution) = again {
+                return Ok(*resolution);
             }
         }
+        Err(ResolveError::Contended {
+            intent_id: record.intent_id,
+        })
     }
 
     /// The run and whether `request`'s record awaits a decision.
@@ -333,7 +330,7 @@ impl Resolver {
             });
         }
         if awaits_human(&record) {
-            return Ok((run, Awaiting::Yes(record)));
+            return Ok((run, Awaiting::Yes(Box::new(record))));
         }
         // Decided already? The decision that stands is its last applied
         // `handoff_decided`.
@@ -397,7 +394,9 @@ impl Resolver {
             attempts,
         };
         match request.decision {
-            Decision::Undone | Decision::Accepted => Ok(settled(record.result.clone(), record.attempts)),
+            Decision::Undone | Decision::Accepted => {
+                Ok(settled(record.result.clone(), record.attempts))
+            }
             Decision::Compensate => {
                 let Some(binding) = self.compensations.get(&record.tool) else {
                     return Err(format!("{} has no registered compensation", record.tool));
@@ -405,9 +404,15 @@ impl Resolver {
                 let call = binding
                     .call_for(&run.tenant, record, record.result.as_ref())
                     .map_err(|e| format!("its compensation's arguments: {e}"))?;
-                self.invoke(&binding.tool, &call.intent, &call.args, call.key.as_ref(), run)
-                    .await
-                    .map(|_| settled(record.result.clone(), record.attempts))
+                self.invoke(
+                    &binding.tool,
+                    &call.intent,
+                    &call.args,
+                    call.key.as_ref(),
+                    run,
+                )
+                .await
+                .map(|_| settled(record.result.clone(), record.attempts))
             }
             Decision::Retry => {
                 let Some(tool) = self.tools.get(&record.tool) else {
@@ -422,7 +427,10 @@ impl Resolver {
                         run,
                     )
                     .await?;
-                Ok(settled(Some(output.result), record.attempts.saturating_add(1)))
+                Ok(settled(
+                    Some(output.result),
+                    record.attempts.saturating_add(1),
+                ))
             }
         }
     }
@@ -446,10 +454,17 @@ impl Resolver {
                         "{} has no registered compensation in this config: undo it by hand and decide undone",
                         record.tool
                     )),
-                    Some(b) if !matches!(b.tool.target, ToolTarget::Http(_) | ToolTarget::Adapter(_)) => Some(format!(
-                        "its compensation {} is not an HTTP or in-process tool, which is all a decision calls: run it by hand and decide undone",
-                        b.tool.name
-                    )),
+                    Some(b)
+                        if !matches!(
+                            b.tool.target,
+                            ToolTarget::Http(_) | ToolTarget::Adapter(_)
+                        ) =>
+                    {
+                        Some(format!(
+                            "its compensation {} is not an HTTP or in-process tool, which is all a decision calls: run it by hand and decide undone",
+                            b.tool.name
+                        ))
+                    }
                     Some(_) => None,
                 }
             }
@@ -466,10 +481,14 @@ impl Resolver {
                         "the config has no tool {}: retry it with the config the run was made with",
                         record.tool
                     )),
-                    Some(t) if !matches!(t.target, ToolTarget::Http(_) | ToolTarget::Adapter(_)) => Some(format!(
-                        "{} is not an HTTP or in-process tool, which is all a decision calls",
-                        record.tool
-                    )),
+                    Some(t)
+                        if !matches!(t.target, ToolTarget::Http(_) | ToolTarget::Adapter(_)) =>
+                    {
+                        Some(format!(
+                            "{} is not an HTTP or in-process tool, which is all a decision calls",
+                            record.tool
+                        ))
+                    }
                     Some(_) => None,
                 }
             }
@@ -650,7 +669,7 @@ impl Resolver {
 /// Whether a record awaits a decision, or the same decision was applied
 /// already.
 enum Awaiting {
-    Yes(LedgerRecord),
+    Yes(Box<LedgerRecord>),
     Repeated(Box<Resolution>),
 }
 

@@ -16,7 +16,9 @@ use rein_engine::handoff::{DecisionRequest, ResolveError, Resolver};
 use rein_engine::reconcile::{ReconcileConfig, Reconciler, SweepClasses};
 use rein_engine::run::AgentBinding;
 use rein_store::RunStatus;
-use rein_testkit::order_desk::{Fault, Faults, RESTORE_DELIVERY_TIME, SEND_EMAIL, UPDATE_DELIVERY_TIME};
+use rein_testkit::order_desk::{
+    Fault, Faults, RESTORE_DELIVERY_TIME, SEND_EMAIL, UPDATE_DELIVERY_TIME,
+};
 use serde_json::json;
 
 fn resolver(h: &Harness, a: &AgentBinding) -> Resolver {
@@ -86,7 +88,10 @@ async fn a_handed_off_run_is_resolved_record_by_record_and_closes_with_what_stan
         matches!(refused, Err(ResolveError::ActionFailed { .. })),
         "{refused:?}"
     );
-    assert_eq!(ledger(&h, &out.run_id).await[0].status, LedgerStatus::Manual);
+    assert_eq!(
+        ledger(&h, &out.run_id).await[0].status,
+        LedgerStatus::Manual
+    );
     let attempts = decided_events(&h, &out.run_id).await;
     assert_eq!(attempts.len(), 1);
     assert!(attempts[0].failed.is_some(), "{attempts:?}");
@@ -134,7 +139,10 @@ async fn a_handed_off_run_is_resolved_record_by_record_and_closes_with_what_stan
         .await
     {
         Err(ResolveError::AlreadyDecided {
-            decision, by, status, ..
+            decision,
+            by,
+            status,
+            ..
         }) => {
             assert_eq!(decision, Decision::Compensate);
             assert_eq!(by, "alice");
@@ -167,17 +175,25 @@ async fn a_handed_off_run_is_resolved_record_by_record_and_closes_with_what_stan
     assert_eq!(report.outcome, closed);
     assert!(report.handoff.is_none(), "{report:#?}");
     assert!(
-        report.notes.iter().any(|n| matches!(
-            n,
-            ReportNote::ClosedByHuman { decisions: 2, .. }
-        )),
+        report
+            .notes
+            .iter()
+            .any(|n| matches!(n, ReportNote::ClosedByHuman { decisions: 2, .. })),
         "{:?}",
         report.notes
     );
-    assert!(report.summary.contains("closed once a human had decided"), "{}", report.summary);
+    assert!(
+        report.summary.contains("closed once a human had decided"),
+        "{}",
+        report.summary
+    );
 
     let decided = decided_events(&h, &out.run_id).await;
-    assert_eq!(decided.len(), 3, "one failed attempt, two decisions: {decided:?}");
+    assert_eq!(
+        decided.len(),
+        3,
+        "one failed attempt, two decisions: {decided:?}"
+    );
     assert!(decided.iter().all(|d| d.by == "alice"));
     assert_eq!(decided[2].closed, Some(closed));
 
@@ -229,7 +245,11 @@ async fn an_irreversible_effect_is_only_accepted_or_undone_by_hand() {
             "{decision}: {refused:?}"
         );
     }
-    assert_eq!(h.desk.applied_count(SEND_EMAIL), 1, "nothing was sent again");
+    assert_eq!(
+        h.desk.applied_count(SEND_EMAIL),
+        1,
+        "nothing was sent again"
+    );
     assert!(decided_events(&h, &out.run_id).await.is_empty());
 
     let accepted = resolver
@@ -271,12 +291,16 @@ async fn only_a_record_that_awaits_a_human_can_be_decided() {
     }
     let nothing = IntentId::new("no-such-intent").unwrap();
     assert!(matches!(
-        resolver.resolve(&out.run_id, &ask(&nothing, Decision::Accepted)).await,
+        resolver
+            .resolve(&out.run_id, &ask(&nothing, Decision::Accepted))
+            .await,
         Err(ResolveError::NoRecord { .. })
     ));
     let ghost = RunId::new("no-such-run").unwrap();
     assert!(matches!(
-        resolver.resolve(&ghost, &ask(&nothing, Decision::Accepted)).await,
+        resolver
+            .resolve(&ghost, &ask(&nothing, Decision::Accepted))
+            .await,
         Err(ResolveError::RunNotFound(_))
     ));
     assert_eq!(
@@ -314,8 +338,17 @@ async fn an_expired_approval_under_on_expiry_handoff_hands_the_run_to_a_human() 
         .resume(&a, &rein_engine::run::AcceptAll, &paused.run_id, None)
         .await
         .unwrap();
-    assert_eq!(done.report.outcome, Outcome::HandedOff, "{:#?}", done.report);
-    assert_eq!(h.desk.applied_count(SEND_EMAIL), 0, "the expired email is never sent");
+    assert_eq!(
+        done.report.outcome,
+        Outcome::HandedOff,
+        "{:#?}",
+        done.report
+    );
+    assert_eq!(
+        h.desk.applied_count(SEND_EMAIL),
+        0,
+        "the expired email is never sent"
+    );
     let package = done.report.handoff.clone().expect("a package");
     assert!(
         package.reason.contains("approval.on_expiry is handoff"),
@@ -324,7 +357,11 @@ async fn an_expired_approval_under_on_expiry_handoff_hands_the_run_to_a_human() 
     );
     let update = ledger(&h, &done.run_id).await[0].clone();
     assert_eq!(update.tool, UPDATE_DELIVERY_TIME);
-    assert_eq!(update.status, LedgerStatus::Manual, "kept for a human, untouched");
+    assert_eq!(
+        update.status,
+        LedgerStatus::Manual,
+        "kept for a human, untouched"
+    );
     assert_eq!(h.desk.applied_count(RESTORE_DELIVERY_TIME), 0);
 
     let undone = resolver(&h, &a)
@@ -332,5 +369,9 @@ async fn an_expired_approval_under_on_expiry_handoff_hands_the_run_to_a_human() 
         .await
         .unwrap();
     assert_eq!(h.desk.applied_count(RESTORE_DELIVERY_TIME), 1);
-    assert_eq!(undone.closed, Some(Outcome::Failed), "the world is as before");
+    assert_eq!(
+        undone.closed,
+        Some(Outcome::Failed),
+        "the world is as before"
+    );
 }

@@ -78,7 +78,10 @@ pub async fn decide(
     };
     let record = crate::runs::owned(&state, &caller.tenant, &id).await?;
     let intent_id = IntentId::new(sent.intent_id.clone()).map_err(|_| {
-        Problem::not_found(format!("run {id} has no ledger record `{}`", sent.intent_id))
+        Problem::not_found(format!(
+            "run {id} has no ledger record `{}`",
+            sent.intent_id
+        ))
     })?;
     let resolver = resolver(&state)?;
     let request = DecisionRequest {

@@ -1341,7 +1341,11 @@ pub async fn handed_off_run_closes_once_nothing_awaits_a_human(store: &dyn Store
         .await
         .unwrap();
     store
-        .mark(&run_id, &intent, mark(LedgerStatus::Manual, 1, BASE_MS + ms(1)))
+        .mark(
+            &run_id,
+            &intent,
+            mark(LedgerStatus::Manual, 1, BASE_MS + ms(1)),
+        )
         .await
         .unwrap();
     let awaiting = rein_core::handoff::EffectState {

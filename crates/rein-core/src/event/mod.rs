@@ -65,8 +65,7 @@ pub use approval::{ApprovalDecided, ApprovalRequested};
 pub use data::{DecodeError, EventData};
 pub use effect::{
     CompensationFinished, CompensationStarted, HandoffCreated, HandoffDecided, HandoffSummary,
-    LedgerRecorded,
-    SettlementStarted,
+    LedgerRecorded, SettlementStarted,
 };
 pub use flag::Flag;
 pub use governor::{CallShed, ConcurrencyAdjusted, FanOutRefused, RateLimited};

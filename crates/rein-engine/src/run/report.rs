@@ -283,7 +283,10 @@ pub async fn closing(
 /// The facts a finished run's report is derived again from: its stored
 /// report's basis, and its last checkpoint's calls. `None` when the run is
 /// not finished, or its report predates reports that keep their basis.
-async fn revision_facts(store: &dyn Store, run: &RunRecord) -> Result<Option<RunFacts>, StoreError> {
+async fn revision_facts(
+    store: &dyn Store,
+    run: &RunRecord,
+) -> Result<Option<RunFacts>, StoreError> {
     let (Some(outcome), Some(stored)) = (run.status.outcome(), run.report.as_ref()) else {
         return Ok(None);
     };

@@ -54,9 +54,7 @@ pub(super) fn decide(s: &Situation<'_>) -> Decision {
         if s.open.is_empty() && !s.already_human {
             return Decision::Nothing(Settled::HandedOff(why.clone()));
         }
-        return Decision::HandOff(format!(
-            "{why}; its effects go to a human untouched"
-        ));
+        return Decision::HandOff(format!("{why}; its effects go to a human untouched"));
     }
     // A read-only prefix (or writes that certainly did not happen):
     // degrade, the report already flags the gap.
