@@ -345,7 +345,7 @@ pub fn validate_status_change(
 /// the run's status: finished, with the report's outcome; or handed off,
 /// with a report that no longer hands anything to a human (the last
 /// handoff decision closes the run with what happened: see
-/// [`closes_handoff`]).
+/// `closes_handoff`).
 ///
 /// # Errors
 ///
