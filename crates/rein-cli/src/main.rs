@@ -9,6 +9,7 @@ mod approvals;
 mod chaos;
 mod check;
 mod demo;
+mod dev;
 mod handoff;
 mod idempotency;
 mod key;
@@ -69,6 +70,11 @@ enum Command {
     /// prints the timeline, the report and the desk's own side-effect log:
     /// exactly one update, no email, an honest partial success.
     Demo(demo::DemoArgs),
+    /// Start the example's services on loopback until Ctrl-C: the order
+    /// desk (its tools, with fault switches) and the mock model (OpenAI
+    /// and Anthropic formats), and print the exports the example config
+    /// reads (`ORDER_DESK_URL`, `MOCK_MODEL_URL`).
+    Dev(dev::DevArgs),
     /// Run an agent from a config: the live timeline, then the report.
     ///
     /// The run's id is printed on stderr as it starts. Exits 0 when the run
@@ -86,7 +92,9 @@ enum Command {
     /// Completed steps are not run again; the interrupted step replays its
     /// persisted plan with the original intent ids and idempotency keys.
     Resume(resume::ResumeArgs),
-    /// Show the handoff package of a run that automation had to stop.
+    /// Show the handoff package of a run that automation had to stop, and
+    /// record a human's decision on each record it left (`rein handoff
+    /// resolve`).
     Handoff(handoff::HandoffArgs),
     /// List the calls waiting for a human's approval (`[tools.NAME]
     /// approval`, `[agents.NAME.approval]`), from the store file or a
@@ -170,6 +178,7 @@ fn main() -> ExitCode {
         Command::Key(args) => key::run(args).map(|()| ExitCode::SUCCESS),
         Command::Check(args) => return check::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Dev(args) => dev::run(args),
         Command::Run(args) => run::run(args),
         Command::Resume(args) => resume::run(args),
         Command::Handoff(args) => handoff::run(args),

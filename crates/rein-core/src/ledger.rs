@@ -18,8 +18,8 @@
 //!   manual ──► compensated   (a later retry of a strong compensation worked)
 //!   failed ──► pending       (declared again: the same intent runs afresh)
 //!
-//!   pending, manual, uncompensatable ──► accepted      (a human: it stands)
-//!   pending, manual, uncompensatable ──► compensated   (a human: undone)
+//!   pending, manual, uncompensatable ──► accepted   (a human: it stands)
+//!   manual, uncompensatable ──► compensated         (a human: undone)
 //! ```
 //!
 //! `failed` is the only result a record leaves again, and only back to
@@ -120,7 +120,8 @@ impl LedgerStatus {
                     | (Succeeded, Compensated | Uncompensatable | Manual)
                     | (Manual, Compensated)
                     | (Failed, Pending)
-                    | (Pending | Manual | Uncompensatable, Accepted | Compensated)
+                    | (Pending | Manual | Uncompensatable, Accepted)
+                    | (Uncompensatable, Compensated)
             );
         if allowed {
             Ok(to)
@@ -204,8 +205,13 @@ mod tests {
     fn a_human_settles_only_what_awaited_a_human() {
         for from in [Pending, Manual, Uncompensatable] {
             assert_eq!(from.transition(Accepted), Ok(Accepted), "{from}");
+        }
+        for from in [Manual, Uncompensatable] {
             assert_eq!(from.transition(Compensated), Ok(Compensated), "{from}");
         }
+        // An effect in doubt is taken to have happened before it is
+        // undone: `succeeded`, then `compensated`, as the reconciler does.
+        assert!(Pending.transition(Compensated).is_err());
         for from in [Succeeded, Failed, Compensated] {
             assert!(from.transition(Accepted).is_err(), "{from} -> accepted");
         }

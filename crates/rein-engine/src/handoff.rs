@@ -565,17 +565,30 @@ impl Resolver {
             None => crate::run::revise(self.store.as_ref(), &run, &ledger).await?,
         };
         let at_ms = Timestamp::from_system_time(self.clock.system_now());
-        let commit = StepCommit {
-            marks: vec![(
+        let mark = |status: LedgerStatus| {
+            (
                 record.intent_id.clone(),
                 LedgerMark {
-                    status: applied.status,
+                    status,
                     result: applied.result.clone(),
                     failure: record.failure.clone(),
                     attempts: applied.attempts,
                     at_ms,
                 },
-            )],
+            )
+        };
+        // The ledger undoes only what happened: an effect in doubt that a
+        // human undid is taken to have happened first (as the reconciler
+        // does), both marks in this one commit.
+        let marks = if record.status == LedgerStatus::Pending
+            && applied.status == LedgerStatus::Compensated
+        {
+            vec![mark(LedgerStatus::Succeeded), mark(applied.status)]
+        } else {
+            vec![mark(applied.status)]
+        };
+        let commit = StepCommit {
+            marks,
             events: vec![self.event(record, request, applied.status, None, closed)],
             revised_report: revised,
             expect_status: Some(run.status),

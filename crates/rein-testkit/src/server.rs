@@ -33,14 +33,16 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    /// Binds `127.0.0.1:0` and serves `router` on a spawned task, with
-    /// `TCP_NODELAY` on every accepted socket (DESIGN.md, performance notes:
-    /// without it small responses stall ~40 ms on Nagle plus delayed ACK).
+    /// Binds `127.0.0.1:<port>` (`0`: any free port, as tests want; a
+    /// fixed one for `rein dev`) and serves `router` on a spawned task,
+    /// with `TCP_NODELAY` on every accepted socket (without it small
+    /// responses stall ~40 ms on Nagle plus delayed ACK).
     pub(crate) async fn start(
         service: &'static str,
+        port: u16,
         router: Router,
     ) -> Result<Server, TestkitError> {
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| TestkitError::Bind {

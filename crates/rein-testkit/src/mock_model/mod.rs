@@ -165,6 +165,9 @@ pub struct MockModelConfig {
     /// left of the wait), without consuming the script, and counted in
     /// [`MockModel::hammered`].
     pub enforce_retry_after: bool,
+    /// The loopback port to listen on; `0` (the default) takes any free
+    /// one.
+    pub port: u16,
 }
 
 impl Default for MockModelConfig {
@@ -181,6 +184,7 @@ impl Default for MockModelConfig {
             metered: false,
             completion_tokens_only: BTreeSet::new(),
             enforce_retry_after: false,
+            port: 0,
         }
     }
 }
@@ -266,6 +270,12 @@ impl MockModelConfig {
     /// rather than a late one.
     pub fn with_event_interval(mut self, interval: Duration) -> MockModelConfig {
         self.event_interval = interval;
+        self
+    }
+
+    /// Listens on `127.0.0.1:port` (`0`: any free port).
+    pub fn with_port(mut self, port: u16) -> MockModelConfig {
+        self.port = port;
         self
     }
 }
@@ -486,7 +496,12 @@ impl MockModel {
             in_flight: AtomicUsize::new(0),
             peak_in_flight: AtomicUsize::new(0),
         });
-        let server = Server::start("mock model", routes::router(Arc::clone(&model))).await?;
+        let server = Server::start(
+            "mock model",
+            config.port,
+            routes::router(Arc::clone(&model)),
+        )
+        .await?;
         Ok(MockModel { model, server })
     }
 

@@ -102,6 +102,9 @@ pub struct OrderDeskConfig {
     pub orders: Vec<Order>,
     /// The fault plan at start.
     pub faults: Faults,
+    /// The loopback port to listen on; `0` (the default) takes any free
+    /// one.
+    pub port: u16,
 }
 
 impl Default for OrderDeskConfig {
@@ -109,6 +112,7 @@ impl Default for OrderDeskConfig {
         OrderDeskConfig {
             orders: seed_orders(),
             faults: Faults::none(),
+            port: 0,
         }
     }
 }
@@ -128,6 +132,12 @@ impl OrderDeskConfig {
     /// Replaces the orders.
     pub fn with_orders(mut self, orders: Vec<Order>) -> OrderDeskConfig {
         self.orders = orders;
+        self
+    }
+
+    /// Listens on `127.0.0.1:port` (`0`: any free port).
+    pub fn with_port(mut self, port: u16) -> OrderDeskConfig {
+        self.port = port;
         self
     }
 }
@@ -164,7 +174,8 @@ impl OrderDesk {
     pub async fn start_with(config: OrderDeskConfig) -> Result<OrderDesk, TestkitError> {
         config.faults.validate()?;
         let desk = Arc::new(Desk::new(config.orders, config.faults));
-        let server = Server::start("order desk", routes::router(Arc::clone(&desk))).await?;
+        let server =
+            Server::start("order desk", config.port, routes::router(Arc::clone(&desk))).await?;
         Ok(OrderDesk { desk, server })
     }
 

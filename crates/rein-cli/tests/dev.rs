@@ -1,0 +1,86 @@
+//! `rein dev` (issue 37, item 1): the order desk and the mock model start
+//! as standalone loopback services, say where they are, answer, and stop
+//! cleanly on Ctrl-C.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_serves_the_desk_and_the_model_until_ctrl_c() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rein"))
+        .args([
+            "dev",
+            "--desk-port",
+            "0",
+            "--model-port",
+            "0",
+            "--faults",
+            "demo",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    let urls: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+    let desk = urls["order_desk_url"].as_str().unwrap();
+    let model = urls["mock_model_url"].as_str().unwrap();
+    assert_eq!(urls["faults"], "demo");
+    let client = reqwest::Client::new();
+
+    // The desk serves its tools, with the demo's fault plan in place.
+    let faults: Value = client
+        .get(format!("{desk}/_faults"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(faults.get("send_email").is_some(), "{faults}");
+    let order = client
+        .post(format!("{desk}/tools/get_order"))
+        .json(&json!({"order_id": "A-1001"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(order.status(), 200);
+
+    // The model answers in OpenAI's format.
+    let answer: Value = client
+        .post(format!("{model}/v1/chat/completions"))
+        .json(&json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["object"], "chat.completion", "{answer}");
+
+    // Ctrl-C stops both, and the command exits 0.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        client.get(format!("{desk}/_log")).send().await.is_err(),
+        "the desk is gone"
+    );
+}
