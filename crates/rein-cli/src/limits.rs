@@ -128,6 +128,11 @@ pub fn explain(registry: &Registry, agent: &AgentSpec) -> Vec<String> {
         ),
         None => "  approval: only for tools that ask for it themselves".to_owned(),
     });
+    for tool in agent.tools.iter().filter_map(|t| registry.tools().get(t)) {
+        if let Some(line) = tool_defaults(tool) {
+            lines.push(line);
+        }
+    }
     let mut groups: Vec<&str> = agent
         .tools
         .iter()
@@ -154,6 +159,38 @@ pub fn explain(registry: &Registry, agent: &AgentSpec) -> Vec<String> {
         lines.push(line);
     }
     lines
+}
+
+/// What rein chose for `tool` because its config left it out, in one
+/// line; `None` when the config set everything.
+fn tool_defaults(tool: &rein_core::registry::ToolSpec) -> Option<String> {
+    if tool.defaulted.is_empty() {
+        return None;
+    }
+    let chosen: Vec<String> = tool
+        .defaulted
+        .iter()
+        .map(|field| match *field {
+            "resource_group" => format!("resource_group {} (its own)", tool.resource_group),
+            "side_effect_tier" => format!(
+                "side_effect_tier {} (from class {})",
+                tool.side_effect_tier,
+                tool.class.as_str()
+            ),
+            "owner" => format!("owner {}", tool.owner),
+            "latency" => format!(
+                "latency observed, planned at a p99 of {} until {} calls are measured",
+                human(rein_core::registry::DEFAULT_TOOL_FALLBACK_P99),
+                rein_core::registry::DEFAULT_OBSERVE_MIN_SAMPLES
+            ),
+            other => other.to_owned(),
+        })
+        .collect();
+    Some(format!(
+        "  tool {} (rein's defaults; set them to override): {}",
+        tool.name,
+        chosen.join(", ")
+    ))
 }
 
 /// What a run consumed, beside each of its ceilings when they are known.

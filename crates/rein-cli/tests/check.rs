@@ -516,8 +516,11 @@ fn explain_shows_every_limit_an_agent_gets_with_the_defaults_marked() {
     let mut config = fs::read_to_string(example()).unwrap();
     config.push_str(
         "\n[agents.bare]\nprovider = \"replay\"\nmodel = \"gpt-4o-mini\"\n\
-         system_prompt = \"Look orders up.\"\ntools = [\"get_order\", \"send_email\"]\n\
-         [agents.bare.approval]\nfrom_tier = \"high\"\n",
+         system_prompt = \"Look orders up.\"\ntools = [\"get_order\", \"send_email\", \"ping\"]\n\
+         [agents.bare.approval]\nfrom_tier = \"high\"\n\
+         [tools.ping]\ndescription = \"Is the desk up?\"\nclass = \"read\"\n\
+         schema = { type = \"object\", properties = {} }\n\
+         adapter = { kind = \"http\", url = \"http://127.0.0.1:7001/ping\" }\n",
     );
     fs::write(dir.path().join("rein.toml"), config).unwrap();
     fs::copy(
@@ -540,7 +543,7 @@ fn explain_shows_every_limit_an_agent_gets_with_the_defaults_marked() {
     let bare: Vec<&str> = stdout
         .lines()
         .skip_while(|l| *l != "agent bare:")
-        .take(6)
+        .take(8)
         .collect();
     assert_eq!(
         bare,
@@ -550,7 +553,11 @@ fn explain_shows_every_limit_an_agent_gets_with_the_defaults_marked() {
             "  per turn: at most 16 calls (default); an action repeated more than 3 times ends the run",
             "  retries: up to 4 attempts (default) per call (irreversible tools: one)",
             "  approval: calls to tools of tier high or above wait for a human, up to 1d; the wall clock stops while they wait",
+            // A tool with only a name, description, schema, class and
+            // adapter passes, and what rein chose for it is shown.
+            "  tool ping (rein's defaults; set them to override): resource_group ping (its own), side_effect_tier none (from class read), owner unassigned, latency observed, planned at a p99 of 5 s until 50 calls are measured",
             "  resource group order_api: 20/s, bursts of 40, at most 8 at once",
+            "  resource group ping: ungoverned",
         ],
         "{stdout}"
     );

@@ -40,7 +40,7 @@ samples = 100
 allowance_factor = 20.0
 
 [tools.notify]
-description = "Tell the buyer."
+# no description: required, reported at the table's header
 class = "read"
 resource_group = "api"
 side_effect_tier = "none"
@@ -104,7 +104,7 @@ fn check_names_the_line_of_each_problem_in_tables_inline_tables_and_arrays_of_ta
         // A bad value under the `[tools.lookup.latency]` header.
         format!("{file}:19:1: tools.lookup.latency.allowance_factor"),
         // A missing required field: its table's header.
-        format!("{file}:21:1: tools.notify.owner"),
+        format!("{file}:21:1: tools.notify.description"),
         // A bad value inside an inline table: its key's column.
         format!("{file}:27:52: tools.notify.latency.min_samples"),
         // A missing field of the second `[[server.api_keys]]`: its header.
@@ -134,7 +134,7 @@ fn check_names_lines_across_files_and_json_carries_line_and_column() {
         r#"[resource_groups.api]
 
 [tools.lookup]
-description = "Look an order up."
+# no description: required, reported at the table's header
 class = "read"
 resource_group = "api"
 side_effect_tier = "none"
@@ -177,8 +177,8 @@ budget = { max_steps = 0 }
     let mut got = places(&stderr);
     got.sort();
     let mut want = vec![
-        // A missing table: the header of the table it belongs in.
-        format!("{tools}:3:1: tools.lookup.latency"),
+        // A missing field: the header of the table it belongs in.
+        format!("{tools}:3:1: tools.lookup.description"),
         // An unset variable, in an inline table: where `url` is written.
         format!("{tools}:10:28: tools.lookup.adapter.url"),
         // A type error, under an indented header: at its key.
@@ -212,7 +212,7 @@ budget = { max_steps = 0 }
         vec![
             ("agents.a.budget.max_steps".to_owned(), 9, 12),
             ("tools.lookup.adapter.url".to_owned(), 10, 28),
-            ("tools.lookup.latency".to_owned(), 3, 1),
+            ("tools.lookup.description".to_owned(), 3, 1),
             ("tools.other.latency.samples".to_owned(), 22, 3),
         ],
         "{doc:#}"

@@ -28,6 +28,7 @@ use super::constants::{
     DEFAULT_IDEMPOTENCY_HEADER, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_RESULT_BYTES,
     DEFAULT_OBSERVE_MIN_SAMPLES, DEFAULT_PROVIDER_TIMEOUT, RESERVED_ENV_PREFIX, RESERVED_HEADERS,
 };
+use super::constants::{DEFAULT_TOOL_FALLBACK_P99, DEFAULT_TOOL_OWNER};
 use super::constants::{
     MAX_BODY_LIMIT, MAX_KEY_LENGTH, MAX_QUEUE_WORKERS, MIN_BODY_LIMIT, MIN_IDEMPOTENCY_RETENTION,
     MIN_QUEUE_LEASE,
@@ -978,14 +979,15 @@ impl<'a> Checker<'a> {
             }
             Some(schema) => self.schema(file, &p, schema).then(|| schema.clone()),
         };
+        // What a minimal tool leaves out, rein decides, and names
+        // (`defaulted`) so that `rein check --explain` shows it.
+        let mut defaulted = Vec::new();
         let resource_group = match c.resource_group.as_deref() {
+            // Its own group: ungoverned unless [resource_groups.<name>]
+            // says otherwise.
             None => {
-                self.report(
-                    file,
-                    format!("{p}.resource_group"),
-                    "is required: the resource group whose limits the tool shares",
-                );
-                None
+                defaulted.push("resource_group");
+                Some(name.to_owned())
             }
             Some(group) if !merged.has("resource_groups", group) => {
                 self.report(
@@ -997,28 +999,42 @@ impl<'a> Checker<'a> {
             }
             Some(group) => Some(group.to_owned()),
         };
-        let side_effect_tier = c.side_effect_tier;
-        if side_effect_tier.is_none() {
-            self.report(
-                file,
-                format!("{p}.side_effect_tier"),
-                "is required: none, low, medium or high",
-            );
-        }
-        let owner = self.required_text(file, &p, "owner", c.owner.as_deref());
+        let side_effect_tier = match (c.side_effect_tier, class) {
+            (Some(tier), _) => Some(tier),
+            (None, Some(class)) => {
+                defaulted.push("side_effect_tier");
+                Some(super::spec::SideEffectTier::implied_by(class))
+            }
+            // The missing class is reported already.
+            (None, None) => None,
+        };
+        let owner = match c.owner.as_deref() {
+            None => {
+                defaulted.push("owner");
+                Some(DEFAULT_TOOL_OWNER.to_owned())
+            }
+            Some(owner) => self.required_text(file, &p, "owner", Some(owner)),
+        };
         let agent_adapter = c
             .adapter
             .as_ref()
             .filter(|a| a.kind == Some(AdapterKind::Agent));
         let latency = match (&c.latency, agent_adapter) {
             (None, Some(adapter)) => Some(default_agent_latency(adapter.wall_clock)),
+            // Observed, planned for a slow p99 until measured.
             (None, None) => {
-                self.report(
-                    file,
-                    format!("{p}.latency"),
-                    "is required: p50/p95/p99, or { mode = \"observe\", fallback_p99 = \"…\" }",
-                );
-                None
+                defaulted.push("latency");
+                LatencyProfile::new(
+                    DEFAULT_TOOL_FALLBACK_P99,
+                    DEFAULT_TOOL_FALLBACK_P99,
+                    DEFAULT_TOOL_FALLBACK_P99,
+                    0,
+                )
+                .ok()
+                .map(|fallback| LatencySpec::Observe {
+                    fallback,
+                    min_samples: DEFAULT_OBSERVE_MIN_SAMPLES,
+                })
             }
             (Some(latency), _) => self.latency(file, &p, latency),
         };
@@ -1073,6 +1089,7 @@ impl<'a> Checker<'a> {
             resource_group: resource_group?,
             side_effect_tier: side_effect_tier?,
             owner: owner?,
+            defaulted,
             avoid_at_plan_time: c.avoid_at_plan_time,
             self_heal_allowance: c.self_heal_allowance,
             adapter: adapter?,

@@ -55,6 +55,16 @@ pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// profile replaces the conservative fallback: fewer make a p99 noise.
 pub const DEFAULT_OBSERVE_MIN_SAMPLES: u64 = 50;
 
+/// The p99 a tool that declares no `latency` is planned with until
+/// [`DEFAULT_OBSERVE_MIN_SAMPLES`] calls are measured: its latency is
+/// observed. Long on purpose: an allowance that is too short turns a slow
+/// answer into a timeout and a retry, one that is too long only waits.
+pub const DEFAULT_TOOL_FALLBACK_P99: Duration = Duration::from_secs(5);
+
+/// The `owner` of a tool that names none: what a handoff package shows
+/// beside its effects, so that a missing owner is visible, not silent.
+pub const DEFAULT_TOOL_OWNER: &str = "unassigned";
+
 /// Headers rein sets on every tool call ([`crate::header`]); an adapter may
 /// not set them itself, or it could forge the deadline or the correlation
 /// ids. Compared without case, as HTTP does. The tool's idempotency header is reserved as well.

@@ -76,7 +76,11 @@
 //! | `tools.*.adapter.max_result_bytes` | [`DEFAULT_MAX_RESULT_BYTES`] (16 KiB) |
 //! | `tools.*.adapter.max_output_bytes` (command) | [`DEFAULT_MAX_OUTPUT_BYTES`] (64 KiB) |
 //! | `tools.*.adapter.budget_ratio` (agent) | [`DEFAULT_AGENT_BUDGET_RATIO`] (0.5) |
-//! | `tools.*.latency` (agent adapter only; required otherwise) | [`DEFAULT_AGENT_TOOL_LATENCY`] (5 s / 20 s / 60 s), each at most the adapter's `wall_clock` |
+//! | `tools.*.latency` (agent adapter) | [`DEFAULT_AGENT_TOOL_LATENCY`] (5 s / 20 s / 60 s), each at most the adapter's `wall_clock` |
+//! | `tools.*.latency` (any other adapter) | observed: planned at [`DEFAULT_TOOL_FALLBACK_P99`] (5 s) until [`DEFAULT_OBSERVE_MIN_SAMPLES`] calls are measured |
+//! | `tools.*.resource_group` | the tool's own group, named after it: ungoverned unless `[resource_groups.<tool>]` sets limits |
+//! | `tools.*.side_effect_tier` | implied by `class`: `none` for a read, `medium` for an idempotent write, `high` for an irreversible call |
+//! | `tools.*.owner` | [`DEFAULT_TOOL_OWNER`] (`unassigned`) |
 //! | `tools.*.latency.min_samples` (observe mode) | [`DEFAULT_OBSERVE_MIN_SAMPLES`] (50) |
 //! | `tools.*.latency.scale` (observe mode only) | none: one profile for every call of the tool |
 //! | `tools.*.latency.allowance_factor` (either mode, in [1, 10]) | [`DEFAULT_ALLOWANCE_FACTOR`](crate::latency::DEFAULT_ALLOWANCE_FACTOR) (2) |
@@ -164,10 +168,10 @@ pub use constants::{
     DEFAULT_ORPHAN_THRESHOLD, DEFAULT_PROVIDER_TIMEOUT, DEFAULT_QUEUE_LEASE,
     DEFAULT_QUEUE_MAX_ATTEMPTS, DEFAULT_QUEUE_WORKERS, DEFAULT_SCAN_INTERVAL,
     DEFAULT_SHUTDOWN_GRACE, DEFAULT_STREAM_FIRST_BYTE_TIMEOUT, DEFAULT_STREAM_IDLE_TIMEOUT,
-    MAX_BODY_LIMIT, MAX_COMPENSATION_RESERVE, MAX_CONNECTION_TIMEOUT, MAX_KEY_LENGTH,
-    MAX_MAX_CONNECTIONS, MAX_MODEL_LATENCY, MAX_QUEUE_WORKERS, MAX_SHUTDOWN_GRACE, MIN_BODY_LIMIT,
-    MIN_CONNECTION_TIMEOUT, MIN_IDEMPOTENCY_RETENTION, MIN_QUEUE_LEASE, RESERVED_ENV_PREFIX,
-    RESERVED_HEADERS,
+    DEFAULT_TOOL_FALLBACK_P99, DEFAULT_TOOL_OWNER, MAX_BODY_LIMIT, MAX_COMPENSATION_RESERVE,
+    MAX_CONNECTION_TIMEOUT, MAX_KEY_LENGTH, MAX_MAX_CONNECTIONS, MAX_MODEL_LATENCY,
+    MAX_QUEUE_WORKERS, MAX_SHUTDOWN_GRACE, MIN_BODY_LIMIT, MIN_CONNECTION_TIMEOUT,
+    MIN_IDEMPOTENCY_RETENTION, MIN_QUEUE_LEASE, RESERVED_ENV_PREFIX, RESERVED_HEADERS,
 };
 pub use exposure::{
     AllowedHost, Authority, CorsSpec, HostName, HostPattern, MetricsAccess, Origin, Scheme,

@@ -42,6 +42,18 @@ pub enum SideEffectTier {
 }
 
 impl SideEffectTier {
+    /// The tier a tool of `class` has when its config declares none: a
+    /// read changes nothing outside (`none`), an idempotent write changes
+    /// what can be corrected (`medium`), an irreversible call what cannot
+    /// (`high`).
+    pub fn implied_by(class: ToolClass) -> SideEffectTier {
+        match class {
+            ToolClass::Read => SideEffectTier::None,
+            ToolClass::IdempotentWrite => SideEffectTier::Medium,
+            ToolClass::Irreversible => SideEffectTier::High,
+        }
+    }
+
     /// The tier's name as it appears in config and events.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -230,6 +242,15 @@ pub struct ToolSpec {
     pub side_effect_tier: SideEffectTier,
     /// Who to call when it breaks.
     pub owner: String,
+    /// The settings its config left out, which rein chose
+    /// (`resource_group`: its own; `side_effect_tier`: implied by its
+    /// class; `owner`: [`DEFAULT_TOOL_OWNER`]; `latency`: observed, planned
+    /// at [`DEFAULT_TOOL_FALLBACK_P99`] until measured), named so that
+    /// `rein check --explain` shows every one.
+    ///
+    /// [`DEFAULT_TOOL_OWNER`]: super::constants::DEFAULT_TOOL_OWNER
+    /// [`DEFAULT_TOOL_FALLBACK_P99`]: super::constants::DEFAULT_TOOL_FALLBACK_P99
+    pub defaulted: Vec<&'static str>,
     /// The model is told to avoid it unless necessary.
     pub avoid_at_plan_time: bool,
     /// Overrides the agent loop guard's self-heal allowance for this tool.

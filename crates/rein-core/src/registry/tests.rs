@@ -260,10 +260,6 @@ max_steps = 0
         fields(text),
         vec![
             "tools.a.description",
-            "tools.a.resource_group",
-            "tools.a.side_effect_tier",
-            "tools.a.owner",
-            "tools.a.latency",
             "tools.a.adapter",
             "agents.x.provider",
             "agents.x.model",
@@ -1121,12 +1117,72 @@ fn agent_tool_latency_caps_every_quantile_at_a_short_wall_clock_and_may_be_decla
 }
 
 #[test]
-fn other_adapters_still_require_a_latency_profile() {
+fn a_tool_without_a_latency_profile_is_observed_with_a_slow_fallback() {
     let text = with_command_tool("kind = \"command\"\nprogram = \"jq\"").replace(
         "latency = { p50 = \"1s\", p95 = \"2s\", p99 = \"5s\" }\n",
         "",
     );
-    assert_eq!(fields(&text), vec!["tools.run_report.latency"]);
+    let reg = build(&[("rein.toml", &text)]).unwrap();
+    let tool = reg.tools().get("run_report").unwrap();
+    match tool.latency {
+        LatencySpec::Observe {
+            fallback,
+            min_samples,
+        } => {
+            assert_eq!(fallback.p99(), crate::registry::DEFAULT_TOOL_FALLBACK_P99);
+            assert_eq!(min_samples, crate::registry::DEFAULT_OBSERVE_MIN_SAMPLES);
+        }
+        other => panic!("observed, not {other:?}"),
+    }
+    assert!(tool.defaulted.contains(&"latency"), "{:?}", tool.defaulted);
+}
+
+/// Issue 37, item 3: name, description, schema, class and adapter are
+/// enough; rein fills in the rest and says so.
+#[test]
+fn a_minimal_tool_gets_documented_defaults() {
+    let text = r#"
+[providers.replay]
+kind = "scripted"
+script = "s.json"
+[models.m]
+provider = "replay"
+model = "x"
+[tools.save]
+description = "Save a thing."
+class = "idempotent_write"
+schema = { type = "object", properties = { id = { type = "string", description = "The id." } }, required = ["id"] }
+adapter = { kind = "http", url = "http://127.0.0.1:9/save" }
+[tools.look]
+description = "Look a thing up."
+class = "read"
+schema = { type = "object", properties = { id = { type = "string", description = "The id." } }, required = ["id"] }
+adapter = { kind = "http", url = "http://127.0.0.1:9/look" }
+side_effect_tier = "low"
+owner = "data-team"
+[agents.a]
+model = "m"
+system_prompt = "Do it."
+tools = ["save", "look"]
+"#;
+    let reg = build(&[("rein.toml", text)]).unwrap_or_else(|p| panic!("{p:?}"));
+    let save = reg.tools().get("save").unwrap();
+    assert_eq!(save.resource_group, "save", "its own group");
+    assert_eq!(
+        save.side_effect_tier,
+        SideEffectTier::Medium,
+        "from its class"
+    );
+    assert_eq!(save.owner, crate::registry::DEFAULT_TOOL_OWNER);
+    assert_eq!(
+        save.defaulted,
+        ["resource_group", "side_effect_tier", "owner", "latency"]
+    );
+    // What is set is kept, and not listed as a default.
+    let look = reg.tools().get("look").unwrap();
+    assert_eq!(look.side_effect_tier, SideEffectTier::Low);
+    assert_eq!(look.owner, "data-team");
+    assert_eq!(look.defaulted, ["resource_group", "latency"]);
 }
 
 #[test]
