@@ -470,6 +470,7 @@ impl Engine {
                     ShedReason::NoTime {
                         not_before,
                         cause: Cause::RateLimited { .. },
+                        ..
                     } => Some(not_before),
                     ShedReason::WaitExpired {
                         cause: Cause::RateLimited { until, .. },
