@@ -13,6 +13,7 @@ use rein_core::{Category, Clock, Effect, Failure};
 use crate::run::binding::ToolBinding;
 use crate::run::concurrency::{BUDGET_AFTER_WAIT, Caller, Gate, GroupLimits, Shed, Slot};
 use crate::run::emitter::Correlation;
+use crate::run::latency::Plan;
 use crate::run::{Engine, RunCtx};
 
 impl Engine {
@@ -44,8 +45,9 @@ impl Engine {
     /// A slot of `tool`'s resource group before anything is declared or
     /// sent (`None`: the group is not governed). The wait is bounded by
     /// [`latest_start`]: `horizon` (the turn's deadline less what the turn
-    /// still has to do after this call) less the call's whole `allowance`,
-    /// or the call's own deadline less `need`, whichever is later. A call that waited under a horizon has its
+    /// still has to do after this call) less the call's whole allowance,
+    /// or the call's own deadline less what it needs when sent (both by
+    /// its latency `plan`), whichever is later. A call that waited under a horizon has its
     /// `budget` postponed by the wait (within the horizon): its share of
     /// time starts when it is sent. After a wait the budget is checked
     /// again, so a write never goes out without its allowance.
@@ -61,13 +63,13 @@ impl Engine {
         c: &Correlation,
         tool: &ToolBinding,
         budget: &mut Budget,
-        need: Duration,
-        allowance: Duration,
+        plan: &Plan,
         horizon: Option<Deadline>,
     ) -> Result<Option<Slot>, Failure> {
         let Some(gate) = self.gate(ctx, tool) else {
             return Ok(None);
         };
+        let (need, allowance) = (plan.need(tool.class), plan.allowance(Duration::MAX));
         let latest = latest_start(budget.deadline(), need, horizon, allowance);
         let entered = tokio::select! {
             entered = gate.enter_for(caller(ctx), latest, Duration::ZERO) => entered,

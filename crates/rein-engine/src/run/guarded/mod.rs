@@ -120,18 +120,7 @@ impl Engine {
                 return CallResult::refused(planned, tool.class, failure);
             }
         }
-        let admitted = match self
-            .govern(
-                ctx,
-                &c,
-                tool,
-                budget,
-                plan.need(tool.class),
-                plan.allowance(Duration::MAX),
-                horizon,
-            )
-            .await
-        {
+        let admitted = match self.govern(ctx, &c, tool, budget, &plan, horizon).await {
             Ok(slot) => slot,
             Err(failure) => return CallResult::refused(planned, tool.class, failure),
         };
