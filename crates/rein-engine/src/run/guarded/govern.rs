@@ -47,10 +47,11 @@ impl Engine {
     /// [`latest_start`]: `horizon` (the turn's deadline less what the turn
     /// still has to do after this call) less the call's whole allowance,
     /// or the call's own deadline less what it needs when sent (both by
-    /// its latency `plan`), whichever is later. A call that waited under a horizon has its
-    /// `budget` postponed by the wait (within the horizon): its share of
-    /// time starts when it is sent. After a wait the budget is checked
-    /// again, so a write never goes out without its allowance.
+    /// its latency `plan`), whichever is later. A call that waited under a
+    /// horizon has its `budget` postponed by the wait (within the
+    /// horizon): its share of time starts when it is sent. After a wait
+    /// the budget is checked again, so a write never goes out without its
+    /// allowance.
     ///
     /// # Errors
     ///
