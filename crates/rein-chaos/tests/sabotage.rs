@@ -267,3 +267,17 @@ async fn sending_an_expired_call_breaks_invariant_13() {
     };
     assert_caught(113, s, Invariant::ApprovedCallsOnly).await;
 }
+
+/// A prompt bound below what the provider counts (a quarter of rein's)
+/// reserves too little and sends a `max_tokens` the ceiling cannot cover:
+/// under growing prompts the checker, counting from the mock model's own
+/// usage log, finds the token ceiling overrun (issue 32: the learned bound
+/// must never fall below the provider's count).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undersized_prompt_bound_breaks_invariant_2_under_growing_prompts() {
+    let s = Sabotage {
+        undersized_prompt_bound: true,
+        ..Sabotage::default()
+    };
+    assert_caught(91, s, Invariant::BudgetsHold).await;
+}

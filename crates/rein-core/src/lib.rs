@@ -65,6 +65,7 @@ pub mod report;
 pub mod retry;
 pub mod submission;
 pub mod timestamp;
+pub mod token_ratio;
 pub mod tool;
 pub mod webhook;
 

@@ -21,6 +21,7 @@
 //! | `parallel_same_resource` | writes of one turn to the same `resource_key` value run in parallel | 7 |
 //! | `declare_before_shed` | a write is declared `pending` before the governor decides, and a shed leaves that record as it is | 3 |
 //! | `fixed_concurrency` | a resource group's adaptive limit stays at its ceiling: neither 429s nor rising latency shrink it | 7 |
+//! | `undersized_prompt_bound` | a model call's prompt bound is a quarter of what it is: below what the provider counts | 2 |
 //! | `unreserved_final_turn` | a model call offered no tools (the last, minimal-output turn) reserves nothing: its `max_tokens` is the model's output cap | 2 |
 //! | `uncharged_model_tokens` | a model call charges nothing to its provider's `tokens_per_minute` bucket | 7 |
 //! | `ignore_provider_retry_after` | a provider's 429 with a time to wait does not pause the provider for the other calls | 7 |
@@ -64,6 +65,10 @@ pub struct Sabotage {
     /// checked, and usage is charged only after the call — so a growing
     /// prompt, or a cost ceiling, is overrun.
     pub charge_after_call: bool,
+    /// A model call's prompt bound is a quarter of what rein computes, so
+    /// a prompt is reserved (and `max_tokens` set) as if it were far
+    /// smaller than the provider then counts.
+    pub undersized_prompt_bound: bool,
     /// A turn over its agent's `max_calls_per_turn` is not refused: every
     /// call of it runs.
     pub uncapped_fan_out: bool,

@@ -14,7 +14,7 @@ use rein_core::deadline::BudgetLimits;
 use rein_core::{EventKind, LatencyProfile, Outcome};
 use rein_engine::provider::OpenAiProvider;
 use rein_engine::run::AgentBinding;
-use rein_testkit::mock_model::{MockModel, MockModelConfig, Reply};
+use rein_testkit::mock_model::{MockModel, MockModelConfig, Reply, ToolCall};
 use rein_testkit::order_desk::{Fault, Faults, GET_ORDER, OrderDesk};
 use serde_json::{Value, json};
 
@@ -163,9 +163,14 @@ async fn tokens_too_short_get_a_last_turn_that_fits_the_ceiling_exactly() {
     let h = harness(Faults::none()).await;
     let model = MockModel::start_with(
         MockModelConfig::new([
-            // A long first turn: it leaves too few tokens for another tool
-            // call and the turn that reads it.
-            Reply::tool_call(GET_ORDER, &json!({"order_id": "A-1001"})).with_usage(0, 1_000),
+            // A long first turn of three lookups: what it leaves is too
+            // little for another tool call and the turn that reads the
+            // three results.
+            Reply::tool_calls(
+                ["A-1001", "A-1002", "A-1003"]
+                    .map(|id| ToolCall::new(GET_ORDER, &json!({"order_id": id}))),
+            )
+            .with_usage(0, 1_000),
             // Wordier than what is left: the mock cuts it at `max_tokens`.
             Reply::text(ANSWER).with_usage(0, 5_000),
         ])
@@ -191,7 +196,7 @@ async fn tokens_too_short_get_a_last_turn_that_fits_the_ceiling_exactly() {
         .find(|(k, _)| *k == EventKind::FinalTurnRequested)
         .unwrap_or_else(|| panic!("final_turn_requested: {events:#?}"));
     assert_eq!(requested["short"]["dimension"], "tokens");
-    assert_eq!(h.desk.request_count(GET_ORDER), 1);
+    assert_eq!(h.desk.request_count(GET_ORDER), 3);
     let usage = model.usage_log();
     assert_eq!(usage.len(), 2);
     let counted: u64 = usage

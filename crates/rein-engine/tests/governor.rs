@@ -8,6 +8,7 @@ mod common;
 
 use common::{
     agent, bucket_excess, fan_out, harness, kinds, most_in_window, ms, rate_limited, run, script,
+    tool_messages,
 };
 use rein_core::deadline::BudgetLimits;
 use rein_core::{Category, EventKind, LedgerStatus, Outcome};
@@ -331,4 +332,136 @@ async fn the_example_configs_group_rate_holds_at_the_desk() {
         last >= ms(950),
         "the last twenty waited for the refill: {last:?}"
     );
+}
+
+/// Issue 32, item 1: waiting is planned by the run, not by the call. One
+/// turn of forty reads against `order_api` at `rate_per_sec = 10, burst =
+/// 5`, a 60 s wall clock: each read's share of the turn is 1.2 s, but its
+/// wait at the governor is bounded by the turn's deadline less its
+/// allowance and the answering turn, and its share starts when it is sent.
+/// All forty reach the desk (the last after 3.5 s of refill), at most 15
+/// in any second (bound 16), and the run succeeds. Before, twenty-four were
+/// shed after waiting their 1.2 s share.
+#[tokio::test(start_paused = true)]
+async fn forty_reads_over_a_rate_of_ten_wait_for_their_turn_and_all_arrive() {
+    let h = harness(Faults::none()).await;
+    let mut a = rate_limited(agent(&h.desk, script(fan_out(40)), true), 10.0, 5);
+    a.budget = BudgetLimits::new(ms(60_000))
+        .unwrap()
+        .with_steps(10)
+        .unwrap();
+    let out = run(&h, &a).await;
+
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+    assert_eq!(h.desk.request_count(GET_ORDER), 40, "every read was sent");
+    let window = most_in_window(&h.desk, GET_ORDER, ms(1_000));
+    assert!(window <= 16, "{window} reads within one second");
+    assert!(bucket_excess(&h.desk, GET_ORDER, 10.0, 5) <= 0);
+    let last = h.desk.requests().iter().map(|r| r.received).max().unwrap();
+    assert!(
+        last >= ms(3_500),
+        "the last waited for the refill: {last:?}"
+    );
+    let events = kinds(&h, &out).await;
+    assert!(
+        !events.iter().any(|(k, _)| *k == EventKind::CallShed),
+        "nothing shed"
+    );
+    // A call's share starts when it is sent: the last one, sent after
+    // 3.5 s of waiting, still had its allowance (0.5 s) ahead of it.
+    let started: Vec<&Value> = events
+        .iter()
+        .filter(|(k, _)| *k == EventKind::ToolCallStarted)
+        .map(|(_, d)| d)
+        .collect();
+    assert_eq!(started.len(), 40);
+    assert!(
+        started.iter().all(|d| d["allowance_ms"] == 500),
+        "every call sent with its whole allowance: {started:?}"
+    );
+    let longest = started
+        .iter()
+        .filter_map(|d| d["queue_wait_ms"].as_u64())
+        .max()
+        .unwrap();
+    assert!(longest >= 3_400, "{longest}");
+}
+
+/// Issue 32, item 1: a hundred reads against `rate_per_sec = 1` with a
+/// 20 s wall clock (16 s of it for the forward path, 4 s kept for
+/// compensation). The bucket can serve one a second: the reads it can
+/// serve before the turn's deadline less their allowance (0.5 s) and the
+/// answering turn are sent, waiting their turn; every other one is shed
+/// at once, before it waits, its reason saying how long it would have had
+/// to wait; the model gets one structured placeholder per shed read,
+/// nothing is left pending and the outcome says the work was partial.
+#[tokio::test(start_paused = true)]
+async fn a_hundred_reads_over_a_rate_of_one_send_what_fits_and_shed_the_rest_at_once() {
+    let h = harness(Faults::none()).await;
+    let mut a = rate_limited(agent(&h.desk, script(fan_out(100)), true), 1.0, 1);
+    a.fan_out = rein_core::registry::FanOutLimits::new(std::num::NonZeroU32::new(128).unwrap());
+    a.budget = BudgetLimits::new(ms(20_000))
+        .unwrap()
+        .with_steps(10)
+        .unwrap();
+    let out = run(&h, &a).await;
+
+    let sent = h.desk.request_count(GET_ORDER);
+    // Granted at 0 s, 1 s, … 15 s: 15.5 s is the latest start that leaves
+    // the read its 0.5 s allowance before the 16 s forward deadline (less
+    // the answering turn's 5 ms median).
+    assert_eq!(sent, 16, "the reads the bucket could serve in time");
+    assert!(bucket_excess(&h.desk, GET_ORDER, 1.0, 1) <= 0);
+    let events = kinds(&h, &out).await;
+    let shed: Vec<&Value> = events
+        .iter()
+        .filter(|(k, _)| *k == EventKind::CallShed)
+        .map(|(_, d)| d)
+        .collect();
+    assert_eq!(shed.len(), 100 - sent, "every other read was shed");
+    assert!(
+        shed.iter()
+            .all(|d| d["reason"] == "no_time" && d["waited_ms"] == 0),
+        "shed before waiting: {shed:?}"
+    );
+    let incomplete: Vec<_> = out
+        .report
+        .incomplete
+        .iter()
+        .filter(|f| f.tool == GET_ORDER)
+        .collect();
+    assert_eq!(incomplete.len(), 100 - sent, "{:#?}", out.report);
+    assert!(
+        incomplete
+            .iter()
+            .all(|f| f.reason.contains("would have had to wait")),
+        "{:#?}",
+        incomplete.first()
+    );
+    // One structured placeholder per shed read, never a raw text.
+    let placeholders = tool_messages(&h, &out)
+        .await
+        .into_iter()
+        .filter(|m| {
+            m["content"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("tool_error") && c.contains("category=timeout"))
+        })
+        .count();
+    assert_eq!(placeholders, 100 - sent);
+    let ledger = h.store.ledger(&out.run_id).await.unwrap();
+    assert!(
+        ledger.iter().all(|r| r.status != LedgerStatus::Pending),
+        "{ledger:?}"
+    );
+    // The reads that were sent completed, the shed ones did not: the
+    // loop guard stops the run on the repeated shed (`repeat_failure`) and
+    // the outcome says so.
+    assert_eq!(
+        out.report.outcome,
+        Outcome::PartialSuccess,
+        "{:#?}",
+        out.report.summary
+    );
+    assert_eq!(out.report.completed.len(), sent);
 }

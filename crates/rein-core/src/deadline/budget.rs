@@ -619,6 +619,23 @@ impl Budget {
         self.grant(self.deadline.serial(), share, ChildCaps::default(), now)
     }
 
+    /// Moves the deadline `by` later, never past `cap` and never earlier
+    /// than it is.
+    ///
+    /// # Why
+    ///
+    /// A branch of a parallel turn whose call waited `by` for its turn at
+    /// a governed resource group keeps its whole share of time from the
+    /// moment it is sent: a call's timeout starts when it is sent, not when
+    /// it starts waiting. `cap` is the turn's deadline less what the turn
+    /// still has to do after the call (at or before this budget's parent's
+    /// deadline), so the move never hands out time the parent does not
+    /// have.
+    pub fn postpone(&mut self, by: Duration, cap: Deadline) {
+        let later = Deadline::at(self.deadline.instant() + by).min(cap);
+        self.deadline = self.deadline.max(later);
+    }
+
     /// The budgets of parallel branches: every dimension's remainder divided
     /// by `weights`, each share capped by `caps`. The shares of all branches
     /// together never exceed the remainder, in any dimension.
@@ -747,6 +764,25 @@ impl Budget {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn postpone_moves_the_deadline_later_within_its_cap_only() {
+        let limits = BudgetLimits::new(Duration::from_millis(1_000)).unwrap();
+        let start = Instant::from_origin(Duration::ZERO);
+        let mut b = Budget::start(limits, start);
+        let cap = Deadline::at(Instant::from_origin(Duration::from_millis(1_500)));
+        b.postpone(Duration::from_millis(200), cap);
+        assert_eq!(b.deadline().remaining(start), Duration::from_millis(1_200));
+        b.postpone(Duration::from_millis(900), cap);
+        assert_eq!(b.deadline().remaining(start), Duration::from_millis(1_500));
+        let earlier = Deadline::at(Instant::from_origin(Duration::from_millis(100)));
+        b.postpone(Duration::from_millis(900), earlier);
+        assert_eq!(
+            b.deadline().remaining(start),
+            Duration::from_millis(1_500),
+            "never earlier than it was"
+        );
+    }
 
     fn t(ms: u64) -> Instant {
         Instant::from_origin(Duration::from_millis(ms))

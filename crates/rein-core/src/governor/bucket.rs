@@ -286,6 +286,27 @@ impl TokenBucket {
         Some(self.filled_at(t, level, need))
     }
 
+    /// The earliest instant `tokens` could be taken after `ahead` tokens
+    /// were taken first, each as soon as the bucket held it: when a
+    /// request queued behind others would get its turn from the bucket
+    /// alone. `now` if the bucket holds them all; `None` when `tokens` is
+    /// more than the bucket holds. Takes nothing.
+    ///
+    /// The refill is counted from `now` without the cap: tokens taken as
+    /// they arrive never let the level sit at its capacity.
+    pub fn ready_behind(&self, ahead: u64, tokens: u64, now: Instant) -> Option<Instant> {
+        if tokens > self.burst {
+            return None;
+        }
+        let t = nanos(now).max(self.at);
+        let level = self.level_at(t);
+        let need = self.units(tokens.saturating_add(ahead));
+        if level >= need {
+            return Some(now);
+        }
+        Some(self.filled_at(t, level, need))
+    }
+
     /// Takes `tokens` at `now` if the bucket holds them.
     ///
     /// Nothing is taken or reserved unless granted: a caller told to wait
@@ -406,8 +427,9 @@ impl TokenBucket {
     }
 
     /// The first instant a level of `level` units at `t` nanoseconds
-    /// reaches `need` units (`level < need ≤ capacity`, so the cap never
-    /// interferes).
+    /// reaches `need` units (`level < need`), were nothing taken and the
+    /// level not capped (with `need ≤ capacity` the cap never interferes;
+    /// above it, the instant the refill since `t` covers `need − level`).
     fn filled_at(&self, t: u128, level: i128, need: i128) -> Instant {
         let missing = need.saturating_sub(level).unsigned_abs();
         let wait = missing.div_ceil(self.fill.max(1));
@@ -537,6 +559,17 @@ mod tests {
         assert_eq!(b.ready_at(2, at(100)), Some(at(500)));
         assert_eq!(b.try_acquire(2, at(100)), Acquire::Wait { until: at(500) });
         assert_eq!(b.available(at(500)), 2);
+    }
+
+    #[test]
+    fn ready_behind_counts_the_tokens_taken_first() {
+        let b = bucket(10.0, 5);
+        // Five at once, then one every 100 ms: the sixth behind five.
+        assert_eq!(b.ready_behind(4, 1, at(0)), Some(at(0)));
+        assert_eq!(b.ready_behind(5, 1, at(0)), Some(at(100)));
+        assert_eq!(b.ready_behind(39, 1, at(0)), Some(at(3_500)));
+        assert_eq!(b.ready_behind(0, 1, at(0)), b.ready_at(1, at(0)));
+        assert_eq!(b.ready_behind(3, 6, at(0)), None);
     }
 
     #[test]

@@ -72,9 +72,12 @@ pub enum Admit {
         ticket: Ticket,
         /// Why it could not go at once (the event's rationale).
         cause: Cause,
-        /// The earliest instant the buckets could grant it, whatever its
-        /// place in the queue: a caller whose deadline leaves no room after
-        /// it can shed the call at once instead of waiting in vain.
+        /// The earliest instant the buckets could grant it behind the
+        /// requests queued before it in its own lane (its tenant's of its
+        /// class, and the one whose turn it is): a caller whose deadline
+        /// leaves no room after it can shed the call at once instead of
+        /// waiting in vain. Other tenants' requests may still go first in
+        /// fair order, so a caller still bounds its wait.
         not_before: Instant,
     },
     /// Shed: this request can never be granted.

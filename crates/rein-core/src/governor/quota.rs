@@ -70,6 +70,13 @@ pub(super) struct Holder {
     run: Option<u32>,
 }
 
+impl Holder {
+    /// Whether `other` holds for the same tenant.
+    pub(super) fn same_tenant(&self, other: &Holder) -> bool {
+        self.tenant == other.tenant
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 struct Use {
     held: u32,

@@ -85,6 +85,13 @@ impl Permit {
     }
 }
 
+/// What is queued ahead of a request in its own lane.
+#[derive(Debug, Clone, Copy, Default)]
+struct Ahead {
+    requests: u64,
+    tokens: u64,
+}
+
 /// A request waiting in the fair queue.
 #[derive(Debug, Clone)]
 struct Waiter {
@@ -380,6 +387,10 @@ impl Governor {
                 },
             }
         };
+        // Its place in its own lane of the fair queue: the requests of its
+        // tenant and class queued before it, and the one whose turn it is.
+        // Others' requests may also go first (fair order), never these.
+        let ahead = self.ahead_of(holder, request.class);
         let ticket = Ticket(self.next_ticket);
         self.next_ticket = self.next_ticket.wrapping_add(1);
         self.quotas.wait(holder);
@@ -396,7 +407,7 @@ impl Governor {
         Admit::Queued {
             ticket,
             cause,
-            not_before: self.ready_at(request.tokens, now),
+            not_before: self.ready_behind(ahead, request.tokens, now),
         }
     }
 
@@ -554,9 +565,33 @@ impl Governor {
         let _ = self.limit.release(slot, Completion::Ignored, now);
     }
 
-    fn ready_at(&self, tokens: u64, now: Instant) -> Instant {
-        let requests = self.requests.as_ref().and_then(|b| b.ready_at(1, now));
-        let tokens = self.tokens.as_ref().and_then(|b| b.ready_at(tokens, now));
+    /// The requests and tokens queued ahead of a new request of `holder`
+    /// in `class`, whatever the fair order decides between tenants: the
+    /// request whose turn it is, and its own tenant's of its class.
+    fn ahead_of(&self, holder: Holder, class: Class) -> Ahead {
+        let mut ahead = Ahead::default();
+        let mine = self
+            .queue
+            .iter()
+            .filter(|w| w.holder.same_tenant(&holder) && w.class == class);
+        for waiter in self.next.iter().chain(mine) {
+            ahead.requests += 1;
+            ahead.tokens = ahead.tokens.saturating_add(waiter.tokens);
+        }
+        ahead
+    }
+
+    /// The earliest instant the buckets could grant `tokens` once `ahead`
+    /// was granted before it (and any pause has ended).
+    fn ready_behind(&self, ahead: Ahead, tokens: u64, now: Instant) -> Instant {
+        let requests = self
+            .requests
+            .as_ref()
+            .and_then(|b| b.ready_behind(ahead.requests, 1, now));
+        let tokens = self
+            .tokens
+            .as_ref()
+            .and_then(|b| b.ready_behind(ahead.tokens, tokens, now));
         requests
             .into_iter()
             .chain(tokens)

@@ -45,6 +45,9 @@ pub(super) struct Shared {
     pub(super) shared_breakers: Option<Arc<shared_breakers::SharedBreakers>>,
     /// Observed latency of tools and models, shared through the store.
     pub(super) latency: Arc<LatencyBook>,
+    /// The bytes per token each model's provider counted: the prompt
+    /// bound of its next call.
+    pub(super) token_ratios: super::model_chain::token_ratios::TokenRatios,
     /// Fires when this process stops driving runs ([`Engine::interrupt`]).
     pub(super) interrupt: CancellationToken,
     /// Ledger marks the store would not take, written once it is back.
@@ -329,6 +332,7 @@ impl EngineBuilder {
                 live: tree::LiveRegistry::default(),
                 shared_breakers,
                 latency,
+                token_ratios: Default::default(),
                 interrupt: CancellationToken::new(),
                 held_marks: Arc::default(),
                 hand_on: std::sync::OnceLock::new(),

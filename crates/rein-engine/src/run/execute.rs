@@ -1,8 +1,9 @@
 //! Running a turn's planned calls on a divided budget.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
-use rein_core::deadline::{Budget, ChildCaps, Usage};
+use rein_core::deadline::{Budget, ChildCaps, Deadline, Usage};
 use rein_core::event::{AllocationShape, BudgetAllocated, CallRejected, Refused};
 use rein_core::{Category, Clock, Failure, IntentId, LedgerRecord, ToolClass, Weight};
 
@@ -61,10 +62,18 @@ impl Engine {
                 );
             }
             let (branches, grants): (Vec<Budget>, Vec<_>) = shares.into_iter().unzip();
+            // What the turn still has to do once its parallel calls are
+            // sent: its irreversible calls, one by one, and the model turn
+            // that reads the results.
+            let tail = irreversible
+                .iter()
+                .filter_map(|p| self.allowance_of(ctx, p))
+                .fold(self.answer_turn(ctx), |sum, d| sum.saturating_add(d));
+            let turn_deadline = budget.deadline();
             let futures = lanes
                 .into_iter()
                 .zip(branches)
-                .map(|(lane, branch)| self.run_lane(ctx, lane, branch, prior));
+                .map(|(lane, branch)| self.run_lane(ctx, lane, branch, prior, turn_deadline, tail));
             let mut used = Vec::new();
             for (lane_results, lane_used) in futures_util::future::join_all(futures).await {
                 results.extend(lane_results);
@@ -109,10 +118,12 @@ impl Engine {
                 continue;
             }
             let now = self.clock.now();
-            let (child, grant) = budget.serial(now);
+            let (mut child, grant) = budget.serial(now);
             let before = prior.get(&p.intent_id);
             let intent = p.intent_id.clone();
-            let result = self.guarded_call(ctx, p, tool, &child, before).await;
+            let result = self
+                .guarded_call(ctx, p, tool, &mut child, before, None)
+                .await;
             let _ = budget.settle(grant, ctx.take_child_usage(&intent), self.clock.now());
             results.push(result);
         }
@@ -122,24 +133,84 @@ impl Engine {
     /// Runs one lane's calls one after another on the lane's `branch`, each
     /// with everything the lane has left: what the lane used (its child
     /// runs' consumption) is returned for the turn's budget.
+    ///
+    /// Each call may wait at its resource group's governor until the turn's
+    /// deadline less `tail` (what the turn does after its parallel calls)
+    /// and less the allowances of the calls after it in the lane — its
+    /// horizon — rather than only within its own share; its share (and the
+    /// lane's) then starts when it is sent.
     async fn run_lane(
         &self,
         ctx: &RunCtx<'_>,
         lane: Vec<Planned>,
         mut branch: Budget,
         prior: &HashMap<IntentId, LedgerRecord>,
+        turn_deadline: Deadline,
+        tail: Duration,
     ) -> (Vec<CallResult>, Usage) {
         let mut results = Vec::with_capacity(lane.len());
-        for p in lane {
+        // What follows each call in the lane: the allowances of the ones
+        // after it.
+        let allowances: Vec<Duration> = lane
+            .iter()
+            .map(|p| self.allowance_of(ctx, p).unwrap_or_default())
+            .collect();
+        let mut following: Duration = allowances
+            .iter()
+            .fold(Duration::ZERO, |sum, d| sum.saturating_add(*d));
+        for (p, allowance) in lane.into_iter().zip(allowances) {
+            following = following.saturating_sub(allowance);
             let Some(tool) = ctx.agent.tools.get(&p.tool) else {
                 continue;
             };
-            let (child, grant) = branch.serial(self.clock.now());
+            let horizon = earlier_by(turn_deadline, tail.saturating_add(following));
+            let (mut child, grant) = branch.serial(self.clock.now());
+            let planned_deadline = child.deadline();
             let intent = p.intent_id.clone();
             let before = prior.get(&p.intent_id);
-            results.push(self.guarded_call(ctx, p, tool, &child, before).await);
+            results.push(
+                self.guarded_call(ctx, p, tool, &mut child, before, Some(horizon))
+                    .await,
+            );
+            // The call's wait moved its share: the lane's moves with it.
+            let waited = child
+                .deadline()
+                .instant()
+                .saturating_duration_since(planned_deadline.instant());
+            branch.postpone(waited, horizon);
             let _ = branch.settle(grant, ctx.take_child_usage(&intent), self.clock.now());
         }
         (results, branch.used())
     }
+
+    /// One attempt's whole allowance of a planned call (its latency
+    /// profile's p99 × factor, as planned now); `None` for a tool the agent
+    /// does not have.
+    fn allowance_of(&self, ctx: &RunCtx<'_>, p: &Planned) -> Option<Duration> {
+        let tool = ctx.agent.tools.get(&p.tool)?;
+        Some(
+            self.shared
+                .latency
+                .plan(tool, Some(&p.args))
+                .allowance(Duration::MAX),
+        )
+    }
+
+    /// The median of the model turn that reads a turn's results (observed
+    /// once trusted, the agent's `model_latency` until then).
+    fn answer_turn(&self, ctx: &RunCtx<'_>) -> Duration {
+        let agent = ctx.agent;
+        self.shared
+            .latency
+            .plan_model(agent.provider.name(), &agent.model, agent.model_latency)
+            .profile
+            .p50()
+    }
+}
+
+/// `deadline` moved `by` earlier (not before the origin).
+fn earlier_by(deadline: Deadline, by: Duration) -> Deadline {
+    Deadline::at(rein_core::Instant::from_origin(
+        deadline.instant().since_origin().saturating_sub(by),
+    ))
 }

@@ -42,6 +42,20 @@ pub(super) struct Asked {
 }
 
 impl Engine {
+    /// The bytes per token the prompt of the agent's turn is bounded with:
+    /// the most cautious of its chain's models, as the chain takes it.
+    fn primary_ratio(&self, ctx: &RunCtx<'_>) -> rein_core::token_ratio::TokenRatio {
+        let agent = ctx.agent;
+        let links = agent
+            .fallbacks
+            .iter()
+            .chain(&agent.context_fallbacks)
+            .map(|l| (l.provider.name(), l.model.as_str()));
+        self.shared
+            .token_ratios
+            .least_of(std::iter::once((agent.provider.name(), agent.model.as_str())).chain(links))
+    }
+
     /// Asks the next turn as the agent's planner settings and what is left
     /// say: with the budget note, and without tools when the budget is
     /// too short for another tool round trip.
@@ -77,7 +91,12 @@ impl Engine {
                     .values()
                     .map(|t| self.shared.latency.plan(t, None).profile.p50())
                     .min(),
-                prompt_tokens: prompt_estimate(&messages, &tools, ctx.last_input_tokens()),
+                prompt_tokens: prompt_estimate(
+                    &messages,
+                    &tools,
+                    ctx.last_input_tokens(),
+                    &self.primary_ratio(ctx),
+                ),
                 price: agent.price,
             };
             shortfall(&needs, &left)
@@ -103,7 +122,12 @@ impl Engine {
         });
         // What the primary's call will be allowed: the same ceiling the
         // chain computes for it (the event says what the model was given).
-        let prompt = prompt_estimate(&messages, &[], ctx.last_input_tokens());
+        let prompt = prompt_estimate(
+            &messages,
+            &[],
+            ctx.last_input_tokens(),
+            &self.primary_ratio(ctx),
+        );
         let max_tokens = ceiling(
             &state.budget,
             now,

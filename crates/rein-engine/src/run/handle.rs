@@ -330,10 +330,10 @@ impl RunHandle<'_> {
                 "not repeated: this intent was called before and its record cannot be read".into(),
             );
         }
-        let (child, grant) = self.budget.serial(engine.clock.now());
+        let (mut child, grant) = self.budget.serial(engine.clock.now());
         let before = self.prior.get(&intent_id);
         let result = engine
-            .guarded_call(ctx, planned, binding, &child, before)
+            .guarded_call(ctx, planned, binding, &mut child, before, None)
             .await;
         let _ = self
             .budget

@@ -153,6 +153,51 @@ fn not_before_reflects_the_buckets_even_behind_a_backlog() {
 }
 
 #[test]
+fn not_before_counts_its_own_lane_of_the_queue() {
+    let mut g = governor(|c| {
+        c.rate_per_sec = Some(10.0);
+        c.burst = Some(5);
+    });
+    let (a, r1) = (tenant("a"), run("r1"));
+    for _ in 0..5 {
+        let _ = granted(ask(&mut g, &a, &r1, at(0)));
+    }
+    // The 6th call waits 100 ms, the 40th behind 34 of its own 3.5 s.
+    let mut last = at(0);
+    for n in 6..=40 {
+        let Admit::Queued { not_before, .. } = ask(&mut g, &a, &r1, at(0)) else {
+            panic!("the burst is spent");
+        };
+        assert_eq!(not_before, at((n - 5) * 100), "call {n}");
+        last = not_before;
+    }
+    assert_eq!(last, at(3_500));
+}
+
+#[test]
+fn not_before_does_not_count_another_tenants_backlog() {
+    let mut g = governor(|c| {
+        c.rate_per_sec = Some(1.0);
+    });
+    let (a, b, r1) = (tenant("a"), tenant("b"), run("r1"));
+    let _ = granted(ask(&mut g, &a, &r1, at(0)));
+    for _ in 0..10 {
+        let _ = queued(ask(&mut g, &a, &r1, at(0)));
+    }
+    // The first of a's is next, waiting for the refill.
+    assert!(matches!(
+        g.poll(at(0)),
+        Poll::Blocked(Blocked::Until { .. })
+    ));
+    // Fair order may serve b's first call second: its prediction counts
+    // the call whose turn it is, not a's backlog.
+    let Admit::Queued { not_before, .. } = ask(&mut g, &b, &r1, at(0)) else {
+        panic!("the bucket is empty");
+    };
+    assert_eq!(not_before, at(2_000));
+}
+
+#[test]
 fn token_estimate_above_token_burst_is_rejected_and_holds_nothing() {
     let mut g = governor(|c| {
         c.tokens_per_minute = Some(60_000);

@@ -18,9 +18,12 @@
 //!   ([`GroupLimits`]). A group with neither a rate nor a ceiling has no
 //!   governor: it costs the one map lookup that finds none.
 //! - [`Gate::enter`] reads the clock once and asks [`Governor::admit`]. A
-//!   queued request whose `not_before` leaves no room before its latest
-//!   start (the deadline minus what the call needs) is cancelled and shed at
-//!   once; otherwise it parks on a oneshot channel, bounded by that latest
+//!   queued request whose `not_before` (when the buckets could admit it
+//!   behind the calls queued before it in its lane) leaves no room before
+//!   its latest start (the deadline minus what the call needs; a parallel
+//!   turn's call plans against the turn's horizon, see
+//!   `guarded::govern::latest_start`) is cancelled and shed at once;
+//!   otherwise it parks on a oneshot channel, bounded by that latest
 //!   start, and is shed if nothing comes. Dropping the wait (the run was
 //!   interrupted) cancels the ticket.
 //! - Waiters are woken by [`Governor::poll`], which runs after every queued
@@ -499,11 +502,14 @@ pub(super) const BUDGET_AFTER_WAIT: &str = "budget_after_wait";
 /// Why a call was not let through: it is shed, never sent.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum ShedReason {
-    /// The group's buckets admit it only at `not_before`, past the latest
-    /// instant it could start and still finish.
+    /// The group's buckets admit it only at `not_before` (behind the calls
+    /// queued before it in its own lane), past `latest`, the latest instant
+    /// it could start and still finish: shed before it waits.
     NoTime {
         /// When the buckets could admit it.
         not_before: Instant,
+        /// The latest instant it could have started.
+        latest: Instant,
         /// Why it would have waited.
         cause: Cause,
     },
@@ -673,7 +679,11 @@ impl<'g> Gate<'g> {
                 governed.pump(&mut state, now);
                 return Err(Shed {
                     waited: Duration::ZERO,
-                    reason: ShedReason::NoTime { not_before, cause },
+                    reason: ShedReason::NoTime {
+                        not_before,
+                        latest,
+                        cause,
+                    },
                 });
             }
             Admit::Queued { ticket, cause, .. } => (ticket, cause),
@@ -784,10 +794,16 @@ impl Shed {
         };
         let group = gate.group();
         let why = match self.reason {
-            ShedReason::NoTime { not_before, .. } => format!(
-                "resource group `{group}` ({limits}) could admit it only {:?} from now, too late to finish before the call's deadline",
-                not_before.saturating_duration_since(gate.governed.clock.now())
-            ),
+            ShedReason::NoTime {
+                not_before, latest, ..
+            } => {
+                let now = gate.governed.clock.now();
+                format!(
+                    "it would have had to wait {:?} for resource group `{group}` ({limits}), behind the calls queued before it, but it had to start within {:?} to finish before its deadline; it was shed without waiting",
+                    not_before.saturating_duration_since(now),
+                    latest.saturating_duration_since(now)
+                )
+            }
             ShedReason::WaitExpired { .. } => format!(
                 "it waited {:?} for a concurrency slot of resource group `{group}` ({limits}) and none came in time to finish before the call's deadline",
                 self.waited

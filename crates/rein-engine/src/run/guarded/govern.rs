@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use rein_core::deadline::{Budget, Need};
+use rein_core::deadline::{Budget, Deadline, Need};
 use rein_core::event::{BudgetExhausted, BudgetScope, CallShed, ConcurrencyAdjusted, RateLimited};
 use rein_core::governor::{Adjustment, Cause, Completion};
 use rein_core::{Category, Clock, Effect, Failure};
@@ -13,6 +13,7 @@ use rein_core::{Category, Clock, Effect, Failure};
 use crate::run::binding::ToolBinding;
 use crate::run::concurrency::{BUDGET_AFTER_WAIT, Caller, Gate, GroupLimits, Shed, Slot};
 use crate::run::emitter::Correlation;
+use crate::run::latency::Plan;
 use crate::run::{Engine, RunCtx};
 
 impl Engine {
@@ -42,9 +43,15 @@ impl Engine {
     }
 
     /// A slot of `tool`'s resource group before anything is declared or
-    /// sent (`None`: the group is not governed). The wait is bounded by the
-    /// deadline less `need`; after a wait the budget is checked again, so a
-    /// write never goes out without its allowance.
+    /// sent (`None`: the group is not governed). The wait is bounded by
+    /// [`latest_start`]: `horizon` (the turn's deadline less what the turn
+    /// still has to do after this call) less the call's whole allowance,
+    /// or the call's own deadline less what it needs when sent (both by
+    /// its latency `plan`), whichever is later. A call that waited under a
+    /// horizon has its `budget` postponed by the wait (within the
+    /// horizon): its share of time starts when it is sent. After a wait
+    /// the budget is checked again, so a write never goes out without its
+    /// allowance.
     ///
     /// # Errors
     ///
@@ -56,14 +63,17 @@ impl Engine {
         ctx: &RunCtx<'_>,
         c: &Correlation,
         tool: &ToolBinding,
-        budget: &Budget,
-        need: Duration,
+        budget: &mut Budget,
+        plan: &Plan,
+        horizon: Option<Deadline>,
     ) -> Result<Option<Slot>, Failure> {
         let Some(gate) = self.gate(ctx, tool) else {
             return Ok(None);
         };
+        let (need, allowance) = (plan.need(tool.class), plan.allowance(Duration::MAX));
+        let latest = latest_start(budget.deadline(), need, horizon, allowance);
         let entered = tokio::select! {
-            entered = gate.enter_for(caller(ctx), budget.deadline(), need) => entered,
+            entered = gate.enter_for(caller(ctx), latest, Duration::ZERO) => entered,
             () = ctx.interrupted() => {
                 return Err(Failure::new(&tool.name, Category::Cancelled)
                     .with_effect(Effect::NotApplied)
@@ -74,6 +84,9 @@ impl Engine {
                     )));
             }
         };
+        if let (Some(horizon), Ok(slot)) = (horizon, &entered) {
+            budget.postpone(slot.waited, horizon);
+        }
         self.admitted(ctx, c, tool, &gate, entered, budget, need)
             .map(Some)
     }
@@ -190,6 +203,30 @@ impl Engine {
                 reason,
             },
         );
+    }
+}
+
+/// The latest instant a call may leave its group's queue, as a deadline
+/// with nothing more needed after it: its own `deadline` less `need` (what
+/// it needs left when sent), or — for a call of a parallel turn — its
+/// `horizon` less its whole `allowance`, whichever is later. A call's
+/// share of the turn starts when it is sent (see `Budget::postpone`), so
+/// a wait planned against the horizon still leaves the call its allowance.
+pub(in crate::run) fn latest_start(
+    deadline: Deadline,
+    need: Duration,
+    horizon: Option<Deadline>,
+    allowance: Duration,
+) -> Deadline {
+    let before = |d: Deadline, by: Duration| {
+        Deadline::at(rein_core::Instant::from_origin(
+            d.instant().since_origin().saturating_sub(by),
+        ))
+    };
+    let own = before(deadline, need);
+    match horizon {
+        Some(horizon) => own.max(before(horizon, allowance.max(need))),
+        None => own,
     }
 }
 

@@ -9,7 +9,7 @@ mod replay;
 
 use std::time::Duration;
 
-use rein_core::deadline::{Budget, Need};
+use rein_core::deadline::{Budget, Deadline, Need};
 use rein_core::event::{BudgetExhausted, BudgetScope};
 use rein_core::idempotency::IdempotencyKey;
 use rein_core::{Category, Clock, Effect, Failure, LedgerRecord, LedgerStatus};
@@ -34,13 +34,21 @@ pub(super) struct Attempted {
 impl Engine {
     /// Runs one planned call through the guard. Never returns an error:
     /// every failure is a structured [`Failure`] in the result.
+    ///
+    /// `horizon`, for a call of a parallel turn: the latest deadline its
+    /// wait at the governor may plan for (the turn's, less what the turn
+    /// still has to do after it). The call's own `budget` (its share of the
+    /// turn) then starts when it is sent: postponed by the wait, within the
+    /// horizon, which the caller reads back. `None`: the wait is bounded by
+    /// the call's own deadline.
     pub(super) async fn guarded_call(
         &self,
         ctx: &RunCtx<'_>,
         planned: Planned,
         tool: &ToolBinding,
-        budget: &Budget,
+        budget: &mut Budget,
         prior: Option<&LedgerRecord>,
+        horizon: Option<Deadline>,
     ) -> CallResult {
         let mut c = Correlation {
             step: planned.step,
@@ -87,9 +95,10 @@ impl Engine {
         };
 
         // 4. Governor: the resource group's bucket and concurrency limit.
-        // Over them the call waits, bounded by its deadline less what it
-        // needs; one that cannot start in time is shed here — before its
-        // ledger record exists, so nothing is pending and nothing is sent.
+        // Over them the call waits, bounded by its horizon (or deadline)
+        // less what it needs; one that cannot start in time is shed here —
+        // before its ledger record exists, so nothing is pending and
+        // nothing is sent.
         // Sabotage hook `declare_before_shed`: the write is declared before
         // the governor decides, and a shed leaves that record pending.
         #[cfg(feature = "sabotage")]
@@ -111,10 +120,7 @@ impl Engine {
                 return CallResult::refused(planned, tool.class, failure);
             }
         }
-        let admitted = match self
-            .govern(ctx, &c, tool, budget, plan.need(tool.class))
-            .await
-        {
+        let admitted = match self.govern(ctx, &c, tool, budget, &plan, horizon).await {
             Ok(slot) => slot,
             Err(failure) => return CallResult::refused(planned, tool.class, failure),
         };

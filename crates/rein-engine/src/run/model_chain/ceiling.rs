@@ -17,17 +17,22 @@
 //!
 //! Byte-level BPE tokenizers (OpenAI's, Anthropic's) never make more
 //! tokens of a text than it has bytes, so a message's JSON length, plus a
-//! per-message allowance for the chat template, bounds its tokens. The
-//! first call of a run is bounded so, with an allowance for the tool-use
-//! instructions a provider adds when tools are offered. Later calls are
-//! bounded tighter by what the provider counted for the previous prompt
-//! plus the bound of what was added since (the previous answer and the
-//! results after it); the smaller bound is used.
+//! per-message allowance for the chat template, bounds its tokens — about
+//! four times what English or JSON costs. So the bytes are divided by the
+//! bytes per token the model's provider was seen to count
+//! ([`TokenRatio`], learned per model from every answered call, the least
+//! seen less a margin that shrinks as samples grow; 1 until a first
+//! count). The first call of a run is bounded so, with an allowance for
+//! the tool-use instructions a provider adds when tools are offered. Later
+//! calls are bounded tighter by what the provider counted for the previous
+//! prompt plus the bound of what was added since (the previous answer and
+//! the results after it); the smaller bound is used.
 
 use rein_core::Instant;
 use rein_core::deadline::{Budget, Cost, Dimension, Exhausted, Grant, Usage};
 use rein_core::event::{BudgetExhausted, BudgetScope};
 use rein_core::registry::Price;
+use rein_core::token_ratio::TokenRatio;
 use serde_json::Value;
 
 use super::chain::LinkEnd;
@@ -43,30 +48,37 @@ pub const MESSAGE_OVERHEAD_TOKENS: u64 = 16;
 /// tool-use instructions), on top of the definitions themselves.
 pub const TOOLS_OVERHEAD_TOKENS: u64 = 512;
 
-/// An upper bound of `message`'s tokens.
-fn message_bound(message: &Message) -> u64 {
+/// An upper bound of `message`'s tokens at `ratio`.
+fn message_bound(message: &Message, ratio: &TokenRatio) -> u64 {
     let bytes = serde_json::to_vec(message).map_or(0, |v| v.len());
-    u64::try_from(bytes)
-        .unwrap_or(u64::MAX)
+    ratio
+        .bound(u64::try_from(bytes).unwrap_or(u64::MAX))
         .saturating_add(MESSAGE_OVERHEAD_TOKENS)
 }
 
 /// An upper bound of the prompt tokens of a request of `messages` and
-/// `tools`; `last_input` is what the provider counted for the previous
-/// answered prompt of the same transcript (0 when none), which was every
-/// message before the last assistant message.
-pub fn prompt_estimate(messages: &[Message], tools: &[Value], last_input: u64) -> u64 {
+/// `tools` to a model whose provider counts `ratio` bytes per token (at
+/// least; [`TokenRatio::new`]: one per byte); `last_input` is what the
+/// provider counted for the previous answered prompt of the same
+/// transcript (0 when none), which was every message before the last
+/// assistant message.
+pub fn prompt_estimate(
+    messages: &[Message],
+    tools: &[Value],
+    last_input: u64,
+    ratio: &TokenRatio,
+) -> u64 {
     let tools_bound = if tools.is_empty() {
         0
     } else {
         let bytes = serde_json::to_vec(tools).map_or(0, |v| v.len());
-        u64::try_from(bytes)
-            .unwrap_or(u64::MAX)
+        ratio
+            .bound(u64::try_from(bytes).unwrap_or(u64::MAX))
             .saturating_add(TOOLS_OVERHEAD_TOKENS)
     };
     let whole = messages
         .iter()
-        .map(message_bound)
+        .map(|m| message_bound(m, ratio))
         .fold(tools_bound, u64::saturating_add);
     let last_answer = messages
         .iter()
@@ -75,7 +87,7 @@ pub fn prompt_estimate(messages: &[Message], tools: &[Value], last_input: u64) -
         Some(i) if last_input > 0 => {
             let added = messages[i..]
                 .iter()
-                .map(message_bound)
+                .map(|m| message_bound(m, ratio))
                 .fold(last_input, u64::saturating_add);
             whole.min(added)
         }
@@ -405,10 +417,11 @@ mod tests {
                 content: "u".repeat(100),
             },
         ];
-        let first = prompt_estimate(&messages, &[], 0);
+        let bytes = TokenRatio::new();
+        let first = prompt_estimate(&messages, &[], 0, &bytes);
         assert!(first >= 500 + 2 * MESSAGE_OVERHEAD_TOKENS);
         let tools = vec![serde_json::json!({"type": "function"})];
-        assert!(prompt_estimate(&messages, &tools, 0) > first + TOOLS_OVERHEAD_TOKENS);
+        assert!(prompt_estimate(&messages, &tools, 0, &bytes) > first + TOOLS_OVERHEAD_TOKENS);
         let mut grown = messages.clone();
         grown.push(Message::Assistant {
             content: Some("ok".into()),
@@ -420,8 +433,24 @@ mod tests {
         });
         // The provider counted 150 for the first prompt: the bound is that
         // plus the two messages added.
-        let tight = prompt_estimate(&grown, &[], 150);
-        assert!(tight < prompt_estimate(&grown, &[], 0));
+        let tight = prompt_estimate(&grown, &[], 150, &bytes);
+        assert!(tight < prompt_estimate(&grown, &[], 0, &bytes));
         assert!(tight >= 150 + 52 + 2 * MESSAGE_OVERHEAD_TOKENS);
+    }
+
+    #[test]
+    fn a_learned_ratio_divides_the_bytes_and_keeps_the_overheads() {
+        let messages = vec![Message::User {
+            content: "u".repeat(4_000),
+        }];
+        let bytes = prompt_estimate(&messages, &[], 0, &TokenRatio::new());
+        let mut learned = TokenRatio::new();
+        for _ in 0..100 {
+            learned.observe(4_000, 1_000);
+        }
+        // 3.6 bytes per token (4 less the 10 % margin).
+        let tight = prompt_estimate(&messages, &[], 0, &learned);
+        assert!(tight * 3 < bytes, "{tight} against {bytes}");
+        assert!(tight >= 4_000 * 10 / 36 + MESSAGE_OVERHEAD_TOKENS);
     }
 }

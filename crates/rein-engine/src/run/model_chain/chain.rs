@@ -113,9 +113,29 @@ impl Engine {
             chain.fallbacks.iter().map(LinkRef::from).collect();
         let mut context: VecDeque<LinkRef<'_>> = chain.context.iter().map(LinkRef::from).collect();
         let mut link = chain.primary;
-        // The same prompt goes to every link: estimated once.
-        let prompt =
-            super::ceiling::prompt_estimate(&base.messages, &base.tools, host.last_input_tokens());
+        // The same prompt goes to every link: estimated once, at the
+        // most cautious ratio of the chain's models.
+        let links = std::iter::once(chain.primary)
+            .chain(chain.fallbacks.iter().map(LinkRef::from))
+            .chain(chain.context.iter().map(LinkRef::from));
+        let ratio = self
+            .shared
+            .token_ratios
+            .least_of(links.map(|l| (l.provider.name(), l.model)));
+        let prompt = super::ceiling::prompt_estimate(
+            &base.messages,
+            &base.tools,
+            host.last_input_tokens(),
+            &ratio,
+        );
+        // Sabotage hook `undersized_prompt_bound`: the bound is a quarter
+        // of what it is, below what the provider counts.
+        #[cfg(feature = "sabotage")]
+        let prompt = if self.sabotage.undersized_prompt_bound {
+            prompt / 4
+        } else {
+            prompt
+        };
         // Each link that failed, and the failure that moved the turn on.
         let mut moved_on: Vec<(String, String, Failure)> = Vec::new();
         // The worth of the link being tried, when it is a fallback.

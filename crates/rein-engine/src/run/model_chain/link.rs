@@ -470,6 +470,7 @@ impl Engine {
                     ShedReason::NoTime {
                         not_before,
                         cause: Cause::RateLimited { .. },
+                        ..
                     } => Some(not_before),
                     ShedReason::WaitExpired {
                         cause: Cause::RateLimited { until, .. },
@@ -620,6 +621,14 @@ impl Engine {
         if let Some(shared) = self.shared_breakers() {
             shared.share(provider, &transition).await;
         }
+        // What the provider counted teaches the prompt bound of the
+        // model's next call (before `answered` replaces the last count).
+        self.shared.token_ratios.learn(
+            (provider, model),
+            &call.request.messages,
+            &call.request.tools,
+            (response.usage.input, call.host.last_input_tokens()),
+        );
         call.host.answered(provider, model, &response.usage);
         if let Some(degraded) =
             self.shared

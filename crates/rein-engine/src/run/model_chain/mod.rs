@@ -33,6 +33,7 @@ pub(crate) mod ceiling;
 mod chain;
 mod held;
 mod link;
+pub(crate) mod token_ratios;
 
 use std::collections::BTreeMap;
 use std::future::Future;
