@@ -30,7 +30,7 @@ pub struct ChaosArgs {
     include_long: bool,
     /// Run N scenarios chosen at random from the selection; the choice is
     /// reproducible with --seed, the scenarios' parameters never vary.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
     sample: Option<usize>,
     /// The seed of --sample.
     #[arg(long, default_value_t = 0, requires = "sample")]
@@ -336,5 +336,14 @@ fn truncate(text: &str, width: usize) -> String {
         let mut s: String = text.chars().take(width.saturating_sub(1)).collect();
         s.push('…');
         s
+    }
+}
+
+/// `--sample`'s count: a sample of no scenario is a mistake, not a run.
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
     }
 }

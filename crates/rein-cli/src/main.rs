@@ -162,6 +162,18 @@ enum Command {
     /// tool's declared profile and the allowance a call gets now
     /// (`--config`). Read from the store file (`--data`).
     Latency(latency::LatencyArgs),
+    /// Print a completion script for SHELL, generated from rein's own
+    /// commands and flags.
+    ///
+    /// Examples:
+    ///   rein completions bash > ~/.local/share/bash-completion/completions/rein
+    ///   rein completions zsh > "${fpath[1]}/_rein"
+    ///   rein completions fish > ~/.config/fish/completions/rein.fish
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 fn main() -> ExitCode {
@@ -174,6 +186,8 @@ fn main() -> ExitCode {
         _ => LevelFilter::WARN,
     };
     log::init(&cli.log, level);
+    // After the log's own hook, which it wraps.
+    quiet_on_closed_stdout();
     let result = match cli.command {
         Command::Key(args) => key::run(args).map(|()| ExitCode::SUCCESS),
         Command::Check(args) => return check::run(args),
@@ -194,6 +208,13 @@ fn main() -> ExitCode {
         Command::Stats(args) => stats::run(args),
         Command::Migrate(args) => migrate::run(args),
         Command::Latency(args) => latency::run(args),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "rein", &mut script);
+            print!("{}", String::from_utf8_lossy(&script));
+            Ok(ExitCode::SUCCESS)
+        }
     };
     match result {
         Ok(code) => code,
@@ -202,4 +223,31 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Ends the command quietly when whoever reads its output stops reading
+/// (`rein runs list --json | head -1`).
+///
+/// # Why a panic hook
+///
+/// Rust ignores SIGPIPE, so a write to a closed pipe is an error, and
+/// `println!` turns it into a panic ("failed printing to stdout: Broken
+/// pipe"): a reader that had enough is not a failure of the command. The
+/// hook exits 0 for exactly that panic and hands every other one to the
+/// default hook. SIGPIPE itself is left ignored: a tool's child process or
+/// a client that hangs up must never kill a `rein serve`.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
 }

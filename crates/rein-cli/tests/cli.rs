@@ -89,3 +89,49 @@ fn key_for_an_irreversible_tool_explains_why_there_is_none() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("never retried"));
 }
+
+/// Completions come from the same definitions as `--help`: every command
+/// is in them, `handoff resolve` included.
+#[test]
+fn completions_name_every_command() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = rein(&["completions", shell]);
+        assert!(out.status.success(), "{shell}");
+        let script = String::from_utf8_lossy(&out.stdout);
+        for command in ["handoff", "resolve", "dev", "approvals", "serve"] {
+            assert!(script.contains(command), "{shell} lacks {command}");
+        }
+    }
+    let out = rein(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2), "an unknown shell is refused");
+}
+
+/// A reader that stops reading (`rein … | head -1`) ends the command
+/// quietly with 0: the pipe is closed before rein writes, so its first
+/// write fails with EPIPE.
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_rein"))
+        .args(["completions", "bash"])
+        .stdout(writer)
+        .output()
+        .expect("the rein binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// A range is checked where it is parsed: a sample of no scenario is
+/// refused, naming the flag.
+#[test]
+fn chaos_refuses_a_sample_of_zero() {
+    let out = rein(&["chaos", "--sample", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--sample") && stderr.contains("at least 1"),
+        "{stderr}"
+    );
+}
