@@ -20,7 +20,7 @@ use crate::codec::PgResult;
 use crate::migrate::{self, SchemaState};
 use crate::ops::{
     approvals, cancel, commit, idempotency, latency, leases, retry, runs, share, shared, stats,
-    webhooks,
+    token_ratios, webhooks,
 };
 use crate::settle::{self, TxIdentity};
 use crate::tls::Connector;
@@ -627,6 +627,18 @@ impl HealthStore for PostgresStore {
 
     async fn latency_histograms(&self) -> Result<rein_store::LatencyRows, StoreError> {
         read!(self, latency::latency_histograms)
+    }
+
+    async fn merge_token_ratios(
+        &self,
+        deltas: &[(String, rein_core::token_ratio::TokenRatio)],
+        now_ms: Timestamp,
+    ) -> Result<Vec<rein_store::TokenRatioRecord>, StoreError> {
+        write!(self, token_ratios::merge_token_ratios, deltas, now_ms)
+    }
+
+    async fn token_ratios(&self) -> Result<Vec<rein_store::TokenRatioRecord>, StoreError> {
+        read!(self, token_ratios::token_ratios)
     }
 
     async fn merge_retry_outcomes(

@@ -26,6 +26,7 @@
 //! | `retry_outcomes` | `target, ordinal` | retry outcomes, summed over every process and halved per window (schema v16) |
 //! | `cancel_requests` | `run_id` | cancels taken by any process for the one driving the run (schema v14) |
 //! | `approvals` | `run_id, intent_id` | calls paused for a human's decision, and the decision (schema v18) |
+//! | `token_ratios` | `model` | bytes per token each model's provider counted, summed over every process (schema v20) |
 //! | `rein_schema` | `version` | migrations applied |
 //!
 //! # Why its own crate
@@ -80,6 +81,7 @@ mod retry_ops;
 mod schema;
 mod share_ops;
 mod stats_ops;
+mod token_ratio_ops;
 mod webhook_ops;
 mod worker;
 
@@ -747,6 +749,23 @@ impl HealthStore for SqliteStore {
 
     async fn latency_histograms(&self) -> Result<LatencyRows, StoreError> {
         self.worker.read(latency_ops::latency_histograms).await
+    }
+
+    async fn merge_token_ratios(
+        &self,
+        deltas: &[(String, rein_core::token_ratio::TokenRatio)],
+        now_ms: Timestamp,
+    ) -> Result<Vec<rein_store::TokenRatioRecord>, StoreError> {
+        // A write: each read-add-write runs inside the worker's `BEGIN
+        // IMMEDIATE`, so two processes merging at once both count.
+        let deltas = deltas.to_vec();
+        self.worker
+            .write(move |conn| token_ratio_ops::merge(conn, &deltas, now_ms))
+            .await
+    }
+
+    async fn token_ratios(&self) -> Result<Vec<rein_store::TokenRatioRecord>, StoreError> {
+        self.worker.read(token_ratio_ops::all).await
     }
 
     async fn merge_retry_outcomes(

@@ -21,7 +21,7 @@ use super::codec::SqlResult;
 use rein_store::StoreError;
 
 /// The schema version this binary writes: the number of migrations.
-pub const SCHEMA_VERSION: u32 = 19;
+pub const SCHEMA_VERSION: u32 = 20;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
 ///
@@ -389,6 +389,17 @@ CREATE TABLE webhook_deliveries (
     PRIMARY KEY (webhook, event_id)
 ) STRICT;
 CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at_ms) WHERE state = 'pending';
+"#,
+    // 20: the bytes per token each model's provider was seen to count,
+    // one row per `provider/model`: every process's samples summed, the
+    // least ratio among them kept (`least` is a ratio, hence REAL).
+    r#"
+CREATE TABLE token_ratios (
+    model         TEXT PRIMARY KEY NOT NULL,
+    samples       INTEGER NOT NULL CHECK (samples >= 0),
+    least         REAL NOT NULL,
+    updated_at_ms INTEGER NOT NULL
+) STRICT;
 "#,
 ];
 

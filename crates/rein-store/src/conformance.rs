@@ -52,6 +52,7 @@ mod racing;
 mod retry;
 mod share;
 mod stats;
+mod token_ratio;
 mod trace;
 mod webhook;
 mod workload;
@@ -85,6 +86,10 @@ pub use share::{
     two_handles_renewing_share_leases_see_each_other,
 };
 pub use stats::run_stats_count_a_tenants_window_by_agent_model_and_guardrail;
+pub use token_ratio::{
+    token_ratio_concurrent_merges_all_count, token_ratio_merge_refusals_write_nothing,
+    token_ratio_merges_add_samples_and_keep_the_least,
+};
 pub use trace::run_trace_context_is_stored_and_its_first_span_set_once;
 pub use webhook::{
     two_handles_race_to_claim_webhook_deliveries,
@@ -192,6 +197,9 @@ macro_rules! conformance_checks {
             latency_merges_add_deltas_and_are_listed,
             latency_merge_refusals_write_nothing,
             latency_concurrent_merges_all_count,
+            token_ratio_merges_add_samples_and_keep_the_least,
+            token_ratio_merge_refusals_write_nothing,
+            token_ratio_concurrent_merges_all_count,
             retry_merges_add_deltas_and_are_listed,
             retry_outcomes_fade_per_window,
             retry_merge_refusals_write_nothing,

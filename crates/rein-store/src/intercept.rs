@@ -73,8 +73,10 @@ use crate::retry_outcome::RetryOutcomes;
 use crate::run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus};
 use crate::singleton::SingletonLease;
 use crate::store::{HealthStore, IdempotencyStore, LeaseStore, RunStore, SingletonStore, Store};
+use crate::token_ratio::TokenRatioRecord;
 use crate::webhook::{DueDelivery, WebhookAttempt, WebhookDelivery, WebhookEvent};
 use crate::{Notification, RunStats, StatsQuery, TenantBacklog};
+use rein_core::token_ratio::TokenRatio;
 
 /// One store call in flight, as [`Intercept::around`] receives it.
 pub type Call<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -536,6 +538,20 @@ impl<I: Intercept> HealthStore for Intercepted<I> {
 
     async fn latency_histograms(&self) -> Result<LatencyRows, StoreError> {
         self.hooks.around(self.inner.latency_histograms()).await
+    }
+
+    async fn merge_token_ratios(
+        &self,
+        deltas: &[(String, TokenRatio)],
+        now_ms: Timestamp,
+    ) -> Result<Vec<TokenRatioRecord>, StoreError> {
+        self.hooks
+            .around(self.inner.merge_token_ratios(deltas, now_ms))
+            .await
+    }
+
+    async fn token_ratios(&self) -> Result<Vec<TokenRatioRecord>, StoreError> {
+        self.hooks.around(self.inner.token_ratios()).await
     }
 
     async fn merge_retry_outcomes(

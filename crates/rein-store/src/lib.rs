@@ -65,6 +65,7 @@ mod share;
 mod singleton;
 mod stats;
 mod store;
+mod token_ratio;
 mod trace;
 pub mod webhook;
 
@@ -130,6 +131,7 @@ pub use stats::{GuardrailCount, ModelCount, RunStats, StatsQuery, StatusCount};
 pub use store::{
     HealthStore, IdempotencyStore, LeaseStore, RunStore, SingletonStore, Store, WebhookStore,
 };
+pub use token_ratio::{StoredRatio, TokenRatioRecord};
 pub use trace::SpanRef;
 pub use webhook::{
     AttemptNext, DeliveryState, DueDelivery, WebhookAttempt, WebhookDelivery, WebhookEvent,

@@ -37,9 +37,11 @@ use crate::lease::{Lease, LeaseChange, LeaseFilter};
 use crate::retry_outcome::RetryOutcomes;
 use crate::run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus};
 use crate::singleton::SingletonLease;
+use crate::token_ratio::TokenRatioRecord;
 use crate::webhook::{DueDelivery, WebhookAttempt, WebhookDelivery, WebhookEvent};
 use rein_core::latency::LatencyHistogram;
 use rein_core::retry::RetryRecord;
+use rein_core::token_ratio::TokenRatio;
 
 /// Durable state of runs: the runs themselves, their event streams, planned
 /// intents, the side-effect ledger, checkpoints and resource leases; and
@@ -786,6 +788,26 @@ pub trait HealthStore: Send + Sync {
     /// listed in [`LatencyRows::corrupt`] with the reason, never a failure
     /// of the whole read.
     async fn latency_histograms(&self) -> Result<LatencyRows, StoreError>;
+
+    /// Adds each `(model, delta)` to its model's stored bytes-per-token
+    /// ratio (samples summed, the least ratio kept), all in one
+    /// transaction across every process sharing the store, and returns
+    /// the sums of those models (see the `token_ratio` module docs of
+    /// this crate). A delta without samples changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a model key of 0 or more than
+    /// [`MAX_LATENCY_SUBJECT_LEN`](crate::MAX_LATENCY_SUBJECT_LEN) bytes or
+    /// with control characters (nothing is written then).
+    async fn merge_token_ratios(
+        &self,
+        deltas: &[(String, TokenRatio)],
+        now_ms: Timestamp,
+    ) -> Result<Vec<TokenRatioRecord>, StoreError>;
+
+    /// Every stored ratio, by model.
+    async fn token_ratios(&self) -> Result<Vec<TokenRatioRecord>, StoreError>;
 
     /// Decays each `(target, delta)`'s stored retry outcomes to `now_ms`
     /// (see the `retry_outcome` module docs of this crate) and adds the

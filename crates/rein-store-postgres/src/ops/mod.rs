@@ -33,6 +33,7 @@ pub(crate) mod runs;
 pub(crate) mod share;
 pub(crate) mod shared;
 pub(crate) mod stats;
+pub(crate) mod token_ratios;
 pub(crate) mod webhooks;
 
 use deadpool_postgres::{GenericClient, Transaction};
@@ -53,6 +54,7 @@ pub(crate) enum LockSpace {
     Latency = 0x7265_0005,
     Share = 0x7265_0006,
     Retry = 0x7265_0007,
+    TokenRatio = 0x7265_0008,
 }
 
 /// Takes the transaction-scoped advisory lock of `key` in `space`: held
