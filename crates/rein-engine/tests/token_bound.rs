@@ -19,7 +19,7 @@ use common::{Harness, agent, kinds, pause_safe, run};
 use rein_core::{EventKind, Outcome};
 use rein_engine::provider::OpenAiProvider;
 use rein_engine::run::{AgentBinding, Engine};
-use rein_store::Store;
+use rein_store::{HealthStore as _, Store};
 use rein_store_sqlite::SqliteStore;
 use rein_testkit::mock_model::{MockModel, MockModelConfig, Reply};
 use rein_testkit::order_desk::{GET_ORDER, Order, OrderDesk, OrderDeskConfig};
@@ -173,5 +173,69 @@ async fn a_loop_under_3000_tokens_uses_most_of_them_and_never_more() {
             .iter()
             .all(|(k, _)| *k != EventKind::FinalTurnRequested),
         "the loop was not cut short by the planner"
+    );
+}
+
+/// What one process learned, the next starts with: a run's ratios are
+/// added to the store at its end, and a new engine on the same store
+/// bounds the same first prompt tighter than the one token per byte it
+/// would otherwise start at, and still above the provider's count.
+#[tokio::test(start_paused = true)]
+async fn a_second_process_starts_with_the_ratios_the_first_learned() {
+    let h = harness().await;
+    let model = MockModel::start_with(
+        MockModelConfig::new([Reply::text("done"), Reply::text("done")])
+            .with_output_cap("mock-model", 16_384)
+            .with_metered_usage(),
+    )
+    .await
+    .unwrap();
+    let a = asking(&h.desk, &model);
+    let first = run(&h, &a).await;
+    assert_eq!(
+        first.report.outcome,
+        Outcome::Succeeded,
+        "{:#?}",
+        first.report
+    );
+    let learned = h.store.token_ratios().await.unwrap();
+    assert_eq!(learned.len(), 1, "{learned:?}");
+    assert_eq!(learned[0].model, "mock/mock-model");
+    assert!(learned[0].stored.ratio.samples() >= 1);
+
+    // Another process: a new engine on the same store, the same first
+    // prompt.
+    let second = Engine::builder(h.store.clone())
+        .rng_seed(7)
+        .build()
+        .unwrap();
+    let out = second
+        .run(
+            &a,
+            &rein_engine::run::AcceptAll,
+            rein_engine::run::RunRequest {
+                input: "Move order A-1001 to 2026-12-24 and tell the buyer.".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+    let usage = model.usage_log();
+    assert_eq!(usage.len(), 2);
+    let (cold, warm) = (&usage[0], &usage[1]);
+    assert_eq!(cold.prompt_tokens, warm.prompt_tokens, "the same prompt");
+    let (cold_bound, warm_bound) = (
+        CEILING - cold.max_tokens.unwrap(),
+        CEILING - warm.max_tokens.unwrap(),
+    );
+    assert!(
+        warm_bound < cold_bound,
+        "the second process bounded it at {warm_bound}, no tighter than the first's {cold_bound}"
+    );
+    assert!(
+        warm_bound >= warm.prompt_tokens,
+        "bound {warm_bound} below the provider's count {}",
+        warm.prompt_tokens
     );
 }

@@ -543,6 +543,7 @@ impl Engine {
     pub(super) async fn load_learned(&self) {
         self.shared.latency.load().await;
         self.shared.retry_memory.load().await;
+        self.shared.token_ratios.load(self.store.as_ref()).await;
     }
 
     /// Shares what this engine learnt since its last flush (observed
@@ -550,6 +551,11 @@ impl Engine {
     pub(super) async fn flush_learned(&self) {
         self.shared.latency.flush_now().await;
         self.shared.retry_memory.flush_now().await;
+        let now_ms = rein_core::Timestamp::from_system_time(self.clock.system_now());
+        self.shared
+            .token_ratios
+            .flush_now(self.store.as_ref(), now_ms)
+            .await;
     }
 
     /// Gives up this engine's share leases of its resource groups

@@ -113,6 +113,8 @@ impl Engine {
             chain.fallbacks.iter().map(LinkRef::from).collect();
         let mut context: VecDeque<LinkRef<'_>> = chain.context.iter().map(LinkRef::from).collect();
         let mut link = chain.primary;
+        // What every process learned, before the first bound.
+        self.load_learned().await;
         // The same prompt goes to every link: estimated once, at the
         // most cautious ratio of the chain's models.
         let links = std::iter::once(chain.primary)

@@ -10,19 +10,46 @@
 //! the process plan with what any of them learned. A model is known by its
 //! provider and name (`provider/model`): the same name behind two providers
 //! may be two tokenizers.
+//!
+//! # Shared through the store
+//!
+//! What a process learns is added to the store's ratio of each model
+//! ([`Store::merge_token_ratios`]: samples summed, the least ratio kept)
+//! at every run's end, and the stored ratios are read once, before the
+//! engine's first bound: a second `rein run` starts where the first left
+//! off, not at one token per byte. A store that cannot be read or written
+//! only costs tightness: the bound stays one token per byte, which always
+//! holds.
+//!
+//! [`Store::merge_token_ratios`]: rein_store::HealthStore::merge_token_ratios
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use rein_core::Timestamp;
 use rein_core::token_ratio::TokenRatio;
+use rein_store::Store;
 use serde_json::Value;
+use tokio::sync::OnceCell;
 
 use crate::provider::Message;
 
 /// Every model's learned ratio, by `provider/model`.
 #[derive(Debug, Default)]
 pub(crate) struct TokenRatios {
-    ratios: Mutex<HashMap<String, TokenRatio>>,
+    ratios: Mutex<Book>,
+    loaded: OnceCell<()>,
+    flush_lock: tokio::sync::Mutex<()>,
+}
+
+/// The ratios as this process knows them, and what it learned since its
+/// last flush.
+#[derive(Debug, Default)]
+struct Book {
+    /// Stored sums (as last read or written) with this process's samples.
+    total: HashMap<String, TokenRatio>,
+    /// This process's samples not yet added to the store.
+    delta: HashMap<String, TokenRatio>,
 }
 
 /// `provider/model`.
@@ -46,8 +73,66 @@ pub(crate) fn request_bytes(messages: &[Message], tools: &[Value]) -> u64 {
 }
 
 impl TokenRatios {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, TokenRatio>> {
+    fn lock(&self) -> MutexGuard<'_, Book> {
         self.ratios.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reads the stored ratios, once per engine (later calls return at
+    /// once). A store that cannot answer leaves the ratios as they are.
+    pub(crate) async fn load(&self, store: &dyn Store) {
+        self.loaded
+            .get_or_init(|| async {
+                match store.token_ratios().await {
+                    Ok(rows) => {
+                        let mut book = self.lock();
+                        for row in rows {
+                            book.total
+                                .entry(row.model)
+                                .or_default()
+                                .merge(&row.stored.ratio);
+                        }
+                    }
+                    Err(e) => tracing::warn!(
+                        "cannot read the learned token ratios; bounding prompts at one token per byte until learned again: {e}"
+                    ),
+                }
+            })
+            .await;
+    }
+
+    /// Adds what this process learned since its last flush to the store,
+    /// and takes the sums back (with anything learned meanwhile). On
+    /// failure the samples are kept for the next flush.
+    pub(crate) async fn flush_now(&self, store: &dyn Store, now_ms: Timestamp) {
+        // The stored ratios are read before any is written back: reading
+        // them after would count this process's samples twice.
+        self.load(store).await;
+        let _serial = self.flush_lock.lock().await;
+        let deltas: Vec<(String, TokenRatio)> = self.lock().delta.drain().collect();
+        if deltas.is_empty() {
+            return;
+        }
+        match store.merge_token_ratios(&deltas, now_ms).await {
+            Ok(rows) => {
+                let mut book = self.lock();
+                for row in rows {
+                    let mut total = row.stored.ratio;
+                    if let Some(since) = book.delta.get(&row.model) {
+                        total.merge(since);
+                    }
+                    book.total.insert(row.model, total);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "cannot add the learned token ratios to the store; keeping them for the next flush: {e}"
+                );
+                let mut book = self.lock();
+                for (model, delta) in deltas {
+                    book.delta.entry(model).or_default().merge(&delta);
+                }
+            }
+        }
     }
 
     /// The most cautious of `models`' ratios (the fewest bytes per token):
@@ -56,10 +141,10 @@ impl TokenRatios {
         &self,
         models: impl IntoIterator<Item = (&'m str, &'m str)>,
     ) -> TokenRatio {
-        let ratios = self.lock();
+        let book = self.lock();
         models
             .into_iter()
-            .map(|(p, m)| ratios.get(&key(p, m)).copied().unwrap_or_default())
+            .map(|(p, m)| book.total.get(&key(p, m)).copied().unwrap_or_default())
             .min_by(|a, b| a.bytes_per_token().total_cmp(&b.bytes_per_token()))
             .unwrap_or_default()
     }
@@ -84,11 +169,16 @@ impl TokenRatios {
             .rposition(|m| matches!(m, Message::Assistant { .. }))
             .filter(|_| last_input > 0 && input > last_input)
             .map(|i| (request_bytes(&messages[i..], &[]), input - last_input));
-        let mut ratios = self.lock();
-        let ratio = ratios.entry(key(provider, model)).or_default();
-        ratio.observe(whole, input);
-        if let Some((bytes, tokens)) = added {
-            ratio.observe(bytes, tokens);
+        let mut book = self.lock();
+        let book = &mut *book;
+        for ratio in [
+            book.total.entry(key(provider, model)).or_default(),
+            book.delta.entry(key(provider, model)).or_default(),
+        ] {
+            ratio.observe(whole, input);
+            if let Some((bytes, tokens)) = added {
+                ratio.observe(bytes, tokens);
+            }
         }
     }
 }
