@@ -19,7 +19,7 @@ use common::{Harness, agent, kinds, pause_safe, run};
 use rein_core::{EventKind, Outcome};
 use rein_engine::provider::OpenAiProvider;
 use rein_engine::run::{AgentBinding, Engine};
-use rein_store::{HealthStore as _, Store};
+use rein_store::Store;
 use rein_store_sqlite::SqliteStore;
 use rein_testkit::mock_model::{MockModel, MockModelConfig, Reply};
 use rein_testkit::order_desk::{GET_ORDER, Order, OrderDesk, OrderDeskConfig};
