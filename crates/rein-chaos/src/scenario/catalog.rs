@@ -615,8 +615,17 @@ fn model_gateway() -> Vec<Scenario> {
             .risks([I::BudgetsHold])
             .expects([M::BudgetExhausted]),
         Scenario::new(42, L, "token-budget",
-            "A token limit of 2,400 against turns of 340 tokens, each call reserving its prompt's upper bound (about 2,000 tokens for the first) and a minimal answer: the run stops before the call that would breach it.",
-            Plan::script(["A-1001", "A-1002", "A-1003"].repeat(3).into_iter().map(get).chain([answer("done")]).collect())
+            "A token limit of 2,400 against turns of 340 tokens (a read and a move of each of three orders, then again), each call reserving its prompt's upper bound (about 2,200 tokens for the first, before any count is learned; the learned bytes per token after) and a minimal answer: the run stops before the call that would breach it, its moves kept.",
+            Plan::script(
+                (0..2)
+                    .flat_map(|round| {
+                        ["A-1001", "A-1002", "A-1003"]
+                            .into_iter()
+                            .flat_map(move |order| [get(order), update(order, 10 + round)])
+                    })
+                    .chain([answer("done")])
+                    .collect(),
+            )
                 .tune(|t| { t.tokens = Some(2400); t.steps = Some(20); t.max_repeats = Some(10); t.final_turn = Some(false); }))
             .risks([I::BudgetsHold])
             .expects([M::BudgetExhausted]),

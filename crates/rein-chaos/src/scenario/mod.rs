@@ -26,7 +26,7 @@ pub use catalog::catalog;
 
 /// The catalog's version: bumped whenever a scenario's parameters or the
 /// chaos world change.
-pub const CATALOG_VERSION: u32 = 6;
+pub const CATALOG_VERSION: u32 = 7;
 
 /// Where a scenario injects its faults (seed 000's four layers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
