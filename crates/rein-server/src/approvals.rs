@@ -246,12 +246,7 @@ pub async fn decide(
     let mut de = serde_json::Deserializer::from_slice(&body);
     let sent: DecisionBody = serde_path_to_error::deserialize(&mut de)
         .map_err(|e| crate::runs::invalid_body("a decision", e.path(), e.inner()))?;
-    // With keys, the key names the decider: a body cannot name another.
-    let by = match (&caller.key, sent.by) {
-        (Some(key), _) => key.clone(),
-        (None, Some(by)) => by,
-        (None, None) => "operator".to_owned(),
-    };
+    let by = caller.decider(sent.by);
     let record = crate::runs::owned(&state, &caller.tenant, &id).await?;
     let missing = || {
         Problem::not_found(format!(

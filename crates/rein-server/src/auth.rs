@@ -199,6 +199,20 @@ pub struct Caller {
     pub key: Option<String>,
 }
 
+impl Caller {
+    /// Who a human decision (an approval, a handoff decision) is recorded
+    /// as: the key's name, whatever the body says (a body cannot name
+    /// someone else); without keys (the loopback mode) the body's `by`,
+    /// else `operator`.
+    pub fn decider(&self, by: Option<String>) -> String {
+        match (&self.key, by) {
+            (Some(key), _) => key.clone(),
+            (None, Some(by)) => by,
+            (None, None) => "operator".to_owned(),
+        }
+    }
+}
+
 impl FromRequestParts<Arc<AppState>> for Caller {
     type Rejection = Problem;
 

@@ -71,11 +71,7 @@ pub async fn decide(
     let mut de = serde_json::Deserializer::from_slice(&body);
     let sent: HandoffDecisionBody = serde_path_to_error::deserialize(&mut de)
         .map_err(|e| crate::runs::invalid_body("a handoff decision", e.path(), e.inner()))?;
-    let by = match (&caller.key, sent.by) {
-        (Some(key), _) => key.clone(),
-        (None, Some(by)) => by,
-        (None, None) => "operator".to_owned(),
-    };
+    let by = caller.decider(sent.by);
     let record = crate::runs::owned(&state, &caller.tenant, &id).await?;
     let intent_id = IntentId::new(sent.intent_id.clone()).map_err(|_| {
         Problem::not_found(format!(
