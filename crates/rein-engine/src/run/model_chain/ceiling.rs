@@ -50,10 +50,26 @@ pub const TOOLS_OVERHEAD_TOKENS: u64 = 512;
 
 /// An upper bound of `message`'s tokens at `ratio`.
 fn message_bound(message: &Message, ratio: &TokenRatio) -> u64 {
-    let bytes = serde_json::to_vec(message).map_or(0, |v| v.len());
+    let bytes = serde_json::to_vec(message).unwrap_or_default();
+    bytes_bound(&bytes, ratio).saturating_add(MESSAGE_OVERHEAD_TOKENS)
+}
+
+/// An upper bound of the tokens of `bytes` of JSON: its ASCII bytes at the
+/// learned `ratio`, every other byte as a token of its own.
+///
+/// # Why not every byte at the ratio
+///
+/// The ratio is learned from what the model was sent so far, mostly
+/// ASCII; a tool result in another script (CJK, emoji) packs several
+/// bytes into far fewer characters, and a tokenizer may spend a token on
+/// each of its bytes. Counting those bytes one token each keeps the bound
+/// above any count for them, whatever was learned from English.
+fn bytes_bound(bytes: &[u8], ratio: &TokenRatio) -> u64 {
+    let other = bytes.iter().filter(|b| !b.is_ascii()).count();
+    let ascii = bytes.len() - other;
     ratio
-        .bound(u64::try_from(bytes).unwrap_or(u64::MAX))
-        .saturating_add(MESSAGE_OVERHEAD_TOKENS)
+        .bound(u64::try_from(ascii).unwrap_or(u64::MAX))
+        .saturating_add(u64::try_from(other).unwrap_or(u64::MAX))
 }
 
 /// An upper bound of the prompt tokens of a request of `messages` and
@@ -71,10 +87,8 @@ pub fn prompt_estimate(
     let tools_bound = if tools.is_empty() {
         0
     } else {
-        let bytes = serde_json::to_vec(tools).map_or(0, |v| v.len());
-        ratio
-            .bound(u64::try_from(bytes).unwrap_or(u64::MAX))
-            .saturating_add(TOOLS_OVERHEAD_TOKENS)
+        let bytes = serde_json::to_vec(tools).unwrap_or_default();
+        bytes_bound(&bytes, ratio).saturating_add(TOOLS_OVERHEAD_TOKENS)
     };
     let whole = messages
         .iter()
@@ -341,6 +355,21 @@ mod tests {
     /// $1 per million input tokens, $4 per million output tokens.
     fn price() -> Price {
         Price::new(Cost::from_micros(1_000_000), Cost::from_micros(4_000_000))
+    }
+
+    #[test]
+    fn bytes_of_another_script_count_a_token_each_whatever_the_ratio() {
+        let learned = TokenRatio::from_parts(10_000, 4.0);
+        // 400 ASCII bytes at the learned ratio, less its 10 % margin.
+        let ascii = "a".repeat(400);
+        assert_eq!(bytes_bound(ascii.as_bytes(), &learned), 112);
+        // 100 CJK characters: 300 bytes, each a token.
+        let cjk = "漢".repeat(100);
+        assert_eq!(bytes_bound(cjk.as_bytes(), &learned), 300);
+        let mixed = format!("{ascii}{cjk}");
+        assert_eq!(bytes_bound(mixed.as_bytes(), &learned), 412);
+        // Unlearned, every byte is a token.
+        assert_eq!(bytes_bound(mixed.as_bytes(), &TokenRatio::new()), 700);
     }
 
     #[test]
