@@ -167,7 +167,7 @@ enum Command {
     ///
     /// Examples:
     ///   rein completions bash > ~/.local/share/bash-completion/completions/rein
-    ///   rein completions zsh > "${fpath[1]}/_rein"
+    ///   rein completions zsh > ~/.zfunc/_rein
     ///   rein completions fish > ~/.config/fish/completions/rein.fish
     Completions {
         /// The shell.
