@@ -143,6 +143,33 @@ async fn the_official_openai_client_chats_streams_and_calls_tools_through_the_ga
         unknown["message"].as_str().unwrap().contains("chat"),
         "the error lists the known bindings: {unknown}"
     );
+
+    // `models.list()` and `models.retrieve()` by base URL: the bindings,
+    // by id, in OpenAI's shape, each owned by its primary's provider.
+    let models = check("models");
+    assert_eq!(models["ids"], json!(["chat", "resilient"]), "{models}");
+    assert_eq!(models["objects"], json!(["model"]));
+    assert_eq!(models["owned_by"], json!(["mock", "dead"]));
+    assert!(models["created"][0].as_u64().unwrap() > 1_700_000_000);
+    let info = check("model");
+    assert_eq!(info["id"], "chat", "{info}");
+    assert_eq!(info["object"], "model");
+    assert!(info["request_id"].is_string(), "x-request-id: {info}");
+    let unknown_info = check("unknown_model_info");
+    assert_eq!(unknown_info["exception"], "NotFoundError", "{unknown_info}");
+    assert_eq!(unknown_info["code"], "model_not_found");
+    assert!(unknown_info["request_id"].is_string(), "{unknown_info}");
+    // An endpoint rein does not serve is a 404 the SDK reads, naming it.
+    let embeddings = check("embeddings");
+    assert_eq!(embeddings["exception"], "NotFoundError", "{embeddings}");
+    assert_eq!(embeddings["code"], "no_route");
+    assert!(
+        embeddings["message"]
+            .as_str()
+            .unwrap()
+            .contains("POST /v1/embeddings"),
+        "{embeddings}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,6 +200,14 @@ async fn the_gateway_says_which_model_answered_and_replays_idempotent_requests()
     let again = post().await.unwrap();
     assert_eq!(again.status(), 200);
     assert_eq!(again.headers()["idempotency-replayed"], "true");
+    // The replay says which model answered, as the first answer did.
+    assert_eq!(again.headers()["rein-model"], "mock/mock-model");
+    assert_eq!(again.headers()["rein-fallback"], "true");
+    assert_eq!(
+        again.headers()["x-request-id"],
+        again.headers()["request-id"],
+        "the id as OpenAI's SDK reads it"
+    );
     let again: Value = again.json().await.unwrap();
     assert_eq!(again, first, "the stored answer, byte for byte");
     assert_eq!(model.request_count(), 1, "the model was asked once");

@@ -117,6 +117,45 @@ def main() -> int:
             "status": getattr(e, "status_code", None),
             "message": str(e),
         }), flush=True)
+
+    # 6. The bindings, as OpenAI's models API lists them.
+    listed = client.models.list()
+    models = list(listed)
+    print(json.dumps({
+        "check": "models",
+        "ids": [m.id for m in models],
+        "objects": sorted({m.object for m in models}),
+        "owned_by": [m.owned_by for m in models],
+        "created": [m.created for m in models],
+    }), flush=True)
+    one = client.models.retrieve(model)
+    print(json.dumps({
+        "check": "model",
+        "id": one.id,
+        "object": one.object,
+        "owned_by": one.owned_by,
+        # The SDK's request id comes from `x-request-id`.
+        "request_id": one._request_id,
+    }), flush=True)
+    for check, call in [
+        ("unknown_model_info", lambda: client.models.retrieve("no-such-binding")),
+        # An endpoint rein does not serve: the SDK still reads the error.
+        ("embeddings", lambda: client.embeddings.create(model=model, input="Hi.")),
+    ]:
+        try:
+            call()
+            print(json.dumps({"check": check, "raised": False}), flush=True)
+        except Exception as e:  # the SDK's NotFoundError
+            body = getattr(e, "body", None)
+            print(json.dumps({
+                "check": check,
+                "raised": True,
+                "exception": type(e).__name__,
+                "status": getattr(e, "status_code", None),
+                "code": body.get("code") if isinstance(body, dict) else None,
+                "message": getattr(e, "message", str(e)),
+                "request_id": getattr(e, "request_id", None),
+            }), flush=True)
     return 0
 
 

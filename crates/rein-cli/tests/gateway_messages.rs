@@ -227,6 +227,37 @@ async fn the_official_anthropic_client_messages_streams_and_uses_tools_through_t
         unknown["message"].as_str().unwrap().contains("chat"),
         "the error lists the known bindings: {unknown}"
     );
+    // `models.list()` and `models.retrieve()` by base URL: the bindings,
+    // by id, in Anthropic's shape.
+    let models = check("models");
+    assert_eq!(
+        models["ids"],
+        json!(["chat", "resilient", "sonnet"]),
+        "{models}"
+    );
+    assert_eq!(models["types"], json!(["model"]));
+    assert_eq!(models["display_names"][2], "sonnet (claude/mock-claude)");
+    assert_eq!(models["has_more"], false);
+    assert_eq!(models["first_id"], "chat");
+    assert_eq!(models["last_id"], "sonnet");
+    let model_info = check("model");
+    assert_eq!(model_info["id"], "chat", "{model_info}");
+    assert_eq!(model_info["type"], "model");
+    let unknown_info = check("unknown_model_info");
+    assert_eq!(unknown_info["exception"], "NotFoundError", "{unknown_info}");
+    assert_eq!(unknown_info["error_type"], "not_found_error");
+    // An endpoint rein does not serve is a 404 the SDK reads.
+    let count = check("count_tokens");
+    assert_eq!(count["exception"], "NotFoundError", "{count}");
+    assert_eq!(count["error_type"], "not_found_error");
+    assert!(
+        count["message"]
+            .as_str()
+            .unwrap()
+            .contains("/v1/messages/count_tokens"),
+        "{count}"
+    );
+    assert!(count["request_id"].is_string(), "{count}");
     // Every reply was asked for once; the refusals asked nothing.
     assert_eq!(model.pending(), 0);
     assert_eq!(model.request_count(), 8);
@@ -348,11 +379,15 @@ async fn every_answer_of_the_route_is_in_anthropics_shape() {
     let first = idempotent().await.unwrap();
     assert_eq!(first.status(), 200);
     assert_eq!(first.headers()["rein-model"], "mock/mock-model");
+    assert_eq!(first.headers()["rein-fallback"], "false");
     let first: Value = first.json().await.unwrap();
     assert_eq!(first["type"], "message");
     assert_eq!(first["content"][0]["text"], "fallback text");
     let again = idempotent().await.unwrap();
     assert_eq!(again.headers()["idempotency-replayed"], "true");
+    // The replay says which model answered, as the first answer did.
+    assert_eq!(again.headers()["rein-model"], "mock/mock-model");
+    assert_eq!(again.headers()["rein-fallback"], "false");
     assert_eq!(again.json::<Value>().await.unwrap(), first);
     assert_eq!(model.request_count(), 1, "the model was asked once");
 

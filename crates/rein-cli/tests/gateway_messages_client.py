@@ -152,6 +152,34 @@ def main() -> int:
         emit(check="unknown_model", raised=False)
     except anthropic.APIStatusError as e:
         raised("unknown_model", e)
+
+    # 10. The bindings, as Anthropic's models API lists them.
+    page = client.models.list()
+    models = list(page)
+    emit(
+        check="models",
+        ids=[m.id for m in models],
+        types=sorted({m.type for m in models}),
+        display_names=[m.display_name for m in models],
+        created_at=[m.created_at.isoformat() for m in models],
+        has_more=page.has_more,
+        first_id=page.first_id,
+        last_id=page.last_id,
+    )
+    one = client.models.retrieve(model)
+    emit(check="model", id=one.id, type=one.type, display_name=one.display_name)
+    try:
+        client.models.retrieve("no-such-binding")
+        emit(check="unknown_model_info", raised=False)
+    except anthropic.APIStatusError as e:
+        raised("unknown_model_info", e)
+
+    # 11. An endpoint rein does not serve: the SDK still reads the error.
+    try:
+        client.messages.count_tokens(model=model, messages=hello)
+        emit(check="count_tokens", raised=False)
+    except anthropic.APIStatusError as e:
+        raised("count_tokens", e, request_id=e.response.headers.get("request-id"))
     return 0
 
 

@@ -46,6 +46,10 @@ use rein_core::TenantId;
 /// NOTE: `DEFAULT_CORS_ALLOWED_HEADERS` (rein-core) lists it.
 pub const REQUEST_ID: &str = "Request-Id";
 
+/// The same id as OpenAI's SDKs read it, on the gateway's answers
+/// ([`crate::gateway::dialect`]) beside [`REQUEST_ID`].
+pub const X_REQUEST_ID: &str = "x-request-id";
+
 /// The longest `Request-Id` echoed.
 pub const MAX_REQUEST_ID_LENGTH: usize = 128;
 
@@ -116,10 +120,17 @@ pub async fn record(
     let method = request.method().clone();
     let route = route(request.extensions()).to_owned();
     let peer = peer(request.extensions());
+    // OpenAI's SDKs read the id from `x-request-id`, Anthropic's from
+    // `request-id`: a gateway answer carries both.
+    let gateway =
+        crate::gateway::dialect::Dialect::of(request.uri().path(), request.headers()).is_some();
     request.extensions_mut().insert(RequestId(id.clone()));
     request.extensions_mut().insert(tenant.clone());
     let mut response = next.run(request).await;
     if let Ok(value) = HeaderValue::from_str(&id) {
+        if gateway {
+            response.headers_mut().insert(X_REQUEST_ID, value.clone());
+        }
         response.headers_mut().insert(REQUEST_ID, value);
     }
     let elapsed = started.elapsed();

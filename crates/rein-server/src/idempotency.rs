@@ -3,7 +3,7 @@
 //! | condition | result |
 //! | --- | --- |
 //! | first request reserves the key | the endpoint executes |
-//! | same key, completed 2xx | stored status, body, content type and `Location` replayed, `Idempotency-Replayed: true` |
+//! | same key, completed 2xx | stored status, body, content type, `Location` and the answer's other headers (the gateway's `Rein-Model`, `Rein-Fallback`) replayed, `Idempotency-Replayed: true` |
 //! | same key, still in progress, its holder alive (renewing its reservation) | 409 `idempotency-in-progress` |
 //! | same key, in progress, its holder gone, nothing ran | the reservation is released and this request executes |
 //! | same key, in progress, its holder gone, its sync run still being recovered | 202, `Location` and the run's current view, `Retry-After: 1`; not stored, not a replay |
@@ -151,6 +151,16 @@ pub fn replay(stored: StoredResponse) -> Response {
     }
     if let Some(location) = stored.location.and_then(|l| HeaderValue::from_str(&l).ok()) {
         headers.insert(header::LOCATION, location);
+    }
+    // The first answer's own (the gateway's `Rein-Model`, …); one the
+    // store holds that is not a header name and value is left out.
+    for (name, value) in stored.headers {
+        if let (Ok(name), Ok(value)) = (
+            header::HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(&value),
+        ) {
+            headers.insert(name, value);
+        }
     }
     headers.insert(REPLAYED, HeaderValue::from_static("true"));
     response
@@ -357,12 +367,7 @@ where
             answer.into_response()
         }
         Ok(answer) if answer.status.is_success() => {
-            let stored = StoredResponse {
-                status: answer.status.as_u16(),
-                content_type: Some("application/json".to_owned()),
-                location: answer.location.clone(),
-                body: answer.body.clone(),
-            };
+            let stored = answer.stored();
             let settled = settle_retrying(
                 state.store.as_ref(),
                 &fence,

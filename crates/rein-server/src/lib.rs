@@ -16,7 +16,7 @@
 //! | [`approvals`] | calls waiting for a human: listing, decisions, expiry |
 //! | [`handoff`] | a human's decision on each record a run left awaiting one |
 //! | [`webhooks`] | the configured webhooks, their delivery logs, and the dispatcher loop |
-//! | [`gateway`] | the OpenAI-compatible `POST /v1/chat/completions` and Anthropic-compatible `POST /v1/messages` over model bindings |
+//! | [`gateway`] | the OpenAI-compatible `POST /v1/chat/completions` and Anthropic-compatible `POST /v1/messages` over model bindings; `GET /v1/models` |
 //! | [`idempotency`] | seed 004's `Idempotency-Key` table, in the store |
 //! | [`submission`] | resolving a key whose holding process died |
 //! | [`events`] | the event list and the live SSE stream |
@@ -97,6 +97,8 @@ pub use state::AppState;
 
 // `POST /v1/messages` documents Anthropic's error shape, not problems.
 use crate::gateway::anthropic::ErrorShape as AnthropicErrors;
+// `GET /v1/models` documents both error shapes.
+use crate::gateway::models::TwoErrorShapes as ModelErrors;
 use crate::problem::Problem;
 
 /// The OpenAPI document, generated from the handlers' annotations.
@@ -105,10 +107,10 @@ use crate::problem::Problem;
     info(title = "rein", description = "Runs LLM agents safely against the real world."),
     paths(
         runs::create_run, listing::list_runs, runs::get_run, runs::get_ledger, runs::get_handoff, handoff::decide, runs::resume_run,
-        events::get_events, cancel::cancel_run, approvals::list_approvals, approvals::decide, breakers::list_breakers, webhooks::list_webhooks, webhooks::list_deliveries, stats::get_stats, gateway::openai::chat_completions, gateway::anthropic::messages, healthz, readyz, metrics,
+        events::get_events, cancel::cancel_run, approvals::list_approvals, approvals::decide, breakers::list_breakers, webhooks::list_webhooks, webhooks::list_deliveries, stats::get_stats, gateway::openai::chat_completions, gateway::anthropic::messages, gateway::models::list_models, gateway::models::get_model, healthz, readyz, metrics,
     ),
-    components(schemas(webhooks::WebhookList, webhooks::WebhookView, webhooks::DeliveryList, approvals::ApprovalList, approvals::DecisionBody, approvals::HumanVerdict, handoff::HandoffDecisionBody, stats::Stats, stats::Tally, stats::Fired, stats::GuardrailTally, breakers::BreakerList, breakers::ArmState, breakers::SharedOpening, listing::RunList, listing::RunSummary, runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, runs::NoBody, problem::Problem, gateway::openai::ChatRequest, gateway::anthropic::MessagesRequest, gateway::anthropic::AnthropicError)),
-    modifiers(&Bearer, &Refusals, &ProblemJson, &AnthropicErrors),
+    components(schemas(webhooks::WebhookList, webhooks::WebhookView, webhooks::DeliveryList, approvals::ApprovalList, approvals::DecisionBody, approvals::HumanVerdict, handoff::HandoffDecisionBody, stats::Stats, stats::Tally, stats::Fired, stats::GuardrailTally, breakers::BreakerList, breakers::ArmState, breakers::SharedOpening, listing::RunList, listing::RunSummary, runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, runs::NoBody, problem::Problem, gateway::openai::ChatRequest, gateway::anthropic::MessagesRequest, gateway::anthropic::AnthropicError, gateway::models::ModelList, gateway::models::Model, gateway::models::OpenAiModelList, gateway::models::OpenAiModel, gateway::models::AnthropicModelList, gateway::models::AnthropicModel, gateway::models::ModelTag, gateway::models::ListTag)),
+    modifiers(&Bearer, &Refusals, &ProblemJson, &AnthropicErrors, &ModelErrors),
     tags((name = "runs", description = "Agent runs"), (name = "approvals", description = "Calls waiting for a human's decision"), (name = "webhooks", description = "Signed POSTs of approvals, handoffs, finished runs and opened breakers, and their delivery logs"), (name = "gateway", description = "OpenAI- and Anthropic-compatible model calls through rein's breakers, fallbacks and limits"), (name = "health", description = "Liveness and readiness"))
 )]
 pub struct ApiDoc;
@@ -362,12 +364,17 @@ async fn openapi(State(state): State<Arc<AppState>>) -> Json<utoipa::openapi::Op
     Json(document(&state.settings))
 }
 
-async fn no_route() -> Problem {
+/// The 404 of a path no route has, naming it as OpenAI's does (its
+/// SDKs show the message): a client that called the wrong path sees which.
+async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> Problem {
     Problem::new(
         StatusCode::NOT_FOUND,
         "no-route",
         "No such endpoint",
-        "see /openapi.json for the endpoints of this server",
+        format!(
+            "{method} {} is not an endpoint of this server; see /openapi.json for those that are",
+            uri.path()
+        ),
     )
 }
 
@@ -434,7 +441,7 @@ where
 /// | --- | --- | --- |
 /// | `RequestBodyTimeoutLayer` ([`serve`]) | every request the router gets | nothing: cuts a stalled body |
 /// | [`access::record`] | every request the router gets | nothing: the `Request-Id` and access line of every answer below |
-/// | [`problem::plain_errors_as_problems`] | every answer below | turns axum's plain errors (405, a rejection) into problems; adds OpenAI's `error` on [`problem::OPENAI_ROUTES`]; answers Anthropic's error shape on [`problem::ANTHROPIC_ROUTES`] |
+/// | [`problem::plain_errors_as_problems`] | every answer below | turns axum's plain errors (405, a rejection) into problems; adds OpenAI's `error` to those of an OpenAI caller of the gateway's paths and answers Anthropic's error shape to an Anthropic one ([`gateway::dialect`]) |
 /// | [`exposure::guard`] | every request | 400/403/421 for a host or origin not admitted, before CORS may answer a preflight |
 /// | CORS ([`exposure::cors_layer`], with `[server.cors]`) | admitted requests | preflights; adds `Access-Control-*` to every answer below, the drain's 503 included, so a listed page can read it |
 /// | [`drain::refuse_new_work`] | admitted requests | 503 for new work while draining |
@@ -470,6 +477,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/v1/chat/completions", post_json(gateway::chat_completions))
         .route(gateway::anthropic::PATH, post_json(gateway::messages))
+        .route(gateway::models::PATH, get(gateway::models::list_models))
+        .route(gateway::models::ONE_PATH, get(gateway::models::get_model))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .route("/readyz", get(readyz))

@@ -11,6 +11,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::gateway::dialect::Dialect;
+
 /// The prefix of every problem `type`.
 pub const PROBLEM_BASE: &str = "https://rein.dev/problems/";
 
@@ -170,6 +172,7 @@ impl From<rein_store::StoreError> for Problem {
 pub async fn plain_errors_as_problems(
     method: axum::http::Method,
     uri: axum::http::Uri,
+    request_headers: axum::http::HeaderMap,
     response: Response,
 ) -> Response {
     let status = response.status();
@@ -180,8 +183,11 @@ pub async fn plain_errors_as_problems(
     if !(status.is_client_error() || status.is_server_error()) {
         return response;
     }
-    let openai = OPENAI_ROUTES.contains(&uri.path());
-    let anthropic = ANTHROPIC_ROUTES.contains(&uri.path());
+    // The gateway's paths, and unknown ones under `/v1/` that are not
+    // rein's own, answer in their caller's wire format.
+    let dialect = Dialect::of(uri.path(), &request_headers);
+    let openai = dialect == Some(Dialect::OpenAi);
+    let anthropic = dialect == Some(Dialect::Anthropic);
     if is_problem {
         return if openai {
             with_openai_error(response).await
@@ -466,7 +472,13 @@ mod tests {
         // What rendering the problem gives (redacted, as every problem is).
         let expected =
             body_of(Problem::bad_request("x".repeat(MAX_PROBLEM_BYTES + 1)).into_response()).await;
-        let response = plain_errors_as_problems(axum::http::Method::POST, uri.clone(), big).await;
+        let response = plain_errors_as_problems(
+            axum::http::Method::POST,
+            uri.clone(),
+            axum::http::HeaderMap::new(),
+            big,
+        )
+        .await;
         assert_eq!(response.status(), StatusCode::BAD_REQUEST);
         let body = body_of(response).await;
         assert_eq!(body.len(), expected.len(), "the body is not emptied");
@@ -483,7 +495,13 @@ mod tests {
             &shaped[..],
         )
             .into_response();
-        let response = plain_errors_as_problems(axum::http::Method::POST, uri, response).await;
+        let response = plain_errors_as_problems(
+            axum::http::Method::POST,
+            uri,
+            axum::http::HeaderMap::new(),
+            response,
+        )
+        .await;
         assert_eq!(response.headers()[header::CONTENT_LENGTH], length.as_str());
         assert_eq!(&body_of(response).await[..], &shaped[..]);
     }
@@ -492,7 +510,13 @@ mod tests {
     async fn router_errors_on_the_gateway_route_get_the_openai_member_and_others_do_not() {
         let plain = || (StatusCode::METHOD_NOT_ALLOWED, "").into_response();
         let uri: axum::http::Uri = "/v1/chat/completions".parse().unwrap();
-        let response = plain_errors_as_problems(axum::http::Method::GET, uri, plain()).await;
+        let response = plain_errors_as_problems(
+            axum::http::Method::GET,
+            uri,
+            axum::http::HeaderMap::new(),
+            plain(),
+        )
+        .await;
         let body = axum::body::to_bytes(response.into_body(), 1 << 16)
             .await
             .unwrap();
@@ -504,7 +528,13 @@ mod tests {
             "{value}"
         );
         let uri: axum::http::Uri = "/v1/runs/x".parse().unwrap();
-        let response = plain_errors_as_problems(axum::http::Method::DELETE, uri, plain()).await;
+        let response = plain_errors_as_problems(
+            axum::http::Method::DELETE,
+            uri,
+            axum::http::HeaderMap::new(),
+            plain(),
+        )
+        .await;
         let body = axum::body::to_bytes(response.into_body(), 1 << 16)
             .await
             .unwrap();
@@ -515,7 +545,13 @@ mod tests {
             .with(serde_json::json!({"error": {"message": "x", "type": "invalid_request_error", "code": "mine"}}))
             .into_response();
         let uri: axum::http::Uri = "/v1/chat/completions".parse().unwrap();
-        let response = plain_errors_as_problems(axum::http::Method::POST, uri, shaped).await;
+        let response = plain_errors_as_problems(
+            axum::http::Method::POST,
+            uri,
+            axum::http::HeaderMap::new(),
+            shaped,
+        )
+        .await;
         let body = axum::body::to_bytes(response.into_body(), 1 << 16)
             .await
             .unwrap();

@@ -294,14 +294,32 @@ pub struct Answer {
     pub body: Vec<u8>,
     /// `Location`, when the run has one.
     pub location: Option<String>,
-    /// Further headers (the gateway's `Rein-Model`); not stored with an
-    /// idempotent response, whose body carries the same facts.
+    /// Further headers (the gateway's `Rein-Model` and `Rein-Fallback`),
+    /// stored with an idempotent response and replayed with it.
     pub headers: Vec<(&'static str, String)>,
     /// The run has not ended (a draining server handed it on, or another
     /// process took it over): the answer is not its final one, so an
     /// idempotency key does not store it (a retry finds the run
     /// recovering, then replays its final view).
     pub provisional: bool,
+}
+
+impl Answer {
+    /// The answer as an idempotency record stores it, to replay it with
+    /// the same status, body and headers.
+    pub fn stored(&self) -> rein_store::StoredResponse {
+        rein_store::StoredResponse {
+            status: self.status.as_u16(),
+            content_type: Some("application/json".to_owned()),
+            location: self.location.clone(),
+            headers: self
+                .headers
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), value.clone()))
+                .collect(),
+            body: self.body.clone(),
+        }
+    }
 }
 
 impl IntoResponse for Answer {
@@ -582,12 +600,7 @@ async fn submit_queued_keyed(
     queued: Queued,
 ) -> Response {
     let print = idempotency::fingerprint("POST", path, body);
-    let stored = rein_store::StoredResponse {
-        status: queued.answer.status.as_u16(),
-        content_type: Some("application/json".to_owned()),
-        location: queued.answer.location.clone(),
-        body: queued.answer.body.clone(),
-    };
+    let stored = queued.answer.stored();
     for _ in 0..idempotency::RESERVE_ROUNDS {
         let (reservation, _) = idempotency::new_reservation(
             state,

@@ -53,6 +53,10 @@ pub struct AppState {
     pub fair: crate::fair::FairPick,
     /// The runs the queue workers hold, by tenant ([`crate::floor`]).
     pub floor: crate::floor::TenantFloor,
+    /// When this state was made: the server's start, when the model
+    /// bindings were made from the config (their `created` in
+    /// `GET /v1/models`).
+    pub started_at: rein_core::Timestamp,
 }
 
 impl AppState {
@@ -107,6 +111,7 @@ impl AppState {
             )),
             fair: crate::fair::FairPick::new(&settings_quotas),
             floor: crate::floor::TenantFloor::new(crate::floor::loops(workers)),
+            started_at: crate::recovery::now_ms(),
         }
     }
 

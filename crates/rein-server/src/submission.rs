@@ -170,6 +170,7 @@ fn answer(run: &RunRecord, body: &[u8], status: StatusCode) -> StoredResponse {
         status: status.as_u16(),
         content_type: Some("application/json".to_owned()),
         location: Some(location(&run.run_id)),
+        headers: Vec::new(),
         body: view(run, body),
     }
 }

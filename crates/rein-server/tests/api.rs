@@ -824,7 +824,7 @@ async fn the_openapi_document_says_what_the_server_does() {
     assert_eq!(after["in"], "query");
     assert_eq!(after["required"], false);
     // Every error is problem+json (Anthropic's error object on its
-    // Messages API route), every authenticated operation can be 401.
+    // Messages API route, either on the models routes), every authenticated operation can be 401.
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, op) in item.as_object().unwrap() {
             for (status, response) in op["responses"].as_object().unwrap() {
@@ -838,6 +838,18 @@ async fn the_openapi_document_says_what_the_server_does() {
                         "{method} {path} {status}: {response}"
                     );
                     assert!(response["content"]["application/problem+json"].is_null());
+                } else if path.starts_with("/v1/models") {
+                    // Problems to an OpenAI caller, Anthropic's error
+                    // object to an Anthropic one.
+                    assert!(
+                        response["content"]["application/problem+json"].is_object(),
+                        "{method} {path} {status}: {response}"
+                    );
+                    assert_eq!(
+                        response["content"]["application/json"]["schema"]["$ref"],
+                        "#/components/schemas/AnthropicError",
+                        "{method} {path} {status}: {response}"
+                    );
                 } else {
                     assert!(
                         response["content"]["application/problem+json"].is_object(),
@@ -1582,4 +1594,195 @@ async fn a_resume_from_a_corrupted_checkpoint_is_refused_naming_the_field() {
         .unwrap();
     assert_eq!(run["status"], "running", "left as it was: {run}");
     assert_eq!(api.desk.request_count(UPDATE_DELIVERY_TIME), 0);
+}
+
+/// Two model bindings beside the example's agents: what `GET /v1/models`
+/// lists.
+const MODELS: &str = r#"
+[models.chat]
+provider = "mock"
+model = "gpt-4o-mini"
+
+[models.alpha]
+provider = "replay"
+model = "demo"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_models_are_the_bindings_in_the_caller_s_shape() {
+    let api = start(Options {
+        extra: MODELS,
+        ..Options::default()
+    })
+    .await;
+    // OpenAI's list, by id, to a bearer caller.
+    let r = api.get("/v1/models", ACME).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let id = r.headers()["request-id"].clone();
+    assert_eq!(r.headers()["x-request-id"], id, "the same id twice");
+    let list: Value = r.json().await.unwrap();
+    assert_eq!(list["object"], "list", "{list}");
+    let data = list["data"].as_array().unwrap();
+    let ids: Vec<&str> = data.iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["alpha", "chat"]);
+    assert_eq!(data[1]["object"], "model");
+    assert_eq!(data[1]["owned_by"], "mock");
+    assert!(
+        data[1]["created"].as_u64().unwrap() > 1_700_000_000,
+        "{list}"
+    );
+    let one: Value = api
+        .get("/v1/models/chat", ACME)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(one, data[1]);
+
+    // Anthropic's page to a caller with its headers.
+    let anthropic = |path: &str| {
+        api.http
+            .get(format!("{}{path}", api.base))
+            .header("x-api-key", ACME)
+            .header("anthropic-version", "2023-06-01")
+    };
+    let page: Value = anthropic("/v1/models")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["has_more"], false, "{page}");
+    assert_eq!(page["first_id"], "alpha");
+    assert_eq!(page["last_id"], "chat");
+    let chat = &page["data"][1];
+    assert_eq!(chat["type"], "model");
+    assert_eq!(chat["id"], "chat");
+    assert_eq!(chat["display_name"], "chat (mock/gpt-4o-mini)");
+    let created = chat["created_at"].as_str().unwrap();
+    assert!(
+        created.len() == 20 && created.ends_with('Z') && created.as_bytes()[10] == b'T',
+        "{created}"
+    );
+    let first: Value = anthropic("/v1/models?limit=1")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(first["has_more"], true, "{first}");
+    assert_eq!(first["last_id"], "alpha");
+    let next: Value = anthropic("/v1/models?limit=1&after_id=alpha")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(next["data"][0]["id"], "chat", "{next}");
+    assert_eq!(next["has_more"], false);
+
+    // An unknown binding: 404 in each caller's shape, naming the known.
+    let r = api.get("/v1/models/nope", ACME).send().await.unwrap();
+    let p = problem(r, StatusCode::NOT_FOUND, "model-not-found").await;
+    assert_eq!(p["error"]["code"], "model_not_found", "{p}");
+    assert_eq!(p["error"]["param"], "model");
+    let r = anthropic("/v1/models/nope").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert_eq!(r.headers()["content-type"], "application/json");
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["type"], "error", "{e}");
+    assert_eq!(e["error"]["type"], "not_found_error");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("alpha, chat"),
+        "{e}"
+    );
+    // The same keys as every gateway route; a bad page is a 400.
+    let r = api.get("/v1/models", "wrong-key").send().await.unwrap();
+    let p = problem(r, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    assert_eq!(p["error"]["type"], "authentication_error", "{p}");
+    let r = anthropic("/v1/models?limit=0").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["type"], "invalid_request_error", "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_gateway_paths_answer_in_the_caller_s_wire_format() {
+    let api = start(Options::default()).await;
+    // An OpenAI client's call of a path rein does not serve.
+    let r = api
+        .post("/v1/responses", ACME)
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert!(r.headers().contains_key("x-request-id"));
+    let p = problem(r, StatusCode::NOT_FOUND, "no-route").await;
+    let message = p["error"]["message"].as_str().unwrap();
+    assert!(message.contains("POST /v1/responses"), "{p}");
+    assert_eq!(p["error"]["type"], "not_found_error");
+    assert_eq!(p["error"]["code"], "no_route");
+    assert!(p["error"]["param"].is_null());
+    // An Anthropic client's.
+    let r = api
+        .http
+        .post(format!("{}/v1/messages/count_tokens", api.base))
+        .header("x-api-key", ACME)
+        .header("anthropic-version", "2023-06-01")
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert_eq!(r.headers()["content-type"], "application/json");
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["type"], "error", "{e}");
+    assert_eq!(e["error"]["type"], "not_found_error");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("/v1/messages/count_tokens"),
+        "{e}"
+    );
+    // A 405 on a path both formats serve, in each shape, `Allow` kept.
+    let r = api
+        .post("/v1/models", ACME)
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["allow"], "GET,HEAD");
+    let p = problem(r, StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed").await;
+    assert_eq!(p["error"]["type"], "invalid_request_error", "{p}");
+    let r = api
+        .http
+        .delete(format!("{}/v1/models/chat", api.base))
+        .header("anthropic-version", "2023-06-01")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["type"], "invalid_request_error", "{e}");
+    // rein's own API keeps plain problems, without x-request-id.
+    let r = api
+        .http
+        .get(format!("{}/v1/runs/x/nope", api.base))
+        .header("anthropic-version", "2023-06-01")
+        .send()
+        .await
+        .unwrap();
+    assert!(!r.headers().contains_key("x-request-id"));
+    let p = problem(r, StatusCode::NOT_FOUND, "no-route").await;
+    assert!(p["error"].is_null(), "{p}");
 }

@@ -15,8 +15,8 @@ use rein_store::codec::{self, Columns};
 pub(crate) use rein_store::codec::{
     APPROVAL_COLUMNS, BREAKER_OPENING_COLUMNS, CHECKPOINT_COLUMNS, CHECKPOINT_DELTA_COLUMNS,
     EVENT_COLUMNS, IDEMPOTENCY_COLUMNS, INTENT_COLUMNS, LEASE_COLUMNS, LEDGER_COLUMNS, RUN_COLUMNS,
-    SINGLETON_COLUMNS, WEBHOOK_DELIVERY_COLUMNS, WEBHOOK_EVENT_COLUMNS, event_data_text, int,
-    json_text, opt_json_text, serde_name,
+    SINGLETON_COLUMNS, WEBHOOK_DELIVERY_COLUMNS, WEBHOOK_EVENT_COLUMNS, event_data_text,
+    headers_text, int, json_text, opt_json_text, serde_name,
 };
 use rein_store::{
     BreakerOpening, Checkpoint, CheckpointDelta, IdempotencyRecord, Lease, PlannedIntent,

@@ -14,7 +14,8 @@ use super::codec::{
     IDEMPOTENCY_COLUMNS, INTENT_COLUMNS, LEASE_COLUMNS, LEDGER_COLUMNS, RUN_COLUMNS,
     SINGLETON_COLUMNS, SqlResult, decode_breaker_opening, decode_checkpoint,
     decode_checkpoint_delta, decode_event, decode_idempotency, decode_intent, decode_lease,
-    decode_ledger, decode_run, decode_singleton, event_data_text, int, json_text, serde_name,
+    decode_ledger, decode_run, decode_singleton, event_data_text, headers_text, int, json_text,
+    serde_name,
 };
 use rein_store::BreakerOpening;
 use rein_store::LedgerMark;
@@ -1126,11 +1127,11 @@ pub fn reserve_idempotency(
     conn.prepare_cached(
         "INSERT INTO idempotency (tenant, idempotency_key, fingerprint, state, status, \
          content_type, location, body, created_at_ms, updated_at_ms, expires_at_ms, owner, \
-         run_id, holder_since_ms, holder_until_ms) \
-         VALUES (?1, ?2, ?3, ?4, NULL, NULL, NULL, NULL, ?5, ?5, ?6, ?7, ?8, ?9, ?10) \
+         run_id, holder_since_ms, holder_until_ms, headers) \
+         VALUES (?1, ?2, ?3, ?4, NULL, NULL, NULL, NULL, ?5, ?5, ?6, ?7, ?8, ?9, ?10, NULL) \
          ON CONFLICT (tenant, idempotency_key) DO UPDATE SET \
          fingerprint = excluded.fingerprint, state = excluded.state, status = NULL, \
-         content_type = NULL, location = NULL, body = NULL, \
+         content_type = NULL, location = NULL, body = NULL, headers = NULL, \
          created_at_ms = excluded.created_at_ms, updated_at_ms = excluded.updated_at_ms, \
          expires_at_ms = excluded.expires_at_ms, owner = excluded.owner, \
          run_id = excluded.run_id, holder_since_ms = excluded.holder_since_ms, \
@@ -1303,7 +1304,7 @@ pub fn complete_idempotency(
     }
     conn.prepare_cached(
         "UPDATE idempotency SET state = ?3, status = ?4, content_type = ?5, location = ?6, \
-         body = ?7, updated_at_ms = ?8 WHERE tenant = ?1 AND idempotency_key = ?2",
+         body = ?7, updated_at_ms = ?8, headers = ?9 WHERE tenant = ?1 AND idempotency_key = ?2",
     )
     .sql()?
     .execute(params![
@@ -1315,6 +1316,7 @@ pub fn complete_idempotency(
         response.location,
         response.body,
         int(now_ms, "idempotency now_ms")?,
+        headers_text(&response.headers),
     ])
     .sql()?;
     Ok(())

@@ -21,7 +21,7 @@ use super::codec::SqlResult;
 use rein_store::StoreError;
 
 /// The schema version this binary writes: the number of migrations.
-pub const SCHEMA_VERSION: u32 = 20;
+pub const SCHEMA_VERSION: u32 = 21;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
 ///
@@ -401,6 +401,12 @@ CREATE TABLE token_ratios (
     updated_at_ms INTEGER NOT NULL
 ) STRICT;
 "#,
+    // 21: the other headers of a completed idempotent response (a JSON
+    // array of [name, value] pairs, NULL for none), so that a replay of a
+    // gateway answer says which model answered, as the first did.
+    r#"
+ALTER TABLE idempotency ADD COLUMN headers TEXT;
+"#,
 ];
 
 /// The schema version the database holds (`0` when no migration ran),
@@ -595,19 +601,19 @@ mod tests {
         assert_eq!(leases, 1, "the upgrade keeps existing leases");
         conn.execute(
             "INSERT INTO idempotency VALUES ('t', 'k', 'f', 'in_progress', NULL, NULL, NULL, \
-             NULL, 1, 1, 2, NULL, NULL, NULL, NULL)",
+             NULL, 1, 1, 2, NULL, NULL, NULL, NULL, NULL)",
             [],
         )
         .unwrap();
         let duplicate = conn.execute(
             "INSERT INTO idempotency VALUES ('t', 'k', 'g', 'in_progress', NULL, NULL, NULL, \
-             NULL, 1, 1, 2, NULL, NULL, NULL, NULL)",
+             NULL, 1, 1, 2, NULL, NULL, NULL, NULL, NULL)",
             [],
         );
         assert!(duplicate.is_err(), "one record per tenant and key");
         conn.execute(
             "INSERT INTO idempotency VALUES ('u', 'k', 'f', 'in_progress', NULL, NULL, NULL, \
-             NULL, 1, 1, 2, NULL, NULL, NULL, NULL)",
+             NULL, 1, 1, 2, NULL, NULL, NULL, NULL, NULL)",
             [],
         )
         .unwrap();

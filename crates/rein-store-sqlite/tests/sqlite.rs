@@ -933,6 +933,7 @@ async fn two_handles_on_one_file_never_both_reserve_a_key() {
                 status: 201,
                 content_type: Some("application/json".to_owned()),
                 location: Some("/v1/runs/r-1".to_owned()),
+                headers: Vec::new(),
                 body: b"{}".to_vec(),
             },
             Timestamp::from_millis(2_000),

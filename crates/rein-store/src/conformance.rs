@@ -1878,6 +1878,10 @@ fn response(status: u16, body: &str) -> StoredResponse {
         status,
         content_type: Some("application/json".to_owned()),
         location: Some("/v1/runs/run-42".to_owned()),
+        headers: vec![
+            ("Rein-Model".to_owned(), "mock/mock-model".to_owned()),
+            ("Rein-Fallback".to_owned(), "true".to_owned()),
+        ],
         body: body.as_bytes().to_vec(),
     }
 }
@@ -2157,7 +2161,7 @@ async fn join_all<'a, T>(futures: Vec<Pin<Box<dyn Future<Output = T> + Send + 'a
 
 /// The first request reserves its key (`Reserved`); the same request again
 /// while it runs is `InProgress` (409); once completed it is `Replay` of
-/// the stored status, body, content type and location.
+/// the stored status, body, content type, location and other headers.
 pub async fn idempotency_first_request_executes_then_replays(store: &dyn Store) {
     let tenant = unique_tenant("idem-replay");
     let key = unique("key");
@@ -2224,6 +2228,7 @@ pub async fn idempotency_first_request_executes_then_replays(store: &dyn Store) 
         status: 204,
         content_type: None,
         location: None,
+        headers: Vec::new(),
         body: Vec::new(),
     };
     store

@@ -147,6 +147,10 @@ pub struct StoredResponse {
     pub content_type: Option<String>,
     /// The `Location` header, if the response had one.
     pub location: Option<String>,
+    /// The other headers a replay must carry (name, value), in order: the
+    /// gateway's `Rein-Model` and `Rein-Fallback`, say. Empty for a record
+    /// completed by a rein that did not store them.
+    pub headers: Vec<(String, String)>,
     /// The raw body bytes.
     pub body: Vec<u8>,
 }
@@ -473,6 +477,7 @@ mod tests {
             status: 201,
             content_type: None,
             location: None,
+            headers: Vec::new(),
             body: Vec::new(),
         };
         assert_eq!(response.validate(), Ok(()));

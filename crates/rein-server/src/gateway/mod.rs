@@ -1,7 +1,9 @@
 //! The model gateway: `POST /v1/chat/completions` (OpenAI's wire format,
 //! [`openai`]) and `POST /v1/messages` (Anthropic's, [`anthropic`]),
 //! answered by a configured model binding through the same breakers,
-//! fallback chains, provider slots and retry budgets as runs.
+//! fallback chains, provider slots and retry budgets as runs; and the
+//! bindings themselves, `GET /v1/models` ([`models`]), in the shape of the
+//! caller's API ([`dialect`]).
 //!
 //! # Why
 //!
@@ -39,6 +41,8 @@
 //! answer, and the SDKs raise instead of returning the text so far.
 
 pub mod anthropic;
+pub mod dialect;
+pub mod models;
 pub mod openai;
 
 use std::pin::Pin;

@@ -13,7 +13,9 @@ use rein_store::{
 
 use super::runs::{create_run, get_run};
 use super::{LockSpace, execute, lock, query_all, query_opt};
-use crate::codec::{IDEMPOTENCY_COLUMNS, at_most_max, decode_idempotency, int, limit};
+use crate::codec::{
+    IDEMPOTENCY_COLUMNS, at_most_max, decode_idempotency, headers_text, int, limit,
+};
 
 /// Takes the lock of `key` in `tenant` for the transaction.
 async fn lock_key(tx: &Transaction<'_>, tenant: &TenantId, key: &str) -> Result<(), StoreError> {
@@ -75,11 +77,11 @@ pub(crate) async fn reserve(
         tx,
         "INSERT INTO idempotency (tenant, idempotency_key, fingerprint, state, status, \
          content_type, location, body, created_at_ms, updated_at_ms, expires_at_ms, owner, \
-         run_id, holder_since_ms, holder_until_ms) \
-         VALUES ($1, $2, $3, $4, NULL, NULL, NULL, NULL, $5, $5, $6, $7, $8, $9, $10) \
+         run_id, holder_since_ms, holder_until_ms, headers) \
+         VALUES ($1, $2, $3, $4, NULL, NULL, NULL, NULL, $5, $5, $6, $7, $8, $9, $10, NULL) \
          ON CONFLICT (tenant, idempotency_key) DO UPDATE SET \
          fingerprint = excluded.fingerprint, state = excluded.state, status = NULL, \
-         content_type = NULL, location = NULL, body = NULL, \
+         content_type = NULL, location = NULL, body = NULL, headers = NULL, \
          created_at_ms = excluded.created_at_ms, updated_at_ms = excluded.updated_at_ms, \
          expires_at_ms = excluded.expires_at_ms, owner = excluded.owner, \
          run_id = excluded.run_id, holder_since_ms = excluded.holder_since_ms, \
@@ -239,7 +241,7 @@ pub(crate) async fn complete(
     execute(
         tx,
         "UPDATE idempotency SET state = $3, status = $4, content_type = $5, location = $6, \
-         body = $7, updated_at_ms = $8 WHERE tenant = $1 AND idempotency_key = $2",
+         body = $7, updated_at_ms = $8, headers = $9 WHERE tenant = $1 AND idempotency_key = $2",
         &[
             &tenant.as_str(),
             &key,
@@ -249,6 +251,7 @@ pub(crate) async fn complete(
             &response.location,
             &response.body,
             &int(now_ms, "idempotency now_ms")?,
+            &headers_text(&response.headers),
         ],
     )
     .await?;

@@ -199,7 +199,7 @@ pub fn decode_lease<R: Columns>(row: R) -> Result<Lease, StoreError> {
 pub const IDEMPOTENCY_COLUMNS: &str = "tenant, idempotency_key, fingerprint, state, status, \
                                        content_type, location, body, created_at_ms, \
                                        updated_at_ms, expires_at_ms, owner, run_id, \
-                                       holder_since_ms, holder_until_ms";
+                                       holder_since_ms, holder_until_ms, headers";
 
 /// An `idempotency` row selected with [`IDEMPOTENCY_COLUMNS`].
 pub fn decode_idempotency<R: Columns>(row: R) -> Result<IdempotencyRecord, StoreError> {
@@ -217,6 +217,12 @@ pub fn decode_idempotency<R: Columns>(row: R) -> Result<IdempotencyRecord, Store
                 })?,
             content_type: r.opt_text(5, "content_type")?,
             location: r.opt_text(6, "location")?,
+            headers: match r.opt_text(15, "headers")? {
+                None => Vec::new(),
+                Some(text) => {
+                    decode_headers(&text).map_err(|reason| r.corrupt("headers", reason))?
+                }
+            },
             body,
         }),
         (IdempotencyState::Completed, None, _) => {
@@ -250,6 +256,13 @@ pub fn decode_idempotency<R: Columns>(row: R) -> Result<IdempotencyRecord, Store
         holder_since_ms: r.opt_timestamp(13, "holder_since_ms")?,
         holder_until_ms: r.opt_timestamp(14, "holder_until_ms")?,
     })
+}
+
+/// A stored response's other headers, as [`super::headers_text`]
+/// wrote them.
+fn decode_headers(text: &str) -> Result<Vec<(String, String)>, String> {
+    serde_json::from_str(text)
+        .map_err(|e| format!("expected a JSON array of [name, value] pairs: {e}"))
 }
 
 /// The columns [`decode_singleton`] reads, in order.

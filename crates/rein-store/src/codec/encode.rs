@@ -92,3 +92,14 @@ pub fn event_data_text(event: &Event) -> Result<String, StoreError> {
     })?;
     json_text(&data, "event data")
 }
+
+/// A stored response's other headers as the idempotency `headers` column
+/// holds them (a JSON array of `[name, value]` pairs); `None` (NULL) when
+/// there are none.
+pub fn headers_text(headers: &[(String, String)]) -> Option<String> {
+    if headers.is_empty() {
+        return None;
+    }
+    // Pairs of strings always serialize.
+    serde_json::to_string(headers).ok()
+}

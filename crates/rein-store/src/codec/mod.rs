@@ -35,4 +35,6 @@ pub use decode::{
     decode_event, decode_idempotency, decode_intent, decode_lease, decode_ledger, decode_run,
     decode_singleton, decode_webhook_delivery, decode_webhook_event,
 };
-pub use encode::{StoredInt, event_data_text, int, json_text, opt_json_text, serde_name};
+pub use encode::{
+    StoredInt, event_data_text, headers_text, int, json_text, opt_json_text, serde_name,
+};
