@@ -93,6 +93,7 @@ fn the_fixture_covers_every_kind() {
         EventKind::RunResumed,
         EventKind::RunInterrupted,
         EventKind::LatencyDegraded,
+        EventKind::HandoffDecided,
     ];
     for kind in every {
         assert!(

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 const FIXTURE: &str = include_str!("fixtures/events-v1.jsonl");
 
 #[test]
-fn only_the_five_moments_have_a_topic_and_run_finished_carries_its_outcome() {
+fn only_the_six_moments_have_a_topic_and_run_finished_carries_its_outcome() {
     let mut seen = Vec::new();
     for text in FIXTURE.lines().filter(|l| !l.trim().is_empty()) {
         let event: Event = serde_json::from_str(text).unwrap();
@@ -28,6 +28,15 @@ fn only_the_five_moments_have_a_topic_and_run_finished_carries_its_outcome() {
             }
             EventKind::HandoffCreated => {
                 assert_eq!(topic, Some((Topic::HandoffCreated, None)));
+            }
+            // A decision is sent; an attempt that failed decided nothing.
+            EventKind::HandoffDecided => {
+                let decided = wire["data"]["failed"].is_null();
+                assert_eq!(
+                    topic,
+                    decided.then_some((Topic::HandoffDecided, None)),
+                    "{text}"
+                );
             }
             EventKind::BreakerStateChanged => {
                 let opened = wire["data"]["transition"]["transition"] == "opened";
@@ -46,6 +55,7 @@ fn only_the_five_moments_have_a_topic_and_run_finished_carries_its_outcome() {
     for expected in [
         Topic::RunFinished,
         Topic::HandoffCreated,
+        Topic::HandoffDecided,
         Topic::BreakerOpened,
     ] {
         assert!(seen.contains(&expected), "the fixture has a {expected}");

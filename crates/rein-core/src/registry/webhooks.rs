@@ -135,7 +135,7 @@ pub(super) fn check_webhook(
     match &c.events {
         None => report(
             "events",
-            "is required: one or more of approval_requested, approval_decided, handoff_created, run_finished, breaker_opened".to_owned(),
+            "is required: one or more of approval_requested, approval_decided, handoff_created, handoff_decided, run_finished, breaker_opened".to_owned(),
         ),
         Some(events) if events.is_empty() => {
             report("events", "must name at least one event".to_owned());

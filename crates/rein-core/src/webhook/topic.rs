@@ -13,7 +13,7 @@ use crate::outcome::Outcome;
 ///
 /// Every other kind (a model call, a retry, a ledger mark) happens many
 /// times a run; sending those would make a webhook a second, lossy event
-/// stream (`GET /v1/runs/{id}/events` is the whole one). These five are
+/// stream (`GET /v1/runs/{id}/events` is the whole one). These six are
 /// the moments someone outside must act or learns an answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -25,6 +25,11 @@ pub enum Topic {
     ApprovalDecided,
     /// Automation stopped and a human has the package (`handoff_created`).
     HandoffCreated,
+    /// A human decided a record the run left awaiting one
+    /// (`handoff_decided`; its `closed` names the outcome when that
+    /// decision closed the run). An attempt whose compensation or retry
+    /// failed is not sent: nothing was decided.
+    HandoffDecided,
     /// A run ended (`run_finished`), with its outcome.
     RunFinished,
     /// A circuit breaker arm opened (`breaker_state_changed` to open).
@@ -34,16 +39,17 @@ pub enum Topic {
 /// A topic name that is not one of [`Topic::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "`{0}` is not a webhook event; expected one of approval_requested, approval_decided, handoff_created, run_finished, breaker_opened"
+    "`{0}` is not a webhook event; expected one of approval_requested, approval_decided, handoff_created, handoff_decided, run_finished, breaker_opened"
 )]
 pub struct UnknownTopic(pub String);
 
 impl Topic {
     /// Every topic, in the order they are documented.
-    pub const ALL: [Topic; 5] = [
+    pub const ALL: [Topic; 6] = [
         Topic::ApprovalRequested,
         Topic::ApprovalDecided,
         Topic::HandoffCreated,
+        Topic::HandoffDecided,
         Topic::RunFinished,
         Topic::BreakerOpened,
     ];
@@ -54,6 +60,7 @@ impl Topic {
             Topic::ApprovalRequested => "approval_requested",
             Topic::ApprovalDecided => "approval_decided",
             Topic::HandoffCreated => "handoff_created",
+            Topic::HandoffDecided => "handoff_decided",
             Topic::RunFinished => "run_finished",
             Topic::BreakerOpened => "breaker_opened",
         }
@@ -78,6 +85,12 @@ impl Topic {
             EventData::ApprovalRequested(_) => Some((Topic::ApprovalRequested, None)),
             EventData::ApprovalDecided(_) => Some((Topic::ApprovalDecided, None)),
             EventData::HandoffCreated(_) => Some((Topic::HandoffCreated, None)),
+            // `outcomes` filters `run_finished` only: a decision is sent
+            // whatever outcome it closed the run with.
+            EventData::HandoffDecided(decided) => decided
+                .failed
+                .is_none()
+                .then_some((Topic::HandoffDecided, None)),
             EventData::RunFinished(finished) => Some((Topic::RunFinished, Some(finished.outcome))),
             EventData::BreakerStateChanged(changed) => {
                 matches!(changed.transition, Transition::Opened { .. })
