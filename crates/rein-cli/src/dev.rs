@@ -41,7 +41,9 @@ Then, in another terminal, paste the exports it prints and run
   rein serve --config examples/order-desk
 
 Faults can be changed while it runs: POST a plan to <desk>/_faults
-(DELETE clears it); <desk>/_log is the desk's own side-effect log.")]
+(DELETE clears it); <desk>/_log is the desk's own side-effect log.
+POST {\"replies\": [{\"kind\": \"rate_limited\", \"retry_after_s\": 2}, …]} to
+<model>/_script queues the model's next answers (faults included).")]
 pub struct DevArgs {
     /// The order desk's loopback port (0: any free port).
     #[arg(long, default_value_t = 8080)]

@@ -84,3 +84,82 @@ async fn dev_serves_the_desk_and_the_model_until_ctrl_c() {
         "the desk is gone"
     );
 }
+
+/// The mock model's switches reach a `rein dev` from outside: a queued
+/// 429 with `Retry-After` is answered as such, then the queued tool call,
+/// then the fallback text; a malformed script is a 400 that says the form.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_models_switches_queue_faults_from_outside() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rein"))
+        .args(["dev", "--desk-port", "0", "--model-port", "0", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    let urls: Value = serde_json::from_str(&line).unwrap();
+    let model = urls["mock_model_url"].as_str().unwrap().to_owned();
+    let client = reqwest::Client::new();
+    let queued: Value = client
+        .post(format!("{model}/_script"))
+        .json(&json!({"replies": [
+            {"kind": "rate_limited", "retry_after_s": 2},
+            {"kind": "tool_call", "name": "get_order", "arguments": {"order_id": "A-1001"}},
+        ]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(queued["queued"], 2);
+    let chat = || {
+        client
+            .post(format!("{model}/v1/chat/completions"))
+            .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+    };
+    let limited = chat().await.unwrap();
+    assert_eq!(limited.status(), 429);
+    assert_eq!(limited.headers()["retry-after"], "2");
+    let called: Value = chat().await.unwrap().json().await.unwrap();
+    assert_eq!(
+        called["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_order",
+        "{called}"
+    );
+    let plain = chat().await.unwrap();
+    assert_eq!(
+        plain.status(),
+        200,
+        "the script is empty: the fallback text"
+    );
+    let refused = client
+        .post(format!("{model}/_script"))
+        .json(&json!({"replies": [{"kind": "no_such_kind"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 400);
+    let said: Value = refused.json().await.unwrap();
+    assert!(
+        said["error"].as_str().unwrap().contains("\"replies\""),
+        "{said}"
+    );
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+}

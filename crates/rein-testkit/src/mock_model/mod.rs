@@ -87,6 +87,10 @@
 //! | headers then silence, a stall or drop after some events, a malformed event, an in-band error event, no terminator | [`Reply::with_stream_fault`] with a [`StreamFault`] |
 //! | every answer slow, to measure concurrency | [`MockModelConfig::with_latency`], [`MockModelConfig::with_event_interval`] |
 //!
+//! A process that did not start the mock (`rein dev`) queues the same
+//! replies over HTTP: `POST /_script` (see the `switch` module for the
+//! JSON form), `GET` to count them, `DELETE` to empty the script.
+//!
 //! [`MockModel::in_flight`] and [`MockModel::peak_in_flight`] count model
 //! requests being served: from the handler's entry until its answer is
 //! sent, and for a stream until its body ends or is dropped.
@@ -96,6 +100,7 @@ mod meter;
 mod reply;
 mod routes;
 mod sse;
+mod switch;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -28,6 +28,12 @@ pub(crate) fn router(model: Arc<Model>) -> Router {
         .route(CHAT_COMPLETIONS, post(chat_completions))
         .route(anthropic::MESSAGES, post(anthropic::messages))
         .route("/v1/models", get(list_models))
+        .route(
+            "/_script",
+            get(super::switch::pending)
+                .post(super::switch::push)
+                .delete(super::switch::clear),
+        )
         .fallback(no_route)
         .with_state(model)
 }
