@@ -169,6 +169,13 @@ pub fn render(p: &HandoffPackage) -> String {
             e.tool, e.status, e.intent_id, e.note
         );
     }
+    if let Some(first) = p.awaiting_decision.first() {
+        let _ = writeln!(
+            out,
+            "    decide each: rein handoff resolve {} {} --undone|--accepted|--compensate|--retry --reason …",
+            p.run_id, first.intent_id
+        );
+    }
     let _ = writeln!(
         out,
         "\n  in flight (might still be running — check or cancel first):"

@@ -95,6 +95,10 @@ async fn a_handed_off_run_is_resolved_through_the_cli_and_the_api_and_closes() {
     assert!(shown.status.success(), "{}", text(&shown.stderr));
     let shown = text(&shown.stdout);
     assert!(shown.contains(&first) && shown.contains(&second), "{shown}");
+    assert!(
+        shown.contains(&format!("rein handoff resolve r1 {first}")),
+        "the package says how to decide: {shown}"
+    );
     let undone = tokio::task::block_in_place(|| {
         rein(
             &[
