@@ -54,7 +54,7 @@ enum IdempotencyCommand {
 /// Runs `rein idempotency`.
 pub fn run(args: IdempotencyArgs) -> Result<ExitCode> {
     runtime()?.block_on(async {
-        let store = crate::store::open(&args.data)?;
+        let store = crate::store::open_existing(&args.data)?;
         match args.command {
             IdempotencyCommand::List {
                 tenant,

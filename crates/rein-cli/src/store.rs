@@ -104,13 +104,24 @@ pub fn open(data: &Path) -> Result<Arc<dyn Store>> {
     open_with(data, true)
 }
 
-/// Opens the store `data` names for reading: a database must already be
+/// Opens the store `data` names for reading or deciding what it holds:
+/// it must exist (a SQLite file is never created, so a mistyped `--data`
+/// is an error, not a new empty store), and a database must already be
 /// at this rein's schema (nothing is created or migrated).
 ///
 /// # Errors
 ///
-/// As [`open`], and for a database that is not migrated.
+/// As [`open`]; for a SQLite file that is not there; for a database that
+/// is not migrated.
 pub fn open_existing(data: &Path) -> Result<Arc<dyn Store>> {
+    if let Data::Sqlite(path) = Data::parse(data)?
+        && !path.is_file()
+    {
+        anyhow::bail!(
+            "no run store at {} (pass the file `rein run` or `rein serve` wrote with --data)",
+            path.display()
+        );
+    }
     open_with(data, false)
 }
 

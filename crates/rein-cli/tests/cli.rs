@@ -135,3 +135,36 @@ fn chaos_refuses_a_sample_of_zero() {
         "{stderr}"
     );
 }
+
+/// No command that reads (or decides what) a store holds creates one: a
+/// mistyped `--data` is an error naming the path, not a new empty store.
+#[test]
+fn no_reading_command_creates_a_store() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let missing = dir.path().join("typo").join("rein.db");
+    let data = missing.to_str().expect("a UTF-8 path");
+    for command in [
+        &["runs", "list"][..],
+        &["runs", "show", "r1"],
+        &["runs", "events", "r1"],
+        &["stats"],
+        &["handoff", "r1"],
+        &["handoff", "resolve", "r1", "i1", "--accepted"],
+        &["approvals", "list"],
+        &["approve", "r1", "i1"],
+        &["webhooks", "deliveries", "ops"],
+        &["latency"],
+        &["idempotency", "list"],
+        &["migrate", "--check"],
+    ] {
+        let mut args = command.to_vec();
+        args.extend(["--data", data]);
+        let out = rein(&args);
+        assert!(!out.status.success(), "{command:?} on a missing store");
+        assert!(
+            !dir.path().join("typo").exists(),
+            "{command:?} created {}",
+            missing.display()
+        );
+    }
+}
