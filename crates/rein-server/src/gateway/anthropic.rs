@@ -953,31 +953,51 @@ pub struct ErrorShape;
 
 impl utoipa::Modify for ErrorShape {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        use utoipa::openapi::{ContentBuilder, Ref, RefOr};
-        let Some(post) = openapi
+        if let Some(post) = openapi
             .paths
             .paths
             .get_mut(PATH)
             .and_then(|item| item.post.as_mut())
-        else {
-            return;
+        {
+            document_error_shape(post, Documented::Instead);
+        }
+    }
+}
+
+/// Whether Anthropic's error shape replaces the problem+json of an
+/// operation's refusals, or is documented beside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Documented {
+    /// The route answers only in Anthropic's shape (`POST /v1/messages`).
+    Instead,
+    /// The route answers in the caller's shape (`GET /v1/models`).
+    Beside,
+}
+
+/// Documents Anthropic's error shape on every response of `operation`
+/// that the document gives as a problem.
+pub(crate) fn document_error_shape(
+    operation: &mut utoipa::openapi::path::Operation,
+    documented: Documented,
+) {
+    use utoipa::openapi::{ContentBuilder, Ref, RefOr};
+    for response in operation.responses.responses.values_mut() {
+        let RefOr::T(response) = response else {
+            continue;
         };
-        for response in post.responses.responses.values_mut() {
-            let RefOr::T(response) = response else {
-                continue;
-            };
-            let is_problem = response.content.values().any(|c| {
-                matches!(&c.schema, Some(RefOr::Ref(r)) if r.ref_location.ends_with("/Problem"))
-            });
-            if is_problem {
+        let is_problem = response.content.values().any(
+            |c| matches!(&c.schema, Some(RefOr::Ref(r)) if r.ref_location.ends_with("/Problem")),
+        );
+        if is_problem {
+            if documented == Documented::Instead {
                 response.content.clear();
-                response.content.insert(
-                    "application/json".to_owned(),
-                    ContentBuilder::new()
-                        .schema(Some(Ref::from_schema_name("AnthropicError")))
-                        .build(),
-                );
             }
+            response.content.insert(
+                "application/json".to_owned(),
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("AnthropicError")))
+                    .build(),
+            );
         }
     }
 }

@@ -341,31 +341,15 @@ pub struct TwoErrorShapes;
 
 impl utoipa::Modify for TwoErrorShapes {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        use utoipa::openapi::{ContentBuilder, Ref, RefOr};
+        use super::anthropic::{Documented, document_error_shape};
         for path in [PATH, ONE_PATH] {
-            let Some(get) = openapi
+            if let Some(get) = openapi
                 .paths
                 .paths
                 .get_mut(path)
                 .and_then(|item| item.get.as_mut())
-            else {
-                continue;
-            };
-            for response in get.responses.responses.values_mut() {
-                let RefOr::T(response) = response else {
-                    continue;
-                };
-                let is_problem = response.content.values().any(|c| {
-                    matches!(&c.schema, Some(RefOr::Ref(r)) if r.ref_location.ends_with("/Problem"))
-                });
-                if is_problem {
-                    response.content.insert(
-                        "application/json".to_owned(),
-                        ContentBuilder::new()
-                            .schema(Some(Ref::from_schema_name("AnthropicError")))
-                            .build(),
-                    );
-                }
+            {
+                document_error_shape(get, Documented::Beside);
             }
         }
     }
