@@ -8,19 +8,13 @@ use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dev_serves_the_desk_and_the_model_until_ctrl_c() {
+/// Starts `rein dev` with `args` (and `--json`) and reads the line that
+/// says where its services are.
+async fn start_dev(args: &[&str]) -> (std::process::Child, Value) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_rein"))
-        .args([
-            "dev",
-            "--desk-port",
-            "0",
-            "--model-port",
-            "0",
-            "--faults",
-            "demo",
-            "--json",
-        ])
+        .arg("dev")
+        .args(args)
+        .arg("--json")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -33,7 +27,27 @@ async fn dev_serves_the_desk_and_the_model_until_ctrl_c() {
     })
     .await
     .unwrap();
-    let urls: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+    let urls = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+    (child, urls)
+}
+
+/// Sends `signal` to `child` and waits for it: it must exit 0.
+async fn stop(mut child: std::process::Child, signal: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),
+        signal,
+    )
+    .unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_serves_the_desk_and_the_model_until_ctrl_c() {
+    let (child, urls) =
+        start_dev(&["--desk-port", "0", "--model-port", "0", "--faults", "demo"]).await;
     let desk = urls["order_desk_url"].as_str().unwrap();
     let model = urls["mock_model_url"].as_str().unwrap();
     assert_eq!(urls["faults"], "demo");
@@ -70,15 +84,7 @@ async fn dev_serves_the_desk_and_the_model_until_ctrl_c() {
     assert_eq!(answer["object"], "chat.completion", "{answer}");
 
     // Ctrl-C stops both, and the command exits 0.
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
-        .await
-        .unwrap();
-    assert!(status.success(), "{status:?}");
+    stop(child, nix::sys::signal::Signal::SIGINT).await;
     assert!(
         client.get(format!("{desk}/_log")).send().await.is_err(),
         "the desk is gone"
@@ -90,21 +96,7 @@ async fn dev_serves_the_desk_and_the_model_until_ctrl_c() {
 /// then the fallback text; a malformed script is a 400 that says the form.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dev_models_switches_queue_faults_from_outside() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rein"))
-        .args(["dev", "--desk-port", "0", "--model-port", "0", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let line = tokio::task::spawn_blocking(move || {
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).unwrap();
-        line
-    })
-    .await
-    .unwrap();
-    let urls: Value = serde_json::from_str(&line).unwrap();
+    let (child, urls) = start_dev(&["--desk-port", "0", "--model-port", "0"]).await;
     let model = urls["mock_model_url"].as_str().unwrap().to_owned();
     let client = reqwest::Client::new();
     let queued: Value = client
@@ -153,13 +145,5 @@ async fn dev_models_switches_queue_faults_from_outside() {
         "{said}"
     );
 
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
-        .await
-        .unwrap();
-    assert!(status.success(), "{status:?}");
+    stop(child, nix::sys::signal::Signal::SIGTERM).await;
 }
