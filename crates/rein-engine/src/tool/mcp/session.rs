@@ -1,0 +1,192 @@
+//! One connection to an MCP server, started on first use and again after
+//! it closed.
+//!
+//! # Why process-wide sessions
+//!
+//! A registry is bound many times (`rein serve` binds an agent for every
+//! run), and starting an MCP server is expensive (often a whole `npx` or
+//! `uvx` start). A session is therefore a process resource, like a
+//! connection pool: [`McpSession::shared`] keeps one per server spec, so
+//! every binding of the same server shares one child process, and a
+//! changed spec (another command, another URL) gets its own.
+//!
+//! # Why a dead server is started again lazily
+//!
+//! A stdio server that died (killed, crashed, out of memory) fails the
+//! calls it was serving with their effect unknown: the guarded call
+//! decides by class what happens to them. The next attempt finds the
+//! connection closed and starts the server again, so a read retried after
+//! the crash is served; nothing is re-sent here.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use rein_core::registry::{McpServerSpec, McpTransport};
+use rmcp::ServiceExt as _;
+use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
+use rmcp::service::{Peer, RoleClient, RunningService};
+use rmcp::transport::TokioChildProcess;
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+
+/// Why a session could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The server's program could not be started.
+    #[error("cannot start `{program}`: {source}")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The MCP handshake failed.
+    #[error("the MCP handshake failed: {0}")]
+    Handshake(String),
+    /// Neither the start nor the handshake finished in time.
+    #[error("the server did not complete the MCP handshake within {0:?}")]
+    Timeout(std::time::Duration),
+    /// The transport is not one this build can reach.
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// The variables of rein's own environment a stdio server inherits
+/// (with its configured `env`): what `npx`, `uvx` and interpreters need
+/// to start, and nothing of rein's secrets.
+pub const INHERITED_ENV: [&str; 8] = [
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ",
+];
+
+type Service = RunningService<RoleClient, ClientConfig>;
+
+/// A connection to one MCP server.
+#[derive(Debug)]
+pub struct McpSession {
+    spec: McpServerSpec,
+    service: tokio::sync::Mutex<Option<Service>>,
+}
+
+impl McpSession {
+    /// A session of its own for `spec` (not shared): opened on first use.
+    pub fn new(spec: McpServerSpec) -> Arc<McpSession> {
+        Arc::new(McpSession {
+            spec,
+            service: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// The process's session for `spec`: the same one for every call with
+    /// an equal spec.
+    pub fn shared(spec: &McpServerSpec) -> Arc<McpSession> {
+        static SESSIONS: OnceLock<Mutex<BTreeMap<McpServerSpec, Arc<McpSession>>>> =
+            OnceLock::new();
+        let sessions = SESSIONS.get_or_init(|| Mutex::new(BTreeMap::new()));
+        let mut sessions = sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(
+            sessions
+                .entry(spec.clone())
+                .or_insert_with(|| McpSession::new(spec.clone())),
+        )
+    }
+
+    /// The server this session reaches.
+    pub fn spec(&self) -> &McpServerSpec {
+        &self.spec
+    }
+
+    /// A handle to send requests on: the open connection, or a new one
+    /// when there is none or it closed.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectError`] when the server cannot be started or reached.
+    pub async fn peer(&self) -> Result<Peer<RoleClient>, ConnectError> {
+        let mut service = self.service.lock().await;
+        if let Some(open) = service.as_ref()
+            && !open.is_transport_closed()
+            && !open.is_closed()
+        {
+            return Ok(open.peer().clone());
+        }
+        // A closed one is dropped first: its child is killed and reaped.
+        *service = None;
+        let timeout = self.spec.connect_timeout;
+        let opened = tokio::time::timeout(timeout, self.connect())
+            .await
+            .map_err(|_| ConnectError::Timeout(timeout))??;
+        let peer = opened.peer().clone();
+        *service = Some(opened);
+        Ok(peer)
+    }
+
+    /// Closes the connection (a stdio server is stopped); the next call
+    /// opens a new one.
+    pub async fn close(&self) {
+        if let Some(mut open) = self.service.lock().await.take() {
+            let _ = open.close().await;
+        }
+    }
+
+    async fn connect(&self) -> Result<Service, ConnectError> {
+        let client = ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("rein", env!("CARGO_PKG_VERSION")),
+        );
+        match &self.spec.transport {
+            McpTransport::Stdio {
+                program,
+                args,
+                env,
+                working_dir,
+            } => {
+                let mut command = tokio::process::Command::new(program);
+                command.args(args).env_clear();
+                for name in INHERITED_ENV {
+                    if let Some(value) = std::env::var_os(name) {
+                        command.env(name, value);
+                    }
+                }
+                command.envs(env);
+                if let Some(dir) = working_dir {
+                    command.current_dir(dir);
+                }
+                // Its own process group: a terminal's Ctrl-C reaches rein,
+                // which then stops the server, not the server directly.
+                #[cfg(unix)]
+                command.process_group(0);
+                let spawn_error = |source| ConnectError::Spawn {
+                    program: program.display().to_string(),
+                    source,
+                };
+                let (transport, stderr) = TokioChildProcess::builder(command)
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .map_err(spawn_error)?;
+                if let Some(stderr) = stderr {
+                    let server = self.spec.name.clone();
+                    tokio::spawn(async move {
+                        let mut lines = BufReader::new(stderr).lines();
+                        while let Ok(Some(line)) = lines.next_line().await {
+                            tracing::debug!(server = %server, "mcp server stderr: {line}");
+                        }
+                    });
+                }
+                client
+                    .serve(transport)
+                    .await
+                    .map_err(|e| ConnectError::Handshake(e.to_string()))
+            }
+            McpTransport::Http { .. } => Err(ConnectError::Unsupported(
+                "the streamable HTTP transport is not built in yet".to_owned(),
+            )),
+            other => Err(ConnectError::Unsupported(format!(
+                "the transport {other:?} is not supported"
+            ))),
+        }
+    }
+}
