@@ -500,13 +500,20 @@ fn bind_tool(spec: &ToolSpec) -> Result<ToolBinding, BindError> {
             server,
             tool,
             max_result_bytes,
+            pin,
             ..
-        } => ToolTarget::Adapter(Arc::new(crate::tool::McpTool::of_server(
-            spec.name.clone(),
-            server,
-            tool.clone(),
-            *max_result_bytes,
-        ))),
+        } => {
+            let mcp = crate::tool::McpTool::of_server(
+                spec.name.clone(),
+                server,
+                tool.clone(),
+                *max_result_bytes,
+            );
+            ToolTarget::Adapter(Arc::new(match pin {
+                Some(pin) => mcp.with_pin(pin.clone()),
+                None => mcp,
+            }))
+        }
         other => match CommandTarget::from_spec(&spec.name, other) {
             Some(target) => ToolTarget::Command(target),
             None => {

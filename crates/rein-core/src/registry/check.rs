@@ -1776,11 +1776,25 @@ impl<'a> Checker<'a> {
             }
             Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
         };
+        let pin = match c.pin.as_deref() {
+            None => None,
+            Some(pin) if is_digest(pin) => Some(pin.to_owned()),
+            Some(pin) => {
+                self.report(
+                    file,
+                    format!("{f}.pin"),
+                    format!("must be `sha256:` and 64 hex digits, as `rein mcp import` writes it, but it is `{pin}`"),
+                );
+                ok = false;
+                None
+            }
+        };
         let server = server?;
         ok.then_some(AdapterSpec::Mcp {
             server,
             tool,
             max_result_bytes,
+            pin,
         })
     }
 
@@ -3105,8 +3119,22 @@ struct AgentModels {
 
 /// The agent adapter's settings of `c`, each with whether it is set, to
 /// report on an adapter of another kind.
-fn mcp_fields(c: &AdapterConfig) -> [(bool, &'static str); 2] {
-    [(c.server.is_some(), "server"), (c.tool.is_some(), "tool")]
+/// `sha256:` and 64 lowercase hex digits.
+fn is_digest(text: &str) -> bool {
+    text.strip_prefix("sha256:").is_some_and(|hex| {
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+fn mcp_fields(c: &AdapterConfig) -> [(bool, &'static str); 3] {
+    [
+        (c.server.is_some(), "server"),
+        (c.tool.is_some(), "tool"),
+        (c.pin.is_some(), "pin"),
+    ]
 }
 
 fn agent_fields(c: &AdapterConfig) -> [(bool, &'static str); 6] {

@@ -379,7 +379,7 @@ pub enum AdapterKind {
 /// `url`, `method`, `headers`, `status_url` and `max_result_bytes` belong to
 /// `http`; `program`, `args`, `working_dir`, `env` and `max_output_bytes` to
 /// `command`; `agent`, `budget_ratio`, `max_tokens`, `max_steps`,
-/// `wall_clock` and `max_cost_usd` to `agent`; `server`, `tool` and
+/// `wall_clock` and `max_cost_usd` to `agent`; `server`, `tool`, `pin` and
 /// `max_result_bytes` to `mcp`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -434,6 +434,10 @@ pub struct AdapterConfig {
     /// MCP: the tool's name on its server, when it differs from the
     /// registry's (which the model sees).
     pub tool: Option<String>,
+    /// MCP: the digest of the tool's definition when it was imported
+    /// (`sha256:…`, as `rein mcp import` writes it); a server whose
+    /// definition differs is not called.
+    pub pin: Option<String>,
 }
 
 /// An agent as written in config (`[agents.NAME]`).

@@ -169,6 +169,9 @@ pub enum AdapterSpec {
         tool: String,
         /// Result bytes kept before truncation.
         max_result_bytes: usize,
+        /// The digest (`sha256:` and 64 hex digits) of the definition the
+        /// registry entry was made from; `None`: not pinned.
+        pin: Option<String>,
     },
 }
 

@@ -13,7 +13,6 @@ use super::session::{ConnectError, McpSession};
 /// rein never takes them for its own class, but suggests a class from
 /// them and reports where they contradict the registry.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-#[non_exhaustive]
 pub struct ToolHints {
     /// `readOnlyHint`: it changes nothing.
     pub read_only: Option<bool>,
@@ -58,7 +57,7 @@ impl McpToolDefinition {
         format!("sha256:{}", hex(&digest))
     }
 
-    fn from_tool(tool: &Tool) -> McpToolDefinition {
+    pub(super) fn from_tool(tool: &Tool) -> McpToolDefinition {
         let hints = tool
             .annotations
             .as_ref()
@@ -95,18 +94,14 @@ pub enum DiscoverError {
     List(String),
 }
 
-/// Every tool the server of `session` lists, following its pages.
+/// Every tool the server of `session` lists, following its pages, in
+/// name order.
 ///
 /// # Errors
 ///
 /// [`DiscoverError`] when the server cannot be reached or refuses.
 pub async fn discover(session: &McpSession) -> Result<Vec<McpToolDefinition>, DiscoverError> {
-    let peer = session.peer().await?;
-    let tools = peer
-        .list_all_tools()
-        .await
-        .map_err(|e| DiscoverError::List(e.to_string()))?;
-    Ok(tools.iter().map(McpToolDefinition::from_tool).collect())
+    Ok(session.tools().await?.values().cloned().collect())
 }
 
 fn hex(bytes: &[u8]) -> String {

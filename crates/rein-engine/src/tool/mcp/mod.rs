@@ -73,6 +73,9 @@ pub struct McpTool {
     tool: String,
     session: Arc<McpSession>,
     max_result_bytes: usize,
+    /// The digest of the definition imported ([`McpToolDefinition::digest`]):
+    /// a server whose definition differs is not called.
+    pin: Option<String>,
 }
 
 impl McpTool {
@@ -89,7 +92,16 @@ impl McpTool {
             tool: tool.into(),
             session,
             max_result_bytes: max_result_bytes.max(1),
+            pin: None,
         }
+    }
+
+    /// Pinned to the definition whose digest is `pin`: while the server's
+    /// definition of the tool has another digest (a changed description
+    /// or schema, a "rug pull"), calls are refused before they are sent.
+    pub fn with_pin(mut self, pin: impl Into<String>) -> McpTool {
+        self.pin = Some(pin.into());
+        self
     }
 
     /// The tool `tool` of `server`, over the process-wide session of that
@@ -122,6 +134,9 @@ impl McpTool {
                     )));
             }
         };
+        if let Some(pin) = &self.pin {
+            self.check_pin(pin).await?;
+        }
         let peer = self
             .session
             .peer()
@@ -132,6 +147,44 @@ impl McpTool {
         match peer.call_tool(params).await {
             Ok(result) => classify::result(&self.name, result, self.max_result_bytes),
             Err(e) => Err(classify::service_error(&self.name, &e)),
+        }
+    }
+}
+
+impl McpTool {
+    /// Refuses the call when the server's definition of the tool is not
+    /// the pinned one.
+    async fn check_pin(&self, pin: &str) -> Result<(), Failure> {
+        let tools = self.session.tools().await.map_err(|e| match e {
+            discover::DiscoverError::Connect(e) => classify::not_connected(&self.name, &e),
+            other => Failure::new(&self.name, Category::Transient)
+                .with_effect(Effect::NotApplied)
+                .with_human_message(format!(
+                    "{} was not called: its pinned definition could not be checked: {other}",
+                    self.name
+                )),
+        })?;
+        let server = &self.session.spec().name;
+        let refused = |why: String| {
+            Failure::new(&self.name, Category::Conflict)
+                .with_effect(Effect::NotApplied)
+                .with_retryable(false)
+                .with_human_message(format!(
+                    "{} was not called: {why}; review it with `rein mcp import {server} --config …` and update the registry entry and its pin",
+                    self.name
+                ))
+        };
+        match tools.get(&self.tool) {
+            None => Err(refused(format!(
+                "MCP server `{server}` no longer lists the tool `{}`",
+                self.tool
+            ))),
+            Some(definition) if definition.digest() != pin => Err(refused(format!(
+                "the definition of `{}` on MCP server `{server}` changed since it was pinned ({pin}, now {})",
+                self.tool,
+                definition.digest()
+            ))),
+            Some(_) => Ok(()),
         }
     }
 }

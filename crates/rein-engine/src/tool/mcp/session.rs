@@ -23,6 +23,8 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rein_core::registry::{McpServerSpec, McpTransport};
+
+use super::discover::{DiscoverError, McpToolDefinition};
 use rmcp::ServiceExt as _;
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
 use rmcp::service::{Peer, RoleClient, RunningService};
@@ -62,11 +64,20 @@ pub const INHERITED_ENV: [&str; 8] = [
 
 type Service = RunningService<RoleClient, ClientConfig>;
 
+/// An open connection, and what its server listed on it.
+#[derive(Debug)]
+struct Open {
+    service: Service,
+    /// The server's tools by name, listed once per connection (a server
+    /// started again may have changed them).
+    tools: Option<Arc<BTreeMap<String, McpToolDefinition>>>,
+}
+
 /// A connection to one MCP server.
 #[derive(Debug)]
 pub struct McpSession {
     spec: McpServerSpec,
-    service: tokio::sync::Mutex<Option<Service>>,
+    open: tokio::sync::Mutex<Option<Open>>,
 }
 
 impl McpSession {
@@ -74,7 +85,7 @@ impl McpSession {
     pub fn new(spec: McpServerSpec) -> Arc<McpSession> {
         Arc::new(McpSession {
             spec,
-            service: tokio::sync::Mutex::new(None),
+            open: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -106,29 +117,67 @@ impl McpSession {
     ///
     /// [`ConnectError`] when the server cannot be started or reached.
     pub async fn peer(&self) -> Result<Peer<RoleClient>, ConnectError> {
-        let mut service = self.service.lock().await;
-        if let Some(open) = service.as_ref()
-            && !open.is_transport_closed()
-            && !open.is_closed()
-        {
-            return Ok(open.peer().clone());
+        let mut open = self.open.lock().await;
+        Ok(self.opened(&mut open).await?.service.peer().clone())
+    }
+
+    /// The server's tools by name, as it lists them on the open connection
+    /// (listed once per connection).
+    ///
+    /// # Errors
+    ///
+    /// [`DiscoverError`] when the server cannot be reached or refuses.
+    pub async fn tools(&self) -> Result<Arc<BTreeMap<String, McpToolDefinition>>, DiscoverError> {
+        let mut open = self.open.lock().await;
+        let opened = self.opened(&mut open).await?;
+        if let Some(tools) = &opened.tools {
+            return Ok(Arc::clone(tools));
         }
-        // A closed one is dropped first: its child is killed and reaped.
-        *service = None;
-        let timeout = self.spec.connect_timeout;
-        let opened = tokio::time::timeout(timeout, self.connect())
+        let listed = opened
+            .service
+            .peer()
+            .list_all_tools()
             .await
-            .map_err(|_| ConnectError::Timeout(timeout))??;
-        let peer = opened.peer().clone();
-        *service = Some(opened);
-        Ok(peer)
+            .map_err(|e| DiscoverError::List(e.to_string()))?;
+        let tools: Arc<BTreeMap<String, McpToolDefinition>> = Arc::new(
+            listed
+                .iter()
+                .map(|tool| {
+                    let definition = McpToolDefinition::from_tool(tool);
+                    (definition.name.clone(), definition)
+                })
+                .collect(),
+        );
+        opened.tools = Some(Arc::clone(&tools));
+        Ok(tools)
+    }
+
+    /// The open connection, opened again when there is none or it closed.
+    async fn opened<'s>(&self, open: &'s mut Option<Open>) -> Result<&'s mut Open, ConnectError> {
+        let alive = open
+            .as_ref()
+            .is_some_and(|o| !o.service.is_transport_closed() && !o.service.is_closed());
+        if !alive {
+            // A closed one is dropped first: its child is killed and reaped.
+            *open = None;
+            let timeout = self.spec.connect_timeout;
+            let service = tokio::time::timeout(timeout, self.connect())
+                .await
+                .map_err(|_| ConnectError::Timeout(timeout))??;
+            *open = Some(Open {
+                service,
+                tools: None,
+            });
+        }
+        open.as_mut()
+            .ok_or_else(|| ConnectError::Handshake("the connection closed at once".to_owned()))
     }
 
     /// Closes the connection (a stdio server is stopped); the next call
     /// opens a new one.
     pub async fn close(&self) {
-        if let Some(mut open) = self.service.lock().await.take() {
-            let _ = open.close().await;
+        if let Some(mut open) = self.open.lock().await.take() {
+            let _ = open.service.close().await;
         }
     }
 
