@@ -1,0 +1,267 @@
+//! Issue 38: the dashboard at `/ui` in headless Chromium, driven by
+//! Playwright (`tests/ui/dashboard.mjs`) against a real `rein serve` on
+//! SQLite with API keys. The page signs in with a key, lists a finished
+//! run, shows its ledger, approves one waiting call by clicking and
+//! another by keyboard alone, and follows a run's timeline live; a POST
+//! without the CSRF token and a form posted from another origin change
+//! nothing. This side then reads the store through the API: the two
+//! decisions are recorded under the key's name, the forged ones are not.
+//!
+//! Needs Node, `playwright-core` (in `$REIN_PLAYWRIGHT`, default
+//! `~/.cache/rein-playwright/node_modules`, which `.ci/run` fills) and
+//! Debian's `chromium`; without one of them the test says so and passes,
+//! except under CI (`common::missing_part`), where it fails. Screenshots
+//! of every page go to `<target dir>/ui-screenshots/`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use rein_testkit::order_desk::{OrderDesk, SEND_EMAIL};
+use serde_json::{Value, json};
+
+mod common;
+use common::{Server, example_config};
+
+/// The key the page signs in with, and its name (the decisions' author).
+const KEY: &str = "acme-dashboard-key";
+const KEY_NAME: &str = "ops-alice";
+
+/// Chromium's binary: Debian's `chromium` (or Ubuntu's
+/// `chromium-browser`), on `PATH` or in `/usr/bin`.
+fn chromium() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/bin")])
+        .flat_map(|dir| ["chromium", "chromium-browser"].map(|name| dir.join(name)))
+        .find(|p| p.is_file())
+}
+
+/// The `node_modules` holding `playwright-core`.
+fn playwright() -> Option<PathBuf> {
+    let dir = match std::env::var_os("REIN_PLAYWRIGHT") {
+        Some(dir) => PathBuf::from(dir),
+        None => {
+            PathBuf::from(std::env::var_os("HOME")?).join(".cache/rein-playwright/node_modules")
+        }
+    };
+    dir.join("playwright-core/package.json")
+        .is_file()
+        .then_some(dir)
+}
+
+/// Node, Playwright and Chromium, or `None` after
+/// [`common::missing_part`] said which is missing.
+fn parts() -> Option<(PathBuf, PathBuf)> {
+    let node = Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !node {
+        common::missing_part("no `node` on PATH: install Node.js (`apt-get install -y nodejs`)");
+        return None;
+    }
+    let Some(modules) = playwright() else {
+        common::missing_part(
+            "no playwright-core in $REIN_PLAYWRIGHT or ~/.cache/rein-playwright/node_modules: run .ci/run, or `npm install --prefix ~/.cache/rein-playwright playwright-core`",
+        );
+        return None;
+    };
+    let Some(chromium) = chromium() else {
+        common::missing_part(
+            "no chromium or chromium-browser on PATH: install it with `apt-get install -y chromium` (.ci/run does)",
+        );
+        return None;
+    };
+    Some((modules, chromium))
+}
+
+/// Where the screenshots go: `ui-screenshots` in the target directory.
+fn screenshots() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"),
+        PathBuf::from,
+    );
+    let dir = target.join("ui-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn sha256(key: &str) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The example with its email behind a human's approval, and the key.
+fn config(dir: &Path) -> PathBuf {
+    example_config(
+        dir,
+        &format!(
+            "[agents.order_desk.approval]\nfrom_tier = \"high\"\nwindow = \"1h\"\n\
+             [server.queue]\nlease = \"3s\"\nworkers = 1\n\
+             [[server.api_keys]]\ntenant = \"acme\"\nname = \"{KEY_NAME}\"\nsha256 = \"{}\"\n",
+            sha256(KEY)
+        ),
+    )
+}
+
+/// A sync run that pauses before its email: (run id, the email's intent).
+async fn paused(client: &reqwest::Client, server: &Server) -> (String, String) {
+    let answer = client
+        .post(server.url("/v1/agents/order_desk/runs"))
+        .bearer_auth(KEY)
+        .header("content-type", "application/json")
+        .body(r#"{"input": "Move order A-1001 to 8 January and tell the buyer."}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 202, "a paused sync run");
+    let body: Value = answer.json().await.unwrap();
+    assert_eq!(body["awaiting_approval"][0]["tool"], SEND_EMAIL, "{body}");
+    (
+        body["run_id"].as_str().unwrap().to_owned(),
+        body["awaiting_approval"][0]["intent_id"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
+    )
+}
+
+async fn get(client: &reqwest::Client, server: &Server, path: &str) -> Value {
+    client
+        .get(server.url(path))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Polls the API until the run ended; its view.
+async fn ended(client: &reqwest::Client, server: &Server, run: &str) -> Value {
+    for _ in 0..1200 {
+        let view = get(client, server, &format!("/v1/runs/{run}")).await;
+        if !matches!(
+            view["status"].as_str(),
+            Some("queued" | "running" | "awaiting_approval") | None
+        ) {
+            return view;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("run {run} did not end; log:\n{}", server.log_tail());
+}
+
+/// The approvals of `run`, decided or not.
+async fn approvals_of(client: &reqwest::Client, server: &Server, run: &str) -> Vec<Value> {
+    get(
+        client,
+        server,
+        &format!("/v1/approvals?pending=false&run_id={run}"),
+    )
+    .await["approvals"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_38_the_dashboard_signs_in_lists_shows_and_decides_in_a_real_browser() {
+    let Some((modules, chromium)) = parts() else {
+        return;
+    };
+    let desk = OrderDesk::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let server = Server::start_async(&config, &dir.path().join("rein.db"), desk.base_url()).await;
+    let client = reqwest::Client::new();
+
+    // A finished run: approved through the API.
+    let (finished, intent) = paused(&client, &server).await;
+    let decided = client
+        .post(server.url(&format!("/v1/runs/{finished}/approvals/{intent}")))
+        .bearer_auth(KEY)
+        .json(&json!({"decision": "approved"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(decided.status(), 200);
+    assert_eq!(
+        ended(&client, &server, &finished).await["status"],
+        "succeeded"
+    );
+    // Three that wait: one for a click, one for the keyboard, one that
+    // forged posts try.
+    let (click, click_intent) = paused(&client, &server).await;
+    let (keys, keys_intent) = paused(&client, &server).await;
+    let (forged, forged_intent) = paused(&client, &server).await;
+
+    let shots = screenshots();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/ui/dashboard.mjs");
+    let mut command = Command::new("node");
+    command
+        .arg(script)
+        .env("PLAYWRIGHT_MODULES", modules)
+        .env("CHROMIUM", chromium)
+        .env("BASE", server.url("").trim_end_matches('/'))
+        .env("KEY", KEY)
+        .env("KEY_NAME", KEY_NAME)
+        .env("SHOTS", &shots)
+        .env("FINISHED", &finished)
+        .env("CLICK", &click)
+        .env("CLICK_INTENT", &click_intent)
+        .env("KEYS", &keys)
+        .env("KEYS_INTENT", &keys_intent)
+        .env("FORGED", &forged)
+        .env("FORGED_INTENT", &forged_intent);
+    let output = tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap();
+    let said = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success(),
+        "the browser script failed:\n{said}\nserver log:\n{}",
+        server.log_tail()
+    );
+    eprintln!("{said}screenshots in {}", shots.display());
+
+    // The store: the clicked and the keyed decisions, by the key's name.
+    for run in [&click, &keys] {
+        let approvals = approvals_of(&client, &server, run).await;
+        assert_eq!(approvals.len(), 1, "{approvals:?}");
+        let decision = &approvals[0]["decision"];
+        assert_eq!(decision["verdict"], "approved", "{decision}");
+        assert_eq!(decision["by"], KEY_NAME, "the signed-in key's name");
+        assert_eq!(ended(&client, &server, run).await["status"], "succeeded");
+    }
+    // The forged posts changed nothing: the call still waits.
+    let approvals = approvals_of(&client, &server, &forged).await;
+    assert_eq!(approvals.len(), 1);
+    assert!(approvals[0]["decision"].is_null(), "{approvals:?}");
+    let view = get(&client, &server, &format!("/v1/runs/{forged}")).await;
+    assert_eq!(view["status"], "awaiting_approval", "{view}");
+    // The finished run's email and the two approved: three, no more.
+    assert_eq!(desk.applied_count(SEND_EMAIL), 3);
+    for shot in [
+        "sign-in",
+        "runs",
+        "run-finished",
+        "run-waiting",
+        "approvals",
+        "handoffs",
+        "run-live",
+    ] {
+        assert!(shots.join(format!("{shot}.png")).is_file(), "{shot}.png");
+    }
+    server.kill_async().await;
+}
