@@ -18,7 +18,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use rein_testkit::order_desk::{OrderDesk, SEND_EMAIL};
+use rein_testkit::order_desk::{
+    Fault, Faults, OrderDesk, OrderDeskConfig, RESTORE_DELIVERY_TIME, SEND_EMAIL,
+    UPDATE_DELIVERY_TIME,
+};
 use serde_json::{Value, json};
 
 mod common;
@@ -96,17 +99,54 @@ fn sha256(key: &str) -> String {
         .collect()
 }
 
-/// The example with its email behind a human's approval, and the key.
+/// The script of the `mover` agent: three updates, the third refused (as
+/// `tests/handoff.rs`'s), so that with every restore refused too the run
+/// is handed off with two records awaiting a human.
+const THREE_UPDATES: &str = r#"{"turns": [
+  {"tool_calls": [{"name": "update_delivery_time", "arguments": {"order_id": "A-1001", "delivery_date": "2026-02-01T10:00:00Z"}}]},
+  {"tool_calls": [{"name": "update_delivery_time", "arguments": {"order_id": "A-1002", "delivery_date": "2026-02-02T10:00:00Z"}}]},
+  {"tool_calls": [{"name": "update_delivery_time", "arguments": {"order_id": "A-1003", "delivery_date": "2026-02-03T10:00:00Z"}}]},
+  {"text": "The third order cannot be moved."}
+]}"#;
+
+/// The example with its email behind a human's approval, an agent
+/// (`mover`) that gets handed off, and the key.
 fn config(dir: &Path) -> PathBuf {
+    std::fs::write(dir.join("handoff.script.json"), THREE_UPDATES).unwrap();
     example_config(
         dir,
         &format!(
             "[agents.order_desk.approval]\nfrom_tier = \"high\"\nwindow = \"1h\"\n\
+             [providers.handoff_replay]\nkind = \"scripted\"\nscript = \"handoff.script.json\"\n\
+             [agents.mover]\nprovider = \"handoff_replay\"\nmodel = \"gpt-4o-mini\"\n\
+             system_prompt = \"Move orders.\"\ntools = [\"get_order\", \"update_delivery_time\"]\n\
              [server.queue]\nlease = \"3s\"\nworkers = 1\n\
              [[server.api_keys]]\ntenant = \"acme\"\nname = \"{KEY_NAME}\"\nsha256 = \"{}\"\n",
             sha256(KEY)
         ),
     )
+}
+
+/// A run of `mover`, handed off: (run id, the first record awaiting a
+/// decision).
+async fn handed_off(client: &reqwest::Client, server: &Server) -> (String, String) {
+    let answer: Value = client
+        .post(server.url("/v1/agents/mover/runs"))
+        .bearer_auth(KEY)
+        .header("content-type", "application/json")
+        .body(r#"{"input": "Move the three orders."}"#)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run = answer["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(ended(client, server, &run).await["status"], "handed_off");
+    let package = get(client, server, &format!("/v1/runs/{run}/handoff")).await;
+    let awaiting = package["awaiting_decision"].as_array().unwrap();
+    assert_eq!(awaiting.len(), 2, "{package}");
+    (run, awaiting[0]["intent_id"].as_str().unwrap().to_owned())
 }
 
 /// A sync run that pauses before its email: (run id, the email's intent).
@@ -176,11 +216,23 @@ async fn issue_38_the_dashboard_signs_in_lists_shows_and_decides_in_a_real_brows
     let Some((modules, chromium)) = parts() else {
         return;
     };
-    let desk = OrderDesk::start().await.unwrap();
+    // The mover's third update conflicts and every restore is refused,
+    // until the faults are cleared.
+    let faults = Faults::none()
+        .then(UPDATE_DELIVERY_TIME, Fault::Delay(Duration::ZERO))
+        .then(UPDATE_DELIVERY_TIME, Fault::Delay(Duration::ZERO))
+        .then(UPDATE_DELIVERY_TIME, Fault::status(409))
+        .always(RESTORE_DELIVERY_TIME, Fault::status(503));
+    let desk = OrderDesk::start_with(OrderDeskConfig::default().with_faults(faults))
+        .await
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path());
     let server = Server::start_async(&config, &dir.path().join("rein.db"), desk.base_url()).await;
     let client = reqwest::Client::new();
+
+    let (handoff, handoff_intent) = handed_off(&client, &server).await;
+    desk.clear_faults();
 
     // A finished run: approved through the API.
     let (finished, intent) = paused(&client, &server).await;
@@ -219,7 +271,9 @@ async fn issue_38_the_dashboard_signs_in_lists_shows_and_decides_in_a_real_brows
         .env("KEYS", &keys)
         .env("KEYS_INTENT", &keys_intent)
         .env("FORGED", &forged)
-        .env("FORGED_INTENT", &forged_intent);
+        .env("FORGED_INTENT", &forged_intent)
+        .env("HANDOFF", &handoff)
+        .env("HANDOFF_INTENT", &handoff_intent);
     let output = tokio::task::spawn_blocking(move || command.output().unwrap())
         .await
         .unwrap();
@@ -250,6 +304,22 @@ async fn issue_38_the_dashboard_signs_in_lists_shows_and_decides_in_a_real_brows
     assert!(approvals[0]["decision"].is_null(), "{approvals:?}");
     let view = get(&client, &server, &format!("/v1/runs/{forged}")).await;
     assert_eq!(view["status"], "awaiting_approval", "{view}");
+    // The handoff decision made by clicking, by the key's name; the other
+    // record still waits.
+    let events = get(&client, &server, &format!("/v1/runs/{handoff}/events")).await;
+    let decided: Vec<&Value> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "handoff_decided")
+        .collect();
+    assert_eq!(decided.len(), 1, "{events}");
+    assert_eq!(decided[0]["intent_id"], handoff_intent.as_str());
+    assert_eq!(decided[0]["data"]["decision"], "undone", "{}", decided[0]);
+    assert_eq!(decided[0]["data"]["by"], KEY_NAME);
+    assert_eq!(decided[0]["data"]["reason"], "restored by hand");
+    let package = get(&client, &server, &format!("/v1/runs/{handoff}/handoff")).await;
+    assert_eq!(package["awaiting_decision"].as_array().unwrap().len(), 1);
     // The finished run's email and the two approved: three, no more.
     assert_eq!(desk.applied_count(SEND_EMAIL), 3);
     for shot in [

@@ -16,8 +16,8 @@ const { chromium } = require("playwright-core");
 
 const BASE = env("BASE");
 const SHOTS = env("SHOTS");
-const [FINISHED, CLICK, CLICK_INTENT, KEYS, KEYS_INTENT, FORGED, FORGED_INTENT] = [
-  "FINISHED", "CLICK", "CLICK_INTENT", "KEYS", "KEYS_INTENT", "FORGED", "FORGED_INTENT",
+const [FINISHED, CLICK, CLICK_INTENT, KEYS, KEYS_INTENT, FORGED, FORGED_INTENT, HANDOFF, HANDOFF_INTENT] = [
+  "FINISHED", "CLICK", "CLICK_INTENT", "KEYS", "KEYS_INTENT", "FORGED", "FORGED_INTENT", "HANDOFF", "HANDOFF_INTENT",
 ].map(env);
 // A run's end after a decision waits for the queue worker: generous.
 const RUN_END = 90_000;
@@ -161,8 +161,27 @@ try {
 
   step = "handoffs page";
   await page.goto(`${BASE}/ui/handoffs`);
-  await page.locator("p.empty").waitFor();
+  await page.locator(`a[href="/ui/runs/${HANDOFF}#handoff-h"]`).waitFor();
   await shot(page, "handoffs");
+  await page.getByRole("link", { name: "Decide on the run's page" }).click();
+  await page.waitForURL(new RegExp(`/ui/runs/${HANDOFF}`));
+
+  step = "handoff decision by click";
+  const record = page.locator(`article.handoff[data-intent="${HANDOFF_INTENT}"]`);
+  await record.waitFor();
+  check(await page.locator("article.handoff").count() === 2, "two records await a decision");
+  await shot(page, "run-handoff");
+  await record.getByLabel(/Reason/).fill("restored by hand");
+  await record.getByRole("button", { name: "Undone by hand" }).click();
+  await page.waitForURL(`${BASE}/ui/runs/${HANDOFF}`);
+  await record.waitFor({ state: "detached" });
+  check(await page.locator("article.handoff").count() === 1, "one record still awaits");
+
+  step = "empty states";
+  await page.goto(`${BASE}/ui/runs?status=cancelled`);
+  const empty = await page.locator("p.empty").innerText();
+  check(empty.includes("No runs match these filters"), `the empty state says what to do: ${empty}`);
+  await shot(page, "empty");
 
   step = "security headers";
   const head = await page.request.get(`${BASE}/ui/runs`);
