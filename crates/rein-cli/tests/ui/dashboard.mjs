@@ -183,6 +183,14 @@ try {
   check(empty.includes("No runs match these filters"), `the empty state says what to do: ${empty}`);
   await shot(page, "empty");
 
+  step = "breakers page";
+  await page.getByRole("link", { name: "Breakers" }).click();
+  await page.waitForURL(`${BASE}/ui/breakers`);
+  await page.locator("#arms-h").waitFor();
+  // The mover's refused calls reached the desk's tool arms.
+  check(await page.locator("#arms tbody tr").count() > 0, "this process's arms are listed");
+  await shot(page, "breakers");
+
   step = "security headers";
   const head = await page.request.get(`${BASE}/ui/runs`);
   const h = head.headers();

@@ -151,9 +151,30 @@ pub fn router(app: Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/ui/runs/{id}/handoff", post(pages::handoffs::decide))
         .route("/ui/approvals", get(pages::approvals::list))
         .route("/ui/handoffs", get(pages::handoffs::list))
+        .route("/ui/breakers", get(pages::breakers::list))
         .route("/ui/assets/{name}", get(asset))
         .layer(axum::middleware::map_response(security_headers))
+        .layer(axum::middleware::from_fn_with_state(
+            ui.clone(),
+            record_tenant,
+        ))
         .with_state(ui)
+}
+
+/// Names the signed-in session's tenant in the request's access line, as
+/// [`crate::auth`] does for a key.
+async fn record_tenant(
+    axum::extract::State(ui): axum::extract::State<Ui>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if let Some(slot) = request.extensions().get::<crate::access::TenantSlot>()
+        && let Some((_, session)) = ui.session(request.headers())
+        && let Some(who) = &session.who
+    {
+        slot.set(&who.tenant);
+    }
+    next.run(request).await
 }
 
 async fn index() -> Response {

@@ -2,6 +2,7 @@
 //! functions and writes HTML with [`Html`].
 
 pub(crate) mod approvals;
+pub(crate) mod breakers;
 pub(crate) mod handoffs;
 pub(crate) mod login;
 pub(crate) mod run;
@@ -24,6 +25,7 @@ pub(crate) enum Nav {
     Runs,
     Approvals,
     Handoffs,
+    Breakers,
     None,
 }
 
@@ -47,6 +49,7 @@ pub(crate) fn page(title: &str, signed: Option<(&Ui, &Signed)>, nav: Nav, body: 
             (Nav::Runs, "/ui/runs", "Runs"),
             (Nav::Approvals, "/ui/approvals", "Approvals waiting"),
             (Nav::Handoffs, "/ui/handoffs", "Handoffs waiting"),
+            (Nav::Breakers, "/ui/breakers", "Breakers"),
         ] {
             h.raw("<li><a href=\"").raw(href).raw("\"");
             if entry == nav {
