@@ -335,3 +335,240 @@ async fn issue_38_the_dashboard_signs_in_lists_shows_and_decides_in_a_real_brows
     }
     server.kill_async().await;
 }
+
+/// The parts of the dashboard a browser cannot show a test, over plain
+/// HTTP (no browser needed, so this always runs).
+mod over_http {
+    use super::*;
+
+    fn client() -> reqwest::Client {
+        reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap()
+    }
+
+    fn location(answer: &reqwest::Response) -> String {
+        answer.headers()["location"].to_str().unwrap().to_owned()
+    }
+
+    /// The session cookie an answer sets (`name=value`), and the whole
+    /// `Set-Cookie`.
+    fn cookie(answer: &reqwest::Response) -> (String, String) {
+        let set = answer.headers()["set-cookie"].to_str().unwrap().to_owned();
+        (set.split(';').next().unwrap().to_owned(), set)
+    }
+
+    /// The CSRF token of the first form of `page`.
+    fn csrf(page: &str) -> String {
+        let at = page.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
+        page[at..at + 64].to_owned()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sign_in_cookies_headers_escaping_and_forgeries() {
+        let desk = OrderDesk::start().await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let config = example_config(
+            dir.path(),
+            &format!(
+                "[server.cors]\nallowed_origins = [\"http://tool.example\"]\n\
+                 [[server.api_keys]]\ntenant = \"acme\"\nname = \"{KEY_NAME}\"\nsha256 = \"{}\"\n",
+                sha256(KEY)
+            ),
+        );
+        let server =
+            Server::start_async(&config, &dir.path().join("rein.db"), desk.base_url()).await;
+        let http = client();
+
+        // Signed out: to the sign-in form, which comes back.
+        let answer = http.get(server.url("/ui/runs")).send().await.unwrap();
+        assert_eq!(answer.status(), 303);
+        assert_eq!(location(&answer), "/ui/login?next=%2Fui%2Fruns");
+        let form = http.get(server.url("/ui/login")).send().await.unwrap();
+        assert_eq!(form.status(), 200);
+        let headers = form.headers().clone();
+        assert!(
+            headers["content-security-policy"]
+                .to_str()
+                .unwrap()
+                .starts_with("default-src 'self'")
+        );
+        assert!(
+            headers["content-security-policy"]
+                .to_str()
+                .unwrap()
+                .contains("frame-ancestors 'none'")
+        );
+        assert_eq!(headers["x-frame-options"], "DENY");
+        assert_eq!(headers["x-content-type-options"], "nosniff");
+        assert_eq!(headers["cache-control"], "no-store");
+        let (form_cookie, set) = cookie(&form);
+        assert_eq!(
+            set.split_once(';').unwrap().1,
+            " Path=/ui; HttpOnly; SameSite=Strict",
+            "no Secure over plain HTTP"
+        );
+        let page = form.text().await.unwrap();
+        assert!(
+            !page.contains("<script>") && !page.contains("style="),
+            "nothing inline"
+        );
+        let token = csrf(&page);
+        // Behind a TLS-terminating proxy the cookie is Secure.
+        let proxied = http
+            .get(server.url("/ui/login"))
+            .header("x-forwarded-proto", "https")
+            .send()
+            .await
+            .unwrap();
+        assert!(cookie(&proxied).1.ends_with("; Secure"));
+
+        // The sign-in form's own token is needed, then the key.
+        let sign_in = |cookie: &str, body: String| {
+            http.post(server.url("/ui/login"))
+                .header("cookie", cookie)
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(body)
+                .send()
+        };
+        let forged = sign_in(&form_cookie, format!("key={KEY}&next=%2Fui%2Fruns"))
+            .await
+            .unwrap();
+        assert_eq!(forged.status(), 403, "no token");
+        let wrong = sign_in(&form_cookie, format!("csrf={token}&key=nope"))
+            .await
+            .unwrap();
+        assert_eq!(wrong.status(), 401);
+        let signed = sign_in(
+            &form_cookie,
+            format!("csrf={token}&key={KEY}&next=%2Fui%2Fapprovals"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(signed.status(), 303);
+        assert_eq!(location(&signed), "/ui/approvals");
+        let (session, _) = cookie(&signed);
+        assert_ne!(session, form_cookie, "a new id once signed in");
+        assert!(!session.contains(KEY) && !session.contains(&sha256(KEY)));
+        // The form's id opens nothing; the session is no API credential.
+        let old = http
+            .get(server.url("/ui/runs"))
+            .header("cookie", &form_cookie)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(old.status(), 303);
+        let api = http
+            .get(server.url("/v1/runs"))
+            .header("cookie", &session)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(api.status(), 401);
+
+        // Text from a run is escaped.
+        let run: Value = http
+            .post(server.url("/v1/agents/order_desk/runs"))
+            .bearer_auth(KEY)
+            .header("content-type", "application/json")
+            .body(r#"{"input": "Move A-1001 <img src=x onerror=alert(1)> \"quoted\""}"#)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let run = run["run_id"].as_str().unwrap();
+        let shown = http
+            .get(server.url(&format!("/ui/runs/{run}")))
+            .header("cookie", &session)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(shown.status(), 200);
+        let page = shown.text().await.unwrap();
+        assert!(!page.contains("<img src=x"), "escaped");
+        assert!(page.contains("&lt;img src=x onerror=alert(1)&gt; &quot;quoted&quot;"));
+        let token = csrf(&page);
+
+        // A listed CORS origin may call the API, not post the dashboard's
+        // forms; nor may another site, even with the token.
+        let decision = server.url(&format!("/ui/runs/{run}/approvals/none"));
+        for (header, value) in [
+            ("origin", "http://tool.example"),
+            ("sec-fetch-site", "cross-site"),
+            ("sec-fetch-site", "same-site"),
+        ] {
+            let refused = http
+                .post(&decision)
+                .header("cookie", &session)
+                .header(header, value)
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(format!("csrf={token}&decision=approved"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(refused.status(), 403, "{header}: {value}");
+            let page = refused.text().await.unwrap();
+            assert!(page.contains("not sent from this dashboard"), "{page}");
+        }
+        // The token and the origin pass: the API's own answer (the run
+        // ended: nothing of it waits), as a page.
+        let passed = http
+            .post(&decision)
+            .header("cookie", &session)
+            .header("origin", server.url("").trim_end_matches('/'))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("csrf={token}&decision=approved"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(passed.status(), 409);
+        assert!(
+            passed.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/html")
+        );
+        assert!(passed.text().await.unwrap().contains("Run already ended"));
+        // The access line names the session's tenant.
+        server.wait_for_line(|l| l.contains("route=/ui/runs/{id}") && l.contains("tenant=acme"));
+        server.kill_async().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn without_keys_the_dashboard_is_open_as_the_api_is() {
+        let desk = OrderDesk::start().await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let config = example_config(dir.path(), "");
+        let server =
+            Server::start_async(&config, &dir.path().join("rein.db"), desk.base_url()).await;
+        let http = client();
+        let answer = http.get(server.url("/ui/approvals")).send().await.unwrap();
+        assert_eq!(answer.status(), 303);
+        let login = http
+            .get(server.url(&location(&answer)))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(login.status(), 303, "no form: a session at once");
+        assert_eq!(location(&login), "/ui/approvals");
+        let (session, _) = cookie(&login);
+        let page = http
+            .get(server.url("/ui/approvals"))
+            .header("cookie", &session)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(page.status(), 200);
+        let page = page.text().await.unwrap();
+        assert!(page.contains("Open mode: no API keys configured"), "{page}");
+        assert!(!page.contains("Sign out"));
+        assert!(
+            page.contains("No call is waiting for approval"),
+            "the empty state"
+        );
+        server.kill_async().await;
+    }
+}
