@@ -95,6 +95,11 @@ impl Ui {
 
 fn to_sign_in(uri: &Uri) -> Response {
     let next = uri.path_and_query().map_or("/ui/runs", |p| p.as_str());
+    sign_in_then(next)
+}
+
+/// The redirect to the sign-in page, which then goes to `next`.
+fn sign_in_then(next: &str) -> Response {
     see_other(&format!("/ui/login?next={}", pct(next)))
 }
 
@@ -116,6 +121,9 @@ fn back_to(back: Option<&str>) -> &str {
     match back {
         Some(path)
             if path.starts_with("/ui/")
+                // Never the sign-in page itself: a signed-in browser sent
+                // there would be sent on to it again.
+                && !path.starts_with("/ui/login")
                 && !path.contains("//")
                 && !path.contains('\\')
                 && path.bytes().all(|b| b.is_ascii_graphic()) =>
@@ -248,6 +256,7 @@ mod tests {
             Some("/ui/\\evil"),
             Some("/ui/a\r\nSet-Cookie: x"),
             Some("/v1/runs"),
+            Some("/ui/login?next=/ui/login"),
         ] {
             assert_eq!(back_to(bad), "/ui/runs", "{bad:?}");
         }

@@ -149,7 +149,11 @@ pub(crate) fn check_post(
     if let Err(forgery) = csrf::same_origin(headers) {
         return Err(refuse(None, forgery));
     }
-    let signed = ui.signed_in(headers, uri)?;
+    // Signed out (the session expired while the page was open): sign in
+    // again, then back to the runs, not to this POST's address.
+    let Ok(signed) = ui.signed_in(headers, uri) else {
+        return Err(Box::new(super::sign_in_then("/ui/runs")));
+    };
     if !csrf::token_matches(&signed.session.csrf, sent_token) {
         return Err(refuse(Some(&signed), Forgery::Token));
     }
