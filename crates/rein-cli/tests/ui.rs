@@ -491,6 +491,25 @@ mod over_http {
         assert!(!page.contains("<img src=x"), "escaped");
         assert!(page.contains("&lt;img src=x onerror=alert(1)&gt; &quot;quoted&quot;"));
         let token = csrf(&page);
+        // Created within whole UTC days.
+        let listed = |query: &'static str| {
+            http.get(server.url(&format!("/ui/runs?{query}")))
+                .header("cookie", &session)
+                .send()
+        };
+        let all = listed("from=1970-01-01&to=9999-12-31").await.unwrap();
+        assert_eq!(all.status(), 200);
+        assert!(all.text().await.unwrap().contains(run));
+        let none = listed("from=9999-12-31")
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(!none.contains(run) && none.contains("No runs match these filters"));
+        let bad = listed("to=2026-02-30").await.unwrap();
+        assert_eq!(bad.status(), 400);
+        assert!(bad.text().await.unwrap().contains("is not a date"));
 
         // A listed CORS origin may call the API, not post the dashboard's
         // forms; nor may another site, even with the token.

@@ -109,6 +109,40 @@ pub(crate) fn iso_utc(ms: u64) -> String {
     )
 }
 
+/// The Unix milliseconds of the start (00:00 UTC) of `date`, written
+/// `YYYY-MM-DD` (as an `<input type="date">` sends it); `None` for anything
+/// else, or a date before 1970.
+pub(crate) fn utc_day_ms(date: &str) -> Option<u64> {
+    let mut parts = date.splitn(3, '-');
+    let (y, m, d) = (parts.next()?, parts.next()?, parts.next()?);
+    if y.len() != 4 || m.len() != 2 || d.len() != 2 {
+        return None;
+    }
+    let (y, m, d): (i64, u32, u32) = (y.parse().ok()?, m.parse().ok()?, d.parse().ok()?);
+    if !(1..=12).contains(&m) || d == 0 || d > 31 {
+        return None;
+    }
+    let days = days_from_civil(y, m, d);
+    // A day that does not exist (31 April) comes back as another date.
+    if civil_from_days(days) != (y, m, d) {
+        return None;
+    }
+    u64::try_from(days).ok()?.checked_mul(86_400_000)
+}
+
+/// Howard Hinnant's `days_from_civil`: the day count from 1970-01-01 of a
+/// proleptic Gregorian date.
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let m = i64::from(m);
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Howard Hinnant's `civil_from_days`: the proleptic Gregorian date of a
 /// day count from 1970-01-01 (written here rather than pulling in a date
 /// crate for one conversion).
@@ -167,6 +201,19 @@ mod tests {
         assert_eq!(iso_utc(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(iso_utc(1_767_225_600_123), "2026-01-01T00:00:00.123Z");
         assert_eq!(iso_utc(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(utc_day_ms("2026-01-01"), Some(1_767_225_600_000));
+        assert_eq!(utc_day_ms("2000-02-29"), Some(951_782_400_000));
+        assert_eq!(utc_day_ms("1970-01-01"), Some(0));
+        for bad in [
+            "2026-02-30",
+            "2026-13-01",
+            "1969-12-31",
+            "2026-1-01",
+            "x",
+            "",
+        ] {
+            assert_eq!(utc_day_ms(bad), None, "{bad}");
+        }
         assert_eq!(duration(850), "850 ms");
         assert_eq!(duration(12_400), "12.4 s");
         assert_eq!(duration(185_000), "3 min 05 s");

@@ -10,7 +10,7 @@ use rein_store::{RunCursor, RunRecord};
 
 use super::{Nav, page, problem_page, respond, run_link, status_badge};
 use crate::problem::Problem;
-use crate::ui::html::{Html, duration, pct};
+use crate::ui::html::{Html, duration, pct, utc_day_ms};
 use crate::ui::{Ui, see_other};
 
 /// The statuses a listing filters by, in the order a run passes them.
@@ -54,11 +54,30 @@ pub(crate) async fn list(
         }
     }
     // The API's parameters, as a form sends them (an empty select is "any").
-    let api: Vec<(String, String)> = pairs
+    let mut api: Vec<(String, String)> = pairs
         .iter()
         .filter(|(n, v)| matches!(n.as_str(), "status" | "agent" | "cursor") && !v.is_empty())
         .cloned()
         .collect();
+    // Whole UTC days, both included, as the API's exclusive milliseconds.
+    let (from, to) = (value("from"), value("to"));
+    for (date, name, shift) in [(&from, "created_after", 0), (&to, "created_before", 1)] {
+        let Some(date) = date else { continue };
+        let Some(day) = utc_day_ms(date) else {
+            let problem = Problem::bad_request(format!(
+                "{date:?} is not a date: write it YYYY-MM-DD (a UTC day, from 1970-01-01)"
+            ));
+            return problem_page(&ui, Some(&signed), &problem, "/ui/runs");
+        };
+        // The last day the API can name ends at its bound.
+        let ms = if shift == 0 {
+            day.saturating_sub(1)
+        } else {
+            day.saturating_add(86_400_000)
+        }
+        .min(crate::listing::MAX_CREATED_MS);
+        api.push((name.to_owned(), ms.to_string()));
+    }
     let listing = match crate::listing::parse(&api) {
         Ok(listing) => listing,
         Err(problem) => return problem_page(&ui, Some(&signed), &problem, "/ui/runs"),
@@ -75,17 +94,22 @@ pub(crate) async fn list(
             return problem_page(&ui, Some(&signed), &Problem::from(e), "/ui/runs");
         }
     };
-    let (status, agent) = (value("status"), value("agent"));
+    let filter_by = Filters {
+        status: value("status"),
+        agent: value("agent"),
+        from,
+        to,
+    };
     let mut body = Html::new();
     if let Some(id) = &notice {
         body.raw("<p class=\"error\" role=\"alert\">There is no run <code>")
             .text(id)
             .raw("</code> for your tenant. Check the id (the API's <code>run_id</code>).</p>");
     }
-    body.html(filters(&ui, status.as_deref(), agent.as_deref()));
+    body.html(filters(&ui, &filter_by));
     if runs.runs.is_empty() {
         body.raw("<p class=\"empty\">");
-        if status.is_some() || agent.is_some() || listing.cursor.is_some() {
+        if filter_by.any() || listing.cursor.is_some() {
             body.raw("No runs match these filters. <a href=\"/ui/runs\">Show all runs</a>.");
         } else {
             body.raw("No runs yet. Start one with <code>POST /v1/agents/&lt;agent&gt;/runs</code> (see <a href=\"/openapi.json\">/openapi.json</a>), or <code>rein run</code>; it will be listed here.");
@@ -97,12 +121,12 @@ pub(crate) async fn list(
     body.raw("<nav class=\"pager\" aria-label=\"Pages\">");
     if listing.cursor.is_some() {
         body.raw("<a href=\"")
-            .text(&href(status.as_deref(), agent.as_deref(), None))
+            .text(&filter_by.href(None))
             .raw("\">Newest runs</a>");
     }
     if let Some(next) = runs.next.as_ref().map(RunCursor::to_token) {
         body.raw("<a rel=\"next\" href=\"")
-            .text(&href(status.as_deref(), agent.as_deref(), Some(&next)))
+            .text(&filter_by.href(Some(&next)))
             .raw("\">Older runs →</a>");
     }
     body.raw("</nav>");
@@ -112,21 +136,43 @@ pub(crate) async fn list(
     )
 }
 
-fn href(status: Option<&str>, agent: Option<&str>, cursor: Option<&str>) -> String {
-    let mut query = Vec::new();
-    for (name, value) in [("status", status), ("agent", agent), ("cursor", cursor)] {
-        if let Some(value) = value {
-            query.push(format!("{name}={}", pct(value)));
-        }
+/// The filters a page was asked for, as the form names them.
+struct Filters {
+    status: Option<String>,
+    agent: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+}
+
+impl Filters {
+    fn any(&self) -> bool {
+        self.status.is_some() || self.agent.is_some() || self.from.is_some() || self.to.is_some()
     }
-    if query.is_empty() {
-        "/ui/runs".to_owned()
-    } else {
-        format!("/ui/runs?{}", query.join("&"))
+
+    /// This listing's address, from `cursor` on.
+    fn href(&self, cursor: Option<&str>) -> String {
+        let mut query = Vec::new();
+        for (name, value) in [
+            ("status", self.status.as_deref()),
+            ("agent", self.agent.as_deref()),
+            ("from", self.from.as_deref()),
+            ("to", self.to.as_deref()),
+            ("cursor", cursor),
+        ] {
+            if let Some(value) = value {
+                query.push(format!("{name}={}", pct(value)));
+            }
+        }
+        if query.is_empty() {
+            "/ui/runs".to_owned()
+        } else {
+            format!("/ui/runs?{}", query.join("&"))
+        }
     }
 }
 
-fn filters(ui: &Ui, status: Option<&str>, agent: Option<&str>) -> Html {
+fn filters(ui: &Ui, asked: &Filters) -> Html {
+    let (status, agent) = (asked.status.as_deref(), asked.agent.as_deref());
     let mut h = Html::new();
     h.raw("<div class=\"toolbar\"><form method=\"get\" action=\"/ui/runs\" class=\"filters\">")
         .raw("<label for=\"status\">Status</label><select id=\"status\" name=\"status\"><option value=\"\">any</option>");
@@ -145,7 +191,11 @@ fn filters(ui: &Ui, status: Option<&str>, agent: Option<&str>) -> Html {
         }
         h.raw(">").text(name).raw("</option>");
     }
-    h.raw("</select><button type=\"submit\">Filter</button></form>")
+    h.raw("</select><label for=\"from\">Created from (UTC day)</label><input id=\"from\" name=\"from\" type=\"date\" value=\"")
+        .text(asked.from.as_deref().unwrap_or_default())
+        .raw("\"><label for=\"to\">to (UTC day, included)</label><input id=\"to\" name=\"to\" type=\"date\" value=\"")
+        .text(asked.to.as_deref().unwrap_or_default())
+        .raw("\"><button type=\"submit\">Filter</button></form>")
         .raw("<form method=\"get\" action=\"/ui/runs\" class=\"search\" role=\"search\">")
         .raw("<label for=\"run-id\">Run id</label><input id=\"run-id\" name=\"id\" type=\"search\" placeholder=\"0190…\" required>")
         .raw("<button type=\"submit\">Open run</button></form></div>");
