@@ -1,12 +1,12 @@
 //! The operator's dashboard at `/ui`: runs, one run's live timeline,
-//! ledger and report, and the approvals and handoffs waiting for a human,
-//! with their decision buttons.
+//! ledger and report, the approvals and handoffs waiting for a human with
+//! their decision buttons, and the breakers.
 //!
 //! # Why server-rendered, in the binary
 //!
 //! An operator opens it on the server they already run: nothing to build,
 //! nothing fetched from another host. Pages are HTML written by the
-//! handlers ([`html`](self)), the stylesheet and the one small script are
+//! handlers (module `html`), the stylesheet and the one small script are
 //! embedded with `include_str!`, and every page works without the script;
 //! the script only shows times in the viewer's zone and follows a running
 //! run's events (an `EventSource` on the run's event stream).
