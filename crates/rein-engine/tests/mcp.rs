@@ -389,3 +389,110 @@ async fn a_pinned_tool_whose_definition_changed_is_not_called() {
     assert_eq!(calls, 1, "the changed tool was not called");
     session.close().await;
 }
+
+/// The reference server over streamable HTTP on a free loopback port,
+/// killed when dropped.
+struct HttpServer {
+    child: tokio::process::Child,
+    url: String,
+}
+
+impl HttpServer {
+    async fn start(entry: &Path) -> HttpServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut child = tokio::process::Command::new("node")
+            .arg(entry)
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        // It says when it listens.
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stderr));
+        let listening = tokio::time::timeout(PATIENCE, async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line.contains("listening on port") {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        assert_eq!(listening, Ok(true), "the HTTP server did not start");
+        HttpServer {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn over_streamable_http_discovery_a_call_and_a_cut_call() {
+    let Some(entry) = everything() else { return };
+    let mut server = HttpServer::start(&entry).await;
+    let session = McpSession::new(McpServerSpec::http("remote", &server.url));
+    let tools = discover(&session).await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "get-sum"));
+
+    let h = harness(Faults::none()).await;
+    let sum = ToolBinding::adapter(
+        "sum",
+        ToolClass::Read,
+        latency(Duration::from_secs(5)),
+        McpTool::new("sum", "get-sum", Arc::clone(&session), 10_000),
+    );
+    let slow = ToolBinding::adapter(
+        "slow_operation",
+        ToolClass::Irreversible,
+        latency(Duration::from_millis(300)),
+        McpTool::new(
+            "slow_operation",
+            "trigger-long-running-operation",
+            Arc::clone(&session),
+            10_000,
+        ),
+    );
+    let mut a = with_tool(
+        with_tool(
+            agent(
+                &h.desk,
+                script(json!([
+                    call("sum", json!({"a": 20, "b": 22})),
+                    call("slow_operation", json!({"duration": 30, "steps": 30})),
+                    answer("done")
+                ])),
+                false,
+            ),
+            sum,
+        ),
+        slow,
+    );
+    a.on_failure = FailurePolicy::Continue;
+    let out = run(&h, &a).await;
+    let events = h.store.events(&out.run_id, 0).await.unwrap();
+    let finished: Vec<String> = events
+        .iter()
+        .filter_map(|e| match &e.data {
+            rein_core::EventData::ToolCallFinished(f) => Some(format!("{f:?}")),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        finished[0].starts_with("Succeeded(") && finished[0].contains("tool: \"sum\""),
+        "{finished:#?}"
+    );
+    let ledger = h.store.ledger(&out.run_id).await.unwrap();
+    assert_eq!(ledger.len(), 1, "{ledger:#?}");
+    let cut = ledger[0].failure.as_ref().unwrap();
+    assert_eq!(cut.category(), Category::Timeout, "{cut:?}");
+    assert_eq!(ledger[0].attempts, 1);
+    session.close().await;
+    server.child.kill().await.unwrap();
+}

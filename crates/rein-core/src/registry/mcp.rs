@@ -250,15 +250,10 @@ pub(super) fn check_mcp_server(
                 }
             }
             match valid_url(url.trim()) {
-                // Refused until rein's client speaks it, rather than
-                // accepted and failing every call.
-                Ok(()) => {
-                    report(
-                        "url",
-                        "names a streamable HTTP server, which this version of rein cannot reach yet; start the server over stdio with `command`".to_owned(),
-                    );
-                    None
-                }
+                Ok(()) => Some(McpTransport::Http {
+                    url: url.trim().to_owned(),
+                    headers: c.headers.clone(),
+                }),
                 Err(why) => {
                     report("url", why);
                     None
@@ -344,11 +339,12 @@ mod tests {
     }
 
     #[test]
-    fn an_http_server_is_refused_until_it_can_be_reached() {
-        assert_eq!(
-            checked(r#"url = "http://127.0.0.1:3001/mcp""#).unwrap_err(),
-            ["mcp_servers.docs.url"]
-        );
+    fn an_http_server_needs_an_absolute_url() {
+        let spec = checked(
+            r#"url = "http://127.0.0.1:3001/mcp", headers = { Authorization = "Bearer x" }"#,
+        )
+        .unwrap();
+        assert!(matches!(spec.transport, McpTransport::Http { .. }));
         assert_eq!(
             checked(r#"url = "127.0.0.1:3001/mcp""#).unwrap_err(),
             ["mcp_servers.docs.url"]
@@ -364,11 +360,7 @@ mod tests {
         );
         assert_eq!(
             checked(r#"url = "http://h/mcp", args = ["a"], env = { A = "b" }"#).unwrap_err(),
-            [
-                "mcp_servers.docs.args",
-                "mcp_servers.docs.env",
-                "mcp_servers.docs.url"
-            ]
+            ["mcp_servers.docs.args", "mcp_servers.docs.env"]
         );
         assert_eq!(
             checked(r#"command = "x", headers = { A = "b" }"#).unwrap_err(),

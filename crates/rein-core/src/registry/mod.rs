@@ -53,7 +53,7 @@
 //! | a `command` adapter with an empty `program`, a `status_url` (a command has no lookup by key), an `env` name that is not a variable name or starts with `REIN_`, a NUL byte in `program`, `args` or `env` | `tools.NAME.adapter.*` |
 //! | an `agent` adapter naming no agent or an unknown one, a `budget_ratio` outside (0, 1], a zero cap (`max_tokens`, `max_steps`, `wall_clock`, `max_cost_usd`), or a `status_url` | `tools.NAME.adapter.*` |
 //! | an `mcp` adapter naming no server or an unknown one, an empty `tool`, or a `status_url` (MCP has no lookup by key) | `tools.NAME.adapter.*` |
-//! | an MCP server with neither or both of `command` and `url`, a setting of the other transport, an `env` name that is not a variable name, a NUL byte, a `connect_timeout` out of (0, 5 min], or a `url` (streamable HTTP is not reachable yet) | `mcp_servers.NAME.<field>` |
+//! | an MCP server with neither or both of `command` and `url`, a setting of the other transport, an `env` name that is not a variable name, a NUL byte, a `url` that is not absolute `http`/`https`, or a `connect_timeout` out of (0, 5 min] | `mcp_servers.NAME.<field>` |
 //! | a schema whose top-level type is not `object`, a property without a description, or one the schema compiler refuses | `tools.NAME.schema.*` |
 //! | any value refused by rein-core's own config types (budget, retry, loop guard, breakers, latency) | their field, under the table path |
 //! | any duration longer than [`MAX_DURATION`](crate::config::MAX_DURATION) (366 d): deadlines and lease expiries would overflow | the field (with its line) |

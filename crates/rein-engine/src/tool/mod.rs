@@ -9,7 +9,7 @@
 //! | command | [`command`] (unix) | a local program in its own process group, under a lease |
 //! | agent | `agent` (an [`Engine`](crate::run::Engine) method) | a child run of another agent, on a share of the budget |
 //! | in_process | [`in_process`] | an async Rust function of the embedding program |
-//! | mcp | [`mcp`] | a tool of an MCP server, over its stdio |
+//! | mcp | [`mcp`] | a tool of an MCP server, over its stdio or streamable HTTP |
 //!
 //! A kind the engine does not build in implements [`ToolAdapter`] (one
 //! module) and is bound as [`ToolTarget::Adapter`](crate::run::ToolTarget::Adapter)

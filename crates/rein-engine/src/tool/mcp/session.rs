@@ -18,17 +18,19 @@
 //! connection closed and starts the server again, so a read retried after
 //! the crash is served; nothing is re-sent here.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rein_core::registry::{McpServerSpec, McpTransport};
 
 use super::discover::{DiscoverError, McpToolDefinition};
+use http::{HeaderName, HeaderValue};
 use rmcp::ServiceExt as _;
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
 use rmcp::service::{Peer, RoleClient, RunningService};
-use rmcp::transport::TokioChildProcess;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 
 /// Why a session could not be opened.
@@ -71,6 +73,26 @@ struct Open {
     /// The server's tools by name, listed once per connection (a server
     /// started again may have changed them).
     tools: Option<Arc<BTreeMap<String, McpToolDefinition>>>,
+}
+
+/// The HTTP client of the streamable HTTP transport: rustls on the ring
+/// provider with the Mozilla roots, as rein's other clients, configured
+/// here because rmcp's client is on another reqwest than rein's (0.13, built
+/// without a TLS provider of its own).
+fn http_client() -> Result<reqwest_013::Client, ConnectError> {
+    let roots = rustls::RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| ConnectError::Unsupported(format!("TLS: {e}")))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    reqwest_013::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .redirect(reqwest_013::redirect::Policy::none())
+        .build()
+        .map_err(|e| ConnectError::Unsupported(format!("cannot build the HTTP client: {e}")))
 }
 
 /// A connection to one MCP server.
@@ -230,9 +252,23 @@ impl McpSession {
                     .await
                     .map_err(|e| ConnectError::Handshake(e.to_string()))
             }
-            McpTransport::Http { .. } => Err(ConnectError::Unsupported(
-                "the streamable HTTP transport is not built in yet".to_owned(),
-            )),
+            McpTransport::Http { url, headers } => {
+                let mut custom = HashMap::new();
+                for (name, value) in headers {
+                    let header = HeaderName::from_bytes(name.as_bytes())
+                        .map_err(|e| ConnectError::Unsupported(format!("header `{name}`: {e}")))?;
+                    let value = HeaderValue::from_str(value)
+                        .map_err(|e| ConnectError::Unsupported(format!("header `{name}`: {e}")))?;
+                    custom.insert(header, value);
+                }
+                let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                    .custom_headers(custom);
+                let transport = StreamableHttpClientTransport::with_client(http_client()?, config);
+                client
+                    .serve(transport)
+                    .await
+                    .map_err(|e| ConnectError::Handshake(e.to_string()))
+            }
             other => Err(ConnectError::Unsupported(format!(
                 "the transport {other:?} is not supported"
             ))),
