@@ -101,7 +101,7 @@ async fn wait_for(path: &Path, needle: &str) -> String {
     let start = Instant::now();
     loop {
         let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.contains(needle) {
+        if text.contains(needle) && !text.is_empty() {
             return text;
         }
         assert!(
@@ -514,4 +514,40 @@ async fn a_server_that_never_completes_the_handshake_fails_at_its_connect_timeou
             .contains("did not complete the MCP handshake within 300ms"),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn closing_a_session_stops_the_servers_whole_process_group() {
+    let Some(entry) = everything() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let pid = dir.path().join("sleeper.pid");
+    // The server starts a process of its own, as `npx` starts node.
+    let shell = format!(
+        "sleep 300 & echo $! > '{pid}'; exec node '{entry}' stdio",
+        pid = pid.display(),
+        entry = entry.display()
+    );
+    let session = McpSession::new(McpServerSpec::stdio(
+        "grouped",
+        "sh",
+        ["-c".to_owned(), shell],
+    ));
+    discover(&session).await.unwrap();
+    let sleeper = wait_for(&pid, "").await.trim().to_owned();
+    let alive = |pid: &str| {
+        std::process::Command::new("kill")
+            .args(["-0", pid])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    assert!(alive(&sleeper));
+    session.close().await;
+    let start = Instant::now();
+    while alive(&sleeper) {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the server's child {sleeper} outlived it"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -66,13 +66,40 @@ pub const INHERITED_ENV: [&str; 8] = [
 
 type Service = RunningService<RoleClient, ClientConfig>;
 
+/// The process group of a stdio server (its pid, which leads it).
+///
+/// # Why rein kills the group itself
+///
+/// A server that exits when its stdin closes leaves behind what it started
+/// (`npx` starts node; a server may start workers), and the SDK only stops
+/// the process it spawned. Dropped with the connection, the whole group is
+/// killed, whether the server exited cleanly, died, or is still running.
+#[derive(Debug)]
+struct ServerGroup(Option<u32>);
+
+impl Drop for ServerGroup {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        if let Some(pid) = self.0.and_then(|pid| i32::try_from(pid).ok()) {
+            // ESRCH (already gone) is the common case and fine.
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
 /// An open connection, and what its server listed on it.
 #[derive(Debug)]
 struct Open {
+    /// Dropped after the service (field order): the server first sees its
+    /// stdin close, then its group is killed.
     service: Service,
     /// The server's tools by name, listed once per connection (a server
     /// started again may have changed them).
     tools: Option<Arc<BTreeMap<String, McpToolDefinition>>>,
+    _group: Option<ServerGroup>,
 }
 
 /// The HTTP client of the streamable HTTP transport: rustls on the ring
@@ -183,12 +210,13 @@ impl McpSession {
             // A closed one is dropped first: its child is killed and reaped.
             *open = None;
             let timeout = self.spec.connect_timeout;
-            let service = tokio::time::timeout(timeout, self.connect())
+            let (service, group) = tokio::time::timeout(timeout, self.connect())
                 .await
                 .map_err(|_| ConnectError::Timeout(timeout))??;
             *open = Some(Open {
                 service,
                 tools: None,
+                _group: group,
             });
         }
         open.as_mut()
@@ -203,7 +231,7 @@ impl McpSession {
         }
     }
 
-    async fn connect(&self) -> Result<Service, ConnectError> {
+    async fn connect(&self) -> Result<(Service, Option<ServerGroup>), ConnectError> {
         let client = ClientConfig::new(
             ClientCapabilities::default(),
             Implementation::new("rein", env!("CARGO_PKG_VERSION")),
@@ -226,8 +254,10 @@ impl McpSession {
                 if let Some(dir) = working_dir {
                     command.current_dir(dir);
                 }
-                // Its own process group: a terminal's Ctrl-C reaches rein,
-                // which then stops the server, not the server directly.
+                // Its own process group, stopped as a whole when the
+                // connection goes (`ServerGroup`): a terminal's Ctrl-C
+                // reaches rein, which then stops the server, and what the
+                // server started (`npx`'s node) goes with it.
                 #[cfg(unix)]
                 command.process_group(0);
                 let spawn_error = |source| ConnectError::Spawn {
@@ -238,6 +268,7 @@ impl McpSession {
                     .stderr(Stdio::piped())
                     .spawn()
                     .map_err(spawn_error)?;
+                let group = ServerGroup(transport.id());
                 if let Some(stderr) = stderr {
                     let server = self.spec.name.clone();
                     tokio::spawn(async move {
@@ -247,10 +278,11 @@ impl McpSession {
                         }
                     });
                 }
-                client
+                let service = client
                     .serve(transport)
                     .await
-                    .map_err(|e| ConnectError::Handshake(e.to_string()))
+                    .map_err(|e| ConnectError::Handshake(e.to_string()))?;
+                Ok((service, Some(group)))
             }
             McpTransport::Http { url, headers } => {
                 let mut custom = HashMap::new();
@@ -264,10 +296,11 @@ impl McpSession {
                 let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .custom_headers(custom);
                 let transport = StreamableHttpClientTransport::with_client(http_client()?, config);
-                client
+                let service = client
                     .serve(transport)
                     .await
-                    .map_err(|e| ConnectError::Handshake(e.to_string()))
+                    .map_err(|e| ConnectError::Handshake(e.to_string()))?;
+                Ok((service, None))
             }
             other => Err(ConnectError::Unsupported(format!(
                 "the transport {other:?} is not supported"
