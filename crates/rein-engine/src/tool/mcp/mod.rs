@@ -47,8 +47,8 @@ use rein_core::{Category, Effect, Failure};
 use rmcp::model::{CallToolRequestParams, JsonObject, MetaObject, RequestMetaObject};
 use serde_json::Value;
 
-pub use discover::{McpToolDefinition, ToolHints, discover};
-pub use session::McpSession;
+pub use discover::{DiscoverError, McpToolDefinition, ToolHints, discover};
+pub use session::{ConnectError, INHERITED_ENV, McpSession};
 
 use super::adapter::ToolAdapter;
 use super::{Attempt, ToolOutput};
