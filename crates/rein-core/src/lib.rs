@@ -54,6 +54,7 @@ pub mod idempotency;
 pub mod ids;
 pub mod latency;
 pub mod ledger;
+pub mod lint;
 pub mod loop_guard;
 pub mod model;
 pub mod outcome;

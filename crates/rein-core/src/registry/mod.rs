@@ -53,6 +53,7 @@
 //! | a `command` adapter with an empty `program`, a `status_url` (a command has no lookup by key), an `env` name that is not a variable name or starts with `REIN_`, a NUL byte in `program`, `args` or `env` | `tools.NAME.adapter.*` |
 //! | an `agent` adapter naming no agent or an unknown one, a `budget_ratio` outside (0, 1], a zero cap (`max_tokens`, `max_steps`, `wall_clock`, `max_cost_usd`), or a `status_url` | `tools.NAME.adapter.*` |
 //! | a schema whose top-level type is not `object`, a property without a description, or one the schema compiler refuses | `tools.NAME.schema.*` |
+//! | a `lint.allow` entry without `rule` or `reason` (blank counts as missing), naming an unknown rule, or silencing one a second time | `tools.NAME.lint.allow[N].*` |
 //! | any value refused by rein-core's own config types (budget, retry, loop guard, breakers, latency) | their field, under the table path |
 //! | any duration longer than [`MAX_DURATION`](crate::config::MAX_DURATION) (366 d): deadlines and lease expiries would overflow | the field (with its line) |
 //! | `[breakers]` or `[server]` in two files | `breakers` / `server` (in the later file) |
@@ -128,6 +129,7 @@ mod config;
 mod constants;
 mod exposure;
 mod fan_out;
+mod lint_allow;
 mod metrics_labels;
 mod model_tools;
 mod planner;
@@ -180,6 +182,7 @@ pub use exposure::{
 pub use fan_out::{
     DEFAULT_MAX_CALLS_PER_TURN, FanOutConfig, FanOutLimits, MAX_CALLS_PER_TURN, ResourceKey,
 };
+pub use lint_allow::{AllowConfig, ToolLintConfig};
 pub use metrics_labels::{
     DEFAULT_METRICS_LABEL_VALUES, MAX_METRICS_LABEL_VALUES, MetricsLabels, MetricsLabelsConfig,
 };
