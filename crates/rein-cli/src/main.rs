@@ -15,6 +15,7 @@ mod idempotency;
 mod key;
 mod latency;
 mod limits;
+mod lint;
 mod log;
 mod migrate;
 mod output_fields;
@@ -62,6 +63,14 @@ enum Command {
     ///
     /// Exits 0 when the config loads, 1 when it has problems.
     Check(check::CheckArgs),
+    /// Lint the tool definitions a model sees: seed 002's rules on names,
+    /// descriptions and schemas (side effect first, units, enums, ids,
+    /// examples, confirmation, strict mode, hidden text, ...), each
+    /// finding with its file, line, tool, field, rule id and a fix.
+    ///
+    /// Exits 0 when no finding is at or above --deny (warning; notes alone
+    /// pass), 1 when one is, 2 when the config could not be read.
+    Lint(lint::LintArgs),
     /// Run the order-desk scenario end to end, with no setup.
     ///
     /// Starts a loopback order desk whose first delivery update applies but
@@ -191,6 +200,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Key(args) => key::run(args).map(|()| ExitCode::SUCCESS),
         Command::Check(args) => return check::run(args),
+        Command::Lint(args) => return lint::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Dev(args) => dev::run(args),
         Command::Run(args) => run::run(args),

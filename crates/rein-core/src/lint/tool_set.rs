@@ -30,7 +30,8 @@ struct Use<'a> {
 }
 
 /// Parameters that are the same words spelled differently: every spelling
-/// but the most common one (ties: the first in name order) is flagged.
+/// but the most common one (ties: snake_case, then the first in name
+/// order) is flagged.
 fn inconsistent_spelling(tools: &[ToolDefinition], out: &mut Vec<Finding>) {
     let mut concepts: BTreeMap<String, Vec<Use<'_>>> = BTreeMap::new();
     for tool in tools {
@@ -53,9 +54,12 @@ fn inconsistent_spelling(tools: &[ToolDefinition], out: &mut Vec<Finding>) {
         if spellings.len() < 2 {
             continue;
         }
+        // The most used spelling; a tie goes to snake_case (what JSON
+        // Schema examples and rein's own config use), then to the first.
+        let snake = |name: &str| !name.chars().any(char::is_uppercase);
         let Some((common, _)) = spellings
             .iter()
-            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+            .max_by(|a, b| (a.1, snake(a.0)).cmp(&(b.1, snake(b.0))).then(b.0.cmp(a.0)))
         else {
             continue;
         };
