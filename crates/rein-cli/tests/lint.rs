@@ -318,6 +318,18 @@ fn an_unknown_rule_or_a_missing_reason_is_refused_by_check_and_lint() {
 }
 
 #[test]
+fn unset_variables_do_not_stop_the_lint() {
+    // Linting reads definitions, not a deployment: CI needs no URLs.
+    let out = rein(&["lint", "--config", example().to_str().unwrap()], &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn a_config_that_does_not_load_exits_2() {
     let out = lint(Path::new("/nonexistent/rein.toml"), &[]);
     assert_eq!(out.status.code(), Some(2));

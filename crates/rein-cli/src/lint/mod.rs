@@ -7,6 +7,12 @@
 //! finding is placed at its field's line with the same source maps
 //! `rein check` uses.
 //!
+//! One difference: a `${VAR}` that is not set reads as
+//! [`UNSET_PLACEHOLDER`] instead of being a problem. The lint reads tool
+//! definitions, not a deployment, and CI should not need the deployment's
+//! URLs and tokens to lint them. (A value the placeholder does not fit,
+//! such as `http://${HOST}:8080`, still needs its variable set.)
+//!
 //! | exit | when |
 //! | --- | --- |
 //! | 0 | no finding at or above `--deny` (default `warning`): notes alone pass |
@@ -25,6 +31,11 @@ use serde_json::{Value, json};
 
 use crate::log::{Level, note};
 
+/// What an unset `${VAR}` reads as while linting: an absolute URL of a
+/// reserved domain that never resolves, so that the `${BASE}/path` form of
+/// tool URLs and provider base URLs still loads.
+pub const UNSET_PLACEHOLDER: &str = "http://unset.invalid";
+
 /// Arguments of `rein lint`.
 #[derive(Debug, Args)]
 #[command(after_help = "\
@@ -42,7 +53,7 @@ Exit status: 0 when no finding is at or above --deny (notes alone pass),
 1 when one is, 2 when the config could not be read.")]
 pub struct LintArgs {
     /// The config: a TOML file or a directory of them (read as `rein
-    /// check` reads it; its `${VAR}`s must be set).
+    /// check` reads it, an unset `${VAR}` as `http://unset.invalid`).
     #[arg(long, short)]
     config: PathBuf,
     /// The output: `text` (compiler-style, one finding and its help per
@@ -107,7 +118,12 @@ pub(crate) struct Placed<'r> {
 
 /// Runs `rein lint`; see the module docs for the exit status.
 pub fn run(args: LintArgs) -> ExitCode {
-    let loaded = match Loader::new().load_with_warnings(&args.config) {
+    let env = |name: &str| {
+        std::env::var(name)
+            .ok()
+            .or_else(|| Some(UNSET_PLACEHOLDER.to_owned()))
+    };
+    let loaded = match Loader::with_env(env).load_with_warnings(&args.config) {
         Ok(loaded) => loaded,
         Err(errors) => {
             for problem in errors.problems() {

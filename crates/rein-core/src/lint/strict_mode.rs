@@ -63,6 +63,8 @@ pub(super) fn check(tool: &ToolDefinition, out: &mut Vec<Finding>) {
         properties: 0,
         enum_values: 0,
         too_deep: false,
+        open: Vec::new(),
+        optional: Vec::new(),
     };
     if !types(root).contains(&"object") || root.contains_key("anyOf") {
         walk.finding(
@@ -71,6 +73,34 @@ pub(super) fn check(tool: &ToolDefinition, out: &mut Vec<Finding>) {
         );
     }
     walk.schema(root, "schema", 1);
+    // One finding for all open objects and one for all optional
+    // properties: a schema written without strict mode in mind has many,
+    // and one fix each.
+    if let Some(first) = walk.open.first().cloned() {
+        let message = match walk.open.len() {
+            1 => "an object without additionalProperties = false".to_owned(),
+            n => format!(
+                "{} without additionalProperties = false: {}",
+                plural(n, "object"),
+                listed(&walk.open)
+            ),
+        };
+        walk.finding(&first, message);
+    }
+    if let Some((first, _)) = walk.optional.first().cloned() {
+        let names: Vec<String> = walk.optional.iter().map(|(_, name)| name.clone()).collect();
+        let message = match names.as_slice() {
+            [name] => format!(
+                "`{name}` is not in `required`: strict mode wants every property required, an optional one as a union with null"
+            ),
+            _ => format!(
+                "{} not in `required` ({}): strict mode wants every property required, an optional one as a union with null",
+                plural(names.len(), "property"),
+                listed(&names)
+            ),
+        };
+        walk.finding(&first, message);
+    }
     if walk.properties > MAX_STRICT_PROPERTIES {
         let n = walk.properties;
         walk.finding(
@@ -93,6 +123,33 @@ struct Walk<'t, 'o> {
     properties: usize,
     enum_values: usize,
     too_deep: bool,
+    /// Objects without `additionalProperties: false`, by field.
+    open: Vec<String>,
+    /// Properties not in their object's `required`: field and name.
+    optional: Vec<(String, String)>,
+}
+
+/// "3 objects", "2 properties" (`n` is more than one).
+fn plural(n: usize, what: &str) -> String {
+    match what.strip_suffix('y') {
+        Some(stem) => format!("{n} {stem}ies"),
+        None => format!("{n} {what}s"),
+    }
+}
+
+/// The first few of `items`, quoted, and how many more.
+fn listed(items: &[String]) -> String {
+    const SHOWN: usize = 3;
+    let mut text = items
+        .iter()
+        .take(SHOWN)
+        .map(|item| format!("`{item}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > SHOWN {
+        text.push_str(&format!(" and {} more", items.len() - SHOWN));
+    }
+    text
 }
 
 impl Walk<'_, '_> {
@@ -127,10 +184,7 @@ impl Walk<'_, '_> {
                 );
             }
             if schema.get("additionalProperties") != Some(&Value::Bool(false)) {
-                self.finding(
-                    at,
-                    "an object needs additionalProperties = false".to_owned(),
-                );
+                self.open.push(at.to_owned());
             }
             let required: Vec<&str> = schema
                 .get("required")
@@ -142,10 +196,7 @@ impl Walk<'_, '_> {
                     self.properties += 1;
                     let field = format!("{at}.properties.{name}");
                     if !required.contains(&name.as_str()) {
-                        self.finding(
-                            &field,
-                            format!("`{name}` is not in `required`: strict mode wants every property required (an optional one as a union with null)"),
-                        );
+                        self.optional.push((field.clone(), name.clone()));
                     }
                     if let Some(property) = property.as_object() {
                         self.schema(property, &field, depth + 1);
@@ -187,7 +238,9 @@ mod tests {
         let tool = ToolDefinition::new("t", "Does t.", schema);
         let mut out = Vec::new();
         check(&tool, &mut out);
-        out.into_iter().map(|f| f.field).collect()
+        let mut fields: Vec<String> = out.into_iter().map(|f| f.field).collect();
+        fields.sort();
+        fields
     }
 
     #[test]
@@ -217,6 +270,37 @@ mod tests {
                 "schema",
                 "schema.properties.a",
                 "schema.properties.a.maxLength"
+            ]
+        );
+    }
+
+    #[test]
+    fn many_open_objects_and_optional_properties_are_one_finding_each() {
+        let loose = json!({
+            "type": "object",
+            "properties": {
+                "a": {"type": "string"}, "b": {"type": "string"}, "c": {"type": "string"}, "d": {"type": "string"},
+                "e": {"type": "object", "properties": {}}
+            },
+        });
+        let tool = ToolDefinition::new("t", "Does t.", loose);
+        let mut out = Vec::new();
+        check(&tool, &mut out);
+        let said: Vec<(&str, &str)> = out
+            .iter()
+            .map(|f| (f.field.as_str(), f.message.as_str()))
+            .collect();
+        assert_eq!(
+            said,
+            [
+                (
+                    "schema",
+                    "2 objects without additionalProperties = false: `schema`, `schema.properties.e`"
+                ),
+                (
+                    "schema.properties.a",
+                    "5 properties not in `required` (`a`, `b`, `c` and 2 more): strict mode wants every property required, an optional one as a union with null"
+                ),
             ]
         );
     }
