@@ -41,7 +41,7 @@
 //! | `instruction-like-text` | warning | "ignore previous instructions", "you must always", `<IMPORTANT>`, "do not tell the user", paths to secrets |
 //!
 //! Each rule's full heuristic is [`Rule::looks_for`]; `docs/lint.md`
-//! repeats this table with examples.
+//! gives them all, with the command's usage (a test keeps the two equal).
 //!
 //! # Silencing
 //!

@@ -171,10 +171,10 @@ impl Rule {
     pub fn looks_for(self) -> &'static str {
         match self {
             Rule::VerbObjectFirst => {
-                "The description's first sentence (up to the first `.`, `!` or `?` followed by a space, `e.g.` and `i.e.` excepted) must not open with a non-verb such as `This`, `The`, `A`, `Tool`, `Used`, `Allows`; must have at least two words (a verb and its object); and its first verb must not contradict the class: a read-only verb (`get`, `list`, `search`, …) on a write, or a write verb (`send`, `delete`, `update`, …) on a read."
+                "The description's first sentence (up to the first `.`, `!` or `?` followed by a space or the end, `e.g.`, `i.e.`, `etc.` and `vs.` excepted) must not open with a non-verb such as `This`, `The`, `A`, `Tool`, `Used`, `Allows`; must have at least two words (a verb and its object); and the verb it opens with (after an adverb such as `Permanently`) must not contradict the class: a read verb (`get`, `list`, `search`, …) on a write, or an unambiguous write verb (`send`, `delete`, `update`, …; not `add`, `run` or `open`) on a read."
             }
             Rule::NameDescriptionMismatch => {
-                "The name's first word is a verb of one kind (read or write) and the description's first verb of the other; or the name says a general channel (`notification`, `message`, `alert`) and the description names exactly one specific channel (`email`, `SMS`, `Slack`, …); or the name names one channel and the description another. A name whose object words (after the verb) all appear nowhere in the description is a note."
+                "The name's first word is a verb of one kind (read or write) and the description's opening verb of the other; or the name says a general channel (`notification`, `message`, `alert`) and the description names exactly one specific channel (`email`, `SMS`, `Slack`, …); or the name names one channel and the description another. A name whose object words (after the verb) all appear nowhere in the description is a note."
             }
             Rule::DescriptionLength => {
                 "More than 200 words in the tool's description: past that, the tool probably does too many things and should be split."
@@ -319,6 +319,22 @@ mod tests {
     fn an_unknown_id_is_refused_naming_the_known_ones() {
         let error = "free-text".parse::<Rule>().unwrap_err();
         assert!(error.to_string().contains("free-text-enum"), "{error}");
+    }
+
+    /// The docs' rule list is the catalogue's: a rule added or a heuristic
+    /// changed here without the docs fails.
+    #[test]
+    fn docs_lint_md_describes_every_rule_as_the_catalogue_does() {
+        let docs = include_str!("../../../../docs/lint.md");
+        for rule in Rule::ALL {
+            let heading = format!("### `{}` ({})", rule.id(), rule.severity());
+            assert!(docs.contains(&heading), "docs/lint.md lacks {heading}");
+            assert!(
+                docs.contains(rule.looks_for()),
+                "docs/lint.md does not say what `{}` looks for as Rule::looks_for does",
+                rule.id()
+            );
+        }
     }
 
     #[test]
