@@ -209,6 +209,29 @@ fn json_lists_every_finding_with_its_place_and_the_silenced_with_their_reasons()
 }
 
 #[test]
+fn an_allowance_that_silences_nothing_is_a_note_that_does_not_fail() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.toml");
+    let schema = r#"{ type = "object", properties = { order_id = { type = "string", description = "The order id from the buyer, e.g. A-1." } }, required = ["order_id"], additionalProperties = false }"#;
+    let config = format!(
+        "{}[tools.get_order.lint]\nallow = [{{ rule = \"missing-unit\", reason = \"once had a timeout\" }}]\n",
+        tool("get_order", "Look up one order.", "read", schema)
+    );
+    fs::write(&path, config).unwrap();
+    let out = lint(&path, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let file = path.display().to_string();
+    assert!(
+        stdout(&out).starts_with(&format!("{file}:8:10: note: tool `get_order` field `tools.get_order.lint.allow[0]`: silences `missing-unit`, which finds nothing here\n")),
+        "{}",
+        stdout(&out)
+    );
+    let doc = json(&lint(&path, &["--json"]));
+    assert_eq!(doc["unused_allowances"][0]["rule"], "missing-unit");
+    assert_eq!(doc["unused_allowances"][0]["line"], 8);
+}
+
+#[test]
 fn deny_sets_the_severity_that_fails() {
     let dir = tempfile::tempdir().unwrap();
     let config = bad_config(dir.path());

@@ -63,7 +63,9 @@ pub struct LintArgs {
     format: Format,
     /// Shorthand for `--format json`: `{"ok", "deny", "tools", "counts",
     /// "findings": [{"rule", "severity", "tool", "field", "message",
-    /// "help", "file", "line"?, "column"?}], "silenced": [{…, "reason"}]}`.
+    /// "help", "file", "line"?, "column"?}], "silenced": [{…, "reason"}],
+    /// "unused_allowances": [{"tool", "rule", "field", "file", "line"?,
+    /// "column"?}]}`.
     #[arg(long, conflicts_with = "format")]
     json: bool,
     /// The lowest severity that fails the lint (exit 1).
@@ -147,11 +149,12 @@ pub fn run(args: LintArgs) -> ExitCode {
     let deny = Severity::from(args.deny);
     let format = if args.json { Format::Json } else { args.format };
     let placed = place(&loaded, &report);
+    let unused = unused(&loaded, &report);
     match format {
-        Format::Text => print_text(&report, &placed, definitions.len()),
+        Format::Text => print_text(&report, &placed, &unused, definitions.len()),
         Format::Json => println!(
             "{}",
-            json_document(&report, &placed, deny, definitions.len())
+            json_document(&report, &placed, &unused, deny, definitions.len())
         ),
         Format::Sarif => println!("{}", sarif::log(&placed)),
     }
@@ -194,6 +197,39 @@ fn place<'r>(loaded: &Loaded, report: &'r Report) -> Vec<Placed<'r>> {
         .collect()
 }
 
+/// An allowance that silenced nothing, and where it is written.
+pub(crate) struct Unused {
+    pub tool: String,
+    pub rule: &'static str,
+    pub file: PathBuf,
+    /// `tools.NAME.lint.allow[N]`.
+    pub config_field: String,
+    pub position: Option<Position>,
+}
+
+fn unused(loaded: &Loaded, report: &Report) -> Vec<Unused> {
+    report
+        .unused
+        .iter()
+        .map(|u| {
+            let file = loaded
+                .registry
+                .tool(&u.tool)
+                .map(|tool| tool.source.clone())
+                .unwrap_or_default();
+            let config_field = format!("tools.{}.lint.allow[{}]", u.tool, u.index);
+            let position = loaded.sources.locate(&file, &config_field);
+            Unused {
+                tool: u.tool.clone(),
+                rule: u.rule.id(),
+                file,
+                config_field,
+                position,
+            }
+        })
+        .collect()
+}
+
 fn location(file: &Path, position: Option<Position>) -> String {
     match position {
         Some(Position { line, column }) => format!("{}:{line}:{column}", file.display()),
@@ -201,10 +237,20 @@ fn location(file: &Path, position: Option<Position>) -> String {
     }
 }
 
-fn print_text(report: &Report, placed: &[Placed<'_>], tools: usize) {
+fn print_text(report: &Report, placed: &[Placed<'_>], unused: &[Unused], tools: usize) {
     for p in placed.iter().filter(|p| p.reason.is_none()) {
         println!("{}: {}", location(&p.file, p.position), p.finding);
         println!("  help: {}", p.finding.help);
+    }
+    for u in unused {
+        println!(
+            "{}: note: tool `{}` field `{}`: silences `{}`, which finds nothing here",
+            location(&u.file, u.position),
+            u.tool,
+            u.config_field,
+            u.rule
+        );
+        println!("  help: remove the allowance, so that it hides no future finding");
     }
     let counts: Vec<String> = [Severity::Error, Severity::Warning, Severity::Note]
         .into_iter()
@@ -251,7 +297,13 @@ fn finding_json(p: &Placed<'_>) -> Value {
     doc
 }
 
-fn json_document(report: &Report, placed: &[Placed<'_>], deny: Severity, tools: usize) -> Value {
+fn json_document(
+    report: &Report,
+    placed: &[Placed<'_>],
+    unused: &[Unused],
+    deny: Severity,
+    tools: usize,
+) -> Value {
     let (silenced, standing): (Vec<&Placed<'_>>, Vec<&Placed<'_>>) =
         placed.iter().partition(|p| p.reason.is_some());
     json!({
@@ -265,5 +317,20 @@ fn json_document(report: &Report, placed: &[Placed<'_>], deny: Severity, tools: 
         },
         "findings": standing.into_iter().map(finding_json).collect::<Vec<Value>>(),
         "silenced": silenced.into_iter().map(finding_json).collect::<Vec<Value>>(),
+        "unused_allowances": unused.iter().map(unused_json).collect::<Vec<Value>>(),
     })
+}
+
+fn unused_json(u: &Unused) -> Value {
+    let mut doc = json!({
+        "tool": u.tool,
+        "rule": u.rule,
+        "field": u.config_field,
+        "file": u.file.display().to_string(),
+    });
+    if let (Some(position), Some(map)) = (u.position, doc.as_object_mut()) {
+        map.insert("line".into(), json!(position.line));
+        map.insert("column".into(), json!(position.column));
+    }
+    doc
 }

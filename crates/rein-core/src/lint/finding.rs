@@ -86,6 +86,20 @@ pub struct Silenced {
     pub reason: String,
 }
 
+/// An allowance that silenced nothing: the rule finds nothing in its tool
+/// (any more), so the allowance only hides the next real finding.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct UnusedAllowance {
+    /// The tool.
+    pub tool: String,
+    /// The rule it allows.
+    #[serde(serialize_with = "rule_id")]
+    pub rule: Rule,
+    /// Its index in the tool's `allow` list (`lint.allow[N]`).
+    pub index: usize,
+}
+
 /// What [`lint`](super::lint) found over a tool set.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
@@ -94,6 +108,8 @@ pub struct Report {
     pub findings: Vec<Finding>,
     /// The findings silenced by a tool's `allow`, in the same order.
     pub silenced: Vec<Silenced>,
+    /// The allowances that silenced nothing, by tool.
+    pub unused: Vec<UnusedAllowance>,
 }
 
 impl Report {

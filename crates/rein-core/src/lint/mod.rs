@@ -49,7 +49,8 @@
 //! reason ([`ToolDefinition::allow`]; in config `[tools.NAME.lint] allow =
 //! [{ rule = "…", reason = "…" }]`). Silenced findings are not dropped:
 //! the [`Report`] lists them with their reasons, so that a review sees
-//! what was waived and why.
+//! what was waived and why; and an allowance that silences nothing is
+//! listed too ([`Report::unused`]), before it hides a future finding.
 //!
 //! ```
 //! use rein_core::lint::{self, Rule, ToolDefinition};
@@ -68,10 +69,13 @@
 //! let report = lint::lint(&[tool.clone()]);
 //! assert_eq!(report.findings[0].rule, Rule::FreeTextEnum);
 //!
-//! let waived = tool.allowing(Rule::FreeTextEnum, "the tracker accepts any label");
+//! let waived = tool
+//!     .allowing(Rule::FreeTextEnum, "the tracker accepts any label")
+//!     .allowing(Rule::MissingUnit, "no quantities here");
 //! let report = lint::lint(&[waived]);
 //! assert!(report.findings.is_empty());
 //! assert_eq!(report.silenced[0].reason, "the tracker accepts any label");
+//! assert_eq!(report.unused[0].rule, Rule::MissingUnit);
 //! ```
 
 mod annotations;
@@ -89,7 +93,7 @@ mod units;
 mod words;
 
 pub use definition::{Allowance, Annotations, ApprovalGate, ToolDefinition, definitions};
-pub use finding::{Finding, Report, Silenced};
+pub use finding::{Finding, Report, Silenced, UnusedAllowance};
 pub use rule::{Rule, Severity, UnknownRule};
 pub use strict_mode::{MAX_STRICT_DEPTH, MAX_STRICT_ENUM_VALUES, MAX_STRICT_PROPERTIES};
 
@@ -136,6 +140,21 @@ pub fn lint(tools: &[ToolDefinition]) -> Report {
                 finding,
             }),
             None => report.findings.push(finding),
+        }
+    }
+    for tool in tools {
+        for (index, allowance) in tool.allow.iter().enumerate() {
+            let used = report
+                .silenced
+                .iter()
+                .any(|s| s.finding.tool == tool.name && s.finding.rule == allowance.rule);
+            if !used {
+                report.unused.push(UnusedAllowance {
+                    tool: tool.name.clone(),
+                    rule: allowance.rule,
+                    index,
+                });
+            }
         }
     }
     report
