@@ -255,6 +255,15 @@ mod tests {
     }
 
     #[test]
+    fn a_server_read_only_hint_stands_in_for_a_missing_class() {
+        let hinted = tool("tidy_cache", "Deletes stale cache entries.")
+            .with_annotations(crate::lint::Annotations::new(Some(true), None, None));
+        assert!(rules(hinted).contains(&Rule::VerbObjectFirst));
+        let unknown = tool("tidy_cache", "Deletes stale cache entries.");
+        assert!(!rules(unknown).contains(&Rule::VerbObjectFirst));
+    }
+
+    #[test]
     fn send_notification_described_as_email_fires() {
         let found = rules(tool(
             "send_notification",

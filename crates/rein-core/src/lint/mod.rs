@@ -168,3 +168,68 @@ fn is_write(tool: &ToolDefinition) -> Option<bool> {
         None => tool.annotations.read_only.map(|read_only| !read_only),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn tool(name: &str, description: &str) -> ToolDefinition {
+        ToolDefinition::new(
+            name,
+            description,
+            json!({
+                "type": "object",
+                "properties": {
+                    "timeout": {"type": "integer", "description": "How long to wait."},
+                    "priority": {"type": "string", "description": "How urgent."}
+                },
+                "required": ["timeout", "priority"],
+                "additionalProperties": false
+            }),
+        )
+    }
+
+    #[test]
+    fn findings_come_by_tool_in_the_order_given_then_by_field() {
+        let report = lint(&[
+            tool("zeta_job", "This job runs."),
+            tool("alpha_job", "Start one job."),
+        ]);
+        let order: Vec<(&str, &str)> = report
+            .findings
+            .iter()
+            .map(|f| (f.tool.as_str(), f.field.as_str()))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("zeta_job", "description"),
+                ("zeta_job", "schema.properties.priority"),
+                ("zeta_job", "schema.properties.timeout"),
+                ("alpha_job", "schema.properties.priority"),
+                ("alpha_job", "schema.properties.timeout"),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_allowance_silences_its_rule_on_its_tool_only() {
+        let report = lint(&[
+            tool("zeta_job", "Start one job.").allowing(Rule::MissingUnit, "a count of ticks"),
+            tool("alpha_job", "Start one job."),
+        ]);
+        assert_eq!(report.silenced.len(), 1);
+        assert_eq!(report.silenced[0].finding.tool, "zeta_job");
+        assert!(
+            report
+                .findings
+                .iter()
+                .any(|f| f.rule == Rule::MissingUnit && f.tool == "alpha_job")
+        );
+        assert!(report.unused.is_empty());
+        assert!(report.any_at_or_above(Severity::Warning));
+        assert!(!report.any_at_or_above(Severity::Error));
+    }
+}

@@ -147,8 +147,10 @@ const READ_VERBS: &[&str] = &[
 ///
 /// Verbs that often do not (`add` two numbers, `run` a query, `open` a
 /// file, `apply` a filter, `start`/`execute`/`trigger`, `make`, `mark`,
-/// `file`, `issue`, `push`, `tag`, `link`) are left out on purpose: a
-/// contradiction is only reported on a verb that cannot be read two ways.
+/// `file`, `issue`, `push`, `tag`, `link`), and words that open a
+/// description as nouns as often as verbs (`email` address, `store`
+/// hours, `book` details), are left out on purpose: a contradiction is
+/// only reported on a verb that cannot be read two ways.
 const WRITE_VERBS: &[&str] = &[
     "create",
     "insert",
@@ -161,7 +163,6 @@ const WRITE_VERBS: &[&str] = &[
     "put",
     "write",
     "save",
-    "store",
     "upload",
     "assign",
     "move",
@@ -172,7 +173,6 @@ const WRITE_VERBS: &[&str] = &[
     "disable",
     "restart",
     "schedule",
-    "book",
     "reserve",
     "approve",
     "reject",
@@ -190,7 +190,6 @@ const WRITE_VERBS: &[&str] = &[
     "publish",
     "post",
     "send",
-    "email",
     "notify",
     "reply",
     "forward",
@@ -343,6 +342,21 @@ mod tests {
         assert_eq!(verb_kind("patches"), Some(VerbKind::Write));
         assert_eq!(verb_kind("order"), None);
         assert!(is_destructive_verb("removes"));
+    }
+
+    #[test]
+    fn the_opening_verb_skips_adverbs_and_ignores_later_nouns() {
+        assert_eq!(
+            first_verb("Permanently deletes one record"),
+            Some(("deletes".to_owned(), VerbKind::Write))
+        );
+        assert_eq!(first_verb("Email address of the buyer"), None);
+        assert_eq!(
+            first_verb("Look up the email of the buyer"),
+            Some(("look".to_owned(), VerbKind::Read))
+        );
+        assert_eq!(first_verb("Adds two numbers"), None);
+        assert_eq!(first_verb("PERMANENT deletion of a record"), None);
     }
 
     #[test]
