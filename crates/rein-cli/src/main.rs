@@ -63,10 +63,12 @@ enum Command {
     ///
     /// Exits 0 when the config loads, 1 when it has problems.
     Check(check::CheckArgs),
-    /// Lint the tool definitions a model sees: seed 002's rules on names,
-    /// descriptions and schemas (side effect first, units, enums, ids,
-    /// examples, confirmation, strict mode, hidden text, ...), each
-    /// finding with its file, line, tool, field, rule id and a fix.
+    /// Lint the tool definitions a model reads, and report like a compiler.
+    ///
+    /// Named rules on names, descriptions and schemas (side effect first,
+    /// units, enums, ids, examples, confirmation of destructive tools,
+    /// strict mode, hidden text, ...); each finding gives its file, line,
+    /// tool, field, rule id and a fix. See docs/lint.md for every rule.
     ///
     /// Exits 0 when no finding is at or above --deny (warning; notes alone
     /// pass), 1 when one is, 2 when the config could not be read.

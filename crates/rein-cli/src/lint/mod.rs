@@ -76,8 +76,8 @@ pub struct LintArgs {
 /// How the findings are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Format {
-    /// `FILE:LINE:COLUMN: SEVERITY[RULE] tool `T` field `F`: MESSAGE`,
-    /// then `  help: …`.
+    /// `FILE:LINE:COLUMN: SEVERITY[RULE] tool TOOL field FIELD: MESSAGE`,
+    /// then `help: …`.
     Text,
     /// One JSON document.
     Json,
@@ -115,6 +115,7 @@ pub(crate) struct Placed<'r> {
     pub file: PathBuf,
     /// Its dotted path in the config: `tools.NAME.<field>`.
     pub config_field: String,
+    /// Its line and column there, when the file writes it (or its table).
     pub position: Option<Position>,
 }
 
@@ -204,6 +205,7 @@ pub(crate) struct Unused {
     pub file: PathBuf,
     /// `tools.NAME.lint.allow[N]`.
     pub config_field: String,
+    /// Its line and column there.
     pub position: Option<Position>,
 }
 
