@@ -12,7 +12,7 @@ use super::finding::Finding;
 use super::param::params;
 use super::rule::Rule;
 use super::words::{is_destructive_verb, name_words};
-use crate::registry::CompensationGrade;
+use crate::registry::{CompensationGrade, SideEffectTier};
 use crate::tool::ToolClass;
 
 /// Parameter names that make a call confirm itself or only preview.
@@ -68,8 +68,14 @@ fn destructive(tool: &ToolDefinition) -> Option<String> {
     if tool.annotations.destructive == Some(true) && tool.annotations.read_only != Some(true) {
         return Some("its server says the tool is destructive".to_owned());
     }
-    let verb = name_words(&tool.name).into_iter().next()?;
     let undone = tool.compensation == Some(CompensationGrade::Strong);
+    if tool.side_effect_tier == Some(SideEffectTier::High) && !undone {
+        return Some(
+            "its side-effect tier is high (visible and hard to take back), and no strong compensation undoes it"
+                .to_owned(),
+        );
+    }
+    let verb = name_words(&tool.name).into_iter().next()?;
     (is_destructive_verb(&verb) && !undone)
         .then(|| format!("the tool's name says it {verb}s, and no strong compensation undoes it"))
 }
@@ -132,6 +138,20 @@ mod tests {
         assert_eq!(found(&mcp), 1);
         let read = ToolDefinition::new("remove_user", "x", json!({})).with_class(ToolClass::Read);
         assert_eq!(found(&read), 0);
+    }
+
+    #[test]
+    fn a_high_tier_write_fires_unless_a_strong_compensation_undoes_it() {
+        let mut charge =
+            ToolDefinition::new("charge_card", "Charge a card.", json!({"type": "object"}))
+                .with_class(ToolClass::IdempotentWrite);
+        charge.side_effect_tier = Some(SideEffectTier::High);
+        assert_eq!(found(&charge), 1);
+        charge.compensation = Some(CompensationGrade::Strong);
+        assert_eq!(found(&charge), 0);
+        charge.side_effect_tier = Some(SideEffectTier::Medium);
+        charge.compensation = Some(CompensationGrade::None);
+        assert_eq!(found(&charge), 0);
     }
 
     #[test]
