@@ -147,17 +147,36 @@ pub fn run(args: LintArgs) -> ExitCode {
     }
     let definitions = lint::definitions(&loaded.registry);
     let report = lint::lint(&definitions);
-    let deny = Severity::from(args.deny);
-    let format = if args.json { Format::Json } else { args.format };
     let placed = place(&loaded, &report);
     let unused = unused(&loaded, &report);
+    let format = if args.json { Format::Json } else { args.format };
+    emit(
+        format,
+        Severity::from(args.deny),
+        &report,
+        &placed,
+        &unused,
+        definitions.len(),
+    )
+}
+
+/// Prints `report` in `format` and gives the exit status for `deny`.
+///
+/// Where the findings came from is in `placed` and `unused` only, so a
+/// tool list that is not a config (an MCP server's) is printed the same
+/// way with its own places (no line, a `file` naming the server).
+fn emit(
+    format: Format,
+    deny: Severity,
+    report: &Report,
+    placed: &[Placed<'_>],
+    unused: &[Unused],
+    tools: usize,
+) -> ExitCode {
     match format {
-        Format::Text => print_text(&report, &placed, &unused, definitions.len()),
-        Format::Json => println!(
-            "{}",
-            json_document(&report, &placed, &unused, deny, definitions.len())
-        ),
-        Format::Sarif => println!("{}", sarif::log(&placed)),
+        Format::Text => print_text(report, placed, unused, tools),
+        Format::Json => println!("{}", json_document(report, placed, unused, deny, tools)),
+        Format::Sarif => println!("{}", sarif::log(placed)),
     }
     if report.any_at_or_above(deny) {
         ExitCode::FAILURE
