@@ -17,6 +17,7 @@ mod latency;
 mod limits;
 mod lint;
 mod log;
+mod mcp;
 mod migrate;
 mod output_fields;
 mod reconcile;
@@ -173,6 +174,10 @@ enum Command {
     /// tool's declared profile and the allowance a call gets now
     /// (`--config`). Read from the store file (`--data`).
     Latency(latency::LatencyArgs),
+    /// MCP both ways: serve an agent's tools to MCP clients through rein's
+    /// guarded call (`rein mcp serve`), and import an MCP server's tools
+    /// into the registry for review (`rein mcp import`).
+    Mcp(mcp::McpArgs),
     /// Print a completion script for SHELL, generated from rein's own
     /// commands and flags.
     ///
@@ -220,6 +225,7 @@ fn main() -> ExitCode {
         Command::Stats(args) => stats::run(args),
         Command::Migrate(args) => migrate::run(args),
         Command::Latency(args) => latency::run(args),
+        Command::Mcp(args) => mcp::run(args),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             let mut script = Vec::new();

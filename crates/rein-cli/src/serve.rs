@@ -94,7 +94,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         crate::log::note(
             crate::log::Level::Info,
             &format!(
-            "rein serve: listening on http://{addr} ({auth}); runs in {}; OpenAPI at /openapi.json",
+            "rein serve: listening on http://{addr} ({auth}); runs in {}; OpenAPI at /openapi.json; dashboard at /ui",
             crate::store::shown(&data)
             ),
         );

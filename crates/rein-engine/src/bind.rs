@@ -496,6 +496,24 @@ fn bind_tool(spec: &ToolSpec) -> Result<ToolBinding, BindError> {
             budget_ratio: *budget_ratio,
             caps: *caps,
         }),
+        AdapterSpec::Mcp {
+            server,
+            tool,
+            max_result_bytes,
+            pin,
+            ..
+        } => {
+            let mcp = crate::tool::McpTool::of_server(
+                spec.name.clone(),
+                server,
+                tool.clone(),
+                *max_result_bytes,
+            );
+            ToolTarget::Adapter(Arc::new(match pin {
+                Some(pin) => mcp.with_pin(pin.clone()),
+                None => mcp,
+            }))
+        }
         other => match CommandTarget::from_spec(&spec.name, other) {
             Some(target) => ToolTarget::Command(target),
             None => {

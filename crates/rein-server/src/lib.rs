@@ -43,6 +43,7 @@
 //! | [`request_metrics`] | the API request histogram; connection and drain values |
 //! | [`connections`] | the accept loop: connection limit, header/body/idle timeouts |
 //! | [`drain`] | SIGTERM/SIGINT: finish or hand on the work in flight, then exit |
+//! | [`ui`] | the operator's dashboard at `/ui`: sign-in, runs, a run's live timeline, approvals and handoffs |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -78,6 +79,7 @@ pub mod state;
 pub mod stats;
 pub mod submission;
 mod trace_context;
+pub mod ui;
 pub mod webhooks;
 pub mod worker;
 
@@ -483,6 +485,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics))
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi))
+        // The dashboard, behind the same layers.
+        .merge(ui::router(state.clone()))
         .fallback(no_route)
         // Layers run outside in: the last added sees the request first.
         .layer(DefaultBodyLimit::max(limit))

@@ -180,7 +180,13 @@ pub async fn plain_errors_as_problems(
         .headers()
         .get(header::CONTENT_TYPE)
         .is_some_and(|ct| ct.as_bytes().starts_with(b"application/problem+json"));
-    if !(status.is_client_error() || status.is_server_error()) {
+    // The dashboard's error pages (`crate::ui`) are HTML for a person,
+    // written so on purpose.
+    let is_html = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|ct| ct.as_bytes().starts_with(b"text/html"));
+    if !(status.is_client_error() || status.is_server_error()) || is_html {
         return response;
     }
     // The gateway's paths, and unknown ones under `/v1/` that are not

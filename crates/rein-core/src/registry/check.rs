@@ -118,6 +118,7 @@ struct Merged<'a> {
     telemetry: Option<Entry<'a, TelemetryConfig>>,
     store: Option<Entry<'a, super::store::StoreConfig>>,
     webhooks: BTreeMap<&'a str, Entry<'a, super::webhooks::WebhookConfig>>,
+    mcp_servers: BTreeMap<&'a str, Entry<'a, super::mcp::McpServerConfig>>,
     /// `section.name` of entries that failed to parse (already reported).
     broken: BTreeSet<&'a str>,
 }
@@ -215,6 +216,7 @@ impl<'a> Checker<'a> {
                 }
             }
         }
+        let mcp_servers = self.checked_mcp_servers(&merged);
         Registry {
             providers,
             models,
@@ -226,7 +228,30 @@ impl<'a> Checker<'a> {
             telemetry,
             store,
             webhooks,
+            mcp_servers,
         }
+    }
+
+    /// `[mcp_servers.NAME]`, checked; a server with problems is left out
+    /// (its problems are reported once, here, not by each tool naming it).
+    fn checked_mcp_servers(
+        &mut self,
+        merged: &Merged<'a>,
+    ) -> BTreeMap<String, super::mcp::McpServerSpec> {
+        let mut servers = BTreeMap::new();
+        for (name, entry) in &merged.mcp_servers {
+            match super::mcp::check_mcp_server(entry.file, name, entry.config) {
+                Ok(spec) => {
+                    servers.insert((*name).to_owned(), spec);
+                }
+                Err(problems) => {
+                    for (field, message) in problems {
+                        self.report(entry.file, field, message);
+                    }
+                }
+            }
+        }
+        servers
     }
 
     /// Merges the files, reporting names defined in more than one.
@@ -242,6 +267,7 @@ impl<'a> Checker<'a> {
             telemetry: None,
             store: None,
             webhooks: BTreeMap::new(),
+            mcp_servers: BTreeMap::new(),
             broken: BTreeSet::new(),
         };
         let mut first: BTreeMap<String, &'a Path> = BTreeMap::new();
@@ -260,6 +286,7 @@ impl<'a> Checker<'a> {
             defined.extend(c.tools.keys().map(|n| format!("tools.{n}")));
             defined.extend(c.agents.keys().map(|n| format!("agents.{n}")));
             defined.extend(c.webhooks.keys().map(|n| format!("webhooks.{n}")));
+            defined.extend(c.mcp_servers.keys().map(|n| format!("mcp_servers.{n}")));
             if c.breakers.is_some() {
                 defined.push("breakers".to_owned());
             }
@@ -320,6 +347,11 @@ impl<'a> Checker<'a> {
             for (name, config) in &c.webhooks {
                 if is_fresh("webhooks", name) {
                     merged.webhooks.insert(name, Entry { file, config });
+                }
+            }
+            for (name, config) in &c.mcp_servers {
+                if is_fresh("mcp_servers", name) {
+                    merged.mcp_servers.insert(name, Entry { file, config });
                 }
             }
             if let (Some(config), true) = (&c.breakers, fresh.contains("breakers")) {
@@ -1435,11 +1467,12 @@ impl<'a> Checker<'a> {
             Some(AdapterKind::Http) => self.http_adapter(file, &f, class, idempotency, c),
             Some(AdapterKind::Command) => self.command_adapter(file, &f, c),
             Some(AdapterKind::Agent) => self.agent_adapter(merged, file, &f, c),
+            Some(AdapterKind::Mcp) => self.mcp_adapter(merged, file, p, &f, class, c),
             None => {
                 self.report(
                     file,
                     format!("{f}.kind"),
-                    "is required: http, command or agent",
+                    "is required: http, command, agent or mcp",
                 );
                 None
             }
@@ -1488,7 +1521,8 @@ impl<'a> Checker<'a> {
                 (!c.env.is_empty(), "env"),
                 (c.max_output_bytes.is_some(), "max_output_bytes"),
             ],
-        ) & self.foreign_fields(file, f, "http", &agent_fields(c));
+        ) & self.foreign_fields(file, f, "http", &agent_fields(c))
+            & self.foreign_fields(file, f, "http", &mcp_fields(c));
         let url = match &c.url {
             None => {
                 self.report(file, format!("{f}.url"), "is required");
@@ -1566,7 +1600,8 @@ impl<'a> Checker<'a> {
                 (!c.headers.is_empty(), "headers"),
                 (c.max_result_bytes.is_some(), "max_result_bytes"),
             ],
-        ) & self.foreign_fields(file, f, "command", &agent_fields(c));
+        ) & self.foreign_fields(file, f, "command", &agent_fields(c))
+            & self.foreign_fields(file, f, "command", &mcp_fields(c));
         if c.status_url.is_some() {
             self.report(
                 file,
@@ -1662,6 +1697,117 @@ impl<'a> Checker<'a> {
         })
     }
 
+    /// `kind = "mcp"`: a tool of `[mcp_servers.NAME]`, called by its
+    /// name there (`tool`, or the registry's name).
+    fn mcp_adapter(
+        &mut self,
+        merged: &Merged<'a>,
+        file: &Path,
+        p: &str,
+        f: &str,
+        class: Option<ToolClass>,
+        c: &AdapterConfig,
+    ) -> Option<AdapterSpec> {
+        let mut ok = self.foreign_fields(
+            file,
+            f,
+            "mcp",
+            &[
+                (c.url.is_some(), "url"),
+                (c.method.is_some(), "method"),
+                (!c.headers.is_empty(), "headers"),
+                (c.program.is_some(), "program"),
+                (!c.args.is_empty(), "args"),
+                (c.working_dir.is_some(), "working_dir"),
+                (!c.env.is_empty(), "env"),
+                (c.max_output_bytes.is_some(), "max_output_bytes"),
+            ],
+        ) & self.foreign_fields(file, f, "mcp", &agent_fields(c));
+        if c.status_url.is_some() {
+            let why = if class == Some(ToolClass::Irreversible) {
+                "is not allowed on an mcp adapter: MCP has no lookup by idempotency key (and an irreversible tool has no key)"
+            } else {
+                "is not allowed on an mcp adapter: MCP has no lookup by idempotency key"
+            };
+            self.report(file, format!("{f}.status_url"), why);
+            ok = false;
+        }
+        let server = match c.server.as_deref() {
+            None => {
+                self.report(
+                    file,
+                    format!("{f}.server"),
+                    "is required for an mcp adapter: the name of an [mcp_servers.NAME] table",
+                );
+                None
+            }
+            Some(name) => match merged.mcp_servers.get(name) {
+                // A server with problems is reported by its own check.
+                Some(entry) => super::mcp::check_mcp_server(entry.file, name, entry.config).ok(),
+                None if merged
+                    .broken
+                    .contains(format!("mcp_servers.{name}").as_str()) =>
+                {
+                    None
+                }
+                None => {
+                    self.report(
+                        file,
+                        format!("{f}.server"),
+                        format!("names `{name}`, which is not an MCP server; define [mcp_servers.{name}]"),
+                    );
+                    None
+                }
+            },
+        };
+        let tool = match c.tool.as_deref() {
+            Some(tool) if tool.trim().is_empty() => {
+                self.report(
+                    file,
+                    format!("{f}.tool"),
+                    "must not be empty; leave it out to call the tool by its registry name",
+                );
+                ok = false;
+                String::new()
+            }
+            Some(tool) => tool.to_owned(),
+            None => p.strip_prefix("tools.").unwrap_or(p).to_owned(),
+        };
+        let max_result_bytes = match c.max_result_bytes {
+            None => DEFAULT_MAX_RESULT_BYTES,
+            Some(0) => {
+                self.report(
+                    file,
+                    format!("{f}.max_result_bytes"),
+                    "must be greater than zero",
+                );
+                ok = false;
+                0
+            }
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        };
+        let pin = match c.pin.as_deref() {
+            None => None,
+            Some(pin) if is_digest(pin) => Some(pin.to_owned()),
+            Some(pin) => {
+                self.report(
+                    file,
+                    format!("{f}.pin"),
+                    format!("must be `sha256:` and 64 hex digits, as `rein mcp import` writes it, but it is `{pin}`"),
+                );
+                ok = false;
+                None
+            }
+        };
+        let server = server?;
+        ok.then_some(AdapterSpec::Mcp {
+            server,
+            tool,
+            max_result_bytes,
+            pin,
+        })
+    }
+
     fn agent_adapter(
         &mut self,
         merged: &Merged<'a>,
@@ -1684,7 +1830,7 @@ impl<'a> Checker<'a> {
                 (!c.env.is_empty(), "env"),
                 (c.max_output_bytes.is_some(), "max_output_bytes"),
             ],
-        );
+        ) & self.foreign_fields(file, f, "agent", &mcp_fields(c));
         if c.status_url.is_some() {
             self.report(
                 file,
@@ -2983,6 +3129,24 @@ struct AgentModels {
 
 /// The agent adapter's settings of `c`, each with whether it is set, to
 /// report on an adapter of another kind.
+/// `sha256:` and 64 lowercase hex digits.
+fn is_digest(text: &str) -> bool {
+    text.strip_prefix("sha256:").is_some_and(|hex| {
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+fn mcp_fields(c: &AdapterConfig) -> [(bool, &'static str); 3] {
+    [
+        (c.server.is_some(), "server"),
+        (c.tool.is_some(), "tool"),
+        (c.pin.is_some(), "pin"),
+    ]
+}
+
 fn agent_fields(c: &AdapterConfig) -> [(bool, &'static str); 6] {
     [
         (c.agent.is_some(), "agent"),
@@ -3021,7 +3185,7 @@ fn required(schema: &Value) -> Vec<&str> {
 
 /// `path` as written in `file`: absolute paths stay, relative ones resolve
 /// against the file's directory.
-fn resolve_relative(file: &Path, path: &Path) -> PathBuf {
+pub(super) fn resolve_relative(file: &Path, path: &Path) -> PathBuf {
     if path.is_absolute() {
         return path.to_path_buf();
     }
@@ -3049,7 +3213,7 @@ pub(super) fn is_env_name(name: &str) -> bool {
 }
 
 /// An RFC 9110 token.
-fn is_header_name(name: &str) -> bool {
+pub(super) fn is_header_name(name: &str) -> bool {
     !name.is_empty()
         && name
             .bytes()

@@ -51,6 +51,9 @@ pub struct ConfigFile {
     pub store: Option<super::store::StoreConfig>,
     /// Webhooks by name (`[webhooks.NAME]`).
     pub webhooks: BTreeMap<String, super::webhooks::WebhookConfig>,
+    /// MCP servers by name (`[mcp_servers.NAME]`), whose tools `mcp`
+    /// adapters call.
+    pub mcp_servers: BTreeMap<String, super::mcp::McpServerConfig>,
 }
 
 /// A parsed file and where it came from.
@@ -370,6 +373,8 @@ pub enum AdapterKind {
     Command,
     /// Another agent of the registry, run as a child of the calling run.
     Agent,
+    /// A tool of an MCP server (`[mcp_servers.NAME]`).
+    Mcp,
 }
 
 /// An adapter as written in config.
@@ -377,12 +382,13 @@ pub enum AdapterKind {
 /// `url`, `method`, `headers`, `status_url` and `max_result_bytes` belong to
 /// `http`; `program`, `args`, `working_dir`, `env` and `max_output_bytes` to
 /// `command`; `agent`, `budget_ratio`, `max_tokens`, `max_steps`,
-/// `wall_clock` and `max_cost_usd` to `agent`.
+/// `wall_clock` and `max_cost_usd` to `agent`; `server`, `tool`, `pin` and
+/// `max_result_bytes` to `mcp`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct AdapterConfig {
-    /// `http`, `command` or `agent`; required.
+    /// `http`, `command`, `agent` or `mcp`; required.
     pub kind: Option<AdapterKind>,
     /// Where calls go; `${ENV}` is interpolated by the loader.
     pub url: Option<String>,
@@ -425,6 +431,16 @@ pub struct AdapterConfig {
     pub wall_clock: Option<Duration>,
     /// Agent: at most this many dollars for the child, on top of its share.
     pub max_cost_usd: Option<f64>,
+    /// MCP: the server (`[mcp_servers.NAME]`) offering the tool; required
+    /// for an mcp adapter.
+    pub server: Option<String>,
+    /// MCP: the tool's name on its server, when it differs from the
+    /// registry's (which the model sees).
+    pub tool: Option<String>,
+    /// MCP: the digest of the tool's definition when it was imported
+    /// (`sha256:…`, as `rein mcp import` writes it); a server whose
+    /// definition differs is not called.
+    pub pin: Option<String>,
 }
 
 /// An agent as written in config (`[agents.NAME]`).

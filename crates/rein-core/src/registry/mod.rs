@@ -52,6 +52,8 @@
 //! | an adapter field of another kind (`url` on a `command`, `program` on an `http`, `agent` on either) | `tools.NAME.adapter.*` |
 //! | a `command` adapter with an empty `program`, a `status_url` (a command has no lookup by key), an `env` name that is not a variable name or starts with `REIN_`, a NUL byte in `program`, `args` or `env` | `tools.NAME.adapter.*` |
 //! | an `agent` adapter naming no agent or an unknown one, a `budget_ratio` outside (0, 1], a zero cap (`max_tokens`, `max_steps`, `wall_clock`, `max_cost_usd`), or a `status_url` | `tools.NAME.adapter.*` |
+//! | an `mcp` adapter naming no server or an unknown one, an empty `tool`, or a `status_url` (MCP has no lookup by key) | `tools.NAME.adapter.*` |
+//! | an MCP server with neither or both of `command` and `url`, a setting of the other transport, an `env` name that is not a variable name, a NUL byte, a `url` that is not absolute `http`/`https`, or a `connect_timeout` out of (0, 5 min] | `mcp_servers.NAME.<field>` |
 //! | a schema whose top-level type is not `object`, a property without a description, or one the schema compiler refuses | `tools.NAME.schema.*` |
 //! | a `lint.allow` entry without `rule` or `reason` (blank counts as missing), naming an unknown rule, or silencing one a second time | `tools.NAME.lint.allow[N].*` |
 //! | any value refused by rein-core's own config types (budget, retry, loop guard, breakers, latency) | their field, under the table path |
@@ -76,6 +78,8 @@
 //! | `tools.*.adapter.method` | `POST` |
 //! | `tools.*.adapter.max_result_bytes` | [`DEFAULT_MAX_RESULT_BYTES`] (16 KiB) |
 //! | `tools.*.adapter.max_output_bytes` (command) | [`DEFAULT_MAX_OUTPUT_BYTES`] (64 KiB) |
+//! | `tools.*.adapter.tool` (mcp) | the tool's registry name |
+//! | `mcp_servers.*.connect_timeout` | [`DEFAULT_MCP_CONNECT_TIMEOUT`] (30 s) |
 //! | `tools.*.adapter.budget_ratio` (agent) | [`DEFAULT_AGENT_BUDGET_RATIO`] (0.5) |
 //! | `tools.*.latency` (agent adapter) | [`DEFAULT_AGENT_TOOL_LATENCY`] (5 s / 20 s / 60 s), each at most the adapter's `wall_clock` |
 //! | `tools.*.latency` (any other adapter) | observed: planned at [`DEFAULT_TOOL_FALLBACK_P99`] (5 s) until [`DEFAULT_OBSERVE_MIN_SAMPLES`] calls are measured |
@@ -130,6 +134,7 @@ mod constants;
 mod exposure;
 mod fan_out;
 mod lint_allow;
+mod mcp;
 mod metrics_labels;
 mod model_tools;
 mod planner;
@@ -183,6 +188,10 @@ pub use fan_out::{
     DEFAULT_MAX_CALLS_PER_TURN, FanOutConfig, FanOutLimits, MAX_CALLS_PER_TURN, ResourceKey,
 };
 pub use lint_allow::{AllowConfig, ToolLintConfig};
+pub use mcp::{
+    DEFAULT_MCP_CONNECT_TIMEOUT, MAX_MCP_CONNECT_TIMEOUT, McpServerConfig, McpServerSpec,
+    McpTransport,
+};
 pub use metrics_labels::{
     DEFAULT_METRICS_LABEL_VALUES, MAX_METRICS_LABEL_VALUES, MetricsLabels, MetricsLabelsConfig,
 };

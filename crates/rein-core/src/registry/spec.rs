@@ -160,6 +160,19 @@ pub enum AdapterSpec {
         /// Ceilings on that share; each set one is non-zero.
         caps: ChildCaps,
     },
+    /// A tool of an MCP server, called with `tools/call`.
+    #[non_exhaustive]
+    Mcp {
+        /// The server offering it.
+        server: super::mcp::McpServerSpec,
+        /// The tool's name on that server.
+        tool: String,
+        /// Result bytes kept before truncation.
+        max_result_bytes: usize,
+        /// The digest (`sha256:` and 64 hex digits) of the definition the
+        /// registry entry was made from; `None`: not pinned.
+        pin: Option<String>,
+    },
 }
 
 /// A tool's idempotency key recipe: how arguments are normalized before
@@ -738,6 +751,7 @@ pub struct Registry {
     pub(super) telemetry: Option<super::telemetry::TelemetrySpec>,
     pub(super) store: Option<super::store::StoreSpec>,
     pub(super) webhooks: BTreeMap<String, super::webhooks::WebhookSpec>,
+    pub(super) mcp_servers: BTreeMap<String, super::mcp::McpServerSpec>,
 }
 
 impl Registry {
@@ -769,6 +783,11 @@ impl Registry {
     /// Webhooks by name (`[webhooks.NAME]`).
     pub fn webhooks(&self) -> &BTreeMap<String, super::webhooks::WebhookSpec> {
         &self.webhooks
+    }
+
+    /// MCP servers by name (`[mcp_servers.NAME]`).
+    pub fn mcp_servers(&self) -> &BTreeMap<String, super::mcp::McpServerSpec> {
+        &self.mcp_servers
     }
 
     /// Breaker settings (defaults when no file sets them).

@@ -2561,3 +2561,81 @@ fn an_agents_planner_and_value_of_success_are_read_with_defaults_and_checked() {
         );
     }
 }
+
+fn with_mcp_tool(adapter: &str) -> String {
+    format!(
+        r#"{BASE}
+[mcp_servers.everything]
+command = "node"
+args = ["server.js", "stdio"]
+
+[tools.get_sum]
+description = "Return the sum of two numbers."
+class = "read"
+resource_group = "order_api"
+side_effect_tier = "none"
+owner = "orders-team"
+latency = {{ mode = "observe", fallback_p99 = "2s" }}
+schema = {{ type = "object", properties = {{ a = {{ type = "number", description = "The first." }}, b = {{ type = "number", description = "The second." }} }}, required = ["a", "b"] }}
+[tools.get_sum.adapter]
+{adapter}
+"#
+    )
+}
+
+#[test]
+fn mcp_adapter_names_its_server_and_defaults_to_the_registry_name() {
+    let reg = build(&[(
+        "conf/rein.toml",
+        &with_mcp_tool("kind = \"mcp\"\nserver = \"everything\"\ntool = \"get-sum\""),
+    )])
+    .unwrap();
+    match &reg.tools()["get_sum"].adapter {
+        AdapterSpec::Mcp { server, tool, .. } => {
+            assert_eq!(server.name, "everything");
+            assert_eq!(tool, "get-sum");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(reg.mcp_servers().len(), 1);
+    let reg = build(&[(
+        "conf/rein.toml",
+        &with_mcp_tool("kind = \"mcp\"\nserver = \"everything\""),
+    )])
+    .unwrap();
+    assert!(matches!(
+        &reg.tools()["get_sum"].adapter,
+        AdapterSpec::Mcp { tool, .. } if tool == "get_sum"
+    ));
+}
+
+#[test]
+fn mcp_adapter_needs_a_known_server_and_refuses_other_kinds_settings() {
+    assert_eq!(
+        fields(&with_mcp_tool("kind = \"mcp\"")),
+        ["tools.get_sum.adapter.server"]
+    );
+    let unknown = with_mcp_tool("kind = \"mcp\"\nserver = \"nothing\"");
+    assert_eq!(
+        message_of(&unknown, "tools.get_sum.adapter.server"),
+        "names `nothing`, which is not an MCP server; define [mcp_servers.nothing]"
+    );
+    assert_eq!(
+        fields(&with_mcp_tool(
+            "kind = \"mcp\"\nserver = \"everything\"\nurl = \"http://h/x\"\nprogram = \"p\"\nstatus_url = \"http://h/s\""
+        )),
+        [
+            "tools.get_sum.adapter.url",
+            "tools.get_sum.adapter.program",
+            "tools.get_sum.adapter.status_url"
+        ]
+    );
+    // And the other kinds refuse the mcp adapter's settings.
+    let http = with_mcp_tool(
+        "kind = \"http\"\nurl = \"http://127.0.0.1:1/x\"\nserver = \"everything\"\ntool = \"get-sum\"",
+    );
+    assert_eq!(
+        fields(&http),
+        ["tools.get_sum.adapter.server", "tools.get_sum.adapter.tool"]
+    );
+}

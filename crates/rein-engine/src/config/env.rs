@@ -185,6 +185,22 @@ pub(super) fn interpolate_source(
             apply(format!("{p}.env.{var}"), FieldKind::Env(var), value);
         }
     }
+    for (name, server) in &mut source.config.mcp_servers {
+        let p = format!("mcp_servers.{name}");
+        if let Some(url) = &mut server.url {
+            apply(format!("{p}.url"), FieldKind::Url, url);
+        }
+        for (header, value) in &mut server.headers {
+            apply(
+                format!("{p}.headers.{header}"),
+                FieldKind::Header(header),
+                value,
+            );
+        }
+        for (var, value) in &mut server.env {
+            apply(format!("{p}.env.{var}"), FieldKind::Env(var), value);
+        }
+    }
 }
 
 /// The process environment, for [`Loader::new`](super::Loader::new).

@@ -18,7 +18,7 @@ use toml::Spanned;
 use super::SourceMaps;
 
 /// The sections a config file may hold.
-const SECTIONS: [&str; 10] = [
+const SECTIONS: [&str; 11] = [
     "providers",
     "models",
     "resource_groups",
@@ -29,6 +29,7 @@ const SECTIONS: [&str; 10] = [
     "telemetry",
     "store",
     "webhooks",
+    "mcp_servers",
 ];
 
 /// What reading a config path produced.
@@ -124,7 +125,7 @@ pub(super) fn parse_file(file: &Path, text: &str, parsed: &mut Parsed) {
             parsed.problems.push(ConfigProblem::new(
                 file,
                 key.clone(),
-                "is not a section; expected providers, models, resource_groups, tools, agents, breakers, server, telemetry, store or webhooks",
+                "is not a section; expected providers, models, resource_groups, tools, agents, breakers, server, telemetry, store, webhooks or mcp_servers",
             ));
             // The entry reading below needs every top-level value a table.
             shaped &= value.is_table();
@@ -172,6 +173,7 @@ pub(super) fn parse_file(file: &Path, text: &str, parsed: &mut Parsed) {
             "tools" => reader.section(&section, entries, &mut config.tools),
             "agents" => reader.section(&section, entries, &mut config.agents),
             "webhooks" => reader.section(&section, entries, &mut config.webhooks),
+            "mcp_servers" => reader.section(&section, entries, &mut config.mcp_servers),
             // Spans of the entries below `[breakers]` or `[server]` all lie
             // inside it; the first one locates the section well enough.
             "breakers" => {

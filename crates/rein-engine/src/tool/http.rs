@@ -318,7 +318,7 @@ const TRUNCATED_STRING_CHARS: usize = 200;
 /// amounts — the structured key fields a model needs), shortens long
 /// strings, drops nested values, and says so in `_truncated`. A non-JSON
 /// body becomes `{"text": ...}`.
-fn shape_result(bytes: &[u8], max: usize) -> (Value, bool) {
+pub(crate) fn shape_result(bytes: &[u8], max: usize) -> (Value, bool) {
     let value = match serde_json::from_slice::<Value>(bytes) {
         Ok(v) => v,
         Err(_) if bytes.is_empty() => Value::Null,

@@ -9,10 +9,11 @@
 //! | command | [`command`] (unix) | a local program in its own process group, under a lease |
 //! | agent | `agent` (an [`Engine`](crate::run::Engine) method) | a child run of another agent, on a share of the budget |
 //! | in_process | [`in_process`] | an async Rust function of the embedding program |
+//! | mcp | [`mcp`] | a tool of an MCP server, over its stdio or streamable HTTP |
 //!
 //! A kind the engine does not build in implements [`ToolAdapter`] (one
 //! module) and is bound as [`ToolTarget::Adapter`](crate::run::ToolTarget::Adapter)
-//! (one registration); [`InProcessTool`] is the first.
+//! (one registration); [`InProcessTool`] and [`McpTool`] are two.
 //!
 //! # Why the adapter classifies
 //!
@@ -54,9 +55,11 @@ mod agent;
 pub mod command;
 pub mod http;
 pub mod in_process;
+pub mod mcp;
 
 pub use adapter::ToolAdapter;
 pub use in_process::InProcessTool;
+pub use mcp::McpTool;
 
 /// Looks a call to `tool` (reached through `target`) up by its key, at its
 /// HTTP status endpoint or its adapter's lookup.

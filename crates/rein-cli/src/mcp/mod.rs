@@ -1,0 +1,57 @@
+//! `rein mcp`: MCP both ways — rein's tools served to MCP clients
+//! (`serve`), and an MCP server's tools imported into the registry
+//! (`import`).
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+
+mod import;
+mod serve;
+mod toml_text;
+
+/// Arguments of `rein mcp`.
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    #[command(subcommand)]
+    command: McpCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum McpCommand {
+    /// Serve an agent's tools to an MCP client over stdio, each call
+    /// through rein's guarded call (schema, budget, breakers, key, ledger,
+    /// retries by class); the session is one run of the agent.
+    ///
+    /// Stdout is the MCP channel; rein's own lines go to stderr. When the
+    /// client disconnects the run ends by the agent's failure policy and
+    /// its report is in the store (`rein runs show`).
+    ///
+    /// Example, as a desktop assistant's server entry:
+    ///   {"command": "rein", "args": ["mcp", "serve", "--config", "/etc/rein", "--agent", "order_desk"]}
+    Serve(serve::ServeArgs),
+    /// Print registry entries for an MCP server's tools, for review: the
+    /// class suggested from the server's hints (with why), its description
+    /// and schema, and the pin of the definition seen.
+    ///
+    /// The server is `[mcp_servers.NAME]` of the config. Entries already in
+    /// the config whose pinned definition changed on the server are shown
+    /// with the difference on stderr, and the exit status is 1.
+    ///
+    /// Example:
+    ///   rein mcp import everything --config rein.toml >> tools.toml
+    Import(import::ImportArgs),
+}
+
+/// Runs `rein mcp`.
+///
+/// # Errors
+///
+/// What the subcommand reports.
+pub fn run(args: McpArgs) -> Result<ExitCode> {
+    match args.command {
+        McpCommand::Serve(args) => serve::run(args),
+        McpCommand::Import(args) => import::run(args),
+    }
+}

@@ -1,0 +1,251 @@
+//! `rein mcp` both ways, as real processes.
+//!
+//! `serve`: the MCP SDK's own client drives `rein mcp serve` over its
+//! stdio against the order desk on loopback: the tools come annotated from
+//! rein's classes; an idempotent write sent twice and an email sent twice
+//! each reach the desk once; arguments the schema refuses come back as a
+//! structured error; when the client leaves, the session's run ends in the
+//! store with its ledger.
+//!
+//! `import`: `rein mcp import` lists the reference MCP server from npm
+//! (`.ci/run` installs it) and prints entries that `rein check` accepts;
+//! a pinned entry whose definition differs is reported with the
+//! difference and exit status 1.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use common::{example_config, missing_part};
+use rein_core::{LedgerStatus, Outcome, RunId};
+use rein_store::RunStore as _;
+use rein_store_sqlite::SqliteStore;
+use rein_testkit::order_desk::{
+    Faults, OrderDesk, OrderDeskConfig, SEND_EMAIL, UPDATE_DELIVERY_TIME,
+};
+use rmcp::ServiceExt as _;
+use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation};
+use serde_json::{Value, json};
+use tokio::io::AsyncBufReadExt as _;
+
+fn args(v: Value) -> serde_json::Map<String, Value> {
+    v.as_object().cloned().unwrap()
+}
+
+#[tokio::test]
+async fn an_mcp_client_gets_the_guarded_call_and_its_session_is_a_run() {
+    let desk = OrderDesk::start_with(OrderDeskConfig::default().with_faults(Faults::none()))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = example_config(dir.path(), "");
+    let db = dir.path().join("rein.db");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_rein"))
+        .args(["mcp", "serve", "--agent", "order_desk", "--config"])
+        .arg(&config)
+        .arg("--data")
+        .arg(&db)
+        .env("ORDER_DESK_URL", desk.base_url())
+        .env("MOCK_MODEL_URL", "http://127.0.0.1:9")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let (stdin, stdout) = (child.stdin.take().unwrap(), child.stdout.take().unwrap());
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let client = ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("rein-test", "1"),
+    )
+    .serve((stdout, stdin))
+    .await
+    .unwrap();
+
+    // The tools, annotated from rein's classes.
+    let tools = client.list_all_tools().await.unwrap();
+    let hint = |name: &str| {
+        let tool = tools.iter().find(|t| t.name == name).unwrap();
+        tool.annotations.clone().unwrap()
+    };
+    assert_eq!(hint("get_order").read_only_hint, Some(true));
+    assert_eq!(hint(UPDATE_DELIVERY_TIME).idempotent_hint, Some(true));
+    assert_eq!(hint(SEND_EMAIL).destructive_hint, Some(true));
+
+    // An idempotent write and an irreversible email, each sent twice as a
+    // client retrying would: each reaches the desk once.
+    let update = args(json!({"order_id": "A-1001", "delivery_date": "2026-12-24T10:00:00Z"}));
+    let email = args(json!({"to": "buyer@example.com", "subject": "Your order", "body": "Moved."}));
+    for _ in 0..2 {
+        let moved = client
+            .call_tool(
+                CallToolRequestParams::new(UPDATE_DELIVERY_TIME).with_arguments(update.clone()),
+            )
+            .await
+            .unwrap();
+        assert_ne!(moved.is_error, Some(true), "{moved:?}");
+        let sent = client
+            .call_tool(CallToolRequestParams::new(SEND_EMAIL).with_arguments(email.clone()))
+            .await
+            .unwrap();
+        assert_ne!(sent.is_error, Some(true), "{sent:?}");
+    }
+    assert_eq!(desk.applied_count(UPDATE_DELIVERY_TIME), 1);
+    assert_eq!(desk.applied_count(SEND_EMAIL), 1);
+
+    // Arguments the tool's schema refuses: a structured error, nothing sent.
+    let refused = client
+        .call_tool(CallToolRequestParams::new("get_order").with_arguments(args(json!({}))))
+        .await
+        .unwrap();
+    assert_eq!(refused.is_error, Some(true));
+    let error = &refused.structured_content.unwrap()["error"];
+    assert_eq!(error["category"], "invalid_arguments", "{error}");
+    assert_eq!(error["maybe_applied"], false);
+
+    // The client leaves: the run ends, recorded with its ledger.
+    client.cancel().await.unwrap();
+    let status = child.wait().await.unwrap();
+    let mut lines = Vec::new();
+    while let Ok(Some(line)) = stderr.next_line().await {
+        lines.push(line);
+    }
+    let run_id = lines
+        .iter()
+        .find_map(|l| l.split(" as run ").nth(1))
+        .unwrap_or_else(|| panic!("no run id in:\n{}", lines.join("\n")))
+        .trim()
+        .to_owned();
+    let store = SqliteStore::open(&db).unwrap();
+    let run_id = RunId::new(run_id).unwrap();
+    let run = store.get_run(&run_id).await.unwrap().unwrap();
+    let report = run.report.unwrap();
+    assert_eq!(report.outcome, Outcome::Succeeded, "{report:#?}");
+    assert!(status.success(), "{status:?}\n{}", lines.join("\n"));
+    let ledger = store.ledger(&run_id).await.unwrap();
+    let statuses: Vec<(&str, LedgerStatus)> =
+        ledger.iter().map(|r| (r.tool.as_str(), r.status)).collect();
+    assert_eq!(
+        statuses,
+        [
+            (UPDATE_DELIVERY_TIME, LedgerStatus::Succeeded),
+            (SEND_EMAIL, LedgerStatus::Succeeded)
+        ]
+    );
+}
+
+/// The reference server's entry point, or `None` after saying why.
+fn everything() -> Option<PathBuf> {
+    let home = std::env::var_os("HOME").unwrap_or_default();
+    let path = std::env::var_os("REIN_MCP_EVERYTHING").map_or_else(
+        || {
+            Path::new(&home).join(
+                ".cache/rein-node/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+            )
+        },
+        PathBuf::from,
+    );
+    if !std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        missing_part("node is not on PATH (the MCP reference server runs on Node.js)");
+        return None;
+    }
+    if !path.is_file() {
+        missing_part(&format!(
+            "{} is missing (.ci/run installs it)",
+            path.display()
+        ));
+        return None;
+    }
+    Some(path)
+}
+
+fn rein(args: &[&str], config: &Path) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_rein"))
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .env("ORDER_DESK_URL", "http://127.0.0.1:9")
+        .env("MOCK_MODEL_URL", "http://127.0.0.1:9")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn import_prints_entries_rein_check_accepts_and_reports_a_changed_pin() {
+    let Some(entry) = everything() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = format!(
+        "[mcp_servers.everything]\ncommand = \"node\"\nargs = [{}, \"stdio\"]\n",
+        Value::String(entry.display().to_string())
+    );
+    let config = example_config(dir.path(), &server);
+    let out = rein(
+        &[
+            "mcp",
+            "import",
+            "everything",
+            "--tool",
+            "get-sum",
+            "--tool",
+            "echo",
+        ],
+        &config,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let imported = String::from_utf8(out.stdout).unwrap();
+    assert!(imported.contains("[tools.get-sum]"), "{imported}");
+    assert!(
+        imported.contains("class = \"read\"  # suggested: readOnlyHint = true"),
+        "{imported}"
+    );
+    assert!(imported.contains("pin = \"sha256:"), "{imported}");
+
+    // The entries, appended to the config, are a config rein accepts.
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("{text}\n{imported}")).unwrap();
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_rein"))
+        .arg("check")
+        .arg(&config)
+        .env("ORDER_DESK_URL", "http://127.0.0.1:9")
+        .env("MOCK_MODEL_URL", "http://127.0.0.1:9")
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}\n{imported}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+
+    // A pin that is not the server's definition: the difference, exit 1.
+    let text = std::fs::read_to_string(&config).unwrap();
+    let entry = text.find("[tools.get-sum]").unwrap();
+    let pinned = entry + text[entry..].find("pin = \"sha256:").unwrap() + "pin = \"sha256:".len();
+    let mut changed = text.clone();
+    changed.replace_range(pinned..pinned + 64, &"0".repeat(64));
+    let description = "Returns the sum of two numbers";
+    changed = changed.replacen(description, "Returns the sum of two integers", 1);
+    std::fs::write(&config, changed).unwrap();
+    let out = rein(
+        &["mcp", "import", "everything", "--tool", "get-sum"],
+        &config,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("changed: [tools.get-sum]"), "{stderr}");
+    assert!(
+        stderr.contains("- Returns the sum of two integers")
+            && stderr.contains(&format!("+ {description}")),
+        "{stderr}"
+    );
+}
