@@ -147,6 +147,19 @@ fn every_rule_a_config_can_express_fires_with_its_file_line_tool_and_field() {
         text.contains("  help: list the accepted values: priority = { type = \"string\", enum ="),
         "{text}"
     );
+    // In file order, as a compiler reports.
+    let places: Vec<(u32, u32)> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix(&format!("{file}:")))
+        .map(|rest| {
+            let mut parts = rest.splitn(3, ':');
+            let line = parts.next().unwrap().parse().unwrap();
+            let column = parts.next().unwrap().parse().unwrap();
+            (line, column)
+        })
+        .collect();
+    assert!(places.len() > 10, "{text}");
+    assert!(places.windows(2).all(|w| w[0] <= w[1]), "{places:?}");
     let summary = text.lines().last().unwrap();
     assert!(
         summary == "1 error, 12 warnings, 1 note in 6 tools (2 silenced with a reason)",

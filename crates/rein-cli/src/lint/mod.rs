@@ -185,14 +185,16 @@ fn emit(
     }
 }
 
-/// Every finding of `report`, standing then silenced, with its place.
+/// Every finding of `report`, standing then silenced, with its place; in
+/// each group by file, then line and column, as a compiler reports (the
+/// library's order, by tool then field, breaks ties).
 fn place<'r>(loaded: &Loaded, report: &'r Report) -> Vec<Placed<'r>> {
     let standing = report.findings.iter().map(|f| (f, None));
     let silenced = report
         .silenced
         .iter()
         .map(|s| (&s.finding, Some(s.reason.as_str())));
-    standing
+    let mut placed = standing
         .chain(silenced)
         .map(|(finding, reason)| {
             let file = loaded
@@ -214,7 +216,12 @@ fn place<'r>(loaded: &Loaded, report: &'r Report) -> Vec<Placed<'r>> {
                 position,
             }
         })
-        .collect()
+        .collect::<Vec<_>>();
+    // Stable: equal places keep the library's order.
+    placed.sort_by(|a, b| {
+        (a.reason.is_some(), &a.file, a.position).cmp(&(b.reason.is_some(), &b.file, b.position))
+    });
+    placed
 }
 
 /// An allowance that silenced nothing, and where it is written.
