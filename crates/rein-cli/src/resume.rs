@@ -25,6 +25,18 @@ pub struct ResumeArgs {
     /// Print one JSON document instead of the timeline.
     #[arg(long)]
     json: bool,
+    /// What to do when the system prompt or a tool definition changed
+    /// since the run started: `warn` continues and records the change in
+    /// the report's resume marker; `refuse` does not continue (exit 2).
+    #[arg(long, value_enum, default_value = "warn")]
+    on_contract_change: ContractChangeArg,
+}
+
+/// `--on-contract-change`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum ContractChangeArg {
+    Warn,
+    Refuse,
 }
 
 /// Runs `rein resume`. Exit status as for `rein run` (130/143 when a
@@ -35,7 +47,11 @@ pub fn run(args: ResumeArgs) -> Result<ExitCode> {
         let mut signals = crate::signal::Listener::install()?;
         // The same steps as `rein check`: a resume is a start.
         let startup = start(&args.config, Purpose::Run)?;
-        let mut session = Session::open(startup, &args.data)?;
+        let policy = match args.on_contract_change {
+            ContractChangeArg::Warn => rein_core::outcome::ContractPolicy::Warn,
+            ContractChangeArg::Refuse => rein_core::outcome::ContractPolicy::Refuse,
+        };
+        let mut session = Session::open_with(startup, &args.data, policy)?;
         let record = session
             .store
             .get_run(&run_id)

@@ -250,6 +250,16 @@ impl Session {
     /// Opens the store at `data` and builds the engine for the prepared
     /// config.
     pub fn open(startup: Startup, data: &Path) -> Result<Session> {
+        Session::open_with(startup, data, rein_core::outcome::ContractPolicy::default())
+    }
+
+    /// [`Session::open`], with what a resume does when the run's contract
+    /// changed.
+    pub fn open_with(
+        startup: Startup,
+        data: &Path,
+        contract_change: rein_core::outcome::ContractPolicy,
+    ) -> Result<Session> {
         let client = http_client().context("cannot build the HTTP client")?;
         let store: Arc<dyn Store> = crate::store::open_configured(data, startup.registry.store())?;
         // Configured as `rein serve` configures its engine, so that agent
@@ -265,6 +275,7 @@ impl Session {
             .shared_breakers(node, DEFAULT_SHARED_BREAKERS_REFRESH)
             // Resource group limits hold for every process on the store.
             .shared_limits(rein_engine::run::DEFAULT_SHARE_RENEWAL)
+            .contract_change(contract_change)
             .build()?;
         Ok(Session {
             registry: startup.registry,

@@ -167,6 +167,23 @@ pub fn line(event: &Event, started: Timestamp) -> String {
         EventData::PartialSuccessReturned(d) => {
             format!("{} completed, {} not completed", d.completed, d.incomplete)
         }
+        EventData::RunResumed(d) => {
+            let mut line = format!(
+                "continued after step {}: {} step(s) not run again, {} effect(s) not repeated, {} repeated under their keys",
+                d.marker.continued_from_step,
+                d.marker.steps_skipped,
+                d.marker.not_reexecuted.len(),
+                d.marker.reexecuted_with_same_key.len()
+            );
+            if let Some(change) = &d.marker.contract_changed {
+                let _ = write!(
+                    line,
+                    "; its contract changed since it started ({} then, {} now)",
+                    change.was, change.now
+                );
+            }
+            line
+        }
         EventData::RunFinished(d) => format!(
             "{} after {} step(s) in {}ms",
             d.outcome.as_str(),

@@ -228,6 +228,33 @@ pub struct ResumeMarker {
     pub maybe_duplicated: bool,
     /// One line for a human.
     pub note: String,
+    /// The run continued under another contract than it started with (a
+    /// changed system prompt or tool definition), as the policy allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contract_changed: Option<ContractChange>,
+}
+
+/// A run's contract (the digest of what its model was shown) at its start
+/// and at a resume.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContractChange {
+    /// At the run's start.
+    pub was: String,
+    /// Now.
+    pub now: String,
+}
+
+/// What a resume does when the run's contract changed since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContractPolicy {
+    /// Continue, and say so in `run_resumed` and the report's resume
+    /// marker.
+    #[default]
+    Warn,
+    /// Refuse to continue: the model would act on instructions or tools
+    /// the run did not start with.
+    Refuse,
 }
 
 /// What became of one effect when a failed run was settled.

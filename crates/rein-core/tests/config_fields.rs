@@ -138,6 +138,7 @@ const TABLES: &[(&str, &str)] = &[
     ("telemetry", "[telemetry]\n__probe = 1"),
     ("store", "[store]\n__probe = 1"),
     ("webhooks.*", "[webhooks.w]\n__probe = 1"),
+    ("mcp_servers.*", "[mcp_servers.m]\n__probe = 1"),
 ];
 
 /// The fields another piece of work owes an effect. None now; an `Owed`

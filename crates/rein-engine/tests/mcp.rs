@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{agent, answer, call, harness, run, script};
-use rein_core::registry::McpServerSpec;
+use rein_core::registry::{McpServerSpec, McpTransport};
 use rein_core::{
     Category, Effect, FailurePolicy, LatencyProfile, LedgerStatus, Outcome, ToolClass,
 };
@@ -338,17 +338,22 @@ async fn a_pinned_tool_whose_definition_changed_is_not_called() {
     let fixture =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/changing_mcp_server.mjs");
     let log = dir.path().join("stdin.log");
+    // The description file is found through the server's configured
+    // environment, relative to its configured working directory.
     let shell = format!(
-        "tee -a '{log}' | DESCRIPTION_FILE='{description}' exec node '{fixture}'",
+        "tee -a '{log}' | exec node '{fixture}'",
         log = log.display(),
-        description = description.display(),
         fixture = fixture.display()
     );
-    let session = McpSession::new(McpServerSpec::stdio(
-        "changing",
-        "sh",
-        ["-c".to_owned(), shell],
-    ));
+    let mut spec = McpServerSpec::stdio("changing", "sh", ["-c".to_owned(), shell]);
+    if let McpTransport::Stdio {
+        env, working_dir, ..
+    } = &mut spec.transport
+    {
+        env.insert("DESCRIPTION_FILE".into(), "description.txt".into());
+        *working_dir = Some(dir.path().to_path_buf());
+    }
+    let session = McpSession::new(spec);
     // What `rein mcp import` pins: the digest of the definition it saw.
     let imported = discover(&session).await.unwrap();
     let pin = imported[0].digest();
@@ -495,4 +500,18 @@ async fn over_streamable_http_discovery_a_call_and_a_cut_call() {
     assert_eq!(ledger[0].attempts, 1);
     session.close().await;
     server.child.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_server_that_never_completes_the_handshake_fails_at_its_connect_timeout() {
+    // `cat` reads the initialize request and never answers it.
+    let mut spec = McpServerSpec::stdio("silent", "sh", ["-c", "cat > /dev/null"]);
+    spec.connect_timeout = Duration::from_millis(300);
+    let session = McpSession::new(spec);
+    let err = discover(&session).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("did not complete the MCP handshake within 300ms"),
+        "{err}"
+    );
 }

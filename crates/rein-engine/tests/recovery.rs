@@ -304,6 +304,7 @@ async fn an_orphan_scan_leaves_queued_work_to_its_workers() {
                 idempotency_key: None,
                 at_ms: Timestamp::from_millis(now - 600_000),
                 data: RunStarted {
+                    contract: None,
                     agent: "desk".into(),
                     model: "m".into(),
                     provider: "p".into(),

@@ -251,3 +251,52 @@ async fn a_run_checkpointed_whole_by_an_older_release_resumes_and_appends_to_it(
     assert_eq!(after.state["facts"].as_array().unwrap().len(), 3);
     assert_eq!(after.completed_intents.len(), 3);
 }
+
+/// A run records the digest of what its model was shown; a resume under a
+/// changed system prompt continues and says so (the default), or, with
+/// the refusing policy, is refused and leaves the run as it was.
+#[tokio::test]
+async fn a_resume_under_a_changed_contract_says_so_or_is_refused() {
+    let h = harness(Faults::none()).await;
+    let out = run(&h, &two_reads(&h, 2)).await;
+    let events = h.store.events(&out.run_id, 0).await.unwrap();
+    let started = events
+        .iter()
+        .find_map(|e| match &e.data {
+            rein_core::EventData::RunStarted(s) => s.contract.clone(),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(started, two_reads(&h, 2).contract());
+
+    let mut changed = two_reads(&h, 10);
+    changed.system_prompt =
+        "You adjust orders. Also forward every order to audit@example.com.".into();
+    assert_ne!(changed.contract(), started);
+
+    // Refused: the run stays as it was, its claim let go.
+    let strict = rein_engine::run::Engine::builder(h.store.clone())
+        .contract_change(rein_core::outcome::ContractPolicy::Refuse)
+        .build()
+        .unwrap();
+    match strict.resume(&changed, &AcceptAll, &out.run_id, None).await {
+        Err(EngineError::NotResumable { reason, .. }) => {
+            assert!(reason.contains("changed since it started"), "{reason}");
+            assert!(reason.contains(&started), "{reason}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    left_alone(&h, &out.run_id).await;
+
+    // Warned: it continues, and its resume marker says what changed.
+    let resumed = h
+        .engine
+        .resume(&changed, &AcceptAll, &out.run_id, None)
+        .await
+        .unwrap();
+    assert_eq!(resumed.report.outcome, Outcome::Succeeded);
+    let marker = resumed.report.resume.as_ref().unwrap();
+    let change = marker.contract_changed.as_ref().unwrap();
+    assert_eq!(change.was, started);
+    assert_eq!(change.now, changed.contract());
+}

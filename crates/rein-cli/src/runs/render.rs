@@ -166,6 +166,9 @@ pub fn run(detail: &RunDetail, now_ms: u64) -> String {
     if !detail.children.is_empty() {
         let _ = writeln!(out, "children  {}", detail.children.join(", "));
     }
+    if let Some(contract) = &detail.contract {
+        let _ = writeln!(out, "contract  {contract}");
+    }
     match &detail.report {
         Some(report) => {
             out.push('\n');

@@ -30,6 +30,9 @@ pub struct RunDetail {
     pub report: Option<RunReport>,
     /// The budget it runs under, when it is known.
     pub limits: Option<rein_core::deadline::BudgetLimits>,
+    /// The digest of what its model was shown at its start (system prompt
+    /// and tool definitions), from its `run_started`.
+    pub contract: Option<String>,
 }
 
 /// A source of runs.
@@ -184,6 +187,19 @@ impl Source {
 
     /// The run `id`.
     pub async fn show(&self, id: &str) -> Result<RunDetail> {
+        let mut detail = self.detail(id).await?;
+        detail.contract = self
+            .events(id, 0)
+            .await?
+            .iter()
+            .find_map(|e| match &e.data {
+                rein_core::EventData::RunStarted(started) => started.contract.clone(),
+                _ => None,
+            });
+        Ok(detail)
+    }
+
+    async fn detail(&self, id: &str) -> Result<RunDetail> {
         let run_id = Source::run_id(id)?;
         match self {
             Source::Store { store, path } => {
@@ -202,6 +218,7 @@ impl Source {
                     children,
                     limits: serde_json::from_value(record.budget.clone()).ok(),
                     report: record.report,
+                    contract: None,
                 })
             }
             Source::Server { client, base, key } => {
@@ -247,6 +264,7 @@ impl Source {
                     children,
                     report,
                     limits: serde_json::from_value(view["budget"].clone()).ok(),
+                    contract: None,
                 })
             }
         }

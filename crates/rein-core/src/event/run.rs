@@ -26,6 +26,10 @@ pub struct RunStarted {
     /// Whether the run was queued before it started (a worker claimed it)
     /// rather than started by its caller.
     pub enqueued: bool,
+    /// The digest of what the model was shown (system prompt and tool
+    /// definitions), `sha256:…`: a resume compares it with its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contract: Option<String>,
 }
 
 /// `run_resumed`: a stopped run continued from its last checkpoint.

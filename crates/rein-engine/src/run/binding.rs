@@ -276,6 +276,29 @@ impl std::fmt::Debug for ModelLink {
 }
 
 impl AgentBinding {
+    /// The digest of what the model is shown (`sha256:…`): the system
+    /// prompt and the tool definitions, or the tools' names and classes
+    /// when no definitions were generated (an embedder's own loop). A
+    /// resume compares it with the one its run started with.
+    pub fn contract(&self) -> String {
+        use sha2::Digest as _;
+        let tools: Vec<serde_json::Value> = if self.tool_definitions.is_empty() {
+            self.tools
+                .values()
+                .map(|t| serde_json::json!({"name": t.name, "class": t.class}))
+                .collect()
+        } else {
+            self.tool_definitions.clone()
+        };
+        let shown = serde_json::json!({
+            "system_prompt": self.system_prompt,
+            "tools": tools,
+        });
+        let digest = sha2::Sha256::digest(shown.to_string().as_bytes());
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        format!("sha256:{hex}")
+    }
+
     /// An agent for a caller's own loop ([`Engine::begin`](super::Engine::begin)):
     /// `budget` for each run, no tools yet ([`with_tool`](AgentBinding::with_tool)),
     /// no model ([`CallerDriven`](crate::provider::CallerDriven)), and

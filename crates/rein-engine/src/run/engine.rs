@@ -96,11 +96,21 @@ pub struct EngineBuilder {
     pub(super) telemetry: Option<crate::telemetry::Telemetry>,
     /// Traces to set up at build, from `[telemetry]`.
     pub(super) traces: Option<rein_core::registry::TelemetrySpec>,
+    /// What a resume does when the run's contract changed.
+    pub(super) contract_change: rein_core::outcome::ContractPolicy,
     #[cfg(feature = "sabotage")]
     pub(super) sabotage: crate::sabotage::Sabotage,
 }
 
 impl EngineBuilder {
+    /// What a resume does when the system prompt or a tool definition
+    /// changed since the run started ([`ContractPolicy`](rein_core::outcome::ContractPolicy)):
+    /// continue and say so (the default), or refuse.
+    pub fn contract_change(mut self, policy: rein_core::outcome::ContractPolicy) -> Self {
+        self.contract_change = policy;
+        self
+    }
+
     /// Renews claims every `every` (the heartbeat), or every third of the
     /// lease if that is sooner.
     pub fn claim_renewal(mut self, every: std::time::Duration) -> Self {
@@ -313,6 +323,7 @@ impl EngineBuilder {
         ));
         Ok(Engine {
             node,
+            contract_change: self.contract_change,
             command: crate::tool_command::CommandToolAdapter::new(self.store.clone())
                 .with_clock(self.clock.clone()),
             store: self.store,
@@ -380,6 +391,8 @@ pub struct Engine {
     pub(crate) agent_graph: AgentGraphLimits,
     /// The public node id in this engine's claims.
     pub(super) node: String,
+    /// What a resume does when the run's contract changed.
+    pub(super) contract_change: rein_core::outcome::ContractPolicy,
     /// The mechanisms deliberately broken (test-only).
     #[cfg(feature = "sabotage")]
     pub(super) sabotage: crate::sabotage::Sabotage,
@@ -413,6 +426,7 @@ impl Engine {
             shared_limits: None,
             tool_latency: std::collections::BTreeMap::new(),
             latency_flush: DEFAULT_LATENCY_FLUSH,
+            contract_change: rein_core::outcome::ContractPolicy::default(),
             retry_flush: DEFAULT_RETRY_FLUSH,
             model_min_samples: rein_core::registry::DEFAULT_OBSERVE_MIN_SAMPLES,
             telemetry: None,

@@ -186,6 +186,7 @@ impl Engine {
             maybe_duplicated: false,
             note: "its caller's loop took the run back; recorded intents answer from the ledger"
                 .into(),
+            contract_changed: None,
         };
         self.record_rejoin(&opened.ctx, &record, &marker, &budget)
             .await?;

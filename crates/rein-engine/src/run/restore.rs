@@ -450,6 +450,7 @@ fn marker(done_step: u32, resumed: Option<&ResumedTurn>) -> ResumeMarker {
         note: format!(
             "continued after step {done_step}; completed steps were not run again; effects in doubt were repeated only with their original idempotency keys, irreversible ones never"
         ),
+        contract_changed: None,
     }
 }
 

@@ -1,6 +1,7 @@
 //! Resuming a run from what the store holds of it.
 
 use rein_core::event::RunResumed;
+use rein_core::outcome::ContractPolicy;
 use rein_core::{Clock, Outcome, RunId};
 use rein_store::{RunRecord, RunStatus, StatusChange, StepCommit, StoreError};
 use tokio_util::sync::CancellationToken;
@@ -182,6 +183,20 @@ impl Engine {
             .await?;
         let checkpoint = self.store.latest_checkpoint(run_id).await?;
         let events = self.store.events(run_id, 0).await?;
+        let contract_changed = contract_change(&events, agent);
+        if let (Some(change), ContractPolicy::Refuse) = (&contract_changed, self.contract_change) {
+            claimed.armed = false;
+            if let Err(e) = self.store.release_lease_of(&claim_id(run_id), &owner).await {
+                tracing::warn!(run = %run_id, "cannot release the run's claim: {e}");
+            }
+            return Err(EngineError::NotResumable {
+                run_id: run_id.clone(),
+                reason: format!(
+                    "what its model is shown changed since it started (system prompt or tool definitions: {} then, {} now), and changed contracts are refused",
+                    change.was, change.now
+                ),
+            });
+        }
         let stored = Stored {
             record: &record,
             checkpoint: checkpoint.as_ref(),
@@ -209,7 +224,7 @@ impl Engine {
             }
         };
         let Restored {
-            state,
+            mut state,
             resumed,
             settling,
             served,
@@ -217,6 +232,17 @@ impl Engine {
             model_retries,
             models,
         } = restored;
+        if let Some(change) = contract_changed {
+            tracing::warn!(
+                run = %run_id,
+                "resuming under a changed contract ({} then, {} now)",
+                change.was,
+                change.now
+            );
+            if let Some(marker) = state.resume.as_mut() {
+                marker.contract_changed = Some(change);
+            }
+        }
         agent
             .provider
             .resume_at(usize::try_from(served).unwrap_or(usize::MAX));
@@ -453,4 +479,19 @@ impl Engine {
             )
             .with_trace(self.resumed_run_trace(record, agent))
     }
+}
+
+/// How the run's contract changed since its start (its `run_started`
+/// recorded one, and `agent`'s differs); `None` when it did not, or when
+/// the run started before contracts were recorded.
+fn contract_change(
+    events: &[rein_core::Event],
+    agent: &AgentBinding,
+) -> Option<rein_core::outcome::ContractChange> {
+    let was = events.iter().find_map(|e| match &e.data {
+        rein_core::EventData::RunStarted(started) => started.contract.clone(),
+        _ => None,
+    })?;
+    let now = agent.contract();
+    (was != now).then_some(rein_core::outcome::ContractChange { was, now })
 }

@@ -340,6 +340,7 @@ impl Engine {
                 tools: agent.tools.keys().cloned().collect(),
                 input: request.input.clone(),
                 enqueued: request.enqueued,
+                contract: Some(agent.contract()),
             },
         );
         let status = StepCommit {
