@@ -15,6 +15,7 @@ mod idempotency;
 mod key;
 mod latency;
 mod limits;
+mod lint;
 mod log;
 mod mcp;
 mod migrate;
@@ -63,6 +64,16 @@ enum Command {
     ///
     /// Exits 0 when the config loads, 1 when it has problems.
     Check(check::CheckArgs),
+    /// Lint the tool definitions a model reads, and report like a compiler.
+    ///
+    /// Named rules on names, descriptions and schemas (side effect first,
+    /// units, enums, ids, examples, confirmation of destructive tools,
+    /// strict mode, hidden text, ...); each finding gives its file, line,
+    /// tool, field, rule id and a fix. See docs/lint.md for every rule.
+    ///
+    /// Exits 0 when no finding is at or above --deny (warning; notes alone
+    /// pass), 1 when one is, 2 when the config could not be read.
+    Lint(lint::LintArgs),
     /// Run the order-desk scenario end to end, with no setup.
     ///
     /// Starts a loopback order desk whose first delivery update applies but
@@ -196,6 +207,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Key(args) => key::run(args).map(|()| ExitCode::SUCCESS),
         Command::Check(args) => return check::run(args),
+        Command::Lint(args) => return lint::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Dev(args) => dev::run(args),
         Command::Run(args) => run::run(args),

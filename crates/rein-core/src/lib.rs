@@ -34,6 +34,7 @@
 //! | [`submission`] | an idempotent submission's record, and resolving one whose holder died |
 //! | [`redact`] | secrets never leave rein in clear: known values, URL queries and userinfo |
 //! | [`registry`] | tools, agents, providers and resource groups: the integrity check and model-facing tool definitions |
+//! | [`lint`] | what the model reads about each tool, checked against named rules: `ToolDefinition`, `Rule`, `Finding` |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -54,6 +55,7 @@ pub mod idempotency;
 pub mod ids;
 pub mod latency;
 pub mod ledger;
+pub mod lint;
 pub mod loop_guard;
 pub mod model;
 pub mod outcome;

@@ -93,6 +93,11 @@ const TABLES: &[(&str, &str)] = &[
         "[tools.t.latency.scale]\n__probe = 1",
     ),
     ("tools.*.adapter", "[tools.t.adapter]\n__probe = 1"),
+    ("tools.*.lint", "[tools.t.lint]\n__probe = 1"),
+    (
+        "tools.*.lint.allow[]",
+        "[tools.t.lint]\nallow = [{ __probe = 1 }]",
+    ),
     ("agents.*", "[agents.a]\n__probe = 1"),
     ("agents.*.budget", "[agents.a.budget]\n__probe = 1"),
     ("agents.*.retry", "[agents.a.retry]\n__probe = 1"),

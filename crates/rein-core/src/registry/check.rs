@@ -1108,6 +1108,15 @@ impl<'a> Checker<'a> {
                 }
             }
         };
+        let lint_allow = match super::lint_allow::check_lint(&c.lint) {
+            Ok(allowed) => Some(allowed),
+            Err(problems) => {
+                for (field, message) in problems {
+                    self.report(file, format!("{p}.{field}"), message);
+                }
+                None
+            }
+        };
         Some(ToolSpec {
             name: name.to_owned(),
             description: description?,
@@ -1127,6 +1136,7 @@ impl<'a> Checker<'a> {
             adapter: adapter?,
             resource_key: resource_key?,
             approval: approval?,
+            lint_allow: lint_allow?,
             source: file.to_path_buf(),
         })
     }

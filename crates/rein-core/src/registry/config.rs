@@ -268,6 +268,9 @@ pub struct ToolConfig {
     /// Whether a call waits for a human's approval: `"required"`,
     /// `"never"` (the default) or `{ when = { "args.PATH" = { gt = N } } }`.
     pub approval: super::approval::ToolApprovalConfig,
+    /// Lint rules silenced for this tool, each with its reason
+    /// (`[tools.NAME.lint] allow = [{ rule, reason }]`).
+    pub lint: super::lint_allow::ToolLintConfig,
 }
 
 /// The idempotency key recipe as written in config. Unset fields take

@@ -55,6 +55,7 @@
 //! | an `mcp` adapter naming no server or an unknown one, an empty `tool`, or a `status_url` (MCP has no lookup by key) | `tools.NAME.adapter.*` |
 //! | an MCP server with neither or both of `command` and `url`, a setting of the other transport, an `env` name that is not a variable name, a NUL byte, a `url` that is not absolute `http`/`https`, or a `connect_timeout` out of (0, 5 min] | `mcp_servers.NAME.<field>` |
 //! | a schema whose top-level type is not `object`, a property without a description, or one the schema compiler refuses | `tools.NAME.schema.*` |
+//! | a `lint.allow` entry without `rule` or `reason` (blank counts as missing), naming an unknown rule, or silencing one a second time | `tools.NAME.lint.allow[N].*` |
 //! | any value refused by rein-core's own config types (budget, retry, loop guard, breakers, latency) | their field, under the table path |
 //! | any duration longer than [`MAX_DURATION`](crate::config::MAX_DURATION) (366 d): deadlines and lease expiries would overflow | the field (with its line) |
 //! | `[breakers]` or `[server]` in two files | `breakers` / `server` (in the later file) |
@@ -132,6 +133,7 @@ mod config;
 mod constants;
 mod exposure;
 mod fan_out;
+mod lint_allow;
 mod mcp;
 mod metrics_labels;
 mod model_tools;
@@ -185,6 +187,7 @@ pub use exposure::{
 pub use fan_out::{
     DEFAULT_MAX_CALLS_PER_TURN, FanOutConfig, FanOutLimits, MAX_CALLS_PER_TURN, ResourceKey,
 };
+pub use lint_allow::{AllowConfig, ToolLintConfig};
 pub use mcp::{
     DEFAULT_MCP_CONNECT_TIMEOUT, MAX_MCP_CONNECT_TIMEOUT, McpServerConfig, McpServerSpec,
     McpTransport,

@@ -275,6 +275,9 @@ pub struct ToolSpec {
     /// Whether a call waits for a human's approval of its own (an agent's
     /// tier gate may add more).
     pub approval: super::approval::ToolApproval,
+    /// The lint rules silenced for it, each with its reason
+    /// (`[tools.NAME.lint] allow`); `rein lint` reports them as silenced.
+    pub lint_allow: Vec<crate::lint::Allowance>,
     /// The config file it was defined in.
     pub source: PathBuf,
 }

@@ -16,7 +16,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rein_core::registry::{ConfigProblem, SourceMap};
+use rein_core::registry::{ConfigProblem, Position, SourceMap};
 
 /// The spans of each file of a loaded config.
 #[derive(Debug, Clone, Default)]
@@ -45,6 +45,16 @@ impl SourceMaps {
             Some(position) => problem.at(position),
             None => problem,
         }
+    }
+
+    /// The line and column of `field` in `file` (or of its deepest
+    /// written parent, as [`place`](SourceMaps::place) finds it); `None`
+    /// when `file` is not of this config or writes none of `field`.
+    pub fn locate(&self, file: &Path, field: &str) -> Option<Position> {
+        self.files
+            .iter()
+            .find(|(path, _)| path == file)
+            .and_then(|(_, map)| map.locate(field))
     }
 
     /// The file that writes `field`, or the table it is in (the first
