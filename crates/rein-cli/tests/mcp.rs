@@ -249,3 +249,43 @@ fn import_prints_entries_rein_check_accepts_and_reports_a_changed_pin() {
         "{stderr}"
     );
 }
+
+#[test]
+fn lint_reads_a_live_servers_tools_against_reins_classes() {
+    let Some(entry) = everything() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // rein calls the server's read-only operation irreversible: its
+    // readOnlyHint contradicts the class rein acts on.
+    let extra = format!(
+        r#"[mcp_servers.everything]
+command = "node"
+args = [{entry}, "stdio"]
+
+[tools.operation]
+description = "Start a long operation and wait for it to finish."
+class = "irreversible"
+avoid_at_plan_time = true
+adapter = {{ kind = "mcp", server = "everything", tool = "trigger-long-running-operation" }}
+schema = {{ type = "object", properties = {{ duration = {{ type = "number", description = "Seconds it lasts, e.g. 2." }} }} }}
+"#,
+        entry = Value::String(entry.display().to_string())
+    );
+    let config = example_config(dir.path(), &extra);
+    let out = rein(&["lint", "--mcp", "everything", "--json"], &config);
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let findings = report["findings"].as_array().unwrap();
+    let contradiction = findings
+        .iter()
+        .find(|f| f["rule"] == "annotation-contradicts-class")
+        .unwrap_or_else(|| panic!("{report:#}"));
+    assert_eq!(contradiction["tool"], "trigger-long-running-operation");
+    assert_eq!(contradiction["file"], "mcp:everything");
+    // Every listed tool was read, registered or not.
+    assert!(
+        findings.iter().any(|f| f["tool"] == "get-sum"),
+        "{report:#}"
+    );
+    let unknown = rein(&["lint", "--mcp", "nothing"], &config);
+    assert_eq!(unknown.status.code(), Some(2));
+}

@@ -44,6 +44,7 @@ Examples:
   rein lint --config rein.toml --deny error            # fail CI on errors only
   rein lint --config rein.toml --json | jq '.findings[].rule'
   rein lint --config rein.toml --format sarif > rein-lint.sarif
+  rein lint --config rein.toml --mcp everything        # a live MCP server's tools
 
 Silence a rule for one tool, with a reason (required):
   [tools.send_email.lint]
@@ -71,6 +72,12 @@ pub struct LintArgs {
     /// The lowest severity that fails the lint (exit 1).
     #[arg(long, value_enum, default_value_t = Deny::Warning)]
     deny: Deny,
+    /// Lint the tools a live MCP server lists (`[mcp_servers.NAME]` of the
+    /// config) instead of the config's tools: its descriptions, schemas
+    /// and annotations, with rein's class where the config has an entry
+    /// for the tool (so a `destructiveHint` that contradicts it is found).
+    #[arg(long, value_name = "SERVER")]
+    mcp: Option<String>,
 }
 
 /// How the findings are printed.
@@ -145,11 +152,14 @@ pub fn run(args: LintArgs) -> ExitCode {
     for warning in &loaded.warnings {
         note(Level::Warn, &format!("warning: {warning}"));
     }
+    let format = if args.json { Format::Json } else { args.format };
+    if let Some(server) = &args.mcp {
+        return lint_mcp(&loaded, server, format, Severity::from(args.deny));
+    }
     let definitions = lint::definitions(&loaded.registry);
     let report = lint::lint(&definitions);
     let placed = place(&loaded, &report);
     let unused = unused(&loaded, &report);
-    let format = if args.json { Format::Json } else { args.format };
     emit(
         format,
         Severity::from(args.deny),
@@ -158,6 +168,87 @@ pub fn run(args: LintArgs) -> ExitCode {
         &unused,
         definitions.len(),
     )
+}
+
+/// `rein lint --mcp SERVER`: the tools `server` lists now, each with
+/// rein's class, tier, compensation and approval where the config has an
+/// entry calling it (its allowances too), and the server's annotations.
+fn lint_mcp(loaded: &Loaded, server: &str, format: Format, deny: Severity) -> ExitCode {
+    use rein_core::registry::AdapterSpec;
+    let Some(spec) = loaded.registry.mcp_servers().get(server) else {
+        note(
+            Level::Error,
+            &format!("error: the config has no [mcp_servers.{server}]; nothing was linted"),
+        );
+        return ExitCode::from(2);
+    };
+    let listed = match crate::run::runtime().map(|runtime| {
+        runtime.block_on(async {
+            let session = rein_engine::tool::mcp::McpSession::new(spec.clone());
+            let listed = rein_engine::tool::mcp::discover(&session).await;
+            session.close().await;
+            listed
+        })
+    }) {
+        Ok(Ok(listed)) => listed,
+        Ok(Err(e)) => {
+            note(Level::Error, &format!("error: MCP server `{server}`: {e}"));
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            note(Level::Error, &format!("error: {e}"));
+            return ExitCode::from(2);
+        }
+    };
+    let registered = lint::definitions(&loaded.registry);
+    let definitions: Vec<lint::ToolDefinition> = listed
+        .iter()
+        .map(|tool| {
+            // The registry entry that calls this tool, if any: rein's view.
+            let entry = loaded.registry.tools().values().find(|t| {
+                matches!(&t.adapter, AdapterSpec::Mcp { server: s, tool: name, .. }
+                    if s.name == server && *name == tool.name)
+            });
+            let mut definition = entry
+                .and_then(|e| registered.iter().find(|d| d.name == e.name).cloned())
+                .unwrap_or_else(|| {
+                    lint::ToolDefinition::new(tool.name.clone(), String::new(), Value::Null)
+                });
+            definition.name = tool.name.clone();
+            definition.description = tool.description.clone().unwrap_or_default();
+            definition.schema = tool.input_schema.clone();
+            let mut annotations = lint::Annotations::new(
+                tool.hints.read_only,
+                tool.hints.destructive,
+                tool.hints.idempotent,
+            );
+            annotations.open_world = tool.hints.open_world;
+            definition.annotations = annotations;
+            definition
+        })
+        .collect();
+    let report = lint::lint(&definitions);
+    let file = PathBuf::from(format!("mcp:{server}"));
+    let standing = report.findings.iter().map(|f| (f, None));
+    let silenced = report
+        .silenced
+        .iter()
+        .map(|s| (&s.finding, Some(s.reason.as_str())));
+    let placed: Vec<Placed<'_>> = standing
+        .chain(silenced)
+        .map(|(finding, reason)| Placed {
+            finding,
+            reason,
+            file: file.clone(),
+            config_field: if finding.field.is_empty() {
+                finding.tool.clone()
+            } else {
+                format!("{}.{}", finding.tool, finding.field)
+            },
+            position: None,
+        })
+        .collect();
+    emit(format, deny, &report, &placed, &[], definitions.len())
 }
 
 /// Prints `report` in `format` and gives the exit status for `deny`.
