@@ -87,6 +87,23 @@ fn logged_server(entry: &Path, dir: &Path, name: &str) -> (McpServerSpec, PathBu
     (spec, log, pid)
 }
 
+/// The registry tool `name`, of `class`, calling `remote` on the server
+/// of `session`, planned at `p99`.
+fn mcp_tool(
+    name: &str,
+    remote: &str,
+    class: ToolClass,
+    p99: Duration,
+    session: &Arc<McpSession>,
+) -> ToolBinding {
+    ToolBinding::adapter(
+        name,
+        class,
+        latency(p99),
+        McpTool::new(name, remote, Arc::clone(session), 10_000),
+    )
+}
+
 fn latency(p99: Duration) -> LatencyProfile {
     LatencyProfile::new(p99 / 10, p99 / 2, p99, 100).unwrap()
 }
@@ -138,11 +155,12 @@ async fn a_call_goes_through_the_guard_and_a_tool_error_is_a_failure() {
     let (spec, log, _) = logged_server(&entry, dir.path(), "calls");
     let session = McpSession::new(spec);
     let h = harness(Faults::none()).await;
-    let sum = ToolBinding::adapter(
+    let sum = mcp_tool(
         "sum",
+        "get-sum",
         ToolClass::IdempotentWrite,
-        latency(Duration::from_secs(5)),
-        McpTool::new("sum", "get-sum", Arc::clone(&session), 10_000),
+        Duration::from_secs(5),
+        &session,
     );
     let mut a = with_tool(
         agent(
@@ -210,16 +228,12 @@ async fn a_slow_call_is_cut_at_its_allowance_and_the_server_told_to_cancel() {
     let h = harness(Faults::none()).await;
     // An irreversible tool (one attempt) whose profile says 300 ms; the
     // operation takes 30 s.
-    let slow = ToolBinding::adapter(
+    let slow = mcp_tool(
         "slow_operation",
+        "trigger-long-running-operation",
         ToolClass::Irreversible,
-        latency(Duration::from_millis(300)),
-        McpTool::new(
-            "slow_operation",
-            "trigger-long-running-operation",
-            Arc::clone(&session),
-            10_000,
-        ),
+        Duration::from_millis(300),
+        &session,
     );
     let a = with_tool(
         agent(
@@ -447,22 +461,19 @@ async fn over_streamable_http_discovery_a_call_and_a_cut_call() {
     assert!(tools.iter().any(|t| t.name == "get-sum"));
 
     let h = harness(Faults::none()).await;
-    let sum = ToolBinding::adapter(
+    let sum = mcp_tool(
         "sum",
+        "get-sum",
         ToolClass::Read,
-        latency(Duration::from_secs(5)),
-        McpTool::new("sum", "get-sum", Arc::clone(&session), 10_000),
+        Duration::from_secs(5),
+        &session,
     );
-    let slow = ToolBinding::adapter(
+    let slow = mcp_tool(
         "slow_operation",
+        "trigger-long-running-operation",
         ToolClass::Irreversible,
-        latency(Duration::from_millis(300)),
-        McpTool::new(
-            "slow_operation",
-            "trigger-long-running-operation",
-            Arc::clone(&session),
-            10_000,
-        ),
+        Duration::from_millis(300),
+        &session,
     );
     let mut a = with_tool(
         with_tool(

@@ -1479,17 +1479,17 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// Reports every field of `present` that is set, as belonging to the
-    /// other adapter kind. Returns whether none was.
+    /// Reports every field of `groups` that is set, as not a setting of a
+    /// `kind` adapter. Returns whether none was.
     fn foreign_fields(
         &mut self,
         file: &Path,
         f: &str,
         kind: &str,
-        present: &[(bool, &str)],
+        groups: &[&[(bool, &str)]],
     ) -> bool {
         let mut ok = true;
-        for (set, field) in present {
+        for (set, field) in groups.iter().flat_map(|group| group.iter()) {
             if *set {
                 self.report(
                     file,
@@ -1514,15 +1514,8 @@ impl<'a> Checker<'a> {
             file,
             f,
             "http",
-            &[
-                (c.program.is_some(), "program"),
-                (!c.args.is_empty(), "args"),
-                (c.working_dir.is_some(), "working_dir"),
-                (!c.env.is_empty(), "env"),
-                (c.max_output_bytes.is_some(), "max_output_bytes"),
-            ],
-        ) & self.foreign_fields(file, f, "http", &agent_fields(c))
-            & self.foreign_fields(file, f, "http", &mcp_fields(c));
+            &[&command_fields(c), &agent_fields(c), &mcp_fields(c)],
+        );
         let url = match &c.url {
             None => {
                 self.report(file, format!("{f}.url"), "is required");
@@ -1595,13 +1588,12 @@ impl<'a> Checker<'a> {
             f,
             "command",
             &[
-                (c.url.is_some(), "url"),
-                (c.method.is_some(), "method"),
-                (!c.headers.is_empty(), "headers"),
-                (c.max_result_bytes.is_some(), "max_result_bytes"),
+                &http_fields(c),
+                &result_fields(c),
+                &agent_fields(c),
+                &mcp_fields(c),
             ],
-        ) & self.foreign_fields(file, f, "command", &agent_fields(c))
-            & self.foreign_fields(file, f, "command", &mcp_fields(c));
+        );
         if c.status_url.is_some() {
             self.report(
                 file,
@@ -1712,17 +1704,8 @@ impl<'a> Checker<'a> {
             file,
             f,
             "mcp",
-            &[
-                (c.url.is_some(), "url"),
-                (c.method.is_some(), "method"),
-                (!c.headers.is_empty(), "headers"),
-                (c.program.is_some(), "program"),
-                (!c.args.is_empty(), "args"),
-                (c.working_dir.is_some(), "working_dir"),
-                (!c.env.is_empty(), "env"),
-                (c.max_output_bytes.is_some(), "max_output_bytes"),
-            ],
-        ) & self.foreign_fields(file, f, "mcp", &agent_fields(c));
+            &[&http_fields(c), &command_fields(c), &agent_fields(c)],
+        );
         if c.status_url.is_some() {
             let why = if class == Some(ToolClass::Irreversible) {
                 "is not allowed on an mcp adapter: MCP has no lookup by idempotency key (and an irreversible tool has no key)"
@@ -1820,17 +1803,12 @@ impl<'a> Checker<'a> {
             f,
             "agent",
             &[
-                (c.url.is_some(), "url"),
-                (c.method.is_some(), "method"),
-                (!c.headers.is_empty(), "headers"),
-                (c.max_result_bytes.is_some(), "max_result_bytes"),
-                (c.program.is_some(), "program"),
-                (!c.args.is_empty(), "args"),
-                (c.working_dir.is_some(), "working_dir"),
-                (!c.env.is_empty(), "env"),
-                (c.max_output_bytes.is_some(), "max_output_bytes"),
+                &http_fields(c),
+                &result_fields(c),
+                &command_fields(c),
+                &mcp_fields(c),
             ],
-        ) & self.foreign_fields(file, f, "agent", &mcp_fields(c));
+        );
         if c.status_url.is_some() {
             self.report(
                 file,
@@ -3129,6 +3107,32 @@ struct AgentModels {
 
 /// The agent adapter's settings of `c`, each with whether it is set, to
 /// report on an adapter of another kind.
+/// The settings only an http adapter takes (`status_url` is refused
+/// with its own reason by the others).
+fn http_fields(c: &AdapterConfig) -> [(bool, &'static str); 3] {
+    [
+        (c.url.is_some(), "url"),
+        (c.method.is_some(), "method"),
+        (!c.headers.is_empty(), "headers"),
+    ]
+}
+
+/// The result cap the http and mcp adapters take.
+fn result_fields(c: &AdapterConfig) -> [(bool, &'static str); 1] {
+    [(c.max_result_bytes.is_some(), "max_result_bytes")]
+}
+
+/// The settings only a command adapter takes.
+fn command_fields(c: &AdapterConfig) -> [(bool, &'static str); 5] {
+    [
+        (c.program.is_some(), "program"),
+        (!c.args.is_empty(), "args"),
+        (c.working_dir.is_some(), "working_dir"),
+        (!c.env.is_empty(), "env"),
+        (c.max_output_bytes.is_some(), "max_output_bytes"),
+    ]
+}
+
 /// `sha256:` and 64 lowercase hex digits.
 fn is_digest(text: &str) -> bool {
     text.strip_prefix("sha256:").is_some_and(|hex| {
