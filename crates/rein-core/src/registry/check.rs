@@ -1479,6 +1479,25 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// A byte cap (`max_result_bytes`, `max_output_bytes`): `default` when
+    /// unset, `None` (reported) when zero.
+    fn byte_cap(
+        &mut self,
+        file: &Path,
+        field: &str,
+        value: Option<u64>,
+        default: usize,
+    ) -> Option<usize> {
+        match value {
+            None => Some(default),
+            Some(0) => {
+                self.report(file, field, "must be greater than zero");
+                None
+            }
+            Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+        }
+    }
+
     /// Reports every field of `groups` that is set, as not a setting of a
     /// `kind` adapter. Returns whether none was.
     fn foreign_fields(
@@ -1559,19 +1578,14 @@ impl<'a> Checker<'a> {
                 checked
             }
         };
-        let max_result_bytes = match c.max_result_bytes {
-            None => DEFAULT_MAX_RESULT_BYTES,
-            Some(0) => {
-                self.report(
-                    file,
-                    format!("{f}.max_result_bytes"),
-                    "must be greater than zero",
-                );
-                ok = false;
-                0
-            }
-            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-        };
+        let max_result_bytes = self.byte_cap(
+            file,
+            &format!("{f}.max_result_bytes"),
+            c.max_result_bytes,
+            DEFAULT_MAX_RESULT_BYTES,
+        );
+        ok &= max_result_bytes.is_some();
+        let max_result_bytes = max_result_bytes.unwrap_or(0);
         let url = url?;
         ok.then(|| AdapterSpec::Http {
             url,
@@ -1666,19 +1680,14 @@ impl<'a> Checker<'a> {
                 ok = false;
             }
         }
-        let max_output_bytes = match c.max_output_bytes {
-            None => DEFAULT_MAX_OUTPUT_BYTES,
-            Some(0) => {
-                self.report(
-                    file,
-                    format!("{f}.max_output_bytes"),
-                    "must be greater than zero",
-                );
-                ok = false;
-                0
-            }
-            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-        };
+        let max_output_bytes = self.byte_cap(
+            file,
+            &format!("{f}.max_output_bytes"),
+            c.max_output_bytes,
+            DEFAULT_MAX_OUTPUT_BYTES,
+        );
+        ok &= max_output_bytes.is_some();
+        let max_output_bytes = max_output_bytes.unwrap_or(0);
         let program = program?;
         ok.then(|| AdapterSpec::Command {
             program,
@@ -1756,19 +1765,14 @@ impl<'a> Checker<'a> {
             Some(tool) => tool.to_owned(),
             None => p.strip_prefix("tools.").unwrap_or(p).to_owned(),
         };
-        let max_result_bytes = match c.max_result_bytes {
-            None => DEFAULT_MAX_RESULT_BYTES,
-            Some(0) => {
-                self.report(
-                    file,
-                    format!("{f}.max_result_bytes"),
-                    "must be greater than zero",
-                );
-                ok = false;
-                0
-            }
-            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-        };
+        let max_result_bytes = self.byte_cap(
+            file,
+            &format!("{f}.max_result_bytes"),
+            c.max_result_bytes,
+            DEFAULT_MAX_RESULT_BYTES,
+        );
+        ok &= max_result_bytes.is_some();
+        let max_result_bytes = max_result_bytes.unwrap_or(0);
         let pin = match c.pin.as_deref() {
             None => None,
             Some(pin) if is_digest(pin) => Some(pin.to_owned()),
