@@ -20,6 +20,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rein_core::registry::{McpServerSpec, McpTransport};
@@ -64,7 +65,27 @@ pub const INHERITED_ENV: [&str; 8] = [
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ",
 ];
 
-type Service = RunningService<RoleClient, ClientConfig>;
+type Service = RunningService<RoleClient, Client>;
+
+/// rein's side of a connection: who it says it is, and the flag a server's
+/// `notifications/tools/list_changed` raises, so that the next look at the
+/// tools lists them again (a changed definition is then caught without
+/// waiting for a reconnect).
+#[derive(Debug, Clone)]
+struct Client {
+    config: ClientConfig,
+    tools_changed: Arc<AtomicBool>,
+}
+
+impl rmcp::ClientHandler for Client {
+    fn get_info(&self) -> ClientConfig {
+        self.config.clone()
+    }
+
+    async fn on_tool_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
+        self.tools_changed.store(true, Ordering::SeqCst);
+    }
+}
 
 /// The process group of a stdio server (its pid, which leads it).
 ///
@@ -99,6 +120,8 @@ struct Open {
     /// The server's tools by name, listed once per connection (a server
     /// started again may have changed them).
     tools: Option<Arc<BTreeMap<String, McpToolDefinition>>>,
+    /// Raised by the server's `notifications/tools/list_changed`.
+    tools_changed: Arc<AtomicBool>,
     _group: Option<ServerGroup>,
 }
 
@@ -179,7 +202,8 @@ impl McpSession {
     pub async fn tools(&self) -> Result<Arc<BTreeMap<String, McpToolDefinition>>, DiscoverError> {
         let mut open = self.open.lock().await;
         let opened = self.opened(&mut open).await?;
-        if let Some(tools) = &opened.tools {
+        let changed = opened.tools_changed.swap(false, Ordering::SeqCst);
+        if let (Some(tools), false) = (&opened.tools, changed) {
             return Ok(Arc::clone(tools));
         }
         let listed = opened
@@ -210,12 +234,15 @@ impl McpSession {
             // A closed one is dropped first: its child is killed and reaped.
             *open = None;
             let timeout = self.spec.connect_timeout;
-            let (service, group) = tokio::time::timeout(timeout, self.connect())
-                .await
-                .map_err(|_| ConnectError::Timeout(timeout))??;
+            let tools_changed = Arc::new(AtomicBool::new(false));
+            let (service, group) =
+                tokio::time::timeout(timeout, self.connect(Arc::clone(&tools_changed)))
+                    .await
+                    .map_err(|_| ConnectError::Timeout(timeout))??;
             *open = Some(Open {
                 service,
                 tools: None,
+                tools_changed,
                 _group: group,
             });
         }
@@ -231,11 +258,17 @@ impl McpSession {
         }
     }
 
-    async fn connect(&self) -> Result<(Service, Option<ServerGroup>), ConnectError> {
-        let client = ClientConfig::new(
-            ClientCapabilities::default(),
-            Implementation::new("rein", env!("CARGO_PKG_VERSION")),
-        );
+    async fn connect(
+        &self,
+        tools_changed: Arc<AtomicBool>,
+    ) -> Result<(Service, Option<ServerGroup>), ConnectError> {
+        let client = Client {
+            config: ClientConfig::new(
+                ClientCapabilities::default(),
+                Implementation::new("rein", env!("CARGO_PKG_VERSION")),
+            ),
+            tools_changed,
+        };
         match &self.spec.transport {
             McpTransport::Stdio {
                 program,
