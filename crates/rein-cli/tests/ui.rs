@@ -45,9 +45,7 @@ fn chromium() -> Option<PathBuf> {
 fn playwright() -> Option<PathBuf> {
     let dir = match std::env::var_os("REIN_PLAYWRIGHT") {
         Some(dir) => PathBuf::from(dir),
-        None => {
-            PathBuf::from(std::env::var_os("HOME")?).join(".cache/rein-node/node_modules")
-        }
+        None => PathBuf::from(std::env::var_os("HOME")?).join(".cache/rein-node/node_modules"),
     };
     dir.join("playwright-core/package.json")
         .is_file()

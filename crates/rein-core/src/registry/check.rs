@@ -58,7 +58,10 @@ use crate::idempotency::NormalizerConfig;
 use crate::ids::TenantId;
 use crate::latency::{AllowanceFactor, LatencyScale, MAX_ALLOWANCE_FACTOR, MIN_ALLOWANCE_FACTOR};
 use crate::loop_guard::LoopGuard;
-use crate::retry::RetryPolicy;
+use crate::retry::{
+    DEFAULT_RETRY_AFTER_MAX, DEFAULT_RETRY_BEFORE_FALLBACK, MAX_RETRY_AFTER_MAX,
+    MAX_RETRY_BEFORE_FALLBACK, RetryPolicy, SameModelRetry,
+};
 use crate::tool::{LatencyProfile, ToolClass};
 
 /// A JSON Schema compiler the check hands each tool's schema to, once the
@@ -745,12 +748,58 @@ impl<'a> Checker<'a> {
                 ),
             ],
         );
+        let same_model = self.same_model_retry(file, &p, c)?;
         Some(ModelBindingSpec {
             name: name.to_owned(),
             primary: primary?,
             fallbacks: fallbacks?,
             context_fallbacks: context_fallbacks?,
+            same_model,
             source: file.to_path_buf(),
+        })
+    }
+
+    /// A binding's same-model retries before fallback (`p` is its table
+    /// path), each field in range or reported.
+    fn same_model_retry(
+        &mut self,
+        file: &Path,
+        p: &str,
+        c: &ModelBindingConfig,
+    ) -> Option<SameModelRetry> {
+        let mut ok = true;
+        let retries = c
+            .retry_before_fallback
+            .unwrap_or(DEFAULT_RETRY_BEFORE_FALLBACK);
+        if retries > MAX_RETRY_BEFORE_FALLBACK {
+            self.report(
+                file,
+                format!("{p}.retry_before_fallback"),
+                format!(
+                    "must be at most {MAX_RETRY_BEFORE_FALLBACK} (more turns a fallback chain into \
+                     a retry loop), but it is {retries}"
+                ),
+            );
+            ok = false;
+        }
+        let retry_after_max = c.retry_after_max.unwrap_or(DEFAULT_RETRY_AFTER_MAX);
+        if retry_after_max > MAX_RETRY_AFTER_MAX {
+            self.report(
+                file,
+                format!("{p}.retry_after_max"),
+                format!(
+                    "must be at most {} (a longer wait is better spent on the fallback), but it \
+                     is {}",
+                    format_duration(MAX_RETRY_AFTER_MAX),
+                    format_duration(retry_after_max)
+                ),
+            );
+            ok = false;
+        }
+        ok.then_some(SameModelRetry {
+            retries,
+            retry_after_max,
+            retry_timeouts: c.retry_timeouts.unwrap_or(false),
         })
     }
 

@@ -2275,6 +2275,44 @@ context_fallbacks = [{ provider = "replay", model = "big" }]
 }
 
 #[test]
+fn same_model_retries_default_and_are_checked_in_range_at_their_field() {
+    let reg = build(&[("rein.toml", &with_extra(MODELS))]).unwrap();
+    assert_eq!(
+        reg.models()["smart"].same_model,
+        crate::retry::SameModelRetry::default()
+    );
+    let set = with_extra(MODELS).replace(
+        "[agents.helper]",
+        "[models.smart2]\nprovider = \"mock\"\nmodel = \"gpt-4o-mini\"\n\
+         retry_before_fallback = 0\nretry_after_max = \"2s\"\nretry_timeouts = true\n\
+         [agents.helper]",
+    );
+    let reg = build(&[("rein.toml", &set)]).unwrap();
+    let same = reg.models()["smart2"].same_model;
+    assert_eq!(
+        (same.retries, same.retry_after_max, same.retry_timeouts),
+        (0, Duration::from_secs(2), true)
+    );
+    let out_of_range = with_extra(MODELS).replace(
+        "[agents.helper]",
+        "[models.smart2]\nprovider = \"mock\"\nmodel = \"gpt-4o-mini\"\n\
+         retry_before_fallback = 9\nretry_after_max = \"2m\"\n[agents.helper]",
+    );
+    assert_eq!(
+        fields(&out_of_range),
+        vec![
+            "models.smart2.retry_before_fallback",
+            "models.smart2.retry_after_max"
+        ]
+    );
+    assert!(
+        message_of(&out_of_range, "models.smart2.retry_before_fallback")
+            .starts_with("must be at most 5")
+    );
+    assert!(message_of(&out_of_range, "models.smart2.retry_after_max").ends_with("but it is 2m"));
+}
+
+#[test]
 fn agent_without_provider_needs_model_to_name_a_binding() {
     let text = with_extra(MODELS).replace("model = \"smart\"", "model = \"clever\"");
     assert_eq!(fields(&text), vec!["agents.helper.provider"]);

@@ -25,6 +25,7 @@ use rein_core::{Category, Failure, Instant, LatencyProfile, ToolClass};
 use super::ceiling::Reservation;
 use super::chain::LinkEnd;
 use super::held::{GuardedStream, Held, StreamEnd, record_cost, record_transition};
+use super::same_model::AfterFailure;
 use super::{LinkRef, Mode, Reply, TurnHost};
 use crate::provider::ModelRequest;
 use crate::run::concurrency::{BUDGET_AFTER_WAIT, Gate, ShedReason, Slot};
@@ -33,20 +34,20 @@ use crate::run::report::End;
 use crate::run::{Engine, MIN_OUTPUT_TOKENS, millis, provider_target};
 
 /// One link's call, as each of its steps sees it.
-struct LinkCall<'a> {
-    host: &'a dyn TurnHost,
-    c: &'a Correlation,
-    link: LinkRef<'a>,
+pub(super) struct LinkCall<'a> {
+    pub(super) host: &'a dyn TurnHost,
+    pub(super) c: &'a Correlation,
+    pub(super) link: LinkRef<'a>,
     request: &'a ModelRequest,
     /// An upper bound of the request's prompt tokens.
     prompt: u64,
     mode: Mode,
-    provider: String,
+    pub(super) provider: String,
     /// Whether a next link is ready: a transient failure then moves on.
     ready: bool,
     /// This link's share of the caller's deadline ([`link_deadline`]).
-    deadline: Deadline,
-    policy: RetryPolicy,
+    pub(super) deadline: Deadline,
+    pub(super) policy: RetryPolicy,
     latency: LatencyProfile,
 }
 
@@ -209,6 +210,8 @@ impl Engine {
             host.provider_tokens().get(&call.provider).copied(),
         ));
         let mut attempt = 0u32;
+        // Same-model retries made before falling back (issue 35, item 3).
+        let mut same_model = 0u32;
         self.deposit_request(&provider_target(&call.provider), &call.policy);
         loop {
             attempt += 1;
@@ -223,10 +226,22 @@ impl Engine {
                     (failure, at)
                 }
             };
-            if failure.category() == Category::ContextOverflow
-                || (call.ready && failure.category().falls_back())
-            {
+            if failure.category() == Category::ContextOverflow {
                 return Err(LinkEnd::MoveOn(failure));
+            }
+            if call.ready && failure.category().falls_back() {
+                // The model asked for first, when it is worth a short wait
+                // (a short Retry-After, a one-off 5xx); else the next link.
+                match self
+                    .retry_same_model(&call, (attempt, same_model), failure, at)
+                    .await?
+                {
+                    AfterFailure::Retry => {
+                        same_model += 1;
+                        continue;
+                    }
+                    AfterFailure::MoveOn(failure) => return Err(LinkEnd::MoveOn(failure)),
+                }
             }
             self.retry_link(&call, attempt, failure, at).await?;
         }
