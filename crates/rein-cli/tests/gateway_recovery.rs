@@ -11,6 +11,9 @@
 //! - A timed-out call is not sent again (it may be billed twice) unless
 //!   its binding says `retry_timeouts = true`.
 //! - Every same-model retry is counted (`rein_retries_total`).
+//! - A 429 is a cooldown of its (provider, model), not a pause of the
+//!   provider nor a failure of its breaker arm: a burst of 429s on one
+//!   model leaves another model of the same provider answering.
 //!
 //! The tests synchronize on the answers and the mocks' request logs; they
 //! assert lower bounds of time (the server's wait), never upper ones.
@@ -35,7 +38,7 @@ fn config(dir: &std::path::Path, primary: &str, backup: &str) -> std::path::Path
 [providers.primary]
 kind = "openai"
 base_url = "{primary}"
-max_output_tokens = {{ "primary-model" = 4096 }}
+max_output_tokens = {{ "primary-model" = 4096, "other-model" = 4096 }}
 
 [providers.backup]
 kind = "openai"
@@ -54,6 +57,11 @@ provider = "primary"
 model = "primary-model"
 fallbacks = [{{ provider = "backup", model = "backup-model" }}]
 retry_before_fallback = 0
+
+# Another model of the primary's provider, alone.
+[models.other]
+provider = "primary"
+model = "other-model"
 
 # Waits out at most half a second of Retry-After.
 [models.brief]
@@ -298,5 +306,56 @@ async fn a_timed_out_call_is_resent_only_when_the_binding_says_so() {
             "rein_retries_total{kind=\"model\",target=\"hasty\"}"
         ),
         1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limits_on_one_model_leave_another_model_of_the_provider_answering() {
+    let s = setup().await;
+    // More 429s in a row than the provider arm's consecutive_failures (5),
+    // without Retry-After: each falls back at once, none counts against
+    // the provider's arm.
+    for _ in 0..6 {
+        s.primary.push_reply(Reply::rate_limited(None));
+        let (status, answered, _, body) = s.ask("main", false).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(answered, "backup/backup-model");
+    }
+    let (status, answered, _, body) = s.ask("other", false).await;
+    assert_eq!(status, 200, "the provider's circuit stayed closed: {body}");
+    assert_eq!(answered, "primary/other-model");
+
+    // A Retry-After far beyond the call's deadline cools the model that
+    // got it down: its binding moves on at once, without asking it...
+    s.primary
+        .push_reply(Reply::rate_limited(Some(RetryAfter::Seconds(300))));
+    let (status, answered, _, body) = s.ask("main", false).await;
+    assert_eq!(
+        (status, answered.as_str()),
+        (200, "backup/backup-model"),
+        "{body}"
+    );
+    let asked = s.primary.request_count();
+    let (status, answered, _, body) = s.ask("main", false).await;
+    assert_eq!(
+        (status, answered.as_str()),
+        (200, "backup/backup-model"),
+        "{body}"
+    );
+    assert_eq!(
+        s.primary.request_count(),
+        asked,
+        "a cooled-down model is not asked"
+    );
+    // ... while the provider's other model answers (a pause of the whole
+    // provider would refuse it: 300 s do not fit its deadline).
+    let (status, answered, _, body) = s.ask("other", false).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(answered, "primary/other-model");
+    assert_eq!(s.primary.request_count(), asked + 1);
+    let metrics = s.metrics().await;
+    assert!(
+        !metrics.contains("rein_breaker_transitions_total{arm=\"provider\",name=\"primary\",transition=\"opened\"}"),
+        "{metrics}"
     );
 }

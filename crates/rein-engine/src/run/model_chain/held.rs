@@ -66,7 +66,16 @@ impl Held {
         Option<(String, rein_core::breaker::Transition)>,
     ) {
         let now = self.clock.now();
-        let provider = self.permit.finish(outcome, now);
+        // A 429 is a cooldown of the model (its gate paused), not a
+        // failure of the provider: it never counts toward the provider's
+        // arm (issue 35, item 4).
+        let provider = match outcome {
+            Err(f) if f.category() == rein_core::Category::RateLimited => {
+                self.permit.ignore();
+                rein_core::breaker::Transition::Unchanged
+            }
+            _ => self.permit.finish(outcome, now),
+        };
         let cost = match (self.cost.take(), outcome) {
             (Some(mut permit), Ok(())) => {
                 Some((permit.name().to_owned(), permit.finish(Ok(()), now)))
