@@ -11,6 +11,8 @@
 //! - A timed-out call is not sent again (it may be billed twice) unless
 //!   its binding says `retry_timeouts = true`.
 //! - Every same-model retry is counted (`rein_retries_total`).
+//! - A call cut by rein's own deadline (the binding's `deadline` here) is
+//!   not the provider's failure: its breaker arm stays closed.
 //! - A 429 is a cooldown of its (provider, model), not a pause of the
 //!   provider nor a failure of its breaker arm: a burst of 429s on one
 //!   model leaves another model of the same provider answering.
@@ -62,6 +64,12 @@ retry_before_fallback = 0
 [models.other]
 provider = "primary"
 model = "other-model"
+
+# A short default deadline for calls that send no Rein-Deadline-Ms.
+[models.short]
+provider = "primary"
+model = "primary-model"
+deadline = "1500ms"
 
 # Waits out at most half a second of Retry-After.
 [models.brief]
@@ -356,6 +364,31 @@ async fn rate_limits_on_one_model_leave_another_model_of_the_provider_answering(
     let metrics = s.metrics().await;
     assert!(
         !metrics.contains("rein_breaker_transitions_total{arm=\"provider\",name=\"primary\",transition=\"opened\"}"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_by_reins_own_deadline_is_never_the_providers_failure() {
+    let s = setup().await;
+    // More cuts in a row than the provider arm's consecutive_failures (5):
+    // the binding's 1.5 s deadline ends each call before the model answers.
+    for n in 1..=6 {
+        s.primary
+            .push_reply(Reply::text("late").delayed(Duration::from_secs(4)));
+        let (status, _, _, body) = s.ask("short", false).await;
+        assert_eq!(status, 504, "{body}");
+        assert_eq!(s.primary.request_count(), n, "each call was sent");
+    }
+    // The provider was never blamed: its other model answers.
+    let (status, answered, _, body) = s.ask("other", false).await;
+    assert_eq!(status, 200, "the provider's circuit stayed closed: {body}");
+    assert_eq!(answered, "primary/other-model");
+    let metrics = s.metrics().await;
+    assert!(
+        !metrics.contains(
+            "rein_breaker_transitions_total{arm=\"provider\",name=\"primary\",transition=\"opened\"}"
+        ),
         "{metrics}"
     );
 }

@@ -375,6 +375,7 @@ pub fn bind_model_using(
         model_latency: default_model_latency(),
         stream,
         same_model: spec.same_model,
+        deadline: spec.deadline,
     })
 }
 

@@ -55,6 +55,7 @@ pub fn openai_binding(base_url: &str) -> ModelBinding {
         model_latency: LatencyProfile::new(ms(5), ms(50), ms(100), 0).unwrap(),
         stream: StreamSettings::default(),
         same_model: rein_core::retry::SameModelRetry::default(),
+        deadline: rein_core::registry::DEFAULT_GATEWAY_DEADLINE,
     }
 }
 

@@ -430,6 +430,7 @@ fn binding_of(primary: &str, limit: Option<u32>) -> rein_engine::run::ModelBindi
         model_latency: rein_core::LatencyProfile::new(ms(5), ms(50), ms(100), 0).unwrap(),
         stream: rein_engine::provider::StreamSettings::default(),
         same_model: rein_core::retry::SameModelRetry::NONE,
+        deadline: rein_core::registry::DEFAULT_GATEWAY_DEADLINE,
     }
 }
 

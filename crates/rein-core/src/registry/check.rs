@@ -748,6 +748,12 @@ impl<'a> Checker<'a> {
                 ),
             ],
         );
+        let deadline = self.positive(
+            file,
+            &format!("{p}.deadline"),
+            c.deadline,
+            super::DEFAULT_GATEWAY_DEADLINE,
+        );
         let same_model = self.same_model_retry(file, &p, c)?;
         Some(ModelBindingSpec {
             name: name.to_owned(),
@@ -755,6 +761,7 @@ impl<'a> Checker<'a> {
             fallbacks: fallbacks?,
             context_fallbacks: context_fallbacks?,
             same_model,
+            deadline,
             source: file.to_path_buf(),
         })
     }

@@ -216,6 +216,11 @@ pub struct ModelBindingConfig {
     /// Whether a timed-out call is sent again to the same model: off by
     /// default, since the provider may be generating (and billing) it.
     pub retry_timeouts: Option<bool>,
+    /// How long a gateway call of the binding may take, fallbacks and
+    /// retries included, when the client sends no `Rein-Deadline-Ms`.
+    /// Default [`DEFAULT_GATEWAY_DEADLINE`](crate::registry::DEFAULT_GATEWAY_DEADLINE).
+    #[serde(with = "crate::config::duration")]
+    pub deadline: Option<Duration>,
 }
 
 /// A model's price, in dollars per million tokens.

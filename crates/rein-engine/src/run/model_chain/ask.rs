@@ -46,6 +46,9 @@ pub struct ModelBinding {
     /// How a link retries its own model before the chain falls back
     /// (`retry_before_fallback`, `retry_after_max`, `retry_timeouts`).
     pub same_model: SameModelRetry,
+    /// How long a gateway call may take when its client sends no
+    /// deadline (`deadline`).
+    pub deadline: std::time::Duration,
 }
 
 /// One request to a [`ModelBinding`].

@@ -433,6 +433,7 @@ impl Engine {
             slot,
             shared: self.shared_breakers().cloned(),
             cost,
+            deadline: call.deadline,
         })
     }
 
