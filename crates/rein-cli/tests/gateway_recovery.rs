@@ -17,6 +17,9 @@
 //!   provider nor a failure of its breaker arm: a burst of 429s on one
 //!   model leaves another model of the same provider answering.
 //!
+//! - A flapping primary whose circuit opened is used again once it
+//!   recovers: short breaks (1 s) that double on each failed probe.
+//!
 //! The tests synchronize on the answers and the mocks' request logs; they
 //! assert lower bounds of time (the server's wait), never upper ones.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -97,6 +100,14 @@ provider = "hasty"
 model = "primary-model"
 fallbacks = [{{ provider = "backup", model = "backup-model" }}]
 retry_timeouts = true
+
+# Short breaks that grow: a flapping provider is probed again within
+# seconds, less often while it keeps failing.
+[breakers.provider]
+consecutive_failures = 3
+break_duration = "1s"
+max_break_duration = "4s"
+close_after_successes = 1
 
 [server]
 metrics_tenants = ["acme"]
@@ -320,7 +331,7 @@ async fn a_timed_out_call_is_resent_only_when_the_binding_says_so() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limits_on_one_model_leave_another_model_of_the_provider_answering() {
     let s = setup().await;
-    // More 429s in a row than the provider arm's consecutive_failures (5),
+    // More 429s in a row than the provider arm's consecutive_failures (3),
     // without Retry-After: each falls back at once, none counts against
     // the provider's arm.
     for _ in 0..6 {
@@ -371,7 +382,7 @@ async fn rate_limits_on_one_model_leave_another_model_of_the_provider_answering(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_by_reins_own_deadline_is_never_the_providers_failure() {
     let s = setup().await;
-    // More cuts in a row than the provider arm's consecutive_failures (5):
+    // More cuts in a row than the provider arm's consecutive_failures (3):
     // the binding's 1.5 s deadline ends each call before the model answers.
     for n in 1..=6 {
         s.primary
@@ -389,6 +400,93 @@ async fn a_cut_by_reins_own_deadline_is_never_the_providers_failure() {
         !metrics.contains(
             "rein_breaker_transitions_total{arm=\"provider\",name=\"primary\",transition=\"opened\"}"
         ),
+        "{metrics}"
+    );
+}
+
+impl Setup {
+    /// How long the primary's provider arm still refuses calls, as
+    /// `GET /v1/breakers` says (`None` unless open).
+    async fn primary_reopens_in(&self) -> Option<Duration> {
+        let list: Value = self
+            .client
+            .get(self.server.url("/v1/breakers"))
+            .bearer_auth(KEY)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        list["arms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["kind"] == "provider" && a["name"] == "primary")
+            .and_then(|a| a["retry_after_ms"].as_u64())
+            .map(Duration::from_millis)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flapping_primary_is_used_again_once_it_recovers() {
+    let s = setup().await;
+    // Three 500s in a row (a call and its same-model retry, then the next
+    // call) open the arm: the fallback answers, and goes on answering
+    // while the arm is open.
+    s.primary.push_replies([
+        Reply::server_error(),
+        Reply::server_error(),
+        Reply::server_error(),
+    ]);
+    for _ in 0..2 {
+        let (_, answered, _, _) = s.ask("main", false).await;
+        assert_eq!(answered, "backup/backup-model");
+    }
+    let first = s.primary_reopens_in().await.expect("the arm opened");
+    assert!(
+        first <= Duration::from_secs(1),
+        "the first break: {first:?}"
+    );
+    let (_, answered, _, _) = s.ask("main", false).await;
+    assert_eq!(answered, "backup/backup-model");
+    assert_eq!(s.primary.request_count(), 3, "an open arm is not called");
+
+    // The break over (as the arm says), its probe fails: the arm reopens
+    // for twice as long.
+    tokio::time::sleep(first).await;
+    s.primary.push_reply(Reply::server_error());
+    let (_, answered, _, _) = s.ask("main", false).await;
+    assert_eq!(answered, "backup/backup-model");
+    assert_eq!(s.primary.request_count(), 4, "one probe");
+    let second = s.primary_reopens_in().await.expect("the arm reopened");
+    assert!(
+        second > Duration::from_secs(1),
+        "a longer break: {second:?}"
+    );
+
+    // Recovered: once the break is over, the probe answers and the
+    // primary is used again.
+    tokio::time::sleep(second).await;
+    let (status, answered, fell_back, body) = s.ask("main", false).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (answered.as_str(), fell_back.as_str()),
+        ("primary/primary-model", "false")
+    );
+    assert_eq!(s.primary_reopens_in().await, None, "closed again");
+    let metrics = s.metrics().await;
+    let transitions = |t: &str| {
+        counter(
+            &metrics,
+            &format!(
+                "rein_breaker_transitions_total{{arm=\"provider\",name=\"primary\",transition=\"{t}\"}}"
+            ),
+        )
+    };
+    assert_eq!(
+        (transitions("opened"), transitions("closed")),
+        (2, 1),
         "{metrics}"
     );
 }
