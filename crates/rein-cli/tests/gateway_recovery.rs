@@ -94,6 +94,11 @@ provider = "hasty"
 model = "primary-model"
 fallbacks = [{{ provider = "backup", model = "backup-model" }}]
 
+# Alone, with no fallback: a timeout is still not sent again.
+[models.hasty_alone]
+provider = "hasty"
+model = "primary-model"
+
 # ... unless the binding says so.
 [models.hasty_resend]
 provider = "hasty"
@@ -319,6 +324,13 @@ async fn a_timed_out_call_is_resent_only_when_the_binding_says_so() {
         ("hasty/primary-model", "false")
     );
     assert_eq!(s.primary.request_count(), 3, "the timeout and its resend");
+
+    // Without a fallback, the retry policy does not resend it either: 504,
+    // sent once.
+    s.primary.push_reply(slow());
+    let (status, _, _, body) = s.ask("hasty_alone", false).await;
+    assert_eq!(status, 504, "{body}");
+    assert_eq!(s.primary.request_count(), 4, "the timed-out call, once");
     assert_eq!(
         counter(
             &s.metrics().await,

@@ -157,6 +157,10 @@ impl TurnHost for AskHost<'_> {
         self.binding.same_model
     }
 
+    fn resends_timeouts(&self) -> bool {
+        self.binding.same_model.retry_timeouts
+    }
+
     fn rate_limited_until(&self, until: rein_core::Instant) {
         let mut earliest = self
             .limited_until

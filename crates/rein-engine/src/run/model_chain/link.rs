@@ -255,6 +255,20 @@ impl Engine {
                     AfterFailure::MoveOn(failure) => return Err(LinkEnd::MoveOn(failure)),
                 }
             }
+            // A generation that timed out after it was sent is not sent
+            // again unless the host allows it (issue 35, item 2).
+            // (A timeout is always after sending: a connection that cannot
+            // be made is refused, not timed out.)
+            if failure.category() == Category::Timeout && !host.resends_timeouts() {
+                return Err(LinkEnd::Stop(End::ModelFailed(
+                    failure.category(),
+                    format!(
+                        "{} (not sent again: the provider may still be generating and billing \
+                         it; the binding's retry_timeouts = true allows it)",
+                        failure.human_message()
+                    ),
+                )));
+            }
             self.retry_link(&call, attempt, failure, at).await?;
         }
     }

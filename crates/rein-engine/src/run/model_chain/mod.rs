@@ -82,6 +82,14 @@ pub(crate) trait TurnHost: Send + Sync {
     fn same_model(&self) -> rein_core::retry::SameModelRetry {
         rein_core::retry::SameModelRetry::NONE
     }
+    /// Whether a call that timed out after it was sent may be sent to the
+    /// same model again under the retry policy. A run's may (its policy
+    /// decides); a gateway call's only when its binding says
+    /// `retry_timeouts`: the provider may still be generating, and billing,
+    /// the first one.
+    fn resends_timeouts(&self) -> bool {
+        true
+    }
     /// A call is about to be sent.
     fn calling(&self) {}
     /// A link is rate limited until `until`: its provider said when to
