@@ -502,3 +502,66 @@ async fn a_flapping_primary_is_used_again_once_it_recovers() {
         "{metrics}"
     );
 }
+
+/// A healthy stream that outlasts its provider's `timeout` (1 s here; 60 s
+/// by default) reaches the client whole and is sent upstream once: the
+/// timeout bounds a non-streamed call, a stream is bounded by its progress
+/// (issue 35, item 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthy_stream_longer_than_the_providers_timeout_is_not_cut() {
+    let words = "word ".repeat(30);
+    let slow = MockModel::start_with(
+        MockModelConfig::new([Reply::text(&words)]).with_event_interval(Duration::from_millis(100)),
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        r#"
+[providers.slowpoke]
+kind = "openai"
+base_url = "{}"
+timeout = "1s"
+max_output_tokens = {{ "slow-model" = 4096 }}
+
+[models.long]
+provider = "slowpoke"
+model = "slow-model"
+
+[[server.api_keys]]
+tenant = "acme"
+sha256 = "{KEY_SHA256}"
+name = "recovery-test"
+"#,
+        slow.openai_base_url()
+    );
+    std::fs::write(dir.path().join("rein.toml"), text).unwrap();
+    let server = Server::start_with_env(
+        &dir.path().join("rein.toml"),
+        &dir.path().join("rein.db"),
+        &[],
+    );
+    let started = std::time::Instant::now();
+    let body = reqwest::Client::new()
+        .post(server.url("/v1/chat/completions"))
+        .bearer_auth(KEY)
+        .header("content-type", "application/json")
+        .body(
+            json!({"model": "long", "stream": true,
+                   "messages": [{"role": "user", "content": "Hi."}]})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() > Duration::from_secs(1),
+        "the stream outlasted the provider's timeout"
+    );
+    assert!(body.trim_end().ends_with("data: [DONE]"), "{body}");
+    assert!(!body.contains("\"error\""), "{body}");
+    assert_eq!(slow.request_count(), 1, "sent upstream once");
+}

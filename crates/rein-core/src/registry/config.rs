@@ -118,7 +118,8 @@ pub struct ProviderConfig {
     /// The environment variable holding the API key; no auth header when
     /// absent.
     pub api_key_env: Option<String>,
-    /// Per-request timeout.
+    /// Per-request timeout of a non-streamed call; a stream is bounded by
+    /// its `[stream]` limits and the caller's deadline instead.
     #[serde(with = "crate::config::duration")]
     pub timeout: Option<Duration>,
     /// The script file, relative to the config file that names it.
