@@ -230,9 +230,11 @@ async fn the_gateway_says_which_model_answered_and_replays_idempotent_requests()
         ),
         "{metrics}"
     );
+    // The dead primary twice: its refusal gets one same-model retry
+    // before the fallback (issue 35).
     assert!(
         metrics.contains(
-            "rein_model_calls_total{tenant=\"acme\",agent=\"none\",provider=\"dead\",model=\"gone\",outcome=\"transient\"} 1"
+            "rein_model_calls_total{tenant=\"acme\",agent=\"none\",provider=\"dead\",model=\"gone\",outcome=\"transient\"} 2"
         ),
         "{metrics}"
     );

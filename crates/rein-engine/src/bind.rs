@@ -374,6 +374,8 @@ pub fn bind_model_using(
         retry: rein_core::retry::RetryPolicy::default(),
         model_latency: default_model_latency(),
         stream,
+        same_model: spec.same_model,
+        deadline: spec.deadline,
     })
 }
 

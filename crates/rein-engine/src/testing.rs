@@ -54,6 +54,8 @@ pub fn openai_binding(base_url: &str) -> ModelBinding {
         retry: rein_core::retry::RetryPolicy::default(),
         model_latency: LatencyProfile::new(ms(5), ms(50), ms(100), 0).unwrap(),
         stream: StreamSettings::default(),
+        same_model: rein_core::retry::SameModelRetry::default(),
+        deadline: rein_core::registry::DEFAULT_GATEWAY_DEADLINE,
     }
 }
 

@@ -429,6 +429,8 @@ fn binding_of(primary: &str, limit: Option<u32>) -> rein_engine::run::ModelBindi
         retry: rein_core::retry::RetryPolicy::default(),
         model_latency: rein_core::LatencyProfile::new(ms(5), ms(50), ms(100), 0).unwrap(),
         stream: rein_engine::provider::StreamSettings::default(),
+        same_model: rein_core::retry::SameModelRetry::NONE,
+        deadline: rein_core::registry::DEFAULT_GATEWAY_DEADLINE,
     }
 }
 
@@ -655,4 +657,118 @@ async fn each_link_streams_under_its_own_providers_limits() {
     // Paused time: exactly the primary's 300 ms, not half of the 60 s
     // deadline.
     assert_eq!(started.elapsed(), ms(300));
+}
+
+/// `binding_of(primary)` with `backup` as its fallback and the gateway's
+/// same-model retries (issue 35).
+fn gateway_chain(primary: &str, backup: &str) -> rein_engine::run::ModelBinding {
+    let mut binding = binding_of(primary, None);
+    binding.fallbacks = vec![ModelLink {
+        provider: openai("backup", backup),
+        model: "backup-model".into(),
+        price: None,
+        max_output_tokens: None,
+    }];
+    binding.same_model = rein_core::retry::SameModelRetry::default();
+    binding
+}
+
+/// The `retry_scheduled` events `seen`, as JSON.
+fn retries(seen: &rein_engine::testing::Seen) -> Vec<Value> {
+    seen.lock()
+        .unwrap()
+        .iter()
+        .filter(|(kind, _)| *kind == EventKind::RetryScheduled)
+        .map(|(_, data)| data.clone())
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_short_retry_after_is_waited_out_on_the_primary_before_any_fallback() {
+    let h = harness(Faults::none()).await;
+    let primary = mock("primary-model").await;
+    let backup = mock("backup-model").await;
+    primary.push_reply(Reply::rate_limited(Some(
+        rein_testkit::RetryAfter::Seconds(2),
+    )));
+    let binding = gateway_chain(&primary.openai_base_url(), &backup.openai_base_url());
+    let (ask, seen) = rein_engine::testing::question();
+    let started = tokio::time::Instant::now();
+    let answer = h.engine.ask_model(&binding, ask).await.unwrap();
+    assert_eq!(
+        (answer.provider.as_str(), answer.fell_back),
+        ("primary", false)
+    );
+    // Paused time: the server's wait, exactly, before the retry.
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!((primary.request_count(), backup.request_count()), (2, 0));
+    let retries = retries(&seen);
+    assert_eq!(retries.len(), 1, "{retries:?}");
+    assert_eq!(retries[0]["before_fallback"], "retry_after");
+    assert_eq!(retries[0]["delay_ms"], 2_000);
+    assert_eq!(retries[0]["from_server"], true);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_single_500_is_retried_on_the_primary_and_a_second_falls_back() {
+    let h = harness(Faults::none()).await;
+    let primary = mock("primary-model").await;
+    let backup = mock("backup-model").await;
+    let binding = gateway_chain(&primary.openai_base_url(), &backup.openai_base_url());
+    primary.push_reply(Reply::server_error());
+    let (ask, seen) = rein_engine::testing::question();
+    let answer = h.engine.ask_model(&binding, ask).await.unwrap();
+    assert_eq!(answer.provider, "primary");
+    assert_eq!(retries(&seen)[0]["before_fallback"], "transient");
+    // Two in a row: one same-model retry (the default), then the fallback.
+    primary.push_replies([Reply::server_error(), Reply::server_error()]);
+    let (ask, _) = rein_engine::testing::question();
+    let answer = h.engine.ask_model(&binding, ask).await.unwrap();
+    assert_eq!(
+        (answer.provider.as_str(), answer.fell_back),
+        ("backup", true)
+    );
+    assert_eq!((primary.request_count(), backup.request_count()), (4, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429_cools_down_its_model_without_counting_against_the_provider() {
+    let h = harness(Faults::none()).await;
+    let primary = mock("primary-model").await;
+    let backup = mock("backup-model").await;
+    let binding = gateway_chain(&primary.openai_base_url(), &backup.openai_base_url());
+    // Far beyond retry_after_max: the fallback answers, and the next call
+    // moves on without asking the cooled-down model.
+    primary.push_reply(Reply::rate_limited(Some(
+        rein_testkit::RetryAfter::Seconds(60),
+    )));
+    for _ in 0..2 {
+        let (ask, _) = rein_engine::testing::question();
+        let answer = h.engine.ask_model(&binding, ask).await.unwrap();
+        assert_eq!(answer.provider, "backup");
+    }
+    assert_eq!(
+        primary.request_count(),
+        1,
+        "a cooled-down model is not asked"
+    );
+    // The provider's other model is not cooled down, and its arm counted
+    // nothing: more 429s than consecutive_failures leave it closed.
+    let mut other = binding_of(&primary.openai_base_url(), None);
+    other.primary.model = "other-model".into();
+    for _ in 0..6 {
+        primary.push_reply(Reply::rate_limited(None));
+    }
+    // Its calls retry them under the policy until the script is spent.
+    while primary.pending() > 0 {
+        let (ask, _) = rein_engine::testing::question();
+        let _ = h.engine.ask_model(&other, ask).await;
+    }
+    let (ask, _) = rein_engine::testing::question();
+    let answer = h.engine.ask_model(&other, ask).await.unwrap();
+    assert_eq!(answer.model, "other-model");
 }

@@ -180,6 +180,8 @@ async fn a_streamed_answer_is_sampled_to_its_first_event_and_to_its_end() {
         retry: rein_core::retry::RetryPolicy::default(),
         model_latency: rein_core::LatencyProfile::new(ms(5), ms(50), ms(100), 0).unwrap(),
         stream: rein_engine::provider::StreamSettings::default(),
+        same_model: rein_core::retry::SameModelRetry::NONE,
+        deadline: rein_core::registry::DEFAULT_GATEWAY_DEADLINE,
     };
     let ask = rein_engine::run::ModelAsk {
         request: rein_engine::provider::ModelRequest {

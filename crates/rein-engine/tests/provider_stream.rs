@@ -278,10 +278,10 @@ async fn headers_then_silence_is_cut_at_the_first_byte_limit() {
             "{api:?}: cut at the limit, not before or after"
         );
         assert_eq!(drained.deltas, 0);
-        // The provider accepted the request (a 200): its input is charged,
-        // estimated since nothing reported usage.
-        assert!(failure.tokens_spent() > 0, "{api:?}");
-        assert!(failure.human_message().contains("estimated"));
+        // The provider accepted the request (a 200) but produced nothing:
+        // nothing is charged (issue 35, item 5).
+        assert_eq!(failure.tokens_spent(), 0, "{api:?}");
+        assert!(failure.human_message().contains("0 token(s) charged"));
     }
 }
 

@@ -32,9 +32,16 @@ pub struct BreakerConfig {
     /// The failure-ratio trigger and its hysteresis; `None` (the default)
     /// turns it off.
     pub failure_ratio: Option<FailureRatioConfig>,
-    /// How long an open arm refuses every call.
+    /// How long an open arm refuses every call (the first time it opens).
     #[serde(with = "crate::config::duration")]
     pub break_duration: Duration,
+    /// The longest break: when set, each consecutive reopening (its
+    /// probes failed, no close between) doubles the break from
+    /// `break_duration` up to this; a close starts again from
+    /// `break_duration`. `None` (the default): every break is
+    /// `break_duration`.
+    #[serde(default, with = "crate::config::duration")]
+    pub max_break_duration: Option<Duration>,
     /// Probes admitted per half-open period; further calls are refused
     /// until the probes reach a verdict.
     pub half_open_probes: u32,
@@ -54,6 +61,7 @@ impl Default for BreakerConfig {
             consecutive_failures: Some(DEFAULT_CONSECUTIVE_FAILURES),
             failure_ratio: None,
             break_duration: DEFAULT_BREAK_DURATION,
+            max_break_duration: None,
             half_open_probes: DEFAULT_HALF_OPEN_PROBES,
             close_after_successes: DEFAULT_CLOSE_AFTER_SUCCESSES,
             half_open_max_wait: DEFAULT_HALF_OPEN_MAX_WAIT,
@@ -190,6 +198,8 @@ struct BreakerConfigPatch {
     failure_ratio: Option<Option<FailureRatioConfig>>,
     #[serde(with = "crate::config::duration")]
     break_duration: Option<Duration>,
+    #[serde(deserialize_with = "present_duration")]
+    max_break_duration: Option<Option<Duration>>,
     half_open_probes: Option<u32>,
     close_after_successes: Option<u32>,
     #[serde(with = "crate::config::duration")]
@@ -204,6 +214,7 @@ impl BreakerConfigPatch {
                 .unwrap_or(base.consecutive_failures),
             failure_ratio: self.failure_ratio.unwrap_or(base.failure_ratio),
             break_duration: self.break_duration.unwrap_or(base.break_duration),
+            max_break_duration: self.max_break_duration.unwrap_or(base.max_break_duration),
             half_open_probes: self.half_open_probes.unwrap_or(base.half_open_probes),
             close_after_successes: self
                 .close_after_successes
@@ -224,6 +235,14 @@ where
     Option::<T>::deserialize(deserializer).map(Some)
 }
 
+/// Deserializes an optional duration that is present as `Some(value)`.
+fn present_duration<'de, D>(deserializer: D) -> Result<Option<Option<Duration>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    crate::config::duration::deserialize(deserializer).map(Some)
+}
+
 /// The dotted names of one config section's settings, for [`ConfigError`].
 #[derive(Debug)]
 pub(super) struct Fields {
@@ -235,6 +254,7 @@ pub(super) struct Fields {
     window: &'static str,
     min_throughput: &'static str,
     break_duration: &'static str,
+    max_break_duration: &'static str,
     half_open_probes: &'static str,
     close_after_successes: &'static str,
     half_open_max_wait: &'static str,
@@ -253,6 +273,7 @@ macro_rules! fields {
             window: concat!($section, ".failure_ratio.window"),
             min_throughput: concat!($section, ".failure_ratio.min_throughput"),
             break_duration: concat!($section, ".break_duration"),
+            max_break_duration: concat!($section, ".max_break_duration"),
             half_open_probes: concat!($section, ".half_open_probes"),
             close_after_successes: concat!($section, ".close_after_successes"),
             half_open_max_wait: concat!($section, ".half_open_max_wait"),
@@ -285,6 +306,9 @@ pub(super) struct Settings {
     pub(super) consecutive_failures: Option<u32>,
     pub(super) ratio: Option<RatioSettings>,
     pub(super) break_duration: Duration,
+    /// The longest break after consecutive reopenings (`break_duration`
+    /// when breaks do not grow).
+    pub(super) max_break_duration: Duration,
     pub(super) half_open_probes: u32,
     pub(super) close_after_successes: u32,
     pub(super) half_open_max_wait: Duration,
@@ -324,6 +348,19 @@ impl Settings {
             });
         }
         let break_duration = positive_duration(fields.break_duration, config.break_duration)?;
+        let max_break_duration = match config.max_break_duration {
+            None => break_duration,
+            Some(max) if max < break_duration => {
+                return Err(ConfigError::Inconsistent {
+                    field: fields.max_break_duration,
+                    reason: format!(
+                        "must not be less than {} ({break_duration:?}), but it is {max:?}",
+                        fields.break_duration
+                    ),
+                });
+            }
+            Some(max) => max,
+        };
         let half_open_probes = positive_count(fields.half_open_probes, config.half_open_probes)?;
         let close_after_successes =
             positive_count(fields.close_after_successes, config.close_after_successes)?;
@@ -343,6 +380,7 @@ impl Settings {
             consecutive_failures,
             ratio,
             break_duration,
+            max_break_duration,
             half_open_probes,
             close_after_successes,
             half_open_max_wait,

@@ -67,6 +67,15 @@ use crate::failure::{Category, Failure};
 /// arm whose probe slots are all taken and that has no verdict after
 /// `half_open_max_wait` reopens too, so lost outcomes cannot wedge it.
 ///
+/// # Growing breaks
+///
+/// With `max_break_duration` set, an arm that reopens from half-open (its
+/// probes failed: no recovery yet) stays open twice as long as the last
+/// time, up to `max_break_duration`; a close starts again from
+/// `break_duration`. So a short first break gives a target that recovers
+/// quickly its calls back within seconds, while one that keeps failing is
+/// probed ever more rarely (issue 35, item 4).
+///
 /// A full half-open arm rejects with `retry_after = break_duration`: the
 /// probes' verdict is not known yet, and if they fail the arm stays open for
 /// a whole break.
@@ -82,6 +91,7 @@ use crate::failure::{Category, Failure};
 /// | `failure_ratio.window` | 60 s | > 0 |
 /// | `failure_ratio.min_throughput` | 20 | ≥ 1 |
 /// | `break_duration` | 30 s | > 0 |
+/// | `max_break_duration` | off (every break is `break_duration`) | ≥ `break_duration` |
 /// | `half_open_probes` | 3 | ≥ 1 |
 /// | `close_after_successes` | 2 | 1 ..= half_open_probes |
 /// | `half_open_max_wait` | 120 s | > 0 |
@@ -116,6 +126,9 @@ pub struct Breaker {
     settings: Settings,
     state: State,
     epoch: u64,
+    /// Openings in a row without a close between (0 after the first
+    /// opening from closed): the exponent of the growing break.
+    reopenings: u32,
 }
 
 /// The arm's state; each variant carries only its own data.
@@ -243,6 +256,7 @@ impl Breaker {
             state: closed(&settings),
             settings,
             epoch: 0,
+            reopenings: 0,
         }
     }
 
@@ -529,7 +543,13 @@ impl Breaker {
     }
 
     fn open(&mut self, reason: OpenReason, now: Instant) -> Transition {
-        let break_duration = self.settings.break_duration;
+        // From half-open the recovery was not shown: the break doubles (up
+        // to max_break_duration). From closed it starts again.
+        self.reopenings = match self.state {
+            State::HalfOpen { .. } => self.reopenings.saturating_add(1),
+            _ => 0,
+        };
+        let break_duration = self.break_after(self.reopenings);
         let until = now + break_duration;
         self.state = State::Open { since: now, until };
         self.epoch = self.epoch.wrapping_add(1);
@@ -538,6 +558,19 @@ impl Breaker {
             until,
             break_duration,
         }
+    }
+}
+
+impl Breaker {
+    /// The break after `reopenings` consecutive reopenings:
+    /// `break_duration · 2^reopenings`, at most `max_break_duration`.
+    fn break_after(&self, reopenings: u32) -> Duration {
+        let (base, max) = (
+            self.settings.break_duration,
+            self.settings.max_break_duration,
+        );
+        let factor = 2u32.checked_pow(reopenings.min(31)).unwrap_or(u32::MAX);
+        base.checked_mul(factor).map_or(max, |d| d.min(max))
     }
 }
 
@@ -616,6 +649,63 @@ mod tests {
 
     /// Ratio trigger only: open at 0.5 over 10 s with 4 outcomes minimum,
     /// close below 0.2; 5 probes, 3 successes to close.
+    /// Opens `breaker` (one failure opens it) at `now`; the break it got.
+    fn open_once(breaker: &mut Breaker, now: Instant) -> Duration {
+        match fail(breaker, now) {
+            Transition::Opened { break_duration, .. } => break_duration,
+            other => panic!("expected an opening, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn consecutive_reopenings_double_the_break_up_to_its_cap_and_a_close_resets_it() {
+        let mut b = breaker(|c| {
+            c.consecutive_failures = Some(1);
+            c.break_duration = secs(2);
+            c.max_break_duration = Some(secs(10));
+            c.close_after_successes = 1;
+        });
+        let mut now = at(0);
+        let mut breaks = Vec::new();
+        for _ in 0..5 {
+            let d = open_once(&mut b, now);
+            breaks.push(d);
+            // The arm refuses until the break has passed, then probes.
+            assert!(matches!(
+                b.admit(now + d - Duration::from_millis(1)).admit,
+                Admit::Rejected { .. }
+            ));
+            now = now + d;
+        }
+        assert_eq!(breaks, [secs(2), secs(4), secs(8), secs(10), secs(10)]);
+        // A probe succeeds: closed; the next opening starts short again.
+        assert!(matches!(succeed(&mut b, now), Transition::Closed { .. }));
+        assert_eq!(open_once(&mut b, now), secs(2));
+    }
+
+    #[test]
+    fn without_a_cap_every_break_is_break_duration() {
+        let mut b = breaker(|c| {
+            c.consecutive_failures = Some(1);
+            c.break_duration = secs(3);
+        });
+        let mut now = at(0);
+        for _ in 0..3 {
+            assert_eq!(open_once(&mut b, now), secs(3));
+            now = now + secs(3);
+        }
+    }
+
+    #[test]
+    fn a_cap_below_the_break_is_refused_naming_its_field() {
+        let err = Breaker::new(BreakerConfig {
+            max_break_duration: Some(secs(1)),
+            ..BreakerConfig::default()
+        })
+        .unwrap_err();
+        assert_eq!(err.field(), "breaker.max_break_duration");
+    }
+
     fn ratio_breaker() -> Breaker {
         breaker(|c| {
             c.consecutive_failures = None;

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::breaker::ArmKind;
 use crate::failure::Category;
-use crate::retry::{GiveUpReason, RetryDecision, Worth};
+use crate::retry::{GiveUpReason, RetryDecision, SameModelReason, Worth};
 
 /// What is retried: written as `"tool": name` or `"provider": name`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,6 +57,11 @@ pub struct RetryScheduled {
     /// `value_of_success_usd`: the rationale of making it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worth: Option<Worth>,
+    /// For a model call with a fallback after it: why the same model is
+    /// asked again before the chain falls back (`retry_after`,
+    /// `transient`, `timeout`); absent for a retry under the policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_fallback: Option<SameModelReason>,
 }
 
 impl RetryScheduled {
@@ -86,6 +91,7 @@ impl RetryScheduled {
             remaining,
             same_key: None,
             worth: *worth,
+            before_fallback: None,
         })
     }
 }

@@ -58,7 +58,10 @@ use crate::idempotency::NormalizerConfig;
 use crate::ids::TenantId;
 use crate::latency::{AllowanceFactor, LatencyScale, MAX_ALLOWANCE_FACTOR, MIN_ALLOWANCE_FACTOR};
 use crate::loop_guard::LoopGuard;
-use crate::retry::RetryPolicy;
+use crate::retry::{
+    DEFAULT_RETRY_AFTER_MAX, DEFAULT_RETRY_BEFORE_FALLBACK, MAX_RETRY_AFTER_MAX,
+    MAX_RETRY_BEFORE_FALLBACK, RetryPolicy, SameModelRetry,
+};
 use crate::tool::{LatencyProfile, ToolClass};
 
 /// A JSON Schema compiler the check hands each tool's schema to, once the
@@ -469,16 +472,8 @@ impl<'a> Checker<'a> {
         };
         let tokens = self.provider_tokens(file, &p, c, max_concurrency);
         let stream = match (&c.stream, kind.as_ref().and_then(ProviderKind::timeout)) {
-            (Some(stream), Some(timeout)) => {
-                // A zero timeout is already reported; compare against the
-                // default rather than report every stream field too.
-                let timeout = if timeout.is_zero() {
-                    DEFAULT_PROVIDER_TIMEOUT
-                } else {
-                    timeout
-                };
-                self.stream(file, &p, stream, timeout, c.timeout.is_none())
-            }
+            // An HTTP provider (one with a timeout) streams.
+            (Some(stream), Some(_)) => self.stream(file, &p, stream),
             _ => None,
         };
         let mut prices = BTreeMap::new();
@@ -641,39 +636,18 @@ impl<'a> Checker<'a> {
         base_url.map(|base_url| (base_url, c.api_key_env.clone(), timeout))
     }
 
-    /// `[providers.NAME.stream]`: each timeout positive and at most the
-    /// provider's `timeout`, which bounds the whole call and would make a
-    /// longer stream limit a dead letter. `default_timeout` says whether
-    /// `timeout` is the default, so the message can say so.
-    fn stream(
-        &mut self,
-        file: &Path,
-        p: &str,
-        c: &StreamConfig,
-        timeout: Duration,
-        default_timeout: bool,
-    ) -> Option<StreamSpec> {
+    /// `[providers.NAME.stream]`: each timeout positive. Neither is
+    /// bounded by the provider's `timeout`: that bounds a non-streamed
+    /// call, while a stream is bounded by its progress (these limits) and
+    /// the caller's deadline, so a long healthy answer is not cut
+    /// (issue 35, item 2).
+    fn stream(&mut self, file: &Path, p: &str, c: &StreamConfig) -> Option<StreamSpec> {
         let mut ok = true;
         let mut limit = |value: Option<Duration>, default: Duration, field: &str| {
             let f = format!("{p}.stream.{field}");
             let d = value.unwrap_or(default);
             if d.is_zero() {
                 self.report(file, f, "must be greater than zero");
-                ok = false;
-            } else if d > timeout {
-                let default_note =
-                    |is_default: bool| if is_default { " (the default)" } else { "" };
-                self.report(
-                    file,
-                    f,
-                    format!(
-                        "must not exceed the provider's timeout ({}{}), which bounds the whole call, but it is {}{}",
-                        format_duration(timeout),
-                        default_note(default_timeout),
-                        format_duration(d),
-                        default_note(value.is_none()),
-                    ),
-                );
                 ok = false;
             }
             d
@@ -745,12 +719,65 @@ impl<'a> Checker<'a> {
                 ),
             ],
         );
+        let deadline = self.positive(
+            file,
+            &format!("{p}.deadline"),
+            c.deadline,
+            super::DEFAULT_GATEWAY_DEADLINE,
+        );
+        let same_model = self.same_model_retry(file, &p, c)?;
         Some(ModelBindingSpec {
             name: name.to_owned(),
             primary: primary?,
             fallbacks: fallbacks?,
             context_fallbacks: context_fallbacks?,
+            same_model,
+            deadline,
             source: file.to_path_buf(),
+        })
+    }
+
+    /// A binding's same-model retries before fallback (`p` is its table
+    /// path), each field in range or reported.
+    fn same_model_retry(
+        &mut self,
+        file: &Path,
+        p: &str,
+        c: &ModelBindingConfig,
+    ) -> Option<SameModelRetry> {
+        let mut ok = true;
+        let retries = c
+            .retry_before_fallback
+            .unwrap_or(DEFAULT_RETRY_BEFORE_FALLBACK);
+        if retries > MAX_RETRY_BEFORE_FALLBACK {
+            self.report(
+                file,
+                format!("{p}.retry_before_fallback"),
+                format!(
+                    "must be at most {MAX_RETRY_BEFORE_FALLBACK} (more turns a fallback chain into \
+                     a retry loop), but it is {retries}"
+                ),
+            );
+            ok = false;
+        }
+        let retry_after_max = c.retry_after_max.unwrap_or(DEFAULT_RETRY_AFTER_MAX);
+        if retry_after_max > MAX_RETRY_AFTER_MAX {
+            self.report(
+                file,
+                format!("{p}.retry_after_max"),
+                format!(
+                    "must be at most {} (a longer wait is better spent on the fallback), but it \
+                     is {}",
+                    format_duration(MAX_RETRY_AFTER_MAX),
+                    format_duration(retry_after_max)
+                ),
+            );
+            ok = false;
+        }
+        ok.then_some(SameModelRetry {
+            retries,
+            retry_after_max,
+            retry_timeouts: c.retry_timeouts.unwrap_or(false),
         })
     }
 

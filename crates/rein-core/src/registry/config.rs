@@ -118,7 +118,8 @@ pub struct ProviderConfig {
     /// The environment variable holding the API key; no auth header when
     /// absent.
     pub api_key_env: Option<String>,
-    /// Per-request timeout.
+    /// Per-request timeout of a non-streamed call; a stream is bounded by
+    /// its `[stream]` limits and the caller's deadline instead.
     #[serde(with = "crate::config::duration")]
     pub timeout: Option<Duration>,
     /// The script file, relative to the config file that names it.
@@ -204,6 +205,23 @@ pub struct ModelBindingConfig {
     /// Models tried in order when the prompt does not fit the primary's
     /// context window.
     pub context_fallbacks: Vec<ModelLinkConfig>,
+    /// Same-model retries of a link before the chain falls back (a single
+    /// 5xx, a reset, a short `Retry-After`); 0 falls back at once. Default
+    /// [`DEFAULT_RETRY_BEFORE_FALLBACK`](crate::retry::DEFAULT_RETRY_BEFORE_FALLBACK).
+    pub retry_before_fallback: Option<u32>,
+    /// The longest `Retry-After` (of a 429 or 503) waited out on the same
+    /// model before falling back. Default
+    /// [`DEFAULT_RETRY_AFTER_MAX`](crate::retry::DEFAULT_RETRY_AFTER_MAX).
+    #[serde(with = "crate::config::duration")]
+    pub retry_after_max: Option<Duration>,
+    /// Whether a timed-out call is sent again to the same model: off by
+    /// default, since the provider may be generating (and billing) it.
+    pub retry_timeouts: Option<bool>,
+    /// How long a gateway call of the binding may take, fallbacks and
+    /// retries included, when the client sends no `Rein-Deadline-Ms`.
+    /// Default [`DEFAULT_GATEWAY_DEADLINE`](crate::registry::DEFAULT_GATEWAY_DEADLINE).
+    #[serde(with = "crate::config::duration")]
+    pub deadline: Option<Duration>,
 }
 
 /// A model's price, in dollars per million tokens.

@@ -42,6 +42,18 @@ pub const DEFAULT_PROVIDER_TIMEOUT: Duration = Duration::from_secs(60);
 /// would, leaving time to try a fallback.
 pub const DEFAULT_STREAM_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// How long a gateway call may take, fallbacks and retries included, when
+/// the client sends no `Rein-Deadline-Ms` and its binding names no
+/// `deadline`.
+///
+/// # Why 600 s
+///
+/// The official SDKs wait 600 s by default and send no deadline: a shorter
+/// one cuts long healthy answers (a reasoning model thinking before its
+/// first token, a long generation) that the client was willing to wait
+/// for, and blames the provider for it (issue 35).
+pub const DEFAULT_GATEWAY_DEADLINE: Duration = Duration::from_secs(600);
+
 /// How long a streamed model call may go without a byte once the first
 /// has arrived, when `[providers.NAME.stream]` names no `idle_timeout`:
 /// 10 s.

@@ -556,6 +556,12 @@ pub struct ModelBindingSpec {
     /// Tried in order when the prompt does not fit the model in use
     /// (`context_overflow`); the same model is never retried then.
     pub context_fallbacks: Vec<ModelLink>,
+    /// How a link retries its own model before the chain falls back
+    /// (`retry_before_fallback`, `retry_after_max`, `retry_timeouts`).
+    pub same_model: crate::retry::SameModelRetry,
+    /// How long a gateway call of it may take when the client sends no
+    /// `Rein-Deadline-Ms`.
+    pub deadline: std::time::Duration,
     /// The config file it was defined in.
     pub source: PathBuf,
 }

@@ -2128,8 +2128,6 @@ stream = {}
         vec![
             "providers.a.max_concurrency",
             "providers.a.stream.first_byte_timeout",
-            "providers.a.stream.idle_timeout",
-            "providers.b.stream.first_byte_timeout",
             "providers.c.stream",
         ]
     );
@@ -2137,15 +2135,11 @@ stream = {}
         message_of(text, "providers.a.max_concurrency"),
         "must be greater than zero; leave it out for no limit"
     );
+    // Stream limits above the provider's timeout are fine: it bounds a
+    // non-streamed call, not a stream (issue 35).
     assert_eq!(
-        message_of(text, "providers.a.stream.idle_timeout"),
-        "must not exceed the provider's timeout (1m (the default)), which bounds the whole call, but it is 1m 1s"
-    );
-    // The default first-byte limit is longer than this provider's timeout;
-    // idle_timeout equal to it is fine.
-    assert_eq!(
-        message_of(text, "providers.b.stream.first_byte_timeout"),
-        "must not exceed the provider's timeout (5s), which bounds the whole call, but it is 20s (the default)"
+        message_of(text, "providers.a.stream.first_byte_timeout"),
+        "must be greater than zero"
     );
     assert!(message_of(text, "providers.c.stream").contains("no stream to time"));
 }
@@ -2272,6 +2266,44 @@ context_fallbacks = [{ provider = "replay", model = "big" }]
 "#,
     );
     assert!(build(&[("rein.toml", &text)]).is_ok());
+}
+
+#[test]
+fn same_model_retries_default_and_are_checked_in_range_at_their_field() {
+    let reg = build(&[("rein.toml", &with_extra(MODELS))]).unwrap();
+    assert_eq!(
+        reg.models()["smart"].same_model,
+        crate::retry::SameModelRetry::default()
+    );
+    let set = with_extra(MODELS).replace(
+        "[agents.helper]",
+        "[models.smart2]\nprovider = \"mock\"\nmodel = \"gpt-4o-mini\"\n\
+         retry_before_fallback = 0\nretry_after_max = \"2s\"\nretry_timeouts = true\n\
+         [agents.helper]",
+    );
+    let reg = build(&[("rein.toml", &set)]).unwrap();
+    let same = reg.models()["smart2"].same_model;
+    assert_eq!(
+        (same.retries, same.retry_after_max, same.retry_timeouts),
+        (0, Duration::from_secs(2), true)
+    );
+    let out_of_range = with_extra(MODELS).replace(
+        "[agents.helper]",
+        "[models.smart2]\nprovider = \"mock\"\nmodel = \"gpt-4o-mini\"\n\
+         retry_before_fallback = 9\nretry_after_max = \"2m\"\n[agents.helper]",
+    );
+    assert_eq!(
+        fields(&out_of_range),
+        vec![
+            "models.smart2.retry_before_fallback",
+            "models.smart2.retry_after_max"
+        ]
+    );
+    assert!(
+        message_of(&out_of_range, "models.smart2.retry_before_fallback")
+            .starts_with("must be at most 5")
+    );
+    assert!(message_of(&out_of_range, "models.smart2.retry_after_max").ends_with("but it is 2m"));
 }
 
 #[test]

@@ -27,12 +27,17 @@
 //! Backoff time spends budget just like call time does: the clamp in step 6
 //! is what keeps "three p99s plus two backoffs" inside the deadline.
 
+mod before_fallback;
 mod budget;
 mod config;
 mod constants;
 mod decision;
 mod worth;
 
+pub use before_fallback::{
+    DEFAULT_RETRY_AFTER_MAX, DEFAULT_RETRY_BEFORE_FALLBACK, MAX_RETRY_AFTER_MAX,
+    MAX_RETRY_BEFORE_FALLBACK, SameModel, SameModelReason, SameModelRetry,
+};
 pub use budget::RetryBudget;
 pub use config::{RetryConfig, RetryPolicy};
 pub use constants::{

@@ -36,6 +36,7 @@ fn retry(target: RetryTarget) -> RetryScheduled {
         clamped: false,
         remaining: Duration::from_secs(1),
         same_key: None,
+        before_fallback: None,
         worth: None,
     }
 }

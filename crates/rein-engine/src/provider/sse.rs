@@ -32,14 +32,17 @@
 //!
 //! # Tokens of a failed stream
 //!
-//! Once the provider accepted the request (a 2xx status), a failure carries
-//! [`Failure::tokens_spent`]: the usage the provider reported so far
+//! Once the provider accepted the request (a 2xx status) and sent at least
+//! one event, a failure carries [`Failure::tokens_spent`]: the usage the
+//! provider reported so far
 //! (Anthropic reports input tokens in `message_start`), else an estimate of
 //! one token per [`BYTES_PER_TOKEN_ESTIMATE`](super::BYTES_PER_TOKEN_ESTIMATE)
 //! bytes of the request body and of the output received; the human message
 //! says when the count is an estimate. A failure before the status
 //! (refused, no headers in time, an error status) charges nothing: there
-//! is no sign the provider accepted the work.
+//! is no sign the provider accepted the work; nor does one before the
+//! first event (a 200 and then silence): tokens are charged only from what
+//! the provider reported or what was received.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -545,7 +548,14 @@ impl<D: Decoder> Wire<D> {
 
     /// Ends the stream with `failure`, charged and described.
     fn fail(&mut self, failure: Failure) {
-        let spent = self.assembly.spent(self.request_bytes, true);
+        // Nothing received and nothing reported (a first-byte timeout after
+        // the 200): the provider produced nothing, and nothing is charged
+        // (issue 35, item 5).
+        let spent = if self.event_count == 0 {
+            super::stream::Spent::NONE
+        } else {
+            self.assembly.spent(self.request_bytes, true)
+        };
         let total = spent.usage.total();
         let human = format!(
             "{} — {}; {total} token(s) charged{}",

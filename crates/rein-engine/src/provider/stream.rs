@@ -245,6 +245,17 @@ pub(super) struct Spent {
     pub(super) estimated: bool,
 }
 
+impl Spent {
+    /// Nothing: a stream that received nothing was charged nothing.
+    pub(super) const NONE: Spent = Spent {
+        usage: TokenUsage {
+            input: 0,
+            output: 0,
+        },
+        estimated: false,
+    };
+}
+
 impl Assembly {
     pub(super) fn apply(&mut self, delta: &Delta) {
         if let Some(text) = &delta.text {

@@ -607,6 +607,20 @@ impl Engine {
         policy.decide(input, budget, &mut *rng)
     }
 
+    /// Withdraws one retry from the target's retry budget (a retry made
+    /// outside [`decide`](Engine::decide)); `false` when it is empty.
+    pub(super) fn withdraw_retry(&self, target: &str, policy: &RetryPolicy) -> bool {
+        let mut budgets = self
+            .shared
+            .retry_budgets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        budgets
+            .entry(target.to_owned())
+            .or_insert_with(|| RetryBudget::new(policy))
+            .withdraw()
+    }
+
     /// Credits one original request to the target's retry budget.
     pub(super) fn deposit_request(&self, target: &str, policy: &RetryPolicy) {
         let mut budgets = self

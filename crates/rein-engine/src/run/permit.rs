@@ -54,6 +54,17 @@ impl HeldPermit {
         &self.name
     }
 
+    /// Gives the permit back without an outcome: the call said nothing
+    /// about the target's health (a 429: a rate limit is not an outage).
+    pub(crate) fn ignore(&mut self) {
+        if let Some(permit) = self.permit.take() {
+            self.breakers
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .on_ignored(self.kind, &self.name, permit);
+        }
+    }
+
     /// Reports the call's outcome at `now`; the arm's transition, or
     /// [`Transition::Unchanged`] when it was reported already.
     pub(crate) fn finish(&mut self, outcome: Result<(), &Failure>, now: Instant) -> Transition {

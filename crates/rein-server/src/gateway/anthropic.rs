@@ -85,7 +85,7 @@ pub const OVERLOADED: u16 = 529;
     params(("Idempotency-Key" = Option<String>, Header, nullable = false, min_length = 1, pattern = "^[!-~]+$",
             description = "Non-streaming requests only: makes the request safe to retry"),
            ("Rein-Deadline-Ms" = Option<u64>, Header, nullable = false, minimum = 1,
-            description = "How long the call may take, fallbacks and retries included (default 120000)")),
+            description = "How long the call may take, fallbacks and retries included (default: the binding's `deadline`, 600000 unless set)")),
     request_body(content = MessagesRequest, description = "Anthropic's Messages API request; `model` names a [models.*] binding"),
     responses(
         (status = 200, description = "the message (JSON), or its events (`text/event-stream` when `stream: true`)", body = Object,

@@ -71,8 +71,8 @@ use crate::runs::Answer;
 use crate::state::AppState;
 
 /// How long a gateway call may take when the client sets no
-/// `Rein-Deadline-Ms`.
-pub const DEFAULT_GATEWAY_DEADLINE: Duration = Duration::from_secs(120);
+/// `Rein-Deadline-Ms` and its binding names no `deadline`.
+pub use rein_core::registry::DEFAULT_GATEWAY_DEADLINE;
 
 /// A wire format's server-sent events, as the response body streams them.
 type EventStream = Pin<Box<dyn Stream<Item = Bytes> + Send>>;
@@ -177,16 +177,18 @@ async fn handle<W: Wire>(
     }
 }
 
-fn deadline<W: Wire>(headers: &HeaderMap) -> Result<Duration, Problem> {
+/// The client's `Rein-Deadline-Ms`; `None` without one (the binding's
+/// `deadline` then applies).
+fn deadline<W: Wire>(headers: &HeaderMap) -> Result<Option<Duration>, Problem> {
     let Some(value) = headers.get(DEADLINE_HEADER) else {
-        return Ok(DEFAULT_GATEWAY_DEADLINE);
+        return Ok(None);
     };
     value
         .to_str()
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok())
         .filter(|ms| *ms > 0)
-        .map(Duration::from_millis)
+        .map(|ms| Some(Duration::from_millis(ms)))
         .ok_or_else(|| {
             W::bad_deadline(format!(
                 "{DEADLINE_HEADER} must be a positive number of milliseconds"
@@ -222,7 +224,7 @@ fn unknown_binding(state: &AppState, binding: &str) -> Problem {
 async fn ask<W: Wire>(
     state: &AppState,
     call: &Call<W>,
-    deadline: Duration,
+    deadline: Option<Duration>,
     stream: bool,
 ) -> Result<ModelAnswer, Problem> {
     let Some(binding) = state.models.get(&call.binding) else {
@@ -233,7 +235,7 @@ async fn ask<W: Wire>(
     }
     let ask = ModelAsk {
         request: call.request.clone(),
-        deadline,
+        deadline: deadline.unwrap_or(binding.deadline),
         stream,
         cancel: rein_engine::run::CancellationToken::new(),
         observer: None,
@@ -313,7 +315,7 @@ fn answer_headers<W>(call: &Call<W>, answer: &ModelAnswer) -> Vec<(&'static str,
 async fn complete<W: Wire>(
     state: Arc<AppState>,
     call: Call<W>,
-    deadline: Duration,
+    deadline: Option<Duration>,
 ) -> Result<Answer, Problem> {
     let answer = ask(&state, &call, deadline, false).await?;
     let headers = answer_headers(&call, &answer);
@@ -333,7 +335,11 @@ async fn complete<W: Wire>(
 }
 
 /// A streamed answer: the wire's server-sent events.
-async fn stream<W: Wire>(state: Arc<AppState>, call: Call<W>, deadline: Duration) -> Response {
+async fn stream<W: Wire>(
+    state: Arc<AppState>,
+    call: Call<W>,
+    deadline: Option<Duration>,
+) -> Response {
     let answer = match ask(&state, &call, deadline, true).await {
         Ok(a) => a,
         Err(problem) => return problem.into_response(),

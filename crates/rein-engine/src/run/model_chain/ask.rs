@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use rein_core::breaker::ArmKind;
 use rein_core::deadline::Budget;
 use rein_core::registry::Price;
-use rein_core::retry::RetryPolicy;
+use rein_core::retry::{RetryPolicy, SameModelRetry};
 use rein_core::{Category, LatencyProfile};
 
 use super::{Chain, LinkRef, Mode, Reply, TurnHost};
@@ -43,6 +43,12 @@ pub struct ModelBinding {
     pub model_latency: LatencyProfile,
     /// First-byte and idle limits when the caller streams.
     pub stream: StreamSettings,
+    /// How a link retries its own model before the chain falls back
+    /// (`retry_before_fallback`, `retry_after_max`, `retry_timeouts`).
+    pub same_model: SameModelRetry,
+    /// How long a gateway call may take when its client sends no
+    /// deadline (`deadline`).
+    pub deadline: std::time::Duration,
 }
 
 /// One request to a [`ModelBinding`].
@@ -145,6 +151,14 @@ impl TurnHost for AskHost<'_> {
 
     fn provider_tokens(&self) -> &BTreeMap<String, rein_core::registry::TokenLimit> {
         &self.binding.provider_tokens
+    }
+
+    fn same_model(&self) -> SameModelRetry {
+        self.binding.same_model
+    }
+
+    fn resends_timeouts(&self) -> bool {
+        self.binding.same_model.retry_timeouts
     }
 
     fn rate_limited_until(&self, until: rein_core::Instant) {

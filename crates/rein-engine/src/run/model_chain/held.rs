@@ -33,6 +33,10 @@ pub(super) struct Held {
     /// The permit of the host's cost account (`[breakers.cost]`), when it
     /// has one.
     pub(super) cost: Option<HeldPermit>,
+    /// The call's own deadline: a timeout once it has run out is rein
+    /// cutting the call, not the provider failing, and never counts
+    /// against the provider's arm (issue 35, item 2).
+    pub(super) deadline: rein_core::deadline::Deadline,
 }
 
 impl Held {
@@ -66,7 +70,20 @@ impl Held {
         Option<(String, rein_core::breaker::Transition)>,
     ) {
         let now = self.clock.now();
-        let provider = self.permit.finish(outcome, now);
+        // A 429 is a cooldown of the model (its gate paused), not a
+        // failure of the provider: it never counts toward the provider's
+        // arm (issue 35, item 4); nor does a timeout that rein's own
+        // deadline caused (item 2).
+        let own_cut = |f: &Failure| {
+            f.category() == rein_core::Category::Timeout && self.deadline.remaining(now).is_zero()
+        };
+        let provider = match outcome {
+            Err(f) if f.category() == rein_core::Category::RateLimited || own_cut(f) => {
+                self.permit.ignore();
+                rein_core::breaker::Transition::Unchanged
+            }
+            _ => self.permit.finish(outcome, now),
+        };
         let cost = match (self.cost.take(), outcome) {
             (Some(mut permit), Ok(())) => {
                 Some((permit.name().to_owned(), permit.finish(Ok(()), now)))

@@ -25,6 +25,7 @@ use rein_core::{Category, Failure, Instant, LatencyProfile, ToolClass};
 use super::ceiling::Reservation;
 use super::chain::LinkEnd;
 use super::held::{GuardedStream, Held, StreamEnd, record_cost, record_transition};
+use super::same_model::AfterFailure;
 use super::{LinkRef, Mode, Reply, TurnHost};
 use crate::provider::ModelRequest;
 use crate::run::concurrency::{BUDGET_AFTER_WAIT, Gate, ShedReason, Slot};
@@ -33,20 +34,23 @@ use crate::run::report::End;
 use crate::run::{Engine, MIN_OUTPUT_TOKENS, millis, provider_target};
 
 /// One link's call, as each of its steps sees it.
-struct LinkCall<'a> {
-    host: &'a dyn TurnHost,
-    c: &'a Correlation,
-    link: LinkRef<'a>,
+pub(super) struct LinkCall<'a> {
+    pub(super) host: &'a dyn TurnHost,
+    pub(super) c: &'a Correlation,
+    pub(super) link: LinkRef<'a>,
     request: &'a ModelRequest,
     /// An upper bound of the request's prompt tokens.
     prompt: u64,
     mode: Mode,
-    provider: String,
+    pub(super) provider: String,
     /// Whether a next link is ready: a transient failure then moves on.
     ready: bool,
     /// This link's share of the caller's deadline ([`link_deadline`]).
-    deadline: Deadline,
-    policy: RetryPolicy,
+    pub(super) deadline: Deadline,
+    /// The name of the model's cooldown gate and of its shared pause
+    /// ([`cooldown_key`]).
+    cooldown: String,
+    pub(super) policy: RetryPolicy,
     latency: LatencyProfile,
 }
 
@@ -79,6 +83,14 @@ enum Tried {
     /// It failed; `at` is when its outcome was known (the retry decision's
     /// `now`).
     Failed { failure: Failure, at: Instant },
+}
+
+/// The name of a model's cooldown gate and shared pause: a 429's
+/// `Retry-After` pauses that (provider, model), not the whole provider, so
+/// another model of the same provider keeps answering (issue 35, item 4).
+/// Provider names hold no `/` (`rein check`), so no two keys collide.
+fn cooldown_key(provider: &str, model: &str) -> String {
+    format!("model:{provider}/{model}")
 }
 
 /// The deadline of a link with `next_links` still to try after it.
@@ -190,6 +202,7 @@ impl Engine {
             prompt,
             mode,
             provider: link.provider.name().to_owned(),
+            cooldown: cooldown_key(link.provider.name(), link.model),
             ready: next_links > 0,
             deadline: link_deadline(budget, self.clock.now(), next_links),
             policy: *host.retry(),
@@ -209,6 +222,8 @@ impl Engine {
             host.provider_tokens().get(&call.provider).copied(),
         ));
         let mut attempt = 0u32;
+        // Same-model retries made before falling back (issue 35, item 3).
+        let mut same_model = 0u32;
         self.deposit_request(&provider_target(&call.provider), &call.policy);
         loop {
             attempt += 1;
@@ -223,10 +238,36 @@ impl Engine {
                     (failure, at)
                 }
             };
-            if failure.category() == Category::ContextOverflow
-                || (call.ready && failure.category().falls_back())
-            {
+            if failure.category() == Category::ContextOverflow {
                 return Err(LinkEnd::MoveOn(failure));
+            }
+            if call.ready && failure.category().falls_back() {
+                // The model asked for first, when it is worth a short wait
+                // (a short Retry-After, a one-off 5xx); else the next link.
+                match self
+                    .retry_same_model(&call, (attempt, same_model), failure, at)
+                    .await?
+                {
+                    AfterFailure::Retry => {
+                        same_model += 1;
+                        continue;
+                    }
+                    AfterFailure::MoveOn(failure) => return Err(LinkEnd::MoveOn(failure)),
+                }
+            }
+            // A generation that timed out after it was sent is not sent
+            // again unless the host allows it (issue 35, item 2).
+            // (A timeout is always after sending: a connection that cannot
+            // be made is refused, not timed out.)
+            if failure.category() == Category::Timeout && !host.resends_timeouts() {
+                return Err(LinkEnd::Stop(End::ModelFailed(
+                    failure.category(),
+                    format!(
+                        "{} (not sent again: the provider may still be generating and billing \
+                         it; the binding's retry_timeouts = true allows it)",
+                        failure.human_message()
+                    ),
+                )));
             }
             self.retry_link(&call, attempt, failure, at).await?;
         }
@@ -332,7 +373,7 @@ impl Engine {
                 {
                     call.host.rate_limited_until(now + wait);
                 }
-                self.pause_provider(call, gate, &failure).await;
+                self.pause_provider(call, &failure).await;
                 self.link_failed(call, held, sent, &failure, (budget, reservation.grant), now)
                     .await?;
                 Ok(Tried::Failed { failure, at: now })
@@ -355,13 +396,22 @@ impl Engine {
         gate: Option<&Gate<'_>>,
     ) -> Result<Held, LinkEnd> {
         let (emitter, c, provider) = (call.host.emitter(), call.c, &call.provider);
+        // The model's cooldown after a 429 first (another process's
+        // included): waited out while it fits, else the next link.
+        let cooldown = self
+            .shared
+            .provider_slots
+            .provider_gate(&call.cooldown, None, None);
+        self.honour_shared_pause(&call.cooldown, &cooldown).await;
+        drop(
+            self.link_slot(call, budget, &cooldown, (0, self.cooldown_deadline(call)))
+                .await?,
+        );
         let slot = match gate {
             None => None,
             Some(gate) => {
-                // Another process's 429 pause of this provider holds the
-                // gate first: the call waits in line as for a local one.
-                self.honour_shared_pause(provider, gate).await;
-                Some(self.link_slot(call, budget, gate).await?)
+                let charge = (self.token_charge(call, budget), call.deadline);
+                Some(self.link_slot(call, budget, gate, charge).await?)
             }
         };
         // Another node's opening of this provider, when breakers are
@@ -397,6 +447,7 @@ impl Engine {
             slot,
             shared: self.shared_breakers().cloned(),
             cost,
+            deadline: call.deadline,
         })
     }
 
@@ -437,11 +488,11 @@ impl Engine {
         call: &LinkCall<'_>,
         budget: &Budget,
         gate: &Gate<'_>,
+        (tokens, deadline): (u64, Deadline),
     ) -> Result<Slot, LinkEnd> {
         let (emitter, c, provider) = (call.host.emitter(), call.c, &call.provider);
-        let tokens = self.token_charge(call, budget);
         let entered = tokio::select! {
-            r = gate.enter(call.deadline, call.latency.p50(), tokens) => r,
+            r = gate.enter(deadline, call.latency.p50(), tokens) => r,
             () = call.host.cancelled() => {
                 return Err(LinkEnd::Stop(End::Cancelled(
                     "cancelled by the caller while a model call waited for a slot".into(),
@@ -540,36 +591,47 @@ impl Engine {
         Ok(slot)
     }
 
+    /// How long a call waits out its model's cooldown: with a next link
+    /// ready, at most the host's `retry_after_max` (a longer cooldown moves
+    /// the turn on at once); the last link, within its deadline.
+    fn cooldown_deadline(&self, call: &LinkCall<'_>) -> Deadline {
+        if !call.ready {
+            return call.deadline;
+        }
+        let wait = call.host.same_model().retry_after_max + call.latency.p50();
+        call.deadline.min(Deadline::after(self.clock.now(), wait))
+    }
+
     /// A provider's 429 that says when to come back (`Retry-After`) pauses
-    /// the provider's gate until then, for every run and gateway request of
-    /// the engine: they queue instead of each sending into the provider's
-    /// empty bucket. With breakers shared, the pause is published to every
+    /// that model's cooldown gate until then, for every run and gateway
+    /// request of the engine: they wait (or move on) instead of each sending
+    /// into the model's empty bucket, while the provider's other models are
+    /// untouched. With breakers shared, the pause is published to every
     /// process on the store before this call goes on (its retry included).
-    async fn pause_provider(
-        &self,
-        call: &LinkCall<'_>,
-        gate: Option<&Gate<'_>>,
-        failure: &Failure,
-    ) {
+    async fn pause_provider(&self, call: &LinkCall<'_>, failure: &Failure) {
         // Sabotage hook `ignore_provider_retry_after`: no pause.
         #[cfg(feature = "sabotage")]
         if self.sabotage.ignore_provider_retry_after {
             return;
         }
-        let (Some(gate), Category::RateLimited, Some(wait)) =
-            (gate, failure.category(), failure.retry_after())
+        let (Category::RateLimited, Some(wait)) = (failure.category(), failure.retry_after())
         else {
             return;
         };
+        let gate = self
+            .shared
+            .provider_slots
+            .provider_gate(&call.cooldown, None, None);
         let until = self.clock.now() + wait;
         if gate.pause_until(until) {
             tracing::info!(
                 provider = %call.provider,
                 retry_after_ms = millis(wait),
-                "provider answered 429: every call to it waits until its Retry-After"
+                model = call.link.model,
+                "provider answered 429: every call to this model waits until its Retry-After"
             );
             if let Some(shared) = self.shared_breakers() {
-                shared.publish_pause(&call.provider, wait).await;
+                shared.publish_pause(&call.cooldown, wait).await;
             }
         }
     }

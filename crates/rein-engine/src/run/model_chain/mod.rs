@@ -16,9 +16,12 @@
 //! - The next link is tried only after a transient failure: the local
 //!   circuit open, 5xx, 429, overload, a bare connection error, or no first
 //!   byte in time. Never after 401/403, cancellation or a content filter.
-//!   With a next link ready a transient failure moves on at once (another
-//!   provider is likelier to answer than a retry of a failing one); the
-//!   last link retries under the policy.
+//!   With a next link ready a transient failure moves on (another
+//!   provider is likelier to answer than a retry of a failing one), after
+//!   the host's same-model retries when it has some (the gateway's
+//!   bindings: a short `Retry-After` waited out, a single 5xx retried;
+//!   [`SameModelRetry`](rein_core::retry::SameModelRetry)); the last link
+//!   retries under the policy.
 //! - A context overflow goes to the next context-fallback link; the same
 //!   model is never asked again. Without one the turn fails at once.
 //! - A switch is never silent: `model_fallback_used` names the primary and
@@ -33,6 +36,7 @@ pub(crate) mod ceiling;
 mod chain;
 mod held;
 mod link;
+mod same_model;
 pub(crate) mod token_ratios;
 
 use std::collections::BTreeMap;
@@ -72,6 +76,20 @@ pub(crate) trait TurnHost: Send + Sync {
     fn provider_limits(&self) -> &BTreeMap<String, NonZeroU32>;
     /// Token buckets per provider name (`tokens_per_minute`).
     fn provider_tokens(&self) -> &BTreeMap<String, rein_core::registry::TokenLimit>;
+    /// How a link with a fallback after it retries its own model before
+    /// moving on; none by default (a run's chain moves on at once, its
+    /// last link retrying under the policy).
+    fn same_model(&self) -> rein_core::retry::SameModelRetry {
+        rein_core::retry::SameModelRetry::NONE
+    }
+    /// Whether a call that timed out after it was sent may be sent to the
+    /// same model again under the retry policy. A run's may (its policy
+    /// decides); a gateway call's only when its binding says
+    /// `retry_timeouts`: the provider may still be generating, and billing,
+    /// the first one.
+    fn resends_timeouts(&self) -> bool {
+        true
+    }
     /// A call is about to be sent.
     fn calling(&self) {}
     /// A link is rate limited until `until`: its provider said when to

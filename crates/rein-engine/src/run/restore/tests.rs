@@ -488,6 +488,7 @@ fn what_the_interrupted_step_cost_and_retried_stays_spent() {
                 clamped: false,
                 remaining: Duration::from_secs(10),
                 same_key: None,
+                before_fallback: None,
                 worth: None,
             },
         ),
