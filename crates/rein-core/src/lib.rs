@@ -46,6 +46,7 @@ pub mod call;
 pub mod clock;
 pub mod config;
 pub mod deadline;
+pub mod digest;
 pub mod event;
 pub mod failure;
 pub mod governor;

@@ -281,7 +281,6 @@ impl AgentBinding {
     /// when no definitions were generated (an embedder's own loop). A
     /// resume compares it with the one its run started with.
     pub fn contract(&self) -> String {
-        use sha2::Digest as _;
         let tools: Vec<serde_json::Value> = if self.tool_definitions.is_empty() {
             self.tools
                 .values()
@@ -294,9 +293,7 @@ impl AgentBinding {
             "system_prompt": self.system_prompt,
             "tools": tools,
         });
-        let digest = sha2::Sha256::digest(shown.to_string().as_bytes());
-        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-        format!("sha256:{hex}")
+        rein_core::digest::sha256(shown.to_string().as_bytes())
     }
 
     /// An agent for a caller's own loop ([`Engine::begin`](super::Engine::begin)):

@@ -58,6 +58,14 @@ pub mod in_process;
 pub mod mcp;
 
 pub use adapter::ToolAdapter;
+
+/// The variables of rein's own environment a local program inherits (a
+/// command tool, a stdio MCP server): what interpreters and `npx` need to
+/// start; everything else (API keys, tokens) stays out unless the tool's
+/// or server's `env` names it.
+pub const INHERITED_ENV: [&str; 8] = [
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ",
+];
 pub use in_process::InProcessTool;
 pub use mcp::McpTool;
 

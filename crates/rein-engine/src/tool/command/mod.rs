@@ -145,11 +145,7 @@ pub const IDEMPOTENCY_KEY_ENV: &str = "REIN_IDEMPOTENCY_KEY";
 /// The attempt's leased temporary directory (also in `TMPDIR`).
 pub const TEMP_DIR_ENV: &str = "REIN_TEMP_DIR";
 
-/// The variables of rein's own environment a command inherits; everything
-/// else (API keys, tokens) stays out unless the tool's `env` names it.
-pub const INHERITED_ENV: [&str; 8] = [
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ",
-];
+pub use super::INHERITED_ENV;
 
 /// The exit code (`EX_TEMPFAIL`, sysexits.h) that says "try again later":
 /// a transient, retryable failure.

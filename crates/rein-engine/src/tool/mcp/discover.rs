@@ -5,7 +5,6 @@
 use rmcp::model::Tool;
 use serde::Serialize;
 use serde_json::Value;
-use sha2::{Digest as _, Sha256};
 
 use super::session::{ConnectError, McpSession};
 
@@ -53,8 +52,7 @@ impl McpToolDefinition {
             "description": self.description,
             "input_schema": self.input_schema,
         });
-        let digest = Sha256::digest(shown.to_string().as_bytes());
-        format!("sha256:{}", hex(&digest))
+        rein_core::digest::sha256(shown.to_string().as_bytes())
     }
 
     pub(super) fn from_tool(tool: &Tool) -> McpToolDefinition {
@@ -102,12 +100,4 @@ pub enum DiscoverError {
 /// [`DiscoverError`] when the server cannot be reached or refuses.
 pub async fn discover(session: &McpSession) -> Result<Vec<McpToolDefinition>, DiscoverError> {
     Ok(session.tools().await?.values().cloned().collect())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
 }

@@ -48,7 +48,7 @@ use rmcp::model::{CallToolRequestParams, JsonObject, MetaObject, RequestMetaObje
 use serde_json::Value;
 
 pub use discover::{DiscoverError, McpToolDefinition, ToolHints, discover};
-pub use session::{ConnectError, INHERITED_ENV, McpSession};
+pub use session::{ConnectError, McpSession};
 
 use super::adapter::ToolAdapter;
 use super::{Attempt, ToolOutput};

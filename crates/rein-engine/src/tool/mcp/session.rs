@@ -58,13 +58,6 @@ pub enum ConnectError {
     Unsupported(String),
 }
 
-/// The variables of rein's own environment a stdio server inherits
-/// (with its configured `env`): what `npx`, `uvx` and interpreters need
-/// to start, and nothing of rein's secrets.
-pub const INHERITED_ENV: [&str; 8] = [
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ",
-];
-
 type Service = RunningService<RoleClient, Client>;
 
 /// rein's side of a connection: who it says it is, and the flag a server's
@@ -278,7 +271,7 @@ impl McpSession {
             } => {
                 let mut command = tokio::process::Command::new(program);
                 command.args(args).env_clear();
-                for name in INHERITED_ENV {
+                for name in crate::tool::INHERITED_ENV {
                     if let Some(value) = std::env::var_os(name) {
                         command.env(name, value);
                     }
