@@ -4,10 +4,10 @@
 //! round trips of ~800-character results, the budget note, one tool
 //! definition), with the provider's last count known.
 //!
-//! Two variants: a token per byte (no count learned yet), and a learned
-//! bytes-per-token ratio (`rein_core::token_ratio::TokenRatio`). There is
-//! no tokenizer variant: rein ships none (see the README's *Budgets that
-//! hold*).
+//! Three variants: a token per byte (no count learned yet), a learned
+//! bytes-per-token ratio (`rein_core::token_ratio::TokenRatio`), and the
+//! `o200k_base` tokenizer of gpt-4o's family. The one-time read of the
+//! encoding is timed once and printed beside the bounds.
 //!
 //! Run: `cargo bench -p rein-engine --bench prompt_bound`.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
@@ -18,7 +18,7 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use rein_core::token_ratio::TokenRatio;
 use rein_engine::provider::{Message, ToolCall};
-use rein_engine::run::prompt_estimate;
+use rein_engine::run::{Encoding, PromptMeter, prompt_estimate};
 use serde_json::json;
 
 fn transcript() -> (Vec<Message>, Vec<serde_json::Value>) {
@@ -61,11 +61,16 @@ fn transcript() -> (Vec<Message>, Vec<serde_json::Value>) {
 
 fn bench(c: &mut Criterion) {
     let (messages, tools) = transcript();
-    let bytes = TokenRatio::new();
-    let mut learned = TokenRatio::new();
+    let bytes = PromptMeter::from(TokenRatio::new());
+    let mut ratio = TokenRatio::new();
     for _ in 0..3 {
-        learned.observe(3_300, 1_000);
+        ratio.observe(3_300, 1_000);
     }
+    let learned = PromptMeter::from(ratio);
+    let read = std::time::Instant::now();
+    assert!(Encoding::O200kBase.load());
+    let read = read.elapsed();
+    let tokenizer = PromptMeter::encoding(Encoding::O200kBase);
     let mut group = c.benchmark_group("prompt_bound");
     group.warm_up_time(Duration::from_secs(2));
     group.measurement_time(Duration::from_secs(5));
@@ -75,11 +80,19 @@ fn bench(c: &mut Criterion) {
     group.bench_function("learned_ratio", |b| {
         b.iter(|| prompt_estimate(black_box(&messages), black_box(&tools), 707, &learned));
     });
+    group.bench_function("o200k_tokenizer", |b| {
+        b.iter(|| prompt_estimate(black_box(&messages), black_box(&tools), 707, &tokenizer));
+    });
+    group.bench_function("o200k_tokenizer_whole_transcript", |b| {
+        b.iter(|| prompt_estimate(black_box(&messages), black_box(&tools), 0, &tokenizer));
+    });
     group.finish();
     eprintln!(
-        "bound: {} tokens at a token per byte, {} at the learned ratio",
+        "bound: {} tokens at a token per byte, {} at the learned ratio, {} by o200k_base ({} for the whole transcript); o200k_base read in {read:?}",
         prompt_estimate(&messages, &tools, 707, &bytes),
-        prompt_estimate(&messages, &tools, 707, &learned)
+        prompt_estimate(&messages, &tools, 707, &learned),
+        prompt_estimate(&messages, &tools, 707, &tokenizer),
+        prompt_estimate(&messages, &tools, 0, &tokenizer),
     );
 }
 

@@ -89,19 +89,32 @@ fn asking(desk: &OrderDesk, model: &MockModel) -> AgentBinding {
 /// 27 % with a token per byte of everything added.)
 #[tokio::test(start_paused = true)]
 async fn a_loop_under_3000_tokens_uses_most_of_them_and_never_more() {
+    spend_the_ceiling("mock-model", MockModelConfig::with_metered_usage).await;
+}
+
+/// The same loop to `gpt-4o-mini`, whose provider counts as OpenAI's
+/// cookbook documents for the family (`o200k_base` tokens of each
+/// message's texts, 3 per message, the function rule for tools): rein
+/// bounds it with the family's tokenizer, and the loop uses most of the
+/// ceiling and never more.
+#[tokio::test(start_paused = true)]
+async fn a_gpt_4o_loop_bounded_by_its_tokenizer_uses_most_of_the_ceiling() {
+    spend_the_ceiling("gpt-4o-mini", MockModelConfig::with_tokenized_usage).await;
+}
+
+async fn spend_the_ceiling(model_name: &str, metering: fn(MockModelConfig) -> MockModelConfig) {
     let h = harness().await;
     let mut replies: Vec<Reply> = (1..=3)
         .map(|n| Reply::tool_call(GET_ORDER, &json!({"order_id": format!("B-{n}")})))
         .collect();
     replies.push(Reply::text("Here is everything about the four orders.").with_usage(0, 50_000));
-    let model = MockModel::start_with(
-        MockModelConfig::new(replies)
-            .with_output_cap("mock-model", 16_384)
-            .with_metered_usage(),
-    )
+    let model = MockModel::start_with(metering(
+        MockModelConfig::new(replies).with_output_cap(model_name, 16_384),
+    ))
     .await
     .unwrap();
-    let a = asking(&h.desk, &model);
+    let mut a = asking(&h.desk, &model);
+    a.model = model_name.to_owned();
     let out = run(&h, &a).await;
 
     let result_chars: Vec<usize> = model
@@ -173,6 +186,98 @@ async fn a_loop_under_3000_tokens_uses_most_of_them_and_never_more() {
             .iter()
             .all(|(k, _)| *k != EventKind::FinalTurnRequested),
         "the loop was not cut short by the planner"
+    );
+}
+
+/// The first prompt of a run, before any count of the model was seen: a
+/// token per byte for a model rein has no tokenizer for, its tokens for
+/// `gpt-4o-mini` (within a fifth of the provider's count, where a token
+/// per byte is about four times it).
+#[tokio::test(start_paused = true)]
+async fn a_tokenizer_bounds_the_first_prompt_close_to_the_count() {
+    let h = harness().await;
+    let model = MockModel::start_with(
+        MockModelConfig::new([Reply::text("done")])
+            .with_output_cap("gpt-4o-mini", 16_384)
+            .with_tokenized_usage(),
+    )
+    .await
+    .unwrap();
+    let mut a = asking(&h.desk, &model);
+    a.model = "gpt-4o-mini".into();
+    a.tool_definitions.clear();
+    let out = run(&h, &a).await;
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+    let usage = model.usage_log();
+    let first = &usage[0];
+    let bound = CEILING - first.max_tokens.unwrap();
+    assert!(
+        bound >= first.prompt_tokens,
+        "bound {bound} below the count {}",
+        first.prompt_tokens
+    );
+    // The allowance of 16 template tokens a message (3 counted) is most
+    // of the slack of a short prompt.
+    let messages = model.requests()[0].body["messages"]
+        .as_array()
+        .unwrap()
+        .len() as u64;
+    assert!(
+        bound <= first.prompt_tokens + 16 * messages + 16,
+        "bound {bound} for a prompt counted {} in {messages} messages",
+        first.prompt_tokens
+    );
+}
+
+/// A server that names its model `gpt-4o-mini` but counts otherwise (a
+/// token per four bytes of the request's JSON, more than the encoding's
+/// tokens for long prose) is caught by its first answer: from then on the
+/// model is bounded by the learned ratio, above the server's count.
+#[tokio::test(start_paused = true)]
+async fn a_model_counted_above_its_encoding_is_bounded_by_its_ratio() {
+    let h = harness().await;
+    let model = MockModel::start_with(
+        MockModelConfig::new([
+            Reply::tool_call(GET_ORDER, &json!({"order_id": "B-1"})),
+            Reply::text("done"),
+        ])
+        .with_output_cap("gpt-4o-mini", 16_384)
+        .with_metered_usage(),
+    )
+    .await
+    .unwrap();
+    let mut a = asking(&h.desk, &model);
+    a.model = "gpt-4o-mini".into();
+    // Prose: a token per five bytes to o200k_base, one per four to this
+    // server.
+    a.system_prompt = "You adjust orders with care and report every word. ".repeat(80);
+    // No tool definitions: their allowance would hide the short count.
+    a.tool_definitions.clear();
+    a.budget = a.budget.with_tokens(6_000).unwrap();
+    let out = run(&h, &a).await;
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+    let usage = model.usage_log();
+    assert_eq!(usage.len(), 2);
+    let bounds: Vec<u64> = usage
+        .iter()
+        .scan(6_000, |left, u| {
+            let bound = *left - u.max_tokens.unwrap().min(*left);
+            *left -= u.prompt_tokens + u.completion_tokens;
+            Some(bound)
+        })
+        .collect();
+    // The first bound trusted the name and was short; the second was not.
+    assert!(
+        bounds[0] < usage[0].prompt_tokens,
+        "the first bound {} was not below the count {}: the test does not show the catch",
+        bounds[0],
+        usage[0].prompt_tokens
+    );
+    assert!(
+        bounds[1] >= usage[1].prompt_tokens,
+        "bound {} below the count {} after the model was caught",
+        bounds[1],
+        usage[1].prompt_tokens
     );
 }
 

@@ -30,7 +30,7 @@ use super::ctx::RunCtx;
 use super::emitter::Correlation;
 use super::engine::Engine;
 use super::model_chain::TurnHost;
-use super::model_chain::ceiling::{ceiling, prompt_estimate};
+use super::model_chain::ceiling::{PromptMeter, ceiling, prompt_estimate};
 use super::step::{LoopState, Turn};
 use super::turn::Answer;
 
@@ -42,18 +42,22 @@ pub(super) struct Asked {
 }
 
 impl Engine {
-    /// The bytes per token the prompt of the agent's turn is bounded with:
-    /// the most cautious of its chain's models, as the chain takes it.
-    fn primary_ratio(&self, ctx: &RunCtx<'_>) -> rein_core::token_ratio::TokenRatio {
+    /// How the prompt of the agent's turn is bounded: by the tokenizer or
+    /// the most cautious ratio of its chain's models, as the chain takes it.
+    async fn primary_meter(&self, ctx: &RunCtx<'_>) -> PromptMeter {
         let agent = ctx.agent;
-        let links = agent
-            .fallbacks
-            .iter()
-            .chain(&agent.context_fallbacks)
-            .map(|l| (l.provider.name(), l.model.as_str()));
-        self.shared
-            .token_ratios
-            .least_of(std::iter::once((agent.provider.name(), agent.model.as_str())).chain(links))
+        let links = || {
+            std::iter::once((agent.provider.name(), agent.model.as_str())).chain(
+                agent
+                    .fallbacks
+                    .iter()
+                    .chain(&agent.context_fallbacks)
+                    .map(|l| (l.provider.name(), l.model.as_str())),
+            )
+        };
+        let ratios = &self.shared.token_ratios;
+        ratios.prepare(links().map(|(_, m)| m)).await;
+        ratios.meter_of(links())
     }
 
     /// Asks the next turn as the agent's planner settings and what is left
@@ -95,7 +99,7 @@ impl Engine {
                     &messages,
                     &tools,
                     ctx.last_input_tokens(),
-                    &self.primary_ratio(ctx),
+                    &self.primary_meter(ctx).await,
                 ),
                 price: agent.price,
             };
@@ -126,7 +130,7 @@ impl Engine {
             &messages,
             &[],
             ctx.last_input_tokens(),
-            &self.primary_ratio(ctx),
+            &self.primary_meter(ctx).await,
         );
         let max_tokens = ceiling(
             &state.budget,

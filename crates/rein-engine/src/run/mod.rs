@@ -104,7 +104,8 @@ pub use guarded::{CallResult, Planned};
 pub use hand_on::HandOn;
 pub use handle::RunHandle;
 pub use latency::{DEFAULT_LATENCY_FLUSH, ToolLatency};
-pub use model_chain::ceiling::prompt_estimate;
+pub use model_chain::ceiling::{PromptMeter, prompt_estimate};
+pub use model_chain::tokenizer::Encoding;
 pub use model_chain::{ModelAnswer, ModelAsk, ModelBinding, ModelError, ModelReply};
 pub use report::{
     End, REPORT_WRITE_TRIES, closing, is_revision_conflict, revise, revise_stored, tree_records,

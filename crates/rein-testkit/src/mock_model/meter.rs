@@ -68,6 +68,82 @@ pub(crate) fn prompt_tokens(request: &Value) -> u64 {
     bytes.div_ceil(BYTES_PER_TOKEN)
 }
 
+/// `o200k_base`, read once.
+fn o200k() -> Option<&'static tiktoken_rs::CoreBPE> {
+    static ENCODING: std::sync::OnceLock<Option<tiktoken_rs::CoreBPE>> = std::sync::OnceLock::new();
+    ENCODING
+        .get_or_init(|| tiktoken_rs::o200k_base().ok())
+        .as_ref()
+}
+
+/// The prompt tokens of a Chat Completions `request` as OpenAI's cookbook
+/// counts them for the gpt-4o family (see
+/// [`super::MockModelConfig::with_tokenized_usage`]); bytes, as
+/// [`prompt_tokens`], if the encoding cannot be read.
+pub(crate) fn cookbook_prompt_tokens(request: &Value) -> u64 {
+    let Some(bpe) = o200k() else {
+        return prompt_tokens(request);
+    };
+    let count = |text: &str| bpe.encode_ordinary(text).len() as u64;
+    let text = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    };
+    let mut tokens: u64 = 3; // <|start|>assistant<|message|>
+    for m in request["messages"].as_array().into_iter().flatten() {
+        tokens += 3;
+        tokens += count(m["role"].as_str().unwrap_or_default());
+        tokens += count(&text(&m["content"]));
+        if let Some(name) = m["name"].as_str() {
+            tokens += count(name) + 1;
+        }
+        for call in m["tool_calls"].as_array().into_iter().flatten() {
+            let f = &call["function"];
+            tokens += count(f["name"].as_str().unwrap_or_default());
+            tokens += count(f["arguments"].as_str().unwrap_or_default());
+            tokens += 1;
+        }
+    }
+    // The cookbook's rule for function definitions (gpt-4o, gpt-4o-mini).
+    let tools = request["tools"].as_array().map_or(&[][..], Vec::as_slice);
+    for f in tools.iter().map(|t| &t["function"]) {
+        tokens += 7;
+        let desc = f["description"].as_str().unwrap_or_default();
+        tokens += count(&format!(
+            "{}:{}",
+            f["name"].as_str().unwrap_or_default(),
+            desc.trim_end_matches('.')
+        ));
+        let properties = f["parameters"]["properties"].as_object();
+        if let Some(properties) = properties.filter(|p| !p.is_empty()) {
+            tokens += 3;
+            for (key, p) in properties {
+                tokens += 3;
+                if let Some(items) = p["enum"].as_array() {
+                    tokens = tokens.saturating_sub(3);
+                    for item in items {
+                        tokens += 3 + count(item.as_str().unwrap_or_default());
+                    }
+                }
+                tokens += count(&format!(
+                    "{key}:{}:{}",
+                    p["type"].as_str().unwrap_or_default(),
+                    p["description"].as_str().unwrap_or_default()
+                ));
+            }
+        }
+    }
+    if !tools.is_empty() {
+        tokens += 12;
+    }
+    tokens
+}
+
 /// A request for more output than its model accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct OverCap {
@@ -146,7 +222,11 @@ impl Model {
         let max_tokens = requested_max_tokens(request);
         if self.metered {
             message.usage = Usage {
-                prompt_tokens: prompt_tokens(request),
+                prompt_tokens: if self.tokenized && path == "/v1/chat/completions" {
+                    cookbook_prompt_tokens(request)
+                } else {
+                    prompt_tokens(request)
+                },
                 completion_tokens: message.usage.completion_tokens,
             };
             if let Some(max) = max_tokens

@@ -161,6 +161,10 @@ pub struct MockModelConfig {
     /// Whether usage is counted from the request and answers stop at
     /// `max_tokens` (`meter`), instead of the script's.
     pub metered: bool,
+    /// Whether a metered prompt on Chat Completions is counted as OpenAI
+    /// documents for its gpt-4o family (`o200k_base` tokens, see
+    /// [`MockModelConfig::with_tokenized_usage`]) instead of by bytes.
+    pub tokenized: bool,
     /// Models that refuse `max_tokens` on Chat Completions and take only
     /// `max_completion_tokens`, as OpenAI's reasoning models do.
     pub completion_tokens_only: BTreeSet<String>,
@@ -187,6 +191,7 @@ impl Default for MockModelConfig {
             event_interval: Duration::ZERO,
             output_caps: BTreeMap::new(),
             metered: false,
+            tokenized: false,
             completion_tokens_only: BTreeSet::new(),
             enforce_retry_after: false,
             port: 0,
@@ -261,6 +266,19 @@ impl MockModelConfig {
     /// answer cut there says `length` and loses its tool calls).
     pub fn with_metered_usage(mut self) -> MockModelConfig {
         self.metered = true;
+        self
+    }
+
+    /// Meters usage (as [`MockModelConfig::with_metered_usage`]) but counts
+    /// a Chat Completions prompt as OpenAI's cookbook ("How to count
+    /// tokens with tiktoken") does for the gpt-4o family, with the
+    /// `o200k_base` encoding: 3 tokens per message plus its role, content,
+    /// name (and 1) and each tool call's name and arguments (and 1), 3 to
+    /// prime the reply, and the tool definitions by the cookbook's rule
+    /// for functions.
+    pub fn with_tokenized_usage(mut self) -> MockModelConfig {
+        self.metered = true;
+        self.tokenized = true;
         self
     }
 
@@ -354,6 +372,7 @@ pub(crate) struct Model {
     event_interval: Duration,
     output_caps: BTreeMap<String, u64>,
     metered: bool,
+    tokenized: bool,
     completion_tokens_only: BTreeSet<String>,
     enforce_retry_after: bool,
     in_flight: AtomicUsize,
@@ -496,6 +515,7 @@ impl MockModel {
             event_interval: config.event_interval,
             output_caps: config.output_caps,
             metered: config.metered,
+            tokenized: config.tokenized,
             completion_tokens_only: config.completion_tokens_only,
             enforce_retry_after: config.enforce_retry_after,
             in_flight: AtomicUsize::new(0),

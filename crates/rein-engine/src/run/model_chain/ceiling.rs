@@ -27,6 +27,10 @@
 //! calls are bounded tighter by what the provider counted for the previous
 //! prompt plus the bound of what was added since (the previous answer and
 //! the results after it); the smaller bound is used.
+//!
+//! A model whose tokenizer rein ships (OpenAI's chat families, see
+//! [`Encoding`]) is bounded by its tokens instead: each message's texts
+//! counted with the encoding, plus the same allowances ([`PromptMeter`]).
 
 use rein_core::Instant;
 use rein_core::deadline::{Budget, Cost, Dimension, Exhausted, Grant, Usage};
@@ -36,6 +40,7 @@ use rein_core::token_ratio::TokenRatio;
 use serde_json::Value;
 
 use super::chain::LinkEnd;
+use super::tokenizer::Encoding;
 use super::{LinkRef, TurnHost};
 use crate::provider::{Message, ModelRequest};
 use crate::run::emitter::Correlation;
@@ -48,10 +53,121 @@ pub const MESSAGE_OVERHEAD_TOKENS: u64 = 16;
 /// tool-use instructions), on top of the definitions themselves.
 pub const TOOLS_OVERHEAD_TOKENS: u64 = 512;
 
-/// An upper bound of `message`'s tokens at `ratio`.
-fn message_bound(message: &Message, ratio: &TokenRatio) -> u64 {
-    let bytes = serde_json::to_vec(message).unwrap_or_default();
-    bytes_bound(&bytes, ratio).saturating_add(MESSAGE_OVERHEAD_TOKENS)
+/// How the prompt of a turn is bounded: at the learned bytes per token of
+/// the chain's models without a tokenizer, and with the encoding of each
+/// model that has one; the largest of these bounds every link.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptMeter {
+    /// The most cautious learned ratio of the models without an encoding;
+    /// `None` when every model has one.
+    ratio: Option<TokenRatio>,
+    /// The encodings of the others (loaded: see [`Encoding::load`]).
+    encodings: Vec<Encoding>,
+}
+
+impl Default for PromptMeter {
+    /// A token per byte: the bound that always holds.
+    fn default() -> PromptMeter {
+        PromptMeter::from(TokenRatio::new())
+    }
+}
+
+impl From<TokenRatio> for PromptMeter {
+    fn from(ratio: TokenRatio) -> PromptMeter {
+        PromptMeter {
+            ratio: Some(ratio),
+            encodings: Vec::new(),
+        }
+    }
+}
+
+impl PromptMeter {
+    /// Bounds with `encoding` alone (every model of the chain has it).
+    pub fn encoding(encoding: Encoding) -> PromptMeter {
+        PromptMeter {
+            ratio: None,
+            encodings: vec![encoding],
+        }
+    }
+
+    /// Also bounds with `encoding`.
+    pub(crate) fn with_encoding(mut self, encoding: Encoding) -> PromptMeter {
+        if !self.encodings.contains(&encoding) {
+            self.encodings.push(encoding);
+        }
+        self
+    }
+
+    /// Also bounds at `ratio` (the most cautious of those given).
+    pub(crate) fn with_ratio(mut self, ratio: TokenRatio) -> PromptMeter {
+        self.ratio = Some(match self.ratio {
+            Some(r) if r.bytes_per_token() <= ratio.bytes_per_token() => r,
+            _ => ratio,
+        });
+        self
+    }
+
+    /// The encodings the bound counts with.
+    pub fn encodings(&self) -> &[Encoding] {
+        &self.encodings
+    }
+
+    /// An upper bound of the tokens of `texts`, JSON text as it is sent
+    /// (`json`) and the texts themselves (`plain`): the JSON at the ratio,
+    /// the texts with each encoding. An encoding that is not loaded counts
+    /// a token per byte.
+    fn bound(&self, json: &str, plain: &[&str]) -> u64 {
+        let by_ratio = self
+            .ratio
+            .as_ref()
+            .map_or(0, |r| bytes_bound(json.as_bytes(), r));
+        self.encodings
+            .iter()
+            .map(|e| {
+                plain
+                    .iter()
+                    .map(|t| {
+                        e.count(t)
+                            .unwrap_or_else(|| u64::try_from(t.len()).unwrap_or(u64::MAX))
+                    })
+                    .fold(0, u64::saturating_add)
+            })
+            .fold(by_ratio, u64::max)
+    }
+}
+
+/// An upper bound of `message`'s tokens by `meter`.
+fn message_bound(message: &Message, meter: &PromptMeter) -> u64 {
+    let json = serde_json::to_string(message).unwrap_or_default();
+    let texts: Vec<&str> = if meter.encodings.is_empty() {
+        Vec::new()
+    } else {
+        message_texts(message)
+    };
+    meter
+        .bound(&json, &texts)
+        .saturating_add(MESSAGE_OVERHEAD_TOKENS)
+}
+
+/// The texts of `message` a tokenizer counts: its role, its content, and
+/// each tool call's id, name and arguments (or the id it answers).
+fn message_texts(message: &Message) -> Vec<&str> {
+    match message {
+        Message::System { content } => vec!["system", content],
+        Message::User { content } => vec!["user", content],
+        Message::Assistant {
+            content,
+            tool_calls,
+        } => std::iter::once("assistant")
+            .chain(content.as_deref())
+            .chain(
+                tool_calls
+                    .iter()
+                    .flat_map(|t| [t.id.as_str(), t.name.as_str(), t.arguments.as_str()]),
+            )
+            .collect(),
+        Message::Tool { call_id, content } => vec!["tool", call_id, content],
+    }
 }
 
 /// An upper bound of the tokens of `bytes` of JSON: its ASCII bytes at the
@@ -73,26 +189,29 @@ fn bytes_bound(bytes: &[u8], ratio: &TokenRatio) -> u64 {
 }
 
 /// An upper bound of the prompt tokens of a request of `messages` and
-/// `tools` to a model whose provider counts `ratio` bytes per token (at
-/// least; [`TokenRatio::new`]: one per byte); `last_input` is what the
-/// provider counted for the previous answered prompt of the same
-/// transcript (0 when none), which was every message before the last
-/// assistant message.
+/// `tools` to the models `meter` bounds (a [`TokenRatio::new`] meter: one
+/// token per byte); `last_input` is what the provider counted for the
+/// previous answered prompt of the same transcript (0 when none), which
+/// was every message before the last assistant message.
 pub fn prompt_estimate(
     messages: &[Message],
     tools: &[Value],
     last_input: u64,
-    ratio: &TokenRatio,
+    meter: &PromptMeter,
 ) -> u64 {
     let tools_bound = if tools.is_empty() {
         0
     } else {
-        let bytes = serde_json::to_vec(tools).unwrap_or_default();
-        bytes_bound(&bytes, ratio).saturating_add(TOOLS_OVERHEAD_TOKENS)
+        // The definitions' JSON, for a tokenizer too: longer than any
+        // rendering a provider makes of them.
+        let json = serde_json::to_string(tools).unwrap_or_default();
+        meter
+            .bound(&json, &[&json])
+            .saturating_add(TOOLS_OVERHEAD_TOKENS)
     };
     let whole = messages
         .iter()
-        .map(|m| message_bound(m, ratio))
+        .map(|m| message_bound(m, meter))
         .fold(tools_bound, u64::saturating_add);
     let last_answer = messages
         .iter()
@@ -101,7 +220,7 @@ pub fn prompt_estimate(
         Some(i) if last_input > 0 => {
             let added = messages[i..]
                 .iter()
-                .map(|m| message_bound(m, ratio))
+                .map(|m| message_bound(m, meter))
                 .fold(last_input, u64::saturating_add);
             whole.min(added)
         }
@@ -447,10 +566,12 @@ mod tests {
             },
         ];
         let bytes = TokenRatio::new();
-        let first = prompt_estimate(&messages, &[], 0, &bytes);
+        let first = prompt_estimate(&messages, &[], 0, &bytes.into());
         assert!(first >= 500 + 2 * MESSAGE_OVERHEAD_TOKENS);
         let tools = vec![serde_json::json!({"type": "function"})];
-        assert!(prompt_estimate(&messages, &tools, 0, &bytes) > first + TOOLS_OVERHEAD_TOKENS);
+        assert!(
+            prompt_estimate(&messages, &tools, 0, &bytes.into()) > first + TOOLS_OVERHEAD_TOKENS
+        );
         let mut grown = messages.clone();
         grown.push(Message::Assistant {
             content: Some("ok".into()),
@@ -462,8 +583,8 @@ mod tests {
         });
         // The provider counted 150 for the first prompt: the bound is that
         // plus the two messages added.
-        let tight = prompt_estimate(&grown, &[], 150, &bytes);
-        assert!(tight < prompt_estimate(&grown, &[], 0, &bytes));
+        let tight = prompt_estimate(&grown, &[], 150, &bytes.into());
+        assert!(tight < prompt_estimate(&grown, &[], 0, &bytes.into()));
         assert!(tight >= 150 + 52 + 2 * MESSAGE_OVERHEAD_TOKENS);
     }
 
@@ -472,13 +593,13 @@ mod tests {
         let messages = vec![Message::User {
             content: "u".repeat(4_000),
         }];
-        let bytes = prompt_estimate(&messages, &[], 0, &TokenRatio::new());
+        let bytes = prompt_estimate(&messages, &[], 0, &TokenRatio::new().into());
         let mut learned = TokenRatio::new();
         for _ in 0..100 {
             learned.observe(4_000, 1_000);
         }
         // 3.6 bytes per token (4 less the 10 % margin).
-        let tight = prompt_estimate(&messages, &[], 0, &learned);
+        let tight = prompt_estimate(&messages, &[], 0, &learned.into());
         assert!(tight * 3 < bytes, "{tight} against {bytes}");
         assert!(tight >= 4_000 * 10 / 36 + MESSAGE_OVERHEAD_TOKENS);
     }

@@ -115,20 +115,26 @@ impl Engine {
         let mut link = chain.primary;
         // What every process learned, before the first bound.
         self.load_learned().await;
-        // The same prompt goes to every link: estimated once, at the
-        // most cautious ratio of the chain's models.
-        let links = std::iter::once(chain.primary)
-            .chain(chain.fallbacks.iter().map(LinkRef::from))
-            .chain(chain.context.iter().map(LinkRef::from));
-        let ratio = self
+        // The same prompt goes to every link: estimated once, by the
+        // tokenizer or the most cautious ratio of the chain's models.
+        let links = || {
+            std::iter::once(chain.primary)
+                .chain(chain.fallbacks.iter().map(LinkRef::from))
+                .chain(chain.context.iter().map(LinkRef::from))
+        };
+        self.shared
+            .token_ratios
+            .prepare(links().map(|l| l.model))
+            .await;
+        let meter = self
             .shared
             .token_ratios
-            .least_of(links.map(|l| (l.provider.name(), l.model)));
+            .meter_of(links().map(|l| (l.provider.name(), l.model)));
         let prompt = super::ceiling::prompt_estimate(
             &base.messages,
             &base.tools,
             host.last_input_tokens(),
-            &ratio,
+            &meter,
         );
         // Sabotage hook `undersized_prompt_bound`: the bound is a quarter
         // of what it is, below what the provider counts.

@@ -38,6 +38,7 @@ mod held;
 mod link;
 mod same_model;
 pub(crate) mod token_ratios;
+pub(crate) mod tokenizer;
 
 use std::collections::BTreeMap;
 use std::future::Future;

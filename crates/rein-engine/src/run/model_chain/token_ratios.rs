@@ -23,7 +23,7 @@
 //!
 //! [`Store::merge_token_ratios`]: rein_store::HealthStore::merge_token_ratios
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use rein_core::Timestamp;
@@ -32,6 +32,8 @@ use rein_store::Store;
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
+use super::ceiling::{PromptMeter, prompt_estimate};
+use super::tokenizer::Encoding;
 use crate::provider::Message;
 
 /// Every model's learned ratio, by `provider/model`.
@@ -50,6 +52,9 @@ struct Book {
     total: HashMap<String, TokenRatio>,
     /// This process's samples not yet added to the store.
     delta: HashMap<String, TokenRatio>,
+    /// Models whose provider counted a prompt above their encoding's
+    /// bound: bounded by their learned ratio instead.
+    distrusted: HashSet<String>,
 }
 
 /// `provider/model`.
@@ -135,18 +140,54 @@ impl TokenRatios {
         }
     }
 
-    /// The most cautious of `models`' ratios (the fewest bytes per token):
-    /// the prompt of a turn goes unchanged to every link of its chain.
-    pub(crate) fn least_of<'m>(
+    /// Reads the encodings of `models` that have one and are trusted, on
+    /// a blocking thread, so that [`TokenRatios::meter_of`] counts with
+    /// them (once per process; later calls return at once).
+    pub(crate) async fn prepare<'m>(&self, models: impl IntoIterator<Item = &'m str>) {
+        let wanted: Vec<Encoding> = models
+            .into_iter()
+            .filter_map(Encoding::of_model)
+            .filter(|e| !e.is_loaded())
+            .collect();
+        if wanted.is_empty() {
+            return;
+        }
+        let read = tokio::task::spawn_blocking(move || {
+            for e in wanted {
+                e.load();
+            }
+        });
+        if let Err(e) = read.await {
+            tracing::warn!(
+                "reading a tokenizer's encoding failed; bounding by the learned ratio: {e}"
+            );
+        }
+    }
+
+    /// How to bound a prompt that goes unchanged to every one of `models`
+    /// (`(provider, model)`): with the encoding of each model that has a
+    /// loaded and trusted one, and at the most cautious learned ratio (the
+    /// fewest bytes per token) of the others.
+    pub(crate) fn meter_of<'m>(
         &self,
         models: impl IntoIterator<Item = (&'m str, &'m str)>,
-    ) -> TokenRatio {
+    ) -> PromptMeter {
         let book = self.lock();
-        models
-            .into_iter()
-            .map(|(p, m)| book.total.get(&key(p, m)).copied().unwrap_or_default())
-            .min_by(|a, b| a.bytes_per_token().total_cmp(&b.bytes_per_token()))
-            .unwrap_or_default()
+        let mut meter: Option<PromptMeter> = None;
+        for (p, m) in models {
+            let key = key(p, m);
+            let encoding =
+                Encoding::of_model(m).filter(|e| e.is_loaded() && !book.distrusted.contains(&key));
+            meter = Some(match (meter, encoding) {
+                (None, Some(e)) => PromptMeter::encoding(e),
+                (Some(meter), Some(e)) => meter.with_encoding(e),
+                (meter, None) => {
+                    let ratio = book.total.get(&key).copied().unwrap_or_default();
+                    meter.map_or_else(|| ratio.into(), |meter| meter.with_ratio(ratio))
+                }
+            });
+        }
+        meter.unwrap_or_default()
     }
 
     /// Learns from an answered request of `messages` and `tools` that
@@ -171,9 +212,25 @@ impl TokenRatios {
             .map(|i| (request_bytes(&messages[i..], &[]), input - last_input));
         let mut book = self.lock();
         let book = &mut *book;
+        let key = key(provider, model);
+        // A count above the encoding's bound: the model is not what its
+        // name says (or the bound is wrong); the learned ratio bounds it
+        // from now on.
+        if let Some(encoding) = Encoding::of_model(model).filter(|e| e.is_loaded())
+            && !book.distrusted.contains(&key)
+        {
+            let bound = prompt_estimate(messages, tools, 0, &PromptMeter::encoding(encoding));
+            if input > bound {
+                tracing::warn!(
+                    "{key} counted {input} prompt tokens where its {} encoding bounds {bound}: its prompts are bounded by the learned bytes per token from now on",
+                    encoding.name()
+                );
+                book.distrusted.insert(key.clone());
+            }
+        }
         for ratio in [
-            book.total.entry(key(provider, model)).or_default(),
-            book.delta.entry(key(provider, model)).or_default(),
+            book.total.entry(key.clone()).or_default(),
+            book.delta.entry(key.clone()).or_default(),
         ] {
             ratio.observe(whole, input);
             if let Some((bytes, tokens)) = added {
