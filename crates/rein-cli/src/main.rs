@@ -12,6 +12,7 @@ mod demo;
 mod dev;
 mod handoff;
 mod idempotency;
+mod init;
 mod key;
 mod latency;
 mod limits;
@@ -87,6 +88,15 @@ enum Command {
     /// and Anthropic formats), and print the exports the example config
     /// reads (`ORDER_DESK_URL`, `MOCK_MODEL_URL`).
     Dev(dev::DevArgs),
+    /// Write a working config for a new agent: a model with a fallback, a
+    /// read tool, a write tool with its compensation and a budget, each
+    /// commented, and `tool_service.py`, the tools' HTTP contract as a
+    /// service to run and change.
+    ///
+    /// Asks at a terminal (defaults in brackets); `--yes` or flags for
+    /// scripts. The config runs as written against `rein dev`. Never
+    /// overwrites a file without `--force`.
+    Init(init::InitArgs),
     /// Run an agent from a config: the live timeline, then the report.
     ///
     /// The run's id is printed on stderr as it starts. Exits 0 when the run
@@ -210,6 +220,7 @@ fn main() -> ExitCode {
         Command::Lint(args) => return lint::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Dev(args) => dev::run(args),
+        Command::Init(args) => init::run(args),
         Command::Run(args) => run::run(args),
         Command::Resume(args) => resume::run(args),
         Command::Handoff(args) => handoff::run(args),
