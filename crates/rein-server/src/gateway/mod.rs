@@ -1,6 +1,6 @@
 //! The model gateway: `POST /v1/chat/completions` (OpenAI's wire format,
 //! [`openai`]), `POST /v1/responses` (OpenAI's Responses API,
-//! [`responses`]) and `POST /v1/messages` (Anthropic's, [`anthropic`]),
+//! [`mod@responses`]) and `POST /v1/messages` (Anthropic's, [`anthropic`]),
 //! answered by a configured model binding through the same breakers,
 //! fallback chains, provider slots and retry budgets as runs; and the
 //! bindings themselves, `GET /v1/models` ([`models`]), in the shape of the
