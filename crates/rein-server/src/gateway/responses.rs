@@ -185,18 +185,17 @@ impl Wire for Responses {
             .map(|text| Item::message(text.to_owned()))
             .into_iter()
             .collect();
-        items.extend(response.tool_calls.iter().map(|c| {
-            Item::call(
-                c.id.clone(),
-                c.name.clone(),
-                c.arguments.clone(),
-                outcome.item_status(),
-            )
-        }));
+        items.extend(
+            response
+                .tool_calls
+                .iter()
+                .map(|c| Item::call(c.id.clone(), c.name.clone(), c.arguments.clone())),
+        );
         if items.is_empty() {
             // An empty answer is still a message, so `output_text` is "".
             items.push(Item::message(String::new()));
         }
+        // Whole: every item is closed.
         for item in &mut items {
             item.status = outcome.item_status();
         }
@@ -933,12 +932,14 @@ fn item_id(prefix: &str) -> String {
 /// One output item.
 #[derive(Debug, Clone)]
 struct Item {
+    /// `msg_…` or `fc_…`.
     id: String,
-    kind: ItemBody,
+    body: ItemBody,
     /// `in_progress` until closed.
     status: &'static str,
 }
 
+/// What an output item carries.
 #[derive(Debug, Clone)]
 enum ItemBody {
     Message {
@@ -955,26 +956,26 @@ impl Item {
     fn message(text: String) -> Item {
         Item {
             id: item_id("msg"),
-            kind: ItemBody::Message { text },
+            body: ItemBody::Message { text },
             status: "in_progress",
         }
     }
 
-    fn call(call_id: String, name: String, arguments: String, status: &'static str) -> Item {
+    fn call(call_id: String, name: String, arguments: String) -> Item {
         Item {
             id: item_id("fc"),
-            kind: ItemBody::Call {
+            body: ItemBody::Call {
                 call_id,
                 name,
                 arguments,
             },
-            status,
+            status: "in_progress",
         }
     }
 
     /// The item as `output` holds it.
     fn json(&self) -> Value {
-        match &self.kind {
+        match &self.body {
             ItemBody::Message { text } => {
                 // An item just added has no part yet.
                 let content: Vec<Value> = if self.status == "in_progress" {
@@ -1120,7 +1121,7 @@ impl Relay {
         };
         item.status = status;
         let (id, json) = (item.id.clone(), item.json());
-        let text = match &item.kind {
+        let text = match &item.body {
             ItemBody::Message { text } => text.clone(),
             ItemBody::Call { .. } => String::new(),
         };
@@ -1149,7 +1150,7 @@ impl Relay {
             };
             item.status = status;
             let (id, json) = (item.id.clone(), item.json());
-            let (name, arguments) = match &item.kind {
+            let (name, arguments) = match &item.body {
                 ItemBody::Call {
                     name, arguments, ..
                 } => (name.clone(), arguments.clone()),
@@ -1182,7 +1183,6 @@ impl Relay {
             call_id,
             call.name.clone().unwrap_or_default(),
             String::new(),
-            "in_progress",
         );
         let json = item.json();
         self.items.push(item);
@@ -1206,7 +1206,7 @@ impl Relay {
             let mut id = String::new();
             if let Some(Item {
                 id: item,
-                kind: ItemBody::Message { text },
+                body: ItemBody::Message { text },
                 ..
             }) = self.items.get_mut(index)
             {
@@ -1225,7 +1225,7 @@ impl Relay {
             let mut id = String::new();
             if let Some(Item {
                 id: item,
-                kind: ItemBody::Call {
+                body: ItemBody::Call {
                     name, arguments, ..
                 },
                 ..
