@@ -111,6 +111,13 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404",
 [[operations]]
 include-operation-id = "messages"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404", "409", "422", "429", "5xx"]
+
+# The Responses API: the same reasons, and 400 for what a schema cannot
+# tie to the request (an item's members, which depend on its `type`; a
+# refused `previous_response_id`).
+[[operations]]
+include-operation-id = "responses"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404", "409", "422", "429", "5xx"]
 "#;
 
 /// How schemathesis is started: a program and the arguments before `run`.

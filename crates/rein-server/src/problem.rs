@@ -241,7 +241,7 @@ pub async fn plain_errors_as_problems(
 /// `error` member beside the problem's own.
 ///
 /// NOTE: `crate::router` routes the gateway under this path.
-pub const OPENAI_ROUTES: [&str; 1] = ["/v1/chat/completions"];
+pub const OPENAI_ROUTES: [&str; 2] = ["/v1/chat/completions", crate::gateway::responses::PATH];
 
 /// The routes that answer like Anthropic's API: their errors are
 /// Anthropic's `{"type": "error", "error": {…}}` instead of problems (its

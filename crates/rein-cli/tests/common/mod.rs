@@ -80,13 +80,19 @@ pub fn missing_part(why: &str) {
 /// makes and pins the packages in), else `python3`; otherwise why not, for
 /// [`missing_part`].
 pub fn python_with(package: &str) -> Result<String, String> {
+    python_with_module(package, package)
+}
+
+/// [`python_with`] for a package whose module is named otherwise than
+/// the package (`openai-agents` is imported as `agents`).
+pub fn python_with_module(module: &str, package: &str) -> Result<String, String> {
     let candidates = std::env::var("REIN_PYTHON")
         .ok()
         .into_iter()
         .chain(["python3".to_owned()]);
     for python in candidates {
         let ok = Command::new(&python)
-            .args(["-c", &format!("import {package}")])
+            .args(["-c", &format!("import {module}")])
             .output()
             .is_ok_and(|o| o.status.success());
         if ok {

@@ -454,7 +454,7 @@ pub enum MessagesToolChoice {
 /// A string, or a sequence of `B`: read by hand rather than as an
 /// untagged enum, so an error inside a block (an unknown block type) keeps
 /// its words and its path instead of "did not match any variant".
-fn string_or_seq<'de, D, B>(deserializer: D) -> Result<Result<String, Vec<B>>, D::Error>
+pub(super) fn string_or_seq<'de, D, B>(deserializer: D) -> Result<Result<String, Vec<B>>, D::Error>
 where
     D: Deserializer<'de>,
     B: Deserialize<'de>,

@@ -7,10 +7,10 @@
 //! An SDK pointed at `rein serve` only raises a readable error, or lists
 //! models at all, when the body is in its own API's shape: OpenAI's SDKs
 //! read `{"error": {…}}`, Anthropic's `{"type": "error", "error": {…}}`.
-//! The path alone says which on `/v1/chat/completions` and `/v1/messages`;
-//! elsewhere under `/v1/` the request's headers do: Anthropic's SDKs always
-//! send `anthropic-version` and send their key as `x-api-key`, OpenAI's
-//! send neither. rein's own routes (the runs API) keep problem+json.
+//! The path alone says which on `/v1/chat/completions`, `/v1/responses`
+//! and `/v1/messages`; elsewhere under `/v1/` the request's headers do:
+//! Anthropic's SDKs always send `anthropic-version` and send their key as
+//! `x-api-key`, OpenAI's send neither. rein's own routes (the runs API) keep problem+json.
 
 use axum::http::HeaderMap;
 
@@ -91,6 +91,10 @@ mod tests {
             Dialect::of("/v1/chat/completions", &anthropic()),
             Some(Dialect::OpenAi)
         );
+        assert_eq!(
+            Dialect::of("/v1/responses", &anthropic()),
+            Some(Dialect::OpenAi)
+        );
         assert_eq!(Dialect::of("/v1/messages", &none), Some(Dialect::Anthropic));
     }
 
@@ -108,7 +112,7 @@ mod tests {
             Dialect::of("/v1/messages/count_tokens", &anthropic()),
             Some(Dialect::Anthropic)
         );
-        assert_eq!(Dialect::of("/v1/responses", &none), Some(Dialect::OpenAi));
+        assert_eq!(Dialect::of("/v1/embeddings", &none), Some(Dialect::OpenAi));
         assert_eq!(Dialect::of("/v1/runsx", &none), Some(Dialect::OpenAi));
     }
 

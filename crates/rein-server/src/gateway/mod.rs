@@ -1,5 +1,6 @@
 //! The model gateway: `POST /v1/chat/completions` (OpenAI's wire format,
-//! [`openai`]) and `POST /v1/messages` (Anthropic's, [`anthropic`]),
+//! [`openai`]), `POST /v1/responses` (OpenAI's Responses API,
+//! [`mod@responses`]) and `POST /v1/messages` (Anthropic's, [`anthropic`]),
 //! answered by a configured model binding through the same breakers,
 //! fallback chains, provider slots and retry budgets as runs; and the
 //! bindings themselves, `GET /v1/models` ([`models`]), in the shape of the
@@ -14,14 +15,14 @@
 //! which model really answered (`Rein-Model`, `Rein-Fallback`, and the
 //! body's `model`).
 //!
-//! # One call, two wire formats
+//! # One call, three wire formats
 //!
 //! Everything but the shape of the bytes is here, once: reading the body
 //! and the deadline, the idempotency key, the binding lookup, the output
 //! ceiling, the model chain, the answer's headers. A `Wire` only parses
 //! its request into a `Call` and renders the answer (whole, or as its
-//! server-sent events), so both endpoints keep the same guarantees by
-//! construction rather than by two copies kept in step.
+//! server-sent events), so every endpoint keeps the same guarantees by
+//! construction rather than by copies kept in step.
 //!
 //! # Output ceilings
 //!
@@ -37,13 +38,14 @@
 //!
 //! A streamed answer that fails after its first event ends with the wire
 //! format's in-band error event and without its terminator (`[DONE]`,
-//! `message_stop`): a truncated stream is never passed off as a complete
+//! `response.completed`, `message_stop`): a truncated stream is never passed off as a complete
 //! answer, and the SDKs raise instead of returning the text so far.
 
 pub mod anthropic;
 pub mod dialect;
 pub mod models;
 pub mod openai;
+pub mod responses;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -62,6 +64,7 @@ use serde_json::json;
 
 pub use anthropic::messages;
 pub use openai::chat_completions;
+pub use responses::responses;
 // The gateway's response headers, defined with every other rein header.
 pub use rein_core::header::{FALLBACK_HEADER, MAX_TOKENS_HEADER, MODEL_HEADER};
 
@@ -77,7 +80,7 @@ pub use rein_core::registry::DEFAULT_GATEWAY_DEADLINE;
 /// A wire format's server-sent events, as the response body streams them.
 type EventStream = Pin<Box<dyn Stream<Item = Bytes> + Send>>;
 
-/// A request of either wire format, read into rein's terms.
+/// A request of any wire format, read into rein's terms.
 struct Call<W> {
     /// The `[models.*]` binding asked.
     binding: String,

@@ -84,20 +84,15 @@ impl Wire for OpenAi {
     }
 
     fn over_cap(over: &OverCap) -> Problem {
-        over_cap(over)
+        ERRORS.over_cap(over)
     }
 
     fn failed(e: &ModelError) -> Problem {
-        failed(e)
+        ERRORS.failed(e)
     }
 
     fn bad_deadline(message: String) -> Problem {
-        openai_problem(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            "invalid_deadline",
-            message,
-        )
+        ERRORS.bad_deadline(message)
     }
 
     fn body(_call: &Call<OpenAi>, model: &str, response: &ModelResponse) -> Value {
@@ -124,35 +119,114 @@ impl Wire for OpenAi {
     }
 }
 
-/// An error both problem+json readers and OpenAI SDKs understand.
-fn openai_problem(status: StatusCode, kind: &str, code: &str, message: String) -> Problem {
-    Problem::new(
-        status,
-        &kind.replace('_', "-"),
-        "Chat completion failed",
-        message.clone(),
-    )
-    .with(json!({"error": {"message": message, "type": kind, "param": null, "code": code}}))
+/// OpenAI's error shape under a route's title: problem+json with an
+/// `error` member (`message`, `type`, `param`, `code`) that OpenAI's SDKs
+/// raise with. Chat completions and responses answer their errors alike,
+/// from this one renderer.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Errors {
+    /// The problem's `title`.
+    title: &'static str,
 }
 
-fn invalid(message: String) -> Problem {
-    openai_problem(
-        StatusCode::BAD_REQUEST,
-        "invalid_request_error",
-        "invalid_request",
-        message,
-    )
-}
+/// The errors of `/v1/chat/completions`.
+const ERRORS: Errors = Errors::titled("Chat completion failed");
 
-/// A 400 about the member `pointer` names (a JSON pointer), if any: the
-/// problem's `field`, and OpenAI's `param`.
-fn invalid_at(message: String, pointer: Option<String>) -> Problem {
-    let mut problem = invalid(message);
-    if let (Some(pointer), Some(extra)) = (pointer, problem.extra.as_mut()) {
-        extra["field"] = json!(pointer);
-        extra["error"]["param"] = json!(pointer);
+impl Errors {
+    /// The errors of a route whose problems say `title`.
+    pub(super) const fn titled(title: &'static str) -> Errors {
+        Errors { title }
     }
-    problem
+
+    /// An error both problem+json readers and OpenAI SDKs understand.
+    pub(super) fn problem(
+        self,
+        status: StatusCode,
+        kind: &str,
+        code: &str,
+        message: String,
+    ) -> Problem {
+        Problem::new(status, &kind.replace('_', "-"), self.title, message.clone())
+            .with(json!({"error": {"message": message, "type": kind, "param": null, "code": code}}))
+    }
+
+    /// A 400 about the member `pointer` names (a JSON pointer), if any: the
+    /// problem's `field`, and OpenAI's `param`.
+    pub(super) fn invalid_at(self, message: String, pointer: Option<String>) -> Problem {
+        let mut problem = self.problem(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "invalid_request",
+            message,
+        );
+        if let (Some(pointer), Some(extra)) = (pointer, problem.extra.as_mut()) {
+            extra["field"] = json!(pointer);
+            extra["error"]["param"] = json!(pointer);
+        }
+        problem
+    }
+
+    /// The problem of a `Rein-Deadline-Ms` that is not a positive number.
+    pub(super) fn bad_deadline(self, message: String) -> Problem {
+        self.problem(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "invalid_deadline",
+            message,
+        )
+    }
+
+    /// The 400 OpenAI sends for a ceiling above the model's cap.
+    pub(super) fn over_cap(self, over: &OverCap) -> Problem {
+        let OverCap {
+            param,
+            asked,
+            cap,
+            model,
+        } = over;
+        let message = format!(
+            "{param} is too large: {asked}. This model ({model}) supports at most {cap} completion tokens, whereas you provided {asked}."
+        );
+        let mut problem = self.problem(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "invalid_value",
+            message,
+        );
+        if let Some(extra) = problem.extra.as_mut() {
+            extra["field"] = json!(format!("/{param}"));
+            extra["error"]["param"] = json!(param);
+            extra["max_output_tokens"] = json!(cap);
+        }
+        problem
+    }
+
+    /// The problem of a binding that gave no answer.
+    pub(super) fn failed(self, e: &ModelError) -> Problem {
+        let (status, kind) = match e.category {
+            Category::ContextOverflow => (StatusCode::BAD_REQUEST, "invalid_request_error"),
+            Category::InvalidArguments => (StatusCode::BAD_REQUEST, "invalid_request_error"),
+            Category::ContentBlocked => (StatusCode::BAD_REQUEST, "content_filter"),
+            Category::RateLimited => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error"),
+            Category::CircuitOpen | Category::Overloaded => {
+                (StatusCode::SERVICE_UNAVAILABLE, "service_unavailable")
+            }
+            Category::BudgetExhausted | Category::Timeout => {
+                (StatusCode::GATEWAY_TIMEOUT, "timeout")
+            }
+            // The provider refused rein's own credentials: a gateway
+            // misconfiguration, not the client's.
+            _ => (StatusCode::BAD_GATEWAY, "upstream_error"),
+        };
+        let mut problem = self.problem(status, kind, e.category.as_str(), e.message.clone());
+        problem.retry_after = super::retry_after(e);
+        problem
+    }
+}
+
+/// A 400 about the member `pointer` names, if any.
+fn invalid_at(message: String, pointer: Option<String>) -> Problem {
+    ERRORS.invalid_at(message, pointer)
 }
 
 /// OpenAI's chat completion request, as far as the gateway reads it. The
@@ -539,51 +613,6 @@ fn parse(body: &[u8]) -> Result<Call<OpenAi>, Problem> {
     })
 }
 
-/// The 400 OpenAI sends for a ceiling above the model's cap.
-fn over_cap(over: &OverCap) -> Problem {
-    let OverCap {
-        param,
-        asked,
-        cap,
-        model,
-    } = over;
-    let message = format!(
-        "{param} is too large: {asked}. This model ({model}) supports at most {cap} completion tokens, whereas you provided {asked}."
-    );
-    let mut problem = openai_problem(
-        StatusCode::BAD_REQUEST,
-        "invalid_request_error",
-        "invalid_value",
-        message,
-    );
-    if let Some(extra) = problem.extra.as_mut() {
-        extra["field"] = json!(format!("/{param}"));
-        extra["error"]["param"] = json!(param);
-        extra["max_output_tokens"] = json!(cap);
-    }
-    problem
-}
-
-/// The problem of a binding that gave no answer.
-fn failed(e: &ModelError) -> Problem {
-    let (status, kind) = match e.category {
-        Category::ContextOverflow => (StatusCode::BAD_REQUEST, "invalid_request_error"),
-        Category::InvalidArguments => (StatusCode::BAD_REQUEST, "invalid_request_error"),
-        Category::ContentBlocked => (StatusCode::BAD_REQUEST, "content_filter"),
-        Category::RateLimited => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error"),
-        Category::CircuitOpen | Category::Overloaded => {
-            (StatusCode::SERVICE_UNAVAILABLE, "service_unavailable")
-        }
-        Category::BudgetExhausted | Category::Timeout => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
-        // The provider refused rein's own credentials: a gateway
-        // misconfiguration, not the client's.
-        _ => (StatusCode::BAD_GATEWAY, "upstream_error"),
-    };
-    let mut problem = openai_problem(status, kind, e.category.as_str(), e.message.clone());
-    problem.retry_after = super::retry_after(e);
-    problem
-}
-
 fn finish_reason(finish: FinishReason) -> &'static str {
     match finish {
         FinishReason::ToolCalls => "tool_calls",
@@ -598,7 +627,8 @@ fn completion_id() -> String {
     format!("chatcmpl-{}", uuid::Uuid::now_v7().simple())
 }
 
-fn unix_secs() -> u64 {
+/// Now, in whole seconds since the Unix epoch.
+pub(super) fn unix_secs() -> u64 {
     crate::recovery::now_ms().as_millis() / 1000
 }
 
