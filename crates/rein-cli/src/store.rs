@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use rein_core::registry::{StoreSpec, StoreUrl};
+use rein_core::registry::{StoreSpec, StoreUrl, Synchronous};
 use rein_store::Store;
 use rein_store_postgres::{PostgresOptions, PostgresStore, PostgresUrl, is_postgres_url};
-use rein_store_sqlite::SqliteStore;
+use rein_store_sqlite::{SqliteOptions, SqliteStore};
 
 /// What `data` names.
 pub enum Data {
@@ -88,7 +88,18 @@ pub fn postgres_options(spec: Option<&StoreSpec>, migrate: bool) -> PostgresOpti
 ///
 /// As [`open`].
 pub fn open_configured(data: &Path, spec: Option<&StoreSpec>) -> Result<Arc<dyn Store>> {
-    open_options(data, postgres_options(spec, true))
+    open_options(data, postgres_options(spec, true), sqlite_options(spec))
+}
+
+/// How a SQLite store syncs and waits under `[store]` (the defaults
+/// without the table), whichever path `--data` or `[store].url` gives.
+pub fn sqlite_options(spec: Option<&StoreSpec>) -> SqliteOptions {
+    let mut options = SqliteOptions::default();
+    if let Some(spec) = spec {
+        options.synchronous_full = spec.synchronous == Synchronous::Full;
+        options.busy_timeout = spec.busy_timeout;
+    }
+    options
 }
 
 /// Opens (creating or migrating as needed) the store `data` names.
@@ -126,13 +137,23 @@ pub fn open_existing(data: &Path) -> Result<Arc<dyn Store>> {
 }
 
 fn open_with(data: &Path, migrate: bool) -> Result<Arc<dyn Store>> {
-    open_options(data, postgres_options(None, migrate))
+    open_options(
+        data,
+        postgres_options(None, migrate),
+        SqliteOptions::default(),
+    )
 }
 
-fn open_options(data: &Path, options: PostgresOptions) -> Result<Arc<dyn Store>> {
+fn open_options(
+    data: &Path,
+    options: PostgresOptions,
+    sqlite: SqliteOptions,
+) -> Result<Arc<dyn Store>> {
     let context = || format!("cannot open the run store {}", shown(data));
     match Data::parse(data).with_context(context)? {
-        Data::Sqlite(path) => Ok(Arc::new(SqliteStore::open(&path).with_context(context)?)),
+        Data::Sqlite(path) => Ok(Arc::new(
+            SqliteStore::open_with(&path, sqlite).with_context(context)?,
+        )),
         Data::Postgres(url) => {
             let store =
                 block_on(PostgresStore::connect_with(&url, options))?.with_context(context)?;
@@ -198,6 +219,29 @@ mod tests {
             chosen(None, Some(&file)),
             PathBuf::from("conf/data/rein.db")
         );
+    }
+
+    #[test]
+    fn the_tables_sqlite_settings_reach_the_store_and_defaults_agree() {
+        assert_eq!(sqlite_options(None), SqliteOptions::default());
+        let defaults = sqlite_options(Some(&spec(|c| c.url = Some("rein.db".to_owned()))));
+        assert_eq!(defaults, SqliteOptions::default());
+        assert_eq!(
+            rein_core::registry::DEFAULT_BUSY_TIMEOUT,
+            rein_store_sqlite::DEFAULT_BUSY_TIMEOUT
+        );
+        assert_eq!(
+            rein_core::registry::MAX_BUSY_TIMEOUT,
+            rein_store_sqlite::MAX_BUSY_TIMEOUT
+        );
+        let full = spec(|c| {
+            c.url = Some("rein.db".to_owned());
+            c.synchronous = Some(Synchronous::Full);
+            c.busy_timeout = Some(Duration::from_secs(30));
+        });
+        let options = sqlite_options(Some(&full));
+        assert!(options.synchronous_full);
+        assert_eq!(options.busy_timeout, Duration::from_secs(30));
     }
 
     #[test]

@@ -882,3 +882,34 @@ impl rein_store::WebhookStore for SqliteStore {
             .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// The `synchronous` the writer commits under, as SQLite reports it
+    /// (1 = NORMAL, 2 = FULL).
+    async fn writers_synchronous(options: SqliteOptions) -> i64 {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open_with(dir.path().join("rein.db"), options).unwrap();
+        store
+            .worker
+            .write(|conn| {
+                conn.query_row("PRAGMA synchronous", [], |row| row.get::<_, i64>(0))
+                    .sql()
+            })
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_writer_commits_under_the_configured_synchronous() {
+        assert_eq!(writers_synchronous(SqliteOptions::default()).await, 1);
+        let full = SqliteOptions {
+            synchronous_full: true,
+            ..SqliteOptions::default()
+        };
+        assert_eq!(writers_synchronous(full).await, 2);
+    }
+}

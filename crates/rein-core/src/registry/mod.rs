@@ -217,8 +217,8 @@ pub use spec::{
 };
 
 pub use store::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, MAX_CONNECT_TIMEOUT, MAX_POOL_SIZE, StoreConfig,
-    StoreSpec, StoreUrl,
+    DEFAULT_BUSY_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, MAX_BUSY_TIMEOUT,
+    MAX_CONNECT_TIMEOUT, MAX_POOL_SIZE, StoreConfig, StoreSpec, StoreUrl, Synchronous,
 };
 pub use telemetry::{DEFAULT_SERVICE_NAME, OTLP_TRACES_PATH, TelemetryConfig, TelemetrySpec};
 pub use webhooks::{MAX_WEBHOOK_AGE, MAX_WEBHOOK_TIMEOUT, WebhookConfig, WebhookSpec};

@@ -12,10 +12,24 @@
 //! | `connect_timeout` | [`DEFAULT_CONNECT_TIMEOUT`] | (0, [`MAX_CONNECT_TIMEOUT`]]: how long a call waits for a connection before the store counts as unavailable | PostgreSQL |
 //! | `migrate` | `true` | `false`: refuse to start on a database that is not at this rein's schema (`rein migrate` applies it) | PostgreSQL |
 //! | `ca_file` | none | a PEM file of CA certificates (relative to the config file's directory) that the server's certificate must chain to under `sslmode=verify-full`, `verify-ca` or `require`, when the URL has no `sslrootcert` | PostgreSQL |
+//! | `synchronous` | `"normal"` | `"normal"`: a commit survives a crash of the process; `"full"`: it survives power loss too, at an fsync per group commit | SQLite |
+//! | `busy_timeout` | [`DEFAULT_BUSY_TIMEOUT`] | 0 to [`MAX_BUSY_TIMEOUT`]: how long a write waits for another process's lock on the file before it fails as transient | SQLite |
 //!
 //! A PostgreSQL-only field with a SQLite `url` is refused with the reason:
 //! the embedded store has no pool, connects to nothing and always creates
-//! its own schema, so the setting would have no effect.
+//! its own schema, so the setting would have no effect. A SQLite-only
+//! field with a `postgres://` URL is refused too: PostgreSQL's durability
+//! is the server's `synchronous_commit`, and its waits are
+//! `connect_timeout`.
+//!
+//! # Why `synchronous` is a setting
+//!
+//! In WAL mode `NORMAL` already makes every acknowledged commit durable
+//! against what rein is built to survive (a `kill -9`, a panic, an OOM
+//! kill): the commit is in the WAL, which the operating system holds. Only
+//! power loss or an OS crash can lose the last commits since a checkpoint,
+//! and only an fsync per commit closes that, at a cost in commit latency
+//! the operator, not rein, should weigh.
 
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
@@ -42,6 +56,30 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// like a hang to every caller.
 pub const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// How long a SQLite write waits for another process's lock when
+/// `busy_timeout` is not given.
+///
+/// NOTE: must match `rein_store_sqlite::DEFAULT_BUSY_TIMEOUT`.
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The longest `busy_timeout`: a writer blocked longer is a stuck process,
+/// not contention.
+///
+/// NOTE: must match `rein_store_sqlite::MAX_BUSY_TIMEOUT`.
+pub const MAX_BUSY_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// What a SQLite commit is durable against (`[store] synchronous`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Synchronous {
+    /// `PRAGMA synchronous = NORMAL`: a crash of the process.
+    #[default]
+    Normal,
+    /// `PRAGMA synchronous = FULL`: power loss and OS crashes too.
+    Full,
+}
+
 /// `[store]` as written.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -58,6 +96,11 @@ pub struct StoreConfig {
     pub migrate: Option<bool>,
     /// PostgreSQL: the CA file TLS verifies the server against.
     pub ca_file: Option<PathBuf>,
+    /// SQLite: what a commit is durable against.
+    pub synchronous: Option<Synchronous>,
+    /// SQLite: how long a write waits for another process's lock.
+    #[serde(with = "crate::config::duration")]
+    pub busy_timeout: Option<Duration>,
 }
 
 /// Which backend `[store].url` names.
@@ -90,6 +133,10 @@ pub struct StoreSpec {
     /// verifies is checked where the backend is, in `rein check` and at
     /// start).
     pub ca_file: Option<PathBuf>,
+    /// SQLite: what a commit is durable against.
+    pub synchronous: Synchronous,
+    /// SQLite: how long a write waits for another process's lock.
+    pub busy_timeout: Duration,
 }
 
 /// Whether `url` names a PostgreSQL database.
@@ -142,6 +189,36 @@ pub(super) fn check_store(
             }
         }
     }
+    if matches!(url, Some(StoreUrl::Postgres(_))) {
+        for (field, given) in [
+            ("store.synchronous", c.synchronous.is_some()),
+            ("store.busy_timeout", c.busy_timeout.is_some()),
+        ] {
+            if given {
+                problems.push((
+                    field,
+                    "has no effect on a PostgreSQL store (store.url is a postgres:// URL): \
+                     its durability is the server's synchronous_commit and its waits are \
+                     store.connect_timeout; remove it or use a SQLite path"
+                        .to_owned(),
+                ));
+            }
+        }
+    }
+    let busy_timeout = match c.busy_timeout {
+        None => Some(DEFAULT_BUSY_TIMEOUT),
+        Some(d) if d <= MAX_BUSY_TIMEOUT => Some(d),
+        Some(d) => {
+            problems.push((
+                "store.busy_timeout",
+                format!(
+                    "must be at most {}s, but is {d:?}",
+                    MAX_BUSY_TIMEOUT.as_secs()
+                ),
+            ));
+            None
+        }
+    };
     let pool_size = match c.pool_size {
         None => NonZeroU32::new(DEFAULT_POOL_SIZE),
         Some(n) if (1..=MAX_POOL_SIZE).contains(&n) => NonZeroU32::new(n),
@@ -176,8 +253,10 @@ pub(super) fn check_store(
         Some(path) => Some(dir.join(path)),
         None => None,
     };
-    match (url, pool_size, connect_timeout) {
-        (Some(url), Some(pool_size), Some(connect_timeout)) if problems.is_empty() => {
+    match (url, pool_size, connect_timeout, busy_timeout) {
+        (Some(url), Some(pool_size), Some(connect_timeout), Some(busy_timeout))
+            if problems.is_empty() =>
+        {
             Ok(StoreSpec {
                 file: file.to_path_buf(),
                 url,
@@ -185,6 +264,8 @@ pub(super) fn check_store(
                 connect_timeout,
                 migrate: c.migrate.unwrap_or(true),
                 ca_file,
+                synchronous: c.synchronous.unwrap_or_default(),
+                busy_timeout,
             })
         }
         _ => Err(problems),
@@ -260,6 +341,43 @@ mod tests {
             registry.store().unwrap().ca_file,
             Some(PathBuf::from("conf/tls/ca.pem"))
         );
+    }
+
+    #[test]
+    fn sqlite_settings_are_read_and_default_to_normal_and_five_seconds() {
+        let spec = build("[store]\nurl = \"rein.db\"\n")
+            .unwrap()
+            .store()
+            .cloned()
+            .unwrap();
+        assert_eq!(spec.synchronous, Synchronous::Normal);
+        assert_eq!(spec.busy_timeout, DEFAULT_BUSY_TIMEOUT);
+        let registry =
+            build("[store]\nurl = \"rein.db\"\nsynchronous = \"full\"\nbusy_timeout = \"30s\"\n")
+                .unwrap();
+        let spec = registry.store().unwrap();
+        assert_eq!(spec.synchronous, Synchronous::Full);
+        assert_eq!(spec.busy_timeout, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn sqlite_only_fields_with_a_postgres_url_and_a_long_busy_timeout_are_refused() {
+        let problems = fields(
+            "[store]\nurl = \"postgres://rein@db/rein\"\nsynchronous = \"full\"\n\
+             busy_timeout = \"2h\"\n",
+        );
+        let named: Vec<&str> = problems.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(
+            named,
+            [
+                "store.synchronous",
+                "store.busy_timeout",
+                "store.busy_timeout"
+            ],
+            "{problems:?}"
+        );
+        assert!(problems[0].1.contains("synchronous_commit"), "{problems:?}");
+        assert!(problems[2].1.contains("at most 3600s"), "{problems:?}");
     }
 
     #[test]
