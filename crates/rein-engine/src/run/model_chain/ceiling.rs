@@ -209,22 +209,25 @@ pub fn prompt_estimate(
             .bound(&json, &[&json])
             .saturating_add(TOOLS_OVERHEAD_TOKENS)
     };
-    let whole = messages
-        .iter()
-        .map(|m| message_bound(m, meter))
-        .fold(tools_bound, u64::saturating_add);
+    // One pass: each message is bounded once (a tokenizer's count is the
+    // cost here), summed into the whole transcript and, from the last
+    // answer on, into what is new since the provider last counted.
     let last_answer = messages
         .iter()
-        .rposition(|m| matches!(m, Message::Assistant { .. }));
-    match last_answer {
-        Some(i) if last_input > 0 => {
-            let added = messages[i..]
-                .iter()
-                .map(|m| message_bound(m, meter))
-                .fold(last_input, u64::saturating_add);
-            whole.min(added)
+        .rposition(|m| matches!(m, Message::Assistant { .. }))
+        .filter(|_| last_input > 0);
+    let (mut whole, mut added) = (tools_bound, last_input);
+    for (n, message) in messages.iter().enumerate() {
+        let bound = message_bound(message, meter);
+        whole = whole.saturating_add(bound);
+        if last_answer.is_some_and(|first| n >= first) {
+            added = added.saturating_add(bound);
         }
-        _ => whole,
+    }
+    if last_answer.is_some() {
+        whole.min(added)
+    } else {
+        whole
     }
 }
 
