@@ -246,18 +246,23 @@ async fn the_official_anthropic_client_messages_streams_and_uses_tools_through_t
     let unknown_info = check("unknown_model_info");
     assert_eq!(unknown_info["exception"], "NotFoundError", "{unknown_info}");
     assert_eq!(unknown_info["error_type"], "not_found_error");
-    // An endpoint rein does not serve is a 404 the SDK reads.
+    // The SDK's count, answered by rein's bound: at the ratio learned
+    // from the counts of the messages above.
     let count = check("count_tokens");
-    assert_eq!(count["exception"], "NotFoundError", "{count}");
-    assert_eq!(count["error_type"], "not_found_error");
+    assert!(count["input_tokens"].as_u64().unwrap() > 0, "{count}");
+    assert_eq!(count["method"], "learned_ratio", "{count}");
+    // An endpoint rein does not serve is a 404 the SDK reads.
+    let batches = check("batches");
+    assert_eq!(batches["exception"], "NotFoundError", "{batches}");
+    assert_eq!(batches["error_type"], "not_found_error");
     assert!(
-        count["message"]
+        batches["message"]
             .as_str()
             .unwrap()
-            .contains("/v1/messages/count_tokens"),
-        "{count}"
+            .contains("/v1/messages/batches"),
+        "{batches}"
     );
-    assert!(count["request_id"].is_string(), "{count}");
+    assert!(batches["request_id"].is_string(), "{batches}");
     // Every reply was asked for once; the refusals asked nothing.
     assert_eq!(model.pending(), 0);
     assert_eq!(model.request_count(), 8);
@@ -587,4 +592,122 @@ async fn every_429_of_the_gateway_says_when_to_come_back() {
         );
     }
     assert_eq!(model.request_count(), 1, "nobody called into the pause");
+}
+
+/// `POST /v1/messages/count_tokens` answers rein's bound of the prompt on
+/// the binding's primary model, with no model call: with the model's own
+/// tokenizer for `gpt-4o-mini`, never below — and close to — what the
+/// provider then counts by its own documented rule (the mock's, not
+/// rein's code); at a token per byte for a model rein has learned nothing
+/// about; and its refusals are in Anthropic's shape, whoever calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn count_tokens_bounds_the_prompt_the_provider_then_counts() {
+    let model = MockModel::start_with(
+        MockModelConfig::default()
+            .with_fallback_text("ok")
+            .with_tokenized_usage(),
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rein.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[providers.mock]
+kind = "openai"
+base_url = "{url}"
+[providers.claude]
+kind = "anthropic"
+base_url = "{url}"
+max_output_tokens = {{ "mock-claude" = 8192 }}
+[models.mini]
+provider = "mock"
+model = "gpt-4o-mini"
+[models.sonnet]
+provider = "claude"
+model = "mock-claude"
+"#,
+            url = model.openai_base_url()
+        ),
+    )
+    .unwrap();
+    let server = Server::start_with_env(&config, &dir.path().join("rein.db"), &[]);
+    let client = reqwest::Client::new();
+    let prompt = json!({
+        "model": "mini",
+        "system": "You adjust orders exactly as asked and never guess an order id.",
+        "messages": [
+            {"role": "user", "content": "Move order A-1001 to the eighth of January, 14:00 UTC, and tell me what it was before."},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_order", "input": {"order_id": "A-1001"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "{\"order_id\":\"A-1001\",\"status\":\"confirmed\",\"delivery_date\":\"2026-01-05T14:00:00Z\"}"}]},
+        ],
+        "tools": [{"name": "get_order", "description": "Look up one order by its id.",
+                   "input_schema": {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}}],
+    });
+    let count = |body: Value| {
+        client
+            .post(server.url("/v1/messages/count_tokens"))
+            .json(&body)
+            .send()
+    };
+
+    let counted = count(prompt.clone()).await.unwrap();
+    assert_eq!(counted.status(), 200);
+    assert_eq!(counted.headers()["rein-token-count"], "o200k_base");
+    let counted: Value = counted.json().await.unwrap();
+    let bound = counted["input_tokens"].as_u64().unwrap();
+    assert_eq!(model.request_count(), 0, "counting calls no model");
+
+    // The same prompt, sent: the provider's own count is within the bound.
+    let mut ask = prompt.clone();
+    ask["max_tokens"] = json!(50);
+    let answer: Value = client
+        .post(server.url("/v1/messages"))
+        .json(&ask)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let reported = answer["usage"]["input_tokens"].as_u64().unwrap();
+    assert!(
+        reported > 0 && bound >= reported,
+        "bound {bound} < provider's {reported}"
+    );
+    // Above it by rein's fixed allowances (512 tokens for a provider's
+    // tool-use template, 16 per message's) and little else.
+    let allowances = 512 + 16 * 4;
+    assert!(
+        bound - reported <= allowances + reported / 4,
+        "bound {bound} is far above the provider's {reported}"
+    );
+
+    // A model rein knows nothing about: a token per byte, the safe side.
+    let mut unknown = prompt.clone();
+    unknown["model"] = json!("sonnet");
+    let counted = count(unknown).await.unwrap();
+    assert_eq!(counted.headers()["rein-token-count"], "token_per_byte");
+    let per_byte: Value = counted.json().await.unwrap();
+    assert!(per_byte["input_tokens"].as_u64().unwrap() > bound);
+
+    // Refusals, in Anthropic's shape without any Anthropic header.
+    let mut nobody = prompt.clone();
+    nobody["model"] = json!("nobody");
+    let (status, body) = anthropic_error(count(nobody).await.unwrap()).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("mini"),
+        "{body}"
+    );
+    let (status, body) = anthropic_error(count(json!({"model": "mini"})).await.unwrap()).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+    assert_eq!(
+        model.request_count(),
+        1,
+        "only the sent prompt reached the model"
+    );
 }

@@ -174,12 +174,20 @@ def main() -> int:
     except anthropic.APIStatusError as e:
         raised("unknown_model_info", e)
 
-    # 11. An endpoint rein does not serve: the SDK still reads the error.
+    # 11. The prompt's tokens, counted by rein without a model call.
+    counted = client.messages.with_raw_response.count_tokens(model=model, messages=hello)
+    emit(
+        check="count_tokens",
+        input_tokens=counted.parse().input_tokens,
+        method=counted.headers.get("rein-token-count"),
+    )
+
+    # 12. An endpoint rein does not serve: the SDK still reads the error.
     try:
-        client.messages.count_tokens(model=model, messages=hello)
-        emit(check="count_tokens", raised=False)
+        client.messages.batches.list()
+        emit(check="batches", raised=False)
     except anthropic.APIStatusError as e:
-        raised("count_tokens", e, request_id=e.response.headers.get("request-id"))
+        raised("batches", e, request_id=e.response.headers.get("request-id"))
     return 0
 
 

@@ -248,7 +248,10 @@ pub const OPENAI_ROUTES: [&str; 2] = ["/v1/chat/completions", crate::gateway::re
 /// SDKs read nothing else).
 ///
 /// NOTE: `crate::router` routes the gateway under this path.
-pub const ANTHROPIC_ROUTES: [&str; 1] = [crate::gateway::anthropic::PATH];
+pub const ANTHROPIC_ROUTES: [&str; 2] = [
+    crate::gateway::anthropic::PATH,
+    crate::gateway::count_tokens::PATH,
+];
 
 /// The largest problem body [`with_openai_error`] reads.
 const MAX_PROBLEM_BYTES: usize = 64 * 1024;

@@ -824,14 +824,14 @@ async fn the_openapi_document_says_what_the_server_does() {
     assert_eq!(after["in"], "query");
     assert_eq!(after["required"], false);
     // Every error is problem+json (Anthropic's error object on its
-    // Messages API route, either on the models routes), every authenticated operation can be 401.
+    // Messages API routes, either on the models routes), every authenticated operation can be 401.
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, op) in item.as_object().unwrap() {
             for (status, response) in op["responses"].as_object().unwrap() {
                 if !(status.starts_with('4') || status.starts_with('5')) {
                     continue;
                 }
-                if path == "/v1/messages" {
+                if path.starts_with("/v1/messages") {
                     assert_eq!(
                         response["content"]["application/json"]["schema"]["$ref"],
                         "#/components/schemas/AnthropicError",
@@ -1734,7 +1734,7 @@ async fn unknown_gateway_paths_answer_in_the_caller_s_wire_format() {
     // An Anthropic client's.
     let r = api
         .http
-        .post(format!("{}/v1/messages/count_tokens", api.base))
+        .post(format!("{}/v1/messages/batches", api.base))
         .header("x-api-key", ACME)
         .header("anthropic-version", "2023-06-01")
         .header("content-type", "application/json")
@@ -1751,7 +1751,7 @@ async fn unknown_gateway_paths_answer_in_the_caller_s_wire_format() {
         e["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("/v1/messages/count_tokens"),
+            .contains("/v1/messages/batches"),
         "{e}"
     );
     // A 405 on a path both formats serve, in each shape, `Allow` kept.

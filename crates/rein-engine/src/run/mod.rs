@@ -106,7 +106,9 @@ pub use handle::RunHandle;
 pub use latency::{DEFAULT_LATENCY_FLUSH, ToolLatency};
 pub use model_chain::ceiling::{PromptMeter, prompt_estimate};
 pub use model_chain::tokenizer::Encoding;
-pub use model_chain::{ModelAnswer, ModelAsk, ModelBinding, ModelError, ModelReply};
+pub use model_chain::{
+    CountMethod, ModelAnswer, ModelAsk, ModelBinding, ModelError, ModelReply, PromptCount,
+};
 pub use report::{
     End, REPORT_WRITE_TRIES, closing, is_revision_conflict, revise, revise_stored, tree_records,
 };

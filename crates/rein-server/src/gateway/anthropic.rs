@@ -118,7 +118,7 @@ pub async fn messages(
 }
 
 /// Anthropic's wire format needs nothing beyond the [`Call`].
-struct Anthropic;
+pub(super) struct Anthropic;
 
 impl Wire for Anthropic {
     const PATH: &'static str = PATH;
@@ -511,6 +511,21 @@ impl TextContent {
 
 /// Reads Anthropic's request shape into rein's, naming the offending field.
 fn parse(body: &[u8]) -> Result<Call<Anthropic>, Problem> {
+    read(body, Ceiling::Required)
+}
+
+/// Whether a request must carry `max_tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ceiling {
+    /// `POST /v1/messages`: required, as in Anthropic's API.
+    Required,
+    /// `POST /v1/messages/count_tokens`: nothing is generated, so none.
+    None,
+}
+
+/// A Messages API request read into rein's terms: [`parse`]'s, and
+/// `count_tokens`' (which takes the same body without `max_tokens`).
+pub(super) fn read(body: &[u8], ceiling: Ceiling) -> Result<Call<Anthropic>, Problem> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let request: MessagesRequest = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let pointer = crate::pointer::of_path(e.path());
@@ -535,11 +550,15 @@ fn parse(body: &[u8]) -> Result<Call<Anthropic>, Problem> {
             Some("/model".into()),
         ));
     }
-    let Some(max_tokens) = request.max_tokens else {
-        return Err(invalid_at(
-            "max_tokens: Field required".into(),
-            Some("/max_tokens".into()),
-        ));
+    let max_tokens = match (request.max_tokens, ceiling) {
+        (Some(max_tokens), _) => max_tokens,
+        (None, Ceiling::None) => 1,
+        (None, Ceiling::Required) => {
+            return Err(invalid_at(
+                "max_tokens: Field required".into(),
+                Some("/max_tokens".into()),
+            ));
+        }
     };
     if max_tokens == 0 {
         return Err(invalid_at(
@@ -946,20 +965,23 @@ pub fn reshape(status: u16, problem: &Value) -> AnthropicError {
     AnthropicError::new(status, message)
 }
 
-/// The OpenAPI document's errors of [`PATH`] are [`AnthropicError`]s in
-/// `application/json`, including the refusals every operation may answer
-/// (added as problems by the document's other modifiers, which run first).
+/// The OpenAPI document's errors of [`PATH`] and of `count_tokens` are
+/// [`AnthropicError`]s in `application/json`, including the refusals every
+/// operation may answer (added as problems by the document's other
+/// modifiers, which run first).
 pub struct ErrorShape;
 
 impl utoipa::Modify for ErrorShape {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        if let Some(post) = openapi
-            .paths
-            .paths
-            .get_mut(PATH)
-            .and_then(|item| item.post.as_mut())
-        {
-            document_error_shape(post, Documented::Instead);
+        for path in crate::problem::ANTHROPIC_ROUTES {
+            if let Some(post) = openapi
+                .paths
+                .paths
+                .get_mut(path)
+                .and_then(|item| item.post.as_mut())
+            {
+                document_error_shape(post, Documented::Instead);
+            }
         }
     }
 }

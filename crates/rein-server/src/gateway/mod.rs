@@ -42,6 +42,7 @@
 //! answer, and the SDKs raise instead of returning the text so far.
 
 pub mod anthropic;
+pub mod count_tokens;
 pub mod dialect;
 pub mod models;
 pub mod openai;

@@ -112,6 +112,12 @@ impl PromptMeter {
         &self.encodings
     }
 
+    /// The learned ratio the bound counts the other models at; `None`
+    /// when every model has an encoding.
+    pub fn ratio(&self) -> Option<TokenRatio> {
+        self.ratio
+    }
+
     /// An upper bound of the tokens of `texts`, JSON text as it is sent
     /// (`json`) and the texts themselves (`plain`): the JSON at the ratio,
     /// the texts with each encoding. An encoding that is not loaded counts

@@ -34,6 +34,7 @@
 mod ask;
 pub(crate) mod ceiling;
 mod chain;
+mod count;
 mod held;
 mod link;
 mod same_model;
@@ -56,6 +57,7 @@ use crate::provider::{
     ModelProvider, ModelResponse, StreamEvent, StreamSettings, TokenUsage, TurnStream,
 };
 pub use ask::{ModelAnswer, ModelAsk, ModelBinding, ModelError, ModelReply};
+pub use count::{CountMethod, PromptCount};
 
 /// What a model turn is asked on behalf of: a run, or a gateway request.
 pub(crate) trait TurnHost: Send + Sync {
