@@ -55,20 +55,32 @@ fn misformatted(provider: &str, model: &str, error: &FormatError) -> Failure {
         ))
 }
 
+/// A whole answer not in the format asked for.
+#[derive(Debug)]
+pub(super) struct Misformatted {
+    /// The link's failure.
+    pub(super) failure: Failure,
+    /// What the answer consumed, to be settled.
+    pub(super) usage: TokenUsage,
+}
+
 /// `reply` when it has the `format` asked for (a stream: checked as it
 /// ends); else the failure, with what the answer consumed.
 pub(super) fn check(
     format: Option<&ResponseFormat>,
     (provider, model): (&str, &str),
     reply: Reply,
-) -> Result<Reply, (Failure, TokenUsage)> {
+) -> Result<Reply, Box<Misformatted>> {
     let Some(format) = format else {
         return Ok(reply);
     };
     let whole = |response: &crate::provider::ModelResponse| {
-        format
-            .check(response)
-            .map_err(|e| (misformatted(provider, model, &e), response.usage))
+        format.check(response).map_err(|e| {
+            Box::new(Misformatted {
+                failure: misformatted(provider, model, &e),
+                usage: response.usage,
+            })
+        })
     };
     match reply {
         Reply::Complete(response) => {
@@ -148,13 +160,14 @@ mod tests {
     async fn prose_fails_the_link_whole_or_at_the_end_of_its_stream() {
         let format = expected(&request(json!({"type": "json_object"})));
         let link = ("openai", "gpt-x");
-        let Err((failure, usage)) = check(
+        let Err(misformatted) = check(
             format.as_ref(),
             link,
             Reply::Complete(answer("Sure, here it is.")),
         ) else {
             panic!("prose passed");
         };
+        let (failure, usage) = (misformatted.failure, misformatted.usage);
         assert_eq!(failure.category(), Category::Transient);
         assert!(!failure.retryable());
         assert!(

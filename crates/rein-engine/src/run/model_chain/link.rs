@@ -235,8 +235,8 @@ impl Engine {
                     let link = (call.provider.as_str(), call.link.model);
                     return match super::answer_format::check(format.as_ref(), link, reply) {
                         Ok(reply) => Ok((reply, reserved)),
-                        Err((failure, usage)) => {
-                            Err(self.misformatted(&call, budget, reserved, failure, usage))
+                        Err(misformatted) => {
+                            Err(self.misformatted(&call, budget, reserved, *misformatted))
                         }
                     };
                 }
@@ -289,8 +289,7 @@ impl Engine {
         call: &LinkCall<'_>,
         budget: &mut Budget,
         reserved: Reservation,
-        failure: Failure,
-        usage: rein_core::model::TokenUsage,
+        super::answer_format::Misformatted { failure, usage }: super::answer_format::Misformatted,
     ) -> LinkEnd {
         tracing::warn!(
             provider = %call.provider,
