@@ -239,7 +239,9 @@ async fn the_gateway_says_which_model_answered_and_replays_idempotent_requests()
         "{metrics}"
     );
 
-    // Sampling options and the tool choice reach the provider.
+    // Sampling options and the tool choice reach the provider (which
+    // answers the JSON object asked for: prose would be a 502).
+    model.push_reply(Reply::text(r#"{"order_id": "A-1001"}"#));
     let with_options = client
         .post(server.url("/v1/chat/completions"))
         .header("content-type", "application/json")

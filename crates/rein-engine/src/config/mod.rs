@@ -63,7 +63,7 @@
 mod env;
 mod error;
 mod parse;
-mod schema;
+pub(crate) mod schema;
 mod source_maps;
 
 use std::path::Path;

@@ -118,16 +118,24 @@ impl CompiledSchemas {
         if validator.is_valid(args) {
             return Ok(());
         }
-        let mut problems = Vec::new();
-        for err in validator.iter_errors(args) {
-            arg_problems(&err, &mut problems);
-            if problems.len() >= MAX_ARG_PROBLEMS {
-                break;
-            }
-        }
-        problems.truncate(MAX_ARG_PROBLEMS);
-        Err(problems)
+        Err(problems(validator, args))
     }
+}
+
+/// Up to [`MAX_ARG_PROBLEMS`] ways `value` does not fit `validator`'s
+/// schema, in a few words each and never quoting the value: for a tool's
+/// arguments, and for a structured answer
+/// ([`ResponseFormat`](crate::provider::ResponseFormat)).
+pub(crate) fn problems(validator: &Validator, value: &Value) -> Vec<ArgProblem> {
+    let mut problems = Vec::new();
+    for err in validator.iter_errors(value) {
+        arg_problems(&err, &mut problems);
+        if problems.len() >= MAX_ARG_PROBLEMS {
+            break;
+        }
+    }
+    problems.truncate(MAX_ARG_PROBLEMS);
+    problems
 }
 
 /// Compiles `schema` with format checking on: a `"format": "date-time"` in

@@ -31,6 +31,7 @@
 mod anthropic;
 mod caller;
 mod endpoint;
+mod format;
 mod http;
 mod message;
 mod openai;
@@ -40,6 +41,7 @@ mod stream;
 
 pub use anthropic::{ANTHROPIC_VERSION, AnthropicProvider, DEFAULT_MAX_TOKENS};
 pub use caller::CallerDriven;
+pub use format::{FormatError, JsonSchemaFormat, ResponseFormat};
 pub use message::{FinishReason, Message, ModelRequest, ModelResponse, TokenUsage, ToolCall};
 pub use openai::OpenAiProvider;
 pub use scripted::{ScriptError, ScriptedProvider};

@@ -34,6 +34,17 @@
 //! reason=cap`), as the call's `model_call_started` event does in
 //! `max_tokens` and `max_tokens_limited_by`.
 //!
+//! # Structured output
+//!
+//! A `response_format` asking for JSON is carried in the request's options
+//! to every link; each provider sends it as its API honours it (an
+//! OpenAI-compatible one unchanged, an Anthropic one as a forced answer
+//! tool), and the model chain checks every answer against it
+//! ([`ResponseFormat`](rein_engine::provider::ResponseFormat)): prose, or
+//! JSON that does not fit the schema, fails its link, so the answer is the
+//! next link's or an explicit error — never a 200 the client's parser
+//! then fails on.
+//!
 //! # Cut streams
 //!
 //! A streamed answer that fails after its first event ends with the wire

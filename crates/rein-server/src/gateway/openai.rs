@@ -21,7 +21,8 @@ use axum::response::Response;
 use futures_util::StreamExt;
 use rein_core::Category;
 use rein_engine::provider::{
-    FinishReason, Message, ModelRequest, ModelResponse, StreamEvent, ToolCall, TurnStream,
+    FinishReason, Message, ModelRequest, ModelResponse, ResponseFormat, StreamEvent, ToolCall,
+    TurnStream,
 };
 use rein_engine::run::ModelError;
 use serde::{Deserialize, Serialize};
@@ -275,7 +276,11 @@ pub struct ChatRequest {
     /// Which tool the model must (or must not) call.
     #[serde(default)]
     pub tool_choice: Option<ToolChoice>,
-    /// The answer's format (`{"type": "json_object"}`, …), passed on.
+    /// The answer's format (`{"type": "json_object"}`, `{"type":
+    /// "json_schema", "json_schema": {name, schema, strict}}`, …): passed
+    /// on to an OpenAI-compatible link, answered through a forced tool by
+    /// an Anthropic one; a JSON answer that does not fit it is the link's
+    /// failure, never a 200 (see `rein_engine::provider::ResponseFormat`).
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub response_format: Option<serde_json::Map<String, Value>>,
@@ -454,6 +459,11 @@ pub struct FunctionDef {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub parameters: Option<Value>,
+    /// Whether the arguments must fit `parameters` exactly (OpenAI's
+    /// structured outputs): passed on unchanged to an OpenAI-compatible
+    /// link; not sent to an Anthropic one (see its provider).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strict: Option<bool>,
 }
 
 impl Content {
@@ -579,6 +589,11 @@ fn parse(body: &[u8]) -> Result<Call<OpenAi>, Problem> {
         "response_format",
         chat.response_format.clone().map(Value::Object),
     );
+    // A format the links could only guess at is the client's mistake, as
+    // it is OpenAI's: refused before any call.
+    if let Err(e) = ResponseFormat::of(&options) {
+        return Err(invalid_at(e.to_string(), Some("/response_format".into())));
+    }
     let tools = chat
         .tools
         .unwrap_or_default()
@@ -784,6 +799,32 @@ mod tests {
             r#"{"model": "m", "messages": [{"role": "user", "content": "a"}], "max_completion_tokens": 0}"#,
         );
         assert_eq!(p["field"], "/max_completion_tokens", "{p}");
+    }
+
+    #[test]
+    fn a_function_s_strict_and_the_response_format_are_kept() {
+        let Ok(call) = parse(
+            json!({"model": "m", "messages": [{"role": "user", "content": "a"}],
+                   "tools": [{"type": "function", "function": {"name": "get_order",
+                              "parameters": {"type": "object"}, "strict": true}}],
+                   "response_format": {"type": "json_schema", "json_schema": {
+                       "name": "order", "schema": {"type": "object"}, "strict": true}}})
+            .to_string()
+            .as_bytes(),
+        ) else {
+            panic!("parses");
+        };
+        assert_eq!(call.request.tools[0]["function"]["strict"], true);
+        assert_eq!(
+            call.request.options["response_format"]["json_schema"]["strict"],
+            true
+        );
+        let p = problem_of(
+            r#"{"model": "m", "messages": [{"role": "user", "content": "a"}],
+                "response_format": {"type": "json_schema"}}"#,
+        );
+        assert_eq!(p["field"], "/response_format", "{p}");
+        assert_eq!(p["status"], 400);
     }
 
     #[test]

@@ -1,14 +1,38 @@
 //! The request body: rein's OpenAI-shaped transcript, tools and options
 //! as the Messages API wants them (see [`AnthropicProvider`]'s conversion
-//! table).
+//! table), and the answer tool that carries a `response_format`.
 
+use rein_core::{Category, Effect, Failure};
 use serde_json::{Map, Value, json};
 
 use super::AnthropicProvider;
-use crate::provider::{Message, ModelRequest};
+use crate::provider::{Message, ModelRequest, ResponseFormat};
+
+/// A request ready to send, and how its answer is read.
+#[derive(Debug)]
+pub(super) struct Prepared {
+    /// The Messages API body.
+    pub(super) body: Value,
+    /// The answer tool's name, when a `response_format` asks for JSON and
+    /// the model may answer this turn: its `tool_use` input is the
+    /// answer's text, not a tool call.
+    pub(super) answer: Option<String>,
+}
 
 impl AnthropicProvider {
-    pub(super) fn body(&self, request: &ModelRequest, stream: bool) -> Value {
+    /// The body of `request`.
+    ///
+    /// # Errors
+    ///
+    /// A not-retryable `invalid_arguments` failure, sent nowhere, for a
+    /// `response_format` this API cannot honour (see the provider's docs):
+    /// answering prose instead would be passed off as the format asked
+    /// for.
+    pub(super) fn prepare(
+        &self,
+        request: &ModelRequest,
+        stream: bool,
+    ) -> Result<Prepared, Failure> {
         let mut system = Vec::new();
         let mut messages: Vec<(&'static str, Vec<Value>)> = Vec::new();
         for message in &request.messages {
@@ -65,21 +89,197 @@ impl AnthropicProvider {
         if !system.is_empty() {
             body["system"] = json!(system.join("\n\n"));
         }
-        let tools: Vec<Value> = request.tools.iter().filter_map(tool_definition).collect();
-        let has_tools = !tools.is_empty();
-        if has_tools {
+        let mut tools: Vec<Value> = request.tools.iter().filter_map(tool_definition).collect();
+        let choice = ToolChoice::of(&request.options);
+        let beside_tools = !tools.is_empty();
+        let answer = match ResponseFormat::of(&request.options) {
+            Ok(format) => self.answer_tool(format.as_ref(), choice, &tools)?,
+            Err(e) => return Err(self.unsupported(&e.to_string())),
+        };
+        let answer_name = answer.as_ref().map(|tool| tool["name"].clone());
+        tools.extend(answer);
+        if !tools.is_empty() {
             body["tools"] = Value::Array(tools);
         }
-        apply_options(&mut body, &request.options, has_tools);
-        body
+        apply_options(&mut body, &request.options);
+        let single = request.options.get("parallel_tool_calls") == Some(&Value::Bool(false));
+        let choice = match &answer_name {
+            Some(name) => Some(choice.with_answer(name, beside_tools)),
+            None if !beside_tools => None,
+            None => choice.wire(),
+        };
+        if let Some(mut choice) = choice {
+            if single && choice["type"] != "none" {
+                choice["disable_parallel_tool_use"] = json!(true);
+            }
+            body["tool_choice"] = choice;
+        }
+        Ok(Prepared {
+            body,
+            answer: answer_name.and_then(|n| n.as_str().map(str::to_owned)),
+        })
+    }
+
+    /// The answer tool for `format`, if the model may answer this turn.
+    ///
+    /// # Errors
+    ///
+    /// The refusal of a format the Messages API has no way to honour.
+    fn answer_tool(
+        &self,
+        format: Option<&ResponseFormat>,
+        choice: ToolChoice<'_>,
+        tools: &[Value],
+    ) -> Result<Option<Value>, Failure> {
+        let (name, description, schema) = match format {
+            None | Some(ResponseFormat::Text) => return Ok(None),
+            Some(ResponseFormat::Other(kind)) => {
+                return Err(self.unsupported(&format!(
+                    "`response_format` type `{kind}` has no equivalent in the Messages API"
+                )));
+            }
+            Some(ResponseFormat::JsonObject) => (JSON_OBJECT_TOOL, None, None),
+            // `strict` is not sent: Anthropic's strict tool use is a beta
+            // behind its own header, for some models only. The answer is
+            // checked against the schema where the chain receives it
+            // instead, whichever link gave it.
+            Some(ResponseFormat::JsonSchema(format)) => (
+                format.name.as_str(),
+                format.description.as_deref(),
+                format.schema.clone(),
+            ),
+        };
+        // A turn that must call one of the caller's tools has no answer.
+        if !tools.is_empty() && matches!(choice, ToolChoice::Required | ToolChoice::Named(_)) {
+            return Ok(None);
+        }
+        let taken: Vec<&str> = tools
+            .iter()
+            .filter_map(|t| t.get("name").and_then(Value::as_str))
+            .collect();
+        let description = description.map_or_else(
+            || ANSWER_DESCRIPTION.to_owned(),
+            |d| format!("{ANSWER_DESCRIPTION} {d}"),
+        );
+        Ok(Some(json!({
+            "name": answer_tool_name(name, &taken),
+            "description": description,
+            "input_schema": schema.unwrap_or_else(|| json!({"type": "object"})),
+        })))
+    }
+
+    /// The refusal of a request this API cannot carry: not retryable, not
+    /// sent, charged nothing.
+    fn unsupported(&self, why: &str) -> Failure {
+        Failure::new(&self.endpoint.name, Category::InvalidArguments)
+            .with_effect(Effect::NotApplied)
+            .with_human_message(format!(
+                "{} (an Anthropic provider) cannot carry this request: {why}",
+                self.endpoint.name
+            ))
     }
 }
 
-/// Maps the OpenAI-named options this API has: `temperature`, `top_p`,
-/// `stop` (as `stop_sequences`) and `tool_choice` (`auto`, `required` as
-/// `any`, `none`, a named function as a named tool). `seed` and
-/// `response_format` have no equivalent and are left out.
-fn apply_options(body: &mut Value, options: &serde_json::Map<String, Value>, has_tools: bool) {
+/// The answer tool's name for a `json_object` format.
+const JSON_OBJECT_TOOL: &str = "json_answer";
+
+/// What the answer tool tells the model.
+const ANSWER_DESCRIPTION: &str =
+    "Give your final answer by calling this tool: its input is the whole answer.";
+
+/// The longest tool name the Messages API accepts.
+const MAX_TOOL_NAME: usize = 64;
+
+/// `name` as a Messages API tool name (`[a-zA-Z0-9_-]{1,64}`: other
+/// characters become `_`), and not one of `taken` (the caller's tools):
+/// the answer must never be read as one of their calls.
+fn answer_tool_name(name: &str, taken: &[&str]) -> String {
+    let mut base: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(MAX_TOOL_NAME)
+        .collect();
+    if base.is_empty() {
+        base = JSON_OBJECT_TOOL.to_owned();
+    }
+    let mut candidate = base.clone();
+    let mut n = 1u32;
+    while taken.contains(&candidate.as_str()) {
+        let suffix = format!("_{n}");
+        let keep = MAX_TOOL_NAME.saturating_sub(suffix.len()).min(base.len());
+        candidate = format!("{}{suffix}", &base[..keep]);
+        n += 1;
+    }
+    candidate
+}
+
+/// The caller's `tool_choice`, in OpenAI's names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ToolChoice<'a> {
+    /// None given, or one rein does not read.
+    Unset,
+    /// `auto`.
+    Auto,
+    /// `required`: some tool must be called.
+    Required,
+    /// `none`.
+    None,
+    /// `{"type": "function", "function": {"name"}}`.
+    Named(&'a str),
+}
+
+impl<'a> ToolChoice<'a> {
+    fn of(options: &'a Map<String, Value>) -> ToolChoice<'a> {
+        match options.get("tool_choice") {
+            Some(Value::String(mode)) => match mode.as_str() {
+                "auto" => ToolChoice::Auto,
+                "required" => ToolChoice::Required,
+                "none" => ToolChoice::None,
+                _ => ToolChoice::Unset,
+            },
+            Some(named) => named["function"]["name"]
+                .as_str()
+                .map_or(ToolChoice::Unset, ToolChoice::Named),
+            None => ToolChoice::Unset,
+        }
+    }
+
+    /// As the Messages API's `tool_choice` (`required` is `any`, a named
+    /// function a named tool); `None` to leave the API's default.
+    fn wire(self) -> Option<Value> {
+        match self {
+            ToolChoice::Unset => None,
+            ToolChoice::Auto => Some(json!({"type": "auto"})),
+            ToolChoice::Required => Some(json!({"type": "any"})),
+            ToolChoice::None => Some(json!({"type": "none"})),
+            ToolChoice::Named(name) => Some(json!({"type": "tool", "name": name})),
+        }
+    }
+
+    /// The choice when the answer tool `name` is offered (never beside
+    /// the caller's tools with `required` or a named function: see
+    /// `answer_tool`): alone, the answer tool itself; `beside_tools` under
+    /// `auto`, `any`, so the model calls one of them or answers through
+    /// the answer tool, never in prose; under `none`, the answer tool.
+    fn with_answer(self, name: &Value, beside_tools: bool) -> Value {
+        match self {
+            ToolChoice::Auto | ToolChoice::Unset if beside_tools => json!({"type": "any"}),
+            _ => json!({"type": "tool", "name": name}),
+        }
+    }
+}
+
+/// Maps the OpenAI-named sampling options this API has: `temperature`,
+/// `top_p` and `stop` (as `stop_sequences`). `seed` has no equivalent and
+/// is left out; `tool_choice`, `parallel_tool_calls` and `response_format`
+/// are the tools' (see [`AnthropicProvider::prepare`]).
+fn apply_options(body: &mut Value, options: &serde_json::Map<String, Value>) {
     for key in ["temperature", "top_p"] {
         if let Some(v) = options.get(key).filter(|v| v.is_number()) {
             body[key] = v.clone();
@@ -91,24 +291,6 @@ fn apply_options(body: &mut Value, options: &serde_json::Map<String, Value>, has
             body["stop_sequences"] = Value::Array(list.clone());
         }
         _ => {}
-    }
-    if !has_tools {
-        return;
-    }
-    let choice = match options.get("tool_choice") {
-        Some(Value::String(mode)) => match mode.as_str() {
-            "auto" => Some(json!({"type": "auto"})),
-            "required" => Some(json!({"type": "any"})),
-            "none" => Some(json!({"type": "none"})),
-            _ => None,
-        },
-        Some(named) => named["function"]["name"]
-            .as_str()
-            .map(|name| json!({"type": "tool", "name": name})),
-        None => None,
-    };
-    if let Some(choice) = choice {
-        body["tool_choice"] = choice;
     }
 }
 
@@ -130,6 +312,14 @@ fn tool_input(arguments: &str) -> Value {
 /// already in Anthropic's shape passes as it is; anything else is dropped
 /// with a warning (the registry generates the definitions, so this is a
 /// bug, not input).
+///
+/// A function's `strict` is deliberately not sent. On the Messages API
+/// strict tool use belongs to structured outputs, which not every model
+/// or API version accepts; sent to one that does not, the member fails
+/// the call with a 400, so a fallback link would fail on what its OpenAI
+/// primary took. The calls still come back against `input_schema`, and a
+/// run validates every call's arguments against its tool's schema
+/// before the tool sees them.
 fn tool_definition(tool: &Value) -> Option<Value> {
     if let Some(function) = tool.get("function") {
         let name = function.get("name").and_then(Value::as_str)?;
@@ -162,22 +352,163 @@ mod tests {
     #[test]
     fn openai_named_options_map_to_the_messages_api() {
         let mut body = json!({});
-        let options = json!({"temperature": 0.3, "top_p": 0.9, "stop": "END", "seed": 1,
-                             "tool_choice": {"type": "function", "function": {"name": "get_order"}},
-                             "response_format": {"type": "json_object"}});
-        apply_options(&mut body, options.as_object().unwrap(), true);
+        let options = json!({"temperature": 0.3, "top_p": 0.9, "stop": "END", "seed": 1});
+        apply_options(&mut body, options.as_object().unwrap());
         assert_eq!(
             body,
-            json!({"temperature": 0.3, "top_p": 0.9, "stop_sequences": ["END"],
-                   "tool_choice": {"type": "tool", "name": "get_order"}})
+            json!({"temperature": 0.3, "top_p": 0.9, "stop_sequences": ["END"]})
         );
-        let mut body = json!({});
-        let required = json!({"tool_choice": "required"});
-        apply_options(&mut body, required.as_object().unwrap(), true);
-        assert_eq!(body["tool_choice"], json!({"type": "any"}));
-        let mut body = json!({});
-        apply_options(&mut body, required.as_object().unwrap(), false);
-        assert_eq!(body, json!({}), "no tools, no tool choice");
+        let choice = |options: Value, tools: bool| {
+            let mut r = request();
+            if !tools {
+                r.tools.clear();
+            }
+            r.options = options.as_object().unwrap().clone();
+            provider().prepare(&r, false).unwrap().body["tool_choice"].clone()
+        };
+        assert_eq!(
+            choice(
+                json!({"tool_choice": {"type": "function", "function": {"name": "get_order"}}}),
+                true
+            ),
+            json!({"type": "tool", "name": "get_order"})
+        );
+        assert_eq!(
+            choice(json!({"tool_choice": "required"}), true),
+            json!({"type": "any"})
+        );
+        assert_eq!(
+            choice(
+                json!({"tool_choice": "auto", "parallel_tool_calls": false}),
+                true
+            ),
+            json!({"type": "auto", "disable_parallel_tool_use": true})
+        );
+        assert_eq!(
+            choice(
+                json!({"tool_choice": "none", "parallel_tool_calls": false}),
+                true
+            ),
+            json!({"type": "none"})
+        );
+        assert_eq!(
+            choice(json!({"tool_choice": "required"}), false),
+            Value::Null,
+            "no tools, no tool choice"
+        );
+    }
+
+    fn schema_format() -> Value {
+        json!({"type": "json_schema", "json_schema": {"name": "order.v1", "strict": true,
+               "description": "An order.",
+               "schema": {"type": "object", "properties": {"id": {"type": "string"}},
+                          "required": ["id"], "additionalProperties": false}}})
+    }
+
+    #[test]
+    fn a_json_schema_is_answered_through_a_forced_answer_tool() {
+        let mut r = request();
+        r.tools.clear();
+        r.options.insert("response_format".into(), schema_format());
+        let prepared = provider().prepare(&r, false).unwrap();
+        assert_eq!(prepared.answer.as_deref(), Some("order_v1"));
+        let tools = prepared.body["tools"].as_array().unwrap();
+        assert_eq!(tools.len(), 1);
+        assert_eq!(tools[0]["name"], "order_v1");
+        assert_eq!(
+            tools[0]["input_schema"],
+            schema_format()["json_schema"]["schema"]
+        );
+        assert!(tools[0].get("strict").is_none(), "strict is not sent");
+        assert!(
+            tools[0]["description"]
+                .as_str()
+                .unwrap()
+                .ends_with("An order."),
+            "{}",
+            tools[0]
+        );
+        assert_eq!(
+            prepared.body["tool_choice"],
+            json!({"type": "tool", "name": "order_v1"})
+        );
+        assert!(prepared.body.get("response_format").is_none());
+        // json_object: an open object.
+        r.options
+            .insert("response_format".into(), json!({"type": "json_object"}));
+        let prepared = provider().prepare(&r, true).unwrap();
+        assert_eq!(prepared.answer.as_deref(), Some(JSON_OBJECT_TOOL));
+        assert_eq!(
+            prepared.body["tools"][0]["input_schema"],
+            json!({"type": "object"})
+        );
+        // text: nothing to force.
+        r.options
+            .insert("response_format".into(), json!({"type": "text"}));
+        let prepared = provider().prepare(&r, false).unwrap();
+        assert_eq!(prepared.answer, None);
+        assert!(prepared.body.get("tools").is_none());
+    }
+
+    #[test]
+    fn beside_the_callers_tools_the_model_must_call_one_or_answer() {
+        let mut r = request();
+        r.options.insert("response_format".into(), schema_format());
+        let prepared = provider().prepare(&r, false).unwrap();
+        let names: Vec<&str> = prepared.body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["get_order", "order_v1"]);
+        assert_eq!(prepared.body["tool_choice"], json!({"type": "any"}));
+        // `none`: the answer, now.
+        r.options.insert("tool_choice".into(), json!("none"));
+        let prepared = provider().prepare(&r, false).unwrap();
+        assert_eq!(
+            prepared.body["tool_choice"],
+            json!({"type": "tool", "name": "order_v1"})
+        );
+        // `required`: a tool call, no answer this turn.
+        r.options.insert("tool_choice".into(), json!("required"));
+        let prepared = provider().prepare(&r, false).unwrap();
+        assert_eq!(prepared.answer, None);
+        assert_eq!(prepared.body["tools"].as_array().unwrap().len(), 1);
+        assert_eq!(prepared.body["tool_choice"], json!({"type": "any"}));
+        // A caller's tool of the schema's name: the answer tool is another.
+        assert_eq!(answer_tool_name("get_order", &["get_order"]), "get_order_1");
+        assert_eq!(answer_tool_name("", &[]), JSON_OBJECT_TOOL);
+        let long = "x".repeat(80);
+        assert_eq!(answer_tool_name(&long, &[]).len(), MAX_TOOL_NAME);
+        let taken = "x".repeat(MAX_TOOL_NAME);
+        let other = answer_tool_name(&long, &[taken.as_str()]);
+        assert_eq!(other.len(), MAX_TOOL_NAME);
+        assert!(other.ends_with("_1"), "{other}");
+    }
+
+    #[test]
+    fn a_format_the_api_cannot_honour_is_refused_unsent() {
+        let mut r = request();
+        for format in [
+            json!({"type": "grammar", "grammar": "root ::= x"}),
+            json!({"type": "json_schema"}),
+        ] {
+            r.options.insert("response_format".into(), format.clone());
+            let refused = provider().prepare(&r, false).unwrap_err();
+            assert_eq!(
+                refused.category(),
+                rein_core::Category::InvalidArguments,
+                "{format}"
+            );
+            assert!(!refused.retryable());
+            assert_eq!(refused.effect(), Effect::NotApplied);
+            assert!(
+                refused.human_message().contains("response_format"),
+                "{}",
+                refused.human_message()
+            );
+        }
     }
 
     fn provider() -> AnthropicProvider {
@@ -240,7 +571,7 @@ mod tests {
 
     #[test]
     fn request_body_converts_the_transcript_and_tools() {
-        let body = provider().body(&request(), true);
+        let body = provider().prepare(&request(), true).unwrap().body;
         assert_eq!(body["system"], "be brief\n\nuse tools");
         assert_eq!(body["max_tokens"], DEFAULT_MAX_TOKENS);
         assert_eq!(body["stream"], true);
@@ -278,6 +609,9 @@ mod tests {
         );
         let mut capped = request();
         capped.max_tokens = Some(77);
-        assert_eq!(provider().body(&capped, false)["max_tokens"], 77);
+        assert_eq!(
+            provider().prepare(&capped, false).unwrap().body["max_tokens"],
+            77
+        );
     }
 }

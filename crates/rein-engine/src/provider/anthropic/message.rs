@@ -40,8 +40,15 @@ pub(super) fn input_tokens(usage: &Value) -> Option<u64> {
 }
 
 /// Reads a Messages API answer; a body that is not one is a retryable
-/// failure, never a panic.
-pub(super) fn parse_message(name: &str, text: &str) -> Result<ModelResponse, Failure> {
+/// failure, never a panic. The input of a `tool_use` of the `answer` tool
+/// (see `Prepared::answer`) is the answer's text, serialised JSON, not a
+/// tool call; a turn whose only tool use is that one finishes `stop`, as
+/// the OpenAI model answering the same `response_format` would.
+pub(super) fn parse_message(
+    name: &str,
+    text: &str,
+    answer_tool: Option<&str>,
+) -> Result<ModelResponse, Failure> {
     let malformed = |why: &str| malformed(name, why, text);
     let body: Value = serde_json::from_str(text).map_err(|_| malformed("not JSON"))?;
     let content = body
@@ -50,6 +57,7 @@ pub(super) fn parse_message(name: &str, text: &str) -> Result<ModelResponse, Fai
         .ok_or_else(|| malformed("no content"))?;
     let mut answer = String::new();
     let mut tool_calls = Vec::new();
+    let mut answered = false;
     for (i, block) in content.iter().enumerate() {
         match block.get("type").and_then(Value::as_str) {
             Some("text") => {
@@ -59,6 +67,12 @@ pub(super) fn parse_message(name: &str, text: &str) -> Result<ModelResponse, Fai
                 let Some(tool) = block.get("name").and_then(Value::as_str) else {
                     return Err(malformed("tool_use block without a name"));
                 };
+                if answer_tool == Some(tool) {
+                    answered = true;
+                    let input = block.get("input").unwrap_or(&Value::Null);
+                    answer.push_str(&input.to_string());
+                    continue;
+                }
                 tool_calls.push(ToolCall {
                     id: block
                         .get("id")
@@ -81,6 +95,7 @@ pub(super) fn parse_message(name: &str, text: &str) -> Result<ModelResponse, Fai
         .map(stop_reason)
     {
         Some(FinishReason::Other) | None if !tool_calls.is_empty() => FinishReason::ToolCalls,
+        Some(FinishReason::ToolCalls) if answered && tool_calls.is_empty() => FinishReason::Stop,
         Some(finish) => finish,
         None => FinishReason::Other,
     };
@@ -115,6 +130,7 @@ mod tests {
                 {"type":"text","text":"On it."},
                 {"type":"tool_use","id":"toolu_1","name":"get_order","input":{"order_id":"A"}}],
                 "stop_reason":"tool_use","usage":{"input_tokens":10,"cache_read_input_tokens":5,"output_tokens":3}}"#,
+            None,
         )
         .unwrap();
         assert_eq!(r.text.as_deref(), Some("On it."));
@@ -131,6 +147,7 @@ mod tests {
         let cut = parse_message(
             "claude",
             r#"{"content":[{"type":"text","text":"The ord"}],"stop_reason":"max_tokens"}"#,
+            None,
         )
         .unwrap();
         assert!(cut.is_truncated());
@@ -141,6 +158,7 @@ mod tests {
         let r = parse_message(
             "claude",
             r#"{"content":[{"type":"text","text":"1, 2, 3"}],"stop_reason":"stop_sequence","stop_sequence":"END"}"#,
+            None,
         )
         .unwrap();
         assert_eq!(r.finish, FinishReason::StopSequence);
@@ -149,10 +167,36 @@ mod tests {
         let natural = parse_message(
             "claude",
             r#"{"content":[{"type":"text","text":"done"}],"stop_reason":"end_turn","stop_sequence":null}"#,
+            None,
         )
         .unwrap();
         assert_eq!(natural.finish, FinishReason::Stop);
         assert_eq!(natural.stop_sequence, None);
+    }
+
+    #[test]
+    fn the_answer_tool_s_input_is_the_answer_s_text() {
+        let body = r#"{"content":[{"type":"tool_use","id":"toolu_1","name":"order",
+            "input":{"id":"A-1","qty":2}}],"stop_reason":"tool_use",
+            "usage":{"input_tokens":10,"output_tokens":3}}"#;
+        let r = parse_message("claude", body, Some("order")).unwrap();
+        assert_eq!(r.text.as_deref(), Some(r#"{"id":"A-1","qty":2}"#));
+        assert!(r.tool_calls.is_empty());
+        assert_eq!(r.finish, FinishReason::Stop);
+        // Without an answer tool it is a tool call, as always.
+        let r = parse_message("claude", body, None).unwrap();
+        assert_eq!(r.text, None);
+        assert_eq!(r.tool_calls[0].name, "order");
+        assert_eq!(r.finish, FinishReason::ToolCalls);
+        // Beside a call of the caller's tool: both, and the turn's finish
+        // is the tool call's.
+        let both = r#"{"content":[
+            {"type":"tool_use","id":"t1","name":"get_order","input":{"order_id":"A"}},
+            {"type":"tool_use","id":"t2","name":"order","input":{}}],"stop_reason":"tool_use"}"#;
+        let r = parse_message("claude", both, Some("order")).unwrap();
+        assert_eq!(r.text.as_deref(), Some("{}"));
+        assert_eq!(r.tool_calls.len(), 1);
+        assert_eq!(r.finish, FinishReason::ToolCalls);
     }
 
     #[test]
@@ -164,7 +208,7 @@ mod tests {
             r#"{"content": "x"}"#,
             r#"{"content":[{"type":"tool_use","input":{}}]}"#,
         ] {
-            let f = parse_message("claude", body).unwrap_err();
+            let f = parse_message("claude", body, None).unwrap_err();
             assert_eq!(f.category(), Category::Transient, "{body}");
         }
     }

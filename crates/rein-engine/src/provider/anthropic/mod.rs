@@ -56,7 +56,36 @@ pub const DEFAULT_MAX_TOKENS: u64 = 4096;
 /// message). Tool-call arguments that are not a JSON object — a malformed
 /// call rein refused — are sent as `{}`: the API accepts only an object,
 /// and the tool result that follows already tells the model its arguments
-/// were invalid.
+/// were invalid. A function's `strict` is not sent (see
+/// `tool_definition` for why).
+///
+/// # `response_format`
+///
+/// The Messages API has no `response_format`, and a model asked for JSON
+/// in prose may answer prose, which the client then fails to parse. So a
+/// format that asks for JSON is answered through an *answer tool*: a tool
+/// whose `input_schema` is the format's schema, which the model is made to
+/// call; its `tool_use` input comes back as the answer's text (serialised
+/// JSON, streamed as text deltas) with finish `stop`, as an OpenAI model's
+/// answer to the same request would.
+///
+/// | `response_format` | sent |
+/// | --- | --- |
+/// | none, `text` | nothing |
+/// | `json_object` | the answer tool `json_answer`, `input_schema` `{"type": "object"}` |
+/// | `json_schema` | the answer tool named after `json_schema.name` (other characters than `[a-zA-Z0-9_-]` as `_`, at most 64, never a caller's tool's name), `input_schema` its `schema`, its `description` after rein's; `strict` is not sent (see `answer_tool`) |
+/// | another type, or a malformed one | refused before sending: `invalid_arguments`, not retryable |
+///
+/// | the caller's `tool_choice` | with the answer tool |
+/// | --- | --- |
+/// | no tools of the caller's | the answer tool, forced (`{"type": "tool", "name"}`) |
+/// | none given, or `auto`, beside the caller's tools | both offered, `{"type": "any"}`: the model calls one of the caller's tools or answers through the answer tool, never in prose |
+/// | `none` | the answer tool, forced |
+/// | `required`, or a named function | no answer tool: the turn must call the caller's tool, as on OpenAI |
+///
+/// `parallel_tool_calls: false` is sent as `disable_parallel_tool_use`.
+/// Every answer is still checked against the format where the chain
+/// receives it ([`ResponseFormat`](crate::provider::ResponseFormat)).
 #[derive(Clone)]
 pub struct AnthropicProvider {
     endpoint: Endpoint,
@@ -147,9 +176,10 @@ impl ModelProvider for AnthropicProvider {
             let stream = self.stream(request, settings.limits(allowance)).await?;
             return collect_turn(&self.endpoint.name, stream).await;
         }
-        let body = self.body(request, false).to_string().into_bytes();
+        let prepared = self.prepare(request, false)?;
+        let body = prepared.body.to_string().into_bytes();
         let text = self.endpoint.post_json(body, allowance).await?;
-        parse_message(&self.endpoint.name, &text)
+        parse_message(&self.endpoint.name, &text, prepared.answer.as_deref())
     }
 
     async fn stream(
@@ -157,12 +187,9 @@ impl ModelProvider for AnthropicProvider {
         request: &ModelRequest,
         limits: StreamLimits,
     ) -> Result<TurnStream, Failure> {
-        let body = self.body(request, true).to_string().into_bytes();
-        let decoder = EventDecoder {
-            name: self.endpoint.name.clone(),
-            blocks: Vec::new(),
-            tools: 0,
-        };
+        let prepared = self.prepare(request, true)?;
+        let body = prepared.body.to_string().into_bytes();
+        let decoder = EventDecoder::new(&self.endpoint.name, prepared.answer);
         self.endpoint.open_stream(body, limits, decoder).await
     }
 }

@@ -1,13 +1,19 @@
 //! The Messages API's stream events, decoded into rein's deltas.
+//!
+//! The answer tool of a `response_format` (see `Prepared::answer`) streams
+//! as text: its `input_json_delta` pieces are the answer's text deltas, so
+//! a streamed structured answer reaches the client as content, as an
+//! OpenAI model's does, and a turn whose only tool use is the answer
+//! finishes `stop`.
 
 use rein_core::Failure;
 use serde_json::Value;
 
 use super::message::{input_tokens, parse_message, stop_reason, stop_sequence};
-use crate::provider::ModelResponse;
 use crate::provider::http::stream_error_failure;
 use crate::provider::sse::{Decoder, SseEvent, Update, unparseable};
 use crate::provider::stream::{Delta, ToolCallDelta};
+use crate::provider::{FinishReason, ModelResponse};
 
 /// What a content block is, by its index in the message.
 #[derive(Debug, Clone, Copy)]
@@ -15,16 +21,40 @@ pub(super) enum Block {
     Text,
     /// A tool call, numbered among the turn's tool calls.
     Tool(usize),
+    /// The answer tool's input: the answer's text.
+    Answer,
     /// Anything rein does not read (thinking, server tools).
     Other,
 }
 
 /// Reads Messages API stream events.
 pub(super) struct EventDecoder {
-    pub(super) name: String,
+    name: String,
+    /// The answer tool's name, when the request has one.
+    answer: Option<String>,
     /// `(index, kind)` of every block started.
-    pub(super) blocks: Vec<(u64, Block)>,
-    pub(super) tools: usize,
+    blocks: Vec<(u64, Block)>,
+    /// Tool calls started (the answer tool's not counted).
+    tools: usize,
+    /// Whether an answer block started.
+    answered: bool,
+    /// Whether the answer block being read has sent any text.
+    answer_text: bool,
+}
+
+impl EventDecoder {
+    /// A decoder for the stream of provider `name`, reading the input of
+    /// the tool named `answer` as the answer's text.
+    pub(super) fn new(name: &str, answer: Option<String>) -> EventDecoder {
+        EventDecoder {
+            name: name.to_owned(),
+            answer,
+            blocks: Vec::new(),
+            tools: 0,
+            answered: false,
+            answer_text: false,
+        }
+    }
 }
 
 impl Decoder for EventDecoder {
@@ -64,6 +94,29 @@ impl Decoder for EventDecoder {
                             text: Some(text.to_owned()),
                             tool_calls: Vec::new(),
                         }));
+                    }
+                    Some("tool_use")
+                        if self.answer.is_some()
+                            && block.get("name").and_then(Value::as_str)
+                                == self.answer.as_deref() =>
+                    {
+                        self.blocks.push((index, Block::Answer));
+                        self.answered = true;
+                        // As for a tool call: a start that already carries
+                        // the input sends it whole.
+                        let text = match block.get("input") {
+                            Some(Value::Object(map)) if !map.is_empty() => {
+                                Value::Object(map.clone()).to_string()
+                            }
+                            _ => String::new(),
+                        };
+                        self.answer_text = !text.is_empty();
+                        if self.answer_text {
+                            updates.push(Update::Delta(Delta {
+                                text: Some(text),
+                                tool_calls: Vec::new(),
+                            }));
+                        }
                     }
                     Some("tool_use") => {
                         let tool = self.tools;
@@ -109,6 +162,16 @@ impl Decoder for EventDecoder {
                         text: piece("text"),
                         tool_calls: Vec::new(),
                     })),
+                    (Block::Answer, Some("input_json_delta")) => {
+                        let text = piece("partial_json").unwrap_or_default();
+                        if !text.is_empty() {
+                            self.answer_text = true;
+                            updates.push(Update::Delta(Delta {
+                                text: Some(text),
+                                tool_calls: Vec::new(),
+                            }));
+                        }
+                    }
                     (Block::Tool(tool), Some("input_json_delta")) => {
                         updates.push(Update::Delta(Delta {
                             text: None,
@@ -127,7 +190,13 @@ impl Decoder for EventDecoder {
             "message_delta" => {
                 let delta = data.get("delta").unwrap_or(&Value::Null);
                 if let Some(reason) = delta.get("stop_reason").and_then(Value::as_str) {
-                    updates.push(Update::Finish(stop_reason(reason)));
+                    let finish = match stop_reason(reason) {
+                        FinishReason::ToolCalls if self.answered && self.tools == 0 => {
+                            FinishReason::Stop
+                        }
+                        finish => finish,
+                    };
+                    updates.push(Update::Finish(finish));
                 }
                 if let Some(sequence) = stop_sequence(delta) {
                     updates.push(Update::StopSequence(sequence));
@@ -139,6 +208,19 @@ impl Decoder for EventDecoder {
                     });
                 }
             }
+            // An answer whose input was empty (`{}`, sent as no piece) is
+            // still an answer.
+            "content_block_stop" => {
+                let block = index.and_then(|i| self.blocks.iter().rev().find(|(b, _)| *b == i));
+                if let Some((_, Block::Answer)) = block
+                    && !std::mem::replace(&mut self.answer_text, true)
+                {
+                    updates.push(Update::Delta(Delta {
+                        text: Some("{}".to_owned()),
+                        tool_calls: Vec::new(),
+                    }));
+                }
+            }
             "message_stop" => updates.push(Update::End),
             "error" => {
                 return Err(stream_error_failure(
@@ -146,14 +228,14 @@ impl Decoder for EventDecoder {
                     data.get("error").unwrap_or(&Value::Null),
                 ));
             }
-            // `ping`, `content_block_stop`, and types added later.
+            // `ping`, and types added later.
             _ => {}
         }
         Ok(())
     }
 
     fn whole(&self, body: &str) -> Result<ModelResponse, Failure> {
-        parse_message(&self.name, body)
+        parse_message(&self.name, body, self.answer.as_deref())
     }
 }
 
@@ -164,11 +246,11 @@ mod tests {
     use super::*;
 
     fn decode(events: &[(&str, &str)]) -> Result<Vec<Update>, Failure> {
-        let mut decoder = EventDecoder {
-            name: "claude".into(),
-            blocks: Vec::new(),
-            tools: 0,
-        };
+        decode_with(None, events)
+    }
+
+    fn decode_with(answer: Option<&str>, events: &[(&str, &str)]) -> Result<Vec<Update>, Failure> {
+        let mut decoder = EventDecoder::new("claude", answer.map(str::to_owned));
         let mut updates = Vec::new();
         for (event, data) in events {
             decoder.decode(
@@ -214,5 +296,70 @@ mod tests {
         ])
         .unwrap();
         assert!(ok.is_empty(), "{ok:?}");
+    }
+
+    fn text_of(updates: &[Update]) -> (String, Vec<FinishReason>, usize) {
+        let mut text = String::new();
+        let mut finishes = Vec::new();
+        let mut calls = 0;
+        for update in updates {
+            match update {
+                Update::Delta(d) => {
+                    text.push_str(d.text.as_deref().unwrap_or(""));
+                    calls += d.tool_calls.len();
+                }
+                Update::Finish(f) => finishes.push(*f),
+                _ => {}
+            }
+        }
+        (text, finishes, calls)
+    }
+
+    #[test]
+    fn the_answer_tool_streams_as_text_and_finishes_stop() {
+        let events = [
+            (
+                "content_block_start",
+                r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"order","input":{}}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"id\": \"A"}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"-1\"}"}}"#,
+            ),
+            (
+                "content_block_stop",
+                r#"{"type":"content_block_stop","index":0}"#,
+            ),
+            (
+                "message_delta",
+                r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":7}}"#,
+            ),
+        ];
+        let (text, finishes, calls) = text_of(&decode_with(Some("order"), &events).unwrap());
+        assert_eq!(text, r#"{"id": "A-1"}"#);
+        assert_eq!(finishes, [FinishReason::Stop]);
+        assert_eq!(calls, 0);
+        // Without an answer tool the same events are a tool call.
+        let (text, finishes, calls) = text_of(&decode(&events).unwrap());
+        assert_eq!(text, "");
+        assert_eq!(finishes, [FinishReason::ToolCalls]);
+        assert!(calls > 0);
+        // An empty input is the empty object.
+        let empty = [
+            (
+                "content_block_start",
+                r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"order","input":{}}}"#,
+            ),
+            (
+                "content_block_stop",
+                r#"{"type":"content_block_stop","index":0}"#,
+            ),
+        ];
+        let (text, _, _) = text_of(&decode_with(Some("order"), &empty).unwrap());
+        assert_eq!(text, "{}");
     }
 }

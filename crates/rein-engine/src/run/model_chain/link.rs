@@ -224,6 +224,7 @@ impl Engine {
         let mut attempt = 0u32;
         // Same-model retries made before falling back (issue 35, item 3).
         let mut same_model = 0u32;
+        let format = super::answer_format::expected(request);
         self.deposit_request(&provider_target(&call.provider), &call.policy);
         loop {
             attempt += 1;
@@ -231,7 +232,13 @@ impl Engine {
             let (failure, at) = match self.try_link(&call, budget, gate.as_ref(), attempt).await? {
                 Tried::Answered(reply, reserved) => {
                     self.record_retry(&target, attempt, true);
-                    return Ok((reply, reserved));
+                    let link = (call.provider.as_str(), call.link.model);
+                    return match super::answer_format::check(format.as_ref(), link, reply) {
+                        Ok(reply) => Ok((reply, reserved)),
+                        Err(misformatted) => {
+                            Err(self.misformatted(&call, budget, reserved, *misformatted))
+                        }
+                    };
                 }
                 Tried::Failed { failure, at } => {
                     self.record_retry(&target, attempt, false);
@@ -270,6 +277,46 @@ impl Engine {
                 )));
             }
             self.retry_link(&call, attempt, failure, at).await?;
+        }
+    }
+
+    /// The end of a link whose answer is not in the format the caller
+    /// asked for ([`answer_format`](super::answer_format)): what it
+    /// consumed is settled, and the turn moves on to the next link when
+    /// one is ready, else ends with the failure.
+    fn misformatted(
+        &self,
+        call: &LinkCall<'_>,
+        budget: &mut Budget,
+        reserved: Reservation,
+        super::answer_format::Misformatted { failure, usage }: super::answer_format::Misformatted,
+    ) -> LinkEnd {
+        tracing::warn!(
+            provider = %call.provider,
+            model = call.link.model,
+            reason = failure.human_message(),
+            "a model's answer is not in the response_format asked for; not passed on"
+        );
+        let cost = call
+            .link
+            .price
+            .map(|p| p.cost(usage.input, usage.output))
+            .unwrap_or_default();
+        let used = Usage {
+            steps: 0,
+            tokens: usage.total(),
+            cost,
+        };
+        if let Err(exhausted) = budget.settle(reserved.grant, used, self.clock.now()) {
+            return LinkEnd::Stop(End::Budget(exhausted));
+        }
+        if call.ready {
+            LinkEnd::MoveOn(failure)
+        } else {
+            LinkEnd::Stop(End::ModelFailed(
+                failure.category(),
+                failure.human_message().to_owned(),
+            ))
         }
     }
 

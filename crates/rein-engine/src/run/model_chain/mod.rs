@@ -30,7 +30,11 @@
 //!   surfaced, naming every link tried.
 //! - Streaming: a link is committed to once its first event arrived; before
 //!   that it may be retried or left like any failed call.
+//! - An answer that is not in the `response_format` the caller asked for
+//!   (prose where JSON of a schema was asked) is that link's failure, never
+//!   the turn's answer ([`answer_format`]).
 
+mod answer_format;
 mod ask;
 pub(crate) mod ceiling;
 mod chain;
