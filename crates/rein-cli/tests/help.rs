@@ -1,0 +1,58 @@
+//! The `--help` of every command and subcommand, pinned as snapshots
+//! (`tests/snapshots/help__*.snap`): a change to what a user reads is a
+//! change a reviewer sees in the diff, not a side effect.
+//!
+//! The commands are found by walking `rein --help`'s own lists, so a new
+//! command is pinned as soon as it exists (its first run writes the
+//! snapshot with `INSTA_UPDATE=always`; under CI a missing or changed one
+//! fails).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+
+/// `rein <path> --help`, which must succeed.
+fn help(path: &[String]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_rein"))
+        .args(path)
+        .arg("--help")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "rein {path:?} --help: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The subcommands a help text lists under `Commands:` (`help` aside).
+fn subcommands(text: &str) -> Vec<String> {
+    text.lines()
+        .skip_while(|l| l.trim() != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn every_commands_help_is_pinned() {
+    let mut pending = vec![Vec::<String>::new()];
+    let mut seen = 0;
+    while let Some(path) = pending.pop() {
+        let text = help(&path);
+        let name = if path.is_empty() {
+            "rein".to_owned()
+        } else {
+            path.join("_")
+        };
+        insta::assert_snapshot!(name, text);
+        seen += 1;
+        for sub in subcommands(&text) {
+            let mut next = path.clone();
+            next.push(sub);
+            pending.push(next);
+        }
+    }
+    assert!(seen > 25, "only {seen} help texts found");
+}
