@@ -292,3 +292,167 @@ async fn the_gateway_says_which_model_answered_and_replays_idempotent_requests()
         .unwrap();
     assert_eq!(streamed_with_key.status(), 400);
 }
+
+/// Every member of OpenAI's chat request is passed, mapped, accepted as
+/// the value rein answers with, ignored by design and said so, or refused
+/// naming it — never dropped silently (the table in `ChatRequest`'s docs
+/// and the README): what an OpenAI link receives, what an Anthropic link
+/// receives and what `Rein-Ignored` says are checked on the mock's own
+/// record of each request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_chat_member_is_passed_mapped_or_refused_never_dropped_silently() {
+    let model = mock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rein.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[providers.mock]
+kind = "openai"
+base_url = "{url}"
+max_output_tokens = {{ "mock-model" = 4096 }}
+[providers.claude]
+kind = "anthropic"
+base_url = "{url}"
+max_output_tokens = {{ "mock-claude" = 4096 }}
+[models.chat]
+provider = "mock"
+model = "mock-model"
+[models.claude]
+provider = "claude"
+model = "mock-claude"
+"#,
+            url = model.openai_base_url()
+        ),
+    )
+    .unwrap();
+    let server = Server::start_with_env(&config, &dir.path().join("rein.db"), &[]);
+    let client = reqwest::Client::new();
+    let every = json!({
+        "model": "chat",
+        "messages": [{"role": "user", "content": "Hi."}],
+        "tools": [{"type": "function", "function": {"name": "get_order", "parameters": {"type": "object"}, "strict": true}}],
+        "tool_choice": "auto", "parallel_tool_calls": false,
+        "max_completion_tokens": 64, "stream": false,
+        "temperature": 0.5, "top_p": 0.9, "stop": ["END"], "seed": 7, "user": "u-1",
+        "frequency_penalty": 0.1, "presence_penalty": -0.2, "logit_bias": {"50256": -100},
+        "reasoning_effort": "low", "service_tier": "auto",
+        "n": 1, "logprobs": false, "modalities": ["text"],
+        "store": true, "metadata": {"team": "orders"},
+        "functions": null,
+    });
+    let send = |body: Value| {
+        client
+            .post(server.url("/v1/chat/completions"))
+            .json(&body)
+            .send()
+    };
+
+    // An OpenAI link: every sampling and tool member reaches it unchanged.
+    let answer = send(every.clone()).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.headers()["rein-ignored"], "store, metadata");
+    let sent = model.last_request().unwrap().body;
+    for member in [
+        "tool_choice",
+        "parallel_tool_calls",
+        "temperature",
+        "top_p",
+        "stop",
+        "seed",
+        "user",
+        "frequency_penalty",
+        "presence_penalty",
+        "logit_bias",
+        "reasoning_effort",
+        "service_tier",
+    ] {
+        assert_eq!(sent[member], every[member], "{member}: {sent}");
+    }
+    assert_eq!(sent["tools"][0]["function"]["strict"], true, "{sent}");
+    for member in [
+        "store",
+        "metadata",
+        "n",
+        "logprobs",
+        "modalities",
+        "functions",
+    ] {
+        assert!(
+            sent.get(member).is_none(),
+            "{member} reached the provider: {sent}"
+        );
+    }
+
+    // An Anthropic link: mapped where its API has the member, and what it
+    // has not is named in Rein-Ignored.
+    let mut to_claude = every.clone();
+    to_claude["model"] = json!("claude");
+    let answer = send(to_claude).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let mut ignored: Vec<&str> = answer.headers()["rein-ignored"]
+        .to_str()
+        .unwrap()
+        .split(", ")
+        .collect();
+    ignored.sort_unstable();
+    assert_eq!(
+        ignored,
+        [
+            "frequency_penalty",
+            "logit_bias",
+            "metadata",
+            "presence_penalty",
+            "reasoning_effort",
+            "seed",
+            "service_tier",
+            "store",
+        ]
+    );
+    let sent = model.last_request().unwrap().body;
+    assert_eq!(sent["temperature"], 0.5, "{sent}");
+    assert_eq!(sent["top_p"], 0.9, "{sent}");
+    assert_eq!(sent["stop_sequences"], json!(["END"]), "{sent}");
+    assert_eq!(sent["metadata"]["user_id"], "u-1", "{sent}");
+    assert_eq!(
+        sent["tool_choice"]["disable_parallel_tool_use"], true,
+        "{sent}"
+    );
+
+    // Refused, naming the member, before any call.
+    let calls = model.request_count();
+    for (member, value, says) in [
+        ("n", json!(2), "`n` must be 1"),
+        ("logprobs", json!(true), "`logprobs` must be false"),
+        ("modalities", json!(["text", "audio"]), "answers text"),
+        ("top_logprobs", json!(3), "log probabilities"),
+        ("audio", json!({"voice": "alloy"}), "audio output"),
+        ("functions", json!([{"name": "f"}]), "send them as `tools`"),
+        ("web_search_options", json!({}), "web search"),
+        ("frequency_penalty", json!(3), "between -2 and 2"),
+        (
+            "temperatur",
+            json!(1),
+            "Unrecognized request argument supplied: temperatur",
+        ),
+    ] {
+        let mut body = every.clone();
+        body[member] = value;
+        let refused = send(body).await.unwrap();
+        assert_eq!(refused.status(), 400, "{member}");
+        let problem: Value = refused.json().await.unwrap();
+        let message = problem["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{member}: {problem}");
+        assert_eq!(
+            problem["error"]["param"],
+            format!("/{member}"),
+            "{member}: {problem}"
+        );
+    }
+    assert_eq!(
+        model.request_count(),
+        calls,
+        "no refused request reached a model"
+    );
+}

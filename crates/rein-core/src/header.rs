@@ -15,6 +15,7 @@
 //! | [`IDEMPOTENCY_REPLAYED_HEADER`] `Idempotency-Replayed` | from `rein serve` (and accepted from a tool) | `true`: a submission's stored answer replayed |
 //! | [`MODEL_HEADER`] `Rein-Model` | from the gateway | the `provider/model` that answered |
 //! | [`FALLBACK_HEADER`] `Rein-Fallback` | from the gateway | `true` when a fallback link answered |
+//! | [`IGNORED_HEADER`] `Rein-Ignored` | from the gateway | the request members the answer did not honour |
 //! | [`TRACEPARENT_HEADER`] `traceparent` | to a tool or provider; to `rein serve` (runs and gateway) | the W3C trace context: the span the request belongs to |
 //!
 //! HTTP compares header names without case; these are the spellings rein
@@ -59,6 +60,14 @@ pub const FALLBACK_HEADER: &str = "Rein-Fallback";
 /// one) or `<sent>; reason=budget` (what the budget left). Absent when the
 /// client's ask was sent as it was.
 pub const MAX_TOKENS_HEADER: &str = "Rein-Max-Tokens";
+
+/// The gateway's response header naming, comma-separated, the request
+/// members the answer did not honour: accepted by design and sent nowhere
+/// (`store`, `metadata`), or left out by the link that answered because
+/// its API has no equivalent (`seed`, `frequency_penalty` on an Anthropic
+/// model). Absent when every member was honoured: a member is never
+/// dropped without the answer saying so.
+pub const IGNORED_HEADER: &str = "Rein-Ignored";
 
 /// The W3C Trace Context header (`00-TRACEID-SPANID-FLAGS`): sent to a
 /// tool or provider with the span of the attempt, read from a client of

@@ -106,6 +106,16 @@ pub trait ModelProvider: Send + Sync {
         Ok(ready_turn(response))
     }
 
+    /// The members of `options` (OpenAI's names, from a gateway caller)
+    /// this provider's API has no equivalent for and leaves out of the
+    /// request; the gateway names them in its answer (`Rein-Ignored`), so
+    /// a client learns what did not reach the model. The default, for
+    /// providers that pass every option on, is none.
+    fn ignored_options(&self, options: &serde_json::Map<String, serde_json::Value>) -> Vec<String> {
+        let _ = options;
+        Vec::new()
+    }
+
     /// The first-byte and idle limits this provider streams under, when it
     /// is configured to stream (`[providers.NAME.stream]`); `None` for the
     /// caller's defaults. A fallback link streams under its own limits, not

@@ -658,6 +658,7 @@ pub(super) fn read(body: &[u8], ceiling: Ceiling) -> Result<Call<Anthropic>, Pro
         stream: request.stream.unwrap_or(false),
         // The caller's, read from the headers.
         trace_parent: None,
+        ignored: Vec::new(),
         wire: Anthropic,
     })
 }

@@ -78,7 +78,7 @@ pub use anthropic::messages;
 pub use openai::chat_completions;
 pub use responses::responses;
 // The gateway's response headers, defined with every other rein header.
-pub use rein_core::header::{FALLBACK_HEADER, MAX_TOKENS_HEADER, MODEL_HEADER};
+pub use rein_core::header::{FALLBACK_HEADER, IGNORED_HEADER, MAX_TOKENS_HEADER, MODEL_HEADER};
 
 use crate::idempotency;
 use crate::problem::Problem;
@@ -105,6 +105,9 @@ struct Call<W> {
     stream: bool,
     /// The caller's `traceparent`: the parent of the call's span.
     trace_parent: Option<rein_engine::telemetry::TraceParent>,
+    /// Members of the request accepted by design and sent to no model
+    /// (`store`, `metadata`): named in [`IGNORED_HEADER`].
+    ignored: Vec<&'static str>,
     /// What only this wire format needs to render the answer.
     wire: W,
 }
@@ -311,8 +314,13 @@ fn retry_after(e: &ModelError) -> Option<u32> {
     })
 }
 
-/// The headers that say who answered, and a lowered ceiling.
-fn answer_headers<W>(call: &Call<W>, answer: &ModelAnswer) -> Vec<(&'static str, String)> {
+/// The headers that say who answered, a lowered ceiling, and what the
+/// answer did not honour.
+fn answer_headers<W>(
+    state: &AppState,
+    call: &Call<W>,
+    answer: &ModelAnswer,
+) -> Vec<(&'static str, String)> {
     let mut headers = vec![
         (
             MODEL_HEADER,
@@ -323,7 +331,33 @@ fn answer_headers<W>(call: &Call<W>, answer: &ModelAnswer) -> Vec<(&'static str,
     if let Some(lowered) = lowered(call, answer) {
         headers.push((MAX_TOKENS_HEADER, lowered));
     }
+    let ignored = ignored(state, call, answer);
+    if !ignored.is_empty() {
+        headers.push((IGNORED_HEADER, ignored.join(", ")));
+    }
     headers
+}
+
+/// The request's members the answer did not honour: those the wire
+/// accepts by design and sends nowhere, then those the answering link's
+/// API has no equivalent for.
+fn ignored<W>(state: &AppState, call: &Call<W>, answer: &ModelAnswer) -> Vec<String> {
+    let by_link = state
+        .models
+        .get(&call.binding)
+        .and_then(|binding| {
+            std::iter::once(&binding.primary)
+                .chain(&binding.fallbacks)
+                .chain(&binding.context_fallbacks)
+                .find(|link| link.provider.name() == answer.provider)
+        })
+        .map(|link| link.provider.ignored_options(&call.request.options))
+        .unwrap_or_default();
+    call.ignored
+        .iter()
+        .map(|m| (*m).to_owned())
+        .chain(by_link)
+        .collect()
 }
 
 /// A non-streaming answer, whole (so it can be stored and replayed).
@@ -333,7 +367,7 @@ async fn complete<W: Wire>(
     deadline: Option<Duration>,
 ) -> Result<Answer, Problem> {
     let answer = ask(&state, &call, deadline, false).await?;
-    let headers = answer_headers(&call, &answer);
+    let headers = answer_headers(&state, &call, &answer);
     let ModelReply::Complete(response) = &answer.reply else {
         return Err(Problem::internal(
             "a stream where a whole answer was asked for",
@@ -359,7 +393,7 @@ async fn stream<W: Wire>(
         Ok(a) => a,
         Err(problem) => return problem.into_response(),
     };
-    let answer_headers = answer_headers(&call, &answer);
+    let answer_headers = answer_headers(&state, &call, &answer);
     let ModelReply::Stream(turn) = answer.reply else {
         return Problem::internal("a whole answer where a stream was asked for").into_response();
     };

@@ -11,6 +11,7 @@
 //! model's cap is refused with the 400 OpenAI sends: `param` the member,
 //! `code: "invalid_value"`, the cap in the message.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -230,10 +231,19 @@ fn invalid_at(message: String, pointer: Option<String>) -> Problem {
     ERRORS.invalid_at(message, pointer)
 }
 
-/// OpenAI's chat completion request, as far as the gateway reads it. The
-/// parser and the OpenAPI document are this one type, so what the
-/// document calls valid is exactly what is accepted; other members
-/// (`temperature`, `user`, …) are allowed and ignored.
+/// OpenAI's chat completion request. The parser and the OpenAPI document
+/// are this one type, so what the document calls valid is exactly what is
+/// accepted; every other member is refused (see [`REFUSED`]), as OpenAI
+/// refuses an unrecognized one, never dropped silently.
+///
+/// | member | how |
+/// | --- | --- |
+/// | `model`, `messages`, `tools` (`strict` kept), `tool_choice`, `parallel_tool_calls`, `stream`, `stream_options` | read |
+/// | `max_tokens`, `max_completion_tokens` | the output ceiling, checked against the primary's cap |
+/// | `temperature`, `top_p`, `stop`, `seed`, `user`, `frequency_penalty`, `presence_penalty`, `logit_bias`, `reasoning_effort`, `service_tier`, `response_format` | passed to an OpenAI-compatible link; an Anthropic link maps `temperature`, `top_p`, `stop`, `user`, the tool members and `response_format`, and leaves out the rest, which the answer names in `Rein-Ignored` |
+/// | `n` (1), `logprobs` (false), `modalities` (`["text"]`) | accepted at the value rein answers with; any other is refused |
+/// | `store`, `metadata` | accepted by design and sent nowhere (rein stores nothing), named in `Rein-Ignored` |
+/// | [`REFUSED`] members, and any unrecognized one | refused with a 400 naming it |
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct ChatRequest {
     /// A `[models.*]` binding.
@@ -284,6 +294,132 @@ pub struct ChatRequest {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub response_format: Option<serde_json::Map<String, Value>>,
+    /// Whether the model may call several tools in one turn.
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
+    /// The end user, for the provider's abuse monitoring.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// Penalises tokens by how often they appeared.
+    #[serde(default)]
+    #[schema(minimum = -2, maximum = 2)]
+    pub frequency_penalty: Option<f64>,
+    /// Penalises tokens that appeared at all.
+    #[serde(default)]
+    #[schema(minimum = -2, maximum = 2)]
+    pub presence_penalty: Option<f64>,
+    /// Token ids and the bias added to their logits.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub logit_bias: Option<serde_json::Map<String, Value>>,
+    /// A reasoning model's effort (`minimal`, `low`, `medium`, `high`).
+    #[serde(default)]
+    pub reasoning_effort: Option<String>,
+    /// The provider's processing tier (`auto`, `default`, `flex`, …).
+    #[serde(default)]
+    pub service_tier: Option<String>,
+    /// How many choices: rein answers one.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 1)]
+    pub n: Option<u32>,
+    /// Log probabilities: rein carries none, so only `false`.
+    #[serde(default)]
+    pub logprobs: Option<bool>,
+    /// Output modalities: rein answers text, so only `["text"]`.
+    #[serde(default)]
+    pub modalities: Option<Vec<String>>,
+    /// OpenAI's stored completions: rein stores nothing (ignored, said in
+    /// `Rein-Ignored`).
+    #[serde(default)]
+    pub store: Option<bool>,
+    /// Tags for OpenAI's stored completions (ignored, said in
+    /// `Rein-Ignored`).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<serde_json::Map<String, Value>>,
+}
+
+/// Members of OpenAI's chat request rein refuses by name, each with why:
+/// what they ask for is something rein's answer does not carry.
+const REFUSED: [(&str, &str); 6] = [
+    (
+        "top_logprobs",
+        "log probabilities are not carried through rein's gateway",
+    ),
+    (
+        "audio",
+        "audio output is not carried: rein's gateway answers text",
+    ),
+    (
+        "prediction",
+        "predicted outputs are not carried through rein's gateway",
+    ),
+    (
+        "functions",
+        "the deprecated `functions` are not read: send them as `tools`",
+    ),
+    (
+        "function_call",
+        "the deprecated `function_call` is not read: send `tool_choice`",
+    ),
+    (
+        "web_search_options",
+        "web search runs on OpenAI's side, and a binding's links may be any provider",
+    ),
+];
+
+/// The members [`ChatRequest`] reads, for [`unrecognized`].
+const READ: [&str; 25] = [
+    "model",
+    "messages",
+    "tools",
+    "max_tokens",
+    "max_completion_tokens",
+    "stream",
+    "stream_options",
+    "temperature",
+    "top_p",
+    "stop",
+    "seed",
+    "tool_choice",
+    "response_format",
+    "parallel_tool_calls",
+    "user",
+    "frequency_penalty",
+    "presence_penalty",
+    "logit_bias",
+    "reasoning_effort",
+    "service_tier",
+    "n",
+    "logprobs",
+    "modalities",
+    "store",
+    "metadata",
+];
+
+/// The first member of `body` that [`ChatRequest`] does not read, with the
+/// problem that refuses it; a second, cheap pass over the top-level keys
+/// (the values are skipped, not built). A member sent as `null` is not
+/// given, as OpenAI reads it.
+fn unrecognized(body: &[u8]) -> Option<Problem> {
+    let members: BTreeMap<String, Option<serde::de::IgnoredAny>> =
+        serde_json::from_slice(body).ok()?;
+    let member = members
+        .iter()
+        .filter(|(_, value)| value.is_some())
+        .map(|(member, _)| member)
+        .find(|m| !READ.contains(&m.as_str()))?;
+    let message = match REFUSED.iter().find(|(name, _)| name == member) {
+        Some((_, why)) => format!("`{member}` is not supported: {why}"),
+        None => format!(
+            "Unrecognized request argument supplied: {member} (rein reads the members its \
+             OpenAPI document lists for this route)"
+        ),
+    };
+    Some(invalid_at(
+        message,
+        Some(crate::pointer::of_keys(&[member])),
+    ))
 }
 
 /// `stop`: one sequence or several.
@@ -512,6 +648,33 @@ impl From<ChatMessage> for Message {
     }
 }
 
+/// Refuses the values of `n`, `logprobs` and `modalities` that ask for
+/// more than one text answer: rein answers exactly one, in text.
+fn refuse_unanswerable(chat: &ChatRequest) -> Result<(), Problem> {
+    if let Some(n) = chat.n.filter(|n| *n != 1) {
+        return Err(invalid_at(
+            format!("`n` must be 1: rein's gateway answers one choice, and {n} were asked"),
+            Some("/n".into()),
+        ));
+    }
+    if chat.logprobs == Some(true) {
+        return Err(invalid_at(
+            "`logprobs` must be false: log probabilities are not carried through rein's gateway"
+                .into(),
+            Some("/logprobs".into()),
+        ));
+    }
+    if let Some(modalities) = &chat.modalities
+        && modalities.iter().any(|m| m != "text")
+    {
+        return Err(invalid_at(
+            "`modalities` must be [\"text\"]: rein's gateway answers text".into(),
+            Some("/modalities".into()),
+        ));
+    }
+    Ok(())
+}
+
 /// Reads OpenAI's request shape into rein's, naming the offending field.
 fn parse(body: &[u8]) -> Result<Call<OpenAi>, Problem> {
     let mut de = serde_json::Deserializer::from_slice(body);
@@ -526,12 +689,16 @@ fn parse(body: &[u8]) -> Result<Call<OpenAi>, Problem> {
         };
         invalid_at(message, pointer)
     })?;
+    if let Some(problem) = unrecognized(body) {
+        return Err(problem);
+    }
     if chat.model.is_empty() {
         return Err(invalid_at(
             "`model` must name a [models.*] binding; it is empty".into(),
             Some("/model".into()),
         ));
     }
+    refuse_unanswerable(&chat)?;
     if chat.messages.is_empty() {
         return Err(invalid_at(
             "`messages` must not be empty".into(),
@@ -551,15 +718,17 @@ fn parse(body: &[u8]) -> Result<Call<OpenAi>, Problem> {
             Some("/max_tokens".into()),
         ));
     }
-    for (field, value, max) in [
-        ("temperature", chat.temperature, 2.0),
-        ("top_p", chat.top_p, 1.0),
+    for (field, value, min, max) in [
+        ("temperature", chat.temperature, 0.0, 2.0),
+        ("top_p", chat.top_p, 0.0, 1.0),
+        ("frequency_penalty", chat.frequency_penalty, -2.0, 2.0),
+        ("presence_penalty", chat.presence_penalty, -2.0, 2.0),
     ] {
         if let Some(v) = value
-            && !(0.0..=max).contains(&v)
+            && !(min..=max).contains(&v)
         {
             return Err(invalid_at(
-                format!("`{field}` must be between 0 and {max}"),
+                format!("`{field}` must be between {min} and {max}"),
                 Some(crate::pointer::of_keys(&[field])),
             ));
         }
@@ -589,6 +758,29 @@ fn parse(body: &[u8]) -> Result<Call<OpenAi>, Problem> {
         "response_format",
         chat.response_format.clone().map(Value::Object),
     );
+    put(
+        "parallel_tool_calls",
+        chat.parallel_tool_calls.map(Value::Bool),
+    );
+    put("user", chat.user.clone().map(Value::String));
+    put(
+        "frequency_penalty",
+        chat.frequency_penalty.map(|v| json!(v)),
+    );
+    put("presence_penalty", chat.presence_penalty.map(|v| json!(v)));
+    put("logit_bias", chat.logit_bias.clone().map(Value::Object));
+    put(
+        "reasoning_effort",
+        chat.reasoning_effort.clone().map(Value::String),
+    );
+    put("service_tier", chat.service_tier.clone().map(Value::String));
+    let ignored = [
+        ("store", chat.store.is_some()),
+        ("metadata", chat.metadata.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(member, given)| given.then_some(member))
+    .collect();
     // A format the links could only guess at is the client's mistake, as
     // it is OpenAI's: refused before any call.
     if let Err(e) = ResponseFormat::of(&options) {
@@ -619,6 +811,7 @@ fn parse(body: &[u8]) -> Result<Call<OpenAi>, Problem> {
         stream: chat.stream.unwrap_or(false),
         // The caller's, read from the headers.
         trace_parent: None,
+        ignored,
         wire: OpenAi {
             include_usage: chat
                 .stream_options

@@ -747,6 +747,7 @@ fn parse(body: &[u8]) -> Result<Call<Responses>, Problem> {
         stream: request.stream.unwrap_or(false),
         // The caller's, read from the headers.
         trace_parent: None,
+        ignored: Vec::new(),
         wire: Responses { echo },
     })
 }

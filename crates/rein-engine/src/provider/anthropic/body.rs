@@ -275,11 +275,39 @@ impl<'a> ToolChoice<'a> {
     }
 }
 
+/// The OpenAI-named options this API carries: sampling, stop sequences,
+/// the caller's user id, and the tools' (see
+/// [`AnthropicProvider::prepare`]). Every other one is left out and
+/// reported by [`ignored_options`].
+const CARRIED: [&str; 7] = [
+    "temperature",
+    "top_p",
+    "stop",
+    "user",
+    "tool_choice",
+    "parallel_tool_calls",
+    "response_format",
+];
+
+/// The members of `options` an Anthropic request leaves out: those not in
+/// [`CARRIED`] (`seed`, the penalties, `logit_bias`, `reasoning_effort`,
+/// `service_tier`, …), in the order given.
+pub(super) fn ignored_options(options: &serde_json::Map<String, Value>) -> Vec<String> {
+    options
+        .keys()
+        .filter(|key| !CARRIED.contains(&key.as_str()))
+        .cloned()
+        .collect()
+}
+
 /// Maps the OpenAI-named sampling options this API has: `temperature`,
-/// `top_p` and `stop` (as `stop_sequences`). `seed` has no equivalent and
-/// is left out; `tool_choice`, `parallel_tool_calls` and `response_format`
-/// are the tools' (see [`AnthropicProvider::prepare`]).
+/// `top_p`, `stop` (as `stop_sequences`) and `user` (as
+/// `metadata.user_id`); `tool_choice`, `parallel_tool_calls` and
+/// `response_format` are the tools' (see [`AnthropicProvider::prepare`]).
 fn apply_options(body: &mut Value, options: &serde_json::Map<String, Value>) {
+    if let Some(user) = options.get("user").and_then(Value::as_str) {
+        body["metadata"] = json!({"user_id": user});
+    }
     for key in ["temperature", "top_p"] {
         if let Some(v) = options.get(key).filter(|v| v.is_number()) {
             body[key] = v.clone();
