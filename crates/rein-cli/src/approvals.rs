@@ -60,6 +60,12 @@ pub struct ApprovalsArgs {
 #[derive(Debug, Subcommand)]
 enum ApprovalsCommand {
     /// List the calls waiting for a decision, oldest first.
+    #[command(after_help = "\
+Examples:
+  rein approvals list                             # calls waiting, in rein-data/rein.db
+  rein approvals list --run RUN_ID --all          # one run's, decided ones too
+  rein approvals list --tenant acme --limit 10 --json
+  REIN_API_KEY=… rein approvals list --server https://rein.example.com")]
     List {
         /// Only this run's.
         #[arg(long, value_name = "RUN_ID")]

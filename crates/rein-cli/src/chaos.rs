@@ -18,6 +18,12 @@ use crate::run::runtime;
 
 /// Arguments of `rein chaos`.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  rein chaos --list                          # the catalog
+  rein chaos --scenario C018 --keep          # one scenario, its directory kept for a post mortem
+  rein chaos --sample 5 --seed 42            # five at random; the same five again with this seed
+  rein chaos --all --include-long --store postgres://root@127.0.0.1:5432/postgres --json")]
 pub struct ChaosArgs {
     /// Scenarios to run, by id (`7` or `C007`); repeatable.
     #[arg(long = "scenario", short, value_name = "ID", conflicts_with = "all")]

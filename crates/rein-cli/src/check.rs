@@ -21,6 +21,12 @@ use crate::log::{Level, note};
 
 /// Arguments of `rein check`.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  export ORDER_DESK_URL=http://127.0.0.1:8080 MOCK_MODEL_URL=http://127.0.0.1:8081   # what the example reads
+  rein check examples/order-desk
+  rein check examples/order-desk/rein.toml --explain   # and every limit each agent's runs get
+  rein check examples/order-desk --serve --listen 0.0.0.0:8787 --json   # refused there: no API keys")]
 pub struct CheckArgs {
     /// A config file, or a directory whose `*.toml` files form one config.
     config: PathBuf,

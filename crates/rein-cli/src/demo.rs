@@ -19,6 +19,11 @@ const SCRIPT: &str = include_str!("../../../examples/order-desk/demo.script.json
 
 /// Arguments of `rein demo`.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  rein demo                                  # timeline, report and the desk's log; nothing kept
+  rein demo --data /tmp/demo.db              # keep the run: rein runs list --data /tmp/demo.db
+  rein demo --json > demo.json               # one JSON document: the run id, report, events and ledger")]
 pub struct DemoArgs {
     /// Keep the run in this SQLite file instead of a temporary one.
     #[arg(long)]

@@ -58,7 +58,15 @@ enum HandoffCommand {
 
 /// Arguments of `rein handoff resolve`.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("decision").required(true).args(["undone", "accepted", "compensate", "retry"])))]
+#[command(
+    group(clap::ArgGroup::new("decision").required(true).args(["undone", "accepted", "compensate", "retry"])),
+    after_help = "\
+Examples:
+  rein handoff RUN_ID                             # the records awaiting a decision, with their intent ids
+  rein handoff resolve RUN_ID INTENT_ID --undone --reason \"refunded by hand\" --by alice
+  rein handoff resolve RUN_ID INTENT_ID --compensate --config examples/order-desk
+  REIN_API_KEY=… rein handoff resolve RUN_ID INTENT_ID --accepted --server https://rein.example.com"
+)]
 struct ResolveArgs {
     /// The run.
     run: String,

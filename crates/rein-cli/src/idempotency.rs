@@ -14,6 +14,11 @@ use crate::run::runtime;
 
 /// Arguments of `rein idempotency`.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  rein idempotency list --in-progress                     # reservations a crash may have left, in rein-data/rein.db
+  rein idempotency list --tenant acme --json --data postgres://rein@db.internal/rein
+  rein idempotency clear --tenant acme order-A-1001-move  # after checking the run and the tools' state")]
 pub struct IdempotencyArgs {
     #[command(subcommand)]
     command: IdempotencyCommand,
@@ -28,6 +33,11 @@ enum IdempotencyCommand {
     /// List idempotency records, oldest first, with the run each started
     /// (a reservation whose process died is resolved by the next retry of
     /// its key: answered from that run, or released when nothing ran).
+    #[command(after_help = "\
+Examples:
+  rein idempotency list                             # every tenant's, in rein-data/rein.db
+  rein idempotency list --in-progress               # reservations a crash may have left
+  rein idempotency list --tenant acme --json --data postgres://rein@db.internal/rein")]
     List {
         /// Only this tenant's.
         #[arg(long)]
@@ -42,6 +52,11 @@ enum IdempotencyCommand {
     /// Delete one record so the key can be used again. Check first (the
     /// run's status, the tools' own state) whether the original request
     /// took effect: rein cannot know.
+    #[command(after_help = "\
+Examples:
+  rein idempotency list --tenant acme --in-progress       # the record, and the run it started
+  rein runs show RUN_ID                                   # did it take effect?
+  rein idempotency clear --tenant acme order-A-1001-move  # the key, as the client sent it")]
     Clear {
         /// The tenant.
         #[arg(long)]

@@ -7,6 +7,15 @@ use rein_core::{IntentId, TenantId, ToolClass};
 
 /// Arguments of `rein key`.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  rein key --tenant default --intent INTENT_ID --tool get_order --class read '{\"order_id\": \"A-1001\"}'
+  rein key --tenant acme --intent INTENT_ID --tool update_delivery_time --json \\
+    '{\"order_id\": \"A-1001\", \"delivery_date\": \"2026-01-08T14:00:00Z\"}'   # with the canonical arguments
+  rein key --tenant acme --intent INTENT_ID --tool update_delivery_time --volatile note \\
+    '{\"order_id\": \"A-1001\", \"delivery_date\": \"2026-01-08T14:00:00Z\", \"note\": \"x\"}'   # the same key: note dropped
+
+The intent id of a call is in its run's ledger (`rein runs ledger RUN_ID --json`).")]
 pub struct KeyArgs {
     /// The tenant the run belongs to.
     #[arg(long)]

@@ -190,11 +190,11 @@ enum Command {
     Mcp(mcp::McpArgs),
     /// Print a completion script for SHELL, generated from rein's own
     /// commands and flags.
-    ///
-    /// Examples:
-    ///   rein completions bash > ~/.local/share/bash-completion/completions/rein
-    ///   rein completions zsh > ~/.zfunc/_rein
-    ///   rein completions fish > ~/.config/fish/completions/rein.fish
+    #[command(after_help = "\
+Examples:
+  rein completions bash > ~/.local/share/bash-completion/completions/rein
+  rein completions zsh > ~/.zfunc/_rein
+  rein completions fish > ~/.config/fish/completions/rein.fish")]
     Completions {
         /// The shell.
         #[arg(value_enum)]

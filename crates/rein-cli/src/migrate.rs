@@ -21,6 +21,11 @@ use crate::store::{Data, block_on, shown};
 
 /// Arguments of `rein migrate`.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  rein migrate                                                  # rein-data/rein.db
+  rein migrate --check --data postgres://rein@db.internal/rein  # exit 1 while migrations are pending
+  rein migrate --data postgres://rein@db.internal/rein --json   # once, before the new release starts")]
 pub struct MigrateArgs {
     /// The run store: a SQLite file, or a PostgreSQL database
     /// (`postgres://user[:password]@host[:port]/db`).

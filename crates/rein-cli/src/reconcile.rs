@@ -18,6 +18,11 @@ use crate::run::{runtime, start};
 
 /// Arguments of `rein reconcile`.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  rein reconcile --config examples/order-desk --once     # one sweep; exit 1 if records now await a human
+  rein reconcile -c examples/order-desk --pending-timeout 2m --idempotent-every 10s   # on a schedule, until Ctrl-C
+  rein reconcile -c examples/order-desk --data postgres://rein@db.internal/rein --once --json")]
 pub struct ReconcileArgs {
     /// The config whose tools' status endpoints decide records in doubt.
     #[arg(long, short)]

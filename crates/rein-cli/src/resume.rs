@@ -12,6 +12,11 @@ use crate::run::{Session, observer, runtime, start};
 
 /// Arguments of `rein resume`.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  rein resume RUN_ID --config examples/order-desk       # as `rein run` printed when it stopped
+  rein resume RUN_ID -c examples/order-desk --data postgres://rein@db.internal/rein --json
+  rein resume RUN_ID -c examples/order-desk --on-contract-change refuse   # not if the prompt or a tool changed")]
 pub struct ResumeArgs {
     /// The run to continue.
     run_id: String,

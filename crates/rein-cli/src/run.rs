@@ -24,6 +24,15 @@ use crate::timeline;
 
 /// Arguments of `rein run`.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  rein run --config examples/order-desk --agent order_desk --input \"Move order A-1001 to 2026-01-08T14:00:00Z\"
+  rein run -c examples/order-desk -a order_desk_live -i \"Move order A-1001 to 2026-01-08T14:00:00Z\" --json
+  rein run -c examples/order-desk -a order_desk -i \"Move order A-1001 to 2026-01-08T14:00:00Z\" \\
+    --run-id order-A-1001 --data /tmp/x.db          # a name to resume it by: rein resume order-A-1001 …
+
+The example's tools (and order_desk_live's model) are `rein dev`'s: start it in another
+terminal and paste the exports it prints.")]
 pub struct RunArgs {
     /// The config: a TOML file or a directory of them.
     #[arg(long, short)]

@@ -16,6 +16,11 @@ use crate::run::{runtime, start};
 
 /// Arguments of `rein serve`.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  rein serve --config examples/order-desk        # on 127.0.0.1:8787, runs in rein-data/rein.db
+  rein serve -c examples/order-desk --listen 127.0.0.1:0 --data /tmp/x.db   # any free port
+  rein serve -c /etc/rein --listen 0.0.0.0:8787 --data postgres://rein@db.internal/rein   # one node of several; needs [server] API keys")]
 pub struct ServeArgs {
     /// The config: a TOML file or a directory of them (its `[server]`
     /// section sets the listen address, limits and API keys).

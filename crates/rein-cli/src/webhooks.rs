@@ -49,6 +49,11 @@ pub struct WebhooksArgs {
 enum WebhooksCommand {
     /// List the configured webhooks: URL, events, outcomes, the variable
     /// holding the secret (never the secret), max age and timeout.
+    #[command(after_help = "\
+Examples:
+  rein webhooks list --config rein.toml
+  rein webhooks list --config /etc/rein --json
+  REIN_API_KEY=… rein webhooks list --server https://rein.example.com")]
     List {
         /// The config (a TOML file or a directory of them); not with
         /// --server.
@@ -57,6 +62,11 @@ enum WebhooksCommand {
     },
     /// A webhook's delivery log, newest event first: each event's state
     /// (pending, delivered, given_up), attempts and last answer.
+    #[command(after_help = "\
+Examples:
+  rein webhooks deliveries ops                    # in rein-data/rein.db, newest first
+  rein webhooks deliveries ops --data /tmp/x.db --limit 10 --json
+  REIN_API_KEY=… rein webhooks deliveries ops --server https://rein.example.com")]
     Deliveries {
         /// The webhook's name (`[webhooks.NAME]`).
         name: String,

@@ -6,6 +6,9 @@
 //! command is pinned as soon as it exists (its first run writes the
 //! snapshot with `INSTA_UPDATE=always`; under CI a missing or changed one
 //! fails).
+//!
+//! Every command's help also shows examples (an `Examples:` section);
+//! only pure command groups, whose help lists `Commands:`, may go without.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
@@ -35,10 +38,27 @@ fn subcommands(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// Whether a help text is a pure command group's: it lists `Commands:`,
+/// and each of those shows its own examples.
+fn is_group(text: &str) -> bool {
+    text.lines().any(|l| l.trim() == "Commands:")
+}
+
+/// Whether a help text has an `Examples:` section: the heading on a line
+/// of its own, an indented example under it (a doc comment's examples
+/// reflowed into one paragraph by clap do not count).
+fn shows_examples(text: &str) -> bool {
+    let lines: Vec<&str> = text.lines().collect();
+    lines
+        .windows(2)
+        .any(|w| w[0] == "Examples:" && w[1].starts_with("  ") && !w[1].trim().is_empty())
+}
+
 #[test]
-fn every_commands_help_is_pinned() {
+fn every_commands_help_is_pinned_and_shows_an_example() {
     let mut pending = vec![Vec::<String>::new()];
     let mut seen = 0;
+    let mut without_example = Vec::new();
     while let Some(path) = pending.pop() {
         let text = help(&path);
         let name = if path.is_empty() {
@@ -48,6 +68,9 @@ fn every_commands_help_is_pinned() {
         };
         insta::assert_snapshot!(name, text);
         seen += 1;
+        if !is_group(&text) && !shows_examples(&text) {
+            without_example.push(format!("rein {}", path.join(" ")));
+        }
         for sub in subcommands(&text) {
             let mut next = path.clone();
             next.push(sub);
@@ -55,4 +78,10 @@ fn every_commands_help_is_pinned() {
         }
     }
     assert!(seen > 25, "only {seen} help texts found");
+    without_example.sort();
+    assert!(
+        without_example.is_empty(),
+        "these commands' --help shows no `Examples:` section: {}",
+        without_example.join(", ")
+    );
 }

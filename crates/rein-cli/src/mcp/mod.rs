@@ -13,6 +13,10 @@ mod toml_text;
 
 /// Arguments of `rein mcp`.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  rein mcp serve --config examples/order-desk --agent order_desk   # for an MCP client, on stdio
+  rein mcp import everything --config rein.toml >> tools.toml      # [mcp_servers.everything]'s tools, for review")]
 pub struct McpArgs {
     #[command(subcommand)]
     command: McpCommand,
@@ -27,9 +31,13 @@ enum McpCommand {
     /// Stdout is the MCP channel; rein's own lines go to stderr. When the
     /// client disconnects the run ends by the agent's failure policy and
     /// its report is in the store (`rein runs show`).
-    ///
-    /// Example, as a desktop assistant's server entry:
-    ///   {"command": "rein", "args": ["mcp", "serve", "--config", "/etc/rein", "--agent", "order_desk"]}
+    #[command(after_help = "\
+Examples:
+  rein mcp serve --config examples/order-desk --agent order_desk   # a session on stdio
+  rein mcp serve -c /etc/rein -a order_desk --tenant acme --data postgres://rein@db.internal/rein
+
+As a desktop assistant's server entry:
+  {\"command\": \"rein\", \"args\": [\"mcp\", \"serve\", \"--config\", \"/etc/rein\", \"--agent\", \"order_desk\"]}")]
     Serve(serve::ServeArgs),
     /// Print registry entries for an MCP server's tools, for review: the
     /// class suggested from the server's hints (with why), its description
@@ -38,9 +46,11 @@ enum McpCommand {
     /// The server is `[mcp_servers.NAME]` of the config. Entries already in
     /// the config whose pinned definition changed on the server are shown
     /// with the difference on stderr, and the exit status is 1.
-    ///
-    /// Example:
-    ///   rein mcp import everything --config rein.toml >> tools.toml
+    #[command(after_help = "\
+Examples:
+  rein mcp import everything --config rein.toml >> tools.toml     # every tool of [mcp_servers.everything]
+  rein mcp import everything -c rein.toml --tool echo --tool add  # only these two
+  rein mcp import everything -c rein.toml --json                  # definitions, digests, hints, changed pins")]
     Import(import::ImportArgs),
 }
 

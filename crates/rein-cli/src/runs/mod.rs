@@ -81,6 +81,12 @@ pub struct RunsArgs {
 enum RunsCommand {
     /// List runs, newest first, a page at a time; the cursor of the next
     /// page is printed on stderr (in `next_cursor` with --json).
+    #[command(after_help = "\
+Examples:
+  rein runs list                                  # newest runs in rein-data/rein.db
+  rein runs list --status handed_off --agent order_desk --since 7d
+  rein runs list --follow                         # new runs and status changes, live
+  rein runs list --data /tmp/x.db --limit 100 --json")]
     List {
         /// Only runs with this status: queued, running, succeeded,
         /// partial_success, failed, budget_exhausted, cancelled, handed_off.
@@ -109,11 +115,21 @@ enum RunsCommand {
         follow: bool,
     },
     /// Show one run: its status, times, parent and children, and its report.
+    #[command(after_help = "\
+Examples:
+  rein runs show RUN_ID                           # from rein-data/rein.db
+  rein runs show RUN_ID --data /tmp/x.db --json
+  REIN_API_KEY=… rein runs show RUN_ID --server https://rein.example.com")]
     Show {
         /// The run.
         run_id: String,
     },
     /// Show a run's events: their kind, time, step and data as stored.
+    #[command(after_help = "\
+Examples:
+  rein runs events RUN_ID                         # from rein-data/rein.db
+  rein runs events RUN_ID --follow                # then new ones, until the run ends
+  rein runs events RUN_ID --after 12 --json       # only those after sequence number 12")]
     Events {
         /// The run.
         run_id: String,
@@ -125,6 +141,11 @@ enum RunsCommand {
         follow: bool,
     },
     /// Show a run's side-effect ledger in execution order.
+    #[command(after_help = "\
+Examples:
+  rein runs ledger RUN_ID                         # from rein-data/rein.db
+  rein runs ledger RUN_ID --data /tmp/x.db --json
+  REIN_API_KEY=… rein runs ledger RUN_ID --server https://rein.example.com")]
     Ledger {
         /// The run.
         run_id: String,
