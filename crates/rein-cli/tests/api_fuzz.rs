@@ -112,6 +112,12 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404",
 include-operation-id = "messages"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404", "409", "422", "429", "5xx"]
 
+# Anthropic's token count: 400 for what a schema cannot tie to a message
+# (which blocks a role may hold); the same 404 without [models.*].
+[[operations]]
+include-operation-id = "count_tokens"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404", "429", "5xx"]
+
 # The Responses API: the same reasons, and 400 for what a schema cannot
 # tie to the request (an item's members, which depend on its `type`; a
 # refused `previous_response_id`).
