@@ -47,8 +47,9 @@ use crate::state::AppState;
         (status = 200, description = "the completion (JSON), or its chunks (`text/event-stream` when `stream: true`)", body = Object,
          headers(("Rein-Model" = String, description = "provider/model that answered"),
                  ("Rein-Fallback" = String, description = "true when a fallback link answered"),
-                 ("Rein-Max-Tokens" = String, description = "`<sent>; reason=cap|budget`: the output ceiling sent was below the client's max_tokens"))),
-        (status = 400, description = "invalid request, a max_tokens above the primary model's output cap, or the input does not fit any configured context window", body = Problem),
+                 ("Rein-Max-Tokens" = String, description = "`<sent>; reason=cap|budget`: the output ceiling sent was below the client's max_tokens"),
+                 ("Rein-Ignored" = String, description = "the request members the answer did not honour, comma-separated: `store` and `metadata` by design, and what the answering link's API has no equivalent for"))),
+        (status = 400, description = "invalid request: a malformed or unrecognized member, a member rein cannot honour (`n` > 1, `logprobs`, audio, …), a max_tokens above the primary model's output cap, or the input does not fit any configured context window", body = Problem),
         (status = 401, description = "missing or invalid API key", body = Problem),
         (status = 404, description = "unknown model binding", body = Problem),
         (status = 409, description = "the same Idempotency-Key is still in progress", body = Problem),
@@ -233,8 +234,8 @@ fn invalid_at(message: String, pointer: Option<String>) -> Problem {
 
 /// OpenAI's chat completion request. The parser and the OpenAPI document
 /// are this one type, so what the document calls valid is exactly what is
-/// accepted; every other member is refused (see [`REFUSED`]), as OpenAI
-/// refuses an unrecognized one, never dropped silently.
+/// accepted; every other member is refused (named, with the reason) as
+/// OpenAI refuses an unrecognized one, never dropped silently.
 ///
 /// | member | how |
 /// | --- | --- |
@@ -243,7 +244,7 @@ fn invalid_at(message: String, pointer: Option<String>) -> Problem {
 /// | `temperature`, `top_p`, `stop`, `seed`, `user`, `frequency_penalty`, `presence_penalty`, `logit_bias`, `reasoning_effort`, `service_tier`, `response_format` | passed to an OpenAI-compatible link; an Anthropic link maps `temperature`, `top_p`, `stop`, `user`, the tool members and `response_format`, and leaves out the rest, which the answer names in `Rein-Ignored` |
 /// | `n` (1), `logprobs` (false), `modalities` (`["text"]`) | accepted at the value rein answers with; any other is refused |
 /// | `store`, `metadata` | accepted by design and sent nowhere (rein stores nothing), named in `Rein-Ignored` |
-/// | [`REFUSED`] members, and any unrecognized one | refused with a 400 naming it |
+/// | `top_logprobs`, `audio`, `prediction`, `functions`, `function_call`, `web_search_options`, and any unrecognized member | refused with a 400 naming it |
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct ChatRequest {
     /// A `[models.*]` binding.
