@@ -18,7 +18,7 @@ use std::time::Duration;
 use common::{Harness, agent, kinds, pause_safe, run};
 use rein_core::{EventKind, Outcome};
 use rein_engine::provider::OpenAiProvider;
-use rein_engine::run::{AgentBinding, Engine};
+use rein_engine::run::{AgentBinding, Encoding, Engine};
 use rein_store::Store;
 use rein_store_sqlite::SqliteStore;
 use rein_testkit::mock_model::{MockModel, MockModelConfig, Reply};
@@ -99,7 +99,16 @@ async fn a_loop_under_3000_tokens_uses_most_of_them_and_never_more() {
 /// ceiling and never more.
 #[tokio::test(start_paused = true)]
 async fn a_gpt_4o_loop_bounded_by_its_tokenizer_uses_most_of_the_ceiling() {
+    read_o200k();
     spend_the_ceiling("gpt-4o-mini", MockModelConfig::with_tokenized_usage).await;
+}
+
+/// Reads `o200k_base` before the run: a run's calls never wait for an
+/// encoding (they are bounded by the learned ratio until it is read), so a
+/// test of what the tokenizer bounds reads it first, as a process that has
+/// served a while has.
+fn read_o200k() {
+    assert!(Encoding::O200kBase.load(), "o200k_base cannot be read");
 }
 
 async fn spend_the_ceiling(model_name: &str, metering: fn(MockModelConfig) -> MockModelConfig) {
@@ -195,6 +204,7 @@ async fn spend_the_ceiling(model_name: &str, metering: fn(MockModelConfig) -> Mo
 /// per byte is about four times it).
 #[tokio::test(start_paused = true)]
 async fn a_tokenizer_bounds_the_first_prompt_close_to_the_count() {
+    read_o200k();
     let h = harness().await;
     let model = MockModel::start_with(
         MockModelConfig::new([Reply::text("done")])
@@ -235,6 +245,7 @@ async fn a_tokenizer_bounds_the_first_prompt_close_to_the_count() {
 /// model is bounded by the learned ratio, above the server's count.
 #[tokio::test(start_paused = true)]
 async fn a_model_counted_above_its_encoding_is_bounded_by_its_ratio() {
+    read_o200k();
     let h = harness().await;
     let model = MockModel::start_with(
         MockModelConfig::new([

@@ -44,7 +44,7 @@ pub(super) struct Asked {
 impl Engine {
     /// How the prompt of the agent's turn is bounded: by the tokenizer or
     /// the most cautious ratio of its chain's models, as the chain takes it.
-    async fn primary_meter(&self, ctx: &RunCtx<'_>) -> PromptMeter {
+    fn primary_meter(&self, ctx: &RunCtx<'_>) -> PromptMeter {
         let agent = ctx.agent;
         let links = || {
             std::iter::once((agent.provider.name(), agent.model.as_str())).chain(
@@ -56,7 +56,7 @@ impl Engine {
             )
         };
         let ratios = &self.shared.token_ratios;
-        ratios.prepare(links().map(|(_, m)| m)).await;
+        ratios.request(links().map(|(_, m)| m));
         ratios.meter_of(links())
     }
 
@@ -99,7 +99,7 @@ impl Engine {
                     &messages,
                     &tools,
                     ctx.last_input_tokens(),
-                    &self.primary_meter(ctx).await,
+                    &self.primary_meter(ctx),
                 ),
                 price: agent.price,
             };
@@ -130,7 +130,7 @@ impl Engine {
             &messages,
             &[],
             ctx.last_input_tokens(),
-            &self.primary_meter(ctx).await,
+            &self.primary_meter(ctx),
         );
         let max_tokens = ceiling(
             &state.budget,

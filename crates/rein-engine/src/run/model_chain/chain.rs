@@ -122,10 +122,7 @@ impl Engine {
                 .chain(chain.fallbacks.iter().map(LinkRef::from))
                 .chain(chain.context.iter().map(LinkRef::from))
         };
-        self.shared
-            .token_ratios
-            .prepare(links().map(|l| l.model))
-            .await;
+        self.shared.token_ratios.request(links().map(|l| l.model));
         let meter = self
             .shared
             .token_ratios

@@ -141,8 +141,10 @@ impl TokenRatios {
     }
 
     /// Reads the encodings of `models` that have one and are trusted, on
-    /// a blocking thread, so that [`TokenRatios::meter_of`] counts with
-    /// them (once per process; later calls return at once).
+    /// a blocking thread, and waits for them, so that
+    /// [`TokenRatios::meter_of`] counts with them (once per process; later
+    /// calls return at once). For a caller with no deadline to spend it
+    /// from (a token count); a run's call uses [`TokenRatios::request`].
     pub(crate) async fn prepare<'m>(&self, models: impl IntoIterator<Item = &'m str>) {
         let wanted: Vec<Encoding> = models
             .into_iter()
@@ -161,6 +163,15 @@ impl TokenRatios {
             tracing::warn!(
                 "reading a tokenizer's encoding failed; bounding by the learned ratio: {e}"
             );
+        }
+    }
+
+    /// Starts reading the encodings of `models` that have one, without
+    /// waiting (see [`Encoding::load_in_background`]): a run's call is
+    /// bounded by the learned ratio until they are read.
+    pub(crate) fn request<'m>(&self, models: impl IntoIterator<Item = &'m str>) {
+        for encoding in models.into_iter().filter_map(Encoding::of_model) {
+            encoding.load_in_background();
         }
     }
 

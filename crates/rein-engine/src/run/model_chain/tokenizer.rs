@@ -116,6 +116,39 @@ impl Encoding {
         false
     }
 
+    /// Starts [`Encoding::load`] on a blocking thread, once per process,
+    /// and returns at once.
+    ///
+    /// # Why a model call never waits for it
+    ///
+    /// Reading an encoding takes a few hundred milliseconds (seconds in a
+    /// debug build): awaited inside a call, it was spent from the run's
+    /// own deadline, and a run with a short wall clock ended
+    /// `budget_exhausted` for it. Until it is read, a prompt is bounded by
+    /// the learned ratio, which always holds; the tokenizer only tightens
+    /// the calls after.
+    pub fn load_in_background(self) {
+        #[cfg(feature = "tokenizer")]
+        {
+            use std::sync::atomic::{AtomicBool, Ordering};
+            static O200K: AtomicBool = AtomicBool::new(false);
+            static CL100K: AtomicBool = AtomicBool::new(false);
+            let asked = match self {
+                Encoding::O200kBase => &O200K,
+                Encoding::Cl100kBase => &CL100K,
+            };
+            if self.is_loaded() {
+                return;
+            }
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                return;
+            };
+            if !asked.swap(true, Ordering::AcqRel) {
+                drop(runtime.spawn_blocking(move || self.load()));
+            }
+        }
+    }
+
     /// Whether [`Encoding::load`] has read the encoding: counting never
     /// blocks on it.
     pub fn is_loaded(self) -> bool {
