@@ -9,8 +9,8 @@
 //! context window or a budget. Pointed at `rein serve`, that call was a
 //! 404. The answer is rein's own bound of the prompt
 //! ([`rein_engine::run::PromptCount`]): never below what the provider will
-//! count, close to it for models rein has a tokenizer for, and the same
-//! number a turn's budget reserves. [`COUNT_HEADER`] says how it was
+//! count, close to it for models rein has a tokenizer for, and the
+//! number a turn's budget reserves once the tokenizer is read. [`COUNT_HEADER`] says how it was
 //! counted.
 
 use std::sync::Arc;

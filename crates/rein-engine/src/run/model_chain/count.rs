@@ -6,7 +6,9 @@
 //! A client counts tokens to learn whether a prompt fits a context window
 //! or a budget before it sends it. rein's answer is the bound it will
 //! itself reserve for the prompt on the binding's primary model: the
-//! model's own tokenizer where rein ships one (OpenAI's chat families),
+//! model's own tokenizer where rein ships one (OpenAI's chat families; the
+//! count waits for it to be read, where a run's first calls use the ratio
+//! below until it is),
 //! otherwise the bytes per token learned from that model's reported counts
 //! (kept in the store, so a new process starts with them) less a margin,
 //! or a token per byte before any count was learned. Forwarding to a
