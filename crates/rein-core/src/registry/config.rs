@@ -15,7 +15,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde_json::Value;
 
 use super::compensation::CompensationGrade;
-use super::spec::{HttpMethod, SideEffectTier};
+use super::spec::SideEffectTier;
 use crate::breaker::BreakersConfig;
 use crate::deadline::BudgetConfig;
 use crate::loop_guard::LoopGuardConfig;
@@ -278,7 +278,7 @@ pub struct ToolConfig {
     /// Its latency profile; required.
     pub latency: Option<LatencyConfig>,
     /// How to call it; required.
-    pub adapter: Option<AdapterConfig>,
+    pub adapter: Option<super::adapter::AdapterTable>,
     /// The argument naming the resource a write changes
     /// (`"args.order_id"`): writes of one turn to the same value run one
     /// at a time. Writes only.
@@ -378,87 +378,6 @@ pub struct LatencyScaleConfig {
     /// Ascending upper bounds, e.g. `[100, 1000, 10000]`; a size above
     /// the last falls in an overflow bucket.
     pub buckets: Option<Vec<u64>>,
-}
-
-/// Which adapter calls a tool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum AdapterKind {
-    /// JSON over HTTP.
-    Http,
-    /// A local program: JSON arguments on stdin, the result on stdout.
-    Command,
-    /// Another agent of the registry, run as a child of the calling run.
-    Agent,
-    /// A tool of an MCP server (`[mcp_servers.NAME]`).
-    Mcp,
-}
-
-/// An adapter as written in config.
-///
-/// `url`, `method`, `headers`, `status_url` and `max_result_bytes` belong to
-/// `http`; `program`, `args`, `working_dir`, `env` and `max_output_bytes` to
-/// `command`; `agent`, `budget_ratio`, `max_tokens`, `max_steps`,
-/// `wall_clock` and `max_cost_usd` to `agent`; `server`, `tool`, `pin` and
-/// `max_result_bytes` to `mcp`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-#[non_exhaustive]
-pub struct AdapterConfig {
-    /// `http`, `command`, `agent` or `mcp`; required.
-    pub kind: Option<AdapterKind>,
-    /// Where calls go; `${ENV}` is interpolated by the loader.
-    pub url: Option<String>,
-    /// The HTTP method; `POST` by default.
-    pub method: Option<HttpMethod>,
-    /// Extra headers; values are `${ENV}`-interpolated.
-    pub headers: BTreeMap<String, String>,
-    /// `GET status_url?key=K` looks a call up by its idempotency key.
-    pub status_url: Option<String>,
-    /// Result bytes kept before truncation.
-    pub max_result_bytes: Option<u64>,
-    /// Command: the program to run; a bare name is looked up on `PATH` at
-    /// call time, a path with a `/` is relative to this config file.
-    pub program: Option<String>,
-    /// Command: the program's arguments, passed as they are (no shell).
-    pub args: Vec<String>,
-    /// Command: the working directory, relative to this config file; the
-    /// directory rein was started in when unset.
-    pub working_dir: Option<PathBuf>,
-    /// Command: extra environment variables; values are
-    /// `${ENV}`-interpolated by the loader, and those named for a
-    /// credential (`API_TOKEN`) are redacted wherever rein writes. rein
-    /// passes only a few of its own (see `rein_engine::tool::command`), so a
-    /// tool gets what it is given here.
-    pub env: BTreeMap<String, String>,
-    /// Command: stdout and stderr bytes kept, each, before truncation.
-    pub max_output_bytes: Option<u64>,
-    /// Agent: the agent to run as a child; required for an agent adapter.
-    pub agent: Option<String>,
-    /// Agent: the share of the caller's remaining budget the child may use,
-    /// in (0, 1]; [`DEFAULT_AGENT_BUDGET_RATIO`](super::DEFAULT_AGENT_BUDGET_RATIO)
-    /// when unset.
-    pub budget_ratio: Option<f64>,
-    /// Agent: at most this many tokens for the child, on top of its share.
-    pub max_tokens: Option<u64>,
-    /// Agent: at most this many steps for the child, on top of its share.
-    pub max_steps: Option<u32>,
-    /// Agent: at most this much time for the child, on top of its share.
-    #[serde(with = "crate::config::duration")]
-    pub wall_clock: Option<Duration>,
-    /// Agent: at most this many dollars for the child, on top of its share.
-    pub max_cost_usd: Option<f64>,
-    /// MCP: the server (`[mcp_servers.NAME]`) offering the tool; required
-    /// for an mcp adapter.
-    pub server: Option<String>,
-    /// MCP: the tool's name on its server, when it differs from the
-    /// registry's (which the model sees).
-    pub tool: Option<String>,
-    /// MCP: the digest of the tool's definition when it was imported
-    /// (`sha256:…`, as `rein mcp import` writes it); a server whose
-    /// definition differs is not called.
-    pub pin: Option<String>,
 }
 
 /// An agent as written in config (`[agents.NAME]`).
@@ -747,21 +666,6 @@ mod tests {
         assert_eq!(c.mode, LatencyMode::Observe);
         assert_eq!(c.fallback_p99, Some(Duration::from_secs(5)));
         assert_eq!(c.min_samples, Some(9));
-    }
-
-    #[test]
-    fn adapter_config_reads_agent_settings() {
-        let c: AdapterConfig = toml::from_str(
-            "kind = \"agent\"\nagent = \"researcher\"\nbudget_ratio = 0.25\nmax_tokens = 2000\nmax_steps = 5\nwall_clock = \"30s\"",
-        )
-        .unwrap();
-        assert_eq!(c.kind, Some(AdapterKind::Agent));
-        assert_eq!(c.agent.as_deref(), Some("researcher"));
-        assert_eq!(c.budget_ratio, Some(0.25));
-        assert_eq!(c.max_tokens, Some(2000));
-        assert_eq!(c.max_steps, Some(5));
-        assert_eq!(c.wall_clock, Some(Duration::from_secs(30)));
-        assert_eq!(c.max_cost_usd, None);
     }
 
     #[test]

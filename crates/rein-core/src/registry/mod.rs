@@ -49,7 +49,7 @@
 //! | a compensation on a read tool; grade `none` with a tool, `strong`/`weak` without | `tools.NAME.compensation.*` |
 //! | a compensation tool that is unknown, `read`, irreversible under grade `strong`, or the tool itself | `tools.NAME.compensation.tool` |
 //! | an argument mapping that is not `args.<path>`/`result.<path>`, names an argument the forward schema lacks, or does not fill the compensation's required arguments | `tools.NAME.compensation.args.*` |
-//! | an adapter field of another kind (`url` on a `command`, `program` on an `http`, `agent` on either) | `tools.NAME.adapter.*` |
+//! | an adapter `kind` missing or unknown, a field of another kind (`url` on a `command`, `program` on an `http`, `agent` on either) or of none, a value of the wrong type; each at its own field, beside the tool's other problems | `tools.NAME.adapter.*` |
 //! | a `command` adapter with an empty `program`, a `status_url` (a command has no lookup by key), an `env` name that is not a variable name or starts with `REIN_`, a NUL byte in `program`, `args` or `env` | `tools.NAME.adapter.*` |
 //! | an `agent` adapter naming no agent or an unknown one, a `budget_ratio` outside (0, 1], a zero cap (`max_tokens`, `max_steps`, `wall_clock`, `max_cost_usd`), or a `status_url` | `tools.NAME.adapter.*` |
 //! | an `mcp` adapter naming no server or an unknown one, an empty `tool`, or a `status_url` (MCP has no lookup by key) | `tools.NAME.adapter.*` |
@@ -130,6 +130,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod adapter;
 mod approval;
 mod check;
 mod compensation;
@@ -151,6 +152,10 @@ mod store;
 mod telemetry;
 mod webhooks;
 
+pub use adapter::{
+    AdapterConfig, AdapterKind, AdapterProblem, AdapterTable, AgentAdapterConfig,
+    CommandAdapterConfig, HttpAdapterConfig, McpAdapterConfig,
+};
 pub use approval::{
     ApprovalConfig, ApprovalSettings, Comparison, DEFAULT_WINDOW as DEFAULT_APPROVAL_WINDOW,
     MAX_WINDOW as MAX_APPROVAL_WINDOW, OnExpiry, Rule, ToolApproval, ToolApprovalConfig,
@@ -160,12 +165,11 @@ pub use compensation::{
     ArgSource, ArgSourceError, CompensationGrade, CompensationSpec, UnresolvedArg,
 };
 pub use config::{
-    AdapterConfig, AdapterKind, AgentConfig, AgentGraphConfig, ApiKeyConfig, ByteSizeConfig,
-    CompensationConfig, ConfigFile, ConfigSource, CorsConfig, IdempotencyConfig, LatencyConfig,
-    LatencyMode, LatencyScaleConfig, ModelBindingConfig, ModelLinkConfig, ModelRetryConfig,
-    PriceConfig, ProviderConfig, ProviderKindName, QueueConfig, ReconciliationConfig,
-    ResourceGroupConfig, ServerConfig, ServerIdempotencyConfig, ServerLimitsConfig, StreamConfig,
-    ToolConfig,
+    AgentConfig, AgentGraphConfig, ApiKeyConfig, ByteSizeConfig, CompensationConfig, ConfigFile,
+    ConfigSource, CorsConfig, IdempotencyConfig, LatencyConfig, LatencyMode, LatencyScaleConfig,
+    ModelBindingConfig, ModelLinkConfig, ModelRetryConfig, PriceConfig, ProviderConfig,
+    ProviderKindName, QueueConfig, ReconciliationConfig, ResourceGroupConfig, ServerConfig,
+    ServerIdempotencyConfig, ServerLimitsConfig, StreamConfig, ToolConfig,
 };
 pub use constants::{
     DEFAULT_AGENT_BUDGET_RATIO, DEFAULT_AGENT_GRAPH_MAX_DEPTH, DEFAULT_AGENT_GRAPH_MAX_TOTAL_RUNS,

@@ -969,9 +969,9 @@ max_output_bytes = 0"#,
     assert_eq!(
         fields(&text),
         vec![
-            "tools.run_report.adapter.url",
             "tools.run_report.adapter.headers",
             "tools.run_report.adapter.status_url",
+            "tools.run_report.adapter.url",
             "tools.run_report.adapter.program",
             "tools.run_report.adapter.working_dir",
             "tools.run_report.adapter.env.1BAD",
@@ -985,6 +985,30 @@ max_output_bytes = 0"#,
 }
 
 #[test]
+fn a_bad_adapter_table_does_not_hide_the_tools_other_problems() {
+    // A field of another kind, a misspelt one and a wrong type in the
+    // adapter, and a problem elsewhere in the same tool: all in one pass.
+    let text = BASE.replace(
+        "adapter = { kind = \"http\", url = \"http://desk/tools/get_order\" }",
+        "adapter = { kind = \"http\", url = \"http://desk/tools/get_order\", program = \"x\", methd = \"GET\", max_result_bytes = \"big\" }",
+    )
+    .replacen("description = \"Look up one order.\"", "description = \" \"", 1);
+    let found = fields(&text);
+    for field in [
+        "tools.get_order.description",
+        "tools.get_order.adapter.max_result_bytes",
+        "tools.get_order.adapter.methd",
+        "tools.get_order.adapter.program",
+    ] {
+        assert!(found.iter().any(|f| f == field), "{field} in {found:?}");
+    }
+    assert!(
+        message_of(&text, "tools.get_order.adapter.methd")
+            .starts_with("is not a field of an http adapter; it takes url, method,"),
+    );
+}
+
+#[test]
 fn http_adapter_refuses_command_settings() {
     let text = BASE.replace(
         "adapter = { kind = \"http\", url = \"http://desk/tools/get_order\" }",
@@ -993,9 +1017,9 @@ fn http_adapter_refuses_command_settings() {
     assert_eq!(
         fields(&text),
         vec![
-            "tools.get_order.adapter.program",
             "tools.get_order.adapter.args",
             "tools.get_order.adapter.max_output_bytes",
+            "tools.get_order.adapter.program",
         ]
     );
 }
@@ -1259,7 +1283,7 @@ adapter = { kind = "agent", agent = "order_desk" }
 
 #[test]
 fn agent_adapter_budget_ratio_must_be_in_zero_to_one() {
-    for ratio in ["0", "0.0", "1.5", "-0.1", "nan", "inf"] {
+    for ratio in ["0", "0.0", "1.5", "-0.1"] {
         let text = with_agent_tool(
             &format!("kind = \"agent\"\nagent = \"researcher\"\nbudget_ratio = {ratio}"),
             "",
@@ -1272,6 +1296,17 @@ fn agent_adapter_budget_ratio_must_be_in_zero_to_one() {
         assert!(
             message_of(&text, "tools.research.adapter.budget_ratio")
                 .starts_with("must be a number in (0, 1]"),
+            "{ratio}"
+        );
+    }
+    for ratio in ["nan", "inf", "-inf"] {
+        let text = with_agent_tool(
+            &format!("kind = \"agent\"\nagent = \"researcher\"\nbudget_ratio = {ratio}"),
+            "",
+        );
+        assert_eq!(
+            message_of(&text, "tools.research.adapter.budget_ratio"),
+            "must be a finite number, not nan or inf",
             "{ratio}"
         );
     }
@@ -1327,10 +1362,10 @@ max_output_bytes = 9"#,
     assert_eq!(
         fields(&text),
         vec![
-            "tools.research.adapter.url",
-            "tools.research.adapter.program",
             "tools.research.adapter.max_output_bytes",
+            "tools.research.adapter.program",
             "tools.research.adapter.status_url",
+            "tools.research.adapter.url",
         ]
     );
     let http = BASE.replace(
@@ -1350,8 +1385,8 @@ max_output_bytes = 9"#,
     assert_eq!(
         fields(&command),
         vec![
-            "tools.run_report.adapter.max_tokens",
             "tools.run_report.adapter.max_steps",
+            "tools.run_report.adapter.max_tokens",
         ]
     );
 }
@@ -2657,9 +2692,9 @@ fn mcp_adapter_needs_a_known_server_and_refuses_other_kinds_settings() {
             "kind = \"mcp\"\nserver = \"everything\"\nurl = \"http://h/x\"\nprogram = \"p\"\nstatus_url = \"http://h/s\""
         )),
         [
-            "tools.get_sum.adapter.url",
             "tools.get_sum.adapter.program",
-            "tools.get_sum.adapter.status_url"
+            "tools.get_sum.adapter.status_url",
+            "tools.get_sum.adapter.url",
         ]
     );
     // And the other kinds refuse the mcp adapter's settings.

@@ -19,7 +19,7 @@ use std::ops::Range;
 use std::path::Path;
 
 use rein_core::redact::{Candidate, Secrets, env_secrets, header_secrets, url_secrets};
-use rein_core::registry::{ConfigProblem, ConfigSource};
+use rein_core::registry::{AdapterConfig, ConfigProblem, ConfigSource};
 
 /// Looks an environment variable up; injected so tests need not mutate the
 /// process environment.
@@ -167,22 +167,32 @@ pub(super) fn interpolate_source(
         }
     }
     for (name, tool) in &mut source.config.tools {
-        let Some(adapter) = &mut tool.adapter else {
-            continue;
-        };
         let p = format!("tools.{name}.adapter");
-        if let Some(url) = &mut adapter.url {
-            apply(format!("{p}.url"), FieldKind::Url, url);
-        }
-        if let Some(url) = &mut adapter.status_url {
-            apply(format!("{p}.status_url"), FieldKind::Url, url);
-        }
-        for (header, value) in &mut adapter.headers {
-            let field = format!("{p}.headers.{header}");
-            apply(field, FieldKind::Header(header), value);
-        }
-        for (var, value) in &mut adapter.env {
-            apply(format!("{p}.env.{var}"), FieldKind::Env(var), value);
+        match tool
+            .adapter
+            .as_mut()
+            .and_then(|table| table.config.as_mut())
+        {
+            Some(AdapterConfig::Http(http)) => {
+                if let Some(url) = &mut http.url {
+                    apply(format!("{p}.url"), FieldKind::Url, url);
+                }
+                if let Some(url) = &mut http.status_url {
+                    apply(format!("{p}.status_url"), FieldKind::Url, url);
+                }
+                for (header, value) in &mut http.headers {
+                    let field = format!("{p}.headers.{header}");
+                    apply(field, FieldKind::Header(header), value);
+                }
+            }
+            Some(AdapterConfig::Command(command)) => {
+                for (var, value) in &mut command.env {
+                    apply(format!("{p}.env.{var}"), FieldKind::Env(var), value);
+                }
+            }
+            // No other kind has a field that reads the environment; what
+            // could not be read is reported by the check.
+            _ => {}
         }
     }
     for (name, server) in &mut source.config.mcp_servers {
