@@ -517,10 +517,9 @@ impl Resolver {
             remaining: allowance,
             allowance,
         };
-        let invoked = match &tool.target {
-            ToolTarget::Http(target) => self.http.invoke(target, args, &attempt).await,
-            ToolTarget::Adapter(adapter) => adapter.invoke(args, &attempt).await,
-            _ => return Err(format!("{} is not an HTTP or in-process tool", tool.name)),
+        let invoked = match crate::tool::Reach::of(&self.http, None, &tool.target) {
+            Some(reach) => reach.invoke(args, &attempt).await,
+            None => return Err(format!("{} is not an HTTP or in-process tool", tool.name)),
         };
         invoked.map_err(|f| f.human_message().to_owned())
     }

@@ -29,7 +29,7 @@ use serde::Serialize;
 
 use crate::Timer;
 use crate::lease::{ReapReport, Reaper};
-use crate::run::{CompensationBinding, CompensationCall, ToolBinding, ToolTarget};
+use crate::run::{CompensationBinding, CompensationCall, ToolBinding};
 use crate::tool::http::HttpToolAdapter;
 
 /// How long a `pending` record may stay pending before the reconciler
@@ -385,11 +385,10 @@ impl Reconciler {
             remaining: allowance,
             allowance,
         };
-        let invoked = match target {
-            ToolTarget::Http(target) => self.http.invoke(target, &call.args, &attempt).await,
-            ToolTarget::Adapter(adapter) => adapter.invoke(&call.args, &attempt).await,
+        let invoked = match crate::tool::Reach::of(&self.http, None, target) {
+            Some(reach) => reach.invoke(&call.args, &attempt).await,
             // A compensation by command or child run is not repeated here.
-            _ => return None,
+            None => return None,
         };
         Some(
             invoked

@@ -26,21 +26,19 @@
 //! whether it acted.
 
 //!
-//! # Why the built-in adapters are not behind the trait
+//! # One dispatch for every kind
 //!
-//! The http and command adapters share a shape — `invoke(target, args,
-//! &Attempt) -> Result<ToolOutput, Failure>`, a value that can be dropped
-//! to abort the attempt — and the guarded call dispatches between them
-//! with one `match`. The agent adapter does not fit it: one attempt is a
-//! whole child run, driven by the engine with the *parent run's* context
-//! (its lineage in the tree, its cancellation token, its validator, the
-//! budget the call may still use), recursive into the engine that invokes
-//! it, and never raced against a cancellation (a child settles its effects
-//! and records its end before its parent goes on). A trait over all three
-//! would need an `Attempt` carrying the run's context and an adapter that
-//! owns the engine: a contortion for a single `match` arm. So the shared
-//! parts are types ([`Attempt`], [`ToolOutput`], `ErrorBody`), not a
-//! trait.
+//! The http and command adapters implement [`ToolAdapter`] too, once
+//! paired with the target of the tool they call (`reach`): the guarded
+//! call, settlement, the reconciler and handoff decisions invoke and look
+//! up every kind through that one seam. The agent adapter does not fit it:
+//! one attempt is a whole child run, driven by the engine with the
+//! *parent run's* context (its lineage in the tree, its cancellation token,
+//! its validator, the budget the call may still use), recursive into the
+//! engine that invokes it, and never raced against a cancellation (a child
+//! settles its effects and records its end before its parent goes on). A
+//! trait over it would need an `Attempt` carrying the run's context and an
+//! adapter that owns the engine, so the engine runs it itself.
 
 use std::time::Duration;
 
@@ -56,8 +54,10 @@ pub mod command;
 pub mod http;
 pub mod in_process;
 pub mod mcp;
+mod reach;
 
 pub use adapter::ToolAdapter;
+pub(crate) use reach::Reach;
 
 /// The variables of rein's own environment a local program inherits (a
 /// command tool, a stdio MCP server): what interpreters and `npx` need to
@@ -69,8 +69,8 @@ pub const INHERITED_ENV: [&str; 8] = [
 pub use in_process::InProcessTool;
 pub use mcp::McpTool;
 
-/// Looks a call to `tool` (reached through `target`) up by its key, at its
-/// HTTP status endpoint or its adapter's lookup.
+/// Looks a call to `tool` (reached through `target`) up by its key, at
+/// its HTTP status endpoint or its adapter's lookup.
 ///
 /// # Errors
 ///
@@ -82,13 +82,9 @@ pub(crate) async fn lookup(
     key: &IdempotencyKey,
     allowance: Duration,
 ) -> Result<Option<Value>, rein_core::Failure> {
-    use crate::run::ToolTarget;
-    match target {
-        ToolTarget::Http(target) => http.lookup(target, key, allowance).await,
-        ToolTarget::Adapter(adapter) => adapter.lookup(key, allowance).await,
-        #[cfg(unix)]
-        ToolTarget::Command(_) => Err(no_lookup(tool)),
-        ToolTarget::Agent(_) => Err(no_lookup(tool)),
+    match Reach::of(http, None, target) {
+        Some(reach) if reach.has_lookup() => reach.lookup(key, allowance).await,
+        _ => Err(no_lookup(tool)),
     }
 }
 

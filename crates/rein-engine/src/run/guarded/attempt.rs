@@ -30,7 +30,7 @@ use crate::run::concurrency::{Gate, Slot};
 use crate::run::emitter::Correlation;
 use crate::run::latency::Plan;
 use crate::run::{Engine, RunCtx, new_id};
-use crate::tool::{Attempt, ToolOutput};
+use crate::tool::{Attempt, Reach, ToolOutput};
 
 /// One guarded call's attempt loop, as each of its steps sees it.
 struct Attempts<'a, 'r> {
@@ -353,15 +353,13 @@ impl Engine {
     ) -> Result<ToolOutput, Failure> {
         let (ctx, tool, args) = (call.ctx, call.tool, &call.planned.args);
         let invoke = async {
-            match &tool.target {
-                ToolTarget::Http(target) => self.http.invoke(target, args, request).await,
-                ToolTarget::Command(target) => self.command.invoke(target, args, request).await,
-                ToolTarget::Adapter(adapter) => adapter.invoke(args, request).await,
+            match Reach::of(&self.http, Some(&self.command), &tool.target) {
+                Some(reach) => reach.invoke(args, request).await,
                 // A child run is never dropped mid-way: it sees the
                 // cancellation through its own (child) token, settles its
                 // effects and records its end, and its parent waits for
                 // that.
-                ToolTarget::Agent(_) => Err(Failure::new(&tool.name, Category::Unknown)
+                None => Err(Failure::new(&tool.name, Category::Unknown)
                     .with_human_message("an agent call is awaited without racing")),
             }
         };
