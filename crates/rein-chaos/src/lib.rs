@@ -14,6 +14,43 @@
 //! ten invariants (and issue 31's two about the store) against three
 //! independent witnesses.
 //!
+//! # Using it
+//!
+//! Most people run it as `rein chaos` (`--list` for the catalog, `--all`
+//! or `--scenario C003` to run, `--store postgres://…` for PostgreSQL).
+//! A test of your own calls the same two pieces: [`catalog`] lists the
+//! numbered [`Scenario`]s (what each injects, the [`Invariant`]s it puts
+//! at risk and the [`Mechanism`]s it must set off), and [`run_scenario`]
+//! builds a scenario's world, runs it and checks every invariant against
+//! what the world recorded, returning a [`ScenarioResult`]. A scenario passes when it violates no invariant;
+//! an expected mechanism that did not fire is a finding (`missing`), since
+//! a fault that nothing noticed proves nothing. [`RunnerOptions`] chooses
+//! the store ([`StoreBackend`]) and gives the `rein` binary that crash
+//! scenarios abort; without it they are skipped, and say so.
+//!
+//! C003 cuts the connection after the order desk applied a delivery
+//! change: the effect is in doubt, and must be found by its idempotency
+//! key rather than applied twice.
+//!
+//! ```
+//! use rein_chaos::{Invariant, Mechanism, RunnerOptions, catalog, run_scenario};
+//!
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let scenarios = catalog();
+//! let c003 = scenarios.iter().find(|s| s.label() == "C003").ok_or("C003 is in the catalog")?;
+//! assert!(c003.risks.contains(&Invariant::OneEffectPerKey));
+//!
+//! let result = run_scenario(c003, &RunnerOptions::default()).await;
+//! assert_eq!(result.error, None);
+//! assert!(!result.violated(), "{:#?}", result.violations);
+//! // The lost answer was found by key, not applied a second time.
+//! assert!(result.activated.contains(&Mechanism::DuplicateCollapsed));
+//! assert!(result.missing.is_empty());
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! | module | job |
 //! | --- | --- |
 //! | [`backend`] | each scenario's store: a SQLite file, or a PostgreSQL database of its own |

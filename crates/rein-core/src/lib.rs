@@ -7,6 +7,95 @@
 //! the clock once per decision, calls a policy, and applies the decision.
 //! That makes every rule testable without sleeps or a network.
 //!
+//! # Which crate to depend on
+//!
+//! - **This one** when you want the decisions alone: your own loop, your
+//!   own I/O, rein's rules (a deadline that never resets, a retry that is
+//!   never made for an irreversible tool, a breaker with hysteresis). You
+//!   read the clock, call a policy, and do what it says.
+//! - **`rein-engine`** when you want the decisions applied for you: the
+//!   guarded call, the write-ahead ledger, checkpoints and resume, tool
+//!   adapters and model providers, all driven by these policies.
+//! - **`rein-tower`** when you want them around a plain `tower::Service`
+//!   (an HTTP client) with no run at all.
+//!
+//! # How the pieces fit
+//!
+//! A run holds one [`deadline::Budget`] (its deadline plus step, token and
+//! cost ceilings). Before each call the engine asks the budget whether the
+//! call can still finish ([`deadline::Budget::check`]) and, afterwards,
+//! charges what it used ([`deadline::Budget::charge`]). A call that fails
+//! is classified into a [`Failure`] (a [`Category`] and an [`Effect`]), and
+//! [`retry::RetryPolicy::decide`] turns the failure, the tool's
+//! [`ToolClass`] and [`LatencyProfile`] and the *same* deadline into a
+//! [`retry::RetryDecision`]. Breakers ([`breaker`]) and the governor
+//! ([`governor`]) decide whether a call may start at all; the [`ledger`]
+//! records what each side effect became.
+//!
+//! # Example
+//!
+//! A budget refusing work it cannot cover, then a retry decision on a
+//! [`ManualClock`] and a seeded random source: the same inputs give the
+//! same decision, which is what makes these policies testable.
+//!
+//! ```
+//! use std::time::Duration;
+//! use rand::SeedableRng;
+//! use rein_core::deadline::{Budget, BudgetLimits, Dimension, Need, Usage};
+//! use rein_core::retry::{GiveUpReason, RetryBudget, RetryDecision, RetryInput, RetryPolicy};
+//! use rein_core::{Category, Clock, Failure, LatencyProfile, ManualClock, ToolClass};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let clock = ManualClock::new();
+//!
+//! // A run of at most 10 seconds and 2 model turns.
+//! let limits = BudgetLimits::new(Duration::from_secs(10))?.with_steps(2)?;
+//! let mut budget = Budget::start(limits, clock.now());
+//! let next_turn = Need { steps: 1, ..Need::default() };
+//! budget.charge(Usage::ONE_STEP, clock.now())?;
+//! budget.charge(Usage::ONE_STEP, clock.now())?;
+//! // A third turn is refused before it starts, naming the ceiling.
+//! let refused = budget.check(&next_turn, clock.now()).map_err(|e| e.dimension);
+//! assert_eq!(refused, Err(Dimension::Steps));
+//!
+//! // A read tool answered 503 after 4 s: retry, with a full-jitter delay
+//! // no longer than the first backoff ceiling (250 ms by default).
+//! clock.advance(Duration::from_secs(4));
+//! let policy = RetryPolicy::default();
+//! let mut retry_budget = RetryBudget::new(&policy);
+//! let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+//! let ms = Duration::from_millis;
+//! let latency = LatencyProfile::new(ms(100), ms(300), ms(500), 0)?;
+//! let failure = Failure::new("orders", Category::Transient);
+//! let mut input = RetryInput {
+//!     class: ToolClass::Read,
+//!     failure: &failure,
+//!     attempt: 1,
+//!     deadline: budget.deadline(),
+//!     latency,
+//!     now: clock.now(),
+//!     worth: None,
+//! };
+//! match policy.decide(&input, &mut retry_budget, &mut rng) {
+//!     RetryDecision::Retry { delay, next_attempt, .. } => {
+//!         assert!(delay <= policy.backoff_ceiling(1));
+//!         assert_eq!(next_attempt, 2);
+//!     }
+//!     other => return Err(format!("expected a retry, got {other:?}").into()),
+//! }
+//!
+//! // The same failure of an irreversible tool is never retried.
+//! input.class = ToolClass::Irreversible;
+//! assert_eq!(
+//!     policy.decide(&input, &mut retry_budget, &mut rng),
+//!     RetryDecision::GiveUp { reason: GiveUpReason::Irreversible },
+//! );
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Modules
+//!
 //! | module | concept |
 //! | --- | --- |
 //! | [`clock`] | time as an input: `Clock`, `Instant`, `ManualClock` |

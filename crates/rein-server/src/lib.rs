@@ -9,6 +9,86 @@
 //! error is RFC 9457 problem+json with a stable `type`; every query is
 //! scoped to the tenant of the caller's API key.
 //!
+//! # Embedding it
+//!
+//! `rein serve` is this crate's three calls, which a program can make
+//! itself (to add routes of its own, or to run the API inside a larger
+//! service):
+//!
+//! 1. the parts: a config ([`rein_engine::config::load`]), a store (any
+//!    `Arc<dyn Store>`: `rein-store-sqlite` on one node,
+//!    `rein-store-postgres` on several), and the engine over both
+//!    ([`build_engine`], with the gateway's models from [`bind_models`]);
+//! 2. [`AppState::new`], what every handler shares; its public `settings`
+//!    and `workers` may be changed before serving;
+//! 3. [`serve`] on a `TcpListener` (workers, sweepers, connection limits,
+//!    the drain on shutdown), or just [`router`], an `axum::Router` that is
+//!    a `tower::Service` to call or nest.
+//!
+//! The example submits a run to the router in-process, as a client would
+//! over HTTP, on an agent whose model is a recorded script:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use axum::body::{Body, to_bytes};
+//! use axum::http::{Request, StatusCode, header};
+//! use rein_engine::config::CompiledSchemas;
+//! use rein_server::AppState;
+//! use rein_store::Store;
+//! use rein_store_sqlite::SqliteStore;
+//! use tower::ServiceExt as _;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! std::fs::write(dir.path().join("rein.toml"), r#"
+//!     [providers.replay]
+//!     kind = "scripted"
+//!     script = "script.json"
+//!
+//!     [agents.order_desk]
+//!     provider = "replay"
+//!     model = "gpt-4o-mini"
+//!     system_prompt = "You are the order desk."
+//!     tools = []
+//!     budget = { wall_clock = "30s", max_steps = 5 }
+//! "#)?;
+//! // The model's one turn: an answer, no tool call.
+//! std::fs::write(
+//!     dir.path().join("script.json"),
+//!     r#"{"turns": [{"text": "Order 42 now arrives on Friday.", "usage": {"input": 20, "output": 8}}]}"#,
+//! )?;
+//!
+//! let registry = rein_engine::config::load(&dir.path().join("rein.toml"))?;
+//! let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("rein.db"))?);
+//! let client = rein_engine::run::http_client()?;
+//! let engine = rein_server::build_engine(&registry, store.clone(), client.clone(), None)?;
+//! let models = rein_server::bind_models(&registry, &client)?;
+//! let schemas = CompiledSchemas::compile(&registry)?;
+//! let state = Arc::new(AppState::new(registry, schemas, store, engine, client, models));
+//!
+//! // Without API keys the API answers loopback hosts only, for tenant `default`.
+//! let submit = |agent: &str| {
+//!     Request::post(format!("/v1/agents/{agent}/runs"))
+//!         .header(header::HOST, "127.0.0.1:8787")
+//!         .header(header::CONTENT_TYPE, "application/json")
+//!         .body(Body::from(r#"{"input": "Move order 42 to Friday."}"#))
+//! };
+//! let response = rein_server::router(state.clone()).oneshot(submit("order_desk")?).await?;
+//! assert_eq!(response.status(), StatusCode::OK);
+//! let run: serde_json::Value = serde_json::from_slice(&to_bytes(response.into_body(), 1 << 20).await?)?;
+//! assert_eq!(run["status"], "succeeded");
+//!
+//! // Every error is problem+json, with a `type` a client can match on.
+//! let response = rein_server::router(state).oneshot(submit("no_such_agent")?).await?;
+//! assert_eq!(response.status(), StatusCode::NOT_FOUND);
+//! assert_eq!(response.headers()[header::CONTENT_TYPE], "application/problem+json");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Modules
+//!
 //! | module | job |
 //! | --- | --- |
 //! | [`runs`] | submit (sync or queued), status, ledger, handoff, resume |

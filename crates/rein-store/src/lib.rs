@@ -35,11 +35,106 @@
 //! | [`StoreError`] | refusals and failures, classified by `is_transient` |
 //! | [`codec`] | the row codec every backend shares: the `*_COLUMNS` lists and `decode_*` functions over a driver's [`Columns`](codec::Columns) |
 //!
-//! # Backends
+//! # Which crate to depend on
 //!
 //! This crate depends on no database driver: an embedder that runs on
-//! PostgreSQL only never compiles SQLite. See `rein-store-sqlite`'s crate
-//! docs for an example of opening a store and creating a run.
+//! PostgreSQL only never compiles SQLite. Pick a backend for the store
+//! itself, and depend on this crate for the types and the trait:
+//!
+//! | you run | backend | why |
+//! | --- | --- | --- |
+//! | one node (`rein run`, one `rein serve`) | `rein-store-sqlite`'s `SqliteStore` | one file, no setup; see its crate docs for opening a store and creating a run |
+//! | several nodes sharing the work | `rein-store-postgres`'s `PostgresStore` | row locks, `LISTEN`/`NOTIFY`, one database for every node |
+//! | a backend of your own | implement the capability traits and run the conformance suite | [`Store`] is implemented for you once all of them are |
+//!
+//! # Code against the trait, checks against the suite
+//!
+//! The engine and the server hold an `Arc<dyn Store>` and never name a
+//! backend, so code written against [`Store`] (or one capability trait)
+//! runs on either. What makes that safe is the conformance suite
+//! (`rein_store::conformance`, behind the `conformance` feature): every
+//! backend's tests run each of its checks as a test of their own with
+//! `rein_store::conformance_tests!`, on a real instance (SQLite on a
+//! temporary file, PostgreSQL on a scratch database), so that gap-free
+//! event streams, the ledger's state machine and final outcomes hold
+//! whichever backend is underneath.
+//!
+//! The decisions a backend makes from the rows it read are not its own:
+//! they are the functions of [`rules`], shared by both backends. They,
+//! and the records and filters of this crate, need no database, so the
+//! example below runs without one.
+//!
+//! # Example
+//!
+//! ```
+//! use rein_core::{IntentId, LedgerRecord, LedgerStatus, Outcome, RunId, TenantId, ToolClass};
+//! use rein_store::{
+//!     LedgerMark, NewRun, RunCursor, RunFilter, RunRecord, RunStatus, RunStore, StatusChange,
+//!     Store, StoreError, Timestamp, rules,
+//! };
+//!
+//! /// Written once against the trait: runs on SQLite and on PostgreSQL.
+//! async fn queued_runs(store: &dyn Store, tenant: TenantId) -> Result<usize, StoreError> {
+//!     let filter = RunFilter::all().of_tenant(tenant).with_status(RunStatus::Queued);
+//!     Ok(store.list_runs_page(&filter, None, 50).await?.runs.len())
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let at = Timestamp::from_millis(1_700_000_000_000);
+//! // What `create_run` stores: a new run is queued, with no report.
+//! let run = RunRecord::new(NewRun {
+//!     run_id: RunId::new("run-1")?,
+//!     tenant: TenantId::new("acme")?,
+//!     agent: "order-desk".to_owned(),
+//!     input: "move order 42 to Friday".to_owned(),
+//!     parent_run_id: None,
+//!     budget: serde_json::json!({ "max_steps": 10 }),
+//!     created_at_ms: at,
+//!     trace_parent: None,
+//! });
+//! assert_eq!(run.status, RunStatus::Queued);
+//! // The filter is what a backend's query must select.
+//! let acme = RunFilter::all().of_tenant(TenantId::new("acme")?);
+//! let globex = RunFilter::all().of_tenant(TenantId::new("globex")?);
+//! assert!(acme.matches(&run) && !globex.matches(&run));
+//! // A page's cursor goes to clients as an opaque token and comes back.
+//! let cursor = RunCursor::after(&run);
+//! assert_eq!(RunCursor::from_token(&cursor.to_token())?, cursor);
+//!
+//! // A finished run's status never changes again, on any backend.
+//! let finished = RunStatus::Finished(Outcome::Succeeded);
+//! let reopen = StatusChange { status: RunStatus::Running, report: None, at_ms: at };
+//! let refused = rules::validate_status_change(&run.run_id, finished, &reopen);
+//! assert!(matches!(refused, Err(StoreError::FinishedRun { .. })));
+//!
+//! // An effect that happened is never declared pending again.
+//! let sent = LedgerRecord {
+//!     run_id: run.run_id.clone(),
+//!     intent_id: IntentId::new("intent-1")?,
+//!     seq: 1,
+//!     step: 1,
+//!     tool: "send_email".to_owned(),
+//!     class: ToolClass::Irreversible,
+//!     idempotency_key: None,
+//!     args: serde_json::json!({ "to": "customer@example.com" }),
+//!     status: LedgerStatus::Succeeded,
+//!     result: None,
+//!     failure: None,
+//!     attempts: 1,
+//!     created_at_ms: at,
+//!     updated_at_ms: at,
+//! };
+//! let again = LedgerMark {
+//!     status: LedgerStatus::Pending,
+//!     result: None,
+//!     failure: None,
+//!     attempts: 1,
+//!     at_ms: at,
+//! };
+//! assert!(matches!(rules::marked(sent, again), Err(StoreError::InvalidTransition(_))));
+//! # Ok(())
+//! # }
+//! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
