@@ -25,6 +25,7 @@ mod reconcile;
 mod resume;
 mod run;
 mod runs;
+mod schema;
 mod serve;
 mod signal;
 mod stats;
@@ -188,6 +189,9 @@ enum Command {
     /// guarded call (`rein mcp serve`), and import an MCP server's tools
     /// into the registry for review (`rein mcp import`).
     Mcp(mcp::McpArgs),
+    /// Print the JSON Schema of a config file, for editors that complete
+    /// and check TOML against one (taplo, Even Better TOML).
+    Schema(schema::SchemaArgs),
     /// Print a completion script for SHELL, generated from rein's own
     /// commands and flags.
     #[command(after_help = "\
@@ -237,6 +241,7 @@ fn main() -> ExitCode {
         Command::Migrate(args) => migrate::run(args),
         Command::Latency(args) => latency::run(args),
         Command::Mcp(args) => mcp::run(args),
+        Command::Schema(args) => schema::run(args).map(|()| ExitCode::SUCCESS),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             let mut script = Vec::new();

@@ -102,6 +102,25 @@ pub mod duration {
 
     use super::MAX_DURATION;
 
+    /// A duration as config writes it, for the config's JSON Schema: the
+    /// field is text, not the seconds-and-nanos struct serde would
+    /// describe for a [`Duration`].
+    pub struct Text;
+
+    impl schemars::JsonSchema for Text {
+        fn schema_name() -> std::borrow::Cow<'static, str> {
+            "Duration".into()
+        }
+
+        fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+            schemars::json_schema!({
+                "type": "string",
+                "description": "A duration as humans write it: \"250ms\", \"30s\", \"5m\", \"1h 30m\"; at most 366 days.",
+                "pattern": "^\\s*[0-9]+\\s*[a-zA-Zµ]+(\\s*[0-9]+\\s*[a-zA-Zµ]+)*\\s*$"
+            })
+        }
+    }
+
     /// A duration, or an optional one.
     pub trait Bounded: Sized {
         /// The longest duration held.

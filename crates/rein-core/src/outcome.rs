@@ -13,6 +13,7 @@
 
 use std::fmt;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -285,7 +286,7 @@ pub struct CompensationResult {
 /// A failure before any write (a read-only prefix) always degrades: the
 /// report flags the gap. No policy continues silently: every path that keeps
 /// a failed run's effects ends in an explicit `partial_success`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FailurePolicy {
     /// Compensate what can be undone, hand off what cannot.

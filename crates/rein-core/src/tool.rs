@@ -4,6 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{ConfigError, positive_duration};
@@ -18,7 +19,7 @@ use crate::config::{ConfigError, positive_duration};
 /// | `read` | yes, bounded | yes (harmless) |
 /// | `idempotent_write` | yes, with the same key | yes, required |
 /// | `irreversible` | never | none: compensation only |
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolClass {
     /// Read-only or naturally idempotent: search, query, read a file.

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::arms::ArmKind;
@@ -22,7 +23,7 @@ use crate::config::{ConfigError, Ratio, positive_count, positive_duration};
 /// field takes it and an unknown field is refused, so a typo cannot silently
 /// leave a default in place. Durations are humantime strings (`"30s"`).
 /// Nothing is checked here: [`Breaker::new`](super::Breaker::new) validates.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct BreakerConfig {
@@ -34,6 +35,7 @@ pub struct BreakerConfig {
     pub failure_ratio: Option<FailureRatioConfig>,
     /// How long an open arm refuses every call (the first time it opens).
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "crate::config::duration::Text")]
     pub break_duration: Duration,
     /// The longest break: when set, each consecutive reopening (its
     /// probes failed, no close between) doubles the break from
@@ -41,6 +43,7 @@ pub struct BreakerConfig {
     /// `break_duration`. `None` (the default): every break is
     /// `break_duration`.
     #[serde(default, with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub max_break_duration: Option<Duration>,
     /// Probes admitted per half-open period; further calls are refused
     /// until the probes reach a verdict.
@@ -52,6 +55,7 @@ pub struct BreakerConfig {
     /// verdict before it reopens. Guards against probes whose outcome is
     /// never reported, which would otherwise wedge the arm half-open.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "crate::config::duration::Text")]
     pub half_open_max_wait: Duration,
 }
 
@@ -92,7 +96,7 @@ impl BreakerConfig {
 /// on every probe round. Requiring a clearly better ratio to close than the
 /// one that opened (hysteresis, `close_below < open_at`) keeps it open until
 /// the target has visibly recovered.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct FailureRatioConfig {
@@ -103,6 +107,7 @@ pub struct FailureRatioConfig {
     pub close_below: f64,
     /// Length of the sliding window.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "crate::config::duration::Text")]
     pub window: Duration,
     /// Counted outcomes the window must hold before its ratio counts: a
     /// single failure out of one call is no evidence.
@@ -126,7 +131,7 @@ impl Default for FailureRatioConfig {
 /// built from its kind's settings. A section given in part takes the
 /// missing fields from *its kind's* defaults: `cost = { break_duration =
 /// "60s" }` keeps the cost arm's 3 consecutive failures, not the general 5.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(from = "BreakersConfigRepr")]
 #[non_exhaustive]
 pub struct BreakersConfig {
@@ -165,7 +170,7 @@ impl BreakersConfig {
 
 /// The wire form of [`BreakersConfig`]: every section a patch over its
 /// kind's defaults.
-#[derive(Default, Deserialize)]
+#[derive(Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 struct BreakersConfigRepr {
     provider: BreakerConfigPatch,
@@ -188,21 +193,26 @@ impl From<BreakersConfigRepr> for BreakersConfig {
 /// A [`BreakerConfig`] with every field optional.
 ///
 /// NOTE: mirrors the fields of `BreakerConfig`; add a field to both.
-#[derive(Default, Deserialize)]
+#[derive(Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 struct BreakerConfigPatch {
     /// Outer `None`: absent; `Some(None)`: explicitly `null` (trigger off).
     #[serde(deserialize_with = "present")]
+    #[schemars(with = "Option<u32>")]
     consecutive_failures: Option<Option<u32>>,
     #[serde(deserialize_with = "present")]
+    #[schemars(with = "Option<FailureRatioConfig>")]
     failure_ratio: Option<Option<FailureRatioConfig>>,
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     break_duration: Option<Duration>,
     #[serde(deserialize_with = "present_duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     max_break_duration: Option<Option<Duration>>,
     half_open_probes: Option<u32>,
     close_after_successes: Option<u32>,
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     half_open_max_wait: Option<Duration>,
 }
 

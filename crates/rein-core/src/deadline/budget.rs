@@ -1,6 +1,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::split::split;
@@ -92,12 +93,13 @@ impl fmt::Display for Cost {
 /// | `max_steps` | `40` | model turns (unset = unlimited) |
 /// | `max_tokens` | `200000` | input + output tokens (unset = unlimited) |
 /// | `max_cost_usd` | unset | money (unset = unlimited) |
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct BudgetConfig {
     /// Time from the run's start to its deadline.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "crate::config::duration::Text")]
     pub wall_clock: Duration,
     /// The step ceiling; `None` for none.
     pub max_steps: Option<u32>,

@@ -1,5 +1,6 @@
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::constants::{
@@ -24,7 +25,7 @@ use crate::config::{ConfigError, positive_count};
 ///
 /// An allowance of 0 is allowed and means "no self-healing": the tool's first
 /// failure disables it (a sensible choice for irreversible tools).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct LoopGuardConfig {

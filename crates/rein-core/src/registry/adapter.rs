@@ -18,6 +18,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
@@ -89,12 +90,11 @@ impl fmt::Display for AdapterKind {
     }
 }
 
-/// An adapter as written in config: `kind` picks the variant, and each
-/// variant holds only its own fields.
-///
-/// A new kind is a variant here, its table struct, its fields in
-/// [`AdapterKind::fields`] and its check (`registry/check/adapter.rs`).
-#[derive(Debug, Clone, Deserialize)]
+/// How a tool is called: `kind` (http, command, agent or mcp) picks the
+/// table, and each kind takes only its own fields.
+// A new kind is a variant here, its table struct, its fields in
+// `AdapterKind::fields` and its check (`registry/check/adapter.rs`).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum AdapterConfig {
@@ -121,7 +121,7 @@ impl AdapterConfig {
 }
 
 /// `kind = "http"`: JSON over HTTP.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct HttpAdapterConfig {
@@ -139,7 +139,7 @@ pub struct HttpAdapterConfig {
 
 /// `kind = "command"`: a local program, JSON arguments on stdin and the
 /// result on stdout.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct CommandAdapterConfig {
@@ -163,7 +163,7 @@ pub struct CommandAdapterConfig {
 
 /// `kind = "agent"`: another agent of the registry, run as a child of the
 /// calling run on a share of its budget.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct AgentAdapterConfig {
@@ -179,13 +179,14 @@ pub struct AgentAdapterConfig {
     pub max_steps: Option<u32>,
     /// At most this much time for the child, on top of its share.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub wall_clock: Option<Duration>,
     /// At most this many dollars for the child, on top of its share.
     pub max_cost_usd: Option<f64>,
 }
 
 /// `kind = "mcp"`: a tool of an MCP server.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct McpAdapterConfig {
@@ -298,6 +299,17 @@ impl From<AdapterConfig> for AdapterTable {
             config: Some(config),
             problems: Vec::new(),
         }
+    }
+}
+
+/// A table is described as what it reads: one of the kinds' tables.
+impl JsonSchema for AdapterTable {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        AdapterConfig::schema_name()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        AdapterConfig::json_schema(generator)
     }
 }
 

@@ -31,6 +31,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
@@ -61,6 +62,40 @@ pub enum ToolApprovalConfig {
     When(BTreeMap<String, BTreeMap<String, Value>>),
     /// Something else, kept to be reported by the check with its field.
     Invalid(String),
+}
+
+/// The shapes [`ToolApprovalConfig`] reads: the check, not the parser,
+/// refuses what these allow but rein does not (an operator on a
+/// non-number, an unknown argument path).
+impl JsonSchema for ToolApprovalConfig {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ToolApproval".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "Whether a call waits for a human: \"required\", \"never\" (the default), or { when = { \"args.PATH\" = { OP = VALUE } } }, every comparison of which must hold.",
+            "oneOf": [
+                { "type": "string", "enum": ["required", "never"] },
+                {
+                    "type": "object",
+                    "properties": {
+                        "when": {
+                            "type": "object",
+                            "propertyNames": { "pattern": "^args\\." },
+                            "additionalProperties": {
+                                "type": "object",
+                                "propertyNames": { "enum": ["gt", "ge", "lt", "le", "eq", "ne", "in"] },
+                                "minProperties": 1
+                            }
+                        }
+                    },
+                    "required": ["when"],
+                    "additionalProperties": false
+                }
+            ]
+        })
+    }
 }
 
 impl<'de> Deserialize<'de> for ToolApprovalConfig {
@@ -198,7 +233,7 @@ impl Rule {
 }
 
 /// What an expired approval does.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum OnExpiry {
@@ -221,7 +256,7 @@ impl OnExpiry {
 }
 
 /// `[agents.NAME.approval]` as written in config.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ApprovalConfig {
@@ -231,6 +266,7 @@ pub struct ApprovalConfig {
     /// [`DEFAULT_APPROVAL_WINDOW`](super::DEFAULT_APPROVAL_WINDOW), at most
     /// [`MAX_APPROVAL_WINDOW`](super::MAX_APPROVAL_WINDOW).
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub window: Option<Duration>,
     /// Whether the run's wall clock stops while a call waits (default
     /// true: a human's night does not spend the run's minutes); `false`

@@ -6,6 +6,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -16,7 +17,7 @@ use serde_json::{Map, Value};
 /// | `strong` | precisely reversible, safe to repeat | `idempotent_write` |
 /// | `weak` | pushes toward consistency; run once, then a human takes over | `idempotent_write` or `irreversible` |
 /// | `none` | cannot be undone | (no tool) |
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CompensationGrade {
     /// Precisely reversible and safe to repeat.

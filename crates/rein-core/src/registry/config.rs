@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use serde_json::Value;
@@ -26,7 +27,7 @@ use crate::tool::ToolClass;
 /// One config file: any subset of the registry's sections. A directory of
 /// files is merged by [`check`](super::check), which refuses a name defined
 /// twice.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ConfigFile {
@@ -89,7 +90,7 @@ impl ConfigSource {
 }
 
 /// Which kind of provider a `[providers.NAME]` table configures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ProviderKindName {
@@ -106,7 +107,7 @@ pub enum ProviderKindName {
 /// `base_url`, `api_key_env`, `timeout` and `stream` belong to `openai` and
 /// `anthropic`; `output_tokens_field` to `openai`; `script` to `scripted`;
 /// `prices`, `max_output_tokens` and `max_concurrency` to every kind.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ProviderConfig {
@@ -121,6 +122,7 @@ pub struct ProviderConfig {
     /// Per-request timeout of a non-streamed call; a stream is bounded by
     /// its `[stream]` limits and the caller's deadline instead.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub timeout: Option<Duration>,
     /// The script file, relative to the config file that names it.
     pub script: Option<PathBuf>,
@@ -158,21 +160,23 @@ pub struct ProviderConfig {
 /// Unset fields take
 /// [`DEFAULT_STREAM_FIRST_BYTE_TIMEOUT`](super::DEFAULT_STREAM_FIRST_BYTE_TIMEOUT)
 /// and [`DEFAULT_STREAM_IDLE_TIMEOUT`](super::DEFAULT_STREAM_IDLE_TIMEOUT).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct StreamConfig {
     /// The longest wait for the first byte of the response.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub first_byte_timeout: Option<Duration>,
     /// The longest gap between two bytes once the first has arrived.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub idle_timeout: Option<Duration>,
 }
 
 /// One model of a fallback list as written in config:
 /// `{ provider = "anthropic_main", model = "claude-sonnet" }`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ModelLinkConfig {
@@ -192,7 +196,7 @@ pub struct ModelLinkConfig {
 /// fallbacks = [{ provider = "anthropic_main", model = "claude-sonnet" }]
 /// context_fallbacks = [{ provider = "openai_main", model = "gpt-4o-128k" }]
 /// ```
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ModelBindingConfig {
@@ -213,6 +217,7 @@ pub struct ModelBindingConfig {
     /// model before falling back. Default
     /// [`DEFAULT_RETRY_AFTER_MAX`](crate::retry::DEFAULT_RETRY_AFTER_MAX).
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub retry_after_max: Option<Duration>,
     /// Whether a timed-out call is sent again to the same model: off by
     /// default, since the provider may be generating (and billing) it.
@@ -221,11 +226,12 @@ pub struct ModelBindingConfig {
     /// retries included, when the client sends no `Rein-Deadline-Ms`.
     /// Default [`DEFAULT_GATEWAY_DEADLINE`](crate::registry::DEFAULT_GATEWAY_DEADLINE).
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub deadline: Option<Duration>,
 }
 
 /// A model's price, in dollars per million tokens.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct PriceConfig {
@@ -236,7 +242,7 @@ pub struct PriceConfig {
 }
 
 /// A resource group as written in config (`[resource_groups.NAME]`).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ResourceGroupConfig {
@@ -249,7 +255,7 @@ pub struct ResourceGroupConfig {
 }
 
 /// A tool as written in config (`[tools.NAME]`).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ToolConfig {
@@ -294,7 +300,7 @@ pub struct ToolConfig {
 /// The idempotency key recipe as written in config. Unset fields take
 /// [`NormalizerConfig`](crate::idempotency::NormalizerConfig)'s defaults and
 /// [`DEFAULT_IDEMPOTENCY_HEADER`](super::DEFAULT_IDEMPOTENCY_HEADER).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct IdempotencyConfig {
@@ -307,7 +313,7 @@ pub struct IdempotencyConfig {
 }
 
 /// A compensation as written in config.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct CompensationConfig {
@@ -317,6 +323,7 @@ pub struct CompensationConfig {
     pub grade: Option<CompensationGrade>,
     /// How long after the forward call the compensation still works.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub window: Option<Duration>,
     /// Compensation argument → `args.<path>` or `result.<path>` of the
     /// forward call.
@@ -324,7 +331,7 @@ pub struct CompensationConfig {
 }
 
 /// How a tool's latency profile is known.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum LatencyMode {
@@ -336,7 +343,7 @@ pub enum LatencyMode {
 }
 
 /// A latency profile as written in config.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct LatencyConfig {
@@ -344,17 +351,21 @@ pub struct LatencyConfig {
     pub mode: LatencyMode,
     /// Declared median.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub p50: Option<Duration>,
     /// Declared 95th percentile.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub p95: Option<Duration>,
     /// Declared 99th percentile.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub p99: Option<Duration>,
     /// How many observations the declared quantiles rest on.
     pub samples: Option<u64>,
     /// Observe mode: the p99 assumed until enough samples exist.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub fallback_p99: Option<Duration>,
     /// Observe mode: the samples needed before measurements are trusted.
     pub min_samples: Option<u64>,
@@ -369,7 +380,7 @@ pub struct LatencyConfig {
 /// `[tools.NAME.latency.scale]` as written in config: the argument whose
 /// size picks the call's bucket, and the buckets' ascending upper bounds
 /// (see [`LatencyScale`](crate::latency::LatencyScale)).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct LatencyScaleConfig {
@@ -381,7 +392,7 @@ pub struct LatencyScaleConfig {
 }
 
 /// An agent as written in config (`[agents.NAME]`).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct AgentConfig {
@@ -419,6 +430,7 @@ pub struct AgentConfig {
     /// p99 10 ×): whether one more turn fits the deadline, and model
     /// retries. Default 500 ms; at most 10 min.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub model_latency: Option<Duration>,
     /// How many calls one turn may propose (`[agents.NAME.fan_out]`).
     pub fan_out: super::fan_out::FanOutConfig,
@@ -437,7 +449,7 @@ pub struct AgentConfig {
 
 /// `[agents.NAME.model_retry]`: what one run may spend retrying model
 /// calls in total, apart from each call's policy and from tool retries.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ModelRetryConfig {
@@ -445,6 +457,7 @@ pub struct ModelRetryConfig {
     pub max_retries: Option<u32>,
     /// Time waiting between model retries in the whole run; default 60 s.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub max_wait: Option<Duration>,
     /// Tokens failed model calls may consume before no model call is
     /// retried; default: only the run's token budget.
@@ -457,7 +470,7 @@ pub struct ModelRetryConfig {
 /// Every field is optional; [`check`](super::check) fills in the defaults
 /// listed on [`ServerSpec`](super::ServerSpec) and reports each value out of
 /// range under its dotted field (`server.queue.lease`).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ServerConfig {
@@ -480,6 +493,7 @@ pub struct ServerConfig {
     pub limits: ServerLimitsConfig,
     /// How long in-flight work may finish after SIGTERM or SIGINT.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub shutdown_grace: Option<Duration>,
 
     // ----- exposure: who may reach the API (allowed_hosts, cors, metrics) --
@@ -502,25 +516,28 @@ pub struct ServerConfig {
 }
 
 /// `[server.limits]` as written in config.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ServerLimitsConfig {
     /// Time to send a complete request head.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub header_timeout: Option<Duration>,
     /// The longest pause while a request body is received.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub body_timeout: Option<Duration>,
     /// How long a kept-alive connection may wait for its next request.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub idle_timeout: Option<Duration>,
     /// Connections served at once.
     pub max_connections: Option<u32>,
 }
 
 /// `[server.cors]` as written in config.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct CorsConfig {
@@ -544,6 +561,22 @@ pub enum ByteSizeConfig {
     Bytes(i64),
     /// Text, parsed by the check.
     Text(String),
+}
+
+impl JsonSchema for ByteSizeConfig {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ByteSize".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A size: an integer of bytes (1048576) or a number with a binary unit (\"1MiB\", \"512 KiB\").",
+            "oneOf": [
+                { "type": "integer", "minimum": 0 },
+                { "type": "string", "pattern": "^\\s*[0-9]+\\s*([KMG]i?B|B)?\\s*$" }
+            ]
+        })
+    }
 }
 
 impl<'de> Deserialize<'de> for ByteSizeConfig {
@@ -575,7 +608,7 @@ impl<'de> Deserialize<'de> for ByteSizeConfig {
 }
 
 /// `[server.idempotency]` as written in config.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ServerIdempotencyConfig {
@@ -585,16 +618,18 @@ pub struct ServerIdempotencyConfig {
     pub max_key_length: Option<u32>,
     /// How long a completed submission is remembered for replay.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub retention: Option<Duration>,
 }
 
 /// `[server.queue]` as written in config.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct QueueConfig {
     /// How long a worker owns a queued run before another may take it.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub lease: Option<Duration>,
     /// Deliveries of one queued run before it is dead-lettered.
     pub max_attempts: Option<u32>,
@@ -603,25 +638,28 @@ pub struct QueueConfig {
 }
 
 /// `[server.reconciliation]` as written in config.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ReconciliationConfig {
     /// How often a live run records that it is alive.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub heartbeat_interval: Option<Duration>,
     /// Silence after which a `running` run counts as orphaned.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub orphan_threshold: Option<Duration>,
     /// How often the scan for orphans runs.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub scan_interval: Option<Duration>,
     /// Runs closed by one scan at most.
     pub max_runs_per_scan: Option<u32>,
 }
 
 /// `[server.agent_graph]` as written in config; `0` removes a total limit.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct AgentGraphConfig {
@@ -637,7 +675,7 @@ pub struct AgentGraphConfig {
 ///
 /// Only the key's SHA-256 is written down, never the key, so a leaked
 /// config file admits nobody.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ApiKeyConfig {

@@ -33,6 +33,7 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 /// The longest host name accepted (RFC 1035's 253 characters).
@@ -466,7 +467,7 @@ impl CorsSpec {
 /// what every other tenant runs. Protected `/metrics` is read only with the
 /// key of a tenant named in `server.metrics_tenants` (an operator's `ops`
 /// tenant, say); with none named, no key reads it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum MetricsAccess {

@@ -18,6 +18,7 @@
 
 use std::num::NonZeroU32;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -34,7 +35,7 @@ pub const DEFAULT_MAX_CALLS_PER_TURN: u32 = 16;
 pub const MAX_CALLS_PER_TURN: u32 = 1024;
 
 /// `[agents.NAME.fan_out]` as written in config.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct FanOutConfig {

@@ -15,12 +15,13 @@
 //! every `rein lint` output, so the next reader can judge it; an unknown
 //! rule id is refused (a typo would silence nothing and say so nowhere).
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::lint::{Allowance, Rule};
 
 /// `[tools.NAME.lint]` as written in config.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ToolLintConfig {
@@ -29,7 +30,7 @@ pub struct ToolLintConfig {
 }
 
 /// One entry of `[tools.NAME.lint] allow`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct AllowConfig {

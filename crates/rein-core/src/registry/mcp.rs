@@ -27,6 +27,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::check::{is_env_name, is_header_name, resolve_relative};
@@ -38,7 +39,7 @@ pub const DEFAULT_MCP_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_MCP_CONNECT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// `[mcp_servers.NAME]` as written.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct McpServerConfig {
@@ -56,6 +57,7 @@ pub struct McpServerConfig {
     pub headers: BTreeMap<String, String>,
     /// How long the start and handshake may take.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub connect_timeout: Option<Duration>,
 }
 

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeSet;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::TenantId;
@@ -23,7 +24,7 @@ pub const DEFAULT_METRICS_LABEL_VALUES: u32 = 50;
 pub const MAX_METRICS_LABEL_VALUES: u32 = 1000;
 
 /// `[server.metrics_labels]` as written in config.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct MetricsLabelsConfig {

@@ -138,6 +138,7 @@ mod config;
 mod constants;
 mod exposure;
 mod fan_out;
+mod json_schema;
 mod lint_allow;
 mod mcp;
 mod metrics_labels;
@@ -195,6 +196,7 @@ pub use exposure::{
 pub use fan_out::{
     DEFAULT_MAX_CALLS_PER_TURN, FanOutConfig, FanOutLimits, MAX_CALLS_PER_TURN, ResourceKey,
 };
+pub use json_schema::config_json_schema;
 pub use lint_allow::{AllowConfig, ToolLintConfig};
 pub use mcp::{
     DEFAULT_MCP_CONNECT_TIMEOUT, MAX_MCP_CONNECT_TIMEOUT, McpServerConfig, McpServerSpec,

@@ -8,12 +8,13 @@
 //! | `[agents.NAME.planner] final_turn` | `true`: a budget too short for another tool round trip gets one last turn without tools |
 //! | `[agents.NAME] value_of_success_usd` | none: retries are decided as before, without their expected value |
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::deadline::Cost;
 
 /// `[agents.NAME.planner]` as written in config.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct PlannerConfig {

@@ -29,6 +29,7 @@
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::governor::{
@@ -43,7 +44,7 @@ pub const DEFAULT_INTERACTIVE_RESERVE: u32 = 1;
 
 /// One tenant's quotas as written (`[server.quotas]` for every tenant,
 /// `[server.quotas.tenants.ID]` for one).
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct TenantQuotaConfig {
@@ -60,7 +61,7 @@ pub struct TenantQuotaConfig {
 }
 
 /// `[server.quotas]` as written in config.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ServerQuotasConfig {

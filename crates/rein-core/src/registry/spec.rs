@@ -10,6 +10,7 @@ use std::num::{NonZeroU32, NonZeroU64};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -28,7 +29,9 @@ use crate::tool::{LatencyProfile, ToolClass};
 
 /// How visible a tool's effect is outside the system (seed 000): decides
 /// whether extra gates are needed, and how loudly a failure is reported.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum SideEffectTier {
     /// Nothing outside changes.
@@ -72,7 +75,7 @@ impl fmt::Display for SideEffectTier {
 }
 
 /// An HTTP method an adapter may use.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum HttpMethod {
     /// `GET`.

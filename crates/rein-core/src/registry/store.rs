@@ -35,6 +35,7 @@ use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 /// Connections one process keeps at most when `pool_size` is not given.
@@ -69,7 +70,7 @@ pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 pub const MAX_BUSY_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// What a SQLite commit is durable against (`[store] synchronous`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Synchronous {
@@ -81,7 +82,7 @@ pub enum Synchronous {
 }
 
 /// `[store]` as written.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct StoreConfig {
@@ -91,6 +92,7 @@ pub struct StoreConfig {
     pub pool_size: Option<u32>,
     /// PostgreSQL: how long a call waits for a connection.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub connect_timeout: Option<Duration>,
     /// PostgreSQL: apply pending migrations at start.
     pub migrate: Option<bool>,
@@ -100,6 +102,7 @@ pub struct StoreConfig {
     pub synchronous: Option<Synchronous>,
     /// SQLite: how long a write waits for another process's lock.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub busy_timeout: Option<Duration>,
 }
 

@@ -11,6 +11,7 @@
 //! | `service_name` | [`DEFAULT_SERVICE_NAME`] | non-empty |
 //! | `sample_ratio` | 1.0 | `[0, 1]`: the share of traces kept, decided once per trace |
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::config::Ratio;
@@ -23,7 +24,7 @@ pub const DEFAULT_SERVICE_NAME: &str = "rein";
 pub const OTLP_TRACES_PATH: &str = "/v1/traces";
 
 /// `[telemetry]` as written.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct TelemetryConfig {

@@ -19,6 +19,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::outcome::Outcome;
@@ -31,7 +32,7 @@ pub const MAX_WEBHOOK_AGE: Duration = Duration::from_secs(30 * 86_400);
 pub const MAX_WEBHOOK_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// `[webhooks.NAME]` as written.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct WebhookConfig {
@@ -45,9 +46,11 @@ pub struct WebhookConfig {
     pub secret_env: Option<String>,
     /// How long an event may still be delivered.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub max_age: Option<Duration>,
     /// How long one POST may take.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     pub timeout: Option<Duration>,
 }
 

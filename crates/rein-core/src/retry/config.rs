@@ -1,6 +1,7 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::constants::*;
@@ -16,7 +17,7 @@ use crate::config::{ConfigError, Ratio, positive_duration};
 /// | `budget_ratio` | `0.2` | retries allowed per request to a target |
 /// | `budget_initial` | `10` | retries a fresh budget allows |
 /// | `budget_max` | `20` | most retries a budget can hold |
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct RetryConfig {
@@ -24,9 +25,11 @@ pub struct RetryConfig {
     pub max_attempts: u32,
     /// The backoff ceiling of the first retry.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "crate::config::duration::Text")]
     pub base_delay: Duration,
     /// The largest backoff ceiling.
     #[serde(with = "crate::config::duration")]
+    #[schemars(with = "crate::config::duration::Text")]
     pub max_delay: Duration,
     /// Retries allowed per request to a target, in `[0, 1]`.
     pub budget_ratio: f64,
