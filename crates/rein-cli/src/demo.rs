@@ -87,7 +87,11 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
             }
             let updates = desk.applied_count("update_delivery_time");
             let emails = desk.applied_count("send_email");
-            println!("\n  update_delivery_time applied {updates} time(s); send_email sent {emails} email(s)");
+            println!(
+                "\n  update_delivery_time applied {}; send_email sent {}",
+                crate::timeline::count(updates, "time"),
+                crate::timeline::count(emails, "email")
+            );
             if let Some(path) = &args.data {
                 println!("  the run is recorded in {}", path.display());
             }

@@ -371,7 +371,9 @@ fn describe(r: &Resolution) -> String {
         (None, n) => {
             let _ = writeln!(
                 out,
-                "{n} record(s) still await a decision: rein handoff {}",
+                "{} still {} a decision: rein handoff {}",
+                crate::timeline::count(n, "record"),
+                if n == 1 { "awaits" } else { "await" },
                 r.run_id
             );
         }

@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use crate::timeline::count;
 use rein_core::RunReport;
 use rein_core::deadline::{
     BudgetLimits, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOKENS, DEFAULT_WALL_CLOCK,
@@ -199,8 +200,10 @@ pub fn consumed_line(report: &RunReport, limits: Option<&BudgetLimits>) -> Strin
     let elapsed = human(Duration::from_millis(report.elapsed_ms));
     let Some(limits) = limits else {
         return format!(
-            "{} step(s), {} tokens, {} in {elapsed}",
-            report.steps, c.tokens, c.cost
+            "{}, {}, {} in {elapsed}",
+            count(report.steps, "step"),
+            count(c.tokens, "token"),
+            c.cost
         );
     };
     let of = |used: String, ceiling: Option<String>| match ceiling {
@@ -209,11 +212,11 @@ pub fn consumed_line(report: &RunReport, limits: Option<&BudgetLimits>) -> Strin
     };
     [
         of(
-            format!("{} step(s)", report.steps),
+            count(report.steps, "step"),
             limits.steps().map(|n| n.to_string()),
         ),
         of(
-            format!("{} tokens", c.tokens),
+            count(c.tokens, "token"),
             limits.tokens().map(|n| n.to_string()),
         ),
         of(c.cost.to_string(), limits.cost().map(|n| n.to_string())),

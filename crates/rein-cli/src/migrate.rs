@@ -79,8 +79,10 @@ pub fn run(args: MigrateArgs) -> Result<ExitCode> {
         println!("{doc}");
     } else if args.check && pending > 0 {
         println!(
-            "{store}: schema version {}, {pending} migration(s) pending (this rein writes {}); run `rein migrate`",
-            before.found, before.supported
+            "{store}: schema version {}, {} pending (this rein writes {}); run `rein migrate`",
+            before.found,
+            crate::timeline::count(pending, "migration"),
+            before.supported
         );
     } else if args.check || pending == 0 {
         println!("{store}: schema version {after}, up to date");

@@ -107,11 +107,11 @@ fn print(report: &ReconcileReport, json: bool) -> Result<()> {
     }
     let leases = report.leases.as_ref().map_or(0, |l| l.reclaimed.len());
     println!(
-        "{} fixed, {} handed off, {} skipped, {} lease(s) reclaimed",
+        "{} fixed, {} handed off, {} skipped, {} reclaimed",
         report.fixed.len(),
         report.handed_off.len(),
         report.skipped,
-        leases
+        crate::timeline::count(leases, "lease")
     );
     Ok(())
 }

@@ -332,7 +332,8 @@ impl Session {
             crate::log::note(
                 crate::log::Level::Warn,
                 &format!(
-                    "rein: {held} ledger mark(s) could not be written: the store is still unavailable; `rein reconcile` settles them from the tools' status once it is back"
+                    "rein: {} could not be written: the store is still unavailable; `rein reconcile` settles them from the tools' status once it is back",
+                    crate::timeline::count(held, "ledger mark")
                 ),
             );
         }

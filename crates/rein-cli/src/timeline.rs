@@ -5,10 +5,12 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use rein_core::event::{
-    AbandonReason, CallRejected, ModelCallResult, StopReason, ToolCallFinished,
+    AbandonReason, AbortedWork, BaselineSource, CallRejected, HandOn, ModelCallResult, StopReason,
+    ToolCallFinished, TruncationAction,
 };
+use rein_core::model::FinishReason;
 use rein_core::retry::GiveUpReason;
-use rein_core::{Category, Effect, Event, EventData, Outcome, RunReport, Timestamp};
+use rein_core::{Category, Effect, Event, EventData, FailurePolicy, Outcome, RunReport, Timestamp};
 use serde_json::Value;
 
 /// One readable line for an event: time since the run started, step, kind,
@@ -20,10 +22,10 @@ pub fn line(event: &Event, started: Timestamp) -> String {
             format!("agent {} on {} ({})", d.agent, d.provider, d.model)
         }
         EventData::ModelCallStarted(d) => format!(
-            "{} attempt {} (allowance {}ms)",
+            "{} attempt {} (allowance {})",
             d.provider,
             d.attempt,
-            ms(d.allowance)
+            crate::limits::human(d.allowance)
         ),
         EventData::ModelCallFinished(d) => match &d.result {
             ModelCallResult::Answered(a) => {
@@ -37,18 +39,18 @@ pub fn line(event: &Event, started: Timestamp) -> String {
             ModelCallResult::Failed(f) => format!("failed: {} — {}", f.category, f.reason),
         },
         EventData::PlanCreated(d) => {
-            format!("{} intent(s) planned and persisted", d.intents.len())
+            format!("{} planned and persisted", count(d.intents.len(), "intent"))
         }
         EventData::BudgetAllocated(d) => format!(
-            "{} branches share the remainder: {}ms each",
-            d.branches,
-            d.each.map_or(0, ms)
+            "{} share the remainder: {} each",
+            count(d.branches, "branch"),
+            crate::limits::human(d.each.unwrap_or_default())
         ),
         EventData::CallRejected(CallRejected::CircuitOpen(d)) => format!(
-            "{} {}: circuit open, no call made (retry after {}ms)",
+            "{} {}: circuit open, no call made (retry after {})",
             d.arm.as_str(),
             d.name,
-            ms(d.retry_after)
+            crate::limits::human(d.retry_after)
         ),
         EventData::CallRejected(CallRejected::Refused(d)) => format!(
             "{}: {} — {} (never sent)",
@@ -57,18 +59,22 @@ pub fn line(event: &Event, started: Timestamp) -> String {
             d.reason
         ),
         EventData::ToolCallStarted(d) => format!(
-            "{} attempt {} (allowance {}ms, {}ms left)",
+            "{} attempt {} (allowance {}, {} left)",
             d.tool,
             d.attempt,
-            ms(d.allowance),
-            ms(d.remaining)
+            crate::limits::human(d.allowance),
+            crate::limits::human(d.remaining)
         ),
         EventData::ToolCallFinished(ToolCallFinished::Succeeded(d)) => {
             let replayed = if d.replayed { ", replayed by key" } else { "" };
-            format!("{} ok in {}ms{replayed}", d.tool, ms(d.elapsed))
+            format!(
+                "{} ok in {}{replayed}",
+                d.tool,
+                crate::limits::human(d.elapsed)
+            )
         }
         EventData::ToolCallFinished(ToolCallFinished::Skipped(d)) if d.ok => {
-            format!("{} ok in 0ms", d.tool)
+            format!("{} ok, answered from the ledger", d.tool)
         }
         EventData::ToolCallFinished(d) => {
             let (effect, reason) = match d {
@@ -88,7 +94,10 @@ pub fn line(event: &Event, started: Timestamp) -> String {
             let source = if d.from_server {
                 "server's Retry-After".to_owned()
             } else {
-                format!("full jitter on [0, {}ms]", ms(d.backoff_ceiling))
+                format!(
+                    "full jitter on [0, {}]",
+                    crate::limits::human(d.backoff_ceiling)
+                )
             };
             let key = if d.same_key == Some(true) {
                 ", same key"
@@ -96,10 +105,10 @@ pub fn line(event: &Event, started: Timestamp) -> String {
                 ""
             };
             format!(
-                "{} attempt {} in {}ms ({source}{key})",
+                "{} attempt {} in {} ({source}{key})",
                 d.target.name(),
                 d.next_attempt,
-                ms(d.delay)
+                crate::limits::human(d.delay)
             )
         }
         EventData::RetryAbandoned(d) => {
@@ -123,8 +132,9 @@ pub fn line(event: &Event, started: Timestamp) -> String {
         }
         EventData::LoopDetected(d) => d.message.clone(),
         EventData::FanOutRefused(d) => format!(
-            "{} calls proposed, at most {} per turn: none ran, the model is told to batch or narrow",
-            d.proposed, d.cap
+            "{} proposed, at most {} per turn: none ran, the model is told to batch or narrow",
+            count(d.proposed, "call"),
+            d.cap
         ),
         EventData::RateLimited(d) => match &d.model {
             Some(model) => format!(
@@ -161,18 +171,19 @@ pub fn line(event: &Event, started: Timestamp) -> String {
             d.resource_group, d.old, d.new, d.reason
         ),
         EventData::ToolDisabled(d) => format!(
-            "{} disabled for this run after {} failures",
-            d.tool, d.failures
+            "{} disabled for this run after {}",
+            d.tool,
+            count(d.failures, "failure")
         ),
         EventData::PartialSuccessReturned(d) => {
             format!("{} completed, {} not completed", d.completed, d.incomplete)
         }
         EventData::RunResumed(d) => {
             let mut line = format!(
-                "continued after step {}: {} step(s) not run again, {} effect(s) not repeated, {} repeated under their keys",
+                "continued after step {}: {} not run again, {} not repeated, {} repeated under their keys",
                 d.marker.continued_from_step,
-                d.marker.steps_skipped,
-                d.marker.not_reexecuted.len(),
+                count(d.marker.steps_skipped, "step"),
+                count(d.marker.not_reexecuted.len(), "effect"),
                 d.marker.reexecuted_with_same_key.len()
             );
             if let Some(change) = &d.marker.contract_changed {
@@ -185,11 +196,166 @@ pub fn line(event: &Event, started: Timestamp) -> String {
             line
         }
         EventData::RunFinished(d) => format!(
-            "{} after {} step(s) in {}ms",
+            "{} after {} in {}",
             d.outcome.as_str(),
-            d.steps,
-            ms(d.elapsed)
+            count(d.steps, "step"),
+            crate::limits::human(d.elapsed)
         ),
+        EventData::RunCancelled(d) => {
+            let at = match (d.aborted, &d.provider, d.at_step_boundary) {
+                (Some(AbortedWork::ModelCall), Some(provider), _) => {
+                    format!("; its call to {provider} was abandoned")
+                }
+                (Some(AbortedWork::ModelCall), None, _) => "; its model call was abandoned".into(),
+                (_, _, Some(true)) => " at a step boundary".into(),
+                _ => String::new(),
+            };
+            format!("{}{at}", d.reason)
+        }
+        EventData::RunFailed(d) => format!("{}: {}", d.error_type, d.reason),
+        EventData::ConcurrencyWaitExpired(d) => format!(
+            "{} attempt {}: no slot of resource group {} (limit {}) within {}",
+            d.tool,
+            d.attempt,
+            d.resource_group,
+            d.max_concurrency,
+            crate::limits::human(d.queue_wait)
+        ),
+        EventData::ModelQueueWaited(d) => {
+            let ended = if d.expired { "gave up after" } else { "waited" };
+            format!(
+                "{ended} {} for one of {} concurrent calls to {}",
+                crate::limits::human(d.queue_wait),
+                d.max_concurrency,
+                d.provider
+            )
+        }
+        EventData::ModelFallbackUsed(d) => {
+            let after = d
+                .after
+                .iter()
+                .map(|m| format!("{}/{} {}", m.provider, m.model, m.category.as_str()))
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!(
+                "answered by {}/{} instead of {}/{} (after {after})",
+                d.answered.provider, d.answered.model, d.primary.provider, d.primary.model
+            )
+        }
+        EventData::ModelOutputTruncated(d) => {
+            let kept = match d.action {
+                TruncationAction::Salvaged => format!("kept {}", list(&d.salvaged)),
+                TruncationAction::AskedAgain if d.salvaged.is_empty() => {
+                    format!("asked again for {}", list(&d.asked_again))
+                }
+                TruncationAction::AskedAgain => format!(
+                    "kept {}, asked again for {}",
+                    list(&d.salvaged),
+                    list(&d.asked_again)
+                ),
+            };
+            format!(
+                "output cut ({}) in {}: {kept}",
+                finish(d.finish),
+                count(d.calls, "call")
+            )
+        }
+        EventData::CheckpointWritten(_) => "the run's state is durable up to here".into(),
+        EventData::SettlementStarted(d) => {
+            let mut line = format!(
+                "policy {}: {} to settle",
+                policy(d.policy),
+                count(d.open_records, "open record")
+            );
+            if d.child_runs > 0 {
+                let _ = write!(line, ", {}", count(d.child_runs, "child run"));
+            }
+            if d.irreversible_open {
+                line.push_str(", an irreversible effect among them");
+            }
+            if d.already_with_a_human {
+                line.push_str(", some already with a human");
+            }
+            line
+        }
+        EventData::CompensationStarted(d) => format!(
+            "undoing {} with {} ({} compensation)",
+            d.tool,
+            d.compensation_tool,
+            d.grade.as_str()
+        ),
+        EventData::CompensationFinished(d) => {
+            format!("{} → {}: {}", d.tool, d.status.as_str(), d.note)
+        }
+        EventData::HandoffCreated(d) => match &d.package {
+            Some(p) => format!(
+                "handed to a human: {} ({} awaiting a decision, {} in doubt)",
+                p.reason,
+                count(p.awaiting_decision, "record"),
+                p.uncertain
+            ),
+            None => "handed to a human".into(),
+        },
+        EventData::RunInterrupted(d) => {
+            let next = match (d.resumable, d.continue_with) {
+                (false, _) => "not resumable".to_owned(),
+                (true, Some(HandOn::AnyWorker)) => "any worker continues it".to_owned(),
+                (true, _) => "resumable by its caller".to_owned(),
+            };
+            format!(
+                "{} after {}; {next}",
+                d.reason,
+                count(d.completed_steps, "completed step")
+            )
+        }
+        EventData::LatencyDegraded(d) => format!(
+            "{}: p99 {} over {}, against a {} baseline of {}",
+            d.subject,
+            crate::limits::human(d.p99),
+            count(d.samples, "sample"),
+            match d.baseline_source {
+                BaselineSource::Declared => "declared",
+                BaselineSource::Observed => "observed",
+            },
+            crate::limits::human(d.baseline)
+        ),
+        EventData::ApprovalRequested(d) => {
+            format!("{} waits for a human's approval: {}", d.tool, d.why)
+        }
+        EventData::ApprovalDecided(d) => {
+            let reason = d
+                .reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default();
+            format!(
+                "{} {} by {} after {}{reason}",
+                d.tool,
+                d.verdict.as_str(),
+                d.by,
+                crate::limits::human(Duration::from_millis(d.waited_ms))
+            )
+        }
+        EventData::HandoffDecided(d) => {
+            let mut line = format!(
+                "{} decided {} by {}: {} → {}",
+                d.tool,
+                d.decision.as_str(),
+                d.by,
+                d.from.as_str(),
+                d.status.as_str()
+            );
+            if let Some(failed) = &d.failed {
+                let _ = write!(line, " (the action failed: {failed})");
+            }
+            if let Some(closed) = d.closed {
+                let _ = write!(line, "; the run closed {}", closed.as_str());
+            }
+            line
+        }
+        // A kind added after this match (`EventData` is non-exhaustive):
+        // its stored form, until it gets a sentence (the timeline test
+        // over every stored kind fails first).
         data => data.to_value().unwrap_or_default().to_string(),
     };
     format!(
@@ -201,9 +367,45 @@ pub fn line(event: &Event, started: Timestamp) -> String {
     )
 }
 
-/// Whole milliseconds, as the event stream writes them.
-fn ms(d: Duration) -> u128 {
-    d.as_millis()
+/// `n` and the noun, in the singular for one (`1 intent`, `3 intents`;
+/// `branch` → `branches`).
+pub(crate) fn count<N: std::fmt::Display + PartialEq + From<u8>>(n: N, noun: &str) -> String {
+    if n == N::from(1) {
+        format!("1 {noun}")
+    } else if noun.ends_with("ch") || noun.ends_with('s') {
+        format!("{n} {noun}es")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// A failure policy as config writes it.
+fn policy(policy: FailurePolicy) -> &'static str {
+    match policy {
+        FailurePolicy::Compensate => "compensate",
+        FailurePolicy::Continue => "continue",
+        FailurePolicy::Handoff => "handoff",
+    }
+}
+
+/// Names, or `none`.
+fn list(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// Why a model stopped, as a person says it.
+fn finish(reason: FinishReason) -> &'static str {
+    match reason {
+        FinishReason::Length => "length limit",
+        FinishReason::ContentFilter => "content filter",
+        FinishReason::ToolCalls => "cut inside its tool calls",
+        FinishReason::Stop | FinishReason::StopSequence => "stopped",
+        FinishReason::Other => "other",
+    }
 }
 
 /// A wait in human units, to the millisecond (`0s` for none).
@@ -345,6 +547,36 @@ mod tests {
             at_ms: Timestamp::from_millis(1_250),
             data,
         }
+    }
+
+    /// One event of every kind and shape rein has stored (rein-core's wire
+    /// fixture): each reads as a sentence, pinned here as the operator
+    /// sees it.
+    #[test]
+    fn every_stored_event_kind_reads_as_a_sentence() {
+        const STORED: &str = include_str!("../../rein-core/tests/fixtures/events-v1.jsonl");
+        let mut lines = Vec::new();
+        for text in STORED.lines().filter(|l| !l.trim().is_empty()) {
+            let event: Event = serde_json::from_str(text).expect("a stored event");
+            let rendered = line(&event, event.at_ms);
+            let detail = rendered.splitn(5, char::is_whitespace).last().unwrap_or("");
+            assert!(
+                !rendered.contains("{\""),
+                "{} reads as JSON: {rendered}",
+                event.kind().as_str()
+            );
+            assert!(!detail.trim().is_empty(), "{rendered}");
+            lines.push(rendered);
+        }
+        insta::assert_snapshot!(lines.join("\n"));
+    }
+
+    #[test]
+    fn counts_are_singular_for_one() {
+        assert_eq!(count(1u32, "intent"), "1 intent");
+        assert_eq!(count(3usize, "intent"), "3 intents");
+        assert_eq!(count(2u64, "branch"), "2 branches");
+        assert_eq!(count(0u32, "step"), "0 steps");
     }
 
     #[test]

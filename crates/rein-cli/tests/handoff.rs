@@ -121,7 +121,7 @@ async fn a_handed_off_run_is_resolved_through_the_cli_and_the_api_and_closes() {
     let said = text(&undone.stdout);
     assert!(said.contains("manual → compensated by alice"), "{said}");
     assert!(
-        said.contains("1 record(s) still await a decision"),
+        said.contains("1 record still awaits a decision"),
         "{said}"
     );
 

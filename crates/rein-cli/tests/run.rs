@@ -48,7 +48,7 @@ async fn demo_ends_in_partial_success_with_one_update_and_no_email() {
     assert!(stdout.contains("recoverable: yes"), "{stdout}");
     assert!(stdout.contains("idempotency_lookup"), "{stdout}");
     assert!(
-        stdout.contains("update_delivery_time applied 1 time(s); send_email sent 0 email(s)"),
+        stdout.contains("update_delivery_time applied 1 time; send_email sent 0 emails"),
         "{stdout}"
     );
 }

@@ -93,6 +93,8 @@ fn the_fixture_covers_every_kind() {
         EventKind::RunResumed,
         EventKind::RunInterrupted,
         EventKind::LatencyDegraded,
+        EventKind::ApprovalRequested,
+        EventKind::ApprovalDecided,
         EventKind::HandoffDecided,
     ];
     for kind in every {

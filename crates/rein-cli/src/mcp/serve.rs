@@ -108,8 +108,8 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         crate::log::note(
             crate::log::Level::Info,
             &format!(
-                "rein mcp serve: serving {} tool(s) of agent `{}` as run {run_id}",
-                tools.len(),
+                "rein mcp serve: serving {} of agent `{}` as run {run_id}",
+                crate::timeline::count(tools.len(), "tool"),
                 binding.name
             ),
         );
