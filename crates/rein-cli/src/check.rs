@@ -29,7 +29,20 @@ Examples:
   rein check examples/order-desk --serve --listen 0.0.0.0:8787 --json   # refused there: no API keys")]
 pub struct CheckArgs {
     /// A config file, or a directory whose `*.toml` files form one config.
-    config: PathBuf,
+    #[arg(
+        value_name = "CONFIG",
+        required_unless_present = "config_flag",
+        conflicts_with = "config_flag"
+    )]
+    config: Option<PathBuf>,
+    /// The config, given as every other command takes it.
+    #[arg(
+        long = "config",
+        short = 'c',
+        id = "config_flag",
+        value_name = "CONFIG"
+    )]
+    config_flag: Option<PathBuf>,
     /// Print one JSON document on stdout:
     /// `{"ok": bool, "problems": [{"file", "field", "message", "line"?, "column"?}], "warnings": [...]}`.
     #[arg(long)]
@@ -93,6 +106,10 @@ fn tls_problem(
 /// its field is written in its file (a missing field: its table's header);
 /// what a flag gave (`--data`, `--listen`) has none.
 pub fn run(args: CheckArgs) -> ExitCode {
+    // clap requires exactly one of the two.
+    let Some(config) = args.config.clone().or_else(|| args.config_flag.clone()) else {
+        return ExitCode::from(2);
+    };
     let purpose = if args.serve || args.listen.is_some() {
         Purpose::Serve {
             listen: args.listen,
@@ -100,7 +117,7 @@ pub fn run(args: CheckArgs) -> ExitCode {
     } else {
         Purpose::Check
     };
-    let loaded = prepare(&args.config, purpose);
+    let loaded = prepare(&config, purpose);
     // As `rein serve` refuses it at start, before connecting.
     let data_problem = args.data.as_deref().and_then(|data| {
         crate::store::Data::parse(data).err().map(|error| {
@@ -213,7 +230,7 @@ pub fn run(args: CheckArgs) -> ExitCode {
                     &format!(
                         "error: {} in {}",
                         count(problems.len(), "problem", "problems"),
-                        args.config.display()
+                        config.display()
                     ),
                 );
             }

@@ -43,9 +43,13 @@ pub struct KeyArgs {
     args: String,
 }
 
+/// Spelled as config and JSON spell a class (`idempotent_write`); the
+/// kebab-case spelling clap would choose is kept as an alias.
 #[derive(Debug, Clone, Copy, ValueEnum)]
+#[value(rename_all = "snake_case")]
 enum Class {
     Read,
+    #[value(alias = "idempotent-write")]
     IdempotentWrite,
     Irreversible,
 }

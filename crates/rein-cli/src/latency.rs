@@ -44,7 +44,7 @@ pub struct LatencyArgs {
     data: PathBuf,
     /// A config (file or directory): list its tools with their declared
     /// profiles and the profile each call is planned with now.
-    #[arg(long)]
+    #[arg(long, short)]
     config: Option<PathBuf>,
     /// Print one JSON document instead of a table.
     #[arg(long)]

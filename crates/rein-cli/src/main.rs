@@ -45,7 +45,7 @@ use tracing_subscriber::filter::LevelFilter;
 /// budgeted retries, circuit breakers, a write-ahead side-effect ledger with
 /// compensation, and honest outcomes.
 #[derive(Debug, Parser)]
-#[command(name = "rein", version, about, long_about)]
+#[command(name = "rein", version, long_about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -50,6 +50,15 @@ struct State {
 pub fn run(args: MigrateArgs) -> Result<ExitCode> {
     let data = Data::parse(&args.data)?;
     let store = shown(&args.data);
+    // Checking reads; it never creates the file it was asked about.
+    if let (true, Data::Sqlite(path)) = (args.check, &data) {
+        if !path.exists() {
+            bail!(
+                "no run store at {store}: `rein migrate --data {store}` creates one at schema version {}",
+                rein_store_sqlite::SCHEMA_VERSION
+            );
+        }
+    }
     let before = state(&data).with_context(|| format!("cannot read the schema of {store}"))?;
     if before.found > before.supported {
         bail!(

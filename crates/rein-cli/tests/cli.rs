@@ -168,3 +168,87 @@ fn no_reading_command_creates_a_store() {
         );
     }
 }
+
+/// `-h` and `--help` open with the same sentence about rein.
+#[test]
+fn short_help_opens_as_the_long_help_does() {
+    let short = String::from_utf8_lossy(&rein(&["-h"]).stdout).into_owned();
+    let long = String::from_utf8_lossy(&rein(&["--help"]).stdout).into_owned();
+    // clap drops the period of the one-line form.
+    let first = |text: &str| {
+        text.lines()
+            .next()
+            .unwrap_or_default()
+            .trim_end_matches('.')
+            .to_owned()
+    };
+    assert_eq!(first(&short), first(&long));
+    assert!(first(&short).starts_with("rein — a runtime"), "{short}");
+}
+
+/// Values are spelled as config and JSON spell them, and `check` takes
+/// `-c/--config` as every other command does.
+#[test]
+fn flags_take_the_spellings_config_uses() {
+    let snake = rein(&[
+        "key",
+        "--tenant",
+        "t",
+        "--intent",
+        "i",
+        "--tool",
+        "x",
+        "--class",
+        "idempotent_write",
+        "{}",
+    ]);
+    let kebab = rein(&[
+        "key",
+        "--tenant",
+        "t",
+        "--intent",
+        "i",
+        "--tool",
+        "x",
+        "--class",
+        "idempotent-write",
+        "{}",
+    ]);
+    assert!(
+        snake.status.success(),
+        "{}",
+        String::from_utf8_lossy(&snake.stderr)
+    );
+    assert_eq!(snake.stdout, kebab.stdout);
+
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let config = dir.path().join("rein.toml");
+    std::fs::write(&config, "[tools.t]\ndescripton = \"x\"\n").expect("written");
+    let path = config.to_str().expect("utf-8");
+    let positional = rein(&["check", path, "--json"]);
+    let flag = rein(&["check", "-c", path, "--json"]);
+    assert_eq!(positional.status.code(), Some(1));
+    assert_eq!(positional.stdout, flag.stdout);
+    assert!(String::from_utf8_lossy(&flag.stdout).contains("descripton"));
+}
+
+/// `migrate --check` of a file that is not there says so, and leaves it
+/// not there.
+#[test]
+fn migrate_check_of_a_missing_store_refuses_and_creates_nothing() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let typo = dir.path().join("typo.db");
+    let out = rein(&[
+        "migrate",
+        "--check",
+        "--data",
+        typo.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no run store at"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!typo.exists());
+}

@@ -120,10 +120,7 @@ async fn a_handed_off_run_is_resolved_through_the_cli_and_the_api_and_closes() {
     assert!(undone.status.success(), "{}", text(&undone.stderr));
     let said = text(&undone.stdout);
     assert!(said.contains("manual → compensated by alice"), "{said}");
-    assert!(
-        said.contains("1 record still awaits a decision"),
-        "{said}"
-    );
+    assert!(said.contains("1 record still awaits a decision"), "{said}");
 
     // A conflicting decision is refused, naming the one that stands.
     let conflicting = tokio::task::block_in_place(|| {
