@@ -152,6 +152,23 @@ pub mod duration {
         humantime_serde::serialize(value, serializer)
     }
 
+    const DAY: u64 = 24 * 60 * 60;
+
+    /// `d` in whole days and the rest, as a config writes a long duration
+    /// (`400d`, `400d 3h`), not humantime's years and months.
+    fn in_days(d: Duration) -> String {
+        let days = d.as_secs() / DAY;
+        let rest = d.saturating_sub(Duration::from_secs(days * DAY));
+        if rest.is_zero() {
+            format!("{days}d")
+        } else {
+            format!(
+                "{days}d {}",
+                humantime_serde::re::humantime::format_duration(rest)
+            )
+        }
+    }
+
     /// Deserializes humantime text, refusing more than [`MAX_DURATION`].
     ///
     /// # Errors
@@ -169,8 +186,8 @@ pub mod duration {
                 // In days, as the ceiling is set (humantime would say
                 // "1year 18h": its year is 365.25 days).
                 "must be at most {}d, but it is {}",
-                MAX_DURATION.as_secs() / (24 * 60 * 60),
-                humantime_serde::re::humantime::format_duration(d)
+                MAX_DURATION.as_secs() / DAY,
+                in_days(d)
             ))),
             _ => Ok(value),
         }
@@ -303,6 +320,24 @@ impl<'de> Deserialize<'de> for Weight {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_duration_over_the_ceiling_is_echoed_in_days_as_written() {
+        #[derive(Debug, serde::Deserialize)]
+        struct Holder {
+            #[serde(with = "duration")]
+            #[allow(dead_code)]
+            d: Option<Duration>,
+        }
+        let err = serde_json::from_str::<Holder>(r#"{"d": "400d"}"#).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("must be at most 366d, but it is 400d"),
+            "{err}"
+        );
+        let err = serde_json::from_str::<Holder>(r#"{"d": "400d 3h"}"#).unwrap_err();
+        assert!(err.to_string().contains("but it is 400d 3h"), "{err}");
+    }
 
     #[test]
     fn ratio_refuses_nan_infinity_and_values_outside_unit_interval() {

@@ -58,16 +58,10 @@ pub fn clock(ms: u64) -> String {
     text.get(11..23).unwrap_or(&text).to_owned()
 }
 
-/// A duration with its units, to the second from a minute up, to the
-/// millisecond below: `450ms`, `12.3s`, `5m 3s`, `2h 1m 7s`.
+/// A duration as the report and the timeline write one (`450 ms`,
+/// `12.3 s`, `5m 3s`, `2h 1m`).
 pub fn duration(ms: u64) -> String {
-    if ms < 1_000 {
-        format!("{ms}ms")
-    } else if ms < 60_000 {
-        format!("{:.1}s", ms as f64 / 1000.0)
-    } else {
-        humantime::format_duration(Duration::from_secs(ms / 1000)).to_string()
-    }
+    crate::limits::human(Duration::from_millis(ms))
 }
 
 /// How long a run has lasted: until its last change once it ended, until
@@ -273,9 +267,10 @@ mod tests {
     fn times_are_utc_and_durations_carry_units() {
         assert_eq!(time(1_764_589_224_123), "2025-12-01 11:40:24");
         assert_eq!(clock(1_764_589_224_123), "11:40:24.123");
-        assert_eq!(duration(450), "450ms");
-        assert_eq!(duration(12_345), "12.3s");
+        // As the report and the timeline write them.
+        assert_eq!(duration(450), "450 ms");
+        assert_eq!(duration(12_345), "12.3 s");
         assert_eq!(duration(303_999), "5m 3s");
-        assert_eq!(duration(7_267_000), "2h 1m 7s");
+        assert_eq!(duration(7_267_000), "2h 1m");
     }
 }
