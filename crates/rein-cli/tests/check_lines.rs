@@ -183,6 +183,10 @@ budget = { max_steps = 0 }
         format!("{tools}:10:28: tools.lookup.adapter.url"),
         // A type error, under an indented header: at its key.
         format!("{tools}:22:3: tools.other.latency.samples"),
+        // And, in the same pass, what the rest of that table lacks: a
+        // declared profile's p50 and p95, at its header.
+        format!("{tools}:20:3: tools.other.latency.p50"),
+        format!("{tools}:20:3: tools.other.latency.p95"),
         // A zero in an inline table of the other file.
         format!("{agents}:9:12: agents.a.budget.max_steps"),
     ];
@@ -213,6 +217,8 @@ budget = { max_steps = 0 }
             ("agents.a.budget.max_steps".to_owned(), 9, 12),
             ("tools.lookup.adapter.url".to_owned(), 10, 28),
             ("tools.lookup.description".to_owned(), 3, 1),
+            ("tools.other.latency.p50".to_owned(), 20, 3),
+            ("tools.other.latency.p95".to_owned(), 20, 3),
             ("tools.other.latency.samples".to_owned(), 22, 3),
         ],
         "{doc:#}"

@@ -254,11 +254,16 @@ fn entry_type_errors_do_not_hide_other_files_problems() {
         "[agents.y]\nprovider = \"nope\"\nmodel = \"m\"\ntools = [\"x\"]\n",
     );
     let errors = load(dir.path()).unwrap_err();
-    // `x` failed to parse, so the agent's reference to it is not "unknown".
+    // `x` is read without its bad class: the class is reported once, as
+    // written (not again as missing), the rest of `x` in the same pass,
+    // and the agent's reference to `x` is not "unknown".
     assert_eq!(
         places(&errors),
         vec![
             ("a.toml".into(), "tools.x.class".into()),
+            ("a.toml".into(), "tools.x.description".into()),
+            ("a.toml".into(), "tools.x.schema".into()),
+            ("a.toml".into(), "tools.x.adapter".into()),
             ("b.toml".into(), "agents.y.provider".into()),
         ]
     );

@@ -161,11 +161,17 @@ impl<'e> Loader<'e> {
         let mut problems = parsed.problems;
         let check_problems = checked.as_ref().err().cloned().unwrap_or_default();
         // A value that could not be interpolated is reported once, as such,
-        // not again as (say) an invalid URL.
+        // not again as (say) an invalid URL; a field that did not read (and
+        // was taken out to read the rest of its entry) once, as it was
+        // written, not again as missing.
+        let unread = problems.clone();
         problems.extend(check_problems.into_iter().filter(|p| {
             !env_problems
                 .iter()
                 .any(|e| env::same_place(e, &p.file, &p.field))
+                && !unread
+                    .iter()
+                    .any(|u| u.file == p.file && u.field == p.field)
         }));
         problems.extend(env_problems);
         problems.extend(self.unset_webhook_secrets(&parsed.sources));

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use rein_core::registry::{ConfigFile, ConfigProblem, ConfigSource, Position, SourceMap};
 use serde::de::DeserializeOwned;
+use serde_path_to_error::Segment;
 use toml::Spanned;
 
 use super::SourceMaps;
@@ -235,35 +236,76 @@ impl EntryReader<'_> {
         }
     }
 
-    /// Deserializes `value`, the entry `entry` starting at byte `start`; a
-    /// failure is placed at its field, else at the entry.
+    /// Deserializes `value`, the entry `entry` starting at byte `start`;
+    /// each failure is placed at its field, else at the entry.
+    ///
+    /// A failure at a field is reported, the field taken out, and the entry
+    /// read again, so that every bad field of the entry is reported in one
+    /// pass. An entry that reads once its bad fields are out is kept (the
+    /// config is refused anyway, for the problems reported) so that the
+    /// check reports the rest of it too: a misspelt `descripton` then also
+    /// shows the missing `description`. An entry that still does not read
+    /// is marked broken.
     fn entry<T: DeserializeOwned>(
         &mut self,
         entry: &str,
         start: usize,
-        value: toml::Value,
+        mut value: toml::Value,
     ) -> Option<T> {
-        match serde_path_to_error::deserialize::<_, T>(value) {
-            Ok(config) => Some(config),
-            Err(err) => {
-                let path = err.path().to_string();
-                let field = if path == "." || path.is_empty() {
-                    entry.to_owned()
-                } else {
-                    format!("{entry}.{path}")
-                };
-                let position = self
-                    .map
-                    .and_then(|map| map.locate(&field))
-                    .unwrap_or_else(|| Position::at_offset(self.text, start));
-                self.problems.push(
-                    ConfigProblem::new(self.file, field, err.inner().message().to_owned())
-                        .at(position),
-                );
-                self.broken.push(entry.to_owned());
-                None
+        /// More bad fields than this in one entry are reported a pass later.
+        const MAX_PASSES: usize = 32;
+        for _ in 0..MAX_PASSES {
+            let err = match serde_path_to_error::deserialize::<_, T>(value.clone()) {
+                Ok(config) => return Some(config),
+                Err(err) => err,
+            };
+            let path = err.path().to_string();
+            let field = if path == "." || path.is_empty() {
+                entry.to_owned()
+            } else {
+                format!("{entry}.{path}")
+            };
+            let position = self
+                .map
+                .and_then(|map| map.locate(&field))
+                .unwrap_or_else(|| Position::at_offset(self.text, start));
+            self.problems.push(
+                ConfigProblem::new(self.file, field, err.inner().message().to_owned()).at(position),
+            );
+            let segments: Vec<Segment> = err.path().iter().cloned().collect();
+            if segments.is_empty() || !remove(&mut value, &segments) {
+                break;
             }
         }
+        self.broken.push(entry.to_owned());
+        None
+    }
+}
+
+/// Takes the value at `path` out of `value`; whether it was there.
+fn remove(value: &mut toml::Value, path: &[Segment]) -> bool {
+    let Some((last, parents)) = path.split_last() else {
+        return false;
+    };
+    let mut at = value;
+    for segment in parents {
+        let next = match (segment, at) {
+            (Segment::Map { key }, toml::Value::Table(table)) => table.get_mut(key),
+            (Segment::Seq { index }, toml::Value::Array(items)) => items.get_mut(*index),
+            _ => None,
+        };
+        match next {
+            Some(next) => at = next,
+            None => return false,
+        }
+    }
+    match (last, at) {
+        (Segment::Map { key }, toml::Value::Table(table)) => table.remove(key).is_some(),
+        (Segment::Seq { index }, toml::Value::Array(items)) if *index < items.len() => {
+            items.remove(*index);
+            true
+        }
+        _ => false,
     }
 }
 
@@ -289,7 +331,7 @@ mod tests {
     }
 
     #[test]
-    fn each_bad_entry_is_reported_with_its_field_path_and_marked_broken() {
+    fn each_bad_field_is_reported_at_its_path_and_the_rest_of_its_entry_kept() {
         let text = "\
 [tools.a]
 clas = \"read\"
@@ -316,10 +358,33 @@ class = \"read\"
         // At the misspelt key, and at the bad value under the sub-table.
         assert_eq!(parsed.problems[0].position.map(|p| p.line), Some(2));
         assert_eq!(parsed.problems[1].position.map(|p| p.line), Some(7));
+        // Read without their bad fields, so the check reports the rest of
+        // them (tools.a's missing class) in the same pass.
         let source = &parsed.sources[0];
-        assert_eq!(source.config.tools.keys().collect::<Vec<_>>(), vec!["c"]);
-        assert!(source.broken.contains("tools.a"));
-        assert!(source.broken.contains("tools.b"));
+        assert_eq!(
+            source.config.tools.keys().collect::<Vec<_>>(),
+            vec!["a", "b", "c"]
+        );
+        assert!(source.config.tools["a"].class.is_none());
+        assert!(source.broken.is_empty());
+        // Every bad field of one entry at once, not one per `rein check`.
+        let parsed = parse(
+            "[tools.a]
+clas = \"read\"
+owner = 7
+[tools.a.latency]
+p99 = \"soon\"
+",
+        );
+        let fields: Vec<_> = parsed.problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(fields.len(), 3, "{fields:?}");
+        // A value that is not a table cannot be read without itself.
+        let parsed = parse(
+            "[tools]
+a = 1
+",
+        );
+        assert!(parsed.sources[0].broken.contains("tools.a"));
     }
 
     #[test]
@@ -352,7 +417,8 @@ class = \"read\"
 
         let parsed = parse("[server.queue]\nlease = \"soon\"\n");
         assert_eq!(parsed.problems[0].field, "server.queue.lease");
-        assert!(parsed.sources[0].broken.contains("server"));
+        // Read without it, the rest of [server] is checked too.
+        assert!(parsed.sources[0].config.server.is_some());
         let parsed =
             parse("[[server.api_keys]]\ntenant = \"a\"\n[[server.api_keys]]\nsha = \"x\"\n");
         assert_eq!(parsed.problems[0].field, "server.api_keys[1].sha");

@@ -136,7 +136,7 @@ impl<'a> Checker<'a> {
                 self.report(
                     file,
                     format!("{p}.adapter"),
-                    "is required: { kind = \"http\", url = \"…\" }, { kind = \"command\", program = \"…\" } or { kind = \"agent\", agent = \"…\" }",
+                    "is required: { kind = \"http\", url = \"…\" }, { kind = \"command\", program = \"…\" }, { kind = \"agent\", agent = \"…\" } or { kind = \"mcp\", server = \"…\" }",
                 );
                 None
             }
