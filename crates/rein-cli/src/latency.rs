@@ -100,10 +100,19 @@ struct ScaleColumn {
     bucket: Option<ScaleBucket>,
 }
 
+/// What an unset `${VAR}` of the config reads as here: an address that
+/// never resolves (RFC 6761), valid wherever a URL is expected.
+const UNSET_PLACEHOLDER: &str = "http://unset.invalid";
+
 /// Runs `rein latency`.
 pub fn run(args: LatencyArgs) -> Result<ExitCode> {
+    // It reads profiles and calls nothing, so a URL or header variable
+    // that is unset where it runs is not needed: it reads as a placeholder.
+    let loader = rein_engine::config::Loader::with_env(|name| {
+        Some(std::env::var(name).unwrap_or_else(|_| UNSET_PLACEHOLDER.to_owned()))
+    });
     let registry = match &args.config {
-        Some(path) => Some(rein_engine::config::load(path).map_err(|e| anyhow::anyhow!("{e}"))?),
+        Some(path) => Some(loader.load(path).map_err(|e| anyhow::anyhow!("{e}"))?),
         None => None,
     };
     if !args.data.exists() {

@@ -252,3 +252,28 @@ fn migrate_check_of_a_missing_store_refuses_and_creates_nothing() {
     );
     assert!(!typo.exists());
 }
+
+/// `rein latency --config` reads profiles and calls nothing: the URLs the
+/// example reads from the environment need not be set.
+#[test]
+fn latency_reads_a_config_whose_url_variables_are_unset() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/order-desk");
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let data = dir.path().join("none.db");
+    let out = Command::new(env!("CARGO_BIN_EXE_rein"))
+        .args([
+            "latency",
+            "-c",
+            example,
+            "--data",
+            data.to_str().expect("utf-8"),
+        ])
+        .env_remove("ORDER_DESK_URL")
+        .env_remove("MOCK_MODEL_URL")
+        .output()
+        .expect("the rein binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Past the config: what stops it is the missing store.
+    assert!(!stderr.contains("environment variable"), "{stderr}");
+    assert!(stderr.contains("none.db"), "{stderr}");
+}

@@ -33,9 +33,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use rein_core::deadline::BudgetLimits;
 use rein_core::idempotency::Normalizer;
-use rein_core::loop_guard::LoopGuardConfig;
 use rein_core::registry::DEFAULT_IDEMPOTENCY_HEADER;
-use rein_core::retry::RetryPolicy;
 use rein_core::{LatencyProfile, Outcome, RunId, ToolClass};
 use rein_engine::provider::ScriptedProvider;
 use rein_engine::run::{AcceptAll, AgentBinding, Engine, RunRequest, ToolBinding};
@@ -150,36 +148,21 @@ fn agent(desk: &OrderDesk, steps: u32) -> AgentBinding {
     .into_iter()
     .map(|t| (t.name.clone(), t))
     .collect();
-    AgentBinding {
-        name: "order_desk".into(),
-        model: "scripted".into(),
-        system_prompt: "You adjust orders.".into(),
-        provider: Arc::new(ScriptedProvider::from_json("scripted", &script(steps)).unwrap()),
-        price: None,
-        max_output_tokens: None,
-        tool_definitions: vec![],
-        tools,
-        budget: BudgetLimits::new(Duration::from_secs(600))
+    let mut agent = AgentBinding::new(
+        "order_desk",
+        BudgetLimits::new(Duration::from_secs(600))
             .unwrap()
             .with_steps(steps + 1)
             .unwrap(),
-        retry: RetryPolicy::default(),
-        loop_guard: LoopGuardConfig::default(),
-        model_latency: LatencyProfile::new(ms(5), ms(50), ms(100), 0).unwrap(),
-        on_failure: rein_core::FailurePolicy::default(),
-        compensation_reserve: rein_core::Ratio::new("r", 0.2).unwrap(),
-        compensations: Default::default(),
-        group_limits: Default::default(),
-        group_rates: Default::default(),
-        fallbacks: Vec::new(),
-        context_fallbacks: Vec::new(),
-        provider_limits: Default::default(),
-        provider_tokens: Default::default(),
-        model_retry: Default::default(),
-        fan_out: Default::default(),
-        planner: Default::default(),
-        approval: Default::default(),
-    }
+    )
+    .with_model(
+        Arc::new(ScriptedProvider::from_json("scripted", &script(steps)).unwrap()),
+        "scripted",
+    )
+    .with_system_prompt("You adjust orders.")
+    .with_model_latency(LatencyProfile::new(ms(5), ms(50), ms(100), 0).unwrap());
+    agent.tools = tools;
+    agent
 }
 
 /// One run measured.

@@ -76,9 +76,10 @@ fn bench(c: &mut Criterion) {
     group.bench_function("run_10_steps", |b| {
         b.iter_custom(|iters| {
             let agents: Vec<AgentBinding> = (0..iters)
-                .map(|_| AgentBinding {
-                    provider: provider(&script),
-                    ..template.clone()
+                .map(|_| {
+                    let mut agent = template.clone();
+                    agent.provider = provider(&script);
+                    agent
                 })
                 .collect();
             runtime.block_on(async {

@@ -68,9 +68,10 @@ fn bench(c: &mut Criterion) {
         b.iter_custom(|iters| {
             // Fresh providers, built before the clock starts.
             let agents: Vec<AgentBinding> = (0..iters)
-                .map(|_| AgentBinding {
-                    provider: provider(&script),
-                    ..template.clone()
+                .map(|_| {
+                    let mut agent = template.clone();
+                    agent.provider = provider(&script);
+                    agent
                 })
                 .collect();
             runtime.block_on(async {

@@ -24,7 +24,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use rein_core::registry::TelemetrySpec;
 use rein_core::{Event, Outcome};
 use rein_engine::metrics::Metrics;
-use rein_engine::run::{AcceptAll, AgentBinding, Engine};
+use rein_engine::run::{AcceptAll, Engine};
 use rein_engine::telemetry::Telemetry;
 use rein_store::Store;
 use rein_store_sqlite::SqliteStore;
@@ -83,9 +83,10 @@ fn bench(c: &mut Criterion) {
     for (name, engine) in [("run_traces_off", &off), ("run_traces_on", &on)] {
         group.bench_function(name, |b| {
             b.iter_batched(
-                || AgentBinding {
-                    provider: provider(&script),
-                    ..template.clone()
+                || {
+                    let mut agent = template.clone();
+                    agent.provider = provider(&script);
+                    agent
                 },
                 |agent| {
                     runtime.block_on(async {

@@ -204,8 +204,11 @@ pub struct McpAdapterConfig {
 }
 
 /// `[tools.NAME.adapter]` as read: the adapter as far as it could be
-/// read, and every problem that kept it from being read whole (see the
-/// [module docs](self) for why a tool keeps this).
+/// read, and every problem that kept it from being read whole.
+///
+/// A tool keeps this rather than the adapter so that a foreign, misspelt
+/// or mistyped adapter field does not fail the whole tool entry: the check
+/// reports it beside the tool's other problems, in one pass.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct AdapterTable {

@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use rein_core::deadline::BudgetLimits;
 use rein_core::idempotency::Normalizer;
-use rein_core::loop_guard::LoopGuardConfig;
 use rein_core::registry::DEFAULT_IDEMPOTENCY_HEADER;
-use rein_core::retry::RetryPolicy;
 use rein_core::{LatencyProfile, TenantId, ToolClass};
 use rein_engine::provider::ScriptedProvider;
 use rein_engine::run::{AgentBinding, RunRequest, ToolBinding};
@@ -87,36 +85,18 @@ pub fn agent(desk: &OrderDesk, script: &str) -> AgentBinding {
     .into_iter()
     .map(|t| (t.name.clone(), t))
     .collect();
-    AgentBinding {
-        name: "order_desk".into(),
-        model: "scripted".into(),
-        system_prompt: "You adjust orders.".into(),
-        provider: provider(script),
-        price: None,
-        max_output_tokens: None,
-        tool_definitions: vec![],
-        tools,
-        budget: BudgetLimits::new(Duration::from_secs(60))
+    let mut agent = AgentBinding::new(
+        "order_desk",
+        BudgetLimits::new(Duration::from_secs(60))
             .unwrap()
             .with_steps(20)
             .unwrap(),
-        retry: RetryPolicy::default(),
-        loop_guard: LoopGuardConfig::default(),
-        model_latency: LatencyProfile::new(ms(5), ms(50), ms(100), 0).unwrap(),
-        on_failure: rein_core::FailurePolicy::default(),
-        compensation_reserve: rein_core::Ratio::new("r", 0.2).unwrap(),
-        compensations: Default::default(),
-        group_limits: Default::default(),
-        group_rates: Default::default(),
-        fallbacks: Vec::new(),
-        context_fallbacks: Vec::new(),
-        provider_limits: Default::default(),
-        provider_tokens: Default::default(),
-        model_retry: Default::default(),
-        fan_out: Default::default(),
-        planner: Default::default(),
-        approval: Default::default(),
-    }
+    )
+    .with_model(provider(script), "scripted")
+    .with_system_prompt("You adjust orders.")
+    .with_model_latency(LatencyProfile::new(ms(5), ms(50), ms(100), 0).unwrap());
+    agent.tools = tools;
+    agent
 }
 
 /// A fresh scripted model: it is stateful (its cursor is the run's place in

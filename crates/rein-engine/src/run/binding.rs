@@ -171,7 +171,14 @@ impl ToolBinding {
 }
 
 /// An agent, resolved: everything a run of it needs.
+///
+/// Built by [`bind`](crate::bind) from a config, or by
+/// [`AgentBinding::new`] and its `with_*` methods in a program's own code;
+/// its fields stay public to read and to change one setting, and
+/// `#[non_exhaustive]` lets a release add a setting without breaking
+/// either.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct AgentBinding {
     /// The agent's name.
     pub name: String,
@@ -333,6 +340,30 @@ impl AgentBinding {
             planner: Default::default(),
             approval: Default::default(),
         }
+    }
+
+    /// Asking `model` of `provider` (in place of the caller-driven model).
+    pub fn with_model(
+        mut self,
+        provider: Arc<dyn ModelProvider>,
+        model: impl Into<String>,
+    ) -> AgentBinding {
+        self.provider = provider;
+        self.model = model.into();
+        self
+    }
+
+    /// With `prompt` as its system prompt.
+    pub fn with_system_prompt(mut self, prompt: impl Into<String>) -> AgentBinding {
+        self.system_prompt = prompt.into();
+        self
+    }
+
+    /// Planning model calls with `latency` (whether one more turn fits
+    /// the deadline, and model retries).
+    pub fn with_model_latency(mut self, latency: LatencyProfile) -> AgentBinding {
+        self.model_latency = latency;
+        self
     }
 
     /// With `tool` (by its name).

@@ -15,10 +15,8 @@ use std::time::Duration;
 
 use rein_core::deadline::BudgetLimits;
 use rein_core::idempotency::Normalizer;
-use rein_core::loop_guard::LoopGuardConfig;
 use rein_core::registry::DEFAULT_IDEMPOTENCY_HEADER;
 use rein_core::registry::{ArgSource, CompensationGrade, CompensationSpec};
-use rein_core::retry::RetryPolicy;
 use rein_core::{EventKind, LatencyProfile, ToolClass};
 use rein_engine::provider::{ModelProvider, ScriptedProvider};
 use rein_engine::run::{
@@ -113,41 +111,24 @@ pub fn agent(desk: &OrderDesk, provider: Arc<dyn ModelProvider>, status_url: boo
     .into_iter()
     .map(|t| (t.name.clone(), t))
     .collect();
-    AgentBinding {
-        name: "order_desk".into(),
-        model: "mock-model".into(),
-        system_prompt: "You adjust orders.".into(),
-        provider,
-        price: None,
-        max_output_tokens: None,
-        tool_definitions: vec![],
-        tools,
-        budget: BudgetLimits::new(Duration::from_secs(20))
+    let mut agent = AgentBinding::new(
+        "order_desk",
+        BudgetLimits::new(Duration::from_secs(20))
             .unwrap()
             .with_steps(10)
             .unwrap(),
-        retry: RetryPolicy::default(),
-        loop_guard: LoopGuardConfig::default(),
-        model_latency: LatencyProfile::new(ms(5), ms(50), ms(100), 0).unwrap(),
-        on_failure: rein_core::FailurePolicy::default(),
-        compensation_reserve: rein_core::Ratio::new("r", 0.2).unwrap(),
-        compensations: [(
-            UPDATE_DELIVERY_TIME.to_owned(),
-            restore(desk, CompensationGrade::Strong),
-        )]
-        .into_iter()
-        .collect(),
-        group_limits: BTreeMap::new(),
-        group_rates: BTreeMap::new(),
-        fallbacks: Vec::new(),
-        context_fallbacks: Vec::new(),
-        provider_limits: BTreeMap::new(),
-        provider_tokens: BTreeMap::new(),
-        model_retry: Default::default(),
-        fan_out: Default::default(),
-        planner: Default::default(),
-        approval: Default::default(),
-    }
+    )
+    .with_model(provider, "mock-model")
+    .with_system_prompt("You adjust orders.")
+    .with_model_latency(LatencyProfile::new(ms(5), ms(50), ms(100), 0).unwrap());
+    agent.tools = tools;
+    agent.compensations = [(
+        UPDATE_DELIVERY_TIME.to_owned(),
+        restore(desk, CompensationGrade::Strong),
+    )]
+    .into_iter()
+    .collect();
+    agent
 }
 
 /// `restore_delivery_time` as the compensation of `update_delivery_time`.
