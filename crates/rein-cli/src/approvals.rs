@@ -170,10 +170,17 @@ pub fn decide(args: DecideArgs, verdict: Verdict) -> Result<ExitCode> {
             d.map_or(String::new(), |d| format!(" by {}", d.by))
         );
         if continues {
-            println!(
-                "every call of its turn is decided: a `rein serve` on this store continues it, or `rein resume {} --config …` does",
-                r.run_id
-            );
+            match &args.place.server {
+                Some(_) => println!(
+                    "every call of its turn is decided: the server continues it"
+                ),
+                // The run recorded its config when it started: the command
+                // runs as printed from any directory.
+                None => println!(
+                    "every call of its turn is decided: a `rein serve` on this store continues it, or `{}` does",
+                    crate::run::resume_recorded(&r.run_id, &args.place.data)
+                ),
+            }
         } else {
             println!("its turn still waits for other calls: rein approvals list --run {}", r.run_id);
         }

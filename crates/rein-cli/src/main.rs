@@ -113,7 +113,10 @@ enum Command {
     /// checkpoint, with what is left of its budget.
     ///
     /// Completed steps are not run again; the interrupted step replays its
-    /// persisted plan with the original intent ids and idempotency keys.
+    /// persisted plan with the original intent ids and idempotency keys. A
+    /// run that ended recoverable because an action was refused for a time
+    /// (a Retry-After, an open breaker, a budget) first sends exactly that
+    /// action again, under its original intent, then asks the model.
     Resume(resume::ResumeArgs),
     /// Show the handoff package of a run that automation had to stop, and
     /// record a human's decision on each record it left (`rein handoff

@@ -12,8 +12,8 @@ use rein_core::{Outcome, RunId, RunReport, TenantId, Timestamp};
 use rein_engine::bind::{bind_agent, process_env};
 use rein_engine::config::{CompiledSchemas, Loader, Registry};
 use rein_engine::run::{
-    AgentBinding, DEFAULT_SHARED_BREAKERS_REFRESH, Engine, EngineError, Observer, RunOutput,
-    RunRequest, http_client,
+    AgentBinding, DEFAULT_SHARED_BREAKERS_REFRESH, Engine, EngineError, Observer, RetryTiming,
+    RunOutput, RunRequest, http_client,
 };
 use rein_engine::startup::{Purpose, Startup};
 use rein_store::Store;
@@ -77,7 +77,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             None => RunId::new(uuid::Uuid::now_v7().to_string()).context("no run id")?,
         };
         let data = crate::store::chosen(args.data.as_deref(), startup.registry.store());
-        let mut session = Session::open(startup, &data)?;
+        let mut session = Session::open(startup, &data, &args.config)?;
         let binding = session.bind(&args.agent)?;
         let resume = resume_command(&run_id, &args.config, &data);
         crate::log::note(
@@ -217,6 +217,24 @@ pub fn resume_command(run_id: &RunId, config: &Path, data: &Path) -> String {
     )
 }
 
+/// The command that resumes `run_id` from `data` with the config the run
+/// recorded when it started (no `--config`): absolute, quoted as
+/// [`resume_command`] quotes.
+pub fn resume_recorded(run_id: &RunId, data: &Path) -> String {
+    let data_word = match crate::store::Data::parse(data) {
+        Ok(crate::store::Data::Postgres(url)) => shell_quote(&url.to_string()),
+        _ => shell_quote(
+            &std::path::absolute(data)
+                .unwrap_or_else(|_| data.to_path_buf())
+                .to_string_lossy(),
+        ),
+    };
+    format!(
+        "rein resume {} --data {data_word}",
+        shell_quote(run_id.as_str())
+    )
+}
+
 /// `text` as one POSIX shell word.
 fn shell_quote(text: &str) -> String {
     let plain = !text.is_empty()
@@ -258,16 +276,28 @@ pub struct Session {
 impl Session {
     /// Opens the store at `data` and builds the engine for the prepared
     /// config.
-    pub fn open(startup: Startup, data: &Path) -> Result<Session> {
-        Session::open_with(startup, data, rein_core::outcome::ContractPolicy::default())
+    ///
+    /// `config` is the config it was prepared from: recorded in each run's
+    /// `run_started` (as an absolute path), so that `rein resume RUN` finds
+    /// it again.
+    pub fn open(startup: Startup, data: &Path, config: &Path) -> Result<Session> {
+        Session::open_with(
+            startup,
+            data,
+            rein_core::outcome::ContractPolicy::default(),
+            config,
+            RetryTiming::default(),
+        )
     }
 
     /// [`Session::open`], with what a resume does when the run's contract
-    /// changed.
+    /// changed, and when it sends again what a report said to retry later.
     pub fn open_with(
         startup: Startup,
         data: &Path,
         contract_change: rein_core::outcome::ContractPolicy,
+        config: &Path,
+        retry_timing: RetryTiming,
     ) -> Result<Session> {
         let client = http_client().context("cannot build the HTTP client")?;
         let store: Arc<dyn Store> = crate::store::open_configured(data, startup.registry.store())?;
@@ -285,6 +315,12 @@ impl Session {
             // Resource group limits hold for every process on the store.
             .shared_limits(rein_engine::run::DEFAULT_SHARE_RENEWAL)
             .contract_change(contract_change)
+            .retry_timing(retry_timing)
+            .config_source(
+                std::path::absolute(config)
+                    .unwrap_or_else(|_| config.to_path_buf())
+                    .to_string_lossy(),
+            )
             .build()?;
         Ok(Session {
             registry: startup.registry,
@@ -540,25 +576,25 @@ pub fn observer(json_output: bool) -> Option<Observer> {
     }))
 }
 
-/// Binds and runs an agent, printing the live timeline (or, with `json`,
-/// one document at the end) and the report.
+/// Binds and runs an agent under a fresh run id, printing the live
+/// timeline (or, with `json`, one document at the end) and the report.
 pub async fn execute(
     startup: Startup,
+    config: &Path,
     agent: &str,
     input: &str,
     data: &Path,
     tenant: TenantId,
     json_output: bool,
-    run_id: Option<RunId>,
 ) -> Result<RunOutput> {
-    let mut session = Session::open(startup, data)?;
+    let mut session = Session::open(startup, data, config)?;
     let binding = session.bind(agent)?;
     let out = session
         .engine
         .run(
             &binding,
             &session.schemas,
-            request(run_id, tenant, input.to_owned(), json_output),
+            request(None, tenant, input.to_owned(), json_output),
         )
         .await?;
     session.print(&out, json_output).await?;

@@ -186,6 +186,18 @@ pub fn line(event: &Event, started: Timestamp) -> String {
                 count(d.marker.not_reexecuted.len(), "effect"),
                 d.marker.reexecuted_with_same_key.len()
             );
+            if !d.marker.retried.is_empty() {
+                let _ = write!(
+                    line,
+                    "; {} action(s) its report said to retry sent again under their intent ids{}",
+                    d.marker.retried.len(),
+                    if d.marker.retried_early {
+                        ", before their wait ended (--now)"
+                    } else {
+                        ""
+                    }
+                );
+            }
             if let Some(change) = &d.marker.contract_changed {
                 let _ = write!(
                     line,

@@ -750,7 +750,9 @@ async fn reconcile_flags_effects_past_their_window_or_contradicted_by_the_tool()
 
 /// A finished run whose report says it is recoverable can be resumed: a
 /// run that ran out of steps before it could notify the buyer continues
-/// once its budget is raised, without repeating what it did.
+/// once its budget is raised, without repeating what it did. The email the
+/// target refused (503, not applied) is what the report said to retry: it
+/// is sent again under its original intent before the model is asked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recoverable_finished_run_resumes_without_repeating_its_effects() {
     // The demo's update fault, and a 503 for the email: not the demo's 429
@@ -769,7 +771,6 @@ async fn a_recoverable_finished_run_resumes_without_repeating_its_effects() {
     let script = r#"{"turns": [
       {"tool_calls": [{"name": "get_order", "arguments": {"order_id": "A-1001"}}]},
       {"tool_calls": [{"name": "update_delivery_time", "arguments": {"order_id": "A-1001", "delivery_date": "2026-01-08T14:00:00Z"}}]},
-      {"tool_calls": [{"name": "send_email", "arguments": {"to": "buyer-a1001@example.com", "subject": "New date", "body": "8 January"}}]},
       {"tool_calls": [{"name": "send_email", "arguments": {"to": "buyer-a1001@example.com", "subject": "New date", "body": "8 January"}}]},
       {"text": "Updated and notified."}
     ]}"#;
@@ -828,8 +829,14 @@ async fn a_recoverable_finished_run_resumes_without_repeating_its_effects() {
     assert_eq!(doc["report"]["outcome"], "succeeded", "{}", doc["report"]);
     assert_eq!(doc["report"]["resume"]["continued_from_step"], 3);
     assert_eq!(
+        doc["report"]["resume"]["retried"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        doc["report"]["resume"]
+    );
+    assert_eq!(
         doc["report"]["steps"], 5,
-        "the 3 earlier steps count: budgets are not reset"
+        "the 3 earlier steps count: budgets are not reset (then the retry and the answer)"
     );
     assert_eq!(
         desk.applied_count(UPDATE_DELIVERY_TIME),

@@ -233,6 +233,17 @@ pub struct ResumeMarker {
     /// changed system prompt or tool definition), as the policy allowed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contract_changed: Option<ContractChange>,
+    /// Incomplete actions of a finished, recoverable run that were sent
+    /// again under their original intent ids (and keys) before the model
+    /// was asked anything new: each was refused without effect (a
+    /// `Retry-After`, an open breaker, a budget), so sending it again
+    /// cannot repeat an effect. What its report recommended, done.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retried: Vec<IntentId>,
+    /// The retries were sent before the wait their refusal asked for had
+    /// passed, because the operator said so (`rein resume --now`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retried_early: bool,
 }
 
 /// A run's contract (the digest of what its model was shown) at its start

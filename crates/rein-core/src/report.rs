@@ -409,6 +409,14 @@ fn actions(
     let mut incomplete = Vec::new();
     for (i, call) in calls.iter().enumerate() {
         let intent = &call.planned.intent_id;
+        // A call sent again under its intent (a resume retried what was
+        // refused without effect) is one action: listed as it last ended.
+        if calls[i + 1..]
+            .iter()
+            .any(|later| &later.planned.intent_id == intent)
+        {
+            continue;
+        }
         let record = own.get(intent).copied();
         let status = record.map(|r| r.status).or(call.ledger);
         match (&call.outcome, record) {
@@ -615,11 +623,20 @@ fn recommend(
                 action.tool
             )
         } else {
-            let advice = advise(
-                action.category,
-                Subject::Tool(&action.tool),
-                &FailureHint::default(),
-            );
+            // The wait the tool asked for, so the advice names it (the
+            // call's own failure says it).
+            let hint = FailureHint {
+                key_env: None,
+                retry_after_ms: facts
+                    .calls
+                    .iter()
+                    .rev()
+                    .find(|c| c.planned.intent_id == action.intent_id)
+                    .and_then(|c| c.outcome.as_ref().err())
+                    .and_then(crate::failure::Failure::retry_after)
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            };
+            let advice = advise(action.category, Subject::Tool(&action.tool), &hint);
             if advice.recoverable && action.category != Category::BudgetExhausted {
                 format!("{}; it did not take effect", advice.recommendation)
             } else {
@@ -1128,6 +1145,50 @@ mod tests {
         assert_eq!(report.incomplete[0].ledger, Some(LedgerStatus::Failed));
         assert!(!report.incomplete[0].maybe_applied);
         assert!(report.recommendation.contains("retry send_email later"));
+        assert_agrees(&report);
+    }
+
+    #[test]
+    fn derive_lists_an_action_retried_under_its_intent_once_as_it_last_ended() {
+        let ledger = [
+            record(
+                2,
+                "update",
+                ToolClass::IdempotentWrite,
+                LedgerStatus::Succeeded,
+            ),
+            record(
+                3,
+                "send_email",
+                ToolClass::Irreversible,
+                LedgerStatus::Succeeded,
+            ),
+        ];
+        let mut retried = call(
+            3,
+            "send_email",
+            ToolClass::Irreversible,
+            Ok(json!({"sent": 1})),
+        );
+        retried.planned.step = 5;
+        let calls = vec![
+            read(),
+            update(),
+            email_failed(Effect::NotApplied, Category::RateLimited),
+            retried,
+        ];
+        let report = derive(
+            &facts(End::Answer(Some("notified".into())), Settled::Kept, calls),
+            &ledger,
+        );
+        assert_eq!(report.outcome, Outcome::Succeeded);
+        assert!(report.incomplete.is_empty(), "{:?}", report.incomplete);
+        let emails = report
+            .completed
+            .iter()
+            .filter(|a| a.tool == "send_email")
+            .count();
+        assert_eq!(emails, 1, "{:?}", report.completed);
         assert_agrees(&report);
     }
 

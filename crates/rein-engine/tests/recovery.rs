@@ -305,6 +305,7 @@ async fn an_orphan_scan_leaves_queued_work_to_its_workers() {
                 at_ms: Timestamp::from_millis(now - 600_000),
                 data: RunStarted {
                     contract: None,
+                    config: None,
                     agent: "desk".into(),
                     model: "m".into(),
                     provider: "p".into(),

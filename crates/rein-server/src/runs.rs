@@ -748,6 +748,14 @@ pub fn engine_problem(e: EngineError) -> Problem {
             "Run cannot continue",
             format!("run {run_id} cannot be resumed: {reason}"),
         ),
+        // Resuming now would send again what was refused for a time
+        // before that time is over: the run's state, said with the wait.
+        not_yet @ EngineError::NotYet { .. } => Problem::new(
+            StatusCode::CONFLICT,
+            "not-resumable",
+            "Run cannot continue yet",
+            not_yet.to_string(),
+        ),
         other => Problem::internal(other.to_string()),
     }
 }

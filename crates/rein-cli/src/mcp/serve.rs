@@ -80,7 +80,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     runtime.block_on(async {
         let startup = crate::run::start(&args.config, Purpose::Run)?;
         let data = crate::store::chosen(args.data.as_deref(), startup.registry.store());
-        let mut session = Session::open(startup, &data)?;
+        let mut session = Session::open(startup, &data, &args.config)?;
         let binding = session.bind(&args.agent)?;
         let tools = mcp_tools(&session.registry, &binding)?;
         let tenant = TenantId::new(args.tenant).context("invalid --tenant")?;

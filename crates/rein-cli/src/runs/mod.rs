@@ -231,7 +231,21 @@ pub fn run(args: RunsArgs) -> Result<ExitCode> {
                     });
                     println!("{}", serde_json::to_string_pretty(&doc)?);
                 } else {
-                    print!("{}", render::run(&detail, now_ms()));
+                    // The command as it runs from here: this store, and the
+                    // config the run recorded (or a placeholder to fill in
+                    // when it recorded none, or that file is gone).
+                    let resume = args.server.is_none().then(|| {
+                        let id = rein_core::RunId::new(run_id.clone());
+                        let command = match id {
+                            Ok(id) => crate::run::resume_recorded(&id, &args.data),
+                            Err(_) => format!("rein resume {run_id}"),
+                        };
+                        match &detail.config {
+                            Some(config) if std::path::Path::new(config).exists() => command,
+                            _ => format!("{command} --config <the config it was started with>"),
+                        }
+                    });
+                    print!("{}", render::run(&detail, now_ms(), resume.as_deref()));
                 }
             }
             RunsCommand::Events {

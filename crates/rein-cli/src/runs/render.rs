@@ -143,8 +143,10 @@ pub fn follow_row(run: &RunSummary) -> String {
     ])
 }
 
-/// One run, field by field, then its report.
-pub fn run(detail: &RunDetail, now_ms: u64) -> String {
+/// One run, field by field, then its report. `resume` is the command
+/// that continues it from where it was read (`None` when it was read from
+/// a server, which takes its own runs over).
+pub fn run(detail: &RunDetail, now_ms: u64, resume: Option<&str>) -> String {
     let run = &detail.summary;
     let mut out = String::new();
     let _ = writeln!(out, "run       {}", run.run_id);
@@ -168,13 +170,20 @@ pub fn run(detail: &RunDetail, now_ms: u64) -> String {
             out.push('\n');
             out.push_str(&crate::timeline::report(report, detail.limits.as_ref()));
         }
-        None if run.outcome.is_none() => {
-            let _ = writeln!(
-                out,
-                "\nno report yet: the run has not ended (if its process died, `rein resume {}` continues it)",
-                run.run_id
-            );
-        }
+        None if run.outcome.is_none() => match resume {
+            Some(resume) => {
+                let _ = writeln!(
+                    out,
+                    "\nno report yet: the run has not ended (if its process died, `{resume}` continues it)"
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "\nno report yet: the run has not ended (if its process died, the server takes it over)"
+                );
+            }
+        },
         None => {}
     }
     out

@@ -33,6 +33,9 @@ pub struct RunDetail {
     /// The digest of what its model was shown at its start (system prompt
     /// and tool definitions), from its `run_started`.
     pub contract: Option<String>,
+    /// The config it recorded when it started (an absolute path), from its
+    /// `run_started`: what `rein resume RUN` resumes it with.
+    pub config: Option<String>,
 }
 
 /// A source of runs.
@@ -188,14 +191,18 @@ impl Source {
     /// The run `id`.
     pub async fn show(&self, id: &str) -> Result<RunDetail> {
         let mut detail = self.detail(id).await?;
-        detail.contract = self
+        let started = self
             .events(id, 0)
             .await?
-            .iter()
-            .find_map(|e| match &e.data {
-                rein_core::EventData::RunStarted(started) => started.contract.clone(),
+            .into_iter()
+            .find_map(|e| match e.data {
+                rein_core::EventData::RunStarted(started) => Some(started),
                 _ => None,
             });
+        if let Some(started) = started {
+            detail.contract = started.contract;
+            detail.config = started.config;
+        }
         Ok(detail)
     }
 
@@ -219,6 +226,7 @@ impl Source {
                     limits: serde_json::from_value(record.budget.clone()).ok(),
                     report: record.report,
                     contract: None,
+                    config: None,
                 })
             }
             Source::Server { client, base, key } => {
@@ -265,6 +273,7 @@ impl Source {
                     report,
                     limits: serde_json::from_value(view["budget"].clone()).ok(),
                     contract: None,
+                    config: None,
                 })
             }
         }

@@ -30,6 +30,11 @@ pub struct RunStarted {
     /// definitions), `sha256:…`: a resume compares it with its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contract: Option<String>,
+    /// The config file (or directory) the run was started from, as an
+    /// absolute path, when its engine was given one: `rein resume RUN`
+    /// finds it here, so the command rein prints needs no `--config`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
 }
 
 /// `run_resumed`: a stopped run continued from its last checkpoint.

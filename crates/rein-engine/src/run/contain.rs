@@ -203,6 +203,7 @@ impl Engine {
             child_usage: std::sync::Mutex::new(HashMap::new()),
             models: std::sync::Mutex::new(Vec::new()),
             model_retries: ModelRetryUse::default(),
+            retries: super::ctx::Retries::default(),
         }
     }
 

@@ -63,6 +63,31 @@ pub(crate) struct RunCtx<'a> {
     /// Model retries made, their waits (ms) and the tokens failed model
     /// calls consumed, against [`ModelRetryLimits`](rein_core::registry::ModelRetryLimits).
     pub(super) model_retries: ModelRetryUse,
+    /// The refused actions a resume sends again (what the run's report
+    /// said to retry), and whether before their wait ended.
+    pub(super) retries: Retries,
+}
+
+/// The intents a resume sends again although their ledger records say
+/// `failed` (decided not applied: safe to send again), and whether it
+/// sends them before the wait their refusal asked for has passed.
+#[derive(Default)]
+pub(crate) struct Retries {
+    pub(super) intents: std::collections::HashSet<IntentId>,
+    pub(super) now: bool,
+}
+
+impl RunCtx<'_> {
+    /// Whether this drive sends `intent` again, its failed record reopened.
+    pub(super) fn retries(&self, intent: &IntentId) -> bool {
+        self.retries.intents.contains(intent)
+    }
+
+    /// Whether `intent` is sent again now, a shared Retry-After cooldown
+    /// of its tool notwithstanding (the operator decided: `--now`).
+    pub(super) fn retries_now(&self, intent: &IntentId) -> bool {
+        self.retries.now && self.retries(intent)
+    }
 }
 
 /// What a run spent retrying model calls.
@@ -283,6 +308,7 @@ impl<'a> RunCtx<'a> {
             child_usage: std::sync::Mutex::new(HashMap::new()),
             models: std::sync::Mutex::new(Vec::new()),
             model_retries: ModelRetryUse::default(),
+            retries: Retries::default(),
         }
     }
 }

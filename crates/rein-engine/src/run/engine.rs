@@ -98,11 +98,31 @@ pub struct EngineBuilder {
     pub(super) traces: Option<rein_core::registry::TelemetrySpec>,
     /// What a resume does when the run's contract changed.
     pub(super) contract_change: rein_core::outcome::ContractPolicy,
+    /// When a resume sends again what a report said to retry later.
+    pub(super) retry_timing: super::RetryTiming,
+    /// The config runs are started from, recorded in their `run_started`.
+    pub(super) config_source: Option<String>,
     #[cfg(feature = "sabotage")]
     pub(super) sabotage: crate::sabotage::Sabotage,
 }
 
 impl EngineBuilder {
+    /// When a resume of a finished, recoverable run sends again the
+    /// actions its report said to retry later ([`RetryTiming`](super::RetryTiming)):
+    /// once their wait has passed (the default), or now.
+    pub fn retry_timing(mut self, timing: super::RetryTiming) -> Self {
+        self.retry_timing = timing;
+        self
+    }
+
+    /// The config file (or directory) this engine's agents come from,
+    /// recorded in each run's `run_started`, so that the run can be
+    /// resumed later without naming its config again (`rein resume RUN`).
+    pub fn config_source(mut self, path: impl Into<String>) -> Self {
+        self.config_source = Some(path.into());
+        self
+    }
+
     /// What a resume does when the system prompt or a tool definition
     /// changed since the run started ([`ContractPolicy`](rein_core::outcome::ContractPolicy)):
     /// continue and say so (the default), or refuse.
@@ -324,6 +344,8 @@ impl EngineBuilder {
         Ok(Engine {
             node,
             contract_change: self.contract_change,
+            retry_timing: self.retry_timing,
+            config_source: self.config_source,
             command: crate::tool_command::CommandToolAdapter::new(self.store.clone())
                 .with_clock(self.clock.clone()),
             store: self.store,
@@ -393,6 +415,10 @@ pub struct Engine {
     pub(super) node: String,
     /// What a resume does when the run's contract changed.
     pub(super) contract_change: rein_core::outcome::ContractPolicy,
+    /// When a resume sends again what a report said to retry later.
+    pub(super) retry_timing: super::RetryTiming,
+    /// The config runs are started from, recorded in their `run_started`.
+    pub(super) config_source: Option<String>,
     /// The mechanisms deliberately broken (test-only).
     #[cfg(feature = "sabotage")]
     pub(super) sabotage: crate::sabotage::Sabotage,
@@ -427,6 +453,8 @@ impl Engine {
             tool_latency: std::collections::BTreeMap::new(),
             latency_flush: DEFAULT_LATENCY_FLUSH,
             contract_change: rein_core::outcome::ContractPolicy::default(),
+            retry_timing: super::RetryTiming::default(),
+            config_source: None,
             retry_flush: DEFAULT_RETRY_FLUSH,
             model_min_samples: rein_core::registry::DEFAULT_OBSERVE_MIN_SAMPLES,
             telemetry: None,

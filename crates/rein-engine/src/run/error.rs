@@ -42,4 +42,32 @@ pub enum EngineError {
         /// Why.
         reason: String,
     },
+    /// The run is to be resumed by sending again an action that was
+    /// refused for a time (its `Retry-After`, an open breaker's
+    /// cooldown), and that time has not passed: resuming now would only be
+    /// refused again. Resume it after `left`, or with
+    /// [`RetryTiming::Now`](super::RetryTiming::Now).
+    #[error(
+        "run {run_id} is not due yet: {tool} was refused for a time, and {} of it remain",
+        humantime_fmt(*left)
+    )]
+    NotYet {
+        /// The run.
+        run_id: RunId,
+        /// The tool whose wait is the longest.
+        tool: String,
+        /// How long is left.
+        left: std::time::Duration,
+    },
+}
+
+/// `d` for a human, to the second.
+fn humantime_fmt(d: std::time::Duration) -> String {
+    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, _) => format!("{m}m {s}s"),
+        _ => format!("{h}h {m}m {s}s"),
+    }
 }

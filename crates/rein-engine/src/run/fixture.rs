@@ -17,7 +17,7 @@ use rein_store_sqlite::SqliteStore;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::ctx::{Lineage, ModelRetryUse, RunCtx};
+use super::ctx::{Lineage, ModelRetryUse, Retries, RunCtx};
 use super::emitter::Emitter;
 use super::engine::Engine;
 use super::guarded::millis;
@@ -221,6 +221,7 @@ impl Bench {
             child_usage: std::sync::Mutex::new(HashMap::new()),
             models: std::sync::Mutex::new(Vec::new()),
             model_retries: ModelRetryUse::default(),
+            retries: Retries::default(),
         }
     }
 }

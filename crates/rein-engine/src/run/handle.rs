@@ -187,6 +187,8 @@ impl Engine {
             note: "its caller's loop took the run back; recorded intents answer from the ledger"
                 .into(),
             contract_changed: None,
+            retried: Vec::new(),
+            retried_early: false,
         };
         self.record_rejoin(&opened.ctx, &record, &marker, &budget)
             .await?;

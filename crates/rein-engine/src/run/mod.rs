@@ -78,6 +78,7 @@ mod report;
 mod restore;
 mod resume;
 mod retry_memory;
+mod retry_refused;
 mod retry_worth;
 mod settle;
 mod shared_breakers;
@@ -113,6 +114,7 @@ pub use report::{
     End, REPORT_WRITE_TRIES, closing, is_revision_conflict, revise, revise_stored, tree_records,
 };
 pub use retry_memory::DEFAULT_RETRY_FLUSH;
+pub use retry_refused::RetryTiming;
 pub(crate) use retry_worth::not_worth_it;
 pub use settle::{CompensationBinding, CompensationCall, STRONG_COMPENSATION_ATTEMPTS};
 pub use shared_breakers::DEFAULT_SHARED_BREAKERS_REFRESH;

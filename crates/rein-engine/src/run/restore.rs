@@ -40,6 +40,7 @@ use super::checkpoint::Checkpointed;
 use super::ctx::ModelRetryUse;
 use super::guarded::{self, CallResult};
 use super::progress::Progress;
+use super::retry_refused::{Wait, refused_retries};
 use super::step::{LoopState, ResumedTurn};
 use super::{AgentBinding, End};
 
@@ -77,6 +78,17 @@ pub(super) struct Restored {
     pub(super) model_retries: ModelRetryUse,
     /// The models that answered its turns so far, in first-use order.
     pub(super) models: Vec<String>,
+    /// The refused actions of a finished, recoverable run that
+    /// [`Restored::resumed`] sends again before the model is asked.
+    pub(super) retried: Option<Retried>,
+}
+
+/// What a resume retries of a finished run ([`super::retry_refused`]).
+pub(super) struct Retried {
+    /// The intents sent again.
+    pub(super) intents: Vec<IntentId>,
+    /// The longest wait their refusals still ask for, if any.
+    pub(super) wait: Option<Wait>,
 }
 
 /// Why a run's state cannot be restored.
@@ -147,11 +159,30 @@ pub(super) fn restore(
 
     let resumed = settling
         .is_none()
-        .then(|| resumed_turn(intents, &ledger, done_step))
+        .then(|| resumed_turn(&intents, &ledger, done_step, &after_checkpoint))
         .flatten();
     // The model has served the checkpointed calls, and the interrupted
     // step's turn when its plan exists.
-    let served = decoded.provider_calls + u64::from(resumed.is_some());
+    let mut served = decoded.provider_calls + u64::from(resumed.is_some());
+    // A finished run that its report said to retry: the refused actions
+    // are sent again first, as the step after its checkpoint.
+    let retry = match (&resumed, &settling) {
+        (None, None) => refused_retries(
+            record,
+            &intents,
+            &ledger,
+            &decoded.calls,
+            done_step + 1,
+            at_ms,
+        ),
+        _ => None,
+    };
+    if retry.is_some() {
+        // Its model answered every call it made, its last answer included
+        // (not checkpointed: the run ended there); the retry is followed
+        // by a new turn, not by that answer again.
+        served = decoded.provider_calls + model_calls(&after_checkpoint);
+    }
 
     // Only the active time that remained is available.
     let forward_wall = agent.budget.wall_clock()
@@ -168,7 +199,32 @@ pub(super) fn restore(
     let mut budget = Budget::start(agent.budget.with_wall_clock(left)?, now);
     let _ = budget.charge(consumed, now);
 
-    let marker = marker(done_step, resumed.as_ref());
+    let mut marker = marker(done_step, resumed.as_ref());
+    let (resumed, retried) = match retry {
+        Some(retry) => {
+            marker.retried = retry.intents.clone();
+            marker.reexecuted_with_same_key = retry.keyed;
+            let tools: Vec<&str> = retry
+                .turn
+                .response
+                .tool_calls
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect();
+            marker.note = format!(
+                "continued after step {done_step}; completed steps were not run again; what its report said to retry ({}) was sent again under its intent ids, having certainly not taken effect, before the model was asked anything new",
+                tools.join(", ")
+            );
+            (
+                Some(retry.turn),
+                Some(Retried {
+                    intents: retry.intents,
+                    wait: retry.wait,
+                }),
+            )
+        }
+        None => (resumed, None),
+    };
     let (model_retries, models) = model_use(events);
     Ok(Restored {
         state: LoopState {
@@ -198,7 +254,18 @@ pub(super) fn restore(
         last_input_tokens: last_input_tokens(events),
         model_retries,
         models,
+        retried,
     })
+}
+
+/// The model calls among `events`, failed ones included (each moved a
+/// scripted provider on).
+fn model_calls(events: &[&Event]) -> u64 {
+    let calls = events
+        .iter()
+        .filter(|e| e.kind() == EventKind::ModelCallFinished)
+        .count();
+    u64::try_from(calls).unwrap_or(u64::MAX)
 }
 
 /// What a checkpoint holds, decoded.
@@ -375,19 +442,26 @@ fn active_ms(events: &[&Event], since: Timestamp, pause_clock: bool, now: Timest
 /// The interrupted step (the one after `done_step`): its plan, if it was
 /// persisted, replayed with its intents and their ledger records.
 fn resumed_turn(
-    intents: Vec<(u32, PlannedIntent)>,
+    intents: &[(u32, PlannedIntent)],
     ledger: &[LedgerRecord],
     done_step: u32,
+    after_checkpoint: &[&Event],
 ) -> Option<ResumedTurn> {
     let mut planned: Vec<PlannedIntent> = intents
-        .into_iter()
+        .iter()
         .filter(|(step, _)| *step == done_step + 1)
-        .map(|(_, intent)| intent)
+        .map(|(_, intent)| intent.clone())
         .collect();
+    planned.sort_by_key(|i| i.ordinal);
+    if planned.is_empty() {
+        // A step that sent earlier intents again (a resume's retry of what
+        // was refused) persisted no new plan: its `plan_created` names
+        // them, and they replay like any interrupted plan.
+        planned = replanned(intents, done_step + 1, after_checkpoint);
+    }
     if planned.is_empty() {
         return None;
     }
-    planned.sort_by_key(|i| i.ordinal);
     let ledger: HashMap<&IntentId, &LedgerRecord> =
         ledger.iter().map(|r| (&r.intent_id, r)).collect();
     Some(ResumedTurn {
@@ -415,6 +489,35 @@ fn resumed_turn(
             })
             .collect(),
     })
+}
+
+/// The earlier intents a `plan_created` of `step` planned again, in its
+/// order, with the call ids it gave them.
+fn replanned(
+    intents: &[(u32, PlannedIntent)],
+    step: u32,
+    after_checkpoint: &[&Event],
+) -> Vec<PlannedIntent> {
+    let Some(plan) = after_checkpoint.iter().find_map(|e| match &e.data {
+        EventData::PlanCreated(p) if e.step == step => Some(p),
+        _ => None,
+    }) else {
+        return Vec::new();
+    };
+    plan.intents
+        .iter()
+        .enumerate()
+        .filter_map(|(ordinal, summary)| {
+            let (_, stored) = intents
+                .iter()
+                .find(|(_, i)| i.intent_id == summary.intent_id)?;
+            Some(PlannedIntent {
+                ordinal: u32::try_from(ordinal).unwrap_or(u32::MAX),
+                call_id: summary.call_id.clone(),
+                ..stored.clone()
+            })
+        })
+        .collect()
 }
 
 /// The resume marker the report carries: which intents were reused, which
@@ -451,6 +554,8 @@ fn marker(done_step: u32, resumed: Option<&ResumedTurn>) -> ResumeMarker {
             "continued after step {done_step}; completed steps were not run again; effects in doubt were repeated only with their original idempotency keys, irreversible ones never"
         ),
         contract_changed: None,
+        retried: Vec::new(),
+        retried_early: false,
     }
 }
 

@@ -231,7 +231,27 @@ impl Engine {
             last_input_tokens,
             model_retries,
             models,
+            retried,
         } = restored;
+        // What its report said to retry is sent once its wait is over, or
+        // now when the operator says so.
+        let retry_now = self.retry_timing == super::RetryTiming::Now;
+        if let Some(wait) = retried.as_ref().and_then(|r| r.wait.as_ref())
+            && !retry_now
+        {
+            claimed.armed = false;
+            if let Err(e) = self.store.release_lease_of(&claim_id(run_id), &owner).await {
+                tracing::warn!(run = %run_id, "cannot release the run's claim: {e}");
+            }
+            return Err(EngineError::NotYet {
+                run_id: run_id.clone(),
+                tool: wait.tool.clone(),
+                left: wait.left,
+            });
+        }
+        if let (Some(retried), Some(marker)) = (&retried, state.resume.as_mut()) {
+            marker.retried_early = retried.wait.is_some();
+        }
         if let Some(change) = contract_changed {
             tracing::warn!(
                 run = %run_id,
@@ -266,6 +286,12 @@ impl Engine {
         ctx.last_input_tokens = std::sync::atomic::AtomicU64::new(last_input_tokens);
         ctx.models = std::sync::Mutex::new(models);
         ctx.model_retries = model_retries;
+        if let Some(retried) = retried {
+            ctx.retries = super::ctx::Retries {
+                intents: retried.intents.into_iter().collect(),
+                now: retry_now,
+            };
+        }
         let _live = self.shared.live.register(run_id, &ctx.cancel);
         // Not resumed on an error: the guard lets the claim go.
         self.record_resume(&ctx, &state, record.status, reopen, &reaped)

@@ -341,6 +341,7 @@ impl Engine {
                 input: request.input.clone(),
                 enqueued: request.enqueued,
                 contract: Some(agent.contract()),
+                config: self.config_source.clone(),
             },
         );
         let status = StepCommit {

@@ -233,6 +233,7 @@ impl Engine {
             child_usage: std::sync::Mutex::new(HashMap::new()),
             models: std::sync::Mutex::new(Vec::new()),
             model_retries: super::ModelRetryUse::default(),
+            retries: super::ctx::Retries::default(),
         })
     }
 

@@ -54,18 +54,22 @@ impl Engine {
             },
         );
         crate::crash::point("before_pending");
-        let reopen = prior.filter(|r| is_unsent(r)).map(|_| {
-            (
-                planned.intent_id.clone(),
-                LedgerMark {
-                    status: LedgerStatus::Pending,
-                    result: None,
-                    failure: None,
-                    attempts: 0,
-                    at_ms,
-                },
-            )
-        });
+        let reopen = prior
+            .filter(|r| {
+                r.status == LedgerStatus::Failed && (is_unsent(r) || ctx.retries(&r.intent_id))
+            })
+            .map(|_| {
+                (
+                    planned.intent_id.clone(),
+                    LedgerMark {
+                        status: LedgerStatus::Pending,
+                        result: None,
+                        failure: None,
+                        attempts: 0,
+                        at_ms,
+                    },
+                )
+            });
         let commit = StepCommit {
             declares: vec![record],
             marks: reopen.into_iter().collect(),

@@ -86,7 +86,11 @@ impl Engine {
         // future dropped mid-call, gives it back unused.
         // Another process's opening of either arm, or a Retry-After
         // cooldown of the tool, refuses it first (shared breakers).
-        if let Some(f) = self.admit_shared_call(&ctx.emitter, &c, tool).await {
+        // A retry the operator sent early (`rein resume --now`) is not held
+        // back by the cooldown its own refusal shared.
+        if !ctx.retries_now(&planned.intent_id)
+            && let Some(f) = self.admit_shared_call(&ctx.emitter, &c, tool).await
+        {
             return CallResult::refused(planned, tool.class, f);
         }
         let (tool_permit, group_permit) = match self.admit_call(&ctx.emitter, &c, tool) {

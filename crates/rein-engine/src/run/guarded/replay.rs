@@ -45,7 +45,9 @@ impl Engine {
             LedgerStatus::Pending if tool.class == ToolClass::IdempotentWrite => None,
             // Declared, then never sent: its process was interrupted first.
             // It runs now, under its intent (and key), like any new call.
-            LedgerStatus::Failed if is_unsent(record) => None,
+            // So does one refused without effect that the run's report said
+            // to retry, when this resume retries it.
+            LedgerStatus::Failed if is_unsent(record) || ctx.retries(&record.intent_id) => None,
             LedgerStatus::Pending => done(
                 Err(Failure::new(&tool.name, Category::Unknown)
                     .with_effect(Effect::MaybeApplied)
