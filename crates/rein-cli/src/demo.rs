@@ -168,8 +168,8 @@ fn print_effects(log: &DeskLog) {
     };
     println!(
         "\n  update_delivery_time applied {}; send_email sent {}",
-        crate::timeline::count(applied("update_delivery_time"), "time"),
-        crate::timeline::count(applied("send_email"), "email")
+        rein_core::plural::count(applied("update_delivery_time"), "time"),
+        rein_core::plural::count(applied("send_email"), "email")
     );
 }
 

@@ -372,7 +372,7 @@ fn describe(r: &Resolution) -> String {
             let _ = writeln!(
                 out,
                 "{} still {} a decision: rein handoff {}",
-                crate::timeline::count(n, "record"),
+                rein_core::plural::count(n, "record"),
                 if n == 1 { "awaits" } else { "await" },
                 r.run_id
             );

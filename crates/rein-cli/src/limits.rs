@@ -10,11 +10,11 @@
 
 use std::time::Duration;
 
-use crate::timeline::count;
 use rein_core::RunReport;
 use rein_core::deadline::{
     BudgetLimits, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOKENS, DEFAULT_WALL_CLOCK,
 };
+use rein_core::plural::count;
 use rein_core::registry::{AgentSpec, DEFAULT_MAX_CALLS_PER_TURN, Registry};
 
 /// `d` as a human reads it: `850 ms`, `12.5 s`, `4m`, `4m 30s`, `2h 5m`,

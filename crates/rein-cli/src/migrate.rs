@@ -90,7 +90,7 @@ pub fn run(args: MigrateArgs) -> Result<ExitCode> {
         println!(
             "{store}: schema version {}, {} pending (this rein writes {}); run `rein migrate`",
             before.found,
-            crate::timeline::count(pending, "migration"),
+            rein_core::plural::count(pending, "migration"),
             before.supported
         );
     } else if args.check || pending == 0 {

@@ -111,7 +111,7 @@ fn print(report: &ReconcileReport, json: bool) -> Result<()> {
         report.fixed.len(),
         report.handed_off.len(),
         report.skipped,
-        crate::timeline::count(leases, "lease")
+        rein_core::plural::count(leases, "lease")
     );
     Ok(())
 }

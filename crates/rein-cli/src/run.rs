@@ -369,7 +369,7 @@ impl Session {
                 crate::log::Level::Warn,
                 &format!(
                     "rein: {} could not be written: the store is still unavailable; `rein reconcile` settles them from the tools' status once it is back",
-                    crate::timeline::count(held, "ledger mark")
+                    rein_core::plural::count(held, "ledger mark")
                 ),
             );
         }

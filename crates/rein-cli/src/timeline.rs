@@ -9,6 +9,7 @@ use rein_core::event::{
     ToolCallFinished, TruncationAction,
 };
 use rein_core::model::FinishReason;
+use rein_core::plural::count;
 use rein_core::retry::GiveUpReason;
 use rein_core::{Category, Effect, Event, EventData, FailurePolicy, Outcome, RunReport, Timestamp};
 use serde_json::Value;
@@ -189,8 +190,18 @@ pub fn line(event: &Event, started: Timestamp) -> String {
             if !d.marker.retried.is_empty() {
                 let _ = write!(
                     line,
-                    "; {} action(s) its report said to retry sent again under their intent ids{}",
-                    d.marker.retried.len(),
+                    "; {} its report said to retry sent again under {} intent {}{}",
+                    count(d.marker.retried.len(), "action"),
+                    if d.marker.retried.len() == 1 {
+                        "its"
+                    } else {
+                        "their"
+                    },
+                    if d.marker.retried.len() == 1 {
+                        "id"
+                    } else {
+                        "ids"
+                    },
                     if d.marker.retried_early {
                         ", before their wait ended (--now)"
                     } else {
@@ -377,18 +388,6 @@ pub fn line(event: &Event, started: Timestamp) -> String {
         event.kind().as_str(),
         detail
     )
-}
-
-/// `n` and the noun, in the singular for one (`1 intent`, `3 intents`;
-/// `branch` → `branches`).
-pub(crate) fn count<N: std::fmt::Display + PartialEq + From<u8>>(n: N, noun: &str) -> String {
-    if n == N::from(1) {
-        format!("1 {noun}")
-    } else if noun.ends_with("ch") || noun.ends_with('s') {
-        format!("{n} {noun}es")
-    } else {
-        format!("{n} {noun}s")
-    }
 }
 
 /// A failure policy as config writes it.

@@ -188,10 +188,10 @@ async fn sigterm_with_no_grace_hands_sync_and_queued_runs_on_to_the_next_server(
     let status = first.wait_exit(GENEROUS);
     assert_eq!(status.code(), Some(0), "{}", first.log_tail());
     let line = first.wait_for_log("drained in", Duration::from_secs(5));
-    assert!(line.contains("finished 0 run(s)"), "{line}");
-    assert!(line.contains("handed on 2 run(s)"), "{line}");
+    assert!(line.contains("finished 0 runs"), "{line}");
+    assert!(line.contains("handed on 2 runs"), "{line}");
     assert!(!line.contains("cut"), "{line}");
-    assert!(line.contains("2 queued run(s) left queued"), "{line}");
+    assert!(line.contains("2 queued runs left queued"), "{line}");
     let sync_id = run_id_of(&sync_location);
     assert!(
         line.contains(sync_id.as_str()),
@@ -267,7 +267,7 @@ async fn a_second_sigterm_hands_on_at_once_and_the_write_in_flight_still_finishe
     let status = server.wait_exit(GENEROUS);
     assert_eq!(status.code(), Some(0), "{}", server.log_tail());
     let line = server.wait_for_log("drained in", Duration::from_secs(5));
-    assert!(line.contains("handed on 1 run(s)"), "{line}");
+    assert!(line.contains("handed on 1 run"), "{line}");
 
     let store = SqliteStore::open(&db).unwrap();
     let run_id = run_id_of(&location);
@@ -343,10 +343,10 @@ async fn sigterm_with_a_long_grace_lets_the_sync_run_finish_in_the_draining_proc
     assert_eq!(status.code(), Some(0));
     let line = server.wait_for_log("drained in", Duration::from_secs(5));
     assert!(
-        line.contains("finished 1 run(s)") && line.contains(run["run_id"].as_str().unwrap()),
+        line.contains("finished 1 run") && line.contains(run["run_id"].as_str().unwrap()),
         "{line}"
     );
-    assert!(line.contains("handed on 0 run(s)"), "{line}");
+    assert!(line.contains("handed on 0 runs"), "{line}");
     assert_eq!(desk.applied_count(UPDATE_DELIVERY_TIME), 1);
     assert_eq!(desk.applied_count(SEND_EMAIL), 1);
 }
@@ -447,7 +447,7 @@ async fn a_submission_admitted_before_the_drain_is_waited_for_and_finishes() {
     let status = server.wait_exit(GENEROUS);
     assert_eq!(status.code(), Some(0));
     let line = server.wait_for_log("drained in", Duration::from_secs(5));
-    assert!(line.contains("finished 1 run(s)"), "{line}");
+    assert!(line.contains("finished 1 run"), "{line}");
     assert_eq!(desk.applied_count(SEND_EMAIL), 1);
 }
 
@@ -473,7 +473,7 @@ async fn a_submission_that_starts_after_the_interrupt_is_handed_on_at_once() {
     let status = server.wait_exit(GENEROUS);
     assert_eq!(status.code(), Some(0));
     let line = server.wait_for_log("drained in", Duration::from_secs(5));
-    assert!(line.contains("handed on 1 run(s)"), "{line}");
+    assert!(line.contains("handed on 1 run"), "{line}");
     assert_eq!(desk.request_count(GET_ORDER), 0, "nothing ran here");
 }
 
@@ -502,9 +502,9 @@ async fn a_run_still_in_flight_at_exit_is_reported_cut_and_taken_over_next() {
     assert_eq!(status.code(), Some(0));
     let line = first.wait_for_log("drained in", Duration::from_secs(5));
     let run_id = run_id_of(&location);
-    assert!(line.contains("handed on 0 run(s)"), "{line}");
+    assert!(line.contains("handed on 0 runs"), "{line}");
     assert!(
-        line.contains(&format!("cut 1 run(s) at exit [{run_id}]")),
+        line.contains(&format!("cut 1 run at exit [{run_id}]")),
         "{line}"
     );
     desk.release_held();

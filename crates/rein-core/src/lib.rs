@@ -151,6 +151,7 @@ pub mod model;
 pub mod outcome;
 pub mod output_cap;
 pub mod output_field;
+pub mod plural;
 pub mod redact;
 pub mod registry;
 pub mod report;

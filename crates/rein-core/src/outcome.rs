@@ -202,7 +202,8 @@ impl std::fmt::Display for ReportNote {
                 decisions,
             } => write!(
                 f,
-                "it was handed off ({handed_off}) and closed once a human had decided the {decisions} record(s) that awaited a decision"
+                "it was handed off ({handed_off}) and closed once a human had decided the {} that awaited a decision",
+                crate::plural::count(*decisions, "record")
             ),
         }
     }

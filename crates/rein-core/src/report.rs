@@ -64,6 +64,7 @@ use crate::outcome::{
     CompensationResult, CompletedAction, IncompleteAction, Outcome, ReportNote, ResumeMarker,
     RunReport,
 };
+use crate::plural;
 use crate::tool::ToolClass;
 
 /// The longest result kept per completed action in the report.
@@ -545,8 +546,9 @@ fn recommend(
     match &facts.settled {
         Settled::HandedOff(_) => {
             return format!(
-                "a human must decide: {} record(s) await a decision (rein handoff {})",
-                awaiting.len(),
+                "a human must decide: {} {} a decision (rein handoff {})",
+                plural::count(awaiting.len(), "record"),
+                plural::agree(awaiting.len(), "awaits", "await"),
                 facts.run_id
             );
         }
@@ -649,8 +651,9 @@ fn recommend(
     }
     if !awaiting.is_empty() {
         advice.push(format!(
-            "{} record(s) await a human decision (rein handoff {})",
-            awaiting.len(),
+            "{} {} a human decision (rein handoff {})",
+            plural::count(awaiting.len(), "record"),
+            plural::agree(awaiting.len(), "awaits", "await"),
             facts.run_id
         ));
     }
@@ -756,7 +759,12 @@ fn summarize(
             let _ = write!(s, " Handed off: {reason}.");
         }
         _ if awaiting > 0 => {
-            let _ = write!(s, " {awaiting} record(s) await a human decision.");
+            let _ = write!(
+                s,
+                " {} {} a human decision.",
+                plural::count(awaiting, "record"),
+                plural::agree(awaiting, "awaits", "await")
+            );
         }
         _ => {}
     }
@@ -893,20 +901,23 @@ fn package(facts: &RunFacts, ledger: &[LedgerRecord]) -> HandoffPackage {
     let reason = match (&facts.settled, &facts.end) {
         (Settled::HandedOff(reason), _) => reason.clone(),
         (_, End::Closed { error_type, reason }) => format!(
-            "the run was closed from outside ({}{reason}) and {} record(s) await a human",
+            "the run was closed from outside ({}{reason}) and {} {} a human",
             error_type
                 .as_deref()
                 .map(|t| format!("{t}: "))
                 .unwrap_or_default(),
-            awaiting.len()
+            plural::count(awaiting.len(), "record"),
+            plural::agree(awaiting.len(), "awaits", "await")
         ),
         (_, End::Internal(why)) => format!(
-            "rein failed the run ({INTERNAL}: {why}) and {} record(s) await a human",
-            awaiting.len()
+            "rein failed the run ({INTERNAL}: {why}) and {} {} a human",
+            plural::count(awaiting.len(), "record"),
+            plural::agree(awaiting.len(), "awaits", "await")
         ),
         _ => format!(
-            "{} record(s) await a human decision after the run ended",
-            awaiting.len()
+            "{} {} a human decision after the run ended",
+            plural::count(awaiting.len(), "record"),
+            plural::agree(awaiting.len(), "awaits", "await")
         ),
     };
     HandoffPackage {
@@ -1306,11 +1317,7 @@ mod tests {
                 ("send_email".into(), Some(LedgerStatus::Uncompensatable))
             ]
         );
-        assert!(
-            report
-                .recommendation
-                .contains("2 record(s) await a decision")
-        );
+        assert!(report.recommendation.contains("2 records await a decision"));
     }
 
     #[test]
@@ -1429,11 +1436,7 @@ mod tests {
         assert_eq!(revised.completed[0].ledger, Some(LedgerStatus::Manual));
         assert!(!revised.recoverable, "a record awaits a human");
         assert!(revised.handoff.is_some());
-        assert!(
-            revised
-                .summary
-                .contains("1 record(s) await a human decision")
-        );
+        assert!(revised.summary.contains("1 record awaits a human decision"));
     }
 
     #[test]

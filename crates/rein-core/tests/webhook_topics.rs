@@ -29,6 +29,12 @@ fn only_the_six_moments_have_a_topic_and_run_finished_carries_its_outcome() {
             EventKind::HandoffCreated => {
                 assert_eq!(topic, Some((Topic::HandoffCreated, None)));
             }
+            EventKind::ApprovalRequested => {
+                assert_eq!(topic, Some((Topic::ApprovalRequested, None)));
+            }
+            EventKind::ApprovalDecided => {
+                assert_eq!(topic, Some((Topic::ApprovalDecided, None)));
+            }
             // A decision is sent; an attempt that failed decided nothing.
             EventKind::HandoffDecided => {
                 let decided = wire["data"]["failed"].is_null();
@@ -53,6 +59,8 @@ fn only_the_six_moments_have_a_topic_and_run_finished_carries_its_outcome() {
         }
     }
     for expected in [
+        Topic::ApprovalRequested,
+        Topic::ApprovalDecided,
         Topic::RunFinished,
         Topic::HandoffCreated,
         Topic::HandoffDecided,

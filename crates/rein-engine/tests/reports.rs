@@ -243,7 +243,7 @@ async fn the_reconciler_revises_the_report_of_a_run_whose_record_it_hands_off() 
         .unwrap();
     assert_eq!(update.ledger, Some(LedgerStatus::Manual));
     assert!(
-        after.summary.contains("1 record(s) await a human decision"),
+        after.summary.contains("1 record awaits a human decision"),
         "{}",
         after.summary
     );

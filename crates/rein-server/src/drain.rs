@@ -76,6 +76,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::problem::Problem;
 use crate::state::AppState;
+use rein_core::plural::count;
 
 /// The part of `server.shutdown_grace` kept for interrupted runs to reach
 /// their safe point, record it and release their claims.
@@ -302,15 +303,15 @@ impl Drained {
         };
         let finished = self.finished();
         let mut line = format!(
-            "rein serve: drained in {:.1} s: finished {} run(s)",
+            "rein serve: drained in {:.1} s: finished {}",
             elapsed.as_secs_f64(),
-            finished.len()
+            count(finished.len(), "run")
         );
         if !finished.is_empty() {
             line.push_str(&format!(" [{}]", ids(&finished)));
         }
         let handed_on = self.handed_on();
-        line.push_str(&format!("; handed on {} run(s)", handed_on.len()));
+        line.push_str(&format!("; handed on {}", count(handed_on.len(), "run")));
         if !handed_on.is_empty() {
             line.push_str(&format!(
                 " [{}] (interrupted at a safe point, claims released: the next server on this store resumes them)",
@@ -320,20 +321,23 @@ impl Drained {
         let cut = self.with(|f| *f == Fate::Cut);
         if !cut.is_empty() {
             line.push_str(&format!(
-                "; cut {} run(s) at exit [{}] (still settling or with a write in flight: claims held until their leases expire, then taken over or closed)",
-                cut.len(),
+                "; cut {} at exit [{}] (still settling or with a write in flight: claims held until their leases expire, then taken over or closed)",
+                count(cut.len(), "run"),
                 ids(&cut)
             ));
         }
         let unrecorded = self.with(|f| *f == Fate::Unrecorded);
         if !unrecorded.is_empty() {
             line.push_str(&format!(
-                "; {} run(s) stopped without recording it [{}] (the store refused; resumed or closed like the runs of a dead process)",
-                unrecorded.len(),
+                "; {} stopped without recording it [{}] (the store refused; resumed or closed like the runs of a dead process)",
+                count(unrecorded.len(), "run"),
                 ids(&unrecorded)
             ));
         }
-        line.push_str(&format!("; {} queued run(s) left queued", self.left_queued));
+        line.push_str(&format!(
+            "; {} left queued",
+            count(self.left_queued, "queued run")
+        ));
         line
     }
 }
@@ -534,14 +538,14 @@ mod tests {
         };
         let line = drained.summary(Duration::from_millis(2500));
         assert!(line.contains("drained in 2.5 s"), "{line}");
-        assert!(line.contains("finished 1 run(s) [r-1]"), "{line}");
-        assert!(line.contains("handed on 2 run(s) [r-2, r-3]"), "{line}");
-        assert!(line.contains("cut 1 run(s) at exit [r-4]"), "{line}");
+        assert!(line.contains("finished 1 run [r-1]"), "{line}");
+        assert!(line.contains("handed on 2 runs [r-2, r-3]"), "{line}");
+        assert!(line.contains("cut 1 run at exit [r-4]"), "{line}");
         assert!(
-            line.contains("1 run(s) stopped without recording it [r-5]"),
+            line.contains("1 run stopped without recording it [r-5]"),
             "{line}"
         );
-        assert!(line.contains("4 queued run(s) left queued"), "{line}");
+        assert!(line.contains("4 queued runs left queued"), "{line}");
         let calm = Drained::default().summary(Duration::ZERO);
         assert!(!calm.contains("cut") && !calm.contains("without"), "{calm}");
     }

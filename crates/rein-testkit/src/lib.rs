@@ -19,13 +19,21 @@
 //! themselves (lost responses, rate limits, delays, failures after the
 //! effect), so a test exercises rein's real HTTP adapters end to end.
 //!
-//! ```no_run
-//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use rein_testkit::order_desk::{Faults, OrderDesk, OrderDeskConfig};
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use rein_testkit::order_desk::{OrderDesk, OrderDeskConfig};
 //!
-//! let desk = OrderDesk::start_with(OrderDeskConfig::default().with_faults(Faults::demo())).await?;
-//! println!("tools at {}/tools/{{name}}", desk.base_url());
-//! // ... run an agent against it ...
+//! let desk = OrderDesk::start_with(OrderDeskConfig::default()).await?;
+//! let url = format!("{}/tools/update_delivery_time", desk.base_url());
+//! let args = serde_json::json!({"order_id": "A-1001", "delivery_date": "2026-01-08T14:00:00Z"});
+//! let client = reqwest::Client::new();
+//! for _ in 0..2 {
+//!     // One intent sent twice under its key, as a retry would: the desk
+//!     // applies it once and answers the repeat from what it stored.
+//!     let answer = client.post(&url).header("Idempotency-Key", "k-1").json(&args).send().await?;
+//!     assert!(answer.status().is_success());
+//! }
 //! assert_eq!(desk.applied_count("update_delivery_time"), 1);
 //! desk.shutdown().await?;
 //! # Ok(())

@@ -109,7 +109,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             crate::log::Level::Info,
             &format!(
                 "rein mcp serve: serving {} of agent `{}` as run {run_id}",
-                crate::timeline::count(tools.len(), "tool"),
+                rein_core::plural::count(tools.len(), "tool"),
                 binding.name
             ),
         );

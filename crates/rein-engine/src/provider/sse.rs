@@ -222,10 +222,14 @@ impl Limit {
         match self {
             Limit::FirstByte(d) => format!("no stream event within the first-byte limit of {d:?}"),
             Limit::Idle(d) => {
-                format!("the stream went idle for the idle limit of {d:?} after {events} event(s)")
+                format!(
+                    "the stream went idle for the idle limit of {d:?} after {}",
+                    rein_core::plural::count(events, "event")
+                )
             }
             Limit::Allowance(d) => format!(
-                "the call's allowance of {d:?} ran out while streaming, after {events} event(s)"
+                "the call's allowance of {d:?} ran out while streaming, after {}",
+                rein_core::plural::count(events, "event")
             ),
         }
     }
@@ -437,9 +441,9 @@ impl<D: Decoder> Wire<D> {
                         TransportPhase::AfterSend,
                     )
                     .with_human_message(format!(
-                        "{}: the stream broke after {} event(s), without {}: {e}",
+                        "{}: the stream broke after {}, without {}: {e}",
                         self.name,
-                        self.event_count,
+                        rein_core::plural::count(self.event_count, "event"),
                         D::TERMINATOR
                     ))
                 };
@@ -513,9 +517,9 @@ impl<D: Decoder> Wire<D> {
                     TransportPhase::AfterSend,
                 )
                 .with_human_message(format!(
-                    "{}: the stream ended after {} event(s) without {} and without a finish reason",
+                    "{}: the stream ended after {} without {} and without a finish reason",
                     self.name,
-                    self.event_count,
+                    rein_core::plural::count(self.event_count, "event"),
                     D::TERMINATOR
                 ));
                 self.fail(failure);
@@ -558,9 +562,10 @@ impl<D: Decoder> Wire<D> {
         };
         let total = spent.usage.total();
         let human = format!(
-            "{} — {}; {total} token(s) charged{}",
+            "{} — {}; {} charged{}",
             failure.human_message(),
             self.assembly.describe(),
+            rein_core::plural::count(total, "token"),
             if spent.estimated {
                 " (estimated at one token per 4 bytes of request and output)"
             } else {

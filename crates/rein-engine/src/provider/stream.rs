@@ -302,10 +302,10 @@ impl Assembly {
             .last()
             .is_some_and(|c| serde_json::from_str::<serde_json::Value>(&c.arguments).is_err());
         format!(
-            "after content was produced ({} characters of text, {} tool call(s){}); it is \
+            "after content was produced ({} of text, {}{}); it is \
              discarded, not returned as an answer",
-            self.text.chars().count(),
-            self.calls.len(),
+            rein_core::plural::count(self.text.chars().count(), "character"),
+            rein_core::plural::count(self.calls.len(), "tool call"),
             if cut {
                 ", the last with cut-off arguments"
             } else {

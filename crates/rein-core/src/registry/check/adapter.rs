@@ -52,21 +52,23 @@ impl<'a> Checker<'a> {
     }
 
     /// A byte cap (`max_result_bytes`, `max_output_bytes`): `default` when
-    /// unset, `None` (reported) when zero.
+    /// unset; zero is reported, clearing `ok`.
     pub(super) fn byte_cap(
         &mut self,
         file: &Path,
         field: &str,
         value: Option<u64>,
         default: usize,
-    ) -> Option<usize> {
+        ok: &mut bool,
+    ) -> usize {
         match value {
-            None => Some(default),
+            None => default,
             Some(0) => {
                 self.report(file, field, "must be greater than zero");
-                None
+                *ok = false;
+                0
             }
-            Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
         }
     }
 
@@ -127,9 +129,8 @@ impl<'a> Checker<'a> {
             &format!("{f}.max_result_bytes"),
             c.max_result_bytes,
             DEFAULT_MAX_RESULT_BYTES,
+            &mut ok,
         );
-        ok &= max_result_bytes.is_some();
-        let max_result_bytes = max_result_bytes.unwrap_or(0);
         let url = url?;
         ok.then(|| AdapterSpec::Http {
             url,
@@ -216,9 +217,8 @@ impl<'a> Checker<'a> {
             &format!("{f}.max_output_bytes"),
             c.max_output_bytes,
             DEFAULT_MAX_OUTPUT_BYTES,
+            &mut ok,
         );
-        ok &= max_output_bytes.is_some();
-        let max_output_bytes = max_output_bytes.unwrap_or(0);
         let program = program?;
         ok.then(|| AdapterSpec::Command {
             program,
@@ -289,9 +289,8 @@ impl<'a> Checker<'a> {
             &format!("{f}.max_result_bytes"),
             c.max_result_bytes,
             DEFAULT_MAX_RESULT_BYTES,
+            &mut ok,
         );
-        ok &= max_result_bytes.is_some();
-        let max_result_bytes = max_result_bytes.unwrap_or(0);
         let pin = match c.pin.as_deref() {
             None => None,
             Some(pin) if is_digest(pin) => Some(pin.to_owned()),

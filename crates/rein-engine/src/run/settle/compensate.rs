@@ -300,14 +300,19 @@ impl Engine {
         let (status, note) = match outcome {
             Ok(_) => (
                 LedgerStatus::Compensated,
-                format!("undone by {} ({tries} attempt(s))", tool.name),
+                format!(
+                    "undone by {} ({})",
+                    tool.name,
+                    rein_core::plural::count(tries, "attempt")
+                ),
             ),
             Err(f) => (
                 LedgerStatus::Manual,
                 format!(
-                    "{} compensation by {} failed after {tries} attempt(s): {} — a human must decide",
+                    "{} compensation by {} failed after {}: {} — a human must decide",
                     grade.as_str(),
                     tool.name,
+                    rein_core::plural::count(tries, "attempt"),
                     f.human_message()
                 ),
             ),

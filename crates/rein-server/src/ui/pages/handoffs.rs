@@ -77,8 +77,15 @@ pub(crate) async fn list(State(ui): State<Ui>, headers: HeaderMap, uri: Uri) -> 
             .raw("</h2><p>")
             .text(&package.reason)
             .raw("</p><p>")
-            .num(u64::try_from(package.awaiting_decision.len()).unwrap_or(u64::MAX))
-            .raw(" record(s) await a decision: ");
+            .text(&rein_core::plural::count(
+                package.awaiting_decision.len(),
+                "record",
+            ))
+            .raw(if package.awaiting_decision.len() == 1 {
+                " awaits a decision: "
+            } else {
+                " await a decision: "
+            });
         for (i, effect) in package.awaiting_decision.iter().enumerate() {
             if i > 0 {
                 body.raw(", ");
