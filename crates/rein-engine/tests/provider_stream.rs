@@ -281,7 +281,7 @@ async fn headers_then_silence_is_cut_at_the_first_byte_limit() {
         // The provider accepted the request (a 200) but produced nothing:
         // nothing is charged (issue 35, item 5).
         assert_eq!(failure.tokens_spent(), 0, "{api:?}");
-        assert!(failure.human_message().contains("0 token(s) charged"));
+        assert!(failure.human_message().contains("0 tokens charged"));
     }
 }
 

@@ -299,12 +299,10 @@ fn remove(value: &mut toml::Value, path: &[Segment]) -> bool {
             None => return false,
         }
     }
+    // An array item is not taken out: the items after it would move up and
+    // a later problem among them would be reported at the wrong index.
     match (last, at) {
         (Segment::Map { key }, toml::Value::Table(table)) => table.remove(key).is_some(),
-        (Segment::Seq { index }, toml::Value::Array(items)) if *index < items.len() => {
-            items.remove(*index);
-            true
-        }
         _ => false,
     }
 }
