@@ -60,6 +60,32 @@ async fn rein(args: Vec<String>, env: Vec<(&'static str, String)>) -> Output {
     .unwrap()
 }
 
+/// `rein run` of `agent` from `config` on the task every test here gives,
+/// recorded in `db` (as `run_id`, when given).
+async fn run_agent(
+    config: &Path,
+    agent: &str,
+    db: &Path,
+    run_id: Option<&str>,
+    env: Vec<(&'static str, String)>,
+) -> Output {
+    let mut args: Vec<String> = vec![
+        "run".into(),
+        "--config".into(),
+        config.display().to_string(),
+        "--agent".into(),
+        agent.into(),
+        "--input".into(),
+        "Move A-1001 to 8 January and tell the buyer.".into(),
+        "--data".into(),
+        db.display().to_string(),
+    ];
+    if let Some(id) = run_id {
+        args.extend(["--run-id".into(), id.to_owned()]);
+    }
+    rein(args, env).await
+}
+
 /// Starts `rein dev` (the demo's faults, any free ports) and reads the
 /// line that says where its services are.
 async fn start_dev() -> (Dev, String) {
@@ -258,23 +284,7 @@ async fn resume_without_config_uses_the_recorded_one_and_names_it_when_gone() {
             ("MOCK_MODEL_URL", "http://127.0.0.1:9".to_owned()),
         ]
     };
-    let out = rein(
-        vec![
-            "run".into(),
-            "--config".into(),
-            config.display().to_string(),
-            "--agent".into(),
-            "order_desk".into(),
-            "--input".into(),
-            "Move A-1001 to 8 January and tell the buyer.".into(),
-            "--data".into(),
-            db.display().to_string(),
-            "--run-id".into(),
-            "order-a-1001".into(),
-        ],
-        env(),
-    )
-    .await;
+    let out = run_agent(&config, "order_desk", &db, Some("order-a-1001"), env()).await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("outcome: partial_success"));
     let resume = |extra: &[&str]| {
@@ -331,26 +341,11 @@ async fn runs_show_prints_a_resume_command_that_runs_as_printed() {
     ];
     // A run whose process dies mid-way: the crash point aborts it while
     // its first step's checkpoint is written.
-    let out = rein(
-        vec![
-            "run".into(),
-            "--config".into(),
-            config.display().to_string(),
-            "--agent".into(),
-            "order_desk".into(),
-            "--input".into(),
-            "Move A-1001 to 8 January and tell the buyer.".into(),
-            "--data".into(),
-            db.display().to_string(),
-            "--run-id".into(),
-            "killed".into(),
-        ],
-        {
-            let mut env = env.clone();
-            env.push(("REIN_CRASH_AT", "during_checkpoint".to_owned()));
-            env
-        },
-    )
+    let out = run_agent(&config, "order_desk", &db, Some("killed"), {
+        let mut env = env.clone();
+        env.push(("REIN_CRASH_AT", "during_checkpoint".to_owned()));
+        env
+    })
     .await;
     assert_ne!(out.status.code(), Some(0), "the crash point aborts it");
     let shown = rein(
@@ -395,18 +390,11 @@ async fn a_model_400_is_reported_not_recoverable() {
     let db: &Path = &dir.path().join("rein.db");
     let config =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/order-desk/rein.toml");
-    let out = rein(
-        vec![
-            "run".into(),
-            "--config".into(),
-            config.display().to_string(),
-            "--agent".into(),
-            "order_desk_live".into(),
-            "--input".into(),
-            "Move A-1001 to 8 January and tell the buyer.".into(),
-            "--data".into(),
-            db.display().to_string(),
-        ],
+    let out = run_agent(
+        &config,
+        "order_desk_live",
+        db,
+        None,
         vec![
             ("ORDER_DESK_URL", desk.base_url().to_owned()),
             ("MOCK_MODEL_URL", model.base_url().to_owned()),
