@@ -61,7 +61,8 @@ async fn stats_count_exactly_the_callers_runs() {
         if key == acme {
             let report = &run["report"];
             tokens += report["consumed"]["tokens"].as_u64().unwrap();
-            cost += report["consumed"]["cost"].as_u64().unwrap();
+            // Reports say dollars; stats sum micro-dollars.
+            cost += (report["consumed"]["cost_usd"].as_f64().unwrap() * 1e6).round() as u64;
             outcomes.push(report["outcome"].as_str().unwrap().to_owned());
         }
     }

@@ -182,12 +182,14 @@ fn stats_match_the_runs(data: &str) {
     let sum = |field: &str| -> u64 {
         reports
             .iter()
-            .map(|d| d["report"]["consumed"][field].as_u64().unwrap())
+            .map(|d| &d["report"]["consumed"][field])
+            // Reports say dollars; stats sum micro-dollars.
+            .map(|n| n.as_u64().unwrap_or_else(|| (n.as_f64().unwrap() * 1e6).round() as u64))
             .sum()
     };
     assert!(sum("tokens") > 0);
     assert_eq!(total["tokens"], sum("tokens"), "{stats}");
-    assert_eq!(total["cost_micros"], sum("cost"), "{stats}");
+    assert_eq!(total["cost_micros"], sum("cost_usd"), "{stats}");
     assert_eq!(stats["by_agent"]["order_desk"], *total, "{stats}");
     let fired: std::collections::BTreeMap<String, (u64, u64)> = stats["guardrails"]
         .as_object()

@@ -154,8 +154,18 @@ pub mod duration {
 
     const DAY: u64 = 24 * 60 * 60;
 
-    /// `d` in whole days and the rest, as a config writes a long duration
-    /// (`400d`, `400d 3h`), not humantime's years and months.
+    /// `d` as a config writes it: humantime text (`1h 30m`), and whole
+    /// days past one day (`400d 3h`), not humantime's years and months
+    /// (whose year is 365.25 days).
+    pub(crate) fn text(d: Duration) -> String {
+        if d.as_secs() >= DAY {
+            in_days(d)
+        } else {
+            humantime_serde::re::humantime::format_duration(d).to_string()
+        }
+    }
+
+    /// `d` in whole days and the rest (`400d`, `400d 3h`).
     fn in_days(d: Duration) -> String {
         let days = d.as_secs() / DAY;
         let rest = d.saturating_sub(Duration::from_secs(days * DAY));

@@ -164,7 +164,7 @@ pub mod webhook;
 
 pub use clock::{Clock, Instant, ManualClock};
 pub use config::{ConfigError, MAX_DURATION, Ratio, Weight};
-pub use event::{Event, EventData, EventKind};
+pub use event::{EVENT_SCHEMA, Event, EventData, EventKind};
 pub use failure::{Category, Effect, Failure};
 pub use ids::{AttemptId, IntentId, RunId, TenantId};
 pub use ledger::{LedgerRecord, LedgerStatus};

@@ -1,36 +1,73 @@
 //! The event wire form is a compatibility promise: every event already
-//! stored (in SQLite files written before payloads were typed) still
-//! decodes, and writes back byte for byte, so the API's event JSON does not
-//! change.
+//! stored still decodes, whichever schema wrote it, and what rein writes
+//! now is pinned byte for byte, so the API's event JSON changes only with
+//! the schema version.
 //!
-//! `fixtures/events-v1.jsonl` holds one event per kind and shape as the
-//! release before typed payloads wrote them: captured from the store during
-//! a run of the engine, chaos, server and CLI test suites (one line per
+//! `fixtures/events-v1.jsonl` holds one event per kind and shape as schema
+//! 1 (events without `"v"`) wrote them: captured from the store during a
+//! run of the engine, chaos, server and CLI test suites (one line per
 //! distinct shape), plus `checkpoint_written` (never emitted) and the two
 //! shapes no suite reached (a shared breaker's refusal, a retry stopped by
 //! cancellation), written by hand in the same form.
+//!
+//! `fixtures/events-v2.jsonl` holds the same events, line for line, as
+//! schema 2 writes them: durations in budgets as text, money in dollars,
+//! no process-local instants. Regenerate it (after a deliberate schema
+//! change, with the version bumped) with
+//! `REIN_BLESS=1 cargo test -p rein-core --test event_wire`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
 
 use rein_core::event::{ModelCallResult, ToolCallFinished};
-use rein_core::{Event, EventData, EventKind};
+use rein_core::{EVENT_SCHEMA, Event, EventData, EventKind};
 use serde_json::{Value, json};
 
-const FIXTURE: &str = include_str!("fixtures/events-v1.jsonl");
+const V1: &str = include_str!("fixtures/events-v1.jsonl");
+const V2: &str = include_str!("fixtures/events-v2.jsonl");
 
-fn fixture() -> impl Iterator<Item = (usize, &'static str)> {
-    FIXTURE
+fn lines(fixture: &'static str) -> impl Iterator<Item = (usize, &'static str)> {
+    fixture
         .lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| (i + 1, l))
 }
 
+fn fixture() -> impl Iterator<Item = (usize, &'static str)> {
+    lines(V1)
+}
+
 #[test]
-fn every_stored_event_decodes_and_writes_back_byte_for_byte() {
+fn every_schema_1_event_decodes_and_is_written_as_schema_2() {
+    let written: Vec<String> = fixture()
+        .map(|(line, text)| {
+            let event: Event = serde_json::from_str(text)
+                .unwrap_or_else(|e| panic!("line {line} does not decode: {e}\n{text}"));
+            serde_json::to_string(&event).unwrap()
+        })
+        .collect();
+    if std::env::var_os("REIN_BLESS").is_some() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/events-v2.jsonl");
+        std::fs::write(path, written.join("\n") + "\n").unwrap();
+        return;
+    }
+    let pinned: Vec<&str> = lines(V2).map(|(_, l)| l).collect();
+    assert_eq!(written.len(), pinned.len(), "one schema-2 line per schema-1 line");
+    let wrong: Vec<String> = written
+        .iter()
+        .zip(&pinned)
+        .enumerate()
+        .filter(|(_, (w, p))| w != *p)
+        .map(|(i, (w, p))| format!("line {} is written as\n{w}\nnot\n{p}", i + 1))
+        .collect();
+    assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
+}
+
+#[test]
+fn every_schema_2_event_writes_back_byte_for_byte() {
     let mut wrong = Vec::new();
-    for (line, text) in fixture() {
+    for (line, text) in lines(V2) {
         match serde_json::from_str::<Event>(text) {
             Err(e) => wrong.push(format!("line {line} does not decode: {e}\n{text}")),
             Ok(event) => {
@@ -42,6 +79,45 @@ fn every_stored_event_decodes_and_writes_back_byte_for_byte() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
+}
+
+/// Schema 2 says what it promised: no serde duration structs, no bare
+/// micro-dollars, and the version on every line.
+#[test]
+fn schema_2_has_no_unitless_durations_or_money() {
+    fn walk(v: &Value, path: &str, found: &mut Vec<String>) {
+        match v {
+            Value::Object(map) => {
+                if map.contains_key("secs") && map.contains_key("nanos") {
+                    found.push(format!("{path}: a {{secs, nanos}} duration"));
+                }
+                for (k, x) in map {
+                    if k == "cost" || k == "cost_micros" {
+                        found.push(format!("{path}.{k}: money without its unit"));
+                    }
+                    walk(x, &format!("{path}.{k}"), found);
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|x| walk(x, path, found)),
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    for (line, text) in lines(V2) {
+        let v: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(v["v"], json!(EVENT_SCHEMA), "line {line}");
+        walk(&v["data"], &format!("line {line} {}", v["kind"]), &mut found);
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+#[test]
+fn an_event_of_a_newer_schema_is_refused_by_name() {
+    let (_, text) = lines(V2).next().unwrap();
+    let mut v: Value = serde_json::from_str(text).unwrap();
+    v["v"] = json!(EVENT_SCHEMA + 1);
+    let err = serde_json::from_value::<Event>(v).unwrap_err().to_string();
+    assert!(err.contains("newer than this rein"), "{err}");
 }
 
 #[test]
@@ -106,23 +182,25 @@ fn the_fixture_covers_every_kind() {
 }
 
 /// The fields resume charges back to the budget are read from the shape
-/// the engine wrote, not defaulted: renaming `tokens_spent` or
-/// `cost_micros` on the wire would fail this, not refund budget.
+/// the engine wrote, not defaulted: renaming `tokens_spent`, `cost_usd` or
+/// schema 1's `cost_micros` on the wire would fail this, not refund budget.
 #[test]
 fn resume_reads_tokens_and_cost_from_the_stored_names() {
-    let failed = EventData::decode(
-        EventKind::ModelCallFinished,
-        json!({"attempt": 1, "category": "transient", "cost_micros": 42, "key_env": null,
+    for (cost, micros) in [(json!({"cost_micros": 42}), 42), (json!({"cost_usd": 0.000042}), 42)] {
+        let mut data = json!({"attempt": 1, "category": "transient", "key_env": null,
                "model": "m", "ok": false, "provider": "p", "reason": "cut",
-               "tokens_spent": 17}),
-    )
-    .unwrap();
-    let EventData::ModelCallFinished(f) = failed else {
-        panic!("decoded as another kind")
-    };
-    assert_eq!(f.tokens(), 17);
-    assert_eq!(f.cost.map(|c| c.micros()), Some(42));
-    assert!(matches!(f.result, ModelCallResult::Failed(_)));
+               "tokens_spent": 17});
+        data.as_object_mut()
+            .unwrap()
+            .extend(cost.as_object().unwrap().clone());
+        let failed = EventData::decode(EventKind::ModelCallFinished, data).unwrap();
+        let EventData::ModelCallFinished(f) = failed else {
+            panic!("decoded as another kind")
+        };
+        assert_eq!(f.tokens(), 17);
+        assert_eq!(f.cost.map(|c| c.micros()), Some(micros));
+        assert!(matches!(f.result, ModelCallResult::Failed(_)));
+    }
 
     let answered = EventData::decode(
         EventKind::ModelCallFinished,

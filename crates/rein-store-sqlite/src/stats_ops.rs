@@ -39,12 +39,16 @@ fn window(query: &StatsQuery) -> Result<(String, Vec<Sql>), StoreError> {
 pub fn run_stats(conn: &Connection, query: &StatsQuery) -> Result<RunStats, StoreError> {
     let (filter, values) = window(query)?;
     let mut stats = RunStats::default();
-    // Prepared uncached: four shapes of each, read rarely.
+    // Prepared uncached: four shapes of each, read rarely. A report holds
+    // its cost as `cost_usd` dollars, or, written before event schema 2,
+    // as `cost` micro-dollars; the sum is in micro-dollars.
     let mut statement = conn
         .prepare(&format!(
             "SELECT r.agent, r.status, COUNT(*), \
              COALESCE(SUM(json_extract(r.report, '$.consumed.tokens')), 0), \
-             COALESCE(SUM(json_extract(r.report, '$.consumed.cost')), 0) \
+             COALESCE(SUM(COALESCE(\
+               CAST(ROUND(json_extract(r.report, '$.consumed.cost_usd') * 1000000) AS INTEGER), \
+               json_extract(r.report, '$.consumed.cost'))), 0) \
              FROM runs r WHERE {filter} GROUP BY r.agent, r.status"
         ))
         .sql()?;
@@ -65,7 +69,9 @@ pub fn run_stats(conn: &Connection, query: &StatsQuery) -> Result<RunStats, Stor
         .prepare(&format!(
             "SELECT m.value, r.status, COUNT(*), \
              COALESCE(SUM(json_extract(r.report, '$.consumed.tokens')), 0), \
-             COALESCE(SUM(json_extract(r.report, '$.consumed.cost')), 0) \
+             COALESCE(SUM(COALESCE(\
+               CAST(ROUND(json_extract(r.report, '$.consumed.cost_usd') * 1000000) AS INTEGER), \
+               json_extract(r.report, '$.consumed.cost'))), 0) \
              FROM runs r, json_each(r.report, '$.models') m \
              WHERE {filter} AND r.report IS NOT NULL GROUP BY m.value, r.status"
         ))

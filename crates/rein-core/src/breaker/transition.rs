@@ -53,7 +53,13 @@ pub enum Transition {
     Opened {
         /// Why it opened, with the counts that decided.
         reason: OpenReason,
-        /// When it will admit probes again.
+        /// When it will admit probes again, on this process's clock.
+        ///
+        /// Not written to events (schema 2): an instant of one process's
+        /// monotonic clock means nothing to a reader elsewhere — the
+        /// event's `at_ms` plus `break_duration` says when. A transition
+        /// read back from an event holds the clock's origin here.
+        #[serde(skip_serializing, default = "origin")]
         until: Instant,
         /// The break it started (`until - now`).
         #[serde(with = "humantime_serde")]
@@ -74,6 +80,11 @@ pub enum Transition {
         /// Probes that failed (counted failures) in the half-open period.
         probe_failures: u32,
     },
+}
+
+/// What a transition read back holds for an instant it was not given.
+fn origin() -> Instant {
+    Instant::ORIGIN
 }
 
 impl Transition {

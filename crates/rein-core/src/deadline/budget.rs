@@ -5,6 +5,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::split::split;
+use super::wire::{self, AnyDuration};
 use super::{Deadline, DeadlineExceeded};
 use crate::clock::Instant;
 use crate::config::{ConfigError, Ratio, Weight, positive_duration};
@@ -122,38 +123,47 @@ impl Default for BudgetConfig {
 
 /// The validated ceilings of a budget: wall clock, and optionally steps,
 /// tokens and cost — the triple budget (time, work, money).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "RawBudgetLimits")]
+///
+/// Written as `{"wall_clock": "5m", "steps": 40, "tokens": null,
+/// "cost_usd": 0.5}` ([`super::wire`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct BudgetLimits {
+    #[serde(serialize_with = "wire::serialize_duration")]
     wall_clock: Duration,
     steps: Option<u32>,
     tokens: Option<u64>,
+    #[serde(rename = "cost_usd", serialize_with = "wire::usd::option::serialize")]
     cost: Option<Cost>,
 }
 
-/// [`BudgetLimits`] as written, validated again when read back (a stored
-/// `run_started` event carries the limits its run began with).
+/// [`BudgetLimits`] as written by either event schema, validated again when
+/// read back (a stored `run_started` event carries the limits its run began
+/// with).
 #[derive(Deserialize)]
 struct RawBudgetLimits {
-    wall_clock: Duration,
+    wall_clock: AnyDuration,
     steps: Option<u32>,
     tokens: Option<u64>,
+    #[serde(default)]
     cost: Option<Cost>,
+    #[serde(default)]
+    cost_usd: Option<f64>,
 }
 
-impl TryFrom<RawBudgetLimits> for BudgetLimits {
-    type Error = ConfigError;
-
-    fn try_from(raw: RawBudgetLimits) -> Result<Self, ConfigError> {
-        let mut limits = BudgetLimits::new(raw.wall_clock)?;
+impl<'de> Deserialize<'de> for BudgetLimits {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let raw = RawBudgetLimits::deserialize(deserializer)?;
+        let cost = wire::either_cost(raw.cost_usd, raw.cost)?;
+        let mut limits = BudgetLimits::new(raw.wall_clock.into_duration()?).map_err(D::Error::custom)?;
         if let Some(steps) = raw.steps {
-            limits = limits.with_steps(steps)?;
+            limits = limits.with_steps(steps).map_err(D::Error::custom)?;
         }
         if let Some(tokens) = raw.tokens {
-            limits = limits.with_tokens(tokens)?;
+            limits = limits.with_tokens(tokens).map_err(D::Error::custom)?;
         }
-        if let Some(cost) = raw.cost {
-            limits = limits.with_cost(cost)?;
+        if let Some(cost) = cost {
+            limits = limits.with_cost(cost).map_err(D::Error::custom)?;
         }
         Ok(limits)
     }
@@ -270,14 +280,42 @@ impl TryFrom<BudgetConfig> for BudgetLimits {
 }
 
 /// What some work consumed (or is granted): steps, tokens, cost.
+///
+/// Written as `{"steps": 2, "tokens": 2000, "cost_usd": 0.002}`
+/// ([`super::wire`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "RawUsage")]
 pub struct Usage {
     /// Model turns.
     pub steps: u32,
     /// Input plus output tokens.
     pub tokens: u64,
     /// Money.
+    #[serde(rename = "cost_usd", serialize_with = "wire::usd::serialize")]
     pub cost: Cost,
+}
+
+/// [`Usage`] as written by either event schema.
+#[derive(Deserialize)]
+struct RawUsage {
+    steps: u32,
+    tokens: u64,
+    #[serde(default)]
+    cost: Option<Cost>,
+    #[serde(default)]
+    cost_usd: Option<f64>,
+}
+
+impl TryFrom<RawUsage> for Usage {
+    type Error = serde_json::Error;
+
+    fn try_from(raw: RawUsage) -> Result<Self, Self::Error> {
+        Ok(Usage {
+            steps: raw.steps,
+            tokens: raw.tokens,
+            cost: wire::either_cost(raw.cost_usd, raw.cost)?.unwrap_or(Cost::ZERO),
+        })
+    }
 }
 
 impl Usage {
@@ -330,6 +368,7 @@ impl Need {
 
 /// What is left of each dimension; `None` for an unlimited one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "RawRemaining")]
 pub struct Remaining {
     /// Time to the deadline.
     #[serde(with = "humantime_serde")]
@@ -339,7 +378,34 @@ pub struct Remaining {
     /// Tokens left.
     pub tokens: Option<u64>,
     /// Money left.
+    #[serde(rename = "cost_usd", serialize_with = "wire::usd::option::serialize")]
     pub cost: Option<Cost>,
+}
+
+/// [`Remaining`] as written by either event schema.
+#[derive(Deserialize)]
+struct RawRemaining {
+    #[serde(with = "humantime_serde")]
+    time: Duration,
+    steps: Option<u32>,
+    tokens: Option<u64>,
+    #[serde(default)]
+    cost: Option<Cost>,
+    #[serde(default)]
+    cost_usd: Option<f64>,
+}
+
+impl TryFrom<RawRemaining> for Remaining {
+    type Error = serde_json::Error;
+
+    fn try_from(raw: RawRemaining) -> Result<Self, Self::Error> {
+        Ok(Remaining {
+            time: raw.time,
+            steps: raw.steps,
+            tokens: raw.tokens,
+            cost: wire::either_cost(raw.cost_usd, raw.cost)?,
+        })
+    }
 }
 
 /// A dimension of the triple budget.
@@ -372,9 +438,13 @@ impl fmt::Display for Dimension {
 /// outcome — never a silent truncation.
 ///
 /// Amounts are in the dimension's unit: milliseconds, steps, tokens or
-/// micro-dollars.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-#[error("{dimension} budget exhausted: needs {needed}, {remaining} remain")]
+/// micro-dollars; on the wire, as a human reads them ([`super::wire`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{dimension} budget exhausted: needs {}, {} remain",
+    amount(*.dimension, *.needed),
+    amount(*.dimension, *.remaining)
+)]
 pub struct Exhausted {
     /// Which ceiling.
     pub dimension: Dimension,
@@ -392,6 +462,16 @@ impl From<DeadlineExceeded> for Exhausted {
             needed: millis(e.need),
             remaining: millis(e.remaining),
         }
+    }
+}
+
+/// An amount of `dimension` as a human reads it: `1s 500ms`, `$0.002000`,
+/// `3` (steps or tokens).
+fn amount(dimension: Dimension, n: u64) -> String {
+    match dimension {
+        Dimension::WallClock => wire::duration_text(Duration::from_millis(n)),
+        Dimension::Cost => Cost::from_micros(n).to_string(),
+        Dimension::Steps | Dimension::Tokens => n.to_string(),
     }
 }
 

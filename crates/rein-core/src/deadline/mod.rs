@@ -32,6 +32,7 @@ mod absolute;
 mod budget;
 mod header;
 mod split;
+pub(crate) mod wire;
 
 pub use absolute::{Deadline, DeadlineExceeded};
 pub use budget::{

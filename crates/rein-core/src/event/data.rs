@@ -41,11 +41,11 @@ macro_rules! event_data {
         /// # Versions
         ///
         /// The JSON form ([`EventData::to_value`], [`EventData::decode`])
-        /// keeps the field names events have always had; a field added
-        /// later is optional (`#[serde(default)]`), so every event already
-        /// stored still decodes. `tests/event_wire.rs` decodes a fixture of
-        /// every kind and shape in the stored form and writes it back byte
-        /// for byte.
+        /// is schema [`EVENT_SCHEMA`](super::EVENT_SCHEMA); a field added
+        /// later is optional (`#[serde(default)]`), and every schema-1
+        /// event still decodes (`super::schema`). `tests/event_wire.rs`
+        /// decodes a fixture of every kind and shape as schema 1 stored it,
+        /// writes it as schema 2, and writes schema 2 back byte for byte.
         #[derive(Debug, Clone, PartialEq)]
         #[non_exhaustive]
         #[allow(missing_docs)]
@@ -61,13 +61,15 @@ macro_rules! event_data {
                 }
             }
 
-            /// Decodes the stored or wire form of a `kind` event's data.
+            /// Decodes the stored or wire form of a `kind` event's data,
+            /// as either schema wrote it ([`super::schema`]).
             ///
             /// # Errors
             ///
             /// [`DecodeError`] when `data` lacks a field the kind always
             /// had, or a field has another type.
             pub fn decode(kind: EventKind, data: Value) -> Result<Self, DecodeError> {
+                let data = super::schema::upgrade(kind, data);
                 match kind {
                     $(EventKind::$kind => serde_json::from_value(data).map(EventData::$kind),)*
                 }

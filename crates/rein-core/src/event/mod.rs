@@ -59,6 +59,7 @@ mod millis;
 mod model;
 mod retry;
 mod run;
+mod schema;
 mod tool;
 
 pub use approval::{ApprovalDecided, ApprovalRequested};
@@ -82,6 +83,7 @@ pub use model::{
 pub use retry::{
     AbandonReason, RetryAbandoned, RetryScheduled, RetryTarget, RunModelRetryBudget, StopReason,
 };
+pub use schema::EVENT_SCHEMA;
 pub use run::{
     AbortedWork, CheckpointWritten, HandOn, PartialSuccessReturned, RunCancelled, RunFailed,
     RunFinished, RunInterrupted, RunResumed, RunStarted,
@@ -278,12 +280,11 @@ impl fmt::Display for EventKind {
 ///
 /// The payload is typed ([`EventData`], one variant per [`EventKind`]);
 /// the kind is the payload's ([`Event::kind`]), so the two cannot
-/// disagree. On the wire and in the store an event is still the flat
-/// object it always was — `run_id`, `seq`, `step`, `intent_id`,
-/// `attempt_id`, `idempotency_key`, `at_ms`, `kind` and `data` — with
-/// `data` in the shape of its kind and its keys in sorted order
-/// ([`EventData::to_value`]), so stored events and API clients see the
-/// same bytes as before the payloads were typed.
+/// disagree. On the wire and in the store an event is the flat object it
+/// always was — `run_id`, `seq`, `step`, `intent_id`, `attempt_id`,
+/// `idempotency_key`, `at_ms`, `kind`, `v` (the schema, [`EVENT_SCHEMA`];
+/// absent in schema 1) and `data` — with `data` in the shape of its kind
+/// and its keys in sorted order ([`EventData::to_value`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     /// The run.
@@ -312,7 +313,8 @@ impl Event {
     }
 }
 
-/// An event as it is written: the payload as its JSON object.
+/// An event as it is written: the payload as its JSON object, marked with
+/// the schema it follows.
 #[derive(Serialize)]
 struct WireRef<'a> {
     run_id: &'a RunId,
@@ -323,6 +325,7 @@ struct WireRef<'a> {
     idempotency_key: &'a Option<IdempotencyKey>,
     at_ms: Timestamp,
     kind: EventKind,
+    v: u32,
     data: Value,
 }
 
@@ -337,7 +340,14 @@ struct Wire {
     idempotency_key: Option<IdempotencyKey>,
     at_ms: Timestamp,
     kind: EventKind,
+    /// Absent in schema 1.
+    #[serde(default = "schema_1")]
+    v: u32,
     data: Value,
+}
+
+fn schema_1() -> u32 {
+    1
 }
 
 impl Serialize for Event {
@@ -352,6 +362,7 @@ impl Serialize for Event {
             idempotency_key: &self.idempotency_key,
             at_ms: self.at_ms,
             kind: self.kind(),
+            v: EVENT_SCHEMA,
             data,
         }
         .serialize(serializer)
@@ -361,6 +372,13 @@ impl Serialize for Event {
 impl<'de> Deserialize<'de> for Event {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let wire = Wire::deserialize(deserializer)?;
+        if wire.v > EVENT_SCHEMA {
+            return Err(serde::de::Error::custom(format!(
+                "event {} of run {} follows event schema {}, newer than this rein's {EVENT_SCHEMA}: \
+                 read it with a newer rein",
+                wire.seq, wire.run_id, wire.v
+            )));
+        }
         let data = EventData::decode(wire.kind, wire.data).map_err(serde::de::Error::custom)?;
         Ok(Event {
             run_id: wire.run_id,

@@ -50,12 +50,15 @@ pub struct ModelCallFinished {
     /// The attempt's number, from 1.
     pub attempt: u32,
     /// What the attempt cost, at the price of the model asked (for a
-    /// failure: the tokens it spent). Absent in events written before
-    /// calls carried their cost; resume prices those at the primary's.
+    /// failure: the tokens it spent), in dollars on the wire. Absent in
+    /// events written before calls carried their cost; resume prices those
+    /// at the primary's. Schema 1 wrote micro-dollars as `cost_micros`
+    /// ([`super::schema`]).
     #[serde(
-        rename = "cost_micros",
+        rename = "cost_usd",
         default,
-        skip_serializing_if = "Option::is_none"
+        skip_serializing_if = "Option::is_none",
+        with = "crate::deadline::wire::usd::option"
     )]
     pub cost: Option<Cost>,
     /// How long the attempt took, from its request to its answer or

@@ -35,9 +35,13 @@ fn window(query: &StatsQuery) -> Result<(String, Vec<Box<dyn ToSql + Sync + Send
     Ok((conditions.join(" AND "), values))
 }
 
-/// Tokens and cost of the report, summed (`SUM` of `bigint` is `numeric`).
+/// Tokens and cost (in micro-dollars) of the report, summed (`SUM` of
+/// `bigint` is `numeric`). A report holds its cost as `cost_usd` dollars,
+/// or, written before event schema 2, as `cost` micro-dollars.
 const CONSUMED: &str = "COALESCE(SUM((r.report::jsonb #>> '{consumed,tokens}')::bigint), 0)::bigint, \
-     COALESCE(SUM((r.report::jsonb #>> '{consumed,cost}')::bigint), 0)::bigint";
+     COALESCE(SUM(COALESCE(\
+       ROUND((r.report::jsonb #>> '{consumed,cost_usd}')::numeric * 1000000)::bigint, \
+       (r.report::jsonb #>> '{consumed,cost}')::bigint)), 0)::bigint";
 
 /// The counts of the runs `query` selects.
 pub(crate) async fn run_stats(
