@@ -184,7 +184,10 @@ fn stats_match_the_runs(data: &str) {
             .iter()
             .map(|d| &d["report"]["consumed"][field])
             // Reports say dollars; stats sum micro-dollars.
-            .map(|n| n.as_u64().unwrap_or_else(|| (n.as_f64().unwrap() * 1e6).round() as u64))
+            .map(|n| {
+                n.as_u64()
+                    .unwrap_or_else(|| (n.as_f64().unwrap() * 1e6).round() as u64)
+            })
             .sum()
     };
     assert!(sum("tokens") > 0);

@@ -48,12 +48,19 @@ fn every_schema_1_event_decodes_and_is_written_as_schema_2() {
         })
         .collect();
     if std::env::var_os("REIN_BLESS").is_some() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/events-v2.jsonl");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/events-v2.jsonl"
+        );
         std::fs::write(path, written.join("\n") + "\n").unwrap();
         return;
     }
     let pinned: Vec<&str> = lines(V2).map(|(_, l)| l).collect();
-    assert_eq!(written.len(), pinned.len(), "one schema-2 line per schema-1 line");
+    assert_eq!(
+        written.len(),
+        pinned.len(),
+        "one schema-2 line per schema-1 line"
+    );
     let wrong: Vec<String> = written
         .iter()
         .zip(&pinned)
@@ -106,7 +113,11 @@ fn schema_2_has_no_unitless_durations_or_money() {
     for (line, text) in lines(V2) {
         let v: Value = serde_json::from_str(text).unwrap();
         assert_eq!(v["v"], json!(EVENT_SCHEMA), "line {line}");
-        walk(&v["data"], &format!("line {line} {}", v["kind"]), &mut found);
+        walk(
+            &v["data"],
+            &format!("line {line} {}", v["kind"]),
+            &mut found,
+        );
     }
     assert!(found.is_empty(), "{}", found.join("\n"));
 }
@@ -186,7 +197,10 @@ fn the_fixture_covers_every_kind() {
 /// schema 1's `cost_micros` on the wire would fail this, not refund budget.
 #[test]
 fn resume_reads_tokens_and_cost_from_the_stored_names() {
-    for (cost, micros) in [(json!({"cost_micros": 42}), 42), (json!({"cost_usd": 0.000042}), 42)] {
+    for (cost, micros) in [
+        (json!({"cost_micros": 42}), 42),
+        (json!({"cost_usd": 0.000042}), 42),
+    ] {
         let mut data = json!({"attempt": 1, "category": "transient", "key_env": null,
                "model": "m", "ok": false, "provider": "p", "reason": "cut",
                "tokens_spent": 17});

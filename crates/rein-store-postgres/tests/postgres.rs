@@ -313,3 +313,57 @@ async fn a_store_without_notify_announces_no_step_commit() {
     quiet.close();
     database.drop_database().await;
 }
+
+/// Reports written before event schema 2 hold their cost as `cost`
+/// micro-dollars, later ones as `cost_usd` dollars: the stats sum both, in
+/// micro-dollars, exactly.
+#[tokio::test]
+async fn stats_sum_the_cost_of_reports_of_either_schema() {
+    let Some(database) = ScratchDatabase::create("report_cost").await else {
+        return;
+    };
+    let store = PostgresStore::connect_with(database.url(), PostgresOptions::default())
+        .await
+        .unwrap();
+    let (client, connection) = tokio_postgres::connect(&database.url_text(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let connection = tokio::spawn(connection);
+    for (id, report) in [
+        (
+            "old",
+            r#"{"consumed": {"steps": 1, "tokens": 10, "cost": 2000}}"#,
+        ),
+        (
+            "new",
+            r#"{"consumed": {"steps": 1, "tokens": 20, "cost_usd": 0.0015}}"#,
+        ),
+    ] {
+        client
+            .execute(
+                "INSERT INTO runs (run_id, tenant, agent, input, budget, status, report, \
+                 created_at_ms, updated_at_ms) VALUES ($1, 't', 'a', 'in', '{}', 'failed', $2, 1, 2)",
+                &[&id, &report],
+            )
+            .await
+            .unwrap();
+    }
+    let stats = store
+        .run_stats(&rein_store::StatsQuery {
+            tenant: None,
+            agent: None,
+            since_ms: Timestamp::from_millis(0),
+            until_ms: Timestamp::from_millis(10_000),
+        })
+        .await
+        .unwrap();
+    let (tokens, cost) = stats
+        .statuses
+        .iter()
+        .fold((0, 0), |(t, c), s| (t + s.tokens, c + s.cost_micros));
+    assert_eq!((tokens, cost), (30, 3_500), "{stats:?}");
+    drop(client);
+    connection.await.unwrap().unwrap();
+    store.close();
+    database.drop_database().await;
+}

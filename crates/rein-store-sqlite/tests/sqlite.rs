@@ -1665,3 +1665,54 @@ async fn a_corrupt_latency_row_is_reported_and_never_poisons_the_merge() {
     assert_eq!((samples("tool:a"), samples("tool:b")), (Some(3), Some(1)));
     assert_eq!(after.corrupt.len(), 1, "only tool:c is still unreadable");
 }
+
+/// Reports written before event schema 2 hold their cost as `cost`
+/// micro-dollars, later ones as `cost_usd` dollars: the stats sum both, in
+/// micro-dollars, exactly.
+#[tokio::test]
+async fn stats_sum_the_cost_of_reports_of_either_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    let store = SqliteStore::open(&path).unwrap();
+    for (id, report) in [
+        (
+            "old",
+            json!({"consumed": {"steps": 1, "tokens": 10, "cost": 2000}}),
+        ),
+        (
+            "new",
+            json!({"consumed": {"steps": 1, "tokens": 20, "cost_usd": 0.0015}}),
+        ),
+    ] {
+        let run = store.create_run(new_run(id, 1_000)).await.unwrap().run_id;
+        store
+            .set_run_status(
+                &run,
+                RunStatus::Finished(Outcome::Failed),
+                None,
+                Timestamp::from_millis(2_000),
+            )
+            .await
+            .unwrap();
+        raw(&path)
+            .execute(
+                "UPDATE runs SET report = ?1 WHERE run_id = ?2",
+                rusqlite::params![report.to_string(), run.as_str()],
+            )
+            .unwrap();
+    }
+    let stats = store
+        .run_stats(&rein_store::StatsQuery {
+            tenant: None,
+            agent: None,
+            since_ms: Timestamp::from_millis(0),
+            until_ms: Timestamp::from_millis(10_000),
+        })
+        .await
+        .unwrap();
+    let (tokens, cost) = stats
+        .statuses
+        .iter()
+        .fold((0, 0), |(t, c), s| (t + s.tokens, c + s.cost_micros));
+    assert_eq!((tokens, cost), (30, 3_500), "{stats:?}");
+}

@@ -155,7 +155,8 @@ impl<'de> Deserialize<'de> for BudgetLimits {
         use serde::de::Error;
         let raw = RawBudgetLimits::deserialize(deserializer)?;
         let cost = wire::either_cost(raw.cost_usd, raw.cost)?;
-        let mut limits = BudgetLimits::new(raw.wall_clock.into_duration()?).map_err(D::Error::custom)?;
+        let mut limits =
+            BudgetLimits::new(raw.wall_clock.into_duration()?).map_err(D::Error::custom)?;
         if let Some(steps) = raw.steps {
             limits = limits.with_steps(steps).map_err(D::Error::custom)?;
         }

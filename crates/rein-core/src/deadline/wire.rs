@@ -25,10 +25,7 @@ use super::budget::{Cost, Dimension, Exhausted};
 pub(crate) mod usd {
     use super::*;
 
-    pub(crate) fn serialize<S: Serializer>(
-        cost: &Cost,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(cost: &Cost, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_f64(cost.usd())
     }
 
@@ -141,7 +138,9 @@ impl Serialize for Exhausted {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let (needed, remaining, needed_usd, remaining_usd) = match self.dimension {
             Dimension::WallClock => (
-                Some(Amount::Text(duration_text(Duration::from_millis(self.needed)))),
+                Some(Amount::Text(duration_text(Duration::from_millis(
+                    self.needed,
+                )))),
                 Some(Amount::Text(duration_text(Duration::from_millis(
                     self.remaining,
                 )))),
@@ -299,9 +298,7 @@ mod tests {
             serde_json::from_value::<Usage>(json!({"steps": 1, "tokens": 0, "cost_usd": -1.0}))
                 .is_err()
         );
-        assert!(
-            serde_json::from_value::<BudgetLimits>(json!({"wall_clock": "soon"})).is_err()
-        );
+        assert!(serde_json::from_value::<BudgetLimits>(json!({"wall_clock": "soon"})).is_err());
         assert!(
             serde_json::from_value::<Exhausted>(
                 json!({"dimension": "steps", "needed": "many", "remaining": 0})

@@ -83,11 +83,11 @@ pub use model::{
 pub use retry::{
     AbandonReason, RetryAbandoned, RetryScheduled, RetryTarget, RunModelRetryBudget, StopReason,
 };
-pub use schema::EVENT_SCHEMA;
 pub use run::{
     AbortedWork, CheckpointWritten, HandOn, PartialSuccessReturned, RunCancelled, RunFailed,
     RunFinished, RunInterrupted, RunResumed, RunStarted,
 };
+pub use schema::EVENT_SCHEMA;
 pub use tool::{
     CallRejected, CircuitOpen, CircuitRejected, ConcurrencyWaitExpired, IdempotencyLookup,
     PlanCreated, PlannedIntentSummary, Refused, ToolCallFailed, ToolCallFinished, ToolCallNotSent,
