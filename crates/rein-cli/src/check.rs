@@ -58,7 +58,7 @@ pub struct CheckArgs {
     /// The run store `rein run`/`rein serve --data` would be given: a
     /// SQLite path, or a PostgreSQL URL whose form is checked (not
     /// connected to) and shown without its credentials.
-    #[arg(long, value_name = "DATA")]
+    #[arg(long, visible_alias = "db", value_name = "DATA")]
     data: Option<PathBuf>,
     /// Also print, per agent, every limit its runs get: the effective
     /// budget (rein's defaults marked), calls per turn, retries, approval

@@ -30,7 +30,7 @@ Examples:
 pub struct DemoArgs {
     /// Keep the run in this SQLite file instead of a temporary one (its
     /// config is kept beside it, in FILE.config/, for `rein resume`).
-    #[arg(long)]
+    #[arg(long, visible_alias = "db")]
     data: Option<std::path::PathBuf>,
     /// Use the order desk at this URL (`rein dev --faults demo` serves
     /// one) instead of one that lives only as long as the demo: with

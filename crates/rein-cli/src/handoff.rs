@@ -22,6 +22,7 @@ use crate::run::runtime;
     after_help = "\
 Examples:
   rein handoff 0193c1d2-…                          # the package: what awaits your decision
+  REIN_API_KEY=… rein handoff RUN --server https://rein.example.com --json
   rein handoff resolve 0193c1d2-… 0193c1d2-…/2/0 --undone --reason \"refunded by hand\" --by alice
   rein handoff resolve RUN INTENT --compensate --config rein.toml
   rein handoff resolve RUN INTENT --retry --config rein.toml     # an idempotent write, same key
@@ -35,8 +36,15 @@ pub struct HandoffArgs {
     run_id: Option<String>,
     /// The SQLite file the run is recorded in.
     /// Or a PostgreSQL database: `postgres://user[:password]@host[:port]/db`.
-    #[arg(long, default_value = "rein-data/rein.db")]
+    #[arg(long, visible_alias = "db", default_value = "rein-data/rein.db")]
     data: PathBuf,
+    /// Read the package from a `rein serve` at this URL instead of a file
+    /// (`GET /v1/runs/{id}/handoff`).
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
+    /// The API key for --server (never printed).
+    #[arg(long, env = crate::runs::API_KEY_ENV, hide_env_values = true)]
+    api_key: Option<String>,
     /// Print the package as JSON.
     #[arg(long)]
     json: bool,
@@ -132,24 +140,21 @@ pub fn run(args: HandoffArgs) -> Result<ExitCode> {
     if let Some(HandoffCommand::Resolve(resolve)) = args.command {
         return self::resolve(resolve);
     }
-    let run_id = RunId::new(args.run_id.unwrap_or_default()).context("invalid RUN_ID")?;
+    let run_id = RunId::new(args.run_id.clone().unwrap_or_default()).context("invalid RUN_ID")?;
     runtime()?.block_on(async {
-        let store: Arc<dyn Store> = crate::store::open_existing(&args.data)?;
-        let Some(record) = store.get_run(&run_id).await? else {
-            bail!("no run {run_id} in {}", crate::store::shown(&args.data));
+        let found = match &args.server {
+            Some(base) => package_on_server(&args, base, &run_id).await?,
+            None => package_on_store(&args, &run_id).await?,
         };
-        // From the ledger as it stands, as `GET /v1/runs/{id}/handoff`.
-        let ledger = rein_engine::run::tree_records(store.as_ref(), &run_id).await?;
-        let fresh = rein_engine::run::revise(store.as_ref(), &record, &ledger).await?;
-        let Some(package) = fresh.or(record.report).and_then(|r| r.handoff) else {
-            crate::log::note(
-                crate::log::Level::Warn,
-                &format!(
-                    "run {run_id} has no handoff package: it is {} and none of its records awaits a human",
-                    record.status.as_str()
-                ),
-            );
-            return Ok(ExitCode::from(1));
+        let package = match found {
+            Ok(package) => package,
+            Err(why) => {
+                crate::log::note(
+                    crate::log::Level::Warn,
+                    &format!("run {run_id} has no handoff package: {why}"),
+                );
+                return Ok(ExitCode::from(1));
+            }
         };
         if args.json {
             println!("{}", serde_json::to_string_pretty(&package)?);
@@ -158,6 +163,66 @@ pub fn run(args: HandoffArgs) -> Result<ExitCode> {
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// The run's package from the store, from the ledger as it stands (as
+/// `GET /v1/runs/{id}/handoff`): `Ok(Err)` with why when there is none.
+async fn package_on_store(
+    args: &HandoffArgs,
+    run_id: &RunId,
+) -> Result<Result<HandoffPackage, String>> {
+    let store: Arc<dyn Store> = crate::store::open_existing(&args.data)?;
+    let Some(record) = store.get_run(run_id).await? else {
+        bail!("no run {run_id} in {}", crate::store::shown(&args.data));
+    };
+    let ledger = rein_engine::run::tree_records(store.as_ref(), run_id).await?;
+    let fresh = rein_engine::run::revise(store.as_ref(), &record, &ledger).await?;
+    let status = record.status.as_str();
+    Ok(fresh
+        .or(record.report)
+        .and_then(|r| r.handoff)
+        .ok_or_else(|| format!("it is {status} and none of its records awaits a human")))
+}
+
+/// The run's package from a `rein serve`: `Ok(Err)` with the server's
+/// reason when there is none (its 404 `no-handoff`).
+async fn package_on_server(
+    args: &HandoffArgs,
+    base: &str,
+    run_id: &RunId,
+) -> Result<Result<HandoffPackage, String>> {
+    let client = rein_engine::run::http_client().context("cannot build the HTTP client")?;
+    let base = base.trim_end_matches('/');
+    let url = format!(
+        "{base}/v1/runs/{}/handoff",
+        crate::runs::source::encode(run_id.as_str())
+    );
+    let mut request = client.get(url);
+    if let Some(key) = &args.api_key {
+        request = request.bearer_auth(key);
+    }
+    let response = request
+        .send()
+        .await
+        .with_context(|| format!("cannot reach {base}"))?;
+    let status = response.status();
+    let value: serde_json::Value = response
+        .json()
+        .await
+        .with_context(|| format!("{base} answered {status} with a body that is not JSON"))?;
+    if status.is_success() {
+        let package = serde_json::from_value(value)
+            .with_context(|| format!("{base} answered a package rein cannot read"))?;
+        return Ok(Ok(package));
+    }
+    let detail = value["detail"].as_str().unwrap_or("no detail").to_owned();
+    if value["type"]
+        .as_str()
+        .is_some_and(|t| t.ends_with("no-handoff"))
+    {
+        return Ok(Err(detail));
+    }
+    Err(anyhow!("{base} answered {status}: {detail}"))
 }
 
 /// The package, for a human.

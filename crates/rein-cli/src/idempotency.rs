@@ -24,8 +24,16 @@ pub struct IdempotencyArgs {
     command: IdempotencyCommand,
     /// The SQLite file `rein serve` records in.
     /// Or a PostgreSQL database: `postgres://user[:password]@host[:port]/db`.
-    #[arg(long, global = true, default_value = "rein-data/rein.db")]
+    #[arg(
+        long,
+        visible_alias = "db",
+        global = true,
+        default_value = "rein-data/rein.db"
+    )]
     data: PathBuf,
+    /// Print JSON.
+    #[arg(long, global = true)]
+    json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -45,9 +53,6 @@ Examples:
         /// Only reservations still in progress (a crash may have left them).
         #[arg(long)]
         in_progress: bool,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Delete one record so the key can be used again. Check first (the
     /// run's status, the tools' own state) whether the original request
@@ -74,14 +79,13 @@ pub fn run(args: IdempotencyArgs) -> Result<ExitCode> {
             IdempotencyCommand::List {
                 tenant,
                 in_progress,
-                json: as_json,
             } => {
                 let tenant = tenant.map(TenantId::new).transpose().context("invalid --tenant")?;
                 let state = in_progress.then_some(IdempotencyState::InProgress);
                 let records = store
                     .idempotency_records(tenant.as_ref(), state, 1000)
                     .await?;
-                if as_json {
+                if args.json {
                     let doc: Vec<_> = records
                         .iter()
                         .map(|r| {
@@ -115,8 +119,19 @@ pub fn run(args: IdempotencyArgs) -> Result<ExitCode> {
             }
             IdempotencyCommand::Clear { tenant, key } => {
                 let tenant = TenantId::new(tenant).context("invalid --tenant")?;
-                if store.clear_idempotency(&tenant, &key).await? {
-                    println!("cleared {key} for tenant {tenant}");
+                let cleared = store.clear_idempotency(&tenant, &key).await?;
+                if args.json {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(
+                            &json!({"tenant": tenant, "key": key, "cleared": cleared})
+                        )?
+                    );
+                }
+                if cleared {
+                    if !args.json {
+                        println!("cleared {key} for tenant {tenant}");
+                    }
                     Ok(ExitCode::SUCCESS)
                 } else {
                     crate::log::note(

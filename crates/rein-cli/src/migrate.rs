@@ -29,7 +29,7 @@ Examples:
 pub struct MigrateArgs {
     /// The run store: a SQLite file, or a PostgreSQL database
     /// (`postgres://user[:password]@host[:port]/db`).
-    #[arg(long, default_value = "rein-data/rein.db")]
+    #[arg(long, visible_alias = "db", default_value = "rein-data/rein.db")]
     data: PathBuf,
     /// Only check: exit 0 when the store is at this rein's schema, 1 when
     /// migrations are pending; change nothing.

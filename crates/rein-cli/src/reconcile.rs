@@ -29,7 +29,7 @@ pub struct ReconcileArgs {
     config: PathBuf,
     /// The SQLite file runs are recorded in.
     /// Or a PostgreSQL database: `postgres://user[:password]@host[:port]/db`.
-    #[arg(long, default_value = "rein-data/rein.db")]
+    #[arg(long, visible_alias = "db", default_value = "rein-data/rein.db")]
     data: PathBuf,
     /// Sweep once and exit, instead of sweeping on a schedule.
     #[arg(long)]

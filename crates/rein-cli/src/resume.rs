@@ -30,7 +30,7 @@ pub struct ResumeArgs {
     config: Option<PathBuf>,
     /// The SQLite file the run is recorded in.
     /// Or a PostgreSQL database: `postgres://user[:password]@host[:port]/db`.
-    #[arg(long, default_value = "rein-data/rein.db")]
+    #[arg(long, visible_alias = "db", default_value = "rein-data/rein.db")]
     data: PathBuf,
     /// Print one JSON document instead of the timeline.
     #[arg(long)]

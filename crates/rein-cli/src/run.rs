@@ -46,7 +46,7 @@ pub struct RunArgs {
     /// The SQLite file runs are recorded in (created on first use).
     /// Or a PostgreSQL database: `postgres://user[:password]@host[:port]/db`.
     /// Overrides `[store] url`; without either, `rein-data/rein.db`.
-    #[arg(long)]
+    #[arg(long, visible_alias = "db")]
     data: Option<PathBuf>,
     /// The tenant the run belongs to.
     #[arg(long, default_value = "default")]

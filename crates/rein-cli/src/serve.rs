@@ -34,7 +34,7 @@ pub struct ServeArgs {
     /// PostgreSQL database, `postgres://user[:password]@host[:port]/db`,
     /// shared by every node serving it (migrated at start). Overrides
     /// `[store] url`; without either, `rein-data/rein.db`.
-    #[arg(long)]
+    #[arg(long, visible_alias = "db")]
     data: Option<PathBuf>,
 }
 

@@ -172,6 +172,20 @@ async fn a_handed_off_run_is_resolved_through_the_cli_and_the_api_and_closes() {
     // restores again: compensated, and the run is closed.
     desk.clear_faults();
     let server = Server::start_async(&config, &db, desk.base_url()).await;
+    let base = server.url("");
+    // The package through the server reads as from the file: one record
+    // still awaits a decision.
+    let package =
+        tokio::task::block_in_place(|| rein(&["handoff", "r1", "--server", &base, "--json"], &env));
+    assert!(package.status.success(), "{}", text(&package.stderr));
+    let package: Value = serde_json::from_slice(&package.stdout).unwrap();
+    let awaiting: Vec<&str> = package["awaiting_decision"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["intent_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(awaiting, [second.as_str()], "{package}");
     let client = reqwest::Client::new();
     let url = server.url("/v1/runs/r1/handoff/decisions");
     let answer = client
@@ -205,6 +219,13 @@ async fn a_handed_off_run_is_resolved_through_the_cli_and_the_api_and_closes() {
         .await
         .unwrap();
     assert_eq!(handoff.status(), 404, "nothing awaits a human any more");
+    let none = tokio::task::block_in_place(|| rein(&["handoff", "r1", "--server", &base], &env));
+    assert_eq!(none.status.code(), Some(1), "{}", text(&none.stderr));
+    assert!(
+        text(&none.stderr).contains("none of run r1's records awaits a human"),
+        "{}",
+        text(&none.stderr)
+    );
 
     let again = client
         .post(&url)

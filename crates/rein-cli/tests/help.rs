@@ -54,11 +54,45 @@ fn shows_examples(text: &str) -> bool {
         .any(|w| w[0] == "Examples:" && w[1].starts_with("  ") && !w[1].trim().is_empty())
 }
 
+/// The options of a help text (its lines that start with a flag), each
+/// with the lines of its description.
+fn options(text: &str) -> Vec<(String, String)> {
+    let mut found: Vec<(String, String)> = Vec::new();
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        if (2..=6).contains(&indent) && trimmed.starts_with('-') {
+            found.push((trimmed.to_owned(), String::new()));
+        } else if let Some((_, description)) = found.last_mut() {
+            description.push_str(trimmed);
+            description.push('\n');
+        }
+    }
+    found
+}
+
+/// One spelling per concept: a command that takes a config takes it as
+/// `-c, --config`, one that reads a store as `--data` with `--db` beside
+/// it.
+fn inconsistencies(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (flag, description) in options(text) {
+        if flag.starts_with("--config <") {
+            found.push("--config without its short -c".to_owned());
+        }
+        if flag.starts_with("--data <") && !description.contains("--db") {
+            found.push("--data without its alias --db".to_owned());
+        }
+    }
+    found
+}
+
 #[test]
 fn every_commands_help_is_pinned_and_shows_an_example() {
     let mut pending = vec![Vec::<String>::new()];
     let mut seen = 0;
     let mut without_example = Vec::new();
+    let mut inconsistent = Vec::new();
     while let Some(path) = pending.pop() {
         let text = help(&path);
         let name = if path.is_empty() {
@@ -71,6 +105,11 @@ fn every_commands_help_is_pinned_and_shows_an_example() {
         if !is_group(&text) && !shows_examples(&text) {
             without_example.push(format!("rein {}", path.join(" ")));
         }
+        inconsistent.extend(
+            inconsistencies(&text)
+                .into_iter()
+                .map(|why| format!("rein {}: {why}", path.join(" "))),
+        );
         for sub in subcommands(&text) {
             let mut next = path.clone();
             next.push(sub);
@@ -78,6 +117,12 @@ fn every_commands_help_is_pinned_and_shows_an_example() {
         }
     }
     assert!(seen > 25, "only {seen} help texts found");
+    inconsistent.sort();
+    assert!(
+        inconsistent.is_empty(),
+        "flags spelled otherwise than everywhere else:\n{}",
+        inconsistent.join("\n")
+    );
     without_example.sort();
     assert!(
         without_example.is_empty(),

@@ -284,12 +284,18 @@ async fn idempotency_records_are_listed_and_cleared_by_the_operator() {
             "--tenant",
             "acme",
             "order-7",
+            "--json",
             "--data",
         ])
         .arg(&db)
         .output()
         .unwrap();
     assert_eq!(again.status.code(), Some(1), "nothing left to clear");
+    let said: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(
+        said,
+        serde_json::json!({"tenant": "acme", "key": "order-7", "cleared": false})
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

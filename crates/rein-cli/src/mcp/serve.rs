@@ -65,7 +65,7 @@ pub struct ServeArgs {
     agent: String,
     /// The SQLite file (or PostgreSQL URL) the session's run is recorded
     /// in, as for `rein run`.
-    #[arg(long)]
+    #[arg(long, visible_alias = "db")]
     data: Option<PathBuf>,
     /// The tenant the session's run belongs to.
     #[arg(long, default_value = "default")]
