@@ -11,7 +11,9 @@ use std::process::{Command, Output, Stdio};
 use rein_store::RunStore;
 use rein_testkit::mock_model::{MockModel, Reply};
 use rein_testkit::order_desk::{DeskLog, EffectKind, Faults, OrderDesk, OrderDeskConfig};
-use serde_json::Value;
+use serde_json::{Value, json};
+
+mod common;
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -324,6 +326,59 @@ async fn resume_without_config_uses_the_recorded_one_and_names_it_when_gone() {
     );
     assert!(stderr.contains("--config"), "{stderr}");
     assert_eq!(desk.applied_count("send_email"), 1, "nothing sent again");
+}
+
+/// Over HTTP as on the command line: `POST /v1/runs/{id}/resume` before
+/// the refusal's time is a 409 that says how long is left, and sends
+/// nothing; `{"now": true}` sends the email at once and the run succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_resume_waits_for_the_refusals_time_unless_asked_now() {
+    let desk = OrderDesk::start_with(OrderDeskConfig::default().with_faults(Faults::demo()))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/order-desk/rein.toml");
+    let db = dir.path().join("rein.db");
+    let env = vec![
+        ("ORDER_DESK_URL", desk.base_url().to_owned()),
+        ("MOCK_MODEL_URL", "http://127.0.0.1:9".to_owned()),
+    ];
+    let out = run_agent(&config, "order_desk", &db, Some("order-a-1001"), env).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("outcome: partial_success"));
+
+    let server = common::Server::start_async(&config, &db, desk.base_url()).await;
+    let client = reqwest::Client::new();
+    let url = server.url("/v1/runs/order-a-1001/resume");
+    let early = client.post(&url).json(&json!({})).send().await.unwrap();
+    assert_eq!(early.status(), 409);
+    let early: Value = early.json().await.unwrap();
+    let detail = early["detail"].as_str().unwrap();
+    assert!(detail.contains("send_email"), "{early}");
+    assert_eq!(desk.applied_count("send_email"), 0, "nothing sent early");
+
+    let wrong = client
+        .post(&url)
+        .json(&json!({"now": "yes"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 400);
+    let wrong: Value = wrong.json().await.unwrap();
+    assert!(wrong.to_string().contains("now"), "{wrong}");
+
+    let now = client
+        .post(&url)
+        .json(&json!({"now": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(now.status(), 200);
+    let view: Value = now.json().await.unwrap();
+    assert_eq!(view["status"], "succeeded", "{view}");
+    assert_eq!(desk.applied_count("send_email"), 1);
+    server.kill_async().await;
 }
 
 /// `rein runs show` on a run whose process died prints a resume command

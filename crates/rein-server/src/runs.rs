@@ -269,6 +269,36 @@ pub fn invalid_body(
 #[serde(deny_unknown_fields)]
 pub struct NoBody {}
 
+/// The body of `POST /v1/runs/{id}/resume`: empty, `{}`, or `{"now":
+/// true}` to send at once what the run's report said to retry later,
+/// before the wait it was asked for has passed (`rein resume --now`).
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResumeBody {
+    /// Send the refused actions now rather than answer 409 until their
+    /// wait (a Retry-After, an open breaker's cooldown) has passed.
+    #[serde(default)]
+    pub now: bool,
+}
+
+/// Reads the body of a resume: nothing, `{}` or `{"now": bool}`.
+///
+/// # Errors
+///
+/// A 400 problem naming the member that is not `now`, or not a boolean.
+fn resume_body(
+    state: &AppState,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<ResumeBody, Problem> {
+    let body = raw_body(state, body)?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(ResumeBody::default());
+    }
+    let mut de = serde_json::Deserializer::from_slice(&body);
+    serde_path_to_error::deserialize::<_, ResumeBody>(&mut de)
+        .map_err(|e| invalid_body("empty, `{}` or `{\"now\": true}`", e.path(), e.inner()))
+}
+
 /// Checks the body of a POST that takes none.
 ///
 /// # Errors
@@ -856,14 +886,14 @@ pub async fn get_handoff(
 #[utoipa::path(
     post, path = "/v1/runs/{id}/resume", tag = "runs",
     params(("id" = String, Path, description = "The run")),
-    request_body(content = NoBody, description = "Nothing: an empty body or `{}`, sent as `application/json`"),
+    request_body(content = ResumeBody, description = "Nothing (an empty body or `{}`), or `{\"now\": true}` to send what the report said to retry later before its wait has passed; sent as `application/json`"),
     responses((status = 200, description = "The resumed run ended", body = RunView),
               (status = 202, description = "the resumed run did not end: the server began draining and handed it on (`handed_on` says so; another server continues it), or it paused again for a human (`awaiting_approval` lists the calls); follow its Location", body = RunView,
                headers(("Location" = String, description = "The run"))),
-              (status = 400, description = "a body other than nothing or `{}`", body = Problem),
+              (status = 400, description = "a body other than nothing, `{}` or `{\"now\": bool}`", body = Problem),
               (status = 401, description = "missing or invalid API key", body = Problem),
               (status = 404, description = "unknown run, or another tenant's", body = Problem),
-              (status = 409, description = "the run cannot be resumed", body = Problem),
+              (status = 409, description = "the run cannot be resumed, or not yet: what its report said to retry later was refused for a time that has not passed (the detail says how long; send `{\"now\": true}` to send it anyway)", body = Problem),
               (status = 503, description = "the server is draining (`type` ends in `/draining`): send it to another server after `Retry-After`", body = Problem,
                headers(("Retry-After" = u32, description = "Seconds to wait")))),
     security(("bearer" = []))
@@ -875,7 +905,12 @@ pub async fn resume_run(
     admission: Option<Extension<Admission>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Problem> {
-    no_body(&state, body)?;
+    let ResumeBody { now } = resume_body(&state, body)?;
+    let timing = if now {
+        rein_engine::run::RetryTiming::Now
+    } else {
+        rein_engine::run::RetryTiming::AfterWait
+    };
     let record = owned(&state, &tenant, &id).await?;
     if record.status == RunStatus::Queued {
         return Err(Problem::new(
@@ -892,7 +927,7 @@ pub async fn resume_run(
     let handle = tokio::spawn(async move {
         let _admission = admission;
         engine
-            .resume_cancellable(&agent, &shared.schemas, &run_id, None, None)
+            .resume_timed(&agent, &shared.schemas, &run_id, None, None, timing)
             .await
     });
     let out = handle

@@ -433,6 +433,14 @@ pub(crate) fn new_id<T: TryFrom<String, Error = IdError>>() -> T {
 }
 
 impl Engine {
+    /// When this engine's resumes send again what a report said to retry
+    /// later, unless a resume says otherwise ([`Engine::resume_timed`]).
+    pub(crate) fn retry_timing(&self) -> super::RetryTiming {
+        self.retry_timing
+    }
+}
+
+impl Engine {
     /// An engine over `store`, with the system clock and default breakers.
     pub fn builder(store: Arc<dyn Store>) -> EngineBuilder {
         EngineBuilder {

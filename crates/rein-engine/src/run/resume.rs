@@ -42,9 +42,16 @@ impl Engine {
         observer: Option<Observer>,
     ) -> Result<RunOutput, EngineError> {
         let lineage = self.lineage_of(run_id).await?;
-        let output =
-            OnEnoughStack::new(self.resume_in(agent, validator, run_id, observer, None, lineage))
-                .await;
+        let output = OnEnoughStack::new(self.resume_in(
+            agent,
+            validator,
+            run_id,
+            observer,
+            None,
+            self.retry_timing,
+            lineage,
+        ))
+        .await;
         self.flush_learned().await;
         output
     }
@@ -63,16 +70,46 @@ impl Engine {
         observer: Option<Observer>,
         cancel: Option<CancellationToken>,
     ) -> Result<RunOutput, EngineError> {
+        self.resume_timed(
+            agent,
+            validator,
+            run_id,
+            observer,
+            cancel,
+            self.retry_timing,
+        )
+        .await
+    }
+
+    /// [`Engine::resume_cancellable`] with this resume's own
+    /// [`RetryTiming`](super::RetryTiming) in place of the engine's: a
+    /// server resumes one run `now` at its caller's word (`{"now": true}`)
+    /// while every other resume waits.
+    ///
+    /// # Errors
+    ///
+    /// As [`Engine::resume`].
+    pub async fn resume_timed(
+        &self,
+        agent: &AgentBinding,
+        validator: &dyn ArgValidator,
+        run_id: &RunId,
+        observer: Option<Observer>,
+        cancel: Option<CancellationToken>,
+        timing: super::RetryTiming,
+    ) -> Result<RunOutput, EngineError> {
         let lineage = self.lineage_of(run_id).await?;
-        let output =
-            OnEnoughStack::new(self.resume_in(agent, validator, run_id, observer, cancel, lineage))
-                .await;
+        let output = OnEnoughStack::new(
+            self.resume_in(agent, validator, run_id, observer, cancel, timing, lineage),
+        )
+        .await;
         self.flush_learned().await;
         output
     }
 
     /// A resume at its place in an agent tree, within the same panic
     /// boundary as [`Engine::run_in`].
+    #[allow(clippy::too_many_arguments)] // each is one aspect of the resume
     pub(crate) async fn resume_in(
         &self,
         agent: &AgentBinding,
@@ -80,6 +117,7 @@ impl Engine {
         run_id: &RunId,
         observer: Option<Observer>,
         cancel: Option<CancellationToken>,
+        timing: super::RetryTiming,
         lineage: Lineage,
     ) -> Result<RunOutput, EngineError> {
         use futures_util::FutureExt as _;
@@ -90,6 +128,7 @@ impl Engine {
             run_id,
             observer,
             cancel,
+            timing,
             lineage.clone(),
         ))
         .catch_unwind()
@@ -104,6 +143,7 @@ impl Engine {
     }
 
     /// [`Engine::resume_in`] without the panic boundary.
+    #[allow(clippy::too_many_arguments)] // as `resume_in`
     pub(super) async fn continue_in(
         &self,
         agent: &AgentBinding,
@@ -111,6 +151,7 @@ impl Engine {
         run_id: &RunId,
         observer: Option<Observer>,
         cancel: Option<CancellationToken>,
+        timing: super::RetryTiming,
         lineage: Lineage,
     ) -> Result<RunOutput, EngineError> {
         if self.is_interrupted() {
@@ -235,7 +276,7 @@ impl Engine {
         } = restored;
         // What its report said to retry is sent once its wait is over, or
         // now when the operator says so.
-        let retry_now = self.retry_timing == super::RetryTiming::Now;
+        let retry_now = timing == super::RetryTiming::Now;
         if let Some(wait) = retried.as_ref().and_then(|r| r.wait.as_ref())
             && !retry_now
         {

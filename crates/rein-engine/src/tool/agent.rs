@@ -120,6 +120,7 @@ impl Engine {
                 &child_id,
                 None,
                 Some(cancel),
+                self.retry_timing(),
                 lineage,
             ))
             .await
