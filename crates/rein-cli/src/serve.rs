@@ -71,7 +71,14 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         let data = crate::store::chosen(args.data.as_deref(), registry.store());
         let store: Arc<dyn Store> = crate::store::open_configured(&data, registry.store())?;
         let client = http_client().context("cannot build the HTTP client")?;
-        let engine = rein_server::build_engine(&registry, store.clone(), client.clone(), None)?;
+        // Runs record the config they start from: `rein resume RUN` finds it.
+        let engine = rein_server::engine_builder(&registry, store.clone(), client.clone(), None)
+            .config_source(
+                std::path::absolute(&args.config)
+                    .unwrap_or_else(|_| args.config.clone())
+                    .to_string_lossy(),
+            )
+            .build()?;
         // Answers name this process by its node id only; the log says
         // which process that is.
         tracing::info!(

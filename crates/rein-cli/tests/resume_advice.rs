@@ -378,6 +378,37 @@ async fn a_server_resume_waits_for_the_refusals_time_unless_asked_now() {
     let view: Value = now.json().await.unwrap();
     assert_eq!(view["status"], "succeeded", "{view}");
     assert_eq!(desk.applied_count("send_email"), 1);
+
+    // A run the server starts records the config it serves, as `rein run`
+    // does: `rein resume RUN` needs no --config for it either.
+    let submitted = client
+        .post(server.url("/v1/agents/order_desk/runs"))
+        .json(&json!({"input": "Move order A-1002 to 2026-01-09T10:00:00Z"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(submitted.status().is_success(), "{}", submitted.status());
+    let submitted: Value = submitted.json().await.unwrap();
+    let id = submitted["run_id"].as_str().unwrap();
+    let events: Value = client
+        .get(server.url(&format!("/v1/runs/{id}/events")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let started = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "run_started")
+        .unwrap_or_else(|| panic!("no run_started: {events}"));
+    let absolute = std::path::absolute(&config).unwrap();
+    assert_eq!(
+        started["data"]["config"],
+        json!(absolute.display().to_string())
+    );
     server.kill_async().await;
 }
 

@@ -483,6 +483,20 @@ pub fn build_engine(
     client: reqwest::Client,
     rng_seed: Option<u64>,
 ) -> Result<rein_engine::run::Engine, rein_engine::run::EngineError> {
+    engine_builder(registry, store, client, rng_seed).build()
+}
+
+/// [`build_engine`]'s builder, for a caller that sets more before
+/// building: `rein serve` names the config its runs start from
+/// ([`EngineBuilder::config_source`]), so that `rein resume RUN` finds it.
+///
+/// [`EngineBuilder::config_source`]: rein_engine::run::EngineBuilder::config_source
+pub fn engine_builder(
+    registry: &rein_engine::config::Registry,
+    store: Arc<dyn rein_store::Store>,
+    client: reqwest::Client,
+    rng_seed: Option<u64>,
+) -> rein_engine::run::EngineBuilder {
     let settings = registry.server();
     // One opaque id names this process in claims and shared breaker
     // openings, which answers may show; its PID and host stay in the log.
@@ -498,7 +512,7 @@ pub fn build_engine(
     if let Some(seed) = rng_seed {
         builder = builder.rng_seed(seed);
     }
-    builder.build()
+    builder
 }
 
 /// A POST route whose body must be `application/json` ([`media`]). The
