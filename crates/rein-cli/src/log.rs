@@ -49,6 +49,68 @@ pub struct LogArgs {
     /// the CLI's own notes included) for log shippers.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Whether log lines and help use color: `auto` (on a terminal, unless
+    /// `NO_COLOR` is set), `always` or `never`.
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = ColorWhen::Auto)]
+    pub color: ColorWhen,
+}
+
+/// `--color`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorWhen {
+    /// On a terminal, unless `NO_COLOR` is set to anything but nothing
+    /// (<https://no-color.org>).
+    Auto,
+    /// Always, even into a pipe.
+    Always,
+    /// Never.
+    Never,
+}
+
+impl ColorWhen {
+    /// Whether a stream that `is_terminal` gets color, `NO_COLOR` being
+    /// `no_color`.
+    pub fn enabled(self, is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+        match self {
+            ColorWhen::Always => true,
+            ColorWhen::Never => false,
+            ColorWhen::Auto => is_terminal && no_color.is_none_or(std::ffi::OsStr::is_empty),
+        }
+    }
+
+    /// The same choice for clap's help and errors.
+    pub fn for_clap(self) -> clap::ColorChoice {
+        match self {
+            // clap's own `auto` reads the terminal and `NO_COLOR`.
+            ColorWhen::Auto => clap::ColorChoice::Auto,
+            ColorWhen::Always => clap::ColorChoice::Always,
+            ColorWhen::Never => clap::ColorChoice::Never,
+        }
+    }
+
+    /// The choice written among `args` (`--color WHEN` or
+    /// `--color=WHEN`), read before clap parses them so that its own help
+    /// and errors follow it; `Auto` when absent or not a choice (clap then
+    /// names the mistake).
+    pub fn scan(args: &[std::ffi::OsString]) -> ColorWhen {
+        let mut found = ColorWhen::Auto;
+        let mut args = args.iter().map(|a| a.to_str().unwrap_or(""));
+        while let Some(arg) = args.next() {
+            let value = match arg.strip_prefix("--color") {
+                Some("") => args.next().unwrap_or(""),
+                Some(rest) => match rest.strip_prefix('=') {
+                    Some(value) => value,
+                    None => continue,
+                },
+                None if arg == "--" => break,
+                None => continue,
+            };
+            if let Ok(when) = ColorWhen::from_str(value, true) {
+                found = when;
+            }
+        }
+        found
+    }
 }
 
 /// How log lines are written.
@@ -92,7 +154,10 @@ pub fn init(args: &LogArgs, default: LevelFilter) {
     let result = match args.log_format {
         LogFormat::Text => builder
             .with_writer(|| RedactingWriter::new(std::io::stderr()))
-            .with_ansi(std::io::stderr().is_terminal())
+            .with_ansi(args.color.enabled(
+                std::io::stderr().is_terminal(),
+                std::env::var_os("NO_COLOR").as_deref(),
+            ))
             .try_init(),
         LogFormat::Json => builder
             .json()
@@ -131,5 +196,56 @@ pub fn note(level: Level, text: &str) {
         use std::io::Write as _;
         let mut stderr = RedactingWriter::new(std::io::stderr());
         let _ = writeln!(stderr, "{text}");
+    }
+}
+
+#[cfg(test)]
+mod color_tests {
+    use std::ffi::{OsStr, OsString};
+
+    use super::ColorWhen;
+
+    fn args(line: &str) -> Vec<OsString> {
+        line.split_whitespace().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn the_choice_is_read_in_either_spelling_and_the_last_wins() {
+        assert_eq!(ColorWhen::scan(&args("rein runs list")), ColorWhen::Auto);
+        assert_eq!(
+            ColorWhen::scan(&args("rein --color never runs list")),
+            ColorWhen::Never
+        );
+        assert_eq!(
+            ColorWhen::scan(&args("rein runs list --color=always")),
+            ColorWhen::Always
+        );
+        assert_eq!(
+            ColorWhen::scan(&args("rein --color never runs --color=always")),
+            ColorWhen::Always
+        );
+        // Not a choice, or past `--`: clap decides.
+        assert_eq!(
+            ColorWhen::scan(&args("rein --color=sometimes")),
+            ColorWhen::Auto
+        );
+        assert_eq!(
+            ColorWhen::scan(&args("rein run -- --color never")),
+            ColorWhen::Auto
+        );
+        assert_eq!(
+            ColorWhen::scan(&args("rein --colorful never")),
+            ColorWhen::Auto
+        );
+    }
+
+    #[test]
+    fn auto_is_a_terminal_without_no_color() {
+        assert!(ColorWhen::Auto.enabled(true, None));
+        assert!(ColorWhen::Auto.enabled(true, Some(OsStr::new(""))));
+        assert!(!ColorWhen::Auto.enabled(true, Some(OsStr::new("1"))));
+        assert!(!ColorWhen::Auto.enabled(false, None));
+        assert!(ColorWhen::Always.enabled(false, Some(OsStr::new("1"))));
+        assert!(!ColorWhen::Never.enabled(true, None));
     }
 }

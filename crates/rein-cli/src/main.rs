@@ -35,7 +35,7 @@ mod webhooks;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tracing_subscriber::filter::LevelFilter;
 
 /// rein — a runtime that makes LLM agents safe to run against the real world.
@@ -210,7 +210,17 @@ Examples:
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // `--color` applies to clap's own help and errors too, which are
+    // written while parsing: read it first.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let color = log::ColorWhen::scan(&args);
+    let matches = Cli::command()
+        .color(color.for_clap())
+        .get_matches_from(&args);
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.format(&mut Cli::command()).exit(),
+    };
     // Diagnostics go to stderr: a server reports what it decides (takeovers,
     // orphans, breakers, fallbacks); other commands what went wrong, and
     // warnings (a run store anyone may read, a secret too short to redact).

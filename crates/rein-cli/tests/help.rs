@@ -130,3 +130,24 @@ fn every_commands_help_is_pinned_and_shows_an_example() {
         without_example.join(", ")
     );
 }
+
+/// `--color` reaches clap's own help, in either spelling; `never` wins
+/// over a terminal, `always` over a pipe.
+#[test]
+fn color_is_what_color_says() {
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_rein"))
+            .args(args)
+            .env_remove("NO_COLOR")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let escapes = |text: &str| text.contains('\u{1b}');
+    assert!(escapes(&run(&["--color", "always", "key", "--help"])));
+    assert!(escapes(&run(&["key", "--help", "--color=always"])));
+    assert!(!escapes(&run(&["--color", "never", "key", "--help"])));
+    // Auto into a pipe: none.
+    assert!(!escapes(&run(&["key", "--help"])));
+}
