@@ -125,7 +125,7 @@ impl Default for BudgetConfig {
 /// tokens and cost — the triple budget (time, work, money).
 ///
 /// Written as `{"wall_clock": "5m", "steps": 40, "tokens": null,
-/// "cost_usd": 0.5}` ([`super::wire`]).
+/// "cost_usd": 0.5}` (event schema 2; schema 1's forms still read).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct BudgetLimits {
     #[serde(serialize_with = "wire::serialize_duration")]
@@ -283,7 +283,7 @@ impl TryFrom<BudgetConfig> for BudgetLimits {
 /// What some work consumed (or is granted): steps, tokens, cost.
 ///
 /// Written as `{"steps": 2, "tokens": 2000, "cost_usd": 0.002}`
-/// ([`super::wire`]).
+/// (event schema 2; schema 1's `cost` in micro-dollars still reads).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "RawUsage")]
 pub struct Usage {
@@ -439,7 +439,8 @@ impl fmt::Display for Dimension {
 /// outcome — never a silent truncation.
 ///
 /// Amounts are in the dimension's unit: milliseconds, steps, tokens or
-/// micro-dollars; on the wire, as a human reads them ([`super::wire`]).
+/// micro-dollars; on the wire, as a human reads them: `"500ms"`,
+/// `needed_usd`/`remaining_usd` dollars, counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error(
     "{dimension} budget exhausted: needs {}, {} remain",

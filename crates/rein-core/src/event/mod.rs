@@ -59,7 +59,7 @@ mod millis;
 mod model;
 mod retry;
 mod run;
-mod schema;
+pub mod schema;
 mod tool;
 
 pub use approval::{ApprovalDecided, ApprovalRequested};

@@ -9,7 +9,7 @@
 //! | 2 | `"v": 2` | `*_ms` counts, and text (`"5m"`) in budgets | dollars (`cost_usd`, `needed_usd`) |
 //!
 //! Every schema-1 event still decodes: the budget types read both of
-//! their forms ([`crate::deadline`]), and [`upgrade`] renames the one
+//! their forms ([`crate::deadline`]), and `upgrade` renames the one
 //! payload key that changed unit. An event from a newer rein (`v` above
 //! [`EVENT_SCHEMA`]) is refused by name rather than half read.
 
@@ -21,7 +21,7 @@ use super::EventKind;
 pub const EVENT_SCHEMA: u32 = 2;
 
 /// `data` of a `kind` event as schema 2 names it.
-pub(super) fn upgrade(kind: EventKind, mut data: Value) -> Value {
+pub(crate) fn upgrade(kind: EventKind, mut data: Value) -> Value {
     if kind == EventKind::ModelCallFinished
         && let Some(object) = data.as_object_mut()
         && !object.contains_key("cost_usd")
