@@ -20,7 +20,7 @@ use rein_store::StoreError;
 use crate::codec::PgResult;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
-const MIGRATIONS: [&str; 11] = [
+const MIGRATIONS: [&str; 12] = [
     include_str!("../migrations/0001_schema.sql"),
     include_str!("../migrations/0002_latency.sql"),
     include_str!("../migrations/0003_guardrails.sql"),
@@ -32,6 +32,7 @@ const MIGRATIONS: [&str; 11] = [
     include_str!("../migrations/0009_webhooks.sql"),
     include_str!("../migrations/0010_token_ratios.sql"),
     include_str!("../migrations/0011_replayed_headers.sql"),
+    include_str!("../migrations/0012_spend.sql"),
 ];
 
 /// The schema version this binary writes: the number of migrations.

@@ -19,8 +19,8 @@ use rein_store::{
 use crate::codec::PgResult;
 use crate::migrate::{self, SchemaState};
 use crate::ops::{
-    approvals, cancel, commit, idempotency, latency, leases, retry, runs, share, shared, stats,
-    token_ratios, webhooks,
+    approvals, cancel, commit, idempotency, latency, leases, retry, runs, share, shared, spend,
+    stats, token_ratios, webhooks,
 };
 use crate::settle::{self, TxIdentity};
 use crate::tls::Connector;
@@ -723,5 +723,19 @@ impl rein_store::WebhookStore for PostgresStore {
         limit: usize,
     ) -> Result<Vec<rein_store::WebhookDelivery>, StoreError> {
         read!(self, webhooks::deliveries, webhook, limit)
+    }
+}
+
+#[async_trait]
+impl rein_store::SpendStore for PostgresStore {
+    async fn add_spend(&self, deltas: &[rein_store::SpendDelta]) -> Result<(), StoreError> {
+        write!(self, spend::add_spend, deltas)
+    }
+
+    async fn spend(
+        &self,
+        query: &rein_store::SpendQuery,
+    ) -> Result<Vec<rein_store::SpendRow>, StoreError> {
+        read!(self, spend::spend, query)
     }
 }

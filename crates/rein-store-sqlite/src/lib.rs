@@ -27,6 +27,7 @@
 //! | `cancel_requests` | `run_id` | cancels taken by any process for the one driving the run (schema v14) |
 //! | `approvals` | `run_id, intent_id` | calls paused for a human's decision, and the decision (schema v18) |
 //! | `token_ratios` | `model` | bytes per token each model's provider counted, summed over every process (schema v20) |
+//! | `spend` | `tenant, key, day, model` | tokens and micro-dollars each API key spent on each model per UTC day, summed over every process (schema v22) |
 //! | `rein_schema` | `version` | migrations applied |
 //!
 //! # Why its own crate
@@ -80,6 +81,7 @@ mod ops;
 mod retry_ops;
 mod schema;
 mod share_ops;
+mod spend_ops;
 mod stats_ops;
 mod token_ratio_ops;
 mod webhook_ops;
@@ -879,6 +881,26 @@ impl rein_store::WebhookStore for SqliteStore {
         let webhook = webhook.to_owned();
         self.worker
             .read(move |conn| webhook_ops::deliveries(conn, &webhook, limit))
+            .await
+    }
+}
+
+#[async_trait]
+impl rein_store::SpendStore for SqliteStore {
+    async fn add_spend(&self, deltas: &[rein_store::SpendDelta]) -> Result<(), StoreError> {
+        let deltas = deltas.to_vec();
+        self.worker
+            .write(move |conn| spend_ops::add(conn, &deltas))
+            .await
+    }
+
+    async fn spend(
+        &self,
+        query: &rein_store::SpendQuery,
+    ) -> Result<Vec<rein_store::SpendRow>, StoreError> {
+        let query = query.clone();
+        self.worker
+            .read(move |conn| spend_ops::read(conn, &query))
             .await
     }
 }

@@ -21,7 +21,7 @@ use super::codec::SqlResult;
 use rein_store::StoreError;
 
 /// The schema version this binary writes: the number of migrations.
-pub const SCHEMA_VERSION: u32 = 21;
+pub const SCHEMA_VERSION: u32 = 22;
 
 /// Migration `n` (1-based) moves the schema from version `n - 1` to `n`.
 ///
@@ -406,6 +406,19 @@ CREATE TABLE token_ratios (
     // gateway answer says which model answered, as the first did.
     r#"
 ALTER TABLE idempotency ADD COLUMN headers TEXT;
+"#,
+    // 22: what each API key spent on models, one row per tenant, key,
+    // model and UTC day (days since the epoch), added to by every process.
+    r#"
+CREATE TABLE spend (
+    tenant      TEXT NOT NULL,
+    key         TEXT NOT NULL,
+    model       TEXT NOT NULL,
+    day         INTEGER NOT NULL CHECK (day >= 0),
+    tokens      INTEGER NOT NULL CHECK (tokens >= 0),
+    cost_micros INTEGER NOT NULL CHECK (cost_micros >= 0),
+    PRIMARY KEY (tenant, key, day, model)
+) STRICT;
 "#,
 ];
 

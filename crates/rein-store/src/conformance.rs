@@ -51,6 +51,7 @@ mod latency;
 mod racing;
 mod retry;
 mod share;
+mod spend;
 mod stats;
 mod token_ratio;
 mod trace;
@@ -84,6 +85,10 @@ pub use share::{
     share_lease_refusals, share_release_removes_only_its_own_lease,
     share_renewals_list_the_live_holders_of_their_group,
     two_handles_renewing_share_leases_see_each_other,
+};
+pub use spend::{
+    spend_adds_per_key_model_and_day, spend_concurrent_additions_all_count,
+    spend_refusals_write_nothing,
 };
 pub use stats::run_stats_count_a_tenants_window_by_agent_model_and_guardrail;
 pub use token_ratio::{
@@ -200,6 +205,9 @@ macro_rules! conformance_checks {
             token_ratio_merges_add_samples_and_keep_the_least,
             token_ratio_merge_refusals_write_nothing,
             token_ratio_concurrent_merges_all_count,
+            spend_adds_per_key_model_and_day,
+            spend_refusals_write_nothing,
+            spend_concurrent_additions_all_count,
             retry_merges_add_deltas_and_are_listed,
             retry_outcomes_fade_per_window,
             retry_merge_refusals_write_nothing,

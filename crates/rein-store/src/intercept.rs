@@ -652,3 +652,14 @@ impl<I: Intercept> crate::WebhookStore for Intercepted<I> {
             .await
     }
 }
+
+#[async_trait]
+impl<I: Intercept> crate::SpendStore for Intercepted<I> {
+    async fn add_spend(&self, deltas: &[crate::SpendDelta]) -> Result<(), StoreError> {
+        self.hooks.around(self.inner.add_spend(deltas)).await
+    }
+
+    async fn spend(&self, query: &crate::SpendQuery) -> Result<Vec<crate::SpendRow>, StoreError> {
+        self.hooks.around(self.inner.spend(query)).await
+    }
+}

@@ -158,6 +158,7 @@ mod retry_outcome;
 mod run;
 mod share;
 mod singleton;
+mod spend;
 mod stats;
 mod store;
 mod token_ratio;
@@ -194,6 +195,7 @@ pub mod rules {
     };
     pub use crate::share::{validate_share_renewal, validate_share_text};
     pub use crate::singleton::{claimed, validate_claim, validate_singleton_text};
+    pub use crate::spend::validate_spend;
     pub use crate::stats::{stored_count, stored_guardrail, stored_status};
 }
 
@@ -222,9 +224,11 @@ pub use retry_outcome::{MAX_RETRY_TARGET_LEN, RetryOutcomes};
 pub use run::{NewRun, RunCursor, RunFilter, RunPage, RunRecord, RunStatus, StatusChange};
 pub use share::MAX_SHARE_LEASE_LEN;
 pub use singleton::{MAX_SINGLETON_LEN, SingletonLease};
+pub use spend::{Day, MAX_SPEND_TEXT_LEN, SpendDelta, SpendQuery, SpendRow};
 pub use stats::{GuardrailCount, ModelCount, RunStats, StatsQuery, StatusCount};
 pub use store::{
-    HealthStore, IdempotencyStore, LeaseStore, RunStore, SingletonStore, Store, WebhookStore,
+    HealthStore, IdempotencyStore, LeaseStore, RunStore, SingletonStore, SpendStore, Store,
+    WebhookStore,
 };
 pub use token_ratio::{StoredRatio, TokenRatioRecord};
 pub use trace::SpanRef;

@@ -79,7 +79,7 @@ use rein_core::token_ratio::TokenRatio;
 /// [`StoreExt`](crate::StoreExt), blanket-implemented, so a wrapper cannot
 /// override one to mean something else.
 pub trait Store:
-    RunStore + LeaseStore + IdempotencyStore + SingletonStore + HealthStore + WebhookStore
+    RunStore + LeaseStore + IdempotencyStore + SingletonStore + HealthStore + WebhookStore + SpendStore
 {
 }
 
@@ -90,6 +90,7 @@ impl<S> Store for S where
         + SingletonStore
         + HealthStore
         + WebhookStore
+        + SpendStore
         + ?Sized
 {
 }
@@ -945,4 +946,23 @@ pub trait WebhookStore: Send + Sync {
         webhook: &str,
         limit: usize,
     ) -> Result<Vec<WebhookDelivery>, StoreError>;
+}
+
+/// What API keys spent on models ([`crate::SpendDelta`]), per tenant, key,
+/// model and UTC day, summed over every process on the store.
+#[async_trait]
+pub trait SpendStore: Send + Sync {
+    /// Adds each delta to its row (creating it at zero), atomically with
+    /// other processes' additions.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Invalid`] for a delta [`validate_spend`] refuses
+    /// (nothing is written); the backend's errors.
+    ///
+    /// [`validate_spend`]: crate::rules::validate_spend
+    async fn add_spend(&self, deltas: &[crate::SpendDelta]) -> Result<(), StoreError>;
+
+    /// The rows `query` selects, by day, tenant, key and model.
+    async fn spend(&self, query: &crate::SpendQuery) -> Result<Vec<crate::SpendRow>, StoreError>;
 }

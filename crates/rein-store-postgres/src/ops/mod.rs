@@ -32,6 +32,7 @@ pub(crate) mod retry;
 pub(crate) mod runs;
 pub(crate) mod share;
 pub(crate) mod shared;
+pub(crate) mod spend;
 pub(crate) mod stats;
 pub(crate) mod token_ratios;
 pub(crate) mod webhooks;
