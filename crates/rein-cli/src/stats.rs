@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use rein_core::TenantId;
-use rein_server::stats::{GuardrailTally, Stats, Tally};
+use rein_server::stats::{GuardrailTally, KeySpend, Stats, Tally};
 
 use crate::run::runtime;
 use crate::runs::API_KEY_ENV;
@@ -71,6 +71,8 @@ enum GroupBy {
     Model,
     /// Guardrails fired, by guardrail, with the agents they fired in.
     Guardrail,
+    /// What each API key spent through the gateway, with its models.
+    Key,
 }
 
 fn now_ms() -> u64 {
@@ -129,9 +131,14 @@ fn render(stats: &Stats, group_by: Option<GroupBy>) -> String {
         time(stats.until_ms),
         duration(stats.until_ms.saturating_sub(stats.since_ms))
     );
+    let show = |g: GroupBy| group_by.is_none_or(|only| only == g);
     let total = &stats.total;
     if total.runs == 0 {
         out.push_str("no runs in the window\n");
+        if show(GroupBy::Key) && !stats.keys.is_empty() {
+            out.push_str("\nkeys (gateway spend, whole UTC days)\n");
+            out.push_str(&keys(&stats.keys));
+        }
         return out;
     }
     out.push_str(&format!(
@@ -145,7 +152,6 @@ fn render(stats: &Stats, group_by: Option<GroupBy>) -> String {
             .cost_per_success_micros
             .map_or("-".to_owned(), dollars),
     ));
-    let show = |g: GroupBy| group_by.is_none_or(|only| only == g);
     if show(GroupBy::Agent) {
         out.push_str("\nby agent\n");
         out.push_str(&tallies("agent", &stats.by_agent));
@@ -162,7 +168,39 @@ fn render(stats: &Stats, group_by: Option<GroupBy>) -> String {
         out.push_str("\nguardrails\n");
         out.push_str(&guardrails(&stats.guardrails));
     }
+    if show(GroupBy::Key) {
+        out.push_str("\nkeys (gateway spend, whole UTC days)\n");
+        if stats.keys.is_empty() {
+            out.push_str("no key spent through the gateway\n");
+        } else {
+            out.push_str(&keys(&stats.keys));
+        }
+    }
     out
+}
+
+/// Keys, most tokens first, each with its models.
+fn keys(spent: &std::collections::BTreeMap<String, KeySpend>) -> String {
+    let mut sorted: Vec<(&String, &KeySpend)> = spent.iter().collect();
+    sorted.sort_by(|a, b| b.1.tokens.cmp(&a.1.tokens).then(a.0.cmp(b.0)));
+    let rows: Vec<Vec<String>> = sorted
+        .into_iter()
+        .map(|(key, s)| {
+            let models = s
+                .by_model
+                .iter()
+                .map(|(model, m)| format!("{model} {}", tokens(m.tokens)))
+                .collect::<Vec<_>>()
+                .join(", ");
+            vec![
+                key.clone(),
+                tokens(s.tokens),
+                dollars(s.cost_micros),
+                models,
+            ]
+        })
+        .collect();
+    table(&["key", "tokens", "cost", "by model"], &rows)
 }
 
 fn tallies(name: &str, tallies: &std::collections::BTreeMap<String, Tally>) -> String {

@@ -129,6 +129,10 @@ const TABLES: &[(&str, &str)] = &[
     ),
     ("server.agent_graph", "[server.agent_graph]\n__probe = 1"),
     ("server.api_keys[]", "[[server.api_keys]]\n__probe = 1"),
+    (
+        "server.api_keys[].budget",
+        "[[server.api_keys]]\n[server.api_keys.budget]\n__probe = 1",
+    ),
     ("server.limits", "[server.limits]\n__probe = 1"),
     ("server.cors", "[server.cors]\n__probe = 1"),
     ("server.quotas", "[server.quotas]\n__probe = 1"),

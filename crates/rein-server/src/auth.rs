@@ -197,6 +197,8 @@ pub struct Caller {
     pub tenant: TenantId,
     /// The key's `name`, or `sha256:` and the first digits of its digest.
     pub key: Option<String>,
+    /// The key's budget (`[server.api_keys.budget]`), with its key.
+    pub budget: Option<rein_core::registry::KeyBudget>,
 }
 
 impl Caller {
@@ -221,14 +223,16 @@ impl FromRequestParts<Arc<AppState>> for Caller {
         state: &Arc<AppState>,
     ) -> Result<Caller, Problem> {
         let Tenant(tenant) = Tenant::from_request_parts(parts, state).await?;
-        let key = if state.settings.api_keys.is_empty() {
+        let spec = if state.settings.api_keys.is_empty() {
             None
         } else {
-            key_of(&state.settings, &parts.headers)
-                .ok()
-                .map(rein_core::registry::ApiKeySpec::label)
+            key_of(&state.settings, &parts.headers).ok()
         };
-        Ok(Caller { tenant, key })
+        Ok(Caller {
+            tenant,
+            key: spec.map(rein_core::registry::ApiKeySpec::label),
+            budget: spec.map(|spec| spec.budget),
+        })
     }
 }
 

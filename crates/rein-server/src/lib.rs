@@ -143,6 +143,7 @@ pub mod floor;
 pub mod gateway;
 pub mod handoff;
 pub mod idempotency;
+pub mod key_budget;
 pub mod listing;
 pub mod media;
 pub mod pointer;
@@ -191,7 +192,7 @@ use crate::problem::Problem;
         runs::create_run, listing::list_runs, runs::get_run, runs::get_ledger, runs::get_handoff, handoff::decide, runs::resume_run,
         events::get_events, cancel::cancel_run, approvals::list_approvals, approvals::decide, breakers::list_breakers, webhooks::list_webhooks, webhooks::list_deliveries, stats::get_stats, gateway::openai::chat_completions, gateway::responses::responses, gateway::anthropic::messages, gateway::count_tokens::count_tokens, gateway::models::list_models, gateway::models::get_model, healthz, readyz, metrics,
     ),
-    components(schemas(webhooks::WebhookList, webhooks::WebhookView, webhooks::DeliveryList, approvals::ApprovalList, approvals::DecisionBody, approvals::HumanVerdict, handoff::HandoffDecisionBody, stats::Stats, stats::Tally, stats::Fired, stats::GuardrailTally, breakers::BreakerList, breakers::ArmState, breakers::SharedOpening, listing::RunList, listing::RunSummary, runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, runs::NoBody, runs::ResumeBody, problem::Problem, gateway::openai::ChatRequest, gateway::responses::ResponsesRequest, gateway::anthropic::MessagesRequest, gateway::anthropic::AnthropicError, gateway::count_tokens::TokenCount, gateway::models::ModelList, gateway::models::Model, gateway::models::OpenAiModelList, gateway::models::OpenAiModel, gateway::models::AnthropicModelList, gateway::models::AnthropicModel, gateway::models::ModelTag, gateway::models::ListTag)),
+    components(schemas(webhooks::WebhookList, webhooks::WebhookView, webhooks::DeliveryList, approvals::ApprovalList, approvals::DecisionBody, approvals::HumanVerdict, handoff::HandoffDecisionBody, stats::Stats, stats::Tally, stats::KeySpend, stats::ModelSpend, stats::Fired, stats::GuardrailTally, breakers::BreakerList, breakers::ArmState, breakers::SharedOpening, listing::RunList, listing::RunSummary, runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, runs::NoBody, runs::ResumeBody, problem::Problem, gateway::openai::ChatRequest, gateway::responses::ResponsesRequest, gateway::anthropic::MessagesRequest, gateway::anthropic::AnthropicError, gateway::count_tokens::TokenCount, gateway::models::ModelList, gateway::models::Model, gateway::models::OpenAiModelList, gateway::models::OpenAiModel, gateway::models::AnthropicModelList, gateway::models::AnthropicModel, gateway::models::ModelTag, gateway::models::ListTag)),
     modifiers(&Bearer, &Refusals, &ProblemJson, &AnthropicErrors, &ModelErrors),
     tags((name = "runs", description = "Agent runs"), (name = "approvals", description = "Calls waiting for a human's decision"), (name = "webhooks", description = "Signed POSTs of approvals, handoffs, finished runs and opened breakers, and their delivery logs"), (name = "gateway", description = "OpenAI- and Anthropic-compatible model calls through rein's breakers, fallbacks and limits"), (name = "health", description = "Liveness and readiness"))
 )]

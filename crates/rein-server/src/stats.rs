@@ -141,6 +141,32 @@ pub struct Stats {
     /// By guardrail name: how often each fired, in total and by agent.
     #[serde(default)]
     pub guardrails: BTreeMap<String, GuardrailTally>,
+    /// What the tenant's API keys spent through the gateway, by key, over
+    /// the whole UTC days the window touches (spend is kept per day):
+    /// tokens and micro-dollars, in total and by model. A key that spent
+    /// nothing is absent.
+    #[serde(default)]
+    pub keys: BTreeMap<String, KeySpend>,
+}
+
+/// One key's gateway spend.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct KeySpend {
+    /// Input plus output tokens.
+    pub tokens: u64,
+    /// Their cost, in micro-dollars.
+    pub cost_micros: u64,
+    /// The same, by the model that answered (`provider/model`).
+    pub by_model: BTreeMap<String, ModelSpend>,
+}
+
+/// A key's spend on one model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ModelSpend {
+    /// Input plus output tokens.
+    pub tokens: u64,
+    /// Their cost, in micro-dollars.
+    pub cost_micros: u64,
 }
 
 /// How often a guardrail fired.
@@ -265,7 +291,7 @@ pub async fn compute(
     let counted = if window.since_ms < window.until_ms {
         store
             .run_stats(&rein_store::StatsQuery {
-                tenant,
+                tenant: tenant.clone(),
                 agent: window.agent.clone(),
                 since_ms: Timestamp::from_millis(window.since_ms),
                 until_ms: Timestamp::from_millis(window.until_ms),
@@ -275,7 +301,29 @@ pub async fn compute(
         // An empty window (since not before until) holds no run.
         RunStats::default()
     };
-    Ok(Stats::of(window, &counted))
+    let spent = if window.since_ms < window.until_ms {
+        store
+            .spend(&rein_store::SpendQuery {
+                tenant,
+                key: None,
+                from_day: rein_core::registry::day_of(window.since_ms),
+                // The day of the window's last millisecond, inclusive.
+                until_day: rein_core::registry::day_of(window.until_ms - 1).saturating_add(1),
+            })
+            .await?
+    } else {
+        Vec::new()
+    };
+    let mut stats = Stats::of(window, &counted);
+    for row in spent {
+        let key = stats.keys.entry(row.key).or_default();
+        key.tokens = key.tokens.saturating_add(row.tokens);
+        key.cost_micros = key.cost_micros.saturating_add(row.cost_micros);
+        let model = key.by_model.entry(row.model).or_default();
+        model.tokens = model.tokens.saturating_add(row.tokens);
+        model.cost_micros = model.cost_micros.saturating_add(row.cost_micros);
+    }
+    Ok(stats)
 }
 
 impl Stats {
@@ -325,6 +373,7 @@ impl Stats {
                 .into_iter()
                 .map(|(g, t)| (g.as_str().to_owned(), t))
                 .collect(),
+            keys: BTreeMap::new(),
         }
     }
 }

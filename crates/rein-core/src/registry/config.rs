@@ -685,6 +685,9 @@ pub struct ApiKeyConfig {
     pub sha256: Option<String>,
     /// A label shown in logs instead of the key.
     pub name: Option<String>,
+    /// What the key may spend on models through the gateway
+    /// (`[server.api_keys.budget]`); none: unlimited.
+    pub budget: Option<super::key_budget::KeyBudgetConfig>,
 }
 
 #[cfg(test)]

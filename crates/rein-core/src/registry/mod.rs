@@ -139,6 +139,7 @@ mod constants;
 mod exposure;
 mod fan_out;
 mod json_schema;
+mod key_budget;
 mod lint_allow;
 mod mcp;
 mod metrics_labels;
@@ -197,6 +198,9 @@ pub use fan_out::{
     DEFAULT_MAX_CALLS_PER_TURN, FanOutConfig, FanOutLimits, MAX_CALLS_PER_TURN, ResourceKey,
 };
 pub use json_schema::config_json_schema;
+pub use key_budget::{
+    KeyBudget, KeyBudgetConfig, Period, Reached, Spent, day_of, month_start, next_month_start,
+};
 pub use lint_allow::{AllowConfig, ToolLintConfig};
 pub use mcp::{
     DEFAULT_MCP_CONNECT_TIMEOUT, MAX_MCP_CONNECT_TIMEOUT, McpServerConfig, McpServerSpec,

@@ -377,6 +377,9 @@ pub struct ApiKeySpec {
     pub sha256: [u8; 32],
     /// A label for logs; non-blank, no control characters.
     pub name: Option<String>,
+    /// What it may spend on models through the gateway (unlimited when no
+    /// limit is set).
+    pub budget: super::key_budget::KeyBudget,
 }
 
 impl ApiKeySpec {
@@ -499,6 +502,7 @@ mod tests {
             tenant: TenantId::new("acme").unwrap(),
             sha256: [0xab; 32],
             name: None,
+            budget: Default::default(),
         };
         assert_eq!(key.label(), "sha256:abababab");
         key.name = Some("ci".into());

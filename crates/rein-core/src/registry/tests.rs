@@ -2706,3 +2706,54 @@ fn mcp_adapter_needs_a_known_server_and_refuses_other_kinds_settings() {
         ["tools.get_sum.adapter.server", "tools.get_sum.adapter.tool"]
     );
 }
+
+#[test]
+fn key_budgets_are_read_and_their_bad_limits_named() {
+    let text = format!(
+        r#"
+[[server.api_keys]]
+tenant = "acme"
+sha256 = "{a}"
+[server.api_keys.budget]
+tokens_per_day = 1000
+cost_usd_per_month = 2.5
+[[server.api_keys]]
+tenant = "acme"
+sha256 = "{b}"
+[server.api_keys.budget]
+tokens_per_month = 0
+cost_usd_per_day = -1.0
+cost_usd_per_month = 0.0000001
+[[server.api_keys]]
+tenant = "acme"
+sha256 = "{c}"
+"#,
+        a = sha256_hex("k1"),
+        b = sha256_hex("k2"),
+        c = sha256_hex("k3"),
+    );
+    assert_eq!(
+        fields(&text),
+        vec![
+            "server.api_keys[1].budget.tokens_per_month",
+            "server.api_keys[1].budget.cost_usd_per_day",
+            "server.api_keys[1].budget.cost_usd_per_month",
+        ]
+    );
+    let good = text.replace(
+        "tokens_per_month = 0\ncost_usd_per_day = -1.0\ncost_usd_per_month = 0.0000001\n",
+        "",
+    );
+    let reg = build(&[("rein.toml", &with_extra(&good))]).unwrap();
+    let keys = &reg.server().api_keys;
+    assert_eq!(keys[0].budget.tokens_per_day, Some(1000));
+    assert_eq!(
+        keys[0].budget.cost_per_month,
+        Some(crate::deadline::Cost::from_micros(2_500_000))
+    );
+    assert!(
+        !keys[1].budget.is_limited(),
+        "an empty budget limits nothing"
+    );
+    assert!(!keys[2].budget.is_limited());
+}

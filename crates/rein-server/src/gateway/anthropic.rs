@@ -68,7 +68,7 @@ use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
 
 use super::{Call, EventStream, OverCap, Wire};
-use crate::auth::Tenant;
+use crate::auth::Caller;
 use crate::problem::Problem;
 use crate::state::AppState;
 
@@ -110,11 +110,11 @@ pub const OVERLOADED: u16 = 529;
 )]
 pub async fn messages(
     State(state): State<Arc<AppState>>,
-    Tenant(tenant): Tenant,
+    caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    super::handle::<Anthropic>(state, tenant, headers, body).await
+    super::handle::<Anthropic>(state, caller, headers, body).await
 }
 
 /// Anthropic's wire format needs nothing beyond the [`Call`].
@@ -659,6 +659,7 @@ pub(super) fn read(body: &[u8], ceiling: Ceiling) -> Result<Call<Anthropic>, Pro
         // The caller's, read from the headers.
         trace_parent: None,
         ignored: Vec::new(),
+        spender: None,
         wire: Anthropic,
     })
 }

@@ -108,6 +108,8 @@ struct Call<W> {
     /// Members of the request accepted by design and sent to no model
     /// (`store`, `metadata`): named in [`IGNORED_HEADER`].
     ignored: Vec<&'static str>,
+    /// Charges what the call's attempts spend to the caller's key.
+    spender: Option<crate::key_budget::Spender>,
     /// What only this wire format needs to render the answer.
     wire: W,
 }
@@ -153,10 +155,11 @@ trait Wire: Sized + Send + Sync + 'static {
 /// A gateway request of wire format `W`, from its raw body to its answer.
 async fn handle<W: Wire>(
     state: Arc<AppState>,
-    tenant: TenantId,
+    caller: crate::auth::Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let tenant = caller.tenant.clone();
     let body = match crate::runs::raw_body(&state, body) {
         Ok(b) => b,
         Err(problem) => return problem.into_response(),
@@ -176,23 +179,42 @@ async fn handle<W: Wire>(
     call.tenant = Some(tenant.clone());
     call.trace_parent = crate::trace_context::from_headers(&headers);
     if call.stream {
+        // A key over its budget asks no model.
+        match crate::key_budget::admit(&state, &caller).await {
+            Ok(spender) => call.spender = spender,
+            Err(problem) => return problem.into_response(),
+        }
         // Dropped with the response when the client goes away: the
         // provider call is aborted with it.
         return stream(state, call, deadline).await;
     }
     match key {
-        None => match complete(state, call, deadline).await {
+        None => match admitted(state, caller, call, deadline).await {
             Ok(answer) => answer.into_response(),
             Err(problem) => problem.into_response(),
         },
         Some(key) => {
             let s = state.clone();
+            // Checked where the call runs: a replay of a stored answer is
+            // not refused (it spends nothing).
             idempotency::guarded(&state, &tenant, &key, "POST", W::PATH, &body, move || {
-                complete(s, call, deadline)
+                admitted(s, caller, call, deadline)
             })
             .await
         }
     }
+}
+
+/// A whole answer for a caller whose key may still spend (a key over its
+/// budget asks no model: its 429).
+async fn admitted<W: Wire>(
+    state: Arc<AppState>,
+    caller: crate::auth::Caller,
+    mut call: Call<W>,
+    deadline: Option<Duration>,
+) -> Result<Answer, Problem> {
+    call.spender = crate::key_budget::admit(&state, &caller).await?;
+    complete(state, call, deadline).await
 }
 
 /// The client's `Rein-Deadline-Ms`; `None` without one (the binding's
@@ -256,7 +278,7 @@ async fn ask<W: Wire>(
         deadline: deadline.unwrap_or(binding.deadline),
         stream,
         cancel: rein_engine::run::CancellationToken::new(),
-        observer: None,
+        observer: call.spender.as_ref().map(|s| s.observer(stream)),
         tenant: call.tenant.clone(),
         trace_parent: call.trace_parent.clone(),
     };
@@ -366,7 +388,13 @@ async fn complete<W: Wire>(
     call: Call<W>,
     deadline: Option<Duration>,
 ) -> Result<Answer, Problem> {
-    let answer = ask(&state, &call, deadline, false).await?;
+    let answer = ask(&state, &call, deadline, false).await;
+    // Charged before the answer is returned (or the failure reported): the
+    // key's next call sees it.
+    if let Some(spender) = &call.spender {
+        spender.flush().await;
+    }
+    let answer = answer?;
     let headers = answer_headers(&state, &call, &answer);
     let ModelReply::Complete(response) = &answer.reply else {
         return Err(Problem::internal(

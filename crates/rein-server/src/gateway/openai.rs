@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use super::{Call, EventStream, OverCap, Wire};
-use crate::auth::Tenant;
+use crate::auth::Caller;
 use crate::problem::Problem;
 use crate::state::AppState;
 
@@ -66,11 +66,11 @@ use crate::state::AppState;
 )]
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
-    Tenant(tenant): Tenant,
+    caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    super::handle::<OpenAi>(state, tenant, headers, body).await
+    super::handle::<OpenAi>(state, caller, headers, body).await
 }
 
 /// What OpenAI's wire format needs beyond the [`Call`].
@@ -813,6 +813,7 @@ fn parse(body: &[u8]) -> Result<Call<OpenAi>, Problem> {
         // The caller's, read from the headers.
         trace_parent: None,
         ignored,
+        spender: None,
         wire: OpenAi {
             include_usage: chat
                 .stream_options

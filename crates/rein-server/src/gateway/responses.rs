@@ -104,7 +104,7 @@ use utoipa::ToSchema;
 use super::anthropic::string_or_seq;
 use super::openai::{Errors, FunctionKind, ToolChoiceMode, unix_secs};
 use super::{Call, EventStream, OverCap, Wire};
-use crate::auth::Tenant;
+use crate::auth::Caller;
 use crate::problem::Problem;
 use crate::state::AppState;
 
@@ -144,11 +144,11 @@ const ERRORS: Errors = Errors::titled("Response failed");
 )]
 pub async fn responses(
     State(state): State<Arc<AppState>>,
-    Tenant(tenant): Tenant,
+    caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    super::handle::<Responses>(state, tenant, headers, body).await
+    super::handle::<Responses>(state, caller, headers, body).await
 }
 
 /// What the Responses API needs beyond the [`Call`]: the request's
@@ -748,6 +748,7 @@ fn parse(body: &[u8]) -> Result<Call<Responses>, Problem> {
         // The caller's, read from the headers.
         trace_parent: None,
         ignored: Vec::new(),
+        spender: None,
         wire: Responses { echo },
     })
 }

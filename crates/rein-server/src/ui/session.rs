@@ -212,6 +212,7 @@ mod tests {
         Caller {
             tenant: rein_core::TenantId::new("acme").unwrap(),
             key: Some("ops".to_owned()),
+            budget: None,
         }
     }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use humantime_serde::re::humantime::format_duration;
 
 use super::Checker;
+use crate::deadline::Cost;
 use crate::ids::TenantId;
 use crate::registry::config::CorsConfig;
 use crate::registry::config::ServerLimitsConfig;
@@ -22,6 +23,7 @@ use crate::registry::constants::{
     MAX_CONNECTION_TIMEOUT, MAX_MAX_CONNECTIONS, MAX_SHUTDOWN_GRACE, MIN_CONNECTION_TIMEOUT,
 };
 use crate::registry::exposure::{AllowedHost, CorsSpec, MetricsAccess, Origin};
+use crate::registry::key_budget::{KeyBudget, KeyBudgetConfig};
 use crate::registry::server::ConnectionLimits;
 use crate::registry::server::{
     ApiKeySpec, ServerSpec, empty_key_digest, parse_byte_size, parse_sha256_hex,
@@ -571,14 +573,73 @@ impl<'a> Checker<'a> {
                 }
                 name => Some(name.map(str::to_owned)),
             };
-            if let (Some(tenant), Some(sha256), Some(name)) = (tenant, sha256, name) {
+            let budget = self.key_budget(file, &p, key.budget.as_ref());
+            if let (Some(tenant), Some(sha256), Some(name), Some(budget)) =
+                (tenant, sha256, name, budget)
+            {
                 out.push(ApiKeySpec {
                     tenant,
                     sha256,
                     name,
+                    budget,
                 });
             }
         }
         out
+    }
+
+    /// `[server.api_keys.budget]`: each limit positive, money finite.
+    fn key_budget(
+        &mut self,
+        file: &Path,
+        p: &str,
+        c: Option<&KeyBudgetConfig>,
+    ) -> Option<KeyBudget> {
+        let Some(c) = c else {
+            return Some(KeyBudget::default());
+        };
+        let mut ok = true;
+        let mut tokens = |name: &str, value: Option<u64>| {
+            if value == Some(0) {
+                self.report(
+                    file,
+                    format!("{p}.budget.{name}"),
+                    "must be at least 1 (leave it out for no limit)",
+                );
+                ok = false;
+            }
+            value
+        };
+        let tokens_per_day = tokens("tokens_per_day", c.tokens_per_day);
+        let tokens_per_month = tokens("tokens_per_month", c.tokens_per_month);
+        let mut cost = |name: &'static str, value: Option<f64>| {
+            let usd = value?;
+            match Cost::from_usd(name, usd) {
+                Ok(cost) if cost != Cost::ZERO => Some(cost),
+                Ok(_) => {
+                    self.report(
+                        file,
+                        format!("{p}.budget.{name}"),
+                        format!("must be at least $0.000001 (leave it out for no limit), but it is {usd}"),
+                    );
+                    ok = false;
+                    None
+                }
+                Err(e) => {
+                    self.report(file, format!("{p}.budget.{name}"), e.to_string());
+                    ok = false;
+                    None
+                }
+            }
+        };
+        let cost_per_day = cost("cost_usd_per_day", c.cost_usd_per_day);
+        let cost_per_month = cost("cost_usd_per_month", c.cost_usd_per_month);
+        let budget = KeyBudget {
+            tokens_per_day,
+            tokens_per_month,
+            cost_per_day,
+            cost_per_month,
+        };
+        ok.then_some(budget)
     }
 }

@@ -69,7 +69,11 @@ pub(crate) async fn form(
             Ok(tenant) => tenant,
             Err(e) => return unavailable(&e),
         };
-        let who = Caller { tenant, key: None };
+        let who = Caller {
+            tenant,
+            key: None,
+            budget: None,
+        };
         return match ui.sessions.open(Some(who), Instant::now()) {
             Ok((id, _)) => with_cookie(see_other(&next), &session::set_cookie(&id, tls)),
             Err(e) => unavailable(&e),
@@ -170,6 +174,7 @@ pub(crate) async fn sign_in(
     let who = Caller {
         tenant: spec.tenant.clone(),
         key: Some(spec.label()),
+        budget: Some(spec.budget),
     };
     ui.sessions.close(&old_id);
     match ui.sessions.open(Some(who), Instant::now()) {
