@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 use rein_core::registry::{ConfigFile, ConfigProblem, ConfigSource, Position, SourceMap};
 use serde::de::DeserializeOwned;
 use serde_path_to_error::Segment;
-use toml::Spanned;
 
 use super::SourceMaps;
 
@@ -144,19 +143,10 @@ pub(super) fn parse_file(file: &Path, text: &str, parsed: &mut Parsed) {
         parsed.incomplete = true;
         return;
     }
-    // Every top-level value is a table now, so the same text reads as
-    // section → name → spanned entry.
-    let sections: BTreeMap<String, BTreeMap<String, Spanned<toml::Value>>> =
-        match toml::from_str(text) {
-            Ok(sections) => sections,
-            Err(err) => {
-                parsed
-                    .problems
-                    .push(ConfigProblem::new(file, "", err.message().to_owned()));
-                parsed.incomplete = true;
-                return;
-            }
-        };
+    // Every top-level value is a table now: section → name → entry, each
+    // placed by the source map (a table made implicitly by a deeper header,
+    // `[server.quotas.tenants.acme]` with no `[server.quotas]`, has no span
+    // of its own in `toml`'s `Spanned`, which refused the whole file).
     let mut config = ConfigFile::default();
     let mut source_broken = Vec::new();
     let mut reader = EntryReader {
@@ -166,7 +156,10 @@ pub(super) fn parse_file(file: &Path, text: &str, parsed: &mut Parsed) {
         problems: &mut parsed.problems,
         broken: &mut source_broken,
     };
-    for (section, entries) in sections {
+    for (section, value) in top {
+        let toml::Value::Table(entries) = value else {
+            continue;
+        };
         match section.as_str() {
             "providers" => reader.section(&section, entries, &mut config.providers),
             "models" => reader.section(&section, entries, &mut config.models),
@@ -175,32 +168,14 @@ pub(super) fn parse_file(file: &Path, text: &str, parsed: &mut Parsed) {
             "agents" => reader.section(&section, entries, &mut config.agents),
             "webhooks" => reader.section(&section, entries, &mut config.webhooks),
             "mcp_servers" => reader.section(&section, entries, &mut config.mcp_servers),
-            // Spans of the entries below `[breakers]` or `[server]` all lie
-            // inside it; the first one locates the section well enough.
             "breakers" => {
-                let start = entries.values().map(|v| v.span().start).min().unwrap_or(0);
-                if let Some(value) = top.get("breakers") {
-                    config.breakers = reader.entry("breakers", start, value.clone());
-                }
+                config.breakers = reader.entry("breakers", toml::Value::Table(entries));
             }
-            "server" => {
-                let start = entries.values().map(|v| v.span().start).min().unwrap_or(0);
-                if let Some(value) = top.get("server") {
-                    config.server = reader.entry("server", start, value.clone());
-                }
-            }
+            "server" => config.server = reader.entry("server", toml::Value::Table(entries)),
             "telemetry" => {
-                let start = entries.values().map(|v| v.span().start).min().unwrap_or(0);
-                if let Some(value) = top.get("telemetry") {
-                    config.telemetry = reader.entry("telemetry", start, value.clone());
-                }
+                config.telemetry = reader.entry("telemetry", toml::Value::Table(entries));
             }
-            "store" => {
-                let start = entries.values().map(|v| v.span().start).min().unwrap_or(0);
-                if let Some(value) = top.get("store") {
-                    config.store = reader.entry("store", start, value.clone());
-                }
-            }
+            "store" => config.store = reader.entry("store", toml::Value::Table(entries)),
             _ => {}
         }
     }
@@ -224,20 +199,19 @@ impl EntryReader<'_> {
     fn section<T: DeserializeOwned>(
         &mut self,
         section: &str,
-        entries: BTreeMap<String, Spanned<toml::Value>>,
+        entries: toml::Table,
         into: &mut BTreeMap<String, T>,
     ) {
         for (name, value) in entries {
-            let start = value.span().start;
             let entry = format!("{section}.{name}");
-            if let Some(config) = self.entry(&entry, start, value.into_inner()) {
+            if let Some(config) = self.entry(&entry, value) {
                 into.insert(name, config);
             }
         }
     }
 
-    /// Deserializes `value`, the entry `entry` starting at byte `start`;
-    /// each failure is placed at its field, else at the entry.
+    /// Deserializes `value`, the entry `entry`; each failure is placed at
+    /// its field, else at the entry (else at the file's start).
     ///
     /// A failure at a field is reported, the field taken out, and the entry
     /// read again, so that every bad field of the entry is reported in one
@@ -246,12 +220,7 @@ impl EntryReader<'_> {
     /// check reports the rest of it too: a misspelt `descripton` then also
     /// shows the missing `description`. An entry that still does not read
     /// is marked broken.
-    fn entry<T: DeserializeOwned>(
-        &mut self,
-        entry: &str,
-        start: usize,
-        mut value: toml::Value,
-    ) -> Option<T> {
+    fn entry<T: DeserializeOwned>(&mut self, entry: &str, mut value: toml::Value) -> Option<T> {
         /// More bad fields than this in one entry are reported a pass later.
         const MAX_PASSES: usize = 32;
         for _ in 0..MAX_PASSES {
@@ -267,8 +236,8 @@ impl EntryReader<'_> {
             };
             let position = self
                 .map
-                .and_then(|map| map.locate(&field))
-                .unwrap_or_else(|| Position::at_offset(self.text, start));
+                .and_then(|map| map.locate(&field).or_else(|| map.locate(entry)))
+                .unwrap_or_else(|| Position::at_offset(self.text, 0));
             self.problems.push(
                 ConfigProblem::new(self.file, field, err.inner().message().to_owned()).at(position),
             );
@@ -326,6 +295,40 @@ mod tests {
         assert_eq!(p.field, "");
         assert_eq!(p.position.map(|p| p.line), Some(3));
         assert!(p.to_string().starts_with("rein.toml:3:"), "{p}");
+    }
+
+    /// A table made only by a deeper header (`[server.quotas]` never
+    /// written, `[tools.t]` only through `[tools.t.latency]`) reads like one
+    /// written out, and a bad field under it is placed at its line.
+    #[test]
+    fn tables_made_implicitly_by_deeper_headers_read() {
+        let text = "\
+[server.quotas.tenants.acme]
+max_running = 2
+[tools.t.latency]
+p50 = \"10ms\"
+[tools.u.compensation]
+grade = \"total\"
+";
+        let parsed = parse(text);
+        assert!(!parsed.incomplete);
+        let fields: Vec<_> = parsed.problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            vec!["tools.u.compensation.grade"],
+            "{:?}",
+            parsed.problems
+        );
+        assert_eq!(parsed.problems[0].position.map(|p| p.line), Some(6));
+        let config = &parsed.sources[0].config;
+        assert_eq!(
+            config
+                .server
+                .as_ref()
+                .and_then(|s| s.quotas.tenants["acme"].max_running),
+            Some(2)
+        );
+        assert!(config.tools.contains_key("t"));
     }
 
     #[test]
