@@ -197,19 +197,7 @@ async fn package_on_server(
         "{base}/v1/runs/{}/handoff",
         crate::runs::source::encode(run_id.as_str())
     );
-    let mut request = client.get(url);
-    if let Some(key) = &args.api_key {
-        request = request.bearer_auth(key);
-    }
-    let response = request
-        .send()
-        .await
-        .with_context(|| format!("cannot reach {base}"))?;
-    let status = response.status();
-    let value: serde_json::Value = response
-        .json()
-        .await
-        .with_context(|| format!("{base} answered {status} with a body that is not JSON"))?;
+    let (status, value) = exchange(client.get(url), base, args.api_key.as_deref()).await?;
     if status.is_success() {
         let package = serde_json::from_value(value)
             .with_context(|| format!("{base} answered a package rein cannot read"))?;
@@ -223,6 +211,29 @@ async fn package_on_server(
         return Ok(Err(detail));
     }
     Err(anyhow!("{base} answered {status}: {detail}"))
+}
+
+/// Sends `request` to the server at `base` with `api_key`: its status and
+/// JSON body.
+async fn exchange(
+    request: reqwest::RequestBuilder,
+    base: &str,
+    api_key: Option<&str>,
+) -> Result<(reqwest::StatusCode, serde_json::Value)> {
+    let request = match api_key {
+        Some(key) => request.bearer_auth(key),
+        None => request,
+    };
+    let response = request
+        .send()
+        .await
+        .with_context(|| format!("cannot reach {base}"))?;
+    let status = response.status();
+    let value = response
+        .json()
+        .await
+        .with_context(|| format!("{base} answered {status} with a body that is not JSON"))?;
+    Ok((status, value))
 }
 
 /// The package, for a human.
@@ -375,19 +386,8 @@ async fn resolve_on_server(
         "{base}/v1/runs/{}/handoff/decisions",
         crate::runs::source::encode(&args.run)
     );
-    let mut request = client.post(url).json(&body);
-    if let Some(key) = &args.api_key {
-        request = request.bearer_auth(key);
-    }
-    let response = request
-        .send()
-        .await
-        .with_context(|| format!("cannot reach {base}"))?;
-    let status = response.status();
-    let value: serde_json::Value = response
-        .json()
-        .await
-        .with_context(|| format!("{base} answered {status} with a body that is not JSON"))?;
+    let (status, value) =
+        exchange(client.post(url).json(&body), base, args.api_key.as_deref()).await?;
     if status.is_success() {
         let resolution = serde_json::from_value(value)
             .with_context(|| format!("{base} answered a decision rein cannot read"))?;
