@@ -27,6 +27,22 @@ fn sha256(text: &str) -> String {
 }
 
 fn config(dir: &std::path::Path, model_url: &str, tokens_per_day: u64) -> std::path::PathBuf {
+    config_with(
+        dir,
+        model_url,
+        &format!("tokens_per_day = {tokens_per_day}\ncost_usd_per_month = 100.0"),
+        "",
+    )
+}
+
+/// The config with `key_budget` as the capped key's budget table and
+/// `extra` appended.
+fn config_with(
+    dir: &std::path::Path,
+    model_url: &str,
+    key_budget: &str,
+    extra: &str,
+) -> std::path::PathBuf {
     let text = format!(
         r#"
 [providers.mock]
@@ -46,13 +62,13 @@ tenant = "acme"
 sha256 = "{capped}"
 name = "capped"
 [server.api_keys.budget]
-tokens_per_day = {tokens_per_day}
-cost_usd_per_month = 100.0
+{key_budget}
 
 [[server.api_keys]]
 tenant = "acme"
 sha256 = "{free}"
 name = "free"
+{extra}
 "#,
         capped = sha256(CAPPED),
         free = sha256(FREE),
@@ -205,4 +221,56 @@ async fn a_keys_calls_stop_at_its_budget_and_its_spend_is_what_the_model_reporte
             .count(),
         0
     );
+}
+
+/// A tenant's budget holds for its keys together: each key spends within
+/// its own (none here), and once their sum reaches the tenant's limit both
+/// are refused, naming the tenant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_keys_together_stop_at_the_tenants_budget() {
+    let model = MockModel::start_with(
+        MockModelConfig::default()
+            .with_fallback_text("A-1001 has shipped and arrives on Friday.")
+            .with_metered_usage(),
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("rein.db");
+    let config = config_with(
+        dir.path(),
+        &model.openai_base_url(),
+        "",
+        "[server.quotas.tenants.acme.budget]\ntokens_per_day = 60",
+    );
+    let server = Server::start_async(&config, &db, "http://127.0.0.1:9").await;
+    let mut statuses = Vec::new();
+    for key in [CAPPED, FREE, CAPPED, FREE, CAPPED, FREE] {
+        let answer = chat(&server, key, false).await;
+        let status = answer.status().as_u16();
+        statuses.push(status);
+        if status == 429 {
+            let body: Value = answer.json().await.unwrap();
+            assert_eq!(body["error"]["code"], "tenant_budget_exceeded", "{body}");
+            assert_eq!(body["tenant"], "acme", "{body}");
+        }
+    }
+    let answered: u64 = model
+        .usage_log()
+        .iter()
+        .map(|u| u.prompt_tokens + u.completion_tokens)
+        .sum();
+    let served = statuses.iter().filter(|s| **s == 200).count();
+    assert!(
+        served >= 2,
+        "both keys spent before the limit: {statuses:?}"
+    );
+    assert!(answered >= 60, "the limit was reached: {answered} tokens");
+    // Once refused, every later call of either key is refused too.
+    let first_refusal = statuses.iter().position(|s| *s == 429).unwrap();
+    assert!(
+        statuses[first_refusal..].iter().all(|s| *s == 429),
+        "{statuses:?}"
+    );
+    server.kill_async().await;
 }

@@ -137,6 +137,14 @@ const TABLES: &[(&str, &str)] = &[
     ("server.cors", "[server.cors]\n__probe = 1"),
     ("server.quotas", "[server.quotas]\n__probe = 1"),
     (
+        "server.quotas.budget",
+        "[server.quotas.budget]\n__probe = 1",
+    ),
+    (
+        "server.quotas.tenants.*.budget",
+        "[server.quotas.tenants.t.budget]\n__probe = 1",
+    ),
+    (
         "server.quotas.tenants.*",
         "[server.quotas.tenants.t]\n__probe = 1",
     ),

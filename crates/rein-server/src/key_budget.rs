@@ -1,9 +1,12 @@
-//! Per-key budgets at the gateway's door ([`admit`]), and the spend each
-//! answered call adds to its key ([`Spender`]).
+//! Per-key and per-tenant budgets at the gateway's door ([`admit`]), and
+//! the spend each answered call adds to its key ([`Spender`]).
 //!
 //! # Why at the door
 //!
-//! A key over its budget is refused before any model is asked: 429 with
+//! A key over its budget (`[server.api_keys.budget]`), or a key of a
+//! tenant whose keys together are over the tenant's
+//! (`[server.quotas.budget]`, `[server.quotas.tenants.ID.budget]`), is
+//! refused before any model is asked: 429 with
 //! `Retry-After` until its period ends (the next UTC midnight, or the first
 //! of next month), in the wire format's error shape. The limits are
 //! summed from the store ([`rein_store::SpendStore`]), so every process
@@ -21,10 +24,10 @@ use std::sync::{Arc, Mutex};
 
 use axum::http::StatusCode;
 use rein_core::deadline::Cost;
-use rein_core::registry::{Spent, day_of, month_start};
+use rein_core::registry::{Reached, Spent, day_of, month_start};
 use rein_core::{EventData, TenantId};
 use rein_engine::run::Observer;
-use rein_store::{SpendDelta, SpendQuery, Store};
+use rein_store::{SpendDelta, SpendQuery, SpendRow, Store};
 use serde_json::json;
 
 use crate::auth::Caller;
@@ -32,92 +35,117 @@ use crate::problem::Problem;
 use crate::recovery::now_ms;
 use crate::state::AppState;
 
-/// Refuses `caller` when its key has reached a limit of its budget; else
-/// what records its spend (`None` without keys: the loopback mode has no
-/// key to charge).
+/// The key label spend is recorded under in the keyless loopback mode.
+pub const KEYLESS_KEY: &str = "loopback";
+
+/// Refuses `caller` when its key, or its tenant's keys together, have
+/// reached a limit of their budget (`[server.api_keys.budget]`,
+/// `[server.quotas.budget]`); else what records its spend.
 ///
 /// # Errors
 ///
 /// The 429 problem of a reached limit; the store's error when the spend
 /// cannot be read (a budget that cannot be checked is not waved through).
-pub async fn admit(state: &AppState, caller: &Caller) -> Result<Option<Spender>, Problem> {
-    let Some((key, budget)) = caller.key.clone().zip(caller.budget) else {
-        return Ok(None);
-    };
-    let now = now_ms().as_millis();
-    let today = day_of(now);
-    if budget.is_limited() {
-        let spent = spent(state.store.as_ref(), &caller.tenant, &key, today).await?;
-        if let Some(reached) = budget.reached(&spent, today) {
-            let resets_ms = u64::from(reached.resets_on).saturating_mul(86_400_000);
-            let retry = u32::try_from(resets_ms.saturating_sub(now).div_ceil(1000))
-                .unwrap_or(u32::MAX)
-                .max(1);
-            tracing::warn!(
-                tenant = %caller.tenant,
-                key = %key,
-                period = reached.period.as_str(),
-                dimension = reached.dimension,
-                limit = %reached.limit,
-                spent = %reached.spent,
-                retry_after_s = retry,
-                "key_budget_exceeded"
-            );
-            let message = format!(
-                "key `{key}` has spent {} of its {} per {}; it may spend again in {retry} s \
-                 (the {} ends at UTC midnight{})",
-                reached.spent,
-                reached.limit,
-                reached.period.as_str(),
-                reached.period.as_str(),
-                match reached.period {
-                    rein_core::registry::Period::Day => "",
-                    rein_core::registry::Period::Month => " of its last day",
-                }
-            );
-            let mut problem = Problem::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "key-budget-exceeded",
-                "Key budget exceeded",
-                message.clone(),
-            )
-            .with(json!({
-                "key": key,
-                "period": reached.period.as_str(),
-                "dimension": reached.dimension,
-                "limit": reached.limit,
-                "spent": reached.spent,
-                "retry_after_s": retry,
-                "error": {"message": message, "type": "insufficient_quota",
-                          "param": null, "code": "key_budget_exceeded"},
-            }));
-            problem.retry_after = Some(retry);
-            return Err(problem);
+pub async fn admit(state: &AppState, caller: &Caller) -> Result<Spender, Problem> {
+    let key = caller.key.clone().unwrap_or_else(|| KEYLESS_KEY.to_owned());
+    let key_budget = caller.budget.unwrap_or_default();
+    let tenant_budget = state.settings.quotas.of(&caller.tenant).budget;
+    if key_budget.is_limited() || tenant_budget.is_limited() {
+        let now = now_ms().as_millis();
+        let today = day_of(now);
+        let rows = state
+            .store
+            .spend(&SpendQuery {
+                tenant: Some(caller.tenant.clone()),
+                key: (!tenant_budget.is_limited()).then(|| key.clone()),
+                from_day: month_start(today),
+                until_day: today.saturating_add(1),
+            })
+            .await?;
+        let of_key = spent(rows.iter().filter(|r| r.key == key), today);
+        let of_tenant = spent(rows.iter(), today);
+        let reached = key_budget
+            .reached(&of_key, today)
+            .map(|r| (Scope::Key, r))
+            .or_else(|| {
+                tenant_budget
+                    .reached(&of_tenant, today)
+                    .map(|r| (Scope::Tenant, r))
+            });
+        if let Some((scope, reached)) = reached {
+            return Err(refusal(caller, &key, scope, &reached, now));
         }
     }
-    Ok(Some(Spender {
+    Ok(Spender {
         store: state.store.clone(),
         tenant: caller.tenant.clone(),
         key,
         pending: Arc::default(),
-    }))
+    })
 }
 
-/// What `key` spent today and this month, from the store.
-async fn spent(
-    store: &dyn Store,
-    tenant: &TenantId,
-    key: &str,
-    today: u32,
-) -> Result<Spent, Problem> {
-    let rows = store
-        .spend(&SpendQuery {
-            tenant: Some(tenant.clone()),
-            key: Some(key.to_owned()),
-            from_day: month_start(today),
-            until_day: today.saturating_add(1),
-        })
-        .await?;
+/// Whose budget a refusal is of.
+#[derive(Debug, Clone, Copy)]
+enum Scope {
+    Key,
+    Tenant,
+}
+
+/// The 429 of a reached limit, in words and members.
+fn refusal(caller: &Caller, key: &str, scope: Scope, reached: &Reached, now: u64) -> Problem {
+    let resets_ms = u64::from(reached.resets_on).saturating_mul(86_400_000);
+    let retry = u32::try_from(resets_ms.saturating_sub(now).div_ceil(1000))
+        .unwrap_or(u32::MAX)
+        .max(1);
+    let (whose, code) = match scope {
+        Scope::Key => (format!("key `{key}`"), "key_budget_exceeded"),
+        Scope::Tenant => (
+            format!("tenant `{}` (all its keys)", caller.tenant),
+            "tenant_budget_exceeded",
+        ),
+    };
+    tracing::warn!(
+        tenant = %caller.tenant,
+        key = %key,
+        budget = code,
+        period = reached.period.as_str(),
+        dimension = reached.dimension,
+        limit = %reached.limit,
+        spent = %reached.spent,
+        retry_after_s = retry,
+        "budget_exceeded"
+    );
+    let message = format!(
+        "{whose} has spent {} of its {} per {} through the gateway; it may spend again in \
+         {retry} s, when the {} ends (UTC)",
+        reached.spent,
+        reached.limit,
+        reached.period.as_str(),
+        reached.period.as_str(),
+    );
+    let mut problem = Problem::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        &code.replace('_', "-"),
+        "Budget exceeded",
+        message.clone(),
+    )
+    .with(json!({
+        "key": key,
+        "tenant": caller.tenant.as_str(),
+        "period": reached.period.as_str(),
+        "dimension": reached.dimension,
+        "limit": reached.limit,
+        "spent": reached.spent,
+        "retry_after_s": retry,
+        "error": {"message": message, "type": "insufficient_quota",
+                  "param": null, "code": code},
+    }));
+    problem.retry_after = Some(retry);
+    problem
+}
+
+/// What `rows` (one tenant's, of this month) spent today and this month.
+fn spent<'r>(rows: impl Iterator<Item = &'r SpendRow>, today: u32) -> Spent {
     let mut spent = Spent::default();
     for row in rows {
         let cost = Cost::from_micros(row.cost_micros);
@@ -128,7 +156,7 @@ async fn spent(
             spent.day_cost = spent.day_cost.saturating_add(cost);
         }
     }
-    Ok(spent)
+    spent
 }
 
 /// Charges one gateway call's attempts to its key.

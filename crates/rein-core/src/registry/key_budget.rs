@@ -54,6 +54,74 @@ pub struct KeyBudget {
     pub cost_per_month: Option<Cost>,
 }
 
+impl KeyBudgetConfig {
+    /// The limits of the table at `p` (`server.api_keys[0].budget`),
+    /// laid over `inherited`: each limit given replaces the inherited one.
+    ///
+    /// # Errors
+    ///
+    /// `(field, problem)` for each limit refused: zero tokens, or money
+    /// that is negative, not finite or below a micro-dollar.
+    pub fn validate(
+        &self,
+        p: &str,
+        inherited: KeyBudget,
+    ) -> Result<KeyBudget, Vec<(String, String)>> {
+        let mut refused = Vec::new();
+        let mut budget = inherited;
+        for (name, value, slot) in [
+            (
+                "tokens_per_day",
+                self.tokens_per_day,
+                &mut budget.tokens_per_day,
+            ),
+            (
+                "tokens_per_month",
+                self.tokens_per_month,
+                &mut budget.tokens_per_month,
+            ),
+        ] {
+            match value {
+                Some(0) => refused.push((
+                    format!("{p}.{name}"),
+                    "must be at least 1 (leave it out for no limit)".to_owned(),
+                )),
+                Some(n) => *slot = Some(n),
+                None => {}
+            }
+        }
+        for (name, value, slot) in [
+            (
+                "cost_usd_per_day",
+                self.cost_usd_per_day,
+                &mut budget.cost_per_day,
+            ),
+            (
+                "cost_usd_per_month",
+                self.cost_usd_per_month,
+                &mut budget.cost_per_month,
+            ),
+        ] {
+            let Some(usd) = value else { continue };
+            match Cost::from_usd(name, usd) {
+                Ok(cost) if cost != Cost::ZERO => *slot = Some(cost),
+                Ok(_) => refused.push((
+                    format!("{p}.{name}"),
+                    format!(
+                        "must be at least $0.000001 (leave it out for no limit), but it is {usd}"
+                    ),
+                )),
+                Err(e) => refused.push((format!("{p}.{name}"), e.to_string())),
+            }
+        }
+        if refused.is_empty() {
+            Ok(budget)
+        } else {
+            Err(refused)
+        }
+    }
+}
+
 /// A period a limit is counted over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Period {

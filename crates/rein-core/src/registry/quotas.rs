@@ -58,6 +58,9 @@ pub struct TenantQuotaConfig {
     pub max_queued: Option<u32>,
     /// The tenant's weight in the fair queue.
     pub weight: Option<f64>,
+    /// What all of the tenant's keys together may spend on models through
+    /// the gateway; each limit replaces `[server.quotas.budget]`'s.
+    pub budget: Option<super::key_budget::KeyBudgetConfig>,
 }
 
 /// `[server.quotas]` as written in config.
@@ -75,6 +78,9 @@ pub struct ServerQuotasConfig {
     pub max_queued: Option<u32>,
     /// Every tenant's fair queue weight.
     pub weight: Option<f64>,
+    /// What each tenant's keys together may spend on models through the
+    /// gateway, per UTC day and month.
+    pub budget: Option<super::key_budget::KeyBudgetConfig>,
     /// Per-tenant overrides, keyed by tenant id.
     pub tenants: BTreeMap<String, TenantQuotaConfig>,
     /// Runs this process executes at once, sync and queued together.
@@ -107,6 +113,8 @@ pub struct TenantQuota {
     pub max_queued: Option<NonZeroU32>,
     /// The fair queue weight.
     pub weight: f64,
+    /// What the tenant's keys together may spend through the gateway.
+    pub budget: super::key_budget::KeyBudget,
 }
 
 impl Default for TenantQuota {
@@ -116,6 +124,7 @@ impl Default for TenantQuota {
             max_running: None,
             max_queued: None,
             weight: DEFAULT_TENANT_WEIGHT,
+            budget: super::key_budget::KeyBudget::default(),
         }
     }
 }
@@ -194,6 +203,7 @@ pub(super) fn validate(c: &ServerQuotasConfig) -> (ServerQuotas, Vec<Refused>) {
         max_running: c.max_running,
         max_queued: c.max_queued,
         weight: c.weight,
+        budget: c.budget.clone(),
     };
     let default = tenant_quota(p, &own, &TenantQuota::default(), &mut refused);
     let mut tenants = BTreeMap::new();
@@ -264,6 +274,12 @@ fn tenant_quota(
     refused: &mut Vec<Refused>,
 ) -> TenantQuota {
     let mut q = *inherited;
+    if let Some(budget) = &c.budget {
+        match budget.validate(&format!("{p}.budget"), inherited.budget) {
+            Ok(budget) => q.budget = budget,
+            Err(problems) => refused.extend(problems),
+        }
+    }
     match (c.submissions_per_sec, c.submission_burst) {
         (None, None) => {}
         (None, Some(burst)) => match (inherited.submissions, NonZeroU32::new(burst)) {
@@ -392,6 +408,7 @@ fn run_slots(p: &str, c: &ServerQuotasConfig, refused: &mut Vec<Refused>) -> Opt
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::deadline::Cost;
 
     fn parse(text: &str) -> ServerQuotasConfig {
         toml::from_str(text).unwrap()
@@ -421,6 +438,33 @@ mod tests {
             q.weights().milli(&TenantId::new("acme").unwrap()),
             2500,
             "weights reach the fair queue"
+        );
+    }
+
+    #[test]
+    fn tenant_budgets_inherit_limit_by_limit() {
+        let (q, refused) = validate(&parse(
+            "[budget]\ntokens_per_day = 100\ncost_usd_per_month = 5.0\n\
+             [tenants.acme.budget]\ntokens_per_day = 50\ntokens_per_month = 1000\n\
+             cost_usd_per_day = 1.0\n\
+             [tenants.bad.budget]\ntokens_per_month = 0\n",
+        ));
+        let acme = q.of(&TenantId::new("acme").unwrap()).budget;
+        assert_eq!(acme.tokens_per_day, Some(50));
+        assert_eq!(acme.tokens_per_month, Some(1000));
+        assert_eq!(acme.cost_per_day, Some(Cost::from_micros(1_000_000)));
+        assert_eq!(
+            acme.cost_per_month,
+            Some(Cost::from_micros(5_000_000)),
+            "inherited"
+        );
+        let other = q.of(&TenantId::new("other").unwrap()).budget;
+        assert_eq!(other.tokens_per_day, Some(100));
+        assert_eq!(other.tokens_per_month, None);
+        let fields: Vec<&str> = refused.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(
+            fields,
+            ["server.quotas.tenants.bad.budget.tokens_per_month"]
         );
     }
 

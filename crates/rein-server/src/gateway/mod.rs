@@ -181,7 +181,7 @@ async fn handle<W: Wire>(
     if call.stream {
         // A key over its budget asks no model.
         match crate::key_budget::admit(&state, &caller).await {
-            Ok(spender) => call.spender = spender,
+            Ok(spender) => call.spender = Some(spender),
             Err(problem) => return problem.into_response(),
         }
         // Dropped with the response when the client goes away: the
@@ -213,7 +213,7 @@ async fn admitted<W: Wire>(
     mut call: Call<W>,
     deadline: Option<Duration>,
 ) -> Result<Answer, Problem> {
-    call.spender = crate::key_budget::admit(&state, &caller).await?;
+    call.spender = Some(crate::key_budget::admit(&state, &caller).await?);
     complete(state, call, deadline).await
 }
 

@@ -9,7 +9,6 @@ use std::time::Duration;
 use humantime_serde::re::humantime::format_duration;
 
 use super::Checker;
-use crate::deadline::Cost;
 use crate::ids::TenantId;
 use crate::registry::config::CorsConfig;
 use crate::registry::config::ServerLimitsConfig;
@@ -598,48 +597,14 @@ impl<'a> Checker<'a> {
         let Some(c) = c else {
             return Some(KeyBudget::default());
         };
-        let mut ok = true;
-        let mut tokens = |name: &str, value: Option<u64>| {
-            if value == Some(0) {
-                self.report(
-                    file,
-                    format!("{p}.budget.{name}"),
-                    "must be at least 1 (leave it out for no limit)",
-                );
-                ok = false;
-            }
-            value
-        };
-        let tokens_per_day = tokens("tokens_per_day", c.tokens_per_day);
-        let tokens_per_month = tokens("tokens_per_month", c.tokens_per_month);
-        let mut cost = |name: &'static str, value: Option<f64>| {
-            let usd = value?;
-            match Cost::from_usd(name, usd) {
-                Ok(cost) if cost != Cost::ZERO => Some(cost),
-                Ok(_) => {
-                    self.report(
-                        file,
-                        format!("{p}.budget.{name}"),
-                        format!("must be at least $0.000001 (leave it out for no limit), but it is {usd}"),
-                    );
-                    ok = false;
-                    None
+        match c.validate(&format!("{p}.budget"), KeyBudget::default()) {
+            Ok(budget) => Some(budget),
+            Err(refused) => {
+                for (field, problem) in refused {
+                    self.report(file, field, problem);
                 }
-                Err(e) => {
-                    self.report(file, format!("{p}.budget.{name}"), e.to_string());
-                    ok = false;
-                    None
-                }
+                None
             }
-        };
-        let cost_per_day = cost("cost_usd_per_day", c.cost_usd_per_day);
-        let cost_per_month = cost("cost_usd_per_month", c.cost_usd_per_month);
-        let budget = KeyBudget {
-            tokens_per_day,
-            tokens_per_month,
-            cost_per_day,
-            cost_per_month,
-        };
-        ok.then_some(budget)
+        }
     }
 }
