@@ -282,3 +282,48 @@ fn rein_stats_over_postgres_counts_the_runs_and_their_guardrails() {
     stats_match_the_runs(&database.url_text());
     runtime.block_on(database.drop_database());
 }
+
+/// Over every tenant of a store file, two tenants' keys of one name are
+/// told apart (`tenant/key`), never summed as one.
+#[tokio::test]
+async fn key_spend_over_every_tenant_names_each_tenants_key() {
+    use rein_store::{SpendDelta, SpendStore};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("rein.db");
+    let store = rein_store_sqlite::SqliteStore::open(&db).unwrap();
+    let today = rein_core::registry::day_of(
+        u64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis(),
+        )
+        .unwrap(),
+    );
+    let delta = |tenant: &str, tokens| SpendDelta {
+        tenant: rein_core::TenantId::new(tenant).unwrap(),
+        key: "ci".to_owned(),
+        model: "mock/mock-model".to_owned(),
+        day: today,
+        tokens,
+        cost_micros: tokens,
+    };
+    store
+        .add_spend(&[delta("acme", 10), delta("globex", 7)])
+        .await
+        .unwrap();
+    drop(store);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rein"))
+        .args(["stats", "--json", "--data"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(stats["keys"]["acme/ci"]["tokens"], 10, "{stats}");
+    assert_eq!(stats["keys"]["globex/ci"]["tokens"], 7, "{stats}");
+}

@@ -144,7 +144,8 @@ pub struct Stats {
     /// What the tenant's API keys spent through the gateway, by key, over
     /// the whole UTC days the window touches (spend is kept per day):
     /// tokens and micro-dollars, in total and by model. A key that spent
-    /// nothing is absent.
+    /// nothing is absent. Read over every tenant (`rein stats` on a store
+    /// file without `--tenant`), each key is named `tenant/key`.
     #[serde(default)]
     pub keys: BTreeMap<String, KeySpend>,
 }
@@ -304,7 +305,7 @@ pub async fn compute(
     let spent = if window.since_ms < window.until_ms {
         store
             .spend(&rein_store::SpendQuery {
-                tenant,
+                tenant: tenant.clone(),
                 key: None,
                 from_day: rein_core::registry::day_of(window.since_ms),
                 // The day of the window's last millisecond, inclusive.
@@ -314,9 +315,17 @@ pub async fn compute(
     } else {
         Vec::new()
     };
+    let every_tenant = tenant.is_none();
     let mut stats = Stats::of(window, &counted);
     for row in spent {
-        let key = stats.keys.entry(row.key).or_default();
+        // Over every tenant (an operator reading the store file), two
+        // tenants' keys of one name are told apart: `tenant/key`.
+        let name = if every_tenant {
+            format!("{}/{}", row.tenant, row.key)
+        } else {
+            row.key
+        };
+        let key = stats.keys.entry(name).or_default();
         key.tokens = key.tokens.saturating_add(row.tokens);
         key.cost_micros = key.cost_micros.saturating_add(row.cost_micros);
         let model = key.by_model.entry(row.model).or_default();
