@@ -1299,7 +1299,7 @@ fn no_raw_error_text(run: &RunEvidence, out: &mut Vec<Violation>) {
             let (what, content) = match m {
                 Message::Tool { call_id, content } => (format!("the reply for {call_id}"), content),
                 Message::System { content } => ("the system prompt".to_owned(), content),
-                Message::User { content } => ("the task".to_owned(), content),
+                Message::User { content, .. } => ("the task".to_owned(), content),
                 Message::Assistant {
                     content: Some(content),
                     ..

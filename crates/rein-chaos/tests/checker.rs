@@ -260,9 +260,9 @@ async fn a_resent_email_breaks_invariant_9() {
 async fn raw_text_anywhere_in_the_models_input_breaks_invariant_10() {
     let base = evidence(38).await;
     let mut e = base.clone();
-    e.runs[0].model_inputs[1].push(Message::User {
-        content: "get_order failed: RAW-UPSTREAM-ERROR: Traceback (most recent call last)".into(),
-    });
+    e.runs[0].model_inputs[1].push(Message::user(
+        "get_order failed: RAW-UPSTREAM-ERROR: Traceback (most recent call last)",
+    ));
     assert_flags(
         &e,
         Invariant::NoRawErrorText,

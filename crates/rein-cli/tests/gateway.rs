@@ -78,6 +78,7 @@ async fn the_official_openai_client_chats_streams_and_calls_tools_through_the_ga
         Reply::text("Streamed hello, in pieces."),
         Reply::tool_call("get_order", &json!({"order_id": "A-1001"})),
         Reply::text("A-1001 has shipped."),
+        Reply::text("A single red pixel."),
     ]);
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), &model.openai_base_url(), KEY_SHA256);
@@ -129,11 +130,12 @@ async fn the_official_openai_client_chats_streams_and_calls_tools_through_the_ga
     assert_eq!(tool["finish_reason"], "tool_calls");
     assert_eq!(check("tool_result")["content"], "A-1001 has shipped.");
     // The tool's result reached the model as a tool message.
-    let last = model.last_request().unwrap();
     assert!(
-        last.messages().iter().any(|m| m["role"] == "tool"),
-        "{:?}",
-        last.messages()
+        model
+            .requests()
+            .iter()
+            .any(|r| r.messages().iter().any(|m| m["role"] == "tool")),
+        "no tool message reached the model"
     );
 
     let unknown = check("unknown_model");
@@ -159,6 +161,18 @@ async fn the_official_openai_client_chats_streams_and_calls_tools_through_the_ga
     assert_eq!(unknown_info["exception"], "NotFoundError", "{unknown_info}");
     assert_eq!(unknown_info["code"], "model_not_found");
     assert!(unknown_info["request_id"].is_string(), "{unknown_info}");
+    // An image part reaches the OpenAI-compatible provider as sent.
+    assert_eq!(check("image")["content"], "A single red pixel.");
+    let seen = model.last_request().unwrap();
+    let parts = &seen.messages()[0]["content"];
+    assert_eq!(parts[1]["type"], "image_url", "{parts}");
+    assert!(
+        parts[1]["image_url"]["url"]
+            .as_str()
+            .unwrap()
+            .starts_with("data:image/png;base64,iVBOR"),
+        "{parts}"
+    );
     // An endpoint rein does not serve is a 404 the SDK reads, naming it.
     let embeddings = check("embeddings");
     assert_eq!(embeddings["exception"], "NotFoundError", "{embeddings}");

@@ -156,6 +156,26 @@ def main() -> int:
                 "message": getattr(e, "message", str(e)),
                 "request_id": getattr(e, "request_id", None),
             }), flush=True)
+
+    # 7. An image part, as the SDK's vision examples send one.
+    pixel = (
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGA"
+        "hKmMIQAAAABJRU5ErkJggg=="
+    )
+    seen = client.chat.completions.create(
+        model=model,
+        messages=[{
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is in this image?"},
+                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{pixel}"}},
+            ],
+        }],
+    )
+    print(json.dumps({
+        "check": "image",
+        "content": seen.choices[0].message.content,
+    }), flush=True)
     return 0
 
 

@@ -100,6 +100,9 @@ async fn the_official_anthropic_client_messages_streams_and_uses_tools_through_t
         // after five events (message_start, ping, a block and two deltas).
         Reply::text("This answer overloads somewhere in the middle.")
             .with_stream_fault(StreamFault::Error { after: 5 }),
+        Reply::text("Counted by Claude.").with_usage(321, 4),
+        Reply::text("Counted at the end.").with_usage(123, 4),
+        Reply::text("A single red pixel."),
     ]);
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), &model.openai_base_url());
@@ -263,9 +266,30 @@ async fn the_official_anthropic_client_messages_streams_and_uses_tools_through_t
         "{batches}"
     );
     assert!(batches["request_id"].is_string(), "{batches}");
+    // `message_start` says the prompt's tokens: the Messages API
+    // upstream's own count; else rein's bound of them, never below what
+    // the provider counts at the end.
+    let claude = check("start_usage_claude");
+    assert_eq!(claude["start_input_tokens"], 321, "{claude}");
+    assert_eq!(claude["final_input_tokens"], 321, "{claude}");
+    let openai = check("start_usage_openai");
+    assert_eq!(openai["final_input_tokens"], 123, "{openai}");
+    assert_eq!(
+        openai["start_input_tokens"], count["input_tokens"],
+        "rein's bound, as count_tokens says it: {openai}"
+    );
+    // An image block reaches the Messages API upstream as it was sent.
+    assert_eq!(check("image")["text"], "A single red pixel.");
+    let image = model.last_request().unwrap();
+    assert_eq!(image.path, "/v1/messages");
+    assert_eq!(image.messages()[0]["content"][0]["type"], "image");
+    assert_eq!(
+        image.messages()[0]["content"][0]["source"]["media_type"],
+        "image/png"
+    );
     // Every reply was asked for once; the refusals asked nothing.
     assert_eq!(model.pending(), 0);
-    assert_eq!(model.request_count(), 8);
+    assert_eq!(model.request_count(), 11);
 }
 
 async fn post(server: &Server, auth: Option<(&str, &str)>, body: &str) -> reqwest::Response {
@@ -350,13 +374,14 @@ async fn every_answer_of_the_route_is_in_anthropics_shape() {
         body["error"],
         json!({"type": "invalid_request_error", "message": "max_tokens: Field required"})
     );
-    let image = json!({"model": "chat", "max_tokens": 100, "messages": [{"role": "user", "content": [
-        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]}]});
-    let (status, body) = anthropic_error(post(&server, key, &image.to_string()).await).await;
+    let document = json!({"model": "chat", "max_tokens": 100, "messages": [{"role": "user", "content": [
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}}]}]});
+    let (status, body) = anthropic_error(post(&server, key, &document.to_string()).await).await;
     assert_eq!(status, 400);
+    assert_eq!(body["error"]["type"], "invalid_request_error");
     let words = body["error"]["message"].as_str().unwrap();
     assert!(
-        words.contains("image") && words.contains("/messages/0/content/0"),
+        words.contains("document") && words.contains("/messages/0/content/0"),
         "{body}"
     );
     // The router's own refusals too.

@@ -188,6 +188,32 @@ def main() -> int:
         emit(check="batches", raised=False)
     except anthropic.APIStatusError as e:
         raised("batches", e, request_id=e.response.headers.get("request-id"))
+
+    # 13. `message_start` says the prompt's tokens, as Anthropic's does:
+    # through a Messages API upstream (its own count) and an OpenAI one.
+    for check, binding in [("start_usage_claude", os.environ["REIN_CLAUDE_MODEL"]),
+                           ("start_usage_openai", model)]:
+        start = None
+        with client.messages.stream(model=binding, max_tokens=200, messages=hello) as stream:
+            for event in stream:
+                if event.type == "message_start":
+                    start = event.message.usage.input_tokens
+            final = stream.get_final_message()
+        emit(check=check, start_input_tokens=start, final_input_tokens=final.usage.input_tokens)
+    # 14. An image block, as the SDK's vision examples send one.
+    pixel = (
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGA"
+        "hKmMIQAAAABJRU5ErkJggg=="
+    )
+    seen = client.messages.create(
+        model=os.environ["REIN_CLAUDE_MODEL"],
+        max_tokens=100,
+        messages=[{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": pixel}},
+            {"type": "text", "text": "What is in this image?"},
+        ]}],
+    )
+    emit(check="image", text=seen.content[0].text)
     return 0
 
 

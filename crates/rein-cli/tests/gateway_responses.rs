@@ -569,7 +569,7 @@ async fn the_route_answers_openai_s_shapes_refuses_in_its_error_shape_and_replay
         post(
             &server,
             key,
-            r#"{"model": "chat", "input": [{"role": "user", "content": [{"type": "input_image", "image_url": "https://example.com/a.png"}]}]}"#,
+            r#"{"model": "chat", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}]}"#,
         )
         .await,
     )
@@ -581,7 +581,7 @@ async fn the_route_answers_openai_s_shapes_refuses_in_its_error_shape_and_replay
         body["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("cannot be mapped"),
+            .contains("cannot be bounded"),
         "{body}"
     );
     let (status, body) = openai_error(
@@ -651,5 +651,17 @@ async fn the_route_answers_openai_s_shapes_refuses_in_its_error_shape_and_replay
         .unwrap();
     let (status, _) = openai_error(keyed_stream).await;
     assert_eq!(status, 400);
-    assert_eq!(model.request_count(), asked, "no refusal asked the model");
+    assert_eq!(model.request_count(), asked, "no refusal asked the model"); // An image is carried, as a chat completions image part.
+    let image = post(
+        &server,
+        key,
+        r#"{"model": "chat", "input": [{"role": "user", "content": [{"type": "input_text", "text": "What is this?"}, {"type": "input_image", "image_url": "https://example.com/a.png", "detail": "low"}]}]}"#,
+    )
+    .await;
+    assert_eq!(image.status(), 200);
+    assert_eq!(
+        model.last_request().unwrap().messages()[0]["content"],
+        json!([{"type": "text", "text": "What is this?"},
+               {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "low"}}])
+    );
 }

@@ -26,9 +26,7 @@ fn transcript() -> (Vec<Message>, Vec<serde_json::Value>) {
         Message::System {
             content: "You adjust orders.".into(),
         },
-        Message::User {
-            content: "Look up orders B-1 to B-3 and summarise them.".into(),
-        },
+        Message::user("Look up orders B-1 to B-3 and summarise them."),
     ];
     for n in 1..=3 {
         let items: Vec<_> = (0..11)
@@ -49,9 +47,9 @@ fn transcript() -> (Vec<Message>, Vec<serde_json::Value>) {
             content: result.to_string(),
         });
     }
-    messages.push(Message::User {
-        content: "Budget left for this run: 6 steps, 15.9 s, 1,676 tokens.".into(),
-    });
+    messages.push(Message::user(
+        "Budget left for this run: 6 steps, 15.9 s, 1,676 tokens.",
+    ));
     let tools = vec![json!({"type": "function", "function": {
         "name": "get_order", "description": "Look up one order by its id.",
         "parameters": {"type": "object", "properties": {

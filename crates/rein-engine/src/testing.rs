@@ -72,9 +72,7 @@ pub fn question() -> (ModelAsk, Seen) {
     let ask = ModelAsk {
         request: ModelRequest {
             model: String::new(),
-            messages: vec![Message::User {
-                content: "Hi.".into(),
-            }],
+            messages: vec![Message::user("Hi.")],
             tools: Vec::new(),
             max_tokens: None,
             options: Default::default(),

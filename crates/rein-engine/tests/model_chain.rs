@@ -438,9 +438,7 @@ fn question(stream: bool) -> rein_engine::run::ModelAsk {
     rein_engine::run::ModelAsk {
         request: rein_engine::provider::ModelRequest {
             model: String::new(),
-            messages: vec![rein_engine::provider::Message::User {
-                content: "Hi.".into(),
-            }],
+            messages: vec![rein_engine::provider::Message::user("Hi.")],
             tools: Vec::new(),
             max_tokens: None,
             options: Default::default(),

@@ -186,9 +186,7 @@ async fn a_streamed_answer_is_sampled_to_its_first_event_and_to_its_end() {
     let ask = rein_engine::run::ModelAsk {
         request: rein_engine::provider::ModelRequest {
             model: String::new(),
-            messages: vec![rein_engine::provider::Message::User {
-                content: "Count.".into(),
-            }],
+            messages: vec![rein_engine::provider::Message::user("Count.")],
             tools: Vec::new(),
             max_tokens: None,
             options: Default::default(),

@@ -81,9 +81,7 @@ fn request() -> ModelRequest {
             Message::System {
                 content: "You move deliveries.".into(),
             },
-            Message::User {
-                content: "Move order A-1001 to Friday and tell the buyer.".into(),
-            },
+            Message::user("Move order A-1001 to Friday and tell the buyer."),
         ],
         tools: vec![json!({"type": "function", "function": {
             "name": "get_order", "description": "Reads an order.",
@@ -102,6 +100,8 @@ struct Drained {
     outcome: Result<ModelResponse, Failure>,
     /// When the last delta arrived (or the stream opened, if none did).
     last_delta: Instant,
+    /// The provider's count of the prompt, when it came before any delta.
+    prompt: Option<u64>,
 }
 
 async fn drain(mut stream: TurnStream) -> Drained {
@@ -111,9 +111,15 @@ async fn drain(mut stream: TurnStream) -> Drained {
         arguments: Vec::new(),
         outcome: Err(Failure::new("test", Category::Unknown)),
         last_delta: Instant::now(),
+        prompt: None,
     };
     loop {
         match stream.next().await {
+            Some(Ok(StreamEvent::PromptTokens(tokens))) => {
+                assert_eq!(drained.deltas, 0, "the prompt's count comes first");
+                assert!(drained.prompt.is_none(), "at most once");
+                drained.prompt = Some(tokens);
+            }
             Some(Ok(StreamEvent::Delta(delta))) => {
                 drained.deltas += 1;
                 drained.last_delta = Instant::now();
@@ -197,8 +203,12 @@ async fn streamed_text_answer_assembles_from_several_deltas() {
             Api::OpenAi => {
                 assert_eq!(sent.path, "/v1/chat/completions");
                 assert_eq!(sent.body["stream_options"]["include_usage"], true);
+                // OpenAI counts the prompt in its last chunk only.
+                assert_eq!(drained.prompt, None);
             }
             Api::Anthropic => {
+                // Anthropic counts it in `message_start`, before any text.
+                assert_eq!(drained.prompt, Some(900));
                 assert_eq!(sent.path, "/v1/messages");
                 assert_eq!(sent.body["system"], "You move deliveries.");
                 assert_eq!(sent.body["max_tokens"], 4096);

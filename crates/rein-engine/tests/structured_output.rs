@@ -51,9 +51,7 @@ fn delivery() -> Value {
 fn request(tools: Vec<Value>) -> ModelRequest {
     ModelRequest {
         model: "claude-test".into(),
-        messages: vec![Message::User {
-            content: "When does A-1001 arrive?".into(),
-        }],
+        messages: vec![Message::user("When does A-1001 arrive?")],
         tools,
         max_tokens: None,
         options: [("response_format".to_owned(), response_format())]
@@ -142,6 +140,7 @@ async fn an_anthropic_json_schema_answer_is_the_forced_tools_input_as_text() {
                 }
             }
             StreamEvent::Done(response) => done = Some(response),
+            StreamEvent::PromptTokens(tokens) => assert!(tokens > 0),
         }
     }
     assert!(deltas > 1, "the JSON streams in pieces, got {deltas}");

@@ -12,10 +12,16 @@ pub enum Message {
         /// The text.
         content: String,
     },
-    /// The task.
+    /// The task, or a caller's turn.
     User {
-        /// The text.
+        /// The text (of its text parts, when it has [`Part`]s).
         content: String,
+        /// The message in order when it holds more than text (an image,
+        /// audio): its text parts included, so a provider sends exactly
+        /// these. Empty for a text-only message, nearly every one; such a
+        /// message is written as before, so stored transcripts read alike.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        parts: Vec<Part>,
     },
     /// A model turn.
     Assistant {
@@ -33,6 +39,119 @@ pub enum Message {
         /// The content.
         content: String,
     },
+}
+
+impl Message {
+    /// A text-only user message.
+    pub fn user(content: impl Into<String>) -> Message {
+        Message::User {
+            content: content.into(),
+            parts: Vec::new(),
+        }
+    }
+
+    /// A user message of `parts` in order; text-only when every part is
+    /// text (their texts concatenated, as the wire formats read parts).
+    pub fn user_parts(parts: Vec<Part>) -> Message {
+        let content = parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text { text } => Some(text.as_str()),
+                Part::Image { .. } | Part::Audio { .. } => None,
+            })
+            .collect::<String>();
+        let parts = if parts.iter().all(|p| matches!(p, Part::Text { .. })) {
+            Vec::new()
+        } else {
+            parts
+        };
+        Message::User { content, parts }
+    }
+
+    /// The parts of a user message that are not text (none for any other
+    /// message).
+    pub fn media(&self) -> impl Iterator<Item = &Part> {
+        let parts = match self {
+            Message::User { parts, .. } => parts.as_slice(),
+            _ => &[],
+        };
+        parts.iter().filter(|p| !matches!(p, Part::Text { .. }))
+    }
+}
+
+/// One part of a user message that holds more than text, in the terms
+/// every provider rein speaks can express (OpenAI's content parts,
+/// Anthropic's content blocks); each provider maps what it takes and
+/// refuses, naming the part, what it does not.
+///
+/// # Why no files
+///
+/// rein bounds a prompt's tokens before sending it (invariant 2). An
+/// image's tokens are bounded whatever its size (providers scale it down,
+/// see [`IMAGE_TOKENS_BOUND`]) and audio's by its length, but a document's
+/// depend on its pages and their text, which its bytes do not bound
+/// within reason; the gateways refuse file parts saying so.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Part {
+    /// Text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image, by URL: `https://…`, or a `data:image/png;base64,…` URL.
+    Image {
+        /// Where the image is, or the image itself as a data URL.
+        url: String,
+        /// OpenAI's `detail` (`low`, `high`, `auto`), when the caller set
+        /// one; providers without it leave it out.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+    },
+    /// Audio, base64-encoded.
+    Audio {
+        /// The audio's bytes, base64.
+        data: String,
+        /// Its format (`wav`, `mp3`).
+        format: String,
+    },
+}
+
+/// The most prompt tokens one image may cost with any provider rein
+/// speaks: Anthropic scales an image to about 1.15 megapixels, about
+/// 1,600 tokens; OpenAI's tile models to at most 8 tiles, 1,445 tokens;
+/// its patch models to 1,536 patches, counted at up to 1.72 tokens each
+/// (2,642). Bounded above all of them, whatever the image's size.
+pub const IMAGE_TOKENS_BOUND: u64 = 3_000;
+
+/// Decoded audio bytes per prompt token at most: OpenAI counts audio at
+/// ten tokens a second, and the least dense audio it takes (MP3 at
+/// 8 kbit/s) is 1,000 bytes a second; half that, for a margin.
+pub const AUDIO_BYTES_PER_TOKEN: u64 = 50;
+
+impl Part {
+    /// An upper bound of the prompt tokens of a part that is not text
+    /// (a text part is counted as text, so 0 here).
+    pub fn media_tokens_bound(&self) -> u64 {
+        match self {
+            Part::Text { .. } => 0,
+            Part::Image { .. } => IMAGE_TOKENS_BOUND,
+            Part::Audio { data, .. } => {
+                // Base64 holds 3 bytes in 4 characters.
+                let decoded = u64::try_from(data.len()).unwrap_or(u64::MAX) / 4 * 3;
+                decoded.div_ceil(AUDIO_BYTES_PER_TOKEN)
+            }
+        }
+    }
+
+    /// What the part is called in messages: `text`, `image`, `audio`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Part::Text { .. } => "text",
+            Part::Image { .. } => "image",
+            Part::Audio { .. } => "audio",
+        }
+    }
 }
 
 /// A tool call as the model proposed it.

@@ -42,7 +42,10 @@ mod stream;
 pub use anthropic::{ANTHROPIC_VERSION, AnthropicProvider, DEFAULT_MAX_TOKENS};
 pub use caller::CallerDriven;
 pub use format::{FormatError, JsonSchemaFormat, ResponseFormat};
-pub use message::{FinishReason, Message, ModelRequest, ModelResponse, TokenUsage, ToolCall};
+pub use message::{
+    AUDIO_BYTES_PER_TOKEN, FinishReason, IMAGE_TOKENS_BOUND, Message, ModelRequest, ModelResponse,
+    Part, TokenUsage, ToolCall,
+};
 pub use openai::OpenAiProvider;
 pub use scripted::{ScriptError, ScriptedProvider};
 pub use stream::{
@@ -104,6 +107,20 @@ pub trait ModelProvider: Send + Sync {
     ) -> Result<TurnStream, Failure> {
         let response = self.complete(request, limits.allowance).await?;
         Ok(ready_turn(response))
+    }
+
+    /// Whether this provider's API can carry `request` at all (its
+    /// message parts, its `response_format`), checked before anything is
+    /// reserved or sent: a link that cannot is passed over for the next
+    /// one, as a context overflow is, instead of ending the turn.
+    ///
+    /// # Errors
+    ///
+    /// The not-retryable `invalid_arguments` failure naming what it cannot
+    /// carry. The default, for providers that carry every request, is none.
+    fn carries(&self, request: &ModelRequest) -> Result<(), Failure> {
+        let _ = request;
+        Ok(())
     }
 
     /// The members of `options` (OpenAI's names, from a gateway caller)

@@ -15,8 +15,8 @@ use super::http::{malformed, stream_error_failure};
 use super::sse::{Decoder, SseEvent, Update, unparseable};
 use super::stream::{Delta, StreamSettings, ToolCallDelta, collect_turn};
 use super::{
-    FinishReason, Message, ModelProvider, ModelRequest, ModelResponse, StreamLimits, TokenUsage,
-    ToolCall, TurnStream,
+    FinishReason, Message, ModelProvider, ModelRequest, ModelResponse, Part, StreamLimits,
+    TokenUsage, ToolCall, TurnStream,
 };
 use crate::Timer;
 
@@ -166,7 +166,12 @@ impl OpenAiProvider {
 fn wire_message(message: &Message) -> Value {
     match message {
         Message::System { content } => json!({"role": "system", "content": content}),
-        Message::User { content } => json!({"role": "user", "content": content}),
+        Message::User { content, parts } if parts.is_empty() => {
+            json!({"role": "user", "content": content})
+        }
+        Message::User { parts, .. } => {
+            json!({"role": "user", "content": parts.iter().map(wire_part).collect::<Vec<_>>()})
+        }
         Message::Assistant {
             content,
             tool_calls,
@@ -188,6 +193,23 @@ fn wire_message(message: &Message) -> Value {
         }
         Message::Tool { call_id, content } => {
             json!({"role": "tool", "tool_call_id": call_id, "content": content})
+        }
+    }
+}
+
+/// A part of a user message as a chat completions content part.
+fn wire_part(part: &Part) -> Value {
+    match part {
+        Part::Text { text } => json!({"type": "text", "text": text}),
+        Part::Image { url, detail } => {
+            let mut image = json!({"url": url});
+            if let Some(detail) = detail {
+                image["detail"] = json!(detail);
+            }
+            json!({"type": "image_url", "image_url": image})
+        }
+        Part::Audio { data, format } => {
+            json!({"type": "input_audio", "input_audio": {"data": data, "format": format}})
         }
     }
 }
@@ -538,9 +560,7 @@ mod tests {
         let req = ModelRequest {
             model: "m".into(),
             messages: vec![
-                Message::User {
-                    content: "hi".into(),
-                },
+                Message::user("hi"),
                 Message::Assistant {
                     content: None,
                     tool_calls: vec![ToolCall {
@@ -577,12 +597,41 @@ mod tests {
     }
 
     #[test]
+    fn a_user_message_with_media_is_sent_as_content_parts_in_order() {
+        let text_only = Message::user_parts(vec![Part::Text { text: "hi".into() }]);
+        assert_eq!(text_only, Message::user("hi"), "text parts alone are text");
+        assert_eq!(
+            wire_message(&text_only),
+            json!({"role": "user", "content": "hi"})
+        );
+        let message = Message::user_parts(vec![
+            Part::Text {
+                text: "what is this?".into(),
+            },
+            Part::Image {
+                url: "https://example.com/a.png".into(),
+                detail: Some("high".into()),
+            },
+            Part::Audio {
+                data: "UklGRg==".into(),
+                format: "wav".into(),
+            },
+        ]);
+        assert_eq!(
+            wire_message(&message),
+            json!({"role": "user", "content": [
+                {"type": "text", "text": "what is this?"},
+                {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "high"}},
+                {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+            ]})
+        );
+    }
+
+    #[test]
     fn the_output_ceiling_goes_in_the_member_the_model_takes() {
         let mut req = ModelRequest {
             model: "o3-mini".into(),
-            messages: vec![Message::User {
-                content: "hi".into(),
-            }],
+            messages: vec![Message::user("hi")],
             tools: Vec::new(),
             max_tokens: Some(100),
             options: [("max_tokens".to_owned(), json!(5))].into_iter().collect(),

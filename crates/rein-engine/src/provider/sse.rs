@@ -482,6 +482,12 @@ impl<D: Decoder> Wire<D> {
                 Update::Finish(finish) => self.assembly.finish = Some(finish),
                 Update::StopSequence(sequence) => self.assembly.stop_sequence = Some(sequence),
                 Update::Usage { input, output } => {
+                    if let Some(tokens) = input
+                        && self.assembly.input_tokens.is_none()
+                        && !self.assembly.produced()
+                    {
+                        self.out.push_back(Ok(StreamEvent::PromptTokens(tokens)));
+                    }
                     if input.is_some() {
                         self.assembly.input_tokens = input;
                     }

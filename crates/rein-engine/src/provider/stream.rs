@@ -150,6 +150,11 @@ impl Delta {
 /// What a [`TurnStream`] yields.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StreamEvent {
+    /// The provider's count of the prompt's tokens, when it gave one
+    /// before the answer's first fragment (Anthropic's `message_start`):
+    /// at most once, before any [`StreamEvent::Delta`]. A gateway announces
+    /// it where its wire format does, as the provider's API would.
+    PromptTokens(u64),
     /// A fragment, to forward as it arrives.
     Delta(Delta),
     /// The complete turn, assembled from every fragment: the last event.
@@ -160,7 +165,8 @@ pub enum StreamEvent {
 ///
 /// # Contract
 ///
-/// Zero or more `Ok(Delta)`, then exactly one terminal item — `Ok(Done)`
+/// At most one `Ok(PromptTokens)`, zero or more `Ok(Delta)`, then exactly
+/// one terminal item — `Ok(Done)`
 /// with the whole turn, or `Err(Failure)` — then the end. A stream that
 /// is cut (dropped connection, stall past a limit, unparseable event) ends
 /// in `Err`, never in `Done`: a partial answer is never presented as a
@@ -203,7 +209,7 @@ pub fn ready_turn(response: ModelResponse) -> TurnStream {
 pub async fn collect_turn(target: &str, mut stream: TurnStream) -> Result<ModelResponse, Failure> {
     while let Some(item) = stream.next().await {
         match item? {
-            StreamEvent::Delta(_) => {}
+            StreamEvent::PromptTokens(_) | StreamEvent::Delta(_) => {}
             StreamEvent::Done(response) => return Ok(response),
         }
     }

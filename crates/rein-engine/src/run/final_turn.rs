@@ -77,9 +77,7 @@ impl Engine {
         let tools = self.tools_with_health(agent).await;
         let mut messages = state.messages.clone();
         if agent.planner.show_budget {
-            messages.push(Message::User {
-                content: note.clone(),
-            });
+            messages.push(Message::user(note.clone()));
         }
         let short = if agent.planner.final_turn && !tools.is_empty() {
             let needs = TurnNeeds {
@@ -121,9 +119,7 @@ impl Engine {
         } else {
             FINAL_TURN_INSTRUCTION.to_owned()
         };
-        messages.push(Message::User {
-            content: instruction,
-        });
+        messages.push(Message::user(instruction));
         // What the primary's call will be allowed: the same ceiling the
         // chain computes for it (the event says what the model was given).
         let prompt = prompt_estimate(

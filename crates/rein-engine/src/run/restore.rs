@@ -286,9 +286,7 @@ impl Decoded {
                 Message::System {
                     content: agent.system_prompt.clone(),
                 },
-                Message::User {
-                    content: record.input.clone(),
-                },
+                Message::user(record.input.clone()),
             ],
             calls: Vec::new(),
             facts: BTreeSet::new(),

@@ -267,9 +267,7 @@ impl Engine {
                 Message::System {
                     content: agent.system_prompt.clone(),
                 },
-                Message::User {
-                    content: ctx.input.clone(),
-                },
+                Message::user(ctx.input.clone()),
             ],
             calls: Vec::new(),
             progress: Progress::new(),

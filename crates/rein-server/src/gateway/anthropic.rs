@@ -59,7 +59,7 @@ use axum::response::Response;
 use futures_util::StreamExt;
 use rein_core::Category;
 use rein_engine::provider::{
-    FinishReason, Message, ModelRequest, ModelResponse, StreamEvent, ToolCall, TurnStream,
+    FinishReason, Message, ModelRequest, ModelResponse, Part, StreamEvent, ToolCall, TurnStream,
 };
 use rein_engine::run::ModelError;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
@@ -172,11 +172,19 @@ impl Wire for Anthropic {
         message_body(model, response)
     }
 
-    fn events(_call: Call<Anthropic>, model: String, turn: TurnStream) -> EventStream {
+    const ANNOUNCES_PROMPT: bool = true;
+
+    fn events(
+        _call: Call<Anthropic>,
+        model: String,
+        turn: TurnStream,
+        prompt: Option<u64>,
+    ) -> EventStream {
         let relay = Relay {
             turn,
             id: message_id(),
             model,
+            prompt: prompt.unwrap_or(0),
             started: false,
             ended: false,
             open: None,
@@ -345,8 +353,9 @@ pub enum MessageContent {
     Blocks(Vec<ContentBlock>),
 }
 
-/// One content block. Any other type (`image`, `document`, …) is refused:
-/// the engine has no content to carry it.
+/// One content block. Any other type (`document`, `thinking`, …) is
+/// refused: a document's prompt tokens cannot be bounded before sending
+/// (see `rein_engine::provider::Part`), and the others are the model's own.
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentBlock {
@@ -354,6 +363,12 @@ pub enum ContentBlock {
     Text {
         /// The text.
         text: String,
+    },
+    /// An image (user messages only): passed to a provider that reads
+    /// images, refused naming the block by one that does not.
+    Image {
+        /// Where the image is.
+        source: ImageSource,
     },
     /// A tool call of an earlier answer.
     ToolUse {
@@ -376,6 +391,41 @@ pub enum ContentBlock {
         #[serde(default)]
         is_error: Option<bool>,
     },
+}
+
+/// An image block's source.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ImageSource {
+    /// The image itself.
+    Base64 {
+        /// `image/jpeg`, `image/png`, `image/gif` or `image/webp`.
+        media_type: String,
+        /// Its bytes, base64.
+        #[schema(min_length = 1)]
+        data: String,
+    },
+    /// Where the image is.
+    Url {
+        /// `https://…`.
+        #[schema(min_length = 1)]
+        url: String,
+    },
+}
+
+impl ImageSource {
+    /// The source as one URL (a `data:` URL for the image itself).
+    ///
+    /// # Errors
+    ///
+    /// Why it is no image a provider can be given.
+    fn url(self) -> Result<String, String> {
+        let url = match self {
+            ImageSource::Base64 { media_type, data } => super::parts::data_url(&media_type, &data),
+            ImageSource::Url { url } => url,
+        };
+        super::parts::image_url(&url).map(|()| url)
+    }
 }
 
 /// Text: a string, or text blocks (concatenated).
@@ -532,7 +582,7 @@ pub(super) fn read(body: &[u8], ceiling: Ceiling) -> Result<Call<Anthropic>, Pro
         let inner = e.inner().to_string();
         // An unknown block type is a block the engine cannot carry.
         let note = if inner.starts_with("unknown variant") && pointer.is_some() {
-            " (rein's gateway carries text, tool_use and tool_result blocks; images, documents and other blocks cannot be mapped)"
+            " (rein's gateway carries text, image, tool_use and tool_result blocks; a document is refused because its prompt tokens cannot be bounded before sending, and other blocks cannot be mapped)"
         } else {
             ""
         };
@@ -668,16 +718,39 @@ pub(super) fn read(body: &[u8], ceiling: Ceiling) -> Result<Call<Anthropic>, Pro
 fn transcribe(i: usize, message: InputMessage, out: &mut Vec<Message>) -> Result<(), Problem> {
     let misplaced = |j: usize, block: &str, role: &str| {
         invalid_at(
-            format!("messages.{i}.content.{j}: a {block} block cannot be in a {role} message"),
+            format!("messages.{i}.content.{j}: `{block}` blocks cannot be in {role} messages"),
             Some(format!("/messages/{i}/content/{j}")),
         )
     };
     match (message.role, message.content) {
-        (Role::User, MessageContent::Text(text)) => out.push(Message::User { content: text }),
+        (Role::User, MessageContent::Text(text)) => out.push(Message::user(text)),
         (Role::User, MessageContent::Blocks(blocks)) => {
+            // Text and images between tool results are one message, in
+            // order, when there is an image; each text block is a message
+            // of its own otherwise, as before images were read.
+            let mut pending: Vec<Part> = Vec::new();
+            let flush = |pending: &mut Vec<Part>, out: &mut Vec<Message>| {
+                if pending.iter().any(|p| matches!(p, Part::Image { .. })) {
+                    out.push(Message::user_parts(std::mem::take(pending)));
+                } else {
+                    out.extend(pending.drain(..).filter_map(|p| match p {
+                        Part::Text { text } => Some(Message::user(text)),
+                        Part::Image { .. } | Part::Audio { .. } => None,
+                    }));
+                }
+            };
             for (j, block) in blocks.into_iter().enumerate() {
                 match block {
-                    ContentBlock::Text { text } => out.push(Message::User { content: text }),
+                    ContentBlock::Text { text } => pending.push(Part::Text { text }),
+                    ContentBlock::Image { source } => {
+                        let url = source.url().map_err(|why| {
+                            invalid_at(
+                                format!("messages.{i}.content.{j}.source: {why}"),
+                                Some(format!("/messages/{i}/content/{j}/source")),
+                            )
+                        })?;
+                        pending.push(Part::Image { url, detail: None });
+                    }
                     ContentBlock::ToolResult {
                         tool_use_id,
                         content,
@@ -691,6 +764,7 @@ fn transcribe(i: usize, message: InputMessage, out: &mut Vec<Message>) -> Result
                         } else {
                             text
                         };
+                        flush(&mut pending, out);
                         out.push(Message::Tool {
                             call_id: tool_use_id,
                             content,
@@ -699,6 +773,7 @@ fn transcribe(i: usize, message: InputMessage, out: &mut Vec<Message>) -> Result
                     ContentBlock::ToolUse { .. } => return Err(misplaced(j, "tool_use", "user")),
                 }
             }
+            flush(&mut pending, out);
         }
         (Role::Assistant, MessageContent::Text(text)) => out.push(Message::Assistant {
             content: Some(text),
@@ -720,6 +795,7 @@ fn transcribe(i: usize, message: InputMessage, out: &mut Vec<Message>) -> Result
                     ContentBlock::ToolResult { .. } => {
                         return Err(misplaced(j, "tool_result", "assistant"));
                     }
+                    ContentBlock::Image { .. } => return Err(misplaced(j, "image", "assistant")),
                 }
             }
             out.push(Message::Assistant {
@@ -811,6 +887,9 @@ struct Relay {
     turn: TurnStream,
     id: String,
     model: String,
+    /// rein's bound of the prompt's tokens, for `message_start` when the
+    /// upstream did not count them before its first token.
+    prompt: u64,
     started: bool,
     ended: bool,
     open: Option<Open>,
@@ -910,45 +989,64 @@ impl Relay {
         }
         if !self.started {
             self.started = true;
+            // `message_start` says the prompt's tokens, as Anthropic's
+            // does: the upstream's own count when it gave one before its
+            // first token (an Anthropic upstream), else rein's bound of
+            // them; `message_delta` says what the provider counted.
+            let (input, first) = match self.turn.next().await {
+                Some(Ok(StreamEvent::PromptTokens(tokens))) => (tokens, None),
+                other => (self.prompt, Some(other)),
+            };
             let start = json!({"type": "message_start", "message": {
                 "id": self.id, "type": "message", "role": "assistant", "model": self.model,
                 "content": [], "stop_reason": null, "stop_sequence": null,
-                "usage": {"input_tokens": 0, "output_tokens": 0}}});
+                "usage": {"input_tokens": input, "output_tokens": 0}}});
             let mut out = event("message_start", &start);
             out.push_str(&event("ping", &json!({"type": "ping"})));
+            if let Some(first) = first {
+                out.push_str(&self.relay(first));
+            }
             return Some(Bytes::from(out));
         }
         loop {
-            let text = match self.turn.next().await {
-                Some(Ok(StreamEvent::Delta(delta))) => self.delta(&delta),
-                Some(Ok(StreamEvent::Done(response))) => {
-                    self.ended = true;
-                    let mut out = String::new();
-                    self.close(&mut out);
-                    out.push_str(&event(
-                        "message_delta",
-                        &json!({"type": "message_delta",
-                                "delta": {"stop_reason": stop_reason(&response),
-                                          "stop_sequence": stop_sequence(&response)},
-                                "usage": usage(&response)}),
-                    ));
-                    out.push_str(&event("message_stop", &json!({"type": "message_stop"})));
-                    out
-                }
-                Some(Err(failure)) => {
-                    let kind = match failure.category() {
-                        Category::Overloaded | Category::RateLimited | Category::CircuitOpen => {
-                            "overloaded_error"
-                        }
-                        _ => "api_error",
-                    };
-                    self.error(kind, failure.human_message())
-                }
-                None => self.error("api_error", "the stream ended without a complete answer"),
-            };
+            let item = self.turn.next().await;
+            let text = self.relay(item);
             if !text.is_empty() {
                 return Some(Bytes::from(text));
             }
+        }
+    }
+
+    /// The events of the turn's next item (`None`: the turn ended).
+    fn relay(&mut self, item: Option<Result<StreamEvent, rein_core::Failure>>) -> String {
+        match item {
+            // Said in `message_start`, or at most once and first.
+            Some(Ok(StreamEvent::PromptTokens(_))) => String::new(),
+            Some(Ok(StreamEvent::Delta(delta))) => self.delta(&delta),
+            Some(Ok(StreamEvent::Done(response))) => {
+                self.ended = true;
+                let mut out = String::new();
+                self.close(&mut out);
+                out.push_str(&event(
+                    "message_delta",
+                    &json!({"type": "message_delta",
+                                "delta": {"stop_reason": stop_reason(&response),
+                                          "stop_sequence": stop_sequence(&response)},
+                                "usage": usage(&response)}),
+                ));
+                out.push_str(&event("message_stop", &json!({"type": "message_stop"})));
+                out
+            }
+            Some(Err(failure)) => {
+                let kind = match failure.category() {
+                    Category::Overloaded | Category::RateLimited | Category::CircuitOpen => {
+                        "overloaded_error"
+                    }
+                    _ => "api_error",
+                };
+                self.error(kind, failure.human_message())
+            }
+            None => self.error("api_error", "the stream ended without a complete answer"),
         }
     }
 }
@@ -1068,9 +1166,7 @@ mod tests {
                 Message::System {
                     content: "be brief".into()
                 },
-                Message::User {
-                    content: "Where is A-1?".into()
-                },
+                Message::user("Where is A-1?"),
                 Message::Assistant {
                     content: Some("Looking.".into()),
                     tool_calls: vec![ToolCall {
@@ -1083,9 +1179,7 @@ mod tests {
                     call_id: "t1".into(),
                     content: "[error] gone".into()
                 },
-                Message::User {
-                    content: "And now?".into()
-                },
+                Message::user("And now?"),
             ]
         );
         assert_eq!(r.max_tokens, Some(100));
@@ -1103,6 +1197,41 @@ mod tests {
     }
 
     #[test]
+    fn images_and_the_text_around_them_are_one_user_message_in_order() {
+        let call = parsed(json!({
+            "model": "m", "max_tokens": 100,
+            "messages": [
+                {"role": "user", "content": [
+                    {"type": "text", "text": "Compare"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+                    {"type": "image", "source": {"type": "url", "url": "https://example.com/b.jpg"}},
+                    {"type": "text", "text": "please."}]}]
+        }));
+        assert_eq!(
+            call.request.messages,
+            vec![Message::user_parts(vec![
+                Part::Text {
+                    text: "Compare".into()
+                },
+                Part::Image {
+                    url: "data:image/png;base64,iVBORw0KGgo=".into(),
+                    detail: None
+                },
+                Part::Image {
+                    url: "https://example.com/b.jpg".into(),
+                    detail: None
+                },
+                Part::Text {
+                    text: "please.".into()
+                },
+            ])]
+        );
+        assert!(
+            matches!(&call.request.messages[0], Message::User { content, .. } if content == "Compareplease.")
+        );
+    }
+
+    #[test]
     fn what_cannot_be_mapped_is_refused_naming_the_block() {
         let p = refused(json!({"model": "m", "messages": [{"role": "user", "content": "a"}]}));
         assert_eq!(p.status, 400);
@@ -1110,12 +1239,24 @@ mod tests {
         let p = refused(
             json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
             {"type": "text", "text": "what is this?"},
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}]}]}),
+            {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "AA=="}}]}]}),
         );
         assert_eq!(p.status, 400);
         assert!(p.detail.contains("/messages/0/content/1"), "{}", p.detail);
-        assert!(p.detail.contains("`image`"), "{}", p.detail);
-        assert!(p.detail.contains("cannot be mapped"), "{}", p.detail);
+        assert!(p.detail.contains("`document`"), "{}", p.detail);
+        assert!(p.detail.contains("cannot be bounded"), "{}", p.detail);
+        let p = refused(
+            json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "text/plain", "data": "AA=="}}]}]}),
+        );
+        assert_eq!(p.extra.unwrap()["field"], "/messages/0/content/0/source");
+        assert!(p.detail.contains("`text/plain`"), "{}", p.detail);
+        let p = refused(json!({"model": "m", "max_tokens": 5, "messages": [
+            {"role": "assistant", "content": [{"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}]}));
+        assert_eq!(
+            p.detail,
+            "messages.0.content.0: `image` blocks cannot be in assistant messages"
+        );
         let p = refused(json!({"model": "m", "max_tokens": 5, "temperature": 1.5,
                                "messages": [{"role": "user", "content": "a"}]}));
         assert_eq!(p.extra.unwrap()["field"], "/temperature");

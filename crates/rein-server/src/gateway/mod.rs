@@ -57,6 +57,7 @@ pub mod count_tokens;
 pub mod dialect;
 pub mod models;
 pub mod openai;
+mod parts;
 pub mod responses;
 
 use std::pin::Pin;
@@ -147,9 +148,20 @@ trait Wire: Sized + Send + Sync + 'static {
     /// The whole answer's body.
     fn body(call: &Call<Self>, model: &str, response: &ModelResponse) -> serde_json::Value;
 
+    /// Whether the wire's stream opens by saying the prompt's tokens
+    /// (Anthropic's `message_start`): [`Wire::events`] is then given rein's
+    /// bound of them, for an upstream that says its count only at the end.
+    const ANNOUNCES_PROMPT: bool = false;
+
     /// The answer as server-sent events, ending with the wire's in-band
-    /// error event (and no terminator) when `turn` fails.
-    fn events(call: Call<Self>, model: String, turn: TurnStream) -> EventStream;
+    /// error event (and no terminator) when `turn` fails; `prompt` is
+    /// rein's bound of the prompt's tokens when [`Wire::ANNOUNCES_PROMPT`].
+    fn events(
+        call: Call<Self>,
+        model: String,
+        turn: TurnStream,
+        prompt: Option<u64>,
+    ) -> EventStream;
 }
 
 /// A gateway request of wire format `W`, from its raw body to its answer.
@@ -425,7 +437,17 @@ async fn stream<W: Wire>(
     let ModelReply::Stream(turn) = answer.reply else {
         return Problem::internal("a whole answer where a stream was asked for").into_response();
     };
-    let events = W::events(call, answer.model, turn);
+    let prompt = match state.models.get(&call.binding) {
+        Some(binding) if W::ANNOUNCES_PROMPT => Some(
+            state
+                .engine
+                .count_prompt(binding, &call.request)
+                .await
+                .tokens,
+        ),
+        _ => None,
+    };
+    let events = W::events(call, answer.model, turn, prompt);
     let mut response = Response::new(Body::from_stream(futures_util::StreamExt::map(
         events,
         Ok::<_, std::convert::Infallible>,

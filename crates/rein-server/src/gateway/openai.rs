@@ -22,8 +22,8 @@ use axum::response::Response;
 use futures_util::StreamExt;
 use rein_core::Category;
 use rein_engine::provider::{
-    FinishReason, Message, ModelRequest, ModelResponse, ResponseFormat, StreamEvent, ToolCall,
-    TurnStream,
+    FinishReason, Message, ModelRequest, ModelResponse, Part, ResponseFormat, StreamEvent,
+    ToolCall, TurnStream,
 };
 use rein_engine::run::ModelError;
 use serde::{Deserialize, Serialize};
@@ -102,7 +102,12 @@ impl Wire for OpenAi {
         completion_body(model, response)
     }
 
-    fn events(call: Call<OpenAi>, model: String, turn: TurnStream) -> EventStream {
+    fn events(
+        call: Call<OpenAi>,
+        model: String,
+        turn: TurnStream,
+        _prompt: Option<u64>,
+    ) -> EventStream {
         let relay = Relay {
             turn,
             id: completion_id(),
@@ -517,32 +522,96 @@ pub enum ChatMessage {
     },
 }
 
-/// A message's text: a string, or text parts.
-#[derive(Debug, Deserialize, ToSchema)]
+/// A message's content: a string, or parts.
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum Content {
     /// Plain text.
     Text(String),
-    /// Text parts, concatenated.
-    Parts(Vec<TextPart>),
+    /// Parts, in order: text, and in a user message images and audio.
+    Parts(Vec<ContentPart>),
 }
 
-/// A text part.
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct TextPart {
-    /// Always `text` (the gateway carries text only).
-    #[serde(rename = "type")]
-    pub kind: TextKind,
-    /// The text.
-    pub text: String,
-}
-
-/// The kind of a text part.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum TextKind {
+/// One part of a message's content. A `file` part is refused: rein
+/// bounds a prompt's tokens before sending it, and a document's cannot be
+/// bounded from its bytes (see `rein_engine::provider::Part`).
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentPart {
     /// Text.
-    Text,
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image (user messages only): passed to a provider that reads
+    /// images, refused naming the part by one that does not.
+    ImageUrl {
+        /// The image.
+        image_url: ImageUrl,
+    },
+    /// Audio (user messages only), as [`ContentPart::ImageUrl`].
+    InputAudio {
+        /// The audio.
+        input_audio: InputAudio,
+    },
+    /// An earlier answer's refusal (assistant messages only), read as its
+    /// text.
+    Refusal {
+        /// The text.
+        refusal: String,
+    },
+}
+
+/// An image part's image.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+pub struct ImageUrl {
+    /// `https://…`, or the image itself as `data:image/png;base64,…`.
+    #[schema(min_length = 1)]
+    pub url: String,
+    /// `low`, `high` or `auto`; providers without it leave it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<ImageDetail>,
+}
+
+/// An image's detail.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ImageDetail {
+    /// The provider chooses.
+    Auto,
+    /// A low-resolution pass.
+    Low,
+    /// The full image.
+    High,
+}
+
+/// An audio part's audio.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+pub struct InputAudio {
+    /// The audio's bytes, base64.
+    #[schema(min_length = 1)]
+    pub data: String,
+    /// Its format.
+    pub format: AudioFormat,
+}
+
+/// The audio formats OpenAI's chat completions read.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AudioFormat {
+    /// WAV.
+    Wav,
+    /// MP3.
+    Mp3,
+}
+
+impl<'de> Deserialize<'de> for Content {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(match super::anthropic::string_or_seq(deserializer)? {
+            Ok(text) => Content::Text(text),
+            Err(parts) => Content::Parts(parts),
+        })
+    }
 }
 
 /// The kind of a tool or tool call.
@@ -604,49 +673,144 @@ pub struct FunctionDef {
 }
 
 impl Content {
-    fn text(self) -> String {
+    /// The text of the content: a `role` message's other than a user's,
+    /// whose parts must all be text (a refusal too, for an assistant's).
+    ///
+    /// # Errors
+    ///
+    /// A part that cannot be in such a message, named by its pointer.
+    fn text(self, i: usize, role: &str) -> Result<String, Problem> {
+        let parts = match self {
+            Content::Text(text) => return Ok(text),
+            Content::Parts(parts) => parts,
+        };
+        let mut text = String::new();
+        for (j, part) in parts.into_iter().enumerate() {
+            match part {
+                ContentPart::Text { text: piece } => text.push_str(&piece),
+                ContentPart::Refusal { refusal } if role == "assistant" => {
+                    text.push_str(&refusal);
+                }
+                other => return Err(misplaced(i, j, other.kind(), role)),
+            }
+        }
+        Ok(text)
+    }
+
+    /// The user message of the content, the `i`-th of the request.
+    ///
+    /// # Errors
+    ///
+    /// A refusal part, or a data URL that is not one.
+    fn user(self, i: usize) -> Result<Message, Problem> {
+        let parts = match self {
+            Content::Text(text) => return Ok(Message::user(text)),
+            Content::Parts(parts) => parts,
+        };
+        let parts = parts
+            .into_iter()
+            .enumerate()
+            .map(|(j, part)| match part {
+                ContentPart::Text { text } => Ok(Part::Text { text }),
+                ContentPart::ImageUrl { image_url } => {
+                    match super::parts::image_url(&image_url.url) {
+                        Ok(()) => Ok(Part::Image {
+                            url: image_url.url,
+                            detail: image_url.detail.map(|d| d.as_str().to_owned()),
+                        }),
+                        Err(why) => Err(invalid_at(
+                            format!("messages[{i}].content[{j}].image_url.url: {why}"),
+                            Some(format!("/messages/{i}/content/{j}/image_url/url")),
+                        )),
+                    }
+                }
+                ContentPart::InputAudio { input_audio } => Ok(Part::Audio {
+                    data: input_audio.data,
+                    format: input_audio.format.as_str().to_owned(),
+                }),
+                ContentPart::Refusal { .. } => Err(misplaced(i, j, "refusal", "user")),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Message::user_parts(parts))
+    }
+}
+
+impl ContentPart {
+    /// The part's `type`.
+    fn kind(&self) -> &'static str {
         match self {
-            Content::Text(text) => text,
-            Content::Parts(parts) => parts.into_iter().map(|p| p.text).collect(),
+            ContentPart::Text { .. } => "text",
+            ContentPart::ImageUrl { .. } => "image_url",
+            ContentPart::InputAudio { .. } => "input_audio",
+            ContentPart::Refusal { .. } => "refusal",
         }
     }
 }
 
-impl From<ChatMessage> for Message {
-    fn from(m: ChatMessage) -> Message {
-        match m {
-            ChatMessage::System { content } | ChatMessage::Developer { content } => {
-                Message::System {
-                    content: content.text(),
-                }
-            }
-            ChatMessage::User { content } => Message::User {
-                content: content.text(),
-            },
-            ChatMessage::Assistant {
-                content,
-                tool_calls,
-            } => Message::Assistant {
-                content: content.map(Content::text),
-                tool_calls: tool_calls
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|c| ToolCall {
-                        id: c.id,
-                        name: c.function.name,
-                        arguments: c.function.arguments,
-                    })
-                    .collect(),
-            },
-            ChatMessage::Tool {
-                tool_call_id,
-                content,
-            } => Message::Tool {
-                call_id: tool_call_id,
-                content: content.text(),
-            },
+impl ImageDetail {
+    fn as_str(self) -> &'static str {
+        match self {
+            ImageDetail::Auto => "auto",
+            ImageDetail::Low => "low",
+            ImageDetail::High => "high",
         }
     }
+}
+
+impl AudioFormat {
+    fn as_str(self) -> &'static str {
+        match self {
+            AudioFormat::Wav => "wav",
+            AudioFormat::Mp3 => "mp3",
+        }
+    }
+}
+
+/// The 400 for a `kind` part in a `role` message, where OpenAI takes none.
+fn misplaced(i: usize, j: usize, kind: &str, role: &str) -> Problem {
+    invalid_at(
+        format!("messages[{i}].content[{j}]: `{kind}` parts cannot be in {role} messages"),
+        Some(format!("/messages/{i}/content/{j}/type")),
+    )
+}
+
+/// rein's message of `m`, the `i`-th of the request.
+///
+/// # Errors
+///
+/// A part that cannot be where it is.
+fn transcribe(i: usize, m: ChatMessage) -> Result<Message, Problem> {
+    Ok(match m {
+        ChatMessage::System { content } => Message::System {
+            content: content.text(i, "system")?,
+        },
+        ChatMessage::Developer { content } => Message::System {
+            content: content.text(i, "developer")?,
+        },
+        ChatMessage::User { content } => content.user(i)?,
+        ChatMessage::Assistant {
+            content,
+            tool_calls,
+        } => Message::Assistant {
+            content: content.map(|c| c.text(i, "assistant")).transpose()?,
+            tool_calls: tool_calls
+                .unwrap_or_default()
+                .into_iter()
+                .map(|c| ToolCall {
+                    id: c.id,
+                    name: c.function.name,
+                    arguments: c.function.arguments,
+                })
+                .collect(),
+        },
+        ChatMessage::Tool {
+            tool_call_id,
+            content,
+        } => Message::Tool {
+            call_id: tool_call_id,
+            content: content.text(i, "tool")?,
+        },
+    })
 }
 
 /// Refuses the values of `n`, `logprobs` and `modalities` that ask for
@@ -676,15 +840,44 @@ fn refuse_unanswerable(chat: &ChatRequest) -> Result<(), Problem> {
     Ok(())
 }
 
+/// What a serde error at `pointer` leaves unsaid: which parts rein
+/// carries, and why not a file.
+fn note(pointer: &str, inner: &str) -> &'static str {
+    let steps: Vec<&str> = pointer.split('/').skip(1).collect();
+    match steps.as_slice() {
+        ["messages", _, "content", _, "type"] if inner.starts_with("unknown variant") => {
+            " (rein's gateway carries text, image_url and input_audio parts, and refusal parts of earlier answers; a `file` part is refused: rein bounds every prompt's tokens before sending it, and a document's cannot be bounded from its bytes)"
+        }
+        _ => "",
+    }
+}
+
+/// The pointer to the `type` of the part a message's error is about, when
+/// it is an unknown part type: a message is read by its `role` tag, which
+/// buffers its members, so serde's path stops at the message.
+fn unknown_part(body: &[u8], at: &str, inner: &str) -> Option<String> {
+    let i: usize = at.strip_prefix("/messages/")?.parse().ok()?;
+    let kind = inner.strip_prefix("unknown variant `")?.split('`').next()?;
+    let body: Value = serde_json::from_slice(body).ok()?;
+    let j = body
+        .pointer(&format!("/messages/{i}/content"))?
+        .as_array()?
+        .iter()
+        .position(|part| part["type"] == kind)?;
+    Some(format!("/messages/{i}/content/{j}/type"))
+}
+
 /// Reads OpenAI's request shape into rein's, naming the offending field.
 fn parse(body: &[u8]) -> Result<Call<OpenAi>, Problem> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let chat: ChatRequest = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let pointer = crate::pointer::of_path(e.path());
+        let pointer = crate::pointer::of_path(e.path())
+            .map(|at| unknown_part(body, &at, &e.inner().to_string()).unwrap_or(at));
         let message = match &pointer {
             Some(pointer) => format!(
-                "the body is not a chat completion request: at {pointer}: {}",
-                e.inner()
+                "the body is not a chat completion request: at {pointer}: {}{}",
+                e.inner(),
+                note(pointer, &e.inner().to_string())
             ),
             None => format!("the body is not a chat completion request: {}", e.inner()),
         };
@@ -787,6 +980,12 @@ fn parse(body: &[u8]) -> Result<Call<OpenAi>, Problem> {
     if let Err(e) = ResponseFormat::of(&options) {
         return Err(invalid_at(e.to_string(), Some("/response_format".into())));
     }
+    let messages = chat
+        .messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| transcribe(i, m))
+        .collect::<Result<Vec<_>, _>>()?;
     let tools = chat
         .tools
         .unwrap_or_default()
@@ -799,7 +998,7 @@ fn parse(body: &[u8]) -> Result<Call<OpenAi>, Problem> {
         tenant: None,
         request: ModelRequest {
             model: String::new(),
-            messages: chat.messages.into_iter().map(Message::from).collect(),
+            messages,
             tools,
             max_tokens,
             options,
@@ -903,7 +1102,19 @@ impl Relay {
             let first = self.chunk(json!({"role": "assistant", "content": ""}), None);
             return Some(Bytes::from(sse(&first)));
         }
-        let text = match self.turn.next().await {
+        let mut next = self.turn.next().await;
+        // OpenAI's stream says the prompt's tokens in its usage chunk only.
+        while let Some(Ok(StreamEvent::PromptTokens(_))) = next {
+            next = self.turn.next().await;
+        }
+        let text = match next {
+            Some(Ok(StreamEvent::PromptTokens(_))) | None => {
+                self.ended = true;
+                sse(&json!({"error": {
+                    "message": "the stream ended without a complete answer",
+                    "type": "stream_error", "code": "unknown", "param": null,
+                }}))
+            }
             Some(Ok(StreamEvent::Delta(delta))) => {
                 let mut d = json!({});
                 if let Some(text) = &delta.text {
@@ -952,13 +1163,6 @@ impl Relay {
                     "code": failure.category().as_str(), "param": null,
                 }}))
             }
-            None => {
-                self.ended = true;
-                sse(&json!({"error": {
-                    "message": "the stream ended without a complete answer",
-                    "type": "stream_error", "code": "unknown", "param": null,
-                }}))
-            }
         };
         Some(Bytes::from(text))
     }
@@ -973,6 +1177,93 @@ mod tests {
             panic!("{body} parses");
         };
         serde_json::to_value(problem).unwrap()
+    }
+
+    #[test]
+    fn image_and_audio_parts_of_a_user_message_are_carried_in_order() {
+        let body = json!({"model": "m", "messages": [
+            {"role": "system", "content": [{"type": "text", "text": "be "}, {"type": "text", "text": "brief"}]},
+            {"role": "user", "content": [
+                {"type": "text", "text": "what is this?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"}},
+                {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}]},
+            {"role": "assistant", "content": [{"type": "refusal", "refusal": "I cannot."}]},
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]});
+        let Ok(call) = parse(body.to_string().as_bytes()) else {
+            panic!("{body} does not parse");
+        };
+        assert_eq!(
+            call.request.messages,
+            vec![
+                Message::System {
+                    content: "be brief".into()
+                },
+                Message::user_parts(vec![
+                    Part::Text {
+                        text: "what is this?".into()
+                    },
+                    Part::Image {
+                        url: "data:image/png;base64,iVBORw0KGgo=".into(),
+                        detail: Some("low".into())
+                    },
+                    Part::Audio {
+                        data: "UklGRg==".into(),
+                        format: "wav".into()
+                    },
+                ]),
+                Message::Assistant {
+                    content: Some("I cannot.".into()),
+                    tool_calls: Vec::new()
+                },
+                Message::user("ab"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_part_rein_cannot_carry_or_that_is_misplaced_is_named() {
+        let user = |part: Value| {
+            json!({"model": "m", "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "see"}, part]}]})
+            .to_string()
+        };
+        let p = problem_of(&user(
+            json!({"type": "file", "file": {"file_data": "data:application/pdf;base64,AA=="}}),
+        ));
+        assert_eq!(p["field"], "/messages/0/content/1/type", "{p}");
+        let detail = p["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("`file`") && detail.contains("cannot be bounded"),
+            "{p}"
+        );
+        let p = problem_of(&user(
+            json!({"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}),
+        ));
+        assert_eq!(p["field"], "/messages/0/content/1/image_url/url", "{p}");
+        let p = problem_of(&user(
+            json!({"type": "input_audio", "input_audio": {"data": "AA==", "format": "flac"}}),
+        ));
+        // A message is read by its role tag: serde's path stops there.
+        assert_eq!(p["field"], "/messages/0", "{p}");
+        assert!(
+            p["detail"]
+                .as_str()
+                .unwrap()
+                .contains("`flac`, expected `wav` or `mp3`"),
+            "{p}"
+        );
+        let p = problem_of(&user(json!({"type": "refusal", "refusal": "no"})));
+        assert_eq!(p["field"], "/messages/0/content/1/type", "{p}");
+        let p = problem_of(
+            &json!({"model": "m", "messages": [{"role": "system", "content": [
+                {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}]})
+            .to_string(),
+        );
+        assert_eq!(p["field"], "/messages/0/content/0/type", "{p}");
+        assert_eq!(
+            p["detail"],
+            "messages[0].content[0]: `image_url` parts cannot be in system messages"
+        );
     }
 
     #[test]

@@ -28,9 +28,10 @@
 //! | `model` | passed: names a `[models.*]` binding |
 //! | `input`, a string | mapped: one user message |
 //! | `input` message items: `role` `user`, `assistant`, `system` or `developer`; `content` a string or `input_text`/`output_text`/`refusal` parts | mapped: one message each (`developer` as system), parts concatenated |
+//! | `input_image` parts of a user message (`image_url` a URL or a data URL) | mapped: passed to a provider that reads images, refused naming the part by one that does not; a `file_id` is refused (rein keeps no files) |
 //! | `input` `function_call` items (`call_id`, `name`, `arguments`) | mapped: tool calls of the assistant turn before them (consecutive calls make one turn) |
 //! | `input` `function_call_output` items (`call_id`, `output`) | mapped: a tool message |
-//! | other items and parts (`reasoning`, `item_reference`, hosted tools' calls, `input_image`, `input_file`, …) | refused, naming the item: the engine has no content to carry them |
+//! | other items and parts (`reasoning`, `item_reference`, hosted tools' calls, `input_file`, …) | refused, naming the item: the engine has no content to carry them (a file's prompt tokens cannot be bounded before sending) |
 //! | `instructions` | mapped: the first system message |
 //! | `tools` of type `function` (`name`, `description`, `parameters`, `strict`) | mapped: function definitions, `strict` kept |
 //! | hosted `tools` (`web_search`, `file_search`, `mcp`, …) | refused: they run on OpenAI's side |
@@ -208,7 +209,12 @@ impl Wire for Responses {
         shell.render(outcome.status(), &items, Some(response))
     }
 
-    fn events(call: Call<Responses>, model: String, turn: TurnStream) -> EventStream {
+    fn events(
+        call: Call<Responses>,
+        model: String,
+        turn: TurnStream,
+        _prompt: Option<u64>,
+    ) -> EventStream {
         let relay = Relay {
             turn,
             id: response_id(),
@@ -360,7 +366,7 @@ pub enum ItemKind {
 }
 
 /// A message's speaker.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// The user.
@@ -373,7 +379,18 @@ pub enum Role {
     Developer,
 }
 
-/// Text: a string, or text parts (concatenated).
+impl Role {
+    fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::System => "system",
+            Role::Developer => "developer",
+        }
+    }
+}
+
+/// Text: a string, or parts (a user's images among them).
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum Content {
@@ -383,8 +400,10 @@ pub enum Content {
     Parts(Vec<Part>),
 }
 
-/// A text part. Any other type (`input_image`, `input_file`, …) is
-/// refused: the engine has no content to carry it.
+/// A part of an item's content. `input_file` and `input_audio` are
+/// refused: a document's prompt tokens cannot be bounded before sending
+/// (see `rein_engine::provider::Part`), and the Responses API takes no
+/// audio input.
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Part {
@@ -392,6 +411,19 @@ pub enum Part {
     InputText {
         /// The text.
         text: String,
+    },
+    /// An image (user messages only), by URL or as a data URL; a stored
+    /// file's `file_id` is refused (rein has no files).
+    InputImage {
+        /// `https://…`, or the image itself as `data:image/png;base64,…`.
+        #[serde(default)]
+        image_url: Option<String>,
+        /// A file stored with OpenAI (refused).
+        #[serde(default)]
+        file_id: Option<String>,
+        /// `low`, `high` or `auto`.
+        #[serde(default)]
+        detail: Option<String>,
     },
     /// An earlier answer's text.
     OutputText {
@@ -424,17 +456,81 @@ impl<'de> Deserialize<'de> for Content {
 }
 
 impl Content {
-    fn text(self) -> String {
-        match self {
-            Content::Text(text) => text,
-            Content::Parts(parts) => parts
-                .into_iter()
-                .map(|p| match p {
-                    Part::InputText { text } | Part::OutputText { text } => text,
-                    Part::Refusal { refusal } => refusal,
-                })
-                .collect(),
+    /// The text of the content of the `i`-th item, whose `role` takes
+    /// text only.
+    ///
+    /// # Errors
+    ///
+    /// An image where it cannot be, named by its pointer.
+    fn text(self, i: usize, role: &str) -> Result<String, Problem> {
+        let parts = match self {
+            Content::Text(text) => return Ok(text),
+            Content::Parts(parts) => parts,
+        };
+        let mut text = String::new();
+        for (j, part) in parts.into_iter().enumerate() {
+            match part {
+                Part::InputText { text: piece } | Part::OutputText { text: piece } => {
+                    text.push_str(&piece);
+                }
+                Part::Refusal { refusal } => text.push_str(&refusal),
+                Part::InputImage { .. } => {
+                    return Err(invalid_at(
+                        format!(
+                            "input.{i}.content.{j}: input_image parts are read in user messages only, not {role} ones"
+                        ),
+                        Some(format!("/input/{i}/content/{j}/type")),
+                    ));
+                }
+            }
         }
+        Ok(text)
+    }
+
+    /// The user message of the content of the `i`-th item.
+    ///
+    /// # Errors
+    ///
+    /// An image without a URL, or with one no provider can be given.
+    fn user(self, i: usize) -> Result<Message, Problem> {
+        let parts = match self {
+            Content::Text(text) => return Ok(Message::user(text)),
+            Content::Parts(parts) => parts,
+        };
+        let parts = parts
+            .into_iter()
+            .enumerate()
+            .map(|(j, part)| match part {
+                Part::InputText { text } | Part::OutputText { text } => {
+                    Ok(rein_engine::provider::Part::Text { text })
+                }
+                Part::Refusal { refusal } => Ok(rein_engine::provider::Part::Text { text: refusal }),
+                Part::InputImage {
+                    image_url,
+                    file_id,
+                    detail,
+                } => {
+                    let at = |why: String, member: &str| {
+                        invalid_at(
+                            format!("input.{i}.content.{j}.{member}: {why}"),
+                            Some(format!("/input/{i}/content/{j}/{member}")),
+                        )
+                    };
+                    if file_id.is_some() {
+                        return Err(at(
+                            "a stored file cannot be read: rein keeps no files; send the image as `image_url` (a URL or a data URL)".into(),
+                            "file_id",
+                        ));
+                    }
+                    let url = image_url.ok_or_else(|| {
+                        at("an input_image needs `image_url`".into(), "image_url")
+                    })?;
+                    super::parts::image_url(&url).map_err(|why| at(why, "image_url"))?;
+                    Ok(rein_engine::provider::Part::Image { url, detail })
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Message::user_parts(parts))
     }
 }
 
@@ -549,7 +645,7 @@ fn note(pointer: &str, inner: &str) -> &'static str {
             " (rein's gateway carries message, function_call and function_call_output items; reasoning items, item references and hosted tools' calls cannot be mapped: rein keeps no response state and runs no hosted tools)"
         }
         ["input", _, "content" | "output", _, "type"] => {
-            " (rein's gateway carries input_text, output_text and refusal parts; images, files and audio cannot be mapped)"
+            " (rein's gateway carries input_text, input_image, output_text and refusal parts; a file is refused because its prompt tokens cannot be bounded before sending, and the Responses API takes no audio)"
         }
         ["tools", _, "type"] => {
             " (rein's gateway carries function tools; hosted tools run on OpenAI's side and cannot be mapped)"
@@ -668,7 +764,7 @@ fn parse(body: &[u8]) -> Result<Call<Responses>, Problem> {
         });
     }
     match request.input {
-        Input::Text(text) => messages.push(Message::User { content: text }),
+        Input::Text(text) => messages.push(Message::user(text)),
         Input::Items(items) if items.is_empty() => {
             return Err(invalid_at(
                 "`input` must not be empty".into(),
@@ -829,13 +925,15 @@ fn transcribe(i: usize, item: InputItem, out: &mut Vec<Message>) -> Result<(), P
     match item.kind.unwrap_or(ItemKind::Message) {
         ItemKind::Message => {
             let role = item.role.ok_or_else(|| needs("message", "role"))?;
-            let text = item
-                .content
-                .ok_or_else(|| needs("message", "content"))?
-                .text();
+            let content = item.content.ok_or_else(|| needs("message", "content"))?;
+            if role == Role::User {
+                out.push(content.user(i)?);
+                return Ok(());
+            }
+            let text = content.text(i, role.as_str())?;
             match role {
                 Role::System | Role::Developer => out.push(Message::System { content: text }),
-                Role::User => out.push(Message::User { content: text }),
+                Role::User => out.push(Message::user(text)),
                 // The text of a turn whose calls came first joins them.
                 Role::Assistant => match out.last_mut() {
                     Some(Message::Assistant {
@@ -875,7 +973,7 @@ fn transcribe(i: usize, item: InputItem, out: &mut Vec<Message>) -> Result<(), P
             content: item
                 .output
                 .ok_or_else(|| needs("function_call_output", "output"))?
-                .text(),
+                .text(i, "function_call_output")?,
         }),
     }
     Ok(())
@@ -1320,6 +1418,8 @@ impl Relay {
         }
         loop {
             let text = match self.turn.next().await {
+                // The Responses API says the prompt's tokens at the end.
+                Some(Ok(StreamEvent::PromptTokens(_))) => String::new(),
                 Some(Ok(StreamEvent::Delta(delta))) => self.delta(&delta),
                 Some(Ok(StreamEvent::Done(response))) => {
                     self.ended = true;
@@ -1399,9 +1499,7 @@ mod tests {
                 Message::System {
                     content: "no emoji".into()
                 },
-                Message::User {
-                    content: "Where is A-1?".into()
-                },
+                Message::user("Where is A-1?"),
                 Message::Assistant {
                     content: Some("Looking.".into()),
                     tool_calls: vec![
@@ -1469,12 +1567,7 @@ mod tests {
     fn a_string_input_is_one_user_message_and_defaults_are_echoed() {
         let call =
             parsed(json!({"model": "m", "input": "Hi.", "tools": [], "parallel_tool_calls": true}));
-        assert_eq!(
-            call.request.messages,
-            vec![Message::User {
-                content: "Hi.".into()
-            }]
-        );
+        assert_eq!(call.request.messages, vec![Message::user("Hi.")]);
         // No tools: no parallel_tool_calls for the provider.
         assert!(
             call.request.options.is_empty(),
@@ -1534,11 +1627,11 @@ mod tests {
     fn what_cannot_be_mapped_is_refused_naming_the_item() {
         let p = refused_with(json!({"model": "m", "input": [{"role": "user", "content": [
             {"type": "input_text", "text": "what is this?"},
-            {"type": "input_image", "image_url": "https://example.com/a.png"}]}]}));
+            {"type": "input_file", "file_id": "file-1"}]}]}));
         assert_eq!(p["field"], "/input/0/content/1/type", "{p}");
         let message = p["error"]["message"].as_str().unwrap();
         assert!(
-            message.contains("input_image") && message.contains("cannot be mapped"),
+            message.contains("input_file") && message.contains("cannot be bounded"),
             "{p}"
         );
         let p = refused_with(json!({"model": "m", "input": [
@@ -1684,7 +1777,7 @@ mod tests {
     async fn streamed(items: Vec<Result<StreamEvent, rein_core::Failure>>) -> Vec<(String, Value)> {
         let call = parsed(json!({"model": "m", "input": "Hi.", "stream": true}));
         let turn: TurnStream = Box::pin(futures_util::stream::iter(items));
-        let bytes: Vec<Bytes> = Responses::events(call, "mock-model".into(), turn)
+        let bytes: Vec<Bytes> = Responses::events(call, "mock-model".into(), turn, None)
             .collect()
             .await;
         let text: String = bytes

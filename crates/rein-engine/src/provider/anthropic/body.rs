@@ -6,7 +6,7 @@ use rein_core::{Category, Effect, Failure};
 use serde_json::{Map, Value, json};
 
 use super::AnthropicProvider;
-use crate::provider::{Message, ModelRequest, ResponseFormat};
+use crate::provider::{Message, ModelRequest, Part, ResponseFormat};
 
 /// A request ready to send, and how its answer is read.
 #[derive(Debug)]
@@ -27,7 +27,8 @@ impl AnthropicProvider {
     /// A not-retryable `invalid_arguments` failure, sent nowhere, for a
     /// `response_format` this API cannot honour (see the provider's docs):
     /// answering prose instead would be passed off as the format asked
-    /// for.
+    /// for; and for a part of a message it cannot take (audio, an image
+    /// type it does not read), named by its place.
     pub(super) fn prepare(
         &self,
         request: &ModelRequest,
@@ -35,13 +36,27 @@ impl AnthropicProvider {
     ) -> Result<Prepared, Failure> {
         let mut system = Vec::new();
         let mut messages: Vec<(&'static str, Vec<Value>)> = Vec::new();
-        for message in &request.messages {
+        for (i, message) in request.messages.iter().enumerate() {
             let (role, blocks) = match message {
                 Message::System { content } => {
                     system.push(content.as_str());
                     continue;
                 }
-                Message::User { content } => ("user", text_block(content).into_iter().collect()),
+                Message::User { content, parts } if parts.is_empty() => {
+                    ("user", text_block(content).into_iter().collect())
+                }
+                Message::User { parts, .. } => {
+                    let blocks = parts
+                        .iter()
+                        .enumerate()
+                        .map(|(j, part)| Self::part_block(part).map_err(|why| (j, why)))
+                        .filter_map(Result::transpose)
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|(j, why)| {
+                            self.unsupported(&format!("message {i}, part {j}: {why}"))
+                        })?;
+                    ("user", blocks)
+                }
                 Message::Assistant {
                     content,
                     tool_calls,
@@ -118,6 +133,50 @@ impl AnthropicProvider {
             body,
             answer: answer_name.and_then(|n| n.as_str().map(str::to_owned)),
         })
+    }
+
+    /// The content block of one part of a user message (`None` for empty
+    /// text, which the Messages API refuses).
+    ///
+    /// # Errors
+    ///
+    /// Why the Messages API cannot take the part.
+    fn part_block(part: &Part) -> Result<Option<Value>, String> {
+        if let Some(why) = part_refusal(part) {
+            return Err(why);
+        }
+        match part {
+            Part::Text { text } => Ok(text_block(text)),
+            Part::Image { url, .. } => image_block(url).map(Some),
+            Part::Audio { .. } => Ok(None),
+        }
+    }
+
+    /// Whether the Messages API can carry `request`: every part of its
+    /// messages, and its `response_format` (see
+    /// [`ModelProvider::carries`](crate::provider::ModelProvider::carries)).
+    ///
+    /// # Errors
+    ///
+    /// What it cannot carry, as [`AnthropicProvider::prepare`] refuses it.
+    pub(super) fn check_carries(&self, request: &ModelRequest) -> Result<(), Failure> {
+        for (i, message) in request.messages.iter().enumerate() {
+            let Message::User { parts, .. } = message else {
+                continue;
+            };
+            for (j, part) in parts.iter().enumerate() {
+                if let Some(why) = part_refusal(part) {
+                    return Err(self.unsupported(&format!("message {i}, part {j}: {why}")));
+                }
+            }
+        }
+        match ResponseFormat::of(&request.options) {
+            Err(e) => Err(self.unsupported(&e.to_string())),
+            Ok(Some(ResponseFormat::Other(kind))) => Err(self.unsupported(&format!(
+                "`response_format` type `{kind}` has no equivalent in the Messages API"
+            ))),
+            Ok(_) => Ok(()),
+        }
     }
 
     /// The answer tool for `format`, if the model may answer this turn.
@@ -325,6 +384,62 @@ fn apply_options(body: &mut Value, options: &serde_json::Map<String, Value>) {
 /// A text block, or none for empty text (the API refuses empty blocks).
 fn text_block(text: &str) -> Option<Value> {
     (!text.is_empty()).then(|| json!({"type": "text", "text": text}))
+}
+
+/// The image types the Messages API takes.
+const IMAGE_TYPES: [&str; 4] = ["image/jpeg", "image/png", "image/gif", "image/webp"];
+
+/// Why the Messages API cannot take the image at `url`, if it cannot.
+fn image_refusal(url: &str) -> Option<String> {
+    if let Some(data_url) = url.strip_prefix("data:") {
+        let Some((media_type, _)) = data_url.split_once(";base64,") else {
+            return Some("an image data URL that is not base64 (`data:TYPE;base64,DATA`)".into());
+        };
+        return (!IMAGE_TYPES.contains(&media_type)).then(|| {
+            format!(
+                "an image of type `{media_type}`: the Messages API takes {}",
+                IMAGE_TYPES.join(", ")
+            )
+        });
+    }
+    (!url.starts_with("https://") && !url.starts_with("http://"))
+        .then(|| "an image URL that is neither `http(s)://` nor a `data:` URL".to_owned())
+}
+
+/// An image block of `url`: a base64 source for a `data:` URL, a URL
+/// source for an `http(s)` one (Anthropic fetches it).
+///
+/// # Errors
+///
+/// Why the Messages API cannot take the image.
+fn image_block(url: &str) -> Result<Value, String> {
+    if let Some(why) = image_refusal(url) {
+        return Err(why);
+    }
+    Ok(
+        match url
+            .strip_prefix("data:")
+            .and_then(|d| d.split_once(";base64,"))
+        {
+            Some((media_type, data)) => json!({
+                "type": "image",
+                "source": {"type": "base64", "media_type": media_type, "data": data},
+            }),
+            None => json!({"type": "image", "source": {"type": "url", "url": url}}),
+        },
+    )
+}
+
+/// Why the Messages API cannot take `part` of a user message, if it
+/// cannot.
+fn part_refusal(part: &Part) -> Option<String> {
+    match part {
+        Part::Text { .. } => None,
+        Part::Image { url, .. } => image_refusal(url),
+        Part::Audio { format, .. } => Some(format!(
+            "an audio part ({format}): the Messages API takes no audio input"
+        )),
+    }
 }
 
 /// A tool call's arguments as the object `input` must be (see the type's
@@ -559,9 +674,7 @@ mod tests {
                 Message::System {
                     content: "use tools".into(),
                 },
-                Message::User {
-                    content: "move A-1".into(),
-                },
+                Message::user("move A-1"),
                 Message::Assistant {
                     content: Some("Looking.".into()),
                     tool_calls: vec![
@@ -585,15 +698,70 @@ mod tests {
                     call_id: "t2".into(),
                     content: "invalid arguments".into(),
                 },
-                Message::User {
-                    content: "and?".into(),
-                },
+                Message::user("and?"),
             ],
             tools: vec![json!({"type": "function", "function": {
                 "name": "get_order", "description": "reads an order",
                 "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}}}})],
             max_tokens: None,
             options: Default::default(),
+        }
+    }
+
+    #[test]
+    fn images_become_image_blocks_and_audio_is_refused_naming_its_part() {
+        let mut r = request();
+        r.messages = vec![Message::user_parts(vec![
+            Part::Text {
+                text: "what is this?".into(),
+            },
+            Part::Image {
+                url: "data:image/png;base64,iVBORw0KGgo=".into(),
+                detail: Some("low".into()),
+            },
+            Part::Image {
+                url: "https://example.com/a.jpg".into(),
+                detail: None,
+            },
+        ])];
+        let body = provider().prepare(&r, false).unwrap().body;
+        assert_eq!(
+            body["messages"][0]["content"],
+            json!([
+                {"type": "text", "text": "what is this?"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+                {"type": "image", "source": {"type": "url", "url": "https://example.com/a.jpg"}},
+            ])
+        );
+        for (part, says) in [
+            (
+                Part::Audio {
+                    data: "UklGRg==".into(),
+                    format: "wav".into(),
+                },
+                "message 1, part 1: an audio part (wav)",
+            ),
+            (
+                Part::Image {
+                    url: "data:image/bmp;base64,Qk0=".into(),
+                    detail: None,
+                },
+                "message 1, part 1: an image of type `image/bmp`",
+            ),
+        ] {
+            r.messages = vec![
+                Message::user("first"),
+                Message::user_parts(vec![
+                    Part::Text {
+                        text: "listen".into(),
+                    },
+                    part,
+                ]),
+            ];
+            let refused = provider().prepare(&r, false).unwrap_err();
+            assert_eq!(refused.category(), Category::InvalidArguments);
+            assert!(!refused.retryable());
+            assert!(refused.human_message().contains(says), "{refused:?}");
         }
     }
 

@@ -167,6 +167,10 @@ impl ModelProvider for AnthropicProvider {
         self.endpoint.streaming
     }
 
+    fn carries(&self, request: &ModelRequest) -> Result<(), Failure> {
+        self.check_carries(request)
+    }
+
     fn ignored_options(&self, options: &serde_json::Map<String, serde_json::Value>) -> Vec<String> {
         body::ignored_options(options)
     }

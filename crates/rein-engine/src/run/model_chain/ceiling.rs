@@ -42,7 +42,7 @@ use serde_json::Value;
 use super::chain::LinkEnd;
 use super::tokenizer::Encoding;
 use super::{LinkRef, TurnHost};
-use crate::provider::{Message, ModelRequest};
+use crate::provider::{Message, ModelRequest, Part};
 use crate::run::emitter::Correlation;
 use crate::run::report::End;
 use crate::run::{Engine, MIN_OUTPUT_TOKENS};
@@ -143,8 +143,22 @@ impl PromptMeter {
 }
 
 /// An upper bound of `message`'s tokens by `meter`.
+///
+/// Its media (images, audio) are bounded by what a provider may count for
+/// them ([`Part::media_tokens_bound`]), not by their bytes: a base64 image
+/// is hundreds of thousands of bytes and at most a few thousand tokens, so
+/// its text is left out of the JSON the ratio divides.
 fn message_bound(message: &Message, meter: &PromptMeter) -> u64 {
-    let json = serde_json::to_string(message).unwrap_or_default();
+    let media: u64 = message
+        .media()
+        .map(Part::media_tokens_bound)
+        .fold(0, u64::saturating_add);
+    let json = match message {
+        Message::User { content, parts } if !parts.is_empty() => {
+            serde_json::to_string(&Message::user(content.as_str())).unwrap_or_default()
+        }
+        _ => serde_json::to_string(message).unwrap_or_default(),
+    };
     let texts: Vec<&str> = if meter.encodings.is_empty() {
         Vec::new()
     } else {
@@ -152,6 +166,7 @@ fn message_bound(message: &Message, meter: &PromptMeter) -> u64 {
     };
     meter
         .bound(&json, &texts)
+        .saturating_add(media)
         .saturating_add(MESSAGE_OVERHEAD_TOKENS)
 }
 
@@ -160,7 +175,7 @@ fn message_bound(message: &Message, meter: &PromptMeter) -> u64 {
 fn message_texts(message: &Message) -> Vec<&str> {
     match message {
         Message::System { content } => vec!["system", content],
-        Message::User { content } => vec!["user", content],
+        Message::User { content, .. } => vec!["user", content],
         Message::Assistant {
             content,
             tool_calls,
@@ -468,6 +483,7 @@ mod tests {
     use rein_core::deadline::BudgetLimits;
 
     use super::*;
+    use crate::provider::{AUDIO_BYTES_PER_TOKEN, IMAGE_TOKENS_BOUND};
 
     fn budget(tokens: Option<u64>, cost_micros: Option<u64>) -> Budget {
         let mut limits = BudgetLimits::new(Duration::from_secs(60)).unwrap();
@@ -570,9 +586,7 @@ mod tests {
             Message::System {
                 content: "s".repeat(400),
             },
-            Message::User {
-                content: "u".repeat(100),
-            },
+            Message::user("u".repeat(100)),
         ];
         let bytes = TokenRatio::new();
         let first = prompt_estimate(&messages, &[], 0, &bytes.into());
@@ -598,10 +612,49 @@ mod tests {
     }
 
     #[test]
+    fn an_image_is_bounded_by_what_a_provider_counts_for_one_not_by_its_bytes() {
+        // 300 kB of base64 image: a token per byte would refuse any call.
+        let image = format!("data:image/png;base64,{}", "A".repeat(300_000));
+        let question = "what is this?";
+        let messages = vec![Message::user_parts(vec![
+            Part::Text {
+                text: question.into(),
+            },
+            Part::Image {
+                url: image,
+                detail: None,
+            },
+            Part::Audio {
+                // 40,000 base64 characters: 30,000 bytes of audio.
+                data: "A".repeat(40_000),
+                format: "mp3".into(),
+            },
+        ])];
+        let text_only = prompt_estimate(
+            &[Message::user(question)],
+            &[],
+            0,
+            &TokenRatio::new().into(),
+        );
+        let bound = prompt_estimate(&messages, &[], 0, &TokenRatio::new().into());
+        assert_eq!(
+            bound,
+            text_only + IMAGE_TOKENS_BOUND + 30_000 / AUDIO_BYTES_PER_TOKEN
+        );
+        // A tokenizer counts the text; the media are bounded alike.
+        if Encoding::O200kBase.load() {
+            let meter = PromptMeter::encoding(Encoding::O200kBase);
+            let texts = prompt_estimate(&[Message::user(question)], &[], 0, &meter);
+            assert_eq!(
+                prompt_estimate(&messages, &[], 0, &meter),
+                texts + IMAGE_TOKENS_BOUND + 600
+            );
+        }
+    }
+
+    #[test]
     fn a_learned_ratio_divides_the_bytes_and_keeps_the_overheads() {
-        let messages = vec![Message::User {
-            content: "u".repeat(4_000),
-        }];
+        let messages = vec![Message::user("u".repeat(4_000))];
         let bytes = prompt_estimate(&messages, &[], 0, &TokenRatio::new().into());
         let mut learned = TokenRatio::new();
         for _ in 0..100 {

@@ -211,7 +211,7 @@ impl futures_util::Stream for GuardedStream {
         let outcome = match &item {
             Some(Ok(StreamEvent::Done(_))) => Some(Ok(())),
             Some(Err(f)) => Some(Err(f)),
-            Some(Ok(StreamEvent::Delta(_))) => None,
+            Some(Ok(StreamEvent::PromptTokens(_) | StreamEvent::Delta(_))) => None,
             // Ended without a terminal item: neither success nor failure
             // for the breaker; a failure for the attempt's event.
             None => {

@@ -27,7 +27,7 @@ use super::chain::LinkEnd;
 use super::held::{GuardedStream, Held, StreamEnd, record_cost, record_transition};
 use super::same_model::AfterFailure;
 use super::{LinkRef, Mode, Reply, TurnHost};
-use crate::provider::ModelRequest;
+use crate::provider::{ModelRequest, StreamEvent};
 use crate::run::concurrency::{BUDGET_AFTER_WAIT, Gate, ShedReason, Slot};
 use crate::run::emitter::Correlation;
 use crate::run::report::End;
@@ -159,10 +159,26 @@ async fn send(
                 .provider
                 .stream(request, settings.limits(allowance))
                 .await?;
-            match stream.next().await {
-                Some(Ok(first)) => Ok(Reply::Stream {
-                    first,
-                    rest: stream,
+            // The provider's count of the prompt is no answer yet: the
+            // attempt is judged by its first fragment, as before the count
+            // was passed on, so a failure between them still moves on.
+            let mut prompt = None;
+            let first = loop {
+                match stream.next().await {
+                    Some(Ok(StreamEvent::PromptTokens(tokens))) => prompt = Some(tokens),
+                    other => break other,
+                }
+            };
+            match first {
+                Some(Ok(first)) => Ok(match prompt {
+                    Some(tokens) => Reply::Stream {
+                        first: StreamEvent::PromptTokens(tokens),
+                        rest: Box::pin(futures_util::stream::iter([Ok(first)]).chain(stream)),
+                    },
+                    None => Reply::Stream {
+                        first,
+                        rest: stream,
+                    },
                 }),
                 Some(Err(f)) => Err(f),
                 None => Err(Failure::new(link.provider.name(), Category::Transient)
@@ -214,6 +230,17 @@ impl Engine {
                 .plan_model(link.provider.name(), link.model, host.model_latency())
                 .profile,
         };
+        // A link whose API cannot carry the request (audio to Anthropic) is
+        // passed over before anything is reserved, counted or sent.
+        if let Err(failure) = link.provider.carries(request) {
+            tracing::info!(
+                provider = %call.provider,
+                model = link.model,
+                reason = failure.human_message(),
+                "a link cannot carry the request"
+            );
+            return Err(call.stop_or_move(failure));
+        }
         // Every provider has a gate: its ceiling and token bucket when it
         // has them, and always its pause after a 429 (shared by every run).
         let gate = Some(self.shared.provider_slots.provider_gate(

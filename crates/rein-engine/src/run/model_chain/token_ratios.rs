@@ -212,7 +212,9 @@ impl TokenRatios {
         tools: &[Value],
         (input, last_input): (u64, u64),
     ) {
-        if input == 0 {
+        // A prompt with media teaches nothing of text's bytes per token:
+        // an image's tokens do not follow its bytes.
+        if input == 0 || messages.iter().any(|m| m.media().next().is_some()) {
             return;
         }
         let whole = request_bytes(messages, tools);

@@ -68,9 +68,7 @@ fn transcript() -> Value {
         Message::System {
             content: "s".into()
         },
-        Message::User {
-            content: "u".into()
-        },
+        Message::user("u"),
     ])
 }
 
@@ -113,7 +111,7 @@ fn without_a_checkpoint_the_run_restarts_from_its_first_transcript_at_step_zero(
     assert_eq!(r.state.step, 0);
     assert_eq!(r.state.messages.len(), 2);
     assert!(
-        matches!(&r.state.messages[1], Message::User { content } if content == "Move order A-1.")
+        matches!(&r.state.messages[1], Message::User { content, .. } if content == "Move order A-1.")
     );
     assert!(r.state.calls.is_empty() && r.resumed.is_none() && r.settling.is_none());
     assert_eq!(r.served, 0);

@@ -18,9 +18,7 @@ fn state(agent: &super::super::AgentBinding) -> LoopState {
         started: Instant::ORIGIN,
         elapsed_before_ms: 0,
         guard: LoopGuard::new(agent.loop_guard.clone()).unwrap(),
-        messages: vec![Message::User {
-            content: "Move order A-1.".into(),
-        }],
+        messages: vec![Message::user("Move order A-1.")],
         calls: Vec::new(),
         progress: Progress::new(),
         checkpointed: Checkpointed::default(),
