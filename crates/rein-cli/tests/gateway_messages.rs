@@ -736,3 +736,109 @@ model = "mock-claude"
         "only the sent prompt reached the model"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_messages_member_is_passed_mapped_or_refused_never_dropped_silently() {
+    let model = mock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rein.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[providers.mock]
+kind = "openai"
+base_url = "{url}"
+max_output_tokens = {{ "mock-model" = 4096 }}
+[providers.claude]
+kind = "anthropic"
+base_url = "{url}"
+max_output_tokens = {{ "mock-claude" = 4096 }}
+[models.chat]
+provider = "mock"
+model = "mock-model"
+[models.claude]
+provider = "claude"
+model = "mock-claude"
+"#,
+            url = model.openai_base_url()
+        ),
+    )
+    .unwrap();
+    let server = Server::start_with_env(&config, &dir.path().join("rein.db"), &[]);
+    let client = reqwest::Client::new();
+    let every = |binding: &str| {
+        json!({
+            "model": binding, "max_tokens": 64, "stream": false,
+            "system": "Be brief.",
+            "messages": [{"role": "user", "content": "Hi."}],
+            "tools": [{"name": "get_order", "input_schema": {"type": "object"}}],
+            "tool_choice": {"type": "auto"},
+            "stop_sequences": ["END"], "temperature": 0.5, "top_p": 0.9, "top_k": 40,
+            "metadata": {"user_id": "u-1"},
+            "thinking": {"type": "disabled"},
+            "output_config": {"effort": "high"},
+            "service_tier": null,
+        })
+    };
+    let send = |body: Value| {
+        client
+            .post(server.url("/v1/messages"))
+            .header("anthropic-version", "2023-06-01")
+            .json(&body)
+            .send()
+    };
+
+    // An Anthropic link: each member as the Messages API spells it.
+    let answer = send(every("claude")).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    assert!(answer.headers().get("rein-ignored").is_none());
+    let sent = model.last_request().unwrap().body;
+    assert_eq!(sent["top_k"], 40, "{sent}");
+    assert_eq!(sent["output_config"], json!({"effort": "high"}), "{sent}");
+    assert_eq!(sent["stop_sequences"], json!(["END"]));
+    assert_eq!(sent["metadata"], json!({"user_id": "u-1"}));
+    assert_eq!(sent["temperature"], 0.5);
+    assert!(sent.get("thinking").is_none(), "disabled is the default");
+
+    // An OpenAI-compatible link: mapped, and what it has no member for is
+    // named.
+    let answer = send(every("chat")).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.headers()["rein-ignored"], "top_k");
+    let sent = model.last_request().unwrap().body;
+    assert_eq!(sent["reasoning_effort"], "high", "{sent}");
+    assert_eq!(sent["stop"], json!(["END"]));
+    assert_eq!(sent["user"], "u-1");
+    for absent in ["top_k", "output_config", "thinking", "metadata"] {
+        assert!(sent.get(absent).is_none(), "{absent} sent: {sent}");
+    }
+
+    // Refused, each named, before any model is asked.
+    let asked = model.request_count();
+    for (member, value, says) in [
+        (
+            "thinking",
+            json!({"type": "enabled", "budget_tokens": 1024}),
+            "thinking blocks",
+        ),
+        ("service_tier", json!("auto"), "capacity tiers"),
+        ("mcp_servers", json!([]), "MCP connector"),
+        (
+            "output_format",
+            json!({"type": "json_schema", "schema": {}}),
+            "output_config.format",
+        ),
+        ("top_a", json!(1), "Extra inputs are not permitted"),
+    ] {
+        let mut body = every("claude");
+        body[member] = value;
+        let refused = send(body).await.unwrap();
+        assert_eq!(refused.status(), 400, "{member}");
+        let body: Value = refused.json().await.unwrap();
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with(&format!("{member}: ")), "{body}");
+        assert!(message.contains(says), "{body}");
+    }
+    assert_eq!(model.request_count(), asked, "no refusal asked the model");
+}

@@ -147,10 +147,22 @@ impl OpenAiProvider {
                     | "max_tokens"
                     | "max_completion_tokens"
             );
-            if owned || (key == "tool_choice" && request.tools.is_empty()) {
+            if owned
+                || ANTHROPIC_ONLY.contains(&key.as_str())
+                || (key == "tool_choice" && request.tools.is_empty())
+            {
                 continue;
             }
             body[key] = value.clone();
+        }
+        // The Messages API's effort is this API's reasoning effort.
+        if let Some(effort) = request
+            .options
+            .get("output_config")
+            .and_then(|c| c.get("effort"))
+            && !request.options.contains_key("reasoning_effort")
+        {
+            body["reasoning_effort"] = effort.clone();
         }
         body
     }
@@ -162,6 +174,12 @@ impl OpenAiProvider {
         body
     }
 }
+
+/// Options in the Messages API's names (from a `/v1/messages` caller) that
+/// Chat Completions has no member for: never sent. `output_config`'s
+/// effort is mapped (`reasoning_effort`); `top_k` is left out and named by
+/// [`ModelProvider::ignored_options`].
+const ANTHROPIC_ONLY: [&str; 2] = ["top_k", "output_config"];
 
 fn wire_message(message: &Message) -> Value {
     match message {
@@ -222,6 +240,14 @@ impl ModelProvider for OpenAiProvider {
 
     fn key_env(&self) -> Option<&str> {
         self.endpoint.key_env.as_deref()
+    }
+
+    fn ignored_options(&self, options: &serde_json::Map<String, Value>) -> Vec<String> {
+        options
+            .keys()
+            .filter(|key| key.as_str() == "top_k")
+            .cloned()
+            .collect()
     }
 
     fn stream_settings(&self) -> Option<StreamSettings> {

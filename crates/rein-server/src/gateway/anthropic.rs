@@ -272,9 +272,19 @@ fn invalid_at(message: String, pointer: Option<String>) -> Problem {
     }
 }
 
-/// Anthropic's Messages API request, as far as the gateway reads it. The
-/// parser and the OpenAPI document are this one type; members it does not
-/// name (`top_k`, `thinking`, …) are allowed and ignored.
+/// Anthropic's Messages API request. The parser and the OpenAPI document
+/// are this one type, and every other member is refused by name (see
+/// [`REFUSED`]), never dropped:
+///
+/// | member | an Anthropic link | an OpenAI-compatible link |
+/// | --- | --- | --- |
+/// | `model`, `messages`, `system`, `max_tokens`, `tools`, `tool_choice`, `stream` | passed | mapped |
+/// | `temperature`, `top_p`, `stop_sequences`, `metadata.user_id` | passed | mapped (`stop`, `user`) |
+/// | `top_k` | passed | left out, named in `Rein-Ignored` |
+/// | `output_config.effort` | passed | mapped (`reasoning_effort`) |
+/// | `output_config.format` (`json_schema`) | rein's structured output (a forced tool), the answer checked | mapped (`response_format`), the answer checked |
+/// | `thinking` `{"type": "disabled"}` | accepted | accepted |
+/// | `thinking` enabled, `service_tier`, `container`, `mcp_servers`, `context_management`, `output_format`, any other member | refused (400 naming it and why) | refused |
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct MessagesRequest {
     /// A `[models.*]` binding.
@@ -307,12 +317,145 @@ pub struct MessagesRequest {
     #[serde(default)]
     #[schema(minimum = 0, maximum = 1)]
     pub top_p: Option<f64>,
+    /// Sample from the K likeliest tokens only: passed to an Anthropic
+    /// link, left out by an OpenAI-compatible one (named in
+    /// `Rein-Ignored`).
+    #[serde(default)]
+    pub top_k: Option<u32>,
     /// Whether to answer as server-sent events.
     #[serde(default)]
     pub stream: Option<bool>,
     /// About the request.
     #[serde(default)]
     pub metadata: Option<Metadata>,
+    /// Extended thinking: only `{"type": "disabled"}` (see
+    /// [`THINKING_REFUSED`]).
+    #[serde(default)]
+    pub thinking: Option<Thinking>,
+    /// How the answer is written: its effort, and its format.
+    #[serde(default)]
+    pub output_config: Option<OutputConfig>,
+}
+
+/// `thinking`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Thinking {
+    /// No thinking: the only setting rein carries.
+    Disabled {},
+    /// Thinking with a token budget (refused).
+    Enabled {
+        /// Its budget.
+        #[serde(default)]
+        budget_tokens: Option<u64>,
+    },
+    /// Thinking as the model sees fit (refused).
+    Adaptive {},
+}
+
+/// Why extended thinking is refused.
+pub const THINKING_REFUSED: &str = "`thinking` is not carried: rein's gateway returns no thinking blocks, and Anthropic needs them back, signed, beside the tool results of the same turn; leave it out or send {\"type\": \"disabled\"}";
+
+/// `output_config`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OutputConfig {
+    /// How much effort the model spends: passed to an Anthropic link,
+    /// `reasoning_effort` to an OpenAI-compatible one.
+    #[serde(default)]
+    pub effort: Option<Effort>,
+    /// The answer's format: JSON fitting a schema.
+    #[serde(default)]
+    pub format: Option<OutputFormat>,
+}
+
+/// `output_config.effort`.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Effort {
+    /// Low.
+    Low,
+    /// Medium.
+    Medium,
+    /// High.
+    High,
+}
+
+/// `output_config.format`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum OutputFormat {
+    /// JSON fitting `schema`.
+    JsonSchema {
+        /// The JSON Schema.
+        #[schema(value_type = Object)]
+        schema: Map<String, Value>,
+    },
+}
+
+/// The members [`MessagesRequest`] reads.
+const READ: [&str; 14] = [
+    "model",
+    "max_tokens",
+    "messages",
+    "system",
+    "tools",
+    "tool_choice",
+    "stop_sequences",
+    "temperature",
+    "top_p",
+    "top_k",
+    "stream",
+    "metadata",
+    "thinking",
+    "output_config",
+];
+
+/// Members of Anthropic's request rein refuses by name, each with why.
+pub const REFUSED: [(&str, &str); 5] = [
+    (
+        "service_tier",
+        "it names Anthropic's capacity tiers, and a binding's links may be any provider",
+    ),
+    (
+        "container",
+        "code execution containers run on Anthropic's side, and a binding's links may be any provider",
+    ),
+    (
+        "mcp_servers",
+        "Anthropic's MCP connector runs on its side; give the model the tools, or serve them with `rein mcp serve`",
+    ),
+    (
+        "context_management",
+        "rein never edits a transcript: an input over the window is refused, or answered by a binding's context_fallbacks",
+    ),
+    ("output_format", "send it as `output_config.format`"),
+];
+
+/// The first member of `body` that [`MessagesRequest`] does not read,
+/// refused.
+fn unrecognized(body: &[u8]) -> Option<Problem> {
+    let member = super::unread_member(body, &READ)?;
+    let message = match REFUSED.iter().find(|(name, _)| *name == member) {
+        Some((_, why)) => format!("{member}: not supported: {why}"),
+        None => format!(
+            "{member}: Extra inputs are not permitted (rein reads the members its OpenAPI document lists for this route)"
+        ),
+    };
+    Some(invalid_at(
+        message,
+        Some(crate::pointer::of_keys(&[&member])),
+    ))
+}
+
+impl Effort {
+    fn as_str(self) -> &'static str {
+        match self {
+            Effort::Low => "low",
+            Effort::Medium => "medium",
+            Effort::High => "high",
+        }
+    }
 }
 
 /// `metadata`.
@@ -594,10 +737,22 @@ pub(super) fn read(body: &[u8], ceiling: Ceiling) -> Result<Call<Anthropic>, Pro
         };
         invalid_at(message, pointer)
     })?;
+    if let Some(problem) = unrecognized(body) {
+        return Err(problem);
+    }
     if request.model.is_empty() {
         return Err(invalid_at(
             "model: must name a [models.*] binding; it is empty".into(),
             Some("/model".into()),
+        ));
+    }
+    if matches!(
+        request.thinking,
+        Some(Thinking::Enabled { .. } | Thinking::Adaptive {})
+    ) {
+        return Err(invalid_at(
+            format!("thinking: {THINKING_REFUSED}"),
+            Some("/thinking".into()),
         ));
     }
     let max_tokens = match (request.max_tokens, ceiling) {
@@ -659,6 +814,23 @@ pub(super) fn read(body: &[u8], ceiling: Ceiling) -> Result<Call<Anthropic>, Pro
     }
     if let Some(user) = request.metadata.and_then(|m| m.user_id) {
         options.insert("user".into(), json!(user));
+    }
+    if let Some(k) = request.top_k {
+        options.insert("top_k".into(), json!(k));
+    }
+    if let Some(config) = request.output_config {
+        if let Some(effort) = config.effort {
+            options.insert("output_config".into(), json!({"effort": effort.as_str()}));
+        }
+        if let Some(OutputFormat::JsonSchema { schema }) = config.format {
+            // rein's structured output: the answer is checked against the
+            // schema whichever link gives it (see `ResponseFormat`).
+            options.insert(
+                "response_format".into(),
+                json!({"type": "json_schema",
+                       "json_schema": {"name": "output", "schema": schema, "strict": true}}),
+            );
+        }
     }
     if let Some(choice) = request.tool_choice {
         let (choice, single) = match choice {
@@ -1194,6 +1366,27 @@ mod tests {
         assert_eq!(r.options["stop"], json!(["END"]));
         assert_eq!(r.options["temperature"], 0.5);
         assert_eq!(r.options["user"], "u-1");
+    }
+
+    #[test]
+    fn output_config_maps_to_effort_and_rein_s_structured_output() {
+        let schema = json!({"type": "object", "properties": {"id": {"type": "string"}}});
+        let call = parsed(json!({
+            "model": "m", "max_tokens": 100, "top_k": 5,
+            "messages": [{"role": "user", "content": "Hi."}],
+            "output_config": {"effort": "low", "format": {"type": "json_schema", "schema": schema}},
+        }));
+        let options = &call.request.options;
+        assert_eq!(options["top_k"], 5);
+        assert_eq!(options["output_config"], json!({"effort": "low"}));
+        assert_eq!(
+            options["response_format"],
+            json!({"type": "json_schema", "json_schema": {"name": "output", "schema": schema, "strict": true}})
+        );
+        let p = refused(json!({"model": "m", "max_tokens": 100,
+            "messages": [{"role": "user", "content": "Hi."}],
+            "output_config": {"effort": "low", "verbosity": "high"}}));
+        assert!(p.detail.contains("verbosity"), "{}", p.detail);
     }
 
     #[test]

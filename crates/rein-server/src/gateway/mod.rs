@@ -93,6 +93,21 @@ pub use rein_core::registry::DEFAULT_GATEWAY_DEADLINE;
 /// A wire format's server-sent events, as the response body streams them.
 type EventStream = Pin<Box<dyn Stream<Item = Bytes> + Send>>;
 
+/// The first member of the JSON object `body` that is not in `read`, in
+/// key order: a second, cheap pass over the top-level keys (the values are
+/// skipped, not built), so a member the typed request does not name is
+/// refused instead of dropped. A member sent as `null` is not given, as
+/// both OpenAI and Anthropic read it.
+fn unread_member(body: &[u8], read: &[&str]) -> Option<String> {
+    let members: std::collections::BTreeMap<String, Option<serde::de::IgnoredAny>> =
+        serde_json::from_slice(body).ok()?;
+    members
+        .into_iter()
+        .filter(|(_, value)| value.is_some())
+        .map(|(member, _)| member)
+        .find(|m| !read.contains(&m.as_str()))
+}
+
 /// A request of any wire format, read into rein's terms.
 struct Call<W> {
     /// The `[models.*]` binding asked.

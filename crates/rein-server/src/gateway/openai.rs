@@ -11,7 +11,6 @@
 //! model's cap is refused with the 400 OpenAI sends: `param` the member,
 //! `code: "invalid_value"`, the cap in the message.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -404,18 +403,10 @@ const READ: [&str; 25] = [
 ];
 
 /// The first member of `body` that [`ChatRequest`] does not read, with the
-/// problem that refuses it; a second, cheap pass over the top-level keys
-/// (the values are skipped, not built). A member sent as `null` is not
-/// given, as OpenAI reads it.
+/// problem that refuses it.
 fn unrecognized(body: &[u8]) -> Option<Problem> {
-    let members: BTreeMap<String, Option<serde::de::IgnoredAny>> =
-        serde_json::from_slice(body).ok()?;
-    let member = members
-        .iter()
-        .filter(|(_, value)| value.is_some())
-        .map(|(member, _)| member)
-        .find(|m| !READ.contains(&m.as_str()))?;
-    let message = match REFUSED.iter().find(|(name, _)| name == member) {
+    let member = super::unread_member(body, &READ)?;
+    let message = match REFUSED.iter().find(|(name, _)| *name == member) {
         Some((_, why)) => format!("`{member}` is not supported: {why}"),
         None => format!(
             "Unrecognized request argument supplied: {member} (rein reads the members its \
@@ -424,7 +415,7 @@ fn unrecognized(body: &[u8]) -> Option<Problem> {
     };
     Some(invalid_at(
         message,
-        Some(crate::pointer::of_keys(&[member])),
+        Some(crate::pointer::of_keys(&[&member])),
     ))
 }
 

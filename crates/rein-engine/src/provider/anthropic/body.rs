@@ -338,7 +338,7 @@ impl<'a> ToolChoice<'a> {
 /// the caller's user id, and the tools' (see
 /// [`AnthropicProvider::prepare`]). Every other one is left out and
 /// reported by [`ignored_options`].
-const CARRIED: [&str; 7] = [
+const CARRIED: [&str; 9] = [
     "temperature",
     "top_p",
     "stop",
@@ -346,6 +346,8 @@ const CARRIED: [&str; 7] = [
     "tool_choice",
     "parallel_tool_calls",
     "response_format",
+    "top_k",
+    "output_config",
 ];
 
 /// The members of `options` an Anthropic request leaves out: those not in
@@ -361,16 +363,21 @@ pub(super) fn ignored_options(options: &serde_json::Map<String, Value>) -> Vec<S
 
 /// Maps the OpenAI-named sampling options this API has: `temperature`,
 /// `top_p`, `stop` (as `stop_sequences`) and `user` (as
-/// `metadata.user_id`); `tool_choice`, `parallel_tool_calls` and
-/// `response_format` are the tools' (see [`AnthropicProvider::prepare`]).
+/// `metadata.user_id`), and passes the Messages API's own `top_k` and
+/// `output_config` (from a `/v1/messages` caller); `tool_choice`,
+/// `parallel_tool_calls` and `response_format` are the tools' (see
+/// [`AnthropicProvider::prepare`]).
 fn apply_options(body: &mut Value, options: &serde_json::Map<String, Value>) {
     if let Some(user) = options.get("user").and_then(Value::as_str) {
         body["metadata"] = json!({"user_id": user});
     }
-    for key in ["temperature", "top_p"] {
+    for key in ["temperature", "top_p", "top_k"] {
         if let Some(v) = options.get(key).filter(|v| v.is_number()) {
             body[key] = v.clone();
         }
+    }
+    if let Some(config) = options.get("output_config").filter(|v| v.is_object()) {
+        body["output_config"] = config.clone();
     }
     match options.get("stop") {
         Some(Value::String(s)) => body["stop_sequences"] = json!([s]),
