@@ -57,6 +57,10 @@ output_per_mtok_usd = 2.0
 provider = "mock"
 model = "mock-model"
 
+# The tenant's own scraper reads /metrics with its key.
+[server]
+metrics_tenants = ["acme"]
+
 [[server.api_keys]]
 tenant = "acme"
 sha256 = "{capped}"
@@ -194,6 +198,41 @@ async fn a_keys_calls_stop_at_its_budget_and_its_spend_is_what_the_model_reporte
         stats["keys"]["capped"]["by_model"]["mock/mock-model"]["tokens"],
         json!(capped_tokens),
         "{stats}"
+    );
+    // `/metrics` counts each key's spend as charged, and the refusals.
+    let metrics = reqwest::Client::new()
+        .get(server.url("/metrics"))
+        .bearer_auth(FREE)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let value = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series))
+            .unwrap_or_else(|| panic!("no {series} in\n{metrics}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(
+        value(r#"rein_gateway_key_tokens_total{tenant="acme",key="capped"}"#),
+        capped_tokens as f64
+    );
+    assert_eq!(
+        value(r#"rein_gateway_key_tokens_total{tenant="acme",key="free"}"#),
+        usage[usage.len() - 1] as f64
+    );
+    assert!(value(r#"rein_gateway_key_cost_usd_total{tenant="acme",key="capped"}"#) > 0.0);
+    assert_eq!(
+        value(
+            r#"rein_gateway_budget_refusals_total{tenant="acme",key="capped",scope="key",period="day"}"#
+        ),
+        2.0,
+        "the chat and the messages call"
     );
     server.kill_async().await;
     let store = rein_store_sqlite::SqliteStore::open(&db).unwrap();

@@ -30,6 +30,10 @@ use rein_engine::run::Observer;
 use rein_store::{SpendDelta, SpendQuery, SpendRow, Store};
 use serde_json::json;
 
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+
 use crate::auth::Caller;
 use crate::problem::Problem;
 use crate::recovery::now_ms;
@@ -37,6 +41,82 @@ use crate::state::AppState;
 
 /// The key label spend is recorded under in the keyless loopback mode.
 pub const KEYLESS_KEY: &str = "loopback";
+
+/// A key's labels: its tenant and its configured name (a bounded set: the
+/// keys of `[[server.api_keys]]`, and [`KEYLESS_KEY`]).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KeyLabels {
+    tenant: String,
+    key: String,
+}
+
+/// A refusal's labels: whose budget (`key` or `tenant`), which period.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusalLabels {
+    tenant: String,
+    key: String,
+    scope: String,
+    period: String,
+}
+
+/// What the gateway's keys spent and how often a budget refused them, on
+/// `/metrics`: the store's spend answers "how much this month", these
+/// answer "how fast, right now" and alert on refusals.
+#[derive(Debug, Clone)]
+pub struct BudgetMetrics {
+    tokens: Family<KeyLabels, Counter>,
+    cost: Family<KeyLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
+    refusals: Family<RefusalLabels, Counter>,
+}
+
+impl BudgetMetrics {
+    /// Registers them in `metrics` (once per process).
+    pub fn register(metrics: &rein_engine::metrics::Metrics) -> Self {
+        let this = BudgetMetrics {
+            tokens: Family::default(),
+            cost: Family::default(),
+            refusals: Family::default(),
+        };
+        metrics.register(
+            "rein_gateway_key_tokens",
+            "Tokens the gateway's calls spent, by tenant and API key (as charged to the key's budget: what the provider reported, or what a failed attempt received)",
+            this.tokens.clone(),
+        );
+        metrics.register(
+            "rein_gateway_key_cost_usd",
+            "What the gateway's calls cost at the configured prices, in US dollars, by tenant and API key",
+            this.cost.clone(),
+        );
+        metrics.register(
+            "rein_gateway_budget_refusals",
+            "Gateway calls refused with 429 because a budget was spent, by tenant, key, whose budget (key or tenant) and period (day or month)",
+            this.refusals.clone(),
+        );
+        this
+    }
+
+    fn spent(&self, delta: &SpendDelta) {
+        let labels = KeyLabels {
+            tenant: delta.tenant.as_str().to_owned(),
+            key: delta.key.clone(),
+        };
+        self.tokens.get_or_create(&labels).inc_by(delta.tokens);
+        self.cost
+            .get_or_create(&labels)
+            .inc_by(Cost::from_micros(delta.cost_micros).usd());
+    }
+
+    fn refused(&self, tenant: &TenantId, key: &str, scope: Scope, reached: &Reached) {
+        self.refusals
+            .get_or_create(&RefusalLabels {
+                tenant: tenant.as_str().to_owned(),
+                key: key.to_owned(),
+                scope: scope.as_str().to_owned(),
+                period: reached.period.as_str().to_owned(),
+            })
+            .inc();
+    }
+}
 
 /// Refuses `caller` when its key, or its tenant's keys together, have
 /// reached a limit of their budget (`[server.api_keys.budget]`,
@@ -73,11 +153,13 @@ pub async fn admit(state: &AppState, caller: &Caller) -> Result<Spender, Problem
                     .map(|r| (Scope::Tenant, r))
             });
         if let Some((scope, reached)) = reached {
+            state.budgets.refused(&caller.tenant, &key, scope, &reached);
             return Err(refusal(caller, &key, scope, &reached, now));
         }
     }
     Ok(Spender {
         store: state.store.clone(),
+        metrics: state.budgets.clone(),
         tenant: caller.tenant.clone(),
         key,
         pending: Arc::default(),
@@ -89,6 +171,15 @@ pub async fn admit(state: &AppState, caller: &Caller) -> Result<Spender, Problem
 enum Scope {
     Key,
     Tenant,
+}
+
+impl Scope {
+    fn as_str(self) -> &'static str {
+        match self {
+            Scope::Key => "key",
+            Scope::Tenant => "tenant",
+        }
+    }
 }
 
 /// The 429 of a reached limit, in words and members.
@@ -162,6 +253,7 @@ fn spent<'r>(rows: impl Iterator<Item = &'r SpendRow>, today: u32) -> Spent {
 /// Charges one gateway call's attempts to its key.
 pub struct Spender {
     store: Arc<dyn Store>,
+    metrics: BudgetMetrics,
     tenant: TenantId,
     key: String,
     /// Spend seen but not yet written (a whole answer's, written by
@@ -176,7 +268,7 @@ impl Spender {
     /// in the background.
     pub fn observer(&self, streamed: bool) -> Observer {
         let (store, tenant, key) = (self.store.clone(), self.tenant.clone(), self.key.clone());
-        let pending = self.pending.clone();
+        let (pending, metrics) = (self.pending.clone(), self.metrics.clone());
         Arc::new(move |event| {
             let EventData::ModelCallFinished(finished) = &event.data else {
                 return;
@@ -194,6 +286,7 @@ impl Spender {
                 tokens,
                 cost_micros: cost,
             };
+            metrics.spent(&delta);
             if streamed {
                 let store = store.clone();
                 tokio::spawn(async move { write(store.as_ref(), vec![delta]).await });

@@ -44,6 +44,8 @@ pub struct AppState {
     pub requests: crate::request_metrics::RequestMetrics,
     /// The approval metrics ([`crate::approvals`]).
     pub approvals: crate::approvals::ApprovalMetrics,
+    /// The gateway keys' spend and budget refusals ([`crate::key_budget`]).
+    pub budgets: crate::key_budget::BudgetMetrics,
     /// Per-tenant quota state: submission buckets, own running runs,
     /// refusals ([`crate::quota`]).
     pub quotas: Arc<crate::quota::Quotas>,
@@ -87,6 +89,7 @@ impl AppState {
             .metrics()
             .register_collector(Box::new(quotas.clone()));
         let approvals = crate::approvals::ApprovalMetrics::register(engine.metrics());
+        let budgets = crate::key_budget::BudgetMetrics::register(engine.metrics());
         let settings_quotas = settings.quotas.clone();
         let workers = usize::try_from(settings.queue.workers.get()).unwrap_or(1);
         AppState {
@@ -104,6 +107,7 @@ impl AppState {
             connections,
             requests,
             approvals,
+            budgets,
             quotas,
             slots: Arc::new(crate::slots::RunSlots::new(
                 settings_quotas.run_slots,
