@@ -95,21 +95,18 @@ impl BudgetMetrics {
         this
     }
 
-    fn spent(&self, delta: &SpendDelta) {
-        let labels = KeyLabels {
-            tenant: delta.tenant.as_str().to_owned(),
-            key: delta.key.clone(),
-        };
-        self.tokens.get_or_create(&labels).inc_by(delta.tokens);
+    /// Counts `delta` under the key's `labels`.
+    fn spent(&self, labels: &KeyLabels, delta: &SpendDelta) {
+        self.tokens.get_or_create(labels).inc_by(delta.tokens);
         self.cost
-            .get_or_create(&labels)
+            .get_or_create(labels)
             .inc_by(Cost::from_micros(delta.cost_micros).usd());
     }
 
-    fn refused(&self, tenant: &TenantId, key: &str, scope: Scope, reached: &Reached) {
+    fn refused(&self, tenant: &str, key: &str, scope: Scope, reached: &Reached) {
         self.refusals
             .get_or_create(&RefusalLabels {
-                tenant: tenant.as_str().to_owned(),
+                tenant: tenant.to_owned(),
                 key: key.to_owned(),
                 scope: scope.as_str().to_owned(),
                 period: reached.period.as_str().to_owned(),
@@ -128,6 +125,18 @@ impl BudgetMetrics {
 /// cannot be read (a budget that cannot be checked is not waved through).
 pub async fn admit(state: &AppState, caller: &Caller) -> Result<Spender, Problem> {
     let key = caller.key.clone().unwrap_or_else(|| KEYLESS_KEY.to_owned());
+    let tenant_label = state
+        .engine
+        .metrics()
+        .scope(caller.tenant.as_str(), rein_engine::metrics::NONE)
+        .tenant;
+    // A tenant its bounds fold into `other` keeps its keys' names off
+    // `/metrics` too.
+    let key_label = if tenant_label == rein_engine::metrics::OTHER {
+        rein_engine::metrics::OTHER.to_owned()
+    } else {
+        key.clone()
+    };
     let key_budget = caller.budget.unwrap_or_default();
     let tenant_budget = state.settings.quotas.of(&caller.tenant).budget;
     if key_budget.is_limited() || tenant_budget.is_limited() {
@@ -153,13 +162,19 @@ pub async fn admit(state: &AppState, caller: &Caller) -> Result<Spender, Problem
                     .map(|r| (Scope::Tenant, r))
             });
         if let Some((scope, reached)) = reached {
-            state.budgets.refused(&caller.tenant, &key, scope, &reached);
+            state
+                .budgets
+                .refused(&tenant_label, &key_label, scope, &reached);
             return Err(refusal(caller, &key, scope, &reached, now));
         }
     }
     Ok(Spender {
         store: state.store.clone(),
         metrics: state.budgets.clone(),
+        labels: KeyLabels {
+            tenant: tenant_label,
+            key: key_label,
+        },
         tenant: caller.tenant.clone(),
         key,
         pending: Arc::default(),
@@ -254,6 +269,9 @@ fn spent<'r>(rows: impl Iterator<Item = &'r SpendRow>, today: u32) -> Spent {
 pub struct Spender {
     store: Arc<dyn Store>,
     metrics: BudgetMetrics,
+    /// The key's labels on `/metrics` (its tenant bounded by
+    /// `[server.metrics_labels]`; `other` beyond, its key too).
+    labels: KeyLabels,
     tenant: TenantId,
     key: String,
     /// Spend seen but not yet written (a whole answer's, written by
@@ -269,6 +287,7 @@ impl Spender {
     pub fn observer(&self, streamed: bool) -> Observer {
         let (store, tenant, key) = (self.store.clone(), self.tenant.clone(), self.key.clone());
         let (pending, metrics) = (self.pending.clone(), self.metrics.clone());
+        let labels = self.labels.clone();
         Arc::new(move |event| {
             let EventData::ModelCallFinished(finished) = &event.data else {
                 return;
@@ -286,7 +305,7 @@ impl Spender {
                 tokens,
                 cost_micros: cost,
             };
-            metrics.spent(&delta);
+            metrics.spent(&labels, &delta);
             if streamed {
                 let store = store.clone();
                 tokio::spawn(async move { write(store.as_ref(), vec![delta]).await });
