@@ -124,6 +124,14 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404",
 [[operations]]
 include-operation-id = "responses"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404", "409", "422", "429", "5xx"]
+
+# Embeddings: as chat completions, 400 for a member the document does not
+# list (refused as OpenAI refuses it) and an integer written as a float
+# (`8.0`); the same 422 for a reused Idempotency-Key, and the same 404
+# without [models.*].
+[[operations]]
+include-operation-id = "embeddings"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "404", "409", "422", "429", "5xx"]
 "#;
 
 /// How schemathesis is started: a program and the arguments before `run`.

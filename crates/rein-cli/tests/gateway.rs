@@ -10,7 +10,7 @@
 
 use std::process::Command;
 
-use rein_testkit::mock_model::{MockModel, MockModelConfig, Reply};
+use rein_testkit::mock_model::{MockModel, MockModelConfig, Reply, vector_of};
 use serde_json::{Value, json};
 
 mod common;
@@ -36,6 +36,11 @@ max_output_tokens = {{ gone = 4096 }}
 [models.chat]
 provider = "mock"
 model = "mock-model"
+
+[models.embed]
+kind = "embedding"
+provider = "mock"
+model = "text-embedding-3-small"
 
 # A primary nobody answers: every call falls back to the mock.
 [models.resilient]
@@ -149,9 +154,13 @@ async fn the_official_openai_client_chats_streams_and_calls_tools_through_the_ga
     // `models.list()` and `models.retrieve()` by base URL: the bindings,
     // by id, in OpenAI's shape, each owned by its primary's provider.
     let models = check("models");
-    assert_eq!(models["ids"], json!(["chat", "resilient"]), "{models}");
+    assert_eq!(
+        models["ids"],
+        json!(["chat", "embed", "resilient"]),
+        "{models}"
+    );
     assert_eq!(models["objects"], json!(["model"]));
-    assert_eq!(models["owned_by"], json!(["mock", "dead"]));
+    assert_eq!(models["owned_by"], json!(["mock", "mock", "dead"]));
     assert!(models["created"][0].as_u64().unwrap() > 1_700_000_000);
     let info = check("model");
     assert_eq!(info["id"], "chat", "{info}");
@@ -174,16 +183,26 @@ async fn the_official_openai_client_chats_streams_and_calls_tools_through_the_ga
         "{parts}"
     );
     // An endpoint rein does not serve is a 404 the SDK reads, naming it.
-    let embeddings = check("embeddings");
-    assert_eq!(embeddings["exception"], "NotFoundError", "{embeddings}");
-    assert_eq!(embeddings["code"], "no_route");
+    let moderations = check("moderations");
+    assert_eq!(moderations["exception"], "NotFoundError", "{moderations}");
+    assert_eq!(moderations["code"], "no_route");
     assert!(
-        embeddings["message"]
+        moderations["message"]
             .as_str()
             .unwrap()
-            .contains("POST /v1/embeddings"),
+            .contains("POST /v1/moderations"),
+        "{moderations}"
+    );
+    // Embeddings through the SDK's default base64, decoded by the SDK to
+    // the very floats the provider sent.
+    let embeddings = check("embeddings");
+    assert_eq!(
+        embeddings["vectors"],
+        json!([vector_of("Hi.", 4), vector_of("Bye.", 4)]),
         "{embeddings}"
     );
+    assert_eq!(embeddings["model"], "text-embedding-3-small");
+    assert_eq!(embeddings["prompt_tokens"], 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

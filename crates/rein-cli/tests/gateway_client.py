@@ -140,7 +140,7 @@ def main() -> int:
     for check, call in [
         ("unknown_model_info", lambda: client.models.retrieve("no-such-binding")),
         # An endpoint rein does not serve: the SDK still reads the error.
-        ("embeddings", lambda: client.embeddings.create(model=model, input="Hi.")),
+        ("moderations", lambda: client.moderations.create(input="Hi.")),
     ]:
         try:
             call()
@@ -157,7 +157,16 @@ def main() -> int:
                 "request_id": getattr(e, "request_id", None),
             }), flush=True)
 
-    # 7. An image part, as the SDK's vision examples send one.
+    # 7. Embeddings, as the SDK asks for them (base64, decoded by the SDK).
+    embedded = client.embeddings.create(model="embed", input=["Hi.", "Bye."])
+    print(json.dumps({
+        "check": "embeddings",
+        "vectors": [e.embedding for e in embedded.data],
+        "model": embedded.model,
+        "prompt_tokens": embedded.usage.prompt_tokens,
+    }), flush=True)
+
+    # 8. An image part, as the SDK's vision examples send one.
     pixel = (
         "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGA"
         "hKmMIQAAAABJRU5ErkJggg=="

@@ -14,7 +14,7 @@
 //! - A `file` part is a 400 that says why, before any provider is asked.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use rein_testkit::mock_model::{MockModel, MockModelConfig, Reply};
+use rein_testkit::mock_model::{MockModel, MockModelConfig, Reply, vector_of};
 use serde_json::{Value, json};
 
 mod common;
@@ -53,6 +53,13 @@ model = "claude-test"
 provider = "claude"
 model = "claude-test"
 fallbacks = [{{ provider = "gpt", model = "gpt-test" }}]
+
+# Embedding models: the Anthropic link has no embeddings API.
+[models.embed]
+kind = "embedding"
+provider = "claude"
+model = "claude-test"
+fallbacks = [{{ provider = "gpt", model = "text-embedding-3-small" }}]
 
 [[server.api_keys]]
 tenant = "acme"
@@ -232,4 +239,62 @@ async fn audio_is_refused_by_a_provider_without_it_naming_the_part() {
         "{body}"
     );
     assert_eq!(s.gpt.request_count(), before);
+}
+
+/// Embeddings go through the binding's chain: the Anthropic link, which has
+/// no embeddings API, is passed over for the OpenAI-compatible one; a chat
+/// binding is not asked for them, nor an embedding binding for a turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embeddings_pass_over_a_link_without_an_embeddings_api() {
+    let s = setup().await;
+    let (status, body) = s
+        .post(
+            "/v1/embeddings",
+            &json!({"model": "embed", "input": ["first", "second"], "dimensions": 3}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["object"], "list");
+    assert_eq!(body["model"], "text-embedding-3-small");
+    assert_eq!(body["data"][0]["embedding"], json!(vector_of("first", 3)));
+    assert_eq!(body["data"][1]["embedding"], json!(vector_of("second", 3)));
+    assert_eq!(body["data"][1]["index"], 1);
+    // "first" and "second": two tokens each at the mock's four bytes.
+    assert_eq!(body["usage"]["prompt_tokens"], 4, "{body}");
+    let sent = s.gpt.last_request().unwrap();
+    assert_eq!(sent.path, "/v1/embeddings");
+    assert_eq!(sent.body["input"], json!(["first", "second"]));
+    assert_eq!(sent.body["dimensions"], 3);
+    assert_eq!(sent.body["model"], "text-embedding-3-small");
+    assert_eq!(s.claude.request_count(), 0, "nothing reached Anthropic");
+
+    // A chat binding is not asked for embeddings, nor an embedding one
+    // for a turn.
+    let (status, body) = s
+        .post("/v1/embeddings", &json!({"model": "claude", "input": "x"}))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`claude` is a chat binding"),
+        "{body}"
+    );
+    let (status, body) = s
+        .post("/v1/chat/completions", &chat("embed", json!("Hi.")))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`embed` is an embedding binding"),
+        "{body}"
+    );
+    assert_eq!(
+        s.gpt.request_count(),
+        1,
+        "only the embeddings asked a model"
+    );
 }

@@ -362,6 +362,7 @@ pub fn bind_model_using(
         .unwrap_or_default();
     Ok(ModelBinding {
         name: spec.name.clone(),
+        kind: spec.kind,
         primary: link(&spec.primary)?,
         fallbacks: spec.fallbacks.iter().map(link).collect::<Result<_, _>>()?,
         context_fallbacks: spec

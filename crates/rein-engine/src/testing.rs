@@ -41,6 +41,7 @@ pub fn openai_binding(base_url: &str) -> ModelBinding {
     let ms = Duration::from_millis;
     ModelBinding {
         name: "b".into(),
+        kind: rein_core::registry::BindingKind::Chat,
         primary: ModelLink {
             provider,
             model: "primary-model".into(),

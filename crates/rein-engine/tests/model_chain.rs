@@ -416,6 +416,7 @@ fn binding_of(primary: &str, limit: Option<u32>) -> rein_engine::run::ModelBindi
     }
     rein_engine::run::ModelBinding {
         name: "b".into(),
+        kind: rein_core::registry::BindingKind::Chat,
         primary: ModelLink {
             provider: openai("primary", primary),
             model: "primary-model".into(),

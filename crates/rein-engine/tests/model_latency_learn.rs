@@ -167,6 +167,7 @@ async fn a_streamed_answer_is_sampled_to_its_first_event_and_to_its_end() {
     .unwrap();
     let binding = rein_engine::run::ModelBinding {
         name: "b".into(),
+        kind: rein_core::registry::BindingKind::Chat,
         primary: rein_engine::run::ModelLink {
             provider: openai(&model),
             model: "mock-model".into(),

@@ -180,6 +180,7 @@ async fn strict_and_the_response_format_reach_an_openai_provider_unchanged() {
 fn binding(primary: ModelLink, fallback: Option<ModelLink>) -> ModelBinding {
     ModelBinding {
         name: "structured".into(),
+        kind: rein_core::registry::BindingKind::Chat,
         primary,
         fallbacks: fallback.into_iter().collect(),
         context_fallbacks: Vec::new(),

@@ -190,7 +190,7 @@ use crate::problem::Problem;
     info(title = "rein", description = "Runs LLM agents safely against the real world."),
     paths(
         runs::create_run, listing::list_runs, runs::get_run, runs::get_ledger, runs::get_handoff, handoff::decide, runs::resume_run,
-        events::get_events, cancel::cancel_run, approvals::list_approvals, approvals::decide, breakers::list_breakers, webhooks::list_webhooks, webhooks::list_deliveries, stats::get_stats, gateway::openai::chat_completions, gateway::responses::responses, gateway::anthropic::messages, gateway::count_tokens::count_tokens, gateway::models::list_models, gateway::models::get_model, healthz, readyz, metrics,
+        events::get_events, cancel::cancel_run, approvals::list_approvals, approvals::decide, breakers::list_breakers, webhooks::list_webhooks, webhooks::list_deliveries, stats::get_stats, gateway::openai::chat_completions, gateway::embeddings::embeddings, gateway::responses::responses, gateway::anthropic::messages, gateway::count_tokens::count_tokens, gateway::models::list_models, gateway::models::get_model, healthz, readyz, metrics,
     ),
     components(schemas(webhooks::WebhookList, webhooks::WebhookView, webhooks::DeliveryList, approvals::ApprovalList, approvals::DecisionBody, approvals::HumanVerdict, handoff::HandoffDecisionBody, stats::Stats, stats::Tally, stats::KeySpend, stats::ModelSpend, stats::Fired, stats::GuardrailTally, breakers::BreakerList, breakers::ArmState, breakers::SharedOpening, listing::RunList, listing::RunSummary, runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, runs::NoBody, runs::ResumeBody, problem::Problem, gateway::openai::ChatRequest, gateway::responses::ResponsesRequest, gateway::anthropic::MessagesRequest, gateway::anthropic::AnthropicError, gateway::count_tokens::TokenCount, gateway::models::ModelList, gateway::models::Model, gateway::models::OpenAiModelList, gateway::models::OpenAiModel, gateway::models::AnthropicModelList, gateway::models::AnthropicModel, gateway::models::ModelTag, gateway::models::ListTag)),
     modifiers(&Bearer, &Refusals, &ProblemJson, &AnthropicErrors, &ModelErrors),
@@ -573,6 +573,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             post_json(approvals::decide),
         )
         .route("/v1/chat/completions", post_json(gateway::chat_completions))
+        .route("/v1/embeddings", post_json(gateway::embeddings))
         .route(gateway::responses::PATH, post_json(gateway::responses))
         .route(gateway::anthropic::PATH, post_json(gateway::messages))
         .route(

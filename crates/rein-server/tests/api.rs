@@ -1719,7 +1719,7 @@ async fn unknown_gateway_paths_answer_in_the_caller_s_wire_format() {
     let api = start(Options::default()).await;
     // An OpenAI client's call of a path rein does not serve.
     let r = api
-        .post("/v1/embeddings", ACME)
+        .post("/v1/moderations", ACME)
         .body("{}")
         .send()
         .await
@@ -1727,7 +1727,7 @@ async fn unknown_gateway_paths_answer_in_the_caller_s_wire_format() {
     assert!(r.headers().contains_key("x-request-id"));
     let p = problem(r, StatusCode::NOT_FOUND, "no-route").await;
     let message = p["error"]["message"].as_str().unwrap();
-    assert!(message.contains("POST /v1/embeddings"), "{p}");
+    assert!(message.contains("POST /v1/moderations"), "{p}");
     assert_eq!(p["error"]["type"], "not_found_error");
     assert_eq!(p["error"]["code"], "no_route");
     assert!(p["error"]["param"].is_null());

@@ -200,6 +200,10 @@ pub struct ModelLinkConfig {
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ModelBindingConfig {
+    /// `chat` (the default): turns, for agents and the chat routes; or
+    /// `embedding`: vectors, for `POST /v1/embeddings` only (its models
+    /// need no output cap).
+    pub kind: Option<BindingKind>,
     /// The primary model's provider; required.
     pub provider: Option<String>,
     /// The primary model, as its provider names it; required.
@@ -228,6 +232,28 @@ pub struct ModelBindingConfig {
     #[serde(with = "crate::config::duration")]
     #[schemars(with = "Option<crate::config::duration::Text>")]
     pub deadline: Option<Duration>,
+}
+
+/// What a model binding's models answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum BindingKind {
+    /// Turns: agents, `/v1/chat/completions`, `/v1/responses`,
+    /// `/v1/messages`.
+    #[default]
+    Chat,
+    /// Vectors: `/v1/embeddings`.
+    Embedding,
+}
+
+impl BindingKind {
+    /// As config spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BindingKind::Chat => "chat",
+            BindingKind::Embedding => "embedding",
+        }
+    }
 }
 
 /// A model's price, in dollars per million tokens.

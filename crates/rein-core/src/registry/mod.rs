@@ -167,11 +167,11 @@ pub use compensation::{
     ArgSource, ArgSourceError, CompensationGrade, CompensationSpec, UnresolvedArg,
 };
 pub use config::{
-    AgentConfig, AgentGraphConfig, ApiKeyConfig, ByteSizeConfig, CompensationConfig, ConfigFile,
-    ConfigSource, CorsConfig, IdempotencyConfig, LatencyConfig, LatencyMode, LatencyScaleConfig,
-    ModelBindingConfig, ModelLinkConfig, ModelRetryConfig, PriceConfig, ProviderConfig,
-    ProviderKindName, QueueConfig, ReconciliationConfig, ResourceGroupConfig, ServerConfig,
-    ServerIdempotencyConfig, ServerLimitsConfig, StreamConfig, ToolConfig,
+    AgentConfig, AgentGraphConfig, ApiKeyConfig, BindingKind, ByteSizeConfig, CompensationConfig,
+    ConfigFile, ConfigSource, CorsConfig, IdempotencyConfig, LatencyConfig, LatencyMode,
+    LatencyScaleConfig, ModelBindingConfig, ModelLinkConfig, ModelRetryConfig, PriceConfig,
+    ProviderConfig, ProviderKindName, QueueConfig, ReconciliationConfig, ResourceGroupConfig,
+    ServerConfig, ServerIdempotencyConfig, ServerLimitsConfig, StreamConfig, ToolConfig,
 };
 pub use constants::{
     DEFAULT_AGENT_BUDGET_RATIO, DEFAULT_AGENT_GRAPH_MAX_DEPTH, DEFAULT_AGENT_GRAPH_MAX_TOTAL_RUNS,

@@ -551,6 +551,8 @@ impl fmt::Display for ModelLink {
 pub struct ModelBindingSpec {
     /// Its alias.
     pub name: String,
+    /// What its models answer: turns, or embeddings.
+    pub kind: super::config::BindingKind,
     /// The model used first.
     pub primary: ModelLink,
     /// Tried in order when the model in use is unavailable (its provider

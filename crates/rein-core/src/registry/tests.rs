@@ -2342,6 +2342,37 @@ fn same_model_retries_default_and_are_checked_in_range_at_their_field() {
 }
 
 #[test]
+fn an_embedding_binding_needs_no_output_cap_and_serves_no_agent() {
+    // `text-embedding-3-small` has no output cap anywhere: fine for an
+    // embedding binding.
+    let embedding = with_extra(MODELS).replace(
+        "[agents.helper]",
+        "[models.embed]\nkind = \"embedding\"\nprovider = \"mock\"\nmodel = \"text-embedding-3-small\"\n\
+         [agents.helper]",
+    );
+    let reg = build(&[("rein.toml", &embedding)]).unwrap();
+    assert_eq!(
+        reg.models()["embed"].kind,
+        crate::registry::BindingKind::Embedding
+    );
+    assert_eq!(
+        reg.models()["smart"].kind,
+        crate::registry::BindingKind::Chat
+    );
+    // As a chat binding, it would need one.
+    let chat = embedding.replace("kind = \"embedding\"\n", "");
+    assert_eq!(fields(&chat), vec!["models.embed.model"]);
+    // An agent cannot take turns from it.
+    let agent = embedding.replace("model = \"smart\"", "model = \"embed\"");
+    assert_eq!(fields(&agent), vec!["agents.helper.model"]);
+    assert!(
+        message_of(&agent, "agents.helper.model").contains("`embed`, an embedding binding"),
+        "{}",
+        message_of(&agent, "agents.helper.model")
+    );
+}
+
+#[test]
 fn agent_without_provider_needs_model_to_name_a_binding() {
     let text = with_extra(MODELS).replace("model = \"smart\"", "model = \"clever\"");
     assert_eq!(fields(&text), vec!["agents.helper.provider"]);

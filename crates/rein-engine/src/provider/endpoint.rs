@@ -102,8 +102,8 @@ impl Endpoint {
         d
     }
 
-    fn post(&self, body: Vec<u8>, allowance: Duration) -> reqwest::RequestBuilder {
-        let url = format!("{}{}", self.base_url, self.api.path);
+    fn post(&self, path: &str, body: Vec<u8>, allowance: Duration) -> reqwest::RequestBuilder {
+        let url = format!("{}{path}", self.base_url);
         let mut builder = self
             .client
             .post(&url)
@@ -135,10 +135,25 @@ impl Endpoint {
         body: Vec<u8>,
         allowance: Duration,
     ) -> Result<String, Failure> {
+        self.post_json_at(self.api.path, body, allowance).await
+    }
+
+    /// [`Endpoint::post_json`] to another `path` of the same API (an
+    /// OpenAI-compatible provider's `/embeddings`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Endpoint::post_json`].
+    pub(super) async fn post_json_at(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+        allowance: Duration,
+    ) -> Result<String, Failure> {
         let allowance = http::allowance(&self.name, allowance, self.timeout)?;
         post_json(
             &self.name,
-            self.post(body, allowance),
+            self.post(path, body, allowance),
             allowance,
             self.clock.as_ref(),
         )
@@ -170,7 +185,7 @@ impl Endpoint {
         sse::open(Opening {
             clock: self.clock.clone(),
             name: &self.name,
-            request: self.post(body, allowance),
+            request: self.post(self.api.path, body, allowance),
             request_bytes,
             limits: StreamLimits {
                 allowance,

@@ -168,6 +168,16 @@ pub struct ToolCall {
 
 pub use rein_core::model::{FinishReason, TokenUsage};
 
+/// What an embedding model returned for a request's inputs (the texts of
+/// its user messages): one vector per input, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Embeddings {
+    /// The vectors.
+    pub vectors: Vec<Vec<f32>>,
+    /// What they consumed (input tokens only).
+    pub usage: TokenUsage,
+}
+
 /// A request for the next turn.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelRequest {

@@ -43,8 +43,8 @@ pub use anthropic::{ANTHROPIC_VERSION, AnthropicProvider, DEFAULT_MAX_TOKENS};
 pub use caller::CallerDriven;
 pub use format::{FormatError, JsonSchemaFormat, ResponseFormat};
 pub use message::{
-    AUDIO_BYTES_PER_TOKEN, FinishReason, IMAGE_TOKENS_BOUND, Message, ModelRequest, ModelResponse,
-    Part, TokenUsage, ToolCall,
+    AUDIO_BYTES_PER_TOKEN, Embeddings, FinishReason, IMAGE_TOKENS_BOUND, Message, ModelRequest,
+    ModelResponse, Part, TokenUsage, ToolCall,
 };
 pub use openai::OpenAiProvider;
 pub use scripted::{ScriptError, ScriptedProvider};
@@ -109,6 +109,30 @@ pub trait ModelProvider: Send + Sync {
         Ok(ready_turn(response))
     }
 
+    /// Whether this provider has an embeddings API (OpenAI's
+    /// `/embeddings`): a binding's link without one is passed over for an
+    /// embedding request.
+    fn embeds(&self) -> bool {
+        false
+    }
+
+    /// The embeddings of `request`'s inputs (the texts of its user
+    /// messages, in order) by `request.model`, within `allowance`;
+    /// `request.options` may carry `dimensions` and `user`.
+    ///
+    /// # Errors
+    ///
+    /// A classified [`Failure`], as [`complete`](Self::complete); the
+    /// default, for providers without an embeddings API, refuses.
+    async fn embed(
+        &self,
+        request: &ModelRequest,
+        allowance: Duration,
+    ) -> Result<Embeddings, Failure> {
+        let _ = (request, allowance);
+        Err(no_embeddings(self.name()))
+    }
+
     /// Whether this provider's API can carry `request` at all (its
     /// message parts, its `response_format`), checked before anything is
     /// reserved or sent: a link that cannot is passed over for the next
@@ -147,4 +171,14 @@ pub trait ModelProvider: Send + Sync {
     fn resume_at(&self, calls: usize) {
         let _ = calls;
     }
+}
+
+/// The refusal of an embedding request by a provider without an
+/// embeddings API.
+pub fn no_embeddings(provider: &str) -> Failure {
+    Failure::new(provider, rein_core::Category::InvalidArguments)
+        .with_effect(rein_core::Effect::NotApplied)
+        .with_human_message(format!(
+            "{provider} has no embeddings API (the Messages API has none): an embedding binding's links must be OpenAI-compatible providers"
+        ))
 }

@@ -15,8 +15,8 @@ use super::http::{malformed, stream_error_failure};
 use super::sse::{Decoder, SseEvent, Update, unparseable};
 use super::stream::{Delta, StreamSettings, ToolCallDelta, collect_turn};
 use super::{
-    FinishReason, Message, ModelProvider, ModelRequest, ModelResponse, Part, StreamLimits,
-    TokenUsage, ToolCall, TurnStream,
+    Embeddings, FinishReason, Message, ModelProvider, ModelRequest, ModelResponse, Part,
+    StreamLimits, TokenUsage, ToolCall, TurnStream,
 };
 use crate::Timer;
 
@@ -268,6 +268,35 @@ impl ModelProvider for OpenAiProvider {
         parse_response(&self.endpoint.name, &text)
     }
 
+    fn embeds(&self) -> bool {
+        true
+    }
+
+    async fn embed(
+        &self,
+        request: &ModelRequest,
+        allowance: Duration,
+    ) -> Result<Embeddings, Failure> {
+        let inputs = embedding_inputs(request);
+        // Floats always: a client that asked for base64 gets them encoded
+        // by the gateway, whichever link answered.
+        let mut body = json!({
+            "model": request.model,
+            "input": inputs,
+            "encoding_format": "float",
+        });
+        for key in ["dimensions", "user"] {
+            if let Some(value) = request.options.get(key) {
+                body[key] = value.clone();
+            }
+        }
+        let text = self
+            .endpoint
+            .post_json_at("/embeddings", body.to_string().into_bytes(), allowance)
+            .await?;
+        parse_embeddings(&self.endpoint.name, &text, inputs.len())
+    }
+
     async fn stream(
         &self,
         request: &ModelRequest,
@@ -390,6 +419,66 @@ fn finish_of(reason: &str, choice: &Value) -> (FinishReason, Option<String>) {
 
 /// Reads a Chat Completions answer. A body that is not one is a retryable
 /// failure (a proxy in between may have mangled it), never a panic.
+/// The inputs of an embedding request: the texts of its user messages.
+fn embedding_inputs(request: &ModelRequest) -> Vec<&str> {
+    request
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::User { content, .. } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// OpenAI's embedding list, as far as rein reads it.
+#[derive(serde::Deserialize)]
+struct EmbeddingList {
+    data: Vec<EmbeddingItem>,
+    #[serde(default)]
+    usage: Option<EmbeddingUsage>,
+}
+
+#[derive(serde::Deserialize)]
+struct EmbeddingItem {
+    #[serde(default)]
+    index: Option<usize>,
+    embedding: Vec<f32>,
+}
+
+#[derive(serde::Deserialize)]
+struct EmbeddingUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+}
+
+/// Reads an embedding list of `expected` vectors, in input order.
+///
+/// # Errors
+///
+/// A transient `malformed` failure for an answer that is not one, or that
+/// has another number of vectors than inputs.
+fn parse_embeddings(name: &str, text: &str, expected: usize) -> Result<Embeddings, Failure> {
+    let list: EmbeddingList = serde_json::from_str(text)
+        .map_err(|e| malformed(name, &format!("not an embedding list: {e}"), text))?;
+    if list.data.len() != expected {
+        return Err(malformed(
+            name,
+            &format!("{} vectors for {expected} inputs", list.data.len()),
+            text,
+        ));
+    }
+    let mut items = list.data;
+    items.sort_by_key(|item| item.index.unwrap_or(0));
+    Ok(Embeddings {
+        vectors: items.into_iter().map(|item| item.embedding).collect(),
+        usage: TokenUsage {
+            input: list.usage.map_or(0, |u| u.prompt_tokens),
+            output: 0,
+        },
+    })
+}
+
 fn parse_response(name: &str, text: &str) -> Result<ModelResponse, Failure> {
     let malformed = |why: &str| malformed(name, why, text);
     let body: Value = serde_json::from_str(text).map_err(|_| malformed("not JSON"))?;

@@ -80,13 +80,13 @@ impl Engine {
                 reservation: answered.reservation,
             }),
             // Not asked for: a run's turns are whole.
-            model_chain::Reply::Stream { .. } => {
+            model_chain::Reply::Stream { .. } | model_chain::Reply::Embedded(_) => {
                 // Nothing was charged for it: the turn ends.
                 let grant = answered.reservation.grant;
                 let _ = budget.settle(grant, Default::default(), self.clock.now());
                 Err(End::ModelFailed(
                     Category::Unknown,
-                    "a streamed reply where a whole one was asked for".into(),
+                    "a stream or embeddings where a whole turn was asked for".into(),
                 ))
             }
         }

@@ -55,6 +55,7 @@
 pub mod anthropic;
 pub mod count_tokens;
 pub mod dialect;
+pub mod embeddings;
 pub mod models;
 pub mod openai;
 mod parts;
@@ -71,11 +72,13 @@ use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
 use rein_core::TenantId;
 use rein_core::header::DEADLINE_HEADER;
+use rein_core::registry::BindingKind;
 use rein_engine::provider::{ModelRequest, ModelResponse, TurnStream};
 use rein_engine::run::{ModelAnswer, ModelAsk, ModelBinding, ModelError, ModelReply};
 use serde_json::json;
 
 pub use anthropic::messages;
+pub use embeddings::embeddings;
 pub use openai::chat_completions;
 pub use responses::responses;
 // The gateway's response headers, defined with every other rein header.
@@ -162,6 +165,21 @@ trait Wire: Sized + Send + Sync + 'static {
 
     /// The whole answer's body.
     fn body(call: &Call<Self>, model: &str, response: &ModelResponse) -> serde_json::Value;
+
+    /// Whether the route asks for embeddings rather than a turn
+    /// ([`rein_engine::run::Engine::embed`]); its answer is then
+    /// [`Wire::embedded_body`].
+    const EMBEDS: bool = false;
+
+    /// The body of embeddings, for a wire that [`Wire::EMBEDS`].
+    fn embedded_body(
+        call: &Call<Self>,
+        model: &str,
+        embeddings: &rein_engine::provider::Embeddings,
+    ) -> serde_json::Value {
+        let _ = (call, model, embeddings);
+        serde_json::Value::Null
+    }
 
     /// Whether the wire's stream opens by saying the prompt's tokens
     /// (Anthropic's `message_start`): [`Wire::events`] is then given rein's
@@ -297,6 +315,28 @@ async fn ask<W: Wire>(
     let Some(binding) = state.models.get(&call.binding) else {
         return Err(unknown_binding(state, &call.binding));
     };
+    let wanted = if W::EMBEDS {
+        BindingKind::Embedding
+    } else {
+        BindingKind::Chat
+    };
+    if binding.kind != wanted {
+        let (route, what) = if W::EMBEDS {
+            ("POST /v1/embeddings", "a chat")
+        } else {
+            ("a chat route", "an embedding")
+        };
+        return Err(W::failed(&ModelError {
+            category: rein_core::Category::InvalidArguments,
+            message: format!(
+                "`{}` is {what} binding, which {route} cannot ask (kind = \"{}\" in [models.{}])",
+                binding.name,
+                binding.kind.as_str(),
+                binding.name
+            ),
+            retry_after: None,
+        }));
+    }
     if let Some(over) = over_cap(binding, call) {
         return Err(W::over_cap(&over));
     }
@@ -309,11 +349,12 @@ async fn ask<W: Wire>(
         tenant: call.tenant.clone(),
         trace_parent: call.trace_parent.clone(),
     };
-    state
-        .engine
-        .ask_model(binding, ask)
-        .await
-        .map_err(|e| W::failed(&e))
+    let answer = if W::EMBEDS {
+        state.engine.embed(binding, ask).await
+    } else {
+        state.engine.ask_model(binding, ask).await
+    };
+    answer.map_err(|e| W::failed(&e))
 }
 
 /// The client's output ceiling when it is above the documented cap of the
@@ -423,12 +464,15 @@ async fn complete<W: Wire>(
     }
     let answer = answer?;
     let headers = answer_headers(&state, &call, &answer);
-    let ModelReply::Complete(response) = &answer.reply else {
-        return Err(Problem::internal(
-            "a stream where a whole answer was asked for",
-        ));
+    let body = match &answer.reply {
+        ModelReply::Complete(response) => W::body(&call, &answer.model, response),
+        ModelReply::Embedded(embeddings) => W::embedded_body(&call, &answer.model, embeddings),
+        ModelReply::Stream(_) => {
+            return Err(Problem::internal(
+                "a stream where a whole answer was asked for",
+            ));
+        }
     };
-    let body = W::body(&call, &answer.model, response);
     Ok(Answer {
         status: StatusCode::OK,
         body: serde_json::to_vec(&body).unwrap_or_default(),

@@ -96,6 +96,7 @@
 //! sent, and for a stream until its body ends or is dropped.
 
 mod anthropic;
+mod embeddings;
 mod meter;
 mod reply;
 mod routes;
@@ -110,6 +111,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use embeddings::{DEFAULT_DIMENSIONS, vector_of};
 pub use meter::{BYTES_PER_TOKEN, UsageEntry};
 pub use reply::{
     ApiError, AssistantMessage, DEFAULT_USAGE, FinishReason, Reply, StreamFault, ToolCall, Usage,

@@ -27,6 +27,10 @@ pub(crate) fn router(model: Arc<Model>) -> Router {
     Router::new()
         .route(CHAT_COMPLETIONS, post(chat_completions))
         .route(anthropic::MESSAGES, post(anthropic::messages))
+        .route(
+            super::embeddings::EMBEDDINGS,
+            post(super::embeddings::embeddings),
+        )
         .route("/v1/models", get(list_models))
         .route(
             "/_script",
@@ -141,7 +145,7 @@ fn error_response(error: &ApiError) -> Response {
     response
 }
 
-fn invalid_request(message: &str, param: Option<&str>, code: Option<&str>) -> Response {
+pub(crate) fn invalid_request(message: &str, param: Option<&str>, code: Option<&str>) -> Response {
     let mut error = ApiError::new(400, "invalid_request_error", message);
     error.param = param.map(str::to_owned);
     error.code = code.map(str::to_owned);
@@ -150,7 +154,7 @@ fn invalid_request(message: &str, param: Option<&str>, code: Option<&str>) -> Re
 
 /// The 401 for a missing or wrong key, or `None` when the key is right or
 /// none is configured.
-fn check_auth(model: &Model, headers: &HeaderMap) -> Option<Response> {
+pub(crate) fn check_auth(model: &Model, headers: &HeaderMap) -> Option<Response> {
     let expected = model.api_key.as_deref()?;
     let given = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok());
     let ok = given

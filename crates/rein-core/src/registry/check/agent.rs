@@ -307,6 +307,18 @@ impl<'a> Checker<'a> {
         // A binding that is defined but did not pass has been reported
         // under its own fields already.
         match alias.and_then(|alias| models.get(alias)) {
+            Some(binding) if binding.kind != crate::registry::BindingKind::Chat => {
+                self.report(
+                    file,
+                    format!("{p}.model"),
+                    format!(
+                        "names `{}`, an {} binding: an agent needs a chat binding (kind = \"chat\", the default)",
+                        binding.name,
+                        binding.kind.as_str()
+                    ),
+                );
+                unresolved
+            }
             Some(binding) if inline_ok => AgentModels {
                 primary: Some(binding.primary.clone()),
                 fallbacks: Some(binding.fallbacks.clone()),

@@ -6,7 +6,7 @@ use std::path::Path;
 use humantime_serde::re::humantime::format_duration;
 
 use super::{Checker, Merged};
-use crate::registry::config::{ModelBindingConfig, ModelLinkConfig};
+use crate::registry::config::{BindingKind, ModelBindingConfig, ModelLinkConfig};
 use crate::registry::spec::{ModelBindingSpec, ModelLink};
 use crate::retry::{
     DEFAULT_RETRY_AFTER_MAX, DEFAULT_RETRY_BEFORE_FALLBACK, MAX_RETRY_AFTER_MAX,
@@ -54,19 +54,23 @@ impl<'a> Checker<'a> {
             &c.fallbacks,
             &c.context_fallbacks,
         );
-        self.output_caps(
-            merged,
-            file,
-            &p,
-            [
-                ("model", primary.iter().collect()),
-                ("fallbacks", fallbacks.iter().flatten().collect()),
-                (
-                    "context_fallbacks",
-                    context_fallbacks.iter().flatten().collect(),
-                ),
-            ],
-        );
+        let kind = c.kind.unwrap_or_default();
+        // An embedding model writes no output: it has no cap to respect.
+        if kind == BindingKind::Chat {
+            self.output_caps(
+                merged,
+                file,
+                &p,
+                [
+                    ("model", primary.iter().collect()),
+                    ("fallbacks", fallbacks.iter().flatten().collect()),
+                    (
+                        "context_fallbacks",
+                        context_fallbacks.iter().flatten().collect(),
+                    ),
+                ],
+            );
+        }
         let deadline = self.positive(
             file,
             &format!("{p}.deadline"),
@@ -76,6 +80,7 @@ impl<'a> Checker<'a> {
         let same_model = self.same_model_retry(file, &p, c)?;
         Some(ModelBindingSpec {
             name: name.to_owned(),
+            kind,
             primary: primary?,
             fallbacks: fallbacks?,
             context_fallbacks: context_fallbacks?,

@@ -87,6 +87,7 @@ pub(super) fn check(
             whole(&response)?;
             Ok(Reply::Complete(response))
         }
+        Reply::Embedded(embeddings) => Ok(Reply::Embedded(embeddings)),
         Reply::Stream {
             first: StreamEvent::Done(response),
             rest,

@@ -14,7 +14,7 @@ use rein_core::retry::{RetryPolicy, SameModelRetry};
 use rein_core::{Category, LatencyProfile};
 
 use super::{Chain, LinkRef, Mode, Reply, TurnHost};
-use crate::provider::{ModelRequest, ModelResponse, StreamSettings, TurnStream};
+use crate::provider::{Embeddings, ModelRequest, ModelResponse, StreamSettings, TurnStream};
 use crate::run::Engine;
 use crate::run::binding::ModelLink;
 use crate::run::emitter::{Correlation, Emitter};
@@ -26,6 +26,9 @@ use crate::run::report::End;
 pub struct ModelBinding {
     /// The binding's name (the `model` a gateway client sends).
     pub name: String,
+    /// What its models answer: turns ([`Engine::ask_model`]) or
+    /// embeddings ([`Engine::embed`]).
+    pub kind: rein_core::registry::BindingKind,
     /// The first link.
     pub primary: ModelLink,
     /// Links tried in order after a transient failure.
@@ -94,12 +97,15 @@ pub struct ModelAnswer {
 }
 
 /// A whole answer, or a stream committed to the answering link: its first
-/// event already arrived, so failures from here on are in-band.
+/// event already arrived, so failures from here on are in-band; or the
+/// embeddings [`Engine::embed`] asked for.
 pub enum ModelReply {
     /// The whole answer.
     Complete(ModelResponse),
     /// The stream, first event included.
     Stream(TurnStream),
+    /// The embeddings of the request's inputs.
+    Embedded(Embeddings),
 }
 
 /// Why a binding gave no answer.
@@ -204,6 +210,37 @@ impl Engine {
         binding: &ModelBinding,
         ask: ModelAsk,
     ) -> Result<ModelAnswer, ModelError> {
+        let mode = if ask.stream {
+            Mode::Stream(binding.stream)
+        } else {
+            Mode::Complete
+        };
+        self.ask_binding(binding, ask, mode).await
+    }
+
+    /// The embeddings of `ask.request`'s inputs (the texts of its user
+    /// messages, in order) from `binding`'s embedding model, through the
+    /// same breaker arms, provider slots, retries and fallbacks as a turn
+    /// (`ask.stream` is not read). A link whose provider has no embeddings
+    /// API is passed over.
+    ///
+    /// # Errors
+    ///
+    /// As [`Engine::ask_model`].
+    pub async fn embed(
+        &self,
+        binding: &ModelBinding,
+        ask: ModelAsk,
+    ) -> Result<ModelAnswer, ModelError> {
+        self.ask_binding(binding, ask, Mode::Embed).await
+    }
+
+    async fn ask_binding(
+        &self,
+        binding: &ModelBinding,
+        ask: ModelAsk,
+        mode: Mode,
+    ) -> Result<ModelAnswer, ModelError> {
         let limits = rein_core::deadline::BudgetLimits::new(
             ask.deadline.max(std::time::Duration::from_millis(1)),
         )
@@ -244,11 +281,6 @@ impl Engine {
             primary: LinkRef::from(&binding.primary),
             fallbacks: &binding.fallbacks,
             context: &binding.context_fallbacks,
-        };
-        let mode = if ask.stream {
-            Mode::Stream(binding.stream)
-        } else {
-            Mode::Complete
         };
         let answered = self
             .ask_chain(
@@ -318,6 +350,7 @@ impl Engine {
         let _unsettled = answered.reservation;
         let reply = match answered.reply {
             Reply::Complete(response) => ModelReply::Complete(response),
+            Reply::Embedded(embeddings) => ModelReply::Embedded(embeddings),
             Reply::Stream { first, rest } => ModelReply::Stream(Box::pin(
                 futures_util::stream::once(async { Ok(first) }).chain(rest),
             )),

@@ -27,7 +27,7 @@ use super::chain::LinkEnd;
 use super::held::{GuardedStream, Held, StreamEnd, record_cost, record_transition};
 use super::same_model::AfterFailure;
 use super::{LinkRef, Mode, Reply, TurnHost};
-use crate::provider::{ModelRequest, StreamEvent};
+use crate::provider::{ModelRequest, ModelResponse, StreamEvent};
 use crate::run::concurrency::{BUDGET_AFTER_WAIT, Gate, ShedReason, Slot};
 use crate::run::emitter::Correlation;
 use crate::run::report::End;
@@ -152,6 +152,11 @@ async fn send(
             .complete(request, allowance)
             .await
             .map(Reply::Complete),
+        Mode::Embed => link
+            .provider
+            .embed(request, allowance)
+            .await
+            .map(Reply::Embedded),
         Mode::Stream(settings) => {
             // Each link under its own provider's limits.
             let settings = link.provider.stream_settings().unwrap_or(settings);
@@ -232,7 +237,14 @@ impl Engine {
         };
         // A link whose API cannot carry the request (audio to Anthropic) is
         // passed over before anything is reserved, counted or sent.
-        if let Err(failure) = link.provider.carries(request) {
+        let carried = match mode {
+            Mode::Embed if !link.provider.embeds() => {
+                Err(crate::provider::no_embeddings(link.provider.name()))
+            }
+            Mode::Embed => Ok(()),
+            Mode::Complete | Mode::Stream(_) => link.provider.carries(request),
+        };
+        if let Err(failure) = carried {
             tracing::info!(
                 provider = %call.provider,
                 model = link.model,
@@ -716,7 +728,7 @@ impl Engine {
     async fn link_answered(
         &self,
         call: &LinkCall<'_>,
-        mut held: Held,
+        held: Held,
         sent: Sent,
         reply: Reply,
     ) -> Reply {
@@ -748,7 +760,42 @@ impl Engine {
                 };
             }
             Reply::Complete(response) => response,
+            // Recorded as a turn that wrote nothing: its tokens are the
+            // inputs'.
+            Reply::Embedded(embeddings) => {
+                let usage = embeddings.usage;
+                self.record_answer(
+                    call,
+                    held,
+                    sent,
+                    &ModelResponse {
+                        text: None,
+                        tool_calls: Vec::new(),
+                        finish: rein_core::model::FinishReason::Stop,
+                        stop_sequence: None,
+                        usage,
+                    },
+                )
+                .await;
+                return Reply::Embedded(embeddings);
+            }
         };
+        self.record_answer(call, held, sent, &response).await;
+        Reply::Complete(response)
+    }
+
+    /// Reports a whole answer to the arm, settles its tokens, and records
+    /// it (its cost, its latency, what it teaches the prompt bound).
+    async fn record_answer(
+        &self,
+        call: &LinkCall<'_>,
+        mut held: Held,
+        sent: Sent,
+        response: &ModelResponse,
+    ) {
+        let (emitter, c, provider, model) =
+            (call.host.emitter(), call.c, &call.provider, call.link.model);
+        let attempt = sent.number;
         let elapsed = self.clock.now().saturating_duration_since(sent.at);
         held.settle_tokens(Some(response.usage.total()));
         let (transition, cost) = held.finish(Ok(()));
@@ -795,7 +842,6 @@ impl Engine {
                 }),
             },
         );
-        Reply::Complete(response)
     }
 
     /// A failure: reported to the arm and recorded. A call that failed

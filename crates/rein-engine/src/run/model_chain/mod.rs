@@ -58,7 +58,7 @@ use rein_core::retry::RetryPolicy;
 use super::binding::ModelLink;
 use super::emitter::Emitter;
 use crate::provider::{
-    ModelProvider, ModelResponse, StreamEvent, StreamSettings, TokenUsage, TurnStream,
+    Embeddings, ModelProvider, ModelResponse, StreamEvent, StreamSettings, TokenUsage, TurnStream,
 };
 pub use ask::{ModelAnswer, ModelAsk, ModelBinding, ModelError, ModelReply};
 pub use count::{CountMethod, PromptCount};
@@ -184,12 +184,17 @@ pub(crate) enum Mode {
     Complete,
     /// A stream, with these first-byte and idle limits.
     Stream(StreamSettings),
+    /// The embeddings of the request's inputs (its user messages' texts),
+    /// through the same breakers, slots, retries and fallbacks as a turn.
+    Embed,
 }
 
 /// What a link gave.
 pub(crate) enum Reply {
     /// The whole answer.
     Complete(ModelResponse),
+    /// The embeddings asked for ([`Mode::Embed`]).
+    Embedded(Embeddings),
     /// The first event, and the rest of the stream.
     Stream {
         first: StreamEvent,
