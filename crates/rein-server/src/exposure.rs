@@ -319,15 +319,21 @@ pub fn cors_layer(cors: &CorsSpec) -> tower_http::cors::CorsLayer {
 }
 
 /// What a browser client needs to read of an answer: where a run is,
-/// when to retry, the id to quote, which model answered and whether it
-/// was a fallback, whether a response was replayed.
+/// when to retry, the id to quote (under both names: OpenAI's SDK reads
+/// `x-request-id`), which model answered and whether it was a fallback,
+/// what the gateway lowered or did not honour, how a prompt was counted,
+/// whether a response was replayed.
 fn exposed_headers() -> Vec<HeaderName> {
     [
         header::LOCATION.as_str(),
         header::RETRY_AFTER.as_str(),
         crate::access::REQUEST_ID,
+        crate::access::X_REQUEST_ID,
         crate::gateway::MODEL_HEADER,
         crate::gateway::FALLBACK_HEADER,
+        crate::gateway::MAX_TOKENS_HEADER,
+        crate::gateway::IGNORED_HEADER,
+        crate::gateway::count_tokens::COUNT_HEADER,
         crate::idempotency::REPLAYED,
     ]
     .into_iter()
@@ -728,8 +734,12 @@ mod tests {
                 "location",
                 "retry-after",
                 "request-id",
+                "x-request-id",
                 "rein-model",
                 "rein-fallback",
+                "rein-max-tokens",
+                "rein-ignored",
+                "rein-token-count",
                 "idempotency-replayed"
             ]
         );

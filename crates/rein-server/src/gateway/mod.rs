@@ -183,7 +183,8 @@ trait Wire: Sized + Send + Sync + 'static {
 
     /// Whether the wire's stream opens by saying the prompt's tokens
     /// (Anthropic's `message_start`): [`Wire::events`] is then given rein's
-    /// bound of them, for an upstream that says its count only at the end.
+    /// bound of them (as the answering attempt reserved them), for an
+    /// upstream that says its count only at the end.
     const ANNOUNCES_PROMPT: bool = false;
 
     /// The answer as server-sent events, ending with the wire's in-band
@@ -496,16 +497,7 @@ async fn stream<W: Wire>(
     let ModelReply::Stream(turn) = answer.reply else {
         return Problem::internal("a whole answer where a stream was asked for").into_response();
     };
-    let prompt = match state.models.get(&call.binding) {
-        Some(binding) if W::ANNOUNCES_PROMPT => Some(
-            state
-                .engine
-                .count_prompt(binding, &call.request)
-                .await
-                .tokens,
-        ),
-        _ => None,
-    };
+    let prompt = W::ANNOUNCES_PROMPT.then_some(answer.prompt_tokens);
     let events = W::events(call, answer.model, turn, prompt);
     let mut response = Response::new(Body::from_stream(futures_util::StreamExt::map(
         events,

@@ -92,6 +92,10 @@ pub struct ModelAnswer {
     /// The budget dimension that set [`max_tokens`](Self::max_tokens)
     /// below the model's cap and the caller's ask, if one did.
     pub max_tokens_limited_by: Option<rein_core::deadline::Dimension>,
+    /// rein's upper bound of the prompt's tokens, as the answering attempt
+    /// reserved them (see [`crate::run::prompt_estimate`]): what a gateway
+    /// can say of the prompt before the provider counts it.
+    pub prompt_tokens: u64,
     /// The answer.
     pub reply: ModelReply,
 }
@@ -343,9 +347,10 @@ impl Engine {
                 retry_after,
             }
         })?;
-        let (max_tokens, max_tokens_limited_by) = (
+        let (max_tokens, max_tokens_limited_by, prompt_tokens) = (
             answered.reservation.max_tokens,
             answered.reservation.limited_by,
+            answered.reservation.prompt,
         );
         let _unsettled = answered.reservation;
         let reply = match answered.reply {
@@ -362,6 +367,7 @@ impl Engine {
             price: answered.price,
             max_tokens,
             max_tokens_limited_by,
+            prompt_tokens,
             reply,
         })
     }

@@ -274,6 +274,8 @@ pub(crate) struct Reservation {
     pub(crate) limited_by: Option<Dimension>,
     /// [`Ceiling::max_tokens`] of the attempt: the ceiling sent.
     pub(crate) max_tokens: Option<u64>,
+    /// The bound of the prompt's tokens it reserved for.
+    pub(crate) prompt: u64,
 }
 
 /// The largest output whose cost, after a prompt costing `prompt_cost`,
@@ -452,6 +454,7 @@ impl Engine {
                     grant: budget.reserve(ceiling.reserve),
                     limited_by: ceiling.limited_by,
                     max_tokens: ceiling.max_tokens,
+                    prompt,
                 },
             )),
             Err(exhausted) => {
