@@ -9,7 +9,7 @@
 //! - An Anthropic `image` block reaches an OpenAI-compatible provider as
 //!   an `image_url` part.
 //! - Audio, which the Messages API does not take, is refused by the
-//!   Anthropic link naming the message and the part, and nothing is sent
+//!   Anthropic link naming the part and its message, and nothing is sent
 //!   to it; a binding with an OpenAI-compatible fallback answers it there.
 //! - A `file` part is a 400 that says why, before any provider is asked.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -53,6 +53,17 @@ model = "claude-test"
 provider = "claude"
 model = "claude-test"
 fallbacks = [{{ provider = "gpt", model = "gpt-test" }}]
+
+# An Anthropic primary whose fallback answers nobody.
+[providers.dead]
+kind = "openai"
+base_url = "http://127.0.0.1:9/v1"
+max_output_tokens = {{ gone = 4096 }}
+
+[models.claude_then_dead]
+provider = "claude"
+model = "claude-test"
+fallbacks = [{{ provider = "dead", model = "gone" }}]
 
 # Embedding models: the Anthropic link has no embeddings API.
 [models.embed]
@@ -200,7 +211,7 @@ async fn audio_is_refused_by_a_provider_without_it_naming_the_part() {
     assert!((400..500).contains(&status), "{status}: {body}");
     let message = body["error"]["message"].as_str().unwrap();
     assert!(
-        message.contains("message 0, part 1: an audio part (wav)"),
+        message.contains("an audio part (wav): the Messages API takes no audio input, in the user message \"Transcribe this.\""),
         "{body}"
     );
     assert_eq!(s.claude.request_count(), 0, "nothing reached the provider");
@@ -219,6 +230,21 @@ async fn audio_is_refused_by_a_provider_without_it_naming_the_part() {
     assert_eq!(
         s.gpt.last_request().unwrap().messages()[0]["content"],
         audio
+    );
+
+    // A link passed over is not the cause when the one that tried failed:
+    // the dead fallback's failure is reported, not Anthropic's refusal.
+    let (status, body) = s
+        .post(
+            "/v1/chat/completions",
+            &chat("claude_then_dead", audio.clone()),
+        )
+        .await;
+    assert_eq!(status, 502, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("every link failed") && !message.contains("audio"),
+        "{body}"
     );
 
     // A file part: a 400 before any provider is asked.

@@ -817,12 +817,6 @@ model = "mock-claude"
     // Refused, each named, before any model is asked.
     let asked = model.request_count();
     for (member, value, says) in [
-        (
-            "thinking",
-            json!({"type": "enabled", "budget_tokens": 1024}),
-            "thinking blocks",
-        ),
-        ("service_tier", json!("auto"), "capacity tiers"),
         ("mcp_servers", json!([]), "MCP connector"),
         (
             "output_format",
@@ -841,4 +835,15 @@ model = "mock-claude"
         assert!(message.contains(says), "{body}");
     }
     assert_eq!(model.request_count(), asked, "no refusal asked the model");
+
+    // Thinking and a capacity tier: answered, left out, and named.
+    let mut body = every("claude");
+    body["thinking"] = json!({"type": "enabled", "budget_tokens": 1024});
+    body["service_tier"] = json!("auto");
+    let answer = send(body).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.headers()["rein-ignored"], "thinking, service_tier");
+    let sent = model.last_request().unwrap().body;
+    assert!(sent.get("thinking").is_none(), "{sent}");
+    assert!(sent.get("service_tier").is_none(), "{sent}");
 }

@@ -469,7 +469,23 @@ fn parse_embeddings(name: &str, text: &str, expected: usize) -> Result<Embedding
         ));
     }
     let mut items = list.data;
-    items.sort_by_key(|item| item.index.unwrap_or(0));
+    // Each vector is matched to its input by `index`: exactly 0..n, or
+    // none at all (then in order). Anything else would pair a vector with
+    // the wrong text.
+    if items.iter().any(|item| item.index.is_some()) {
+        items.sort_by_key(|item| item.index);
+        if !items
+            .iter()
+            .enumerate()
+            .all(|(i, item)| item.index == Some(i))
+        {
+            return Err(malformed(
+                name,
+                "vector indices that are not 0 to n-1, once each",
+                text,
+            ));
+        }
+    }
     Ok(Embeddings {
         vectors: items.into_iter().map(|item| item.embedding).collect(),
         usage: TokenUsage {
@@ -709,6 +725,30 @@ mod tests {
         assert_eq!(body["tool_choice"], "auto");
         assert_eq!(body["max_tokens"], 100);
         assert!(body.get("max_completion_tokens").is_none());
+    }
+
+    #[test]
+    fn embeddings_follow_their_indices_and_refuse_indices_that_do_not_pair() {
+        let list = |data: &str| format!(r#"{{"data": {data}, "usage": {{"prompt_tokens": 3}}}}"#);
+        let swapped =
+            list(r#"[{"index": 1, "embedding": [2.0]}, {"index": 0, "embedding": [1.0]}]"#);
+        let e = parse_embeddings("p", &swapped, 2).unwrap();
+        assert_eq!(e.vectors, vec![vec![1.0], vec![2.0]]);
+        assert_eq!(e.usage.input, 3);
+        let unnumbered = list(r#"[{"embedding": [1.0]}, {"embedding": [2.0]}]"#);
+        assert_eq!(
+            parse_embeddings("p", &unnumbered, 2).unwrap().vectors,
+            vec![vec![1.0], vec![2.0]]
+        );
+        for bad in [
+            r#"[{"index": 0, "embedding": [1.0]}, {"index": 0, "embedding": [2.0]}]"#,
+            r#"[{"index": 1, "embedding": [1.0]}, {"index": 2, "embedding": [2.0]}]"#,
+            r#"[{"index": 0, "embedding": [1.0]}, {"embedding": [2.0]}]"#,
+        ] {
+            let refused = parse_embeddings("p", &list(bad), 2).unwrap_err();
+            assert!(refused.human_message().contains("indices"), "{bad}");
+        }
+        assert!(parse_embeddings("p", &list(r#"[{"embedding": [1.0]}]"#), 2).is_err());
     }
 
     #[test]

@@ -19,11 +19,12 @@
 //! | `stop_sequences`, `temperature`, `top_p` | `stop`, `temperature`, `top_p` |
 //! | `metadata.user_id` | `user` |
 //!
-//! Blocks the engine has no content for (`image`, `document`, `thinking`,
-//! …) are refused with a 400 naming the block, never dropped: a model that
-//! silently never saw the image answers about something else. Other
-//! members (`top_k`, `thinking`, …) are allowed and ignored, as on the
-//! OpenAI endpoint.
+//! `image` blocks are parts of the user message (see [`ImageSource`]).
+//! Blocks the engine has no content for (`document`, `thinking`, …) are
+//! refused with a 400 naming the block, never dropped: a model that
+//! silently never saw the document answers about something else. Every
+//! member is passed, mapped, left out and named, or refused (the table at
+//! [`MessagesRequest`]).
 //!
 //! `max_tokens` is required, as in Anthropic's API. The answer's
 //! `stop_reason` is `end_turn`, `tool_use`, `max_tokens`, `refusal` or
@@ -284,7 +285,8 @@ fn invalid_at(message: String, pointer: Option<String>) -> Problem {
 /// | `output_config.effort` | passed | mapped (`reasoning_effort`) |
 /// | `output_config.format` (`json_schema`) | rein's structured output (a forced tool), the answer checked | mapped (`response_format`), the answer checked |
 /// | `thinking` `{"type": "disabled"}` | accepted | accepted |
-/// | `thinking` enabled, `service_tier`, `container`, `mcp_servers`, `context_management`, `output_format`, any other member | refused (400 naming it and why) | refused |
+/// | `thinking` enabled or adaptive, `service_tier` | accepted, left out, named in `Rein-Ignored` (see [`THINKING_LEFT_OUT`]) | the same |
+/// | `container`, `mcp_servers`, `context_management`, `output_format`, any other member | refused (400 naming it and why) | refused |
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct MessagesRequest {
     /// A `[models.*]` binding.
@@ -328,10 +330,14 @@ pub struct MessagesRequest {
     /// About the request.
     #[serde(default)]
     pub metadata: Option<Metadata>,
-    /// Extended thinking: only `{"type": "disabled"}` (see
-    /// [`THINKING_REFUSED`]).
+    /// Extended thinking: accepted and left out (see
+    /// [`THINKING_LEFT_OUT`]), named in `Rein-Ignored` unless disabled.
     #[serde(default)]
     pub thinking: Option<Thinking>,
+    /// Anthropic's capacity tier: accepted and left out (a binding's links
+    /// may be any provider), named in `Rein-Ignored`.
+    #[serde(default)]
+    pub service_tier: Option<String>,
     /// How the answer is written: its effort, and its format.
     #[serde(default)]
     pub output_config: Option<OutputConfig>,
@@ -353,8 +359,12 @@ pub enum Thinking {
     Adaptive {},
 }
 
-/// Why extended thinking is refused.
-pub const THINKING_REFUSED: &str = "`thinking` is not carried: rein's gateway returns no thinking blocks, and Anthropic needs them back, signed, beside the tool results of the same turn; leave it out or send {\"type\": \"disabled\"}";
+/// Why extended thinking is left out rather than passed: rein's gateway
+/// returns no thinking blocks, and Anthropic refuses a tool loop whose
+/// assistant turns come back without them, signed. Refusing it instead
+/// would break every client that turns it on by default; the answer names
+/// it in `Rein-Ignored`, so none takes a plain answer for a thought one.
+pub const THINKING_LEFT_OUT: &str = "thinking";
 
 /// `output_config`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -394,7 +404,7 @@ pub enum OutputFormat {
 }
 
 /// The members [`MessagesRequest`] reads.
-const READ: [&str; 14] = [
+const READ: [&str; 15] = [
     "model",
     "max_tokens",
     "messages",
@@ -409,14 +419,11 @@ const READ: [&str; 14] = [
     "metadata",
     "thinking",
     "output_config",
+    "service_tier",
 ];
 
 /// Members of Anthropic's request rein refuses by name, each with why.
-pub const REFUSED: [(&str, &str); 5] = [
-    (
-        "service_tier",
-        "it names Anthropic's capacity tiers, and a binding's links may be any provider",
-    ),
+pub const REFUSED: [(&str, &str); 4] = [
     (
         "container",
         "code execution containers run on Anthropic's side, and a binding's links may be any provider",
@@ -746,14 +753,15 @@ pub(super) fn read(body: &[u8], ceiling: Ceiling) -> Result<Call<Anthropic>, Pro
             Some("/model".into()),
         ));
     }
+    let mut ignored = Vec::new();
     if matches!(
         request.thinking,
         Some(Thinking::Enabled { .. } | Thinking::Adaptive {})
     ) {
-        return Err(invalid_at(
-            format!("thinking: {THINKING_REFUSED}"),
-            Some("/thinking".into()),
-        ));
+        ignored.push(THINKING_LEFT_OUT);
+    }
+    if request.service_tier.is_some() {
+        ignored.push("service_tier");
     }
     let max_tokens = match (request.max_tokens, ceiling) {
         (Some(max_tokens), _) => max_tokens,
@@ -880,7 +888,7 @@ pub(super) fn read(body: &[u8], ceiling: Ceiling) -> Result<Call<Anthropic>, Pro
         stream: request.stream.unwrap_or(false),
         // The caller's, read from the headers.
         trace_parent: None,
-        ignored: Vec::new(),
+        ignored,
         spender: None,
         wire: Anthropic,
     })

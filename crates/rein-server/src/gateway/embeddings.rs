@@ -3,10 +3,9 @@
 //! retries, fallbacks, key budgets and idempotency as chat
 //! ([`rein_engine::run::Engine::embed`]).
 //!
-//! A binding is an embedding binding by its links' models
-//! (`model = "text-embedding-3-small"`): nothing else in the config says
-//! so. A link whose provider has no embeddings API (an Anthropic one) is
-//! passed over; with none left, the 400 says so.
+//! Only a binding of `kind = "embedding"` is asked (a chat binding is a
+//! 400 saying which is which). A link whose provider has no embeddings API
+//! (an Anthropic one) is passed over; with none left, the 400 says so.
 //!
 //! | member | how |
 //! | --- | --- |

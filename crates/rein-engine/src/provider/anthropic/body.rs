@@ -36,7 +36,7 @@ impl AnthropicProvider {
     ) -> Result<Prepared, Failure> {
         let mut system = Vec::new();
         let mut messages: Vec<(&'static str, Vec<Value>)> = Vec::new();
-        for (i, message) in request.messages.iter().enumerate() {
+        for message in &request.messages {
             let (role, blocks) = match message {
                 Message::System { content } => {
                     system.push(content.as_str());
@@ -45,16 +45,13 @@ impl AnthropicProvider {
                 Message::User { content, parts } if parts.is_empty() => {
                     ("user", text_block(content).into_iter().collect())
                 }
-                Message::User { parts, .. } => {
+                Message::User { content, parts } => {
                     let blocks = parts
                         .iter()
-                        .enumerate()
-                        .map(|(j, part)| Self::part_block(part).map_err(|why| (j, why)))
+                        .map(Self::part_block)
                         .filter_map(Result::transpose)
                         .collect::<Result<Vec<_>, _>>()
-                        .map_err(|(j, why)| {
-                            self.unsupported(&format!("message {i}, part {j}: {why}"))
-                        })?;
+                        .map_err(|why| self.unsupported(&in_message(&why, content)))?;
                     ("user", blocks)
                 }
                 Message::Assistant {
@@ -160,14 +157,12 @@ impl AnthropicProvider {
     ///
     /// What it cannot carry, as [`AnthropicProvider::prepare`] refuses it.
     pub(super) fn check_carries(&self, request: &ModelRequest) -> Result<(), Failure> {
-        for (i, message) in request.messages.iter().enumerate() {
-            let Message::User { parts, .. } = message else {
+        for message in &request.messages {
+            let Message::User { content, parts } = message else {
                 continue;
             };
-            for (j, part) in parts.iter().enumerate() {
-                if let Some(why) = part_refusal(part) {
-                    return Err(self.unsupported(&format!("message {i}, part {j}: {why}")));
-                }
+            if let Some(why) = parts.iter().find_map(part_refusal) {
+                return Err(self.unsupported(&in_message(&why, content)));
             }
         }
         match ResponseFormat::of(&request.options) {
@@ -435,6 +430,20 @@ fn image_block(url: &str) -> Result<Value, String> {
             None => json!({"type": "image", "source": {"type": "url", "url": url}}),
         },
     )
+}
+
+/// `why` a part cannot be carried, with the user message it is in named by
+/// the start of its text: the client's own indices are not rein's (system
+/// blocks, instructions and tool results are messages of their own here).
+fn in_message(why: &str, text: &str) -> String {
+    let start: String = text.chars().take(40).collect();
+    if start.is_empty() {
+        format!("{why}, in a user message without text")
+    } else if start.len() < text.len() {
+        format!("{why}, in the user message that begins \"{start}…\"")
+    } else {
+        format!("{why}, in the user message \"{start}\"")
+    }
 }
 
 /// Why the Messages API cannot take `part` of a user message, if it
@@ -746,14 +755,14 @@ mod tests {
                     data: "UklGRg==".into(),
                     format: "wav".into(),
                 },
-                "message 1, part 1: an audio part (wav)",
+                "an audio part (wav): the Messages API takes no audio input, in the user message \"listen\"",
             ),
             (
                 Part::Image {
                     url: "data:image/bmp;base64,Qk0=".into(),
                     detail: None,
                 },
-                "message 1, part 1: an image of type `image/bmp`",
+                "an image of type `image/bmp`",
             ),
         ] {
             r.messages = vec![

@@ -23,23 +23,35 @@ pub(super) enum LinkEnd {
     /// The turn moves on (a transient failure with a next link ready, or a
     /// context overflow).
     MoveOn(Failure),
+    /// The link's API cannot carry the request (see
+    /// [`ModelProvider::carries`](crate::provider::ModelProvider::carries)):
+    /// the turn moves on, and the refusal is never what a turn whose later
+    /// links failed reports.
+    PassOver(Failure),
     /// The turn ends.
     Stop(End),
 }
 
 /// The end of a turn whose every link failed surfaces the first failure,
 /// naming every link tried.
-fn surface_first(end: End, moved_on: &[(String, String, Failure)], last: LinkRef<'_>) -> End {
+fn surface_first(
+    end: End,
+    moved_on: &[(String, String, Failure)],
+    passed_over: &[usize],
+    last: LinkRef<'_>,
+) -> End {
     // An overflow that a larger window resolved is not the root cause of
     // what failed after it: the first failure after the last overflow is
-    // (or, when none, the end itself).
+    // (or, when none, the end itself). Nor is a link that could not carry
+    // the request when a later one tried and failed.
     let after_overflow = moved_on
         .iter()
         .rposition(|(_, _, f)| f.category() == Category::ContextOverflow)
         .map_or(0, |i| i + 1);
-    let first = match moved_on.get(after_overflow) {
+    let first_tried = (after_overflow..moved_on.len()).find(|i| !passed_over.contains(i));
+    let first = match first_tried.and_then(|i| moved_on.get(i)) {
         Some((_, _, first)) => first.clone(),
-        None if after_overflow == 0 => return end,
+        None if after_overflow == 0 && passed_over.is_empty() => return end,
         None => match &end {
             End::ModelFailed(category, message) => {
                 Failure::new(last.provider.name(), *category).with_human_message(message.clone())
@@ -143,6 +155,8 @@ impl Engine {
         };
         // Each link that failed, and the failure that moved the turn on.
         let mut moved_on: Vec<(String, String, Failure)> = Vec::new();
+        // Which of them were passed over, unasked ([`LinkEnd::PassOver`]).
+        let mut passed_over: Vec<usize> = Vec::new();
         // The worth of the link being tried, when it is a fallback.
         let mut tried_worth: Option<Worth> = None;
         loop {
@@ -208,8 +222,14 @@ impl Engine {
                         fell_back: !moved_on.is_empty(),
                     });
                 }
-                Err(LinkEnd::Stop(end)) => return Err(surface_first(end, &moved_on, link)),
+                Err(LinkEnd::Stop(end)) => {
+                    return Err(surface_first(end, &moved_on, &passed_over, link));
+                }
                 Err(LinkEnd::MoveOn(f)) => f,
+                Err(LinkEnd::PassOver(f)) => {
+                    passed_over.push(moved_on.len());
+                    f
+                }
             };
             let overflow = failure.category() == Category::ContextOverflow;
             let (category, message) = (failure.category(), failure.human_message().to_owned());
@@ -243,8 +263,12 @@ impl Engine {
                                 category,
                             },
                         );
-                        let end =
-                            surface_first(End::ModelFailed(category, message), &moved_on, link);
+                        let end = surface_first(
+                            End::ModelFailed(category, message),
+                            &moved_on,
+                            &passed_over,
+                            link,
+                        );
                         return Err(match end {
                             End::ModelFailed(category, message) => End::ModelFailed(
                                 category,
@@ -260,6 +284,7 @@ impl Engine {
                     return Err(surface_first(
                         End::ModelFailed(category, message),
                         &moved_on,
+                        &passed_over,
                         link,
                     ));
                 }

@@ -175,6 +175,12 @@ async fn send(
                 }
             };
             match first {
+                // A whole answer at once is checked whole (its usage holds
+                // the prompt's count anyway).
+                Some(Ok(first @ StreamEvent::Done(_))) => Ok(Reply::Stream {
+                    first,
+                    rest: stream,
+                }),
                 Some(Ok(first)) => Ok(match prompt {
                     Some(tokens) => Reply::Stream {
                         first: StreamEvent::PromptTokens(tokens),
@@ -251,7 +257,11 @@ impl Engine {
                 reason = failure.human_message(),
                 "a link cannot carry the request"
             );
-            return Err(call.stop_or_move(failure));
+            return Err(if call.ready {
+                LinkEnd::PassOver(failure)
+            } else {
+                call.stop_or_move(failure)
+            });
         }
         // Every provider has a gate: its ceiling and token bucket when it
         // has them, and always its pause after a 429 (shared by every run).
