@@ -134,6 +134,7 @@ pub mod budget_view;
 pub mod call;
 pub mod clock;
 pub mod config;
+pub mod continuation;
 pub mod deadline;
 pub mod digest;
 pub mod event;

@@ -163,6 +163,7 @@ fn the_fixture_covers_every_kind() {
         EventKind::ModelQueueWaited,
         EventKind::ModelFallbackUsed,
         EventKind::ModelOutputTruncated,
+        EventKind::StreamRecovered,
         EventKind::IdempotencyLookup,
         EventKind::LedgerRecorded,
         EventKind::BreakerStateChanged,

@@ -377,6 +377,7 @@ pub fn bind_model_using(
         stream,
         same_model: spec.same_model,
         deadline: spec.deadline,
+        recover_streams: spec.recover_streams,
     })
 }
 
@@ -581,7 +582,8 @@ fn bind_provider(
             let provider =
                 OpenAiProvider::new(&spec.name, base_url, api_key, *timeout, client.clone())
                     .with_key_env(api_key_env.as_deref())
-                    .with_output_fields(spec.output_fields.clone());
+                    .with_output_fields(spec.output_fields.clone())
+                    .with_continuation(spec.continuation);
             Arc::new(match streaming {
                 Some(settings) => provider.with_streaming(settings),
                 None => provider,

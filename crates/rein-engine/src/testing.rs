@@ -57,6 +57,7 @@ pub fn openai_binding(base_url: &str) -> ModelBinding {
         stream: StreamSettings::default(),
         same_model: rein_core::retry::SameModelRetry::default(),
         deadline: rein_core::registry::DEFAULT_GATEWAY_DEADLINE,
+        recover_streams: true,
     }
 }
 
@@ -77,6 +78,7 @@ pub fn question() -> (ModelAsk, Seen) {
             tools: Vec::new(),
             max_tokens: None,
             options: Default::default(),
+            continuation: false,
         },
         deadline: Duration::from_secs(10),
         stream: false,

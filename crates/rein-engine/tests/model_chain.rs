@@ -432,6 +432,7 @@ fn binding_of(primary: &str, limit: Option<u32>) -> rein_engine::run::ModelBindi
         stream: rein_engine::provider::StreamSettings::default(),
         same_model: rein_core::retry::SameModelRetry::NONE,
         deadline: rein_core::registry::DEFAULT_GATEWAY_DEADLINE,
+        recover_streams: true,
     }
 }
 
@@ -443,6 +444,7 @@ fn question(stream: bool) -> rein_engine::run::ModelAsk {
             tools: Vec::new(),
             max_tokens: None,
             options: Default::default(),
+            continuation: false,
         },
         deadline: Duration::from_secs(10),
         stream,

@@ -183,6 +183,7 @@ async fn a_streamed_answer_is_sampled_to_its_first_event_and_to_its_end() {
         stream: rein_engine::provider::StreamSettings::default(),
         same_model: rein_core::retry::SameModelRetry::NONE,
         deadline: rein_core::registry::DEFAULT_GATEWAY_DEADLINE,
+        recover_streams: true,
     };
     let ask = rein_engine::run::ModelAsk {
         request: rein_engine::provider::ModelRequest {
@@ -191,6 +192,7 @@ async fn a_streamed_answer_is_sampled_to_its_first_event_and_to_its_end() {
             tools: Vec::new(),
             max_tokens: None,
             options: Default::default(),
+            continuation: false,
         },
         deadline: Duration::from_secs(30),
         stream: true,

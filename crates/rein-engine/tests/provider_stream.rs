@@ -88,6 +88,7 @@ fn request() -> ModelRequest {
             "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}}}})],
         max_tokens: None,
         options: Default::default(),
+        continuation: false,
     }
 }
 
@@ -131,6 +132,7 @@ async fn drain(mut stream: TurnStream) -> Drained {
                     drained.arguments[piece.index].push_str(&piece.arguments);
                 }
             }
+            Some(Ok(StreamEvent::Recovered(r))) => panic!("a provider never recovers: {r:?}"),
             Some(Ok(StreamEvent::Done(response))) => {
                 drained.outcome = Ok(response);
                 break;

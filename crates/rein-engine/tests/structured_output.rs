@@ -57,6 +57,7 @@ fn request(tools: Vec<Value>) -> ModelRequest {
         options: [("response_format".to_owned(), response_format())]
             .into_iter()
             .collect(),
+        continuation: false,
     }
 }
 
@@ -141,6 +142,9 @@ async fn an_anthropic_json_schema_answer_is_the_forced_tools_input_as_text() {
             }
             StreamEvent::Done(response) => done = Some(response),
             StreamEvent::PromptTokens(tokens) => assert!(tokens > 0),
+            StreamEvent::Recovered(recovered) => {
+                panic!("a provider stream never recovers itself: {recovered:?}")
+            }
         }
     }
     assert!(deltas > 1, "the JSON streams in pieces, got {deltas}");
@@ -191,6 +195,7 @@ fn binding(primary: ModelLink, fallback: Option<ModelLink>) -> ModelBinding {
         stream: rein_engine::provider::StreamSettings::default(),
         same_model: rein_core::retry::SameModelRetry::NONE,
         deadline: rein_core::registry::DEFAULT_GATEWAY_DEADLINE,
+        recover_streams: true,
     }
 }
 

@@ -146,6 +146,7 @@ event_data! {
     ModelQueueWaited,
     ModelFallbackUsed,
     ModelOutputTruncated,
+    StreamRecovered,
     IdempotencyLookup,
     LedgerRecorded,
     BreakerStateChanged,

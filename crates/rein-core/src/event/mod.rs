@@ -78,7 +78,8 @@ pub use guardrail::Guardrail;
 pub use latency::{BaselineSource, LatencyDegraded};
 pub use model::{
     LinkName, ModelAnswered, ModelCallFailed, ModelCallFinished, ModelCallResult, ModelCallStarted,
-    ModelFallbackUsed, ModelOutputTruncated, ModelQueueWaited, MovedOn, TruncationAction,
+    ModelFallbackUsed, ModelOutputTruncated, ModelQueueWaited, MovedOn, Recovery, StreamRecovered,
+    TruncationAction,
 };
 pub use retry::{
     AbandonReason, RetryAbandoned, RetryScheduled, RetryTarget, RunModelRetryBudget, StopReason,
@@ -158,6 +159,12 @@ pub enum EventKind {
     /// the model again (a call with side effects is never made from
     /// partial arguments).
     ModelOutputTruncated,
+    /// A streamed answer failed after its first token (`cut`, `category`,
+    /// `reason`, `sent_chars`) and rein `continued` it on a link that
+    /// continues an assistant prefix, `regenerated` it (forwarding only
+    /// what extends the text sent), or `failed` to (`failure`): a recovery
+    /// is never silent.
+    StreamRecovered,
     /// A maybe-applied write was looked up by its idempotency key.
     IdempotencyLookup,
     /// A side effect was declared or its record changed status.
@@ -244,6 +251,7 @@ impl EventKind {
             EventKind::ModelQueueWaited => "model_queue_waited",
             EventKind::ModelFallbackUsed => "model_fallback_used",
             EventKind::ModelOutputTruncated => "model_output_truncated",
+            EventKind::StreamRecovered => "stream_recovered",
             EventKind::RunCancelled => "run_cancelled",
             EventKind::RunFailed => "run_failed",
             EventKind::IdempotencyLookup => "idempotency_lookup",

@@ -225,6 +225,56 @@ pub struct ModelFallbackUsed {
     pub worth: Option<crate::retry::Worth>,
 }
 
+/// How a stream cut after its first token was recovered, or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Recovery {
+    /// A link that continues an assistant prefix wrote what extends the
+    /// text already sent.
+    Continued,
+    /// No link continues one: the answer was asked again, whole, and it
+    /// begins with exactly the text already sent, so only the rest was
+    /// forwarded.
+    Regenerated,
+    /// Neither worked (no link answered, or the regenerated answer does
+    /// not begin with the text sent): the stream ended with its error.
+    Failed,
+}
+
+impl Recovery {
+    /// The name as stored and in the metrics' `outcome` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Recovery::Continued => "continued",
+            Recovery::Regenerated => "regenerated",
+            Recovery::Failed => "failed",
+        }
+    }
+}
+
+/// `stream_recovered`: a streamed answer failed after its first token and
+/// rein tried to finish it without the caller noticing anything but this
+/// event and the mark on the stream's last event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamRecovered {
+    /// The link whose stream was cut.
+    pub cut: LinkName,
+    /// Why it was cut (its failure's category).
+    pub category: Category,
+    /// Its failure's human message.
+    pub reason: String,
+    /// Characters of text the caller already had.
+    pub sent_chars: u64,
+    /// What rein did.
+    pub recovery: Recovery,
+    /// The link that wrote the rest, when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered: Option<LinkName>,
+    /// Why the recovery failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+}
+
 /// What rein did with a turn whose output was cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -105,7 +105,7 @@ pub enum ProviderKindName {
 /// A model provider as written in config (`[providers.NAME]`).
 ///
 /// `base_url`, `api_key_env`, `timeout` and `stream` belong to `openai` and
-/// `anthropic`; `output_tokens_field` to `openai`; `script` to `scripted`;
+/// `anthropic`; `output_tokens_field` and `continuation` to `openai`; `script` to `scripted`;
 /// `prices`, `max_output_tokens` and `max_concurrency` to every kind.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
@@ -138,6 +138,12 @@ pub struct ProviderConfig {
     /// A model not named here takes the field of rein's table of
     /// well-known models ([`output_field`](crate::output_field)).
     pub output_tokens_field: BTreeMap<String, crate::output_field::OutputField>,
+    /// How the server continues an assistant prefix (`prefix` or
+    /// `continue_final_message`), which rein asks for to recover a stream
+    /// cut after its first token; `openai` providers only (the Messages API
+    /// continues one natively). Unset: the server is never asked to
+    /// continue one ([`Continuation`](crate::continuation::Continuation)).
+    pub continuation: Option<crate::continuation::Continuation>,
     /// Calls to this provider in flight at once, across every agent bound
     /// to it; unlimited if unset.
     pub max_concurrency: Option<u32>,
@@ -232,6 +238,11 @@ pub struct ModelBindingConfig {
     #[serde(with = "crate::config::duration")]
     #[schemars(with = "Option<crate::config::duration::Text>")]
     pub deadline: Option<Duration>,
+    /// Whether a gateway stream cut after its first token is recovered:
+    /// continued from the text already sent (on a link that continues an
+    /// assistant prefix), else regenerated and forwarded only when it
+    /// extends that text. On by default.
+    pub recover_streams: Option<bool>,
 }
 
 /// What a model binding's models answer.

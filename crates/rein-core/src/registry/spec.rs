@@ -452,6 +452,9 @@ pub struct ProviderSpec {
     /// (`output_tokens_field`, `openai` providers only); see
     /// [`output_field`](Self::output_field).
     pub output_fields: BTreeMap<String, crate::output_field::OutputField>,
+    /// How the server continues an assistant prefix (`continuation`,
+    /// `openai` providers only); `None`: it is never asked to.
+    pub continuation: Option<crate::continuation::Continuation>,
     /// Calls to this provider in flight at once, across every agent (and
     /// every model binding) that uses it; unlimited when `None`.
     ///
@@ -567,6 +570,9 @@ pub struct ModelBindingSpec {
     /// How long a gateway call of it may take when the client sends no
     /// `Rein-Deadline-Ms`.
     pub deadline: std::time::Duration,
+    /// Whether a gateway stream cut after its first token is recovered
+    /// (`recover_streams`, on by default).
+    pub recover_streams: bool,
     /// The config file it was defined in.
     pub source: PathBuf,
 }

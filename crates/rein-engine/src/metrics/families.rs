@@ -117,6 +117,8 @@ label_set! {
     Tool { tool }
     /// What was done with a cut output.
     Truncation { action }
+    /// A cut stream's provider and what its recovery came to.
+    StreamRecovery { provider, outcome }
     /// A compensation's end.
     Compensation { tenant, agent, status }
     /// Effects a handoff package left to a human.
@@ -165,6 +167,7 @@ pub(super) struct Families {
     pub(super) latency_degraded: Family<Subject, Counter>,
     pub(super) self_heal_exhausted: Family<Tool, Counter>,
     pub(super) truncated: Family<Truncation, Counter>,
+    pub(super) stream_recoveries: Family<StreamRecovery, Counter>,
     pub(super) compensations: Family<Compensation, Counter>,
     pub(super) handoffs: Family<Whose, Counter>,
     pub(super) handoff_effects: Family<HandoffEffects, Counter>,
@@ -208,6 +211,7 @@ impl Families {
             latency_degraded: Family::default(),
             self_heal_exhausted: Family::default(),
             truncated: Family::default(),
+            stream_recoveries: Family::default(),
             compensations: Family::default(),
             handoffs: Family::default(),
             handoff_effects: Family::default(),
@@ -361,6 +365,11 @@ impl Families {
             "rein_model_output_truncated",
             "Model turns whose structured output was cut, by what rein did (salvaged or asked_again)",
             f.truncated.clone(),
+        );
+        r.register(
+            "rein_model_stream_recoveries",
+            "Streamed answers cut after their first token, by the cut link's provider and what rein did (continued, regenerated, failed)",
+            f.stream_recoveries.clone(),
         );
         r.register(
             "rein_compensations",

@@ -13,8 +13,8 @@ use rein_core::{Category, Event, EventData, ToolClass};
 use super::families::{
     Adjust, Agent, Arm, ArmTransition, BudgetEnd, Compensation, Fallback, Group, HandoffEffects,
     Link, Lookup, ModelAttempt, ModelCall, ModelTime, QueueWait, RateLimit, Refusal, Retry, RunEnd,
-    Shed, Spend, Subject, Tokens, Tool, ToolAttempt, ToolCall, ToolTime, Trip, Truncation, Whose,
-    WhoseTool,
+    Shed, Spend, StreamRecovery, Subject, Tokens, Tool, ToolAttempt, ToolCall, ToolTime, Trip,
+    Truncation, Whose, WhoseTool,
 };
 use super::{Metrics, NONE, Scope};
 
@@ -276,6 +276,14 @@ impl Metrics {
                 f.truncated
                     .get_or_create(&Truncation {
                         action: action.to_owned(),
+                    })
+                    .inc();
+            }
+            EventData::StreamRecovered(d) => {
+                f.stream_recoveries
+                    .get_or_create(&StreamRecovery {
+                        provider: d.cut.provider.clone(),
+                        outcome: d.recovery.as_str().to_owned(),
                     })
                     .inc();
             }

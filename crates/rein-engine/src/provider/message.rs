@@ -195,6 +195,31 @@ pub struct ModelRequest {
     /// through from a gateway caller; each provider maps what it supports.
     /// Empty for a run's turns.
     pub options: serde_json::Map<String, Value>,
+    /// Whether the last message, an assistant's text, is the start of the
+    /// answer to continue (a prefill), not a turn already taken: the
+    /// model writes only what extends it. rein asks so to recover a
+    /// stream cut after its first token (see
+    /// [`recovering`](crate::run::recovering)); a provider that cannot
+    /// refuses it in [`ModelProvider::carries`](super::ModelProvider::carries),
+    /// which is the default.
+    pub continuation: bool,
+}
+
+impl ModelRequest {
+    /// The text a [`continuation`](Self::continuation) request asks the
+    /// model to extend: its last message's, when that is an assistant's.
+    pub fn prefix(&self) -> Option<&str> {
+        if !self.continuation {
+            return None;
+        }
+        match self.messages.last() {
+            Some(Message::Assistant {
+                content: Some(text),
+                tool_calls,
+            }) if tool_calls.is_empty() => Some(text),
+            _ => None,
+        }
+    }
 }
 
 /// The next turn.

@@ -141,9 +141,14 @@ pub trait ModelProvider: Send + Sync {
     /// # Errors
     ///
     /// The not-retryable `invalid_arguments` failure naming what it cannot
-    /// carry. The default, for providers that carry every request, is none.
+    /// carry. The default carries every request but a
+    /// [`continuation`](ModelRequest::continuation): a provider must say it
+    /// continues an assistant prefix, since one that does not would answer
+    /// a new turn after it, which rein would splice onto the text sent.
     fn carries(&self, request: &ModelRequest) -> Result<(), Failure> {
-        let _ = request;
+        if request.continuation {
+            return Err(no_continuation(self.name()));
+        }
         Ok(())
     }
 
@@ -171,6 +176,16 @@ pub trait ModelProvider: Send + Sync {
     fn resume_at(&self, calls: usize) {
         let _ = calls;
     }
+}
+
+/// The refusal of a [`continuation`](ModelRequest::continuation) by a
+/// provider that does not continue an assistant prefix.
+pub fn no_continuation(provider: &str) -> Failure {
+    Failure::new(provider, rein_core::Category::InvalidArguments)
+        .with_effect(rein_core::Effect::NotApplied)
+        .with_human_message(format!(
+            "{provider} does not continue an assistant prefix (an OpenAI-compatible provider does when its server does and it says so: continuation = \"prefix\" or \"continue_final_message\")"
+        ))
 }
 
 /// The refusal of an embedding request by a provider without an

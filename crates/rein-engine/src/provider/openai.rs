@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rein_core::Failure;
+use rein_core::continuation::Continuation;
 use rein_core::output_field::{OutputField, output_field};
 use serde_json::{Value, json};
 
@@ -44,6 +45,9 @@ pub struct OpenAiProvider {
     /// `[providers.NAME.output_tokens_field]`: shared, never copied per
     /// request.
     output_fields: Arc<BTreeMap<String, OutputField>>,
+    /// How the server continues an assistant prefix, when it says it does
+    /// (`[providers.NAME] continuation`).
+    continuation: Option<Continuation>,
 }
 
 /// The Chat Completions path and key header.
@@ -74,7 +78,17 @@ impl OpenAiProvider {
         OpenAiProvider {
             endpoint: Endpoint::new(name, base_url, api_key, timeout, client, CHAT_COMPLETIONS),
             output_fields: Arc::default(),
+            continuation: None,
         }
+    }
+
+    /// Says the server continues an assistant prefix, and how
+    /// (`[providers.NAME] continuation`): a stream cut after its first
+    /// token may then be continued here. Without it this provider refuses
+    /// a [`continuation`](ModelRequest::continuation).
+    pub fn with_continuation(mut self, continuation: Option<Continuation>) -> Self {
+        self.continuation = continuation;
+        self
     }
 
     /// Sends the output ceiling of each model named in `fields` in the
@@ -154,6 +168,22 @@ impl OpenAiProvider {
                 continue;
             }
             body[key] = value.clone();
+        }
+        // A continuation, as this server reads one; refused in `carries`
+        // when it reads none.
+        if request.prefix().is_some() {
+            match self.continuation {
+                Some(Continuation::Prefix) => {
+                    if let Some(last) = body["messages"].as_array_mut().and_then(|m| m.last_mut()) {
+                        last["prefix"] = json!(true);
+                    }
+                }
+                Some(Continuation::ContinueFinalMessage) => {
+                    body["continue_final_message"] = json!(true);
+                    body["add_generation_prompt"] = json!(false);
+                }
+                _ => {}
+            }
         }
         // The Messages API's effort is this API's reasoning effort.
         if let Some(effort) = request
@@ -252,6 +282,13 @@ impl ModelProvider for OpenAiProvider {
 
     fn stream_settings(&self) -> Option<StreamSettings> {
         self.endpoint.streaming
+    }
+
+    fn carries(&self, request: &ModelRequest) -> Result<(), Failure> {
+        if request.continuation && (self.continuation.is_none() || request.prefix().is_none()) {
+            return Err(super::no_continuation(self.name()));
+        }
+        Ok(())
     }
 
     async fn complete(
@@ -708,6 +745,7 @@ mod tests {
             tools: vec![json!({"type": "function"})],
             max_tokens: Some(100),
             options: Default::default(),
+            continuation: false,
         };
         let provider = OpenAiProvider::new(
             "p",
@@ -790,6 +828,7 @@ mod tests {
             tools: Vec::new(),
             max_tokens: Some(100),
             options: [("max_tokens".to_owned(), json!(5))].into_iter().collect(),
+            continuation: false,
         };
         let provider = OpenAiProvider::new(
             "p",

@@ -273,6 +273,7 @@ mod tests {
             tools: vec![],
             max_tokens: None,
             options: Default::default(),
+            continuation: false,
         }
     }
 

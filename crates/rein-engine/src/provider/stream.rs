@@ -159,6 +159,12 @@ pub enum StreamEvent {
     Delta(Delta),
     /// The complete turn, assembled from every fragment: the last event.
     Done(ModelResponse),
+    /// The stream failed after its first token and rein recovered it: the
+    /// deltas that follow extend the text already sent, and the last turn
+    /// is whole. Only a recovering stream yields it
+    /// ([`recovering`](crate::run::recovering)), never a provider; a wire
+    /// marks its last event with it.
+    Recovered(rein_core::event::StreamRecovered),
 }
 
 /// A streamed turn.
@@ -209,7 +215,7 @@ pub fn ready_turn(response: ModelResponse) -> TurnStream {
 pub async fn collect_turn(target: &str, mut stream: TurnStream) -> Result<ModelResponse, Failure> {
     while let Some(item) = stream.next().await {
         match item? {
-            StreamEvent::PromptTokens(_) | StreamEvent::Delta(_) => {}
+            StreamEvent::PromptTokens(_) | StreamEvent::Delta(_) | StreamEvent::Recovered(_) => {}
             StreamEvent::Done(response) => return Ok(response),
         }
     }

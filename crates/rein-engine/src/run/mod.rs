@@ -108,7 +108,8 @@ pub use latency::{DEFAULT_LATENCY_FLUSH, ToolLatency};
 pub use model_chain::ceiling::{PromptMeter, prompt_estimate};
 pub use model_chain::tokenizer::Encoding;
 pub use model_chain::{
-    CountMethod, ModelAnswer, ModelAsk, ModelBinding, ModelError, ModelReply, PromptCount,
+    CountMethod, Cut, MAX_STREAM_RECOVERIES, ModelAnswer, ModelAsk, ModelBinding, ModelError,
+    ModelReply, PromptCount, Resume, Resumed, recovering,
 };
 pub use report::{
     End, REPORT_WRITE_TRIES, closing, is_revision_conflict, revise, revise_stored, tree_records,

@@ -52,6 +52,7 @@ impl Engine {
             tools,
             max_tokens: None,
             options: Default::default(),
+            continuation: false,
         };
         let chain = model_chain::Chain {
             primary: model_chain::LinkRef {

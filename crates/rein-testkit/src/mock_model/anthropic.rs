@@ -266,6 +266,10 @@ pub(crate) async fn messages(
     let (number, reply) = model.next_reply();
     match settle(&model, reply).await {
         Answer::Message { message, fault } => {
+            let message = super::prefill::continued(
+                message,
+                super::prefill::prefix(&request, true).as_deref(),
+            );
             let message = model.meter((number, MESSAGES), &model_name, &request, message);
             tracing::debug!(
                 number,

@@ -19,6 +19,7 @@
 //! | `POST /v1/chat/completions` | the next scripted [`Reply`] as a Chat Completion; once the script is empty, a final answer with the fallback text (default [`DEFAULT_FALLBACK_TEXT`]) so runs terminate |
 //! | `POST /v1/chat/completions` with `"stream": true` | the same, as server-sent `chat.completion.chunk` events ending in `data: [DONE]` |
 //! | `POST /v1/messages` | the same reply as an Anthropic Messages API answer; with `"stream": true`, as Messages API stream events ending in `message_stop` |
+//! | a request whose last message is an assistant prefix (the Messages API's, or one marked `"prefix": true` or under `"continue_final_message": true`) | the scripted text from where the prefix ends, when it begins with it: a continuation |
 //! | `GET /v1/models` | `{"object": "list", "data": [{"id": <model>, "object": "model", ...}]}` |
 //!
 //! ## Chat Completions
@@ -98,6 +99,7 @@
 mod anthropic;
 mod embeddings;
 mod meter;
+mod prefill;
 mod reply;
 mod routes;
 mod sse;

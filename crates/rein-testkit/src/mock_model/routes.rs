@@ -355,6 +355,10 @@ async fn chat_completions(
     let (number, reply) = model.next_reply();
     match settle(&model, reply).await {
         Answer::Message { message, fault } => {
+            let message = super::prefill::continued(
+                message,
+                super::prefill::prefix(&request, false).as_deref(),
+            );
             let message = model.meter((number, CHAT_COMPLETIONS), &model_name, &request, message);
             tracing::debug!(
                 number,

@@ -77,6 +77,13 @@ impl<'a> Checker<'a> {
             c.deadline,
             crate::registry::DEFAULT_GATEWAY_DEADLINE,
         );
+        if kind == BindingKind::Embedding && c.recover_streams.is_some() {
+            self.report(
+                file,
+                format!("{p}.recover_streams"),
+                "is only for chat bindings: an embedding is never streamed; remove recover_streams",
+            );
+        }
         let same_model = self.same_model_retry(file, &p, c)?;
         Some(ModelBindingSpec {
             name: name.to_owned(),
@@ -86,6 +93,7 @@ impl<'a> Checker<'a> {
             context_fallbacks: context_fallbacks?,
             same_model,
             deadline,
+            recover_streams: c.recover_streams.unwrap_or(true),
             source: file.to_path_buf(),
         })
     }

@@ -162,12 +162,22 @@ impl<'a> Checker<'a> {
                  output_tokens_field",
             );
         }
+        if c.continuation.is_some() && !matches!(c.kind, Some(ProviderKindName::Openai) | None) {
+            self.report(
+                file,
+                format!("{p}.continuation"),
+                "is only for openai providers: the Anthropic Messages API continues an \
+                 assistant prefix natively, and a scripted provider replays recorded turns; \
+                 remove continuation",
+            );
+        }
         Some(ProviderSpec {
             name: name.to_owned(),
             kind: kind?,
             prices,
             output_caps,
             output_fields: c.output_tokens_field.clone(),
+            continuation: c.continuation,
             max_concurrency,
             tokens,
             stream,

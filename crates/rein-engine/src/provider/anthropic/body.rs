@@ -165,13 +165,31 @@ impl AnthropicProvider {
                 return Err(self.unsupported(&in_message(&why, content)));
             }
         }
-        match ResponseFormat::of(&request.options) {
-            Err(e) => Err(self.unsupported(&e.to_string())),
-            Ok(Some(ResponseFormat::Other(kind))) => Err(self.unsupported(&format!(
-                "`response_format` type `{kind}` has no equivalent in the Messages API"
-            ))),
-            Ok(_) => Ok(()),
+        let format = match ResponseFormat::of(&request.options) {
+            Err(e) => return Err(self.unsupported(&e.to_string())),
+            Ok(Some(ResponseFormat::Other(kind))) => {
+                return Err(self.unsupported(&format!(
+                    "`response_format` type `{kind}` has no equivalent in the Messages API"
+                )));
+            }
+            Ok(format) => format,
+        };
+        // A continuation is the Messages API's own prefill: a last
+        // assistant message the model extends. A JSON answer comes as a
+        // forced tool call, which a text prefill cannot start.
+        if request.continuation {
+            if request.prefix().is_none() {
+                return Err(self.unsupported(
+                    "a continuation's last message must be the assistant's text so far",
+                ));
+            }
+            if format.is_some_and(|f| !matches!(f, ResponseFormat::Text)) {
+                return Err(self.unsupported(
+                    "a JSON answer is a forced tool call here, which a text prefill cannot continue",
+                ));
+            }
         }
+        Ok(())
     }
 
     /// The answer tool for `format`, if the model may answer this turn.
@@ -721,6 +739,7 @@ mod tests {
                 "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}}}})],
             max_tokens: None,
             options: Default::default(),
+            continuation: false,
         }
     }
 

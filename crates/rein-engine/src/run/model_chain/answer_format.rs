@@ -133,6 +133,7 @@ mod tests {
             options: [("response_format".to_owned(), format)]
                 .into_iter()
                 .collect(),
+            continuation: false,
         }
     }
 

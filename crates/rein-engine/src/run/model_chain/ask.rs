@@ -52,6 +52,9 @@ pub struct ModelBinding {
     /// How long a gateway call may take when its client sends no
     /// deadline (`deadline`).
     pub deadline: std::time::Duration,
+    /// Whether a stream cut after its first token is recovered
+    /// (`recover_streams`; see [`recovering`](crate::run::recovering)).
+    pub recover_streams: bool,
 }
 
 /// One request to a [`ModelBinding`].
@@ -239,7 +242,7 @@ impl Engine {
         self.ask_binding(binding, ask, Mode::Embed).await
     }
 
-    async fn ask_binding(
+    pub(super) async fn ask_binding(
         &self,
         binding: &ModelBinding,
         ask: ModelAsk,

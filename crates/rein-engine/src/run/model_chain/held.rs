@@ -211,7 +211,9 @@ impl futures_util::Stream for GuardedStream {
         let outcome = match &item {
             Some(Ok(StreamEvent::Done(_))) => Some(Ok(())),
             Some(Err(f)) => Some(Err(f)),
-            Some(Ok(StreamEvent::PromptTokens(_) | StreamEvent::Delta(_))) => None,
+            Some(Ok(
+                StreamEvent::PromptTokens(_) | StreamEvent::Delta(_) | StreamEvent::Recovered(_),
+            )) => None,
             // Ended without a terminal item: neither success nor failure
             // for the breaker; a failure for the attempt's event.
             None => {

@@ -41,6 +41,7 @@ mod chain;
 mod count;
 mod held;
 mod link;
+mod recover;
 mod same_model;
 pub(crate) mod token_ratios;
 pub(crate) mod tokenizer;
@@ -62,6 +63,7 @@ use crate::provider::{
 };
 pub use ask::{ModelAnswer, ModelAsk, ModelBinding, ModelError, ModelReply};
 pub use count::{CountMethod, PromptCount};
+pub use recover::{Cut, MAX_STREAM_RECOVERIES, Resume, Resumed, recovering};
 
 /// What a model turn is asked on behalf of: a run, or a gateway request.
 pub(crate) trait TurnHost: Send + Sync {
