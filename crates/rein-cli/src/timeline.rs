@@ -265,6 +265,25 @@ pub fn line(event: &Event, started: Timestamp) -> String {
                 d.answered.provider, d.answered.model, d.primary.provider, d.primary.model
             )
         }
+        EventData::StreamRecovered(d) => {
+            let sent = format!(
+                "stream from {}/{} cut ({}) after {} sent",
+                d.cut.provider,
+                d.cut.model,
+                d.category.as_str(),
+                count(d.sent_chars as usize, "character")
+            );
+            match (&d.answered, &d.failure) {
+                (Some(by), _) => format!(
+                    "{sent}: {} by {}/{}",
+                    d.recovery.as_str(),
+                    by.provider,
+                    by.model
+                ),
+                (None, Some(why)) => format!("{sent}: not recovered ({why})"),
+                (None, None) => format!("{sent}: not recovered"),
+            }
+        }
         EventData::ModelOutputTruncated(d) => {
             let kept = match d.action {
                 TruncationAction::Salvaged => format!("kept {}", list(&d.salvaged)),

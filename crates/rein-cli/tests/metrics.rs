@@ -114,7 +114,8 @@ async fn runs_and_gateway_calls_move_every_counter_and_histogram_and_promtool_pa
     model.push_replies([
         Reply::text("Whole.").with_usage(100, 10),
         Reply::text("Streamed in pieces.").with_usage(200, 20),
-        // Cut mid-way: two events, then an in-band error.
+        // Cut mid-way: two events, then an in-band error (recovery is
+        // off for this binding; gateway_continuation counts recoveries).
         Reply::text("This stream breaks.")
             .with_usage(300, 30)
             .with_stream_fault(StreamFault::Error { after: 2 }),
@@ -129,7 +130,8 @@ async fn runs_and_gateway_calls_move_every_counter_and_histogram_and_promtool_pa
             "[server.metrics_labels]\ntenants = [\"acme\"]\n\n\
              [[server.api_keys]]\ntenant = \"acme\"\nsha256 = \"{KEY_SHA256}\"\nname = \"metrics-test\"\n\n\
              [[server.api_keys]]\ntenant = \"globex\"\nsha256 = \"{GLOBEX_KEY_SHA256}\"\nname = \"globex\"\n\n\
-             [models.chat]\nprovider = \"mock\"\nmodel = \"gpt-4o-mini\"\n"
+             [models.chat]\nprovider = \"mock\"\nmodel = \"gpt-4o-mini\"\n\
+             recover_streams = false\n"
         ),
     );
     let server = Server::start_with_env(

@@ -190,6 +190,7 @@ impl Wire for Anthropic {
             ended: false,
             open: None,
             blocks: 0,
+            recoveries: Vec::new(),
         };
         Box::pin(futures_util::stream::unfold(
             relay,
@@ -883,6 +884,7 @@ pub(super) fn read(body: &[u8], ceiling: Ceiling) -> Result<Call<Anthropic>, Pro
             tools,
             max_tokens: Some(max_tokens),
             options,
+            continuation: false,
         },
         max_tokens_param: "max_tokens",
         stream: request.stream.unwrap_or(false),
@@ -1075,6 +1077,9 @@ struct Relay {
     open: Option<Open>,
     /// Blocks started so far (the next block's index).
     blocks: usize,
+    /// The recoveries of a stream cut after its first token, for the mark
+    /// on `message_delta`.
+    recoveries: Vec<rein_core::event::StreamRecovered>,
 }
 
 impl Relay {
@@ -1202,18 +1207,24 @@ impl Relay {
         match item {
             // Said in `message_start`, or at most once and first.
             Some(Ok(StreamEvent::PromptTokens(_))) => String::new(),
+            // Marked on `message_delta`.
+            Some(Ok(StreamEvent::Recovered(recovery))) => {
+                self.recoveries.push(recovery);
+                String::new()
+            }
             Some(Ok(StreamEvent::Delta(delta))) => self.delta(&delta),
             Some(Ok(StreamEvent::Done(response))) => {
                 self.ended = true;
                 let mut out = String::new();
                 self.close(&mut out);
-                out.push_str(&event(
-                    "message_delta",
-                    &json!({"type": "message_delta",
-                                "delta": {"stop_reason": stop_reason(&response),
-                                          "stop_sequence": stop_sequence(&response)},
-                                "usage": usage(&response)}),
-                ));
+                let mut last = json!({"type": "message_delta",
+                                      "delta": {"stop_reason": stop_reason(&response),
+                                                "stop_sequence": stop_sequence(&response)},
+                                      "usage": usage(&response)});
+                if let Some(mark) = super::recovered_mark(&self.recoveries) {
+                    last["rein"] = mark;
+                }
+                out.push_str(&event("message_delta", &last));
                 out.push_str(&event("message_stop", &json!({"type": "message_stop"})));
                 out
             }

@@ -307,6 +307,7 @@ fn parse(body: &[u8]) -> Result<Call<OpenAiEmbeddings>, Problem> {
             tools: Vec::new(),
             max_tokens: None,
             options,
+            continuation: false,
         },
         max_tokens_param: "max_tokens",
         stream: false,

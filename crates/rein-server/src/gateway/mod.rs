@@ -47,9 +47,13 @@
 //!
 //! # Cut streams
 //!
-//! A streamed answer that fails after its first event ends with the wire
-//! format's in-band error event and without its terminator (`[DONE]`,
-//! `response.completed`, `message_stop`): a truncated stream is never passed off as a complete
+//! A streamed answer that fails after its first token is recovered when its
+//! binding says `recover_streams` (the default): continued from the text
+//! sent, or regenerated and forwarded only when it extends that text
+//! ([`recovering`]); its last event says so (`"rein": {"recoveries": …}`).
+//! One that is not, or cannot be, ends with the wire format's in-band error
+//! event and without its terminator (`[DONE]`, `response.completed`,
+//! `message_stop`): a truncated stream is never passed off as a complete
 //! answer, and the SDKs raise instead of returning the text so far.
 
 pub mod anthropic;
@@ -71,10 +75,13 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
 use rein_core::TenantId;
+use rein_core::event::{LinkName, StreamRecovered};
 use rein_core::header::DEADLINE_HEADER;
 use rein_core::registry::BindingKind;
 use rein_engine::provider::{ModelRequest, ModelResponse, TurnStream};
-use rein_engine::run::{ModelAnswer, ModelAsk, ModelBinding, ModelError, ModelReply};
+use rein_engine::run::{
+    ModelAnswer, ModelAsk, ModelBinding, ModelError, ModelReply, Resume, recovering,
+};
 use serde_json::json;
 
 pub use anthropic::messages;
@@ -483,12 +490,74 @@ async fn complete<W: Wire>(
     })
 }
 
+/// Asks `call`'s binding for the rest of its answer when its stream is
+/// cut after the first token ([`recovering`]), within what is left of the
+/// call's `deadline` (counted from `started`), charged to the caller's key
+/// like the call itself.
+fn resume<W>(
+    state: &Arc<AppState>,
+    call: &Call<W>,
+    deadline: Duration,
+    started: std::time::Instant,
+) -> Resume {
+    let state = state.clone();
+    let binding = call.binding.clone();
+    let request = call.request.clone();
+    let observer = call.spender.as_ref().map(|s| s.observer(true));
+    let tenant = call.tenant.clone();
+    let trace_parent = call.trace_parent.clone();
+    Box::new(move |cut| {
+        let (state, binding, request) = (state.clone(), binding.clone(), request.clone());
+        let (observer, tenant, trace_parent) =
+            (observer.clone(), tenant.clone(), trace_parent.clone());
+        Box::pin(async move {
+            let left = deadline.saturating_sub(started.elapsed());
+            let Some(binding) = state.models.get(&binding).filter(|_| !left.is_zero()) else {
+                return Err(ModelError {
+                    category: rein_core::Category::BudgetExhausted,
+                    message: "the call's deadline ran out".to_owned(),
+                    retry_after: None,
+                });
+            };
+            let ask = ModelAsk {
+                request,
+                deadline: left,
+                stream: true,
+                cancel: rein_engine::run::CancellationToken::new(),
+                observer,
+                tenant,
+                trace_parent,
+            };
+            state.engine.continue_answer(binding, ask, &cut).await
+        })
+    })
+}
+
+/// The mark a recovered stream's last event carries, as an extension
+/// member (`"rein": {"recoveries": [...]}`), which clients that do not
+/// know it ignore; `None` for a stream that was not recovered. The
+/// response's headers cannot say it (they were sent with the first
+/// token), and SSE clients read no trailers.
+fn recovered_mark(recoveries: &[StreamRecovered]) -> Option<serde_json::Value> {
+    let link = |l: &LinkName| format!("{}/{}", l.provider, l.model);
+    (!recoveries.is_empty()).then(|| {
+        json!({"recoveries": recoveries.iter().map(|r| json!({
+            "cut": link(&r.cut),
+            "category": r.category.as_str(),
+            "sent_chars": r.sent_chars,
+            "recovery": r.recovery.as_str(),
+            "answered": r.answered.as_ref().map(link),
+        })).collect::<Vec<_>>()})
+    })
+}
+
 /// A streamed answer: the wire's server-sent events.
 async fn stream<W: Wire>(
     state: Arc<AppState>,
     call: Call<W>,
     deadline: Option<Duration>,
 ) -> Response {
+    let started = std::time::Instant::now();
     let answer = match ask(&state, &call, deadline, true).await {
         Ok(a) => a,
         Err(problem) => return problem.into_response(),
@@ -496,6 +565,17 @@ async fn stream<W: Wire>(
     let answer_headers = answer_headers(&state, &call, &answer);
     let ModelReply::Stream(turn) = answer.reply else {
         return Problem::internal("a whole answer where a stream was asked for").into_response();
+    };
+    let turn = match state.models.get(&call.binding) {
+        Some(binding) if binding.recover_streams => {
+            let deadline = deadline.unwrap_or(binding.deadline);
+            let link = LinkName {
+                provider: answer.provider.clone(),
+                model: answer.model.clone(),
+            };
+            recovering(turn, link, resume(&state, &call, deadline, started))
+        }
+        _ => turn,
     };
     let prompt = W::ANNOUNCES_PROMPT.then_some(answer.prompt_tokens);
     let events = W::events(call, answer.model, turn, prompt);

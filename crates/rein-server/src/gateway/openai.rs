@@ -115,6 +115,7 @@ impl Wire for OpenAi {
             include_usage: call.wire.include_usage,
             started: false,
             ended: false,
+            recoveries: Vec::new(),
         };
         Box::pin(futures_util::stream::unfold(
             relay,
@@ -993,6 +994,7 @@ fn parse(body: &[u8]) -> Result<Call<OpenAi>, Problem> {
             tools,
             max_tokens,
             options,
+            continuation: false,
         },
         max_tokens_param: if chat.max_completion_tokens.is_some() {
             "max_completion_tokens"
@@ -1074,6 +1076,9 @@ struct Relay {
     include_usage: bool,
     started: bool,
     ended: bool,
+    /// The recoveries of a stream cut after its first token, for the mark
+    /// on its last chunk.
+    recoveries: Vec<rein_core::event::StreamRecovered>,
 }
 
 impl Relay {
@@ -1094,12 +1099,18 @@ impl Relay {
             return Some(Bytes::from(sse(&first)));
         }
         let mut next = self.turn.next().await;
-        // OpenAI's stream says the prompt's tokens in its usage chunk only.
-        while let Some(Ok(StreamEvent::PromptTokens(_))) = next {
+        // OpenAI's stream says the prompt's tokens in its usage chunk only;
+        // a recovery is marked on the last chunk.
+        loop {
+            match next {
+                Some(Ok(StreamEvent::PromptTokens(_))) => {}
+                Some(Ok(StreamEvent::Recovered(recovery))) => self.recoveries.push(recovery),
+                _ => break,
+            }
             next = self.turn.next().await;
         }
         let text = match next {
-            Some(Ok(StreamEvent::PromptTokens(_))) | None => {
+            Some(Ok(StreamEvent::PromptTokens(_) | StreamEvent::Recovered(_))) | None => {
                 self.ended = true;
                 sse(&json!({"error": {
                     "message": "the stream ended without a complete answer",
@@ -1133,7 +1144,11 @@ impl Relay {
             }
             Some(Ok(StreamEvent::Done(response))) => {
                 self.ended = true;
-                let mut out = sse(&self.chunk(json!({}), Some(finish_reason(response.finish))));
+                let mut last = self.chunk(json!({}), Some(finish_reason(response.finish)));
+                if let Some(mark) = super::recovered_mark(&self.recoveries) {
+                    last["rein"] = mark;
+                }
+                let mut out = sse(&last);
                 if self.include_usage {
                     let mut usage = self.chunk(json!({}), None);
                     usage["choices"] = json!([]);

@@ -227,6 +227,7 @@ impl Wire for Responses {
             items: Vec::new(),
             text: None,
             calls: Vec::new(),
+            recoveries: Vec::new(),
         };
         Box::pin(futures_util::stream::unfold(
             relay,
@@ -838,6 +839,7 @@ fn parse(body: &[u8]) -> Result<Call<Responses>, Problem> {
             tools,
             max_tokens: request.max_output_tokens,
             options,
+            continuation: false,
         },
         max_tokens_param: "max_output_tokens",
         stream: request.stream.unwrap_or(false),
@@ -1169,6 +1171,9 @@ struct Relay {
     /// Open function calls: the provider's index of each, and its output
     /// index.
     calls: Vec<(usize, usize)>,
+    /// The recoveries of a stream cut after its first token, for the mark
+    /// on the response its last event carries.
+    recoveries: Vec<rein_core::event::StreamRecovered>,
 }
 
 impl Relay {
@@ -1378,9 +1383,12 @@ impl Relay {
         let outcome = Outcome::of(response.finish);
         self.close_text(outcome.item_status(), &mut out);
         self.close_calls(outcome.item_status(), &mut out);
-        let body = self
+        let mut body = self
             .shell()
             .render(outcome.status(), &self.items, Some(response));
+        if let Some(mark) = super::recovered_mark(&self.recoveries) {
+            body["rein"] = mark;
+        }
         let kind = match outcome {
             Outcome::Completed => "response.completed",
             Outcome::Incomplete(_) => "response.incomplete",
@@ -1420,6 +1428,11 @@ impl Relay {
             let text = match self.turn.next().await {
                 // The Responses API says the prompt's tokens at the end.
                 Some(Ok(StreamEvent::PromptTokens(_))) => String::new(),
+                // Marked on the last event's response.
+                Some(Ok(StreamEvent::Recovered(recovery))) => {
+                    self.recoveries.push(recovery);
+                    String::new()
+                }
                 Some(Ok(StreamEvent::Delta(delta))) => self.delta(&delta),
                 Some(Ok(StreamEvent::Done(response))) => {
                     self.ended = true;
