@@ -22,7 +22,8 @@
 //!
 //! ```text
 //! cargo bench -p rein-cli --bench gateway [-- --requests N] [--warmup N]
-//!     [--rounds N] [--concurrency 1,32] [--json]
+//!     [--rounds N] [--concurrency 1,32] [--rein PATH] [--without-recovery]
+//!     [--json]
 //! ```
 //!
 //! | option | default |
@@ -31,6 +32,8 @@
 //! | `--warmup` | 100 unmeasured requests per path and scenario ([`DEFAULT_WARMUP`]) |
 //! | `--rounds` | 10 alternating rounds per scenario ([`DEFAULT_ROUNDS`]) |
 //! | `--concurrency` | `1,32` |
+//! | `--rein` | the `rein` built with this bench; another build's binary compares two commits on one bench |
+//! | `--without-recovery` | off: the binding recovers cut streams (`recover_streams`, the default); on, it does not, the baseline of what recovery costs a stream that is never cut |
 //!
 //! Every answer is checked (status 200, the mock's text, a stream's
 //! `[DONE]` and no in-band error). A failed request is counted, never
@@ -45,7 +48,7 @@
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -83,6 +86,10 @@ struct Options {
     warmup: usize,
     rounds: usize,
     concurrencies: Vec<usize>,
+    /// The `rein` binary serving the gateway.
+    rein: PathBuf,
+    /// Whether the binding recovers cut streams.
+    recovery: bool,
     json: bool,
 }
 
@@ -95,6 +102,8 @@ fn parse(args: Vec<String>) -> Result<Options> {
         warmup: DEFAULT_WARMUP,
         rounds: DEFAULT_ROUNDS,
         concurrencies: DEFAULT_CONCURRENCIES.to_vec(),
+        rein: PathBuf::from(env!("CARGO_BIN_EXE_rein")),
+        recovery: true,
         json: false,
     };
     let mut args = args.into_iter();
@@ -103,6 +112,8 @@ fn parse(args: Vec<String>) -> Result<Options> {
         match arg.as_str() {
             "--bench" => {}
             "--json" => options.json = true,
+            "--rein" => options.rein = value("--rein")?.into(),
+            "--without-recovery" => options.recovery = false,
             "--requests" => {
                 let n: usize = value("--requests")?.parse().context("--requests")?;
                 if n == 0 {
@@ -505,8 +516,8 @@ struct Gateway {
 
 impl Gateway {
     /// Serves `config` on `data` and waits for its announced address.
-    fn start(config: &Path, data: &Path) -> Result<Gateway> {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rein"))
+    fn start(rein: &Path, config: &Path, data: &Path) -> Result<Gateway> {
+        let mut child = Command::new(rein)
             .env_remove("REIN_CRASH_AT")
             .args(["serve", "--config"])
             .arg(config)
@@ -515,7 +526,7 @@ impl Gateway {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .context("cannot start rein serve")?;
+            .with_context(|| format!("cannot start {} serve", rein.display()))?;
         let Some(stderr) = child.stderr.take() else {
             bail!("rein serve has no stderr");
         };
@@ -570,8 +581,8 @@ impl Drop for Gateway {
 
 /// The config binding `[models.bench]` to the mock: no fallbacks, no
 /// `max_concurrency`, no API keys (open on loopback).
-fn config(dir: &Path, mock_base_url: &str) -> Result<std::path::PathBuf> {
-    let text = format!(
+fn config(dir: &Path, mock_base_url: &str, recovery: bool) -> Result<PathBuf> {
+    let mut text = format!(
         r#"
 [providers.mock]
 kind = "openai"
@@ -583,6 +594,9 @@ provider = "mock"
 model = "mock-model"
 "#
     );
+    if !recovery {
+        text.push_str("recover_streams = false\n");
+    }
     let path = dir.join("rein.toml");
     std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(path)
@@ -744,8 +758,8 @@ fn run(options: &Options) -> Result<usize> {
         ))
         .context("cannot start the mock model")?;
     let dir = tempfile::tempdir().context("cannot make a temporary directory")?;
-    let config = config(dir.path(), &mock.openai_base_url())?;
-    let gateway = Gateway::start(&config, &dir.path().join("rein.db"))?;
+    let config = config(dir.path(), &mock.openai_base_url(), options.recovery)?;
+    let gateway = Gateway::start(&options.rein, &config, &dir.path().join("rein.db"))?;
     let client_runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("bench-client")
