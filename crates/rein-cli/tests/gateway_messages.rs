@@ -26,6 +26,8 @@ const KEY_SHA256: &str = "5266a8d2b07490eb2852a8a32974e26c4c24a59701709187f794d7
 
 /// The output cap of the `chat` binding's model.
 const CAP: u64 = 4096;
+/// What the recovered stream says, cut after its first words.
+const RECOVERED: &str = "Recovered after the cut, word for word.";
 
 fn config(dir: &std::path::Path, model_url: &str) -> std::path::PathBuf {
     let text = format!(
@@ -46,13 +48,22 @@ kind = "openai"
 base_url = "http://127.0.0.1:9/v1"
 max_output_tokens = {{ gone = 4096 }}
 
+# Cut streams are not recovered on these two: the SDK is shown raising.
 [models.chat]
 provider = "mock"
 model = "mock-model"
+recover_streams = false
 
 [models.sonnet]
 provider = "claude"
 model = "mock-claude"
+recover_streams = false
+
+# A cut stream of the mock is continued by the mock in the Messages API.
+[models.recovering]
+provider = "mock"
+model = "mock-model"
+fallbacks = [{{ provider = "claude", model = "mock-claude" }}]
 
 # A primary nobody answers: every call falls back to the mock.
 [models.resilient]
@@ -100,6 +111,10 @@ async fn the_official_anthropic_client_messages_streams_and_uses_tools_through_t
         // after five events (message_start, ping, a block and two deltas).
         Reply::text("This answer overloads somewhere in the middle.")
             .with_stream_fault(StreamFault::Error { after: 5 }),
+        // Cut after its first words, then continued in the Messages API
+        // (the mock continues a prefill of its own text).
+        Reply::text(RECOVERED).with_stream_fault(StreamFault::Drop { after: 3 }),
+        Reply::text(RECOVERED),
         Reply::text("Counted by Claude.").with_usage(321, 4),
         Reply::text("Counted at the end.").with_usage(123, 4),
         Reply::text("A single red pixel."),
@@ -116,6 +131,7 @@ async fn the_official_anthropic_client_messages_streams_and_uses_tools_through_t
         .env("REIN_MODEL", "chat")
         .env("REIN_FALLBACK_MODEL", "resilient")
         .env("REIN_CLAUDE_MODEL", "sonnet")
+        .env("REIN_RECOVERING_MODEL", "recovering")
         .env("REIN_CAP", CAP.to_string())
         .output()
         .unwrap();
@@ -218,6 +234,11 @@ async fn the_official_anthropic_client_messages_streams_and_uses_tools_through_t
         assert!(!pieces.is_empty(), "the stream had begun: {c}");
         assert!(!pieces.ends_with("middle."), "only part of the text: {c}");
     }
+    // A cut stream recovered by rein reads as one whole message.
+    let recovered = check("recovered_stream");
+    assert_eq!(recovered["pieces"], RECOVERED, "{recovered}");
+    assert_eq!(recovered["text"], RECOVERED, "{recovered}");
+    assert_eq!(recovered["stop_reason"], "end_turn", "{recovered}");
 
     let wrong = check("wrong_key");
     assert_eq!(wrong["exception"], "AuthenticationError", "{wrong}");
@@ -235,11 +256,11 @@ async fn the_official_anthropic_client_messages_streams_and_uses_tools_through_t
     let models = check("models");
     assert_eq!(
         models["ids"],
-        json!(["chat", "resilient", "sonnet"]),
+        json!(["chat", "recovering", "resilient", "sonnet"]),
         "{models}"
     );
     assert_eq!(models["types"], json!(["model"]));
-    assert_eq!(models["display_names"][2], "sonnet (claude/mock-claude)");
+    assert_eq!(models["display_names"][3], "sonnet (claude/mock-claude)");
     assert_eq!(models["has_more"], false);
     assert_eq!(models["first_id"], "chat");
     assert_eq!(models["last_id"], "sonnet");
@@ -289,7 +310,11 @@ async fn the_official_anthropic_client_messages_streams_and_uses_tools_through_t
     );
     // Every reply was asked for once; the refusals asked nothing.
     assert_eq!(model.pending(), 0);
-    assert_eq!(model.request_count(), 11);
+    assert_eq!(
+        model.request_count(),
+        13,
+        "the cut stream and its continuation"
+    );
 }
 
 async fn post(server: &Server, auth: Option<(&str, &str)>, body: &str) -> reqwest::Response {

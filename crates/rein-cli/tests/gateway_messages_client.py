@@ -137,6 +137,22 @@ def main() -> int:
         except anthropic.APIStatusError as e:
             raised(check, e, pieces="".join(pieces))
 
+    # 7b. A stream cut after its first words that rein recovers: the SDK
+    # reads one whole message, the splice invisible but for rein's mark.
+    pieces = []
+    with client.messages.stream(
+        model=os.environ["REIN_RECOVERING_MODEL"], max_tokens=200, messages=hello
+    ) as stream:
+        for text in stream.text_stream:
+            pieces.append(text)
+        final = stream.get_final_message()
+    emit(
+        check="recovered_stream",
+        pieces="".join(pieces),
+        text=final.content[0].text if final.content else None,
+        stop_reason=final.stop_reason,
+    )
+
     # 8. A key rein does not know.
     try:
         Anthropic(base_url=base_url, api_key="not-the-key", max_retries=0).messages.create(

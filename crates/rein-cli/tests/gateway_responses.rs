@@ -56,9 +56,12 @@ kind = "openai"
 base_url = "http://127.0.0.1:9/v1"
 max_output_tokens = {{ gone = 4096 }}
 
+# Cut streams are not recovered here: the clients are shown the error
+# event (gateway_continuation.rs recovers them through this route).
 [models.chat]
 provider = "mock"
 model = "mock-model"
+recover_streams = false
 
 # A primary nobody answers: every call falls back to the mock.
 [models.resilient]
