@@ -34,36 +34,88 @@ fn args(v: Value) -> serde_json::Map<String, Value> {
     v.as_object().cloned().unwrap()
 }
 
+/// The SDK's client of an MCP server.
+type Client = rmcp::service::RunningService<rmcp::RoleClient, ClientConfig>;
+
+/// `rein mcp serve` of the order desk agent.
+struct Served {
+    child: tokio::process::Child,
+    stderr: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>,
+    db: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Served {
+    /// The server, and the SDK's client on its stdio.
+    async fn start(desk: &OrderDesk) -> (Served, Client) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = example_config(dir.path(), "");
+        let db = dir.path().join("rein.db");
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_rein"))
+            .args(["mcp", "serve", "--agent", "order_desk", "--config"])
+            .arg(&config)
+            .arg("--data")
+            .arg(&db)
+            .env("ORDER_DESK_URL", desk.base_url())
+            .env("MOCK_MODEL_URL", "http://127.0.0.1:9")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let (stdin, stdout) = (child.stdin.take().unwrap(), child.stdout.take().unwrap());
+        let stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let client = ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("rein-test", "1"),
+        )
+        .serve((stdout, stdin))
+        .await
+        .unwrap();
+        let served = Served {
+            child,
+            stderr,
+            db,
+            _dir: dir,
+        };
+        (served, client)
+    }
+
+    /// Waits for the process to exit; its status, and the session's run
+    /// as the store has it, with its ledger.
+    async fn ended(
+        mut self,
+    ) -> (
+        std::process::ExitStatus,
+        rein_store::RunRecord,
+        Vec<rein_core::LedgerRecord>,
+    ) {
+        let status = self.child.wait().await.unwrap();
+        let mut lines = Vec::new();
+        while let Ok(Some(line)) = self.stderr.next_line().await {
+            lines.push(line);
+        }
+        let run_id = lines
+            .iter()
+            .find_map(|l| l.split(" as run ").nth(1))
+            .unwrap_or_else(|| panic!("no run id in:\n{}", lines.join("\n")))
+            .trim()
+            .to_owned();
+        let store = SqliteStore::open(&self.db).unwrap();
+        let run_id = RunId::new(run_id).unwrap();
+        let run = store.get_run(&run_id).await.unwrap().unwrap();
+        let ledger = store.ledger(&run_id).await.unwrap();
+        (status, run, ledger)
+    }
+}
+
 #[tokio::test]
 async fn an_mcp_client_gets_the_guarded_call_and_its_session_is_a_run() {
     let desk = OrderDesk::start_with(OrderDeskConfig::default().with_faults(Faults::none()))
         .await
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let config = example_config(dir.path(), "");
-    let db = dir.path().join("rein.db");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_rein"))
-        .args(["mcp", "serve", "--agent", "order_desk", "--config"])
-        .arg(&config)
-        .arg("--data")
-        .arg(&db)
-        .env("ORDER_DESK_URL", desk.base_url())
-        .env("MOCK_MODEL_URL", "http://127.0.0.1:9")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let (stdin, stdout) = (child.stdin.take().unwrap(), child.stdout.take().unwrap());
-    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let client = ClientConfig::new(
-        ClientCapabilities::default(),
-        Implementation::new("rein-test", "1"),
-    )
-    .serve((stdout, stdin))
-    .await
-    .unwrap();
+    let (served, client) = Served::start(&desk).await;
 
     // The tools, annotated from rein's classes.
     let tools = client.list_all_tools().await.unwrap();
@@ -108,24 +160,10 @@ async fn an_mcp_client_gets_the_guarded_call_and_its_session_is_a_run() {
 
     // The client leaves: the run ends, recorded with its ledger.
     client.cancel().await.unwrap();
-    let status = child.wait().await.unwrap();
-    let mut lines = Vec::new();
-    while let Ok(Some(line)) = stderr.next_line().await {
-        lines.push(line);
-    }
-    let run_id = lines
-        .iter()
-        .find_map(|l| l.split(" as run ").nth(1))
-        .unwrap_or_else(|| panic!("no run id in:\n{}", lines.join("\n")))
-        .trim()
-        .to_owned();
-    let store = SqliteStore::open(&db).unwrap();
-    let run_id = RunId::new(run_id).unwrap();
-    let run = store.get_run(&run_id).await.unwrap().unwrap();
+    let (status, run, ledger) = served.ended().await;
     let report = run.report.unwrap();
     assert_eq!(report.outcome, Outcome::Succeeded, "{report:#?}");
-    assert!(status.success(), "{status:?}\n{}", lines.join("\n"));
-    let ledger = store.ledger(&run_id).await.unwrap();
+    assert!(status.success(), "{status:?}");
     let statuses: Vec<(&str, LedgerStatus)> =
         ledger.iter().map(|r| (r.tool.as_str(), r.status)).collect();
     assert_eq!(
@@ -135,6 +173,33 @@ async fn an_mcp_client_gets_the_guarded_call_and_its_session_is_a_run() {
             (SEND_EMAIL, LedgerStatus::Succeeded)
         ]
     );
+}
+
+#[tokio::test]
+async fn sigterm_ends_the_session_and_its_run_before_the_process_exits() {
+    let desk = OrderDesk::start_with(OrderDeskConfig::default().with_faults(Faults::none()))
+        .await
+        .unwrap();
+    let (served, client) = Served::start(&desk).await;
+    let update = args(json!({"order_id": "A-1001", "delivery_date": "2026-12-24T10:00:00Z"}));
+    let moved = client
+        .call_tool(CallToolRequestParams::new(UPDATE_DELIVERY_TIME).with_arguments(update))
+        .await
+        .unwrap();
+    assert_ne!(moved.is_error, Some(true), "{moved:?}");
+
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(served.child.id().unwrap()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let (status, run, ledger) = served.ended().await;
+    assert_eq!(status.code(), Some(143), "{status:?}");
+    assert_eq!(
+        run.status,
+        rein_store::RunStatus::Finished(Outcome::Succeeded),
+        "ended by its policy, not left running"
+    );
+    assert_eq!(ledger.len(), 1);
+    assert_eq!(ledger[0].status, LedgerStatus::Succeeded);
+    drop(client);
 }
 
 /// The reference server's entry point, or `None` after saying why.

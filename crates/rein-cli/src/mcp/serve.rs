@@ -15,6 +15,12 @@
 //! says (compensation of what a failed session left), and its report is in
 //! the store (`rein runs show`).
 //!
+//! SIGTERM or SIGINT ends the session the same way: the client is cut off,
+//! a call in flight finishes (it holds the run until it is recorded), and
+//! the run ends by its policy before the process exits with 143 or 130.
+//! Killed without a word, the run would stay `running` until orphan
+//! recovery found it.
+//!
 //! # Why a call's intent is its tool and arguments
 //!
 //! MCP clients retry a call by sending it again as a new request; rein
@@ -72,12 +78,14 @@ pub struct ServeArgs {
     tenant: String,
 }
 
-/// Runs `rein mcp serve` until the client closes its end. Exit status: 0
-/// when the session's run succeeded (or made no call), 1 when it ended
-/// otherwise (its report says how), 2 when it could not start.
+/// Runs `rein mcp serve` until the client closes its end or a signal stops
+/// it. Exit status: 0 when the session's run succeeded (or made no call),
+/// 1 when it ended otherwise (its report says how), 2 when it could not
+/// start, 143 or 130 when SIGTERM or SIGINT ended it (after its run).
 pub fn run(args: ServeArgs) -> Result<ExitCode> {
     let runtime = crate::run::runtime()?;
-    runtime.block_on(async {
+    let served = runtime.block_on(async {
+        let mut signals = crate::signal::Listener::install()?;
         let startup = crate::run::start(&args.config, Purpose::Run)?;
         let data = crate::store::chosen(args.data.as_deref(), startup.registry.store());
         let mut session = Session::open(startup, &data, &args.config)?;
@@ -125,10 +133,24 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             .serve(rmcp::transport::stdio())
             .await
             .context("the MCP handshake with the client failed")?;
-        let quit = running.waiting().await;
-        tracing::debug!("the MCP session ended: {quit:?}");
+        let connection = running.cancellation_token();
+        let stopped = tokio::select! {
+            quit = running.waiting() => {
+                tracing::debug!("the MCP session ended: {quit:?}");
+                None
+            }
+            stop = signals.next() => {
+                crate::log::note(
+                    crate::log::Level::Info,
+                    &format!("rein mcp serve: {}, ending the session", stop.name()),
+                );
+                connection.cancel();
+                Some(stop)
+            }
+        };
+        let stopped_with = |code: ExitCode| stopped.map_or(code, |s| ExitCode::from(s.exit_code()));
         let Some(handle) = server.inner.run.lock().await.take() else {
-            return Ok(ExitCode::SUCCESS);
+            return Ok(stopped_with(ExitCode::SUCCESS));
         };
         let output = handle.finish(None).await?;
         session.engine.leave_shared_limits().await;
@@ -139,12 +161,18 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
                 output.report.outcome, output.report.summary
             ),
         );
-        Ok(if output.report.outcome == rein_core::Outcome::Succeeded {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::from(1)
-        })
-    })
+        Ok(stopped_with(
+            if output.report.outcome == rein_core::Outcome::Succeeded {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            },
+        ))
+    });
+    // A signal leaves the stdin reader blocked in a read that only the
+    // client's closing ends; dropping the runtime would wait for it.
+    runtime.shutdown_background();
+    served
 }
 
 /// The MCP tools of `agent`: its registry tools, described as the model
