@@ -328,6 +328,7 @@ async fn issue_38_the_dashboard_signs_in_lists_shows_and_decides_in_a_real_brows
         "approvals",
         "handoffs",
         "run-live",
+        "stats",
     ] {
         assert!(shots.join(format!("{shot}.png")).is_file(), "{shot}.png");
     }
@@ -551,6 +552,105 @@ mod over_http {
         assert!(passed.text().await.unwrap().contains("Run already ended"));
         // The access line names the session's tenant.
         server.wait_for_line(|l| l.contains("route=/ui/runs/{id}") && l.contains("tenant=acme"));
+        server.kill_async().await;
+    }
+
+    /// A session of `KEY`, signed in through the form: its cookie.
+    async fn signed_in(http: &reqwest::Client, server: &Server) -> String {
+        let form = http.get(server.url("/ui/login")).send().await.unwrap();
+        let (form_cookie, _) = cookie(&form);
+        let token = csrf(&form.text().await.unwrap());
+        let signed = http
+            .post(server.url("/ui/login"))
+            .header("cookie", &form_cookie)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("csrf={token}&key={KEY}&next=%2Fui%2Fruns"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(signed.status(), 303);
+        cookie(&signed).0
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn outcomes_and_spend_show_what_a_key_spent_through_the_gateway() {
+        let desk = OrderDesk::start().await.unwrap();
+        let model = rein_testkit::mock_model::MockModel::start_with(
+            rein_testkit::mock_model::MockModelConfig::default().with_model("gpt-4o-mini"),
+        )
+        .await
+        .unwrap();
+        model.push_reply(rein_testkit::mock_model::Reply::text("Hello.").with_usage(1_000, 200));
+        let dir = tempfile::tempdir().unwrap();
+        let config = example_config(
+            dir.path(),
+            &format!(
+                "[[server.api_keys]]\ntenant = \"acme\"\nname = \"{KEY_NAME}\"\nsha256 = \"{}\"\n\
+                 [models.chat]\nprovider = \"mock\"\nmodel = \"gpt-4o-mini\"\n",
+                sha256(KEY)
+            ),
+        );
+        let server = Server::start_with_env(
+            &config,
+            &dir.path().join("rein.db"),
+            &[
+                ("ORDER_DESK_URL", desk.base_url()),
+                ("MOCK_MODEL_URL", model.base_url()),
+            ],
+        );
+        let http = client();
+        let session = signed_in(&http, &server).await;
+        let page =
+            |path: &'static str| http.get(server.url(path)).header("cookie", &session).send();
+
+        // Nothing yet: the empty states say what to do.
+        let empty = page("/ui/stats").await.unwrap();
+        assert_eq!(empty.status(), 200);
+        let empty = empty.text().await.unwrap();
+        assert!(
+            empty.contains("No run was created in this window"),
+            "{empty}"
+        );
+        assert!(empty.contains("No API key spent anything"), "{empty}");
+        assert!(
+            empty.contains("aria-current=\"page\">Outcomes and spend"),
+            "{empty}"
+        );
+
+        // One gateway call with the key: its spend, by model, in dollars.
+        let answered = http
+            .post(server.url("/v1/chat/completions"))
+            .bearer_auth(KEY)
+            .json(&json!({"model": "chat", "messages": [{"role": "user", "content": "Hi."}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answered.status(), 200);
+        answered.bytes().await.unwrap();
+        let spent = page("/ui/stats?window=7d")
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let row = spent
+            .split(&format!("<tr data-key=\"{KEY_NAME}\">"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no row of the key: {spent}"));
+        assert!(row.contains("1200"), "1,000 in and 200 out: {row}");
+        assert!(row.contains("mock/gpt-4o-mini"), "{row}");
+        assert!(row.contains("$0.000"), "a cost in dollars: {row}");
+        assert!(spent.contains("<option value=\"7d\" selected>"), "{spent}");
+
+        // A window the page does not offer: a 400 that names the choices.
+        let odd = page("/ui/stats?window=2h").await.unwrap();
+        assert_eq!(odd.status(), 400);
+        assert!(
+            odd.text()
+                .await
+                .unwrap()
+                .contains("one of 1h, 24h, 7d or 31d")
+        );
         server.kill_async().await;
     }
 

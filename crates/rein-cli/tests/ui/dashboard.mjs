@@ -191,6 +191,22 @@ try {
   check(await page.locator("#arms tbody tr").count() > 0, "this process's arms are listed");
   await shot(page, "breakers");
 
+  step = "outcomes and spend page";
+  await page.getByRole("link", { name: "Outcomes and spend" }).click();
+  await page.waitForURL(`${BASE}/ui/stats`);
+  const agentRow = (name) => page.locator(`#by-agent tr[data-name="${name}"]`);
+  await agentRow("order_desk").waitFor();
+  const cell = async (name, outcome) =>
+    Number(await agentRow(name).locator(`td[data-outcome="${outcome}"]`).innerText());
+  check(await cell("order_desk", "succeeded") >= 1, "the finished run counts as a success");
+  check(await cell("mover", "handed_off") === 1, "the mover's run counts as handed off");
+  check((await agentRow("order_desk").innerText()).includes("$"), "costs are in dollars");
+  await page.getByLabel("Window").selectOption("7d");
+  await page.getByRole("button", { name: "Show" }).click();
+  await page.waitForURL(/window=7d/);
+  await agentRow("mover").waitFor();
+  await shot(page, "stats");
+
   step = "security headers";
   const head = await page.request.get(`${BASE}/ui/runs`);
   const h = head.headers();

@@ -1,6 +1,7 @@
 //! The operator's dashboard at `/ui`: runs, one run's live timeline,
 //! ledger and report, the approvals and handoffs waiting for a human with
-//! their decision buttons, and the breakers.
+//! their decision buttons, the breakers, and outcomes and spend over a
+//! window (runs by agent and model, guardrails, gateway spend per key).
 //!
 //! # Why server-rendered, in the binary
 //!
@@ -160,6 +161,7 @@ pub fn router(app: Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/ui/approvals", get(pages::approvals::list))
         .route("/ui/handoffs", get(pages::handoffs::list))
         .route("/ui/breakers", get(pages::breakers::list))
+        .route("/ui/stats", get(pages::stats::show))
         .route("/ui/assets/{name}", get(asset))
         .layer(axum::middleware::map_response(security_headers))
         .layer(axum::middleware::from_fn_with_state(

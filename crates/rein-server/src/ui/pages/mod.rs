@@ -7,6 +7,7 @@ pub(crate) mod handoffs;
 pub(crate) mod login;
 pub(crate) mod run;
 pub(crate) mod runs;
+pub(crate) mod stats;
 
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -26,6 +27,7 @@ pub(crate) enum Nav {
     Approvals,
     Handoffs,
     Breakers,
+    Stats,
     None,
 }
 
@@ -50,6 +52,7 @@ pub(crate) fn page(title: &str, signed: Option<(&Ui, &Signed)>, nav: Nav, body: 
             (Nav::Approvals, "/ui/approvals", "Approvals waiting"),
             (Nav::Handoffs, "/ui/handoffs", "Handoffs waiting"),
             (Nav::Breakers, "/ui/breakers", "Breakers"),
+            (Nav::Stats, "/ui/stats", "Outcomes and spend"),
         ] {
             h.raw("<li><a href=\"").raw(href).raw("\"");
             if entry == nav {

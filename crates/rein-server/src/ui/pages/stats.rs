@@ -1,0 +1,356 @@
+//! `GET /ui/stats`: the trend layer of the dashboard, as `GET /v1/stats`
+//! counts it ([`crate::stats::compute`]): outcomes and what a success
+//! costs, by agent and by model; which guardrails fired; and what each API
+//! key spent through the gateway, by model.
+//!
+//! # Windows, not dates
+//!
+//! An operator asks "how did the last hour go" or "this week", not "from
+//! this millisecond": the page offers the last hour, day, week and 31 days
+//! (the API's longest window), ending now, and one agent or all. The API
+//! keeps spend per UTC day, so the spend of a window shorter than a day
+//! is that of the whole days it touches; the page says so.
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::Response;
+use rein_core::Outcome;
+
+use super::{Nav, page, problem_page, respond};
+use crate::problem::Problem;
+use crate::stats::{Stats, Tally};
+use crate::ui::Ui;
+use crate::ui::html::Html;
+
+/// The windows offered: the query's name, its label, its length.
+const WINDOWS: [(&str, &str, u64); 4] = [
+    ("1h", "the last hour", 3_600_000),
+    ("24h", "the last 24 hours", 24 * 3_600_000),
+    ("7d", "the last 7 days", 7 * 24 * 3_600_000),
+    ("31d", "the last 31 days", crate::stats::MAX_WINDOW_MS),
+];
+
+/// The window when the query names none.
+const DEFAULT_WINDOW: &str = "24h";
+
+/// The outcomes in the order the tables show them.
+const OUTCOMES: [Outcome; 6] = [
+    Outcome::Succeeded,
+    Outcome::PartialSuccess,
+    Outcome::Failed,
+    Outcome::BudgetExhausted,
+    Outcome::Cancelled,
+    Outcome::HandedOff,
+];
+
+/// The page.
+pub(crate) async fn show(
+    State(ui): State<Ui>,
+    headers: HeaderMap,
+    uri: Uri,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Response {
+    let signed = match ui.signed_in(&headers, &uri) {
+        Ok(signed) => signed,
+        Err(to_sign_in) => return *to_sign_in,
+    };
+    let pairs = query.map(|Query(p)| p).unwrap_or_default();
+    let value = |name: &str| {
+        pairs
+            .iter()
+            .find(|(n, v)| n == name && !v.is_empty())
+            .map(|(_, v)| v.clone())
+    };
+    let window = value("window").unwrap_or_else(|| DEFAULT_WINDOW.to_owned());
+    let Some(&(_, label, length)) = WINDOWS.iter().find(|(name, _, _)| *name == window) else {
+        let problem = Problem::bad_request(format!(
+            "{window:?} is not a window this page offers: one of 1h, 24h, 7d or 31d"
+        ));
+        return problem_page(&ui, Some(&signed), &problem, "/ui/stats");
+    };
+    let agent = value("agent");
+    let now = crate::recovery::now_ms().as_millis();
+    let mut api = vec![("since".to_owned(), now.saturating_sub(length).to_string())];
+    api.extend(agent.iter().map(|a| ("agent".to_owned(), a.clone())));
+    let stats = match crate::stats::parse(&api, now) {
+        Ok(window) => {
+            crate::stats::compute(
+                ui.app.store.as_ref(),
+                Some(signed.caller.tenant.clone()),
+                &window,
+            )
+            .await
+        }
+        Err(problem) => return problem_page(&ui, Some(&signed), &problem, "/ui/stats"),
+    };
+    let stats = match stats {
+        Ok(stats) => stats,
+        Err(e) => return problem_page(&ui, Some(&signed), &Problem::from(e), "/ui/runs"),
+    };
+    let mut body = Html::new();
+    body.html(filters(&ui, &window, agent.as_deref()))
+        .html(render(&stats, label));
+    respond(
+        StatusCode::OK,
+        page("Outcomes and spend", Some((&ui, &signed)), Nav::Stats, body),
+    )
+}
+
+/// The window and agent form.
+fn filters(ui: &Ui, window: &str, agent: Option<&str>) -> Html {
+    let mut h = Html::new();
+    h.raw("<div class=\"toolbar\"><form method=\"get\" action=\"/ui/stats\" class=\"filters\">")
+        .raw("<label for=\"window\">Window</label><select id=\"window\" name=\"window\">");
+    for (name, label, _) in WINDOWS {
+        h.raw("<option value=\"").raw(name).raw("\"");
+        if name == window {
+            h.raw(" selected");
+        }
+        h.raw(">").raw(label).raw("</option>");
+    }
+    h.raw("</select><label for=\"agent\">Agent</label><select id=\"agent\" name=\"agent\"><option value=\"\">any</option>");
+    for name in ui.app.registry.agents().keys() {
+        h.raw("<option value=\"").text(name).raw("\"");
+        if agent == Some(name.as_str()) {
+            h.raw(" selected");
+        }
+        h.raw(">").text(name).raw("</option>");
+    }
+    h.raw("</select><button type=\"submit\">Show</button></form></div>");
+    h
+}
+
+/// The page's sections for `stats`, counted over the window `label` names.
+fn render(stats: &Stats, label: &str) -> Html {
+    let mut h = Html::new();
+    h.raw("<p>Runs created in ")
+        .text(label)
+        .raw(", from ")
+        .time(stats.since_ms)
+        .raw(" to ")
+        .time(stats.until_ms)
+        .raw(".</p>")
+        .raw(
+            "<section aria-labelledby=\"outcomes-h\"><h2 id=\"outcomes-h\">Outcomes by agent</h2>",
+        );
+    if stats.total.runs == 0 {
+        h.raw("<p class=\"empty\">No run was created in this window. Start one with <code>POST /v1/agents/&lt;agent&gt;/runs</code> or <code>rein run</code>, or choose a longer window.</p>");
+    } else {
+        let rows = std::iter::once(("every agent", &stats.total))
+            .chain(stats.by_agent.iter().map(|(name, t)| (name.as_str(), t)));
+        h.html(tally_table("by-agent", "Agent", rows));
+    }
+    h.raw("</section><section aria-labelledby=\"models-h\"><h2 id=\"models-h\">Outcomes by model</h2>");
+    if stats.by_model.is_empty() {
+        h.raw("<p class=\"empty\">No ended run called a model in this window.</p>");
+    } else {
+        let rows = stats.by_model.iter().map(|(name, t)| (name.as_str(), t));
+        h.html(tally_table("by-model", "Model", rows));
+        h.raw("<p class=\"muted\">A run that used several models counts under each.</p>");
+    }
+    h.raw("</section><section aria-labelledby=\"guardrails-h\"><h2 id=\"guardrails-h\">Guardrails that fired</h2>");
+    if stats.guardrails.is_empty() {
+        h.raw("<p class=\"empty\">None fired in this window: no budget, deadline, loop or breaker stopped a call.</p>");
+    } else {
+        h.raw("<table id=\"guardrails\"><thead><tr><th scope=\"col\">Guardrail</th>")
+            .raw("<th scope=\"col\" class=\"n\">Times fired</th><th scope=\"col\" class=\"n\">In runs</th>")
+            .raw("<th scope=\"col\">By agent</th></tr></thead><tbody>");
+        for (name, tally) in &stats.guardrails {
+            h.raw("<tr><td><code>")
+                .text(name)
+                .raw("</code></td><td class=\"n\">")
+                .num(tally.fired)
+                .raw("</td><td class=\"n\">")
+                .num(tally.runs)
+                .raw("</td><td>");
+            let agents: Vec<String> = tally
+                .by_agent
+                .iter()
+                .map(|(agent, fired)| format!("{agent}: {}", fired.fired))
+                .collect();
+            h.text(&agents.join(", ")).raw("</td></tr>");
+        }
+        h.raw("</tbody></table>");
+    }
+    h.raw("</section><section aria-labelledby=\"spend-h\"><h2 id=\"spend-h\">Gateway spend by API key</h2>");
+    if stats.keys.is_empty() {
+        h.raw("<p class=\"empty\">No API key spent anything through the gateway (<code>/v1/chat/completions</code>, <code>/v1/messages</code>, <code>/v1/responses</code>) on the days of this window.</p>");
+    } else {
+        h.raw("<table id=\"spend\"><thead><tr><th scope=\"col\">Key</th><th scope=\"col\">Model</th>")
+            .raw("<th scope=\"col\" class=\"n\">Tokens</th><th scope=\"col\" class=\"n\">Cost (USD)</th></tr></thead><tbody>");
+        for (key, spend) in &stats.keys {
+            h.raw("<tr data-key=\"")
+                .text(key)
+                .raw("\"><th scope=\"row\">")
+                .text(key)
+                .raw("</th><td><span class=\"muted\">every model</span></td><td class=\"n\">")
+                .num(spend.tokens)
+                .raw("</td><td class=\"n\">")
+                .text(&usd(spend.cost_micros))
+                .raw("</td></tr>");
+            for (model, by) in &spend.by_model {
+                h.raw("<tr><td></td><td><code>")
+                    .text(model)
+                    .raw("</code></td><td class=\"n\">")
+                    .num(by.tokens)
+                    .raw("</td><td class=\"n\">")
+                    .text(&usd(by.cost_micros))
+                    .raw("</td></tr>");
+            }
+        }
+        h.raw("</tbody></table><p class=\"muted\">Spend is kept per UTC day: these are the whole days the window touches.</p>");
+    }
+    h.raw("</section>");
+    h
+}
+
+/// A table of tallies, one row per `(name, tally)`, headed `what`.
+fn tally_table<'a>(
+    id: &'static str,
+    what: &'static str,
+    rows: impl Iterator<Item = (&'a str, &'a Tally)>,
+) -> Html {
+    let mut h = Html::new();
+    h.raw("<table id=\"")
+        .raw(id)
+        .raw("\"><thead><tr><th scope=\"col\">")
+        .raw(what)
+        .raw("</th><th scope=\"col\" class=\"n\">Runs</th><th scope=\"col\" class=\"n\">Not ended</th>");
+    for outcome in OUTCOMES {
+        h.raw("<th scope=\"col\" class=\"n\">")
+            .text(outcome.as_str())
+            .raw("</th>");
+    }
+    h.raw("<th scope=\"col\" class=\"n\">Success rate</th><th scope=\"col\" class=\"n\">Tokens</th>")
+        .raw("<th scope=\"col\" class=\"n\">Cost (USD)</th><th scope=\"col\" class=\"n\">Cost per success (USD)</th></tr></thead><tbody>");
+    for (name, tally) in rows {
+        h.raw("<tr data-name=\"")
+            .text(name)
+            .raw("\"><th scope=\"row\">")
+            .text(name)
+            .raw("</th><td class=\"n\">")
+            .num(tally.runs)
+            .raw("</td><td class=\"n\">")
+            .num(tally.unfinished)
+            .raw("</td>");
+        for outcome in OUTCOMES {
+            let n = tally.outcomes.get(outcome.as_str()).copied().unwrap_or(0);
+            h.raw("<td class=\"n\" data-outcome=\"")
+                .text(outcome.as_str())
+                .raw("\">")
+                .num(n)
+                .raw("</td>");
+        }
+        h.raw("<td class=\"n\">");
+        match tally.success_rate {
+            Some(rate) => {
+                h.text(&format!("{:.1} %", rate * 100.0));
+            }
+            None => {
+                h.raw("<span class=\"muted\">none ended</span>");
+            }
+        }
+        h.raw("</td><td class=\"n\">")
+            .num(tally.tokens)
+            .raw("</td><td class=\"n\">")
+            .text(&usd(tally.cost_micros))
+            .raw("</td><td class=\"n\">");
+        match tally.cost_per_success_micros {
+            Some(micros) => {
+                h.text(&usd(micros));
+            }
+            None => {
+                h.raw("<span class=\"muted\">no success</span>");
+            }
+        }
+        h.raw("</td></tr>");
+    }
+    h.raw("</tbody></table>");
+    h
+}
+
+/// Micro-dollars as the runs page shows a cost: `$0.001250`.
+fn usd(micros: u64) -> String {
+    rein_core::deadline::Cost::from_micros(micros).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::stats::{KeySpend, ModelSpend};
+
+    fn stats() -> Stats {
+        let mut total = Tally {
+            runs: 4,
+            unfinished: 1,
+            tokens: 1_500,
+            cost_micros: 2_500,
+            success_rate: Some(2.0 / 3.0),
+            cost_per_success_micros: Some(1_250),
+            ..Tally::default()
+        };
+        total.outcomes.insert("succeeded".into(), 2);
+        total.outcomes.insert("handed_off".into(), 1);
+        let mut stats = Stats {
+            since_ms: 0,
+            until_ms: 86_400_000,
+            clamped: false,
+            total: total.clone(),
+            by_agent: [("order_desk".to_owned(), total)].into(),
+            by_model: Default::default(),
+            guardrails: Default::default(),
+            keys: Default::default(),
+        };
+        stats.keys.insert(
+            "team-a".into(),
+            KeySpend {
+                tokens: 120,
+                cost_micros: 63,
+                by_model: [(
+                    "openai/gpt-4o-mini".to_owned(),
+                    ModelSpend {
+                        tokens: 120,
+                        cost_micros: 63,
+                    },
+                )]
+                .into(),
+            },
+        );
+        stats
+    }
+
+    #[test]
+    fn outcomes_rates_and_spend_are_shown_with_units() {
+        let html = render(&stats(), "the last 24 hours").into_string();
+        assert!(html.contains("<tr data-name=\"order_desk\">"), "{html}");
+        assert!(
+            html.contains("data-outcome=\"handed_off\">1</td>"),
+            "{html}"
+        );
+        assert!(html.contains("66.7 %"), "{html}");
+        assert!(
+            html.contains("$0.001250"),
+            "cost per success in dollars: {html}"
+        );
+        assert!(html.contains("<tr data-key=\"team-a\">"), "{html}");
+        assert!(html.contains("openai/gpt-4o-mini"), "{html}");
+        assert!(html.contains("$0.000063"), "{html}");
+        assert!(html.contains("No ended run called a model"), "{html}");
+    }
+
+    #[test]
+    fn an_empty_window_says_what_to_do() {
+        let empty = Stats {
+            total: Tally::default(),
+            by_agent: Default::default(),
+            keys: Default::default(),
+            ..stats()
+        };
+        let html = render(&empty, "the last hour").into_string();
+        assert!(html.contains("No run was created in this window"), "{html}");
+        assert!(html.contains("No API key spent anything"), "{html}");
+        assert!(!html.contains("<table id=\"by-agent\""), "{html}");
+    }
+}
