@@ -163,6 +163,31 @@ pub(crate) fn check_post(
     Ok(signed)
 }
 
+/// The value of query parameter `name`, when given and not empty: a form's
+/// empty field (a select's "any") is no filter.
+pub(crate) fn query_value(pairs: &[(String, String)], name: &str) -> Option<String> {
+    pairs
+        .iter()
+        .find(|(n, v)| n == name && !v.is_empty())
+        .map(|(_, v)| v.clone())
+}
+
+/// The labelled `agent` select of a filter form: "any", then the
+/// registry's agents, `chosen` selected.
+pub(crate) fn agent_select(ui: &Ui, chosen: Option<&str>) -> Html {
+    let mut h = Html::new();
+    h.raw("<label for=\"agent\">Agent</label><select id=\"agent\" name=\"agent\"><option value=\"\">any</option>");
+    for name in ui.app.registry.agents().keys() {
+        h.raw("<option value=\"").text(name).raw("\"");
+        if chosen == Some(name.as_str()) {
+            h.raw(" selected");
+        }
+        h.raw(">").text(name).raw("</option>");
+    }
+    h.raw("</select>");
+    h
+}
+
 /// A link to run `id`'s page.
 pub(crate) fn run_link(id: &str) -> Html {
     let mut h = Html::new();

@@ -8,7 +8,7 @@ use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::Response;
 use rein_store::{RunCursor, RunRecord};
 
-use super::{Nav, page, problem_page, respond, run_link, status_badge};
+use super::{Nav, agent_select, page, problem_page, query_value, respond, run_link, status_badge};
 use crate::problem::Problem;
 use crate::ui::html::{Html, duration, pct, utc_day_ms};
 use crate::ui::{Ui, see_other};
@@ -38,12 +38,7 @@ pub(crate) async fn list(
         Err(to_sign_in) => return *to_sign_in,
     };
     let pairs = query.map(|Query(p)| p).unwrap_or_default();
-    let value = |name: &str| {
-        pairs
-            .iter()
-            .find(|(n, v)| n == name && !v.is_empty())
-            .map(|(_, v)| v.clone())
-    };
+    let value = |name: &str| query_value(&pairs, name);
     let tenant = signed.caller.tenant.clone();
     let mut notice = None;
     if let Some(id) = value("id") {
@@ -183,15 +178,9 @@ fn filters(ui: &Ui, asked: &Filters) -> Html {
         }
         h.raw(">").raw(name).raw("</option>");
     }
-    h.raw("</select><label for=\"agent\">Agent</label><select id=\"agent\" name=\"agent\"><option value=\"\">any</option>");
-    for name in ui.app.registry.agents().keys() {
-        h.raw("<option value=\"").text(name).raw("\"");
-        if agent == Some(name.as_str()) {
-            h.raw(" selected");
-        }
-        h.raw(">").text(name).raw("</option>");
-    }
-    h.raw("</select><label for=\"from\">Created from (UTC day)</label><input id=\"from\" name=\"from\" type=\"date\" value=\"")
+    h.raw("</select>")
+        .html(agent_select(ui, agent))
+        .raw("<label for=\"from\">Created from (UTC day)</label><input id=\"from\" name=\"from\" type=\"date\" value=\"")
         .text(asked.from.as_deref().unwrap_or_default())
         .raw("\"><label for=\"to\">to (UTC day, included)</label><input id=\"to\" name=\"to\" type=\"date\" value=\"")
         .text(asked.to.as_deref().unwrap_or_default())

@@ -17,7 +17,7 @@ use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::Response;
 use rein_core::Outcome;
 
-use super::{Nav, page, problem_page, respond};
+use super::{Nav, agent_select, page, problem_page, query_value, respond};
 use crate::problem::Problem;
 use crate::stats::{Stats, Tally};
 use crate::ui::Ui;
@@ -56,12 +56,7 @@ pub(crate) async fn show(
         Err(to_sign_in) => return *to_sign_in,
     };
     let pairs = query.map(|Query(p)| p).unwrap_or_default();
-    let value = |name: &str| {
-        pairs
-            .iter()
-            .find(|(n, v)| n == name && !v.is_empty())
-            .map(|(_, v)| v.clone())
-    };
+    let value = |name: &str| query_value(&pairs, name);
     let window = value("window").unwrap_or_else(|| DEFAULT_WINDOW.to_owned());
     let Some(&(_, label, length)) = WINDOWS.iter().find(|(name, _, _)| *name == window) else {
         let problem = Problem::bad_request(format!(
@@ -109,15 +104,9 @@ fn filters(ui: &Ui, window: &str, agent: Option<&str>) -> Html {
         }
         h.raw(">").raw(label).raw("</option>");
     }
-    h.raw("</select><label for=\"agent\">Agent</label><select id=\"agent\" name=\"agent\"><option value=\"\">any</option>");
-    for name in ui.app.registry.agents().keys() {
-        h.raw("<option value=\"").text(name).raw("\"");
-        if agent == Some(name.as_str()) {
-            h.raw(" selected");
-        }
-        h.raw(">").text(name).raw("</option>");
-    }
-    h.raw("</select><button type=\"submit\">Show</button></form></div>");
+    h.raw("</select>")
+        .html(agent_select(ui, agent))
+        .raw("<button type=\"submit\">Show</button></form></div>");
     h
 }
 
