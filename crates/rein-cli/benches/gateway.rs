@@ -23,7 +23,7 @@
 //! ```text
 //! cargo bench -p rein-cli --bench gateway [-- --requests N] [--warmup N]
 //!     [--rounds N] [--concurrency 1,32] [--rein PATH] [--without-recovery]
-//!     [--json]
+//!     [--callgrind DIR] [--json]
 //! ```
 //!
 //! | option | default |
@@ -34,6 +34,18 @@
 //! | `--concurrency` | `1,32` |
 //! | `--rein` | the `rein` built with this bench; another build's binary compares two commits on one bench |
 //! | `--without-recovery` | off: the binding recovers cut streams (`recover_streams`, the default); on, it does not, the baseline of what recovery costs a stream that is never cut |
+//! | `--callgrind` | off: `rein serve` runs under valgrind's callgrind, and each scenario reports the instructions the gateway spent per request; each scenario's profile is kept in DIR for `callgrind_annotate` |
+//!
+//! # Instructions, not milliseconds
+//!
+//! On a shared machine the latencies move with whatever else runs; the
+//! instructions `rein serve` executes per request do not (the same binary
+//! and inputs give the same count within a fraction of a percent). With
+//! `--callgrind` the counters are zeroed after each scenario's warm-up and
+//! dumped after its rounds, so a count covers exactly the measured
+//! requests (and whatever the idle server does meanwhile, which is part of
+//! its cost). Latencies measured under valgrind mean nothing and are
+//! still printed only to show that every request succeeded.
 //!
 //! Every answer is checked (status 200, the mock's text, a stream's
 //! `[DONE]` and no in-band error). A failed request is counted, never
@@ -90,6 +102,8 @@ struct Options {
     rein: PathBuf,
     /// Whether the binding recovers cut streams.
     recovery: bool,
+    /// Where the callgrind profiles go, when `rein serve` runs under it.
+    callgrind: Option<PathBuf>,
     json: bool,
 }
 
@@ -104,6 +118,7 @@ fn parse(args: Vec<String>) -> Result<Options> {
         concurrencies: DEFAULT_CONCURRENCIES.to_vec(),
         rein: PathBuf::from(env!("CARGO_BIN_EXE_rein")),
         recovery: true,
+        callgrind: None,
         json: false,
     };
     let mut args = args.into_iter();
@@ -114,6 +129,7 @@ fn parse(args: Vec<String>) -> Result<Options> {
             "--json" => options.json = true,
             "--rein" => options.rein = value("--rein")?.into(),
             "--without-recovery" => options.recovery = false,
+            "--callgrind" => options.callgrind = Some(value("--callgrind")?.into()),
             "--requests" => {
                 let n: usize = value("--requests")?.parse().context("--requests")?;
                 if n == 0 {
@@ -435,11 +451,20 @@ struct Scenario {
     gateway: Samples,
     /// Failures during the warm-up (counted, not timed).
     warmup_failed: usize,
+    /// The instructions `rein serve` executed over the measured rounds,
+    /// under `--callgrind`.
+    instructions: Option<u64>,
 }
 
 impl Scenario {
     fn failed(&self) -> usize {
         self.direct.failed + self.gateway.failed + self.warmup_failed
+    }
+
+    /// The instructions per gateway request, under `--callgrind`.
+    fn instructions_per_request(&self) -> Option<u64> {
+        let requests = u64::try_from(self.gateway.total()).ok()?;
+        self.instructions?.checked_div(requests)
     }
 
     /// Gateway minus direct at `p`, when both are known.
@@ -466,10 +491,11 @@ async fn scenario(
     client: &reqwest::Client,
     direct: &Arc<Target>,
     gateway: &Arc<Target>,
+    profile: Option<&Profile>,
     mode: Mode,
     concurrency: usize,
     options: &Options,
-) -> Scenario {
+) -> Result<Scenario> {
     let requests = options.requests.unwrap_or(if concurrency == 1 {
         DEFAULT_REQUESTS_SERIAL
     } else {
@@ -485,6 +511,9 @@ async fn scenario(
             warmup_failed += w.failed;
         }
     }
+    if let Some(profile) = profile {
+        profile.zero()?;
+    }
     let mut d = Samples::default();
     let mut g = Samples::default();
     for (i, count) in split(requests, options.rounds).into_iter().enumerate() {
@@ -497,14 +526,19 @@ async fn scenario(
             d.merge(round(client, direct, mode, concurrency, count).await);
         }
     }
-    Scenario {
+    let instructions = match profile {
+        Some(profile) => Some(profile.dump(&format!("{}-c{concurrency}", mode.name()))?),
+        None => None,
+    };
+    Ok(Scenario {
         mode,
         concurrency,
         requests,
         direct: d,
         gateway: g,
         warmup_failed,
-    }
+        instructions,
+    })
 }
 
 /// A `rein serve` process on a free loopback port; killed when dropped.
@@ -512,12 +546,31 @@ struct Gateway {
     child: Child,
     addr: String,
     log: Arc<Mutex<VecDeque<String>>>,
+    /// Set when it runs under callgrind.
+    profile: Option<Profile>,
 }
 
 impl Gateway {
-    /// Serves `config` on `data` and waits for its announced address.
-    fn start(rein: &Path, config: &Path, data: &Path) -> Result<Gateway> {
-        let mut child = Command::new(rein)
+    /// Serves `config` on `data` and waits for its announced address; under
+    /// callgrind when `callgrind` names a directory for the profiles.
+    fn start(rein: &Path, config: &Path, data: &Path, callgrind: Option<&Path>) -> Result<Gateway> {
+        let mut command = match callgrind {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("cannot make {}", dir.display()))?;
+                let mut command = Command::new("valgrind");
+                command
+                    .arg("--tool=callgrind")
+                    .arg(format!(
+                        "--callgrind-out-file={}",
+                        dir.join(Profile::OUT).display()
+                    ))
+                    .arg(rein);
+                command
+            }
+            None => Command::new(rein),
+        };
+        let mut child = command
             .env_remove("REIN_CRASH_AT")
             .args(["serve", "--config"])
             .arg(config)
@@ -560,7 +613,16 @@ impl Gateway {
                 log.push_back(line);
             }
         });
-        Ok(Gateway { child, addr, log })
+        let profile = callgrind.map(|dir| Profile {
+            pid: child.id(),
+            dir: dir.to_owned(),
+        });
+        Ok(Gateway {
+            child,
+            addr,
+            log,
+            profile,
+        })
     }
 
     fn log_tail(&self) -> String {
@@ -569,6 +631,69 @@ impl Gateway {
             .map(String::as_str)
             .collect::<Vec<_>>()
             .join("\n")
+    }
+}
+
+/// A `rein serve` under callgrind, steered by `callgrind_control`.
+#[derive(Debug)]
+struct Profile {
+    pid: u32,
+    dir: PathBuf,
+}
+
+impl Profile {
+    /// The profile's file name; callgrind numbers each dump after it.
+    const OUT: &'static str = "callgrind.out";
+
+    fn control(&self, action: &str) -> Result<()> {
+        let output = Command::new("callgrind_control")
+            .arg(action)
+            .arg(self.pid.to_string())
+            .output()
+            .context("cannot run callgrind_control")?;
+        if !output.status.success() {
+            bail!(
+                "callgrind_control {action} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        Ok(())
+    }
+
+    /// Zeroes the counters: what follows is what the next dump counts.
+    fn zero(&self) -> Result<()> {
+        self.control("--zero")
+    }
+
+    /// Dumps the counters since the last zero or dump into `<label>.out`
+    /// in the profile directory, and returns the instructions counted.
+    fn dump(&self, label: &str) -> Result<u64> {
+        self.control("--dump")?;
+        let numbered = std::fs::read_dir(&self.dir)
+            .with_context(|| format!("cannot read {}", self.dir.display()))?
+            .filter_map(Result::ok)
+            .map(|entry| entry.path())
+            .find(|path| {
+                path.file_name()
+                    .and_then(|name| name.to_str())
+                    .and_then(|name| name.strip_prefix(Profile::OUT))
+                    .and_then(|rest| rest.strip_prefix('.'))
+                    .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            })
+            .with_context(|| format!("callgrind wrote no dump into {}", self.dir.display()))?;
+        let kept = self.dir.join(format!("{label}.out"));
+        std::fs::rename(&numbered, &kept)
+            .with_context(|| format!("cannot keep the dump as {}", kept.display()))?;
+        let text = std::fs::read_to_string(&kept)
+            .with_context(|| format!("cannot read {}", kept.display()))?;
+        text.lines()
+            .find_map(|line| {
+                line.strip_prefix("summary:")
+                    .or_else(|| line.strip_prefix("totals:"))
+            })
+            .and_then(|n| n.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .with_context(|| format!("{} has no instruction total", kept.display()))
     }
 }
 
@@ -622,7 +747,16 @@ async fn measure(mock: &MockModel, gateway: &Gateway, options: &Options) -> Resu
                 "gateway bench: {} at concurrency {concurrency}...",
                 mode.name()
             );
-            let s = scenario(&client, &direct, &through, mode, concurrency, options).await;
+            let s = scenario(
+                &client,
+                &direct,
+                &through,
+                gateway.profile.as_ref(),
+                mode,
+                concurrency,
+                options,
+            )
+            .await?;
             for (path, samples) in [("direct", &s.direct), ("gateway", &s.gateway)] {
                 for f in &samples.failures {
                     eprintln!("gateway bench: {path} failure: {f}");
@@ -686,6 +820,24 @@ fn table(scenarios: &[Scenario]) -> String {
             );
         }
     }
+    if scenarios.iter().any(|s| s.instructions.is_some()) {
+        let _ = writeln!(
+            out,
+            "\nrein serve under callgrind: instructions per gateway request \
+             (the latencies above are valgrind's, not rein's)"
+        );
+        for s in scenarios {
+            if let Some(per) = s.instructions_per_request() {
+                let _ = writeln!(
+                    out,
+                    "{:<13} {:>3} {:>12}",
+                    s.mode.name(),
+                    s.concurrency,
+                    per
+                );
+            }
+        }
+    }
     out
 }
 
@@ -718,6 +870,7 @@ fn report_json(scenarios: &[Scenario], args: &[String]) -> Value {
                     "added_p50_ms": s.added(measure, 0.50).map(ms_json),
                     "added_p99_ms": s.added(measure, 0.99).map(ms_json),
                     "warmup_failed": s.warmup_failed,
+                    "instructions_per_request": s.instructions_per_request(),
                 })
             })
         })
@@ -759,7 +912,12 @@ fn run(options: &Options) -> Result<usize> {
         .context("cannot start the mock model")?;
     let dir = tempfile::tempdir().context("cannot make a temporary directory")?;
     let config = config(dir.path(), &mock.openai_base_url(), options.recovery)?;
-    let gateway = Gateway::start(&options.rein, &config, &dir.path().join("rein.db"))?;
+    let gateway = Gateway::start(
+        &options.rein,
+        &config,
+        &dir.path().join("rein.db"),
+        options.callgrind.as_deref(),
+    )?;
     let client_runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("bench-client")
