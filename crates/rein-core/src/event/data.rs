@@ -91,12 +91,17 @@ macro_rules! event_data {
                 let Ok(mut value) = self.to_value() else {
                     return self;
                 };
-                let strings = value.clone();
-                crate::redact::json(&mut value);
+                // Nearly every event holds nothing to redact: it keeps its
+                // typed form, with no decode (the gateway's hot path).
+                if !crate::redact::json(&mut value) {
+                    return self;
+                }
                 if let Ok(clean) = EventData::decode(kind, value) {
                     return clean;
                 }
-                let mut value = strings;
+                let Ok(mut value) = self.to_value() else {
+                    return self;
+                };
                 crate::redact::json_strings(&mut value);
                 EventData::decode(kind, value).unwrap_or(self)
             }

@@ -215,8 +215,10 @@ impl Redactor {
     /// Redacts every string, object key and number of `value` in place
     /// with [`redact`](Redactor::redact). A number holding a secret
     /// becomes the string [`REDACTED`]: the document stays valid JSON.
-    pub fn redact_json(&self, value: &mut Value) {
-        self.walk(value, &|s| self.redact(s));
+    /// Returns whether anything was redacted, so a caller holding a typed
+    /// original can keep it when nothing was (an event's fast path).
+    pub fn redact_json(&self, value: &mut Value) -> bool {
+        self.walk(value, &|s| self.redact(s))
     }
 
     /// Redacts known secrets from every string, object key and number of
@@ -247,19 +249,35 @@ impl Redactor {
         }
     }
 
-    fn walk(&self, value: &mut Value, clean: &dyn Fn(&str) -> Cow<'_, str>) {
+    /// Cleans `value` in place; whether anything changed.
+    fn walk(&self, value: &mut Value, clean: &dyn Fn(&str) -> Cow<'_, str>) -> bool {
         match value {
             Value::String(s) => {
                 if let Cow::Owned(c) = clean(s) {
                     *s = c;
+                    return true;
                 }
+                false
             }
             Value::Number(n) => {
-                if matches!(self.redact_known(&n.to_string()), Cow::Owned(_)) {
+                // Only a known secret can hide in a number; without any,
+                // the number is not even formatted.
+                if !self.needles.is_empty()
+                    && matches!(self.redact_known(&n.to_string()), Cow::Owned(_))
+                {
                     *value = Value::String(REDACTED.to_owned());
+                    return true;
                 }
+                false
             }
-            Value::Array(items) => items.iter_mut().for_each(|v| self.walk(v, clean)),
+            Value::Array(items) => {
+                // Every item is walked: no short circuit.
+                let mut changed = false;
+                for v in items {
+                    changed |= self.walk(v, clean);
+                }
+                changed
+            }
             Value::Object(map) => {
                 let dirty: Vec<(String, String)> = map
                     .keys()
@@ -268,14 +286,19 @@ impl Redactor {
                         Cow::Borrowed(_) => None,
                     })
                     .collect();
+                let renamed = !dirty.is_empty();
                 for (key, new_key) in dirty {
                     if let Some(v) = map.remove(&key) {
                         map.insert(new_key, v);
                     }
                 }
-                map.values_mut().for_each(|v| self.walk(v, clean));
+                let mut changed = renamed;
+                for v in map.values_mut() {
+                    changed |= self.walk(v, clean);
+                }
+                changed
             }
-            Value::Null | Value::Bool(_) => {}
+            Value::Null | Value::Bool(_) => false,
         }
     }
 }
@@ -481,7 +504,7 @@ mod tests {
             "pin": 12345678,
             "list": ["http://h/x?k=v", 3],
         });
-        r.redact_json(&mut v);
+        assert!(r.redact_json(&mut v), "it redacted");
         assert_eq!(
             v,
             serde_json::json!({
@@ -491,6 +514,32 @@ mod tests {
                 "list": ["http://h/x?[redacted]", 3],
             })
         );
+    }
+
+    /// Whether anything was redacted is what lets an event keep its typed
+    /// form: each kind of change counts, wherever it sits, and a clean
+    /// document reports none and is untouched.
+    #[test]
+    fn redact_json_says_whether_it_changed_anything() {
+        let r = redactor(&["sk-canary-1234", "12345678"]);
+        let clean = serde_json::json!({"a": [1, "two", {"b": null, "c": true}], "d": 7});
+        let mut v = clean.clone();
+        assert!(!r.redact_json(&mut v));
+        assert_eq!(v, clean);
+        for dirty in [
+            serde_json::json!({"a": [1, "two", {"b": "sk-canary-1234"}]}),
+            serde_json::json!({"a": [{"sk-canary-1234": 1}]}),
+            serde_json::json!([0, 12345678]),
+            serde_json::json!({"z": "see https://h/x?token=1", "a": 1}),
+        ] {
+            let mut v = dirty.clone();
+            assert!(r.redact_json(&mut v), "{dirty}");
+            assert_ne!(v, dirty);
+        }
+        // Without secrets only URLs are redacted; numbers are never touched.
+        let none = redactor(&[]);
+        let mut v = serde_json::json!({"n": 12345678, "s": "plain"});
+        assert!(!none.redact_json(&mut v));
     }
 
     #[test]

@@ -79,9 +79,9 @@ pub fn known(text: &str) -> Cow<'_, str> {
 }
 
 /// Redacts every string, key and number of `value` in place
-/// ([`Redactor::redact_json`]).
-pub fn json(value: &mut Value) {
-    process().redact_json(value);
+/// ([`Redactor::redact_json`]); whether anything was redacted.
+pub fn json(value: &mut Value) -> bool {
+    process().redact_json(value)
 }
 
 /// Redacts every string of `value` in place, leaving keys and numbers

@@ -54,7 +54,9 @@ fn walk(redactor: &Redactor, value: &mut Value, data: bool) {
             }
         }
         Value::Array(items) => items.iter_mut().for_each(|v| walk(redactor, v, false)),
-        other => redactor.redact_json(other),
+        other => {
+            redactor.redact_json(other);
+        }
     }
 }
 
