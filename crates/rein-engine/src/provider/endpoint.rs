@@ -46,6 +46,10 @@ pub(super) struct Api {
 pub(super) struct Endpoint {
     pub(super) name: String,
     base_url: String,
+    /// `base_url` and the API's path, parsed once here rather than on
+    /// every call; `None` when it does not parse, and each post then
+    /// reports that as reqwest does.
+    url: Option<reqwest::Url>,
     api_key: Option<String>,
     timeout: Duration,
     client: reqwest::Client,
@@ -69,9 +73,12 @@ impl Endpoint {
         // The key is taught to the redactor here, where it enters rein,
         // so no error that echoes it shows it (crate::secrets).
         crate::secrets::teach_provider(api_key.as_deref(), base_url);
+        let base_url = base_url.trim_end_matches('/').to_owned();
+        let url = reqwest::Url::parse(&format!("{base_url}{}", api.path)).ok();
         Endpoint {
             name: name.to_owned(),
-            base_url: base_url.trim_end_matches('/').to_owned(),
+            base_url,
+            url,
             api_key,
             timeout,
             client,
@@ -103,11 +110,11 @@ impl Endpoint {
     }
 
     fn post(&self, path: &str, body: Vec<u8>, allowance: Duration) -> reqwest::RequestBuilder {
-        let url = format!("{}{path}", self.base_url);
-        let mut builder = self
-            .client
-            .post(&url)
-            .header(DEADLINE_HEADER, allowance.as_millis().to_string());
+        let builder = match self.url.as_ref().filter(|_| path == self.api.path) {
+            Some(url) => self.client.post(url.clone()),
+            None => self.client.post(format!("{}{path}", self.base_url)),
+        };
+        let mut builder = builder.header(DEADLINE_HEADER, allowance.as_millis().to_string());
         // The model call's span, when traces are on.
         builder = crate::telemetry::inject(builder);
         for (name, value) in self.api.headers {
