@@ -1,6 +1,7 @@
 //! [`LatencyHistogram`]: a streaming latency distribution, mergeable
 //! across processes, with a versioned text form.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
@@ -53,6 +54,10 @@ pub enum HistogramError {
 #[derive(Debug, Clone)]
 pub struct LatencyHistogram {
     inner: Histogram<u64>,
+    /// [`profile`](Self::profile), kept until the next sample: every model
+    /// call plans with it (more than once), and each computation scans the
+    /// histogram three times.
+    profile: OnceLock<Option<LatencyProfile>>,
 }
 
 /// The text form.
@@ -94,17 +99,22 @@ impl LatencyHistogram {
     pub fn new() -> Self {
         let inner = Histogram::new_with_bounds(1, max_micros(), SIGNIFICANT_DIGITS)
             .unwrap_or_else(|_| unreachable!("the latency histogram bounds are valid"));
-        LatencyHistogram { inner }
+        LatencyHistogram {
+            inner,
+            profile: OnceLock::new(),
+        }
     }
 
     /// Counts one sample (at least 1 µs, at most [`MAX_RECORDED`]).
     pub fn record(&mut self, latency: Duration) {
         let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
         self.inner.saturating_record(micros.clamp(1, max_micros()));
+        self.profile = OnceLock::new();
     }
 
     /// Adds `other`'s samples to this histogram.
     pub fn merge(&mut self, other: &LatencyHistogram) {
+        self.profile = OnceLock::new();
         // Both share the same bounds, so adding cannot fail; if it ever
         // did, the samples are re-recorded bucket by bucket.
         if self.inner.add(&other.inner).is_err() {
@@ -128,6 +138,7 @@ impl LatencyHistogram {
     /// Forgets every sample.
     pub fn clear(&mut self) {
         self.inner.reset();
+        self.profile = OnceLock::new();
     }
 
     /// The latency at quantile `q` in [0, 1] (zero when empty).
@@ -137,11 +148,13 @@ impl LatencyHistogram {
 
     /// The profile (p50, p95, p99, samples) it gives; `None` when empty.
     pub fn profile(&self) -> Option<LatencyProfile> {
-        if self.is_empty() {
-            return None;
-        }
-        let at = |q| self.quantile(q).max(Duration::from_micros(1));
-        LatencyProfile::new(at(0.50), at(0.95), at(0.99), self.samples()).ok()
+        *self.profile.get_or_init(|| {
+            if self.is_empty() {
+                return None;
+            }
+            let at = |q| self.quantile(q).max(Duration::from_micros(1));
+            LatencyProfile::new(at(0.50), at(0.95), at(0.99), self.samples()).ok()
+        })
     }
 
     /// The versioned text form (see the type's docs).
