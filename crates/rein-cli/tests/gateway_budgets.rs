@@ -313,3 +313,55 @@ async fn a_tenants_keys_together_stop_at_the_tenants_budget() {
     );
     server.kill_async().await;
 }
+
+/// A key without a budget is charged behind its answers
+/// (`rein_server::spend_book`): its calls wait for no commit, and a
+/// server stopped by SIGTERM writes what the book held before it exits,
+/// call for call what the mock reported, whole answers and a stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unbudgeted_keys_spend_is_written_behind_and_kept_by_a_graceful_stop() {
+    let model = MockModel::start_with(
+        MockModelConfig::default()
+            .with_fallback_text("A-1001 has shipped and arrives on Friday.")
+            .with_metered_usage(),
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("rein.db");
+    let config = config(dir.path(), &model.openai_base_url(), 1_000_000);
+    let mut server = Server::start_async(&config, &db, "http://127.0.0.1:9").await;
+    for stream in [false, true, false] {
+        let answer = chat(&server, FREE, stream).await;
+        assert_eq!(answer.status(), 200);
+        // A stream is charged when it ends: read it to the end.
+        answer.bytes().await.unwrap();
+    }
+    let reported: u64 = model
+        .usage_log()
+        .iter()
+        .map(|u| u.prompt_tokens + u.completion_tokens)
+        .sum();
+    assert_eq!(model.usage_log().len(), 3);
+    server.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = tokio::task::spawn_blocking(move || {
+        let status = server.wait_exit(std::time::Duration::from_secs(60));
+        (status, server.log_tail())
+    })
+    .await
+    .unwrap();
+    assert!(status.0.success(), "{:?}\n{}", status.0, status.1);
+    let store = rein_store_sqlite::SqliteStore::open(&db).unwrap();
+    let rows = store
+        .spend(&SpendQuery {
+            tenant: None,
+            key: Some("free".to_owned()),
+            from_day: 0,
+            until_day: u32::MAX,
+        })
+        .await
+        .unwrap();
+    let tokens: u64 = rows.iter().map(|r| r.tokens).sum();
+    assert_eq!(tokens, reported, "{rows:?}");
+    assert!(rows.iter().all(|r| r.cost_micros > 0), "priced: {rows:?}");
+}

@@ -17,8 +17,11 @@
 //! Each attempt's `model_call_finished` says what the provider reported (or
 //! what a failed attempt received): its tokens and their cost at the
 //! configured price are added to the key, the model that answered and the
-//! day. A whole answer is charged before it is returned, so the next call
-//! with the key sees it; a stream when it ends.
+//! day. A budgeted key's whole answer is charged before it is returned, so
+//! the next call with the key sees it on any process; a stream when it
+//! ends. A key that no budget limits (nor its tenant's) is charged the
+//! same amounts, written behind ([`crate::spend_book`]): nothing waits on
+//! the store for spend that no limit reads.
 
 use std::sync::{Arc, Mutex};
 
@@ -168,8 +171,12 @@ pub async fn admit(state: &AppState, caller: &Caller) -> Result<Spender, Problem
             return Err(refusal(caller, &key, scope, &reached, now));
         }
     }
+    // Spend no limit reads is written behind (crate::spend_book).
+    let book =
+        (!key_budget.is_limited() && !tenant_budget.is_limited()).then(|| state.spend.clone());
     Ok(Spender {
         store: state.store.clone(),
+        book,
         metrics: state.budgets.clone(),
         labels: KeyLabels {
             tenant: tenant_label,
@@ -277,6 +284,9 @@ pub struct Spender {
     /// Spend seen but not yet written (a whole answer's, written by
     /// [`Spender::flush`] before it is returned).
     pending: Arc<Mutex<Vec<SpendDelta>>>,
+    /// Where the spend goes when no budget limits the key or its tenant:
+    /// written behind, not before the answer.
+    book: Option<Arc<crate::spend_book::SpendBook>>,
 }
 
 impl Spender {
@@ -288,6 +298,7 @@ impl Spender {
         let (store, tenant, key) = (self.store.clone(), self.tenant.clone(), self.key.clone());
         let (pending, metrics) = (self.pending.clone(), self.metrics.clone());
         let labels = self.labels.clone();
+        let book = self.book.clone();
         Arc::new(move |event| {
             let EventData::ModelCallFinished(finished) = &event.data else {
                 return;
@@ -306,7 +317,9 @@ impl Spender {
                 cost_micros: cost,
             };
             metrics.spent(&labels, &delta);
-            if streamed {
+            if let Some(book) = &book {
+                book.charge([delta]);
+            } else if streamed {
                 let store = store.clone();
                 tokio::spawn(async move { write(store.as_ref(), vec![delta]).await });
             } else {
@@ -326,7 +339,10 @@ impl Spender {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
-        write(self.store.as_ref(), deltas).await;
+        match &self.book {
+            Some(book) => book.charge(deltas),
+            None => write(self.store.as_ref(), deltas).await,
+        }
     }
 }
 

@@ -156,6 +156,7 @@ pub mod request_metrics;
 pub mod runs;
 pub mod singleton;
 pub mod slots;
+pub mod spend_book;
 pub mod state;
 pub mod stats;
 pub mod submission;
@@ -641,6 +642,10 @@ pub async fn serve(
     background.push(tokio::spawn(recovery::orphans_forever(state.clone())));
     background.push(tokio::spawn(recovery::ledger_forever(state.clone())));
     background.push(tokio::spawn(approvals::sweep_forever(state.clone())));
+    background.push(tokio::spawn({
+        let book = state.spend.clone();
+        async move { book.flush_forever().await }
+    }));
     if !state.registry.webhooks().is_empty() {
         // The loader refused a webhook whose secret is not set; a
         // dispatcher that still cannot be built sends nothing, loudly.
@@ -711,6 +716,13 @@ pub async fn serve(
     state
         .connections
         .flush_refusals(state.settings.limits.max_connections.get());
+    // After the last connection: every answered call's spend is in the book.
+    if let Err(e) = state.spend.flush().await {
+        tracing::error!(
+            rows = state.spend.rows(),
+            "the gateway's spend of the last moments is lost: the store did not take it at stop: {e}"
+        );
+    }
     tracing::info!("{}", drained.summary(began.elapsed()));
     Ok(())
 }

@@ -46,6 +46,8 @@ pub struct AppState {
     pub approvals: crate::approvals::ApprovalMetrics,
     /// The gateway keys' spend and budget refusals ([`crate::key_budget`]).
     pub budgets: crate::key_budget::BudgetMetrics,
+    /// Unbudgeted keys' spend, written behind ([`crate::spend_book`]).
+    pub spend: Arc<crate::spend_book::SpendBook>,
     /// Per-tenant quota state: submission buckets, own running runs,
     /// refusals ([`crate::quota`]).
     pub quotas: Arc<crate::quota::Quotas>,
@@ -90,6 +92,7 @@ impl AppState {
             .register_collector(Box::new(quotas.clone()));
         let approvals = crate::approvals::ApprovalMetrics::register(engine.metrics());
         let budgets = crate::key_budget::BudgetMetrics::register(engine.metrics());
+        let spend = Arc::new(crate::spend_book::SpendBook::new(store.clone()));
         let settings_quotas = settings.quotas.clone();
         let workers = usize::try_from(settings.queue.workers.get()).unwrap_or(1);
         AppState {
@@ -108,6 +111,7 @@ impl AppState {
             requests,
             approvals,
             budgets,
+            spend,
             quotas,
             slots: Arc::new(crate::slots::RunSlots::new(
                 settings_quotas.run_slots,

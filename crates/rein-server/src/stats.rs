@@ -272,6 +272,7 @@ pub async fn get_stats(
     let Query(pairs) = query.map_err(|e| Problem::bad_request(format!("invalid query: {e}")))?;
     let window = parse(&pairs, crate::recovery::now_ms().as_millis())?;
     // The caller's tenant, whatever the query.
+    state.spend.before_read().await;
     Ok(Json(
         compute(state.store.as_ref(), Some(tenant), &window).await?,
     ))

@@ -70,6 +70,7 @@ pub(crate) async fn show(
     api.extend(agent.iter().map(|a| ("agent".to_owned(), a.clone())));
     let stats = match crate::stats::parse(&api, now) {
         Ok(window) => {
+            ui.app.spend.before_read().await;
             crate::stats::compute(
                 ui.app.store.as_ref(),
                 Some(signed.caller.tenant.clone()),
