@@ -1062,8 +1062,48 @@ fn completion_body(model: &str, response: &ModelResponse) -> Value {
     })
 }
 
-fn sse(value: &Value) -> String {
-    format!("data: {value}\n\n")
+/// One SSE event of `value`, appended to `out`: written straight into the
+/// bytes sent, with no `format!` and no intermediate string.
+fn sse_into(out: &mut Vec<u8>, value: &impl Serialize) {
+    out.extend_from_slice(b"data: ");
+    // Writing JSON into a Vec fails only for a map with non-string keys,
+    // which no chunk holds; an empty object keeps the event well formed.
+    if serde_json::to_writer(&mut *out, value).is_err() {
+        out.extend_from_slice(b"{}");
+    }
+    out.extend_from_slice(b"\n\n");
+}
+
+fn sse(value: &impl Serialize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    sse_into(&mut out, value);
+    out
+}
+
+/// A chunk carrying only text, typed: nearly every event of a streamed
+/// chat completion is one, so it is serialized from borrowed fields
+/// instead of built as a `Value` first. Members are declared in the order
+/// `json!` writes them (sorted), so the bytes equal [`Relay::chunk`]'s.
+#[derive(Serialize)]
+struct TextChunk<'a> {
+    choices: [TextChoice<'a>; 1],
+    created: u64,
+    id: &'a str,
+    model: &'a str,
+    object: &'static str,
+}
+
+#[derive(Serialize)]
+struct TextChoice<'a> {
+    delta: TextDelta<'a>,
+    finish_reason: Option<&'a str>,
+    index: u32,
+    logprobs: Option<()>,
+}
+
+#[derive(Serialize)]
+struct TextDelta<'a> {
+    content: &'a str,
 }
 
 /// Turns a provider-neutral turn stream into OpenAI's chunks, one SSE
@@ -1086,6 +1126,22 @@ impl Relay {
         json!({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
                "model": self.model,
                "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]})
+    }
+
+    /// [`Relay::chunk`] of a delta that is `text` alone, typed.
+    fn text_chunk<'a>(&'a self, text: &'a str) -> TextChunk<'a> {
+        TextChunk {
+            choices: [TextChoice {
+                delta: TextDelta { content: text },
+                finish_reason: None,
+                index: 0,
+                logprobs: None,
+            }],
+            created: self.created,
+            id: &self.id,
+            model: &self.model,
+            object: "chat.completion.chunk",
+        }
     }
 
     /// The next bytes to send; `None` once the stream ended.
@@ -1118,6 +1174,9 @@ impl Relay {
                 }}))
             }
             Some(Ok(StreamEvent::Delta(delta))) => {
+                if let (Some(text), true) = (&delta.text, delta.tool_calls.is_empty()) {
+                    return Some(Bytes::from(sse(&self.text_chunk(text))));
+                }
                 let mut d = json!({});
                 if let Some(text) = &delta.text {
                     d["content"] = json!(text);
@@ -1155,9 +1214,9 @@ impl Relay {
                     usage["usage"] = json!({"prompt_tokens": response.usage.input,
                                             "completion_tokens": response.usage.output,
                                             "total_tokens": response.usage.total()});
-                    out.push_str(&sse(&usage));
+                    sse_into(&mut out, &usage);
                 }
-                out.push_str("data: [DONE]\n\n");
+                out.extend_from_slice(b"data: [DONE]\n\n");
                 out
             }
             // In band, and no [DONE]: the caller must not take the text
@@ -1177,6 +1236,26 @@ impl Relay {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_typed_text_chunk_is_the_value_chunk_byte_for_byte() {
+        let relay = Relay {
+            turn: Box::pin(futures_util::stream::empty()),
+            id: "chatcmpl-1".to_owned(),
+            created: 1_700_000_000,
+            model: "gpt-4o \"mini\"".to_owned(),
+            include_usage: false,
+            started: true,
+            ended: false,
+            recoveries: Vec::new(),
+        };
+        for text in ["", "Hello", "line\nbreak \"quoted\" \u{1F600} \\ \t"] {
+            assert_eq!(
+                String::from_utf8(sse(&relay.text_chunk(text))).unwrap(),
+                format!("data: {}\n\n", relay.chunk(json!({"content": text}), None)),
+            );
+        }
+    }
 
     fn problem_of(body: &str) -> Value {
         let Err(problem) = parse(body.as_bytes()) else {
