@@ -360,6 +360,21 @@ impl Decoder for ChunkDecoder {
             updates.push(Update::End);
             return Ok(());
         }
+        if let Some(plain) = PlainChunk::of(&event.data) {
+            plain.decode(updates);
+            return Ok(());
+        }
+        self.decode_general(event, updates)
+    }
+
+    fn whole(&self, body: &str) -> Result<ModelResponse, Failure> {
+        parse_response(&self.name, body)
+    }
+}
+
+impl ChunkDecoder {
+    /// Any chunk, read into a `Value`: every member it may hold.
+    fn decode_general(&self, event: &SseEvent, updates: &mut Vec<Update>) -> Result<(), Failure> {
         let chunk: Value = serde_json::from_str(&event.data)
             .map_err(|e| unparseable(&self.name, event, &e.to_string()))?;
         if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
@@ -406,9 +421,92 @@ impl Decoder for ChunkDecoder {
         }
         Ok(())
     }
+}
 
-    fn whole(&self, body: &str) -> Result<ModelResponse, Failure> {
-        parse_response(&self.name, body)
+/// The chunk nearly every streamed token arrives in (text or nothing, no
+/// tool call, no finish reason, no error), read from borrowed fields.
+///
+/// # Why a second reader
+///
+/// Reading each chunk into a `Value` allocated a key and a value for every
+/// member (`id`, `object`, `model`, `system_fingerprint`, ...) only to read
+/// three of them; it was the largest single cost of relaying a stream.
+/// Anything this shape does not hold exactly (a tool call, a finish
+/// reason, an error, a member of another type) makes [`PlainChunk::of`]
+/// answer `None`, and the general reader decides as before: both agree on
+/// every chunk this one takes.
+#[derive(serde::Deserialize)]
+struct PlainChunk<'a> {
+    #[serde(borrow, default)]
+    choices: Option<Vec<PlainChoice<'a>>>,
+    #[serde(default)]
+    usage: Option<PlainUsage>,
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(serde::Deserialize)]
+struct PlainChoice<'a> {
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(borrow, default)]
+    delta: Option<PlainDelta<'a>>,
+    #[serde(borrow, default)]
+    finish_reason: Option<std::borrow::Cow<'a, str>>,
+}
+
+#[derive(serde::Deserialize)]
+struct PlainDelta<'a> {
+    #[serde(borrow, default)]
+    content: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default)]
+    tool_calls: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(serde::Deserialize)]
+struct PlainUsage {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+}
+
+impl<'a> PlainChunk<'a> {
+    /// `data` when it is a plain chunk; `None` for the general reader.
+    fn of(data: &'a str) -> Option<PlainChunk<'a>> {
+        let chunk: PlainChunk<'a> = serde_json::from_str(data).ok()?;
+        let plain = chunk.error.is_none()
+            && chunk.choices.iter().flatten().all(|choice| {
+                choice.finish_reason.as_deref().is_none_or(str::is_empty)
+                    && choice
+                        .delta
+                        .as_ref()
+                        .is_none_or(|delta| delta.tool_calls.is_none())
+            });
+        plain.then_some(chunk)
+    }
+
+    /// The updates [`ChunkDecoder::decode`]'s general reader gives it.
+    fn decode(self, updates: &mut Vec<Update>) {
+        for choice in self.choices.into_iter().flatten() {
+            if choice.index.unwrap_or(0) != 0 {
+                continue;
+            }
+            let text = choice
+                .delta
+                .and_then(|delta| delta.content)
+                .map(std::borrow::Cow::into_owned);
+            updates.push(Update::Delta(Delta {
+                text,
+                tool_calls: Vec::new(),
+            }));
+        }
+        if let Some(usage) = self.usage {
+            updates.push(Update::Usage {
+                input: usage.prompt_tokens,
+                output: usage.completion_tokens,
+            });
+        }
     }
 }
 
@@ -598,6 +696,54 @@ fn parse_response(name: &str, text: &str) -> Result<ModelResponse, Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every chunk the plain reader takes is read as the general reader
+    /// reads it; the chunks it must leave (a tool call, a finish reason,
+    /// an error, a member of another type) go to the general reader.
+    #[test]
+    fn the_plain_reader_agrees_with_the_general_one_and_leaves_it_the_rest() {
+        let decoder = ChunkDecoder {
+            name: "p".to_owned(),
+        };
+        let event = |data: &str| SseEvent {
+            event: None,
+            data: data.to_owned(),
+        };
+        let plain = [
+            r#"{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"He said \"hi\" \u00e9\n"},"finish_reason":""}]}"#,
+            r#"{"choices":[{"delta":{"content":null,"tool_calls":null}}]}"#,
+            r#"{"choices":[{"index":1,"delta":{"content":"other"}},{"index":0,"delta":null}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5,"total_tokens":8}}"#,
+            r#"{"choices":null,"usage":null,"error":null}"#,
+            r#"{"choices":[{"index":null,"delta":{"content":"x"}}],"usage":{}}"#,
+            r#"{}"#,
+        ];
+        for data in plain {
+            let chunk = PlainChunk::of(data).unwrap_or_else(|| panic!("plain: {data}"));
+            let mut fast = Vec::new();
+            chunk.decode(&mut fast);
+            let mut general = Vec::new();
+            decoder.decode_general(&event(data), &mut general).unwrap();
+            assert_eq!(format!("{fast:?}"), format!("{general:?}"), "{data}");
+        }
+        let general = [
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"t","function":{"name":"f","arguments":""}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+            r#"{"error":{"message":"overloaded","type":"server_error"}}"#,
+            r#"{"choices":[{"index":"0","delta":{"content":"x"}}]}"#,
+            r#"{"choices":[{"delta":{"content":7}}]}"#,
+            r#"{"choices":{"index":0}}"#,
+            r#"{"usage":{"prompt_tokens":"3"}}"#,
+            r#"{"usage":5}"#,
+            r#"[1,2]"#,
+            r#"{"choices":[{"delta":{"content":"a"}}],"choices":[]}"#,
+            "not json",
+        ];
+        for data in general {
+            assert!(PlainChunk::of(data).is_none(), "general: {data}");
+        }
+    }
 
     /// The wall clock of an error answer; only relative `Retry-After`
     /// values occur here.
