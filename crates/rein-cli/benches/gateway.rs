@@ -36,6 +36,13 @@
 //! | `--without-recovery` | off: the binding recovers cut streams (`recover_streams`, the default); on, it does not, the baseline of what recovery costs a stream that is never cut |
 //! | `--callgrind` | off: `rein serve` runs under valgrind's callgrind, and each scenario reports the instructions the gateway spent per request; each scenario's profile is kept in DIR for `callgrind_annotate` |
 //!
+//! Besides latency, each scenario reports the CPU time `rein serve` spent
+//! per gateway request (its threads' time on a CPU, from
+//! `/proc/PID/task/*/schedstat`, over the gateway's rounds only), which
+//! holds better than latency when the client, the mock and the gateway
+//! share the cores; and the report ends with the gateway's resident memory
+//! after the load and at its peak (`VmRSS`, `VmHWM`).
+//!
 //! # Instructions, not milliseconds
 //!
 //! On a shared machine the latencies move with whatever else runs; the
@@ -454,11 +461,23 @@ struct Scenario {
     /// The instructions `rein serve` executed over the measured rounds,
     /// under `--callgrind`.
     instructions: Option<u64>,
+    /// The CPU time `rein serve` spent over the gateway's rounds (not
+    /// under `--callgrind`).
+    cpu_ns: Option<u64>,
 }
 
 impl Scenario {
     fn failed(&self) -> usize {
         self.direct.failed + self.gateway.failed + self.warmup_failed
+    }
+
+    /// The CPU time per gateway request, in microseconds.
+    fn cpu_us_per_request(&self) -> Option<f64> {
+        let requests = self.gateway.total();
+        #[allow(clippy::cast_precision_loss)]
+        self.cpu_ns
+            .filter(|_| requests > 0)
+            .map(|ns| ns as f64 / 1000.0 / requests as f64)
     }
 
     /// The instructions per gateway request, under `--callgrind`.
@@ -491,11 +510,12 @@ async fn scenario(
     client: &reqwest::Client,
     direct: &Arc<Target>,
     gateway: &Arc<Target>,
-    profile: Option<&Profile>,
+    server: &Gateway,
     mode: Mode,
     concurrency: usize,
     options: &Options,
 ) -> Result<Scenario> {
+    let profile = server.profile.as_ref();
     let requests = options.requests.unwrap_or(if concurrency == 1 {
         DEFAULT_REQUESTS_SERIAL
     } else {
@@ -516,13 +536,26 @@ async fn scenario(
     }
     let mut d = Samples::default();
     let mut g = Samples::default();
+    // CPU under valgrind is valgrind's: not counted then.
+    let pid = profile.is_none().then(|| server.child.id());
+    let mut cpu = pid.map(|_| 0u64);
+    let mut gateway_round = async |count| {
+        let before = pid.and_then(cpu_ns);
+        let samples = round(client, gateway, mode, concurrency, count).await;
+        let spent = pid
+            .and_then(cpu_ns)
+            .zip(before)
+            .map(|(a, b)| a.saturating_sub(b));
+        cpu = cpu.zip(spent).map(|(sum, spent)| sum + spent);
+        samples
+    };
     for (i, count) in split(requests, options.rounds).into_iter().enumerate() {
         // Alternate which path goes first, so drift hits both alike.
         if i % 2 == 0 {
             d.merge(round(client, direct, mode, concurrency, count).await);
-            g.merge(round(client, gateway, mode, concurrency, count).await);
+            g.merge(gateway_round(count).await);
         } else {
-            g.merge(round(client, gateway, mode, concurrency, count).await);
+            g.merge(gateway_round(count).await);
             d.merge(round(client, direct, mode, concurrency, count).await);
         }
     }
@@ -538,7 +571,41 @@ async fn scenario(
         gateway: g,
         warmup_failed,
         instructions,
+        cpu_ns: cpu,
     })
+}
+
+/// The CPU time `pid`'s threads have spent, in nanoseconds, from the
+/// scheduler's own accounting (`/proc/PID/task/*/schedstat`: exact, where
+/// `/proc/PID/stat` counts in 10 ms ticks); `None` off Linux.
+fn cpu_ns(pid: u32) -> Option<u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut total = 0u64;
+    for task in tasks.filter_map(Result::ok) {
+        // A thread that ended between the listing and the read spent
+        // nothing more.
+        let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) else {
+            continue;
+        };
+        let on_cpu: u64 = text.split_whitespace().next()?.parse().ok()?;
+        total = total.saturating_add(on_cpu);
+    }
+    Some(total)
+}
+
+/// `VmRSS` and `VmHWM` of `pid`, in KiB; `None` off Linux.
+fn memory_kib(pid: u32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| -> Option<u64> {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
 /// A `rein serve` process on a free loopback port; killed when dropped.
@@ -751,7 +818,7 @@ async fn measure(mock: &MockModel, gateway: &Gateway, options: &Options) -> Resu
                 &client,
                 &direct,
                 &through,
-                gateway.profile.as_ref(),
+                gateway,
                 mode,
                 concurrency,
                 options,
@@ -776,7 +843,7 @@ fn added_cell(v: Option<f64>) -> String {
     v.map_or_else(|| "failed".to_owned(), |v| format!("{v:+.3}"))
 }
 
-fn table(scenarios: &[Scenario]) -> String {
+fn table(scenarios: &[Scenario], memory: Option<(u64, u64)>) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -820,6 +887,31 @@ fn table(scenarios: &[Scenario]) -> String {
             );
         }
     }
+    if scenarios.iter().any(|s| s.cpu_ns.is_some()) {
+        let _ = writeln!(
+            out,
+            "\nrein serve CPU per gateway request (µs, its threads' time on a CPU over the gateway's rounds)"
+        );
+        for s in scenarios {
+            if let Some(us) = s.cpu_us_per_request() {
+                let _ = writeln!(
+                    out,
+                    "{:<13} {:>3} {:>9.1}",
+                    s.mode.name(),
+                    s.concurrency,
+                    us
+                );
+            }
+        }
+    }
+    if let Some((rss, peak)) = memory {
+        let _ = writeln!(
+            out,
+            "\nrein serve resident memory after the load: {:.1} MiB (peak {:.1} MiB)",
+            kib_to_mib(rss),
+            kib_to_mib(peak)
+        );
+    }
     if scenarios.iter().any(|s| s.instructions.is_some()) {
         let _ = writeln!(
             out,
@@ -856,7 +948,12 @@ fn path_json(samples: &Samples, measure: Measure) -> Value {
     })
 }
 
-fn report_json(scenarios: &[Scenario], args: &[String]) -> Value {
+#[allow(clippy::cast_precision_loss)]
+fn kib_to_mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+fn report_json(scenarios: &[Scenario], args: &[String], memory: Option<(u64, u64)>) -> Value {
     let rows: Vec<Value> = scenarios
         .iter()
         .flat_map(|s| {
@@ -871,6 +968,7 @@ fn report_json(scenarios: &[Scenario], args: &[String]) -> Value {
                     "added_p99_ms": s.added(measure, 0.99).map(ms_json),
                     "warmup_failed": s.warmup_failed,
                     "instructions_per_request": s.instructions_per_request(),
+                    "cpu_us_per_request": s.cpu_us_per_request().map(|us| (us * 10.0).round() / 10.0),
                 })
             })
         })
@@ -890,6 +988,8 @@ fn report_json(scenarios: &[Scenario], args: &[String]) -> Value {
         "command": command,
         "cpus": std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
         "failed": scenarios.iter().map(Scenario::failed).sum::<usize>(),
+        "rss_kib": memory.map(|(rss, _)| rss),
+        "peak_rss_kib": memory.map(|(_, peak)| peak),
         "scenarios": rows,
     })
 }
@@ -925,15 +1025,21 @@ fn run(options: &Options) -> Result<usize> {
         .build()
         .context("cannot start the client's runtime")?;
     let scenarios = client_runtime.block_on(measure(&mock, &gateway, options))?;
+    // Valgrind's memory is not rein's.
+    let memory = gateway
+        .profile
+        .is_none()
+        .then(|| memory_kib(gateway.child.id()))
+        .flatten();
     let failed: usize = scenarios.iter().map(Scenario::failed).sum();
     if options.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&report_json(&scenarios, &options.args))
+            serde_json::to_string_pretty(&report_json(&scenarios, &options.args, memory))
                 .context("cannot write the report")?
         );
     } else {
-        print!("{}", table(&scenarios));
+        print!("{}", table(&scenarios, memory));
     }
     if failed > 0 && !gateway.log_tail().is_empty() {
         eprintln!(

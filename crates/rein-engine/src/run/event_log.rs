@@ -77,8 +77,16 @@ pub(super) fn log(event: &Event, with_run: bool) {
         }
         data => {
             let kind = event.kind().as_str();
-            let data = data.to_value().unwrap_or_default();
-            tracing::debug!(run, step = event.step, kind, data = %data, "event")
+            // The JSON form is made inside the macro: only when the debug
+            // line is wanted (off by default, and every gateway call
+            // emits three such events).
+            tracing::debug!(
+                run,
+                step = event.step,
+                kind,
+                data = %data.to_value().unwrap_or_default(),
+                "event"
+            )
         }
     }
 }
