@@ -87,12 +87,16 @@ macro_rules! event_data {
             /// every string that quotes outside text is covered.
             #[must_use]
             pub fn redacted(self) -> Self {
+                // Nearly every event holds nothing to redact: it keeps its
+                // typed form, and no JSON form is built (the probe visits
+                // what that form would hold).
+                if !self.needs_redaction() {
+                    return self;
+                }
                 let kind = self.kind();
                 let Ok(mut value) = self.to_value() else {
                     return self;
                 };
-                // Nearly every event holds nothing to redact: it keeps its
-                // typed form, with no decode (the gateway's hot path).
                 if !crate::redact::json(&mut value) {
                     return self;
                 }
@@ -104,6 +108,14 @@ macro_rules! event_data {
                 };
                 crate::redact::json_strings(&mut value);
                 EventData::decode(kind, value).unwrap_or(self)
+            }
+
+            /// Whether [`EventData::redacted`] would change the payload's
+            /// JSON form ([`crate::redact::json_changes`]).
+            fn needs_redaction(&self) -> bool {
+                match self {
+                    $(EventData::$kind(p) => crate::redact::json_changes(p),)*
+                }
             }
 
             /// The stored and wire form: a JSON value whose object keys are

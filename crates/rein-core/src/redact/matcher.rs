@@ -88,6 +88,12 @@ impl Redactor {
         Redactor { needles, starts }
     }
 
+    /// Whether any secret is known: without one, only URLs are redacted
+    /// and a number never is.
+    pub fn knows_secrets(&self) -> bool {
+        !self.needles.is_empty()
+    }
+
     /// `text` without known secrets, URL queries or userinfo; borrowed
     /// when there was nothing to redact. For prose: errors, summaries,
     /// reasons, log lines.

@@ -114,6 +114,7 @@
 
 mod classify;
 mod matcher;
+mod probe;
 mod process;
 mod report;
 mod secrets;
@@ -123,8 +124,10 @@ pub use classify::{
     Candidate, env_secrets, header_secrets, is_credential_name, shown, url_secrets,
 };
 pub use matcher::Redactor;
+pub use probe::would_change;
 pub use process::{
-    cut, json, json_strings, known, known_json, process, register, tail, text, truncated,
+    cut, json, json_changes, json_strings, known, known_json, process, register, tail, text,
+    truncated,
 };
 pub(crate) use report::report;
 pub use secrets::{SecretTooShort, Secrets};

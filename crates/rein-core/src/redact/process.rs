@@ -84,6 +84,12 @@ pub fn json(value: &mut Value) -> bool {
     process().redact_json(value)
 }
 
+/// Whether [`json`] would change `value`'s JSON form
+/// ([`super::would_change`]), found without building it.
+pub fn json_changes(value: &impl serde::Serialize) -> bool {
+    super::would_change(&process(), value)
+}
+
 /// Redacts every string of `value` in place, leaving keys and numbers
 /// ([`Redactor::redact_json_strings`]).
 pub fn json_strings(value: &mut Value) {
