@@ -219,49 +219,51 @@ impl<'r> serde::Serializer for Probe<'r> {
     }
 }
 
-impl SerializeSeq for Probe<'_> {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_element<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Stop> {
-        value.serialize(*self)
-    }
-    fn end(self) -> Result<(), Stop> {
-        Ok(())
-    }
+/// The compound parts of a value: each element or field is probed in turn
+/// (a field's name first: it is an object key of the JSON form).
+macro_rules! compound {
+    ($($part:ident :: $element:ident),* $(,)?) => {$(
+        impl $part for Probe<'_> {
+            type Ok = ();
+            type Error = Stop;
+            fn $element<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Stop> {
+                value.serialize(*self)
+            }
+            fn end(self) -> Result<(), Stop> {
+                Ok(())
+            }
+        }
+    )*};
 }
 
-impl SerializeTuple for Probe<'_> {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_element<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Stop> {
-        value.serialize(*self)
-    }
-    fn end(self) -> Result<(), Stop> {
-        Ok(())
-    }
+compound!(
+    SerializeSeq::serialize_element,
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field,
+);
+
+macro_rules! named_fields {
+    ($($part:ident),* $(,)?) => {$(
+        impl $part for Probe<'_> {
+            type Ok = ();
+            type Error = Stop;
+            fn serialize_field<T: ?Sized + Serialize>(
+                &mut self,
+                key: &'static str,
+                value: &T,
+            ) -> Result<(), Stop> {
+                self.text(key)?;
+                value.serialize(*self)
+            }
+            fn end(self) -> Result<(), Stop> {
+                Ok(())
+            }
+        }
+    )*};
 }
 
-impl SerializeTupleStruct for Probe<'_> {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_field<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Stop> {
-        value.serialize(*self)
-    }
-    fn end(self) -> Result<(), Stop> {
-        Ok(())
-    }
-}
-
-impl SerializeTupleVariant for Probe<'_> {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_field<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Stop> {
-        value.serialize(*self)
-    }
-    fn end(self) -> Result<(), Stop> {
-        Ok(())
-    }
-}
+named_fields!(SerializeStruct, SerializeStructVariant);
 
 impl SerializeMap for Probe<'_> {
     type Ok = ();
@@ -272,38 +274,6 @@ impl SerializeMap for Probe<'_> {
         key.serialize(*self)
     }
     fn serialize_value<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Stop> {
-        value.serialize(*self)
-    }
-    fn end(self) -> Result<(), Stop> {
-        Ok(())
-    }
-}
-
-impl SerializeStruct for Probe<'_> {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_field<T: ?Sized + Serialize>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), Stop> {
-        self.text(key)?;
-        value.serialize(*self)
-    }
-    fn end(self) -> Result<(), Stop> {
-        Ok(())
-    }
-}
-
-impl SerializeStructVariant for Probe<'_> {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_field<T: ?Sized + Serialize>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), Stop> {
-        self.text(key)?;
         value.serialize(*self)
     }
     fn end(self) -> Result<(), Stop> {
