@@ -85,6 +85,16 @@ impl Probe<'_> {
     }
 }
 
+/// An integer is written by serde_json in its decimal digits, which is
+/// what `Display` gives.
+macro_rules! integers {
+    ($($method:ident: $ty:ty),* $(,)?) => {$(
+        fn $method(self, v: $ty) -> Result<(), Stop> {
+            self.number(v)
+        }
+    )*};
+}
+
 impl<'r> serde::Serializer for Probe<'r> {
     type Ok = ();
     type Error = Stop;
@@ -99,36 +109,18 @@ impl<'r> serde::Serializer for Probe<'r> {
     fn serialize_bool(self, _v: bool) -> Result<(), Stop> {
         Ok(())
     }
-    fn serialize_i8(self, v: i8) -> Result<(), Stop> {
-        self.number(v)
-    }
-    fn serialize_i16(self, v: i16) -> Result<(), Stop> {
-        self.number(v)
-    }
-    fn serialize_i32(self, v: i32) -> Result<(), Stop> {
-        self.number(v)
-    }
-    fn serialize_i64(self, v: i64) -> Result<(), Stop> {
-        self.number(v)
-    }
-    fn serialize_i128(self, v: i128) -> Result<(), Stop> {
-        self.number(v)
-    }
-    fn serialize_u8(self, v: u8) -> Result<(), Stop> {
-        self.number(v)
-    }
-    fn serialize_u16(self, v: u16) -> Result<(), Stop> {
-        self.number(v)
-    }
-    fn serialize_u32(self, v: u32) -> Result<(), Stop> {
-        self.number(v)
-    }
-    fn serialize_u64(self, v: u64) -> Result<(), Stop> {
-        self.number(v)
-    }
-    fn serialize_u128(self, v: u128) -> Result<(), Stop> {
-        self.number(v)
-    }
+    integers!(
+        serialize_i8: i8,
+        serialize_i16: i16,
+        serialize_i32: i32,
+        serialize_i64: i64,
+        serialize_i128: i128,
+        serialize_u8: u8,
+        serialize_u16: u16,
+        serialize_u32: u32,
+        serialize_u64: u64,
+        serialize_u128: u128,
+    );
     fn serialize_f32(self, v: f32) -> Result<(), Stop> {
         self.float(serde_json::Value::from(v))
     }
