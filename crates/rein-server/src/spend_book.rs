@@ -261,6 +261,9 @@ mod tests {
         while book.rows() > 0 {
             tokio::time::sleep(FLUSH_EVERY / 4).await;
         }
+        // The rows leave the book when its flush begins: wait for that
+        // flush to land (flushes run one at a time) before reading.
+        book.flush().await.unwrap();
         assert_eq!(stored(store.as_ref()).await.len(), 1);
         // A full book does not wait for the interval: while this task only
         // yields, paused time cannot reach the next tick, so only the
