@@ -171,9 +171,11 @@ pub async fn admit(state: &AppState, caller: &Caller) -> Result<Spender, Problem
             return Err(refusal(caller, &key, scope, &reached, now));
         }
     }
-    // Spend no limit reads is written behind (crate::spend_book).
+    // Spend no limit reads is written behind (crate::spend_book), where
+    // the server runs the book's flusher.
     let book =
-        (!key_budget.is_limited() && !tenant_budget.is_limited()).then(|| state.spend.clone());
+        (!key_budget.is_limited() && !tenant_budget.is_limited() && state.spend.is_flushed())
+            .then(|| state.spend.clone());
     Ok(Spender {
         store: state.store.clone(),
         book,

@@ -716,13 +716,11 @@ pub async fn serve(
     state
         .connections
         .flush_refusals(state.settings.limits.max_connections.get());
-    // After the last connection: every answered call's spend is in the book.
-    if let Err(e) = state.spend.flush().await {
-        tracing::error!(
-            rows = state.spend.rows(),
-            "the gateway's spend of the last moments is lost: the store did not take it at stop: {e}"
-        );
-    }
+    // After the last connection: every answered call's spend is in the
+    // book. Within the grace, but never less than a moment to write it.
+    let until = (began + state.settings.shutdown_grace)
+        .max(tokio::time::Instant::now() + spend_book::FLUSH_EVERY);
+    state.spend.flush_last(until).await;
     tracing::info!("{}", drained.summary(began.elapsed()));
     Ok(())
 }

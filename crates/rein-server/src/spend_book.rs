@@ -23,11 +23,12 @@
 //! refuses is kept and offered again at the next flush.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use rein_core::TenantId;
-use rein_store::{SpendDelta, Store};
+use rein_store::{SpendDelta, Store, StoreError};
 use tokio::sync::Notify;
 
 /// How long spend may wait in the book.
@@ -36,6 +37,10 @@ pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
 /// The rows that make the book write at once: a burst over many keys and
 /// models is not held in memory for the rest of [`FLUSH_EVERY`].
 pub const FLUSH_AT: usize = 1024;
+
+/// The largest amount a row holds: the store keeps amounts as signed
+/// 64-bit integers.
+const MAX_AMOUNT: u64 = i64::MAX.unsigned_abs();
 
 /// What one row of spend is summed under.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -62,6 +67,8 @@ pub struct SpendBook {
     /// One flush at a time: a flush that returns has seen every earlier
     /// one land (a read after it sees what was charged before it).
     flushing: tokio::sync::Mutex<()>,
+    /// Set by [`SpendBook::flush_forever`] ([`SpendBook::is_flushed`]).
+    flusher: AtomicBool,
 }
 
 impl std::fmt::Debug for SpendBook {
@@ -80,6 +87,7 @@ impl SpendBook {
             pending: Mutex::default(),
             full: Notify::new(),
             flushing: tokio::sync::Mutex::new(()),
+            flusher: AtomicBool::new(false),
         }
     }
 
@@ -91,37 +99,57 @@ impl SpendBook {
             .len()
     }
 
+    /// Whether [`SpendBook::flush_forever`] runs: a server that only
+    /// routes (an embedder calling [`crate::router`] without
+    /// [`crate::serve`]) has no flusher, and its spend is written before
+    /// each answer instead ([`crate::key_budget`]).
+    pub fn is_flushed(&self) -> bool {
+        self.flusher.load(Ordering::Acquire)
+    }
+
     /// Adds `deltas` to the book; never waits for the store.
     pub fn charge(&self, deltas: impl IntoIterator<Item = SpendDelta>) {
-        let rows = {
-            let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-            for delta in deltas {
-                let amount = pending
-                    .entry(Row {
-                        tenant: delta.tenant,
-                        key: delta.key,
-                        model: delta.model,
-                        day: delta.day,
-                    })
-                    .or_default();
-                amount.tokens = amount.tokens.saturating_add(delta.tokens);
-                amount.cost_micros = amount.cost_micros.saturating_add(delta.cost_micros);
-            }
-            pending.len()
-        };
-        if rows >= FLUSH_AT {
+        if self.add(deltas) >= FLUSH_AT {
             self.full.notify_one();
         }
     }
 
-    /// Writes what the book holds in one commit. When the store refuses,
-    /// the spend goes back into the book for the next flush; the error is
-    /// returned for a caller that must say so (the server's last flush).
+    /// Adds `deltas` without telling the flusher (spend put back after a
+    /// failed write must not wake it at once again); the rows held.
+    fn add(&self, deltas: impl IntoIterator<Item = SpendDelta>) -> usize {
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        for delta in deltas {
+            let amount = pending
+                .entry(Row {
+                    tenant: delta.tenant,
+                    key: delta.key,
+                    model: delta.model,
+                    day: delta.day,
+                })
+                .or_default();
+            // A row the store can hold: it refuses amounts past i64::MAX,
+            // and one refused row would hold back the whole book.
+            amount.tokens = amount.tokens.saturating_add(delta.tokens).min(MAX_AMOUNT);
+            amount.cost_micros = amount
+                .cost_micros
+                .saturating_add(delta.cost_micros)
+                .min(MAX_AMOUNT);
+        }
+        pending.len()
+    }
+
+    /// Writes what the book holds in one commit.
+    ///
+    /// What the store did not take is kept for the next flush when the
+    /// refusal is transient. A commit in doubt is not offered again (it
+    /// may have landed: spend counted twice is worse than a moment's
+    /// spend lost, which is logged). Any other refusal is retried row by
+    /// row, so one row the store refuses never holds back the others.
     ///
     /// # Errors
     ///
-    /// The store's, when it did not take the spend.
-    pub async fn flush(&self) -> Result<(), rein_store::StoreError> {
+    /// The store's first refusal, when any spend was not written.
+    pub async fn flush(&self) -> Result<(), StoreError> {
         let _one = self.flushing.lock().await;
         let deltas: Vec<SpendDelta> =
             std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner))
@@ -138,13 +166,37 @@ impl SpendBook {
         if deltas.is_empty() {
             return Ok(());
         }
-        match self.store.add_spend(&deltas).await {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                self.charge(deltas);
-                Err(e)
+        let e = match self.store.add_spend(&deltas).await {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        if e.is_transient() {
+            self.add(deltas);
+            return Err(e);
+        }
+        if matches!(e, StoreError::InDoubt(_)) {
+            tracing::error!(
+                rows = deltas.len(),
+                "the gateway's spend of the last moments may not be recorded: its commit is in doubt: {e}"
+            );
+            return Err(e);
+        }
+        for delta in deltas {
+            match self.store.add_spend(std::slice::from_ref(&delta)).await {
+                Ok(()) => {}
+                Err(one) if one.is_transient() => {
+                    self.add([delta]);
+                }
+                Err(one) => tracing::error!(
+                    tenant = %delta.tenant,
+                    key = %delta.key,
+                    model = %delta.model,
+                    tokens = delta.tokens,
+                    "the store refused a row of gateway spend; it is dropped: {one}"
+                ),
             }
         }
+        Err(e)
     }
 
     /// Flushes before this process reads spend, so the read sees every
@@ -161,7 +213,19 @@ impl SpendBook {
 
     /// Flushes every [`FLUSH_EVERY`], or at once when the book is full,
     /// until the task is aborted (the server's stop flushes once more).
+    /// After a failed flush it waits a whole interval, so a store that is
+    /// away is not asked again at every charge.
     pub async fn flush_forever(&self) {
+        /// Clears the flag when the task ends (it is aborted with the
+        /// server): spend is written before each answer again.
+        struct Running<'a>(&'a AtomicBool);
+        impl Drop for Running<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        self.flusher.store(true, Ordering::Release);
+        let _running = Running(&self.flusher);
         loop {
             tokio::select! {
                 () = tokio::time::sleep(FLUSH_EVERY) => {}
@@ -172,7 +236,25 @@ impl SpendBook {
                     rows = self.rows(),
                     "cannot write the gateway's spend yet; it is kept and offered again: {e}"
                 );
+                tokio::time::sleep(FLUSH_EVERY).await;
             }
+        }
+    }
+
+    /// The server's last flush, within `until`: what is left after it is
+    /// logged as lost (a store that does not answer must not keep the
+    /// process from exiting within its grace).
+    pub async fn flush_last(&self, until: tokio::time::Instant) {
+        match tokio::time::timeout_at(until, self.flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(
+                rows = self.rows(),
+                "the gateway's spend of the last moments is lost: the store did not take it at stop: {e}"
+            ),
+            Err(_) => tracing::error!(
+                rows = self.rows(),
+                "the gateway's spend of the last moments is lost: the store did not answer before the end of the grace"
+            ),
         }
     }
 }
@@ -193,7 +275,7 @@ mod tests {
             model: model.to_owned(),
             day: 20_000,
             tokens,
-            cost_micros: tokens * 2,
+            cost_micros: tokens.saturating_mul(2),
         }
     }
 
@@ -246,6 +328,27 @@ mod tests {
         );
     }
 
+    /// A row the store refuses is dropped (and logged) without holding back
+    /// the others, and amounts past what the store holds are capped.
+    #[tokio::test]
+    async fn a_refused_row_holds_back_no_other_and_amounts_are_capped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> =
+            Arc::new(SqliteStore::open(dir.path().join("rein.db")).unwrap());
+        let book = SpendBook::new(store.clone());
+        book.charge([delta("", "p/m", 5), delta("a", "p/m", 2)]);
+        book.charge([delta("big", "p/m", u64::MAX), delta("big", "p/m", 1)]);
+        assert!(book.flush().await.is_err(), "the empty key is refused");
+        assert_eq!(book.rows(), 0, "nothing is offered again");
+        assert_eq!(
+            stored(store.as_ref()).await,
+            vec![
+                ("a".into(), "p/m".into(), 2, 4),
+                ("big".into(), "p/m".into(), MAX_AMOUNT, MAX_AMOUNT),
+            ]
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_book_writes_by_itself_within_its_interval_and_at_once_when_full() {
         let dir = tempfile::tempdir().unwrap();
@@ -277,6 +380,11 @@ mod tests {
         }
         book.flush().await.unwrap();
         assert_eq!(stored(store.as_ref()).await.len(), FLUSH_AT + 1);
+        // Without its flusher the book is not used: a server that only
+        // routes writes spend before each answer (key_budget::admit).
+        assert!(book.is_flushed());
         flusher.abort();
+        let _ = flusher.await;
+        assert!(!book.is_flushed());
     }
 }
