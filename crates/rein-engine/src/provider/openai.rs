@@ -438,9 +438,9 @@ impl ChunkDecoder {
 #[derive(serde::Deserialize)]
 struct PlainChunk<'a> {
     #[serde(borrow, default)]
-    choices: Option<Vec<PlainChoice<'a>>>,
+    choices: Option<Vec<MapOnly<PlainChoice<'a>>>>,
     #[serde(default)]
-    usage: Option<PlainUsage>,
+    usage: Option<MapOnly<PlainUsage>>,
     #[serde(default)]
     error: Option<serde::de::IgnoredAny>,
 }
@@ -450,9 +450,33 @@ struct PlainChoice<'a> {
     #[serde(default)]
     index: Option<u64>,
     #[serde(borrow, default)]
-    delta: Option<PlainDelta<'a>>,
+    delta: Option<MapOnly<PlainDelta<'a>>>,
     #[serde(borrow, default)]
     finish_reason: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// `T` read from a JSON object only. serde_json also reads a struct from
+/// an array of its fields in order, which the general reader's `.get`
+/// never sees: `{"delta": ["hi"]}` must not be read as the text `hi`.
+struct MapOnly<T>(T);
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for MapOnly<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit<T>(std::marker::PhantomData<T>);
+        impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for Visit<T> {
+            type Value = MapOnly<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<MapOnly<T>, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(MapOnly)
+            }
+        }
+        deserializer.deserialize_map(Visit(std::marker::PhantomData))
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -474,34 +498,34 @@ struct PlainUsage {
 impl<'a> PlainChunk<'a> {
     /// `data` when it is a plain chunk; `None` for the general reader.
     fn of(data: &'a str) -> Option<PlainChunk<'a>> {
-        let chunk: PlainChunk<'a> = serde_json::from_str(data).ok()?;
+        let MapOnly(chunk) = serde_json::from_str::<MapOnly<PlainChunk<'a>>>(data).ok()?;
         let plain = chunk.error.is_none()
-            && chunk.choices.iter().flatten().all(|choice| {
+            && chunk.choices.iter().flatten().all(|MapOnly(choice)| {
                 choice.finish_reason.as_deref().is_none_or(str::is_empty)
                     && choice
                         .delta
                         .as_ref()
-                        .is_none_or(|delta| delta.tool_calls.is_none())
+                        .is_none_or(|MapOnly(delta)| delta.tool_calls.is_none())
             });
         plain.then_some(chunk)
     }
 
     /// The updates [`ChunkDecoder::decode`]'s general reader gives it.
     fn decode(self, updates: &mut Vec<Update>) {
-        for choice in self.choices.into_iter().flatten() {
+        for MapOnly(choice) in self.choices.into_iter().flatten() {
             if choice.index.unwrap_or(0) != 0 {
                 continue;
             }
             let text = choice
                 .delta
-                .and_then(|delta| delta.content)
+                .and_then(|MapOnly(delta)| delta.content)
                 .map(std::borrow::Cow::into_owned);
             updates.push(Update::Delta(Delta {
                 text,
                 tool_calls: Vec::new(),
             }));
         }
-        if let Some(usage) = self.usage {
+        if let Some(MapOnly(usage)) = self.usage {
             updates.push(Update::Usage {
                 input: usage.prompt_tokens,
                 output: usage.completion_tokens,
@@ -739,6 +763,12 @@ mod tests {
             r#"[1,2]"#,
             r#"{"choices":[{"delta":{"content":"a"}}],"choices":[]}"#,
             "not json",
+            // serde_json reads a struct from an array of its fields too;
+            // the general reader never does.
+            r#"{"choices":[{"delta":["hi"]}]}"#,
+            r#"{"choices":[[0,{"content":"x"}]]}"#,
+            r#"{"usage":[3,5]}"#,
+            r#"[[{"delta":{"content":"x"}}]]"#,
         ];
         for data in general {
             assert!(PlainChunk::of(data).is_none(), "general: {data}");
