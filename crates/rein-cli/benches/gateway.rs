@@ -577,7 +577,10 @@ async fn scenario(
 
 /// The CPU time `pid`'s threads have spent, in nanoseconds, from the
 /// scheduler's own accounting (`/proc/PID/task/*/schedstat`: exact, where
-/// `/proc/PID/stat` counts in 10 ms ticks); `None` off Linux.
+/// `/proc/PID/stat` counts in 10 ms ticks); `None` off Linux. A thread
+/// that ends during a round takes its time with it (tokio's blocking
+/// threads end after 10 s idle), so a round's figure can be low, never
+/// high.
 fn cpu_ns(pid: u32) -> Option<u64> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
     let mut total = 0u64;
