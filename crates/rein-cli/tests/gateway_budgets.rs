@@ -81,6 +81,17 @@ name = "free"
     dir.join("rein.toml")
 }
 
+/// The mock model, metering what each answer used.
+async fn metered_model() -> MockModel {
+    MockModel::start_with(
+        MockModelConfig::default()
+            .with_fallback_text("A-1001 has shipped and arrives on Friday.")
+            .with_metered_usage(),
+    )
+    .await
+    .unwrap()
+}
+
 async fn chat(server: &Server, key: &str, stream: bool) -> reqwest::Response {
     reqwest::Client::new()
         .post(server.url("/v1/chat/completions"))
@@ -94,13 +105,7 @@ async fn chat(server: &Server, key: &str, stream: bool) -> reqwest::Response {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keys_calls_stop_at_its_budget_and_its_spend_is_what_the_model_reported() {
-    let model = MockModel::start_with(
-        MockModelConfig::default()
-            .with_fallback_text("A-1001 has shipped and arrives on Friday.")
-            .with_metered_usage(),
-    )
-    .await
-    .unwrap();
+    let model = metered_model().await;
     model.push_replies([
         Reply::text("A-1001 has shipped."),
         Reply::text("It arrives on Friday."),
@@ -267,13 +272,7 @@ async fn a_keys_calls_stop_at_its_budget_and_its_spend_is_what_the_model_reporte
 /// are refused, naming the tenant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_keys_together_stop_at_the_tenants_budget() {
-    let model = MockModel::start_with(
-        MockModelConfig::default()
-            .with_fallback_text("A-1001 has shipped and arrives on Friday.")
-            .with_metered_usage(),
-    )
-    .await
-    .unwrap();
+    let model = metered_model().await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("rein.db");
     let config = config_with(
@@ -315,18 +314,12 @@ async fn a_tenants_keys_together_stop_at_the_tenants_budget() {
 }
 
 /// A key without a budget is charged behind its answers
-/// (`rein_server::spend_book`): its calls wait for no commit, and a
-/// server stopped by SIGTERM writes what the book held before it exits,
-/// call for call what the mock reported, whole answers and a stream.
+/// (`rein_server::spend_book`): a server stopped by SIGTERM writes what
+/// the book held before it exits, call for call what the mock reported,
+/// whole answers and a stream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unbudgeted_keys_spend_is_written_behind_and_kept_by_a_graceful_stop() {
-    let model = MockModel::start_with(
-        MockModelConfig::default()
-            .with_fallback_text("A-1001 has shipped and arrives on Friday.")
-            .with_metered_usage(),
-    )
-    .await
-    .unwrap();
+    let model = metered_model().await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("rein.db");
     let config = config(dir.path(), &model.openai_base_url(), 1_000_000);

@@ -5,8 +5,9 @@
 //! A gateway call of a key without a budget, whose tenant has none either,
 //! is charged for the record only: nothing refuses the key's next call by
 //! it. Writing that charge before the answer cost every such call a store
-//! commit on its path (a fifth of the instructions `rein serve` spent per
-//! answered chat completion, and the commit's wait in its latency). The
+//! commit on its path (the store's threads were 7% of the instructions
+//! `rein serve` spent per answered chat completion, and the call waited
+//! for the commit). The
 //! book sums it per tenant, key, model and day in memory and writes it in
 //! one commit: every [`FLUSH_EVERY`], as soon as it holds [`FLUSH_AT`]
 //! rows, before this process reads spend (`/v1/stats`, the dashboard), and
@@ -19,8 +20,8 @@
 //!
 //! A process killed without its stop (SIGKILL, a crash) loses at most the
 //! last [`FLUSH_EVERY`] of unbudgeted keys' spend; another process reading
-//! spend sees this one's up to [`FLUSH_EVERY`] late. A write the store
-//! refuses is kept and offered again at the next flush.
+//! spend sees this one's up to [`FLUSH_EVERY`] late. What the store
+//! refuses is handled as [`SpendBook::flush`] says.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
