@@ -48,8 +48,28 @@ struct Served {
 impl Served {
     /// The server, and the SDK's client on its stdio.
     async fn start(desk: &OrderDesk) -> (Served, Client) {
+        Served::start_as(
+            desk,
+            |config| config,
+            ClientConfig::new(
+                ClientCapabilities::default(),
+                Implementation::new("rein-test", "1"),
+            ),
+        )
+        .await
+    }
+
+    /// The server of the example config as `edit` changes it, and `client`
+    /// on its stdio.
+    async fn start_as<C: rmcp::ClientHandler>(
+        desk: &OrderDesk,
+        edit: impl FnOnce(String) -> String,
+        client: C,
+    ) -> (Served, rmcp::service::RunningService<rmcp::RoleClient, C>) {
         let dir = tempfile::tempdir().unwrap();
         let config = example_config(dir.path(), "");
+        let text = std::fs::read_to_string(&config).unwrap();
+        std::fs::write(&config, edit(text)).unwrap();
         let db = dir.path().join("rein.db");
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_rein"))
             .args(["mcp", "serve", "--agent", "order_desk", "--config"])
@@ -66,13 +86,7 @@ impl Served {
             .unwrap();
         let (stdin, stdout) = (child.stdin.take().unwrap(), child.stdout.take().unwrap());
         let stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-        let client = ClientConfig::new(
-            ClientCapabilities::default(),
-            Implementation::new("rein-test", "1"),
-        )
-        .serve((stdout, stdin))
-        .await
-        .unwrap();
+        let client = client.serve((stdout, stdin)).await.unwrap();
         let served = Served {
             child,
             stderr,
@@ -83,13 +97,14 @@ impl Served {
     }
 
     /// Waits for the process to exit; its status, and the session's run
-    /// as the store has it, with its ledger.
+    /// as the store has it, with its ledger and approvals.
     async fn ended(
         mut self,
     ) -> (
         std::process::ExitStatus,
         rein_store::RunRecord,
         Vec<rein_core::LedgerRecord>,
+        Vec<rein_core::approval::Approval>,
     ) {
         let status = self.child.wait().await.unwrap();
         let mut lines = Vec::new();
@@ -106,7 +121,15 @@ impl Served {
         let run_id = RunId::new(run_id).unwrap();
         let run = store.get_run(&run_id).await.unwrap().unwrap();
         let ledger = store.ledger(&run_id).await.unwrap();
-        (status, run, ledger)
+        let approvals = store
+            .approvals(&rein_store::ApprovalFilter {
+                run_id: Some(run_id),
+                limit: 100,
+                ..rein_store::ApprovalFilter::default()
+            })
+            .await
+            .unwrap();
+        (status, run, ledger, approvals)
     }
 }
 
@@ -160,7 +183,7 @@ async fn an_mcp_client_gets_the_guarded_call_and_its_session_is_a_run() {
 
     // The client leaves: the run ends, recorded with its ledger.
     client.cancel().await.unwrap();
-    let (status, run, ledger) = served.ended().await;
+    let (status, run, ledger, _) = served.ended().await;
     let report = run.report.unwrap();
     assert_eq!(report.outcome, Outcome::Succeeded, "{report:#?}");
     assert!(status.success(), "{status:?}");
@@ -173,6 +196,103 @@ async fn an_mcp_client_gets_the_guarded_call_and_its_session_is_a_run() {
             (SEND_EMAIL, LedgerStatus::Succeeded)
         ]
     );
+}
+
+/// An MCP client of `protocol` whose user answers rein's approval forms
+/// with `decision`; it keeps the messages it was shown.
+struct DeskApp {
+    protocol: rmcp::model::ProtocolVersion,
+    decision: &'static str,
+    shown: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl rmcp::ClientHandler for DeskApp {
+    fn get_info(&self) -> ClientConfig {
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.elicitation = Some(rmcp::model::ElicitationCapability::default());
+        ClientConfig::new(capabilities, Implementation::new("desk-app", "1"))
+            .with_protocol_version(self.protocol.clone())
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        if let rmcp::model::ElicitRequestParams::FormElicitationParams { message, .. } = request {
+            self.shown.lock().unwrap().push(message);
+        }
+        Ok(
+            rmcp::model::ElicitResult::new(rmcp::model::ElicitationAction::Accept)
+                .with_content(json!({"decision": self.decision, "reason": "checked the order"})),
+        )
+    }
+}
+
+/// The example config with `send_email` needing a human's approval.
+fn emails_need_approval(config: String) -> String {
+    let gated = config.replacen(
+        "[tools.send_email]\n",
+        "[tools.send_email]\napproval = \"required\"\n",
+        1,
+    );
+    assert_ne!(gated, config, "the example has a [tools.send_email] table");
+    gated
+}
+
+#[tokio::test]
+async fn a_call_that_needs_approval_is_asked_of_the_clients_user_and_never_sent_on_a_no() {
+    use rmcp::model::ProtocolVersion;
+    // Asked by an `elicitation/create` request (before 2026-07-28), or by
+    // answering `input_required` and reading the answer from the call sent
+    // again (from 2026-07-28).
+    for (protocol, decision, sent) in [
+        (ProtocolVersion::V_2025_11_25, "approve", 1),
+        (ProtocolVersion::V_2025_11_25, "reject", 0),
+        (ProtocolVersion::V_2026_07_28, "approve", 1),
+        (ProtocolVersion::V_2026_07_28, "reject", 0),
+    ] {
+        let desk = OrderDesk::start_with(OrderDeskConfig::default().with_faults(Faults::none()))
+            .await
+            .unwrap();
+        let shown = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let app = DeskApp {
+            protocol: protocol.clone(),
+            decision,
+            shown: shown.clone(),
+        };
+        let (served, client) = Served::start_as(&desk, emails_need_approval, app).await;
+        let email =
+            args(json!({"to": "buyer@example.com", "subject": "Your order", "body": "Moved."}));
+        let answer = client
+            .call_tool(CallToolRequestParams::new(SEND_EMAIL).with_arguments(email))
+            .await
+            .unwrap();
+        assert_eq!(
+            desk.applied_count(SEND_EMAIL),
+            sent,
+            "{decision}: {answer:?}"
+        );
+        let shown = shown.lock().unwrap().clone();
+        assert_eq!(shown.len(), 1, "asked once: {shown:?}");
+        assert!(shown[0].contains(SEND_EMAIL) && shown[0].contains("buyer@example.com"));
+        if sent == 0 {
+            assert_eq!(answer.is_error, Some(true));
+            let error = &answer.structured_content.unwrap()["error"];
+            assert_eq!(error["category"], "forbidden", "{error}");
+            assert_eq!(error["maybe_applied"], false);
+        } else {
+            assert_ne!(answer.is_error, Some(true), "{answer:?}");
+        }
+
+        client.cancel().await.unwrap();
+        let (_, _, ledger, approvals) = served.ended().await;
+        assert_eq!(ledger.len(), sent);
+        // The decision is recorded under the client's name, with its reason.
+        let recorded = approvals[0].decision.clone().unwrap();
+        assert_eq!(recorded.by, "mcp:desk-app");
+        assert_eq!(recorded.reason.as_deref(), Some("checked the order"));
+    }
 }
 
 #[tokio::test]
@@ -190,7 +310,7 @@ async fn sigterm_ends_the_session_and_its_run_before_the_process_exits() {
 
     let pid = nix::unistd::Pid::from_raw(i32::try_from(served.child.id().unwrap()).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let (status, run, ledger) = served.ended().await;
+    let (status, run, ledger, _) = served.ended().await;
     assert_eq!(status.code(), Some(143), "{status:?}");
     assert_eq!(
         run.status,

@@ -11,10 +11,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::{agent, harness, restore, script};
-use rein_core::registry::CompensationGrade;
-use rein_core::{Category, EventKind, LedgerStatus, Outcome};
-use rein_engine::run::{AcceptAll, Engine, RunRequest};
-use rein_store::{Committed, Intercept, Intercepted, RunStatus, StepCommit, Store, StoreError};
+use rein_core::approval::{ApprovalRequest, Decision, Verdict};
+use rein_core::registry::{CompensationGrade, ToolApproval};
+use rein_core::{Category, Effect, EventKind, LedgerStatus, Outcome, Timestamp};
+use rein_engine::run::{AcceptAll, Approver, Engine, RunRequest};
+use rein_store::{
+    ApprovalFilter, Committed, Intercept, Intercepted, RunStatus, StepCommit, Store, StoreError,
+};
 use rein_testkit::RetryAfter;
 use rein_testkit::order_desk::{
     Fault, Faults, GET_ORDER, RESTORE_DELIVERY_TIME, SEND_EMAIL, UPDATE_DELIVERY_TIME,
@@ -210,4 +213,206 @@ async fn a_store_that_stays_away_hands_the_run_on_and_rejoin_finishes_it() {
     let out = run.finish(Some("moved".into())).await.unwrap();
     assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
     assert_eq!(h.desk.applied_count(UPDATE_DELIVERY_TIME), 1);
+}
+
+/// An approver of the caller's own: answers with `verdict` (or nothing),
+/// and keeps what it was asked.
+struct Asked {
+    verdict: Option<Verdict>,
+    asked: std::sync::Mutex<Vec<ApprovalRequest>>,
+}
+
+impl Asked {
+    fn answering(verdict: Option<Verdict>) -> Arc<Asked> {
+        Arc::new(Asked {
+            verdict,
+            asked: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+
+    fn asked(&self) -> Vec<ApprovalRequest> {
+        self.asked.lock().unwrap().clone()
+    }
+}
+
+impl Approver for Asked {
+    fn ask<'a>(
+        &'a self,
+        request: &'a ApprovalRequest,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Decision>> + Send + 'a>> {
+        self.asked.lock().unwrap().push(request.clone());
+        Box::pin(async move {
+            self.verdict.map(|verdict| Decision {
+                verdict,
+                by: "mcp:desk-app".into(),
+                at_ms: Timestamp::from_system_time(std::time::SystemTime::now()),
+                reason: (verdict == Verdict::Rejected).then(|| "not today".into()),
+            })
+        })
+    }
+}
+
+fn email() -> serde_json::Value {
+    json!({"to": "buyer@example.com", "subject": "Moved", "body": "Christmas Eve"})
+}
+
+/// An agent whose `send_email` needs a human's approval.
+fn gated(h: &common::Harness) -> rein_engine::run::AgentBinding {
+    let mut a = agent(&h.desk, script(json!([])), true);
+    a.tools.get_mut(SEND_EMAIL).unwrap().declared.approval = ToolApproval::Required;
+    a
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_needs_approval_is_sent_once_a_human_approves_it_through_rein() {
+    let h = harness(Faults::none()).await;
+    let a = gated(&h);
+    let mut run = h.engine.begin(&a, &AcceptAll, request()).await.unwrap();
+    let run_id = run.run_id().clone();
+
+    // A human, elsewhere, finds the call among the pending approvals (the
+    // run is still running: its caller holds it) and approves it.
+    let store = h.store.clone();
+    let human = tokio::spawn(async move {
+        loop {
+            let pending = store
+                .approvals(&ApprovalFilter {
+                    pending: true,
+                    limit: 10,
+                    ..ApprovalFilter::default()
+                })
+                .await
+                .unwrap();
+            if let Some(waiting) = pending.first() {
+                assert_eq!(waiting.request.tool, SEND_EMAIL);
+                return store
+                    .decide_approval(
+                        &waiting.request.run_id,
+                        &waiting.request.intent_id,
+                        Decision {
+                            verdict: Verdict::Approved,
+                            by: "alice".into(),
+                            at_ms: Timestamp::from_system_time(std::time::SystemTime::now()),
+                            reason: None,
+                        },
+                    )
+                    .await
+                    .unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let mail = run.call(SEND_EMAIL, email(), "tell-buyer").await;
+    // Bounded in paused time: without a gate the call is sent at once and
+    // the human never finds it waiting.
+    let decided = tokio::time::timeout(Duration::from_secs(3_600), human)
+        .await
+        .expect("the call waited, pending, for the human's decision")
+        .unwrap();
+    assert!(!decided.continues, "the run was never paused");
+    assert!(mail.outcome.is_ok(), "{:?}", mail.outcome);
+    assert_eq!(h.desk.applied_count(SEND_EMAIL), 1);
+    let out = run.finish(Some("told".into())).await.unwrap();
+    assert_eq!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+
+    let kinds: Vec<EventKind> = h
+        .store
+        .events(&run_id, 0)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.data.kind())
+        .collect();
+    let requested = kinds
+        .iter()
+        .position(|k| *k == EventKind::ApprovalRequested);
+    let decided = kinds.iter().position(|k| *k == EventKind::ApprovalDecided);
+    let recorded = kinds.iter().position(|k| *k == EventKind::LedgerRecorded);
+    assert!(
+        requested < decided && decided < recorded && requested.is_some(),
+        "asked, decided, then sent: {kinds:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_approvers_answer_is_recorded_and_a_no_is_never_sent() {
+    let h = harness(Faults::none()).await;
+    let a = gated(&h);
+
+    let mut run = h.engine.begin(&a, &AcceptAll, request()).await.unwrap();
+    let yes = Asked::answering(Some(Verdict::Approved));
+    run.ask_approvals_of(Some(yes.clone()));
+    let mail = run.call(SEND_EMAIL, email(), "tell-buyer").await;
+    assert!(mail.outcome.is_ok(), "{:?}", mail.outcome);
+    assert_eq!(yes.asked().len(), 1);
+    assert_eq!(yes.asked()[0].args, email());
+    let approvals = h
+        .store
+        .approvals(&ApprovalFilter {
+            run_id: Some(run.run_id().clone()),
+            limit: 10,
+            ..ApprovalFilter::default()
+        })
+        .await
+        .unwrap();
+    let decision = approvals[0].decision.clone().unwrap();
+    assert_eq!(
+        (decision.verdict, decision.by.as_str()),
+        (Verdict::Approved, "mcp:desk-app")
+    );
+    // A read needs no approval: the approver is not asked.
+    run.call(GET_ORDER, json!({"order_id": "A-1001"}), "read")
+        .await;
+    assert_eq!(yes.asked().len(), 1);
+    run.finish(Some("told".into())).await.unwrap();
+    assert_eq!(h.desk.applied_count(SEND_EMAIL), 1);
+
+    let mut run = h.engine.begin(&a, &AcceptAll, request()).await.unwrap();
+    run.ask_approvals_of(Some(Asked::answering(Some(Verdict::Rejected))));
+    let mail = run.call(SEND_EMAIL, email(), "tell-buyer").await;
+    let failure = mail.outcome.unwrap_err();
+    assert_eq!(failure.category(), Category::Forbidden);
+    assert_eq!(failure.effect(), Effect::NotApplied);
+    assert!(!failure.retryable());
+    assert!(
+        failure
+            .human_message()
+            .contains("a human declined it: not today"),
+        "the reason is kept: {}",
+        failure.human_message()
+    );
+    assert!(h.store.ledger(run.run_id()).await.unwrap().is_empty());
+    run.finish(None).await.unwrap();
+    assert_eq!(h.desk.applied_count(SEND_EMAIL), 1, "the no was never sent");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_with_no_decision_by_the_runs_deadline_is_not_sent() {
+    let h = harness(Faults::none()).await;
+    let a = gated(&h);
+    let mut run = h.engine.begin(&a, &AcceptAll, request()).await.unwrap();
+    // An approver with nothing to say: the call waits for a human.
+    let silent = Asked::answering(None);
+    run.ask_approvals_of(Some(silent.clone()));
+    let mail = run.call(SEND_EMAIL, email(), "tell-buyer").await;
+    let failure = mail.outcome.unwrap_err();
+    assert_eq!(failure.category(), Category::BudgetExhausted);
+    assert_eq!(failure.effect(), Effect::NotApplied);
+    assert_eq!(silent.asked().len(), 1, "asked once");
+    assert_eq!(h.desk.applied_count(SEND_EMAIL), 0);
+    let out = run.finish(Some("told".into())).await.unwrap();
+    assert_ne!(out.report.outcome, Outcome::Succeeded, "{:#?}", out.report);
+    let pending = h
+        .store
+        .approvals(&ApprovalFilter {
+            pending: true,
+            limit: 10,
+            ..ApprovalFilter::default()
+        })
+        .await
+        .unwrap();
+    assert!(
+        pending.is_empty(),
+        "the ended run waits for nothing: {pending:?}"
+    );
 }

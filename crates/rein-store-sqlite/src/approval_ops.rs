@@ -194,9 +194,13 @@ pub fn list(conn: &Connection, filter: &ApprovalFilter) -> Result<Vec<Approval>,
         sql.push_str(&format!(" AND step = CAST(?{} AS INTEGER)", values.len()));
     }
     if filter.pending {
+        // A run paused for the decision, or one whose caller's loop waits
+        // for it (`RunHandle::call`), still running.
         values.push(RunStatus::AwaitingApproval.as_str().to_owned());
+        values.push(RunStatus::Running.as_str().to_owned());
         sql.push_str(&format!(
-            " AND verdict IS NULL AND run_id IN (SELECT run_id FROM runs WHERE status = ?{})",
+            " AND verdict IS NULL AND run_id IN (SELECT run_id FROM runs WHERE status IN (?{}, ?{}))",
+            values.len() - 1,
             values.len()
         ));
     }

@@ -44,10 +44,11 @@ pub struct ApprovalFilter {
     pub tenant: Option<TenantId>,
     /// Only this step's (the calls of one turn).
     pub step: Option<u32>,
-    /// Only those without a decision whose run still waits for it (an
-    /// undecided one whose window closed is listed too: it reads
-    /// `expired` until it is recorded so; one of a run cancelled while it
-    /// waited is not).
+    /// Only those without a decision whose run still waits for it, paused
+    /// (`awaiting_approval`) or driven by its caller's loop (`running`):
+    /// an undecided one whose window closed is listed too (it reads
+    /// `expired` until it is recorded so); one of a run that ended while
+    /// it waited is not.
     pub pending: bool,
     /// At most this many (capped at [`MAX_APPROVALS_PAGE`]).
     pub limit: usize,

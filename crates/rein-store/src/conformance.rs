@@ -61,6 +61,7 @@ mod workload;
 pub use approval::{
     approval_refusals_write_nothing, approvals_are_decided_once_and_the_last_continues_the_run,
     approvals_expire_once_their_window_closes,
+    approvals_of_a_running_run_are_pending_and_decided_in_place,
 };
 pub use cancel::{
     cancel_request_is_recorded_once_and_read_back, cancel_request_refusals_write_nothing,
@@ -220,6 +221,7 @@ macro_rules! conformance_checks {
             cancel_request_refusals_write_nothing,
             approvals_are_decided_once_and_the_last_continues_the_run,
             approvals_expire_once_their_window_closes,
+            approvals_of_a_running_run_are_pending_and_decided_in_place,
             approval_refusals_write_nothing,
             webhook_events_are_recorded_with_their_events_and_routed_once,
             webhook_deliveries_are_claimed_attempted_and_logged,

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Args, Subcommand};
 
+mod elicit;
 mod import;
 mod serve;
 mod toml_text;
@@ -35,6 +36,7 @@ enum McpCommand {
 Examples:
   rein mcp serve --config examples/order-desk --agent order_desk   # a session on stdio
   rein mcp serve -c /etc/rein -a order_desk --tenant acme --data postgres://rein@db.internal/rein
+  rein mcp serve -c /etc/rein -a order_desk --approve-via api   # approvals only through rein, never the client's user
 
 As a desktop assistant's server entry:
   {\"command\": \"rein\", \"args\": [\"mcp\", \"serve\", \"--config\", \"/etc/rein\", \"--agent\", \"order_desk\"]}")]

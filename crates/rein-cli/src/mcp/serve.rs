@@ -11,6 +11,11 @@
 //! idempotency key, is written to the ledger before it is sent and
 //! retried only as its class allows; a failure comes back as `isError`
 //! with rein's structured error (category, effect, whether to retry).
+//! A call that needs a human's approval waits for it, never sent without
+//! one: the client's user is asked through a form when the client can
+//! show one (`--approve-via client`, see `elicit`), and a decision made
+//! through rein (`rein approve`, the API, the dashboard) counts as well.
+//! Calls of one session are made one at a time, so the session waits too.
 //! When the client disconnects, the run ends as the agent's failure policy
 //! says (compensation of what a failed session left), and its report is in
 //! the store (`rein runs show`).
@@ -43,18 +48,19 @@ use anyhow::{Context, Result};
 use clap::Args;
 use rein_core::registry::{Registry, ToolSpec};
 use rein_core::{Effect, TenantId, ToolClass};
-use rein_engine::run::{AgentBinding, RunHandle, RunRequest};
+use rein_engine::run::{AgentBinding, Approver, RunHandle, RunRequest};
 use rein_engine::startup::Purpose;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
-    Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
-    Tool, ToolAnnotations,
+    Implementation, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
+    ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceExt as _};
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
+use super::elicit::{self, ClientApprover, InputSignal};
 use crate::run::Session;
 
 /// The `_meta` key a client may name a call's intent with.
@@ -76,6 +82,22 @@ pub struct ServeArgs {
     /// The tenant the session's run belongs to.
     #[arg(long, default_value = "default")]
     tenant: String,
+    /// Who decides a call that needs approval: `client` asks the MCP
+    /// client's user through a form when the client can show one (a
+    /// decision through rein counts too, the first one stands); `api`
+    /// waits for `rein approve`, the API or the dashboard only.
+    #[arg(long, value_enum, default_value_t = ApproveVia::Client)]
+    approve_via: ApproveVia,
+}
+
+/// Who decides a served call that needs approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ApproveVia {
+    /// The MCP client's user, when the client supports elicitation, or
+    /// a human through rein.
+    Client,
+    /// A human through rein only.
+    Api,
 }
 
 /// Runs `rein mcp serve` until the client closes its end or a signal stops
@@ -125,6 +147,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             inner: Arc::new(Inner {
                 binding,
                 tools,
+                approve_via: args.approve_via,
                 run: tokio::sync::Mutex::new(Some(handle)),
             }),
         };
@@ -252,6 +275,7 @@ struct McpServer {
 struct Inner {
     binding: &'static AgentBinding,
     tools: Vec<Tool>,
+    approve_via: ApproveVia,
     /// The session's run; taken when the client leaves.
     run: tokio::sync::Mutex<Option<RunHandle<'static>>>,
 }
@@ -277,7 +301,7 @@ impl ServerHandler for McpServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
         if !self.inner.binding.tools.contains_key(&name) {
@@ -295,7 +319,54 @@ impl ServerHandler for McpServer {
                 None,
             ));
         };
-        let result = handle.call(&name, args, &intent).await;
+        // Who is asked when the call needs approval (see `elicit`).
+        let by = elicit::decider(context.client_info().as_ref());
+        let asking = self.inner.approve_via == ApproveVia::Client
+            && elicit::form_supported(context.client_capabilities().as_ref());
+        let no_requests = context
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        // A call sent again with the user's answer: the answer is the
+        // decision, recorded before the call looks for one.
+        let users_answer = request
+            .input_responses
+            .as_ref()
+            .and_then(|responses| elicit::answered(responses, &by));
+        if let Some(Some(decision)) = &users_answer
+            && let Err(e) = handle.decide(&intent, decision.clone()).await
+        {
+            tracing::debug!("the client's answer was not recorded: {e}");
+        }
+        let mut input = None;
+        let approver: Option<Arc<dyn Approver>> = match (asking, no_requests) {
+            (false, _) => None,
+            (true, false) => Some(Arc::new(ClientApprover::new(context.peer.clone(), by))),
+            // Answered once: not asked again (a dismissed form waits for a
+            // decision through rein).
+            (true, true) if users_answer.is_some() => None,
+            (true, true) => {
+                let (signal, asked) = InputSignal::new();
+                input = Some(asked);
+                Some(Arc::new(signal))
+            }
+        };
+        handle.ask_approvals_of(approver);
+        let result = match input {
+            None => handle.call(&name, args, &intent).await,
+            Some(asked) => {
+                tokio::select! {
+                    result = handle.call(&name, args, &intent) => result,
+                    // The approval is recorded and waits: asked of the
+                    // user by answering `input_required`; the call is
+                    // made when it comes again with the answer.
+                    Ok(waiting) = asked => {
+                        return elicit::input_required(&waiting)
+                            .map(CallToolResponse::InputRequired)
+                            .ok_or_else(|| ErrorData::internal_error("cannot build the approval form", None));
+                    }
+                }
+            }
+        };
         Ok(CallToolResponse::from(match result.outcome {
             Ok(value) => answer(value),
             Err(failure) => {

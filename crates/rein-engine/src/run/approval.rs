@@ -24,7 +24,7 @@ use rein_core::approval::{
     Approval, ApprovalRequest, ArgsDigest, Decision, Standing, Verdict, Withheld,
 };
 use rein_core::call::CallResult;
-use rein_core::event::{ApprovalDecided, ApprovalRequested};
+use rein_core::event::ApprovalDecided;
 use rein_core::failure::Effect;
 use rein_core::registry::OnExpiry;
 use rein_core::{Category, Clock, Failure, IntentId, RunReport};
@@ -52,7 +52,7 @@ pub(super) enum Approvals {
 }
 
 /// What became of one call that needed approval.
-enum Applied {
+pub(super) enum Applied {
     /// It runs.
     Sent,
     /// It does not run, for this reason.
@@ -131,24 +131,12 @@ impl Engine {
             return Ok(Approvals::Open(Vec::new()));
         }
         let now = unix_ms(self.clock.system_now());
-        let window = ctx.agent.approval.window;
         let mut waiting = Vec::new();
         let mut decided = Vec::new();
         for (i, why) in needs {
             let p = &plan.planned[i];
             match stored.remove(&p.intent_id) {
-                None => waiting.push(ApprovalRequest {
-                    run_id: ctx.run_id.clone(),
-                    tenant: ctx.tenant.clone(),
-                    intent_id: p.intent_id.clone(),
-                    step: p.step,
-                    tool: p.tool.clone(),
-                    args: p.args.clone(),
-                    args_digest: ArgsDigest::of(&p.args),
-                    why,
-                    requested_at_ms: now,
-                    expires_at_ms: now + window,
-                }),
+                None => waiting.push(self.approval_request(ctx, p, why)),
                 Some(approval) => match approval.standing(now) {
                     Standing::Pending => waiting.push(approval.request),
                     Standing::Lapsed => decided.push((i, self.expire(ctx, approval).await?)),
@@ -250,7 +238,11 @@ impl Engine {
     /// Records the expiry of `approval`, whose window closed before anyone
     /// decided (the sweeper may not have come by yet). The decision that
     /// stands is returned: another writer may have recorded it first.
-    async fn expire(&self, ctx: &RunCtx<'_>, approval: Approval) -> Result<Approval, End> {
+    pub(super) async fn expire(
+        &self,
+        ctx: &RunCtx<'_>,
+        approval: Approval,
+    ) -> Result<Approval, End> {
         let request = &approval.request;
         let expiry = Decision::expiry(request.expires_at_ms);
         match ctx
@@ -269,7 +261,7 @@ impl Engine {
 
     /// Applies the decision on `approval` to its call `p`, and records
     /// that the run read it.
-    fn apply(
+    pub(super) fn apply(
         &self,
         ctx: &RunCtx<'_>,
         p: &rein_core::call::Planned,
@@ -335,26 +327,7 @@ impl Engine {
             .copied()
             .unwrap_or(HandOn::AnyWorker);
         for r in &requests {
-            let tier = ctx
-                .agent
-                .tools
-                .get(&r.tool)
-                .and_then(|t| t.declared.side_effect_tier);
-            ctx.emitter.emit(
-                &Correlation {
-                    step,
-                    intent_id: Some(r.intent_id.clone()),
-                    ..Correlation::default()
-                },
-                ApprovalRequested {
-                    tool: r.tool.clone(),
-                    args_digest: r.args_digest.clone(),
-                    why: r.why.clone(),
-                    tier,
-                    expires_at_ms: r.expires_at_ms,
-                    continue_with,
-                },
-            );
+            self.announce_approval(ctx, r, continue_with);
         }
         let commit = StepCommit {
             approvals: requests.clone(),

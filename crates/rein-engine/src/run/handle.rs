@@ -26,20 +26,26 @@
 
 use std::collections::HashMap;
 
+use rein_core::approval::{ApprovalRequest, Decision, Withheld};
 use rein_core::call::CallResult;
 use rein_core::deadline::{Budget, Deadline, Usage};
 use rein_core::event::{PlanCreated, PlannedIntentSummary};
+use rein_core::failure::Effect;
 use rein_core::loop_guard::LoopGuard;
+use rein_core::registry::OnExpiry;
 use rein_core::report::End;
 use rein_core::{Category, Clock, Failure, Instant, IntentId, LedgerRecord};
 use rein_store::{PlannedIntent, StepCommit};
 use serde_json::Value;
 
+use super::approval::Applied;
+use super::approval_wait::{Approver, Waited};
 use super::ctx::{Lineage, class_of};
 use super::emitter::{Correlation, unix_ms};
 use super::engine::Engine;
 use super::error::EngineError;
 use super::guarded::millis;
+use super::hand_on::HandOn;
 use super::start::{Opened, RunOutput, RunRequest, forward_budget};
 use super::{AgentBinding, ArgValidator, report};
 
@@ -69,6 +75,10 @@ pub struct RunHandle<'a> {
     /// spent, the run was cancelled): its end unless the caller says
     /// otherwise.
     stopped: Option<End>,
+    /// Who is asked for a decision while a call waits for its approval,
+    /// besides the humans who see it pending
+    /// ([`RunHandle::ask_approvals_of`]).
+    approver: Option<std::sync::Arc<dyn Approver>>,
 }
 
 impl Engine {
@@ -106,6 +116,7 @@ impl Engine {
             called: Default::default(),
             resume: None,
             stopped: None,
+            approver: None,
         })
     }
 
@@ -206,6 +217,7 @@ impl Engine {
             called: Default::default(),
             resume: Some(marker),
             stopped: None,
+            approver: None,
         })
     }
 }
@@ -214,6 +226,44 @@ impl RunHandle<'_> {
     /// The run.
     pub fn run_id(&self) -> &rein_core::RunId {
         &self.opened.ctx.run_id
+    }
+
+    /// Asks `approver` too when a call waits for a human's approval (an
+    /// MCP client's user, a prompt of the caller's own), or no one but
+    /// the humans who see it pending (`None`). Either way a call that
+    /// needs approval waits for a decision made through rein (`rein
+    /// approve`, the API, the dashboard, [`RunHandle::decide`]) until the
+    /// approval's window closes or the run's deadline comes, and is never
+    /// sent without one.
+    pub fn ask_approvals_of(&mut self, approver: Option<std::sync::Arc<dyn Approver>>) {
+        self.approver = approver;
+    }
+
+    /// Records `decision` on the approval the call `intent` of this run
+    /// waits for (or will find when it is called again): a decision taken
+    /// in the caller's own interface. The first decision recorded stands;
+    /// a later one is refused with it.
+    ///
+    /// # Errors
+    ///
+    /// As [`rein_store::RunStore::decide_approval`]: `NotFound` when no
+    /// call of that intent asked for approval, `AlreadyDecided`, `Invalid`.
+    pub async fn decide(
+        &self,
+        intent: &str,
+        decision: Decision,
+    ) -> Result<rein_core::approval::Approval, rein_store::StoreError> {
+        let ctx = &self.opened.ctx;
+        let intent = IntentId::new(intent).map_err(|e| rein_store::StoreError::Invalid {
+            what: "intent id",
+            expected: "an intent id".to_owned(),
+            found: e.to_string(),
+        })?;
+        Ok(ctx
+            .store
+            .decide_approval(&ctx.run_id, &intent, decision)
+            .await?
+            .approval)
     }
 
     /// Calls `tool` with `args` as the action `intent` (the caller's name
@@ -278,6 +328,40 @@ impl RunHandle<'_> {
                 "unknown tool".into(),
             );
         };
+        // A call that needs a human's decision has its request recorded
+        // with its intent, and waits for it below (`approval_wait`). One
+        // asked for before (a rejoined run) keeps its terms, whatever the
+        // config says now: a "no" stays a "no".
+        let needs = ctx.agent.approval.needed(
+            &binding.declared.approval,
+            binding.declared.side_effect_tier,
+            &planned.args,
+        );
+        let stored = if needs.is_some() || self.resume.is_some() {
+            match engine.stored_approval(ctx, None, &intent_id).await {
+                Ok(stored) => stored,
+                Err(why) => {
+                    return self.refused(
+                        tool,
+                        planned.args,
+                        intent,
+                        Category::Unknown,
+                        format!("not run: {why}"),
+                    );
+                }
+            }
+        } else {
+            None
+        };
+        let (awaits, new_request) = match (stored, needs) {
+            (Some(approval), _) => (Some(approval.request), None),
+            (None, Some(why)) => {
+                let request = engine.approval_request(ctx, &planned, why);
+                engine.announce_approval(ctx, &request, HandOn::Caller);
+                (Some(request.clone()), Some(request))
+            }
+            (None, None) => (None, None),
+        };
         // The intent is durable before anything runs (write-ahead): a
         // crash after this finds it, and the same intent is never a
         // second action.
@@ -309,6 +393,7 @@ impl RunHandle<'_> {
                     args: planned.args.clone(),
                 },
             )],
+            approvals: new_request.into_iter().collect(),
             events: ctx.emitter.drain(),
             ..StepCommit::default()
         };
@@ -333,6 +418,12 @@ impl RunHandle<'_> {
                 "not repeated: this intent was called before and its record cannot be read".into(),
             );
         }
+        if let Some(request) = awaits
+            && let Some(refusal) = self.await_decision(&request, &planned).await
+        {
+            return self.refused_with(tool, planned.args, intent, refusal);
+        }
+        let ctx = &self.opened.ctx;
         let (mut child, grant) = self.budget.serial(engine.clock.now());
         let before = self.prior.get(&intent_id);
         let result = engine
@@ -441,6 +532,73 @@ impl RunHandle<'_> {
         None
     }
 
+    /// Waits for the decision on `request`, `planned`'s approval: `None`
+    /// when the call may be sent, else why it is not (see
+    /// [`super::approval_wait`]).
+    async fn await_decision(
+        &mut self,
+        request: &ApprovalRequest,
+        planned: &rein_core::call::Planned,
+    ) -> Option<Failure> {
+        let engine = self.engine;
+        let ctx = &self.opened.ctx;
+        let not_called = |category: Category, why: String| {
+            Some(
+                Failure::new(&planned.tool, category)
+                    .with_effect(Effect::NotApplied)
+                    .with_retryable(false)
+                    .with_human_message(format!("{} was not called: {why}", planned.tool)),
+            )
+        };
+        let approval = match engine
+            .wait_for_decision(
+                ctx,
+                request,
+                self.approver.as_deref(),
+                self.budget.deadline().instant(),
+            )
+            .await
+        {
+            Waited::Decided(approval) => approval,
+            Waited::OutOfTime => {
+                return not_called(
+                    Category::BudgetExhausted,
+                    "no decision on its approval came before the run's deadline".into(),
+                );
+            }
+            Waited::Stopped => {
+                let end = if ctx.is_interrupted() {
+                    End::Interrupted
+                } else {
+                    End::Cancelled("cancelled while a call waited for its approval".into())
+                };
+                self.stopped.get_or_insert(end);
+                return not_called(
+                    Category::Cancelled,
+                    "the run stopped while it waited for its approval".into(),
+                );
+            }
+            Waited::Unreadable(why) => return not_called(Category::Unknown, why),
+        };
+        match engine.apply(ctx, planned, &approval) {
+            Applied::Sent => None,
+            Applied::Withheld(withheld) => {
+                // `on_expiry = "handoff"`: the run goes to a human with
+                // what it did so far, whatever its caller answers.
+                if matches!(withheld, Withheld::Expired(_))
+                    && ctx.agent.approval.on_expiry == OnExpiry::Handoff
+                {
+                    self.stopped.get_or_insert(End::ApprovalExpired(format!(
+                        "{} was not called: {}, and the agent's approval.on_expiry is handoff",
+                        planned.tool,
+                        withheld.why()
+                    )));
+                }
+                not_called(Category::Forbidden, withheld.why())
+            }
+        }
+    }
+
     /// A call refused before it ran.
     fn refused(
         &mut self,
@@ -449,6 +607,22 @@ impl RunHandle<'_> {
         intent: &str,
         category: Category,
         why: String,
+    ) -> CallResult {
+        self.refused_with(
+            tool,
+            args,
+            intent,
+            Failure::new(tool, category).with_human_message(why),
+        )
+    }
+
+    /// A call refused before it ran, for `failure`.
+    fn refused_with(
+        &mut self,
+        tool: &str,
+        args: Value,
+        intent: &str,
+        failure: Failure,
     ) -> CallResult {
         let class = self
             .opened
@@ -467,11 +641,7 @@ impl RunHandle<'_> {
             position: 0,
             salvaged: false,
         };
-        let result = CallResult::refused(
-            planned,
-            class,
-            Failure::new(tool, category).with_human_message(why),
-        );
+        let result = CallResult::refused(planned, class, failure);
         self.calls.push(result.clone());
         result
     }

@@ -45,6 +45,7 @@
 //! ```
 
 mod approval;
+mod approval_wait;
 mod args;
 mod arm_view;
 mod binding;
@@ -89,6 +90,7 @@ mod tree_settle;
 mod turn;
 mod validate;
 
+pub use approval_wait::{Approver, DECISION_POLL};
 pub use args::{ParsedArgs, parse_args};
 pub use arm_view::ArmView;
 pub use binding::{

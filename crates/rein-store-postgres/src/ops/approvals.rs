@@ -191,9 +191,19 @@ pub(crate) async fn list(
     let tenant = filter.tenant.as_ref().map(|t| t.as_str().to_owned());
     let cap = i64::try_from(filter.limit.clamp(1, MAX_APPROVALS_PAGE)).unwrap_or(1);
     let step = filter.step.map(i64::from);
+    // A run paused for the decision, or one whose caller's loop waits
+    // for it (`RunHandle::call`), still running.
     let waiting = RunStatus::AwaitingApproval.as_str();
-    let params: [&(dyn ToSql + Sync); 6] =
-        [&run_id, &tenant, &filter.pending, &cap, &step, &waiting];
+    let running = RunStatus::Running.as_str();
+    let params: [&(dyn ToSql + Sync); 7] = [
+        &run_id,
+        &tenant,
+        &filter.pending,
+        &cap,
+        &step,
+        &waiting,
+        &running,
+    ];
     query_all(
         client,
         &format!(
@@ -201,7 +211,7 @@ pub(crate) async fn list(
              WHERE ($1::TEXT IS NULL OR run_id = $1) AND ($2::TEXT IS NULL OR tenant = $2) \
              AND ($5::BIGINT IS NULL OR step = $5) \
              AND (NOT $3 OR (verdict IS NULL AND run_id IN \
-                 (SELECT run_id FROM runs WHERE status = $6))) \
+                 (SELECT run_id FROM runs WHERE status IN ($6, $7)))) \
              ORDER BY requested_at_ms, run_id, intent_id LIMIT $4"
         ),
         &params,

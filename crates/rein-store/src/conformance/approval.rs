@@ -74,6 +74,76 @@ fn of_run(run_id: &RunId) -> ApprovalFilter {
     }
 }
 
+/// A run driven by its caller's loop waits for a decision while it stays
+/// `running` (its caller holds it): its request, written with a commit
+/// that changes no status, is listed pending; the decision is recorded
+/// without moving the run, and a run that ends takes its undecided
+/// requests off the pending list.
+pub async fn approvals_of_a_running_run_are_pending_and_decided_in_place(store: &dyn Store) {
+    let day = Duration::from_secs(86_400);
+    let run_id = created(store, "approval-held-run").await;
+    store
+        .set_run_status(&run_id, RunStatus::Running, None, BASE_MS)
+        .await
+        .unwrap();
+    let (a, b) = (
+        request(&run_id, "intent-a", 1500, day),
+        request(&run_id, "intent-b", 2500, day),
+    );
+    store
+        .commit_step(
+            &run_id,
+            StepCommit {
+                approvals: vec![a.clone(), b.clone()],
+                ..StepCommit::default()
+            },
+        )
+        .await
+        .unwrap();
+    let listed = store
+        .approvals(&ApprovalFilter {
+            pending: true,
+            ..of_run(&run_id)
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        listed.len(),
+        2,
+        "both pending while the run runs: {listed:?}"
+    );
+
+    let yes = decision(Verdict::Approved, "alice", BASE_MS + ms(10));
+    let decided = store
+        .decide_approval(&run_id, &a.intent_id, yes.clone())
+        .await
+        .unwrap();
+    assert_eq!(decided.approval.decision, Some(yes));
+    assert!(!decided.continues, "a running run is not moved");
+    assert_eq!(status(store, &run_id).await, RunStatus::Running);
+
+    store
+        .set_run_status(
+            &run_id,
+            RunStatus::Finished(Outcome::Failed),
+            Some(report(Outcome::Failed)),
+            BASE_MS + ms(20),
+        )
+        .await
+        .unwrap();
+    let listed = store
+        .approvals(&ApprovalFilter {
+            pending: true,
+            ..of_run(&run_id)
+        })
+        .await
+        .unwrap();
+    assert!(
+        listed.is_empty(),
+        "an ended run waits for nothing: {listed:?}"
+    );
+}
+
 /// The requests of a pausing commit are listed pending; each takes one
 /// decision (a second is refused with the first); the decision that
 /// leaves none undecided moves the run back to `running`, and only it.
