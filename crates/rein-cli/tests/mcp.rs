@@ -474,3 +474,284 @@ schema = {{ type = "object", properties = {{ duration = {{ type = "number", desc
     let unknown = rein(&["lint", "--mcp", "nothing"], &config);
     assert_eq!(unknown.status.code(), Some(2));
 }
+
+/// `rein mcp serve --listen` on a free loopback port with two keys
+/// (tenants `acme` and `globex`); the endpoint's URL.
+struct Listening {
+    child: tokio::process::Child,
+    stderr: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>,
+    url: String,
+    db: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+const ACME_KEY: &str = "acme-mcp-key";
+const GLOBEX_KEY: &str = "globex-mcp-key";
+
+impl Listening {
+    async fn start(desk: &OrderDesk) -> Listening {
+        use sha2::Digest as _;
+        let hex = |key: &str| {
+            sha2::Sha256::digest(key.as_bytes())
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        };
+        let keys = format!(
+            "[[server.api_keys]]\ntenant = \"acme\"\nsha256 = \"{}\"\nname = \"acme-desk\"\n\
+             [[server.api_keys]]\ntenant = \"globex\"\nsha256 = \"{}\"\nname = \"globex-desk\"\n",
+            hex(ACME_KEY),
+            hex(GLOBEX_KEY)
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let config = example_config(dir.path(), &keys);
+        let db = dir.path().join("rein.db");
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_rein"))
+            .args([
+                "mcp",
+                "serve",
+                "--agent",
+                "order_desk",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .arg("--config")
+            .arg(&config)
+            .arg("--data")
+            .arg(&db)
+            .env("ORDER_DESK_URL", desk.base_url())
+            .env("MOCK_MODEL_URL", "http://127.0.0.1:9")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut seen = Vec::new();
+        let url = loop {
+            let line = stderr
+                .next_line()
+                .await
+                .unwrap()
+                .unwrap_or_else(|| panic!("no address on stderr:\n{}", seen.join("\n")));
+            if let Some(url) = line.split("listening on ").nth(1) {
+                break url.trim().to_owned();
+            }
+            seen.push(line);
+        };
+        Listening {
+            child,
+            stderr,
+            url,
+            db,
+            _dir: dir,
+        }
+    }
+
+    /// A client session presenting `key`.
+    fn session(&self, key: &str) -> std::sync::Arc<rein_engine::tool::mcp::McpSession> {
+        let mut spec = rein_core::registry::McpServerSpec::http("rein", &self.url);
+        if let rein_core::registry::McpTransport::Http { headers, .. } = &mut spec.transport {
+            headers.insert("Authorization".into(), format!("Bearer {key}"));
+        }
+        rein_engine::tool::mcp::McpSession::new(spec)
+    }
+}
+
+#[tokio::test]
+async fn over_streamable_http_each_keys_tenant_is_one_run_across_sessions() {
+    let desk = OrderDesk::start_with(OrderDeskConfig::default().with_faults(Faults::none()))
+        .await
+        .unwrap();
+    let mut served = Listening::start(&desk).await;
+
+    // No key, a wrong key, another host: refused before any MCP.
+    let http = reqwest::Client::new();
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "curl", "version": "1"}}});
+    for (key, host, status) in [
+        (None, None, 401),
+        (Some("wrong"), None, 401),
+        (Some(ACME_KEY), Some("evil.example"), 421),
+    ] {
+        let mut request = http
+            .post(&served.url)
+            .header("Accept", "application/json, text/event-stream")
+            .json(&initialize);
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        if let Some(host) = host {
+            request = request.header("Host", host);
+        }
+        let answer = request.send().await.unwrap();
+        assert_eq!(answer.status().as_u16(), status, "{key:?} {host:?}");
+    }
+
+    // A client sends a write, loses its session, and sends it again in a
+    // new one: its tenant's run answers from the ledger.
+    let update = args(json!({"order_id": "A-1001", "delivery_date": "2026-12-24T10:00:00Z"}));
+    for _ in 0..2 {
+        let session = served.session(ACME_KEY);
+        let peer = session.peer().await.unwrap();
+        let tools = peer.list_all_tools().await.unwrap();
+        assert!(tools.iter().any(|t| t.name == UPDATE_DELIVERY_TIME));
+        let moved = peer
+            .call_tool(
+                CallToolRequestParams::new(UPDATE_DELIVERY_TIME).with_arguments(update.clone()),
+            )
+            .await
+            .unwrap();
+        assert_ne!(moved.is_error, Some(true), "{moved:?}");
+        session.close().await;
+    }
+    assert_eq!(desk.request_count(UPDATE_DELIVERY_TIME), 1, "one action");
+    // Another tenant's calls are its own run.
+    let session = served.session(GLOBEX_KEY);
+    let peer = session.peer().await.unwrap();
+    let moved = peer
+        .call_tool(CallToolRequestParams::new(UPDATE_DELIVERY_TIME).with_arguments(update))
+        .await
+        .unwrap();
+    assert_ne!(moved.is_error, Some(true), "{moved:?}");
+    assert_eq!(desk.request_count(UPDATE_DELIVERY_TIME), 2);
+    session.close().await;
+
+    // SIGTERM ends both runs, recorded, before the process exits.
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(served.child.id().unwrap()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = served.child.wait().await.unwrap();
+    assert_eq!(status.code(), Some(143), "{status:?}");
+    let mut runs = Vec::new();
+    while let Ok(Some(line)) = served.stderr.next_line().await {
+        if let Some(run) = line.split(" as run ").nth(1) {
+            runs.push((line.clone(), RunId::new(run.trim()).unwrap()));
+        }
+    }
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert!(runs.iter().any(|(l, _)| l.contains("tenant `acme`")));
+    assert!(runs.iter().any(|(l, _)| l.contains("tenant `globex`")));
+    let store = SqliteStore::open(&served.db).unwrap();
+    for (_, run_id) in &runs {
+        let run = store.get_run(run_id).await.unwrap().unwrap();
+        assert_eq!(
+            run.status,
+            rein_store::RunStatus::Finished(Outcome::Succeeded),
+            "{run_id}"
+        );
+        assert_eq!(store.ledger(run_id).await.unwrap().len(), 1);
+    }
+}
+
+/// The MCP Inspector's CLI from npm (`.ci/run` installs it), or `None`
+/// after saying why.
+fn inspector() -> Option<PathBuf> {
+    let home = std::env::var_os("HOME").unwrap_or_default();
+    let path = std::env::var_os("REIN_MCP_INSPECTOR").map_or_else(
+        || Path::new(&home).join(".cache/rein-node/node_modules/.bin/mcp-inspector"),
+        PathBuf::from,
+    );
+    if !path.is_file() {
+        missing_part(&format!(
+            "{} is missing (.ci/run installs @modelcontextprotocol/inspector)",
+            path.display()
+        ));
+        return None;
+    }
+    Some(path)
+}
+
+/// What the Inspector's CLI printed for one request, as JSON.
+async fn inspect(inspector: &Path, args: &[String]) -> Value {
+    let out = tokio::process::Command::new(inspector)
+        .arg("--cli")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// Another SDK's client (the Inspector is TypeScript's), over both
+/// transports: the handshake, the annotations, a call through the guard,
+/// and over HTTP a call sent twice by two separate clients that reaches
+/// the desk once.
+#[tokio::test]
+async fn the_mcp_inspectors_cli_gets_the_guarded_call_over_stdio_and_http() {
+    let Some(inspector) = inspector() else { return };
+    let desk = OrderDesk::start_with(OrderDeskConfig::default().with_faults(Faults::none()))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = example_config(dir.path(), "");
+    let stdio = |method: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = vec![
+            "-e".into(),
+            format!("ORDER_DESK_URL={}", desk.base_url()),
+            "-e".into(),
+            "MOCK_MODEL_URL=http://127.0.0.1:9".into(),
+        ];
+        args.extend(method.iter().map(|s| (*s).to_owned()));
+        args.push("--".into());
+        args.push(env!("CARGO_BIN_EXE_rein").into());
+        args.extend(["mcp", "serve", "--agent", "order_desk"].map(String::from));
+        args.push("--config".into());
+        args.push(config.display().to_string());
+        args.push("--data".into());
+        args.push(dir.path().join("rein.db").display().to_string());
+        args
+    };
+    let listed = inspect(&inspector, &stdio(&["--method", "tools/list"])).await;
+    let tools = listed["tools"].as_array().unwrap();
+    let email = tools.iter().find(|t| t["name"] == SEND_EMAIL).unwrap();
+    assert_eq!(email["annotations"]["destructiveHint"], true, "{email}");
+    let order = inspect(
+        &inspector,
+        &stdio(&[
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "get_order",
+            "--tool-arg",
+            "order_id=A-1001",
+        ]),
+    )
+    .await;
+    assert_eq!(order["structuredContent"]["order_id"], "A-1001", "{order}");
+
+    let mut served = Listening::start(&desk).await;
+    for _ in 0..2 {
+        let moved = inspect(
+            &inspector,
+            &[
+                "--method",
+                "tools/call",
+                "--tool-name",
+                UPDATE_DELIVERY_TIME,
+                "--tool-arg",
+                "order_id=A-1001",
+                "delivery_date=2026-12-24T10:00:00Z",
+                "--transport",
+                "http",
+                "--header",
+                &format!("Authorization: Bearer {ACME_KEY}"),
+                "--server-url",
+                &served.url,
+            ]
+            .map(String::from),
+        )
+        .await;
+        assert_ne!(moved["isError"], true, "{moved}");
+    }
+    assert_eq!(desk.request_count(UPDATE_DELIVERY_TIME), 1, "one action");
+    served.child.kill().await.unwrap();
+}

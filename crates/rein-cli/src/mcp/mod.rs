@@ -25,18 +25,22 @@ pub struct McpArgs {
 
 #[derive(Debug, Subcommand)]
 enum McpCommand {
-    /// Serve an agent's tools to an MCP client over stdio, each call
-    /// through rein's guarded call (schema, budget, breakers, key, ledger,
-    /// retries by class); the session is one run of the agent.
+    /// Serve an agent's tools to MCP clients over stdio (one client) or
+    /// streamable HTTP (`--listen`), each call through rein's guarded
+    /// call (schema, budget, breakers, key, ledger, retries by class,
+    /// approvals); a stdio session is one run of the agent, over HTTP each
+    /// key's tenant has one.
     ///
-    /// Stdout is the MCP channel; rein's own lines go to stderr. When the
-    /// client disconnects the run ends by the agent's failure policy and
-    /// its report is in the store (`rein runs show`).
+    /// Over stdio, stdout is the MCP channel; rein's own lines go to
+    /// stderr. When the client disconnects or a signal comes, every run
+    /// ends by the agent's failure policy and its report is in the store
+    /// (`rein runs show`).
     #[command(after_help = "\
 Examples:
   rein mcp serve --config examples/order-desk --agent order_desk   # a session on stdio
   rein mcp serve -c /etc/rein -a order_desk --tenant acme --data postgres://rein@db.internal/rein
   rein mcp serve -c /etc/rein -a order_desk --approve-via api   # approvals only through rein, never the client's user
+  rein mcp serve -c /etc/rein -a order_desk --listen 127.0.0.1:8811   # streamable HTTP at http://127.0.0.1:8811/mcp
 
 As a desktop assistant's server entry:
   {\"command\": \"rein\", \"args\": [\"mcp\", \"serve\", \"--config\", \"/etc/rein\", \"--agent\", \"order_desk\"]}")]

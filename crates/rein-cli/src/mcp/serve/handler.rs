@@ -1,30 +1,6 @@
-//! `rein mcp serve`: an agent's registry tools served to any MCP client
-//! over stdio, each call through the whole guarded call.
-//!
-//! # What a client gets by changing only its server entry
-//!
-//! A desktop assistant or an IDE calls tools with no deadline, no key and
-//! no ledger. Served by rein, its session is one run of the agent
-//! ([`RunHandle`]): its budget (steps, wall clock) bounds the session;
-//! every `tools/call` is validated against the tool's schema, passes the
-//! breakers and the governor of its resource group, gets its intent's
-//! idempotency key, is written to the ledger before it is sent and
-//! retried only as its class allows; a failure comes back as `isError`
-//! with rein's structured error (category, effect, whether to retry).
-//! A call that needs a human's approval waits for it, never sent without
-//! one: the client's user is asked through a form when the client can
-//! show one (`--approve-via client`, see `elicit`), and a decision made
-//! through rein (`rein approve`, the API, the dashboard) counts as well.
-//! Calls of one session are made one at a time, so the session waits too.
-//! When the client disconnects, the run ends as the agent's failure policy
-//! says (compensation of what a failed session left), and its report is in
-//! the store (`rein runs show`).
-//!
-//! SIGTERM or SIGINT ends the session the same way: the client is cut off,
-//! a call in flight finishes (it holds the run until it is recorded), and
-//! the run ends by its policy before the process exits with 143 or 130.
-//! Killed without a word, the run would stay `running` until orphan
-//! recovery found it.
+//! The MCP server rein is to a client: its tools, each `tools/call` the
+//! guarded call of the run of the caller's tenant, and what a client is
+//! told of a tool's nature and of a failure.
 //!
 //! # Why a call's intent is its tool and arguments
 //!
@@ -32,7 +8,7 @@
 //! must see the repeat as the same action, or a retried email goes out
 //! twice. The intent of a call is the client's `_meta["rein/intent"]`
 //! when it names one, else the tool and the digest of its normalized
-//! arguments: within a session the same call is the same action, answered
+//! arguments: within a run the same call is the same action, answered
 //! from the ledger, not sent again. A client that means to do the same
 //! thing twice names two intents.
 //!
@@ -40,167 +16,32 @@
 //! is `readOnlyHint`, an idempotent write `idempotentHint`, an
 //! irreversible one `destructiveHint`), never copied from anywhere else.
 
-use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use clap::Args;
 use rein_core::registry::{Registry, ToolSpec};
 use rein_core::{Effect, TenantId, ToolClass};
-use rein_engine::run::{AgentBinding, Approver, RunHandle, RunRequest};
-use rein_engine::startup::Purpose;
+use rein_engine::run::{AgentBinding, Approver};
+use rmcp::ServerHandler;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
     Implementation, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
     ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
-use rmcp::{ServerHandler, ServiceExt as _};
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
-use super::elicit::{self, ClientApprover, InputSignal};
-use crate::run::Session;
+use super::ApproveVia;
+use super::runs::Runs;
+use crate::mcp::elicit::{self, ClientApprover, InputSignal};
 
 /// The `_meta` key a client may name a call's intent with.
 pub const META_INTENT: &str = "rein/intent";
 
-/// Arguments of `rein mcp serve`.
-#[derive(Debug, Args)]
-pub struct ServeArgs {
-    /// The config: a TOML file or a directory of them.
-    #[arg(long, short)]
-    config: PathBuf,
-    /// The agent whose tools are served; its budget bounds the session.
-    #[arg(long, short)]
-    agent: String,
-    /// The SQLite file (or PostgreSQL URL) the session's run is recorded
-    /// in, as for `rein run`.
-    #[arg(long, visible_alias = "db")]
-    data: Option<PathBuf>,
-    /// The tenant the session's run belongs to.
-    #[arg(long, default_value = "default")]
-    tenant: String,
-    /// Who decides a call that needs approval: `client` asks the MCP
-    /// client's user through a form when the client can show one (a
-    /// decision through rein counts too, the first one stands); `api`
-    /// waits for `rein approve`, the API or the dashboard only.
-    #[arg(long, value_enum, default_value_t = ApproveVia::Client)]
-    approve_via: ApproveVia,
-}
-
-/// Who decides a served call that needs approval.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum ApproveVia {
-    /// The MCP client's user, when the client supports elicitation, or
-    /// a human through rein.
-    Client,
-    /// A human through rein only.
-    Api,
-}
-
-/// Runs `rein mcp serve` until the client closes its end or a signal stops
-/// it. Exit status: 0 when the session's run succeeded (or made no call),
-/// 1 when it ended otherwise (its report says how), 2 when it could not
-/// start, 143 or 130 when SIGTERM or SIGINT ended it (after its run).
-pub fn run(args: ServeArgs) -> Result<ExitCode> {
-    let runtime = crate::run::runtime()?;
-    let served = runtime.block_on(async {
-        let mut signals = crate::signal::Listener::install()?;
-        let startup = crate::run::start(&args.config, Purpose::Run)?;
-        let data = crate::store::chosen(args.data.as_deref(), startup.registry.store());
-        let mut session = Session::open(startup, &data, &args.config)?;
-        let binding = session.bind(&args.agent)?;
-        let tools = mcp_tools(&session.registry, &binding)?;
-        let tenant = TenantId::new(args.tenant).context("invalid --tenant")?;
-        // The session, its agent and its run live as long as this process
-        // serves one client: made static here once, so that the MCP
-        // service's tasks may hold them.
-        let session: &'static Session = Box::leak(Box::new(session));
-        let binding: &'static AgentBinding = Box::leak(Box::new(binding));
-        let handle = session
-            .engine
-            .begin(
-                binding,
-                &session.schemas,
-                RunRequest {
-                    tenant: Some(tenant),
-                    input: format!(
-                        "MCP session over stdio: the tools of agent `{}`",
-                        binding.name
-                    ),
-                    ..RunRequest::default()
-                },
-            )
-            .await?;
-        let run_id = handle.run_id().clone();
-        crate::log::note(
-            crate::log::Level::Info,
-            &format!(
-                "rein mcp serve: serving {} of agent `{}` as run {run_id}",
-                rein_core::plural::count(tools.len(), "tool"),
-                binding.name
-            ),
-        );
-        let server = McpServer {
-            inner: Arc::new(Inner {
-                binding,
-                tools,
-                approve_via: args.approve_via,
-                run: tokio::sync::Mutex::new(Some(handle)),
-            }),
-        };
-        let running = server
-            .clone()
-            .serve(rmcp::transport::stdio())
-            .await
-            .context("the MCP handshake with the client failed")?;
-        let connection = running.cancellation_token();
-        let stopped = tokio::select! {
-            quit = running.waiting() => {
-                tracing::debug!("the MCP session ended: {quit:?}");
-                None
-            }
-            stop = signals.next() => {
-                crate::log::note(
-                    crate::log::Level::Info,
-                    &format!("rein mcp serve: {}, ending the session", stop.name()),
-                );
-                connection.cancel();
-                Some(stop)
-            }
-        };
-        let stopped_with = |code: ExitCode| stopped.map_or(code, |s| ExitCode::from(s.exit_code()));
-        let Some(handle) = server.inner.run.lock().await.take() else {
-            return Ok(stopped_with(ExitCode::SUCCESS));
-        };
-        let output = handle.finish(None).await?;
-        session.engine.leave_shared_limits().await;
-        crate::log::note(
-            crate::log::Level::Info,
-            &format!(
-                "rein mcp serve: run {run_id} ended {}: {}",
-                output.report.outcome, output.report.summary
-            ),
-        );
-        Ok(stopped_with(
-            if output.report.outcome == rein_core::Outcome::Succeeded {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            },
-        ))
-    });
-    // A signal leaves the stdin reader blocked in a read that only the
-    // client's closing ends; dropping the runtime would wait for it.
-    runtime.shutdown_background();
-    served
-}
-
 /// The MCP tools of `agent`: its registry tools, described as the model
 /// sees them, annotated from rein's class.
-fn mcp_tools(registry: &Registry, agent: &AgentBinding) -> Result<Vec<Tool>> {
+pub fn mcp_tools(registry: &Registry, agent: &AgentBinding) -> Result<Vec<Tool>> {
     let mut tools = Vec::new();
     for name in agent.tools.keys() {
         let spec = registry.tool(name).with_context(|| {
@@ -267,8 +108,10 @@ fn intent_of(
     format!("mcp:{}:{short}", request.name)
 }
 
+/// The server a client talks to; clones share everything (the HTTP
+/// transport makes one per session).
 #[derive(Clone)]
-struct McpServer {
+pub struct McpServer {
     inner: Arc<Inner>,
 }
 
@@ -276,8 +119,36 @@ struct Inner {
     binding: &'static AgentBinding,
     tools: Vec<Tool>,
     approve_via: ApproveVia,
-    /// The session's run; taken when the client leaves.
-    run: tokio::sync::Mutex<Option<RunHandle<'static>>>,
+    runs: Arc<Runs>,
+}
+
+impl McpServer {
+    /// Serves `tools` of `binding` through `runs`.
+    pub fn new(
+        binding: &'static AgentBinding,
+        tools: Vec<Tool>,
+        approve_via: ApproveVia,
+        runs: Arc<Runs>,
+    ) -> McpServer {
+        McpServer {
+            inner: Arc::new(Inner {
+                binding,
+                tools,
+                approve_via,
+                runs,
+            }),
+        }
+    }
+}
+
+/// The tenant a request acts for: the one its HTTP request was
+/// authenticated as, else the server's own.
+fn tenant_of(context: &RequestContext<RoleServer>, runs: &Runs) -> TenantId {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<super::http::Caller>())
+        .map_or_else(|| runs.default_tenant().clone(), |caller| caller.0.clone())
 }
 
 impl ServerHandler for McpServer {
@@ -312,12 +183,12 @@ impl ServerHandler for McpServer {
         }
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
         let intent = intent_of(&request, self.inner.binding.tools.get(&name), &args);
-        let mut run = self.inner.run.lock().await;
-        let Some(handle) = run.as_mut() else {
-            return Err(ErrorData::internal_error(
-                "the session's run has ended",
-                None,
-            ));
+        let tenant = tenant_of(&context, &self.inner.runs);
+        let slot = self.inner.runs.slot(&tenant);
+        let mut run = slot.lock().await;
+        let handle = match self.inner.runs.open(&mut run, &tenant).await {
+            Ok(handle) => handle,
+            Err(why) => return Err(ErrorData::internal_error(why, None)),
         };
         // Who is asked when the call needs approval (see `elicit`).
         let by = elicit::decider(context.client_info().as_ref());
