@@ -274,33 +274,21 @@ async fn a_call_that_needs_approval_is_sent_once_a_human_approves_it_through_rei
     // run is still running: its caller holds it) and approves it.
     let store = h.store.clone();
     let human = tokio::spawn(async move {
-        loop {
-            let pending = store
-                .approvals(&ApprovalFilter {
-                    pending: true,
-                    limit: 10,
-                    ..ApprovalFilter::default()
-                })
-                .await
-                .unwrap();
-            if let Some(waiting) = pending.first() {
-                assert_eq!(waiting.request.tool, SEND_EMAIL);
-                return store
-                    .decide_approval(
-                        &waiting.request.run_id,
-                        &waiting.request.intent_id,
-                        Decision {
-                            verdict: Verdict::Approved,
-                            by: "alice".into(),
-                            at_ms: Timestamp::from_system_time(std::time::SystemTime::now()),
-                            reason: None,
-                        },
-                    )
-                    .await
-                    .unwrap();
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let waiting = pending(&store).await;
+        assert_eq!(waiting.request.tool, SEND_EMAIL);
+        store
+            .decide_approval(
+                &waiting.request.run_id,
+                &waiting.request.intent_id,
+                Decision {
+                    verdict: Verdict::Approved,
+                    by: "alice".into(),
+                    at_ms: Timestamp::from_system_time(std::time::SystemTime::now()),
+                    reason: None,
+                },
+            )
+            .await
+            .unwrap()
     });
     let mail = run.call(SEND_EMAIL, email(), "tell-buyer").await;
     // Bounded in paused time: without a gate the call is sent at once and
@@ -415,4 +403,78 @@ async fn a_call_with_no_decision_by_the_runs_deadline_is_not_sent() {
         pending.is_empty(),
         "the ended run waits for nothing: {pending:?}"
     );
+}
+
+/// Waits (in paused time) until a call of the store is pending approval,
+/// and returns it.
+async fn pending(store: &Arc<dyn Store>) -> rein_core::approval::Approval {
+    loop {
+        let pending = store
+            .approvals(&ApprovalFilter {
+                pending: true,
+                limit: 10,
+                ..ApprovalFilter::default()
+            })
+            .await
+            .unwrap();
+        if let Some(waiting) = pending.into_iter().next() {
+            return waiting;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_approval_with_handoff_stops_every_later_call() {
+    let h = harness(Faults::none()).await;
+    let mut a = gated(&h);
+    a.approval.on_expiry = rein_core::registry::OnExpiry::Handoff;
+    let mut run = h.engine.begin(&a, &AcceptAll, request()).await.unwrap();
+    // The window closes with nobody deciding: the sweep records it.
+    let store = h.store.clone();
+    let sweeper = tokio::spawn(async move {
+        let waiting = pending(&store).await;
+        let after = waiting.request.expires_at_ms + Duration::from_secs(1);
+        store.expire_approvals(after, 10).await.unwrap()
+    });
+    let mail = run.call(SEND_EMAIL, email(), "tell-buyer").await;
+    assert_eq!(sweeper.await.unwrap().len(), 1);
+    assert_eq!(mail.outcome.unwrap_err().category(), Category::Forbidden);
+    // The run goes to a human: nothing more goes out, not even a write
+    // that needs no approval.
+    let moved = run.call(UPDATE_DELIVERY_TIME, move_order(), "move").await;
+    assert_eq!(moved.outcome.unwrap_err().category(), Category::Forbidden);
+    assert_eq!(h.desk.request_count(UPDATE_DELIVERY_TIME), 0);
+    assert_eq!(h.desk.request_count(SEND_EMAIL), 0);
+    let out = run.finish(Some("told".into())).await.unwrap();
+    assert_eq!(out.report.outcome, Outcome::HandedOff, "{:#?}", out.report);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_that_stops_waiting_sends_nothing_and_the_run_goes_on() {
+    let h = harness(Faults::none()).await;
+    let a = gated(&h);
+    let mut run = h.engine.begin(&a, &AcceptAll, request()).await.unwrap();
+    let gone = tokio_util::sync::CancellationToken::new();
+    run.end_waits_with(Some(gone.clone()));
+    let store = h.store.clone();
+    let client = tokio::spawn(async move {
+        pending(&store).await;
+        gone.cancel();
+    });
+    let mail = run.call(SEND_EMAIL, email(), "tell-buyer").await;
+    client.await.unwrap();
+    let failure = mail.outcome.unwrap_err();
+    assert_eq!(failure.category(), Category::Cancelled);
+    assert_eq!(failure.effect(), Effect::NotApplied);
+    assert_eq!(h.desk.request_count(SEND_EMAIL), 0);
+    let order = run
+        .call(GET_ORDER, json!({"order_id": "A-1001"}), "read-order")
+        .await;
+    assert!(
+        order.outcome.is_ok(),
+        "the run goes on: {:?}",
+        order.outcome
+    );
+    run.finish(Some("read".into())).await.unwrap();
 }

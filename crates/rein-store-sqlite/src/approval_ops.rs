@@ -189,6 +189,10 @@ pub fn list(conn: &Connection, filter: &ApprovalFilter) -> Result<Vec<Approval>,
         values.push(tenant.to_string());
         sql.push_str(&format!(" AND tenant = ?{}", values.len()));
     }
+    if let Some(intent_id) = &filter.intent_id {
+        values.push(intent_id.to_string());
+        sql.push_str(&format!(" AND intent_id = ?{}", values.len()));
+    }
     if let Some(step) = filter.step {
         values.push(step.to_string());
         sql.push_str(&format!(" AND step = CAST(?{} AS INTEGER)", values.len()));

@@ -44,6 +44,8 @@ pub struct ApprovalFilter {
     pub tenant: Option<TenantId>,
     /// Only this step's (the calls of one turn).
     pub step: Option<u32>,
+    /// Only this call's (with `run_id`: the one approval a call has).
+    pub intent_id: Option<rein_core::IntentId>,
     /// Only those without a decision whose run still waits for it, paused
     /// (`awaiting_approval`) or driven by its caller's loop (`running`):
     /// an undecided one whose window closed is listed too (it reads

@@ -132,12 +132,17 @@ impl Approver for InputSignal {
     }
 }
 
-/// The `input_required` answer asking for `request`'s decision.
+/// The `input_required` answer asking for `request`'s decision; its
+/// state, echoed back with the answer, is the call's intent, so that an
+/// answer is taken for the call it was asked for only.
 pub fn input_required(request: &ApprovalRequest) -> Option<InputRequiredResult> {
     let form = ElicitRequest::new(form_request(request)?);
     let mut inputs = InputRequests::new();
     inputs.insert(APPROVAL_INPUT.to_owned(), InputRequest::Elicitation(form));
-    Some(InputRequiredResult::new(Some(inputs), None))
+    Some(InputRequiredResult::new(
+        Some(inputs),
+        Some(request.intent_id.to_string()),
+    ))
 }
 
 /// The decision a call's `responses` carry for rein's form, deciding as

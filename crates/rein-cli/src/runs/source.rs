@@ -396,6 +396,7 @@ impl Source {
                     run_id: run.map(Source::run_id).transpose()?,
                     tenant,
                     step: None,
+                    intent_id: None,
                     pending: !all,
                     limit,
                 };

@@ -295,7 +295,12 @@ impl Engine {
             return Applied::Sent;
         }
         match decision.verdict {
-            Verdict::Approved if approval.request.args_digest == ArgsDigest::of(&p.args) => {
+            // The approval is of one tool's call with these arguments: an
+            // intent a caller reused for another tool is not approved by it.
+            Verdict::Approved
+                if approval.request.args_digest == ArgsDigest::of(&p.args)
+                    && approval.request.tool == p.tool =>
+            {
                 Applied::Sent
             }
             Verdict::Approved => Applied::Withheld(Withheld::ArgsChanged),

@@ -34,7 +34,7 @@ use rein_core::call::Planned;
 use rein_core::event::ApprovalRequested;
 use rein_core::{Instant, IntentId};
 use rein_store::ApprovalFilter;
-use rein_store::approval::MAX_APPROVALS_PAGE;
+use tokio_util::sync::CancellationToken;
 
 use super::ctx::RunCtx;
 use super::emitter::{Correlation, unix_ms};
@@ -70,6 +70,9 @@ pub(super) enum Waited {
     OutOfTime,
     /// The run was cancelled, interrupted or lost its claim.
     Stopped,
+    /// The caller stopped waiting ([`super::RunHandle::end_waits_with`]):
+    /// the call is not sent; the run goes on.
+    Abandoned,
     /// The store could not say (why).
     Unreadable(String),
 }
@@ -127,41 +130,39 @@ impl Engine {
         );
     }
 
-    /// The approval stored for `intent` (of `step`, when known), if any.
+    /// The approval stored for `intent`, if any: a call has at most one.
     pub(super) async fn stored_approval(
         &self,
         ctx: &RunCtx<'_>,
-        step: Option<u32>,
         intent: &IntentId,
     ) -> Result<Option<Approval>, String> {
         let stored = ctx
             .store
             .approvals(&ApprovalFilter {
                 run_id: Some(ctx.run_id.clone()),
-                step,
-                limit: MAX_APPROVALS_PAGE,
+                intent_id: Some(intent.clone()),
+                limit: 1,
                 ..ApprovalFilter::default()
             })
             .await
             .map_err(|e| format!("cannot read its approval: {e}"))?;
-        Ok(stored.into_iter().find(|a| &a.request.intent_id == intent))
+        Ok(stored.into_iter().next())
     }
 
     /// Waits for the decision on `request` (recorded before): see the
-    /// module docs. `deadline` is the run's.
+    /// module docs. `deadline` is the run's; `abandon` ends the wait
+    /// early when the caller stops waiting.
     pub(super) async fn wait_for_decision(
         &self,
         ctx: &RunCtx<'_>,
         request: &ApprovalRequest,
-        approver: Option<&dyn Approver>,
+        mut approver: Option<&dyn Approver>,
         deadline: Instant,
+        abandon: Option<&CancellationToken>,
     ) -> Waited {
-        let mut asked = approver.map(|approver| approver.ask(request));
+        let mut asked = None;
         loop {
-            let approval = match self
-                .stored_approval(ctx, Some(request.step), &request.intent_id)
-                .await
-            {
+            let approval = match self.stored_approval(ctx, &request.intent_id).await {
                 Ok(Some(approval)) => approval,
                 Ok(None) => {
                     return Waited::Unreadable(
@@ -181,6 +182,17 @@ impl Engine {
                 }
                 Standing::Pending => {}
             }
+            // Asked only once the stored approval is read undecided: a
+            // decided one (a call sent again) is never asked again.
+            if let Some(approver) = approver.take() {
+                asked = Some(approver.ask(request));
+            }
+            let abandoned = async {
+                match abandon {
+                    Some(token) => token.cancelled().await,
+                    None => std::future::pending().await,
+                }
+            };
             let answered = {
                 let answer = async {
                     match asked.as_mut() {
@@ -193,6 +205,7 @@ impl Engine {
                     () = self.clock.sleep(DECISION_POLL) => None,
                     () = self.clock.sleep_until(deadline) => return Waited::OutOfTime,
                     () = ctx.cancelled() => return Waited::Stopped,
+                    () = abandoned => return Waited::Abandoned,
                 }
             };
             // Asked once: an approver that answered, or had nothing to

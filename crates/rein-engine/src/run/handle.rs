@@ -37,6 +37,7 @@ use rein_core::report::End;
 use rein_core::{Category, Clock, Failure, Instant, IntentId, LedgerRecord};
 use rein_store::{PlannedIntent, StepCommit};
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use super::approval::Applied;
 use super::approval_wait::{Approver, Waited};
@@ -79,6 +80,9 @@ pub struct RunHandle<'a> {
     /// besides the humans who see it pending
     /// ([`RunHandle::ask_approvals_of`]).
     approver: Option<std::sync::Arc<dyn Approver>>,
+    /// Cancelled when the caller stops waiting for approvals
+    /// ([`RunHandle::end_waits_with`]).
+    waits_end: Option<CancellationToken>,
 }
 
 impl Engine {
@@ -117,6 +121,7 @@ impl Engine {
             resume: None,
             stopped: None,
             approver: None,
+            waits_end: None,
         })
     }
 
@@ -218,6 +223,7 @@ impl Engine {
             resume: Some(marker),
             stopped: None,
             approver: None,
+            waits_end: None,
         })
     }
 }
@@ -237,6 +243,14 @@ impl RunHandle<'_> {
     /// sent without one.
     pub fn ask_approvals_of(&mut self, approver: Option<std::sync::Arc<dyn Approver>>) {
         self.approver = approver;
+    }
+
+    /// Ends a call's wait for its approval once `token` is cancelled (its
+    /// client went away, the caller's process is stopping): the call is
+    /// not sent, fails as `cancelled`, and the run goes on; `None` waits
+    /// until the decision, the window or the run's deadline.
+    pub fn end_waits_with(&mut self, token: Option<CancellationToken>) {
+        self.waits_end = token;
     }
 
     /// Records `decision` on the approval the call `intent` of this run
@@ -296,10 +310,14 @@ impl RunHandle<'_> {
             let why = match &end {
                 End::Cancelled(why) => why.clone(),
                 End::Interrupted => "not started: the run is being handed on".to_owned(),
+                End::ApprovalExpired(why) => {
+                    format!("not started: the run goes to a human ({why})")
+                }
                 _ => "the run's budget is spent".to_owned(),
             };
             let category = match end {
                 End::Cancelled(_) | End::Interrupted => Category::Cancelled,
+                End::ApprovalExpired(_) => Category::Forbidden,
                 _ => Category::BudgetExhausted,
             };
             self.stopped.get_or_insert(end);
@@ -338,7 +356,7 @@ impl RunHandle<'_> {
             &planned.args,
         );
         let stored = if needs.is_some() || self.resume.is_some() {
-            match engine.stored_approval(ctx, None, &intent_id).await {
+            match engine.stored_approval(ctx, &intent_id).await {
                 Ok(stored) => stored,
                 Err(why) => {
                     return self.refused(
@@ -514,6 +532,11 @@ impl RunHandle<'_> {
     /// Why no call may start now: the run was cancelled, or its budget is
     /// spent. Charges the call's step otherwise.
     fn boundary(&mut self, now: Instant) -> Option<End> {
+        // Stopped by an earlier call (an approval expired with
+        // `on_expiry = "handoff"`, a cancel): nothing more goes out.
+        if let Some(end) = &self.stopped {
+            return Some(end.clone());
+        }
         let ctx = &self.opened.ctx;
         // The process is stopping, or the store stayed away: handed on
         // unfinished, never failed (its caller's loop may rejoin it).
@@ -556,6 +579,7 @@ impl RunHandle<'_> {
                 request,
                 self.approver.as_deref(),
                 self.budget.deadline().instant(),
+                self.waits_end.as_ref(),
             )
             .await
         {
@@ -576,6 +600,12 @@ impl RunHandle<'_> {
                 return not_called(
                     Category::Cancelled,
                     "the run stopped while it waited for its approval".into(),
+                );
+            }
+            Waited::Abandoned => {
+                return not_called(
+                    Category::Cancelled,
+                    "its caller stopped waiting for its approval".into(),
                 );
             }
             Waited::Unreadable(why) => return not_called(Category::Unknown, why),

@@ -191,11 +191,12 @@ pub(crate) async fn list(
     let tenant = filter.tenant.as_ref().map(|t| t.as_str().to_owned());
     let cap = i64::try_from(filter.limit.clamp(1, MAX_APPROVALS_PAGE)).unwrap_or(1);
     let step = filter.step.map(i64::from);
+    let intent_id = filter.intent_id.as_ref().map(|id| id.as_str().to_owned());
     // A run paused for the decision, or one whose caller's loop waits
     // for it (`RunHandle::call`), still running.
     let waiting = RunStatus::AwaitingApproval.as_str();
     let running = RunStatus::Running.as_str();
-    let params: [&(dyn ToSql + Sync); 7] = [
+    let params: [&(dyn ToSql + Sync); 8] = [
         &run_id,
         &tenant,
         &filter.pending,
@@ -203,13 +204,14 @@ pub(crate) async fn list(
         &step,
         &waiting,
         &running,
+        &intent_id,
     ];
     query_all(
         client,
         &format!(
             "SELECT {APPROVAL_COLUMNS} FROM approvals \
              WHERE ($1::TEXT IS NULL OR run_id = $1) AND ($2::TEXT IS NULL OR tenant = $2) \
-             AND ($5::BIGINT IS NULL OR step = $5) \
+             AND ($5::BIGINT IS NULL OR step = $5) AND ($8::TEXT IS NULL OR intent_id = $8) \
              AND (NOT $3 OR (verdict IS NULL AND run_id IN \
                  (SELECT run_id FROM runs WHERE status IN ($6, $7)))) \
              ORDER BY requested_at_ms, run_id, intent_id LIMIT $4"

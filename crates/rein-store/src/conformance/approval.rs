@@ -66,6 +66,17 @@ async fn status(store: &dyn Store, run_id: &RunId) -> RunStatus {
     store.get_run(run_id).await.unwrap().unwrap().status
 }
 
+/// The approvals of `run_id` still waiting for a decision.
+async fn pending_of(store: &dyn Store, run_id: &RunId) -> Vec<rein_core::approval::Approval> {
+    store
+        .approvals(&ApprovalFilter {
+            pending: true,
+            ..of_run(run_id)
+        })
+        .await
+        .unwrap()
+}
+
 fn of_run(run_id: &RunId) -> ApprovalFilter {
     ApprovalFilter {
         run_id: Some(run_id.clone()),
@@ -100,17 +111,23 @@ pub async fn approvals_of_a_running_run_are_pending_and_decided_in_place(store: 
         )
         .await
         .unwrap();
-    let listed = store
+    let listed = pending_of(store, &run_id).await;
+    assert_eq!(
+        listed.len(),
+        2,
+        "both pending while the run runs: {listed:?}"
+    );
+    let one = store
         .approvals(&ApprovalFilter {
-            pending: true,
+            intent_id: Some(b.intent_id.clone()),
             ..of_run(&run_id)
         })
         .await
         .unwrap();
     assert_eq!(
-        listed.len(),
-        2,
-        "both pending while the run runs: {listed:?}"
+        one.iter().map(|a| &a.request).collect::<Vec<_>>(),
+        [&b],
+        "one call's, by its intent"
     );
 
     let yes = decision(Verdict::Approved, "alice", BASE_MS + ms(10));
@@ -131,13 +148,7 @@ pub async fn approvals_of_a_running_run_are_pending_and_decided_in_place(store: 
         )
         .await
         .unwrap();
-    let listed = store
-        .approvals(&ApprovalFilter {
-            pending: true,
-            ..of_run(&run_id)
-        })
-        .await
-        .unwrap();
+    let listed = pending_of(store, &run_id).await;
     assert!(
         listed.is_empty(),
         "an ended run waits for nothing: {listed:?}"
@@ -157,13 +168,7 @@ pub async fn approvals_are_decided_once_and_the_last_continues_the_run(store: &d
     pause(store, &run_id, vec![a.clone(), b.clone()]).await;
     assert_eq!(status(store, &run_id).await, RunStatus::AwaitingApproval);
 
-    let pending = store
-        .approvals(&ApprovalFilter {
-            pending: true,
-            ..of_run(&run_id)
-        })
-        .await
-        .unwrap();
+    let pending = pending_of(store, &run_id).await;
     let requests: Vec<_> = pending.iter().map(|p| p.request.clone()).collect();
     assert_eq!(
         requests,
@@ -223,13 +228,7 @@ pub async fn approvals_are_decided_once_and_the_last_continues_the_run(store: &d
     let all = store.approvals(&of_run(&run_id)).await.unwrap();
     let decisions: Vec<_> = all.iter().map(|a| a.decision.clone()).collect();
     assert_eq!(decisions, vec![Some(yes), Some(no)]);
-    let pending = store
-        .approvals(&ApprovalFilter {
-            pending: true,
-            ..of_run(&run_id)
-        })
-        .await
-        .unwrap();
+    let pending = pending_of(store, &run_id).await;
     assert!(pending.is_empty(), "none pending: {pending:?}");
 
     // Tenants see their own only.
@@ -354,13 +353,7 @@ pub async fn approval_refusals_write_nothing(store: &dyn Store) {
             "{what}: must be Invalid, got {err:?}"
         );
     }
-    let pending = store
-        .approvals(&ApprovalFilter {
-            pending: true,
-            ..of_run(&run_id)
-        })
-        .await
-        .unwrap();
+    let pending = pending_of(store, &run_id).await;
     assert_eq!(pending.len(), 1, "still pending after refusals");
     assert_eq!(status(store, &run_id).await, RunStatus::AwaitingApproval);
 
@@ -383,13 +376,7 @@ pub async fn approval_refusals_write_nothing(store: &dyn Store) {
         )
         .await
         .unwrap();
-    let pending = store
-        .approvals(&ApprovalFilter {
-            pending: true,
-            ..of_run(&run_id)
-        })
-        .await
-        .unwrap();
+    let pending = pending_of(store, &run_id).await;
     assert!(
         pending.is_empty(),
         "a cancelled run waits for nothing: {pending:?}"

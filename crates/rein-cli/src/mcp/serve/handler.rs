@@ -25,8 +25,8 @@ use rein_engine::run::{AgentBinding, Approver};
 use rmcp::ServerHandler;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
-    Implementation, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
-    ServerConfig, Tool, ToolAnnotations,
+    Implementation, ListToolsResult, PaginatedRequestParams, ProtocolVersion, RequestMetaObject,
+    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Value, json};
@@ -87,13 +87,16 @@ fn annotations(class: ToolClass) -> ToolAnnotations {
 /// digest of its normalized arguments (see the module docs).
 fn intent_of(
     request: &CallToolRequestParams,
+    meta: &RequestMetaObject,
     binding: Option<&rein_engine::run::ToolBinding>,
     args: &Value,
 ) -> String {
-    let named = request
-        .meta
-        .as_ref()
-        .and_then(|meta| meta.0.0.get(META_INTENT))
+    // The SDK moves a request's `_meta` into its context; a request built
+    // in process may still carry it.
+    let named = [Some(meta), request.meta.as_ref()]
+        .into_iter()
+        .flatten()
+        .find_map(|meta| meta.0.0.get(META_INTENT))
         .and_then(Value::as_str)
         .filter(|intent| !intent.trim().is_empty());
     if let Some(intent) = named {
@@ -182,7 +185,12 @@ impl ServerHandler for McpServer {
             ));
         }
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
-        let intent = intent_of(&request, self.inner.binding.tools.get(&name), &args);
+        let intent = intent_of(
+            &request,
+            &context.meta,
+            self.inner.binding.tools.get(&name),
+            &args,
+        );
         let tenant = tenant_of(&context, &self.inner.runs);
         let slot = self.inner.runs.slot(&tenant);
         let mut run = slot.lock().await;
@@ -197,12 +205,20 @@ impl ServerHandler for McpServer {
         let no_requests = context
             .protocol_version()
             .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
-        // A call sent again with the user's answer: the answer is the
-        // decision, recorded before the call looks for one.
-        let users_answer = request
-            .input_responses
-            .as_ref()
-            .and_then(|responses| elicit::answered(responses, &by));
+        // A call sent again with the answer to the form rein asked for
+        // this very call (its intent is the form's state): the answer is
+        // the decision, recorded before the call looks for one. Read only
+        // from a client rein would ask: `--approve-via api` keeps every
+        // decision with humans through rein.
+        let users_answer = if asking && no_requests {
+            request
+                .input_responses
+                .as_ref()
+                .filter(|_| request.request_state.as_deref() == Some(intent.as_str()))
+                .and_then(|responses| elicit::answered(responses, &by))
+        } else {
+            None
+        };
         if let Some(Some(decision)) = &users_answer
             && let Err(e) = handle.decide(&intent, decision.clone()).await
         {
@@ -222,15 +238,28 @@ impl ServerHandler for McpServer {
             }
         };
         handle.ask_approvals_of(approver);
+        // A wait for an approval ends when the client goes away or the
+        // server stops: it holds the tenant's run.
+        let waits = self.inner.runs.closing().child_token();
+        let client_gone = {
+            let (gone, waits) = (context.ct.clone(), waits.clone());
+            tokio::spawn(async move {
+                gone.cancelled().await;
+                waits.cancel();
+            })
+        };
+        handle.end_waits_with(Some(waits));
         let result = match input {
             None => handle.call(&name, args, &intent).await,
             Some(asked) => {
                 tokio::select! {
+                    biased;
                     result = handle.call(&name, args, &intent) => result,
-                    // The approval is recorded and waits: asked of the
-                    // user by answering `input_required`; the call is
-                    // made when it comes again with the answer.
+                    // The approval is recorded and waits undecided: asked
+                    // of the user by answering `input_required`; the call
+                    // is made when it comes again with the answer.
                     Ok(waiting) = asked => {
+                        client_gone.abort();
                         return elicit::input_required(&waiting)
                             .map(CallToolResponse::InputRequired)
                             .ok_or_else(|| ErrorData::internal_error("cannot build the approval form", None));
@@ -238,6 +267,7 @@ impl ServerHandler for McpServer {
                 }
             }
         };
+        client_gone.abort();
         Ok(CallToolResponse::from(match result.outcome {
             Ok(value) => answer(value),
             Err(failure) => {
@@ -286,10 +316,14 @@ mod tests {
         let args = json!({"order_id": "A-1", "to": "x"});
         let request = CallToolRequestParams::new("send_email")
             .with_arguments(args.as_object().cloned().unwrap_or_default());
-        let first = intent_of(&request, None, &args);
-        assert_eq!(first, intent_of(&request, None, &args));
+        let none = RequestMetaObject::default();
+        let first = intent_of(&request, &none, None, &args);
+        assert_eq!(first, intent_of(&request, &none, None, &args));
         assert!(first.starts_with("mcp:send_email:"));
         let other = json!({"order_id": "A-2", "to": "x"});
-        assert_ne!(first, intent_of(&request, None, &other));
+        assert_ne!(first, intent_of(&request, &none, None, &other));
+        let mut named = RequestMetaObject::default();
+        named.0.0.insert(META_INTENT.into(), json!("tell-buyer"));
+        assert_eq!(intent_of(&request, &named, None, &args), "tell-buyer");
     }
 }

@@ -15,7 +15,10 @@
 //! address listened on and the configured names; a browser page of
 //! another origin is refused (a web page may not reach a local server
 //! through a name it controls, DNS rebinding). The SDK's own host check
-//! is off: one policy, one setting.
+//! is off: one policy, one setting. A request body is bounded by `[server]
+//! body_limit`. The other `[server]` settings (quotas, run slots, limits,
+//! the shutdown grace) govern `rein serve`'s runs API, which this is not:
+//! its calls are bounded by the agent's budget, breakers and governor.
 
 use std::future::IntoFuture as _;
 use std::net::SocketAddr;
@@ -67,8 +70,11 @@ pub async fn serve(
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     let bound = listener.local_addr().context("the bound address")?;
-    // Checked by `guard` below, as `rein serve` checks it.
-    let config = StreamableHttpServerConfig::default().with_allowed_hosts(Vec::<String>::new());
+    // Hosts are checked by `guard` below, as `rein serve` checks them;
+    // bodies are bounded as its API's are.
+    let config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(Vec::<String>::new())
+        .with_max_request_body_bytes(settings.body_limit);
     let sessions = config.cancellation_token.clone();
     let mcp = StreamableHttpService::new(
         move || Ok(server.clone()),

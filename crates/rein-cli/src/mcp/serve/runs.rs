@@ -16,10 +16,10 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use rein_core::TenantId;
 use rein_engine::run::{AgentBinding, RunHandle, RunOutput, RunRequest};
+use tokio_util::sync::CancellationToken;
 
 use crate::run::Session;
 
@@ -40,7 +40,9 @@ pub struct Runs {
     default_tenant: TenantId,
     transport: &'static str,
     slots: std::sync::Mutex<HashMap<TenantId, Arc<tokio::sync::Mutex<Slot>>>>,
-    closing: AtomicBool,
+    /// Cancelled when the server stops: no run begins, and calls waiting
+    /// for an approval give up (they hold their run's slot).
+    closing: CancellationToken,
 }
 
 impl Runs {
@@ -59,8 +61,13 @@ impl Runs {
             default_tenant,
             transport,
             slots: std::sync::Mutex::new(HashMap::new()),
-            closing: AtomicBool::new(false),
+            closing: CancellationToken::new(),
         }
+    }
+
+    /// Cancelled when the server stops.
+    pub fn closing(&self) -> &CancellationToken {
+        &self.closing
     }
 
     /// The tenant of calls that name none.
@@ -92,7 +99,7 @@ impl Runs {
         tenant: &TenantId,
     ) -> Result<&'s mut RunHandle<'static>, String> {
         if matches!(slot, Slot::Fresh) {
-            if self.closing.load(Ordering::SeqCst) {
+            if self.closing.is_cancelled() {
                 return Err("the server is stopping".to_owned());
             }
             let handle = self
@@ -139,14 +146,16 @@ impl Runs {
         Ok(handle)
     }
 
-    /// Ends every run by the agent's failure policy (a call in flight
-    /// finishes first: it holds its run); no run begins after this.
+    /// Ends every run by the agent's failure policy; no run begins after
+    /// this. A call waiting for its approval gives up at once (it is not
+    /// sent); one in flight finishes first (it holds its run until it is
+    /// recorded, bounded by its own deadline).
     ///
     /// # Errors
     ///
     /// When a run's end cannot be recorded.
     pub async fn end_all(&self) -> Result<Vec<RunOutput>, rein_engine::run::EngineError> {
-        self.closing.store(true, Ordering::SeqCst);
+        self.closing.cancel();
         let slots: Vec<_> = self
             .slots
             .lock()
