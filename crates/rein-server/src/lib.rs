@@ -145,6 +145,7 @@ pub mod handoff;
 pub mod idempotency;
 pub mod key_budget;
 pub mod listing;
+pub mod mcp_discovery;
 pub mod media;
 pub mod pointer;
 pub mod problem;
@@ -642,6 +643,7 @@ pub async fn serve(
     background.push(tokio::spawn(recovery::orphans_forever(state.clone())));
     background.push(tokio::spawn(recovery::ledger_forever(state.clone())));
     background.push(tokio::spawn(approvals::sweep_forever(state.clone())));
+    background.push(tokio::spawn(mcp_discovery::refresh_forever(state.clone())));
     background.push(tokio::spawn({
         let book = state.spend.clone();
         async move { book.flush_forever().await }

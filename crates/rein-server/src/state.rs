@@ -44,6 +44,8 @@ pub struct AppState {
     pub requests: crate::request_metrics::RequestMetrics,
     /// The approval metrics ([`crate::approvals`]).
     pub approvals: crate::approvals::ApprovalMetrics,
+    /// The discovery refresh metrics ([`crate::mcp_discovery`]).
+    pub mcp_discovery: crate::mcp_discovery::DiscoveryMetrics,
     /// The gateway keys' spend and budget refusals ([`crate::key_budget`]).
     pub budgets: crate::key_budget::BudgetMetrics,
     /// Unbudgeted keys' spend, written behind ([`crate::spend_book`]).
@@ -91,6 +93,7 @@ impl AppState {
             .metrics()
             .register_collector(Box::new(quotas.clone()));
         let approvals = crate::approvals::ApprovalMetrics::register(engine.metrics());
+        let mcp_discovery = crate::mcp_discovery::DiscoveryMetrics::register(engine.metrics());
         let budgets = crate::key_budget::BudgetMetrics::register(engine.metrics());
         let spend = Arc::new(crate::spend_book::SpendBook::new(store.clone()));
         let settings_quotas = settings.quotas.clone();
@@ -110,6 +113,7 @@ impl AppState {
             connections,
             requests,
             approvals,
+            mcp_discovery,
             budgets,
             spend,
             quotas,

@@ -10,6 +10,7 @@
 //! | `url` | — | streamable HTTP transport: the server's endpoint (`${ENV}` interpolated) |
 //! | `headers` | `{}` | extra HTTP headers (`${ENV}` interpolated); credentials among them are redacted wherever rein writes |
 //! | `connect_timeout` | [`DEFAULT_MCP_CONNECT_TIMEOUT`] | (0, 5 min]: how long starting the server and the MCP handshake may take |
+//! | `refresh` | [`DEFAULT_MCP_REFRESH`] | [1 s, 24 h]: the longest a listing of the server's tools is trusted; pinned tools are checked against a listing at most this old |
 //!
 //! Exactly one of `command` and `url` is set.
 //!
@@ -38,6 +39,23 @@ pub const DEFAULT_MCP_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// The longest `connect_timeout`.
 pub const MAX_MCP_CONNECT_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// How long a listing of a server's tools is trusted by default.
+///
+/// # Why a listing ages
+///
+/// A server that changes a tool's definition is supposed to say so
+/// (`notifications/tools/list_changed`); one that does not (a "rug pull")
+/// would otherwise be caught only when its connection is opened again.
+/// Listed again once this old, at the next call, and by `rein serve`'s
+/// discovery refresh, a changed definition is caught within it.
+pub const DEFAULT_MCP_REFRESH: Duration = Duration::from_secs(600);
+
+/// The shortest `refresh`.
+pub const MIN_MCP_REFRESH: Duration = Duration::from_secs(1);
+
+/// The longest `refresh`.
+pub const MAX_MCP_REFRESH: Duration = Duration::from_secs(86_400);
+
 /// `[mcp_servers.NAME]` as written.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
@@ -59,6 +77,10 @@ pub struct McpServerConfig {
     #[serde(with = "crate::config::duration")]
     #[schemars(with = "Option<crate::config::duration::Text>")]
     pub connect_timeout: Option<Duration>,
+    /// The longest a listing of its tools is trusted.
+    #[serde(with = "crate::config::duration")]
+    #[schemars(with = "Option<crate::config::duration::Text>")]
+    pub refresh: Option<Duration>,
 }
 
 /// How rein reaches an MCP server.
@@ -96,6 +118,8 @@ pub struct McpServerSpec {
     pub transport: McpTransport,
     /// How long its start and handshake may take.
     pub connect_timeout: Duration,
+    /// The longest a listing of its tools is trusted.
+    pub refresh: Duration,
 }
 
 impl McpServerSpec {
@@ -107,6 +131,7 @@ impl McpServerSpec {
             name: name.into(),
             transport,
             connect_timeout: DEFAULT_MCP_CONNECT_TIMEOUT,
+            refresh: DEFAULT_MCP_REFRESH,
         }
     }
 
@@ -278,11 +303,28 @@ pub(super) fn check_mcp_server(
         }
         Some(t) => t,
     };
+    let refresh = match c.refresh {
+        None => DEFAULT_MCP_REFRESH,
+        Some(t) if !(MIN_MCP_REFRESH..=MAX_MCP_REFRESH).contains(&t) => {
+            report(
+                "refresh",
+                format!(
+                    "must be in [{}s, {}h], but it is {}ms",
+                    MIN_MCP_REFRESH.as_secs(),
+                    MAX_MCP_REFRESH.as_secs() / 3_600,
+                    t.as_millis()
+                ),
+            );
+            DEFAULT_MCP_REFRESH
+        }
+        Some(t) => t,
+    };
     match transport {
         Some(transport) if problems.is_empty() => Ok(McpServerSpec {
             name: name.to_owned(),
             transport,
             connect_timeout,
+            refresh,
         }),
         _ => Err(problems),
     }
@@ -334,10 +376,21 @@ mod tests {
             }
         );
         assert_eq!(spec.connect_timeout, Duration::from_secs(5));
+        assert_eq!(spec.refresh, DEFAULT_MCP_REFRESH);
         let bare = checked(r#"command = "npx""#).unwrap();
         assert!(
             matches!(bare.transport, McpTransport::Stdio { program, .. } if program == Path::new("npx"))
         );
+    }
+
+    #[test]
+    fn a_listing_is_trusted_for_its_refresh_within_bounds() {
+        let spec = checked(r#"command = "npx", refresh = "30s""#).unwrap();
+        assert_eq!(spec.refresh, Duration::from_secs(30));
+        for bad in ["0s", "500ms", "25h"] {
+            let problems = checked(&format!(r#"command = "npx", refresh = "{bad}""#)).unwrap_err();
+            assert_eq!(problems, ["mcp_servers.docs.refresh"], "{bad}");
+        }
     }
 
     #[test]

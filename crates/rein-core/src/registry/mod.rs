@@ -80,6 +80,7 @@
 //! | `tools.*.adapter.max_output_bytes` (command) | [`DEFAULT_MAX_OUTPUT_BYTES`] (64 KiB) |
 //! | `tools.*.adapter.tool` (mcp) | the tool's registry name |
 //! | `mcp_servers.*.connect_timeout` | [`DEFAULT_MCP_CONNECT_TIMEOUT`] (30 s) |
+//! | `mcp_servers.*.refresh` | [`DEFAULT_MCP_REFRESH`] (10 min) |
 //! | `tools.*.adapter.budget_ratio` (agent) | [`DEFAULT_AGENT_BUDGET_RATIO`] (0.5) |
 //! | `tools.*.latency` (agent adapter) | [`DEFAULT_AGENT_TOOL_LATENCY`] (5 s / 20 s / 60 s), each at most the adapter's `wall_clock` |
 //! | `tools.*.latency` (any other adapter) | observed: planned at [`DEFAULT_TOOL_FALLBACK_P99`] (5 s) until [`DEFAULT_OBSERVE_MIN_SAMPLES`] calls are measured |
@@ -203,8 +204,8 @@ pub use key_budget::{
 };
 pub use lint_allow::{AllowConfig, ToolLintConfig};
 pub use mcp::{
-    DEFAULT_MCP_CONNECT_TIMEOUT, MAX_MCP_CONNECT_TIMEOUT, McpServerConfig, McpServerSpec,
-    McpTransport,
+    DEFAULT_MCP_CONNECT_TIMEOUT, DEFAULT_MCP_REFRESH, MAX_MCP_CONNECT_TIMEOUT, MAX_MCP_REFRESH,
+    MIN_MCP_REFRESH, McpServerConfig, McpServerSpec, McpTransport,
 };
 pub use metrics_labels::{
     DEFAULT_METRICS_LABEL_VALUES, MAX_METRICS_LABEL_VALUES, MetricsLabels, MetricsLabelsConfig,

@@ -110,9 +110,11 @@ struct Open {
     /// Dropped after the service (field order): the server first sees its
     /// stdin close, then its group is killed.
     service: Service,
-    /// The server's tools by name, listed once per connection (a server
+    /// The server's tools by name, listed on this connection (a server
     /// started again may have changed them).
     tools: Option<Arc<BTreeMap<String, McpToolDefinition>>>,
+    /// When they were listed: trusted for the server's `refresh`.
+    listed_at: Option<tokio::time::Instant>,
     /// Raised by the server's `notifications/tools/list_changed`.
     tools_changed: Arc<AtomicBool>,
     _group: Option<ServerGroup>,
@@ -186,17 +188,38 @@ impl McpSession {
         Ok(self.opened(&mut open).await?.service.peer().clone())
     }
 
-    /// The server's tools by name, as it lists them on the open connection
-    /// (listed once per connection).
+    /// The server's tools by name, as it lists them on the open connection:
+    /// listed again when the server announced a change, or when the last
+    /// listing is older than the server's `refresh` (a server that changes
+    /// a definition without a word is caught within it).
     ///
     /// # Errors
     ///
     /// [`DiscoverError`] when the server cannot be reached or refuses.
     pub async fn tools(&self) -> Result<Arc<BTreeMap<String, McpToolDefinition>>, DiscoverError> {
+        self.listed(false).await
+    }
+
+    /// The server's tools by name, listed now (discovery refresh).
+    ///
+    /// # Errors
+    ///
+    /// [`DiscoverError`] when the server cannot be reached or refuses.
+    pub async fn refresh(&self) -> Result<Arc<BTreeMap<String, McpToolDefinition>>, DiscoverError> {
+        self.listed(true).await
+    }
+
+    async fn listed(
+        &self,
+        now: bool,
+    ) -> Result<Arc<BTreeMap<String, McpToolDefinition>>, DiscoverError> {
         let mut open = self.open.lock().await;
         let opened = self.opened(&mut open).await?;
         let changed = opened.tools_changed.swap(false, Ordering::SeqCst);
-        if let (Some(tools), false) = (&opened.tools, changed) {
+        let fresh = opened
+            .listed_at
+            .is_some_and(|at| at.elapsed() < self.spec.refresh);
+        if let (Some(tools), false, true, false) = (&opened.tools, changed, fresh, now) {
             return Ok(Arc::clone(tools));
         }
         let listed = opened
@@ -215,6 +238,7 @@ impl McpSession {
                 .collect(),
         );
         opened.tools = Some(Arc::clone(&tools));
+        opened.listed_at = Some(tokio::time::Instant::now());
         Ok(tools)
     }
 
@@ -235,6 +259,7 @@ impl McpSession {
             *open = Some(Open {
                 service,
                 tools: None,
+                listed_at: None,
                 tools_changed,
                 _group: group,
             });
