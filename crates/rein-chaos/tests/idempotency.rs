@@ -215,7 +215,7 @@ async fn a_run_whose_end_was_not_recorded_keeps_its_key_and_no_retry_runs_it_aga
     // Closed by the orphan scan once the store takes ends again: the retry
     // replays the run's final view, and keeps replaying it.
     assert_eq!(
-        rein_server::recovery::scan_orphans(&served.state, &mut None).await,
+        rein_server::lifecycle::recovery::scan_orphans(&served.state, &mut None).await,
         1
     );
     for _ in 0..2 {
@@ -279,7 +279,7 @@ async fn a_holder_that_works_longer_than_a_lease_keeps_its_key_by_renewing_it() 
         if let Some(record) = served.in_progress("slow").await {
             let renewed = record.holder_until_ms.unwrap_or(Timestamp::from_millis(0));
             past_first_lease |=
-                rein_server::recovery::now_ms() > first_until && renewed > first_until;
+                rein_server::lifecycle::recovery::now_ms() > first_until && renewed > first_until;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

@@ -154,10 +154,10 @@ pub fn run(args: CheckArgs) -> ExitCode {
     if let Ok(startup) = &loaded {
         let server = startup.registry.server();
         if let (Some(warning), Some(file)) = (
-            rein_server::floor::slots_warning(server),
+            rein_server::queue::floor::slots_warning(server),
             server.source.as_deref(),
         ) {
-            let field = rein_server::floor::RUN_SLOTS_FIELD;
+            let field = rein_server::queue::floor::RUN_SLOTS_FIELD;
             warnings.push(
                 startup
                     .sources

@@ -39,7 +39,7 @@ pub struct ServeArgs {
 }
 
 /// Runs `rein serve` until SIGTERM or SIGINT, then drains (see
-/// `rein_server::drain`) and exits 0.
+/// `rein_server::lifecycle::drain`) and exits 0.
 pub fn run(args: ServeArgs) -> Result<ExitCode> {
     runtime()?.block_on(async {
         // The same steps as `rein check`, with the listen address this
@@ -57,15 +57,15 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         )?;
         let mut settings = registry.server().clone();
         let listen = args.listen.unwrap_or(settings.listen);
-        for warning in rein_server::exposure::start_warnings(&settings, listen) {
+        for warning in rein_server::http::exposure::start_warnings(&settings, listen) {
             tracing::warn!("{warning}");
         }
-        if let Some(warning) = rein_server::floor::slots_warning(&settings) {
-            tracing::warn!("{}: {warning}", rein_server::floor::RUN_SLOTS_FIELD);
+        if let Some(warning) = rein_server::queue::floor::slots_warning(&settings) {
+            tracing::warn!("{}: {warning}", rein_server::queue::floor::RUN_SLOTS_FIELD);
         }
         // A client reaching the specific address this listens on names it.
         settings.allowed_hosts =
-            rein_server::exposure::listen_hosts(&settings.allowed_hosts, listen);
+            rein_server::http::exposure::listen_hosts(&settings.allowed_hosts, listen);
         // The store creates its directory 0700 and the file 0600, and warns
         // when an existing one is readable by every local user.
         let data = crate::store::chosen(args.data.as_deref(), registry.store());

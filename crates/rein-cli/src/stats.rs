@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use rein_core::TenantId;
-use rein_server::stats::{GuardrailTally, KeySpend, Stats, Tally};
+use rein_server::api::stats::{GuardrailTally, KeySpend, Stats, Tally};
 
 use crate::run::runtime;
 use crate::runs::API_KEY_ENV;
@@ -94,7 +94,7 @@ pub fn run(args: StatsArgs) -> Result<ExitCode> {
     if let Some(agent) = &args.agent {
         pairs.push(("agent".to_owned(), agent.clone()));
     }
-    let window = rein_server::stats::parse(&pairs, now)
+    let window = rein_server::api::stats::parse(&pairs, now)
         .map_err(|problem| anyhow::anyhow!("invalid window: {}", problem.detail))?;
     let tenant = args
         .tenant

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use rein_engine::config::Loader;
-use rein_server::webhooks::WebhookView;
+use rein_server::api::webhooks::WebhookView;
 use rein_store::WebhookDelivery;
 
 use crate::run::runtime;

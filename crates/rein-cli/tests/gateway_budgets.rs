@@ -314,7 +314,7 @@ async fn a_tenants_keys_together_stop_at_the_tenants_budget() {
 }
 
 /// A key without a budget is charged behind its answers
-/// (`rein_server::spend_book`): a server stopped by SIGTERM writes what
+/// (`rein_server::gateway::spend_book`): a server stopped by SIGTERM writes what
 /// the book held before it exits, call for call what the mock reported,
 /// whole answers and a stream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

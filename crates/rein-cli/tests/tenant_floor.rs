@@ -1,7 +1,7 @@
 //! The tenant floor of `rein serve`'s queue workers (issue 15): behind a
 //! noisy tenant's 300 queued runs, a quiet tenant's run never waits for a
 //! noisy run to END — one worker of each process is kept for a tenant with
-//! nothing running there (`rein_server::floor`).
+//! nothing running there (`rein_server::queue::floor`).
 //!
 //! # What is counted, and why it is structural
 //!
@@ -46,7 +46,7 @@ const BACKLOG: usize = 300;
 const WORKERS: usize = 2;
 
 /// The worker loops of one server: `queue.workers` and the floor.
-const LOOPS: usize = WORKERS + rein_server::floor::FLOOR;
+const LOOPS: usize = WORKERS + rein_server::queue::floor::FLOOR;
 
 /// How long a condition may take to come true before the test fails (a
 /// bound that fails, not a measurement).

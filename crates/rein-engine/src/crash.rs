@@ -43,7 +43,7 @@
 /// | switch | breaks |
 /// | --- | --- |
 /// | `fifo_queue` | `rein serve`'s queue workers start the oldest queued run, whoever's, instead of picking fairly between tenants |
-/// | `no_tenant_floor` | `rein serve`'s tenant floor is lent like the rest: one tenant's runs may hold every queue worker, so another tenant's run waits for one of them to end (`rein-server/src/floor.rs`) |
+/// | `no_tenant_floor` | `rein serve`'s tenant floor is lent like the rest: one tenant's runs may hold every queue worker, so another tenant's run waits for one of them to end (`rein-server/src/queue/floor.rs`) |
 /// | `no_class_priority` | every tool call is admitted to its resource group's governor as batch work: a sync (interactive) run's calls wait behind a queued flood's in arrival order, with no priority and no reserved share (`run/guarded/govern.rs`) |
 /// | `unshared_provider_pause` | a provider's 429 pause is not published to the store: the other processes keep calling the provider during it (`run/shared_breakers.rs`) |
 /// | `whole_limit_per_node` | every process takes the whole of each resource group's limits, as if alone on its store, instead of its part among the nodes holding share leases (`run/concurrency/cluster.rs`) |

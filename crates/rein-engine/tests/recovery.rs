@@ -1,7 +1,7 @@
 //! Closing runs whose process died, as an embedder does it: the engine
 //! alone over a SQLite file, no server. The orphan scan decides on the
 //! engine's clock and closes with the report `rein serve`'s scan writes
-//! (the server's scan is this one: `rein_server::recovery::scan_orphans`
+//! (the server's scan is this one: `rein_server::lifecycle::recovery::scan_orphans`
 //! calls [`Engine::scan_orphans`]).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

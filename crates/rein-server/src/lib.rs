@@ -89,82 +89,63 @@
 //!
 //! # Modules
 //!
+//! Grouped by concern, so that a route, a middleware or a scheduler change
+//! has one obvious home: [`api`] (the runs API and its companions),
+//! [`gateway`] (the model gateway and its keys' budgets), [`queue`] (queued
+//! work: workers, fairness, slots, quotas, admission), [`http`] (what every
+//! request passes through), [`lifecycle`] (the process: connections,
+//! readiness, drain, the periodic services) and [`ui`] (the dashboard).
+//!
 //! | module | job |
 //! | --- | --- |
-//! | [`runs`] | submit (sync or queued), status, ledger, handoff, resume |
-//! | [`listing`] | the caller's runs, filtered, newest first, a cursor page at a time |
-//! | [`approvals`] | calls waiting for a human: listing, decisions, expiry |
-//! | [`handoff`] | a human's decision on each record a run left awaiting one |
-//! | [`webhooks`] | the configured webhooks, their delivery logs, and the dispatcher loop |
+//! | [`api::runs`] | submit (sync or queued), status, ledger, handoff, resume |
+//! | [`api::listing`] | the caller's runs, filtered, newest first, a cursor page at a time |
+//! | [`api::approvals`] | calls waiting for a human: listing, decisions, expiry |
+//! | [`api::handoff`] | a human's decision on each record a run left awaiting one |
+//! | [`api::webhooks`] | the configured webhooks, their delivery logs, and the dispatcher loop |
+//! | [`api::idempotency`] | seed 004's `Idempotency-Key` table, in the store |
+//! | [`api::submission`] | resolving a key whose holding process died |
+//! | [`api::events`] | the event list and the live SSE stream |
+//! | [`api::cancel`] | cancellation |
+//! | [`api::breakers`] | the breaker arms this process knows and the openings shared through the store |
+//! | [`api::stats`] | the caller's runs over a window: outcomes, cost, spend per key and model |
 //! | [`gateway`] | the OpenAI-compatible `POST /v1/chat/completions` and `POST /v1/responses` and Anthropic-compatible `POST /v1/messages` over model bindings; `GET /v1/models` |
-//! | [`idempotency`] | seed 004's `Idempotency-Key` table, in the store |
-//! | [`submission`] | resolving a key whose holding process died |
-//! | [`events`] | the event list and the live SSE stream |
-//! | [`cancel`] | cancellation |
-//! | [`worker`] | queue workers: queued runs, takeover of expired claims, dead letters |
-//! | [`quota`] | per-tenant quotas: submission rate, running and queued caps, 429 |
-//! | [`fair`] | which queued run starts next: deficit round robin between tenants |
-//! | [`floor`] | the tenant floor: a worker kept for a tenant with nothing running |
-//! | [`slots`] | run slots shared by interactive (sync) and batch (queued) runs |
-//! | [`admit`] | a submission's quota and slot checks |
-//! | [`recovery`] | runs whose process died: takeover, dead letter, orphans |
-//! | [`singleton`] | one owner per periodic service across processes |
-//! | [`auth`] | bearer keys → tenants; failed attempts logged |
-//! | [`exposure`] | `Host` and `Origin` checks, `[server.cors]` |
-//! | [`media`] | every POST is `application/json` |
-//! | [`access`] | `Request-Id` and one access line per request |
-//! | [`pointer`](mod@pointer) | JSON pointers for the `field` of a 400 |
-//! | [`problem`] | problem+json, also for the router's own errors |
-//! | [`query`] | query strings read by hand: unknown, repeated and out-of-range parameters |
-//! | [`readiness`] | whether the queue workers still loop, for `/readyz` |
-//! | [`extract`] | extractors whose rejections are problems |
+//! | [`gateway::key_budget`] | per-key and per-tenant budgets at the gateway's door |
+//! | [`gateway::spend_book`] | spend no limit reads at once, written behind |
+//! | [`queue::worker`] | queue workers: queued runs, takeover of expired claims, dead letters |
+//! | [`queue::quota`] | per-tenant quotas: submission rate, running and queued caps, 429 |
+//! | [`queue::fair`] | which queued run starts next: deficit round robin between tenants |
+//! | [`queue::floor`] | the tenant floor: a worker kept for a tenant with nothing running |
+//! | [`queue::slots`] | run slots shared by interactive (sync) and batch (queued) runs |
+//! | [`queue::admit`] | a submission's quota and slot checks |
+//! | [`http::auth`] | bearer keys → tenants; failed attempts logged |
+//! | [`http::exposure`] | `Host` and `Origin` checks, `[server.cors]` |
+//! | [`http::media`] | every POST is `application/json` |
+//! | [`http::access`] | `Request-Id` and one access line per request |
+//! | [`http::pointer`](mod@http::pointer) | JSON pointers for the `field` of a 400 |
+//! | [`http::problem`] | problem+json, also for the router's own errors |
+//! | [`http::query`] | query strings read by hand: unknown, repeated and out-of-range parameters |
+//! | [`http::extract`] | extractors whose rejections are problems |
+//! | [`http::request_metrics`] | the API request histogram; connection and drain values |
+//! | [`http::state`] | what every handler shares ([`AppState`]) |
+//! | [`lifecycle::recovery`] | runs whose process died: takeover, dead letter, orphans |
+//! | [`lifecycle::singleton`] | one owner per periodic service across processes |
+//! | [`lifecycle::mcp_discovery`] | MCP servers' tools listed again on their `refresh`, pins compared |
+//! | [`lifecycle::readiness`] | whether the queue workers still loop, for `/readyz` |
+//! | [`lifecycle::connections`] | the accept loop: connection limit, header/body/idle timeouts |
+//! | [`lifecycle::drain`] | SIGTERM/SIGINT: finish or hand on the work in flight, then exit |
+//! | [`ui`] | the operator's dashboard at `/ui`: sign-in, runs, a run's live timeline, approvals and handoffs |
 //! | [`document`] | the OpenAPI document, with this server's limits |
 //! | [`metrics`] | the engine's metrics and the server's for a Prometheus scraper |
-//! | [`request_metrics`] | the API request histogram; connection and drain values |
-//! | [`connections`] | the accept loop: connection limit, header/body/idle timeouts |
-//! | [`drain`] | SIGTERM/SIGINT: finish or hand on the work in flight, then exit |
-//! | [`ui`] | the operator's dashboard at `/ui`: sign-in, runs, a run's live timeline, approvals and handoffs |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod access;
-pub mod admit;
-pub mod approvals;
-pub mod auth;
-pub mod breakers;
-pub mod cancel;
-pub mod connections;
-pub mod drain;
-pub mod events;
-pub mod exposure;
-pub mod extract;
-pub mod fair;
-pub mod floor;
+pub mod api;
 pub mod gateway;
-pub mod handoff;
-pub mod idempotency;
-pub mod key_budget;
-pub mod listing;
-pub mod mcp_discovery;
-pub mod media;
-pub mod pointer;
-pub mod problem;
-pub mod query;
-pub mod quota;
-pub mod readiness;
-pub mod recovery;
-pub mod request_metrics;
-pub mod runs;
-pub mod singleton;
-pub mod slots;
-pub mod spend_book;
-pub mod state;
-pub mod stats;
-pub mod submission;
-mod trace_context;
+pub mod http;
+pub mod lifecycle;
+pub mod queue;
 pub mod ui;
-pub mod webhooks;
-pub mod worker;
 
 use std::sync::Arc;
 
@@ -177,24 +158,24 @@ use serde_json::json;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 
+pub use http::state::AppState;
 pub use rein_core::registry::ServerSpec;
-pub use state::AppState;
 
 // `POST /v1/messages` documents Anthropic's error shape, not problems.
 use crate::gateway::anthropic::ErrorShape as AnthropicErrors;
 // `GET /v1/models` documents both error shapes.
 use crate::gateway::models::TwoErrorShapes as ModelErrors;
-use crate::problem::Problem;
+use crate::http::problem::Problem;
 
 /// The OpenAPI document, generated from the handlers' annotations.
 #[derive(OpenApi)]
 #[openapi(
     info(title = "rein", description = "Runs LLM agents safely against the real world."),
     paths(
-        runs::create_run, listing::list_runs, runs::get_run, runs::get_ledger, runs::get_handoff, handoff::decide, runs::resume_run,
-        events::get_events, cancel::cancel_run, approvals::list_approvals, approvals::decide, breakers::list_breakers, webhooks::list_webhooks, webhooks::list_deliveries, stats::get_stats, gateway::openai::chat_completions, gateway::embeddings::embeddings, gateway::responses::responses, gateway::anthropic::messages, gateway::count_tokens::count_tokens, gateway::models::list_models, gateway::models::get_model, healthz, readyz, metrics,
+        api::runs::create_run, api::listing::list_runs, api::runs::get_run, api::runs::get_ledger, api::runs::get_handoff, api::handoff::decide, api::runs::resume_run,
+        api::events::get_events, api::cancel::cancel_run, api::approvals::list_approvals, api::approvals::decide, api::breakers::list_breakers, api::webhooks::list_webhooks, api::webhooks::list_deliveries, api::stats::get_stats, gateway::openai::chat_completions, gateway::embeddings::embeddings, gateway::responses::responses, gateway::anthropic::messages, gateway::count_tokens::count_tokens, gateway::models::list_models, gateway::models::get_model, healthz, readyz, metrics,
     ),
-    components(schemas(webhooks::WebhookList, webhooks::WebhookView, webhooks::DeliveryList, approvals::ApprovalList, approvals::DecisionBody, approvals::HumanVerdict, handoff::HandoffDecisionBody, stats::Stats, stats::Tally, stats::KeySpend, stats::ModelSpend, stats::Fired, stats::GuardrailTally, breakers::BreakerList, breakers::ArmState, breakers::SharedOpening, listing::RunList, listing::RunSummary, runs::CreateRun, runs::BudgetOverrides, runs::Mode, runs::RunView, runs::NoBody, runs::ResumeBody, problem::Problem, gateway::openai::ChatRequest, gateway::responses::ResponsesRequest, gateway::anthropic::MessagesRequest, gateway::anthropic::AnthropicError, gateway::count_tokens::TokenCount, gateway::models::ModelList, gateway::models::Model, gateway::models::OpenAiModelList, gateway::models::OpenAiModel, gateway::models::AnthropicModelList, gateway::models::AnthropicModel, gateway::models::ModelTag, gateway::models::ListTag)),
+    components(schemas(api::webhooks::WebhookList, api::webhooks::WebhookView, api::webhooks::DeliveryList, api::approvals::ApprovalList, api::approvals::DecisionBody, api::approvals::HumanVerdict, api::handoff::HandoffDecisionBody, api::stats::Stats, api::stats::Tally, api::stats::KeySpend, api::stats::ModelSpend, api::stats::Fired, api::stats::GuardrailTally, api::breakers::BreakerList, api::breakers::ArmState, api::breakers::SharedOpening, api::listing::RunList, api::listing::RunSummary, api::runs::CreateRun, api::runs::BudgetOverrides, api::runs::Mode, api::runs::RunView, api::runs::NoBody, api::runs::ResumeBody, http::problem::Problem, gateway::openai::ChatRequest, gateway::responses::ResponsesRequest, gateway::anthropic::MessagesRequest, gateway::anthropic::AnthropicError, gateway::count_tokens::TokenCount, gateway::models::ModelList, gateway::models::Model, gateway::models::OpenAiModelList, gateway::models::OpenAiModel, gateway::models::AnthropicModelList, gateway::models::AnthropicModel, gateway::models::ModelTag, gateway::models::ListTag)),
     modifiers(&Bearer, &Refusals, &ProblemJson, &AnthropicErrors, &ModelErrors),
     tags((name = "runs", description = "Agent runs"), (name = "approvals", description = "Calls waiting for a human's decision"), (name = "webhooks", description = "Signed POSTs of approvals, handoffs, finished runs and opened breakers, and their delivery logs"), (name = "gateway", description = "OpenAI- and Anthropic-compatible model calls through rein's breakers, fallbacks and limits"), (name = "health", description = "Liveness and readiness"))
 )]
@@ -212,19 +193,21 @@ impl utoipa::Modify for Bearer {
             // The same key as Anthropic's SDKs send it.
             components.add_security_scheme(
                 "api_key",
-                SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new(auth::API_KEY_HEADER))),
+                SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new(
+                    http::auth::API_KEY_HEADER,
+                ))),
             );
         }
     }
 }
 
 /// The answers every operation may get before its handler runs
-/// ([`exposure`], [`media`]): 400 without a `Host`, 403 from an origin not
+/// ([`http::exposure`], [`http::media`]): 400 without a `Host`, 403 from an origin not
 /// admitted, 421 for a host not allowed, and 415 for a POST that is not
 /// JSON.
 struct Refusals;
 
-/// The 403 every operation may answer ([`exposure`]).
+/// The 403 every operation may answer ([`http::exposure`]).
 const FOREIGN_ORIGIN: &str =
     "a browser origin that is neither this server's nor in server.cors.allowed_origins";
 
@@ -353,7 +336,7 @@ pub fn document(settings: &ServerSpec) -> utoipa::openapi::OpenApi {
     for item in doc.paths.paths.values_mut() {
         for operation in operations(item) {
             let parameters = operation.parameters.iter_mut().flatten();
-            for parameter in parameters.filter(|p| p.name == idempotency::IDEMPOTENCY_KEY) {
+            for parameter in parameters.filter(|p| p.name == api::idempotency::IDEMPOTENCY_KEY) {
                 if let Some(RefOr::T(Schema::Object(schema))) = parameter.schema.as_mut() {
                     schema.max_length = Some(settings.idempotency.max_key_length);
                 }
@@ -372,7 +355,7 @@ pub fn document(settings: &ServerSpec) -> utoipa::openapi::OpenApi {
 /// With `[[server.api_keys]]` configured it needs the key of a tenant in
 /// `server.metrics_tenants` (the counters are the whole process's, so not
 /// any tenant's key) unless `server.metrics = "open"`; in open mode there
-/// are no keys, and the server is on loopback ([`auth::authorize_metrics`]).
+/// are no keys, and the server is on loopback ([`http::auth::authorize_metrics`]).
 #[utoipa::path(get, path = "/metrics", tag = "health",
     responses((status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain"),
               (status = 401, description = "missing or invalid API key (keys configured, server.metrics protected)", body = Problem),
@@ -382,7 +365,7 @@ pub async fn metrics(
     State(state): State<Arc<AppState>>,
     parts: axum::http::request::Parts,
 ) -> Response {
-    if let Err(problem) = auth::authorize_metrics(&parts, &state) {
+    if let Err(problem) = http::auth::authorize_metrics(&parts, &state) {
         return problem.into_response();
     }
     (
@@ -419,7 +402,7 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     }
     let ended = state.health.workers_ended();
     if ended > 0 {
-        let loops = floor::loops(state.workers);
+        let loops = queue::floor::loops(state.workers);
         return Problem::unavailable(format!(
             "{ended} of this process's {loops} queue workers ended; queued work is not driven here (restart the process)",
         ))
@@ -518,7 +501,7 @@ pub fn engine_builder(
     builder
 }
 
-/// A POST route whose body must be `application/json` ([`media`]). The
+/// A POST route whose body must be `application/json` ([`http::media`]). The
 /// check sits on the method, so a POST to a route without one is still
 /// 405, not 415.
 fn post_json<H, T>(handler: H) -> axum::routing::MethodRouter<Arc<AppState>>
@@ -526,7 +509,7 @@ where
     H: axum::handler::Handler<T, Arc<AppState>>,
     T: 'static,
 {
-    post(handler).route_layer(axum::middleware::from_fn(media::require_json))
+    post(handler).route_layer(axum::middleware::from_fn(http::media::require_json))
 }
 
 /// The API's routes over `state`, behind the front door.
@@ -539,40 +522,40 @@ where
 /// | layer | sees | answers itself |
 /// | --- | --- | --- |
 /// | `RequestBodyTimeoutLayer` ([`serve`]) | every request the router gets | nothing: cuts a stalled body |
-/// | [`access::record`] | every request the router gets | nothing: the `Request-Id` and access line of every answer below |
-/// | [`problem::plain_errors_as_problems`] | every answer below | turns axum's plain errors (405, a rejection) into problems; adds OpenAI's `error` to those of an OpenAI caller of the gateway's paths and answers Anthropic's error shape to an Anthropic one ([`gateway::dialect`]) |
-/// | [`exposure::guard`] | every request | 400/403/421 for a host or origin not admitted, before CORS may answer a preflight |
-/// | CORS ([`exposure::cors_layer`], with `[server.cors]`) | admitted requests | preflights; adds `Access-Control-*` to every answer below, the drain's 503 included, so a listed page can read it |
-/// | [`drain::refuse_new_work`] | admitted requests | 503 for new work while draining |
+/// | [`http::access::record`] | every request the router gets | nothing: the `Request-Id` and access line of every answer below |
+/// | [`http::problem::plain_errors_as_problems`] | every answer below | turns axum's plain errors (405, a rejection) into problems; adds OpenAI's `error` to those of an OpenAI caller of the gateway's paths and answers Anthropic's error shape to an Anthropic one ([`gateway::dialect`]) |
+/// | [`http::exposure::guard`] | every request | 400/403/421 for a host or origin not admitted, before CORS may answer a preflight |
+/// | CORS ([`http::exposure::cors_layer`], with `[server.cors]`) | admitted requests | preflights; adds `Access-Control-*` to every answer below, the drain's 503 included, so a listed page can read it |
+/// | [`lifecycle::drain::refuse_new_work`] | admitted requests | 503 for new work while draining |
 /// | `DefaultBodyLimit` | the handlers' body extractors | 413 past `server.body_limit` |
-/// | [`media::require_json`] (POST routes) | POSTs to a route that has them | 415 for a body that is not JSON |
+/// | [`http::media::require_json`] (POST routes) | POSTs to a route that has them | 415 for a body that is not JSON |
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.settings.body_limit;
     // NOTE: `exposure::PROBES` names the probes' paths.
     let routes = Router::new()
-        .route("/v1/agents/{name}/runs", post_json(runs::create_run))
-        .route("/v1/runs", get(listing::list_runs))
-        .route("/v1/breakers", get(breakers::list_breakers))
-        .route("/v1/stats", get(stats::get_stats))
-        .route("/v1/runs/{id}", get(runs::get_run))
-        .route("/v1/runs/{id}/events", get(events::get_events))
-        .route("/v1/runs/{id}/ledger", get(runs::get_ledger))
-        .route("/v1/runs/{id}/handoff", get(runs::get_handoff))
+        .route("/v1/agents/{name}/runs", post_json(api::runs::create_run))
+        .route("/v1/runs", get(api::listing::list_runs))
+        .route("/v1/breakers", get(api::breakers::list_breakers))
+        .route("/v1/stats", get(api::stats::get_stats))
+        .route("/v1/runs/{id}", get(api::runs::get_run))
+        .route("/v1/runs/{id}/events", get(api::events::get_events))
+        .route("/v1/runs/{id}/ledger", get(api::runs::get_ledger))
+        .route("/v1/runs/{id}/handoff", get(api::runs::get_handoff))
         .route(
             "/v1/runs/{id}/handoff/decisions",
-            post_json(handoff::decide),
+            post_json(api::handoff::decide),
         )
-        .route("/v1/runs/{id}/resume", post_json(runs::resume_run))
-        .route("/v1/runs/{id}/cancel", post_json(cancel::cancel_run))
-        .route("/v1/approvals", get(approvals::list_approvals))
-        .route("/v1/webhooks", get(webhooks::list_webhooks))
+        .route("/v1/runs/{id}/resume", post_json(api::runs::resume_run))
+        .route("/v1/runs/{id}/cancel", post_json(api::cancel::cancel_run))
+        .route("/v1/approvals", get(api::approvals::list_approvals))
+        .route("/v1/webhooks", get(api::webhooks::list_webhooks))
         .route(
             "/v1/webhooks/{name}/deliveries",
-            get(webhooks::list_deliveries),
+            get(api::webhooks::list_deliveries),
         )
         .route(
             "/v1/runs/{id}/approvals/{intent_id}",
-            post_json(approvals::decide),
+            post_json(api::approvals::decide),
         )
         .route("/v1/chat/completions", post_json(gateway::chat_completions))
         .route("/v1/embeddings", post_json(gateway::embeddings))
@@ -595,34 +578,34 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            drain::refuse_new_work,
+            lifecycle::drain::refuse_new_work,
         ));
     let routes = match &state.settings.cors {
-        Some(cors) => routes.layer(exposure::cors_layer(cors)),
+        Some(cors) => routes.layer(http::exposure::cors_layer(cors)),
         None => routes,
     };
     routes
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            exposure::guard,
+            http::exposure::guard,
         ))
         .layer(axum::middleware::map_response(
-            problem::plain_errors_as_problems,
+            http::problem::plain_errors_as_problems,
         ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            access::record,
+            http::access::record,
         ))
         .with_state(state)
 }
 
 /// Serves the API on `listener` with `state.workers` queue workers and the
-/// tenant floor's ([`floor`]), until
-/// `shutdown` resolves; then drains ([`drain`]), all of it within
+/// tenant floor's ([`queue::floor`]), until
+/// `shutdown` resolves; then drains ([`lifecycle::drain`]), all of it within
 /// `server.shutdown_grace`: new work is refused, the work in flight gets
 /// the first part of the grace to finish, what is left is interrupted and
 /// handed on, and connections close after their last response.
-/// Connections are served within `server.limits` ([`connections`]).
+/// Connections are served within `server.limits` ([`lifecycle::connections`]).
 ///
 /// # Errors
 ///
@@ -634,16 +617,22 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let mut background = Vec::new();
-    let loops = floor::loops(state.workers);
+    let loops = queue::floor::loops(state.workers);
     state.floor.spawned(loops);
     for _ in 0..loops {
-        background.push(tokio::spawn(worker::work(state.clone())));
+        background.push(tokio::spawn(queue::worker::work(state.clone())));
     }
-    background.push(tokio::spawn(idempotency::sweep_forever(state.clone())));
-    background.push(tokio::spawn(recovery::orphans_forever(state.clone())));
-    background.push(tokio::spawn(recovery::ledger_forever(state.clone())));
-    background.push(tokio::spawn(approvals::sweep_forever(state.clone())));
-    background.push(tokio::spawn(mcp_discovery::refresh_forever(state.clone())));
+    background.push(tokio::spawn(api::idempotency::sweep_forever(state.clone())));
+    background.push(tokio::spawn(lifecycle::recovery::orphans_forever(
+        state.clone(),
+    )));
+    background.push(tokio::spawn(lifecycle::recovery::ledger_forever(
+        state.clone(),
+    )));
+    background.push(tokio::spawn(api::approvals::sweep_forever(state.clone())));
+    background.push(tokio::spawn(lifecycle::mcp_discovery::refresh_forever(
+        state.clone(),
+    )));
     background.push(tokio::spawn({
         let book = state.spend.clone();
         async move { book.flush_forever().await }
@@ -657,7 +646,7 @@ pub async fn serve(
             |var| std::env::var(var).ok(),
             state.engine.clock().clone(),
         ) {
-            Ok(dispatcher) => background.push(tokio::spawn(webhooks::dispatch_forever(
+            Ok(dispatcher) => background.push(tokio::spawn(api::webhooks::dispatch_forever(
                 state.clone(),
                 dispatcher,
             ))),
@@ -667,7 +656,7 @@ pub async fn serve(
     // Cancels taken by other nodes, at once where the store notifies
     // (PostgreSQL); every run's claim renewal also reads them.
     if let Some(notified) = state.store.notifications() {
-        background.push(tokio::spawn(cancel::deliver_notified(
+        background.push(tokio::spawn(api::cancel::deliver_notified(
             state.clone(),
             notified,
         )));
@@ -691,11 +680,11 @@ pub async fn serve(
     let draining = async {
         shutdown.await;
         let began = tokio::time::Instant::now();
-        let drained = drain::drain_work(&state, began).await;
+        let drained = lifecycle::drain::drain_work(&state, began).await;
         stop_accepting.cancel();
         (began, drained)
     };
-    let accepting = connections::accept(
+    let accepting = lifecycle::connections::accept(
         &state,
         &listener,
         &app,
@@ -705,7 +694,7 @@ pub async fn serve(
     let ((), (began, drained)) = tokio::join!(accepting, draining);
     drop(listener);
     state.drain.close();
-    let close_by = began + drain::Phases::of(state.settings.shutdown_grace).close;
+    let close_by = began + lifecycle::drain::Phases::of(state.settings.shutdown_grace).close;
     if tokio::time::timeout_at(close_by, graceful.shutdown())
         .await
         .is_err()
@@ -721,7 +710,7 @@ pub async fn serve(
     // After the last connection: every answered call's spend is in the
     // book. Within the grace, but never less than a moment to write it.
     let until = (began + state.settings.shutdown_grace)
-        .max(tokio::time::Instant::now() + spend_book::FLUSH_EVERY);
+        .max(tokio::time::Instant::now() + gateway::spend_book::FLUSH_EVERY);
     state.spend.flush_last(until).await;
     tracing::info!("{}", drained.summary(began.elapsed()));
     Ok(())

@@ -1054,7 +1054,7 @@ async fn a_run_driven_elsewhere_is_cancelled_through_the_store() {
     // Its claim, as the driving process wrote it: that process's pid and
     // host, and its public node id.
     let owner = "pid:4242+17@db-host-7#n0de1.t0ken";
-    let now = rein_server::recovery::now_ms();
+    let now = rein_server::lifecycle::recovery::now_ms();
     api.store
         .acquire_lease(rein_store::Lease {
             lease_id: format!("run:{run_id}"),

@@ -29,7 +29,7 @@
 use std::collections::HashMap;
 
 use anyhow::Result;
-use rein_server::listing::RunSummary;
+use rein_server::api::listing::RunSummary;
 use rein_store::{RunFilter, RunStatus, Timestamp};
 
 use super::render;

@@ -35,7 +35,7 @@ pub const API_KEY_ENV: &str = "REIN_API_KEY";
 pub const DEFAULT_LIST_LIMIT: usize = 20;
 
 /// The largest `--limit` (the API's own bound).
-pub const MAX_LIST_LIMIT: usize = rein_server::listing::MAX_LIMIT;
+pub const MAX_LIST_LIMIT: usize = rein_server::api::listing::MAX_LIMIT;
 
 /// How often `rein runs events --follow` looks for new events, and
 /// `rein runs list --follow` for new runs and changes.

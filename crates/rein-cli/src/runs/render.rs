@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
 use rein_core::{Event, LedgerRecord, Timestamp};
-use rein_server::listing::RunSummary;
+use rein_server::api::listing::RunSummary;
 
 use super::source::RunDetail;
 

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use anyhow::{Context, Result, anyhow, bail};
 use rein_core::approval::{Approval, Decision};
 use rein_core::{Event, LedgerRecord, RunId, RunReport, TenantId};
-use rein_server::approvals::ApprovalList;
-use rein_server::listing::{RunList, RunSummary};
-use rein_server::stats::Stats;
+use rein_server::api::approvals::ApprovalList;
+use rein_server::api::listing::{RunList, RunSummary};
+use rein_server::api::stats::Stats;
 use rein_store::{RunCursor, RunFilter, Store};
 use rein_store_sqlite::SqliteStore;
 use serde_json::Value;
@@ -316,12 +316,12 @@ impl Source {
     /// aggregate for a file: `tenant`'s runs, or every tenant's).
     pub async fn stats(
         &self,
-        window: &rein_server::stats::Window,
+        window: &rein_server::api::stats::Window,
         tenant: Option<TenantId>,
     ) -> Result<Stats> {
         match self {
             Source::Store { store, .. } => {
-                Ok(rein_server::stats::compute(store.as_ref(), tenant, window).await?)
+                Ok(rein_server::api::stats::compute(store.as_ref(), tenant, window).await?)
             }
             Source::Server { client, base, key } => {
                 if tenant.is_some() {
@@ -430,7 +430,7 @@ impl Source {
             Source::Server { client, base, key } => {
                 let path = format!("/v1/webhooks/{}/deliveries?limit={limit}", encode(name));
                 let value = Source::get(client, base, key.as_deref(), &path).await?;
-                let list: rein_server::webhooks::DeliveryList = serde_json::from_value(value)
+                let list: rein_server::api::webhooks::DeliveryList = serde_json::from_value(value)
                     .with_context(|| format!("{base} answered a listing rein cannot read"))?;
                 Ok(list.deliveries)
             }
@@ -438,15 +438,16 @@ impl Source {
     }
 
     /// The webhooks a server is configured with.
-    pub async fn webhooks(&self) -> Result<Vec<rein_server::webhooks::WebhookView>> {
+    pub async fn webhooks(&self) -> Result<Vec<rein_server::api::webhooks::WebhookView>> {
         match self {
             Source::Store { .. } => {
                 bail!("a store file holds no webhooks: pass --config or --server")
             }
             Source::Server { client, base, key } => {
                 let value = Source::get(client, base, key.as_deref(), "/v1/webhooks").await?;
-                let list: rein_server::webhooks::WebhookList = serde_json::from_value(value)
-                    .with_context(|| format!("{base} answered a listing rein cannot read"))?;
+                let list: rein_server::api::webhooks::WebhookList =
+                    serde_json::from_value(value)
+                        .with_context(|| format!("{base} answered a listing rein cannot read"))?;
                 Ok(list.webhooks)
             }
         }

@@ -40,7 +40,7 @@
 //! Every error of this route, whoever answered it (the gateway, the key
 //! check, the router, a guard before it), is Anthropic's
 //! `{"type": "error", "error": {"type", "message"}}`
-//! ([`crate::problem::plain_errors_as_problems`] reshapes the problem), with
+//! ([`crate::http::problem::plain_errors_as_problems`] reshapes the problem), with
 //! the statuses the SDKs map to their exceptions: 400
 //! `invalid_request_error`, 401 `authentication_error`, 404
 //! `not_found_error`, 429 `rate_limit_error` (with `retry-after`), 529
@@ -69,11 +69,11 @@ use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
 
 use super::{Call, EventStream, OverCap, Wire};
-use crate::auth::Caller;
-use crate::problem::Problem;
-use crate::state::AppState;
+use crate::http::auth::Caller;
+use crate::http::problem::Problem;
+use crate::http::state::AppState;
 
-/// The route, for the error reshaping of [`crate::problem`].
+/// The route, for the error reshaping of [`crate::http::problem`].
 pub const PATH: &str = "/v1/messages";
 
 /// The status Anthropic answers when it is overloaded (its SDKs raise
@@ -452,7 +452,7 @@ fn unrecognized(body: &[u8]) -> Option<Problem> {
     };
     Some(invalid_at(
         message,
-        Some(crate::pointer::of_keys(&[&member])),
+        Some(crate::http::pointer::of_keys(&[&member])),
     ))
 }
 
@@ -729,7 +729,7 @@ pub(super) enum Ceiling {
 pub(super) fn read(body: &[u8], ceiling: Ceiling) -> Result<Call<Anthropic>, Problem> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let request: MessagesRequest = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let pointer = crate::pointer::of_path(e.path());
+        let pointer = crate::http::pointer::of_path(e.path());
         let inner = e.inner().to_string();
         // An unknown block type is a block the engine cannot carry.
         let note = if inner.starts_with("unknown variant") && pointer.is_some() {
@@ -795,7 +795,7 @@ pub(super) fn read(body: &[u8], ceiling: Ceiling) -> Result<Call<Anthropic>, Pro
         {
             return Err(invalid_at(
                 format!("{field}: must be between 0 and 1"),
-                Some(crate::pointer::of_keys(&[field])),
+                Some(crate::http::pointer::of_keys(&[field])),
             ));
         }
     }
@@ -1243,7 +1243,7 @@ impl Relay {
 }
 
 /// Every error answer of [`PATH`] in Anthropic's shape: what
-/// [`crate::problem::plain_errors_as_problems`] makes of a problem there.
+/// [`crate::http::problem::plain_errors_as_problems`] makes of a problem there.
 /// The problem's `detail` is the message, the answer's `status` picks the
 /// type;
 /// headers (`retry-after`, `www-authenticate`, `request-id`) stay.
@@ -1264,7 +1264,7 @@ pub struct ErrorShape;
 
 impl utoipa::Modify for ErrorShape {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        for path in crate::problem::ANTHROPIC_ROUTES {
+        for path in crate::http::problem::ANTHROPIC_ROUTES {
             if let Some(post) = openapi
                 .paths
                 .paths

@@ -25,8 +25,8 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::anthropic::{self, AnthropicError, Ceiling, MessagesRequest};
-use crate::auth::Tenant;
-use crate::state::AppState;
+use crate::http::auth::Tenant;
+use crate::http::state::AppState;
 
 /// The route.
 pub const PATH: &str = "/v1/messages/count_tokens";
@@ -64,7 +64,7 @@ pub async fn count_tokens(
     Tenant(_tenant): Tenant,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let body = match crate::runs::raw_body(&state, body) {
+    let body = match crate::api::runs::raw_body(&state, body) {
         Ok(b) => b,
         Err(problem) => return problem.into_response(),
     };

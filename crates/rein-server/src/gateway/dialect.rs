@@ -14,8 +14,8 @@
 
 use axum::http::HeaderMap;
 
-use crate::auth::API_KEY_HEADER;
-use crate::problem::{ANTHROPIC_ROUTES, OPENAI_ROUTES};
+use crate::http::auth::API_KEY_HEADER;
+use crate::http::problem::{ANTHROPIC_ROUTES, OPENAI_ROUTES};
 
 /// The header every Anthropic SDK request carries.
 pub const ANTHROPIC_VERSION: &str = "anthropic-version";

@@ -32,9 +32,9 @@ use utoipa::ToSchema;
 
 use super::openai::Errors;
 use super::{Call, EventStream, OverCap, Wire};
-use crate::auth::Caller;
-use crate::problem::Problem;
-use crate::state::AppState;
+use crate::http::auth::Caller;
+use crate::http::problem::Problem;
+use crate::http::state::AppState;
 
 /// The route.
 pub const PATH: &str = "/v1/embeddings";
@@ -252,7 +252,7 @@ fn list_body(encoding: EncodingFormat, model: &str, embeddings: &Embeddings) -> 
 fn parse(body: &[u8]) -> Result<Call<OpenAiEmbeddings>, Problem> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let request: EmbeddingRequest = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let pointer = crate::pointer::of_path(e.path());
+        let pointer = crate::http::pointer::of_path(e.path());
         let message = match &pointer {
             Some(pointer) => format!(
                 "the body is not an embeddings request: at {pointer}: {}",
@@ -265,7 +265,7 @@ fn parse(body: &[u8]) -> Result<Call<OpenAiEmbeddings>, Problem> {
     if let Some(member) = super::unread_member(body, &READ) {
         return Err(ERRORS.invalid_at(
             format!("Unrecognized request argument supplied: {member}"),
-            Some(crate::pointer::of_keys(&[&member])),
+            Some(crate::http::pointer::of_keys(&[&member])),
         ));
     }
     if request.model.is_empty() {

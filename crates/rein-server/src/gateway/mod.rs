@@ -60,10 +60,12 @@ pub mod anthropic;
 pub mod count_tokens;
 pub mod dialect;
 pub mod embeddings;
+pub mod key_budget;
 pub mod models;
 pub mod openai;
 mod parts;
 pub mod responses;
+pub mod spend_book;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -91,10 +93,10 @@ pub use responses::responses;
 // The gateway's response headers, defined with every other rein header.
 pub use rein_core::header::{FALLBACK_HEADER, IGNORED_HEADER, MAX_TOKENS_HEADER, MODEL_HEADER};
 
-use crate::idempotency;
-use crate::problem::Problem;
-use crate::runs::Answer;
-use crate::state::AppState;
+use crate::api::idempotency;
+use crate::api::runs::Answer;
+use crate::http::problem::Problem;
+use crate::http::state::AppState;
 
 /// How long a gateway call may take when the client sets no
 /// `Rein-Deadline-Ms` and its binding names no `deadline`.
@@ -135,7 +137,7 @@ struct Call<W> {
     /// (`store`, `metadata`): named in [`IGNORED_HEADER`].
     ignored: Vec<&'static str>,
     /// Charges what the call's attempts spend to the caller's key.
-    spender: Option<crate::key_budget::Spender>,
+    spender: Option<crate::gateway::key_budget::Spender>,
     /// What only this wire format needs to render the answer.
     wire: W,
 }
@@ -208,12 +210,12 @@ trait Wire: Sized + Send + Sync + 'static {
 /// A gateway request of wire format `W`, from its raw body to its answer.
 async fn handle<W: Wire>(
     state: Arc<AppState>,
-    caller: crate::auth::Caller,
+    caller: crate::http::auth::Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let tenant = caller.tenant.clone();
-    let body = match crate::runs::raw_body(&state, body) {
+    let body = match crate::api::runs::raw_body(&state, body) {
         Ok(b) => b,
         Err(problem) => return problem.into_response(),
     };
@@ -230,10 +232,10 @@ async fn handle<W: Wire>(
         Err(problem) => return problem.into_response(),
     };
     call.tenant = Some(tenant.clone());
-    call.trace_parent = crate::trace_context::from_headers(&headers);
+    call.trace_parent = crate::http::trace_context::from_headers(&headers);
     if call.stream {
         // A key over its budget asks no model.
-        match crate::key_budget::admit(&state, &caller).await {
+        match crate::gateway::key_budget::admit(&state, &caller).await {
             Ok(spender) => call.spender = Some(spender),
             Err(problem) => return problem.into_response(),
         }
@@ -262,11 +264,11 @@ async fn handle<W: Wire>(
 /// budget asks no model: its 429).
 async fn admitted<W: Wire>(
     state: Arc<AppState>,
-    caller: crate::auth::Caller,
+    caller: crate::http::auth::Caller,
     mut call: Call<W>,
     deadline: Option<Duration>,
 ) -> Result<Answer, Problem> {
-    call.spender = Some(crate::key_budget::admit(&state, &caller).await?);
+    call.spender = Some(crate::gateway::key_budget::admit(&state, &caller).await?);
     complete(state, call, deadline).await
 }
 

@@ -28,10 +28,10 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::dialect::Dialect;
-use crate::auth::Tenant;
-use crate::problem::Problem;
-use crate::query;
-use crate::state::AppState;
+use crate::http::auth::Tenant;
+use crate::http::problem::Problem;
+use crate::http::query;
+use crate::http::state::AppState;
 
 /// The route of the listing.
 pub const PATH: &str = "/v1/models";

@@ -30,9 +30,9 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use super::{Call, EventStream, OverCap, Wire};
-use crate::auth::Caller;
-use crate::problem::Problem;
-use crate::state::AppState;
+use crate::http::auth::Caller;
+use crate::http::problem::Problem;
+use crate::http::state::AppState;
 
 /// An OpenAI-compatible chat completion.
 #[utoipa::path(
@@ -416,7 +416,7 @@ fn unrecognized(body: &[u8]) -> Option<Problem> {
     };
     Some(invalid_at(
         message,
-        Some(crate::pointer::of_keys(&[&member])),
+        Some(crate::http::pointer::of_keys(&[&member])),
     ))
 }
 
@@ -863,7 +863,7 @@ fn unknown_part(body: &[u8], at: &str, inner: &str) -> Option<String> {
 fn parse(body: &[u8]) -> Result<Call<OpenAi>, Problem> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let chat: ChatRequest = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let pointer = crate::pointer::of_path(e.path())
+        let pointer = crate::http::pointer::of_path(e.path())
             .map(|at| unknown_part(body, &at, &e.inner().to_string()).unwrap_or(at));
         let message = match &pointer {
             Some(pointer) => format!(
@@ -915,7 +915,7 @@ fn parse(body: &[u8]) -> Result<Call<OpenAi>, Problem> {
         {
             return Err(invalid_at(
                 format!("`{field}` must be between {min} and {max}"),
-                Some(crate::pointer::of_keys(&[field])),
+                Some(crate::http::pointer::of_keys(&[field])),
             ));
         }
     }
@@ -1031,7 +1031,7 @@ fn completion_id() -> String {
 
 /// Now, in whole seconds since the Unix epoch.
 pub(super) fn unix_secs() -> u64 {
-    crate::recovery::now_ms().as_millis() / 1000
+    crate::lifecycle::recovery::now_ms().as_millis() / 1000
 }
 
 fn tool_calls_json(calls: &[ToolCall]) -> Vec<Value> {

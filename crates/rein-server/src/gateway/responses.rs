@@ -105,9 +105,9 @@ use utoipa::ToSchema;
 use super::anthropic::string_or_seq;
 use super::openai::{Errors, FunctionKind, ToolChoiceMode, unix_secs};
 use super::{Call, EventStream, OverCap, Wire};
-use crate::auth::Caller;
-use crate::problem::Problem;
-use crate::state::AppState;
+use crate::http::auth::Caller;
+use crate::http::problem::Problem;
+use crate::http::state::AppState;
 
 /// The route.
 pub const PATH: &str = "/v1/responses";
@@ -667,7 +667,7 @@ fn invalid_at(message: String, pointer: Option<String>) -> Problem {
 fn refused(member: &str, why: &str) -> Problem {
     let mut problem = invalid_at(
         format!("`{member}` is not supported by rein's gateway: {why}"),
-        Some(crate::pointer::of_keys(&[member])),
+        Some(crate::http::pointer::of_keys(&[member])),
     );
     if let Some(extra) = problem.extra.as_mut() {
         extra["error"]["code"] = json!("unsupported_parameter");
@@ -712,7 +712,7 @@ fn refuse_unsupported(request: &ResponsesRequest) -> Result<(), Problem> {
 fn parse(body: &[u8]) -> Result<Call<Responses>, Problem> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let mut request: ResponsesRequest = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let pointer = crate::pointer::of_path(e.path());
+        let pointer = crate::http::pointer::of_path(e.path());
         let inner = e.inner().to_string();
         let message = match &pointer {
             Some(pointer) => format!(
@@ -745,7 +745,7 @@ fn parse(body: &[u8]) -> Result<Call<Responses>, Problem> {
         {
             return Err(invalid_at(
                 format!("`{field}` must be between 0 and {max}"),
-                Some(crate::pointer::of_keys(&[field])),
+                Some(crate::http::pointer::of_keys(&[field])),
             ));
         }
     }

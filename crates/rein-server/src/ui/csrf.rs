@@ -5,7 +5,7 @@
 //! # Why both
 //!
 //! `SameSite=Strict` already keeps other sites' pages from sending the
-//! session cookie, and [`crate::exposure`] refuses foreign origins. The
+//! session cookie, and [`crate::http::exposure`] refuses foreign origins. The
 //! token does not rely on the browser honouring either (an old browser, a
 //! same-site subdomain); the origin check also refuses an origin that
 //! `[server.cors]` lists for the API, which may read the API but has no

@@ -21,9 +21,9 @@
 //! | a per-session CSRF token in every form, and `Origin`/`Sec-Fetch-Site` checked, on every POST | `csrf` |
 //! | `Content-Security-Policy: default-src 'self'` (no inline script or style), `frame-ancestors 'none'`, `X-Frame-Options: DENY`, `nosniff`, `no-store` | [`router`] |
 //! | every text from a run or a request escaped | `html` |
-//! | a decision goes through the API's own handler ([`crate::approvals::decide`], [`crate::handoff::decide`]), recorded as the signed-in key's name | `pages` |
+//! | a decision goes through the API's own handler ([`crate::api::approvals::decide`], [`crate::api::handoff::decide`]), recorded as the signed-in key's name | `pages` |
 //!
-//! The API's layers ([`crate::exposure`]'s `Host`/`Origin` guard, the
+//! The API's layers ([`crate::http::exposure`]'s `Host`/`Origin` guard, the
 //! access log, the drain) are around these routes too.
 
 mod csrf;
@@ -39,8 +39,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
-use crate::auth::Caller;
-use crate::state::AppState;
+use crate::http::auth::Caller;
+use crate::http::state::AppState;
 use html::pct;
 use session::{Session, Sessions};
 
@@ -172,13 +172,15 @@ pub fn router(app: Arc<AppState>) -> Router<Arc<AppState>> {
 }
 
 /// Names the signed-in session's tenant in the request's access line, as
-/// [`crate::auth`] does for a key.
+/// [`crate::http::auth`] does for a key.
 async fn record_tenant(
     axum::extract::State(ui): axum::extract::State<Ui>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    if let Some(slot) = request.extensions().get::<crate::access::TenantSlot>()
+    if let Some(slot) = request
+        .extensions()
+        .get::<crate::http::access::TenantSlot>()
         && let Some((_, session)) = ui.session(request.headers())
         && let Some(who) = &session.who
     {
@@ -226,7 +228,7 @@ const ICON: &str = include_str!("assets/favicon.svg");
 
 /// An embedded asset. Their URLs carry the crate's version
 /// ([`pages::ASSET_VERSION`]), so an upgrade is fetched at once.
-async fn asset(crate::extract::Segment(name): crate::extract::Segment) -> Response {
+async fn asset(crate::http::extract::Segment(name): crate::http::extract::Segment) -> Response {
     let (body, content_type) = match name.as_str() {
         "app.css" => (CSS, "text/css; charset=utf-8"),
         "app.js" => (JS, "text/javascript; charset=utf-8"),

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use axum::http::{HeaderMap, header};
 use sha2::{Digest, Sha256};
 
-use crate::auth::Caller;
+use crate::http::auth::Caller;
 
 /// The session cookie's name.
 pub(crate) const COOKIE: &str = "rein_session";

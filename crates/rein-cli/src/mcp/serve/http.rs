@@ -82,7 +82,7 @@ pub async fn serve(
         config,
     );
     let exposure = Arc::new(Exposure {
-        hosts: rein_server::exposure::listen_hosts(&settings.allowed_hosts, bound),
+        hosts: rein_server::http::exposure::listen_hosts(&settings.allowed_hosts, bound),
         settings,
     });
     let app = axum::Router::new()
@@ -134,7 +134,7 @@ async fn guard(
     next: Next,
 ) -> Response {
     let settings = &exposure.settings;
-    if let Err(refusal) = rein_server::exposure::admit(
+    if let Err(refusal) = rein_server::http::exposure::admit(
         &exposure.hosts,
         settings.cors.as_ref(),
         "/mcp",
@@ -148,7 +148,7 @@ async fn guard(
     if settings.api_keys.is_empty() {
         return next.run(request).await;
     }
-    match rein_server::auth::tenant_of(settings, request.headers()) {
+    match rein_server::http::auth::tenant_of(settings, request.headers()) {
         Ok(tenant) => {
             request.extensions_mut().insert(Caller(tenant));
             next.run(request).await

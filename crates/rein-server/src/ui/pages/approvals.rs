@@ -1,6 +1,6 @@
 //! `GET /ui/approvals`: the calls of the signed-in tenant's runs waiting
 //! for a human; `POST /ui/runs/{id}/approvals/{intent_id}`: a decision on
-//! one, made by [`crate::approvals::decide`] itself.
+//! one, made by [`crate::api::approvals::decide`] itself.
 
 use axum::body::Bytes;
 use axum::extract::rejection::FormRejection;
@@ -13,13 +13,13 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{Nav, check_post, csrf_field, json_block, page, problem_page, respond, run_link};
-use crate::extract::Segments;
-use crate::problem::Problem;
+use crate::http::extract::Segments;
+use crate::http::problem::Problem;
 use crate::ui::html::{Html, pct};
 use crate::ui::{Signed, Ui, back_to, see_other};
 
 /// The approvals the page lists (the API's page size).
-const LISTED: usize = crate::approvals::DEFAULT_LIMIT;
+const LISTED: usize = crate::api::approvals::DEFAULT_LIMIT;
 
 /// The page.
 pub(crate) async fn list(State(ui): State<Ui>, headers: HeaderMap, uri: Uri) -> Response {
@@ -138,7 +138,7 @@ pub(crate) async fn decide(
     if let Some(reason) = sent.reason.filter(|r| !r.trim().is_empty()) {
         body["reason"] = json!(reason);
     }
-    let answer = crate::approvals::decide(
+    let answer = crate::api::approvals::decide(
         State(ui.app.clone()),
         signed.caller.clone(),
         segments,

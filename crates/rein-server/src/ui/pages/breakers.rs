@@ -1,13 +1,13 @@
 //! `GET /ui/breakers`: this process's breaker arms and the openings shared
 //! through the store, as `GET /v1/breakers` answers them
-//! ([`crate::breakers::list_breakers`]).
+//! ([`crate::api::breakers::list_breakers`]).
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::Response;
 
 use super::{Nav, page, problem_page, respond};
-use crate::auth::Tenant;
+use crate::http::auth::Tenant;
 use crate::ui::Ui;
 use crate::ui::html::{Html, duration};
 
@@ -17,7 +17,7 @@ pub(crate) async fn list(State(ui): State<Ui>, headers: HeaderMap, uri: Uri) -> 
         Ok(signed) => signed,
         Err(to_sign_in) => return *to_sign_in,
     };
-    let listed = match crate::breakers::list_breakers(
+    let listed = match crate::api::breakers::list_breakers(
         State(ui.app.clone()),
         Tenant(signed.caller.tenant.clone()),
     )

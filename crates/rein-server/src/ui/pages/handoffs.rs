@@ -1,6 +1,6 @@
 //! `GET /ui/handoffs`: the signed-in tenant's handed-off runs whose
 //! records await a human; `POST /ui/runs/{id}/handoff`: a decision on one
-//! record, made by [`crate::handoff::decide`] itself.
+//! record, made by [`crate::api::handoff::decide`] itself.
 
 use axum::body::Bytes;
 use axum::extract::rejection::FormRejection;
@@ -13,14 +13,14 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{Nav, check_post, csrf_field, name_of, page, problem_page, respond, run_link};
-use crate::auth::Tenant;
-use crate::extract::Segment;
-use crate::problem::Problem;
+use crate::http::auth::Tenant;
+use crate::http::extract::Segment;
+use crate::http::problem::Problem;
 use crate::ui::html::{Html, pct};
 use crate::ui::{Signed, Ui, back_to, see_other};
 
 /// The handed-off runs the page looks at (the newest).
-const LOOKED_AT: usize = crate::listing::DEFAULT_LIMIT;
+const LOOKED_AT: usize = crate::api::listing::DEFAULT_LIMIT;
 
 /// What each decision means, for its button's description.
 const DECISIONS: [(&str, &str, &str); 4] = [
@@ -56,7 +56,7 @@ pub(crate) async fn list(State(ui): State<Ui>, headers: HeaderMap, uri: Uri) -> 
     let mut waiting = 0usize;
     for run in &runs {
         let id = run.run_id.to_string();
-        let Ok(axum::Json(value)) = crate::runs::get_handoff(
+        let Ok(axum::Json(value)) = crate::api::runs::get_handoff(
             State(ui.app.clone()),
             Tenant(tenant.clone()),
             Segment(id.clone()),
@@ -213,7 +213,7 @@ pub(crate) async fn decide(
     if let Some(reason) = sent.reason.filter(|r| !r.trim().is_empty()) {
         body["reason"] = json!(reason);
     }
-    let answer = crate::handoff::decide(
+    let answer = crate::api::handoff::decide(
         State(ui.app.clone()),
         signed.caller.clone(),
         segment,

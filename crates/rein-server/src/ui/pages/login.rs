@@ -14,8 +14,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::{Nav, page, respond};
-use crate::auth::Caller;
-use crate::problem::Problem;
+use crate::http::auth::Caller;
+use crate::http::problem::Problem;
 use crate::ui::csrf::{self, Forgery};
 use crate::ui::html::Html;
 use crate::ui::session::{self, Session};

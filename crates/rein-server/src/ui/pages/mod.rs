@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use super::csrf::{self, Forgery};
 use super::html::{Html, pct};
 use super::{Signed, Ui};
-use crate::problem::Problem;
+use crate::http::problem::Problem;
 
 /// The version in the assets' URLs.
 pub(crate) const ASSET_VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -16,9 +16,9 @@ use rein_store::{ApprovalFilter, RunRecord};
 use super::approvals::approval_card;
 use super::handoffs::package;
 use super::{Nav, name_of, page, problem_page, respond, run_link, status_badge};
-use crate::auth::Tenant;
-use crate::extract::Segment;
-use crate::problem::Problem;
+use crate::http::auth::Tenant;
+use crate::http::extract::Segment;
+use crate::http::problem::Problem;
 use crate::ui::html::{Html, duration, pct};
 use crate::ui::{Signed, Ui};
 
@@ -48,7 +48,7 @@ pub(crate) async fn show(
 async fn read(ui: &Ui, signed: &Signed, id: &str) -> Result<Html, Problem> {
     let app = &ui.app;
     let tenant = &signed.caller.tenant;
-    let record = crate::runs::owned(app, tenant, id).await?;
+    let record = crate::api::runs::owned(app, tenant, id).await?;
     let run_id = record.run_id.clone();
     let children = app.store.children_of(&run_id).await?;
     let ledger = app.store.ledger(&run_id).await?;
@@ -64,7 +64,7 @@ async fn read(ui: &Ui, signed: &Signed, id: &str) -> Result<Html, Problem> {
         })
         .await?;
     // The API's own answer: the package as the ledger stands now.
-    let handoff = match crate::runs::get_handoff(
+    let handoff = match crate::api::runs::get_handoff(
         State(app.clone()),
         Tenant(tenant.clone()),
         Segment(id.to_owned()),
@@ -304,7 +304,7 @@ fn timeline(record: &RunRecord, events: &[Event]) -> Html {
 }
 
 /// `GET /ui/runs/{id}/events`: the API's live stream of the run's events
-/// ([`crate::events::get_events`]) for the session's tenant, each as an
+/// ([`crate::api::events::get_events`]) for the session's tenant, each as an
 /// unnamed message.
 ///
 /// # Why unnamed
@@ -335,11 +335,11 @@ pub(crate) async fn events(
         header::ACCEPT,
         HeaderValue::from_static("text/event-stream"),
     );
-    let answer = crate::events::get_events(
+    let answer = crate::api::events::get_events(
         State(ui.app.clone()),
         Tenant(signed.caller.tenant.clone()),
         Segment(id),
-        Ok(Query(crate::events::EventsQuery { after })),
+        Ok(Query(crate::api::events::EventsQuery { after })),
         headers,
     )
     .await;

@@ -1,6 +1,6 @@
 //! `GET /ui/runs`: the signed-in tenant's runs, newest first, filtered by
 //! status and agent, a cursor page at a time, as `GET /v1/runs` pages
-//! them ([`crate::listing::parse`] reads the same parameters).
+//! them ([`crate::api::listing::parse`] reads the same parameters).
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -9,7 +9,7 @@ use axum::response::Response;
 use rein_store::{RunCursor, RunRecord};
 
 use super::{Nav, agent_select, page, problem_page, query_value, respond, run_link, status_badge};
-use crate::problem::Problem;
+use crate::http::problem::Problem;
 use crate::ui::html::{Html, duration, pct, utc_day_ms};
 use crate::ui::{Ui, see_other};
 
@@ -43,7 +43,7 @@ pub(crate) async fn list(
     let mut notice = None;
     if let Some(id) = value("id") {
         let id = id.trim().to_owned();
-        match crate::runs::owned(&ui.app, &tenant, &id).await {
+        match crate::api::runs::owned(&ui.app, &tenant, &id).await {
             Ok(_) => return see_other(&format!("/ui/runs/{}", pct(&id))),
             Err(_) => notice = Some(id),
         }
@@ -70,10 +70,10 @@ pub(crate) async fn list(
         } else {
             day.saturating_add(86_400_000)
         }
-        .min(crate::listing::MAX_CREATED_MS);
+        .min(crate::api::listing::MAX_CREATED_MS);
         api.push((name.to_owned(), ms.to_string()));
     }
-    let listing = match crate::listing::parse(&api) {
+    let listing = match crate::api::listing::parse(&api) {
         Ok(listing) => listing,
         Err(problem) => return problem_page(&ui, Some(&signed), &problem, "/ui/runs"),
     };

@@ -1,5 +1,5 @@
 //! `GET /ui/stats`: the trend layer of the dashboard, as `GET /v1/stats`
-//! counts it ([`crate::stats::compute`]): outcomes and what a success
+//! counts it ([`crate::api::stats::compute`]): outcomes and what a success
 //! costs, by agent and by model; which guardrails fired; and what each API
 //! key spent through the gateway, by model.
 //!
@@ -18,8 +18,8 @@ use axum::response::Response;
 use rein_core::Outcome;
 
 use super::{Nav, agent_select, page, problem_page, query_value, respond};
-use crate::problem::Problem;
-use crate::stats::{Stats, Tally};
+use crate::api::stats::{Stats, Tally};
+use crate::http::problem::Problem;
 use crate::ui::Ui;
 use crate::ui::html::Html;
 
@@ -28,7 +28,7 @@ const WINDOWS: [(&str, &str, u64); 4] = [
     ("1h", "the last hour", 3_600_000),
     ("24h", "the last 24 hours", 24 * 3_600_000),
     ("7d", "the last 7 days", 7 * 24 * 3_600_000),
-    ("31d", "the last 31 days", crate::stats::MAX_WINDOW_MS),
+    ("31d", "the last 31 days", crate::api::stats::MAX_WINDOW_MS),
 ];
 
 /// The window when the query names none.
@@ -65,13 +65,13 @@ pub(crate) async fn show(
         return problem_page(&ui, Some(&signed), &problem, "/ui/stats");
     };
     let agent = value("agent");
-    let now = crate::recovery::now_ms().as_millis();
+    let now = crate::lifecycle::recovery::now_ms().as_millis();
     let mut api = vec![("since".to_owned(), now.saturating_sub(length).to_string())];
     api.extend(agent.iter().map(|a| ("agent".to_owned(), a.clone())));
-    let stats = match crate::stats::parse(&api, now) {
+    let stats = match crate::api::stats::parse(&api, now) {
         Ok(window) => {
             ui.app.spend.before_read().await;
-            crate::stats::compute(
+            crate::api::stats::compute(
                 ui.app.store.as_ref(),
                 Some(signed.caller.tenant.clone()),
                 &window,
@@ -269,7 +269,7 @@ fn usd(micros: u64) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::stats::{KeySpend, ModelSpend};
+    use crate::api::stats::{KeySpend, ModelSpend};
 
     fn stats() -> Stats {
         let mut total = Tally {
