@@ -891,6 +891,30 @@ async fn the_openapi_document_says_what_the_server_does() {
     let run = &doc["components"]["schemas"]["RunView"]["properties"];
     assert_eq!(run["report"]["type"], json!(["object", "null"]));
     assert_eq!(run["consumed"]["type"], json!(["object", "null"]));
+
+    // Every member a real answer has is in the document: a submission's
+    // answer (with its metadata) and the run read back.
+    let accepted = api
+        .post(RUNS, ACME)
+        .body(json!({"input": "Move order A-1001.", "metadata": {"ticket": 7}}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let location = accepted.headers()["location"].to_str().unwrap().to_owned();
+    let accepted: Value = accepted.json().await.unwrap();
+    let ended = api.finished(&location, ACME).await;
+    for answer in [&accepted, &ended] {
+        for member in answer.as_object().unwrap().keys() {
+            assert!(
+                run.get(member).is_some(),
+                "`{member}` is answered but not in RunView's schema: {answer}"
+            );
+        }
+    }
+    assert!(accepted.get("metadata").is_some() && ended.get("metadata").is_none());
+    for member in ["metadata", "handed_on", "awaiting_approval"] {
+        assert!(run.get(member).is_some(), "{member} in {run}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

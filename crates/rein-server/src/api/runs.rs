@@ -121,7 +121,7 @@ pub struct CreateRun {
 }
 
 /// A run as the API shows it.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct RunView {
     /// The run.
     pub run_id: String,
@@ -149,6 +149,56 @@ pub struct RunView {
     pub created_at_ms: u64,
     /// Last change, unix milliseconds.
     pub updated_at_ms: u64,
+    /// The submission's `metadata`, as given (`null` when it had none): on
+    /// the answers to a submission, absent from a run read later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>, nullable = true)]
+    pub metadata: Option<Value>,
+    /// Why a run that stopped before its end was handed on, and where it
+    /// goes on (a 202 while the server drains or the store is away).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handed_on: Option<HandedOn>,
+    /// The calls the run paused for, waiting for a human's decision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<Object>)]
+    pub awaiting_approval: Vec<rein_store::ApprovalRequest>,
+}
+
+/// Why a run was handed on before its end, and who continues it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct HandedOn {
+    /// Why it stopped.
+    pub reason: String,
+    /// Who continues it, and what the caller does meanwhile.
+    pub next: String,
+}
+
+impl HandedOn {
+    /// Handed on by a server that is shutting down (`draining`), or
+    /// because the run store stayed away.
+    pub fn because(draining: bool) -> HandedOn {
+        let (reason, next) = if draining {
+            (
+                "the server that ran it is shutting down; it stopped at a safe point",
+                "another server on the same store resumes it at once; follow its Location",
+            )
+        } else {
+            (
+                "the run store stayed unavailable; it stopped at a safe point and nothing it did is lost",
+                "a server on the same store takes it over once the store is back (or POST its resume); follow its Location",
+            )
+        };
+        HandedOn {
+            reason: reason.to_owned(),
+            next: next.to_owned(),
+        }
+    }
+}
+
+/// The `metadata` member of an answer to a submission: the object given,
+/// or `null`.
+fn echoed(metadata: Option<serde_json::Map<String, Value>>) -> Option<Value> {
+    Some(metadata.map_or(Value::Null, Value::Object))
 }
 
 impl RunView {
@@ -173,6 +223,9 @@ impl RunView {
             children: Vec::new(),
             created_at_ms: record.created_at_ms.as_millis(),
             updated_at_ms: record.updated_at_ms.as_millis(),
+            metadata: None,
+            handed_on: None,
+            awaiting_approval: Vec::new(),
         }
     }
 }
@@ -425,20 +478,12 @@ fn handed_on(
     draining: bool,
 ) -> Answer {
     let run_id = record.run_id.clone();
-    let mut view = json!(RunView::of(record));
-    view["metadata"] = metadata.map_or(Value::Null, Value::Object);
     // The engine hands a run on for one of two reasons: its process is
     // stopping, or the run store stayed unavailable past its patience.
-    view["handed_on"] = if draining {
-        json!({
-            "reason": "the server that ran it is shutting down; it stopped at a safe point",
-            "next": "another server on the same store resumes it at once; follow its Location",
-        })
-    } else {
-        json!({
-            "reason": "the run store stayed unavailable; it stopped at a safe point and nothing it did is lost",
-            "next": "a server on the same store takes it over once the store is back (or POST its resume); follow its Location",
-        })
+    let view = RunView {
+        metadata: echoed(metadata),
+        handed_on: Some(HandedOn::because(draining)),
+        ..RunView::of(record)
     };
     Answer {
         status: StatusCode::ACCEPTED,
@@ -594,7 +639,7 @@ fn queued_answer(
     metadata: Option<serde_json::Map<String, Value>>,
 ) -> Answer {
     let now = crate::lifecycle::recovery::now_ms().as_millis();
-    let mut view = json!(RunView {
+    let view = RunView {
         budget: Some(agent.budget),
         run_id: run_id.to_string(),
         agent: agent.name.clone(),
@@ -605,8 +650,10 @@ fn queued_answer(
         children: Vec::new(),
         created_at_ms: now,
         updated_at_ms: now,
-    });
-    view["metadata"] = metadata.map_or(Value::Null, Value::Object);
+        metadata: echoed(metadata),
+        handed_on: None,
+        awaiting_approval: Vec::new(),
+    };
     Answer {
         status: StatusCode::ACCEPTED,
         body: serde_json::to_vec(&view).unwrap_or_default(),
@@ -735,12 +782,12 @@ async fn submit(
             // Not ended (another process took the run over and drives it):
             // where to follow it, like a handed-on run, not a final answer.
             let ended = record.status.is_finished();
-            let mut view = json!(RunView::of(record));
-            view["metadata"] = request.metadata.map_or(Value::Null, Value::Object);
             // Paused for a human: the calls to decide, where to decide them.
-            if !out.awaiting_approval.is_empty() {
-                view["awaiting_approval"] = json!(out.awaiting_approval);
-            }
+            let view = RunView {
+                metadata: echoed(request.metadata),
+                awaiting_approval: out.awaiting_approval,
+                ..RunView::of(record)
+            };
             Ok(Answer {
                 status: if ended {
                     StatusCode::OK
@@ -941,10 +988,10 @@ pub async fn resume_run(
     }
     // Paused again for a human: not an end, where to follow it.
     let ended = record.status.is_finished();
-    let mut view = json!(RunView::of(record));
-    if !out.awaiting_approval.is_empty() {
-        view["awaiting_approval"] = json!(out.awaiting_approval);
-    }
+    let view = RunView {
+        awaiting_approval: out.awaiting_approval,
+        ..RunView::of(record)
+    };
     Ok(Answer {
         status: if ended {
             StatusCode::OK

@@ -29,7 +29,7 @@ use rein_store::{
     IdempotencyRecord, IdempotencySettled, IdempotencySettlement, RunRecord, StoredResponse,
     Timestamp,
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::api::idempotency::{in_progress, replay};
 use crate::api::runs::{Mode, RunView, location};
@@ -155,12 +155,14 @@ fn is_gone(owner: &str) -> bool {
 /// The run's view as its submission's answer shows it: with the
 /// submission's metadata.
 fn view(run: &RunRecord, body: &[u8]) -> Vec<u8> {
-    let mut view = json!(RunView::of(run.clone()));
     let metadata = serde_json::from_slice::<Value>(body)
         .ok()
         .and_then(|v| v.get("metadata").cloned())
         .unwrap_or(Value::Null);
-    view["metadata"] = metadata;
+    let view = RunView {
+        metadata: Some(metadata),
+        ..RunView::of(run.clone())
+    };
     serde_json::to_vec(&view).unwrap_or_default()
 }
 
