@@ -237,41 +237,27 @@ impl Source {
                     &format!("/v1/runs/{}", encode(id)),
                 )
                 .await?;
-                let text = |field: &str| view[field].as_str().map(str::to_owned);
-                let status = text("status").unwrap_or_default();
+                // The server's own type: a member it cannot read is an
+                // error naming the server, never a silent default.
+                let view: rein_server::api::runs::RunView = serde_json::from_value(view)
+                    .with_context(|| format!("{base} answered a run rein cannot read"))?;
                 let summary = RunSummary {
-                    run_id: text("run_id").unwrap_or_else(|| id.to_owned()),
+                    run_id: view.run_id,
                     // The API shows a run to its own tenant only.
                     tenant: "(the API key's)".to_owned(),
-                    agent: text("agent").unwrap_or_default(),
-                    outcome: rein_core::Outcome::parse(&status).map(|o| o.as_str().to_owned()),
-                    status,
-                    parent_run_id: text("parent_run_id"),
-                    created_at_ms: view["created_at_ms"].as_u64().unwrap_or(0),
-                    updated_at_ms: view["updated_at_ms"].as_u64().unwrap_or(0),
+                    agent: view.agent,
+                    outcome: rein_core::Outcome::parse(&view.status).map(|o| o.as_str().to_owned()),
+                    status: view.status,
+                    parent_run_id: view.parent_run_id,
+                    created_at_ms: view.created_at_ms,
+                    updated_at_ms: view.updated_at_ms,
                 };
-                let children = view["children"]
-                    .as_array()
-                    .map(|c| {
-                        c.iter()
-                            .filter_map(Value::as_str)
-                            .map(str::to_owned)
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let report = match &view["report"] {
-                    Value::Null => None,
-                    report => {
-                        Some(serde_json::from_value(report.clone()).with_context(|| {
-                            format!("{base} answered a report rein cannot read")
-                        })?)
-                    }
-                };
+                let (children, report) = (view.children, view.report);
                 Ok(RunDetail {
                     summary,
                     children,
                     report,
-                    limits: serde_json::from_value(view["budget"].clone()).ok(),
+                    limits: view.budget,
                     contract: None,
                     config: None,
                 })
