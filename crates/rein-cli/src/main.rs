@@ -15,7 +15,6 @@ mod idempotency;
 mod init;
 mod key;
 mod latency;
-mod limits;
 mod lint;
 mod log;
 mod mcp;
@@ -34,6 +33,9 @@ mod timeline;
 mod webhooks;
 
 use std::process::ExitCode;
+
+// The limits as a human reads them, shared with the dashboard's config page.
+use rein_core::registry::explain as limits;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tracing_subscriber::filter::LevelFilter;

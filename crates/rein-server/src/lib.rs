@@ -109,6 +109,8 @@
 //! | [`api::cancel`] | cancellation |
 //! | [`api::breakers`] | the breaker arms this process knows and the openings shared through the store |
 //! | [`api::stats`] | the caller's runs over a window: outcomes, cost, spend per key and model |
+//! | [`api::live`] | the work in flight now, the capacity it uses, the gateway's counters |
+//! | [`api::config`] | the configuration as applied, redacted, for operators |
 //! | [`gateway`] | the OpenAI-compatible `POST /v1/chat/completions` and `POST /v1/responses` and Anthropic-compatible `POST /v1/messages` over model bindings; `GET /v1/models` |
 //! | [`gateway::key_budget`] | per-key and per-tenant budgets at the gateway's door |
 //! | [`gateway::spend_book`] | spend no limit reads at once, written behind |
@@ -152,11 +154,13 @@ use std::sync::Arc;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get};
 use axum::{Json, Router};
 use serde_json::json;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt as _};
+use utoipa_axum::routes;
 
 pub use http::state::AppState;
 pub use rein_core::registry::ServerSpec;
@@ -167,19 +171,28 @@ use crate::gateway::anthropic::ErrorShape as AnthropicErrors;
 use crate::gateway::models::TwoErrorShapes as ModelErrors;
 use crate::http::problem::Problem;
 
-/// The OpenAPI document, generated from the handlers' annotations.
+/// The OpenAPI document's frame: its info, tags and the schemas no
+/// operation names. The operations are added as `api_routes` registers
+/// each route, and the modifiers (`MODIFIERS`) run over the result in
+/// [`openapi_document`].
 #[derive(OpenApi)]
 #[openapi(
     info(title = "rein", description = "Runs LLM agents safely against the real world."),
-    paths(
-        api::runs::create_run, api::listing::list_runs, api::runs::get_run, api::runs::get_ledger, api::runs::get_handoff, api::handoff::decide, api::runs::resume_run,
-        api::events::get_events, api::cancel::cancel_run, api::approvals::list_approvals, api::approvals::decide, api::breakers::list_breakers, api::webhooks::list_webhooks, api::webhooks::list_deliveries, api::stats::get_stats, gateway::openai::chat_completions, gateway::embeddings::embeddings, gateway::responses::responses, gateway::anthropic::messages, gateway::count_tokens::count_tokens, gateway::models::list_models, gateway::models::get_model, healthz, readyz, metrics,
-    ),
-    components(schemas(api::webhooks::WebhookList, api::webhooks::WebhookView, api::webhooks::DeliveryList, api::approvals::ApprovalList, api::approvals::DecisionBody, api::approvals::HumanVerdict, api::handoff::HandoffDecisionBody, api::stats::Stats, api::stats::Tally, api::stats::KeySpend, api::stats::ModelSpend, api::stats::Fired, api::stats::GuardrailTally, api::breakers::BreakerList, api::breakers::ArmState, api::breakers::SharedOpening, api::listing::RunList, api::listing::RunSummary, api::runs::CreateRun, api::runs::BudgetOverrides, api::runs::Mode, api::runs::RunView, api::runs::HandedOn, api::runs::NoBody, api::runs::ResumeBody, http::problem::Problem, gateway::openai::ChatRequest, gateway::responses::ResponsesRequest, gateway::anthropic::MessagesRequest, gateway::anthropic::AnthropicError, gateway::count_tokens::TokenCount, gateway::models::ModelList, gateway::models::Model, gateway::models::OpenAiModelList, gateway::models::OpenAiModel, gateway::models::AnthropicModelList, gateway::models::AnthropicModel, gateway::models::ModelTag, gateway::models::ListTag)),
-    modifiers(&Bearer, &Refusals, &ProblemJson, &AnthropicErrors, &ModelErrors),
-    tags((name = "runs", description = "Agent runs"), (name = "approvals", description = "Calls waiting for a human's decision"), (name = "webhooks", description = "Signed POSTs of approvals, handoffs, finished runs and opened breakers, and their delivery logs"), (name = "gateway", description = "OpenAI- and Anthropic-compatible model calls through rein's breakers, fallbacks and limits"), (name = "health", description = "Liveness and readiness"))
+    components(schemas(api::webhooks::WebhookList, api::webhooks::WebhookView, api::webhooks::DeliveryList, api::approvals::ApprovalList, api::approvals::DecisionBody, api::approvals::HumanVerdict, api::handoff::HandoffDecisionBody, api::stats::Stats, api::stats::Tally, api::stats::KeySpend, api::stats::ModelSpend, api::stats::Fired, api::stats::GuardrailTally, api::live::Live, api::live::TenantLoad, api::live::ProcessLoad, api::live::GroupLoad, api::live::GatewayCounts, api::live::CallCount, api::live::FallbackCount, api::live::RecoveryCount, api::config::ConfigView, api::config::AgentView, api::config::ToolView, api::config::ProviderView, api::config::BindingView, api::config::GroupView, api::config::ServerView, api::config::KeyView, api::config::WebhookView, api::breakers::BreakerList, api::breakers::ArmState, api::breakers::SharedOpening, api::listing::RunList, api::listing::RunSummary, api::runs::CreateRun, api::runs::BudgetOverrides, api::runs::Mode, api::runs::RunView, api::runs::LedgerList, api::events::EventList, api::approvals::Decided, api::runs::HandedOn, api::runs::NoBody, api::runs::ResumeBody, http::problem::Problem, gateway::openai::ChatRequest, gateway::responses::ResponsesRequest, gateway::anthropic::MessagesRequest, gateway::anthropic::AnthropicError, gateway::count_tokens::TokenCount, gateway::models::ModelList, gateway::models::Model, gateway::models::OpenAiModelList, gateway::models::OpenAiModel, gateway::models::AnthropicModelList, gateway::models::AnthropicModel, gateway::models::ModelTag, gateway::models::ListTag)),
+    tags((name = "runs", description = "Agent runs"), (name = "approvals", description = "Calls waiting for a human's decision"), (name = "webhooks", description = "Signed POSTs of approvals, handoffs, finished runs and opened breakers, and their delivery logs"), (name = "gateway", description = "OpenAI- and Anthropic-compatible model calls through rein's breakers, fallbacks and limits"), (name = "health", description = "Liveness and readiness"), (name = "server", description = "This server itself: its configuration as applied, for operators"))
 )]
-pub struct ApiDoc;
+pub(crate) struct ApiDoc;
+
+/// What [`document`] adds over every operation, in order: the security
+/// schemes, the answers of the front door's layers, problem+json, and the
+/// gateway's own error shapes.
+const MODIFIERS: [&(dyn utoipa::Modify + Sync); 5] = [
+    &Bearer,
+    &Refusals,
+    &ProblemJson,
+    &AnthropicErrors,
+    &ModelErrors,
+];
 
 struct Bearer;
 
@@ -310,13 +323,24 @@ fn operations(
     .flatten()
 }
 
-/// The OpenAPI document of a server with `settings`: [`ApiDoc`] with the
-/// limits that come from the config (the longest `Idempotency-Key`), so a
-/// client, or a fuzzer, sees exactly what this server accepts.
+/// The OpenAPI document of every route, as any server answers it before
+/// its config's limits are applied ([`document`] applies them).
+pub fn openapi_document() -> utoipa::openapi::OpenApi {
+    let (_, mut doc) = api_routes().split_for_parts();
+    for modifier in MODIFIERS {
+        modifier.modify(&mut doc);
+    }
+    doc
+}
+
+/// The OpenAPI document of a server with `settings`: [`openapi_document`]
+/// with the limits that come from the config (the longest
+/// `Idempotency-Key`), so a client, or a fuzzer, sees exactly what this
+/// server accepts.
 pub fn document(settings: &ServerSpec) -> utoipa::openapi::OpenApi {
     use utoipa::openapi::RefOr;
     use utoipa::openapi::schema::Schema;
-    let mut doc = ApiDoc::openapi();
+    let mut doc = openapi_document();
     // `/metrics` asks for a key only where one is needed.
     let open_metrics = settings.api_keys.is_empty()
         || settings.metrics == rein_core::registry::MetricsAccess::Open;
@@ -504,12 +528,44 @@ pub fn engine_builder(
 /// A POST route whose body must be `application/json` ([`http::media`]). The
 /// check sits on the method, so a POST to a route without one is still
 /// 405, not 415.
-fn post_json<H, T>(handler: H) -> axum::routing::MethodRouter<Arc<AppState>>
-where
-    H: axum::handler::Handler<T, Arc<AppState>>,
-    T: 'static,
-{
-    post(handler).route_layer(axum::middleware::from_fn(http::media::require_json))
+fn json_body(route: MethodRouter<Arc<AppState>>) -> MethodRouter<Arc<AppState>> {
+    route.route_layer(axum::middleware::from_fn(http::media::require_json))
+}
+
+/// Every documented route, each registered once: its handler and its
+/// operation in the OpenAPI document come from the handler's
+/// `#[utoipa::path]` (method and path included), so a route cannot be
+/// served undocumented or documented at another path.
+fn api_routes() -> OpenApiRouter<Arc<AppState>> {
+    // NOTE: `exposure::PROBES` names the probes' paths.
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(api::runs::create_run).map(json_body))
+        .routes(routes!(api::listing::list_runs))
+        .routes(routes!(api::breakers::list_breakers))
+        .routes(routes!(api::stats::get_stats))
+        .routes(routes!(api::live::get_live))
+        .routes(routes!(api::config::get_config))
+        .routes(routes!(api::runs::get_run))
+        .routes(routes!(api::events::get_events))
+        .routes(routes!(api::runs::get_ledger))
+        .routes(routes!(api::runs::get_handoff))
+        .routes(routes!(api::handoff::decide).map(json_body))
+        .routes(routes!(api::runs::resume_run).map(json_body))
+        .routes(routes!(api::cancel::cancel_run).map(json_body))
+        .routes(routes!(api::approvals::list_approvals))
+        .routes(routes!(api::approvals::decide).map(json_body))
+        .routes(routes!(api::webhooks::list_webhooks))
+        .routes(routes!(api::webhooks::list_deliveries))
+        .routes(routes!(gateway::openai::chat_completions).map(json_body))
+        .routes(routes!(gateway::embeddings::embeddings).map(json_body))
+        .routes(routes!(gateway::responses::responses).map(json_body))
+        .routes(routes!(gateway::anthropic::messages).map(json_body))
+        .routes(routes!(gateway::count_tokens::count_tokens).map(json_body))
+        .routes(routes!(gateway::models::list_models))
+        .routes(routes!(gateway::models::get_model))
+        .routes(routes!(healthz))
+        .routes(routes!(metrics))
+        .routes(routes!(readyz))
 }
 
 /// The API's routes over `state`, behind the front door.
@@ -531,45 +587,8 @@ where
 /// | [`http::media::require_json`] (POST routes) | POSTs to a route that has them | 415 for a body that is not JSON |
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.settings.body_limit;
-    // NOTE: `exposure::PROBES` names the probes' paths.
-    let routes = Router::new()
-        .route("/v1/agents/{name}/runs", post_json(api::runs::create_run))
-        .route("/v1/runs", get(api::listing::list_runs))
-        .route("/v1/breakers", get(api::breakers::list_breakers))
-        .route("/v1/stats", get(api::stats::get_stats))
-        .route("/v1/runs/{id}", get(api::runs::get_run))
-        .route("/v1/runs/{id}/events", get(api::events::get_events))
-        .route("/v1/runs/{id}/ledger", get(api::runs::get_ledger))
-        .route("/v1/runs/{id}/handoff", get(api::runs::get_handoff))
-        .route(
-            "/v1/runs/{id}/handoff/decisions",
-            post_json(api::handoff::decide),
-        )
-        .route("/v1/runs/{id}/resume", post_json(api::runs::resume_run))
-        .route("/v1/runs/{id}/cancel", post_json(api::cancel::cancel_run))
-        .route("/v1/approvals", get(api::approvals::list_approvals))
-        .route("/v1/webhooks", get(api::webhooks::list_webhooks))
-        .route(
-            "/v1/webhooks/{name}/deliveries",
-            get(api::webhooks::list_deliveries),
-        )
-        .route(
-            "/v1/runs/{id}/approvals/{intent_id}",
-            post_json(api::approvals::decide),
-        )
-        .route("/v1/chat/completions", post_json(gateway::chat_completions))
-        .route("/v1/embeddings", post_json(gateway::embeddings))
-        .route(gateway::responses::PATH, post_json(gateway::responses))
-        .route(gateway::anthropic::PATH, post_json(gateway::messages))
-        .route(
-            gateway::count_tokens::PATH,
-            post_json(gateway::count_tokens::count_tokens),
-        )
-        .route(gateway::models::PATH, get(gateway::models::list_models))
-        .route(gateway::models::ONE_PATH, get(gateway::models::get_model))
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
-        .route("/readyz", get(readyz))
+    let (routes, _) = api_routes().split_for_parts();
+    let routes = routes
         .route("/openapi.json", get(openapi))
         // The dashboard, behind the same layers.
         .merge(ui::router(state.clone()))

@@ -59,6 +59,8 @@ struct Options {
     faults: Option<Faults>,
     /// TOML appended to the config.
     extra: &'static str,
+    /// Tenants that may read the process's figures (`server.metrics_tenants`).
+    operators: &'static [&'static str],
 }
 
 async fn start(options: Options) -> Api {
@@ -100,6 +102,11 @@ async fn start(options: Options) -> Api {
     if let Some(n) = options.max_attempts.and_then(std::num::NonZeroU32::new) {
         settings.queue.max_attempts = n;
     }
+    settings.metrics_tenants = options
+        .operators
+        .iter()
+        .map(|t| rein_core::TenantId::new(*t).unwrap())
+        .collect();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("rein.db")).unwrap());
     for n in 0..options.kept_for_caller {
         kept_for_caller(store.as_ref(), &format!("kept-{n:02}")).await;
@@ -790,6 +797,8 @@ async fn the_routers_own_errors_are_problems_too() {
 async fn the_openapi_document_says_what_the_server_does() {
     let api = start(Options {
         max_key_length: Some(64),
+        // acme is an operator: it may read the config.
+        operators: &["acme"],
         ..Options::default()
     })
     .await;
@@ -915,6 +924,85 @@ async fn the_openapi_document_says_what_the_server_does() {
     for member in ["metadata", "handed_on", "awaiting_approval"] {
         assert!(run.get(member).is_some(), "{member} in {run}");
     }
+
+    // The other typed answers, member by member, nested ones too.
+    let run_path = location.trim_start_matches(&api.base).to_owned();
+    for (path, schema) in [
+        ("/v1/config".to_owned(), "ConfigView"),
+        ("/v1/live".to_owned(), "Live"),
+        (format!("{run_path}/events"), "EventList"),
+        (format!("{run_path}/ledger"), "LedgerList"),
+        ("/v1/stats".to_owned(), "Stats"),
+        ("/v1/breakers".to_owned(), "BreakerList"),
+        ("/v1/runs".to_owned(), "RunList"),
+    ] {
+        let answer = api.get(&path, ACME).send().await.unwrap();
+        assert_eq!(answer.status(), StatusCode::OK, "{path}");
+        let answer: Value = answer.json().await.unwrap();
+        every_member_documented(&doc, schema, &answer, &path);
+    }
+    // The config is the process's: globex is no operator.
+    let refused = api.get("/v1/config", GLOBEX).send().await.unwrap();
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    let refused: Value = refused.json().await.unwrap();
+    assert!(
+        refused["detail"]
+            .as_str()
+            .unwrap()
+            .contains("server.metrics_tenants lists acme"),
+        "{refused}"
+    );
+}
+
+/// Fails unless every member of `value`, nested objects' included, is a
+/// property of `schema` (a component of `doc`) where it is answered.
+fn every_member_documented(doc: &Value, schema: &str, value: &Value, at: &str) {
+    fn resolve<'a>(doc: &'a Value, mut schema: &'a Value) -> &'a Value {
+        while let Some(name) = schema["$ref"].as_str() {
+            let name = name.trim_start_matches("#/components/schemas/");
+            schema = &doc["components"]["schemas"][name];
+        }
+        // `T | null` is written as oneOf [null, T].
+        if let Some(one) = schema["oneOf"].as_array() {
+            if let Some(typed) = one.iter().find(|s| s["type"] != "null") {
+                return resolve(doc, typed);
+            }
+        }
+        schema
+    }
+    fn walk(doc: &Value, schema: &Value, value: &Value, at: &str) {
+        let schema = resolve(doc, schema);
+        match value {
+            Value::Object(members) => {
+                let Some(properties) = schema["properties"].as_object() else {
+                    // A map (`additionalProperties`) or a free object.
+                    if let Some(each) = schema.get("additionalProperties").filter(|e| e.is_object())
+                    {
+                        for (key, member) in members {
+                            walk(doc, each, member, &format!("{at}.{key}"));
+                        }
+                    }
+                    return;
+                };
+                for (key, member) in members {
+                    let Some(property) = properties.get(key) else {
+                        panic!("`{at}.{key}` is answered but not documented: {schema}");
+                    };
+                    walk(doc, property, member, &format!("{at}.{key}"));
+                }
+            }
+            Value::Array(items) => {
+                if let Some(each) = schema.get("items") {
+                    for (i, item) in items.iter().enumerate() {
+                        walk(doc, each, item, &format!("{at}[{i}]"));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let root = json!({"$ref": format!("#/components/schemas/{schema}")});
+    walk(doc, &root, value, at);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -273,8 +273,9 @@ impl Source {
             Source::Server { client, base, key } => {
                 let path = format!("/v1/runs/{}/events?after={after}", encode(id));
                 let value = Source::get(client, base, key.as_deref(), &path).await?;
-                serde_json::from_value(value["events"].clone())
-                    .with_context(|| format!("{base} answered events rein cannot read"))
+                let list: rein_server::api::events::EventList = serde_json::from_value(value)
+                    .with_context(|| format!("{base} answered events rein cannot read"))?;
+                Ok(list.events)
             }
         }
     }
@@ -292,8 +293,9 @@ impl Source {
             Source::Server { client, base, key } => {
                 let path = format!("/v1/runs/{}/ledger", encode(id));
                 let value = Source::get(client, base, key.as_deref(), &path).await?;
-                serde_json::from_value(value["records"].clone())
-                    .with_context(|| format!("{base} answered a ledger rein cannot read"))
+                let list: rein_server::api::runs::LedgerList = serde_json::from_value(value)
+                    .with_context(|| format!("{base} answered a ledger rein cannot read"))?;
+                Ok(list.records)
             }
         }
     }
@@ -469,13 +471,19 @@ impl Source {
                 }
             }
             Source::Server { client, base, key } => {
-                let mut body = serde_json::json!({
-                    "decision": decision.verdict.as_str(),
-                    "reason": decision.reason,
-                });
-                if key.is_none() {
-                    body["by"] = Value::from(decision.by);
-                }
+                use rein_server::api::approvals::{DecisionBody, HumanVerdict};
+                let body = DecisionBody {
+                    decision: match decision.verdict {
+                        rein_core::approval::Verdict::Approved => HumanVerdict::Approved,
+                        rein_core::approval::Verdict::Rejected => HumanVerdict::Rejected,
+                        // `expired` is rein's to record, never a human's.
+                        rein_core::approval::Verdict::Expired => {
+                            bail!("a human approves or rejects; `expired` is rein's to record")
+                        }
+                    },
+                    reason: decision.reason,
+                    by: key.is_none().then_some(decision.by),
+                };
                 let url = format!(
                     "{base}/v1/runs/{}/approvals/{}",
                     encode(run),
@@ -483,10 +491,10 @@ impl Source {
                 );
                 let value =
                     Source::send(client.post(url).json(&body), base, key.as_deref()).await?;
-                let continues = value["continues"].as_bool().unwrap_or(false);
-                let approval: Approval = serde_json::from_value(value)
-                    .with_context(|| format!("{base} answered a decision rein cannot read"))?;
-                Ok((approval, continues))
+                let decided: rein_server::api::approvals::Decided =
+                    serde_json::from_value(value)
+                        .with_context(|| format!("{base} answered a decision rein cannot read"))?;
+                Ok((decided.approval, decided.continues))
             }
         }
     }

@@ -331,6 +331,24 @@ pub struct AllowedHost {
     pub port: Option<u16>,
 }
 
+/// The entry as config writes it: `rein.example.com`, `*.example.com:8443`,
+/// `[fd00::5]`.
+impl fmt::Display for AllowedHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (below, host) = match &self.pattern {
+            HostPattern::Exact(host) => ("", host.as_str()),
+            HostPattern::Below(host) => ("*.", host.as_str()),
+        };
+        let bracketed = host.contains(':') && !host.starts_with('[');
+        match (bracketed, self.port) {
+            (true, Some(port)) => write!(f, "{below}[{host}]:{port}"),
+            (true, None) => write!(f, "{below}[{host}]"),
+            (false, Some(port)) => write!(f, "{below}{host}:{port}"),
+            (false, None) => write!(f, "{below}{host}"),
+        }
+    }
+}
+
 impl AllowedHost {
     /// An entry as config writes it (see the table above).
     ///

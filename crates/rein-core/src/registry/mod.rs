@@ -137,6 +137,7 @@ mod check;
 mod compensation;
 mod config;
 mod constants;
+pub mod explain;
 mod exposure;
 mod fan_out;
 mod json_schema;

@@ -178,6 +178,19 @@ pub enum AdapterSpec {
     },
 }
 
+impl AdapterSpec {
+    /// Which adapter calls the tool.
+    pub fn kind(&self) -> super::adapter::AdapterKind {
+        use super::adapter::AdapterKind;
+        match self {
+            AdapterSpec::Http { .. } => AdapterKind::Http,
+            AdapterSpec::Command { .. } => AdapterKind::Command,
+            AdapterSpec::Agent { .. } => AdapterKind::Agent,
+            AdapterSpec::Mcp { .. } => AdapterKind::Mcp,
+        }
+    }
+}
+
 /// A tool's idempotency key recipe: how arguments are normalized before
 /// they are digested, and the header the key travels in.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -110,20 +110,26 @@ impl Metrics {
         out
     }
 
-    /// The sum of every sample named `name` whose labels include all of
-    /// `labels` (0 when none): `rein_tool_calls_total` with
-    /// `[("tool", "update")]` sums over tenants, agents and outcomes.
-    pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
-        let text = self.render();
-        let sum: f64 = samples(&text)
+    /// Every sample named `name` whose labels include all of `labels`: what
+    /// a dashboard reads of this process's counters, one per label set.
+    /// (Read from the rendered text, the one encoding `/metrics` also
+    /// serves, rather than from each family's typed labels.)
+    pub fn samples(&self, name: &str, labels: &[(&str, &str)]) -> Vec<Sample> {
+        samples(&self.render())
             .filter(|s| s.name == name)
             .filter(|s| {
                 labels
                     .iter()
                     .all(|(k, v)| s.labels.iter().any(|(k2, v2)| k == k2 && v == v2))
             })
-            .map(|s| s.value)
-            .sum();
+            .collect()
+    }
+
+    /// The sum of every sample named `name` whose labels include all of
+    /// `labels` (0 when none): `rein_tool_calls_total` with
+    /// `[("tool", "update")]` sums over tenants, agents and outcomes.
+    pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        let sum: f64 = self.samples(name, labels).iter().map(|s| s.value).sum();
         // Counts only: a fraction (a cost) is cut.
         if sum.is_finite() && sum >= 0.0 {
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
@@ -135,12 +141,26 @@ impl Metrics {
     }
 }
 
-/// One sample line of the text format.
-#[derive(Debug)]
-struct Sample {
-    name: String,
-    labels: Vec<(String, String)>,
-    value: f64,
+/// One sample of a metric: its labels and value, as [`Metrics::render`]
+/// wrote them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// The sample's name (a counter's carries `_total`).
+    pub name: String,
+    /// Its labels, in the order written.
+    pub labels: Vec<(String, String)>,
+    /// Its value.
+    pub value: f64,
+}
+
+impl Sample {
+    /// The value of label `name` (`""` when the sample has none).
+    pub fn label(&self, name: &str) -> &str {
+        self.labels
+            .iter()
+            .find(|(k, _)| k == name)
+            .map_or("", |(_, v)| v.as_str())
+    }
 }
 
 /// The samples of `text`, in the text format this module writes (label

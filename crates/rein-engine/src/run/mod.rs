@@ -67,6 +67,7 @@ mod fan_out;
 mod final_turn;
 #[cfg(test)]
 mod fixture;
+mod group_use;
 mod guarded;
 mod hand_on;
 mod handle;
@@ -103,6 +104,7 @@ pub use durable::STORE_PATIENCE;
 pub use emitter::{Correlation, Observer};
 pub use engine::{Engine, EngineBuilder, http_client};
 pub use error::EngineError;
+pub use group_use::GroupUse;
 pub use guarded::{CallResult, Planned};
 pub use hand_on::HandOn;
 pub use handle::RunHandle;

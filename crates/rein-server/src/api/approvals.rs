@@ -138,24 +138,24 @@ pub struct ApprovalQuery {
 }
 
 /// A decision, as sent.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DecisionBody {
     /// `approved` or `rejected` (`expired` is rein's to record).
     pub decision: HumanVerdict,
     /// Why; a rejection's reason is what the model is told.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 2000)]
     pub reason: Option<String>,
     /// Who decides, in the keyless loopback mode (default `operator`);
     /// ignored with API keys, where the key's name is recorded.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(min_length = 1, max_length = 200, pattern = "^[^\\x00-\\x1f\\x7f]+$")]
     pub by: Option<String>,
 }
 
 /// What a human may decide.
-#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum HumanVerdict {
     /// Send the call, with exactly the arguments it was requested with.
@@ -223,13 +223,26 @@ fn parse(pairs: &[(String, String)]) -> Result<ApprovalFilter, Problem> {
     Ok(filter)
 }
 
+/// What a decision's `POST` answers: the approval with its decision, and
+/// whether the run continues.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Decided {
+    /// The approval, decided.
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub approval: Approval,
+    /// Whether it was the last its run's turn waited for: the run is
+    /// `running` again, for a worker to continue.
+    pub continues: bool,
+}
+
 /// Records a decision on a call that waits for one.
 #[utoipa::path(
     post, path = "/v1/runs/{id}/approvals/{intent_id}", tag = "approvals",
     params(("id" = String, Path, description = "The run"),
            ("intent_id" = String, Path, description = "The call (its intent)")),
     request_body(content = DecisionBody, description = "The decision"),
-    responses((status = 200, description = "recorded: the approval with its decision, and `continues`: whether it was the last its run's turn waited for (the run is `running` again, for a worker to continue)", body = Object),
+    responses((status = 200, description = "recorded: the approval with its decision, and `continues`: whether it was the last its run's turn waited for (the run is `running` again, for a worker to continue)", body = Decided),
               (status = 400, description = "a body that is not a decision", body = Problem),
               (status = 401, description = "missing or invalid API key", body = Problem),
               (status = 404, description = "unknown run or call, or another tenant's run", body = Problem),
@@ -274,8 +287,10 @@ pub async fn decide(
                 state.queue.notify_one();
             }
             tracing::info!(run = %record.run_id, intent = %intent_id, by = %decided.approval.decision.as_ref().map_or("", |d| d.by.as_str()), continues = decided.continues, "approval decided");
-            let mut body = json!(decided.approval);
-            body["continues"] = json!(decided.continues);
+            let body = Decided {
+                approval: decided.approval,
+                continues: decided.continues,
+            };
             Ok((StatusCode::OK, Json(body)).into_response())
         }
         Err(StoreError::AlreadyDecided { approval }) => {

@@ -23,10 +23,10 @@ use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream};
 use rein_core::{Event, EventKind, RunId};
 use rein_store::Notification;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::broadcast;
-use utoipa::IntoParams;
+use utoipa::{IntoParams, ToSchema};
 
 use crate::api::runs::owned;
 use crate::http::auth::Tenant;
@@ -150,13 +150,24 @@ async fn next_read(
     }
 }
 
+/// What `GET /v1/runs/{id}/events` answers as JSON.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct EventList {
+    /// The run.
+    pub run_id: String,
+    /// Its events after `after`, in `seq` order (each as the event
+    /// stream's wire form: `seq`, `at_ms`, `kind`, `data`, …).
+    #[schema(value_type = Vec<Object>)]
+    pub events: Vec<Event>,
+}
+
 /// The run's events; `Accept: text/event-stream` streams them live until
 /// the run ends (resume with `Last-Event-ID`).
 #[utoipa::path(
     get, path = "/v1/runs/{id}/events", tag = "runs",
     params(("id" = String, Path, description = "The run"), EventsQuery),
     responses((status = 200, description = "The events as JSON, or an SSE stream ending with run_finished",
-               content((Object = "application/json"), (String = "text/event-stream"))),
+               content((EventList = "application/json"), (String = "text/event-stream"))),
               (status = 400, description = "invalid query", body = Problem),
               (status = 401, description = "missing or invalid API key", body = Problem),
               (status = 404, description = "unknown run, or another tenant's", body = Problem)),
@@ -191,5 +202,9 @@ pub async fn get_events(
             .into_response());
     }
     let events = state.store.events(&record.run_id, after).await?;
-    Ok(Json(json!({"run_id": record.run_id, "events": events})).into_response())
+    Ok(Json(EventList {
+        run_id: record.run_id.to_string(),
+        events,
+    })
+    .into_response())
 }

@@ -350,8 +350,7 @@ mod tests {
 
     /// The document's schema of the listing's `parameter`.
     fn documented(parameter: &str) -> serde_json::Value {
-        use utoipa::OpenApi as _;
-        let doc = serde_json::to_value(crate::ApiDoc::openapi()).unwrap();
+        let doc = serde_json::to_value(crate::openapi_document()).unwrap();
         doc["paths"]["/v1/runs"]["get"]["parameters"]
             .as_array()
             .unwrap()

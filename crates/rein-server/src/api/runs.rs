@@ -884,7 +884,7 @@ pub async fn get_run(
 #[utoipa::path(
     get, path = "/v1/runs/{id}/ledger", tag = "runs",
     params(("id" = String, Path, description = "The run")),
-    responses((status = 200, description = "The ledger records in execution order", body = Object),
+    responses((status = 200, description = "The ledger records in execution order", body = LedgerList),
               (status = 401, description = "missing or invalid API key", body = Problem),
               (status = 404, description = "unknown run, or another tenant's", body = Problem)),
     security(("bearer" = []))
@@ -893,10 +893,24 @@ pub async fn get_ledger(
     State(state): State<Arc<AppState>>,
     Tenant(tenant): Tenant,
     Segment(id): Segment,
-) -> Result<Json<Value>, Problem> {
+) -> Result<Json<LedgerList>, Problem> {
     let record = owned(&state, &tenant, &id).await?;
-    let ledger = state.store.ledger(&record.run_id).await?;
-    Ok(Json(json!({"run_id": record.run_id, "records": ledger})))
+    let records = state.store.ledger(&record.run_id).await?;
+    Ok(Json(LedgerList {
+        run_id: record.run_id.to_string(),
+        records,
+    }))
+}
+
+/// What `GET /v1/runs/{id}/ledger` answers.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LedgerList {
+    /// The run.
+    pub run_id: String,
+    /// Its side-effect records in execution order (`seq`), each with its
+    /// intent, tool, idempotency key, status and result.
+    #[schema(value_type = Vec<Object>)]
+    pub records: Vec<rein_core::LedgerRecord>,
 }
 
 /// The handoff package of a run any of whose records awaits a human.
@@ -912,7 +926,7 @@ pub async fn get_handoff(
     State(state): State<Arc<AppState>>,
     Tenant(tenant): Tenant,
     Segment(id): Segment,
-) -> Result<Json<Value>, Problem> {
+) -> Result<Json<rein_core::handoff::HandoffPackage>, Problem> {
     let record = owned(&state, &tenant, &id).await?;
     // From the ledger as it stands: a record the reconciler handed to a
     // human after the run ended has a package, whatever the stored report
@@ -920,7 +934,7 @@ pub async fn get_handoff(
     let ledger = rein_engine::run::tree_records(state.store.as_ref(), &record.run_id).await?;
     let fresh = rein_engine::run::revise(state.store.as_ref(), &record, &ledger).await?;
     match fresh.or(record.report).and_then(|r| r.handoff) {
-        Some(handoff) => Ok(Json(json!(handoff))),
+        Some(handoff) => Ok(Json(handoff)),
         None => Err(Problem::new(
             StatusCode::NOT_FOUND,
             "no-handoff",

@@ -14,7 +14,7 @@ use axum::http::StatusCode;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use rein_core::TenantId;
-use rein_core::registry::MetricsAccess;
+use rein_core::registry::{MetricsAccess, ServerSpec};
 
 use crate::http::access::TenantSlot;
 use crate::http::problem::{Challenge, Problem};
@@ -162,12 +162,27 @@ pub fn authorize_metrics(parts: &Parts, state: &AppState) -> Result<(), Problem>
         return Ok(());
     }
     let tenant = authenticate(parts, state)?;
-    if settings.metrics_tenants.contains(&tenant) {
+    operator(settings, &tenant, "/metrics")
+}
+
+/// Whether `tenant` may read what is the whole process's rather than a
+/// tenant's (the counters of `/metrics`, the effective config): a tenant
+/// in `server.metrics_tenants`, or anyone without keys or with
+/// `server.metrics = "open"`. `what` names it in the refusal.
+///
+/// # Errors
+///
+/// 403 for a tenant not listed, naming the setting that admits it.
+pub fn operator(settings: &ServerSpec, tenant: &TenantId, what: &str) -> Result<(), Problem> {
+    if settings.api_keys.is_empty()
+        || settings.metrics == MetricsAccess::Open
+        || settings.metrics_tenants.contains(tenant)
+    {
         return Ok(());
     }
     let detail = if settings.metrics_tenants.is_empty() {
         format!(
-            "no tenant may read /metrics (its counters are the whole process's): list the scraper's tenant in server.metrics_tenants, e.g. [\"{tenant}\"], or set server.metrics = \"open\""
+            "no tenant may read {what} (it is the whole process's): list the operator's tenant in server.metrics_tenants, e.g. [\"{tenant}\"], or set server.metrics = \"open\""
         )
     } else {
         let listed: Vec<&str> = settings
@@ -176,7 +191,7 @@ pub fn authorize_metrics(parts: &Parts, state: &AppState) -> Result<(), Problem>
             .map(TenantId::as_str)
             .collect();
         format!(
-            "tenant `{tenant}` may not read /metrics: server.metrics_tenants lists {}",
+            "tenant `{tenant}` may not read {what}: server.metrics_tenants lists {}",
             listed.join(", ")
         )
     };

@@ -162,6 +162,9 @@ pub fn router(app: Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/ui/handoffs", get(pages::handoffs::list))
         .route("/ui/breakers", get(pages::breakers::list))
         .route("/ui/stats", get(pages::stats::show))
+        .route("/ui/live", get(pages::live::show))
+        .route("/ui/gateway", get(pages::gateway::show))
+        .route("/ui/config", get(pages::config::show))
         .route("/ui/assets/{name}", get(asset))
         .layer(axum::middleware::map_response(security_headers))
         .layer(axum::middleware::from_fn_with_state(

@@ -229,6 +229,36 @@ impl GroupSlots {
         groups.get(group).map_or(0, |g| g.lock().governor.queued())
     }
 
+    /// What every governor here holds now, by name: the operator's
+    /// capacity view ([`super::GroupUse`]); `provider` says which slots
+    /// these are (the engine keeps providers' apart from groups').
+    pub(super) fn uses(&self, provider: bool) -> Vec<super::GroupUse> {
+        let governed: Vec<Arc<Governed>> = {
+            let groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+            groups.values().cloned().collect()
+        };
+        let mut uses: Vec<super::GroupUse> = governed
+            .iter()
+            .map(|g| {
+                let state = g.lock();
+                let limit = state.governor.concurrency();
+                // Without `max_concurrency` the ceiling is the governor's
+                // own bound, which no operator set: shown as none.
+                let bounded = g.limits.max_concurrency.is_some();
+                super::GroupUse {
+                    provider,
+                    name: g.name.clone(),
+                    limit: bounded.then(|| limit.limit()),
+                    ceiling: bounded.then(|| limit.max()),
+                    in_flight: limit.in_flight(),
+                    queued: state.governor.queued(),
+                }
+            })
+            .collect();
+        uses.sort_by(|a, b| a.name.cmp(&b.name));
+        uses
+    }
+
     /// The current limit of `group`'s governor.
     pub(super) fn limit(&self, group: &str) -> Option<u32> {
         let groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());

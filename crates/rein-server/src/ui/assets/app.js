@@ -1,6 +1,7 @@
 // rein dashboard: progressive enhancement only. Every page works without
-// this script; it shows times in the viewer's zone (UTC on hover) and
-// follows a running run's events without a reload.
+// this script; it shows times in the viewer's zone (UTC on hover),
+// follows a running run's events without a reload, and reads the figures
+// of a live page (`data-refresh`) again in place.
 "use strict";
 
 const zone = Intl.DateTimeFormat().resolvedOptions().timeZone || "local";
@@ -76,8 +77,35 @@ function follow(list) {
   };
 }
 
+// Reads the page again every `data-refresh` ms and swaps in its figures:
+// same origin, same session cookie, nothing else fetched.
+function refresh(box) {
+  const every = Number(box.dataset.refresh);
+  if (!(every >= 1000)) return;
+  const say = () => {
+    const note = document.getElementById("refresh-note");
+    if (note) note.textContent = "Updated every " + every / 1000 + " s.";
+  };
+  say();
+  setInterval(async () => {
+    try {
+      const answer = await fetch(window.location.href, { credentials: "same-origin" });
+      if (!answer.ok) return;
+      const page = new DOMParser().parseFromString(await answer.text(), "text/html");
+      const fresh = page.getElementById(box.id);
+      if (!fresh) return;
+      fresh.querySelectorAll("time[datetime]").forEach(localize);
+      box.replaceWith(fresh);
+      box = fresh;
+      say();
+    } catch (_) { /* the next round tries again */ }
+  }, every);
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   document.querySelectorAll("time[datetime]").forEach(localize);
   const list = document.getElementById("timeline");
   if (list && list.dataset.live && window.EventSource) follow(list);
+  const live = document.querySelector("[data-refresh]");
+  if (live && live.id) refresh(live);
 });

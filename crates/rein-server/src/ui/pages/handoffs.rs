@@ -56,16 +56,13 @@ pub(crate) async fn list(State(ui): State<Ui>, headers: HeaderMap, uri: Uri) -> 
     let mut waiting = 0usize;
     for run in &runs {
         let id = run.run_id.to_string();
-        let Ok(axum::Json(value)) = crate::api::runs::get_handoff(
+        let Ok(axum::Json(package)) = crate::api::runs::get_handoff(
             State(ui.app.clone()),
             Tenant(tenant.clone()),
             Segment(id.clone()),
         )
         .await
         else {
-            continue;
-        };
-        let Ok(package) = serde_json::from_value::<HandoffPackage>(value) else {
             continue;
         };
         if package.awaiting_decision.is_empty() {

@@ -3,7 +3,10 @@
 
 pub(crate) mod approvals;
 pub(crate) mod breakers;
+pub(crate) mod config;
+pub(crate) mod gateway;
 pub(crate) mod handoffs;
+pub(crate) mod live;
 pub(crate) mod login;
 pub(crate) mod run;
 pub(crate) mod runs;
@@ -27,7 +30,10 @@ pub(crate) enum Nav {
     Approvals,
     Handoffs,
     Breakers,
+    Live,
     Stats,
+    Gateway,
+    Config,
     None,
 }
 
@@ -52,7 +58,10 @@ pub(crate) fn page(title: &str, signed: Option<(&Ui, &Signed)>, nav: Nav, body: 
             (Nav::Approvals, "/ui/approvals", "Approvals waiting"),
             (Nav::Handoffs, "/ui/handoffs", "Handoffs waiting"),
             (Nav::Breakers, "/ui/breakers", "Breakers"),
+            (Nav::Live, "/ui/live", "In flight"),
             (Nav::Stats, "/ui/stats", "Outcomes and spend"),
+            (Nav::Gateway, "/ui/gateway", "Gateway"),
+            (Nav::Config, "/ui/config", "Config"),
         ] {
             h.raw("<li><a href=\"").raw(href).raw("\"");
             if entry == nav {

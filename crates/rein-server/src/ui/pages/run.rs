@@ -9,7 +9,6 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt as _;
-use rein_core::handoff::HandoffPackage;
 use rein_core::{Event, LedgerRecord, RunReport};
 use rein_store::{ApprovalFilter, RunRecord};
 
@@ -71,7 +70,7 @@ async fn read(ui: &Ui, signed: &Signed, id: &str) -> Result<Html, Problem> {
     )
     .await
     {
-        Ok(axum::Json(value)) => serde_json::from_value::<HandoffPackage>(value).ok(),
+        Ok(axum::Json(package)) => Some(package),
         Err(_) => None,
     };
     let back = format!("/ui/runs/{}", pct(id));

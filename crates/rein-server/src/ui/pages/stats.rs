@@ -11,6 +11,8 @@
 //! keeps spend per UTC day, so the spend of a window shorter than a day
 //! is that of the whole days it touches; the page says so.
 
+use std::collections::BTreeMap;
+
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
@@ -18,7 +20,7 @@ use axum::response::Response;
 use rein_core::Outcome;
 
 use super::{Nav, agent_select, page, problem_page, query_value, respond};
-use crate::api::stats::{Stats, Tally};
+use crate::api::stats::{KeySpend, Stats, Tally};
 use crate::http::problem::Problem;
 use crate::ui::Ui;
 use crate::ui::html::Html;
@@ -167,31 +169,39 @@ fn render(stats: &Stats, label: &str) -> Html {
     if stats.keys.is_empty() {
         h.raw("<p class=\"empty\">No API key spent anything through the gateway (<code>/v1/chat/completions</code>, <code>/v1/messages</code>, <code>/v1/responses</code>) on the days of this window.</p>");
     } else {
-        h.raw("<table id=\"spend\"><thead><tr><th scope=\"col\">Key</th><th scope=\"col\">Model</th>")
-            .raw("<th scope=\"col\" class=\"n\">Tokens</th><th scope=\"col\" class=\"n\">Cost (USD)</th></tr></thead><tbody>");
-        for (key, spend) in &stats.keys {
-            h.raw("<tr data-key=\"")
-                .text(key)
-                .raw("\"><th scope=\"row\">")
-                .text(key)
-                .raw("</th><td><span class=\"muted\">every model</span></td><td class=\"n\">")
-                .num(spend.tokens)
-                .raw("</td><td class=\"n\">")
-                .text(&usd(spend.cost_micros))
-                .raw("</td></tr>");
-            for (model, by) in &spend.by_model {
-                h.raw("<tr><td></td><td><code>")
-                    .text(model)
-                    .raw("</code></td><td class=\"n\">")
-                    .num(by.tokens)
-                    .raw("</td><td class=\"n\">")
-                    .text(&usd(by.cost_micros))
-                    .raw("</td></tr>");
-            }
-        }
-        h.raw("</tbody></table><p class=\"muted\">Spend is kept per UTC day: these are the whole days the window touches.</p>");
+        h.html(spend_table(&stats.keys))
+            .raw("<p class=\"muted\">Spend is kept per UTC day: these are the whole days the window touches.</p>");
     }
     h.raw("</section>");
+    h
+}
+
+/// What each key spent through the gateway, in total and by model.
+pub(super) fn spend_table(keys: &BTreeMap<String, KeySpend>) -> Html {
+    let mut h = Html::new();
+    h.raw("<table id=\"spend\"><thead><tr><th scope=\"col\">Key</th><th scope=\"col\">Model</th>")
+        .raw("<th scope=\"col\" class=\"n\">Tokens</th><th scope=\"col\" class=\"n\">Cost (USD)</th></tr></thead><tbody>");
+    for (key, spend) in keys {
+        h.raw("<tr data-key=\"")
+            .text(key)
+            .raw("\"><th scope=\"row\">")
+            .text(key)
+            .raw("</th><td><span class=\"muted\">every model</span></td><td class=\"n\">")
+            .num(spend.tokens)
+            .raw("</td><td class=\"n\">")
+            .text(&usd(spend.cost_micros))
+            .raw("</td></tr>");
+        for (model, by) in &spend.by_model {
+            h.raw("<tr><td></td><td><code>")
+                .text(model)
+                .raw("</code></td><td class=\"n\">")
+                .num(by.tokens)
+                .raw("</td><td class=\"n\">")
+                .text(&usd(by.cost_micros))
+                .raw("</td></tr>");
+        }
+    }
+    h.raw("</tbody></table>");
     h
 }
 
@@ -261,7 +271,7 @@ fn tally_table<'a>(
 }
 
 /// Micro-dollars as the runs page shows a cost: `$0.001250`.
-fn usd(micros: u64) -> String {
+pub(super) fn usd(micros: u64) -> String {
     rein_core::deadline::Cost::from_micros(micros).to_string()
 }
 
@@ -269,7 +279,7 @@ fn usd(micros: u64) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::api::stats::{KeySpend, ModelSpend};
+    use crate::api::stats::ModelSpend;
 
     fn stats() -> Stats {
         let mut total = Tally {

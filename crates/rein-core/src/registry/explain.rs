@@ -1,6 +1,7 @@
 //! The limits a run gets, as a human reads them: the block `rein check
-//! --explain` prints per agent, the line `rein run` prints as a run starts,
-//! and a report's consumption beside each ceiling.
+//! --explain` prints per agent (and the dashboard's config page shows),
+//! the line `rein run` prints as a run starts, and a report's consumption
+//! beside each ceiling.
 //!
 //! # Why show the defaults
 //!
@@ -10,12 +11,10 @@
 
 use std::time::Duration;
 
-use rein_core::RunReport;
-use rein_core::deadline::{
-    BudgetLimits, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOKENS, DEFAULT_WALL_CLOCK,
-};
-use rein_core::plural::count;
-use rein_core::registry::{AgentSpec, DEFAULT_MAX_CALLS_PER_TURN, Registry};
+use crate::RunReport;
+use crate::deadline::{BudgetLimits, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOKENS, DEFAULT_WALL_CLOCK};
+use crate::plural::count;
+use crate::registry::{AgentSpec, DEFAULT_MAX_CALLS_PER_TURN, Registry};
 
 /// `d` as a human reads it: `850 ms`, `12.5 s`, `4m`, `4m 30s`, `2h 5m`,
 /// `3d 4h`.
@@ -112,7 +111,7 @@ pub fn explain(registry: &Registry, agent: &AgentSpec) -> Vec<String> {
             marked(
                 format!("{} attempts", agent.retry.max_attempts()),
                 agent.retry.max_attempts(),
-                rein_core::retry::RetryConfig::default().max_attempts,
+                crate::retry::RetryConfig::default().max_attempts,
             )
         ),
     ];
@@ -164,7 +163,7 @@ pub fn explain(registry: &Registry, agent: &AgentSpec) -> Vec<String> {
 
 /// What rein chose for `tool` because its config left it out, in one
 /// line; `None` when the config set everything.
-fn tool_defaults(tool: &rein_core::registry::ToolSpec) -> Option<String> {
+fn tool_defaults(tool: &crate::registry::ToolSpec) -> Option<String> {
     if tool.defaulted.is_empty() {
         return None;
     }
@@ -181,8 +180,8 @@ fn tool_defaults(tool: &rein_core::registry::ToolSpec) -> Option<String> {
             "owner" => format!("owner {}", tool.owner),
             "latency" => format!(
                 "latency observed, planned at a p99 of {} until {} calls are measured",
-                human(rein_core::registry::DEFAULT_TOOL_FALLBACK_P99),
-                rein_core::registry::DEFAULT_OBSERVE_MIN_SAMPLES
+                human(crate::registry::DEFAULT_TOOL_FALLBACK_P99),
+                crate::registry::DEFAULT_OBSERVE_MIN_SAMPLES
             ),
             other => other.to_owned(),
         })
@@ -243,7 +242,7 @@ mod tests {
 
     #[test]
     fn a_default_budget_says_so() {
-        let defaults = BudgetLimits::try_from(rein_core::deadline::BudgetConfig::default())
+        let defaults = BudgetLimits::try_from(crate::deadline::BudgetConfig::default())
             .expect("the default budget is valid");
         let line = budget_line(&defaults, Duration::from_secs(60));
         assert_eq!(
