@@ -30,6 +30,8 @@ use common::{Server, example_config};
 /// The key the page signs in with, and its name (the decisions' author).
 const KEY: &str = "acme-dashboard-key";
 const KEY_NAME: &str = "ops-alice";
+/// A key of tenant `beta`, which is no operator.
+const OTHER_KEY: &str = "beta-dashboard-key";
 
 /// Chromium's binary: Debian's `chromium` (or Ubuntu's
 /// `chromium-browser`), on `PATH` or in `/usr/bin`.
@@ -108,11 +110,13 @@ const THREE_UPDATES: &str = r#"{"turns": [
 ]}"#;
 
 /// The example with its email behind a human's approval, an agent
-/// (`mover`) that gets handed off, and the key.
+/// (`mover`) that gets handed off, and the key (an operator's).
 fn config(dir: &Path) -> PathBuf {
     std::fs::write(dir.join("handoff.script.json"), THREE_UPDATES).unwrap();
-    example_config(
+    // The key's tenant is the operator: it may read the config page.
+    common::example_config_with_server(
         dir,
+        "metrics_tenants = [\"acme\"]",
         &format!(
             "[agents.order_desk.approval]\nfrom_tier = \"high\"\nwindow = \"1h\"\n\
              [providers.handoff_replay]\nkind = \"scripted\"\nscript = \"handoff.script.json\"\n\
@@ -329,6 +333,9 @@ async fn issue_38_the_dashboard_signs_in_lists_shows_and_decides_in_a_real_brows
         "handoffs",
         "run-live",
         "stats",
+        "live",
+        "gateway",
+        "config",
     ] {
         assert!(shots.join(format!("{shot}.png")).is_file(), "{shot}.png");
     }
@@ -555,8 +562,8 @@ mod over_http {
         server.kill_async().await;
     }
 
-    /// A session of `KEY`, signed in through the form: its cookie.
-    async fn signed_in(http: &reqwest::Client, server: &Server) -> String {
+    /// A session of `key`, signed in through the form: its cookie.
+    async fn signed_in(http: &reqwest::Client, server: &Server, key: &str) -> String {
         let form = http.get(server.url("/ui/login")).send().await.unwrap();
         let (form_cookie, _) = cookie(&form);
         let token = csrf(&form.text().await.unwrap());
@@ -564,7 +571,7 @@ mod over_http {
             .post(server.url("/ui/login"))
             .header("cookie", &form_cookie)
             .header("content-type", "application/x-www-form-urlencoded")
-            .body(format!("csrf={token}&key={KEY}&next=%2Fui%2Fruns"))
+            .body(format!("csrf={token}&key={key}&next=%2Fui%2Fruns"))
             .send()
             .await
             .unwrap();
@@ -573,7 +580,7 @@ mod over_http {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn outcomes_and_spend_show_what_a_key_spent_through_the_gateway() {
+    async fn outcomes_spend_gateway_capacity_and_config_pages() {
         let desk = OrderDesk::start().await.unwrap();
         let model = rein_testkit::mock_model::MockModel::start_with(
             rein_testkit::mock_model::MockModelConfig::default().with_model("gpt-4o-mini"),
@@ -582,12 +589,16 @@ mod over_http {
         .unwrap();
         model.push_reply(rein_testkit::mock_model::Reply::text("Hello.").with_usage(1_000, 200));
         let dir = tempfile::tempdir().unwrap();
-        let config = example_config(
+        // acme is the operator; beta is a tenant that is not.
+        let config = common::example_config_with_server(
             dir.path(),
+            "metrics_tenants = [\"acme\"]",
             &format!(
                 "[[server.api_keys]]\ntenant = \"acme\"\nname = \"{KEY_NAME}\"\nsha256 = \"{}\"\n\
+                 [[server.api_keys]]\ntenant = \"beta\"\nname = \"beta-bob\"\nsha256 = \"{}\"\n\
                  [models.chat]\nprovider = \"mock\"\nmodel = \"gpt-4o-mini\"\n",
-                sha256(KEY)
+                sha256(KEY),
+                sha256(OTHER_KEY)
             ),
         );
         let server = Server::start_with_env(
@@ -599,9 +610,32 @@ mod over_http {
             ],
         );
         let http = client();
-        let session = signed_in(&http, &server).await;
+        let session = signed_in(&http, &server, KEY).await;
         let page =
             |path: &'static str| http.get(server.url(path)).header("cookie", &session).send();
+        let text = |path: &'static str| async move {
+            let answer = page(path).await.unwrap();
+            assert_eq!(answer.status(), 200, "{path}");
+            answer.text().await.unwrap()
+        };
+
+        // Before any call: what to do, and the process's capacity.
+        let gateway = text("/ui/gateway").await;
+        assert!(
+            gateway.contains("Point an OpenAI or Anthropic client"),
+            "{gateway}"
+        );
+        assert!(
+            gateway.contains("No gateway call of your tenant"),
+            "{gateway}"
+        );
+        let live = text("/ui/live").await;
+        assert!(live.contains("data-refresh="), "{live}");
+        assert!(live.contains("<tr data-row=\"workers\">"), "{live}");
+        assert!(
+            live.contains("No call went through a resource group or provider"),
+            "{live}"
+        );
 
         // Nothing yet: the empty states say what to do.
         let empty = page("/ui/stats").await.unwrap();
@@ -641,6 +675,115 @@ mod over_http {
         assert!(row.contains("mock/gpt-4o-mini"), "{row}");
         assert!(row.contains("$0.000"), "a cost in dollars: {row}");
         assert!(spent.contains("<option value=\"7d\" selected>"), "{spent}");
+
+        // The gateway page: today's spend by key and model, the call by
+        // model and outcome; the capacity page: the provider's gate.
+        let gateway = text("/ui/gateway").await;
+        let row = gateway
+            .split(&format!("<tr data-key=\"{KEY_NAME}\">"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no spend row of the key: {gateway}"));
+        assert!(row.contains("1200"), "{row}");
+        let calls = gateway
+            .split("<table id=\"calls\">")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no calls table: {gateway}"));
+        assert!(calls.contains("<code>gpt-4o-mini</code>"), "{calls}");
+        assert!(
+            calls.contains("badge ok\">ok</span></td><td class=\"n\">1</td>"),
+            "{calls}"
+        );
+        assert!(gateway.contains("Every call was answered by its chain's first model"));
+        let live = text("/ui/live").await;
+        assert!(
+            live.contains("<tr data-group=\"mock\"><td>provider</td>"),
+            "{live}"
+        );
+        let api: Value = http
+            .get(server.url("/v1/live"))
+            .bearer_auth(KEY)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(api["gateway"]["calls"][0]["count"], 1, "{api}");
+        assert_eq!(api["gateway"]["tenant_label"], "acme", "{api}");
+
+        // The config, for the operator: as applied, nothing secret.
+        let config = text("/ui/config").await;
+        assert!(config.contains("data-agent=\"order_desk\""), "{config}");
+        assert!(
+            config.contains("kept for compensation"),
+            "the limits: {config}"
+        );
+        assert!(config.contains("ops-alice (tenant acme)"), "{config}");
+        assert!(
+            config.contains("<code>$OPENAI_API_KEY</code>"),
+            "the variable's name: {config}"
+        );
+        for secret in [KEY, &sha256(KEY), OTHER_KEY, &sha256(OTHER_KEY)] {
+            assert!(!config.contains(secret), "{secret} shown: {config}");
+        }
+        assert!(config.contains("aria-current=\"page\">Config"), "{config}");
+        // Not for another tenant: the page and the API both refuse.
+        let other = signed_in(&http, &server, OTHER_KEY).await;
+        let refused = http
+            .get(server.url("/ui/config"))
+            .header("cookie", &other)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 403);
+        assert!(
+            refused
+                .text()
+                .await
+                .unwrap()
+                .contains("server.metrics_tenants lists acme")
+        );
+        let refused = http
+            .get(server.url("/v1/config"))
+            .bearer_auth(OTHER_KEY)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 403);
+        // beta sees none of acme's calls.
+        let theirs = http
+            .get(server.url("/ui/gateway"))
+            .header("cookie", &other)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            theirs.contains("No gateway call of your tenant"),
+            "{theirs}"
+        );
+
+        // The API's series: the window's runs, cut into slices.
+        let series: Value = http
+            .get(server.url("/v1/stats?buckets=3"))
+            .bearer_auth(KEY)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let slices = series["series"].as_array().unwrap();
+        assert_eq!(slices.len(), 3, "{series}");
+        let counted: u64 = slices.iter().map(|s| s["runs"].as_u64().unwrap()).sum();
+        assert_eq!(
+            counted,
+            series["total"]["runs"].as_u64().unwrap(),
+            "{series}"
+        );
+        assert_eq!(slices[0]["until_ms"], slices[1]["since_ms"]);
 
         // A window the page does not offer: a 400 that names the choices.
         let odd = page("/ui/stats?window=2h").await.unwrap();

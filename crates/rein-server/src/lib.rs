@@ -136,8 +136,8 @@
 //! | [`lifecycle::readiness`] | whether the queue workers still loop, for `/readyz` |
 //! | [`lifecycle::connections`] | the accept loop: connection limit, header/body/idle timeouts |
 //! | [`lifecycle::drain`] | SIGTERM/SIGINT: finish or hand on the work in flight, then exit |
-//! | [`ui`] | the operator's dashboard at `/ui`: sign-in, runs, a run's live timeline, approvals and handoffs |
-//! | [`document`] | the OpenAPI document, with this server's limits |
+//! | [`ui`] | the operator's dashboard at `/ui`: sign-in, runs, a run's live timeline, approvals and handoffs, breakers, in flight and capacity, trends, the gateway, the config |
+//! | [`document`] | the OpenAPI document of every route registered (`api_routes`), with this server's limits |
 //! | [`metrics`] | the engine's metrics and the server's for a Prometheus scraper |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -183,7 +183,7 @@ use crate::http::problem::Problem;
 )]
 pub(crate) struct ApiDoc;
 
-/// What [`document`] adds over every operation, in order: the security
+/// What [`openapi_document`] adds over every operation, in order: the security
 /// schemes, the answers of the front door's layers, problem+json, and the
 /// gateway's own error shapes.
 const MODIFIERS: [&(dyn utoipa::Modify + Sync); 5] = [

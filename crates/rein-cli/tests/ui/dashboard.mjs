@@ -201,11 +201,40 @@ try {
   check(await cell("order_desk", "succeeded") >= 1, "the finished run counts as a success");
   check(await cell("mover", "handed_off") === 1, "the mover's run counts as handed off");
   check((await agentRow("order_desk").innerText()).includes("$"), "costs are in dollars");
-  await page.getByLabel("Window").selectOption("7d");
+  await page.getByLabel("Window", { exact: true }).selectOption("7d");
   await page.getByRole("button", { name: "Show" }).click();
   await page.waitForURL(/window=7d/);
   await agentRow("mover").waitFor();
+  check(await page.locator("#series rect.ok").count() >= 1, "the chart has a bar of successes");
   await shot(page, "stats");
+
+  step = "in flight and capacity, refreshed in place";
+  await page.getByRole("link", { name: "In flight" }).click();
+  await page.waitForURL(/\/ui\/live/);
+  await page.locator("#refresh-note", { hasText: "Updated every" }).waitFor();
+  await page.evaluate(() => { window.firstFigures = document.getElementById("live"); });
+  // The script swaps in newer figures without a reload: a new node, on
+  // the same document.
+  await page.waitForFunction(
+    () => document.getElementById("live") !== window.firstFigures && window.firstFigures !== undefined,
+    null,
+    { timeout: 20000 },
+  );
+  check(await page.locator("tr[data-row='workers'] meter").count() === 1, "the queue workers against their count");
+  await shot(page, "live");
+
+  step = "gateway";
+  await page.getByRole("link", { name: "Gateway" }).click();
+  await page.waitForURL(/\/ui\/gateway/);
+  await page.getByRole("heading", { name: "Spend today by API key and model" }).waitFor();
+  await shot(page, "gateway");
+
+  step = "config";
+  await page.getByRole("link", { name: "Config" }).click();
+  await page.waitForURL(/\/ui\/config/);
+  await page.locator("[data-agent='order_desk']").waitFor();
+  check(!(await page.content()).includes(env("KEY")), "the key is never shown");
+  await shot(page, "config");
 
   step = "security headers";
   const head = await page.request.get(`${BASE}/ui/runs`);

@@ -9,13 +9,37 @@
 
 use super::engine::Engine;
 
-/// One governor (a resource group's or a provider's) as this process
-/// knows it now.
+/// Whose gate a governor is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum GateKind {
+    /// A `[resource_groups.*]`: its tools' calls.
+    ResourceGroup,
+    /// A provider: every model call to it (`max_concurrency`,
+    /// `tokens_per_minute`, its pause after a 429).
+    Provider,
+    /// One model of a provider: its calls, and its own pause after a 429.
+    Model,
+}
+
+impl GateKind {
+    /// The kind as an API names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GateKind::ResourceGroup => "resource_group",
+            GateKind::Provider => "provider",
+            GateKind::Model => "model",
+        }
+    }
+}
+
+/// One governor (a resource group's, a provider's or a model's) as this
+/// process knows it now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupUse {
-    /// Whether it is a provider's gate; else a `[resource_groups.*]`.
-    pub provider: bool,
-    /// The group or provider name.
+    /// Whose gate it is.
+    pub kind: GateKind,
+    /// The group or provider name, or the model as `provider/model`.
     pub name: String,
     /// The concurrency limit now: where adaptive concurrency stands between
     /// 1 and `ceiling` (`None`: no `max_concurrency`, not limited).
@@ -31,11 +55,23 @@ pub struct GroupUse {
 
 impl Engine {
     /// Every governor this process has admitted a call to, resource groups
-    /// first, then providers, each by name. A group never called is not
-    /// listed.
+    /// first, then providers, then models, each by name. A group never
+    /// called is not listed.
     pub fn group_uses(&self) -> Vec<GroupUse> {
-        let mut uses = self.shared.slots.uses(false);
-        uses.extend(self.shared.provider_slots.uses(true));
+        let prefix = super::model_chain::MODEL_GATE_PREFIX;
+        let mut uses = self.shared.slots.uses();
+        uses.extend(self.shared.provider_slots.uses().into_iter().map(|mut u| {
+            // The provider's slots hold the models' cooldown gates too.
+            match u.name.strip_prefix(prefix) {
+                Some(model) => {
+                    u.name = model.to_owned();
+                    u.kind = GateKind::Model;
+                }
+                None => u.kind = GateKind::Provider,
+            }
+            u
+        }));
+        uses.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
         uses
     }
 }

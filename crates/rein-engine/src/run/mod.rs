@@ -104,7 +104,7 @@ pub use durable::STORE_PATIENCE;
 pub use emitter::{Correlation, Observer};
 pub use engine::{Engine, EngineBuilder, http_client};
 pub use error::EngineError;
-pub use group_use::GroupUse;
+pub use group_use::{GateKind, GroupUse};
 pub use guarded::{CallResult, Planned};
 pub use hand_on::HandOn;
 pub use handle::RunHandle;

@@ -47,7 +47,8 @@ pub struct Live {
     /// This process's work and capacity.
     pub process: ProcessLoad,
     /// This process's concurrency governors (resource groups first, then
-    /// providers), each by name; one no call reached yet is not listed.
+    /// providers, then models), each by name; one no call reached yet is
+    /// not listed.
     pub groups: Vec<GroupLoad>,
     /// The gateway's counters in this process since it started.
     pub gateway: GatewayCounts,
@@ -97,9 +98,10 @@ pub struct ProcessLoad {
 /// One concurrency governor: its limit against its use.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct GroupLoad {
-    /// `resource_group` or `provider`.
+    /// `resource_group`, `provider` or `model` (one model's own gate,
+    /// which holds its calls after a 429).
     pub kind: String,
-    /// The group or provider name.
+    /// The group or provider name, or the model as `provider/model`.
     pub name: String,
     /// The concurrency limit now, where adaptive concurrency stands
     /// (`null`: no `max_concurrency`).
@@ -224,12 +226,7 @@ pub async fn read(state: &AppState, tenant: &TenantId) -> Result<Live, Problem> 
         .group_uses()
         .into_iter()
         .map(|g| GroupLoad {
-            kind: if g.provider {
-                "provider"
-            } else {
-                "resource_group"
-            }
-            .to_owned(),
+            kind: g.kind.as_str().to_owned(),
             name: g.name,
             limit: g.limit,
             ceiling: g.ceiling,

@@ -25,10 +25,19 @@
 //! | `since` | runs created at or after, Unix ms | `until` minus 24 h |
 //! | `until` | runs created before, Unix ms | now |
 //! | `agent` | one agent's runs only | every agent |
+//! | `buckets` | also cut the window into this many equal slices, each counted (`series`), 1 to 62 | none |
 //!
 //! A run that used several models counts once under each in `by_model`;
 //! a run without a report (queued, running) has no model and counts only
 //! in `runs` and `unfinished`.
+//!
+//! # Tool latency
+//!
+//! `tool_latency` is each tool's observed attempt latency (p50, p95, p99
+//! and the samples they rest on) as the store holds it: every process's
+//! samples, summed since they began, whichever tenant's runs made them (a
+//! tool's latency is its backend's, like its breaker). It is what a run
+//! plans its allowances with in observe mode, not the window's.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -69,7 +78,14 @@ pub struct StatsQuery {
     /// Only this agent's runs.
     #[param(min_length = 1)]
     pub agent: Option<String>,
+    /// Also cut the window into this many equal slices, each counted
+    /// (`series`): outcomes over time.
+    #[param(minimum = 1, maximum = 62)]
+    pub buckets: Option<u32>,
 }
+
+/// The most slices one request may ask for: two a day over 31 days.
+pub const MAX_BUCKETS: u32 = 62;
 
 /// Counts over a set of runs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -148,6 +164,40 @@ pub struct Stats {
     /// file without `--tenant`), each key is named `tenant/key`.
     #[serde(default)]
     pub keys: BTreeMap<String, KeySpend>,
+    /// The window cut into `buckets` equal slices, oldest first, each
+    /// counted as `total` is (empty unless `buckets` was asked for).
+    #[serde(default)]
+    pub series: Vec<Slice>,
+    /// Each tool's observed attempt latency, by tool name: every process's
+    /// samples since they began (not the window's), what observe mode
+    /// plans allowances with.
+    #[serde(default)]
+    pub tool_latency: BTreeMap<String, ToolLatency>,
+}
+
+/// One slice of the window, counted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Slice {
+    /// Its start (inclusive), Unix milliseconds.
+    pub since_ms: u64,
+    /// Its end (exclusive), Unix milliseconds.
+    pub until_ms: u64,
+    /// The runs created in it.
+    #[serde(flatten)]
+    pub tally: Tally,
+}
+
+/// A tool's observed attempt latency.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ToolLatency {
+    /// Attempts measured.
+    pub samples: u64,
+    /// Median, milliseconds.
+    pub p50_ms: f64,
+    /// 95th percentile, milliseconds.
+    pub p95_ms: f64,
+    /// 99th percentile, milliseconds.
+    pub p99_ms: f64,
 }
 
 /// One key's gateway spend.
@@ -201,6 +251,8 @@ pub struct Window {
     pub agent: Option<String>,
     /// Whether `since` was moved to [`MAX_WINDOW_MS`] before `until`.
     pub clamped: bool,
+    /// Slices to count apart (`series`), when asked for.
+    pub buckets: Option<u32>,
 }
 
 fn millis(parameter: &str, value: &str) -> Result<u64, Problem> {
@@ -224,7 +276,7 @@ fn millis(parameter: &str, value: &str) -> Result<u64, Problem> {
 ///
 /// A 400 naming the parameter that is unknown, repeated or out of range.
 pub fn parse(pairs: &[(String, String)], now_ms: u64) -> Result<Window, Problem> {
-    let (mut since, mut until, mut agent) = (None, None, None);
+    let (mut since, mut until, mut agent, mut buckets) = (None, None, None, None);
     crate::http::query::once(pairs)?;
     for (name, value) in pairs {
         match name.as_str() {
@@ -234,10 +286,25 @@ pub fn parse(pairs: &[(String, String)], now_ms: u64) -> Result<Window, Problem>
                 return Err(invalid("agent", "agent must not be empty".to_owned()));
             }
             "agent" => agent = Some(value.clone()),
+            "buckets" => {
+                let n = value
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=MAX_BUCKETS).contains(n))
+                    .ok_or_else(|| {
+                        invalid(
+                            "buckets",
+                            format!(
+                                "buckets must be a whole number from 1 to {MAX_BUCKETS}, but it is {value:?}"
+                            ),
+                        )
+                    })?;
+                buckets = Some(n);
+            }
             other => {
                 return Err(invalid(
                     other,
-                    format!("unknown parameter {other:?}; expected since, until or agent"),
+                    format!("unknown parameter {other:?}; expected since, until, agent or buckets"),
                 ));
             }
         }
@@ -252,6 +319,7 @@ pub fn parse(pairs: &[(String, String)], now_ms: u64) -> Result<Window, Problem>
         until_ms,
         agent,
         clamped: asked < floor,
+        buckets,
     })
 }
 
@@ -318,6 +386,8 @@ pub async fn compute(
     };
     let every_tenant = tenant.is_none();
     let mut stats = Stats::of(window, &counted);
+    stats.series = series(store, tenant.as_ref(), window).await?;
+    stats.tool_latency = tool_latency(store).await?;
     for row in spent {
         // Over every tenant (an operator reading the store file), two
         // tenants' keys of one name are told apart: `tenant/key`.
@@ -334,6 +404,78 @@ pub async fn compute(
         model.cost_micros = model.cost_micros.saturating_add(row.cost_micros);
     }
     Ok(stats)
+}
+
+/// `window` cut into its `buckets` slices, each counted (none unless
+/// asked for). The last slice ends at the window's end; each is a store
+/// count of its own, so a request costs `buckets` counts.
+async fn series(
+    store: &dyn Store,
+    tenant: Option<&TenantId>,
+    window: &Window,
+) -> Result<Vec<Slice>, StoreError> {
+    let Some(buckets) = window.buckets else {
+        return Ok(Vec::new());
+    };
+    let length = window.until_ms.saturating_sub(window.since_ms);
+    if length == 0 {
+        return Ok(Vec::new());
+    }
+    let width = length.div_ceil(u64::from(buckets));
+    let mut slices = Vec::with_capacity(buckets as usize);
+    let mut since = window.since_ms;
+    while since < window.until_ms {
+        let until = (since + width).min(window.until_ms);
+        let counted = store
+            .run_stats(&rein_store::StatsQuery {
+                tenant: tenant.cloned(),
+                agent: window.agent.clone(),
+                since_ms: Timestamp::from_millis(since),
+                until_ms: Timestamp::from_millis(until),
+            })
+            .await?;
+        let part = Window {
+            since_ms: since,
+            until_ms: until,
+            agent: window.agent.clone(),
+            clamped: false,
+            buckets: None,
+        };
+        slices.push(Slice {
+            since_ms: since,
+            until_ms: until,
+            tally: Stats::of(&part, &counted).total,
+        });
+        since = until;
+    }
+    Ok(slices)
+}
+
+/// Each tool's observed latency, as the store holds it (a row that cannot
+/// be read is left out: the next flush replaces it).
+async fn tool_latency(store: &dyn Store) -> Result<BTreeMap<String, ToolLatency>, StoreError> {
+    use rein_core::latency::LatencySubject;
+    let millis = |d: std::time::Duration| d.as_secs_f64() * 1_000.0;
+    let rows = store.latency_histograms().await?;
+    Ok(rows
+        .records
+        .into_iter()
+        .filter_map(|record| {
+            let LatencySubject::Tool(tool) = LatencySubject::parse(&record.subject)? else {
+                return None;
+            };
+            let profile = record.histogram.profile()?;
+            Some((
+                tool,
+                ToolLatency {
+                    samples: record.histogram.samples(),
+                    p50_ms: millis(profile.p50()),
+                    p95_ms: millis(profile.p95()),
+                    p99_ms: millis(profile.p99()),
+                },
+            ))
+        })
+        .collect())
 }
 
 impl Stats {
@@ -384,6 +526,8 @@ impl Stats {
                 .map(|(g, t)| (g.as_str().to_owned(), t))
                 .collect(),
             keys: BTreeMap::new(),
+            series: Vec::new(),
+            tool_latency: BTreeMap::new(),
         }
     }
 }
@@ -422,6 +566,8 @@ mod tests {
             (vec![("agent", "")], "agent"),
             (vec![("agent", "a"), ("agent", "b")], "agent"),
             (vec![("sinse", "1")], "sinse"),
+            (vec![("buckets", "0")], "buckets"),
+            (vec![("buckets", "63")], "buckets"),
         ] {
             let problem = parse(&pairs(&query), now).unwrap_err();
             assert_eq!(problem.extra.unwrap()["parameter"], parameter, "{query:?}");

@@ -174,6 +174,19 @@ pub(crate) fn duration(ms: u64) -> String {
     }
 }
 
+/// A size in bytes, with its unit: `900 bytes`, `64 KiB`, `1.5 MiB`.
+pub(crate) fn bytes(n: u64) -> String {
+    const KIB: u64 = 1024;
+    const MIB: u64 = 1024 * KIB;
+    match n {
+        0..KIB => format!("{n} bytes"),
+        KIB..MIB if n % KIB == 0 => format!("{} KiB", n / KIB),
+        KIB..MIB => format!("{:.1} KiB", n as f64 / KIB as f64),
+        _ if n % MIB == 0 => format!("{} MiB", n / MIB),
+        _ => format!("{:.1} MiB", n as f64 / MIB as f64),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,5 +231,9 @@ mod tests {
         assert_eq!(duration(12_400), "12.4 s");
         assert_eq!(duration(185_000), "3 min 05 s");
         assert_eq!(duration(7_620_000), "2 h 07 min");
+        assert_eq!(bytes(900), "900 bytes");
+        assert_eq!(bytes(64 * 1024), "64 KiB");
+        assert_eq!(bytes(1_048_576), "1 MiB");
+        assert_eq!(bytes(1_572_864), "1.5 MiB");
     }
 }

@@ -1,7 +1,10 @@
 //! The operator's dashboard at `/ui`: runs, one run's live timeline,
 //! ledger and report, the approvals and handoffs waiting for a human with
-//! their decision buttons, the breakers, and outcomes and spend over a
-//! window (runs by agent and model, guardrails, gateway spend per key).
+//! their decision buttons, the breakers, the work in flight against the
+//! capacity it uses (refreshed in place), outcomes and spend over a window
+//! (runs by agent and model, guardrails, gateway spend per key), the
+//! gateway's calls, fallbacks and recoveries, and the configuration as
+//! applied (for operators).
 //!
 //! # Why server-rendered, in the binary
 //!
@@ -9,8 +12,9 @@
 //! nothing fetched from another host. Pages are HTML written by the
 //! handlers (module `html`), the stylesheet and the one small script are
 //! embedded with `include_str!`, and every page works without the script;
-//! the script only shows times in the viewer's zone and follows a running
-//! run's events (an `EventSource` on the run's event stream).
+//! the script only shows times in the viewer's zone, follows a running
+//! run's events (an `EventSource` on the run's event stream), and reads a
+//! live page's figures again in place (`data-refresh`).
 //!
 //! # Security
 //!

@@ -229,10 +229,10 @@ impl GroupSlots {
         groups.get(group).map_or(0, |g| g.lock().governor.queued())
     }
 
-    /// What every governor here holds now, by name: the operator's
-    /// capacity view ([`super::GroupUse`]); `provider` says which slots
-    /// these are (the engine keeps providers' apart from groups').
-    pub(super) fn uses(&self, provider: bool) -> Vec<super::GroupUse> {
+    /// What every governor here holds now: the operator's capacity view
+    /// ([`super::GroupUse`]), each a resource group's until the caller
+    /// says otherwise (the engine keeps providers' slots apart).
+    pub(super) fn uses(&self) -> Vec<super::GroupUse> {
         let governed: Vec<Arc<Governed>> = {
             let groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
             groups.values().cloned().collect()
@@ -246,7 +246,7 @@ impl GroupSlots {
                 // own bound, which no operator set: shown as none.
                 let bounded = g.limits.max_concurrency.is_some();
                 super::GroupUse {
-                    provider,
+                    kind: super::GateKind::ResourceGroup,
                     name: g.name.clone(),
                     limit: bounded.then(|| limit.limit()),
                     ceiling: bounded.then(|| limit.max()),

@@ -90,8 +90,11 @@ enum Tried {
 /// another model of the same provider keeps answering (issue 35, item 4).
 /// Provider names hold no `/` (`rein check`), so no two keys collide.
 fn cooldown_key(provider: &str, model: &str) -> String {
-    format!("model:{provider}/{model}")
+    format!("{MODEL_GATE_PREFIX}{provider}/{model}")
 }
+
+/// What a model's cooldown gate is named by, before `provider/model`.
+pub(crate) const MODEL_GATE_PREFIX: &str = "model:";
 
 /// The deadline of a link with `next_links` still to try after it.
 ///

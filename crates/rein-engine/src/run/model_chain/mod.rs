@@ -46,6 +46,8 @@ mod same_model;
 pub(crate) mod token_ratios;
 pub(crate) mod tokenizer;
 
+pub(crate) use link::MODEL_GATE_PREFIX;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::num::NonZeroU32;

@@ -10,7 +10,7 @@ use axum::response::Response;
 use super::{Nav, page, problem_page, respond};
 use crate::api::config::ConfigView;
 use crate::ui::Ui;
-use crate::ui::html::{Html, duration};
+use crate::ui::html::{Html, bytes, duration};
 
 /// The page.
 pub(crate) async fn show(State(ui): State<Ui>, headers: HeaderMap, uri: Uri) -> Response {
@@ -220,8 +220,8 @@ pub(crate) fn render(view: &ConfigView) -> Html {
         .raw("</dd><dt>CORS origins</dt><dd>")
         .html(list(&s.cors_origins))
         .raw("</dd><dt>Body limit</dt><dd>")
-        .num(s.body_limit_bytes)
-        .raw(" bytes</dd><dt>Connections</dt><dd>")
+        .text(&bytes(s.body_limit_bytes))
+        .raw("</dd><dt>Connections</dt><dd>")
         .num(s.max_connections)
         .raw(" at once</dd><dt>Queue workers</dt><dd>")
         .num(s.queue_workers)

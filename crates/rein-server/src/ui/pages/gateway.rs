@@ -160,6 +160,8 @@ mod tests {
             by_model: Default::default(),
             guardrails: Default::default(),
             keys: Default::default(),
+            series: Vec::new(),
+            tool_latency: Default::default(),
         }
     }
 

@@ -25,12 +25,18 @@ use crate::http::problem::Problem;
 use crate::ui::Ui;
 use crate::ui::html::Html;
 
-/// The windows offered: the query's name, its label, its length.
-const WINDOWS: [(&str, &str, u64); 4] = [
-    ("1h", "the last hour", 3_600_000),
-    ("24h", "the last 24 hours", 24 * 3_600_000),
-    ("7d", "the last 7 days", 7 * 24 * 3_600_000),
-    ("31d", "the last 31 days", crate::api::stats::MAX_WINDOW_MS),
+/// The windows offered: the query's name, its label, its length, and the
+/// slices of its chart (5 minutes, an hour, 6 hours, a day).
+const WINDOWS: [(&str, &str, u64, u32); 4] = [
+    ("1h", "the last hour", 3_600_000, 12),
+    ("24h", "the last 24 hours", 24 * 3_600_000, 24),
+    ("7d", "the last 7 days", 7 * 24 * 3_600_000, 28),
+    (
+        "31d",
+        "the last 31 days",
+        crate::api::stats::MAX_WINDOW_MS,
+        31,
+    ),
 ];
 
 /// The window when the query names none.
@@ -60,7 +66,8 @@ pub(crate) async fn show(
     let pairs = query.map(|Query(p)| p).unwrap_or_default();
     let value = |name: &str| query_value(&pairs, name);
     let window = value("window").unwrap_or_else(|| DEFAULT_WINDOW.to_owned());
-    let Some(&(_, label, length)) = WINDOWS.iter().find(|(name, _, _)| *name == window) else {
+    let Some(&(_, label, length, buckets)) = WINDOWS.iter().find(|(name, ..)| *name == window)
+    else {
         let problem = Problem::bad_request(format!(
             "{window:?} is not a window this page offers: one of 1h, 24h, 7d or 31d"
         ));
@@ -68,7 +75,10 @@ pub(crate) async fn show(
     };
     let agent = value("agent");
     let now = crate::lifecycle::recovery::now_ms().as_millis();
-    let mut api = vec![("since".to_owned(), now.saturating_sub(length).to_string())];
+    let mut api = vec![
+        ("since".to_owned(), now.saturating_sub(length).to_string()),
+        ("buckets".to_owned(), buckets.to_string()),
+    ];
     api.extend(agent.iter().map(|a| ("agent".to_owned(), a.clone())));
     let stats = match crate::api::stats::parse(&api, now) {
         Ok(window) => {
@@ -100,7 +110,7 @@ fn filters(ui: &Ui, window: &str, agent: Option<&str>) -> Html {
     let mut h = Html::new();
     h.raw("<div class=\"toolbar\"><form method=\"get\" action=\"/ui/stats\" class=\"filters\">")
         .raw("<label for=\"window\">Window</label><select id=\"window\" name=\"window\">");
-    for (name, label, _) in WINDOWS {
+    for (name, label, ..) in WINDOWS {
         h.raw("<option value=\"").raw(name).raw("\"");
         if name == window {
             h.raw(" selected");
@@ -133,7 +143,13 @@ fn render(stats: &Stats, label: &str) -> Html {
             .chain(stats.by_agent.iter().map(|(name, t)| (name.as_str(), t)));
         h.html(tally_table("by-agent", "Agent", rows));
     }
-    h.raw("</section><section aria-labelledby=\"models-h\"><h2 id=\"models-h\">Outcomes by model</h2>");
+    h.raw("</section>");
+    if stats.total.runs > 0 && !stats.series.is_empty() {
+        h.raw("<section aria-labelledby=\"series-h\"><h2 id=\"series-h\">Outcomes over time</h2>")
+            .html(series_chart(&stats.series))
+            .raw("</section>");
+    }
+    h.raw("<section aria-labelledby=\"models-h\"><h2 id=\"models-h\">Outcomes by model</h2>");
     if stats.by_model.is_empty() {
         h.raw("<p class=\"empty\">No ended run called a model in this window.</p>");
     } else {
@@ -164,6 +180,31 @@ fn render(stats: &Stats, label: &str) -> Html {
             h.text(&agents.join(", ")).raw("</td></tr>");
         }
         h.raw("</tbody></table>");
+    }
+    h.raw(
+        "</section><section aria-labelledby=\"latency-h\"><h2 id=\"latency-h\">Tool latency</h2>",
+    );
+    if stats.tool_latency.is_empty() {
+        h.raw("<p class=\"empty\">No tool attempt measured yet: tools in observe mode (<code>latency = { mode = \"observe\" }</code>) record every attempt's time here.</p>");
+    } else {
+        h.raw("<table id=\"latency\"><thead><tr><th scope=\"col\">Tool</th><th scope=\"col\" class=\"n\">p50</th>")
+            .raw("<th scope=\"col\" class=\"n\">p95</th><th scope=\"col\" class=\"n\">p99</th><th scope=\"col\" class=\"n\">Attempts measured</th></tr></thead><tbody>");
+        for (tool, latency) in &stats.tool_latency {
+            h.raw("<tr data-tool=\"")
+                .text(tool)
+                .raw("\"><th scope=\"row\"><code>")
+                .text(tool)
+                .raw("</code></th><td class=\"n\">")
+                .text(&millis(latency.p50_ms))
+                .raw("</td><td class=\"n\">")
+                .text(&millis(latency.p95_ms))
+                .raw("</td><td class=\"n\">")
+                .text(&millis(latency.p99_ms))
+                .raw("</td><td class=\"n\">")
+                .num(latency.samples)
+                .raw("</td></tr>");
+        }
+        h.raw("</tbody></table><p class=\"muted\">Every process's attempts since they were first measured, whichever tenant's runs made them: a tool's latency is its backend's.</p>");
     }
     h.raw("</section><section aria-labelledby=\"spend-h\"><h2 id=\"spend-h\">Gateway spend by API key</h2>");
     if stats.keys.is_empty() {
@@ -270,6 +311,115 @@ fn tally_table<'a>(
     h
 }
 
+/// Milliseconds with a precision a reader uses: `0.42 ms`, `38 ms`,
+/// `1.2 s`.
+fn millis(ms: f64) -> String {
+    if ms < 10.0 {
+        format!("{ms:.2} ms")
+    } else if ms < 1_000.0 {
+        format!("{ms:.0} ms")
+    } else {
+        format!("{:.1} s", ms / 1_000.0)
+    }
+}
+
+/// The outcome classes a chart stacks, bottom up, with their CSS class:
+/// succeeded; partial or out of budget; failed, cancelled or handed off;
+/// not ended.
+const STACK: [(&str, &str); 4] = [
+    ("ok", "succeeded"),
+    ("warn", "partial or out of budget"),
+    ("bad", "failed, cancelled or handed off"),
+    ("live", "not ended"),
+];
+
+/// A slice's runs in the chart's classes ([`STACK`]'s order).
+fn stacked(tally: &Tally) -> [u64; 4] {
+    let n = |outcome: Outcome| tally.outcomes.get(outcome.as_str()).copied().unwrap_or(0);
+    [
+        n(Outcome::Succeeded),
+        n(Outcome::PartialSuccess) + n(Outcome::BudgetExhausted),
+        n(Outcome::Failed) + n(Outcome::Cancelled) + n(Outcome::HandedOff),
+        tally.unfinished,
+    ]
+}
+
+/// Stacked bars of the runs created in each slice, by outcome class: SVG
+/// written here (no script, nothing inline the CSP refuses: colours come
+/// from the stylesheet's classes), each bar titled with its counts, and
+/// the same figures as a table for a screen reader.
+fn series_chart(series: &[crate::api::stats::Slice]) -> Html {
+    const WIDTH: u64 = 960;
+    const HEIGHT: u64 = 160;
+    let most = series
+        .iter()
+        .map(|s| s.tally.runs)
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let slot = WIDTH / series.len().max(1) as u64;
+    let bar = slot.saturating_sub(2).max(1);
+    let mut h = Html::new();
+    h.raw("<figure class=\"chart\"><svg id=\"series\" viewBox=\"0 0 960 160\" role=\"img\" aria-labelledby=\"series-caption\" preserveAspectRatio=\"none\">");
+    for (i, slice) in series.iter().enumerate() {
+        let x = i as u64 * slot;
+        let mut y = HEIGHT;
+        let counts = stacked(&slice.tally);
+        for ((class, label), count) in STACK.iter().zip(counts) {
+            if count == 0 {
+                continue;
+            }
+            let height = (count * HEIGHT).div_ceil(most).min(y);
+            y -= height;
+            h.raw("<rect class=\"")
+                .raw(class)
+                .raw("\" x=\"")
+                .num(x)
+                .raw("\" y=\"")
+                .num(y)
+                .raw("\" width=\"")
+                .num(bar)
+                .raw("\" height=\"")
+                .num(height)
+                .raw("\"><title>")
+                .num(count)
+                .raw(" ")
+                .raw(label)
+                .raw(" from ")
+                .text(&crate::ui::html::iso_utc(slice.since_ms))
+                .raw("</title></rect>");
+        }
+    }
+    h.raw("</svg><figcaption id=\"series-caption\">Runs created per slice of the window, by outcome: ");
+    for (i, (class, label)) in STACK.iter().enumerate() {
+        if i > 0 {
+            h.raw(", ");
+        }
+        h.raw("<span class=\"key ")
+            .raw(class)
+            .raw("\">")
+            .raw(label)
+            .raw("</span>");
+    }
+    h.raw(". The tallest bar is ")
+        .num(most)
+        .raw(if most == 1 { " run." } else { " runs." })
+        .raw("</figcaption></figure><table class=\"sr-only\"><caption>Runs per slice</caption><thead><tr><th scope=\"col\">From</th>");
+    for (_, label) in STACK {
+        h.raw("<th scope=\"col\">").raw(label).raw("</th>");
+    }
+    h.raw("</tr></thead><tbody>");
+    for slice in series {
+        h.raw("<tr><td>").time(slice.since_ms).raw("</td>");
+        for count in stacked(&slice.tally) {
+            h.raw("<td>").num(count).raw("</td>");
+        }
+        h.raw("</tr>");
+    }
+    h.raw("</tbody></table>");
+    h
+}
+
 /// Micro-dollars as the runs page shows a cost: `$0.001250`.
 pub(super) fn usd(micros: u64) -> String {
     rein_core::deadline::Cost::from_micros(micros).to_string()
@@ -302,6 +452,8 @@ mod tests {
             by_model: Default::default(),
             guardrails: Default::default(),
             keys: Default::default(),
+            series: Vec::new(),
+            tool_latency: Default::default(),
         };
         stats.keys.insert(
             "team-a".into(),
@@ -338,6 +490,44 @@ mod tests {
         assert!(html.contains("openai/gpt-4o-mini"), "{html}");
         assert!(html.contains("$0.000063"), "{html}");
         assert!(html.contains("No ended run called a model"), "{html}");
+    }
+
+    #[test]
+    fn the_chart_stacks_each_slice_by_outcome_and_says_it_in_a_table() {
+        let slice = |since_ms: u64, succeeded: u64, failed: u64, unfinished: u64| {
+            let mut tally = Tally {
+                runs: succeeded + failed + unfinished,
+                unfinished,
+                ..Tally::default()
+            };
+            tally.outcomes.insert("succeeded".into(), succeeded);
+            tally.outcomes.insert("failed".into(), failed);
+            crate::api::stats::Slice {
+                since_ms,
+                until_ms: since_ms + 1_000,
+                tally,
+            }
+        };
+        let html = series_chart(&[slice(0, 3, 1, 0), slice(1_000, 1, 0, 1)]).into_string();
+        // The first slice holds the most runs (4): its bars fill the height.
+        assert!(
+            html.contains("<rect class=\"ok\" x=\"0\" y=\"40\" width=\"478\" height=\"120\">"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<rect class=\"bad\" x=\"0\" y=\"0\" width=\"478\" height=\"40\">"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<title>1 not ended from 1970-01-01T00:00:01.000Z</title>"),
+            "{html}"
+        );
+        assert!(html.contains("The tallest bar is 4 runs."), "{html}");
+        assert!(html.contains("<table class=\"sr-only\">"), "{html}");
+        assert!(
+            !html.contains("warn\" x="),
+            "no partial run, no bar: {html}"
+        );
     }
 
     #[test]
