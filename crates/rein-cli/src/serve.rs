@@ -90,6 +90,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         let keys = settings.api_keys.len();
         let mut state = AppState::new(registry, schemas, store, engine, client, models);
         state.settings = settings;
+        state.store_shown = Some(crate::store::shown(&data));
         let state = Arc::new(state);
         // Installed before the address is announced: from then on a signal
         // drains instead of killing the process.

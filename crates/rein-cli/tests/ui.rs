@@ -365,6 +365,9 @@ mod over_http {
         (set.split(';').next().unwrap().to_owned(), set)
     }
 
+    /// The trace a run is submitted under.
+    const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+
     /// The CSRF token of the first form of `page`.
     fn csrf(page: &str) -> String {
         let at = page.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
@@ -478,6 +481,7 @@ mod over_http {
             .post(server.url("/v1/agents/order_desk/runs"))
             .bearer_auth(KEY)
             .header("content-type", "application/json")
+            .header("traceparent", format!("00-{TRACE_ID}-00f067aa0ba902b7-01"))
             .body(r#"{"input": "Move A-1001 <img src=x onerror=alert(1)> \"quoted\""}"#)
             .send()
             .await
@@ -496,6 +500,11 @@ mod over_http {
         let page = shown.text().await.unwrap();
         assert!(!page.contains("<img src=x"), "escaped");
         assert!(page.contains("&lt;img src=x onerror=alert(1)&gt; &quot;quoted&quot;"));
+        // The trace its spans are in: the caller's.
+        assert!(
+            page.contains(&format!("<code id=\"trace-id\">{TRACE_ID}</code>")),
+            "{page}"
+        );
         let token = csrf(&page);
         // Created within whole UTC days.
         let listed = |query: &'static str| {
@@ -560,6 +569,18 @@ mod over_http {
         // The access line names the session's tenant.
         server.wait_for_line(|l| l.contains("route=/ui/runs/{id}") && l.contains("tenant=acme"));
         server.kill_async().await;
+    }
+
+    /// The API's JSON answer to a GET of `path` with `KEY`.
+    async fn api_json(http: &reqwest::Client, server: &Server, path: &str) -> Value {
+        let answer = http
+            .get(server.url(path))
+            .bearer_auth(KEY)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200, "{path}");
+        answer.json().await.unwrap()
     }
 
     /// A session of `key`, signed in through the form: its cookie.
@@ -699,15 +720,7 @@ mod over_http {
             live.contains("<tr data-group=\"mock\"><td>provider</td>"),
             "{live}"
         );
-        let api: Value = http
-            .get(server.url("/v1/live"))
-            .bearer_auth(KEY)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let api = api_json(&http, &server, "/v1/live").await;
         assert_eq!(api["gateway"]["calls"][0]["count"], 1, "{api}");
         assert_eq!(api["gateway"]["tenant_label"], "acme", "{api}");
 
@@ -766,15 +779,7 @@ mod over_http {
         );
 
         // The API's series: the window's runs, cut into slices.
-        let series: Value = http
-            .get(server.url("/v1/stats?buckets=3"))
-            .bearer_auth(KEY)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let series = api_json(&http, &server, "/v1/stats?buckets=3").await;
         let slices = series["series"].as_array().unwrap();
         assert_eq!(slices.len(), 3, "{series}");
         let counted: u64 = slices.iter().map(|s| s["runs"].as_u64().unwrap()).sum();
@@ -784,6 +789,14 @@ mod over_http {
             "{series}"
         );
         assert_eq!(slices[0]["until_ms"], slices[1]["since_ms"]);
+        let widths: Vec<u64> = slices
+            .iter()
+            .map(|s| s["until_ms"].as_u64().unwrap() - s["since_ms"].as_u64().unwrap())
+            .collect();
+        assert!(
+            widths.iter().all(|w| *w == widths[0]),
+            "equal slices: {widths:?}"
+        );
 
         // A window the page does not offer: a 400 that names the choices.
         let odd = page("/ui/stats?window=2h").await.unwrap();

@@ -326,11 +326,17 @@ fn operations(
 /// The OpenAPI document of every route, as any server answers it before
 /// its config's limits are applied ([`document`] applies them).
 pub fn openapi_document() -> utoipa::openapi::OpenApi {
-    let (_, mut doc) = api_routes().split_for_parts();
-    for modifier in MODIFIERS {
-        modifier.modify(&mut doc);
-    }
-    doc
+    // Built once per process: it is the same for every server.
+    static DOCUMENT: std::sync::OnceLock<utoipa::openapi::OpenApi> = std::sync::OnceLock::new();
+    DOCUMENT
+        .get_or_init(|| {
+            let (_, mut doc) = api_routes().split_for_parts();
+            for modifier in MODIFIERS {
+                modifier.modify(&mut doc);
+            }
+            doc
+        })
+        .clone()
 }
 
 /// The OpenAPI document of a server with `settings`: [`openapi_document`]

@@ -932,7 +932,7 @@ async fn the_openapi_document_says_what_the_server_does() {
         ("/v1/live".to_owned(), "Live"),
         (format!("{run_path}/events"), "EventList"),
         (format!("{run_path}/ledger"), "LedgerList"),
-        ("/v1/stats".to_owned(), "Stats"),
+        ("/v1/stats?buckets=2".to_owned(), "Stats"),
         ("/v1/breakers".to_owned(), "BreakerList"),
         ("/v1/runs".to_owned(), "RunList"),
     ] {
@@ -957,21 +957,34 @@ async fn the_openapi_document_says_what_the_server_does() {
 /// Fails unless every member of `value`, nested objects' included, is a
 /// property of `schema` (a component of `doc`) where it is answered.
 fn every_member_documented(doc: &Value, schema: &str, value: &Value, at: &str) {
-    fn resolve<'a>(doc: &'a Value, mut schema: &'a Value) -> &'a Value {
+    /// The schema `schema` names: references followed, `T | null`
+    /// (`oneOf [null, T]`) read as `T`, and an `allOf` (a flattened
+    /// member) read as the union of its parts' properties.
+    fn resolve(doc: &Value, schema: &Value, at: &str) -> Value {
+        let mut schema = schema;
         while let Some(name) = schema["$ref"].as_str() {
             let name = name.trim_start_matches("#/components/schemas/");
             schema = &doc["components"]["schemas"][name];
+            assert!(!schema.is_null(), "{at}: no component {name}");
         }
-        // `T | null` is written as oneOf [null, T].
         if let Some(one) = schema["oneOf"].as_array() {
             if let Some(typed) = one.iter().find(|s| s["type"] != "null") {
-                return resolve(doc, typed);
+                return resolve(doc, typed, at);
             }
         }
-        schema
+        if let Some(parts) = schema["allOf"].as_array() {
+            let mut properties = serde_json::Map::new();
+            for part in parts {
+                if let Some(own) = resolve(doc, part, at)["properties"].as_object() {
+                    properties.extend(own.clone());
+                }
+            }
+            return json!({"type": "object", "properties": properties});
+        }
+        schema.clone()
     }
     fn walk(doc: &Value, schema: &Value, value: &Value, at: &str) {
-        let schema = resolve(doc, schema);
+        let schema = &resolve(doc, schema, at);
         match value {
             Value::Object(members) => {
                 let Some(properties) = schema["properties"].as_object() else {

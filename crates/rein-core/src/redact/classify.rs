@@ -234,6 +234,46 @@ fn userinfo_secrets(userinfo: &str) -> Vec<Candidate> {
     out
 }
 
+/// `url` as a page may show it: without its userinfo and query
+/// ([`scrub_urls`](super::scrub_urls)), and each path segment that looks
+/// like a token (a webhook's secret, a `/bot<token>/`) replaced by
+/// [`REDACTED`](super::REDACTED). For a URL written in a config, whose
+/// literal parts were never registered as secrets.
+///
+/// ```
+/// # use rein_core::redact::shown_url;
+/// assert_eq!(
+///     shown_url("https://u:p4ss@hooks.example.com/services/T0001/B0002/aB3dE5gH7jK9mN1pQ3sT5vW7?x=1"),
+///     "https://[redacted]@hooks.example.com/services/T0001/B0002/[redacted]?[redacted]",
+/// );
+/// assert_eq!(shown_url("http://127.0.0.1:8080/tools/get_order"), "http://127.0.0.1:8080/tools/get_order");
+/// ```
+pub fn shown_url(url: &str) -> String {
+    let scrubbed = super::scrub_urls(url);
+    let Some(parts) = Parts::of(&scrubbed) else {
+        return scrubbed.into_owned();
+    };
+    let Some(path) = scrubbed.get(parts.path.clone()) else {
+        return scrubbed.into_owned();
+    };
+    let shown: Vec<&str> = path
+        .split('/')
+        .map(|segment| {
+            if looks_like_token(segment) {
+                super::REDACTED
+            } else {
+                segment
+            }
+        })
+        .collect();
+    format!(
+        "{}{}{}",
+        &scrubbed[..parts.path.start],
+        shown.join("/"),
+        &scrubbed[parts.path.end..]
+    )
+}
+
 /// Whether a path segment looks like a token rather than a name: 20 or
 /// more characters, letters and digits both, and mixed case or 32 or more
 /// long (`gpt-4o-mini-2024-07-18` and `v1` do not; a webhook secret or a

@@ -121,7 +121,7 @@ mod secrets;
 mod urls;
 
 pub use classify::{
-    Candidate, env_secrets, header_secrets, is_credential_name, shown, url_secrets,
+    Candidate, env_secrets, header_secrets, is_credential_name, shown, shown_url, url_secrets,
 };
 pub use matcher::Redactor;
 pub use probe::would_change;

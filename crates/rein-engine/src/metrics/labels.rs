@@ -77,6 +77,17 @@ impl Bound {
         }
     }
 
+    /// The value `value` is counted under when it has its own: named, or
+    /// admitted before; `None` when it has not been counted apart (never
+    /// seen, or past `max` as `other`). Admits nothing.
+    fn own(&self, value: &str) -> Option<String> {
+        let admitted = match &self.named {
+            Some(named) => named.contains(value),
+            None => self.seen.contains(value),
+        };
+        admitted.then(|| value.to_owned())
+    }
+
     fn value(&mut self, value: &str) -> String {
         if value == NONE {
             return NONE.to_owned();
@@ -134,6 +145,17 @@ impl Bounds {
             .value(tool)
     }
 
+    /// The tenant label value `tenant` is counted under when it has its
+    /// own (never `other`), without admitting it: what a reader of the
+    /// counters asks, which must not take a value a tenant's calls need.
+    pub(super) fn own_tenant(&self, tenant: &str) -> Option<String> {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .0
+            .own(tenant)
+    }
+
     /// The label values `tenant` and `agent` are counted under.
     pub(super) fn scope(&self, tenant: &str, agent: &str) -> Scope {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
@@ -184,5 +206,29 @@ mod tests {
         assert_eq!(bounds.refused_tool("t1"), "t1");
         assert_eq!(bounds.refused_tool("t2"), "t2");
         assert_eq!(bounds.refused_tool("t3"), OTHER);
+    }
+
+    #[test]
+    fn a_reader_learns_a_tenants_own_label_without_taking_one() {
+        let bounds = Bounds::new(LabelBounds {
+            tenants: None,
+            agents: None,
+            max_values: 1,
+        });
+        // Asked before any call: no label of its own, and none taken.
+        assert_eq!(bounds.own_tenant("acme"), None);
+        assert_eq!(bounds.scope("globex", NONE).tenant, "globex");
+        assert_eq!(bounds.own_tenant("globex"), Some("globex".to_owned()));
+        // acme's calls come past the bound: counted as `other`, which is
+        // several tenants', so it has no label of its own.
+        assert_eq!(bounds.scope("acme", NONE).tenant, OTHER);
+        assert_eq!(bounds.own_tenant("acme"), None);
+        let named = Bounds::new(LabelBounds {
+            tenants: Some(["acme".to_owned()].into()),
+            agents: None,
+            max_values: 1,
+        });
+        assert_eq!(named.own_tenant("acme"), Some("acme".to_owned()));
+        assert_eq!(named.own_tenant("globex"), None);
     }
 }

@@ -110,6 +110,15 @@ impl Metrics {
         out
     }
 
+    /// The tenant label value `tenant`'s events are counted under, when
+    /// they are counted apart from other tenants' (`None`: not counted
+    /// yet, or counted as `other` with the tenants
+    /// `[server.metrics_labels]` leaves out). Unlike [`Metrics::scope`],
+    /// it admits nothing: reading the counters never takes a label value.
+    pub fn own_tenant_label(&self, tenant: &str) -> Option<String> {
+        self.bounds.own_tenant(tenant)
+    }
+
     /// Every sample named `name` whose labels include all of `labels`: what
     /// a dashboard reads of this process's counters, one per label set.
     /// (Read from the rendered text, the one encoding `/metrics` also

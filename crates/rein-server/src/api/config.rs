@@ -13,19 +13,23 @@
 //! | --- | --- | --- |
 //! | providers | kind, base URL, the *name* of the key's variable, limits | the key |
 //! | tools | adapter kind, URL or program, header and env *names*, class, group, tier, approval, what rein chose | header and env values, arguments |
-//! | API keys | name, tenant, budget | the key or its digest |
+//! | API keys | name (an unnamed key: `sha256:` and its digest's first 8 digits, as the access log names it), tenant, budget | the key or its whole digest |
 //! | webhooks | URL, topics, the *name* of the secret's variable | the secret |
-//! | store | SQLite path or PostgreSQL URL | userinfo, query |
+//! | store | the SQLite path or PostgreSQL URL the server opened | userinfo, query |
 //!
-//! Every text shown passes [`rein_core::redact::text`] too: the process's
-//! known secrets, URL queries and userinfo are replaced wherever a
-//! config interpolated them.
+//! Every URL is shown without its userinfo and query, and with each path
+//! segment that looks like a token (a webhook's secret, a `/bot<token>/`)
+//! replaced ([`rein_core::redact::shown_url`]); every text passes
+//! [`rein_core::redact::text`] too, which replaces the process's known
+//! secrets wherever a config interpolated them.
 //!
 //! # Who may read it
 //!
-//! The config is the whole process's, not a tenant's, so only an operator
-//! reads it: a tenant `server.metrics_tenants` lists, as for `/metrics`
-//! ([`crate::http::auth::operator`]).
+//! The config is the whole process's, not a tenant's (it names every
+//! tenant and key), so only an operator reads it: a tenant
+//! `server.metrics_tenants` lists, or anyone in the keyless loopback mode
+//! ([`crate::http::auth::operator`]). Unlike `/metrics`,
+//! `server.metrics = "open"` does not open it.
 
 use std::sync::Arc;
 
@@ -56,7 +60,9 @@ pub struct ConfigView {
     pub resource_groups: Vec<GroupView>,
     /// `[server]`.
     pub server: ServerView,
-    /// The run store (`[store]`; `null`: the `--data` given at start).
+    /// The run store the server opened (`--data`, else `[store]`, else
+    /// the default), without credentials; `null` when neither the
+    /// embedding program nor the config named it.
     pub store: Option<String>,
     /// Webhooks, by name.
     pub webhooks: Vec<WebhookView>,
@@ -154,7 +160,8 @@ pub struct GroupView {
 pub struct ServerView {
     /// The listen address configured (`--listen` may override it).
     pub listen: String,
-    /// The API keys: their names and tenants, never the keys.
+    /// The API keys: their names and tenants, never the keys (an unnamed
+    /// key is named by its digest's first 8 digits).
     pub api_keys: Vec<KeyView>,
     /// Hosts besides loopback the API answers.
     pub allowed_hosts: Vec<String>,
@@ -214,7 +221,11 @@ pub async fn get_config(
     Tenant(tenant): Tenant,
 ) -> Result<Json<ConfigView>, Problem> {
     crate::http::auth::operator(&state.settings, &tenant, "the config")?;
-    Ok(Json(view(&state.registry, &state.settings)))
+    Ok(Json(view(
+        &state.registry,
+        &state.settings,
+        state.store_shown.as_deref(),
+    )))
 }
 
 /// `text` as it may be shown: without the process's secrets, URL queries
@@ -223,12 +234,23 @@ fn shown(text: &str) -> String {
     rein_core::redact::text(text).into_owned()
 }
 
+/// A URL as it may be shown: [`shown`], and without the path segments that
+/// look like tokens.
+fn shown_url(url: &str) -> String {
+    shown(&rein_core::redact::shown_url(url))
+}
+
 fn millis(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The view of `registry` as a server with `settings` applies it.
-pub fn view(registry: &Registry, settings: &rein_core::registry::ServerSpec) -> ConfigView {
+/// The view of `registry` as a server with `settings` applies it, over the
+/// store named `store` at start (`None`: the config's `[store]`).
+pub fn view(
+    registry: &Registry,
+    settings: &rein_core::registry::ServerSpec,
+    store: Option<&str>,
+) -> ConfigView {
     use rein_core::registry::explain;
     let mut files: Vec<String> = registry
         .agents()
@@ -275,12 +297,12 @@ pub fn view(registry: &Registry, settings: &rein_core::registry::ServerSpec) -> 
                     base_url,
                     api_key_env,
                     ..
-                } => ("openai", shown(base_url), api_key_env.clone()),
+                } => ("openai", shown_url(base_url), api_key_env.clone()),
                 ProviderKind::Anthropic {
                     base_url,
                     api_key_env,
                     ..
-                } => ("anthropic", shown(base_url), api_key_env.clone()),
+                } => ("anthropic", shown_url(base_url), api_key_env.clone()),
                 ProviderKind::Scripted { script } => {
                     ("scripted", shown(&script.display().to_string()), None)
                 }
@@ -359,17 +381,20 @@ pub fn view(registry: &Registry, settings: &rein_core::registry::ServerSpec) -> 
             .collect(),
         shutdown_grace_ms: millis(settings.shutdown_grace),
     };
-    let store = registry.store().map(|spec| match &spec.url {
-        StoreUrl::Sqlite(path) => format!("sqlite {}", shown(&path.display().to_string())),
-        StoreUrl::Postgres(url) => format!("postgres {}", shown(url)),
-        _ => "another backend".to_owned(),
-    });
+    let store = match store {
+        Some(store) => Some(shown_url(store)),
+        None => registry.store().map(|spec| match &spec.url {
+            StoreUrl::Sqlite(path) => shown(&path.display().to_string()),
+            StoreUrl::Postgres(url) => shown_url(url),
+            _ => "another backend".to_owned(),
+        }),
+    };
     let webhooks = registry
         .webhooks()
         .values()
         .map(|w| WebhookView {
             name: w.name.clone(),
-            url: shown(&w.url),
+            url: shown_url(&w.url),
             topics: w.topics.iter().map(ToString::to_string).collect(),
             secret_env: w.secret_env.clone(),
         })
@@ -396,7 +421,7 @@ fn tool_view(tool: &ToolSpec) -> ToolView {
             ..
         } => (
             "http",
-            format!("{method} {}", shown(url)),
+            format!("{method} {}", shown_url(url)),
             headers.keys().cloned().collect(),
         ),
         AdapterSpec::Command { program, env, .. } => (
@@ -428,5 +453,114 @@ fn tool_view(tool: &ToolSpec) -> ToolView {
         }
         .to_owned(),
         defaulted: tool.defaulted.iter().map(|f| (*f).to_owned()).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A config whose every credential is written where a careless view
+    /// would show it: header and env values, URL userinfo, queries and
+    /// path tokens, a webhook's secret.
+    const CONFIG: &str = r#"
+[providers.openai]
+kind = "openai"
+base_url = "https://proxyuser:proxypass1234@llm.example.com/v1?key=querysecret123"
+api_key_env = "OPENAI_API_KEY"
+
+[tools.lookup]
+description = "Look up one order by its id."
+class = "read"
+side_effect_tier = "none"
+owner = "orders-team"
+latency = { mode = "observe", fallback_p99 = "2s" }
+schema = { type = "object", properties = { id = { type = "string", description = "The order id" } }, required = ["id"] }
+adapter = { kind = "http", url = "https://api.example.com/bot9f8e7d6c5b4a39281706AbCdEf/orders?token=qs-secret-456", headers = { Authorization = "Bearer header-secret-789" } }
+
+[tools.script]
+description = "Run the order script for one order."
+class = "read"
+side_effect_tier = "none"
+owner = "orders-team"
+latency = { mode = "observe", fallback_p99 = "2s" }
+schema = { type = "object", properties = { id = { type = "string", description = "The order id" } }, required = ["id"] }
+adapter = { kind = "command", program = "/usr/bin/env", args = ["--token", "arg-secret-0123456789"], env = { DB_PASSWORD = "env-secret-0123456789" } }
+
+[agents.desk]
+provider = "openai"
+model = "gpt-4o-mini"
+system_prompt = "You are the order desk."
+tools = ["lookup", "script"]
+
+[webhooks.ops]
+url = "https://hooks.example.com/services/T0001/B0002/xY7kQ2mN9pR4sT6vW8zA1bC3"
+events = ["run_finished"]
+secret_env = "HOOK_SECRET"
+"#;
+
+    #[test]
+    fn the_view_names_where_secrets_come_from_and_shows_none() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("rein.toml"), CONFIG).unwrap();
+        let registry = rein_engine::config::Loader::with_env(|k| match k {
+            "HOOK_SECRET" => Some("hook-secret-value-0123456789".to_owned()),
+            _ => None,
+        })
+        .load(&dir.path().join("rein.toml"))
+        .unwrap();
+        let view = view(
+            &registry,
+            registry.server(),
+            Some("postgres://rein:dbpass-0123@db.example.com/rein?sslpassword=x1y2z3"),
+        );
+        let text = serde_json::to_string(&view).unwrap();
+        for secret in [
+            "proxypass1234",
+            "querysecret123",
+            "9f8e7d6c5b4a39281706AbCdEf",
+            "qs-secret-456",
+            "header-secret-789",
+            "arg-secret-0123456789",
+            "env-secret-0123456789",
+            "xY7kQ2mN9pR4sT6vW8zA1bC3",
+            "hook-secret-value",
+            "dbpass-0123",
+            "x1y2z3",
+        ] {
+            assert!(!text.contains(secret), "{secret} shown: {text}");
+        }
+        // Where each comes from is named, and the rest is as applied.
+        let lookup = view.tools.iter().find(|t| t.name == "lookup").unwrap();
+        assert_eq!(lookup.sets, ["Authorization"]);
+        assert!(
+            lookup
+                .target
+                .ends_with(" https://api.example.com/[redacted]/orders?[redacted]"),
+            "{}",
+            lookup.target
+        );
+        let script = view.tools.iter().find(|t| t.name == "script").unwrap();
+        assert_eq!(script.sets, ["DB_PASSWORD"]);
+        assert_eq!(script.target, "/usr/bin/env");
+        assert_eq!(
+            view.providers[0].api_key_env.as_deref(),
+            Some("OPENAI_API_KEY")
+        );
+        assert!(view.providers[0].endpoint.contains("llm.example.com/v1"));
+        assert_eq!(view.webhooks[0].secret_env, "HOOK_SECRET");
+        assert!(
+            view.webhooks[0]
+                .url
+                .starts_with("https://hooks.example.com/services/T0001/B0002/")
+        );
+        assert_eq!(
+            view.store.as_deref(),
+            Some("postgres://[redacted]@db.example.com/rein?[redacted]")
+        );
+        let desk = &view.agents[0];
+        assert_eq!(desk.model, "openai/gpt-4o-mini");
+        assert!(desk.limits[0].starts_with("budget: "), "{:?}", desk.limits);
     }
 }

@@ -18,9 +18,11 @@
 //! As with [`crate::api::breakers`]: slots, governors, fallbacks and
 //! recoveries are the process's health and capacity, counts with no
 //! tenant's data in them (no run, input or key). What is a tenant's (its
-//! runs, its gateway calls) is the caller's only. A tenant whose metric
-//! label is bounded away (`[server.metrics_labels]`) reads the calls
-//! counted under `other`, and `gateway.tenant_label` says so.
+//! runs, its gateway calls) is the caller's only. A tenant whose calls are
+//! not counted under a label of its own (`[server.metrics_labels]` counts
+//! it as `other` with other tenants) reads no calls, and
+//! `gateway.tenant_label` is `null`: the `other` counts are several
+//! tenants'. Reading never admits a label value a tenant's calls need.
 
 use std::sync::Arc;
 
@@ -119,8 +121,10 @@ pub struct GroupLoad {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct GatewayCounts {
     /// The metric label value the caller's calls are counted under: its
-    /// tenant, or `other` when `[server.metrics_labels]` bounds it away.
-    pub tenant_label: String,
+    /// tenant; `null` when they are not counted apart (none yet, or
+    /// `[server.metrics_labels]` counts the tenant as `other`), and then
+    /// `calls` is empty.
+    pub tenant_label: Option<String>,
     /// The caller's model attempts through the gateway, by model and
     /// outcome.
     pub calls: Vec<CallCount>,
@@ -258,12 +262,15 @@ fn count(value: f64) -> u64 {
 /// The gateway's counters of `metrics` for `tenant`.
 fn gateway_counts(metrics: &rein_engine::metrics::Metrics, tenant: &TenantId) -> GatewayCounts {
     use rein_engine::metrics::NONE;
-    let tenant_label = metrics.scope(tenant.as_str(), NONE).tenant;
-    let mut calls: Vec<CallCount> = metrics
-        .samples(
+    let tenant_label = metrics.own_tenant_label(tenant.as_str());
+    let own = match &tenant_label {
+        Some(label) => metrics.samples(
             "rein_model_calls_total",
-            &[("tenant", &tenant_label), ("agent", NONE)],
-        )
+            &[("tenant", label), ("agent", NONE)],
+        ),
+        None => Vec::new(),
+    };
+    let mut calls: Vec<CallCount> = own
         .into_iter()
         .map(|s| CallCount {
             provider: s.label("provider").to_owned(),

@@ -407,8 +407,11 @@ pub async fn compute(
 }
 
 /// `window` cut into its `buckets` slices, each counted (none unless
-/// asked for). The last slice ends at the window's end; each is a store
-/// count of its own, so a request costs `buckets` counts.
+/// asked for). Slice `i` starts at `since + length × i / buckets` (whole
+/// milliseconds), so the slices are equal to the millisecond and the last
+/// ends at the window's end; a window shorter than `buckets` ms has one
+/// slice per millisecond. Each is a store count of its own, so a request
+/// costs a count per slice.
 async fn series(
     store: &dyn Store,
     tenant: Option<&TenantId>,
@@ -421,11 +424,16 @@ async fn series(
     if length == 0 {
         return Ok(Vec::new());
     }
-    let width = length.div_ceil(u64::from(buckets));
-    let mut slices = Vec::with_capacity(buckets as usize);
-    let mut since = window.since_ms;
-    while since < window.until_ms {
-        let until = (since + width).min(window.until_ms);
+    let buckets = u64::from(buckets).min(length);
+    // `length × i` in 128 bits: a window's length times 62 cannot
+    // overflow, whatever the bounds of a millisecond time.
+    let bound = |i: u64| {
+        let offset = u128::from(length) * u128::from(i) / u128::from(buckets);
+        window.since_ms + u64::try_from(offset).unwrap_or(length)
+    };
+    let mut slices = Vec::with_capacity(usize::try_from(buckets).unwrap_or(0));
+    for i in 0..buckets {
+        let (since, until) = (bound(i), bound(i + 1));
         let counted = store
             .run_stats(&rein_store::StatsQuery {
                 tenant: tenant.cloned(),
@@ -446,7 +454,6 @@ async fn series(
             until_ms: until,
             tally: Stats::of(&part, &counted).total,
         });
-        since = until;
     }
     Ok(slices)
 }

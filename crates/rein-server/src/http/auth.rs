@@ -165,24 +165,29 @@ pub fn authorize_metrics(parts: &Parts, state: &AppState) -> Result<(), Problem>
     operator(settings, &tenant, "/metrics")
 }
 
-/// Whether `tenant` may read what is the whole process's rather than a
-/// tenant's (the counters of `/metrics`, the effective config): a tenant
-/// in `server.metrics_tenants`, or anyone without keys or with
-/// `server.metrics = "open"`. `what` names it in the refusal.
+/// Whether `tenant` is an operator, who may read what is the whole
+/// process's rather than a tenant's (the counters of `/metrics`, the
+/// configuration): a tenant `server.metrics_tenants` lists, or anyone
+/// without keys (loopback only). `server.metrics = "open"` opens
+/// `/metrics` ([`authorize_metrics`]), never the configuration: it names
+/// every tenant and key, which no tenant's key may read. `what` names what
+/// was asked for in the refusal.
 ///
 /// # Errors
 ///
 /// 403 for a tenant not listed, naming the setting that admits it.
 pub fn operator(settings: &ServerSpec, tenant: &TenantId, what: &str) -> Result<(), Problem> {
-    if settings.api_keys.is_empty()
-        || settings.metrics == MetricsAccess::Open
-        || settings.metrics_tenants.contains(tenant)
-    {
+    if settings.api_keys.is_empty() || settings.metrics_tenants.contains(tenant) {
         return Ok(());
     }
     let detail = if settings.metrics_tenants.is_empty() {
         format!(
-            "no tenant may read {what} (it is the whole process's): list the operator's tenant in server.metrics_tenants, e.g. [\"{tenant}\"], or set server.metrics = \"open\""
+            "no tenant may read {what} (it is the whole process's): list the operator's tenant in server.metrics_tenants, e.g. [\"{tenant}\"]{}",
+            if what == "/metrics" {
+                ", or set server.metrics = \"open\""
+            } else {
+                " (with server.metrics = \"protected\", the default)"
+            }
         )
     } else {
         let listed: Vec<&str> = settings

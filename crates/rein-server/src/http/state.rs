@@ -59,6 +59,10 @@ pub struct AppState {
     pub fair: crate::queue::fair::FairPick,
     /// The runs the queue workers hold, by tenant ([`crate::queue::floor`]).
     pub floor: crate::queue::floor::TenantFloor,
+    /// How the run store was named at start, without credentials (`rein
+    /// serve` sets it: `--data`, `[store]`, or its default), for the
+    /// config view; `None`: the view shows the config's `[store]`.
+    pub store_shown: Option<String>,
     /// When this state was made: the server's start, when the model
     /// bindings were made from the config (their `created` in
     /// `GET /v1/models`).
@@ -125,6 +129,7 @@ impl AppState {
             fair: crate::queue::fair::FairPick::new(&settings_quotas),
             floor: crate::queue::floor::TenantFloor::new(crate::queue::floor::loops(workers)),
             started_at: crate::lifecycle::recovery::now_ms(),
+            store_shown: None,
         }
     }
 

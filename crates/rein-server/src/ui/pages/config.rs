@@ -1,7 +1,8 @@
 //! `GET /ui/config`: the configuration this server runs with, as
 //! `GET /v1/config` answers it ([`crate::api::config::view`]): rein's
 //! defaults filled in and marked, secrets never shown. For operators only
-//! (a tenant `server.metrics_tenants` lists), as the API is.
+//! (a tenant `server.metrics_tenants` lists, or anyone without keys), as
+//! the API is.
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
@@ -23,7 +24,11 @@ pub(crate) async fn show(State(ui): State<Ui>, headers: HeaderMap, uri: Uri) -> 
     {
         return problem_page(&ui, Some(&signed), &problem, "/ui/runs");
     }
-    let view = crate::api::config::view(&ui.app.registry, &ui.app.settings);
+    let view = crate::api::config::view(
+        &ui.app.registry,
+        &ui.app.settings,
+        ui.app.store_shown.as_deref(),
+    );
     respond(
         StatusCode::OK,
         page("Config", Some((&ui, &signed)), Nav::Config, render(&view)),
@@ -239,7 +244,7 @@ pub(crate) fn render(view: &ConfigView) -> Html {
             h.text(store);
         }
         None => {
-            h.raw("the --data given at start");
+            h.raw("not named (the embedding program opened it)");
         }
     }
     h.raw("</code></dd></dl></section>");

@@ -83,6 +83,9 @@ pub(crate) fn render(node: &str, counts: &GatewayCounts, today: &Stats) -> Html 
         .raw("<section aria-labelledby=\"calls-h\"><h2 id=\"calls-h\">Your calls by model and outcome</h2>");
     if counts.calls.is_empty() {
         h.raw("<p class=\"empty\">No gateway call of your tenant reached a model on this process yet.</p>");
+        if counts.tenant_label.is_none() {
+            h.raw("<p class=\"muted\">A tenant's calls are counted apart once it makes one, up to [server.metrics_labels] max_values tenants (or the tenants it names); past that they count with other tenants' as <code>other</code>, which this page does not show you.</p>");
+        }
     } else {
         h.raw("<table id=\"calls\"><thead><tr><th scope=\"col\">Provider</th><th scope=\"col\">Model</th>")
             .raw("<th scope=\"col\">Outcome</th><th scope=\"col\" class=\"n\">Attempts</th></tr></thead><tbody>");
@@ -100,9 +103,6 @@ pub(crate) fn render(node: &str, counts: &GatewayCounts, today: &Stats) -> Html 
                 .raw("</td></tr>");
         }
         h.raw("</tbody></table>");
-        if counts.tenant_label == rein_engine::metrics::OTHER {
-            h.raw("<p class=\"muted\">Your tenant is counted under <code>other</code> with the tenants [server.metrics_labels] does not name.</p>");
-        }
     }
     h.raw(
         "</section><section aria-labelledby=\"fallbacks-h\"><h2 id=\"fallbacks-h\">Fallbacks</h2>",
@@ -168,7 +168,7 @@ mod tests {
     #[test]
     fn calls_fallbacks_and_spend_are_listed() {
         let counts = GatewayCounts {
-            tenant_label: "acme".into(),
+            tenant_label: Some("acme".into()),
             calls: vec![CallCount {
                 provider: "openai".into(),
                 model: "gpt-4o-mini".into(),
@@ -196,15 +196,12 @@ mod tests {
         assert!(html.contains("anthropic/claude"), "{html}");
         assert!(html.contains("<tr data-key=\"team-a\">"), "{html}");
         assert!(html.contains("No stream was cut"), "{html}");
-        assert!(!html.contains("counted under <code>other"), "{html}");
+        assert!(!html.contains("<code>other</code>"), "{html}");
     }
 
     #[test]
     fn nothing_yet_says_what_to_do() {
-        let counts = GatewayCounts {
-            tenant_label: rein_engine::metrics::OTHER.into(),
-            ..GatewayCounts::default()
-        };
+        let counts = GatewayCounts::default();
         let html = render("n1", &counts, &today()).into_string();
         assert!(
             html.contains("Point an OpenAI or Anthropic client"),

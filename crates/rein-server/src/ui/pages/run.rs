@@ -123,6 +123,13 @@ fn summary(record: &RunRecord, children: &[RunRecord]) -> Html {
         }
         h.raw("</ul></dd>");
     }
+    // The trace its spans are in: its first drive's, or the caller's it
+    // was created under (none when traces are off and no caller sent one).
+    if let Some(span) = record.first_span.as_ref().or(record.trace_parent.as_ref()) {
+        h.raw("<dt>Trace id</dt><dd><code id=\"trace-id\">")
+            .text(span.trace_id())
+            .raw("</code></dd>");
+    }
     h.raw("<dt>Task</dt><dd class=\"task\">")
         .text(&record.input)
         .raw("</dd></dl>");
