@@ -162,6 +162,7 @@ pub mod timestamp;
 pub mod token_ratio;
 pub mod tool;
 pub mod webhook;
+pub mod wire;
 
 pub use clock::{Clock, Instant, ManualClock};
 pub use config::{ConfigError, MAX_DURATION, Ratio, Weight};

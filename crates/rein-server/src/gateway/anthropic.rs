@@ -59,6 +59,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use futures_util::StreamExt;
 use rein_core::Category;
+use rein_core::wire::anthropic as wire;
 use rein_engine::provider::{
     FinishReason, Message, ModelRequest, ModelResponse, Part, StreamEvent, ToolCall, TurnStream,
 };
@@ -170,7 +171,8 @@ impl Wire for Anthropic {
     }
 
     fn body(_call: &Call<Anthropic>, model: &str, response: &ModelResponse) -> Value {
-        message_body(model, response)
+        // Serializing the answer's own types cannot fail.
+        serde_json::to_value(message_body(model, response)).unwrap_or(Value::Null)
     }
 
     const ANNOUNCES_PROMPT: bool = true;
@@ -1000,11 +1002,11 @@ fn stop_reason(response: &ModelResponse) -> &'static str {
     }
 }
 
-/// The answer's `stop_sequence`: the sequence that stopped it, or `null`.
-fn stop_sequence(response: &ModelResponse) -> Value {
+/// The answer's `stop_sequence`: the sequence that stopped it, if one did.
+fn stop_sequence(response: &ModelResponse) -> Option<String> {
     match (response.finish, &response.stop_sequence) {
-        (FinishReason::StopSequence, Some(sequence)) => Value::String(sequence.clone()),
-        _ => Value::Null,
+        (FinishReason::StopSequence, Some(sequence)) => Some(sequence.clone()),
+        _ => None,
     }
 }
 
@@ -1022,45 +1024,41 @@ fn tool_input(arguments: &str) -> Value {
     }
 }
 
-fn usage(response: &ModelResponse) -> Value {
-    json!({"input_tokens": response.usage.input, "output_tokens": response.usage.output})
+fn usage(response: &ModelResponse) -> wire::Usage {
+    wire::Usage::of(response.usage.input, response.usage.output)
 }
 
-fn message_body(model: &str, response: &ModelResponse) -> Value {
-    let mut content: Vec<Value> = response
+fn message_body(model: &str, response: &ModelResponse) -> wire::Message {
+    let mut content: Vec<wire::Block> = response
         .text
         .as_deref()
         .filter(|t| !t.is_empty())
-        .map(|text| json!({"type": "text", "text": text}))
+        .map(|text| wire::Block::Text {
+            text: text.to_owned(),
+        })
         .into_iter()
         .collect();
-    content.extend(response.tool_calls.iter().map(|c| {
-        json!({"type": "tool_use", "id": c.id, "name": c.name, "input": tool_input(&c.arguments)})
+    content.extend(response.tool_calls.iter().map(|c| wire::Block::ToolUse {
+        id: Some(c.id.clone()),
+        name: Some(c.name.clone()),
+        input: tool_input(&c.arguments),
     }));
-    json!({
-        "id": message_id(),
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": content,
-        "stop_reason": stop_reason(response),
-        "stop_sequence": stop_sequence(response),
-        "usage": usage(response),
-    })
-}
-
-/// One server-sent event of the Messages API: its name and its data.
-fn event(name: &str, data: &Value) -> String {
-    format!("event: {name}\ndata: {data}\n\n")
+    wire::Message {
+        content,
+        stop_reason: Some(stop_reason(response).to_owned()),
+        stop_sequence: stop_sequence(response),
+        usage: usage(response),
+        ..wire::Message::opened(message_id(), model)
+    }
 }
 
 /// The content block a stream has open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Open {
     /// Text, at this block index.
-    Text(usize),
+    Text(u64),
     /// The tool call of this (provider) index, at this block index.
-    Tool { call: usize, block: usize },
+    Tool { call: usize, block: u64 },
 }
 
 /// Turns a provider-neutral turn stream into the Messages API's events:
@@ -1076,7 +1074,7 @@ struct Relay {
     ended: bool,
     open: Option<Open>,
     /// Blocks started so far (the next block's index).
-    blocks: usize,
+    blocks: u64,
     /// The recoveries of a stream cut after its first token, for the mark
     /// on `message_delta`.
     recoveries: Vec<rein_core::event::StreamRecovered>,
@@ -1089,20 +1087,20 @@ impl Relay {
             Some(Open::Text(index) | Open::Tool { block: index, .. }) => index,
             None => return,
         };
-        out.push_str(&event(
-            "content_block_stop",
-            &json!({"type": "content_block_stop", "index": index}),
-        ));
+        out.push_str(&wire::StreamEvent::ContentBlockStop { index }.to_sse());
     }
 
     /// Starts the next block with `block`.
-    fn start(&mut self, block: Value, out: &mut String) -> usize {
+    fn start(&mut self, block: wire::Block, out: &mut String) -> u64 {
         let index = self.blocks;
         self.blocks += 1;
-        out.push_str(&event(
-            "content_block_start",
-            &json!({"type": "content_block_start", "index": index, "content_block": block}),
-        ));
+        out.push_str(
+            &wire::StreamEvent::ContentBlockStart {
+                index,
+                content_block: block,
+            }
+            .to_sse(),
+        );
         index
     }
 
@@ -1114,16 +1112,25 @@ impl Relay {
                 Some(Open::Text(index)) => index,
                 _ => {
                     self.close(&mut out);
-                    let index = self.start(json!({"type": "text", "text": ""}), &mut out);
+                    let index = self.start(
+                        wire::Block::Text {
+                            text: String::new(),
+                        },
+                        &mut out,
+                    );
                     self.open = Some(Open::Text(index));
                     index
                 }
             };
-            out.push_str(&event(
-                "content_block_delta",
-                &json!({"type": "content_block_delta", "index": index,
-                        "delta": {"type": "text_delta", "text": text}}),
-            ));
+            out.push_str(
+                &wire::StreamEvent::ContentBlockDelta {
+                    index,
+                    delta: wire::BlockDelta::TextDelta {
+                        text: text.to_owned(),
+                    },
+                }
+                .to_sse(),
+            );
         }
         for call in &delta.tool_calls {
             let index = match self.open {
@@ -1135,8 +1142,11 @@ impl Relay {
                         .clone()
                         .unwrap_or_else(|| format!("toolu_{}", uuid::Uuid::now_v7().simple()));
                     let block = self.start(
-                        json!({"type": "tool_use", "id": id,
-                               "name": call.name.as_deref().unwrap_or_default(), "input": {}}),
+                        wire::Block::ToolUse {
+                            id: Some(id),
+                            name: Some(call.name.clone().unwrap_or_default()),
+                            input: Value::Object(Map::new()),
+                        },
                         &mut out,
                     );
                     self.open = Some(Open::Tool {
@@ -1147,11 +1157,15 @@ impl Relay {
                 }
             };
             if !call.arguments.is_empty() {
-                out.push_str(&event(
-                    "content_block_delta",
-                    &json!({"type": "content_block_delta", "index": index,
-                            "delta": {"type": "input_json_delta", "partial_json": call.arguments}}),
-                ));
+                out.push_str(
+                    &wire::StreamEvent::ContentBlockDelta {
+                        index,
+                        delta: wire::BlockDelta::InputJsonDelta {
+                            partial_json: call.arguments.clone(),
+                        },
+                    }
+                    .to_sse(),
+                );
             }
         }
         out
@@ -1161,10 +1175,13 @@ impl Relay {
     /// it, so the client cannot take the text so far for a whole answer.
     fn error(&mut self, kind: &str, message: &str) -> String {
         self.ended = true;
-        event(
-            "error",
-            &json!({"type": "error", "error": {"type": kind, "message": message}}),
-        )
+        wire::StreamEvent::Error {
+            error: wire::ErrorBody {
+                kind: kind.to_owned(),
+                message: message.to_owned(),
+            },
+        }
+        .to_sse()
     }
 
     /// The next bytes to send; `None` once the stream ended.
@@ -1182,12 +1199,14 @@ impl Relay {
                 Some(Ok(StreamEvent::PromptTokens(tokens))) => (tokens, None),
                 other => (self.prompt, Some(other)),
             };
-            let start = json!({"type": "message_start", "message": {
-                "id": self.id, "type": "message", "role": "assistant", "model": self.model,
-                "content": [], "stop_reason": null, "stop_sequence": null,
-                "usage": {"input_tokens": input, "output_tokens": 0}}});
-            let mut out = event("message_start", &start);
-            out.push_str(&event("ping", &json!({"type": "ping"})));
+            let start = wire::StreamEvent::MessageStart {
+                message: wire::Message {
+                    usage: wire::Usage::of(input, 0),
+                    ..wire::Message::opened(self.id.clone(), self.model.clone())
+                },
+            };
+            let mut out = start.to_sse();
+            out.push_str(&wire::StreamEvent::Ping.to_sse());
             if let Some(first) = first {
                 out.push_str(&self.relay(first));
             }
@@ -1217,15 +1236,16 @@ impl Relay {
                 self.ended = true;
                 let mut out = String::new();
                 self.close(&mut out);
-                let mut last = json!({"type": "message_delta",
-                                      "delta": {"stop_reason": stop_reason(&response),
-                                                "stop_sequence": stop_sequence(&response)},
-                                      "usage": usage(&response)});
-                if let Some(mark) = super::recovered_mark(&self.recoveries) {
-                    last["rein"] = mark;
-                }
-                out.push_str(&event("message_delta", &last));
-                out.push_str(&event("message_stop", &json!({"type": "message_stop"})));
+                let last = wire::StreamEvent::MessageDelta {
+                    delta: wire::MessageDelta {
+                        stop_reason: Some(stop_reason(&response).to_owned()),
+                        stop_sequence: stop_sequence(&response),
+                    },
+                    usage: usage(&response),
+                    rein: super::recovered_mark(&self.recoveries),
+                };
+                out.push_str(&last.to_sse());
+                out.push_str(&wire::StreamEvent::MessageStop.to_sse());
                 out
             }
             Some(Err(failure)) => {

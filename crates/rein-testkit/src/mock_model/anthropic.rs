@@ -7,6 +7,7 @@ use axum::extract::State;
 use axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use rein_core::wire::anthropic::{self as wire, Block, BlockDelta, Message, StreamEvent};
 use serde_json::{Value, json};
 
 use super::routes::{Answer, call_id, header_text, parse_body, settle, wants_stream};
@@ -85,29 +86,30 @@ fn tool_input(arguments: &str) -> Value {
 fn message_body(message: &AssistantMessage, number: u64, model: &str) -> Value {
     let mut content = Vec::new();
     if let Some(text) = message.content.as_deref().filter(|t| !t.is_empty()) {
-        content.push(json!({"type": "text", "text": text}));
+        content.push(Block::Text {
+            text: text.to_owned(),
+        });
     }
     for (i, call) in message.tool_calls.iter().enumerate() {
-        content.push(json!({
-            "type": "tool_use",
-            "id": call_id(call, "toolu_mock", number, i),
-            "name": call.name,
-            "input": tool_input(&call.arguments),
-        }));
+        content.push(Block::ToolUse {
+            id: Some(call_id(call, "toolu_mock", number, i)),
+            name: Some(call.name.clone()),
+            input: tool_input(&call.arguments),
+        });
     }
-    json!({
-        "id": format!("msg_mock_{number}"),
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": content,
-        "stop_reason": stop_reason(message),
-        "stop_sequence": message.stop_sequence,
-        "usage": {
-            "input_tokens": message.usage.prompt_tokens,
-            "output_tokens": message.usage.completion_tokens,
-        },
-    })
+    let body = Message {
+        content,
+        stop_reason: Some(stop_reason(message).to_owned()),
+        stop_sequence: message.stop_sequence.clone(),
+        usage: wire::Usage::of(message.usage.prompt_tokens, message.usage.completion_tokens),
+        ..Message::opened(format!("msg_mock_{number}"), model)
+    };
+    serde_json::to_value(body).unwrap_or(Value::Null)
+}
+
+/// One event, as the stream sends it.
+fn event(event: &StreamEvent) -> String {
+    event.to_sse()
 }
 
 /// The events of the streamed answer.
@@ -117,86 +119,76 @@ fn message_frames(
     model: &str,
     error_message: &str,
 ) -> Frames {
-    let event = |data: Value| {
-        let kind = data
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or("unknown")
-            .to_owned();
-        sse::typed_event(&kind, &data.to_string())
-    };
     let mut body = vec![
-        event(json!({
-            "type": "message_start",
-            "message": {
-                "id": format!("msg_mock_{number}"),
-                "type": "message",
-                "role": "assistant",
-                "model": model,
-                "content": [],
-                "stop_reason": null,
-                "stop_sequence": null,
-                "usage": {"input_tokens": message.usage.prompt_tokens, "output_tokens": 1},
+        event(&StreamEvent::MessageStart {
+            message: Message {
+                usage: wire::Usage::of(message.usage.prompt_tokens, 1),
+                ..Message::opened(format!("msg_mock_{number}"), model)
             },
-        })),
-        event(json!({"type": "ping"})),
+        }),
+        event(&StreamEvent::Ping),
     ];
-    let mut index = 0usize;
+    let mut index = 0u64;
     if let Some(text) = message.content.as_deref().filter(|t| !t.is_empty()) {
-        body.push(event(json!({
-            "type": "content_block_start",
-            "index": index,
-            "content_block": {"type": "text", "text": ""},
-        })));
+        body.push(event(&StreamEvent::ContentBlockStart {
+            index,
+            content_block: Block::Text {
+                text: String::new(),
+            },
+        }));
         for piece in sse::pieces(text) {
-            body.push(event(json!({
-                "type": "content_block_delta",
-                "index": index,
-                "delta": {"type": "text_delta", "text": piece},
-            })));
+            body.push(event(&StreamEvent::ContentBlockDelta {
+                index,
+                delta: BlockDelta::TextDelta { text: piece },
+            }));
         }
-        body.push(event(json!({"type": "content_block_stop", "index": index})));
+        body.push(event(&StreamEvent::ContentBlockStop { index }));
         index += 1;
     }
     for (i, call) in message.tool_calls.iter().enumerate() {
-        body.push(event(json!({
-            "type": "content_block_start",
-            "index": index,
-            "content_block": {
-                "type": "tool_use",
-                "id": call_id(call, "toolu_mock", number, i),
-                "name": call.name,
-                "input": {},
+        body.push(event(&StreamEvent::ContentBlockStart {
+            index,
+            content_block: Block::ToolUse {
+                id: Some(call_id(call, "toolu_mock", number, i)),
+                name: Some(call.name.clone()),
+                input: json!({}),
             },
-        })));
+        }));
         for piece in sse::pieces(&call.arguments) {
-            body.push(event(json!({
-                "type": "content_block_delta",
-                "index": index,
-                "delta": {"type": "input_json_delta", "partial_json": piece},
-            })));
+            body.push(event(&StreamEvent::ContentBlockDelta {
+                index,
+                delta: BlockDelta::InputJsonDelta {
+                    partial_json: piece,
+                },
+            }));
         }
-        body.push(event(json!({"type": "content_block_stop", "index": index})));
+        body.push(event(&StreamEvent::ContentBlockStop { index }));
         index += 1;
     }
-    body.push(event(json!({
-        "type": "message_delta",
-        "delta": {"stop_reason": stop_reason(message), "stop_sequence": message.stop_sequence},
-        "usage": {"output_tokens": message.usage.completion_tokens},
-    })));
+    body.push(event(&StreamEvent::MessageDelta {
+        delta: wire::MessageDelta {
+            stop_reason: Some(stop_reason(message).to_owned()),
+            stop_sequence: message.stop_sequence.clone(),
+        },
+        usage: wire::Usage {
+            output_tokens: Some(message.usage.completion_tokens),
+            ..wire::Usage::default()
+        },
+        rein: None,
+    }));
     Frames {
         body,
-        terminator: vec![event(json!({"type": "message_stop"}))],
+        terminator: vec![event(&StreamEvent::MessageStop)],
         malformed: sse::typed_event(
             "content_block_delta",
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"#,
         ),
-        error: sse::typed_event(
-            "error",
-            &json!({"type": "error",
-                    "error": {"type": "overloaded_error", "message": error_message}})
-            .to_string(),
-        ),
+        error: event(&StreamEvent::Error {
+            error: wire::ErrorBody {
+                kind: "overloaded_error".to_owned(),
+                message: error_message.to_owned(),
+            },
+        }),
     }
 }
 

@@ -1,6 +1,7 @@
 //! A whole Messages API answer, read into a [`ModelResponse`].
 
 use rein_core::Failure;
+use rein_core::wire::anthropic as wire;
 use serde_json::Value;
 
 use crate::provider::http::malformed;
@@ -31,86 +32,72 @@ pub(super) fn stop_sequence(value: &Value) -> Option<String> {
 /// Input tokens of a `usage` object: uncached plus cache writes and reads,
 /// which are all billed input.
 pub(super) fn input_tokens(usage: &Value) -> Option<u64> {
-    let field = |name: &str| usage.get(name).and_then(Value::as_u64);
-    let base = field("input_tokens")?;
-    Some(
-        base.saturating_add(field("cache_creation_input_tokens").unwrap_or(0))
-            .saturating_add(field("cache_read_input_tokens").unwrap_or(0)),
-    )
+    let usage: wire::Usage = serde_json::from_value(usage.clone()).ok()?;
+    usage.billed_input()
 }
 
-/// Reads a Messages API answer; a body that is not one is a retryable
-/// failure, never a panic. The input of a `tool_use` of the `answer` tool
-/// (see `Prepared::answer`) is the answer's text, serialised JSON, not a
-/// tool call; a turn whose only tool use is that one finishes `stop`, as
-/// the OpenAI model answering the same `response_format` would.
+/// Reads a Messages API answer ([`wire::Message`]); a body that is not one
+/// is a retryable failure, never a panic. The input of a `tool_use` of the
+/// `answer` tool (see `Prepared::answer`) is the answer's text, serialised
+/// JSON, not a tool call; a turn whose only tool use is that one finishes
+/// `stop`, as the OpenAI model answering the same `response_format` would.
 pub(super) fn parse_message(
     name: &str,
     text: &str,
     answer_tool: Option<&str>,
 ) -> Result<ModelResponse, Failure> {
     let malformed = |why: &str| malformed(name, why, text);
-    let body: Value = serde_json::from_str(text).map_err(|_| malformed("not JSON"))?;
-    let content = body
-        .get("content")
-        .and_then(Value::as_array)
-        .ok_or_else(|| malformed("no content"))?;
+    let body: wire::Message = serde_json::from_str(text).map_err(|e| {
+        if e.is_syntax() || e.is_eof() {
+            malformed("not JSON")
+        } else {
+            malformed(&format!("not a message ({e})"))
+        }
+    })?;
     let mut answer = String::new();
     let mut tool_calls = Vec::new();
     let mut answered = false;
-    for (i, block) in content.iter().enumerate() {
-        match block.get("type").and_then(Value::as_str) {
-            Some("text") => {
-                answer.push_str(block.get("text").and_then(Value::as_str).unwrap_or(""));
-            }
-            Some("tool_use") => {
-                let Some(tool) = block.get("name").and_then(Value::as_str) else {
+    for (i, block) in body.content.into_iter().enumerate() {
+        match block {
+            wire::Block::Text { text } => answer.push_str(&text),
+            wire::Block::ToolUse { id, name, input } => {
+                let Some(tool) = name else {
                     return Err(malformed("tool_use block without a name"));
                 };
-                if answer_tool == Some(tool) {
+                if answer_tool == Some(tool.as_str()) {
                     answered = true;
-                    let input = block.get("input").unwrap_or(&Value::Null);
                     answer.push_str(&input.to_string());
                     continue;
                 }
                 tool_calls.push(ToolCall {
-                    id: block
-                        .get("id")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned)
-                        .unwrap_or_else(|| format!("call_{i}")),
-                    name: tool.to_owned(),
-                    arguments: block
-                        .get("input")
-                        .map_or_else(|| String::from("{}"), Value::to_string),
+                    id: id.unwrap_or_else(|| format!("call_{i}")),
+                    name: tool,
+                    // An input the answer left out is no arguments.
+                    arguments: if input.is_null() {
+                        String::from("{}")
+                    } else {
+                        input.to_string()
+                    },
                 });
             }
             // Thinking and server-tool blocks are not part of the answer.
-            _ => {}
+            wire::Block::Other => {}
         }
     }
-    let finish = match body
-        .get("stop_reason")
-        .and_then(Value::as_str)
-        .map(stop_reason)
-    {
+    let finish = match body.stop_reason.as_deref().map(stop_reason) {
         Some(FinishReason::Other) | None if !tool_calls.is_empty() => FinishReason::ToolCalls,
         Some(FinishReason::ToolCalls) if answered && tool_calls.is_empty() => FinishReason::Stop,
         Some(finish) => finish,
         None => FinishReason::Other,
     };
-    let usage = body.get("usage").unwrap_or(&Value::Null);
     Ok(ModelResponse {
         text: (!answer.is_empty()).then_some(answer),
         tool_calls,
         finish,
-        stop_sequence: stop_sequence(&body),
+        stop_sequence: body.stop_sequence,
         usage: TokenUsage {
-            input: input_tokens(usage).unwrap_or(0),
-            output: usage
-                .get("output_tokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(0),
+            input: body.usage.billed_input().unwrap_or(0),
+            output: body.usage.output_tokens.unwrap_or(0),
         },
     })
 }
