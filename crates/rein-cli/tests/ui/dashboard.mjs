@@ -206,6 +206,8 @@ try {
   await page.waitForURL(/window=7d/);
   await agentRow("mover").waitFor();
   check(await page.locator("#series rect.ok").count() >= 1, "the chart has a bar of successes");
+  const wide = await page.evaluate(() => document.documentElement.scrollWidth);
+  check(wide <= 1280, `the stats page fits 1280 px without scrolling sideways (${wide} px)`);
   await shot(page, "stats");
 
   step = "in flight and capacity, refreshed in place";
