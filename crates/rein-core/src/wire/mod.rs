@@ -12,8 +12,13 @@
 //! leave out a member the format requires, and a reader states what it
 //! tolerates (a member absent, a block it does not know) in the type.
 //!
-//! | module | format | what is here |
-//! | --- | --- | --- |
-//! | [`anthropic`] | Anthropic Messages | the answer ([`anthropic::Message`]), its blocks and usage, the stream's events |
+//! | module | format | what is here | written by | read by |
+//! | --- | --- | --- | --- | --- |
+//! | [`anthropic`] | Anthropic Messages | the answer ([`anthropic::Message`]), its blocks and usage, the stream's events | the gateway, the mock model | the provider (a whole answer) |
+//!
+//! Not here yet: the Anthropic provider's stream decoder still reads each
+//! event as a JSON value (it falls back on the SSE event's name when the
+//! data has no `type`, and takes a `message_start` without `content`),
+//! and OpenAI's formats are still described where they are used.
 
 pub mod anthropic;
