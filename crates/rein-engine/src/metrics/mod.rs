@@ -139,14 +139,7 @@ impl Metrics {
     /// `[("tool", "update")]` sums over tenants, agents and outcomes.
     pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
         let sum: f64 = self.samples(name, labels).iter().map(|s| s.value).sum();
-        // Counts only: a fraction (a cost) is cut.
-        if sum.is_finite() && sum >= 0.0 {
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            let whole = sum as u64;
-            whole
-        } else {
-            0
-        }
+        whole(sum)
     }
 }
 
@@ -162,7 +155,25 @@ pub struct Sample {
     pub value: f64,
 }
 
+/// `value` as a count: a fraction (a cost) is cut, and what is not a
+/// finite non-negative number is 0.
+fn whole(value: f64) -> u64 {
+    if value.is_finite() && value >= 0.0 {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let whole = value as u64;
+        whole
+    } else {
+        0
+    }
+}
+
 impl Sample {
+    /// The value as a count ([`Metrics::get`]'s rule): a counter's is a
+    /// whole number.
+    pub fn count(&self) -> u64 {
+        whole(self.value)
+    }
+
     /// The value of label `name` (`""` when the sample has none).
     pub fn label(&self, name: &str) -> &str {
         self.labels

@@ -248,17 +248,6 @@ pub async fn read(state: &AppState, tenant: &TenantId) -> Result<Live, Problem> 
     })
 }
 
-/// A counter's value as a count (a counter is a whole number here).
-fn count(value: f64) -> u64 {
-    if value.is_finite() && value >= 0.0 {
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let whole = value as u64;
-        whole
-    } else {
-        0
-    }
-}
-
 /// The gateway's counters of `metrics` for `tenant`.
 fn gateway_counts(metrics: &rein_engine::metrics::Metrics, tenant: &TenantId) -> GatewayCounts {
     use rein_engine::metrics::NONE;
@@ -276,7 +265,7 @@ fn gateway_counts(metrics: &rein_engine::metrics::Metrics, tenant: &TenantId) ->
             provider: s.label("provider").to_owned(),
             model: s.label("model").to_owned(),
             outcome: s.label("outcome").to_owned(),
-            count: count(s.value),
+            count: s.count(),
         })
         .filter(|c| c.count > 0)
         .collect();
@@ -289,7 +278,7 @@ fn gateway_counts(metrics: &rein_engine::metrics::Metrics, tenant: &TenantId) ->
         .map(|s| FallbackCount {
             primary: s.label("primary").to_owned(),
             answered: s.label("answered").to_owned(),
-            count: count(s.value),
+            count: s.count(),
         })
         .filter(|c| c.count > 0)
         .collect();
@@ -300,7 +289,7 @@ fn gateway_counts(metrics: &rein_engine::metrics::Metrics, tenant: &TenantId) ->
         .map(|s| RecoveryCount {
             provider: s.label("provider").to_owned(),
             outcome: s.label("outcome").to_owned(),
-            count: count(s.value),
+            count: s.count(),
         })
         .filter(|c| c.count > 0)
         .collect();
