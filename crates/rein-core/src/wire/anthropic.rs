@@ -151,7 +151,9 @@ pub enum StreamEvent {
     /// The answer begins: its id, model and the prompt's tokens, no
     /// content yet.
     MessageStart {
-        /// The answer so far.
+        /// The answer so far. A compatible server may leave out its empty
+        /// `content` here (read as none), unlike in a whole answer.
+        #[serde(deserialize_with = "started")]
         message: Message,
     },
     /// A block begins at `index`.
@@ -261,12 +263,24 @@ pub struct MessageDelta {
 /// The `error` of an in-band error event (and of an error answer).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
-    /// Its kind: `overloaded_error`, `api_error`, `rate_limit_error`, ….
-    #[serde(rename = "type")]
+    /// Its kind: `overloaded_error`, `api_error`, `rate_limit_error`, …;
+    /// `""` when a compatible server leaves it out.
+    #[serde(rename = "type", default)]
     pub kind: String,
     /// For humans.
     #[serde(default)]
     pub message: String,
+}
+
+/// The message of a `message_start`: a [`Message`] whose `content` may be
+/// absent (read as empty). Only this event's reader allows it; a whole
+/// answer without `content` is not one.
+fn started<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Message, D::Error> {
+    let mut message = serde_json::Map::<String, Value>::deserialize(deserializer)?;
+    message
+        .entry("content")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    Message::deserialize(Value::Object(message)).map_err(serde::de::Error::custom)
 }
 
 #[cfg(test)]
@@ -337,6 +351,17 @@ mod tests {
                 index: 1,
                 delta: BlockDelta::Other
             }
+        );
+        let started: StreamEvent = serde_json::from_value(
+            json!({"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": 4}}}),
+        )
+        .unwrap();
+        let StreamEvent::MessageStart { message } = started else {
+            panic!("{started:?}");
+        };
+        assert_eq!(
+            (message.content, message.usage.input_tokens),
+            (Vec::new(), Some(4))
         );
         let unknown: StreamEvent = serde_json::from_value(json!({"type": "future_event"})).unwrap();
         assert_eq!(unknown, StreamEvent::Other);

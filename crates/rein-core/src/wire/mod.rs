@@ -14,11 +14,17 @@
 //!
 //! | module | format | what is here | written by | read by |
 //! | --- | --- | --- | --- | --- |
-//! | [`anthropic`] | Anthropic Messages | the answer ([`anthropic::Message`]), its blocks and usage, the stream's events | the gateway, the mock model | the provider (a whole answer) |
+//! | [`anthropic`] | Anthropic Messages | the answer ([`anthropic::Message`]), its blocks and usage, the stream's events | the gateway, the mock model | the provider (a whole answer and the stream) |
+//! | [`openai`] | OpenAI Chat Completions | the answer ([`openai::Completion`]), the stream's chunks ([`openai::Chunk`]), the error body | the gateway, the mock model | the provider (a whole answer and the stream) |
 //!
-//! Not here yet: the Anthropic provider's stream decoder still reads each
-//! event as a JSON value (it falls back on the SSE event's name when the
-//! data has no `type`, and takes a `message_start` without `content`),
-//! and OpenAI's formats are still described where they are used.
+//! # What is not here, and why
+//!
+//! The *requests*. The gateway reads them as its own types
+//! (`rein_server::gateway`), because they are also its OpenAPI document
+//! and say member by member what it passes, maps or refuses; a provider
+//! writes them from rein's provider-neutral request, and the caller's
+//! options travel in the API's own names, untouched. Neither reads
+//! what the other writes: the shapes meet only at the upstream.
 
 pub mod anthropic;
+pub mod openai;

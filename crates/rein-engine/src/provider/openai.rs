@@ -1,6 +1,7 @@
 //! The OpenAI-compatible provider: Chat Completions with tools, streamed
 //! or not.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +10,7 @@ use async_trait::async_trait;
 use rein_core::Failure;
 use rein_core::continuation::Continuation;
 use rein_core::output_field::{OutputField, output_field};
+use rein_core::wire::openai;
 use serde_json::{Value, json};
 
 use super::endpoint::{Api, Endpoint, KeyHeader};
@@ -360,11 +362,43 @@ impl Decoder for ChunkDecoder {
             updates.push(Update::End);
             return Ok(());
         }
-        if let Some(plain) = PlainChunk::of(&event.data) {
-            plain.decode(updates);
-            return Ok(());
+        let chunk: openai::Chunk<'_> = serde_json::from_str(&event.data)
+            .map_err(|e| unparseable(&self.name, event, &e.to_string()))?;
+        if let Some(error) = chunk.error.as_ref().filter(|e| !e.is_null()) {
+            return Err(stream_error_failure(&self.name, error));
         }
-        self.decode_general(event, updates)
+        // Only the first choice: rein never asks for `n` > 1.
+        for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
+            // An empty reason is no reason: a compatible server that sends
+            // `""` on every chunk must not make a cut stream look finished.
+            let finish = choice
+                .finished()
+                .map(|reason| finish_of(reason, choice.stop_reason.clone()));
+            let tool_calls = choice
+                .delta
+                .tool_calls
+                .into_iter()
+                .enumerate()
+                .map(|(position, call)| tool_call_delta(position, call))
+                .collect();
+            updates.push(Update::Delta(Delta {
+                text: choice.delta.content.map(Cow::into_owned),
+                tool_calls,
+            }));
+            if let Some((finish, sequence)) = finish {
+                updates.push(Update::Finish(finish));
+                if let Some(sequence) = sequence {
+                    updates.push(Update::StopSequence(sequence));
+                }
+            }
+        }
+        if let Some(Some(usage)) = chunk.usage {
+            updates.push(Update::Usage {
+                input: usage.prompt_tokens,
+                output: usage.completion_tokens,
+            });
+        }
+        Ok(())
     }
 
     fn whole(&self, body: &str) -> Result<ModelResponse, Failure> {
@@ -372,183 +406,14 @@ impl Decoder for ChunkDecoder {
     }
 }
 
-impl ChunkDecoder {
-    /// Any chunk, read into a `Value`: every member it may hold.
-    fn decode_general(&self, event: &SseEvent, updates: &mut Vec<Update>) -> Result<(), Failure> {
-        let chunk: Value = serde_json::from_str(&event.data)
-            .map_err(|e| unparseable(&self.name, event, &e.to_string()))?;
-        if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
-            return Err(stream_error_failure(&self.name, error));
-        }
-        let choices = chunk.get("choices").and_then(Value::as_array);
-        // Only the first choice: rein never asks for `n` > 1.
-        for choice in choices.into_iter().flatten() {
-            if choice.get("index").and_then(Value::as_u64).unwrap_or(0) != 0 {
-                continue;
-            }
-            let delta = choice.get("delta").unwrap_or(&Value::Null);
-            let text = delta
-                .get("content")
-                .and_then(Value::as_str)
-                .map(str::to_owned);
-            let calls = delta.get("tool_calls").and_then(Value::as_array);
-            let tool_calls = calls
-                .into_iter()
-                .flatten()
-                .enumerate()
-                .map(|(position, call)| tool_call_delta(position, call))
-                .collect();
-            updates.push(Update::Delta(Delta { text, tool_calls }));
-            // An empty reason is no reason: a compatible server that sends
-            // `""` on every chunk must not make a cut stream look finished.
-            if let Some(reason) = choice
-                .get("finish_reason")
-                .and_then(Value::as_str)
-                .filter(|r| !r.is_empty())
-            {
-                let (finish, sequence) = finish_of(reason, choice);
-                updates.push(Update::Finish(finish));
-                if let Some(sequence) = sequence {
-                    updates.push(Update::StopSequence(sequence));
-                }
-            }
-        }
-        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
-            updates.push(Update::Usage {
-                input: usage.get("prompt_tokens").and_then(Value::as_u64),
-                output: usage.get("completion_tokens").and_then(Value::as_u64),
-            });
-        }
-        Ok(())
-    }
-}
-
-/// The chunk nearly every streamed token arrives in (text or nothing, no
-/// tool call, no finish reason, no error), read from borrowed fields.
-///
-/// # Why a second reader
-///
-/// Reading each chunk into a `Value` allocated a key and a value for every
-/// member (`id`, `object`, `model`, `system_fingerprint`, ...) only to read
-/// three of them; it was the largest single cost of relaying a stream.
-/// Anything this shape does not hold exactly (a tool call, a finish
-/// reason, an error, a member of another type) makes [`PlainChunk::of`]
-/// answer `None`, and the general reader decides as before: both agree on
-/// every chunk this one takes.
-#[derive(serde::Deserialize)]
-struct PlainChunk<'a> {
-    #[serde(borrow, default)]
-    choices: Option<Vec<MapOnly<PlainChoice<'a>>>>,
-    #[serde(default)]
-    usage: Option<MapOnly<PlainUsage>>,
-    #[serde(default)]
-    error: Option<serde::de::IgnoredAny>,
-}
-
-#[derive(serde::Deserialize)]
-struct PlainChoice<'a> {
-    #[serde(default)]
-    index: Option<u64>,
-    #[serde(borrow, default)]
-    delta: Option<MapOnly<PlainDelta<'a>>>,
-    #[serde(borrow, default)]
-    finish_reason: Option<std::borrow::Cow<'a, str>>,
-}
-
-/// `T` read from a JSON object only. serde_json also reads a struct from
-/// an array of its fields in order, which the general reader's `.get`
-/// never sees: `{"delta": ["hi"]}` must not be read as the text `hi`.
-struct MapOnly<T>(T);
-
-impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for MapOnly<T> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visit<T>(std::marker::PhantomData<T>);
-        impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for Visit<T> {
-            type Value = MapOnly<T>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                map: A,
-            ) -> Result<MapOnly<T>, A::Error> {
-                T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(MapOnly)
-            }
-        }
-        deserializer.deserialize_map(Visit(std::marker::PhantomData))
-    }
-}
-
-#[derive(serde::Deserialize)]
-struct PlainDelta<'a> {
-    #[serde(borrow, default)]
-    content: Option<std::borrow::Cow<'a, str>>,
-    #[serde(default)]
-    tool_calls: Option<serde::de::IgnoredAny>,
-}
-
-#[derive(serde::Deserialize)]
-struct PlainUsage {
-    #[serde(default)]
-    prompt_tokens: Option<u64>,
-    #[serde(default)]
-    completion_tokens: Option<u64>,
-}
-
-impl<'a> PlainChunk<'a> {
-    /// `data` when it is a plain chunk; `None` for the general reader.
-    fn of(data: &'a str) -> Option<PlainChunk<'a>> {
-        let MapOnly(chunk) = serde_json::from_str::<MapOnly<PlainChunk<'a>>>(data).ok()?;
-        let plain = chunk.error.is_none()
-            && chunk.choices.iter().flatten().all(|MapOnly(choice)| {
-                choice.finish_reason.as_deref().is_none_or(str::is_empty)
-                    && choice
-                        .delta
-                        .as_ref()
-                        .is_none_or(|MapOnly(delta)| delta.tool_calls.is_none())
-            });
-        plain.then_some(chunk)
-    }
-
-    /// The updates [`ChunkDecoder::decode`]'s general reader gives it.
-    fn decode(self, updates: &mut Vec<Update>) {
-        for MapOnly(choice) in self.choices.into_iter().flatten() {
-            if choice.index.unwrap_or(0) != 0 {
-                continue;
-            }
-            let text = choice
-                .delta
-                .and_then(|MapOnly(delta)| delta.content)
-                .map(std::borrow::Cow::into_owned);
-            updates.push(Update::Delta(Delta {
-                text,
-                tool_calls: Vec::new(),
-            }));
-        }
-        if let Some(MapOnly(usage)) = self.usage {
-            updates.push(Update::Usage {
-                input: usage.prompt_tokens,
-                output: usage.completion_tokens,
-            });
-        }
-    }
-}
-
-fn tool_call_delta(position: usize, call: &Value) -> ToolCallDelta {
-    let function = call.get("function").unwrap_or(&Value::Null);
-    let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
+fn tool_call_delta(position: usize, call: openai::ToolCallDelta<'_>) -> ToolCallDelta {
     ToolCallDelta {
         index: call
-            .get("index")
-            .and_then(Value::as_u64)
+            .index
             .map_or(position, |i| usize::try_from(i).unwrap_or(usize::MAX)),
-        id: text(call.get("id")),
-        name: text(function.get("name")),
-        arguments: match function.get("arguments") {
-            Some(Value::String(piece)) => piece.clone(),
-            Some(Value::Null) | None => String::new(),
-            Some(other) => other.to_string(),
-        },
+        id: call.id.map(Cow::into_owned),
+        name: call.function.name.map(Cow::into_owned),
+        arguments: call.function.arguments.unwrap_or_default(),
     }
 }
 
@@ -565,19 +430,14 @@ fn finish_reason(reason: &str) -> FinishReason {
 
 /// A choice's finish, and the stop sequence it names: OpenAI says `stop`
 /// for a natural end and a stop sequence alike, but a compatible server
-/// that names the match (vLLM's `stop_reason`, a string; a number there is
-/// a stop *token*, not one of the request's sequences) tells them apart.
-fn finish_of(reason: &str, choice: &Value) -> (FinishReason, Option<String>) {
-    match (finish_reason(reason), choice.get("stop_reason")) {
-        (FinishReason::Stop, Some(Value::String(sequence))) => {
-            (FinishReason::StopSequence, Some(sequence.clone()))
-        }
+/// that names the match (vLLM's `stop_reason`) tells them apart.
+fn finish_of(reason: &str, stop_reason: Option<String>) -> (FinishReason, Option<String>) {
+    match (finish_reason(reason), stop_reason) {
+        (FinishReason::Stop, Some(sequence)) => (FinishReason::StopSequence, Some(sequence)),
         (finish, _) => (finish, None),
     }
 }
 
-/// Reads a Chat Completions answer. A body that is not one is a retryable
-/// failure (a proxy in between may have mangled it), never a panic.
 /// The inputs of an embedding request: the texts of its user messages.
 fn embedding_inputs(request: &ModelRequest) -> Vec<&str> {
     request
@@ -654,48 +514,30 @@ fn parse_embeddings(name: &str, text: &str, expected: usize) -> Result<Embedding
     })
 }
 
+/// Reads a Chat Completions answer. A body that is not one is a retryable
+/// failure (a proxy in between may have mangled it), never a panic.
 fn parse_response(name: &str, text: &str) -> Result<ModelResponse, Failure> {
     let malformed = |why: &str| malformed(name, why, text);
-    let body: Value = serde_json::from_str(text).map_err(|_| malformed("not JSON"))?;
-    let choice = body
-        .get("choices")
-        .and_then(|c| c.get(0))
-        .ok_or_else(|| malformed("no choices"))?;
-    let message = choice
-        .get("message")
-        .ok_or_else(|| malformed("no message"))?;
-    let content = message
-        .get("content")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let mut tool_calls = Vec::new();
-    if let Some(calls) = message.get("tool_calls").and_then(Value::as_array) {
-        for (i, call) in calls.iter().enumerate() {
-            let function = call.get("function").unwrap_or(&Value::Null);
-            let name_field = function.get("name").and_then(Value::as_str);
-            let Some(tool) = name_field else {
-                return Err(malformed("tool call without a function name"));
-            };
-            let arguments = match function.get("arguments") {
-                Some(Value::String(raw)) => raw.clone(),
-                Some(Value::Null) | None => String::from("{}"),
-                Some(other) => other.to_string(),
-            };
-            tool_calls.push(ToolCall {
-                id: call
-                    .get("id")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-                    .unwrap_or_else(|| format!("call_{i}")),
-                name: tool.to_owned(),
-                arguments,
-            });
-        }
+    let completion: openai::Completion = serde_json::from_str(text)
+        .map_err(|e| malformed(&format!("not a chat completion: {e}")))?;
+    let Some(choice) = completion.choices.into_iter().next() else {
+        return Err(malformed("no choices"));
+    };
+    let mut tool_calls = Vec::with_capacity(choice.message.tool_calls.len());
+    for (i, call) in choice.message.tool_calls.into_iter().enumerate() {
+        let Some(tool) = call.function.name else {
+            return Err(malformed("tool call without a function name"));
+        };
+        tool_calls.push(ToolCall {
+            id: call.id.unwrap_or_else(|| format!("call_{i}")),
+            name: tool,
+            arguments: call.function.arguments.unwrap_or_else(|| "{}".to_owned()),
+        });
     }
     let (finish, stop_sequence) = match choice
-        .get("finish_reason")
-        .and_then(Value::as_str)
-        .map(|reason| finish_of(reason, choice))
+        .finish_reason
+        .as_deref()
+        .map(|reason| finish_of(reason, choice.stop_reason.clone()))
     {
         Some((FinishReason::Other, _)) | None if !tool_calls.is_empty() => {
             (FinishReason::ToolCalls, None)
@@ -703,16 +545,14 @@ fn parse_response(name: &str, text: &str) -> Result<ModelResponse, Failure> {
         Some(finish) => finish,
         None => (FinishReason::Other, None),
     };
-    let usage = body.get("usage").unwrap_or(&Value::Null);
-    let tokens = |field: &str| usage.get(field).and_then(Value::as_u64).unwrap_or(0);
     Ok(ModelResponse {
-        text: content,
+        text: choice.message.content,
         tool_calls,
         finish,
         stop_sequence,
         usage: TokenUsage {
-            input: tokens("prompt_tokens"),
-            output: tokens("completion_tokens"),
+            input: completion.usage.prompt_tokens.unwrap_or(0),
+            output: completion.usage.completion_tokens.unwrap_or(0),
         },
     })
 }
@@ -721,57 +561,54 @@ fn parse_response(name: &str, text: &str) -> Result<ModelResponse, Failure> {
 mod tests {
     use super::*;
 
-    /// Every chunk the plain reader takes is read as the general reader
-    /// reads it; the chunks it must leave (a tool call, a finish reason,
-    /// an error, a member of another type) go to the general reader.
+    /// A compatible server's nulls, absences and empty reasons read as
+    /// nothing; a member of the wrong type makes the chunk unparseable
+    /// (a transient failure), never a guess.
     #[test]
-    fn the_plain_reader_agrees_with_the_general_one_and_leaves_it_the_rest() {
-        let decoder = ChunkDecoder {
-            name: "p".to_owned(),
-        };
-        let event = |data: &str| SseEvent {
-            event: None,
-            data: data.to_owned(),
-        };
-        let plain = [
-            r#"{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}"#,
-            r#"{"choices":[{"index":0,"delta":{"content":"He said \"hi\" \u00e9\n"},"finish_reason":""}]}"#,
-            r#"{"choices":[{"delta":{"content":null,"tool_calls":null}}]}"#,
-            r#"{"choices":[{"index":1,"delta":{"content":"other"}},{"index":0,"delta":null}]}"#,
-            r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5,"total_tokens":8}}"#,
-            r#"{"choices":null,"usage":null,"error":null}"#,
-            r#"{"choices":[{"index":null,"delta":{"content":"x"}}],"usage":{}}"#,
-            r#"{}"#,
-        ];
-        for data in plain {
-            let chunk = PlainChunk::of(data).unwrap_or_else(|| panic!("plain: {data}"));
-            let mut fast = Vec::new();
-            chunk.decode(&mut fast);
-            let mut general = Vec::new();
-            decoder.decode_general(&event(data), &mut general).unwrap();
-            assert_eq!(format!("{fast:?}"), format!("{general:?}"), "{data}");
+    fn chunks_tolerate_nulls_and_refuse_wrong_types() {
+        for (data, expected) in [
+            (
+                r#"{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}"#,
+                r#"[Delta(Delta { text: Some(""), tool_calls: [] })]"#,
+            ),
+            (
+                r#"{"choices":[{"index":0,"delta":{"content":"He said \"hi\" \u00e9\n"},"finish_reason":""}]}"#,
+                r#"[Delta(Delta { text: Some("He said \"hi\" é\n"), tool_calls: [] })]"#,
+            ),
+            (
+                r#"{"choices":[{"delta":{"content":null,"tool_calls":null}}]}"#,
+                "[Delta(Delta { text: None, tool_calls: [] })]",
+            ),
+            (
+                r#"{"choices":[{"index":1,"delta":{"content":"other"}},{"index":0,"delta":null}]}"#,
+                "[Delta(Delta { text: None, tool_calls: [] })]",
+            ),
+            (
+                r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5,"total_tokens":8}}"#,
+                "[Usage { input: Some(3), output: Some(5) }]",
+            ),
+            (r#"{"choices":null,"usage":null,"error":null}"#, "[]"),
+            (
+                r#"{"choices":[{"index":null,"delta":{"content":"x"}}],"usage":{}}"#,
+                r#"[Delta(Delta { text: Some("x"), tool_calls: [] }), Usage { input: None, output: None }]"#,
+            ),
+            ("{}", "[]"),
+        ] {
+            assert_eq!(format!("{:?}", decode(data).unwrap()), expected, "{data}");
         }
-        let general = [
-            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"t","function":{"name":"f","arguments":""}}]}}]}"#,
-            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
-            r#"{"error":{"message":"overloaded","type":"server_error"}}"#,
+        for data in [
             r#"{"choices":[{"index":"0","delta":{"content":"x"}}]}"#,
             r#"{"choices":[{"delta":{"content":7}}]}"#,
             r#"{"choices":{"index":0}}"#,
             r#"{"usage":{"prompt_tokens":"3"}}"#,
             r#"{"usage":5}"#,
             r#"[1,2]"#,
-            r#"{"choices":[{"delta":{"content":"a"}}],"choices":[]}"#,
+            "42",
             "not json",
-            // serde_json reads a struct from an array of its fields too;
-            // the general reader never does.
-            r#"{"choices":[{"delta":["hi"]}]}"#,
-            r#"{"choices":[[0,{"content":"x"}]]}"#,
-            r#"{"usage":[3,5]}"#,
-            r#"[[{"delta":{"content":"x"}}]]"#,
-        ];
-        for data in general {
-            assert!(PlainChunk::of(data).is_none(), "general: {data}");
+        ] {
+            let failure = decode(data).unwrap_err();
+            assert_eq!(failure.category(), Category::Transient, "{data}");
+            assert!(failure.human_message().contains("unparseable"), "{data}");
         }
     }
 
@@ -1088,8 +925,6 @@ mod tests {
         assert_eq!(error.category(), Category::RateLimited);
         for ignored in [
             "{}",
-            "[]",
-            "42",
             r#"{"choices":[{"index":1,"delta":{"content":"other choice"}}]}"#,
         ] {
             let updates = decode(ignored).unwrap();

@@ -11,6 +11,7 @@
 //! model's cap is refused with the 400 OpenAI sends: `param` the member,
 //! `code: "invalid_value"`, the cap in the message.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -20,6 +21,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use futures_util::StreamExt;
 use rein_core::Category;
+use rein_core::wire::openai;
 use rein_engine::provider::{
     FinishReason, Message, ModelRequest, ModelResponse, Part, ResponseFormat, StreamEvent,
     ToolCall, TurnStream,
@@ -98,7 +100,8 @@ impl Wire for OpenAi {
     }
 
     fn body(_call: &Call<OpenAi>, model: &str, response: &ModelResponse) -> Value {
-        completion_body(model, response)
+        // Serializing the answer's own types cannot fail.
+        serde_json::to_value(completion_body(model, response)).unwrap_or(Value::Null)
     }
 
     fn events(
@@ -154,8 +157,17 @@ impl Errors {
         code: &str,
         message: String,
     ) -> Problem {
-        Problem::new(status, &kind.replace('_', "-"), self.title, message.clone())
-            .with(json!({"error": {"message": message, "type": kind, "param": null, "code": code}}))
+        let error = openai::ErrorAnswer {
+            error: openai::ErrorBody {
+                message: message.clone(),
+                kind: kind.to_owned(),
+                param: None,
+                code: Some(code.to_owned()),
+            },
+        };
+        // Serializing the error's own type cannot fail.
+        Problem::new(status, &kind.replace('_', "-"), self.title, message)
+            .with(serde_json::to_value(error).unwrap_or(Value::Null))
     }
 
     /// A 400 about the member `pointer` names (a JSON pointer), if any: the
@@ -1034,32 +1046,37 @@ pub(super) fn unix_secs() -> u64 {
     crate::lifecycle::recovery::now_ms().as_millis() / 1000
 }
 
-fn tool_calls_json(calls: &[ToolCall]) -> Vec<Value> {
-    calls
+fn completion_body(model: &str, response: &ModelResponse) -> openai::Completion {
+    let tool_calls = response
+        .tool_calls
         .iter()
-        .map(|c| {
-            json!({"id": c.id, "type": "function",
-                   "function": {"name": c.name, "arguments": c.arguments}})
+        .map(|c| openai::ToolCall {
+            id: Some(c.id.clone()),
+            kind: openai::FunctionKind::Function,
+            function: openai::FunctionCall {
+                name: Some(c.name.clone()),
+                arguments: Some(c.arguments.clone()),
+            },
         })
-        .collect()
-}
-
-fn completion_body(model: &str, response: &ModelResponse) -> Value {
-    let mut message = json!({"role": "assistant", "content": response.text});
-    if !response.tool_calls.is_empty() {
-        message["tool_calls"] = Value::Array(tool_calls_json(&response.tool_calls));
+        .collect();
+    openai::Completion {
+        id: completion_id(),
+        object: openai::CompletionTag::Completion,
+        created: unix_secs(),
+        model: model.to_owned(),
+        choices: vec![openai::Choice {
+            index: 0,
+            message: openai::AssistantMessage {
+                role: openai::AssistantRole::Assistant,
+                content: response.text.clone(),
+                tool_calls,
+            },
+            logprobs: None,
+            finish_reason: Some(finish_reason(response.finish).to_owned()),
+            stop_reason: None,
+        }],
+        usage: openai::Usage::of(response.usage.input, response.usage.output),
     }
-    json!({
-        "id": completion_id(),
-        "object": "chat.completion",
-        "created": unix_secs(),
-        "model": model,
-        "choices": [{"index": 0, "message": message, "logprobs": null,
-                     "finish_reason": finish_reason(response.finish)}],
-        "usage": {"prompt_tokens": response.usage.input,
-                  "completion_tokens": response.usage.output,
-                  "total_tokens": response.usage.total()},
-    })
 }
 
 /// One SSE event of `value`, appended to `out`: written straight into the
@@ -1080,30 +1097,16 @@ fn sse(value: &impl Serialize) -> Vec<u8> {
     out
 }
 
-/// A chunk carrying only text, typed: nearly every event of a streamed
-/// chat completion is one, so it is serialized from borrowed fields
-/// instead of built as a `Value` first. Members are declared in the order
-/// `json!` writes them (sorted), so the bytes equal [`Relay::chunk`]'s.
-#[derive(Serialize)]
-struct TextChunk<'a> {
-    choices: [TextChoice<'a>; 1],
-    created: u64,
-    id: &'a str,
-    model: &'a str,
-    object: &'static str,
-}
-
-#[derive(Serialize)]
-struct TextChoice<'a> {
-    delta: TextDelta<'a>,
-    finish_reason: Option<&'a str>,
-    index: u32,
-    logprobs: Option<()>,
-}
-
-#[derive(Serialize)]
-struct TextDelta<'a> {
-    content: &'a str,
+/// The in-band error event that ends a stream without `[DONE]`.
+fn stream_error(message: String, code: &str) -> openai::ErrorAnswer {
+    openai::ErrorAnswer {
+        error: openai::ErrorBody {
+            message,
+            kind: "stream_error".to_owned(),
+            param: None,
+            code: Some(code.to_owned()),
+        },
+    }
 }
 
 /// Turns a provider-neutral turn stream into OpenAI's chunks, one SSE
@@ -1122,26 +1125,10 @@ struct Relay {
 }
 
 impl Relay {
-    fn chunk(&self, delta: Value, finish: Option<&str>) -> Value {
-        json!({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
-               "model": self.model,
-               "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]})
-    }
-
-    /// [`Relay::chunk`] of a delta that is `text` alone, typed.
-    fn text_chunk<'a>(&'a self, text: &'a str) -> TextChunk<'a> {
-        TextChunk {
-            choices: [TextChoice {
-                delta: TextDelta { content: text },
-                finish_reason: None,
-                index: 0,
-                logprobs: None,
-            }],
-            created: self.created,
-            id: &self.id,
-            model: &self.model,
-            object: "chat.completion.chunk",
-        }
+    /// A chunk of this answer whose one choice adds `delta`, borrowing
+    /// the answer's id and model: nearly every event of a stream is one.
+    fn chunk<'a>(&'a self, delta: openai::Delta<'a>, finish: Option<&'a str>) -> openai::Chunk<'a> {
+        openai::Chunk::delta(&self.id, self.created, &self.model, delta, finish)
     }
 
     /// The next bytes to send; `None` once the stream ended.
@@ -1151,8 +1138,11 @@ impl Relay {
         }
         if !self.started {
             self.started = true;
-            let first = self.chunk(json!({"role": "assistant", "content": ""}), None);
-            return Some(Bytes::from(sse(&first)));
+            let role = openai::Delta {
+                role: Some(openai::AssistantRole::Assistant),
+                ..openai::Delta::text("")
+            };
+            return Some(Bytes::from(sse(&self.chunk(role, None))));
         }
         let mut next = self.turn.next().await;
         // OpenAI's stream says the prompt's tokens in its usage chunk only;
@@ -1168,52 +1158,47 @@ impl Relay {
         let text = match next {
             Some(Ok(StreamEvent::PromptTokens(_) | StreamEvent::Recovered(_))) | None => {
                 self.ended = true;
-                sse(&json!({"error": {
-                    "message": "the stream ended without a complete answer",
-                    "type": "stream_error", "code": "unknown", "param": null,
-                }}))
+                sse(&stream_error(
+                    "the stream ended without a complete answer".to_owned(),
+                    "unknown",
+                ))
             }
             Some(Ok(StreamEvent::Delta(delta))) => {
-                if let (Some(text), true) = (&delta.text, delta.tool_calls.is_empty()) {
-                    return Some(Bytes::from(sse(&self.text_chunk(text))));
-                }
-                let mut d = json!({});
-                if let Some(text) = &delta.text {
-                    d["content"] = json!(text);
-                }
-                if !delta.tool_calls.is_empty() {
-                    d["tool_calls"] = delta
-                        .tool_calls
-                        .iter()
-                        .map(|t| {
-                            let mut call =
-                                json!({"index": t.index, "function": {"arguments": t.arguments}});
-                            if let Some(id) = &t.id {
-                                call["id"] = json!(id);
-                                call["type"] = json!("function");
-                            }
-                            if let Some(name) = &t.name {
-                                call["function"]["name"] = json!(name);
-                            }
-                            call
-                        })
-                        .collect();
-                }
-                sse(&self.chunk(d, None))
+                let tool_calls = delta
+                    .tool_calls
+                    .iter()
+                    .map(|t| openai::ToolCallDelta {
+                        index: Some(t.index as u64),
+                        id: t.id.as_deref().map(Cow::Borrowed),
+                        kind: t.id.as_ref().map(|_| openai::FunctionKind::Function),
+                        function: openai::FunctionDelta {
+                            name: t.name.as_deref().map(Cow::Borrowed),
+                            arguments: Some(t.arguments.clone()),
+                        },
+                    })
+                    .collect();
+                let delta = openai::Delta {
+                    role: None,
+                    content: delta.text.as_deref().map(Cow::Borrowed),
+                    tool_calls,
+                };
+                sse(&self.chunk(delta, None))
             }
             Some(Ok(StreamEvent::Done(response))) => {
                 self.ended = true;
-                let mut last = self.chunk(json!({}), Some(finish_reason(response.finish)));
-                if let Some(mark) = super::recovered_mark(&self.recoveries) {
-                    last["rein"] = mark;
-                }
+                let mut last = self.chunk(
+                    openai::Delta::default(),
+                    Some(finish_reason(response.finish)),
+                );
+                last.rein = super::recovered_mark(&self.recoveries);
                 let mut out = sse(&last);
                 if self.include_usage {
-                    let mut usage = self.chunk(json!({}), None);
-                    usage["choices"] = json!([]);
-                    usage["usage"] = json!({"prompt_tokens": response.usage.input,
-                                            "completion_tokens": response.usage.output,
-                                            "total_tokens": response.usage.total()});
+                    let mut usage =
+                        openai::Chunk::new(&self.id, self.created, &self.model, Vec::new());
+                    usage.usage = Some(Some(openai::Usage::of(
+                        response.usage.input,
+                        response.usage.output,
+                    )));
                     sse_into(&mut out, &usage);
                 }
                 out.extend_from_slice(b"data: [DONE]\n\n");
@@ -1223,10 +1208,10 @@ impl Relay {
             // so far for a whole answer.
             Some(Err(failure)) => {
                 self.ended = true;
-                sse(&json!({"error": {
-                    "message": failure.human_message(), "type": "stream_error",
-                    "code": failure.category().as_str(), "param": null,
-                }}))
+                sse(&stream_error(
+                    failure.human_message().to_owned(),
+                    failure.category().as_str(),
+                ))
             }
         };
         Some(Bytes::from(text))
@@ -1236,26 +1221,6 @@ impl Relay {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_typed_text_chunk_is_the_value_chunk_byte_for_byte() {
-        let relay = Relay {
-            turn: Box::pin(futures_util::stream::empty()),
-            id: "chatcmpl-1".to_owned(),
-            created: 1_700_000_000,
-            model: "gpt-4o \"mini\"".to_owned(),
-            include_usage: false,
-            started: true,
-            ended: false,
-            recoveries: Vec::new(),
-        };
-        for text in ["", "Hello", "line\nbreak \"quoted\" \u{1F600} \\ \t"] {
-            assert_eq!(
-                String::from_utf8(sse(&relay.text_chunk(text))).unwrap(),
-                format!("data: {}\n\n", relay.chunk(json!({"content": text}), None)),
-            );
-        }
-    }
 
     fn problem_of(body: &str) -> Value {
         let Err(problem) = parse(body.as_bytes()) else {

@@ -24,7 +24,9 @@
 //!
 //! ## Chat Completions
 //!
-//! A completion is OpenAI's non-streaming shape:
+//! Answers are written from `rein_core::wire::openai`'s types, the ones
+//! rein's provider reads and its gateway writes. A completion is OpenAI's
+//! non-streaming shape:
 //! `{"id": "chatcmpl-mock-<n>", "object": "chat.completion", "created", "model",
 //! "choices": [{"index": 0, "message": {"role": "assistant", "content", "tool_calls"?},
 //! "logprobs": null, "finish_reason"}], "usage": {"prompt_tokens",

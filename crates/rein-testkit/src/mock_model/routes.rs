@@ -10,6 +10,7 @@ use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use rein_core::wire::openai;
 use serde_json::{Value, json};
 
 use super::sse::{self, Frames, Misbehaviour};
@@ -127,14 +128,14 @@ pub(crate) fn call_id(call: &super::ToolCall, prefix: &str, number: u64, i: usiz
 
 fn error_response(error: &ApiError) -> Response {
     let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let body = json!({
-        "error": {
-            "message": error.message,
-            "type": error.error_type,
-            "param": error.param,
-            "code": error.code,
-        }
-    });
+    let body = openai::ErrorAnswer {
+        error: openai::ErrorBody {
+            message: error.message.clone(),
+            kind: error.error_type.clone(),
+            param: error.param.clone(),
+            code: error.code.clone(),
+        },
+    };
     let mut response = (status, axum::Json(body)).into_response();
     if let Some(value) = error
         .retry_after
@@ -175,55 +176,42 @@ pub(crate) fn check_auth(model: &Model, headers: &HeaderMap) -> Option<Response>
     ))
 }
 
-fn completion(message: &AssistantMessage, number: u64, model: &str) -> Value {
-    let tool_calls: Vec<Value> = message
+fn completion(message: &AssistantMessage, number: u64, model: &str) -> openai::Completion {
+    let tool_calls = message
         .tool_calls
         .iter()
         .enumerate()
-        .map(|(i, call)| {
-            json!({
-                "id": call_id(call, "call", number, i),
-                "type": "function",
-                "function": {"name": call.name, "arguments": call.arguments},
-            })
+        .map(|(i, call)| openai::ToolCall {
+            id: Some(call_id(call, "call", number, i)),
+            kind: openai::FunctionKind::Function,
+            function: openai::FunctionCall {
+                name: Some(call.name.clone()),
+                arguments: Some(call.arguments.clone()),
+            },
         })
         .collect();
-    let mut assistant = json!({"role": "assistant", "content": message.content});
-    if !tool_calls.is_empty() {
-        assistant["tool_calls"] = Value::Array(tool_calls);
-    }
-    json!({
-        "id": format!("chatcmpl-mock-{number}"),
-        "object": "chat.completion",
-        "created": CREATED,
-        "model": model,
-        "choices": [{
-            "index": 0,
-            "message": assistant,
-            "logprobs": null,
-            "finish_reason": message.finish_reason.as_str(),
+    openai::Completion {
+        id: format!("chatcmpl-mock-{number}"),
+        object: openai::CompletionTag::Completion,
+        created: CREATED,
+        model: model.to_owned(),
+        choices: vec![openai::Choice {
+            index: 0,
+            message: openai::AssistantMessage {
+                role: openai::AssistantRole::Assistant,
+                content: message.content.clone(),
+                tool_calls,
+            },
+            logprobs: None,
+            finish_reason: Some(message.finish_reason.as_str().to_owned()),
+            stop_reason: None,
         }],
-        "usage": {
-            "prompt_tokens": message.usage.prompt_tokens,
-            "completion_tokens": message.usage.completion_tokens,
-            "total_tokens": message.usage.total_tokens(),
-        },
-    })
+        usage: usage(message),
+    }
 }
 
-/// The chunk envelope of a streamed completion around `choices`.
-fn chunk(number: u64, model: &str, choices: Value, usage: Option<Value>) -> String {
-    let mut chunk = json!({
-        "id": format!("chatcmpl-mock-{number}"),
-        "object": "chat.completion.chunk",
-        "created": CREATED,
-        "model": model,
-        "choices": choices,
-    });
-    if let Some(usage) = usage {
-        chunk["usage"] = usage;
-    }
-    sse::data_event(&chunk.to_string())
+fn usage(message: &AssistantMessage) -> openai::Usage {
+    openai::Usage::of(message.usage.prompt_tokens, message.usage.completion_tokens)
 }
 
 /// The events of a streamed completion of `message`; `include_usage` adds
@@ -236,63 +224,67 @@ fn completion_frames(
     include_usage: bool,
     error_message: &str,
 ) -> Frames {
-    let null_usage = include_usage.then_some(Value::Null);
-    let delta = |delta: Value, finish: Value| {
-        chunk(
-            number,
-            model,
-            json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]),
-            null_usage.clone(),
-        )
+    let id = format!("chatcmpl-mock-{number}");
+    let event = |delta: openai::Delta<'_>, finish: Option<&str>| {
+        let mut chunk = openai::Chunk::delta(&id, CREATED, model, delta, finish);
+        chunk.usage = include_usage.then_some(None);
+        chunk.to_sse()
     };
-    let mut body = vec![delta(
-        json!({"role": "assistant", "content": "", "refusal": null}),
-        Value::Null,
+    let mut body = vec![event(
+        openai::Delta {
+            role: Some(openai::AssistantRole::Assistant),
+            ..openai::Delta::text("")
+        },
+        None,
     )];
     for piece in sse::pieces(message.content.as_deref().unwrap_or("")) {
-        body.push(delta(json!({"content": piece}), Value::Null));
+        body.push(event(openai::Delta::text(&piece), None));
     }
     for (i, call) in message.tool_calls.iter().enumerate() {
-        body.push(delta(
-            json!({"tool_calls": [{
-                "index": i,
-                "id": call_id(call, "call", number, i),
-                "type": "function",
-                "function": {"name": call.name, "arguments": ""},
-            }]}),
-            Value::Null,
+        let piece = |id: Option<String>, name: Option<&str>, arguments: &str| openai::Delta {
+            tool_calls: vec![openai::ToolCallDelta {
+                index: Some(i as u64),
+                kind: id.as_ref().map(|_| openai::FunctionKind::Function),
+                id: id.map(Into::into),
+                function: openai::FunctionDelta {
+                    name: name.map(|name: &str| name.to_owned().into()),
+                    arguments: Some(arguments.to_owned()),
+                },
+            }],
+            ..openai::Delta::default()
+        };
+        body.push(event(
+            piece(Some(call_id(call, "call", number, i)), Some(&call.name), ""),
+            None,
         ));
-        for piece in sse::pieces(&call.arguments) {
-            body.push(delta(
-                json!({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}),
-                Value::Null,
-            ));
+        for arguments in sse::pieces(&call.arguments) {
+            body.push(event(piece(None, None, &arguments), None));
         }
     }
-    body.push(delta(json!({}), json!(message.finish_reason.as_str())));
+    body.push(event(
+        openai::Delta::default(),
+        Some(message.finish_reason.as_str()),
+    ));
     if include_usage {
-        body.push(chunk(
-            number,
-            model,
-            json!([]),
-            Some(json!({
-                "prompt_tokens": message.usage.prompt_tokens,
-                "completion_tokens": message.usage.completion_tokens,
-                "total_tokens": message.usage.total_tokens(),
-            })),
-        ));
+        let mut last = openai::Chunk::new(&id, CREATED, model, Vec::new());
+        last.usage = Some(Some(usage(message)));
+        body.push(last.to_sse());
     }
+    let error = openai::ErrorAnswer {
+        error: openai::ErrorBody {
+            message: error_message.to_owned(),
+            kind: "server_error".to_owned(),
+            param: None,
+            code: None,
+        },
+    };
     Frames {
         body,
         terminator: vec![sse::data_event("[DONE]")],
         malformed: sse::data_event(&format!(
-            r#"{{"id":"chatcmpl-mock-{number}","object":"chat.completion.chunk","choices":[{{"index":0,"delta":{{"content":"#
+            r#"{{"id":"{id}","object":"chat.completion.chunk","choices":[{{"index":0,"delta":{{"content":"#
         )),
-        error: sse::data_event(
-            &json!({"error": {"message": error_message, "type": "server_error",
-                              "param": null, "code": null}})
-            .to_string(),
-        ),
+        error: error.to_sse(),
     }
 }
 
@@ -395,7 +387,8 @@ async fn chat_completions(
                 );
                 return sse::response(frames, Misbehaviour::Lose, model.event_interval, in_flight);
             }
-            let full = completion(&fallback, number, &model_name).to_string();
+            let full = serde_json::to_string(&completion(&fallback, number, &model_name))
+                .unwrap_or_default();
             Response::builder()
                 .status(StatusCode::OK)
                 .header(CONTENT_TYPE, "application/json")

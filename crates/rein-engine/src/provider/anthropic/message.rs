@@ -2,7 +2,6 @@
 
 use rein_core::Failure;
 use rein_core::wire::anthropic as wire;
-use serde_json::Value;
 
 use crate::provider::http::malformed;
 use crate::provider::{FinishReason, ModelResponse, TokenUsage, ToolCall};
@@ -18,22 +17,6 @@ pub(super) fn stop_reason(reason: &str) -> FinishReason {
         "refusal" => FinishReason::ContentFilter,
         _ => FinishReason::Other,
     }
-}
-
-/// The `stop_sequence` member of a message (or of a stream's
-/// `message_delta` delta): the sequence that stopped it, if one did.
-pub(super) fn stop_sequence(value: &Value) -> Option<String> {
-    value
-        .get("stop_sequence")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-}
-
-/// Input tokens of a `usage` object: uncached plus cache writes and reads,
-/// which are all billed input.
-pub(super) fn input_tokens(usage: &Value) -> Option<u64> {
-    let usage: wire::Usage = serde_json::from_value(usage.clone()).ok()?;
-    usage.billed_input()
 }
 
 /// Reads a Messages API answer ([`wire::Message`]); a body that is not one

@@ -7,9 +7,10 @@
 //! finishes `stop`.
 
 use rein_core::Failure;
+use rein_core::wire::anthropic as wire;
 use serde_json::Value;
 
-use super::message::{input_tokens, parse_message, stop_reason, stop_sequence};
+use super::message::{parse_message, stop_reason};
 use crate::provider::http::stream_error_failure;
 use crate::provider::sse::{Decoder, SseEvent, Update, unparseable};
 use crate::provider::stream::{Delta, ToolCallDelta};
@@ -61,135 +62,27 @@ impl Decoder for EventDecoder {
     const TERMINATOR: &'static str = "message_stop";
 
     fn decode(&mut self, event: &SseEvent, updates: &mut Vec<Update>) -> Result<(), Failure> {
-        let data: Value = serde_json::from_str(&event.data)
-            .map_err(|e| unparseable(&self.name, event, &e.to_string()))?;
-        let kind = data
-            .get("type")
-            .and_then(Value::as_str)
-            .or(event.event.as_deref())
-            .unwrap_or("");
-        let index = data.get("index").and_then(Value::as_u64);
-        match kind {
-            "message_start" => {
-                let usage = data.pointer("/message/usage").unwrap_or(&Value::Null);
-                updates.push(Update::Usage {
-                    input: input_tokens(usage),
-                    output: usage.get("output_tokens").and_then(Value::as_u64),
-                });
-            }
-            "content_block_start" => {
-                let Some(index) = index else {
-                    return Err(unparseable(
-                        &self.name,
-                        event,
-                        "content_block_start without an index",
-                    ));
-                };
-                let block = data.get("content_block").unwrap_or(&Value::Null);
-                match block.get("type").and_then(Value::as_str) {
-                    Some("text") => {
-                        self.blocks.push((index, Block::Text));
-                        let text = block.get("text").and_then(Value::as_str).unwrap_or("");
-                        updates.push(Update::Delta(Delta {
-                            text: Some(text.to_owned()),
-                            tool_calls: Vec::new(),
-                        }));
-                    }
-                    Some("tool_use")
-                        if self.answer.is_some()
-                            && block.get("name").and_then(Value::as_str)
-                                == self.answer.as_deref() =>
-                    {
-                        self.blocks.push((index, Block::Answer));
-                        self.answered = true;
-                        // As for a tool call: a start that already carries
-                        // the input sends it whole.
-                        let text = match block.get("input") {
-                            Some(Value::Object(map)) if !map.is_empty() => {
-                                Value::Object(map.clone()).to_string()
-                            }
-                            _ => String::new(),
-                        };
-                        self.answer_text = !text.is_empty();
-                        if self.answer_text {
-                            updates.push(Update::Delta(Delta {
-                                text: Some(text),
-                                tool_calls: Vec::new(),
-                            }));
-                        }
-                    }
-                    Some("tool_use") => {
-                        let tool = self.tools;
-                        self.tools += 1;
-                        self.blocks.push((index, Block::Tool(tool)));
-                        // The input arrives as `input_json_delta` pieces;
-                        // a start that already carries it sends it whole.
-                        let arguments = match block.get("input") {
-                            Some(Value::Object(map)) if !map.is_empty() => {
-                                Value::Object(map.clone()).to_string()
-                            }
-                            _ => String::new(),
-                        };
-                        let text =
-                            |name: &str| block.get(name).and_then(Value::as_str).map(str::to_owned);
-                        updates.push(Update::Delta(Delta {
-                            text: None,
-                            tool_calls: vec![ToolCallDelta {
-                                index: tool,
-                                id: text("id"),
-                                name: text("name"),
-                                arguments,
-                            }],
-                        }));
-                    }
-                    _ => self.blocks.push((index, Block::Other)),
-                }
-            }
-            "content_block_delta" => {
-                let block = index.and_then(|i| self.blocks.iter().rev().find(|(b, _)| *b == i));
-                let Some(&(_, block)) = block else {
+        match read_event(&self.name, event)? {
+            wire::StreamEvent::MessageStart { message } => updates.push(Update::Usage {
+                input: message.usage.billed_input(),
+                output: message.usage.output_tokens,
+            }),
+            wire::StreamEvent::ContentBlockStart {
+                index,
+                content_block,
+            } => self.start(index, content_block, updates),
+            wire::StreamEvent::ContentBlockDelta { index, delta } => {
+                let Some(&(_, block)) = self.blocks.iter().rev().find(|(b, _)| *b == index) else {
                     return Err(unparseable(
                         &self.name,
                         event,
                         "a delta for a block that never started",
                     ));
                 };
-                let delta = data.get("delta").unwrap_or(&Value::Null);
-                let piece =
-                    |field: &str| delta.get(field).and_then(Value::as_str).map(str::to_owned);
-                match (block, delta.get("type").and_then(Value::as_str)) {
-                    (Block::Text, Some("text_delta")) => updates.push(Update::Delta(Delta {
-                        text: piece("text"),
-                        tool_calls: Vec::new(),
-                    })),
-                    (Block::Answer, Some("input_json_delta")) => {
-                        let text = piece("partial_json").unwrap_or_default();
-                        if !text.is_empty() {
-                            self.answer_text = true;
-                            updates.push(Update::Delta(Delta {
-                                text: Some(text),
-                                tool_calls: Vec::new(),
-                            }));
-                        }
-                    }
-                    (Block::Tool(tool), Some("input_json_delta")) => {
-                        updates.push(Update::Delta(Delta {
-                            text: None,
-                            tool_calls: vec![ToolCallDelta {
-                                index: tool,
-                                id: None,
-                                name: None,
-                                arguments: piece("partial_json").unwrap_or_default(),
-                            }],
-                        }));
-                    }
-                    // Citations, thinking and signatures are not the answer.
-                    _ => {}
-                }
+                self.add(block, delta, updates);
             }
-            "message_delta" => {
-                let delta = data.get("delta").unwrap_or(&Value::Null);
-                if let Some(reason) = delta.get("stop_reason").and_then(Value::as_str) {
+            wire::StreamEvent::MessageDelta { delta, usage, .. } => {
+                if let Some(reason) = &delta.stop_reason {
                     let finish = match stop_reason(reason) {
                         FinishReason::ToolCalls if self.answered && self.tools == 0 => {
                             FinishReason::Stop
@@ -198,20 +91,18 @@ impl Decoder for EventDecoder {
                     };
                     updates.push(Update::Finish(finish));
                 }
-                if let Some(sequence) = stop_sequence(delta) {
+                if let Some(sequence) = delta.stop_sequence {
                     updates.push(Update::StopSequence(sequence));
                 }
-                if let Some(usage) = data.get("usage") {
-                    updates.push(Update::Usage {
-                        input: input_tokens(usage),
-                        output: usage.get("output_tokens").and_then(Value::as_u64),
-                    });
-                }
+                updates.push(Update::Usage {
+                    input: usage.billed_input(),
+                    output: usage.output_tokens,
+                });
             }
             // An answer whose input was empty (`{}`, sent as no piece) is
             // still an answer.
-            "content_block_stop" => {
-                let block = index.and_then(|i| self.blocks.iter().rev().find(|(b, _)| *b == i));
+            wire::StreamEvent::ContentBlockStop { index } => {
+                let block = self.blocks.iter().rev().find(|(b, _)| *b == index);
                 if let Some((_, Block::Answer)) = block
                     && !std::mem::replace(&mut self.answer_text, true)
                 {
@@ -221,21 +112,124 @@ impl Decoder for EventDecoder {
                     }));
                 }
             }
-            "message_stop" => updates.push(Update::End),
-            "error" => {
-                return Err(stream_error_failure(
-                    &self.name,
-                    data.get("error").unwrap_or(&Value::Null),
-                ));
+            wire::StreamEvent::MessageStop => updates.push(Update::End),
+            wire::StreamEvent::Error { error } => {
+                // The error's own type serializes without fail.
+                let error = serde_json::to_value(&error).unwrap_or(Value::Null);
+                return Err(stream_error_failure(&self.name, &error));
             }
             // `ping`, and types added later.
-            _ => {}
+            wire::StreamEvent::Ping | wire::StreamEvent::Other => {}
         }
         Ok(())
     }
 
     fn whole(&self, body: &str) -> Result<ModelResponse, Failure> {
         parse_message(&self.name, body, self.answer.as_deref())
+    }
+}
+
+impl EventDecoder {
+    /// A block starts at `index`: text, the answer tool's input, a tool
+    /// call, or something rein does not read.
+    fn start(&mut self, index: u64, block: wire::Block, updates: &mut Vec<Update>) {
+        // A start that already carries a tool's input sends it whole; it
+        // usually arrives as `input_json_delta` pieces after an empty one.
+        let whole_input = |input: &Value| match input {
+            Value::Object(map) if !map.is_empty() => input.to_string(),
+            _ => String::new(),
+        };
+        match block {
+            wire::Block::Text { text } => {
+                self.blocks.push((index, Block::Text));
+                updates.push(Update::Delta(Delta {
+                    text: Some(text),
+                    tool_calls: Vec::new(),
+                }));
+            }
+            wire::Block::ToolUse { name, input, .. }
+                if self.answer.is_some() && name == self.answer =>
+            {
+                self.blocks.push((index, Block::Answer));
+                self.answered = true;
+                let text = whole_input(&input);
+                self.answer_text = !text.is_empty();
+                if self.answer_text {
+                    updates.push(Update::Delta(Delta {
+                        text: Some(text),
+                        tool_calls: Vec::new(),
+                    }));
+                }
+            }
+            wire::Block::ToolUse { id, name, input } => {
+                let tool = self.tools;
+                self.tools += 1;
+                self.blocks.push((index, Block::Tool(tool)));
+                updates.push(Update::Delta(Delta {
+                    text: None,
+                    tool_calls: vec![ToolCallDelta {
+                        index: tool,
+                        id,
+                        name,
+                        arguments: whole_input(&input),
+                    }],
+                }));
+            }
+            wire::Block::Other => self.blocks.push((index, Block::Other)),
+        }
+    }
+
+    /// More of the started `block`.
+    fn add(&mut self, block: Block, delta: wire::BlockDelta, updates: &mut Vec<Update>) {
+        match (block, delta) {
+            (Block::Text, wire::BlockDelta::TextDelta { text }) => {
+                updates.push(Update::Delta(Delta {
+                    text: Some(text),
+                    tool_calls: Vec::new(),
+                }));
+            }
+            (Block::Answer, wire::BlockDelta::InputJsonDelta { partial_json })
+                if !partial_json.is_empty() =>
+            {
+                self.answer_text = true;
+                updates.push(Update::Delta(Delta {
+                    text: Some(partial_json),
+                    tool_calls: Vec::new(),
+                }));
+            }
+            (Block::Tool(tool), wire::BlockDelta::InputJsonDelta { partial_json }) => {
+                updates.push(Update::Delta(Delta {
+                    text: None,
+                    tool_calls: vec![ToolCallDelta {
+                        index: tool,
+                        id: None,
+                        name: None,
+                        arguments: partial_json,
+                    }],
+                }));
+            }
+            // Citations, thinking and signatures are not the answer.
+            _ => {}
+        }
+    }
+}
+
+/// One event, read as its type. A compatible server that names the event
+/// only in the SSE `event:` line, not in the data's `type`, is read by
+/// that name; only then is the data read twice.
+fn read_event(name: &str, event: &SseEvent) -> Result<wire::StreamEvent, Failure> {
+    let typed = serde_json::from_str::<wire::StreamEvent>(&event.data);
+    let untyped = || {
+        let mut data: serde_json::Map<String, Value> = serde_json::from_str(&event.data).ok()?;
+        if data.contains_key("type") {
+            return None;
+        }
+        data.insert("type".to_owned(), Value::String(event.event.clone()?));
+        serde_json::from_value(Value::Object(data)).ok()
+    };
+    match typed {
+        Ok(read) => Ok(read),
+        Err(e) => untyped().ok_or_else(|| unparseable(name, event, &e.to_string())),
     }
 }
 
