@@ -41,9 +41,28 @@ pub enum KeyError {
 ///
 /// Derived keys are 64 lowercase hex characters; keys from outside (an
 /// `Idempotency-Key` header) are any visible ASCII up to [`MAX_KEY_LEN`].
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+/// Two keys are equal when their text is, whichever way they came.
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub struct IdempotencyKey(String);
+pub struct IdempotencyKey(Repr);
+
+/// How a key is held.
+///
+/// # Why two forms
+///
+/// A key is derived in front of every tool call; held inline, deriving one
+/// allocates nothing, which keeps the guarded call's decision path free of
+/// allocation (`tests/guarded_call_alloc.rs`).
+#[derive(Clone)]
+enum Repr {
+    /// Derived: 64 lowercase hex characters.
+    Derived([u8; DERIVED_LEN]),
+    /// From outside.
+    Given(Box<str>),
+}
+
+/// The length of a derived key: a SHA-256 digest in hex.
+const DERIVED_LEN: usize = 64;
 
 impl IdempotencyKey {
     /// Derives the key of a call, or `None` for an irreversible tool, which is
@@ -70,13 +89,13 @@ impl IdempotencyKey {
         }
         normalizer.write(args, false, &mut hasher);
         let digest = hasher.finalize();
-        let mut hex = String::with_capacity(64);
-        for byte in digest {
+        let mut hex = [0u8; DERIVED_LEN];
+        for (pair, byte) in hex.chunks_exact_mut(2).zip(digest) {
             const HEX: &[u8; 16] = b"0123456789abcdef";
-            hex.push(HEX[usize::from(byte >> 4)] as char);
-            hex.push(HEX[usize::from(byte & 0xf)] as char);
+            pair[0] = HEX[usize::from(byte >> 4)];
+            pair[1] = HEX[usize::from(byte & 0xf)];
         }
-        Some(IdempotencyKey(hex))
+        Some(IdempotencyKey(Repr::Derived(hex)))
     }
 
     /// Accepts a key that arrived from outside.
@@ -95,12 +114,50 @@ impl IdempotencyKey {
         if value.len() > MAX_KEY_LEN {
             return Err(KeyError::TooLong { len: value.len() });
         }
-        Ok(IdempotencyKey(value.to_owned()))
+        Ok(IdempotencyKey(Repr::Given(value.into())))
     }
 
     /// The key as text, as it travels in a header.
     pub fn as_str(&self) -> &str {
-        &self.0
+        match &self.0 {
+            // Hex digits are ASCII: the conversion cannot fail.
+            Repr::Derived(hex) => std::str::from_utf8(hex).unwrap_or_default(),
+            Repr::Given(text) => text,
+        }
+    }
+}
+
+impl PartialEq for IdempotencyKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for IdempotencyKey {}
+
+impl PartialOrd for IdempotencyKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for IdempotencyKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl std::hash::Hash for IdempotencyKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl fmt::Debug for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("IdempotencyKey")
+            .field(&self.as_str())
+            .finish()
     }
 }
 
@@ -114,13 +171,16 @@ impl TryFrom<String> for IdempotencyKey {
 
 impl From<IdempotencyKey> for String {
     fn from(key: IdempotencyKey) -> String {
-        key.0
+        match key.0 {
+            Repr::Given(text) => text.into(),
+            Repr::Derived(_) => key.as_str().to_owned(),
+        }
     }
 }
 
 impl fmt::Display for IdempotencyKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
@@ -168,6 +228,25 @@ mod tests {
             .collect();
         assert_eq!(k.as_str(), expected);
         assert_eq!(k.as_str(), GOLDEN_V1);
+    }
+
+    #[test]
+    fn a_derived_key_equals_the_same_text_given_from_outside() {
+        let derived = key("acme", "i", "t", json!({}));
+        let given = IdempotencyKey::parse(derived.as_str()).unwrap();
+        assert_eq!(derived, given);
+        use std::hash::BuildHasher;
+        let state = std::hash::RandomState::new();
+        assert_eq!(state.hash_one(&derived), state.hash_one(&given));
+        assert_eq!(String::from(derived.clone()), derived.as_str());
+        assert_eq!(
+            format!("{derived:?}"),
+            format!("IdempotencyKey({:?})", derived.as_str())
+        );
+        assert_eq!(
+            serde_json::to_string(&derived).unwrap(),
+            format!("\"{derived}\"")
+        );
     }
 
     const GOLDEN_V1: &str = "484238a6a5d40e2fda10429b85386f675e039b947dec6dee56d80f5104bf4e86";
