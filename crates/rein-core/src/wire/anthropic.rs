@@ -37,8 +37,8 @@ pub struct Message {
     /// The stop sequence that stopped it, if one did.
     #[serde(default)]
     pub stop_sequence: Option<String>,
-    /// What it counted.
-    #[serde(default)]
+    /// What it counted (`null` read as nothing counted).
+    #[serde(default, deserialize_with = "super::nullable")]
     pub usage: Usage,
 }
 
@@ -177,10 +177,12 @@ pub enum StreamEvent {
     },
     /// The answer's end: why it stopped, and the output counted.
     MessageDelta {
-        /// Why it stopped.
-        delta: MessageDelta,
-        /// What it counted (`output_tokens`, at least).
+        /// Why it stopped (absent: no reason given).
         #[serde(default)]
+        delta: MessageDelta,
+        /// What it counted (`output_tokens`, at least; absent or `null`
+        /// read as nothing counted).
+        #[serde(default, deserialize_with = "super::nullable")]
         usage: Usage,
         /// rein's mark of a stream it recovered after a cut (the
         /// gateway's extension; absent otherwise).
@@ -193,7 +195,8 @@ pub enum StreamEvent {
     Ping,
     /// An in-band error: the answer ends unfinished.
     Error {
-        /// What went wrong.
+        /// What went wrong (absent: nothing said).
+        #[serde(default)]
         error: ErrorBody,
     },
     /// An event rein does not read. Read only: never written.
@@ -261,7 +264,7 @@ pub struct MessageDelta {
 }
 
 /// The `error` of an in-band error event (and of an error answer).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
     /// Its kind: `overloaded_error`, `api_error`, `rate_limit_error`, …;
     /// `""` when a compatible server leaves it out.
@@ -270,6 +273,12 @@ pub struct ErrorBody {
     /// For humans.
     #[serde(default)]
     pub message: String,
+    /// A code for machines: not Anthropic's, but an OpenAI-style proxy in
+    /// front of a compatible server may send one (`context_length_exceeded`,
+    /// `content_filter`), and it refines the error's category. Read, and
+    /// written only when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
 }
 
 /// The message of a `message_start`: a [`Message`] whose `content` may be

@@ -17,14 +17,26 @@
 //! | [`anthropic`] | Anthropic Messages | the answer ([`anthropic::Message`]), its blocks and usage, the stream's events | the gateway, the mock model | the provider (a whole answer and the stream) |
 //! | [`openai`] | OpenAI Chat Completions | the answer ([`openai::Completion`]), the stream's chunks ([`openai::Chunk`]), the error body | the gateway, the mock model | the provider (a whole answer and the stream) |
 //!
-//! # What is not here, and why
+//! # What is not here yet
 //!
-//! The *requests*. The gateway reads them as its own types
-//! (`rein_server::gateway`), because they are also its OpenAPI document
-//! and say member by member what it passes, maps or refuses; a provider
-//! writes them from rein's provider-neutral request, and the caller's
-//! options travel in the API's own names, untouched. Neither reads
-//! what the other writes: the shapes meet only at the upstream.
+//! The *requests* are still described where they are used: the gateway
+//! reads them as its own types (`rein_server::gateway`), which are also
+//! its OpenAPI document and say member by member what it passes, maps or
+//! refuses; the providers write them as JSON from rein's provider-neutral
+//! request, with the caller's options passed in the API's own names; the
+//! mock reads them as JSON on purpose, as an upstream sees every member
+//! sent, known or not. Sharing them means moving the gateway's request
+//! types here with their schema (an optional `utoipa` dependency) and
+//! having the providers build them.
 
 pub mod anthropic;
 pub mod openai;
+
+/// A member that may be `null`: read as its default, as if absent.
+fn nullable<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de> + Default,
+{
+    <Option<T> as serde::Deserialize>::deserialize(deserializer).map(Option::unwrap_or_default)
+}

@@ -3,14 +3,22 @@
 //!
 //! Writers (the gateway, the mock model) build these values and serialize
 //! them. Readers (the OpenAI-compatible provider) deserialize what an
-//! upstream sent, and a compatible server is not OpenAI: a member may be
-//! absent or `null` (both read as its default), the arguments of a tool
-//! call may come as a JSON object instead of a string (read as its text),
-//! and vLLM names the stop sequence that matched (`stop_reason`). A member
-//! of the wrong type is not tolerated: the answer or chunk is malformed.
+//! upstream sent, and a compatible server is not OpenAI:
 //!
-//! A chunk borrows its strings ([`Cow`]): the gateway writes one per
-//! token from the names it already holds, without copying them.
+//! - the members rein never reads (an answer's `id`, `object`, `created`
+//!   and `model`, a message's `role`, a tool call's `type`) are written but
+//!   not read, so any value there is taken: Azure OpenAI's first chunk says
+//!   `"object": ""` and `"id": ""`;
+//! - a member rein reads may be absent or `null` (read as its default,
+//!   except an answer's `choices` and a choice's `message`, without which
+//!   there is no answer), the arguments of a tool call may come as a JSON
+//!   object instead of a string (read as its text), and vLLM names the
+//!   stop sequence that matched (`stop_reason`);
+//! - a member rein reads that holds the wrong type is not guessed at: the
+//!   answer or chunk is malformed, a transient failure.
+//!
+//! A chunk's writer borrows the answer's id and model ([`Cow`]): the
+//! gateway writes one chunk per token from the names it already holds.
 
 use std::borrow::Cow;
 
@@ -20,23 +28,24 @@ use serde_json::Value;
 /// A whole answer (`"object": "chat.completion"`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Completion {
-    /// Its id (`chatcmpl-…`).
-    #[serde(default)]
+    /// Its id (`chatcmpl-…`). Written, not read.
+    #[serde(skip_deserializing)]
     pub id: String,
-    /// Always `chat.completion`.
-    #[serde(default)]
+    /// Always `chat.completion`. Written, not read.
+    #[serde(skip_deserializing)]
     pub object: CompletionTag,
-    /// When it was made, in seconds since the Unix epoch.
-    #[serde(default)]
+    /// When it was made, in seconds since the Unix epoch. Written, not
+    /// read.
+    #[serde(skip_deserializing)]
     pub created: u64,
-    /// The model that answered.
-    #[serde(default)]
+    /// The model that answered. Written, not read.
+    #[serde(skip_deserializing)]
     pub model: String,
     /// The answers; rein asks for one and reads the first. Required: a
     /// body without it is not an answer.
     pub choices: Vec<Choice>,
     /// What it counted.
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "super::nullable")]
     pub usage: Usage,
 }
 
@@ -53,7 +62,7 @@ pub enum CompletionTag {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Choice {
     /// Its index among the answers.
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "super::nullable")]
     pub index: u64,
     /// The assistant's message. Required: a choice without it is not one.
     pub message: AssistantMessage,
@@ -77,8 +86,8 @@ pub struct Choice {
 /// The assistant's message of a [`Choice`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AssistantMessage {
-    /// Always `assistant`.
-    #[serde(default)]
+    /// Always `assistant`. Written, not read.
+    #[serde(skip_deserializing)]
     pub role: AssistantRole,
     /// Its text; `null` when it only calls tools.
     #[serde(default)]
@@ -86,7 +95,7 @@ pub struct AssistantMessage {
     /// The tools it calls, in order.
     #[serde(
         default,
-        deserialize_with = "nullable",
+        deserialize_with = "super::nullable",
         skip_serializing_if = "Vec::is_empty"
     )]
     pub tool_calls: Vec<ToolCall>,
@@ -107,11 +116,11 @@ pub struct ToolCall {
     /// Its id (`call_…`), which the tool's result names.
     #[serde(default)]
     pub id: Option<String>,
-    /// Always `function`.
-    #[serde(rename = "type", default)]
+    /// Always `function`. Written, not read.
+    #[serde(rename = "type", skip_deserializing)]
     pub kind: FunctionKind,
     /// The function called.
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "super::nullable")]
     pub function: FunctionCall,
 }
 
@@ -164,20 +173,21 @@ impl Usage {
 /// One event of a streamed answer (`"object": "chat.completion.chunk"`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Chunk<'a> {
-    /// The answer's id, the same on every chunk.
-    #[serde(borrow, default)]
+    /// The answer's id, the same on every chunk. Written, not read.
+    #[serde(skip_deserializing)]
     pub id: Cow<'a, str>,
-    /// Always `chat.completion.chunk`.
-    #[serde(default)]
+    /// Always `chat.completion.chunk`. Written, not read.
+    #[serde(skip_deserializing)]
     pub object: ChunkTag,
-    /// When the answer was made, in seconds since the Unix epoch.
-    #[serde(default)]
+    /// When the answer was made, in seconds since the Unix epoch. Written,
+    /// not read.
+    #[serde(skip_deserializing)]
     pub created: u64,
-    /// The model that answers.
-    #[serde(borrow, default)]
+    /// The model that answers. Written, not read.
+    #[serde(skip_deserializing)]
     pub model: Cow<'a, str>,
     /// What each answer adds; empty in the usage chunk.
-    #[serde(borrow, default, deserialize_with = "nullable")]
+    #[serde(borrow, default, deserialize_with = "super::nullable")]
     pub choices: Vec<ChunkChoice<'a>>,
     /// What the answer counted: in the last chunk only, when asked for.
     /// OpenAI then sends `"usage": null` on every other chunk: a writer
@@ -255,10 +265,10 @@ pub enum ChunkTag {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChunkChoice<'a> {
     /// Its index among the answers.
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "super::nullable")]
     pub index: u64,
     /// What is added.
-    #[serde(borrow, default, deserialize_with = "nullable")]
+    #[serde(borrow, default, deserialize_with = "super::nullable")]
     pub delta: Delta<'a>,
     /// Log probabilities: rein asks for none and writes `null`.
     #[serde(default)]
@@ -286,8 +296,8 @@ impl ChunkChoice<'_> {
 /// The `delta` of a [`ChunkChoice`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Delta<'a> {
-    /// `assistant`, on the first chunk only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `assistant`, on the first chunk only. Written, not read.
+    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
     pub role: Option<AssistantRole>,
     /// More text.
     #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
@@ -296,7 +306,7 @@ pub struct Delta<'a> {
     #[serde(
         borrow,
         default,
-        deserialize_with = "nullable",
+        deserialize_with = "super::nullable",
         skip_serializing_if = "Vec::is_empty"
     )]
     pub tool_calls: Vec<ToolCallDelta<'a>>,
@@ -322,11 +332,15 @@ pub struct ToolCallDelta<'a> {
     /// The call's id, on its first piece.
     #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
     pub id: Option<Cow<'a, str>>,
-    /// `function`, on its first piece.
-    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    /// `function`, on its first piece. Written, not read.
+    #[serde(
+        rename = "type",
+        skip_deserializing,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub kind: Option<FunctionKind>,
     /// The function's name and the next piece of its arguments.
-    #[serde(borrow, default, deserialize_with = "nullable")]
+    #[serde(borrow, default, deserialize_with = "super::nullable")]
     pub function: FunctionDelta<'a>,
 }
 
@@ -380,15 +394,6 @@ fn sse_data(value: &impl Serialize) -> String {
     // non-string keys, no float that is not finite).
     let data = serde_json::to_string(value).unwrap_or_default();
     format!("data: {data}\n\n")
-}
-
-/// A member that may be `null`: read as its default, as if absent.
-fn nullable<'de, D, T>(deserializer: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de> + Default,
-{
-    Option::<T>::deserialize(deserializer).map(Option::unwrap_or_default)
 }
 
 /// A tool call's arguments: a string as it is; any other JSON (a server
@@ -499,6 +504,24 @@ mod tests {
             Some(r#"{"a":1}"#)
         );
         assert_eq!(chunk.usage, None);
+        // Azure OpenAI's first chunk (and its content filter's), and
+        // members rein never reads holding anything.
+        let azure: Chunk<'_> = serde_json::from_str(
+            r#"{"id":"","object":"","created":0,"model":"","choices":[],"prompt_filter_results":[{"prompt_index":0}]}"#,
+        )
+        .unwrap();
+        assert!(azure.choices.is_empty());
+        let odd: Chunk<'_> = serde_json::from_str(
+            r#"{"id":null,"object":7,"model":null,"created":null,"choices":[{"delta":{"role":"model","content":"x",
+                "tool_calls":[{"type":"","index":0,"function":{"name":"f"}}]}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(odd.choices[0].delta.content.as_deref(), Some("x"));
+        let whole: Completion = serde_json::from_str(
+            r#"{"object":"","choices":[{"message":{"role":null,"content":"hi","tool_calls":[{"type":null,"function":{"name":"f"}}]}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(whole.choices[0].message.content.as_deref(), Some("hi"));
         let bare: Chunk<'_> = serde_json::from_str(r#"{"choices":null}"#).unwrap();
         assert!(bare.choices.is_empty());
         let vllm: Completion = serde_json::from_str(

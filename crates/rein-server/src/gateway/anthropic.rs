@@ -1179,6 +1179,7 @@ impl Relay {
             error: wire::ErrorBody {
                 kind: kind.to_owned(),
                 message: message.to_owned(),
+                code: None,
             },
         }
         .to_sse()

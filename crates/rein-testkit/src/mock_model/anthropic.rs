@@ -187,6 +187,7 @@ fn message_frames(
             error: wire::ErrorBody {
                 kind: "overloaded_error".to_owned(),
                 message: error_message.to_owned(),
+                code: None,
             },
         }),
     }

@@ -215,22 +215,27 @@ impl EventDecoder {
 }
 
 /// One event, read as its type. A compatible server that names the event
-/// only in the SSE `event:` line, not in the data's `type`, is read by
-/// that name; only then is the data read twice.
+/// only in the SSE `event:` line (the data's `type` absent or not a
+/// string) is read by that name, and data that names no event at all is
+/// skipped; only then is the data read twice.
 fn read_event(name: &str, event: &SseEvent) -> Result<wire::StreamEvent, Failure> {
-    let typed = serde_json::from_str::<wire::StreamEvent>(&event.data);
-    let untyped = || {
-        let mut data: serde_json::Map<String, Value> = serde_json::from_str(&event.data).ok()?;
-        if data.contains_key("type") {
-            return None;
-        }
-        data.insert("type".to_owned(), Value::String(event.event.clone()?));
-        serde_json::from_value(Value::Object(data)).ok()
+    let typed = match serde_json::from_str::<wire::StreamEvent>(&event.data) {
+        Ok(read) => return Ok(read),
+        Err(e) => e,
     };
-    match typed {
-        Ok(read) => Ok(read),
-        Err(e) => untyped().ok_or_else(|| unparseable(name, event, &e.to_string())),
+    let refused = || unparseable(name, event, &typed.to_string());
+    let Ok(mut data) = serde_json::from_str::<serde_json::Map<String, Value>>(&event.data) else {
+        return Err(refused());
+    };
+    if data.get("type").is_some_and(Value::is_string) {
+        return Err(refused());
     }
+    let Some(kind) = &event.event else {
+        return Ok(wire::StreamEvent::Other);
+    };
+    data.insert("type".to_owned(), Value::String(kind.clone()));
+    serde_json::from_value(Value::Object(data))
+        .map_err(|e| unparseable(name, event, &e.to_string()))
 }
 
 #[cfg(test)]
@@ -290,6 +295,61 @@ mod tests {
         ])
         .unwrap();
         assert!(ok.is_empty(), "{ok:?}");
+    }
+
+    /// What a compatible server leaves out, or names only in the SSE
+    /// line, is read as Anthropic's API would have said it; an error's
+    /// code refines its category.
+    #[test]
+    fn decoder_tolerates_a_compatible_servers_omissions() {
+        let updates = decode(&[
+            (
+                "message_start",
+                r#"{"type":"message_start","message":{"id":"m","usage":null}}"#,
+            ),
+            (
+                "content_block_start",
+                r#"{"index":0,"content_block":{"type":"text","text":""}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":null,"index":0,"delta":{"type":"text_delta","text":"hi"}}"#,
+            ),
+            ("message_delta", r#"{"type":"message_delta","usage":null}"#),
+            ("", r#"{}"#),
+        ])
+        .unwrap();
+        let (text, finishes, _) = text_of(&updates);
+        assert_eq!((text.as_str(), finishes.len()), ("hi", 0));
+        let skipped = decode_events(&[(None, r#"{"index":0}"#)]).unwrap();
+        assert!(skipped.is_empty(), "{skipped:?}");
+        let filtered = decode(&[(
+            "error",
+            r#"{"type":"error","error":{"type":"invalid_request_error","code":"context_length_exceeded","message":"too long"}}"#,
+        )])
+        .unwrap_err();
+        assert_eq!(filtered.category(), Category::ContextOverflow);
+        let bare = decode(&[("error", r#"{"type":"error"}"#)]).unwrap_err();
+        assert!(
+            bare.human_message().contains("sent an error"),
+            "{}",
+            bare.human_message()
+        );
+    }
+
+    fn decode_events(events: &[(Option<&str>, &str)]) -> Result<Vec<Update>, Failure> {
+        let mut decoder = EventDecoder::new("claude", None);
+        let mut updates = Vec::new();
+        for (event, data) in events {
+            decoder.decode(
+                &SseEvent {
+                    event: event.map(str::to_owned),
+                    data: (*data).to_owned(),
+                },
+                &mut updates,
+            )?;
+        }
+        Ok(updates)
     }
 
     fn text_of(updates: &[Update]) -> (String, Vec<FinishReason>, usize) {
