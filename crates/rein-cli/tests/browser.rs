@@ -23,7 +23,7 @@ use rein_testkit::order_desk::OrderDesk;
 use serde_json::Value;
 
 mod common;
-use common::{Server, example_config_with_server};
+use common::{Server, example_config_with};
 use rein_store::RunStore;
 
 /// How long the page may take to report (generous: two loaded cores).
@@ -200,7 +200,7 @@ async fn visit(
     let pages = TcpListener::bind("127.0.0.1:0").unwrap();
     let page_origin = format!("http://{}", pages.local_addr().unwrap());
     let dir = tempfile::tempdir().unwrap();
-    let config = example_config_with_server(dir.path(), "", &extra(&page_origin));
+    let config = example_config_with(dir.path(), "", &extra(&page_origin));
     let server = Server::start(&config, &dir.path().join("rein.db"), desk.base_url());
     let pages = PageServer::start(pages, page(&server.url("")));
     assert_eq!(pages.origin, page_origin);

@@ -14,7 +14,7 @@ use reqwest::header::{CONTENT_TYPE, HOST, ORIGIN};
 use serde_json::Value;
 
 mod common;
-use common::{Server, example_config, example_config_with_server, serve_command};
+use common::{Server, example_config, example_config_with, serve_command};
 use rein_store::RunStore;
 
 /// A bearer key of tenant `acme`.
@@ -56,7 +56,7 @@ async fn world(server: &str, keys: bool) -> World {
     let desk = OrderDesk::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let extra = if keys { keys_config() } else { String::new() };
-    let config = example_config_with_server(dir.path(), server, &extra);
+    let config = example_config_with(dir.path(), server, &extra);
     let db = dir.path().join("rein.db");
     let server = Server::start(&config, &db, desk.base_url());
     World {

@@ -123,7 +123,7 @@ async fn runs_and_gateway_calls_move_every_counter_and_histogram_and_promtool_pa
         Reply::text("For globex.").with_usage(1, 1),
     ]);
     let dir = tempfile::tempdir().unwrap();
-    let config = common::example_config_with_server(
+    let config = common::example_config_with(
         dir.path(),
         "metrics_tenants = [\"acme\"]",
         &format!(

@@ -35,7 +35,7 @@ async fn serve_traces_runs_and_gateway_calls_under_the_callers_traceparent_and_f
         .unwrap();
     model.push_replies([Reply::text("Hello.").with_usage(12, 3)]);
     let dir = tempfile::tempdir().unwrap();
-    let config = common::example_config_with_server(
+    let config = common::example_config_with(
         dir.path(),
         "",
         &format!(

@@ -114,7 +114,7 @@ const THREE_UPDATES: &str = r#"{"turns": [
 fn config(dir: &Path) -> PathBuf {
     std::fs::write(dir.join("handoff.script.json"), THREE_UPDATES).unwrap();
     // The key's tenant is the operator: it may read the config page.
-    common::example_config_with_server(
+    common::example_config_with(
         dir,
         "metrics_tenants = [\"acme\"]",
         &format!(
@@ -613,7 +613,7 @@ mod over_http {
         model.push_reply(rein_testkit::mock_model::Reply::text("Hello.").with_usage(1_000, 200));
         let dir = tempfile::tempdir().unwrap();
         // acme is the operator; beta is a tenant that is not.
-        let config = common::example_config_with_server(
+        let config = common::example_config_with(
             dir.path(),
             "metrics_tenants = [\"acme\"]",
             &format!(

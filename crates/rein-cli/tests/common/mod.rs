@@ -21,12 +21,12 @@ pub fn example_dir() -> PathBuf {
 /// The example config with `extra` TOML appended, written into `dir` beside
 /// a copy of the script it refers to; its path.
 pub fn example_config(dir: &Path, extra: &str) -> PathBuf {
-    example_config_with_server(dir, "", extra)
+    example_config_with(dir, "", extra)
 }
 
-/// [`example_config`] with `server` lines (`key = value`) added to its
-/// `[server]` table.
-pub fn example_config_with_server(dir: &Path, server: &str, extra: &str) -> PathBuf {
+/// [`example_config`] with `server` lines (keys of the table itself, like
+/// `shutdown_grace = "5s"`) added to its `[server]` table.
+pub fn example_config_with(dir: &Path, server: &str, extra: &str) -> PathBuf {
     let mut config = std::fs::read_to_string(example_dir().join("rein.toml")).unwrap();
     assert!(
         config.contains("\n[server]\n"),
@@ -42,21 +42,6 @@ pub fn example_config_with_server(dir: &Path, server: &str, extra: &str) -> Path
     )
     .unwrap();
     dir.join("rein.toml")
-}
-
-/// The example config with `server_keys` added to its `[server]` table
-/// (keys of the table itself, like `shutdown_grace`) and `extra` TOML
-/// appended; its path.
-pub fn example_config_with(dir: &Path, server_keys: &str, extra: &str) -> PathBuf {
-    let path = example_config(dir, extra);
-    let text = std::fs::read_to_string(&path).unwrap();
-    assert!(
-        text.contains("\n[server]\n"),
-        "the example has a [server] table"
-    );
-    let text = text.replacen("\n[server]\n", &format!("\n[server]\n{server_keys}\n"), 1);
-    std::fs::write(&path, text).unwrap();
-    path
 }
 
 /// A test needs a part outside rein (Python packages, Chromium) that is
