@@ -186,9 +186,10 @@ pub struct Chunk<'a> {
     /// The model that answers. Written, not read.
     #[serde(skip_deserializing)]
     pub model: Cow<'a, str>,
-    /// What each answer adds; empty in the usage chunk.
+    /// What each answer adds; empty in the usage chunk. Borrowed when
+    /// written ([`Chunk::new`]), owned when read.
     #[serde(borrow, default, deserialize_with = "super::nullable")]
-    pub choices: Vec<ChunkChoice<'a>>,
+    pub choices: Cow<'a, [ChunkChoice<'a>]>,
     /// What the answer counted: in the last chunk only, when asked for.
     /// OpenAI then sends `"usage": null` on every other chunk: a writer
     /// that does so sets `Some(None)`; `None` leaves the member out. A
@@ -207,42 +208,25 @@ pub struct Chunk<'a> {
 
 impl<'a> Chunk<'a> {
     /// A chunk of answer `id` by `model`, made at `created`, with
-    /// `choices`.
+    /// `choices`, borrowed: a writer keeps the one choice of a token's
+    /// chunk on its stack (`[ChunkChoice::first(…)]`), so writing a chunk
+    /// allocates nothing but its bytes.
     pub fn new(
         id: &'a str,
         created: u64,
         model: &'a str,
-        choices: Vec<ChunkChoice<'a>>,
+        choices: &'a [ChunkChoice<'a>],
     ) -> Chunk<'a> {
         Chunk {
             id: Cow::Borrowed(id),
             object: ChunkTag::Chunk,
             created,
             model: Cow::Borrowed(model),
-            choices,
+            choices: Cow::Borrowed(choices),
             usage: None,
             error: None,
             rein: None,
         }
-    }
-
-    /// A chunk whose one choice (index 0) adds `delta` and finishes for
-    /// `finish_reason`, if given.
-    pub fn delta(
-        id: &'a str,
-        created: u64,
-        model: &'a str,
-        delta: Delta<'a>,
-        finish_reason: Option<&'a str>,
-    ) -> Chunk<'a> {
-        let choice = ChunkChoice {
-            index: 0,
-            delta,
-            logprobs: None,
-            finish_reason: finish_reason.map(Cow::Borrowed),
-            stop_reason: None,
-        };
-        Chunk::new(id, created, model, vec![choice])
     }
 
     /// The chunk as a stream's `data:` line and the blank line that ends
@@ -286,7 +270,19 @@ pub struct ChunkChoice<'a> {
     pub stop_reason: Option<String>,
 }
 
-impl ChunkChoice<'_> {
+impl<'a> ChunkChoice<'a> {
+    /// The first (and only) answer's choice: it adds `delta`, and
+    /// finishes for `finish_reason` when given.
+    pub fn first(delta: Delta<'a>, finish_reason: Option<&'a str>) -> ChunkChoice<'a> {
+        ChunkChoice {
+            index: 0,
+            delta,
+            logprobs: None,
+            finish_reason: finish_reason.map(Cow::Borrowed),
+            stop_reason: None,
+        }
+    }
+
     /// The finish reason, unless absent or empty.
     pub fn finished(&self) -> Option<&str> {
         self.finish_reason.as_deref().filter(|r| !r.is_empty())
@@ -474,12 +470,13 @@ mod tests {
 
     #[test]
     fn a_chunk_is_written_as_the_stream_sends_it() {
-        let chunk = Chunk::delta("c", 7, "m", Delta::text("Hi \"there\""), None);
+        let choice = [ChunkChoice::first(Delta::text("Hi \"there\""), None)];
+        let chunk = Chunk::new("c", 7, "m", &choice);
         assert_eq!(
             chunk.to_sse(),
             "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi \\\"there\\\"\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n"
         );
-        let mut usage = Chunk::new("c", 7, "m", Vec::new());
+        let mut usage = Chunk::new("c", 7, "m", &[]);
         usage.usage = Some(Some(Usage::of(1, 2)));
         assert_eq!(
             serde_json::to_value(&usage).unwrap()["usage"],

@@ -368,7 +368,12 @@ impl Decoder for ChunkDecoder {
             return Err(stream_error_failure(&self.name, error));
         }
         // Only the first choice: rein never asks for `n` > 1.
-        for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
+        for choice in chunk
+            .choices
+            .into_owned()
+            .into_iter()
+            .filter(|c| c.index == 0)
+        {
             // An empty reason is no reason: a compatible server that sends
             // `""` on every chunk must not make a cut stream look finished.
             let finish = choice

@@ -1125,10 +1125,10 @@ struct Relay {
 }
 
 impl Relay {
-    /// A chunk of this answer whose one choice adds `delta`, borrowing
-    /// the answer's id and model: nearly every event of a stream is one.
-    fn chunk<'a>(&'a self, delta: openai::Delta<'a>, finish: Option<&'a str>) -> openai::Chunk<'a> {
-        openai::Chunk::delta(&self.id, self.created, &self.model, delta, finish)
+    /// A chunk of this answer with `choices`, borrowing the answer's id
+    /// and model: nearly every event of a stream is one.
+    fn chunk<'a>(&'a self, choices: &'a [openai::ChunkChoice<'a>]) -> openai::Chunk<'a> {
+        openai::Chunk::new(&self.id, self.created, &self.model, choices)
     }
 
     /// The next bytes to send; `None` once the stream ended.
@@ -1142,7 +1142,8 @@ impl Relay {
                 role: Some(openai::AssistantRole::Assistant),
                 ..openai::Delta::text("")
             };
-            return Some(Bytes::from(sse(&self.chunk(role, None))));
+            let choice = [openai::ChunkChoice::first(role, None)];
+            return Some(Bytes::from(sse(&self.chunk(&choice))));
         }
         let mut next = self.turn.next().await;
         // OpenAI's stream says the prompt's tokens in its usage chunk only;
@@ -1182,19 +1183,20 @@ impl Relay {
                     content: delta.text.as_deref().map(Cow::Borrowed),
                     tool_calls,
                 };
-                sse(&self.chunk(delta, None))
+                let choice = [openai::ChunkChoice::first(delta, None)];
+                sse(&self.chunk(&choice))
             }
             Some(Ok(StreamEvent::Done(response))) => {
                 self.ended = true;
-                let mut last = self.chunk(
+                let choice = [openai::ChunkChoice::first(
                     openai::Delta::default(),
                     Some(finish_reason(response.finish)),
-                );
+                )];
+                let mut last = self.chunk(&choice);
                 last.rein = super::recovered_mark(&self.recoveries);
                 let mut out = sse(&last);
                 if self.include_usage {
-                    let mut usage =
-                        openai::Chunk::new(&self.id, self.created, &self.model, Vec::new());
+                    let mut usage = self.chunk(&[]);
                     usage.usage = Some(Some(openai::Usage::of(
                         response.usage.input,
                         response.usage.output,

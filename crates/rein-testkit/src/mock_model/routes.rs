@@ -226,7 +226,8 @@ fn completion_frames(
 ) -> Frames {
     let id = format!("chatcmpl-mock-{number}");
     let event = |delta: openai::Delta<'_>, finish: Option<&str>| {
-        let mut chunk = openai::Chunk::delta(&id, CREATED, model, delta, finish);
+        let choice = [openai::ChunkChoice::first(delta, finish)];
+        let mut chunk = openai::Chunk::new(&id, CREATED, model, &choice);
         chunk.usage = include_usage.then_some(None);
         chunk.to_sse()
     };
@@ -266,7 +267,7 @@ fn completion_frames(
         Some(message.finish_reason.as_str()),
     ));
     if include_usage {
-        let mut last = openai::Chunk::new(&id, CREATED, model, Vec::new());
+        let mut last = openai::Chunk::new(&id, CREATED, model, &[]);
         last.usage = Some(Some(usage(message)));
         body.push(last.to_sse());
     }
