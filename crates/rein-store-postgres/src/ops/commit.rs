@@ -1,5 +1,8 @@
 //! [`StepCommit`]: one transaction per step, in the order it documents,
-//! mirroring the SQLite backend statement for statement.
+//! mirroring the SQLite backend statement for statement. Where statements
+//! do not depend on one another's answers they are sent together and
+//! pipelined: each round trip to the server is most of a commit's time
+//! on loopback, and the server runs them in the order sent all the same.
 
 use deadpool_postgres::{GenericClient, Transaction};
 use rein_core::event::Guardrail;
@@ -121,21 +124,67 @@ pub(crate) async fn commit_step(
     }
     if let Some(checkpoint) = &commit.checkpoint {
         same_run("checkpoint run id", run_id, &checkpoint.run_id)?;
-        write_checkpoint(tx, checkpoint).await?;
     }
     if let Some(delta) = &commit.checkpoint_delta {
         same_run("checkpoint delta run id", run_id, &delta.run_id)?;
+    }
+    // From here the commit's writes are independent of one another, but
+    // for the events' first sequence number and a delta that follows a
+    // checkpoint of the same commit: the independent ones are sent at
+    // once, and tokio-postgres pipelines the queries of futures polled
+    // together on one connection. The server runs them one after another
+    // in the transaction, so the outcome is that of awaiting each in
+    // turn, in a fraction of the round trips.
+    let delta_after = commit.checkpoint.is_some();
+    let checkpoint = async {
+        match &commit.checkpoint {
+            Some(checkpoint) => write_checkpoint(tx, checkpoint).await,
+            None => Ok(()),
+        }
+    };
+    let delta = async {
+        match &commit.checkpoint_delta {
+            Some(delta) if !delta_after => write_checkpoint_delta(tx, delta).await,
+            _ => Ok(()),
+        }
+    };
+    let first_event = async {
+        if commit.events.is_empty() {
+            Ok(0)
+        } else {
+            next_seq(tx, "events", run_id).await
+        }
+    };
+    let bump = async {
+        if ledger_written {
+            bump_ledger_revision(tx, run_id).await
+        } else {
+            Ok(())
+        }
+    };
+    let ((), (), first_event, ()) = tokio::try_join!(checkpoint, delta, first_event, bump)?;
+    if let (true, Some(delta)) = (delta_after, &commit.checkpoint_delta) {
         write_checkpoint_delta(tx, delta).await?;
     }
-    if !commit.events.is_empty() {
-        committed.events = append_events(tx, run_id, commit.events).await?;
-    }
     let revision = if ledger_written {
-        bump_ledger_revision(tx, run_id).await?;
         revision.saturating_add(1)
     } else {
         revision
     };
+    // Announced with the events when nothing else of the run changes.
+    let announce_now = notify && commit.status.is_none() && commit.revised_report.is_none();
+    if !commit.events.is_empty() {
+        let announce = async {
+            if announce_now {
+                announce(tx, run_id).await
+            } else {
+                Ok(())
+            }
+        };
+        let events = append_events(tx, run_id, first_event, commit.events);
+        let (events, ()) = tokio::try_join!(events, announce)?;
+        committed.events = events;
+    }
     if let Some(mut change) = commit.status {
         stamp_revision(change.report.as_mut(), revision);
         let run = set_status(tx, run_id, status, change).await?;
@@ -146,17 +195,23 @@ pub(crate) async fn commit_step(
         stamp_revision(Some(&mut report), revision);
         committed.run = Some(revise_report(tx, run_id, status, &report).await?);
     }
-    if notify && (!committed.events.is_empty() || committed.run.is_some()) {
-        // Delivered at commit (never for a rolled-back commit): live event
-        // streams of every node read the run again.
-        execute(
-            tx,
-            "SELECT pg_notify($1, $2)",
-            &[&EVENTS_CHANNEL, &run_id.as_str()],
-        )
-        .await?;
+    if notify && !announce_now && (!committed.events.is_empty() || committed.run.is_some()) {
+        announce(tx, run_id).await?;
     }
     Ok(committed)
+}
+
+/// Announces that `run_id` changed on [`EVENTS_CHANNEL`]: delivered at
+/// commit (never for a rolled-back commit), so that live event streams of
+/// every node read the run again.
+async fn announce(tx: &Transaction<'_>, run_id: &RunId) -> Result<(), StoreError> {
+    execute(
+        tx,
+        "SELECT pg_notify($1, $2)",
+        &[&EVENTS_CHANNEL, &run_id.as_str()],
+    )
+    .await?;
+    Ok(())
 }
 
 /// The `NOTIFY` channel a commit that added events to a run, or changed
@@ -285,10 +340,16 @@ async fn declare(
     tx: &Transaction<'_>,
     mut record: LedgerRecord,
 ) -> Result<LedgerRecord, StoreError> {
-    if let Some(existing) = ledger_record(tx, &record.run_id, &record.intent_id).await? {
+    // Both reads at once (pipelined): the sequence number is used only
+    // when the intent has no record yet.
+    let (existing, seq) = tokio::try_join!(
+        ledger_record(tx, &record.run_id, &record.intent_id),
+        next_seq(tx, "ledger", &record.run_id),
+    )?;
+    if let Some(existing) = existing {
         return Ok(existing);
     }
-    record.seq = next_seq(tx, "ledger", &record.run_id).await?;
+    record.seq = seq;
     record.status = LedgerStatus::Pending;
     execute(
         tx,
@@ -475,9 +536,9 @@ async fn write_checkpoint_delta(
 async fn append_events(
     tx: &Transaction<'_>,
     run_id: &RunId,
+    first: u64,
     mut events: Vec<Event>,
 ) -> Result<Vec<Event>, StoreError> {
-    let first = next_seq(tx, "events", run_id).await?;
     let statement = tx
         .prepare_cached(
             "INSERT INTO events (run_id, seq, step, intent_id, attempt_id, idempotency_key, \
@@ -488,27 +549,36 @@ async fn append_events(
     for (seq, event) in (first..).zip(events.iter_mut()) {
         same_run("event run id", run_id, &event.run_id)?;
         event.seq = seq;
-        tx.execute(
-            &statement,
-            &[
-                &run_id.as_str(),
-                &int(seq, "event seq")?,
-                &i64::from(event.step),
-                &event.intent_id.as_ref().map(IntentId::as_str),
-                &event.attempt_id.as_ref().map(|id| id.as_str()),
-                &event.idempotency_key.as_ref().map(|key| key.as_str()),
-                &int(event.at_ms, "event at_ms")?,
-                &event.kind().as_str(),
-                &event_data_text(event)?,
-                &event.data.guardrail().map(Guardrail::as_str),
-            ],
-        )
-        .await
-        .pg()?;
-        // The outbox row goes with its event, in this transaction: see
-        // `rein_store::webhook`.
-        super::webhooks::record(tx, event).await?;
     }
+    // Each event's row is independent of the others' (its sequence number
+    // is set above): all are sent at once, pipelined.
+    let inserts = events.iter().map(|event| {
+        let statement = &statement;
+        async move {
+            let data = event_data_text(event)?;
+            tx.execute(
+                statement,
+                &[
+                    &run_id.as_str(),
+                    &int(event.seq, "event seq")?,
+                    &i64::from(event.step),
+                    &event.intent_id.as_ref().map(IntentId::as_str),
+                    &event.attempt_id.as_ref().map(|id| id.as_str()),
+                    &event.idempotency_key.as_ref().map(|key| key.as_str()),
+                    &int(event.at_ms, "event at_ms")?,
+                    &event.kind().as_str(),
+                    &data,
+                    &event.data.guardrail().map(Guardrail::as_str),
+                ],
+            )
+            .await
+            .pg()?;
+            // The outbox row goes with its event, in this transaction:
+            // see `rein_store::webhook`.
+            super::webhooks::record(tx, event).await
+        }
+    });
+    futures_util::future::try_join_all(inserts).await?;
     Ok(events)
 }
 
