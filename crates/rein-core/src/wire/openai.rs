@@ -49,6 +49,34 @@ pub struct Completion {
     pub usage: Usage,
 }
 
+impl Completion {
+    /// Answer `id` of `model`, made at `created`: one choice, `message`,
+    /// finished for `finish_reason`, having counted `usage`.
+    pub fn of(
+        id: String,
+        created: u64,
+        model: String,
+        message: AssistantMessage,
+        finish_reason: &str,
+        usage: Usage,
+    ) -> Completion {
+        Completion {
+            id,
+            object: CompletionTag::Completion,
+            created,
+            model,
+            choices: vec![Choice {
+                index: 0,
+                message,
+                logprobs: None,
+                finish_reason: Some(finish_reason.to_owned()),
+                stop_reason: None,
+            }],
+            usage,
+        }
+    }
+}
+
 /// The `object` of a [`Completion`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CompletionTag {
@@ -122,6 +150,20 @@ pub struct ToolCall {
     /// The function called.
     #[serde(default, deserialize_with = "super::nullable")]
     pub function: FunctionCall,
+}
+
+impl ToolCall {
+    /// Call `id` of the function `name` with `arguments` (JSON text).
+    pub fn function(id: String, name: String, arguments: String) -> ToolCall {
+        ToolCall {
+            id: Some(id),
+            kind: FunctionKind::Function,
+            function: FunctionCall {
+                name: Some(name),
+                arguments: Some(arguments),
+            },
+        }
+    }
 }
 
 /// The `type` of a tool call.

@@ -1050,33 +1050,21 @@ fn completion_body(model: &str, response: &ModelResponse) -> openai::Completion 
     let tool_calls = response
         .tool_calls
         .iter()
-        .map(|c| openai::ToolCall {
-            id: Some(c.id.clone()),
-            kind: openai::FunctionKind::Function,
-            function: openai::FunctionCall {
-                name: Some(c.name.clone()),
-                arguments: Some(c.arguments.clone()),
-            },
-        })
+        .map(|c| openai::ToolCall::function(c.id.clone(), c.name.clone(), c.arguments.clone()))
         .collect();
-    openai::Completion {
-        id: completion_id(),
-        object: openai::CompletionTag::Completion,
-        created: unix_secs(),
-        model: model.to_owned(),
-        choices: vec![openai::Choice {
-            index: 0,
-            message: openai::AssistantMessage {
-                role: openai::AssistantRole::Assistant,
-                content: response.text.clone(),
-                tool_calls,
-            },
-            logprobs: None,
-            finish_reason: Some(finish_reason(response.finish).to_owned()),
-            stop_reason: None,
-        }],
-        usage: openai::Usage::of(response.usage.input, response.usage.output),
-    }
+    let message = openai::AssistantMessage {
+        role: openai::AssistantRole::Assistant,
+        content: response.text.clone(),
+        tool_calls,
+    };
+    openai::Completion::of(
+        completion_id(),
+        unix_secs(),
+        model.to_owned(),
+        message,
+        finish_reason(response.finish),
+        openai::Usage::of(response.usage.input, response.usage.output),
+    )
 }
 
 /// One SSE event of `value`, appended to `out`: written straight into the

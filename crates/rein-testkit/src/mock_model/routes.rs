@@ -181,33 +181,27 @@ fn completion(message: &AssistantMessage, number: u64, model: &str) -> openai::C
         .tool_calls
         .iter()
         .enumerate()
-        .map(|(i, call)| openai::ToolCall {
-            id: Some(call_id(call, "call", number, i)),
-            kind: openai::FunctionKind::Function,
-            function: openai::FunctionCall {
-                name: Some(call.name.clone()),
-                arguments: Some(call.arguments.clone()),
-            },
+        .map(|(i, call)| {
+            openai::ToolCall::function(
+                call_id(call, "call", number, i),
+                call.name.clone(),
+                call.arguments.clone(),
+            )
         })
         .collect();
-    openai::Completion {
-        id: format!("chatcmpl-mock-{number}"),
-        object: openai::CompletionTag::Completion,
-        created: CREATED,
-        model: model.to_owned(),
-        choices: vec![openai::Choice {
-            index: 0,
-            message: openai::AssistantMessage {
-                role: openai::AssistantRole::Assistant,
-                content: message.content.clone(),
-                tool_calls,
-            },
-            logprobs: None,
-            finish_reason: Some(message.finish_reason.as_str().to_owned()),
-            stop_reason: None,
-        }],
-        usage: usage(message),
-    }
+    let answer = openai::AssistantMessage {
+        role: openai::AssistantRole::Assistant,
+        content: message.content.clone(),
+        tool_calls,
+    };
+    openai::Completion::of(
+        format!("chatcmpl-mock-{number}"),
+        CREATED,
+        model.to_owned(),
+        answer,
+        message.finish_reason.as_str(),
+        usage(message),
+    )
 }
 
 fn usage(message: &AssistantMessage) -> openai::Usage {
