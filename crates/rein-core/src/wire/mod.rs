@@ -15,19 +15,27 @@
 //! | module | format | what is here | written by | read by |
 //! | --- | --- | --- | --- | --- |
 //! | [`anthropic`] | Anthropic Messages | the answer ([`anthropic::Message`]), its blocks and usage, the stream's events | the gateway, the mock model | the provider (a whole answer and the stream) |
+//! | [`anthropic::request`] | Anthropic Messages | the request ([`anthropic::request::MessagesRequest`]) | the provider | the gateway |
 //! | [`openai`] | OpenAI Chat Completions | the answer ([`openai::Completion`]), the stream's chunks ([`openai::Chunk`]), the error body | the gateway, the mock model | the provider (a whole answer and the stream) |
+//! | [`openai::request`] | OpenAI Chat Completions | the request ([`openai::request::ChatRequest`]) | the provider | the gateway |
 //!
-//! # What is not here yet
+//! With the `schema` feature the request types derive `utoipa::ToSchema`:
+//! the gateway's OpenAPI document is these types, so what it calls valid
+//! is what the gateway reads and what the providers write.
 //!
-//! The *requests* are still described where they are used: the gateway
-//! reads them as its own types (`rein_server::gateway`), which are also
-//! its OpenAPI document and say member by member what it passes, maps or
-//! refuses; the providers write them as JSON from rein's provider-neutral
-//! request, with the caller's options passed in the API's own names; the
-//! mock reads them as JSON on purpose, as an upstream sees every member
-//! sent, known or not. Sharing them means moving the gateway's request
-//! types here with their schema (an optional `utoipa` dependency) and
-//! having the providers build them.
+//! # What stays outside, and why
+//!
+//! - The mock model reads requests as JSON on purpose. It plays the
+//!   upstream, and an upstream sees every member sent, known or not; read
+//!   through these types, the mock would agree with any misspelling the
+//!   provider shares with them, and the tests would not catch it.
+//! - The Responses API (`POST /v1/responses`) is the gateway's alone: it
+//!   is bridged onto chat completion bindings and no provider speaks it,
+//!   so its types live with the gateway.
+//! - The caller's options travel from a gateway to a provider as a JSON
+//!   map in OpenAI's names (`rein_engine::provider::ModelRequest`'s
+//!   `options`); each provider reads the members it carries into these
+//!   types and names the rest as ignored.
 
 pub mod anthropic;
 pub mod openai;
@@ -39,4 +47,40 @@ where
     T: serde::Deserialize<'de> + Default,
 {
     <Option<T> as serde::Deserialize>::deserialize(deserializer).map(Option::unwrap_or_default)
+}
+
+/// A string, or a sequence of `B`: read by hand rather than as an
+/// untagged enum, so an error inside a block (an unknown block type) keeps
+/// its words and its path instead of "did not match any variant".
+///
+/// Both formats' message content is either (`"hi"` or `[{"type": "text",
+/// …}]`), and so is the Responses API's input, which the gateway reads.
+pub fn string_or_seq<'de, D, B>(deserializer: D) -> Result<Result<String, Vec<B>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    B: serde::Deserialize<'de>,
+{
+    use serde::de::{self, SeqAccess, Visitor};
+
+    struct Either<B>(std::marker::PhantomData<B>);
+    impl<'de, B: serde::Deserialize<'de>> Visitor<'de> for Either<B> {
+        type Value = Result<String, Vec<B>>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a string or an array of content blocks")
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Ok(v.to_owned()))
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut blocks = Vec::new();
+            while let Some(block) = seq.next_element()? {
+                blocks.push(block);
+            }
+            Ok(Err(blocks))
+        }
+    }
+    deserializer.deserialize_any(Either(std::marker::PhantomData))
 }

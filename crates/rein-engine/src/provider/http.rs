@@ -262,6 +262,18 @@ pub(super) fn stream_error_failure(name: &str, error: &Value) -> Failure {
     ))
 }
 
+/// A request body as JSON bytes, for the provider `name`. The wire request
+/// types serialize without failing (their maps have string keys, and no
+/// `Serialize` of theirs refuses); were one to fail, the call is refused
+/// as not sent rather than sent without a body.
+pub(super) fn encode(name: &str, body: &impl serde::Serialize) -> Result<Vec<u8>, Failure> {
+    serde_json::to_vec(body).map_err(|e| {
+        Failure::new(name, Category::InvalidArguments)
+            .with_effect(rein_core::Effect::NotApplied)
+            .with_human_message(format!("{name}: the request could not be written: {e}"))
+    })
+}
+
 /// A malformed answer: retryable, because a proxy in between may have
 /// mangled it, and never a panic.
 pub(super) fn malformed(name: &str, why: &str, text: &str) -> Failure {

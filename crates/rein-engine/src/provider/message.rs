@@ -220,6 +220,24 @@ impl ModelRequest {
             _ => None,
         }
     }
+
+    /// The option `key`, read as `T`: the type of the member in the wire
+    /// request that holds it (`rein_core::wire`); `null` is absent. Both
+    /// providers read the options they carry through here, so a value of
+    /// the wrong shape is refused by the provider instead of sent half-read.
+    ///
+    /// # Errors
+    ///
+    /// The option's value is not a `T`.
+    pub fn option<'a, T: Deserialize<'a>>(
+        &'a self,
+        key: &str,
+    ) -> Result<Option<T>, serde_json::Error> {
+        match self.options.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(value) => T::deserialize(value).map(Some),
+        }
+    }
 }
 
 /// The next turn.

@@ -10,11 +10,18 @@ use async_trait::async_trait;
 use rein_core::Failure;
 use rein_core::continuation::Continuation;
 use rein_core::output_field::{OutputField, output_field};
+use rein_core::wire::anthropic::request::OutputConfig;
 use rein_core::wire::openai;
+use rein_core::wire::openai::request::{
+    AudioFormat, ChatMessage, ChatRequest, ChatTool, ChatToolCall, Content, ContentPart,
+    ImageDetail, ImageUrl, InputAudio, StreamOptions, ToolChoice, ToolChoiceMode,
+};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::endpoint::{Api, Endpoint, KeyHeader};
-use super::http::{malformed, stream_error_failure};
+use super::http::{encode, malformed, stream_error_failure};
 use super::sse::{Decoder, SseEvent, Update, unparseable};
 use super::stream::{Delta, StreamSettings, ToolCallDelta, collect_turn};
 use super::{
@@ -134,133 +141,208 @@ impl OpenAiProvider {
         self
     }
 
-    fn body(&self, request: &ModelRequest) -> Value {
-        let messages: Vec<Value> = request.messages.iter().map(wire_message).collect();
-        let mut body = json!({
-            "model": request.model,
-            "messages": messages,
-            "stream": false,
-        });
+    /// The request rein sends for `request`.
+    ///
+    /// # Errors
+    ///
+    /// An option or a tool definition not in this API's shape (a caller's
+    /// mistake: the gateways only pass what they read as this API reads
+    /// it).
+    fn body(&self, request: &ModelRequest) -> Result<ChatRequest, Failure> {
+        let mut body = ChatRequest {
+            model: request.model.clone(),
+            messages: request.messages.iter().map(wire_message).collect(),
+            stream: Some(false),
+            ..ChatRequest::default()
+        };
         if !request.tools.is_empty() {
-            body["tools"] = Value::Array(request.tools.clone());
-            body["tool_choice"] = json!("auto");
-        }
-        if let Some(max) = request.max_tokens {
-            body[self.output_field(&request.model).as_str()] = json!(max);
-        }
-        // The caller's options are already in this API's names; the fields
-        // rein owns (the model, the transcript, streaming, the tools and the
-        // output ceiling) are never taken from them, and a tool choice
-        // needs tools.
-        for (key, value) in &request.options {
-            let owned = matches!(
-                key.as_str(),
-                "model"
-                    | "messages"
-                    | "stream"
-                    | "stream_options"
-                    | "tools"
-                    | "max_tokens"
-                    | "max_completion_tokens"
+            let tools = request
+                .tools
+                .iter()
+                .map(|tool| {
+                    ChatTool::deserialize(tool)
+                        .map_err(|e| self.not_carried(format!("a tool definition: {e}")))
+                })
+                .collect::<Result<_, _>>()?;
+            body.tools = Some(tools);
+            // A tool choice needs tools: without them, the caller's is
+            // not sent.
+            body.tool_choice = Some(
+                self.option(request, "tool_choice")?
+                    .unwrap_or(ToolChoice::Mode(ToolChoiceMode::Auto)),
             );
-            if owned
-                || ANTHROPIC_ONLY.contains(&key.as_str())
-                || (key == "tool_choice" && request.tools.is_empty())
-            {
-                continue;
-            }
-            body[key] = value.clone();
+            body.parallel_tool_calls = self.option(request, "parallel_tool_calls")?;
         }
+        match (request.max_tokens, self.output_field(&request.model)) {
+            (None, _) => {}
+            (Some(max), OutputField::MaxCompletionTokens) => {
+                body.max_completion_tokens = Some(max);
+            }
+            (Some(max), _) => body.max_tokens = Some(max),
+        }
+        // The caller's options, in this API's names. The members rein owns
+        // (the model, the transcript, streaming, the tools and the output
+        // ceiling) are never taken from them; those no member holds are
+        // named by `ignored_options`.
+        body.temperature = self.option(request, "temperature")?;
+        body.top_p = self.option(request, "top_p")?;
+        body.stop = self.option(request, "stop")?;
+        body.seed = self.option(request, "seed")?;
+        body.response_format = self.option(request, "response_format")?;
+        body.user = self.option(request, "user")?;
+        body.frequency_penalty = self.option(request, "frequency_penalty")?;
+        body.presence_penalty = self.option(request, "presence_penalty")?;
+        body.logit_bias = self.option(request, "logit_bias")?;
+        body.service_tier = self.option(request, "service_tier")?;
+        // The Messages API's effort is this API's reasoning effort.
+        body.reasoning_effort = match self.option(request, "reasoning_effort")? {
+            Some(effort) => Some(effort),
+            None => self
+                .option::<OutputConfig>(request, "output_config")?
+                .and_then(|config| config.effort)
+                .map(|effort| effort.as_str().to_owned()),
+        };
         // A continuation, as this server reads one; refused in `carries`
         // when it reads none.
         if request.prefix().is_some() {
             match self.continuation {
                 Some(Continuation::Prefix) => {
-                    if let Some(last) = body["messages"].as_array_mut().and_then(|m| m.last_mut()) {
-                        last["prefix"] = json!(true);
+                    if let Some(ChatMessage::Assistant { prefix, .. }) = body.messages.last_mut() {
+                        *prefix = Some(true);
                     }
                 }
                 Some(Continuation::ContinueFinalMessage) => {
-                    body["continue_final_message"] = json!(true);
-                    body["add_generation_prompt"] = json!(false);
+                    body.continue_final_message = Some(true);
+                    body.add_generation_prompt = Some(false);
                 }
                 _ => {}
             }
         }
-        // The Messages API's effort is this API's reasoning effort.
-        if let Some(effort) = request
-            .options
-            .get("output_config")
-            .and_then(|c| c.get("effort"))
-            && !request.options.contains_key("reasoning_effort")
-        {
-            body["reasoning_effort"] = effort.clone();
-        }
-        body
+        Ok(body)
     }
 
-    fn stream_body(&self, request: &ModelRequest) -> Value {
-        let mut body = self.body(request);
-        body["stream"] = json!(true);
-        body["stream_options"] = json!({"include_usage": true});
-        body
+    fn stream_body(&self, request: &ModelRequest) -> Result<ChatRequest, Failure> {
+        let mut body = self.body(request)?;
+        body.stream = Some(true);
+        body.stream_options = Some(StreamOptions {
+            include_usage: Some(true),
+        });
+        Ok(body)
+    }
+
+    /// The option `key` of `request`, read as this API's member.
+    ///
+    /// # Errors
+    ///
+    /// Its value is not in this API's shape.
+    fn option<T: DeserializeOwned>(
+        &self,
+        request: &ModelRequest,
+        key: &str,
+    ) -> Result<Option<T>, Failure> {
+        request
+            .option(key)
+            .map_err(|e| self.not_carried(format!("the option `{key}`: {e}")))
+    }
+
+    /// The refusal of a request whose `what` is not in this API's shape.
+    fn not_carried(&self, what: String) -> Failure {
+        Failure::new(&self.endpoint.name, rein_core::Category::InvalidArguments)
+            .with_effect(rein_core::Effect::NotApplied)
+            .with_human_message(format!(
+                "{} cannot send {what} (not in OpenAI's chat completion shape)",
+                self.endpoint.name
+            ))
     }
 }
 
-/// Options in the Messages API's names (from a `/v1/messages` caller) that
-/// Chat Completions has no member for: never sent. `output_config`'s
-/// effort is mapped (`reasoning_effort`); `top_k` is left out and named by
-/// [`ModelProvider::ignored_options`].
-const ANTHROPIC_ONLY: [&str; 2] = ["top_k", "output_config"];
+/// The members of the caller's options the request holds (see
+/// [`OpenAiProvider::body`]); `output_config` is read for its effort.
+const CARRIED: [&str; 14] = [
+    "temperature",
+    "top_p",
+    "stop",
+    "seed",
+    "tool_choice",
+    "parallel_tool_calls",
+    "response_format",
+    "user",
+    "frequency_penalty",
+    "presence_penalty",
+    "logit_bias",
+    "reasoning_effort",
+    "service_tier",
+    "output_config",
+];
 
-fn wire_message(message: &Message) -> Value {
+/// A message of the transcript as Chat Completions reads it.
+fn wire_message(message: &Message) -> ChatMessage {
     match message {
-        Message::System { content } => json!({"role": "system", "content": content}),
-        Message::User { content, parts } if parts.is_empty() => {
-            json!({"role": "user", "content": content})
-        }
-        Message::User { parts, .. } => {
-            json!({"role": "user", "content": parts.iter().map(wire_part).collect::<Vec<_>>()})
-        }
+        Message::System { content } => ChatMessage::System {
+            content: Content::Text(content.clone()),
+        },
+        Message::User { content, parts } if parts.is_empty() => ChatMessage::User {
+            content: Content::Text(content.clone()),
+        },
+        Message::User { parts, .. } => ChatMessage::User {
+            content: Content::Parts(parts.iter().map(wire_part).collect()),
+        },
         Message::Assistant {
             content,
             tool_calls,
-        } => {
-            let mut m = json!({"role": "assistant", "content": content});
-            if !tool_calls.is_empty() {
-                m["tool_calls"] = tool_calls
+        } => ChatMessage::Assistant {
+            content: content.clone().map(Content::Text),
+            tool_calls: (!tool_calls.is_empty()).then(|| {
+                tool_calls
                     .iter()
                     .map(|c| {
-                        json!({
-                            "id": c.id,
-                            "type": "function",
-                            "function": {"name": c.name, "arguments": c.arguments},
-                        })
+                        ChatToolCall::function(c.id.clone(), c.name.clone(), c.arguments.clone())
                     })
-                    .collect();
-            }
-            m
-        }
-        Message::Tool { call_id, content } => {
-            json!({"role": "tool", "tool_call_id": call_id, "content": content})
-        }
+                    .collect()
+            }),
+            prefix: None,
+        },
+        Message::Tool { call_id, content } => ChatMessage::Tool {
+            tool_call_id: call_id.clone(),
+            content: Content::Text(content.clone()),
+        },
     }
 }
 
-/// A part of a user message as a chat completions content part.
-fn wire_part(part: &Part) -> Value {
+/// A part of a user message as a chat completions content part. A detail
+/// or format OpenAI does not name is refused first, by `carries`.
+fn wire_part(part: &Part) -> ContentPart {
     match part {
-        Part::Text { text } => json!({"type": "text", "text": text}),
-        Part::Image { url, detail } => {
-            let mut image = json!({"url": url});
-            if let Some(detail) = detail {
-                image["detail"] = json!(detail);
-            }
-            json!({"type": "image_url", "image_url": image})
-        }
-        Part::Audio { data, format } => {
-            json!({"type": "input_audio", "input_audio": {"data": data, "format": format}})
-        }
+        Part::Text { text } => ContentPart::Text { text: text.clone() },
+        Part::Image { url, detail } => ContentPart::ImageUrl {
+            image_url: ImageUrl {
+                url: url.clone(),
+                detail: detail.as_deref().and_then(ImageDetail::named),
+            },
+        },
+        Part::Audio { data, format } => ContentPart::InputAudio {
+            input_audio: InputAudio {
+                data: data.clone(),
+                format: AudioFormat::named(format).unwrap_or(AudioFormat::Wav),
+            },
+        },
+    }
+}
+
+/// Why OpenAI's chat completions cannot take `part`, if they cannot: an
+/// image detail or an audio format they do not name.
+fn part_refusal(part: &Part) -> Option<String> {
+    match part {
+        Part::Image {
+            detail: Some(detail),
+            ..
+        } if ImageDetail::named(detail).is_none() => Some(format!(
+            "an image with detail `{detail}` (OpenAI reads auto, low and high)"
+        )),
+        Part::Audio { format, .. } if AudioFormat::named(format).is_none() => Some(format!(
+            "audio in the format `{format}` (OpenAI's chat completions read wav and mp3)"
+        )),
+        _ => None,
     }
 }
 
@@ -277,7 +359,7 @@ impl ModelProvider for OpenAiProvider {
     fn ignored_options(&self, options: &serde_json::Map<String, Value>) -> Vec<String> {
         options
             .keys()
-            .filter(|key| key.as_str() == "top_k")
+            .filter(|key| !CARRIED.contains(&key.as_str()))
             .cloned()
             .collect()
     }
@@ -290,7 +372,14 @@ impl ModelProvider for OpenAiProvider {
         if request.continuation && (self.continuation.is_none() || request.prefix().is_none()) {
             return Err(super::no_continuation(self.name()));
         }
-        Ok(())
+        let parts = request.messages.iter().flat_map(|m| match m {
+            Message::User { parts, .. } => parts.as_slice(),
+            _ => &[],
+        });
+        match parts.filter_map(part_refusal).next() {
+            Some(what) => Err(self.not_carried(what)),
+            None => Ok(()),
+        }
     }
 
     async fn complete(
@@ -302,7 +391,7 @@ impl ModelProvider for OpenAiProvider {
             let stream = self.stream(request, settings.limits(allowance)).await?;
             return collect_turn(&self.endpoint.name, stream).await;
         }
-        let body = self.body(request).to_string().into_bytes();
+        let body = encode(&self.endpoint.name, &self.body(request)?)?;
         let text = self.endpoint.post_json(body, allowance).await?;
         parse_response(&self.endpoint.name, &text)
     }
@@ -341,7 +430,7 @@ impl ModelProvider for OpenAiProvider {
         request: &ModelRequest,
         limits: StreamLimits,
     ) -> Result<TurnStream, Failure> {
-        let body = self.stream_body(request).to_string().into_bytes();
+        let body = encode(&self.endpoint.name, &self.stream_body(request)?)?;
         let decoder = ChunkDecoder {
             name: self.endpoint.name.clone(),
         };
@@ -760,7 +849,7 @@ mod tests {
                     content: "fact".into(),
                 },
             ],
-            tools: vec![json!({"type": "function"})],
+            tools: vec![json!({"type": "function", "function": {"name": "t"}})],
             max_tokens: Some(100),
             options: Default::default(),
             continuation: false,
@@ -772,7 +861,8 @@ mod tests {
             Duration::from_secs(1),
             reqwest::Client::new(),
         );
-        let body = provider.body(&req);
+        let body = sent(provider.body(&req));
+        assert_eq!(body["messages"][1]["content"], Value::Null);
         assert_eq!(
             body["messages"][1]["tool_calls"][0]["function"]["name"],
             "t"
@@ -812,7 +902,7 @@ mod tests {
         let text_only = Message::user_parts(vec![Part::Text { text: "hi".into() }]);
         assert_eq!(text_only, Message::user("hi"), "text parts alone are text");
         assert_eq!(
-            wire_message(&text_only),
+            json!(wire_message(&text_only)),
             json!({"role": "user", "content": "hi"})
         );
         let message = Message::user_parts(vec![
@@ -829,7 +919,7 @@ mod tests {
             },
         ]);
         assert_eq!(
-            wire_message(&message),
+            json!(wire_message(&message)),
             json!({"role": "user", "content": [
                 {"type": "text", "text": "what is this?"},
                 {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "high"}},
@@ -865,17 +955,113 @@ mod tests {
         );
         // A known reasoning model: only max_completion_tokens, and a
         // caller's own option never adds the other name.
-        let body = provider.body(&req);
+        let body = sent(provider.body(&req));
         assert_eq!(body["max_completion_tokens"], 100);
         assert!(body.get("max_tokens").is_none(), "{body}");
         // Configured for a model the table does not know.
         req.model = "local-reasoner".into();
-        assert_eq!(provider.body(&req)["max_completion_tokens"], 100);
+        assert_eq!(sent(provider.body(&req))["max_completion_tokens"], 100);
         // Unknown and not configured: max_tokens.
         req.model = "llama-3-70b".into();
-        let body = provider.stream_body(&req);
+        let body = sent(provider.stream_body(&req));
         assert_eq!(body["max_tokens"], 100);
         assert!(body.get("max_completion_tokens").is_none(), "{body}");
+    }
+
+    /// The JSON a body is sent as.
+    fn sent(body: Result<ChatRequest, Failure>) -> Value {
+        serde_json::to_value(body.unwrap()).unwrap()
+    }
+
+    #[test]
+    fn options_are_sent_under_their_members_and_the_rest_named_as_ignored() {
+        let provider = OpenAiProvider::new(
+            "p",
+            "http://127.0.0.1:9/v1",
+            None,
+            Duration::from_secs(1),
+            reqwest::Client::new(),
+        );
+        let options = json!({
+            "temperature": 0.2, "top_p": 0.9, "stop": ["END"], "seed": 7, "user": "u-1",
+            "frequency_penalty": 0.5, "presence_penalty": -0.5, "logit_bias": {"50256": -100},
+            "service_tier": "flex", "response_format": {"type": "json_object"},
+            "tool_choice": "required", "parallel_tool_calls": false,
+            "top_k": 5, "output_config": {"effort": "low"}
+        });
+        let mut req = ModelRequest {
+            model: "m".into(),
+            messages: vec![Message::user("hi")],
+            tools: Vec::new(),
+            max_tokens: None,
+            options: options.as_object().unwrap().clone(),
+            continuation: false,
+        };
+        let body = sent(provider.body(&req));
+        for member in [
+            "temperature",
+            "top_p",
+            "stop",
+            "seed",
+            "user",
+            "frequency_penalty",
+            "presence_penalty",
+            "logit_bias",
+            "service_tier",
+            "response_format",
+        ] {
+            assert_eq!(body[member], options[member], "{member}");
+        }
+        // The Messages API's effort is mapped; a tool choice needs tools.
+        assert_eq!(body["reasoning_effort"], "low");
+        for absent in [
+            "tool_choice",
+            "parallel_tool_calls",
+            "top_k",
+            "output_config",
+        ] {
+            assert!(body.get(absent).is_none(), "{absent} in {body}");
+        }
+        assert_eq!(provider.ignored_options(&req.options), ["top_k"]);
+        req.tools = vec![json!({"type": "function", "function": {"name": "t"}})];
+        let body = sent(provider.body(&req));
+        assert_eq!(body["tool_choice"], "required");
+        assert_eq!(body["parallel_tool_calls"], false);
+        // An option in another shape is refused, not sent half-read.
+        req.options.insert("stop".into(), json!({"not": "a stop"}));
+        let refused = provider.body(&req).unwrap_err();
+        assert!(refused.human_message().contains("`stop`"), "{refused:?}");
+    }
+
+    #[test]
+    fn a_part_openai_does_not_name_is_refused_before_sending() {
+        let provider = OpenAiProvider::new(
+            "p",
+            "http://127.0.0.1:9/v1",
+            None,
+            Duration::from_secs(1),
+            reqwest::Client::new(),
+        );
+        let request = |part: Part| ModelRequest {
+            model: "m".into(),
+            messages: vec![Message::user_parts(vec![part])],
+            tools: Vec::new(),
+            max_tokens: None,
+            options: Default::default(),
+            continuation: false,
+        };
+        let image = |detail: &str| Part::Image {
+            url: "https://example.com/a.png".into(),
+            detail: Some(detail.into()),
+        };
+        assert!(provider.carries(&request(image("low"))).is_ok());
+        let refused = provider.carries(&request(image("ultra"))).unwrap_err();
+        assert!(refused.human_message().contains("`ultra`"), "{refused:?}");
+        let audio = Part::Audio {
+            data: "AAAA".into(),
+            format: "flac".into(),
+        };
+        assert!(provider.carries(&request(audio)).is_err());
     }
 
     fn decode(data: &str) -> Result<Vec<Update>, Failure> {

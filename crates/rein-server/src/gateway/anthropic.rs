@@ -60,12 +60,16 @@ use axum::response::Response;
 use futures_util::StreamExt;
 use rein_core::Category;
 use rein_core::wire::anthropic as wire;
+use rein_core::wire::anthropic::request::{
+    ContentBlock, ImageSource, InputMessage, MessageContent, MessagesRequest, MessagesToolChoice,
+    OutputFormat, Role, TextContent, Thinking,
+};
+use rein_core::wire::openai::request::{ChatTool, FunctionDef, ToolChoice, ToolChoiceMode};
 use rein_engine::provider::{
     FinishReason, Message, ModelRequest, ModelResponse, Part, StreamEvent, ToolCall, TurnStream,
 };
 use rein_engine::run::ModelError;
-use serde::de::{self, Deserializer, SeqAccess, Visitor};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
 
@@ -276,135 +280,12 @@ fn invalid_at(message: String, pointer: Option<String>) -> Problem {
     }
 }
 
-/// Anthropic's Messages API request. The parser and the OpenAPI document
-/// are this one type, and every other member is refused by name (see
-/// [`REFUSED`]), never dropped:
-///
-/// | member | an Anthropic link | an OpenAI-compatible link |
-/// | --- | --- | --- |
-/// | `model`, `messages`, `system`, `max_tokens`, `tools`, `tool_choice`, `stream` | passed | mapped |
-/// | `temperature`, `top_p`, `stop_sequences`, `metadata.user_id` | passed | mapped (`stop`, `user`) |
-/// | `top_k` | passed | left out, named in `Rein-Ignored` |
-/// | `output_config.effort` | passed | mapped (`reasoning_effort`) |
-/// | `output_config.format` (`json_schema`) | rein's structured output (a forced tool), the answer checked | mapped (`response_format`), the answer checked |
-/// | `thinking` `{"type": "disabled"}` | accepted | accepted |
-/// | `thinking` enabled or adaptive, `service_tier` | accepted, left out, named in `Rein-Ignored` (see [`THINKING_LEFT_OUT`]) | the same |
-/// | `container`, `mcp_servers`, `context_management`, `output_format`, any other member | refused (400 naming it and why) | refused |
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct MessagesRequest {
-    /// A `[models.*]` binding.
-    #[schema(min_length = 1)]
-    pub model: String,
-    /// The output ceiling (required, as in Anthropic's API).
-    #[serde(default)]
-    #[schema(required = true, nullable = false, minimum = 1)]
-    pub max_tokens: Option<u64>,
-    /// The conversation so far, user and assistant turns.
-    #[schema(min_items = 1)]
-    pub messages: Vec<InputMessage>,
-    /// Instructions: a string or text blocks.
-    #[serde(default)]
-    pub system: Option<SystemPrompt>,
-    /// Tools the model may call (the caller runs them).
-    #[serde(default)]
-    pub tools: Option<Vec<ToolDef>>,
-    /// Which tool the model must (or must not) call.
-    #[serde(default)]
-    pub tool_choice: Option<MessagesToolChoice>,
-    /// Where to stop generating.
-    #[serde(default)]
-    pub stop_sequences: Option<Vec<String>>,
-    /// Sampling temperature.
-    #[serde(default)]
-    #[schema(minimum = 0, maximum = 1)]
-    pub temperature: Option<f64>,
-    /// Nucleus sampling.
-    #[serde(default)]
-    #[schema(minimum = 0, maximum = 1)]
-    pub top_p: Option<f64>,
-    /// Sample from the K likeliest tokens only: passed to an Anthropic
-    /// link, left out by an OpenAI-compatible one (named in
-    /// `Rein-Ignored`).
-    #[serde(default)]
-    pub top_k: Option<u32>,
-    /// Whether to answer as server-sent events.
-    #[serde(default)]
-    pub stream: Option<bool>,
-    /// About the request.
-    #[serde(default)]
-    pub metadata: Option<Metadata>,
-    /// Extended thinking: accepted and left out (see
-    /// [`THINKING_LEFT_OUT`]), named in `Rein-Ignored` unless disabled.
-    #[serde(default)]
-    pub thinking: Option<Thinking>,
-    /// Anthropic's capacity tier: accepted and left out (a binding's links
-    /// may be any provider), named in `Rein-Ignored`.
-    #[serde(default)]
-    pub service_tier: Option<String>,
-    /// How the answer is written: its effort, and its format.
-    #[serde(default)]
-    pub output_config: Option<OutputConfig>,
-}
-
-/// `thinking`.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Thinking {
-    /// No thinking: the only setting rein carries.
-    Disabled {},
-    /// Thinking with a token budget (refused).
-    Enabled {
-        /// Its budget.
-        #[serde(default)]
-        budget_tokens: Option<u64>,
-    },
-    /// Thinking as the model sees fit (refused).
-    Adaptive {},
-}
-
 /// Why extended thinking is left out rather than passed: rein's gateway
 /// returns no thinking blocks, and Anthropic refuses a tool loop whose
 /// assistant turns come back without them, signed. Refusing it instead
 /// would break every client that turns it on by default; the answer names
 /// it in `Rein-Ignored`, so none takes a plain answer for a thought one.
 pub const THINKING_LEFT_OUT: &str = "thinking";
-
-/// `output_config`.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct OutputConfig {
-    /// How much effort the model spends: passed to an Anthropic link,
-    /// `reasoning_effort` to an OpenAI-compatible one.
-    #[serde(default)]
-    pub effort: Option<Effort>,
-    /// The answer's format: JSON fitting a schema.
-    #[serde(default)]
-    pub format: Option<OutputFormat>,
-}
-
-/// `output_config.effort`.
-#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Effort {
-    /// Low.
-    Low,
-    /// Medium.
-    Medium,
-    /// High.
-    High,
-}
-
-/// `output_config.format`.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum OutputFormat {
-    /// JSON fitting `schema`.
-    JsonSchema {
-        /// The JSON Schema.
-        #[schema(value_type = Object)]
-        schema: Map<String, Value>,
-    },
-}
 
 /// The members [`MessagesRequest`] reads.
 const READ: [&str; 15] = [
@@ -458,258 +339,17 @@ fn unrecognized(body: &[u8]) -> Option<Problem> {
     ))
 }
 
-impl Effort {
-    fn as_str(self) -> &'static str {
-        match self {
-            Effort::Low => "low",
-            Effort::Medium => "medium",
-            Effort::High => "high",
-        }
-    }
-}
-
-/// `metadata`.
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct Metadata {
-    /// An opaque id of the end user, passed on as OpenAI's `user`.
-    #[serde(default)]
-    pub user_id: Option<String>,
-}
-
-/// One turn of the conversation. A struct rather than an enum tagged by
-/// `role`, so an error inside its content keeps its exact path.
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct InputMessage {
-    /// Who speaks.
-    pub role: Role,
-    /// A string or blocks.
-    pub content: MessageContent,
-}
-
-/// A turn's speaker.
-#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    /// The user: text and tool results.
-    User,
-    /// An earlier answer: text and tool calls.
-    Assistant,
-}
-
-/// A message's content: a string, or blocks.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(untagged)]
-pub enum MessageContent {
-    /// Plain text.
-    Text(String),
-    /// Blocks.
-    Blocks(Vec<ContentBlock>),
-}
-
-/// One content block. Any other type (`document`, `thinking`, …) is
-/// refused: a document's prompt tokens cannot be bounded before sending
-/// (see `rein_engine::provider::Part`), and the others are the model's own.
-#[derive(Debug, Deserialize, Serialize, ToSchema)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum ContentBlock {
-    /// Text.
-    Text {
-        /// The text.
-        text: String,
-    },
-    /// An image (user messages only): passed to a provider that reads
-    /// images, refused naming the block by one that does not.
-    Image {
-        /// Where the image is.
-        source: ImageSource,
-    },
-    /// A tool call of an earlier answer.
-    ToolUse {
-        /// The call's id.
-        id: String,
-        /// The tool.
-        name: String,
-        /// Its arguments.
-        #[schema(value_type = Object)]
-        input: Map<String, Value>,
-    },
-    /// A tool's result.
-    ToolResult {
-        /// The call it answers.
-        tool_use_id: String,
-        /// The result: a string or text blocks.
-        #[serde(default)]
-        content: Option<TextContent>,
-        /// Whether the tool failed.
-        #[serde(default)]
-        is_error: Option<bool>,
-    },
-}
-
-/// An image block's source.
-#[derive(Debug, Deserialize, Serialize, ToSchema)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum ImageSource {
-    /// The image itself.
-    Base64 {
-        /// `image/jpeg`, `image/png`, `image/gif` or `image/webp`.
-        media_type: String,
-        /// Its bytes, base64.
-        #[schema(min_length = 1)]
-        data: String,
-    },
-    /// Where the image is.
-    Url {
-        /// `https://…`.
-        #[schema(min_length = 1)]
-        url: String,
-    },
-}
-
-impl ImageSource {
-    /// The source as one URL (a `data:` URL for the image itself).
-    ///
-    /// # Errors
-    ///
-    /// Why it is no image a provider can be given.
-    fn url(self) -> Result<String, String> {
-        let url = match self {
-            ImageSource::Base64 { media_type, data } => super::parts::data_url(&media_type, &data),
-            ImageSource::Url { url } => url,
-        };
-        super::parts::image_url(&url).map(|()| url)
-    }
-}
-
-/// Text: a string, or text blocks (concatenated).
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(untagged)]
-pub enum TextContent {
-    /// Plain text.
-    Text(String),
-    /// Text blocks.
-    Blocks(Vec<TextBlock>),
-}
-
-/// `system`: a string, or text blocks.
-pub type SystemPrompt = TextContent;
-
-/// A text block.
-#[derive(Debug, Deserialize, Serialize, ToSchema)]
-pub struct TextBlock {
-    /// Always `text`.
-    #[serde(rename = "type")]
-    pub kind: TextTag,
-    /// The text.
-    pub text: String,
-}
-
-/// The tag of a [`TextBlock`].
-#[derive(Debug, Deserialize, Serialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum TextTag {
-    /// Text.
-    Text,
-}
-
-/// A tool the model may call.
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct ToolDef {
-    /// Its name.
-    #[schema(min_length = 1)]
-    pub name: String,
-    /// What it does.
-    #[serde(default)]
-    pub description: Option<String>,
-    /// Its input's JSON Schema.
-    #[schema(value_type = Object)]
-    pub input_schema: Map<String, Value>,
-}
-
-/// `tool_choice`.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(tag = "type", rename_all = "lowercase")]
-pub enum MessagesToolChoice {
-    /// The model decides.
-    Auto {
-        /// At most one tool call.
-        #[serde(default)]
-        disable_parallel_tool_use: Option<bool>,
-    },
-    /// Some tool.
-    Any {
-        /// At most one tool call.
-        #[serde(default)]
-        disable_parallel_tool_use: Option<bool>,
-    },
-    /// This tool.
-    Tool {
-        /// Its name.
-        name: String,
-        /// At most one tool call.
-        #[serde(default)]
-        disable_parallel_tool_use: Option<bool>,
-    },
-    /// No tool.
-    None {},
-}
-
-/// A string, or a sequence of `B`: read by hand rather than as an
-/// untagged enum, so an error inside a block (an unknown block type) keeps
-/// its words and its path instead of "did not match any variant".
-pub(super) fn string_or_seq<'de, D, B>(deserializer: D) -> Result<Result<String, Vec<B>>, D::Error>
-where
-    D: Deserializer<'de>,
-    B: Deserialize<'de>,
-{
-    struct Either<B>(std::marker::PhantomData<B>);
-    impl<'de, B: Deserialize<'de>> Visitor<'de> for Either<B> {
-        type Value = Result<String, Vec<B>>;
-
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a string or an array of content blocks")
-        }
-
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-            Ok(Ok(v.to_owned()))
-        }
-
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-            let mut blocks = Vec::new();
-            while let Some(block) = seq.next_element()? {
-                blocks.push(block);
-            }
-            Ok(Err(blocks))
-        }
-    }
-    deserializer.deserialize_any(Either(std::marker::PhantomData))
-}
-
-impl<'de> Deserialize<'de> for MessageContent {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Ok(match string_or_seq(deserializer)? {
-            Ok(text) => MessageContent::Text(text),
-            Err(blocks) => MessageContent::Blocks(blocks),
-        })
-    }
-}
-
-impl<'de> Deserialize<'de> for TextContent {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Ok(match string_or_seq(deserializer)? {
-            Ok(text) => TextContent::Text(text),
-            Err(blocks) => TextContent::Blocks(blocks),
-        })
-    }
-}
-
-impl TextContent {
-    fn text(self) -> String {
-        match self {
-            TextContent::Text(text) => text,
-            TextContent::Blocks(blocks) => blocks.into_iter().map(|b| b.text).collect(),
-        }
-    }
+/// `source` as one URL (a `data:` URL for the image itself).
+///
+/// # Errors
+///
+/// Why it is no image a provider can be given.
+fn image_url(source: ImageSource) -> Result<String, String> {
+    let url = match source {
+        ImageSource::Base64 { media_type, data } => super::parts::data_url(&media_type, &data),
+        ImageSource::Url { url } => url,
+    };
+    super::parts::image_url(&url).map(|()| url)
 }
 
 /// Reads Anthropic's request shape into rein's, naming the offending field.
@@ -806,11 +446,12 @@ pub(super) fn read(body: &[u8], ceiling: Ceiling) -> Result<Call<Anthropic>, Pro
         .unwrap_or_default()
         .into_iter()
         .map(|t| {
-            let mut function = json!({"name": t.name, "parameters": Value::Object(t.input_schema)});
-            if let Some(description) = t.description {
-                function["description"] = json!(description);
-            }
-            json!({"type": "function", "function": function})
+            json!(ChatTool::function(FunctionDef {
+                name: t.name,
+                description: t.description,
+                parameters: Some(Value::Object(t.input_schema)),
+                strict: None,
+            }))
         })
         .collect();
     let mut options = Map::new();
@@ -847,19 +488,23 @@ pub(super) fn read(body: &[u8], ceiling: Ceiling) -> Result<Call<Anthropic>, Pro
         let (choice, single) = match choice {
             MessagesToolChoice::Auto {
                 disable_parallel_tool_use,
-            } => (json!("auto"), disable_parallel_tool_use),
+            } => (
+                ToolChoice::Mode(ToolChoiceMode::Auto),
+                disable_parallel_tool_use,
+            ),
             MessagesToolChoice::Any {
                 disable_parallel_tool_use,
-            } => (json!("required"), disable_parallel_tool_use),
+            } => (
+                ToolChoice::Mode(ToolChoiceMode::Required),
+                disable_parallel_tool_use,
+            ),
             MessagesToolChoice::Tool {
                 name,
                 disable_parallel_tool_use,
-            } => (
-                json!({"type": "function", "function": {"name": name}}),
-                disable_parallel_tool_use,
-            ),
-            MessagesToolChoice::None {} => (json!("none"), None),
+            } => (ToolChoice::named(name), disable_parallel_tool_use),
+            MessagesToolChoice::None {} => (ToolChoice::Mode(ToolChoiceMode::None), None),
         };
+        let choice = json!(choice);
         options.insert("tool_choice".into(), choice);
         if single == Some(true) && !tools.is_empty() {
             options.insert("parallel_tool_calls".into(), json!(false));
@@ -927,7 +572,7 @@ fn transcribe(i: usize, message: InputMessage, out: &mut Vec<Message>) -> Result
                 match block {
                     ContentBlock::Text { text } => pending.push(Part::Text { text }),
                     ContentBlock::Image { source } => {
-                        let url = source.url().map_err(|why| {
+                        let url = image_url(source).map_err(|why| {
                             invalid_at(
                                 format!("messages.{i}.content.{j}.source: {why}"),
                                 Some(format!("/messages/{i}/content/{j}/source")),

@@ -24,9 +24,10 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::anthropic::{self, AnthropicError, Ceiling, MessagesRequest};
+use super::anthropic::{self, AnthropicError, Ceiling};
 use crate::http::auth::Tenant;
 use crate::http::state::AppState;
+use rein_core::wire::anthropic::request::MessagesRequest;
 
 /// The route.
 pub const PATH: &str = "/v1/messages/count_tokens";

@@ -22,14 +22,14 @@ use axum::response::Response;
 use futures_util::StreamExt;
 use rein_core::Category;
 use rein_core::wire::openai;
+use rein_core::wire::openai::request::{ChatMessage, ChatRequest, Content, ContentPart};
 use rein_engine::provider::{
     FinishReason, Message, ModelRequest, ModelResponse, Part, ResponseFormat, StreamEvent,
     ToolCall, TurnStream,
 };
 use rein_engine::run::ModelError;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Value, json};
-use utoipa::ToSchema;
 
 use super::{Call, EventStream, OverCap, Wire};
 use crate::http::auth::Caller;
@@ -249,113 +249,10 @@ fn invalid_at(message: String, pointer: Option<String>) -> Problem {
     ERRORS.invalid_at(message, pointer)
 }
 
-/// OpenAI's chat completion request. The parser and the OpenAPI document
-/// are this one type, so what the document calls valid is exactly what is
-/// accepted; every other member is refused (named, with the reason) as
-/// OpenAI refuses an unrecognized one, never dropped silently.
-///
-/// | member | how |
-/// | --- | --- |
-/// | `model`, `messages`, `tools` (`strict` kept), `tool_choice`, `parallel_tool_calls`, `stream`, `stream_options` | read |
-/// | `max_tokens`, `max_completion_tokens` | the output ceiling, checked against the primary's cap |
-/// | `temperature`, `top_p`, `stop`, `seed`, `user`, `frequency_penalty`, `presence_penalty`, `logit_bias`, `reasoning_effort`, `service_tier`, `response_format` | passed to an OpenAI-compatible link; an Anthropic link maps `temperature`, `top_p`, `stop`, `user`, the tool members and `response_format`, and leaves out the rest, which the answer names in `Rein-Ignored` |
-/// | `n` (1), `logprobs` (false), `modalities` (`["text"]`) | accepted at the value rein answers with; any other is refused |
-/// | `store`, `metadata` | accepted by design and sent nowhere (rein stores nothing), named in `Rein-Ignored` |
-/// | `top_logprobs`, `audio`, `prediction`, `functions`, `function_call`, `web_search_options`, and any unrecognized member | refused with a 400 naming it |
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct ChatRequest {
-    /// A `[models.*]` binding.
-    #[schema(min_length = 1)]
-    pub model: String,
-    /// The conversation so far.
-    #[schema(min_items = 1)]
-    pub messages: Vec<ChatMessage>,
-    /// Tools the model may call (the caller runs them).
-    #[serde(default)]
-    pub tools: Option<Vec<ChatTool>>,
-    /// The output ceiling (older name).
-    #[serde(default)]
-    #[schema(minimum = 1)]
-    pub max_tokens: Option<u64>,
-    /// The output ceiling; wins over `max_tokens`.
-    #[serde(default)]
-    #[schema(minimum = 1)]
-    pub max_completion_tokens: Option<u64>,
-    /// Whether to answer as server-sent events.
-    #[serde(default)]
-    pub stream: Option<bool>,
-    /// Streaming options.
-    #[serde(default)]
-    pub stream_options: Option<StreamOptions>,
-    /// Sampling temperature.
-    #[serde(default)]
-    #[schema(minimum = 0, maximum = 2)]
-    pub temperature: Option<f64>,
-    /// Nucleus sampling.
-    #[serde(default)]
-    #[schema(minimum = 0, maximum = 1)]
-    pub top_p: Option<f64>,
-    /// Where to stop generating.
-    #[serde(default)]
-    pub stop: Option<Stop>,
-    /// A seed for providers that honour one.
-    #[serde(default)]
-    pub seed: Option<i64>,
-    /// Which tool the model must (or must not) call.
-    #[serde(default)]
-    pub tool_choice: Option<ToolChoice>,
-    /// The answer's format (`{"type": "json_object"}`, `{"type":
-    /// "json_schema", "json_schema": {name, schema, strict}}`, …): passed
-    /// on to an OpenAI-compatible link, answered through a forced tool by
-    /// an Anthropic one; a JSON answer that does not fit it is the link's
-    /// failure, never a 200 (see `rein_engine::provider::ResponseFormat`).
-    #[serde(default)]
-    #[schema(value_type = Option<Object>)]
-    pub response_format: Option<serde_json::Map<String, Value>>,
-    /// Whether the model may call several tools in one turn.
-    #[serde(default)]
-    pub parallel_tool_calls: Option<bool>,
-    /// The end user, for the provider's abuse monitoring.
-    #[serde(default)]
-    pub user: Option<String>,
-    /// Penalises tokens by how often they appeared.
-    #[serde(default)]
-    #[schema(minimum = -2, maximum = 2)]
-    pub frequency_penalty: Option<f64>,
-    /// Penalises tokens that appeared at all.
-    #[serde(default)]
-    #[schema(minimum = -2, maximum = 2)]
-    pub presence_penalty: Option<f64>,
-    /// Token ids and the bias added to their logits.
-    #[serde(default)]
-    #[schema(value_type = Option<Object>)]
-    pub logit_bias: Option<serde_json::Map<String, Value>>,
-    /// A reasoning model's effort (`minimal`, `low`, `medium`, `high`).
-    #[serde(default)]
-    pub reasoning_effort: Option<String>,
-    /// The provider's processing tier (`auto`, `default`, `flex`, …).
-    #[serde(default)]
-    pub service_tier: Option<String>,
-    /// How many choices: rein answers one.
-    #[serde(default)]
-    #[schema(minimum = 1, maximum = 1)]
-    pub n: Option<u32>,
-    /// Log probabilities: rein carries none, so only `false`.
-    #[serde(default)]
-    pub logprobs: Option<bool>,
-    /// Output modalities: rein answers text, so only `["text"]`.
-    #[serde(default)]
-    pub modalities: Option<Vec<String>>,
-    /// OpenAI's stored completions: rein stores nothing (ignored, said in
-    /// `Rein-Ignored`).
-    #[serde(default)]
-    pub store: Option<bool>,
-    /// Tags for OpenAI's stored completions (ignored, said in
-    /// `Rein-Ignored`).
-    #[serde(default)]
-    #[schema(value_type = Option<Object>)]
-    pub metadata: Option<serde_json::Map<String, Value>>,
-}
+// The request is read as `wire::openai::request::ChatRequest`, which is
+// also the route's OpenAPI schema: what the document calls valid is
+// exactly what is accepted, and its doc's table says what happens to each
+// member. Every other member is refused, named, as OpenAI refuses one.
 
 /// Members of OpenAI's chat request rein refuses by name, each with why:
 /// what they ask for is something rein's answer does not carry.
@@ -432,342 +329,63 @@ fn unrecognized(body: &[u8]) -> Option<Problem> {
     ))
 }
 
-/// `stop`: one sequence or several.
-#[derive(Debug, Deserialize, Serialize, ToSchema)]
-#[serde(untagged)]
-pub enum Stop {
-    /// One sequence.
-    One(String),
-    /// Several.
-    Many(Vec<String>),
-}
-
-/// `tool_choice`: a mode, or one named function.
-#[derive(Debug, Deserialize, Serialize, ToSchema)]
-#[serde(untagged)]
-pub enum ToolChoice {
-    /// `none`, `auto` or `required`.
-    Mode(ToolChoiceMode),
-    /// This function.
-    Named(NamedToolChoice),
-}
-
-/// A tool-choice mode.
-#[derive(Debug, Deserialize, Serialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ToolChoiceMode {
-    /// Call no tool.
-    None,
-    /// The model decides.
-    Auto,
-    /// Call some tool.
-    Required,
-}
-
-/// A named tool choice.
-#[derive(Debug, Deserialize, Serialize, ToSchema)]
-pub struct NamedToolChoice {
-    /// Always `function`.
-    #[serde(rename = "type")]
-    pub kind: FunctionKind,
-    /// The function.
-    pub function: NamedFunction,
-}
-
-/// The function a named tool choice names.
-#[derive(Debug, Deserialize, Serialize, ToSchema)]
-pub struct NamedFunction {
-    /// Its name.
-    pub name: String,
-}
-
-/// `stream_options`.
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct StreamOptions {
-    /// Send a last chunk with the usage.
-    #[serde(default)]
-    pub include_usage: Option<bool>,
-}
-
-/// One message, by role.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(tag = "role", rename_all = "lowercase")]
-pub enum ChatMessage {
-    /// Instructions.
-    System {
-        /// The text.
-        content: Content,
-    },
-    /// Instructions (OpenAI's newer name for `system`).
-    Developer {
-        /// The text.
-        content: Content,
-    },
-    /// The user.
-    User {
-        /// The text.
-        content: Content,
-    },
-    /// An earlier answer, with the tool calls it made.
-    Assistant {
-        /// Its text, if any.
-        #[serde(default)]
-        content: Option<Content>,
-        /// Its tool calls, if any.
-        #[serde(default)]
-        tool_calls: Option<Vec<ChatToolCall>>,
-    },
-    /// A tool's result.
-    Tool {
-        /// The call it answers.
-        tool_call_id: String,
-        /// The result.
-        content: Content,
-    },
-}
-
-/// A message's content: a string, or parts.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(untagged)]
-pub enum Content {
-    /// Plain text.
-    Text(String),
-    /// Parts, in order: text, and in a user message images and audio.
-    Parts(Vec<ContentPart>),
-}
-
-/// One part of a message's content. A `file` part is refused: rein
-/// bounds a prompt's tokens before sending it, and a document's cannot be
-/// bounded from its bytes (see `rein_engine::provider::Part`).
-#[derive(Debug, Deserialize, Serialize, ToSchema)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum ContentPart {
-    /// Text.
-    Text {
-        /// The text.
-        text: String,
-    },
-    /// An image (user messages only): passed to a provider that reads
-    /// images, refused naming the part by one that does not.
-    ImageUrl {
-        /// The image.
-        image_url: ImageUrl,
-    },
-    /// Audio (user messages only), as [`ContentPart::ImageUrl`].
-    InputAudio {
-        /// The audio.
-        input_audio: InputAudio,
-    },
-    /// An earlier answer's refusal (assistant messages only), read as its
-    /// text.
-    Refusal {
-        /// The text.
-        refusal: String,
-    },
-}
-
-/// An image part's image.
-#[derive(Debug, Deserialize, Serialize, ToSchema)]
-pub struct ImageUrl {
-    /// `https://…`, or the image itself as `data:image/png;base64,…`.
-    #[schema(min_length = 1)]
-    pub url: String,
-    /// `low`, `high` or `auto`; providers without it leave it out.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub detail: Option<ImageDetail>,
-}
-
-/// An image's detail.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ImageDetail {
-    /// The provider chooses.
-    Auto,
-    /// A low-resolution pass.
-    Low,
-    /// The full image.
-    High,
-}
-
-/// An audio part's audio.
-#[derive(Debug, Deserialize, Serialize, ToSchema)]
-pub struct InputAudio {
-    /// The audio's bytes, base64.
-    #[schema(min_length = 1)]
-    pub data: String,
-    /// Its format.
-    pub format: AudioFormat,
-}
-
-/// The audio formats OpenAI's chat completions read.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum AudioFormat {
-    /// WAV.
-    Wav,
-    /// MP3.
-    Mp3,
-}
-
-impl<'de> Deserialize<'de> for Content {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Ok(match super::anthropic::string_or_seq(deserializer)? {
-            Ok(text) => Content::Text(text),
-            Err(parts) => Content::Parts(parts),
-        })
-    }
-}
-
-/// The kind of a tool or tool call.
-#[derive(Debug, Deserialize, Serialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum FunctionKind {
-    /// A function.
-    Function,
-}
-
-/// A tool call of an earlier answer.
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct ChatToolCall {
-    /// The call's id.
-    pub id: String,
-    /// Always `function`.
-    #[serde(rename = "type")]
-    pub kind: FunctionKind,
-    /// What was called.
-    pub function: FunctionCall,
-}
-
-/// A function call.
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct FunctionCall {
-    /// The tool.
-    pub name: String,
-    /// Its arguments, as JSON text.
-    pub arguments: String,
-}
-
-/// A tool the model may call.
-#[derive(Debug, Deserialize, Serialize, ToSchema)]
-pub struct ChatTool {
-    /// Always `function`.
-    #[serde(rename = "type")]
-    pub kind: FunctionKind,
-    /// The function.
-    pub function: FunctionDef,
-}
-
-/// A function's definition.
-#[derive(Debug, Deserialize, Serialize, ToSchema)]
-pub struct FunctionDef {
-    /// Its name.
-    pub name: String,
-    /// What it does.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-    /// Its arguments' JSON Schema.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub parameters: Option<Value>,
-    /// Whether the arguments must fit `parameters` exactly (OpenAI's
-    /// structured outputs): passed on unchanged to an OpenAI-compatible
-    /// link; not sent to an Anthropic one (see its provider).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub strict: Option<bool>,
-}
-
-impl Content {
-    /// The text of the content: a `role` message's other than a user's,
-    /// whose parts must all be text (a refusal too, for an assistant's).
-    ///
-    /// # Errors
-    ///
-    /// A part that cannot be in such a message, named by its pointer.
-    fn text(self, i: usize, role: &str) -> Result<String, Problem> {
-        let parts = match self {
-            Content::Text(text) => return Ok(text),
-            Content::Parts(parts) => parts,
-        };
-        let mut text = String::new();
-        for (j, part) in parts.into_iter().enumerate() {
-            match part {
-                ContentPart::Text { text: piece } => text.push_str(&piece),
-                ContentPart::Refusal { refusal } if role == "assistant" => {
-                    text.push_str(&refusal);
-                }
-                other => return Err(misplaced(i, j, other.kind(), role)),
+/// The text of the content: a `role` message's other than a user's,
+/// whose parts must all be text (a refusal too, for an assistant's).
+///
+/// # Errors
+///
+/// A part that cannot be in such a message, named by its pointer.
+fn text_of(content: Content, i: usize, role: &str) -> Result<String, Problem> {
+    let parts = match content {
+        Content::Text(text) => return Ok(text),
+        Content::Parts(parts) => parts,
+    };
+    let mut text = String::new();
+    for (j, part) in parts.into_iter().enumerate() {
+        match part {
+            ContentPart::Text { text: piece } => text.push_str(&piece),
+            ContentPart::Refusal { refusal } if role == "assistant" => {
+                text.push_str(&refusal);
             }
+            other => return Err(misplaced(i, j, other.kind(), role)),
         }
-        Ok(text)
     }
+    Ok(text)
+}
 
-    /// The user message of the content, the `i`-th of the request.
-    ///
-    /// # Errors
-    ///
-    /// A refusal part, or a data URL that is not one.
-    fn user(self, i: usize) -> Result<Message, Problem> {
-        let parts = match self {
-            Content::Text(text) => return Ok(Message::user(text)),
-            Content::Parts(parts) => parts,
-        };
-        let parts = parts
-            .into_iter()
-            .enumerate()
-            .map(|(j, part)| match part {
-                ContentPart::Text { text } => Ok(Part::Text { text }),
-                ContentPart::ImageUrl { image_url } => {
-                    match super::parts::image_url(&image_url.url) {
-                        Ok(()) => Ok(Part::Image {
-                            url: image_url.url,
-                            detail: image_url.detail.map(|d| d.as_str().to_owned()),
-                        }),
-                        Err(why) => Err(invalid_at(
-                            format!("messages[{i}].content[{j}].image_url.url: {why}"),
-                            Some(format!("/messages/{i}/content/{j}/image_url/url")),
-                        )),
-                    }
-                }
-                ContentPart::InputAudio { input_audio } => Ok(Part::Audio {
-                    data: input_audio.data,
-                    format: input_audio.format.as_str().to_owned(),
+/// The user message of the content, the `i`-th of the request.
+///
+/// # Errors
+///
+/// A refusal part, or a data URL that is not one.
+fn user_message(content: Content, i: usize) -> Result<Message, Problem> {
+    let parts = match content {
+        Content::Text(text) => return Ok(Message::user(text)),
+        Content::Parts(parts) => parts,
+    };
+    let parts = parts
+        .into_iter()
+        .enumerate()
+        .map(|(j, part)| match part {
+            ContentPart::Text { text } => Ok(Part::Text { text }),
+            ContentPart::ImageUrl { image_url } => match super::parts::image_url(&image_url.url) {
+                Ok(()) => Ok(Part::Image {
+                    url: image_url.url,
+                    detail: image_url.detail.map(|d| d.as_str().to_owned()),
                 }),
-                ContentPart::Refusal { .. } => Err(misplaced(i, j, "refusal", "user")),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Message::user_parts(parts))
-    }
-}
-
-impl ContentPart {
-    /// The part's `type`.
-    fn kind(&self) -> &'static str {
-        match self {
-            ContentPart::Text { .. } => "text",
-            ContentPart::ImageUrl { .. } => "image_url",
-            ContentPart::InputAudio { .. } => "input_audio",
-            ContentPart::Refusal { .. } => "refusal",
-        }
-    }
-}
-
-impl ImageDetail {
-    fn as_str(self) -> &'static str {
-        match self {
-            ImageDetail::Auto => "auto",
-            ImageDetail::Low => "low",
-            ImageDetail::High => "high",
-        }
-    }
-}
-
-impl AudioFormat {
-    fn as_str(self) -> &'static str {
-        match self {
-            AudioFormat::Wav => "wav",
-            AudioFormat::Mp3 => "mp3",
-        }
-    }
+                Err(why) => Err(invalid_at(
+                    format!("messages[{i}].content[{j}].image_url.url: {why}"),
+                    Some(format!("/messages/{i}/content/{j}/image_url/url")),
+                )),
+            },
+            ContentPart::InputAudio { input_audio } => Ok(Part::Audio {
+                data: input_audio.data,
+                format: input_audio.format.as_str().to_owned(),
+            }),
+            ContentPart::Refusal { .. } => Err(misplaced(i, j, "refusal", "user")),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Message::user_parts(parts))
 }
 
 /// The 400 for a `kind` part in a `role` message, where OpenAI takes none.
@@ -786,17 +404,18 @@ fn misplaced(i: usize, j: usize, kind: &str, role: &str) -> Problem {
 fn transcribe(i: usize, m: ChatMessage) -> Result<Message, Problem> {
     Ok(match m {
         ChatMessage::System { content } => Message::System {
-            content: content.text(i, "system")?,
+            content: text_of(content, i, "system")?,
         },
         ChatMessage::Developer { content } => Message::System {
-            content: content.text(i, "developer")?,
+            content: text_of(content, i, "developer")?,
         },
-        ChatMessage::User { content } => content.user(i)?,
+        ChatMessage::User { content } => user_message(content, i)?,
         ChatMessage::Assistant {
             content,
             tool_calls,
+            ..
         } => Message::Assistant {
-            content: content.map(|c| c.text(i, "assistant")).transpose()?,
+            content: content.map(|c| text_of(c, i, "assistant")).transpose()?,
             tool_calls: tool_calls
                 .unwrap_or_default()
                 .into_iter()
@@ -812,7 +431,7 @@ fn transcribe(i: usize, m: ChatMessage) -> Result<Message, Problem> {
             content,
         } => Message::Tool {
             call_id: tool_call_id,
-            content: content.text(i, "tool")?,
+            content: text_of(content, i, "tool")?,
         },
     })
 }

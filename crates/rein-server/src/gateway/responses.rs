@@ -102,12 +102,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
 
-use super::anthropic::string_or_seq;
-use super::openai::{Errors, FunctionKind, ToolChoiceMode, unix_secs};
+use super::openai::{Errors, unix_secs};
 use super::{Call, EventStream, OverCap, Wire};
 use crate::http::auth::Caller;
 use crate::http::problem::Problem;
 use crate::http::state::AppState;
+use rein_core::wire::openai::request::{
+    ChatTool, FunctionDef, FunctionKind, ToolChoice, ToolChoiceMode,
+};
+use rein_core::wire::string_or_seq;
 
 /// The route.
 pub const PATH: &str = "/v1/responses";
@@ -792,9 +795,7 @@ fn parse(body: &[u8]) -> Result<Call<Responses>, Problem> {
         "tool_choice",
         request.tool_choice.map(|choice| match choice {
             ResponsesToolChoice::Mode(mode) => json!(mode),
-            ResponsesToolChoice::Function(f) => {
-                json!({"type": "function", "function": {"name": f.name}})
-            }
+            ResponsesToolChoice::Function(f) => json!(ToolChoice::named(f.name)),
         }),
     );
     put(
@@ -816,17 +817,12 @@ fn parse(body: &[u8]) -> Result<Call<Responses>, Problem> {
     let tools = tools
         .into_iter()
         .map(|t| {
-            let mut function = json!({"name": t.name});
-            if let Some(description) = t.description {
-                function["description"] = json!(description);
-            }
-            if let Some(parameters) = t.parameters {
-                function["parameters"] = Value::Object(parameters);
-            }
-            if let Some(strict) = t.strict {
-                function["strict"] = json!(strict);
-            }
-            json!({"type": "function", "function": function})
+            json!(ChatTool::function(FunctionDef {
+                name: t.name,
+                description: t.description,
+                parameters: t.parameters.map(Value::Object),
+                strict: t.strict,
+            }))
         })
         .collect();
     Ok(Call {

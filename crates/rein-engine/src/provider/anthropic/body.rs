@@ -2,8 +2,14 @@
 //! as the Messages API wants them (see [`AnthropicProvider`]'s conversion
 //! table), and the answer tool that carries a `response_format`.
 
+use rein_core::wire::anthropic::request::{
+    ContentBlock, ImageSource, InputMessage, MessageContent, MessagesRequest, MessagesToolChoice,
+    Metadata, Role, TextContent, ToolDef,
+};
+use rein_core::wire::openai::request as openai;
 use rein_core::{Category, Effect, Failure};
-use serde_json::{Map, Value, json};
+use serde::Deserialize;
+use serde_json::{Map, Value};
 
 use super::AnthropicProvider;
 use crate::provider::{Message, ModelRequest, Part, ResponseFormat};
@@ -12,7 +18,7 @@ use crate::provider::{Message, ModelRequest, Part, ResponseFormat};
 #[derive(Debug)]
 pub(super) struct Prepared {
     /// The Messages API body.
-    pub(super) body: Value,
+    pub(super) body: MessagesRequest,
     /// The answer tool's name, when a `response_format` asks for JSON and
     /// the model may answer this turn: its `tool_use` input is the
     /// answer's text, not a tool call.
@@ -35,7 +41,7 @@ impl AnthropicProvider {
         stream: bool,
     ) -> Result<Prepared, Failure> {
         let mut system = Vec::new();
-        let mut messages: Vec<(&'static str, Vec<Value>)> = Vec::new();
+        let mut messages: Vec<InputMessage> = Vec::new();
         for message in &request.messages {
             let (role, blocks) = match message {
                 Message::System { content } => {
@@ -43,7 +49,7 @@ impl AnthropicProvider {
                     continue;
                 }
                 Message::User { content, parts } if parts.is_empty() => {
-                    ("user", text_block(content).into_iter().collect())
+                    (Role::User, text_block(content).into_iter().collect())
                 }
                 Message::User { content, parts } => {
                     let blocks = parts
@@ -52,83 +58,88 @@ impl AnthropicProvider {
                         .filter_map(Result::transpose)
                         .collect::<Result<Vec<_>, _>>()
                         .map_err(|why| self.unsupported(&in_message(&why, content)))?;
-                    ("user", blocks)
+                    (Role::User, blocks)
                 }
                 Message::Assistant {
                     content,
                     tool_calls,
                 } => {
-                    let mut blocks: Vec<Value> = content
+                    let mut blocks: Vec<ContentBlock> = content
                         .as_deref()
                         .and_then(text_block)
                         .into_iter()
                         .collect();
-                    blocks.extend(tool_calls.iter().map(|call| {
-                        json!({
-                            "type": "tool_use",
-                            "id": call.id,
-                            "name": call.name,
-                            "input": tool_input(&call.arguments),
-                        })
+                    blocks.extend(tool_calls.iter().map(|call| ContentBlock::ToolUse {
+                        id: call.id.clone(),
+                        name: call.name.clone(),
+                        input: tool_input(&call.arguments),
                     }));
-                    ("assistant", blocks)
+                    (Role::Assistant, blocks)
                 }
                 Message::Tool { call_id, content } => (
-                    "user",
-                    vec![
-                        json!({"type": "tool_result", "tool_use_id": call_id, "content": content}),
-                    ],
+                    Role::User,
+                    vec![ContentBlock::ToolResult {
+                        tool_use_id: call_id.clone(),
+                        content: Some(TextContent::Text(content.clone())),
+                        is_error: None,
+                    }],
                 ),
             };
             if blocks.is_empty() {
                 continue;
             }
+            // The API alternates roles: a tool result and the user's next
+            // words are one user turn.
             match messages.last_mut() {
-                Some((last, existing)) if *last == role => existing.extend(blocks),
-                _ => messages.push((role, blocks)),
+                Some(InputMessage {
+                    role: last,
+                    content: MessageContent::Blocks(existing),
+                }) if *last == role => existing.extend(blocks),
+                _ => messages.push(InputMessage {
+                    role,
+                    content: MessageContent::Blocks(blocks),
+                }),
             }
         }
-        let messages: Vec<Value> = messages
-            .into_iter()
-            .map(|(role, content)| json!({"role": role, "content": content}))
-            .collect();
-        let mut body = json!({
-            "model": request.model,
-            "max_tokens": request.max_tokens.unwrap_or(self.max_tokens),
-            "messages": messages,
-            "stream": stream,
-        });
-        if !system.is_empty() {
-            body["system"] = json!(system.join("\n\n"));
-        }
-        let mut tools: Vec<Value> = request.tools.iter().filter_map(tool_definition).collect();
-        let choice = ToolChoice::of(&request.options);
+        let mut tools: Vec<ToolDef> = request.tools.iter().filter_map(tool_definition).collect();
+        let asked: Option<openai::ToolChoice> = self.option(request, "tool_choice")?;
+        let choice = ToolChoice::of(asked.as_ref());
         let beside_tools = !tools.is_empty();
         let answer = match ResponseFormat::of(&request.options) {
             Ok(format) => self.answer_tool(format.as_ref(), choice, &tools)?,
             Err(e) => return Err(self.unsupported(&e.to_string())),
         };
-        let answer_name = answer.as_ref().map(|tool| tool["name"].clone());
+        let answer_name = answer.as_ref().map(|tool| tool.name.clone());
         tools.extend(answer);
-        if !tools.is_empty() {
-            body["tools"] = Value::Array(tools);
-        }
-        apply_options(&mut body, &request.options);
-        let single = request.options.get("parallel_tool_calls") == Some(&Value::Bool(false));
+        let single = self.option(request, "parallel_tool_calls")? == Some(false);
         let choice = match &answer_name {
             Some(name) => Some(choice.with_answer(name, beside_tools)),
             None if !beside_tools => None,
             None => choice.wire(),
         };
-        if let Some(mut choice) = choice {
-            if single && choice["type"] != "none" {
-                choice["disable_parallel_tool_use"] = json!(true);
-            }
-            body["tool_choice"] = choice;
-        }
+        let stop: Option<openai::Stop> = self.option(request, "stop")?;
+        let body = MessagesRequest {
+            model: request.model.clone(),
+            max_tokens: Some(request.max_tokens.unwrap_or(self.max_tokens)),
+            messages,
+            system: (!system.is_empty()).then(|| TextContent::Text(system.join("\n\n"))),
+            tools: (!tools.is_empty()).then_some(tools),
+            tool_choice: choice.map(|choice| at_most_one(choice, single)),
+            stop_sequences: stop.map(stop_sequences).filter(|s| !s.is_empty()),
+            temperature: self.option(request, "temperature")?,
+            top_p: self.option(request, "top_p")?,
+            top_k: self.option(request, "top_k")?,
+            stream: Some(stream),
+            metadata: self.option(request, "user")?.map(|user| Metadata {
+                user_id: Some(user),
+            }),
+            thinking: None,
+            service_tier: None,
+            output_config: self.option(request, "output_config")?,
+        };
         Ok(Prepared {
             body,
-            answer: answer_name.and_then(|n| n.as_str().map(str::to_owned)),
+            answer: answer_name,
         })
     }
 
@@ -138,7 +149,7 @@ impl AnthropicProvider {
     /// # Errors
     ///
     /// Why the Messages API cannot take the part.
-    fn part_block(part: &Part) -> Result<Option<Value>, String> {
+    fn part_block(part: &Part) -> Result<Option<ContentBlock>, String> {
         if let Some(why) = part_refusal(part) {
             return Err(why);
         }
@@ -201,8 +212,8 @@ impl AnthropicProvider {
         &self,
         format: Option<&ResponseFormat>,
         choice: ToolChoice<'_>,
-        tools: &[Value],
-    ) -> Result<Option<Value>, Failure> {
+        tools: &[ToolDef],
+    ) -> Result<Option<ToolDef>, Failure> {
         let (name, description, schema) = match format {
             None | Some(ResponseFormat::Text) => return Ok(None),
             Some(ResponseFormat::Other(kind)) => {
@@ -225,19 +236,32 @@ impl AnthropicProvider {
         if !tools.is_empty() && matches!(choice, ToolChoice::Required | ToolChoice::Named(_)) {
             return Ok(None);
         }
-        let taken: Vec<&str> = tools
-            .iter()
-            .filter_map(|t| t.get("name").and_then(Value::as_str))
-            .collect();
+        let taken: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
         let description = description.map_or_else(
             || ANSWER_DESCRIPTION.to_owned(),
             |d| format!("{ANSWER_DESCRIPTION} {d}"),
         );
-        Ok(Some(json!({
-            "name": answer_tool_name(name, &taken),
-            "description": description,
-            "input_schema": schema.unwrap_or_else(|| json!({"type": "object"})),
-        })))
+        Ok(Some(ToolDef {
+            name: answer_tool_name(name, &taken),
+            description: Some(description),
+            input_schema: object_schema(schema),
+        }))
+    }
+
+    /// The option `key` of `request`, read as its member in OpenAI's
+    /// request (or, for `top_k` and `output_config`, the Messages API's).
+    ///
+    /// # Errors
+    ///
+    /// Its value is not in that shape.
+    fn option<'a, T: Deserialize<'a>>(
+        &self,
+        request: &'a ModelRequest,
+        key: &str,
+    ) -> Result<Option<T>, Failure> {
+        request
+            .option(key)
+            .map_err(|e| self.unsupported(&format!("the option `{key}`: {e}")))
     }
 
     /// The refusal of a request this API cannot carry: not retryable, not
@@ -294,7 +318,7 @@ fn answer_tool_name(name: &str, taken: &[&str]) -> String {
 /// The caller's `tool_choice`, in OpenAI's names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ToolChoice<'a> {
-    /// None given, or one rein does not read.
+    /// None given.
     Unset,
     /// `auto`.
     Auto,
@@ -307,30 +331,35 @@ enum ToolChoice<'a> {
 }
 
 impl<'a> ToolChoice<'a> {
-    fn of(options: &'a Map<String, Value>) -> ToolChoice<'a> {
-        match options.get("tool_choice") {
-            Some(Value::String(mode)) => match mode.as_str() {
-                "auto" => ToolChoice::Auto,
-                "required" => ToolChoice::Required,
-                "none" => ToolChoice::None,
-                _ => ToolChoice::Unset,
-            },
-            Some(named) => named["function"]["name"]
-                .as_str()
-                .map_or(ToolChoice::Unset, ToolChoice::Named),
+    fn of(asked: Option<&'a openai::ToolChoice>) -> ToolChoice<'a> {
+        match asked {
             None => ToolChoice::Unset,
+            Some(openai::ToolChoice::Mode(openai::ToolChoiceMode::Auto)) => ToolChoice::Auto,
+            Some(openai::ToolChoice::Mode(openai::ToolChoiceMode::Required)) => {
+                ToolChoice::Required
+            }
+            Some(openai::ToolChoice::Mode(openai::ToolChoiceMode::None)) => ToolChoice::None,
+            Some(openai::ToolChoice::Named(named)) => ToolChoice::Named(&named.function.name),
         }
     }
 
     /// As the Messages API's `tool_choice` (`required` is `any`, a named
     /// function a named tool); `None` to leave the API's default.
-    fn wire(self) -> Option<Value> {
+    fn wire(self) -> Option<MessagesToolChoice> {
+        let disable_parallel_tool_use = None;
         match self {
             ToolChoice::Unset => None,
-            ToolChoice::Auto => Some(json!({"type": "auto"})),
-            ToolChoice::Required => Some(json!({"type": "any"})),
-            ToolChoice::None => Some(json!({"type": "none"})),
-            ToolChoice::Named(name) => Some(json!({"type": "tool", "name": name})),
+            ToolChoice::Auto => Some(MessagesToolChoice::Auto {
+                disable_parallel_tool_use,
+            }),
+            ToolChoice::Required => Some(MessagesToolChoice::Any {
+                disable_parallel_tool_use,
+            }),
+            ToolChoice::None => Some(MessagesToolChoice::None {}),
+            ToolChoice::Named(name) => Some(MessagesToolChoice::Tool {
+                name: name.to_owned(),
+                disable_parallel_tool_use,
+            }),
         }
     }
 
@@ -339,12 +368,38 @@ impl<'a> ToolChoice<'a> {
     /// `answer_tool`): alone, the answer tool itself; `beside_tools` under
     /// `auto`, `any`, so the model calls one of them or answers through
     /// the answer tool, never in prose; under `none`, the answer tool.
-    fn with_answer(self, name: &Value, beside_tools: bool) -> Value {
+    fn with_answer(self, name: &str, beside_tools: bool) -> MessagesToolChoice {
         match self {
-            ToolChoice::Auto | ToolChoice::Unset if beside_tools => json!({"type": "any"}),
-            _ => json!({"type": "tool", "name": name}),
+            ToolChoice::Auto | ToolChoice::Unset if beside_tools => MessagesToolChoice::Any {
+                disable_parallel_tool_use: None,
+            },
+            _ => MessagesToolChoice::Tool {
+                name: name.to_owned(),
+                disable_parallel_tool_use: None,
+            },
         }
     }
+}
+
+/// `choice`, allowing at most one call when `single` (OpenAI's
+/// `parallel_tool_calls: false`); `none` has no calls to limit.
+fn at_most_one(mut choice: MessagesToolChoice, single: bool) -> MessagesToolChoice {
+    if single {
+        match &mut choice {
+            MessagesToolChoice::Auto {
+                disable_parallel_tool_use,
+            }
+            | MessagesToolChoice::Any {
+                disable_parallel_tool_use,
+            }
+            | MessagesToolChoice::Tool {
+                disable_parallel_tool_use,
+                ..
+            } => *disable_parallel_tool_use = Some(true),
+            MessagesToolChoice::None {} => {}
+        }
+    }
+    choice
 }
 
 /// The OpenAI-named options this API carries: sampling, stop sequences,
@@ -374,36 +429,19 @@ pub(super) fn ignored_options(options: &serde_json::Map<String, Value>) -> Vec<S
         .collect()
 }
 
-/// Maps the OpenAI-named sampling options this API has: `temperature`,
-/// `top_p`, `stop` (as `stop_sequences`) and `user` (as
-/// `metadata.user_id`), and passes the Messages API's own `top_k` and
-/// `output_config` (from a `/v1/messages` caller); `tool_choice`,
-/// `parallel_tool_calls` and `response_format` are the tools' (see
-/// [`AnthropicProvider::prepare`]).
-fn apply_options(body: &mut Value, options: &serde_json::Map<String, Value>) {
-    if let Some(user) = options.get("user").and_then(Value::as_str) {
-        body["metadata"] = json!({"user_id": user});
-    }
-    for key in ["temperature", "top_p", "top_k"] {
-        if let Some(v) = options.get(key).filter(|v| v.is_number()) {
-            body[key] = v.clone();
-        }
-    }
-    if let Some(config) = options.get("output_config").filter(|v| v.is_object()) {
-        body["output_config"] = config.clone();
-    }
-    match options.get("stop") {
-        Some(Value::String(s)) => body["stop_sequences"] = json!([s]),
-        Some(Value::Array(list)) if !list.is_empty() => {
-            body["stop_sequences"] = Value::Array(list.clone());
-        }
-        _ => {}
+/// OpenAI's `stop` (one sequence or several) as `stop_sequences`.
+fn stop_sequences(stop: openai::Stop) -> Vec<String> {
+    match stop {
+        openai::Stop::One(sequence) => vec![sequence],
+        openai::Stop::Many(sequences) => sequences,
     }
 }
 
 /// A text block, or none for empty text (the API refuses empty blocks).
-fn text_block(text: &str) -> Option<Value> {
-    (!text.is_empty()).then(|| json!({"type": "text", "text": text}))
+fn text_block(text: &str) -> Option<ContentBlock> {
+    (!text.is_empty()).then(|| ContentBlock::Text {
+        text: text.to_owned(),
+    })
 }
 
 /// The image types the Messages API takes.
@@ -432,7 +470,7 @@ fn image_refusal(url: &str) -> Option<String> {
 /// # Errors
 ///
 /// Why the Messages API cannot take the image.
-fn image_block(url: &str) -> Result<Value, String> {
+fn image_block(url: &str) -> Result<ContentBlock, String> {
     if let Some(why) = image_refusal(url) {
         return Err(why);
     }
@@ -441,11 +479,17 @@ fn image_block(url: &str) -> Result<Value, String> {
             .strip_prefix("data:")
             .and_then(|d| d.split_once(";base64,"))
         {
-            Some((media_type, data)) => json!({
-                "type": "image",
-                "source": {"type": "base64", "media_type": media_type, "data": data},
-            }),
-            None => json!({"type": "image", "source": {"type": "url", "url": url}}),
+            Some((media_type, data)) => ContentBlock::Image {
+                source: ImageSource::Base64 {
+                    media_type: media_type.to_owned(),
+                    data: data.to_owned(),
+                },
+            },
+            None => ContentBlock::Image {
+                source: ImageSource::Url {
+                    url: url.to_owned(),
+                },
+            },
         },
     )
 }
@@ -478,10 +522,16 @@ fn part_refusal(part: &Part) -> Option<String> {
 
 /// A tool call's arguments as the object `input` must be (see the type's
 /// docs for why a non-object becomes `{}`).
-fn tool_input(arguments: &str) -> Value {
-    match serde_json::from_str::<Value>(arguments) {
-        Ok(Value::Object(map)) => Value::Object(map),
-        _ => Value::Object(Map::new()),
+fn tool_input(arguments: &str) -> Map<String, Value> {
+    serde_json::from_str(arguments).unwrap_or_default()
+}
+
+/// A JSON Schema as the object `input_schema` must be: a schema that is
+/// not an object (`true`, or none) is any object.
+fn object_schema(schema: Option<Value>) -> Map<String, Value> {
+    match schema {
+        Some(Value::Object(schema)) => schema,
+        _ => Map::from_iter([("type".to_owned(), Value::from("object"))]),
     }
 }
 
@@ -497,51 +547,66 @@ fn tool_input(arguments: &str) -> Value {
 /// primary took. The calls still come back against `input_schema`, and a
 /// run validates every call's arguments against its tool's schema
 /// before the tool sees them.
-fn tool_definition(tool: &Value) -> Option<Value> {
-    if let Some(function) = tool.get("function") {
-        let name = function.get("name").and_then(Value::as_str)?;
-        let mut out = json!({
-            "name": name,
-            "input_schema": function
-                .get("parameters")
-                .cloned()
-                .unwrap_or_else(|| json!({"type": "object"})),
+fn tool_definition(tool: &Value) -> Option<ToolDef> {
+    if let Ok(openai::ChatTool { function, .. }) = openai::ChatTool::deserialize(tool) {
+        return Some(ToolDef {
+            name: function.name,
+            description: function.description,
+            input_schema: object_schema(function.parameters),
         });
-        if let Some(description) = function.get("description").and_then(Value::as_str) {
-            out["description"] = json!(description);
-        }
-        return Some(out);
     }
-    if tool.get("name").is_some() && tool.get("input_schema").is_some() {
-        return Some(tool.clone());
+    if let Ok(tool) = ToolDef::deserialize(tool) {
+        return Some(tool);
     }
     tracing::warn!(%tool, "tool definition is neither OpenAI- nor Anthropic-shaped; not offered");
     None
 }
 
 #[cfg(test)]
+impl Prepared {
+    /// The body as it is sent.
+    fn json(&self) -> Value {
+        serde_json::to_value(&self.body).unwrap()
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use std::time::Duration;
+
+    use serde_json::json;
 
     use super::*;
     use crate::provider::{DEFAULT_MAX_TOKENS, ToolCall};
 
     #[test]
     fn openai_named_options_map_to_the_messages_api() {
-        let mut body = json!({});
-        let options = json!({"temperature": 0.3, "top_p": 0.9, "stop": "END", "seed": 1});
-        apply_options(&mut body, options.as_object().unwrap());
-        assert_eq!(
-            body,
-            json!({"temperature": 0.3, "top_p": 0.9, "stop_sequences": ["END"]})
-        );
+        let mut r = request();
+        r.options = json!({"temperature": 0.3, "top_p": 0.9, "stop": "END", "seed": 1,
+                           "user": "u-1", "top_k": 5, "output_config": {"effort": "low"}})
+        .as_object()
+        .unwrap()
+        .clone();
+        let body = provider().prepare(&r, false).unwrap().json();
+        for (member, sent) in [
+            ("temperature", json!(0.3)),
+            ("top_p", json!(0.9)),
+            ("stop_sequences", json!(["END"])),
+            ("metadata", json!({"user_id": "u-1"})),
+            ("top_k", json!(5)),
+            ("output_config", json!({"effort": "low"})),
+        ] {
+            assert_eq!(body[member], sent, "{member}");
+        }
+        assert!(body.get("seed").is_none(), "{body}");
+        assert_eq!(ignored_options(&r.options), ["seed"]);
         let choice = |options: Value, tools: bool| {
             let mut r = request();
             if !tools {
                 r.tools.clear();
             }
             r.options = options.as_object().unwrap().clone();
-            provider().prepare(&r, false).unwrap().body["tool_choice"].clone()
+            provider().prepare(&r, false).unwrap().json()["tool_choice"].clone()
         };
         assert_eq!(
             choice(
@@ -589,7 +654,8 @@ mod tests {
         r.options.insert("response_format".into(), schema_format());
         let prepared = provider().prepare(&r, false).unwrap();
         assert_eq!(prepared.answer.as_deref(), Some("order_v1"));
-        let tools = prepared.body["tools"].as_array().unwrap();
+        let body = prepared.json();
+        let tools = body["tools"].as_array().unwrap();
         assert_eq!(tools.len(), 1);
         assert_eq!(tools[0]["name"], "order_v1");
         assert_eq!(
@@ -606,17 +672,17 @@ mod tests {
             tools[0]
         );
         assert_eq!(
-            prepared.body["tool_choice"],
+            prepared.json()["tool_choice"],
             json!({"type": "tool", "name": "order_v1"})
         );
-        assert!(prepared.body.get("response_format").is_none());
+        assert!(prepared.json().get("response_format").is_none());
         // json_object: an open object.
         r.options
             .insert("response_format".into(), json!({"type": "json_object"}));
         let prepared = provider().prepare(&r, true).unwrap();
         assert_eq!(prepared.answer.as_deref(), Some(JSON_OBJECT_TOOL));
         assert_eq!(
-            prepared.body["tools"][0]["input_schema"],
+            prepared.json()["tools"][0]["input_schema"],
             json!({"type": "object"})
         );
         // text: nothing to force.
@@ -624,7 +690,7 @@ mod tests {
             .insert("response_format".into(), json!({"type": "text"}));
         let prepared = provider().prepare(&r, false).unwrap();
         assert_eq!(prepared.answer, None);
-        assert!(prepared.body.get("tools").is_none());
+        assert!(prepared.json().get("tools").is_none());
     }
 
     #[test]
@@ -632,27 +698,28 @@ mod tests {
         let mut r = request();
         r.options.insert("response_format".into(), schema_format());
         let prepared = provider().prepare(&r, false).unwrap();
-        let names: Vec<&str> = prepared.body["tools"]
+        let body = prepared.json();
+        let names: Vec<&str> = body["tools"]
             .as_array()
             .unwrap()
             .iter()
             .map(|t| t["name"].as_str().unwrap())
             .collect();
         assert_eq!(names, ["get_order", "order_v1"]);
-        assert_eq!(prepared.body["tool_choice"], json!({"type": "any"}));
+        assert_eq!(prepared.json()["tool_choice"], json!({"type": "any"}));
         // `none`: the answer, now.
         r.options.insert("tool_choice".into(), json!("none"));
         let prepared = provider().prepare(&r, false).unwrap();
         assert_eq!(
-            prepared.body["tool_choice"],
+            prepared.json()["tool_choice"],
             json!({"type": "tool", "name": "order_v1"})
         );
         // `required`: a tool call, no answer this turn.
         r.options.insert("tool_choice".into(), json!("required"));
         let prepared = provider().prepare(&r, false).unwrap();
         assert_eq!(prepared.answer, None);
-        assert_eq!(prepared.body["tools"].as_array().unwrap().len(), 1);
-        assert_eq!(prepared.body["tool_choice"], json!({"type": "any"}));
+        assert_eq!(prepared.json()["tools"].as_array().unwrap().len(), 1);
+        assert_eq!(prepared.json()["tool_choice"], json!({"type": "any"}));
         // A caller's tool of the schema's name: the answer tool is another.
         assert_eq!(answer_tool_name("get_order", &["get_order"]), "get_order_1");
         assert_eq!(answer_tool_name("", &[]), JSON_OBJECT_TOOL);
@@ -759,7 +826,7 @@ mod tests {
                 detail: None,
             },
         ])];
-        let body = provider().prepare(&r, false).unwrap().body;
+        let body = provider().prepare(&r, false).unwrap().json();
         assert_eq!(
             body["messages"][0]["content"],
             json!([
@@ -802,7 +869,7 @@ mod tests {
 
     #[test]
     fn request_body_converts_the_transcript_and_tools() {
-        let body = provider().prepare(&request(), true).unwrap().body;
+        let body = provider().prepare(&request(), true).unwrap().json();
         assert_eq!(body["system"], "be brief\n\nuse tools");
         assert_eq!(body["max_tokens"], DEFAULT_MAX_TOKENS);
         assert_eq!(body["stream"], true);
@@ -841,7 +908,7 @@ mod tests {
         let mut capped = request();
         capped.max_tokens = Some(77);
         assert_eq!(
-            provider().prepare(&capped, false).unwrap().body["max_tokens"],
+            provider().prepare(&capped, false).unwrap().json()["max_tokens"],
             77
         );
     }

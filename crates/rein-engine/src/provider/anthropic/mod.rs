@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use rein_core::Failure;
 
 use super::endpoint::{Api, Endpoint, KeyHeader};
+use super::http::encode;
 use super::stream::{StreamSettings, collect_turn};
 use super::{ModelProvider, ModelRequest, ModelResponse, StreamLimits, TurnStream};
 use crate::Timer;
@@ -185,7 +186,7 @@ impl ModelProvider for AnthropicProvider {
             return collect_turn(&self.endpoint.name, stream).await;
         }
         let prepared = self.prepare(request, false)?;
-        let body = prepared.body.to_string().into_bytes();
+        let body = encode(&self.endpoint.name, &prepared.body)?;
         let text = self.endpoint.post_json(body, allowance).await?;
         parse_message(&self.endpoint.name, &text, prepared.answer.as_deref())
     }
@@ -196,7 +197,7 @@ impl ModelProvider for AnthropicProvider {
         limits: StreamLimits,
     ) -> Result<TurnStream, Failure> {
         let prepared = self.prepare(request, true)?;
-        let body = prepared.body.to_string().into_bytes();
+        let body = encode(&self.endpoint.name, &prepared.body)?;
         let decoder = EventDecoder::new(&self.endpoint.name, prepared.answer);
         self.endpoint.open_stream(body, limits, decoder).await
     }

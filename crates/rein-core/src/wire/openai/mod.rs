@@ -25,6 +25,8 @@ use std::borrow::Cow;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+pub mod request;
+
 /// A whole answer (`"object": "chat.completion"`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Completion {
@@ -166,8 +168,9 @@ impl ToolCall {
     }
 }
 
-/// The `type` of a tool call.
+/// The `type` of a tool, a tool call and a named tool choice.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum FunctionKind {
     /// `function`.
