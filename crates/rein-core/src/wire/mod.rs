@@ -21,7 +21,9 @@
 //!
 //! With the `schema` feature the request types derive `utoipa::ToSchema`:
 //! the gateway's OpenAPI document is these types, so what it calls valid
-//! is what the gateway reads and what the providers write.
+//! is what the gateway reads and what the providers write (besides the
+//! few members only some servers read, which providers write and the
+//! gateway never reads: they are left out of the schema).
 //!
 //! # What stays outside, and why
 //!
@@ -33,9 +35,10 @@
 //!   is bridged onto chat completion bindings and no provider speaks it,
 //!   so its types live with the gateway.
 //! - The caller's options travel from a gateway to a provider as a JSON
-//!   map in OpenAI's names (`rein_engine::provider::ModelRequest`'s
-//!   `options`); each provider reads the members it carries into these
-//!   types and names the rest as ignored.
+//!   map (`rein_engine::provider::ModelRequest`'s `options`) keyed by the
+//!   members of OpenAI's request, and of the Messages API's for the two it
+//!   alone has (`top_k`, `output_config`); each provider reads the members
+//!   it carries into these types and names the rest as ignored.
 
 pub mod anthropic;
 pub mod openai;

@@ -191,9 +191,12 @@ pub struct ModelRequest {
     /// An output-token ceiling, if the budget imposes one.
     pub max_tokens: Option<u64>,
     /// Sampling and format options in OpenAI's names (`temperature`,
-    /// `top_p`, `stop`, `seed`, `tool_choice`, `response_format`), passed
-    /// through from a gateway caller; each provider maps what it supports.
-    /// Empty for a run's turns.
+    /// `top_p`, `stop`, `seed`, `tool_choice`, `response_format`, …), and
+    /// in the Messages API's for the two only it has (`top_k`,
+    /// `output_config`), passed through from a gateway caller; each value
+    /// is in the shape of its member in `rein_core::wire`'s requests. Each
+    /// provider maps what it supports ([`ModelRequest::option`]) and names
+    /// the rest as ignored. Empty for a run's turns.
     pub options: serde_json::Map<String, Value>,
     /// Whether the last message, an assistant's text, is the start of the
     /// answer to continue (a prefill), not a turn already taken: the

@@ -145,13 +145,20 @@ impl OpenAiProvider {
     ///
     /// # Errors
     ///
-    /// An option or a tool definition not in this API's shape (a caller's
-    /// mistake: the gateways only pass what they read as this API reads
-    /// it).
+    /// An option, a tool definition or a part of a message not in this
+    /// API's shape: a caller's mistake (the gateways pass what they read as
+    /// this API reads it, and the registry generates the tools), refused
+    /// unsent rather than sent half-read.
     fn body(&self, request: &ModelRequest) -> Result<ChatRequest, Failure> {
+        let messages = request
+            .messages
+            .iter()
+            .map(wire_message)
+            .collect::<Result<_, _>>()
+            .map_err(|what| self.not_carried(what))?;
         let mut body = ChatRequest {
             model: request.model.clone(),
-            messages: request.messages.iter().map(wire_message).collect(),
+            messages,
             stream: Some(false),
             ..ChatRequest::default()
         };
@@ -165,8 +172,9 @@ impl OpenAiProvider {
                 })
                 .collect::<Result<_, _>>()?;
             body.tools = Some(tools);
-            // A tool choice needs tools: without them, the caller's is
-            // not sent.
+            // The tool members act on tools: without tools, the caller's
+            // `tool_choice` and `parallel_tool_calls` are not sent (OpenAI
+            // refuses them there), and nothing of the answer changes.
             body.tool_choice = Some(
                 self.option(request, "tool_choice")?
                     .unwrap_or(ToolChoice::Mode(ToolChoiceMode::Auto)),
@@ -276,8 +284,13 @@ const CARRIED: [&str; 14] = [
 ];
 
 /// A message of the transcript as Chat Completions reads it.
-fn wire_message(message: &Message) -> ChatMessage {
-    match message {
+///
+/// # Errors
+///
+/// What of a user message's parts this API cannot take (see
+/// [`part_refusal`]).
+fn wire_message(message: &Message) -> Result<ChatMessage, String> {
+    Ok(match message {
         Message::System { content } => ChatMessage::System {
             content: Content::Text(content.clone()),
         },
@@ -285,7 +298,7 @@ fn wire_message(message: &Message) -> ChatMessage {
             content: Content::Text(content.clone()),
         },
         Message::User { parts, .. } => ChatMessage::User {
-            content: Content::Parts(parts.iter().map(wire_part).collect()),
+            content: Content::Parts(parts.iter().map(wire_part).collect::<Result<_, _>>()?),
         },
         Message::Assistant {
             content,
@@ -306,44 +319,59 @@ fn wire_message(message: &Message) -> ChatMessage {
             tool_call_id: call_id.clone(),
             content: Content::Text(content.clone()),
         },
-    }
+    })
 }
 
-/// A part of a user message as a chat completions content part. A detail
-/// or format OpenAI does not name is refused first, by `carries`.
-fn wire_part(part: &Part) -> ContentPart {
-    match part {
+/// A part of a user message as a chat completions content part.
+///
+/// # Errors
+///
+/// An image detail or an audio format OpenAI does not name (which
+/// `carries` refuses first, see [`part_refusal`]).
+fn wire_part(part: &Part) -> Result<ContentPart, String> {
+    Ok(match part {
         Part::Text { text } => ContentPart::Text { text: text.clone() },
         Part::Image { url, detail } => ContentPart::ImageUrl {
             image_url: ImageUrl {
                 url: url.clone(),
-                detail: detail.as_deref().and_then(ImageDetail::named),
+                detail: image_detail(detail.as_deref())?,
             },
         },
         Part::Audio { data, format } => ContentPart::InputAudio {
             input_audio: InputAudio {
                 data: data.clone(),
-                format: AudioFormat::named(format).unwrap_or(AudioFormat::Wav),
+                format: audio_format(format)?,
             },
         },
-    }
+    })
 }
 
 /// Why OpenAI's chat completions cannot take `part`, if they cannot: an
 /// image detail or an audio format they do not name.
 fn part_refusal(part: &Part) -> Option<String> {
     match part {
-        Part::Image {
-            detail: Some(detail),
-            ..
-        } if ImageDetail::named(detail).is_none() => Some(format!(
-            "an image with detail `{detail}` (OpenAI reads auto, low and high)"
-        )),
-        Part::Audio { format, .. } if AudioFormat::named(format).is_none() => Some(format!(
-            "audio in the format `{format}` (OpenAI's chat completions read wav and mp3)"
-        )),
-        _ => None,
+        Part::Text { .. } => None,
+        Part::Image { detail, .. } => image_detail(detail.as_deref()).err(),
+        Part::Audio { format, .. } => audio_format(format).err(),
     }
+}
+
+/// An image's `detail` as OpenAI names it.
+fn image_detail(detail: Option<&str>) -> Result<Option<ImageDetail>, String> {
+    detail
+        .map(|detail| {
+            ImageDetail::named(detail).ok_or_else(|| {
+                format!("an image with detail `{detail}` (OpenAI reads auto, low and high)")
+            })
+        })
+        .transpose()
+}
+
+/// An audio part's format as OpenAI names it.
+fn audio_format(format: &str) -> Result<AudioFormat, String> {
+    AudioFormat::named(format).ok_or_else(|| {
+        format!("audio in the format `{format}` (OpenAI's chat completions read wav and mp3)")
+    })
 }
 
 #[async_trait]
@@ -902,7 +930,7 @@ mod tests {
         let text_only = Message::user_parts(vec![Part::Text { text: "hi".into() }]);
         assert_eq!(text_only, Message::user("hi"), "text parts alone are text");
         assert_eq!(
-            json!(wire_message(&text_only)),
+            json!(wire_message(&text_only).unwrap()),
             json!({"role": "user", "content": "hi"})
         );
         let message = Message::user_parts(vec![
@@ -919,7 +947,7 @@ mod tests {
             },
         ]);
         assert_eq!(
-            json!(wire_message(&message)),
+            json!(wire_message(&message).unwrap()),
             json!({"role": "user", "content": [
                 {"type": "text", "text": "what is this?"},
                 {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "high"}},

@@ -985,6 +985,24 @@ pub(crate) fn document_error_shape(
 mod tests {
     use super::*;
 
+    /// The hand-kept list the unknown members are refused by is the
+    /// request type's members, as its schema lists them: a member added
+    /// to the type and not to `READ` would be refused, one in `READ` and
+    /// not the type accepted and dropped.
+    #[test]
+    fn read_is_every_member_the_request_type_reads() {
+        use utoipa::PartialSchema;
+        use utoipa::openapi::{RefOr, Schema};
+        let RefOr::T(Schema::Object(object)) = MessagesRequest::schema() else {
+            panic!("MessagesRequest's schema is an object")
+        };
+        let mut members: Vec<&str> = object.properties.keys().map(String::as_str).collect();
+        let mut read = READ.to_vec();
+        members.sort_unstable();
+        read.sort_unstable();
+        assert_eq!(members, read);
+    }
+
     fn parsed(body: Value) -> Call<Anthropic> {
         match parse(body.to_string().as_bytes()) {
             Ok(call) => call,

@@ -831,6 +831,24 @@ impl Relay {
 mod tests {
     use super::*;
 
+    /// The hand-kept list the unknown members are refused by is the
+    /// request type's members, as its schema lists them: a member added
+    /// to the type and not to `READ` would be refused, one in `READ` and
+    /// not the type accepted and dropped.
+    #[test]
+    fn read_is_every_member_the_request_type_reads() {
+        use utoipa::PartialSchema;
+        use utoipa::openapi::{RefOr, Schema};
+        let RefOr::T(Schema::Object(object)) = ChatRequest::schema() else {
+            panic!("ChatRequest's schema is an object")
+        };
+        let mut members: Vec<&str> = object.properties.keys().map(String::as_str).collect();
+        let mut read = READ.to_vec();
+        members.sort_unstable();
+        read.sort_unstable();
+        assert_eq!(members, read);
+    }
+
     fn problem_of(body: &str) -> Value {
         let Err(problem) = parse(body.as_bytes()) else {
             panic!("{body} parses");

@@ -108,7 +108,7 @@ use crate::http::auth::Caller;
 use crate::http::problem::Problem;
 use crate::http::state::AppState;
 use rein_core::wire::openai::request::{
-    ChatTool, FunctionDef, FunctionKind, ToolChoice, ToolChoiceMode,
+    ChatTool, FunctionDef, FunctionKind, ImageDetail, ToolChoice, ToolChoiceMode,
 };
 use rein_core::wire::string_or_seq;
 
@@ -427,7 +427,7 @@ pub enum Part {
         file_id: Option<String>,
         /// `low`, `high` or `auto`.
         #[serde(default)]
-        detail: Option<String>,
+        detail: Option<ImageDetail>,
     },
     /// An earlier answer's text.
     OutputText {
@@ -530,7 +530,10 @@ impl Content {
                         at("an input_image needs `image_url`".into(), "image_url")
                     })?;
                     super::parts::image_url(&url).map_err(|why| at(why, "image_url"))?;
-                    Ok(rein_engine::provider::Part::Image { url, detail })
+                    Ok(rein_engine::provider::Part::Image {
+                        url,
+                        detail: detail.map(|d| d.as_str().to_owned()),
+                    })
                 }
             })
             .collect::<Result<Vec<_>, _>>()?;

@@ -3,8 +3,8 @@
 //!
 //! One type serves both sides, so a member the gateway reads is spelt as
 //! the provider writes it. Reading, every member but `model` and
-//! `messages` may be absent (the gateway refuses the members this type does
-//! not hold by name); writing, an absent member is left out.
+//! `messages` may be absent (the gateway refuses by name every member this
+//! type does not read); writing, an absent member is left out.
 //!
 //! With the `schema` feature each type is also its OpenAPI schema
 //! (`utoipa`), which is how rein's gateway documents its route.

@@ -5,8 +5,8 @@
 //! the provider writes it. The sides differ in what they tolerate:
 //!
 //! - reading (the gateway), every member but `model` and `messages` may be
-//!   absent; the gateway refuses the members this type does not hold by
-//!   name, never dropping one silently;
+//!   absent; the gateway refuses by name every member this type does not
+//!   read, never dropping one silently;
 //! - writing (the provider), an absent member is left out, and three
 //!   members only some servers read are written, never read: Mistral's
 //!   `prefix` on the last assistant message and vLLM's
@@ -291,7 +291,8 @@ pub enum ContentPart {
         /// The image.
         image_url: ImageUrl,
     },
-    /// Audio (user messages only), as [`ContentPart::ImageUrl`].
+    /// Audio (user messages only): passed to a provider that reads audio,
+    /// refused naming the part by one that does not.
     InputAudio {
         /// The audio.
         input_audio: InputAudio,
@@ -403,9 +404,9 @@ impl AudioFormat {
     }
 }
 
-/// A tool call of an earlier answer. Unlike an answer's
-/// [`ToolCall`](super::ToolCall), which a reader takes with members
-/// missing, a request's call is whole: its id and function are required.
+/// A tool call of an earlier answer. Unlike an answer's tool call, which
+/// a reader takes with members missing, a request's call is whole: its id
+/// and function are required.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct ChatToolCall {
@@ -429,7 +430,7 @@ impl ChatToolCall {
     }
 }
 
-/// The function of a [`ChatToolCall`].
+/// The function a tool call of an earlier answer called.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "schema", derive(utoipa::ToSchema))]
 pub struct FunctionCall {

@@ -536,9 +536,10 @@ fn object_schema(schema: Option<Value>) -> Map<String, Value> {
 }
 
 /// An OpenAI-style function definition as a Messages API tool; a tool
-/// already in Anthropic's shape passes as it is; anything else is dropped
-/// with a warning (the registry generates the definitions, so this is a
-/// bug, not input).
+/// already in Anthropic's shape is read as one (its name, description and
+/// input schema: members beyond those, such as `cache_control`, are not
+/// sent); anything else is dropped with a warning (the registry and the
+/// gateways give OpenAI-shaped definitions, so this is a bug, not input).
 ///
 /// A function's `strict` is deliberately not sent. On the Messages API
 /// strict tool use belongs to structured outputs, which not every model
