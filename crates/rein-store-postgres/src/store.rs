@@ -406,6 +406,13 @@ impl RunStore for PostgresStore {
         read!(self, cancel::cancel_request, run_id)
     }
 
+    async fn cancel_requests(
+        &self,
+        run_ids: &[RunId],
+    ) -> Result<Vec<rein_store::CancelRequest>, StoreError> {
+        read!(self, cancel::cancel_requests, run_ids)
+    }
+
     async fn decide_approval(
         &self,
         run_id: &RunId,
@@ -458,6 +465,14 @@ impl LeaseStore for PostgresStore {
         expires_at_ms: Timestamp,
     ) -> Result<bool, StoreError> {
         write!(self, leases::renew_lease_of, lease_id, owner, expires_at_ms)
+    }
+
+    async fn renew_leases_of(
+        &self,
+        held: &[(String, String)],
+        expires_at_ms: Timestamp,
+    ) -> Result<Vec<bool>, StoreError> {
+        write!(self, leases::renew_leases_of, held, expires_at_ms)
     }
 
     async fn release_lease_of(&self, lease_id: &str, owner: &str) -> Result<bool, StoreError> {

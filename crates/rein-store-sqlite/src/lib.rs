@@ -453,6 +453,24 @@ impl RunStore for SqliteStore {
             .await
     }
 
+    async fn cancel_requests(
+        &self,
+        run_ids: &[RunId],
+    ) -> Result<Vec<rein_store::CancelRequest>, StoreError> {
+        let run_ids = run_ids.to_vec();
+        // One read on the store's thread for all of them: the hand-off,
+        // not the indexed lookup, is what a read costs here.
+        self.worker
+            .read(move |conn| {
+                let mut requests = Vec::new();
+                for run_id in &run_ids {
+                    requests.extend(cancel_ops::cancel_request(conn, run_id)?);
+                }
+                Ok(requests)
+            })
+            .await
+    }
+
     async fn decide_approval(
         &self,
         run_id: &RunId,
@@ -515,6 +533,25 @@ impl LeaseStore for SqliteStore {
         // between them.
         self.worker
             .write(move |conn| ops::renew_lease_of(conn, &lease_id, &owner, expires_at_ms))
+            .await
+    }
+
+    async fn renew_leases_of(
+        &self,
+        held: &[(String, String)],
+        expires_at_ms: Timestamp,
+    ) -> Result<Vec<bool>, StoreError> {
+        let held = held.to_vec();
+        // One `BEGIN IMMEDIATE` for all: each check and its renewal are
+        // atomic as in `renew_lease_of`, and the beat costs one commit.
+        self.worker
+            .write(move |conn| {
+                held.iter()
+                    .map(|(lease_id, owner)| {
+                        ops::renew_lease_of(conn, lease_id, owner, expires_at_ms)
+                    })
+                    .collect()
+            })
             .await
     }
 

@@ -65,6 +65,7 @@ pub use approval::{
 };
 pub use cancel::{
     cancel_request_is_recorded_once_and_read_back, cancel_request_refusals_write_nothing,
+    cancel_requests_of_many_runs_in_one_read,
 };
 pub use claimed::{
     run_created_with_its_claim_is_held_at_once, two_handles_race_for_a_run_created_claimed,
@@ -171,6 +172,7 @@ macro_rules! conformance_checks {
             lease_acquire_refusals,
             expired_leases_soonest_first,
             lease_renew_and_release_only_by_holder,
+            leases_renewed_together_as_each_alone,
             lease_take_over_only_when_absent_or_expired,
             lease_concurrent_take_overs_admit_exactly_one,
             idempotency_first_request_executes_then_replays,
@@ -219,6 +221,7 @@ macro_rules! conformance_checks {
             share_lease_refusals,
             cancel_request_is_recorded_once_and_read_back,
             cancel_request_refusals_write_nothing,
+            cancel_requests_of_many_runs_in_one_read,
             approvals_are_decided_once_and_the_last_continues_the_run,
             approvals_expire_once_their_window_closes,
             approvals_of_a_running_run_are_pending_and_decided_in_place,
@@ -1992,6 +1995,65 @@ pub async fn lease_renew_and_release_only_by_holder(store: &dyn Store) {
             .await
             .unwrap(),
         "releasing a missing lease returns false"
+    );
+}
+
+/// `renew_leases_of` renews each lease as `renew_lease_of` would, in the
+/// order given: the holder's renewed, another owner's and a missing one
+/// refused (`false`) and unchanged. An invalid renewal among them refuses
+/// the whole batch and renews none.
+pub async fn leases_renewed_together_as_each_alone(store: &dyn Store) {
+    let run_id = created(store, "lease-batch").await;
+    let held = temp_lease(&run_id, &unique("lease-batch-a"), BASE_MS + ms(100));
+    let also = temp_lease(&run_id, &unique("lease-batch-b"), BASE_MS + ms(100));
+    let holder = held.owner.clone();
+    store.acquire_lease(held.clone()).await.unwrap();
+    store.acquire_lease(also.clone()).await.unwrap();
+    let run = &run_id;
+    let expiry = |lease_id: String| async move {
+        store
+            .leases_of_run(run)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|l| l.lease_id == lease_id)
+            .map(|l| l.expires_at_ms)
+    };
+
+    let batch = vec![
+        (also.lease_id.clone(), holder.clone()),
+        (unique("lease-batch-missing"), holder.clone()),
+        (held.lease_id.clone(), "pid:9999@other-host".to_owned()),
+        (held.lease_id.clone(), holder.clone()),
+    ];
+    assert_eq!(
+        store
+            .renew_leases_of(&batch, BASE_MS + ms(500))
+            .await
+            .unwrap(),
+        vec![true, false, false, true],
+        "each answered in the order given"
+    );
+    assert_eq!(expiry(held.lease_id.clone()).await, Some(BASE_MS + ms(500)));
+    assert_eq!(expiry(also.lease_id.clone()).await, Some(BASE_MS + ms(500)));
+    assert_eq!(
+        store.renew_leases_of(&[], BASE_MS + ms(600)).await.unwrap(),
+        Vec::<bool>::new(),
+        "nothing to renew"
+    );
+
+    let invalid = vec![
+        (held.lease_id.clone(), holder.clone()),
+        (also.lease_id.clone(), String::new()),
+    ];
+    match store.renew_leases_of(&invalid, BASE_MS + ms(900)).await {
+        Err(StoreError::Invalid { .. }) => {}
+        other => panic!("a batch with an empty owner: expected Invalid, found {other:?}"),
+    }
+    assert_eq!(
+        expiry(held.lease_id.clone()).await,
+        Some(BASE_MS + ms(500)),
+        "a refused batch renews none"
     );
 }
 

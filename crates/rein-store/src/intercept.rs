@@ -286,6 +286,10 @@ impl<I: Intercept> RunStore for Intercepted<I> {
         self.hooks.around(self.inner.cancel_request(run_id)).await
     }
 
+    async fn cancel_requests(&self, run_ids: &[RunId]) -> Result<Vec<CancelRequest>, StoreError> {
+        self.hooks.around(self.inner.cancel_requests(run_ids)).await
+    }
+
     async fn decide_approval(
         &self,
         run_id: &RunId,
@@ -336,6 +340,16 @@ impl<I: Intercept> LeaseStore for Intercepted<I> {
     ) -> Result<bool, StoreError> {
         self.hooks
             .around(self.inner.renew_lease_of(lease_id, owner, expires_at_ms))
+            .await
+    }
+
+    async fn renew_leases_of(
+        &self,
+        held: &[(String, String)],
+        expires_at_ms: Timestamp,
+    ) -> Result<Vec<bool>, StoreError> {
+        self.hooks
+            .around(self.inner.renew_leases_of(held, expires_at_ms))
             .await
     }
 

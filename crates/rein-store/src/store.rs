@@ -336,8 +336,20 @@ pub trait RunStore: Send + Sync {
     async fn request_cancel(&self, request: CancelRequest) -> Result<CancelRequest, StoreError>;
 
     /// The cancel request of `run_id`, if one was recorded (an unknown run
-    /// has none): what the driving process reads at each claim renewal.
+    /// has none).
     async fn cancel_request(&self, run_id: &RunId) -> Result<Option<CancelRequest>, StoreError>;
+
+    /// The cancel requests recorded for any of `run_ids`, in no particular
+    /// order (an unknown run has none): what a process reads at each
+    /// heartbeat for every run it drives, in one read rather than one per
+    /// run. The default reads them one by one.
+    async fn cancel_requests(&self, run_ids: &[RunId]) -> Result<Vec<CancelRequest>, StoreError> {
+        let mut requests = Vec::new();
+        for run_id in run_ids {
+            requests.extend(self.cancel_request(run_id).await?);
+        }
+        Ok(requests)
+    }
 
     /// Records `decision` on the call `intent_id` of `run_id`, once
     /// (see [`crate::approval`]). A decision after the window closed
@@ -444,6 +456,30 @@ pub trait LeaseStore: Send + Sync {
         owner: &str,
         expires_at_ms: Timestamp,
     ) -> Result<bool, StoreError>;
+
+    /// Renews each of `held` (a lease id and the owner that holds it) as
+    /// [`LeaseStore::renew_lease_of`] does, all until `expires_at_ms`, in
+    /// one write: a process's heartbeat renews every run it drives at once,
+    /// so a beat costs one commit, not one per run. The answer is in
+    /// `held`'s order: whether each was renewed. The default renews them
+    /// one by one.
+    ///
+    /// # Errors
+    ///
+    /// As [`LeaseStore::renew_lease_of`], for any of them. A backend renews
+    /// none then (the batch is one transaction); the default keeps those it
+    /// renewed before the error.
+    async fn renew_leases_of(
+        &self,
+        held: &[(String, String)],
+        expires_at_ms: Timestamp,
+    ) -> Result<Vec<bool>, StoreError> {
+        let mut renewed = Vec::with_capacity(held.len());
+        for (lease_id, owner) in held {
+            renewed.push(self.renew_lease_of(lease_id, owner, expires_at_ms).await?);
+        }
+        Ok(renewed)
+    }
 
     /// Releases `lease_id` only if `owner` holds it (expired or not);
     /// `Ok(false)` otherwise, and nothing changed.

@@ -12,6 +12,7 @@ use super::ctx::RunCtx;
 use super::emitter::unix_ms;
 use super::engine::Engine;
 use super::error::EngineError;
+use super::heartbeat::Heartbeat;
 
 /// Releases a run's claim when dropped while armed: a resume that stopped
 /// before it was recorded must not keep the run locked until the claim
@@ -42,16 +43,6 @@ impl Drop for ClaimGuard {
                 }
             });
         }
-    }
-}
-
-/// Stops a run's heartbeat when dropped (the run ended, or its future was
-/// dropped).
-pub(super) struct Heartbeat(pub(super) tokio::task::JoinHandle<()>);
-
-impl Drop for Heartbeat {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
@@ -194,13 +185,15 @@ impl Engine {
             .unwrap_or(agent.budget.wall_clock() + CLAIM_MARGIN)
     }
 
-    /// Renews the run's claim every third of the lease while the returned
-    /// guard lives: the heartbeat that tells other processes this run's
-    /// owner is alive. Without a configured lease, nothing.
+    /// Renews the run's claim while the returned guard lives: the
+    /// heartbeat that tells other processes this run's owner is alive,
+    /// beaten for every run of the process at once (see
+    /// [`super::heartbeat`]). Without a configured lease, nothing.
     ///
-    /// At each beat (and once at the start) it also reads the run's cancel
-    /// request ([`Store::cancel_request`]): a cancel that another process
-    /// took for this run fires `cancel`, exactly as a local cancel does.
+    /// At each beat (and as soon as the run registers) it also reads the
+    /// run's cancel request ([`Store::cancel_requests`]): a cancel that
+    /// another process took for this run fires `cancel`, exactly as a
+    /// local cancel does. A claim taken over fires `lost`.
     pub(super) fn heartbeat(
         &self,
         run_id: &RunId,
@@ -208,49 +201,8 @@ impl Engine {
         lost: &CancellationToken,
         cancel: Option<&CancellationToken>,
     ) -> Option<Heartbeat> {
-        let lease = self.claim_lease?;
-        let owner = owner.to_owned();
-        let lost = lost.clone();
-        let cancel = cancel.cloned();
-        let store = self.store.clone();
-        let clock = self.clock.clone();
-        let lease_id = claim_id(run_id);
-        let run = run_id.clone();
-        let every = self.claim_renewal.map_or(lease / 3, |r| r.min(lease / 3));
-        let task = tokio::spawn(async move {
-            // Renewals refused in a row by a store briefly away: the next
-            // one is tried sooner than a beat, so a blink does not let the
-            // claim lapse (`durable`'s pauses, at most a beat).
-            let mut refused = 0u32;
-            loop {
-                if let Some(cancel) = &cancel {
-                    cancel_if_requested(store.as_ref(), &run, cancel).await;
-                }
-                let pause = match refused {
-                    0 => every,
-                    n => super::durable::pause_cap(n).min(every),
-                };
-                clock.sleep(pause).await;
-                let until = unix_ms(clock.system_now()).saturating_add(lease);
-                match store.renew_lease_of(&lease_id, &owner, until).await {
-                    Ok(true) => refused = 0,
-                    // Taken over after a stall: another process drives the
-                    // run now. This one stops at once, without settling or
-                    // recording anything more.
-                    Ok(false) => {
-                        tracing::warn!(run = %run, "the run's claim was taken over; stopping here");
-                        lost.cancel();
-                        return;
-                    }
-                    // Transient: tried again soon.
-                    Err(e) => {
-                        refused = refused.saturating_add(1);
-                        tracing::warn!(run = %run, "cannot renew the run's claim: {e}");
-                    }
-                }
-            }
-        });
-        Some(Heartbeat(task))
+        let heartbeats = self.heartbeats.as_ref()?;
+        Some(heartbeats.beat(run_id, owner, lost, cancel))
     }
 
     /// Releases the run's claim (this process stops driving it).
@@ -262,26 +214,5 @@ impl Engine {
         {
             tracing::warn!(run = %ctx.run_id, "cannot release the run's claim: {e}");
         }
-    }
-}
-
-/// Fires `cancel` when the store holds a cancel request of `run_id` (taken
-/// by any process sharing the store). A read that fails is logged and
-/// tried again at the next beat.
-pub(super) async fn cancel_if_requested(
-    store: &dyn Store,
-    run_id: &RunId,
-    cancel: &CancellationToken,
-) {
-    if cancel.is_cancelled() {
-        return;
-    }
-    match store.cancel_request(run_id).await {
-        Ok(Some(request)) => {
-            tracing::info!(run = %run_id, requested_by = %request.requested_by, "cancel requested through the store; cancelling the run");
-            cancel.cancel();
-        }
-        Ok(None) => {}
-        Err(e) => tracing::warn!(run = %run_id, "cannot read the run's cancel request: {e}"),
     }
 }

@@ -341,6 +341,12 @@ impl EngineBuilder {
             self.store.clone(),
             self.clock.clone() as Arc<dyn Clock>,
         ));
+        let heartbeats = self.claim_lease.map(|lease| {
+            let every = self
+                .claim_renewal
+                .map_or(lease / 3, |every| every.min(lease / 3));
+            super::heartbeat::Heartbeats::new(self.store.clone(), self.clock.clone(), lease, every)
+        });
         Ok(Engine {
             node,
             contract_change: self.contract_change,
@@ -373,8 +379,8 @@ impl EngineBuilder {
             },
             agents: self.agents,
             agent_graph: self.agent_graph,
+            heartbeats,
             claim_lease: self.claim_lease,
-            claim_renewal: self.claim_renewal,
             store_patience: self.store_patience,
             #[cfg(feature = "sabotage")]
             sabotage: self.sabotage,
@@ -403,8 +409,9 @@ pub struct Engine {
     pub(super) shared: Shared,
     /// The renewed claim lease, when configured.
     pub(super) claim_lease: Option<std::time::Duration>,
-    /// How often the claim is renewed, at most a third of the lease.
-    pub(super) claim_renewal: Option<std::time::Duration>,
+    /// The process's heartbeat, renewing every claim of the runs it
+    /// drives, when a claim lease is configured.
+    pub(super) heartbeats: Option<Arc<super::heartbeat::Heartbeats>>,
     /// How long a run's commit is offered to a store that is away.
     pub(super) store_patience: std::time::Duration,
     /// Binds the agents that `agent` tools start.

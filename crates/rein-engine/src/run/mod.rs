@@ -21,7 +21,9 @@
 //! start        Engine::run: the run's record, its claim, its first state
 //! resume       Engine::resume: the records read, the claim, the run reopened
 //!   restore      pure: stored records → loop state, or NotResumable(reason)
-//! claim        one driver per run: claim, heartbeat, ClaimGuard
+//! claim        one driver per run: claim, ClaimGuard
+//! heartbeat    every claim of the process renewed (and its cancel read)
+//!              by one task, in one write per beat
 //! ctx          one run's context, shared by its concurrent calls
 //! step         the loop: drive → step → handle_boundary, handle_turn,
 //!              handle_plan, handle_results, handle_observation
@@ -72,6 +74,7 @@ mod guarded;
 mod hand_on;
 mod handle;
 mod health;
+mod heartbeat;
 mod latency;
 mod model_chain;
 mod permit;

@@ -104,7 +104,7 @@ pub(super) fn forward_budget(
 /// renewed and mark it live in this process while it is held.
 pub(super) struct Opened<'a> {
     pub(super) ctx: RunCtx<'a>,
-    pub(super) _heartbeat: Option<super::claim::Heartbeat>,
+    pub(super) _heartbeat: Option<super::heartbeat::Heartbeat>,
     pub(super) _live: super::tree::LiveEntry<'a>,
 }
 
@@ -211,7 +211,7 @@ impl Engine {
         // through the store, not through state in memory: a `ClaimGuard` is
         // one of the future's live locals, dropped by the unwinding poll
         // itself while `std::thread::panicking()` holds, so it leaves the
-        // claim to `contain`; the heartbeat task is aborted with its guard;
+        // claim to `contain`; its heartbeat stops with its guard;
         // and `contain` reads the run back from the store only.
         let started =
             std::panic::AssertUnwindSafe(self.start_in(agent, validator, request, lineage.clone()))

@@ -7,9 +7,10 @@ use rein_core::RunId;
 use rein_store::Timestamp;
 use rein_store::rules::{cancel_requestable, validate_cancel_request};
 use rein_store::{CancelRequest, StoreError};
+use tokio_postgres::Row;
 
 use super::commit::lock_run;
-use super::{execute, query_opt};
+use super::{execute, query_all, query_opt};
 use crate::codec::{PgResult, int};
 
 /// The `NOTIFY` channel a recorded cancel request is announced on; the
@@ -58,27 +59,43 @@ pub(crate) async fn cancel_request(
         client,
         "SELECT run_id, requested_by, requested_at_ms FROM cancel_requests WHERE run_id = $1",
         &[&run_id.as_str()],
-        |row| {
-            let run_id: String = row.try_get(0).pg()?;
-            let at: i64 = row.try_get(2).pg()?;
-            Ok(CancelRequest {
-                run_id: RunId::new(run_id.clone()).map_err(|e| StoreError::Corrupt {
-                    table: "cancel_requests",
-                    column: "run_id",
-                    reason: format!("{e} (row run_id={run_id})"),
-                })?,
-                requested_by: row.try_get(1).pg()?,
-                requested_at_ms: u64::try_from(at).map(Timestamp::from_millis).map_err(|_| {
-                    StoreError::Corrupt {
-                        table: "cancel_requests",
-                        column: "requested_at_ms",
-                        reason: format!(
-                            "expected milliseconds from 0, found {at} (row run_id={run_id})"
-                        ),
-                    }
-                })?,
-            })
-        },
+        decode_cancel,
     )
     .await
+}
+
+/// The cancel requests of any of `run_ids`, in one statement.
+pub(crate) async fn cancel_requests(
+    client: &impl GenericClient,
+    run_ids: &[RunId],
+) -> Result<Vec<CancelRequest>, StoreError> {
+    let ids: Vec<&str> = run_ids.iter().map(RunId::as_str).collect();
+    query_all(
+        client,
+        "SELECT run_id, requested_by, requested_at_ms FROM cancel_requests WHERE run_id = ANY($1)",
+        &[&ids],
+        decode_cancel,
+    )
+    .await
+}
+
+/// A `cancel_requests` row (`run_id, requested_by, requested_at_ms`).
+fn decode_cancel(row: &Row) -> Result<CancelRequest, StoreError> {
+    let run_id: String = row.try_get(0).pg()?;
+    let at: i64 = row.try_get(2).pg()?;
+    Ok(CancelRequest {
+        run_id: RunId::new(run_id.clone()).map_err(|e| StoreError::Corrupt {
+            table: "cancel_requests",
+            column: "run_id",
+            reason: format!("{e} (row run_id={run_id})"),
+        })?,
+        requested_by: row.try_get(1).pg()?,
+        requested_at_ms: u64::try_from(at).map(Timestamp::from_millis).map_err(|_| {
+            StoreError::Corrupt {
+                table: "cancel_requests",
+                column: "requested_at_ms",
+                reason: format!("expected milliseconds from 0, found {at} (row run_id={run_id})"),
+            }
+        })?,
+    })
 }

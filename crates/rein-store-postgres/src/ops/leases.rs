@@ -78,6 +78,31 @@ pub(crate) async fn renew_lease_of(
     Ok(change_lease(tx, change).await?.is_some())
 }
 
+/// Renews each of `held` its owner holds (see `Store::renew_leases_of`),
+/// in the caller's transaction: each under its lease's lock, as
+/// [`renew_lease_of`]. The renewals are pipelined (sent without waiting
+/// for each answer), in lease id order, so two processes renewing
+/// overlapping sets take the locks in the same order and never wait on
+/// each other in a cycle.
+pub(crate) async fn renew_leases_of(
+    tx: &Transaction<'_>,
+    held: &[(String, String)],
+    expires_at_ms: Timestamp,
+) -> Result<Vec<bool>, StoreError> {
+    let mut order: Vec<usize> = (0..held.len()).collect();
+    order.sort_by(|a, b| held[*a].0.cmp(&held[*b].0));
+    let renewed = futures_util::future::try_join_all(order.iter().map(|&i| {
+        let (lease_id, owner) = &held[i];
+        renew_lease_of(tx, lease_id, owner, expires_at_ms)
+    }))
+    .await?;
+    let mut answer = vec![false; held.len()];
+    for (i, renewed) in order.into_iter().zip(renewed) {
+        answer[i] = renewed;
+    }
+    Ok(answer)
+}
+
 pub(crate) async fn release_lease_of(
     tx: &Transaction<'_>,
     lease_id: &str,

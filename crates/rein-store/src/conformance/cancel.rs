@@ -48,6 +48,26 @@ pub async fn cancel_request_is_recorded_once_and_read_back(store: &dyn Store) {
     assert_eq!(store.cancel_request(&unknown).await.unwrap(), None);
 }
 
+/// `cancel_requests` reads the requests of many runs at once: those
+/// recorded, none for a run without one or unknown.
+pub async fn cancel_requests_of_many_runs_in_one_read(store: &dyn Store) {
+    let asked = created(store, "cancel-many-asked").await;
+    let also = created(store, "cancel-many-also").await;
+    let quiet = created(store, "cancel-many-quiet").await;
+    let unknown = RunId::new(super::unique("cancel-many-unknown")).unwrap();
+    assert_eq!(store.cancel_requests(&[]).await.unwrap(), Vec::new());
+    let first = request(&asked, "node-a", BASE_MS + ms(1));
+    let second = request(&also, "node-b", BASE_MS + ms(2));
+    store.request_cancel(first.clone()).await.unwrap();
+    store.request_cancel(second.clone()).await.unwrap();
+    let mut read = store
+        .cancel_requests(&[quiet, asked, unknown, also])
+        .await
+        .unwrap();
+    read.sort_by_key(|r| r.requested_at_ms);
+    assert_eq!(read, vec![first, second]);
+}
+
 /// Refusals write nothing: an unknown run is not found, a finished run
 /// refuses (its outcome is final), a malformed requester is invalid.
 pub async fn cancel_request_refusals_write_nothing(store: &dyn Store) {
