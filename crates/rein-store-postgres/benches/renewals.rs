@@ -16,8 +16,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rein_core::{RunId, TenantId};
-use rein_store::{Lease, LeaseKind, NewRun, Store, Timestamp};
+use rein_store::conformance::new_run;
+use rein_store::{Lease, LeaseKind, Store, Timestamp};
 use rein_store_postgres::scratch::ScratchDatabase;
 use rein_store_postgres::{PostgresOptions, PostgresStore};
 use rein_store_sqlite::SqliteStore;
@@ -39,18 +39,9 @@ async fn claimed(store: &dyn Store) -> Vec<(String, String)> {
     let now = now_ms();
     let mut held = Vec::with_capacity(RUNS);
     for n in 0..RUNS {
-        let run_id = RunId::new(format!("beat-{n}-{}", std::process::id())).unwrap();
+        let run = new_run(&format!("beat-{n}"), now);
+        let run_id = run.run_id.clone();
         let lease_id = format!("run:{run_id}");
-        let run = NewRun {
-            run_id: run_id.clone(),
-            tenant: TenantId::new("t").unwrap(),
-            agent: "desk".into(),
-            input: "go".into(),
-            parent_run_id: None,
-            budget: serde_json::json!({}),
-            created_at_ms: now,
-            trace_parent: None,
-        };
         let claim = Lease {
             lease_id: lease_id.clone(),
             run_id,

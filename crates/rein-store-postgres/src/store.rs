@@ -472,7 +472,21 @@ impl LeaseStore for PostgresStore {
         held: &[(String, String)],
         expires_at_ms: Timestamp,
     ) -> Result<Vec<bool>, StoreError> {
-        write!(self, leases::renew_leases_of, held, expires_at_ms)
+        // Every owner checked first: an invalid one renews none, whatever
+        // chunk it is in.
+        for (_, owner) in held {
+            rein_store::rules::validate_owner(owner)?;
+        }
+        // Each renewal holds its lease's advisory lock until its
+        // transaction ends, and the server's lock table is bounded
+        // (`max_locks_per_transaction` × connections, 6,400 by default):
+        // a node driving ten thousand runs renews them a chunk per
+        // transaction, not all in one.
+        let mut renewed = Vec::with_capacity(held.len());
+        for chunk in held.chunks(leases::RENEWALS_PER_TRANSACTION) {
+            renewed.extend(write!(self, leases::renew_leases_of, chunk, expires_at_ms)?);
+        }
+        Ok(renewed)
     }
 
     async fn release_lease_of(&self, lease_id: &str, owner: &str) -> Result<bool, StoreError> {

@@ -367,3 +367,58 @@ async fn stats_sum_the_cost_of_reports_of_either_schema() {
     store.close();
     database.drop_database().await;
 }
+
+/// A beat of more claims than one transaction renews (each holds its
+/// advisory lock until the transaction ends, and the server's lock table
+/// is bounded) renews every one, answered in the order given.
+#[tokio::test]
+async fn more_claims_than_one_transaction_holds_are_all_renewed() {
+    use rein_store::{Lease, LeaseKind, LeaseStore, StoreExt};
+    let Some(database) = ScratchDatabase::create("renewals").await else {
+        return;
+    };
+    let store = PostgresStore::connect_with(database.url(), PostgresOptions::default())
+        .await
+        .unwrap();
+    let run = rein_store::conformance::new_run("renewals", Timestamp::from_millis(1));
+    let run_id = run.run_id.clone();
+    store.create_run(run).await.unwrap();
+    let owner = "pid:1@renewals#node.0";
+    let mut held = Vec::new();
+    for n in 0..600 {
+        let lease_id = format!("renewals-{n}");
+        store
+            .acquire_lease(Lease {
+                lease_id: lease_id.clone(),
+                run_id: run_id.clone(),
+                intent_id: None,
+                kind: LeaseKind::TempPath,
+                pgid: None,
+                path: Some(std::path::PathBuf::from(format!("/tmp/{lease_id}"))),
+                owner: owner.to_owned(),
+                acquired_at_ms: Timestamp::from_millis(1),
+                expires_at_ms: Timestamp::from_millis(100),
+            })
+            .await
+            .unwrap();
+        held.push((lease_id, owner.to_owned()));
+    }
+    // One another owner holds nothing of, in the second chunk.
+    held.insert(550, ("renewals-3".to_owned(), "pid:2@elsewhere".to_owned()));
+    let renewed = store
+        .renew_leases_of(&held, Timestamp::from_millis(900))
+        .await
+        .unwrap();
+    assert_eq!(renewed.len(), 601);
+    assert!(!renewed[550], "another owner's renewal is refused");
+    assert_eq!(renewed.iter().filter(|r| **r).count(), 600);
+    let leases = store.leases_of_run(&run_id).await.unwrap();
+    assert!(
+        leases
+            .iter()
+            .all(|l| l.expires_at_ms == Timestamp::from_millis(900)),
+        "every lease renewed"
+    );
+    store.close();
+    database.drop_database().await;
+}

@@ -466,9 +466,11 @@ pub trait LeaseStore: Send + Sync {
     ///
     /// # Errors
     ///
-    /// As [`LeaseStore::renew_lease_of`], for any of them. A backend renews
-    /// none then (the batch is one transaction); the default keeps those it
-    /// renewed before the error.
+    /// As [`LeaseStore::renew_lease_of`], for any of them. An invalid owner
+    /// renews none (the backends check them all first); a store away may
+    /// leave the leases of an earlier transaction renewed (PostgreSQL
+    /// renews a chunk per transaction, as its lock table is bounded), as
+    /// does the default, which renews them one by one.
     async fn renew_leases_of(
         &self,
         held: &[(String, String)],

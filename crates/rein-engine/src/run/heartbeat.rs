@@ -279,17 +279,15 @@ impl Drop for Running {
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use rein_core::TenantId;
-    use rein_store::intercept::Call;
-    use rein_store::{
-        CancelRequest, Intercept, Intercepted, Lease, LeaseKind, LeaseStore, NewRun, RunStore,
-        StoreExt, Timestamp,
-    };
-    use rein_store_sqlite::SqliteStore;
-    use serde_json::json;
-
     use super::*;
     use crate::SystemClock;
+    use rein_store::conformance::new_run;
+    use rein_store::intercept::Call;
+    use rein_store::{
+        CancelRequest, Intercept, Intercepted, Lease, LeaseKind, LeaseStore, RunStore, StoreExt,
+        Timestamp,
+    };
+    use rein_store_sqlite::SqliteStore;
 
     const LEASE: Duration = Duration::from_secs(30);
     const EVERY: Duration = Duration::from_secs(10);
@@ -349,17 +347,8 @@ mod tests {
         let now = unix_ms(std::time::SystemTime::now());
         let mut runs = Vec::new();
         for name in names {
-            let run_id = RunId::new(*name).unwrap();
-            let run = NewRun {
-                run_id: run_id.clone(),
-                tenant: TenantId::new("t").unwrap(),
-                agent: "desk".into(),
-                input: "go".into(),
-                parent_run_id: None,
-                budget: json!({}),
-                created_at_ms: now,
-                trace_parent: None,
-            };
+            let run = new_run(name, now);
+            let run_id = run.run_id.clone();
             let claim = Lease {
                 lease_id: claim_id(&run_id),
                 run_id: run_id.clone(),

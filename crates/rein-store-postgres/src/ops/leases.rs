@@ -78,6 +78,11 @@ pub(crate) async fn renew_lease_of(
     Ok(change_lease(tx, change).await?.is_some())
 }
 
+/// The most claims renewed in one transaction (see
+/// `PostgresStore::renew_leases_of`): far below the lock table's bound, and
+/// large enough that a beat of thousands of runs is a few round trips.
+pub(crate) const RENEWALS_PER_TRANSACTION: usize = 512;
+
 /// Renews each of `held` its owner holds (see `Store::renew_leases_of`),
 /// in the caller's transaction: each under its lease's lock, as
 /// [`renew_lease_of`]. The renewals are pipelined (sent without waiting
