@@ -478,10 +478,10 @@ impl LeaseStore for PostgresStore {
             rein_store::rules::validate_owner(owner)?;
         }
         // Each renewal holds its lease's advisory lock until its
-        // transaction ends, and the server's lock table is bounded
-        // (`max_locks_per_transaction` × connections, 6,400 by default):
-        // a node driving ten thousand runs renews them a chunk per
-        // transaction, not all in one.
+        // transaction ends, and the server's lock table is bounded and
+        // shared by every session (`max_locks_per_transaction` ×
+        // connections, 6,400 by default): a node driving ten thousand runs
+        // renews them a chunk per transaction, not all in one.
         let mut renewed = Vec::with_capacity(held.len());
         for chunk in held.chunks(leases::RENEWALS_PER_TRANSACTION) {
             renewed.extend(write!(self, leases::renew_leases_of, chunk, expires_at_ms)?);

@@ -370,7 +370,8 @@ async fn stats_sum_the_cost_of_reports_of_either_schema() {
 
 /// A beat of more claims than one transaction renews (each holds its
 /// advisory lock until the transaction ends, and the server's lock table
-/// is bounded) renews every one, answered in the order given.
+/// is bounded) renews every one, answered in the order given across the
+/// transactions.
 #[tokio::test]
 async fn more_claims_than_one_transaction_holds_are_all_renewed() {
     use rein_store::{Lease, LeaseKind, LeaseStore, StoreExt};

@@ -467,15 +467,18 @@ pub trait LeaseStore: Send + Sync {
     /// # Errors
     ///
     /// As [`LeaseStore::renew_lease_of`], for any of them. An invalid owner
-    /// renews none (the backends check them all first); a store away may
-    /// leave the leases of an earlier transaction renewed (PostgreSQL
-    /// renews a chunk per transaction, as its lock table is bounded), as
-    /// does the default, which renews them one by one.
+    /// renews none; a store away may leave the leases of an earlier
+    /// transaction renewed (PostgreSQL renews a chunk per transaction, as
+    /// its lock table is bounded), as does the default, which renews them
+    /// one by one.
     async fn renew_leases_of(
         &self,
         held: &[(String, String)],
         expires_at_ms: Timestamp,
     ) -> Result<Vec<bool>, StoreError> {
+        for (_, owner) in held {
+            crate::lease::validate_owner(owner)?;
+        }
         let mut renewed = Vec::with_capacity(held.len());
         for (lease_id, owner) in held {
             renewed.push(self.renew_lease_of(lease_id, owner, expires_at_ms).await?);

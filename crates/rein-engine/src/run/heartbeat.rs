@@ -8,9 +8,10 @@
 //! spawned task, a timer and a store write per beat: a thousand runs in
 //! flight made a thousand commits every beat. Here a run registers its
 //! claim ([`Heartbeats::beat`]) and the one task renews every registered
-//! claim in one write ([`LeaseStore::renew_leases_of`]) and reads every
-//! cancel request in one read ([`rein_store::RunStore::cancel_requests`]),
-//! whatever the number of runs.
+//! claim in one call ([`LeaseStore::renew_leases_of`]: one transaction on
+//! SQLite, one per 128 claims on PostgreSQL) and reads every cancel request
+//! in one read ([`rein_store::RunStore::cancel_requests`]), whatever the
+//! number of runs.
 //!
 //! # What a run sees, as before
 //!
@@ -22,10 +23,15 @@
 //!   recording anything more.
 //! - A store briefly away fails the whole beat: the next is tried sooner
 //!   than a beat (`durable`'s pauses, at most a beat), so a blink does not
-//!   let the claims lapse.
+//!   let the claims lapse. A claim the store refuses otherwise (a row it
+//!   cannot read) makes that beat renew each claim alone, so only its run
+//!   misses its renewal.
 //! - Dropping the [`Heartbeat`] (the run ended, or its future was dropped)
-//!   stops renewing its claim; the task ends when no run is left, and the
-//!   next registration starts it again.
+//!   stops renewing its claim; the task ends at the first beat that finds
+//!   no run left, and the next registration starts it again, as it does
+//!   when the runtime that ran the task has shut down. A process runs its
+//!   runs on one runtime; an engine shared between runtimes (tests) gets
+//!   its task back at its next registration.
 //!
 //! [`LeaseStore::renew_leases_of`]: rein_store::LeaseStore::renew_leases_of
 
@@ -59,9 +65,10 @@ pub(super) struct Heartbeats {
 struct State {
     beats: HashMap<u64, Beat>,
     next_key: u64,
-    /// The generation of the running task, if one runs.
-    running: Option<u64>,
-    generation: u64,
+    /// The task, while it runs: cleared by the task itself when no claim
+    /// is left (under the lock, so a registration either finds it running
+    /// or starts another), and found finished when its runtime dropped it.
+    task: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// One registered claim.
@@ -139,11 +146,8 @@ impl Heartbeats {
                 fresh: cancel.is_some(),
             },
         );
-        if state.running.is_none() {
-            state.generation += 1;
-            let generation = state.generation;
-            state.running = Some(generation);
-            tokio::spawn(Arc::clone(self).run(generation));
+        if state.task.as_ref().is_none_or(|task| task.is_finished()) {
+            state.task = Some(tokio::spawn(Arc::clone(self).run()));
         }
         drop(state);
         self.fresh.notify_one();
@@ -155,27 +159,28 @@ impl Heartbeats {
 
     /// The task: a beat every `every` while any claim is registered, and a
     /// cancel read as soon as one registers.
-    async fn run(self: Arc<Self>, generation: u64) {
-        // However the task ends (no claim left, or its runtime shut down),
-        // the next registration starts another.
-        let _running = Running {
-            heartbeats: Arc::clone(&self),
-            generation,
-        };
+    async fn run(self: Arc<Self>) {
         let mut refused = 0u32;
         // A claim is made holding for a whole lease: the first renewal is
         // due a beat from now.
         let mut next = self.clock.now() + self.every;
         loop {
-            self.read_cancels(true).await;
-            tokio::select! {
-                () = self.clock.sleep_until(next) => {}
-                () = self.fresh.notified() => continue,
+            // One wait per beat, however often runs register meanwhile: a
+            // clock that measures a wait from its start (`ManualClock`)
+            // must not see the beat put off by each registration.
+            let beat = self.clock.sleep_until(next);
+            tokio::pin!(beat);
+            loop {
+                self.read_cancels(true).await;
+                tokio::select! {
+                    () = &mut beat => break,
+                    () = self.fresh.notified() => {}
+                }
             }
             let held: Vec<(u64, (String, String))> = {
                 let mut state = self.lock();
                 if state.beats.is_empty() {
-                    state.running = None;
+                    state.task = None;
                     return;
                 }
                 state
@@ -191,9 +196,35 @@ impl Heartbeats {
                     refused = 0;
                     self.lose(&keys, &renewed);
                 }
-                Err(e) => {
+                // The store away: the whole beat is tried again soon.
+                Err(e) if e.is_transient() => {
                     refused = refused.saturating_add(1);
                     tracing::warn!(claims = held.len(), "cannot renew the runs' claims: {e}");
+                }
+                // One claim the store refuses (a row it cannot read, an
+                // expiry before the claim after the wall clock stepped
+                // back) must not cost every other run its renewal: each
+                // is renewed alone, as a heartbeat per run did.
+                Err(e) => {
+                    tracing::warn!(
+                        claims = held.len(),
+                        "cannot renew the runs' claims together, renewing each: {e}"
+                    );
+                    refused = 0;
+                    let mut renewed = Vec::with_capacity(held.len());
+                    for (key, (lease_id, owner)) in keys.iter().zip(&held) {
+                        renewed.push(
+                            match self.store.renew_lease_of(lease_id, owner, until).await {
+                                Ok(renewed) => renewed,
+                                Err(e) => {
+                                    let run = self.lock().beats.get(key).map(|b| b.run.clone());
+                                    tracing::warn!(run = ?run, "cannot renew the run's claim: {e}");
+                                    true
+                                }
+                            },
+                        );
+                    }
+                    self.lose(&keys, &renewed);
                 }
             }
             let pause = match refused {
@@ -256,21 +287,6 @@ impl Heartbeats {
                     cancel.cancel();
                 }
             }
-        }
-    }
-}
-
-/// Marks the task of `generation` ended when it is dropped.
-struct Running {
-    heartbeats: Arc<Heartbeats>,
-    generation: u64,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let mut state = self.heartbeats.lock();
-        if state.running == Some(self.generation) {
-            state.running = None;
         }
     }
 }
@@ -358,7 +374,9 @@ mod tests {
                 path: None,
                 owner: owner.into(),
                 acquired_at_ms: now,
-                expires_at_ms: now.saturating_add(LEASE),
+                // Shorter than a renewal holds: a renewal is seen to
+                // extend it even within the same wall-clock millisecond.
+                expires_at_ms: now.saturating_add(LEASE / 2),
             };
             real.create_run_claimed(run, claim, None).await.unwrap();
             runs.push(run_id);
@@ -391,7 +409,9 @@ mod tests {
             .collect();
         let calls = store.hooks().count();
         // The first beat: paused time runs to it.
-        store.hooks().reach(calls + 1).await;
+        tokio::time::timeout(EVERY * 3, store.hooks().reach(calls + 1))
+            .await
+            .expect("the first beat renews");
         assert_eq!(
             store.hooks().count() - calls,
             1,
@@ -446,16 +466,24 @@ mod tests {
         let heartbeats = Heartbeats::new(store.clone(), Arc::new(SystemClock::new()), LEASE, EVERY);
         let lost = CancellationToken::new();
         let beat = heartbeats.beat(&runs[0], "me", &lost, None);
-        assert!(heartbeats.lock().running.is_some());
         drop(beat);
-        for _ in 0..10 {
-            tokio::time::sleep(EVERY).await;
-            if heartbeats.lock().running.is_none() {
+        assert!(heartbeats.lock().task.is_some(), "a task was started");
+        // The first beat finds no run and ends the task.
+        for _ in 0..3 {
+            if heartbeats.lock().task.is_none() {
                 break;
             }
+            tokio::time::sleep(EVERY).await;
         }
-        assert!(heartbeats.lock().running.is_none(), "no run, no task");
+        assert!(heartbeats.lock().task.is_none(), "no run, no task");
+        let before = expiry(store.as_ref(), &runs[0]).await;
+        let calls = store.hooks().count();
         let _again = heartbeats.beat(&runs[0], "me", &lost, None);
-        assert!(heartbeats.lock().running.is_some());
+        // Renewed by the new task at its first beat: one call.
+        tokio::time::timeout(EVERY * 3, store.hooks().reach(calls + 1))
+            .await
+            .expect("a new task renews the claim");
+        assert!(expiry(store.as_ref(), &runs[0]).await > before);
+        assert!(!lost.is_cancelled());
     }
 }

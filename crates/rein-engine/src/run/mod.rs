@@ -23,7 +23,7 @@
 //!   restore      pure: stored records → loop state, or NotResumable(reason)
 //! claim        one driver per run: claim, ClaimGuard
 //! heartbeat    every claim of the process renewed (and its cancel read)
-//!              by one task, in one write per beat
+//!              by one task, in one call per beat
 //! ctx          one run's context, shared by its concurrent calls
 //! step         the loop: drive → step → handle_boundary, handle_turn,
 //!              handle_plan, handle_results, handle_observation

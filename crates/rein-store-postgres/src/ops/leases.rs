@@ -79,9 +79,12 @@ pub(crate) async fn renew_lease_of(
 }
 
 /// The most claims renewed in one transaction (see
-/// `PostgresStore::renew_leases_of`): far below the lock table's bound, and
-/// large enough that a beat of thousands of runs is a few round trips.
-pub(crate) const RENEWALS_PER_TRANSACTION: usize = 512;
+/// `PostgresStore::renew_leases_of`). The lock table's bound is the whole
+/// server's (`max_locks_per_transaction` × connections, 6,400 by default),
+/// shared by every node beating at once: small enough that many nodes fit
+/// in it together, large enough that a beat of thousands of runs is a few
+/// dozen transactions.
+pub(crate) const RENEWALS_PER_TRANSACTION: usize = 128;
 
 /// Renews each of `held` its owner holds (see `Store::renew_leases_of`),
 /// in the caller's transaction: each under its lease's lock, as
