@@ -882,13 +882,7 @@ mod tests {
             options: Default::default(),
             continuation: false,
         };
-        let provider = OpenAiProvider::new(
-            "p",
-            "http://127.0.0.1:9/v1",
-            None,
-            Duration::from_secs(1),
-            reqwest::Client::new(),
-        );
+        let provider = provider();
         let body = sent(provider.body(&req));
         assert_eq!(body["messages"][1]["content"], Value::Null);
         assert_eq!(
@@ -966,14 +960,7 @@ mod tests {
             options: [("max_tokens".to_owned(), json!(5))].into_iter().collect(),
             continuation: false,
         };
-        let provider = OpenAiProvider::new(
-            "p",
-            "http://127.0.0.1:9/v1",
-            None,
-            Duration::from_secs(1),
-            reqwest::Client::new(),
-        )
-        .with_output_fields(
+        let provider = provider().with_output_fields(
             [(
                 "local-reasoner".to_owned(),
                 OutputField::MaxCompletionTokens,
@@ -996,6 +983,18 @@ mod tests {
         assert!(body.get("max_completion_tokens").is_none(), "{body}");
     }
 
+    /// A provider at an address nothing listens on: these tests build
+    /// bodies, they send nothing.
+    fn provider() -> OpenAiProvider {
+        OpenAiProvider::new(
+            "p",
+            "http://127.0.0.1:9/v1",
+            None,
+            Duration::from_secs(1),
+            reqwest::Client::new(),
+        )
+    }
+
     /// The JSON a body is sent as.
     fn sent(body: Result<ChatRequest, Failure>) -> Value {
         serde_json::to_value(body.unwrap()).unwrap()
@@ -1003,13 +1002,7 @@ mod tests {
 
     #[test]
     fn options_are_sent_under_their_members_and_the_rest_named_as_ignored() {
-        let provider = OpenAiProvider::new(
-            "p",
-            "http://127.0.0.1:9/v1",
-            None,
-            Duration::from_secs(1),
-            reqwest::Client::new(),
-        );
+        let provider = provider();
         let options = json!({
             "temperature": 0.2, "top_p": 0.9, "stop": ["END"], "seed": 7, "user": "u-1",
             "frequency_penalty": 0.5, "presence_penalty": -0.5, "logit_bias": {"50256": -100},
@@ -1063,13 +1056,7 @@ mod tests {
 
     #[test]
     fn a_part_openai_does_not_name_is_refused_before_sending() {
-        let provider = OpenAiProvider::new(
-            "p",
-            "http://127.0.0.1:9/v1",
-            None,
-            Duration::from_secs(1),
-            reqwest::Client::new(),
-        );
+        let provider = provider();
         let request = |part: Part| ModelRequest {
             model: "m".into(),
             messages: vec![Message::user_parts(vec![part])],

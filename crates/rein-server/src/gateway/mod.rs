@@ -598,3 +598,16 @@ async fn stream<W: Wire>(
     }
     response
 }
+
+/// The members a request type's OpenAPI schema lists, sorted: what the
+/// gateway's hand-kept `READ` list of that route must be.
+#[cfg(test)]
+fn schema_members<T: utoipa::PartialSchema>() -> Vec<String> {
+    use utoipa::openapi::{RefOr, Schema};
+    let RefOr::T(Schema::Object(object)) = T::schema() else {
+        panic!("a request's schema is an object")
+    };
+    let mut members: Vec<String> = object.properties.keys().cloned().collect();
+    members.sort_unstable();
+    members
+}
